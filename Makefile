@@ -1,0 +1,100 @@
+# The Hero coordinator. `make help` lists the targets.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+SERVICES := supervisor-daemon scheduler router runner mycelium-gateway
+BINARIES := $(SERVICES) heroctl
+# Every Go module of the workspace (go.work).
+MODULES := $(shell go work edit -json | sed -n 's/.*"DiskPath": "\.\/\(.*\)".*/\1/p')
+
+GO ?= go
+GOBIN := $(shell $(GO) env GOPATH)/bin
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+TEST_FLAGS ?= -race -count=1 -timeout 20m
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build static binaries into bin/
+	@mkdir -p bin
+	@for s in $(SERVICES); do \
+		echo "build bin/$$s"; \
+		CGO_ENABLED=0 $(GO) build -trimpath -o bin/$$s ./services/$$s || exit 1; \
+	done
+	@echo "build bin/heroctl"; CGO_ENABLED=0 $(GO) build -trimpath -o bin/heroctl ./cmd/heroctl
+
+.PHONY: deps
+deps: ## install what the tests need (redis-server) when missing
+	@scripts/deps.sh redis-server
+
+.PHONY: test
+test: deps ## run every module's tests (with -race) against a real redis-server
+	@set -e; for m in $(MODULES); do \
+		echo "== test $$m"; \
+		(cd $$m && $(GO) test $(TEST_FLAGS) ./...); \
+	done
+
+.PHONY: fuzz
+fuzz: ## a short bounded fuzz run of the RRQ frame decoder
+	@cd lib && $(GO) test -run '^$$' -fuzz FuzzReadFrame -fuzztime $${FUZZTIME:-20s} ./rrq
+
+.PHONY: lint
+lint: ## gofmt, go vet, protos current, and each module builds on its own (GOWORK=off)
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
+	@set -e; for m in $(MODULES); do echo "== tidy, GOWORK=off build $$m"; \
+		(cd $$m && $(GO) mod tidy -diff >/dev/null || { echo "$$m: go.mod/go.sum not tidy; run go mod tidy there"; exit 1; }; \
+		 GOWORK=off $(GO) build ./...); done
+	@$(MAKE) --no-print-directory proto-check
+
+.PHONY: proto
+proto: proto-tools ## regenerate the gRPC code from proto/
+	@cd proto && PATH="$(GOBIN):$$PATH" protoc -I . \
+		--go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative \
+		hero/v1/*.proto
+	@echo "proto: generated"
+
+.PHONY: proto-check
+proto-check: proto-tools ## fail when the committed generated code is not what `make proto` makes
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	cd proto && PATH="$(GOBIN):$$PATH" protoc -I . \
+		--go_out=$$tmp --go_opt=paths=source_relative \
+		--go-grpc_out=$$tmp --go-grpc_opt=paths=source_relative \
+		hero/v1/*.proto && \
+	for f in $$(cd $$tmp && find . -name '*.go'); do \
+		diff -q $$tmp/$$f $$f >/dev/null || { echo "proto: $$f is stale; run make proto"; exit 1; }; \
+	done; echo "proto: generated code is current"
+
+.PHONY: proto-tools
+proto-tools:
+	@scripts/deps.sh protoc
+	@test -x $(GOBIN)/protoc-gen-go && $(GOBIN)/protoc-gen-go --version | grep -q $(PROTOC_GEN_GO_VERSION) || \
+		$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	@test -x $(GOBIN)/protoc-gen-go-grpc && $(GOBIN)/protoc-gen-go-grpc --version | grep -q $(PROTOC_GEN_GO_GRPC_VERSION:v%=%) || \
+		$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+.PHONY: bench
+bench: deps build ## run the benchmarks (not part of make test)
+	@cd tests/e2e && HERO_BENCH=1 $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
+	@cd lib && HERO_BENCH=1 $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./store/...
+
+.PHONY: helm-check
+helm-check: ## helm lint, render every scenario, validate the manifests strictly offline
+	@bash scripts/helm-check.sh
+
+.PHONY: clean
+clean: ## remove build outputs
+	rm -rf bin
+
+.PHONY: compose-two-nodes-test
+compose-two-nodes-test: build ## deploy/compose/two-nodes.yml end to end: two nodes over an emulated Mycelium (needs Docker; after compose-test)
+	@bash scripts/compose-two-nodes-test.sh
+
+.PHONY: compose-test
+compose-test: build ## docker-compose.yml end to end: build, up, flows, runner kill, Redis restart, Prometheus (needs Docker)
+	@bash scripts/compose-test.sh

@@ -1,0 +1,23 @@
+module github.com/hero-coordinator/hero/cmd/heroctl
+
+go 1.26.0
+
+replace (
+	github.com/hero-coordinator/hero/lib => ../../lib
+	github.com/hero-coordinator/hero/proto => ../../proto
+)
+
+require (
+	github.com/hero-coordinator/hero/proto v0.0.0-00010101000000-000000000000
+	golang.org/x/term v0.47.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+	gopkg.in/yaml.v3 v3.0.1
+)
+
+require (
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+)

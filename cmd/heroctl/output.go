@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// show prints a result: JSON (every field, the API's names) or a table/summary.
+func (c *cli) show(m proto.Message, table func(w *tabwriter.Writer)) error {
+	if c.g.output == "json" {
+		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+		if err != nil {
+			return err
+		}
+		// protojson varies its whitespace on purpose; re-indent for stable output.
+		var out bytes.Buffer
+		if err := json.Indent(&out, b, "", "  "); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(c.out, out.String())
+		return err
+	}
+	w := tabwriter.NewWriter(c.out, 2, 4, 2, ' ', 0)
+	table(w)
+	return w.Flush()
+}
+
+func ids(v []uint32) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func ts(sec int64) string {
+	if sec == 0 {
+		return "-"
+	}
+	return time.Unix(sec, 0).UTC().Format(time.RFC3339)
+}
+
+func kvLines(w *tabwriter.Writer, title string, m map[string]string) {
+	if len(m) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintf(w, "%s:\t\n", title)
+	for _, k := range keys {
+		v := strings.TrimRight(m[k], "\n")
+		if strings.Contains(v, "\n") {
+			v = strings.ReplaceAll(v, "\n", "\n\t")
+		}
+		fmt.Fprintf(w, "  %s\t%s\n", k, v)
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

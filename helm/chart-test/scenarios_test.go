@@ -1,0 +1,323 @@
+package charttest
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// When a scenario renders a ServiceMonitor.
+const (
+	smNever   = iota
+	smAlways  // serviceMonitor.enabled: true
+	smWithCRD // "auto": only with --api-versions monitoring.coreos.com/v1/ServiceMonitor
+)
+
+type scenario struct {
+	kinds          map[string]int // exact count of every kind (ServiceMonitor aside)
+	serviceMonitor int
+	outside        outside
+	check          func(t *testing.T, r *release, appVersion string)
+}
+
+// Objects of the five services plus the bundled Redis, as rendered by default.
+var defaultKinds = map[string]int{
+	"ServiceAccount": 1, "ConfigMap": 1, "Secret": 2, // admin secret, redis URL+password
+	"Deployment": 5, "Service": 7, "StatefulSet": 1, // 5 services + redis + redis-headless
+	"Pod": 1, // helm test
+}
+
+// The release name helm-check.sh renders with.
+const rel = "hero"
+
+var scenarios = map[string]scenario{
+	"default-values": {
+		kinds: defaultKinds,
+		check: func(t *testing.T, r *release, appVersion string) {
+			for comp := range components {
+				w := mustComponent(t, r, comp)
+				c := w.pod.Spec.Containers[0]
+				if want := "ghcr.io/hero-coordinator/" + comp + ":" + appVersion; c.Image != want {
+					t.Errorf("%s: image %q, want %q", w, c.Image, want)
+				}
+				if sc := c.SecurityContext; sc == nil || !isTrue(sc.ReadOnlyRootFilesystem) {
+					t.Errorf("%s: root filesystem is not read-only", w)
+				}
+				if psc := w.pod.Spec.SecurityContext; psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+					t.Errorf("%s: no non-zero runAsUser", w)
+				}
+			}
+			wantEnv(t, r, "runner", map[string]string{"RUNNER_ID": "1", "RUNNER_CONTEXTS": "*", "SCRIPT_TYPES": "python,sh,bash", "CONCURRENCY": "4"})
+			wantEnv(t, r, "mycelium-gateway", map[string]string{"MYCELIUM_URL": "http://127.0.0.1:8989", "ROUTER_ADDR": rel + "-router:9655"})
+			wantEnv(t, r, "router", map[string]string{"SCHEDULER_ADDR": rel + "-scheduler:9654", "GATEWAY_ADDR": rel + "-mycelium-gateway:9657"})
+			wantEnv(t, r, "supervisor-daemon", map[string]string{"SCHEDULER_ADDR": rel + "-scheduler:9654"})
+			cm := r.configMap(rel + "-config")
+			if cm == nil || cm.Data["LOG_LEVEL"] != "info" || cm.Data["LOG_FORMAT"] != "json" {
+				t.Errorf("ConfigMap %s-config: want LOG_LEVEL=info LOG_FORMAT=json, got %v", rel, cm)
+			}
+			if s := r.secret(rel + "-admin"); s == nil || len(s.Data["admin-secret"]) < 32 {
+				t.Errorf("Secret %s-admin: no generated admin-secret of 32 characters", rel)
+			}
+			sts := mustRedis(t, r)
+			if got := redisArg(sts, "--databases"); got != "1024" {
+				t.Errorf("StatefulSet %s: --databases %s, want 1024", sts.Name, got)
+			}
+			if c := sts.Spec.Template.Spec.Containers[0]; c.Image != "redis:7" {
+				t.Errorf("StatefulSet %s: image %q, want redis:7", sts.Name, c.Image)
+			}
+			if len(sts.Spec.VolumeClaimTemplates) != 1 || sts.Spec.VolumeClaimTemplates[0].Spec.StorageClassName != nil {
+				t.Errorf("StatefulSet %s: want one claim template on the default StorageClass", sts.Name)
+			}
+			wantRedisURL(t, r, "redis://:", "@"+rel+"-redis:6379/0")
+		},
+	},
+
+	"minimal-values": {
+		kinds: map[string]int{
+			"ConfigMap": 1, "Secret": 2,
+			"Deployment": 4, "Service": 6, "StatefulSet": 1,
+		},
+		outside: outside{addrs: []string{"gateway.hero-edge.svc:9657"}},
+		check: func(t *testing.T, r *release, _ string) {
+			if _, ok := r.component("mycelium-gateway"); ok {
+				t.Error("mycelium-gateway is disabled but rendered")
+			}
+			wantEnv(t, r, "router", map[string]string{"GATEWAY_ADDR": "gateway.hero-edge.svc:9657"})
+			for _, w := range r.workloads() {
+				if sa := w.pod.Spec.ServiceAccountName; sa != "default" {
+					t.Errorf("%s: serviceAccountName %q, want default (serviceAccount.create=false)", w, sa)
+				}
+				if w.pod.Labels[labelComponent] != "redis" && w.pod.Spec.Containers[0].StartupProbe != nil {
+					t.Errorf("%s: startup probe rendered although disabled", w)
+				}
+			}
+			sts := mustRedis(t, r)
+			if len(sts.Spec.VolumeClaimTemplates) != 0 {
+				t.Errorf("StatefulSet %s: persistence off but a claim template is rendered", sts.Name)
+			}
+			if !slices.ContainsFunc(sts.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "data" && v.EmptyDir != nil }) {
+				t.Errorf("StatefulSet %s: no emptyDir data volume", sts.Name)
+			}
+			if redisArg(sts, "--protected-mode") != "no" {
+				t.Errorf("StatefulSet %s: without a password redis must run with --protected-mode no", sts.Name)
+			}
+			wantRedisURL(t, r, "redis://"+rel+"-redis:6379/0", "")
+		},
+	},
+
+	"external-redis-values": {
+		kinds: map[string]int{
+			"ServiceAccount": 1, "ConfigMap": 1, "Secret": 2,
+			"Deployment": 5, "Service": 5, "Pod": 1,
+		},
+		check: func(t *testing.T, r *release, _ string) {
+			wantRedisURL(t, r, "rediss://hero:s3cr3t@redis.databases.svc.cluster.local:6380/0", "")
+			if s := r.secret(rel + "-admin"); s == nil || string(s.Data["admin-secret"]) != "change-me-to-something-long-and-random" {
+				t.Errorf("Secret %s-admin: does not hold adminSecret.value", rel)
+			}
+			for comp := range components {
+				w := mustComponent(t, r, comp)
+				img := w.pod.Spec.Containers[0].Image
+				want := "registry.example.com/mirror/hero-coordinator/" + comp + ":1.2.3"
+				if comp == "supervisor-daemon" {
+					want = "registry.example.com/mirror/hero-coordinator/supervisor-daemon@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+				}
+				if img != want {
+					t.Errorf("%s: image %q, want %q", w, img, want)
+				}
+			}
+			for comp, n := range map[string]int32{"supervisor-daemon": 2, "router": 2, "scheduler": 1} {
+				if w := mustComponent(t, r, comp); *w.deploy.Spec.Replicas != n {
+					t.Errorf("%s: %d replicas, want %d", w, *w.deploy.Spec.Replicas, n)
+				}
+			}
+			wantEnv(t, r, "runner", map[string]string{"RUNNER_ID": "7", "RUNNER_CONTEXTS": "1,2,3", "SCRIPT_TYPES": "python,bash", "CONCURRENCY": "8", "LOG_LEVEL": "debug"})
+			cm := r.configMap(rel + "-config")
+			if cm == nil || cm.Data["LOG_LEVEL"] != "warn" || cm.Data["REDIS_POOL_SIZE"] != "64" || cm.Data["SHUTDOWN_TIMEOUT"] != "20s" {
+				t.Errorf("ConfigMap %s-config: shared settings not rendered: %v", rel, cm)
+			}
+		},
+	},
+
+	"bundled-redis-values": {
+		kinds: defaultKinds,
+		check: func(t *testing.T, r *release, _ string) {
+			sts := mustRedis(t, r)
+			c := sts.Spec.Template.Spec.Containers[0]
+			if c.Image != "docker.io/library/redis:7.4" {
+				t.Errorf("StatefulSet %s: image %q", sts.Name, c.Image)
+			}
+			if got := redisArg(sts, "--databases"); got != "2048" {
+				t.Errorf("StatefulSet %s: --databases %s, want 2048", sts.Name, got)
+			}
+			if got := redisArg(sts, "--maxmemory"); got != "512mb" {
+				t.Errorf("StatefulSet %s: extraArgs not passed (--maxmemory %q)", sts.Name, got)
+			}
+			if len(sts.Spec.VolumeClaimTemplates) != 1 {
+				t.Fatalf("StatefulSet %s: no claim template", sts.Name)
+			}
+			pvc := sts.Spec.VolumeClaimTemplates[0]
+			if pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != "fast-ssd" || pvc.Spec.Resources.Requests.Storage().String() != "20Gi" {
+				t.Errorf("StatefulSet %s: claim template %+v, want fast-ssd 20Gi", sts.Name, pvc.Spec)
+			}
+			if len(sts.Spec.Template.Spec.Tolerations) != 1 || sts.Spec.Template.Spec.NodeSelector["kubernetes.io/os"] != "linux" {
+				t.Errorf("StatefulSet %s: scheduling settings not rendered", sts.Name)
+			}
+			wantRedisURL(t, r, "redis://:dev-password_1@"+rel+"-redis:6379/0", "")
+		},
+	},
+
+	"full-values": {
+		kinds: map[string]int{
+			"ServiceAccount": 1, "ConfigMap": 1,
+			"Deployment": 5, "Service": 6, // + the public LoadBalancer
+			"HorizontalPodAutoscaler": 1, "PodDisruptionBudget": 4, "NetworkPolicy": 5,
+			"Pod": 1,
+		},
+		serviceMonitor: smAlways,
+		outside: outside{
+			secrets: map[string][]string{
+				"hero-admin-credentials": {"token"},
+				"hero-redis-credentials": {"url"},
+				"hero-extra-env":         nil,
+			},
+			configMaps: []string{"redis-ca"},
+		},
+		check: func(t *testing.T, r *release, _ string) {
+			const full = "hero-prod"
+			runner, ok := r.workloadNamed(full + "-runner")
+			if !ok {
+				t.Fatalf("Deployment %s-runner not rendered (fullnameOverride)", full)
+			}
+			if runner.deploy.Spec.Replicas != nil {
+				t.Errorf("%s: replicas set although autoscaled", runner)
+			}
+			if sc := runner.pod.Spec.Containers[0].SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || *sc.ReadOnlyRootFilesystem {
+				t.Errorf("%s: per-service false did not override the default readOnlyRootFilesystem: true", runner)
+			}
+			sched := mustComponent(t, r, "scheduler")
+			if s := sched.deploy.Spec.Strategy; s.Type != appsv1.RecreateDeploymentStrategyType || s.RollingUpdate != nil {
+				t.Errorf("%s: strategy %+v, want Recreate without rollingUpdate", sched, s)
+			}
+			if *sched.deploy.Spec.Replicas != 1 {
+				t.Errorf("%s: per-service replicas 1 did not override defaults.replicas 2", sched)
+			}
+			for _, w := range r.workloads() {
+				env := envOf(w.pod.Spec.Containers[0])
+				if ref := env["REDIS_URL"].ValueFrom.SecretKeyRef; ref.Name != "hero-redis-credentials" || ref.Key != "url" {
+					t.Errorf("%s: REDIS_URL from %s/%s, want hero-redis-credentials/url", w, ref.Name, ref.Key)
+				}
+				tsc := w.pod.Spec.TopologySpreadConstraints
+				if len(tsc) != 1 || tsc[0].LabelSelector == nil || tsc[0].LabelSelector.MatchLabels[labelComponent] != w.pod.Labels[labelComponent] {
+					t.Errorf("%s: topologySpreadConstraints without the service's own labelSelector: %+v", w, tsc)
+				}
+				if env["POD_NAME"].ValueFrom == nil || env["SSL_CERT_FILE"].Value != "/etc/hero/ca/ca.crt" {
+					t.Errorf("%s: defaults.env / defaults.extraEnv not rendered", w)
+				}
+			}
+			sd := mustComponent(t, r, "supervisor-daemon")
+			if ref := envOf(sd.pod.Spec.Containers[0])["HERO_ADMIN_SECRET"].ValueFrom.SecretKeyRef; ref.Name != "hero-admin-credentials" || ref.Key != "token" {
+				t.Errorf("%s: HERO_ADMIN_SECRET from %s/%s, want hero-admin-credentials/token", sd, ref.Name, ref.Key)
+			}
+			pub := r.service(full + "-supervisor-daemon-public")
+			if pub == nil || pub.Spec.Type != corev1.ServiceTypeLoadBalancer || len(pub.Spec.Ports) != 2 {
+				t.Fatalf("public Service: want a LoadBalancer with http and grpc, got %+v", pub)
+			}
+			for _, p := range pub.Spec.Ports {
+				if p.NodePort == 0 {
+					t.Errorf("public Service: port %s without the configured nodePort", p.Name)
+				}
+			}
+			for _, p := range r.pdbs() {
+				if p.Name == full+"-scheduler" {
+					t.Error("PDB of the scheduler rendered although its pdb.enabled is false")
+				}
+				if p.Name == full+"-supervisor-daemon" && (p.Spec.MinAvailable == nil || p.Spec.MinAvailable.StrVal != "50%") {
+					t.Errorf("PDB %s: want minAvailable 50%%", p.Name)
+				}
+			}
+			for _, np := range r.networkPolicies() {
+				if len(np.Spec.PolicyTypes) != 2 || len(np.Spec.Egress) == 0 {
+					t.Errorf("NetworkPolicy %s: egress enabled but not restricted", np.Name)
+				}
+			}
+			h := r.hpas()[0]
+			if len(h.Spec.Metrics) != 2 || h.Spec.Behavior == nil || h.Spec.Behavior.ScaleDown == nil {
+				t.Errorf("HPA %s: want cpu+memory metrics and scaleDown behavior", h.Name)
+			}
+			sm := r.serviceMonitors()[0]
+			if sm.Labels["release"] != "kube-prometheus-stack" || len(sm.Spec.Endpoints[0].RelabelConfigs) != 1 || len(sm.Spec.Endpoints[0].MetricRelabelConfigs) != 1 {
+				t.Errorf("ServiceMonitor %s: labels or relabelings missing", sm.Name)
+			}
+		},
+	},
+
+	"servicemonitor-auto-values": {
+		kinds:          defaultKinds,
+		serviceMonitor: smWithCRD,
+	},
+}
+
+func mustComponent(t *testing.T, r *release, comp string) workload {
+	t.Helper()
+	w, ok := r.component(comp)
+	if !ok {
+		t.Fatalf("no workload for component %s", comp)
+	}
+	return w
+}
+
+func mustRedis(t *testing.T, r *release) *appsv1.StatefulSet {
+	t.Helper()
+	sts := r.statefulSets()
+	if len(sts) != 1 {
+		t.Fatalf("%d StatefulSets, want the bundled Redis", len(sts))
+	}
+	return sts[0]
+}
+
+// redisArg returns the value after flag in the Redis container's args.
+func redisArg(sts *appsv1.StatefulSet, flag string) string {
+	args := sts.Spec.Template.Spec.Containers[0].Args
+	if i := slices.Index(args, flag); i >= 0 && i+1 < len(args) {
+		return args[i+1]
+	}
+	return ""
+}
+
+// wantEnv checks plain env values of a component's container.
+func wantEnv(t *testing.T, r *release, comp string, want map[string]string) {
+	t.Helper()
+	w := mustComponent(t, r, comp)
+	env := envOf(w.pod.Spec.Containers[0])
+	for k, v := range want {
+		if got := env[k]; got.Value != v {
+			t.Errorf("%s: %s=%q, want %q", w, k, got.Value, v)
+		}
+	}
+}
+
+// wantRedisURL checks the URL every service reads: equal to prefix when suffix
+// is "", else starting with prefix and ending with suffix.
+func wantRedisURL(t *testing.T, r *release, prefix, suffix string) {
+	t.Helper()
+	for _, d := range r.deployments() {
+		ref := envOf(d.Spec.Template.Spec.Containers[0])["REDIS_URL"].ValueFrom.SecretKeyRef
+		s := r.secret(ref.Name)
+		if s == nil {
+			t.Errorf("Deployment %s: REDIS_URL Secret %s not rendered", d.Name, ref.Name)
+			continue
+		}
+		got := string(s.Data[ref.Key])
+		ok := got == prefix
+		if suffix != "" {
+			ok = strings.HasPrefix(got, prefix) && strings.HasSuffix(got, suffix) && len(got) > len(prefix)+len(suffix)
+		}
+		if !ok {
+			t.Errorf("Deployment %s: REDIS_URL %q, want %s…%s", d.Name, redact(got), prefix, suffix)
+		}
+	}
+}

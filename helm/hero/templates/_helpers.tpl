@@ -1,0 +1,287 @@
+{{/*
+Names
+*/}}
+
+{{/* Chart name, e.g. "hero" (nameOverride replaces it). */}}
+{{- define "hero.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified release name, truncated to 63 characters (DNS label limit). It is
+the release name when that already contains the chart name.
+*/}}
+{{- define "hero.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of an object that belongs to one part of the release:
+include "hero.partName" (list $ "scheduler") → "<fullname>-scheduler".
+The release part is cut to 40 characters so that the suffix always survives and
+StatefulSet pod names / controller-revision hashes stay below 63 characters.
+*/}}
+{{- define "hero.partName" -}}
+{{- $root := index . 0 }}
+{{- $part := index . 1 }}
+{{- printf "%s-%s" (include "hero.fullname" $root | trunc 40 | trimSuffix "-") $part | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "chart-version" for the helm.sh/chart label. */}}
+{{- define "hero.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels
+*/}}
+
+{{/*
+Labels of every object: include "hero.labels" (list $ "scheduler").
+The component may be "" for objects shared by the whole release.
+*/}}
+{{- define "hero.labels" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 -}}
+helm.sh/chart: {{ include "hero.chart" $root }}
+{{ include "hero.selectorLabels" (list $root $component) }}
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+app.kubernetes.io/part-of: {{ include "hero.name" $root }}
+{{- with $root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector labels (immutable once a Deployment exists: never add to these):
+include "hero.selectorLabels" (list $ "scheduler").
+*/}}
+{{- define "hero.selectorLabels" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 -}}
+app.kubernetes.io/name: {{ include "hero.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+{{- if $component }}
+app.kubernetes.io/component: {{ $component }}
+{{- end }}
+{{- end }}
+
+{{/*
+Components
+*/}}
+
+{{/*
+The five services as JSON: [{"key": <values key>, "name": <component name>}].
+Everything that loops over the services uses this list, in this order.
+*/}}
+{{- define "hero.components" -}}
+{{- list
+    (dict "key" "supervisorDaemon" "name" "supervisor-daemon")
+    (dict "key" "scheduler" "name" "scheduler")
+    (dict "key" "router" "name" "router")
+    (dict "key" "runner" "name" "runner")
+    (dict "key" "myceliumGateway" "name" "mycelium-gateway")
+  | toJson }}
+{{- end }}
+
+{{/*
+Deep merge of two maps as JSON: include "hero.merge" (dict "base" $a "over" $b).
+A key present in "over" wins even when its value is false, 0 or "" (sprig's
+mergeOverwrite would skip those); maps are merged key by key; lists are replaced.
+*/}}
+{{- define "hero.merge" -}}
+{{- $out := dict }}
+{{- range $k, $v := .base }}
+{{- $_ := set $out $k $v }}
+{{- end }}
+{{- range $k, $v := .over }}
+{{- $cur := get $out $k }}
+{{- if and (kindIs "map" $v) (kindIs "map" $cur) }}
+{{- $_ := set $out $k (include "hero.merge" (dict "base" $cur "over" $v) | fromJson) }}
+{{- else if not (kindIs "invalid" $v) }}
+{{- $_ := set $out $k $v }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/*
+Effective settings of one service as JSON: `defaults` deep-merged with the
+service's own block; the list keys extraEnv, envFrom, extraArgs, extraVolumes,
+extraVolumeMounts, initContainers and extraContainers are concatenated
+(defaults first) instead of replaced.
+include "hero.componentValues" (list $ "runner")
+*/}}
+{{- define "hero.componentValues" -}}
+{{- $root := index . 0 }}
+{{- $key := index . 1 }}
+{{- $defaults := $root.Values.defaults }}
+{{- $own := index $root.Values $key }}
+{{- $c := include "hero.merge" (dict "base" $defaults "over" $own) | fromJson }}
+{{- range $k := list "extraEnv" "envFrom" "extraArgs" "extraVolumes" "extraVolumeMounts" "initContainers" "extraContainers" }}
+{{- $_ := set $c $k (concat (get $defaults $k | default list) (get $own $k | default list)) }}
+{{- end }}
+{{- toJson $c }}
+{{- end }}
+
+{{/*
+Images
+*/}}
+
+{{/*
+Image reference from {registry, repository, tag, digest}; the tag defaults to the
+chart's appVersion, a digest wins over the tag.
+include "hero.image" (dict "image" $img "default" $.Chart.AppVersion)
+*/}}
+{{- define "hero.image" -}}
+{{- $img := .image }}
+{{- $repo := $img.repository }}
+{{- if $img.registry }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" $img.registry) $repo }}
+{{- end }}
+{{- if $img.digest }}
+{{- printf "%s@%s" $repo $img.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo (toString (default .default $img.tag)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Service account
+*/}}
+
+{{- define "hero.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "hero.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Secrets and Redis
+*/}}
+
+{{/* Name of the Secret holding the admin secret, and its key. */}}
+{{- define "hero.adminSecretName" -}}
+{{- default (include "hero.partName" (list . "admin")) .Values.adminSecret.existingSecret }}
+{{- end }}
+
+{{- define "hero.adminSecretKey" -}}
+{{- if .Values.adminSecret.existingSecret }}
+{{- .Values.adminSecret.existingSecretKey }}
+{{- else -}}
+admin-secret
+{{- end }}
+{{- end }}
+
+{{/*
+"external" or "bundled": where Redis comes from; fails on a contradiction or when
+neither is configured.
+*/}}
+{{- define "hero.redisMode" -}}
+{{- $ext := .Values.redis.external }}
+{{- $external := or $ext.url $ext.existingSecret }}
+{{- if and $ext.url $ext.existingSecret }}
+{{- fail "redis.external.url and redis.external.existingSecret are both set: set only one" }}
+{{- end }}
+{{- if and $external .Values.redis.bundled.enabled }}
+{{- fail "redis.external.* is set and redis.bundled.enabled is true: choose one (set redis.bundled.enabled=false to use the external Redis)" }}
+{{- end }}
+{{- if $external -}}
+external
+{{- else if .Values.redis.bundled.enabled -}}
+bundled
+{{- else }}
+{{- fail "no Redis configured: set redis.external.url, redis.external.existingSecret, or redis.bundled.enabled=true" }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the bundled Redis StatefulSet and its client Service. */}}
+{{- define "hero.redisName" -}}
+{{- include "hero.partName" (list . "redis") }}
+{{- end }}
+
+{{/* Name of the Secret the services read REDIS_URL from, and its key. */}}
+{{- define "hero.redisSecretName" -}}
+{{- if .Values.redis.external.existingSecret }}
+{{- .Values.redis.external.existingSecret }}
+{{- else }}
+{{- include "hero.partName" (list . "redis") }}
+{{- end }}
+{{- end }}
+
+{{- define "hero.redisSecretKey" -}}
+{{- if .Values.redis.external.existingSecret }}
+{{- .Values.redis.external.existingSecretKey }}
+{{- else -}}
+redis-url
+{{- end }}
+{{- end }}
+
+{{/*
+A secret value that is generated once and then kept across upgrades: the value
+given, else the one already stored in the Secret (lookup), else a new random one.
+`helm template` and --dry-run cannot look up, so they show a fresh random value.
+include "hero.persistentSecret" (dict "root" $ "name" <secret> "key" <key> "value" <given> "length" 32)
+*/}}
+{{- define "hero.persistentSecret" -}}
+{{- if .value }}
+{{- .value }}
+{{- else }}
+{{- $existing := lookup "v1" "Secret" .root.Release.Namespace .name }}
+{{- $data := dig "data" dict ($existing | default dict) }}
+{{- if hasKey $data .key }}
+{{- index $data .key | b64dec }}
+{{- else }}
+{{- randAlphaNum (int .length) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+host:port of a service for its peers: the in-cluster Service unless an address is
+given. include "hero.peerAddr" (list $ "scheduler" <given addr>)
+*/}}
+{{- define "hero.peerAddr" -}}
+{{- $root := index . 0 }}
+{{- $key := index . 1 }}
+{{- $given := index . 2 }}
+{{- if $given }}
+{{- $given }}
+{{- else }}
+{{- $peer := include "hero.componentValues" (list $root $key) | fromJson }}
+{{- if not $peer.enabled }}
+{{- fail (printf "%s is disabled: give the address of the one in use (see the *Addr values of the services that call it)" $key) }}
+{{- end }}
+{{- $name := $key | kebabcase }}
+{{- printf "%s:%d" (include "hero.partName" (list $root $name)) (int $peer.ports.grpc) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Probes
+*/}}
+
+{{/* include "hero.httpProbe" (dict "probe" $settings "path" "/healthz") */}}
+{{- define "hero.httpProbe" -}}
+httpGet:
+  path: {{ .path }}
+  port: admin
+  scheme: HTTP
+initialDelaySeconds: {{ int .probe.initialDelaySeconds }}
+periodSeconds: {{ int .probe.periodSeconds }}
+timeoutSeconds: {{ int .probe.timeoutSeconds }}
+failureThreshold: {{ int .probe.failureThreshold }}
+successThreshold: {{ int (.probe.successThreshold | default 1) }}
+{{- end }}

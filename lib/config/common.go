@@ -1,0 +1,115 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// Common holds the settings every service has.
+type Common struct {
+	RedisURL            string
+	RedisPlacement      string
+	RedisConnectTimeout time.Duration
+	RedisPoolSize       int
+	GRPCAddr            string
+	AdminAddr           string
+	LogLevel            string
+	LogFormat           string
+	ShutdownTimeout     time.Duration
+	TLSCert             string
+	TLSKey              string
+}
+
+// RegisterFlags adds the common flags with the service's default ports.
+func (c *Common) RegisterFlags(f *FlagSet, grpcAddr, adminAddr string) {
+	f.StringVar(&c.RedisURL, "redis-url", "", "redis://127.0.0.1:6379/0", "Redis server (redis:// or rediss:// for TLS; user:password@ for AUTH); holds DB 0 and, unless placed elsewhere, every context")
+	f.StringVar(&c.RedisPlacement, "redis-placement", "", "", "place context ranges on other Redis servers: \"1-1000=redis://a:6379,1001-2000=redis://b:6379\"")
+	f.DurationVar(&c.RedisConnectTimeout, "redis-connect-timeout", "", 10*time.Second, "how long to wait for Redis at start before giving up")
+	f.IntVar(&c.RedisPoolSize, "redis-pool-size", "", 32, "connections per Redis server and pool")
+	f.StringVar(&c.GRPCAddr, "grpc-addr", "", grpcAddr, "gRPC listen address")
+	f.StringVar(&c.AdminAddr, "admin-addr", "", adminAddr, "admin HTTP listen address (/metrics, /healthz, /readyz)")
+	f.StringVar(&c.LogLevel, "log-level", "", "info", "log level: debug, info, warn, error")
+	f.StringVar(&c.LogFormat, "log-format", "", "json", "log format: json or console")
+	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", "", 10*time.Second, "how long in-flight work may take to finish after SIGTERM")
+	f.StringVar(&c.TLSCert, "tls-cert", "", "", "PEM certificate for the gRPC and HTTP servers (TLS off when empty)")
+	f.StringVar(&c.TLSKey, "tls-key", "", "", "PEM private key for --tls-cert")
+}
+
+// Validate checks the common settings.
+func (c *Common) Validate() error {
+	if err := ValidateRedisURL("redis-url", c.RedisURL); err != nil {
+		return err
+	}
+	if err := ValidateListenAddr("grpc-addr", c.GRPCAddr); err != nil {
+		return err
+	}
+	if err := ValidateListenAddr("admin-addr", c.AdminAddr); err != nil {
+		return err
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "json", "console":
+	default:
+		return fmt.Errorf("--log-format: %q is not json or console", c.LogFormat)
+	}
+	if c.RedisConnectTimeout <= 0 {
+		return fmt.Errorf("--redis-connect-timeout: must be positive")
+	}
+	if c.RedisPoolSize < 2 {
+		return fmt.Errorf("--redis-pool-size: must be at least 2")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return fmt.Errorf("--tls-cert and --tls-key must be given together")
+	}
+	return nil
+}
+
+// ValidateListenAddr checks a host:port listen address.
+func ValidateListenAddr(flagName, addr string) error {
+	if addr == "" {
+		return fmt.Errorf("--%s: must not be empty", flagName)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("--%s: %q is not host:port", flagName, addr)
+	}
+	return nil
+}
+
+// ValidateDialAddr checks a host:port address to connect to.
+func ValidateDialAddr(flagName, addr string) error {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil || h == "" || p == "" {
+		return fmt.Errorf("--%s: %q is not host:port", flagName, addr)
+	}
+	return nil
+}
+
+// ValidateRedisURL checks that s is a redis:// or rediss:// URL.
+func ValidateRedisURL(flagName, s string) error {
+	if !strings.HasPrefix(s, "redis://") && !strings.HasPrefix(s, "rediss://") && !strings.HasPrefix(s, "unix://") {
+		return fmt.Errorf("--%s: %q is not a redis://, rediss:// or unix:// URL", flagName, RedactURL(s))
+	}
+	return nil
+}
+
+// RedactURL hides a password in a URL for logs and errors.
+func RedactURL(s string) string {
+	at := strings.LastIndex(s, "@")
+	scheme := strings.Index(s, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return s
+	}
+	cred := s[scheme+3 : at]
+	if i := strings.Index(cred, ":"); i >= 0 {
+		cred = cred[:i+1] + "xxxxx"
+	} else {
+		cred = "xxxxx"
+	}
+	return s[:scheme+3] + cred + s[at:]
+}

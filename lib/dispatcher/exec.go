@@ -1,0 +1,252 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/procrun"
+)
+
+// Reasons a job is killed by the worker rather than by its own timeout.
+const (
+	reasonStopRequested = "stopped_by_request" // the seed's error for a running job stopped
+	reasonHandedBack    = "handed_back"        // shutdown: back to the work queue
+	reasonLost          = "lost"               // another process took the job over
+)
+
+const stderrTail = 2 << 10
+
+// execution is one job claimed by this process.
+type execution struct {
+	id, workerID string
+	mu           sync.Mutex
+	reason       string // why the worker ended it (one of the reasons above)
+	proc         *procrun.Proc
+}
+
+// kill ends the job: the current process group now, and no further attempt. The first
+// reason is kept.
+func (ex *execution) kill(reason string) {
+	ex.mu.Lock()
+	if ex.reason == "" {
+		ex.reason = reason
+	}
+	p := ex.proc
+	ex.mu.Unlock()
+	if p != nil {
+		p.Kill(reason)
+	}
+}
+
+func (ex *execution) setProc(p *procrun.Proc) string {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	ex.proc = p
+	return ex.reason
+}
+
+func (ex *execution) killReason() string {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return ex.reason
+}
+
+// outcome is how a job ends.
+type outcome struct {
+	status Status
+	output string
+	err    string
+	reason string // metrics label for errors
+}
+
+// execute runs a prepared job: start, log file, attempts, finish.
+func (w *Worker) execute(s WorkerSpec, ex *execution, j *Job, log zerolog.Logger) {
+	ctx := w.jobCtx
+	res, err := startScript.Run(ctx, w.rdb,
+		[]string{w.keys.Processing(w.proc, s.ID), w.keys.Job(j.ID), w.keys.Claims(), w.keys.StopMark(j.ID), w.keys.Reply(j.ID), w.keys.Log(j.ID)},
+		j.ID, w.proc, FormatTime(time.Now()), w.p.ReplyTTL.Milliseconds()).Text()
+	if err != nil {
+		log.Error().Err(err).Msg("start job; handing it back")
+		w.handBackOne(s, j.ID, log)
+		return
+	}
+	switch res {
+	case "ok":
+	case "stopped":
+		w.m.jobs.WithLabelValues(s.ID, string(StatusError)).Inc()
+		w.m.errors.WithLabelValues(s.ID, "stopped").Inc()
+		log.Info().Msg("job stopped before it started")
+		w.ended(j.ID)
+		return
+	case "dropped":
+		log.Info().Msg("job stopped before it started: dropped from the queue")
+		return
+	case "gone":
+		w.m.errors.WithLabelValues(s.ID, "unknown_job").Inc()
+		log.Warn().Msg("job hash deleted before the job started: skipped")
+		return
+	default:
+		log.Warn().Msg("claim lost before the job started (another process took it over)")
+		return
+	}
+	w.m.jobs.WithLabelValues(s.ID, string(StatusStarted)).Inc()
+	log.Info().Msg("job started")
+	// log_path was checked lexically before the claim went on; opening it through
+	// os.Root also refuses a symlink that leads out of the log directory.
+	var file *os.File
+	if j.LogPath != "" {
+		f, err := openLogFile(w.p.LogDir, j.LogPath)
+		if err != nil {
+			w.finish(s, ex, j, outcome{status: StatusError, err: err.Error(), reason: "log_path"}, log)
+			return
+		}
+		file = f
+		defer func() { _ = file.Close() }()
+	}
+
+	logw := newRedisLog(ctx, w, j.ID)
+	sinks := procrun.Multi{logw}
+	if file != nil {
+		sinks = append(sinks, file)
+	}
+	start := time.Now()
+	attempts := 1 + j.Retries
+	var o outcome
+	for n := 1; n <= attempts; n++ {
+		if n > 1 {
+			_, _ = fmt.Fprintf(sinks, "--- attempt %d of %d ---\n", n, attempts)
+			log.Info().Int("attempt", n).Str("error", o.err).Msg("retrying job")
+		}
+		var retry bool
+		o, retry = w.attempt(s, ex, j, n, sinks)
+		if o.status == StatusFinished || !retry || ex.killReason() != "" {
+			break
+		}
+	}
+	logw.Close()
+	w.m.duration.WithLabelValues(s.ID).Observe(time.Since(start).Seconds())
+	switch ex.killReason() {
+	case reasonHandedBack:
+		log.Info().Msg("job handed back at shutdown")
+		return // still in the processing list: unregister puts it back on its queue
+	case reasonLost:
+		log.Warn().Msg("job taken over by another process: stopped here, result dropped")
+		return
+	}
+	w.finish(s, ex, j, o, log)
+}
+
+// attempt runs the script once. retry says whether a failure may be retried.
+func (w *Worker) attempt(s WorkerSpec, ex *execution, j *Job, n int, sinks io.Writer) (outcome, bool) {
+	if r := ex.killReason(); r != "" {
+		return outcome{status: StatusError, err: r, reason: r}, false
+	}
+	dir, err := os.MkdirTemp(w.p.WorkDir, "hero-dispatcher-")
+	if err != nil {
+		return outcome{status: StatusError, err: "worker cannot make a scratch directory: " + err.Error(), reason: "start_error"}, false
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	stdout := &procrun.Capped{Max: w.p.OutputMaxBytes}
+	stderr := &procrun.Tail{Max: stderrTail}
+	proc, err := procrun.Start(procrun.Spec{
+		Argv: s.Argv, Dir: dir, Env: environment(j, s.ID, dir, n), Stdin: strings.NewReader(j.Script),
+		Stdout: procrun.Multi{stdout, sinks}, Stderr: procrun.Multi{stderr, sinks}, KillGrace: w.p.KillGrace,
+	})
+	if err != nil {
+		return outcome{status: StatusError, err: fmt.Sprintf("cannot start interpreter %q: %v", s.Argv[0], err), reason: "start_error"}, false
+	}
+	if r := ex.setProc(proc); r != "" {
+		proc.Kill(r)
+	}
+	var timer *time.Timer
+	if j.Timeout > 0 {
+		timer = time.AfterFunc(j.Timeout, func() { proc.Kill("timeout") })
+	}
+	res := proc.Wait()
+	if timer != nil {
+		timer.Stop()
+	}
+	ex.setProc(nil)
+	if r := ex.killReason(); r != "" {
+		return outcome{status: StatusError, output: stdout.String(), err: r, reason: r}, false
+	}
+	if res.Killed == "timeout" {
+		return outcome{status: StatusError, output: stdout.String(), err: "timeout", reason: "timeout"}, true
+	}
+	if res.Err != nil || res.ExitCode != 0 {
+		return outcome{status: StatusError, output: stdout.String(), err: res.Describe(strings.TrimSpace(stderr.String())), reason: "exit_code"}, true
+	}
+	return outcome{status: StatusFinished, output: stdout.String()}, false
+}
+
+// environment is the job's whole environment: nothing of the worker's own leaks in.
+// PATH, HOME (the scratch directory) and LANG; the job's env_vars (which may replace
+// them); HERO_JOB_ID, HERO_WORKER_ID and HERO_ATTEMPT.
+func environment(j *Job, workerID, dir string, attempt int) []string {
+	env := map[string]string{
+		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME": dir,
+		"LANG": "C.UTF-8",
+	}
+	for k, v := range j.EnvVars {
+		env[k] = v
+	}
+	env["HERO_JOB_ID"] = j.ID
+	env["HERO_WORKER_ID"] = workerID
+	env["HERO_ATTEMPT"] = strconv.Itoa(attempt)
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// finish writes the job's end, pushes the reply and releases the jobs waiting for it.
+func (w *Worker) finish(s WorkerSpec, ex *execution, j *Job, o outcome, log zerolog.Logger) {
+	reply := o.output
+	if o.status != StatusFinished {
+		reply = o.err
+	}
+	ctx, cancel := context.WithTimeout(w.jobCtx, 10*time.Second)
+	defer cancel()
+	n, err := finishScript.Run(ctx, w.rdb,
+		[]string{w.keys.Processing(w.proc, s.ID), w.keys.Job(j.ID), w.keys.Claims(), w.keys.Reply(j.ID), w.keys.StopMark(j.ID)},
+		j.ID, w.proc, FormatTime(time.Now()), string(o.status), o.output, o.err, reply, w.p.ReplyTTL.Milliseconds()).Int()
+	if err != nil {
+		log.Error().Err(err).Msg("write the job's end (it stays claimed; the shutdown or a restart hands it back)")
+		return
+	}
+	if n == 0 {
+		log.Warn().Msg("claim lost (another process took the job over): result dropped")
+		return
+	}
+	w.m.jobs.WithLabelValues(s.ID, string(o.status)).Inc()
+	if o.status == StatusFinished {
+		log.Info().Msg("job finished")
+	} else {
+		w.m.errors.WithLabelValues(s.ID, o.reason).Inc()
+		log.Info().Str("error", o.err).Msg("job failed")
+	}
+	w.ended(j.ID)
+}
+
+// newRedisLog streams a job's output into its bounded Redis copy (lib/procrun's
+// Batcher: 32 KiB or 50 ms), so that another container can follow it.
+func newRedisLog(ctx context.Context, w *Worker, id string) *procrun.Batcher {
+	key := w.keys.Log(id)
+	return procrun.NewBatcher(func(chunk []byte) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_ = appendLogScript.Run(cctx, w.rdb, []string{key}, chunk, w.p.LogMaxBytes, w.p.LogTTL.Milliseconds()).Err()
+	})
+}

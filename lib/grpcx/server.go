@@ -1,0 +1,167 @@
+// Package grpcx wraps a gRPC server the same way for every service: health and
+// reflection registered, metrics, logging and panic-recovery interceptors, TLS when
+// configured, and ListenAndServe/Shutdown for the service's run group.
+package grpcx
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// Server is a gRPC server bound to its address.
+type Server struct {
+	*grpc.Server
+	ln     net.Listener
+	health *health.Server
+	log    zerolog.Logger
+}
+
+type metrics struct {
+	handled  *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		handled: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "hero_grpc_server_handled_total",
+			Help: "gRPC calls completed by the server, by method and status code.",
+		}, []string{"method", "code"}),
+		duration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hero_grpc_server_handling_seconds",
+			Help:    "Time the server took to handle gRPC calls, by method.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"method"}),
+	}
+}
+
+// NewServer binds addr at once (a port in use is an error at start) and returns a
+// server with health and reflection registered.
+func NewServer(addr string, reg prometheus.Registerer, log zerolog.Logger, tlsConf *tls.Config, extra ...grpc.ServerOption) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("grpc server: %w", err)
+	}
+	m := newMetrics(reg)
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(unaryInterceptor(m, log)),
+		grpc.ChainStreamInterceptor(streamInterceptor(m, log)),
+	}
+	if tlsConf != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
+	}
+	s := grpc.NewServer(append(opts, extra...)...)
+	h := health.NewServer()
+	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(s, h)
+	reflection.Register(s)
+	return &Server{Server: s, ln: ln, health: h, log: log}, nil
+}
+
+// Addr returns the bound address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// SetServing flips the gRPC health status of the server ("") and the named services.
+func (s *Server) SetServing(serving bool, services ...string) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range append([]string{""}, services...) {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// ListenAndServe serves until Shutdown.
+func (s *Server) ListenAndServe() error {
+	s.log.Info().Str("addr", s.Addr()).Msg("grpc server listening")
+	if err := s.Serve(s.ln); err != nil && err != grpc.ErrServerStopped {
+		return fmt.Errorf("grpc server: %w", err)
+	}
+	return nil
+}
+
+// Shutdown reports NOT_SERVING, then stops gracefully, forcing after ctx ends.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() { s.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.Stop()
+	}
+}
+
+func shortMethod(full string) string {
+	if i := strings.LastIndex(full, "/"); i >= 0 {
+		return full[i+1:]
+	}
+	return full
+}
+
+func unaryInterceptor(m *metrics, log zerolog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		start := time.Now()
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error().Str("method", info.FullMethod).Interface("panic", r).Str("stack", string(debug.Stack())).Msg("grpc handler panicked")
+				err = status.Error(codes.Internal, "internal error")
+			}
+			method := shortMethod(info.FullMethod)
+			m.handled.WithLabelValues(method, status.Code(err).String()).Inc()
+			m.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
+			if err != nil && status.Code(err) == codes.Internal {
+				log.Error().Str("method", info.FullMethod).Err(err).Msg("grpc call failed")
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+func streamInterceptor(m *metrics, log zerolog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		start := time.Now()
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error().Str("method", info.FullMethod).Interface("panic", r).Str("stack", string(debug.Stack())).Msg("grpc stream handler panicked")
+				err = status.Error(codes.Internal, "internal error")
+			}
+			method := shortMethod(info.FullMethod)
+			m.handled.WithLabelValues(method, status.Code(err).String()).Inc()
+			m.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
+		}()
+		return handler(srv, ss)
+	}
+}
+
+// Dial returns a client connection (lazy: it connects on first use and reconnects).
+func Dial(addr string, tlsConf *tls.Config) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if tlsConf != nil {
+		creds = credentials.NewTLS(tlsConf)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, fmt.Errorf("grpc client for %s: %w", addr, err)
+	}
+	return cc, nil
+}

@@ -1,0 +1,117 @@
+// Package keys names every Redis key the coordinator uses. The seeds' keys come first
+// and are spelled exactly as the seeds spell them; the coordinator's own keys all start
+// with "coord:" so that they never collide with a seed key. docs/data-model.md lists
+// each one with its type and owner.
+package keys
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Seed keys (seeds 001/002). Actors live in DB 0, everything else in the context's DB.
+
+func Actor(id uint32) string             { return "actor:" + u(id) }
+func Context(id uint32) string           { return "context:" + u(id) }
+func Flow(id uint32) string              { return "flow:" + u(id) }
+func Message(callerID, id uint32) string { return "message:" + u(callerID) + ":" + u(id) }
+func Runner(id uint32) string            { return "runner:" + u(id) }
+func Job(callerID, id uint32) string     { return "job:" + u(callerID) + ":" + u(id) }
+func Queue(suffix string) string         { return "queue:" + suffix }
+
+// The generic message lists of a context.
+const (
+	MsgOut = "msg_out"
+	MsgIn  = "msg_in"
+)
+
+// Coordinator keys in DB 0.
+const (
+	SchemaVersion = "coord:schema_version" // string: the data layout's version
+	Contexts      = "coord:contexts"       // zset: context id → creation time (ms); the registry
+	ActorSeq      = "coord:seq:actor"      // string counter for server-assigned actor ids
+	ActorIndex    = "coord:idx:actors"     // zset: actor id → creation time (ms)
+	AdminSecrets  = "coord:admin_secrets"  // set: sha256 hex of generated operator secrets
+	WakeMsgOut    = "coord:wake:msg_out"   // list: one context id per message pushed on a msg_out
+	WakeMsgIn     = "coord:wake:msg_in"    // list: one context id per message pushed on a msg_in
+	ActiveFlows   = "coord:flows:active"   // set: "<ctx>:<flow>" of every started, unfinished flow
+	Due           = "coord:due"            // zset: due-time queue (ms) of delayed work, e.g. retries
+	Control       = "coord:control"        // pub/sub channel: runner and context changes
+	RemoteDue     = "coord:remote_due"     // zset: "<ctx>|<message key>" of remote requests → when their ack or result is due (ms)
+	Expire        = "coord:expire"         // zset: "<ctx>:flow:<id>" or "<ctx>:job:<caller>:<id>" → when retention deletes it (ms)
+	JobDone       = "coord:jobdone"        // pub/sub channel: "<ctx>:<caller>:<id>" of each job that ended (for job.run waiters)
+)
+
+// WakeQueue is the DB-0 wake list of a context's job queue: one token per job pushed.
+func WakeQueue(ctxID uint32, queue string) string {
+	return "coord:wake:" + u(ctxID) + ":" + queue
+}
+
+// Processing is a consumer's processing list (reliable claim), in the queue's DB.
+func Processing(consumer string) string { return "coord:proc:" + consumer }
+
+// Leases is the zset of claim leases of a DB: member "<consumer>|<item>", score = expiry (ms).
+const Leases = "coord:leases"
+
+// StopList is a runner process's control list in DB 0 (stop requests).
+func StopList(process string) string { return "coord:ctl:" + process }
+
+// Coordinator keys in a context's DB.
+
+func DAG(flowID uint32) string           { return "coord:dag:" + u(flowID) }
+func FlowResults(flowID uint32) string   { return "coord:flowres:" + u(flowID) }
+func JobLog(callerID, id uint32) string  { return "coord:log:" + u(callerID) + ":" + u(id) }
+func RunnerProcs(runnerID uint32) string { return "coord:runner:" + u(runnerID) + ":procs" }
+
+// JobMessages is the set of message keys about one job (deleted with it).
+func JobMessages(callerID, id uint32) string { return "coord:jobmsgs:" + u(callerID) + ":" + u(id) }
+
+// StatusIndex is the per-status index of an index (coord:idx:jobs:<status>).
+func StatusIndex(index, status string) string { return index + ":" + status }
+
+// PinnedQueue is the job queue of one runner (jobs pinned to it by runner_id).
+func PinnedQueue(runnerID uint32, suffix string) string {
+	return "coord:rq:" + u(runnerID) + ":" + suffix
+}
+
+const (
+	FlowSeq      = "coord:seq:flow" // counters for server-assigned ids
+	MessageSeq   = "coord:seq:message"
+	RunnerSeq    = "coord:seq:runner"
+	ScriptTypes  = "coord:script_types" // hash: script type → number of runners serving it
+	FlowIndex    = "coord:idx:flows"    // zset: flow id → creation time (ms)
+	RunnerIndex  = "coord:idx:runners"  // zset: runner id → creation time (ms)
+	JobIndex     = "coord:idx:jobs"     // zset: "<caller>:<id>" → creation time (ms)
+	MessageIndex = "coord:idx:messages" // zset: "<caller>:<id>" → creation time (ms)
+	Events       = "coord:events"       // stream: the context's capped event log
+	DLQ          = "coord:dlq"          // zset: "<caller>:<id>" of jobs that failed for good → when (ms)
+)
+
+// JobSeq is the counter for server-assigned job ids of one caller.
+func JobSeq(callerID uint32) string { return "coord:seq:job:" + u(callerID) }
+
+func u(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
+
+// ParseJobKey splits "job:<caller_id>:<id>".
+func ParseJobKey(k string) (callerID, id uint32, err error) {
+	var c, i uint64
+	if _, err := fmt.Sscanf(k, "job:%d:%d", &c, &i); err != nil || c > 1<<32-1 || i > 1<<32-1 {
+		return 0, 0, fmt.Errorf("%q is not a job key (job:<caller_id>:<id>)", k)
+	}
+	if Job(uint32(c), uint32(i)) != k {
+		return 0, 0, fmt.Errorf("%q is not a job key (job:<caller_id>:<id>)", k)
+	}
+	return uint32(c), uint32(i), nil
+}
+
+// ParseMessageKey splits "message:<caller_id>:<id>".
+func ParseMessageKey(k string) (callerID, id uint32, err error) {
+	var c, i uint64
+	if _, err := fmt.Sscanf(k, "message:%d:%d", &c, &i); err != nil || c > 1<<32-1 || i > 1<<32-1 {
+		return 0, 0, fmt.Errorf("%q is not a message key (message:<caller_id>:<id>)", k)
+	}
+	if Message(uint32(c), uint32(i)) != k {
+		return 0, 0, fmt.Errorf("%q is not a message key (message:<caller_id>:<id>)", k)
+	}
+	return uint32(c), uint32(i), nil
+}

@@ -1,0 +1,194 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// The hash encoding (docs/data-model.md): strings as they are; integers in decimal;
+// booleans as "true"/"false"; enums as their lowercase names; lists, maps and nested
+// objects as JSON. Timestamps are integers (Unix seconds; fields ending in _ms are Unix
+// milliseconds). Decoding is tolerant of what other implementations write: booleans
+// "1"/"0", integers written as JSON numbers ("12.0"), enum spellings such as
+// "WaitingForPrerequisites", empty strings for empty lists, and unknown fields (ignored).
+
+type fieldInfo struct {
+	name      string
+	index     int
+	omitEmpty bool
+}
+
+var fieldCache sync.Map // reflect.Type → []fieldInfo; a cache of immutable type facts
+
+func fieldsOf(t reflect.Type) []fieldInfo {
+	if v, ok := fieldCache.Load(t); ok {
+		return v.([]fieldInfo)
+	}
+	var out []fieldInfo
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("hash")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		parts := strings.Split(tag, ",")
+		fi := fieldInfo{name: parts[0], index: i}
+		for _, p := range parts[1:] {
+			if p == "omitempty" {
+				fi.omitEmpty = true
+			}
+		}
+		out = append(out, fi)
+	}
+	fieldCache.Store(t, out)
+	return out
+}
+
+// HashFields returns the object's hash fields in the order the struct declares them, as
+// alternating field names and values, ready for HSET.
+func HashFields(obj any) []any {
+	v := reflect.Indirect(reflect.ValueOf(obj))
+	fs := fieldsOf(v.Type())
+	out := make([]any, 0, 2*len(fs))
+	for _, f := range fs {
+		fv := v.Field(f.index)
+		if f.omitEmpty && fv.IsZero() {
+			continue
+		}
+		out = append(out, f.name, encodeValue(fv))
+	}
+	return out
+}
+
+// HashMap returns the object's hash fields as a map.
+func HashMap(obj any) map[string]string {
+	kv := HashFields(obj)
+	m := make(map[string]string, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		m[kv[i].(string)] = kv[i+1].(string)
+	}
+	return m
+}
+
+// EncodeField encodes one value the way HashFields does.
+func EncodeField(v any) string { return encodeValue(reflect.ValueOf(v)) }
+
+func encodeValue(v reflect.Value) string {
+	switch v.Kind() {
+	case reflect.String:
+		return v.String()
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(v.Int(), 10)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return strconv.FormatUint(v.Uint(), 10)
+	case reflect.Bool:
+		return strconv.FormatBool(v.Bool())
+	case reflect.Slice:
+		if v.IsNil() {
+			return "[]"
+		}
+	case reflect.Map:
+		if v.IsNil() {
+			return "{}"
+		}
+	}
+	b, err := json.Marshal(v.Interface())
+	if err != nil {
+		// Only types of this package reach here, and all of them marshal.
+		return ""
+	}
+	return string(b)
+}
+
+// DecodeError names the hash field that could not be read.
+type DecodeError struct {
+	Key   string
+	Field string
+	Value string
+	Err   error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("%s: field %s: cannot read %q: %v", e.Key, e.Field, e.Value, e.Err)
+}
+
+// FromHash fills obj (a pointer to a model struct) from the fields of a Redis hash.
+// key only labels errors.
+func FromHash(key string, h map[string]string, obj any) error {
+	v := reflect.ValueOf(obj).Elem()
+	for _, f := range fieldsOf(v.Type()) {
+		s, ok := h[f.name]
+		if !ok {
+			continue
+		}
+		if err := decodeValue(s, v.Field(f.index)); err != nil {
+			return &DecodeError{Key: key, Field: f.name, Value: s, Err: err}
+		}
+	}
+	return nil
+}
+
+func decodeValue(s string, v reflect.Value) error {
+	switch v.Kind() {
+	case reflect.String:
+		if v.Type() != reflect.TypeOf("") {
+			s = normalizeEnum(s) // a named string type is an enum
+		}
+		v.SetString(s)
+		return nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if s == "" {
+			v.SetInt(0)
+			return nil
+		}
+		n, err := strconv.ParseInt(s, 10, v.Type().Bits())
+		if err != nil {
+			f, ferr := strconv.ParseFloat(s, 64)
+			if ferr != nil || f != float64(int64(f)) {
+				return fmt.Errorf("not an integer")
+			}
+			n = int64(f)
+		}
+		v.SetInt(n)
+		return nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if s == "" {
+			v.SetUint(0)
+			return nil
+		}
+		n, err := strconv.ParseUint(s, 10, v.Type().Bits())
+		if err != nil {
+			f, ferr := strconv.ParseFloat(s, 64)
+			if ferr != nil || f < 0 || f != float64(uint64(f)) || v.OverflowUint(uint64(f)) {
+				return fmt.Errorf("not an unsigned integer of %d bits", v.Type().Bits())
+			}
+			n = uint64(f)
+		}
+		v.SetUint(n)
+		return nil
+	case reflect.Bool:
+		switch strings.ToLower(strings.TrimSpace(s)) {
+		case "true", "1", "yes":
+			v.SetBool(true)
+		case "false", "0", "no", "":
+			v.SetBool(false)
+		default:
+			return fmt.Errorf("not a boolean")
+		}
+		return nil
+	}
+	if strings.TrimSpace(s) == "" || s == "null" {
+		v.Set(reflect.Zero(v.Type()))
+		return nil
+	}
+	p := reflect.New(v.Type())
+	if err := json.Unmarshal([]byte(s), p.Interface()); err != nil {
+		return fmt.Errorf("not JSON of the field's type: %v", err)
+	}
+	v.Set(p.Elem())
+	return nil
+}

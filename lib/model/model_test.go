@@ -1,0 +1,122 @@
+package model
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestScriptTypes(t *testing.T) {
+	for _, s := range []string{"osis", "sal", "v", "python", "sh", "bash", "rhai", "heroscript"} {
+		st, err := ParseScriptType(s)
+		if err != nil || st.QueueSuffix() != s {
+			t.Errorf("%s: %v %v", s, st, err)
+		}
+	}
+	_, err := ParseScriptType("pyhton")
+	if err == nil || !strings.Contains(err.Error(), `"pyhton" is not a known script type`) {
+		t.Fatalf("unknown type: %v", err)
+	}
+}
+
+func TestJobValidationNamesFieldAndRule(t *testing.T) {
+	base := func() Job {
+		return Job{ID: 12, CallerID: 1, ContextID: 1, Script: "echo hi", ScriptType: "sh"}
+	}
+	cases := []struct {
+		mut  func(*Job)
+		want string
+	}{
+		{func(j *Job) { j.ScriptType = "pyhton" }, `job 12: script_type "pyhton" is not a known script type`},
+		{func(j *Job) { j.ScriptType = "" }, `job 12: script_type must be set`},
+		{func(j *Job) { j.ContextID = 0 }, `context_id must be at least 1`},
+		{func(j *Job) { j.CallerID = 0 }, `job 12: caller_id must be set`},
+		{func(j *Job) { j.Script = " " }, `job 12: script must not be empty`},
+		{func(j *Job) { j.EnvVars = map[string]string{"1X": "a"} }, `job 12: env_vars name "1X" is not a valid`},
+		{func(j *Job) { j.EnvVars = map[string]string{"HERO_JOB_ID": "a"} }, `reserved HERO_ prefix`},
+		{func(j *Job) { j.Dependends = []uint32{3, 3} }, `job 12: dependends lists 3 twice`},
+		{func(j *Job) { j.Dependends = []uint32{12} }, `job 12: dependends lists the job itself`},
+	}
+	for _, c := range cases {
+		j := base()
+		c.mut(&j)
+		err := j.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want %q", err, c.want)
+		}
+		if _, ok := AsValidation(err); !ok {
+			t.Errorf("%v is not a ValidationError", err)
+		}
+	}
+	j := base()
+	if err := j.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOtherValidation(t *testing.T) {
+	if err := (&Context{ID: 0, Admins: []uint32{1}}).Validate(); err == nil || !strings.Contains(err.Error(), "at least 1") {
+		t.Errorf("context 0: %v", err)
+	}
+	if err := (&Context{ID: 2}).Validate(); err == nil || !strings.Contains(err.Error(), "admins") {
+		t.Errorf("no admins: %v", err)
+	}
+	if err := (&Flow{ID: 3, CallerID: 1, ContextID: 1}).Validate(); err == nil || !strings.Contains(err.Error(), "flow 3: jobs must list at least one job") {
+		t.Errorf("empty flow: %v", err)
+	}
+	if err := (&Runner{ID: 4}).Validate(); err == nil || !strings.Contains(err.Error(), "pubkey or address") {
+		t.Errorf("remote runner without address: %v", err)
+	}
+	m := &Message{CallerID: 1, ContextID: 1, MessageType: "fax"}
+	if err := m.Validate(); err == nil || !strings.Contains(err.Error(), `message_type "fax"`) {
+		t.Errorf("message type: %v", err)
+	}
+}
+
+func TestHashCodecRoundTrip(t *testing.T) {
+	in := Job{ID: 7, CallerID: 2, ContextID: 3, Script: "x", ScriptType: ScriptBash, Timeout: 9, Retries: 255,
+		EnvVars: map[string]string{"B": "2", "A": "1"}, Prerequisites: []string{"p"}, Dependends: []uint32{1, 2},
+		Status: JobStarted, ExitCode: -1, StartedAtMs: 1700000000123}
+	h := HashMap(&in)
+	if h["env_vars"] != `{"A":"1","B":"2"}` || h["dependends"] != "[1,2]" || h["retries"] != "255" || h["status"] != "started" || h["result"] != "{}" {
+		t.Fatalf("encoding: %v", h)
+	}
+	if _, ok := h["error"]; ok {
+		t.Fatal("omitempty field written")
+	}
+	var out Job
+	if err := FromHash("job:2:7", h, &out); err != nil {
+		t.Fatal(err)
+	}
+	in.Result = map[string]string{}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("round trip:\n%+v\n%+v", in, out)
+	}
+}
+
+func TestDecodeTolerance(t *testing.T) {
+	var r Runner
+	if err := FromHash("runner:1", map[string]string{"local": "1", "id": "1.0"}, &r); err != nil || !r.Local || r.ID != 1 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	var j Job
+	if err := FromHash("job:1:1", map[string]string{"retries": "256"}, &j); err == nil || !strings.Contains(err.Error(), "retries") {
+		t.Fatalf("overflow: %v", err)
+	}
+	if err := FromHash("job:1:1", map[string]string{"dependends": "", "env_vars": "null", "status": "Finished"}, &j); err != nil || j.Status != JobFinished {
+		t.Fatalf("empty values: %+v %v", j, err)
+	}
+}
+
+func TestJobRef(t *testing.T) {
+	r := JobRef{1, 2, 3}
+	p, err := ParseJobRef(r.String())
+	if err != nil || p != r || r.String() != "1:2:3" {
+		t.Fatal(p, err)
+	}
+	for _, bad := range []string{"1:2", "a:b:c", "1:2:99999999999"} {
+		if _, err := ParseJobRef(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

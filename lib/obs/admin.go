@@ -1,0 +1,137 @@
+package obs
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+)
+
+// NewRegistry returns a registry with the Go and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Check is a readiness dependency, e.g. a Redis ping.
+type Check func(ctx context.Context) error
+
+// Probe holds readiness: ready once Ready() is called and every check passes; not
+// ready again after Shutdown() (so /readyz answers 503 while the service drains).
+type Probe struct {
+	mu       sync.Mutex
+	ready    bool
+	draining bool
+	checks   map[string]Check
+}
+
+// NewProbe returns a probe that is not ready yet.
+func NewProbe() *Probe { return &Probe{checks: map[string]Check{}} }
+
+// AddCheck registers a named readiness dependency.
+func (p *Probe) AddCheck(name string, c Check) {
+	p.mu.Lock()
+	p.checks[name] = c
+	p.mu.Unlock()
+}
+
+// Ready marks the service as started.
+func (p *Probe) Ready() { p.mu.Lock(); p.ready = true; p.mu.Unlock() }
+
+// Shutdown marks the service as draining: not ready from now on.
+func (p *Probe) Shutdown() { p.mu.Lock(); p.draining = true; p.mu.Unlock() }
+
+// Check returns nil when ready, or why not.
+func (p *Probe) Check(ctx context.Context) error {
+	p.mu.Lock()
+	ready, draining := p.ready, p.draining
+	checks := make(map[string]Check, len(p.checks))
+	for k, v := range p.checks {
+		checks[k] = v
+	}
+	p.mu.Unlock()
+	if draining {
+		return errors.New("shutting down")
+	}
+	if !ready {
+		return errors.New("starting")
+	}
+	for name, c := range checks {
+		if err := c(ctx); err != nil {
+			return fmt.Errorf("%s: %v", name, err)
+		}
+	}
+	return nil
+}
+
+// AdminServer serves /metrics, /healthz and /readyz.
+type AdminServer struct {
+	srv *http.Server
+	ln  net.Listener
+	log zerolog.Logger
+}
+
+// NewAdminServer binds addr at once (so a port in use is an error at start) and
+// returns the server; extra handlers may be added to mux before ListenAndServe.
+func NewAdminServer(addr string, reg *prometheus.Registry, probe *Probe, log zerolog.Logger, tlsConf *tls.Config) (*AdminServer, *http.ServeMux, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("admin server: %w", err)
+	}
+	if tlsConf != nil {
+		ln = tls.NewListener(ln, tlsConf)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := probe.Check(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return &AdminServer{
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
+		ln:  ln,
+		log: log,
+	}, mux, nil
+}
+
+// Addr returns the bound address.
+func (a *AdminServer) Addr() string { return a.ln.Addr().String() }
+
+// ListenAndServe serves until Shutdown.
+func (a *AdminServer) ListenAndServe() error {
+	a.log.Info().Str("addr", a.Addr()).Msg("admin server listening")
+	if err := a.srv.Serve(a.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("admin server: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops the server.
+func (a *AdminServer) Shutdown(ctx context.Context) error { return a.srv.Shutdown(ctx) }

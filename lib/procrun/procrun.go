@@ -1,0 +1,254 @@
+// Package procrun runs a script under its interpreter as its own process group, so
+// that a stop or a timeout kills the script and every child it spawned: SIGTERM to the
+// group, SIGKILL after a grace period. The runner's jobs and the Hero Dispatcher worker
+// both run scripts through it.
+package procrun
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Spec says what to run.
+type Spec struct {
+	Argv      []string  // the interpreter and its arguments; the script comes on stdin
+	Dir       string    // working directory
+	Env       []string  // the whole environment (nothing is inherited)
+	Stdin     io.Reader // the script
+	Stdout    io.Writer
+	Stderr    io.Writer
+	KillGrace time.Duration // SIGTERM → SIGKILL (default 500 ms)
+}
+
+// Proc is a running process group.
+type Proc struct {
+	cmd    *exec.Cmd
+	grace  time.Duration
+	mu     sync.Mutex
+	reason string
+	done   chan struct{}
+	res    Result
+}
+
+// Result is how the process ended.
+type Result struct {
+	ExitCode int    // -1 when killed by a signal or never started
+	Signal   string // the signal that killed it, if any
+	Killed   string // the reason given to Kill, if it was killed
+	Err      error  // a wait error other than a non-zero exit
+}
+
+// Start starts the process in its own process group. The process gets SIGKILL if the
+// calling process dies (Linux parent-death signal).
+func Start(s Spec) (*Proc, error) {
+	if len(s.Argv) == 0 {
+		return nil, errors.New("procrun: no command")
+	}
+	cmd := exec.Command(s.Argv[0], s.Argv[1:]...)
+	cmd.Dir, cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = s.Dir, s.Env, s.Stdin, s.Stdout, s.Stderr
+	if cmd.Env == nil {
+		cmd.Env = []string{}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 2 * time.Second // children holding the pipes do not hold the job
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Proc{cmd: cmd, grace: s.KillGrace, done: make(chan struct{})}
+	if p.grace <= 0 {
+		p.grace = 500 * time.Millisecond
+	}
+	go p.wait()
+	return p, nil
+}
+
+func (p *Proc) wait() {
+	err := p.cmd.Wait()
+	r := Result{ExitCode: -1}
+	if st := p.cmd.ProcessState; st != nil {
+		r.ExitCode = st.ExitCode()
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			r.Signal = ws.Signal().String()
+		}
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) && !errors.Is(err, exec.ErrWaitDelay) {
+		r.Err = err
+	}
+	p.mu.Lock()
+	r.Killed = p.reason
+	p.res = r
+	p.mu.Unlock()
+	close(p.done)
+}
+
+// Pid is the process (and process group) id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when the process has ended.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Wait waits for the end and returns it.
+func (p *Proc) Wait() Result {
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.res
+}
+
+// Kill ends the whole process group: SIGTERM, then SIGKILL after the grace. The first
+// reason given is the one reported.
+func (p *Proc) Kill(reason string) {
+	p.mu.Lock()
+	if p.reason != "" {
+		p.mu.Unlock()
+		return
+	}
+	p.reason = reason
+	p.mu.Unlock()
+	pgid := p.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	go func() {
+		t := time.NewTimer(p.grace)
+		defer t.Stop()
+		<-t.C
+		// Even after the leader exited, children may remain in the group.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}()
+}
+
+// KillReason returns the reason given to Kill ("" if not killed).
+func (p *Proc) KillReason() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reason
+}
+
+// Describe says why a process failed, in the words a job's error uses: "exit code 3",
+// "killed by signal killed", with the tail of stderr.
+func (r Result) Describe(stderrTail string) string {
+	msg := fmt.Sprintf("exit code %d", r.ExitCode)
+	if r.ExitCode < 0 && r.Signal != "" {
+		msg = "killed by signal " + r.Signal
+	}
+	if r.Err != nil {
+		msg = "wait: " + r.Err.Error()
+	}
+	if stderrTail != "" {
+		msg += ": " + stderrTail
+	}
+	return msg
+}
+
+// Capped keeps the first Max bytes written.
+type Capped struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	Max int
+}
+
+func (c *Capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := c.Max - c.buf.Len(); room > 0 {
+		if len(p) > room {
+			c.buf.Write(p[:room])
+		} else {
+			c.buf.Write(p)
+		}
+	}
+	return len(p), nil
+}
+
+func (c *Capped) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
+}
+
+// Tail keeps the last Max bytes written.
+type Tail struct {
+	mu  sync.Mutex
+	buf []byte
+	Max int
+}
+
+func (t *Tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.Max {
+		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.Max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *Tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+// Multi writes to every writer; a failing writer does not stop the others.
+type Multi []io.Writer
+
+func (m Multi) Write(p []byte) (int, error) {
+	for _, w := range m {
+		_, _ = w.Write(p)
+	}
+	return len(p), nil
+}
+
+// Batcher gathers a process's output and hands it to flush in chunks: when 32 KiB
+// have gathered, or 50 ms after the first byte not yet flushed, so that a reader
+// elsewhere (job logs -f) follows closely without a write per line.
+type Batcher struct {
+	flush   func([]byte)
+	mu      sync.Mutex
+	buf     []byte
+	timer   *time.Timer
+	flushMu sync.Mutex
+}
+
+// NewBatcher returns a Batcher that calls flush with each chunk, in order.
+func NewBatcher(flush func([]byte)) *Batcher { return &Batcher{flush: flush} }
+
+func (b *Batcher) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	b.buf = append(b.buf, p...)
+	full := len(b.buf) >= 32<<10
+	if !full && b.timer == nil {
+		b.timer = time.AfterFunc(50*time.Millisecond, b.Flush)
+	}
+	b.mu.Unlock()
+	if full {
+		b.Flush()
+	}
+	return len(p), nil
+}
+
+// Flush hands what has gathered to flush now.
+func (b *Batcher) Flush() {
+	b.flushMu.Lock()
+	defer b.flushMu.Unlock()
+	b.mu.Lock()
+	chunk := b.buf
+	b.buf = nil
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	b.mu.Unlock()
+	if len(chunk) > 0 {
+		b.flush(chunk)
+	}
+}
+
+// Close flushes what is left.
+func (b *Batcher) Close() { b.Flush() }

@@ -1,0 +1,81 @@
+package procrun
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	k := strings.LastIndexByte(string(b), ')')
+	return k < 0 || k+2 >= len(b) || b[k+2] != 'Z'
+}
+
+func TestExitCodeOutputAndCleanEnv(t *testing.T) {
+	out, errw := &Capped{Max: 5}, &Tail{Max: 4}
+	p, err := Start(Spec{Argv: []string{"/bin/sh"}, Env: []string{"A=1"}, Stdin: strings.NewReader("echo \"$A-$HOME\"; echo abcdefg >&2; exit 3"), Stdout: out, Stderr: errw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Wait()
+	if r.ExitCode != 3 || r.Killed != "" || out.String() != "1-\n" || errw.String() != "efg\n" {
+		t.Fatalf("%+v %q %q", r, out.String(), errw.String())
+	}
+	if d := r.Describe("efg"); d != "exit code 3: efg" {
+		t.Fatal(d)
+	}
+}
+
+func TestKillTakesTheWholeGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	script := fmt.Sprintf("trap '' TERM; sleep 300 & echo $! > %s; wait", pidFile)
+	p, err := Start(Spec{Argv: []string{"/bin/sh"}, Stdin: strings.NewReader(script), KillGrace: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child int
+	deadline := time.Now().Add(10 * time.Second)
+	for child == 0 && time.Now().Before(deadline) {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		time.Sleep(5 * time.Millisecond) // a file written by the child: no event to wait on
+	}
+	if child == 0 {
+		t.Fatal("no child pid")
+	}
+	p.Kill("timeout")
+	p.Kill("stopped") // the first reason stays
+	r := p.Wait()
+	if r.Killed != "timeout" || r.ExitCode != -1 || r.Signal == "" {
+		t.Fatalf("%+v", r)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for alive(child) {
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d survived the group kill", child)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	if _, err := Start(Spec{}); err == nil {
+		t.Fatal("no command must fail")
+	}
+	if _, err := Start(Spec{Argv: []string{"/no/such/interpreter"}}); err == nil {
+		t.Fatal("missing interpreter must fail")
+	}
+}

@@ -1,0 +1,97 @@
+// Package remote is what nodes say to each other over Mycelium: the envelope the
+// mycelium-gateway pushes and pops, and the topics it uses. Three kinds travel:
+//
+//   - job_request: origin → runner's node, on the runner's topic (default runner<id>);
+//     the message carries the whole job (environment merged with the flow's, the
+//     dependencies' results) and the origin (its node key, context and message key).
+//   - ack: runner's node → origin, on TopicAck, once the job is queued there.
+//   - job_result: runner's node → origin, on TopicResult, carrying the finished job.
+//
+// Nothing here waits for a Mycelium reply: a long job's result is pushed back to the
+// origin's key when it ends.
+package remote
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/hero-coordinator/hero/lib/model"
+)
+
+// Version of the envelope.
+const Version = 1
+
+// Kinds of envelopes.
+const (
+	KindJobRequest = "job_request"
+	KindAck        = "ack"
+	KindJobResult  = "job_result"
+)
+
+// Topics of acks and results. Runner topics are the runners' own (runner<id>); the
+// gateway pops without a topic filter and dispatches on the exact topic, so no topic
+// can shadow another by prefix.
+const (
+	TopicAck    = "hero.ack"
+	TopicResult = "hero.result"
+)
+
+// MaxPayload bounds an envelope (the gateway refuses larger ones).
+const MaxPayload = 8 << 20
+
+// Envelope is the JSON payload of every Mycelium message between nodes.
+type Envelope struct {
+	V         int            `json:"v"`
+	Kind      string         `json:"kind"`
+	ContextID uint32         `json:"context_id"`        // the context on the receiving node
+	MsgKey    string         `json:"msg_key,omitempty"` // the origin's request message
+	Origin    string         `json:"origin,omitempty"`  // the sending node's public key
+	Message   *model.Message `json:"message,omitempty"` // job_request and job_result
+}
+
+// Encode marshals an envelope.
+func (e *Envelope) Encode() ([]byte, error) {
+	e.V = Version
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxPayload {
+		return nil, fmt.Errorf("envelope of %d bytes is over the %d-byte limit", len(b), MaxPayload)
+	}
+	return b, nil
+}
+
+// Decode parses and checks an envelope; the error says what is wrong with it.
+func Decode(b []byte) (*Envelope, error) {
+	if len(b) > MaxPayload {
+		return nil, fmt.Errorf("payload of %d bytes is over the %d-byte limit", len(b), MaxPayload)
+	}
+	var e Envelope
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("payload is not a JSON envelope: %v", err)
+	}
+	if e.V != Version {
+		return nil, fmt.Errorf("envelope version %d, want %d", e.V, Version)
+	}
+	if e.ContextID == 0 {
+		return nil, errors.New("envelope names no context")
+	}
+	switch e.Kind {
+	case KindJobRequest, KindJobResult:
+		if e.Message == nil || len(e.Message.Job) != 1 {
+			return nil, fmt.Errorf("%s envelope must carry a message with one job", e.Kind)
+		}
+		if e.MsgKey == "" {
+			return nil, fmt.Errorf("%s envelope has no msg_key", e.Kind)
+		}
+	case KindAck:
+		if e.MsgKey == "" {
+			return nil, errors.New("ack envelope has no msg_key")
+		}
+	default:
+		return nil, fmt.Errorf("unknown envelope kind %q", e.Kind)
+	}
+	return &e, nil
+}

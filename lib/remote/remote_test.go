@@ -1,0 +1,33 @@
+package remote
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/hero-coordinator/hero/lib/model"
+)
+
+func TestEnvelopeRoundTripAndRefusals(t *testing.T) {
+	e := &Envelope{Kind: KindJobRequest, ContextID: 3, MsgKey: "message:1:2", Origin: "ab",
+		Message: &model.Message{CallerID: 1, Job: []model.Job{{ID: 7, CallerID: 1, Script: "x", ScriptType: "sh"}}}}
+	b, err := e.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil || got.Message.Job[0].ID != 7 || got.V != Version {
+		t.Fatalf("%+v %v", got, err)
+	}
+	for payload, want := range map[string]string{
+		"not json":                                                  "not a JSON envelope",
+		`{"v":2,"kind":"ack","context_id":1}`:                       "version 2",
+		`{"v":1,"kind":"ack"}`:                                      "names no context",
+		`{"v":1,"kind":"ack","context_id":1}`:                       "no msg_key",
+		`{"v":1,"kind":"poke","context_id":1}`:                      "unknown envelope kind",
+		`{"v":1,"kind":"job_request","context_id":1,"msg_key":"m"}`: "must carry a message",
+	} {
+		if _, err := Decode([]byte(payload)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", payload, err, want)
+		}
+	}
+}

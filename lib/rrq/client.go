@@ -1,0 +1,780 @@
+package rrq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors of Client and Pool. A non-nil error from Execute always means the executor
+// infrastructure failed (the request was not delivered, or its answer was lost or
+// malformed); a handler's own failure is an ExecutionOutcome with status "error" and a
+// nil Go error. Test with errors.Is.
+var (
+	// ErrClosed: the client or pool was closed.
+	ErrClosed = errors.New("rrq: closed")
+	// ErrInvalidRequest: the request is missing a required field.
+	ErrInvalidRequest = errors.New("rrq: invalid request")
+	// ErrUnavailable: the request was not delivered (could not connect, or the write
+	// failed before the frame was complete). It never ran; it is safe to retry.
+	ErrUnavailable = errors.New("rrq: executor unavailable, request not delivered")
+	// ErrConnectionLost: the connection closed or broke while the request was in flight.
+	// The handler may or may not have run.
+	ErrConnectionLost = errors.New("rrq: connection to executor lost while request in flight")
+	// ErrProtocolViolation: the executor answered with something the protocol does not
+	// allow (a bad frame, or an invalid outcome for this request).
+	ErrProtocolViolation = errors.New("rrq: executor protocol violation")
+	// ErrExecutorCrashed (Pool): the executor process exited while the request was in
+	// flight. Comes together with ErrConnectionLost.
+	ErrExecutorCrashed = errors.New("rrq: executor process exited while request in flight")
+	// ErrExecutorKilled (Pool): the executor process was killed by the orchestrator
+	// (KillRequest, KillProcess) while the request was in flight. Comes together with
+	// ErrConnectionLost.
+	ErrExecutorKilled = errors.New("rrq: executor process killed by the orchestrator while request in flight")
+)
+
+// ViolationKind names a protocol violation seen by a Client.
+type ViolationKind string
+
+// The violations a Client detects.
+const (
+	// A frame that cannot be decoded (zero length, over the limit, invalid UTF-8, invalid
+	// JSON, not an envelope, unknown type, or a response payload that does not decode).
+	// The connection is closed.
+	ViolationBadFrame ViolationKind = "bad_frame"
+	// The executor closed the connection in the middle of a frame.
+	ViolationTruncatedFrame ViolationKind = "truncated_frame"
+	// A response whose request_id is not in flight on that connection. Dropped.
+	ViolationUnknownRequestID ViolationKind = "unknown_request_id"
+	// A second response for a request already answered. Dropped.
+	ViolationDuplicateResponse ViolationKind = "duplicate_response"
+	// A "request" or "cancel" frame sent by the executor. Dropped.
+	ViolationUnexpectedFrame ViolationKind = "unexpected_frame"
+	// A response for the request in flight that is not a valid outcome (bad status,
+	// mismatched job_id, …). The request fails with ErrProtocolViolation.
+	ViolationInvalidOutcome ViolationKind = "invalid_outcome"
+)
+
+// Violation describes one protocol violation, for ClientOptions.OnViolation.
+type Violation struct {
+	Endpoint  Endpoint
+	Kind      ViolationKind
+	RequestID string // when known
+	Err       error
+}
+
+// ClientOptions configure a Client. The zero value is usable.
+type ClientOptions struct {
+	// MaxInFlight is the number of requests that may be in flight at once, each on its
+	// own connection (executors answer one request at a time per connection). Default 4.
+	MaxInFlight int
+	// MaxFrameSize limits the payload of frames read and written. Default 16 MiB.
+	MaxFrameSize int
+	// DialTimeout bounds connecting to the executor. Default 5s.
+	DialTimeout time.Duration
+	// WriteTimeout bounds writing one frame. Default 10s.
+	WriteTimeout time.Duration
+	// AbandonTimeout: when a caller's ctx ends before the response arrives, Execute
+	// returns at once but the connection (and its in-flight slot, since the executor is
+	// still busy) is kept until the late response arrives, at most this long; then the
+	// connection is closed. Default 1 minute.
+	AbandonTimeout time.Duration
+	// Logger receives protocol violations and connection failures. Default slog.Default().
+	Logger *slog.Logger
+	// OnViolation, if set, is called (synchronously, from the connection's reader) for
+	// every protocol violation. It must not block.
+	OnViolation func(Violation)
+}
+
+func (o *ClientOptions) setDefaults() {
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 4
+	}
+	if o.MaxFrameSize <= 0 {
+		o.MaxFrameSize = DefaultMaxFrameSize
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.AbandonTimeout <= 0 {
+		o.AbandonTimeout = time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// ClientStats are a Client's counters (totals since creation) and gauges.
+type ClientStats struct {
+	Requests           uint64 // requests written to the executor
+	Outcomes           uint64 // valid outcomes returned to callers
+	Failures           uint64 // requests that failed after being written (connection lost, violation)
+	NotDelivered       uint64 // Execute calls that failed with ErrUnavailable
+	Abandoned          uint64 // requests whose caller's ctx ended before the response
+	LateResponses      uint64 // responses that arrived after their caller gave up (dropped)
+	Dials              uint64 // connections opened
+	DialErrors         uint64
+	ConnectionsLost    uint64 // connections that closed or broke with a request in flight
+	BadFrames          uint64 // ViolationBadFrame
+	TruncatedFrames    uint64 // ViolationTruncatedFrame
+	UnknownResponses   uint64 // ViolationUnknownRequestID
+	DuplicateResponses uint64 // ViolationDuplicateResponse
+	UnexpectedFrames   uint64 // ViolationUnexpectedFrame
+	InvalidOutcomes    uint64 // ViolationInvalidOutcome
+	CancelsSent        uint64
+	CancelErrors       uint64
+
+	InFlight        int // requests holding a slot now (including abandoned ones)
+	OpenConnections int
+	IdleConnections int
+}
+
+type clientCounters struct {
+	requests, outcomes, failures, notDelivered, abandoned, late   atomic.Uint64
+	dials, dialErrors, connsLost                                  atomic.Uint64
+	badFrames, truncated, unknown, duplicate, unexpected, invalid atomic.Uint64
+	cancels, cancelErrors                                         atomic.Uint64
+}
+
+// Client talks to ONE executor endpoint. It keeps up to MaxInFlight connections, sends
+// each request on a connection that has nothing in flight, and correlates the response
+// by request_id. It is safe for concurrent use.
+type Client struct {
+	ep  Endpoint
+	opt ClientOptions
+	log *slog.Logger
+	cnt clientCounters
+
+	mu        sync.Mutex
+	closed    bool
+	inFlight  int
+	slotFreed chan struct{} // closed and replaced whenever a slot frees (or on Close)
+	idle      []*conn
+	conns     map[*conn]struct{}
+	active    map[string]struct{} // request_ids in flight
+	recent    recentIDs           // request_ids recently answered, to spot duplicates
+	onRelease func()              // Pool: capacity changed
+}
+
+// NewClient returns a client for the executor at ep. It does not connect yet.
+func NewClient(ep Endpoint, opt ClientOptions) (*Client, error) {
+	if err := ep.Validate(); err != nil {
+		return nil, err
+	}
+	opt.setDefaults()
+	return &Client{
+		ep:        ep,
+		opt:       opt,
+		log:       opt.Logger.With("executor", ep.String()),
+		slotFreed: make(chan struct{}),
+		conns:     map[*conn]struct{}{},
+		active:    map[string]struct{}{},
+		recent:    newRecentIDs(4096),
+	}, nil
+}
+
+// Endpoint returns the executor endpoint of the client.
+func (c *Client) Endpoint() Endpoint { return c.ep }
+
+// Stats returns the client's counters.
+func (c *Client) Stats() ClientStats {
+	s := ClientStats{
+		Requests: c.cnt.requests.Load(), Outcomes: c.cnt.outcomes.Load(), Failures: c.cnt.failures.Load(),
+		NotDelivered: c.cnt.notDelivered.Load(), Abandoned: c.cnt.abandoned.Load(), LateResponses: c.cnt.late.Load(),
+		Dials: c.cnt.dials.Load(), DialErrors: c.cnt.dialErrors.Load(), ConnectionsLost: c.cnt.connsLost.Load(),
+		BadFrames: c.cnt.badFrames.Load(), TruncatedFrames: c.cnt.truncated.Load(),
+		UnknownResponses: c.cnt.unknown.Load(), DuplicateResponses: c.cnt.duplicate.Load(),
+		UnexpectedFrames: c.cnt.unexpected.Load(), InvalidOutcomes: c.cnt.invalid.Load(),
+		CancelsSent: c.cnt.cancels.Load(), CancelErrors: c.cnt.cancelErrors.Load(),
+	}
+	c.mu.Lock()
+	s.InFlight, s.OpenConnections, s.IdleConnections = c.inFlight, len(c.conns), len(c.idle)
+	c.mu.Unlock()
+	return s
+}
+
+// Close closes all connections. Requests in flight fail with ErrConnectionLost and
+// ErrClosed; later calls fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.slotFreed)
+	conns := make([]*conn, 0, len(c.conns))
+	for cn := range c.conns {
+		conns = append(conns, cn)
+	}
+	c.mu.Unlock()
+	for _, cn := range conns {
+		cn.fail(ErrClosed)
+	}
+	return nil
+}
+
+// PrepareRequest fills the defaults Execute fills (protocol_version "1", a new
+// request_id, context.job_id = job_id, attempt 1, enqueue_time now) and validates the
+// request. Callers that need the request_id before Execute (e.g. to cancel or kill it
+// later) call it first.
+func PrepareRequest(req *ExecutionRequest) error {
+	if req.ProtocolVersion == "" {
+		req.ProtocolVersion = ProtocolVersion
+	}
+	if req.RequestID == "" {
+		req.RequestID = NewUUID()
+	}
+	if req.Context.JobID == "" {
+		req.Context.JobID = req.JobID
+	}
+	if req.Context.Attempt == 0 {
+		req.Context.Attempt = 1
+	}
+	if req.Context.EnqueueTime.IsZero() {
+		req.Context.EnqueueTime = time.Now().UTC()
+	}
+	if err := req.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	switch {
+	case req.Context.JobID != req.JobID:
+		return fmt.Errorf("%w: context.job_id %q differs from job_id %q", ErrInvalidRequest, req.Context.JobID, req.JobID)
+	case req.Context.Attempt < 1:
+		return fmt.Errorf("%w: context.attempt %d is not 1-based", ErrInvalidRequest, req.Context.Attempt)
+	}
+	return nil
+}
+
+// Execute sends req to the executor and waits for its outcome. See PrepareRequest for
+// the defaults it fills. It waits for a free in-flight slot, then uses an idle
+// connection or opens a new one. If ctx ends first it returns ctx's error at once (the
+// connection waits for the late response; see ClientOptions.AbandonTimeout).
+//
+// A nil error means the executor answered with a valid outcome for this request,
+// whatever its status. Errors: ErrInvalidRequest, ErrClosed, ErrUnavailable (not
+// delivered), ErrConnectionLost, ErrProtocolViolation, or ctx's error.
+func (c *Client) Execute(ctx context.Context, req ExecutionRequest) (ExecutionOutcome, error) {
+	if err := PrepareRequest(&req); err != nil {
+		return ExecutionOutcome{}, err
+	}
+	if err := c.acquire(ctx); err != nil {
+		return ExecutionOutcome{}, err
+	}
+	return c.executeAcquired(ctx, req)
+}
+
+// acquire takes an in-flight slot, waiting for one.
+func (c *Client) acquire(ctx context.Context) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return fmt.Errorf("%w: client for executor %s", ErrClosed, c.ep)
+		}
+		if c.inFlight < c.opt.MaxInFlight {
+			c.inFlight++
+			c.mu.Unlock()
+			return nil
+		}
+		ch := c.slotFreed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// tryAcquire takes a slot if one is free.
+func (c *Client) tryAcquire() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.inFlight >= c.opt.MaxInFlight {
+		return false
+	}
+	c.inFlight++
+	return true
+}
+
+func (c *Client) release() {
+	c.mu.Lock()
+	c.inFlight--
+	if !c.closed {
+		close(c.slotFreed)
+		c.slotFreed = make(chan struct{})
+	}
+	f := c.onRelease
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// spare returns the number of free slots (0 when closed).
+func (c *Client) spare() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0
+	}
+	return c.opt.MaxInFlight - c.inFlight
+}
+
+type callResult struct {
+	out ExecutionOutcome
+	err error
+}
+
+type call struct {
+	reqID, jobID string
+	done         chan callResult // buffered(1); exactly one delivery per attempt
+	abandoned    bool            // guarded by the conn's mu
+	abandonTimer *time.Timer
+}
+
+// executeAcquired runs a prepared request with a slot already held. It releases the slot
+// (or hands it to an abandoned connection, which releases it later).
+func (c *Client) executeAcquired(ctx context.Context, req ExecutionRequest) (ExecutionOutcome, error) {
+	env, err := NewEnvelope(&req)
+	if err != nil {
+		c.release()
+		return ExecutionOutcome{}, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	}
+	frame, err := EncodeFrame(env)
+	if err != nil {
+		c.release()
+		return ExecutionOutcome{}, err
+	}
+	if len(frame)-4 > c.opt.MaxFrameSize {
+		c.release()
+		return ExecutionOutcome{}, fmt.Errorf("%w: request is %d bytes, limit %d", ErrFrameTooLarge, len(frame)-4, c.opt.MaxFrameSize)
+	}
+	c.mu.Lock()
+	if _, dup := c.active[req.RequestID]; dup {
+		c.mu.Unlock()
+		c.release()
+		return ExecutionOutcome{}, fmt.Errorf("%w: request_id %s is already in flight", ErrInvalidRequest, req.RequestID)
+	}
+	c.active[req.RequestID] = struct{}{}
+	c.mu.Unlock()
+
+	cl := &call{reqID: req.RequestID, jobID: req.JobID, done: make(chan callResult, 1)}
+	var cn *conn
+	for attempt := 0; ; attempt++ {
+		var reused bool
+		cn, reused, err = c.getConn(ctx)
+		if err != nil {
+			c.finish(cl, nil)
+			c.cnt.notDelivered.Add(1)
+			if ctx.Err() != nil {
+				return ExecutionOutcome{}, ctx.Err()
+			}
+			return ExecutionOutcome{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if !cn.begin(cl) {
+			if attempt < 3 {
+				continue // the connection died just now; take another
+			}
+			c.finish(cl, nil)
+			c.cnt.notDelivered.Add(1)
+			return ExecutionOutcome{}, fmt.Errorf("%w: executor %s keeps closing new connections", ErrUnavailable, c.ep)
+		}
+		werr := cn.write(ctx, frame)
+		if werr == nil {
+			break
+		}
+		// The frame was not completely written, so the executor cannot have run it.
+		cn.fail(fmt.Errorf("write request: %w", werr))
+		<-cl.done
+		if reused && attempt < 2 && ctx.Err() == nil {
+			continue // a stale pooled connection: try a fresh one
+		}
+		c.finish(cl, nil)
+		c.cnt.notDelivered.Add(1)
+		if ctx.Err() != nil {
+			return ExecutionOutcome{}, ctx.Err()
+		}
+		return ExecutionOutcome{}, fmt.Errorf("%w: executor %s: write request %s: %v", ErrUnavailable, c.ep, req.RequestID, werr)
+	}
+	c.cnt.requests.Add(1)
+
+	select {
+	case res := <-cl.done:
+		return c.complete(cn, cl, res)
+	case <-ctx.Done():
+	}
+	cn.mu.Lock()
+	if cn.pending == cl {
+		// Still waiting: leave the connection with the executor's answer-to-be.
+		cl.abandoned = true
+		cl.abandonTimer = time.AfterFunc(c.opt.AbandonTimeout, func() {
+			cn.failIfPending(cl, errors.New("abandoned request's response did not arrive within AbandonTimeout"))
+		})
+		cn.mu.Unlock()
+		c.cnt.abandoned.Add(1)
+		return ExecutionOutcome{}, fmt.Errorf("rrq: request %s to executor %s: %w", req.RequestID, c.ep, ctx.Err())
+	}
+	cn.mu.Unlock()
+	// The answer arrived at the same moment: use it.
+	return c.complete(cn, cl, <-cl.done)
+}
+
+func (c *Client) complete(cn *conn, cl *call, res callResult) (ExecutionOutcome, error) {
+	if res.err != nil {
+		c.cnt.failures.Add(1)
+	} else {
+		c.cnt.outcomes.Add(1)
+	}
+	c.finish(cl, cn)
+	return res.out, res.err
+}
+
+// finish ends a request: forgets its id, returns the connection (if still healthy) to
+// the idle list and releases the slot.
+func (c *Client) finish(cl *call, cn *conn) {
+	c.mu.Lock()
+	delete(c.active, cl.reqID)
+	if cn != nil && !c.closed && cn.usable() {
+		c.idle = append(c.idle, cn)
+	}
+	c.mu.Unlock()
+	c.release()
+}
+
+// getConn pops an idle connection or dials a new one.
+func (c *Client) getConn(ctx context.Context) (*conn, bool, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, false, ErrClosed
+	}
+	if n := len(c.idle); n > 0 {
+		cn := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		return cn, true, nil
+	}
+	c.mu.Unlock()
+	nc, err := c.dial(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	cn := &conn{c: c, nc: nc}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		nc.Close()
+		return nil, false, ErrClosed
+	}
+	c.conns[cn] = struct{}{}
+	c.mu.Unlock()
+	go cn.readLoop()
+	return cn, false, nil
+}
+
+func (c *Client) dial(ctx context.Context) (net.Conn, error) {
+	d := net.Dialer{Timeout: c.opt.DialTimeout}
+	nc, err := d.DialContext(ctx, c.ep.Network, c.ep.Address)
+	if err != nil {
+		c.cnt.dialErrors.Add(1)
+		return nil, fmt.Errorf("connect to executor %s: %w", c.ep, err)
+	}
+	c.cnt.dials.Add(1)
+	return nc, nil
+}
+
+// Cancel sends a cancel frame for jobID (and, if not empty, only its request
+// requestID) on a new short-lived connection, as the protocol allows. It does not
+// wait for the cancelled request's outcome: that arrives, as usual, on the request's
+// own connection and is returned by its Execute.
+func (c *Client) Cancel(ctx context.Context, jobID, requestID string, hardKill bool) error {
+	err := c.cancel(ctx, jobID, requestID, hardKill)
+	if err != nil {
+		c.cnt.cancelErrors.Add(1)
+		return err
+	}
+	c.cnt.cancels.Add(1)
+	return nil
+}
+
+func (c *Client) cancel(ctx context.Context, jobID, requestID string, hardKill bool) error {
+	if jobID == "" {
+		return fmt.Errorf("%w: cancel without job_id", ErrInvalidRequest)
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return fmt.Errorf("%w: client for executor %s", ErrClosed, c.ep)
+	}
+	nc, err := c.dial(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: cancel: %v", ErrUnavailable, err)
+	}
+	defer nc.Close()
+	deadline := time.Now().Add(c.opt.WriteTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = nc.SetWriteDeadline(deadline)
+	err = WriteMessage(nc, &CancelRequest{ProtocolVersion: ProtocolVersion, JobID: jobID, RequestID: requestID, HardKill: hardKill})
+	if err != nil {
+		return fmt.Errorf("%w: cancel: write to executor %s: %v", ErrUnavailable, c.ep, err)
+	}
+	return nil
+}
+
+func (c *Client) violation(v Violation) {
+	switch v.Kind {
+	case ViolationBadFrame:
+		c.cnt.badFrames.Add(1)
+	case ViolationTruncatedFrame:
+		c.cnt.truncated.Add(1)
+	case ViolationUnknownRequestID:
+		c.cnt.unknown.Add(1)
+	case ViolationDuplicateResponse:
+		c.cnt.duplicate.Add(1)
+	case ViolationUnexpectedFrame:
+		c.cnt.unexpected.Add(1)
+	case ViolationInvalidOutcome:
+		c.cnt.invalid.Add(1)
+	}
+	v.Endpoint = c.ep
+	c.log.Warn("rrq executor protocol violation", "kind", string(v.Kind), "request_id", v.RequestID, "err", v.Err)
+	if c.opt.OnViolation != nil {
+		c.opt.OnViolation(v)
+	}
+}
+
+// conn is one connection to the executor, carrying at most one request at a time. Its
+// reader goroutine runs for the connection's whole life, also while it is idle, so a
+// closed or misbehaving connection is noticed at once.
+type conn struct {
+	c  *Client
+	nc net.Conn
+
+	mu      sync.Mutex
+	pending *call // the request in flight, if any; whoever clears it delivers its result
+	closed  bool
+}
+
+func (cn *conn) begin(cl *call) bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.closed {
+		return false
+	}
+	cn.pending = cl
+	return true
+}
+
+func (cn *conn) usable() bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return !cn.closed && cn.pending == nil
+}
+
+func (cn *conn) write(ctx context.Context, frame []byte) error {
+	deadline := time.Now().Add(cn.c.opt.WriteTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = cn.nc.SetWriteDeadline(deadline)
+	_, err := cn.nc.Write(frame)
+	_ = cn.nc.SetWriteDeadline(time.Time{})
+	return err
+}
+
+func (cn *conn) readLoop() {
+	for {
+		env, err := ReadFrame(cn.nc, cn.c.opt.MaxFrameSize)
+		if err != nil {
+			cn.readFailed(err)
+			return
+		}
+		if !cn.handle(env) {
+			return
+		}
+	}
+}
+
+// readFailed classifies a read error, reports violations and fails the connection.
+func (cn *conn) readFailed(err error) {
+	cn.mu.Lock()
+	reqID, closed := "", cn.closed
+	if cn.pending != nil {
+		reqID = cn.pending.reqID
+	}
+	cn.mu.Unlock()
+	if closed {
+		return // we closed it ourselves
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		err = errors.New("executor closed the connection")
+	case errors.Is(err, ErrTruncatedFrame):
+		cn.c.violation(Violation{Kind: ViolationTruncatedFrame, RequestID: reqID, Err: err})
+	case IsFrameError(err):
+		cn.c.violation(Violation{Kind: ViolationBadFrame, RequestID: reqID, Err: err})
+		err = fmt.Errorf("%w: %w", ErrProtocolViolation, err)
+	}
+	cn.fail(err)
+}
+
+// handle processes one frame; false means the connection was closed.
+func (cn *conn) handle(env Envelope) bool {
+	c := cn.c
+	if env.Type != TypeResponse {
+		c.violation(Violation{Kind: ViolationUnexpectedFrame, Err: fmt.Errorf("executor sent a %q frame", env.Type)})
+		return true
+	}
+	out, err := env.Outcome()
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrInvalidEnvelope, err)
+		c.violation(Violation{Kind: ViolationBadFrame, Err: err})
+		cn.fail(fmt.Errorf("%w: %w", ErrProtocolViolation, err))
+		return false
+	}
+	cn.mu.Lock()
+	cl := cn.pending
+	if cl == nil || cl.reqID != out.RequestID {
+		cn.mu.Unlock()
+		if c.seenRecently(out.RequestID) {
+			c.violation(Violation{Kind: ViolationDuplicateResponse, RequestID: out.RequestID,
+				Err: errors.New("second response for a request already answered; dropped")})
+		} else {
+			c.violation(Violation{Kind: ViolationUnknownRequestID, RequestID: out.RequestID,
+				Err: errors.New("response for a request_id not in flight on this connection; dropped")})
+		}
+		return true
+	}
+	c.remember(out.RequestID)
+	cn.pending = nil
+	abandoned := cl.abandoned
+	cn.mu.Unlock()
+
+	res := callResult{out: out}
+	verr := out.Validate()
+	if verr == nil && out.JobID != cl.jobID {
+		verr = fmt.Errorf("response job_id %q does not match the request's job_id %q", out.JobID, cl.jobID)
+	}
+	if verr != nil {
+		c.violation(Violation{Kind: ViolationInvalidOutcome, RequestID: cl.reqID, Err: verr})
+		res.err = fmt.Errorf("%w: executor %s, request %s: %v", ErrProtocolViolation, c.ep, cl.reqID, verr)
+	}
+	if abandoned {
+		cl.abandonTimer.Stop()
+		c.cnt.late.Add(1)
+		c.log.Info("rrq late response dropped (caller gave up)", "request_id", cl.reqID, "status", string(out.Status))
+		c.finish(cl, cn)
+		return true
+	}
+	cl.done <- res
+	return true
+}
+
+// failIfPending fails the connection if cl is still the request in flight on it.
+func (cn *conn) failIfPending(cl *call, err error) {
+	cn.mu.Lock()
+	still := cn.pending == cl
+	cn.mu.Unlock()
+	if still {
+		cn.fail(err)
+	}
+}
+
+// fail closes the connection; the request in flight, if any, fails with
+// ErrConnectionLost wrapping cause.
+func (cn *conn) fail(cause error) {
+	cn.mu.Lock()
+	if cn.closed {
+		cn.mu.Unlock()
+		return
+	}
+	cn.closed = true
+	cl := cn.pending
+	cn.pending = nil
+	abandoned := cl != nil && cl.abandoned
+	cn.mu.Unlock()
+	_ = cn.nc.Close()
+
+	c := cn.c
+	c.mu.Lock()
+	delete(c.conns, cn)
+	for i, x := range c.idle {
+		if x == cn {
+			c.idle = append(c.idle[:i], c.idle[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+	if cl == nil {
+		return
+	}
+	c.cnt.connsLost.Add(1)
+	if abandoned {
+		cl.abandonTimer.Stop()
+		c.log.Info("rrq connection of an abandoned request closed", "request_id", cl.reqID, "cause", cause)
+		c.finish(cl, nil)
+		return
+	}
+	err := fmt.Errorf("%w: executor %s, request %s: %w", ErrConnectionLost, c.ep, cl.reqID, cause)
+	if !errors.Is(cause, ErrClosed) && !errors.Is(cause, net.ErrClosed) {
+		c.log.Warn("rrq connection lost with a request in flight", "request_id", cl.reqID, "err", cause)
+	}
+	cl.done <- callResult{err: err}
+}
+
+func (c *Client) remember(id string) {
+	c.mu.Lock()
+	c.recent.add(id)
+	c.mu.Unlock()
+}
+
+func (c *Client) seenRecently(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.recent.has(id)
+}
+
+// recentIDs is a bounded set of the last n ids added.
+type recentIDs struct {
+	ring []string
+	next int
+	set  map[string]struct{}
+}
+
+func newRecentIDs(n int) recentIDs {
+	return recentIDs{ring: make([]string, n), set: make(map[string]struct{}, n)}
+}
+
+func (r *recentIDs) add(id string) {
+	if _, ok := r.set[id]; ok {
+		return
+	}
+	if old := r.ring[r.next]; old != "" {
+		delete(r.set, old)
+	}
+	r.ring[r.next] = id
+	r.set[id] = struct{}{}
+	r.next = (r.next + 1) % len(r.ring)
+}
+
+func (r *recentIDs) has(id string) bool {
+	_, ok := r.set[id]
+	return ok
+}

@@ -1,0 +1,107 @@
+// Command example is an RRQ executor written with the Go SDK. The orchestrator starts it
+// with RRQ_EXECUTOR_SOCKET or RRQ_EXECUTOR_TCP_SOCKET set. Handlers:
+//
+//	echo      returns {"args": args, "kwargs": kwargs}
+//	sleep     sleeps kwargs.seconds, returning early (cancelled) on a cancel frame
+//	noop      returns null
+//	fail      fails (status error, type "example_failure"; kwargs.message overrides the message)
+//	retry     asks for a retry after kwargs.after_seconds
+//	stubborn  sleeps kwargs.seconds ignoring cancellation (to exercise the kill path)
+//	crash     exits the process with status 1 in the middle of the request
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/rrq"
+	"github.com/hero-coordinator/hero/lib/rrq/executor"
+)
+
+func main() {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ex := executor.New(executor.Options{Logger: logger})
+	ex.Register("echo", echo)
+	ex.Register("sleep", sleep)
+	ex.Register("noop", func(context.Context, *rrq.ExecutionRequest) (any, error) { return nil, nil })
+	ex.Register("fail", fail)
+	ex.Register("retry", retry)
+	ex.Register("stubborn", stubborn)
+	ex.Register("crash", func(context.Context, *rrq.ExecutionRequest) (any, error) {
+		os.Exit(1)
+		return nil, nil
+	})
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := ex.Serve(ctx); err != nil {
+		logger.Error("executor stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func echo(_ context.Context, req *rrq.ExecutionRequest) (any, error) {
+	args := req.Args
+	if args == nil {
+		args = []json.RawMessage{}
+	}
+	kwargs := req.Kwargs
+	if kwargs == nil {
+		kwargs = map[string]json.RawMessage{}
+	}
+	return map[string]any{"args": args, "kwargs": kwargs}, nil
+}
+
+func seconds(req *rrq.ExecutionRequest) (time.Duration, error) {
+	var s float64
+	if _, err := req.Kwarg("seconds", &s); err != nil {
+		return 0, executor.Fail("bad_arguments", "", "kwargs.seconds must be a number")
+	}
+	return time.Duration(s * float64(time.Second)), nil
+}
+
+func sleep(ctx context.Context, req *rrq.ExecutionRequest) (any, error) {
+	d, err := seconds(req)
+	if err != nil {
+		return nil, err
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return map[string]any{"slept": d.Seconds()}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func stubborn(_ context.Context, req *rrq.ExecutionRequest) (any, error) {
+	d, err := seconds(req)
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(d) // deliberately ignores cancellation
+	return map[string]any{"slept": d.Seconds()}, nil
+}
+
+func fail(_ context.Context, req *rrq.ExecutionRequest) (any, error) {
+	msg := "the example handler failed on purpose"
+	if _, err := req.Kwarg("message", &msg); err != nil {
+		return nil, err
+	}
+	return nil, executor.Fail("example_failure", "E_EXAMPLE", msg).WithDetails(map[string]any{"job_id": req.JobID})
+}
+
+func retry(_ context.Context, req *rrq.ExecutionRequest) (any, error) {
+	var after float64
+	if _, err := req.Kwarg("after_seconds", &after); err != nil {
+		return nil, executor.Fail("bad_arguments", "", "kwargs.after_seconds must be a number")
+	}
+	return nil, executor.Retry(time.Duration(after*float64(time.Second)), fmt.Errorf("try again in %gs", after))
+}

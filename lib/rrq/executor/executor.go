@@ -1,0 +1,476 @@
+// Package executor is the Go SDK for RRQ executors (protocol v1): register handlers,
+// then Serve. Serve listens where the orchestrator says (RRQ_EXECUTOR_SOCKET or
+// RRQ_EXECUTOR_TCP_SOCKET), accepts any number of connections, answers the requests of
+// each connection one after the other, and handles cancel frames on any connection.
+//
+//	ex := executor.New(executor.Options{})
+//	ex.Register("echo", func(ctx context.Context, req *rrq.ExecutionRequest) (any, error) {
+//		return map[string]any{"args": req.Args, "kwargs": req.Kwargs}, nil
+//	})
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
+//	log.Fatal(ex.Serve(ctx))
+//
+// A handler's return decides the outcome: (result, nil) → "success" with result;
+// Retry(after, reason) → "retry"; Timeout(reason) → "timeout"; an *Error → "error" with
+// its type/code/details; any other error → "error" with type "handler_error"; a panic →
+// "error" with type "panic". A cancel frame for the job cancels the handler's ctx; if
+// the handler then returns an error the outcome is "error" with type "cancelled".
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/rrq"
+)
+
+// Handler runs one request. ctx is cancelled by a cancel frame for the request (or its
+// job), by the executor's shutdown, and — with Options.EnforceDeadline — at the
+// request's deadline.
+type Handler func(ctx context.Context, req *rrq.ExecutionRequest) (any, error)
+
+// Options configure an Executor. The zero value is usable.
+type Options struct {
+	// MaxFrameSize limits incoming frames. Default rrq.DefaultMaxFrameSize (16 MiB).
+	MaxFrameSize int
+	// EnforceDeadline makes the request's context.deadline the handler ctx's deadline;
+	// a handler that returns an error after it passed gives status "timeout".
+	EnforceDeadline bool
+	// ShutdownTimeout bounds how long Serve waits, after its ctx ends, for running
+	// handlers to return. Default 10s.
+	ShutdownTimeout time.Duration
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Executor serves registered handlers over the RRQ executor protocol.
+type Executor struct {
+	opt Options
+	log *slog.Logger
+
+	mu       sync.Mutex
+	handlers map[string]Handler
+	tasks    map[*task]struct{} // requests read and not yet answered
+	conns    map[net.Conn]struct{}
+}
+
+// New returns an Executor without handlers.
+func New(opt Options) *Executor {
+	if opt.MaxFrameSize <= 0 {
+		opt.MaxFrameSize = rrq.DefaultMaxFrameSize
+	}
+	if opt.ShutdownTimeout <= 0 {
+		opt.ShutdownTimeout = 10 * time.Second
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	return &Executor{
+		opt:      opt,
+		log:      opt.Logger,
+		handlers: map[string]Handler{},
+		tasks:    map[*task]struct{}{},
+		conns:    map[net.Conn]struct{}{},
+	}
+}
+
+// Register adds the handler for function_name name. It panics if name is empty or
+// already registered.
+func (e *Executor) Register(name string, h Handler) {
+	if name == "" || h == nil {
+		panic("executor: Register needs a name and a handler")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.handlers[name]; dup {
+		panic("executor: handler " + name + " registered twice")
+	}
+	e.handlers[name] = h
+}
+
+// Listen listens where the environment says: RRQ_EXECUTOR_SOCKET (a Unix socket path;
+// a stale socket file there is removed) or RRQ_EXECUTOR_TCP_SOCKET (a localhost-only
+// host:port).
+func Listen() (net.Listener, error) {
+	ep, err := rrq.EndpointFromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return ListenEndpoint(ep)
+}
+
+// ListenEndpoint listens on ep (see Listen).
+func ListenEndpoint(ep rrq.Endpoint) (net.Listener, error) {
+	if err := ep.Validate(); err != nil {
+		return nil, err
+	}
+	if ep.Network == "unix" {
+		if fi, err := os.Lstat(ep.Address); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(ep.Address)
+		}
+	}
+	ln, err := net.Listen(ep.Network, ep.Address)
+	if err != nil {
+		return nil, fmt.Errorf("executor: listen on %s: %w", ep, err)
+	}
+	return ln, nil
+}
+
+// Serve listens (see Listen) and serves until ctx ends; see ServeListener.
+func (e *Executor) Serve(ctx context.Context) error {
+	ln, err := Listen()
+	if err != nil {
+		return err
+	}
+	return e.ServeListener(ctx, ln)
+}
+
+// ServeListener accepts connections on ln and serves them until ctx ends. Then it
+// closes ln, cancels the running handlers (their outcome is "error"/"cancelled"),
+// writes the outcomes, closes the connections and returns nil, waiting at most
+// Options.ShutdownTimeout for handlers that ignore their ctx.
+func (e *Executor) ServeListener(ctx context.Context, ln net.Listener) error {
+	base, cancelAll := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelAll(errShutdown)
+	var wg sync.WaitGroup
+	acceptErr := make(chan error, 1)
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e.ServeConn(base, nc)
+			}()
+		}
+	}()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-acceptErr:
+		err = fmt.Errorf("executor: accept: %w", err)
+	}
+	ln.Close()
+	cancelAll(errShutdown)
+	// Wake the readers so the connections wind down once their outcomes are written.
+	e.mu.Lock()
+	for nc := range e.conns {
+		_ = nc.SetReadDeadline(time.Now())
+	}
+	e.mu.Unlock()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(e.opt.ShutdownTimeout):
+		e.log.Warn("executor: handlers still running after the shutdown timeout")
+	}
+	return err
+}
+
+type task struct {
+	req    rrq.ExecutionRequest
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	ready  *rrq.ExecutionOutcome // an answer known without running a handler
+}
+
+// ServeConn serves one connection until the peer closes it or ctx ends: requests are
+// run one after the other and answered in order; cancel frames act at once. It closes
+// nc before returning.
+func (e *Executor) ServeConn(ctx context.Context, nc net.Conn) {
+	e.mu.Lock()
+	e.conns[nc] = struct{}{}
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.conns, nc)
+		e.mu.Unlock()
+		nc.Close()
+	}()
+	if ctx.Err() != nil {
+		return
+	}
+
+	queue := make(chan *task, 64)
+	workerDone := make(chan struct{})
+	var mine []*task // tasks of this connection, to cancel if it breaks
+	var mineMu sync.Mutex
+	go func() {
+		defer close(workerDone)
+		broken := false
+		for t := range queue {
+			out := e.runTask(t)
+			e.unregister(t)
+			if broken {
+				continue
+			}
+			if err := rrq.WriteMessage(nc, &out); err != nil {
+				e.log.Warn("executor: cannot write response; closing connection", "request_id", out.RequestID, "err", err)
+				broken = true
+				nc.Close()
+			}
+		}
+	}()
+
+	for {
+		env, err := rrq.ReadFrame(nc, e.opt.MaxFrameSize)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				e.log.Warn("executor: bad frame or read error; closing connection", "err", err)
+				// The stream is unusable, so no outcome can be delivered: stop our tasks.
+				mineMu.Lock()
+				for _, t := range mine {
+					t.cancel(errors.New("connection to the orchestrator broken"))
+				}
+				mineMu.Unlock()
+			}
+			break
+		}
+		switch env.Type {
+		case rrq.TypeRequest:
+			t, ok := e.newTask(ctx, env)
+			if !ok {
+				e.log.Warn("executor: undecodable request without usable ids; closing connection")
+				close(queue)
+				<-workerDone
+				return
+			}
+			mineMu.Lock()
+			mine = append(mine, t)
+			if len(mine) > 256 {
+				mine = pruneDone(mine)
+			}
+			mineMu.Unlock()
+			queue <- t
+		case rrq.TypeCancel:
+			c, err := env.Cancel()
+			if err != nil {
+				e.log.Warn("executor: undecodable cancel frame ignored", "err", err)
+				continue
+			}
+			e.Cancel(c)
+		default:
+			e.log.Warn("executor: unexpected frame ignored", "type", string(env.Type))
+		}
+	}
+	close(queue)
+	<-workerDone
+}
+
+func pruneDone(ts []*task) []*task {
+	out := ts[:0]
+	for _, t := range ts {
+		if t.ctx.Err() == nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// newTask decodes a request frame and registers it (so cancels reach it while it waits
+// its turn). ok is false when not even request_id and job_id can be read.
+func (e *Executor) newTask(ctx context.Context, env rrq.Envelope) (*task, bool) {
+	t := &task{}
+	req, err := env.Request()
+	if err == nil {
+		err = req.Validate()
+	}
+	if err != nil {
+		var ids struct {
+			RequestID string `json:"request_id"`
+			JobID     string `json:"job_id"`
+		}
+		if json.Unmarshal(env.Payload, &ids) != nil || ids.RequestID == "" {
+			return nil, false
+		}
+		t.req = rrq.ExecutionRequest{RequestID: ids.RequestID, JobID: ids.JobID}
+		t.ready = errorOutcome(&t.req, &rrq.ExecutionError{Type: ErrorTypeInvalidRequest, Message: err.Error()})
+	} else {
+		t.req = req
+	}
+	t.ctx, t.cancel = context.WithCancelCause(ctx)
+	if e.opt.EnforceDeadline && t.ready == nil && t.req.Context.Deadline != nil {
+		var stop context.CancelFunc
+		t.ctx, stop = context.WithDeadline(t.ctx, *t.req.Context.Deadline)
+		parentCancel := t.cancel
+		t.cancel = func(cause error) { parentCancel(cause); stop() }
+	}
+	e.mu.Lock()
+	e.tasks[t] = struct{}{}
+	e.mu.Unlock()
+	return t, true
+}
+
+func (e *Executor) unregister(t *task) {
+	t.cancel(nil)
+	e.mu.Lock()
+	delete(e.tasks, t)
+	e.mu.Unlock()
+}
+
+// Cancel applies a cancel request: with a request_id, the matching request of the job
+// is cancelled; without, every request of the job. Requests still waiting their turn are
+// answered "cancelled" without running. Unknown jobs are a no-op. It reports how many
+// requests it cancelled.
+func (e *Executor) Cancel(c rrq.CancelRequest) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for t := range e.tasks {
+		if t.req.JobID != c.JobID || (c.RequestID != "" && t.req.RequestID != c.RequestID) {
+			continue
+		}
+		if t.ctx.Err() == nil {
+			t.cancel(errCancelFrame)
+			n++
+		}
+	}
+	return n
+}
+
+func (e *Executor) runTask(t *task) rrq.ExecutionOutcome {
+	if t.ready != nil {
+		return *t.ready
+	}
+	if t.ctx.Err() != nil {
+		return e.outcome(t.ctx, &t.req, nil, t.ctx.Err())
+	}
+	return e.Execute(t.ctx, &t.req)
+}
+
+// Execute runs the handler for req in ctx and returns the outcome, as serving a request
+// frame would (useful to test handlers without a socket).
+func (e *Executor) Execute(ctx context.Context, req *rrq.ExecutionRequest) rrq.ExecutionOutcome {
+	e.mu.Lock()
+	h, ok := e.handlers[req.FunctionName]
+	e.mu.Unlock()
+	if !ok {
+		return *errorOutcome(req, &rrq.ExecutionError{
+			Type:    rrq.ErrorTypeHandlerNotFound,
+			Message: fmt.Sprintf("no handler registered for %q", req.FunctionName),
+		})
+	}
+	result, err := e.call(ctx, h, req)
+	return e.outcome(ctx, req, result, err)
+}
+
+type panicError struct {
+	value any
+}
+
+func (p *panicError) Error() string { return fmt.Sprintf("handler panicked: %v", p.value) }
+
+func (e *Executor) call(ctx context.Context, h Handler, req *rrq.ExecutionRequest) (result any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			e.log.Error("executor: handler panicked", "function", req.FunctionName, "request_id", req.RequestID,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			result, err = nil, &panicError{value: v}
+		}
+	}()
+	return h(ctx, req)
+}
+
+func errorOutcome(req *rrq.ExecutionRequest, ee *rrq.ExecutionError) *rrq.ExecutionOutcome {
+	return &rrq.ExecutionOutcome{JobID: req.JobID, RequestID: req.RequestID, Status: rrq.StatusError, Error: ee}
+}
+
+// outcome maps a handler's return to an ExecutionOutcome.
+func (e *Executor) outcome(ctx context.Context, req *rrq.ExecutionRequest, result any, err error) rrq.ExecutionOutcome {
+	out := rrq.ExecutionOutcome{JobID: req.JobID, RequestID: req.RequestID}
+	if err == nil {
+		raw, merr := encodeResult(result)
+		if merr != nil {
+			return *errorOutcome(req, &rrq.ExecutionError{Type: ErrorTypeBadResult, Message: merr.Error()})
+		}
+		out.Status, out.Result = rrq.StatusSuccess, raw
+		return out
+	}
+	var (
+		retry   *RetryError
+		timeout *TimeoutError
+		typed   *Error
+		pe      *panicError
+	)
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, errCancelFrame):
+		out.Status = rrq.StatusError
+		out.Error = &rrq.ExecutionError{Type: rrq.ErrorTypeCancelled, Message: "cancelled by the orchestrator"}
+	case errors.Is(cause, errShutdown):
+		out.Status = rrq.StatusError
+		out.Error = &rrq.ExecutionError{Type: rrq.ErrorTypeCancelled, Message: "cancelled: executor shutting down"}
+	case errors.As(err, &retry):
+		out.Status = rrq.StatusRetry
+		if retry.After > 0 {
+			s := retry.After.Seconds()
+			out.RetryAfterSeconds = &s
+		}
+		if retry.Err != nil {
+			out.Error = &rrq.ExecutionError{Type: "retry", Message: retry.Err.Error()}
+		}
+	case errors.As(err, &timeout):
+		out.Status = rrq.StatusTimeout
+		out.Error = &rrq.ExecutionError{Type: "timeout", Message: err.Error()}
+	case errors.Is(cause, context.DeadlineExceeded) && e.opt.EnforceDeadline:
+		out.Status = rrq.StatusTimeout
+		out.Error = &rrq.ExecutionError{Type: "timeout", Message: "deadline exceeded: " + err.Error()}
+	case errors.As(err, &pe):
+		out.Status = rrq.StatusError
+		out.Error = &rrq.ExecutionError{Type: ErrorTypePanic, Message: err.Error()}
+	case errors.As(err, &typed):
+		out.Status = rrq.StatusError
+		typ := typed.Type
+		if typ == "" {
+			typ = ErrorTypeHandler
+		}
+		out.Error = &rrq.ExecutionError{Type: typ, Code: typed.Code, Message: typed.Error()}
+		if typed.Message != "" {
+			out.Error.Message = typed.Message
+		}
+		if typed.Details != nil {
+			if raw, derr := json.Marshal(typed.Details); derr == nil {
+				out.Error.Details = raw
+			}
+		}
+	default:
+		out.Status = rrq.StatusError
+		out.Error = &rrq.ExecutionError{Type: ErrorTypeHandler, Message: err.Error()}
+	}
+	return out
+}
+
+func encodeResult(v any) (json.RawMessage, error) {
+	switch r := v.(type) {
+	case json.RawMessage:
+		if len(r) == 0 {
+			return json.RawMessage("null"), nil
+		}
+		if !json.Valid(r) {
+			return nil, errors.New("result is not valid JSON")
+		}
+		return r, nil
+	case nil:
+		return json.RawMessage("null"), nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("result cannot be encoded as JSON: %w", err)
+	}
+	return raw, nil
+}

@@ -1,0 +1,182 @@
+package rrq
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"unicode/utf8"
+)
+
+// DefaultMaxFrameSize is the default limit on a frame's payload length (16 MiB).
+const DefaultMaxFrameSize = 16 << 20
+
+// Frame decoding errors. ReadFrame wraps exactly one of them (test with errors.Is), except
+// for a clean end of stream, which it reports as io.EOF, and for other I/O errors, which
+// it returns wrapped as they are.
+var (
+	ErrZeroLengthFrame = errors.New("rrq: zero-length frame")
+	ErrFrameTooLarge   = errors.New("rrq: frame exceeds the size limit")
+	ErrInvalidUTF8     = errors.New("rrq: frame payload is not valid UTF-8")
+	ErrInvalidJSON     = errors.New("rrq: frame payload is not valid JSON")
+	ErrInvalidEnvelope = errors.New("rrq: frame is not a valid envelope")
+	ErrUnknownType     = errors.New("rrq: unknown envelope type")
+	ErrTruncatedFrame  = errors.New("rrq: connection closed mid-frame")
+)
+
+// IsFrameError reports whether err is one of the frame decoding errors, i.e. the peer
+// sent bytes that are not a valid frame (as opposed to an I/O error or a clean EOF).
+func IsFrameError(err error) bool {
+	for _, e := range []error{ErrZeroLengthFrame, ErrFrameTooLarge, ErrInvalidUTF8, ErrInvalidJSON,
+		ErrInvalidEnvelope, ErrUnknownType, ErrTruncatedFrame} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// readChunk is how much ReadFrame allocates up front; a larger frame's buffer grows as
+// its bytes actually arrive, so a peer that announces a large frame and sends nothing
+// costs no memory.
+const readChunk = 64 << 10
+
+// ReadFrame reads one frame from r and decodes its envelope. maxLen limits the payload
+// length (<= 0 means DefaultMaxFrameSize); a longer frame is rejected after reading only
+// its 4-byte header, so the stream is then unusable. A clean end of stream before a
+// frame's first byte returns io.EOF.
+func ReadFrame(r io.Reader, maxLen int) (Envelope, error) {
+	payload, err := ReadFramePayload(r, maxLen)
+	if err != nil {
+		return Envelope{}, err
+	}
+	return DecodeEnvelope(payload)
+}
+
+// ReadFramePayload reads one frame from r and returns its raw payload without decoding
+// it. Errors are those of ReadFrame that concern framing: io.EOF, ErrTruncatedFrame,
+// ErrZeroLengthFrame, ErrFrameTooLarge, or an I/O error.
+func ReadFramePayload(r io.Reader, maxLen int) ([]byte, error) {
+	if maxLen <= 0 {
+		maxLen = DefaultMaxFrameSize
+	}
+	var hdr [4]byte
+	if n, err := io.ReadFull(r, hdr[:]); err != nil {
+		switch {
+		case errors.Is(err, io.EOF) && n == 0:
+			return nil, io.EOF
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			return nil, fmt.Errorf("%w: got %d of 4 header bytes", ErrTruncatedFrame, n)
+		default:
+			return nil, fmt.Errorf("rrq: read frame header: %w", err)
+		}
+	}
+	size := binary.BigEndian.Uint32(hdr[:])
+	if size == 0 {
+		return nil, ErrZeroLengthFrame
+	}
+	if uint64(size) > uint64(maxLen) {
+		return nil, fmt.Errorf("%w: %d bytes announced, limit %d", ErrFrameTooLarge, size, maxLen)
+	}
+	n := int(size)
+	buf := make([]byte, 0, min(n, readChunk))
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			nb := make([]byte, len(buf), min(2*cap(buf), n))
+			copy(nb, buf)
+			buf = nb
+		}
+		m, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			if len(buf) == n {
+				break
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("%w: got %d of %d payload bytes", ErrTruncatedFrame, len(buf), n)
+			}
+			return nil, fmt.Errorf("rrq: read frame payload (%d of %d bytes): %w", len(buf), n, err)
+		}
+	}
+	return buf, nil
+}
+
+// DecodeEnvelope validates a frame payload and decodes its envelope: the payload must be
+// UTF-8, JSON, an object with a known "type" and an object "payload".
+func DecodeEnvelope(payload []byte) (Envelope, error) {
+	if !utf8.Valid(payload) {
+		return Envelope{}, ErrInvalidUTF8
+	}
+	var raw struct {
+		Type    *string         `json:"type"`
+		Payload json.RawMessage `json:"payload"`
+	}
+	if err := json.Unmarshal(payload, &raw); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return Envelope{}, fmt.Errorf("%w: %v", ErrInvalidEnvelope, err)
+		}
+		return Envelope{}, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
+	}
+	if raw.Type == nil {
+		return Envelope{}, fmt.Errorf("%w: no \"type\"", ErrInvalidEnvelope)
+	}
+	t := MessageType(*raw.Type)
+	if !t.Valid() {
+		return Envelope{}, fmt.Errorf("%w: %q", ErrUnknownType, truncate(*raw.Type, 64))
+	}
+	if p := bytes.TrimLeft(raw.Payload, " \t\r\n"); len(p) == 0 || p[0] != '{' {
+		return Envelope{}, fmt.Errorf("%w: \"payload\" of a %s frame is not an object", ErrInvalidEnvelope, t)
+	}
+	return Envelope{Type: t, Payload: raw.Payload}, nil
+}
+
+// EncodeFrame returns env as one frame: the 4-byte big-endian length and the JSON.
+func EncodeFrame(env Envelope) ([]byte, error) {
+	if !env.Type.Valid() {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownType, env.Type)
+	}
+	if len(env.Payload) == 0 {
+		return nil, fmt.Errorf("%w: empty payload", ErrInvalidEnvelope)
+	}
+	body, err := json.Marshal(env)
+	if err != nil {
+		return nil, fmt.Errorf("rrq: encode envelope: %w", err)
+	}
+	if uint64(len(body)) > math.MaxUint32 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, len(body))
+	}
+	out := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(out, uint32(len(body)))
+	copy(out[4:], body)
+	return out, nil
+}
+
+// WriteFrame writes env to w as one frame, in a single Write call.
+func WriteFrame(w io.Writer, env Envelope) error {
+	frame, err := EncodeFrame(env)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(frame)
+	return err
+}
+
+// WriteMessage wraps payload in an envelope (see NewEnvelope) and writes it as one frame.
+func WriteMessage(w io.Writer, payload any) error {
+	env, err := NewEnvelope(payload)
+	if err != nil {
+		return err
+	}
+	return WriteFrame(w, env)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

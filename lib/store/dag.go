@@ -1,0 +1,690 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+)
+
+// The DAG state of a started flow lives in the hash coord:dag:<flow>:
+//
+//	caller, total, terminal, failed   the flow's caller and node counters
+//	s:<id>   node status (seed 003's NodeStatus)
+//	r:<id>   dependencies not yet completed
+//	a:<id>   attempts dispatched so far
+//	p:<id>   the node's dependencies (JSON list)
+//	d:<id>   the node's dependents (JSON list)
+//	e:<id>   why the node failed or was cancelled
+//	due:<id> when a retry is due (ms), while the node waits for it
+//
+// Every change is one Lua script, so a node's state, its job's status, the flow's
+// status, the results and the event stream never disagree, and reporting the same end
+// of a job twice changes nothing the second time.
+
+// DAGNode is one node of a started flow.
+type DAGNode struct {
+	ID         uint32
+	Status     model.NodeStatus
+	Depends    []uint32
+	Dependents []uint32
+	Remaining  int
+	Attempt    uint32
+	Error      string
+	DueMs      int64
+}
+
+// DAG is the state of a started flow.
+type DAG struct {
+	FlowID   uint32
+	CallerID uint32
+	Total    int
+	Terminal int
+	Failed   int
+	Nodes    map[uint32]*DAGNode
+}
+
+// Ids returns the node ids in ascending order.
+func (d *DAG) IDs() []uint32 {
+	out := make([]uint32, 0, len(d.Nodes))
+	for id := range d.Nodes {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// LoadDAG reads a flow's DAG state; ErrNotFound when the flow was never started.
+func (d *DB) LoadDAG(ctx context.Context, flowID uint32) (*DAG, error) {
+	h, err := d.HGetAll(ctx, keys.DAG(flowID))
+	if err != nil {
+		return nil, fmt.Errorf("load dag of flow %d: %w", flowID, err)
+	}
+	if len(h) == 0 {
+		return nil, notFound("dag of flow %d (not started)", flowID)
+	}
+	g := &DAG{FlowID: flowID, Nodes: map[uint32]*DAGNode{}}
+	g.CallerID = parseU32(h["caller"])
+	g.Total, _ = strconv.Atoi(h["total"])
+	g.Terminal, _ = strconv.Atoi(h["terminal"])
+	g.Failed, _ = strconv.Atoi(h["failed"])
+	node := func(id uint32) *DAGNode {
+		n, ok := g.Nodes[id]
+		if !ok {
+			n = &DAGNode{ID: id}
+			g.Nodes[id] = n
+		}
+		return n
+	}
+	for k, v := range h {
+		prefix, idStr, ok := strings.Cut(k, ":")
+		if !ok {
+			continue
+		}
+		id64, err := strconv.ParseUint(idStr, 10, 32)
+		if err != nil {
+			continue
+		}
+		n := node(uint32(id64))
+		switch prefix {
+		case "s":
+			n.Status = model.NodeStatus(v)
+		case "r":
+			n.Remaining, _ = strconv.Atoi(v)
+		case "a":
+			n.Attempt = parseU32(v)
+		case "p":
+			_ = json.Unmarshal([]byte(v), &n.Depends)
+		case "d":
+			_ = json.Unmarshal([]byte(v), &n.Dependents)
+		case "e":
+			n.Error = v
+		case "due":
+			n.DueMs, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return g, nil
+}
+
+// PlanError is a DAG that cannot run, with the reason.
+type PlanError struct{ Msg string }
+
+func (e *PlanError) Error() string { return e.Msg }
+
+// PlanDAG checks a flow's jobs form a DAG that can run: every dependency is a job of
+// the flow, there is no cycle, every job is of the flow's context and caller. It
+// returns the nodes' dependents.
+func PlanDAG(f *model.Flow, jobs []*model.Job) (map[uint32][]uint32, error) {
+	if len(jobs) == 0 {
+		return nil, &PlanError{fmt.Sprintf("flow %d has no jobs", f.ID)}
+	}
+	in := map[uint32]*model.Job{}
+	for _, j := range jobs {
+		in[j.ID] = j
+	}
+	dependents := map[uint32][]uint32{}
+	for _, j := range jobs {
+		if j.ContextID != 0 && j.ContextID != f.ContextID {
+			return nil, &PlanError{fmt.Sprintf("job %d belongs to context %d, not the flow's context %d", j.ID, j.ContextID, f.ContextID)}
+		}
+		if j.CallerID != f.CallerID {
+			return nil, &PlanError{fmt.Sprintf("job %d belongs to caller %d, not the flow's caller %d", j.ID, j.CallerID, f.CallerID)}
+		}
+		if !j.ScriptType.Valid() {
+			return nil, &PlanError{fmt.Sprintf("job %d: script_type %q is not a known script type", j.ID, j.ScriptType)}
+		}
+		for _, dep := range j.Dependends {
+			if _, ok := in[dep]; !ok {
+				return nil, &PlanError{fmt.Sprintf("job %d depends on job %d, which is not in flow %d", j.ID, dep, f.ID)}
+			}
+			if dep == j.ID {
+				return nil, &PlanError{fmt.Sprintf("job %d depends on itself", j.ID)}
+			}
+			dependents[dep] = append(dependents[dep], j.ID)
+		}
+	}
+	if cyc := findCycle(jobs, in); cyc != nil {
+		parts := make([]string, len(cyc))
+		for i, id := range cyc {
+			parts[i] = strconv.FormatUint(uint64(id), 10)
+		}
+		return nil, &PlanError{fmt.Sprintf("flow %d has a dependency cycle: %s", f.ID, strings.Join(parts, " → "))}
+	}
+	for k := range dependents {
+		sort.Slice(dependents[k], func(i, j int) bool { return dependents[k][i] < dependents[k][j] })
+	}
+	return dependents, nil
+}
+
+// findCycle returns one cycle (a → b → … → a, meaning a depends on b …) or nil.
+func findCycle(jobs []*model.Job, in map[uint32]*model.Job) []uint32 {
+	const (
+		white = 0
+		grey  = 1
+		black = 2
+	)
+	color := map[uint32]int{}
+	var stack []uint32
+	var found []uint32
+	var visit func(id uint32) bool
+	visit = func(id uint32) bool {
+		color[id] = grey
+		stack = append(stack, id)
+		deps := append([]uint32(nil), in[id].Dependends...)
+		sort.Slice(deps, func(i, j int) bool { return deps[i] < deps[j] })
+		for _, d := range deps {
+			switch color[d] {
+			case grey:
+				for i, s := range stack {
+					if s == d {
+						found = append(append([]uint32(nil), stack[i:]...), d)
+						return true
+					}
+				}
+			case white:
+				if visit(d) {
+					return true
+				}
+			}
+		}
+		stack = stack[:len(stack)-1]
+		color[id] = black
+		return false
+	}
+	ids := make([]uint32, 0, len(jobs))
+	for _, j := range jobs {
+		ids = append(ids, j.ID)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		if color[id] == white && visit(id) {
+			return found
+		}
+	}
+	return nil
+}
+
+func jsonIDs(ids []uint32) string {
+	if len(ids) == 0 {
+		return "[]"
+	}
+	b, _ := json.Marshal(ids)
+	return string(b)
+}
+
+// startFlowScript: KEYS flow, dag, flowres, events; ARGV ctx, flow, caller, now_s,
+// now_ms, actor, then per node: id, depends JSON, dependents JSON, dependency count.
+// Returns {1, ready ids…} when started, {0, status} when the flow was not dispatched.
+var startFlowScript = newLibScript(`
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return redis.error_reply('NOTFOUND flow') end
+if st ~= 'dispatched' then return {0, st} end
+local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local dag = KEYS[2]
+redis.call('DEL', dag, KEYS[3])
+local total = (#ARGV - 6) / 4
+redis.call('HSET', dag, 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0)
+local out = {1}
+for i = 7, #ARGV, 4 do
+  local id, deps, dependents, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  local jk = 'job:' .. caller .. ':' .. id
+  if n == 0 then
+    redis.call('HSET', dag, 's:' .. id, 'ready', 'r:' .. id, 0, 'a:' .. id, 0, 'p:' .. id, deps, 'd:' .. id, dependents)
+    set_job(caller, id, 'dispatched', 'updated_at', now_s, 'ready_at_ms', now_ms)
+    out[#out + 1] = id
+  else
+    redis.call('HSET', dag, 's:' .. id, 'pending', 'r:' .. id, n, 'a:' .. id, 0, 'p:' .. id, deps, 'd:' .. id, dependents)
+    set_job(caller, id, 'waiting_for_prerequisites', 'updated_at', now_s)
+  end
+  redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal')
+  redis.call('HSET', jk, 'result', '{}')
+end
+set_flow(flow, 'started', 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
+redis.call('HDEL', KEYS[1], 'error', 'failed_job', 'finished_at', 'finished_at_ms', 'cancelled_by')
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', 'flow.started', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'caller_id', caller, 'status', 'started')
+redis.call('SELECT', 0)
+redis.call('SADD', 'coord:flows:active', ctx .. ':' .. flow)
+return out
+`)
+
+// StartFlow writes the DAG state of a planned flow and marks it started. It returns
+// the ids of the nodes ready to dispatch. A flow that is not in status dispatched is
+// not touched; its status is returned with started=false.
+func (d *DB) StartFlow(ctx context.Context, f *model.Flow, jobs []*model.Job, dependents map[uint32][]uint32, actor string) (ready []uint32, status string, started bool, err error) {
+	now := time.Now()
+	args := []any{d.ContextID, f.ID, f.CallerID, now.Unix(), now.UnixMilli(), actor}
+	for _, j := range jobs {
+		args = append(args, j.ID, jsonIDs(j.Dependends), jsonIDs(dependents[j.ID]), len(j.Dependends))
+	}
+	res, err := d.Eval(ctx, startFlowScript, []string{keys.Flow(f.ID), keys.DAG(f.ID), keys.FlowResults(f.ID), keys.Events}, args...)
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "NOTFOUND") {
+			return nil, "", false, notFound("flow %d in context %d", f.ID, d.ContextID)
+		}
+		return nil, "", false, fmt.Errorf("start flow %d: %w", f.ID, err)
+	}
+	vals := res.([]any)
+	if n, _ := vals[0].(int64); n == 0 {
+		st, _ := vals[1].(string)
+		return nil, st, false, nil
+	}
+	return parseIDs(vals[1:]), string(model.FlowStarted), true, nil
+}
+
+func parseIDs(vals []any) []uint32 {
+	out := make([]uint32, 0, len(vals))
+	for _, v := range vals {
+		switch x := v.(type) {
+		case string:
+			out = append(out, parseU32(x))
+		case int64:
+			out = append(out, uint32(x))
+		}
+	}
+	return out
+}
+
+// dispatchScript sends ready nodes (or one standalone job) to the router: ARGV ctx,
+// flow (0: a standalone job), caller, now_s, now_ms, actor, then per job its id and
+// its message's fields as a JSON object. For each: it checks the node is ready (and its
+// retry due), stores the message under a fresh id, marks node and job dispatched, and
+// pushes the message on msg_out with a wake token. Returns per job {message key,
+// attempt} or {"", why}.
+var dispatchScript = newLibScript(`
+local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local dag = ''
+if flow ~= '0' then dag = 'coord:dag:' .. flow end
+local out, pushed = {}, 0
+for i = 7, #ARGV, 2 do
+  local id, fields = ARGV[i], ARGV[i + 1]
+  local jk = 'job:' .. caller .. ':' .. id
+  local attempt, why
+  local jst = redis.call('HGET', jk, 'status')
+  if not jst then
+    why = 'job missing'
+  elseif dag ~= '' then
+    local s = redis.call('HGET', dag, 's:' .. id)
+    local due = redis.call('HGET', dag, 'due:' .. id)
+    if s ~= 'ready' then
+      why = s or 'no node'
+    elseif due and tonumber(due) > tonumber(now_ms) then
+      why = 'not due'
+    else
+      attempt = redis.call('HINCRBY', dag, 'a:' .. id, 1)
+      redis.call('HSET', dag, 's:' .. id, 'dispatched')
+      redis.call('HDEL', dag, 'due:' .. id)
+    end
+  elseif jst == 'started' or jst == 'finished' then
+    why = jst
+  else
+    attempt = redis.call('HINCRBY', jk, 'attempt', 1)
+  end
+  if why then
+    out[#out + 1] = {'', why}
+  else
+    local mk = store_message_json(caller, fields, now_ms)
+    set_job(caller, id, 'dispatched', 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
+    track_msg(caller, id, mk)
+    event('job.dispatched', actor, now_ms, flow, id, caller, 'dispatched', 'attempt ' .. attempt)
+    redis.call('LPUSH', 'msg_out', mk)
+    pushed = pushed + 1
+    out[#out + 1] = {mk, attempt}
+  end
+end
+if pushed > 0 then
+  redis.call('SELECT', 0)
+  for i = 1, pushed do redis.call('LPUSH', 'coord:wake:msg_out', ctx) end
+end
+return out
+`)
+
+// Dispatched is what Dispatch did with one job.
+type Dispatched struct {
+	JobID   uint32
+	MsgKey  string // "" when not dispatched
+	Attempt uint32
+	Why     string // why not (e.g. the node was not ready)
+}
+
+// requestFields are the field/value pairs of a job request message, as JSON.
+func requestFields(ctxID, flowID uint32, j *model.Job, now time.Time, msgTimeout uint32) string {
+	m := model.Message{
+		CallerID: j.CallerID, ContextID: ctxID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
+		Message: "job " + j.GlobalKey(), Timeout: msgTimeout, Job: []model.Job{*j}, Status: model.MessageDispatched,
+		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: flowID, Kind: model.KindJobRequest,
+		Nodes: []model.FlowNode{{ID: j.ID, Depends: j.Dependends, Prerequisites: j.Prerequisites, NodeStatus: model.NodeDispatched}},
+	}
+	if m.Nodes[0].Depends == nil {
+		m.Nodes[0].Depends = []uint32{}
+	}
+	if m.Nodes[0].Prerequisites == nil {
+		m.Nodes[0].Prerequisites = []string{}
+	}
+	h := model.HashMap(&m)
+	delete(h, "id")
+	b, _ := json.Marshal(h)
+	return string(b)
+}
+
+// DispatchMany sends ready nodes of a flow (flowID ≠ 0), all of one caller, or one
+// standalone job (flowID = 0) to the router in one round trip: a Message of kind
+// job_request each, on msg_out.
+func (d *DB) DispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, msgTimeout uint32) ([]Dispatched, error) {
+	now := time.Now()
+	args := []any{d.ContextID, flowID, callerID, now.Unix(), now.UnixMilli(), actor}
+	for _, j := range jobs {
+		args = append(args, j.ID, requestFields(d.ContextID, flowID, j, now, msgTimeout))
+	}
+	res, err := d.Eval(ctx, dispatchScript, nil, args...)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch %d job(s) of context %d: %w", len(jobs), d.ContextID, err)
+	}
+	vals, _ := res.([]any)
+	out := make([]Dispatched, len(jobs))
+	for i, j := range jobs {
+		out[i].JobID = j.ID
+	}
+	for i, v := range vals {
+		if i >= len(out) {
+			break
+		}
+		pair, _ := v.([]any)
+		if len(pair) != 2 {
+			continue
+		}
+		mk, _ := pair[0].(string)
+		if mk == "" {
+			out[i].Why, _ = pair[1].(string)
+			continue
+		}
+		a, _ := pair[1].(int64)
+		out[i].MsgKey, out[i].Attempt = mk, uint32(a)
+	}
+	return out, nil
+}
+
+// Dispatch sends one ready node (flowID ≠ 0) or a standalone job (flowID = 0) to the
+// router. ok=false (with the reason) when the node was not ready.
+func (d *DB) Dispatch(ctx context.Context, flowID uint32, j *model.Job, actor string, msgTimeout uint32) (msgKey string, attempt uint32, ok bool, why string, err error) {
+	res, err := d.DispatchMany(ctx, flowID, j.CallerID, []*model.Job{j}, actor, msgTimeout)
+	if err != nil {
+		return "", 0, false, "", err
+	}
+	r := res[0]
+	return r.MsgKey, r.Attempt, r.MsgKey != "", r.Why, nil
+}
+
+// JobEnd is a job's end as reported to the scheduler.
+type JobEnd struct {
+	FlowID, CallerID, JobID uint32
+	Attempt                 uint32
+	Status                  model.JobStatus // finished or error
+	Error                   string
+	Fatal                   bool          // no retry
+	Retries                 int           // -1: read from the job hash
+	Backoff                 time.Duration // the delay before the next attempt
+	Actor                   string
+	Retention               time.Duration // how long the ended flow or job is kept (0: forever)
+}
+
+// EndResult says what a job's end did.
+type EndResult struct {
+	Applied      bool     // false: a duplicate or stale report, nothing changed
+	Ready        []uint32 // dependents now ready to dispatch
+	RetryAt      time.Time
+	FlowFinished bool
+	FlowStatus   model.FlowStatus
+}
+
+// completeScript: KEYS dag, flow, flowres, job, events; ARGV ctx, flow, caller, id,
+// attempt, status, error, fatal, retries, backoff ms, now_s, now_ms, actor,
+// retention ms.
+// Returns {code, flow status or "", retry due ms, ready ids…}; code 0 = nothing changed,
+// 1 = applied, 2 = retry scheduled.
+var completeScript = newLibScript(finalizeLua + `
+local dag, fk, rk, jk, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local ctx, flow, caller, id, attempt, status, err = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local fatal, retries, backoff, now_s, now_ms, actor = ARGV[8] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], ARGV[12], ARGV[13]
+local retention_ms = ARGV[14]
+if retries < 0 then retries = tonumber(redis.call('HGET', jk, 'retries') or '0') or 0 end
+if redis.call('HGET', jk, 'stop_requested') == '1' or redis.call('HGET', jk, 'fatal') == '1' then fatal = true end
+local cancelled = redis.call('HGET', fk, 'cancelled_by')
+local maxlen = ` + strconv.Itoa(EventsMaxLen) + `
+local s = redis.call('HGET', dag, 's:' .. id)
+if not s then return {0, '', 0} end
+if s == 'completed' or s == 'failed' or s == 'cancelled' or s == 'pending' or s == 'ready' then return {0, '', 0} end
+local a = tonumber(redis.call('HGET', dag, 'a:' .. id) or '0')
+if attempt ~= a then return {0, '', 0} end
+local out = {1, '', 0}
+local function publish_done(jid)
+  redis.call('SELECT', 0)
+  redis.call('PUBLISH', 'coord:jobdone', ctx .. ':' .. caller .. ':' .. jid)
+  redis.call('SELECT', tonumber(ctx))
+end
+if status == 'finished' then
+  redis.call('HSET', dag, 's:' .. id, 'completed')
+  redis.call('HINCRBY', dag, 'terminal', 1)
+  local res = redis.call('HGET', jk, 'result')
+  if res and res ~= '' then
+    local ok, m = pcall(cjson.decode, res)
+    if ok and type(m) == 'table' then
+      for k, v in pairs(m) do
+        if type(v) ~= 'string' then v = cjson.encode(v) end
+        redis.call('HSET', rk, id .. '.' .. k, v)
+      end
+    end
+  end
+  local fin = redis.call('HGET', jk, 'finished_at_ms') or now_ms
+  local deps = cjson.decode(redis.call('HGET', dag, 'd:' .. id) or '[]')
+  for _, d in ipairs(deps) do
+    d = tostring(d)
+    local r = redis.call('HINCRBY', dag, 'r:' .. d, -1)
+    if r <= 0 and redis.call('HGET', dag, 's:' .. d) == 'pending' then
+      redis.call('HSET', dag, 's:' .. d, 'ready')
+      set_job(caller, d, 'dispatched', 'ready_at_ms', fin, 'updated_at', now_s)
+      out[#out + 1] = d
+    end
+  end
+  publish_done(id)
+else
+  if (not fatal) and a <= retries then
+    local ra = tonumber(redis.call('HGET', jk, 'retry_after_ms') or '')
+    if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
+    local due = tonumber(now_ms) + backoff
+    redis.call('HSET', dag, 's:' .. id, 'ready', 'due:' .. id, due, 'e:' .. id, err)
+    redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', 'job.retried', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', 'error',
+      'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
+    redis.call('SELECT', 0)
+    redis.call('ZADD', 'coord:due', due, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
+    return {2, '', due}
+  end
+  redis.call('HINCRBY', dag, 'terminal', 1)
+  if cancelled then
+    -- the flow was cancelled: this is one of the running jobs it stopped
+    redis.call('HSET', dag, 's:' .. id, 'cancelled', 'e:' .. id, redis.call('HGET', fk, 'error') or err)
+  else
+    redis.call('HSET', dag, 's:' .. id, 'failed', 'e:' .. id, err)
+    redis.call('HINCRBY', dag, 'failed', 1)
+    if not redis.call('HGET', fk, 'failed_job') then
+      redis.call('HSET', fk, 'failed_job', id, 'error', 'job ' .. id .. ' failed: ' .. err, 'updated_at', now_s)
+    end
+    dead_letter(caller, id, flow, now_ms, actor, err)
+  end
+  publish_done(id)
+  -- Cancel the transitive dependents that have not run.
+  local queue = cjson.decode(redis.call('HGET', dag, 'd:' .. id) or '[]')
+  local reason = 'cancelled: job ' .. id .. ' failed'
+  local i = 1
+  while i <= #queue do
+    local d = tostring(queue[i])
+    i = i + 1
+    local ds = redis.call('HGET', dag, 's:' .. d)
+    if ds == 'pending' or ds == 'ready' then
+      redis.call('HSET', dag, 's:' .. d, 'cancelled', 'e:' .. d, reason)
+      redis.call('HDEL', dag, 'due:' .. d)
+      redis.call('HINCRBY', dag, 'terminal', 1)
+      set_job(caller, d, 'error', 'error', reason, 'updated_at', now_s)
+      redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', 'job.cancelled', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', 'error', 'detail', reason)
+      publish_done(d)
+      for _, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. d) or '[]')) do
+        queue[#queue + 1] = x
+      end
+    end
+  end
+end
+local total = tonumber(redis.call('HGET', dag, 'total'))
+local terminal = tonumber(redis.call('HGET', dag, 'terminal'))
+if terminal >= total then
+  out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
+end
+return out
+`)
+
+// CompleteNode applies a job's end to its flow's DAG.
+func (d *DB) CompleteNode(ctx context.Context, e JobEnd) (EndResult, error) {
+	now := time.Now()
+	fatal := "0"
+	if e.Fatal {
+		fatal = "1"
+	}
+	res, err := d.Eval(ctx, completeScript,
+		[]string{keys.DAG(e.FlowID), keys.Flow(e.FlowID), keys.FlowResults(e.FlowID), keys.Job(e.CallerID, e.JobID), keys.Events},
+		d.ContextID, e.FlowID, e.CallerID, e.JobID, e.Attempt, string(e.Status), e.Error, fatal, e.Retries, e.Backoff.Milliseconds(),
+		now.Unix(), now.UnixMilli(), e.Actor, e.Retention.Milliseconds())
+	if err != nil {
+		return EndResult{}, fmt.Errorf("complete job %d:%d:%d: %w", d.ContextID, e.CallerID, e.JobID, err)
+	}
+	return parseEnd(res.([]any)), nil
+}
+
+func parseEnd(vals []any) EndResult {
+	code, _ := vals[0].(int64)
+	r := EndResult{Applied: code != 0}
+	if st, _ := vals[1].(string); st != "" {
+		r.FlowFinished, r.FlowStatus = true, model.FlowStatus(st)
+	}
+	if code == 2 {
+		due, _ := vals[2].(int64)
+		r.RetryAt = time.UnixMilli(due)
+	}
+	r.Ready = parseIDs(vals[3:])
+	return r
+}
+
+// standaloneDoneScript: a standalone job's end. KEYS job, events; ARGV ctx, caller, id,
+// attempt, status, error, fatal, retries, backoff ms, now_s, now_ms, actor, retention ms.
+var standaloneDoneScript = newLibScript(`
+local jk, ek = KEYS[1], KEYS[2]
+local ctx, caller, id, attempt, status, err = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local fatal, retries, backoff, now_s, now_ms, actor = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10], ARGV[11], ARGV[12]
+if retries < 0 then retries = tonumber(redis.call('HGET', jk, 'retries') or '0') or 0 end
+if redis.call('HGET', jk, 'stop_requested') == '1' or redis.call('HGET', jk, 'fatal') == '1' then fatal = true end
+local a = tonumber(redis.call('HGET', jk, 'attempt') or '0')
+if a ~= attempt then return {0, '', 0} end
+if redis.call('HGET', jk, 'done_attempt') == tostring(a) then return {0, '', 0} end
+redis.call('HSET', jk, 'done_attempt', a)
+if status ~= 'finished' and (not fatal) and a <= retries then
+  local ra = tonumber(redis.call('HGET', jk, 'retry_after_ms') or '')
+  if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
+  local due = tonumber(now_ms) + backoff
+  redis.call('XADD', ek, 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', 'job.retried', 'actor', actor, 'time_ms', now_ms, 'job_id', id, 'caller_id', caller, 'status', 'error',
+    'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
+  redis.call('SELECT', 0)
+  redis.call('ZADD', 'coord:due', due, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)
+  return {2, '', due}
+end
+if status ~= 'finished' then dead_letter(caller, id, '0', now_ms, actor, err) end
+local retention_ms = tonumber(ARGV[13]) or 0
+local keep = tonumber(redis.call('HGET', 'context:' .. ctx, 'retention_seconds') or '0') or 0
+if keep > 0 then retention_ms = keep * 1000 end
+redis.call('SELECT', 0)
+if retention_ms > 0 then
+  redis.call('ZADD', 'coord:expire', tonumber(now_ms) + retention_ms, ctx .. ':job:' .. caller .. ':' .. id)
+end
+redis.call('PUBLISH', 'coord:jobdone', ctx .. ':' .. caller .. ':' .. id)
+return {1, '', 0}
+`)
+
+// CompleteStandalone applies the end of a job that belongs to no flow.
+func (d *DB) CompleteStandalone(ctx context.Context, e JobEnd) (EndResult, error) {
+	now := time.Now()
+	fatal := "0"
+	if e.Fatal {
+		fatal = "1"
+	}
+	res, err := d.Eval(ctx, standaloneDoneScript, []string{keys.Job(e.CallerID, e.JobID), keys.Events},
+		d.ContextID, e.CallerID, e.JobID, e.Attempt, string(e.Status), e.Error, fatal, e.Retries, e.Backoff.Milliseconds(),
+		now.Unix(), now.UnixMilli(), e.Actor, e.Retention.Milliseconds())
+	if err != nil {
+		return EndResult{}, fmt.Errorf("complete job %d:%d:%d: %w", d.ContextID, e.CallerID, e.JobID, err)
+	}
+	return parseEnd(res.([]any)), nil
+}
+
+// DueItem is delayed work taken from coord:due.
+type DueItem struct {
+	ContextID, FlowID, CallerID, JobID uint32
+}
+
+// popDueScript: KEYS coord:due; ARGV now ms, limit. Removes and returns due members.
+var popDueScript = NewScript(`
+local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, m in ipairs(items) do redis.call('ZREM', KEYS[1], m) end
+return items
+`)
+
+// PopDue removes and returns the delayed work that is due.
+func (s *Store) PopDue(ctx context.Context, now time.Time, limit int) ([]DueItem, error) {
+	res, err := popDueScript.Run(ctx, s.G(), []string{keys.Due}, now.UnixMilli(), limit).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("pop due work: %w", err)
+	}
+	vals, _ := res.([]any)
+	out := make([]DueItem, 0, len(vals))
+	for _, v := range vals {
+		m, _ := v.(string)
+		parts := strings.Split(m, ":")
+		if len(parts) != 5 || parts[0] != "retry" {
+			continue
+		}
+		out = append(out, DueItem{parseU32(parts[1]), parseU32(parts[2]), parseU32(parts[3]), parseU32(parts[4])})
+	}
+	return out, nil
+}
+
+// NextDue returns when the earliest delayed work is due (zero time if none).
+func (s *Store) NextDue(ctx context.Context) (time.Time, error) {
+	z, err := s.G().ZRangeWithScores(ctx, keys.Due, 0, 0).Result()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(z) == 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(int64(z[0].Score)), nil
+}
+
+// ActiveFlows returns every started, unfinished flow as (context, flow) pairs.
+func (s *Store) ActiveFlows(ctx context.Context) ([][2]uint32, error) {
+	vals, err := s.G().SMembers(ctx, keys.ActiveFlows).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list active flows: %w", err)
+	}
+	out := make([][2]uint32, 0, len(vals))
+	for _, v := range vals {
+		c, f, ok := strings.Cut(v, ":")
+		if ok {
+			out = append(out, [2]uint32{parseU32(c), parseU32(f)})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,211 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+)
+
+// EventsMaxLen caps each context's event stream (approximately, MAXLEN ~).
+const EventsMaxLen = 100000
+
+// Event is one state change in a context, appended to its stream coord:events.
+type Event struct {
+	ID        string `json:"id"`
+	TimeMs    int64  `json:"time_ms"`
+	Type      string `json:"type"`  // object.verb: job.created, job.started, flow.finished, …
+	Actor     string `json:"actor"` // acting actor id, "operator", or a service name
+	ContextID uint32 `json:"context_id"`
+	FlowID    uint32 `json:"flow_id,omitempty"`
+	JobID     uint32 `json:"job_id,omitempty"`
+	CallerID  uint32 `json:"caller_id,omitempty"`
+	Status    string `json:"status,omitempty"`
+	Detail    string `json:"detail,omitempty"`
+}
+
+// Actor names for events written by the services themselves.
+const (
+	ActorOperator  = "operator"
+	ActorScheduler = "scheduler"
+	ActorRouter    = "router"
+	ActorRunner    = "runner"
+)
+
+// Fields returns the stream entry's field/value list.
+func (e *Event) Fields() []any {
+	if e.TimeMs == 0 {
+		e.TimeMs = time.Now().UnixMilli()
+	}
+	f := []any{"type", e.Type, "actor", e.Actor, "time_ms", strconv.FormatInt(e.TimeMs, 10)}
+	if e.FlowID != 0 {
+		f = append(f, "flow_id", strconv.FormatUint(uint64(e.FlowID), 10))
+	}
+	if e.JobID != 0 {
+		f = append(f, "job_id", strconv.FormatUint(uint64(e.JobID), 10))
+	}
+	if e.CallerID != 0 {
+		f = append(f, "caller_id", strconv.FormatUint(uint64(e.CallerID), 10))
+	}
+	if e.Status != "" {
+		f = append(f, "status", e.Status)
+	}
+	if e.Detail != "" {
+		f = append(f, "detail", e.Detail)
+	}
+	return f
+}
+
+// AddEvent queues the XADD of an event on a pipeline of the context's DB.
+func AddEvent(ctx context.Context, p redis.Pipeliner, e *Event) {
+	p.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, MaxLen: EventsMaxLen, Approx: true, Values: e.Fields()})
+}
+
+// eventFromMessage decodes a stream entry.
+func eventFromMessage(ctxID uint32, m redis.XMessage) Event {
+	e := Event{ID: m.ID, ContextID: ctxID}
+	get := func(k string) string {
+		if v, ok := m.Values[k].(string); ok {
+			return v
+		}
+		return ""
+	}
+	e.Type, e.Actor, e.Status, e.Detail = get("type"), get("actor"), get("status"), get("detail")
+	e.TimeMs, _ = strconv.ParseInt(get("time_ms"), 10, 64)
+	e.FlowID = parseU32(get("flow_id"))
+	e.JobID = parseU32(get("job_id"))
+	e.CallerID = parseU32(get("caller_id"))
+	return e
+}
+
+func parseU32(s string) uint32 {
+	n, _ := strconv.ParseUint(s, 10, 32)
+	return uint32(n)
+}
+
+// ReadEvents returns up to limit events after the id ("0" or "" = from the start).
+func (d *DB) ReadEvents(ctx context.Context, after string, limit int64) ([]Event, error) {
+	if after == "" {
+		after = "0"
+	}
+	var cmd *redis.XMessageSliceCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.XRangeN(ctx, keys.Events, "("+after, "+", limit)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read events of context %d: %w", d.ContextID, err)
+	}
+	out := make([]Event, 0, len(cmd.Val()))
+	for _, m := range cmd.Val() {
+		out = append(out, eventFromMessage(d.ContextID, m))
+	}
+	return out, nil
+}
+
+// WaitEvents blocks up to block for events after the id and returns them (none on
+// timeout). It holds one connection of the context's server while it waits.
+func (d *DB) WaitEvents(ctx context.Context, after string, count int64, block time.Duration) ([]Event, error) {
+	if after == "" {
+		after = "0"
+	}
+	conn := d.srv.mux.Conn()
+	defer func() { _ = conn.Close() }()
+	if err := conn.Select(ctx, d.n).Err(); err != nil {
+		return nil, err
+	}
+	res, err := conn.XRead(ctx, &redis.XReadArgs{Streams: []string{keys.Events, after}, Count: count, Block: block}).Result()
+	if err == redis.Nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Event
+	for _, s := range res {
+		for _, m := range s.Messages {
+			out = append(out, eventFromMessage(d.ContextID, m))
+		}
+	}
+	return out, nil
+}
+
+// LastEventID returns the id of the newest event ("0" when there is none).
+func (d *DB) LastEventID(ctx context.Context) (string, error) {
+	var cmd *redis.XMessageSliceCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.XRevRangeN(ctx, keys.Events, "+", "-", 1)
+		return nil
+	}); err != nil {
+		return "", err
+	}
+	if len(cmd.Val()) == 0 {
+		return "0", nil
+	}
+	return cmd.Val()[0].ID, nil
+}
+
+// ErrEventsTrimmed means that a reader's position is older than the oldest event kept:
+// events after it may have been trimmed (by retention or the stream's cap), so reading
+// on from there could miss some. The reader reloads the state it follows and reads on
+// from a fresh position ("$"), or reads what is left from "0".
+var ErrEventsTrimmed = errors.New("events trimmed")
+
+// ErrBadEventID is an event id that is not "<ms>-<seq>".
+var ErrBadEventID = errors.New("not an event id")
+
+// CheckEventPosition returns ErrEventsTrimmed when the stream no longer holds the event
+// `after` and events after it may be gone; "" "0" and "$" always pass.
+func (d *DB) CheckEventPosition(ctx context.Context, after string) error {
+	if after == "" || after == "0" || after == "$" {
+		return nil
+	}
+	pos, ok := parseStreamID(after)
+	if !ok {
+		return fmt.Errorf("%w: %q (want <ms>-<seq>, as events carry)", ErrBadEventID, after)
+	}
+	var cmd *redis.XInfoStreamCmd
+	_, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.XInfoStream(ctx, keys.Events)
+		return nil
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return nil // no stream: nothing was ever written, or the context is new
+		}
+		return fmt.Errorf("check event position in context %d: %w", d.ContextID, err)
+	}
+	info := cmd.Val()
+	oldest := info.FirstEntry.ID
+	if oldest == "" {
+		// Empty: everything written was trimmed; gone if anything came after `after`.
+		if last, ok := parseStreamID(info.LastGeneratedID); ok && pos.less(last) {
+			return fmt.Errorf("%w: every event after %s was trimmed from context %d's stream", ErrEventsTrimmed, after, d.ContextID)
+		}
+		return nil
+	}
+	if first, ok := parseStreamID(oldest); ok && pos.less(first) {
+		return fmt.Errorf("%w: event %s is no longer in context %d's stream (the oldest kept is %s); events after it may be gone", ErrEventsTrimmed, after, d.ContextID, oldest)
+	}
+	return nil
+}
+
+type streamID struct{ ms, seq uint64 }
+
+func (a streamID) less(b streamID) bool { return a.ms < b.ms || (a.ms == b.ms && a.seq < b.seq) }
+
+func parseStreamID(s string) (streamID, bool) {
+	ms, seq, found := strings.Cut(s, "-")
+	a, err1 := strconv.ParseUint(ms, 10, 64)
+	var b uint64
+	var err2 error
+	if found {
+		b, err2 = strconv.ParseUint(seq, 10, 64)
+	}
+	return streamID{a, b}, err1 == nil && err2 == nil
+}

@@ -1,0 +1,88 @@
+package store
+
+import "strconv"
+
+// luaLib is prepended to the scripts that change statuses: every status change also
+// moves the object between the per-status indexes (coord:idx:jobs:<status>,
+// coord:idx:flows:<status>), which is what lets lists filter by status without a scan.
+var luaLib = `
+local function set_job(caller, id, st, ...)
+  local jk = 'job:' .. caller .. ':' .. id
+  local old = redis.call('HGET', jk, 'status')
+  redis.call('HSET', jk, 'status', st, ...)
+  if old ~= st then
+    local m = caller .. ':' .. id
+    local score = redis.call('ZSCORE', 'coord:idx:jobs', m)
+    if score then
+      if old then redis.call('ZREM', 'coord:idx:jobs:' .. old, m) end
+      redis.call('ZADD', 'coord:idx:jobs:' .. st, score, m)
+    end
+  end
+  return old
+end
+local function set_flow(id, st, ...)
+  local fk = 'flow:' .. id
+  local old = redis.call('HGET', fk, 'status')
+  redis.call('HSET', fk, 'status', st, ...)
+  if old ~= st then
+    local score = redis.call('ZSCORE', 'coord:idx:flows', id)
+    if score then
+      if old then redis.call('ZREM', 'coord:idx:flows:' .. old, id) end
+      redis.call('ZADD', 'coord:idx:flows:' .. st, score, id)
+    end
+  end
+  return old
+end
+local function event(typ, actor, now_ms, flow, job, caller, st, detail)
+  redis.call('XADD', 'coord:events', 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', typ, 'actor', actor, 'time_ms', now_ms,
+    'flow_id', flow or '0', 'job_id', job or '0', 'caller_id', caller or '0', 'status', st or '', 'detail', detail or '')
+end
+-- dead_letter puts a job that failed for good into the context's DLQ (coord:dlq), unless
+-- an actor stopped it (a stop or a cancel is a decision, not a failure).
+local function dead_letter(caller, id, flow, now_ms, actor, err)
+  local jk = 'job:' .. caller .. ':' .. id
+  if redis.call('HGET', jk, 'stop_requested') == '1' then return end
+  redis.call('ZADD', 'coord:dlq', now_ms, caller .. ':' .. id)
+  redis.call('HSET', jk, 'dlq_at_ms', now_ms)
+  event('job.dead_lettered', actor, now_ms, flow, id, caller, 'error', err)
+end
+-- store_message stores a message from ARGV[first..] (field/value pairs) under a fresh
+-- id (skipping ids taken), indexes it, and returns its key.
+local function store_message(caller, first, now_ms)
+  local mid
+  repeat
+    mid = redis.call('INCR', 'coord:seq:message')
+  until redis.call('EXISTS', 'message:' .. caller .. ':' .. mid) == 0
+  local mk = 'message:' .. caller .. ':' .. mid
+  local fields = {'id', mid}
+  for i = first, #ARGV, 2 do
+    fields[#fields + 1] = ARGV[i]
+    fields[#fields + 1] = ARGV[i + 1]
+  end
+  redis.call('HSET', mk, unpack(fields))
+  redis.call('ZADD', 'coord:idx:messages', now_ms, caller .. ':' .. mid)
+  return mk
+end
+-- store_message_json is store_message with the fields as a JSON object.
+local function store_message_json(caller, fields_json, now_ms)
+  local mid
+  repeat
+    mid = redis.call('INCR', 'coord:seq:message')
+  until redis.call('EXISTS', 'message:' .. caller .. ':' .. mid) == 0
+  local mk = 'message:' .. caller .. ':' .. mid
+  local fields = {'id', mid}
+  for k, v in pairs(cjson.decode(fields_json)) do
+    fields[#fields + 1] = k
+    fields[#fields + 1] = v
+  end
+  redis.call('HSET', mk, unpack(fields))
+  redis.call('ZADD', 'coord:idx:messages', now_ms, caller .. ':' .. mid)
+  return mk
+end
+local function track_msg(caller, id, mk)
+  redis.call('SADD', 'coord:jobmsgs:' .. caller .. ':' .. id, mk)
+end
+`
+
+// newLibScript prepares a script that uses luaLib.
+func newLibScript(body string) *Script { return NewScript(luaLib + body) }

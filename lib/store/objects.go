@@ -1,0 +1,664 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+)
+
+// createScript stores a new object hash unless its key exists. With id 0 it takes the
+// next free id from the counter (skipping ids that callers chose). When the key exists
+// and the compared fields hold the same values, the stored object is kept and reported
+// as such (a retried create); otherwise the first differing field is returned.
+//
+// ARGV: prefix, seq key, index key, id, index member prefix, now ms, ncompare,
+//
+//	event type, event actor, then field/value pairs (the first ncompare compared).
+//
+// Returns {status, id, field}: status 1 created, 2 same content existed, 0 conflict.
+var createScript = NewScript(`
+local prefix, seqkey, idxkey = ARGV[1], ARGV[2], ARGV[3]
+local id = tonumber(ARGV[4])
+local member_prefix, now_ms, ncmp = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local ev_type, ev_actor, stidx = ARGV[8], ARGV[9], ARGV[10]
+local first = 11
+if id == 0 then
+  repeat
+    id = redis.call('INCR', seqkey)
+  until redis.call('EXISTS', prefix .. id) == 0
+  if id > 4294967295 then
+    return redis.error_reply('ERR id space exhausted')
+  end
+else
+  local key = prefix .. id
+  if redis.call('EXISTS', key) == 1 then
+    for i = first, first + 2 * ncmp - 1, 2 do
+      local v = redis.call('HGET', key, ARGV[i])
+      if v == false then v = '' end
+      local want = ARGV[i + 1]
+      if v ~= want and not ((v == '' or v == '[]' or v == '{}') and (want == '' or want == '[]' or want == '{}')) then
+        return {0, id, ARGV[i]}
+      end
+    end
+    return {2, id, ''}
+  end
+end
+local key = prefix .. id
+local args = {'id', tostring(id)}
+for i = first, #ARGV, 2 do
+  args[#args + 1] = ARGV[i]
+  args[#args + 1] = ARGV[i + 1]
+end
+redis.call('HSET', key, unpack(args))
+if idxkey ~= '' then
+  redis.call('ZADD', idxkey, now_ms, member_prefix .. id)
+  if stidx ~= '' then
+    local st = redis.call('HGET', key, 'status')
+    if st then redis.call('ZADD', stidx .. ':' .. st, now_ms, member_prefix .. id) end
+  end
+end
+if ev_type ~= '' then
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', ev_type, 'actor', ev_actor, 'time_ms', now_ms, 'detail', key)
+end
+return {1, id, ''}
+`)
+
+type createSpec struct {
+	what       string // "job 12" for errors, filled with the id
+	object     string // "job"
+	prefix     string // "job:12:"
+	seq        string
+	index      string
+	member     string // index member prefix, e.g. "12:" for jobs
+	id         uint32
+	compare    []any // field/value pairs compared on re-create
+	initial    []any // field/value pairs written only on creation
+	eventType  string
+	eventActor string
+	events     bool   // whether the DB has an event stream (context DBs)
+	statusIdx  string // per-status index prefix (objects with a status)
+}
+
+type createResult struct {
+	id      uint32
+	created bool
+}
+
+func runCreate(ctx context.Context, eval func(*Script, []string, ...any) (any, error), c createSpec) (createResult, error) {
+	nowMs := time.Now().UnixMilli()
+	args := []any{c.prefix, c.seq, c.index, strconv.FormatUint(uint64(c.id), 10), c.member, strconv.FormatInt(nowMs, 10), len(c.compare) / 2, c.eventType, c.eventActor, c.statusIdx}
+	args = append(args, c.compare...)
+	args = append(args, c.initial...)
+	streamKey := keys.Events
+	if !c.events {
+		args[7] = ""
+	}
+	res, err := eval(createScript, []string{streamKey}, args...)
+	if err != nil {
+		return createResult{}, fmt.Errorf("create %s: %w", c.object, err)
+	}
+	vals, ok := res.([]any)
+	if !ok || len(vals) != 3 {
+		return createResult{}, fmt.Errorf("create %s: unexpected reply %v", c.object, res)
+	}
+	status, _ := vals[0].(int64)
+	id, _ := vals[1].(int64)
+	field, _ := vals[2].(string)
+	switch status {
+	case 1:
+		return createResult{uint32(id), true}, nil
+	case 2:
+		return createResult{uint32(id), false}, nil
+	default:
+		return createResult{}, &ExistsError{What: fmt.Sprintf("%s %d", c.object, id), Field: field}
+	}
+}
+
+// splitFields separates an object's hash fields into the compared content and the
+// fields written only at creation (id, timestamps, status and runtime extensions).
+func splitFields(obj any, initialOnly map[string]bool) (compare, initial []any) {
+	kv := model.HashFields(obj)
+	for i := 0; i < len(kv); i += 2 {
+		name := kv[i].(string)
+		if name == "id" {
+			continue
+		}
+		if initialOnly[name] {
+			initial = append(initial, kv[i], kv[i+1])
+		} else {
+			compare = append(compare, kv[i], kv[i+1])
+		}
+	}
+	return compare, initial
+}
+
+var timestampFields = map[string]bool{"created_at": true, "updated_at": true, "created_at_ms": true}
+
+func withFields(m map[string]bool, extra ...string) map[string]bool {
+	out := make(map[string]bool, len(m)+len(extra))
+	for k := range m {
+		out[k] = true
+	}
+	for _, k := range extra {
+		out[k] = true
+	}
+	return out
+}
+
+func stamp(created, updated *int64) {
+	now := time.Now().Unix()
+	*created, *updated = now, now
+}
+
+// ---- Actors (DB 0) ----
+
+// CreateActor stores an actor (id 0: the server assigns one).
+func (s *Store) CreateActor(ctx context.Context, a *model.Actor) (*model.Actor, bool, error) {
+	if err := a.Validate(); err != nil {
+		return nil, false, err
+	}
+	stamp(&a.CreatedAt, &a.UpdatedAt)
+	cmp, ini := splitFields(a, timestampFields)
+	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
+		return sc.Run(ctx, s.G(), k, args...).Result()
+	}, createSpec{object: "actor", prefix: "actor:", seq: keys.ActorSeq, index: keys.ActorIndex, id: a.ID, compare: cmp, initial: ini})
+	if err != nil {
+		return nil, false, err
+	}
+	out, err := s.LoadActor(ctx, res.id)
+	return out, res.created, err
+}
+
+// LoadActor reads actor:<id> from DB 0.
+func (s *Store) LoadActor(ctx context.Context, id uint32) (*model.Actor, error) {
+	h, err := s.G().HGetAll(ctx, keys.Actor(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("load actor %d: %w", id, err)
+	}
+	if len(h) == 0 {
+		return nil, notFound("actor %d", id)
+	}
+	var a model.Actor
+	if err := model.FromHash(keys.Actor(id), h, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// ---- Contexts ----
+
+// CreateContext stores context:<id> in the context's own DB and registers it in DB 0.
+func (s *Store) CreateContext(ctx context.Context, c *model.Context, actor string) (*model.Context, bool, error) {
+	if err := c.Validate(); err != nil {
+		return nil, false, err
+	}
+	db, err := s.Ctx(c.ID)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := db.probe(ctx); err != nil {
+		return nil, false, err
+	}
+	stamp(&c.CreatedAt, &c.UpdatedAt)
+	cmp, ini := splitFields(c, timestampFields)
+	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
+		return db.Eval(ctx, sc, k, args...)
+	}, createSpec{object: "context", prefix: "context:", id: c.ID, compare: cmp, initial: ini, eventType: "context.created", eventActor: actor, events: true})
+	if err != nil {
+		return nil, false, err
+	}
+	if err := s.G().ZAddNX(ctx, keys.Contexts, redis.Z{Score: float64(time.Now().UnixMilli()), Member: strconv.FormatUint(uint64(c.ID), 10)}).Err(); err != nil {
+		return nil, false, fmt.Errorf("register context %d: %w", c.ID, err)
+	}
+	if res.created {
+		s.G().Publish(ctx, keys.Control, "context:"+strconv.FormatUint(uint64(c.ID), 10))
+	}
+	out, err := s.LoadContext(ctx, c.ID)
+	return out, res.created, err
+}
+
+// probe checks that the DB can be selected (a server that did not report its
+// databases setting would otherwise fail late).
+func (d *DB) probe(ctx context.Context) error {
+	_, err := d.Pipelined(ctx, func(p redis.Pipeliner) error { p.Ping(ctx); return nil })
+	if err != nil {
+		return fmt.Errorf("context %d: redis at %s cannot select DB %d: %v", d.ContextID, d.srv.Name, d.n, err)
+	}
+	return nil
+}
+
+// LoadContext reads context:<id> from DB <id>.
+func (s *Store) LoadContext(ctx context.Context, id uint32) (*model.Context, error) {
+	db, err := s.Ctx(id)
+	if err != nil {
+		return nil, err
+	}
+	h, err := db.HGetAll(ctx, keys.Context(id))
+	if err != nil {
+		return nil, fmt.Errorf("load context %d: %w", id, err)
+	}
+	if len(h) == 0 {
+		return nil, notFound("context %d", id)
+	}
+	var c model.Context
+	if err := model.FromHash(keys.Context(id), h, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// UpdateContext rewrites a context's lists, retention and allowed sources.
+func (s *Store) UpdateContext(ctx context.Context, c *model.Context, actor string) (*model.Context, error) {
+	db, err := s.Ctx(c.ID)
+	if err != nil {
+		return nil, err
+	}
+	c.UpdatedAt = time.Now().Unix()
+	_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, keys.Context(c.ID), "retention_seconds", "allowed_sources")
+		fields := model.HashFields(c)
+		var keep []any
+		for i := 0; i < len(fields); i += 2 {
+			if fields[i] != "created_at" {
+				keep = append(keep, fields[i], fields[i+1])
+			}
+		}
+		p.HSet(ctx, keys.Context(c.ID), keep...)
+		AddEvent(ctx, p, &Event{Type: "context.updated", Actor: actor, Detail: fmt.Sprintf("context %d", c.ID)})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("update context %d: %w", c.ID, err)
+	}
+	return s.LoadContext(ctx, c.ID)
+}
+
+// ContextIDs returns every registered context id (the registry in DB 0).
+func (s *Store) ContextIDs(ctx context.Context) ([]uint32, error) {
+	vals, err := s.G().ZRange(ctx, keys.Contexts, 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list contexts: %w", err)
+	}
+	out := make([]uint32, 0, len(vals))
+	for _, v := range vals {
+		if n, err := strconv.ParseUint(v, 10, 32); err == nil && n > 0 {
+			out = append(out, uint32(n))
+		}
+	}
+	return out, nil
+}
+
+// ---- Runners ----
+
+// CreateRunner stores runner:<id> in a context.
+func (s *Store) CreateRunner(ctx context.Context, ctxID uint32, r *model.Runner, actor string) (*model.Runner, bool, error) {
+	if r.Topic == "" && r.ID != 0 {
+		r.Topic = "runner" + strconv.FormatUint(uint64(r.ID), 10)
+	}
+	if err := r.Validate(); err != nil {
+		return nil, false, err
+	}
+	db, err := s.Ctx(ctxID)
+	if err != nil {
+		return nil, false, err
+	}
+	stamp(&r.CreatedAt, &r.UpdatedAt)
+	declared := r.ScriptTypes
+	r.ScriptTypes = nil // announced below, so that coord:script_types counts them
+	cmp, ini := splitFields(r, withFields(timestampFields, "script_types"))
+	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
+		return db.Eval(ctx, sc, k, args...)
+	}, createSpec{object: "runner", prefix: "runner:", seq: keys.RunnerSeq, index: keys.RunnerIndex, id: r.ID, compare: cmp, initial: ini, eventType: "runner.created", eventActor: actor, events: true})
+	if err != nil {
+		return nil, false, err
+	}
+	if res.created {
+		if r.Topic == "" {
+			// Server-assigned id: the default topic follows it (seed: runner<id>).
+			_, _ = db.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.HSet(ctx, keys.Runner(res.id), "topic", "runner"+strconv.FormatUint(uint64(res.id), 10))
+				return nil
+			})
+		}
+		if len(declared) > 0 {
+			if err := db.AnnounceScriptTypes(ctx, res.id, declared); err != nil {
+				return nil, false, err
+			}
+		}
+		s.G().Publish(ctx, keys.Control, fmt.Sprintf("runner:%d:%d", ctxID, res.id))
+	}
+	out, err := s.LoadRunner(ctx, ctxID, res.id)
+	return out, res.created, err
+}
+
+// LoadRunner reads runner:<id> with its live processes.
+func (s *Store) LoadRunner(ctx context.Context, ctxID, id uint32) (*model.Runner, error) {
+	db, err := s.Ctx(ctxID)
+	if err != nil {
+		return nil, err
+	}
+	return db.LoadRunner(ctx, id)
+}
+
+// ProcessTTL is how long a runner process counts as alive after its last heartbeat.
+const ProcessTTL = 15 * time.Second
+
+// LoadRunner reads runner:<id> with its live processes.
+func (d *DB) LoadRunner(ctx context.Context, id uint32) (*model.Runner, error) {
+	var h *redis.MapStringStringCmd
+	var procs *redis.ZSliceCmd
+	minScore := strconv.FormatInt(time.Now().Add(-ProcessTTL).UnixMilli(), 10)
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		h = p.HGetAll(ctx, keys.Runner(id))
+		procs = p.ZRangeByScoreWithScores(ctx, keys.RunnerProcs(id), &redis.ZRangeBy{Min: minScore, Max: "+inf"})
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load runner %d: %w", id, err)
+	}
+	if len(h.Val()) == 0 {
+		return nil, notFound("runner %d in context %d", id, d.ContextID)
+	}
+	var r model.Runner
+	if err := model.FromHash(keys.Runner(id), h.Val(), &r); err != nil {
+		return nil, err
+	}
+	for _, z := range procs.Val() {
+		r.Processes = append(r.Processes, model.RunnerProcess{ID: fmt.Sprint(z.Member), LastHeartbeat: int64(z.Score)})
+	}
+	return &r, nil
+}
+
+// AnnounceScriptTypes records that a runner serves these script types.
+func (d *DB) AnnounceScriptTypes(ctx context.Context, runnerID uint32, types []model.ScriptType) error {
+	_, err := d.Eval(ctx, announceScript, []string{keys.Runner(runnerID), keys.ScriptTypes}, model.EncodeField(types), time.Now().Unix())
+	if err != nil {
+		return fmt.Errorf("announce script types of runner %d: %w", runnerID, err)
+	}
+	return nil
+}
+
+// announceScript merges script types into runner:<id>.script_types and counts each type
+// once per runner in coord:script_types.
+var announceScript = NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('ERR runner does not exist') end
+local have = redis.call('HGET', KEYS[1], 'script_types')
+local cur = {}
+if have and have ~= '' then
+  local ok, v = pcall(cjson.decode, have)
+  if ok and type(v) == 'table' then cur = v end
+end
+local set = {}
+for _, t in ipairs(cur) do set[t] = true end
+local changed = false
+for _, t in ipairs(cjson.decode(ARGV[1])) do
+  if not set[t] then
+    set[t] = true
+    cur[#cur + 1] = t
+    redis.call('HINCRBY', KEYS[2], t, 1)
+    changed = true
+  end
+end
+if changed then
+  redis.call('HSET', KEYS[1], 'script_types', cjson.encode(cur), 'updated_at', ARGV[2])
+end
+return changed and 1 or 0
+`)
+
+// ScriptTypeServed reports whether any runner of the context ever announced the type.
+func (d *DB) ScriptTypeServed(ctx context.Context, t model.ScriptType) (bool, error) {
+	var cmd *redis.StringCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.HGet(ctx, keys.ScriptTypes, string(t))
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	n, _ := strconv.Atoi(cmd.Val())
+	return n > 0, nil
+}
+
+// Heartbeat records that a runner process is alive.
+func (d *DB) Heartbeat(ctx context.Context, runnerID uint32, process string) error {
+	now := time.Now()
+	_, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, keys.RunnerProcs(runnerID), redis.Z{Score: float64(now.UnixMilli()), Member: process})
+		p.ZRemRangeByScore(ctx, keys.RunnerProcs(runnerID), "-inf", strconv.FormatInt(now.Add(-10*ProcessTTL).UnixMilli(), 10))
+		return nil
+	})
+	return err
+}
+
+// ---- Jobs ----
+
+var jobInitialOnly = withFields(timestampFields, "status", "result", "error", "exit_code", "attempt", "worker", "fatal", "stop_requested", "trace_id", "retry_after_ms", "dlq_at_ms", "done_attempt", "origin", "dep_results",
+	"started_at", "finished_at", "ready_at_ms", "dispatched_at_ms", "started_at_ms", "finished_at_ms", "flow_id")
+
+// CreateJob stores job:<caller_id>:<id> in its context with status dispatched.
+func (s *Store) CreateJob(ctx context.Context, j *model.Job, actor string) (*model.Job, bool, error) {
+	if err := j.Validate(); err != nil {
+		return nil, false, err
+	}
+	db, err := s.Ctx(j.ContextID)
+	if err != nil {
+		return nil, false, err
+	}
+	stamp(&j.CreatedAt, &j.UpdatedAt)
+	j.CreatedAtMs = time.Now().UnixMilli()
+	j.Status = model.JobDispatched
+	j.Result, j.Error, j.ExitCode, j.Attempt, j.Worker, j.Fatal, j.StopAsked = nil, "", 0, 0, "", false, false
+	cmp, ini := splitFields(j, jobInitialOnly)
+	caller := strconv.FormatUint(uint64(j.CallerID), 10)
+	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
+		return db.Eval(ctx, sc, k, args...)
+	}, createSpec{object: "job", prefix: "job:" + caller + ":", seq: keys.JobSeq(j.CallerID), index: keys.JobIndex, member: caller + ":", id: j.ID, compare: cmp, initial: ini, eventType: "job.created", eventActor: actor, events: true, statusIdx: keys.JobIndex})
+	if err != nil {
+		return nil, false, err
+	}
+	out, err := db.LoadJob(ctx, j.CallerID, res.id)
+	return out, res.created, err
+}
+
+// LoadJob reads job:<caller_id>:<id>.
+func (d *DB) LoadJob(ctx context.Context, callerID, id uint32) (*model.Job, error) {
+	h, err := d.HGetAll(ctx, keys.Job(callerID, id))
+	if err != nil {
+		return nil, fmt.Errorf("load job %d:%d: %w", callerID, id, err)
+	}
+	return d.JobFromHash(callerID, id, h)
+}
+
+// JobFromHash decodes a job hash read elsewhere (in a script's reply); an empty hash
+// is ErrNotFound.
+func (d *DB) JobFromHash(callerID, id uint32, h map[string]string) (*model.Job, error) {
+	if len(h) == 0 {
+		return nil, notFound("job %d of caller %d in context %d", id, callerID, d.ContextID)
+	}
+	var j model.Job
+	if err := model.FromHash(keys.Job(callerID, id), h, &j); err != nil {
+		return nil, err
+	}
+	if j.ContextID == 0 {
+		j.ContextID = d.ContextID
+	}
+	return &j, nil
+}
+
+// LoadJobs reads several jobs of one caller in one round trip; missing ones are errors.
+func (d *DB) LoadJobs(ctx context.Context, callerID uint32, ids []uint32) ([]*model.Job, error) {
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, keys.Job(callerID, id))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load jobs: %w", err)
+	}
+	out := make([]*model.Job, len(ids))
+	for i, c := range cmds {
+		if len(c.Val()) == 0 {
+			return nil, notFound("job %d of caller %d in context %d", ids[i], callerID, d.ContextID)
+		}
+		var j model.Job
+		if err := model.FromHash(keys.Job(callerID, ids[i]), c.Val(), &j); err != nil {
+			return nil, err
+		}
+		if j.ContextID == 0 {
+			j.ContextID = d.ContextID
+		}
+		out[i] = &j
+	}
+	return out, nil
+}
+
+// ---- Flows ----
+
+var flowInitialOnly = withFields(timestampFields, "status", "result", "error", "failed_job", "started_at", "finished_at", "started_at_ms", "finished_at_ms")
+
+// CreateFlow stores flow:<id> with status dispatched. The jobs must exist and belong
+// to the flow's caller.
+func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*model.Flow, bool, error) {
+	if err := f.Validate(); err != nil {
+		return nil, false, err
+	}
+	db, err := s.Ctx(f.ContextID)
+	if err != nil {
+		return nil, false, err
+	}
+	jobs, err := db.LoadJobs(ctx, f.CallerID, f.Jobs)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs %v", err)}
+		}
+		return nil, false, err
+	}
+	for _, j := range jobs {
+		if j.FlowID != 0 && j.FlowID != f.ID {
+			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs: job %d already belongs to flow %d", j.ID, j.FlowID)}
+		}
+	}
+	stamp(&f.CreatedAt, &f.UpdatedAt)
+	f.CreatedAtMs = time.Now().UnixMilli()
+	f.Status = model.FlowDispatched
+	f.Result, f.Error, f.FailedJob = nil, "", 0
+	cmp, ini := splitFields(f, flowInitialOnly)
+	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
+		return db.Eval(ctx, sc, k, args...)
+	}, createSpec{object: "flow", prefix: "flow:", seq: keys.FlowSeq, index: keys.FlowIndex, id: f.ID, compare: cmp, initial: ini, eventType: "flow.created", eventActor: actor, events: true, statusIdx: keys.FlowIndex})
+	if err != nil {
+		return nil, false, err
+	}
+	{
+		// The jobs learn their flow (for results, logs and retention); repeated on a
+		// retried create so that a crash in between heals.
+		if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, id := range f.Jobs {
+				p.HSet(ctx, keys.Job(f.CallerID, id), "flow_id", res.id)
+			}
+			return nil
+		}); err != nil {
+			return nil, false, err
+		}
+	}
+	out, err := db.LoadFlow(ctx, res.id)
+	return out, res.created, err
+}
+
+// LoadFlow reads flow:<id>; while the flow runs, its result map is read from the side
+// hash coord:flowres:<id>.
+func (d *DB) LoadFlow(ctx context.Context, id uint32) (*model.Flow, error) {
+	var h, res *redis.MapStringStringCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		h = p.HGetAll(ctx, keys.Flow(id))
+		res = p.HGetAll(ctx, keys.FlowResults(id))
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load flow %d: %w", id, err)
+	}
+	if len(h.Val()) == 0 {
+		return nil, notFound("flow %d in context %d", id, d.ContextID)
+	}
+	var f model.Flow
+	if err := model.FromHash(keys.Flow(id), h.Val(), &f); err != nil {
+		return nil, err
+	}
+	if len(res.Val()) > 0 && !f.Status.Terminal() {
+		f.Result = res.Val()
+	}
+	if f.ContextID == 0 {
+		f.ContextID = d.ContextID
+	}
+	return &f, nil
+}
+
+// LoadFlow reads a flow of a context.
+func (s *Store) LoadFlow(ctx context.Context, ctxID, id uint32) (*model.Flow, error) {
+	db, err := s.Ctx(ctxID)
+	if err != nil {
+		return nil, err
+	}
+	return db.LoadFlow(ctx, id)
+}
+
+// ---- Messages ----
+
+var messageInitialOnly = withFields(timestampFields, "status", "logs", "error", "transport_id", "transport_dst", "sent_at_ms", "acked_at_ms")
+
+// CreateMessage stores message:<caller_id>:<id>.
+func (d *DB) CreateMessage(ctx context.Context, m *model.Message, actor string) (*model.Message, bool, error) {
+	if err := m.Validate(); err != nil {
+		return nil, false, err
+	}
+	stamp(&m.CreatedAt, &m.UpdatedAt)
+	m.CreatedAtMs = time.Now().UnixMilli()
+	if m.Status == "" {
+		m.Status = model.MessageDispatched
+	}
+	cmp, ini := splitFields(m, messageInitialOnly)
+	caller := strconv.FormatUint(uint64(m.CallerID), 10)
+	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
+		return d.Eval(ctx, sc, k, args...)
+	}, createSpec{object: "message", prefix: "message:" + caller + ":", seq: keys.MessageSeq, index: keys.MessageIndex, member: caller + ":", id: m.ID, compare: cmp, initial: ini, eventType: "", eventActor: actor, events: true})
+	if err != nil {
+		return nil, false, err
+	}
+	out, err := d.LoadMessage(ctx, m.CallerID, res.id)
+	return out, res.created, err
+}
+
+// LoadMessage reads message:<caller_id>:<id>.
+func (d *DB) LoadMessage(ctx context.Context, callerID, id uint32) (*model.Message, error) {
+	return d.LoadMessageKey(ctx, keys.Message(callerID, id))
+}
+
+// LoadMessageKey reads a message by its key.
+func (d *DB) LoadMessageKey(ctx context.Context, key string) (*model.Message, error) {
+	h, err := d.HGetAll(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", key, err)
+	}
+	return d.MessageFromHash(key, h)
+}
+
+// MessageFromHash decodes a message hash read elsewhere (in a script's reply); an
+// empty hash is ErrNotFound.
+func (d *DB) MessageFromHash(key string, h map[string]string) (*model.Message, error) {
+	if len(h) == 0 {
+		return nil, notFound("%s in context %d", key, d.ContextID)
+	}
+	var m model.Message
+	if err := model.FromHash(key, h, &m); err != nil {
+		return nil, err
+	}
+	if m.ContextID == 0 {
+		m.ContextID = d.ContextID
+	}
+	return &m, nil
+}

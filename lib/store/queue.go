@@ -1,0 +1,342 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+)
+
+// Reliable queues. Producers LPUSH an item onto a list of a context's DB and, in the
+// same transaction, a token onto the queue's wake list in DB 0 (keys.WakeQueue).
+// Consumers block on the wake lists of every queue they serve with one BLPOP (one
+// connection for any number of contexts), then claim with a script that moves the item
+// from the queue's right end (FIFO) into the consumer's processing list and gives it a
+// lease in coord:leases. The consumer extends the lease while it works and acks the
+// item when done. A consumer that dies leaves its items in its processing list; when
+// their leases expire, RequeueExpired puts each back on its queue exactly once.
+
+// Claim is an item a consumer holds: in its processing list, under a lease. Each
+// claim has its own id, so that the same item claimed twice (a job queued again while
+// a first run of it ends) never shares a lease.
+type Claim struct {
+	Queue, Consumer, Item, ID string
+}
+
+// member is the claim's coord:leases member: "<consumer>\t<queue>\t<item>\t<id>".
+func (c *Claim) member() string {
+	return c.Consumer + "\t" + c.Queue + "\t" + c.Item + "\t" + c.ID
+}
+
+func newClaimID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Enqueue pushes an item onto a queue of this DB and a wake token in DB 0, atomically.
+func (d *DB) Enqueue(ctx context.Context, queue, item string) error {
+	_, err := d.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		EnqueueOn(ctx, p, d.ContextID, queue, item)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("enqueue on %s of context %d: %w", queue, d.ContextID, err)
+	}
+	return nil
+}
+
+// EnqueueOn queues the commands of Enqueue on a transaction of the context's DB. It
+// leaves the connection on DB 0, so it must be the last thing in the transaction or be
+// followed by another SELECT.
+func EnqueueOn(ctx context.Context, p redis.Pipeliner, ctxID uint32, queue, item string) {
+	p.LPush(ctx, queue, item)
+	p.Select(ctx, 0)
+	p.LPush(ctx, keys.WakeQueue(ctxID, queue), "1")
+	p.Select(ctx, int(ctxID))
+}
+
+// claimScript: KEYS queue, processing list, leases; ARGV consumer, queue name, expiry
+// ms, claim id.
+var claimScript = NewScript(`
+local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+if not item then return false end
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[4])
+return item
+`)
+
+// Claim moves the oldest item of a queue into the consumer's processing list under a
+// lease. It returns nil when the queue is empty.
+func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Duration) (*Claim, error) {
+	exp := time.Now().Add(lease).UnixMilli()
+	c := &Claim{Queue: queue, Consumer: consumer, ID: newClaimID()}
+	res, err := d.Eval(ctx, claimScript, []string{queue, keys.Processing(consumer), keys.Leases}, consumer, queue, exp, c.ID)
+	if err == redis.Nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim from %s of context %d: %w", queue, d.ContextID, err)
+	}
+	c.Item, _ = res.(string)
+	return c, nil
+}
+
+// claimMessageScript claims a message and reads what routing it needs, in one round
+// trip: KEYS queue, processing list, leases; ARGV consumer, queue name, expiry ms,
+// claim id. It returns false when the queue is empty, else {item, message hash, job
+// hash, script types hash}: for a job request the hash of the job it carries and the
+// coord:script_types counts, else empty lists.
+var claimMessageScript = NewScript(`
+local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+if not item then return false end
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[4])
+local m = redis.call('HGETALL', item)
+local jh, types = {}, {}
+if redis.call('HGET', item, 'kind') == 'job_request' then
+  local ok, jobs = pcall(cjson.decode, redis.call('HGET', item, 'job') or '')
+  if ok and type(jobs) == 'table' and type(jobs[1]) == 'table' then
+    local caller, id = tonumber(jobs[1].caller_id), tonumber(jobs[1].id)
+    if caller and id then
+      jh = redis.call('HGETALL', string.format('job:%d:%d', caller, id))
+      types = redis.call('HGETALL', 'coord:script_types')
+    end
+  end
+end
+return {item, m, jh, types}
+`)
+
+// ClaimedMessage is a claimed message with what routing it needs.
+type ClaimedMessage struct {
+	*Claim
+	Msg map[string]string // the message's hash; empty when the message is gone
+	// For a job request: the hash of the job it carries (empty when the job is gone)
+	// and the number of runners serving each script type (coord:script_types).
+	Job         map[string]string
+	ScriptTypes map[string]string
+}
+
+// ClaimMessage claims the oldest message of a queue (as Claim does) and reads the
+// message, and for a job request its job and the served script types, in the same
+// round trip. It returns nil when the queue is empty.
+func (d *DB) ClaimMessage(ctx context.Context, queue, consumer string, lease time.Duration) (*ClaimedMessage, error) {
+	exp := time.Now().Add(lease).UnixMilli()
+	c := &Claim{Queue: queue, Consumer: consumer, ID: newClaimID()}
+	res, err := d.Eval(ctx, claimMessageScript, []string{queue, keys.Processing(consumer), keys.Leases}, consumer, queue, exp, c.ID)
+	if err == redis.Nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim from %s of context %d: %w", queue, d.ContextID, err)
+	}
+	vals, _ := res.([]any)
+	if len(vals) != 4 {
+		return nil, fmt.Errorf("claim from %s of context %d: unexpected reply %v", queue, d.ContextID, res)
+	}
+	c.Item, _ = vals[0].(string)
+	return &ClaimedMessage{Claim: c, Msg: flatMap(vals[1]), Job: flatMap(vals[2]), ScriptTypes: flatMap(vals[3])}, nil
+}
+
+// flatMap reads a script's flat field/value list into a map.
+func flatMap(v any) map[string]string {
+	flat, _ := v.([]any)
+	h := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		val, _ := flat[i+1].(string)
+		h[k] = val
+	}
+	return h
+}
+
+// extendScript: KEYS leases; ARGV member, expiry ms. Returns 1 if the lease was held.
+var extendScript = NewScript(`
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+  return 1
+end
+return 0
+`)
+
+// ExtendLease pushes a held lease's expiry out; false means the lease was lost (the
+// item went back to its queue) and the consumer should stop working on it.
+func (d *DB) ExtendLease(ctx context.Context, c *Claim, lease time.Duration) (bool, error) {
+	res, err := d.Eval(ctx, extendScript, []string{keys.Leases}, c.member(), time.Now().Add(lease).UnixMilli())
+	if err != nil {
+		return false, fmt.Errorf("extend lease of %s: %w", c.Item, err)
+	}
+	n, _ := res.(int64)
+	return n == 1, nil
+}
+
+// AckOn queues the commands that release a claimed item on a pipeline of its DB.
+func AckOn(ctx context.Context, p redis.Pipeliner, c *Claim) {
+	p.LRem(ctx, keys.Processing(c.Consumer), 1, c.Item)
+	p.ZRem(ctx, keys.Leases, c.member())
+}
+
+// Ack releases a claimed item: it leaves the processing list and its lease ends.
+func (d *DB) Ack(ctx context.Context, c *Claim) error {
+	_, err := d.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		AckOn(ctx, p, c)
+		return nil
+	})
+	return err
+}
+
+// requeueScript: KEYS leases; ARGV now ms, limit, context id, consumer ("" = any).
+// With a consumer, every lease of that consumer is taken back at once, expired or not
+// (a restarted consumer hands back what its previous life held).
+// For each expired lease: if the item is still in the consumer's processing list, it
+// is removed from there and pushed back at the consuming end of its queue, with a wake
+// token in DB 0. The LREM makes the requeue happen at most once per claim.
+var requeueScript = NewScript(`
+local expired
+if ARGV[4] ~= '' then
+  expired = {}
+  local prefix = ARGV[4] .. '\t'
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    if string.sub(m, 1, #prefix) == prefix then expired[#expired + 1] = m end
+  end
+else
+  expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+end
+local moved = {}
+for _, m in ipairs(expired) do
+  redis.call('ZREM', KEYS[1], m)
+  local t1 = string.find(m, '\t', 1, true)
+  local t2 = t1 and string.find(m, '\t', t1 + 1, true)
+  if t2 then
+    local consumer = string.sub(m, 1, t1 - 1)
+    local queue = string.sub(m, t1 + 1, t2 - 1)
+    local item = string.sub(m, t2 + 1)
+    local t3 = string.find(item, '\t', 1, true)
+    if t3 then item = string.sub(item, 1, t3 - 1) end
+    if redis.call('LREM', 'coord:proc:' .. consumer, 1, item) == 1 then
+      redis.call('RPUSH', queue, item)
+      moved[#moved + 1] = queue
+      moved[#moved + 1] = item
+    end
+  end
+end
+if #moved > 0 then
+  redis.call('SELECT', 0)
+  for i = 1, #moved, 2 do
+    redis.call('LPUSH', 'coord:wake:' .. ARGV[3] .. ':' .. moved[i], '1')
+  end
+end
+return moved
+`)
+
+// Requeued is an item that went back to its queue after its lease expired.
+type Requeued struct {
+	Queue, Item string
+}
+
+// RequeueExpired returns items whose lease expired to their queues (each exactly once).
+func (d *DB) RequeueExpired(ctx context.Context, now time.Time, limit int) ([]Requeued, error) {
+	return d.requeue(ctx, now, limit, "")
+}
+
+// RequeueConsumer puts every item a consumer holds back on its queue, expired or not:
+// for a consumer that restarts under the same name.
+func (d *DB) RequeueConsumer(ctx context.Context, consumer string) ([]Requeued, error) {
+	return d.requeue(ctx, time.Now(), 0, consumer)
+}
+
+func (d *DB) requeue(ctx context.Context, now time.Time, limit int, consumer string) ([]Requeued, error) {
+	res, err := d.Eval(ctx, requeueScript, []string{keys.Leases}, now.UnixMilli(), limit, d.ContextID, consumer)
+	if err != nil {
+		return nil, fmt.Errorf("requeue leases of context %d: %w", d.ContextID, err)
+	}
+	vals, _ := res.([]any)
+	out := make([]Requeued, 0, len(vals)/2)
+	for i := 0; i+1 < len(vals); i += 2 {
+		q, _ := vals[i].(string)
+		it, _ := vals[i+1].(string)
+		out = append(out, Requeued{q, it})
+	}
+	return out, nil
+}
+
+// NextLeaseExpiry returns when the earliest lease of the DB expires (zero if none).
+func (d *DB) NextLeaseExpiry(ctx context.Context) (time.Time, error) {
+	var cmd *redis.ZSliceCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.ZRangeWithScores(ctx, keys.Leases, 0, 0)
+		return nil
+	}); err != nil {
+		return time.Time{}, err
+	}
+	if len(cmd.Val()) == 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(int64(cmd.Val()[0].Score)), nil
+}
+
+// QueueLen returns the length of a list in this DB.
+func (d *DB) QueueLen(ctx context.Context, queue string) (int64, error) {
+	var cmd *redis.IntCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.LLen(ctx, queue)
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	return cmd.Val(), nil
+}
+
+// WaitWake blocks until a token arrives on any of the wake lists (or timeout) and
+// returns the list it came from ("" on timeout). It takes one token.
+func (s *Store) WaitWake(ctx context.Context, timeout time.Duration, wakeKeys ...string) (key, token string, err error) {
+	res, err := s.G().BLPop(ctx, timeout, wakeKeys...).Result()
+	if err == redis.Nil {
+		return "", "", nil
+	}
+	if err != nil {
+		return "", "", err
+	}
+	return res[0], res[1], nil
+}
+
+// ParseWakeQueue splits a wake list name "coord:wake:<ctx>:<queue>".
+func ParseWakeQueue(k string) (ctxID uint32, queue string, ok bool) {
+	rest, found := strings.CutPrefix(k, "coord:wake:")
+	if !found {
+		return 0, "", false
+	}
+	c, q, found := strings.Cut(rest, ":")
+	if !found {
+		return 0, "", false
+	}
+	n, err := strconv.ParseUint(c, 10, 32)
+	if err != nil {
+		return 0, "", false
+	}
+	return uint32(n), q, true
+}
+
+// SweepLeases returns the items of expired leases in the contexts to their queues,
+// calling moved for each. The services run it on a ticker: a safety net for consumers
+// that died (live ones extend their leases).
+func (s *Store) SweepLeases(ctx context.Context, ctxIDs []uint32, now time.Time, moved func(ctxID uint32, r Requeued)) {
+	for _, id := range ctxIDs {
+		db, err := s.Ctx(id)
+		if err != nil {
+			continue
+		}
+		items, err := db.RequeueExpired(ctx, now, 1000)
+		if err != nil {
+			continue
+		}
+		for _, it := range items {
+			moved(id, it)
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+)
+
+// Remote execution (mycelium-gateway): what the router of each node keeps in Redis.
+
+// acceptInboundScript: ARGV ctx, dedup key ("" for none), dedup ttl s, caller, now_ms,
+// then the message's field/value pairs (without id). Stores an inbound message and
+// queues it on msg_in with a wake token, unless the dedup key says it came already.
+// Returns {1, message key} or {0, ""} for a duplicate.
+var acceptInboundScript = newLibScript(`
+local ctx, dedup, ttl, caller, now_ms = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+if dedup ~= '' then
+  if redis.call('SET', dedup, '1', 'NX', 'EX', ttl) == false then return {0, ''} end
+end
+local mk = store_message(caller, 6, now_ms)
+redis.call('LPUSH', 'msg_in', mk)
+redis.call('SELECT', 0)
+redis.call('LPUSH', 'coord:wake:msg_in', ctx)
+return {1, mk}
+`)
+
+// AcceptInbound stores a message from another node and queues it on msg_in. dedup
+// names the message across deliveries (the origin's key and message): a second
+// delivery within ttl changes nothing and reports duplicate.
+func (d *DB) AcceptInbound(ctx context.Context, m *model.Message, dedup string, ttl time.Duration) (msgKey string, duplicate bool, err error) {
+	now := time.Now()
+	m.ContextID = d.ContextID
+	m.ID = 0
+	m.CreatedAt, m.UpdatedAt, m.CreatedAtMs = now.Unix(), now.Unix(), now.UnixMilli()
+	if m.Status == "" {
+		m.Status = model.MessageDispatched
+	}
+	if ttl <= 0 {
+		ttl = 7 * 24 * time.Hour
+	}
+	args := []any{d.ContextID, dedup, int64(ttl.Seconds()), m.CallerID, now.UnixMilli()}
+	fields := model.HashFields(m)
+	for i := 0; i < len(fields); i += 2 {
+		if fields[i] == "id" {
+			continue
+		}
+		args = append(args, fields[i], fields[i+1])
+	}
+	res, err := d.Eval(ctx, acceptInboundScript, nil, args...)
+	if err != nil {
+		return "", false, fmt.Errorf("accept inbound message: %w", err)
+	}
+	vals := res.([]any)
+	if n, _ := vals[0].(int64); n == 0 {
+		return "", true, nil
+	}
+	mk, _ := vals[1].(string)
+	return mk, false, nil
+}
+
+// InboundKey is the dedup key of a message that came from another node.
+func InboundKey(sourcePK, originMsg string) string {
+	return "coord:inbound:" + sourcePK + ":" + originMsg
+}
+
+// materializeScript: ARGV caller, id, origin msg key, now_s, now_ms, then the job's
+// field/value pairs. Creates the job of a request from another node; a job of the
+// same origin is replaced (the origin retried it); a local job with that key is a
+// conflict. Returns 1, or 0 for a duplicate of the same request.
+var materializeScript = newLibScript(`
+local caller, id, origin_msg, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local jk = 'job:' .. caller .. ':' .. id
+local prev = redis.call('HGET', jk, 'origin')
+if redis.call('EXISTS', jk) == 1 then
+  if not prev then
+    return redis.error_reply('CONFLICT job key ' .. jk .. ' belongs to a local job of this context')
+  end
+  local ok, o = pcall(cjson.decode, prev)
+  if ok and o.msg_key == origin_msg then return 0 end
+  local st = redis.call('HGET', jk, 'status')
+  if st then redis.call('ZREM', 'coord:idx:jobs:' .. st, caller .. ':' .. id) end
+  redis.call('DEL', jk)
+end
+local fields = {}
+for i = 6, #ARGV, 2 do
+  fields[#fields + 1] = ARGV[i]
+  fields[#fields + 1] = ARGV[i + 1]
+end
+redis.call('HSET', jk, unpack(fields))
+redis.call('ZADD', 'coord:idx:jobs', now_ms, caller .. ':' .. id)
+local st = redis.call('HGET', jk, 'status')
+if st then redis.call('ZADD', 'coord:idx:jobs:' .. st, now_ms, caller .. ':' .. id) end
+event('job.created', 'router', now_ms, redis.call('HGET', jk, 'flow_id') or '0', id, caller, st, 'from node ' .. (cjson.decode(redis.call('HGET', jk, 'origin')).pk or '?'))
+return 1
+`)
+
+// MaterializeJob writes a job that another node sent, ready to queue.
+func (d *DB) MaterializeJob(ctx context.Context, j *model.Job) (created bool, err error) {
+	if j.Origin == nil {
+		return false, errors.New("materialize: the job has no origin")
+	}
+	now := time.Now()
+	j.ContextID = d.ContextID
+	j.Status = model.JobDispatched
+	j.CreatedAt, j.UpdatedAt, j.CreatedAtMs = now.Unix(), now.Unix(), now.UnixMilli()
+	j.Worker, j.Error, j.ExitCode, j.Result, j.StartedAt, j.FinishedAt, j.StartedAtMs, j.FinishedAtMs = "", "", 0, map[string]string{}, 0, 0, 0, 0
+	args := []any{j.CallerID, j.ID, j.Origin.MsgKey, now.Unix(), now.UnixMilli()}
+	args = append(args, model.HashFields(j)...)
+	res, err := d.Eval(ctx, materializeScript, nil, args...)
+	if err != nil {
+		return false, scriptErr(err, fmt.Sprintf("materialize job %d:%d", j.CallerID, j.ID))
+	}
+	n, _ := res.(int64)
+	return n == 1, nil
+}
+
+// applyRemoteResultScript: ARGV caller, id, attempt, status, then field/value pairs.
+// Writes the end of a job that ran on another node into the origin's job, once, and
+// only for the attempt the origin is waiting for.
+var applyRemoteResultScript = newLibScript(`
+local caller, id, attempt, st = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local jk = 'job:' .. caller .. ':' .. id
+local cur = redis.call('HGET', jk, 'status')
+if not cur or cur == 'finished' or cur == 'error' then return 0 end
+if (redis.call('HGET', jk, 'attempt') or '1') ~= attempt then return 0 end
+local fields = {}
+for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
+set_job(caller, id, st, unpack(fields))
+return 1
+`)
+
+// ApplyRemoteResult records, on the origin node, the end of a job that ran elsewhere.
+func (d *DB) ApplyRemoteResult(ctx context.Context, j *model.Job, worker string) (bool, error) {
+	res, _ := json.Marshal(j.Result)
+	if j.Result == nil {
+		res = []byte("{}")
+	}
+	args := []any{j.CallerID, j.ID, max(j.Attempt, 1), string(j.Status),
+		"result", string(res), "error", j.Error, "exit_code", j.ExitCode, "worker", worker,
+		"started_at", j.StartedAt, "finished_at", j.FinishedAt, "started_at_ms", j.StartedAtMs, "finished_at_ms", j.FinishedAtMs,
+		"updated_at", time.Now().Unix(), "fatal", boolArg(j.Fatal)}
+	n, err := d.Eval(ctx, applyRemoteResultScript, nil, args...)
+	if err != nil {
+		return false, fmt.Errorf("record remote result of job %d:%d: %w", j.CallerID, j.ID, err)
+	}
+	v, _ := n.(int64)
+	return v == 1, nil
+}
+
+// RemoteDue is a request message waiting for an acknowledgement or a result.
+type RemoteDue struct {
+	ContextID uint32
+	MsgKey    string
+}
+
+// AddRemoteDue schedules a check of a remote request at a time.
+func (s *Store) AddRemoteDue(ctx context.Context, ctxID uint32, msgKey string, at time.Time) error {
+	return s.G().ZAdd(ctx, keys.RemoteDue, redis.Z{Score: float64(at.UnixMilli()), Member: strconv.FormatUint(uint64(ctxID), 10) + "|" + msgKey}).Err()
+}
+
+// PopRemoteDue takes the checks that are due.
+func (s *Store) PopRemoteDue(ctx context.Context, now time.Time, limit int) ([]RemoteDue, error) {
+	res, err := popDueScript.Run(ctx, s.G(), []string{keys.RemoteDue}, now.UnixMilli(), limit).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	vals, _ := res.([]any)
+	out := make([]RemoteDue, 0, len(vals))
+	for _, v := range vals {
+		m, _ := v.(string)
+		c, k, ok := strings.Cut(m, "|")
+		if ok {
+			out = append(out, RemoteDue{ContextID: parseU32(c), MsgKey: k})
+		}
+	}
+	return out, nil
+}
+
+// NextRemoteDue returns when the next check is due (zero if none).
+func (s *Store) NextRemoteDue(ctx context.Context) (time.Time, error) {
+	z, err := s.G().ZRangeWithScores(ctx, keys.RemoteDue, 0, 0).Result()
+	if err != nil || len(z) == 0 {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(int64(z[0].Score)), nil
+}

@@ -1,0 +1,157 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+)
+
+// flowWith creates n independent sh jobs in one flow of context ctxID and starts it.
+func flowWith(t *testing.T, s *store.Store, db *store.DB, n int) (*model.Flow, []*model.Job) {
+	t.Helper()
+	ctx := context.Background()
+	var ids []uint32
+	for i := 0; i < n; i++ {
+		j, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := db.LoadJobs(ctx, 1, f.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, _, started, err := db.StartFlow(ctx, f, jobs, deps, "1")
+	if err != nil || !started || len(ready) != n {
+		t.Fatalf("start flow: ready %v started %v err %v", ready, started, err)
+	}
+	return f, jobs
+}
+
+func TestDispatchMany(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 6)
+	f, jobs := flowWith(t, s, db, 3)
+	res, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i, r := range res {
+		if r.JobID != jobs[i].ID || r.MsgKey == "" || r.Attempt != 1 || seen[r.MsgKey] {
+			t.Fatalf("dispatch %d: %+v", i, r)
+		}
+		seen[r.MsgKey] = true
+		m, err := db.LoadMessageKey(ctx, r.MsgKey)
+		if err != nil || m.Kind != model.KindJobRequest || len(m.Job) != 1 || m.Job[0].ID != jobs[i].ID || m.FlowID != f.ID {
+			t.Fatalf("message %s: %+v %v", r.MsgKey, m, err)
+		}
+		j, _ := db.LoadJob(ctx, 1, jobs[i].ID)
+		if j.Status != model.JobDispatched {
+			t.Fatalf("job %d status %s", j.ID, j.Status)
+		}
+	}
+	if n := srv.Client(t, 6).LLen(ctx, keys.MsgOut).Val(); n != 3 {
+		t.Fatalf("msg_out holds %d, want 3", n)
+	}
+	if n := srv.Client(t, 0).LLen(ctx, keys.WakeMsgOut).Val(); n != 3 {
+		t.Fatalf("wake tokens %d, want 3", n)
+	}
+	// A second dispatch of the same nodes does nothing and says why.
+	again, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range again {
+		if r.MsgKey != "" || r.Why != "dispatched" {
+			t.Fatalf("second dispatch: %+v", r)
+		}
+	}
+	if n := srv.Client(t, 6).LLen(ctx, keys.MsgOut).Val(); n != 3 {
+		t.Fatalf("msg_out holds %d after a repeated dispatch, want 3", n)
+	}
+}
+
+func TestClaimStart(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 7)
+	q := keys.Queue("sh")
+	if cl, _, _, err := db.ClaimStart(ctx, q, "w1", time.Minute, "0af7651916cd43dd8448eb211c80319c"); cl != nil || err != nil {
+		t.Fatalf("empty queue: %v %v", cl, err)
+	}
+	_, jobs := flowWith(t, s, db, 2)
+	for _, j := range jobs {
+		if err := db.Enqueue(ctx, q, keys.Job(1, j.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl, out, j, err := db.ClaimStart(ctx, q, "w1", time.Minute, "0af7651916cd43dd8448eb211c80319c")
+	if err != nil || cl == nil || out != store.StartRun || j == nil || j.ID != jobs[0].ID {
+		t.Fatalf("claim start: %v %v %+v %v", cl, out, j, err)
+	}
+	if j.Status != model.JobStarted || j.Worker != "w1" || j.StartedAtMs == 0 || j.ContextID != 7 || j.TraceID != "0af7651916cd43dd8448eb211c80319c" {
+		t.Fatalf("started job: %+v", j)
+	}
+	if ok, err := db.ExtendLease(ctx, cl, time.Minute); !ok || err != nil {
+		t.Fatalf("the claim holds no lease: %v %v", ok, err)
+	}
+	if got := srv.Client(t, 7).LRange(ctx, keys.Processing("w1"), 0, -1).Val(); len(got) != 1 || got[0] != cl.Item {
+		t.Fatalf("processing list: %v", got)
+	}
+	if err := db.AppendLog(ctx, 1, j.ID, []byte("0123456789"), 16); err != nil {
+		t.Fatal(err)
+	}
+	// The end's log note is appended within the log's cap.
+	if ok, err := db.FinishJob(ctx, cl, j, store.JobOutcome{Status: model.JobFinished, Log: []byte("header line\n"), LogMax: 16}); !ok || err != nil {
+		t.Fatalf("finish: %v %v", ok, err)
+	}
+	if b, _, _ := db.ReadLog(ctx, 1, j.ID, 0, 0); string(b) != "0123456789header\n[log truncated at 16 bytes]\n" {
+		t.Fatalf("log after the end: %q", b)
+	}
+	// The same (now finished) job queued again: acked, not run.
+	if err := db.Enqueue(ctx, q, keys.Job(1, jobs[0].ID)); err != nil {
+		t.Fatal(err)
+	}
+	cl, _, j, err = db.ClaimStart(ctx, q, "w1", time.Minute, "0af7651916cd43dd8448eb211c80319c") // the second job first (FIFO)
+	if err != nil || j == nil || j.ID != jobs[1].ID {
+		t.Fatalf("second job: %+v %v", j, err)
+	}
+	cl, out, j, err = db.ClaimStart(ctx, q, "w1", time.Minute, "0af7651916cd43dd8448eb211c80319c")
+	if err != nil || cl == nil || out != store.StartDone || j != nil {
+		t.Fatalf("duplicate of a finished job: %v %v %+v %v", cl, out, j, err)
+	}
+	if ok, _ := db.ExtendLease(ctx, cl, time.Minute); ok {
+		t.Fatal("a finished job's duplicate keeps its lease")
+	}
+	// A job that is gone, and an item that is no job key: both dropped, nothing held.
+	for _, item := range []string{keys.Job(1, 999), "not-a-job"} {
+		if err := db.Enqueue(ctx, q, item); err != nil {
+			t.Fatal(err)
+		}
+		cl, out, j, err := db.ClaimStart(ctx, q, "w2", time.Minute, "0af7651916cd43dd8448eb211c80319c")
+		if cl == nil || out != store.StartGone || j != nil {
+			t.Fatalf("%s: %v %v %+v %v", item, cl, out, j, err)
+		}
+		if (item == "not-a-job") != (err != nil) {
+			t.Fatalf("%s: error %v", item, err)
+		}
+	}
+	if n := srv.Client(t, 7).LLen(ctx, keys.Processing("w2")).Val(); n != 0 {
+		t.Fatalf("dropped items left in the processing list: %d", n)
+	}
+}

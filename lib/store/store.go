@@ -1,0 +1,414 @@
+// Package store is the coordinator's Redis layer: the placement of contexts on Redis
+// servers, connection pools, the CRUD of every object, the atomic transitions (Lua),
+// the reliable queues and the event stream. Every service reaches Redis through it.
+//
+// Connections: one Redis server has two pools, whatever the number of contexts. The
+// "fixed" pool stays on DB 0 (actors, registry, wake-up lists, blocking pops). The
+// "mux" pool serves every context: each use is a pipeline that starts with SELECT <db>
+// in the same round trip, so 10,000 contexts share one pool (docs/architecture.md
+// has the measurements).
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/config"
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+)
+
+// SchemaVersion is the layout version this code reads and writes (coord:schema_version).
+const SchemaVersion = "1"
+
+// Options configure Open.
+type Options struct {
+	URL            string // the primary server: DB 0 and every context not placed elsewhere
+	Placement      string // "1-1000=redis://a:6379,1001-2000=redis://b:6379"
+	PoolSize       int
+	ConnectTimeout time.Duration
+	Log            zerolog.Logger
+}
+
+// Store is the handle every service holds.
+type Store struct {
+	primary *Server
+	servers []*Server
+	rules   []rule
+	log     zerolog.Logger
+}
+
+type rule struct {
+	from, to uint32
+	srv      *Server
+}
+
+// Server is one Redis server with its two pools.
+type Server struct {
+	Name      string // the URL with the password hidden
+	fixed     *redis.Client
+	mux       *redis.Client
+	databases int // from CONFIG GET databases; 0 when the server does not say
+	probeOpt  *redis.Options
+}
+
+// ErrNotFound is returned when an object does not exist.
+var ErrNotFound = errors.New("not found")
+
+// NotFoundError names the missing object.
+type NotFoundError struct{ What string }
+
+func (e *NotFoundError) Error() string   { return e.What + " not found" }
+func (e *NotFoundError) Is(t error) bool { return t == ErrNotFound }
+
+func notFound(format string, a ...any) error { return &NotFoundError{What: fmt.Sprintf(format, a...)} }
+
+// ErrExists is returned when an object exists with other content.
+var ErrExists = errors.New("already exists")
+
+// ExistsError names the object and the first field that differs.
+type ExistsError struct {
+	What  string
+	Field string
+}
+
+func (e *ExistsError) Error() string {
+	if e.Field == "" {
+		return e.What + " already exists"
+	}
+	return fmt.Sprintf("%s already exists with a different %s", e.What, e.Field)
+}
+func (e *ExistsError) Is(t error) bool { return t == ErrExists }
+
+// Open connects to every server of the placement, checks each answers, and checks the
+// data layout version in DB 0.
+func Open(ctx context.Context, opt Options) (*Store, error) {
+	quietOnce.Do(func() { redis.SetLogger(redisLogger{opt.Log}) })
+	if opt.PoolSize <= 0 {
+		opt.PoolSize = 32
+	}
+	if opt.ConnectTimeout <= 0 {
+		opt.ConnectTimeout = 10 * time.Second
+	}
+	s := &Store{log: opt.Log}
+	byURL := map[string]*Server{}
+	get := func(u string) (*Server, error) {
+		if srv, ok := byURL[u]; ok {
+			return srv, nil
+		}
+		srv, err := newServer(u, opt.PoolSize)
+		if err != nil {
+			return nil, err
+		}
+		byURL[u] = srv
+		s.servers = append(s.servers, srv)
+		return srv, nil
+	}
+	var err error
+	if s.primary, err = get(opt.URL); err != nil {
+		return nil, err
+	}
+	if s.rules, err = parsePlacement(opt.Placement, get); err != nil {
+		s.Close()
+		return nil, err
+	}
+	for _, srv := range s.servers {
+		if err := srv.connect(ctx, opt.ConnectTimeout); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	if err := s.checkSchema(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func newServer(rawURL string, poolSize int) (*Server, error) {
+	name := config.RedactURL(rawURL)
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url %s: %v", name, err)
+	}
+	if u, perr := url.Parse(rawURL); perr == nil && strings.Trim(u.Path, "/") != "" && strings.Trim(u.Path, "/") != "0" {
+		return nil, fmt.Errorf("redis url %s: database must be 0 or absent (context N always lives in DB N)", name)
+	}
+	opt.DB = 0
+	opt.PoolSize = poolSize
+	opt.MinIdleConns = 0
+	opt.ConnMaxIdleTime = 5 * time.Minute
+	opt.DialerRetries = 2
+	fixed := redis.NewClient(opt)
+	mopt := *opt
+	mux := redis.NewClient(&mopt)
+	popt := *opt
+	popt.MaxRetries = -1 // the start-up probe reports the first error, not a retry's timeout
+	popt.DialerRetries = 1
+	popt.PoolSize = 1
+	return &Server{Name: name, fixed: fixed, mux: mux, probeOpt: &popt}, nil
+}
+
+func (srv *Server) connect(ctx context.Context, timeout time.Duration) error {
+	probe := redis.NewClient(srv.probeOpt)
+	defer func() { _ = probe.Close() }()
+	deadline := time.Now().Add(timeout)
+	var last error // the last error that says more than "deadline exceeded"
+	for {
+		remaining := time.Until(deadline)
+		if remaining < 500*time.Millisecond {
+			remaining = 500 * time.Millisecond
+		}
+		pctx, cancel := context.WithTimeout(ctx, remaining)
+		err := probe.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || last == nil {
+			last = err
+		}
+		if ctx.Err() != nil || isPermanent(err) || time.Now().Add(250*time.Millisecond).After(deadline) {
+			if errors.Is(last, context.DeadlineExceeded) {
+				return fmt.Errorf("redis at %s: no answer within %v", srv.Name, timeout)
+			}
+			return fmt.Errorf("redis at %s: %v", srv.Name, last)
+		}
+		t := time.NewTimer(250 * time.Millisecond) // back off between connection attempts
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("redis at %s: %v", srv.Name, ctx.Err())
+		case <-t.C:
+		}
+	}
+	if vals, err := srv.fixed.ConfigGet(ctx, "databases").Result(); err == nil {
+		if n, err := strconv.Atoi(vals["databases"]); err == nil {
+			srv.databases = n
+		}
+	}
+	return nil
+}
+
+func isPermanent(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "WRONGPASS") || strings.Contains(s, "NOAUTH") || strings.Contains(s, "NOPERM")
+}
+
+func parsePlacement(spec string, get func(string) (*Server, error)) ([]rule, error) {
+	var rules []rule
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, nil
+	}
+	for _, part := range strings.Split(spec, ",") {
+		rng, u, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return nil, fmt.Errorf("redis placement %q: want <from>-<to>=<redis url>", part)
+		}
+		a, b, ok := strings.Cut(rng, "-")
+		if !ok {
+			b = a
+		}
+		from, err1 := strconv.ParseUint(a, 10, 32)
+		to, err2 := strconv.ParseUint(b, 10, 32)
+		if err1 != nil || err2 != nil || from == 0 || to < from {
+			return nil, fmt.Errorf("redis placement %q: %q is not a context range like 1-1000", part, rng)
+		}
+		srv, err := get(u)
+		if err != nil {
+			return nil, fmt.Errorf("redis placement %q: %v", part, err)
+		}
+		for _, r := range rules {
+			if uint32(from) <= r.to && uint32(to) >= r.from {
+				return nil, fmt.Errorf("redis placement %q overlaps another range", part)
+			}
+		}
+		rules = append(rules, rule{uint32(from), uint32(to), srv})
+	}
+	return rules, nil
+}
+
+func (s *Store) checkSchema(ctx context.Context) error {
+	ok, err := s.primary.fixed.SetNX(ctx, keys.SchemaVersion, SchemaVersion, 0).Result()
+	if err != nil {
+		return fmt.Errorf("redis at %s: %v", s.primary.Name, err)
+	}
+	if ok {
+		return nil
+	}
+	v, err := s.primary.fixed.Get(ctx, keys.SchemaVersion).Result()
+	if err != nil {
+		return fmt.Errorf("redis at %s: %v", s.primary.Name, err)
+	}
+	if v != SchemaVersion {
+		return fmt.Errorf("redis at %s holds data layout version %s; this build reads version %s", s.primary.Name, v, SchemaVersion)
+	}
+	return nil
+}
+
+var quietOnce sync.Once
+
+// redisLogger sends go-redis's own messages (pool dial failures) to the service's log
+// at debug level; the store reports errors itself.
+type redisLogger struct{ log zerolog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug().Str("component", "go-redis").Msgf(format, v...)
+}
+
+// Close closes every pool.
+func (s *Store) Close() {
+	for _, srv := range s.servers {
+		_ = srv.fixed.Close()
+		_ = srv.mux.Close()
+	}
+}
+
+// Ping checks every server (readiness).
+func (s *Store) Ping(ctx context.Context) error {
+	for _, srv := range s.servers {
+		if err := srv.fixed.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("redis at %s: %v", srv.Name, err)
+		}
+	}
+	return nil
+}
+
+// G is DB 0 of the primary server (actors, registry, wake-up lists). Blocking
+// commands are fine on it.
+func (s *Store) G() *redis.Client { return s.primary.fixed }
+
+// ServerFor returns the server that holds a context.
+func (s *Store) ServerFor(ctxID uint32) *Server {
+	for _, r := range s.rules {
+		if ctxID >= r.from && ctxID <= r.to {
+			return r.srv
+		}
+	}
+	return s.primary
+}
+
+// Ctx returns the database of a context (it need not exist yet).
+func (s *Store) Ctx(ctxID uint32) (*DB, error) {
+	if ctxID == 0 {
+		return nil, &model.ValidationError{Object: "context", Field: "context_id", Msg: "context_id must be at least 1 (context 0 would share DB 0 with the actors)"}
+	}
+	srv := s.ServerFor(ctxID)
+	if srv.databases > 0 && int64(ctxID) >= int64(srv.databases) {
+		return nil, &model.ValidationError{Object: "context", Field: "context_id",
+			Msg: fmt.Sprintf("context_id %d is beyond the databases of redis at %s (databases %d: contexts 1-%d); raise its `databases` setting or place the context on another server", ctxID, srv.Name, srv.databases, srv.databases-1)}
+	}
+	return &DB{srv: srv, n: int(ctxID), ContextID: ctxID}, nil
+}
+
+// DB is one database: a context's, selected in front of every command.
+type DB struct {
+	srv       *Server
+	n         int
+	ContextID uint32
+}
+
+// Pipelined runs fn's commands in one round trip after SELECT. It returns the commands
+// (without the SELECT) and the first error that is not redis.Nil.
+func (d *DB) Pipelined(ctx context.Context, fn func(p redis.Pipeliner) error) ([]redis.Cmder, error) {
+	return d.exec(ctx, d.srv.mux.Pipeline(), fn)
+}
+
+// TxPipelined is Pipelined inside MULTI/EXEC: all or nothing, nothing in between.
+func (d *DB) TxPipelined(ctx context.Context, fn func(p redis.Pipeliner) error) ([]redis.Cmder, error) {
+	return d.exec(ctx, d.srv.mux.TxPipeline(), fn)
+}
+
+func (d *DB) exec(ctx context.Context, p redis.Pipeliner, fn func(p redis.Pipeliner) error) ([]redis.Cmder, error) {
+	p.Select(ctx, d.n)
+	if err := fn(p); err != nil {
+		p.Discard()
+		return nil, err
+	}
+	cmds, err := p.Exec(ctx)
+	if err != nil && !errors.Is(err, redis.Nil) && len(cmds) == 0 {
+		return nil, err
+	}
+	var first error
+	for _, c := range cmds {
+		if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) && first == nil {
+			first = e
+		}
+	}
+	// Drop the SELECT (and, in a transaction, MULTI/EXEC that go-redis keeps out).
+	out := cmds
+	for len(out) > 0 {
+		if n := out[0].Name(); n == "select" || n == "multi" {
+			out = out[1:]
+			continue
+		}
+		break
+	}
+	if len(out) > 0 && out[len(out)-1].Name() == "exec" {
+		out = out[:len(out)-1]
+	}
+	return out, first
+}
+
+// Eval runs a script in this database.
+func (d *DB) Eval(ctx context.Context, sc *Script, keys []string, args ...any) (any, error) {
+	var cmd *redis.Cmd
+	_, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.EvalSha(ctx, sc.sha, keys, args...)
+		return nil
+	})
+	if err != nil && isNoScript(err) {
+		_, err = d.Pipelined(ctx, func(p redis.Pipeliner) error {
+			cmd = p.Eval(ctx, sc.src, keys, args...)
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Result()
+}
+
+// HGetAll reads a hash.
+func (d *DB) HGetAll(ctx context.Context, key string) (map[string]string, error) {
+	var cmd *redis.MapStringStringCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.HGetAll(ctx, key)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
+}
+
+// Script is a Lua script run by SHA with a fallback to its source.
+type Script struct {
+	src, sha string
+}
+
+// NewScript prepares a script.
+func NewScript(src string) *Script {
+	rs := redis.NewScript(src)
+	return &Script{src: src, sha: rs.Hash()}
+}
+
+// Run runs a script on a client (DB 0).
+func (sc *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	r := c.EvalSha(ctx, sc.sha, keys, args...)
+	if err := r.Err(); err != nil && isNoScript(err) {
+		return c.Eval(ctx, sc.src, keys, args...)
+	}
+	return r
+}
+
+func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }

@@ -1,0 +1,723 @@
+package myceliumemu_test
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/mycelium"
+	"github.com/hero-coordinator/hero/lib/testutil/myceliumemu"
+)
+
+// env is a network plus a client per node.
+type env struct {
+	t   *testing.T
+	net *myceliumemu.Network
+	ctx context.Context
+	c   map[string]*mycelium.Client
+}
+
+func setup(t *testing.T, names ...string) *env {
+	t.Helper()
+	n := myceliumemu.NewForTest(t, names...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	e := &env{t: t, net: n, ctx: ctx, c: map[string]*mycelium.Client{}}
+	for _, name := range names {
+		e.c[name] = e.client(n.Node(name))
+	}
+	return e
+}
+
+func (e *env) client(nd *myceliumemu.Node) *mycelium.Client {
+	c, err := mycelium.New(mycelium.Config{BaseURL: nd.URL(), RequestTimeout: 5 * time.Second, LongPollGrace: 2 * time.Second})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+func (e *env) node(name string) *myceliumemu.Node { return e.net.Node(name) }
+
+// push sends payload from node `from` to node `to` by public key.
+func (e *env) push(from, to string, topic, payload string) string {
+	e.t.Helper()
+	var tp []byte
+	if topic != "" {
+		tp = []byte(topic)
+	}
+	res, err := e.c[from].Push(e.ctx, mycelium.ToPK(e.node(to).PK()), tp, []byte(payload), nil)
+	if err != nil {
+		e.t.Fatalf("push %s→%s: %v", from, to, err)
+	}
+	return res.ID
+}
+
+// pop pops on node `at` with the given topic filter and wait.
+func (e *env) pop(at, topic string, wait time.Duration) *mycelium.InboundMessage {
+	e.t.Helper()
+	var tp []byte
+	if topic != "" {
+		tp = []byte(topic)
+	}
+	m, err := e.c[at].Pop(e.ctx, tp, wait, false)
+	if err != nil {
+		e.t.Fatalf("pop at %s: %v", at, err)
+	}
+	return m
+}
+
+func (e *env) state(at, id string) string {
+	e.t.Helper()
+	st, err := e.c[at].Status(e.ctx, id)
+	if err != nil {
+		e.t.Fatalf("status %s at %s: %v", id, at, err)
+	}
+	return st.State.Name
+}
+
+func (e *env) waitStats(cond func(myceliumemu.Stats) bool) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	if err := e.net.WaitUntil(ctx, func() bool { return cond(e.net.Stats()) }); err != nil {
+		e.t.Fatalf("waiting: %v (stats %+v)", err, e.net.Stats())
+	}
+}
+
+func TestIdentities(t *testing.T) {
+	t.Parallel()
+	a1 := myceliumemu.DeriveIdentity("seed", "a")
+	if a1 != myceliumemu.DeriveIdentity("seed", "a") {
+		t.Fatal("not deterministic")
+	}
+	if a1.PK == myceliumemu.DeriveIdentity("seed", "b").PK || a1.PK == myceliumemu.DeriveIdentity("other", "a").PK {
+		t.Fatal("keys collide")
+	}
+	if _, err := hex.DecodeString(a1.PK); err != nil || len(a1.PK) != 64 {
+		t.Fatalf("pk %q", a1.PK)
+	}
+	if !netip.MustParsePrefix("400::/7").Contains(a1.IP) || !a1.Subnet.Contains(a1.IP) || a1.Subnet.Bits() != 64 {
+		t.Fatalf("ip %s subnet %s", a1.IP, a1.Subnet)
+	}
+	n := myceliumemu.NewNetwork(myceliumemu.Options{Seed: "seed"})
+	defer n.Close()
+	a, err := n.AddNode("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Identity() != a1 || a.PK() != a1.PK || a.IP() != a1.IP || a.Subnet() != a1.Subnet || a.Name() != "a" {
+		t.Fatalf("node identity %+v", a.Identity())
+	}
+	if _, err := n.AddNode("a"); err == nil {
+		t.Fatal("duplicate name accepted")
+	}
+	if n.Seed() != "seed" || len(n.Nodes()) != 1 || n.Node("zz") != nil {
+		t.Fatal("accessors")
+	}
+	if r1, r2 := myceliumemu.NewNetwork(myceliumemu.Options{}), myceliumemu.NewNetwork(myceliumemu.Options{}); r1.Seed() == r2.Seed() {
+		t.Fatal("random seeds repeat")
+	}
+}
+
+func TestPushPopSourceIsAuthenticated(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	a, b := e.node("a"), e.node("b")
+	id := e.push("a", "b", "hero.t.", "hello")
+	if s := e.state("a", id); s != mycelium.StateReceived {
+		t.Fatalf("state after delivery %s", s)
+	}
+	m := e.pop("b", "hero.t.", 0)
+	if m == nil {
+		t.Fatal("nothing delivered")
+	}
+	want := mycelium.InboundMessage{ID: id, SrcIP: a.IP().String(), SrcPK: a.PK(), DstIP: b.IP().String(),
+		DstPK: b.PK(), Topic: []byte("hero.t."), Payload: []byte("hello")}
+	if m.ID != want.ID || m.SrcIP != want.SrcIP || m.SrcPK != want.SrcPK || m.DstIP != want.DstIP ||
+		m.DstPK != want.DstPK || string(m.Topic) != "hero.t." || string(m.Payload) != "hello" {
+		t.Fatalf("got %+v want %+v", m, want)
+	}
+	if s := e.state("a", id); s != mycelium.StateRead {
+		t.Fatalf("state after pop %s", s)
+	}
+	if m := e.pop("b", "", 0); m != nil {
+		t.Fatalf("popped message still there: %+v", m)
+	}
+	// By address: any address in b's subnet reaches b, and dstIp is that address.
+	other := b.Subnet().Addr().Next().Next()
+	if _, err := e.c["a"].Push(e.ctx, mycelium.ToIP(other.String()), nil, []byte("by ip"), nil); err != nil {
+		t.Fatal(err)
+	}
+	m = e.pop("b", "", 0)
+	if m == nil || m.DstIP != other.String() || m.SrcPK != a.PK() || m.Topic != nil {
+		t.Fatalf("by ip: %+v", m)
+	}
+	// A node can message itself.
+	e.push("a", "a", "", "self")
+	if m := e.pop("a", "", 0); m == nil || m.SrcPK != a.PK() || m.DstPK != a.PK() {
+		t.Fatalf("self: %+v", m)
+	}
+	if st := e.net.Stats(); st.Sent != 3 || st.Delivered != 3 || st.Popped != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestPeekKeepsMessage(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	id := e.push("a", "b", "t", "x")
+	for range 2 {
+		m, err := e.c["b"].Pop(e.ctx, []byte("t"), 0, true)
+		if err != nil || m == nil || m.ID != id {
+			t.Fatalf("peek: %+v %v", m, err)
+		}
+	}
+	if e.node("b").InboxLen() != 1 {
+		t.Fatal("peek removed the message")
+	}
+	if m := e.pop("b", "t", 0); m == nil || m.ID != id {
+		t.Fatalf("pop after peek: %+v", m)
+	}
+}
+
+func TestTopicFilterMatchesByPrefix(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	e.push("a", "b", "hero.runner.1.", "r1")
+	e.push("a", "b", "hero.runner.10.", "r10")
+	e.push("a", "b", "other", "o")
+	e.push("a", "b", "", "none")
+
+	// "hero.runner.1" is a prefix of both runner topics: the API's filter
+	// takes either. This is why served topics must not prefix each other.
+	m := e.pop("b", "hero.runner.1", 0)
+	if m == nil || string(m.Payload) != "r1" {
+		t.Fatalf("prefix filter: %+v", m)
+	}
+	m = e.pop("b", "hero.runner.1", 0)
+	if m == nil || string(m.Payload) != "r10" {
+		t.Fatalf("prefix filter takes hero.runner.10. too: %+v", m)
+	}
+	e.push("a", "b", "hero.runner.10.", "r10b")
+	// A delimiter-terminated topic is not a prefix of another one.
+	if m := e.pop("b", "hero.runner.1.", 0); m != nil {
+		t.Fatalf("hero.runner.1. matched %q", m.Topic)
+	}
+	if m := e.pop("b", "hero.runner.10.", 0); m == nil || string(m.Payload) != "r10b" {
+		t.Fatalf("exact topic: %+v", m)
+	}
+	// No filter: oldest first, any topic.
+	if m := e.pop("b", "", 0); m == nil || string(m.Payload) != "o" {
+		t.Fatalf("no filter: %+v", m)
+	}
+	if m := e.pop("b", "", 0); m == nil || string(m.Payload) != "none" || m.Topic != nil {
+		t.Fatalf("no filter, no topic: %+v", m)
+	}
+}
+
+func TestTopicFilterExactMode(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	e.net.SetTopicMatch(myceliumemu.TopicMatchExact)
+	e.push("a", "b", "hero.runner.10.", "r10")
+	if m := e.pop("b", "hero.runner.1", 0); m != nil {
+		t.Fatalf("exact mode matched a prefix: %+v", m)
+	}
+	if m := e.pop("b", "hero.runner.10.", 0); m == nil {
+		t.Fatal("exact mode missed the topic")
+	}
+}
+
+func TestLongPoll(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	got := make(chan *mycelium.InboundMessage, 1)
+	go func() {
+		m, _ := e.c["b"].Pop(e.ctx, []byte("lp."), 10*time.Second, false)
+		got <- m
+	}()
+	e.waitStats(func(s myceliumemu.Stats) bool { return s.Polling == 1 }) // the poll is waiting
+	start := time.Now()
+	e.push("a", "b", "lp.", "late")
+	select {
+	case m := <-got:
+		if m == nil || string(m.Payload) != "late" {
+			t.Fatalf("long poll got %+v", m)
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("long poll did not wake on arrival")
+		}
+	case <-e.ctx.Done():
+		t.Fatal("long poll never returned")
+	}
+	// Nothing arrives: 204 after the timeout (whole seconds).
+	start = time.Now()
+	if m := e.pop("b", "lp.", time.Second); m != nil {
+		t.Fatalf("got %+v", m)
+	}
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Fatalf("returned after %v, before the timeout", d)
+	}
+}
+
+func TestPushAwaitsReply(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	type result struct {
+		r   *mycelium.PushResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d := 10 * time.Second
+		r, err := e.c["a"].Push(e.ctx, mycelium.ToPK(e.node("b").PK()), []byte("rpc."), []byte("ping"), &d)
+		done <- result{r, err}
+	}()
+	m := e.pop("b", "rpc.", 10*time.Second)
+	if m == nil {
+		t.Fatal("request not delivered")
+	}
+	if err := e.c["b"].ReplyTo(e.ctx, m, []byte("pong")); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	b := e.node("b")
+	if rep := r.r.Reply; rep == nil || rep.ID != m.ID || string(rep.Payload) != "pong" || rep.SrcPK != b.PK() ||
+		rep.DstPK != e.node("a").PK() || rep.Topic != nil {
+		t.Fatalf("reply %+v", r.r.Reply)
+	}
+	if e.node("a").InboxLen() != 0 {
+		t.Fatal("a reply handed to the waiting push also went to the inbox")
+	}
+	if s := e.state("b", m.ID); s != mycelium.StateReceived {
+		t.Fatalf("reply status at b: %s", s)
+	}
+}
+
+func TestReplyTimeoutThenLateReplyInInbox(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	d := time.Second
+	start := time.Now()
+	res, err := e.c["a"].Push(e.ctx, mycelium.ToPK(e.node("b").PK()), []byte("rpc."), []byte("ping"), &d)
+	if !errors.Is(err, mycelium.ErrReplyTimeout) || res == nil || res.ID == "" {
+		t.Fatalf("want 408 with id: %+v %v", res, err)
+	}
+	if time.Since(start) < 900*time.Millisecond {
+		t.Fatal("408 before the reply timeout")
+	}
+	m := e.pop("b", "rpc.", 0)
+	if m == nil || m.ID != res.ID {
+		t.Fatalf("request %+v", m)
+	}
+	if err := e.c["b"].ReplyTo(e.ctx, m, []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	// Replies carry no topic, so a topic filter does not see them.
+	if m := e.pop("a", "rpc.", 0); m != nil {
+		t.Fatalf("topic filter matched a reply: %+v", m)
+	}
+	rep := e.pop("a", "", 0)
+	if rep == nil || rep.ID != res.ID || string(rep.Payload) != "late" || rep.Topic != nil {
+		t.Fatalf("late reply %+v", rep)
+	}
+}
+
+func TestDelay(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	const delay = 300 * time.Millisecond
+	e.net.SetDelay(delay)
+	start := time.Now()
+	id := e.push("a", "b", "d.", "slow")
+	if m := e.pop("b", "d.", 0); m != nil {
+		t.Fatal("delivered before the delay")
+	}
+	if s := e.state("a", id); s != mycelium.StatePending {
+		t.Fatalf("state during delay %s", s)
+	}
+	m := e.pop("b", "d.", 5*time.Second)
+	if m == nil || m.ID != id {
+		t.Fatalf("delayed message %+v", m)
+	}
+	if el := time.Since(start); el < delay {
+		t.Fatalf("delivered after %v < %v", el, delay)
+	}
+	e.net.SetDelay(0)
+	e.push("a", "b", "d.", "fast")
+	if m := e.pop("b", "d.", 0); m == nil {
+		t.Fatal("delay 0 should deliver during the push")
+	}
+}
+
+func TestDropNextAndExpiry(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	e.net.SetSendWindow(200 * time.Millisecond)
+	e.net.DropNext(1)
+	lost := e.push("a", "b", "x.", "lost")
+	kept := e.push("a", "b", "x.", "kept")
+	if m := e.pop("b", "x.", 0); m == nil || m.ID != kept {
+		t.Fatalf("want only the second message, got %+v", m)
+	}
+	if m := e.pop("b", "x.", 0); m != nil {
+		t.Fatalf("dropped message arrived: %+v", m)
+	}
+	if s := e.state("a", lost); s != mycelium.StatePending {
+		t.Fatalf("dropped message state %s, want pending until the window ends", s)
+	}
+	e.waitStats(func(s myceliumemu.Stats) bool { return s.Expired == 1 })
+	if s := e.state("a", lost); s != mycelium.StateAborted {
+		t.Fatalf("after the window: %s", s)
+	}
+	if st := e.net.Stats(); st.Dropped != 1 || st.Delivered != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestDropRate(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	e.net.SetDropRate(1)
+	for range 5 {
+		e.push("a", "b", "", "x")
+	}
+	if n := e.node("b").InboxLen(); n != 0 {
+		t.Fatalf("%d delivered at drop rate 1", n)
+	}
+	e.net.SetDropRate(0)
+	e.push("a", "b", "", "y")
+	if st := e.net.Stats(); st.Dropped != 5 || st.Delivered != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// A fractional rate drops some and keeps some (fixed RandSeed: repeatable).
+	n := myceliumemu.NewNetwork(myceliumemu.Options{RandSeed: 7})
+	defer n.Close()
+	a, _ := n.AddNode("a")
+	c := e.client(a)
+	n.SetDropRate(0.5)
+	for range 40 {
+		if _, err := c.Push(e.ctx, mycelium.ToPK(a.PK()), nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := n.Stats(); st.Dropped == 0 || st.Delivered == 0 || st.Dropped+st.Delivered != 40 {
+		t.Fatalf("rate 0.5: %+v", st)
+	}
+}
+
+func TestDuplicate(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	e.net.Duplicate(1)
+	id := e.push("a", "b", "dup.", "once")
+	e.push("a", "b", "dup.", "next")
+	inbox := e.node("b").Inbox()
+	if len(inbox) != 3 || inbox[0].ID != id || inbox[1].ID != id || string(inbox[1].Payload) != "once" ||
+		inbox[2].ID == id {
+		t.Fatalf("inbox %+v", inbox)
+	}
+	for range 2 {
+		if m := e.pop("b", "dup.", 0); m == nil || m.ID != id {
+			t.Fatalf("duplicate copy %+v", m)
+		}
+	}
+	if st := e.net.Stats(); st.Duplicated != 1 || st.Delivered != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestPartitionHoldsUntilHeal(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b", "c")
+	e.net.Partition(e.node("a"), e.node("b"))
+	id := e.push("a", "b", "p.", "held")
+	back := e.push("b", "a", "p.", "held too")
+	e.push("c", "b", "p.", "from c")
+	if st := e.net.Stats(); st.Held != 2 {
+		t.Fatalf("held %d", st.Held)
+	}
+	if m := e.pop("b", "p.", 0); m == nil || m.SrcPK != e.node("c").PK() {
+		t.Fatalf("c→b should pass the a–b partition: %+v", m)
+	}
+	if m := e.pop("b", "p.", 0); m != nil {
+		t.Fatalf("partitioned message delivered: %+v", m)
+	}
+	if s := e.state("a", id); s != mycelium.StatePending {
+		t.Fatalf("held state %s", s)
+	}
+	got := make(chan *mycelium.InboundMessage, 1)
+	go func() {
+		m, _ := e.c["b"].Pop(e.ctx, []byte("p."), 10*time.Second, false)
+		got <- m
+	}()
+	e.waitStats(func(s myceliumemu.Stats) bool { return s.Polling == 1 })
+	e.net.Heal()
+	if m := <-got; m == nil || m.ID != id {
+		t.Fatalf("after heal %+v", m)
+	}
+	if m := e.pop("a", "p.", 0); m == nil || m.ID != back {
+		t.Fatalf("other direction after heal %+v", m)
+	}
+	if s := e.state("a", id); s != mycelium.StateRead {
+		t.Fatalf("state after heal and pop %s", s)
+	}
+	if st := e.net.Stats(); st.Held != 0 {
+		t.Fatalf("still held %d", st.Held)
+	}
+}
+
+func TestPartitionedMessageExpires(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	e.net.SetSendWindow(150 * time.Millisecond)
+	e.net.Partition(e.node("a"), e.node("b"))
+	id := e.push("a", "b", "p.", "too late")
+	e.waitStats(func(s myceliumemu.Stats) bool { return s.Expired == 1 && s.Held == 0 })
+	e.net.Heal()
+	if m := e.pop("b", "", 0); m != nil {
+		t.Fatalf("expired message delivered after heal: %+v", m)
+	}
+	if s := e.state("a", id); s != mycelium.StateAborted {
+		t.Fatalf("state %s", s)
+	}
+}
+
+func TestUnknownDestinationWaitsForNode(t *testing.T) {
+	t.Parallel()
+	n := myceliumemu.NewNetwork(myceliumemu.Options{Seed: "s"})
+	defer n.Close()
+	a, _ := n.AddNode("a")
+	e := &env{t: t, net: n, ctx: context.Background()}
+	c := e.client(a)
+	future := myceliumemu.DeriveIdentity("s", "late")
+	res, err := c.Push(context.Background(), mycelium.ToPK(future.PK), nil, []byte("early"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := n.Stats(); st.Held != 1 {
+		t.Fatalf("held %d", st.Held)
+	}
+	late, err := n.AddNode("late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := late.Inbox()
+	if len(inbox) != 1 || inbox[0].ID != res.ID || inbox[0].SrcPK != a.PK() {
+		t.Fatalf("inbox %+v", inbox)
+	}
+}
+
+func TestStopStartAPI(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	b := e.node("b")
+	url := b.URL()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.c["b"].Pop(e.ctx, []byte("s."), 10*time.Second, false)
+		errc <- err
+	}()
+	e.waitStats(func(s myceliumemu.Stats) bool { return s.Polling == 1 }) // the long poll is waiting
+	b.StopAPI()
+	if err := <-errc; err == nil {
+		t.Fatal("long poll survived StopAPI")
+	} else if re := (*mycelium.RequestError)(nil); !errors.As(err, &re) {
+		t.Fatalf("want a RequestError, got %T %v", err, err)
+	}
+	if _, err := e.c["b"].Info(e.ctx); err == nil {
+		t.Fatal("API answered while stopped")
+	}
+	if b.APIRunning() {
+		t.Fatal("APIRunning")
+	}
+	e.push("a", "b", "s.", "while down") // the node still receives
+	if err := b.StartAPI(); err != nil {
+		t.Fatal(err)
+	}
+	if b.URL() != url {
+		t.Fatalf("url changed %s → %s", url, b.URL())
+	}
+	if m := e.pop("b", "s.", 0); m == nil || string(m.Payload) != "while down" {
+		t.Fatalf("after restart of the API: %+v", m)
+	}
+	e.waitStats(func(s myceliumemu.Stats) bool { return s.Polling == 0 }) // the aborted poll is gone
+}
+
+func TestRestartLosesState(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	id := e.push("a", "b", "r.", "gone")
+	if err := e.c["b"].SetDefaultTopicAction(e.ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.node("b").Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if m := e.pop("b", "", 0); m != nil {
+		t.Fatalf("inbox survived restart: %+v", m)
+	}
+	if acc, err := e.c["b"].DefaultTopicAction(e.ctx); err != nil || !acc {
+		t.Fatalf("topic config survived restart: %v %v", acc, err)
+	}
+	if err := e.node("a").Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c["a"].Status(e.ctx, id); !errors.Is(err, mycelium.ErrNotFound) {
+		t.Fatalf("outbox survived restart: %v", err)
+	}
+}
+
+func TestTopicRules(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b", "c")
+	a, b, c := e.node("a"), e.node("b"), e.node("c")
+	cb := e.c["b"]
+	if err := cb.SetDefaultTopicAction(e.ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	id := e.push("a", "b", "open.", "refused")
+	if st := e.net.Stats(); st.Rejected != 1 || b.InboxLen() != 0 {
+		t.Fatalf("default reject: %+v", st)
+	}
+	if s := e.state("a", id); s != mycelium.StatePending {
+		t.Fatalf("refused message state %s", s)
+	}
+	topic := []byte("hero.gw.")
+	if err := cb.AddTopicSource(e.ctx, topic, a.Subnet().String()); err != nil {
+		t.Fatal(err)
+	}
+	e.push("a", "b", "hero.gw.", "allowed")
+	e.push("c", "b", "hero.gw.", "not allowed")
+	inbox := b.Inbox()
+	if len(inbox) != 1 || inbox[0].SrcPK != a.PK() {
+		t.Fatalf("whitelist: %+v", inbox)
+	}
+	// A whitelisted topic with no sources admits nobody, even with the
+	// default action accept.
+	if err := cb.SetDefaultTopicAction(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.AddTopic(e.ctx, []byte("closed.")); err != nil {
+		t.Fatal(err)
+	}
+	e.push("a", "b", "closed.", "x")
+	if b.InboxLen() != 1 {
+		t.Fatal("empty whitelist admitted a message")
+	}
+	// Replies bypass the rules.
+	if err := cb.SetDefaultTopicAction(e.ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	m := e.pop("b", "hero.gw.", 0)
+	if err := e.c["c"].SetDefaultTopicAction(e.ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Reply(e.ctx, m.ID, mycelium.ToPK(c.PK()), []byte("reply")); err != nil {
+		t.Fatal(err)
+	}
+	if c.InboxLen() != 1 {
+		t.Fatal("reply was filtered by topic rules")
+	}
+	// Single-address sources and removal.
+	if err := cb.AddTopicSource(e.ctx, topic, c.IP().String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.RemoveTopicSource(e.ctx, topic, a.Subnet().String()); err != nil {
+		t.Fatal(err)
+	}
+	src, err := cb.TopicSources(e.ctx, topic)
+	if err != nil || len(src) != 1 || src[0] != c.IP().String()+"/128" {
+		t.Fatalf("sources %v %v", src, err)
+	}
+	e.push("c", "b", "hero.gw.", "now allowed")
+	e.push("a", "b", "hero.gw.", "now refused")
+	if m := e.pop("b", "hero.gw.", 0); m == nil || m.SrcPK != c.PK() {
+		t.Fatalf("after source change %+v", m)
+	}
+	if m := e.pop("b", "hero.gw.", 0); m != nil {
+		t.Fatalf("removed source admitted: %+v", m)
+	}
+}
+
+func TestMalformedRequests(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a")
+	base := e.node("a").URL()
+	pk := e.node("a").PK()
+	for _, tc := range []struct {
+		method, path, ctype, body string
+		status                    int
+	}{
+		{"POST", "/api/v1/messages", "", `{"dst":{"pk":"` + pk + `"},"payload":""}`, 415},
+		{"POST", "/api/v1/messages", "application/json", `{"dst":`, 400},
+		{"POST", "/api/v1/messages", "application/json", `{"dst":{"pk":"` + pk + `"}}`, 422},
+		{"POST", "/api/v1/messages", "application/json", `{"dst":{"pk":"abc"},"payload":""}`, 422},
+		{"POST", "/api/v1/messages", "application/json", `{"dst":{"ip":"10.1.2.3"},"payload":""}`, 422},
+		{"POST", "/api/v1/messages", "application/json", `{"dst":{"pk":"` + pk + `"},"payload":"!"}`, 422},
+		{"POST", "/api/v1/messages", "application/json", `{"dst":{"pk":"` + pk + `"},"payload":"","extra":1}`, 422},
+		{"POST", "/api/v1/messages", "application/json",
+			`{"dst":{"pk":"` + pk + `"},"topic":"` + strings.Repeat("QUFB", 86) + `","payload":""}`, 400}, // 258 bytes
+		{"POST", "/api/v1/messages?reply_timeout=-1", "application/json", `{"dst":{"pk":"` + pk + `"},"payload":""}`, 400},
+		{"GET", "/api/v1/messages?timeout=x", "", "", 400},
+		{"GET", "/api/v1/messages?peek=1", "", "", 400},
+		{"GET", "/api/v1/messages?topic=%21", "", "", 400},
+		{"GET", "/api/v1/messages/status/xyz", "", "", 400},
+		{"POST", "/api/v1/messages/reply/0123", "application/json", `{"dst":{"pk":"` + pk + `"},"payload":""}`, 400},
+		{"GET", "/api/v1/pubkey/not-an-ip", "", "", 400},
+		{"PUT", "/api/v1/messages/topics/default", "application/json", `{}`, 422},
+		{"POST", "/api/v1/messages/topics", "application/json", `"!!"`, 400},
+		{"GET", "/api/v1/nope", "", "", 404},
+		{"DELETE", "/api/v1/messages", "", "", 405},
+	} {
+		req, _ := http.NewRequestWithContext(e.ctx, tc.method, base+tc.path, strings.NewReader(tc.body))
+		if tc.ctype != "" {
+			req.Header.Set("Content-Type", tc.ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s %s %s: %d %q, want %d", tc.method, tc.path, tc.body, resp.StatusCode, b, tc.status)
+		}
+	}
+	if st := e.net.Stats(); st.Sent != 0 {
+		t.Fatalf("a malformed push was sent: %+v", st)
+	}
+}
+
+func TestCloseEndsEverything(t *testing.T) {
+	t.Parallel()
+	n := myceliumemu.NewNetwork(myceliumemu.Options{})
+	a, _ := n.AddNode("a")
+	n.SetDelay(time.Hour) // a pending timer that Close must stop
+	e := &env{t: t, net: n, ctx: context.Background()}
+	c := e.client(a)
+	if _, err := c.Push(context.Background(), mycelium.ToPK(a.PK()), nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	n.Close()
+	if _, err := c.Info(context.Background()); err == nil {
+		t.Fatal("API up after Close")
+	}
+	if _, err := n.AddNode("b"); err == nil {
+		t.Fatal("AddNode after Close")
+	}
+	if err := a.StartAPI(); err == nil {
+		t.Fatal("StartAPI after Close")
+	}
+}

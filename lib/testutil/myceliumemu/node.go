@@ -1,0 +1,271 @@
+package myceliumemu
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Transmission states reported by getMessageInfo. The emulator moves a
+// message from pending to received (delivered) to read (popped or peeked by
+// the receiver), or from pending to aborted (send window over). It never
+// reports the "sending" object: messages are not chunked.
+const (
+	statePending  = "pending"
+	stateReceived = "received"
+	stateRead     = "read"
+	stateAborted  = "aborted"
+)
+
+// Message is a message in a node's inbox, as a test sees it.
+type Message struct {
+	ID      string
+	SrcIP   netip.Addr
+	SrcPK   string
+	DstIP   netip.Addr
+	DstPK   string
+	Topic   []byte // nil when the message has none (replies never have one)
+	Payload []byte
+	Reply   bool // it answers the earlier message with the same ID
+}
+
+type inMsg struct {
+	Message
+	out *outMsg // the sender's record, to mark it read
+}
+
+// Node is one emulated Mycelium node: an identity, an inbox, an outbox of
+// sent-message records, topic rules, and an HTTP API on its own port.
+type Node struct {
+	net  *Network
+	id   Identity
+	addr string // listen address; after the first start, the bound one
+
+	// Guarded by net.mu.
+	inbox   []*inMsg
+	outbox  map[string]*outMsg
+	waiters map[string]chan Message // pushes waiting for a reply, by message id
+	topics  topicConfig
+	started time.Time
+
+	apiMu  sync.Mutex
+	srv    *http.Server
+	cancel context.CancelFunc // ends the current API generation's requests
+	url    string
+}
+
+func newNode(n *Network, id Identity, addr string) *Node {
+	return &Node{net: n, id: id, addr: addr, outbox: map[string]*outMsg{},
+		waiters: map[string]chan Message{}, topics: newTopicConfig(), started: time.Now()}
+}
+
+// Name returns the node's name.
+func (nd *Node) Name() string { return nd.id.Name }
+
+// Identity returns the node's name, public key, address and subnet.
+func (nd *Node) Identity() Identity { return nd.id }
+
+// PK returns the node's public key (64 hex characters).
+func (nd *Node) PK() string { return nd.id.PK }
+
+// IP returns the node's overlay address.
+func (nd *Node) IP() netip.Addr { return nd.id.IP }
+
+// Subnet returns the node's /64 overlay subnet.
+func (nd *Node) Subnet() netip.Prefix { return nd.id.Subnet }
+
+// URL returns the base URL of the node's API, e.g. "http://127.0.0.1:40123".
+// It stays the same across StopAPI/StartAPI.
+func (nd *Node) URL() string {
+	nd.apiMu.Lock()
+	defer nd.apiMu.Unlock()
+	return nd.url
+}
+
+// StartAPI serves the node's HTTP API (again) on its address. Starting a
+// running API does nothing.
+func (nd *Node) StartAPI() error {
+	nd.apiMu.Lock()
+	defer nd.apiMu.Unlock()
+	if nd.srv != nil {
+		return nil
+	}
+	nd.net.mu.Lock()
+	closed := nd.net.closed
+	nd.net.mu.Unlock()
+	if closed {
+		return errors.New("myceliumemu: network closed")
+	}
+	ln, err := net.Listen("tcp", nd.addr)
+	if err != nil {
+		return err
+	}
+	nd.addr = ln.Addr().String()
+	nd.url = "http://" + nd.addr
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := &http.Server{
+		Handler:           nd.handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	nd.srv, nd.cancel = srv, cancel
+	go srv.Serve(ln)
+	return nil
+}
+
+// StopAPI closes the node's HTTP API: the listener and every open
+// connection, including long polls in progress (their clients see the
+// connection drop). The node stays on the network: messages sent to it are
+// still delivered to its inbox, as when only a Mycelium daemon's API is
+// unreachable. StartAPI brings the API back on the same port.
+func (nd *Node) StopAPI() {
+	nd.apiMu.Lock()
+	defer nd.apiMu.Unlock()
+	if nd.srv == nil {
+		return
+	}
+	nd.cancel()
+	nd.srv.Close()
+	nd.srv, nd.cancel = nil, nil
+}
+
+// APIRunning reports whether the HTTP API is being served.
+func (nd *Node) APIRunning() bool {
+	nd.apiMu.Lock()
+	defer nd.apiMu.Unlock()
+	return nd.srv != nil
+}
+
+// Restart emulates a restart of the Mycelium process: the API goes down, the
+// inbox, the outbox records, waiting pushes and topic configuration are lost
+// (a node keeps them in memory only), messages this node had not delivered
+// yet are abandoned, and the API comes back on the same port with a new start
+// time. The identity is kept (it comes from the node's key file).
+func (nd *Node) Restart() error {
+	nd.StopAPI()
+	n := nd.net
+	n.mu.Lock()
+	nd.inbox = nil
+	nd.outbox = map[string]*outMsg{}
+	nd.waiters = map[string]chan Message{}
+	nd.topics = newTopicConfig()
+	nd.started = time.Now()
+	kept := n.held[:0]
+	for _, e := range n.held {
+		if e.src == nd {
+			e.held, e.done = false, true
+			continue
+		}
+		kept = append(kept, e)
+	}
+	n.held = kept
+	n.notifyLocked()
+	n.mu.Unlock()
+	return nd.StartAPI()
+}
+
+// Inbox returns a copy of the messages waiting in the node's inbox, oldest
+// first.
+func (nd *Node) Inbox() []Message {
+	nd.net.mu.Lock()
+	defer nd.net.mu.Unlock()
+	out := make([]Message, len(nd.inbox))
+	for i, m := range nd.inbox {
+		out[i] = m.Message
+		out[i].Topic = clone(m.Topic)
+		out[i].Payload = clone(m.Payload)
+	}
+	return out
+}
+
+// InboxLen returns the number of messages in the node's inbox.
+func (nd *Node) InboxLen() int {
+	nd.net.mu.Lock()
+	defer nd.net.mu.Unlock()
+	return len(nd.inbox)
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
+// receiveLocked takes one copy of e: a reply goes to the push waiting for it
+// if there is one, anything else to the inbox.
+func (nd *Node) receiveLocked(e *envelope) {
+	n := nd.net
+	n.stats.Delivered++
+	m := Message{ID: e.id, SrcIP: e.src.id.IP, SrcPK: e.src.id.PK, DstIP: e.dstIP, DstPK: nd.id.PK,
+		Topic: clone(e.topic), Payload: clone(e.payload), Reply: e.reply}
+	if len(m.Topic) == 0 {
+		m.Topic = nil
+	}
+	if e.reply {
+		if ch, ok := nd.waiters[e.id]; ok {
+			delete(nd.waiters, e.id)
+			ch <- m // buffered, and only ever sent once
+			return
+		}
+	}
+	nd.inbox = append(nd.inbox, &inMsg{Message: m, out: e.out})
+}
+
+// takeLocked returns the oldest inbox message matching filter (nil: any),
+// removing it unless peek.
+func (nd *Node) takeLocked(filter []byte, peek bool) (Message, bool) {
+	n := nd.net
+	for i, m := range nd.inbox {
+		if filter != nil && !n.matchTopicLocked(m.Topic, filter) {
+			continue
+		}
+		if !peek {
+			nd.inbox = append(nd.inbox[:i], nd.inbox[i+1:]...)
+			n.stats.Popped++
+		}
+		if m.out != nil && (m.out.state == stateReceived || m.out.state == statePending) {
+			m.out.state = stateRead
+		}
+		n.notifyLocked()
+		return m.Message, true
+	}
+	return Message{}, false
+}
+
+// push records and sends a new message (or a reply, with replyTo set) from
+// this node.
+func (nd *Node) push(dstIP netip.Addr, topic, payload []byte, replyTo string, waiter chan Message) string {
+	n := nd.net
+	now := time.Now()
+	n.mu.Lock()
+	id := replyTo
+	for id == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		if id = hex.EncodeToString(b[:]); nd.outbox[id] != nil {
+			id = ""
+		}
+	}
+	for k, o := range nd.outbox { // forget records well past their deadline
+		if now.Sub(o.deadline) > n.window {
+			delete(nd.outbox, k)
+		}
+	}
+	out := &outMsg{dst: dstIP, state: statePending, created: now, deadline: now.Add(n.window), size: len(payload)}
+	nd.outbox[id] = out
+	if waiter != nil {
+		nd.waiters[id] = waiter
+	}
+	e := &envelope{id: id, src: nd, dstIP: dstIP, topic: clone(topic), payload: clone(payload),
+		reply: replyTo != "", deadline: out.deadline, out: out}
+	n.mu.Unlock()
+	n.send(e)
+	return id
+}

@@ -1,0 +1,226 @@
+// Package redistest starts a real redis-server (Debian's package) on a free port in a
+// temporary directory, for tests. One server per test binary is the usual pattern:
+//
+//	var srv *redistest.Server
+//	func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+//
+// Tests then call srv.Flush(t) (every DB) at their start.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Databases is the number of databases test servers have (contexts 1..63).
+const Databases = 64
+
+// Server is a running redis-server.
+type Server struct {
+	Addr string
+	URL  string
+	Dir  string
+	cmd  *exec.Cmd
+	done chan error
+	args []string
+}
+
+// Options tweak the server.
+type Options struct {
+	Password  string   // requirepass
+	Databases int      // default Databases
+	ExtraArgs []string // more redis-server arguments
+}
+
+// Start starts a server for one test (stopped by t.Cleanup).
+func Start(t testing.TB, opt ...Options) *Server {
+	t.Helper()
+	s, err := StartServer(opt...)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Main starts a server, runs the package's tests and stops the server.
+func Main(m *testing.M, srv **Server, opt ...Options) int {
+	s, err := StartServer(opt...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	*srv = s
+	defer s.Stop()
+	return m.Run()
+}
+
+// StartServer starts a server; the caller stops it.
+func StartServer(opt ...Options) (*Server, error) {
+	var o Options
+	if len(opt) > 0 {
+		o = opt[0]
+	}
+	if o.Databases == 0 {
+		o.Databases = Databases
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New("redis-server not found on PATH: install it (apt-get install redis-server) or run `make deps`")
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, err
+	}
+	var last error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir}
+		s.args = []string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "no", "--databases", strconv.Itoa(o.Databases),
+			"--daemonize", "no", "--loglevel", "notice", "--logfile", "",
+		}
+		if o.Password != "" {
+			s.args = append(s.args, "--requirepass", o.Password)
+			s.URL = fmt.Sprintf("redis://:%s@%s/0", o.Password, s.Addr)
+		} else {
+			s.URL = "redis://" + s.Addr + "/0"
+		}
+		s.args = append(s.args, o.ExtraArgs...)
+		if last = s.start(bin); last == nil {
+			return s, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, fmt.Errorf("start redis-server: %v", last)
+}
+
+func (s *Server) start(bin string) error {
+	s.cmd = exec.Command(bin, s.args...)
+	out, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	s.cmd.Stdout = pw
+	s.done = make(chan error, 1)
+	err = s.cmd.Start()
+	_ = pw.Close()
+	if err != nil {
+		_ = out.Close()
+		return err
+	}
+	ready := make(chan struct{})
+	logf, _ := os.Create(filepath.Join(s.Dir, "redis.log"))
+	go func() {
+		// Wait for the server's own "Ready to accept connections" line: the event
+		// that says it listens. The rest of its output goes to redis.log.
+		sc := bufio.NewScanner(out)
+		signalled := false
+		for sc.Scan() {
+			line := sc.Text()
+			if logf != nil {
+				_, _ = logf.WriteString(line + "\n")
+			}
+			if !signalled && strings.Contains(line, "Ready to accept connections") {
+				signalled = true
+				close(ready)
+			}
+		}
+		if logf != nil {
+			_ = logf.Close()
+		}
+		_ = out.Close()
+	}()
+	go func() { s.done <- s.cmd.Wait() }()
+	select {
+	case <-ready:
+		return nil
+	case err := <-s.done:
+		s.done <- err
+		return fmt.Errorf("redis-server exited: %v: %s", err, s.logTail())
+	case <-time.After(15 * time.Second):
+		_ = s.cmd.Process.Kill()
+		return fmt.Errorf("redis-server on %s did not become ready within 15s: %s", s.Addr, s.logTail())
+	}
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, "; ")
+}
+
+// Stop kills the server and removes its directory.
+func (s *Server) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	_ = os.RemoveAll(s.Dir)
+}
+
+// Client returns a client on a DB, closed at the end of the test.
+func (s *Server) Client(t testing.TB, db int) *redis.Client {
+	opt, err := redis.ParseURL(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.DB = db
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Flush empties every database.
+func (s *Server) Flush(t testing.TB) {
+	t.Helper()
+	opt, _ := redis.ParseURL(s.URL)
+	c := redis.NewClient(opt)
+	defer func() { _ = c.Close() }()
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatalf("flush redis: %v", err)
+	}
+}
+
+// Keys returns every key of a DB, found with SCAN (never KEYS).
+func (s *Server) Keys(t testing.TB, db int) []string {
+	t.Helper()
+	c := s.Client(t, db)
+	var out []string
+	iter := c.Scan(context.Background(), 0, "*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		out = append(out, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

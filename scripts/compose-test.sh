@@ -1,0 +1,384 @@
+#!/usr/bin/env bash
+# End-to-end test of docker-compose.yml (make compose-test). It runs the compose file as it
+# is, under its own project name, and removes everything it made at the end (also on failure,
+# after printing the services' logs):
+#
+#   1. scripts/offline-images.sh (base images without a registry; as root only),
+#      `docker compose build --build-arg GOPROXY=off`, `docker compose up -d --wait`
+#   2. heroctl on the host: actor 1, context 1, runner 1; examples/diamond.yaml finishes
+#      with the expected results; heroctl inside a container works too
+#   3. a flow whose middle job sleeps: while it runs, `docker compose kill runner` and
+#      `docker compose start runner`; the restarted runner (same worker id) takes its job
+#      back at once (well before the 30 s lease) and the flow finishes, every job once
+#   4. a failing flow (error, one retry), API errors, context 100 (databases > 16)
+#   5. `docker compose restart redis`: flows, jobs and results are all still there (AOF),
+#      and a new flow runs
+#   6. Prometheus: every target up, job/flow metrics show the flows above, `promtool check
+#      metrics` on every service's /metrics, every query of the Grafana dashboard returns data
+#   7. `docker compose down -v`
+#
+# Environment:
+#   COMPOSE_PROJECT_NAME   default hero-compose-test (not the `hero` of a user's stack)
+#   HERO_RUNNER_BASE       default hero-runtime-python:bookworm (made by offline-images.sh);
+#                          set debian:bookworm-slim to test the apt path of the Dockerfile
+#   COMPOSE_TEST_BUILD_ARGS  default "--build-arg GOPROXY=off" (proves the build is offline);
+#                          set it empty where the golang image is the official one
+#   COMPOSE_TEST_OFFLINE_IMAGES  1 (default) runs scripts/offline-images.sh; 0 skips it
+#   COMPOSE_TEST_KEEP=1    leave the stack running at the end (for debugging)
+#   HERO_HTTP_PORT, HERO_GRPC_PORT, HERO_PROMETHEUS_PORT  host ports; when unset and the
+#                          default (9652, 9653, 9090) is taken, a free one is used
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-hero-compose-test}
+export HERO_RUNNER_BASE=${HERO_RUNNER_BASE:-hero-runtime-python:bookworm}
+export HERO_ADMIN_SECRET=${HERO_ADMIN_SECRET:-compose-test-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')}
+BUILD_ARGS=${COMPOSE_TEST_BUILD_ARGS---build-arg GOPROXY=off}
+SERVICES=(supervisor-daemon scheduler router runner mycelium-gateway)
+declare -A ADMIN=([supervisor-daemon]=9660 [scheduler]=9661 [router]=9662 [runner]=9663 [mycelium-gateway]=9664)
+
+START=$(date +%s)
+WORK=$(mktemp -d)
+DC=(docker compose -f "$ROOT/docker-compose.yml")
+STACK_UP=
+
+step() { printf '\n=== %s (%ss)\n' "$*" "$(( $(date +%s) - START ))"; }
+say() { printf '  %s\n' "$*"; }
+fail() { printf '\ncompose-test: FAIL: %s\n' "$*" >&2; exit 1; }
+
+cleanup() {
+  local rc=$?
+  set +e
+  if [ "$rc" != 0 ] && [ -n "$STACK_UP" ]; then
+    echo; echo "=== compose-test failed (exit $rc): state and logs of the stack"
+    "${DC[@]}" ps -a
+    for s in redis mycelium "${SERVICES[@]}" prometheus; do
+      echo "--- logs: $s (last 150 lines)"
+      "${DC[@]}" logs --no-color --no-log-prefix --tail 150 "$s" 2>&1
+    done
+  fi
+  if [ "${COMPOSE_TEST_KEEP:-0}" = 1 ]; then
+    echo "compose-test: COMPOSE_TEST_KEEP=1: the stack $COMPOSE_PROJECT_NAME is still running; remove it with:"
+    echo "  COMPOSE_PROJECT_NAME=$COMPOSE_PROJECT_NAME docker compose down -v"
+  elif [ -n "$STACK_UP" ]; then
+    echo; echo "=== docker compose down -v"
+    "${DC[@]}" down -v --remove-orphans --timeout 20 2>&1 | tail -n 3
+  fi
+  rm -rf "$WORK"
+  if [ "$rc" = 0 ]; then
+    printf '\ncompose-test: PASS in %ss\n' "$(( $(date +%s) - START ))"
+  else
+    printf '\ncompose-test: FAILED after %ss\n' "$(( $(date +%s) - START ))" >&2
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# wait_for SECONDS DESCRIPTION CMD...: runs CMD until it succeeds or the time is up.
+wait_for() {
+  local secs=$1 what=$2; shift 2
+  local end=$(( $(date +%s) + secs ))
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$end" ] || fail "timed out after ${secs}s: $what"
+    sleep 0.5
+  done
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# healthy SERVICE: its container's healthcheck says healthy.
+healthy() { [ "$(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{end}}' "$("${DC[@]}" ps -q "$1")")" = healthy ]; }
+all_healthy() { local s; for s in redis mycelium "${SERVICES[@]}" prometheus; do healthy "$s" || return 1; done; }
+
+# pick_port VAR DEFAULT: keeps VAR when set; otherwise DEFAULT, or a free port near it.
+pick_port() {
+  local var=$1 p=$2
+  if [ -n "${!var:-}" ]; then
+    port_busy "${!var}" && fail "$var=${!var}: that port is in use"
+    return 0
+  fi
+  local try
+  for try in "$p" $(( p + 10000 )) $(( p + 20000 )) $(( p + 30000 )); do
+    if ! port_busy "$try"; then
+      [ "$try" = "$p" ] || say "port $p is in use (another stack?): using $try ($var)"
+      export "$var=$try"
+      return 0
+    fi
+  done
+  fail "no free port for $var near $p"
+}
+
+# ---------------------------------------------------------------- preflight
+step "preflight"
+command -v docker >/dev/null || fail "docker is not installed"
+docker compose version >/dev/null 2>&1 || fail "the docker compose v2 plugin is missing (scripts/offline-images.sh builds it)"
+for tool in jq curl; do
+  if ! command -v "$tool" >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      say "installing $tool (apt-get)"
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
+    else
+      fail "$tool is missing: apt-get install $tool"
+    fi
+  fi
+done
+if [ ! -x bin/heroctl ]; then
+  say "bin/heroctl is missing: make build"
+  make -s build >/dev/null
+fi
+pick_port HERO_HTTP_PORT 9652
+pick_port HERO_GRPC_PORT 9653
+pick_port HERO_PROMETHEUS_PORT 9090
+PROM=http://127.0.0.1:$HERO_PROMETHEUS_PORT
+export HERO_ADDR=127.0.0.1:$HERO_GRPC_PORT
+unset HERO_ACTOR HERO_CONTEXT HERO_OUTPUT
+say "project $COMPOSE_PROJECT_NAME; JSON-RPC :$HERO_HTTP_PORT, gRPC :$HERO_GRPC_PORT, Prometheus :$HERO_PROMETHEUS_PORT; runner base $HERO_RUNNER_BASE"
+"${DC[@]}" config -q
+"${DC[@]}" --profile observability config -q
+jq -e '.panels | length > 0' deploy/grafana/dashboards/hero.json >/dev/null || fail "deploy/grafana/dashboards/hero.json is not a dashboard"
+docker compose version
+
+if [ "${COMPOSE_TEST_OFFLINE_IMAGES:-1}" = 1 ]; then
+  step "scripts/offline-images.sh"
+  if [ "$(id -u)" = 0 ]; then
+    scripts/offline-images.sh
+  else
+    say "not root: skipped (the base images must already be there, or a registry reachable)"
+  fi
+fi
+
+# ---------------------------------------------------------------- build and start
+step "docker compose build $BUILD_ARGS"
+STACK_UP=1
+"${DC[@]}" down -v --remove-orphans --timeout 5 >/dev/null 2>&1 || true # leftovers of an interrupted run
+# shellcheck disable=SC2086 # BUILD_ARGS is a list of arguments
+"${DC[@]}" build $BUILD_ARGS
+
+step "docker compose up -d --wait"
+"${DC[@]}" up -d --wait --wait-timeout 180
+"${DC[@]}" ps
+
+step "Redis: AOF on, 1024 databases"
+[ "$("${DC[@]}" exec -T redis redis-cli CONFIG GET appendonly | tail -n 1)" = yes ] || fail "Redis runs without appendonly"
+[ "$("${DC[@]}" exec -T redis redis-cli CONFIG GET databases | tail -n 1)" = 1024 ] || fail "Redis does not have 1024 databases"
+say "appendonly yes, databases 1024"
+
+hc() { bin/heroctl "$@"; }
+hj() { bin/heroctl -o json "$@"; }
+
+step "heroctl (host, $HERO_ADDR): actor 1, context 1, runner 1"
+hc actor create --id 1 >/dev/null
+hc context create 1 --admins 1 >/dev/null
+export HERO_ACTOR=1 HERO_CONTEXT=1
+hc runner create 1
+# heroctl in a service image, with the operator secret of the container's environment
+"${DC[@]}" exec -T supervisor-daemon heroctl -o json actor get 1 | jq -e '.id == 1' >/dev/null \
+  || fail "docker compose exec supervisor-daemon heroctl actor get 1 failed"
+say "docker compose exec supervisor-daemon heroctl works"
+
+# flow_submit FILE: starts the flow of FILE and prints its id; the job ids go to $WORK/jobs.<flow>.
+flow_submit() {
+  local out
+  out=$(hj flow submit "$1") || fail "flow submit $1"
+  jq -r '.jobs | join(" ")' <<<"$out" > "$WORK/jobs.$(jq -r .id <<<"$out")"
+  jq -r .id <<<"$out"
+}
+flow_watch() { # FLOW [SECONDS]: returns heroctl flow watch's exit code
+  local rc=0
+  timeout "${2:-120}" bin/heroctl flow watch "$1" > "$WORK/watch.$1" 2>&1 || rc=$?
+  sed 's/^/    /' "$WORK/watch.$1" | tail -n 8
+  return "$rc"
+}
+job_status() { hj job get "$1" | jq -r .status; }
+job_is() { [ "$(job_status "$1")" = "$2" ]; } # JOB STATUS
+rpc() { # METHOD PARAMS: prints the response
+  curl -fsS "http://127.0.0.1:$HERO_HTTP_PORT/" -H 'X-Hero-Actor: 1' \
+    -d '{"jsonrpc":"2.0","id":1,"method":"'"$1"'","params":'"$2"'}'
+}
+
+step "examples/diamond.yaml"
+DIAMOND=$(flow_submit examples/diamond.yaml)
+flow_watch "$DIAMOND" || fail "flow $DIAMOND (diamond) did not finish"
+hj flow get "$DIAMOND" > "$WORK/diamond.json"
+jq -e '.status == "finished" and .result["4.TOTAL"] == "483"' "$WORK/diamond.json" >/dev/null \
+  || fail "flow $DIAMOND: $(jq -c '{status, result}' "$WORK/diamond.json")"
+rpc flow.load '{"context_id":1,"id":'"$DIAMOND"'}' | jq -e '.result.result["4.TOTAL"] == "483"' >/dev/null \
+  || fail "JSON-RPC flow.load $DIAMOND: no 4.TOTAL"
+say "flow $DIAMOND finished: 4.TOTAL=483 (heroctl and JSON-RPC on :$HERO_HTTP_PORT)"
+
+# prom_query EXPR: the instant query's data.result (JSON), or nothing.
+prom_query() { curl -fsS --max-time 5 -G "$PROM/api/v1/query" --data-urlencode "query=$1" | jq -c '.data.result'; }
+# prom_at_least EXPR N: the query has one sample >= N.
+prom_at_least() { prom_query "$1" | jq -e --argjson n "$2" 'length > 0 and (.[0].value[1] | tonumber) >= $n' >/dev/null; }
+wait_for 60 "Prometheus shows the diamond's jobs: sum(hero_jobs_finished_total) >= 4" \
+  prom_at_least 'sum(hero_jobs_finished_total)' 4
+say "Prometheus: sum(hero_jobs_finished_total) >= 4"
+
+step "runner killed and started while a job runs"
+cat > "$WORK/sleeper.yaml" <<'EOF'
+# three jobs; the middle one sleeps 8 s: the runner is killed while it runs
+jobs:
+  - {name: first, type: sh, script: 'echo "STEP=1" >> "$HERO_RESULT_FILE"'}
+  - {name: sleeper, type: sh, depends: [first], script: 'echo sleeping; sleep 8; echo "SLEPT=8" >> "$HERO_RESULT_FILE"'}
+  - {name: last, type: python, depends: [sleeper], script: 'print("after the sleeper")'}
+EOF
+SLEEPY=$(flow_submit "$WORK/sleeper.yaml")
+read -r J_FIRST J_SLEEPER J_LAST < "$WORK/jobs.$SLEEPY"
+wait_for 60 "job $J_SLEEPER (sleeper) started" job_is "$J_SLEEPER" started
+sleep 1
+"${DC[@]}" kill runner
+[ "$(docker inspect -f '{{.State.Running}}' "$("${DC[@]}" ps -aq runner)")" = false ] || fail "the runner still runs after docker compose kill"
+[ "$(job_status "$J_SLEEPER")" = started ] || fail "job $J_SLEEPER is $(job_status "$J_SLEEPER") after the kill: it should still be started"
+say "runner killed while job $J_SLEEPER ran"
+restart_ms=$(date +%s%3N)
+"${DC[@]}" start runner
+wait_for 60 "runner healthy again" healthy runner
+flow_watch "$SLEEPY" 90 || fail "flow $SLEEPY did not finish after the runner restart"
+hj events --flow "$SLEEPY" | jq -s '.' > "$WORK/events.json"
+for j in $J_FIRST $J_SLEEPER $J_LAST; do
+  [ "$(job_status "$j")" = finished ] || fail "job $j is $(job_status "$j")"
+  n=$(jq --argjson j "$j" '[.[] | select(.job_id == $j and .type == "job.finished")] | length' "$WORK/events.json")
+  [ "$n" = 1 ] || fail "job $j has $n job.finished events (want 1)"
+done
+starts=$(jq --argjson j "$J_SLEEPER" '[.[] | select(.job_id == $j and .type == "job.started")] | length' "$WORK/events.json")
+[ "$starts" -ge 2 ] || fail "job $J_SLEEPER was started $starts time(s): the kill did not interrupt it"
+restarted_ms=$(jq -r --argjson j "$J_SLEEPER" '[.[] | select(.job_id == $j and .type == "job.started")] | last | .time_ms' "$WORK/events.json")
+takeover=$(( restarted_ms - restart_ms ))
+[ "$takeover" -lt 20000 ] || fail "the restarted runner took ${takeover} ms to run job $J_SLEEPER again (lease expiry, not takeover?)"
+"${DC[@]}" logs --no-color --no-log-prefix runner > "$WORK/runner.log" 2>&1
+grep -q 'took back jobs held before a restart' "$WORK/runner.log" \
+  || fail "the runner's log does not say that it took back its jobs"
+hj flow get "$SLEEPY" | jq -e '.status == "finished" and .result["'"$J_SLEEPER"'.SLEPT"] == "8"' >/dev/null \
+  || fail "flow $SLEEPY has not the sleeper's result"
+say "flow $SLEEPY finished; every job finished once; job $J_SLEEPER ran again ${takeover} ms after docker compose start"
+
+step "a failing flow, context 100"
+cat > "$WORK/failing.yaml" <<'EOF'
+jobs:
+  - {name: ok, type: sh, script: 'echo fine'}
+  - {name: broken, type: sh, depends: [ok], retries: 1, script: 'echo "failing on purpose" >&2; exit 3'}
+EOF
+FAILING=$(flow_submit "$WORK/failing.yaml")
+rc=0; flow_watch "$FAILING" || rc=$?
+[ "$rc" = 1 ] || fail "heroctl flow watch of the failing flow $FAILING exited $rc (want 1)"
+hj flow get "$FAILING" | jq -e '.status == "error"' >/dev/null || fail "flow $FAILING is not in error"
+say "flow $FAILING ended in error (after one retry), heroctl flow watch exited 1"
+hc context create 100 --admins 1 >/dev/null
+hc --context 100 runner create 1 >/dev/null
+out=$(timeout 60 bin/heroctl --context 100 job run --type python --script 'print(6*7)') || fail "job run in context 100"
+[ "$(tr -d '[:space:]' <<<"$out")" = 42 ] || fail "job in context 100 printed '$out'"
+say "context 100 (Redis database 100) runs jobs"
+
+step "docker compose restart redis: everything is still there"
+snapshot() { # the flows, jobs and results of context 1, one line each
+  hj flow list | jq -S -c '.flows | sort_by(.id) | .[] | {flow: .id, status, jobs, result, error}'
+  local f j ids
+  for f in "$DIAMOND" "$SLEEPY" "$FAILING"; do
+    read -ra ids < "$WORK/jobs.$f"
+    for j in "${ids[@]}"; do hj job get "$j" | jq -S -c '{job: .id, status, result, exit_code, attempt, error}'; done
+  done
+}
+snapshot > "$WORK/before.json"
+"${DC[@]}" restart redis
+wait_for 60 "redis healthy again" healthy redis
+wait_for 60 "flow list answers after the Redis restart" bin/heroctl flow list
+snapshot > "$WORK/after.json"
+if ! diff -u "$WORK/before.json" "$WORK/after.json"; then fail "flows/jobs/results changed across the Redis restart"; fi
+say "$(grep -c '"flow":' "$WORK/after.json") flows and $(grep -c '"job":' "$WORK/after.json") jobs (status, results) identical after the restart"
+grep -q '^aof_enabled:1' <<<"$("${DC[@]}" exec -T redis redis-cli INFO persistence)" || fail "AOF is off after the restart"
+wait_for 60 "all services healthy after the Redis restart" all_healthy
+CHAIN=$(flow_submit examples/chain.yaml)
+flow_watch "$CHAIN" 60 || fail "flow $CHAIN (examples/chain.yaml) after the Redis restart did not finish"
+say "flow $CHAIN (examples/chain.yaml) finished after the Redis restart"
+
+# API calls, also failing ones, just before Prometheus is read: the dashboard's rates look at
+# the last minute (hero_api_* counts JSON-RPC calls; flow.load was called before, so that its
+# series exist and the rate sees these calls).
+step "JSON-RPC API on :$HERO_HTTP_PORT, API errors"
+for f in "$DIAMOND" "$SLEEPY" "$FAILING" "$CHAIN"; do
+  rpc flow.load '{"context_id":1,"id":'"$f"'}' | jq -e '.result.id == '"$f"'' >/dev/null || fail "JSON-RPC flow.load $f"
+done
+rpc job.load '{"context_id":1,"caller_id":1,"id":1}' | jq -e '.result.status == "finished"' >/dev/null || fail "JSON-RPC job.load 1"
+rpc flow.load '{"context_id":1,"id":999999}' | jq -e '.error.code == -32004' >/dev/null \
+  || fail "JSON-RPC flow.load of a missing flow did not answer -32004"
+hj job get 999999 >/dev/null 2>&1 && fail "heroctl job get 999999 should fail"
+say "flow.load, job.load answer; a missing flow is -32004 (JSON-RPC) and NotFound (gRPC)"
+
+for s in redis mycelium "${SERVICES[@]}" prometheus; do
+  n=$(docker inspect -f '{{.RestartCount}}' "$("${DC[@]}" ps -aq "$s")")
+  [ "$n" = 0 ] || say "WARNING: $s was restarted $n time(s) by its restart policy (crashed?)"
+done
+
+step "Prometheus: targets and job metrics"
+targets=$(curl -fsS "$PROM/api/v1/targets")
+for s in "${SERVICES[@]}" prometheus; do
+  h=$(jq -r --arg j "$s" '[.data.activeTargets[] | select(.labels.job == $j) | .health] | join(",")' <<<"$targets")
+  [ "$h" = up ] || fail "Prometheus target $s: health '${h:-missing}' $(jq -c --arg j "$s" '.data.activeTargets[] | select(.labels.job == $j) | .lastError' <<<"$targets")"
+done
+say "every target up: ${SERVICES[*]} prometheus"
+check_metric() { # EXPR N: waits (scrapes are 5 s apart) until EXPR >= N
+  local end=$(( $(date +%s) + 60 ))
+  until prom_at_least "$1" "$2"; do
+    [ "$(date +%s)" -lt "$end" ] || fail "Prometheus: $1 is $(prom_query "$1" | jq -r '.[0].value[1] // "empty"'), want >= $2"
+    sleep 1
+  done
+  say "$1 = $(prom_query "$1" | jq -r '.[0].value[1]') (>= $2)"
+}
+# the runner was restarted: its counters count from then on (chain 5, sleeper 2, ok 1, context 100 1)
+check_metric 'sum(hero_jobs_finished_total)' 5
+check_metric 'sum(hero_jobs_started_total)' 5
+check_metric 'sum(hero_jobs_failed_total{reason="exit_code"})' 2
+check_metric 'sum(hero_flows_started_total)' 4
+check_metric 'sum(hero_flows_ended_total{status="finished"})' 3
+check_metric 'sum(hero_flows_ended_total{status="error"})' 1
+check_metric 'sum(hero_scheduler_job_ends_total{outcome="completed"})' 13
+check_metric 'sum(hero_jobs_retried_total)' 1
+check_metric 'sum(hero_router_messages_total)' 20
+check_metric 'sum(hero_api_requests_total{transport="jsonrpc"})' 7
+check_metric 'sum(hero_api_requests_total{code!="ok"})' 1
+check_metric 'sum(hero_grpc_server_handled_total{job="supervisor-daemon"})' 20
+
+step "promtool check metrics on each service's /metrics, promtool check config"
+"${DC[@]}" exec -T prometheus promtool check config /etc/prometheus/prometheus.yml
+lint_failed=
+for s in "${SERVICES[@]}"; do
+  "${DC[@]}" exec -T prometheus wget -q -O - "http://$s:${ADMIN[$s]}/metrics" > "$WORK/metrics.$s" \
+    || fail "cannot read http://$s:${ADMIN[$s]}/metrics"
+  n=$(grep -c '^hero_\|^go_\|^process_' "$WORK/metrics.$s" || true)
+  [ "$n" -gt 0 ] || fail "$s /metrics has no samples"
+  if out=$("${DC[@]}" exec -T prometheus promtool check metrics < "$WORK/metrics.$s" 2>&1); then
+    say "$s: ok ($n samples, $(grep -c '^hero_' "$WORK/metrics.$s" || true) hero_*)"
+  else
+    lint_failed=1
+    echo "  $s: promtool check metrics FAILED:"; while IFS= read -r l; do echo "    $l"; done <<<"$out"
+  fi
+done
+[ -z "$lint_failed" ] || fail "promtool check metrics found problems (above)"
+
+step "every query of deploy/grafana/dashboards/hero.json returns data"
+# $__rate_interval and $__interval become 1m, $__range 1h. A query passes when Prometheus
+# answers it with at least one series with a number (not NaN: a quantile over no runs).
+jq -r '[.. | objects | select(has("expr")) | .expr] | unique | .[]' deploy/grafana/dashboards/hero.json > "$WORK/queries"
+nq=$(wc -l < "$WORK/queries")
+[ "$nq" -gt 10 ] || fail "the dashboard has only $nq queries"
+dash_pass() { # EXPR: prints the number of series with a number
+  local q=${1//\$__rate_interval/1m}
+  q=${q//\$__interval/1m}; q=${q//\$__range/1h}; q=${q//\$\{__range\}/1h}
+  curl -fsS --max-time 5 -G "$PROM/api/v1/query" --data-urlencode "query=$q" \
+    | jq -e '.status == "success" and ([.data.result[] | select(.value[1] != "NaN")] | length) > 0' >/dev/null
+}
+end=$(( $(date +%s) + 45 ))
+while :; do
+  missing=()
+  while IFS= read -r q; do dash_pass "$q" || missing+=("$q"); done < "$WORK/queries"
+  [ ${#missing[@]} -eq 0 ] && break
+  if [ "$(date +%s)" -ge "$end" ]; then
+    printf '  no data: %s\n' "${missing[@]}"
+    fail "${#missing[@]} of $nq dashboard queries return no data"
+  fi
+  sleep 2
+done
+say "all $nq dashboard queries return data"

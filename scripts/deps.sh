@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs a tool the build or tests need when it is missing: with apt-get when running
+# as root, otherwise one line that says what to install.
+set -euo pipefail
+need() { # command package
+  command -v "$1" >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "deps: installing $2 (apt-get)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq "$2" >/dev/null
+    command -v "$1" >/dev/null 2>&1 && return 0
+  fi
+  echo "deps: $1 is missing: install the Debian package $2 (apt-get install $2)" >&2
+  exit 1
+}
+for tool in "$@"; do
+  case "$tool" in
+    redis-server) need redis-server redis-server ;;
+    protoc) need protoc protobuf-compiler ;;
+    *) echo "deps: unknown tool $tool" >&2; exit 2 ;;
+  esac
+done

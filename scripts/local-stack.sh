@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Runs the Hero coordinator's services as local processes on 127.0.0.1, without
+# Docker. State (pids, logs, Redis data, the operator secret) goes to $STATE_DIR
+# (default .local-stack/ in the repository).
+#
+#   scripts/local-stack.sh up       start (building bin/ if needed) and wait until ready
+#   scripts/local-stack.sh status   print each endpoint and whether it is ready
+#   scripts/local-stack.sh down     stop exactly the processes `up` started
+#
+# Redis: $REDIS_URL when set; otherwise a redis-server of its own on 127.0.0.1:6379.
+# The operator secret: $HERO_ADMIN_SECRET when set; otherwise the one supervisor-daemon
+# generates at its first start, saved to $STATE_DIR/admin-secret.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+STATE_DIR=${STATE_DIR:-$ROOT/.local-stack}
+BIN=${BIN:-$ROOT/bin}
+SERVICES=(scheduler router runner supervisor-daemon)
+
+declare -A GRPC=([supervisor-daemon]=9653 [scheduler]=9654 [router]=9655 [runner]=9656)
+declare -A ADMIN=([supervisor-daemon]=9660 [scheduler]=9661 [router]=9662 [runner]=9663)
+
+die() { echo "local-stack: $*" >&2; exit 1; }
+
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# set_args fills ARGS with a service's flags.
+set_args() {
+  local s=$1
+  ARGS=(--grpc-addr "127.0.0.1:${GRPC[$s]}" --admin-addr "127.0.0.1:${ADMIN[$s]}")
+  case $s in
+    supervisor-daemon) ARGS+=(--http-addr 127.0.0.1:9652 --scheduler-addr 127.0.0.1:9654 --dispatcher-log-dir "$STATE_DIR/dispatcher-logs") ;;
+    router) ARGS+=(--scheduler-addr 127.0.0.1:9654 --router-id local-router) ;;
+    runner) ARGS+=(--runner-id 1 --contexts '*' --worker-id local-runner
+                   --executors "python;cmd=python3 -u $ROOT/sdk/python/examples/example_executor.py;size=2"
+                   --dispatcher-workers 'local=/bin/sh' --dispatcher-log-dir "$STATE_DIR/dispatcher-logs") ;;
+  esac
+}
+
+up() {
+  mkdir -p "$STATE_DIR" "$STATE_DIR/dispatcher-logs"
+  for s in "${SERVICES[@]}"; do
+    pid_alive "$STATE_DIR/$s.pid" && die "$s is already running (pid $(cat "$STATE_DIR/$s.pid")); run: $0 down"
+  done
+  if [ ! -x "$BIN/supervisor-daemon" ] || [ ! -x "$BIN/heroctl" ]; then
+    echo "local-stack: building binaries (make build)"
+    make -s build >/dev/null
+  fi
+  if [ -z "${REDIS_URL:-}" ]; then
+    if pid_alive "$STATE_DIR/redis.pid"; then :; else
+      command -v redis-server >/dev/null || die "redis-server is not installed (apt-get install redis-server), or set REDIS_URL"
+      port_busy 6379 && die "127.0.0.1:6379 is taken by another program; set REDIS_URL to use that Redis (e.g. REDIS_URL=redis://127.0.0.1:6379/0)"
+      mkdir -p "$STATE_DIR/redis"
+      redis-server --bind 127.0.0.1 --port 6379 --dir "$STATE_DIR/redis" --appendonly yes --databases 1024 \
+        --daemonize yes --pidfile "$STATE_DIR/redis.pid" --logfile "$STATE_DIR/redis.log" >/dev/null
+      for _ in $(seq 1 100); do port_busy 6379 && break; sleep 0.05; done
+      port_busy 6379 || die "redis-server did not start; see $STATE_DIR/redis.log"
+    fi
+    export REDIS_URL=redis://127.0.0.1:6379/0
+  fi
+  echo "$REDIS_URL" > "$STATE_DIR/redis-url"
+  for s in "${SERVICES[@]}"; do
+    for p in ${GRPC[$s]} ${ADMIN[$s]}; do port_busy "$p" && die "port $p (for $s) is in use by another program"; done
+  done
+  port_busy 9652 && die "port 9652 (the JSON-RPC API) is in use by another program"
+  for s in "${SERVICES[@]}"; do
+    set_args "$s"
+    REDIS_URL=$REDIS_URL nohup "$BIN/$s" "${ARGS[@]}" >>"$STATE_DIR/$s.log" 2>&1 &
+    echo $! > "$STATE_DIR/$s.pid"
+  done
+  for s in "${SERVICES[@]}"; do
+    local ok=
+    for _ in $(seq 1 200); do
+      pid_alive "$STATE_DIR/$s.pid" || die "$s exited; see $STATE_DIR/$s.log: $(tail -n 1 "$STATE_DIR/$s.log")"
+      if "$BIN/$s" healthcheck --admin-addr "127.0.0.1:${ADMIN[$s]}" >/dev/null 2>&1; then ok=1; break; fi
+      sleep 0.1
+    done
+    [ -n "$ok" ] || die "$s is not ready after 20s; see $STATE_DIR/$s.log"
+  done
+  if [ -n "${HERO_ADMIN_SECRET:-}" ]; then
+    printf '%s\n' "$HERO_ADMIN_SECRET" > "$STATE_DIR/admin-secret"
+  else
+    secret=$(grep -o '"admin_secret":"[^"]*"' "$STATE_DIR/supervisor-daemon.log" | tail -n 1 | cut -d'"' -f4 || true)
+    [ -n "$secret" ] && (umask 077; printf '%s\n' "$secret" > "$STATE_DIR/admin-secret")
+  fi
+  chmod 600 "$STATE_DIR/admin-secret" 2>/dev/null || true
+  status
+  cat <<TXT
+
+Try it:
+  export HERO_ADDR=127.0.0.1:9653 HERO_ADMIN_SECRET=\$(cat $STATE_DIR/admin-secret)
+  bin/heroctl actor create --id 1 && bin/heroctl context create 1 --admins 1
+  export HERO_ACTOR=1 HERO_CONTEXT=1
+  bin/heroctl runner create 1
+  bin/heroctl flow submit examples/diamond.yaml --watch
+  bin/heroctl job run --function python#echo --kwargs '{"hello": "world"}'   # a handler job (executor "python")
+  bin/heroctl dispatcher run --worker local --script 'echo hi from the Hero Dispatcher protocol'
+TXT
+}
+
+status() {
+  printf '%-18s %-8s %-62s %s\n' SERVICE STATE ENDPOINTS LOG
+  for s in "${SERVICES[@]}"; do
+    local st=stopped
+    if pid_alive "$STATE_DIR/$s.pid"; then
+      st=running
+      "$BIN/$s" healthcheck --admin-addr "127.0.0.1:${ADMIN[$s]}" >/dev/null 2>&1 && st=ready
+    fi
+    local ep="grpc 127.0.0.1:${GRPC[$s]}"
+    [ "$s" = supervisor-daemon ] && ep="json-rpc 127.0.0.1:9652, $ep"
+    printf '%-18s %-8s %-62s %s\n' "$s" "$st" "$ep, admin :${ADMIN[$s]}" "$STATE_DIR/$s.log"
+  done
+  if [ -f "$STATE_DIR/redis.pid" ]; then
+    local st=stopped
+    pid_alive "$STATE_DIR/redis.pid" && st=running
+    printf '%-18s %-8s %-62s %s\n' redis "$st" "127.0.0.1:6379" "$STATE_DIR/redis.log"
+  elif [ -f "$STATE_DIR/redis-url" ]; then
+    printf '%-18s %-8s %s\n' redis external "$(sed 's#//[^@]*@#//xxxxx@#' "$STATE_DIR/redis-url")"
+  fi
+}
+
+down() {
+  local any=
+  for s in supervisor-daemon runner router scheduler; do
+    if pid_alive "$STATE_DIR/$s.pid"; then
+      kill -TERM "$(cat "$STATE_DIR/$s.pid")" && any=1
+    fi
+  done
+  for s in supervisor-daemon runner router scheduler; do
+    local f="$STATE_DIR/$s.pid"
+    for _ in $(seq 1 150); do pid_alive "$f" || break; sleep 0.1; done
+    pid_alive "$f" && kill -KILL "$(cat "$f")"
+    rm -f "$f"
+  done
+  if pid_alive "$STATE_DIR/redis.pid"; then
+    kill -TERM "$(cat "$STATE_DIR/redis.pid")" && any=1
+    for _ in $(seq 1 100); do pid_alive "$STATE_DIR/redis.pid" || break; sleep 0.1; done
+    rm -f "$STATE_DIR/redis.pid"
+  fi
+  rm -f "$STATE_DIR/redis-url"
+  [ -n "$any" ] && echo "local-stack: stopped" || echo "local-stack: nothing was running"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/config"
+	"github.com/hero-coordinator/hero/lib/mycelium"
+)
+
+// Config is the mycelium-gateway's configuration.
+type Config struct {
+	config.Common
+	MyceliumURL  string
+	MyceliumIP   string
+	MyceliumPort int
+	RouterAddr   string
+	PollTimeout  time.Duration
+	TopicPrefix  string
+	RouterWait   time.Duration
+}
+
+// RegisterFlags adds every flag.
+func (c *Config) RegisterFlags(f *config.FlagSet) {
+	c.Common.RegisterFlags(f, ":9657", ":9664")
+	f.StringVar(&c.MyceliumURL, "mycelium-url", "", "", "the Mycelium node's HTTP API (default http://127.0.0.1:8989, or built from --mycelium-ip and --mycelium-port)")
+	f.StringVar(&c.MyceliumIP, "mycelium-ip", "", mycelium.DefaultHost, "the Mycelium node's address, when --mycelium-url is not set")
+	f.IntVar(&c.MyceliumPort, "mycelium-port", "", mycelium.DefaultPort, "the Mycelium node's HTTP API port, when --mycelium-url is not set")
+	f.StringVar(&c.RouterAddr, "router-addr", "", "127.0.0.1:9655", "the local router's gRPC address (host:port)")
+	f.DurationVar(&c.PollTimeout, "poll-timeout", "", 10*time.Second, "how long one long-poll for inbound messages waits")
+	f.DurationVar(&c.RouterWait, "router-wait", "", 2*time.Minute, "how long an inbound message waits for an unavailable router (retried with backoff) before it is refused")
+	f.StringVar(&c.TopicPrefix, "topic-prefix", "", "", "pop only topics with this prefix (empty: the gateway owns its node's inbox and pops everything)")
+}
+
+// Validate checks the configuration before anything starts.
+func (c *Config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if c.MyceliumURL == "" {
+		u, err := mycelium.BaseURLFromIPPort(c.MyceliumIP, c.MyceliumPort)
+		if err != nil {
+			return fmt.Errorf("--mycelium-ip/--mycelium-port: %v", err)
+		}
+		c.MyceliumURL = u
+	}
+	if _, err := mycelium.New(mycelium.Config{BaseURL: c.MyceliumURL}); err != nil {
+		return fmt.Errorf("--mycelium-url: %v", err)
+	}
+	if err := config.ValidateDialAddr("router-addr", c.RouterAddr); err != nil {
+		return err
+	}
+	if c.RouterWait < 0 || c.RouterWait > time.Hour {
+		return fmt.Errorf("--router-wait must be between 0 and 1h")
+	}
+	if c.PollTimeout < time.Second || c.PollTimeout > 5*time.Minute {
+		return fmt.Errorf("--poll-timeout must be between 1s and 5m")
+	}
+	return nil
+}
+
+// CommonConfig returns the shared settings.
+func (c *Config) CommonConfig() *config.Common { return &c.Common }

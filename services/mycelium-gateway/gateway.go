@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/mycelium"
+	"github.com/hero-coordinator/hero/lib/obs"
+	"github.com/hero-coordinator/hero/lib/protoconv"
+	"github.com/hero-coordinator/hero/lib/remote"
+	"github.com/hero-coordinator/hero/lib/store"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// gateway bridges this node and its Mycelium node: it pushes envelopes for the
+// router, and long-polls the node's inbox, checks each message's source, and hands
+// it to the router (job requests and results) or records it (acks).
+type gateway struct {
+	store       *store.Store
+	log         zerolog.Logger
+	my          *mycelium.Client
+	router      herov1.RouterClient
+	pollTimeout time.Duration
+	topicPrefix []byte
+	routerWait  time.Duration // how long an inbound message waits for an unavailable router
+
+	mu        sync.Mutex
+	connected bool
+	self      string // our node's public key
+	m         gatewayMetrics
+}
+
+type gatewayParams struct {
+	store       *store.Store
+	log         zerolog.Logger
+	reg         prometheus.Registerer
+	mycelium    *mycelium.Client
+	router      herov1.RouterClient
+	pollTimeout time.Duration
+	topicPrefix string
+	routerWait  time.Duration
+}
+
+type gatewayMetrics struct {
+	messages *prometheus.CounterVec
+	refused  *prometheus.CounterVec
+	errors   prometheus.Counter
+	up       prometheus.Gauge
+	// routerRetries counts deliveries retried because the router was unavailable.
+	routerRetries prometheus.Counter
+}
+
+func newGateway(p gatewayParams) *gateway {
+	f := promauto.With(p.reg)
+	g := &gateway{
+		store: p.store, log: p.log, my: p.mycelium, router: p.router, pollTimeout: p.pollTimeout, routerWait: p.routerWait,
+		m: gatewayMetrics{
+			messages: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_gateway_messages_total",
+				Help: "Envelopes sent and received over Mycelium, by direction (in, out), kind and outcome."}, []string{"direction", "kind", "outcome"}),
+			refused: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_gateway_refused_total",
+				Help: "Inbound messages refused, by reason (source_not_allowed, unknown_context, malformed, unknown_message, wrong_source)."}, []string{"reason"}),
+			errors: f.NewCounter(prometheus.CounterOpts{Name: "hero_gateway_mycelium_errors_total", Help: "Failed calls to the Mycelium node (retried with backoff)."}),
+			up:     f.NewGauge(prometheus.GaugeOpts{Name: "hero_gateway_mycelium_up", Help: "1 while the Mycelium node answers, 0 otherwise."}),
+			routerRetries: f.NewCounter(prometheus.CounterOpts{Name: "hero_gateway_router_retries_total",
+				Help: "Deliveries of inbound messages retried because the router was unavailable."}),
+		},
+	}
+	if p.topicPrefix != "" {
+		g.topicPrefix = []byte(p.topicPrefix)
+	}
+	return g
+}
+
+// check is the readiness check: the Mycelium node answers.
+func (g *gateway) check(context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.connected {
+		return errors.New("the Mycelium node at " + g.my.BaseURL() + " does not answer")
+	}
+	return nil
+}
+
+func (g *gateway) setConnected(ok bool) {
+	g.mu.Lock()
+	changed := g.connected != ok
+	g.connected = ok
+	g.mu.Unlock()
+	if ok {
+		g.m.up.Set(1)
+	} else {
+		g.m.up.Set(0)
+	}
+	if changed {
+		if ok {
+			g.log.Info().Str("mycelium", g.my.BaseURL()).Str("public_key", g.self).Msg("connected to the Mycelium node")
+		} else {
+			g.log.Warn().Str("mycelium", g.my.BaseURL()).Msg("lost the Mycelium node; retrying")
+		}
+	}
+}
+
+// run connects (learning our public key), then pops inbound messages until ctx ends.
+// Connection loss is retried with backoff; nothing queued is lost meanwhile (messages
+// wait in the Mycelium node; outbound sends fail and the router retries them).
+func (g *gateway) run(ctx context.Context) error {
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		if g.selfKey() == "" {
+			info, err := g.my.Info(ctx)
+			if err != nil {
+				g.fail(ctx, err, &backoff)
+				continue
+			}
+			g.mu.Lock()
+			g.self = info.NodePubkey
+			g.mu.Unlock()
+		}
+		// Peek, handle, then pop: a gateway that dies between taking a message and
+		// handing it on finds the message again when it restarts. The far side of every
+		// hand-over recognises a second copy (the router's inbound dedup, the ack
+		// script), so at-least-once here is exactly-once in effect.
+		msg, err := g.my.Pop(ctx, g.topicPrefix, g.pollTimeout, true)
+		if errors.Is(err, mycelium.ErrMalformed) {
+			// The node works; one message could not be read (e.g. not base64): drop it.
+			g.refuse(&mycelium.InboundMessage{}, "unknown", "malformed", err.Error())
+			g.remove(ctx, nil)
+			continue
+		}
+		if err != nil {
+			g.fail(ctx, err, &backoff)
+			continue
+		}
+		backoff = 200 * time.Millisecond
+		g.setConnected(true)
+		if msg != nil {
+			g.receive(ctx, msg)
+			g.remove(ctx, msg)
+		}
+	}
+	return nil
+}
+
+// remove pops the message just handled (peeked is nil for one that could not be read).
+// The gateway owns its node's inbox (under its topic prefix), so the head is the
+// message it peeked; should another consumer have taken that one meanwhile, the
+// message popped instead is handled here rather than lost.
+func (g *gateway) remove(ctx context.Context, peeked *mycelium.InboundMessage) {
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		msg, err := g.my.Pop(ctx, g.topicPrefix, 0, false)
+		switch {
+		case errors.Is(err, mycelium.ErrMalformed):
+			if peeked != nil { // not the message peeked: another unreadable one
+				g.refuse(&mycelium.InboundMessage{}, "unknown", "malformed", err.Error())
+			}
+			return
+		case err != nil:
+			g.fail(ctx, err, &backoff)
+			continue
+		}
+		if msg != nil && (peeked == nil || msg.ID != peeked.ID) {
+			g.log.Warn().Str("peeked", peeked.ID).Str("popped", msg.ID).Msg("inbox head changed under the gateway; handling the popped message")
+			g.receive(ctx, msg)
+		}
+		return
+	}
+}
+
+func (g *gateway) fail(ctx context.Context, err error, backoff *time.Duration) {
+	if ctx.Err() != nil {
+		return
+	}
+	g.m.errors.Inc()
+	g.setConnected(false)
+	g.log.Debug().Err(err).Dur("retry_in", *backoff).Msg("mycelium call failed")
+	t := time.NewTimer(*backoff)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	if *backoff < 5*time.Second {
+		*backoff *= 2
+	}
+}
+
+func (g *gateway) selfKey() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.self
+}
+
+// send pushes an envelope to another node.
+func (g *gateway) send(ctx context.Context, dst mycelium.Destination, topic string, payload []byte, kind string) (string, error) {
+	res, err := g.my.Push(ctx, dst, []byte(topic), payload, nil)
+	if err != nil {
+		g.m.errors.Inc()
+		g.m.messages.WithLabelValues("out", kind, "error").Inc()
+		return "", err
+	}
+	g.m.messages.WithLabelValues("out", kind, "sent").Inc()
+	g.log.Debug().Str("kind", kind).Str("to", dst.String()).Str("topic", topic).Str("transport_id", res.ID).Msg("sent")
+	return res.ID, nil
+}
+
+func (g *gateway) refuse(m *mycelium.InboundMessage, kind, reason, detail string) {
+	g.m.refused.WithLabelValues(reason).Inc()
+	g.m.messages.WithLabelValues("in", kind, "refused").Inc()
+	g.log.Warn().Str("reason", reason).Str("source", m.SrcPK).Str("source_ip", m.SrcIP).Str("topic", string(m.Topic)).Str("detail", detail).Msg("inbound message refused")
+}
+
+// receive handles one inbound message. Every refusal is logged with its reason and
+// counted; the gateway keeps serving.
+func (g *gateway) receive(ctx context.Context, m *mycelium.InboundMessage) {
+	env, err := remote.Decode(m.Payload)
+	if err != nil {
+		g.refuse(m, "unknown", "malformed", err.Error())
+		return
+	}
+	log := g.log.With().Uint32(obs.KeyContextID, env.ContextID).Str("kind", env.Kind).Str("source", m.SrcPK).Str("origin_msg", env.MsgKey).Logger()
+	db, err := g.store.Ctx(env.ContextID)
+	if err != nil {
+		g.refuse(m, env.Kind, "unknown_context", err.Error())
+		return
+	}
+	switch env.Kind {
+	case remote.KindJobRequest:
+		c, err := g.store.LoadContext(ctx, env.ContextID)
+		if err != nil {
+			g.refuse(m, env.Kind, "unknown_context", err.Error())
+			return
+		}
+		if !slices.Contains(c.AllowedSources, m.SrcPK) {
+			g.refuse(m, env.Kind, "source_not_allowed", fmt.Sprintf("context %d does not allow source %s", env.ContextID, m.SrcPK))
+			return
+		}
+		msg := env.Message
+		// Mycelium authenticates the source: the origin is its key, not what the payload says.
+		msg.Job[0].Origin = &model.Origin{PK: m.SrcPK, ContextID: env.ContextID, MsgKey: env.MsgKey}
+		res, err := g.deliver(ctx, &herov1.DeliverRequest{ContextId: env.ContextID, Message: protoconv.MessageToPB(msg), Source: m.SrcPK}, log)
+		if err != nil {
+			// The router refuses what it cannot take (e.g. the job conflicts); the origin's
+			// ack timeout then applies its retry policy.
+			g.refuse(m, env.Kind, "router_refused", err.Error())
+			return
+		}
+		outcome := "delivered"
+		if res.Duplicate {
+			outcome = "duplicate"
+			log.Info().Msg("duplicate job request: acknowledged again, not run twice")
+		}
+		g.m.messages.WithLabelValues("in", env.Kind, outcome).Inc()
+	case remote.KindAck, remote.KindJobResult:
+		req, err := db.LoadMessageKey(ctx, env.MsgKey)
+		if err != nil {
+			g.refuse(m, env.Kind, "unknown_message", err.Error())
+			return
+		}
+		if req.TransportDst != m.SrcPK && req.TransportDst != m.SrcIP {
+			g.refuse(m, env.Kind, "wrong_source", fmt.Sprintf("%s was sent to %s, not to %s", env.MsgKey, req.TransportDst, m.SrcPK))
+			return
+		}
+		if env.Kind == remote.KindAck {
+			g.acknowledge(ctx, db, env.MsgKey, log)
+			g.m.messages.WithLabelValues("in", env.Kind, "delivered").Inc()
+			return
+		}
+		msg := env.Message
+		msg.OriginMsg = env.MsgKey
+		if _, err := g.deliver(ctx, &herov1.DeliverRequest{ContextId: env.ContextID, Message: protoconv.MessageToPB(msg), Source: m.SrcPK}, log); err != nil {
+			g.refuse(m, env.Kind, "router_refused", err.Error())
+			return
+		}
+		g.m.messages.WithLabelValues("in", env.Kind, "delivered").Inc()
+	}
+}
+
+// deliver hands an inbound message to the local router. The message has left the
+// Mycelium node already, so a router that is down or restarting (Unavailable,
+// DeadlineExceeded) is retried with backoff for up to routerWait before the message is
+// refused; a refusal by a working router (e.g. a conflicting job) is final.
+func (g *gateway) deliver(ctx context.Context, req *herov1.DeliverRequest, log zerolog.Logger) (*herov1.DeliverResponse, error) {
+	backoff := 100 * time.Millisecond
+	giveUp := time.Now().Add(g.routerWait)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := g.router.Deliver(cctx, req)
+		cancel()
+		code := status.Code(err)
+		if err == nil || (code != codes.Unavailable && code != codes.DeadlineExceeded) || ctx.Err() != nil || time.Now().After(giveUp) {
+			return res, err
+		}
+		g.m.routerRetries.Inc()
+		log.Warn().Err(err).Dur("retry_in", backoff).Msg("router unavailable; delivery retried")
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// acknowledge records that the far node queued the job of a request message.
+func (g *gateway) acknowledge(ctx context.Context, db *store.DB, msgKey string, log zerolog.Logger) {
+	now := time.Now()
+	_, err := db.Eval(ctx, ackScript, []string{msgKey}, now.Unix(), now.UnixMilli())
+	if err != nil {
+		log.Error().Err(err).Msg("record acknowledgement")
+		return
+	}
+	log.Debug().Msg("acknowledged")
+}
+
+// ackScript: a request message moves dispatched → acknowledged (once).
+var ackScript = store.NewScript(`
+if redis.call('HGET', KEYS[1], 'status') == 'dispatched' then
+  redis.call('HSET', KEYS[1], 'status', 'acknowledged', 'acked_at_ms', ARGV[2], 'updated_at', ARGV[1])
+  return 1
+end
+return 0
+`)

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/mycelium"
+	"github.com/hero-coordinator/hero/lib/remote"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// handler serves hero.v1.Gateway.
+type handler struct {
+	herov1.UnimplementedGatewayServer
+	g *gateway
+}
+
+// Send pushes an envelope to another node. Unavailable while the Mycelium node is not
+// reachable: the router keeps the message and tries again.
+func (h *handler) Send(ctx context.Context, req *herov1.GatewaySendRequest) (*herov1.GatewaySendResponse, error) {
+	dst := mycelium.Destination{PK: req.DestinationPk, IP: req.DestinationIp}
+	if dst.PK != "" {
+		dst.IP = "" // seed 003: the public key when set, else the address
+	}
+	if err := dst.Validate(); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "destination: %v", err)
+	}
+	env, err := remote.Decode(req.Envelope)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "envelope: %v", err)
+	}
+	topic := req.Topic
+	switch env.Kind {
+	case remote.KindAck:
+		topic = remote.TopicAck
+	case remote.KindJobResult:
+		topic = remote.TopicResult
+	case remote.KindJobRequest:
+		if topic == "" {
+			return nil, status.Error(codes.InvalidArgument, "a job request needs the runner's topic")
+		}
+	}
+	id, err := h.g.send(ctx, dst, topic, req.Envelope, env.Kind)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "push to %s: %v", dst, err)
+	}
+	return &herov1.GatewaySendResponse{TransportId: id}, nil
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/config"
+)
+
+// Config is the router's configuration.
+type Config struct {
+	config.Common
+	SchedulerAddr string
+	GatewayAddr   string
+	RouterID      string
+	Workers       int
+	Lease         time.Duration
+	Remote        remoteConfig
+	Retention     time.Duration
+}
+
+// RegisterFlags adds every flag.
+func (c *Config) RegisterFlags(f *config.FlagSet) {
+	c.Common.RegisterFlags(f, ":9655", ":9662")
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "router"
+	}
+	f.StringVar(&c.SchedulerAddr, "scheduler-addr", "", "127.0.0.1:9654", "scheduler gRPC address (host:port)")
+	f.StringVar(&c.GatewayAddr, "gateway-addr", "", "", "mycelium-gateway gRPC address (host:port); empty: no remote runners")
+	f.StringVar(&c.RouterID, "router-id", "", "router-"+host, "this router's consumer name; unique per replica, stable across restarts")
+	f.IntVar(&c.Workers, "workers", "", 8, "messages handled concurrently")
+	f.DurationVar(&c.Lease, "lease", "", 30*time.Second, "how long a claimed message stays claimed without a heartbeat")
+	f.DurationVar(&c.Remote.Timeout, "remote-timeout", "", time.Minute, "a job for a remote runner that cannot be handed to the gateway for this long fails (a message's own timeout wins)")
+	f.DurationVar(&c.Remote.AckTimeout, "remote-ack-timeout", "", 30*time.Second, "a remote runner's node must acknowledge a job within this (a message's timeout_ack wins); then the job's retry policy applies")
+	f.DurationVar(&c.Remote.ResultTimeout, "remote-result-timeout", "", 0, "a remote job's result must arrive within this after the acknowledgement (a message's timeout_result wins; 0: the job's timeout plus a minute, or no limit)")
+	f.DurationVar(&c.Retention, "retention", "", 7*24*time.Hour, "how long jobs run here for other nodes, and duplicate-delivery records, are kept")
+}
+
+// Validate checks the configuration before anything starts.
+func (c *Config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if err := config.ValidateDialAddr("scheduler-addr", c.SchedulerAddr); err != nil {
+		return err
+	}
+	if c.GatewayAddr != "" {
+		if err := config.ValidateDialAddr("gateway-addr", c.GatewayAddr); err != nil {
+			return err
+		}
+	}
+	if c.RouterID == "" {
+		return fmt.Errorf("--router-id must not be empty")
+	}
+	if c.Workers < 1 || c.Workers > 1024 {
+		return fmt.Errorf("--workers must be between 1 and 1024")
+	}
+	if c.Lease < time.Second {
+		return fmt.Errorf("--lease must be at least 1s")
+	}
+	return nil
+}
+
+// CommonConfig returns the shared settings.
+func (c *Config) CommonConfig() *config.Common { return &c.Common }

@@ -1,0 +1,413 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/obs"
+	"github.com/hero-coordinator/hero/lib/remote"
+	"github.com/hero-coordinator/hero/lib/store"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// Remote runners (issue: mycelium-gateway). A job pinned to a runner whose record says
+// local=false goes to the gateway, which pushes it to the runner's node (its pubkey, or
+// else its address) on its topic. That node's router queues it for its local runner and
+// acknowledges; when the job ends, its router sends the result back to the origin
+// node's key. Here: message status dispatched → acknowledged → processed | error, and
+// the message's timeout, timeout_ack and timeout_result: a job whose acknowledgement
+// or result does not come in time follows its retry policy.
+
+type remoteConfig struct {
+	Timeout       time.Duration
+	AckTimeout    time.Duration
+	ResultTimeout time.Duration
+}
+
+func seconds(s uint32, def time.Duration) time.Duration {
+	if s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return def
+}
+
+// sendRemote hands a job request for a remote runner to the gateway.
+func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, m *model.Message, j *model.Job, rn *model.Runner, log zerolog.Logger) {
+	// What the far side needs: the job with the flow's environment merged in (the job
+	// wins) and its dependencies' results.
+	job := *j
+	if j.FlowID != 0 {
+		if f, err := db.LoadFlow(ctx, j.FlowID); err == nil && len(f.EnvVars) > 0 {
+			env := map[string]string{}
+			for k, v := range f.EnvVars {
+				env[k] = v
+			}
+			for k, v := range j.EnvVars {
+				env[k] = v
+			}
+			job.EnvVars = env
+		}
+	}
+	if len(j.Dependends) > 0 {
+		deps, err := db.LoadJobs(ctx, j.CallerID, j.Dependends)
+		if err != nil {
+			log.Error().Err(err).Msg("load dependencies for a remote job")
+			return // stays claimed; the lease brings it back
+		}
+		job.DepResults = map[string]map[string]string{}
+		for _, d := range deps {
+			job.DepResults[strconv.FormatUint(uint64(d.ID), 10)] = d.Result
+		}
+	}
+	out := *m
+	out.Job = []model.Job{job}
+	env := &remote.Envelope{Kind: remote.KindJobRequest, ContextID: db.ContextID, MsgKey: cl.Item, Message: &out}
+	payload, err := env.Encode()
+	if err != nil {
+		r.failMessage(ctx, db, cl, j, "cannot send to remote runner: "+err.Error(), log)
+		return
+	}
+	dst := rn.Pubkey
+	req := &herov1.GatewaySendRequest{DestinationPk: rn.Pubkey, Topic: rn.Topic, Envelope: payload}
+	if dst == "" {
+		dst = rn.Address
+		req.DestinationIp = rn.Address
+	}
+	if req.Topic == "" {
+		req.Topic = "runner" + strconv.FormatUint(uint64(rn.ID), 10)
+	}
+	limit := seconds(m.Timeout, r.remote.Timeout)
+	deadline := time.UnixMilli(m.CreatedAtMs).Add(limit)
+	backoff := 100 * time.Millisecond
+	lastExtend := time.Now()
+	var transportID string
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := r.gateway.Send(cctx, req)
+		cancel()
+		if err == nil {
+			transportID = res.TransportId
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.failMessage(ctx, db, cl, j, fmt.Sprintf("could not hand the job to the gateway for runner %d within %v: %v", rn.ID, limit, err), log)
+			return
+		}
+		log.Warn().Err(err).Dur("retry_in", backoff).Msg("hand job to the gateway")
+		sleep(ctx, backoff)
+		if backoff < 2*time.Second {
+			backoff *= 2
+		}
+		if time.Since(lastExtend) > r.lease/3 {
+			if ok, _ := db.ExtendLease(ctx, cl, r.lease); !ok {
+				return
+			}
+			lastExtend = time.Now()
+		}
+	}
+	now := time.Now()
+	_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, cl.Item, "status", string(model.MessageDispatched), "transport_id", transportID, "transport_dst", dst,
+			"sent_at_ms", now.UnixMilli(), "updated_at", now.Unix())
+		store.AckOn(ctx, p, cl)
+		return nil
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("record sent message")
+		return
+	}
+	if err := r.store.AddRemoteDue(ctx, db.ContextID, cl.Item, now.Add(seconds(m.TimeoutAck, r.remote.AckTimeout))); err != nil {
+		log.Error().Err(err).Msg("schedule acknowledgement check")
+	}
+	r.poke()
+	r.m.messages.WithLabelValues(model.KindJobRequest, "sent_remote").Inc()
+	log.Info().Uint32(obs.KeyRunnerID, rn.ID).Str("to", dst).Str("transport_id", transportID).Msg("job sent to a remote runner")
+}
+
+func (r *router) poke() {
+	select {
+	case r.wakeDue <- struct{}{}:
+	default:
+	}
+}
+
+// materialize takes a job request from another node: the job is written here and
+// queued for the local runner, and the origin gets an acknowledgement.
+func (r *router) materialize(ctx context.Context, db *store.DB, cl *store.Claim, m *model.Message, log zerolog.Logger) {
+	j := m.Job[0]
+	log = log.With().Uint32(obs.KeyJobID, j.ID).Str("origin", j.Origin.PK).Logger()
+	target := keys.Queue(j.ScriptType.QueueSuffix())
+	if j.RunnerID != 0 {
+		// The origin's runner id: served here by the local runner of that id, if any.
+		if rn, err := db.LoadRunner(ctx, j.RunnerID); err == nil && rn.Local {
+			target = keys.PinnedQueue(j.RunnerID, j.ScriptType.QueueSuffix())
+		}
+	}
+	if target == keys.Queue(j.ScriptType.QueueSuffix()) {
+		if served, err := db.ScriptTypeServed(ctx, j.ScriptType); err == nil && !served {
+			reason := fmt.Sprintf("no runner of context %d on this node serves script_type %q", db.ContextID, j.ScriptType)
+			j.Status, j.Error, j.Fatal = model.JobError, reason, true
+			r.sendResult(ctx, &j, log)
+			_ = db.Ack(ctx, cl)
+			log.Warn().Msg(reason)
+			return
+		}
+	}
+	if _, err := db.MaterializeJob(ctx, &j); err != nil {
+		log.Warn().Err(err).Msg("cannot take the remote job")
+		j.Status, j.Error, j.Fatal = model.JobError, err.Error(), true
+		r.sendResult(ctx, &j, log)
+		_ = db.Ack(ctx, cl)
+		return
+	}
+	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, cl.Item, "status", string(model.MessageAcknowledged), "updated_at", time.Now().Unix())
+		store.AckOn(ctx, p, cl)
+		store.EnqueueOn(ctx, p, db.ContextID, target, keys.Job(j.CallerID, j.ID))
+		return nil
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("queue remote job")
+		return
+	}
+	r.sendAck(ctx, j.Origin, log)
+	r.m.messages.WithLabelValues(model.KindJobRequest, "delivered_remote").Inc()
+	log.Info().Str("queue", target).Msg("job from another node queued")
+}
+
+// sendAck tells the origin node its job is queued here (best effort: a lost ack
+// costs the origin a retry after its ack timeout).
+func (r *router) sendAck(ctx context.Context, o *model.Origin, log zerolog.Logger) {
+	env := &remote.Envelope{Kind: remote.KindAck, ContextID: o.ContextID, MsgKey: o.MsgKey}
+	payload, err := env.Encode()
+	if err != nil || r.gateway == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := r.gateway.Send(cctx, &herov1.GatewaySendRequest{DestinationPk: o.PK, Envelope: payload}); err != nil {
+		log.Warn().Err(err).Msg("send acknowledgement")
+	}
+}
+
+// sendResult pushes a job's end to its origin node, retrying until the gateway takes
+// it (or ctx ends).
+func (r *router) sendResult(ctx context.Context, j *model.Job, log zerolog.Logger) bool {
+	if r.gateway == nil {
+		log.Error().Msg("a job from another node ended but this router has no gateway to return its result")
+		return false
+	}
+	res := *j
+	res.Script, res.DepResults = "", nil
+	env := &remote.Envelope{Kind: remote.KindJobResult, ContextID: j.Origin.ContextID, MsgKey: j.Origin.MsgKey,
+		Message: &model.Message{CallerID: j.CallerID, ContextID: j.Origin.ContextID, MessageType: model.MessageTypeJob,
+			MessageFormatType: model.FormatText, Kind: model.KindJobResult, FlowID: j.FlowID, Job: []model.Job{res},
+			Message: "result of job " + model.JobRef{ContextID: j.Origin.ContextID, CallerID: j.CallerID, ID: j.ID}.String()}}
+	payload, err := env.Encode()
+	if err != nil {
+		log.Error().Err(err).Msg("encode result")
+		return false
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := r.gateway.Send(cctx, &herov1.GatewaySendRequest{DestinationPk: j.Origin.PK, Envelope: payload})
+		cancel()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		log.Warn().Err(err).Dur("retry_in", backoff).Msg("return result to the origin node")
+		sleep(ctx, backoff)
+		if backoff < 5*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+// returnResult: a job run here for another node ended; its result goes back.
+func (r *router) returnResult(ctx context.Context, db *store.DB, cl *store.Claim, m *model.Message, log zerolog.Logger) {
+	j := m.Job[0]
+	log = log.With().Uint32(obs.KeyJobID, j.ID).Str("origin", j.Origin.PK).Logger()
+	if !r.sendResult(ctx, &j, log) {
+		return // stays claimed
+	}
+	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, cl.Item, "status", string(model.MessageProcessed), "updated_at", time.Now().Unix())
+		store.AckOn(ctx, p, cl)
+		return nil
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("ack returned result")
+		return
+	}
+	// The job ran for another node: kept here for the retention, then removed.
+	if r.retention > 0 {
+		_ = r.store.G().ZAdd(ctx, keys.Expire, redis.Z{Score: float64(time.Now().Add(r.retention).UnixMilli()),
+			Member: fmt.Sprintf("%d:job:%d:%d", db.ContextID, j.CallerID, j.ID)}).Err()
+	}
+	r.m.messages.WithLabelValues(model.KindJobResult, "returned").Inc()
+	log.Info().Str("status", string(j.Status)).Msg("result returned to the origin node")
+}
+
+// applyRemoteResult: the end of a job that ran on another node. It is written into
+// the job here (for the attempt this node waits for) and reported to the scheduler.
+func (r *router) applyRemoteResult(ctx context.Context, db *store.DB, cl *store.Claim, m *model.Message, log zerolog.Logger) {
+	j := m.Job[0]
+	log = log.With().Uint32(obs.KeyJobID, j.ID).Str("request", m.OriginMsg).Logger()
+	req, err := db.LoadMessageKey(ctx, m.OriginMsg)
+	if err != nil {
+		log.Warn().Err(err).Msg("result for an unknown request; dropped")
+		_ = db.Ack(ctx, cl)
+		return
+	}
+	applied, err := db.ApplyRemoteResult(ctx, &j, "remote:"+req.TransportDst)
+	if err != nil {
+		log.Error().Err(err).Msg("record remote result")
+		return
+	}
+	if !applied {
+		// A late result of an attempt the origin gave up on (or a second copy).
+		log.Info().Uint32("attempt", j.Attempt).Msg("stale remote result ignored")
+		_ = db.Ack(ctx, cl)
+		return
+	}
+	done := &herov1.JobDoneRequest{ContextId: db.ContextID, FlowId: j.FlowID, CallerId: j.CallerID, JobId: j.ID,
+		Attempt: max(j.Attempt, 1), Status: string(j.Status), Error: j.Error, Fatal: j.Fatal}
+	if !r.reportEnd(ctx, db, cl, done, log) {
+		return
+	}
+	now := time.Now().Unix()
+	_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, m.OriginMsg, "status", string(model.MessageProcessed), "updated_at", now)
+		p.HSet(ctx, cl.Item, "status", string(model.MessageProcessed), "updated_at", now)
+		store.AckOn(ctx, p, cl)
+		return nil
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("ack remote result")
+		return
+	}
+	r.m.messages.WithLabelValues(model.KindJobResult, "delivered_remote").Inc()
+	log.Info().Str("status", string(j.Status)).Msg("remote job ended")
+}
+
+// remoteDueLoop checks remote requests whose acknowledgement or result is due.
+func (r *router) remoteDueLoop(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wakeDue:
+		case <-timer.C:
+			r.checkRemoteDue(ctx)
+		}
+		wait := 30 * time.Second // a safety net; the timer follows the earliest deadline
+		if next, err := r.store.NextRemoteDue(ctx); err == nil && !next.IsZero() {
+			wait = time.Until(next)
+		}
+		if wait < 0 {
+			wait = 0
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+	}
+}
+
+func (r *router) checkRemoteDue(ctx context.Context) {
+	items, err := r.store.PopRemoteDue(ctx, time.Now(), 100)
+	if err != nil {
+		return
+	}
+	for _, it := range items {
+		db, err := r.store.Ctx(it.ContextID)
+		if err != nil {
+			continue
+		}
+		m, err := db.LoadMessageKey(ctx, it.MsgKey)
+		if err != nil || len(m.Job) == 0 {
+			continue
+		}
+		log := r.log.With().Uint32(obs.KeyContextID, it.ContextID).Str(obs.KeyMessage, it.MsgKey).Uint32(obs.KeyJobID, m.Job[0].ID).Logger()
+		var reason string
+		switch m.Status {
+		case model.MessageDispatched:
+			reason = fmt.Sprintf("no acknowledgement from the remote runner (%s) within %v", m.TransportDst, seconds(m.TimeoutAck, r.remote.AckTimeout))
+		case model.MessageAcknowledged:
+			limit := seconds(m.TimeoutResult, r.remote.ResultTimeout)
+			if limit == 0 {
+				if t := m.Job[0].Timeout; t > 0 {
+					limit = time.Duration(t)*time.Second + time.Minute
+				}
+			}
+			if limit == 0 {
+				continue // no result deadline
+			}
+			due := time.UnixMilli(m.AckedAtMs).Add(limit)
+			if time.Now().Before(due) {
+				_ = r.store.AddRemoteDue(ctx, it.ContextID, it.MsgKey, due)
+				continue
+			}
+			reason = fmt.Sprintf("no result from the remote runner (%s) within %v", m.TransportDst, limit)
+		default:
+			continue // processed or failed already
+		}
+		r.failRemote(ctx, db, m, it.MsgKey, reason, log)
+	}
+	if len(items) == 100 {
+		r.poke()
+	}
+}
+
+// failRemote ends a remote attempt that timed out: message error, job error, and the
+// scheduler told (not fatal: the job's retry policy applies).
+func (r *router) failRemote(ctx context.Context, db *store.DB, m *model.Message, msgKey, reason string, log zerolog.Logger) {
+	j := m.Job[0]
+	cur, err := db.LoadJob(ctx, j.CallerID, j.ID)
+	if err != nil || cur.Status.Terminal() {
+		return
+	}
+	now := time.Now()
+	fail := j
+	fail.Status, fail.Error, fail.Attempt, fail.FinishedAt, fail.FinishedAtMs = model.JobError, reason, cur.Attempt, now.Unix(), now.UnixMilli()
+	if applied, err := db.ApplyRemoteResult(ctx, &fail, "remote:"+m.TransportDst); err != nil || !applied {
+		return
+	}
+	_, _ = db.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, msgKey, "status", string(model.MessageError), "error", reason, "updated_at", now.Unix())
+		store.AddEvent(ctx, p, &store.Event{Type: "job.failed", Actor: store.ActorRouter, FlowID: j.FlowID, JobID: j.ID, CallerID: j.CallerID, Status: string(model.JobError), Detail: reason})
+		return nil
+	})
+	log.Warn().Str("reason", reason).Msg("remote job timed out")
+	r.m.messages.WithLabelValues(model.KindJobRequest, "remote_timeout").Inc()
+	for ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := r.scheduler.JobDone(cctx, &herov1.JobDoneRequest{ContextId: db.ContextID, FlowId: j.FlowID, CallerId: j.CallerID, JobId: j.ID,
+			Attempt: cur.Attempt, Status: string(model.JobError), Error: reason})
+		cancel()
+		if err == nil {
+			return
+		}
+		r.m.schedulerErrs.Inc()
+		sleep(ctx, time.Second)
+	}
+}

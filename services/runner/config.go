@@ -1,0 +1,224 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/config"
+	"github.com/hero-coordinator/hero/lib/dispatcher"
+	"github.com/hero-coordinator/hero/lib/model"
+)
+
+// Config is the runner's configuration.
+type Config struct {
+	config.Common
+	RunnerID       uint32
+	Contexts       string
+	ScriptTypes    string
+	Interpreters   string
+	Concurrency    int
+	WorkerID       string
+	Lease          time.Duration
+	Heartbeat      time.Duration
+	KillGrace      time.Duration
+	OutputMaxBytes int
+	LogMaxBytes    int
+	WorkDir        string
+	Executors      string
+	CancelGrace    time.Duration
+	MaxFrameBytes  int
+	interpreters   map[model.ScriptType][]string
+	executors      []executorConfig
+	Dispatcher     dispatcher.WorkerConfig
+	types          []model.ScriptType
+	contextIDs     []uint32 // nil: every registered context
+}
+
+// DefaultInterpreters are used for the script types without an --interpreters entry.
+const DefaultInterpreters = "python=python3,sh=/bin/sh,bash=bash"
+
+// RegisterFlags adds every flag.
+func (c *Config) RegisterFlags(f *config.FlagSet) {
+	c.Common.RegisterFlags(f, ":9656", ":9663")
+	c.Dispatcher.RegisterFlags(f)
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "runner"
+	}
+	f.Uint32Var(&c.RunnerID, "runner-id", "", 1, "the runner record (runner:<id>) this process serves in each context")
+	f.StringVar(&c.Contexts, "contexts", "RUNNER_CONTEXTS", "*", "contexts served: comma-separated ids, or * for every context that has the runner record")
+	f.StringVar(&c.ScriptTypes, "script-types", "", "", "script types served (comma-separated); empty: every type with an interpreter")
+	f.StringVar(&c.Interpreters, "interpreters", "", DefaultInterpreters, "interpreter command per script type: type=command[ args],…; the script comes on stdin")
+	f.IntVar(&c.Concurrency, "concurrency", "", 4, "jobs run at the same time")
+	f.StringVar(&c.WorkerID, "worker-id", "", fmt.Sprintf("%s-%d", host, os.Getpid()), "this process's name in leases and heartbeats; unique per process")
+	f.DurationVar(&c.Lease, "lease", "", 30*time.Second, "a claimed job returns to its queue this long after its runner stopped heart-beating")
+	f.DurationVar(&c.Heartbeat, "heartbeat", "", 5*time.Second, "how often the process announces itself and extends its leases")
+	f.DurationVar(&c.KillGrace, "kill-grace", "", 500*time.Millisecond, "time between SIGTERM and SIGKILL when a job is stopped or times out")
+	f.IntVar(&c.OutputMaxBytes, "output-max-bytes", "", 1<<20, "stdout kept as the job's output result")
+	f.IntVar(&c.LogMaxBytes, "log-max-bytes", "", 4<<20, "stdout+stderr kept as the job's log")
+	f.StringVar(&c.WorkDir, "work-dir", "", os.TempDir(), "directory for the jobs' scratch directories (result files)")
+	f.StringVar(&c.Executors, "executors", "", "", "executor pools for handler jobs (RRQ protocol), '|'-separated: name;cmd=<command>[;size=N][;inflight=N][;transport=unix|tcp] — e.g. python;cmd=python3 -u executor.py;size=2")
+	f.DurationVar(&c.CancelGrace, "executor-cancel-grace", "", 2*time.Second, "how long an executor has to answer a cancel before its process is killed and restarted")
+	f.IntVar(&c.MaxFrameBytes, "executor-max-frame-bytes", "", 16<<20, "largest RRQ frame accepted from an executor")
+}
+
+// Validate checks the configuration before anything starts.
+func (c *Config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if err := c.Dispatcher.Validate(); err != nil {
+		return err
+	}
+	if c.RunnerID == 0 {
+		return fmt.Errorf("--runner-id must be at least 1")
+	}
+	c.interpreters = map[model.ScriptType][]string{}
+	for _, part := range strings.Split(c.Interpreters, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, cmd, ok := strings.Cut(part, "=")
+		if !ok || strings.TrimSpace(cmd) == "" {
+			return fmt.Errorf("--interpreters: %q is not type=command", part)
+		}
+		t, err := model.ParseScriptType(strings.TrimSpace(name))
+		if err != nil {
+			return fmt.Errorf("--interpreters: %v", err)
+		}
+		c.interpreters[t] = strings.Fields(cmd)
+	}
+	var err error
+	if c.executors, err = parseExecutors(c.Executors); err != nil {
+		return err
+	}
+	if c.ScriptTypes == "" {
+		// Every type with an interpreter, and every executor named after a script type
+		// (its handler jobs travel through that type's queue).
+		seen := map[model.ScriptType]bool{}
+		for t := range c.interpreters {
+			seen[t] = true
+		}
+		for _, e := range c.executors {
+			if t := model.ScriptType(e.name); t.Valid() {
+				seen[t] = true
+			}
+		}
+		for t := range seen {
+			c.types = append(c.types, t)
+		}
+	} else {
+		for _, s := range strings.Split(c.ScriptTypes, ",") {
+			t, err := model.ParseScriptType(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("--script-types: %v", err)
+			}
+			c.types = append(c.types, t)
+		}
+	}
+	sort.Slice(c.types, func(i, j int) bool { return c.types[i] < c.types[j] })
+	if len(c.types) == 0 {
+		return fmt.Errorf("no script types to serve: set --interpreters or --script-types")
+	}
+	if strings.TrimSpace(c.Contexts) != "*" {
+		for _, s := range strings.Split(c.Contexts, ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
+			if err != nil || n == 0 {
+				return fmt.Errorf("--contexts: %q is not a context id (1 or more) or *", s)
+			}
+			c.contextIDs = append(c.contextIDs, uint32(n))
+		}
+	}
+	if c.Concurrency < 1 || c.Concurrency > 4096 {
+		return fmt.Errorf("--concurrency must be between 1 and 4096")
+	}
+	if c.WorkerID == "" || strings.ContainsAny(c.WorkerID, "\t\n ") {
+		return fmt.Errorf("--worker-id must be a non-empty name without spaces")
+	}
+	if c.Lease < time.Second || c.Heartbeat <= 0 || c.Heartbeat*2 > c.Lease {
+		return fmt.Errorf("--lease must be at least 1s and at least twice --heartbeat")
+	}
+	if c.OutputMaxBytes < 1024 || c.LogMaxBytes < 1024 {
+		return fmt.Errorf("--output-max-bytes and --log-max-bytes must be at least 1024")
+	}
+	if c.CancelGrace <= 0 || c.MaxFrameBytes < 1024 {
+		return fmt.Errorf("--executor-cancel-grace must be positive and --executor-max-frame-bytes at least 1024")
+	}
+	if st, err := os.Stat(c.WorkDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("--work-dir %q is not a directory", c.WorkDir)
+	}
+	return nil
+}
+
+// CommonConfig returns the shared settings.
+func (c *Config) CommonConfig() *config.Common { return &c.Common }
+
+// executorConfig is one executor pool of --executors.
+type executorConfig struct {
+	name      string
+	cmd       []string
+	size      int
+	inflight  int
+	transport string
+}
+
+func parseExecutors(spec string) ([]executorConfig, error) {
+	var out []executorConfig
+	seen := map[string]bool{}
+	for _, entry := range strings.Split(spec, "|") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		parts := strings.Split(entry, ";")
+		e := executorConfig{name: strings.TrimSpace(parts[0]), size: 1, inflight: 4, transport: "unix"}
+		if e.name == "" || strings.ContainsAny(e.name, "=# ") {
+			return nil, fmt.Errorf("--executors: %q must start with the executor's name", entry)
+		}
+		if seen[e.name] {
+			return nil, fmt.Errorf("--executors: executor %q given twice", e.name)
+		}
+		seen[e.name] = true
+		for _, kv := range parts[1:] {
+			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok {
+				return nil, fmt.Errorf("--executors: executor %s: %q is not key=value", e.name, kv)
+			}
+			var err error
+			switch k {
+			case "cmd":
+				e.cmd = strings.Fields(v)
+			case "size":
+				e.size, err = strconv.Atoi(v)
+				if err == nil && (e.size < 1 || e.size > 64) {
+					err = fmt.Errorf("must be 1-64")
+				}
+			case "inflight":
+				e.inflight, err = strconv.Atoi(v)
+				if err == nil && (e.inflight < 1 || e.inflight > 1024) {
+					err = fmt.Errorf("must be 1-1024")
+				}
+			case "transport":
+				if v != "unix" && v != "tcp" {
+					err = fmt.Errorf("must be unix or tcp")
+				}
+				e.transport = v
+			default:
+				err = fmt.Errorf("unknown key (cmd, size, inflight, transport)")
+			}
+			if err != nil {
+				return nil, fmt.Errorf("--executors: executor %s: %s=%s: %v", e.name, k, v, err)
+			}
+		}
+		if len(e.cmd) == 0 {
+			return nil, fmt.Errorf("--executors: executor %s: cmd=<command> is required", e.name)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/obs"
+	"github.com/hero-coordinator/hero/lib/procrun"
+	"github.com/hero-coordinator/hero/lib/store"
+)
+
+// Limits of results written to $HERO_RESULT_FILE.
+const (
+	maxResultValue = 32 << 10
+	stderrTail     = 2 << 10
+)
+
+var resultKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// execution is one running job: a process, or (handler jobs) a request to an executor.
+type execution struct {
+	ref    model.JobRef
+	mu     sync.Mutex
+	reason string // why it was killed: timeout, stopped, lost_lease, handed_back
+	proc   *procrun.Proc
+	cancel func(reason string) // for handler jobs: cancel the request
+}
+
+// kill ends the job: the process group, or the handler request.
+func (ex *execution) kill(reason string) {
+	ex.mu.Lock()
+	if ex.reason == "" {
+		ex.reason = reason
+	}
+	proc, cancel := ex.proc, ex.cancel
+	ex.mu.Unlock()
+	if proc != nil {
+		proc.Kill(reason)
+	}
+	if cancel != nil {
+		cancel(reason)
+	}
+}
+
+func (ex *execution) handBack() { ex.kill("handed_back") }
+
+func (ex *execution) killReason() string {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return ex.reason
+}
+
+// execute runs one claimed and started job to its end.
+func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, outcome store.StartOutcome, j *model.Job) {
+	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, j.FlowID).Uint32(obs.KeyJobID, j.ID).Uint32(obs.KeyCallerID, j.CallerID).Uint32("attempt", j.Attempt).Logger()
+	st := string(j.ScriptType)
+	r.m.started.WithLabelValues(st).Inc()
+	if j.ReadyAtMs > 0 && len(j.Dependends) > 0 {
+		r.m.depStart.Observe(float64(j.StartedAtMs-j.ReadyAtMs) / 1000)
+	}
+	if j.DispatchedMs > 0 {
+		r.m.queueWait.Observe(float64(j.StartedAtMs-j.DispatchedMs) / 1000)
+	}
+	if outcome == store.StartStopped {
+		r.finish(ctx, db, cl, j, store.JobOutcome{Status: model.JobError, Error: "stopped", ExitCode: -1, Fatal: true}, "stopped", log)
+		return
+	}
+	res := r.runScript(ctx, db, cl, j, log)
+	if res.reason == "handed_back" {
+		log.Info().Msg("job handed back at shutdown")
+		return
+	}
+	if res.reason == "lost_lease" {
+		r.m.lostLeases.Inc()
+		r.m.failed.WithLabelValues(st, "lost_lease").Inc()
+		log.Warn().Msg("lease lost: job stopped here; another runner takes it")
+		return
+	}
+	r.finish(ctx, db, cl, j, res.outcome, res.reason, log)
+}
+
+func (r *runner) finish(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, o store.JobOutcome, reason string, log zerolog.Logger) {
+	st := string(j.ScriptType)
+	ok, err := db.FinishJob(ctx, cl, j, o)
+	if err != nil {
+		log.Error().Err(err).Msg("finish job")
+		return
+	}
+	if !ok {
+		log.Warn().Msg("job was taken over by another runner; result dropped")
+		return
+	}
+	if o.Status == model.JobFinished {
+		r.m.finished.WithLabelValues(st).Inc()
+		log.Info().Msg("job finished")
+	} else {
+		r.m.failed.WithLabelValues(st, reason).Inc()
+		log.Info().Str("error", o.Error).Msg("job failed")
+	}
+}
+
+type runResult struct {
+	outcome store.JobOutcome
+	reason  string
+}
+
+// runScript runs the job's script under its interpreter with a clean environment.
+func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) runResult {
+	if j.IsHandler() {
+		return r.runHandler(ctx, db, cl, j, log)
+	}
+	interp, ok := r.cfg.interpreters[j.ScriptType]
+	if !ok {
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true,
+			Error: fmt.Sprintf("no interpreter configured for script_type %q", j.ScriptType)}, "no_interpreter"}
+	}
+	dir, err := os.MkdirTemp(r.cfg.WorkDir, fmt.Sprintf("hero-job-%d-%d-%d-", db.ContextID, j.CallerID, j.ID))
+	if err != nil {
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "runner cannot make a scratch directory: " + err.Error()}, "start_error"}
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	resultFile := filepath.Join(dir, "result")
+	env, err := r.environment(ctx, db, j, resultFile, dir)
+	if err != nil {
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "prepare environment: " + err.Error()}, "start_error"}
+	}
+
+	logw := newLogWriter(ctx, db, j.CallerID, j.ID, r.cfg.LogMaxBytes)
+	if j.Attempt > 1 {
+		_, _ = logw.Write([]byte(fmt.Sprintf("--- attempt %d on %s ---\n", j.Attempt, r.cfg.WorkerID)))
+	}
+	stdout := &procrun.Capped{Max: r.cfg.OutputMaxBytes}
+	stderr := &procrun.Tail{Max: stderrTail}
+
+	ex := &execution{ref: j.Ref()}
+	ex.ref.ContextID = db.ContextID
+	r.track(ex)
+	defer r.untrack(ex)
+
+	start := time.Now()
+	proc, err := procrun.Start(procrun.Spec{
+		Argv: interp, Dir: dir, Env: env, Stdin: strings.NewReader(j.Script),
+		Stdout: procrun.Multi{stdout, logw}, Stderr: procrun.Multi{stderr, logw}, KillGrace: r.cfg.KillGrace,
+	})
+	if err != nil {
+		logw.Close()
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true,
+			Error: fmt.Sprintf("cannot start interpreter %q for script_type %q: %v", interp[0], j.ScriptType, err)}, "start_error"}
+	}
+	ex.mu.Lock()
+	ex.proc = proc
+	reason := ex.reason
+	ex.mu.Unlock()
+	// A stop that came between the claim and the start is honoured now.
+	if j.StopAsked && reason == "" {
+		reason = "stopped"
+	}
+	if reason != "" {
+		proc.Kill(reason)
+	}
+	r.superviseRun(ctx, db, cl, j, ex, proc.Done())
+	res := proc.Wait()
+	elapsed := time.Since(start)
+	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(elapsed.Seconds())
+	logw.Close()
+
+	exitCode := res.ExitCode
+	switch ex.killReason() {
+	case "handed_back", "lost_lease":
+		return runResult{reason: ex.killReason()}
+	case "timeout":
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: exitCode, Error: "timeout",
+			Result: map[string]string{"output": stdout.String()}}, "timeout"}
+	case "stopped":
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: exitCode, Error: "stopped", Fatal: true,
+			Result: map[string]string{"output": stdout.String()}}, "stopped"}
+	}
+	result := map[string]string{}
+	if warnings := parseResultFile(resultFile, result); len(warnings) > 0 {
+		logw2 := newLogWriter(ctx, db, j.CallerID, j.ID, r.cfg.LogMaxBytes)
+		for _, w := range warnings {
+			_, _ = logw2.Write([]byte("[hero] warning: " + w + "\n"))
+		}
+		logw2.Close()
+	}
+	result["output"] = stdout.String()
+	if res.Err != nil || exitCode != 0 {
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: exitCode, Error: res.Describe(strings.TrimSpace(stderr.String())), Result: result}, "exit_code"}
+	}
+	log.Debug().Dur("elapsed", elapsed).Msg("script exited 0")
+	return runResult{store.JobOutcome{Status: model.JobFinished, ExitCode: 0, Result: result}, ""}
+}
+
+// environment builds a clean environment: PATH, HOME, LANG; the flow's env_vars; the
+// job's (the job wins); the HERO_ variables; the direct dependencies' results.
+func (r *runner) environment(ctx context.Context, db *store.DB, j *model.Job, resultFile, dir string) ([]string, error) {
+	env := map[string]string{
+		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME": dir,
+		"LANG": "C.UTF-8",
+	}
+	var flowEnv *redis.StringCmd
+	deps := make([]*redis.StringCmd, len(j.Dependends))
+	if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if j.FlowID != 0 {
+			flowEnv = p.HGet(ctx, keys.Flow(j.FlowID), "env_vars")
+		}
+		for i, d := range j.Dependends {
+			deps[i] = p.HGet(ctx, keys.Job(j.CallerID, d), "result")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if flowEnv != nil && flowEnv.Val() != "" {
+		var holder struct {
+			EnvVars map[string]string `hash:"env_vars"`
+		}
+		if err := model.FromHash(keys.Flow(j.FlowID), map[string]string{"env_vars": flowEnv.Val()}, &holder); err == nil {
+			for k, v := range holder.EnvVars {
+				env[k] = v
+			}
+		}
+	}
+	for k, v := range j.EnvVars {
+		env[k] = v
+	}
+	for i, d := range j.Dependends {
+		var res map[string]string
+		if j.DepResults != nil {
+			// A job sent from another node: its dependencies ran there.
+			res = j.DepResults[strconv.FormatUint(uint64(d), 10)]
+		} else {
+			var holder struct {
+				Result map[string]string `hash:"result"`
+			}
+			if err := model.FromHash(keys.Job(j.CallerID, d), map[string]string{"result": deps[i].Val()}, &holder); err == nil {
+				res = holder.Result
+			}
+		}
+		for k, v := range res {
+			if k == "output" || !resultKeyRE.MatchString(k) {
+				continue
+			}
+			env[fmt.Sprintf("HERO_DEP_%d_%s", d, k)] = v
+		}
+	}
+	env["HERO_CONTEXT_ID"] = strconv.FormatUint(uint64(db.ContextID), 10)
+	env["HERO_FLOW_ID"] = strconv.FormatUint(uint64(j.FlowID), 10)
+	env["HERO_JOB_ID"] = strconv.FormatUint(uint64(j.ID), 10)
+	env["HERO_CALLER_ID"] = strconv.FormatUint(uint64(j.CallerID), 10)
+	env["HERO_ATTEMPT"] = strconv.FormatUint(uint64(j.Attempt), 10)
+	env["HERO_RESULT_FILE"] = resultFile
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// parseResultFile reads KEY=VALUE lines; bad lines are skipped with a warning.
+func parseResultFile(path string, into map[string]string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	var warnings []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), maxResultValue+1024)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimRight(sc.Text(), "\r")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		switch {
+		case !ok:
+			warnings = append(warnings, fmt.Sprintf("result file line %d has no '=': skipped", n))
+		case !resultKeyRE.MatchString(k):
+			warnings = append(warnings, fmt.Sprintf("result file line %d: key %q is not [A-Za-z_][A-Za-z0-9_]*: skipped", n, k))
+		case k == "output":
+			warnings = append(warnings, fmt.Sprintf("result file line %d: key \"output\" is reserved for stdout: skipped", n))
+		case len(v) > maxResultValue:
+			warnings = append(warnings, fmt.Sprintf("result file line %d: value of %s is %d bytes, more than %d: skipped", n, k, len(v), maxResultValue))
+		default:
+			into[k] = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		warnings = append(warnings, "result file: "+err.Error())
+	}
+	return warnings
+}
+
+// newLogWriter streams a job's output into its Redis log (bounded), in lib/procrun's
+// batches (32 KiB or 50 ms), so that job logs -f follows closely.
+func newLogWriter(ctx context.Context, db *store.DB, caller, id uint32, max int) *procrun.Batcher {
+	return procrun.NewBatcher(func(chunk []byte) { _ = db.AppendLog(ctx, caller, id, chunk, max) })
+}
+
+// track registers a running job so that stop requests find it.
+func (r *runner) track(ex *execution) {
+	r.mu.Lock()
+	r.running[ex.ref] = ex
+	r.mu.Unlock()
+}
+
+func (r *runner) untrack(ex *execution) {
+	r.mu.Lock()
+	delete(r.running, ex.ref)
+	r.mu.Unlock()
+}
+
+// superviseRun enforces the job's timeout and keeps its lease while it runs, until
+// done is closed.
+func (r *runner) superviseRun(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ex *execution, done <-chan struct{}) {
+	var timeout <-chan time.Time
+	if j.Timeout > 0 {
+		t := time.NewTimer(time.Duration(j.Timeout) * time.Second)
+		defer t.Stop()
+		timeout = t.C
+	}
+	lease := time.NewTicker(r.cfg.Heartbeat)
+	defer lease.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-timeout:
+			ex.kill("timeout")
+		case <-lease.C:
+			held, err := db.ExtendLease(ctx, cl, r.cfg.Lease)
+			if err == nil && !held {
+				ex.kill("lost_lease")
+			}
+		}
+	}
+}

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/obs"
+	"github.com/hero-coordinator/hero/lib/rrq"
+	"github.com/hero-coordinator/hero/lib/store"
+)
+
+// Handler jobs run in executor processes over the RRQ executor protocol (seed 004,
+// lib/rrq). The runner starts one pool per --executors entry, routes a job to the pool
+// named by its function_name's prefix (or, without one, by its script type), and maps
+// the outcome onto the job: success → finished with the result; retry → error, retried
+// after retry_after_seconds; timeout and error → error under the retry policy;
+// error type handler_not_found → fatal (straight to the dead-letter queue).
+
+type executorMetrics struct {
+	restarts   *prometheus.CounterVec
+	violations *prometheus.CounterVec
+	calls      *prometheus.CounterVec
+}
+
+func newExecutorMetrics(reg prometheus.Registerer) executorMetrics {
+	f := promauto.With(reg)
+	return executorMetrics{
+		restarts: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_executor_restarts_total",
+			Help: "Executor processes restarted (they died, or were killed after ignoring a cancel), by executor."}, []string{"executor"}),
+		violations: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_executor_protocol_violations_total",
+			Help: "Bad frames and responses from executors (dropped; the runner stays healthy), by executor and kind."}, []string{"executor", "kind"}),
+		calls: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_handler_calls_total",
+			Help: "Handler calls by executor and outcome (success, retry, timeout, error, failed: no outcome)."}, []string{"executor", "outcome"}),
+	}
+}
+
+// startExecutors starts every configured pool and waits until each accepts
+// connections; a pool that cannot start is an error at start-up.
+func (r *runner) startExecutors(ctx context.Context) error {
+	r.pools = map[string]*rrq.Pool{}
+	for _, e := range r.cfg.executors {
+		e := e
+		transport := rrq.TransportUnix
+		if e.transport == "tcp" {
+			transport = rrq.TransportTCP
+		}
+		log := r.log.With().Str("executor", e.name).Logger()
+		pool, err := rrq.StartPool(ctx, rrq.PoolConfig{
+			Name: e.name, Command: e.cmd, Size: e.size, Transport: transport,
+			Client: rrq.ClientOptions{MaxInFlight: e.inflight, MaxFrameSize: r.cfg.MaxFrameBytes,
+				OnViolation: func(v rrq.Violation) {
+					r.em.violations.WithLabelValues(e.name, string(v.Kind)).Inc()
+					log.Warn().Str("kind", string(v.Kind)).Str("request_id", v.RequestID).Err(v.Err).Msg("executor protocol violation")
+				}},
+			Stdout: logLines{log, "stdout"}, Stderr: logLines{log, "stderr"},
+			Logger: obs.Slog(log),
+			OnRestart: func(index int, reason error) {
+				r.em.restarts.WithLabelValues(e.name).Inc()
+				log.Warn().Int("process", index).AnErr("reason", reason).Msg("executor process restarting")
+			},
+		})
+		if err != nil {
+			r.stopExecutors()
+			return fmt.Errorf("executor %s: %v", e.name, err)
+		}
+		r.pools[e.name] = pool
+		log.Info().Int("processes", e.size).Str("transport", e.transport).Msg("executor pool ready")
+	}
+	return nil
+}
+
+func (r *runner) stopExecutors() {
+	for name, p := range r.pools {
+		if err := p.Close(); err != nil {
+			r.log.Warn().Err(err).Str("executor", name).Msg("stop executor pool")
+		}
+	}
+}
+
+// executorNames lists the configured executors.
+func (r *runner) executorNames() []string {
+	var out []string
+	for n := range r.pools {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// logLines writes an executor process's output into the runner's log, a line per event.
+type logLines struct {
+	log    zerolog.Logger
+	stream string
+}
+
+func (l logLines) Write(p []byte) (int, error) {
+	l.log.Info().Str("stream", l.stream).Msg(string(trimNL(p)))
+	return len(p), nil
+}
+
+func trimNL(p []byte) []byte {
+	for len(p) > 0 && (p[len(p)-1] == '\n' || p[len(p)-1] == '\r') {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// runHandler calls a handler job's function in its executor pool.
+func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) (rr runResult) {
+	execName, handler := j.Handler()
+	if execName == "" {
+		execName = string(j.ScriptType)
+	}
+	pool := r.pools[execName]
+	if pool == nil {
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true,
+			Error: fmt.Sprintf("no executor %q on this runner (it has: %v)", execName, r.executorNames())}, "no_executor"}
+	}
+	ref := model.JobRef{ContextID: db.ContextID, CallerID: j.CallerID, ID: j.ID}
+	traceID := j.TraceID // set when the job was claimed
+	if traceID == "" {
+		traceID = randHex(16)
+	}
+	req := rrq.ExecutionRequest{
+		ProtocolVersion: rrq.ProtocolVersion, RequestID: rrq.NewUUID(), JobID: ref.String(), FunctionName: handler,
+		Context: rrq.ExecutionContext{
+			JobID: ref.String(), Attempt: int(max(j.Attempt, 1)), QueueName: cl.Queue, WorkerID: r.cfg.WorkerID,
+			EnqueueTime:  time.UnixMilli(max(j.DispatchedMs, j.CreatedAtMs)),
+			TraceContext: map[string]string{"traceparent": "00-" + traceID + "-" + randHex(8) + "-01"},
+		},
+	}
+	if len(j.Args) > 0 {
+		if err := json.Unmarshal(j.Args, &req.Args); err != nil {
+			return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true, Error: "args is not a JSON array"}, "start_error"}
+		}
+	}
+	if len(j.Kwargs) > 0 {
+		if err := json.Unmarshal(j.Kwargs, &req.Kwargs); err != nil {
+			return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true, Error: "kwargs is not a JSON object"}, "start_error"}
+		}
+	}
+	if len(j.Dependends) > 0 {
+		// A handler reads its direct dependencies' results in kwargs["hero_deps"]:
+		// {"<job id>": {key: value}}, as a script reads HERO_DEP_<id>_<KEY>.
+		deps, err := r.depResults(ctx, db, j)
+		if err != nil {
+			return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "read dependencies' results: " + err.Error()}, "start_error"}
+		}
+		if req.Kwargs == nil {
+			req.Kwargs = map[string]json.RawMessage{}
+		}
+		if _, taken := req.Kwargs["hero_deps"]; !taken {
+			b, _ := json.Marshal(deps)
+			req.Kwargs["hero_deps"] = b
+		}
+	}
+	callCtx, cancelCall := context.WithCancel(ctx)
+	defer cancelCall()
+	if j.Timeout > 0 {
+		d := time.Now().Add(time.Duration(j.Timeout) * time.Second)
+		req.Context.Deadline = &d
+	}
+	log = log.With().Str("executor", execName).Str("function", handler).Str("request_id", req.RequestID).Str("trace_id", traceID).Logger()
+	// The call's header line goes into the job's log with the job's end (one round
+	// trip less per call); the trace id was stored when the job was claimed.
+	header := []byte(fmt.Sprintf("--- attempt %d: %s#%s on %s (request %s, trace %s) ---\n", max(j.Attempt, 1), execName, handler, r.cfg.WorkerID, req.RequestID, traceID))
+	defer func() { rr.outcome.Log, rr.outcome.LogMax = header, r.cfg.LogMaxBytes }()
+
+	ex := &execution{ref: ref}
+	ex.cancel = func(reason string) {
+		// Best effort first: a cancel frame. An executor that does not answer within the
+		// grace period is killed (and restarted by its pool); the call then fails.
+		go func() {
+			cctx, cancel := context.WithTimeout(context.Background(), r.cfg.CancelGrace)
+			defer cancel()
+			if err := pool.Cancel(cctx, req.JobID, req.RequestID, false); err != nil {
+				log.Warn().Err(err).Msg("send cancel frame")
+			}
+			t := time.NewTimer(r.cfg.CancelGrace)
+			defer t.Stop()
+			select {
+			case <-callCtx.Done():
+				return
+			case <-t.C:
+			}
+			if pool.KillRequest(req.RequestID) {
+				log.Warn().Str("reason", reason).Dur("grace", r.cfg.CancelGrace).Msg("executor did not answer the cancel; process killed")
+			}
+		}()
+	}
+	r.track(ex)
+	defer r.untrack(ex)
+	if j.StopAsked {
+		ex.kill("stopped")
+	}
+
+	type call struct {
+		out rrq.ExecutionOutcome
+		err error
+	}
+	done := make(chan struct{})
+	var res call
+	start := time.Now()
+	go func() {
+		res.out, res.err = pool.Execute(callCtx, req)
+		close(done)
+	}()
+	r.superviseRun(ctx, db, cl, j, ex, done)
+	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(time.Since(start).Seconds())
+
+	reason := ex.killReason()
+	switch reason {
+	case "handed_back", "lost_lease":
+		return runResult{reason: reason}
+	case "timeout":
+		r.em.calls.WithLabelValues(execName, "timeout").Inc()
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "timeout"}, "timeout"}
+	case "stopped":
+		r.em.calls.WithLabelValues(execName, "error").Inc()
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "stopped", Fatal: true}, "stopped"}
+	}
+	if res.err != nil {
+		r.em.calls.WithLabelValues(execName, "failed").Inc()
+		msg := "executor " + execName + ": " + res.err.Error()
+		switch {
+		case errors.Is(res.err, rrq.ErrExecutorCrashed):
+			msg = "executor " + execName + " crashed during the call: " + res.err.Error()
+		case errors.Is(res.err, rrq.ErrUnavailable):
+			msg = "executor " + execName + " unavailable: " + res.err.Error()
+		}
+		log.Warn().Err(res.err).Msg("handler call failed")
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: msg}, "executor"}
+	}
+	out := res.out
+	r.em.calls.WithLabelValues(execName, string(out.Status)).Inc()
+	switch out.Status {
+	case rrq.StatusSuccess:
+		result, err := resultMap(out.Result)
+		if err != nil {
+			return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: err.Error()}, "exit_code"}
+		}
+		return runResult{store.JobOutcome{Status: model.JobFinished, Result: result}, ""}
+	case rrq.StatusRetry:
+		o := store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "retry requested" + errSuffix(out.Error)}
+		if ra := out.RetryAfter(); ra > 0 {
+			o.RetryAfter = ra
+		}
+		return runResult{o, "exit_code"}
+	case rrq.StatusTimeout:
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "timeout" + errSuffix(out.Error)}, "timeout"}
+	default:
+		o := store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "handler error" + errSuffix(out.Error)}
+		if out.Error != nil {
+			o.Error = out.Error.Error()
+			if out.Error.Type == rrq.ErrorTypeHandlerNotFound {
+				o.Fatal = true // no retry helps: straight to the dead-letter queue
+			}
+		}
+		return runResult{o, "exit_code"}
+	}
+}
+
+func errSuffix(e *rrq.ExecutionError) string {
+	if e == nil {
+		return ""
+	}
+	return ": " + e.Error()
+}
+
+// resultMap turns a handler's JSON result into the job's result map: the top-level
+// keys of an object (values that are not strings JSON-encoded); any other JSON value
+// as "output".
+func resultMap(raw json.RawMessage) (map[string]string, error) {
+	out := map[string]string{}
+	if len(raw) == 0 || string(raw) == "null" {
+		return out, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err == nil && obj != nil {
+		for k, v := range obj {
+			var s string
+			if err := json.Unmarshal(v, &s); err == nil {
+				out[k] = s
+			} else {
+				out[k] = string(v)
+			}
+		}
+		return out, nil
+	}
+	if !json.Valid(raw) {
+		return nil, fmt.Errorf("the handler's result is not JSON")
+	}
+	out["output"] = string(raw)
+	return out, nil
+}
+
+// depResults reads the result maps of a job's direct dependencies.
+func (r *runner) depResults(ctx context.Context, db *store.DB, j *model.Job) (map[string]map[string]string, error) {
+	if j.DepResults != nil {
+		return j.DepResults, nil // a job sent from another node: its dependencies ran there
+	}
+	cmds := make([]*redis.StringCmd, len(j.Dependends))
+	if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, d := range j.Dependends {
+			cmds[i] = p.HGet(ctx, keys.Job(j.CallerID, d), "result")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]string{}
+	for i, d := range j.Dependends {
+		var holder struct {
+			Result map[string]string `hash:"result"`
+		}
+		_ = model.FromHash(keys.Job(j.CallerID, d), map[string]string{"result": cmds[i].Val()}, &holder)
+		if holder.Result == nil {
+			holder.Result = map[string]string{}
+		}
+		out[fmt.Sprint(d)] = holder.Result
+	}
+	return out, nil
+}

@@ -1,0 +1,424 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/obs"
+	"github.com/hero-coordinator/hero/lib/rrq"
+	"github.com/hero-coordinator/hero/lib/store"
+)
+
+// runner claims jobs from the queues of the contexts it serves and runs them.
+type runner struct {
+	store *store.Store
+	log   zerolog.Logger
+	cfg   *Config
+	m     runnerMetrics
+	em    executorMetrics
+	pools map[string]*rrq.Pool // executor pools by name
+
+	mu      sync.Mutex
+	served  []uint32                    // contexts where runner:<id> exists
+	running map[model.JobRef]*execution // jobs this process runs now
+	slots   chan struct{}
+	jobs    sync.WaitGroup
+	jobCtx  context.Context // outlives the loops: running jobs finish during a drain
+	stopJob context.CancelFunc
+}
+
+type runnerParams struct {
+	store *store.Store
+	log   zerolog.Logger
+	reg   prometheus.Registerer
+	cfg   *Config
+}
+
+type runnerMetrics struct {
+	started    *prometheus.CounterVec
+	finished   *prometheus.CounterVec
+	failed     *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	depStart   prometheus.Histogram
+	queueWait  prometheus.Histogram
+	requeued   prometheus.Counter
+	lostLeases prometheus.Counter
+}
+
+func newRunner(p runnerParams) *runner {
+	f := promauto.With(p.reg)
+	r := &runner{
+		store: p.store, log: p.log, cfg: p.cfg,
+		running: map[model.JobRef]*execution{},
+		em:      newExecutorMetrics(p.reg),
+		slots:   make(chan struct{}, p.cfg.Concurrency),
+		m: runnerMetrics{
+			started:  f.NewCounterVec(prometheus.CounterOpts{Name: "hero_jobs_started_total", Help: "Job runs started, by script type."}, []string{"script_type"}),
+			finished: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_jobs_finished_total", Help: "Job runs that finished successfully, by script type."}, []string{"script_type"}),
+			failed:   f.NewCounterVec(prometheus.CounterOpts{Name: "hero_jobs_failed_total", Help: "Job runs that ended in error, by script type and reason (exit_code, timeout, stopped, no_interpreter, start_error, lost_lease)."}, []string{"script_type", "reason"}),
+			duration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "hero_job_run_duration_seconds", Help: "Run time of jobs, by script type.",
+				Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"script_type"}),
+			depStart: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_job_dependent_start_latency_seconds",
+				Help:    "Time from a job's last dependency finishing to the job starting.",
+				Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10}}),
+			queueWait: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_job_queue_wait_seconds", Help: "Time from a job's dispatch to its start.",
+				Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60}}),
+			requeued:   f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_lease_requeues_total", Help: "Jobs of dead runner processes put back on their queue."}),
+			lostLeases: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_lost_leases_total", Help: "Jobs this process stopped because their lease was lost."}),
+		},
+	}
+	r.jobCtx, r.stopJob = context.WithCancel(context.Background())
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "hero_runner_jobs_running", Help: "Jobs this process runs now."}, func() float64 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return float64(len(r.running))
+	})
+	return r
+}
+
+func (r *runner) run(ctx context.Context) error {
+	defer r.stopExecutors()
+	r.refreshServed(ctx)
+	r.recover(ctx)
+	var wg sync.WaitGroup
+	loops := []func(context.Context){r.controlLoop, r.heartbeatLoop, r.sweepLoop, r.watchControl}
+	// Several claim loops: one waits on the wake lists while others claim, so that
+	// taking jobs is not bound by one round trip at a time.
+	for i := 0; i < min(r.cfg.Concurrency, maxClaimLoops); i++ {
+		loops = append(loops, r.claimLoop)
+	}
+	for _, loop := range loops {
+		wg.Add(1)
+		go func(loop func(context.Context)) {
+			defer wg.Done()
+			loop(ctx)
+		}(loop)
+	}
+	wg.Wait()
+	r.drain()
+	return nil
+}
+
+// refreshServed finds the contexts to serve (those with the runner record) and
+// announces the script types there.
+func (r *runner) refreshServed(ctx context.Context) {
+	candidates := r.cfg.contextIDs
+	if candidates == nil {
+		ids, err := r.store.ContextIDs(ctx)
+		if err != nil {
+			r.log.Error().Err(err).Msg("list contexts")
+			return
+		}
+		candidates = ids
+	}
+	var served []uint32
+	for _, id := range candidates {
+		db, err := r.store.Ctx(id)
+		if err != nil {
+			continue
+		}
+		if _, err := db.LoadRunner(ctx, r.cfg.RunnerID); err != nil {
+			continue
+		}
+		if err := db.AnnounceScriptTypes(ctx, r.cfg.RunnerID, r.cfg.types); err != nil {
+			r.log.Error().Err(err).Uint32(obs.KeyContextID, id).Msg("announce script types")
+			continue
+		}
+		_ = db.Heartbeat(ctx, r.cfg.RunnerID, r.cfg.WorkerID)
+		served = append(served, id)
+	}
+	r.mu.Lock()
+	changed := len(served) != len(r.served)
+	for i := 0; !changed && i < len(served); i++ {
+		changed = served[i] != r.served[i]
+	}
+	r.served = served
+	r.mu.Unlock()
+	if changed {
+		r.log.Info().Uint32(obs.KeyRunnerID, r.cfg.RunnerID).Interface("contexts", served).Interface("script_types", r.cfg.types).Msg("serving")
+	}
+}
+
+func (r *runner) servedContexts() []uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]uint32(nil), r.served...)
+}
+
+// queues returns the job queues of one served context.
+func (r *runner) queues() []string {
+	var qs []string
+	for _, t := range r.cfg.types {
+		qs = append(qs, keys.Queue(t.QueueSuffix()), keys.PinnedQueue(r.cfg.RunnerID, t.QueueSuffix()))
+	}
+	return qs
+}
+
+// recover hands back the jobs this worker id held before a restart.
+func (r *runner) recover(ctx context.Context) {
+	for _, id := range r.servedContexts() {
+		db, err := r.store.Ctx(id)
+		if err != nil {
+			continue
+		}
+		if moved, err := db.RequeueConsumer(ctx, r.cfg.WorkerID); err == nil && len(moved) > 0 {
+			r.log.Info().Uint32(obs.KeyContextID, id).Int("jobs", len(moved)).Msg("took back jobs held before a restart")
+		}
+	}
+}
+
+// maxClaimLoops bounds the claim loops of one process.
+const maxClaimLoops = 4
+
+// claimLoop waits for a free slot, then for a wake-up on any served queue, then claims.
+func (r *runner) claimLoop(ctx context.Context) {
+	idle := 0
+	for ctx.Err() == nil {
+		select {
+		case r.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		served := r.servedContexts()
+		var wake []string
+		for _, c := range served {
+			for _, q := range r.queues() {
+				wake = append(wake, keys.WakeQueue(c, q))
+			}
+		}
+		if len(wake) == 0 {
+			<-r.slots
+			sleepCtx(ctx, time.Second) // nothing to serve yet; the control watcher refreshes
+			continue
+		}
+		// Rotate the key order so that no context or queue starves another.
+		if n := len(wake); n > 1 {
+			k := idle % n
+			wake = append(wake[k:], wake[:k]...)
+		}
+		key, _, err := r.store.WaitWake(ctx, 5*time.Second, wake...)
+		if err != nil {
+			<-r.slots
+			if ctx.Err() == nil {
+				r.log.Error().Err(err).Msg("wait for jobs")
+				sleepCtx(ctx, time.Second)
+			}
+			continue
+		}
+		idle++
+		if key == "" {
+			// Idle for a while: a safety net for wake tokens lost in a crash.
+			<-r.slots
+			r.claimWithoutToken(ctx, served)
+			continue
+		}
+		ctxID, queue, ok := store.ParseWakeQueue(key)
+		if !ok || !r.claim(ctx, ctxID, queue) {
+			<-r.slots
+		}
+	}
+}
+
+// claim takes one job from a queue and marks it started (one script), then runs it in
+// its own goroutine, which frees the slot.
+func (r *runner) claim(ctx context.Context, ctxID uint32, queue string) bool {
+	db, err := r.store.Ctx(ctxID)
+	if err != nil {
+		return false
+	}
+	cl, outcome, j, err := db.ClaimStart(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, randHex(16))
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
+		}
+		return false // a started job the error hid comes back with its lease
+	}
+	if cl == nil {
+		return false
+	}
+	if outcome == store.StartGone || outcome == store.StartDone {
+		r.log.Debug().Uint32(obs.KeyContextID, ctxID).Str("job_key", cl.Item).Int("outcome", int(outcome)).Msg("nothing to run")
+		return false
+	}
+	r.jobs.Add(1)
+	go func() {
+		defer func() { <-r.slots; r.jobs.Done() }()
+		r.execute(r.jobCtx, db, cl, outcome, j)
+	}()
+	return true
+}
+
+func (r *runner) claimWithoutToken(ctx context.Context, served []uint32) {
+	for _, c := range served {
+		db, err := r.store.Ctx(c)
+		if err != nil {
+			continue
+		}
+		for _, q := range r.queues() {
+			if n, err := db.QueueLen(ctx, q); err != nil || n == 0 {
+				continue
+			}
+			select {
+			case r.slots <- struct{}{}:
+			default:
+				return
+			}
+			if !r.claim(ctx, c, q) {
+				<-r.slots
+			}
+		}
+	}
+}
+
+// controlLoop takes stop requests from this process's control list.
+func (r *runner) controlLoop(ctx context.Context) {
+	list := keys.StopList(r.cfg.WorkerID)
+	for ctx.Err() == nil {
+		_, token, err := r.store.WaitWake(ctx, 5*time.Second, list)
+		if err != nil {
+			if ctx.Err() == nil {
+				sleepCtx(ctx, time.Second)
+			}
+			continue
+		}
+		if token == "" {
+			continue
+		}
+		ref, err := model.ParseJobRef(token)
+		if err != nil {
+			r.log.Warn().Str("request", token).Msg("bad stop request")
+			continue
+		}
+		if !r.stop(ref, "stopped") {
+			r.log.Info().Str("job", ref.String()).Msg("stop request for a job not running here")
+		}
+	}
+}
+
+// stop ends a running job (its process group) with a reason.
+func (r *runner) stop(ref model.JobRef, reason string) bool {
+	r.mu.Lock()
+	ex := r.running[ref]
+	r.mu.Unlock()
+	if ex == nil {
+		return false
+	}
+	ex.kill(reason)
+	return true
+}
+
+// heartbeatLoop announces this process in every served context.
+func (r *runner) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, c := range r.servedContexts() {
+			if db, err := r.store.Ctx(c); err == nil {
+				_ = db.Heartbeat(ctx, r.cfg.RunnerID, r.cfg.WorkerID)
+			}
+		}
+	}
+}
+
+// sweepLoop returns the jobs of dead runner processes to their queues.
+func (r *runner) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.store.SweepLeases(ctx, r.servedContexts(), time.Now(), func(id uint32, mv store.Requeued) {
+			r.m.requeued.Inc()
+			r.log.Warn().Uint32(obs.KeyContextID, id).Str("queue", mv.Queue).Str("item", mv.Item).Msg("lease expired; job back on its queue")
+		})
+	}
+}
+
+// watchControl refreshes the served contexts when contexts or runners are created
+// (pub/sub on coord:control), and every 30 s as a safety net.
+func (r *runner) watchControl(ctx context.Context) {
+	sub := r.store.G().Subscribe(ctx, keys.Control)
+	defer func() { _ = sub.Close() }()
+	ch := sub.Channel()
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg, ok := <-ch:
+			if !ok {
+				return
+			}
+			if strings.HasPrefix(msg.Payload, "context:") || strings.HasPrefix(msg.Payload, "runner:") {
+				if strings.HasPrefix(msg.Payload, "runner:") && !strings.HasSuffix(msg.Payload, ":"+strconv.FormatUint(uint64(r.cfg.RunnerID), 10)) {
+					continue
+				}
+				r.refreshServed(ctx)
+			}
+		case <-t.C:
+			r.refreshServed(ctx)
+		}
+	}
+}
+
+// drain waits for the running jobs to end within the shutdown timeout, then stops
+// the rest and hands them back to their queues for another runner.
+func (r *runner) drain() {
+	done := make(chan struct{})
+	go func() { r.jobs.Wait(); close(done) }()
+	t := time.NewTimer(r.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		r.stopJob()
+		return
+	case <-t.C:
+	}
+	r.mu.Lock()
+	left := make([]*execution, 0, len(r.running))
+	for _, ex := range r.running {
+		left = append(left, ex)
+	}
+	r.mu.Unlock()
+	for _, ex := range left {
+		ex.handBack()
+	}
+	<-done
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, c := range r.servedContexts() {
+		if db, err := r.store.Ctx(c); err == nil {
+			if moved, err := db.RequeueConsumer(ctx, r.cfg.WorkerID); err == nil && len(moved) > 0 {
+				r.log.Info().Uint32(obs.KeyContextID, c).Int("jobs", len(moved)).Msg("handed unfinished jobs back to their queues")
+			}
+		}
+	}
+	r.stopJob()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,504 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/obs"
+	"github.com/hero-coordinator/hero/lib/store"
+)
+
+var errAlreadyEnded = errors.New("flow already ended")
+
+// engine runs flows. All state is in Redis; the engine's only memory is a wake-up
+// channel for its due-time loop.
+type engine struct {
+	store      *store.Store
+	log        zerolog.Logger
+	retryBase  time.Duration
+	retryCap   time.Duration
+	sweepEvery time.Duration
+	retention  time.Duration
+	wakeDue    chan struct{}
+	m          metrics
+}
+
+type engineParams struct {
+	store      *store.Store
+	log        zerolog.Logger
+	reg        prometheus.Registerer
+	retryBase  time.Duration
+	retryCap   time.Duration
+	sweepEvery time.Duration
+	retention  time.Duration
+}
+
+type metrics struct {
+	flowsStarted  prometheus.Counter
+	flowsFinished *prometheus.CounterVec
+	dispatched    prometheus.Counter
+	retried       prometheus.Counter
+	jobsEnded     *prometheus.CounterVec
+	recovered     prometheus.Counter
+	expired       *prometheus.CounterVec
+	cancelled     prometheus.Counter
+}
+
+func newEngine(p engineParams) *engine {
+	f := promauto.With(p.reg)
+	e := &engine{
+		store: p.store, log: p.log, retryBase: p.retryBase, retryCap: p.retryCap, sweepEvery: p.sweepEvery, retention: p.retention,
+		wakeDue: make(chan struct{}, 1),
+		m: metrics{
+			flowsStarted:  f.NewCounter(prometheus.CounterOpts{Name: "hero_flows_started_total", Help: "Flows started."}),
+			flowsFinished: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_flows_ended_total", Help: "Flows that ended, by final status (finished or error)."}, []string{"status"}),
+			dispatched:    f.NewCounter(prometheus.CounterOpts{Name: "hero_jobs_dispatched_total", Help: "Job runs dispatched onto msg_out (first attempts and retries)."}),
+			retried:       f.NewCounter(prometheus.CounterOpts{Name: "hero_jobs_retried_total", Help: "Failed job runs scheduled for another attempt."}),
+			jobsEnded:     f.NewCounterVec(prometheus.CounterOpts{Name: "hero_scheduler_job_ends_total", Help: "Job ends applied to flows, by outcome (completed, failed, retry, duplicate)."}, []string{"outcome"}),
+			recovered:     f.NewCounter(prometheus.CounterOpts{Name: "hero_scheduler_recovered_total", Help: "Nodes the safety sweep had to dispatch or complete (lost wake-ups)."}),
+			expired:       f.NewCounterVec(prometheus.CounterOpts{Name: "hero_retention_deleted_total", Help: "Ended flows and standalone jobs deleted when their retention ended, by kind (flow, job)."}, []string{"kind"}),
+			cancelled:     f.NewCounter(prometheus.CounterOpts{Name: "hero_flows_cancelled_total", Help: "Flows cancelled."}),
+		},
+	}
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "hero_flows_active", Help: "Flows started and not yet ended."}, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		n, err := p.store.G().SCard(ctx, keys.ActiveFlows).Result()
+		if err != nil {
+			return 0
+		}
+		return float64(n)
+	})
+	return e
+}
+
+// startFlow validates the flow's DAG and starts it.
+func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor string) (*model.Flow, error) {
+	db, err := e.store.Ctx(ctxID)
+	if err != nil {
+		return nil, &model.ValidationError{Object: "flow", Field: "context_id", Msg: err.Error()}
+	}
+	f, err := db.LoadFlow(ctx, flowID)
+	if err != nil {
+		return nil, err
+	}
+	switch f.Status {
+	case model.FlowStarted:
+		return f, nil // a retried start
+	case model.FlowFinished, model.FlowError:
+		return nil, fmt.Errorf("%w: flow %d is %s", errAlreadyEnded, flowID, f.Status)
+	}
+	jobs, err := db.LoadJobs(ctx, f.CallerID, f.Jobs)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, &store.PlanError{Msg: fmt.Sprintf("flow %d: %v", flowID, err)}
+		}
+		return nil, err
+	}
+	dependents, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		return nil, err
+	}
+	ready, st, started, err := db.StartFlow(ctx, f, jobs, dependents, actor)
+	if err != nil {
+		return nil, err
+	}
+	if !started {
+		if model.FlowStatus(st) == model.FlowStarted {
+			return db.LoadFlow(ctx, flowID)
+		}
+		return nil, fmt.Errorf("%w: flow %d is %s", errAlreadyEnded, flowID, st)
+	}
+	e.m.flowsStarted.Inc()
+	e.log.Info().Uint32(obs.KeyContextID, ctxID).Uint32(obs.KeyFlowID, flowID).Int("jobs", len(jobs)).Str("actor", actor).Msg("flow started")
+	byID := make(map[uint32]*model.Job, len(jobs))
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	e.dispatchNodes(ctx, db, flowID, f.CallerID, ready, byID)
+	return db.LoadFlow(ctx, flowID)
+}
+
+// dispatchBatch bounds how many nodes one dispatch script handles.
+const dispatchBatch = 256
+
+// dispatchNodes sends ready nodes to the router, a batch per script call. A failure
+// leaves the nodes ready; the safety sweep dispatches them later.
+func (e *engine) dispatchNodes(ctx context.Context, db *store.DB, flowID, callerID uint32, ids []uint32, cache map[uint32]*model.Job) {
+	for len(ids) > 0 {
+		n := min(len(ids), dispatchBatch)
+		e.dispatchBatch(ctx, db, flowID, callerID, ids[:n], cache)
+		ids = ids[n:]
+	}
+}
+
+func (e *engine) dispatchBatch(ctx context.Context, db *store.DB, flowID, callerID uint32, ids []uint32, cache map[uint32]*model.Job) {
+	jobs := make([]*model.Job, 0, len(ids))
+	var missing []uint32
+	for _, id := range ids {
+		if j := cache[id]; j != nil {
+			jobs = append(jobs, j)
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		loaded, err := db.LoadJobs(ctx, callerID, missing)
+		if err != nil {
+			// One unreadable job must not hold back the others: load them one by one.
+			for _, id := range missing {
+				j, err := db.LoadJob(ctx, callerID, id)
+				if err != nil {
+					e.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, flowID).Uint32(obs.KeyJobID, id).Msg("load job to dispatch")
+					continue
+				}
+				jobs = append(jobs, j)
+			}
+		} else {
+			jobs = append(jobs, loaded...)
+		}
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	res, err := db.DispatchMany(ctx, flowID, callerID, jobs, store.ActorScheduler, 0)
+	if err != nil {
+		e.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, flowID).Int("jobs", len(jobs)).Msg("dispatch jobs")
+		return
+	}
+	for _, r := range res {
+		if r.MsgKey == "" {
+			e.log.Debug().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, flowID).Uint32(obs.KeyJobID, r.JobID).Str("why", r.Why).Msg("job not dispatched")
+			continue
+		}
+		e.m.dispatched.Inc()
+		e.log.Debug().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, flowID).Uint32(obs.KeyJobID, r.JobID).Str(obs.KeyMessage, r.MsgKey).Uint32("attempt", r.Attempt).Msg("job dispatched")
+	}
+}
+
+// backoff returns the delay before the attempt after `attempt` failed: exponential
+// from retryBase, capped, with equal jitter.
+func (e *engine) backoff(attempt uint32) time.Duration {
+	d := e.retryBase
+	for i := uint32(1); i < attempt && d < e.retryCap; i++ {
+		d *= 2
+	}
+	if d > e.retryCap {
+		d = e.retryCap
+	}
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(half)+1))
+}
+
+// jobDone applies a job's end: the DAG moves on at once.
+func (e *engine) jobDone(ctx context.Context, ctxID uint32, end store.JobEnd) error {
+	db, err := e.store.Ctx(ctxID)
+	if err != nil {
+		return err
+	}
+	end.Retries = -1 // the script reads the job's retries (and stop request) itself
+	end.Backoff = e.backoff(end.Attempt)
+	end.Actor = store.ActorScheduler
+	end.Retention = e.retention
+	var res store.EndResult
+	if end.FlowID == 0 {
+		res, err = db.CompleteStandalone(ctx, end)
+	} else {
+		res, err = db.CompleteNode(ctx, end)
+	}
+	if err != nil {
+		return err
+	}
+	log := e.log.With().Uint32(obs.KeyContextID, ctxID).Uint32(obs.KeyFlowID, end.FlowID).Uint32(obs.KeyJobID, end.JobID).Uint32("attempt", end.Attempt).Logger()
+	switch {
+	case !res.Applied:
+		e.m.jobsEnded.WithLabelValues("duplicate").Inc()
+		log.Debug().Msg("job end already applied")
+		return nil
+	case !res.RetryAt.IsZero():
+		e.m.retried.Inc()
+		e.m.jobsEnded.WithLabelValues("retry").Inc()
+		log.Info().Str("error", end.Error).Time("retry_at", res.RetryAt).Msg("job failed; retry scheduled")
+		e.pokeDue()
+		return nil
+	case end.Status == model.JobFinished:
+		e.m.jobsEnded.WithLabelValues("completed").Inc()
+	default:
+		e.m.jobsEnded.WithLabelValues("failed").Inc()
+		log.Info().Str("error", end.Error).Msg("job failed")
+	}
+	if end.FlowID != 0 && len(res.Ready) > 0 {
+		e.dispatchNodes(ctx, db, end.FlowID, end.CallerID, res.Ready, nil)
+	}
+	if res.FlowFinished {
+		e.m.flowsFinished.WithLabelValues(string(res.FlowStatus)).Inc()
+		log.Info().Str("status", string(res.FlowStatus)).Msg("flow ended")
+	}
+	if res.FlowFinished || end.FlowID == 0 {
+		e.pokeDue() // its retention deadline may be the earliest now
+	}
+	return nil
+}
+
+// pokeDue makes the due loop recompute its timer (new delayed work or a new expiry).
+func (e *engine) pokeDue() {
+	select {
+	case e.wakeDue <- struct{}{}:
+	default:
+	}
+}
+
+// dispatchStandalone dispatches a job of no flow (job.run).
+func (e *engine) dispatchStandalone(ctx context.Context, ctxID, callerID, jobID uint32, actor string) (*model.Job, error) {
+	db, err := e.store.Ctx(ctxID)
+	if err != nil {
+		return nil, err
+	}
+	j, err := db.LoadJob(ctx, callerID, jobID)
+	if err != nil {
+		return nil, err
+	}
+	if j.FlowID != 0 {
+		return nil, &model.ValidationError{Object: "job", Field: "flow_id", Msg: fmt.Sprintf("job %d belongs to flow %d; start the flow instead", jobID, j.FlowID)}
+	}
+	if _, _, ok, why, err := db.Dispatch(ctx, 0, j, actor, 0); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, fmt.Errorf("%w: job %d is %s", errAlreadyEnded, jobID, why)
+	}
+	e.m.dispatched.Inc()
+	return db.LoadJob(ctx, callerID, jobID)
+}
+
+// run is the engine's loop: delayed retries when they fall due, and the safety sweep
+// (which is also the recovery after a restart).
+func (e *engine) run(ctx context.Context) error {
+	e.sweep(ctx)
+	sweep := time.NewTicker(e.sweepEvery)
+	defer sweep.Stop()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	trimEvery := e.retention / 24
+	if trimEvery <= 0 || trimEvery > time.Hour {
+		trimEvery = time.Hour
+	}
+	if trimEvery < time.Second {
+		trimEvery = time.Second
+	}
+	trim := time.NewTicker(trimEvery)
+	defer trim.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sweep.C:
+			e.sweep(ctx)
+		case <-trim.C:
+			e.trimEvents(ctx)
+		case <-e.wakeDue:
+		case <-timer.C:
+			e.runDue(ctx)
+			e.runExpired(ctx)
+		}
+		wait := e.sweepEvery
+		for _, next := range []func(context.Context) (time.Time, error){e.store.NextDue, e.store.NextExpiry} {
+			t, err := next(ctx)
+			if err == nil && !t.IsZero() {
+				if w := time.Until(t); w < wait {
+					wait = w
+				}
+			}
+		}
+		if wait < 0 {
+			wait = 0
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+	}
+}
+
+func (e *engine) runDue(ctx context.Context) {
+	for {
+		items, err := e.store.PopDue(ctx, time.Now(), 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.Error().Err(err).Msg("pop due work")
+			}
+			return
+		}
+		for _, it := range items {
+			db, err := e.store.Ctx(it.ContextID)
+			if err != nil {
+				continue
+			}
+			if it.FlowID == 0 {
+				if _, err := e.dispatchStandalone(ctx, it.ContextID, it.CallerID, it.JobID, store.ActorScheduler); err != nil {
+					e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyJobID, it.JobID).Msg("retry standalone job")
+				}
+				continue
+			}
+			e.dispatchNodes(ctx, db, it.FlowID, it.CallerID, []uint32{it.JobID}, nil)
+		}
+		if len(items) < 100 {
+			return
+		}
+	}
+}
+
+// sweep reconciles every active flow with its jobs: ready nodes that were never
+// dispatched (a crash between the DAG update and the dispatch) are dispatched, and
+// nodes whose job ended without the end reaching the scheduler are completed.
+func (e *engine) sweep(ctx context.Context) {
+	flows, err := e.store.ActiveFlows(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Error().Err(err).Msg("safety sweep")
+		}
+		return
+	}
+	now := time.Now().UnixMilli()
+	for _, cf := range flows {
+		if ctx.Err() != nil {
+			return
+		}
+		db, err := e.store.Ctx(cf[0])
+		if err != nil {
+			continue
+		}
+		g, err := db.LoadDAG(ctx, cf[1])
+		if err != nil {
+			continue
+		}
+		var ready []uint32
+		for _, id := range g.IDs() {
+			n := g.Nodes[id]
+			switch n.Status {
+			case model.NodeReady:
+				if n.DueMs == 0 || n.DueMs <= now-1000 {
+					ready = append(ready, id)
+				}
+			case model.NodeDispatched, model.NodeRunning:
+				j, err := db.LoadJob(ctx, g.CallerID, id)
+				if err != nil || !j.Status.Terminal() || j.Attempt != n.Attempt {
+					continue
+				}
+				e.m.recovered.Inc()
+				e.log.Warn().Uint32(obs.KeyContextID, cf[0]).Uint32(obs.KeyFlowID, cf[1]).Uint32(obs.KeyJobID, id).Msg("job end had not reached the scheduler; applying it")
+				_ = e.jobDone(ctx, cf[0], store.JobEnd{FlowID: cf[1], CallerID: g.CallerID, JobID: id, Attempt: n.Attempt, Status: j.Status, Error: j.Error, Fatal: j.Fatal})
+			}
+		}
+		if len(ready) > 0 {
+			e.m.recovered.Add(float64(len(ready)))
+			e.dispatchNodes(ctx, db, cf[1], g.CallerID, ready, nil)
+		}
+	}
+}
+
+// cancelFlow cancels a flow for an actor.
+func (e *engine) cancelFlow(ctx context.Context, ctxID, flowID uint32, actor string) (*model.Flow, []uint32, error) {
+	db, err := e.store.Ctx(ctxID)
+	if err != nil {
+		return nil, nil, err
+	}
+	stopping, ended, err := db.CancelFlow(ctx, flowID, actor, e.retention)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := db.LoadFlow(ctx, flowID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ended {
+		return nil, nil, fmt.Errorf("%w: flow %d is %s", errAlreadyEnded, flowID, f.Status)
+	}
+	e.m.cancelled.Inc()
+	e.pokeDue()
+	e.log.Info().Uint32(obs.KeyContextID, ctxID).Uint32(obs.KeyFlowID, flowID).Str("actor", actor).Interface("stopping", stopping).Msg("flow cancelled")
+	return f, stopping, nil
+}
+
+// runExpired deletes the ended flows and standalone jobs whose retention ended.
+func (e *engine) runExpired(ctx context.Context) {
+	for ctx.Err() == nil {
+		items, err := e.store.PopExpired(ctx, time.Now(), 100)
+		if err != nil {
+			e.log.Error().Err(err).Msg("pop expired objects")
+			return
+		}
+		for _, it := range items {
+			db, err := e.store.Ctx(it.ContextID)
+			if err != nil {
+				continue
+			}
+			if it.Kind == "flow" {
+				err = db.DeleteFlow(ctx, it.FlowID, true, "retention")
+			} else {
+				err = db.DeleteJob(ctx, it.CallerID, it.JobID, true, "retention")
+			}
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Str("kind", it.Kind).Msg("delete expired object")
+				continue
+			}
+			e.m.expired.WithLabelValues(it.Kind).Inc()
+		}
+		if len(items) < 100 {
+			return
+		}
+	}
+}
+
+// trimEvents drops events older than the retention from every context's stream.
+func (e *engine) trimEvents(ctx context.Context) {
+	if e.retention <= 0 {
+		return
+	}
+	ids, err := e.store.ContextIDs(ctx)
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		db, err := e.store.Ctx(id)
+		if err != nil {
+			continue
+		}
+		keep := e.retention
+		if c, err := e.store.LoadContext(ctx, id); err == nil && c.RetentionSeconds > 0 {
+			keep = time.Duration(c.RetentionSeconds) * time.Second
+		}
+		_ = db.TrimEvents(ctx, time.Now().Add(-keep))
+	}
+}
+
+// retryFlow re-runs a failed flow's failed and cancelled jobs and dispatches the ones
+// ready at once.
+func (e *engine) retryFlow(ctx context.Context, ctxID, flowID uint32, actor string) (*model.Flow, []uint32, error) {
+	db, err := e.store.Ctx(ctxID)
+	if err != nil {
+		return nil, nil, err
+	}
+	ready, err := db.RetryFlow(ctx, flowID, actor)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := db.LoadFlow(ctx, flowID)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.log.Info().Uint32(obs.KeyContextID, ctxID).Uint32(obs.KeyFlowID, flowID).Str("actor", actor).Interface("ready", ready).Msg("flow retried")
+	e.dispatchNodes(ctx, db, flowID, f.CallerID, ready, nil)
+	return f, ready, nil
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/protoconv"
+	"github.com/hero-coordinator/hero/lib/store"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// handler serves hero.v1.Scheduler.
+type handler struct {
+	herov1.UnimplementedSchedulerServer
+	eng *engine
+}
+
+func (h *handler) StartFlow(ctx context.Context, req *herov1.SchedulerStartFlowRequest) (*herov1.SchedulerStartFlowResponse, error) {
+	f, err := h.eng.startFlow(ctx, req.ContextId, req.FlowId, req.Actor)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &herov1.SchedulerStartFlowResponse{Flow: protoconv.FlowToPB(f)}, nil
+}
+
+func (h *handler) JobDone(ctx context.Context, req *herov1.JobDoneRequest) (*herov1.JobDoneResponse, error) {
+	st := model.JobStatus(req.Status)
+	if st != model.JobFinished && st != model.JobError {
+		return nil, status.Errorf(codes.InvalidArgument, "status %q: want finished or error", req.Status)
+	}
+	err := h.eng.jobDone(ctx, req.ContextId, store.JobEnd{
+		FlowID: req.FlowId, CallerID: req.CallerId, JobID: req.JobId, Attempt: req.Attempt,
+		Status: st, Error: req.Error, Fatal: req.Fatal,
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &herov1.JobDoneResponse{}, nil
+}
+
+func (h *handler) DispatchJob(ctx context.Context, req *herov1.DispatchJobRequest) (*herov1.DispatchJobResponse, error) {
+	j, err := h.eng.dispatchStandalone(ctx, req.ContextId, req.CallerId, req.JobId, req.Actor)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &herov1.DispatchJobResponse{Job: protoconv.JobToPB(j)}, nil
+}
+
+// toStatus maps the engine's errors onto gRPC codes that the supervisor passes on.
+func toStatus(err error) error {
+	var pe *store.PlanError
+	var ve *model.ValidationError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.As(err, &pe), errors.As(err, &ve):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, errAlreadyEnded), errors.Is(err, store.ErrConflict):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func (h *handler) CancelFlow(ctx context.Context, req *herov1.SchedulerCancelFlowRequest) (*herov1.SchedulerCancelFlowResponse, error) {
+	f, stopping, err := h.eng.cancelFlow(ctx, req.ContextId, req.FlowId, req.Actor)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &herov1.SchedulerCancelFlowResponse{Flow: protoconv.FlowToPB(f), Stopping: stopping}, nil
+}
+
+func (h *handler) RetryFlow(ctx context.Context, req *herov1.SchedulerRetryFlowRequest) (*herov1.SchedulerRetryFlowResponse, error) {
+	f, rerun, err := h.eng.retryFlow(ctx, req.ContextId, req.FlowId, req.Actor)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &herov1.SchedulerRetryFlowResponse{Flow: protoconv.FlowToPB(f), Rerun: rerun}, nil
+}

@@ -1,0 +1,1059 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// service implements the public API once; JSON-RPC (jsonrpc.go) and gRPC (grpc.go)
+// decode requests into its parameter types and call it.
+type service struct {
+	store      *store.Store
+	scheduler  herov1.SchedulerClient
+	waiter     *waiter
+	log        zerolog.Logger
+	runMargin  time.Duration
+	dispatcher *dispatcherService
+}
+
+// ---- parameters (the JSON-RPC params objects; docs/api.md) ----
+
+type idParams struct {
+	ID uint32 `json:"id"`
+}
+
+type actorIn struct {
+	ID      uint32   `json:"id"`
+	Pubkey  string   `json:"pubkey"`
+	Address []string `json:"address"`
+}
+
+type actorCreateParams struct {
+	Actor *actorIn `json:"actor"`
+}
+
+type contextIn struct {
+	ID               uint32   `json:"id"`
+	Admins           []uint32 `json:"admins"`
+	Readers          []uint32 `json:"readers"`
+	Executors        []uint32 `json:"executors"`
+	RetentionSeconds int64    `json:"retention_seconds"`
+	AllowedSources   []string `json:"allowed_sources"`
+}
+
+type contextUpdateParams struct {
+	ID               uint32    `json:"id"`
+	Admins           *[]uint32 `json:"admins"`
+	Readers          *[]uint32 `json:"readers"`
+	Executors        *[]uint32 `json:"executors"`
+	RetentionSeconds *int64    `json:"retention_seconds"`
+	AllowedSources   *[]string `json:"allowed_sources"`
+}
+
+type contextCreateParams struct {
+	Context *contextIn `json:"context"`
+}
+
+type runnerIn struct {
+	ID          uint32   `json:"id"`
+	Pubkey      string   `json:"pubkey"`
+	Address     string   `json:"address"`
+	Topic       string   `json:"topic"`
+	Local       *bool    `json:"local"`
+	Secret      string   `json:"secret"`
+	ScriptTypes []string `json:"script_types"`
+}
+
+type runnerCreateParams struct {
+	ContextID uint32    `json:"context_id"`
+	Runner    *runnerIn `json:"runner"`
+}
+
+type ctxIDParams struct {
+	ContextID uint32 `json:"context_id"`
+	ID        uint32 `json:"id"`
+}
+
+type listParams struct {
+	ContextID uint32 `json:"context_id"`
+	Limit     int    `json:"limit"`
+	Cursor    string `json:"cursor"`
+	Status    string `json:"status"`
+}
+
+type jobIn struct {
+	ID            uint32            `json:"id"`
+	CallerID      uint32            `json:"caller_id"`
+	ContextID     uint32            `json:"context_id"`
+	Script        string            `json:"script"`
+	ScriptType    string            `json:"script_type"`
+	Timeout       uint32            `json:"timeout"`
+	Retries       uint8             `json:"retries"`
+	EnvVars       map[string]string `json:"env_vars"`
+	Prerequisites []string          `json:"prerequisites"`
+	Depends       []uint32          `json:"depends"`
+	Dependends    []uint32          `json:"dependends"`
+	Dependencies  []uint32          `json:"dependencies"`
+	RunnerID      uint32            `json:"runner_id"`
+	FunctionName  string            `json:"function_name"`
+	Args          json.RawMessage   `json:"args"`
+	Kwargs        json.RawMessage   `json:"kwargs"`
+}
+
+type jobCreateParams struct {
+	ContextID uint32 `json:"context_id"`
+	Job       *jobIn `json:"job"`
+}
+
+type jobRefParams struct {
+	ContextID uint32 `json:"context_id"`
+	CallerID  uint32 `json:"caller_id"`
+	ID        uint32 `json:"id"`
+	Offset    int64  `json:"offset"`
+}
+
+type jobRunParams struct {
+	ContextID uint32  `json:"context_id"`
+	Job       *jobIn  `json:"job"`
+	Timeout   *uint32 `json:"timeout"`
+}
+
+type flowIn struct {
+	ID        uint32            `json:"id"`
+	CallerID  uint32            `json:"caller_id"`
+	ContextID uint32            `json:"context_id"`
+	Jobs      []uint32          `json:"jobs"`
+	EnvVars   map[string]string `json:"env_vars"`
+}
+
+type flowCreateParams struct {
+	ContextID uint32  `json:"context_id"`
+	Flow      *flowIn `json:"flow"`
+}
+
+type messageCreateParams struct {
+	ContextID uint32         `json:"context_id"`
+	Message   *model.Message `json:"message"`
+}
+
+type dlqEntry struct {
+	CallerID     uint32 `json:"caller_id"`
+	ID           uint32 `json:"id"`
+	FlowID       uint32 `json:"flow_id,omitempty"`
+	Error        string `json:"error"`
+	Attempt      uint32 `json:"attempt"`
+	DLQAtMs      int64  `json:"dlq_at_ms"`
+	ScriptType   string `json:"script_type"`
+	FunctionName string `json:"function_name,omitempty"`
+}
+
+type dlqListResult struct {
+	Items      []dlqEntry `json:"items"`
+	NextCursor string     `json:"next_cursor"`
+}
+
+type dlqShowResult struct {
+	Entry dlqEntry   `json:"entry"`
+	Job   *model.Job `json:"job"`
+}
+
+type dlqPurgeParams struct {
+	ContextID uint32 `json:"context_id"`
+	CallerID  uint32 `json:"caller_id"`
+	ID        uint32 `json:"id"`
+}
+
+type purgeResult struct {
+	Purged int64 `json:"purged"`
+}
+
+type deleteJobParams struct {
+	ContextID uint32 `json:"context_id"`
+	CallerID  uint32 `json:"caller_id"`
+	ID        uint32 `json:"id"`
+	Force     bool   `json:"force"`
+}
+
+type deleteParams struct {
+	ContextID uint32 `json:"context_id"`
+	ID        uint32 `json:"id"`
+	Force     bool   `json:"force"`
+}
+
+type deleteContextParams struct {
+	ID    uint32 `json:"id"`
+	Force bool   `json:"force"`
+}
+
+type deleteResult struct {
+	Deleted bool `json:"deleted"`
+}
+
+type eventsParams struct {
+	ContextID uint32 `json:"context_id"`
+	After     string `json:"after"`
+	Limit     int    `json:"limit"`
+	FlowID    uint32 `json:"flow_id"`
+}
+
+// ---- results that are not plain objects ----
+
+type listResult[T any] struct {
+	Items      []T    `json:"items"`
+	NextCursor string `json:"next_cursor"`
+}
+
+type logsResult struct {
+	Logs       string `json:"logs"`
+	NextOffset int64  `json:"next_offset"`
+	Complete   bool   `json:"complete"`
+}
+
+type dagNode struct {
+	ID         uint32   `json:"id"`
+	Depends    []uint32 `json:"depends"`
+	Dependents []uint32 `json:"dependents"`
+	NodeStatus string   `json:"node_status"`
+	JobStatus  string   `json:"job_status"`
+	Attempt    uint32   `json:"attempt"`
+	Error      string   `json:"error,omitempty"`
+	ScriptType string   `json:"script_type"`
+}
+
+type dagResult struct {
+	Flow  *model.Flow `json:"flow"`
+	Nodes []dagNode   `json:"nodes"`
+}
+
+type eventsResult struct {
+	Events []store.Event `json:"events"`
+	Next   string        `json:"next"`
+}
+
+// ---- authorization ----
+
+func requireOperator(p Principal, method string) error {
+	if !p.Operator {
+		return permissionDenied("%s needs the operator secret (Authorization: Bearer <secret>)", method)
+	}
+	return nil
+}
+
+// authorize loads a context and checks the principal's role in it.
+func (s *service) authorize(ctx context.Context, p Principal, ctxID uint32, need Role, method string) (*model.Context, *store.DB, error) {
+	if ctxID == 0 {
+		return nil, nil, invalidParams("context_id", "context_id must be at least 1 (context 0 would share DB 0 with the actors)")
+	}
+	db, err := s.store.Ctx(ctxID)
+	if err != nil {
+		return nil, nil, invalidParams("context_id", "%v", err)
+	}
+	c, err := s.store.LoadContext(ctx, ctxID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r := role(p, c); r < need {
+		return nil, nil, permissionDenied("actor %d is %s in context %d; %s needs %s", p.Actor, roleName(r), ctxID, method, need)
+	}
+	return c, db, nil
+}
+
+func roleName(r Role) string {
+	if r == RoleNone {
+		return "not a member"
+	}
+	return "a " + r.String()
+}
+
+// callerFor checks the caller_id of a created object: it must be the requesting actor
+// (operators may name any actor). 0 means the requester.
+func callerFor(p Principal, callerID uint32, object string) (uint32, error) {
+	if callerID == 0 {
+		if p.Actor == 0 {
+			return 0, invalidParams("caller_id", "%s.caller_id must be set when an operator without an actor creates it", object)
+		}
+		return p.Actor, nil
+	}
+	if p.Actor != 0 && callerID != p.Actor && !p.Operator {
+		return 0, permissionDenied("%s.caller_id %d is not the requesting actor %d", object, callerID, p.Actor)
+	}
+	return callerID, nil
+}
+
+// ---- actors and contexts ----
+
+func (s *service) actorCreate(ctx context.Context, p Principal, in actorCreateParams) (*model.Actor, error) {
+	if err := requireOperator(p, "actor.create"); err != nil {
+		return nil, err
+	}
+	if in.Actor == nil {
+		return nil, invalidParams("actor", "actor is required")
+	}
+	a, _, err := s.store.CreateActor(ctx, &model.Actor{ID: in.Actor.ID, Pubkey: in.Actor.Pubkey, Address: in.Actor.Address})
+	return a, err
+}
+
+func (s *service) actorLoad(ctx context.Context, _ Principal, in idParams) (*model.Actor, error) {
+	if in.ID == 0 {
+		return nil, invalidParams("id", "id must be at least 1")
+	}
+	return s.store.LoadActor(ctx, in.ID)
+}
+
+func (s *service) contextCreate(ctx context.Context, p Principal, in contextCreateParams) (*model.Context, error) {
+	if err := requireOperator(p, "context.create"); err != nil {
+		return nil, err
+	}
+	if in.Context == nil {
+		return nil, invalidParams("context", "context is required")
+	}
+	c := &model.Context{ID: in.Context.ID, Admins: in.Context.Admins, Readers: in.Context.Readers, Executors: in.Context.Executors,
+		RetentionSeconds: in.Context.RetentionSeconds, AllowedSources: in.Context.AllowedSources}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if err := s.checkActors(ctx, "context", c); err != nil {
+		return nil, err
+	}
+	out, _, err := s.store.CreateContext(ctx, c, p.Name())
+	return out, err
+}
+
+// checkActors refuses a context whose lists name an actor that does not exist.
+func (s *service) checkActors(ctx context.Context, param string, c *model.Context) error {
+	for _, l := range [][]uint32{c.Admins, c.Readers, c.Executors} {
+		for _, id := range l {
+			if _, err := s.store.LoadActor(ctx, id); err != nil {
+				if errors.Is(err, store.ErrNotFound) {
+					return invalidParams(param, "actor %d does not exist; create it first", id)
+				}
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// contextUpdate changes a context's lists, retention or allowed sources (operators and
+// the context's admins).
+func (s *service) contextUpdate(ctx context.Context, p Principal, in contextUpdateParams) (*model.Context, error) {
+	c, _, err := s.authorize(ctx, p, in.ID, RoleAdmin, "context.update")
+	if err != nil {
+		return nil, err
+	}
+	if in.Admins != nil {
+		c.Admins = *in.Admins
+	}
+	if in.Readers != nil {
+		c.Readers = *in.Readers
+	}
+	if in.Executors != nil {
+		c.Executors = *in.Executors
+	}
+	if in.RetentionSeconds != nil {
+		c.RetentionSeconds = *in.RetentionSeconds
+	}
+	if in.AllowedSources != nil {
+		c.AllowedSources = *in.AllowedSources
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if err := s.checkActors(ctx, "id", c); err != nil {
+		return nil, err
+	}
+	return s.store.UpdateContext(ctx, c, p.Name())
+}
+
+func (s *service) contextLoad(ctx context.Context, p Principal, in idParams) (*model.Context, error) {
+	c, _, err := s.authorize(ctx, p, in.ID, RoleReader, "context.load")
+	return c, err
+}
+
+// ---- runners ----
+
+func (s *service) runnerCreate(ctx context.Context, p Principal, in runnerCreateParams) (*model.Runner, error) {
+	if in.Runner == nil {
+		return nil, invalidParams("runner", "runner is required")
+	}
+	if _, _, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "runner.create"); err != nil {
+		return nil, err
+	}
+	r := &model.Runner{ID: in.Runner.ID, Pubkey: in.Runner.Pubkey, Address: in.Runner.Address, Topic: in.Runner.Topic, Local: true, Secret: in.Runner.Secret}
+	if in.Runner.Local != nil {
+		r.Local = *in.Runner.Local
+	}
+	for _, t := range in.Runner.ScriptTypes {
+		st, err := model.ParseScriptType(t)
+		if err != nil {
+			return nil, invalidParams("runner.script_types", "runner.script_types: %v", err)
+		}
+		r.ScriptTypes = append(r.ScriptTypes, st)
+	}
+	out, _, err := s.store.CreateRunner(ctx, in.ContextID, r, p.Name())
+	return out, err
+}
+
+func (s *service) runnerLoad(ctx context.Context, p Principal, in ctxIDParams) (*model.Runner, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "runner.load")
+	if err != nil {
+		return nil, err
+	}
+	return db.LoadRunner(ctx, in.ID)
+}
+
+func pageLimit(limit int) (int, error) {
+	switch {
+	case limit == 0:
+		return 100, nil
+	case limit < 0 || limit > 1000:
+		return 0, invalidParams("limit", "limit %d is not between 1 and 1000", limit)
+	}
+	return limit, nil
+}
+
+func (s *service) runnerList(ctx context.Context, p Principal, in listParams) (*listResult[*model.Runner], error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "runner.list")
+	if err != nil {
+		return nil, err
+	}
+	limit, err := pageLimit(in.Limit)
+	if err != nil {
+		return nil, err
+	}
+	members, next, err := db.Page(ctx, keys.RunnerIndex, in.Cursor, limit)
+	if err != nil {
+		return nil, invalidParams("cursor", "%v", err)
+	}
+	out := &listResult[*model.Runner]{Items: []*model.Runner{}, NextCursor: next}
+	for _, m := range members {
+		var id uint32
+		if _, err := fmt.Sscanf(m, "%d", &id); err != nil {
+			continue
+		}
+		if r, err := db.LoadRunner(ctx, id); err == nil {
+			out.Items = append(out.Items, r)
+		}
+	}
+	return out, nil
+}
+
+// ---- jobs ----
+
+func (in *jobIn) toModel(ctxID uint32) (*model.Job, error) {
+	deps := in.Dependends
+	for _, alt := range [][]uint32{in.Depends, in.Dependencies} {
+		if len(alt) > 0 {
+			if len(deps) > 0 && !sameIDs(deps, alt) {
+				return nil, invalidParams("job.depends", "job.depends, job.dependends and job.dependencies disagree; give one of them")
+			}
+			deps = alt
+		}
+	}
+	if in.ContextID != 0 && in.ContextID != ctxID {
+		return nil, invalidParams("job.context_id", "job.context_id %d is not the request's context_id %d", in.ContextID, ctxID)
+	}
+	st, err := model.ParseScriptType(in.ScriptType)
+	if err != nil && in.ScriptType != "" {
+		return nil, &model.ValidationError{Object: "job", ID: fmt.Sprint(in.ID), Field: "script_type", Msg: err.Error()}
+	}
+	j := &model.Job{ID: in.ID, CallerID: in.CallerID, ContextID: ctxID, Script: in.Script, ScriptType: st, Timeout: in.Timeout,
+		Retries: in.Retries, EnvVars: in.EnvVars, Prerequisites: in.Prerequisites, Dependends: deps, RunnerID: in.RunnerID,
+		FunctionName: in.FunctionName, Args: nullToNil(in.Args), Kwargs: nullToNil(in.Kwargs)}
+	if j.FunctionName == "" && (len(j.Args) > 0 || len(j.Kwargs) > 0) {
+		return nil, invalidParams("job.function_name", "job.args and job.kwargs need job.function_name (a handler job)")
+	}
+	return j, nil
+}
+
+func nullToNil(raw json.RawMessage) json.RawMessage {
+	if t := strings.TrimSpace(string(raw)); t == "" || t == "null" {
+		return nil
+	}
+	return raw
+}
+
+func sameIDs(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *service) jobCreate(ctx context.Context, p Principal, in jobCreateParams) (*model.Job, error) {
+	if in.Job == nil {
+		return nil, invalidParams("job", "job is required")
+	}
+	if _, _, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "job.create"); err != nil {
+		return nil, err
+	}
+	j, err := in.Job.toModel(in.ContextID)
+	if err != nil {
+		return nil, err
+	}
+	if j.CallerID, err = callerFor(p, j.CallerID, "job"); err != nil {
+		return nil, err
+	}
+	out, _, err := s.store.CreateJob(ctx, j, p.Name())
+	return out, err
+}
+
+func (s *service) jobLoad(ctx context.Context, p Principal, in jobRefParams) (*model.Job, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "job.load")
+	if err != nil {
+		return nil, err
+	}
+	if in.CallerID == 0 || in.ID == 0 {
+		return nil, invalidParams("id", "caller_id and id are required")
+	}
+	return db.LoadJob(ctx, in.CallerID, in.ID)
+}
+
+func (s *service) jobList(ctx context.Context, p Principal, in listParams) (*listResult[*model.Job], error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "job.list")
+	if err != nil {
+		return nil, err
+	}
+	limit, err := pageLimit(in.Limit)
+	if err != nil {
+		return nil, err
+	}
+	index := keys.JobIndex
+	if in.Status != "" {
+		st, err := model.ParseJobStatus(in.Status)
+		if err != nil {
+			return nil, invalidParams("status", "%v", err)
+		}
+		index = keys.StatusIndex(keys.JobIndex, string(st))
+	}
+	members, next, err := db.Page(ctx, index, in.Cursor, limit)
+	if err != nil {
+		return nil, invalidParams("cursor", "%v", err)
+	}
+	jobs, err := db.LoadJobMembers(ctx, members)
+	if err != nil {
+		return nil, err
+	}
+	return &listResult[*model.Job]{Items: jobs, NextCursor: next}, nil
+}
+
+func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*model.Job, error) {
+	if in.Job == nil {
+		return nil, invalidParams("job", "job is required")
+	}
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleExecutor, "job.run")
+	if err != nil {
+		return nil, err
+	}
+	j, err := in.Job.toModel(in.ContextID)
+	if err != nil {
+		return nil, err
+	}
+	if len(j.Dependends) > 0 {
+		return nil, invalidParams("job.depends", "a standalone job cannot depend on other jobs; use a flow")
+	}
+	if j.CallerID, err = callerFor(p, j.CallerID, "job"); err != nil {
+		return nil, err
+	}
+	if err := j.Validate(); err != nil { // also fills script_type from an executor prefix
+		return nil, err
+	}
+	// Fail at once, storing nothing, when no runner could ever take the job.
+	if j.RunnerID != 0 {
+		r, err := db.LoadRunner(ctx, j.RunnerID)
+		if err != nil {
+			return nil, invalidParams("job.runner_id", "runner %d does not exist in context %d", j.RunnerID, in.ContextID)
+		}
+		if !r.Local {
+			return nil, invalidParams("job.runner_id", "runner %d is not local: remote runners need the mycelium-gateway", j.RunnerID)
+		}
+	} else if ok, err := db.ScriptTypeServed(ctx, j.ScriptType); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, invalidParams("job.script_type", "no runner in context %d serves script_type %q", in.ContextID, j.ScriptType)
+	}
+	created, _, err := s.store.CreateJob(ctx, j, p.Name())
+	if err != nil {
+		return nil, err
+	}
+	wait := time.Duration(created.Timeout)*time.Second + s.runMargin
+	if created.Timeout == 0 {
+		wait = 5*time.Minute + s.runMargin
+	}
+	if in.Timeout != nil {
+		wait = time.Duration(*in.Timeout) * time.Second
+	}
+	ref := created.Ref()
+	done := s.waiter.watch(ref)
+	defer s.waiter.unwatch(ref, done)
+	if _, err := s.scheduler.DispatchJob(ctx, &herov1.DispatchJobRequest{ContextId: in.ContextID, CallerId: created.CallerID, JobId: created.ID, Actor: p.Name()}); err != nil {
+		return nil, err
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	safety := time.NewTicker(5 * time.Second) // a missed notification (pub/sub reconnect) costs at most this
+	defer safety.Stop()
+	for {
+		select {
+		case <-safety.C:
+			if j, err := db.LoadJob(ctx, created.CallerID, created.ID); err == nil && jobFinal(j) {
+				return j, nil
+			}
+		case <-done:
+			j, err := db.LoadJob(ctx, created.CallerID, created.ID)
+			if err != nil {
+				return nil, err
+			}
+			if j.Status.Terminal() {
+				return j, nil
+			}
+		case <-t.C:
+			return nil, &apiError{Code: codeTimeout, Msg: fmt.Sprintf("job %s did not end within %v; it goes on: follow it with job.load", keys.Job(created.CallerID, created.ID), wait),
+				Data: map[string]any{"job_key": keys.Job(created.CallerID, created.ID), "context_id": in.ContextID, "caller_id": created.CallerID, "id": created.ID}}
+		case <-ctx.Done():
+			return nil, &apiError{Code: codeTimeout, Msg: "request cancelled while waiting for job " + keys.Job(created.CallerID, created.ID)}
+		}
+	}
+}
+
+func (s *service) jobStop(ctx context.Context, p Principal, in jobRefParams) (*model.Job, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleExecutor, "job.stop")
+	if err != nil {
+		return nil, err
+	}
+	if in.CallerID == 0 || in.ID == 0 {
+		return nil, invalidParams("id", "caller_id and id are required")
+	}
+	if _, _, err := db.RequestStop(ctx, in.CallerID, in.ID, p.Name()); err != nil {
+		return nil, err
+	}
+	return db.LoadJob(ctx, in.CallerID, in.ID)
+}
+
+func (s *service) jobLogs(ctx context.Context, p Principal, in jobRefParams) (*logsResult, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "job.logs")
+	if err != nil {
+		return nil, err
+	}
+	if in.CallerID == 0 || in.ID == 0 {
+		return nil, invalidParams("id", "caller_id and id are required")
+	}
+	if in.Offset < 0 {
+		return nil, invalidParams("offset", "offset must not be negative")
+	}
+	j, err := db.LoadJob(ctx, in.CallerID, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	b, next, err := db.ReadLog(ctx, in.CallerID, in.ID, in.Offset, 1<<20)
+	if err != nil {
+		return nil, err
+	}
+	return &logsResult{Logs: string(b), NextOffset: next, Complete: j.Status.Terminal() && len(b) < 1<<20}, nil
+}
+
+// ---- flows ----
+
+func (s *service) flowCreate(ctx context.Context, p Principal, in flowCreateParams) (*model.Flow, error) {
+	if in.Flow == nil {
+		return nil, invalidParams("flow", "flow is required")
+	}
+	if _, _, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "flow.create"); err != nil {
+		return nil, err
+	}
+	if in.Flow.ContextID != 0 && in.Flow.ContextID != in.ContextID {
+		return nil, invalidParams("flow.context_id", "flow.context_id %d is not the request's context_id %d", in.Flow.ContextID, in.ContextID)
+	}
+	caller, err := callerFor(p, in.Flow.CallerID, "flow")
+	if err != nil {
+		return nil, err
+	}
+	f := &model.Flow{ID: in.Flow.ID, CallerID: caller, ContextID: in.ContextID, Jobs: in.Flow.Jobs, EnvVars: in.Flow.EnvVars}
+	out, _, err := s.store.CreateFlow(ctx, f, p.Name())
+	return out, err
+}
+
+func (s *service) flowLoad(ctx context.Context, p Principal, in ctxIDParams) (*model.Flow, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "flow.load")
+	if err != nil {
+		return nil, err
+	}
+	return db.LoadFlow(ctx, in.ID)
+}
+
+func (s *service) flowList(ctx context.Context, p Principal, in listParams) (*listResult[*model.Flow], error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "flow.list")
+	if err != nil {
+		return nil, err
+	}
+	limit, err := pageLimit(in.Limit)
+	if err != nil {
+		return nil, err
+	}
+	index := keys.FlowIndex
+	if in.Status != "" {
+		st, err := model.ParseFlowStatus(in.Status)
+		if err != nil {
+			return nil, invalidParams("status", "%v", err)
+		}
+		index = keys.StatusIndex(keys.FlowIndex, string(st))
+	}
+	members, next, err := db.Page(ctx, index, in.Cursor, limit)
+	if err != nil {
+		return nil, invalidParams("cursor", "%v", err)
+	}
+	flows, err := db.LoadFlowMembers(ctx, members)
+	if err != nil {
+		return nil, err
+	}
+	return &listResult[*model.Flow]{Items: flows, NextCursor: next}, nil
+}
+
+func (s *service) flowCancel(ctx context.Context, p Principal, in ctxIDParams) (*model.Flow, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleExecutor, "flow.cancel")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := db.LoadFlow(ctx, in.ID); err != nil {
+		return nil, err
+	}
+	if _, err := s.scheduler.CancelFlow(ctx, &herov1.SchedulerCancelFlowRequest{ContextId: in.ContextID, FlowId: in.ID, Actor: p.Name()}); err != nil {
+		return nil, err
+	}
+	return db.LoadFlow(ctx, in.ID)
+}
+
+func (s *service) jobDelete(ctx context.Context, p Principal, in deleteJobParams) (*deleteResult, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "job.delete")
+	if err != nil {
+		return nil, err
+	}
+	if in.CallerID == 0 || in.ID == 0 {
+		return nil, invalidParams("id", "caller_id and id are required")
+	}
+	if err := db.DeleteJob(ctx, in.CallerID, in.ID, in.Force, p.Name()); err != nil {
+		return nil, err
+	}
+	return &deleteResult{Deleted: true}, nil
+}
+
+func (s *service) flowDelete(ctx context.Context, p Principal, in deleteParams) (*deleteResult, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "flow.delete")
+	if err != nil {
+		return nil, err
+	}
+	if in.Force {
+		// A running flow is cancelled first, so its runners stop its jobs.
+		if f, err := db.LoadFlow(ctx, in.ID); err == nil && f.Status == model.FlowStarted {
+			if _, err := s.scheduler.CancelFlow(ctx, &herov1.SchedulerCancelFlowRequest{ContextId: in.ContextID, FlowId: in.ID, Actor: p.Name()}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := db.DeleteFlow(ctx, in.ID, in.Force, p.Name()); err != nil {
+		return nil, err
+	}
+	return &deleteResult{Deleted: true}, nil
+}
+
+func (s *service) runnerDelete(ctx context.Context, p Principal, in deleteParams) (*deleteResult, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "runner.delete")
+	if err != nil {
+		return nil, err
+	}
+	if err := db.DeleteRunner(ctx, in.ID, in.Force, p.Name()); err != nil {
+		return nil, err
+	}
+	return &deleteResult{Deleted: true}, nil
+}
+
+func (s *service) contextDelete(ctx context.Context, p Principal, in deleteContextParams) (*deleteResult, error) {
+	if _, _, err := s.authorize(ctx, p, in.ID, RoleAdmin, "context.delete"); err != nil {
+		return nil, err
+	}
+	if err := s.store.DeleteContext(ctx, in.ID, in.Force); err != nil {
+		return nil, err
+	}
+	s.log.Info().Uint32("context_id", in.ID).Str("actor", p.Name()).Bool("force", in.Force).Msg("context deleted")
+	return &deleteResult{Deleted: true}, nil
+}
+
+func (s *service) flowStart(ctx context.Context, p Principal, in ctxIDParams) (*model.Flow, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleExecutor, "flow.start")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := db.LoadFlow(ctx, in.ID); err != nil {
+		return nil, err
+	}
+	res, err := s.scheduler.StartFlow(ctx, &herov1.SchedulerStartFlowRequest{ContextId: in.ContextID, FlowId: in.ID, Actor: p.Name()})
+	if err != nil {
+		return nil, err
+	}
+	_ = res
+	return db.LoadFlow(ctx, in.ID)
+}
+
+func (s *service) flowDAG(ctx context.Context, p Principal, in ctxIDParams) (*dagResult, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "flow.dag")
+	if err != nil {
+		return nil, err
+	}
+	f, err := db.LoadFlow(ctx, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := db.LoadJobs(ctx, f.CallerID, f.Jobs)
+	if err != nil {
+		return nil, err
+	}
+	out := &dagResult{Flow: f, Nodes: []dagNode{}}
+	g, err := db.LoadDAG(ctx, in.ID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	dependents := map[uint32][]uint32{}
+	for _, j := range jobs {
+		for _, d := range j.Dependends {
+			dependents[d] = append(dependents[d], j.ID)
+		}
+	}
+	for _, j := range jobs {
+		n := dagNode{ID: j.ID, Depends: nonNil(j.Dependends), Dependents: nonNil(dependents[j.ID]), NodeStatus: string(model.NodePending),
+			JobStatus: string(j.Status), Attempt: j.Attempt, ScriptType: string(j.ScriptType)}
+		if g != nil {
+			if gn := g.Nodes[j.ID]; gn != nil {
+				n.NodeStatus, n.Attempt, n.Error = string(gn.Status), gn.Attempt, gn.Error
+			}
+		}
+		out.Nodes = append(out.Nodes, n)
+	}
+	return out, nil
+}
+
+func nonNil(ids []uint32) []uint32 {
+	if ids == nil {
+		return []uint32{}
+	}
+	return ids
+}
+
+// ---- messages ----
+
+func (s *service) messageCreate(ctx context.Context, p Principal, in messageCreateParams) (*model.Message, error) {
+	if in.Message == nil {
+		return nil, invalidParams("message", "message is required")
+	}
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "message.create")
+	if err != nil {
+		return nil, err
+	}
+	m := in.Message
+	if m.ContextID != 0 && m.ContextID != in.ContextID {
+		return nil, invalidParams("message.context_id", "message.context_id %d is not the request's context_id %d", m.ContextID, in.ContextID)
+	}
+	m.ContextID = in.ContextID
+	if m.CallerID, err = callerFor(p, m.CallerID, "message"); err != nil {
+		return nil, err
+	}
+	m.Status, m.Kind, m.Error, m.Logs, m.TransportID = "", "", "", nil, ""
+	out, _, err := db.CreateMessage(ctx, m, p.Name())
+	return out, err
+}
+
+func (s *service) messageLoad(ctx context.Context, p Principal, in jobRefParams) (*model.Message, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "message.load")
+	if err != nil {
+		return nil, err
+	}
+	if in.CallerID == 0 || in.ID == 0 {
+		return nil, invalidParams("id", "caller_id and id are required")
+	}
+	return db.LoadMessage(ctx, in.CallerID, in.ID)
+}
+
+// ---- events ----
+
+func (s *service) eventsRead(ctx context.Context, p Principal, in eventsParams) (*eventsResult, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "events.read")
+	if err != nil {
+		return nil, err
+	}
+	limit, err := pageLimit(in.Limit)
+	if err != nil {
+		return nil, err
+	}
+	after := in.After
+	if after == "$" {
+		// Only the position: the newest event id, to follow from there without a gap.
+		last, err := db.LastEventID(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &eventsResult{Events: []store.Event{}, Next: last}, nil
+	}
+	if err := db.CheckEventPosition(ctx, after); err != nil {
+		return nil, err
+	}
+	out := &eventsResult{Events: []store.Event{}, Next: after}
+	for len(out.Events) < limit {
+		evs, err := db.ReadEvents(ctx, after, int64(limit))
+		if err != nil {
+			return nil, invalidParams("after", "%v", err)
+		}
+		for _, e := range evs {
+			after = e.ID
+			if in.FlowID == 0 || e.FlowID == in.FlowID {
+				out.Events = append(out.Events, e)
+				if len(out.Events) == limit {
+					break
+				}
+			}
+		}
+		out.Next = after
+		if len(evs) < limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// jobFinal reports whether a job has ended for good (no retry will follow).
+func jobFinal(j *model.Job) bool {
+	switch j.Status {
+	case model.JobFinished:
+		return true
+	case model.JobError:
+		return j.Fatal || j.StopAsked || j.Attempt > uint32(j.Retries)
+	}
+	return false
+}
+
+// ---- flow retry and the dead-letter queue ----
+
+func (s *service) flowRetry(ctx context.Context, p Principal, in ctxIDParams) (*model.Flow, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleExecutor, "flow.retry")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := db.LoadFlow(ctx, in.ID); err != nil {
+		return nil, err
+	}
+	if _, err := s.scheduler.RetryFlow(ctx, &herov1.SchedulerRetryFlowRequest{ContextId: in.ContextID, FlowId: in.ID, Actor: p.Name()}); err != nil {
+		return nil, err
+	}
+	return db.LoadFlow(ctx, in.ID)
+}
+
+func entryOf(j *model.Job) dlqEntry {
+	return dlqEntry{CallerID: j.CallerID, ID: j.ID, FlowID: j.FlowID, Error: j.Error, Attempt: j.Attempt, DLQAtMs: j.DLQAtMs,
+		ScriptType: string(j.ScriptType), FunctionName: j.FunctionName}
+}
+
+func (s *service) dlqList(ctx context.Context, p Principal, in listParams) (*dlqListResult, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "dlq.list")
+	if err != nil {
+		return nil, err
+	}
+	limit, err := pageLimit(in.Limit)
+	if err != nil {
+		return nil, err
+	}
+	members, next, err := db.DLQPage(ctx, in.Cursor, limit)
+	if err != nil {
+		return nil, invalidParams("cursor", "%v", err)
+	}
+	jobs, err := db.LoadJobMembers(ctx, members)
+	if err != nil {
+		return nil, err
+	}
+	out := &dlqListResult{Items: []dlqEntry{}, NextCursor: next}
+	for _, j := range jobs {
+		out.Items = append(out.Items, entryOf(j))
+	}
+	return out, nil
+}
+
+func (s *service) dlqJob(ctx context.Context, p Principal, in jobRefParams, need Role, method string) (*model.Job, *store.DB, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, need, method)
+	if err != nil {
+		return nil, nil, err
+	}
+	if in.CallerID == 0 || in.ID == 0 {
+		return nil, nil, invalidParams("id", "caller_id and id are required")
+	}
+	in2, err := db.DLQHas(ctx, in.CallerID, in.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !in2 {
+		return nil, nil, &apiError{Code: codeNotFound, Msg: fmt.Sprintf("job %d of caller %d is not in the dead-letter queue of context %d", in.ID, in.CallerID, in.ContextID)}
+	}
+	j, err := db.LoadJob(ctx, in.CallerID, in.ID)
+	return j, db, err
+}
+
+func (s *service) dlqShow(ctx context.Context, p Principal, in jobRefParams) (*dlqShowResult, error) {
+	j, _, err := s.dlqJob(ctx, p, in, RoleReader, "dlq.show")
+	if err != nil {
+		return nil, err
+	}
+	return &dlqShowResult{Entry: entryOf(j), Job: j}, nil
+}
+
+// dlqRequeue runs a dead-lettered job again with a fresh attempt count: a standalone
+// job is dispatched again; a flow's job re-runs through flow.retry of its flow.
+func (s *service) dlqRequeue(ctx context.Context, p Principal, in jobRefParams) (*model.Job, error) {
+	j, db, err := s.dlqJob(ctx, p, in, RoleExecutor, "dlq.requeue")
+	if err != nil {
+		return nil, err
+	}
+	if j.FlowID != 0 {
+		if _, err := s.scheduler.RetryFlow(ctx, &herov1.SchedulerRetryFlowRequest{ContextId: in.ContextID, FlowId: j.FlowID, Actor: p.Name()}); err != nil {
+			return nil, err
+		}
+		return db.LoadJob(ctx, in.CallerID, in.ID)
+	}
+	if err := db.ResetJob(ctx, in.CallerID, in.ID, p.Name()); err != nil {
+		return nil, err
+	}
+	if _, err := s.scheduler.DispatchJob(ctx, &herov1.DispatchJobRequest{ContextId: in.ContextID, CallerId: in.CallerID, JobId: in.ID, Actor: p.Name()}); err != nil {
+		return nil, err
+	}
+	return db.LoadJob(ctx, in.CallerID, in.ID)
+}
+
+func (s *service) dlqPurge(ctx context.Context, p Principal, in dlqPurgeParams) (*purgeResult, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "dlq.purge")
+	if err != nil {
+		return nil, err
+	}
+	var members []string
+	if in.ID != 0 || in.CallerID != 0 {
+		if in.ID == 0 || in.CallerID == 0 {
+			return nil, invalidParams("id", "give caller_id and id for one job, or neither for the whole queue")
+		}
+		members = []string{fmt.Sprintf("%d:%d", in.CallerID, in.ID)}
+	}
+	n, err := db.DLQPurge(ctx, members, p.Name())
+	if err != nil {
+		return nil, err
+	}
+	return &purgeResult{Purged: n}, nil
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/config"
+	"github.com/hero-coordinator/hero/lib/dispatcher"
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// TestDispatcherAPI drives the dispatcher.* methods (as JSON-RPC decodes them) and the
+// gRPC Dispatcher service against a real Redis and a lib/dispatcher worker on DB 2.
+func TestDispatcherAPI(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	logDir := t.TempDir()
+	dc := &dispatcher.ClientConfig{DB: 2, Prefix: "hero:", LogDir: logDir}
+	common := &config.Common{RedisURL: srv.URL, RedisPoolSize: 8, RedisConnectTimeout: 5 * time.Second}
+	d, err := newDispatcherService(ctx, dc, common, 30*time.Second, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+
+	wc := &dispatcher.WorkerConfig{Workers: "api=/bin/sh", DB: 2, Prefix: "hero:", LogDir: logDir, Concurrency: 1, ReplyTTL: time.Hour, StaleAfter: 15 * time.Second}
+	w, err := wc.Open(ctx, srv.URL, "api-test", 5*time.Second, 0, zerolog.Nop(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWorker := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() { stopWorker(); <-done }()
+	<-w.Ready()
+
+	methods := d.rpcMethods()
+	call := func(p Principal, name, params string) (any, error) {
+		m, ok := methods[name]
+		if !ok {
+			t.Fatalf("no method %s", name)
+		}
+		return m.call(ctx, p, json.RawMessage(params))
+	}
+	op := Principal{Operator: true}
+	code := func(err error) int {
+		if err == nil {
+			return 0
+		}
+		return toAPIError(err).Code
+	}
+
+	// Operator only: the protocol has no contexts.
+	for name := range methods {
+		if _, err := call(Principal{Actor: 1}, name, `{}`); code(err) != codePermission {
+			t.Errorf("%s as an actor: %v", name, err)
+		}
+	}
+
+	// run_job → finished, with the reply.
+	res, err := call(op, "dispatcher.run_job", `{"worker_id":"api","timeout":20,"job":{"script":"echo hi; echo to-log >&2","log_path":"api/x.log","env_vars":{"A":"1"},"caller_id":"me"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr := res.(*dispatcherRunResult)
+	if rr.Reply != "hi\n" || rr.Job.Status != dispatcher.StatusFinished || rr.Job.Output != "hi\n" {
+		t.Fatalf("run: %+v %+v", rr, rr.Job)
+	}
+	b, _ := json.Marshal(res)
+	if !strings.Contains(string(b), `"status":"finished"`) || !strings.Contains(string(b), `"caller_id":"me"`) {
+		t.Errorf("run_job JSON %s", b)
+	}
+	id := rr.Job.ID
+	if srv.Client(t, 2).Exists(ctx, "hero:job:"+id).Val() != 1 {
+		t.Error("the job is not in the dispatcher DB (2)")
+	}
+
+	// job_status, job_logs, list_jobs.
+	st, err := call(op, "dispatcher.job_status", `{"id":"`+id+`"}`)
+	if err != nil || st.(*dispatcher.Job).Output != "hi\n" {
+		t.Fatalf("job_status %v %v", st, err)
+	}
+	lg, err := call(op, "dispatcher.job_logs", `{"id":"`+id+`"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := lg.(*dispatcherLogsResult); l.Source != "file" || !strings.Contains(l.Logs, "to-log") {
+		t.Errorf("job_logs %+v", l)
+	}
+	ls, err := call(op, "dispatcher.list_jobs", `{"limit":100}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if items := ls.(*dispatcherListResult).Items; len(items) != 1 || items[0] != id {
+		t.Errorf("list_jobs %v", items)
+	}
+
+	// A failing job comes back with status error.
+	res, err = call(op, "dispatcher.run_job", `{"job":{"worker_id":"api","script":"exit 7"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rr := res.(*dispatcherRunResult); rr.Job.Status != dispatcher.StatusError || rr.Reply != "exit code 7" {
+		t.Errorf("failed run %+v %+v", rr, rr.Job)
+	}
+
+	// Errors.
+	for _, tc := range []struct {
+		method, params string
+		want           int
+	}{
+		{"dispatcher.job_status", `{"id":"nope"}`, codeNotFound},
+		{"dispatcher.job_status", `{}`, codeInvalidParams},
+		{"dispatcher.stop_job", `{"id":"nope"}`, codeNotFound},
+		{"dispatcher.run_job", `{"worker_id":"api","job":{}}`, codeInvalidParams},
+		{"dispatcher.run_job", `{"job":{"script":"x"}}`, codeInvalidParams},
+		{"dispatcher.run_job", `{"worker_id":"api","job":{"script":"x","retries":300}}`, codeInvalidParams},
+		{"dispatcher.run_job", `{"worker_id":"api","job":{"script":"x","bogus":1}}`, codeInvalidParams},
+		{"dispatcher.run_job", `{"worker_id":"nobody","timeout":1,"job":{"script":"x"}}`, codeTimeout},
+		{"dispatcher.list_jobs", `{"cursor":"abc"}`, codeInvalidParams},
+	} {
+		if _, err := call(op, tc.method, tc.params); code(err) != tc.want {
+			t.Errorf("%s %s: %v, want code %d", tc.method, tc.params, err, tc.want)
+		}
+	}
+
+	// gRPC, with the principal the interceptor sets.
+	gs := &dispatcherServer{d: d}
+	gctx := context.WithValue(ctx, principalKey{}, op)
+	gr, err := gs.RunJob(gctx, &herov1.DispatcherRunJobRequest{WorkerId: "api", Timeout: 20, Job: &herov1.DispatcherJob{Script: "echo grpc", Retries: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gr.Reply != "grpc\n" || gr.Job.Status != "finished" || gr.Job.Retries != 1 || gr.Job.CreatedAt == "" {
+		t.Errorf("gRPC run %+v", gr)
+	}
+	gst, err := gs.JobStatus(gctx, &herov1.DispatcherJobStatusRequest{Id: gr.Job.Id})
+	if err != nil || gst.Job.Output != "grpc\n" {
+		t.Errorf("gRPC status %v %v", gst, err)
+	}
+	if _, err := gs.StopJob(gctx, &herov1.DispatcherStopJobRequest{Id: "nope"}); status.Code(err) != codes.NotFound {
+		t.Errorf("gRPC stop unknown: %v", err)
+	}
+	if _, err := gs.ListJobs(context.WithValue(ctx, principalKey{}, Principal{Actor: 3}), &herov1.DispatcherListJobsRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("gRPC list as actor: %v", err)
+	}
+	page, err := gs.ListJobs(gctx, &herov1.DispatcherListJobsRequest{Limit: 1000})
+	if err != nil || len(page.Ids) < 3 {
+		t.Errorf("gRPC list %v %v", page, err)
+	}
+}

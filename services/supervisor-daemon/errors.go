@@ -1,0 +1,115 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+)
+
+// JSON-RPC error codes (docs/api.md).
+const (
+	codeParse            = -32700
+	codeInvalidRequest   = -32600
+	codeMethodNotFound   = -32601
+	codeInvalidParams    = -32602
+	codeInternal         = -32603
+	codeUnavailable      = -32000
+	codePermission       = -32003
+	codeNotFound         = -32004
+	codeTimeout          = -32008
+	codeExists           = -32009
+	codeFailedPrecondion = -32010
+	codeGone             = -32011
+)
+
+// apiError is an error with its JSON-RPC code and data.
+type apiError struct {
+	Code int
+	Msg  string
+	Data map[string]any
+}
+
+func (e *apiError) Error() string { return e.Msg }
+
+func invalidParams(field, format string, a ...any) *apiError {
+	msg := fmt.Sprintf(format, a...)
+	return &apiError{Code: codeInvalidParams, Msg: "invalid params: " + msg, Data: map[string]any{"field": field}}
+}
+
+func permissionDenied(format string, a ...any) *apiError {
+	return &apiError{Code: codePermission, Msg: "permission denied: " + fmt.Sprintf(format, a...)}
+}
+
+// toAPIError classifies any error the service returns.
+func toAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var ve *model.ValidationError
+	if errors.As(err, &ve) {
+		field := ve.Field
+		return &apiError{Code: codeInvalidParams, Msg: "invalid params: " + ve.Error(), Data: map[string]any{"field": field}}
+	}
+	var pe *store.PlanError
+	if errors.As(err, &pe) {
+		return &apiError{Code: codeInvalidParams, Msg: "invalid params: " + pe.Error(), Data: map[string]any{"field": "jobs"}}
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return &apiError{Code: codeNotFound, Msg: err.Error()}
+	case errors.Is(err, store.ErrExists):
+		return &apiError{Code: codeExists, Msg: err.Error()}
+	case errors.Is(err, store.ErrConflict):
+		return &apiError{Code: codeFailedPrecondion, Msg: err.Error()}
+	case errors.Is(err, store.ErrEventsTrimmed):
+		return &apiError{Code: codeGone, Msg: err.Error() + ` (reload the state and follow from "$", or read what is left from "0")`, Data: map[string]any{"field": "after"}}
+	case errors.Is(err, store.ErrBadEventID):
+		return &apiError{Code: codeInvalidParams, Msg: "invalid params: " + err.Error(), Data: map[string]any{"field": "after"}}
+	}
+	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
+		switch st.Code() {
+		case codes.NotFound:
+			return &apiError{Code: codeNotFound, Msg: st.Message()}
+		case codes.InvalidArgument:
+			return &apiError{Code: codeInvalidParams, Msg: "invalid params: " + st.Message(), Data: map[string]any{"field": "id"}}
+		case codes.FailedPrecondition:
+			return &apiError{Code: codeFailedPrecondion, Msg: st.Message()}
+		case codes.Unavailable:
+			return &apiError{Code: codeUnavailable, Msg: "scheduler unavailable: " + st.Message()}
+		case codes.DeadlineExceeded:
+			return &apiError{Code: codeTimeout, Msg: st.Message()}
+		}
+	}
+	return &apiError{Code: codeInternal, Msg: "internal error: " + err.Error()}
+}
+
+// grpcError maps an API error onto a gRPC status.
+func grpcError(err error) error {
+	ae := toAPIError(err)
+	c := codes.Internal
+	switch ae.Code {
+	case codeInvalidParams, codeInvalidRequest, codeParse:
+		c = codes.InvalidArgument
+	case codePermission:
+		c = codes.PermissionDenied
+	case codeNotFound:
+		c = codes.NotFound
+	case codeExists:
+		c = codes.AlreadyExists
+	case codeTimeout:
+		c = codes.DeadlineExceeded
+	case codeFailedPrecondion:
+		c = codes.FailedPrecondition
+	case codeUnavailable:
+		c = codes.Unavailable
+	case codeGone:
+		c = codes.OutOfRange
+	}
+	return status.Error(c, ae.Msg)
+}

@@ -1,0 +1,492 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/protoconv"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+type principalKey struct{}
+
+// authInterceptors authenticate every call from its metadata (hero-actor,
+// authorization): the same check the JSON-RPC side makes, in one place.
+func authInterceptors(a *authenticator, m *apiMetrics) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	auth := func(ctx context.Context, full string) (context.Context, error) {
+		if strings.HasPrefix(full, "/grpc.health.v1.") || strings.HasPrefix(full, "/grpc.reflection.") {
+			return ctx, nil
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		get := func(k string) string {
+			if v := md.Get(k); len(v) > 0 {
+				return v[0]
+			}
+			return ""
+		}
+		p, err := a.authenticate(ctx, get("authorization"), get("hero-actor"))
+		if err != nil {
+			return nil, grpcError(err)
+		}
+		return context.WithValue(ctx, principalKey{}, p), nil
+	}
+	api := func(full string) bool {
+		return strings.HasPrefix(full, "/hero.v1.")
+	}
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		if api(info.FullMethod) {
+			start := time.Now()
+			defer func() { m.observe("grpc", path.Base(info.FullMethod), status.Code(err).String(), start) }()
+		}
+		ctx, err = auth(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		if api(info.FullMethod) {
+			start := time.Now()
+			defer func() { m.observe("grpc", path.Base(info.FullMethod), status.Code(err).String(), start) }()
+		}
+		ctx, err := auth(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
+	}
+	return unary, stream
+}
+
+type wrappedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (w *wrappedStream) Context() context.Context { return w.ctx }
+
+func principal(ctx context.Context) Principal {
+	p, _ := ctx.Value(principalKey{}).(Principal)
+	return p
+}
+
+// coordinatorServer serves hero.v1.Coordinator on top of the service.
+type coordinatorServer struct {
+	herov1.UnimplementedCoordinatorServer
+	s *service
+}
+
+func call[R any](ctx context.Context, fn func(context.Context, Principal) (R, error)) (R, error) {
+	r, err := fn(ctx, principal(ctx))
+	if err != nil {
+		var zero R
+		return zero, grpcError(err)
+	}
+	return r, nil
+}
+
+func jobInFromPB(j *herov1.Job) *jobIn {
+	if j == nil {
+		return nil
+	}
+	retries := j.Retries
+	if retries > 255 {
+		retries = 256 // rejected below
+	}
+	return &jobIn{ID: j.Id, CallerID: j.CallerId, ContextID: j.ContextId, Script: j.Script, ScriptType: j.ScriptType, Timeout: j.Timeout,
+		Retries: uint8(retries), EnvVars: j.EnvVars, Prerequisites: j.Prerequisites, Dependends: j.Dependends, RunnerID: j.RunnerId,
+		FunctionName: j.FunctionName, Args: json.RawMessage(j.Args), Kwargs: json.RawMessage(j.Kwargs)}
+}
+
+func checkRetries(j *herov1.Job) error {
+	if j != nil && j.Retries > 255 {
+		return invalidParams("job.retries", "job.retries %d is more than 255", j.Retries)
+	}
+	return nil
+}
+
+func (c *coordinatorServer) CreateActor(ctx context.Context, r *herov1.CreateActorRequest) (*herov1.CreateActorResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateActorResponse, error) {
+		var in actorCreateParams
+		if r.Actor != nil {
+			in.Actor = &actorIn{ID: r.Actor.Id, Pubkey: r.Actor.Pubkey, Address: r.Actor.Address}
+		}
+		a, err := c.s.actorCreate(ctx, p, in)
+		return &herov1.CreateActorResponse{Actor: protoconv.ActorToPB(a)}, err
+	})
+}
+
+func (c *coordinatorServer) GetActor(ctx context.Context, r *herov1.GetActorRequest) (*herov1.GetActorResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.GetActorResponse, error) {
+		a, err := c.s.actorLoad(ctx, p, idParams{ID: r.Id})
+		return &herov1.GetActorResponse{Actor: protoconv.ActorToPB(a)}, err
+	})
+}
+
+func (c *coordinatorServer) CreateContext(ctx context.Context, r *herov1.CreateContextRequest) (*herov1.CreateContextResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateContextResponse, error) {
+		var in contextCreateParams
+		if r.Context != nil {
+			in.Context = &contextIn{ID: r.Context.Id, Admins: r.Context.Admins, Readers: r.Context.Readers, Executors: r.Context.Executors, RetentionSeconds: r.Context.RetentionSeconds, AllowedSources: r.Context.AllowedSources}
+		}
+		x, err := c.s.contextCreate(ctx, p, in)
+		return &herov1.CreateContextResponse{Context: protoconv.ContextToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) GetContext(ctx context.Context, r *herov1.GetContextRequest) (*herov1.GetContextResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.GetContextResponse, error) {
+		x, err := c.s.contextLoad(ctx, p, idParams{ID: r.Id})
+		return &herov1.GetContextResponse{Context: protoconv.ContextToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) UpdateContext(ctx context.Context, r *herov1.UpdateContextRequest) (*herov1.UpdateContextResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.UpdateContextResponse, error) {
+		in := contextUpdateParams{ID: r.Id, RetentionSeconds: r.RetentionSeconds}
+		ids := func(l *herov1.IdList) *[]uint32 {
+			if l == nil {
+				return nil
+			}
+			v := append([]uint32{}, l.Ids...)
+			return &v
+		}
+		in.Admins, in.Readers, in.Executors = ids(r.Admins), ids(r.Readers), ids(r.Executors)
+		if r.AllowedSources != nil {
+			v := append([]string{}, r.AllowedSources.Values...)
+			in.AllowedSources = &v
+		}
+		x, err := c.s.contextUpdate(ctx, p, in)
+		return &herov1.UpdateContextResponse{Context: protoconv.ContextToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) CreateRunner(ctx context.Context, r *herov1.CreateRunnerRequest) (*herov1.CreateRunnerResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateRunnerResponse, error) {
+		in := runnerCreateParams{ContextID: r.ContextId}
+		if r.Runner != nil {
+			local := r.Runner.Local
+			in.Runner = &runnerIn{ID: r.Runner.Id, Pubkey: r.Runner.Pubkey, Address: r.Runner.Address, Topic: r.Runner.Topic, Local: &local,
+				Secret: r.Runner.Secret, ScriptTypes: r.Runner.ScriptTypes}
+		}
+		x, err := c.s.runnerCreate(ctx, p, in)
+		return &herov1.CreateRunnerResponse{Runner: protoconv.RunnerToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) GetRunner(ctx context.Context, r *herov1.GetRunnerRequest) (*herov1.GetRunnerResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.GetRunnerResponse, error) {
+		x, err := c.s.runnerLoad(ctx, p, ctxIDParams{ContextID: r.ContextId, ID: r.Id})
+		return &herov1.GetRunnerResponse{Runner: protoconv.RunnerToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) ListRunners(ctx context.Context, r *herov1.ListRunnersRequest) (*herov1.ListRunnersResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.ListRunnersResponse, error) {
+		x, err := c.s.runnerList(ctx, p, listParams{ContextID: r.ContextId, Limit: int(r.Limit), Cursor: r.Cursor})
+		if err != nil {
+			return nil, err
+		}
+		out := &herov1.ListRunnersResponse{NextCursor: x.NextCursor}
+		for _, it := range x.Items {
+			out.Runners = append(out.Runners, protoconv.RunnerToPB(it))
+		}
+		return out, nil
+	})
+}
+
+func (c *coordinatorServer) CreateJob(ctx context.Context, r *herov1.CreateJobRequest) (*herov1.CreateJobResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateJobResponse, error) {
+		if err := checkRetries(r.Job); err != nil {
+			return nil, err
+		}
+		x, err := c.s.jobCreate(ctx, p, jobCreateParams{ContextID: r.ContextId, Job: jobInFromPB(r.Job)})
+		return &herov1.CreateJobResponse{Job: protoconv.JobToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) GetJob(ctx context.Context, r *herov1.GetJobRequest) (*herov1.GetJobResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.GetJobResponse, error) {
+		x, err := c.s.jobLoad(ctx, p, jobRefParams{ContextID: r.ContextId, CallerID: r.CallerId, ID: r.Id})
+		return &herov1.GetJobResponse{Job: protoconv.JobToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) ListJobs(ctx context.Context, r *herov1.ListJobsRequest) (*herov1.ListJobsResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.ListJobsResponse, error) {
+		x, err := c.s.jobList(ctx, p, listParams{ContextID: r.ContextId, Limit: int(r.Limit), Cursor: r.Cursor, Status: r.Status})
+		if err != nil {
+			return nil, err
+		}
+		out := &herov1.ListJobsResponse{NextCursor: x.NextCursor}
+		for _, it := range x.Items {
+			out.Jobs = append(out.Jobs, protoconv.JobToPB(it))
+		}
+		return out, nil
+	})
+}
+
+func (c *coordinatorServer) RunJob(ctx context.Context, r *herov1.RunJobRequest) (*herov1.RunJobResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.RunJobResponse, error) {
+		if err := checkRetries(r.Job); err != nil {
+			return nil, err
+		}
+		in := jobRunParams{ContextID: r.ContextId, Job: jobInFromPB(r.Job)}
+		if r.Timeout > 0 {
+			t := r.Timeout
+			in.Timeout = &t
+		}
+		x, err := c.s.jobRun(ctx, p, in)
+		return &herov1.RunJobResponse{Job: protoconv.JobToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) StopJob(ctx context.Context, r *herov1.StopJobRequest) (*herov1.StopJobResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.StopJobResponse, error) {
+		x, err := c.s.jobStop(ctx, p, jobRefParams{ContextID: r.ContextId, CallerID: r.CallerId, ID: r.Id})
+		return &herov1.StopJobResponse{Job: protoconv.JobToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) GetJobLogs(ctx context.Context, r *herov1.GetJobLogsRequest) (*herov1.GetJobLogsResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.GetJobLogsResponse, error) {
+		x, err := c.s.jobLogs(ctx, p, jobRefParams{ContextID: r.ContextId, CallerID: r.CallerId, ID: r.Id, Offset: r.Offset})
+		if err != nil {
+			return nil, err
+		}
+		return &herov1.GetJobLogsResponse{Logs: x.Logs, NextOffset: x.NextOffset, Complete: x.Complete}, nil
+	})
+}
+
+func (c *coordinatorServer) CreateFlow(ctx context.Context, r *herov1.CreateFlowRequest) (*herov1.CreateFlowResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateFlowResponse, error) {
+		in := flowCreateParams{ContextID: r.ContextId}
+		if r.Flow != nil {
+			in.Flow = &flowIn{ID: r.Flow.Id, CallerID: r.Flow.CallerId, ContextID: r.Flow.ContextId, Jobs: r.Flow.Jobs, EnvVars: r.Flow.EnvVars}
+		}
+		x, err := c.s.flowCreate(ctx, p, in)
+		return &herov1.CreateFlowResponse{Flow: protoconv.FlowToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) GetFlow(ctx context.Context, r *herov1.GetFlowRequest) (*herov1.GetFlowResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.GetFlowResponse, error) {
+		x, err := c.s.flowLoad(ctx, p, ctxIDParams{ContextID: r.ContextId, ID: r.Id})
+		return &herov1.GetFlowResponse{Flow: protoconv.FlowToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) ListFlows(ctx context.Context, r *herov1.ListFlowsRequest) (*herov1.ListFlowsResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.ListFlowsResponse, error) {
+		x, err := c.s.flowList(ctx, p, listParams{ContextID: r.ContextId, Limit: int(r.Limit), Cursor: r.Cursor, Status: r.Status})
+		if err != nil {
+			return nil, err
+		}
+		out := &herov1.ListFlowsResponse{NextCursor: x.NextCursor}
+		for _, it := range x.Items {
+			out.Flows = append(out.Flows, protoconv.FlowToPB(it))
+		}
+		return out, nil
+	})
+}
+
+func (c *coordinatorServer) StartFlow(ctx context.Context, r *herov1.StartFlowRequest) (*herov1.StartFlowResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.StartFlowResponse, error) {
+		x, err := c.s.flowStart(ctx, p, ctxIDParams{ContextID: r.ContextId, ID: r.Id})
+		return &herov1.StartFlowResponse{Flow: protoconv.FlowToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) GetFlowDag(ctx context.Context, r *herov1.GetFlowDagRequest) (*herov1.GetFlowDagResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.GetFlowDagResponse, error) {
+		x, err := c.s.flowDAG(ctx, p, ctxIDParams{ContextID: r.ContextId, ID: r.Id})
+		if err != nil {
+			return nil, err
+		}
+		out := &herov1.GetFlowDagResponse{Flow: protoconv.FlowToPB(x.Flow)}
+		for _, n := range x.Nodes {
+			out.Nodes = append(out.Nodes, &herov1.DagNode{Id: n.ID, Depends: n.Depends, Dependents: n.Dependents, NodeStatus: n.NodeStatus,
+				JobStatus: n.JobStatus, Attempt: n.Attempt, Error: n.Error, ScriptType: n.ScriptType})
+		}
+		return out, nil
+	})
+}
+
+func (c *coordinatorServer) CancelFlow(ctx context.Context, r *herov1.CancelFlowRequest) (*herov1.CancelFlowResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CancelFlowResponse, error) {
+		x, err := c.s.flowCancel(ctx, p, ctxIDParams{ContextID: r.ContextId, ID: r.Id})
+		return &herov1.CancelFlowResponse{Flow: protoconv.FlowToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) RetryFlow(ctx context.Context, r *herov1.RetryFlowRequest) (*herov1.RetryFlowResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.RetryFlowResponse, error) {
+		x, err := c.s.flowRetry(ctx, p, ctxIDParams{ContextID: r.ContextId, ID: r.Id})
+		return &herov1.RetryFlowResponse{Flow: protoconv.FlowToPB(x)}, err
+	})
+}
+
+func dlqEntryPB(e dlqEntry) *herov1.DLQEntry {
+	return &herov1.DLQEntry{CallerId: e.CallerID, Id: e.ID, FlowId: e.FlowID, Error: e.Error, Attempt: e.Attempt, DlqAtMs: e.DLQAtMs,
+		ScriptType: e.ScriptType, FunctionName: e.FunctionName}
+}
+
+func (c *coordinatorServer) ListDLQ(ctx context.Context, r *herov1.ListDLQRequest) (*herov1.ListDLQResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.ListDLQResponse, error) {
+		x, err := c.s.dlqList(ctx, p, listParams{ContextID: r.ContextId, Limit: int(r.Limit), Cursor: r.Cursor})
+		if err != nil {
+			return nil, err
+		}
+		out := &herov1.ListDLQResponse{NextCursor: x.NextCursor}
+		for _, e := range x.Items {
+			out.Entries = append(out.Entries, dlqEntryPB(e))
+		}
+		return out, nil
+	})
+}
+
+func (c *coordinatorServer) ShowDLQ(ctx context.Context, r *herov1.ShowDLQRequest) (*herov1.ShowDLQResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.ShowDLQResponse, error) {
+		x, err := c.s.dlqShow(ctx, p, jobRefParams{ContextID: r.ContextId, CallerID: r.CallerId, ID: r.Id})
+		if err != nil {
+			return nil, err
+		}
+		return &herov1.ShowDLQResponse{Entry: dlqEntryPB(x.Entry), Job: protoconv.JobToPB(x.Job)}, nil
+	})
+}
+
+func (c *coordinatorServer) RequeueDLQ(ctx context.Context, r *herov1.RequeueDLQRequest) (*herov1.RequeueDLQResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.RequeueDLQResponse, error) {
+		x, err := c.s.dlqRequeue(ctx, p, jobRefParams{ContextID: r.ContextId, CallerID: r.CallerId, ID: r.Id})
+		return &herov1.RequeueDLQResponse{Job: protoconv.JobToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) PurgeDLQ(ctx context.Context, r *herov1.PurgeDLQRequest) (*herov1.PurgeDLQResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.PurgeDLQResponse, error) {
+		x, err := c.s.dlqPurge(ctx, p, dlqPurgeParams{ContextID: r.ContextId, CallerID: r.CallerId, ID: r.Id})
+		if err != nil {
+			return nil, err
+		}
+		return &herov1.PurgeDLQResponse{Purged: x.Purged}, nil
+	})
+}
+
+func (c *coordinatorServer) DeleteJob(ctx context.Context, r *herov1.DeleteJobRequest) (*herov1.DeleteResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.DeleteResponse, error) {
+		_, err := c.s.jobDelete(ctx, p, deleteJobParams{ContextID: r.ContextId, CallerID: r.CallerId, ID: r.Id, Force: r.Force})
+		return &herov1.DeleteResponse{Deleted: err == nil}, err
+	})
+}
+
+func (c *coordinatorServer) DeleteFlow(ctx context.Context, r *herov1.DeleteFlowRequest) (*herov1.DeleteResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.DeleteResponse, error) {
+		_, err := c.s.flowDelete(ctx, p, deleteParams{ContextID: r.ContextId, ID: r.Id, Force: r.Force})
+		return &herov1.DeleteResponse{Deleted: err == nil}, err
+	})
+}
+
+func (c *coordinatorServer) DeleteRunner(ctx context.Context, r *herov1.DeleteRunnerRequest) (*herov1.DeleteResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.DeleteResponse, error) {
+		_, err := c.s.runnerDelete(ctx, p, deleteParams{ContextID: r.ContextId, ID: r.Id, Force: r.Force})
+		return &herov1.DeleteResponse{Deleted: err == nil}, err
+	})
+}
+
+func (c *coordinatorServer) DeleteContext(ctx context.Context, r *herov1.DeleteContextRequest) (*herov1.DeleteResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.DeleteResponse, error) {
+		_, err := c.s.contextDelete(ctx, p, deleteContextParams{ID: r.Id, Force: r.Force})
+		return &herov1.DeleteResponse{Deleted: err == nil}, err
+	})
+}
+
+func (c *coordinatorServer) CreateMessage(ctx context.Context, r *herov1.CreateMessageRequest) (*herov1.CreateMessageResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateMessageResponse, error) {
+		in := messageCreateParams{ContextID: r.ContextId}
+		if r.Message != nil {
+			in.Message = protoconv.MessageFromPB(r.Message)
+		}
+		x, err := c.s.messageCreate(ctx, p, in)
+		return &herov1.CreateMessageResponse{Message: protoconv.MessageToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) GetMessage(ctx context.Context, r *herov1.GetMessageRequest) (*herov1.GetMessageResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.GetMessageResponse, error) {
+		x, err := c.s.messageLoad(ctx, p, jobRefParams{ContextID: r.ContextId, CallerID: r.CallerId, ID: r.Id})
+		return &herov1.GetMessageResponse{Message: protoconv.MessageToPB(x)}, err
+	})
+}
+
+func (c *coordinatorServer) ReadEvents(ctx context.Context, r *herov1.ReadEventsRequest) (*herov1.ReadEventsResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.ReadEventsResponse, error) {
+		x, err := c.s.eventsRead(ctx, p, eventsParams{ContextID: r.ContextId, After: r.AfterId, Limit: int(r.Limit), FlowID: r.FlowId})
+		if err != nil {
+			return nil, err
+		}
+		out := &herov1.ReadEventsResponse{NextAfterId: x.Next}
+		for i := range x.Events {
+			out.Events = append(out.Events, protoconv.EventToPB(&x.Events[i]))
+		}
+		return out, nil
+	})
+}
+
+// Watch follows a context's event stream: from after_id ("" = only new events), every
+// event exactly once and in order; a client that reconnects resumes from the last id
+// it saw.
+func (c *coordinatorServer) Watch(r *herov1.WatchRequest, stream grpc.ServerStreamingServer[herov1.WatchResponse]) error {
+	ctx := stream.Context()
+	p := principal(ctx)
+	_, db, err := c.s.authorize(ctx, p, r.ContextId, RoleReader, "watch")
+	if err != nil {
+		return grpcError(err)
+	}
+	after := r.AfterId
+	if after == "" {
+		if after, err = db.LastEventID(ctx); err != nil {
+			return grpcError(err)
+		}
+	} else if err := db.CheckEventPosition(ctx, after); err != nil {
+		return grpcError(err)
+	}
+	const batch = 500
+	for ctx.Err() == nil {
+		evs, err := db.WaitEvents(ctx, after, batch, 5*time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return grpcError(fmt.Errorf("read events: %w", err))
+		}
+		if len(evs) == batch {
+			// A watcher this far behind may fall off the stream's end: say so rather
+			// than skip what was trimmed meanwhile.
+			if err := db.CheckEventPosition(ctx, after); err != nil {
+				return grpcError(err)
+			}
+		}
+		for i := range evs {
+			after = evs[i].ID
+			if r.FlowId != 0 && evs[i].FlowID != r.FlowId {
+				continue
+			}
+			if len(r.TypePrefixes) > 0 && !slices.ContainsFunc(r.TypePrefixes, func(p string) bool { return strings.HasPrefix(evs[i].Type, p) }) {
+				continue
+			}
+			if err := stream.Send(&herov1.WatchResponse{Event: protoconv.EventToPB(&evs[i])}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/rs/zerolog"
+)
+
+// method is one JSON-RPC method.
+type method struct {
+	call    func(ctx context.Context, p Principal, params json.RawMessage) (any, error)
+	noAuth  bool
+	summary string
+	params  any // a zero value of the params type, for rpc.discover
+	result  string
+}
+
+// rpcMethod adapts a typed service method: params are decoded strictly (unknown
+// fields and wrong types are invalid params naming the field).
+func rpcMethod[P any, R any](summary, result string, fn func(context.Context, Principal, P) (R, error)) method {
+	var zero P
+	return method{
+		summary: summary, params: zero, result: result,
+		call: func(ctx context.Context, p Principal, raw json.RawMessage) (any, error) {
+			var params P
+			if err := decodeParams(raw, &params); err != nil {
+				return nil, err
+			}
+			return fn(ctx, p, params)
+		},
+	}
+}
+
+func (s *service) methods() map[string]method {
+	m := map[string]method{
+		"actor.create":   rpcMethod("Create an actor (operator only).", "Actor", s.actorCreate),
+		"actor.load":     rpcMethod("Load an actor.", "Actor", s.actorLoad),
+		"context.create": rpcMethod("Create a context (operator only); its id is its Redis DB.", "Context", s.contextCreate),
+		"context.load":   rpcMethod("Load a context.", "Context", s.contextLoad),
+		"context.update": rpcMethod("Change a context's admins, readers, executors, retention_seconds or allowed_sources (admins).", "Context", s.contextUpdate),
+		"runner.create":  rpcMethod("Register a runner in a context (admins).", "Runner", s.runnerCreate),
+		"runner.load":    rpcMethod("Load a runner with its live processes.", "Runner", s.runnerLoad),
+		"runner.list":    rpcMethod("List runners, newest first.", "{items: [Runner], next_cursor}", s.runnerList),
+		"job.create":     rpcMethod("Create a job (admins).", "Job", s.jobCreate),
+		"job.load":       rpcMethod("Load a job.", "Job", s.jobLoad),
+		"job.list":       rpcMethod("List jobs, newest first; optional status filter.", "{items: [Job], next_cursor}", s.jobList),
+		"job.run":        rpcMethod("Create and run a standalone job and wait for its end (executors).", "Job", s.jobRun),
+		"job.stop":       rpcMethod("Stop a job: a running one is killed, a queued one never starts (executors).", "Job", s.jobStop),
+		"job.logs":       rpcMethod("Read a job's log from an offset.", "{logs, next_offset, complete}", s.jobLogs),
+		"flow.create":    rpcMethod("Create a flow of existing jobs of one caller (admins).", "Flow", s.flowCreate),
+		"flow.load":      rpcMethod("Load a flow; while it runs, its result map so far.", "Flow", s.flowLoad),
+		"flow.list":      rpcMethod("List flows, newest first; optional status filter.", "{items: [Flow], next_cursor}", s.flowList),
+		"flow.start":     rpcMethod("Validate a flow's DAG and start it (executors).", "Flow", s.flowStart),
+		"flow.dag":       rpcMethod("A flow's DAG with each node's state.", "{flow, nodes}", s.flowDAG),
+		"flow.cancel":    rpcMethod("Cancel a flow: running jobs are stopped, pending ones never start (executors).", "Flow", s.flowCancel),
+		"flow.delete":    rpcMethod("Delete an ended (or, with force, running) flow with its jobs, messages, DAG state and logs (admins).", "{deleted}", s.flowDelete),
+		"job.delete":     rpcMethod("Delete a job of no flow with its log and messages (admins).", "{deleted}", s.jobDelete),
+		"runner.delete":  rpcMethod("Delete a runner with its heartbeats and pinned queues (admins).", "{deleted}", s.runnerDelete),
+		"flow.retry":     rpcMethod("Re-run a failed flow's failed and cancelled jobs, keeping the finished ones (executors).", "Flow", s.flowRetry),
+		"dlq.list":       rpcMethod("List the dead-letter queue: jobs that failed for good, newest first.", "{items: [{caller_id, id, flow_id, error, attempt, dlq_at_ms, …}], next_cursor}", s.dlqList),
+		"dlq.show":       rpcMethod("One dead-lettered job with its last error and attempts.", "{entry, job}", s.dlqShow),
+		"dlq.requeue":    rpcMethod("Run a dead-lettered job again with a fresh attempt count (executors).", "Job", s.dlqRequeue),
+		"dlq.purge":      rpcMethod("Drop one entry (caller_id, id) or all entries of the dead-letter queue (admins).", "{purged}", s.dlqPurge),
+		"context.delete": rpcMethod("Delete a context and everything in it; refused while flows run unless force (admins).", "{deleted}", s.contextDelete),
+		"message.create": rpcMethod("Create a message (admins).", "Message", s.messageCreate),
+		"message.load":   rpcMethod("Load a message.", "Message", s.messageLoad),
+		"events.read":    rpcMethod("Read a context's events after an event id.", "{events, next}", s.eventsRead),
+	}
+	for name, dm := range s.dispatcher.rpcMethods() {
+		m[name] = dm
+	}
+	return m
+}
+
+type rpcRequest struct {
+	JSONRPC string          `json:"jsonrpc"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	ID      json.RawMessage `json:"id"`
+}
+
+type rpcError struct {
+	Code    int            `json:"code"`
+	Message string         `json:"message"`
+	Data    map[string]any `json:"data,omitempty"`
+}
+
+type rpcResponse struct {
+	JSONRPC string          `json:"jsonrpc"`
+	Result  any             `json:"result,omitempty"`
+	Error   *rpcError       `json:"error,omitempty"`
+	ID      json.RawMessage `json:"id"`
+}
+
+// apiMetrics count the API's calls on both transports.
+type apiMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
+	f := promauto.With(reg)
+	return &apiMetrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_requests_total",
+			Help: "API requests by transport (jsonrpc, grpc), method and result code (ok, a JSON-RPC error code, or a gRPC code)."}, []string{"transport", "method", "code"}),
+		duration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "hero_api_request_duration_seconds", Help: "API request handling time by transport and method.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 300}}, []string{"transport", "method"}),
+	}
+}
+
+func (m *apiMetrics) observe(transport, method, code string, start time.Time) {
+	m.requests.WithLabelValues(transport, method, code).Inc()
+	m.duration.WithLabelValues(transport, method).Observe(time.Since(start).Seconds())
+}
+
+// jsonrpcServer serves JSON-RPC 2.0 over HTTP: POST / with one request or a batch.
+type jsonrpcServer struct {
+	auth     *authenticator
+	methods  map[string]method
+	discover []byte
+	log      zerolog.Logger
+	maxBody  int64
+	m        *apiMetrics
+}
+
+func newJSONRPCServer(s *service, auth *authenticator, log zerolog.Logger, m *apiMetrics, maxBody int64) *jsonrpcServer {
+	srv := &jsonrpcServer{auth: auth, methods: s.methods(), log: log, maxBody: maxBody, m: m}
+	srv.discover = openRPCDocument(srv.methods)
+	return srv
+}
+
+func (j *jsonrpcServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/" {
+		http.NotFound(w, r)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "JSON-RPC 2.0: POST a request object to /", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, j.maxBody))
+	if err != nil {
+		writeJSON(w, rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"),
+			Error: &rpcError{Code: codeInvalidRequest, Message: fmt.Sprintf("invalid request: body larger than %d bytes or unreadable", j.maxBody)}})
+		return
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		var batch []json.RawMessage
+		if err := json.Unmarshal(trimmed, &batch); err != nil {
+			writeJSON(w, parseError(err))
+			return
+		}
+		if len(batch) == 0 {
+			writeJSON(w, rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: codeInvalidRequest, Message: "invalid request: empty batch"}})
+			return
+		}
+		var out []rpcResponse
+		for _, raw := range batch {
+			if resp, reply := j.handle(r, raw); reply {
+				out = append(out, resp)
+			}
+		}
+		if len(out) == 0 {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeJSON(w, out)
+		return
+	}
+	resp, reply := j.handle(r, trimmed)
+	if !reply {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(w, resp)
+}
+
+func parseError(err error) rpcResponse {
+	return rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: codeParse, Message: "parse error: " + err.Error()}}
+}
+
+// handle runs one request; reply=false for a notification (no id).
+func (j *jsonrpcServer) handle(r *http.Request, raw []byte) (rpcResponse, bool) {
+	start := time.Now()
+	var req rpcRequest
+	if !json.Valid(raw) {
+		return parseError(errors.New("the body is not valid JSON")), true
+	}
+	if err := json.Unmarshal(raw, &req); err != nil {
+		return rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: codeInvalidRequest, Message: "invalid request: not a request object"}}, true
+	}
+	id := req.ID
+	notification := len(id) == 0
+	if notification {
+		id = json.RawMessage("null")
+	}
+	fail := func(e *apiError, method string) (rpcResponse, bool) {
+		j.m.observe("jsonrpc", method, fmt.Sprint(e.Code), start)
+		return rpcResponse{JSONRPC: "2.0", ID: id, Error: &rpcError{Code: e.Code, Message: e.Msg, Data: e.Data}}, !notification
+	}
+	if req.JSONRPC != "2.0" {
+		return fail(&apiError{Code: codeInvalidRequest, Msg: fmt.Sprintf("invalid request: jsonrpc must be \"2.0\", not %q", req.JSONRPC)}, "invalid")
+	}
+	if req.Method == "" {
+		return fail(&apiError{Code: codeInvalidRequest, Msg: "invalid request: method is missing"}, "invalid")
+	}
+	if req.Method == "rpc.discover" {
+		j.m.observe("jsonrpc", req.Method, "ok", start)
+		return rpcResponse{JSONRPC: "2.0", ID: id, Result: json.RawMessage(j.discover)}, !notification
+	}
+	m, ok := j.methods[req.Method]
+	if !ok {
+		return fail(&apiError{Code: codeMethodNotFound, Msg: fmt.Sprintf("method not found: %q (rpc.discover lists the methods)", req.Method)}, "unknown")
+	}
+	p, err := j.auth.authenticate(r.Context(), r.Header.Get("Authorization"), r.Header.Get("X-Hero-Actor"))
+	if err != nil {
+		return fail(toAPIError(err), req.Method)
+	}
+	result, err := m.call(r.Context(), p, req.Params)
+	if err != nil {
+		ae := toAPIError(err)
+		if ae.Code == codeInternal {
+			j.log.Error().Err(err).Str("method", req.Method).Msg("api call failed")
+		}
+		return fail(ae, req.Method)
+	}
+	j.m.observe("jsonrpc", req.Method, "ok", start)
+	return rpcResponse{JSONRPC: "2.0", ID: id, Result: result}, !notification
+}
+
+// decodeParams decodes the params object strictly.
+func decodeParams(raw json.RawMessage, into any) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		raw = []byte("{}")
+	}
+	if raw[0] != '{' {
+		return invalidParams("params", "params must be one object, e.g. {\"context_id\": 1}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			field := te.Field
+			if field == "" {
+				field = "params"
+			}
+			return invalidParams(field, "%s: want %s, got %s", field, typeName(te.Type.String()), te.Value)
+		}
+		msg := err.Error()
+		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+			name := strings.Trim(f, `"`)
+			return invalidParams(name, "unknown field %s", f)
+		}
+		return invalidParams("params", "%s", strings.TrimPrefix(msg, "json: "))
+	}
+	return nil
+}
+
+func typeName(t string) string {
+	switch {
+	case strings.HasPrefix(t, "uint"), strings.HasPrefix(t, "int"):
+		return "an integer (" + t + ")"
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "main."), strings.HasPrefix(t, "*main."), strings.HasPrefix(t, "model."):
+		return "an object"
+	case t == "string":
+		return "a string"
+	case t == "bool", t == "*bool":
+		return "true or false"
+	}
+	return t
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/tests/e2e/harness"
+)
+
+// The benchmarks run the real binaries on loopback (make bench). They are not part of
+// make test: HERO_BENCH=1 enables them.
+
+func benchStack(b *testing.B, runnerArgs ...string) (*harness.Stack, *harness.Client) {
+	if os.Getenv("HERO_BENCH") == "" {
+		b.Skip("set HERO_BENCH=1 (make bench) to run the end-to-end benchmarks")
+	}
+	redisSrv.Flush(b)
+	s := harness.StartStack(b, binDir, redisSrv.URL, harness.StackOptions{
+		RunnerArgs: runnerArgs,
+		APIArgs:    []string{"--log-level", "info"}, SchedulerArgs: []string{"--log-level", "info"}, RouterArgs: []string{"--log-level", "info"},
+	})
+	return s, s.Setup(b, ctx1)
+}
+
+func percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	i := int(p * float64(len(s)-1))
+	return s[i]
+}
+
+func createJobs(b *testing.B, c *harness.Client, n int, chain bool) []uint32 {
+	ids := make([]uint32, n)
+	for i := range ids {
+		id := uint32(i + 1)
+		job := map[string]any{"id": id, "script": "true", "script_type": "sh"}
+		if chain && i > 0 {
+			job["depends"] = []uint32{id - 1}
+		}
+		c.MustCall(b, "job.create", map[string]any{"context_id": ctx1, "job": job}, nil)
+		ids[i] = id
+	}
+	return ids
+}
+
+// BenchmarkDependentStartChain: a 200-job chain; the time from a job's last
+// dependency finishing to the job starting (ready_at_ms → started_at_ms).
+func BenchmarkDependentStartChain(b *testing.B) {
+	_, c := benchStack(b, "--log-level", "info")
+	ids := createJobs(b, c, 200, true)
+	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
+	b.ResetTimer()
+	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
+	f := c.WaitFlow(b, ctx1, 1, 5*time.Minute)
+	b.StopTimer()
+	if f.Status != "finished" {
+		b.Fatalf("flow: %+v", f)
+	}
+	var lat []float64
+	for _, id := range ids[1:] {
+		j := loadJob2(b, c, id)
+		lat = append(lat, float64(j.StartedAtMs-j.ReadyAtMs))
+	}
+	p50, p99 := percentile(lat, 0.50), percentile(lat, 0.99)
+	b.ReportMetric(p50, "p50-ms")
+	b.ReportMetric(p99, "p99-ms")
+	fmt.Printf("dependent-start latency over a 200-job chain: p50 %.1f ms, p99 %.1f ms, max %.1f ms (whole chain %.2f s)\n",
+		p50, p99, percentile(lat, 1), float64(f.FinishedAt-f.StartedAt))
+}
+
+// BenchmarkIndependentJobs: a flow of 2,000 independent `true` jobs, one runner.
+func BenchmarkIndependentJobs(b *testing.B) {
+	_, c := benchStack(b, "--log-level", "info", "--concurrency", "8")
+	ids := createJobs(b, c, 2000, false)
+	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
+	var started harness.Flow
+	b.ResetTimer()
+	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, &started)
+	var f struct {
+		Status       string `json:"status"`
+		StartedAtMs  int64  `json:"started_at_ms"`
+		FinishedAtMs int64  `json:"finished_at_ms"`
+	}
+	c.WaitFlow(b, ctx1, 1, 10*time.Minute)
+	b.StopTimer()
+	c.MustCall(b, "flow.load", map[string]any{"context_id": ctx1, "id": 1}, &f)
+	if f.Status != "finished" {
+		b.Fatalf("flow: %+v", f)
+	}
+	secs := float64(f.FinishedAtMs-f.StartedAtMs) / 1000
+	b.ReportMetric(secs, "flow-s")
+	b.ReportMetric(2000/secs, "jobs/s")
+	fmt.Printf("2,000 independent sh jobs, one runner (concurrency 8): %.2f s (%.0f jobs/s)\n", secs, 2000/secs)
+}
+
+func loadJob2(b *testing.B, c *harness.Client, id uint32) harness.Job {
+	var j harness.Job
+	c.MustCall(b, "job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": id}, &j)
+	return j
+}
+
+func handlerBenchStack(b *testing.B) (*harness.Stack, *harness.Client) {
+	goExec := filepath.Join(binDir, harness.ExampleExecutor)
+	s, c := benchStack(b, "--log-level", "info", "--concurrency", "64",
+		"--executors", "go;cmd="+goExec+";size=2;inflight=32")
+	c.MustCall(b, "runner.create", map[string]any{"context_id": ctx1, "runner": map[string]any{"id": 2, "script_types": []string{"go"}}}, nil)
+	return s, c
+}
+
+func createHandlerJobs(b *testing.B, c *harness.Client, n int, chain bool) []uint32 {
+	ids := make([]uint32, n)
+	// Batches of JSON-RPC calls: creating 10,000 jobs one request at a time is slow.
+	for start := 0; start < n; start += 500 {
+		var batch []map[string]any
+		for i := start; i < start+500 && i < n; i++ {
+			id := uint32(i + 1)
+			job := map[string]any{"id": id, "function_name": "go#noop"}
+			if chain && i > 0 {
+				job["depends"] = []uint32{id - 1}
+			}
+			batch = append(batch, map[string]any{"jsonrpc": "2.0", "id": i, "method": "job.create", "params": map[string]any{"context_id": ctx1, "job": job}})
+			ids[i] = id
+		}
+		body, _ := json.Marshal(batch)
+		resp, err := c.Raw(string(body))
+		if err == nil {
+			b.Fatalf("batch answer should be a list, got %v", resp)
+		}
+	}
+	return ids
+}
+
+// BenchmarkHandlerJobs: a flow of 10,000 independent no-op handler jobs (Go executor).
+func BenchmarkHandlerJobs(b *testing.B) {
+	_, c := handlerBenchStack(b)
+	ids := createHandlerJobs(b, c, 10000, false)
+	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
+	b.ResetTimer()
+	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
+	c.WaitFlow(b, ctx1, 1, 10*time.Minute)
+	b.StopTimer()
+	var f struct {
+		Status       string `json:"status"`
+		StartedAtMs  int64  `json:"started_at_ms"`
+		FinishedAtMs int64  `json:"finished_at_ms"`
+	}
+	c.MustCall(b, "flow.load", map[string]any{"context_id": ctx1, "id": 1}, &f)
+	if f.Status != "finished" {
+		b.Fatalf("flow: %+v", f)
+	}
+	secs := float64(f.FinishedAtMs-f.StartedAtMs) / 1000
+	b.ReportMetric(10000/secs, "jobs/s")
+	fmt.Printf("10,000 independent no-op handler jobs (Go executor, 2 processes): %.2f s (%.0f jobs/s)\n", secs, 10000/secs)
+}
+
+// BenchmarkHandlerChain: dependent-start latency over a 200-job handler chain.
+func BenchmarkHandlerChain(b *testing.B) {
+	_, c := handlerBenchStack(b)
+	ids := createHandlerJobs(b, c, 200, true)
+	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
+	b.ResetTimer()
+	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
+	f := c.WaitFlow(b, ctx1, 1, 5*time.Minute)
+	b.StopTimer()
+	if f.Status != "finished" {
+		b.Fatalf("flow: %+v", f)
+	}
+	var lat []float64
+	for _, id := range ids[1:] {
+		j := loadJob2(b, c, id)
+		lat = append(lat, float64(j.StartedAtMs-j.ReadyAtMs))
+	}
+	p50, p99 := percentile(lat, 0.50), percentile(lat, 0.99)
+	b.ReportMetric(p50, "p50-ms")
+	b.ReportMetric(p99, "p99-ms")
+	fmt.Printf("dependent-start latency over a 200-job handler chain: p50 %.1f ms, p99 %.1f ms\n", p50, p99)
+}

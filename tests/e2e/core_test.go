@@ -1,0 +1,389 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/tests/e2e/harness"
+)
+
+const ctx1 = 1
+
+func newStack(t *testing.T, opt harness.StackOptions) (*harness.Stack, *harness.Client) {
+	t.Helper()
+	redisSrv.Flush(t)
+	s := harness.StartStack(t, binDir, redisSrv.URL, opt)
+	return s, s.Setup(t, ctx1)
+}
+
+type jobSpec struct {
+	id      uint32
+	typ     string
+	script  string
+	deps    []uint32
+	retries int
+	timeout int
+	env     map[string]string
+}
+
+func createFlow(t *testing.T, c *harness.Client, flowID uint32, env map[string]string, jobs ...jobSpec) {
+	t.Helper()
+	var ids []uint32
+	for _, j := range jobs {
+		job := map[string]any{"id": j.id, "script": j.script, "script_type": j.typ, "depends": j.deps, "retries": j.retries, "timeout": j.timeout, "env_vars": j.env}
+		c.MustCall(t, "job.create", map[string]any{"context_id": ctx1, "job": job}, nil)
+		ids = append(ids, j.id)
+	}
+	c.MustCall(t, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": flowID, "jobs": ids, "env_vars": env}}, nil)
+}
+
+func loadJob(t *testing.T, c *harness.Client, id uint32) harness.Job {
+	t.Helper()
+	var j harness.Job
+	c.MustCall(t, "job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": id}, &j)
+	return j
+}
+
+type dagResult struct {
+	Nodes []struct {
+		ID         uint32 `json:"id"`
+		NodeStatus string `json:"node_status"`
+		JobStatus  string `json:"job_status"`
+		Attempt    uint32 `json:"attempt"`
+		Error      string `json:"error"`
+	} `json:"nodes"`
+}
+
+func nodeStatuses(t *testing.T, c *harness.Client, flowID uint32) map[uint32]string {
+	var d dagResult
+	c.MustCall(t, "flow.dag", map[string]any{"context_id": ctx1, "id": flowID}, &d)
+	out := map[uint32]string{}
+	for _, n := range d.Nodes {
+		out[n.ID] = n.NodeStatus
+	}
+	return out
+}
+
+// events returns every event of the context.
+func events(t *testing.T, c *harness.Client) []map[string]any {
+	var all []map[string]any
+	after := "0"
+	for {
+		var ev struct {
+			Events []map[string]any `json:"events"`
+			Next   string           `json:"next"`
+		}
+		c.MustCall(t, "events.read", map[string]any{"context_id": ctx1, "after": after, "limit": 1000}, &ev)
+		all = append(all, ev.Events...)
+		after = ev.Next
+		if len(ev.Events) < 1000 {
+			return all
+		}
+	}
+}
+
+// evJob is an event's job id (0 when it names no job).
+func evJob(e map[string]any) uint32 {
+	f, _ := e["job_id"].(float64)
+	return uint32(f)
+}
+
+func countEvents(evs []map[string]any, typ string, jobID uint32) int {
+	n := 0
+	for _, e := range evs {
+		if e["type"] == typ && (jobID == 0 || evJob(e) == jobID) {
+			n++
+		}
+	}
+	return n
+}
+
+const diamondA = `echo "A $GREETING"; echo "SEED=21" >> "$HERO_RESULT_FILE"`
+const diamondB = `import os
+seed = int(os.environ["HERO_DEP_1_SEED"])
+print("B", seed * 2)
+open(os.environ["HERO_RESULT_FILE"], "a").write(f"DOUBLED={seed * 2}\nA_SEED={seed}\n")`
+const diamondC = `echo "C $HERO_DEP_1_SEED"; echo "SQUARED=$((HERO_DEP_1_SEED * HERO_DEP_1_SEED))" >> "$HERO_RESULT_FILE"; echo "A_SEED=$HERO_DEP_1_SEED" >> "$HERO_RESULT_FILE"`
+const diamondD = `import os
+e = os.environ
+print("D", e["HERO_DEP_2_A_SEED"], e["HERO_DEP_3_A_SEED"], e["HERO_DEP_2_DOUBLED"], e["HERO_DEP_3_SQUARED"], e["GREETING"], e["JOBVAR"])
+total = int(e["HERO_DEP_2_DOUBLED"]) + int(e["HERO_DEP_3_SQUARED"])
+open(e["HERO_RESULT_FILE"], "w").write(f"TOTAL={total}\n")
+assert "HERO_DEP_1_SEED" not in e, "only direct dependencies are exported"
+assert "REDIS_URL" not in e and "HERO_ADMIN_SECRET" not in e, "runner env leaked"`
+
+// Acceptance (core 1): the diamond flow on the real binaries.
+func TestDiamondFlow(t *testing.T) {
+	_, c := newStack(t, harness.StackOptions{})
+	createFlow(t, c, 10, map[string]string{"GREETING": "hello", "JOBVAR": "flow"},
+		jobSpec{id: 1, typ: "sh", script: diamondA},
+		jobSpec{id: 2, typ: "python", script: diamondB, deps: []uint32{1}},
+		jobSpec{id: 3, typ: "bash", script: diamondC, deps: []uint32{1}},
+		jobSpec{id: 4, typ: "python", script: diamondD, deps: []uint32{2, 3}, env: map[string]string{"JOBVAR": "job"}},
+	)
+	var started harness.Flow
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 10}, &started)
+	if started.Status != "started" || started.StartedAt == 0 {
+		t.Fatalf("flow.start returned %+v", started)
+	}
+	f := c.WaitFlow(t, ctx1, 10, 60*time.Second)
+	if f.Status != "finished" {
+		t.Fatalf("flow ended %s: %s", f.Status, f.Error)
+	}
+	want := map[string]string{"1.SEED": "21", "1.output": "A hello\n", "2.DOUBLED": "42", "3.SQUARED": "441", "4.TOTAL": "483",
+		"4.output": "D 21 21 42 441 hello job\n"}
+	for k, v := range want {
+		if f.Result[k] != v {
+			t.Errorf("result[%s] = %q, want %q (all: %v)", k, f.Result[k], v, f.Result)
+		}
+	}
+	if f.FinishedAt < f.StartedAt || f.StartedAt < f.CreatedAt {
+		t.Errorf("flow timestamps out of order: %+v", f)
+	}
+	nodes := nodeStatuses(t, c, 10)
+	if len(nodes) != 4 {
+		t.Errorf("flow.dag has %d nodes, want 4: %v", len(nodes), nodes)
+	}
+	for id, st := range nodes {
+		if st != "completed" {
+			t.Errorf("node %d is %s, want completed", id, st)
+		}
+	}
+	var prevFinish int64
+	for _, id := range []uint32{1, 2, 3, 4} {
+		j := loadJob(t, c, id)
+		if j.Status != "finished" || j.Attempt != 1 || j.ExitCode != 0 || j.Error != "" || j.FlowID != 10 {
+			t.Errorf("job %d: %+v", id, j)
+		}
+		if j.StartedAtMs == 0 || j.FinishedAtMs < j.StartedAtMs || j.StartedAt < j.CreatedAt {
+			t.Errorf("job %d timestamps: %+v", id, j)
+		}
+		if id == 1 {
+			prevFinish = j.FinishedAtMs
+		} else if j.StartedAtMs < prevFinish {
+			t.Errorf("job %d started (%d) before its dependency finished (%d)", id, j.StartedAtMs, prevFinish)
+		}
+	}
+	d := loadJob(t, c, 4)
+	b, cc := loadJob(t, c, 2), loadJob(t, c, 3)
+	if d.StartedAtMs < b.FinishedAtMs || d.StartedAtMs < cc.FinishedAtMs {
+		t.Errorf("D started before B and C finished")
+	}
+	evs := events(t, c)
+	for _, id := range []uint32{1, 2, 3, 4} {
+		// Every status each job went through, once, in order.
+		var seq []string
+		for _, e := range evs {
+			if evJob(e) == id {
+				seq = append(seq, fmt.Sprintf("%s:%s", e["type"], e["status"]))
+			}
+		}
+		want := []string{"job.dispatched:dispatched", "job.started:started", "job.finished:finished"}
+		if !slices.Equal(seq, want) {
+			t.Errorf("job %d went through %v, want %v", id, seq, want)
+		}
+	}
+	if countEvents(evs, "flow.finished", 0) != 1 {
+		t.Errorf("want one flow.finished event")
+	}
+}
+
+// Acceptance (core 2): retries with backoff, then failure; dependents cancelled; an
+// independent branch finishes; the flow ends error.
+func TestRetryThenFail(t *testing.T) {
+	_, c := newStack(t, harness.StackOptions{SchedulerArgs: []string{"--retry-base", "200ms", "--retry-cap", "2s"}})
+	createFlow(t, c, 20, nil,
+		jobSpec{id: 1, typ: "sh", script: `echo "try $HERO_ATTEMPT"; echo oops >&2; exit 3`, retries: 2},
+		jobSpec{id: 2, typ: "sh", script: "echo never", deps: []uint32{1}},
+		jobSpec{id: 3, typ: "sh", script: "echo never either", deps: []uint32{2}},
+		jobSpec{id: 4, typ: "sh", script: "echo independent; echo X=1 > $HERO_RESULT_FILE"},
+		jobSpec{id: 5, typ: "sh", script: "echo after independent", deps: []uint32{4}},
+	)
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 20}, nil)
+	f := c.WaitFlow(t, ctx1, 20, 60*time.Second)
+	if f.Status != "error" || f.FailedJob != 1 || !strings.Contains(f.Error, "job 1 failed: exit code 3: oops") {
+		t.Fatalf("flow: %+v", f)
+	}
+	j1 := loadJob(t, c, 1)
+	if j1.Status != "error" || j1.Attempt != 3 || j1.ExitCode != 3 || !strings.HasPrefix(j1.Error, "exit code 3") {
+		t.Fatalf("job 1: %+v", j1)
+	}
+	for _, id := range []uint32{2, 3} {
+		j := loadJob(t, c, id)
+		if j.Status != "error" || j.Error != "cancelled: job 1 failed" || j.StartedAt != 0 {
+			t.Errorf("job %d should be cancelled without running: %+v", id, j)
+		}
+	}
+	for _, id := range []uint32{4, 5} {
+		if j := loadJob(t, c, id); j.Status != "finished" {
+			t.Errorf("independent job %d: %+v", id, j)
+		}
+	}
+	st := nodeStatuses(t, c, 20)
+	if st[1] != "failed" || st[2] != "cancelled" || st[3] != "cancelled" || st[4] != "completed" || st[5] != "completed" {
+		t.Errorf("nodes: %v", st)
+	}
+	// Two retries, each after a backoff: attempts started at least ~base apart.
+	evs := events(t, c)
+	if n := countEvents(evs, "job.retried", 1); n != 2 {
+		t.Errorf("job.retried events: %d, want 2", n)
+	}
+	var starts []float64
+	for _, e := range evs {
+		if e["type"] == "job.started" && evJob(e) == 1 {
+			starts = append(starts, e["time_ms"].(float64))
+		}
+	}
+	if len(starts) != 3 {
+		t.Fatalf("job 1 started %d times, want 3", len(starts))
+	}
+	for i := 1; i < len(starts); i++ {
+		// backoff with equal jitter: at least half of base·2^(i-1)
+		if gap := starts[i] - starts[i-1]; gap < 100*float64(int(1)<<(i-1)) {
+			t.Errorf("attempt %d started %.0f ms after the previous: no backoff", i+1, gap)
+		}
+	}
+	var logs struct {
+		Logs string `json:"logs"`
+	}
+	c.MustCall(t, "job.logs", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 1}, &logs)
+	if !strings.Contains(logs.Logs, "try 1") || !strings.Contains(logs.Logs, "try 3") || !strings.Contains(logs.Logs, "--- attempt 3") {
+		t.Errorf("logs of all attempts: %q", logs.Logs)
+	}
+}
+
+// pidAlive reports whether a process exists and is not a zombie.
+func pidAlive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// /proc/<pid>/stat: "pid (comm) S …"; Z is a zombie (dead, not yet reaped).
+	if k := strings.LastIndexByte(string(b), ')'); k > 0 && k+2 < len(b) {
+		return b[k+2] != 'Z'
+	}
+	return true
+}
+
+// waitGone waits (bounded) for a process to disappear.
+func waitGone(t *testing.T, pid int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for pidAlive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still alive after %v", pid, within)
+		}
+		time.Sleep(10 * time.Millisecond) // no event announces another process's death
+	}
+}
+
+// readPID waits (bounded) for a script to write a pid file.
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && strings.HasSuffix(string(b), "\n") {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				return pid
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // a file another process writes: no event to wait on
+	}
+	t.Fatalf("no pid in %s", path)
+	return 0
+}
+
+// Acceptance (core 3): a timeout kills the script and the child it spawned.
+func TestTimeoutKillsProcessGroup(t *testing.T) {
+	_, c := newStack(t, harness.StackOptions{})
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	script := fmt.Sprintf("sleep 300 &\necho $! > %s.tmp && mv %s.tmp %s\nwait\n", pidFile, pidFile, pidFile)
+	createFlow(t, c, 30, nil, jobSpec{id: 1, typ: "sh", script: script, timeout: 2})
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 30}, nil)
+	child := readPID(t, pidFile)
+	f := c.WaitFlow(t, ctx1, 30, 30*time.Second)
+	if f.Status != "error" {
+		t.Fatalf("flow: %+v", f)
+	}
+	j := loadJob(t, c, 1)
+	if j.Status != "error" || j.Error != "timeout" {
+		t.Fatalf("job: %+v", j)
+	}
+	if d := j.FinishedAtMs - j.StartedAtMs; d < 2000 || d > 10000 {
+		t.Errorf("timed out after %d ms, want about 2000", d)
+	}
+	waitGone(t, child, 5*time.Second)
+}
+
+// Acceptance (core 3): job.stop kills a running job within 1 s.
+func TestStopRunningJob(t *testing.T) {
+	_, c := newStack(t, harness.StackOptions{})
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	script := fmt.Sprintf("sleep 300 &\necho $! > %s.tmp && mv %s.tmp %s\nwait\n", pidFile, pidFile, pidFile)
+	createFlow(t, c, 31, nil, jobSpec{id: 1, typ: "sh", script: script, retries: 3}, jobSpec{id: 2, typ: "sh", script: "echo after", deps: []uint32{1}})
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 31}, nil)
+	child := readPID(t, pidFile)
+	stopAt := time.Now()
+	c.MustCall(t, "job.stop", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 1}, nil)
+	waitGone(t, child, time.Second)
+	if el := time.Since(stopAt); el > time.Second {
+		t.Errorf("stop took %v", el)
+	}
+	f := c.WaitFlow(t, ctx1, 31, 30*time.Second)
+	j := loadJob(t, c, 1)
+	if j.Status != "error" || j.Error != "stopped" || j.Attempt != 1 {
+		t.Fatalf("stopped job (must not be retried): %+v", j)
+	}
+	if f.Status != "error" || loadJob(t, c, 2).Status != "error" {
+		t.Fatalf("flow after stop: %+v", f)
+	}
+}
+
+// Acceptance (core 4): job.run returns a standalone job's output; an unserved script
+// type fails at once with a clear error and stores nothing.
+func TestJobRun(t *testing.T) {
+	_, c := newStack(t, harness.StackOptions{})
+	var j harness.Job
+	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"script": "print('hello from python')", "script_type": "python"}}, &j)
+	if j.Status != "finished" || j.Result["output"] != "hello from python\n" || j.CallerID != 1 || j.ID == 0 {
+		t.Fatalf("job.run: %+v", j)
+	}
+	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"script": "exit 4", "script_type": "sh", "retries": 1}}, &j)
+	if j.Status != "error" || j.ExitCode != 4 || j.Attempt != 2 {
+		t.Fatalf("failing job.run (one retry): %+v", j)
+	}
+	start := time.Now()
+	err := c.Call("job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 77, "script": "println('x')", "script_type": "v"}}, nil)
+	re, ok := err.(*harness.RPCError)
+	if !ok || re.Code != -32602 || !strings.Contains(re.Message, `no runner in context 1 serves script_type "v"`) {
+		t.Fatalf("unserved type: %v", err)
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Errorf("unserved type took %v; must fail at once", time.Since(start))
+	}
+	if err := c.Call("job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 77}, nil); err == nil {
+		t.Fatal("refused job.run stored its job")
+	}
+	// The wait ends before the job: a timeout error carrying the job's key; the job goes on.
+	err = c.Call("job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 78, "script": "sleep 2; echo late", "script_type": "sh"}, "timeout": 1}, nil)
+	re, ok = err.(*harness.RPCError)
+	if !ok || re.Code != -32008 || re.Data["job_key"] != "job:1:78" {
+		t.Fatalf("job.run timeout: %v", err)
+	}
+	ok = c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, 78).Status == "finished" })
+	if !ok {
+		t.Fatalf("job 78 did not go on after the wait ended: %+v", loadJob(t, c, 78))
+	}
+}

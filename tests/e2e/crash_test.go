@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/tests/e2e/harness"
+)
+
+// crashFlow is a chain 1 → 2 → 3 plus an independent job 4; job 1 runs long enough
+// for a service to be killed while it runs.
+func crashFlow(t *testing.T, c *harness.Client, flowID uint32, firstSleep string) {
+	createFlow(t, c, flowID, nil,
+		jobSpec{id: 1, typ: "sh", script: "sleep " + firstSleep + "; echo one; echo V=1 > $HERO_RESULT_FILE"},
+		jobSpec{id: 2, typ: "sh", script: "echo two $HERO_DEP_1_V; echo V=2 > $HERO_RESULT_FILE", deps: []uint32{1}},
+		jobSpec{id: 3, typ: "python", script: "import os; print('three', os.environ['HERO_DEP_2_V'])", deps: []uint32{2}},
+		jobSpec{id: 4, typ: "sh", script: "echo four"},
+	)
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": flowID}, nil)
+	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, 1).Status == "started" }) {
+		t.Fatal("job 1 never started")
+	}
+}
+
+func checkCrashFlow(t *testing.T, s *harness.Stack, c *harness.Client, flowID uint32, wantStarts1 int) {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpState(t)
+			for _, p := range []*harness.Proc{s.Router, s.Scheduler} {
+				for _, l := range strings.Split(p.Output(), "\n") {
+					if !strings.Contains(l, "listening") {
+						t.Logf("%s: %s", p.Name, l)
+					}
+				}
+			}
+		}
+	})
+	f := c.WaitFlow(t, ctx1, flowID, 90*time.Second)
+	if f.Status != "finished" {
+		t.Fatalf("flow after the crash: %+v", f)
+	}
+	if f.Result["3.output"] != "three 2\n" || f.Result["2.output"] != "two 1\n" {
+		t.Errorf("results: %v", f.Result)
+	}
+	evs := events(t, c)
+	for _, id := range []uint32{1, 2, 3, 4} {
+		if n := countEvents(evs, "job.finished", id); n != 1 {
+			t.Errorf("job %d finished %d times", id, n)
+		}
+		if j := loadJob(t, c, id); j.Status != "finished" || j.Attempt != 1 {
+			t.Errorf("job %d: %+v", id, j)
+		}
+	}
+	if wantStarts1 > 0 {
+		if n := countEvents(evs, "job.started", 1); n != wantStarts1 {
+			t.Errorf("job 1 started %d times, want %d", n, wantStarts1)
+		}
+	}
+	if countEvents(evs, "flow.finished", 0) != 1 {
+		t.Errorf("flow.finished events: %d", countEvents(evs, "flow.finished", 0))
+	}
+}
+
+// Acceptance (core 6): kill -9 of the scheduler mid-flow.
+func TestKillSchedulerMidFlow(t *testing.T) {
+	s, c := newStack(t, harness.StackOptions{})
+	crashFlow(t, c, 60, "2")
+	s.Scheduler.Kill()
+	// Job 1 ends while the scheduler is down: the router keeps the result and retries.
+	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, 1).Status == "finished" }) {
+		t.Fatal("job 1 did not finish")
+	}
+	s.Start("scheduler")
+	checkCrashFlow(t, s, c, 60, 1)
+}
+
+// Acceptance (core 6): kill -9 of the router mid-flow.
+func TestKillRouterMidFlow(t *testing.T) {
+	s, c := newStack(t, harness.StackOptions{})
+	crashFlow(t, c, 61, "2")
+	s.Router.Kill()
+	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, 1).Status == "finished" }) {
+		t.Fatal("job 1 did not finish")
+	}
+	s.Start("router")
+	checkCrashFlow(t, s, c, 61, 1)
+}
+
+// Acceptance (core 6): kill -9 of the runner mid-job: after a restart the job runs again
+// (its lease expired), and it finishes once.
+func TestKillRunnerMidFlow(t *testing.T) {
+	s, c := newStack(t, harness.StackOptions{})
+	crashFlow(t, c, 62, "3")
+	dead := loadJob(t, c, 1).Worker
+	s.Runner.Kill()
+	s.Start("runner")
+	checkCrashFlow(t, s, c, 62, 2)
+	if w := loadJob(t, c, 1).Worker; w == dead || w == "" {
+		t.Errorf("job 1 finished on %q; want the new runner process, not %q", w, dead)
+	}
+}
+
+// dumpState logs what a stuck flow left in Redis, to diagnose a failure.
+func dumpState(t *testing.T) {
+	ctx := context.Background()
+	c1, c0 := redisSrv.Client(t, 1), redisSrv.Client(t, 0)
+	for _, k := range redisSrv.Keys(t, 1) {
+		switch c1.Type(ctx, k).Val() {
+		case "list":
+			t.Logf("db1 %s = %v", k, c1.LRange(ctx, k, 0, -1).Val())
+		case "zset":
+			t.Logf("db1 %s = %v", k, c1.ZRangeWithScores(ctx, k, 0, -1).Val())
+		case "hash":
+			if strings.HasPrefix(k, "coord:dag") {
+				t.Logf("db1 %s = %v", k, c1.HGetAll(ctx, k).Val())
+			}
+			if strings.HasPrefix(k, "message:") || strings.HasPrefix(k, "job:") {
+				m := c1.HGetAll(ctx, k).Val()
+				t.Logf("db1 %s status=%s kind=%s updated_at=%s worker=%s", k, m["status"], m["kind"], m["updated_at"], m["worker"])
+			}
+		}
+	}
+	for _, k := range redisSrv.Keys(t, 0) {
+		if c0.Type(ctx, k).Val() == "list" {
+			t.Logf("db0 %s = %v", k, c0.LRange(ctx, k, 0, -1).Val())
+		}
+	}
+}

@@ -1,0 +1,385 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/tests/e2e/harness"
+)
+
+// executorStack starts a stack whose runner has two executor pools: the Python
+// example runtime (executor "python") and the Go example (executor "go").
+func executorStack(t *testing.T, schedArgs ...string) (*harness.Stack, *harness.Client) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatal("python3 is needed for the executor tests (apt-get install python3)")
+	}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	py := filepath.Join(root, "sdk", "python", "examples", "example_executor.py")
+	goExec := filepath.Join(binDir, harness.ExampleExecutor)
+	redisSrv.Flush(t)
+	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{
+		SchedulerArgs: append([]string{"--retry-base", "100ms"}, schedArgs...),
+		RunnerArgs: []string{"--executors", "python;cmd=python3 " + py + ";size=2|go;cmd=" + goExec + ";size=1;transport=tcp",
+			"--executor-cancel-grace", "1s", "--concurrency", "8"},
+	})
+	c := s.Setup(t, ctx1)
+	c.MustCall(t, "runner.create", map[string]any{"context_id": ctx1, "runner": map[string]any{"id": 2, "script_types": []string{"go"}}}, nil)
+	return s, c
+}
+
+type handlerSpec struct {
+	id       uint32
+	function string
+	args     any
+	kwargs   any
+	deps     []uint32
+	retries  int
+	timeout  int
+}
+
+func createHandler(t *testing.T, c *harness.Client, h handlerSpec) {
+	t.Helper()
+	job := map[string]any{"id": h.id, "function_name": h.function, "args": h.args, "kwargs": h.kwargs, "depends": h.deps, "retries": h.retries, "timeout": h.timeout}
+	c.MustCall(t, "job.create", map[string]any{"context_id": ctx1, "job": job}, nil)
+}
+
+func runFlow(t *testing.T, c *harness.Client, flowID uint32, ids ...uint32) harness.Flow {
+	t.Helper()
+	c.MustCall(t, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": flowID, "jobs": ids}}, nil)
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": flowID}, nil)
+	return c.WaitFlow(t, ctx1, flowID, 90*time.Second)
+}
+
+// Acceptance (executors 1): a flow mixing script and handler jobs, on the Python
+// runtime and the Go package as real executor processes, passes results both ways.
+func TestHandlerFlowMixesScriptsAndHandlers(t *testing.T) {
+	_, c := executorStack(t)
+	c.MustCall(t, "job.create", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 1, "script_type": "sh",
+		"script": `echo "X=21" > "$HERO_RESULT_FILE"`}}, nil)
+	createHandler(t, c, handlerSpec{id: 2, function: "python#echo", args: []any{1, "two"}, kwargs: map[string]any{"flag": true}, deps: []uint32{1}})
+	c.MustCall(t, "job.create", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 3, "script_type": "python", "depends": []int{2},
+		"script": `import os, json
+kw = json.loads(os.environ["HERO_DEP_2_kwargs"])
+x = kw["hero_deps"]["1"]["X"]
+args = json.loads(os.environ["HERO_DEP_2_args"])
+open(os.environ["HERO_RESULT_FILE"], "w").write(f"FROM_HANDLER={x}-{args[1]}\n")`}}, nil)
+	createHandler(t, c, handlerSpec{id: 4, function: "go#echo", kwargs: map[string]any{"n": 4}, deps: []uint32{3}})
+	f := runFlow(t, c, 100, 1, 2, 3, 4)
+	if f.Status != "finished" {
+		t.Fatalf("flow: %+v", f)
+	}
+	if f.Result["3.FROM_HANDLER"] != "21-two" {
+		t.Errorf("script read the handler's result: %v", f.Result)
+	}
+	var kw map[string]any
+	if err := json.Unmarshal([]byte(f.Result["4.kwargs"]), &kw); err != nil {
+		t.Fatalf("go#echo result: %v (%v)", err, f.Result)
+	}
+	deps, _ := kw["hero_deps"].(map[string]any)
+	if d3, _ := deps["3"].(map[string]any); d3 == nil || d3["FROM_HANDLER"] != "21-two" || kw["n"] != float64(4) {
+		t.Errorf("handler read the script's result: %v", kw)
+	}
+	if f.Result["2.args"] != `[1,"two"]` {
+		t.Errorf("python#echo args: %q", f.Result["2.args"])
+	}
+	j := loadJob(t, c, 2)
+	if j.Status != "finished" || j.Attempt != 1 {
+		t.Errorf("handler job: %+v", j)
+	}
+	var full map[string]any
+	c.MustCall(t, "job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 2}, &full)
+	if tid, _ := full["trace_id"].(string); !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(tid) {
+		t.Errorf("trace id in the job's record: %q", tid)
+	}
+}
+
+func runStandalone(t *testing.T, c *harness.Client, job map[string]any) harness.Job {
+	t.Helper()
+	var j harness.Job
+	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": job, "timeout": 60}, &j)
+	return j
+}
+
+func dlqHas(t *testing.T, c *harness.Client, id uint32) bool {
+	var r struct {
+		Items []struct {
+			ID uint32 `json:"id"`
+		} `json:"items"`
+	}
+	c.MustCall(t, "dlq.list", map[string]any{"context_id": ctx1}, &r)
+	for _, e := range r.Items {
+		if e.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Acceptance (executors 2): each outcome status, in its own test.
+func TestHandlerOutcomeSuccess(t *testing.T) {
+	_, c := executorStack(t)
+	j := runStandalone(t, c, map[string]any{"id": 1, "function_name": "go#echo", "args": []any{"a"}})
+	if j.Status != "finished" || j.Result["args"] != `["a"]` {
+		t.Fatalf("%+v", j)
+	}
+	// A result that is not an object lands in output.
+	j = runStandalone(t, c, map[string]any{"id": 2, "function_name": "python#noop"})
+	if j.Status != "finished" || len(j.Result) != 0 {
+		t.Fatalf("noop: %+v", j)
+	}
+}
+
+func TestHandlerOutcomeErrorRetriesThenDLQ(t *testing.T) {
+	_, c := executorStack(t)
+	j := runStandalone(t, c, map[string]any{"id": 1, "function_name": "python#fail", "kwargs": map[string]any{"message": "boom"}, "retries": 2})
+	if j.Status != "error" || j.Attempt != 3 || !strings.Contains(j.Error, "ValueError") || !strings.Contains(j.Error, "boom") {
+		t.Fatalf("%+v", j)
+	}
+	if !dlqHas(t, c, 1) {
+		t.Fatal("exhausted job not in the dead-letter queue")
+	}
+}
+
+func TestHandlerNotFoundGoesToDLQWithoutRetries(t *testing.T) {
+	_, c := executorStack(t)
+	j := runStandalone(t, c, map[string]any{"id": 1, "function_name": "go#no_such_handler", "retries": 3})
+	if j.Status != "error" || j.Attempt != 1 || !strings.Contains(j.Error, "handler_not_found") {
+		t.Fatalf("%+v", j)
+	}
+	if countEvents(events(t, c), "job.retried", 1) != 0 || !dlqHas(t, c, 1) {
+		t.Fatal("handler_not_found must go straight to the DLQ, no retries")
+	}
+	var show map[string]any
+	c.MustCall(t, "dlq.show", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 1}, &show)
+	if e, _ := show["entry"].(map[string]any); e == nil || e["attempt"] != float64(1) || !strings.Contains(e["error"].(string), "handler_not_found") {
+		t.Fatalf("dlq.show: %v", show)
+	}
+}
+
+func TestHandlerOutcomeRetryHonoursRetryAfter(t *testing.T) {
+	_, c := executorStack(t)
+	j := runStandalone(t, c, map[string]any{"id": 1, "function_name": "python#retry", "kwargs": map[string]any{"after_seconds": 1.5}, "retries": 1})
+	if j.Status != "error" || j.Attempt != 2 || !strings.Contains(j.Error, "retry requested") {
+		t.Fatalf("%+v", j)
+	}
+	// The second attempt started retry_after_seconds after the first ended (the
+	// scheduler's own backoff here is 100 ms): measured from the events.
+	var ended, restarted float64
+	for _, e := range events(t, c) {
+		if evJob(e) != 1 {
+			continue
+		}
+		if e["type"] == "job.failed" && ended == 0 {
+			ended = e["time_ms"].(float64)
+		}
+		if e["type"] == "job.started" && ended != 0 {
+			restarted = e["time_ms"].(float64)
+		}
+	}
+	gap := restarted - ended
+	if gap < 1400 || gap > 5000 {
+		t.Fatalf("second attempt %v ms after the first ended; want about 1500", gap)
+	}
+}
+
+func TestHandlerOutcomeTimeout(t *testing.T) {
+	_, c := executorStack(t)
+	start := time.Now()
+	j := runStandalone(t, c, map[string]any{"id": 1, "function_name": "go#sleep", "kwargs": map[string]any{"seconds": 30}, "timeout": 1})
+	if j.Status != "error" || j.Error != "timeout" {
+		t.Fatalf("%+v", j)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("the timeout took %v", el)
+	}
+}
+
+func metric(t *testing.T, p *harness.Proc, name string) float64 {
+	resp, err := http.Get("http://" + p.AdminAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	total := 0.0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, name) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			total += v
+		}
+	}
+	return total
+}
+
+// Acceptance (executors 3): cancel of a running handler job — the cancel frame
+// arrives (a cooperative handler ends at once); an executor that ignores it is killed
+// after the grace period and restarted; the job ends error with reason stopped.
+func TestHandlerCancel(t *testing.T) {
+	s, c := executorStack(t)
+	stop := func(id uint32, function string) time.Duration {
+		createHandler(t, c, handlerSpec{id: id, function: function, kwargs: map[string]any{"seconds": 60}})
+		c.MustCall(t, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": id, "jobs": []uint32{id}}}, nil)
+		c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": id}, nil)
+		if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, id).Status == "started" }) {
+			t.Fatalf("job %d never started", id)
+		}
+		start := time.Now()
+		c.MustCall(t, "job.stop", map[string]any{"context_id": ctx1, "caller_id": 1, "id": id}, nil)
+		c.WaitFlow(t, ctx1, id, 30*time.Second)
+		j := loadJob(t, c, id)
+		if j.Status != "error" || j.Error != "stopped" {
+			t.Fatalf("stopped handler job %d: %+v", id, j)
+		}
+		return time.Since(start)
+	}
+	before := metric(t, s.Runner, "hero_executor_restarts_total")
+	if d := stop(1, "go#sleep"); d > 900*time.Millisecond {
+		t.Errorf("a cooperative handler took %v to stop: the cancel frame did not reach it", d)
+	}
+	if got := metric(t, s.Runner, "hero_executor_restarts_total"); got != before {
+		t.Errorf("a cooperative executor was restarted (%v → %v)", before, got)
+	}
+	if d := stop(2, "python#stubborn"); d < time.Second {
+		t.Errorf("a handler that ignores the cancel ended after %v, before the 1 s grace", d)
+	}
+	if !c.WaitEvent(t, ctx1, 10*time.Second, func() bool { return metric(t, s.Runner, "hero_executor_restarts_total") > before }) {
+		t.Error("the stubborn executor process was not killed and restarted")
+	}
+	// The pool serves again.
+	if j := runStandalone(t, c, map[string]any{"id": 3, "function_name": "python#echo"}); j.Status != "finished" {
+		t.Fatalf("after the restart: %+v", j)
+	}
+}
+
+// Acceptance (executors 4): an executor that crashes mid-job (os._exit) is restarted
+// and the job retried; the runner keeps serving other jobs throughout.
+func TestHandlerExecutorCrash(t *testing.T) {
+	s, c := executorStack(t)
+	before := metric(t, s.Runner, "hero_executor_restarts_total")
+	createHandler(t, c, handlerSpec{id: 1, function: "python#flaky", retries: 2})
+	// Jobs in flight on the crashing process fail with it and follow their retry
+	// policy; the others run on the pool's other process meanwhile.
+	for i := uint32(2); i <= 6; i++ {
+		createHandler(t, c, handlerSpec{id: i, function: "python#echo", kwargs: map[string]any{"i": i}, retries: 2})
+	}
+	f := runFlow(t, c, 50, 1, 2, 3, 4, 5, 6)
+	if f.Status != "finished" {
+		t.Fatalf("flow: %+v", f)
+	}
+	j := loadJob(t, c, 1)
+	if j.Status != "finished" || j.Attempt != 2 || j.Result["attempt"] != "2" {
+		t.Fatalf("flaky job: %+v", j)
+	}
+	for i := uint32(2); i <= 6; i++ {
+		if f.Result[strconv.Itoa(int(i))+".kwargs"] != `{"i":`+strconv.Itoa(int(i))+`}` {
+			t.Errorf("job %d result: %v", i, f.Result)
+		}
+	}
+	if metric(t, s.Runner, "hero_executor_restarts_total") <= before {
+		t.Error("the crashed executor was not restarted")
+	}
+	evs := events(t, c)
+	var failed map[string]any
+	for _, e := range evs {
+		if e["type"] == "job.failed" && evJob(e) == 1 {
+			failed = e
+		}
+	}
+	if failed == nil || !strings.Contains(failed["detail"].(string), "crashed") {
+		t.Errorf("the crash must be recorded: %v", failed)
+	}
+}
+
+// Acceptance (executors 6): DLQ list/show/requeue/purge and flow.retry through the
+// API and heroctl.
+func TestDLQAndFlowRetry(t *testing.T) {
+	s, c := newStack(t, harness.StackOptions{})
+	gate := filepath.Join(t.TempDir(), "gate")
+	// A flow whose job 2 fails until the gate file exists; job 3 depends on it; job 1
+	// finishes and must not run again on retry.
+	createFlow(t, c, 60, nil,
+		jobSpec{id: 1, typ: "sh", script: "echo first; echo A=1 > $HERO_RESULT_FILE"},
+		jobSpec{id: 2, typ: "sh", script: "test -f " + gate + " || { echo no gate >&2; exit 7; }; echo B=2 > $HERO_RESULT_FILE", deps: []uint32{1}},
+		jobSpec{id: 3, typ: "sh", script: "echo third $HERO_DEP_2_B", deps: []uint32{2}},
+	)
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 60}, nil)
+	if f := c.WaitFlow(t, ctx1, 60, 30*time.Second); f.Status != "error" {
+		t.Fatalf("flow: %+v", f)
+	}
+	// A standalone job that fails until the gate exists.
+	var j harness.Job
+	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 9, "script_type": "sh", "script": "test -f " + gate}}, &j)
+	if j.Status != "error" {
+		t.Fatalf("standalone: %+v", j)
+	}
+	me := []string{"HERO_ACTOR=1", "HERO_CONTEXT=1"}
+	out, errOut, code := s.Heroctl(t, me, "dlq", "list")
+	if code != 0 || !strings.Contains(out, "exit code 7") || !regexp.MustCompile(`(?m)^1\s+9\s`).MatchString(out) {
+		t.Fatalf("heroctl dlq list: %d\n%s%s", code, out, errOut)
+	}
+	out, _, code = s.Heroctl(t, me, "dlq", "show", "2")
+	if code != 0 || !strings.Contains(out, "exit code 7: no gate") {
+		t.Fatalf("heroctl dlq show: %d\n%s", code, out)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Requeue the standalone job: it runs again with a fresh attempt count.
+	if _, errOut, code := s.Heroctl(t, me, "dlq", "requeue", "9"); code != 0 {
+		t.Fatalf("heroctl dlq requeue: %s", errOut)
+	}
+	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, 9).Status == "finished" }) {
+		t.Fatalf("requeued job: %+v", loadJob(t, c, 9))
+	}
+	if j := loadJob(t, c, 9); j.Attempt != 1 {
+		t.Errorf("requeued job attempt %d, want a fresh 1", j.Attempt)
+	}
+	// flow.retry re-runs the failed and cancelled jobs only.
+	if _, errOut, code := s.Heroctl(t, me, "flow", "retry", "60"); code != 0 {
+		t.Fatalf("heroctl flow retry: %s", errOut)
+	}
+	f := c.WaitFlow(t, ctx1, 60, 30*time.Second)
+	if f.Status != "finished" || f.Result["1.A"] != "1" || f.Result["2.B"] != "2" || f.Result["3.output"] != "third 2\n" {
+		t.Fatalf("retried flow: %+v", f)
+	}
+	if n := countEvents(events(t, c), "job.started", 1); n != 1 {
+		t.Errorf("the finished job ran %d times", n)
+	}
+	if dlqHas(t, c, 2) || dlqHas(t, c, 9) {
+		t.Error("requeued/retried jobs must leave the DLQ")
+	}
+	// Retrying a finished flow is refused.
+	if err := c.Call("flow.retry", map[string]any{"context_id": ctx1, "id": 60}, nil); err == nil || err.(*harness.RPCError).Code != -32010 {
+		t.Errorf("retry of a finished flow: %v", err)
+	}
+	// Purge: one entry, then all.
+	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 10, "script_type": "sh", "script": "exit 1"}}, nil)
+	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 11, "script_type": "sh", "script": "exit 1"}}, nil)
+	var p struct {
+		Purged int `json:"purged"`
+	}
+	c.MustCall(t, "dlq.purge", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 10}, &p)
+	if p.Purged != 1 || dlqHas(t, c, 10) || !dlqHas(t, c, 11) {
+		t.Fatalf("purge one: %+v", p)
+	}
+	out, _, code = s.Heroctl(t, me, "dlq", "purge")
+	if code != 0 || !strings.Contains(out, "1 entry purged") || dlqHas(t, c, 11) {
+		t.Fatalf("heroctl dlq purge: %s", out)
+	}
+	_ = context.Background
+}

@@ -1,0 +1,240 @@
+// Package harness starts the real service binaries for end-to-end tests: it builds
+// them once per test binary, starts each on free ports (127.0.0.1:0) against a real
+// redis-server, and learns the bound addresses from the service's own "started" log
+// line, so tests wait on that event instead of sleeping.
+package harness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Binaries lists what Build builds: the five services, heroctl, and the example Go
+// executor (RRQ protocol) that handler-job tests run.
+var Binaries = []string{"supervisor-daemon", "scheduler", "router", "runner", "mycelium-gateway", "heroctl", ExampleExecutor}
+
+// ExampleExecutor is the binary of lib/rrq/executor/example.
+const ExampleExecutor = "hero-example-executor"
+
+// RepoRoot returns the repository root (where go.work is).
+func RepoRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("cannot locate the harness source")
+	}
+	dir := filepath.Dir(file)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.work not found above the harness")
+		}
+		dir = parent
+	}
+}
+
+// Build compiles every binary into dir.
+func Build(dir string) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	for _, b := range Binaries {
+		pkg := "./services/" + b
+		switch b {
+		case "heroctl":
+			pkg = "./cmd/heroctl"
+		case ExampleExecutor:
+			pkg = "./lib/rrq/executor/example"
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b), pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %v\n%s", b, err, out)
+		}
+	}
+	return nil
+}
+
+// Proc is a running service binary.
+type Proc struct {
+	Name      string
+	Cmd       *exec.Cmd
+	Started   map[string]any // the fields of its "started" log line
+	GRPCAddr  string
+	AdminAddr string
+	HTTPAddr  string
+
+	mu     sync.Mutex
+	lines  []string
+	done   chan struct{}
+	exit   error
+	waiter []chan string
+}
+
+// Options for Start.
+type Options struct {
+	Args []string
+	Env  []string // extra KEY=VALUE
+}
+
+// Start runs bin/<name> with the given flags plus free ports, and waits for its
+// "started" log line (or its exit).
+func Start(t testing.TB, binDir, name, redisURL string, opt Options) *Proc {
+	t.Helper()
+	p, err := StartProc(binDir, name, redisURL, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Kill() })
+	return p
+}
+
+// StartProc is Start without a testing.TB; the caller kills the process.
+func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
+	args := []string{"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-level", "debug"}
+	if name == "supervisor-daemon" {
+		args = append(args, "--http-addr", "127.0.0.1:0")
+	}
+	args = append(args, opt.Args...)
+	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "REDIS_URL=" + redisURL}, opt.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Proc{Name: name, Cmd: cmd, done: make(chan struct{})}
+	started := make(chan map[string]any, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.lines = append(p.lines, line)
+			for _, w := range p.waiter {
+				select {
+				case w <- line:
+				default:
+				}
+			}
+			p.mu.Unlock()
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["message"] == "started" {
+				select {
+				case started <- m:
+				default:
+				}
+			}
+		}
+		p.exit = cmd.Wait()
+		close(p.done)
+	}()
+	select {
+	case m := <-started:
+		p.Started = m
+		p.GRPCAddr, _ = m["grpc_addr"].(string)
+		p.AdminAddr, _ = m["admin_addr"].(string)
+		p.HTTPAddr, _ = m["http_addr"].(string)
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("%s exited before it started (%v): %s", name, p.exit, p.Output())
+	case <-time.After(30 * time.Second):
+		p.Kill()
+		return nil, fmt.Errorf("%s did not start within 30s: %s", name, p.Output())
+	}
+}
+
+// Output returns everything the process logged so far.
+func (p *Proc) Output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "\n")
+}
+
+// WaitLog waits until a log line contains every substring, or the deadline.
+func (p *Proc) WaitLog(ctx context.Context, subs ...string) (string, error) {
+	ch := make(chan string, 64)
+	p.mu.Lock()
+	for _, l := range p.lines {
+		if containsAll(l, subs) {
+			p.mu.Unlock()
+			return l, nil
+		}
+	}
+	p.waiter = append(p.waiter, ch)
+	p.mu.Unlock()
+	for {
+		select {
+		case l := <-ch:
+			if containsAll(l, subs) {
+				return l, nil
+			}
+		case <-p.done:
+			return "", fmt.Errorf("%s exited while waiting for %q", p.Name, subs)
+		case <-ctx.Done():
+			return "", fmt.Errorf("%s: no log line with %q: %v", p.Name, subs, ctx.Err())
+		}
+	}
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, x := range subs {
+		if !strings.Contains(s, x) {
+			return false
+		}
+	}
+	return true
+}
+
+// Signal sends a signal to the process.
+func (p *Proc) Signal(sig syscall.Signal) error { return p.Cmd.Process.Signal(sig) }
+
+// Wait waits for the process to exit and returns its exit code.
+func (p *Proc) Wait(timeout time.Duration) (int, error) {
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		return -1, fmt.Errorf("%s did not exit within %v", p.Name, timeout)
+	}
+	if p.exit == nil {
+		return 0, nil
+	}
+	var ee *exec.ExitError
+	if errors.As(p.exit, &ee) {
+		return ee.ExitCode(), nil
+	}
+	return -1, p.exit
+}
+
+// Kill sends SIGKILL to the process group (kill -9) and waits for the exit.
+func (p *Proc) Kill() {
+	if p.Cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
+// Done is closed when the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }

@@ -1,0 +1,341 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// AdminSecret is the operator secret stacks started by the harness use.
+const AdminSecret = "e2e-operator-secret-0123456789"
+
+// Stack is the four single-node services against one Redis.
+type Stack struct {
+	t         testing.TB
+	BinDir    string
+	RedisURL  string
+	Scheduler *Proc
+	Router    *Proc
+	Runner    *Proc
+	API       *Proc
+	Args      map[string][]string // extra flags per service, reused on restart
+}
+
+// StackOptions tweak the services.
+type StackOptions struct {
+	SchedulerArgs, RouterArgs, RunnerArgs, APIArgs []string
+}
+
+// StartStack starts scheduler, router, runner and supervisor-daemon.
+func StartStack(t testing.TB, binDir, redisURL string, opt StackOptions) *Stack {
+	t.Helper()
+	s := &Stack{t: t, BinDir: binDir, RedisURL: redisURL, Args: map[string][]string{
+		"scheduler":         append([]string{"--retry-base", "100ms", "--retry-cap", "1s"}, opt.SchedulerArgs...),
+		"router":            append([]string{"--lease", "3s"}, opt.RouterArgs...),
+		"runner":            append([]string{"--lease", "3s", "--heartbeat", "1s", "--kill-grace", "200ms"}, opt.RunnerArgs...),
+		"supervisor-daemon": opt.APIArgs,
+	}}
+	s.Scheduler = s.Start("scheduler")
+	s.Router = s.Start("router")
+	s.Runner = s.Start("runner")
+	s.API = s.Start("supervisor-daemon")
+	return s
+}
+
+// Start (re)starts one service of the stack and returns it.
+func (s *Stack) Start(name string) *Proc {
+	s.t.Helper()
+	args := append([]string(nil), s.Args[name]...)
+	switch name {
+	case "router":
+		args = append(args, "--scheduler-addr", s.Scheduler.GRPCAddr)
+	case "supervisor-daemon":
+		args = append(args, "--scheduler-addr", s.Scheduler.GRPCAddr)
+	case "scheduler":
+		if s.Scheduler != nil {
+			// keep the address the others dial
+			args = append(args, "--grpc-addr", s.Scheduler.GRPCAddr)
+		}
+	}
+	p := Start(s.t, s.BinDir, name, s.RedisURL, Options{Args: args, Env: []string{"HERO_ADMIN_SECRET=" + AdminSecret}})
+	switch name {
+	case "scheduler":
+		s.Scheduler = p
+	case "router":
+		s.Router = p
+	case "runner":
+		s.Runner = p
+	case "supervisor-daemon":
+		s.API = p
+	}
+	return p
+}
+
+// RPCError is a JSON-RPC error answer.
+type RPCError struct {
+	Code    int            `json:"code"`
+	Message string         `json:"message"`
+	Data    map[string]any `json:"data"`
+}
+
+func (e *RPCError) Error() string { return fmt.Sprintf("%d: %s", e.Code, e.Message) }
+
+// Client calls the JSON-RPC API as an actor or operator.
+type Client struct {
+	URL      string
+	GRPCAddr string
+	Actor    uint32
+	Secret   string
+}
+
+// Client returns a JSON-RPC client for the stack's API acting as an actor (0: none).
+func (s *Stack) Client(actor uint32) *Client {
+	return &Client{URL: "http://" + s.API.HTTPAddr + "/", GRPCAddr: s.API.GRPCAddr, Actor: actor}
+}
+
+// Operator returns a client holding the operator secret.
+func (s *Stack) Operator() *Client {
+	return &Client{URL: "http://" + s.API.HTTPAddr + "/", GRPCAddr: s.API.GRPCAddr, Secret: AdminSecret}
+}
+
+// Raw posts a body and returns the decoded response object.
+func (c *Client) Raw(body string) (map[string]any, error) {
+	req, err := http.NewRequest(http.MethodPost, c.URL, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.Actor != 0 {
+		req.Header.Set("X-Hero-Actor", strconv.FormatUint(uint64(c.Actor), 10))
+	}
+	if c.Secret != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Secret)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("response %q: %v", b, err)
+	}
+	return out, nil
+}
+
+// Call calls a method; result is decoded into out (if not nil).
+func (c *Client) Call(method string, params any, out any) error {
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	req, err := http.NewRequest(http.MethodPost, c.URL, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.Actor != 0 {
+		req.Header.Set("X-Hero-Actor", strconv.FormatUint(uint64(c.Actor), 10))
+	}
+	if c.Secret != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Secret)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var r struct {
+		Result json.RawMessage `json:"result"`
+		Error  *RPCError       `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return err
+	}
+	if r.Error != nil {
+		return r.Error
+	}
+	if out != nil {
+		return json.Unmarshal(r.Result, out)
+	}
+	return nil
+}
+
+// MustCall is Call that fails the test on error.
+func (c *Client) MustCall(t testing.TB, method string, params any, out any) {
+	t.Helper()
+	if err := c.Call(method, params, out); err != nil {
+		t.Fatalf("%s: %v", method, err)
+	}
+}
+
+// Setup creates actor 1 (admin), context ctxID and runner 1 serving the defaults.
+func (s *Stack) Setup(t testing.TB, ctxID uint32) *Client {
+	t.Helper()
+	op := s.Operator()
+	op.MustCall(t, "actor.create", map[string]any{"actor": map[string]any{"id": 1, "pubkey": "pk-1"}}, nil)
+	op.MustCall(t, "context.create", map[string]any{"context": map[string]any{"id": ctxID, "admins": []int{1}}}, nil)
+	c := s.Client(1)
+	c.MustCall(t, "runner.create", map[string]any{"context_id": ctxID, "runner": map[string]any{"id": 1, "script_types": []string{"python", "sh", "bash"}}}, nil)
+	return c
+}
+
+// Job is the part of a job the tests read.
+type Job struct {
+	ID           uint32            `json:"id"`
+	CallerID     uint32            `json:"caller_id"`
+	Status       string            `json:"status"`
+	Error        string            `json:"error"`
+	ExitCode     int               `json:"exit_code"`
+	Attempt      uint32            `json:"attempt"`
+	Result       map[string]string `json:"result"`
+	Worker       string            `json:"worker"`
+	StartedAt    int64             `json:"started_at"`
+	FinishedAt   int64             `json:"finished_at"`
+	CreatedAt    int64             `json:"created_at"`
+	StartedAtMs  int64             `json:"started_at_ms"`
+	FinishedAtMs int64             `json:"finished_at_ms"`
+	ReadyAtMs    int64             `json:"ready_at_ms"`
+	FlowID       uint32            `json:"flow_id"`
+}
+
+// Flow is the part of a flow the tests read.
+type Flow struct {
+	ID         uint32            `json:"id"`
+	Status     string            `json:"status"`
+	Error      string            `json:"error"`
+	FailedJob  uint32            `json:"failed_job"`
+	Result     map[string]string `json:"result"`
+	Jobs       []uint32          `json:"jobs"`
+	CreatedAt  int64             `json:"created_at"`
+	StartedAt  int64             `json:"started_at"`
+	FinishedAt int64             `json:"finished_at"`
+}
+
+// WaitFlow waits until a flow ends (status finished or error), or fails the test.
+// It follows the context's event stream over gRPC (Watch), so it wakes on the
+// flow's events instead of on a timer.
+func (c *Client) WaitFlow(t testing.TB, ctxID, flowID uint32, timeout time.Duration) Flow {
+	t.Helper()
+	var f Flow
+	ok := c.watchEvents(t, ctxID, flowID, []string{"flow."}, timeout, func(ev *herov1.Event) bool {
+		// Only the flow's own state changes (and the first check) can end the wait:
+		// reloading the flow on every job event would load the server with O(n²) work.
+		if ev != nil && !(ev.FlowId == flowID && strings.HasPrefix(ev.Type, "flow.")) {
+			return false
+		}
+		c.MustCall(t, "flow.load", map[string]any{"context_id": ctxID, "id": flowID}, &f)
+		return f.Status == "finished" || f.Status == "error"
+	})
+	if !ok {
+		t.Fatalf("flow %d did not end within %v (status %s)", flowID, timeout, f.Status)
+	}
+	return f
+}
+
+// WaitEvent re-checks cond after each event of the context until it holds (true) or
+// the timeout passes (false).
+func (c *Client) WaitEvent(t testing.TB, ctxID uint32, timeout time.Duration, cond func() bool) bool {
+	t.Helper()
+	return c.WaitEventOf(t, ctxID, timeout, func(*herov1.Event) bool { return cond() })
+}
+
+// WaitEventOf is WaitEvent with the event that woke it (nil for the first check).
+func (c *Client) WaitEventOf(t testing.TB, ctxID uint32, timeout time.Duration, cond func(ev *herov1.Event) bool) bool {
+	t.Helper()
+	return c.watchEvents(t, ctxID, 0, nil, timeout, cond)
+}
+
+// watchEvents is WaitEventOf over the events of one flow (flowID ≠ 0) or all, and of
+// the given type prefixes (none: all types).
+func (c *Client) watchEvents(t testing.TB, ctxID, flowID uint32, types []string, timeout time.Duration, cond func(ev *herov1.Event) bool) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cc, err := grpc.NewClient(c.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cc.Close() }()
+	md := []string{}
+	if c.Actor != 0 {
+		md = append(md, "hero-actor", strconv.FormatUint(uint64(c.Actor), 10))
+	}
+	if c.Secret != "" {
+		md = append(md, "authorization", "Bearer "+c.Secret)
+	}
+	wctx := metadata.AppendToOutgoingContext(ctx, md...)
+	// Start from a definite event id, taken before cond is first checked: an event
+	// after it is delivered by the stream, so no change can slip between the two.
+	var pos struct {
+		Next string `json:"next"`
+	}
+	c.MustCall(t, "events.read", map[string]any{"context_id": ctxID, "after": "$"}, &pos)
+	after := pos.Next
+	for {
+		stream, err := herov1.NewCoordinatorClient(cc).Watch(wctx, &herov1.WatchRequest{ContextId: ctxID, AfterId: after, FlowId: flowID, TypePrefixes: types})
+		if err != nil {
+			t.Fatalf("watch: %v", err)
+		}
+		if cond(nil) {
+			return true
+		}
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				if ctx.Err() != nil {
+					return cond(nil)
+				}
+				break // reconnect and resume after the last event
+			}
+			after = ev.Event.Id
+			if cond(ev.Event) {
+				return true
+			}
+		}
+	}
+}
+
+// Heroctl runs the CLI with the stack's address and returns stdout, stderr, exit code.
+func (s *Stack) Heroctl(t testing.TB, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(s.BinDir, "heroctl"), args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HERO_ADDR=" + s.API.GRPCAddr}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return stdout.String(), stderr.String(), code
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		t.Fatalf("heroctl %v did not end", args)
+	}
+	return "", "", -1
+}

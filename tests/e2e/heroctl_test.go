@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/tests/e2e/harness"
+)
+
+// Acceptance (core 7): the README's walk — heroctl creates actor, context and runner,
+// submits examples/diamond.yaml and watches it finish.
+func TestHeroctlSubmitAndWatch(t *testing.T) {
+	redisSrv.Flush(t)
+	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{})
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := []string{"HERO_ADMIN_SECRET=" + harness.AdminSecret}
+	me := []string{"HERO_ACTOR=1", "HERO_CONTEXT=1"}
+	run := func(env []string, args ...string) string {
+		t.Helper()
+		out, errOut, code := s.Heroctl(t, env, args...)
+		if code != 0 {
+			t.Fatalf("heroctl %v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		return out
+	}
+	run(op, "actor", "create", "--id", "1")
+	run(op, "context", "create", "1", "--admins", "1")
+	run(me, "runner", "create", "1")
+	out := run(me, "flow", "submit", filepath.Join(root, "examples", "diamond.yaml"))
+	m := regexp.MustCompile(`flow (\d+) started`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("submit output: %s", out)
+	}
+	watch := run(me, "flow", "watch", m[1])
+	if !strings.Contains(watch, "finished") || !strings.Contains(watch, "4/4 jobs done") {
+		t.Fatalf("watch output:\n%s", watch)
+	}
+	get := run(me, "flow", "get", m[1])
+	if !regexp.MustCompile(`\d+\.TOTAL\s+483`).MatchString(get) || !strings.Contains(get, "A says hello") {
+		t.Fatalf("flow get:\n%s", get)
+	}
+	jsonOut := run(me, "-o", "json", "flow", "dag", m[1])
+	if strings.Count(jsonOut, `"node_status": "completed"`) != 4 {
+		t.Fatalf("dag json:\n%s", jsonOut)
+	}
+	// job run prints the output; job logs reads it back.
+	if got := run(me, "job", "run", "--type", "sh", "--script", "echo hi there"); got != "hi there\n" {
+		t.Fatalf("job run: %q", got)
+	}
+	// A failing flow: watch exits 1 and says why.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("jobs:\n  - {name: x, type: sh, script: 'echo no >&2; exit 2'}\n  - {name: y, type: sh, script: 'true', depends: [x]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out = run(me, "flow", "submit", bad)
+	m = regexp.MustCompile(`flow (\d+) started`).FindStringSubmatch(out)
+	stdout, stderr, code := s.Heroctl(t, me, "flow", "watch", m[1])
+	if code != 1 || !strings.Contains(stderr, "exit code 2: no") || !strings.Contains(stdout, "cancelled") {
+		t.Fatalf("watch of a failing flow: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	// Errors are one clear line.
+	_, stderr, code = s.Heroctl(t, me, "flow", "submit", filepath.Join(root, "examples", "missing.yaml"))
+	if code == 0 || !strings.Contains(stderr, "missing.yaml") {
+		t.Fatalf("missing file: %d %s", code, stderr)
+	}
+	_, stderr, code = s.Heroctl(t, []string{"HERO_ACTOR=1"}, "actor", "create", "--id", "3")
+	if code != 1 || !strings.Contains(stderr, "operator secret") {
+		t.Fatalf("actor create without secret: %d %s", code, stderr)
+	}
+	// context update changes only what is given; an unknown actor changes nothing.
+	run(op, "actor", "create", "--id", "2")
+	upd := run(me, "-o", "json", "context", "update", "--readers", "2", "--allowed-sources", "abababababababababababababababababababababababababababababababab,cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd")
+	if !strings.Contains(upd, `"readers": [`) || !strings.Contains(upd, `"cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd"`) || !regexp.MustCompile(`"admins": \[\s*1\s*\]`).MatchString(upd) {
+		t.Fatalf("context update:\n%s", upd)
+	}
+	_, stderr, code = s.Heroctl(t, me, "context", "update", "--readers", "2,99")
+	if code == 0 || !strings.Contains(stderr, "actor 99 does not exist") {
+		t.Fatalf("update with an unknown actor: %d %s", code, stderr)
+	}
+	_, stderr, code = s.Heroctl(t, me, "context", "update")
+	if code == 0 || !strings.Contains(stderr, "nothing to change") {
+		t.Fatalf("update of nothing: %d %s", code, stderr)
+	}
+	if got := run(me, "-o", "json", "context", "get"); !strings.Contains(got, `"cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd"`) || strings.Contains(got, "99") {
+		t.Fatalf("context after a refused update:\n%s", got)
+	}
+	if got := run(me, "-o", "json", "context", "update", "--allowed-sources", ""); strings.Contains(got, "cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd") {
+		t.Fatalf("clearing allowed sources:\n%s", got)
+	}
+}
+
+// heroctl operates flows: cancel a running one, read its events, delete it.
+func TestHeroctlCancelEventsDelete(t *testing.T) {
+	redisSrv.Flush(t)
+	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{})
+	op := []string{"HERO_ADMIN_SECRET=" + harness.AdminSecret}
+	me := []string{"HERO_ACTOR=1", "HERO_CONTEXT=1"}
+	run := func(env []string, args ...string) string {
+		t.Helper()
+		out, errOut, code := s.Heroctl(t, env, args...)
+		if code != 0 {
+			t.Fatalf("heroctl %v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		return out
+	}
+	run(op, "actor", "create", "--id", "1")
+	run(op, "context", "create", "1", "--admins", "1")
+	run(me, "runner", "create", "1")
+	file := filepath.Join(t.TempDir(), "long.yaml")
+	if err := os.WriteFile(file, []byte("jobs:\n  - {name: slow, type: sh, script: 'sleep 30'}\n  - {name: after, type: sh, script: 'true', depends: [slow]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`flow (\d+) started`).FindStringSubmatch(run(me, "flow", "submit", file))
+	if m == nil {
+		t.Fatal("no flow id in the submit output")
+	}
+	c := s.Client(1)
+	if !c.WaitEvent(t, 1, 20*time.Second, func() bool {
+		out, _, _ := s.Heroctl(t, me, "-o", "json", "flow", "dag", m[1])
+		return strings.Contains(out, `"node_status": "running"`)
+	}) {
+		t.Fatal("the slow job did not start")
+	}
+	if out := run(me, "flow", "cancel", m[1]); !strings.Contains(out, "error") && !strings.Contains(out, "cancel") {
+		t.Fatalf("flow cancel output:\n%s", out)
+	}
+	get := run(me, "flow", "get", m[1])
+	if !strings.Contains(get, "error") || !strings.Contains(get, "cancelled by actor 1") {
+		t.Fatalf("flow after cancel:\n%s", get)
+	}
+	// The flow's events, in order: started, the slow job's run, the cancel.
+	ev := run(me, "events", "--flow", m[1])
+	for _, want := range []string{"flow.started", "job.started", "flow.cancelled"} {
+		if !strings.Contains(ev, want) {
+			t.Fatalf("events lack %s:\n%s", want, ev)
+		}
+	}
+	if strings.Index(ev, "flow.started") > strings.Index(ev, "flow.cancelled") {
+		t.Fatalf("events out of order:\n%s", ev)
+	}
+	run(me, "flow", "delete", m[1])
+	if _, stderr, code := s.Heroctl(t, me, "flow", "get", m[1]); code == 0 || !strings.Contains(stderr, "not found") {
+		t.Fatalf("flow get after delete: exit %d %s", code, stderr)
+	}
+}

@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/hero-coordinator/hero/lib/testutil/myceliumemu"
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
+	"github.com/hero-coordinator/hero/tests/e2e/harness"
+)
+
+var (
+	redisSrv *redistest.Server
+	binDir   string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		dir, err := os.MkdirTemp("", "hero-e2e-bin-")
+		if err != nil {
+			panic(err)
+		}
+		defer func() { _ = os.RemoveAll(dir) }()
+		if err := harness.Build(dir); err != nil {
+			println(err.Error())
+			return 1
+		}
+		binDir = dir
+		return redistest.Main(m, &redisSrv)
+	}())
+}
+
+var services = []string{"supervisor-daemon", "scheduler", "router", "runner", "mycelium-gateway"}
+
+// Acceptance (foundation 4): --help lists every flag with its default and env twin.
+func TestHelpListsFlagsWithEnvAndDefaults(t *testing.T) {
+	for _, s := range services {
+		out, err := exec.Command(filepath.Join(binDir, s), "--help").CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s --help: %v\n%s", s, err, out)
+		}
+		text := string(out)
+		for _, want := range []string{"--redis-url", "$REDIS_URL", "(default redis://127.0.0.1:6379/0)", "--grpc-addr", "$GRPC_ADDR", "--admin-addr", "$ADMIN_ADDR", "--log-level", "$LOG_LEVEL"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s --help lacks %q:\n%s", s, want, text)
+			}
+		}
+		for _, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "--") && (!strings.Contains(line, "$") || !strings.Contains(line, "(default ")) {
+				t.Errorf("%s: flag line without env twin or default: %q", s, line)
+			}
+		}
+	}
+}
+
+// Acceptance (foundation 4): each binary answers /healthz, /readyz, /metrics and the
+// gRPC health check against a real Redis, and exits 0 on SIGTERM.
+func TestServicesServeProbesAndStopOnSIGTERM(t *testing.T) {
+	for _, s := range services {
+		t.Run(s, func(t *testing.T) {
+			var args []string
+			if s == "mycelium-gateway" {
+				// Ready means its Mycelium node answers: give it one (the emulator).
+				net := myceliumemu.NewForTest(t, "n")
+				args = []string{"--mycelium-url", net.Node("n").URL()}
+			}
+			p := harness.Start(t, binDir, s, redisSrv.URL, harness.Options{Args: args})
+			if s == "mycelium-gateway" {
+				wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				_, err := p.WaitLog(wctx, "connected to the Mycelium node")
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/metrics": "hero_grpc_server_handled_total"} {
+				resp, err := http.Get("http://" + p.AdminAddr + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+					// Counters appear once a call was counted; health checks below count.
+					if path != "/metrics" || !strings.Contains(string(body), "go_goroutines") {
+						t.Fatalf("%s %s: %d %q", s, path, resp.StatusCode, body)
+					}
+				}
+			}
+			cc, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = cc.Close() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			hr, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+			if err != nil || hr.Status != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("%s grpc health: %v %v", s, hr, err)
+			}
+			// The healthcheck subcommand asks the same admin port.
+			out, err := exec.Command(filepath.Join(binDir, s), "healthcheck", "--admin-addr", p.AdminAddr).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s healthcheck: %v %s", s, err, out)
+			}
+			if err := p.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			code, err := p.Wait(10 * time.Second)
+			if err != nil || code != 0 {
+				t.Fatalf("%s after SIGTERM: exit %d, %v\n%s", s, code, err, p.Output())
+			}
+		})
+	}
+}
+
+// Acceptance (foundation 5): bad configuration gives one clear line and a non-zero exit.
+func TestBadConfiguration(t *testing.T) {
+	busy := harness.Start(t, binDir, "scheduler", redisSrv.URL, harness.Options{})
+	cases := []struct {
+		name string
+		args []string
+		env  []string
+		want string
+		code int
+	}{
+		{"unreachable redis", []string{"--redis-connect-timeout", "500ms"}, []string{"REDIS_URL=redis://127.0.0.1:1/0"}, "redis at redis://127.0.0.1:1/0: dial tcp 127.0.0.1:1", 1},
+		{"malformed redis url", nil, []string{"REDIS_URL=localhost:6379"}, `--redis-url: "localhost:6379" is not a redis://`, 2},
+		{"port in use", []string{"--grpc-addr", busy.GRPCAddr}, []string{"REDIS_URL=" + redisSrv.URL}, "address already in use", 1},
+		{"unknown flag", []string{"--no-such-flag"}, nil, "flag provided but not defined: -no-such-flag", 2},
+		{"bad env value", nil, []string{"SHUTDOWN_TIMEOUT=soon"}, "environment variable SHUTDOWN_TIMEOUT=\"soon\"", 2},
+		{"bad log level", []string{"--log-level", "loud"}, nil, `--log-level: "loud"`, 2},
+	}
+	for _, s := range services {
+		for _, c := range cases {
+			args := append([]string{"--admin-addr", "127.0.0.1:0"}, c.args...)
+			if c.name != "port in use" {
+				args = append(args, "--grpc-addr", "127.0.0.1:0")
+			}
+			if s == "supervisor-daemon" {
+				args = append(args, "--http-addr", "127.0.0.1:0")
+			}
+			cmd := exec.Command(filepath.Join(binDir, s), args...)
+			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, c.env...)
+			out, err := cmd.CombinedOutput()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != c.code {
+				t.Errorf("%s/%s: want exit %d, got %v\n%s", s, c.name, c.code, err, out)
+				continue
+			}
+			text := strings.TrimSpace(string(out))
+			lines := strings.Split(text, "\n")
+			last := lines[len(lines)-1]
+			if !strings.HasPrefix(last, s+": ") || !strings.Contains(last, c.want) {
+				t.Errorf("%s/%s: last line %q does not say %q", s, c.name, last, c.want)
+			}
+			if strings.Contains(text, "goroutine ") || strings.Contains(text, "panic") {
+				t.Errorf("%s/%s: stack trace in output:\n%s", s, c.name, text)
+			}
+			for _, l := range lines[:len(lines)-1] {
+				if !strings.HasPrefix(l, "{") {
+					t.Errorf("%s/%s: stray non-log line %q", s, c.name, l)
+				}
+			}
+		}
+	}
+}
