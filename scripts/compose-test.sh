@@ -113,6 +113,17 @@ pick_port() {
 # ---------------------------------------------------------------- preflight
 step "preflight"
 command -v docker >/dev/null || fail "docker is not installed"
+
+# The base images and, where missing, the compose v2 / buildx CLI plugins come first:
+# a fresh machine has neither.
+if [ "${COMPOSE_TEST_OFFLINE_IMAGES:-1}" = 1 ]; then
+  step "scripts/offline-images.sh"
+  if [ "$(id -u)" = 0 ]; then
+    scripts/offline-images.sh
+  else
+    say "not root: skipped (the base images must already be there, or a registry reachable)"
+  fi
+fi
 docker compose version >/dev/null 2>&1 || fail "the docker compose v2 plugin is missing (scripts/offline-images.sh builds it)"
 for tool in jq curl; do
   if ! command -v "$tool" >/dev/null; then
@@ -140,15 +151,6 @@ say "project $COMPOSE_PROJECT_NAME; JSON-RPC :$HERO_HTTP_PORT, gRPC :$HERO_GRPC_
 "${DC[@]}" --profile observability config -q
 jq -e '.panels | length > 0' deploy/grafana/dashboards/hero.json >/dev/null || fail "deploy/grafana/dashboards/hero.json is not a dashboard"
 docker compose version
-
-if [ "${COMPOSE_TEST_OFFLINE_IMAGES:-1}" = 1 ]; then
-  step "scripts/offline-images.sh"
-  if [ "$(id -u)" = 0 ]; then
-    scripts/offline-images.sh
-  else
-    say "not root: skipped (the base images must already be there, or a registry reachable)"
-  fi
-fi
 
 # ---------------------------------------------------------------- build and start
 step "docker compose build $BUILD_ARGS"
