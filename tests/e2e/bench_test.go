@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
@@ -143,10 +147,23 @@ func BenchmarkHandlerJobs(b *testing.B) {
 	_, c := handlerBenchStack(b)
 	ids := createHandlerJobs(b, c, 10000, false)
 	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
+	rc := redisSrv.Client(b, 0)
+	stats := os.Getenv("HERO_BENCH_REDIS_STATS") != ""
+	if stats {
+		rc.ConfigSet(context.Background(), "slowlog-log-slower-than", "0")
+		rc.ConfigSet(context.Background(), "slowlog-max-len", "2000000")
+		rc.SlowLogReset(context.Background())
+	}
+	rc.ConfigResetStat(context.Background())
 	b.ResetTimer()
 	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
 	c.WaitFlow(b, ctx1, 1, 10*time.Minute)
 	b.StopTimer()
+	if stats {
+		// Where Redis's one thread spent its time (make bench HERO_BENCH_REDIS_STATS=1).
+		fmt.Println(rc.Info(context.Background(), "commandstats", "cpu").Val())
+		printSlowlog(b, rc)
+	}
 	var f struct {
 		Status       string `json:"status"`
 		StartedAtMs  int64  `json:"started_at_ms"`
@@ -182,4 +199,50 @@ func BenchmarkHandlerChain(b *testing.B) {
 	b.ReportMetric(p50, "p50-ms")
 	b.ReportMetric(p99, "p99-ms")
 	fmt.Printf("dependent-start latency over a 200-job handler chain: p50 %.1f ms, p99 %.1f ms\n", p50, p99)
+}
+
+// printSlowlog sums the slow log (every command, with the threshold at 0) by command,
+// scripts by their first key, so that each script's share of Redis's time shows.
+func printSlowlog(b *testing.B, rc *redis.Client) {
+	entries, err := rc.SlowLogGet(context.Background(), -1).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	type agg struct {
+		n   int
+		dur time.Duration
+	}
+	sum := map[string]*agg{}
+	var total time.Duration
+	for _, e := range entries {
+		name := ""
+		if len(e.Args) > 0 {
+			name = strings.ToLower(e.Args[0])
+		}
+		if (name == "evalsha" || name == "eval") && len(e.Args) > 3 {
+			key := e.Args[3]
+			if i := strings.LastIndexByte(key, ':'); i > 0 && strings.Trim(key[i+1:], "0123456789") == "" {
+				key = key[:i+1] + "<n>"
+			}
+			name += " " + e.Args[1][:min(8, len(e.Args[1]))] + " " + key
+		}
+		a := sum[name]
+		if a == nil {
+			a = &agg{}
+			sum[name] = a
+		}
+		a.n++
+		a.dur += e.Duration
+		total += e.Duration
+	}
+	names := make([]string, 0, len(sum))
+	for k := range sum {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool { return sum[names[i]].dur > sum[names[j]].dur })
+	fmt.Printf("slowlog: %d entries, %v in commands\n", len(entries), total)
+	for _, k := range names[:min(25, len(names))] {
+		a := sum[k]
+		fmt.Printf("%10v %8d %8.1fµs  %s\n", a.dur.Round(time.Millisecond), a.n, float64(a.dur.Microseconds())/float64(a.n), k)
+	}
 }
