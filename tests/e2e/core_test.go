@@ -387,3 +387,82 @@ func TestJobRun(t *testing.T) {
 		t.Fatalf("job 78 did not go on after the wait ended: %+v", loadJob(t, c, 78))
 	}
 }
+
+// A script's result file: good lines become results; bad ones are skipped with a
+// warning in the job's log. job.logs tails by offset. rpc.discover lists the methods.
+func TestResultFileLogsAndDiscover(t *testing.T) {
+	_, c := newStack(t, harness.StackOptions{})
+	script := `{
+  echo "GOOD=yes"
+  echo "no equals sign here"
+  echo "9bad=x"
+  echo "output=hijack"
+  printf 'BIG=%s\n' "$(head -c 33000 /dev/zero | tr '\0' a)"
+} > "$HERO_RESULT_FILE"
+echo line1; echo line2`
+	var j harness.Job
+	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 61, "script": script, "script_type": "sh"}}, &j)
+	if j.Status != "finished" || j.Result["GOOD"] != "yes" || j.Result["output"] != "line1\nline2\n" || len(j.Result) != 2 {
+		t.Fatalf("result of a job with a bad result file: status %s, result %v", j.Status, j.Result)
+	}
+	var logs struct {
+		Logs       string `json:"logs"`
+		NextOffset int64  `json:"next_offset"`
+		Complete   bool   `json:"complete"`
+	}
+	c.MustCall(t, "job.logs", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 61}, &logs)
+	for _, want := range []string{"line1\nline2\n", "line 2 has no '='", `key "9bad" is not`, `"output" is reserved`, "value of BIG is 33000 bytes, more than 32768"} {
+		if !strings.Contains(logs.Logs, want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.Logs)
+		}
+	}
+	if logs.NextOffset != int64(len(logs.Logs)) || !logs.Complete {
+		t.Fatalf("job.logs from 0: next_offset %d for %d bytes, complete %v", logs.NextOffset, len(logs.Logs), logs.Complete)
+	}
+	full := logs.Logs
+	// Tailing: from an offset, the rest; from the end, nothing and the same offset.
+	c.MustCall(t, "job.logs", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 61, "offset": 6}, &logs)
+	if logs.Logs != full[6:] || logs.NextOffset != int64(len(full)) {
+		t.Fatalf("job.logs from 6: %q (next %d), want %q", logs.Logs, logs.NextOffset, full[6:])
+	}
+	c.MustCall(t, "job.logs", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 61, "offset": len(full)}, &logs)
+	if logs.Logs != "" || logs.NextOffset != int64(len(full)) {
+		t.Fatalf("job.logs from the end: %q (next %d)", logs.Logs, logs.NextOffset)
+	}
+	err := c.Call("job.logs", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 61, "offset": -1}, nil)
+	if re, ok := err.(*harness.RPCError); !ok || re.Code != -32602 || !strings.Contains(re.Message, "offset") {
+		t.Fatalf("job.logs with a negative offset: %v", err)
+	}
+	err = c.Call("job.logs", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 6100}, nil)
+	if re, ok := err.(*harness.RPCError); !ok || !strings.Contains(re.Message, "6100") {
+		t.Fatalf("job.logs of an unknown job: %v", err)
+	}
+
+	// rpc.discover: an OpenRPC document naming every method of the API.
+	var doc struct {
+		OpenRPC string `json:"openrpc"`
+		Methods []struct {
+			Name   string `json:"name"`
+			Params []any  `json:"params"`
+		} `json:"methods"`
+	}
+	c.MustCall(t, "rpc.discover", map[string]any{}, &doc)
+	names := map[string]bool{}
+	for _, m := range doc.Methods {
+		names[m.Name] = true
+	}
+	for _, want := range []string{"actor.create", "context.create", "context.update", "runner.create", "job.create", "job.run", "job.logs", "job.stop",
+		"flow.create", "flow.start", "flow.dag", "flow.cancel", "flow.retry", "flow.delete", "message.create", "events.read", "dlq.list", "dlq.requeue"} {
+		if !names[want] {
+			t.Errorf("rpc.discover lacks %s", want)
+		}
+	}
+	if doc.OpenRPC == "" || len(doc.Methods) < 20 {
+		t.Fatalf("rpc.discover: openrpc %q, %d methods", doc.OpenRPC, len(doc.Methods))
+	}
+	// An unknown method names rpc.discover.
+	err = c.Call("job.frobnicate", map[string]any{"context_id": ctx1}, nil)
+	if re, ok := err.(*harness.RPCError); !ok || re.Code != -32601 || !strings.Contains(re.Message, "job.frobnicate") {
+		t.Fatalf("unknown method: %v", err)
+	}
+}
