@@ -155,6 +155,7 @@ func BenchmarkHandlerJobs(b *testing.B) {
 		rc.SlowLogReset(context.Background())
 	}
 	rc.ConfigResetStat(context.Background())
+	cpu0 := cpuByCommand()
 	b.ResetTimer()
 	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
 	c.WaitFlow(b, ctx1, 1, 10*time.Minute)
@@ -163,6 +164,7 @@ func BenchmarkHandlerJobs(b *testing.B) {
 		// Where Redis's one thread spent its time (make bench HERO_BENCH_REDIS_STATS=1).
 		fmt.Println(rc.Info(context.Background(), "commandstats", "cpu").Val())
 		printSlowlog(b, rc)
+		printCPU(cpu0, cpuByCommand())
 	}
 	var f struct {
 		Status       string `json:"status"`
@@ -244,5 +246,45 @@ func printSlowlog(b *testing.B, rc *redis.Client) {
 	for _, k := range names[:min(25, len(names))] {
 		a := sum[k]
 		fmt.Printf("%10v %8d %8.1fµs  %s\n", a.dur.Round(time.Millisecond), a.n, float64(a.dur.Microseconds())/float64(a.n), k)
+	}
+}
+
+// cpuByCommand sums the CPU time (user + system) of every process by command name,
+// from /proc (Linux).
+func cpuByCommand() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if strings.Trim(d.Name(), "0123456789") != "" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid … utime(14) stime(15): comm may hold spaces.
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		f := strings.Fields(s[end+1:])
+		if len(f) < 13 {
+			continue
+		}
+		var ut, st int64
+		_, _ = fmt.Sscan(f[11], &ut)
+		_, _ = fmt.Sscan(f[12], &st)
+		out[s[open+1:end]] += time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
+	}
+	return out
+}
+
+func printCPU(before, after map[string]time.Duration) {
+	fmt.Println("CPU by process during the run:")
+	for name, t := range after {
+		if d := t - before[name]; d >= 100*time.Millisecond {
+			fmt.Printf("%10v  %s\n", d, name)
+		}
 	}
 }
