@@ -5,12 +5,12 @@ go 1.26.0
 require (
 	github.com/hero-coordinator/hero/lib v0.0.0
 	github.com/hero-coordinator/hero/proto v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
 	google.golang.org/grpc v1.85.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
