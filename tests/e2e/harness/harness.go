@@ -128,6 +128,7 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		seenStart := false
 		for sc.Scan() {
 			line := sc.Text()
 			p.mu.Lock()
@@ -139,8 +140,12 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 				}
 			}
 			p.mu.Unlock()
+			if seenStart || !strings.Contains(line, `"message":"started"`) {
+				continue // only the start line is parsed: the rest is kept as text
+			}
 			var m map[string]any
 			if json.Unmarshal([]byte(line), &m) == nil && m["message"] == "started" {
+				seenStart = true
 				select {
 				case started <- m:
 				default:
