@@ -174,7 +174,7 @@ func NewClient(ep Endpoint, opt ClientOptions) (*Client, error) {
 	return &Client{
 		ep:        ep,
 		opt:       opt,
-		log:       opt.Logger.With("executor", ep.String()),
+		log:       opt.Logger.With("endpoint", ep.String()),
 		slotFreed: make(chan struct{}),
 		conns:     map[*conn]struct{}{},
 		active:    map[string]struct{}{},

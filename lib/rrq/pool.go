@@ -160,7 +160,7 @@ func StartPool(ctx context.Context, cfg PoolConfig) (*Pool, error) {
 	}
 	for i, ep := range eps {
 		copt := cfg.Client
-		copt.Logger = cfg.Logger
+		copt.Logger = p.log // the client adds its endpoint
 		cl, err := NewClient(ep, copt)
 		if err != nil {
 			p.removeTmp()
@@ -672,7 +672,9 @@ func (pr *proc) start() (*generation, error) {
 	cmd.Dir = cfg.Dir
 	cmd.Env = executorEnv(os.Environ(), cfg.Env, pr.ep)
 	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: an executor does not outlive a runner killed with SIGKILL (its own
+	// process group keeps it out of signals meant for the runner's group otherwise).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second // do not hang on output pipes held by stray children
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start process %d (%s): %w", pr.index, cfg.Command[0], err)

@@ -455,15 +455,17 @@ local dag, fk, rk, jk, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ctx, flow, caller, id, attempt, status, err = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local fatal, retries, backoff, now_s, now_ms, actor = ARGV[8] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], ARGV[12], ARGV[13]
 local retention_ms = ARGV[14]
-if retries < 0 then retries = tonumber(redis.call('HGET', jk, 'retries') or '0') or 0 end
-if redis.call('HGET', jk, 'stop_requested') == '1' or redis.call('HGET', jk, 'fatal') == '1' then fatal = true end
-local cancelled = redis.call('HGET', fk, 'cancelled_by')
-local maxlen = ` + strconv.Itoa(EventsMaxLen) + `
-local s = redis.call('HGET', dag, 's:' .. id)
+local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id)
+local s = node[1]
 if not s then return {0, '', 0} end
 if s == 'completed' or s == 'failed' or s == 'cancelled' or s == 'pending' or s == 'ready' then return {0, '', 0} end
-local a = tonumber(redis.call('HGET', dag, 'a:' .. id) or '0')
+local a = tonumber(node[2] or '0')
 if attempt ~= a then return {0, '', 0} end
+local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'result', 'finished_at_ms', 'retry_after_ms')
+if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
+if jf[2] == '1' or jf[3] == '1' then fatal = true end
+local cancelled = redis.call('HGET', fk, 'cancelled_by')
+local maxlen = ` + strconv.Itoa(EventsMaxLen) + `
 local out = {1, '', 0}
 local function publish_done(jid)
   redis.call('SELECT', 0)
@@ -473,18 +475,22 @@ end
 if status == 'finished' then
   redis.call('HSET', dag, 's:' .. id, 'completed')
   redis.call('HINCRBY', dag, 'terminal', 1)
-  local res = redis.call('HGET', jk, 'result')
+  local res = jf[4]
   if res and res ~= '' then
     local ok, m = pcall(cjson.decode, res)
     if ok and type(m) == 'table' then
+      local kv = {}
       for k, v in pairs(m) do
         if type(v) ~= 'string' then v = cjson.encode(v) end
-        redis.call('HSET', rk, id .. '.' .. k, v)
+        kv[#kv + 1] = id .. '.' .. k
+        kv[#kv + 1] = v
+        if #kv >= 400 then redis.call('HSET', rk, unpack(kv)); kv = {} end -- unpack's stack limit
       end
+      if #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
     end
   end
-  local fin = redis.call('HGET', jk, 'finished_at_ms') or now_ms
-  local deps = cjson.decode(redis.call('HGET', dag, 'd:' .. id) or '[]')
+  local fin = jf[5] or now_ms
+  local deps = cjson.decode(node[3] or '[]')
   for _, d in ipairs(deps) do
     d = tostring(d)
     local r = redis.call('HINCRBY', dag, 'r:' .. d, -1)
@@ -497,7 +503,7 @@ if status == 'finished' then
   publish_done(id)
 else
   if (not fatal) and a <= retries then
-    local ra = tonumber(redis.call('HGET', jk, 'retry_after_ms') or '')
+    local ra = tonumber(jf[6] or '')
     if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
     local due = tonumber(now_ms) + backoff
     redis.call('HSET', dag, 's:' .. id, 'ready', 'due:' .. id, due, 'e:' .. id, err)

@@ -6,18 +6,20 @@ import "strconv"
 // moves the object between the per-status indexes (coord:idx:jobs:<status>,
 // coord:idx:flows:<status>), which is what lets lists filter by status without a scan.
 var luaLib = `
+-- index_job moves job m (caller:id) from the index of status old to that of st.
+local function index_job(m, old, st)
+  if old == st then return end
+  local score = redis.call('ZSCORE', 'coord:idx:jobs', m)
+  if score then
+    if old then redis.call('ZREM', 'coord:idx:jobs:' .. old, m) end
+    redis.call('ZADD', 'coord:idx:jobs:' .. st, score, m)
+  end
+end
 local function set_job(caller, id, st, ...)
   local jk = 'job:' .. caller .. ':' .. id
   local old = redis.call('HGET', jk, 'status')
   redis.call('HSET', jk, 'status', st, ...)
-  if old ~= st then
-    local m = caller .. ':' .. id
-    local score = redis.call('ZSCORE', 'coord:idx:jobs', m)
-    if score then
-      if old then redis.call('ZREM', 'coord:idx:jobs:' .. old, m) end
-      redis.call('ZADD', 'coord:idx:jobs:' .. st, score, m)
-    end
-  end
+  index_job(caller .. ':' .. id, old, st)
   return old
 end
 local function set_flow(id, st, ...)

@@ -98,9 +98,13 @@ local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
 if not item then return false end
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[4])
 local m = redis.call('HGETALL', item)
+local kind, job = nil, nil
+for i = 1, #m, 2 do
+  if m[i] == 'kind' then kind = m[i + 1] elseif m[i] == 'job' then job = m[i + 1] end
+end
 local jh, types = {}, {}
-if redis.call('HGET', item, 'kind') == 'job_request' then
-  local ok, jobs = pcall(cjson.decode, redis.call('HGET', item, 'job') or '')
+if kind == 'job_request' then
+  local ok, jobs = pcall(cjson.decode, job or '')
   if ok and type(jobs) == 'table' and type(jobs[1]) == 'table' then
     local caller, id = tonumber(jobs[1].caller_id), tonumber(jobs[1].id)
     if caller and id then

@@ -40,22 +40,33 @@ local item = redis.call('LMOVE', KEYS[1], proc, 'RIGHT', 'LEFT')
 if not item then return false end
 local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
 redis.call('ZADD', leases, exp, member)
-local jk = item
-local st = string.match(jk, '^job:%d+:%d+$') and redis.call('HGET', jk, 'status')
+-- One read of the whole hash; the reply is that hash before this script's changes,
+-- which the caller applies itself (it knows them).
+local flat = {}
+if string.match(item, '^job:%d+:%d+$') then flat = redis.call('HGETALL', item) end
+local h = {}
+for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+local st = h['status']
 if not st or st == 'finished' or st == 'error' then
   redis.call('LREM', proc, 1, item)
   redis.call('ZREM', leases, member)
   if st then return {item, 2, 0, {}} end
   return {item, 1, 0, {}}
 end
-local attempt = tonumber(redis.call('HGET', jk, 'attempt') or '1') or 1
-local prev = redis.call('HGET', jk, 'worker')
-local flow = redis.call('HGET', jk, 'flow_id') or '0'
-local id = redis.call('HGET', jk, 'id') or ''
-local caller = redis.call('HGET', jk, 'caller_id') or ''
-set_job(caller, id, 'started', 'worker', worker, 'claim', claim, 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
-redis.call('HDEL', jk, 'error', 'exit_code', 'finished_at', 'finished_at_ms')
-if trace ~= '' then redis.call('HSET', jk, 'trace_id', trace) end
+local attempt = tonumber(h['attempt'] or '1') or 1
+local prev = h['worker']
+local flow = h['flow_id'] or '0'
+local id = h['id'] or ''
+local caller = h['caller_id'] or ''
+if trace ~= '' then
+  redis.call('HSET', item, 'status', 'started', 'worker', worker, 'claim', claim, 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s, 'trace_id', trace)
+else
+  redis.call('HSET', item, 'status', 'started', 'worker', worker, 'claim', claim, 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
+end
+index_job(caller .. ':' .. id, st, 'started')
+if h['error'] or h['exit_code'] or h['finished_at'] or h['finished_at_ms'] then
+  redis.call('HDEL', item, 'error', 'exit_code', 'finished_at', 'finished_at_ms')
+end
 if flow ~= '0' and flow ~= '' then
   local dag = 'coord:dag:' .. flow
   if redis.call('HGET', dag, 's:' .. id) == 'dispatched' then redis.call('HSET', dag, 's:' .. id, 'running') end
@@ -64,8 +75,8 @@ local detail = 'attempt ' .. attempt .. ' on ' .. worker
 if st == 'started' and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
 redis.call('XADD', ek, 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', 'job.started', 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', 'started', 'detail', detail)
 local code = 0
-if redis.call('HGET', jk, 'stop_requested') == '1' then code = 3 end
-return {item, code, attempt, redis.call('HGETALL', jk)}
+if h['stop_requested'] == '1' then code = 3 end
+return {item, code, attempt, flat}
 `)
 
 // ClaimStart claims the oldest job of a queue under a lease and marks it started, in
@@ -91,12 +102,23 @@ func (d *DB) ClaimStart(ctx context.Context, queue, consumer string, lease time.
 	if _, _, err := keys.ParseJobKey(c.Item); err != nil {
 		return c, StartGone, nil, fmt.Errorf("dropped queue item %q of %s: %w", c.Item, queue, err)
 	}
-	out, j, err := d.started(c.Item, vals[1:])
+	out, j, err := d.started(c.Item, vals[1:], func(h map[string]string) {
+		// The script returns the hash as it was; these are its changes.
+		h["status"], h["worker"], h["claim"] = string(model.JobStarted), consumer, c.ID
+		h["started_at"], h["updated_at"] = strconv.FormatInt(now.Unix(), 10), strconv.FormatInt(now.Unix(), 10)
+		h["started_at_ms"] = strconv.FormatInt(now.UnixMilli(), 10)
+		if traceID != "" {
+			h["trace_id"] = traceID
+		}
+		for _, k := range []string{"error", "exit_code", "finished_at", "finished_at_ms"} {
+			delete(h, k)
+		}
+	})
 	return c, out, j, err
 }
 
 // started reads a start script's {code, attempt, job hash}.
-func (d *DB) started(item string, vals []any) (StartOutcome, *model.Job, error) {
+func (d *DB) started(item string, vals []any, patch func(map[string]string)) (StartOutcome, *model.Job, error) {
 	if len(vals) != 3 {
 		return StartGone, nil, fmt.Errorf("start job %s: unexpected reply %v", item, vals)
 	}
@@ -106,6 +128,9 @@ func (d *DB) started(item string, vals []any) (StartOutcome, *model.Job, error) 
 		return out, nil, nil
 	}
 	h := flatMap(vals[2])
+	if patch != nil {
+		patch(h)
+	}
 	var j model.Job
 	if err := model.FromHash(item, h, &j); err != nil {
 		return StartGone, nil, err
@@ -139,11 +164,16 @@ local worker, member, item, status, err, code, result, fatal = ARGV[1], ARGV[2],
 local now_s, now_ms, ctx, caller, id, flow, retry_after = ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], tonumber(ARGV[15])
 redis.call('LREM', proc, 1, item)
 redis.call('ZREM', leases, member)
-if redis.call('HGET', jk, 'claim') ~= ARGV[16] or redis.call('HGET', jk, 'status') ~= 'started' then return 0 end
-set_job(caller, id, status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
-if err ~= '' then redis.call('HSET', jk, 'error', err) else redis.call('HDEL', jk, 'error') end
-if fatal == '1' then redis.call('HSET', jk, 'fatal', '1') else redis.call('HDEL', jk, 'fatal') end
-if retry_after and retry_after > 0 then redis.call('HSET', jk, 'retry_after_ms', retry_after) else redis.call('HDEL', jk, 'retry_after_ms') end
+local cur = redis.call('HMGET', jk, 'claim', 'status')
+if cur[1] ~= ARGV[16] or cur[2] ~= 'started' then return 0 end
+local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s}
+local del = {}
+if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err else del[#del + 1] = 'error' end
+if fatal == '1' then set[#set + 1] = 'fatal'; set[#set + 1] = '1' else del[#del + 1] = 'fatal' end
+if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = retry_after else del[#del + 1] = 'retry_after_ms' end
+redis.call('HSET', jk, unpack(set))
+if #del > 0 then redis.call('HDEL', jk, unpack(del)) end
+index_job(caller .. ':' .. id, 'started', status)
 if ARGV[17] ~= '' then
   local lk, max = KEYS[6], tonumber(ARGV[18])
   local len = redis.call('STRLEN', lk)

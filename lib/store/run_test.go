@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -107,6 +109,17 @@ func TestClaimStart(t *testing.T) {
 	if j.Status != model.JobStarted || j.Worker != "w1" || j.StartedAtMs == 0 || j.ContextID != 7 || j.TraceID != "0af7651916cd43dd8448eb211c80319c" {
 		t.Fatalf("started job: %+v", j)
 	}
+	// What the claim returned is what it stored, and the job moved to the started index.
+	stored, err := db.LoadJob(ctx, 1, j.ID)
+	if err != nil || stored.Status != j.Status || stored.Worker != j.Worker || stored.StartedAtMs != j.StartedAtMs ||
+		stored.StartedAt != j.StartedAt || stored.UpdatedAt != j.UpdatedAt || stored.TraceID != j.TraceID || stored.Attempt != j.Attempt {
+		t.Fatalf("stored %+v\nreturned %+v (%v)", stored, j, err)
+	}
+	member := fmt.Sprintf("1:%d", j.ID)
+	rc7 := srv.Client(t, 7)
+	if rc7.ZScore(ctx, "coord:idx:jobs:started", member).Err() != nil || rc7.ZScore(ctx, "coord:idx:jobs:"+string(jobs[0].Status), member).Err() == nil {
+		t.Fatalf("status index after the start: started %v, %s %v", rc7.ZScore(ctx, "coord:idx:jobs:started", member).Err(), jobs[0].Status, rc7.ZScore(ctx, "coord:idx:jobs:"+string(jobs[0].Status), member).Err())
+	}
 	if ok, err := db.ExtendLease(ctx, cl, time.Minute); !ok || err != nil {
 		t.Fatalf("the claim holds no lease: %v %v", ok, err)
 	}
@@ -153,5 +166,86 @@ func TestClaimStart(t *testing.T) {
 	}
 	if n := srv.Client(t, 7).LLen(ctx, keys.Processing("w2")).Val(); n != 0 {
 		t.Fatalf("dropped items left in the processing list: %d", n)
+	}
+}
+
+// FinishJob writes the end's fields and clears those a run before it left behind.
+func TestFinishJobFields(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 8)
+	q := keys.Queue("sh")
+	_, jobs := flowWith(t, s, db, 1)
+	run := func(o store.JobOutcome) *model.Job {
+		t.Helper()
+		if err := db.Enqueue(ctx, q, keys.Job(1, jobs[0].ID)); err != nil {
+			t.Fatal(err)
+		}
+		cl, out, j, err := db.ClaimStart(ctx, q, "w1", time.Minute, "")
+		if err != nil || out != store.StartRun {
+			t.Fatalf("claim: %v %v", out, err)
+		}
+		if j.Error != "" || j.ExitCode != 0 || j.FinishedAtMs != 0 {
+			t.Fatalf("a new start still shows the last end: %+v", j)
+		}
+		if ok, err := db.FinishJob(ctx, cl, j, o); !ok || err != nil {
+			t.Fatalf("finish: %v %v", ok, err)
+		}
+		stored, err := db.LoadJob(ctx, 1, jobs[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Back to dispatched so that it can be claimed again (as a retry would).
+		if err := srv.Client(t, 8).HSet(ctx, keys.Job(1, jobs[0].ID), "status", "dispatched").Err(); err != nil {
+			t.Fatal(err)
+		}
+		return stored
+	}
+	j := run(store.JobOutcome{Status: model.JobError, Error: "boom", ExitCode: 3, Fatal: true, RetryAfter: 2 * time.Second})
+	if j.Status != model.JobError || j.Error != "boom" || j.ExitCode != 3 || !j.Fatal || j.RetryAfterMs != 2000 || j.FinishedAtMs == 0 {
+		t.Fatalf("after a failed run: %+v", j)
+	}
+	j = run(store.JobOutcome{Status: model.JobFinished, Result: map[string]string{"k": "v"}})
+	if j.Status != model.JobFinished || j.Error != "" || j.ExitCode != 0 || j.Fatal || j.RetryAfterMs != 0 || j.Result["k"] != "v" {
+		t.Fatalf("after a good run: %+v", j)
+	}
+}
+
+// A job's results reach the flow's result map however many there are (the completion
+// writes them in chunks), and a retry's requested delay is taken from the job.
+func TestCompleteNodeManyResults(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 9)
+	f, jobs := flowWith(t, s, db, 1)
+	j := jobs[0]
+	if _, _, ok, why, err := db.Dispatch(ctx, f.ID, j, "scheduler", 0); !ok || err != nil {
+		t.Fatalf("dispatch: %v %s %v", ok, why, err)
+	}
+	if err := db.Enqueue(ctx, keys.Queue("sh"), keys.Job(1, j.ID)); err != nil {
+		t.Fatal(err)
+	}
+	cl, _, job, err := db.ClaimStart(ctx, keys.Queue("sh"), "w", time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := map[string]string{"output": "x"}
+	for i := 0; i < 5000; i++ {
+		res[fmt.Sprintf("K%d", i)] = strconv.Itoa(i)
+	}
+	if ok, err := db.FinishJob(ctx, cl, job, store.JobOutcome{Status: model.JobFinished, Result: res}); !ok || err != nil {
+		t.Fatalf("finish: %v %v", ok, err)
+	}
+	end, err := db.CompleteNode(ctx, store.JobEnd{FlowID: f.ID, CallerID: 1, JobID: j.ID, Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler"})
+	if err != nil || !end.Applied || !end.FlowFinished {
+		t.Fatalf("complete: %+v %v", end, err)
+	}
+	// The flow ended: its result map holds every result.
+	fl, err := db.LoadFlow(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fl.Result; len(got) != len(res) || got[fmt.Sprintf("%d.K4999", j.ID)] != "4999" || got[fmt.Sprintf("%d.output", j.ID)] != "x" {
+		t.Fatalf("flow results: %d entries, want %d", len(got), len(res))
 	}
 }

@@ -66,7 +66,7 @@ func (r *runner) startExecutors(ctx context.Context) error {
 					log.Warn().Str("kind", string(v.Kind)).Str("request_id", v.RequestID).Err(v.Err).Msg("executor protocol violation")
 				}},
 			Stdout: logLines{log, "stdout"}, Stderr: logLines{log, "stderr"},
-			Logger: obs.Slog(log),
+			Logger: obs.Slog(r.log), // the pool adds "executor"
 			OnRestart: func(index int, reason error) {
 				r.em.restarts.WithLabelValues(e.name).Inc()
 				log.Warn().Int("process", index).AnErr("reason", reason).Msg("executor process restarting")

@@ -383,3 +383,35 @@ func TestDLQAndFlowRetry(t *testing.T) {
 	}
 	_ = context.Background
 }
+
+// An executor does not outlive its runner: after kill -9 of the runner, every executor
+// process it started is gone (none is left orphaned, holding its socket or port).
+func TestExecutorsDieWithTheirRunner(t *testing.T) {
+	s, _ := executorStack(t)
+	// Each pool process logs its pid once it accepts connections.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pidRE := regexp.MustCompile(`"pid":(\d+)`)
+	var pids []int
+	for _, want := range [][]string{{`"executor":"python"`, `"index":0`}, {`"executor":"python"`, `"index":1`}, {`"executor":"go"`, `"index":0`}} {
+		line, err := s.Runner.WaitLog(ctx, append(want, `"message":"rrq executor process ready"`)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := pidRE.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("no pid in %s", line)
+		}
+		p, _ := strconv.Atoi(m[1])
+		pids = append(pids, p)
+	}
+	for _, p := range pids {
+		if !pidAlive(p) {
+			t.Fatalf("executor %d is not running before the kill", p)
+		}
+	}
+	s.Runner.Kill()
+	for _, p := range pids {
+		waitGone(t, p, 10*time.Second)
+	}
+}
