@@ -6,15 +6,17 @@ import "strconv"
 // moves the object between the per-status indexes (coord:idx:jobs:<status>,
 // coord:idx:flows:<status>), which is what lets lists filter by status without a scan.
 var luaLib = `
--- index_job moves job m (caller:id) from the index of status old to that of st.
-local function index_job(m, old, st)
+-- reindex moves member m of the index idx (coord:idx:jobs or coord:idx:flows) from
+-- the per-status index of old to that of st, keeping its score (creation time).
+local function reindex(idx, m, old, st)
   if old == st then return end
-  local score = redis.call('ZSCORE', 'coord:idx:jobs', m)
+  local score = redis.call('ZSCORE', idx, m)
   if score then
-    if old then redis.call('ZREM', 'coord:idx:jobs:' .. old, m) end
-    redis.call('ZADD', 'coord:idx:jobs:' .. st, score, m)
+    if old then redis.call('ZREM', idx .. ':' .. old, m) end
+    redis.call('ZADD', idx .. ':' .. st, score, m)
   end
 end
+local function index_job(m, old, st) reindex('coord:idx:jobs', m, old, st) end
 local function set_job(caller, id, st, ...)
   local jk = 'job:' .. caller .. ':' .. id
   local old = redis.call('HGET', jk, 'status')
@@ -26,13 +28,7 @@ local function set_flow(id, st, ...)
   local fk = 'flow:' .. id
   local old = redis.call('HGET', fk, 'status')
   redis.call('HSET', fk, 'status', st, ...)
-  if old ~= st then
-    local score = redis.call('ZSCORE', 'coord:idx:flows', id)
-    if score then
-      if old then redis.call('ZREM', 'coord:idx:flows:' .. old, id) end
-      redis.call('ZADD', 'coord:idx:flows:' .. st, score, id)
-    end
-  end
+  reindex('coord:idx:flows', id, old, st)
   return old
 end
 local function event(typ, actor, now_ms, flow, job, caller, st, detail)
