@@ -27,7 +27,8 @@ const (
 
 // claimStartScript claims the oldest job of a queue and marks it started, in one round
 // trip: KEYS queue, processing list, leases, events; ARGV worker, queue name, lease
-// expiry ms, claim id, now_s, now_ms, trace id (” for none). The claim id is written
+// expiry ms, claim id, now_ms, n, then n field/value items to set and the fields to
+// clear (ClaimStart builds both lists and applies them to the reply). The claim id is written
 // into the job: only this run may finish it (a job queued again while a first run of
 // it ends is run anew). It returns false when the queue is empty, else {item, code,
 // attempt, job hash as a flat list}: the runner learns everything about the job in the
@@ -35,7 +36,7 @@ const (
 // that already ended (code 2) are dropped from the processing list at once.
 var claimStartScript = newLibScript(`
 local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
-local worker, qname, exp, claim, now_s, now_ms, trace = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local worker, qname, exp, claim, now_ms, nset = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 local item = redis.call('LMOVE', KEYS[1], proc, 'RIGHT', 'LEFT')
 if not item then return false end
 local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
@@ -58,15 +59,12 @@ local prev = h['worker']
 local flow = h['flow_id'] or '0'
 local id = h['id'] or ''
 local caller = h['caller_id'] or ''
-if trace ~= '' then
-  redis.call('HSET', item, 'status', 'started', 'worker', worker, 'claim', claim, 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s, 'trace_id', trace)
-else
-  redis.call('HSET', item, 'status', 'started', 'worker', worker, 'claim', claim, 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
-end
+local set, clear = {}, {}
+for i = 7, 6 + nset do set[#set + 1] = ARGV[i] end
+for i = 7 + nset, #ARGV do if h[ARGV[i]] then clear[#clear + 1] = ARGV[i] end end
+redis.call('HSET', item, unpack(set))
 index_job(caller .. ':' .. id, st, 'started')
-if h['error'] or h['exit_code'] or h['finished_at'] or h['finished_at_ms'] then
-  redis.call('HDEL', item, 'error', 'exit_code', 'finished_at', 'finished_at_ms')
-end
+if #clear > 0 then redis.call('HDEL', item, unpack(clear)) end
 if flow ~= '0' and flow ~= '' then
   local dag = 'coord:dag:' .. flow
   if redis.call('HGET', dag, 's:' .. id) == 'dispatched' then redis.call('HSET', dag, 's:' .. id, 'running') end
@@ -86,8 +84,22 @@ return {item, code, attempt, flat}
 func (d *DB) ClaimStart(ctx context.Context, queue, consumer string, lease time.Duration, traceID string) (*Claim, StartOutcome, *model.Job, error) {
 	now := time.Now()
 	c := &Claim{Queue: queue, Consumer: consumer, ID: newClaimID()}
-	res, err := d.Eval(ctx, claimStartScript, []string{queue, keys.Processing(consumer), keys.Leases, keys.Events},
-		consumer, queue, now.Add(lease).UnixMilli(), c.ID, now.Unix(), now.UnixMilli(), traceID)
+	// What a start writes into the job: the script sets these fields, and applies
+	// them to the hash it returns (as it was before) here, from the same list.
+	secs := strconv.FormatInt(now.Unix(), 10)
+	set := []string{"status", string(model.JobStarted), "worker", consumer, "claim", c.ID,
+		"started_at", secs, "started_at_ms", strconv.FormatInt(now.UnixMilli(), 10), "updated_at", secs}
+	if traceID != "" {
+		set = append(set, "trace_id", traceID)
+	}
+	args := []any{consumer, queue, now.Add(lease).UnixMilli(), c.ID, now.UnixMilli(), len(set)}
+	for _, v := range set {
+		args = append(args, v)
+	}
+	for _, v := range startClears {
+		args = append(args, v)
+	}
+	res, err := d.Eval(ctx, claimStartScript, []string{queue, keys.Processing(consumer), keys.Leases, keys.Events}, args...)
 	if err == redis.Nil {
 		return nil, StartGone, nil, nil
 	}
@@ -103,19 +115,18 @@ func (d *DB) ClaimStart(ctx context.Context, queue, consumer string, lease time.
 		return c, StartGone, nil, fmt.Errorf("dropped queue item %q of %s: %w", c.Item, queue, err)
 	}
 	out, j, err := d.started(c.Item, vals[1:], func(h map[string]string) {
-		// The script returns the hash as it was; these are its changes.
-		h["status"], h["worker"], h["claim"] = string(model.JobStarted), consumer, c.ID
-		h["started_at"], h["updated_at"] = strconv.FormatInt(now.Unix(), 10), strconv.FormatInt(now.Unix(), 10)
-		h["started_at_ms"] = strconv.FormatInt(now.UnixMilli(), 10)
-		if traceID != "" {
-			h["trace_id"] = traceID
+		for i := 0; i+1 < len(set); i += 2 {
+			h[set[i]] = set[i+1]
 		}
-		for _, k := range []string{"error", "exit_code", "finished_at", "finished_at_ms"} {
+		for _, k := range startClears {
 			delete(h, k)
 		}
 	})
 	return c, out, j, err
 }
+
+// startClears are the fields of an earlier run's end that a start removes.
+var startClears = []string{"error", "exit_code", "finished_at", "finished_at_ms"}
 
 // started reads a start script's {code, attempt, job hash}.
 func (d *DB) started(item string, vals []any, patch func(map[string]string)) (StartOutcome, *model.Job, error) {
