@@ -3,25 +3,26 @@ package e2e
 import (
 	"context"
 	"encoding/base64"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/testutil/freeport"
 	"github.com/hero-coordinator/hero/lib/testutil/myceliumemu"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
+// freeAddr: an address a node's service binds later (the others name it; a restarted
+// service comes back on it).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
+	return a
 }
 
 // node is one Hero node: its Redis, its services and its gateway to Mycelium.

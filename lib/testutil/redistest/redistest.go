@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/testutil/freeport"
 )
 
 // Databases is the number of databases test servers have (contexts 1..63).
@@ -86,7 +87,7 @@ func StartServer(opt ...Options) (*Server, error) {
 	}
 	var last error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := freeport.Port() // outside the ephemeral range: a restart rebinds it
 		if err != nil {
 			return nil, err
 		}
@@ -214,13 +215,4 @@ func (s *Server) Keys(t testing.TB, db int) []string {
 		t.Fatal(err)
 	}
 	return out
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
