@@ -488,6 +488,45 @@ func (p *Pool) Cancel(ctx context.Context, jobID, requestID string, hardKill boo
 	return errors.Join(errs...)
 }
 
+// Stop cancels a request and sees that it ends: a cancel frame at once and again every
+// quarter of grace — a cancel travels on a connection of its own and can overtake its
+// request, and an executor ignores a cancel for a request it has not seen yet — and,
+// if done (closed when the request's Execute returned) is still open once grace has
+// passed, the request's process is killed (and restarted; the call then fails). It
+// returns whether it killed. Failed sends are reported to onErr (may be nil).
+func (p *Pool) Stop(jobID, requestID string, grace time.Duration, done <-chan struct{}, onErr func(error)) bool {
+	every := max(grace/4, 10*time.Millisecond)
+	deadline := time.Now().Add(grace)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		err := p.Cancel(ctx, jobID, requestID, false)
+		cancel()
+		if err != nil && onErr != nil {
+			onErr(err)
+		}
+		wait := min(every, time.Until(deadline))
+		if wait <= 0 {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-done:
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		if !time.Now().Before(deadline) {
+			break
+		}
+	}
+	select {
+	case <-done:
+		return false
+	default:
+	}
+	return p.KillRequest(requestID)
+}
+
 // ProcessOf returns the index of the process running request requestID.
 func (p *Pool) ProcessOf(requestID string) (int, bool) {
 	p.mu.Lock()

@@ -444,3 +444,68 @@ func TestPoolCloseStopsProcesses(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// Stop's cancel can overtake its request (it goes on a connection of its own, and the
+// executor ignores a cancel for a request it has not seen): Stop sends it again, so a
+// cooperative executor ends the call cancelled within the grace period and is not
+// killed. Here the first cancel is sent before the request on purpose.
+func TestPoolStopCancelOvertakingItsRequest(t *testing.T) {
+	for _, kind := range executorKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			p := startTestPool(t, kind, TransportUnix, 1, 4)
+			ctx := testCtx(t, 30*time.Second)
+			req := NewRequest("job-stop-early", "sleep", nil, map[string]any{"seconds": 30})
+			req.RequestID = NewUUID()
+			done := make(chan struct{})
+			stopped := make(chan bool, 1)
+			go func() { stopped <- p.Stop(req.JobID, req.RequestID, 2*time.Second, done, nil) }()
+			// Wait until the first cancel went out, then send the request.
+			for p.Stats().Processes[0].Client.CancelsSent == 0 {
+				if ctx.Err() != nil {
+					t.Fatal("the first cancel was never sent")
+				}
+				time.Sleep(5 * time.Millisecond) // another goroutine's counter: nothing to wait on
+			}
+			r := await(t, goExecute(ctx, p, req), 10*time.Second)
+			close(done)
+			if r.err != nil || r.out.Error == nil || r.out.Error.Type != ErrorTypeCancelled {
+				t.Fatalf("outcome %+v, error %v: want cancelled", r.out, r.err)
+			}
+			if <-stopped {
+				t.Fatal("Stop killed a cooperative executor")
+			}
+			if n := p.Stats().Restarts; n != 0 {
+				t.Fatalf("%d restarts", n)
+			}
+		})
+	}
+}
+
+// Stop kills a request's process when the executor does not answer within the grace.
+func TestPoolStopKillsAfterGrace(t *testing.T) {
+	kind := executorKinds[1] // python: its "stubborn" handler ignores cancels
+	p := startTestPool(t, kind, TransportUnix, 1, 4)
+	ctx := testCtx(t, 30*time.Second)
+	req := NewRequest("job-stubborn", "stubborn", nil, map[string]any{"seconds": 30})
+	req.RequestID = NewUUID()
+	ch := goExecute(ctx, p, req)
+	for p.Stats().Processes[0].Client.InFlight == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the request never went out")
+		}
+		time.Sleep(5 * time.Millisecond) // another goroutine's counter: nothing to wait on
+	}
+	done := make(chan struct{})
+	start := time.Now()
+	if !p.Stop(req.JobID, req.RequestID, 500*time.Millisecond, done, nil) {
+		t.Fatal("Stop did not kill a process that ignores cancels")
+	}
+	if d := time.Since(start); d < 500*time.Millisecond {
+		t.Fatalf("killed after %v, before the grace", d)
+	}
+	r := await(t, ch, 10*time.Second)
+	close(done)
+	if !errors.Is(r.err, ErrExecutorKilled) {
+		t.Fatalf("call error %v, want ErrExecutorKilled", r.err)
+	}
+}

@@ -187,22 +187,11 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 
 	ex := &execution{ref: ref}
 	ex.cancel = func(reason string) {
-		// Best effort first: a cancel frame. An executor that does not answer within the
-		// grace period is killed (and restarted by its pool); the call then fails.
+		// Cancel frames first; an executor that has not answered within the grace
+		// period is killed (and restarted by its pool); the call then fails.
 		go func() {
-			cctx, cancel := context.WithTimeout(context.Background(), r.cfg.CancelGrace)
-			defer cancel()
-			if err := pool.Cancel(cctx, req.JobID, req.RequestID, false); err != nil {
-				log.Warn().Err(err).Msg("send cancel frame")
-			}
-			t := time.NewTimer(r.cfg.CancelGrace)
-			defer t.Stop()
-			select {
-			case <-callCtx.Done():
-				return
-			case <-t.C:
-			}
-			if pool.KillRequest(req.RequestID) {
+			onErr := func(err error) { log.Warn().Err(err).Msg("send cancel frame") }
+			if pool.Stop(req.JobID, req.RequestID, r.cfg.CancelGrace, callCtx.Done(), onErr) {
 				log.Warn().Str("reason", reason).Dur("grace", r.cfg.CancelGrace).Msg("executor did not answer the cancel; process killed")
 			}
 		}()
