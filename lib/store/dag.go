@@ -557,19 +557,40 @@ return out
 
 // CompleteNode applies a job's end to its flow's DAG.
 func (d *DB) CompleteNode(ctx context.Context, e JobEnd) (EndResult, error) {
+	res, errs := d.CompleteNodes(ctx, []JobEnd{e})
+	return res[0], errs[0]
+}
+
+// CompleteNodes is CompleteNode for several ends of flow jobs in one round trip; each
+// end is its own atomic script, applied in order.
+func (d *DB) CompleteNodes(ctx context.Context, ends []JobEnd) ([]EndResult, []error) {
 	now := time.Now()
-	fatal := "0"
-	if e.Fatal {
-		fatal = "1"
+	calls := make([]Call, len(ends))
+	for i, e := range ends {
+		fatal := "0"
+		if e.Fatal {
+			fatal = "1"
+		}
+		calls[i] = Call{Script: completeScript,
+			Keys: []string{keys.DAG(e.FlowID), keys.Flow(e.FlowID), keys.FlowResults(e.FlowID), keys.Job(e.CallerID, e.JobID), keys.Events},
+			Args: []any{d.ContextID, e.FlowID, e.CallerID, e.JobID, e.Attempt, string(e.Status), e.Error, fatal, e.Retries, e.Backoff.Milliseconds(),
+				now.Unix(), now.UnixMilli(), e.Actor, e.Retention.Milliseconds()}}
 	}
-	res, err := d.Eval(ctx, completeScript,
-		[]string{keys.DAG(e.FlowID), keys.Flow(e.FlowID), keys.FlowResults(e.FlowID), keys.Job(e.CallerID, e.JobID), keys.Events},
-		d.ContextID, e.FlowID, e.CallerID, e.JobID, e.Attempt, string(e.Status), e.Error, fatal, e.Retries, e.Backoff.Milliseconds(),
-		now.Unix(), now.UnixMilli(), e.Actor, e.Retention.Milliseconds())
-	if err != nil {
-		return EndResult{}, fmt.Errorf("complete job %d:%d:%d: %w", d.ContextID, e.CallerID, e.JobID, err)
+	out, errs := make([]EndResult, len(ends)), make([]error, len(ends))
+	for i, cmd := range d.EvalBatch(ctx, calls) {
+		res, err := cmd.Result()
+		if err != nil {
+			errs[i] = fmt.Errorf("complete job %d:%d:%d: %w", d.ContextID, ends[i].CallerID, ends[i].JobID, err)
+			continue
+		}
+		vals, _ := res.([]any)
+		if len(vals) < 3 {
+			errs[i] = fmt.Errorf("complete job %d:%d:%d: unexpected reply %v", d.ContextID, ends[i].CallerID, ends[i].JobID, res)
+			continue
+		}
+		out[i] = parseEnd(vals)
 	}
-	return parseEnd(res.([]any)), nil
+	return out, errs
 }
 
 func parseEnd(vals []any) EndResult {

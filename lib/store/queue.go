@@ -63,6 +63,19 @@ func EnqueueOn(ctx context.Context, p redis.Pipeliner, ctxID uint32, queue, item
 	p.Select(ctx, int(ctxID))
 }
 
+// EnqueueManyOn is EnqueueOn for several items of one queue (in this order), with one
+// wake token each.
+func EnqueueManyOn(ctx context.Context, p redis.Pipeliner, ctxID uint32, queue string, items []any) {
+	p.LPush(ctx, queue, items...)
+	p.Select(ctx, 0)
+	tokens := make([]any, len(items))
+	for i := range tokens {
+		tokens[i] = "1"
+	}
+	p.LPush(ctx, keys.WakeQueue(ctxID, queue), tokens...)
+	p.Select(ctx, int(ctxID))
+}
+
 // claimScript: KEYS queue, processing list, leases; ARGV consumer, queue name, expiry
 // ms, claim id.
 var claimScript = NewScript(`
@@ -88,32 +101,44 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 	return c, nil
 }
 
-// claimMessageScript claims a message and reads what routing it needs, in one round
-// trip: KEYS queue, processing list, leases; ARGV consumer, queue name, expiry ms,
-// claim id. It returns false when the queue is empty, else {item, message hash, job
-// hash, script types hash}: for a job request the hash of the job it carries and the
-// coord:script_types counts, else empty lists.
+// claimMessageScript claims up to max messages and reads what routing them needs, in
+// one round trip: KEYS queue, processing list, leases, the queue's wake list (DB 0);
+// ARGV consumer, queue name, expiry ms, max, wake token, tokens held (as for
+// claimStartScript), then max claim ids. It returns {script types hash, {item, message
+// hash, job hash}...}: for a job request the hash of the job it carries (and the
+// coord:script_types counts, read once), else empty lists.
 var claimMessageScript = NewScript(`
-local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-if not item then return false end
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[4])
-local m = redis.call('HGETALL', item)
-local kind, job = nil, nil
-for i = 1, #m, 2 do
-  if m[i] == 'kind' then kind = m[i + 1] elseif m[i] == 'job' then job = m[i + 1] end
-end
-local jh, types = {}, {}
-if kind == 'job_request' then
-  local ok, jobs = pcall(cjson.decode, job or '')
-  if ok and type(jobs) == 'table' and type(jobs[1]) == 'table' then
-    local caller, id = tonumber(jobs[1].caller_id), tonumber(jobs[1].id)
-    if caller and id then
-      jh = redis.call('HGETALL', string.format('job:%d:%d', caller, id))
-      types = redis.call('HGETALL', 'coord:script_types')
+local max = tonumber(ARGV[4])
+local out, types = {}, nil
+for n = 1, max do
+  local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  if not item then break end
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[6 + n])
+  local m = redis.call('HGETALL', item)
+  local kind, job = nil, nil
+  for i = 1, #m, 2 do
+    if m[i] == 'kind' then kind = m[i + 1] elseif m[i] == 'job' then job = m[i + 1] end
+  end
+  local jh = {}
+  if kind == 'job_request' then
+    local ok, jobs = pcall(cjson.decode, job or '')
+    if ok and type(jobs) == 'table' and type(jobs[1]) == 'table' then
+      local caller, id = tonumber(jobs[1].caller_id), tonumber(jobs[1].id)
+      if caller and id then
+        jh = redis.call('HGETALL', string.format('job:%d:%d', caller, id))
+        if not types then types = redis.call('HGETALL', 'coord:script_types') end
+      end
     end
   end
+  out[#out + 1] = {item, m, jh}
 end
-return {item, m, jh, types}
+if #out == 0 then return false end
+local extra = #out - tonumber(ARGV[6])
+if extra > 0 then
+  redis.call('SELECT', 0)
+  redis.call('LREM', KEYS[4], extra, ARGV[5])
+end
+return {types or {}, out}
 `)
 
 // ClaimedMessage is a claimed message with what routing it needs.
@@ -130,9 +155,27 @@ type ClaimedMessage struct {
 // message, and for a job request its job and the served script types, in the same
 // round trip. It returns nil when the queue is empty.
 func (d *DB) ClaimMessage(ctx context.Context, queue, consumer string, lease time.Duration) (*ClaimedMessage, error) {
+	cms, err := d.ClaimMessages(ctx, queue, consumer, lease, 1, Wake{})
+	if err != nil || len(cms) == 0 {
+		return nil, err
+	}
+	return cms[0], nil
+}
+
+// ClaimMessages is ClaimMessage for up to max messages (oldest first), in one script;
+// w names the queue's wake list, whose tokens for the messages beyond the one the
+// caller holds it removes. It returns none when the queue is empty.
+func (d *DB) ClaimMessages(ctx context.Context, queue, consumer string, lease time.Duration, max int, w Wake) ([]*ClaimedMessage, error) {
 	exp := time.Now().Add(lease).UnixMilli()
-	c := &Claim{Queue: queue, Consumer: consumer, ID: newClaimID()}
-	res, err := d.Eval(ctx, claimMessageScript, []string{queue, keys.Processing(consumer), keys.Leases}, consumer, queue, exp, c.ID)
+	wkey, wtoken, held := w.args()
+	args := make([]any, 0, 6+max)
+	args = append(args, consumer, queue, exp, max, wtoken, held)
+	ids := make([]string, max)
+	for i := range ids {
+		ids[i] = newClaimID()
+		args = append(args, ids[i])
+	}
+	res, err := d.Eval(ctx, claimMessageScript, []string{queue, keys.Processing(consumer), keys.Leases, wkey}, args...)
 	if err == redis.Nil {
 		return nil, nil
 	}
@@ -140,11 +183,22 @@ func (d *DB) ClaimMessage(ctx context.Context, queue, consumer string, lease tim
 		return nil, fmt.Errorf("claim from %s of context %d: %w", queue, d.ContextID, err)
 	}
 	vals, _ := res.([]any)
-	if len(vals) != 4 {
+	if len(vals) != 2 {
 		return nil, fmt.Errorf("claim from %s of context %d: unexpected reply %v", queue, d.ContextID, res)
 	}
-	c.Item, _ = vals[0].(string)
-	return &ClaimedMessage{Claim: c, Msg: flatMap(vals[1]), Job: flatMap(vals[2]), ScriptTypes: flatMap(vals[3])}, nil
+	types := flatMap(vals[0])
+	items, _ := vals[1].([]any)
+	out := make([]*ClaimedMessage, 0, len(items))
+	for i, it := range items {
+		e, _ := it.([]any)
+		if len(e) != 3 {
+			return nil, fmt.Errorf("claim from %s of context %d: unexpected reply %v", queue, d.ContextID, res)
+		}
+		c := &Claim{Queue: queue, Consumer: consumer, ID: ids[i]}
+		c.Item, _ = e[0].(string)
+		out = append(out, &ClaimedMessage{Claim: c, Msg: flatMap(e[1]), Job: flatMap(e[2]), ScriptTypes: types})
+	}
+	return out, nil
 }
 
 // flatMap reads a script's flat field/value list into a map.

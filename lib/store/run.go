@@ -25,104 +25,183 @@ const (
 	StartStopped                     // stop was requested before it started: finish it as stopped
 )
 
-// claimStartScript claims the oldest job of a queue and marks it started, in one round
-// trip: KEYS queue, processing list, leases, events; ARGV worker, queue name, lease
-// expiry ms, claim id, now_ms, n, then n field/value items to set and the fields to
-// clear (ClaimStart builds both lists and applies them to the reply). The claim id is written
-// into the job: only this run may finish it (a job queued again while a first run of
-// it ends is run anew). It returns false when the queue is empty, else {item, code,
-// attempt, job hash as a flat list}: the runner learns everything about the job in the
-// same round trip. An item that is no job key, a job that is gone (code 1) and a job
-// that already ended (code 2) are dropped from the processing list at once.
+// claimStartScript claims up to max jobs from the consuming end of a queue and marks
+// each started, in one round trip: KEYS queue, processing list, leases, events, the
+// queue's wake list (DB 0); ARGV worker, queue name, lease expiry ms, now_ms, max,
+// wake token, tokens held (0 or 1), n, then n field/value items that every start sets,
+// the count of fields a start clears and those fields, then max pairs of (claim id,
+// trace id) (ClaimStarts builds the lists and applies them to the reply). The claim id
+// is written into the job: only this run may finish it (a job queued again while a
+// first run of it ends is run anew). It returns one {item, code, attempt, job hash as
+// a flat list} per item claimed (none when the queue is empty): the runner learns
+// everything about its jobs in the same round trip. An item that is no job key, a job
+// that is gone (code 1) and a job that already ended (code 2) are dropped from the
+// processing list at once.
+//
+// Producers push one wake token per item; a consumer that took one token and claimed
+// k items removes k-1 more (k with no token held), so that the rest of the group's
+// tokens do not wake other consumers for nothing. The tokens left stay at least the
+// items left.
 var claimStartScript = newLibScript(`
 local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
-local worker, qname, exp, claim, now_ms, nset = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
-local item = redis.call('LMOVE', KEYS[1], proc, 'RIGHT', 'LEFT')
-if not item then return false end
-local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
-redis.call('ZADD', leases, exp, member)
--- One read of the whole hash; the reply is that hash before this script's changes,
--- which the caller applies itself (it knows them).
-local flat = {}
-if string.match(item, '^job:%d+:%d+$') then flat = redis.call('HGETALL', item) end
-local h = {}
-for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
-local st = h['status']
-if not st or st == 'finished' or st == 'error' then
-  redis.call('LREM', proc, 1, item)
-  redis.call('ZREM', leases, member)
-  if st then return {item, 2, 0, {}} end
-  return {item, 1, 0, {}}
+local worker, qname, exp, now_ms, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local nset = tonumber(ARGV[8])
+local common = {}
+for i = 9, 8 + nset do common[#common + 1] = ARGV[i] end
+local nclear = tonumber(ARGV[9 + nset])
+local clears = {}
+for i = 10 + nset, 9 + nset + nclear do clears[#clears + 1] = ARGV[i] end
+local slots = 10 + nset + nclear
+local out = {}
+for n = 1, max do
+  local item = redis.call('LMOVE', KEYS[1], proc, 'RIGHT', 'LEFT')
+  if not item then break end
+  local claim, trace = ARGV[slots + 2 * (n - 1)], ARGV[slots + 2 * (n - 1) + 1]
+  local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
+  redis.call('ZADD', leases, exp, member)
+  -- One read of the whole hash; the reply is that hash before this script's changes,
+  -- which the caller applies itself (it knows them).
+  local flat = {}
+  if string.match(item, '^job:%d+:%d+$') then flat = redis.call('HGETALL', item) end
+  local h = {}
+  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+  local st = h['status']
+  if not st or st == 'finished' or st == 'error' then
+    redis.call('LREM', proc, 1, item)
+    redis.call('ZREM', leases, member)
+    if st then out[#out + 1] = {item, 2, 0, {}} else out[#out + 1] = {item, 1, 0, {}} end
+  else
+    local attempt = tonumber(h['attempt'] or '1') or 1
+    local prev = h['worker']
+    local flow = h['flow_id'] or '0'
+    local id = h['id'] or ''
+    local caller = h['caller_id'] or ''
+    local set = {'claim', claim}
+    for i = 1, #common do set[#set + 1] = common[i] end
+    if trace ~= '' then set[#set + 1] = 'trace_id'; set[#set + 1] = trace end
+    local clear = {}
+    for i = 1, #clears do if h[clears[i]] then clear[#clear + 1] = clears[i] end end
+    redis.call('HSET', item, unpack(set))
+    index_job(caller .. ':' .. id, st, 'started')
+    if #clear > 0 then redis.call('HDEL', item, unpack(clear)) end
+    if flow ~= '0' and flow ~= '' then
+      local dag = 'coord:dag:' .. flow
+      if redis.call('HGET', dag, 's:' .. id) == 'dispatched' then redis.call('HSET', dag, 's:' .. id, 'running') end
+    end
+    local detail = 'attempt ' .. attempt .. ' on ' .. worker
+    if st == 'started' and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
+    redis.call('XADD', ek, 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', 'job.started', 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', 'started', 'detail', detail)
+    local code = 0
+    if h['stop_requested'] == '1' then code = 3 end
+    out[#out + 1] = {item, code, attempt, flat}
+  end
 end
-local attempt = tonumber(h['attempt'] or '1') or 1
-local prev = h['worker']
-local flow = h['flow_id'] or '0'
-local id = h['id'] or ''
-local caller = h['caller_id'] or ''
-local set, clear = {}, {}
-for i = 7, 6 + nset do set[#set + 1] = ARGV[i] end
-for i = 7 + nset, #ARGV do if h[ARGV[i]] then clear[#clear + 1] = ARGV[i] end end
-redis.call('HSET', item, unpack(set))
-index_job(caller .. ':' .. id, st, 'started')
-if #clear > 0 then redis.call('HDEL', item, unpack(clear)) end
-if flow ~= '0' and flow ~= '' then
-  local dag = 'coord:dag:' .. flow
-  if redis.call('HGET', dag, 's:' .. id) == 'dispatched' then redis.call('HSET', dag, 's:' .. id, 'running') end
+local extra = #out - tonumber(ARGV[7])
+if extra > 0 then
+  redis.call('SELECT', 0)
+  redis.call('LREM', KEYS[5], extra, ARGV[6])
 end
-local detail = 'attempt ' .. attempt .. ' on ' .. worker
-if st == 'started' and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
-redis.call('XADD', ek, 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', 'job.started', 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', 'started', 'detail', detail)
-local code = 0
-if h['stop_requested'] == '1' then code = 3 end
-return {item, code, attempt, flat}
+return out
 `)
+
+// Started is one job a ClaimStarts took.
+type Started struct {
+	Claim   *Claim
+	Outcome StartOutcome // StartGone and StartDone: already acked, nothing to run
+	Job     *model.Job   // nil for StartGone and StartDone
+	Err     error        // the item could not be read (it is acked; Claim is set)
+}
 
 // ClaimStart claims the oldest job of a queue under a lease and marks it started, in
 // one round trip: Claim and StartJob together. traceID (W3C, 32 hex digits) is stored
 // as the job's trace_id. It returns a nil claim when the queue is empty; with
 // StartGone or StartDone the item is already acked.
 func (d *DB) ClaimStart(ctx context.Context, queue, consumer string, lease time.Duration, traceID string) (*Claim, StartOutcome, *model.Job, error) {
-	now := time.Now()
-	c := &Claim{Queue: queue, Consumer: consumer, ID: newClaimID()}
-	// What a start writes into the job: the script sets these fields, and applies
-	// them to the hash it returns (as it was before) here, from the same list.
-	secs := strconv.FormatInt(now.Unix(), 10)
-	set := []string{"status", string(model.JobStarted), "worker", consumer, "claim", c.ID,
-		"started_at", secs, "started_at_ms", strconv.FormatInt(now.UnixMilli(), 10), "updated_at", secs}
-	if traceID != "" {
-		set = append(set, "trace_id", traceID)
+	got, err := d.ClaimStarts(ctx, queue, consumer, lease, []string{traceID}, Wake{})
+	if err != nil || len(got) == 0 {
+		return nil, StartGone, nil, err
 	}
-	args := []any{consumer, queue, now.Add(lease).UnixMilli(), c.ID, now.UnixMilli(), len(set)}
+	return got[0].Claim, got[0].Outcome, got[0].Job, got[0].Err
+}
+
+// Wake names the wake list of a queue (in DB 0) and its token, for a claim that takes
+// several items at once: the claim removes the tokens of the items it took beyond the
+// one the caller holds (Held). A zero Wake leaves the tokens alone.
+type Wake struct {
+	Key, Token string
+	Held       bool
+}
+
+func (w Wake) args() (key, token, held string) {
+	if w.Key == "" {
+		return "coord:wake:none", "", "1000000000"
+	}
+	if w.Held {
+		return w.Key, w.Token, "1"
+	}
+	return w.Key, w.Token, "0"
+}
+
+// ClaimStarts claims up to len(traceIDs) jobs of a queue (oldest first) and marks
+// each started, in one script; traceIDs[i] is stored as the i-th job's trace_id ("":
+// none). It returns what it took, in queue order (none when the queue is empty).
+func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time.Duration, traceIDs []string, w Wake) ([]Started, error) {
+	now := time.Now()
+	// What a start writes into the job besides its claim and trace ids: the script
+	// sets these fields, and they are applied here to the hash it returns (as it was).
+	secs := strconv.FormatInt(now.Unix(), 10)
+	set := []string{"status", string(model.JobStarted), "worker", consumer,
+		"started_at", secs, "started_at_ms", strconv.FormatInt(now.UnixMilli(), 10), "updated_at", secs}
+	claimIDs := make([]string, len(traceIDs))
+	wkey, wtoken, held := w.args()
+	args := make([]any, 0, 10+len(set)+len(startClears)+2*len(traceIDs))
+	args = append(args, consumer, queue, now.Add(lease).UnixMilli(), now.UnixMilli(), len(traceIDs), wtoken, held, len(set))
 	for _, v := range set {
 		args = append(args, v)
 	}
+	args = append(args, len(startClears))
 	for _, v := range startClears {
 		args = append(args, v)
 	}
-	res, err := d.Eval(ctx, claimStartScript, []string{queue, keys.Processing(consumer), keys.Leases, keys.Events}, args...)
-	if err == redis.Nil {
-		return nil, StartGone, nil, nil
+	for i, t := range traceIDs {
+		claimIDs[i] = newClaimID()
+		args = append(args, claimIDs[i], t)
 	}
-	if err != nil {
-		return nil, StartGone, nil, fmt.Errorf("claim and start from %s of context %d: %w", queue, d.ContextID, err)
+	res, err := d.Eval(ctx, claimStartScript, []string{queue, keys.Processing(consumer), keys.Leases, keys.Events, wkey}, args...)
+	if err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("claim and start from %s of context %d: %w", queue, d.ContextID, err)
 	}
 	vals, _ := res.([]any)
-	if len(vals) != 4 {
-		return nil, StartGone, nil, fmt.Errorf("claim and start from %s of context %d: unexpected reply %v", queue, d.ContextID, res)
-	}
-	c.Item, _ = vals[0].(string)
-	if _, _, err := keys.ParseJobKey(c.Item); err != nil {
-		return c, StartGone, nil, fmt.Errorf("dropped queue item %q of %s: %w", c.Item, queue, err)
-	}
-	out, j, err := d.started(c.Item, vals[1:], func(h map[string]string) {
-		for i := 0; i+1 < len(set); i += 2 {
-			h[set[i]] = set[i+1]
+	out := make([]Started, 0, len(vals))
+	for i, v := range vals {
+		e, _ := v.([]any)
+		if len(e) != 4 {
+			return out, fmt.Errorf("claim and start from %s of context %d: unexpected reply %v", queue, d.ContextID, res)
 		}
-		for _, k := range startClears {
-			delete(h, k)
+		c := &Claim{Queue: queue, Consumer: consumer, ID: claimIDs[i]}
+		c.Item, _ = e[0].(string)
+		st := Started{Claim: c, Outcome: StartGone}
+		if _, _, err := keys.ParseJobKey(c.Item); err != nil {
+			st.Err = fmt.Errorf("dropped queue item %q of %s: %w", c.Item, queue, err)
+			out = append(out, st)
+			continue
 		}
-	})
-	return c, out, j, err
+		trace := traceIDs[i]
+		st.Outcome, st.Job, st.Err = d.started(c.Item, e[1:], func(h map[string]string) {
+			for i := 0; i+1 < len(set); i += 2 {
+				h[set[i]] = set[i+1]
+			}
+			h["claim"] = c.ID
+			if trace != "" {
+				h["trace_id"] = trace
+			}
+			for _, k := range startClears {
+				delete(h, k)
+			}
+		})
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 // startClears are the fields of an earlier run's end that a start removes.
@@ -209,6 +288,52 @@ return 1
 // (kind job_result) on msg_out, in one step. false: the job was not held by this
 // worker any more (its lease was lost), nothing but the ack happened.
 func (d *DB) FinishJob(ctx context.Context, c *Claim, j *model.Job, o JobOutcome) (bool, error) {
+	ok, errs := FinishJobs(ctx, []Finish{{DB: d, Claim: c, Job: j, Outcome: o}})
+	return ok[0], errs[0]
+}
+
+// Finish is one run's end for FinishJobs.
+type Finish struct {
+	DB      *DB
+	Claim   *Claim
+	Job     *model.Job
+	Outcome JobOutcome
+}
+
+// FinishJobs is FinishJob for several runs, one round trip per database: each run's
+// end is its own atomic script, as FinishJob's. It returns FinishJob's answer per run.
+func FinishJobs(ctx context.Context, fs []Finish) ([]bool, []error) {
+	oks, errs := make([]bool, len(fs)), make([]error, len(fs))
+	byDB := map[uint32][]int{}
+	var order []uint32
+	for i, f := range fs {
+		if _, seen := byDB[f.DB.ContextID]; !seen {
+			order = append(order, f.DB.ContextID)
+		}
+		byDB[f.DB.ContextID] = append(byDB[f.DB.ContextID], i)
+	}
+	for _, ctxID := range order {
+		idx := byDB[ctxID]
+		calls := make([]Call, len(idx))
+		for k, i := range idx {
+			calls[k] = finishCall(fs[i].DB, fs[i].Claim, fs[i].Job, fs[i].Outcome)
+		}
+		cmds := fs[idx[0]].DB.EvalBatch(ctx, calls)
+		for k, i := range idx {
+			res, err := cmds[k].Result()
+			if err != nil {
+				errs[i] = fmt.Errorf("finish job %s: %w", fs[i].Job.GlobalKey(), err)
+				continue
+			}
+			n, _ := res.(int64)
+			oks[i] = n == 1
+		}
+	}
+	return oks, errs
+}
+
+// finishCall builds the finish script's run for one job.
+func finishCall(d *DB, c *Claim, j *model.Job, o JobOutcome) Call {
 	now := time.Now()
 	item := keys.Job(j.CallerID, j.ID)
 	worker := c.Consumer
@@ -242,12 +367,7 @@ func (d *DB) FinishJob(ctx context.Context, c *Claim, j *model.Job, o JobOutcome
 		}
 		args = append(args, fields[i], fields[i+1])
 	}
-	res, err := d.Eval(ctx, finishJobScript, []string{item, keys.Processing(c.Consumer), keys.Leases, keys.MsgOut, keys.Events, keys.JobLog(j.CallerID, j.ID)}, args...)
-	if err != nil {
-		return false, fmt.Errorf("finish job %s: %w", j.GlobalKey(), err)
-	}
-	n, _ := res.(int64)
-	return n == 1, nil
+	return Call{Script: finishJobScript, Keys: []string{item, keys.Processing(c.Consumer), keys.Leases, keys.MsgOut, keys.Events, keys.JobLog(j.CallerID, j.ID)}, Args: args}
 }
 
 // MaxLogBytes caps a job's stored log by default.

@@ -249,3 +249,101 @@ func TestCompleteNodeManyResults(t *testing.T) {
 		t.Fatalf("flow results: %d entries, want %d", len(got), len(res))
 	}
 }
+
+// ClaimStarts takes several jobs in queue order, each with its own claim and trace id,
+// and removes the wake tokens of the jobs it took beyond the one its caller held; the
+// tokens left always cover the jobs left.
+func TestClaimStartsTakesGroupsAndTheirWakeTokens(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 13)
+	q := keys.Queue("sh")
+	_, jobs := flowWith(t, s, db, 5)
+	for _, j := range jobs {
+		if err := db.Enqueue(ctx, q, keys.Job(1, j.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := srv.Client(t, 0)
+	wake := keys.WakeQueue(13, q)
+	tokens := func() int64 { return g.LLen(ctx, wake).Val() }
+	if n := tokens(); n != 5 {
+		t.Fatalf("%d wake tokens for 5 jobs", n)
+	}
+	g.LPop(ctx, wake) // the token the caller holds
+	traces := []string{"0af7651916cd43dd8448eb211c80319c", "", "1af7651916cd43dd8448eb211c80319c"}
+	got, err := db.ClaimStarts(ctx, q, "w1", time.Minute, traces, store.Wake{Key: wake, Token: "1", Held: true})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("claim 3: %d %v", len(got), err)
+	}
+	claims := map[string]bool{}
+	rc := srv.Client(t, 13)
+	for i, st := range got {
+		if st.Err != nil || st.Outcome != store.StartRun || st.Job.ID != jobs[i].ID || st.Job.TraceID != traces[i] || claims[st.Claim.ID] {
+			t.Fatalf("job %d: %+v %+v", i, st, st.Job)
+		}
+		claims[st.Claim.ID] = true
+		stored, err := db.LoadJob(ctx, 1, jobs[i].ID)
+		if err != nil || stored.Status != model.JobStarted || stored.TraceID != traces[i] || rc.HGet(ctx, keys.Job(1, jobs[i].ID), "claim").Val() != st.Claim.ID {
+			t.Fatalf("stored job %d: %+v %v", i, stored, err)
+		}
+	}
+	first := got
+	if n := tokens(); n != 2 {
+		t.Fatalf("%d wake tokens left for the 2 jobs left", n)
+	}
+	// Without a held token the claim removes one per job; an empty queue returns none.
+	got, err = db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 8), store.Wake{Key: wake, Token: "1"})
+	if err != nil || len(got) != 2 || got[0].Job.ID != jobs[3].ID || got[1].Job.ID != jobs[4].ID {
+		t.Fatalf("claim the rest: %+v %v", got, err)
+	}
+	if n := tokens(); n != 0 {
+		t.Fatalf("%d wake tokens left for an empty queue", n)
+	}
+	if got, err := db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 4), store.Wake{Key: wake, Token: "1"}); err != nil || len(got) != 0 {
+		t.Fatalf("empty queue: %+v %v", got, err)
+	}
+	// Each claim is its own: finishing them together finishes each.
+	var fs []store.Finish
+	for i, st := range first {
+		fs = append(fs, store.Finish{DB: db, Claim: st.Claim, Job: st.Job,
+			Outcome: store.JobOutcome{Status: model.JobFinished, Result: map[string]string{"n": strconv.Itoa(i)}}})
+	}
+	fs[1].Claim = &store.Claim{Queue: q, Consumer: "w1", Item: fs[1].Claim.Item, ID: "not-the-claim"}
+	oks, errs := store.FinishJobs(ctx, fs)
+	for i := range fs {
+		if errs[i] != nil || oks[i] != (i != 1) {
+			t.Fatalf("finish %d: %v %v (a stale claim must not finish)", i, oks[i], errs[i])
+		}
+	}
+	if n := srv.Client(t, 13).LLen(ctx, keys.MsgOut).Val(); n != 2 {
+		t.Fatalf("msg_out holds %d result messages, want 2", n)
+	}
+}
+
+// EvalBatch runs scripts the server has not seen (after SCRIPT FLUSH) from their source.
+func TestEvalBatchAfterScriptFlush(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 14)
+	_, jobs := flowWith(t, s, db, 2)
+	srv.Client(t, 0).ScriptFlush(ctx)
+	for _, j := range jobs {
+		if err := db.Enqueue(ctx, keys.Queue("sh"), keys.Job(1, j.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := db.ClaimStarts(ctx, keys.Queue("sh"), "w", time.Minute, []string{"", ""}, store.Wake{})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("claim: %v %v", got, err)
+	}
+	srv.Client(t, 0).ScriptFlush(ctx)
+	fs := []store.Finish{}
+	for _, st := range got {
+		fs = append(fs, store.Finish{DB: db, Claim: st.Claim, Job: st.Job, Outcome: store.JobOutcome{Status: model.JobFinished}})
+	}
+	oks, errs := store.FinishJobs(ctx, fs)
+	if errs[0] != nil || errs[1] != nil || !oks[0] || !oks[1] {
+		t.Fatalf("finish after SCRIPT FLUSH: %v %v", oks, errs)
+	}
+}

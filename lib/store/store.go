@@ -379,6 +379,42 @@ func (d *DB) Eval(ctx context.Context, sc *Script, keys []string, args ...any) (
 	return cmd.Result()
 }
 
+// Call is one script run of a batch (EvalBatch).
+type Call struct {
+	Script *Script
+	Keys   []string
+	Args   []any
+}
+
+// EvalBatch runs several scripts in this database in one round trip (a pipeline, not a
+// transaction: each script is atomic on its own) and returns each call's command, whose
+// Err and Result are that call's alone (a lost connection fails every call). A script
+// the server does not know yet is loaded by running that call again from its source.
+func (d *DB) EvalBatch(ctx context.Context, calls []Call) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	_, _ = d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range calls {
+			cmds[i] = p.EvalSha(ctx, c.Script.sha, c.Keys, c.Args...)
+		}
+		return nil
+	})
+	var missing []int
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		_, _ = d.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range missing {
+				cmds[i] = p.Eval(ctx, calls[i].Script.src, calls[i].Keys, calls[i].Args...)
+			}
+			return nil
+		})
+	}
+	return cmds
+}
+
 // HGetAll reads a hash.
 func (d *DB) HGetAll(ctx context.Context, key string) (map[string]string, error) {
 	var cmd *redis.MapStringStringCmd

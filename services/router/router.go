@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
@@ -34,6 +37,8 @@ type router struct {
 	remote    remoteConfig
 	retention time.Duration
 	wakeDue   chan struct{}
+	// noJobsDone: the scheduler answered JobsDone with Unimplemented (an older one).
+	noJobsDone atomic.Bool
 }
 
 type routerParams struct {
@@ -150,7 +155,7 @@ func (r *router) worker(ctx context.Context) {
 		if key == keys.WakeMsgIn {
 			queue = keys.MsgIn
 		}
-		r.drainOne(ctx, uint32(ctxID), queue)
+		r.drain(ctx, uint32(ctxID), queue, true)
 	}
 }
 
@@ -177,40 +182,153 @@ func (r *router) drainAll(ctx context.Context) {
 		}
 		for _, q := range []string{keys.MsgOut, keys.MsgIn} {
 			n, err := db.QueueLen(ctx, q)
-			for i := int64(0); err == nil && i < n && ctx.Err() == nil; i++ {
-				r.drainOne(ctx, id, q)
+			for err == nil && n > 0 && ctx.Err() == nil {
+				got := r.drain(ctx, id, q, false)
+				if got == 0 {
+					break
+				}
+				n -= int64(got)
 			}
 		}
 	}
 }
 
-// drainOne claims one message of a context's queue and handles it.
-func (r *router) drainOne(ctx context.Context, ctxID uint32, queue string) {
+// maxBatch bounds the messages one claim takes.
+const maxBatch = 64
+
+// batch is what the handling of a group of claimed messages leaves to do together: job
+// requests to put on the job queues, in one transaction, and job results to report to
+// the scheduler, in one call.
+type batch struct {
+	queued  []queuedJob
+	results []*store.Claim
+	ends    []*herov1.JobDoneRequest
+}
+
+type queuedJob struct {
+	claim  *store.Claim
+	target string // the job queue
+	job    string // the job's key
+}
+
+// drain claims up to maxBatch messages of a context's queue and handles them. held:
+// the caller took one of their wake tokens. It returns how many it claimed.
+func (r *router) drain(ctx context.Context, ctxID uint32, queue string, held bool) int {
 	db, err := r.store.Ctx(ctxID)
 	if err != nil {
 		r.log.Warn().Err(err).Uint32(obs.KeyContextID, ctxID).Msg("wake-up for an unusable context")
-		return
+		return 0
 	}
 	start := time.Now()
-	cm, err := db.ClaimMessage(ctx, queue, r.id, r.lease)
+	wake := keys.WakeMsgOut
+	if queue == keys.MsgIn {
+		wake = keys.WakeMsgIn
+	}
+	cms, err := db.ClaimMessages(ctx, queue, r.id, r.lease, maxBatch, store.Wake{Key: wake, Token: strconv.FormatUint(uint64(ctxID), 10), Held: held})
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Msg("claim message")
 		}
-		return
+		return 0
 	}
-	if cm == nil {
-		return // another worker took it (a sweep's extra token)
+	var b batch
+	for _, cm := range cms {
+		r.handle(ctx, db, cm, &b)
 	}
-	r.handle(ctx, db, cm)
-	r.m.handling.Observe(time.Since(start).Seconds())
+	r.queueJobs(ctx, db, b.queued)
+	r.deliverResults(ctx, db, b.results, b.ends)
+	d := time.Since(start).Seconds()
+	for range cms {
+		r.m.handling.Observe(d)
+	}
+	return len(cms)
 }
 
-func (r *router) handle(ctx context.Context, db *store.DB, cm *store.ClaimedMessage) {
+// queueJobs puts job requests onto their job queues and acknowledges their messages,
+// in one transaction.
+func (r *router) queueJobs(ctx context.Context, db *store.DB, q []queuedJob) {
+	if len(q) == 0 {
+		return
+	}
+	now := time.Now().Unix()
+	byTarget := map[string][]any{}
+	var targets []string
+	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, j := range q {
+			p.HSet(ctx, j.claim.Item, "status", string(model.MessageAcknowledged), "updated_at", now)
+			store.AckOn(ctx, p, j.claim)
+			if _, seen := byTarget[j.target]; !seen {
+				targets = append(targets, j.target)
+			}
+			byTarget[j.target] = append(byTarget[j.target], j.job)
+		}
+		for _, t := range targets {
+			store.EnqueueManyOn(ctx, p, db.ContextID, t, byTarget[t])
+		}
+		return nil
+	})
+	if err != nil {
+		r.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Int("jobs", len(q)).Msg("enqueue jobs")
+		return // the messages stay claimed; their leases bring them back
+	}
+	r.m.messages.WithLabelValues(model.KindJobRequest, "delivered").Add(float64(len(q)))
+	if r.log.Debug().Enabled() {
+		for _, j := range q {
+			r.log.Debug().Uint32(obs.KeyContextID, db.ContextID).Str(obs.KeyMessage, j.claim.Item).Str("job_key", j.job).Str("queue", j.target).Msg("job queued")
+		}
+	}
+}
+
+// deliverResults reports job ends to the scheduler in one call and acknowledges their
+// messages. If that call fails, each end is reported on its own (and retried on its
+// own), so that one end the scheduler refuses cannot hold back the others.
+func (r *router) deliverResults(ctx context.Context, db *store.DB, cls []*store.Claim, ends []*herov1.JobDoneRequest) {
+	if len(cls) == 0 {
+		return
+	}
+	if len(cls) > 1 {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := r.callJobsDone(cctx, ends)
+		cancel()
+		if err == nil {
+			r.ackResults(ctx, db, cls)
+			return
+		}
+		r.m.schedulerErrs.Inc()
+		r.log.Warn().Err(err).Uint32(obs.KeyContextID, db.ContextID).Int("results", len(cls)).Msg("report job ends to the scheduler; reporting each on its own")
+	}
+	for i, cl := range cls {
+		log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Str(obs.KeyMessage, cl.Item).Uint32(obs.KeyFlowID, ends[i].FlowId).Uint32(obs.KeyJobID, ends[i].JobId).Logger()
+		if r.reportEnd(ctx, db, cl, ends[i], log) {
+			r.ackResults(ctx, db, cls[i:i+1])
+		}
+	}
+}
+
+// ackResults marks result messages processed and releases their claims.
+func (r *router) ackResults(ctx context.Context, db *store.DB, cls []*store.Claim) {
+	now := time.Now().Unix()
+	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, cl := range cls {
+			p.HSet(ctx, cl.Item, "status", string(model.MessageProcessed), "updated_at", now)
+			store.AckOn(ctx, p, cl)
+		}
+		return nil
+	})
+	if err != nil {
+		r.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Int("results", len(cls)).Msg("ack result messages")
+		return // reported; a second report after the lease expires changes nothing
+	}
+	r.m.messages.WithLabelValues(model.KindJobResult, "delivered").Add(float64(len(cls)))
+}
+
+// handle handles one claimed message; the common cases (a job request for a local
+// runner, a job result for this node's scheduler) are left to the batch.
+func (r *router) handle(ctx context.Context, db *store.DB, cm *store.ClaimedMessage, b *batch) {
 	cl := cm.Claim
 	queue, item := cl.Queue, cl.Item
-	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Str(obs.KeyMessage, item).Logger()
 	m, err := db.MessageFromHash(item, cm.Msg)
+	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Str(obs.KeyMessage, item).Logger()
 	if err != nil {
 		log.Warn().Err(err).Msg("message unreadable; dropped from the queue")
 		r.m.messages.WithLabelValues("other", "skipped").Inc()
@@ -222,13 +340,13 @@ func (r *router) handle(ctx context.Context, db *store.DB, cm *store.ClaimedMess
 	case m.Kind == model.KindJobRequest && inbound:
 		r.materialize(ctx, db, cl, m, log)
 	case m.Kind == model.KindJobRequest:
-		r.deliverJob(ctx, db, cm, m, log)
+		r.deliverJob(ctx, db, cm, m, b, log)
 	case m.Kind == model.KindJobResult && inbound:
 		r.applyRemoteResult(ctx, db, cl, m, log)
 	case m.Kind == model.KindJobResult && len(m.Job) > 0 && m.Job[0].Origin != nil:
 		r.returnResult(ctx, db, cl, m, log)
 	case m.Kind == model.KindJobResult:
-		r.deliverResult(ctx, db, cl, m, log)
+		r.deliverResult(ctx, db, cl, m, b, log)
 	default:
 		// chat and mail messages have no local consumer yet: they are kept, marked processed.
 		_, _ = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -241,7 +359,7 @@ func (r *router) handle(ctx context.Context, db *store.DB, cm *store.ClaimedMess
 }
 
 // deliverJob puts a job request onto the queue of the runners that may take it.
-func (r *router) deliverJob(ctx context.Context, db *store.DB, cm *store.ClaimedMessage, m *model.Message, log zerolog.Logger) {
+func (r *router) deliverJob(ctx context.Context, db *store.DB, cm *store.ClaimedMessage, m *model.Message, b *batch, log zerolog.Logger) {
 	cl := cm.Claim
 	if len(m.Job) == 0 {
 		r.failMessage(ctx, db, cl, nil, "message carries no job", log)
@@ -275,19 +393,7 @@ func (r *router) deliverJob(ctx context.Context, db *store.DB, cm *store.Claimed
 			return
 		}
 	}
-	now := time.Now().Unix()
-	_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, cl.Item, "status", string(model.MessageAcknowledged), "updated_at", now)
-		store.AckOn(ctx, p, cl)
-		store.EnqueueOn(ctx, p, db.ContextID, target, keys.Job(j.CallerID, j.ID))
-		return nil
-	})
-	if err != nil {
-		log.Error().Err(err).Msg("enqueue job")
-		return
-	}
-	r.m.messages.WithLabelValues(model.KindJobRequest, "delivered").Inc()
-	log.Debug().Str("queue", target).Msg("job queued")
+	b.queued = append(b.queued, queuedJob{claim: cl, target: target, job: keys.Job(j.CallerID, j.ID)})
 }
 
 // failMessage ends a job request that cannot be delivered: message and job in error,
@@ -323,29 +429,17 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 	r.m.messages.WithLabelValues(model.KindJobRequest, "failed").Inc()
 }
 
-// deliverResult hands a finished job to the scheduler.
-func (r *router) deliverResult(ctx context.Context, db *store.DB, cl *store.Claim, m *model.Message, log zerolog.Logger) {
+// deliverResult leaves a finished job for the batch's report to the scheduler.
+func (r *router) deliverResult(ctx context.Context, db *store.DB, cl *store.Claim, m *model.Message, b *batch, log zerolog.Logger) {
 	if len(m.Job) == 0 {
 		log.Warn().Msg("result message carries no job; dropped")
 		_ = db.Ack(ctx, cl)
 		return
 	}
 	j := m.Job[0]
-	req := &herov1.JobDoneRequest{ContextId: db.ContextID, FlowId: j.FlowID, CallerId: j.CallerID, JobId: j.ID,
-		Attempt: j.Attempt, Status: string(j.Status), Error: j.Error, Fatal: j.Fatal}
-	if !r.reportEnd(ctx, db, cl, req, log) {
-		return
-	}
-	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, cl.Item, "status", string(model.MessageProcessed), "updated_at", time.Now().Unix())
-		store.AckOn(ctx, p, cl)
-		return nil
-	})
-	if err != nil {
-		log.Error().Err(err).Msg("ack result message")
-		return
-	}
-	r.m.messages.WithLabelValues(model.KindJobResult, "delivered").Inc()
+	b.results = append(b.results, cl)
+	b.ends = append(b.ends, &herov1.JobDoneRequest{ContextId: db.ContextID, FlowId: j.FlowID, CallerId: j.CallerID, JobId: j.ID,
+		Attempt: j.Attempt, Status: string(j.Status), Error: j.Error, Fatal: j.Fatal})
 }
 
 // reportEnd calls the scheduler until it answers (backing off, keeping the message's
@@ -355,7 +449,7 @@ func (r *router) reportEnd(ctx context.Context, db *store.DB, cl *store.Claim, r
 	lastExtend := time.Now()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := r.scheduler.JobDone(cctx, req)
+		err := r.callJobsDone(cctx, []*herov1.JobDoneRequest{req})
 		cancel()
 		if err == nil {
 			return true
@@ -377,6 +471,24 @@ func (r *router) reportEnd(ctx context.Context, db *store.DB, cl *store.Claim, r
 			lastExtend = time.Now()
 		}
 	}
+}
+
+// callJobsDone reports ends in one JobsDone call (one JobDone each to a scheduler that
+// does not know JobsDone yet).
+func (r *router) callJobsDone(ctx context.Context, ends []*herov1.JobDoneRequest) error {
+	if !r.noJobsDone.Load() {
+		_, err := r.scheduler.JobsDone(ctx, &herov1.JobsDoneRequest{Ends: ends})
+		if status.Code(err) != codes.Unimplemented {
+			return err
+		}
+		r.noJobsDone.Store(true) // an older scheduler: one call per end
+	}
+	for _, e := range ends {
+		if _, err := r.scheduler.JobDone(ctx, e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sweepLeases returns items of dead consumers (routers and runners alike) to their

@@ -95,7 +95,8 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 
 func (r *runner) finish(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, o store.JobOutcome, reason string, log zerolog.Logger) {
 	st := string(j.ScriptType)
-	ok, err := db.FinishJob(ctx, cl, j, o)
+	// Ends that arrive together are written in one round trip (r.finisher).
+	ok, err := r.finisher.Do(ctx, store.Finish{DB: db, Claim: cl, Job: j, Outcome: o})
 	if err != nil {
 		log.Error().Err(err).Msg("finish job")
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/groupcommit"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
@@ -34,6 +35,8 @@ type runner struct {
 	jobs    sync.WaitGroup
 	jobCtx  context.Context // outlives the loops: running jobs finish during a drain
 	stopJob context.CancelFunc
+	// finisher writes the ends of runs that finish together in one round trip.
+	finisher *groupcommit.Committer[store.Finish, bool]
 }
 
 type runnerParams struct {
@@ -77,6 +80,11 @@ func newRunner(p runnerParams) *runner {
 		},
 	}
 	r.jobCtx, r.stopJob = context.WithCancel(context.Background())
+	r.finisher = groupcommit.New(groupcommit.Params[store.Finish, bool]{Max: 128, Fn: func(ctx context.Context, fs []store.Finish) ([]bool, []error) {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return store.FinishJobs(ctx, fs)
+	}})
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "hero_runner_jobs_running", Help: "Jobs this process runs now."}, func() float64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -105,6 +113,7 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	wg.Wait()
 	r.drain()
+	r.finisher.Close()
 	return nil
 }
 
@@ -222,39 +231,69 @@ func (r *runner) claimLoop(ctx context.Context) {
 			continue
 		}
 		ctxID, queue, ok := store.ParseWakeQueue(key)
-		if !ok || !r.claim(ctx, ctxID, queue) {
+		if !ok || !r.claim(ctx, ctxID, queue, true) {
 			<-r.slots
 		}
 	}
 }
 
-// claim takes one job from a queue and marks it started (one script), then runs it in
-// its own goroutine, which frees the slot.
-func (r *runner) claim(ctx context.Context, ctxID uint32, queue string) bool {
+// maxClaim bounds the jobs one claim takes.
+const maxClaim = 32
+
+// claim takes jobs from a queue and marks them started (one script), then runs each in
+// its own goroutine, which frees its slot. The caller holds one slot (and, if held, the
+// wake token of one item); the claim takes as many more of the free slots as the
+// queue has jobs, up to maxClaim. It returns false when it took no job to run (the
+// caller's slot is then still the caller's to free).
+func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held bool) bool {
 	db, err := r.store.Ctx(ctxID)
 	if err != nil {
 		return false
 	}
-	cl, outcome, j, err := db.ClaimStart(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, randHex(16))
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
+	slots := 1
+	for slots < maxClaim {
+		select {
+		case r.slots <- struct{}{}:
+			slots++
+			continue
+		default:
 		}
-		return false // a started job the error hid comes back with its lease
+		break
 	}
-	if cl == nil {
-		return false
+	traces := make([]string, slots)
+	for i := range traces {
+		traces[i] = randHex(16)
 	}
-	if outcome == store.StartGone || outcome == store.StartDone {
-		r.log.Debug().Uint32(obs.KeyContextID, ctxID).Str("job_key", cl.Item).Int("outcome", int(outcome)).Msg("nothing to run")
-		return false
+	got, err := db.ClaimStarts(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, traces, store.Wake{Key: keys.WakeQueue(ctxID, queue), Token: "1", Held: held})
+	if err != nil && ctx.Err() == nil {
+		r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
+		// a started job the error hid comes back with its lease
 	}
-	r.jobs.Add(1)
-	go func() {
-		defer func() { <-r.slots; r.jobs.Done() }()
-		r.execute(r.jobCtx, db, cl, outcome, j)
-	}()
-	return true
+	started := 0
+	for _, s := range got {
+		if s.Err != nil {
+			r.log.Error().Err(s.Err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
+		}
+		if s.Err != nil || s.Outcome == store.StartGone || s.Outcome == store.StartDone {
+			r.log.Debug().Uint32(obs.KeyContextID, ctxID).Str("job_key", s.Claim.Item).Int("outcome", int(s.Outcome)).Msg("nothing to run")
+			continue
+		}
+		started++
+		r.jobs.Add(1)
+		go func(s store.Started) {
+			defer func() { <-r.slots; r.jobs.Done() }()
+			r.execute(r.jobCtx, db, s.Claim, s.Outcome, s.Job)
+		}(s)
+	}
+	// Free the slots no job took, except the caller's when no job started.
+	keep := 0
+	if started == 0 {
+		keep = 1
+	}
+	for i := started + keep; i < slots; i++ {
+		<-r.slots
+	}
+	return started > 0
 }
 
 func (r *runner) claimWithoutToken(ctx context.Context, served []uint32) {
@@ -272,7 +311,7 @@ func (r *runner) claimWithoutToken(ctx context.Context, served []uint32) {
 			default:
 				return
 			}
-			if !r.claim(ctx, c, q) {
+			if !r.claim(ctx, c, q, false) {
 				<-r.slots
 			}
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -201,52 +202,99 @@ func (e *engine) backoff(attempt uint32) time.Duration {
 
 // jobDone applies a job's end: the DAG moves on at once.
 func (e *engine) jobDone(ctx context.Context, ctxID uint32, end store.JobEnd) error {
+	return e.jobsDone(ctx, ctxID, []store.JobEnd{end})
+}
+
+// jobsDone applies the ends of several jobs of one context, the flow jobs' in one
+// round trip, then dispatches the dependents they made ready, by flow. An end that
+// fails leaves the others applied; reporting them all again changes nothing more.
+func (e *engine) jobsDone(ctx context.Context, ctxID uint32, ends []store.JobEnd) error {
 	db, err := e.store.Ctx(ctxID)
 	if err != nil {
 		return err
 	}
-	end.Retries = -1 // the script reads the job's retries (and stop request) itself
-	end.Backoff = e.backoff(end.Attempt)
-	end.Actor = store.ActorScheduler
-	end.Retention = e.retention
-	var res store.EndResult
-	if end.FlowID == 0 {
-		res, err = db.CompleteStandalone(ctx, end)
-	} else {
-		res, err = db.CompleteNode(ctx, end)
+	var nodes []store.JobEnd
+	var first error
+	for i := range ends {
+		end := &ends[i]
+		end.Retries = -1 // the script reads the job's retries (and stop request) itself
+		end.Backoff = e.backoff(end.Attempt)
+		end.Actor = store.ActorScheduler
+		end.Retention = e.retention
+		if end.FlowID != 0 {
+			nodes = append(nodes, *end)
+			continue
+		}
+		res, err := db.CompleteStandalone(ctx, *end)
+		if err != nil {
+			first = cmp.Or(first, err)
+			continue
+		}
+		e.ended(ctxID, *end, res)
 	}
-	if err != nil {
-		return err
+	if len(nodes) == 0 {
+		return first
 	}
-	log := e.log.With().Uint32(obs.KeyContextID, ctxID).Uint32(obs.KeyFlowID, end.FlowID).Uint32(obs.KeyJobID, end.JobID).Uint32("attempt", end.Attempt).Logger()
+	type group struct{ flow, caller uint32 }
+	ready := map[group][]uint32{}
+	var order []group
+	results, errs := db.CompleteNodes(ctx, nodes)
+	for i, end := range nodes {
+		if errs[i] != nil {
+			first = cmp.Or(first, errs[i])
+			continue
+		}
+		res := results[i]
+		e.ended(ctxID, end, res)
+		if len(res.Ready) > 0 {
+			g := group{end.FlowID, end.CallerID}
+			if _, seen := ready[g]; !seen {
+				order = append(order, g)
+			}
+			ready[g] = append(ready[g], res.Ready...)
+		}
+	}
+	for _, g := range order {
+		e.dispatchNodes(ctx, db, g.flow, g.caller, ready[g], nil)
+	}
+	return first
+}
+
+// ended counts and logs what one applied end did.
+func (e *engine) ended(ctxID uint32, end store.JobEnd, res store.EndResult) {
+	log := func() zerolog.Logger {
+		return e.log.With().Uint32(obs.KeyContextID, ctxID).Uint32(obs.KeyFlowID, end.FlowID).Uint32(obs.KeyJobID, end.JobID).Uint32("attempt", end.Attempt).Logger()
+	}
 	switch {
 	case !res.Applied:
 		e.m.jobsEnded.WithLabelValues("duplicate").Inc()
-		log.Debug().Msg("job end already applied")
-		return nil
+		if e.log.Debug().Enabled() {
+			l := log()
+			l.Debug().Msg("job end already applied")
+		}
+		return
 	case !res.RetryAt.IsZero():
 		e.m.retried.Inc()
 		e.m.jobsEnded.WithLabelValues("retry").Inc()
-		log.Info().Str("error", end.Error).Time("retry_at", res.RetryAt).Msg("job failed; retry scheduled")
+		l := log()
+		l.Info().Str("error", end.Error).Time("retry_at", res.RetryAt).Msg("job failed; retry scheduled")
 		e.pokeDue()
-		return nil
+		return
 	case end.Status == model.JobFinished:
 		e.m.jobsEnded.WithLabelValues("completed").Inc()
 	default:
 		e.m.jobsEnded.WithLabelValues("failed").Inc()
-		log.Info().Str("error", end.Error).Msg("job failed")
-	}
-	if end.FlowID != 0 && len(res.Ready) > 0 {
-		e.dispatchNodes(ctx, db, end.FlowID, end.CallerID, res.Ready, nil)
+		l := log()
+		l.Info().Str("error", end.Error).Msg("job failed")
 	}
 	if res.FlowFinished {
 		e.m.flowsFinished.WithLabelValues(string(res.FlowStatus)).Inc()
-		log.Info().Str("status", string(res.FlowStatus)).Msg("flow ended")
+		l := log()
+		l.Info().Str("status", string(res.FlowStatus)).Msg("flow ended")
 	}
 	if res.FlowFinished || end.FlowID == 0 {
 		e.pokeDue() // its retention deadline may be the earliest now
 	}
-	return nil
 }
 
 // pokeDue makes the due loop recompute its timer (new delayed work or a new expiry).

@@ -42,6 +42,36 @@ func (h *handler) JobDone(ctx context.Context, req *herov1.JobDoneRequest) (*her
 	return &herov1.JobDoneResponse{}, nil
 }
 
+func (h *handler) JobsDone(ctx context.Context, req *herov1.JobsDoneRequest) (*herov1.JobsDoneResponse, error) {
+	if len(req.Ends) == 0 {
+		return &herov1.JobsDoneResponse{}, nil
+	}
+	byCtx := map[uint32][]store.JobEnd{}
+	var order []uint32
+	for i, r := range req.Ends {
+		st := model.JobStatus(r.Status)
+		if st != model.JobFinished && st != model.JobError {
+			return nil, status.Errorf(codes.InvalidArgument, "ends[%d].status %q: want finished or error", i, r.Status)
+		}
+		if _, seen := byCtx[r.ContextId]; !seen {
+			order = append(order, r.ContextId)
+		}
+		byCtx[r.ContextId] = append(byCtx[r.ContextId], store.JobEnd{
+			FlowID: r.FlowId, CallerID: r.CallerId, JobID: r.JobId, Attempt: r.Attempt, Status: st, Error: r.Error, Fatal: r.Fatal,
+		})
+	}
+	var first error
+	for _, c := range order {
+		if err := h.eng.jobsDone(ctx, c, byCtx[c]); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return nil, toStatus(first)
+	}
+	return &herov1.JobsDoneResponse{}, nil
+}
+
 func (h *handler) DispatchJob(ctx context.Context, req *herov1.DispatchJobRequest) (*herov1.DispatchJobResponse, error) {
 	j, err := h.eng.dispatchStandalone(ctx, req.ContextId, req.CallerId, req.JobId, req.Actor)
 	if err != nil {

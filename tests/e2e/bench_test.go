@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,7 +147,7 @@ func createHandlerJobs(b *testing.B, c *harness.Client, n int, chain bool) []uin
 
 // BenchmarkHandlerJobs: a flow of 10,000 independent no-op handler jobs (Go executor).
 func BenchmarkHandlerJobs(b *testing.B) {
-	_, c := handlerBenchStack(b)
+	s, c := handlerBenchStack(b)
 	ids := createHandlerJobs(b, c, 10000, false)
 	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
 	rc := redisSrv.Client(b, 0)
@@ -158,8 +161,10 @@ func BenchmarkHandlerJobs(b *testing.B) {
 	cpu0 := cpuByCommand()
 	b.ResetTimer()
 	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
+	profiled := profileServices(b, s)
 	c.WaitFlow(b, ctx1, 1, 10*time.Minute)
 	b.StopTimer()
+	profiled()
 	if stats {
 		// Where Redis's one thread spent its time (make bench HERO_BENCH_REDIS_STATS=1).
 		fmt.Println(rc.Info(context.Background(), "commandstats", "cpu").Val())
@@ -201,6 +206,37 @@ func BenchmarkHandlerChain(b *testing.B) {
 	b.ReportMetric(p50, "p50-ms")
 	b.ReportMetric(p99, "p99-ms")
 	fmt.Printf("dependent-start latency over a 200-job handler chain: p50 %.1f ms, p99 %.1f ms\n", p50, p99)
+}
+
+// profileServices fetches a CPU profile of each service over the first seconds of a
+// run into $HERO_BENCH_PROFILE/<service>.pprof when that is set (go tool pprof reads
+// them). The returned func waits for the profiles.
+func profileServices(b *testing.B, s *harness.Stack) func() {
+	dir := os.Getenv("HERO_BENCH_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	for _, p := range []*harness.Proc{s.Scheduler, s.Router, s.Runner, s.API} {
+		wg.Add(1)
+		go func(p *harness.Proc) {
+			defer wg.Done()
+			resp, err := http.Get("http://" + p.AdminAddr + "/debug/pprof/profile?seconds=4")
+			if err != nil {
+				b.Errorf("profile %s: %v", p.Name, err)
+				return
+			}
+			defer func() { _ = resp.Body.Close() }()
+			data, err := io.ReadAll(resp.Body)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, p.Name+".pprof"), data, 0o644)
+			}
+			if err != nil {
+				b.Errorf("profile %s: %v", p.Name, err)
+			}
+		}(p)
+	}
+	return wg.Wait
 }
 
 // printSlowlog sums the slow log (every command, with the threshold at 0) by command,

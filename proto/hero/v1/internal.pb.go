@@ -597,6 +597,86 @@ func (*JobDoneResponse) Descriptor() ([]byte, []int) {
 	return file_hero_v1_internal_proto_rawDescGZIP(), []int{9}
 }
 
+type JobsDoneRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ends          []*JobDoneRequest      `protobuf:"bytes,1,rep,name=ends,proto3" json:"ends,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobsDoneRequest) Reset() {
+	*x = JobsDoneRequest{}
+	mi := &file_hero_v1_internal_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobsDoneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobsDoneRequest) ProtoMessage() {}
+
+func (x *JobsDoneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_internal_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobsDoneRequest.ProtoReflect.Descriptor instead.
+func (*JobsDoneRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_internal_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *JobsDoneRequest) GetEnds() []*JobDoneRequest {
+	if x != nil {
+		return x.Ends
+	}
+	return nil
+}
+
+type JobsDoneResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobsDoneResponse) Reset() {
+	*x = JobsDoneResponse{}
+	mi := &file_hero_v1_internal_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobsDoneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobsDoneResponse) ProtoMessage() {}
+
+func (x *JobsDoneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_internal_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobsDoneResponse.ProtoReflect.Descriptor instead.
+func (*JobsDoneResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_internal_proto_rawDescGZIP(), []int{11}
+}
+
 type DeliverRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
@@ -608,7 +688,7 @@ type DeliverRequest struct {
 
 func (x *DeliverRequest) Reset() {
 	*x = DeliverRequest{}
-	mi := &file_hero_v1_internal_proto_msgTypes[10]
+	mi := &file_hero_v1_internal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +700,7 @@ func (x *DeliverRequest) String() string {
 func (*DeliverRequest) ProtoMessage() {}
 
 func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_internal_proto_msgTypes[10]
+	mi := &file_hero_v1_internal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +713,7 @@ func (x *DeliverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverRequest.ProtoReflect.Descriptor instead.
 func (*DeliverRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_internal_proto_rawDescGZIP(), []int{10}
+	return file_hero_v1_internal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeliverRequest) GetContextId() uint32 {
@@ -666,7 +746,7 @@ type DeliverResponse struct {
 
 func (x *DeliverResponse) Reset() {
 	*x = DeliverResponse{}
-	mi := &file_hero_v1_internal_proto_msgTypes[11]
+	mi := &file_hero_v1_internal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +758,7 @@ func (x *DeliverResponse) String() string {
 func (*DeliverResponse) ProtoMessage() {}
 
 func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_internal_proto_msgTypes[11]
+	mi := &file_hero_v1_internal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +771,7 @@ func (x *DeliverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverResponse.ProtoReflect.Descriptor instead.
 func (*DeliverResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_internal_proto_rawDescGZIP(), []int{11}
+	return file_hero_v1_internal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeliverResponse) GetDuplicate() bool {
@@ -713,7 +793,7 @@ type RunnerStopJobRequest struct {
 
 func (x *RunnerStopJobRequest) Reset() {
 	*x = RunnerStopJobRequest{}
-	mi := &file_hero_v1_internal_proto_msgTypes[12]
+	mi := &file_hero_v1_internal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +805,7 @@ func (x *RunnerStopJobRequest) String() string {
 func (*RunnerStopJobRequest) ProtoMessage() {}
 
 func (x *RunnerStopJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_internal_proto_msgTypes[12]
+	mi := &file_hero_v1_internal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +818,7 @@ func (x *RunnerStopJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunnerStopJobRequest.ProtoReflect.Descriptor instead.
 func (*RunnerStopJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_internal_proto_rawDescGZIP(), []int{12}
+	return file_hero_v1_internal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunnerStopJobRequest) GetContextId() uint32 {
@@ -778,7 +858,7 @@ type RunnerStopJobResponse struct {
 
 func (x *RunnerStopJobResponse) Reset() {
 	*x = RunnerStopJobResponse{}
-	mi := &file_hero_v1_internal_proto_msgTypes[13]
+	mi := &file_hero_v1_internal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +870,7 @@ func (x *RunnerStopJobResponse) String() string {
 func (*RunnerStopJobResponse) ProtoMessage() {}
 
 func (x *RunnerStopJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_internal_proto_msgTypes[13]
+	mi := &file_hero_v1_internal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +883,7 @@ func (x *RunnerStopJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunnerStopJobResponse.ProtoReflect.Descriptor instead.
 func (*RunnerStopJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_internal_proto_rawDescGZIP(), []int{13}
+	return file_hero_v1_internal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunnerStopJobResponse) GetStopped() bool {
@@ -825,7 +905,7 @@ type GatewaySendRequest struct {
 
 func (x *GatewaySendRequest) Reset() {
 	*x = GatewaySendRequest{}
-	mi := &file_hero_v1_internal_proto_msgTypes[14]
+	mi := &file_hero_v1_internal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +917,7 @@ func (x *GatewaySendRequest) String() string {
 func (*GatewaySendRequest) ProtoMessage() {}
 
 func (x *GatewaySendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_internal_proto_msgTypes[14]
+	mi := &file_hero_v1_internal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +930,7 @@ func (x *GatewaySendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewaySendRequest.ProtoReflect.Descriptor instead.
 func (*GatewaySendRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_internal_proto_rawDescGZIP(), []int{14}
+	return file_hero_v1_internal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GatewaySendRequest) GetDestinationPk() string {
@@ -890,7 +970,7 @@ type GatewaySendResponse struct {
 
 func (x *GatewaySendResponse) Reset() {
 	*x = GatewaySendResponse{}
-	mi := &file_hero_v1_internal_proto_msgTypes[15]
+	mi := &file_hero_v1_internal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +982,7 @@ func (x *GatewaySendResponse) String() string {
 func (*GatewaySendResponse) ProtoMessage() {}
 
 func (x *GatewaySendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_internal_proto_msgTypes[15]
+	mi := &file_hero_v1_internal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +995,7 @@ func (x *GatewaySendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewaySendResponse.ProtoReflect.Descriptor instead.
 func (*GatewaySendResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_internal_proto_rawDescGZIP(), []int{15}
+	return file_hero_v1_internal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GatewaySendResponse) GetTransportId() string {
@@ -971,7 +1051,10 @@ const file_hero_v1_internal_proto_rawDesc = "" +
 	"\x06status\x18\x06 \x01(\tR\x06status\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12\x14\n" +
 	"\x05fatal\x18\b \x01(\bR\x05fatal\"\x11\n" +
-	"\x0fJobDoneResponse\"s\n" +
+	"\x0fJobDoneResponse\">\n" +
+	"\x0fJobsDoneRequest\x12+\n" +
+	"\x04ends\x18\x01 \x03(\v2\x17.hero.v1.JobDoneRequestR\x04ends\"\x12\n" +
+	"\x10JobsDoneResponse\"s\n" +
 	"\x0eDeliverRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12*\n" +
@@ -993,10 +1076,11 @@ const file_hero_v1_internal_proto_rawDesc = "" +
 	"\x05topic\x18\x03 \x01(\tR\x05topic\x12\x1a\n" +
 	"\benvelope\x18\x04 \x01(\fR\benvelope\"8\n" +
 	"\x13GatewaySendResponse\x12!\n" +
-	"\ftransport_id\x18\x01 \x01(\tR\vtransportId2\x98\x03\n" +
+	"\ftransport_id\x18\x01 \x01(\tR\vtransportId2\xd9\x03\n" +
 	"\tScheduler\x12T\n" +
 	"\tStartFlow\x12\".hero.v1.SchedulerStartFlowRequest\x1a#.hero.v1.SchedulerStartFlowResponse\x12<\n" +
-	"\aJobDone\x12\x17.hero.v1.JobDoneRequest\x1a\x18.hero.v1.JobDoneResponse\x12H\n" +
+	"\aJobDone\x12\x17.hero.v1.JobDoneRequest\x1a\x18.hero.v1.JobDoneResponse\x12?\n" +
+	"\bJobsDone\x12\x18.hero.v1.JobsDoneRequest\x1a\x19.hero.v1.JobsDoneResponse\x12H\n" +
 	"\vDispatchJob\x12\x1b.hero.v1.DispatchJobRequest\x1a\x1c.hero.v1.DispatchJobResponse\x12W\n" +
 	"\n" +
 	"CancelFlow\x12#.hero.v1.SchedulerCancelFlowRequest\x1a$.hero.v1.SchedulerCancelFlowResponse\x12T\n" +
@@ -1020,7 +1104,7 @@ func file_hero_v1_internal_proto_rawDescGZIP() []byte {
 	return file_hero_v1_internal_proto_rawDescData
 }
 
-var file_hero_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_hero_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_hero_v1_internal_proto_goTypes = []any{
 	(*SchedulerRetryFlowRequest)(nil),   // 0: hero.v1.SchedulerRetryFlowRequest
 	(*SchedulerRetryFlowResponse)(nil),  // 1: hero.v1.SchedulerRetryFlowResponse
@@ -1032,43 +1116,48 @@ var file_hero_v1_internal_proto_goTypes = []any{
 	(*SchedulerStartFlowResponse)(nil),  // 7: hero.v1.SchedulerStartFlowResponse
 	(*JobDoneRequest)(nil),              // 8: hero.v1.JobDoneRequest
 	(*JobDoneResponse)(nil),             // 9: hero.v1.JobDoneResponse
-	(*DeliverRequest)(nil),              // 10: hero.v1.DeliverRequest
-	(*DeliverResponse)(nil),             // 11: hero.v1.DeliverResponse
-	(*RunnerStopJobRequest)(nil),        // 12: hero.v1.RunnerStopJobRequest
-	(*RunnerStopJobResponse)(nil),       // 13: hero.v1.RunnerStopJobResponse
-	(*GatewaySendRequest)(nil),          // 14: hero.v1.GatewaySendRequest
-	(*GatewaySendResponse)(nil),         // 15: hero.v1.GatewaySendResponse
-	(*Flow)(nil),                        // 16: hero.v1.Flow
-	(*Job)(nil),                         // 17: hero.v1.Job
-	(*Message)(nil),                     // 18: hero.v1.Message
+	(*JobsDoneRequest)(nil),             // 10: hero.v1.JobsDoneRequest
+	(*JobsDoneResponse)(nil),            // 11: hero.v1.JobsDoneResponse
+	(*DeliverRequest)(nil),              // 12: hero.v1.DeliverRequest
+	(*DeliverResponse)(nil),             // 13: hero.v1.DeliverResponse
+	(*RunnerStopJobRequest)(nil),        // 14: hero.v1.RunnerStopJobRequest
+	(*RunnerStopJobResponse)(nil),       // 15: hero.v1.RunnerStopJobResponse
+	(*GatewaySendRequest)(nil),          // 16: hero.v1.GatewaySendRequest
+	(*GatewaySendResponse)(nil),         // 17: hero.v1.GatewaySendResponse
+	(*Flow)(nil),                        // 18: hero.v1.Flow
+	(*Job)(nil),                         // 19: hero.v1.Job
+	(*Message)(nil),                     // 20: hero.v1.Message
 }
 var file_hero_v1_internal_proto_depIdxs = []int32{
-	16, // 0: hero.v1.SchedulerRetryFlowResponse.flow:type_name -> hero.v1.Flow
-	16, // 1: hero.v1.SchedulerCancelFlowResponse.flow:type_name -> hero.v1.Flow
-	17, // 2: hero.v1.DispatchJobResponse.job:type_name -> hero.v1.Job
-	16, // 3: hero.v1.SchedulerStartFlowResponse.flow:type_name -> hero.v1.Flow
-	18, // 4: hero.v1.DeliverRequest.message:type_name -> hero.v1.Message
-	6,  // 5: hero.v1.Scheduler.StartFlow:input_type -> hero.v1.SchedulerStartFlowRequest
-	8,  // 6: hero.v1.Scheduler.JobDone:input_type -> hero.v1.JobDoneRequest
-	4,  // 7: hero.v1.Scheduler.DispatchJob:input_type -> hero.v1.DispatchJobRequest
-	2,  // 8: hero.v1.Scheduler.CancelFlow:input_type -> hero.v1.SchedulerCancelFlowRequest
-	0,  // 9: hero.v1.Scheduler.RetryFlow:input_type -> hero.v1.SchedulerRetryFlowRequest
-	10, // 10: hero.v1.Router.Deliver:input_type -> hero.v1.DeliverRequest
-	12, // 11: hero.v1.RunnerControl.StopJob:input_type -> hero.v1.RunnerStopJobRequest
-	14, // 12: hero.v1.Gateway.Send:input_type -> hero.v1.GatewaySendRequest
-	7,  // 13: hero.v1.Scheduler.StartFlow:output_type -> hero.v1.SchedulerStartFlowResponse
-	9,  // 14: hero.v1.Scheduler.JobDone:output_type -> hero.v1.JobDoneResponse
-	5,  // 15: hero.v1.Scheduler.DispatchJob:output_type -> hero.v1.DispatchJobResponse
-	3,  // 16: hero.v1.Scheduler.CancelFlow:output_type -> hero.v1.SchedulerCancelFlowResponse
-	1,  // 17: hero.v1.Scheduler.RetryFlow:output_type -> hero.v1.SchedulerRetryFlowResponse
-	11, // 18: hero.v1.Router.Deliver:output_type -> hero.v1.DeliverResponse
-	13, // 19: hero.v1.RunnerControl.StopJob:output_type -> hero.v1.RunnerStopJobResponse
-	15, // 20: hero.v1.Gateway.Send:output_type -> hero.v1.GatewaySendResponse
-	13, // [13:21] is the sub-list for method output_type
-	5,  // [5:13] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	18, // 0: hero.v1.SchedulerRetryFlowResponse.flow:type_name -> hero.v1.Flow
+	18, // 1: hero.v1.SchedulerCancelFlowResponse.flow:type_name -> hero.v1.Flow
+	19, // 2: hero.v1.DispatchJobResponse.job:type_name -> hero.v1.Job
+	18, // 3: hero.v1.SchedulerStartFlowResponse.flow:type_name -> hero.v1.Flow
+	8,  // 4: hero.v1.JobsDoneRequest.ends:type_name -> hero.v1.JobDoneRequest
+	20, // 5: hero.v1.DeliverRequest.message:type_name -> hero.v1.Message
+	6,  // 6: hero.v1.Scheduler.StartFlow:input_type -> hero.v1.SchedulerStartFlowRequest
+	8,  // 7: hero.v1.Scheduler.JobDone:input_type -> hero.v1.JobDoneRequest
+	10, // 8: hero.v1.Scheduler.JobsDone:input_type -> hero.v1.JobsDoneRequest
+	4,  // 9: hero.v1.Scheduler.DispatchJob:input_type -> hero.v1.DispatchJobRequest
+	2,  // 10: hero.v1.Scheduler.CancelFlow:input_type -> hero.v1.SchedulerCancelFlowRequest
+	0,  // 11: hero.v1.Scheduler.RetryFlow:input_type -> hero.v1.SchedulerRetryFlowRequest
+	12, // 12: hero.v1.Router.Deliver:input_type -> hero.v1.DeliverRequest
+	14, // 13: hero.v1.RunnerControl.StopJob:input_type -> hero.v1.RunnerStopJobRequest
+	16, // 14: hero.v1.Gateway.Send:input_type -> hero.v1.GatewaySendRequest
+	7,  // 15: hero.v1.Scheduler.StartFlow:output_type -> hero.v1.SchedulerStartFlowResponse
+	9,  // 16: hero.v1.Scheduler.JobDone:output_type -> hero.v1.JobDoneResponse
+	11, // 17: hero.v1.Scheduler.JobsDone:output_type -> hero.v1.JobsDoneResponse
+	5,  // 18: hero.v1.Scheduler.DispatchJob:output_type -> hero.v1.DispatchJobResponse
+	3,  // 19: hero.v1.Scheduler.CancelFlow:output_type -> hero.v1.SchedulerCancelFlowResponse
+	1,  // 20: hero.v1.Scheduler.RetryFlow:output_type -> hero.v1.SchedulerRetryFlowResponse
+	13, // 21: hero.v1.Router.Deliver:output_type -> hero.v1.DeliverResponse
+	15, // 22: hero.v1.RunnerControl.StopJob:output_type -> hero.v1.RunnerStopJobResponse
+	17, // 23: hero.v1.Gateway.Send:output_type -> hero.v1.GatewaySendResponse
+	15, // [15:24] is the sub-list for method output_type
+	6,  // [6:15] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_hero_v1_internal_proto_init() }
@@ -1083,7 +1172,7 @@ func file_hero_v1_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hero_v1_internal_proto_rawDesc), len(file_hero_v1_internal_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Scheduler_StartFlow_FullMethodName   = "/hero.v1.Scheduler/StartFlow"
 	Scheduler_JobDone_FullMethodName     = "/hero.v1.Scheduler/JobDone"
+	Scheduler_JobsDone_FullMethodName    = "/hero.v1.Scheduler/JobsDone"
 	Scheduler_DispatchJob_FullMethodName = "/hero.v1.Scheduler/DispatchJob"
 	Scheduler_CancelFlow_FullMethodName  = "/hero.v1.Scheduler/CancelFlow"
 	Scheduler_RetryFlow_FullMethodName   = "/hero.v1.Scheduler/RetryFlow"
@@ -37,6 +38,9 @@ type SchedulerClient interface {
 	// JobDone reports that a flow's job ended (from the router, which read the runner's
 	// result message). Reporting the same end twice changes nothing.
 	JobDone(ctx context.Context, in *JobDoneRequest, opts ...grpc.CallOption) (*JobDoneResponse, error)
+	// JobsDone is JobDone for several ends at once (the router reports the results it
+	// claimed together in one call). It fails as a whole; reporting again is safe.
+	JobsDone(ctx context.Context, in *JobsDoneRequest, opts ...grpc.CallOption) (*JobsDoneResponse, error)
 	// DispatchJob dispatches a standalone job (job.run): the scheduler owns its retries.
 	DispatchJob(ctx context.Context, in *DispatchJobRequest, opts ...grpc.CallOption) (*DispatchJobResponse, error)
 	// CancelFlow cancels a flow: jobs not started never start, running ones are stopped.
@@ -67,6 +71,16 @@ func (c *schedulerClient) JobDone(ctx context.Context, in *JobDoneRequest, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(JobDoneResponse)
 	err := c.cc.Invoke(ctx, Scheduler_JobDone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schedulerClient) JobsDone(ctx context.Context, in *JobsDoneRequest, opts ...grpc.CallOption) (*JobsDoneResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JobsDoneResponse)
+	err := c.cc.Invoke(ctx, Scheduler_JobsDone_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -114,6 +128,9 @@ type SchedulerServer interface {
 	// JobDone reports that a flow's job ended (from the router, which read the runner's
 	// result message). Reporting the same end twice changes nothing.
 	JobDone(context.Context, *JobDoneRequest) (*JobDoneResponse, error)
+	// JobsDone is JobDone for several ends at once (the router reports the results it
+	// claimed together in one call). It fails as a whole; reporting again is safe.
+	JobsDone(context.Context, *JobsDoneRequest) (*JobsDoneResponse, error)
 	// DispatchJob dispatches a standalone job (job.run): the scheduler owns its retries.
 	DispatchJob(context.Context, *DispatchJobRequest) (*DispatchJobResponse, error)
 	// CancelFlow cancels a flow: jobs not started never start, running ones are stopped.
@@ -135,6 +152,9 @@ func (UnimplementedSchedulerServer) StartFlow(context.Context, *SchedulerStartFl
 }
 func (UnimplementedSchedulerServer) JobDone(context.Context, *JobDoneRequest) (*JobDoneResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method JobDone not implemented")
+}
+func (UnimplementedSchedulerServer) JobsDone(context.Context, *JobsDoneRequest) (*JobsDoneResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method JobsDone not implemented")
 }
 func (UnimplementedSchedulerServer) DispatchJob(context.Context, *DispatchJobRequest) (*DispatchJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DispatchJob not implemented")
@@ -198,6 +218,24 @@ func _Scheduler_JobDone_Handler(srv interface{}, ctx context.Context, dec func(i
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SchedulerServer).JobDone(ctx, req.(*JobDoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Scheduler_JobsDone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JobsDoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServer).JobsDone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Scheduler_JobsDone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServer).JobsDone(ctx, req.(*JobsDoneRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -270,6 +308,10 @@ var Scheduler_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "JobDone",
 			Handler:    _Scheduler_JobDone_Handler,
+		},
+		{
+			MethodName: "JobsDone",
+			Handler:    _Scheduler_JobsDone_Handler,
 		},
 		{
 			MethodName: "DispatchJob",

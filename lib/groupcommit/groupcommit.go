@@ -1,0 +1,145 @@
+// Package groupcommit gathers work that many goroutines submit one item at a time
+// into groups that one call handles together (a database's group commit): the first
+// item waiting starts a group, and every item that arrives while a group is being
+// handled joins the next one. There is no timer: under light load each group is a
+// single item and waits for nothing; under heavy load groups grow up to a maximum and
+// the per-call cost (a Redis round trip, an RPC) is shared by all their items.
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// ErrClosed is returned by Do after Close.
+var ErrClosed = errors.New("groupcommit: closed")
+
+// Func handles a group. It returns one result and one error per item (in order); a
+// short answer fails the items it leaves out.
+type Func[T, R any] func(ctx context.Context, items []T) ([]R, []error)
+
+// Params configure a Committer.
+type Params[T, R any] struct {
+	Fn      Func[T, R]
+	Max     int // items per group (default 64)
+	Workers int // groups handled at once (default 1)
+}
+
+// Committer runs groups in its own goroutines until Close.
+type Committer[T, R any] struct {
+	fn      Func[T, R]
+	max     int
+	ch      chan *request[T, R]
+	closing chan struct{}
+	mu      sync.RWMutex // held for reading while a Do sends, for writing to close
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+type request[T, R any] struct {
+	item T
+	res  R
+	err  error
+	done chan struct{}
+}
+
+// New starts a Committer.
+func New[T, R any](p Params[T, R]) *Committer[T, R] {
+	if p.Max <= 0 {
+		p.Max = 64
+	}
+	if p.Workers <= 0 {
+		p.Workers = 1
+	}
+	c := &Committer[T, R]{fn: p.Fn, max: p.Max, ch: make(chan *request[T, R], 4*p.Max*p.Workers), closing: make(chan struct{})}
+	for i := 0; i < p.Workers; i++ {
+		c.wg.Add(1)
+		go c.loop()
+	}
+	return c
+}
+
+// Do submits an item and waits for its result. ctx bounds the wait to be taken into
+// a group; once its group is being handled the item's result is awaited (the group's
+// call gets a context of its own, so that one caller giving up cannot fail the rest).
+func (c *Committer[T, R]) Do(ctx context.Context, item T) (R, error) {
+	r := &request[T, R]{item: item, done: make(chan struct{})}
+	var zero R
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
+		return zero, ErrClosed
+	}
+	select {
+	case c.ch <- r:
+		c.mu.RUnlock()
+	case <-ctx.Done():
+		c.mu.RUnlock()
+		return zero, ctx.Err()
+	}
+	<-r.done
+	return r.res, r.err
+}
+
+// Close handles what was submitted and stops the goroutines.
+func (c *Committer[T, R]) Close() {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.closing)
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+}
+
+func (c *Committer[T, R]) loop() {
+	defer c.wg.Done()
+	group := make([]*request[T, R], 0, c.max)
+	for {
+		group = group[:0]
+		select {
+		case r := <-c.ch:
+			group = append(group, r)
+		case <-c.closing:
+			// Handle what is still queued, then stop.
+			for {
+				select {
+				case r := <-c.ch:
+					c.run([]*request[T, R]{r})
+				default:
+					return
+				}
+			}
+		}
+	fill:
+		for len(group) < c.max {
+			select {
+			case r := <-c.ch:
+				group = append(group, r)
+			default:
+				break fill
+			}
+		}
+		c.run(group)
+	}
+}
+
+func (c *Committer[T, R]) run(group []*request[T, R]) {
+	items := make([]T, len(group))
+	for i, r := range group {
+		items[i] = r.item
+	}
+	res, errs := c.fn(context.Background(), items)
+	for i, r := range group {
+		switch {
+		case i < len(errs) && errs[i] != nil:
+			r.err = errs[i]
+		case i < len(res):
+			r.res = res[i]
+		default:
+			r.err = errors.New("groupcommit: no result for the item")
+		}
+		close(r.done)
+	}
+}

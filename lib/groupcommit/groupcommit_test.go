@@ -1,0 +1,195 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitFor waits until cond holds (it watches another goroutine's progress) or fails.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Items that arrive while a group is being handled make up the next group, whole.
+func TestItemsArrivingDuringAGroupJoinTheNext(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var groups [][]int
+	c := New(Params[int, int]{Max: 64, Fn: func(_ context.Context, items []int) ([]int, []error) {
+		mu.Lock()
+		groups = append(groups, append([]int(nil), items...))
+		first := len(groups) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		out := make([]int, len(items))
+		for i, v := range items {
+			out[i] = v * 10
+		}
+		return out, make([]error, len(items))
+	}})
+	defer c.Close()
+
+	var wg sync.WaitGroup
+	results := make([]int, 11)
+	do := func(i int) {
+		defer wg.Done()
+		v, err := c.Do(context.Background(), i)
+		if err != nil {
+			t.Errorf("item %d: %v", i, err)
+		}
+		results[i] = v
+	}
+	wg.Add(1)
+	go do(0)
+	waitFor(t, "the first group", func() bool { mu.Lock(); defer mu.Unlock(); return len(groups) == 1 })
+	for i := 1; i <= 10; i++ {
+		wg.Add(1)
+		go do(i)
+	}
+	waitFor(t, "ten queued items", func() bool { return len(c.ch) == 10 })
+	close(release)
+	wg.Wait()
+	if len(groups) != 2 || len(groups[0]) != 1 || len(groups[1]) != 10 {
+		t.Fatalf("groups %v: want [0] then the ten others together", groups)
+	}
+	for i, v := range results {
+		if v != i*10 {
+			t.Fatalf("item %d got %d: results went to the wrong caller", i, v)
+		}
+	}
+}
+
+// A group never exceeds Max; per-item errors reach their own callers; a short answer
+// fails the items it leaves out.
+func TestMaxErrorsAndShortAnswers(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	c := New(Params[int, string]{Max: 3, Fn: func(_ context.Context, items []int) ([]string, []error) {
+		mu.Lock()
+		sizes = append(sizes, len(items))
+		first := len(sizes) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		out := make([]string, 0, len(items))
+		errs := make([]error, len(items))
+		for i, v := range items {
+			if v == 99 {
+				return out, errs[:i] // stop short at 99
+			}
+			if v%2 == 1 {
+				errs[i] = fmt.Errorf("odd %d", v)
+			}
+			out = append(out, fmt.Sprint(v))
+		}
+		return out, errs
+	}})
+	defer c.Close()
+	var wg sync.WaitGroup
+	type answer struct {
+		v   string
+		err error
+	}
+	answers := sync.Map{}
+	do := func(i int) {
+		defer wg.Done()
+		v, err := c.Do(context.Background(), i)
+		answers.Store(i, answer{v, err})
+	}
+	wg.Add(1)
+	go do(0)
+	waitFor(t, "the first group", func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 })
+	for _, i := range []int{1, 2, 3, 4, 6} {
+		wg.Add(1)
+		go do(i)
+	}
+	waitFor(t, "five queued items", func() bool { return len(c.ch) == 5 })
+	wg.Add(1)
+	go do(99) // last in the queue: the answer that stops short at it leaves out no other
+	waitFor(t, "six queued items", func() bool { return len(c.ch) == 6 })
+	close(release)
+	wg.Wait()
+	for _, n := range sizes {
+		if n > 3 {
+			t.Fatalf("group sizes %v exceed Max 3", sizes)
+		}
+	}
+	for _, i := range []int{0, 1, 2, 3, 4, 6, 99} {
+		a, _ := answers.Load(i)
+		got := a.(answer)
+		switch {
+		case i == 99:
+			if got.err == nil {
+				t.Fatalf("item 99 (left out of the answer) got %q and no error", got.v)
+			}
+		case i%2 == 1:
+			if got.err == nil || got.err.Error() != fmt.Sprintf("odd %d", i) {
+				t.Fatalf("item %d: error %v, want its own", i, got.err)
+			}
+		default:
+			if got.err != nil || got.v != fmt.Sprint(i) {
+				t.Fatalf("item %d: %q %v", i, got.v, got.err)
+			}
+		}
+	}
+}
+
+// Close handles what was queued; Do after Close fails; a caller's context bounds its
+// wait to get into a group.
+func TestCloseAndContext(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	handled := 0
+	c := New(Params[int, int]{Max: 1, Fn: func(_ context.Context, items []int) ([]int, []error) {
+		select {
+		case started <- struct{}{}:
+			<-release
+		default:
+		}
+		handled += len(items)
+		return items, make([]error, len(items))
+	}})
+	go func() { _, _ = c.Do(context.Background(), 1) }()
+	<-started
+	ctx, cancel := context.WithCancel(context.Background())
+	// Fill the queue, then one more caller that gives up.
+	queued := make(chan error, cap(c.ch))
+	for i := 0; i < cap(c.ch); i++ {
+		go func() { _, err := c.Do(context.Background(), 2); queued <- err }()
+	}
+	waitFor(t, "a full queue", func() bool { return len(c.ch) == cap(c.ch) })
+	blocked := make(chan error, 1)
+	go func() { _, err := c.Do(ctx, 3); blocked <- err }()
+	cancel()
+	if err := <-blocked; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a caller whose context ended: %v", err)
+	}
+	close(release)
+	for i := 0; i < cap(c.ch); i++ {
+		if err := <-queued; err != nil {
+			t.Fatalf("queued item: %v", err)
+		}
+	}
+	c.Close()
+	if handled != 1+cap(c.ch) {
+		t.Fatalf("handled %d items, want %d", handled, 1+cap(c.ch))
+	}
+	if _, err := c.Do(context.Background(), 4); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Do after Close: %v", err)
+	}
+}
