@@ -1,6 +1,7 @@
 package rrq
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -600,8 +601,11 @@ func (cn *conn) write(ctx context.Context, frame []byte) error {
 }
 
 func (cn *conn) readLoop() {
+	// Buffered: a frame's header and payload (and frames that arrive together) take
+	// one read call, not two each.
+	br := bufio.NewReaderSize(cn.nc, 32<<10)
 	for {
-		env, err := ReadFrame(cn.nc, cn.c.opt.MaxFrameSize)
+		env, err := ReadFrame(br, cn.c.opt.MaxFrameSize)
 		if err != nil {
 			cn.readFailed(err)
 			return

@@ -294,8 +294,8 @@ func parseIDs(vals []any) []uint32 {
 }
 
 // dispatchScript sends ready nodes (or one standalone job) to the router: ARGV ctx,
-// flow (0: a standalone job), caller, now_s, now_ms, actor, then per job its id and
-// its message's fields as a JSON object. For each: it checks the node is ready (and its
+// flow (0: a standalone job), caller, now_s, now_ms, actor, then per job its id, the
+// number n of its message's field/value items and those n items. For each: it checks the node is ready (and its
 // retry due), stores the message under a fresh id, marks node and job dispatched, and
 // pushes the message on msg_out with a wake token. Returns per job {message key,
 // attempt} or {"", why}.
@@ -304,8 +304,11 @@ local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[
 local dag = ''
 if flow ~= '0' then dag = 'coord:dag:' .. flow end
 local out, pushed = {}, 0
-for i = 7, #ARGV, 2 do
-  local id, fields = ARGV[i], ARGV[i + 1]
+local i = 7
+while i <= #ARGV do
+  local id, nf = ARGV[i], tonumber(ARGV[i + 1])
+  local first, last = i + 2, i + 1 + nf
+  i = last + 1
   local jk = 'job:' .. caller .. ':' .. id
   local attempt, why
   local jst = redis.call('HGET', jk, 'status')
@@ -331,7 +334,7 @@ for i = 7, #ARGV, 2 do
   if why then
     out[#out + 1] = {'', why}
   else
-    local mk = store_message_json(caller, fields, now_ms)
+    local mk = store_message(caller, first, now_ms, last)
     set_job(caller, id, 'dispatched', 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
     track_msg(caller, id, mk)
     event('job.dispatched', actor, now_ms, flow, id, caller, 'dispatched', 'attempt ' .. attempt)
@@ -341,8 +344,10 @@ for i = 7, #ARGV, 2 do
   end
 end
 if pushed > 0 then
+  local tokens = {}
+  for n = 1, pushed do tokens[n] = ctx end
   redis.call('SELECT', 0)
-  for i = 1, pushed do redis.call('LPUSH', 'coord:wake:msg_out', ctx) end
+  redis.call('LPUSH', 'coord:wake:msg_out', unpack(tokens))
 end
 return out
 `)
@@ -355,8 +360,8 @@ type Dispatched struct {
 	Why     string // why not (e.g. the node was not ready)
 }
 
-// requestFields are the field/value pairs of a job request message, as JSON.
-func requestFields(ctxID, flowID uint32, j *model.Job, now time.Time, msgTimeout uint32) string {
+// requestFields are the field/value pairs of a job request message (without its id).
+func requestFields(ctxID, flowID uint32, j *model.Job, now time.Time, msgTimeout uint32) []any {
 	m := model.Message{
 		CallerID: j.CallerID, ContextID: ctxID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
 		Message: "job " + j.GlobalKey(), Timeout: msgTimeout, Job: []model.Job{*j}, Status: model.MessageDispatched,
@@ -369,10 +374,14 @@ func requestFields(ctxID, flowID uint32, j *model.Job, now time.Time, msgTimeout
 	if m.Nodes[0].Prerequisites == nil {
 		m.Nodes[0].Prerequisites = []string{}
 	}
-	h := model.HashMap(&m)
-	delete(h, "id")
-	b, _ := json.Marshal(h)
-	return string(b)
+	fields := model.HashFields(&m)
+	out := fields[:0]
+	for i := 0; i+1 < len(fields); i += 2 {
+		if fields[i] != "id" {
+			out = append(out, fields[i], fields[i+1])
+		}
+	}
+	return out
 }
 
 // DispatchMany sends ready nodes of a flow (flowID ≠ 0), all of one caller, or one
@@ -382,7 +391,9 @@ func (d *DB) DispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 	now := time.Now()
 	args := []any{d.ContextID, flowID, callerID, now.Unix(), now.UnixMilli(), actor}
 	for _, j := range jobs {
-		args = append(args, j.ID, requestFields(d.ContextID, flowID, j, now, msgTimeout))
+		fields := requestFields(d.ContextID, flowID, j, now, msgTimeout)
+		args = append(args, j.ID, len(fields))
+		args = append(args, fields...)
 	}
 	res, err := d.Eval(ctx, dispatchScript, nil, args...)
 	if err != nil {

@@ -44,34 +44,19 @@ local function dead_letter(caller, id, flow, now_ms, actor, err)
   redis.call('HSET', jk, 'dlq_at_ms', now_ms)
   event('job.dead_lettered', actor, now_ms, flow, id, caller, 'error', err)
 end
--- store_message stores a message from ARGV[first..] (field/value pairs) under a fresh
--- id (skipping ids taken), indexes it, and returns its key.
-local function store_message(caller, first, now_ms)
+-- store_message stores a message from ARGV[first..last] (field/value pairs; last
+-- defaults to #ARGV) under a fresh id (skipping ids taken), indexes it, and returns
+-- its key.
+local function store_message(caller, first, now_ms, last)
   local mid
   repeat
     mid = redis.call('INCR', 'coord:seq:message')
   until redis.call('EXISTS', 'message:' .. caller .. ':' .. mid) == 0
   local mk = 'message:' .. caller .. ':' .. mid
   local fields = {'id', mid}
-  for i = first, #ARGV, 2 do
+  for i = first, (last or #ARGV), 2 do
     fields[#fields + 1] = ARGV[i]
     fields[#fields + 1] = ARGV[i + 1]
-  end
-  redis.call('HSET', mk, unpack(fields))
-  redis.call('ZADD', 'coord:idx:messages', now_ms, caller .. ':' .. mid)
-  return mk
-end
--- store_message_json is store_message with the fields as a JSON object.
-local function store_message_json(caller, fields_json, now_ms)
-  local mid
-  repeat
-    mid = redis.call('INCR', 'coord:seq:message')
-  until redis.call('EXISTS', 'message:' .. caller .. ':' .. mid) == 0
-  local mk = 'message:' .. caller .. ':' .. mid
-  local fields = {'id', mid}
-  for k, v in pairs(cjson.decode(fields_json)) do
-    fields[#fields + 1] = k
-    fields[#fields + 1] = v
   end
   redis.call('HSET', mk, unpack(fields))
   redis.call('ZADD', 'coord:idx:messages', now_ms, caller .. ':' .. mid)

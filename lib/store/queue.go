@@ -105,9 +105,10 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 // one round trip: KEYS queue, processing list, leases, the queue's wake list (DB 0);
 // ARGV consumer, queue name, expiry ms, max, wake token, tokens held (as for
 // claimStartScript), then max claim ids. It returns {script types hash, {item, message
-// hash, job hash}...}: for a job request the hash of the job it carries (and the
-// coord:script_types counts, read once), else empty lists.
+// hash, job fields}...}: for a job request the RoutingJobFields of the job it carries
+// (and the coord:script_types counts, read once), else empty lists.
 var claimMessageScript = NewScript(`
+local JOB_FIELDS = {` + luaStrings(RoutingJobFields) + `}
 local max = tonumber(ARGV[4])
 local out, types = {}, nil
 for n = 1, max do
@@ -121,11 +122,22 @@ for n = 1, max do
   end
   local jh = {}
   if kind == 'job_request' then
-    local ok, jobs = pcall(cjson.decode, job or '')
-    if ok and type(jobs) == 'table' and type(jobs[1]) == 'table' then
-      local caller, id = tonumber(jobs[1].caller_id), tonumber(jobs[1].id)
+    -- The job's ids open the JSON this code writes ([{"id":…,"caller_id":…); a
+    -- message written otherwise is decoded whole.
+    local id, caller = string.match(job or '', '^%[{"id":(%d+),"caller_id":(%d+)[,}]')
+    if not id then
+      local ok, jobs = pcall(cjson.decode, job or '')
+      if ok and type(jobs) == 'table' and type(jobs[1]) == 'table' then
+        caller, id = jobs[1].caller_id, jobs[1].id
+      end
+    end
+    caller, id = tonumber(caller), tonumber(id)
+    do
       if caller and id then
-        jh = redis.call('HGETALL', string.format('job:%d:%d', caller, id))
+        local v = redis.call('HMGET', string.format('job:%d:%d', caller, id), unpack(JOB_FIELDS))
+        for k = 1, #JOB_FIELDS do
+          if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k] end
+        end
         if not types then types = redis.call('HGETALL', 'coord:script_types') end
       end
     end
@@ -141,12 +153,25 @@ end
 return {types or {}, out}
 `)
 
+// RoutingJobFields are the fields of a job that ClaimMessages reads for a job request:
+// what routing it needs (a remote runner's request needs the whole job: load it).
+var RoutingJobFields = []string{"id", "caller_id", "context_id", "flow_id", "script_type", "runner_id", "attempt", "status"}
+
+func luaStrings(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = "'" + s + "'"
+	}
+	return strings.Join(q, ", ")
+}
+
 // ClaimedMessage is a claimed message with what routing it needs.
 type ClaimedMessage struct {
 	*Claim
 	Msg map[string]string // the message's hash; empty when the message is gone
-	// For a job request: the hash of the job it carries (empty when the job is gone)
-	// and the number of runners serving each script type (coord:script_types).
+	// For a job request: the RoutingJobFields of the job it carries (empty when the
+	// job is gone) and the number of runners serving each script type
+	// (coord:script_types).
 	Job         map[string]string
 	ScriptTypes map[string]string
 }

@@ -347,3 +347,48 @@ func TestEvalBatchAfterScriptFlush(t *testing.T) {
 		t.Fatalf("finish after SCRIPT FLUSH: %v %v", oks, errs)
 	}
 }
+
+// ClaimMessages reads each job request's job (whatever the key order of the job JSON
+// in the message) and the served script types, and removes the extra wake tokens.
+func TestClaimMessagesReadsJobsAndWakeTokens(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 15)
+	f, jobs := flowWith(t, s, db, 2)
+	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	rc := srv.Client(t, 15)
+	// A third request whose job JSON starts with another key (a message not written
+	// by the dispatch script), and a message that is not a job request.
+	rc.HSet(ctx, "message:1:900", "id", 900, "caller_id", 1, "kind", "job_request", "job", fmt.Sprintf(`[{"caller_id":1,"id":%d}]`, jobs[1].ID))
+	rc.HSet(ctx, "message:1:901", "id", 901, "caller_id", 1, "kind", "chat")
+	for _, m := range []string{"message:1:900", "message:1:901"} {
+		if err := db.Enqueue(ctx, keys.MsgOut, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc.HSet(ctx, "coord:script_types", "sh", 1)
+	g := srv.Client(t, 0)
+	// The dispatch pushed one router wake token per request; Enqueue pushes onto
+	// another list, so the two test messages' tokens are added here.
+	g.LPush(ctx, keys.WakeMsgOut, "15", "15")
+	before := g.LLen(ctx, keys.WakeMsgOut).Val()
+	g.LPop(ctx, keys.WakeMsgOut) // the token the caller holds
+	cms, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{Key: keys.WakeMsgOut, Token: "15", Held: true})
+	if err != nil || len(cms) != 4 {
+		t.Fatalf("claim: %d %v", len(cms), err)
+	}
+	for i, cm := range cms[:3] {
+		want := jobs[min(i, 1)].ID
+		if cm.Msg["kind"] != "job_request" || cm.Job["id"] != strconv.Itoa(int(want)) || cm.ScriptTypes["sh"] != "1" {
+			t.Fatalf("message %d (%s): job %v types %v", i, cm.Item, cm.Job, cm.ScriptTypes)
+		}
+	}
+	if cms[3].Msg["kind"] != "chat" || len(cms[3].Job) != 0 {
+		t.Fatalf("chat message: %+v", cms[3])
+	}
+	if n := g.LLen(ctx, keys.WakeMsgOut).Val(); n != before-4 {
+		t.Fatalf("%d wake tokens left of %d after claiming 4 with one held", n, before)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -280,8 +281,8 @@ func (r *router) queueJobs(ctx context.Context, db *store.DB, q []queuedJob) {
 }
 
 // deliverResults reports job ends to the scheduler in one call and acknowledges their
-// messages. If that call fails, each end is reported on its own (and retried on its
-// own), so that one end the scheduler refuses cannot hold back the others.
+// messages. If that call fails, each end is reported on its own, so that one end the
+// scheduler refuses cannot hold back the others (the refused ones are retried).
 func (r *router) deliverResults(ctx context.Context, db *store.DB, cls []*store.Claim, ends []*herov1.JobDoneRequest) {
 	if len(cls) == 0 {
 		return
@@ -297,7 +298,25 @@ func (r *router) deliverResults(ctx context.Context, db *store.DB, cls []*store.
 		r.m.schedulerErrs.Inc()
 		r.log.Warn().Err(err).Uint32(obs.KeyContextID, db.ContextID).Int("results", len(cls)).Msg("report job ends to the scheduler; reporting each on its own")
 	}
+	// One try each first, so that the ends the scheduler takes are not held back by
+	// one it refuses; then the refused ones, each retried until taken (or ctx ends).
+	var taken []*store.Claim
+	var refused []int
 	for i, cl := range cls {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := r.callJobsDone(cctx, ends[i:i+1])
+		cancel()
+		if err != nil {
+			refused = append(refused, i)
+			continue
+		}
+		taken = append(taken, cl)
+	}
+	if len(taken) > 0 {
+		r.ackResults(ctx, db, taken)
+	}
+	for _, i := range refused {
+		cl := cls[i]
 		log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Str(obs.KeyMessage, cl.Item).Uint32(obs.KeyFlowID, ends[i].FlowId).Uint32(obs.KeyJobID, ends[i].JobId).Logger()
 		if r.reportEnd(ctx, db, cl, ends[i], log) {
 			r.ackResults(ctx, db, cls[i:i+1])
@@ -365,7 +384,7 @@ func (r *router) deliverJob(ctx context.Context, db *store.DB, cm *store.Claimed
 		r.failMessage(ctx, db, cl, nil, "message carries no job", log)
 		return
 	}
-	j, err := db.JobFromHash(m.Job[0].CallerID, m.Job[0].ID, cm.Job) // read with the claim
+	j, err := db.JobFromHash(m.Job[0].CallerID, m.Job[0].ID, cm.Job) // its routing fields, read with the claim
 	if err != nil {
 		r.failMessage(ctx, db, cl, nil, err.Error(), log)
 		return
@@ -383,7 +402,16 @@ func (r *router) deliverJob(ctx context.Context, db *store.DB, cm *store.Claimed
 				r.failMessage(ctx, db, cl, j, fmt.Sprintf("runner %d is not local and this router has no mycelium-gateway (--gateway-addr)", j.RunnerID), log)
 				return
 			}
-			r.sendRemote(ctx, db, cl, m, j, rn, log)
+			full, err := db.LoadJob(ctx, j.CallerID, j.ID) // the claim read only what routing needs
+			if errors.Is(err, store.ErrNotFound) {
+				r.failMessage(ctx, db, cl, j, err.Error(), log)
+				return
+			}
+			if err != nil {
+				log.Error().Err(err).Msg("load job for a remote runner") // the lease brings the message back
+				return
+			}
+			r.sendRemote(ctx, db, cl, m, full, rn, log)
 			return
 		}
 		target = keys.PinnedQueue(j.RunnerID, j.ScriptType.QueueSuffix())

@@ -19,6 +19,7 @@
 package executor
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -227,8 +228,9 @@ func (e *Executor) ServeConn(ctx context.Context, nc net.Conn) {
 		}
 	}()
 
+	br := bufio.NewReaderSize(nc, 32<<10) // one read call per frame (or per several)
 	for {
-		env, err := rrq.ReadFrame(nc, e.opt.MaxFrameSize)
+		env, err := rrq.ReadFrame(br, e.opt.MaxFrameSize)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 				e.log.Warn("executor: bad frame or read error; closing connection", "err", err)

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+var srv *redistest.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+
+// scheduler is a Scheduler service that records the ends it is told and refuses the
+// job ids in refuse (JobsDone fails as a whole, as the real one does).
+type scheduler struct {
+	herov1.UnimplementedSchedulerServer
+	mu       sync.Mutex
+	refuse   map[uint32]bool
+	oldStyle bool // answer JobsDone with Unimplemented, like a scheduler before it
+	batches  [][]uint32
+	singles  []uint32
+}
+
+func (s *scheduler) JobsDone(_ context.Context, req *herov1.JobsDoneRequest) (*herov1.JobsDoneResponse, error) {
+	if s.oldStyle {
+		return nil, status.Error(codes.Unimplemented, "unknown method JobsDone")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []uint32
+	for _, e := range req.Ends {
+		if s.refuse[e.JobId] {
+			return nil, status.Errorf(codes.InvalidArgument, "job %d refused", e.JobId)
+		}
+		ids = append(ids, e.JobId)
+	}
+	s.batches = append(s.batches, ids)
+	return &herov1.JobsDoneResponse{}, nil
+}
+
+func (s *scheduler) JobDone(_ context.Context, req *herov1.JobDoneRequest) (*herov1.JobDoneResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refuse[req.JobId] {
+		return nil, status.Errorf(codes.InvalidArgument, "job %d refused", req.JobId)
+	}
+	s.singles = append(s.singles, req.JobId)
+	return &herov1.JobDoneResponse{}, nil
+}
+
+func startRouter(t *testing.T, sched *scheduler) (*router, *store.DB) {
+	t.Helper()
+	srv.Flush(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	herov1.RegisterSchedulerServer(gs, sched)
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	r := newRouter(routerParams{store: st, log: zerolog.Nop(), reg: prometheus.NewRegistry(), scheduler: herov1.NewSchedulerClient(cc),
+		id: "router-test", workers: 1, lease: time.Minute})
+	db, err := st.Ctx(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, db
+}
+
+// queueResults stores one job_result message per job id on msg_out (as runners do).
+func queueResults(t *testing.T, db *store.DB, ids ...uint32) map[uint32]string {
+	t.Helper()
+	ctx := context.Background()
+	rc := srv.Client(t, 3)
+	keysByJob := map[uint32]string{}
+	for _, id := range ids {
+		m := model.Message{ID: 100 + id, CallerID: 1, ContextID: 3, MessageType: model.MessageTypeJob, Kind: model.KindJobResult, FlowID: 5,
+			Status: model.MessageDispatched, Job: []model.Job{{ID: id, CallerID: 1, ContextID: 3, FlowID: 5, Attempt: 1, Status: model.JobFinished}}}
+		mk := keys.Message(1, m.ID)
+		if err := rc.HSet(ctx, mk, model.HashFields(&m)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Enqueue(ctx, keys.MsgOut, mk); err != nil {
+			t.Fatal(err)
+		}
+		keysByJob[id] = mk
+	}
+	return keysByJob
+}
+
+func messageStatus(t *testing.T, mk string) string {
+	return srv.Client(t, 3).HGet(context.Background(), mk, "status").Val()
+}
+
+// Results claimed together are reported in one JobsDone call and acknowledged.
+func TestResultsAreReportedTogether(t *testing.T) {
+	sched := &scheduler{}
+	r, db := startRouter(t, sched)
+	msgs := queueResults(t, db, 1, 2, 3, 4, 5)
+	if n := r.drain(context.Background(), 3, keys.MsgOut, false); n != 5 {
+		t.Fatalf("claimed %d of 5", n)
+	}
+	if len(sched.batches) != 1 || len(sched.batches[0]) != 5 || len(sched.singles) != 0 {
+		t.Fatalf("calls: batches %v singles %v; want one call with five ends", sched.batches, sched.singles)
+	}
+	for id, mk := range msgs {
+		if st := messageStatus(t, mk); st != string(model.MessageProcessed) {
+			t.Fatalf("job %d's result message is %q", id, st)
+		}
+	}
+	if n := srv.Client(t, 3).LLen(context.Background(), keys.Processing("router-test")).Val(); n != 0 {
+		t.Fatalf("%d messages still claimed", n)
+	}
+}
+
+// One end the scheduler refuses does not hold back the others: each is then reported
+// on its own, the refused one stays claimed (retried, its lease kept) until the
+// router stops.
+func TestARefusedEndDoesNotHoldBackTheGroup(t *testing.T) {
+	sched := &scheduler{refuse: map[uint32]bool{3: true}}
+	r, db := startRouter(t, sched)
+	msgs := queueResults(t, db, 1, 2, 3, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() { done <- r.drain(ctx, 3, keys.MsgOut, false) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, id := range []uint32{1, 2, 4} {
+		for messageStatus(t, msgs[id]) != string(model.MessageProcessed) {
+			if time.Now().After(deadline) {
+				t.Fatalf("job %d's result was not delivered while job 3's is refused", id)
+			}
+			time.Sleep(5 * time.Millisecond) // the router works in another goroutine
+		}
+	}
+	cancel()
+	<-done
+	if st := messageStatus(t, msgs[3]); st == string(model.MessageProcessed) {
+		t.Fatal("the refused result was acknowledged")
+	}
+	held, err := srv.Client(t, 3).LRange(context.Background(), keys.Processing("router-test"), 0, -1).Result()
+	if err != nil || len(held) != 1 || held[0] != msgs[3] {
+		t.Fatalf("claimed after the stop: %v %v; want only job 3's result", held, err)
+	}
+	sched.mu.Lock()
+	defer sched.mu.Unlock()
+	var taken []uint32
+	for _, b := range sched.batches {
+		if len(b) != 1 {
+			t.Fatalf("after the refused group, ends go one per call: %v", sched.batches)
+		}
+		taken = append(taken, b[0])
+	}
+	if len(taken) != 3 || taken[0] != 1 || taken[1] != 2 || taken[2] != 4 {
+		t.Fatalf("ends taken %v: want 1, 2 and 4", taken)
+	}
+}
+
+// A scheduler without JobsDone gets one JobDone per end.
+func TestOlderSchedulerGetsOneCallPerEnd(t *testing.T) {
+	sched := &scheduler{oldStyle: true}
+	r, db := startRouter(t, sched)
+	msgs := queueResults(t, db, 7, 8)
+	r.drain(context.Background(), 3, keys.MsgOut, false)
+	if len(sched.singles) != 2 {
+		t.Fatalf("single reports %v: want 7 and 8", sched.singles)
+	}
+	for id, mk := range msgs {
+		if st := messageStatus(t, mk); st != string(model.MessageProcessed) {
+			t.Fatalf("job %d's result message is %q", id, st)
+		}
+	}
+}

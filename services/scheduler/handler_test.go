@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+var srv *redistest.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+
+// JobsDone applies a group of ends (the flow finishes); a group with one bad end is
+// refused whole, naming it, and changes nothing.
+func TestJobsDone(t *testing.T) {
+	srv.Flush(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, _, err := st.CreateContext(ctx, &model.Context{ID: 4, Admins: []uint32{1}}, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint32
+	for i := 0; i < 3; i++ {
+		j, _, err := st.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 4, Script: "true", ScriptType: "sh"}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	f, _, err := st.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 4, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(engineParams{store: st, log: zerolog.Nop(), reg: prometheus.NewRegistry(), retryBase: time.Second, retryCap: time.Second, sweepEvery: time.Minute})
+	h := &handler{eng: e}
+	if _, err := e.startFlow(ctx, 4, f.ID, "1"); err != nil {
+		t.Fatal(err)
+	}
+	rc := srv.Client(t, 4)
+	node := func(id uint32) string {
+		return rc.HGet(ctx, keys.DAG(f.ID), "s:"+strconv.FormatUint(uint64(id), 10)).Val()
+	}
+	end := func(id uint32, st string) *herov1.JobDoneRequest {
+		return &herov1.JobDoneRequest{ContextId: 4, FlowId: f.ID, CallerId: 1, JobId: id, Attempt: 1, Status: st}
+	}
+
+	_, err = h.JobsDone(ctx, &herov1.JobsDoneRequest{Ends: []*herov1.JobDoneRequest{end(ids[0], "finished"), end(ids[1], "running")}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "ends[1].status") {
+		t.Fatalf("a group with a bad status: %v", err)
+	}
+	if s := node(ids[0]); s != "dispatched" {
+		t.Fatalf("a refused group changed node %d to %q", ids[0], s)
+	}
+
+	if _, err := h.JobsDone(ctx, &herov1.JobsDoneRequest{Ends: []*herov1.JobDoneRequest{end(ids[0], "finished"), end(ids[1], "finished"), end(ids[2], "finished")}}); err != nil {
+		t.Fatal(err)
+	}
+	fl, err := st.Ctx(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := fl.LoadFlow(ctx, f.ID)
+	if err != nil || got.Status != model.FlowFinished {
+		t.Fatalf("flow after every end: %+v %v", got, err)
+	}
+	// The same group again changes nothing (each end is already applied).
+	if _, err := h.JobsDone(ctx, &herov1.JobsDoneRequest{Ends: []*herov1.JobDoneRequest{end(ids[0], "finished"), end(ids[1], "error")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := fl.LoadFlow(ctx, f.ID); got.Status != model.FlowFinished {
+		t.Fatalf("a repeated report changed the flow to %q", got.Status)
+	}
+}
