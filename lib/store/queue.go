@@ -104,23 +104,34 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 // claimMessageScript claims up to max messages and reads what routing them needs, in
 // one round trip: KEYS queue, processing list, leases, the queue's wake list (DB 0);
 // ARGV consumer, queue name, expiry ms, max, wake token, tokens held (as for
-// claimStartScript), then max claim ids. It returns {script types hash, {item, message
-// hash, job fields}...}: for a job request the RoutingJobFields of the job it carries
-// (and the coord:script_types counts, read once), else empty lists.
+// claimStartScript), route (1: route plain job requests here), context id, now_s,
+// then max claim ids.
+//
+// With route, a job request whose job names no runner and whose script type some
+// runner serves is routed by the script itself, with no lease: the message is
+// acknowledged and the job key pushed onto queue:<script_type> with a wake token
+// (what the router would do; the script is atomic, so no crash can fall in between).
+// Every other message is claimed: moved to the processing list under a lease.
+//
+// It returns {script types hash, {item, message hash, job fields, claim id}...,
+// {job key, queue}...}: the claimed messages (for a job request the RoutingJobFields of its job,
+// and the coord:script_types counts, read once) and the routed jobs.
 var claimMessageScript = NewScript(`
 local JOB_FIELDS = {` + luaStrings(RoutingJobFields) + `}
-local max = tonumber(ARGV[4])
-local out, types = {}, nil
+local max, route, ctx, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[8], ARGV[9]
+local out, routed, types = {}, {}, nil
+local tokens, targets = {}, {}
+local taken = 0
 for n = 1, max do
-  local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  local item = redis.call('RPOP', KEYS[1])
   if not item then break end
-  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[6 + n])
+  taken = taken + 1
   local m = redis.call('HGETALL', item)
   local kind, job = nil, nil
   for i = 1, #m, 2 do
     if m[i] == 'kind' then kind = m[i + 1] elseif m[i] == 'job' then job = m[i + 1] end
   end
-  local jh = {}
+  local jh, target, jk = {}, nil, nil
   if kind == 'job_request' then
     -- The job's ids open the JSON this code writes ([{"id":…,"caller_id":…); a
     -- message written otherwise is decoded whole.
@@ -132,25 +143,44 @@ for n = 1, max do
       end
     end
     caller, id = tonumber(caller), tonumber(id)
-    do
-      if caller and id then
-        local v = redis.call('HMGET', string.format('job:%d:%d', caller, id), unpack(JOB_FIELDS))
-        for k = 1, #JOB_FIELDS do
-          if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k] end
+    if caller and id then
+      jk = string.format('job:%d:%d', caller, id)
+      local v = redis.call('HMGET', jk, unpack(JOB_FIELDS))
+      local f = {}
+      for k = 1, #JOB_FIELDS do
+        if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k]; f[JOB_FIELDS[k]] = v[k] end
+      end
+      if not types then types = redis.call('HGETALL', 'coord:script_types') end
+      if route and f['id'] and (f['runner_id'] or '0') == '0' and (f['script_type'] or '') ~= '' then
+        for i = 1, #types, 2 do
+          if types[i] == f['script_type'] and (tonumber(types[i + 1]) or 0) > 0 then target = 'queue:' .. f['script_type'] end
         end
-        if not types then types = redis.call('HGETALL', 'coord:script_types') end
       end
     end
   end
-  out[#out + 1] = {item, m, jh}
+  if target then
+    redis.call('HSET', item, 'status', 'acknowledged', 'updated_at', now_s)
+    redis.call('LPUSH', target, jk)
+    if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target end
+    tokens[target] = tokens[target] + 1
+    routed[#routed + 1] = jk
+    routed[#routed + 1] = target
+  else
+    redis.call('LPUSH', KEYS[2], item)
+    redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[9 + n])
+    out[#out + 1] = {item, m, jh, ARGV[9 + n]}
+  end
 end
-if #out == 0 then return false end
-local extra = #out - tonumber(ARGV[6])
-if extra > 0 then
-  redis.call('SELECT', 0)
-  redis.call('LREM', KEYS[4], extra, ARGV[5])
+if taken == 0 then return false end
+local extra = taken - tonumber(ARGV[6])
+if extra > 0 or #targets > 0 then redis.call('SELECT', 0) end
+if extra > 0 then redis.call('LREM', KEYS[4], extra, ARGV[5]) end
+for _, t in ipairs(targets) do
+  local ones = {}
+  for i = 1, tokens[t] do ones[i] = '1' end
+  redis.call('LPUSH', 'coord:wake:' .. ctx .. ':' .. t, unpack(ones))
 end
-return {types or {}, out}
+return {types or {}, out, routed}
 `)
 
 // RoutingJobFields are the fields of a job that ClaimMessages reads for a job request:
@@ -180,50 +210,65 @@ type ClaimedMessage struct {
 // message, and for a job request its job and the served script types, in the same
 // round trip. It returns nil when the queue is empty.
 func (d *DB) ClaimMessage(ctx context.Context, queue, consumer string, lease time.Duration) (*ClaimedMessage, error) {
-	cms, err := d.ClaimMessages(ctx, queue, consumer, lease, 1, Wake{})
+	cms, _, err := d.ClaimMessages(ctx, queue, consumer, lease, 1, Wake{}, false)
 	if err != nil || len(cms) == 0 {
 		return nil, err
 	}
 	return cms[0], nil
 }
 
+// Routed is a job request that ClaimMessages routed itself: its job key went onto
+// Queue.
+type Routed struct {
+	Job, Queue string
+}
+
 // ClaimMessages is ClaimMessage for up to max messages (oldest first), in one script;
 // w names the queue's wake list, whose tokens for the messages beyond the one the
-// caller holds it removes. It returns none when the queue is empty.
-func (d *DB) ClaimMessages(ctx context.Context, queue, consumer string, lease time.Duration, max int, w Wake) ([]*ClaimedMessage, error) {
-	exp := time.Now().Add(lease).UnixMilli()
+// caller holds it removes. With route, plain job requests (no pinned runner, a served
+// script type) are routed by the script itself and returned as Routed, not claimed.
+// It returns none when the queue is empty.
+func (d *DB) ClaimMessages(ctx context.Context, queue, consumer string, lease time.Duration, max int, w Wake, route bool) ([]*ClaimedMessage, []Routed, error) {
+	now := time.Now()
+	exp := now.Add(lease).UnixMilli()
 	wkey, wtoken, held := w.args()
-	args := make([]any, 0, 6+max)
-	args = append(args, consumer, queue, exp, max, wtoken, held)
-	ids := make([]string, max)
-	for i := range ids {
-		ids[i] = newClaimID()
-		args = append(args, ids[i])
+	args := make([]any, 0, 9+max)
+	args = append(args, consumer, queue, exp, max, wtoken, held, boolArg(route), d.ContextID, now.Unix())
+	for i := 0; i < max; i++ {
+		args = append(args, newClaimID())
 	}
 	res, err := d.Eval(ctx, claimMessageScript, []string{queue, keys.Processing(consumer), keys.Leases, wkey}, args...)
 	if err == redis.Nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("claim from %s of context %d: %w", queue, d.ContextID, err)
+		return nil, nil, fmt.Errorf("claim from %s of context %d: %w", queue, d.ContextID, err)
 	}
 	vals, _ := res.([]any)
-	if len(vals) != 2 {
-		return nil, fmt.Errorf("claim from %s of context %d: unexpected reply %v", queue, d.ContextID, res)
+	if len(vals) != 3 {
+		return nil, nil, fmt.Errorf("claim from %s of context %d: unexpected reply %v", queue, d.ContextID, res)
 	}
 	types := flatMap(vals[0])
 	items, _ := vals[1].([]any)
 	out := make([]*ClaimedMessage, 0, len(items))
-	for i, it := range items {
+	for _, it := range items {
 		e, _ := it.([]any)
-		if len(e) != 3 {
-			return nil, fmt.Errorf("claim from %s of context %d: unexpected reply %v", queue, d.ContextID, res)
+		if len(e) != 4 {
+			return nil, nil, fmt.Errorf("claim from %s of context %d: unexpected reply %v", queue, d.ContextID, res)
 		}
-		c := &Claim{Queue: queue, Consumer: consumer, ID: ids[i]}
+		c := &Claim{Queue: queue, Consumer: consumer}
 		c.Item, _ = e[0].(string)
+		c.ID, _ = e[3].(string)
 		out = append(out, &ClaimedMessage{Claim: c, Msg: flatMap(e[1]), Job: flatMap(e[2]), ScriptTypes: types})
 	}
-	return out, nil
+	flat, _ := vals[2].([]any)
+	routed := make([]Routed, 0, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		j, _ := flat[i].(string)
+		q, _ := flat[i+1].(string)
+		routed = append(routed, Routed{Job: j, Queue: q})
+	}
+	return out, routed, nil
 }
 
 // flatMap reads a script's flat field/value list into a map.

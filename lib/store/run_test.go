@@ -375,7 +375,7 @@ func TestClaimMessagesReadsJobsAndWakeTokens(t *testing.T) {
 	g.LPush(ctx, keys.WakeMsgOut, "15", "15")
 	before := g.LLen(ctx, keys.WakeMsgOut).Val()
 	g.LPop(ctx, keys.WakeMsgOut) // the token the caller holds
-	cms, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{Key: keys.WakeMsgOut, Token: "15", Held: true})
+	cms, _, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{Key: keys.WakeMsgOut, Token: "15", Held: true}, false)
 	if err != nil || len(cms) != 4 {
 		t.Fatalf("claim: %d %v", len(cms), err)
 	}
@@ -390,5 +390,53 @@ func TestClaimMessagesReadsJobsAndWakeTokens(t *testing.T) {
 	}
 	if n := g.LLen(ctx, keys.WakeMsgOut).Val(); n != before-4 {
 		t.Fatalf("%d wake tokens left of %d after claiming 4 with one held", n, before)
+	}
+}
+
+// With route, the claim script routes plain job requests itself (acknowledged, job key
+// on queue:<script_type> with a wake token, no lease) and claims the others: a job
+// pinned to a runner, a script type no runner serves.
+func TestClaimMessagesRoutesPlainJobRequests(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 16)
+	f, jobs := flowWith(t, s, db, 4)
+	rc := srv.Client(t, 16)
+	rc.HSet(ctx, keys.Job(1, jobs[2].ID), "runner_id", 7)     // pinned
+	rc.HSet(ctx, keys.Job(1, jobs[3].ID), "script_type", "v") // nobody serves v
+	rc.HSet(ctx, "coord:script_types", "sh", 2, "v", 0)
+	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(routed) != 2 || routed[0].Job != keys.Job(1, jobs[0].ID) || routed[1].Job != keys.Job(1, jobs[1].ID) || routed[0].Queue != "queue:sh" {
+		t.Fatalf("routed %+v: want jobs 1 and 2 onto queue:sh, in order", routed)
+	}
+	if len(cms) != 2 || cms[0].Job["id"] != strconv.Itoa(int(jobs[2].ID)) || cms[1].Job["id"] != strconv.Itoa(int(jobs[3].ID)) || cms[0].ID == "" || cms[0].ID == cms[1].ID {
+		t.Fatalf("claimed %+v: want the pinned job's and the unserved job's requests, each with its claim", cms)
+	}
+	if q := rc.LRange(ctx, "queue:sh", 0, -1).Val(); len(q) != 2 || q[1] != keys.Job(1, jobs[0].ID) {
+		t.Fatalf("queue:sh %v (FIFO: the first job at the consuming end)", q)
+	}
+	if n := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(16, "queue:sh")).Val(); n != 2 {
+		t.Fatalf("%d wake tokens for 2 routed jobs", n)
+	}
+	held := rc.LRange(ctx, keys.Processing("r1"), 0, -1).Val()
+	leases := rc.ZCard(ctx, keys.Leases).Val()
+	if len(held) != 2 || leases != 2 {
+		t.Fatalf("processing %v, %d leases: only the two claimed messages", held, leases)
+	}
+	msgs := rc.ZRange(ctx, "coord:idx:messages", 0, -1).Val()
+	acked := 0
+	for _, m := range msgs {
+		if rc.HGet(ctx, "message:"+m, "status").Val() == string(model.MessageAcknowledged) {
+			acked++
+		}
+	}
+	if acked != 2 {
+		t.Fatalf("%d request messages acknowledged, want the 2 routed", acked)
 	}
 }

@@ -225,12 +225,22 @@ func (r *router) drain(ctx context.Context, ctxID uint32, queue string, held boo
 	if queue == keys.MsgIn {
 		wake = keys.WakeMsgIn
 	}
-	cms, err := db.ClaimMessages(ctx, queue, r.id, r.lease, maxBatch, store.Wake{Key: wake, Token: strconv.FormatUint(uint64(ctxID), 10), Held: held})
+	// Plain job requests of msg_out are routed by the claim script itself; the rest is
+	// claimed and handled here.
+	cms, routed, err := db.ClaimMessages(ctx, queue, r.id, r.lease, maxBatch, store.Wake{Key: wake, Token: strconv.FormatUint(uint64(ctxID), 10), Held: held}, queue == keys.MsgOut)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Msg("claim message")
 		}
 		return 0
+	}
+	if len(routed) > 0 {
+		r.m.messages.WithLabelValues(model.KindJobRequest, "delivered").Add(float64(len(routed)))
+		if r.log.Debug().Enabled() {
+			for _, j := range routed {
+				r.log.Debug().Uint32(obs.KeyContextID, ctxID).Str("job_key", j.Job).Str("queue", j.Queue).Msg("job queued")
+			}
+		}
 	}
 	var b batch
 	for _, cm := range cms {
@@ -239,10 +249,10 @@ func (r *router) drain(ctx context.Context, ctxID uint32, queue string, held boo
 	r.queueJobs(ctx, db, b.queued)
 	r.deliverResults(ctx, db, b.results, b.ends)
 	d := time.Since(start).Seconds()
-	for range cms {
+	for range len(cms) + len(routed) {
 		r.m.handling.Observe(d)
 	}
-	return len(cms)
+	return len(cms) + len(routed)
 }
 
 // queueJobs puts job requests onto their job queues and acknowledges their messages,
