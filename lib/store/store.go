@@ -140,10 +140,12 @@ func newServer(rawURL string, poolSize int) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis url %s: %v", name, err)
 	}
-	if u, perr := url.Parse(rawURL); perr == nil && strings.Trim(u.Path, "/") != "" && strings.Trim(u.Path, "/") != "0" {
+	if u, perr := url.Parse(rawURL); perr == nil && u.Scheme != "unix" && strings.Trim(u.Path, "/") != "" && strings.Trim(u.Path, "/") != "0" {
 		return nil, fmt.Errorf("redis url %s: database must be 0 or absent (context N always lives in DB N)", name)
 	}
-	opt.DB = 0
+	if opt.DB != 0 {
+		return nil, fmt.Errorf("redis url %s: database must be 0 or absent (context N always lives in DB N)", name)
+	}
 	opt.PoolSize = poolSize
 	opt.MinIdleConns = 0
 	opt.ConnMaxIdleTime = 5 * time.Minute

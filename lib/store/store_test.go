@@ -375,10 +375,11 @@ func TestWaitWakeAcrossContexts(t *testing.T) {
 func TestOpenErrors(t *testing.T) {
 	ctx := context.Background()
 	cases := map[string]string{
-		"redis://127.0.0.1:1/0":       "connection refused",
-		"redis://127.0.0.1:6379/5":    "database must be 0",
-		"http://x":                    "redis url",
-		"redis://" + srv.Addr + "/0x": "redis url",
+		"redis://127.0.0.1:1/0":                         "connection refused",
+		"redis://127.0.0.1:6379/5":                      "database must be 0",
+		"http://x":                                      "redis url",
+		"redis://" + srv.Addr + "/0x":                   "redis url",
+		strings.Replace(srv.UnixURL, "db=0", "db=4", 1): "database must be 0",
 	}
 	for url, want := range cases {
 		_, err := store.Open(ctx, store.Options{URL: url, ConnectTimeout: 300 * time.Millisecond})
@@ -388,6 +389,18 @@ func TestOpenErrors(t *testing.T) {
 	}
 	if _, err := store.Open(ctx, store.Options{URL: srv.URL, Placement: "5-1=redis://x"}); err == nil || !strings.Contains(err.Error(), "context range") {
 		t.Errorf("bad placement: %v", err)
+	}
+}
+
+// A Unix socket URL works: its path is the socket's, not a database number.
+func TestOpenUnixSocket(t *testing.T) {
+	s, err := store.Open(context.Background(), store.Options{URL: srv.UnixURL, ConnectTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("open %s: %v", srv.UnixURL, err)
+	}
+	defer s.Close()
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -170,7 +170,10 @@ func BenchmarkHandlerJobs(b *testing.B) {
 		// Where Redis's one thread spent its time (make bench HERO_BENCH_REDIS_STATS=1).
 		fmt.Println(rc.Info(context.Background(), "commandstats", "cpu").Val())
 		printSlowlog(b, rc)
-		printCPU(cpu0, cpu1)
+	}
+	printCPU(cpu0, cpu1)
+	if os.Getenv("HERO_BENCH_CMDSTATS") != "" {
+		fmt.Println(rc.Info(context.Background(), "commandstats", "cpu").Val())
 	}
 	var f struct {
 		Status       string `json:"status"`
@@ -286,10 +289,15 @@ func printSlowlog(b *testing.B, rc *redis.Client) {
 	}
 }
 
-// cpuByCommand sums the CPU time (user + system) of every process by command name,
-// from /proc (Linux).
-func cpuByCommand() map[string]time.Duration {
-	out := map[string]time.Duration{}
+// procCPU is a process's command name and CPU time (user + system).
+type procCPU struct {
+	name string
+	cpu  time.Duration
+}
+
+// cpuByCommand reads the CPU time of every process, by pid, from /proc (Linux).
+func cpuByCommand() map[string]procCPU {
+	out := map[string]procCPU{}
 	dirs, _ := os.ReadDir("/proc")
 	for _, d := range dirs {
 		if strings.Trim(d.Name(), "0123456789") != "" {
@@ -312,15 +320,21 @@ func cpuByCommand() map[string]time.Duration {
 		var ut, st int64
 		_, _ = fmt.Sscan(f[11], &ut)
 		_, _ = fmt.Sscan(f[12], &st)
-		out[s[open+1:end]] += time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
+		out[d.Name()] = procCPU{s[open+1 : end], time.Duration(ut+st) * 10 * time.Millisecond} // USER_HZ 100
 	}
 	return out
 }
 
-func printCPU(before, after map[string]time.Duration) {
+// printCPU prints the CPU each command used between two readings, summed over its
+// processes (by pid: a kernel worker's name changes with its work).
+func printCPU(before, after map[string]procCPU) {
+	sum := map[string]time.Duration{}
+	for pid, a := range after {
+		sum[a.name] += a.cpu - before[pid].cpu
+	}
 	fmt.Println("CPU by process during the run:")
-	for name, t := range after {
-		if d := t - before[name]; d >= 100*time.Millisecond {
+	for name, d := range sum {
+		if d >= 100*time.Millisecond {
 			fmt.Printf("%10v  %s\n", d, name)
 		}
 	}

@@ -30,12 +30,13 @@ const Databases = 64
 
 // Server is a running redis-server.
 type Server struct {
-	Addr string
-	URL  string
-	Dir  string
-	cmd  *exec.Cmd
-	done chan error
-	args []string
+	Addr    string
+	URL     string
+	UnixURL string // the same server on its Unix socket (unix://<dir>/redis.sock?db=0)
+	Dir     string
+	cmd     *exec.Cmd
+	done    chan error
+	args    []string
 }
 
 // Options tweak the server.
@@ -96,10 +97,13 @@ func StartServer(opt ...Options) (*Server, error) {
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 			"--save", "", "--appendonly", "no", "--databases", strconv.Itoa(o.Databases),
 			"--daemonize", "no", "--loglevel", "notice", "--logfile", "",
+			"--unixsocket", filepath.Join(dir, "redis.sock"), "--unixsocketperm", "700",
 		}
+		s.UnixURL = "unix://" + filepath.Join(dir, "redis.sock") + "?db=0"
 		if o.Password != "" {
 			s.args = append(s.args, "--requirepass", o.Password)
 			s.URL = fmt.Sprintf("redis://:%s@%s/0", o.Password, s.Addr)
+			s.UnixURL = "unix://:" + o.Password + "@" + filepath.Join(dir, "redis.sock") + "?db=0"
 		} else {
 			s.URL = "redis://" + s.Addr + "/0"
 		}
