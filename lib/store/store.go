@@ -131,6 +131,15 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	for _, srv := range s.servers {
+		// Every script is known to the server before the first burst of calls (else
+		// each concurrent first call would send its source). A Redis restarted later
+		// is handled per call (NOSCRIPT).
+		if err := loadScripts(ctx, srv.fixed); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("redis at %s: load scripts: %w", srv.Name, err)
+		}
+	}
 	return s, nil
 }
 
@@ -401,15 +410,24 @@ func (d *DB) EvalBatch(ctx context.Context, calls []Call) []*redis.Cmd {
 		return nil
 	})
 	var missing []int
+	load := map[*Script]bool{}
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
 			missing = append(missing, i)
+			load[calls[i].Script] = true
 		}
 	}
 	if len(missing) > 0 {
+		// Load each missing script once, then run the calls that did not run.
+		_, _ = d.srv.mux.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for sc := range load {
+				p.ScriptLoad(ctx, sc.src)
+			}
+			return nil
+		})
 		_, _ = d.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range missing {
-				cmds[i] = p.Eval(ctx, calls[i].Script.src, calls[i].Keys, calls[i].Args...)
+				cmds[i] = p.EvalSha(ctx, calls[i].Script.sha, calls[i].Keys, calls[i].Args...)
 			}
 			return nil
 		})
@@ -434,10 +452,35 @@ type Script struct {
 	src, sha string
 }
 
+// scripts are every script made with NewScript (package variables, made at init):
+// Open loads them into each server.
+var scripts []*Script
+
 // NewScript prepares a script.
 func NewScript(src string) *Script {
 	rs := redis.NewScript(src)
-	return &Script{src: src, sha: rs.Hash()}
+	sc := &Script{src: src, sha: rs.Hash()}
+	scripts = append(scripts, sc)
+	return sc
+}
+
+// loadScripts sends every script to a server (SCRIPT LOAD), in one round trip.
+func loadScripts(ctx context.Context, c *redis.Client) error {
+	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, sc := range scripts {
+			p.ScriptLoad(ctx, sc.src)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, cmd := range cmds {
+		if sha := cmd.(*redis.StringCmd).Val(); sha != scripts[i].sha {
+			return fmt.Errorf("script %d: server hash %s, want %s", i, sha, scripts[i].sha)
+		}
+	}
+	return nil
 }
 
 // Run runs a script on a client (DB 0).
