@@ -72,7 +72,7 @@ func newRouter(p routerParams) *router {
 				Help: "Messages the router handled, by kind (job_request, job_result, other) and outcome (delivered, failed, skipped)."}, []string{"kind", "outcome"}),
 			requeued:      f.NewCounter(prometheus.CounterOpts{Name: "hero_router_lease_requeues_total", Help: "Claimed items put back on their queue after their lease expired."}),
 			schedulerErrs: f.NewCounter(prometheus.CounterOpts{Name: "hero_router_scheduler_errors_total", Help: "Failed calls to the scheduler (retried)."}),
-			handling: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_router_message_handling_seconds", Help: "Time to handle one message.",
+			handling: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_router_message_handling_seconds", Help: "Time to handle a message: the claim, handling and commit of the group it was claimed with.",
 				Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}),
 		},
 	}
