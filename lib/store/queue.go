@@ -210,26 +210,16 @@ type ClaimedMessage struct {
 	ScriptTypes map[string]string
 }
 
-// ClaimMessage claims the oldest message of a queue (as Claim does) and reads the
-// message, and for a job request its job and the served script types, in the same
-// round trip. It returns nil when the queue is empty.
-func (d *DB) ClaimMessage(ctx context.Context, queue, consumer string, lease time.Duration) (*ClaimedMessage, error) {
-	cms, _, err := d.ClaimMessages(ctx, queue, consumer, lease, 1, Wake{}, false)
-	if err != nil || len(cms) == 0 {
-		return nil, err
-	}
-	return cms[0], nil
-}
-
 // Routed is a job request that ClaimMessages routed itself: its job key went onto
 // Queue.
 type Routed struct {
 	Job, Queue string
 }
 
-// ClaimMessages is ClaimMessage for up to max messages (oldest first), in one script;
-// w names the queue's wake list, whose tokens for the messages beyond the one the
-// caller holds it removes. With route, plain job requests (no pinned runner, a served
+// ClaimMessages claims up to max messages of a queue (oldest first) under leases and
+// reads each, and for a job request its job's routing fields and the served script
+// types, in one script; w names the queue's wake list, whose tokens for the messages
+// beyond the one the caller holds it removes. With route, plain job requests (no pinned runner, a served
 // script type) are routed by the script itself and returned as Routed, not claimed.
 // It returns none when the queue is empty.
 func (d *DB) ClaimMessages(ctx context.Context, queue, consumer string, lease time.Duration, max int, w Wake, route bool) ([]*ClaimedMessage, []Routed, error) {
