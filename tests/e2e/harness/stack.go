@@ -73,7 +73,11 @@ func (s *Stack) Start(name string) *Proc {
 			args = append(args, "--grpc-addr", s.Scheduler.GRPCAddr)
 		}
 	}
-	p := Start(s.t, s.BinDir, name, s.RedisURL, Options{Args: args, Env: []string{"HERO_ADMIN_SECRET=" + AdminSecret}})
+	env := []string{"HERO_ADMIN_SECRET=" + AdminSecret}
+	if g := os.Getenv("HERO_TEST_GOGC"); g != "" {
+		env = append(env, "GOGC="+g)
+	}
+	p := Start(s.t, s.BinDir, name, s.RedisURL, Options{Args: args, Env: env})
 	switch name {
 	case "scheduler":
 		s.Scheduler = p
