@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -244,7 +245,9 @@ func (r *router) drain(ctx context.Context, ctxID uint32, queue string, held boo
 	}
 	var b batch
 	for _, cm := range cms {
-		r.handle(ctx, db, cm, &b)
+		if !r.quickResult(db, cm, &b) {
+			r.handle(ctx, db, cm, &b)
+		}
 	}
 	r.queueJobs(ctx, db, b.queued)
 	r.deliverResults(ctx, db, b.results, b.ends)
@@ -349,6 +352,39 @@ func (r *router) ackResults(ctx context.Context, db *store.DB, cls []*store.Clai
 		return // reported; a second report after the lease expires changes nothing
 	}
 	r.m.messages.WithLabelValues(model.KindJobResult, "delivered").Add(float64(len(cls)))
+}
+
+// resultEnd is what a job result tells the scheduler, read from the message's job JSON.
+type resultEnd struct {
+	ID       uint32          `json:"id"`
+	CallerID uint32          `json:"caller_id"`
+	FlowID   uint32          `json:"flow_id"`
+	Attempt  uint32          `json:"attempt"`
+	Status   model.JobStatus `json:"status"`
+	Error    string          `json:"error"`
+	Fatal    bool            `json:"fatal"`
+	Origin   json.RawMessage `json:"origin"`
+}
+
+// quickResult leaves a job result of msg_out for this node's scheduler to the batch,
+// read from the job JSON alone (the most common message: decoding the whole message
+// was a quarter of the router's CPU). false: any other message, for handle.
+func (r *router) quickResult(db *store.DB, cm *store.ClaimedMessage, b *batch) bool {
+	if cm.Claim.Queue != keys.MsgOut || cm.Msg["kind"] != model.KindJobResult {
+		return false
+	}
+	var jobs []resultEnd
+	if err := json.Unmarshal([]byte(cm.Msg["job"]), &jobs); err != nil || len(jobs) == 0 {
+		return false
+	}
+	j := jobs[0]
+	if len(j.Origin) > 0 && string(j.Origin) != "null" {
+		return false // it ran here for another node: its result goes back there
+	}
+	b.results = append(b.results, cm.Claim)
+	b.ends = append(b.ends, &herov1.JobDoneRequest{ContextId: db.ContextID, FlowId: j.FlowID, CallerId: j.CallerID, JobId: j.ID,
+		Attempt: j.Attempt, Status: string(j.Status), Error: j.Error, Fatal: j.Fatal})
+	return true
 }
 
 // handle handles one claimed message; the common cases (a job request for a local
