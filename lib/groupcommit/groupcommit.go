@@ -21,12 +21,11 @@ type Func[T, R any] func(ctx context.Context, items []T) ([]R, []error)
 
 // Params configure a Committer.
 type Params[T, R any] struct {
-	Fn      Func[T, R]
-	Max     int // items per group (default 64)
-	Workers int // groups handled at once (default 1)
+	Fn  Func[T, R]
+	Max int // items per group (default 64)
 }
 
-// Committer runs groups in its own goroutines until Close.
+// Committer handles one group at a time, in its own goroutine, until Close.
 type Committer[T, R any] struct {
 	fn      Func[T, R]
 	max     int
@@ -49,14 +48,9 @@ func New[T, R any](p Params[T, R]) *Committer[T, R] {
 	if p.Max <= 0 {
 		p.Max = 64
 	}
-	if p.Workers <= 0 {
-		p.Workers = 1
-	}
-	c := &Committer[T, R]{fn: p.Fn, max: p.Max, ch: make(chan *request[T, R], 4*p.Max*p.Workers), closing: make(chan struct{})}
-	for i := 0; i < p.Workers; i++ {
-		c.wg.Add(1)
-		go c.loop()
-	}
+	c := &Committer[T, R]{fn: p.Fn, max: p.Max, ch: make(chan *request[T, R], 4*p.Max), closing: make(chan struct{})}
+	c.wg.Add(1)
+	go c.loop()
 	return c
 }
 
@@ -82,7 +76,7 @@ func (c *Committer[T, R]) Do(ctx context.Context, item T) (R, error) {
 	return r.res, r.err
 }
 
-// Close handles what was submitted and stops the goroutines.
+// Close handles what was submitted and stops the goroutine. Call it after the last Do.
 func (c *Committer[T, R]) Close() {
 	c.mu.Lock()
 	if !c.closed {

@@ -176,7 +176,8 @@ for n = 1, max do
   end
 end
 if taken == 0 then return false end
-local extra = taken - tonumber(ARGV[6])
+local extra = 0
+if ARGV[6] ~= '-' then extra = taken - tonumber(ARGV[6]) end
 if extra > 0 or #targets > 0 then redis.call('SELECT', 0) end
 if extra > 0 then redis.call('LREM', KEYS[4], extra, ARGV[5]) end
 for _, t in ipairs(targets) do

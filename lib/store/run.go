@@ -28,9 +28,9 @@ const (
 // claimStartScript claims up to max jobs from the consuming end of a queue and marks
 // each started, in one round trip: KEYS queue, processing list, leases, events, the
 // queue's wake list (DB 0); ARGV worker, queue name, lease expiry ms, now_ms, max,
-// wake token, tokens held (0 or 1), n, then n field/value items that every start sets,
-// the count of fields a start clears and those fields, then max pairs of (claim id,
-// trace id) (ClaimStarts builds the lists and applies them to the reply). The claim id
+// wake token, tokens held (0 or 1; "-": leave the tokens alone), n, then n
+// field/value items that every start sets, the count of fields a start clears and
+// those fields, then max pairs of (claim id, trace id) (ClaimStarts builds the lists and applies them to the reply). The claim id
 // is written into the job: only this run may finish it (a job queued again while a
 // first run of it ends is run anew). It returns one {item, code, attempt, job hash as
 // a flat list} per item claimed (none when the queue is empty): the runner learns
@@ -96,7 +96,8 @@ for n = 1, max do
     out[#out + 1] = {item, code, attempt, flat}
   end
 end
-local extra = #out - tonumber(ARGV[7])
+local extra = 0
+if ARGV[7] ~= '-' then extra = #out - tonumber(ARGV[7]) end
 if extra > 0 then
   redis.call('SELECT', 0)
   redis.call('LREM', KEYS[5], extra, ARGV[6])
@@ -134,7 +135,7 @@ type Wake struct {
 
 func (w Wake) args() (key, token, held string) {
 	if w.Key == "" {
-		return "coord:wake:none", "", "1000000000"
+		return "coord:wake:none", "", "-" // "-": the script leaves the tokens alone
 	}
 	if w.Held {
 		return w.Key, w.Token, "1"

@@ -43,6 +43,16 @@ func flowWith(t *testing.T, s *store.Store, db *store.DB, n int) (*model.Flow, [
 	return f, jobs
 }
 
+// enqueueJobs pushes the jobs' keys onto a queue, as the router does.
+func enqueueJobs(t *testing.T, db *store.DB, q string, jobs []*model.Job) {
+	t.Helper()
+	for _, j := range jobs {
+		if err := db.Enqueue(context.Background(), q, keys.Job(1, j.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestDispatchMany(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
@@ -97,11 +107,7 @@ func TestClaimStart(t *testing.T) {
 		t.Fatalf("empty queue: %v %v", cl, err)
 	}
 	_, jobs := flowWith(t, s, db, 2)
-	for _, j := range jobs {
-		if err := db.Enqueue(ctx, q, keys.Job(1, j.ID)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enqueueJobs(t, db, q, jobs)
 	cl, out, j, err := db.ClaimStart(ctx, q, "w1", time.Minute, "0af7651916cd43dd8448eb211c80319c")
 	if err != nil || cl == nil || out != store.StartRun || j == nil || j.ID != jobs[0].ID {
 		t.Fatalf("claim start: %v %v %+v %v", cl, out, j, err)
@@ -259,11 +265,7 @@ func TestClaimStartsTakesGroupsAndTheirWakeTokens(t *testing.T) {
 	db := mustCtx(t, s, 13)
 	q := keys.Queue("sh")
 	_, jobs := flowWith(t, s, db, 5)
-	for _, j := range jobs {
-		if err := db.Enqueue(ctx, q, keys.Job(1, j.ID)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enqueueJobs(t, db, q, jobs)
 	g := srv.Client(t, 0)
 	wake := keys.WakeQueue(13, q)
 	tokens := func() int64 { return g.LLen(ctx, wake).Val() }
@@ -328,11 +330,7 @@ func TestEvalBatchAfterScriptFlush(t *testing.T) {
 	db := mustCtx(t, s, 14)
 	_, jobs := flowWith(t, s, db, 2)
 	srv.Client(t, 0).ScriptFlush(ctx)
-	for _, j := range jobs {
-		if err := db.Enqueue(ctx, keys.Queue("sh"), keys.Job(1, j.ID)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enqueueJobs(t, db, keys.Queue("sh"), jobs)
 	got, err := db.ClaimStarts(ctx, keys.Queue("sh"), "w", time.Minute, []string{"", ""}, store.Wake{})
 	if err != nil || len(got) != 2 {
 		t.Fatalf("claim: %v %v", got, err)

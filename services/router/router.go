@@ -411,7 +411,10 @@ func (r *router) handle(ctx context.Context, db *store.DB, cm *store.ClaimedMess
 	case m.Kind == model.KindJobResult && len(m.Job) > 0 && m.Job[0].Origin != nil:
 		r.returnResult(ctx, db, cl, m, log)
 	case m.Kind == model.KindJobResult:
-		r.deliverResult(ctx, db, cl, m, b, log)
+		// A result for this node's scheduler with a readable job went by quickResult.
+		log.Warn().Msg("result message carries no readable job; dropped")
+		r.m.messages.WithLabelValues(model.KindJobResult, "skipped").Inc()
+		_ = db.Ack(ctx, cl)
 	default:
 		// chat and mail messages have no local consumer yet: they are kept, marked processed.
 		_, _ = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -501,19 +504,6 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 	}
 	_ = db.Ack(ctx, cl)
 	r.m.messages.WithLabelValues(model.KindJobRequest, "failed").Inc()
-}
-
-// deliverResult leaves a finished job for the batch's report to the scheduler.
-func (r *router) deliverResult(ctx context.Context, db *store.DB, cl *store.Claim, m *model.Message, b *batch, log zerolog.Logger) {
-	if len(m.Job) == 0 {
-		log.Warn().Msg("result message carries no job; dropped")
-		_ = db.Ack(ctx, cl)
-		return
-	}
-	j := m.Job[0]
-	b.results = append(b.results, cl)
-	b.ends = append(b.ends, &herov1.JobDoneRequest{ContextId: db.ContextID, FlowId: j.FlowID, CallerId: j.CallerID, JobId: j.ID,
-		Attempt: j.Attempt, Status: string(j.Status), Error: j.Error, Fatal: j.Fatal})
 }
 
 // reportEnd calls the scheduler until it answers (backing off, keeping the message's
