@@ -364,11 +364,16 @@ func testCrashAndKill(t *testing.T, kind executorKind, transport Transport) {
 
 	t.Run("ignored_cancel_then_kill", func(t *testing.T) {
 		before := p.Stats().Restarts
-		req := NewRequest("job-stubborn", "stubborn", nil, map[string]any{"seconds": 60})
+		// The cancel goes on a connection of its own and could overtake the request (the
+		// executor then answers "cancelled" without running the handler): it is sent
+		// once the handler has begun, which the handler marks with a file.
+		started := filepath.Join(t.TempDir(), "started")
+		req := NewRequest("job-stubborn", "stubborn", nil, map[string]any{"seconds": 60, "started_file": started})
 		PrepareRequest(&req)
 		ch := goExecute(ctx, p, req)
 		eventually(t, "the request to be routed", func() bool { _, ok := p.ProcessOf(req.RequestID); return ok })
 		idx, _ := p.ProcessOf(req.RequestID)
+		eventually(t, "the stubborn handler to begin", func() bool { _, err := os.Stat(started); return err == nil })
 
 		// The runner's grace-period path: cancel, wait the grace period for the outcome,
 		// then kill the process.

@@ -231,12 +231,28 @@ func metric(t *testing.T, p *harness.Proc, name string) float64 {
 // after the grace period and restarted; the job ends error with reason stopped.
 func TestHandlerCancel(t *testing.T) {
 	s, c := executorStack(t)
-	stop := func(id uint32, function string) time.Duration {
-		createHandler(t, c, handlerSpec{id: id, function: function, kwargs: map[string]any{"seconds": 60}})
+	// begun: for a handler that marks its start with a file (the stubborn one), wait for
+	// it, so that the cancel cannot overtake the request (the executor would then
+	// answer "cancelled" without running the handler).
+	stop := func(id uint32, function string, begun string) time.Duration {
+		kwargs := map[string]any{"seconds": 60}
+		if begun != "" {
+			kwargs["started_file"] = begun
+		}
+		createHandler(t, c, handlerSpec{id: id, function: function, kwargs: kwargs})
 		c.MustCall(t, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": id, "jobs": []uint32{id}}}, nil)
 		c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": id}, nil)
 		if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, id).Status == "started" }) {
 			t.Fatalf("job %d never started", id)
+		}
+		if begun != "" {
+			deadline := time.Now().Add(30 * time.Second)
+			for _, err := os.Stat(begun); err != nil; _, err = os.Stat(begun) {
+				if time.Now().After(deadline) {
+					t.Fatalf("handler of job %d never began", id)
+				}
+				time.Sleep(5 * time.Millisecond) // the executor, another process, writes the file
+			}
 		}
 		start := time.Now()
 		c.MustCall(t, "job.stop", map[string]any{"context_id": ctx1, "caller_id": 1, "id": id}, nil)
@@ -248,13 +264,13 @@ func TestHandlerCancel(t *testing.T) {
 		return time.Since(start)
 	}
 	before := metric(t, s.Runner, "hero_executor_restarts_total")
-	if d := stop(1, "go#sleep"); d > 900*time.Millisecond {
+	if d := stop(1, "go#sleep", ""); d > 900*time.Millisecond {
 		t.Errorf("a cooperative handler took %v to stop: the cancel frame did not reach it", d)
 	}
 	if got := metric(t, s.Runner, "hero_executor_restarts_total"); got != before {
 		t.Errorf("a cooperative executor was restarted (%v → %v)", before, got)
 	}
-	if d := stop(2, "python#stubborn"); d < time.Second {
+	if d := stop(2, "python#stubborn", filepath.Join(t.TempDir(), "begun")); d < time.Second {
 		t.Errorf("a handler that ignores the cancel ended after %v, before the 1 s grace", d)
 	}
 	if !c.WaitEvent(t, ctx1, 10*time.Second, func() bool { return metric(t, s.Runner, "hero_executor_restarts_total") > before }) {

@@ -10,7 +10,8 @@ Handlers:
   noop         returns None
   fail         raises ValueError (status error, type "ValueError")
   retry        raises Retry(kwargs["after_seconds"])
-  stubborn     sleeps kwargs["seconds"] ignoring cancellation (exercises the kill path)
+  stubborn     sleeps kwargs["seconds"] ignoring cancellation (exercises the kill path);
+               with kwargs["started_file"] it first creates that file (the call has begun)
   crash        kills the process mid-request with os._exit(1)
   flaky        kills the process on the first attempt (os._exit(1)), succeeds after
 """
@@ -62,6 +63,9 @@ def retry(req):
 @hx.register("stubborn")
 def stubborn(req):
     seconds = float(req.kwargs.get("seconds", 0))
+    started = req.kwargs.get("started_file")
+    if started:
+        open(started, "w").close()
     time.sleep(seconds)  # deliberately ignores cancellation
     return {"slept": seconds}
 

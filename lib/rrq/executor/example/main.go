@@ -6,7 +6,8 @@
 //	noop      returns null
 //	fail      fails (status error, type "example_failure"; kwargs.message overrides the message)
 //	retry     asks for a retry after kwargs.after_seconds
-//	stubborn  sleeps kwargs.seconds ignoring cancellation (to exercise the kill path)
+//	stubborn  sleeps kwargs.seconds ignoring cancellation (to exercise the kill path);
+//	          with kwargs.started_file it first creates that file (the call has begun)
 //	crash     exits the process with status 1 in the middle of the request
 package main
 
@@ -85,6 +86,15 @@ func stubborn(_ context.Context, req *rrq.ExecutionRequest) (any, error) {
 	d, err := seconds(req)
 	if err != nil {
 		return nil, err
+	}
+	var started string
+	if _, err := req.Kwarg("started_file", &started); err != nil {
+		return nil, executor.Fail("bad_arguments", "", "kwargs.started_file must be a string")
+	}
+	if started != "" {
+		if err := os.WriteFile(started, nil, 0o644); err != nil {
+			return nil, err
+		}
 	}
 	time.Sleep(d) // deliberately ignores cancellation
 	return map[string]any{"slept": d.Seconds()}, nil
