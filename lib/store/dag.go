@@ -238,11 +238,11 @@ for i = 7, #ARGV, 4 do
   local id, deps, dependents, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   local jk = 'job:' .. caller .. ':' .. id
   if n == 0 then
-    redis.call('HSET', dag, 's:' .. id, 'ready', 'r:' .. id, 0, 'a:' .. id, 0, 'p:' .. id, deps, 'd:' .. id, dependents)
+    redis.call('HSET', dag, 's:' .. id, 'ready', 'r:' .. id, '0', 'a:' .. id, '0', 'p:' .. id, deps, 'd:' .. id, dependents)
     set_job(caller, id, 'dispatched', 'updated_at', now_s, 'ready_at_ms', now_ms)
     out[#out + 1] = id
   else
-    redis.call('HSET', dag, 's:' .. id, 'pending', 'r:' .. id, n, 'a:' .. id, 0, 'p:' .. id, deps, 'd:' .. id, dependents)
+    redis.call('HSET', dag, 's:' .. id, 'pending', 'r:' .. id, ARGV[i + 3], 'a:' .. id, '0', 'p:' .. id, deps, 'd:' .. id, dependents)
     set_job(caller, id, 'waiting_for_prerequisites', 'updated_at', now_s)
   end
   redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal')
@@ -315,32 +315,33 @@ while i <= #ARGV do
   if not jst then
     why = 'job missing'
   elseif dag ~= '' then
-    local s = redis.call('HGET', dag, 's:' .. id)
-    local due = redis.call('HGET', dag, 'due:' .. id)
+    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id)
+    local s, due = node[1], node[2]
     if s ~= 'ready' then
       why = s or 'no node'
     elseif due and tonumber(due) > tonumber(now_ms) then
       why = 'not due'
     else
-      attempt = redis.call('HINCRBY', dag, 'a:' .. id, 1)
+      attempt = int(redis.call('HINCRBY', dag, 'a:' .. id, 1))
       redis.call('HSET', dag, 's:' .. id, 'dispatched')
-      redis.call('HDEL', dag, 'due:' .. id)
+      if due then redis.call('HDEL', dag, 'due:' .. id) end
     end
   elseif jst == 'started' or jst == 'finished' then
     why = jst
   else
-    attempt = redis.call('HINCRBY', jk, 'attempt', 1)
+    attempt = int(redis.call('HINCRBY', jk, 'attempt', 1))
   end
   if why then
     out[#out + 1] = {'', why}
   else
     local mk = store_message(caller, first, now_ms, last)
-    set_job(caller, id, 'dispatched', 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
+    redis.call('HSET', jk, 'status', 'dispatched', 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
+    index_job(caller .. ':' .. id, jst, 'dispatched')
     track_msg(caller, id, mk)
     event('job.dispatched', actor, now_ms, flow, id, caller, 'dispatched', 'attempt ' .. attempt)
     redis.call('LPUSH', 'msg_out', mk)
     pushed = pushed + 1
-    out[#out + 1] = {mk, attempt}
+    out[#out + 1] = {mk, tonumber(attempt)}
   end
 end
 if pushed > 0 then
@@ -466,7 +467,7 @@ local dag, fk, rk, jk, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ctx, flow, caller, id, attempt, status, err = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local fatal, retries, backoff, now_s, now_ms, actor = ARGV[8] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], ARGV[12], ARGV[13]
 local retention_ms = ARGV[14]
-local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id)
+local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total')
 local s = node[1]
 if not s then return {0, '', 0} end
 if s == 'completed' or s == 'failed' or s == 'cancelled' or s == 'pending' or s == 'ready' then return {0, '', 0} end
@@ -475,17 +476,16 @@ if attempt ~= a then return {0, '', 0} end
 local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'result', 'finished_at_ms', 'retry_after_ms')
 if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
 if jf[2] == '1' or jf[3] == '1' then fatal = true end
-local cancelled = redis.call('HGET', fk, 'cancelled_by')
 local maxlen = ` + strconv.Itoa(EventsMaxLen) + `
 local out = {1, '', 0}
+local terminal
+-- Pub/Sub channels span the databases: no SELECT for a PUBLISH.
 local function publish_done(jid)
-  redis.call('SELECT', 0)
   redis.call('PUBLISH', 'coord:jobdone', ctx .. ':' .. caller .. ':' .. jid)
-  redis.call('SELECT', tonumber(ctx))
 end
 if status == 'finished' then
   redis.call('HSET', dag, 's:' .. id, 'completed')
-  redis.call('HINCRBY', dag, 'terminal', 1)
+  terminal = redis.call('HINCRBY', dag, 'terminal', 1)
   local res = jf[4]
   if res and res ~= '' then
     local ok, m = pcall(cjson.decode, res)
@@ -503,7 +503,7 @@ if status == 'finished' then
   local fin = jf[5] or now_ms
   local deps = cjson.decode(node[3] or '[]')
   for _, d in ipairs(deps) do
-    d = tostring(d)
+    d = int(d)
     local r = redis.call('HINCRBY', dag, 'r:' .. d, -1)
     if r <= 0 and redis.call('HGET', dag, 's:' .. d) == 'pending' then
       redis.call('HSET', dag, 's:' .. d, 'ready')
@@ -524,8 +524,8 @@ else
     redis.call('ZADD', 'coord:due', due, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
     return {2, '', due}
   end
-  redis.call('HINCRBY', dag, 'terminal', 1)
-  if cancelled then
+  terminal = redis.call('HINCRBY', dag, 'terminal', 1)
+  if redis.call('HGET', fk, 'cancelled_by') then
     -- the flow was cancelled: this is one of the running jobs it stopped
     redis.call('HSET', dag, 's:' .. id, 'cancelled', 'e:' .. id, redis.call('HGET', fk, 'error') or err)
   else
@@ -542,13 +542,13 @@ else
   local reason = 'cancelled: job ' .. id .. ' failed'
   local i = 1
   while i <= #queue do
-    local d = tostring(queue[i])
+    local d = int(queue[i])
     i = i + 1
     local ds = redis.call('HGET', dag, 's:' .. d)
     if ds == 'pending' or ds == 'ready' then
       redis.call('HSET', dag, 's:' .. d, 'cancelled', 'e:' .. d, reason)
       redis.call('HDEL', dag, 'due:' .. d)
-      redis.call('HINCRBY', dag, 'terminal', 1)
+      terminal = redis.call('HINCRBY', dag, 'terminal', 1)
       set_job(caller, d, 'error', 'error', reason, 'updated_at', now_s)
       redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', 'job.cancelled', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', 'error', 'detail', reason)
       publish_done(d)
@@ -558,9 +558,7 @@ else
     end
   end
 end
-local total = tonumber(redis.call('HGET', dag, 'total'))
-local terminal = tonumber(redis.call('HGET', dag, 'terminal'))
-if terminal >= total then
+if terminal >= tonumber(node[4]) then
   out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
 end
 return out

@@ -6,6 +6,10 @@ import "strconv"
 // moves the object between the per-status indexes (coord:idx:jobs:<status>,
 // coord:idx:flows:<status>), which is what lets lists filter by status without a scan.
 var luaLib = `
+-- int formats a whole number (a Redis integer reply) as a string: Lua would format it
+-- as a float (tostring, .., or a number argument of redis.call), which costs Redis
+-- several times as much.
+local function int(n) return string.format('%d', n) end
 -- reindex moves member m of the index idx (coord:idx:jobs or coord:idx:flows) from
 -- the per-status index of old to that of st, keeping its score (creation time).
 local function reindex(idx, m, old, st)
@@ -50,15 +54,10 @@ end
 local function store_message(caller, first, now_ms, last)
   local mid
   repeat
-    mid = redis.call('INCR', 'coord:seq:message')
+    mid = int(redis.call('INCR', 'coord:seq:message'))
   until redis.call('EXISTS', 'message:' .. caller .. ':' .. mid) == 0
   local mk = 'message:' .. caller .. ':' .. mid
-  local fields = {'id', mid}
-  for i = first, (last or #ARGV), 2 do
-    fields[#fields + 1] = ARGV[i]
-    fields[#fields + 1] = ARGV[i + 1]
-  end
-  redis.call('HSET', mk, unpack(fields))
+  redis.call('HSET', mk, 'id', mid, unpack(ARGV, first, last or #ARGV))
   redis.call('ZADD', 'coord:idx:messages', now_ms, caller .. ':' .. mid)
   return mk
 end

@@ -117,9 +117,10 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 // (what the router would do; the script is atomic, so no crash can fall in between).
 // Every other message is claimed: moved to the processing list under a lease.
 //
-// It returns {script types hash, {item, message hash, job fields, claim id}...,
+// It returns {script types hash, {item, message hash, job fields, claim id, partial}...,
 // {job key, queue}...}: the claimed messages (for a job request the RoutingJobFields of its job,
-// and the coord:script_types counts, read once) and the routed jobs.
+// and the coord:script_types counts, read once) and the routed jobs. Of a job result
+// only the fields kind and job are returned (partial = 1): most results need no more.
 var claimMessageScript = NewScript(`
 local JOB_FIELDS = {` + luaStrings(RoutingJobFields) + `}
 local max, route, ctx, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[8], ARGV[9]
@@ -130,11 +131,8 @@ for n = 1, max do
   local item = redis.call('RPOP', KEYS[1])
   if not item then break end
   taken = taken + 1
-  local m = redis.call('HGETALL', item)
-  local kind, job = nil, nil
-  for i = 1, #m, 2 do
-    if m[i] == 'kind' then kind = m[i + 1] elseif m[i] == 'job' then job = m[i + 1] end
-  end
+  local kj = redis.call('HMGET', item, 'kind', 'job')
+  local kind, job = kj[1], kj[2]
   local jh, target, jk = {}, nil, nil
   if kind == 'job_request' then
     -- The job's ids open the JSON this code writes ([{"id":…,"caller_id":…); a
@@ -172,7 +170,12 @@ for n = 1, max do
   else
     redis.call('LPUSH', KEYS[2], item)
     redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[9 + n])
-    out[#out + 1] = {item, m, jh, ARGV[9 + n]}
+    if kind == 'job_result' then
+      -- what a job result for this node's scheduler needs; the rest is read if needed
+      out[#out + 1] = {item, {'kind', kind, 'job', job or ''}, jh, ARGV[9 + n], 1}
+    else
+      out[#out + 1] = {item, redis.call('HGETALL', item), jh, ARGV[9 + n], 0}
+    end
   end
 end
 if taken == 0 then return false end
@@ -209,6 +212,23 @@ type ClaimedMessage struct {
 	// (coord:script_types).
 	Job         map[string]string
 	ScriptTypes map[string]string
+	// Partial: Msg holds only the fields kind and job (a job result); Message reads
+	// the whole hash.
+	Partial bool
+}
+
+// Message returns the claimed message's whole hash, reading it if the claim returned
+// only a part of it; empty when the message is gone.
+func (d *DB) Message(ctx context.Context, cm *ClaimedMessage) (map[string]string, error) {
+	if !cm.Partial {
+		return cm.Msg, nil
+	}
+	h, err := d.HGetAll(ctx, cm.Item)
+	if err != nil {
+		return nil, fmt.Errorf("read message %s: %w", cm.Item, err)
+	}
+	cm.Msg, cm.Partial = h, false
+	return h, nil
 }
 
 // Routed is a job request that ClaimMessages routed itself: its job key went onto
@@ -248,13 +268,14 @@ func (d *DB) ClaimMessages(ctx context.Context, queue, consumer string, lease ti
 	out := make([]*ClaimedMessage, 0, len(items))
 	for _, it := range items {
 		e, _ := it.([]any)
-		if len(e) != 4 {
+		if len(e) != 5 {
 			return nil, nil, fmt.Errorf("claim from %s of context %d: unexpected reply %v", queue, d.ContextID, res)
 		}
 		c := &Claim{Queue: queue, Consumer: consumer}
 		c.Item, _ = e[0].(string)
 		c.ID, _ = e[3].(string)
-		out = append(out, &ClaimedMessage{Claim: c, Msg: flatMap(e[1]), Job: flatMap(e[2]), ScriptTypes: types})
+		partial, _ := e[4].(int64)
+		out = append(out, &ClaimedMessage{Claim: c, Msg: flatMap(e[1]), Job: flatMap(e[2]), ScriptTypes: types, Partial: partial == 1})
 	}
 	flat, _ := vals[2].([]any)
 	routed := make([]Routed, 0, len(flat)/2)

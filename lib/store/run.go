@@ -71,7 +71,7 @@ for n = 1, max do
     redis.call('ZREM', leases, member)
     if st then out[#out + 1] = {item, 2, 0, {}} else out[#out + 1] = {item, 1, 0, {}} end
   else
-    local attempt = tonumber(h['attempt'] or '1') or 1
+    local attempt = h['attempt'] or '1'
     local prev = h['worker']
     local flow = h['flow_id'] or '0'
     local id = h['id'] or ''
@@ -93,7 +93,7 @@ for n = 1, max do
     redis.call('XADD', ek, 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', 'job.started', 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', 'started', 'detail', detail)
     local code = 0
     if h['stop_requested'] == '1' then code = 3 end
-    out[#out + 1] = {item, code, attempt, flat}
+    out[#out + 1] = {item, code, tonumber(attempt) or 1, flat}
   end
 end
 local extra = 0
@@ -255,13 +255,13 @@ local worker, member, item, status, err, code, result, fatal = ARGV[1], ARGV[2],
 local now_s, now_ms, ctx, caller, id, flow, retry_after = ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], tonumber(ARGV[15])
 redis.call('LREM', proc, 1, item)
 redis.call('ZREM', leases, member)
-local cur = redis.call('HMGET', jk, 'claim', 'status')
+local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms')
 if cur[1] ~= ARGV[16] or cur[2] ~= 'started' then return 0 end
 local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s}
 local del = {}
-if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err else del[#del + 1] = 'error' end
-if fatal == '1' then set[#set + 1] = 'fatal'; set[#set + 1] = '1' else del[#del + 1] = 'fatal' end
-if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = retry_after else del[#del + 1] = 'retry_after_ms' end
+if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err elseif cur[3] then del[#del + 1] = 'error' end
+if fatal == '1' then set[#set + 1] = 'fatal'; set[#set + 1] = '1' elseif cur[4] then del[#del + 1] = 'fatal' end
+if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = ARGV[15] elseif cur[5] then del[#del + 1] = 'retry_after_ms' end
 redis.call('HSET', jk, unpack(set))
 if #del > 0 then redis.call('HDEL', jk, unpack(del)) end
 index_job(caller .. ':' .. id, 'started', status)

@@ -438,3 +438,38 @@ func TestClaimMessagesRoutesPlainJobRequests(t *testing.T) {
 		t.Fatalf("%d request messages acknowledged, want the 2 routed", acked)
 	}
 }
+
+// A job result is claimed with only its kind and job fields (what the router needs of
+// a local result); Message reads the whole hash when more is needed. Other messages
+// come whole.
+func TestClaimMessagesReturnsPartOfAResult(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 17)
+	rc := srv.Client(t, 17)
+	rc.HSet(ctx, "message:1:50", "id", 50, "caller_id", 1, "kind", "job_result", "job", `[{"id":3,"caller_id":1,"status":"finished"}]`, "message", "result of job 17:1:3", "transport_id", "t-9")
+	rc.HSet(ctx, "message:1:51", "id", 51, "caller_id", 1, "kind", "chat", "message", "hello")
+	for _, m := range []string{"message:1:50", "message:1:51"} {
+		if err := db.Enqueue(ctx, keys.MsgOut, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cms, _, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
+	if err != nil || len(cms) != 2 {
+		t.Fatalf("claim: %d %v", len(cms), err)
+	}
+	res, chat := cms[0], cms[1]
+	if !res.Partial || len(res.Msg) != 2 || res.Msg["kind"] != "job_result" || res.Msg["job"] != `[{"id":3,"caller_id":1,"status":"finished"}]` {
+		t.Fatalf("result claimed as %+v (partial %v): want kind and job only", res.Msg, res.Partial)
+	}
+	if chat.Partial || chat.Msg["message"] != "hello" {
+		t.Fatalf("chat claimed as %+v (partial %v): want the whole hash", chat.Msg, chat.Partial)
+	}
+	h, err := db.Message(ctx, res)
+	if err != nil || h["transport_id"] != "t-9" || h["message"] != "result of job 17:1:3" || res.Partial {
+		t.Fatalf("whole result: %v %v (partial %v)", h, err, res.Partial)
+	}
+	if h, err := db.Message(ctx, chat); err != nil || h["message"] != "hello" {
+		t.Fatalf("whole chat: %v %v", h, err)
+	}
+}

@@ -392,8 +392,13 @@ func (r *router) quickResult(db *store.DB, cm *store.ClaimedMessage, b *batch) b
 func (r *router) handle(ctx context.Context, db *store.DB, cm *store.ClaimedMessage, b *batch) {
 	cl := cm.Claim
 	queue, item := cl.Queue, cl.Item
-	m, err := db.MessageFromHash(item, cm.Msg)
 	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Str(obs.KeyMessage, item).Logger()
+	h, err := db.Message(ctx, cm)
+	if err != nil {
+		log.Error().Err(err).Msg("read message") // the claim's lease brings it back
+		return
+	}
+	m, err := db.MessageFromHash(item, h)
 	if err != nil {
 		log.Warn().Err(err).Msg("message unreadable; dropped from the queue")
 		r.m.messages.WithLabelValues("other", "skipped").Inc()
