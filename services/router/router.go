@@ -36,6 +36,11 @@ type router struct {
 	lease     time.Duration
 	m         routerMetrics
 	idleSweep sync.Mutex
+	// claimTurn lets one worker at a time wait for a wake token and claim its group;
+	// the groups are handled concurrently. Claims in turn take whole groups: workers
+	// that all waited on the wake lists took a token each of one burst, and all but
+	// one found nothing left to claim (a round trip each, for nothing).
+	claimTurn sync.Mutex
 	remote    remoteConfig
 	retention time.Duration
 	wakeDue   chan struct{}
@@ -131,6 +136,27 @@ func (r *router) recover(ctx context.Context) {
 
 func (r *router) worker(ctx context.Context) {
 	for ctx.Err() == nil {
+		g, idle := r.nextGroup(ctx)
+		switch {
+		case g != nil:
+			r.handleGroup(ctx, g)
+		case idle:
+			// A safety net for wake tokens lost when a router died between taking a
+			// token and claiming its message.
+			if r.idleSweep.TryLock() {
+				r.drainAll(ctx)
+				r.idleSweep.Unlock()
+			}
+		}
+	}
+}
+
+// nextGroup waits for a wake token (in turn with the other workers) and claims the
+// group of messages it stands for. idle: no token came for a while.
+func (r *router) nextGroup(ctx context.Context) (g *group, idle bool) {
+	r.claimTurn.Lock()
+	defer r.claimTurn.Unlock()
+	for ctx.Err() == nil {
 		key, token, err := r.store.WaitWake(ctx, 5*time.Second, keys.WakeMsgOut, keys.WakeMsgIn)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -140,13 +166,7 @@ func (r *router) worker(ctx context.Context) {
 			continue
 		}
 		if key == "" {
-			// Idle: a safety net for wake tokens lost when a router died between
-			// taking a token and claiming its message.
-			if r.idleSweep.TryLock() {
-				r.drainAll(ctx)
-				r.idleSweep.Unlock()
-			}
-			continue
+			return nil, true
 		}
 		ctxID, err := strconv.ParseUint(token, 10, 32)
 		if err != nil || ctxID == 0 {
@@ -157,8 +177,11 @@ func (r *router) worker(ctx context.Context) {
 		if key == keys.WakeMsgIn {
 			queue = keys.MsgIn
 		}
-		r.drain(ctx, uint32(ctxID), queue, true)
+		if g := r.claimGroup(ctx, uint32(ctxID), queue, true); g != nil {
+			return g, false
+		}
 	}
+	return nil, false
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -213,13 +236,32 @@ type queuedJob struct {
 	job    string // the job's key
 }
 
+// group is what one claim took: messages to handle, job requests the claim routed.
+type group struct {
+	db     *store.DB
+	start  time.Time
+	cms    []*store.ClaimedMessage
+	routed []store.Routed
+}
+
 // drain claims up to maxBatch messages of a context's queue and handles them. held:
 // the caller took one of their wake tokens. It returns how many it claimed.
 func (r *router) drain(ctx context.Context, ctxID uint32, queue string, held bool) int {
+	g := r.claimGroup(ctx, ctxID, queue, held)
+	if g == nil {
+		return 0
+	}
+	r.handleGroup(ctx, g)
+	return len(g.cms) + len(g.routed)
+}
+
+// claimGroup claims up to maxBatch messages of a context's queue; nil when it took
+// none.
+func (r *router) claimGroup(ctx context.Context, ctxID uint32, queue string, held bool) *group {
 	db, err := r.store.Ctx(ctxID)
 	if err != nil {
 		r.log.Warn().Err(err).Uint32(obs.KeyContextID, ctxID).Msg("wake-up for an unusable context")
-		return 0
+		return nil
 	}
 	start := time.Now()
 	wake := keys.WakeMsgOut
@@ -233,8 +275,18 @@ func (r *router) drain(ctx context.Context, ctxID uint32, queue string, held boo
 		if ctx.Err() == nil {
 			r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Msg("claim message")
 		}
-		return 0
+		return nil
 	}
+	if len(cms)+len(routed) == 0 {
+		return nil
+	}
+	return &group{db: db, start: start, cms: cms, routed: routed}
+}
+
+// handleGroup handles what a claim took.
+func (r *router) handleGroup(ctx context.Context, g *group) {
+	db, cms, routed := g.db, g.cms, g.routed
+	ctxID := db.ContextID
 	if len(routed) > 0 {
 		r.m.messages.WithLabelValues(model.KindJobRequest, "delivered").Add(float64(len(routed)))
 		if r.log.Debug().Enabled() {
@@ -251,11 +303,10 @@ func (r *router) drain(ctx context.Context, ctxID uint32, queue string, held boo
 	}
 	r.queueJobs(ctx, db, b.queued)
 	r.deliverResults(ctx, db, b.results, b.ends)
-	d := time.Since(start).Seconds()
+	d := time.Since(g.start).Seconds()
 	for range len(cms) + len(routed) {
 		r.m.handling.Observe(d)
 	}
-	return len(cms) + len(routed)
 }
 
 // queueJobs puts job requests onto their job queues and acknowledges their messages,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -196,5 +197,54 @@ func TestOlderSchedulerGetsOneCallPerEnd(t *testing.T) {
 		if st := messageStatus(t, mk); st != string(model.MessageProcessed) {
 			t.Fatalf("job %d's result message is %q", id, st)
 		}
+	}
+}
+
+// Workers wait for wake tokens and claim in turn: a burst of results, one wake token
+// each, is claimed once by one worker, not by every worker that took a token of the
+// burst (the others would claim nothing, a round trip each).
+func TestWorkersClaimABurstOnce(t *testing.T) {
+	sched := &scheduler{}
+	r, db := startRouter(t, sched)
+	ids := make([]uint32, 20)
+	tokens := make([]any, len(ids))
+	for i := range ids {
+		ids[i], tokens[i] = uint32(i+1), "3"
+	}
+	msgs := queueResults(t, db, ids...)
+	ctx, cancel := context.WithCancel(context.Background())
+	g := srv.Client(t, 0)
+	g.LPush(ctx, keys.WakeMsgOut, tokens...)
+	g.ConfigResetStat(ctx)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.worker(ctx)
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, mk := range msgs {
+		for messageStatus(t, mk) != string(model.MessageProcessed) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s was not delivered", mk)
+			}
+			time.Sleep(5 * time.Millisecond) // the workers run in other goroutines
+		}
+	}
+	cancel()
+	wg.Wait()
+	sched.mu.Lock()
+	defer sched.mu.Unlock()
+	if len(sched.batches) != 1 || len(sched.batches[0]) != len(ids) {
+		t.Fatalf("JobsDone calls %v: want one with all %d ends", sched.batches, len(ids))
+	}
+	stats := g.Info(context.Background(), "commandstats").Val()
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=1,") {
+		t.Fatalf("want one claim (evalsha) for the burst; commandstats:\n%s", stats)
+	}
+	if n := g.LLen(context.Background(), keys.WakeMsgOut).Val(); n != 0 {
+		t.Fatalf("%d wake tokens left after the burst was claimed", n)
 	}
 }

@@ -37,6 +37,22 @@ type runner struct {
 	stopJob context.CancelFunc
 	// finisher writes the ends of runs that finish together in one round trip.
 	finisher *groupcommit.Committer[store.Finish, bool]
+	// tasks hands a claimed job to an idle worker goroutine; workers live on after a
+	// job (up to one per slot), so that a job does not pay for a new goroutine and
+	// its stack's growth. workersEnd tells the idle ones to end.
+	tasks      chan task
+	workersEnd chan struct{}
+	// claimTurn lets one claim loop at a time wait for a wake token and claim; the
+	// jobs run concurrently. Loops that all waited took a token each of one burst of
+	// jobs, and the first claim took the jobs of the others (a round trip each, for
+	// nothing).
+	claimTurn sync.Mutex
+}
+
+// task is a claimed job for a worker.
+type task struct {
+	db *store.DB
+	s  store.Started
 }
 
 type runnerParams struct {
@@ -61,9 +77,11 @@ func newRunner(p runnerParams) *runner {
 	f := promauto.With(p.reg)
 	r := &runner{
 		store: p.store, log: p.log, cfg: p.cfg,
-		running: map[model.JobRef]*execution{},
-		em:      newExecutorMetrics(p.reg),
-		slots:   make(chan struct{}, p.cfg.Concurrency),
+		running:    map[model.JobRef]*execution{},
+		em:         newExecutorMetrics(p.reg),
+		slots:      make(chan struct{}, p.cfg.Concurrency),
+		tasks:      make(chan task),
+		workersEnd: make(chan struct{}),
 		m: runnerMetrics{
 			started:  f.NewCounterVec(prometheus.CounterOpts{Name: "hero_jobs_started_total", Help: "Job runs started, by script type."}, []string{"script_type"}),
 			finished: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_jobs_finished_total", Help: "Job runs that finished successfully, by script type."}, []string{"script_type"}),
@@ -113,8 +131,34 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	wg.Wait()
 	r.drain()
+	close(r.workersEnd)
 	r.finisher.Close()
 	return nil
+}
+
+// start runs a claimed job on an idle worker, or on a new one when none is idle. The
+// caller holds the job's slot; the worker frees it.
+func (r *runner) start(t task) {
+	r.jobs.Add(1)
+	select {
+	case r.tasks <- t:
+	default:
+		go r.worker(t)
+	}
+}
+
+// worker runs jobs until the runner ends.
+func (r *runner) worker(t task) {
+	for {
+		r.execute(r.jobCtx, t.db, t.s.Claim, t.s.Outcome, t.s.Job)
+		<-r.slots
+		r.jobs.Done()
+		select {
+		case t = <-r.tasks:
+		case <-r.workersEnd:
+			return
+		}
+	}
 }
 
 // refreshServed finds the contexts to serve (those with the runner record) and
@@ -214,8 +258,10 @@ func (r *runner) claimLoop(ctx context.Context) {
 			k := idle % n
 			wake = append(wake[k:], wake[:k]...)
 		}
+		r.claimTurn.Lock()
 		key, _, err := r.store.WaitWake(ctx, 5*time.Second, wake...)
 		if err != nil {
+			r.claimTurn.Unlock()
 			<-r.slots
 			if ctx.Err() == nil {
 				r.log.Error().Err(err).Msg("wait for jobs")
@@ -225,13 +271,16 @@ func (r *runner) claimLoop(ctx context.Context) {
 		}
 		idle++
 		if key == "" {
+			r.claimTurn.Unlock()
 			// Idle for a while: a safety net for wake tokens lost in a crash.
 			<-r.slots
 			r.claimWithoutToken(ctx, served)
 			continue
 		}
 		ctxID, queue, ok := store.ParseWakeQueue(key)
-		if !ok || !r.claim(ctx, ctxID, queue, true) {
+		claimed := ok && r.claim(ctx, ctxID, queue, true)
+		r.claimTurn.Unlock()
+		if !claimed {
 			<-r.slots
 		}
 	}
@@ -279,11 +328,7 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 			continue
 		}
 		started++
-		r.jobs.Add(1)
-		go func(s store.Started) {
-			defer func() { <-r.slots; r.jobs.Done() }()
-			r.execute(r.jobCtx, db, s.Claim, s.Outcome, s.Job)
-		}(s)
+		r.start(task{db: db, s: s})
 	}
 	// Free the slots no job took, except the caller's when no job started.
 	keep := 0
