@@ -185,6 +185,18 @@ func TestEncodeFrameRejects(t *testing.T) {
 	if _, err := EncodeFrame(Envelope{Type: TypeCancel}); !errors.Is(err, ErrInvalidEnvelope) {
 		t.Errorf("empty payload: %v", err)
 	}
+	// A payload built by hand is checked (the package's own encoder's is trusted).
+	if _, err := EncodeFrame(Envelope{Type: TypeCancel, Payload: json.RawMessage(`{"job_id": "j1",`)}); !errors.Is(err, ErrInvalidEnvelope) {
+		t.Errorf("payload that is not JSON: %v", err)
+	}
+	frame, err := EncodeFrame(Envelope{Type: TypeCancel, Payload: json.RawMessage("{\n  \"job_id\": \"j1\"\n}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := DecodeEnvelope(frame[4:])
+	if err != nil || env.Type != TypeCancel || binary.BigEndian.Uint32(frame) != uint32(len(frame)-4) {
+		t.Fatalf("hand-built payload: %v %+v", err, env)
+	}
 }
 
 func TestNewUUID(t *testing.T) {

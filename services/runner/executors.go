@@ -211,14 +211,18 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 		out rrq.ExecutionOutcome
 		err error
 	}
-	done := make(chan struct{})
+	done, supervised := make(chan struct{}), make(chan struct{})
 	var res call
 	start := time.Now()
+	// The call runs on this goroutine (a job worker, whose stack has grown for it
+	// already); the supervision, which needs little stack, on a new one.
 	go func() {
-		res.out, res.err = pool.Execute(callCtx, req)
-		close(done)
+		r.superviseRun(ctx, db, cl, j, ex, done)
+		close(supervised)
 	}()
-	r.superviseRun(ctx, db, cl, j, ex, done)
+	res.out, res.err = pool.Execute(callCtx, req)
+	close(done)
+	<-supervised
 	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(time.Since(start).Seconds())
 
 	reason := ex.killReason()
