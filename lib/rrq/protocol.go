@@ -121,17 +121,11 @@ func (r ExecutionRequest) MarshalJSON() ([]byte, error) {
 	// MarshalJSON: encoding/json re-scans every MarshalJSON's output, which was a
 	// sixth of a runner's CPU at a few thousand requests a second.
 	type plainContext ExecutionContext
-	type plain struct {
-		ProtocolVersion string                     `json:"protocol_version"`
-		RequestID       string                     `json:"request_id"`
-		JobID           string                     `json:"job_id"`
-		FunctionName    string                     `json:"function_name"`
-		Args            []json.RawMessage          `json:"args"`
-		Kwargs          map[string]json.RawMessage `json:"kwargs"`
-		Context         plainContext               `json:"context"`
-	}
-	p := plain{ProtocolVersion: r.ProtocolVersion, RequestID: r.RequestID, JobID: r.JobID, FunctionName: r.FunctionName,
-		Args: r.Args, Kwargs: r.Kwargs, Context: plainContext(r.Context)}
+	type plainRequest ExecutionRequest
+	p := struct {
+		plainRequest
+		Context plainContext `json:"context"` // shadows the embedded one
+	}{plainRequest(r), plainContext(r.Context)}
 	if p.Args == nil {
 		p.Args = []json.RawMessage{}
 	}
