@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Counts the instructions Redis spends per handler job in each step of a job's path:
+# runs lib/store's BenchmarkJobPathRedis against a redis-server under valgrind's
+# callgrind (which counts instructions, the same run after run, where timings on a
+# shared VM drift by ±30%) and prints the count per job for each stage.
+#
+#   scripts/redis-instructions.sh [JOBS]     (default 1000; ~30 s per 1000 jobs)
+#
+# Needs valgrind (apt-get install valgrind) and redis-server on PATH. docs/benchmarks.md
+# has the figures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="${1:-1000}"
+for tool in valgrind callgrind_control redis-server; do
+	command -v "$tool" >/dev/null || { echo "redis-instructions: $tool not found (apt-get install valgrind redis-server)" >&2; exit 1; }
+done
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+# The test harness starts "redis-server" from PATH: this one runs the real one under callgrind.
+cat >"$work/redis-server" <<EOF
+#!/bin/sh
+exec valgrind --tool=callgrind --callgrind-out-file=$work/cg.out.%p $(command -v redis-server) "\$@"
+EOF
+chmod +x "$work/redis-server"
+(cd lib && PATH="$work:$PATH" HERO_BENCH=1 HERO_PATH_JOBS="$jobs" HERO_PATH_CALLGRIND=1 \
+	go test -run '^$' -bench BenchmarkJobPathRedis -benchtime 1x ./store/ >"$work/bench.log" 2>&1) || {
+	cat "$work/bench.log" >&2
+	exit 1
+}
+# Every dump names its stage ("Trigger: dump <stage>") and its total ("summary: N").
+awk -v jobs="$jobs" '
+	/^desc: Trigger: dump / { stage = $4 }
+	/^summary: / && stage != "" {
+		if (!(stage in total)) order[n++] = stage
+		total[stage] += $2
+		stage = ""
+	}
+	END {
+		for (i = 0; i < n; i++) {
+			if (order[i] == "setup") continue
+			printf "  %-40s %8.1f k instructions/job\n", order[i], total[order[i]] / jobs / 1000
+			all += total[order[i]]
+		}
+		printf "  %-40s %8.1f k instructions/job\n", "all", all / jobs / 1000
+	}' $(ls -v "$work"/cg.out.*)
