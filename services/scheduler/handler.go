@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -28,18 +29,23 @@ func (h *handler) StartFlow(ctx context.Context, req *herov1.SchedulerStartFlowR
 }
 
 func (h *handler) JobDone(ctx context.Context, req *herov1.JobDoneRequest) (*herov1.JobDoneResponse, error) {
-	st := model.JobStatus(req.Status)
-	if st != model.JobFinished && st != model.JobError {
-		return nil, status.Errorf(codes.InvalidArgument, "status %q: want finished or error", req.Status)
-	}
-	err := h.eng.jobDone(ctx, req.ContextId, store.JobEnd{
-		FlowID: req.FlowId, CallerID: req.CallerId, JobID: req.JobId, Attempt: req.Attempt,
-		Status: st, Error: req.Error, Fatal: req.Fatal,
-	})
+	end, err := jobEnd(req)
 	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := h.eng.jobDone(ctx, req.ContextId, end); err != nil {
 		return nil, toStatus(err)
 	}
 	return &herov1.JobDoneResponse{}, nil
+}
+
+// jobEnd reads one reported end; only finished and error end a job.
+func jobEnd(r *herov1.JobDoneRequest) (store.JobEnd, error) {
+	st := model.JobStatus(r.Status)
+	if st != model.JobFinished && st != model.JobError {
+		return store.JobEnd{}, fmt.Errorf("status %q: want finished or error", r.Status)
+	}
+	return store.JobEnd{FlowID: r.FlowId, CallerID: r.CallerId, JobID: r.JobId, Attempt: r.Attempt, Status: st, Error: r.Error, Fatal: r.Fatal}, nil
 }
 
 func (h *handler) JobsDone(ctx context.Context, req *herov1.JobsDoneRequest) (*herov1.JobsDoneResponse, error) {
@@ -49,16 +55,14 @@ func (h *handler) JobsDone(ctx context.Context, req *herov1.JobsDoneRequest) (*h
 	byCtx := map[uint32][]store.JobEnd{}
 	var order []uint32
 	for i, r := range req.Ends {
-		st := model.JobStatus(r.Status)
-		if st != model.JobFinished && st != model.JobError {
-			return nil, status.Errorf(codes.InvalidArgument, "ends[%d].status %q: want finished or error", i, r.Status)
+		end, err := jobEnd(r)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "ends[%d].%v", i, err)
 		}
 		if _, seen := byCtx[r.ContextId]; !seen {
 			order = append(order, r.ContextId)
 		}
-		byCtx[r.ContextId] = append(byCtx[r.ContextId], store.JobEnd{
-			FlowID: r.FlowId, CallerID: r.CallerId, JobID: r.JobId, Attempt: r.Attempt, Status: st, Error: r.Error, Fatal: r.Fatal,
-		})
+		byCtx[r.ContextId] = append(byCtx[r.ContextId], end)
 	}
 	var first error
 	for _, c := range order {
