@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
 )
 
 // Reliable queues. Producers LPUSH an item onto a list of a context's DB and, in the
@@ -323,6 +324,13 @@ func (d *DB) ExtendLease(ctx context.Context, c *Claim, lease time.Duration) (bo
 func AckOn(ctx context.Context, p redis.Pipeliner, c *Claim) {
 	p.LRem(ctx, keys.Processing(c.Consumer), 1, c.Item)
 	p.ZRem(ctx, keys.Leases, c.member())
+}
+
+// AckMessageOn queues, on a pipeline of its DB, the commands that set a claimed
+// message's status (and updated_at) and release the claim.
+func AckMessageOn(ctx context.Context, p redis.Pipeliner, c *Claim, status model.MessageStatus) {
+	p.HSet(ctx, c.Item, "status", string(status), "updated_at", time.Now().Unix())
+	AckOn(ctx, p, c)
 }
 
 // Ack releases a claimed item: it leaves the processing list and its lease ends.

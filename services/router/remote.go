@@ -171,8 +171,7 @@ func (r *router) materialize(ctx context.Context, db *store.DB, cl *store.Claim,
 		return
 	}
 	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, cl.Item, "status", string(model.MessageAcknowledged), "updated_at", time.Now().Unix())
-		store.AckOn(ctx, p, cl)
+		store.AckMessageOn(ctx, p, cl, model.MessageAcknowledged)
 		store.EnqueueOn(ctx, p, db.ContextID, target, keys.Job(j.CallerID, j.ID))
 		return nil
 	})
@@ -245,8 +244,7 @@ func (r *router) returnResult(ctx context.Context, db *store.DB, cl *store.Claim
 		return // stays claimed
 	}
 	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, cl.Item, "status", string(model.MessageProcessed), "updated_at", time.Now().Unix())
-		store.AckOn(ctx, p, cl)
+		store.AckMessageOn(ctx, p, cl, model.MessageProcessed)
 		return nil
 	})
 	if err != nil {

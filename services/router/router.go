@@ -315,13 +315,11 @@ func (r *router) queueJobs(ctx context.Context, db *store.DB, q []queuedJob) {
 	if len(q) == 0 {
 		return
 	}
-	now := time.Now().Unix()
 	byTarget := map[string][]any{}
 	var targets []string
 	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, j := range q {
-			p.HSet(ctx, j.claim.Item, "status", string(model.MessageAcknowledged), "updated_at", now)
-			store.AckOn(ctx, p, j.claim)
+			store.AckMessageOn(ctx, p, j.claim, model.MessageAcknowledged)
 			if _, seen := byTarget[j.target]; !seen {
 				targets = append(targets, j.target)
 			}
@@ -390,11 +388,9 @@ func (r *router) deliverResults(ctx context.Context, db *store.DB, cls []*store.
 
 // ackResults marks result messages processed and releases their claims.
 func (r *router) ackResults(ctx context.Context, db *store.DB, cls []*store.Claim) {
-	now := time.Now().Unix()
 	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, cl := range cls {
-			p.HSet(ctx, cl.Item, "status", string(model.MessageProcessed), "updated_at", now)
-			store.AckOn(ctx, p, cl)
+			store.AckMessageOn(ctx, p, cl, model.MessageProcessed)
 		}
 		return nil
 	})
@@ -474,8 +470,7 @@ func (r *router) handle(ctx context.Context, db *store.DB, cm *store.ClaimedMess
 	default:
 		// chat and mail messages have no local consumer yet: they are kept, marked processed.
 		_, _ = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSet(ctx, item, "status", string(model.MessageProcessed), "updated_at", time.Now().Unix())
-			store.AckOn(ctx, p, cl)
+			store.AckMessageOn(ctx, p, cl, model.MessageProcessed)
 			return nil
 		})
 		r.m.messages.WithLabelValues("other", "skipped").Inc()
