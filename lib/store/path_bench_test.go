@@ -96,10 +96,7 @@ func BenchmarkJobPathRedis(b *testing.B) {
 	}
 	s := open(b)
 	ctx := context.Background()
-	if _, _, err := s.CreateContext(ctx, &model.Context{ID: 9, Admins: []uint32{1}}, "operator"); err != nil {
-		b.Fatal(err)
-	}
-	db, _ := s.Ctx(9)
+	db := mustCtx(b, s, 9)
 	if _, _, err := s.CreateRunner(ctx, 9, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
 		b.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 // one round trip: KEYS queue, processing list, leases, the queue's wake list (DB 0);
 // ARGV consumer, queue name, expiry ms, max, wake token, tokens held (as for
 // claimStartScript), route (1: route plain job requests here), context id, now_s,
-// then max claim ids.
+// the prefix of the job queues' wake lists (keys.WakeQueue), then max claim ids.
 //
 // With route, a job request whose job names no runner and whose script type some
 // runner serves is routed by the script itself, with no lease: the message is
@@ -124,7 +124,7 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 // only the fields kind and job are returned (partial = 1): most results need no more.
 var claimMessageScript = NewScript(`
 local JOB_FIELDS = {` + luaStrings(RoutingJobFields) + `}
-local max, route, ctx, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[8], ARGV[9]
+local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]
 local out, routed, types = {}, {}, nil
 local tokens, targets = {}, {}
 local taken = 0
@@ -170,12 +170,12 @@ for n = 1, max do
     routed[#routed + 1] = target
   else
     redis.call('LPUSH', KEYS[2], item)
-    redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[9 + n])
+    redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[10 + n])
     if kind == 'job_result' then
       -- what a job result for this node's scheduler needs; the rest is read if needed
-      out[#out + 1] = {item, {'kind', kind, 'job', job or ''}, jh, ARGV[9 + n], 1}
+      out[#out + 1] = {item, {'kind', kind, 'job', job or ''}, jh, ARGV[10 + n], 1}
     else
-      out[#out + 1] = {item, redis.call('HGETALL', item), jh, ARGV[9 + n], 0}
+      out[#out + 1] = {item, redis.call('HGETALL', item), jh, ARGV[10 + n], 0}
     end
   end
 end
@@ -187,7 +187,7 @@ if extra > 0 then redis.call('LREM', KEYS[4], extra, ARGV[5]) end
 for _, t in ipairs(targets) do
   local ones = {}
   for i = 1, tokens[t] do ones[i] = '1' end
-  redis.call('LPUSH', 'coord:wake:' .. ctx .. ':' .. t, unpack(ones))
+  redis.call('LPUSH', ARGV[10] .. t, unpack(ones))
 end
 return {types or {}, out, routed}
 `)
@@ -248,8 +248,8 @@ func (d *DB) ClaimMessages(ctx context.Context, queue, consumer string, lease ti
 	now := time.Now()
 	exp := now.Add(lease).UnixMilli()
 	wkey, wtoken, held := w.args()
-	args := make([]any, 0, 9+max)
-	args = append(args, consumer, queue, exp, max, wtoken, held, boolArg(route), d.ContextID, now.Unix())
+	args := make([]any, 0, 10+max)
+	args = append(args, consumer, queue, exp, max, wtoken, held, boolArg(route), d.ContextID, now.Unix(), keys.WakeQueue(d.ContextID, ""))
 	for i := 0; i < max; i++ {
 		args = append(args, newClaimID())
 	}

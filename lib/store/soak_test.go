@@ -39,10 +39,7 @@ func BenchmarkRetentionSoak(b *testing.B) {
 	}
 	s := open(b)
 	ctx := context.Background()
-	if _, _, err := s.CreateContext(ctx, &model.Context{ID: 8, Admins: []uint32{1}}, "operator"); err != nil {
-		b.Fatal(err)
-	}
-	db, _ := s.Ctx(8)
+	db := mustCtx(b, s, 8)
 	if _, _, err := s.CreateRunner(ctx, 8, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "1"); err != nil {
 		b.Fatal(err)
 	}

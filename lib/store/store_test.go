@@ -32,7 +32,7 @@ func open(t testing.TB) *store.Store {
 	return s
 }
 
-func mustCtx(t *testing.T, s *store.Store, id uint32) *store.DB {
+func mustCtx(t testing.TB, s *store.Store, id uint32) *store.DB {
 	t.Helper()
 	if _, _, err := s.CreateContext(context.Background(), &model.Context{ID: id, Admins: []uint32{1}}, "operator"); err != nil {
 		t.Fatal(err)
