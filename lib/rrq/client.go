@@ -72,9 +72,16 @@ type Violation struct {
 
 // ClientOptions configure a Client. The zero value is usable.
 type ClientOptions struct {
-	// MaxInFlight is the number of requests that may be in flight at once, each on its
-	// own connection (executors answer one request at a time per connection). Default 4.
+	// MaxInFlight is the number of requests that may be in flight at once. Default 4.
 	MaxInFlight int
+	// Pipeline is the number of requests that may be in flight on one connection
+	// (default 1: each request on its own connection). Executors answer one request at
+	// a time per connection, in order, so a request waits behind those sent before it
+	// on its connection: more than 1 suits short handlers, and saves system calls and
+	// wake-ups (requests and responses that meet on a connection share a write). A
+	// request goes to the connection with room that was used last; one that finds none
+	// opens a new connection.
+	Pipeline int
 	// MaxFrameSize limits the payload of frames read and written. Default 16 MiB.
 	MaxFrameSize int
 	// DialTimeout bounds connecting to the executor. Default 5s.
@@ -96,6 +103,9 @@ type ClientOptions struct {
 func (o *ClientOptions) setDefaults() {
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 4
+	}
+	if o.Pipeline <= 0 {
+		o.Pipeline = 1
 	}
 	if o.MaxFrameSize <= 0 {
 		o.MaxFrameSize = DefaultMaxFrameSize
@@ -146,9 +156,9 @@ type clientCounters struct {
 	cancels, cancelErrors                                         atomic.Uint64
 }
 
-// Client talks to ONE executor endpoint. It keeps up to MaxInFlight connections, sends
-// each request on a connection that has nothing in flight, and correlates the response
-// by request_id. It is safe for concurrent use.
+// Client talks to ONE executor endpoint. It sends each request on a connection with
+// fewer than Pipeline requests in flight (opening one if none has room), and
+// correlates the response by request_id. It is safe for concurrent use.
 type Client struct {
 	ep  Endpoint
 	opt ClientOptions
@@ -159,11 +169,13 @@ type Client struct {
 	closed    bool
 	inFlight  int
 	slotFreed chan struct{} // closed and replaced whenever a slot frees (or on Close)
-	idle      []*conn
+	idle      []*conn       // connections with room for another request
 	conns     map[*conn]struct{}
 	active    map[string]struct{} // request_ids in flight
-	recent    recentIDs           // request_ids recently answered, to spot duplicates
 	onRelease func()              // Pool: capacity changed
+
+	recentMu sync.Mutex
+	recent   recentIDs // request_ids recently answered, to spot duplicates
 }
 
 // NewClient returns a client for the executor at ep. It does not connect yet.
@@ -377,22 +389,17 @@ func (c *Client) executeAcquired(ctx context.Context, req ExecutionRequest) (Exe
 	var cn *conn
 	for attempt := 0; ; attempt++ {
 		var reused bool
-		cn, reused, err = c.getConn(ctx)
+		cn, reused, err = c.getConn(ctx, cl)
 		if err != nil {
 			c.finish(cl, nil)
 			c.cnt.notDelivered.Add(1)
 			if ctx.Err() != nil {
 				return ExecutionOutcome{}, ctx.Err()
 			}
-			return ExecutionOutcome{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		if !cn.begin(cl) {
-			if attempt < 3 {
-				continue // the connection died just now; take another
+			if errors.Is(err, errConnClosing) {
+				return ExecutionOutcome{}, fmt.Errorf("%w: executor %s keeps closing new connections", ErrUnavailable, c.ep)
 			}
-			c.finish(cl, nil)
-			c.cnt.notDelivered.Add(1)
-			return ExecutionOutcome{}, fmt.Errorf("%w: executor %s keeps closing new connections", ErrUnavailable, c.ep)
+			return ExecutionOutcome{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		werr := cn.write(ctx, frame)
 		if werr == nil {
@@ -419,7 +426,7 @@ func (c *Client) executeAcquired(ctx context.Context, req ExecutionRequest) (Exe
 	case <-ctx.Done():
 	}
 	cn.mu.Lock()
-	if cn.pending == cl {
+	if cn.pending[cl.reqID] == cl {
 		// Still waiting: leave the connection with the executor's answer-to-be.
 		cl.abandoned = true
 		cl.abandonTimer = time.AfterFunc(c.opt.AbandonTimeout, func() {
@@ -444,47 +451,67 @@ func (c *Client) complete(cn *conn, cl *call, res callResult) (ExecutionOutcome,
 	return res.out, res.err
 }
 
-// finish ends a request: forgets its id, returns the connection (if still healthy) to
-// the idle list and releases the slot.
+// finish ends a request: forgets its id, puts the connection (if still healthy) back
+// on the list of those with room and releases the slot.
 func (c *Client) finish(cl *call, cn *conn) {
 	c.mu.Lock()
 	delete(c.active, cl.reqID)
-	if cn != nil && !c.closed && cn.usable() {
+	if cn != nil && !c.closed && !cn.listed && cn.usable() {
+		cn.listed = true
 		c.idle = append(c.idle, cn)
 	}
 	c.mu.Unlock()
 	c.release()
 }
 
-// getConn pops an idle connection or dials a new one.
-func (c *Client) getConn(ctx context.Context) (*conn, bool, error) {
+// errConnClosing: every connection getConn tried closed under it.
+var errConnClosing = errors.New("connection closed while taking it")
+
+// getConn puts cl in flight on a connection with room (reused) or on a new one.
+func (c *Client) getConn(ctx context.Context, cl *call) (*conn, bool, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, false, ErrClosed
 	}
-	if n := len(c.idle); n > 0 {
+	for n := len(c.idle); n > 0; n = len(c.idle) {
 		cn := c.idle[n-1]
-		c.idle = c.idle[:n-1]
-		c.mu.Unlock()
-		return cn, true, nil
+		ok, full := cn.begin(cl)
+		if !ok || full {
+			cn.listed = false
+			c.idle = c.idle[:n-1]
+		}
+		if ok {
+			c.mu.Unlock()
+			return cn, true, nil
+		}
 	}
 	c.mu.Unlock()
-	nc, err := c.dial(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	cn := &conn{c: c, nc: nc}
-	c.mu.Lock()
-	if c.closed {
+	for attempt := 0; attempt < 3; attempt++ {
+		nc, err := c.dial(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		cn := &conn{c: c, nc: nc, pending: make(map[string]*call, c.opt.Pipeline)}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			nc.Close()
+			return nil, false, ErrClosed
+		}
+		c.conns[cn] = struct{}{}
+		ok, full := cn.begin(cl)
+		if ok && !full {
+			cn.listed = true
+			c.idle = append(c.idle, cn)
+		}
 		c.mu.Unlock()
-		nc.Close()
-		return nil, false, ErrClosed
+		go cn.readLoop()
+		if ok {
+			return cn, false, nil
+		}
 	}
-	c.conns[cn] = struct{}{}
-	c.mu.Unlock()
-	go cn.readLoop()
-	return cn, false, nil
+	return nil, false, errConnClosing
 }
 
 func (c *Client) dial(ctx context.Context) (net.Conn, error) {
@@ -561,43 +588,112 @@ func (c *Client) violation(v Violation) {
 	}
 }
 
-// conn is one connection to the executor, carrying at most one request at a time. Its
-// reader goroutine runs for the connection's whole life, also while it is idle, so a
-// closed or misbehaving connection is noticed at once.
+// conn is one connection to the executor, carrying up to Pipeline requests at a time.
+// Its reader goroutine runs for the connection's whole life, also while it is idle, so
+// a closed or misbehaving connection is noticed at once.
 type conn struct {
 	c  *Client
 	nc net.Conn
 
+	listed bool // on c.idle; guarded by c.mu
+
 	mu      sync.Mutex
-	pending *call // the request in flight, if any; whoever clears it delivers its result
+	pending map[string]*call // the requests in flight by request_id; whoever removes one delivers its result
 	closed  bool
+
+	wmu     sync.Mutex
+	writing bool      // a writer is at work; others queue their frames in wq
+	wq      []*queued // frames waiting for the writer
 }
 
-func (cn *conn) begin(cl *call) bool {
+// queued is a frame waiting for the connection's writer, and where its result goes.
+type queued struct {
+	frame []byte
+	done  chan error
+}
+
+// begin puts cl in flight on the connection: ok is false when it is closed; full says
+// it has no room for another request now.
+func (cn *conn) begin(cl *call) (ok, full bool) {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	if cn.closed {
-		return false
+		return false, true
 	}
-	cn.pending = cl
-	return true
+	cn.pending[cl.reqID] = cl
+	return true, len(cn.pending) >= cn.c.opt.Pipeline
 }
 
 func (cn *conn) usable() bool {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	return !cn.closed && cn.pending == nil
+	return !cn.closed && len(cn.pending) < cn.c.opt.Pipeline
 }
 
+// write writes a request frame. With Pipeline > 1 several callers may write at once:
+// the first becomes the writer and writes the frames queued meanwhile together, in one
+// system call. A nil error means this frame was written whole.
 func (cn *conn) write(ctx context.Context, frame []byte) error {
-	deadline := time.Now().Add(cn.c.opt.WriteTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	if cn.c.opt.Pipeline == 1 {
+		deadline := time.Now().Add(cn.c.opt.WriteTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		_ = cn.nc.SetWriteDeadline(deadline)
+		_, err := cn.nc.Write(frame)
+		_ = cn.nc.SetWriteDeadline(time.Time{})
+		return err
 	}
-	_ = cn.nc.SetWriteDeadline(deadline)
-	_, err := cn.nc.Write(frame)
+	cn.wmu.Lock()
+	if cn.writing {
+		q := &queued{frame: frame, done: make(chan error, 1)}
+		cn.wq = append(cn.wq, q)
+		cn.wmu.Unlock()
+		return <-q.done
+	}
+	cn.writing = true
+	cn.wmu.Unlock()
+	_, err := cn.writeFrames([][]byte{frame})
+	mine := err
+	for {
+		cn.wmu.Lock()
+		batch := cn.wq
+		cn.wq = nil
+		if len(batch) == 0 {
+			cn.writing = false
+			cn.wmu.Unlock()
+			return mine
+		}
+		cn.wmu.Unlock()
+		frames := make([][]byte, len(batch))
+		for i, q := range batch {
+			frames[i] = q.frame
+		}
+		var n int64
+		if err == nil {
+			n, err = cn.writeFrames(frames)
+		}
+		// A frame written whole before a failure was delivered: its caller waits for
+		// the answer (or the connection's loss), it must not send it again.
+		for _, q := range batch {
+			if n >= int64(len(q.frame)) {
+				n -= int64(len(q.frame))
+				q.done <- nil
+				continue
+			}
+			n = 0
+			q.done <- err
+		}
+	}
+}
+
+// writeFrames writes frames in one system call (writev) and returns the bytes written.
+func (cn *conn) writeFrames(frames [][]byte) (int64, error) {
+	_ = cn.nc.SetWriteDeadline(time.Now().Add(cn.c.opt.WriteTimeout))
+	bufs := net.Buffers(frames)
+	n, err := bufs.WriteTo(cn.nc)
 	_ = cn.nc.SetWriteDeadline(time.Time{})
-	return err
+	return n, err
 }
 
 func (cn *conn) readLoop() {
@@ -620,8 +716,10 @@ func (cn *conn) readLoop() {
 func (cn *conn) readFailed(err error) {
 	cn.mu.Lock()
 	reqID, closed := "", cn.closed
-	if cn.pending != nil {
-		reqID = cn.pending.reqID
+	if len(cn.pending) == 1 {
+		for id := range cn.pending {
+			reqID = id
+		}
 	}
 	cn.mu.Unlock()
 	if closed {
@@ -654,8 +752,8 @@ func (cn *conn) handle(env Envelope) bool {
 		return false
 	}
 	cn.mu.Lock()
-	cl := cn.pending
-	if cl == nil || cl.reqID != out.RequestID {
+	cl := cn.pending[out.RequestID]
+	if cl == nil {
 		cn.mu.Unlock()
 		if c.seenRecently(out.RequestID) {
 			c.violation(Violation{Kind: ViolationDuplicateResponse, RequestID: out.RequestID,
@@ -667,7 +765,7 @@ func (cn *conn) handle(env Envelope) bool {
 		return true
 	}
 	c.remember(out.RequestID)
-	cn.pending = nil
+	delete(cn.pending, out.RequestID)
 	abandoned := cl.abandoned
 	cn.mu.Unlock()
 
@@ -694,7 +792,7 @@ func (cn *conn) handle(env Envelope) bool {
 // failIfPending fails the connection if cl is still the request in flight on it.
 func (cn *conn) failIfPending(cl *call, err error) {
 	cn.mu.Lock()
-	still := cn.pending == cl
+	still := cn.pending[cl.reqID] == cl
 	cn.mu.Unlock()
 	if still {
 		cn.fail(err)
@@ -710,48 +808,59 @@ func (cn *conn) fail(cause error) {
 		return
 	}
 	cn.closed = true
-	cl := cn.pending
+	calls := make([]*call, 0, len(cn.pending))
+	abandoned := make([]bool, 0, len(cn.pending))
+	for _, cl := range cn.pending {
+		calls = append(calls, cl)
+		abandoned = append(abandoned, cl.abandoned)
+	}
 	cn.pending = nil
-	abandoned := cl != nil && cl.abandoned
 	cn.mu.Unlock()
 	_ = cn.nc.Close()
 
 	c := cn.c
 	c.mu.Lock()
 	delete(c.conns, cn)
-	for i, x := range c.idle {
-		if x == cn {
-			c.idle = append(c.idle[:i], c.idle[i+1:]...)
-			break
+	if cn.listed {
+		cn.listed = false
+		for i, x := range c.idle {
+			if x == cn {
+				c.idle = append(c.idle[:i], c.idle[i+1:]...)
+				break
+			}
 		}
 	}
 	c.mu.Unlock()
-	if cl == nil {
+	if len(calls) == 0 {
 		return
 	}
 	c.cnt.connsLost.Add(1)
-	if abandoned {
-		cl.abandonTimer.Stop()
-		c.log.Info("rrq connection of an abandoned request closed", "request_id", cl.reqID, "cause", cause)
-		c.finish(cl, nil)
-		return
+	for i, cl := range calls {
+		if abandoned[i] {
+			cl.abandonTimer.Stop()
+			c.log.Info("rrq connection of an abandoned request closed", "request_id", cl.reqID, "cause", cause)
+			c.finish(cl, nil)
+			continue
+		}
+		err := fmt.Errorf("%w: executor %s, request %s: %w", ErrConnectionLost, c.ep, cl.reqID, cause)
+		if !errors.Is(cause, ErrClosed) && !errors.Is(cause, net.ErrClosed) {
+			c.log.Warn("rrq connection lost with a request in flight", "request_id", cl.reqID, "err", cause)
+		}
+		cl.done <- callResult{err: err}
 	}
-	err := fmt.Errorf("%w: executor %s, request %s: %w", ErrConnectionLost, c.ep, cl.reqID, cause)
-	if !errors.Is(cause, ErrClosed) && !errors.Is(cause, net.ErrClosed) {
-		c.log.Warn("rrq connection lost with a request in flight", "request_id", cl.reqID, "err", cause)
-	}
-	cl.done <- callResult{err: err}
 }
 
+// remember and seenRecently are called by connections' readers with the connection's
+// lock held: recent has a lock of its own (c.mu is taken before a connection's lock).
 func (c *Client) remember(id string) {
-	c.mu.Lock()
+	c.recentMu.Lock()
 	c.recent.add(id)
-	c.mu.Unlock()
+	c.recentMu.Unlock()
 }
 
 func (c *Client) seenRecently(id string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.recentMu.Lock()
+	defer c.recentMu.Unlock()
 	return c.recent.has(id)
 }
 

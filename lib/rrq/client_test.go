@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -163,6 +164,12 @@ func (f *fakeExecutor) answer(nc net.Conn, req ExecutionRequest) bool {
 		w(header(100), []byte(`{"type":"resp`))
 		return false
 	case "close":
+		return false
+	case "hangclose":
+		select {
+		case <-f.release:
+		case <-f.t.Context().Done():
+		}
 		return false
 	}
 	return w(outcomeFrame(req, StatusError, `null`))
@@ -362,6 +369,65 @@ func TestClientMaxInFlight(t *testing.T) {
 		}
 	}
 	if s := c.Stats(); s.Dials != 2 || s.Outcomes != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// With Pipeline, requests share a connection: the executor reads the next one while
+// (or after) answering the first, and every answer reaches its caller.
+func TestClientPipeline(t *testing.T) {
+	f := startFake(t)
+	c, _ := newTestClient(t, f.ep, ClientOptions{MaxInFlight: 4, Pipeline: 4})
+	errs := make(chan error, 4)
+	for i := range 4 {
+		go func() {
+			out, err := c.Execute(testCtx(t, 10*time.Second), NewRequest("job", "hang", nil, nil))
+			if err == nil && string(out.Result) != `{"fn":"hang"}` {
+				err = fmt.Errorf("outcome %+v", out)
+			}
+			errs <- err
+		}()
+		// one after the other (callers that arrive at once before any connection
+		// exists may each open one)
+		eventually(t, "request written", func() bool { return c.Stats().Requests == uint64(i+1) })
+	}
+	<-f.received // the fake executor holds the first; the rest wait on the connection
+	if s := c.Stats(); s.InFlight != 4 || s.OpenConnections != 1 || s.Dials != 1 {
+		t.Fatalf("4 requests should share one connection: %+v", s)
+	}
+	close(f.release)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := c.Stats(); s.Dials != 1 || s.Outcomes != 4 || s.IdleConnections != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// A connection lost with several requests in flight on it fails each of them.
+func TestClientPipelineConnectionLost(t *testing.T) {
+	f := startFake(t)
+	c, _ := newTestClient(t, f.ep, ClientOptions{MaxInFlight: 3, Pipeline: 3})
+	errs := make(chan error, 3)
+	run := func(fn string) {
+		_, err := c.Execute(testCtx(t, 10*time.Second), NewRequest("job", fn, nil, nil))
+		errs <- err
+	}
+	go run("hangclose")
+	<-f.received
+	go run("echo")
+	go run("echo")
+	eventually(t, "3 requests written", func() bool { return c.Stats().Requests == 3 })
+	close(f.release) // the executor closes the connection without answering
+	for range 3 {
+		if err := <-errs; !errors.Is(err, ErrConnectionLost) {
+			t.Fatalf("err = %v, want ErrConnectionLost", err)
+		}
+	}
+	mustEcho(t, c)
+	if s := c.Stats(); s.ConnectionsLost != 1 || s.Dials != 2 || s.InFlight != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 }

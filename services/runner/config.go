@@ -61,7 +61,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.IntVar(&c.OutputMaxBytes, "output-max-bytes", "", 1<<20, "stdout kept as the job's output result")
 	f.IntVar(&c.LogMaxBytes, "log-max-bytes", "", 4<<20, "stdout+stderr kept as the job's log")
 	f.StringVar(&c.WorkDir, "work-dir", "", os.TempDir(), "directory for the jobs' scratch directories (result files)")
-	f.StringVar(&c.Executors, "executors", "", "", "executor pools for handler jobs (RRQ protocol), '|'-separated: name;cmd=<command>[;size=N][;inflight=N][;transport=unix|tcp] — e.g. python;cmd=python3 -u executor.py;size=2")
+	f.StringVar(&c.Executors, "executors", "", "", "executor pools for handler jobs (RRQ protocol), '|'-separated: name;cmd=<command>[;size=N][;inflight=N][;pipeline=N][;transport=unix|tcp] — e.g. python;cmd=python3 -u executor.py;size=2")
 	f.DurationVar(&c.CancelGrace, "executor-cancel-grace", "", 2*time.Second, "how long an executor has to answer a cancel before its process is killed and restarted")
 	f.IntVar(&c.MaxFrameBytes, "executor-max-frame-bytes", "", 16<<20, "largest RRQ frame accepted from an executor")
 }
@@ -164,6 +164,7 @@ type executorConfig struct {
 	cmd       []string
 	size      int
 	inflight  int
+	pipeline  int // requests in flight per connection
 	transport string
 }
 
@@ -176,7 +177,7 @@ func parseExecutors(spec string) ([]executorConfig, error) {
 			continue
 		}
 		parts := strings.Split(entry, ";")
-		e := executorConfig{name: strings.TrimSpace(parts[0]), size: 1, inflight: 4, transport: "unix"}
+		e := executorConfig{name: strings.TrimSpace(parts[0]), size: 1, inflight: 4, pipeline: 1, transport: "unix"}
 		if e.name == "" || strings.ContainsAny(e.name, "=# ") {
 			return nil, fmt.Errorf("--executors: %q must start with the executor's name", entry)
 		}
@@ -203,13 +204,18 @@ func parseExecutors(spec string) ([]executorConfig, error) {
 				if err == nil && (e.inflight < 1 || e.inflight > 1024) {
 					err = fmt.Errorf("must be 1-1024")
 				}
+			case "pipeline":
+				e.pipeline, err = strconv.Atoi(v)
+				if err == nil && (e.pipeline < 1 || e.pipeline > 1024) {
+					err = fmt.Errorf("must be 1-1024")
+				}
 			case "transport":
 				if v != "unix" && v != "tcp" {
 					err = fmt.Errorf("must be unix or tcp")
 				}
 				e.transport = v
 			default:
-				err = fmt.Errorf("unknown key (cmd, size, inflight, transport)")
+				err = fmt.Errorf("unknown key (cmd, size, inflight, pipeline, transport)")
 			}
 			if err != nil {
 				return nil, fmt.Errorf("--executors: executor %s: %s=%s: %v", e.name, k, v, err)

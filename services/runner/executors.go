@@ -61,7 +61,7 @@ func (r *runner) startExecutors(ctx context.Context) error {
 		log := r.log.With().Str("executor", e.name).Logger()
 		pool, err := rrq.StartPool(ctx, rrq.PoolConfig{
 			Name: e.name, Command: e.cmd, Size: e.size, Transport: transport,
-			Client: rrq.ClientOptions{MaxInFlight: e.inflight, MaxFrameSize: r.cfg.MaxFrameBytes,
+			Client: rrq.ClientOptions{MaxInFlight: e.inflight, Pipeline: e.pipeline, MaxFrameSize: r.cfg.MaxFrameBytes,
 				OnViolation: func(v rrq.Violation) {
 					r.em.violations.WithLabelValues(e.name, string(v.Kind)).Inc()
 					log.Warn().Str("kind", string(v.Kind)).Str("request_id", v.RequestID).Err(v.Err).Msg("executor protocol violation")

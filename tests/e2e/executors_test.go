@@ -33,7 +33,7 @@ func executorStack(t *testing.T, schedArgs ...string) (*harness.Stack, *harness.
 	redisSrv.Flush(t)
 	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{
 		SchedulerArgs: append([]string{"--retry-base", "100ms"}, schedArgs...),
-		RunnerArgs: []string{"--executors", "python;cmd=python3 " + py + ";size=2|go;cmd=" + goExec + ";size=1;transport=tcp",
+		RunnerArgs: []string{"--executors", "python;cmd=python3 " + py + ";size=2|go;cmd=" + goExec + ";size=1;pipeline=4;transport=tcp",
 			"--executor-cancel-grace", "1s", "--concurrency", "8"},
 	})
 	c := s.Setup(t, ctx1)

@@ -213,19 +213,37 @@ func (e *Executor) ServeConn(ctx context.Context, nc net.Conn) {
 	var mineMu sync.Mutex
 	go func() {
 		defer close(workerDone)
-		broken := false
+		// The worker runs the requests; the writer sends their outcomes. It writes when
+		// no outcome waits behind one, so the outcomes of requests that arrived together
+		// share a write, and none waits for a later request's handler.
+		outcomes := make(chan rrq.ExecutionOutcome, cap(queue))
+		writerDone := make(chan struct{})
+		go func() {
+			defer close(writerDone)
+			broken := false
+			bw := bufio.NewWriterSize(nc, 32<<10)
+			for out := range outcomes {
+				if broken {
+					continue
+				}
+				err := rrq.WriteMessage(bw, &out)
+				if err == nil && len(outcomes) == 0 {
+					err = bw.Flush()
+				}
+				if err != nil {
+					e.log.Warn("executor: cannot write response; closing connection", "request_id", out.RequestID, "err", err)
+					broken = true
+					nc.Close()
+				}
+			}
+		}()
 		for t := range queue {
 			out := e.runTask(t)
 			e.unregister(t)
-			if broken {
-				continue
-			}
-			if err := rrq.WriteMessage(nc, &out); err != nil {
-				e.log.Warn("executor: cannot write response; closing connection", "request_id", out.RequestID, "err", err)
-				broken = true
-				nc.Close()
-			}
+			outcomes <- out
 		}
+		close(outcomes)
+		<-writerDone
 	}()
 
 	br := bufio.NewReaderSize(nc, 32<<10) // one read call per frame (or per several)

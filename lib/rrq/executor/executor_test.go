@@ -30,7 +30,7 @@ type harness struct {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func startExecutor(t *testing.T, opt executor.Options) *harness {
+func startExecutor(t testing.TB, opt executor.Options) *harness {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "rrqex")
 	if err != nil {
@@ -53,6 +53,7 @@ func startExecutor(t *testing.T, opt executor.Options) *harness {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
+	h.ex.Register("noop", func(context.Context, *rrq.ExecutionRequest) (any, error) { return nil, nil })
 	h.ex.Register("plain_error", func(context.Context, *rrq.ExecutionRequest) (any, error) {
 		return nil, errors.New("it broke")
 	})
