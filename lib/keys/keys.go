@@ -47,6 +47,10 @@ func WakeQueue(ctxID uint32, queue string) string {
 	return "coord:wake:" + u(ctxID) + ":" + queue
 }
 
+// WakeStop is a private DB-0 list that one WaitWake call also waits on: a token there
+// ends the wait when the caller's context ends (BLPOP does not watch the context).
+func WakeStop(id string) string { return "coord:wakestop:" + id }
+
 // Processing is a consumer's processing list (reliable claim), in the queue's DB.
 func Processing(consumer string) string { return "coord:proc:" + consumer }
 

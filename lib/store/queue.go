@@ -445,9 +445,38 @@ func (d *DB) QueueLen(ctx context.Context, queue string) (int64, error) {
 }
 
 // WaitWake blocks until a token arrives on any of the wake lists (or timeout) and
-// returns the list it came from ("" on timeout). It takes one token.
+// returns the list it came from ("" on timeout). It takes one token. It returns ctx's
+// error soon after ctx ends: the BLPOP also waits on a private list (keys.WakeStop)
+// into which a token is pushed when ctx ends.
 func (s *Store) WaitWake(ctx context.Context, timeout time.Duration, wakeKeys ...string) (key, token string, err error) {
-	res, err := s.G().BLPop(ctx, timeout, wakeKeys...).Result()
+	if err := ctx.Err(); err != nil {
+		return "", "", err
+	}
+	stopKey := keys.WakeStop(newClaimID())
+	pushed := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(pushed)
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		p := s.G().TxPipeline()
+		p.LPush(c, stopKey, "stop")
+		p.Expire(c, stopKey, time.Minute) // never left behind, whatever happens next
+		_, _ = p.Exec(c)
+	})
+	lists := make([]string, 0, len(wakeKeys)+1)
+	lists = append(append(lists, wakeKeys...), stopKey)
+	res, err := s.G().BLPop(ctx, timeout, lists...).Result()
+	if !stop() {
+		// ctx ended: its token may still be on its way or left in the list.
+		<-pushed
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = s.G().Del(c, stopKey).Err()
+		cancel()
+		if err == nil && res[0] != stopKey {
+			return res[0], res[1], nil // a real token came first: the caller handles it
+		}
+		return "", "", ctx.Err()
+	}
 	if err == redis.Nil {
 		return "", "", nil
 	}

@@ -372,6 +372,57 @@ func TestWaitWakeAcrossContexts(t *testing.T) {
 	}
 }
 
+// WaitWake returns soon after its context ends, long before its timeout, takes no
+// token meant for others and leaves no key behind.
+func TestWaitWakeEndsWithContext(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	wake := keys.WakeQueue(7, "queue:sh")
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := s.WaitWake(ctx, time.Minute, wake)
+		done <- err
+	}()
+	// Cancel once the BLPOP is blocked (then the wait can only end through the stop token).
+	bg := context.Background()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n, err := s.G().Info(bg, "clients").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(n, "blocked_clients:1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("WaitWake never blocked: %s", n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitWake did not return after its context ended")
+	}
+	if n, err := s.G().Keys(bg, "coord:wakestop:*").Result(); err != nil || len(n) != 0 {
+		t.Fatalf("stop lists left behind: %v %v", n, err)
+	}
+	// The wake list works on for the next waiter.
+	if err := s.G().LPush(bg, wake, "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if k, _, err := s.WaitWake(bg, time.Second, wake); err != nil || k != wake {
+		t.Fatalf("next wait: %q %v", k, err)
+	}
+	// An ended context returns at once.
+	if _, _, err := s.WaitWake(ctx, time.Minute, wake); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ended context: %v", err)
+	}
+}
+
 func TestOpenErrors(t *testing.T) {
 	ctx := context.Background()
 	cases := map[string]string{
