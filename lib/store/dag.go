@@ -237,16 +237,15 @@ local out = {1}
 for i = 7, #ARGV, 4 do
   local id, deps, dependents, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   local jk = 'job:' .. caller .. ':' .. id
+  redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal')
   if n == 0 then
     redis.call('HSET', dag, 's:' .. id, 'ready', 'r:' .. id, '0', 'a:' .. id, '0', 'p:' .. id, deps, 'd:' .. id, dependents)
-    set_job(caller, id, 'dispatched', 'updated_at', now_s, 'ready_at_ms', now_ms)
+    set_job(caller, id, 'dispatched', 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms)
     out[#out + 1] = id
   else
     redis.call('HSET', dag, 's:' .. id, 'pending', 'r:' .. id, ARGV[i + 3], 'a:' .. id, '0', 'p:' .. id, deps, 'd:' .. id, dependents)
-    set_job(caller, id, 'waiting_for_prerequisites', 'updated_at', now_s)
+    set_job(caller, id, 'waiting_for_prerequisites', 'result', '{}', 'updated_at', now_s)
   end
-  redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal')
-  redis.call('HSET', jk, 'result', '{}')
 end
 set_flow(flow, 'started', 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
 redis.call('HDEL', KEYS[1], 'error', 'failed_job', 'finished_at', 'finished_at_ms', 'cancelled_by')
