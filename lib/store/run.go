@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -244,45 +245,78 @@ type JobOutcome struct {
 	LogMax     int           // the log's cap in bytes (0: MaxLogBytes)
 }
 
-// finishJobScript: KEYS job, processing list, leases, msg_out, events, log;
-// ARGV worker, lease member, item, status, error, exit code, result JSON, fatal, now_s,
-// now_ms, ctx, caller, id, flow, retry-after ms, claim id, log chunk, log cap, then the
-// result message's field/value pairs. Only the run that holds the job's current claim can finish it.
-// Only the worker that holds the job can finish it; a second finish changes nothing.
-var finishJobScript = newLibScript(`
-local jk, proc, leases, mo, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local worker, member, item, status, err, code, result, fatal = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-local now_s, now_ms, ctx, caller, id, flow, retry_after = ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], tonumber(ARGV[15])
-redis.call('LREM', proc, 1, item)
-redis.call('ZREM', leases, member)
-local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms')
-if cur[1] ~= ARGV[16] or cur[2] ~= 'started' then return 0 end
-local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s}
-local del = {}
-if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err elseif cur[3] then del[#del + 1] = 'error' end
-if fatal == '1' then set[#set + 1] = 'fatal'; set[#set + 1] = '1' elseif cur[4] then del[#del + 1] = 'fatal' end
-if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = ARGV[15] elseif cur[5] then del[#del + 1] = 'retry_after_ms' end
-redis.call('HSET', jk, unpack(set))
-if #del > 0 then redis.call('HDEL', jk, unpack(del)) end
-index_job(caller .. ':' .. id, 'started', status)
-if ARGV[17] ~= '' then
-  local lk, max = KEYS[6], tonumber(ARGV[18])
-  local len = redis.call('STRLEN', lk)
-  if len < max then
-    local chunk = ARGV[17]
-    if len + #chunk > max then chunk = string.sub(chunk, 1, max - len) .. '\n[log truncated at ' .. max .. ' bytes]\n' end
-    redis.call('APPEND', lk, chunk)
+// finishJobsScript records the ends of runs of one context DB and pushes their result
+// message(s): KEYS processing list, leases, msg_out, events; ARGV worker, now_s, now_ms,
+// ctx, caller, log cap, grouped (1: one result message for all the runs that end here,
+// 0: one each), n, then n field/value items of the result message (all but its id and
+// job), then per run 13 items: job key, lease member, claim id, job id, flow id,
+// status, error, exit code, result JSON, fatal, retry-after ms, log chunk, and the
+// finished job's JSON for the message. Only the run that holds the job's current claim
+// can finish it; a second finish changes nothing but the ack. It returns 1 or 0 per run.
+var finishJobsScript = newLibScript(`
+local proc, leases, mo, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local worker, now_s, now_ms, ctx, caller, logmax, grouped = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1'
+local nf = tonumber(ARGV[8])
+local first, last = 9, 8 + nf
+local out, done, ids = {}, {}, {}
+local function push(mk)
+  redis.call('LPUSH', mo, mk)
+end
+for i = last + 1, #ARGV, 13 do
+  local jk, member, claim, id, flow, status, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+  local code, result, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], tonumber(ARGV[i + 10]), ARGV[i + 11]
+  redis.call('LREM', proc, 1, jk)
+  redis.call('ZREM', leases, member)
+  local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms')
+  if cur[1] ~= claim or cur[2] ~= 'started' then
+    out[#out + 1] = 0
+  else
+    local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s}
+    local del = {}
+    if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err elseif cur[3] then del[#del + 1] = 'error' end
+    if fatal == '1' then set[#set + 1] = 'fatal'; set[#set + 1] = '1' elseif cur[4] then del[#del + 1] = 'fatal' end
+    if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = ARGV[i + 10] elseif cur[5] then del[#del + 1] = 'retry_after_ms' end
+    redis.call('HSET', jk, unpack(set))
+    if #del > 0 then redis.call('HDEL', jk, unpack(del)) end
+    index_job(caller .. ':' .. id, 'started', status)
+    if chunk ~= '' then
+      local lk = 'coord:log:' .. caller .. ':' .. id
+      local len = redis.call('STRLEN', lk)
+      if len < logmax then
+        if len + #chunk > logmax then chunk = string.sub(chunk, 1, logmax - len) .. '\n[log truncated at ' .. logmax .. ' bytes]\n' end
+        redis.call('APPEND', lk, chunk)
+      end
+    end
+    local ev = 'job.finished'
+    if status ~= 'finished' then ev = 'job.failed' end
+    redis.call('XADD', ek, 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
+    if grouped then
+      done[#done + 1] = ARGV[i + 12]
+      ids[#ids + 1] = id
+    else
+      local mk = store_message(caller, first, now_ms, last, '[' .. ARGV[i + 12] .. ']')
+      track_msg(caller, id, mk)
+      push(mk)
+    end
+    out[#out + 1] = 1
   end
 end
-local ev = 'job.finished'
-if status ~= 'finished' then ev = 'job.failed' end
-redis.call('XADD', ek, 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
-local mk = store_message(caller, 19, now_ms)
-track_msg(caller, id, mk)
-redis.call('LPUSH', mo, mk)
-redis.call('SELECT', 0)
-redis.call('LPUSH', 'coord:wake:msg_out', ctx)
-return 1
+if #done > 0 then
+  local mk = store_message(caller, first, now_ms, last, '[' .. table.concat(done, ',') .. ']')
+  for _, id in ipairs(ids) do track_msg(caller, id, mk) end
+  push(mk)
+end
+local pushed = 0
+for _, v in ipairs(out) do pushed = pushed + v end
+if pushed > 0 then
+  local n = pushed
+  if grouped then n = 1 end
+  local tokens = {}
+  for t = 1, n do tokens[t] = ctx end
+  redis.call('SELECT', 0)
+  redis.call('LPUSH', 'coord:wake:msg_out', unpack(tokens))
+end
+return out
 `)
 
 // FinishJob records a run's end, acks the claim and pushes the result message
@@ -301,74 +335,123 @@ type Finish struct {
 	Outcome JobOutcome
 }
 
-// FinishJobs is FinishJob for several runs, one round trip per database: each run's
-// end is its own atomic script, as FinishJob's. It returns FinishJob's answer per run.
+// FinishJobs is FinishJob for several runs, one round trip per database. The runs of
+// one flow (of one consumer) that end together are recorded by one script, atomically,
+// and share one result message, whose job list holds each finished job: the router
+// reports them to the scheduler together. A run of a job that came from another node
+// (its result goes back there) or of a job outside any flow gets a message of its own.
+// It returns FinishJob's answer per run.
 func FinishJobs(ctx context.Context, fs []Finish) ([]bool, []error) {
 	oks, errs := make([]bool, len(fs)), make([]error, len(fs))
-	byDB := map[uint32][]int{}
-	var order []uint32
-	for i, f := range fs {
-		if _, seen := byDB[f.DB.ContextID]; !seen {
-			order = append(order, f.DB.ContextID)
-		}
-		byDB[f.DB.ContextID] = append(byDB[f.DB.ContextID], i)
+	type groupKey struct {
+		ctxID, flow, caller uint32
+		consumer            string
+		solo                int // > 0: a run of its own (its index + 1)
 	}
-	for _, ctxID := range order {
-		idx := byDB[ctxID]
-		calls := make([]Call, len(idx))
-		for k, i := range idx {
-			calls[k] = finishCall(fs[i].DB, fs[i].Claim, fs[i].Job, fs[i].Outcome)
+	groups := map[groupKey][]int{}
+	var order []groupKey
+	dbs := map[uint32]*DB{}
+	for i, f := range fs {
+		k := groupKey{ctxID: f.DB.ContextID, flow: f.Job.FlowID, caller: f.Job.CallerID, consumer: f.Claim.Consumer}
+		if f.Job.FlowID == 0 || f.Job.Origin != nil {
+			k.solo = i + 1
 		}
-		cmds := fs[idx[0]].DB.EvalBatch(ctx, calls)
-		for k, i := range idx {
-			res, err := cmds[k].Result()
-			if err != nil {
-				errs[i] = fmt.Errorf("finish job %s: %w", fs[i].Job.GlobalKey(), err)
-				continue
+		if _, seen := groups[k]; !seen {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i)
+		dbs[f.DB.ContextID] = f.DB
+	}
+	// One pipeline per database, in the order the databases first appear.
+	var dbOrder []uint32
+	calls := map[uint32][]Call{}
+	members := map[uint32][][]int{}
+	for _, k := range order {
+		if _, seen := calls[k.ctxID]; !seen {
+			dbOrder = append(dbOrder, k.ctxID)
+		}
+		idx := groups[k]
+		calls[k.ctxID] = append(calls[k.ctxID], finishCall(dbs[k.ctxID], fs, idx))
+		members[k.ctxID] = append(members[k.ctxID], idx)
+	}
+	for _, ctxID := range dbOrder {
+		cmds := dbs[ctxID].EvalBatch(ctx, calls[ctxID])
+		for g, idx := range members[ctxID] {
+			res, err := cmds[g].Result()
+			vals, _ := res.([]any)
+			if err == nil && len(vals) != len(idx) {
+				err = fmt.Errorf("unexpected reply %v", res)
 			}
-			n, _ := res.(int64)
-			oks[i] = n == 1
+			for k, i := range idx {
+				if err != nil {
+					errs[i] = fmt.Errorf("finish job %s: %w", fs[i].Job.GlobalKey(), err)
+					continue
+				}
+				n, _ := vals[k].(int64)
+				oks[i] = n == 1
+			}
 		}
 	}
 	return oks, errs
 }
 
-// finishCall builds the finish script's run for one job.
-func finishCall(d *DB, c *Claim, j *model.Job, o JobOutcome) Call {
+// finishCall builds the finish script's run for the runs fs[idx] (one flow, caller and
+// consumer of one database; a message each unless there are several).
+func finishCall(d *DB, fs []Finish, idx []int) Call {
 	now := time.Now()
-	item := keys.Job(j.CallerID, j.ID)
-	worker := c.Consumer
-	result := o.Result
-	if result == nil {
-		result = map[string]string{}
+	first := fs[idx[0]]
+	j0, c0 := first.Job, first.Claim
+	text := "result of job " + j0.GlobalKey()
+	if len(idx) > 1 {
+		text = fmt.Sprintf("results of %d jobs of flow %d", len(idx), j0.FlowID)
 	}
-	final := *j
-	final.Status, final.Error, final.ExitCode, final.Result, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.Fatal
-	final.FinishedAt, final.FinishedAtMs = now.Unix(), now.UnixMilli()
-	final.Script = "" // the result message does not need to carry the source again
 	m := model.Message{
-		CallerID: j.CallerID, ContextID: d.ContextID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
-		Message: "result of job " + j.GlobalKey(), Job: []model.Job{final}, Status: model.MessageDispatched,
-		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: j.FlowID, Kind: model.KindJobResult,
+		CallerID: j0.CallerID, ContextID: d.ContextID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
+		Message: text, Status: model.MessageDispatched,
+		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: j0.FlowID, Kind: model.KindJobResult,
 	}
-	logMax := o.LogMax
+	fields := model.HashFields(&m)
+	msg := make([]any, 0, len(fields))
+	for i := 0; i < len(fields); i += 2 {
+		if fields[i] == "id" || fields[i] == "job" {
+			continue
+		}
+		msg = append(msg, fields[i], fields[i+1])
+	}
+	logMax := first.Outcome.LogMax
 	if logMax <= 0 {
 		logMax = MaxLogBytes
 	}
-	fatal := "0"
-	if o.Fatal {
-		fatal = "1"
+	grouped := "0"
+	if len(idx) > 1 {
+		grouped = "1"
 	}
-	args := []any{worker, c.member(), item, string(o.Status), o.Error, o.ExitCode, model.EncodeField(result), fatal,
-		now.Unix(), now.UnixMilli(), d.ContextID, j.CallerID, j.ID, j.FlowID, o.RetryAfter.Milliseconds(), c.ID, o.Log, logMax}
-	fields := model.HashFields(&m)
-	for i := 0; i < len(fields); i += 2 {
-		if fields[i] == "id" {
-			continue
+	args := make([]any, 0, 8+len(msg)+13*len(idx))
+	args = append(args, c0.Consumer, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, len(msg))
+	args = append(args, msg...)
+	for _, i := range idx {
+		f := fs[i]
+		j, c, o := f.Job, f.Claim, f.Outcome
+		result := o.Result
+		if result == nil {
+			result = map[string]string{}
 		}
-		args = append(args, fields[i], fields[i+1])
+		final := *j
+		final.Status, final.Error, final.ExitCode, final.Result, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.Fatal
+		final.FinishedAt, final.FinishedAtMs = now.Unix(), now.UnixMilli()
+		final.Script = "" // the result message does not need to carry the source again
+		js, err := json.Marshal(&final)
+		if err != nil {
+			js = []byte("{}") // a job is plain data; cannot happen
+		}
+		fatal := "0"
+		if o.Fatal {
+			fatal = "1"
+		}
+		args = append(args, keys.Job(j.CallerID, j.ID), c.member(), c.ID, j.ID, j.FlowID, string(o.Status), o.Error, o.ExitCode,
+			model.EncodeField(result), fatal, o.RetryAfter.Milliseconds(), o.Log, js)
 	}
-	return Call{Script: finishJobScript, Keys: []string{item, keys.Processing(c.Consumer), keys.Leases, keys.MsgOut, keys.Events, keys.JobLog(j.CallerID, j.ID)}, Args: args}
+	return Call{Script: finishJobsScript, Keys: []string{keys.Processing(c0.Consumer), keys.Leases, keys.MsgOut, keys.Events}, Args: args}
 }
 
 // MaxLogBytes caps a job's stored log by default.

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"testing"
@@ -318,8 +319,24 @@ func TestClaimStartsTakesGroupsAndTheirWakeTokens(t *testing.T) {
 			t.Fatalf("finish %d: %v %v (a stale claim must not finish)", i, oks[i], errs[i])
 		}
 	}
-	if n := srv.Client(t, 13).LLen(ctx, keys.MsgOut).Val(); n != 2 {
-		t.Fatalf("msg_out holds %d result messages, want 2", n)
+	// The runs of one flow that end together share one result message, which lists
+	// the jobs that finished (not the stale one).
+	mks := rc.LRange(ctx, keys.MsgOut, 0, -1).Val()
+	if len(mks) != 1 {
+		t.Fatalf("msg_out holds %d result messages, want 1 for the group", len(mks))
+	}
+	var done []model.Job
+	if err := json.Unmarshal([]byte(rc.HGet(ctx, mks[0], "job").Val()), &done); err != nil || len(done) != 2 ||
+		done[0].ID != jobs[0].ID || done[1].ID != jobs[2].ID || done[1].Result["n"] != "2" || done[0].Status != model.JobFinished {
+		t.Fatalf("group result message's jobs: %+v %v", done, err)
+	}
+	for _, i := range []int{0, 2} {
+		if !rc.SIsMember(ctx, "coord:jobmsgs:1:"+strconv.Itoa(int(jobs[i].ID)), mks[0]).Val() {
+			t.Fatalf("job %d does not track the group's result message", jobs[i].ID)
+		}
+	}
+	if n := g.LLen(ctx, keys.WakeMsgOut).Val(); n != 1 {
+		t.Fatalf("%d msg_out wake tokens for one message", n)
 	}
 }
 

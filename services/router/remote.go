@@ -284,7 +284,7 @@ func (r *router) applyRemoteResult(ctx context.Context, db *store.DB, cl *store.
 	}
 	done := &herov1.JobDoneRequest{ContextId: db.ContextID, FlowId: j.FlowID, CallerId: j.CallerID, JobId: j.ID,
 		Attempt: max(j.Attempt, 1), Status: string(j.Status), Error: j.Error, Fatal: j.Fatal}
-	if !r.reportEnd(ctx, db, cl, done, log) {
+	if !r.reportEnd(ctx, db, cl, []*herov1.JobDoneRequest{done}, log) {
 		return
 	}
 	now := time.Now().Unix()

@@ -226,8 +226,14 @@ const maxBatch = 64
 // the scheduler, in one call.
 type batch struct {
 	queued  []queuedJob
-	results []*store.Claim
-	ends    []*herov1.JobDoneRequest
+	results []resultMsg
+}
+
+// resultMsg is a claimed result message and the job ends it carries (one, or those of
+// runs of one flow that ended together).
+type resultMsg struct {
+	claim *store.Claim
+	ends  []*herov1.JobDoneRequest
 }
 
 type queuedJob struct {
@@ -302,7 +308,7 @@ func (r *router) handleGroup(ctx context.Context, g *group) {
 		}
 	}
 	r.queueJobs(ctx, db, b.queued)
-	r.deliverResults(ctx, db, b.results, b.ends)
+	r.deliverResults(ctx, db, b.results)
 	d := time.Since(g.start).Seconds()
 	for range len(cms) + len(routed) {
 		r.m.handling.Observe(d)
@@ -342,63 +348,70 @@ func (r *router) queueJobs(ctx context.Context, db *store.DB, q []queuedJob) {
 	}
 }
 
-// deliverResults reports job ends to the scheduler in one call and acknowledges their
-// messages. If that call fails, each end is reported on its own, so that one end the
-// scheduler refuses cannot hold back the others (the refused ones are retried).
-func (r *router) deliverResults(ctx context.Context, db *store.DB, cls []*store.Claim, ends []*herov1.JobDoneRequest) {
-	if len(cls) == 0 {
+// deliverResults reports the job ends of result messages to the scheduler in one call
+// and acknowledges the messages. If that call fails, each message's ends are reported
+// on their own, so that one end the scheduler refuses cannot hold back the others (the
+// refused ones are retried).
+func (r *router) deliverResults(ctx context.Context, db *store.DB, msgs []resultMsg) {
+	if len(msgs) == 0 {
 		return
 	}
-	if len(cls) > 1 {
+	if len(msgs) > 1 {
+		var ends []*herov1.JobDoneRequest
+		for _, m := range msgs {
+			ends = append(ends, m.ends...)
+		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := r.callJobsDone(cctx, ends)
 		cancel()
 		if err == nil {
-			r.ackResults(ctx, db, cls)
+			r.ackResults(ctx, db, msgs)
 			return
 		}
 		r.m.schedulerErrs.Inc()
-		r.log.Warn().Err(err).Uint32(obs.KeyContextID, db.ContextID).Int("results", len(cls)).Msg("report job ends to the scheduler; reporting each on its own")
+		r.log.Warn().Err(err).Uint32(obs.KeyContextID, db.ContextID).Int("results", len(msgs)).Msg("report job ends to the scheduler; reporting each message's on their own")
 	}
 	// One try each first, so that the ends the scheduler takes are not held back by
 	// one it refuses; then the refused ones, each retried until taken (or ctx ends).
-	var taken []*store.Claim
-	var refused []int
-	for i, cl := range cls {
+	var taken []resultMsg
+	var refused []resultMsg
+	for _, m := range msgs {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := r.callJobsDone(cctx, ends[i:i+1])
+		err := r.callJobsDone(cctx, m.ends)
 		cancel()
 		if err != nil {
-			refused = append(refused, i)
+			refused = append(refused, m)
 			continue
 		}
-		taken = append(taken, cl)
+		taken = append(taken, m)
 	}
 	if len(taken) > 0 {
 		r.ackResults(ctx, db, taken)
 	}
-	for _, i := range refused {
-		cl := cls[i]
-		log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Str(obs.KeyMessage, cl.Item).Uint32(obs.KeyFlowID, ends[i].FlowId).Uint32(obs.KeyJobID, ends[i].JobId).Logger()
-		if r.reportEnd(ctx, db, cl, ends[i], log) {
-			r.ackResults(ctx, db, cls[i:i+1])
+	for _, m := range refused {
+		log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Str(obs.KeyMessage, m.claim.Item).Uint32(obs.KeyFlowID, m.ends[0].FlowId).Logger()
+		if len(m.ends) == 1 {
+			log = log.With().Uint32(obs.KeyJobID, m.ends[0].JobId).Logger()
+		}
+		if r.reportEnd(ctx, db, m.claim, m.ends, log) {
+			r.ackResults(ctx, db, []resultMsg{m})
 		}
 	}
 }
 
 // ackResults marks result messages processed and releases their claims.
-func (r *router) ackResults(ctx context.Context, db *store.DB, cls []*store.Claim) {
+func (r *router) ackResults(ctx context.Context, db *store.DB, msgs []resultMsg) {
 	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, cl := range cls {
-			store.AckMessageOn(ctx, p, cl, model.MessageProcessed)
+		for _, m := range msgs {
+			store.AckMessageOn(ctx, p, m.claim, model.MessageProcessed)
 		}
 		return nil
 	})
 	if err != nil {
-		r.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Int("results", len(cls)).Msg("ack result messages")
+		r.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Int("results", len(msgs)).Msg("ack result messages")
 		return // reported; a second report after the lease expires changes nothing
 	}
-	r.m.messages.WithLabelValues(model.KindJobResult, "delivered").Add(float64(len(cls)))
+	r.m.messages.WithLabelValues(model.KindJobResult, "delivered").Add(float64(len(msgs)))
 }
 
 // resultEnd is what a job result tells the scheduler, read from the message's job JSON.
@@ -424,13 +437,15 @@ func (r *router) quickResult(db *store.DB, cm *store.ClaimedMessage, b *batch) b
 	if err := json.Unmarshal([]byte(cm.Msg["job"]), &jobs); err != nil || len(jobs) == 0 {
 		return false
 	}
-	j := jobs[0]
-	if len(j.Origin) > 0 && string(j.Origin) != "null" {
-		return false // it ran here for another node: its result goes back there
+	m := resultMsg{claim: cm.Claim, ends: make([]*herov1.JobDoneRequest, 0, len(jobs))}
+	for _, j := range jobs {
+		if len(j.Origin) > 0 && string(j.Origin) != "null" {
+			return false // it ran here for another node: its result goes back there
+		}
+		m.ends = append(m.ends, &herov1.JobDoneRequest{ContextId: db.ContextID, FlowId: j.FlowID, CallerId: j.CallerID, JobId: j.ID,
+			Attempt: j.Attempt, Status: string(j.Status), Error: j.Error, Fatal: j.Fatal})
 	}
-	b.results = append(b.results, cm.Claim)
-	b.ends = append(b.ends, &herov1.JobDoneRequest{ContextId: db.ContextID, FlowId: j.FlowID, CallerId: j.CallerID, JobId: j.ID,
-		Attempt: j.Attempt, Status: string(j.Status), Error: j.Error, Fatal: j.Fatal})
+	b.results = append(b.results, m)
 	return true
 }
 
@@ -548,8 +563,8 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 	}
 	log.Warn().Str("reason", reason).Msg("job cannot be delivered")
 	if j != nil {
-		if !r.reportEnd(ctx, db, cl, &herov1.JobDoneRequest{ContextId: db.ContextID, FlowId: j.FlowID, CallerId: j.CallerID, JobId: j.ID,
-			Attempt: j.Attempt, Status: string(model.JobError), Error: reason, Fatal: true}, log) {
+		if !r.reportEnd(ctx, db, cl, []*herov1.JobDoneRequest{{ContextId: db.ContextID, FlowId: j.FlowID, CallerId: j.CallerID, JobId: j.ID,
+			Attempt: j.Attempt, Status: string(model.JobError), Error: reason, Fatal: true}}, log) {
 			return
 		}
 	}
@@ -559,12 +574,12 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 
 // reportEnd calls the scheduler until it answers (backing off, keeping the message's
 // lease), or ctx ends. false: not reported; the message stays claimed.
-func (r *router) reportEnd(ctx context.Context, db *store.DB, cl *store.Claim, req *herov1.JobDoneRequest, log zerolog.Logger) bool {
+func (r *router) reportEnd(ctx context.Context, db *store.DB, cl *store.Claim, ends []*herov1.JobDoneRequest, log zerolog.Logger) bool {
 	backoff := 50 * time.Millisecond
 	lastExtend := time.Now()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := r.callJobsDone(cctx, []*herov1.JobDoneRequest{req})
+		err := r.callJobsDone(cctx, ends)
 		cancel()
 		if err == nil {
 			return true

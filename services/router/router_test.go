@@ -142,6 +142,56 @@ func TestResultsAreReportedTogether(t *testing.T) {
 	}
 }
 
+// A result message of several jobs (runs of one flow that ended together) is reported
+// with its others in one call and acknowledged once.
+func TestAGroupResultMessageReportsEachJob(t *testing.T) {
+	sched := &scheduler{}
+	r, db := startRouter(t, sched)
+	ctx := context.Background()
+	rc := srv.Client(t, 3)
+	var jobs []model.Job
+	for _, id := range []uint32{11, 12, 13} {
+		jobs = append(jobs, model.Job{ID: id, CallerID: 1, ContextID: 3, FlowID: 5, Attempt: 1, Status: model.JobFinished})
+	}
+	jobs[1].Status, jobs[1].Error = model.JobError, "boom"
+	m := model.Message{ID: 200, CallerID: 1, ContextID: 3, MessageType: model.MessageTypeJob, Kind: model.KindJobResult, FlowID: 5,
+		Status: model.MessageDispatched, Job: jobs}
+	mk := keys.Message(1, m.ID)
+	if err := rc.HSet(ctx, mk, model.HashFields(&m)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Enqueue(ctx, keys.MsgOut, mk); err != nil {
+		t.Fatal(err)
+	}
+	single := queueResults(t, db, 14)
+	if n := r.drain(ctx, 3, keys.MsgOut, false); n != 2 {
+		t.Fatalf("claimed %d of 2 messages", n)
+	}
+	sched.mu.Lock()
+	batches := sched.batches
+	sched.mu.Unlock()
+	if len(batches) != 1 || len(batches[0]) != 4 {
+		t.Fatalf("calls %v: want one call with the four ends", batches)
+	}
+	got := map[uint32]bool{}
+	for _, id := range batches[0] {
+		got[id] = true
+	}
+	for _, id := range []uint32{11, 12, 13, 14} {
+		if !got[id] {
+			t.Fatalf("job %d's end was not reported: %v", id, batches[0])
+		}
+	}
+	for _, k := range []string{mk, single[14]} {
+		if st := messageStatus(t, k); st != string(model.MessageProcessed) {
+			t.Fatalf("%s is %q", k, st)
+		}
+	}
+	if n := rc.LLen(ctx, keys.Processing("router-test")).Val(); n != 0 {
+		t.Fatalf("%d messages still claimed", n)
+	}
+}
+
 // One end the scheduler refuses does not hold back the others: each is then reported
 // on its own, the refused one stays claimed (retried, its lease kept) until the
 // router stops.
