@@ -376,11 +376,8 @@ func (r *router) deliverResults(ctx context.Context, db *store.DB, msgs []result
 	var taken []resultMsg
 	var refused []resultMsg
 	for _, m := range msgs {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := r.callJobsDone(cctx, m.ends)
-		cancel()
-		if err != nil {
-			refused = append(refused, m)
+		if left := r.tryEnds(ctx, m.ends); len(left) > 0 {
+			refused = append(refused, resultMsg{claim: m.claim, ends: left})
 			continue
 		}
 		taken = append(taken, m)
@@ -397,6 +394,30 @@ func (r *router) deliverResults(ctx context.Context, db *store.DB, msgs []result
 			r.ackResults(ctx, db, []resultMsg{m})
 		}
 	}
+}
+
+// tryEnds reports ends in one call; if the scheduler refuses them and there are
+// several (a result message of several jobs), each on its own. It returns the ends
+// not taken.
+func (r *router) tryEnds(ctx context.Context, ends []*herov1.JobDoneRequest) []*herov1.JobDoneRequest {
+	try := func(e []*herov1.JobDoneRequest) error {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return r.callJobsDone(cctx, e)
+	}
+	if try(ends) == nil {
+		return nil
+	}
+	if len(ends) == 1 {
+		return ends
+	}
+	var left []*herov1.JobDoneRequest
+	for i := range ends {
+		if try(ends[i:i+1]) != nil {
+			left = append(left, ends[i])
+		}
+	}
+	return left
 }
 
 // ackResults marks result messages processed and releases their claims.

@@ -142,6 +142,69 @@ func TestResultsAreReportedTogether(t *testing.T) {
 	}
 }
 
+// queueGroupResult stores one job_result message carrying the jobs ids (as a runner
+// does for runs of one flow that end together) on msg_out.
+func queueGroupResult(t *testing.T, db *store.DB, msgID uint32, ids ...uint32) string {
+	t.Helper()
+	ctx := context.Background()
+	var jobs []model.Job
+	for _, id := range ids {
+		jobs = append(jobs, model.Job{ID: id, CallerID: 1, ContextID: 3, FlowID: 5, Attempt: 1, Status: model.JobFinished})
+	}
+	m := model.Message{ID: msgID, CallerID: 1, ContextID: 3, MessageType: model.MessageTypeJob, Kind: model.KindJobResult, FlowID: 5,
+		Status: model.MessageDispatched, Job: jobs}
+	mk := keys.Message(1, m.ID)
+	if err := srv.Client(t, 3).HSet(ctx, mk, model.HashFields(&m)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Enqueue(ctx, keys.MsgOut, mk); err != nil {
+		t.Fatal(err)
+	}
+	return mk
+}
+
+// One end the scheduler refuses in a result message of several jobs holds back only
+// itself: the message's other ends are reported, the message stays claimed (retried
+// with the refused end alone) until the router stops.
+func TestARefusedEndOfAGroupMessageHoldsBackOnlyItself(t *testing.T) {
+	sched := &scheduler{refuse: map[uint32]bool{22: true}}
+	r, db := startRouter(t, sched)
+	mk := queueGroupResult(t, db, 201, 21, 22, 23)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() { done <- r.drain(ctx, 3, keys.MsgOut, false) }()
+	taken := func() map[uint32]bool {
+		sched.mu.Lock()
+		defer sched.mu.Unlock()
+		got := map[uint32]bool{}
+		for _, b := range sched.batches {
+			for _, id := range b {
+				got[id] = true
+			}
+		}
+		return got
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for got := taken(); !got[21] || !got[23]; got = taken() {
+		if time.Now().After(deadline) {
+			t.Fatalf("ends taken %v: 21 and 23 were held back by 22", got)
+		}
+		time.Sleep(5 * time.Millisecond) // the router works in another goroutine
+	}
+	cancel()
+	<-done
+	if got := taken(); got[22] {
+		t.Fatal("the refused end was taken")
+	}
+	if st := messageStatus(t, mk); st == string(model.MessageProcessed) {
+		t.Fatal("a message with a refused end was acknowledged")
+	}
+	held, err := srv.Client(t, 3).LRange(context.Background(), keys.Processing("router-test"), 0, -1).Result()
+	if err != nil || len(held) != 1 || held[0] != mk {
+		t.Fatalf("claimed after the stop: %v %v; want the group's message", held, err)
+	}
+}
+
 // A result message of several jobs (runs of one flow that ended together) is reported
 // with its others in one call and acknowledged once.
 func TestAGroupResultMessageReportsEachJob(t *testing.T) {
@@ -149,20 +212,7 @@ func TestAGroupResultMessageReportsEachJob(t *testing.T) {
 	r, db := startRouter(t, sched)
 	ctx := context.Background()
 	rc := srv.Client(t, 3)
-	var jobs []model.Job
-	for _, id := range []uint32{11, 12, 13} {
-		jobs = append(jobs, model.Job{ID: id, CallerID: 1, ContextID: 3, FlowID: 5, Attempt: 1, Status: model.JobFinished})
-	}
-	jobs[1].Status, jobs[1].Error = model.JobError, "boom"
-	m := model.Message{ID: 200, CallerID: 1, ContextID: 3, MessageType: model.MessageTypeJob, Kind: model.KindJobResult, FlowID: 5,
-		Status: model.MessageDispatched, Job: jobs}
-	mk := keys.Message(1, m.ID)
-	if err := rc.HSet(ctx, mk, model.HashFields(&m)...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Enqueue(ctx, keys.MsgOut, mk); err != nil {
-		t.Fatal(err)
-	}
+	mk := queueGroupResult(t, db, 200, 11, 12, 13)
 	single := queueResults(t, db, 14)
 	if n := r.drain(ctx, 3, keys.MsgOut, false); n != 2 {
 		t.Fatalf("claimed %d of 2 messages", n)
