@@ -54,6 +54,52 @@ func enqueueJobs(t *testing.T, db *store.DB, q string, jobs []*model.Job) {
 	}
 }
 
+// A start clears what an earlier run left in a job (a job that ran in another flow),
+// and leaves a fresh job's fields alone.
+func TestStartFlowClearsAnEarlierRun(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 19)
+	var ids []uint32
+	for range 2 {
+		j, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	rc := srv.Client(t, 19)
+	ran := keys.Job(1, ids[0])
+	rc.HSet(ctx, ran, "status", "error", "error", "boom", "exit_code", 3, "worker", "w1", "started_at", 5, "started_at_ms", 5000,
+		"finished_at", 6, "finished_at_ms", 6000, "dispatched_at_ms", 4000, "attempt", 2, "stop_requested", 1, "fatal", 1)
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := db.LoadJobs(ctx, 1, f.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, started, err := db.StartFlow(ctx, f, jobs, deps, "1"); err != nil || !started {
+		t.Fatalf("start: %v %v", started, err)
+	}
+	for _, id := range ids {
+		h := rc.HGetAll(ctx, keys.Job(1, id)).Val()
+		for _, k := range []string{"error", "exit_code", "worker", "started_at", "started_at_ms", "finished_at", "finished_at_ms", "dispatched_at_ms", "attempt", "stop_requested", "fatal"} {
+			if _, ok := h[k]; ok {
+				t.Fatalf("job %d keeps %s=%q of an earlier run after the start", id, k, h[k])
+			}
+		}
+		if h["status"] != string(model.JobDispatched) || h["result"] != "{}" || h["script"] != "true" {
+			t.Fatalf("job %d after the start: %v", id, h)
+		}
+	}
+}
+
 func TestDispatchMany(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
