@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -304,20 +305,29 @@ func parseIDs(vals []any) []uint32 {
 }
 
 // dispatchScript sends ready nodes (or one standalone job) to the router: ARGV ctx,
-// flow (0: a standalone job), caller, now_s, now_ms, actor, then per job its id, the
-// number n of its message's field/value items and those n items. For each: it checks the node is ready (and its
-// retry due), stores the message under a fresh id, marks node and job dispatched, and
-// pushes the message on msg_out with a wake token. Returns per job {message key,
-// attempt} or {"", why}.
+// flow (0: a standalone job), caller, now_s, now_ms, actor, the number g of the field/
+// value items of a group message (0: none) and those g items (all but its id, job,
+// nodes and job_ids), then per job its id, whether it goes in the group message (1) or
+// in a message of its own (0), and the number n of items that follow with them: for a
+// message of its own its field/value items; for the group, the job's JSON and its
+// node's JSON. For each job: it checks the node is ready (and its retry due), marks
+// node and job dispatched and records the event; a job of its own gets its message
+// stored and pushed on msg_out at once; the group's jobs share one message (its job and
+// nodes lists hold the jobs dispatched, job_ids their ids), stored and pushed after
+// them. One wake token per message. Returns per job {message key, attempt} or
+// {"", why}.
 var dispatchScript = newLibScript(`
 local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local ng = tonumber(ARGV[7])
+local gfirst, glast = 8, 7 + ng
 local dag = ''
 if flow ~= '0' then dag = 'coord:dag:' .. flow end
 local out, pushed = {}, 0
-local i = 7
+local gjobs, gnodes, gids, gslots = {}, {}, {}, {}
+local i = glast + 1
 while i <= #ARGV do
-  local id, nf = ARGV[i], tonumber(ARGV[i + 1])
-  local first, last = i + 2, i + 1 + nf
+  local id, grouped, nf = ARGV[i], ARGV[i + 1] == '1', tonumber(ARGV[i + 2])
+  local first, last = i + 3, i + 2 + nf
   i = last + 1
   local jk = 'job:' .. caller .. ':' .. id
   local attempt, why
@@ -344,15 +354,31 @@ while i <= #ARGV do
   if why then
     out[#out + 1] = {'', why}
   else
-    local mk = store_message(caller, first, now_ms, last)
     redis.call('HSET', jk, 'status', 'dispatched', 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
     index_job(caller .. ':' .. id, jst, 'dispatched')
-    track_msg(caller, id, mk)
     event('job.dispatched', actor, now_ms, flow, id, caller, 'dispatched', 'attempt ' .. attempt)
-    redis.call('LPUSH', 'msg_out', mk)
-    pushed = pushed + 1
-    out[#out + 1] = {mk, tonumber(attempt)}
+    if grouped then
+      gjobs[#gjobs + 1] = ARGV[first]
+      gnodes[#gnodes + 1] = ARGV[first + 1]
+      gids[#gids + 1] = id
+      out[#out + 1] = {'', tonumber(attempt)}
+      gslots[#gslots + 1] = #out
+    else
+      local mk = store_message(caller, first, now_ms, last)
+      track_msg(caller, id, mk)
+      redis.call('LPUSH', 'msg_out', mk)
+      pushed = pushed + 1
+      out[#out + 1] = {mk, tonumber(attempt)}
+    end
   end
+end
+if #gids > 0 then
+  local mk = store_message(caller, gfirst, now_ms, glast, {'job', '[' .. table.concat(gjobs, ',') .. ']',
+    'nodes', '[' .. table.concat(gnodes, ',') .. ']', 'job_ids', table.concat(gids, ' ')})
+  for _, id in ipairs(gids) do track_msg(caller, id, mk) end
+  for _, n in ipairs(gslots) do out[n][1] = mk end
+  redis.call('LPUSH', 'msg_out', mk)
+  pushed = pushed + 1
 end
 if pushed > 0 then
   local tokens = {}
@@ -377,18 +403,39 @@ func requestFields(ctxID, flowID uint32, j *model.Job, now time.Time, msgTimeout
 		CallerID: j.CallerID, ContextID: ctxID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
 		Message: "job " + j.GlobalKey(), Timeout: msgTimeout, Job: []model.Job{*j}, Status: model.MessageDispatched,
 		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: flowID, Kind: model.KindJobRequest,
-		Nodes: []model.FlowNode{{ID: j.ID, Depends: j.Dependends, Prerequisites: j.Prerequisites, NodeStatus: model.NodeDispatched}},
+		Nodes: []model.FlowNode{requestNode(j)},
 	}
-	if m.Nodes[0].Depends == nil {
-		m.Nodes[0].Depends = []uint32{}
+	return withoutFields(model.HashFields(&m), "id")
+}
+
+// groupFields are the field/value pairs of a job request message for several jobs of a
+// flow, without its id, job, nodes and job_ids (the dispatch script writes those).
+func groupFields(ctxID, flowID, callerID uint32, now time.Time, msgTimeout uint32) []any {
+	m := model.Message{
+		CallerID: callerID, ContextID: ctxID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
+		Message: fmt.Sprintf("jobs of flow %d", flowID), Timeout: msgTimeout, Status: model.MessageDispatched,
+		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: flowID, Kind: model.KindJobRequest,
 	}
-	if m.Nodes[0].Prerequisites == nil {
-		m.Nodes[0].Prerequisites = []string{}
+	return withoutFields(model.HashFields(&m), "id", "job", "nodes")
+}
+
+// requestNode is the flow node of a job, as its request message lists it.
+func requestNode(j *model.Job) model.FlowNode {
+	n := model.FlowNode{ID: j.ID, Depends: j.Dependends, Prerequisites: j.Prerequisites, NodeStatus: model.NodeDispatched}
+	if n.Depends == nil {
+		n.Depends = []uint32{}
 	}
-	fields := model.HashFields(&m)
+	if n.Prerequisites == nil {
+		n.Prerequisites = []string{}
+	}
+	return n
+}
+
+// withoutFields drops the named fields from field/value pairs.
+func withoutFields(fields []any, names ...string) []any {
 	out := fields[:0]
 	for i := 0; i+1 < len(fields); i += 2 {
-		if fields[i] != "id" {
+		if !slices.Contains(names, fields[i].(string)) {
 			out = append(out, fields[i], fields[i+1])
 		}
 	}
@@ -400,10 +447,38 @@ func requestFields(ctxID, flowID uint32, j *model.Job, now time.Time, msgTimeout
 // job_request each, on msg_out.
 func (d *DB) DispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, msgTimeout uint32) ([]Dispatched, error) {
 	now := time.Now()
-	args := []any{d.ContextID, flowID, callerID, now.Unix(), now.UnixMilli(), actor}
+	// The jobs of a flow that name no runner share one message (the router routes each
+	// of its jobs); a job pinned to a runner, or a job of no flow, has one of its own.
+	groupable := func(j *model.Job) bool { return flowID != 0 && j.RunnerID == 0 }
+	n := 0
 	for _, j := range jobs {
+		if groupable(j) {
+			n++
+		}
+	}
+	args := []any{d.ContextID, flowID, callerID, now.Unix(), now.UnixMilli(), actor}
+	if n > 1 {
+		g := groupFields(d.ContextID, flowID, callerID, now, msgTimeout)
+		args = append(args, len(g))
+		args = append(args, g...)
+	} else {
+		args = append(args, 0)
+	}
+	for _, j := range jobs {
+		if n > 1 && groupable(j) {
+			js, err := json.Marshal(j)
+			if err != nil {
+				return nil, fmt.Errorf("dispatch job %d: %w", j.ID, err)
+			}
+			node, err := json.Marshal(requestNode(j))
+			if err != nil {
+				return nil, fmt.Errorf("dispatch job %d: %w", j.ID, err)
+			}
+			args = append(args, j.ID, 1, 2, js, node)
+			continue
+		}
 		fields := requestFields(d.ContextID, flowID, j, now, msgTimeout)
-		args = append(args, j.ID, len(fields))
+		args = append(args, j.ID, 0, len(fields))
 		args = append(args, fields...)
 	}
 	res, err := d.Eval(ctx, dispatchScript, nil, args...)
@@ -733,4 +808,55 @@ func (s *Store) ActiveFlows(ctx context.Context) ([][2]uint32, error) {
 		}
 	}
 	return out, nil
+}
+
+// splitRequestScript replaces a claimed job request of several jobs by one request
+// each: KEYS msg_out, processing list, leases; ARGV ctx, caller, now_s, now_ms, the
+// claimed message's key, its lease member, then per job its id, the number n of its
+// message's field/value items and those n items. The new messages go on msg_out (a
+// wake token each); the claimed one is marked processed and its claim released.
+var splitRequestScript = newLibScript(`
+local mo, proc, leases = KEYS[1], KEYS[2], KEYS[3]
+local ctx, caller, now_s, now_ms, item, member = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local i, pushed = 7, 0
+while i <= #ARGV do
+  local id, nf = ARGV[i], tonumber(ARGV[i + 1])
+  local first, last = i + 2, i + 1 + nf
+  i = last + 1
+  local mk = store_message(caller, first, now_ms, last)
+  track_msg(caller, id, mk)
+  redis.call('LPUSH', mo, mk)
+  pushed = pushed + 1
+end
+redis.call('HSET', item, 'status', 'processed', 'updated_at', now_s)
+redis.call('LREM', proc, 1, item)
+redis.call('ZREM', leases, member)
+if pushed > 0 then
+  local tokens = {}
+  for n = 1, pushed do tokens[n] = ctx end
+  redis.call('SELECT', 0)
+  redis.call('LPUSH', 'coord:wake:msg_out', unpack(tokens))
+end
+return pushed
+`)
+
+// SplitRequest replaces a claimed job request message of several jobs (m, claimed by c)
+// by one request message each, on msg_out, and releases the claim: for a request the
+// claim script could not route whole (one of its jobs is pinned, gone, or of a type no
+// local runner serves), so that each job goes its own way.
+func (d *DB) SplitRequest(ctx context.Context, c *Claim, m *model.Message) (int, error) {
+	now := time.Now()
+	args := []any{d.ContextID, m.CallerID, now.Unix(), now.UnixMilli(), c.Item, c.member()}
+	for i := range m.Job {
+		j := m.Job[i]
+		fields := requestFields(d.ContextID, m.FlowID, &j, now, m.Timeout)
+		args = append(args, j.ID, len(fields))
+		args = append(args, fields...)
+	}
+	res, err := d.Eval(ctx, splitRequestScript, []string{keys.MsgOut, keys.Processing(c.Consumer), keys.Leases}, args...)
+	if err != nil {
+		return 0, fmt.Errorf("split request %s of context %d: %w", c.Item, d.ContextID, err)
+	}
+	n, _ := res.(int64)
+	return int(n), nil
 }

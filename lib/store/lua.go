@@ -49,16 +49,19 @@ local function dead_letter(caller, id, flow, now_ms, actor, err)
   event('job.dead_lettered', actor, now_ms, flow, id, caller, 'error', err)
 end
 -- store_message stores a message from ARGV[first..last] (field/value pairs; last
--- defaults to #ARGV) and, if given, its job field, under a fresh id (skipping ids
--- taken), indexes it, and returns its key.
-local function store_message(caller, first, now_ms, last, job)
+-- defaults to #ARGV) and, if given, the field/value pairs of the table extra, under a
+-- fresh id (skipping ids taken), indexes it, and returns its key.
+local function store_message(caller, first, now_ms, last, extra)
   local mid
   repeat
     mid = int(redis.call('INCR', 'coord:seq:message'))
   until redis.call('EXISTS', 'message:' .. caller .. ':' .. mid) == 0
   local mk = 'message:' .. caller .. ':' .. mid
-  if job then
-    redis.call('HSET', mk, 'id', mid, 'job', job, unpack(ARGV, first, last or #ARGV))
+  if extra then
+    local kv = {'id', mid}
+    for i = 1, #extra do kv[#kv + 1] = extra[i] end
+    for i = first, last or #ARGV do kv[#kv + 1] = ARGV[i] end
+    redis.call('HSET', mk, unpack(kv))
   else
     redis.call('HSET', mk, 'id', mid, unpack(ARGV, first, last or #ARGV))
   end

@@ -116,6 +116,8 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 // runner serves is routed by the script itself, with no lease: the message is
 // acknowledged and the job key pushed onto queue:<script_type> with a wake token
 // (what the router would do; the script is atomic, so no crash can fall in between).
+// A job request of several jobs (field job_ids) is routed so if every one of its jobs
+// is plain; otherwise it is claimed whole, for the router to split (SplitRequest).
 // Every other message is claimed: moved to the processing list under a lease.
 //
 // It returns {script types hash, {item, message hash, job fields, claim id, partial}...,
@@ -128,14 +130,52 @@ local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]
 local out, routed, types = {}, {}, nil
 local tokens, targets = {}, {}
 local taken = 0
+-- routing reads a job's routing fields (jh: a flat list, f: a table) and, with route,
+-- the queue a plain job goes to (nil: the router decides).
+local function routing(jk)
+  local v = redis.call('HMGET', jk, unpack(JOB_FIELDS))
+  local jh, f = {}, {}
+  for k = 1, #JOB_FIELDS do
+    if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k]; f[JOB_FIELDS[k]] = v[k] end
+  end
+  if not types then types = redis.call('HGETALL', 'coord:script_types') end
+  local target
+  if route and f['id'] and (f['runner_id'] or '0') == '0' and (f['script_type'] or '') ~= '' then
+    for i = 1, #types, 2 do
+      if types[i] == f['script_type'] and (tonumber(types[i + 1]) or 0) > 0 then target = 'queue:' .. f['script_type'] end
+    end
+  end
+  return jh, target
+end
+local function enqueue(jk, target)
+  redis.call('LPUSH', target, jk)
+  if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target end
+  tokens[target] = tokens[target] + 1
+  routed[#routed + 1] = jk
+  routed[#routed + 1] = target
+end
 for n = 1, max do
   local item = redis.call('RPOP', KEYS[1])
   if not item then break end
   taken = taken + 1
-  local kj = redis.call('HMGET', item, 'kind', 'job')
-  local kind, job = kj[1], kj[2]
-  local jh, target, jk = {}, nil, nil
-  if kind == 'job_request' then
+  local kj = redis.call('HMGET', item, 'kind', 'job', 'job_ids', 'caller_id')
+  local kind, job, ids = kj[1], kj[2], kj[3]
+  local jh, done = {}, false
+  if kind == 'job_request' and ids then
+    -- Several jobs of a flow: routed here if every one of them is plain, else the
+    -- router splits the message.
+    local jobs = {}
+    for id in string.gmatch(ids, '%d+') do
+      local jk = 'job:' .. (kj[4] or '') .. ':' .. id
+      local _, target = routing(jk)
+      if not target then jobs = nil; break end
+      jobs[#jobs + 1] = {jk, target}
+    end
+    if jobs and #jobs > 0 then
+      for _, j in ipairs(jobs) do enqueue(j[1], j[2]) end
+      done = true
+    end
+  elseif kind == 'job_request' then
     -- The job's ids open the JSON this code writes ([{"id":…,"caller_id":…); a
     -- message written otherwise is decoded whole.
     local id, caller = string.match(job or '', '^%[{"id":(%d+),"caller_id":(%d+)[,}]')
@@ -147,27 +187,17 @@ for n = 1, max do
     end
     caller, id = tonumber(caller), tonumber(id)
     if caller and id then
-      jk = string.format('job:%d:%d', caller, id)
-      local v = redis.call('HMGET', jk, unpack(JOB_FIELDS))
-      local f = {}
-      for k = 1, #JOB_FIELDS do
-        if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k]; f[JOB_FIELDS[k]] = v[k] end
-      end
-      if not types then types = redis.call('HGETALL', 'coord:script_types') end
-      if route and f['id'] and (f['runner_id'] or '0') == '0' and (f['script_type'] or '') ~= '' then
-        for i = 1, #types, 2 do
-          if types[i] == f['script_type'] and (tonumber(types[i + 1]) or 0) > 0 then target = 'queue:' .. f['script_type'] end
-        end
+      local jk = string.format('job:%d:%d', caller, id)
+      local target
+      jh, target = routing(jk)
+      if target then
+        enqueue(jk, target)
+        done = true
       end
     end
   end
-  if target then
+  if done then
     redis.call('HSET', item, 'status', 'acknowledged', 'updated_at', now_s)
-    redis.call('LPUSH', target, jk)
-    if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target end
-    tokens[target] = tokens[target] + 1
-    routed[#routed + 1] = jk
-    routed[#routed + 1] = target
   else
     redis.call('LPUSH', KEYS[2], item)
     redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[10 + n])

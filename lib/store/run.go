@@ -294,7 +294,7 @@ for i = last + 1, #ARGV, 13 do
       done[#done + 1] = ARGV[i + 12]
       ids[#ids + 1] = id
     else
-      local mk = store_message(caller, first, now_ms, last, '[' .. ARGV[i + 12] .. ']')
+      local mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 12] .. ']'})
       track_msg(caller, id, mk)
       push(mk)
     end
@@ -302,7 +302,7 @@ for i = last + 1, #ARGV, 13 do
   end
 end
 if #done > 0 then
-  local mk = store_message(caller, first, now_ms, last, '[' .. table.concat(done, ',') .. ']')
+  local mk = store_message(caller, first, now_ms, last, {'job', '[' .. table.concat(done, ',') .. ']'})
   for _, id in ipairs(ids) do track_msg(caller, id, mk) end
   push(mk)
 end

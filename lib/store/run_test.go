@@ -100,35 +100,63 @@ func TestStartFlowClearsAnEarlierRun(t *testing.T) {
 	}
 }
 
+// dispatchEach dispatches the jobs one per call: a request message each.
+func dispatchEach(t *testing.T, db *store.DB, flowID uint32, jobs []*model.Job) {
+	t.Helper()
+	for _, j := range jobs {
+		if _, err := db.DispatchMany(context.Background(), flowID, 1, []*model.Job{j}, "scheduler", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The unpinned jobs of a flow dispatched together share one request message (its job
+// and nodes lists, job_ids); a job pinned to a runner has a message of its own.
 func TestDispatchMany(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
 	db := mustCtx(t, s, 6)
-	f, jobs := flowWith(t, s, db, 3)
+	f, jobs := flowWith(t, s, db, 4)
+	jobs[3].RunnerID = 7 // pinned
 	res, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[string]bool{}
+	rc := srv.Client(t, 6)
+	group := res[0].MsgKey
 	for i, r := range res {
-		if r.JobID != jobs[i].ID || r.MsgKey == "" || r.Attempt != 1 || seen[r.MsgKey] {
-			t.Fatalf("dispatch %d: %+v", i, r)
-		}
-		seen[r.MsgKey] = true
-		m, err := db.LoadMessageKey(ctx, r.MsgKey)
-		if err != nil || m.Kind != model.KindJobRequest || len(m.Job) != 1 || m.Job[0].ID != jobs[i].ID || m.FlowID != f.ID {
-			t.Fatalf("message %s: %+v %v", r.MsgKey, m, err)
+		if r.JobID != jobs[i].ID || r.MsgKey == "" || r.Attempt != 1 || (i < 3) != (r.MsgKey == group) {
+			t.Fatalf("dispatch %d: %+v (group message %s)", i, r, group)
 		}
 		j, _ := db.LoadJob(ctx, 1, jobs[i].ID)
 		if j.Status != model.JobDispatched {
 			t.Fatalf("job %d status %s", j.ID, j.Status)
 		}
+		if !rc.SIsMember(ctx, "coord:jobmsgs:1:"+strconv.Itoa(int(j.ID)), r.MsgKey).Val() {
+			t.Fatalf("job %d does not track its request message %s", j.ID, r.MsgKey)
+		}
 	}
-	if n := srv.Client(t, 6).LLen(ctx, keys.MsgOut).Val(); n != 3 {
-		t.Fatalf("msg_out holds %d, want 3", n)
+	m, err := db.LoadMessageKey(ctx, group)
+	if err != nil || m.Kind != model.KindJobRequest || len(m.Job) != 3 || len(m.Nodes) != 3 || m.FlowID != f.ID || m.Status != model.MessageDispatched {
+		t.Fatalf("group message %s: %+v %v", group, m, err)
 	}
-	if n := srv.Client(t, 0).LLen(ctx, keys.WakeMsgOut).Val(); n != 3 {
-		t.Fatalf("wake tokens %d, want 3", n)
+	for i := range 3 {
+		if m.Job[i].ID != jobs[i].ID || m.Job[i].Script != "true" || m.Nodes[i].ID != jobs[i].ID || m.Nodes[i].NodeStatus != model.NodeDispatched {
+			t.Fatalf("group message job %d: %+v %+v", i, m.Job[i], m.Nodes[i])
+		}
+	}
+	if ids := rc.HGet(ctx, group, "job_ids").Val(); ids != fmt.Sprintf("%d %d %d", jobs[0].ID, jobs[1].ID, jobs[2].ID) {
+		t.Fatalf("job_ids %q", ids)
+	}
+	own, err := db.LoadMessageKey(ctx, res[3].MsgKey)
+	if err != nil || len(own.Job) != 1 || own.Job[0].ID != jobs[3].ID || rc.HExists(ctx, res[3].MsgKey, "job_ids").Val() {
+		t.Fatalf("pinned job's message: %+v %v", own, err)
+	}
+	if n := rc.LLen(ctx, keys.MsgOut).Val(); n != 2 {
+		t.Fatalf("msg_out holds %d, want 2", n)
+	}
+	if n := srv.Client(t, 0).LLen(ctx, keys.WakeMsgOut).Val(); n != 2 {
+		t.Fatalf("wake tokens %d, want 2", n)
 	}
 	// A second dispatch of the same nodes does nothing and says why.
 	again, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0)
@@ -140,8 +168,75 @@ func TestDispatchMany(t *testing.T) {
 			t.Fatalf("second dispatch: %+v", r)
 		}
 	}
-	if n := srv.Client(t, 6).LLen(ctx, keys.MsgOut).Val(); n != 3 {
-		t.Fatalf("msg_out holds %d after a repeated dispatch, want 3", n)
+	if n := srv.Client(t, 6).LLen(ctx, keys.MsgOut).Val(); n != 2 {
+		t.Fatalf("msg_out holds %d after a repeated dispatch, want 2", n)
+	}
+}
+
+// The claim routes a request of several jobs whole when every job is plain; otherwise
+// it claims it, and SplitRequest replaces it by one request per job, which the next
+// claim routes (or claims) each on its own.
+func TestGroupRequestRoutedWholeOrSplit(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 18)
+	rc := srv.Client(t, 18)
+	rc.HSet(ctx, "coord:script_types", "sh", 1, "v", 0)
+	f, jobs := flowWith(t, s, db, 3)
+	res, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0)
+	if err != nil || res[0].MsgKey == "" || res[0].MsgKey != res[2].MsgKey {
+		t.Fatalf("dispatch: %+v %v", res, err)
+	}
+	cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
+	if err != nil || len(cms) != 0 || len(routed) != 3 {
+		t.Fatalf("claim: %d claimed, routed %+v, %v; want the three jobs routed", len(cms), routed, err)
+	}
+	for i, r := range routed {
+		if r.Job != keys.Job(1, jobs[i].ID) || r.Queue != "queue:sh" {
+			t.Fatalf("routed %d: %+v", i, r)
+		}
+	}
+	if st := rc.HGet(ctx, res[0].MsgKey, "status").Val(); st != string(model.MessageAcknowledged) {
+		t.Fatalf("group request is %q", st)
+	}
+	if n := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(18, "queue:sh")).Val(); n != 3 {
+		t.Fatalf("%d wake tokens for 3 routed jobs", n)
+	}
+
+	// A second flow whose middle job's type nobody serves: the group is claimed whole.
+	f2, jobs2 := flowWith(t, s, db, 3)
+	rc.HSet(ctx, keys.Job(1, jobs2[1].ID), "script_type", "v")
+	jobs2[1].ScriptType = "v"
+	res, err = db.DispatchMany(ctx, f2.ID, 1, jobs2, "scheduler", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms, routed, err = db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
+	if err != nil || len(cms) != 1 || len(routed) != 0 || cms[0].Item != res[0].MsgKey {
+		t.Fatalf("claim: %+v routed %+v %v; want the group claimed", cms, routed, err)
+	}
+	m, err := db.MessageFromHash(cms[0].Item, cms[0].Msg)
+	if err != nil || len(m.Job) != 3 {
+		t.Fatalf("claimed group: %+v %v", m, err)
+	}
+	n, err := db.SplitRequest(ctx, cms[0].Claim, m)
+	if err != nil || n != 3 {
+		t.Fatalf("split: %d %v", n, err)
+	}
+	if st := rc.HGet(ctx, res[0].MsgKey, "status").Val(); st != string(model.MessageProcessed) {
+		t.Fatalf("split group request is %q", st)
+	}
+	if held := rc.LLen(ctx, keys.Processing("r1")).Val(); held != 0 || rc.ZCard(ctx, keys.Leases).Val() != 0 {
+		t.Fatalf("the split group is still claimed (%d held)", held)
+	}
+	cms, routed, err = db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
+	if err != nil || len(routed) != 2 || len(cms) != 1 || cms[0].Job["id"] != strconv.Itoa(int(jobs2[1].ID)) {
+		t.Fatalf("after the split: claimed %+v, routed %+v, %v; want jobs 1 and 3 routed, job 2 claimed", cms, routed, err)
+	}
+	for _, j := range jobs2 {
+		if n := rc.SCard(ctx, "coord:jobmsgs:1:"+strconv.Itoa(int(j.ID))).Val(); n != 2 {
+			t.Fatalf("job %d tracks %d messages, want the group's and its own", j.ID, n)
+		}
 	}
 }
 
@@ -416,9 +511,7 @@ func TestClaimMessagesReadsJobsAndWakeTokens(t *testing.T) {
 	ctx := context.Background()
 	db := mustCtx(t, s, 15)
 	f, jobs := flowWith(t, s, db, 2)
-	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0); err != nil {
-		t.Fatal(err)
-	}
+	dispatchEach(t, db, f.ID, jobs)
 	rc := srv.Client(t, 15)
 	// A third request whose job JSON starts with another key (a message not written
 	// by the dispatch script), and a message that is not a job request.
@@ -466,9 +559,7 @@ func TestClaimMessagesRoutesPlainJobRequests(t *testing.T) {
 	rc.HSet(ctx, keys.Job(1, jobs[2].ID), "runner_id", 7)     // pinned
 	rc.HSet(ctx, keys.Job(1, jobs[3].ID), "script_type", "v") // nobody serves v
 	rc.HSet(ctx, "coord:script_types", "sh", 2, "v", 0)
-	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0); err != nil {
-		t.Fatal(err)
-	}
+	dispatchEach(t, db, f.ID, jobs)
 	cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
 	if err != nil {
 		t.Fatal(err)

@@ -490,6 +490,14 @@ func (r *router) handle(ctx context.Context, db *store.DB, cm *store.ClaimedMess
 	}
 	inbound := queue == keys.MsgIn
 	switch {
+	case m.Kind == model.KindJobRequest && !inbound && len(m.Job) > 1:
+		// Jobs of a flow that the claim could not route together: one request each.
+		n, err := db.SplitRequest(ctx, cl, m)
+		if err != nil {
+			log.Error().Err(err).Msg("split job request") // the claim's lease brings it back
+			return
+		}
+		log.Debug().Int("jobs", n).Msg("job request split")
 	case m.Kind == model.KindJobRequest && inbound:
 		r.materialize(ctx, db, cl, m, log)
 	case m.Kind == model.KindJobRequest:

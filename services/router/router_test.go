@@ -348,3 +348,64 @@ func TestWorkersClaimABurstOnce(t *testing.T) {
 		t.Fatalf("%d wake tokens left after the burst was claimed", n)
 	}
 }
+
+// A job request of several jobs that the claim cannot route whole (one job's type has
+// no runner) is split into one request per job: the next claim routes the plain ones,
+// and the one nobody can run fails and is reported to the scheduler.
+func TestAGroupRequestIsSplitWhenOneJobCannotBeRouted(t *testing.T) {
+	sched := &scheduler{}
+	r, db := startRouter(t, sched)
+	ctx := context.Background()
+	rc := srv.Client(t, 3)
+	var ids []uint32
+	for _, typ := range []model.ScriptType{"sh", "v", "sh"} {
+		j, _, err := r.store.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 3, Script: "true", ScriptType: typ}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	f, _, err := r.store.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 3, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := db.LoadJobs(ctx, 1, f.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, err := db.StartFlow(ctx, f, jobs, deps, "1"); err != nil || !ok {
+		t.Fatalf("start: %v %v", ok, err)
+	}
+	rc.HSet(ctx, "coord:script_types", "sh", 1)
+	res, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0)
+	if err != nil || res[0].MsgKey != res[2].MsgKey {
+		t.Fatalf("dispatch: %+v %v", res, err)
+	}
+	if n := r.drain(ctx, 3, keys.MsgOut, false); n != 1 {
+		t.Fatalf("first drain took %d messages, want the group", n)
+	}
+	if st := messageStatus(t, res[0].MsgKey); st != string(model.MessageProcessed) {
+		t.Fatalf("group request is %q after the split", st)
+	}
+	if n := r.drain(ctx, 3, keys.MsgOut, false); n != 3 {
+		t.Fatalf("second drain took %d, want the three requests of the split", n)
+	}
+	q := rc.LRange(ctx, "queue:sh", 0, -1).Val()
+	if len(q) != 2 || q[1] != keys.Job(1, ids[0]) || q[0] != keys.Job(1, ids[2]) {
+		t.Fatalf("queue:sh %v: want jobs %d and %d", q, ids[0], ids[2])
+	}
+	sched.mu.Lock()
+	defer sched.mu.Unlock()
+	var reported []uint32
+	for _, b := range sched.batches {
+		reported = append(reported, b...)
+	}
+	reported = append(reported, sched.singles...)
+	if len(reported) != 1 || reported[0] != ids[1] {
+		t.Fatalf("ends reported %v: want job %d's (no runner serves v)", reported, ids[1])
+	}
+}
