@@ -542,16 +542,21 @@ type EndResult struct {
 	FlowStatus   model.FlowStatus
 }
 
-// completeScript: KEYS dag, flow, flowres, job, events; ARGV ctx, flow, caller, id,
-// attempt, status, error, fatal, retries, backoff ms, now_s, now_ms, actor,
-// retention ms.
-// Returns {code, flow status or "", retry due ms, ready ids…}; code 0 = nothing changed,
-// 1 = applied, 2 = retry scheduled.
+// completeScript applies ends of jobs of one flow, in order, each as CompleteNode
+// describes: KEYS dag, flow, flowres, events; ARGV ctx, flow, caller, now_s, now_ms,
+// actor, retention ms, then per end: job id, attempt, status, error, fatal, retries,
+// backoff ms. Returns per end {code, flow status or "", retry due ms, ready ids…};
+// code 0 = nothing changed, 1 = applied, 2 = retry scheduled.
 var completeScript = newLibScript(finalizeLua + `
-local dag, fk, rk, jk, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local ctx, flow, caller, id, attempt, status, err = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7]
-local fatal, retries, backoff, now_s, now_ms, actor = ARGV[8] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11], ARGV[12], ARGV[13]
-local retention_ms = ARGV[14]
+local dag, fk, rk, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ctx, flow, caller, now_s, now_ms, actor, retention_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local maxlen = ` + strconv.Itoa(EventsMaxLen) + `
+-- Pub/Sub channels span the databases: no SELECT for a PUBLISH.
+local function publish_done(jid)
+  redis.call('PUBLISH', 'coord:jobdone', ctx .. ':' .. caller .. ':' .. jid)
+end
+local function complete(id, attempt, status, err, fatal, retries, backoff)
+local jk = 'job:' .. caller .. ':' .. id
 local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total')
 local s = node[1]
 if not s then return {0, '', 0} end
@@ -561,13 +566,8 @@ if attempt ~= a then return {0, '', 0} end
 local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'result', 'finished_at_ms', 'retry_after_ms')
 if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
 if jf[2] == '1' or jf[3] == '1' then fatal = true end
-local maxlen = ` + strconv.Itoa(EventsMaxLen) + `
 local out = {1, '', 0}
 local terminal
--- Pub/Sub channels span the databases: no SELECT for a PUBLISH.
-local function publish_done(jid)
-  redis.call('PUBLISH', 'coord:jobdone', ctx .. ':' .. caller .. ':' .. jid)
-end
 if status == 'finished' then
   redis.call('HSET', dag, 's:' .. id, 'completed')
   terminal = redis.call('HINCRBY', dag, 'terminal', 1)
@@ -607,6 +607,7 @@ else
       'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
     redis.call('SELECT', 0)
     redis.call('ZADD', 'coord:due', due, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
+    redis.call('SELECT', tonumber(ctx)) -- the next end of this call is in the context's DB
     return {2, '', due}
   end
   terminal = redis.call('HINCRBY', dag, 'terminal', 1)
@@ -647,6 +648,12 @@ if terminal >= tonumber(node[4]) then
   out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
 end
 return out
+end
+local res = {}
+for i = 8, #ARGV, 7 do
+  res[#res + 1] = complete(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], ARGV[i + 4] == '1', tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]))
+end
+return res
 `)
 
 // CompleteNode applies a job's end to its flow's DAG.
@@ -655,34 +662,53 @@ func (d *DB) CompleteNode(ctx context.Context, e JobEnd) (EndResult, error) {
 	return res[0], errs[0]
 }
 
-// CompleteNodes is CompleteNode for several ends of flow jobs in one round trip; each
-// end is its own atomic script, applied in order.
+// CompleteNodes is CompleteNode for several ends of flow jobs in one round trip: the
+// ends of one flow are applied by one script, in order, each atomically with the ones
+// before it.
 func (d *DB) CompleteNodes(ctx context.Context, ends []JobEnd) ([]EndResult, []error) {
 	now := time.Now()
-	calls := make([]Call, len(ends))
+	type flowKey struct{ flow, caller uint32 }
+	groups := map[flowKey][]int{}
+	var order []flowKey
 	for i, e := range ends {
-		fatal := "0"
-		if e.Fatal {
-			fatal = "1"
+		k := flowKey{e.FlowID, e.CallerID}
+		if _, seen := groups[k]; !seen {
+			order = append(order, k)
 		}
-		calls[i] = Call{Script: completeScript,
-			Keys: []string{keys.DAG(e.FlowID), keys.Flow(e.FlowID), keys.FlowResults(e.FlowID), keys.Job(e.CallerID, e.JobID), keys.Events},
-			Args: []any{d.ContextID, e.FlowID, e.CallerID, e.JobID, e.Attempt, string(e.Status), e.Error, fatal, e.Retries, e.Backoff.Milliseconds(),
-				now.Unix(), now.UnixMilli(), e.Actor, e.Retention.Milliseconds()}}
+		groups[k] = append(groups[k], i)
+	}
+	calls := make([]Call, len(order))
+	for g, k := range order {
+		idx := groups[k]
+		first := ends[idx[0]]
+		args := make([]any, 0, 7+7*len(idx))
+		args = append(args, d.ContextID, k.flow, k.caller, now.Unix(), now.UnixMilli(), first.Actor, first.Retention.Milliseconds())
+		for _, i := range idx {
+			e := ends[i]
+			args = append(args, e.JobID, e.Attempt, string(e.Status), e.Error, boolArg(e.Fatal), e.Retries, e.Backoff.Milliseconds())
+		}
+		calls[g] = Call{Script: completeScript, Keys: []string{keys.DAG(k.flow), keys.Flow(k.flow), keys.FlowResults(k.flow), keys.Events}, Args: args}
 	}
 	out, errs := make([]EndResult, len(ends)), make([]error, len(ends))
-	for i, cmd := range d.EvalBatch(ctx, calls) {
+	for g, cmd := range d.EvalBatch(ctx, calls) {
+		idx := groups[order[g]]
 		res, err := cmd.Result()
-		if err != nil {
-			errs[i] = fmt.Errorf("complete job %d:%d:%d: %w", d.ContextID, ends[i].CallerID, ends[i].JobID, err)
-			continue
+		list, _ := res.([]any)
+		if err == nil && len(list) != len(idx) {
+			err = fmt.Errorf("unexpected reply %v", res)
 		}
-		vals, _ := res.([]any)
-		if len(vals) < 3 {
-			errs[i] = fmt.Errorf("complete job %d:%d:%d: unexpected reply %v", d.ContextID, ends[i].CallerID, ends[i].JobID, res)
-			continue
+		for k, i := range idx {
+			if err != nil {
+				errs[i] = fmt.Errorf("complete job %d:%d:%d: %w", d.ContextID, ends[i].CallerID, ends[i].JobID, err)
+				continue
+			}
+			vals, _ := list[k].([]any)
+			if len(vals) < 3 {
+				errs[i] = fmt.Errorf("complete job %d:%d:%d: unexpected reply %v", d.ContextID, ends[i].CallerID, ends[i].JobID, list[k])
+				continue
+			}
+			out[i] = parseEnd(vals)
 		}
-		out[i] = parseEnd(vals)
 	}
 	return out, errs
 }

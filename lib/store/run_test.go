@@ -361,6 +361,40 @@ func TestFinishJobFields(t *testing.T) {
 
 // A job's results reach the flow's result map however many there are (the completion
 // writes them in chunks), and a retry's requested delay is taken from the job.
+// The ends of one flow reported together are applied by one script, in order, each as
+// on its own: a retry among them leaves the ends after it applied in the context's DB.
+func TestCompleteNodesOfOneFlowTogether(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 10)
+	f, jobs := flowWith(t, s, db, 4)
+	srv.Client(t, 10).HSet(ctx, keys.Job(1, jobs[1].ID), "retries", 1)
+	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	end := func(i int, st model.JobStatus) store.JobEnd {
+		return store.JobEnd{FlowID: f.ID, CallerID: 1, JobID: jobs[i].ID, Attempt: 1, Status: st, Error: map[bool]string{true: "boom"}[st == model.JobError], Retries: -1, Actor: "scheduler"}
+	}
+	ends := []store.JobEnd{end(0, model.JobFinished), end(1, model.JobError), end(2, model.JobFinished), end(0, model.JobFinished)}
+	res, errs := db.CompleteNodes(ctx, ends)
+	for i, e := range errs {
+		if e != nil {
+			t.Fatalf("end %d: %v", i, e)
+		}
+	}
+	if !res[0].Applied || res[0].FlowFinished || !res[1].Applied || res[1].RetryAt.IsZero() || !res[2].Applied || res[3].Applied {
+		t.Fatalf("results %+v: want applied, retry, applied, duplicate", res)
+	}
+	dag := srv.Client(t, 10).HMGet(ctx, keys.DAG(f.ID), "s:"+strconv.Itoa(int(jobs[0].ID)), "s:"+strconv.Itoa(int(jobs[1].ID)),
+		"s:"+strconv.Itoa(int(jobs[2].ID)), "s:"+strconv.Itoa(int(jobs[3].ID)), "terminal").Val()
+	if dag[0] != "completed" || dag[1] != "ready" || dag[2] != "completed" || dag[3] != "dispatched" || dag[4] != "2" {
+		t.Fatalf("DAG after the ends: %v", dag)
+	}
+	if n := srv.Client(t, 0).ZCard(ctx, keys.Due).Val(); n != 1 {
+		t.Fatalf("%d retries due, want 1", n)
+	}
+}
+
 func TestCompleteNodeManyResults(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
