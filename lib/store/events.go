@@ -109,30 +109,68 @@ func (d *DB) ReadEvents(ctx context.Context, after string, limit int64) ([]Event
 }
 
 // WaitEvents blocks up to block for events after the id and returns them (none on
-// timeout). It holds one connection of the context's server while it waits.
+// timeout). It holds one connection of the context's server while it waits. A
+// follower that waits again and again uses an EventReader instead.
 func (d *DB) WaitEvents(ctx context.Context, after string, count int64, block time.Duration) ([]Event, error) {
+	r := d.EventReader()
+	defer func() { _ = r.Close() }()
+	return r.Wait(ctx, after, count, block)
+}
+
+// EventReader follows a context's event stream on a connection of its own, which
+// selects the context's database once (not once per wait). Close it when done.
+type EventReader struct {
+	d        *DB
+	conn     *redis.Conn
+	selected bool
+}
+
+// EventReader returns a reader of the context's events; it connects on first use.
+func (d *DB) EventReader() *EventReader { return &EventReader{d: d} }
+
+// Wait is WaitEvents on the reader's connection.
+func (r *EventReader) Wait(ctx context.Context, after string, count int64, block time.Duration) ([]Event, error) {
 	if after == "" {
 		after = "0"
 	}
-	conn := d.srv.mux.Conn()
-	defer func() { _ = conn.Close() }()
-	if err := conn.Select(ctx, d.n).Err(); err != nil {
-		return nil, err
+	if r.conn == nil {
+		r.conn = r.d.srv.mux.Conn()
 	}
-	res, err := conn.XRead(ctx, &redis.XReadArgs{Streams: []string{keys.Events, after}, Count: count, Block: block}).Result()
+	if !r.selected {
+		if err := r.conn.Select(ctx, r.d.n).Err(); err != nil {
+			r.reset()
+			return nil, err
+		}
+		r.selected = true
+	}
+	res, err := r.conn.XRead(ctx, &redis.XReadArgs{Streams: []string{keys.Events, after}, Count: count, Block: block}).Result()
 	if err == redis.Nil {
 		return nil, nil
 	}
 	if err != nil {
+		r.reset() // the connection may be broken or stale: the next wait starts afresh
 		return nil, err
 	}
 	var out []Event
 	for _, s := range res {
 		for _, m := range s.Messages {
-			out = append(out, eventFromMessage(d.ContextID, m))
+			out = append(out, eventFromMessage(r.d.ContextID, m))
 		}
 	}
 	return out, nil
+}
+
+func (r *EventReader) reset() {
+	if r.conn != nil {
+		_ = r.conn.Close()
+	}
+	r.conn, r.selected = nil, false
+}
+
+// Close returns the reader's connection.
+func (r *EventReader) Close() error {
+	r.reset()
+	return nil
 }
 
 // LastEventID returns the id of the newest event ("0" when there is none).

@@ -3,7 +3,9 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -47,5 +49,53 @@ func TestCheckEventPosition(t *testing.T) {
 	}
 	if err := db.CheckEventPosition(ctx, "40-0"); err != nil {
 		t.Errorf("emptied stream, last position: %v", err)
+	}
+}
+
+// An EventReader follows its context's stream on one connection: wait after wait, it
+// returns the new events of its context only (its database selected once), and a wait
+// blocks until an event arrives.
+func TestEventReaderFollowsItsContext(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 11)
+	_ = mustCtx(t, s, 12)
+	rdb, other := srv.Client(t, 11), srv.Client(t, 12)
+	rdb.Del(ctx, keys.Events)
+	other.Del(ctx, keys.Events)
+	r := db.EventReader()
+	defer func() { _ = r.Close() }()
+	after := "0"
+	for round, ids := range [][]string{{"10-0", "11-0"}, {"12-0"}} {
+		for _, id := range ids {
+			rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, ID: id, Values: []any{"type", "job.started", "job_id", "1"}})
+			other.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, ID: id, Values: []any{"type", "flow.started"}})
+		}
+		evs, err := r.Wait(ctx, after, 100, time.Second)
+		if err != nil || len(evs) != len(ids) {
+			t.Fatalf("round %d: %d events %v, want %d", round, len(evs), err, len(ids))
+		}
+		for i, e := range evs {
+			if e.ID != ids[i] || e.Type != "job.started" || e.ContextID != 11 {
+				t.Fatalf("round %d event %d: %+v", round, i, e)
+			}
+		}
+		after = evs[len(evs)-1].ID
+	}
+	got := make(chan []store.Event, 1)
+	go func() {
+		evs, _ := r.Wait(ctx, after, 100, 10*time.Second)
+		got <- evs
+	}()
+	// The wait blocks until this event (or its 10 s timeout, which fails the test).
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(srv.Client(t, 0).Info(ctx, "clients").Val(), "blocked_clients:1"); {
+		if time.Now().After(deadline) {
+			t.Fatal("the wait never blocked")
+		}
+		time.Sleep(2 * time.Millisecond) // nothing signals a blocked client but INFO
+	}
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, ID: "13-0", Values: []any{"type", "job.finished"}})
+	if evs := <-got; len(evs) != 1 || evs[0].ID != "13-0" {
+		t.Fatalf("blocked wait: %+v", evs)
 	}
 }

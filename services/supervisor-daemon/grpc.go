@@ -460,8 +460,10 @@ func (c *coordinatorServer) Watch(r *herov1.WatchRequest, stream grpc.ServerStre
 		return grpcError(err)
 	}
 	const batch = 500
+	reader := db.EventReader()
+	defer func() { _ = reader.Close() }()
 	for ctx.Err() == nil {
-		evs, err := db.WaitEvents(ctx, after, batch, 5*time.Second)
+		evs, err := reader.Wait(ctx, after, batch, 5*time.Second)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
