@@ -45,13 +45,14 @@ const (
 // items left.
 var claimStartScript = newLibScript(`
 local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
+local WANT = {status = true, attempt = true, worker = true, flow_id = true, id = true, caller_id = true, stop_requested = true}
 local worker, qname, exp, now_ms, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local nset = tonumber(ARGV[8])
 local common = {}
 for i = 9, 8 + nset do common[#common + 1] = ARGV[i] end
 local nclear = tonumber(ARGV[9 + nset])
 local clears = {}
-for i = 10 + nset, 9 + nset + nclear do clears[#clears + 1] = ARGV[i] end
+for i = 10 + nset, 9 + nset + nclear do clears[#clears + 1] = ARGV[i]; WANT[ARGV[i]] = true end
 local slots = 10 + nset + nclear
 local out = {}
 for n = 1, max do
@@ -64,8 +65,13 @@ for n = 1, max do
   -- which the caller applies itself (it knows them).
   local flat = {}
   if string.match(item, '^job:%d+:%d+$') then flat = redis.call('HGETALL', item) end
+  -- The fields this script needs, picked from the flat list (cheaper than a table of
+  -- every field).
   local h = {}
-  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+  for i = 1, #flat, 2 do
+    local k = flat[i]
+    if WANT[k] then h[k] = flat[i + 1] end
+  end
   local st = h['status']
   if not st or st == 'finished' or st == 'error' then
     redis.call('LREM', proc, 1, item)

@@ -317,6 +317,32 @@ func TestClaimStart(t *testing.T) {
 	}
 }
 
+// A claim clears what an earlier attempt's end left in the job (its error, exit code
+// and end times), in Redis and in the job it returns.
+func TestClaimStartClearsAnEarlierEnd(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 8)
+	q := keys.Queue("sh")
+	_, jobs := flowWith(t, s, db, 1)
+	jk := keys.Job(1, jobs[0].ID)
+	rc := srv.Client(t, 8)
+	rc.HSet(ctx, jk, "error", "attempt 1 failed", "exit_code", 2, "finished_at", 7, "finished_at_ms", 7000)
+	enqueueJobs(t, db, q, jobs)
+	_, out, j, err := db.ClaimStart(ctx, q, "w1", time.Minute, "")
+	if err != nil || out != store.StartRun || j == nil {
+		t.Fatalf("claim: %v %+v %v", out, j, err)
+	}
+	if j.Error != "" || j.ExitCode != 0 || j.FinishedAt != 0 || j.FinishedAtMs != 0 {
+		t.Fatalf("returned job keeps an earlier end: %+v", j)
+	}
+	for _, f := range []string{"error", "exit_code", "finished_at", "finished_at_ms"} {
+		if rc.HExists(ctx, jk, f).Val() {
+			t.Fatalf("stored job keeps %s of an earlier end", f)
+		}
+	}
+}
+
 // FinishJob writes the end's fields and clears those a run before it left behind.
 func TestFinishJobFields(t *testing.T) {
 	s := open(t)
