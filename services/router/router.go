@@ -490,8 +490,9 @@ func (r *router) handle(ctx context.Context, db *store.DB, cm *store.ClaimedMess
 	}
 	inbound := queue == keys.MsgIn
 	switch {
-	case m.Kind == model.KindJobRequest && !inbound && len(m.Job) > 1:
-		// Jobs of a flow that the claim could not route together: one request each.
+	case m.Kind == model.KindJobRequest && !inbound && h["job_ids"] != "":
+		// A request for jobs of a flow (one or more) that the claim could not route:
+		// one request each.
 		n, err := db.SplitRequest(ctx, cl, m)
 		if err != nil {
 			log.Error().Err(err).Msg("split job request") // the claim's lease brings it back

@@ -409,3 +409,50 @@ func TestAGroupRequestIsSplitWhenOneJobCannotBeRouted(t *testing.T) {
 		t.Fatalf("ends reported %v: want job %d's (no runner serves v)", reported, ids[1])
 	}
 }
+
+// A group request that holds one job (the others of its dispatch were not ready) and
+// cannot be routed is split too: its job then fails on its own path, reported.
+func TestAGroupRequestOfOneJobIsSplit(t *testing.T) {
+	sched := &scheduler{}
+	r, db := startRouter(t, sched)
+	ctx := context.Background()
+	var jobs []*model.Job
+	for _, typ := range []model.ScriptType{"sh", "v"} {
+		j, _, err := r.store.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 3, Script: "true", ScriptType: typ}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	f, _, err := r.store.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 3, Jobs: []uint32{jobs[0].ID, jobs[1].ID}}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := db.LoadJobs(ctx, 1, f.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, _ := store.PlanDAG(f, loaded)
+	if _, _, ok, err := db.StartFlow(ctx, f, loaded, deps, "1"); err != nil || !ok {
+		t.Fatalf("start: %v %v", ok, err)
+	}
+	srv.Client(t, 3).HSet(ctx, "coord:script_types", "sh", 1)
+	if _, err := db.DispatchMany(ctx, f.ID, 1, loaded[:1], "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := db.DispatchMany(ctx, f.ID, 1, loaded, "scheduler", 0) // the first is dispatched already
+	if err != nil || res[0].MsgKey != "" || res[1].MsgKey == "" {
+		t.Fatalf("dispatch: %+v %v", res, err)
+	}
+	for range 3 {
+		r.drain(ctx, 3, keys.MsgOut, false)
+	}
+	if st := messageStatus(t, res[1].MsgKey); st != string(model.MessageProcessed) {
+		t.Fatalf("the one-job group request is %q, want split (processed)", st)
+	}
+	sched.mu.Lock()
+	defer sched.mu.Unlock()
+	if len(sched.batches) != 1 || len(sched.batches[0]) != 1 || sched.batches[0][0] != jobs[1].ID {
+		t.Fatalf("ends reported %v: want job %d's (no runner serves v)", sched.batches, jobs[1].ID)
+	}
+}
