@@ -380,12 +380,7 @@ if #gids > 0 then
   redis.call('LPUSH', 'msg_out', mk)
   pushed = pushed + 1
 end
-if pushed > 0 then
-  local tokens = {}
-  for n = 1, pushed do tokens[n] = ctx end
-  redis.call('SELECT', 0)
-  redis.call('LPUSH', 'coord:wake:msg_out', unpack(tokens))
-end
+wake_msg_out(ctx, pushed)
 return out
 `)
 
@@ -857,12 +852,7 @@ end
 redis.call('HSET', item, 'status', 'processed', 'updated_at', now_s)
 redis.call('LREM', proc, 1, item)
 redis.call('ZREM', leases, member)
-if pushed > 0 then
-  local tokens = {}
-  for n = 1, pushed do tokens[n] = ctx end
-  redis.call('SELECT', 0)
-  redis.call('LPUSH', 'coord:wake:msg_out', unpack(tokens))
-end
+wake_msg_out(ctx, pushed)
 return pushed
 `)
 

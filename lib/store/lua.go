@@ -68,6 +68,15 @@ local function store_message(caller, first, now_ms, last, extra)
   redis.call('ZADD', 'coord:idx:messages', now_ms, caller .. ':' .. mid)
   return mk
 end
+-- wake_msg_out pushes n router wake tokens for context ctx onto coord:wake:msg_out
+-- (DB 0: the script is left there, so it comes last).
+local function wake_msg_out(ctx, n)
+  if n <= 0 then return end
+  local tokens = {}
+  for i = 1, n do tokens[i] = ctx end
+  redis.call('SELECT', 0)
+  redis.call('LPUSH', 'coord:wake:msg_out', unpack(tokens))
+end
 local function track_msg(caller, id, mk)
   redis.call('SADD', 'coord:jobmsgs:' .. caller .. ':' .. id, mk)
 end

@@ -265,8 +265,10 @@ local worker, now_s, now_ms, ctx, caller, logmax, grouped = ARGV[1], ARGV[2], AR
 local nf = tonumber(ARGV[8])
 local first, last = 9, 8 + nf
 local out, done, ids = {}, {}, {}
+local pushed = 0
 local function push(mk)
   redis.call('LPUSH', mo, mk)
+  pushed = pushed + 1
 end
 for i = last + 1, #ARGV, 13 do
   local jk, member, claim, id, flow, status, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
@@ -312,16 +314,7 @@ if #done > 0 then
   for _, id in ipairs(ids) do track_msg(caller, id, mk) end
   push(mk)
 end
-local pushed = 0
-for _, v in ipairs(out) do pushed = pushed + v end
-if pushed > 0 then
-  local n = pushed
-  if grouped then n = 1 end
-  local tokens = {}
-  for t = 1, n do tokens[t] = ctx end
-  redis.call('SELECT', 0)
-  redis.call('LPUSH', 'coord:wake:msg_out', unpack(tokens))
-end
+wake_msg_out(ctx, pushed)
 return out
 `)
 

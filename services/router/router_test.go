@@ -357,29 +357,8 @@ func TestAGroupRequestIsSplitWhenOneJobCannotBeRouted(t *testing.T) {
 	r, db := startRouter(t, sched)
 	ctx := context.Background()
 	rc := srv.Client(t, 3)
-	var ids []uint32
-	for _, typ := range []model.ScriptType{"sh", "v", "sh"} {
-		j, _, err := r.store.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 3, Script: "true", ScriptType: typ}, "1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, j.ID)
-	}
-	f, _, err := r.store.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 3, Jobs: ids}, "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := db.LoadJobs(ctx, 1, f.Jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps, err := store.PlanDAG(f, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, ok, err := db.StartFlow(ctx, f, jobs, deps, "1"); err != nil || !ok {
-		t.Fatalf("start: %v %v", ok, err)
-	}
+	f, jobs := startFlowOf(t, r, db, "sh", "v", "sh")
+	ids := []uint32{jobs[0].ID, jobs[1].ID, jobs[2].ID}
 	rc.HSet(ctx, "coord:script_types", "sh", 1)
 	res, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0)
 	if err != nil || res[0].MsgKey != res[2].MsgKey {
@@ -416,31 +395,12 @@ func TestAGroupRequestOfOneJobIsSplit(t *testing.T) {
 	sched := &scheduler{}
 	r, db := startRouter(t, sched)
 	ctx := context.Background()
-	var jobs []*model.Job
-	for _, typ := range []model.ScriptType{"sh", "v"} {
-		j, _, err := r.store.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 3, Script: "true", ScriptType: typ}, "1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		jobs = append(jobs, j)
-	}
-	f, _, err := r.store.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 3, Jobs: []uint32{jobs[0].ID, jobs[1].ID}}, "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	loaded, err := db.LoadJobs(ctx, 1, f.Jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps, _ := store.PlanDAG(f, loaded)
-	if _, _, ok, err := db.StartFlow(ctx, f, loaded, deps, "1"); err != nil || !ok {
-		t.Fatalf("start: %v %v", ok, err)
-	}
+	f, jobs := startFlowOf(t, r, db, "sh", "v")
 	srv.Client(t, 3).HSet(ctx, "coord:script_types", "sh", 1)
-	if _, err := db.DispatchMany(ctx, f.ID, 1, loaded[:1], "scheduler", 0); err != nil {
+	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs[:1], "scheduler", 0); err != nil {
 		t.Fatal(err)
 	}
-	res, err := db.DispatchMany(ctx, f.ID, 1, loaded, "scheduler", 0) // the first is dispatched already
+	res, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0) // the first is dispatched already
 	if err != nil || res[0].MsgKey != "" || res[1].MsgKey == "" {
 		t.Fatalf("dispatch: %+v %v", res, err)
 	}
@@ -455,4 +415,35 @@ func TestAGroupRequestOfOneJobIsSplit(t *testing.T) {
 	if len(sched.batches) != 1 || len(sched.batches[0]) != 1 || sched.batches[0][0] != jobs[1].ID {
 		t.Fatalf("ends reported %v: want job %d's (no runner serves v)", sched.batches, jobs[1].ID)
 	}
+}
+
+// startFlowOf creates jobs of the script types (caller 1, context 3) in one flow and
+// starts it; it returns the flow and its jobs as loaded.
+func startFlowOf(t *testing.T, r *router, db *store.DB, types ...model.ScriptType) (*model.Flow, []*model.Job) {
+	t.Helper()
+	ctx := context.Background()
+	var ids []uint32
+	for _, typ := range types {
+		j, _, err := r.store.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 3, Script: "true", ScriptType: typ}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	f, _, err := r.store.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 3, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := db.LoadJobs(ctx, 1, f.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, err := db.StartFlow(ctx, f, jobs, deps, "1"); err != nil || !ok {
+		t.Fatalf("start: %v %v", ok, err)
+	}
+	return f, jobs
 }
