@@ -252,8 +252,8 @@ type JobOutcome struct {
 }
 
 // finishJobsScript records the ends of runs of one context DB and pushes their result
-// message(s): KEYS processing list, leases, msg_out, events; ARGV worker, now_s, now_ms,
-// ctx, caller, log cap, grouped (1: one result message for all the runs that end here,
+// message(s): KEYS processing list, leases, msg_out, events; ARGV now_s, now_ms, ctx,
+// caller, log cap, grouped (1: one result message for all the runs that end here,
 // 0: one each), n, then n field/value items of the result message (all but its id and
 // job), then per run 13 items: job key, lease member, claim id, job id, flow id,
 // status, error, exit code, result JSON, fatal, retry-after ms, log chunk, and the
@@ -261,9 +261,9 @@ type JobOutcome struct {
 // can finish it; a second finish changes nothing but the ack. It returns 1 or 0 per run.
 var finishJobsScript = newLibScript(`
 local proc, leases, mo, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local worker, now_s, now_ms, ctx, caller, logmax, grouped = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1'
-local nf = tonumber(ARGV[8])
-local first, last = 9, 8 + nf
+local now_s, now_ms, ctx, caller, logmax, grouped = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
+local nf = tonumber(ARGV[7])
+local first, last = 8, 7 + nf
 local out, done, ids = {}, {}, {}
 local pushed = 0
 local function push(mk)
@@ -425,8 +425,8 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 	if len(idx) > 1 {
 		grouped = "1"
 	}
-	args := make([]any, 0, 8+len(msg)+13*len(idx))
-	args = append(args, c0.Consumer, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, len(msg))
+	args := make([]any, 0, 7+len(msg)+13*len(idx))
+	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, len(msg))
 	args = append(args, msg...)
 	for _, i := range idx {
 		f := fs[i]

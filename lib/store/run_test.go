@@ -16,6 +16,13 @@ import (
 // flowWith creates n independent sh jobs in one flow of context ctxID and starts it.
 func flowWith(t *testing.T, s *store.Store, db *store.DB, n int) (*model.Flow, []*model.Job) {
 	t.Helper()
+	return flowWithSetup(t, s, db, n, nil)
+}
+
+// flowWithSetup is flowWith that calls setup (if not nil) with the jobs' ids once they
+// exist, before the flow is created and started.
+func flowWithSetup(t *testing.T, s *store.Store, db *store.DB, n int, setup func(ids []uint32)) (*model.Flow, []*model.Job) {
+	t.Helper()
 	ctx := context.Background()
 	var ids []uint32
 	for i := 0; i < n; i++ {
@@ -24,6 +31,9 @@ func flowWith(t *testing.T, s *store.Store, db *store.DB, n int) (*model.Flow, [
 			t.Fatal(err)
 		}
 		ids = append(ids, j.ID)
+	}
+	if setup != nil {
+		setup(ids)
 	}
 	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1")
 	if err != nil {
@@ -60,34 +70,14 @@ func TestStartFlowClearsAnEarlierRun(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
 	db := mustCtx(t, s, 19)
-	var ids []uint32
-	for range 2 {
-		j, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}, "1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, j.ID)
-	}
 	rc := srv.Client(t, 19)
-	ran := keys.Job(1, ids[0])
-	rc.HSet(ctx, ran, "status", "error", "error", "boom", "exit_code", 3, "worker", "w1", "started_at", 5, "started_at_ms", 5000,
-		"finished_at", 6, "finished_at_ms", 6000, "dispatched_at_ms", 4000, "attempt", 2, "stop_requested", 1, "fatal", 1)
-	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := db.LoadJobs(ctx, 1, f.Jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps, err := store.PlanDAG(f, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, started, err := db.StartFlow(ctx, f, jobs, deps, "1"); err != nil || !started {
-		t.Fatalf("start: %v %v", started, err)
-	}
-	for _, id := range ids {
+	_, jobs := flowWithSetup(t, s, db, 2, func(ids []uint32) {
+		// the first job ran before (in another flow)
+		rc.HSet(ctx, keys.Job(1, ids[0]), "status", "error", "error", "boom", "exit_code", 3, "worker", "w1", "started_at", 5, "started_at_ms", 5000,
+			"finished_at", 6, "finished_at_ms", 6000, "dispatched_at_ms", 4000, "attempt", 2, "stop_requested", 1, "fatal", 1)
+	})
+	for _, j := range jobs {
+		id := j.ID
 		h := rc.HGetAll(ctx, keys.Job(1, id)).Val()
 		for _, k := range []string{"error", "exit_code", "worker", "started_at", "started_at_ms", "finished_at", "finished_at_ms", "dispatched_at_ms", "attempt", "stop_requested", "fatal"} {
 			if _, ok := h[k]; ok {
