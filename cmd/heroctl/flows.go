@@ -278,6 +278,34 @@ func (c *cli) flowCmd(ctx context.Context, verb string, args []string) error {
 			return err
 		}
 		return c.show(r.Flow, func(w *tabwriter.Writer) { printFlow(w, r.Flow) })
+	case "wait":
+		fs := subFlags("flow wait")
+		wait := fs.Uint("wait", 0, "")
+		pos, err := parseSub(fs, args)
+		if err != nil || len(pos) != 1 {
+			return usageErr("flow wait ID [--wait S]")
+		}
+		id, err := parseID("flow id", pos[0])
+		if err != nil {
+			return err
+		}
+		waitFor := 5 * time.Minute // the server's default
+		if *wait > 0 {
+			waitFor = time.Duration(*wait) * time.Second
+		}
+		cctx, cancel := context.WithTimeout(c.withAuth(ctx), waitFor+30*time.Second)
+		defer cancel()
+		r, err := api.WaitFlow(cctx, &herov1.WaitFlowRequest{ContextId: c.g.context, Id: id, Timeout: uint32(*wait)})
+		if err != nil {
+			return err
+		}
+		if err := c.show(r.Flow, func(w *tabwriter.Writer) { printFlow(w, r.Flow) }); err != nil {
+			return err
+		}
+		if r.Flow.Status == "error" {
+			return &exitError{code: 1, msg: fmt.Sprintf("flow %d failed: %s", id, r.Flow.Error)}
+		}
+		return nil
 	case "start", "get", "dag", "watch":
 		pos, err := parseSub(subFlags("flow "+verb), args)
 		if err != nil || len(pos) != 1 {

@@ -94,6 +94,7 @@ Commands:
   flow create --jobs 1,2,3 [--id N] [--env K=V]…     flow start ID
   flow get ID     flow list [--status S]     flow dag ID
   flow watch ID   (live per-job status; exits 1 when the flow fails)
+  flow wait ID [--wait S]   (waits until the flow ends and prints it; exits 1 when it failed)
   flow cancel ID  (running jobs stopped, pending ones never start)   flow delete ID [--force]
   flow retry ID   (re-run a failed flow's failed and cancelled jobs)
   dlq list        dlq show ID [--caller N]    dlq requeue ID [--caller N]    dlq purge [ID] [--caller N]

@@ -40,6 +40,7 @@ const (
 	RemoteDue     = "coord:remote_due"     // zset: "<ctx>|<message key>" of remote requests → when their ack or result is due (ms)
 	Expire        = "coord:expire"         // zset: "<ctx>:flow:<id>" or "<ctx>:job:<caller>:<id>" → when retention deletes it (ms)
 	JobDone       = "coord:jobdone"        // pub/sub channel: "<ctx>:<caller>:<id>" of each job that ended (for job.run waiters)
+	FlowDone      = "coord:flowdone"       // pub/sub channel: "<ctx>:<flow>" of each flow that ended (for flow.wait waiters)
 )
 
 // WakeQueue is the DB-0 wake list of a context's job queue: one token per job pushed.

@@ -546,10 +546,8 @@ var completeScript = newLibScript(finalizeLua + `
 local dag, fk, rk, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ctx, flow, caller, now_s, now_ms, actor, retention_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local maxlen = ` + strconv.Itoa(EventsMaxLen) + `
--- Pub/Sub channels span the databases: no SELECT for a PUBLISH.
-local function publish_done(jid)
-  redis.call('PUBLISH', 'coord:jobdone', ctx .. ':' .. caller .. ':' .. jid)
-end
+-- (A flow's jobs are not published on coord:jobdone one by one: a client waits for the
+-- flow, whose end finalize publishes on coord:flowdone.)
 local function complete(id, attempt, status, err, fatal, retries, backoff)
 local jk = 'job:' .. caller .. ':' .. id
 local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total')
@@ -591,7 +589,6 @@ if status == 'finished' then
       out[#out + 1] = d
     end
   end
-  publish_done(id)
 else
   if (not fatal) and a <= retries then
     local ra = tonumber(jf[6] or '')
@@ -617,7 +614,6 @@ else
     end
     dead_letter(caller, id, flow, now_ms, actor, err)
   end
-  publish_done(id)
   -- Cancel the transitive dependents that have not run.
   local queue = cjson.decode(redis.call('HGET', dag, 'd:' .. id) or '[]')
   local reason = 'cancelled: job ' .. id .. ' failed'
@@ -632,7 +628,6 @@ else
       terminal = redis.call('HINCRBY', dag, 'terminal', 1)
       set_job(caller, d, 'error', 'error', reason, 'updated_at', now_s)
       redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', 'job.cancelled', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', 'error', 'detail', reason)
-      publish_done(d)
       for _, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. d) or '[]')) do
         queue[#queue + 1] = x
       end

@@ -600,8 +600,8 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 		wait = time.Duration(*in.Timeout) * time.Second
 	}
 	ref := created.Ref()
-	done := s.waiter.watch(ref)
-	defer s.waiter.unwatch(ref, done)
+	done := s.waiter.watch(jobKey(ref))
+	defer s.waiter.unwatch(jobKey(ref), done)
 	if _, err := s.scheduler.DispatchJob(ctx, &herov1.DispatchJobRequest{ContextId: in.ContextID, CallerId: created.CallerID, JobId: created.ID, Actor: p.Name()}); err != nil {
 		return nil, err
 	}
@@ -695,6 +695,59 @@ func (s *service) flowLoad(ctx context.Context, p Principal, in ctxIDParams) (*m
 		return nil, err
 	}
 	return db.LoadFlow(ctx, in.ID)
+}
+
+type flowWaitParams struct {
+	ContextID uint32  `json:"context_id"`
+	ID        uint32  `json:"id"`
+	Timeout   *uint32 `json:"timeout"` // seconds to wait at most (default 300, at most 3600)
+}
+
+// flowWait waits until a flow ends (finished or error) and returns it. A flow that has
+// already ended is returned at once. It costs nothing per job: the scheduler publishes
+// one notification when a flow ends, which is what a client waiting for a result needs
+// (following the event stream costs the server a read of every job's events).
+func (s *service) flowWait(ctx context.Context, p Principal, in flowWaitParams) (*model.Flow, error) {
+	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "flow.wait")
+	if err != nil {
+		return nil, err
+	}
+	if in.ID == 0 {
+		return nil, invalidParams("id", "id is required")
+	}
+	wait := 5 * time.Minute
+	if in.Timeout != nil {
+		if *in.Timeout == 0 || *in.Timeout > 3600 {
+			return nil, invalidParams("timeout", "timeout must be 1 to 3600 seconds, got %d", *in.Timeout)
+		}
+		wait = time.Duration(*in.Timeout) * time.Second
+	}
+	k := flowKey(in.ContextID, in.ID)
+	done := s.waiter.watch(k) // before the first load: an end in between is not missed
+	defer s.waiter.unwatch(k, done)
+	f, err := db.LoadFlow(ctx, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	safety := time.NewTicker(5 * time.Second) // a missed notification (pub/sub reconnect) costs at most this
+	defer safety.Stop()
+	for !f.Status.Terminal() {
+		select {
+		case <-done:
+		case <-safety.C:
+		case <-t.C:
+			return nil, &apiError{Code: codeTimeout, Msg: fmt.Sprintf("flow %d did not end within %v (status %s); it goes on: wait again or follow it with flow.load", in.ID, wait, f.Status),
+				Data: map[string]any{"context_id": in.ContextID, "id": in.ID, "status": string(f.Status)}}
+		case <-ctx.Done():
+			return nil, &apiError{Code: codeTimeout, Msg: fmt.Sprintf("request cancelled while waiting for flow %d", in.ID)}
+		}
+		if f, err = db.LoadFlow(ctx, in.ID); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
 }
 
 func (s *service) flowList(ctx context.Context, p Principal, in listParams) (*listResult[*model.Flow], error) {

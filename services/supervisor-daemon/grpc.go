@@ -285,6 +285,18 @@ func (c *coordinatorServer) GetFlow(ctx context.Context, r *herov1.GetFlowReques
 	})
 }
 
+func (c *coordinatorServer) WaitFlow(ctx context.Context, r *herov1.WaitFlowRequest) (*herov1.WaitFlowResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.WaitFlowResponse, error) {
+		in := flowWaitParams{ContextID: r.ContextId, ID: r.Id}
+		if r.Timeout > 0 {
+			t := r.Timeout
+			in.Timeout = &t
+		}
+		x, err := c.s.flowWait(ctx, p, in)
+		return &herov1.WaitFlowResponse{Flow: protoconv.FlowToPB(x)}, err
+	})
+}
+
 func (c *coordinatorServer) ListFlows(ctx context.Context, r *herov1.ListFlowsRequest) (*herov1.ListFlowsResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.ListFlowsResponse, error) {
 		x, err := c.s.flowList(ctx, p, listParams{ContextID: r.ContextId, Limit: int(r.Limit), Cursor: r.Cursor, Status: r.Status})

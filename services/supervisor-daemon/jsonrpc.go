@@ -61,6 +61,7 @@ func (s *service) methods() map[string]method {
 		"flow.load":      rpcMethod("Load a flow; while it runs, its result map so far.", "Flow", s.flowLoad),
 		"flow.list":      rpcMethod("List flows, newest first; optional status filter.", "{items: [Flow], next_cursor}", s.flowList),
 		"flow.start":     rpcMethod("Validate a flow's DAG and start it (executors).", "Flow", s.flowStart),
+		"flow.wait":      rpcMethod("Wait until a flow ends (finished or error) and return it; optional timeout in seconds (default 300).", "Flow", s.flowWait),
 		"flow.dag":       rpcMethod("A flow's DAG with each node's state.", "{flow, nodes}", s.flowDAG),
 		"flow.cancel":    rpcMethod("Cancel a flow: running jobs are stopped, pending ones never start (executors).", "Flow", s.flowCancel),
 		"flow.delete":    rpcMethod("Delete an ended (or, with force, running) flow with its jobs, messages, DAG state and logs (admins).", "{deleted}", s.flowDelete),

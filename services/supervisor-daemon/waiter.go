@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -11,28 +14,38 @@ import (
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
-// waiter wakes job.run callers when their job ends. One subscription to the
-// coord:jobdone channel serves every waiting call; the scheduler publishes a job's
-// reference there when the job reaches its final state.
+// waiter wakes job.run and flow.wait callers when their job or flow ends. One
+// subscription to the coord:jobdone and coord:flowdone channels serves every waiting
+// call; the scheduler publishes a job's reference when the job reaches its final state,
+// and a flow's "<ctx>:<id>" when the flow does.
 type waiter struct {
 	mu      sync.Mutex
-	waiting map[model.JobRef][]chan struct{}
+	waiting map[waitKey][]chan struct{}
 }
 
-func newWaiter() *waiter { return &waiter{waiting: map[model.JobRef][]chan struct{}{}} }
+// waitKey names what a call waits for: a job (flow 0) or a flow (job zero).
+type waitKey struct {
+	job  model.JobRef
+	flow [2]uint32 // context, flow id
+}
 
-func (w *waiter) watch(ref model.JobRef) chan struct{} {
+func jobKey(ref model.JobRef) waitKey      { return waitKey{job: ref} }
+func flowKey(ctxID, flowID uint32) waitKey { return waitKey{flow: [2]uint32{ctxID, flowID}} }
+
+func newWaiter() *waiter { return &waiter{waiting: map[waitKey][]chan struct{}{}} }
+
+func (w *waiter) watch(k waitKey) chan struct{} {
 	ch := make(chan struct{}, 1)
 	w.mu.Lock()
-	w.waiting[ref] = append(w.waiting[ref], ch)
+	w.waiting[k] = append(w.waiting[k], ch)
 	w.mu.Unlock()
 	return ch
 }
 
-func (w *waiter) unwatch(ref model.JobRef, ch chan struct{}) {
+func (w *waiter) unwatch(k waitKey, ch chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	list := w.waiting[ref]
+	list := w.waiting[k]
 	for i, c := range list {
 		if c == ch {
 			list = append(list[:i], list[i+1:]...)
@@ -40,16 +53,16 @@ func (w *waiter) unwatch(ref model.JobRef, ch chan struct{}) {
 		}
 	}
 	if len(list) == 0 {
-		delete(w.waiting, ref)
+		delete(w.waiting, k)
 	} else {
-		w.waiting[ref] = list
+		w.waiting[k] = list
 	}
 }
 
-func (w *waiter) notify(ref model.JobRef) {
+func (w *waiter) notify(k waitKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, ch := range w.waiting[ref] {
+	for _, ch := range w.waiting[k] {
 		select {
 		case ch <- struct{}{}:
 		default:
@@ -57,12 +70,28 @@ func (w *waiter) notify(ref model.JobRef) {
 	}
 }
 
-// run follows the channel until ctx ends. It reports when the subscription is live.
+// parseFlowDone reads a coord:flowdone payload, "<ctx>:<flow>".
+func parseFlowDone(s string) (waitKey, error) {
+	c, f, ok := strings.Cut(s, ":")
+	if !ok {
+		return waitKey{}, fmt.Errorf("flow reference %q is not <context>:<flow>", s)
+	}
+	ctxID, err1 := strconv.ParseUint(c, 10, 32)
+	flowID, err2 := strconv.ParseUint(f, 10, 32)
+	if err1 != nil || err2 != nil || flowID == 0 {
+		return waitKey{}, fmt.Errorf("flow reference %q is not <context>:<flow>", s)
+	}
+	return flowKey(uint32(ctxID), uint32(flowID)), nil
+}
+
+// run follows the channels until ctx ends. It reports when the subscription is live.
 func (w *waiter) run(ctx context.Context, st *store.Store, log zerolog.Logger, ready chan<- struct{}) error {
-	sub := st.G().Subscribe(ctx, keys.JobDone)
+	sub := st.G().Subscribe(ctx, keys.JobDone, keys.FlowDone)
 	defer func() { _ = sub.Close() }()
-	if _, err := sub.Receive(ctx); err != nil {
-		return err
+	for range 2 { // one confirmation per channel
+		if _, err := sub.Receive(ctx); err != nil {
+			return err
+		}
 	}
 	close(ready)
 	ch := sub.Channel()
@@ -74,12 +103,20 @@ func (w *waiter) run(ctx context.Context, st *store.Store, log zerolog.Logger, r
 			if !ok {
 				return nil
 			}
-			ref, err := model.ParseJobRef(m.Payload)
+			var k waitKey
+			var err error
+			if m.Channel == keys.FlowDone {
+				k, err = parseFlowDone(m.Payload)
+			} else {
+				var ref model.JobRef
+				ref, err = model.ParseJobRef(m.Payload)
+				k = jobKey(ref)
+			}
 			if err != nil {
-				log.Warn().Str("payload", m.Payload).Msg("bad job-done notification")
+				log.Warn().Str("channel", m.Channel).Str("payload", m.Payload).Err(err).Msg("bad done notification")
 				continue
 			}
-			w.notify(ref)
+			w.notify(k)
 		}
 	}
 }

@@ -388,6 +388,67 @@ func TestJobRun(t *testing.T) {
 	}
 }
 
+// flow.wait returns a flow once it has ended, woken by the flow's end (not by its
+// safety re-check every 5 s); a flow that ended is returned at once; the wait's own
+// timeout is an error that leaves the flow running; bad parameters are named.
+func TestFlowWait(t *testing.T) {
+	_, c := newStack(t, harness.StackOptions{})
+	createFlow(t, c, 1, nil,
+		jobSpec{id: 1, typ: "sh", script: "sleep 0.5; echo A=1 >> \"$HERO_RESULT_FILE\""},
+		jobSpec{id: 2, typ: "sh", script: "echo B=$HERO_DEP_1_A >> \"$HERO_RESULT_FILE\"", deps: []uint32{1}})
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
+	start := time.Now()
+	var f harness.Flow
+	c.MustCall(t, "flow.wait", map[string]any{"context_id": ctx1, "id": 1, "timeout": 60}, &f)
+	if f.Status != "finished" || loadJob(t, c, 2).Result["B"] != "1" {
+		t.Fatalf("flow.wait: %+v, job 2 %+v", f, loadJob(t, c, 2))
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("flow.wait returned %v after the start: not woken by the flow's end", took)
+	}
+	// Ended already: at once, with no timeout given.
+	c.MustCall(t, "flow.wait", map[string]any{"context_id": ctx1, "id": 1}, &f)
+	if f.Status != "finished" {
+		t.Fatalf("flow.wait of an ended flow: %+v", f)
+	}
+	// A failed flow is a result, not an error.
+	createFlow(t, c, 2, nil, jobSpec{id: 3, typ: "sh", script: "exit 3"})
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 2}, nil)
+	c.MustCall(t, "flow.wait", map[string]any{"context_id": ctx1, "id": 2, "timeout": 60}, &f)
+	if f.Status != "error" {
+		t.Fatalf("flow.wait of a failing flow: %+v", f)
+	}
+	// The wait ends first: a timeout error naming the status; the flow goes on.
+	createFlow(t, c, 3, nil, jobSpec{id: 4, typ: "sh", script: "sleep 30"})
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 3}, nil)
+	err := c.Call("flow.wait", map[string]any{"context_id": ctx1, "id": 3, "timeout": 1}, nil)
+	re, ok := err.(*harness.RPCError)
+	if !ok || re.Code != -32008 || re.Data["status"] != "started" {
+		t.Fatalf("flow.wait timeout: %v", err)
+	}
+	c.MustCall(t, "flow.cancel", map[string]any{"context_id": ctx1, "id": 3}, nil)
+	c.MustCall(t, "flow.wait", map[string]any{"context_id": ctx1, "id": 3, "timeout": 60}, &f)
+	if f.Status != "error" {
+		t.Fatalf("flow.wait of a cancelled flow: %+v", f)
+	}
+	for _, bad := range []struct {
+		params map[string]any
+		code   int
+		says   string
+	}{
+		{map[string]any{"context_id": ctx1, "id": 1, "timeout": 0}, -32602, "timeout must be 1 to 3600 seconds"},
+		{map[string]any{"context_id": ctx1, "id": 1, "timeout": 3601}, -32602, "timeout must be 1 to 3600 seconds"},
+		{map[string]any{"context_id": ctx1}, -32602, "id is required"},
+		{map[string]any{"context_id": ctx1, "id": 99}, -32004, "flow 99"},
+	} {
+		err := c.Call("flow.wait", bad.params, nil)
+		re, ok := err.(*harness.RPCError)
+		if !ok || re.Code != bad.code || !strings.Contains(re.Message, bad.says) {
+			t.Errorf("flow.wait %v: %v, want %d %q", bad.params, err, bad.code, bad.says)
+		}
+	}
+}
+
 // A script's result file: good lines become results; bad ones are skipped with a
 // warning in the job's log. job.logs tails by offset. rpc.discover lists the methods.
 func TestResultFileLogsAndDiscover(t *testing.T) {

@@ -39,6 +39,10 @@ func TestHeroctlSubmitAndWatch(t *testing.T) {
 	if m == nil {
 		t.Fatalf("submit output: %s", out)
 	}
+	// flow wait blocks until the flow ends and prints it.
+	if waited := run(me, "flow", "wait", m[1], "--wait", "60"); !regexp.MustCompile(`status\s+finished`).MatchString(waited) {
+		t.Fatalf("flow wait output:\n%s", waited)
+	}
 	watch := run(me, "flow", "watch", m[1])
 	if !strings.Contains(watch, "finished") || !strings.Contains(watch, "4/4 jobs done") {
 		t.Fatalf("watch output:\n%s", watch)
@@ -65,6 +69,13 @@ func TestHeroctlSubmitAndWatch(t *testing.T) {
 	stdout, stderr, code := s.Heroctl(t, me, "flow", "watch", m[1])
 	if code != 1 || !strings.Contains(stderr, "exit code 2: no") || !strings.Contains(stdout, "cancelled") {
 		t.Fatalf("watch of a failing flow: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = s.Heroctl(t, me, "flow", "wait", m[1])
+	if code != 1 || !strings.Contains(stderr, "flow "+m[1]+" failed") || !regexp.MustCompile(`status\s+error`).MatchString(stdout) {
+		t.Fatalf("wait for a failed flow: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if _, stderr, code = s.Heroctl(t, me, "flow", "wait"); code == 0 || !strings.Contains(stderr, "flow wait ID") {
+		t.Fatalf("flow wait without an id: exit %d %s", code, stderr)
 	}
 	// Errors are one clear line.
 	_, stderr, code = s.Heroctl(t, me, "flow", "submit", filepath.Join(root, "examples", "missing.yaml"))

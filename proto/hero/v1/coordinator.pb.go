@@ -1742,6 +1742,110 @@ func (x *GetFlowResponse) GetFlow() *Flow {
 	return nil
 }
 
+type WaitFlowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	Id            uint32                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Timeout       uint32                 `protobuf:"varint,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitFlowRequest) Reset() {
+	*x = WaitFlowRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitFlowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitFlowRequest) ProtoMessage() {}
+
+func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitFlowRequest.ProtoReflect.Descriptor instead.
+func (*WaitFlowRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *WaitFlowRequest) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+func (x *WaitFlowRequest) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WaitFlowRequest) GetTimeout() uint32 {
+	if x != nil {
+		return x.Timeout
+	}
+	return 0
+}
+
+type WaitFlowResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Flow          *Flow                  `protobuf:"bytes,1,opt,name=flow,proto3" json:"flow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitFlowResponse) Reset() {
+	*x = WaitFlowResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitFlowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitFlowResponse) ProtoMessage() {}
+
+func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitFlowResponse.ProtoReflect.Descriptor instead.
+func (*WaitFlowResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *WaitFlowResponse) GetFlow() *Flow {
+	if x != nil {
+		return x.Flow
+	}
+	return nil
+}
+
 type ListFlowsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
@@ -1754,7 +1858,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1870,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1883,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListFlowsRequest) GetContextId() uint32 {
@@ -1820,7 +1924,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1936,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1949,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -1872,7 +1976,7 @@ type StartFlowRequest struct {
 
 func (x *StartFlowRequest) Reset() {
 	*x = StartFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +1988,7 @@ func (x *StartFlowRequest) String() string {
 func (*StartFlowRequest) ProtoMessage() {}
 
 func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2001,7 @@ func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowRequest.ProtoReflect.Descriptor instead.
 func (*StartFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StartFlowRequest) GetContextId() uint32 {
@@ -1923,7 +2027,7 @@ type StartFlowResponse struct {
 
 func (x *StartFlowResponse) Reset() {
 	*x = StartFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2039,7 @@ func (x *StartFlowResponse) String() string {
 func (*StartFlowResponse) ProtoMessage() {}
 
 func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2052,7 @@ func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowResponse.ProtoReflect.Descriptor instead.
 func (*StartFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StartFlowResponse) GetFlow() *Flow {
@@ -1968,7 +2072,7 @@ type GetFlowDagRequest struct {
 
 func (x *GetFlowDagRequest) Reset() {
 	*x = GetFlowDagRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2084,7 @@ func (x *GetFlowDagRequest) String() string {
 func (*GetFlowDagRequest) ProtoMessage() {}
 
 func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2097,7 @@ func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowDagRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetFlowDagRequest) GetContextId() uint32 {
@@ -2020,7 +2124,7 @@ type GetFlowDagResponse struct {
 
 func (x *GetFlowDagResponse) Reset() {
 	*x = GetFlowDagResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2136,7 @@ func (x *GetFlowDagResponse) String() string {
 func (*GetFlowDagResponse) ProtoMessage() {}
 
 func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2149,7 @@ func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowDagResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetFlowDagResponse) GetFlow() *Flow {
@@ -2072,7 +2176,7 @@ type CancelFlowRequest struct {
 
 func (x *CancelFlowRequest) Reset() {
 	*x = CancelFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2188,7 @@ func (x *CancelFlowRequest) String() string {
 func (*CancelFlowRequest) ProtoMessage() {}
 
 func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2201,7 @@ func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowRequest.ProtoReflect.Descriptor instead.
 func (*CancelFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelFlowRequest) GetContextId() uint32 {
@@ -2123,7 +2227,7 @@ type CancelFlowResponse struct {
 
 func (x *CancelFlowResponse) Reset() {
 	*x = CancelFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2239,7 @@ func (x *CancelFlowResponse) String() string {
 func (*CancelFlowResponse) ProtoMessage() {}
 
 func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2252,7 @@ func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowResponse.ProtoReflect.Descriptor instead.
 func (*CancelFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CancelFlowResponse) GetFlow() *Flow {
@@ -2168,7 +2272,7 @@ type RetryFlowRequest struct {
 
 func (x *RetryFlowRequest) Reset() {
 	*x = RetryFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2284,7 @@ func (x *RetryFlowRequest) String() string {
 func (*RetryFlowRequest) ProtoMessage() {}
 
 func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2297,7 @@ func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowRequest.ProtoReflect.Descriptor instead.
 func (*RetryFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{42}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RetryFlowRequest) GetContextId() uint32 {
@@ -2219,7 +2323,7 @@ type RetryFlowResponse struct {
 
 func (x *RetryFlowResponse) Reset() {
 	*x = RetryFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2335,7 @@ func (x *RetryFlowResponse) String() string {
 func (*RetryFlowResponse) ProtoMessage() {}
 
 func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2348,7 @@ func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowResponse.ProtoReflect.Descriptor instead.
 func (*RetryFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{43}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RetryFlowResponse) GetFlow() *Flow {
@@ -2270,7 +2374,7 @@ type DLQEntry struct {
 
 func (x *DLQEntry) Reset() {
 	*x = DLQEntry{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2386,7 @@ func (x *DLQEntry) String() string {
 func (*DLQEntry) ProtoMessage() {}
 
 func (x *DLQEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2399,7 @@ func (x *DLQEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DLQEntry.ProtoReflect.Descriptor instead.
 func (*DLQEntry) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DLQEntry) GetCallerId() uint32 {
@@ -2365,7 +2469,7 @@ type ListDLQRequest struct {
 
 func (x *ListDLQRequest) Reset() {
 	*x = ListDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2481,7 @@ func (x *ListDLQRequest) String() string {
 func (*ListDLQRequest) ProtoMessage() {}
 
 func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2494,7 @@ func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQRequest.ProtoReflect.Descriptor instead.
 func (*ListDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListDLQRequest) GetContextId() uint32 {
@@ -2424,7 +2528,7 @@ type ListDLQResponse struct {
 
 func (x *ListDLQResponse) Reset() {
 	*x = ListDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2540,7 @@ func (x *ListDLQResponse) String() string {
 func (*ListDLQResponse) ProtoMessage() {}
 
 func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2553,7 @@ func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQResponse.ProtoReflect.Descriptor instead.
 func (*ListDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListDLQResponse) GetEntries() []*DLQEntry {
@@ -2477,7 +2581,7 @@ type ShowDLQRequest struct {
 
 func (x *ShowDLQRequest) Reset() {
 	*x = ShowDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2489,7 +2593,7 @@ func (x *ShowDLQRequest) String() string {
 func (*ShowDLQRequest) ProtoMessage() {}
 
 func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2502,7 +2606,7 @@ func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQRequest.ProtoReflect.Descriptor instead.
 func (*ShowDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ShowDLQRequest) GetContextId() uint32 {
@@ -2536,7 +2640,7 @@ type ShowDLQResponse struct {
 
 func (x *ShowDLQResponse) Reset() {
 	*x = ShowDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2652,7 @@ func (x *ShowDLQResponse) String() string {
 func (*ShowDLQResponse) ProtoMessage() {}
 
 func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2665,7 @@ func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQResponse.ProtoReflect.Descriptor instead.
 func (*ShowDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ShowDLQResponse) GetEntry() *DLQEntry {
@@ -2589,7 +2693,7 @@ type RequeueDLQRequest struct {
 
 func (x *RequeueDLQRequest) Reset() {
 	*x = RequeueDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2705,7 @@ func (x *RequeueDLQRequest) String() string {
 func (*RequeueDLQRequest) ProtoMessage() {}
 
 func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2718,7 @@ func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RequeueDLQRequest) GetContextId() uint32 {
@@ -2647,7 +2751,7 @@ type RequeueDLQResponse struct {
 
 func (x *RequeueDLQResponse) Reset() {
 	*x = RequeueDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2659,7 +2763,7 @@ func (x *RequeueDLQResponse) String() string {
 func (*RequeueDLQResponse) ProtoMessage() {}
 
 func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2672,7 +2776,7 @@ func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RequeueDLQResponse) GetJob() *Job {
@@ -2693,7 +2797,7 @@ type PurgeDLQRequest struct {
 
 func (x *PurgeDLQRequest) Reset() {
 	*x = PurgeDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2809,7 @@ func (x *PurgeDLQRequest) String() string {
 func (*PurgeDLQRequest) ProtoMessage() {}
 
 func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2822,7 @@ func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PurgeDLQRequest) GetContextId() uint32 {
@@ -2751,7 +2855,7 @@ type PurgeDLQResponse struct {
 
 func (x *PurgeDLQResponse) Reset() {
 	*x = PurgeDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2763,7 +2867,7 @@ func (x *PurgeDLQResponse) String() string {
 func (*PurgeDLQResponse) ProtoMessage() {}
 
 func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2776,7 +2880,7 @@ func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PurgeDLQResponse) GetPurged() int64 {
@@ -2798,7 +2902,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2914,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2927,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeleteJobRequest) GetContextId() uint32 {
@@ -2865,7 +2969,7 @@ type DeleteFlowRequest struct {
 
 func (x *DeleteFlowRequest) Reset() {
 	*x = DeleteFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +2981,7 @@ func (x *DeleteFlowRequest) String() string {
 func (*DeleteFlowRequest) ProtoMessage() {}
 
 func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +2994,7 @@ func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFlowRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeleteFlowRequest) GetContextId() uint32 {
@@ -2925,7 +3029,7 @@ type DeleteRunnerRequest struct {
 
 func (x *DeleteRunnerRequest) Reset() {
 	*x = DeleteRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2937,7 +3041,7 @@ func (x *DeleteRunnerRequest) String() string {
 func (*DeleteRunnerRequest) ProtoMessage() {}
 
 func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2950,7 +3054,7 @@ func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunnerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DeleteRunnerRequest) GetContextId() uint32 {
@@ -2984,7 +3088,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3100,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3113,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DeleteContextRequest) GetId() uint32 {
@@ -3035,7 +3139,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3151,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3164,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -3080,7 +3184,7 @@ type CreateMessageRequest struct {
 
 func (x *CreateMessageRequest) Reset() {
 	*x = CreateMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3196,7 @@ func (x *CreateMessageRequest) String() string {
 func (*CreateMessageRequest) ProtoMessage() {}
 
 func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3209,7 @@ func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageRequest.ProtoReflect.Descriptor instead.
 func (*CreateMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateMessageRequest) GetContextId() uint32 {
@@ -3131,7 +3235,7 @@ type CreateMessageResponse struct {
 
 func (x *CreateMessageResponse) Reset() {
 	*x = CreateMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3247,7 @@ func (x *CreateMessageResponse) String() string {
 func (*CreateMessageResponse) ProtoMessage() {}
 
 func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3260,7 @@ func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageResponse.ProtoReflect.Descriptor instead.
 func (*CreateMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CreateMessageResponse) GetMessage() *Message {
@@ -3177,7 +3281,7 @@ type GetMessageRequest struct {
 
 func (x *GetMessageRequest) Reset() {
 	*x = GetMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3293,7 @@ func (x *GetMessageRequest) String() string {
 func (*GetMessageRequest) ProtoMessage() {}
 
 func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3306,7 @@ func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetMessageRequest) GetContextId() uint32 {
@@ -3235,7 +3339,7 @@ type GetMessageResponse struct {
 
 func (x *GetMessageResponse) Reset() {
 	*x = GetMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3247,7 +3351,7 @@ func (x *GetMessageResponse) String() string {
 func (*GetMessageResponse) ProtoMessage() {}
 
 func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3260,7 +3364,7 @@ func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageResponse.ProtoReflect.Descriptor instead.
 func (*GetMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetMessageResponse) GetMessage() *Message {
@@ -3284,7 +3388,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3400,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3413,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WatchRequest) GetContextId() uint32 {
@@ -3349,7 +3453,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3361,7 +3465,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3374,7 +3478,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -3396,7 +3500,7 @@ type ReadEventsRequest struct {
 
 func (x *ReadEventsRequest) Reset() {
 	*x = ReadEventsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3408,7 +3512,7 @@ func (x *ReadEventsRequest) String() string {
 func (*ReadEventsRequest) ProtoMessage() {}
 
 func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3421,7 +3525,7 @@ func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReadEventsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReadEventsRequest) GetContextId() uint32 {
@@ -3462,7 +3566,7 @@ type ReadEventsResponse struct {
 
 func (x *ReadEventsResponse) Reset() {
 	*x = ReadEventsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +3578,7 @@ func (x *ReadEventsResponse) String() string {
 func (*ReadEventsResponse) ProtoMessage() {}
 
 func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +3591,7 @@ func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReadEventsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReadEventsResponse) GetEvents() []*Event {
@@ -3620,6 +3724,13 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\rR\x02id\"4\n" +
 	"\x0fGetFlowResponse\x12!\n" +
+	"\x04flow\x18\x01 \x01(\v2\r.hero.v1.FlowR\x04flow\"Z\n" +
+	"\x0fWaitFlowRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\rR\x02id\x12\x18\n" +
+	"\atimeout\x18\x03 \x01(\rR\atimeout\"5\n" +
+	"\x10WaitFlowResponse\x12!\n" +
 	"\x04flow\x18\x01 \x01(\v2\r.hero.v1.FlowR\x04flow\"w\n" +
 	"\x10ListFlowsRequest\x12\x1d\n" +
 	"\n" +
@@ -3747,7 +3858,7 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\aflow_id\x18\x04 \x01(\rR\x06flowId\"`\n" +
 	"\x12ReadEventsResponse\x12&\n" +
 	"\x06events\x18\x01 \x03(\v2\x0e.hero.v1.EventR\x06events\x12\"\n" +
-	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xe9\x11\n" +
+	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xaa\x12\n" +
 	"\vCoordinator\x12H\n" +
 	"\vCreateActor\x12\x1b.hero.v1.CreateActorRequest\x1a\x1c.hero.v1.CreateActorResponse\x12?\n" +
 	"\bGetActor\x12\x18.hero.v1.GetActorRequest\x1a\x19.hero.v1.GetActorResponse\x12N\n" +
@@ -3771,7 +3882,8 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\tListFlows\x12\x19.hero.v1.ListFlowsRequest\x1a\x1a.hero.v1.ListFlowsResponse\x12B\n" +
 	"\tStartFlow\x12\x19.hero.v1.StartFlowRequest\x1a\x1a.hero.v1.StartFlowResponse\x12E\n" +
 	"\n" +
-	"GetFlowDag\x12\x1a.hero.v1.GetFlowDagRequest\x1a\x1b.hero.v1.GetFlowDagResponse\x12E\n" +
+	"GetFlowDag\x12\x1a.hero.v1.GetFlowDagRequest\x1a\x1b.hero.v1.GetFlowDagResponse\x12?\n" +
+	"\bWaitFlow\x12\x18.hero.v1.WaitFlowRequest\x1a\x19.hero.v1.WaitFlowResponse\x12E\n" +
 	"\n" +
 	"CancelFlow\x12\x1a.hero.v1.CancelFlowRequest\x1a\x1b.hero.v1.CancelFlowResponse\x12B\n" +
 	"\tRetryFlow\x12\x19.hero.v1.RetryFlowRequest\x1a\x1a.hero.v1.RetryFlowResponse\x12<\n" +
@@ -3804,7 +3916,7 @@ func file_hero_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_hero_v1_coordinator_proto_rawDescData
 }
 
-var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_hero_v1_coordinator_proto_goTypes = []any{
 	(*CreateActorRequest)(nil),    // 0: hero.v1.CreateActorRequest
 	(*CreateActorResponse)(nil),   // 1: hero.v1.CreateActorResponse
@@ -3840,159 +3952,164 @@ var file_hero_v1_coordinator_proto_goTypes = []any{
 	(*CreateFlowResponse)(nil),    // 31: hero.v1.CreateFlowResponse
 	(*GetFlowRequest)(nil),        // 32: hero.v1.GetFlowRequest
 	(*GetFlowResponse)(nil),       // 33: hero.v1.GetFlowResponse
-	(*ListFlowsRequest)(nil),      // 34: hero.v1.ListFlowsRequest
-	(*ListFlowsResponse)(nil),     // 35: hero.v1.ListFlowsResponse
-	(*StartFlowRequest)(nil),      // 36: hero.v1.StartFlowRequest
-	(*StartFlowResponse)(nil),     // 37: hero.v1.StartFlowResponse
-	(*GetFlowDagRequest)(nil),     // 38: hero.v1.GetFlowDagRequest
-	(*GetFlowDagResponse)(nil),    // 39: hero.v1.GetFlowDagResponse
-	(*CancelFlowRequest)(nil),     // 40: hero.v1.CancelFlowRequest
-	(*CancelFlowResponse)(nil),    // 41: hero.v1.CancelFlowResponse
-	(*RetryFlowRequest)(nil),      // 42: hero.v1.RetryFlowRequest
-	(*RetryFlowResponse)(nil),     // 43: hero.v1.RetryFlowResponse
-	(*DLQEntry)(nil),              // 44: hero.v1.DLQEntry
-	(*ListDLQRequest)(nil),        // 45: hero.v1.ListDLQRequest
-	(*ListDLQResponse)(nil),       // 46: hero.v1.ListDLQResponse
-	(*ShowDLQRequest)(nil),        // 47: hero.v1.ShowDLQRequest
-	(*ShowDLQResponse)(nil),       // 48: hero.v1.ShowDLQResponse
-	(*RequeueDLQRequest)(nil),     // 49: hero.v1.RequeueDLQRequest
-	(*RequeueDLQResponse)(nil),    // 50: hero.v1.RequeueDLQResponse
-	(*PurgeDLQRequest)(nil),       // 51: hero.v1.PurgeDLQRequest
-	(*PurgeDLQResponse)(nil),      // 52: hero.v1.PurgeDLQResponse
-	(*DeleteJobRequest)(nil),      // 53: hero.v1.DeleteJobRequest
-	(*DeleteFlowRequest)(nil),     // 54: hero.v1.DeleteFlowRequest
-	(*DeleteRunnerRequest)(nil),   // 55: hero.v1.DeleteRunnerRequest
-	(*DeleteContextRequest)(nil),  // 56: hero.v1.DeleteContextRequest
-	(*DeleteResponse)(nil),        // 57: hero.v1.DeleteResponse
-	(*CreateMessageRequest)(nil),  // 58: hero.v1.CreateMessageRequest
-	(*CreateMessageResponse)(nil), // 59: hero.v1.CreateMessageResponse
-	(*GetMessageRequest)(nil),     // 60: hero.v1.GetMessageRequest
-	(*GetMessageResponse)(nil),    // 61: hero.v1.GetMessageResponse
-	(*WatchRequest)(nil),          // 62: hero.v1.WatchRequest
-	(*WatchResponse)(nil),         // 63: hero.v1.WatchResponse
-	(*ReadEventsRequest)(nil),     // 64: hero.v1.ReadEventsRequest
-	(*ReadEventsResponse)(nil),    // 65: hero.v1.ReadEventsResponse
-	(*Actor)(nil),                 // 66: hero.v1.Actor
-	(*Context)(nil),               // 67: hero.v1.Context
-	(*Runner)(nil),                // 68: hero.v1.Runner
-	(*Job)(nil),                   // 69: hero.v1.Job
-	(*Flow)(nil),                  // 70: hero.v1.Flow
-	(*DagNode)(nil),               // 71: hero.v1.DagNode
-	(*Message)(nil),               // 72: hero.v1.Message
-	(*Event)(nil),                 // 73: hero.v1.Event
+	(*WaitFlowRequest)(nil),       // 34: hero.v1.WaitFlowRequest
+	(*WaitFlowResponse)(nil),      // 35: hero.v1.WaitFlowResponse
+	(*ListFlowsRequest)(nil),      // 36: hero.v1.ListFlowsRequest
+	(*ListFlowsResponse)(nil),     // 37: hero.v1.ListFlowsResponse
+	(*StartFlowRequest)(nil),      // 38: hero.v1.StartFlowRequest
+	(*StartFlowResponse)(nil),     // 39: hero.v1.StartFlowResponse
+	(*GetFlowDagRequest)(nil),     // 40: hero.v1.GetFlowDagRequest
+	(*GetFlowDagResponse)(nil),    // 41: hero.v1.GetFlowDagResponse
+	(*CancelFlowRequest)(nil),     // 42: hero.v1.CancelFlowRequest
+	(*CancelFlowResponse)(nil),    // 43: hero.v1.CancelFlowResponse
+	(*RetryFlowRequest)(nil),      // 44: hero.v1.RetryFlowRequest
+	(*RetryFlowResponse)(nil),     // 45: hero.v1.RetryFlowResponse
+	(*DLQEntry)(nil),              // 46: hero.v1.DLQEntry
+	(*ListDLQRequest)(nil),        // 47: hero.v1.ListDLQRequest
+	(*ListDLQResponse)(nil),       // 48: hero.v1.ListDLQResponse
+	(*ShowDLQRequest)(nil),        // 49: hero.v1.ShowDLQRequest
+	(*ShowDLQResponse)(nil),       // 50: hero.v1.ShowDLQResponse
+	(*RequeueDLQRequest)(nil),     // 51: hero.v1.RequeueDLQRequest
+	(*RequeueDLQResponse)(nil),    // 52: hero.v1.RequeueDLQResponse
+	(*PurgeDLQRequest)(nil),       // 53: hero.v1.PurgeDLQRequest
+	(*PurgeDLQResponse)(nil),      // 54: hero.v1.PurgeDLQResponse
+	(*DeleteJobRequest)(nil),      // 55: hero.v1.DeleteJobRequest
+	(*DeleteFlowRequest)(nil),     // 56: hero.v1.DeleteFlowRequest
+	(*DeleteRunnerRequest)(nil),   // 57: hero.v1.DeleteRunnerRequest
+	(*DeleteContextRequest)(nil),  // 58: hero.v1.DeleteContextRequest
+	(*DeleteResponse)(nil),        // 59: hero.v1.DeleteResponse
+	(*CreateMessageRequest)(nil),  // 60: hero.v1.CreateMessageRequest
+	(*CreateMessageResponse)(nil), // 61: hero.v1.CreateMessageResponse
+	(*GetMessageRequest)(nil),     // 62: hero.v1.GetMessageRequest
+	(*GetMessageResponse)(nil),    // 63: hero.v1.GetMessageResponse
+	(*WatchRequest)(nil),          // 64: hero.v1.WatchRequest
+	(*WatchResponse)(nil),         // 65: hero.v1.WatchResponse
+	(*ReadEventsRequest)(nil),     // 66: hero.v1.ReadEventsRequest
+	(*ReadEventsResponse)(nil),    // 67: hero.v1.ReadEventsResponse
+	(*Actor)(nil),                 // 68: hero.v1.Actor
+	(*Context)(nil),               // 69: hero.v1.Context
+	(*Runner)(nil),                // 70: hero.v1.Runner
+	(*Job)(nil),                   // 71: hero.v1.Job
+	(*Flow)(nil),                  // 72: hero.v1.Flow
+	(*DagNode)(nil),               // 73: hero.v1.DagNode
+	(*Message)(nil),               // 74: hero.v1.Message
+	(*Event)(nil),                 // 75: hero.v1.Event
 }
 var file_hero_v1_coordinator_proto_depIdxs = []int32{
-	66, // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
-	66, // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
-	66, // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
-	67, // 3: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
-	67, // 4: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
-	67, // 5: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
+	68, // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
+	68, // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
+	68, // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
+	69, // 3: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
+	69, // 4: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
+	69, // 5: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
 	10, // 6: hero.v1.UpdateContextRequest.admins:type_name -> hero.v1.IdList
 	10, // 7: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
 	10, // 8: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
 	11, // 9: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
-	67, // 10: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
-	68, // 11: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
-	68, // 12: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
-	68, // 13: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
-	68, // 14: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
-	69, // 15: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
-	69, // 16: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
-	69, // 17: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
-	69, // 18: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
-	69, // 19: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
-	69, // 20: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
-	69, // 21: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
-	70, // 22: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
-	70, // 23: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
-	70, // 24: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
-	70, // 25: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
-	70, // 26: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
-	70, // 27: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
-	71, // 28: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
-	70, // 29: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
-	70, // 30: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
-	44, // 31: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
-	44, // 32: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
-	69, // 33: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
-	69, // 34: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
-	72, // 35: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
-	72, // 36: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
-	72, // 37: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
-	73, // 38: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
-	73, // 39: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
-	0,  // 40: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
-	2,  // 41: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
-	4,  // 42: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
-	6,  // 43: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
-	8,  // 44: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
-	12, // 45: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
-	14, // 46: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
-	16, // 47: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
-	18, // 48: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
-	20, // 49: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
-	22, // 50: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
-	24, // 51: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
-	26, // 52: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
-	28, // 53: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
-	30, // 54: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
-	32, // 55: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
-	34, // 56: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
-	36, // 57: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
-	38, // 58: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
-	40, // 59: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
-	42, // 60: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
-	45, // 61: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
-	47, // 62: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
-	49, // 63: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
-	51, // 64: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
-	53, // 65: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
-	54, // 66: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
-	55, // 67: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
-	56, // 68: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
-	58, // 69: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
-	60, // 70: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
-	62, // 71: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
-	64, // 72: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
-	1,  // 73: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
-	3,  // 74: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
-	5,  // 75: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
-	7,  // 76: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
-	9,  // 77: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
-	13, // 78: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
-	15, // 79: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
-	17, // 80: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
-	19, // 81: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
-	21, // 82: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
-	23, // 83: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
-	25, // 84: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
-	27, // 85: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
-	29, // 86: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
-	31, // 87: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
-	33, // 88: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
-	35, // 89: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
-	37, // 90: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
-	39, // 91: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
-	41, // 92: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
-	43, // 93: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
-	46, // 94: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
-	48, // 95: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
-	50, // 96: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
-	52, // 97: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
-	57, // 98: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
-	57, // 99: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
-	57, // 100: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
-	57, // 101: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
-	59, // 102: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
-	61, // 103: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
-	63, // 104: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
-	65, // 105: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
-	73, // [73:106] is the sub-list for method output_type
-	40, // [40:73] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	69, // 10: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
+	70, // 11: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
+	70, // 12: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
+	70, // 13: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
+	70, // 14: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
+	71, // 15: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
+	71, // 16: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
+	71, // 17: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
+	71, // 18: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
+	71, // 19: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
+	71, // 20: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
+	71, // 21: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
+	72, // 22: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
+	72, // 23: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
+	72, // 24: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
+	72, // 25: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
+	72, // 26: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
+	72, // 27: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
+	72, // 28: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
+	73, // 29: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
+	72, // 30: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
+	72, // 31: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
+	46, // 32: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
+	46, // 33: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
+	71, // 34: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
+	71, // 35: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
+	74, // 36: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
+	74, // 37: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
+	74, // 38: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
+	75, // 39: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
+	75, // 40: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
+	0,  // 41: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
+	2,  // 42: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
+	4,  // 43: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
+	6,  // 44: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
+	8,  // 45: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
+	12, // 46: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
+	14, // 47: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
+	16, // 48: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
+	18, // 49: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
+	20, // 50: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
+	22, // 51: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
+	24, // 52: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
+	26, // 53: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
+	28, // 54: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
+	30, // 55: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
+	32, // 56: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
+	36, // 57: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
+	38, // 58: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
+	40, // 59: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
+	34, // 60: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
+	42, // 61: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
+	44, // 62: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
+	47, // 63: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
+	49, // 64: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
+	51, // 65: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
+	53, // 66: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
+	55, // 67: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
+	56, // 68: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
+	57, // 69: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
+	58, // 70: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
+	60, // 71: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
+	62, // 72: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
+	64, // 73: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
+	66, // 74: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
+	1,  // 75: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
+	3,  // 76: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
+	5,  // 77: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
+	7,  // 78: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
+	9,  // 79: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
+	13, // 80: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
+	15, // 81: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
+	17, // 82: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
+	19, // 83: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
+	21, // 84: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
+	23, // 85: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
+	25, // 86: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
+	27, // 87: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
+	29, // 88: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
+	31, // 89: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
+	33, // 90: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
+	37, // 91: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
+	39, // 92: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
+	41, // 93: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
+	35, // 94: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
+	43, // 95: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
+	45, // 96: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
+	48, // 97: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
+	50, // 98: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
+	52, // 99: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
+	54, // 100: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
+	59, // 101: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
+	59, // 102: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
+	59, // 103: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
+	59, // 104: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
+	61, // 105: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
+	63, // 106: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
+	65, // 107: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
+	67, // 108: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
+	75, // [75:109] is the sub-list for method output_type
+	41, // [41:75] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_hero_v1_coordinator_proto_init() }
@@ -4008,7 +4125,7 @@ func file_hero_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hero_v1_coordinator_proto_rawDesc), len(file_hero_v1_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   66,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	Coordinator_ListFlows_FullMethodName     = "/hero.v1.Coordinator/ListFlows"
 	Coordinator_StartFlow_FullMethodName     = "/hero.v1.Coordinator/StartFlow"
 	Coordinator_GetFlowDag_FullMethodName    = "/hero.v1.Coordinator/GetFlowDag"
+	Coordinator_WaitFlow_FullMethodName      = "/hero.v1.Coordinator/WaitFlow"
 	Coordinator_CancelFlow_FullMethodName    = "/hero.v1.Coordinator/CancelFlow"
 	Coordinator_RetryFlow_FullMethodName     = "/hero.v1.Coordinator/RetryFlow"
 	Coordinator_ListDLQ_FullMethodName       = "/hero.v1.Coordinator/ListDLQ"
@@ -82,6 +83,9 @@ type CoordinatorClient interface {
 	ListFlows(ctx context.Context, in *ListFlowsRequest, opts ...grpc.CallOption) (*ListFlowsResponse, error)
 	StartFlow(ctx context.Context, in *StartFlowRequest, opts ...grpc.CallOption) (*StartFlowResponse, error)
 	GetFlowDag(ctx context.Context, in *GetFlowDagRequest, opts ...grpc.CallOption) (*GetFlowDagResponse, error)
+	// WaitFlow returns a flow once it has ended (finished or error), waiting at most
+	// timeout seconds (0: 300).
+	WaitFlow(ctx context.Context, in *WaitFlowRequest, opts ...grpc.CallOption) (*WaitFlowResponse, error)
 	CancelFlow(ctx context.Context, in *CancelFlowRequest, opts ...grpc.CallOption) (*CancelFlowResponse, error)
 	RetryFlow(ctx context.Context, in *RetryFlowRequest, opts ...grpc.CallOption) (*RetryFlowResponse, error)
 	// The dead-letter queue: jobs that failed for good (retries exhausted, or fatal).
@@ -299,6 +303,16 @@ func (c *coordinatorClient) GetFlowDag(ctx context.Context, in *GetFlowDagReques
 	return out, nil
 }
 
+func (c *coordinatorClient) WaitFlow(ctx context.Context, in *WaitFlowRequest, opts ...grpc.CallOption) (*WaitFlowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitFlowResponse)
+	err := c.cc.Invoke(ctx, Coordinator_WaitFlow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coordinatorClient) CancelFlow(ctx context.Context, in *CancelFlowRequest, opts ...grpc.CallOption) (*CancelFlowResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CancelFlowResponse)
@@ -476,6 +490,9 @@ type CoordinatorServer interface {
 	ListFlows(context.Context, *ListFlowsRequest) (*ListFlowsResponse, error)
 	StartFlow(context.Context, *StartFlowRequest) (*StartFlowResponse, error)
 	GetFlowDag(context.Context, *GetFlowDagRequest) (*GetFlowDagResponse, error)
+	// WaitFlow returns a flow once it has ended (finished or error), waiting at most
+	// timeout seconds (0: 300).
+	WaitFlow(context.Context, *WaitFlowRequest) (*WaitFlowResponse, error)
 	CancelFlow(context.Context, *CancelFlowRequest) (*CancelFlowResponse, error)
 	RetryFlow(context.Context, *RetryFlowRequest) (*RetryFlowResponse, error)
 	// The dead-letter queue: jobs that failed for good (retries exhausted, or fatal).
@@ -559,6 +576,9 @@ func (UnimplementedCoordinatorServer) StartFlow(context.Context, *StartFlowReque
 }
 func (UnimplementedCoordinatorServer) GetFlowDag(context.Context, *GetFlowDagRequest) (*GetFlowDagResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetFlowDag not implemented")
+}
+func (UnimplementedCoordinatorServer) WaitFlow(context.Context, *WaitFlowRequest) (*WaitFlowResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitFlow not implemented")
 }
 func (UnimplementedCoordinatorServer) CancelFlow(context.Context, *CancelFlowRequest) (*CancelFlowResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelFlow not implemented")
@@ -965,6 +985,24 @@ func _Coordinator_GetFlowDag_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_WaitFlow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitFlowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).WaitFlow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_WaitFlow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).WaitFlow(ctx, req.(*WaitFlowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Coordinator_CancelFlow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CancelFlowRequest)
 	if err := dec(in); err != nil {
@@ -1292,6 +1330,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetFlowDag",
 			Handler:    _Coordinator_GetFlowDag_Handler,
+		},
+		{
+			MethodName: "WaitFlow",
+			Handler:    _Coordinator_WaitFlow_Handler,
 		},
 		{
 			MethodName: "CancelFlow",

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -235,20 +236,21 @@ type Flow struct {
 // flow's events instead of on a timer.
 func (c *Client) WaitFlow(t testing.TB, ctxID, flowID uint32, timeout time.Duration) Flow {
 	t.Helper()
-	var f Flow
-	ok := c.watchEvents(t, ctxID, flowID, []string{"flow."}, timeout, func(ev *herov1.Event) bool {
-		// Only the flow's own state changes (and the first check) can end the wait:
-		// reloading the flow on every job event would load the server with O(n²) work.
-		if ev != nil && !(ev.FlowId == flowID && strings.HasPrefix(ev.Type, "flow.")) {
-			return false
+	// flow.wait: one notification per flow end, nothing per job (a watch of the event
+	// stream would have the server read every job's events).
+	deadline := time.Now().Add(timeout)
+	for {
+		secs := int(math.Ceil(time.Until(deadline).Seconds()))
+		var f Flow
+		err := c.Call("flow.wait", map[string]any{"context_id": ctxID, "id": flowID, "timeout": min(max(secs, 1), 3600)}, &f)
+		if err == nil {
+			return f
 		}
-		c.MustCall(t, "flow.load", map[string]any{"context_id": ctxID, "id": flowID}, &f)
-		return f.Status == "finished" || f.Status == "error"
-	})
-	if !ok {
-		t.Fatalf("flow %d did not end within %v (status %s)", flowID, timeout, f.Status)
+		if re, ok := err.(*RPCError); ok && re.Code == -32008 && time.Now().Before(deadline) {
+			continue // the server's wait ended first (its cap is an hour)
+		}
+		t.Fatalf("flow %d did not end within %v: %v", flowID, timeout, err)
 	}
-	return f
 }
 
 // WaitEvent re-checks cond after each event of the context until it holds (true) or
