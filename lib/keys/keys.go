@@ -71,6 +71,10 @@ func RunnerProcs(runnerID uint32) string { return "coord:runner:" + u(runnerID) 
 // JobMessages is the set of message keys about one job (deleted with it).
 func JobMessages(callerID, id uint32) string { return "coord:jobmsgs:" + u(callerID) + ":" + u(id) }
 
+// FlowMessages is the set of the messages shared by several jobs of a flow (group
+// requests and results), deleted with the flow.
+func FlowMessages(flowID uint32) string { return "coord:flowmsgs:" + u(flowID) }
+
 // StatusIndex is the per-status index of an index (coord:idx:jobs:<status>).
 func StatusIndex(index, status string) string { return index + ":" + status }
 

@@ -375,7 +375,7 @@ end
 if #gids > 0 then
   local mk = store_message(caller, gfirst, now_ms, glast, {'job', '[' .. table.concat(gjobs, ',') .. ']',
     'nodes', '[' .. table.concat(gnodes, ',') .. ']', 'job_ids', table.concat(gids, ' ')})
-  for _, id in ipairs(gids) do track_msg(caller, id, mk) end
+  track_msg(caller, gids[1], mk, flow)
   for _, n in ipairs(gslots) do out[n][1] = mk end
   redis.call('LPUSH', 'msg_out', mk)
   pushed = pushed + 1
@@ -828,19 +828,19 @@ func (s *Store) ActiveFlows(ctx context.Context) ([][2]uint32, error) {
 
 // splitRequestScript replaces a claimed job request of several jobs by one request
 // each: KEYS msg_out, processing list, leases; ARGV ctx, caller, now_s, now_ms, the
-// claimed message's key, its lease member, then per job its id, the number n of its
+// claimed message's key, its lease member, the flow, then per job its id, the number n of its
 // message's field/value items and those n items. The new messages go on msg_out (a
 // wake token each); the claimed one is marked processed and its claim released.
 var splitRequestScript = newLibScript(`
 local mo, proc, leases = KEYS[1], KEYS[2], KEYS[3]
-local ctx, caller, now_s, now_ms, item, member = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local i, pushed = 7, 0
+local ctx, caller, now_s, now_ms, item, member, flow = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local i, pushed = 8, 0
 while i <= #ARGV do
   local id, nf = ARGV[i], tonumber(ARGV[i + 1])
   local first, last = i + 2, i + 1 + nf
   i = last + 1
   local mk = store_message(caller, first, now_ms, last)
-  track_msg(caller, id, mk)
+  track_msg(caller, id, mk, flow)
   redis.call('LPUSH', mo, mk)
   pushed = pushed + 1
 end
@@ -857,7 +857,7 @@ return pushed
 // local runner serves), so that each job goes its own way.
 func (d *DB) SplitRequest(ctx context.Context, c *Claim, m *model.Message) (int, error) {
 	now := time.Now()
-	args := []any{d.ContextID, m.CallerID, now.Unix(), now.UnixMilli(), c.Item, c.member()}
+	args := []any{d.ContextID, m.CallerID, now.Unix(), now.UnixMilli(), c.Item, c.member(), m.FlowID}
 	for i := range m.Job {
 		j := m.Job[i]
 		fields := requestFields(d.ContextID, m.FlowID, &j, now, m.Timeout)

@@ -148,24 +148,29 @@ func (d *DB) CancelFlow(ctx context.Context, flowID uint32, actor string, retent
 
 // deleteJobLua removes a job and everything it owns. It expects caller, id.
 const deleteJobLua = `
-local function delete_job(caller, id)
-  local jk = 'job:' .. caller .. ':' .. id
-  local st = redis.call('HGET', jk, 'status')
-  local stype = redis.call('HGET', jk, 'script_type')
-  local runner = redis.call('HGET', jk, 'runner_id')
-  local m = caller .. ':' .. id
-  for _, mk in ipairs(redis.call('SMEMBERS', 'coord:jobmsgs:' .. m)) do
+-- delete_messages removes the messages listed in the set key (and the set).
+local function delete_messages(key)
+  for _, mk in ipairs(redis.call('SMEMBERS', key)) do
     redis.call('UNLINK', mk)
     local mc, mi = string.match(mk, '^message:(%d+):(%d+)$')
     if mc then redis.call('ZREM', 'coord:idx:messages', mc .. ':' .. mi) end
     redis.call('LREM', 'msg_out', 0, mk)
     redis.call('LREM', 'msg_in', 0, mk)
   end
+  redis.call('UNLINK', key)
+end
+local function delete_job(caller, id)
+  local jk = 'job:' .. caller .. ':' .. id
+  local st = redis.call('HGET', jk, 'status')
+  local stype = redis.call('HGET', jk, 'script_type')
+  local runner = redis.call('HGET', jk, 'runner_id')
+  local m = caller .. ':' .. id
+  delete_messages('coord:jobmsgs:' .. m)
   if stype then
     redis.call('LREM', 'queue:' .. stype, 0, jk)
     if runner and runner ~= '0' then redis.call('LREM', 'coord:rq:' .. runner .. ':' .. stype, 0, jk) end
   end
-  redis.call('UNLINK', jk, 'coord:log:' .. m, 'coord:jobmsgs:' .. m)
+  redis.call('UNLINK', jk, 'coord:log:' .. m)
   redis.call('ZREM', 'coord:idx:jobs', m)
   if st then redis.call('ZREM', 'coord:idx:jobs:' .. st, m) end
   redis.call('ZREM', 'coord:dlq', m)
@@ -215,6 +220,7 @@ for _, id in ipairs(jobs) do
   id = tostring(id)
   if redis.call('HGET', 'job:' .. caller .. ':' .. id, 'flow_id') == flow then delete_job(caller, id) end
 end
+delete_messages('coord:flowmsgs:' .. flow)
 redis.call('UNLINK', fk, 'coord:dag:' .. flow, 'coord:flowres:' .. flow)
 redis.call('ZREM', 'coord:idx:flows', flow)
 redis.call('ZREM', 'coord:idx:flows:' .. st, flow)

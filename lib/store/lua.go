@@ -77,8 +77,16 @@ local function wake_msg_out(ctx, n)
   redis.call('SELECT', 0)
   redis.call('LPUSH', 'coord:wake:msg_out', unpack(tokens))
 end
-local function track_msg(caller, id, mk)
-  redis.call('SADD', 'coord:jobmsgs:' .. caller .. ':' .. id, mk)
+-- track_msg records that message mk is about job id: a message shared by several jobs
+-- of a flow (given flow) in the flow's message set (coord:flowmsgs:<flow>, deleted with
+-- the flow: one entry per message however many jobs it carries), any other in the
+-- job's own (coord:jobmsgs:<caller>:<id>, deleted with the job).
+local function track_msg(caller, id, mk, flow)
+  if flow and flow ~= '0' and flow ~= '' then
+    redis.call('SADD', 'coord:flowmsgs:' .. flow, mk)
+  else
+    redis.call('SADD', 'coord:jobmsgs:' .. caller .. ':' .. id, mk)
+  end
 end
 `
 

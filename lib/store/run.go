@@ -265,6 +265,7 @@ local now_s, now_ms, ctx, caller, logmax, grouped = ARGV[1], ARGV[2], ARGV[3], A
 local nf = tonumber(ARGV[7])
 local first, last = 8, 7 + nf
 local out, done, ids = {}, {}, {}
+local gflow -- the flow of the runs that share one message (one flow per call)
 local pushed = 0
 local function push(mk)
   redis.call('LPUSH', mo, mk)
@@ -301,6 +302,7 @@ for i = last + 1, #ARGV, 13 do
     if grouped then
       done[#done + 1] = ARGV[i + 12]
       ids[#ids + 1] = id
+      gflow = flow
     else
       local mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 12] .. ']'})
       track_msg(caller, id, mk)
@@ -311,7 +313,7 @@ for i = last + 1, #ARGV, 13 do
 end
 if #done > 0 then
   local mk = store_message(caller, first, now_ms, last, {'job', '[' .. table.concat(done, ',') .. ']'})
-  for _, id in ipairs(ids) do track_msg(caller, id, mk) end
+  track_msg(caller, ids[1], mk, gflow)
   push(mk)
 end
 wake_msg_out(ctx, pushed)

@@ -122,9 +122,17 @@ func TestDispatchMany(t *testing.T) {
 		if j.Status != model.JobDispatched {
 			t.Fatalf("job %d status %s", j.ID, j.Status)
 		}
-		if !rc.SIsMember(ctx, "coord:jobmsgs:1:"+strconv.Itoa(int(j.ID)), r.MsgKey).Val() {
-			t.Fatalf("job %d does not track its request message %s", j.ID, r.MsgKey)
+		// The group's message is tracked once, by the flow; the pinned job's own by the job.
+		own := keys.JobMessages(1, j.ID)
+		if i < 3 && (!rc.SIsMember(ctx, keys.FlowMessages(f.ID), r.MsgKey).Val() || rc.Exists(ctx, own).Val() != 0) {
+			t.Fatalf("job %d: the flow does not track its group request message %s, or the job has a set", j.ID, r.MsgKey)
 		}
+		if i == 3 && !rc.SIsMember(ctx, own, r.MsgKey).Val() {
+			t.Fatalf("job %d does not track its own request message %s", j.ID, r.MsgKey)
+		}
+	}
+	if n := rc.SCard(ctx, keys.FlowMessages(f.ID)).Val(); n != 1 {
+		t.Fatalf("flow tracks %d messages, want the group's", n)
 	}
 	m, err := db.LoadMessageKey(ctx, group)
 	if err != nil || m.Kind != model.KindJobRequest || len(m.Job) != 3 || len(m.Nodes) != 3 || m.FlowID != f.ID || m.Status != model.MessageDispatched {
@@ -223,10 +231,8 @@ func TestGroupRequestRoutedWholeOrSplit(t *testing.T) {
 	if err != nil || len(routed) != 2 || len(cms) != 1 || cms[0].Job["id"] != strconv.Itoa(int(jobs2[1].ID)) {
 		t.Fatalf("after the split: claimed %+v, routed %+v, %v; want jobs 1 and 3 routed, job 2 claimed", cms, routed, err)
 	}
-	for _, j := range jobs2 {
-		if n := rc.SCard(ctx, "coord:jobmsgs:1:"+strconv.Itoa(int(j.ID))).Val(); n != 2 {
-			t.Fatalf("job %d tracks %d messages, want the group's and its own", j.ID, n)
-		}
+	if n := rc.SCard(ctx, keys.FlowMessages(f2.ID)).Val(); n != 4 {
+		t.Fatalf("flow tracks %d messages, want the group's and one per job", n)
 	}
 }
 
@@ -521,10 +527,8 @@ func TestClaimStartsTakesGroupsAndTheirWakeTokens(t *testing.T) {
 		done[0].ID != jobs[0].ID || done[1].ID != jobs[2].ID || done[1].Result["n"] != "2" || done[0].Status != model.JobFinished {
 		t.Fatalf("group result message's jobs: %+v %v", done, err)
 	}
-	for _, i := range []int{0, 2} {
-		if !rc.SIsMember(ctx, "coord:jobmsgs:1:"+strconv.Itoa(int(jobs[i].ID)), mks[0]).Val() {
-			t.Fatalf("job %d does not track the group's result message", jobs[i].ID)
-		}
+	if !rc.SIsMember(ctx, keys.FlowMessages(jobs[0].FlowID), mks[0]).Val() {
+		t.Fatalf("flow %d does not track the group's result message", jobs[0].FlowID)
 	}
 	if n := g.LLen(ctx, keys.WakeMsgOut).Val(); n != 1 {
 		t.Fatalf("%d msg_out wake tokens for one message", n)

@@ -114,10 +114,14 @@ func TestDeleteLeavesNothing(t *testing.T) {
 	createFlow(t, c, 80, map[string]string{"X": "1"},
 		jobSpec{id: 1, typ: "sh", script: "echo one; echo R=1 > $HERO_RESULT_FILE"},
 		jobSpec{id: 2, typ: "python", script: "print('two')", deps: []uint32{1}},
+		jobSpec{id: 3, typ: "sh", script: "echo three"}, // dispatched with job 1: one message for both
 	)
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 80}, nil)
 	if f := c.WaitFlow(t, ctx1, 80, 30*time.Second); f.Status != "finished" {
 		t.Fatalf("flow: %+v", f)
+	}
+	if !slices.Contains(keysOf(t, ctx1), "coord:flowmsgs:80") {
+		t.Fatalf("the flow tracks no shared message (keys: %v)", keysOf(t, ctx1))
 	}
 	var standalone harness.Job
 	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 9, "script": "echo alone", "script_type": "sh"}}, &standalone)
