@@ -147,10 +147,23 @@ local function routing(jk)
   end
   return jh, target
 end
+-- plain_target is routing's target for a job of a group: it reads only what that needs.
+local function plain_target(jk)
+  if not route then return nil end
+  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type')
+  if not v[1] or (v[2] or '0') ~= '0' or (v[3] or '') == '' then return nil end
+  if not types then types = redis.call('HGETALL', 'coord:script_types') end
+  for i = 1, #types, 2 do
+    if types[i] == v[3] and (tonumber(types[i + 1]) or 0) > 0 then return 'queue:' .. v[3] end
+  end
+  return nil
+end
+local pending = {} -- target -> job keys to push, pushed once per target at the end
 local function enqueue(jk, target)
-  redis.call('LPUSH', target, jk)
-  if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target end
+  if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target; pending[target] = {} end
   tokens[target] = tokens[target] + 1
+  local p = pending[target]
+  p[#p + 1] = jk
   routed[#routed + 1] = jk
   routed[#routed + 1] = target
 end
@@ -167,7 +180,7 @@ for n = 1, max do
     local jobs = {}
     for id in string.gmatch(ids, '%d+') do
       local jk = 'job:' .. (kj[4] or '') .. ':' .. id
-      local _, target = routing(jk)
+      local target = plain_target(jk)
       if not target then jobs = nil; break end
       jobs[#jobs + 1] = {jk, target}
     end
@@ -210,6 +223,13 @@ for n = 1, max do
   end
 end
 if taken == 0 then return false end
+-- lpush_all pushes the values of list vs onto key in order, in chunks: unpack fails
+-- beyond ~8,000 values, and one claim can route 64 groups of 256 jobs.
+local function lpush_all(key, vs)
+  for i = 1, #vs, 1000 do redis.call('LPUSH', key, unpack(vs, i, math.min(i + 999, #vs))) end
+end
+-- The routed jobs, in the order they were routed.
+for _, t in ipairs(targets) do lpush_all(t, pending[t]) end
 local extra = 0
 if ARGV[6] ~= '-' then extra = taken - tonumber(ARGV[6]) end
 if extra > 0 or #targets > 0 then redis.call('SELECT', 0) end
@@ -217,7 +237,7 @@ if extra > 0 then redis.call('LREM', KEYS[4], extra, ARGV[5]) end
 for _, t in ipairs(targets) do
   local ones = {}
   for i = 1, tokens[t] do ones[i] = '1' end
-  redis.call('LPUSH', ARGV[10] .. t, unpack(ones))
+  lpush_all(ARGV[10] .. t, ones)
 end
 return {types or {}, out, routed}
 `)

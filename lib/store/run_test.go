@@ -647,6 +647,34 @@ func TestClaimMessagesRoutesPlainJobRequests(t *testing.T) {
 	}
 }
 
+// One claim can route more jobs than Lua's unpack takes at once (64 group messages of
+// up to 256 jobs): every job is queued, in order, with a wake token each.
+func TestClaimMessagesRoutesManyGroups(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 20)
+	const n = 8500
+	f, jobs := flowWith(t, s, db, n)
+	rc := srv.Client(t, 20)
+	rc.HSet(ctx, "coord:script_types", "sh", 1)
+	for i := 0; i < n; i += 256 {
+		if _, err := db.DispatchMany(ctx, f.ID, 1, jobs[i:min(i+256, n)], "scheduler", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 64, store.Wake{}, true)
+	if err != nil || len(routed) != n {
+		t.Fatalf("routed %d jobs (%v), want %d", len(routed), err, n)
+	}
+	q := rc.LRange(ctx, "queue:sh", 0, -1).Val()
+	if len(q) != n || q[n-1] != keys.Job(1, jobs[0].ID) || q[0] != keys.Job(1, jobs[n-1].ID) {
+		t.Fatalf("queue:sh holds %d jobs, want %d in dispatch order", len(q), n)
+	}
+	if got := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(20, "queue:sh")).Val(); got != n {
+		t.Fatalf("%d wake tokens for %d routed jobs", got, n)
+	}
+}
+
 // A job result is claimed with only its kind and job fields (what the router needs of
 // a local result); Message reads the whole hash when more is needed. Other messages
 // come whole.
