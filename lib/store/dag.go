@@ -307,28 +307,35 @@ func parseIDs(vals []any) []uint32 {
 // dispatchScript sends ready nodes (or one standalone job) to the router: ARGV ctx,
 // flow (0: a standalone job), caller, now_s, now_ms, actor, the number g of the field/
 // value items of a group message (0: none) and those g items (all but its id, job,
-// nodes and job_ids), then per job its id, whether it goes in the group message (1) or
-// in a message of its own (0), and the number n of items that follow with them: for a
-// message of its own its field/value items; for the group, the job's JSON and its
-// node's JSON. For each job: it checks the node is ready (and its retry due), marks
-// node and job dispatched and records the event; a job of its own gets its message
-// stored and pushed on msg_out at once; the group's jobs share one message (its job and
-// nodes lists hold the jobs dispatched, job_ids their ids), stored and pushed after
+// nodes and job_ids), then, when g > 0, the group's job list and node list as JSON
+// arrays (every grouped job's JSON and node JSON, in order), then per job its id,
+// whether it goes in the group message (1) or in a message of its own (0), and the
+// number n of items that follow with them: for a message of its own its field/value
+// items; for the group, where its job's and its node's JSON start and end in the two
+// lists (1-based, inclusive). For each job: it checks the node is ready (and its retry
+// due), marks node and job dispatched and records the event; a job of its own gets its
+// message stored and pushed on msg_out at once; the group's jobs share one message
+// (its job and nodes lists hold the jobs dispatched — the lists given when that is
+// every grouped job, else cut from them — job_ids their ids), stored and pushed after
 // them. One wake token per message. Returns per job {message key, attempt} or
 // {"", why}.
 var dispatchScript = newLibScript(`
 local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local ng = tonumber(ARGV[7])
 local gfirst, glast = 8, 7 + ng
+local gjson, gnjson = '', ''
+local i = glast + 1
+if ng > 0 then gjson, gnjson = ARGV[i], ARGV[i + 1]; i = i + 2 end
 local dag = ''
 if flow ~= '0' then dag = 'coord:dag:' .. flow end
 local out, pushed = {}, 0
-local gjobs, gnodes, gids, gslots = {}, {}, {}, {}
-local i = glast + 1
+local gspans, gids, gslots = {}, {}, {}
+local ngrouped = 0
 while i <= #ARGV do
   local id, grouped, nf = ARGV[i], ARGV[i + 1] == '1', tonumber(ARGV[i + 2])
   local first, last = i + 3, i + 2 + nf
   i = last + 1
+  if grouped then ngrouped = ngrouped + 1 end
   local jk = 'job:' .. caller .. ':' .. id
   local attempt, why
   local jst = redis.call('HGET', jk, 'status')
@@ -358,8 +365,7 @@ while i <= #ARGV do
     index_job(caller .. ':' .. id, jst, 'dispatched')
     event('job.dispatched', actor, now_ms, flow, id, caller, 'dispatched', 'attempt ' .. attempt)
     if grouped then
-      gjobs[#gjobs + 1] = ARGV[first]
-      gnodes[#gnodes + 1] = ARGV[first + 1]
+      gspans[#gspans + 1] = first
       gids[#gids + 1] = id
       out[#out + 1] = {'', tonumber(attempt)}
       gslots[#gslots + 1] = #out
@@ -373,8 +379,16 @@ while i <= #ARGV do
   end
 end
 if #gids > 0 then
-  local mk = store_message(caller, gfirst, now_ms, glast, {'job', '[' .. table.concat(gjobs, ',') .. ']',
-    'nodes', '[' .. table.concat(gnodes, ',') .. ']', 'job_ids', table.concat(gids, ' ')})
+  if #gids < ngrouped then
+    -- Some grouped jobs were not dispatched: the lists of those that were.
+    local js, ns = {}, {}
+    for k, f in ipairs(gspans) do
+      js[k] = string.sub(gjson, tonumber(ARGV[f]), tonumber(ARGV[f + 1]))
+      ns[k] = string.sub(gnjson, tonumber(ARGV[f + 2]), tonumber(ARGV[f + 3]))
+    end
+    gjson, gnjson = '[' .. table.concat(js, ',') .. ']', '[' .. table.concat(ns, ',') .. ']'
+  end
+  local mk = store_message(caller, gfirst, now_ms, glast, {'job', gjson, 'nodes', gnjson, 'job_ids', table.concat(gids, ' ')})
   track_msg(caller, gids[1], mk, flow)
   for _, n in ipairs(gslots) do out[n][1] = mk end
   redis.call('LPUSH', 'msg_out', mk)
@@ -383,6 +397,15 @@ end
 wake_msg_out(ctx, pushed)
 return out
 `)
+
+// listSep is what goes before the next item of a JSON list being built: its opening
+// bracket, then commas.
+func listSep(b []byte) byte {
+	if len(b) == 0 {
+		return '['
+	}
+	return ','
+}
 
 // Dispatched is what Dispatch did with one job.
 type Dispatched struct {
@@ -452,10 +475,12 @@ func (d *DB) DispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 		}
 	}
 	args := []any{d.ContextID, flowID, callerID, now.Unix(), now.UnixMilli(), actor}
+	var list, nodes []byte // the group's job and node lists, built as the jobs are added
 	if n > 1 {
 		g := groupFields(d.ContextID, flowID, callerID, now, msgTimeout)
 		args = append(args, len(g))
 		args = append(args, g...)
+		args = append(args, nil, nil) // the lists, set below
 	} else {
 		args = append(args, 0)
 	}
@@ -469,12 +494,20 @@ func (d *DB) DispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 			if err != nil {
 				return nil, fmt.Errorf("dispatch job %d: %w", j.ID, err)
 			}
-			args = append(args, j.ID, 1, 2, js, node)
+			list = append(append(list, listSep(list)), js...)
+			nodes = append(append(nodes, listSep(nodes)), node...)
+			// 1-based inclusive spans, as Lua's string.sub takes them
+			args = append(args, j.ID, 1, 4, len(list)-len(js)+1, len(list), len(nodes)-len(node)+1, len(nodes))
 			continue
 		}
 		fields := requestFields(d.ContextID, flowID, j, now, msgTimeout)
 		args = append(args, j.ID, 0, len(fields))
 		args = append(args, fields...)
+	}
+	if n > 1 {
+		g := args[6].(int)
+		args[7+g] = append(list, ']')
+		args[8+g] = append(nodes, ']')
 	}
 	res, err := d.Eval(ctx, dispatchScript, nil, args...)
 	if err != nil {

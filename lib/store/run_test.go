@@ -601,6 +601,43 @@ func TestClaimMessagesReadsJobsAndWakeTokens(t *testing.T) {
 	}
 }
 
+// A group whose jobs are not all ready: its message lists only the jobs dispatched
+// (the lists are cut from the ones the scheduler built for every grouped job).
+func TestDispatchManyGroupOfSomeJobs(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 21)
+	f, jobs := flowWith(t, s, db, 5)
+	// Jobs 2 and 4 are dispatched already: a second dispatch leaves them out.
+	for _, i := range []int{1, 3} {
+		if _, err := db.DispatchMany(ctx, f.ID, 1, []*model.Job{jobs[i]}, "scheduler", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := res[0].MsgKey
+	for i, r := range res {
+		if (i == 1 || i == 3) != (r.MsgKey == "") || (r.MsgKey != "" && r.MsgKey != group) {
+			t.Fatalf("dispatch %d: %+v", i, r)
+		}
+	}
+	m, err := db.LoadMessageKey(ctx, group)
+	if err != nil || len(m.Job) != 3 || len(m.Nodes) != 3 {
+		t.Fatalf("group message %s: %+v %v", group, m, err)
+	}
+	for k, i := range []int{0, 2, 4} {
+		if m.Job[k].ID != jobs[i].ID || m.Job[k].Script != "true" || m.Nodes[k].ID != jobs[i].ID {
+			t.Fatalf("group message item %d: %+v %+v, want job %d", k, m.Job[k], m.Nodes[k], jobs[i].ID)
+		}
+	}
+	if ids := srv.Client(t, 21).HGet(ctx, group, "job_ids").Val(); ids != fmt.Sprintf("%d %d %d", jobs[0].ID, jobs[2].ID, jobs[4].ID) {
+		t.Fatalf("job_ids %q", ids)
+	}
+}
+
 // With route, the claim script routes plain job requests itself (acknowledged, job key
 // on queue:<script_type> with a wake token, no lease) and claims the others: a job
 // pinned to a runner, a script type no runner serves.
