@@ -235,6 +235,14 @@ local dag = KEYS[2]
 redis.call('DEL', dag, KEYS[3])
 local total = (#ARGV - 6) / 5
 redis.call('HSET', dag, 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0)
+-- The nodes' fields go into the DAG hash a few hundred at a time (unpack's limit).
+-- Attempt counters (a:) and a ready node's count of dependencies left (r:) start
+-- absent, read as 0.
+local kv = {}
+local function put(...)
+  for _, v in ipairs({...}) do kv[#kv + 1] = v end
+  if #kv >= 400 then redis.call('HSET', dag, unpack(kv)); kv = {} end
+end
 local out = {1}
 for i = 7, #ARGV, 5 do
   local id, deps, dependents, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
@@ -243,14 +251,19 @@ for i = 7, #ARGV, 5 do
     redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal')
   end
   if n == 0 then
-    redis.call('HSET', dag, 's:' .. id, 'ready', 'r:' .. id, '0', 'a:' .. id, '0', 'p:' .. id, deps, 'd:' .. id, dependents)
-    set_job(caller, id, 'dispatched', 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms)
+    -- A fresh job is marked (status, empty result, ready time) by its dispatch, which
+    -- follows at once: the start holds Redis for the whole flow, so it does only what
+    -- must be atomic. One that ran before is marked here (its status may already say
+    -- dispatched, which its dispatch would take as marked).
+    put('s:' .. id, 'ready', 'p:' .. id, deps, 'd:' .. id, dependents)
+    if ARGV[i + 4] == '1' then set_job(caller, id, 'dispatched', 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms) end
     out[#out + 1] = id
   else
-    redis.call('HSET', dag, 's:' .. id, 'pending', 'r:' .. id, ARGV[i + 3], 'a:' .. id, '0', 'p:' .. id, deps, 'd:' .. id, dependents)
+    put('s:' .. id, 'pending', 'r:' .. id, ARGV[i + 3], 'p:' .. id, deps, 'd:' .. id, dependents)
     set_job(caller, id, 'waiting_for_prerequisites', 'result', '{}', 'updated_at', now_s)
   end
 end
+if #kv > 0 then redis.call('HSET', dag, unpack(kv)) end
 set_flow(flow, 'started', 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
 redis.call('HDEL', KEYS[1], 'error', 'failed_job', 'finished_at', 'finished_at_ms', 'cancelled_by')
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', 'flow.started', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'caller_id', caller, 'status', 'started')
@@ -260,7 +273,8 @@ return out
 `)
 
 // StartFlow writes the DAG state of a planned flow and marks it started. It returns
-// the ids of the nodes ready to dispatch. A flow that is not in status dispatched is
+// the ids of the nodes ready to dispatch, whose jobs it leaves as they are: their
+// dispatch (DispatchStarted) marks them. A flow that is not in status dispatched is
 // not touched; its status is returned with started=false.
 func (d *DB) StartFlow(ctx context.Context, f *model.Flow, jobs []*model.Job, dependents map[uint32][]uint32, actor string) (ready []uint32, status string, started bool, err error) {
 	now := time.Now()
@@ -305,7 +319,9 @@ func parseIDs(vals []any) []uint32 {
 }
 
 // dispatchScript sends ready nodes (or one standalone job) to the router: ARGV ctx,
-// flow (0: a standalone job), caller, now_s, now_ms, actor, the number g of the field/
+// flow (0: a standalone job), caller, now_s, now_ms, actor, the start time (ms) of the
+// flow whose start found these nodes ready ("": nodes made ready since; see
+// DispatchStarted), the number g of the field/
 // value items of a group message (0: none) and those g items (all but its id, job,
 // nodes and job_ids), then, when g > 0, the group's job list and node list as JSON
 // arrays (every grouped job's JSON and node JSON, in order), then per job its id,
@@ -321,8 +337,10 @@ func parseIDs(vals []any) []uint32 {
 // {"", why}.
 var dispatchScript = newLibScript(`
 local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local ng = tonumber(ARGV[7])
-local gfirst, glast = 8, 7 + ng
+local ready_ms = ARGV[7]
+if ready_ms == '' then ready_ms = nil end
+local ng = tonumber(ARGV[8])
+local gfirst, glast = 9, 8 + ng
 local gjson, gnjson = '', ''
 local i = glast + 1
 if ng > 0 then gjson, gnjson = ARGV[i], ARGV[i + 1]; i = i + 2 end
@@ -361,7 +379,12 @@ while i <= #ARGV do
   if why then
     out[#out + 1] = {'', why}
   else
-    redis.call('HSET', jk, 'status', 'dispatched', 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
+    if ready_ms then
+      -- A node ready at its flow's start: the start left its job to this dispatch.
+      redis.call('HSET', jk, 'status', 'dispatched', 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'result', '{}', 'ready_at_ms', ready_ms)
+    else
+      redis.call('HSET', jk, 'status', 'dispatched', 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
+    end
     index_job(caller .. ':' .. id, jst, 'dispatched')
     event('job.dispatched', actor, now_ms, flow, id, caller, 'dispatched', 'attempt ' .. attempt)
     if grouped then
@@ -464,6 +487,16 @@ func withoutFields(fields []any, names ...string) []any {
 // standalone job (flowID = 0) to the router in one round trip: a Message of kind
 // job_request each, on msg_out.
 func (d *DB) DispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, msgTimeout uint32) ([]Dispatched, error) {
+	return d.dispatchMany(ctx, flowID, callerID, jobs, actor, msgTimeout, "")
+}
+
+// DispatchStarted is DispatchMany for the nodes a flow's start found ready (StartFlow
+// leaves their jobs to their dispatch): readyAt, the start's time, is their ready time.
+func (d *DB) DispatchStarted(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, readyAt time.Time) ([]Dispatched, error) {
+	return d.dispatchMany(ctx, flowID, callerID, jobs, actor, 0, strconv.FormatInt(readyAt.UnixMilli(), 10))
+}
+
+func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, msgTimeout uint32, readyMs string) ([]Dispatched, error) {
 	now := time.Now()
 	// The jobs of a flow that name no runner share one message (the router routes each
 	// of its jobs); a job pinned to a runner, or a job of no flow, has one of its own.
@@ -474,7 +507,7 @@ func (d *DB) DispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 			n++
 		}
 	}
-	args := []any{d.ContextID, flowID, callerID, now.Unix(), now.UnixMilli(), actor}
+	args := []any{d.ContextID, flowID, callerID, now.Unix(), now.UnixMilli(), actor, readyMs}
 	var list, nodes []byte // the group's job and node lists, built as the jobs are added
 	if n > 1 {
 		g := groupFields(d.ContextID, flowID, callerID, now, msgTimeout)
@@ -505,9 +538,9 @@ func (d *DB) DispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 		args = append(args, fields...)
 	}
 	if n > 1 {
-		g := args[6].(int)
-		args[7+g] = append(list, ']')
-		args[8+g] = append(nodes, ']')
+		g := args[7].(int)
+		args[8+g] = append(list, ']')
+		args[9+g] = append(nodes, ']')
 	}
 	res, err := d.Eval(ctx, dispatchScript, nil, args...)
 	if err != nil {

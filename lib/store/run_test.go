@@ -90,6 +90,31 @@ func TestStartFlowClearsAnEarlierRun(t *testing.T) {
 	}
 }
 
+// The nodes a start finds ready are marked by their dispatch: ready at the flow's
+// start, with an empty result (the start leaves their jobs alone).
+func TestDispatchStartedMarksReadyJobs(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 22)
+	rc := srv.Client(t, 22)
+	startedAt := time.UnixMilli(time.Now().UnixMilli() - 5000)
+	f, jobs := flowWith(t, s, db, 3)
+	if h := rc.HGetAll(ctx, keys.Job(1, jobs[0].ID)).Val(); h["ready_at_ms"] != "" {
+		t.Fatalf("the start marked a fresh job itself: %v", h)
+	}
+	res, err := db.DispatchStarted(ctx, f.ID, 1, jobs, "scheduler", startedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, j := range jobs {
+		h := rc.HGetAll(ctx, keys.Job(1, j.ID)).Val()
+		if res[i].MsgKey == "" || h["status"] != string(model.JobDispatched) || h["result"] != "{}" || h["attempt"] != "1" ||
+			h["ready_at_ms"] != strconv.FormatInt(startedAt.UnixMilli(), 10) || h["dispatched_at_ms"] == "" {
+			t.Fatalf("job %d after its dispatch: %+v %v", j.ID, res[i], h)
+		}
+	}
+}
+
 // dispatchEach dispatches the jobs one per call: a request message each.
 func dispatchEach(t *testing.T, db *store.DB, flowID uint32, jobs []*model.Job) {
 	t.Helper()

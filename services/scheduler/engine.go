@@ -109,6 +109,7 @@ func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 	if err != nil {
 		return nil, err
 	}
+	startedAt := time.Now()
 	ready, st, started, err := db.StartFlow(ctx, f, jobs, dependents, actor)
 	if err != nil {
 		return nil, err
@@ -125,7 +126,7 @@ func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 	for _, j := range jobs {
 		byID[j.ID] = j
 	}
-	e.dispatchNodes(ctx, db, flowID, f.CallerID, ready, byID)
+	e.dispatchNodes(ctx, db, flowID, f.CallerID, ready, byID, startedAt)
 	return db.LoadFlow(ctx, flowID)
 }
 
@@ -133,16 +134,17 @@ func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 const dispatchBatch = 256
 
 // dispatchNodes sends ready nodes to the router, a batch per script call. A failure
-// leaves the nodes ready; the safety sweep dispatches them later.
-func (e *engine) dispatchNodes(ctx context.Context, db *store.DB, flowID, callerID uint32, ids []uint32, cache map[uint32]*model.Job) {
+// leaves the nodes ready; the safety sweep dispatches them later. startedAt is the
+// start of the flow whose ready nodes these are (zero: nodes made ready since).
+func (e *engine) dispatchNodes(ctx context.Context, db *store.DB, flowID, callerID uint32, ids []uint32, cache map[uint32]*model.Job, startedAt time.Time) {
 	for len(ids) > 0 {
 		n := min(len(ids), dispatchBatch)
-		e.dispatchBatch(ctx, db, flowID, callerID, ids[:n], cache)
+		e.dispatchBatch(ctx, db, flowID, callerID, ids[:n], cache, startedAt)
 		ids = ids[n:]
 	}
 }
 
-func (e *engine) dispatchBatch(ctx context.Context, db *store.DB, flowID, callerID uint32, ids []uint32, cache map[uint32]*model.Job) {
+func (e *engine) dispatchBatch(ctx context.Context, db *store.DB, flowID, callerID uint32, ids []uint32, cache map[uint32]*model.Job, startedAt time.Time) {
 	jobs := make([]*model.Job, 0, len(ids))
 	var missing []uint32
 	for _, id := range ids {
@@ -171,7 +173,13 @@ func (e *engine) dispatchBatch(ctx context.Context, db *store.DB, flowID, caller
 	if len(jobs) == 0 {
 		return
 	}
-	res, err := db.DispatchMany(ctx, flowID, callerID, jobs, store.ActorScheduler, 0)
+	var res []store.Dispatched
+	var err error
+	if startedAt.IsZero() {
+		res, err = db.DispatchMany(ctx, flowID, callerID, jobs, store.ActorScheduler, 0)
+	} else {
+		res, err = db.DispatchStarted(ctx, flowID, callerID, jobs, store.ActorScheduler, startedAt)
+	}
 	if err != nil {
 		e.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, flowID).Int("jobs", len(jobs)).Msg("dispatch jobs")
 		return
@@ -255,7 +263,7 @@ func (e *engine) jobsDone(ctx context.Context, ctxID uint32, ends []store.JobEnd
 		}
 	}
 	for _, g := range order {
-		e.dispatchNodes(ctx, db, g.flow, g.caller, ready[g], nil)
+		e.dispatchNodes(ctx, db, g.flow, g.caller, ready[g], nil, time.Time{})
 	}
 	return first
 }
@@ -399,7 +407,7 @@ func (e *engine) runDue(ctx context.Context) {
 				}
 				continue
 			}
-			e.dispatchNodes(ctx, db, it.FlowID, it.CallerID, []uint32{it.JobID}, nil)
+			e.dispatchNodes(ctx, db, it.FlowID, it.CallerID, []uint32{it.JobID}, nil, time.Time{})
 		}
 		if len(items) < 100 {
 			return
@@ -451,7 +459,7 @@ func (e *engine) sweep(ctx context.Context) {
 		}
 		if len(ready) > 0 {
 			e.m.recovered.Add(float64(len(ready)))
-			e.dispatchNodes(ctx, db, cf[1], g.CallerID, ready, nil)
+			e.dispatchNodes(ctx, db, cf[1], g.CallerID, ready, nil, time.Time{})
 		}
 	}
 }
@@ -547,6 +555,6 @@ func (e *engine) retryFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 		return nil, nil, err
 	}
 	e.log.Info().Uint32(obs.KeyContextID, ctxID).Uint32(obs.KeyFlowID, flowID).Str("actor", actor).Interface("ready", ready).Msg("flow retried")
-	e.dispatchNodes(ctx, db, flowID, f.CallerID, ready, nil)
+	e.dispatchNodes(ctx, db, flowID, f.CallerID, ready, nil, time.Time{})
 	return f, ready, nil
 }
