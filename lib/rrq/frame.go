@@ -110,6 +110,15 @@ func DecodeEnvelope(payload []byte) (Envelope, error) {
 	if !utf8.Valid(payload) {
 		return Envelope{}, ErrInvalidUTF8
 	}
+	if env, ok := compactEnvelope(payload); ok {
+		return env, nil
+	}
+	return decodeEnvelope(payload)
+}
+
+// decodeEnvelope is DecodeEnvelope's general way, for any layout of a valid UTF-8
+// payload.
+func decodeEnvelope(payload []byte) (Envelope, error) {
 	var raw struct {
 		Type    *string         `json:"type"`
 		Payload json.RawMessage `json:"payload"`
@@ -132,6 +141,33 @@ func DecodeEnvelope(payload []byte) (Envelope, error) {
 		return Envelope{}, fmt.Errorf("%w: \"payload\" of a %s frame is not an object", ErrInvalidEnvelope, t)
 	}
 	return Envelope{Type: t, Payload: raw.Payload}, nil
+}
+
+// compactEnvelope reads an envelope written as this package's encoder writes it,
+// {"type":"<type>","payload":{…}}, without decoding it: one validity scan of the
+// payload instead of a decode of the whole envelope (the payload is decoded again by
+// its reader). ok=false: decode it the general way (whitespace, other key order, an
+// error to report).
+func compactEnvelope(b []byte) (Envelope, bool) {
+	const head, mid = `{"type":"`, `","payload":`
+	if !bytes.HasPrefix(b, []byte(head)) || len(b) == 0 || b[len(b)-1] != '}' {
+		return Envelope{}, false
+	}
+	rest := b[len(head):]
+	q := bytes.IndexByte(rest, '"')
+	if q < 0 {
+		return Envelope{}, false
+	}
+	t := MessageType(rest[:q])
+	rest = rest[q:]
+	if !t.Valid() || !bytes.HasPrefix(rest[1:], []byte(mid[1:])) {
+		return Envelope{}, false
+	}
+	p := rest[len(mid) : len(rest)-1]
+	if len(p) == 0 || p[0] != '{' || p[len(p)-1] != '}' || !json.Valid(p) {
+		return Envelope{}, false
+	}
+	return Envelope{Type: t, Payload: p}, true
 }
 
 // EncodeFrame returns env as one frame: the 4-byte big-endian length and the JSON.

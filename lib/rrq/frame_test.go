@@ -212,6 +212,48 @@ func TestNewUUID(t *testing.T) {
 
 const fuzzLimit = 4096
 
+// sameJSON says whether two JSON texts hold the same value.
+func sameJSON(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+// The compact reading takes what this package's encoder writes and leaves every other
+// layout, and anything it cannot vouch for, to the general decode.
+func TestCompactEnvelope(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		ok   bool
+		typ  MessageType
+		body string
+	}{
+		{`{"type":"request","payload":{"a":1}}`, true, TypeRequest, `{"a":1}`},
+		{`{"type":"cancel","payload":{"job_id":"j","hard_kill":true}}`, true, TypeCancel, `{"job_id":"j","hard_kill":true}`},
+		{`{"type":"response","payload":{}}`, true, TypeResponse, `{}`},
+		{`{ "type":"request","payload":{"a":1}}`, false, "", ""},                 // whitespace
+		{`{"payload":{"a":1},"type":"request"}`, false, "", ""},                  // key order
+		{`{"type":"request","payload":{"a":1},"x":{}}`, false, "", ""},           // another key
+		{`{"type":"request","payload":{"a":1}},"type":"cancel"}`, false, "", ""}, // not one value
+		{`{"type":"req\u0075est","payload":{"a":1}}`, false, "", ""},             // escaped type
+		{`{"type":"nope","payload":{"a":1}}`, false, "", ""},                     // unknown type
+		{`{"type":"request","payload":[1]}`, false, "", ""},                      // not an object
+		{`{"type":"request","payload":{"a":}}`, false, "", ""},                   // invalid JSON
+	} {
+		env, ok := compactEnvelope([]byte(c.in))
+		if ok != c.ok || (ok && (env.Type != c.typ || string(env.Payload) != c.body)) {
+			t.Errorf("%s: %v %q %s, want %v %q %s", c.in, ok, env.Type, env.Payload, c.ok, c.typ, c.body)
+		}
+		// Whatever the compact reading declines, DecodeEnvelope still decides.
+		if g, err := DecodeEnvelope([]byte(c.in)); ok && (err != nil || g.Type != env.Type) {
+			t.Errorf("%s: DecodeEnvelope %v %v", c.in, g, err)
+		}
+	}
+}
+
 func FuzzReadFrame(f *testing.F) {
 	add := func(b []byte) { f.Add(b) }
 	for _, p := range []any{
@@ -267,6 +309,13 @@ func FuzzReadFrame(f *testing.F) {
 		}
 		if !env.Type.Valid() {
 			t.Fatalf("decoded an unknown type %q", env.Type)
+		}
+		// The compact reading, where it applies, agrees with the general decode.
+		if c, ok := compactEnvelope(data[4:]); ok {
+			g, err := decodeEnvelope(data[4:])
+			if err != nil || g.Type != c.Type || !sameJSON(t, g.Payload, c.Payload) {
+				t.Fatalf("compact reading %q %s, general %q %s %v", c.Type, c.Payload, g.Type, g.Payload, err)
+			}
 		}
 		// Round trip: what was decoded encodes and decodes to the same thing.
 		frame, err := EncodeFrame(env)
