@@ -252,15 +252,22 @@ type JobOutcome struct {
 // message(s): KEYS processing list, leases, msg_out, events; ARGV now_s, now_ms, ctx,
 // caller, log cap, grouped (1: one result message for all the runs that end here,
 // 0: one each), n, then n field/value items of the result message (all but its id and
-// job), then per run 13 items: job key, lease member, claim id, job id, flow id,
+// job), then, when grouped, the message's job list (every run's finished job, as a JSON
+// array), then per run 13 items: job key, lease member, claim id, job id, flow id,
 // status, error, exit code, result JSON, fatal, retry-after ms, log chunk, and the
-// finished job's JSON for the message. Only the run that holds the job's current claim
-// can finish it; a second finish changes nothing but the ack. It returns 1 or 0 per run.
+// finished job's JSON for its own message, or, grouped, where it starts and ends in the
+// list ("<start> <end>", 1-based, inclusive): the message lists the runs that
+// finished, the list as given when all did. Only the run that holds the job's current
+// claim can finish it; a second finish changes nothing but the ack. It returns 1 or 0
+// per run.
 var finishJobsScript = newLibScript(`
 local proc, leases, mo, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now_s, now_ms, ctx, caller, logmax, grouped = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
 local nf = tonumber(ARGV[7])
 local first, last = 8, 7 + nf
+local runs = last + 1
+local glist = ''
+if grouped then glist = ARGV[runs]; runs = runs + 1 end
 local out, done, ids = {}, {}, {}
 local gflow -- the flow of the runs that share one message (one flow per call)
 local pushed = 0
@@ -268,7 +275,7 @@ local function push(mk)
   redis.call('LPUSH', mo, mk)
   pushed = pushed + 1
 end
-for i = last + 1, #ARGV, 13 do
+for i = runs, #ARGV, 13 do
   local jk, member, claim, id, flow, status, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local code, result, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], tonumber(ARGV[i + 10]), ARGV[i + 11]
   redis.call('LREM', proc, 1, jk)
@@ -309,7 +316,16 @@ for i = last + 1, #ARGV, 13 do
   end
 end
 if #done > 0 then
-  local mk = store_message(caller, first, now_ms, last, {'job', '[' .. table.concat(done, ',') .. ']'})
+  if #done < (#ARGV - runs + 1) / 13 then
+    -- Some runs did not finish here: the list of those that did.
+    local js = {}
+    for k, span in ipairs(done) do
+      local a, b = string.match(span, '^(%d+) (%d+)$')
+      js[k] = string.sub(glist, tonumber(a), tonumber(b))
+    end
+    glist = '[' .. table.concat(js, ',') .. ']'
+  end
+  local mk = store_message(caller, first, now_ms, last, {'job', glist})
   track_msg(caller, ids[1], mk, gflow)
   push(mk)
 end
@@ -424,9 +440,13 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 	if len(idx) > 1 {
 		grouped = "1"
 	}
-	args := make([]any, 0, 7+len(msg)+13*len(idx))
+	args := make([]any, 0, 8+len(msg)+13*len(idx))
 	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, len(msg))
 	args = append(args, msg...)
+	var list []byte // grouped: the message's job list, built as the runs are added
+	if len(idx) > 1 {
+		args = append(args, nil) // set below
+	}
 	for _, i := range idx {
 		f := fs[i]
 		j, c, o := f.Job, f.Claim, f.Outcome
@@ -446,8 +466,16 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 		if o.Fatal {
 			fatal = "1"
 		}
+		var item any = js
+		if len(idx) > 1 {
+			list = append(append(list, listSep(list)), js...)
+			item = strconv.Itoa(len(list)-len(js)+1) + " " + strconv.Itoa(len(list))
+		}
 		args = append(args, keys.Job(j.CallerID, j.ID), c.member(), c.ID, j.ID, j.FlowID, string(o.Status), o.Error, o.ExitCode,
-			model.EncodeField(result), fatal, o.RetryAfter.Milliseconds(), o.Log, js)
+			model.EncodeField(result), fatal, o.RetryAfter.Milliseconds(), o.Log, item)
+	}
+	if len(idx) > 1 {
+		args[7+len(msg)] = append(list, ']')
 	}
 	return Call{Script: finishJobsScript, Keys: []string{keys.Processing(c0.Consumer), keys.Leases, keys.MsgOut, keys.Events}, Args: args}
 }
