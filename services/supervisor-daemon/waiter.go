@@ -23,7 +23,7 @@ type waiter struct {
 	waiting map[waitKey][]chan struct{}
 }
 
-// waitKey names what a call waits for: a job (flow 0) or a flow (job zero).
+// waitKey names what a call waits for: a job (flow left zero) or a flow (job left zero).
 type waitKey struct {
 	job  model.JobRef
 	flow [2]uint32 // context, flow id
