@@ -439,12 +439,16 @@ func (e *engine) sweep(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		var ready []uint32
+		var ready, atStart []uint32
 		for _, id := range g.IDs() {
 			n := g.Nodes[id]
 			switch n.Status {
 			case model.NodeReady:
-				if n.DueMs == 0 || n.DueMs <= now-1000 {
+				switch {
+				case n.DueMs != 0 && n.DueMs > now-1000:
+				case n.Attempt == 0 && len(n.Depends) == 0:
+					atStart = append(atStart, id) // ready since the start, never dispatched
+				default:
 					ready = append(ready, id)
 				}
 			case model.NodeDispatched, model.NodeRunning:
@@ -456,6 +460,16 @@ func (e *engine) sweep(ctx context.Context) {
 				e.log.Warn().Uint32(obs.KeyContextID, cf[0]).Uint32(obs.KeyFlowID, cf[1]).Uint32(obs.KeyJobID, id).Msg("job end had not reached the scheduler; applying it")
 				_ = e.jobDone(ctx, cf[0], store.JobEnd{FlowID: cf[1], CallerID: g.CallerID, JobID: id, Attempt: n.Attempt, Status: j.Status, Error: j.Error, Fatal: j.Fatal})
 			}
+		}
+		if len(atStart) > 0 {
+			// The start left these nodes' jobs to their dispatch, which marks them
+			// ready as of the flow's start.
+			e.m.recovered.Add(float64(len(atStart)))
+			startedAt := time.Now()
+			if f, err := db.LoadFlow(ctx, cf[1]); err == nil && f.StartedAtMs > 0 {
+				startedAt = time.UnixMilli(f.StartedAtMs)
+			}
+			e.dispatchNodes(ctx, db, cf[1], g.CallerID, atStart, nil, startedAt)
 		}
 		if len(ready) > 0 {
 			e.m.recovered.Add(float64(len(ready)))

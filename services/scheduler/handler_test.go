@@ -89,3 +89,64 @@ func TestJobsDone(t *testing.T) {
 		t.Fatalf("a repeated report changed the flow to %q", got.Status)
 	}
 }
+
+// The safety sweep dispatches the nodes a start found ready when their dispatch never
+// happened (a crash in between), and marks their jobs ready as of the flow's start,
+// as the start's own dispatch would have.
+func TestSweepDispatchesNodesReadyAtTheStart(t *testing.T) {
+	srv.Flush(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, _, err := st.CreateContext(ctx, &model.Context{ID: 5, Admins: []uint32{1}}, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint32
+	for range 2 {
+		j, _, err := st.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 5, Script: "true", ScriptType: "sh"}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	f, _, err := st.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 5, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := st.Ctx(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := db.LoadJobs(ctx, 1, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The start alone, as if the scheduler stopped before dispatching.
+	if _, _, ok, err := db.StartFlow(ctx, f, jobs, deps, "1"); err != nil || !ok {
+		t.Fatalf("start: %v %v", ok, err)
+	}
+	started, err := db.LoadFlow(ctx, f.ID)
+	if err != nil || started.StartedAtMs == 0 {
+		t.Fatalf("started flow: %+v %v", started, err)
+	}
+	e := newEngine(engineParams{store: st, log: zerolog.Nop(), reg: prometheus.NewRegistry(), retryBase: time.Second, retryCap: time.Second, sweepEvery: time.Minute})
+	e.sweep(ctx)
+	rc := srv.Client(t, 5)
+	for _, id := range ids {
+		h := rc.HGetAll(ctx, keys.Job(1, id)).Val()
+		node := rc.HGet(ctx, keys.DAG(f.ID), "s:"+strconv.FormatUint(uint64(id), 10)).Val()
+		if node != "dispatched" || h["attempt"] != "1" || h["ready_at_ms"] != strconv.FormatInt(started.StartedAtMs, 10) {
+			t.Fatalf("job %d after the sweep: node %q, %v (flow started at %d)", id, node, h, started.StartedAtMs)
+		}
+	}
+	if n := rc.LLen(ctx, keys.MsgOut).Val(); n != 1 {
+		t.Fatalf("msg_out holds %d messages, want the two jobs' request", n)
+	}
+}
