@@ -28,7 +28,7 @@ func benchStack(b *testing.B, runnerArgs ...string) (*harness.Stack, *harness.Cl
 	}
 	redisSrv.Flush(b)
 	s := harness.StartStack(b, binDir, redisSrv.URL, harness.StackOptions{
-		RunnerArgs: runnerArgs,
+		RunnerArgs: append(runnerArgs, strings.Fields(os.Getenv("HERO_BENCH_RUNNER_ARGS"))...),
 		APIArgs:    []string{"--log-level", "info"}, SchedulerArgs: append([]string{"--log-level", "info"}, strings.Fields(os.Getenv("HERO_BENCH_SCHEDULER_ARGS"))...), RouterArgs: append([]string{"--log-level", "info"}, strings.Fields(os.Getenv("HERO_BENCH_ROUTER_ARGS"))...),
 	})
 	return s, s.Setup(b, ctx1)
