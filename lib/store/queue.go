@@ -130,8 +130,17 @@ local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]
 local out, routed, types = {}, {}, nil
 local tokens, targets = {}, {}
 local taken = 0
--- routing reads a job's routing fields (jh: a flat list, f: a table) and, with route,
--- the queue a plain job goes to (nil: the router decides).
+-- queue_for is the queue a plain job goes to with route: it names no runner and some
+-- runner serves its script type (nil: the router decides).
+local function queue_for(id, runner, stype)
+  if not route or not id or (runner or '0') ~= '0' or (stype or '') == '' then return nil end
+  if not types then types = redis.call('HGETALL', 'coord:script_types') end
+  for i = 1, #types, 2 do
+    if types[i] == stype and (tonumber(types[i + 1]) or 0) > 0 then return 'queue:' .. stype end
+  end
+  return nil
+end
+-- routing reads a job's routing fields (jh: a flat list) and the queue it goes to.
 local function routing(jk)
   local v = redis.call('HMGET', jk, unpack(JOB_FIELDS))
   local jh, f = {}, {}
@@ -139,24 +148,13 @@ local function routing(jk)
     if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k]; f[JOB_FIELDS[k]] = v[k] end
   end
   if not types then types = redis.call('HGETALL', 'coord:script_types') end
-  local target
-  if route and f['id'] and (f['runner_id'] or '0') == '0' and (f['script_type'] or '') ~= '' then
-    for i = 1, #types, 2 do
-      if types[i] == f['script_type'] and (tonumber(types[i + 1]) or 0) > 0 then target = 'queue:' .. f['script_type'] end
-    end
-  end
-  return jh, target
+  return jh, queue_for(f['id'], f['runner_id'], f['script_type'])
 end
--- plain_target is routing's target for a job of a group: it reads only what that needs.
-local function plain_target(jk)
+-- group_target is queue_for for a job of a group: it reads only what that needs.
+local function group_target(jk)
   if not route then return nil end
   local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type')
-  if not v[1] or (v[2] or '0') ~= '0' or (v[3] or '') == '' then return nil end
-  if not types then types = redis.call('HGETALL', 'coord:script_types') end
-  for i = 1, #types, 2 do
-    if types[i] == v[3] and (tonumber(types[i + 1]) or 0) > 0 then return 'queue:' .. v[3] end
-  end
-  return nil
+  return queue_for(v[1], v[2], v[3])
 end
 local pending = {} -- target -> job keys to push, pushed once per target at the end
 local function enqueue(jk, target)
@@ -180,7 +178,7 @@ for n = 1, max do
     local jobs = {}
     for id in string.gmatch(ids, '%d+') do
       local jk = 'job:' .. (kj[4] or '') .. ':' .. id
-      local target = plain_target(jk)
+      local target = group_target(jk)
       if not target then jobs = nil; break end
       jobs[#jobs + 1] = {jk, target}
     end
