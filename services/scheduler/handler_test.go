@@ -26,29 +26,38 @@ func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
 
 // JobsDone applies a group of ends (the flow finishes); a group with one bad end is
 // refused whole, naming it, and changes nothing.
-func TestJobsDone(t *testing.T) {
+// withFlow opens a store on a flushed Redis with context ctxID and a flow (not
+// started) of n independent sh jobs.
+func withFlow(t *testing.T, ctxID uint32, n int) (*store.Store, *model.Flow, []uint32) {
+	t.Helper()
 	srv.Flush(t)
 	ctx := context.Background()
 	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	if _, _, err := st.CreateContext(ctx, &model.Context{ID: 4, Admins: []uint32{1}}, "operator"); err != nil {
+	t.Cleanup(st.Close)
+	if _, _, err := st.CreateContext(ctx, &model.Context{ID: ctxID, Admins: []uint32{1}}, "operator"); err != nil {
 		t.Fatal(err)
 	}
 	var ids []uint32
-	for i := 0; i < 3; i++ {
-		j, _, err := st.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 4, Script: "true", ScriptType: "sh"}, "1")
+	for range n {
+		j, _, err := st.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: ctxID, Script: "true", ScriptType: "sh"}, "1")
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, j.ID)
 	}
-	f, _, err := st.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 4, Jobs: ids}, "1")
+	f, _, err := st.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: ctxID, Jobs: ids}, "1")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st, f, ids
+}
+
+func TestJobsDone(t *testing.T) {
+	ctx := context.Background()
+	st, f, ids := withFlow(t, 4, 3)
 	e := newEngine(engineParams{store: st, log: zerolog.Nop(), reg: prometheus.NewRegistry(), retryBase: time.Second, retryCap: time.Second, sweepEvery: time.Minute})
 	h := &handler{eng: e}
 	if _, err := e.startFlow(ctx, 4, f.ID, "1"); err != nil {
@@ -62,7 +71,7 @@ func TestJobsDone(t *testing.T) {
 		return &herov1.JobDoneRequest{ContextId: 4, FlowId: f.ID, CallerId: 1, JobId: id, Attempt: 1, Status: st}
 	}
 
-	_, err = h.JobsDone(ctx, &herov1.JobsDoneRequest{Ends: []*herov1.JobDoneRequest{end(ids[0], "finished"), end(ids[1], "running")}})
+	_, err := h.JobsDone(ctx, &herov1.JobsDoneRequest{Ends: []*herov1.JobDoneRequest{end(ids[0], "finished"), end(ids[1], "running")}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "ends[1].status") {
 		t.Fatalf("a group with a bad status: %v", err)
 	}
@@ -94,28 +103,8 @@ func TestJobsDone(t *testing.T) {
 // happened (a crash in between), and marks their jobs ready as of the flow's start,
 // as the start's own dispatch would have.
 func TestSweepDispatchesNodesReadyAtTheStart(t *testing.T) {
-	srv.Flush(t)
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if _, _, err := st.CreateContext(ctx, &model.Context{ID: 5, Admins: []uint32{1}}, "operator"); err != nil {
-		t.Fatal(err)
-	}
-	var ids []uint32
-	for range 2 {
-		j, _, err := st.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 5, Script: "true", ScriptType: "sh"}, "1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, j.ID)
-	}
-	f, _, err := st.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 5, Jobs: ids}, "1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, f, ids := withFlow(t, 5, 2)
 	db, err := st.Ctx(5)
 	if err != nil {
 		t.Fatal(err)
