@@ -11,6 +11,7 @@ import (
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/testutil/storetest"
 )
 
 // flowWith creates n independent sh jobs in one flow of context ctxID and starts it.
@@ -39,17 +40,9 @@ func flowWithSetup(t *testing.T, s *store.Store, db *store.DB, n int, setup func
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := db.LoadJobs(ctx, 1, f.Jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps, err := store.PlanDAG(f, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ready, _, started, err := db.StartFlow(ctx, f, jobs, deps, "1")
-	if err != nil || !started || len(ready) != n {
-		t.Fatalf("start flow: ready %v started %v err %v", ready, started, err)
+	jobs, ready := storetest.StartFlow(t, db, f)
+	if len(ready) != n {
+		t.Fatalf("start flow: ready %v, want %d nodes", ready, n)
 	}
 	return f, jobs
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
+	"github.com/hero-coordinator/hero/lib/testutil/storetest"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -434,16 +435,6 @@ func startFlowOf(t *testing.T, r *router, db *store.DB, types ...model.ScriptTyp
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := db.LoadJobs(ctx, 1, f.Jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps, err := store.PlanDAG(f, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, ok, err := db.StartFlow(ctx, f, jobs, deps, "1"); err != nil || !ok {
-		t.Fatalf("start: %v %v", ok, err)
-	}
+	jobs, _ := storetest.StartFlow(t, db, f)
 	return f, jobs
 }

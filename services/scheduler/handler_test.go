@@ -17,6 +17,7 @@ import (
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
+	"github.com/hero-coordinator/hero/lib/testutil/storetest"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -109,18 +110,8 @@ func TestSweepDispatchesNodesReadyAtTheStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := db.LoadJobs(ctx, 1, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps, err := store.PlanDAG(f, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The start alone, as if the scheduler stopped before dispatching.
-	if _, _, ok, err := db.StartFlow(ctx, f, jobs, deps, "1"); err != nil || !ok {
-		t.Fatalf("start: %v %v", ok, err)
-	}
+	storetest.StartFlow(t, db, f)
 	started, err := db.LoadFlow(ctx, f.ID)
 	if err != nil || started.StartedAtMs == 0 {
 		t.Fatalf("started flow: %+v %v", started, err)
