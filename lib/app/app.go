@@ -75,9 +75,13 @@ func MainIO(fs *config.FlagSet, name string, args []string, cfg Config, run RunF
 		return 2
 	}
 	c := cfg.CommonConfig()
+	// Log lines go out in batches, at most obs.DefaultLogLinger late (one write per
+	// batch, not per line, under load); Close below writes the rest before the last
+	// words on stderr.
+	logw := obs.NewBatchWriter(stderr, obs.DefaultLogLinger, obs.DefaultLogFlushAt, obs.DefaultLogMax)
 	env := &Env{
 		Name:     name,
-		Log:      obs.NewLogger(stderr, name, c.LogLevel, c.LogFormat),
+		Log:      obs.NewLogger(logw, name, c.LogLevel, c.LogFormat),
 		Registry: obs.NewRegistry(),
 		Probe:    obs.NewProbe(),
 		Stdout:   stdout,
@@ -85,10 +89,12 @@ func MainIO(fs *config.FlagSet, name string, args []string, cfg Config, run RunF
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, env); err != nil {
+		_ = logw.Close()
 		fmt.Fprintf(stderr, "%s: %v\n", name, oneLine(err))
 		return 1
 	}
 	env.Log.Info().Msg("stopped")
+	_ = logw.Close() // a failing stderr has nowhere left to be reported
 	return 0
 }
 
