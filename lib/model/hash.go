@@ -132,6 +132,8 @@ func FromHash(key string, h map[string]string, obj any) error {
 	return nil
 }
 
+var rawMessageType = reflect.TypeOf(json.RawMessage(nil))
+
 func decodeValue(s string, v reflect.Value) error {
 	switch v.Kind() {
 	case reflect.String:
@@ -183,6 +185,22 @@ func decodeValue(s string, v reflect.Value) error {
 	}
 	if strings.TrimSpace(s) == "" || s == "null" {
 		v.Set(reflect.Zero(v.Type()))
+		return nil
+	}
+	// The common cases without the decoder: a raw JSON field (checked, copied), and
+	// an empty object or list (as json.Unmarshal leaves them: empty, not nil).
+	switch {
+	case v.Type() == rawMessageType:
+		if !json.Valid([]byte(s)) {
+			return fmt.Errorf("not JSON")
+		}
+		v.SetBytes([]byte(strings.TrimSpace(s))) // as json.Unmarshal: the value, not the space around it
+		return nil
+	case s == "{}" && v.Kind() == reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+		return nil
+	case s == "[]" && v.Kind() == reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 0, 0))
 		return nil
 	}
 	p := reflect.New(v.Type())

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -117,6 +118,34 @@ func TestJobRef(t *testing.T) {
 	for _, bad := range []string{"1:2", "a:b:c", "1:2:99999999999"} {
 		if _, err := ParseJobRef(bad); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// The decoder's shortcuts (raw JSON, empty objects and lists) give what json.Unmarshal
+// gives, and refuse what it refuses.
+func TestDecodeShortcutsAgreeWithJSON(t *testing.T) {
+	fields := []string{"args", "env_vars", "prerequisites", "dependends", "dep_results"}
+	inputs := []string{"{}", "[]", " [1, 2] ", `{"a":"b"}`, "{ }", "[ ]", "{", "[", `"s"`, "1", "true", "nul", `{"a":1}`, "[1,", " {} "}
+	for _, field := range fields {
+		for _, in := range inputs {
+			var got Job
+			gotErr := FromHash("job:1:1", map[string]string{field: in}, &got)
+			var want Job
+			wv := reflect.ValueOf(&want).Elem()
+			var wantErr error
+			for _, f := range fieldsOf(wv.Type()) {
+				if f.name == field {
+					wantErr = json.Unmarshal([]byte(in), wv.Field(f.index).Addr().Interface())
+				}
+			}
+			if (gotErr != nil) != (wantErr != nil) {
+				t.Errorf("%s = %q: decoder error %v, json.Unmarshal error %v", field, in, gotErr, wantErr)
+				continue
+			}
+			if gotErr == nil && !reflect.DeepEqual(got, want) {
+				t.Errorf("%s = %q: decoded %+v, json.Unmarshal %+v", field, in, got, want)
+			}
 		}
 	}
 }
