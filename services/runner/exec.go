@@ -173,8 +173,9 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	if reason != "" {
 		proc.Kill(reason)
 	}
-	r.superviseRun(ctx, db, cl, j, ex, proc.Done())
+	sv := r.supervise(ctx, db, cl, j, ex)
 	res := proc.Wait()
+	sv.stop()
 	elapsed := time.Since(start)
 	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(elapsed.Seconds())
 	logw.Close()
@@ -330,28 +331,53 @@ func (r *runner) untrack(ex *execution) {
 	r.mu.Unlock()
 }
 
-// superviseRun enforces the job's timeout and keeps its lease while it runs, until
-// done is closed.
-func (r *runner) superviseRun(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ex *execution, done <-chan struct{}) {
-	var timeout <-chan time.Time
+// supervision enforces a run's timeout and keeps its lease while it runs, on timers:
+// nothing waits beside the run (a handler call often ends within a millisecond, and
+// a goroutine and a ticker per call cost more than the call).
+type supervision struct {
+	mu      sync.Mutex // held by a timer's action, so that stop waits for one under way
+	stopped bool
+	timeout *time.Timer
+	lease   *time.Timer
+}
+
+// supervise starts the timers of a run; stop ends them.
+func (r *runner) supervise(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ex *execution) *supervision {
+	s := &supervision{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if j.Timeout > 0 {
-		t := time.NewTimer(time.Duration(j.Timeout) * time.Second)
-		defer t.Stop()
-		timeout = t.C
-	}
-	lease := time.NewTicker(r.cfg.Heartbeat)
-	defer lease.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-timeout:
-			ex.kill("timeout")
-		case <-lease.C:
-			held, err := db.ExtendLease(ctx, cl, r.cfg.Lease)
-			if err == nil && !held {
-				ex.kill("lost_lease")
+		s.timeout = time.AfterFunc(time.Duration(j.Timeout)*time.Second, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if !s.stopped {
+				ex.kill("timeout")
 			}
-		}
+		})
 	}
+	s.lease = time.AfterFunc(r.cfg.Heartbeat, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.stopped {
+			return
+		}
+		held, err := db.ExtendLease(ctx, cl, r.cfg.Lease)
+		if err == nil && !held {
+			ex.kill("lost_lease")
+		}
+		s.lease.Reset(r.cfg.Heartbeat)
+	})
+	return s
+}
+
+// stop ends the supervision once the run has ended; a lease extension or a timeout
+// kill under way finishes first, and none starts after.
+func (s *supervision) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	if s.timeout != nil {
+		s.timeout.Stop()
+	}
+	s.lease.Stop()
 }

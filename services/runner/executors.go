@@ -211,18 +211,11 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 		out rrq.ExecutionOutcome
 		err error
 	}
-	done, supervised := make(chan struct{}), make(chan struct{})
 	var res call
 	start := time.Now()
-	// The call runs on this goroutine (a job worker, whose stack has grown for it
-	// already); the supervision, which needs little stack, on a new one.
-	go func() {
-		r.superviseRun(ctx, db, cl, j, ex, done)
-		close(supervised)
-	}()
+	sv := r.supervise(ctx, db, cl, j, ex)
 	res.out, res.err = pool.Execute(callCtx, req)
-	close(done)
-	<-supervised
+	sv.stop()
 	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(time.Since(start).Seconds())
 
 	reason := ex.killReason()

@@ -431,3 +431,30 @@ func TestExecutorsDieWithTheirRunner(t *testing.T) {
 		waitGone(t, p, 10*time.Second)
 	}
 }
+
+// A run longer than the lease keeps it: the runner extends the lease every heartbeat
+// (the stack runs with --lease 3s --heartbeat 1s) for a script and a handler call
+// alike, so neither is taken back, stopped or run twice.
+func TestRunsLongerThanTheLeaseKeepTheirLease(t *testing.T) {
+	s, c := executorStack(t)
+	c.MustCall(t, "job.create", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 1, "script": "sleep 4.5", "script_type": "sh"}}, nil)
+	createHandler(t, c, handlerSpec{id: 2, function: "go#sleep", kwargs: map[string]any{"seconds": 4.5}})
+	f := runFlow(t, c, 40, 1, 2)
+	if f.Status != "finished" {
+		t.Fatalf("flow: %+v", f)
+	}
+	for _, id := range []uint32{1, 2} {
+		j := loadJob(t, c, id)
+		if j.Status != "finished" || j.Attempt != 1 {
+			t.Errorf("job %d: status %s attempt %d, want finished at its first attempt", id, j.Status, j.Attempt)
+		}
+		if d := j.FinishedAtMs - j.StartedAtMs; d < 4500 {
+			t.Errorf("job %d ran %d ms, want at least 4500 (longer than the 3 s lease)", id, d)
+		}
+	}
+	for _, m := range []string{"hero_runner_lease_requeues_total", "hero_runner_lost_leases_total"} {
+		if v := metric(t, s.Runner, m); v != 0 {
+			t.Errorf("%s = %v, want 0", m, v)
+		}
+	}
+}
