@@ -78,6 +78,9 @@ func (s *Stack) Start(name string) *Proc {
 	if g := os.Getenv("HERO_TEST_GOGC"); g != "" {
 		env = append(env, "GOGC="+g)
 	}
+	if g := os.Getenv("HERO_TEST_GOMAXPROCS"); g != "" {
+		env = append(env, "GOMAXPROCS="+g)
+	}
 	p := Start(s.t, s.BinDir, name, s.RedisURL, Options{Args: args, Env: env})
 	switch name {
 	case "scheduler":
