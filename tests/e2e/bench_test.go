@@ -27,7 +27,11 @@ func benchStack(b *testing.B, runnerArgs ...string) (*harness.Stack, *harness.Cl
 		b.Skip("set HERO_BENCH=1 (make bench) to run the end-to-end benchmarks")
 	}
 	redisSrv.Flush(b)
-	s := harness.StartStack(b, binDir, redisSrv.URL, harness.StackOptions{
+	url := redisSrv.URL
+	if os.Getenv("HERO_BENCH_REDIS_UNIX") != "" {
+		url = redisSrv.UnixURL
+	}
+	s := harness.StartStack(b, binDir, url, harness.StackOptions{
 		RunnerArgs: append(runnerArgs, strings.Fields(os.Getenv("HERO_BENCH_RUNNER_ARGS"))...),
 		APIArgs:    []string{"--log-level", "info"}, SchedulerArgs: append([]string{"--log-level", "info"}, strings.Fields(os.Getenv("HERO_BENCH_SCHEDULER_ARGS"))...), RouterArgs: append([]string{"--log-level", "info"}, strings.Fields(os.Getenv("HERO_BENCH_ROUTER_ARGS"))...),
 	})
