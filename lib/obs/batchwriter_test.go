@@ -151,7 +151,7 @@ func TestBatchWriterBackPressure(t *testing.T) {
 	g := &gateWriter{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
 	b := NewBatchWriter(g, 0, 10, 10)
 	mustWrite(t, b, "first\n")
-	<-g.entered                    // held in the underlying write
+	<-g.entered                     // held in the underlying write
 	mustWrite(t, b, "0123456789\n") // fills the buffer to its max
 	blocked := make(chan struct{})
 	go func() {
