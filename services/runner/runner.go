@@ -286,8 +286,11 @@ func (r *runner) claimLoop(ctx context.Context) {
 	}
 }
 
-// maxClaim bounds the jobs one claim takes.
-const maxClaim = 32
+// maxClaim bounds the jobs one claim takes. Claims are taken one at a time (the
+// claim turn), so at high concurrency a claim's size bounds the rate jobs start: 64
+// rather than 32 gave ~25% more no-op handler jobs a second at --concurrency 256
+// (docs/benchmarks.md); a claim of 64 holds Redis for ~3 ms.
+const maxClaim = 64
 
 // claim takes jobs from a queue and marks them started (one script), then runs each in
 // its own goroutine, which frees its slot. The caller holds one slot (and, if held, the

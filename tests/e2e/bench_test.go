@@ -120,11 +120,11 @@ func loadJob2(b *testing.B, c *harness.Client, id uint32) harness.Job {
 
 func handlerBenchStack(b *testing.B) (*harness.Stack, *harness.Client) {
 	goExec := filepath.Join(binDir, harness.ExampleExecutor)
-	pool := "size=2;inflight=32;pipeline=8"
+	pool := "size=2;inflight=128;pipeline=8"
 	if p := os.Getenv("HERO_BENCH_EXECUTOR_POOL"); p != "" {
 		pool = p
 	}
-	s, c := benchStack(b, "--log-level", "info", "--concurrency", "64",
+	s, c := benchStack(b, "--log-level", "info", "--concurrency", "256",
 		"--executors", "go;cmd="+goExec+";"+pool)
 	c.MustCall(b, "runner.create", map[string]any{"context_id": ctx1, "runner": map[string]any{"id": 2, "script_types": []string{"go"}}}, nil)
 	return s, c
