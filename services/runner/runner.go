@@ -42,10 +42,10 @@ type runner struct {
 	// its stack's growth. workersEnd tells the idle ones to end.
 	tasks      chan task
 	workersEnd chan struct{}
-	// claimTurn lets one claim loop at a time wait for a wake token and claim; the
-	// jobs run concurrently. Loops that all waited took a token each of one burst of
-	// jobs, and the first claim took the jobs of the others (a round trip each, for
-	// nothing).
+	// claimTurn lets one claim loop at a time wait for a wake token; it claims after
+	// handing the turn on, so claims overlap (each ~3–5 ms under load: one at a time
+	// they capped the rate jobs start) while a burst's tokens still wake one waiting
+	// loop at a time, not all of them at once.
 	claimTurn sync.Mutex
 }
 
@@ -260,8 +260,8 @@ func (r *runner) claimLoop(ctx context.Context) {
 		}
 		r.claimTurn.Lock()
 		key, _, err := r.store.WaitWake(ctx, 5*time.Second, wake...)
+		r.claimTurn.Unlock() // the next loop waits while this one claims
 		if err != nil {
-			r.claimTurn.Unlock()
 			<-r.slots
 			if ctx.Err() == nil {
 				r.log.Error().Err(err).Msg("wait for jobs")
@@ -271,25 +271,21 @@ func (r *runner) claimLoop(ctx context.Context) {
 		}
 		idle++
 		if key == "" {
-			r.claimTurn.Unlock()
 			// Idle for a while: a safety net for wake tokens lost in a crash.
 			<-r.slots
 			r.claimWithoutToken(ctx, served)
 			continue
 		}
 		ctxID, queue, ok := store.ParseWakeQueue(key)
-		claimed := ok && r.claim(ctx, ctxID, queue, true)
-		r.claimTurn.Unlock()
-		if !claimed {
+		if claimed := ok && r.claim(ctx, ctxID, queue, true); !claimed {
 			<-r.slots
 		}
 	}
 }
 
-// maxClaim bounds the jobs one claim takes. Claims are taken one at a time (the
-// claim turn), so at high concurrency a claim's size bounds the rate jobs start: 64
-// rather than 32 gave ~25% more no-op handler jobs a second at --concurrency 256
-// (docs/benchmarks.md); a claim of 64 holds Redis for ~3 ms.
+// maxClaim bounds the jobs one claim takes: 64 rather than 32 gave ~25% more no-op
+// handler jobs a second at --concurrency 256 (docs/benchmarks.md); a claim of 64
+// holds Redis for ~3 ms.
 const maxClaim = 64
 
 // claim takes jobs from a queue and marks them started (one script), then runs each in
