@@ -78,11 +78,7 @@ func TestBatchWriterLingers(t *testing.T) {
 	case <-time.After(50 * time.Millisecond): // the absence of an event: bounded wait
 	}
 	mustWrite(t, b, "three, past flushAt\n")
-	select {
-	case <-g.entered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("flushAt bytes waiting were not written")
-	}
+	awaitWrite(t, g, "flushAt bytes waiting were not written")
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +89,7 @@ func TestBatchWriterLingers(t *testing.T) {
 	g = &gateWriter{entered: make(chan struct{}, 1)}
 	b = NewBatchWriter(g, time.Millisecond, 0, 0)
 	mustWrite(t, b, "alone\n")
-	select {
-	case <-g.entered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("a lone line was not written after the linger")
-	}
+	awaitWrite(t, g, "a lone line was not written after the linger")
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +191,16 @@ func TestBatchWriterAfterCloseAndErrors(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// awaitWrite waits for the next write to g to start.
+func awaitWrite(t *testing.T, g *gateWriter, failure string) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal(failure)
+	}
+}
 
 func mustWrite(t *testing.T, b *BatchWriter, s string) {
 	t.Helper()
