@@ -40,6 +40,7 @@ declare -A ADMIN=([supervisor-daemon]=9660 [scheduler]=9661 [router]=9662 [runne
 
 START=$(date +%s)
 WORK=$(mktemp -d)
+export HERO_CONFIG_DIR=$WORK/heroctl # heroctl's actor keys: never the user's own
 DC=(docker compose -f "$ROOT/docker-compose.yml")
 STACK_UP=
 
@@ -125,7 +126,7 @@ if [ "${COMPOSE_TEST_OFFLINE_IMAGES:-1}" = 1 ]; then
   fi
 fi
 docker compose version >/dev/null 2>&1 || fail "the docker compose v2 plugin is missing (scripts/offline-images.sh builds it)"
-for tool in jq curl; do
+for tool in jq curl openssl; do
   if ! command -v "$tool" >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       say "installing $tool (apt-get)"
@@ -196,9 +197,14 @@ flow_watch() { # FLOW [SECONDS]: returns heroctl flow watch's exit code
 }
 job_status() { hj job get "$1" | jq -r .status; }
 job_is() { [ "$(job_status "$1")" = "$2" ]; } # JOB STATUS
-rpc() { # METHOD PARAMS: prints the response
-  curl -fsS "http://127.0.0.1:$HERO_HTTP_PORT/" -H 'X-Hero-Actor: 1' \
-    -d '{"jsonrpc":"2.0","id":1,"method":"'"$1"'","params":'"$2"'}'
+rpc() { # METHOD PARAMS: prints the response; signed as actor 1 with OpenSSL, as docs/api.md shows
+  local body ts nonce sig
+  body='{"jsonrpc":"2.0","id":1,"method":"'"$1"'","params":'"$2"'}'
+  ts=$(date +%s); nonce=$(openssl rand -hex 16)
+  printf 'HERO-ED25519-V1\n1\nPOST /\n%s\n%s\n%s' "$ts" "$nonce" "$(printf '%s' "$body" | sha256sum | cut -d' ' -f1)" > "$WORK/canonical"
+  sig=$(openssl pkeyutl -sign -rawin -inkey "$HERO_CONFIG_DIR/keys/actor-1.pem" -in "$WORK/canonical" | od -An -tx1 | tr -d ' \n')
+  curl -fsS "http://127.0.0.1:$HERO_HTTP_PORT/" -H 'X-Hero-Actor: 1' -H "X-Hero-Timestamp: $ts" \
+    -H "X-Hero-Nonce: $nonce" -H "X-Hero-Signature: $sig" -d "$body"
 }
 
 step "examples/diamond.yaml"

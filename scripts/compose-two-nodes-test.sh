@@ -23,6 +23,7 @@ ROOT=$(pwd)
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-hero-two-nodes-test}
 export HERO_RUNNER_BASE=${HERO_RUNNER_BASE:-hero-runtime-python:bookworm}
 export HERO_ADMIN_SECRET=${HERO_ADMIN_SECRET:-two-nodes-test-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')}
+export HERO_CONFIG_DIR=${HERO_CONFIG_DIR:-$(mktemp -d)} # heroctl's actor keys: never the user's own
 BUILD_ARGS=${COMPOSE_TEST_BUILD_ARGS---build-arg GOPROXY=off}
 DC=(docker compose -f "$ROOT/deploy/compose/two-nodes.yml")
 # The emulator's node keys (docs/multinode.md).

@@ -9,7 +9,7 @@
 #
 # Redis: $REDIS_URL when set; otherwise a redis-server of its own on 127.0.0.1:6379.
 # The operator secret: $HERO_ADMIN_SECRET when set; otherwise the one supervisor-daemon
-# generates at its first start, saved to $STATE_DIR/admin-secret.
+# generates at its first start into $STATE_DIR/admin-secret (--admin-secret-file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -31,7 +31,8 @@ set_args() {
   local s=$1
   ARGS=(--grpc-addr "127.0.0.1:${GRPC[$s]}" --admin-addr "127.0.0.1:${ADMIN[$s]}")
   case $s in
-    supervisor-daemon) ARGS+=(--http-addr 127.0.0.1:9652 --scheduler-addr 127.0.0.1:9654 --dispatcher-log-dir "$STATE_DIR/dispatcher-logs") ;;
+    supervisor-daemon) ARGS+=(--http-addr 127.0.0.1:9652 --scheduler-addr 127.0.0.1:9654 --dispatcher-log-dir "$STATE_DIR/dispatcher-logs"
+                              --admin-secret-file "$STATE_DIR/admin-secret") ;;
     router) ARGS+=(--scheduler-addr 127.0.0.1:9654 --router-id local-router) ;;
     runner) ARGS+=(--runner-id 1 --contexts '*' --worker-id local-runner
                    --executors "python;cmd=python3 -u $ROOT/sdk/python/examples/example_executor.py;size=2"
@@ -65,6 +66,9 @@ up() {
     for p in ${GRPC[$s]} ${ADMIN[$s]}; do port_busy "$p" && die "port $p (for $s) is in use by another program"; done
   done
   port_busy 9652 && die "port 9652 (the JSON-RPC API) is in use by another program"
+  if [ -n "${HERO_ADMIN_SECRET:-}" ]; then
+    (umask 077; printf '%s\n' "$HERO_ADMIN_SECRET" > "$STATE_DIR/admin-secret")
+  fi
   for s in "${SERVICES[@]}"; do
     set_args "$s"
     REDIS_URL=$REDIS_URL nohup "$BIN/$s" "${ARGS[@]}" >>"$STATE_DIR/$s.log" 2>&1 &
@@ -79,13 +83,6 @@ up() {
     done
     [ -n "$ok" ] || die "$s is not ready after 20s; see $STATE_DIR/$s.log"
   done
-  if [ -n "${HERO_ADMIN_SECRET:-}" ]; then
-    printf '%s\n' "$HERO_ADMIN_SECRET" > "$STATE_DIR/admin-secret"
-  else
-    secret=$(grep -o '"admin_secret":"[^"]*"' "$STATE_DIR/supervisor-daemon.log" | tail -n 1 | cut -d'"' -f4 || true)
-    [ -n "$secret" ] && (umask 077; printf '%s\n' "$secret" > "$STATE_DIR/admin-secret")
-  fi
-  chmod 600 "$STATE_DIR/admin-secret" 2>/dev/null || true
   status
   cat <<TXT
 

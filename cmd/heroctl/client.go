@@ -7,16 +7,20 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/hero-coordinator/hero/lib/auth"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -31,9 +35,11 @@ func usageErr(format string, a ...any) error {
 
 type globals struct {
 	addr    string
+	apiURL  string
 	actor   uint32
 	context uint32
 	secret  string
+	keyFile string
 	output  string
 	timeout time.Duration
 }
@@ -52,7 +58,9 @@ func parseGlobal(args []string, stderr io.Writer) (*globals, []string, error) {
 	actor := fs.String("actor", envOr("HERO_ACTOR", ""), "")
 	ctxID := fs.String("context", envOr("HERO_CONTEXT", "1"), "")
 	fs.StringVar(&g.addr, "addr", envOr("HERO_ADDR", "127.0.0.1:9653"), "")
+	fs.StringVar(&g.apiURL, "api-url", envOr("HERO_API_URL", ""), "")
 	fs.StringVar(&g.secret, "admin-secret", envOr("HERO_ADMIN_SECRET", ""), "")
+	fs.StringVar(&g.keyFile, "key", envOr("HERO_KEY", ""), "")
 	fs.StringVar(&g.output, "output", envOr("HERO_OUTPUT", "table"), "")
 	fs.StringVar(&g.output, "o", envOr("HERO_OUTPUT", "table"), "")
 	fs.DurationVar(&g.timeout, "timeout", 30*time.Second, "")
@@ -106,13 +114,89 @@ type cli struct {
 	errw io.Writer
 	cc   *grpc.ClientConn
 	api  herov1.CoordinatorClient
+	// operator: the command needs the operator secret (actor create, context create,
+	// secret …, dispatcher …); otherwise heroctl signs as HERO_ACTOR when it has the
+	// actor's key, and uses the secret only without one.
+	operator bool
+}
+
+// credential is how a command authenticates: an actor's signer, or an operator
+// secret (with the actor it acts for, if any).
+type credential struct {
+	signer *auth.Signer
+	secret string
+	actor  uint32
+}
+
+// credential picks the command's credential (see cli.operator).
+func (c *cli) credential() (credential, error) {
+	if c.operator && c.g.secret != "" {
+		return credential{secret: c.g.secret, actor: c.g.actor}, nil
+	}
+	if c.g.actor != 0 {
+		path := c.g.keyFile
+		explicit := path != ""
+		if !explicit {
+			p, err := auth.ActorKeyPath(c.g.actor)
+			if err != nil {
+				return credential{}, err
+			}
+			path = p
+		}
+		key, err := auth.LoadPrivateKey(path)
+		switch {
+		case err == nil:
+			return credential{signer: &auth.Signer{Actor: c.g.actor, Key: key}}, nil
+		case explicit || !errors.Is(err, os.ErrNotExist):
+			return credential{}, fmt.Errorf("actor %d's key: %v", c.g.actor, err)
+		case c.g.secret == "":
+			return credential{}, fmt.Errorf("no key for actor %d at %s: create it with `heroctl key generate --actor %d` and register its public key (heroctl actor update), or pass --key FILE (HERO_KEY)", c.g.actor, path, c.g.actor)
+		}
+	}
+	if c.g.secret != "" {
+		return credential{secret: c.g.secret, actor: c.g.actor}, nil
+	}
+	if c.operator {
+		return credential{}, usageErr("this command needs the operator secret: set HERO_ADMIN_SECRET (--admin-secret)")
+	}
+	return credential{}, usageErr("who are you? set HERO_ACTOR (with its key in %s, or --key FILE), or HERO_ADMIN_SECRET for operator commands", keysDirHint())
+}
+
+func keysDirHint() string {
+	d, err := auth.ConfigDir()
+	if err != nil {
+		return "the config directory"
+	}
+	return filepath.Join(d, "keys")
 }
 
 func (c *cli) client() (herov1.CoordinatorClient, error) {
 	if c.api != nil {
 		return c.api, nil
 	}
-	cc, err := grpc.NewClient(c.g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cred, err := c.credential()
+	if err != nil {
+		return nil, err
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Retries come first: each attempt is signed anew (a new nonce).
+		grpc.WithChainUnaryInterceptor(retryUnary)}
+	if cred.signer != nil {
+		opts = append(opts, auth.DialOptions(cred.signer)...)
+	} else {
+		md := []string{"authorization", "Bearer " + cred.secret}
+		if cred.actor != 0 {
+			md = append(md, auth.MetadataActor, strconv.FormatUint(uint64(cred.actor), 10))
+		}
+		opts = append(opts,
+			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, o ...grpc.CallOption) error {
+				return inv(metadata.AppendToOutgoingContext(ctx, md...), method, req, reply, cc, o...)
+			}),
+			grpc.WithChainStreamInterceptor(func(ctx context.Context, d *grpc.StreamDesc, cc *grpc.ClientConn, method string, st grpc.Streamer, o ...grpc.CallOption) (grpc.ClientStream, error) {
+				return st(metadata.AppendToOutgoingContext(ctx, md...), d, cc, method, o...)
+			}))
+	}
+	cc, err := grpc.NewClient(c.g.addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %v", c.g.addr, err)
 	}
@@ -120,21 +204,47 @@ func (c *cli) client() (herov1.CoordinatorClient, error) {
 	return c.api, nil
 }
 
-// callCtx adds the credentials and the per-call timeout.
+// callCtx adds the per-call timeout.
 func (c *cli) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx = c.withAuth(ctx)
 	return context.WithTimeout(ctx, c.g.timeout)
 }
 
-func (c *cli) withAuth(ctx context.Context) context.Context {
-	var kv []string
-	if c.g.actor != 0 {
-		kv = append(kv, "hero-actor", strconv.FormatUint(uint64(c.g.actor), 10))
+// idempotentCalls may be sent again when the server was unavailable: reads, waits,
+// and changes that a second time leave as the first did.
+var idempotentCalls = map[string]bool{
+	"GetActor": true, "GetContext": true, "GetRunner": true, "ListRunners": true, "GetJob": true, "ListJobs": true,
+	"GetJobLogs": true, "GetFlow": true, "ListFlows": true, "GetFlowDag": true, "WaitFlow": true, "StartFlow": true,
+	"CancelFlow": true, "ListDLQ": true, "ShowDLQ": true, "GetMessage": true, "ReadEvents": true, "ListOperatorSecrets": true,
+	"JobStatus": true, "JobLogs": true,
+}
+
+// retryUnary retries an idempotent call on Unavailable (the server, or its Redis,
+// is briefly gone) and ResourceExhausted (rate limited), with backoff from 100 ms to
+// 2 s (or the server's retry hint), until the call's deadline.
+func retryUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		st, _ := status.FromError(err)
+		if err == nil || !idempotentCalls[path.Base(method)] || (st.Code() != codes.Unavailable && st.Code() != codes.ResourceExhausted) {
+			return err
+		}
+		wait := backoff
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok && ri.RetryDelay != nil {
+				wait = ri.RetryDelay.AsDuration()
+			}
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
-	if c.g.secret != "" {
-		kv = append(kv, "authorization", "Bearer "+c.g.secret)
-	}
-	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
 
 // describe turns a gRPC error into one line for the user.
@@ -148,6 +258,8 @@ func describe(err error) string {
 		return "cannot reach supervisor-daemon (is it running? set HERO_ADDR): " + st.Message()
 	case codes.PermissionDenied:
 		return st.Message() + " (set HERO_ACTOR, or HERO_ADMIN_SECRET for operator commands)"
+	case codes.Unauthenticated:
+		return st.Message() + " (is HERO_ACTOR's key the one registered? heroctl key pubkey shows it)"
 	case codes.DeadlineExceeded:
 		return "timed out: " + st.Message()
 	}
@@ -165,7 +277,14 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	if len(rest) > 0 {
 		verb, rest = rest[0], rest[1:]
 	}
+	c.operator = obj == "secret" || obj == "dispatcher" || (obj == "actor" && verb == "create") || (obj == "context" && verb == "create")
 	switch obj {
+	case "key":
+		return c.keyCmd(verb, rest)
+	case "api":
+		return c.apiCmd(ctx, verb, rest)
+	case "secret":
+		return c.secretCmd(ctx, verb, rest)
 	case "actor":
 		return c.actorCmd(ctx, verb, rest)
 	case "context":

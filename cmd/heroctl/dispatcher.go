@@ -149,7 +149,7 @@ func (c *cli) dispatcherCmd(ctx context.Context, verb string, args []string) err
 		if *wait > 0 {
 			waitFor = time.Duration(*wait)*time.Second + 5*time.Second
 		}
-		cctx, cancel := context.WithTimeout(c.withAuth(ctx), waitFor+30*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, waitFor+30*time.Second)
 		defer cancel()
 		r, err := api.RunJob(cctx, &herov1.DispatcherRunJobRequest{Job: job, WorkerId: *worker, Timeout: uint32(*wait)})
 		if err != nil {

@@ -293,7 +293,7 @@ func (c *cli) flowCmd(ctx context.Context, verb string, args []string) error {
 		if *wait > 0 {
 			waitFor = time.Duration(*wait) * time.Second
 		}
-		cctx, cancel := context.WithTimeout(c.withAuth(ctx), waitFor+30*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, waitFor+30*time.Second)
 		defer cancel()
 		r, err := api.WaitFlow(cctx, &herov1.WaitFlowRequest{ContextId: c.g.context, Id: id, Timeout: uint32(*wait)})
 		if err != nil {
@@ -451,7 +451,7 @@ func (c *cli) watchFlow(ctx context.Context, api herov1.CoordinatorClient, flowI
 	lastID := pos.NextAfterId
 	backoff := 200 * time.Millisecond
 	for {
-		wctx, cancel := context.WithCancel(c.withAuth(ctx))
+		wctx, cancel := context.WithCancel(ctx)
 		stream, err := api.Watch(wctx, &herov1.WatchRequest{ContextId: c.g.context, AfterId: lastID, FlowId: flowID})
 		if err == nil && dag == nil {
 			// The stream is open: take the state once; every later change is an event.
@@ -631,7 +631,7 @@ func (c *cli) eventsCmd(ctx context.Context, args []string) error {
 		}
 		return w.Flush()
 	}
-	stream, err := api.Watch(c.withAuth(ctx), &herov1.WatchRequest{ContextId: c.g.context, AfterId: *after, FlowId: uint32(*flow)})
+	stream, err := api.Watch(ctx, &herov1.WatchRequest{ContextId: c.g.context, AfterId: *after, FlowId: uint32(*flow)})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 // Command heroctl is the command-line client of the Hero coordinator. It talks gRPC
 // to supervisor-daemon (HERO_ADDR, default 127.0.0.1:9653) as the actor HERO_ACTOR,
-// in the context HERO_CONTEXT, or as an operator with HERO_ADMIN_SECRET.
+// signing every call with the actor's key (--key, HERO_KEY, default
+// ~/.config/hero/keys/actor-<id>.pem), in the context HERO_CONTEXT, or as an
+// operator with HERO_ADMIN_SECRET.
 //
 //	heroctl [global flags] <object> <verb> [args]
 //
@@ -72,14 +74,27 @@ Usage: heroctl [global flags] <command> [flags] [args]
 
 Global flags (each with an environment twin):
   --addr ADDR        supervisor-daemon gRPC address   $HERO_ADDR (default 127.0.0.1:9653)
+  --api-url URL      JSON-RPC URL (api call)          $HERO_API_URL (default http://<HERO_ADDR host>:9652/)
   --actor ID         the actor you act as              $HERO_ACTOR
+  --key FILE         the actor's private key (PEM)     $HERO_KEY (default <config dir>/keys/actor-<ID>.pem)
   --context ID       the context to work in            $HERO_CONTEXT (default 1)
   --admin-secret S   operator secret                   $HERO_ADMIN_SECRET
   --output, -o F     table or json                     $HERO_OUTPUT (default table)
   --timeout D        per-call timeout                  (default 30s)
 
+Every call as an actor is signed with its Ed25519 key (docs/api.md). Operator
+commands (actor create, context create, secret, dispatcher) use the operator secret;
+other commands use it only when HERO_ACTOR has no key. The config directory is
+$HERO_CONFIG_DIR, else $XDG_CONFIG_HOME/hero or ~/.config/hero.
+
 Commands:
-  actor create [--id N] [--pubkey K] [--address A]...   actor get ID
+  key generate [--out FILE] [--force]   (prints the public key; default FILE: HERO_ACTOR's in the config dir)
+  key pubkey                            (the public key of --key / HERO_ACTOR's key)
+  actor create --id N [--pubkey HEX | --no-key] [--address A]...   (no --pubkey: the key in the config dir, made if missing)
+  actor update [--id N] (--pubkey HEX | --generate-key) [--address A]...   (rotate: the old key is refused from then on)
+  actor get ID
+  secret list     secret create     secret revoke FINGERPRINT   (operator secrets; operator)
+  api call METHOD ['{"json": "params"}']   (any JSON-RPC method, signed; prints the result)
   context create ID --admins 1,2 [--readers …] [--executors …] [--retention 72h] [--allowed-sources KEY,…]
   context update [ID] [--admins …] [--readers …] [--executors …] [--retention D] [--allowed-sources …]
   context get [ID]   context delete ID [--force]

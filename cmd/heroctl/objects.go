@@ -14,6 +14,9 @@ import (
 )
 
 func (c *cli) actorCmd(ctx context.Context, verb string, args []string) error {
+	if verb == "update" {
+		return c.actorUpdate(ctx, args)
+	}
 	api, err := c.client()
 	if err != nil {
 		return err
@@ -25,14 +28,35 @@ func (c *cli) actorCmd(ctx context.Context, verb string, args []string) error {
 		fs := subFlags("actor create")
 		id := fs.Uint("id", 0, "")
 		pubkey := fs.String("pubkey", "", "")
+		noKey := fs.Bool("no-key", false, "")
 		var addr multiFlag
 		fs.Var(&addr, "address", "")
 		if _, err := parseSub(fs, args); err != nil {
 			return err
 		}
+		if *id > 1<<32-1 {
+			return usageErr("actor create: --id %d is not a 32-bit id", *id)
+		}
+		// Without --pubkey the actor's key is the one in the config directory, made
+		// now when there is none: the actor can sign at once (export HERO_ACTOR=N).
+		keyFile, created := "", false
+		if *pubkey == "" && !*noKey {
+			if *id == 0 {
+				return usageErr("actor create: give --id N to keep its key in the config directory, or --pubkey HEX (or --no-key)")
+			}
+			if *pubkey, keyFile, created, err = c.ensureActorKey(uint32(*id)); err != nil {
+				return err
+			}
+		}
 		r, err := api.CreateActor(cctx, &herov1.CreateActorRequest{Actor: &herov1.Actor{Id: uint32(*id), Pubkey: *pubkey, Address: addr}})
 		if err != nil {
+			if created {
+				_ = os.Remove(keyFile)
+			}
 			return err
+		}
+		if keyFile != "" {
+			fmt.Fprintf(c.errw, "key: %s\n", keyFile)
 		}
 		return c.show(r.Actor, func(w *tabwriter.Writer) { printActor(w, r.Actor) })
 	case "get":
@@ -50,7 +74,7 @@ func (c *cli) actorCmd(ctx context.Context, verb string, args []string) error {
 		}
 		return c.show(r.Actor, func(w *tabwriter.Writer) { printActor(w, r.Actor) })
 	}
-	return usageErr("actor create|get")
+	return usageErr("actor create|update|get")
 }
 
 func printActor(w *tabwriter.Writer, a *herov1.Actor) {
@@ -394,7 +418,7 @@ func (c *cli) jobCmd(ctx context.Context, verb string, args []string) error {
 		if *wait > 0 {
 			waitFor = time.Duration(*wait)*time.Second + 5*time.Second
 		}
-		cctx, cancel := context.WithTimeout(c.withAuth(ctx), waitFor+5*time.Minute)
+		cctx, cancel := context.WithTimeout(ctx, waitFor+5*time.Minute)
 		defer cancel()
 		r, err := api.RunJob(cctx, &herov1.RunJobRequest{ContextId: c.g.context, Job: j, Timeout: uint32(*wait)})
 		if err != nil {

@@ -60,7 +60,7 @@ func NewBase(ctx context.Context, env *Env, c *config.Common, grpcOpts ...grpc.S
 	if err != nil {
 		return nil, err
 	}
-	if b.GRPC, err = grpcx.NewServer(c.GRPCAddr, env.Registry, env.Log, b.TLS, grpcOpts...); err != nil {
+	if b.GRPC, err = grpcx.NewServer(c.GRPCAddr, env.Registry, env.Log, grpcx.Options{TLS: b.TLS, MaxConns: c.MaxConnections}, grpcOpts...); err != nil {
 		b.Store.Close()
 		return nil, err
 	}

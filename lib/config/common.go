@@ -20,6 +20,7 @@ type Common struct {
 	ShutdownTimeout     time.Duration
 	TLSCert             string
 	TLSKey              string
+	MaxConnections      int
 }
 
 // RegisterFlags adds the common flags with the service's default ports.
@@ -35,6 +36,7 @@ func (c *Common) RegisterFlags(f *FlagSet, grpcAddr, adminAddr string) {
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", "", 10*time.Second, "how long in-flight work may take to finish after SIGTERM")
 	f.StringVar(&c.TLSCert, "tls-cert", "", "", "PEM certificate for the gRPC and HTTP servers (TLS off when empty)")
 	f.StringVar(&c.TLSKey, "tls-key", "", "", "PEM private key for --tls-cert")
+	f.IntVar(&c.MaxConnections, "max-connections", "", 4096, "most open connections per listener (gRPC; and JSON-RPC on supervisor-daemon); over it new ones are refused at once while open ones are served (0: no cap)")
 }
 
 // Validate checks the common settings.
@@ -63,6 +65,9 @@ func (c *Common) Validate() error {
 	}
 	if c.RedisPoolSize < 2 {
 		return fmt.Errorf("--redis-pool-size: must be at least 2")
+	}
+	if c.MaxConnections < 0 {
+		return fmt.Errorf("--max-connections: must not be negative")
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return fmt.Errorf("--tls-cert and --tls-key must be given together")

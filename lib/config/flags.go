@@ -76,6 +76,12 @@ func (f *FlagSet) Uint32Var(p *uint32, name, env string, def uint32, usage strin
 	f.register(name, env)
 }
 
+// Float64Var defines a float64 flag.
+func (f *FlagSet) Float64Var(p *float64, name, env string, def float64, usage string) {
+	f.fs.Float64Var(p, name, def, usage)
+	f.register(name, env)
+}
+
 // BoolVar defines a bool flag.
 func (f *FlagSet) BoolVar(p *bool, name, env string, def bool, usage string) {
 	f.fs.BoolVar(p, name, def, usage)

@@ -16,12 +16,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/netx"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 )
@@ -37,6 +40,7 @@ type Server struct {
 type metrics struct {
 	handled  *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	refused  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -51,17 +55,52 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time the server took to handle gRPC calls, by method.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"method"}),
+		refused: f.NewCounter(prometheus.CounterOpts{
+			Name: "hero_grpc_server_connections_refused_total",
+			Help: "Connections the gRPC server closed at once because --max-connections were open.",
+		}),
 	}
 }
 
+// Options are a server's transport settings and limits.
+type Options struct {
+	TLS *tls.Config // nil: plaintext
+	// MaxConns caps open connections: over it a new connection is closed at once
+	// while the accepted ones are served (0: no cap).
+	MaxConns int
+	// MaxStreams caps concurrent calls per connection (0: 1000).
+	MaxStreams uint32
+}
+
+// Keepalive limits every server applies: clients may ping at most every 10 s (more
+// often gets the connection closed), an idle connection is closed after 5 minutes, a
+// silent one is probed each minute and dropped 20 s after an unanswered ping, and a
+// connection must finish its handshake within 10 s.
+const (
+	keepaliveMinPing  = 10 * time.Second
+	keepaliveMaxIdle  = 5 * time.Minute
+	keepaliveProbe    = time.Minute
+	keepaliveTimeout  = 20 * time.Second
+	handshakeTimeout  = 10 * time.Second
+	defaultMaxStreams = 1000
+)
+
 // NewServer binds addr at once (a port in use is an error at start) and returns a
 // server with health and reflection registered.
-func NewServer(addr string, reg prometheus.Registerer, log zerolog.Logger, tlsConf *tls.Config, extra ...grpc.ServerOption) (*Server, error) {
+func NewServer(addr string, reg prometheus.Registerer, log zerolog.Logger, o Options, extra ...grpc.ServerOption) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("grpc server: %w", err)
 	}
 	m := newMetrics(reg)
+	if o.MaxConns > 0 {
+		lim := netx.Limit(ln, o.MaxConns, nil)
+		lim.OnReject = m.refused.Inc
+		ln = lim
+	}
+	if o.MaxStreams == 0 {
+		o.MaxStreams = defaultMaxStreams
+	}
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unaryInterceptor(m, log)),
 		grpc.ChainStreamInterceptor(streamInterceptor(m, log)),
@@ -69,9 +108,13 @@ func NewServer(addr string, reg prometheus.Registerer, log zerolog.Logger, tlsCo
 		// goroutine per call, whose stack then grows, was a tenth of the scheduler's
 		// CPU under a stream of JobsDone calls.
 		grpc.NumStreamWorkers(uint32(max(4, 2*runtime.GOMAXPROCS(0)))),
+		grpc.MaxConcurrentStreams(o.MaxStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinPing, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: keepaliveMaxIdle, Time: keepaliveProbe, Timeout: keepaliveTimeout}),
+		grpc.ConnectionTimeout(handshakeTimeout),
 	}
-	if tlsConf != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConf)))
+	if o.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
 	s := grpc.NewServer(append(opts, extra...)...)
 	h := health.NewServer()

@@ -27,21 +27,27 @@ const (
 
 // Coordinator keys in DB 0.
 const (
-	SchemaVersion = "coord:schema_version" // string: the data layout's version
-	Contexts      = "coord:contexts"       // zset: context id → creation time (ms); the registry
-	ActorSeq      = "coord:seq:actor"      // string counter for server-assigned actor ids
-	ActorIndex    = "coord:idx:actors"     // zset: actor id → creation time (ms)
-	AdminSecrets  = "coord:admin_secrets"  // set: sha256 hex of generated operator secrets
-	WakeMsgOut    = "coord:wake:msg_out"   // list: one context id per message pushed on a msg_out
-	WakeMsgIn     = "coord:wake:msg_in"    // list: one context id per message pushed on a msg_in
-	ActiveFlows   = "coord:flows:active"   // set: "<ctx>:<flow>" of every started, unfinished flow
-	Due           = "coord:due"            // zset: due-time queue (ms) of delayed work, e.g. retries
-	Control       = "coord:control"        // pub/sub channel: runner and context changes
-	RemoteDue     = "coord:remote_due"     // zset: "<ctx>|<message key>" of remote requests → when their ack or result is due (ms)
-	Expire        = "coord:expire"         // zset: "<ctx>:flow:<id>" or "<ctx>:job:<caller>:<id>" → when retention deletes it (ms)
-	JobDone       = "coord:jobdone"        // pub/sub channel: "<ctx>:<caller>:<id>" of each job that ended (for job.run waiters)
-	FlowDone      = "coord:flowdone"       // pub/sub channel: "<ctx>:<flow>" of each flow that ended (for flow.wait waiters)
+	SchemaVersion     = "coord:schema_version"      // string: the data layout's version
+	Contexts          = "coord:contexts"            // zset: context id → creation time (ms); the registry
+	ActorSeq          = "coord:seq:actor"           // string counter for server-assigned actor ids
+	ActorIndex        = "coord:idx:actors"          // zset: actor id → creation time (ms)
+	AdminSecrets      = "coord:admin_secrets"       // set: unsalted sha256 of operator secrets before signed requests (retired at start)
+	OperatorSecrets   = "coord:operator_secrets"    // hash: fingerprint → JSON record of a stored or revoked operator secret
+	OperatorSecretKey = "coord:operator_secret_key" // string: the deployment's HMAC key for operator secrets (random, set once)
+	WakeMsgOut        = "coord:wake:msg_out"        // list: one context id per message pushed on a msg_out
+	WakeMsgIn         = "coord:wake:msg_in"         // list: one context id per message pushed on a msg_in
+	ActiveFlows       = "coord:flows:active"        // set: "<ctx>:<flow>" of every started, unfinished flow
+	Due               = "coord:due"                 // zset: due-time queue (ms) of delayed work, e.g. retries
+	Control           = "coord:control"             // pub/sub channel: runner and context changes
+	RemoteDue         = "coord:remote_due"          // zset: "<ctx>|<message key>" of remote requests → when their ack or result is due (ms)
+	Expire            = "coord:expire"              // zset: "<ctx>:flow:<id>" or "<ctx>:job:<caller>:<id>" → when retention deletes it (ms)
+	JobDone           = "coord:jobdone"             // pub/sub channel: "<ctx>:<caller>:<id>" of each job that ended (for job.run waiters)
+	FlowDone          = "coord:flowdone"            // pub/sub channel: "<ctx>:<flow>" of each flow that ended (for flow.wait waiters)
 )
+
+// Nonce marks a signed request's nonce as used by an actor (DB 0, expires after the
+// timestamp window).
+func Nonce(actor uint32, nonce string) string { return "coord:nonce:" + u(actor) + ":" + nonce }
 
 // WakeQueue is the DB-0 wake list of a context's job queue: one token per job pushed.
 func WakeQueue(ctxID uint32, queue string) string {

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -112,8 +113,8 @@ func validateString(object string, id uint32, field, s string, max int) error {
 
 // Validate checks an Actor.
 func (a *Actor) Validate() error {
-	if err := validateString("actor", a.ID, "pubkey", a.Pubkey, MaxStringBytes); err != nil {
-		return err
+	if a.Pubkey != "" && !isHexKey(a.Pubkey) {
+		return verr("actor", a.ID, "pubkey", "must be an Ed25519 public key: 64 hex characters (heroctl key generate makes one)")
 	}
 	if len(a.Address) > 64 {
 		return verr("actor", a.ID, "address", "has %d entries, more than 64", len(a.Address))
@@ -309,4 +310,13 @@ func (j *Job) validateHandler() error {
 		return verr("job", j.ID, "args", "args and kwargs are more than %d bytes", MaxScriptBytes)
 	}
 	return nil
+}
+
+// isHexKey reports whether s is 32 bytes as hex: an Ed25519 public key.
+func isHexKey(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -15,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/netx"
 )
 
 // NewRegistry returns a registry with the Go and process collectors.
@@ -75,6 +79,12 @@ func (p *Probe) Check(ctx context.Context) error {
 	return nil
 }
 
+// Limits of the admin server.
+const (
+	adminMaxConns     = 256
+	adminWriteTimeout = 2 * time.Minute
+)
+
 // AdminServer serves /metrics, /healthz and /readyz.
 type AdminServer struct {
 	srv *http.Server
@@ -89,13 +99,21 @@ func NewAdminServer(addr string, reg *prometheus.Registry, probe *Probe, log zer
 	if err != nil {
 		return nil, nil, fmt.Errorf("admin server: %w", err)
 	}
+	// Probes and scrapes need few connections: a flood of them is refused at once
+	// rather than let it use up the process's file descriptors.
+	ln = netx.Limit(ln, adminMaxConns, nil)
 	if tlsConf != nil {
 		ln = tls.NewListener(ln, tlsConf)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	// The command line may hold secrets (--admin-secret, a password in --redis-url):
+	// only the program's name is shown.
+	mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = fmt.Fprintf(w, "%s\x00[arguments hidden]", filepath.Base(os.Args[0]))
+	})
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -115,7 +133,9 @@ func NewAdminServer(addr string, reg *prometheus.Registry, probe *Probe, log zer
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	return &AdminServer{
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
+		// A CPU profile or trace streams for its ?seconds= (at most adminWriteTimeout).
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: adminWriteTimeout, IdleTimeout: time.Minute},
 		ln:  ln,
 		log: log,
 	}, mux, nil

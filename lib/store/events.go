@@ -21,7 +21,7 @@ type Event struct {
 	ID        string `json:"id"`
 	TimeMs    int64  `json:"time_ms"`
 	Type      string `json:"type"`  // object.verb: job.created, job.started, flow.finished, …
-	Actor     string `json:"actor"` // acting actor id, "operator", or a service name
+	Actor     string `json:"actor"` // acting actor id ("7", or "7 via operator:<fingerprint>"), "operator:<fingerprint>", or a service name
 	ContextID uint32 `json:"context_id"`
 	FlowID    uint32 `json:"flow_id,omitempty"`
 	JobID     uint32 `json:"job_id,omitempty"`
@@ -32,7 +32,7 @@ type Event struct {
 
 // Actor names for events written by the services themselves.
 const (
-	ActorOperator  = "operator"
+	ActorOperator  = "operator" // with ":<fingerprint>" of the secret
 	ActorScheduler = "scheduler"
 	ActorRouter    = "router"
 	ActorRunner    = "runner"

@@ -127,8 +127,8 @@ return out
 func (d *DB) CancelFlow(ctx context.Context, flowID uint32, actor string, retention time.Duration) (stopping []uint32, ended bool, err error) {
 	now := time.Now()
 	reason := "cancelled by actor " + actor
-	if actor == ActorOperator {
-		reason = "cancelled by the operator"
+	if strings.HasPrefix(actor, ActorOperator) {
+		reason = "cancelled by " + actor // "operator:<fingerprint>"
 	}
 	res, err := d.Eval(ctx, cancelFlowScript, nil, d.ContextID, flowID, actor, now.Unix(), now.UnixMilli(), reason, retention.Milliseconds())
 	if err != nil {

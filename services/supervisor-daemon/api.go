@@ -25,6 +25,7 @@ type service struct {
 	log        zerolog.Logger
 	runMargin  time.Duration
 	dispatcher *dispatcherService
+	secrets    *operatorSecrets
 }
 
 // ---- parameters (the JSON-RPC params objects; docs/api.md) ----
@@ -300,8 +301,113 @@ func (s *service) actorCreate(ctx context.Context, p Principal, in actorCreatePa
 	if in.Actor == nil {
 		return nil, invalidParams("actor", "actor is required")
 	}
-	a, _, err := s.store.CreateActor(ctx, &model.Actor{ID: in.Actor.ID, Pubkey: in.Actor.Pubkey, Address: in.Actor.Address})
+	pk := strings.ToLower(strings.TrimSpace(in.Actor.Pubkey))
+	a, _, err := s.store.CreateActor(ctx, &model.Actor{ID: in.Actor.ID, Pubkey: pk, Address: in.Actor.Address})
 	return a, err
+}
+
+type actorUpdateParams struct {
+	ID      uint32    `json:"id"`
+	Pubkey  *string   `json:"pubkey"`
+	Address *[]string `json:"address"`
+}
+
+// actorUpdate replaces an actor's key or addresses: the operator may change any
+// actor, an actor only itself (its request was signed with its current key). From
+// the next request on, only the new key verifies.
+func (s *service) actorUpdate(ctx context.Context, p Principal, in actorUpdateParams) (*model.Actor, error) {
+	if in.ID == 0 {
+		return nil, invalidParams("id", "id must be at least 1")
+	}
+	if !p.Operator && p.Actor != in.ID {
+		return nil, permissionDenied("actor %d may update only itself; actor.update of actor %d needs the operator secret", p.Actor, in.ID)
+	}
+	if in.Pubkey == nil && in.Address == nil {
+		return nil, invalidParams("pubkey", "give pubkey and/or address to change")
+	}
+	if in.Pubkey != nil {
+		pk := strings.ToLower(strings.TrimSpace(*in.Pubkey))
+		in.Pubkey = &pk
+	}
+	a, err := s.store.UpdateActor(ctx, in.ID, in.Pubkey, in.Address)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info().Uint32("actor", in.ID).Str("by", p.Name()).Bool("pubkey_changed", in.Pubkey != nil).Msg("actor updated")
+	return a, nil
+}
+
+// ---- operator secrets ----
+
+type secretView struct {
+	Fingerprint string `json:"fingerprint"`
+	Source      string `json:"source"`
+	CreatedAtMs int64  `json:"created_at_ms,omitempty"`
+	RevokedAtMs int64  `json:"revoked_at_ms,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	Current     bool   `json:"current"`
+}
+
+func viewSecret(r store.SecretRecord, p Principal) secretView {
+	return secretView{Fingerprint: r.Fingerprint, Source: r.Source, CreatedAtMs: r.CreatedMs, RevokedAtMs: r.RevokedMs, Reason: r.Reason, Current: r.Fingerprint == p.Fingerprint}
+}
+
+type secretListResult struct {
+	Items []secretView `json:"items"`
+}
+
+type noParams struct{}
+
+func (s *service) secretList(ctx context.Context, p Principal, _ noParams) (*secretListResult, error) {
+	if err := requireOperator(p, "secret.list"); err != nil {
+		return nil, err
+	}
+	recs, err := s.secrets.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &secretListResult{Items: []secretView{}}
+	for _, r := range recs {
+		out.Items = append(out.Items, viewSecret(r, p))
+	}
+	return out, nil
+}
+
+type secretCreateResult struct {
+	Fingerprint string `json:"fingerprint"`
+	Secret      string `json:"secret"`
+}
+
+func (s *service) secretCreate(ctx context.Context, p Principal, _ noParams) (*secretCreateResult, error) {
+	if err := requireOperator(p, "secret.create"); err != nil {
+		return nil, err
+	}
+	secret, fp, err := s.secrets.generate(ctx, store.SecretAPI)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info().Str("fingerprint", fp).Str("by", p.Name()).Msg("operator secret created")
+	return &secretCreateResult{Fingerprint: fp, Secret: secret}, nil
+}
+
+type secretRevokeParams struct {
+	Fingerprint string `json:"fingerprint"`
+}
+
+func (s *service) secretRevoke(ctx context.Context, p Principal, in secretRevokeParams) (*secretView, error) {
+	if err := requireOperator(p, "secret.revoke"); err != nil {
+		return nil, err
+	}
+	if in.Fingerprint == "" {
+		return nil, invalidParams("fingerprint", "fingerprint is required (secret.list lists them)")
+	}
+	rec, err := s.secrets.revoke(ctx, in.Fingerprint, p.Name())
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info().Str("fingerprint", in.Fingerprint).Str("by", p.Name()).Msg("operator secret revoked")
+	v := viewSecret(*rec, p)
+	return &v, nil
 }
 
 func (s *service) actorLoad(ctx context.Context, _ Principal, in idParams) (*model.Actor, error) {

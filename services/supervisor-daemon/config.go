@@ -12,12 +12,24 @@ import (
 // Config is the supervisor-daemon's configuration.
 type Config struct {
 	config.Common
-	HTTPAddr      string
-	SchedulerAddr string
-	AdminSecret   string
-	RunMargin     time.Duration
-	MaxBodyBytes  int
-	Dispatcher    dispatcher.ClientConfig
+	HTTPAddr        string
+	SchedulerAddr   string
+	AdminSecret     string
+	AdminSecretFile string
+	RunMargin       time.Duration
+	MaxBodyBytes    int
+	Dispatcher      dispatcher.ClientConfig
+
+	AuthWindow         time.Duration
+	AuthDevTrustHeader bool
+
+	HTTPReadTimeout  time.Duration
+	HTTPWriteTimeout time.Duration
+	HTTPIdleTimeout  time.Duration
+	MaxBatch         int
+	RateLimit        float64
+	RateBurst        int
+	MaxWaits         int
 }
 
 // RegisterFlags adds every flag.
@@ -26,7 +38,17 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	c.Dispatcher.RegisterFlags(f)
 	f.StringVar(&c.HTTPAddr, "http-addr", "", ":9652", "JSON-RPC 2.0 API listen address (POST /)")
 	f.StringVar(&c.SchedulerAddr, "scheduler-addr", "", "127.0.0.1:9654", "scheduler gRPC address (host:port)")
-	f.StringVar(&c.AdminSecret, "admin-secret", "HERO_ADMIN_SECRET", "", "operator secret(s), comma-separated; empty: one is generated at first start, kept hashed in Redis and logged once")
+	f.StringVar(&c.AdminSecret, "admin-secret", "HERO_ADMIN_SECRET", "", "operator secret(s), comma-separated, each at least 16 characters (prefer --admin-secret-file: a command line and an environment are visible to more than a file)")
+	f.StringVar(&c.AdminSecretFile, "admin-secret-file", "HERO_ADMIN_SECRET_FILE", "", "file of operator secrets, one per line; when no secret is configured anywhere and none is stored yet, one is generated into this file (mode 0600)")
+	f.DurationVar(&c.AuthWindow, "auth-window", "", 5*time.Minute, "a signed request's timestamp may be this far from the server's clock; its nonce is remembered twice as long")
+	f.BoolVar(&c.AuthDevTrustHeader, "auth-dev-trust-actor-header", "HERO_AUTH_DEV_TRUST_ACTOR_HEADER", false, "DEVELOPMENT ONLY: trust a bare X-Hero-Actor header without a signature (anyone reaching the API can act as any actor)")
+	f.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", "", 30*time.Second, "JSON-RPC: time to read a request's headers and body")
+	f.DurationVar(&c.HTTPWriteTimeout, "http-write-timeout", "", 60*time.Second, "JSON-RPC: time to handle a request and write its answer (job.run, flow.wait and dispatcher.run_job are bounded by their own timeouts instead)")
+	f.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", "", 60*time.Second, "JSON-RPC: an idle keep-alive connection is closed after this")
+	f.IntVar(&c.MaxBatch, "max-batch", "", 1000, "most requests in one JSON-RPC batch")
+	f.Float64Var(&c.RateLimit, "rate-limit", "", 1000, "calls per second each actor (or operator secret) may make, per replica; a batch counts each call (0: no limit)")
+	f.IntVar(&c.RateBurst, "rate-burst", "", 2000, "calls an actor may make at once above --rate-limit (at least --max-batch)")
+	f.IntVar(&c.MaxWaits, "max-waits-per-caller", "", 100, "waiting calls (job.run, flow.wait, Watch, dispatcher.run_job) one actor may hold open at once, per replica (0: no cap)")
 	f.DurationVar(&c.RunMargin, "run-margin", "", 30*time.Second, "job.run waits the job's timeout plus this margin when no timeout is given")
 	f.IntVar(&c.MaxBodyBytes, "max-body-bytes", "", 4<<20, "largest JSON-RPC request body accepted")
 }
@@ -52,6 +74,21 @@ func (c *Config) Validate() error {
 	}
 	if c.RunMargin < 0 || c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("--run-margin must not be negative and --max-body-bytes at least 1024")
+	}
+	if c.AuthWindow < 10*time.Second || c.AuthWindow > time.Hour {
+		return fmt.Errorf("--auth-window: %v is not between 10s and 1h", c.AuthWindow)
+	}
+	if c.HTTPReadTimeout <= 0 || c.HTTPWriteTimeout <= 0 || c.HTTPIdleTimeout <= 0 {
+		return fmt.Errorf("--http-read-timeout, --http-write-timeout and --http-idle-timeout must be positive")
+	}
+	if c.MaxBatch < 1 {
+		return fmt.Errorf("--max-batch: must be at least 1")
+	}
+	if c.RateLimit < 0 || c.MaxWaits < 0 {
+		return fmt.Errorf("--rate-limit and --max-waits-per-caller must not be negative")
+	}
+	if c.RateLimit > 0 && c.RateBurst < c.MaxBatch {
+		return fmt.Errorf("--rate-burst (%d) must be at least --max-batch (%d): a full batch could never pass", c.RateBurst, c.MaxBatch)
 	}
 	return nil
 }

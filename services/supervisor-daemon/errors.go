@@ -3,6 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,12 +23,14 @@ const (
 	codeInvalidParams    = -32602
 	codeInternal         = -32603
 	codeUnavailable      = -32000
+	codeUnauthenticated  = -32001
 	codePermission       = -32003
 	codeNotFound         = -32004
 	codeTimeout          = -32008
 	codeExists           = -32009
 	codeFailedPrecondion = -32010
 	codeGone             = -32011
+	codeTooMany          = -32029
 )
 
 // apiError is an error with its JSON-RPC code and data.
@@ -45,11 +51,25 @@ func permissionDenied(format string, a ...any) *apiError {
 	return &apiError{Code: codePermission, Msg: "permission denied: " + fmt.Sprintf(format, a...)}
 }
 
+// unavailable is a Redis fault as the client sees it: retry later.
+func unavailable(err error) *apiError {
+	return &apiError{Code: codeUnavailable, Msg: "unavailable: the store (Redis) cannot be reached now; retry: " + err.Error(),
+		Data: map[string]any{"retry_after_ms": int64(1000)}}
+}
+
 // toAPIError classifies any error the service returns.
 func toAPIError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
 		return ae
+	}
+	var authErr *authError
+	if errors.As(err, &authErr) {
+		return &apiError{Code: codeUnauthenticated, Msg: authErr.Msg}
+	}
+	var tm *tooManyError
+	if errors.As(err, &tm) {
+		return &apiError{Code: codeTooMany, Msg: tm.Msg, Data: map[string]any{"retry_after_ms": max(1, tm.RetryAfter.Milliseconds())}}
 	}
 	var ve *model.ValidationError
 	if errors.As(err, &ve) {
@@ -86,14 +106,22 @@ func toAPIError(err error) *apiError {
 			return &apiError{Code: codeTimeout, Msg: st.Message()}
 		}
 	}
+	if store.IsUnavailable(err) {
+		return unavailable(err)
+	}
 	return &apiError{Code: codeInternal, Msg: "internal error: " + err.Error()}
 }
 
-// grpcError maps an API error onto a gRPC status.
+// grpcError maps an API error onto a gRPC status; a retry hint travels as a
+// google.rpc.RetryInfo detail.
 func grpcError(err error) error {
 	ae := toAPIError(err)
 	c := codes.Internal
 	switch ae.Code {
+	case codeUnauthenticated:
+		c = codes.Unauthenticated
+	case codeTooMany:
+		c = codes.ResourceExhausted
 	case codeInvalidParams, codeInvalidRequest, codeParse:
 		c = codes.InvalidArgument
 	case codePermission:
@@ -111,5 +139,11 @@ func grpcError(err error) error {
 	case codeGone:
 		c = codes.OutOfRange
 	}
-	return status.Error(c, ae.Msg)
+	st := status.New(c, ae.Msg)
+	if ms, ok := ae.Data["retry_after_ms"].(int64); ok {
+		if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(ms) * time.Millisecond)}); err == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }

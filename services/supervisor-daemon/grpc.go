@@ -10,8 +10,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/auth"
 
 	"github.com/hero-coordinator/hero/lib/protoconv"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
@@ -19,12 +23,22 @@ import (
 
 type principalKey struct{}
 
-// authInterceptors authenticate every call from its metadata (hero-actor,
-// authorization): the same check the JSON-RPC side makes, in one place.
-func authInterceptors(a *authenticator, m *apiMetrics) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
-	auth := func(ctx context.Context, full string) (context.Context, error) {
-		if strings.HasPrefix(full, "/grpc.health.v1.") || strings.HasPrefix(full, "/grpc.reflection.") {
-			return ctx, nil
+// waitingCalls are the gRPC methods that wait (each holds one of the caller's waiting
+// slots while it runs).
+var waitingCalls = map[string]bool{
+	"/hero.v1.Coordinator/RunJob": true, "/hero.v1.Coordinator/WaitFlow": true, "/hero.v1.Coordinator/Watch": true,
+	"/hero.v1.Dispatcher/RunJob": true,
+}
+
+// authInterceptors authenticate every call of the public services (hero.v1) from its
+// metadata and the digest of its request message as received (codec): the same check
+// the JSON-RPC side makes. A stream is authenticated with its opening message.
+func authInterceptors(a *authenticator, l *callerLimits, codec *auth.DigestCodec, m *apiMetrics) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	api := func(full string) bool { return strings.HasPrefix(full, "/hero.v1.") }
+	check := func(ctx context.Context, full string, msg any) (context.Context, func(), error) {
+		digest, ok := codec.TakeDigest(msg)
+		if !ok {
+			return nil, nil, status.Error(codes.Internal, "authentication: the request's digest is missing")
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
 		get := func(k string) string {
@@ -33,46 +47,89 @@ func authInterceptors(a *authenticator, m *apiMetrics) (grpc.UnaryServerIntercep
 			}
 			return ""
 		}
-		p, err := a.authenticate(ctx, get("authorization"), get("hero-actor"))
-		if err != nil {
-			return nil, grpcError(err)
+		c := credentials{transport: "grpc", target: full, digest: digest, authorization: get("authorization"),
+			signed: auth.Credentials{Actor: get(auth.MetadataActor), Timestamp: get(auth.MetadataTimestamp), Nonce: get(auth.MetadataNonce), Signature: get(auth.MetadataSignature)}}
+		if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+			c.peer = pr.Addr.String()
 		}
-		return context.WithValue(ctx, principalKey{}, p), nil
-	}
-	api := func(full string) bool {
-		return strings.HasPrefix(full, "/hero.v1.")
+		p, err := a.authenticate(ctx, c)
+		if err != nil {
+			return nil, nil, grpcError(err)
+		}
+		if err := l.allow(p.key(), 1); err != nil {
+			return nil, nil, grpcError(err)
+		}
+		release := func() {}
+		if waitingCalls[full] {
+			if release, err = l.wait(p.key()); err != nil {
+				return nil, nil, grpcError(err)
+			}
+		}
+		return context.WithValue(ctx, principalKey{}, p), release, nil
 	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		if api(info.FullMethod) {
-			start := time.Now()
-			defer func() { m.observe("grpc", path.Base(info.FullMethod), status.Code(err).String(), start) }()
+		if !api(info.FullMethod) {
+			codec.Forget(req)
+			return handler(ctx, req)
 		}
-		ctx, err = auth(ctx, info.FullMethod)
+		start := time.Now()
+		defer func() { m.observe("grpc", path.Base(info.FullMethod), status.Code(err).String(), start) }()
+		ctx, release, err := check(ctx, info.FullMethod, req)
 		if err != nil {
 			return nil, err
 		}
+		defer release()
 		return handler(ctx, req)
 	}
 	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-		if api(info.FullMethod) {
-			start := time.Now()
-			defer func() { m.observe("grpc", path.Base(info.FullMethod), status.Code(err).String(), start) }()
+		if !api(info.FullMethod) {
+			return handler(srv, ss)
 		}
-		ctx, err := auth(ss.Context(), info.FullMethod)
-		if err != nil {
-			return err
-		}
-		return handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
+		start := time.Now()
+		defer func() { m.observe("grpc", path.Base(info.FullMethod), status.Code(err).String(), start) }()
+		ws := &authStream{ServerStream: ss, ctx: ss.Context(), codec: codec, open: func(ctx context.Context, msg any) (context.Context, func(), error) {
+			return check(ctx, info.FullMethod, msg)
+		}}
+		defer ws.release()
+		return handler(srv, ws)
 	}
 	return unary, stream
 }
 
-type wrappedStream struct {
+// authStream authenticates a stream on its opening message; later messages only
+// have their digests dropped.
+type authStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx      context.Context
+	codec    *auth.DigestCodec
+	open     func(ctx context.Context, msg any) (context.Context, func(), error)
+	opened   bool
+	released func()
 }
 
-func (w *wrappedStream) Context() context.Context { return w.ctx }
+func (s *authStream) Context() context.Context { return s.ctx }
+
+func (s *authStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if s.opened {
+		s.codec.Forget(m)
+		return nil
+	}
+	ctx, release, err := s.open(s.ctx, m)
+	if err != nil {
+		return err
+	}
+	s.ctx, s.released, s.opened = ctx, release, true
+	return nil
+}
+
+func (s *authStream) release() {
+	if s.released != nil {
+		s.released()
+	}
+}
 
 func principal(ctx context.Context) Principal {
 	p, _ := ctx.Value(principalKey{}).(Principal)
@@ -129,6 +186,55 @@ func (c *coordinatorServer) GetActor(ctx context.Context, r *herov1.GetActorRequ
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.GetActorResponse, error) {
 		a, err := c.s.actorLoad(ctx, p, idParams{ID: r.Id})
 		return &herov1.GetActorResponse{Actor: protoconv.ActorToPB(a)}, err
+	})
+}
+
+func (c *coordinatorServer) UpdateActor(ctx context.Context, r *herov1.UpdateActorRequest) (*herov1.UpdateActorResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.UpdateActorResponse, error) {
+		in := actorUpdateParams{ID: r.Id, Pubkey: r.Pubkey}
+		if r.Address != nil {
+			in.Address = &r.Address.Values
+		}
+		a, err := c.s.actorUpdate(ctx, p, in)
+		return &herov1.UpdateActorResponse{Actor: protoconv.ActorToPB(a)}, err
+	})
+}
+
+func secretToPB(v secretView) *herov1.OperatorSecret {
+	return &herov1.OperatorSecret{Fingerprint: v.Fingerprint, Source: v.Source, CreatedAtMs: v.CreatedAtMs, RevokedAtMs: v.RevokedAtMs, Reason: v.Reason, Current: v.Current}
+}
+
+func (c *coordinatorServer) ListOperatorSecrets(ctx context.Context, _ *herov1.ListOperatorSecretsRequest) (*herov1.ListOperatorSecretsResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.ListOperatorSecretsResponse, error) {
+		res, err := c.s.secretList(ctx, p, noParams{})
+		if err != nil {
+			return nil, err
+		}
+		out := &herov1.ListOperatorSecretsResponse{}
+		for _, v := range res.Items {
+			out.Items = append(out.Items, secretToPB(v))
+		}
+		return out, nil
+	})
+}
+
+func (c *coordinatorServer) CreateOperatorSecret(ctx context.Context, _ *herov1.CreateOperatorSecretRequest) (*herov1.CreateOperatorSecretResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateOperatorSecretResponse, error) {
+		res, err := c.s.secretCreate(ctx, p, noParams{})
+		if err != nil {
+			return nil, err
+		}
+		return &herov1.CreateOperatorSecretResponse{Fingerprint: res.Fingerprint, Secret: res.Secret}, nil
+	})
+}
+
+func (c *coordinatorServer) RevokeOperatorSecret(ctx context.Context, r *herov1.RevokeOperatorSecretRequest) (*herov1.RevokeOperatorSecretResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.RevokeOperatorSecretResponse, error) {
+		v, err := c.s.secretRevoke(ctx, p, secretRevokeParams{Fingerprint: r.Fingerprint})
+		if err != nil {
+			return nil, err
+		}
+		return &herov1.RevokeOperatorSecretResponse{Secret: secretToPB(*v)}, nil
 	})
 }
 

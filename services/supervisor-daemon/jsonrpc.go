@@ -7,13 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/auth"
 )
 
 // method is one JSON-RPC method.
@@ -45,6 +49,10 @@ func (s *service) methods() map[string]method {
 	m := map[string]method{
 		"actor.create":   rpcMethod("Create an actor (operator only).", "Actor", s.actorCreate),
 		"actor.load":     rpcMethod("Load an actor.", "Actor", s.actorLoad),
+		"actor.update":   rpcMethod("Replace an actor's pubkey and/or addresses (the operator, or the actor itself signing with its current key).", "Actor", s.actorUpdate),
+		"secret.list":    rpcMethod("List the operator secrets by fingerprint, with their source and revocation (operator only).", "{items: [{fingerprint, source, created_at_ms, revoked_at_ms, reason, current}]}", s.secretList),
+		"secret.create":  rpcMethod("Create an operator secret; it is returned this once (operator only).", "{fingerprint, secret}", s.secretCreate),
+		"secret.revoke":  rpcMethod("Revoke an operator secret by fingerprint; the last accepted one cannot be (operator only).", "OperatorSecret", s.secretRevoke),
 		"context.create": rpcMethod("Create a context (operator only); its id is its Redis DB.", "Context", s.contextCreate),
 		"context.load":   rpcMethod("Load a context.", "Context", s.contextLoad),
 		"context.update": rpcMethod("Change a context's admins, readers, executors, retention_seconds or allowed_sources (admins).", "Context", s.contextUpdate),
@@ -125,20 +133,30 @@ func (m *apiMetrics) observe(transport, method, code string, start time.Time) {
 }
 
 // jsonrpcServer serves JSON-RPC 2.0 over HTTP: POST / with one request or a batch.
+// The whole body is one signed request (a batch is signed once).
 type jsonrpcServer struct {
-	auth     *authenticator
-	methods  map[string]method
-	discover []byte
-	log      zerolog.Logger
-	maxBody  int64
-	m        *apiMetrics
+	auth         *authenticator
+	limits       *callerLimits
+	methods      map[string]method
+	discover     []byte
+	log          zerolog.Logger
+	maxBody      int64
+	maxBatch     int
+	writeTimeout time.Duration
+	m            *apiMetrics
 }
 
-func newJSONRPCServer(s *service, auth *authenticator, log zerolog.Logger, m *apiMetrics, maxBody int64) *jsonrpcServer {
-	srv := &jsonrpcServer{auth: auth, methods: s.methods(), log: log, maxBody: maxBody, m: m}
+func newJSONRPCServer(s *service, a *authenticator, l *callerLimits, log zerolog.Logger, m *apiMetrics, cfg *Config) *jsonrpcServer {
+	srv := &jsonrpcServer{auth: a, limits: l, methods: s.methods(), log: log, m: m,
+		maxBody: int64(cfg.MaxBodyBytes), maxBatch: cfg.MaxBatch, writeTimeout: cfg.HTTPWriteTimeout}
 	srv.discover = openRPCDocument(srv.methods)
 	return srv
 }
+
+// waitingMethods are the JSON-RPC methods that wait for something: their response is
+// exempt from the write timeout (their own timeouts bound them) and each holds one of
+// the caller's waiting slots.
+var waitingMethods = map[string]bool{"job.run": true, "flow.wait": true, "dispatcher.run_job": true}
 
 func (j *jsonrpcServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/" {
@@ -150,95 +168,188 @@ func (j *jsonrpcServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "JSON-RPC 2.0: POST a request object to /", http.StatusMethodNotAllowed)
 		return
 	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(j.writeTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, j.maxBody))
 	if err != nil {
 		writeJSON(w, rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"),
-			Error: &rpcError{Code: codeInvalidRequest, Message: fmt.Sprintf("invalid request: body larger than %d bytes or unreadable", j.maxBody)}})
+			Error: &rpcError{Code: codeInvalidRequest, Message: fmt.Sprintf("invalid request: body larger than %d bytes (--max-body-bytes) or unreadable", j.maxBody)}})
 		return
 	}
 	trimmed := bytes.TrimSpace(body)
-	if len(trimmed) > 0 && trimmed[0] == '[' {
-		var batch []json.RawMessage
-		if err := json.Unmarshal(trimmed, &batch); err != nil {
+	reqs := []json.RawMessage{trimmed}
+	batch := len(trimmed) > 0 && trimmed[0] == '['
+	if batch {
+		if err := json.Unmarshal(trimmed, &reqs); err != nil {
 			writeJSON(w, parseError(err))
 			return
 		}
-		if len(batch) == 0 {
+		if len(reqs) == 0 {
 			writeJSON(w, rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: codeInvalidRequest, Message: "invalid request: empty batch"}})
 			return
 		}
-		var out []rpcResponse
-		for _, raw := range batch {
-			if resp, reply := j.handle(r, raw); reply {
-				out = append(out, resp)
-			}
-		}
-		if len(out) == 0 {
-			w.WriteHeader(http.StatusNoContent)
+		if len(reqs) > j.maxBatch {
+			writeJSON(w, rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: codeInvalidRequest,
+				Message: fmt.Sprintf("invalid request: a batch of %d requests is more than the %d accepted (--max-batch); split it", len(reqs), j.maxBatch)}})
 			return
 		}
-		writeJSON(w, out)
-		return
 	}
-	resp, reply := j.handle(r, trimmed)
-	if !reply {
+	parsed := make([]parsedRequest, len(reqs))
+	needAuth, waits := false, false
+	for i, raw := range reqs {
+		parsed[i] = parseRequest(raw)
+		if parsed[i].err == nil && parsed[i].req.Method != "rpc.discover" {
+			needAuth = true
+		}
+		waits = waits || waitingMethods[parsed[i].req.Method]
+	}
+	var p Principal
+	if needAuth {
+		p, err = j.auth.authenticate(r.Context(), credentials{
+			transport: "jsonrpc", target: auth.JSONRPCTarget, digest: auth.Digest(body), peer: r.RemoteAddr,
+			authorization: r.Header.Get("Authorization"),
+			signed: auth.Credentials{Actor: r.Header.Get(auth.HeaderActor), Timestamp: r.Header.Get(auth.HeaderTimestamp),
+				Nonce: r.Header.Get(auth.HeaderNonce), Signature: r.Header.Get(auth.HeaderSignature)},
+		})
+		if err == nil {
+			err = j.limits.allow(p.key(), len(reqs))
+			var tm *tooManyError
+			if errors.As(err, &tm) {
+				w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(tm.RetryAfter.Seconds())), 10))
+			}
+		}
+		if err != nil {
+			j.reply(w, batch, j.failAll(parsed, toAPIError(err)))
+			return
+		}
+	}
+	if waits {
+		// A wait may last its own timeout: no read or write deadline meanwhile (a read
+		// deadline would also cancel the request's context when it passes).
+		_ = rc.SetWriteDeadline(time.Time{})
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	var out []rpcResponse
+	for i := range parsed {
+		if resp, reply := j.handle(r.Context(), p, &parsed[i]); reply {
+			out = append(out, resp)
+		}
+	}
+	j.reply(w, batch, out)
+}
+
+// reply writes the responses: an array for a batch, one object, or nothing (only
+// notifications).
+func (j *jsonrpcServer) reply(w http.ResponseWriter, batch bool, out []rpcResponse) {
+	switch {
+	case len(out) == 0:
 		w.WriteHeader(http.StatusNoContent)
-		return
+	case batch:
+		writeJSON(w, out)
+	default:
+		writeJSON(w, out[0])
 	}
-	writeJSON(w, resp)
+}
+
+// failAll answers every request of a body with the same error (a refused
+// authentication or rate limit).
+func (j *jsonrpcServer) failAll(parsed []parsedRequest, e *apiError) []rpcResponse {
+	var out []rpcResponse
+	for i := range parsed {
+		pr := &parsed[i]
+		if pr.err != nil {
+			out = append(out, *pr.err)
+			continue
+		}
+		j.m.observe("jsonrpc", j.methodLabel(pr.req.Method), strconv.Itoa(e.Code), pr.start)
+		if !pr.notification {
+			out = append(out, rpcResponse{JSONRPC: "2.0", ID: pr.id, Error: &rpcError{Code: e.Code, Message: e.Msg, Data: e.Data}})
+		}
+	}
+	return out
+}
+
+// methodLabel is a method's metric label: its name if it exists, else "unknown"
+// (label values never come from what a client may invent).
+func (j *jsonrpcServer) methodLabel(name string) string {
+	if _, ok := j.methods[name]; ok || name == "rpc.discover" {
+		return name
+	}
+	return "unknown"
 }
 
 func parseError(err error) rpcResponse {
 	return rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: codeParse, Message: "parse error: " + err.Error()}}
 }
 
-// handle runs one request; reply=false for a notification (no id).
-func (j *jsonrpcServer) handle(r *http.Request, raw []byte) (rpcResponse, bool) {
-	start := time.Now()
-	var req rpcRequest
+// parsedRequest is one request of a body, decoded; err is set when it is not a
+// valid request object (its answer).
+type parsedRequest struct {
+	req          rpcRequest
+	id           json.RawMessage
+	notification bool
+	err          *rpcResponse
+	start        time.Time
+}
+
+func parseRequest(raw []byte) parsedRequest {
+	pr := parsedRequest{start: time.Now(), id: json.RawMessage("null")}
+	fail := func(resp rpcResponse) parsedRequest { pr.err = &resp; return pr }
 	if !json.Valid(raw) {
-		return parseError(errors.New("the body is not valid JSON")), true
+		return fail(parseError(errors.New("the body is not valid JSON")))
 	}
-	if err := json.Unmarshal(raw, &req); err != nil {
-		return rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: codeInvalidRequest, Message: "invalid request: not a request object"}}, true
+	if err := json.Unmarshal(raw, &pr.req); err != nil {
+		return fail(rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: codeInvalidRequest, Message: "invalid request: not a request object"}})
 	}
-	id := req.ID
-	notification := len(id) == 0
-	if notification {
-		id = json.RawMessage("null")
+	pr.notification = len(pr.req.ID) == 0
+	if !pr.notification {
+		pr.id = pr.req.ID
+	}
+	if pr.req.JSONRPC != "2.0" {
+		return fail(rpcResponse{JSONRPC: "2.0", ID: pr.id, Error: &rpcError{Code: codeInvalidRequest, Message: fmt.Sprintf("invalid request: jsonrpc must be \"2.0\", not %q", pr.req.JSONRPC)}})
+	}
+	if pr.req.Method == "" {
+		return fail(rpcResponse{JSONRPC: "2.0", ID: pr.id, Error: &rpcError{Code: codeInvalidRequest, Message: "invalid request: method is missing"}})
+	}
+	return pr
+}
+
+// handle runs one request as p; reply=false for a notification (no id).
+func (j *jsonrpcServer) handle(ctx context.Context, p Principal, pr *parsedRequest) (rpcResponse, bool) {
+	if pr.err != nil {
+		j.m.observe("jsonrpc", "invalid", strconv.Itoa(pr.err.Error.Code), pr.start)
+		return *pr.err, true
 	}
 	fail := func(e *apiError, method string) (rpcResponse, bool) {
-		j.m.observe("jsonrpc", method, fmt.Sprint(e.Code), start)
-		return rpcResponse{JSONRPC: "2.0", ID: id, Error: &rpcError{Code: e.Code, Message: e.Msg, Data: e.Data}}, !notification
+		j.m.observe("jsonrpc", method, strconv.Itoa(e.Code), pr.start)
+		return rpcResponse{JSONRPC: "2.0", ID: pr.id, Error: &rpcError{Code: e.Code, Message: e.Msg, Data: e.Data}}, !pr.notification
 	}
-	if req.JSONRPC != "2.0" {
-		return fail(&apiError{Code: codeInvalidRequest, Msg: fmt.Sprintf("invalid request: jsonrpc must be \"2.0\", not %q", req.JSONRPC)}, "invalid")
+	name := pr.req.Method
+	if name == "rpc.discover" {
+		j.m.observe("jsonrpc", name, "ok", pr.start)
+		return rpcResponse{JSONRPC: "2.0", ID: pr.id, Result: json.RawMessage(j.discover)}, !pr.notification
 	}
-	if req.Method == "" {
-		return fail(&apiError{Code: codeInvalidRequest, Msg: "invalid request: method is missing"}, "invalid")
-	}
-	if req.Method == "rpc.discover" {
-		j.m.observe("jsonrpc", req.Method, "ok", start)
-		return rpcResponse{JSONRPC: "2.0", ID: id, Result: json.RawMessage(j.discover)}, !notification
-	}
-	m, ok := j.methods[req.Method]
+	m, ok := j.methods[name]
 	if !ok {
-		return fail(&apiError{Code: codeMethodNotFound, Msg: fmt.Sprintf("method not found: %q (rpc.discover lists the methods)", req.Method)}, "unknown")
+		return fail(&apiError{Code: codeMethodNotFound, Msg: fmt.Sprintf("method not found: %q (rpc.discover lists the methods)", name)}, "unknown")
 	}
-	p, err := j.auth.authenticate(r.Context(), r.Header.Get("Authorization"), r.Header.Get("X-Hero-Actor"))
-	if err != nil {
-		return fail(toAPIError(err), req.Method)
+	if waitingMethods[name] {
+		release, err := j.limits.wait(p.key())
+		if err != nil {
+			return fail(toAPIError(err), name)
+		}
+		defer release()
 	}
-	result, err := m.call(r.Context(), p, req.Params)
+	result, err := m.call(ctx, p, pr.req.Params)
 	if err != nil {
 		ae := toAPIError(err)
 		if ae.Code == codeInternal {
-			j.log.Error().Err(err).Str("method", req.Method).Msg("api call failed")
+			j.log.Error().Err(err).Str("method", name).Msg("api call failed")
 		}
-		return fail(ae, req.Method)
+		return fail(ae, name)
 	}
-	j.m.observe("jsonrpc", req.Method, "ok", start)
-	return rpcResponse{JSONRPC: "2.0", ID: id, Result: result}, !notification
+	j.m.observe("jsonrpc", name, "ok", pr.start)
+	return rpcResponse{JSONRPC: "2.0", ID: pr.id, Result: result}, !pr.notification
 }
 
 // decodeParams decodes the params object strictly.

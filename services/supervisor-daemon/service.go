@@ -4,14 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/grpc"
 
 	"github.com/hero-coordinator/hero/lib/app"
+	"github.com/hero-coordinator/hero/lib/auth"
 	"github.com/hero-coordinator/hero/lib/grpcx"
+	"github.com/hero-coordinator/hero/lib/netx"
+	"github.com/hero-coordinator/hero/lib/obs"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -19,16 +25,18 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	// The gRPC interceptors exist before the server; the authenticator needs Redis.
 	holder := &authenticator{}
 	metrics := newAPIMetrics(env.Registry)
-	unary, stream := authInterceptors(holder, metrics)
-	b, err := app.NewBase(ctx, env, &cfg.Common, grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+	limits := newCallerLimits(cfg.RateLimit, cfg.RateBurst, cfg.MaxWaits, env.Registry)
+	codec := auth.NewDigestCodec("hero.v1")
+	unary, stream := authInterceptors(holder, limits, codec, metrics)
+	b, err := app.NewBase(ctx, env, &cfg.Common, grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
 	if err != nil {
 		return err
 	}
-	auth, err := newAuthenticator(ctx, b.Store, cfg.secrets(), env.Log)
+	secrets, err := loadOperatorSecrets(ctx, b.Store, cfg.secrets(), cfg.AdminSecretFile, env.Log)
 	if err != nil {
 		return err
 	}
-	*holder = *auth
+	*holder = *newAuthenticator(b.Store, secrets, cfg.AuthWindow, cfg.AuthDevTrustHeader, env.Registry, env.Log)
 
 	sc, err := grpcx.Dial(cfg.SchedulerAddr, nil)
 	if err != nil {
@@ -41,7 +49,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 		return err
 	}
 	defer disp.Close()
-	svc := &service{store: b.Store, scheduler: herov1.NewSchedulerClient(sc), waiter: newWaiter(), log: env.Log, runMargin: cfg.RunMargin, dispatcher: disp}
+	svc := &service{store: b.Store, scheduler: herov1.NewSchedulerClient(sc), waiter: newWaiter(), log: env.Log, runMargin: cfg.RunMargin, dispatcher: disp, secrets: secrets}
 	herov1.RegisterCoordinatorServer(b.GRPC.Server, &coordinatorServer{s: svc})
 	herov1.RegisterDispatcherServer(b.GRPC.Server, &dispatcherServer{d: disp})
 
@@ -66,8 +74,19 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 		stopWait()
 		return fmt.Errorf("json-rpc server: %w", err)
 	}
-	rpc := newJSONRPCServer(svc, auth, env.Log, metrics, int64(cfg.MaxBodyBytes))
-	httpSrv := &http.Server{Handler: rpc, ReadHeaderTimeout: 10 * time.Second}
+	lim := netx.Limit(ln, cfg.MaxConnections, netx.RejectHTTP)
+	if b.TLS != nil {
+		lim = netx.Limit(ln, cfg.MaxConnections, nil) // under TLS a plaintext answer would be noise
+	}
+	refused := promauto.With(env.Registry).NewCounter(prometheus.CounterOpts{Name: "hero_api_http_connections_refused_total",
+		Help: "JSON-RPC connections refused at once because --max-connections were open."})
+	lim.OnReject = refused.Inc
+	ln = lim
+	rpc := newJSONRPCServer(svc, holder, limits, env.Log, metrics, cfg)
+	// WriteTimeout stays 0: each request sets its own write deadline (waiting methods
+	// are exempt), which the server's would override.
+	httpSrv := &http.Server{Handler: rpc, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.HTTPReadTimeout,
+		IdleTimeout: cfg.HTTPIdleTimeout, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(obs.Slog(env.Log).Handler(), slog.LevelDebug)}
 	b.AddListener("http", ln.Addr().String(), func() error {
 		if b.TLS != nil {
 			httpSrv.TLSConfig = b.TLS

@@ -12,9 +12,8 @@ import (
 // admin and an outsider of a context may do. A refusal is -32003 and stores nothing.
 func TestPermissionMatrix(t *testing.T) {
 	s, admin := newStack(t, harness.StackOptions{})
-	op := s.Operator()
-	for _, id := range []int{2, 3, 4} {
-		op.MustCall(t, "actor.create", map[string]any{"actor": map[string]any{"id": id}}, nil)
+	for _, id := range []uint32{2, 3, 4} {
+		s.CreateActor(t, id)
 	}
 	admin.MustCall(t, "context.update", map[string]any{"id": ctx1, "readers": []int{2}, "executors": []int{3}}, nil)
 	createFlow(t, admin, 60, nil, jobSpec{id: 1, typ: "sh", script: "echo one"})

@@ -76,7 +76,7 @@ func TestServicesServeProbesAndStopOnSIGTERM(t *testing.T) {
 				net := myceliumemu.NewForTest(t, "n")
 				args = []string{"--mycelium-url", net.Node("n").URL()}
 			}
-			p := harness.Start(t, binDir, s, redisSrv.URL, harness.Options{Args: args})
+			p := harness.Start(t, binDir, s, redisSrv.URL, harness.Options{Args: args, Env: []string{"HERO_ADMIN_SECRET=" + harness.AdminSecret}})
 			if s == "mycelium-gateway" {
 				wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				_, err := p.WaitLog(wctx, "connected to the Mycelium node")

@@ -79,7 +79,7 @@ func newNode(t *testing.T, name string, r *redistest.Server, m *myceliumemu.Node
 }
 
 func (n *node) client(actor uint32) *harness.Client {
-	return &harness.Client{URL: "http://" + n.api.HTTPAddr + "/", GRPCAddr: n.api.GRPCAddr, Actor: actor}
+	return &harness.Client{URL: "http://" + n.api.HTTPAddr + "/", GRPCAddr: n.api.GRPCAddr, Actor: actor, Key: harness.ActorKey(actor)}
 }
 
 func (n *node) operator() *harness.Client {
@@ -114,7 +114,7 @@ func twoNodes(t *testing.T, routerArgsA ...string) (*myceliumemu.Network, *node,
 	a = newNode(t, "a", redisSrv, ma, "1", routerArgsA...)
 	b = newNode(t, "b", redistest.Start(t), mb, "7")
 	for _, n := range []*node{a, b} {
-		n.operator().MustCall(t, "actor.create", map[string]any{"actor": map[string]any{"id": 1}}, nil)
+		n.operator().MustCall(t, "actor.create", map[string]any{"actor": map[string]any{"id": 1, "pubkey": harness.ActorPubkey(1)}}, nil)
 	}
 	a.operator().MustCall(t, "context.create", map[string]any{"context": map[string]any{"id": 1, "admins": []int{1}}}, nil)
 	b.operator().MustCall(t, "context.create", map[string]any{"context": map[string]any{"id": 1, "admins": []int{1}, "allowed_sources": []string{ma.PK()}}}, nil)

@@ -197,6 +197,454 @@ func (x *GetActorResponse) GetActor() *Actor {
 	return nil
 }
 
+// UpdateActorRequest: an unset field keeps its value.
+type UpdateActorRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Pubkey        *string                `protobuf:"bytes,2,opt,name=pubkey,proto3,oneof" json:"pubkey,omitempty"`
+	Address       *StringList            `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateActorRequest) Reset() {
+	*x = UpdateActorRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateActorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateActorRequest) ProtoMessage() {}
+
+func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
+func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UpdateActorRequest) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *UpdateActorRequest) GetPubkey() string {
+	if x != nil && x.Pubkey != nil {
+		return *x.Pubkey
+	}
+	return ""
+}
+
+func (x *UpdateActorRequest) GetAddress() *StringList {
+	if x != nil {
+		return x.Address
+	}
+	return nil
+}
+
+type UpdateActorResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Actor         *Actor                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateActorResponse) Reset() {
+	*x = UpdateActorResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateActorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateActorResponse) ProtoMessage() {}
+
+func (x *UpdateActorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateActorResponse.ProtoReflect.Descriptor instead.
+func (*UpdateActorResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UpdateActorResponse) GetActor() *Actor {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+// OperatorSecret is an operator secret as listed: never the secret itself.
+type OperatorSecret struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprint string                 `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// generated (at a first start), api (secret.create) or configured (HERO_ADMIN_SECRET).
+	Source        string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	CreatedAtMs   int64  `protobuf:"varint,3,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	RevokedAtMs   int64  `protobuf:"varint,4,opt,name=revoked_at_ms,json=revokedAtMs,proto3" json:"revoked_at_ms,omitempty"` // 0 while it is accepted
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`                                 // why it was revoked
+	Current       bool   `protobuf:"varint,6,opt,name=current,proto3" json:"current,omitempty"`                              // the secret this call was made with
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperatorSecret) Reset() {
+	*x = OperatorSecret{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperatorSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperatorSecret) ProtoMessage() {}
+
+func (x *OperatorSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperatorSecret.ProtoReflect.Descriptor instead.
+func (*OperatorSecret) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *OperatorSecret) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *OperatorSecret) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *OperatorSecret) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *OperatorSecret) GetRevokedAtMs() int64 {
+	if x != nil {
+		return x.RevokedAtMs
+	}
+	return 0
+}
+
+func (x *OperatorSecret) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *OperatorSecret) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+type ListOperatorSecretsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperatorSecretsRequest) Reset() {
+	*x = ListOperatorSecretsRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperatorSecretsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperatorSecretsRequest) ProtoMessage() {}
+
+func (x *ListOperatorSecretsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperatorSecretsRequest.ProtoReflect.Descriptor instead.
+func (*ListOperatorSecretsRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{7}
+}
+
+type ListOperatorSecretsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*OperatorSecret      `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperatorSecretsResponse) Reset() {
+	*x = ListOperatorSecretsResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperatorSecretsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperatorSecretsResponse) ProtoMessage() {}
+
+func (x *ListOperatorSecretsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperatorSecretsResponse.ProtoReflect.Descriptor instead.
+func (*ListOperatorSecretsResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListOperatorSecretsResponse) GetItems() []*OperatorSecret {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type CreateOperatorSecretRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateOperatorSecretRequest) Reset() {
+	*x = CreateOperatorSecretRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateOperatorSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateOperatorSecretRequest) ProtoMessage() {}
+
+func (x *CreateOperatorSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateOperatorSecretRequest.ProtoReflect.Descriptor instead.
+func (*CreateOperatorSecretRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{9}
+}
+
+// CreateOperatorSecretResponse carries the new secret: shown this once, never again.
+type CreateOperatorSecretResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprint   string                 `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	Secret        string                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateOperatorSecretResponse) Reset() {
+	*x = CreateOperatorSecretResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateOperatorSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateOperatorSecretResponse) ProtoMessage() {}
+
+func (x *CreateOperatorSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateOperatorSecretResponse.ProtoReflect.Descriptor instead.
+func (*CreateOperatorSecretResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CreateOperatorSecretResponse) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *CreateOperatorSecretResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+type RevokeOperatorSecretRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprint   string                 `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeOperatorSecretRequest) Reset() {
+	*x = RevokeOperatorSecretRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeOperatorSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeOperatorSecretRequest) ProtoMessage() {}
+
+func (x *RevokeOperatorSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeOperatorSecretRequest.ProtoReflect.Descriptor instead.
+func (*RevokeOperatorSecretRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RevokeOperatorSecretRequest) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+type RevokeOperatorSecretResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Secret        *OperatorSecret        `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeOperatorSecretResponse) Reset() {
+	*x = RevokeOperatorSecretResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeOperatorSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeOperatorSecretResponse) ProtoMessage() {}
+
+func (x *RevokeOperatorSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeOperatorSecretResponse.ProtoReflect.Descriptor instead.
+func (*RevokeOperatorSecretResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RevokeOperatorSecretResponse) GetSecret() *OperatorSecret {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
 type CreateContextRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Context       *Context               `protobuf:"bytes,1,opt,name=context,proto3" json:"context,omitempty"`
@@ -206,7 +654,7 @@ type CreateContextRequest struct {
 
 func (x *CreateContextRequest) Reset() {
 	*x = CreateContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[4]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -218,7 +666,7 @@ func (x *CreateContextRequest) String() string {
 func (*CreateContextRequest) ProtoMessage() {}
 
 func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[4]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -231,7 +679,7 @@ func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
 func (*CreateContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{4}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateContextRequest) GetContext() *Context {
@@ -250,7 +698,7 @@ type CreateContextResponse struct {
 
 func (x *CreateContextResponse) Reset() {
 	*x = CreateContextResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[5]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -262,7 +710,7 @@ func (x *CreateContextResponse) String() string {
 func (*CreateContextResponse) ProtoMessage() {}
 
 func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[5]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -275,7 +723,7 @@ func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
 func (*CreateContextResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{5}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateContextResponse) GetContext() *Context {
@@ -294,7 +742,7 @@ type GetContextRequest struct {
 
 func (x *GetContextRequest) Reset() {
 	*x = GetContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[6]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +754,7 @@ func (x *GetContextRequest) String() string {
 func (*GetContextRequest) ProtoMessage() {}
 
 func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[6]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +767,7 @@ func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextRequest.ProtoReflect.Descriptor instead.
 func (*GetContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{6}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetContextRequest) GetId() uint32 {
@@ -338,7 +786,7 @@ type GetContextResponse struct {
 
 func (x *GetContextResponse) Reset() {
 	*x = GetContextResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[7]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -350,7 +798,7 @@ func (x *GetContextResponse) String() string {
 func (*GetContextResponse) ProtoMessage() {}
 
 func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[7]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -363,7 +811,7 @@ func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextResponse.ProtoReflect.Descriptor instead.
 func (*GetContextResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{7}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetContextResponse) GetContext() *Context {
@@ -388,7 +836,7 @@ type UpdateContextRequest struct {
 
 func (x *UpdateContextRequest) Reset() {
 	*x = UpdateContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[8]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +848,7 @@ func (x *UpdateContextRequest) String() string {
 func (*UpdateContextRequest) ProtoMessage() {}
 
 func (x *UpdateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[8]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +861,7 @@ func (x *UpdateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateContextRequest.ProtoReflect.Descriptor instead.
 func (*UpdateContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{8}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateContextRequest) GetId() uint32 {
@@ -467,7 +915,7 @@ type UpdateContextResponse struct {
 
 func (x *UpdateContextResponse) Reset() {
 	*x = UpdateContextResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[9]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +927,7 @@ func (x *UpdateContextResponse) String() string {
 func (*UpdateContextResponse) ProtoMessage() {}
 
 func (x *UpdateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[9]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +940,7 @@ func (x *UpdateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateContextResponse.ProtoReflect.Descriptor instead.
 func (*UpdateContextResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{9}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateContextResponse) GetContext() *Context {
@@ -511,7 +959,7 @@ type IdList struct {
 
 func (x *IdList) Reset() {
 	*x = IdList{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[10]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +971,7 @@ func (x *IdList) String() string {
 func (*IdList) ProtoMessage() {}
 
 func (x *IdList) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[10]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +984,7 @@ func (x *IdList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdList.ProtoReflect.Descriptor instead.
 func (*IdList) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{10}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IdList) GetIds() []uint32 {
@@ -555,7 +1003,7 @@ type StringList struct {
 
 func (x *StringList) Reset() {
 	*x = StringList{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[11]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +1015,7 @@ func (x *StringList) String() string {
 func (*StringList) ProtoMessage() {}
 
 func (x *StringList) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[11]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +1028,7 @@ func (x *StringList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StringList.ProtoReflect.Descriptor instead.
 func (*StringList) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{11}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StringList) GetValues() []string {
@@ -600,7 +1048,7 @@ type CreateRunnerRequest struct {
 
 func (x *CreateRunnerRequest) Reset() {
 	*x = CreateRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[12]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +1060,7 @@ func (x *CreateRunnerRequest) String() string {
 func (*CreateRunnerRequest) ProtoMessage() {}
 
 func (x *CreateRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[12]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +1073,7 @@ func (x *CreateRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunnerRequest.ProtoReflect.Descriptor instead.
 func (*CreateRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateRunnerRequest) GetContextId() uint32 {
@@ -651,7 +1099,7 @@ type CreateRunnerResponse struct {
 
 func (x *CreateRunnerResponse) Reset() {
 	*x = CreateRunnerResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[13]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +1111,7 @@ func (x *CreateRunnerResponse) String() string {
 func (*CreateRunnerResponse) ProtoMessage() {}
 
 func (x *CreateRunnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[13]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +1124,7 @@ func (x *CreateRunnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunnerResponse.ProtoReflect.Descriptor instead.
 func (*CreateRunnerResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateRunnerResponse) GetRunner() *Runner {
@@ -696,7 +1144,7 @@ type GetRunnerRequest struct {
 
 func (x *GetRunnerRequest) Reset() {
 	*x = GetRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[14]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +1156,7 @@ func (x *GetRunnerRequest) String() string {
 func (*GetRunnerRequest) ProtoMessage() {}
 
 func (x *GetRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[14]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +1169,7 @@ func (x *GetRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunnerRequest.ProtoReflect.Descriptor instead.
 func (*GetRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetRunnerRequest) GetContextId() uint32 {
@@ -747,7 +1195,7 @@ type GetRunnerResponse struct {
 
 func (x *GetRunnerResponse) Reset() {
 	*x = GetRunnerResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[15]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +1207,7 @@ func (x *GetRunnerResponse) String() string {
 func (*GetRunnerResponse) ProtoMessage() {}
 
 func (x *GetRunnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[15]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +1220,7 @@ func (x *GetRunnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunnerResponse.ProtoReflect.Descriptor instead.
 func (*GetRunnerResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetRunnerResponse) GetRunner() *Runner {
@@ -793,7 +1241,7 @@ type ListRunnersRequest struct {
 
 func (x *ListRunnersRequest) Reset() {
 	*x = ListRunnersRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[16]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +1253,7 @@ func (x *ListRunnersRequest) String() string {
 func (*ListRunnersRequest) ProtoMessage() {}
 
 func (x *ListRunnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[16]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +1266,7 @@ func (x *ListRunnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunnersRequest.ProtoReflect.Descriptor instead.
 func (*ListRunnersRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListRunnersRequest) GetContextId() uint32 {
@@ -852,7 +1300,7 @@ type ListRunnersResponse struct {
 
 func (x *ListRunnersResponse) Reset() {
 	*x = ListRunnersResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[17]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +1312,7 @@ func (x *ListRunnersResponse) String() string {
 func (*ListRunnersResponse) ProtoMessage() {}
 
 func (x *ListRunnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[17]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1325,7 @@ func (x *ListRunnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunnersResponse.ProtoReflect.Descriptor instead.
 func (*ListRunnersResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListRunnersResponse) GetRunners() []*Runner {
@@ -904,7 +1352,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[18]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1364,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[18]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1377,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateJobRequest) GetContextId() uint32 {
@@ -955,7 +1403,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[19]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1415,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[19]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1428,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -1001,7 +1449,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[20]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1461,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[20]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1474,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetJobRequest) GetContextId() uint32 {
@@ -1059,7 +1507,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[21]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1519,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[21]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1532,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1106,7 +1554,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[22]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1566,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[22]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1579,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListJobsRequest) GetContextId() uint32 {
@@ -1172,7 +1620,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[23]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1632,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[23]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1645,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1225,7 +1673,7 @@ type RunJobRequest struct {
 
 func (x *RunJobRequest) Reset() {
 	*x = RunJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[24]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1685,7 @@ func (x *RunJobRequest) String() string {
 func (*RunJobRequest) ProtoMessage() {}
 
 func (x *RunJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[24]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1698,7 @@ func (x *RunJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJobRequest.ProtoReflect.Descriptor instead.
 func (*RunJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{24}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RunJobRequest) GetContextId() uint32 {
@@ -1283,7 +1731,7 @@ type RunJobResponse struct {
 
 func (x *RunJobResponse) Reset() {
 	*x = RunJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[25]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1743,7 @@ func (x *RunJobResponse) String() string {
 func (*RunJobResponse) ProtoMessage() {}
 
 func (x *RunJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[25]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1756,7 @@ func (x *RunJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJobResponse.ProtoReflect.Descriptor instead.
 func (*RunJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{25}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RunJobResponse) GetJob() *Job {
@@ -1329,7 +1777,7 @@ type StopJobRequest struct {
 
 func (x *StopJobRequest) Reset() {
 	*x = StopJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[26]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1789,7 @@ func (x *StopJobRequest) String() string {
 func (*StopJobRequest) ProtoMessage() {}
 
 func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[26]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1802,7 @@ func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobRequest.ProtoReflect.Descriptor instead.
 func (*StopJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{26}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StopJobRequest) GetContextId() uint32 {
@@ -1387,7 +1835,7 @@ type StopJobResponse struct {
 
 func (x *StopJobResponse) Reset() {
 	*x = StopJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[27]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1847,7 @@ func (x *StopJobResponse) String() string {
 func (*StopJobResponse) ProtoMessage() {}
 
 func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[27]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1860,7 @@ func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobResponse.ProtoReflect.Descriptor instead.
 func (*StopJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StopJobResponse) GetJob() *Job {
@@ -1434,7 +1882,7 @@ type GetJobLogsRequest struct {
 
 func (x *GetJobLogsRequest) Reset() {
 	*x = GetJobLogsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[28]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1894,7 @@ func (x *GetJobLogsRequest) String() string {
 func (*GetJobLogsRequest) ProtoMessage() {}
 
 func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[28]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1907,7 @@ func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetJobLogsRequest) GetContextId() uint32 {
@@ -1501,7 +1949,7 @@ type GetJobLogsResponse struct {
 
 func (x *GetJobLogsResponse) Reset() {
 	*x = GetJobLogsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1961,7 @@ func (x *GetJobLogsResponse) String() string {
 func (*GetJobLogsResponse) ProtoMessage() {}
 
 func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1974,7 @@ func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetJobLogsResponse) GetLogs() string {
@@ -1560,7 +2008,7 @@ type CreateFlowRequest struct {
 
 func (x *CreateFlowRequest) Reset() {
 	*x = CreateFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +2020,7 @@ func (x *CreateFlowRequest) String() string {
 func (*CreateFlowRequest) ProtoMessage() {}
 
 func (x *CreateFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +2033,7 @@ func (x *CreateFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFlowRequest.ProtoReflect.Descriptor instead.
 func (*CreateFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateFlowRequest) GetContextId() uint32 {
@@ -1611,7 +2059,7 @@ type CreateFlowResponse struct {
 
 func (x *CreateFlowResponse) Reset() {
 	*x = CreateFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +2071,7 @@ func (x *CreateFlowResponse) String() string {
 func (*CreateFlowResponse) ProtoMessage() {}
 
 func (x *CreateFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +2084,7 @@ func (x *CreateFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFlowResponse.ProtoReflect.Descriptor instead.
 func (*CreateFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CreateFlowResponse) GetFlow() *Flow {
@@ -1656,7 +2104,7 @@ type GetFlowRequest struct {
 
 func (x *GetFlowRequest) Reset() {
 	*x = GetFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +2116,7 @@ func (x *GetFlowRequest) String() string {
 func (*GetFlowRequest) ProtoMessage() {}
 
 func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +2129,7 @@ func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetFlowRequest) GetContextId() uint32 {
@@ -1707,7 +2155,7 @@ type GetFlowResponse struct {
 
 func (x *GetFlowResponse) Reset() {
 	*x = GetFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +2167,7 @@ func (x *GetFlowResponse) String() string {
 func (*GetFlowResponse) ProtoMessage() {}
 
 func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +2180,7 @@ func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetFlowResponse) GetFlow() *Flow {
@@ -1753,7 +2201,7 @@ type WaitFlowRequest struct {
 
 func (x *WaitFlowRequest) Reset() {
 	*x = WaitFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +2213,7 @@ func (x *WaitFlowRequest) String() string {
 func (*WaitFlowRequest) ProtoMessage() {}
 
 func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +2226,7 @@ func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowRequest.ProtoReflect.Descriptor instead.
 func (*WaitFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WaitFlowRequest) GetContextId() uint32 {
@@ -1811,7 +2259,7 @@ type WaitFlowResponse struct {
 
 func (x *WaitFlowResponse) Reset() {
 	*x = WaitFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2271,7 @@ func (x *WaitFlowResponse) String() string {
 func (*WaitFlowResponse) ProtoMessage() {}
 
 func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2284,7 @@ func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowResponse.ProtoReflect.Descriptor instead.
 func (*WaitFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WaitFlowResponse) GetFlow() *Flow {
@@ -1858,7 +2306,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +2318,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +2331,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListFlowsRequest) GetContextId() uint32 {
@@ -1924,7 +2372,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2384,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2397,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -1976,7 +2424,7 @@ type StartFlowRequest struct {
 
 func (x *StartFlowRequest) Reset() {
 	*x = StartFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2436,7 @@ func (x *StartFlowRequest) String() string {
 func (*StartFlowRequest) ProtoMessage() {}
 
 func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2449,7 @@ func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowRequest.ProtoReflect.Descriptor instead.
 func (*StartFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StartFlowRequest) GetContextId() uint32 {
@@ -2027,7 +2475,7 @@ type StartFlowResponse struct {
 
 func (x *StartFlowResponse) Reset() {
 	*x = StartFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2487,7 @@ func (x *StartFlowResponse) String() string {
 func (*StartFlowResponse) ProtoMessage() {}
 
 func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2500,7 @@ func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowResponse.ProtoReflect.Descriptor instead.
 func (*StartFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StartFlowResponse) GetFlow() *Flow {
@@ -2072,7 +2520,7 @@ type GetFlowDagRequest struct {
 
 func (x *GetFlowDagRequest) Reset() {
 	*x = GetFlowDagRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2532,7 @@ func (x *GetFlowDagRequest) String() string {
 func (*GetFlowDagRequest) ProtoMessage() {}
 
 func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2545,7 @@ func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowDagRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetFlowDagRequest) GetContextId() uint32 {
@@ -2124,7 +2572,7 @@ type GetFlowDagResponse struct {
 
 func (x *GetFlowDagResponse) Reset() {
 	*x = GetFlowDagResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2584,7 @@ func (x *GetFlowDagResponse) String() string {
 func (*GetFlowDagResponse) ProtoMessage() {}
 
 func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2597,7 @@ func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowDagResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetFlowDagResponse) GetFlow() *Flow {
@@ -2176,7 +2624,7 @@ type CancelFlowRequest struct {
 
 func (x *CancelFlowRequest) Reset() {
 	*x = CancelFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2636,7 @@ func (x *CancelFlowRequest) String() string {
 func (*CancelFlowRequest) ProtoMessage() {}
 
 func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2649,7 @@ func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowRequest.ProtoReflect.Descriptor instead.
 func (*CancelFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{42}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CancelFlowRequest) GetContextId() uint32 {
@@ -2227,7 +2675,7 @@ type CancelFlowResponse struct {
 
 func (x *CancelFlowResponse) Reset() {
 	*x = CancelFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2687,7 @@ func (x *CancelFlowResponse) String() string {
 func (*CancelFlowResponse) ProtoMessage() {}
 
 func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2700,7 @@ func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowResponse.ProtoReflect.Descriptor instead.
 func (*CancelFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{43}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CancelFlowResponse) GetFlow() *Flow {
@@ -2272,7 +2720,7 @@ type RetryFlowRequest struct {
 
 func (x *RetryFlowRequest) Reset() {
 	*x = RetryFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2732,7 @@ func (x *RetryFlowRequest) String() string {
 func (*RetryFlowRequest) ProtoMessage() {}
 
 func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2745,7 @@ func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowRequest.ProtoReflect.Descriptor instead.
 func (*RetryFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RetryFlowRequest) GetContextId() uint32 {
@@ -2323,7 +2771,7 @@ type RetryFlowResponse struct {
 
 func (x *RetryFlowResponse) Reset() {
 	*x = RetryFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2783,7 @@ func (x *RetryFlowResponse) String() string {
 func (*RetryFlowResponse) ProtoMessage() {}
 
 func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2796,7 @@ func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowResponse.ProtoReflect.Descriptor instead.
 func (*RetryFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RetryFlowResponse) GetFlow() *Flow {
@@ -2374,7 +2822,7 @@ type DLQEntry struct {
 
 func (x *DLQEntry) Reset() {
 	*x = DLQEntry{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2834,7 @@ func (x *DLQEntry) String() string {
 func (*DLQEntry) ProtoMessage() {}
 
 func (x *DLQEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2847,7 @@ func (x *DLQEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DLQEntry.ProtoReflect.Descriptor instead.
 func (*DLQEntry) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DLQEntry) GetCallerId() uint32 {
@@ -2469,7 +2917,7 @@ type ListDLQRequest struct {
 
 func (x *ListDLQRequest) Reset() {
 	*x = ListDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +2929,7 @@ func (x *ListDLQRequest) String() string {
 func (*ListDLQRequest) ProtoMessage() {}
 
 func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,7 +2942,7 @@ func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQRequest.ProtoReflect.Descriptor instead.
 func (*ListDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListDLQRequest) GetContextId() uint32 {
@@ -2528,7 +2976,7 @@ type ListDLQResponse struct {
 
 func (x *ListDLQResponse) Reset() {
 	*x = ListDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2988,7 @@ func (x *ListDLQResponse) String() string {
 func (*ListDLQResponse) ProtoMessage() {}
 
 func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +3001,7 @@ func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQResponse.ProtoReflect.Descriptor instead.
 func (*ListDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListDLQResponse) GetEntries() []*DLQEntry {
@@ -2581,7 +3029,7 @@ type ShowDLQRequest struct {
 
 func (x *ShowDLQRequest) Reset() {
 	*x = ShowDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +3041,7 @@ func (x *ShowDLQRequest) String() string {
 func (*ShowDLQRequest) ProtoMessage() {}
 
 func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +3054,7 @@ func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQRequest.ProtoReflect.Descriptor instead.
 func (*ShowDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ShowDLQRequest) GetContextId() uint32 {
@@ -2640,7 +3088,7 @@ type ShowDLQResponse struct {
 
 func (x *ShowDLQResponse) Reset() {
 	*x = ShowDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +3100,7 @@ func (x *ShowDLQResponse) String() string {
 func (*ShowDLQResponse) ProtoMessage() {}
 
 func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +3113,7 @@ func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQResponse.ProtoReflect.Descriptor instead.
 func (*ShowDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ShowDLQResponse) GetEntry() *DLQEntry {
@@ -2693,7 +3141,7 @@ type RequeueDLQRequest struct {
 
 func (x *RequeueDLQRequest) Reset() {
 	*x = RequeueDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +3153,7 @@ func (x *RequeueDLQRequest) String() string {
 func (*RequeueDLQRequest) ProtoMessage() {}
 
 func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +3166,7 @@ func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RequeueDLQRequest) GetContextId() uint32 {
@@ -2751,7 +3199,7 @@ type RequeueDLQResponse struct {
 
 func (x *RequeueDLQResponse) Reset() {
 	*x = RequeueDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2763,7 +3211,7 @@ func (x *RequeueDLQResponse) String() string {
 func (*RequeueDLQResponse) ProtoMessage() {}
 
 func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2776,7 +3224,7 @@ func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RequeueDLQResponse) GetJob() *Job {
@@ -2797,7 +3245,7 @@ type PurgeDLQRequest struct {
 
 func (x *PurgeDLQRequest) Reset() {
 	*x = PurgeDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +3257,7 @@ func (x *PurgeDLQRequest) String() string {
 func (*PurgeDLQRequest) ProtoMessage() {}
 
 func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +3270,7 @@ func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PurgeDLQRequest) GetContextId() uint32 {
@@ -2855,7 +3303,7 @@ type PurgeDLQResponse struct {
 
 func (x *PurgeDLQResponse) Reset() {
 	*x = PurgeDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +3315,7 @@ func (x *PurgeDLQResponse) String() string {
 func (*PurgeDLQResponse) ProtoMessage() {}
 
 func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +3328,7 @@ func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PurgeDLQResponse) GetPurged() int64 {
@@ -2902,7 +3350,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2914,7 +3362,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2927,7 +3375,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteJobRequest) GetContextId() uint32 {
@@ -2969,7 +3417,7 @@ type DeleteFlowRequest struct {
 
 func (x *DeleteFlowRequest) Reset() {
 	*x = DeleteFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3429,7 @@ func (x *DeleteFlowRequest) String() string {
 func (*DeleteFlowRequest) ProtoMessage() {}
 
 func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3442,7 @@ func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFlowRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeleteFlowRequest) GetContextId() uint32 {
@@ -3029,7 +3477,7 @@ type DeleteRunnerRequest struct {
 
 func (x *DeleteRunnerRequest) Reset() {
 	*x = DeleteRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3489,7 @@ func (x *DeleteRunnerRequest) String() string {
 func (*DeleteRunnerRequest) ProtoMessage() {}
 
 func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3502,7 @@ func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunnerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteRunnerRequest) GetContextId() uint32 {
@@ -3088,7 +3536,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3548,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3561,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DeleteContextRequest) GetId() uint32 {
@@ -3139,7 +3587,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3599,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3612,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -3184,7 +3632,7 @@ type CreateMessageRequest struct {
 
 func (x *CreateMessageRequest) Reset() {
 	*x = CreateMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3196,7 +3644,7 @@ func (x *CreateMessageRequest) String() string {
 func (*CreateMessageRequest) ProtoMessage() {}
 
 func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3209,7 +3657,7 @@ func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageRequest.ProtoReflect.Descriptor instead.
 func (*CreateMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CreateMessageRequest) GetContextId() uint32 {
@@ -3235,7 +3683,7 @@ type CreateMessageResponse struct {
 
 func (x *CreateMessageResponse) Reset() {
 	*x = CreateMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3247,7 +3695,7 @@ func (x *CreateMessageResponse) String() string {
 func (*CreateMessageResponse) ProtoMessage() {}
 
 func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3260,7 +3708,7 @@ func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageResponse.ProtoReflect.Descriptor instead.
 func (*CreateMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *CreateMessageResponse) GetMessage() *Message {
@@ -3281,7 +3729,7 @@ type GetMessageRequest struct {
 
 func (x *GetMessageRequest) Reset() {
 	*x = GetMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3293,7 +3741,7 @@ func (x *GetMessageRequest) String() string {
 func (*GetMessageRequest) ProtoMessage() {}
 
 func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3306,7 +3754,7 @@ func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetMessageRequest) GetContextId() uint32 {
@@ -3339,7 +3787,7 @@ type GetMessageResponse struct {
 
 func (x *GetMessageResponse) Reset() {
 	*x = GetMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +3799,7 @@ func (x *GetMessageResponse) String() string {
 func (*GetMessageResponse) ProtoMessage() {}
 
 func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +3812,7 @@ func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageResponse.ProtoReflect.Descriptor instead.
 func (*GetMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetMessageResponse) GetMessage() *Message {
@@ -3388,7 +3836,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +3848,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +3861,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *WatchRequest) GetContextId() uint32 {
@@ -3453,7 +3901,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3913,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3926,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -3500,7 +3948,7 @@ type ReadEventsRequest struct {
 
 func (x *ReadEventsRequest) Reset() {
 	*x = ReadEventsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +3960,7 @@ func (x *ReadEventsRequest) String() string {
 func (*ReadEventsRequest) ProtoMessage() {}
 
 func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +3973,7 @@ func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReadEventsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ReadEventsRequest) GetContextId() uint32 {
@@ -3566,7 +4014,7 @@ type ReadEventsResponse struct {
 
 func (x *ReadEventsResponse) Reset() {
 	*x = ReadEventsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +4026,7 @@ func (x *ReadEventsResponse) String() string {
 func (*ReadEventsResponse) ProtoMessage() {}
 
 func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +4039,7 @@ func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReadEventsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ReadEventsResponse) GetEvents() []*Event {
@@ -3620,7 +4068,32 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\x0fGetActorRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\"8\n" +
 	"\x10GetActorResponse\x12$\n" +
-	"\x05actor\x18\x01 \x01(\v2\x0e.hero.v1.ActorR\x05actor\"B\n" +
+	"\x05actor\x18\x01 \x01(\v2\x0e.hero.v1.ActorR\x05actor\"{\n" +
+	"\x12UpdateActorRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
+	"\x06pubkey\x18\x02 \x01(\tH\x00R\x06pubkey\x88\x01\x01\x12-\n" +
+	"\aaddress\x18\x03 \x01(\v2\x13.hero.v1.StringListR\aaddressB\t\n" +
+	"\a_pubkey\";\n" +
+	"\x13UpdateActorResponse\x12$\n" +
+	"\x05actor\x18\x01 \x01(\v2\x0e.hero.v1.ActorR\x05actor\"\xc4\x01\n" +
+	"\x0eOperatorSecret\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\"\n" +
+	"\rcreated_at_ms\x18\x03 \x01(\x03R\vcreatedAtMs\x12\"\n" +
+	"\rrevoked_at_ms\x18\x04 \x01(\x03R\vrevokedAtMs\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x18\n" +
+	"\acurrent\x18\x06 \x01(\bR\acurrent\"\x1c\n" +
+	"\x1aListOperatorSecretsRequest\"L\n" +
+	"\x1bListOperatorSecretsResponse\x12-\n" +
+	"\x05items\x18\x01 \x03(\v2\x17.hero.v1.OperatorSecretR\x05items\"\x1d\n" +
+	"\x1bCreateOperatorSecretRequest\"X\n" +
+	"\x1cCreateOperatorSecretResponse\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"?\n" +
+	"\x1bRevokeOperatorSecretRequest\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\"O\n" +
+	"\x1cRevokeOperatorSecretResponse\x12/\n" +
+	"\x06secret\x18\x01 \x01(\v2\x17.hero.v1.OperatorSecretR\x06secret\"B\n" +
 	"\x14CreateContextRequest\x12*\n" +
 	"\acontext\x18\x01 \x01(\v2\x10.hero.v1.ContextR\acontext\"C\n" +
 	"\x15CreateContextResponse\x12*\n" +
@@ -3858,10 +4331,14 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\aflow_id\x18\x04 \x01(\rR\x06flowId\"`\n" +
 	"\x12ReadEventsResponse\x12&\n" +
 	"\x06events\x18\x01 \x03(\v2\x0e.hero.v1.EventR\x06events\x12\"\n" +
-	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xaa\x12\n" +
+	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xa0\x15\n" +
 	"\vCoordinator\x12H\n" +
 	"\vCreateActor\x12\x1b.hero.v1.CreateActorRequest\x1a\x1c.hero.v1.CreateActorResponse\x12?\n" +
-	"\bGetActor\x12\x18.hero.v1.GetActorRequest\x1a\x19.hero.v1.GetActorResponse\x12N\n" +
+	"\bGetActor\x12\x18.hero.v1.GetActorRequest\x1a\x19.hero.v1.GetActorResponse\x12H\n" +
+	"\vUpdateActor\x12\x1b.hero.v1.UpdateActorRequest\x1a\x1c.hero.v1.UpdateActorResponse\x12`\n" +
+	"\x13ListOperatorSecrets\x12#.hero.v1.ListOperatorSecretsRequest\x1a$.hero.v1.ListOperatorSecretsResponse\x12c\n" +
+	"\x14CreateOperatorSecret\x12$.hero.v1.CreateOperatorSecretRequest\x1a%.hero.v1.CreateOperatorSecretResponse\x12c\n" +
+	"\x14RevokeOperatorSecret\x12$.hero.v1.RevokeOperatorSecretRequest\x1a%.hero.v1.RevokeOperatorSecretResponse\x12N\n" +
 	"\rCreateContext\x12\x1d.hero.v1.CreateContextRequest\x1a\x1e.hero.v1.CreateContextResponse\x12E\n" +
 	"\n" +
 	"GetContext\x12\x1a.hero.v1.GetContextRequest\x1a\x1b.hero.v1.GetContextResponse\x12N\n" +
@@ -3916,200 +4393,221 @@ func file_hero_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_hero_v1_coordinator_proto_rawDescData
 }
 
-var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_hero_v1_coordinator_proto_goTypes = []any{
-	(*CreateActorRequest)(nil),    // 0: hero.v1.CreateActorRequest
-	(*CreateActorResponse)(nil),   // 1: hero.v1.CreateActorResponse
-	(*GetActorRequest)(nil),       // 2: hero.v1.GetActorRequest
-	(*GetActorResponse)(nil),      // 3: hero.v1.GetActorResponse
-	(*CreateContextRequest)(nil),  // 4: hero.v1.CreateContextRequest
-	(*CreateContextResponse)(nil), // 5: hero.v1.CreateContextResponse
-	(*GetContextRequest)(nil),     // 6: hero.v1.GetContextRequest
-	(*GetContextResponse)(nil),    // 7: hero.v1.GetContextResponse
-	(*UpdateContextRequest)(nil),  // 8: hero.v1.UpdateContextRequest
-	(*UpdateContextResponse)(nil), // 9: hero.v1.UpdateContextResponse
-	(*IdList)(nil),                // 10: hero.v1.IdList
-	(*StringList)(nil),            // 11: hero.v1.StringList
-	(*CreateRunnerRequest)(nil),   // 12: hero.v1.CreateRunnerRequest
-	(*CreateRunnerResponse)(nil),  // 13: hero.v1.CreateRunnerResponse
-	(*GetRunnerRequest)(nil),      // 14: hero.v1.GetRunnerRequest
-	(*GetRunnerResponse)(nil),     // 15: hero.v1.GetRunnerResponse
-	(*ListRunnersRequest)(nil),    // 16: hero.v1.ListRunnersRequest
-	(*ListRunnersResponse)(nil),   // 17: hero.v1.ListRunnersResponse
-	(*CreateJobRequest)(nil),      // 18: hero.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),     // 19: hero.v1.CreateJobResponse
-	(*GetJobRequest)(nil),         // 20: hero.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 21: hero.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 22: hero.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 23: hero.v1.ListJobsResponse
-	(*RunJobRequest)(nil),         // 24: hero.v1.RunJobRequest
-	(*RunJobResponse)(nil),        // 25: hero.v1.RunJobResponse
-	(*StopJobRequest)(nil),        // 26: hero.v1.StopJobRequest
-	(*StopJobResponse)(nil),       // 27: hero.v1.StopJobResponse
-	(*GetJobLogsRequest)(nil),     // 28: hero.v1.GetJobLogsRequest
-	(*GetJobLogsResponse)(nil),    // 29: hero.v1.GetJobLogsResponse
-	(*CreateFlowRequest)(nil),     // 30: hero.v1.CreateFlowRequest
-	(*CreateFlowResponse)(nil),    // 31: hero.v1.CreateFlowResponse
-	(*GetFlowRequest)(nil),        // 32: hero.v1.GetFlowRequest
-	(*GetFlowResponse)(nil),       // 33: hero.v1.GetFlowResponse
-	(*WaitFlowRequest)(nil),       // 34: hero.v1.WaitFlowRequest
-	(*WaitFlowResponse)(nil),      // 35: hero.v1.WaitFlowResponse
-	(*ListFlowsRequest)(nil),      // 36: hero.v1.ListFlowsRequest
-	(*ListFlowsResponse)(nil),     // 37: hero.v1.ListFlowsResponse
-	(*StartFlowRequest)(nil),      // 38: hero.v1.StartFlowRequest
-	(*StartFlowResponse)(nil),     // 39: hero.v1.StartFlowResponse
-	(*GetFlowDagRequest)(nil),     // 40: hero.v1.GetFlowDagRequest
-	(*GetFlowDagResponse)(nil),    // 41: hero.v1.GetFlowDagResponse
-	(*CancelFlowRequest)(nil),     // 42: hero.v1.CancelFlowRequest
-	(*CancelFlowResponse)(nil),    // 43: hero.v1.CancelFlowResponse
-	(*RetryFlowRequest)(nil),      // 44: hero.v1.RetryFlowRequest
-	(*RetryFlowResponse)(nil),     // 45: hero.v1.RetryFlowResponse
-	(*DLQEntry)(nil),              // 46: hero.v1.DLQEntry
-	(*ListDLQRequest)(nil),        // 47: hero.v1.ListDLQRequest
-	(*ListDLQResponse)(nil),       // 48: hero.v1.ListDLQResponse
-	(*ShowDLQRequest)(nil),        // 49: hero.v1.ShowDLQRequest
-	(*ShowDLQResponse)(nil),       // 50: hero.v1.ShowDLQResponse
-	(*RequeueDLQRequest)(nil),     // 51: hero.v1.RequeueDLQRequest
-	(*RequeueDLQResponse)(nil),    // 52: hero.v1.RequeueDLQResponse
-	(*PurgeDLQRequest)(nil),       // 53: hero.v1.PurgeDLQRequest
-	(*PurgeDLQResponse)(nil),      // 54: hero.v1.PurgeDLQResponse
-	(*DeleteJobRequest)(nil),      // 55: hero.v1.DeleteJobRequest
-	(*DeleteFlowRequest)(nil),     // 56: hero.v1.DeleteFlowRequest
-	(*DeleteRunnerRequest)(nil),   // 57: hero.v1.DeleteRunnerRequest
-	(*DeleteContextRequest)(nil),  // 58: hero.v1.DeleteContextRequest
-	(*DeleteResponse)(nil),        // 59: hero.v1.DeleteResponse
-	(*CreateMessageRequest)(nil),  // 60: hero.v1.CreateMessageRequest
-	(*CreateMessageResponse)(nil), // 61: hero.v1.CreateMessageResponse
-	(*GetMessageRequest)(nil),     // 62: hero.v1.GetMessageRequest
-	(*GetMessageResponse)(nil),    // 63: hero.v1.GetMessageResponse
-	(*WatchRequest)(nil),          // 64: hero.v1.WatchRequest
-	(*WatchResponse)(nil),         // 65: hero.v1.WatchResponse
-	(*ReadEventsRequest)(nil),     // 66: hero.v1.ReadEventsRequest
-	(*ReadEventsResponse)(nil),    // 67: hero.v1.ReadEventsResponse
-	(*Actor)(nil),                 // 68: hero.v1.Actor
-	(*Context)(nil),               // 69: hero.v1.Context
-	(*Runner)(nil),                // 70: hero.v1.Runner
-	(*Job)(nil),                   // 71: hero.v1.Job
-	(*Flow)(nil),                  // 72: hero.v1.Flow
-	(*DagNode)(nil),               // 73: hero.v1.DagNode
-	(*Message)(nil),               // 74: hero.v1.Message
-	(*Event)(nil),                 // 75: hero.v1.Event
+	(*CreateActorRequest)(nil),           // 0: hero.v1.CreateActorRequest
+	(*CreateActorResponse)(nil),          // 1: hero.v1.CreateActorResponse
+	(*GetActorRequest)(nil),              // 2: hero.v1.GetActorRequest
+	(*GetActorResponse)(nil),             // 3: hero.v1.GetActorResponse
+	(*UpdateActorRequest)(nil),           // 4: hero.v1.UpdateActorRequest
+	(*UpdateActorResponse)(nil),          // 5: hero.v1.UpdateActorResponse
+	(*OperatorSecret)(nil),               // 6: hero.v1.OperatorSecret
+	(*ListOperatorSecretsRequest)(nil),   // 7: hero.v1.ListOperatorSecretsRequest
+	(*ListOperatorSecretsResponse)(nil),  // 8: hero.v1.ListOperatorSecretsResponse
+	(*CreateOperatorSecretRequest)(nil),  // 9: hero.v1.CreateOperatorSecretRequest
+	(*CreateOperatorSecretResponse)(nil), // 10: hero.v1.CreateOperatorSecretResponse
+	(*RevokeOperatorSecretRequest)(nil),  // 11: hero.v1.RevokeOperatorSecretRequest
+	(*RevokeOperatorSecretResponse)(nil), // 12: hero.v1.RevokeOperatorSecretResponse
+	(*CreateContextRequest)(nil),         // 13: hero.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),        // 14: hero.v1.CreateContextResponse
+	(*GetContextRequest)(nil),            // 15: hero.v1.GetContextRequest
+	(*GetContextResponse)(nil),           // 16: hero.v1.GetContextResponse
+	(*UpdateContextRequest)(nil),         // 17: hero.v1.UpdateContextRequest
+	(*UpdateContextResponse)(nil),        // 18: hero.v1.UpdateContextResponse
+	(*IdList)(nil),                       // 19: hero.v1.IdList
+	(*StringList)(nil),                   // 20: hero.v1.StringList
+	(*CreateRunnerRequest)(nil),          // 21: hero.v1.CreateRunnerRequest
+	(*CreateRunnerResponse)(nil),         // 22: hero.v1.CreateRunnerResponse
+	(*GetRunnerRequest)(nil),             // 23: hero.v1.GetRunnerRequest
+	(*GetRunnerResponse)(nil),            // 24: hero.v1.GetRunnerResponse
+	(*ListRunnersRequest)(nil),           // 25: hero.v1.ListRunnersRequest
+	(*ListRunnersResponse)(nil),          // 26: hero.v1.ListRunnersResponse
+	(*CreateJobRequest)(nil),             // 27: hero.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),            // 28: hero.v1.CreateJobResponse
+	(*GetJobRequest)(nil),                // 29: hero.v1.GetJobRequest
+	(*GetJobResponse)(nil),               // 30: hero.v1.GetJobResponse
+	(*ListJobsRequest)(nil),              // 31: hero.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),             // 32: hero.v1.ListJobsResponse
+	(*RunJobRequest)(nil),                // 33: hero.v1.RunJobRequest
+	(*RunJobResponse)(nil),               // 34: hero.v1.RunJobResponse
+	(*StopJobRequest)(nil),               // 35: hero.v1.StopJobRequest
+	(*StopJobResponse)(nil),              // 36: hero.v1.StopJobResponse
+	(*GetJobLogsRequest)(nil),            // 37: hero.v1.GetJobLogsRequest
+	(*GetJobLogsResponse)(nil),           // 38: hero.v1.GetJobLogsResponse
+	(*CreateFlowRequest)(nil),            // 39: hero.v1.CreateFlowRequest
+	(*CreateFlowResponse)(nil),           // 40: hero.v1.CreateFlowResponse
+	(*GetFlowRequest)(nil),               // 41: hero.v1.GetFlowRequest
+	(*GetFlowResponse)(nil),              // 42: hero.v1.GetFlowResponse
+	(*WaitFlowRequest)(nil),              // 43: hero.v1.WaitFlowRequest
+	(*WaitFlowResponse)(nil),             // 44: hero.v1.WaitFlowResponse
+	(*ListFlowsRequest)(nil),             // 45: hero.v1.ListFlowsRequest
+	(*ListFlowsResponse)(nil),            // 46: hero.v1.ListFlowsResponse
+	(*StartFlowRequest)(nil),             // 47: hero.v1.StartFlowRequest
+	(*StartFlowResponse)(nil),            // 48: hero.v1.StartFlowResponse
+	(*GetFlowDagRequest)(nil),            // 49: hero.v1.GetFlowDagRequest
+	(*GetFlowDagResponse)(nil),           // 50: hero.v1.GetFlowDagResponse
+	(*CancelFlowRequest)(nil),            // 51: hero.v1.CancelFlowRequest
+	(*CancelFlowResponse)(nil),           // 52: hero.v1.CancelFlowResponse
+	(*RetryFlowRequest)(nil),             // 53: hero.v1.RetryFlowRequest
+	(*RetryFlowResponse)(nil),            // 54: hero.v1.RetryFlowResponse
+	(*DLQEntry)(nil),                     // 55: hero.v1.DLQEntry
+	(*ListDLQRequest)(nil),               // 56: hero.v1.ListDLQRequest
+	(*ListDLQResponse)(nil),              // 57: hero.v1.ListDLQResponse
+	(*ShowDLQRequest)(nil),               // 58: hero.v1.ShowDLQRequest
+	(*ShowDLQResponse)(nil),              // 59: hero.v1.ShowDLQResponse
+	(*RequeueDLQRequest)(nil),            // 60: hero.v1.RequeueDLQRequest
+	(*RequeueDLQResponse)(nil),           // 61: hero.v1.RequeueDLQResponse
+	(*PurgeDLQRequest)(nil),              // 62: hero.v1.PurgeDLQRequest
+	(*PurgeDLQResponse)(nil),             // 63: hero.v1.PurgeDLQResponse
+	(*DeleteJobRequest)(nil),             // 64: hero.v1.DeleteJobRequest
+	(*DeleteFlowRequest)(nil),            // 65: hero.v1.DeleteFlowRequest
+	(*DeleteRunnerRequest)(nil),          // 66: hero.v1.DeleteRunnerRequest
+	(*DeleteContextRequest)(nil),         // 67: hero.v1.DeleteContextRequest
+	(*DeleteResponse)(nil),               // 68: hero.v1.DeleteResponse
+	(*CreateMessageRequest)(nil),         // 69: hero.v1.CreateMessageRequest
+	(*CreateMessageResponse)(nil),        // 70: hero.v1.CreateMessageResponse
+	(*GetMessageRequest)(nil),            // 71: hero.v1.GetMessageRequest
+	(*GetMessageResponse)(nil),           // 72: hero.v1.GetMessageResponse
+	(*WatchRequest)(nil),                 // 73: hero.v1.WatchRequest
+	(*WatchResponse)(nil),                // 74: hero.v1.WatchResponse
+	(*ReadEventsRequest)(nil),            // 75: hero.v1.ReadEventsRequest
+	(*ReadEventsResponse)(nil),           // 76: hero.v1.ReadEventsResponse
+	(*Actor)(nil),                        // 77: hero.v1.Actor
+	(*Context)(nil),                      // 78: hero.v1.Context
+	(*Runner)(nil),                       // 79: hero.v1.Runner
+	(*Job)(nil),                          // 80: hero.v1.Job
+	(*Flow)(nil),                         // 81: hero.v1.Flow
+	(*DagNode)(nil),                      // 82: hero.v1.DagNode
+	(*Message)(nil),                      // 83: hero.v1.Message
+	(*Event)(nil),                        // 84: hero.v1.Event
 }
 var file_hero_v1_coordinator_proto_depIdxs = []int32{
-	68, // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
-	68, // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
-	68, // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
-	69, // 3: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
-	69, // 4: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
-	69, // 5: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
-	10, // 6: hero.v1.UpdateContextRequest.admins:type_name -> hero.v1.IdList
-	10, // 7: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
-	10, // 8: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
-	11, // 9: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
-	69, // 10: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
-	70, // 11: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
-	70, // 12: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
-	70, // 13: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
-	70, // 14: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
-	71, // 15: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
-	71, // 16: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
-	71, // 17: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
-	71, // 18: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
-	71, // 19: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
-	71, // 20: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
-	71, // 21: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
-	72, // 22: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
-	72, // 23: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
-	72, // 24: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
-	72, // 25: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
-	72, // 26: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
-	72, // 27: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
-	72, // 28: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
-	73, // 29: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
-	72, // 30: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
-	72, // 31: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
-	46, // 32: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
-	46, // 33: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
-	71, // 34: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
-	71, // 35: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
-	74, // 36: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
-	74, // 37: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
-	74, // 38: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
-	75, // 39: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
-	75, // 40: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
-	0,  // 41: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
-	2,  // 42: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
-	4,  // 43: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
-	6,  // 44: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
-	8,  // 45: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
-	12, // 46: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
-	14, // 47: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
-	16, // 48: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
-	18, // 49: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
-	20, // 50: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
-	22, // 51: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
-	24, // 52: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
-	26, // 53: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
-	28, // 54: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
-	30, // 55: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
-	32, // 56: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
-	36, // 57: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
-	38, // 58: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
-	40, // 59: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
-	34, // 60: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
-	42, // 61: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
-	44, // 62: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
-	47, // 63: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
-	49, // 64: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
-	51, // 65: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
-	53, // 66: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
-	55, // 67: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
-	56, // 68: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
-	57, // 69: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
-	58, // 70: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
-	60, // 71: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
-	62, // 72: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
-	64, // 73: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
-	66, // 74: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
-	1,  // 75: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
-	3,  // 76: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
-	5,  // 77: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
-	7,  // 78: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
-	9,  // 79: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
-	13, // 80: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
-	15, // 81: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
-	17, // 82: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
-	19, // 83: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
-	21, // 84: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
-	23, // 85: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
-	25, // 86: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
-	27, // 87: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
-	29, // 88: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
-	31, // 89: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
-	33, // 90: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
-	37, // 91: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
-	39, // 92: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
-	41, // 93: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
-	35, // 94: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
-	43, // 95: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
-	45, // 96: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
-	48, // 97: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
-	50, // 98: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
-	52, // 99: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
-	54, // 100: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
-	59, // 101: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
-	59, // 102: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
-	59, // 103: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
-	59, // 104: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
-	61, // 105: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
-	63, // 106: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
-	65, // 107: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
-	67, // 108: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
-	75, // [75:109] is the sub-list for method output_type
-	41, // [41:75] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	77, // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
+	77, // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
+	77, // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
+	20, // 3: hero.v1.UpdateActorRequest.address:type_name -> hero.v1.StringList
+	77, // 4: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
+	6,  // 5: hero.v1.ListOperatorSecretsResponse.items:type_name -> hero.v1.OperatorSecret
+	6,  // 6: hero.v1.RevokeOperatorSecretResponse.secret:type_name -> hero.v1.OperatorSecret
+	78, // 7: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
+	78, // 8: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
+	78, // 9: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
+	19, // 10: hero.v1.UpdateContextRequest.admins:type_name -> hero.v1.IdList
+	19, // 11: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
+	19, // 12: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
+	20, // 13: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
+	78, // 14: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
+	79, // 15: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
+	79, // 16: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
+	79, // 17: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
+	79, // 18: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
+	80, // 19: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
+	80, // 20: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
+	80, // 21: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
+	80, // 22: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
+	80, // 23: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
+	80, // 24: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
+	80, // 25: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
+	81, // 26: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
+	81, // 27: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
+	81, // 28: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
+	81, // 29: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
+	81, // 30: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
+	81, // 31: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
+	81, // 32: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
+	82, // 33: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
+	81, // 34: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
+	81, // 35: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
+	55, // 36: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
+	55, // 37: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
+	80, // 38: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
+	80, // 39: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
+	83, // 40: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
+	83, // 41: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
+	83, // 42: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
+	84, // 43: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
+	84, // 44: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
+	0,  // 45: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
+	2,  // 46: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
+	4,  // 47: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
+	7,  // 48: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
+	9,  // 49: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
+	11, // 50: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
+	13, // 51: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
+	15, // 52: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
+	17, // 53: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
+	21, // 54: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
+	23, // 55: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
+	25, // 56: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
+	27, // 57: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
+	29, // 58: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
+	31, // 59: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
+	33, // 60: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
+	35, // 61: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
+	37, // 62: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
+	39, // 63: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
+	41, // 64: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
+	45, // 65: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
+	47, // 66: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
+	49, // 67: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
+	43, // 68: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
+	51, // 69: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
+	53, // 70: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
+	56, // 71: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
+	58, // 72: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
+	60, // 73: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
+	62, // 74: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
+	64, // 75: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
+	65, // 76: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
+	66, // 77: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
+	67, // 78: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
+	69, // 79: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
+	71, // 80: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
+	73, // 81: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
+	75, // 82: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
+	1,  // 83: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
+	3,  // 84: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
+	5,  // 85: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
+	8,  // 86: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
+	10, // 87: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
+	12, // 88: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
+	14, // 89: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
+	16, // 90: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
+	18, // 91: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
+	22, // 92: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
+	24, // 93: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
+	26, // 94: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
+	28, // 95: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
+	30, // 96: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
+	32, // 97: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
+	34, // 98: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
+	36, // 99: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
+	38, // 100: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
+	40, // 101: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
+	42, // 102: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
+	46, // 103: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
+	48, // 104: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
+	50, // 105: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
+	44, // 106: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
+	52, // 107: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
+	54, // 108: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
+	57, // 109: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
+	59, // 110: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
+	61, // 111: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
+	63, // 112: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
+	68, // 113: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
+	68, // 114: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
+	68, // 115: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
+	68, // 116: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
+	70, // 117: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
+	72, // 118: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
+	74, // 119: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
+	76, // 120: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
+	83, // [83:121] is the sub-list for method output_type
+	45, // [45:83] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_hero_v1_coordinator_proto_init() }
@@ -4118,14 +4616,15 @@ func file_hero_v1_coordinator_proto_init() {
 		return
 	}
 	file_hero_v1_types_proto_init()
-	file_hero_v1_coordinator_proto_msgTypes[8].OneofWrappers = []any{}
+	file_hero_v1_coordinator_proto_msgTypes[4].OneofWrappers = []any{}
+	file_hero_v1_coordinator_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hero_v1_coordinator_proto_rawDesc), len(file_hero_v1_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   68,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

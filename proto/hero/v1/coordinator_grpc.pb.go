@@ -19,40 +19,44 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Coordinator_CreateActor_FullMethodName   = "/hero.v1.Coordinator/CreateActor"
-	Coordinator_GetActor_FullMethodName      = "/hero.v1.Coordinator/GetActor"
-	Coordinator_CreateContext_FullMethodName = "/hero.v1.Coordinator/CreateContext"
-	Coordinator_GetContext_FullMethodName    = "/hero.v1.Coordinator/GetContext"
-	Coordinator_UpdateContext_FullMethodName = "/hero.v1.Coordinator/UpdateContext"
-	Coordinator_CreateRunner_FullMethodName  = "/hero.v1.Coordinator/CreateRunner"
-	Coordinator_GetRunner_FullMethodName     = "/hero.v1.Coordinator/GetRunner"
-	Coordinator_ListRunners_FullMethodName   = "/hero.v1.Coordinator/ListRunners"
-	Coordinator_CreateJob_FullMethodName     = "/hero.v1.Coordinator/CreateJob"
-	Coordinator_GetJob_FullMethodName        = "/hero.v1.Coordinator/GetJob"
-	Coordinator_ListJobs_FullMethodName      = "/hero.v1.Coordinator/ListJobs"
-	Coordinator_RunJob_FullMethodName        = "/hero.v1.Coordinator/RunJob"
-	Coordinator_StopJob_FullMethodName       = "/hero.v1.Coordinator/StopJob"
-	Coordinator_GetJobLogs_FullMethodName    = "/hero.v1.Coordinator/GetJobLogs"
-	Coordinator_CreateFlow_FullMethodName    = "/hero.v1.Coordinator/CreateFlow"
-	Coordinator_GetFlow_FullMethodName       = "/hero.v1.Coordinator/GetFlow"
-	Coordinator_ListFlows_FullMethodName     = "/hero.v1.Coordinator/ListFlows"
-	Coordinator_StartFlow_FullMethodName     = "/hero.v1.Coordinator/StartFlow"
-	Coordinator_GetFlowDag_FullMethodName    = "/hero.v1.Coordinator/GetFlowDag"
-	Coordinator_WaitFlow_FullMethodName      = "/hero.v1.Coordinator/WaitFlow"
-	Coordinator_CancelFlow_FullMethodName    = "/hero.v1.Coordinator/CancelFlow"
-	Coordinator_RetryFlow_FullMethodName     = "/hero.v1.Coordinator/RetryFlow"
-	Coordinator_ListDLQ_FullMethodName       = "/hero.v1.Coordinator/ListDLQ"
-	Coordinator_ShowDLQ_FullMethodName       = "/hero.v1.Coordinator/ShowDLQ"
-	Coordinator_RequeueDLQ_FullMethodName    = "/hero.v1.Coordinator/RequeueDLQ"
-	Coordinator_PurgeDLQ_FullMethodName      = "/hero.v1.Coordinator/PurgeDLQ"
-	Coordinator_DeleteJob_FullMethodName     = "/hero.v1.Coordinator/DeleteJob"
-	Coordinator_DeleteFlow_FullMethodName    = "/hero.v1.Coordinator/DeleteFlow"
-	Coordinator_DeleteRunner_FullMethodName  = "/hero.v1.Coordinator/DeleteRunner"
-	Coordinator_DeleteContext_FullMethodName = "/hero.v1.Coordinator/DeleteContext"
-	Coordinator_CreateMessage_FullMethodName = "/hero.v1.Coordinator/CreateMessage"
-	Coordinator_GetMessage_FullMethodName    = "/hero.v1.Coordinator/GetMessage"
-	Coordinator_Watch_FullMethodName         = "/hero.v1.Coordinator/Watch"
-	Coordinator_ReadEvents_FullMethodName    = "/hero.v1.Coordinator/ReadEvents"
+	Coordinator_CreateActor_FullMethodName          = "/hero.v1.Coordinator/CreateActor"
+	Coordinator_GetActor_FullMethodName             = "/hero.v1.Coordinator/GetActor"
+	Coordinator_UpdateActor_FullMethodName          = "/hero.v1.Coordinator/UpdateActor"
+	Coordinator_ListOperatorSecrets_FullMethodName  = "/hero.v1.Coordinator/ListOperatorSecrets"
+	Coordinator_CreateOperatorSecret_FullMethodName = "/hero.v1.Coordinator/CreateOperatorSecret"
+	Coordinator_RevokeOperatorSecret_FullMethodName = "/hero.v1.Coordinator/RevokeOperatorSecret"
+	Coordinator_CreateContext_FullMethodName        = "/hero.v1.Coordinator/CreateContext"
+	Coordinator_GetContext_FullMethodName           = "/hero.v1.Coordinator/GetContext"
+	Coordinator_UpdateContext_FullMethodName        = "/hero.v1.Coordinator/UpdateContext"
+	Coordinator_CreateRunner_FullMethodName         = "/hero.v1.Coordinator/CreateRunner"
+	Coordinator_GetRunner_FullMethodName            = "/hero.v1.Coordinator/GetRunner"
+	Coordinator_ListRunners_FullMethodName          = "/hero.v1.Coordinator/ListRunners"
+	Coordinator_CreateJob_FullMethodName            = "/hero.v1.Coordinator/CreateJob"
+	Coordinator_GetJob_FullMethodName               = "/hero.v1.Coordinator/GetJob"
+	Coordinator_ListJobs_FullMethodName             = "/hero.v1.Coordinator/ListJobs"
+	Coordinator_RunJob_FullMethodName               = "/hero.v1.Coordinator/RunJob"
+	Coordinator_StopJob_FullMethodName              = "/hero.v1.Coordinator/StopJob"
+	Coordinator_GetJobLogs_FullMethodName           = "/hero.v1.Coordinator/GetJobLogs"
+	Coordinator_CreateFlow_FullMethodName           = "/hero.v1.Coordinator/CreateFlow"
+	Coordinator_GetFlow_FullMethodName              = "/hero.v1.Coordinator/GetFlow"
+	Coordinator_ListFlows_FullMethodName            = "/hero.v1.Coordinator/ListFlows"
+	Coordinator_StartFlow_FullMethodName            = "/hero.v1.Coordinator/StartFlow"
+	Coordinator_GetFlowDag_FullMethodName           = "/hero.v1.Coordinator/GetFlowDag"
+	Coordinator_WaitFlow_FullMethodName             = "/hero.v1.Coordinator/WaitFlow"
+	Coordinator_CancelFlow_FullMethodName           = "/hero.v1.Coordinator/CancelFlow"
+	Coordinator_RetryFlow_FullMethodName            = "/hero.v1.Coordinator/RetryFlow"
+	Coordinator_ListDLQ_FullMethodName              = "/hero.v1.Coordinator/ListDLQ"
+	Coordinator_ShowDLQ_FullMethodName              = "/hero.v1.Coordinator/ShowDLQ"
+	Coordinator_RequeueDLQ_FullMethodName           = "/hero.v1.Coordinator/RequeueDLQ"
+	Coordinator_PurgeDLQ_FullMethodName             = "/hero.v1.Coordinator/PurgeDLQ"
+	Coordinator_DeleteJob_FullMethodName            = "/hero.v1.Coordinator/DeleteJob"
+	Coordinator_DeleteFlow_FullMethodName           = "/hero.v1.Coordinator/DeleteFlow"
+	Coordinator_DeleteRunner_FullMethodName         = "/hero.v1.Coordinator/DeleteRunner"
+	Coordinator_DeleteContext_FullMethodName        = "/hero.v1.Coordinator/DeleteContext"
+	Coordinator_CreateMessage_FullMethodName        = "/hero.v1.Coordinator/CreateMessage"
+	Coordinator_GetMessage_FullMethodName           = "/hero.v1.Coordinator/GetMessage"
+	Coordinator_Watch_FullMethodName                = "/hero.v1.Coordinator/Watch"
+	Coordinator_ReadEvents_FullMethodName           = "/hero.v1.Coordinator/ReadEvents"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -60,11 +64,21 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Coordinator is the public API served by supervisor-daemon; JSON-RPC 2.0 on HTTP port
-// 9652 offers the same operations (docs/api.md). The requesting actor travels as gRPC
-// metadata "hero-actor"; an operator's secret as "authorization: Bearer <secret>".
+// 9652 offers the same operations (docs/api.md). Every call is signed by its actor
+// (metadata hero-actor, hero-timestamp, hero-nonce, hero-signature over the request
+// message as sent; docs/api.md "Signed requests"), or carries an operator secret
+// ("authorization: Bearer <secret>").
 type CoordinatorClient interface {
 	CreateActor(ctx context.Context, in *CreateActorRequest, opts ...grpc.CallOption) (*CreateActorResponse, error)
 	GetActor(ctx context.Context, in *GetActorRequest, opts ...grpc.CallOption) (*GetActorResponse, error)
+	// UpdateActor replaces an actor's pubkey and/or addresses (the operator, or the
+	// actor itself signing with its current key).
+	UpdateActor(ctx context.Context, in *UpdateActorRequest, opts ...grpc.CallOption) (*UpdateActorResponse, error)
+	// Operator secrets (operator only): listed by fingerprint, created (the secret is
+	// returned once), revoked.
+	ListOperatorSecrets(ctx context.Context, in *ListOperatorSecretsRequest, opts ...grpc.CallOption) (*ListOperatorSecretsResponse, error)
+	CreateOperatorSecret(ctx context.Context, in *CreateOperatorSecretRequest, opts ...grpc.CallOption) (*CreateOperatorSecretResponse, error)
+	RevokeOperatorSecret(ctx context.Context, in *RevokeOperatorSecretRequest, opts ...grpc.CallOption) (*RevokeOperatorSecretResponse, error)
 	CreateContext(ctx context.Context, in *CreateContextRequest, opts ...grpc.CallOption) (*CreateContextResponse, error)
 	GetContext(ctx context.Context, in *GetContextRequest, opts ...grpc.CallOption) (*GetContextResponse, error)
 	// UpdateContext changes only the fields that are set (admins).
@@ -127,6 +141,46 @@ func (c *coordinatorClient) GetActor(ctx context.Context, in *GetActorRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetActorResponse)
 	err := c.cc.Invoke(ctx, Coordinator_GetActor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) UpdateActor(ctx context.Context, in *UpdateActorRequest, opts ...grpc.CallOption) (*UpdateActorResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateActorResponse)
+	err := c.cc.Invoke(ctx, Coordinator_UpdateActor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) ListOperatorSecrets(ctx context.Context, in *ListOperatorSecretsRequest, opts ...grpc.CallOption) (*ListOperatorSecretsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOperatorSecretsResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ListOperatorSecrets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) CreateOperatorSecret(ctx context.Context, in *CreateOperatorSecretRequest, opts ...grpc.CallOption) (*CreateOperatorSecretResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateOperatorSecretResponse)
+	err := c.cc.Invoke(ctx, Coordinator_CreateOperatorSecret_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) RevokeOperatorSecret(ctx context.Context, in *RevokeOperatorSecretRequest, opts ...grpc.CallOption) (*RevokeOperatorSecretResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeOperatorSecretResponse)
+	err := c.cc.Invoke(ctx, Coordinator_RevokeOperatorSecret_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -467,11 +521,21 @@ func (c *coordinatorClient) ReadEvents(ctx context.Context, in *ReadEventsReques
 // for forward compatibility.
 //
 // Coordinator is the public API served by supervisor-daemon; JSON-RPC 2.0 on HTTP port
-// 9652 offers the same operations (docs/api.md). The requesting actor travels as gRPC
-// metadata "hero-actor"; an operator's secret as "authorization: Bearer <secret>".
+// 9652 offers the same operations (docs/api.md). Every call is signed by its actor
+// (metadata hero-actor, hero-timestamp, hero-nonce, hero-signature over the request
+// message as sent; docs/api.md "Signed requests"), or carries an operator secret
+// ("authorization: Bearer <secret>").
 type CoordinatorServer interface {
 	CreateActor(context.Context, *CreateActorRequest) (*CreateActorResponse, error)
 	GetActor(context.Context, *GetActorRequest) (*GetActorResponse, error)
+	// UpdateActor replaces an actor's pubkey and/or addresses (the operator, or the
+	// actor itself signing with its current key).
+	UpdateActor(context.Context, *UpdateActorRequest) (*UpdateActorResponse, error)
+	// Operator secrets (operator only): listed by fingerprint, created (the secret is
+	// returned once), revoked.
+	ListOperatorSecrets(context.Context, *ListOperatorSecretsRequest) (*ListOperatorSecretsResponse, error)
+	CreateOperatorSecret(context.Context, *CreateOperatorSecretRequest) (*CreateOperatorSecretResponse, error)
+	RevokeOperatorSecret(context.Context, *RevokeOperatorSecretRequest) (*RevokeOperatorSecretResponse, error)
 	CreateContext(context.Context, *CreateContextRequest) (*CreateContextResponse, error)
 	GetContext(context.Context, *GetContextRequest) (*GetContextResponse, error)
 	// UpdateContext changes only the fields that are set (admins).
@@ -525,6 +589,18 @@ func (UnimplementedCoordinatorServer) CreateActor(context.Context, *CreateActorR
 }
 func (UnimplementedCoordinatorServer) GetActor(context.Context, *GetActorRequest) (*GetActorResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetActor not implemented")
+}
+func (UnimplementedCoordinatorServer) UpdateActor(context.Context, *UpdateActorRequest) (*UpdateActorResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateActor not implemented")
+}
+func (UnimplementedCoordinatorServer) ListOperatorSecrets(context.Context, *ListOperatorSecretsRequest) (*ListOperatorSecretsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOperatorSecrets not implemented")
+}
+func (UnimplementedCoordinatorServer) CreateOperatorSecret(context.Context, *CreateOperatorSecretRequest) (*CreateOperatorSecretResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateOperatorSecret not implemented")
+}
+func (UnimplementedCoordinatorServer) RevokeOperatorSecret(context.Context, *RevokeOperatorSecretRequest) (*RevokeOperatorSecretResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeOperatorSecret not implemented")
 }
 func (UnimplementedCoordinatorServer) CreateContext(context.Context, *CreateContextRequest) (*CreateContextResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateContext not implemented")
@@ -675,6 +751,78 @@ func _Coordinator_GetActor_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CoordinatorServer).GetActor(ctx, req.(*GetActorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_UpdateActor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateActorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).UpdateActor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_UpdateActor_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).UpdateActor(ctx, req.(*UpdateActorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_ListOperatorSecrets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOperatorSecretsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ListOperatorSecrets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ListOperatorSecrets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ListOperatorSecrets(ctx, req.(*ListOperatorSecretsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_CreateOperatorSecret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateOperatorSecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).CreateOperatorSecret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_CreateOperatorSecret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).CreateOperatorSecret(ctx, req.(*CreateOperatorSecretRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_RevokeOperatorSecret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeOperatorSecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).RevokeOperatorSecret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_RevokeOperatorSecret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).RevokeOperatorSecret(ctx, req.(*RevokeOperatorSecretRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1262,6 +1410,22 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetActor",
 			Handler:    _Coordinator_GetActor_Handler,
+		},
+		{
+			MethodName: "UpdateActor",
+			Handler:    _Coordinator_UpdateActor_Handler,
+		},
+		{
+			MethodName: "ListOperatorSecrets",
+			Handler:    _Coordinator_ListOperatorSecrets_Handler,
+		},
+		{
+			MethodName: "CreateOperatorSecret",
+			Handler:    _Coordinator_CreateOperatorSecret_Handler,
+		},
+		{
+			MethodName: "RevokeOperatorSecret",
+			Handler:    _Coordinator_RevokeOperatorSecret_Handler,
 		},
 		{
 			MethodName: "CreateContext",

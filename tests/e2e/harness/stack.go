@@ -3,6 +3,8 @@ package harness
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/hero-coordinator/hero/lib/auth"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -36,6 +38,7 @@ type Stack struct {
 	Runner    *Proc
 	API       *Proc
 	Args      map[string][]string // extra flags per service, reused on restart
+	ConfigDir string              // heroctl's config directory (actor keys), made on first use
 }
 
 // StackOptions tweak the services.
@@ -104,17 +107,35 @@ type RPCError struct {
 
 func (e *RPCError) Error() string { return fmt.Sprintf("%d: %s", e.Code, e.Message) }
 
-// Client calls the JSON-RPC API as an actor or operator.
+// Client calls the JSON-RPC API as an actor (signing each request with the actor's
+// key) or as an operator (its secret, and the actor it acts for, if any).
 type Client struct {
 	URL      string
 	GRPCAddr string
 	Actor    uint32
+	Key      ed25519.PrivateKey // the actor's key (ActorKey); signs unless Secret is set
 	Secret   string
+}
+
+// ActorKey is the deterministic test key of an actor: every stack registers actors
+// with it (ActorPubkey), so a Client of any actor can sign.
+func ActorKey(id uint32) ed25519.PrivateKey {
+	seed := sha256.Sum256([]byte(fmt.Sprintf("hero e2e actor %d", id)))
+	return ed25519.NewKeyFromSeed(seed[:])
+}
+
+// ActorPubkey is the hex pubkey of ActorKey(id), as actor.create takes it.
+func ActorPubkey(id uint32) string {
+	return auth.PublicKeyHex(ActorKey(id).Public().(ed25519.PublicKey))
 }
 
 // Client returns a JSON-RPC client for the stack's API acting as an actor (0: none).
 func (s *Stack) Client(actor uint32) *Client {
-	return &Client{URL: "http://" + s.API.HTTPAddr + "/", GRPCAddr: s.API.GRPCAddr, Actor: actor}
+	c := &Client{URL: "http://" + s.API.HTTPAddr + "/", GRPCAddr: s.API.GRPCAddr, Actor: actor}
+	if actor != 0 {
+		c.Key = ActorKey(actor)
+	}
+	return c
 }
 
 // Operator returns a client holding the operator secret.
@@ -122,18 +143,58 @@ func (s *Stack) Operator() *Client {
 	return &Client{URL: "http://" + s.API.HTTPAddr + "/", GRPCAddr: s.API.GRPCAddr, Secret: AdminSecret}
 }
 
-// Raw posts a body and returns the decoded response object.
-func (c *Client) Raw(body string) (map[string]any, error) {
-	req, err := http.NewRequest(http.MethodPost, c.URL, strings.NewReader(body))
+// CreateActor registers an actor with its test key (operator).
+func (s *Stack) CreateActor(t testing.TB, id uint32) {
+	t.Helper()
+	s.Operator().MustCall(t, "actor.create", map[string]any{"actor": map[string]any{"id": id, "pubkey": ActorPubkey(id)}}, nil)
+}
+
+// Signer returns the client's request signer (nil for an operator or no actor).
+func (c *Client) Signer() *auth.Signer {
+	if c.Secret != "" || c.Actor == 0 || c.Key == nil {
+		return nil
+	}
+	return &auth.Signer{Actor: c.Actor, Key: c.Key}
+}
+
+// NewRequest builds a POST of body to the API with the client's credentials: the
+// operator secret, or the actor's signature over body.
+func (c *Client) NewRequest(body []byte) (*http.Request, error) {
+	req, err := http.NewRequest(http.MethodPost, c.URL, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if c.Actor != 0 {
-		req.Header.Set("X-Hero-Actor", strconv.FormatUint(uint64(c.Actor), 10))
-	}
 	if c.Secret != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Secret)
+		if c.Actor != 0 {
+			req.Header.Set(auth.HeaderActor, strconv.FormatUint(uint64(c.Actor), 10))
+		}
+		return req, nil
+	}
+	if sg := c.Signer(); sg != nil {
+		cr, err := sg.Sign(auth.JSONRPCTarget, auth.Digest(body))
+		if err != nil {
+			return nil, err
+		}
+		SetCredentials(req.Header, cr)
+	}
+	return req, nil
+}
+
+// SetCredentials puts signed credentials into HTTP headers.
+func SetCredentials(h http.Header, cr auth.Credentials) {
+	h.Set(auth.HeaderActor, cr.Actor)
+	h.Set(auth.HeaderTimestamp, cr.Timestamp)
+	h.Set(auth.HeaderNonce, cr.Nonce)
+	h.Set(auth.HeaderSignature, cr.Signature)
+}
+
+// Raw posts a body and returns the decoded response object.
+func (c *Client) Raw(body string) (map[string]any, error) {
+	req, err := c.NewRequest([]byte(body))
+	if err != nil {
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -151,16 +212,9 @@ func (c *Client) Raw(body string) (map[string]any, error) {
 // Call calls a method; result is decoded into out (if not nil).
 func (c *Client) Call(method string, params any, out any) error {
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-	req, err := http.NewRequest(http.MethodPost, c.URL, bytes.NewReader(body))
+	req, err := c.NewRequest(body)
 	if err != nil {
 		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if c.Actor != 0 {
-		req.Header.Set("X-Hero-Actor", strconv.FormatUint(uint64(c.Actor), 10))
-	}
-	if c.Secret != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Secret)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -183,6 +237,26 @@ func (c *Client) Call(method string, params any, out any) error {
 	return nil
 }
 
+// Dial opens a gRPC connection to the API with the client's credentials: every call
+// signed by the actor, or carrying the operator secret (and the actor acted for).
+func (c *Client) Dial() (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if sg := c.Signer(); sg != nil {
+		opts = append(opts, auth.DialOptions(sg)...)
+	} else if c.Secret != "" {
+		md := []string{"authorization", "Bearer " + c.Secret}
+		if c.Actor != 0 {
+			md = append(md, auth.MetadataActor, strconv.FormatUint(uint64(c.Actor), 10))
+		}
+		opts = append(opts, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, o ...grpc.CallOption) error {
+			return inv(metadata.AppendToOutgoingContext(ctx, md...), method, req, reply, cc, o...)
+		}), grpc.WithChainStreamInterceptor(func(ctx context.Context, d *grpc.StreamDesc, cc *grpc.ClientConn, method string, st grpc.Streamer, o ...grpc.CallOption) (grpc.ClientStream, error) {
+			return st(metadata.AppendToOutgoingContext(ctx, md...), d, cc, method, o...)
+		}))
+	}
+	return grpc.NewClient(c.GRPCAddr, opts...)
+}
+
 // MustCall is Call that fails the test on error.
 func (c *Client) MustCall(t testing.TB, method string, params any, out any) {
 	t.Helper()
@@ -195,7 +269,7 @@ func (c *Client) MustCall(t testing.TB, method string, params any, out any) {
 func (s *Stack) Setup(t testing.TB, ctxID uint32) *Client {
 	t.Helper()
 	op := s.Operator()
-	op.MustCall(t, "actor.create", map[string]any{"actor": map[string]any{"id": 1, "pubkey": "pk-1"}}, nil)
+	s.CreateActor(t, 1)
 	op.MustCall(t, "context.create", map[string]any{"context": map[string]any{"id": ctxID, "admins": []int{1}}}, nil)
 	c := s.Client(1)
 	c.MustCall(t, "runner.create", map[string]any{"context_id": ctxID, "runner": map[string]any{"id": 1, "script_types": []string{"python", "sh", "bash"}}}, nil)
@@ -275,19 +349,12 @@ func (c *Client) watchEvents(t testing.TB, ctxID, flowID uint32, types []string,
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cc, err := grpc.NewClient(c.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := c.Dial()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = cc.Close() }()
-	md := []string{}
-	if c.Actor != 0 {
-		md = append(md, "hero-actor", strconv.FormatUint(uint64(c.Actor), 10))
-	}
-	if c.Secret != "" {
-		md = append(md, "authorization", "Bearer "+c.Secret)
-	}
-	wctx := metadata.AppendToOutgoingContext(ctx, md...)
+	wctx := ctx
 	// Start from a definite event id, taken before cond is first checked: an event
 	// after it is delivered by the stream, so no change can slip between the two.
 	var pos struct {
@@ -322,8 +389,20 @@ func (c *Client) watchEvents(t testing.TB, ctxID, flowID uint32, types []string,
 // Heroctl runs the CLI with the stack's address and returns stdout, stderr, exit code.
 func (s *Stack) Heroctl(t testing.TB, env []string, args ...string) (string, string, int) {
 	t.Helper()
+	if s.ConfigDir == "" {
+		// heroctl keeps actor keys there (HERO_CONFIG_DIR): the test keys of the
+		// actors the tests register (ActorKey), as `heroctl key generate` would.
+		s.ConfigDir = t.TempDir()
+		for id := uint32(1); id <= 9; id++ {
+			path := filepath.Join(s.ConfigDir, "keys", fmt.Sprintf("actor-%d.pem", id))
+			if err := auth.WritePrivateKey(path, ActorKey(id), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	cmd := exec.Command(filepath.Join(s.BinDir, "heroctl"), args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HERO_ADDR=" + s.API.GRPCAddr}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HERO_ADDR=" + s.API.GRPCAddr, "HERO_API_URL=http://" + s.API.HTTPAddr + "/",
+		"HERO_CONFIG_DIR=" + s.ConfigDir}, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -1,0 +1,221 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+)
+
+// What the API's authentication keeps in DB 0: the used nonces of signed requests,
+// and the operator secrets that are stored (generated or created through the API) or
+// revoked. docs/security.md describes the scheme.
+
+// ActorKey returns an actor's stored pubkey; exists=false when there is no such actor.
+func (s *Store) ActorKey(ctx context.Context, id uint32) (pubkey string, exists bool, err error) {
+	vals, err := s.G().HMGet(ctx, keys.Actor(id), "id", "pubkey").Result()
+	if err != nil {
+		return "", false, fmt.Errorf("load actor %d: %w", id, err)
+	}
+	if vals[0] == nil {
+		return "", false, nil
+	}
+	pk, _ := vals[1].(string)
+	return pk, true, nil
+}
+
+// ActorExists reports whether actor:<id> exists.
+func (s *Store) ActorExists(ctx context.Context, id uint32) (bool, error) {
+	n, err := s.G().Exists(ctx, keys.Actor(id)).Result()
+	if err != nil {
+		return false, fmt.Errorf("load actor %d: %w", id, err)
+	}
+	return n == 1, nil
+}
+
+// updateActorScript changes an existing actor's fields.
+//
+// KEYS[1] actor:<id>. ARGV: updated_at, then field/value pairs.
+// Reply: 1 updated, 0 no such actor.
+var updateActorScript = NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[1], unpack(ARGV, 2))
+return 1
+`)
+
+// UpdateActor replaces an actor's pubkey and/or addresses (nil: unchanged).
+func (s *Store) UpdateActor(ctx context.Context, id uint32, pubkey *string, address *[]string) (*model.Actor, error) {
+	cur, err := s.LoadActor(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if pubkey != nil {
+		cur.Pubkey = *pubkey
+	}
+	if address != nil {
+		cur.Address = *address
+	}
+	if err := cur.Validate(); err != nil {
+		return nil, err
+	}
+	args := []any{time.Now().Unix(), "pubkey", cur.Pubkey, "address", model.EncodeField(cur.Address)}
+	n, err := updateActorScript.Run(ctx, s.G(), []string{keys.Actor(id)}, args...).Int()
+	if err != nil {
+		return nil, fmt.Errorf("update actor %d: %w", id, err)
+	}
+	if n == 0 {
+		return nil, notFound("actor %d", id)
+	}
+	return s.LoadActor(ctx, id)
+}
+
+// UseNonce records an actor's nonce for ttl; fresh=false when it was used before.
+func (s *Store) UseNonce(ctx context.Context, actor uint32, nonce string, ttl time.Duration) (fresh bool, err error) {
+	ok, err := s.G().SetNX(ctx, keys.Nonce(actor, nonce), 1, ttl).Result()
+	if err != nil {
+		return false, fmt.Errorf("record nonce: %w", err)
+	}
+	return ok, nil
+}
+
+// Operator secret sources.
+const (
+	SecretGenerated  = "generated"  // made at a first start with none configured
+	SecretAPI        = "api"        // made by secret.create
+	SecretConfigured = "configured" // from HERO_ADMIN_SECRET or a file; stored only once revoked
+)
+
+// SecretRecord is an operator secret as DB 0 keeps it (coord:operator_secrets): never
+// the secret, only its verifier (an HMAC under the deployment's key).
+type SecretRecord struct {
+	Fingerprint string `json:"fingerprint"`
+	Source      string `json:"source"`
+	Verifier    string `json:"verifier,omitempty"`
+	CreatedMs   int64  `json:"created_ms,omitempty"`
+	RevokedMs   int64  `json:"revoked_ms,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// OperatorSecretKey returns the deployment's HMAC key for operator secrets, made at
+// the first start (every replica then reads the same one).
+func (s *Store) OperatorSecretKey(ctx context.Context) ([]byte, error) {
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return nil, err
+	}
+	if err := s.G().SetNX(ctx, keys.OperatorSecretKey, hex.EncodeToString(buf), 0).Err(); err != nil {
+		return nil, fmt.Errorf("operator secret key: %w", err)
+	}
+	v, err := s.G().Get(ctx, keys.OperatorSecretKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("operator secret key: %w", err)
+	}
+	key, err := hex.DecodeString(v)
+	if err != nil || len(key) < 16 {
+		return nil, fmt.Errorf("operator secret key: %s is not hex of at least 16 bytes", keys.OperatorSecretKey)
+	}
+	return key, nil
+}
+
+// OperatorSecret loads one record (nil when there is none).
+func (s *Store) OperatorSecret(ctx context.Context, fingerprint string) (*SecretRecord, error) {
+	v, err := s.G().HGet(ctx, keys.OperatorSecrets, fingerprint).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load operator secret: %w", err)
+	}
+	var r SecretRecord
+	if err := json.Unmarshal([]byte(v), &r); err != nil {
+		return nil, fmt.Errorf("operator secret %s: %v", fingerprint, err)
+	}
+	return &r, nil
+}
+
+// OperatorSecrets loads every record.
+func (s *Store) OperatorSecrets(ctx context.Context) ([]SecretRecord, error) {
+	m, err := s.G().HGetAll(ctx, keys.OperatorSecrets).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list operator secrets: %w", err)
+	}
+	out := make([]SecretRecord, 0, len(m))
+	for fp, v := range m {
+		var r SecretRecord
+		if err := json.Unmarshal([]byte(v), &r); err != nil {
+			return nil, fmt.Errorf("operator secret %s: %v", fp, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// AddOperatorSecret stores a record unless its fingerprint has one (added=false).
+func (s *Store) AddOperatorSecret(ctx context.Context, r SecretRecord) (added bool, err error) {
+	b, _ := json.Marshal(r)
+	added, err = s.G().HSetNX(ctx, keys.OperatorSecrets, r.Fingerprint, b).Result()
+	if err != nil {
+		return false, fmt.Errorf("store operator secret: %w", err)
+	}
+	return added, nil
+}
+
+// revokeSecretScript marks a record revoked, or stores a revoked record (a configured
+// secret, which is stored only once revoked).
+//
+// KEYS[1] coord:operator_secrets. ARGV: fingerprint, the record to store when there
+// is none, revoked_ms, reason. Reply: 1 revoked now, 0 was revoked already.
+var revokeSecretScript = NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  return 1
+end
+local r = cjson.decode(cur)
+if r.revoked_ms and r.revoked_ms > 0 then return 0 end
+r.revoked_ms = tonumber(ARGV[3])
+r.reason = ARGV[4]
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(r))
+return 1
+`)
+
+// RevokeOperatorSecret revokes a secret by fingerprint. ifAbsent is the record stored
+// when none exists (a configured secret); nil: only an existing record is revoked.
+func (s *Store) RevokeOperatorSecret(ctx context.Context, fingerprint, reason string, ifAbsent *SecretRecord) (revoked bool, err error) {
+	now := time.Now().UnixMilli()
+	if ifAbsent == nil {
+		r, err := s.OperatorSecret(ctx, fingerprint)
+		if err != nil {
+			return false, err
+		}
+		if r == nil {
+			return false, notFound("operator secret %s", fingerprint)
+		}
+		ifAbsent = r
+	}
+	rec := *ifAbsent
+	rec.RevokedMs, rec.Reason = now, reason
+	b, _ := json.Marshal(rec)
+	n, err := revokeSecretScript.Run(ctx, s.G(), []string{keys.OperatorSecrets}, fingerprint, b, now, reason).Int()
+	if err != nil {
+		return false, fmt.Errorf("revoke operator secret %s: %w", fingerprint, err)
+	}
+	return n == 1, nil
+}
+
+// RetireLegacySecrets deletes the unsalted secret hashes of earlier versions.
+func (s *Store) RetireLegacySecrets(ctx context.Context) (int64, error) {
+	n, err := s.G().SCard(ctx, keys.AdminSecrets).Result()
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	return n, s.G().Del(ctx, keys.AdminSecrets).Err()
+}
