@@ -176,10 +176,13 @@ func (j *jsonrpcServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Error: &rpcError{Code: codeInvalidRequest, Message: fmt.Sprintf("invalid request: body larger than %d bytes (--max-body-bytes) or unreadable", j.maxBody)}})
 		return
 	}
+	digest := auth.Digest(body)
 	trimmed := bytes.TrimSpace(body)
-	reqs := []json.RawMessage{trimmed}
+	var reqs []json.RawMessage
 	batch := len(trimmed) > 0 && trimmed[0] == '['
-	if batch {
+	if !batch {
+		reqs = []json.RawMessage{trimmed}
+	} else {
 		if err := json.Unmarshal(trimmed, &reqs); err != nil {
 			writeJSON(w, parseError(err))
 			return
@@ -206,7 +209,7 @@ func (j *jsonrpcServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var p Principal
 	if needAuth {
 		p, err = j.auth.authenticate(r.Context(), credentials{
-			transport: "jsonrpc", target: auth.JSONRPCTarget, digest: auth.Digest(body), peer: r.RemoteAddr,
+			transport: "jsonrpc", target: auth.JSONRPCTarget, digest: digest, peer: r.RemoteAddr,
 			authorization: r.Header.Get("Authorization"),
 			signed: auth.Credentials{Actor: r.Header.Get(auth.HeaderActor), Timestamp: r.Header.Get(auth.HeaderTimestamp),
 				Nonce: r.Header.Get(auth.HeaderNonce), Signature: r.Header.Get(auth.HeaderSignature)},

@@ -24,6 +24,7 @@ type callerLimits struct {
 	swept   time.Time
 
 	limited *prometheus.CounterVec
+	waiting prometheus.Gauge
 }
 
 type callerState struct {
@@ -33,10 +34,13 @@ type callerState struct {
 }
 
 func newCallerLimits(perSecond float64, burst, maxWaits int, reg prometheus.Registerer) *callerLimits {
+	f := promauto.With(reg)
 	return &callerLimits{
 		rate: rate.Limit(perSecond), burst: burst, maxWaits: maxWaits, callers: map[string]*callerState{}, swept: time.Now(),
-		limited: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{Name: "hero_api_rate_limited_total",
+		limited: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_rate_limited_total",
 			Help: "API calls refused by a per-caller limit, by limit (rate: --rate-limit, waits: --max-waits-per-caller)."}, []string{"limit"}),
+		waiting: f.NewGauge(prometheus.GaugeOpts{Name: "hero_api_waiting_calls",
+			Help: "Waiting calls (job.run, flow.wait, dispatcher.run_job, Watch) in progress."}),
 	}
 }
 
@@ -91,17 +95,15 @@ func (l *callerLimits) allow(key string, n int) error {
 
 // wait takes one of the caller's waiting slots; release gives it back.
 func (l *callerLimits) wait(key string) (release func(), err error) {
-	if l.maxWaits <= 0 {
-		return func() {}, nil
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.state(key, time.Now())
-	if c.waits >= l.maxWaits {
+	if l.maxWaits > 0 && c.waits >= l.maxWaits {
 		l.limited.WithLabelValues("waits").Inc()
 		return nil, &tooManyError{Msg: fmt.Sprintf("too many requests: %d waiting calls (job.run, flow.wait, Watch) are open already (--max-waits-per-caller)", c.waits), RetryAfter: time.Second}
 	}
 	c.waits++
+	l.waiting.Inc()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -109,6 +111,7 @@ func (l *callerLimits) wait(key string) (release func(), err error) {
 			c.waits--
 			c.seen = time.Now()
 			l.mu.Unlock()
+			l.waiting.Dec()
 		})
 	}, nil
 }

@@ -168,3 +168,98 @@ func TestHeroctlCancelEventsDelete(t *testing.T) {
 		t.Fatalf("flow get after delete: exit %d %s", code, stderr)
 	}
 }
+
+// heroctl's keys and secrets: key generate, actor create with a key made in the
+// config directory, signing with HERO_KEY, rotation with actor update
+// --generate-key (the old key is refused), api call, and operator secrets.
+func TestHeroctlKeysAndSecrets(t *testing.T) {
+	redisSrv.Flush(t)
+	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{})
+	op := []string{"HERO_ADMIN_SECRET=" + harness.AdminSecret}
+	run := func(env []string, args ...string) (string, string) {
+		t.Helper()
+		out, errOut, code := s.Heroctl(t, env, args...)
+		if code != 0 {
+			t.Fatalf("heroctl %v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		return out, errOut
+	}
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "k12.pem")
+	pub, _ := run(nil, "key", "generate", "--out", keyFile)
+	pub = strings.TrimSpace(pub)
+	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(pub) {
+		t.Fatalf("key generate printed %q", pub)
+	}
+	if st, err := os.Stat(keyFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v %v", st, err)
+	}
+	if _, stderr, code := s.Heroctl(t, nil, "key", "generate", "--out", keyFile); code == 0 || !strings.Contains(stderr, "exists") {
+		t.Fatalf("key generate over an existing key: %d %s", code, stderr)
+	}
+	run(op, "actor", "create", "--id", "12", "--pubkey", pub)
+	k12 := []string{"HERO_ACTOR=12", "HERO_KEY=" + keyFile}
+	if out, _ := run(k12, "actor", "get", "12"); !strings.Contains(out, pub) {
+		t.Fatalf("actor get as 12:\n%s", out)
+	}
+	if out, _ := run(k12, "key", "pubkey"); strings.TrimSpace(out) != pub {
+		t.Fatalf("key pubkey: %q", out)
+	}
+	// actor create without --pubkey keeps the key in the config directory.
+	_, errOut := run(op, "actor", "create", "--id", "13")
+	keyPath := filepath.Join(s.ConfigDir, "keys", "actor-13.pem")
+	if !strings.Contains(errOut, keyPath) {
+		t.Fatalf("actor create did not say where the key is: %s", errOut)
+	}
+	me := []string{"HERO_ACTOR=13"}
+	run(me, "actor", "get", "13")
+	old, err := os.ReadFile(keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldFile := filepath.Join(dir, "old13.pem")
+	if err := os.WriteFile(oldFile, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Rotation: the actor signs with its current key; the old one is refused after.
+	run(me, "actor", "update", "--generate-key")
+	if _, stderr, code := s.Heroctl(t, []string{"HERO_ACTOR=13", "HERO_KEY=" + oldFile}, "actor", "get", "13"); code != 1 || !strings.Contains(stderr, "authentication failed") {
+		t.Fatalf("the old key after rotation: exit %d %s", code, stderr)
+	}
+	run(me, "actor", "get", "13")
+	// No key and no secret: a clear error.
+	if _, stderr, code := s.Heroctl(t, []string{"HERO_ACTOR=14"}, "actor", "get", "1"); code == 0 || !strings.Contains(stderr, "no key for actor 14") {
+		t.Fatalf("no key: exit %d %s", code, stderr)
+	}
+	// api call: any method, signed; its errors exit 1 naming the code.
+	run(op, "context", "create", "1", "--admins", "13")
+	out, _ := run(me, "api", "call", "context.load", `{"id":1}`)
+	var ctxOut struct {
+		Admins []uint32 `json:"admins"`
+	}
+	if err := json.Unmarshal([]byte(out), &ctxOut); err != nil || len(ctxOut.Admins) != 1 || ctxOut.Admins[0] != 13 {
+		t.Fatalf("api call context.load: %v\n%s", err, out)
+	}
+	if _, stderr, code := s.Heroctl(t, me, "api", "call", "job.frobnicate", `{}`); code != 1 || !strings.Contains(stderr, "-32601") {
+		t.Fatalf("api call of an unknown method: %d %s", code, stderr)
+	}
+	// Operator secrets: list, create (shown once), use, revoke.
+	list, _ := run(op, "secret", "list")
+	if !strings.Contains(list, "configured") || !strings.Contains(list, "(this one)") {
+		t.Fatalf("secret list:\n%s", list)
+	}
+	secret, errOut := run(op, "secret", "create")
+	secret = strings.TrimSpace(secret)
+	harness.GuardSecret(secret)
+	fp := regexp.MustCompile(`op_[0-9a-f]{16}`).FindString(errOut)
+	if secret == "" || fp == "" {
+		t.Fatalf("secret create: %q %q", secret, errOut)
+	}
+	if got, _ := run([]string{"HERO_ADMIN_SECRET=" + secret}, "secret", "list"); !strings.Contains(got, fp) {
+		t.Fatalf("the new secret does not work:\n%s", got)
+	}
+	run(op, "secret", "revoke", fp)
+	if _, stderr, code := s.Heroctl(t, []string{"HERO_ADMIN_SECRET=" + secret}, "secret", "list"); code != 1 || !strings.Contains(stderr, "operator secret is not valid") {
+		t.Fatalf("a revoked secret: exit %d %s", code, stderr)
+	}
+}

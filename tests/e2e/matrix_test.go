@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/hero-coordinator/hero/tests/e2e/harness"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
 // Who may call a method (docs/api.md, Permissions).
@@ -50,7 +50,7 @@ var matrixCases = []matrixCase{
 	{"secret.revoke", "/hero.v1.Coordinator/RevokeOperatorSecret", needOperator, `{"fingerprint":"op_0000000000000000"}`, ""},
 	{"context.create", "/hero.v1.Coordinator/CreateContext", needOperator, `{"context":{"id":9,"admins":[1]}}`, ""},
 	{"context.load", "/hero.v1.Coordinator/GetContext", needReader, `{"id":1}`, ""},
-	{"context.update", "/hero.v1.Coordinator/UpdateContext", needAdmin, `{"id":1,"readers":[2]}`, `{"id":1,"readers":{"values":[2]}}`},
+	{"context.update", "/hero.v1.Coordinator/UpdateContext", needAdmin, `{"id":1,"readers":[2]}`, `{"id":1,"readers":{"ids":[2]}}`},
 	{"context.delete", "/hero.v1.Coordinator/DeleteContext", needAdmin, `{"id":1}`, ""}, // a flow runs: refused after the check
 	{"runner.create", "/hero.v1.Coordinator/CreateRunner", needAdmin, `{"context_id":1,"runner":{"id":{{N}},"script_types":["sh"]}}`, ""},
 	{"runner.load", "/hero.v1.Coordinator/GetRunner", needReader, `{"context_id":1,"id":1}`, ""},

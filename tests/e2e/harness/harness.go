@@ -93,15 +93,49 @@ type Options struct {
 	Env  []string // extra KEY=VALUE
 }
 
+// guarded are the secrets no service may ever log (GuardSecret).
+var guarded = struct {
+	sync.Mutex
+	list []string
+}{list: []string{AdminSecret}}
+
+// GuardSecret adds a secret that no service started by Start may write to its log:
+// each one's captured output is checked when its test ends.
+func GuardSecret(s string) {
+	guarded.Lock()
+	guarded.list = append(guarded.list, s)
+	guarded.Unlock()
+}
+
+// LeakedSecrets returns the guarded secrets that text contains (masked, so that the
+// report does not leak them further).
+func LeakedSecrets(text string) []string {
+	guarded.Lock()
+	defer guarded.Unlock()
+	var out []string
+	for _, s := range guarded.list {
+		if s != "" && strings.Contains(text, s) {
+			out = append(out, s[:4]+"…")
+		}
+	}
+	return out
+}
+
 // Start runs bin/<name> with the given flags plus free ports, and waits for its
-// "started" log line (or its exit).
+// "started" log line (or its exit). When the test ends the process is killed and its
+// log checked for guarded secrets.
 func Start(t testing.TB, binDir, name, redisURL string, opt Options) *Proc {
 	t.Helper()
 	p, err := StartProc(binDir, name, redisURL, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Kill() })
+	t.Cleanup(func() {
+		p.Kill()
+		if leaked := LeakedSecrets(p.Output()); len(leaked) > 0 {
+			t.Errorf("%s logged secrets: %v", name, leaked)
+		}
+	})
 	return p
 }
 
