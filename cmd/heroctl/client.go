@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
@@ -136,21 +137,23 @@ func (c *cli) credential() (credential, error) {
 	if c.g.actor != 0 {
 		path := c.g.keyFile
 		explicit := path != ""
+		var err error
 		if !explicit {
-			p, err := auth.ActorKeyPath(c.g.actor)
-			if err != nil {
-				return credential{}, err
-			}
-			path = p
+			path, err = auth.ActorKeyPath(c.g.actor)
 		}
-		key, err := auth.LoadPrivateKey(path)
+		var key ed25519.PrivateKey
+		if err == nil {
+			key, err = auth.LoadPrivateKey(path)
+		} else if c.g.secret == "" {
+			return credential{}, err
+		}
 		switch {
 		case err == nil:
 			return credential{signer: &auth.Signer{Actor: c.g.actor, Key: key}}, nil
-		case explicit || !errors.Is(err, os.ErrNotExist):
+		case explicit || (path != "" && !errors.Is(err, os.ErrNotExist)):
 			return credential{}, fmt.Errorf("actor %d's key: %v", c.g.actor, err)
 		case c.g.secret == "":
-			return credential{}, fmt.Errorf("no key for actor %d at %s: create it with `heroctl key generate --actor %d` and register its public key (heroctl actor update), or pass --key FILE (HERO_KEY)", c.g.actor, path, c.g.actor)
+			return credential{}, fmt.Errorf("no key for actor %d at %s: create it with `heroctl --actor %d key generate` and register its public key (heroctl actor update), or pass --key FILE (HERO_KEY)", c.g.actor, path, c.g.actor)
 		}
 	}
 	if c.g.secret != "" {
