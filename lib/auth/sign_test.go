@@ -208,3 +208,35 @@ func TestKeyFiles(t *testing.T) {
 		t.Fatalf("openssl's public key %x is not %s", out, PublicKeyHex(pub))
 	}
 }
+
+// Python's cryptography reads the key file and makes signatures this package
+// verifies: a client in another language can implement the scheme from the docs.
+func TestPythonClientInterop(t *testing.T) {
+	if err := exec.Command("python3", "-c", "import cryptography").Run(); err != nil {
+		t.Skip("python3 with the cryptography package is not installed")
+	}
+	path := filepath.Join(t.TempDir(), "k.pem")
+	pub, priv, _ := GenerateKey()
+	if err := WritePrivateKey(path, priv, false); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"jsonrpc":"2.0","id":1,"method":"job.list","params":{"context_id":1}}`
+	script := `
+import hashlib, sys
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+key = load_pem_private_key(open(sys.argv[1], 'rb').read(), None)
+canon = "\n".join(["HERO-ED25519-V1", "5", "POST /", "1795600000", "abcdefabcdefabcdef", hashlib.sha256(sys.argv[2].encode()).hexdigest()])
+print(key.sign(canon.encode()).hex())
+`
+	out, err := exec.Command("python3", "-c", script, path, body).Output()
+	if err != nil {
+		t.Fatalf("python: %v", err)
+	}
+	p, err := Parse(Credentials{Actor: "5", Timestamp: "1795600000", Nonce: "abcdefabcdefabcdef", Signature: strings.TrimSpace(string(out))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Verify(pub, JSONRPCTarget, Digest([]byte(body))) {
+		t.Fatal("a signature made by Python's cryptography does not verify")
+	}
+}
