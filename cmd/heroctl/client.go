@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,11 +18,13 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/hero-coordinator/hero/lib/auth"
+	"github.com/hero-coordinator/hero/lib/tlsx"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -41,6 +44,7 @@ type globals struct {
 	context uint32
 	secret  string
 	keyFile string
+	tls     tlsx.Files
 	output  string
 	timeout time.Duration
 }
@@ -62,6 +66,9 @@ func parseGlobal(args []string, stderr io.Writer) (*globals, []string, error) {
 	fs.StringVar(&g.apiURL, "api-url", envOr("HERO_API_URL", ""), "")
 	fs.StringVar(&g.secret, "admin-secret", envOr("HERO_ADMIN_SECRET", ""), "")
 	fs.StringVar(&g.keyFile, "key", envOr("HERO_KEY", ""), "")
+	fs.StringVar(&g.tls.CA, "tls-ca", envOr("HERO_TLS_CA", ""), "")
+	fs.StringVar(&g.tls.Cert, "tls-cert", envOr("HERO_TLS_CERT", ""), "")
+	fs.StringVar(&g.tls.Key, "tls-key", envOr("HERO_TLS_KEY", ""), "")
 	fs.StringVar(&g.output, "output", envOr("HERO_OUTPUT", "table"), "")
 	fs.StringVar(&g.output, "o", envOr("HERO_OUTPUT", "table"), "")
 	fs.DurationVar(&g.timeout, "timeout", 30*time.Second, "")
@@ -181,7 +188,13 @@ func (c *cli) client() (herov1.CoordinatorClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if t, err := c.tlsConfig(); err != nil {
+		return nil, err
+	} else if t != nil {
+		creds = credentials.NewTLS(t)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		// Retries come first: each attempt is signed anew (a new nonce).
 		grpc.WithChainUnaryInterceptor(retryUnary)}
 	if cred.signer != nil {
@@ -205,6 +218,18 @@ func (c *cli) client() (herov1.CoordinatorClient, error) {
 	}
 	c.cc, c.api = cc, herov1.NewCoordinatorClient(cc)
 	return c.api, nil
+}
+
+// tlsConfig is the API's TLS (--tls-ca, HERO_TLS_CA; nil: plaintext): the server
+// must present a certificate from that CA for the host dialled.
+func (c *cli) tlsConfig() (*tls.Config, error) {
+	if !c.g.tls.Enabled() {
+		return nil, nil
+	}
+	if err := c.g.tls.Validate("tls", false); err != nil {
+		return nil, err
+	}
+	return tlsx.ClientConfig(c.g.tls, "", "api", nil)
 }
 
 // callCtx adds the per-call timeout.
@@ -284,6 +309,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	switch obj {
 	case "key":
 		return c.keyCmd(verb, rest)
+	case "pki":
+		return c.pkiCmd(verb, rest)
 	case "api":
 		return c.apiCmd(ctx, verb, rest)
 	case "secret":

@@ -301,7 +301,13 @@ func (c *cli) apiCmd(ctx context.Context, verb string, args []string) error {
 			req.Header.Set(auth.HeaderActor, strconv.FormatUint(uint64(cred.actor), 10))
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := http.DefaultClient
+	if t, err := c.tlsConfig(); err != nil {
+		return err
+	} else if t != nil {
+		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: t}}
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach the JSON-RPC API at %s (set HERO_API_URL): %v", url, err)
 	}
@@ -341,5 +347,9 @@ func (c *cli) apiURL() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--addr %q is not host:port (or set HERO_API_URL)", c.g.addr)
 	}
-	return "http://" + net.JoinHostPort(host, "9652") + "/", nil
+	scheme := "http"
+	if c.g.tls.Enabled() {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, "9652") + "/", nil
 }

@@ -79,6 +79,9 @@ Global flags (each with an environment twin):
   --key FILE         the actor's private key (PEM)     $HERO_KEY (default <config dir>/keys/actor-<ID>.pem)
   --context ID       the context to work in            $HERO_CONTEXT (default 1)
   --admin-secret S   operator secret                   $HERO_ADMIN_SECRET
+  --tls-ca FILE      TLS to the API: the CA (PEM)      $HERO_TLS_CA (plaintext when unset)
+  --tls-cert FILE    a client certificate (PEM)        $HERO_TLS_CERT
+  --tls-key FILE     its key                           $HERO_TLS_KEY
   --output, -o F     table or json                     $HERO_OUTPUT (default table)
   --timeout D        per-call timeout                  (default 30s)
 
@@ -95,6 +98,8 @@ Commands:
   actor get ID
   secret list     secret create     secret revoke FINGERPRINT   (operator secrets; operator)
   api call METHOD ['{"json": "params"}']   (any JSON-RPC method, signed; prints the result)
+  pki init --dir DIR [--api-host H]... [--redis-host H]... [--host H]... [--days N] [--renew]
+                  (the internal CA and certificates: mutual TLS between services, the API's TLS)
   context create ID --admins 1,2 [--readers …] [--executors …] [--retention 72h] [--allowed-sources KEY,…]
   context update [ID] [--admins …] [--readers …] [--executors …] [--retention D] [--allowed-sources …]
   context get [ID]   context delete ID [--force]

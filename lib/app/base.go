@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -13,6 +15,7 @@ import (
 	"github.com/hero-coordinator/hero/lib/grpcx"
 	"github.com/hero-coordinator/hero/lib/obs"
 	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/tlsx"
 )
 
 // Base is what every service has: the store, the gRPC server, the admin server and a
@@ -23,11 +26,25 @@ type Base struct {
 	GRPC     *grpcx.Server
 	Admin    *obs.AdminServer
 	AdminMux *http.ServeMux
-	TLS      *tls.Config
+	// APITLS is the public API's server TLS (supervisor-daemon), nil when off.
+	APITLS *tls.Config
+	// TLSMetrics tracks the expiry of the certificates the process presents.
+	TLSMetrics *tlsx.Metrics
 
 	cfg   *config.Common
 	group Group
 	addrs map[string]string // more listeners, logged in the "started" line
+}
+
+// Serving says whom a service's gRPC server serves.
+type Serving struct {
+	// API marks the public API (supervisor-daemon): TLS from APITLS when set, and
+	// callers authenticate per request (signatures, secrets), not with certificates.
+	API    bool
+	APITLS tlsx.Files
+	// Peers are the services an internal server accepts calls from when mutual TLS
+	// is on ("operator", people's tools, always is).
+	Peers []string
 }
 
 // AddListener registers another server of the service (e.g. the JSON-RPC HTTP server):
@@ -47,24 +64,52 @@ func (b *Base) AddListener(name, addr string, serve func() error, shutdown func(
 
 // NewBase connects to Redis and binds the gRPC and admin ports, so that an
 // unreachable Redis or a port in use is an error before anything runs.
-func NewBase(ctx context.Context, env *Env, c *config.Common, grpcOpts ...grpc.ServerOption) (*Base, error) {
-	b := &Base{Env: env, cfg: c}
+func NewBase(ctx context.Context, env *Env, c *config.Common, sv Serving, grpcOpts ...grpc.ServerOption) (*Base, error) {
+	b := &Base{Env: env, cfg: c, TLSMetrics: tlsx.NewMetrics(env.Registry)}
+	var redisTLS *tls.Config
 	var err error
-	if b.TLS, err = ServerTLS(c); err != nil {
-		return nil, err
+	if c.RedisTLS.Enabled() {
+		if redisTLS, err = tlsx.ClientConfig(c.RedisTLS, "", "redis", b.TLSMetrics); err != nil {
+			return nil, err
+		}
+	}
+	var password string
+	if c.RedisPasswordFile != "" {
+		pw, err := os.ReadFile(c.RedisPasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-password-file: %v", err)
+		}
+		password = strings.TrimSpace(string(pw))
+	}
+	opt := grpcx.Options{MaxConns: c.MaxConnections}
+	switch {
+	case sv.API && sv.APITLS.Cert != "":
+		if b.APITLS, err = tlsx.ServerConfig(sv.APITLS, false, "api", b.TLSMetrics); err != nil {
+			return nil, err
+		}
+		opt.TLS = b.APITLS
+	case sv.API:
+		env.Log.Warn().Msg("the public API serves without TLS (--api-tls-cert): requests and operator secrets cross the network in clear")
+	case c.TLS.Enabled():
+		if opt.TLS, err = tlsx.ServerConfig(c.TLS, true, "internal", b.TLSMetrics); err != nil {
+			return nil, err
+		}
+		opt.Peers = sv.Peers
+	default:
+		env.Log.Warn().Msg("internal gRPC without mutual TLS (--tls-ca, --tls-cert, --tls-key): anyone who reaches this port can call it")
 	}
 	b.Store, err = store.Open(ctx, store.Options{
 		URL: c.RedisURL, Placement: c.RedisPlacement, PoolSize: c.RedisPoolSize,
-		ConnectTimeout: c.RedisConnectTimeout, Log: env.Log,
+		ConnectTimeout: c.RedisConnectTimeout, Log: env.Log, TLS: redisTLS, Password: password,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if b.GRPC, err = grpcx.NewServer(c.GRPCAddr, env.Registry, env.Log, grpcx.Options{TLS: b.TLS, MaxConns: c.MaxConnections}, grpcOpts...); err != nil {
+	if b.GRPC, err = grpcx.NewServer(c.GRPCAddr, env.Registry, env.Log, opt, grpcOpts...); err != nil {
 		b.Store.Close()
 		return nil, err
 	}
-	if b.Admin, b.AdminMux, err = obs.NewAdminServer(c.AdminAddr, env.Registry, env.Probe, env.Log, b.TLS); err != nil {
+	if b.Admin, b.AdminMux, err = obs.NewAdminServer(c.AdminAddr, env.Registry, env.Probe, env.Log, c.Pprof); err != nil {
 		b.GRPC.Stop()
 		b.Store.Close()
 		return nil, err
@@ -72,6 +117,19 @@ func NewBase(ctx context.Context, env *Env, c *config.Common, grpcOpts ...grpc.S
 	env.Probe.AddCheck("redis", b.Store.Ping)
 	b.group.AddContext(ctx)
 	return b, nil
+}
+
+// Dial connects to another service of the stack, by mutual TLS when it is configured
+// (the server must prove it is that service).
+func (b *Base) Dial(addr, service string) (*grpc.ClientConn, error) {
+	var t *tls.Config
+	if b.cfg.TLS.Enabled() {
+		var err error
+		if t, err = tlsx.ClientConfig(b.cfg.TLS, tlsx.ServiceName(service), "internal", b.TLSMetrics); err != nil {
+			return nil, err
+		}
+	}
+	return grpcx.Dial(addr, t)
 }
 
 // Add registers a service actor (a worker loop, another server).
@@ -103,16 +161,4 @@ func (b *Base) Run(services ...string) error {
 	}
 	ev.Msg("started")
 	return b.group.Run()
-}
-
-// ServerTLS loads the servers' TLS settings (nil when TLS is off).
-func ServerTLS(c *config.Common) (*tls.Config, error) {
-	if c.TLSCert == "" {
-		return nil, nil
-	}
-	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
-	if err != nil {
-		return nil, fmt.Errorf("tls: %v", err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }

@@ -3,8 +3,11 @@ package config
 import (
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"time"
+
+	"github.com/hero-coordinator/hero/lib/tlsx"
 )
 
 // Common holds the settings every service has.
@@ -18,9 +21,11 @@ type Common struct {
 	LogLevel            string
 	LogFormat           string
 	ShutdownTimeout     time.Duration
-	TLSCert             string
-	TLSKey              string
+	TLS                 tlsx.Files // this service's identity inside the stack: mutual TLS
+	RedisTLS            tlsx.Files // rediss://: the CA to verify Redis, a client certificate
+	RedisPasswordFile   string
 	MaxConnections      int
+	Pprof               bool
 }
 
 // RegisterFlags adds the common flags with the service's default ports.
@@ -34,8 +39,14 @@ func (c *Common) RegisterFlags(f *FlagSet, grpcAddr, adminAddr string) {
 	f.StringVar(&c.LogLevel, "log-level", "", "info", "log level: debug, info, warn, error")
 	f.StringVar(&c.LogFormat, "log-format", "", "json", "log format: json or console")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", "", 10*time.Second, "how long in-flight work may take to finish after SIGTERM")
-	f.StringVar(&c.TLSCert, "tls-cert", "", "", "PEM certificate for the gRPC and HTTP servers (TLS off when empty)")
-	f.StringVar(&c.TLSKey, "tls-key", "", "", "PEM private key for --tls-cert")
+	f.StringVar(&c.TLS.CA, "tls-ca", "", "", "mutual TLS inside the stack: the internal CA (PEM) every peer's certificate chains to; with --tls-cert and --tls-key the gRPC server requires client certificates and internal clients present theirs (heroctl pki init makes them; plaintext when empty)")
+	f.StringVar(&c.TLS.Cert, "tls-cert", "", "", "this service's certificate (PEM), naming it <service>.hero.internal; re-read when the file changes")
+	f.StringVar(&c.TLS.Key, "tls-key", "", "", "the private key (PEM) of --tls-cert")
+	f.StringVar(&c.RedisTLS.CA, "redis-tls-ca", "", "", "rediss://: the CA (PEM) that signs the Redis server's certificate (default: the system roots)")
+	f.StringVar(&c.RedisTLS.Cert, "redis-tls-cert", "", "", "rediss://: a client certificate (PEM) for a Redis that requires one")
+	f.StringVar(&c.RedisTLS.Key, "redis-tls-key", "", "", "rediss://: the private key (PEM) of --redis-tls-cert")
+	f.StringVar(&c.RedisPasswordFile, "redis-password-file", "", "", "a file holding the Redis password (the user comes from --redis-url, redis://USER@host); overrides a password in the URL, so that none needs to be on a command line or in the environment")
+	f.BoolVar(&c.Pprof, "pprof", "", false, "serve /debug/pprof/ on the admin port (profiles only; never the command line)")
 	f.IntVar(&c.MaxConnections, "max-connections", "", 4096, "most open connections per listener (gRPC; and JSON-RPC on supervisor-daemon); over it new ones are refused at once while open ones are served (0: no cap)")
 }
 
@@ -69,8 +80,19 @@ func (c *Common) Validate() error {
 	if c.MaxConnections < 0 {
 		return fmt.Errorf("--max-connections: must not be negative")
 	}
-	if (c.TLSCert == "") != (c.TLSKey == "") {
-		return fmt.Errorf("--tls-cert and --tls-key must be given together")
+	if err := c.TLS.Validate("tls", true); err != nil {
+		return err
+	}
+	if err := c.RedisTLS.Validate("redis-tls", false); err != nil {
+		return err
+	}
+	if c.RedisTLS.Enabled() && !strings.HasPrefix(c.RedisURL, "rediss://") {
+		return fmt.Errorf("--redis-tls-ca/--redis-tls-cert need a rediss:// --redis-url")
+	}
+	if c.RedisPasswordFile != "" {
+		if _, err := os.Stat(c.RedisPasswordFile); err != nil {
+			return fmt.Errorf("--redis-password-file: %v", err)
+		}
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hero-coordinator/hero/lib/netx"
+	"github.com/hero-coordinator/hero/lib/tlsx"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -25,6 +26,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 )
@@ -70,6 +72,10 @@ type Options struct {
 	MaxConns int
 	// MaxStreams caps concurrent calls per connection (0: 1000).
 	MaxStreams uint32
+	// Peers, with mutual TLS, are the services (named by their certificates,
+	// tlsx.ServiceName) whose calls are accepted; "operator" always is. Health and
+	// reflection answer any verified peer. nil: no check.
+	Peers []string
 }
 
 // Keepalive limits every server applies: clients may ping at most every 10 s (more
@@ -116,6 +122,22 @@ func NewServer(addr string, reg prometheus.Registerer, log zerolog.Logger, o Opt
 	if o.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
+	if o.Peers != nil {
+		check := peerCheck(o.Peers, log)
+		opts = append(opts,
+			grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				if err := check(ctx, info.FullMethod); err != nil {
+					return nil, err
+				}
+				return h(ctx, req)
+			}),
+			grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+				if err := check(ss.Context(), info.FullMethod); err != nil {
+					return err
+				}
+				return h(srv, ss)
+			}))
+	}
 	s := grpc.NewServer(append(opts, extra...)...)
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -156,6 +178,36 @@ func (s *Server) Shutdown(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 		s.Stop()
+	}
+}
+
+// peerCheck admits a call when its peer's verified certificate names an allowed
+// service; every refusal is logged with the peer and the method.
+func peerCheck(allowed []string, log zerolog.Logger) func(ctx context.Context, full string) error {
+	ok := map[string]bool{"operator": true}
+	for _, s := range allowed {
+		ok[s] = true
+	}
+	return func(ctx context.Context, full string) error {
+		p, _ := peer.FromContext(ctx)
+		var svc string
+		if p != nil {
+			if ti, isTLS := p.AuthInfo.(credentials.TLSInfo); isTLS {
+				svc = tlsx.PeerService(ti.State)
+			}
+		}
+		if svc != "" && (ok[svc] || strings.HasPrefix(full, "/grpc.health.v1.") || strings.HasPrefix(full, "/grpc.reflection.")) {
+			return nil
+		}
+		addr := ""
+		if p != nil && p.Addr != nil {
+			addr = p.Addr.String()
+		}
+		log.Warn().Str("peer", addr).Str("peer_service", svc).Str("method", full).Msg("internal call refused: the caller's certificate names no service allowed here")
+		if svc == "" {
+			return status.Error(codes.Unauthenticated, "the client certificate names no service of the stack")
+		}
+		return status.Errorf(codes.PermissionDenied, "%s may not call %s", svc, full)
 	}
 }
 

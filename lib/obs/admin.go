@@ -2,7 +2,6 @@ package obs
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -85,7 +84,9 @@ const (
 	adminWriteTimeout = 2 * time.Minute
 )
 
-// AdminServer serves /metrics, /healthz and /readyz.
+// AdminServer serves /metrics, /healthz and /readyz, and /debug/pprof/ when asked
+// (--pprof). It is plain HTTP and holds nothing secret: Prometheus and probes reach it
+// without credentials.
 type AdminServer struct {
 	srv *http.Server
 	ln  net.Listener
@@ -94,7 +95,7 @@ type AdminServer struct {
 
 // NewAdminServer binds addr at once (so a port in use is an error at start) and
 // returns the server; extra handlers may be added to mux before ListenAndServe.
-func NewAdminServer(addr string, reg *prometheus.Registry, probe *Probe, log zerolog.Logger, tlsConf *tls.Config) (*AdminServer, *http.ServeMux, error) {
+func NewAdminServer(addr string, reg *prometheus.Registry, probe *Probe, log zerolog.Logger, pprofOn bool) (*AdminServer, *http.ServeMux, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("admin server: %w", err)
@@ -102,21 +103,20 @@ func NewAdminServer(addr string, reg *prometheus.Registry, probe *Probe, log zer
 	// Probes and scrapes need few connections: a flood of them is refused at once
 	// rather than let it use up the process's file descriptors.
 	ln = netx.Limit(ln, adminMaxConns, nil)
-	if tlsConf != nil {
-		ln = tls.NewListener(ln, tlsConf)
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	// The command line may hold secrets (--admin-secret, a password in --redis-url):
-	// only the program's name is shown.
-	mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = fmt.Fprintf(w, "%s\x00[arguments hidden]", filepath.Base(os.Args[0]))
-	})
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if pprofOn {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		// The command line may hold secrets (--admin-secret, a password in
+		// --redis-url): only the program's name is shown.
+		mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = fmt.Fprintf(w, "%s\x00[arguments hidden]", filepath.Base(os.Args[0]))
+		})
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))

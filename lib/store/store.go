@@ -11,6 +11,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -37,6 +38,11 @@ type Options struct {
 	PoolSize       int
 	ConnectTimeout time.Duration
 	Log            zerolog.Logger
+	// TLS is used for rediss:// servers (a private CA, a client certificate); nil:
+	// the system roots. Its ServerName is each server's host.
+	TLS *tls.Config
+	// Password, when set, is the password of every server (AUTH with the URL's user).
+	Password string
 }
 
 // Store is the handle every service holds.
@@ -105,7 +111,7 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 		if srv, ok := byURL[u]; ok {
 			return srv, nil
 		}
-		srv, err := newServer(u, opt.PoolSize)
+		srv, err := newServer(u, opt)
 		if err != nil {
 			return nil, err
 		}
@@ -143,12 +149,21 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	return s, nil
 }
 
-func newServer(rawURL string, poolSize int) (*Server, error) {
+func newServer(rawURL string, o Options) (*Server, error) {
 	name := config.RedactURL(rawURL)
 	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redis url %s: %v", name, err)
 	}
+	if opt.TLSConfig != nil && o.TLS != nil {
+		t := o.TLS.Clone()
+		t.ServerName = opt.TLSConfig.ServerName
+		opt.TLSConfig = t
+	}
+	if o.Password != "" {
+		opt.Password = o.Password
+	}
+	poolSize := o.PoolSize
 	if u, perr := url.Parse(rawURL); perr == nil && u.Scheme != "unix" && strings.Trim(u.Path, "/") != "" && strings.Trim(u.Path, "/") != "0" {
 		return nil, fmt.Errorf("redis url %s: database must be 0 or absent (context N always lives in DB N)", name)
 	}

@@ -4,13 +4,12 @@ import (
 	"context"
 
 	"github.com/hero-coordinator/hero/lib/app"
-	"github.com/hero-coordinator/hero/lib/grpcx"
 	"github.com/hero-coordinator/hero/lib/mycelium"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
 func run(ctx context.Context, cfg *Config, env *app.Env) error {
-	b, err := app.NewBase(ctx, env, &cfg.Common)
+	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{Peers: []string{"router"}})
 	if err != nil {
 		return err
 	}
@@ -18,7 +17,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	if err != nil {
 		return err
 	}
-	rc, err := grpcx.Dial(cfg.RouterAddr, nil)
+	rc, err := b.Dial(cfg.RouterAddr, "router")
 	if err != nil {
 		return err
 	}

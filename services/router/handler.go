@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,7 +23,11 @@ func (h *handler) Deliver(ctx context.Context, req *herov1.DeliverRequest) (*her
 		return nil, status.Error(codes.InvalidArgument, "message is required")
 	}
 	dup, err := h.r.acceptInbound(ctx, req.ContextId, protoconv.MessageFromPB(req.Message), req.Source)
-	if err != nil {
+	var na *notAllowedError
+	switch {
+	case errors.As(err, &na):
+		return nil, status.Error(codes.PermissionDenied, err.Error())
+	case err != nil:
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return &herov1.DeliverResponse{Duplicate: dup}, nil

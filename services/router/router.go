@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -673,6 +674,11 @@ func (r *router) sweepLeases(ctx context.Context) {
 	}
 }
 
+// notAllowedError refuses an inbound job from a source its context does not allow.
+type notAllowedError struct{ msg string }
+
+func (e *notAllowedError) Error() string { return e.msg }
+
 // acceptInbound stores a message that came from another node and queues it on
 // msg_in. A job request delivered twice (Mycelium may do that) is accepted once; for
 // the duplicate the router acknowledges again, in case the first ack was lost.
@@ -689,6 +695,16 @@ func (r *router) acceptInbound(ctx context.Context, ctxID uint32, m *model.Messa
 	case model.KindJobRequest:
 		if m.Job[0].Origin == nil {
 			return false, fmt.Errorf("an inbound job request must name its origin")
+		}
+		// Whoever handed it over (the gateway, or any other caller), a job from
+		// another node runs only if the context allows its source.
+		c, err := r.store.LoadContext(ctx, ctxID)
+		if err != nil {
+			return false, err
+		}
+		if source == "" || !slices.Contains(c.AllowedSources, source) || m.Job[0].Origin.PK != source {
+			r.log.Warn().Uint32(obs.KeyContextID, ctxID).Str("source", source).Msg("inbound job refused: its source is not in the context's allowed_sources")
+			return false, &notAllowedError{fmt.Sprintf("context %d does not allow jobs from source %q", ctxID, source)}
 		}
 		dedup = store.InboundKey(source, m.Job[0].Origin.MsgKey)
 	case model.KindJobResult:

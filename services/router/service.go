@@ -4,23 +4,22 @@ import (
 	"context"
 
 	"github.com/hero-coordinator/hero/lib/app"
-	"github.com/hero-coordinator/hero/lib/grpcx"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
 func run(ctx context.Context, cfg *Config, env *app.Env) error {
-	b, err := app.NewBase(ctx, env, &cfg.Common)
+	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{Peers: []string{"mycelium-gateway"}})
 	if err != nil {
 		return err
 	}
-	sc, err := grpcx.Dial(cfg.SchedulerAddr, nil)
+	sc, err := b.Dial(cfg.SchedulerAddr, "scheduler")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = sc.Close() }()
 	var gw herov1.GatewayClient
 	if cfg.GatewayAddr != "" {
-		gc, err := grpcx.Dial(cfg.GatewayAddr, nil)
+		gc, err := b.Dial(cfg.GatewayAddr, "mycelium-gateway")
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,7 @@ import (
 )
 
 func run(ctx context.Context, cfg *Config, env *app.Env) error {
-	b, err := app.NewBase(ctx, env, &cfg.Common)
+	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{Peers: []string{"supervisor-daemon", "router"}})
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/config"
 	"github.com/hero-coordinator/hero/lib/dispatcher"
+	"github.com/hero-coordinator/hero/lib/tlsx"
 )
 
 // Config is the supervisor-daemon's configuration.
@@ -20,6 +21,7 @@ type Config struct {
 	MaxBodyBytes    int
 	Dispatcher      dispatcher.ClientConfig
 
+	APITLS             tlsx.Files
 	AuthWindow         time.Duration
 	AuthDevTrustHeader bool
 
@@ -40,6 +42,8 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.StringVar(&c.SchedulerAddr, "scheduler-addr", "", "127.0.0.1:9654", "scheduler gRPC address (host:port)")
 	f.StringVar(&c.AdminSecret, "admin-secret", "HERO_ADMIN_SECRET", "", "operator secret(s), comma-separated, each at least 16 characters (prefer --admin-secret-file: a command line and an environment are visible to more than a file)")
 	f.StringVar(&c.AdminSecretFile, "admin-secret-file", "HERO_ADMIN_SECRET_FILE", "", "file of operator secrets, one per line; when no secret is configured anywhere and none is stored yet, one is generated into this file (mode 0600)")
+	f.StringVar(&c.APITLS.Cert, "api-tls-cert", "", "", "TLS certificate (PEM) of the public API, JSON-RPC and gRPC (heroctl pki init makes one, api.pem); plaintext when empty")
+	f.StringVar(&c.APITLS.Key, "api-tls-key", "", "", "the private key (PEM) of --api-tls-cert")
 	f.DurationVar(&c.AuthWindow, "auth-window", "", 5*time.Minute, "a signed request's timestamp may be this far from the server's clock; its nonce is remembered twice as long")
 	f.BoolVar(&c.AuthDevTrustHeader, "auth-dev-trust-actor-header", "HERO_AUTH_DEV_TRUST_ACTOR_HEADER", false, "DEVELOPMENT ONLY: trust a bare X-Hero-Actor header without a signature (anyone reaching the API can act as any actor)")
 	f.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", "", 30*time.Second, "JSON-RPC: time to read a request's headers and body")
@@ -59,6 +63,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := config.ValidateListenAddr("http-addr", c.HTTPAddr); err != nil {
+		return err
+	}
+	if err := c.APITLS.Validate("api-tls", false); err != nil {
 		return err
 	}
 	if err := c.Dispatcher.Validate(); err != nil {

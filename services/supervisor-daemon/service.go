@@ -15,7 +15,6 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/app"
 	"github.com/hero-coordinator/hero/lib/auth"
-	"github.com/hero-coordinator/hero/lib/grpcx"
 	"github.com/hero-coordinator/hero/lib/netx"
 	"github.com/hero-coordinator/hero/lib/obs"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
@@ -28,7 +27,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	limits := newCallerLimits(cfg.RateLimit, cfg.RateBurst, cfg.MaxWaits, env.Registry)
 	codec := auth.NewDigestCodec("hero.v1")
 	unary, stream := authInterceptors(holder, limits, codec, metrics)
-	b, err := app.NewBase(ctx, env, &cfg.Common, grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{API: true, APITLS: cfg.APITLS}, grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
 	if err != nil {
 		return err
 	}
@@ -38,7 +37,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	}
 	*holder = *newAuthenticator(b.Store, secrets, cfg.AuthWindow, cfg.AuthDevTrustHeader, env.Registry, env.Log)
 
-	sc, err := grpcx.Dial(cfg.SchedulerAddr, nil)
+	sc, err := b.Dial(cfg.SchedulerAddr, "scheduler")
 	if err != nil {
 		return err
 	}
@@ -75,7 +74,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 		return fmt.Errorf("json-rpc server: %w", err)
 	}
 	lim := netx.Limit(ln, cfg.MaxConnections, netx.RejectHTTP)
-	if b.TLS != nil {
+	if b.APITLS != nil {
 		lim = netx.Limit(ln, cfg.MaxConnections, nil) // under TLS a plaintext answer would be noise
 	}
 	refused := promauto.With(env.Registry).NewCounter(prometheus.CounterOpts{Name: "hero_api_http_connections_refused_total",
@@ -88,8 +87,8 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	httpSrv := &http.Server{Handler: rpc, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.HTTPReadTimeout,
 		IdleTimeout: cfg.HTTPIdleTimeout, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(obs.Slog(env.Log).Handler(), slog.LevelDebug)}
 	b.AddListener("http", ln.Addr().String(), func() error {
-		if b.TLS != nil {
-			httpSrv.TLSConfig = b.TLS
+		if b.APITLS != nil {
+			httpSrv.TLSConfig = b.APITLS
 			if err := httpSrv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}

@@ -16,7 +16,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -108,7 +107,7 @@ const notVerified = "the signature does not verify for this actor and request"
 func TestSignedRequests(t *testing.T) {
 	s, c := newStack(t, harness.StackOptions{})
 	s.Operator().MustCall(t, "actor.create", map[string]any{"actor": map[string]any{"id": 6}}, nil) // no key
-	url := "http://" + s.API.HTTPAddr + "/"
+	url := harness.APIURL(s.API)
 	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"flow.list","params":{"context_id":1}}`)
 	post := func(cr auth.Credentials, b []byte) (map[string]any, int) {
 		t.Helper()
@@ -119,7 +118,7 @@ func TestSignedRequests(t *testing.T) {
 		if cr.Timestamp != "" {
 			harness.SetCredentials(req.Header, cr)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := harness.HTTPClient().Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,7 +174,7 @@ func TestSignedRequests(t *testing.T) {
 	batch := []byte(`[{"jsonrpc":"2.0","id":1,"method":"flow.list","params":{"context_id":1}},{"jsonrpc":"2.0","id":2,"method":"job.list","params":{"context_id":1}}]`)
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(batch))
 	harness.SetCredentials(req.Header, signAs(1, harness.ActorKey(1), time.Now(), batch, auth.JSONRPCTarget))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := harness.HTTPClient().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +186,7 @@ func TestSignedRequests(t *testing.T) {
 	}
 
 	// gRPC: the same forgeries over the request message as sent.
-	cc, err := grpc.NewClient(s.API.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(s.API.GRPCAddr, grpc.WithTransportCredentials(harness.APICredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,9 +31,17 @@ func benchStack(b *testing.B, runnerArgs ...string) (*harness.Stack, *harness.Cl
 	if os.Getenv("HERO_BENCH_REDIS_UNIX") != "" {
 		url = redisSrv.UnixURL
 	}
+	common := []string{"--log-level", "info"}
+	if os.Getenv("HERO_BENCH_PROFILE") != "" {
+		common = append(common, "--pprof") // profileServices reads /debug/pprof/profile
+	}
+	with := func(extra ...string) []string { return append(append([]string(nil), common...), extra...) }
 	s := harness.StartStack(b, binDir, url, harness.StackOptions{
-		RunnerArgs: append(runnerArgs, strings.Fields(os.Getenv("HERO_BENCH_RUNNER_ARGS"))...),
-		APIArgs:    []string{"--log-level", "info"}, SchedulerArgs: append([]string{"--log-level", "info"}, strings.Fields(os.Getenv("HERO_BENCH_SCHEDULER_ARGS"))...), RouterArgs: append([]string{"--log-level", "info"}, strings.Fields(os.Getenv("HERO_BENCH_ROUTER_ARGS"))...),
+		RunnerArgs: with(append(runnerArgs, strings.Fields(os.Getenv("HERO_BENCH_RUNNER_ARGS"))...)...),
+		// The benchmarks create their jobs one call each: no per-actor rate limit.
+		APIArgs:       with("--rate-limit", "0"),
+		SchedulerArgs: with(strings.Fields(os.Getenv("HERO_BENCH_SCHEDULER_ARGS"))...),
+		RouterArgs:    with(strings.Fields(os.Getenv("HERO_BENCH_ROUTER_ARGS"))...),
 	})
 	return s, s.Setup(b, ctx1)
 }

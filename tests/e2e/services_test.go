@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/hero-coordinator/hero/lib/testutil/myceliumemu"
@@ -99,7 +98,14 @@ func TestServicesServeProbesAndStopOnSIGTERM(t *testing.T) {
 					}
 				}
 			}
-			cc, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			// The gRPC health check, over TLS: the public API's, or mutual TLS inside.
+			var cc *grpc.ClientConn
+			var err error
+			if s == "supervisor-daemon" {
+				cc, err = grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(harness.APICredentials()))
+			} else {
+				cc, err = harness.DialInternal(p.GRPCAddr, s, "operator")
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

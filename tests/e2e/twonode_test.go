@@ -79,11 +79,11 @@ func newNode(t *testing.T, name string, r *redistest.Server, m *myceliumemu.Node
 }
 
 func (n *node) client(actor uint32) *harness.Client {
-	return &harness.Client{URL: "http://" + n.api.HTTPAddr + "/", GRPCAddr: n.api.GRPCAddr, Actor: actor, Key: harness.ActorKey(actor)}
+	return &harness.Client{URL: harness.APIURL(n.api), GRPCAddr: n.api.GRPCAddr, Actor: actor, Key: harness.ActorKey(actor)}
 }
 
 func (n *node) operator() *harness.Client {
-	return &harness.Client{URL: "http://" + n.api.HTTPAddr + "/", GRPCAddr: n.api.GRPCAddr, Secret: harness.AdminSecret}
+	return &harness.Client{URL: harness.APIURL(n.api), GRPCAddr: n.api.GRPCAddr, Secret: harness.AdminSecret}
 }
 
 // twoNodes: node A (runner 1 local, runner 7 remote on B) and node B (runner 7 local),

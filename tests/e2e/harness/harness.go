@@ -91,6 +91,8 @@ type Proc struct {
 type Options struct {
 	Args []string
 	Env  []string // extra KEY=VALUE
+	// Plaintext starts a service without its TLS flags (TLSArgs are the default).
+	Plaintext bool
 }
 
 // guarded are the secrets no service may ever log (GuardSecret).
@@ -144,6 +146,13 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 	args := []string{"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-level", "debug"}
 	if name == "supervisor-daemon" {
 		args = append(args, "--http-addr", "127.0.0.1:0")
+	}
+	if !opt.Plaintext {
+		tlsArgs, err := TLSArgs(name)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, tlsArgs...)
 	}
 	args = append(args, opt.Args...)
 	cmd := exec.Command(filepath.Join(binDir, name), args...)

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/hero-coordinator/hero/lib/auth"
@@ -131,7 +130,7 @@ func ActorPubkey(id uint32) string {
 
 // Client returns a JSON-RPC client for the stack's API acting as an actor (0: none).
 func (s *Stack) Client(actor uint32) *Client {
-	c := &Client{URL: "http://" + s.API.HTTPAddr + "/", GRPCAddr: s.API.GRPCAddr, Actor: actor}
+	c := &Client{URL: APIURL(s.API), GRPCAddr: s.API.GRPCAddr, Actor: actor}
 	if actor != 0 {
 		c.Key = ActorKey(actor)
 	}
@@ -140,7 +139,7 @@ func (s *Stack) Client(actor uint32) *Client {
 
 // Operator returns a client holding the operator secret.
 func (s *Stack) Operator() *Client {
-	return &Client{URL: "http://" + s.API.HTTPAddr + "/", GRPCAddr: s.API.GRPCAddr, Secret: AdminSecret}
+	return &Client{URL: APIURL(s.API), GRPCAddr: s.API.GRPCAddr, Secret: AdminSecret}
 }
 
 // CreateActor registers an actor with its test key (operator).
@@ -196,7 +195,7 @@ func (c *Client) Raw(body string) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := HTTPClient().Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +215,7 @@ func (c *Client) Call(method string, params any, out any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := HTTPClient().Do(req)
 	if err != nil {
 		return err
 	}
@@ -240,7 +239,7 @@ func (c *Client) Call(method string, params any, out any) error {
 // Dial opens a gRPC connection to the API with the client's credentials: every call
 // signed by the actor, or carrying the operator secret (and the actor acted for).
 func (c *Client) Dial() (*grpc.ClientConn, error) {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(APICredentials())}
 	if sg := c.Signer(); sg != nil {
 		opts = append(opts, auth.DialOptions(sg)...)
 	} else if c.Secret != "" {
@@ -401,8 +400,12 @@ func (s *Stack) Heroctl(t testing.TB, env []string, args ...string) (string, str
 		}
 	}
 	cmd := exec.Command(filepath.Join(s.BinDir, "heroctl"), args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HERO_ADDR=" + s.API.GRPCAddr, "HERO_API_URL=http://" + s.API.HTTPAddr + "/",
-		"HERO_CONFIG_DIR=" + s.ConfigDir}, env...)
+	p, err := PKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HERO_ADDR=" + s.API.GRPCAddr, "HERO_API_URL=" + APIURL(s.API),
+		"HERO_CONFIG_DIR=" + s.ConfigDir, "HERO_TLS_CA=" + p.Files("api").CA}, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

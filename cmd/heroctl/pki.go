@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/tlsx"
+)
+
+// pkiCmd runs `heroctl pki init`: the deployment's internal CA and a certificate per
+// service (mutual TLS), for the public API, for Redis and for people's tools. It
+// keeps what exists; --renew reissues the certificates from the existing CA.
+func (c *cli) pkiCmd(verb string, args []string) error {
+	if verb != "init" {
+		return usageErr("pki init --dir DIR [--api-host H]… [--redis-host H]… [--host H]… [--days N] [--renew]")
+	}
+	fs := subFlags("pki init")
+	dir := fs.String("dir", "", "")
+	days := fs.Uint("days", 365, "")
+	renew := fs.Bool("renew", false, "")
+	var apiHosts, redisHosts, hosts multiFlag
+	fs.Var(&apiHosts, "api-host", "")
+	fs.Var(&redisHosts, "redis-host", "")
+	fs.Var(&hosts, "host", "")
+	if _, err := parseSub(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" || *days == 0 {
+		return usageErr("pki init --dir DIR (--days must be at least 1)")
+	}
+	p := &tlsx.PKI{Dir: *dir, APIHosts: splitAll(apiHosts), RedisHosts: splitAll(redisHosts), ExtraHosts: splitAll(hosts),
+		Validity: time.Duration(*days) * 24 * time.Hour, Renew: *renew}
+	wrote, err := p.Init()
+	if err != nil {
+		return fmt.Errorf("pki init: %v", err)
+	}
+	if len(wrote) == 0 {
+		fmt.Fprintf(c.out, "pki: %s is complete; nothing written\n", *dir)
+		return nil
+	}
+	fmt.Fprintf(c.out, "pki: wrote %s in %s\n", strings.Join(wrote, " "), *dir)
+	return nil
+}
+
+// splitAll splits repeated, comma-separated values.
+func splitAll(list []string) []string {
+	var out []string
+	for _, v := range list {
+		for _, x := range strings.Split(v, ",") {
+			if x = strings.TrimSpace(x); x != "" {
+				out = append(out, x)
+			}
+		}
+	}
+	return out
+}

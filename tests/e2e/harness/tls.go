@@ -1,0 +1,99 @@
+package harness
+
+import (
+	"crypto/tls"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/hero-coordinator/hero/lib/tlsx"
+)
+
+// Every stack the harness starts runs with mutual TLS between its services and TLS
+// at the public API, from one PKI made per test binary (heroctl pki init's layout).
+
+var pkiOnce struct {
+	sync.Once
+	pki *tlsx.PKI
+	err error
+}
+
+// PKI returns the test binary's PKI, made on first use.
+func PKI() (*tlsx.PKI, error) {
+	pkiOnce.Do(func() {
+		dir := filepath.Join(os.TempDir(), "hero-e2e-pki")
+		pkiOnce.pki = &tlsx.PKI{Dir: dir}
+		_, pkiOnce.err = pkiOnce.pki.Init()
+	})
+	return pkiOnce.pki, pkiOnce.err
+}
+
+// services are the binaries that take the TLS flags.
+var services = map[string]bool{"supervisor-daemon": true, "scheduler": true, "router": true, "runner": true, "mycelium-gateway": true}
+
+// TLSArgs are a service's TLS flags: its internal identity, and for
+// supervisor-daemon the public API's certificate.
+func TLSArgs(name string) ([]string, error) {
+	p, err := PKI()
+	if err != nil || !services[name] {
+		return nil, err
+	}
+	f := p.Files(name)
+	args := []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
+	if name == "supervisor-daemon" {
+		api := p.Files("api")
+		args = append(args, "--api-tls-cert", api.Cert, "--api-tls-key", api.Key)
+	}
+	return args, nil
+}
+
+// APITLS is a client's TLS towards the public API (the test CA; no certificate).
+// Without a PKI (which fails every stack's start first) it trusts nothing.
+func APITLS() *tls.Config {
+	p, err := PKI()
+	if err != nil {
+		return &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	t, err := tlsx.ClientConfig(tlsx.Files{CA: p.Files("api").CA}, "", "api", nil)
+	if err != nil {
+		return &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return t
+}
+
+// APIURL is the JSON-RPC URL of a supervisor-daemon.
+func APIURL(p *Proc) string { return "https://" + p.HTTPAddr + "/" }
+
+var httpOnce struct {
+	sync.Once
+	c *http.Client
+}
+
+// HTTPClient is an HTTP client that trusts the test CA (for the JSON-RPC API).
+func HTTPClient() *http.Client {
+	httpOnce.Do(func() {
+		httpOnce.c = &http.Client{Transport: &http.Transport{TLSClientConfig: APITLS(), MaxIdleConnsPerHost: 64}}
+	})
+	return httpOnce.c
+}
+
+// APICredentials are gRPC transport credentials for the public API.
+func APICredentials() credentials.TransportCredentials { return credentials.NewTLS(APITLS()) }
+
+// DialInternal connects to an internal service with the certificate of `as` (a
+// service name, or "operator").
+func DialInternal(addr, service, as string) (*grpc.ClientConn, error) {
+	p, err := PKI()
+	if err != nil {
+		return nil, err
+	}
+	t, err := tlsx.ClientConfig(p.Files(as), tlsx.ServiceName(service), "internal", nil)
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(t)))
+}
