@@ -99,7 +99,7 @@ Commands:
   secret list     secret create     secret revoke FINGERPRINT   (operator secrets; operator)
   api call METHOD ['{"json": "params"}']   (any JSON-RPC method, signed; prints the result)
   pki init --dir DIR [--api-host H]... [--redis-host H]... [--host H]... [--days N] [--renew]
-                  (the internal CA and certificates: mutual TLS between services, the API's TLS)
+                  (the internal CA and certificates: mutual TLS between services, the API's TLS; Redis ACL users)
   context create ID --admins 1,2 [--readers …] [--executors …] [--retention 72h] [--allowed-sources KEY,…]
   context update [ID] [--admins …] [--readers …] [--executors …] [--retention D] [--allowed-sources …]
   context get [ID]   context delete ID [--force]

@@ -5,12 +5,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/redisacl"
 	"github.com/hero-coordinator/hero/lib/tlsx"
 )
 
 // pkiCmd runs `heroctl pki init`: the deployment's internal CA and a certificate per
-// service (mutual TLS), for the public API, for Redis and for people's tools. It
-// keeps what exists; --renew reissues the certificates from the existing CA.
+// service (mutual TLS), for the public API, for Redis and for people's tools, and the
+// Redis ACL users with their password files (lib/redisacl). It keeps what exists;
+// --renew reissues the certificates from the existing CA.
 func (c *cli) pkiCmd(verb string, args []string) error {
 	if verb != "init" {
 		return usageErr("pki init --dir DIR [--api-host H]… [--redis-host H]… [--host H]… [--days N] [--renew]")
@@ -35,11 +37,18 @@ func (c *cli) pkiCmd(verb string, args []string) error {
 	if err != nil {
 		return fmt.Errorf("pki init: %v", err)
 	}
+	users, err := redisacl.Init(*dir)
+	if err != nil {
+		return fmt.Errorf("pki init: redis users: %v", err)
+	}
+	for _, u := range users {
+		wrote = append(wrote, redisacl.PasswordFile(u))
+	}
 	if len(wrote) == 0 {
-		fmt.Fprintf(c.out, "pki: %s is complete; nothing written\n", *dir)
+		fmt.Fprintf(c.out, "pki: %s is complete; nothing written (%s rewritten)\n", *dir, redisacl.ACLFile)
 		return nil
 	}
-	fmt.Fprintf(c.out, "pki: wrote %s in %s\n", strings.Join(wrote, " "), *dir)
+	fmt.Fprintf(c.out, "pki: wrote %s %s in %s\n", strings.Join(wrote, " "), redisacl.ACLFile, *dir)
 	return nil
 }
 
