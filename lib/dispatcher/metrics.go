@@ -14,9 +14,9 @@ import (
 // by status, errors by reason, run time, queue depths (a collector that asks Redis at
 // scrape time), live worker processes and stale requeues.
 type workerMetrics struct {
-	jobs       *prometheus.CounterVec
-	errors     *prometheus.CounterVec
-	duration   *prometheus.HistogramVec
+	jobs          *prometheus.CounterVec
+	errors        *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
 	requeued      prometheus.Counter
 	handedBack    prometheus.Counter
 	finishRetries prometheus.Counter

@@ -106,7 +106,7 @@ type Worker struct {
 	// Redis fault stop then (what they leave claimed is handed back).
 	finishCtx  context.Context
 	stopFinish context.CancelFunc
-	ready   chan struct{}
+	ready      chan struct{}
 
 	ownsRedis bool // opened by WorkerConfig.Open: Run closes it
 }
