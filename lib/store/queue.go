@@ -298,15 +298,17 @@ func (d *DB) ClaimMessages(ctx context.Context, queue, consumer string, lease ti
 	wkey, wtoken, held := w.args()
 	args := make([]any, 0, 10+max)
 	args = append(args, consumer, queue, exp, max, wtoken, held, boolArg(route), d.ContextID, now.Unix(), keys.WakeQueue(d.ContextID, ""))
-	for i := 0; i < max; i++ {
-		args = append(args, newClaimID())
+	ids := make([]string, max)
+	for i := range ids {
+		ids[i] = newClaimID()
+		args = append(args, ids[i])
 	}
 	res, err := d.Eval(ctx, claimMessageScript, []string{queue, keys.Processing(consumer), keys.Leases, wkey}, args...)
 	if err == redis.Nil {
 		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("claim from %s of context %d: %w", queue, d.ContextID, err)
+		return nil, nil, &UnansweredClaimError{ClaimIDs: ids, Err: fmt.Errorf("claim from %s of context %d: %w", queue, d.ContextID, err)}
 	}
 	vals, _ := res.([]any)
 	if len(vals) != 3 {
@@ -390,9 +392,11 @@ func (d *DB) Ack(ctx context.Context, c *Claim) error {
 	return err
 }
 
-// requeueScript: KEYS leases; ARGV now ms, limit, context id, consumer ("" = any).
+// requeueScript: KEYS leases; ARGV now ms, limit, context id, consumer ("" = any),
+// then optionally claim ids.
 // With a consumer, every lease of that consumer is taken back at once, expired or not
-// (a restarted consumer hands back what its previous life held).
+// (a restarted consumer hands back what its previous life held); with claim ids too,
+// only those claims (a claim whose answer was lost).
 // For each expired lease: if the item is still in the consumer's processing list, it
 // is removed from there and pushed back at the consuming end of its queue, with a wake
 // token in DB 0. The LREM makes the requeue happen at most once per claim.
@@ -401,8 +405,13 @@ local expired
 if ARGV[4] ~= '' then
   expired = {}
   local prefix = ARGV[4] .. '\t'
+  local only
+  if #ARGV > 4 then
+    only = {}
+    for i = 5, #ARGV do only[ARGV[i]] = true end
+  end
   for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    if string.sub(m, 1, #prefix) == prefix then expired[#expired + 1] = m end
+    if string.sub(m, 1, #prefix) == prefix and (not only or only[string.match(m, '[^\t]*$')]) then expired[#expired + 1] = m end
   end
 else
   expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
@@ -450,8 +459,33 @@ func (d *DB) RequeueConsumer(ctx context.Context, consumer string) ([]Requeued, 
 	return d.requeue(ctx, time.Now(), 0, consumer)
 }
 
-func (d *DB) requeue(ctx context.Context, now time.Time, limit int, consumer string) ([]Requeued, error) {
-	res, err := d.Eval(ctx, requeueScript, []string{keys.Leases}, now.UnixMilli(), limit, d.ContextID, consumer)
+// ReleaseClaims puts the items of some claims of a consumer back on their queues at
+// once: claims made by a call whose answer was lost (the consumer never learnt of
+// them; without this they would wait out their lease). Claims that were never made,
+// or are gone, are skipped.
+func (d *DB) ReleaseClaims(ctx context.Context, consumer string, claimIDs []string) ([]Requeued, error) {
+	if len(claimIDs) == 0 {
+		return nil, nil
+	}
+	return d.requeue(ctx, time.Now(), 0, consumer, claimIDs...)
+}
+
+// UnansweredClaimError is a claim call that failed: if the call reached Redis, the
+// claims ClaimIDs may have been made (ReleaseClaims gives them back).
+type UnansweredClaimError struct {
+	ClaimIDs []string
+	Err      error
+}
+
+func (e *UnansweredClaimError) Error() string { return e.Err.Error() }
+func (e *UnansweredClaimError) Unwrap() error { return e.Err }
+
+func (d *DB) requeue(ctx context.Context, now time.Time, limit int, consumer string, claimIDs ...string) ([]Requeued, error) {
+	args := []any{now.UnixMilli(), limit, d.ContextID, consumer}
+	for _, id := range claimIDs {
+		args = append(args, id)
+	}
+	res, err := d.Eval(ctx, requeueScript, []string{keys.Leases}, args...)
 	if err != nil {
 		return nil, fmt.Errorf("requeue leases of context %d: %w", d.ContextID, err)
 	}

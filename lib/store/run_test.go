@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -297,6 +298,17 @@ func TestClaimStart(t *testing.T) {
 	}
 	if b, _, _ := db.ReadLog(ctx, 1, j.ID, 0, 0); string(b) != "0123456789header\n[log truncated at 16 bytes]\n" {
 		t.Fatalf("log after the end: %q", b)
+	}
+	// The same end again (a retry after a lost answer): true, and nothing written twice.
+	msgs, evs := rc7.LLen(ctx, keys.MsgOut).Val(), rc7.XLen(ctx, keys.Events).Val()
+	if ok, err := db.FinishJob(ctx, cl, j, store.JobOutcome{Status: model.JobError, Error: "later"}); !ok || err != nil {
+		t.Fatalf("finish again: %v %v", ok, err)
+	}
+	if m, e := rc7.LLen(ctx, keys.MsgOut).Val(), rc7.XLen(ctx, keys.Events).Val(); m != msgs || e != evs {
+		t.Fatalf("a second finish pushed %d messages and %d events", m-msgs, e-evs)
+	}
+	if again, _ := db.LoadJob(ctx, 1, j.ID); again.Status != model.JobFinished || again.Error != "" {
+		t.Fatalf("a second finish changed the job: %+v", again)
 	}
 	// The same (now finished) job queued again: acked, not run.
 	if err := db.Enqueue(ctx, q, keys.Job(1, jobs[0].ID)); err != nil {
@@ -762,5 +774,39 @@ func TestClaimMessagesReturnsPartOfAResult(t *testing.T) {
 	}
 	if h, err := db.Message(ctx, chat); err != nil || h["message"] != "hello" {
 		t.Fatalf("whole chat: %v %v", h, err)
+	}
+}
+
+// ReleaseClaims gives back only the named claims of a consumer (those of a claim call
+// whose answer was lost): their jobs are on the queue again with a wake token, the
+// other claims stay held.
+func TestReleaseClaims(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 14)
+	q := keys.Queue("sh")
+	_, jobs := flowWith(t, s, db, 3)
+	enqueueJobs(t, db, q, jobs)
+	got, err := db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 3), store.Wake{})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("claim: %d %v", len(got), err)
+	}
+	tokens := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(14, q)).Val()
+	moved, err := db.ReleaseClaims(ctx, "w1", []string{got[0].Claim.ID, got[2].Claim.ID, "never-made"})
+	if err != nil || len(moved) != 2 {
+		t.Fatalf("release: %+v %v", moved, err)
+	}
+	rc := srv.Client(t, 14)
+	if q := rc.LRange(ctx, q, 0, -1).Val(); len(q) != 2 || !slices.Contains(q, got[0].Claim.Item) || !slices.Contains(q, got[2].Claim.Item) {
+		t.Fatalf("queue after the release: %v", q)
+	}
+	if p := rc.LRange(ctx, keys.Processing("w1"), 0, -1).Val(); len(p) != 1 || p[0] != got[1].Claim.Item {
+		t.Fatalf("processing list after the release: %v", p)
+	}
+	if ok, _ := db.ExtendLease(ctx, got[1].Claim, time.Minute); !ok {
+		t.Fatal("the claim not named lost its lease")
+	}
+	if n := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(14, q)).Val(); n != tokens+2 {
+		t.Fatalf("wake tokens: %d, want %d", n, tokens+2)
 	}
 }
