@@ -121,11 +121,10 @@ func (s *Store) HoldIdentity(ctx context.Context, kind, id string, ttl time.Dura
 	}
 }
 
-// Keep refreshes the hold every TTL/3 until ctx ends, then releases it. It returns
-// an error when another process took the id (this one had been away longer than the
-// TTL); passing Redis faults are retried.
+// Keep refreshes the hold every TTL/3 until ctx ends (Release gives it up). It
+// returns an error when another process took the id (this one had been away longer
+// than the TTL); passing Redis faults are retried.
 func (i *Identity) Keep(ctx context.Context) error {
-	defer i.release()
 	t := time.NewTicker(i.ttl / 3)
 	defer t.Stop()
 	for {
@@ -143,7 +142,8 @@ func (i *Identity) Keep(ctx context.Context) error {
 	}
 }
 
-func (i *Identity) release() {
+// Release gives the id up (if this process still holds it).
+func (i *Identity) Release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = releaseIdentityScript.Run(ctx, i.s.G(), []string{i.key}, i.value).Err()

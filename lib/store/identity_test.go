@@ -45,6 +45,7 @@ func TestHoldIdentity(t *testing.T) {
 	if err := <-kept; err != nil {
 		t.Fatal(err)
 	}
+	id.Release()
 	if n := g.Exists(ctx, store.IdentityKey("runner", "w1")).Val(); n != 0 {
 		t.Fatal("a stopped holder left its id held")
 	}

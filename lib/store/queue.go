@@ -437,7 +437,12 @@ end
 if #moved > 0 then
   redis.call('SELECT', 0)
   for i = 1, #moved, 2 do
-    redis.call('LPUSH', 'coord:wake:' .. ARGV[3] .. ':' .. moved[i], '1')
+    local q = moved[i]
+    if q == 'msg_out' or q == 'msg_in' then
+      redis.call('LPUSH', 'coord:wake:' .. q, ARGV[3]) -- the routers' wake lists
+    else
+      redis.call('LPUSH', 'coord:wake:' .. ARGV[3] .. ':' .. q, '1')
+    end
   end
 end
 return moved

@@ -810,3 +810,24 @@ func TestReleaseClaims(t *testing.T) {
 		t.Fatalf("wake tokens: %d, want %d", n, tokens+2)
 	}
 }
+
+// A message given back to msg_out (a lease ended, a claim released) wakes the routers:
+// its token goes on coord:wake:msg_out (the context id), not on a job queue's list.
+func TestRequeuedMessageWakesRouters(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 16)
+	srv.Client(t, 16).LPush(ctx, keys.MsgOut, "message:1:1")
+	cl, err := db.Claim(ctx, keys.MsgOut, "router-a", time.Minute)
+	if err != nil || cl == nil {
+		t.Fatalf("claim: %v %v", cl, err)
+	}
+	g := srv.Client(t, 0)
+	g.Del(ctx, keys.WakeMsgOut)
+	if moved, err := db.ReleaseClaims(ctx, "router-a", []string{cl.ID}); err != nil || len(moved) != 1 {
+		t.Fatalf("release: %v %v", moved, err)
+	}
+	if got := g.LRange(ctx, keys.WakeMsgOut, 0, -1).Val(); len(got) != 1 || got[0] != "16" {
+		t.Fatalf("router wake tokens: %v, want [16]", got)
+	}
+}
