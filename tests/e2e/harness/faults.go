@@ -114,5 +114,16 @@ func (s *Signal) Wait(n int, timeout time.Duration) bool {
 	return true
 }
 
+// Drain forgets the lines signalled so far.
+func (s *Signal) Drain() {
+	for {
+		select {
+		case <-s.lines:
+		default:
+			return
+		}
+	}
+}
+
 // Close stops reading.
 func (s *Signal) Close() { _ = s.f.Close() }
