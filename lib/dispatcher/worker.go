@@ -370,14 +370,6 @@ type blockingConn struct {
 	id   atomic.Int64
 }
 
-func (w *Worker) newBlockingConn(ctx context.Context) (*blockingConn, error) {
-	b := &blockingConn{rdb: w.rdb}
-	if err := b.reset(ctx); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
 func (b *blockingConn) reset(ctx context.Context) error {
 	if b.conn != nil {
 		_ = b.conn.Close()
@@ -444,21 +436,11 @@ func (w *Worker) reconnect(ctx context.Context, b *blockingConn, what string) bo
 
 // dialLoop opens a blocking connection, retrying with backoff until ctx ends.
 func (w *Worker) dialLoop(ctx context.Context, what string) *blockingConn {
-	backoff := 100 * time.Millisecond
-	for {
-		b, err := w.newBlockingConn(ctx)
-		if err == nil {
-			return b
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		w.log.Error().Err(err).Str("loop", what).Msg("redis connection for blocking pops")
-		if !sleepCtx(ctx, backoff) {
-			return nil
-		}
-		backoff = min(backoff*2, 5*time.Second)
+	b := &blockingConn{rdb: w.rdb}
+	if !w.reconnect(ctx, b, what) {
+		return nil
 	}
+	return b
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
