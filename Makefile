@@ -88,7 +88,7 @@ bench: deps build ## run the benchmarks (not part of make test)
 
 .PHONY: chaos
 chaos: deps ## the chaos suite, long mode (HERO_CHAOS_FLOWS flows, default 300; its short mode is part of make test)
-	@cd tests/e2e && HERO_CHAOS=long $(GO) test -count=1 -timeout 60m -run '^TestChaos$$' -v ./ 2>&1 | \
+	@set -o pipefail; cd tests/e2e && HERO_CHAOS=long $(GO) test -count=1 -timeout 60m -run '^TestChaos$$' -v ./ 2>&1 | \
 		grep -v '^redis: ' | sed -n '/==== chaos/,/^--- /p;/^FAIL/p;/^ok/p'
 
 .PHONY: helm-check

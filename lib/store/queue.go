@@ -370,6 +370,66 @@ func (d *DB) ExtendLease(ctx context.Context, c *Claim, lease time.Duration) (bo
 	return n == 1, nil
 }
 
+// routeClaimedScript acknowledges claimed job request messages and pushes their jobs
+// onto their queues, with a wake token each: KEYS processing list, leases; ARGV
+// context id, now_s, the prefix of the job queues' wake lists (keys.WakeQueue), then
+// per message: its key, its lease member, the target queue, the job key. A message is
+// routed only while the claim holds it (LREM from the processing list): a second run
+// of the script (a retry after a lost answer) or a claim lost meanwhile queues no job
+// twice. Returns the number of messages routed.
+var routeClaimedScript = NewScript(`
+local proc, leases = KEYS[1], KEYS[2]
+local now_s, wake_prefix = ARGV[2], ARGV[3]
+local tokens, targets = {}, {}
+local n = 0
+for i = 4, #ARGV, 4 do
+  local mk, member, target, jk = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if redis.call('LREM', proc, 1, mk) == 1 then
+    redis.call('ZREM', leases, member)
+    redis.call('HSET', mk, 'status', 'acknowledged', 'updated_at', now_s)
+    redis.call('LPUSH', target, jk)
+    if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target end
+    tokens[target] = tokens[target] + 1
+    n = n + 1
+  end
+end
+if #targets > 0 then
+  redis.call('SELECT', 0)
+  for _, t in ipairs(targets) do
+    for _ = 1, tokens[t] do redis.call('LPUSH', wake_prefix .. t, '1') end
+  end
+end
+return n
+`)
+
+// RoutedJob is a claimed job request and where its job goes.
+type RoutedJob struct {
+	Claim  *Claim
+	Target string // the job queue
+	Job    string // the job's key
+}
+
+// RouteClaimed acknowledges claimed job request messages (all claimed by one consumer)
+// and pushes their jobs onto their queues, atomically; a message no longer held by its
+// claim is skipped, so that calling it again after an error never queues a job twice.
+// It returns how many it routed.
+func (d *DB) RouteClaimed(ctx context.Context, jobs []RoutedJob) (int, error) {
+	if len(jobs) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, 3+4*len(jobs))
+	args = append(args, d.ContextID, time.Now().Unix(), keys.WakeQueue(d.ContextID, ""))
+	for _, j := range jobs {
+		args = append(args, j.Claim.Item, j.Claim.member(), j.Target, j.Job)
+	}
+	n, err := d.Eval(ctx, routeClaimedScript, []string{keys.Processing(jobs[0].Claim.Consumer), keys.Leases}, args...)
+	if err != nil {
+		return 0, fmt.Errorf("route claimed job requests of context %d: %w", d.ContextID, err)
+	}
+	routed, _ := n.(int64)
+	return int(routed), nil
+}
+
 // AckOn queues the commands that release a claimed item on a pipeline of its DB.
 func AckOn(ctx context.Context, p redis.Pipeliner, c *Claim) {
 	p.LRem(ctx, keys.Processing(c.Consumer), 1, c.Item)

@@ -37,7 +37,8 @@ const (
 // attempt} per item claimed (none when the queue is empty); the caller reads the
 // started jobs' hashes after it, with plain HGETALLs (moving a ~30-field hash through
 // Lua and back cost this script a third of its work). An item that is no job key, a
-// job that is gone (code 1) and a job that already ended (code 2) are dropped from the
+// job that is gone (code 1), a job that already ended (code 2) and a job that runs under
+// a claim that still holds it (a duplicate queue entry: code 2) are dropped from the
 // processing list at once.
 //
 // Producers push one wake token per item; a consumer that took one token and claimed
@@ -65,7 +66,14 @@ for n = 1, max do
   local v = {}
   if string.match(item, '^job:%d+:%d+$') then v = redis.call('HMGET', item, unpack(want)) end
   local st = v[1]
-  if not st or st == 'finished' or st == 'error' then
+  -- A job started under a claim that still holds it (in its consumer's processing
+  -- list: a lease's expiry takes it out of there first) is running: this queue entry
+  -- is a duplicate, and starting it would run the job twice at once.
+  if st == 'started' and v[3] then
+    local held = redis.call('LPOS', 'coord:proc:' .. v[3], item, 'COUNT', 2)
+    if #held > 1 or (#held == 1 and v[3] ~= worker) then st = 'duplicate' end
+  end
+  if not st or st == 'finished' or st == 'error' or st == 'duplicate' then
     redis.call('LREM', proc, 1, item)
     redis.call('ZREM', leases, member)
     if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end

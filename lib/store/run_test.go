@@ -831,3 +831,71 @@ func TestRequeuedMessageWakesRouters(t *testing.T) {
 		t.Fatalf("router wake tokens: %v, want [16]", got)
 	}
 }
+
+// A job queued twice (a write retried after a lost answer) runs once: the second
+// entry, claimed while the first run's claim still holds the job, is dropped; once that
+// claim is gone (its lease expired and was swept), the job can be taken over.
+func TestDuplicateQueueEntryOfARunningJobIsDropped(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 17)
+	q := keys.Queue("sh")
+	_, jobs := flowWith(t, s, db, 1)
+	enqueueJobs(t, db, q, jobs)
+	enqueueJobs(t, db, q, jobs)
+	enqueueJobs(t, db, q, jobs)
+	first, err := db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 1), store.Wake{})
+	if err != nil || len(first) != 1 || first[0].Outcome != store.StartRun {
+		t.Fatalf("first claim: %+v %v", first, err)
+	}
+	// The same worker and another one claim the duplicates: both dropped.
+	for _, w := range []string{"w1", "w2"} {
+		got, err := db.ClaimStarts(ctx, q, w, time.Minute, make([]string, 1), store.Wake{})
+		if err != nil || len(got) != 1 || got[0].Outcome != store.StartDone {
+			t.Fatalf("%s claims a duplicate of a running job: %+v %v", w, got, err)
+		}
+	}
+	if n := srv.Client(t, 17).LLen(ctx, keys.Processing("w2")).Val(); n != 0 {
+		t.Fatalf("the dropped duplicate stays in w2's processing list (%d)", n)
+	}
+	// The first run's claim is given back (its lease ended): the job runs again.
+	if _, err := db.ReleaseClaims(ctx, "w1", []string{first[0].Claim.ID}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.ClaimStarts(ctx, q, "w2", time.Minute, make([]string, 1), store.Wake{})
+	if err != nil || len(got) != 1 || got[0].Outcome != store.StartRun {
+		t.Fatalf("take-over after the lease: %+v %v", got, err)
+	}
+}
+
+// RouteClaimed queues each claimed request's job once, however often it is called.
+func TestRouteClaimedIsIdempotent(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 18)
+	rc := srv.Client(t, 18)
+	rc.LPush(ctx, keys.MsgOut, "message:1:1", "message:1:2")
+	var routed []store.RoutedJob
+	for i := 1; i <= 2; i++ {
+		cl, err := db.Claim(ctx, keys.MsgOut, "router-a", time.Minute)
+		if err != nil || cl == nil {
+			t.Fatal(cl, err)
+		}
+		routed = append(routed, store.RoutedJob{Claim: cl, Target: keys.Queue("sh"), Job: fmt.Sprintf("job:1:%d", i)})
+	}
+	for try := 0; try < 2; try++ {
+		n, err := db.RouteClaimed(ctx, routed)
+		if err != nil || n != 2*(1-try) {
+			t.Fatalf("try %d: routed %d, %v", try, n, err)
+		}
+	}
+	if got := rc.LRange(ctx, keys.Queue("sh"), 0, -1).Val(); len(got) != 2 || got[0] != "job:1:2" || got[1] != "job:1:1" {
+		t.Fatalf("queue: %v", got)
+	}
+	if n := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(18, keys.Queue("sh"))).Val(); n != 2 {
+		t.Fatalf("wake tokens: %d", n)
+	}
+	if st := rc.HGet(ctx, "message:1:1", "status").Val(); st != "acknowledged" || rc.LLen(ctx, keys.Processing("router-a")).Val() != 0 || rc.ZCard(ctx, keys.Leases).Val() != 0 {
+		t.Fatalf("message status %q, claims left", st)
+	}
+}

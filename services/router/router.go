@@ -337,24 +337,13 @@ func (r *router) queueJobs(ctx context.Context, db *store.DB, q []queuedJob) {
 	if len(q) == 0 {
 		return
 	}
-	byTarget := map[string][]any{}
-	var targets []string
-	for _, j := range q {
-		if _, seen := byTarget[j.target]; !seen {
-			targets = append(targets, j.target)
-		}
-		byTarget[j.target] = append(byTarget[j.target], j.job)
+	jobs := make([]store.RoutedJob, len(q))
+	for i, j := range q {
+		jobs[i] = store.RoutedJob{Claim: j.claim, Target: j.target, Job: j.job}
 	}
+	// Retried through passing faults; a message the first try routed is not routed again.
 	err := r.retryWrite(ctx, db, "enqueue jobs", func() error {
-		_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			for _, j := range q {
-				store.AckMessageOn(ctx, p, j.claim, model.MessageAcknowledged)
-			}
-			for _, t := range targets {
-				store.EnqueueManyOn(ctx, p, db.ContextID, t, byTarget[t])
-			}
-			return nil
-		})
+		_, err := db.RouteClaimed(ctx, jobs)
 		return err
 	})
 	if err != nil {
@@ -461,9 +450,9 @@ func (r *router) ackResults(ctx context.Context, db *store.DB, msgs []resultMsg)
 
 // retryWrite runs a write of handled messages again, with backoff, while it fails
 // with a passing Redis fault (the work it records is done: waiting out the claims'
-// leases would delay the flows for nothing), until it succeeds or ctx ends. A
-// transaction's commands apply together or not at all, so a retry after a lost
-// answer changes nothing more than the first try.
+// leases would delay the flows for nothing), until it succeeds or ctx ends. The write
+// must be one that a second run after a lost answer changes nothing more by (an ack,
+// RouteClaimed).
 func (r *router) retryWrite(ctx context.Context, db *store.DB, what string, write func() error) error {
 	var bo fault.Backoff
 	for {

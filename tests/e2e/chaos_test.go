@@ -173,7 +173,7 @@ func TestChaos(t *testing.T) {
 	subDone := make(chan struct{})
 	go func() {
 		defer close(subDone)
-		for n := 0; !stopSub.Load() && (target == 0 || n < target); n++ {
+		for n := 0; !stopSub.Load(); n++ { // until the fault cycles end
 			inflight <- struct{}{}
 			flowID := uint32(n + 1)
 			_, jobs := shape(n)
@@ -351,6 +351,18 @@ func TestChaos(t *testing.T) {
 	}
 	rep.elapsed = time.Since(start)
 	t.Log(rep.String(long, subErrs))
+	// What the ledger and the services' logs say about each job found at fault.
+	for _, key := range append(append([]string(nil), rep.twice...), rep.rerunOther...) {
+		t.Logf("job %s ledger: %+v", key, lines[key])
+		id := key[strings.LastIndexByte(key, ':')+1:]
+		for _, p := range append(old, s.Procs()...) {
+			for _, l := range strings.Split(p.Output(), "\n") {
+				if strings.Contains(l, `"job_id":`+id+`,`) || strings.Contains(l, `"job_id":`+id+`}`) || strings.Contains(l, ":1:"+id+`"`) {
+					t.Logf("  %s: %s", p.Name, l)
+				}
+			}
+		}
+	}
 	if len(subErrs) > 0 {
 		t.Errorf("submissions failed: %v", subErrs)
 	}
@@ -368,8 +380,9 @@ func TestChaos(t *testing.T) {
 }
 
 type chaosLine struct {
-	kind string
-	ms   int64
+	kind    string
+	attempt string
+	ms      int64
 }
 
 // readChaosLedger reads "start|end <ctx:caller:job> <attempt> <ms>" lines by job.
@@ -385,7 +398,7 @@ func readChaosLedger(t *testing.T, file string) map[string][]chaosLine {
 			continue
 		}
 		ms, _ := strconv.ParseInt(f[3], 10, 64)
-		out[f[1]] = append(out[f[1]], chaosLine{kind: f[0], ms: ms})
+		out[f[1]] = append(out[f[1]], chaosLine{kind: f[0], attempt: f[2], ms: ms})
 	}
 	return out
 }

@@ -105,7 +105,9 @@ func TestKillRunnerMidFlow(t *testing.T) {
 	if took := time.UnixMilli(loadJob(t, c, 1).StartedAtMs).Sub(restart); took > 3*time.Second {
 		t.Errorf("the restarted runner took job 1 back after %v, want within 3 s", took)
 	}
-	if _, err := s.Runner.WaitLog(context.Background(), "took back jobs held before a restart"); err != nil {
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.Runner.WaitLog(wctx, "took back jobs held before a restart"); err != nil {
 		t.Error(err)
 	}
 	checkCrashFlow(t, s, c, 62, 2)

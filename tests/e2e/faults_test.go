@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -154,4 +156,60 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Acceptance (issue 17, 1): a runner stopped (SIGTERM) while Redis is down and a job's
+// end is unwritten hands the end over: its restart under the same worker id writes
+// it, and the job is not run again (one start, one end in the ledger). Before the fix
+// the end was dropped and the restart handed the job back to its queue, to run again.
+func TestRunnerHandsOverEndsAtShutdown(t *testing.T) {
+	rs := redistest.Start(t, aofAlways)
+	s := harness.StartStack(t, binDir, rs.URL, harness.StackOptions{
+		RunnerArgs: []string{"--lease", "30s", "--heartbeat", "5s", "--shutdown-timeout", "2s"},
+	})
+	c := s.Setup(t, ctx1)
+	dir := t.TempDir()
+	ledger, release := filepath.Join(dir, "ledger"), filepath.Join(dir, "go")
+	sig, err := harness.NewSignal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sig.Close()
+	body := fmt.Sprintf("echo x > %s; while [ ! -e %s ]; do sleep 0.05; done", sig.Path, release)
+	createFlow(t, c, 1, nil,
+		jobSpec{id: 1, typ: "sh", script: harness.Ledger(ledger, body) + "echo x > " + sig.Path + "\n"},
+		jobSpec{id: 2, typ: "sh", script: harness.Ledger(ledger, "true"), deps: []uint32{1}})
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
+	if !sig.Wait(1, 60*time.Second) {
+		t.Fatal("job 1 did not start")
+	}
+	if err := rs.Down(redistest.DownKill); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !sig.Wait(1, 30*time.Second) { // the script ended: its end cannot be written
+		t.Fatal("job 1 did not end")
+	}
+	if err := s.Runner.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Runner.Wait(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Up(); err != nil {
+		t.Fatal(err)
+	}
+	s.Start("runner")
+	f := c.WaitFlow(t, ctx1, 1, 60*time.Second)
+	if f.Status != "finished" {
+		t.Fatalf("flow: %+v", f)
+	}
+	checkLedgerOnce(t, ledger, 2)
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.Runner.WaitLog(wctx, "wrote a job end handed over by the previous process"); err != nil {
+		t.Error(err)
+	}
 }
