@@ -485,9 +485,19 @@ for _, m in ipairs(expired) do
     local consumer = string.sub(m, 1, t1 - 1)
     local queue = string.sub(m, t1 + 1, t2 - 1)
     local item = string.sub(m, t2 + 1)
+    local claim = ''
     local t3 = string.find(item, '\t', 1, true)
-    if t3 then item = string.sub(item, 1, t3 - 1) end
-    if redis.call('LREM', 'coord:proc:' .. consumer, 1, item) == 1 then
+    if t3 then claim = string.sub(item, t3 + 1); item = string.sub(item, 1, t3 - 1) end
+    local proc = 'coord:proc:' .. consumer
+    -- A job that runs under another claim now (this lease is stale: its claim's
+    -- answer was lost, and the job was queued and claimed again since) keeps running:
+    -- only this lease's copy in the processing list goes, never the running claim's,
+    -- and nothing is queued (that would run the job a second time at once).
+    local cur = {}
+    if claim ~= '' and string.match(item, '^job:%d+:%d+$') then cur = redis.call('HMGET', item, 'claim', 'status', 'worker') end
+    if cur[2] == 'started' and cur[1] and cur[1] ~= claim then
+      if cur[3] ~= consumer or #redis.call('LPOS', proc, item, 'COUNT', 2) > 1 then redis.call('LREM', proc, 1, item) end
+    elseif redis.call('LREM', proc, 1, item) == 1 then
       redis.call('RPUSH', queue, item)
       moved[#moved + 1] = queue
       moved[#moved + 1] = item

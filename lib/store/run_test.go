@@ -899,3 +899,46 @@ func TestRouteClaimedIsIdempotent(t *testing.T) {
 		t.Fatalf("message status %q, claims left", st)
 	}
 }
+
+// A stale lease (a claim whose answer was lost; the job was queued and claimed again
+// since, and runs) ends without touching the running claim: its job is not queued
+// again, the running claim keeps its copy in the processing list, the stale copy goes.
+func TestStaleLeaseLeavesTheRunningClaim(t *testing.T) {
+	for i, again := range []string{"w1", "w2"} {
+		s := open(t)
+		ctx := context.Background()
+		db := mustCtx(t, s, uint32(20+i))
+		rc := srv.Client(t, 20+i)
+		q := keys.Queue("sh")
+		_, jobs := flowWith(t, s, db, 1)
+		enqueueJobs(t, db, q, jobs)
+		stale, err := db.ClaimStarts(ctx, q, "w1", time.Millisecond, make([]string, 1), store.Wake{})
+		if err != nil || len(stale) != 1 || stale[0].Outcome != store.StartRun {
+			t.Fatal(stale, err)
+		}
+		item := stale[0].Claim.Item
+		// Queued and claimed again (the stale copy set aside meanwhile, as a requeue of
+		// another lease would have left it).
+		rc.LRem(ctx, keys.Processing("w1"), 1, item)
+		enqueueJobs(t, db, q, jobs)
+		running, err := db.ClaimStarts(ctx, q, again, time.Minute, make([]string, 1), store.Wake{})
+		if err != nil || len(running) != 1 || running[0].Outcome != store.StartRun {
+			t.Fatalf("%s: claim again: %+v %v", again, running, err)
+		}
+		rc.LPush(ctx, keys.Processing("w1"), item) // the stale claim's copy
+		moved, err := db.RequeueExpired(ctx, time.Now().Add(time.Second), 100)
+		if err != nil || len(moved) != 0 || rc.LLen(ctx, q).Val() != 0 {
+			t.Fatalf("%s: the stale lease requeued %v (%v)", again, moved, err)
+		}
+		want := map[string]int64{"w1": 0, "w2": 0}
+		want[again] = 1
+		for w, n := range want {
+			if got := rc.LLen(ctx, keys.Processing(w)).Val(); got != n {
+				t.Fatalf("%s: %s's processing list holds %d, want %d", again, w, got, n)
+			}
+		}
+		if ok, _ := db.ExtendLease(ctx, running[0].Claim, time.Minute); !ok {
+			t.Fatalf("%s: the running claim lost its lease", again)
+		}
+	}
+}

@@ -256,10 +256,13 @@ func TestChaos(t *testing.T) {
 	if !starts.Wait(1, time.Minute) {
 		t.Fatal("no job started")
 	}
+	var faultLog []string
 	for c := 0; ; c++ {
 		for _, f := range cycle {
+			faultLog = append(faultLog, time.Now().UTC().Format("15:04:05.000")+" "+f.name)
 			f.do()
 			back := time.Now()
+			faultLog = append(faultLog, back.UTC().Format("15:04:05.000")+" over")
 			starts.Drain() // the recovery waits for a start after the fault
 			rep.faults++
 			if starts.Wait(1, 60*time.Second) {
@@ -352,6 +355,16 @@ func TestChaos(t *testing.T) {
 	rep.elapsed = time.Since(start)
 	t.Log(rep.String(long, subErrs))
 	// What the ledger and the services' logs say about each job found at fault.
+	if keep := os.Getenv("HERO_CHAOS_KEEP"); keep != "" && len(rep.twice)+len(rep.rerunOther) > 0 {
+		_ = os.MkdirAll(keep, 0o755)
+		_ = os.WriteFile(filepath.Join(keep, "faults"), []byte(strings.Join(faultLog, "\n")+"\n"), 0o644)
+		b, _ := os.ReadFile(ledger)
+		_ = os.WriteFile(filepath.Join(keep, "ledger"), b, 0o644)
+		for i, p := range append(old, s.Procs()...) {
+			_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("%02d-%s.log", i, p.Name)), []byte(p.Output()), 0o644)
+		}
+		t.Logf("logs kept in %s", keep)
+	}
 	for _, key := range append(append([]string(nil), rep.twice...), rep.rerunOther...) {
 		t.Logf("job %s ledger: %+v", key, lines[key])
 		id := key[strings.LastIndexByte(key, ':')+1:]
