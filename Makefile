@@ -86,6 +86,11 @@ bench: deps build ## run the benchmarks (not part of make test)
 	@cd lib && HERO_BENCH=1 $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./store/...
 	@cd lib && $(GO) test -run '^$$' -bench . -benchtime 2s ./rrq/...
 
+.PHONY: chaos
+chaos: deps ## the chaos suite, long mode (HERO_CHAOS_FLOWS flows, default 300; its short mode is part of make test)
+	@set -o pipefail; cd tests/e2e && HERO_CHAOS=long $(GO) test -count=1 -timeout 60m -run '^TestChaos$$' -v ./ 2>&1 | \
+		grep -v '^redis: ' | sed -n '/==== chaos/,/^--- /p;/^FAIL/p;/^ok/p'
+
 .PHONY: helm-check
 helm-check: ## helm lint, render every scenario, validate the manifests strictly offline
 	@bash scripts/helm-check.sh

@@ -217,14 +217,27 @@ func (w *Worker) finish(s WorkerSpec, ex *execution, j *Job, o outcome, log zero
 	if o.status != StatusFinished {
 		reply = o.err
 	}
-	ctx, cancel := context.WithTimeout(w.jobCtx, 10*time.Second)
-	defer cancel()
-	n, err := finishScript.Run(ctx, w.rdb,
-		[]string{w.keys.Processing(w.proc, s.ID), w.keys.Job(j.ID), w.keys.Claims(), w.keys.Reply(j.ID), w.keys.StopMark(j.ID)},
-		j.ID, w.proc, FormatTime(time.Now()), string(o.status), o.output, o.err, reply, w.p.ReplyTTL.Milliseconds()).Int()
+	// A passing Redis fault does not lose the end: it is written again, with backoff,
+	// until it is (or the shutdown's drain ends; the job then stays claimed, and the
+	// shutdown or a restart hands it back). A try whose answer was lost may have
+	// written it: a later "claim lost" then means written.
+	var n, tries int
+	err := w.retryWrite(log, "write the job's end", func(ctx context.Context) error {
+		tries++
+		var err error
+		n, err = finishScript.Run(ctx, w.rdb,
+			[]string{w.keys.Processing(w.proc, s.ID), w.keys.Job(j.ID), w.keys.Claims(), w.keys.Reply(j.ID), w.keys.StopMark(j.ID)},
+			j.ID, w.proc, FormatTime(time.Now()), string(o.status), o.output, o.err, reply, w.p.ReplyTTL.Milliseconds()).Int()
+		return err
+	})
+	uncertain := tries > 1
 	if err != nil {
 		log.Error().Err(err).Msg("write the job's end (it stays claimed; the shutdown or a restart hands it back)")
 		return
+	}
+	if n == 0 && uncertain {
+		log.Info().Msg("job's end already written by a try whose answer was lost")
+		n = 1
 	}
 	if n == 0 {
 		log.Warn().Msg("claim lost (another process took the job over): result dropped")

@@ -14,11 +14,12 @@ import (
 // by status, errors by reason, run time, queue depths (a collector that asks Redis at
 // scrape time), live worker processes and stale requeues.
 type workerMetrics struct {
-	jobs       *prometheus.CounterVec
-	errors     *prometheus.CounterVec
-	duration   *prometheus.HistogramVec
-	requeued   prometheus.Counter
-	handedBack prometheus.Counter
+	jobs          *prometheus.CounterVec
+	errors        *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	requeued      prometheus.Counter
+	handedBack    prometheus.Counter
+	finishRetries prometheus.Counter
 }
 
 func newWorkerMetrics(reg prometheus.Registerer, w *Worker) *workerMetrics {
@@ -38,6 +39,8 @@ func newWorkerMetrics(reg prometheus.Registerer, w *Worker) *workerMetrics {
 			Help: "Jobs of worker processes that stopped heart-beating, put back on their work queue."}),
 		handedBack: f.NewCounter(prometheus.CounterOpts{Name: "hero_dispatcher_handed_back_total",
 			Help: "Jobs this process put back on their work queue at shutdown."}),
+		finishRetries: f.NewCounter(prometheus.CounterOpts{Name: "hero_dispatcher_write_retries_total",
+			Help: "Writes of a job's end or hand-back retried after a passing Redis fault."}),
 	}
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "hero_dispatcher_jobs_running", Help: "Hero Dispatcher jobs this process holds now."}, func() float64 {
 		w.mu.Lock()

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/obs"
 )
 
@@ -101,7 +102,11 @@ type Worker struct {
 	jobs    sync.WaitGroup
 	jobCtx  context.Context // outlives Run's ctx: running jobs finish their writes
 	stopJob context.CancelFunc
-	ready   chan struct{}
+	// finishCtx ends when the shutdown's drain gives up: writes retried through a
+	// Redis fault stop then (what they leave claimed is handed back).
+	finishCtx  context.Context
+	stopFinish context.CancelFunc
+	ready      chan struct{}
 
 	ownsRedis bool // opened by WorkerConfig.Open: Run closes it
 }
@@ -188,6 +193,7 @@ func NewWorker(p WorkerParams) (*Worker, error) {
 		w.byStop[w.keys.StopQueue(s.ID)] = s.ID
 	}
 	w.jobCtx, w.stopJob = context.WithCancel(context.Background())
+	w.finishCtx, w.stopFinish = context.WithCancel(w.jobCtx)
 	w.ready = make(chan struct{})
 	w.m = newWorkerMetrics(p.Registerer, w)
 	return w, nil
@@ -364,14 +370,6 @@ type blockingConn struct {
 	id   atomic.Int64
 }
 
-func (w *Worker) newBlockingConn(ctx context.Context) (*blockingConn, error) {
-	b := &blockingConn{rdb: w.rdb}
-	if err := b.reset(ctx); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
 func (b *blockingConn) reset(ctx context.Context) error {
 	if b.conn != nil {
 		_ = b.conn.Close()
@@ -414,23 +412,35 @@ func (w *Worker) unblockOnDone(ctx context.Context, b *blockingConn, done <-chan
 	}
 }
 
-// dialLoop opens a blocking connection, retrying with backoff until ctx ends.
-func (w *Worker) dialLoop(ctx context.Context, what string) *blockingConn {
+// reconnect replaces b's broken connection, retrying with backoff until it has a
+// working one (true) or ctx ends (false): a failed reset leaves b without a
+// connection, and a pop on none would dereference nil (a Redis restart crashed the
+// runner that way).
+func (w *Worker) reconnect(ctx context.Context, b *blockingConn, what string) bool {
 	backoff := 100 * time.Millisecond
 	for {
-		b, err := w.newBlockingConn(ctx)
+		err := b.reset(ctx)
 		if err == nil {
-			return b
+			return true
 		}
 		if ctx.Err() != nil {
-			return nil
+			return false
 		}
-		w.log.Error().Err(err).Str("loop", what).Msg("redis connection for blocking pops")
+		w.log.Error().Err(err).Str("loop", what).Msg("reconnect for blocking pops")
 		if !sleepCtx(ctx, backoff) {
-			return nil
+			return false
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// dialLoop opens a blocking connection, retrying with backoff until ctx ends.
+func (w *Worker) dialLoop(ctx context.Context, what string) *blockingConn {
+	b := &blockingConn{rdb: w.rdb}
+	if !w.reconnect(ctx, b, what) {
+		return nil
+	}
+	return b
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -484,9 +494,10 @@ func (w *Worker) claimLoop(ctx context.Context, s WorkerSpec) {
 				return
 			}
 			backoff = min(backoff*2, 5*time.Second)
-			if err := b.reset(ctx); err != nil {
-				log.Error().Err(err).Msg("reconnect")
+			if !w.reconnect(ctx, b, "claim") {
+				return
 			}
+			w.handBackOrphans(ctx, s, log)
 			continue
 		}
 		backoff = 100 * time.Millisecond
@@ -497,6 +508,23 @@ func (w *Worker) claimLoop(ctx context.Context, s WorkerSpec) {
 			return
 		}
 		w.claimed(ctx, s, id, log.With().Str(KeyJobID, id).Logger())
+	}
+}
+
+// handBackOrphans puts back on the work queue the jobs of this worker id's
+// processing list that this process does not hold: a pop whose answer the broken
+// connection lost moved its job there, and nothing else would ever run it. The claim
+// loop of the worker id calls it, so no claim of that id is under way.
+func (w *Worker) handBackOrphans(ctx context.Context, s WorkerSpec, log zerolog.Logger) {
+	ids, err := w.rdb.LRange(ctx, w.keys.Processing(w.proc, s.ID), 0, -1).Result()
+	if err != nil {
+		return // the next reconnect looks again
+	}
+	for _, id := range ids {
+		if w.lookup(id) == nil {
+			log.Warn().Str(KeyJobID, id).Msg("job claimed by a pop whose answer was lost: back on its work queue")
+			w.handBackOne(s, id, log)
+		}
 	}
 }
 
@@ -650,27 +678,52 @@ func (w *Worker) park(s WorkerSpec, j *Job, deps []string) ([]string, error) {
 
 // handBackOne puts one claimed job back at the consuming end of its queue.
 func (w *Worker) handBackOne(s WorkerSpec, id string, log zerolog.Logger) {
-	ctx, cancel := context.WithTimeout(w.jobCtx, 5*time.Second)
-	defer cancel()
-	_, err := w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.LRem(ctx, w.keys.Processing(w.proc, s.ID), 1, id)
-		p.RPush(ctx, w.keys.WorkQueue(s.ID), id)
-		return nil
+	err := w.retryWrite(log, "hand the job back", func(ctx context.Context) error {
+		_, err := w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.LRem(ctx, w.keys.Processing(w.proc, s.ID), 1, id)
+			p.RPush(ctx, w.keys.WorkQueue(s.ID), id)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		log.Error().Err(err).Msg("hand the job back (it stays claimed until this process stops)")
 	}
 }
 
+// retryWrite runs a write (each try with 5 s), again with backoff while it fails
+// with a passing Redis fault, until it succeeds or the shutdown's drain ends.
+func (w *Worker) retryWrite(log zerolog.Logger, what string, write func(ctx context.Context) error) error {
+	var bo fault.Backoff
+	for {
+		ctx, cancel := context.WithTimeout(w.jobCtx, 5*time.Second)
+		err := write(ctx)
+		cancel()
+		if err == nil || !fault.Transient(err) {
+			return err
+		}
+		w.m.finishRetries.Inc()
+		log.Warn().Err(err).Msg(what + ": Redis unavailable; retrying")
+		if !bo.Sleep(w.finishCtx) {
+			return err
+		}
+	}
+}
+
 // ended releases the jobs that wait for this one: each goes back to its work queue,
 // where its next claim sees the dependency's end.
 func (w *Worker) ended(id string) {
-	ctx, cancel := context.WithTimeout(w.jobCtx, 5*time.Second)
-	defer cancel()
-	members, err := w.rdb.SMembers(ctx, w.keys.Dependents(id)).Result()
+	var members []string
+	err := w.retryWrite(w.log.With().Str(KeyJobID, id).Logger(), "read the jobs waiting for an ended job", func(ctx context.Context) error {
+		var err error
+		members, err = w.rdb.SMembers(ctx, w.keys.Dependents(id)).Result()
+		return err
+	})
 	if err != nil || len(members) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(w.jobCtx, 5*time.Second)
+	defer cancel()
 	for _, m := range members {
 		wid, jid, ok := strings.Cut(m, "\t")
 		if !ok {
@@ -752,7 +805,9 @@ func (w *Worker) stopLoop(ctx context.Context) {
 				return
 			}
 			backoff = min(backoff*2, 5*time.Second)
-			_ = b.reset(ctx)
+			if !w.reconnect(ctx, b, "stop") {
+				return
+			}
 			continue
 		}
 		backoff = 100 * time.Millisecond
@@ -942,5 +997,6 @@ func (w *Worker) drain() {
 	for _, ex := range w.runningNow() {
 		ex.kill(reasonHandedBack)
 	}
+	w.stopFinish()
 	<-done
 }

@@ -900,6 +900,9 @@ func (s *Store) ActiveFlows(ctx context.Context) ([][2]uint32, error) {
 var splitRequestScript = newLibScript(`
 local mo, proc, leases = KEYS[1], KEYS[2], KEYS[3]
 local ctx, caller, now_s, now_ms, item, member, flow = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+-- Only while the claim holds the message: a second run of this script (a retry after
+-- a lost answer) or a claim lost meanwhile splits nothing again.
+if redis.call('LREM', proc, 1, item) == 0 then return 0 end
 local i, pushed = 8, 0
 while i <= #ARGV do
   local id, nf = ARGV[i], tonumber(ARGV[i + 1])
@@ -911,7 +914,6 @@ while i <= #ARGV do
   pushed = pushed + 1
 end
 redis.call('HSET', item, 'status', 'processed', 'updated_at', now_s)
-redis.call('LREM', proc, 1, item)
 redis.call('ZREM', leases, member)
 wake_msg_out(ctx, pushed)
 return pushed

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +98,39 @@ func TestEventReaderFollowsItsContext(t *testing.T) {
 	rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, ID: "13-0", Values: []any{"type", "job.finished"}})
 	if evs := <-got; len(evs) != 1 || evs[0].ID != "13-0" {
 		t.Fatalf("blocked wait: %+v", evs)
+	}
+}
+
+// TestTrimEventsKeepsRetainedFlows (issue 17): trimming by age (a retention shortened
+// below a flow's age) drops older events but never those of a flow or job still
+// kept; once they are gone, their events go too.
+func TestTrimEventsKeepsRetainedFlows(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 15)
+	rc := srv.Client(t, 15)
+	old := time.Now().Add(-time.Hour).UnixMilli()
+	rc.Del(ctx, keys.Events) // the context's own creation event: newer than old
+	if err := rc.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, ID: fmt.Sprintf("%d-0", old), Values: []string{"type", "old"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := flowWith(t, s, db, 2)
+	kept := rc.XLen(ctx, keys.Events).Val() - 1
+	// A retention of "nothing": everything before now+1s would go.
+	if err := db.TrimEvents(ctx, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	evs := rc.XRange(ctx, keys.Events, "-", "+").Val()
+	if int64(len(evs)) != kept || kept == 0 || evs[0].Values["type"] == "old" {
+		t.Fatalf("after the trim: %d events %v, want the flow's %d", len(evs), evs, kept)
+	}
+	if err := db.DeleteFlow(ctx, f.ID, true, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.TrimEvents(ctx, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n := rc.XLen(ctx, keys.Events).Val(); n != 0 {
+		t.Fatalf("%d events left once the flow and its jobs are gone", n)
 	}
 }

@@ -404,12 +404,24 @@ func (s *Store) NextExpiry(ctx context.Context) (time.Time, error) {
 	return time.UnixMilli(int64(z[0].Score)), nil
 }
 
-// TrimEvents drops a context's events older than the cutoff.
+// trimEventsScript: KEYS events, flow index, job index; ARGV cutoff ms. Drops the
+// events older than the cutoff, and never those of a flow or job still kept: the
+// cutoff moves back to the creation of the oldest flow or job in the indexes (a
+// shortened retention must not take the events of flows retained under the longer
+// one). Returns the events dropped.
+var trimEventsScript = NewScript(`
+local cutoff = tonumber(ARGV[1])
+for i = 2, 3 do
+  local oldest = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
+  if oldest[2] and tonumber(oldest[2]) < cutoff then cutoff = tonumber(oldest[2]) end
+end
+return redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d', cutoff) .. '-0')
+`)
+
+// TrimEvents drops a context's events older than the cutoff, except those of the
+// flows and jobs it still keeps (see trimEventsScript).
 func (d *DB) TrimEvents(ctx context.Context, before time.Time) error {
-	_, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.XTrimMinIDApprox(ctx, keys.Events, strconv.FormatInt(before.UnixMilli(), 10)+"-0", 0)
-		return nil
-	})
+	_, err := d.Eval(ctx, trimEventsScript, []string{keys.Events, keys.FlowIndex, keys.JobIndex}, before.UnixMilli())
 	return err
 }
 

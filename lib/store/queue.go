@@ -298,15 +298,17 @@ func (d *DB) ClaimMessages(ctx context.Context, queue, consumer string, lease ti
 	wkey, wtoken, held := w.args()
 	args := make([]any, 0, 10+max)
 	args = append(args, consumer, queue, exp, max, wtoken, held, boolArg(route), d.ContextID, now.Unix(), keys.WakeQueue(d.ContextID, ""))
-	for i := 0; i < max; i++ {
-		args = append(args, newClaimID())
+	ids := make([]string, max)
+	for i := range ids {
+		ids[i] = newClaimID()
+		args = append(args, ids[i])
 	}
 	res, err := d.Eval(ctx, claimMessageScript, []string{queue, keys.Processing(consumer), keys.Leases, wkey}, args...)
 	if err == redis.Nil {
 		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("claim from %s of context %d: %w", queue, d.ContextID, err)
+		return nil, nil, &UnansweredClaimError{ClaimIDs: ids, Err: fmt.Errorf("claim from %s of context %d: %w", queue, d.ContextID, err)}
 	}
 	vals, _ := res.([]any)
 	if len(vals) != 3 {
@@ -368,6 +370,66 @@ func (d *DB) ExtendLease(ctx context.Context, c *Claim, lease time.Duration) (bo
 	return n == 1, nil
 }
 
+// routeClaimedScript acknowledges claimed job request messages and pushes their jobs
+// onto their queues, with a wake token each: KEYS processing list, leases; ARGV
+// context id, now_s, the prefix of the job queues' wake lists (keys.WakeQueue), then
+// per message: its key, its lease member, the target queue, the job key. A message is
+// routed only while the claim holds it (LREM from the processing list): a second run
+// of the script (a retry after a lost answer) or a claim lost meanwhile queues no job
+// twice. Returns the number of messages routed.
+var routeClaimedScript = NewScript(`
+local proc, leases = KEYS[1], KEYS[2]
+local now_s, wake_prefix = ARGV[2], ARGV[3]
+local tokens, targets = {}, {}
+local n = 0
+for i = 4, #ARGV, 4 do
+  local mk, member, target, jk = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if redis.call('LREM', proc, 1, mk) == 1 then
+    redis.call('ZREM', leases, member)
+    redis.call('HSET', mk, 'status', 'acknowledged', 'updated_at', now_s)
+    redis.call('LPUSH', target, jk)
+    if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target end
+    tokens[target] = tokens[target] + 1
+    n = n + 1
+  end
+end
+if #targets > 0 then
+  redis.call('SELECT', 0)
+  for _, t in ipairs(targets) do
+    for _ = 1, tokens[t] do redis.call('LPUSH', wake_prefix .. t, '1') end
+  end
+end
+return n
+`)
+
+// RoutedJob is a claimed job request and where its job goes.
+type RoutedJob struct {
+	Claim  *Claim
+	Target string // the job queue
+	Job    string // the job's key
+}
+
+// RouteClaimed acknowledges claimed job request messages (all claimed by one consumer)
+// and pushes their jobs onto their queues, atomically; a message no longer held by its
+// claim is skipped, so that calling it again after an error never queues a job twice.
+// It returns how many it routed.
+func (d *DB) RouteClaimed(ctx context.Context, jobs []RoutedJob) (int, error) {
+	if len(jobs) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, 3+4*len(jobs))
+	args = append(args, d.ContextID, time.Now().Unix(), keys.WakeQueue(d.ContextID, ""))
+	for _, j := range jobs {
+		args = append(args, j.Claim.Item, j.Claim.member(), j.Target, j.Job)
+	}
+	n, err := d.Eval(ctx, routeClaimedScript, []string{keys.Processing(jobs[0].Claim.Consumer), keys.Leases}, args...)
+	if err != nil {
+		return 0, fmt.Errorf("route claimed job requests of context %d: %w", d.ContextID, err)
+	}
+	routed, _ := n.(int64)
+	return int(routed), nil
+}
+
 // AckOn queues the commands that release a claimed item on a pipeline of its DB.
 func AckOn(ctx context.Context, p redis.Pipeliner, c *Claim) {
 	p.LRem(ctx, keys.Processing(c.Consumer), 1, c.Item)
@@ -390,9 +452,11 @@ func (d *DB) Ack(ctx context.Context, c *Claim) error {
 	return err
 }
 
-// requeueScript: KEYS leases; ARGV now ms, limit, context id, consumer ("" = any).
+// requeueScript: KEYS leases; ARGV now ms, limit, context id, consumer ("" = any),
+// then optionally claim ids.
 // With a consumer, every lease of that consumer is taken back at once, expired or not
-// (a restarted consumer hands back what its previous life held).
+// (a restarted consumer hands back what its previous life held); with claim ids too,
+// only those claims (a claim whose answer was lost).
 // For each expired lease: if the item is still in the consumer's processing list, it
 // is removed from there and pushed back at the consuming end of its queue, with a wake
 // token in DB 0. The LREM makes the requeue happen at most once per claim.
@@ -401,8 +465,13 @@ local expired
 if ARGV[4] ~= '' then
   expired = {}
   local prefix = ARGV[4] .. '\t'
+  local only
+  if #ARGV > 4 then
+    only = {}
+    for i = 5, #ARGV do only[ARGV[i]] = true end
+  end
   for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    if string.sub(m, 1, #prefix) == prefix then expired[#expired + 1] = m end
+    if string.sub(m, 1, #prefix) == prefix and (not only or only[string.match(m, '[^\t]*$')]) then expired[#expired + 1] = m end
   end
 else
   expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
@@ -416,9 +485,19 @@ for _, m in ipairs(expired) do
     local consumer = string.sub(m, 1, t1 - 1)
     local queue = string.sub(m, t1 + 1, t2 - 1)
     local item = string.sub(m, t2 + 1)
+    local claim = ''
     local t3 = string.find(item, '\t', 1, true)
-    if t3 then item = string.sub(item, 1, t3 - 1) end
-    if redis.call('LREM', 'coord:proc:' .. consumer, 1, item) == 1 then
+    if t3 then claim = string.sub(item, t3 + 1); item = string.sub(item, 1, t3 - 1) end
+    local proc = 'coord:proc:' .. consumer
+    -- A job that runs under another claim now (this lease is stale: its claim's
+    -- answer was lost, and the job was queued and claimed again since) keeps running:
+    -- only this lease's copy in the processing list goes, never the running claim's,
+    -- and nothing is queued (that would run the job a second time at once).
+    local cur = {}
+    if claim ~= '' and string.match(item, '^job:%d+:%d+$') then cur = redis.call('HMGET', item, 'claim', 'status', 'worker') end
+    if cur[2] == 'started' and cur[1] and cur[1] ~= claim then
+      if cur[3] ~= consumer or #redis.call('LPOS', proc, item, 'COUNT', 2) > 1 then redis.call('LREM', proc, 1, item) end
+    elseif redis.call('LREM', proc, 1, item) == 1 then
       redis.call('RPUSH', queue, item)
       moved[#moved + 1] = queue
       moved[#moved + 1] = item
@@ -428,7 +507,12 @@ end
 if #moved > 0 then
   redis.call('SELECT', 0)
   for i = 1, #moved, 2 do
-    redis.call('LPUSH', 'coord:wake:' .. ARGV[3] .. ':' .. moved[i], '1')
+    local q = moved[i]
+    if q == 'msg_out' or q == 'msg_in' then
+      redis.call('LPUSH', 'coord:wake:' .. q, ARGV[3]) -- the routers' wake lists
+    else
+      redis.call('LPUSH', 'coord:wake:' .. ARGV[3] .. ':' .. q, '1')
+    end
   end
 end
 return moved
@@ -450,8 +534,33 @@ func (d *DB) RequeueConsumer(ctx context.Context, consumer string) ([]Requeued, 
 	return d.requeue(ctx, time.Now(), 0, consumer)
 }
 
-func (d *DB) requeue(ctx context.Context, now time.Time, limit int, consumer string) ([]Requeued, error) {
-	res, err := d.Eval(ctx, requeueScript, []string{keys.Leases}, now.UnixMilli(), limit, d.ContextID, consumer)
+// ReleaseClaims puts the items of some claims of a consumer back on their queues at
+// once: claims made by a call whose answer was lost (the consumer never learnt of
+// them; without this they would wait out their lease). Claims that were never made,
+// or are gone, are skipped.
+func (d *DB) ReleaseClaims(ctx context.Context, consumer string, claimIDs []string) ([]Requeued, error) {
+	if len(claimIDs) == 0 {
+		return nil, nil
+	}
+	return d.requeue(ctx, time.Now(), 0, consumer, claimIDs...)
+}
+
+// UnansweredClaimError is a claim call that failed: if the call reached Redis, the
+// claims ClaimIDs may have been made (ReleaseClaims gives them back).
+type UnansweredClaimError struct {
+	ClaimIDs []string
+	Err      error
+}
+
+func (e *UnansweredClaimError) Error() string { return e.Err.Error() }
+func (e *UnansweredClaimError) Unwrap() error { return e.Err }
+
+func (d *DB) requeue(ctx context.Context, now time.Time, limit int, consumer string, claimIDs ...string) ([]Requeued, error) {
+	args := []any{now.UnixMilli(), limit, d.ContextID, consumer}
+	for _, id := range claimIDs {
+		args = append(args, id)
+	}
+	res, err := d.Eval(ctx, requeueScript, []string{keys.Leases}, args...)
 	if err != nil {
 		return nil, fmt.Errorf("requeue leases of context %d: %w", d.ContextID, err)
 	}

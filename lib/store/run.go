@@ -37,7 +37,8 @@ const (
 // attempt} per item claimed (none when the queue is empty); the caller reads the
 // started jobs' hashes after it, with plain HGETALLs (moving a ~30-field hash through
 // Lua and back cost this script a third of its work). An item that is no job key, a
-// job that is gone (code 1) and a job that already ended (code 2) are dropped from the
+// job that is gone (code 1), a job that already ended (code 2) and a job that runs under
+// a claim that still holds it (a duplicate queue entry: code 2) are dropped from the
 // processing list at once.
 //
 // Producers push one wake token per item; a consumer that took one token and claimed
@@ -65,7 +66,14 @@ for n = 1, max do
   local v = {}
   if string.match(item, '^job:%d+:%d+$') then v = redis.call('HMGET', item, unpack(want)) end
   local st = v[1]
-  if not st or st == 'finished' or st == 'error' then
+  -- A job started under a claim that still holds it (in its consumer's processing
+  -- list: a lease's expiry takes it out of there first) is running: this queue entry
+  -- is a duplicate, and starting it would run the job twice at once.
+  if st == 'started' and v[3] then
+    local held = redis.call('LPOS', 'coord:proc:' .. v[3], item, 'COUNT', 2)
+    if #held > 1 or (#held == 1 and v[3] ~= worker) then st = 'duplicate' end
+  end
+  if not st or st == 'finished' or st == 'error' or st == 'duplicate' then
     redis.call('LREM', proc, 1, item)
     redis.call('ZREM', leases, member)
     if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
@@ -144,7 +152,9 @@ func (w Wake) args() (key, token, held string) {
 
 // ClaimStarts claims up to len(traceIDs) jobs of a queue (oldest first) and marks
 // each started, in one script; traceIDs[i] is stored as the i-th job's trace_id ("":
-// none). It returns what it took, in queue order (none when the queue is empty).
+// none). It returns what it took, in queue order (none when the queue is empty). An
+// *UnansweredClaimError names the claims that may have been made but are not
+// returned to run (the call's answer, or the started jobs' read, failed).
 func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time.Duration, traceIDs []string, w Wake) ([]Started, error) {
 	now := time.Now()
 	// What a start writes into the job besides its claim and trace ids.
@@ -168,7 +178,7 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 	}
 	res, err := d.Eval(ctx, claimStartScript, []string{queue, keys.Processing(consumer), keys.Leases, keys.Events, wkey}, args...)
 	if err != nil && err != redis.Nil {
-		return nil, fmt.Errorf("claim and start from %s of context %d: %w", queue, d.ContextID, err)
+		return nil, &UnansweredClaimError{ClaimIDs: claimIDs, Err: fmt.Errorf("claim and start from %s of context %d: %w", queue, d.ContextID, err)}
 	}
 	vals, _ := res.([]any)
 	out := make([]Started, 0, len(vals))
@@ -200,11 +210,13 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 		}
 		return nil
 	}); err != nil && err != redis.Nil {
-		// Started and leased, but unread: the leases bring them back to the queue.
-		for _, i := range run {
+		// Started and leased, but unread: the caller releases their claims.
+		ids := make([]string, len(run))
+		for k, i := range run {
 			out[i].Outcome, out[i].Err = StartGone, fmt.Errorf("read started job %s: %w", out[i].Claim.Item, err)
+			ids[k] = out[i].Claim.ID
 		}
-		return out, nil
+		return out, &UnansweredClaimError{ClaimIDs: ids, Err: fmt.Errorf("read started jobs of %s of context %d: %w", queue, d.ContextID, err)}
 	}
 	for k, i := range run {
 		st := &out[i]
@@ -258,8 +270,9 @@ type JobOutcome struct {
 // finished job's JSON for its own message, or, grouped, where it starts and ends in the
 // list ("<start> <end>", 1-based, inclusive): the message lists the runs that
 // finished, the list as given when all did. Only the run that holds the job's current
-// claim can finish it; a second finish changes nothing but the ack. It returns 1 or 0
-// per run.
+// claim can finish it; a second finish changes nothing but the ack. It returns per
+// run 1 (written), 2 (written before by this claim: a retry after a lost answer) or 0
+// (the claim is not the job's any more).
 var finishJobsScript = newLibScript(`
 local proc, leases, mo, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now_s, now_ms, ctx, caller, logmax, grouped = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
@@ -281,7 +294,9 @@ for i = runs, #ARGV, 13 do
   redis.call('LREM', proc, 1, jk)
   redis.call('ZREM', leases, member)
   local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms')
-  if cur[1] ~= claim or cur[2] ~= 'started' then
+  if cur[1] == claim and (cur[2] == 'finished' or cur[2] == 'error') then
+    out[#out + 1] = 2 -- written already: a try whose answer was lost
+  elseif cur[1] ~= claim or cur[2] ~= 'started' then
     out[#out + 1] = 0
   else
     local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s}
@@ -335,7 +350,9 @@ return out
 
 // FinishJob records a run's end, acks the claim and pushes the result message
 // (kind job_result) on msg_out, in one step. false: the job was not held by this
-// worker any more (its lease was lost), nothing but the ack happened.
+// worker any more (its lease was lost), nothing but the ack happened. Finishing again
+// after an error (the answer may have been lost) is safe: a run whose end this claim
+// wrote already answers true and writes nothing more.
 func (d *DB) FinishJob(ctx context.Context, c *Claim, j *model.Job, o JobOutcome) (bool, error) {
 	ok, errs := FinishJobs(ctx, []Finish{{DB: d, Claim: c, Job: j, Outcome: o}})
 	return ok[0], errs[0]
@@ -402,7 +419,7 @@ func FinishJobs(ctx context.Context, fs []Finish) ([]bool, []error) {
 					continue
 				}
 				n, _ := vals[k].(int64)
-				oks[i] = n == 1
+				oks[i] = n == 1 || n == 2
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -297,6 +298,17 @@ func TestClaimStart(t *testing.T) {
 	}
 	if b, _, _ := db.ReadLog(ctx, 1, j.ID, 0, 0); string(b) != "0123456789header\n[log truncated at 16 bytes]\n" {
 		t.Fatalf("log after the end: %q", b)
+	}
+	// The same end again (a retry after a lost answer): true, and nothing written twice.
+	msgs, evs := rc7.LLen(ctx, keys.MsgOut).Val(), rc7.XLen(ctx, keys.Events).Val()
+	if ok, err := db.FinishJob(ctx, cl, j, store.JobOutcome{Status: model.JobError, Error: "later"}); !ok || err != nil {
+		t.Fatalf("finish again: %v %v", ok, err)
+	}
+	if m, e := rc7.LLen(ctx, keys.MsgOut).Val(), rc7.XLen(ctx, keys.Events).Val(); m != msgs || e != evs {
+		t.Fatalf("a second finish pushed %d messages and %d events", m-msgs, e-evs)
+	}
+	if again, _ := db.LoadJob(ctx, 1, j.ID); again.Status != model.JobFinished || again.Error != "" {
+		t.Fatalf("a second finish changed the job: %+v", again)
 	}
 	// The same (now finished) job queued again: acked, not run.
 	if err := db.Enqueue(ctx, q, keys.Job(1, jobs[0].ID)); err != nil {
@@ -762,5 +774,171 @@ func TestClaimMessagesReturnsPartOfAResult(t *testing.T) {
 	}
 	if h, err := db.Message(ctx, chat); err != nil || h["message"] != "hello" {
 		t.Fatalf("whole chat: %v %v", h, err)
+	}
+}
+
+// ReleaseClaims gives back only the named claims of a consumer (those of a claim call
+// whose answer was lost): their jobs are on the queue again with a wake token, the
+// other claims stay held.
+func TestReleaseClaims(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 14)
+	q := keys.Queue("sh")
+	_, jobs := flowWith(t, s, db, 3)
+	enqueueJobs(t, db, q, jobs)
+	got, err := db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 3), store.Wake{})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("claim: %d %v", len(got), err)
+	}
+	tokens := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(14, q)).Val()
+	moved, err := db.ReleaseClaims(ctx, "w1", []string{got[0].Claim.ID, got[2].Claim.ID, "never-made"})
+	if err != nil || len(moved) != 2 {
+		t.Fatalf("release: %+v %v", moved, err)
+	}
+	rc := srv.Client(t, 14)
+	if q := rc.LRange(ctx, q, 0, -1).Val(); len(q) != 2 || !slices.Contains(q, got[0].Claim.Item) || !slices.Contains(q, got[2].Claim.Item) {
+		t.Fatalf("queue after the release: %v", q)
+	}
+	if p := rc.LRange(ctx, keys.Processing("w1"), 0, -1).Val(); len(p) != 1 || p[0] != got[1].Claim.Item {
+		t.Fatalf("processing list after the release: %v", p)
+	}
+	if ok, _ := db.ExtendLease(ctx, got[1].Claim, time.Minute); !ok {
+		t.Fatal("the claim not named lost its lease")
+	}
+	if n := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(14, q)).Val(); n != tokens+2 {
+		t.Fatalf("wake tokens: %d, want %d", n, tokens+2)
+	}
+}
+
+// A message given back to msg_out (a lease ended, a claim released) wakes the routers:
+// its token goes on coord:wake:msg_out (the context id), not on a job queue's list.
+func TestRequeuedMessageWakesRouters(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 16)
+	srv.Client(t, 16).LPush(ctx, keys.MsgOut, "message:1:1")
+	cl, err := db.Claim(ctx, keys.MsgOut, "router-a", time.Minute)
+	if err != nil || cl == nil {
+		t.Fatalf("claim: %v %v", cl, err)
+	}
+	g := srv.Client(t, 0)
+	g.Del(ctx, keys.WakeMsgOut)
+	if moved, err := db.ReleaseClaims(ctx, "router-a", []string{cl.ID}); err != nil || len(moved) != 1 {
+		t.Fatalf("release: %v %v", moved, err)
+	}
+	if got := g.LRange(ctx, keys.WakeMsgOut, 0, -1).Val(); len(got) != 1 || got[0] != "16" {
+		t.Fatalf("router wake tokens: %v, want [16]", got)
+	}
+}
+
+// A job queued twice (a write retried after a lost answer) runs once: the second
+// entry, claimed while the first run's claim still holds the job, is dropped; once that
+// claim is gone (its lease expired and was swept), the job can be taken over.
+func TestDuplicateQueueEntryOfARunningJobIsDropped(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 17)
+	q := keys.Queue("sh")
+	_, jobs := flowWith(t, s, db, 1)
+	enqueueJobs(t, db, q, jobs)
+	enqueueJobs(t, db, q, jobs)
+	enqueueJobs(t, db, q, jobs)
+	first, err := db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 1), store.Wake{})
+	if err != nil || len(first) != 1 || first[0].Outcome != store.StartRun {
+		t.Fatalf("first claim: %+v %v", first, err)
+	}
+	// The same worker and another one claim the duplicates: both dropped.
+	for _, w := range []string{"w1", "w2"} {
+		got, err := db.ClaimStarts(ctx, q, w, time.Minute, make([]string, 1), store.Wake{})
+		if err != nil || len(got) != 1 || got[0].Outcome != store.StartDone {
+			t.Fatalf("%s claims a duplicate of a running job: %+v %v", w, got, err)
+		}
+	}
+	if n := srv.Client(t, 17).LLen(ctx, keys.Processing("w2")).Val(); n != 0 {
+		t.Fatalf("the dropped duplicate stays in w2's processing list (%d)", n)
+	}
+	// The first run's claim is given back (its lease ended): the job runs again.
+	if _, err := db.ReleaseClaims(ctx, "w1", []string{first[0].Claim.ID}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.ClaimStarts(ctx, q, "w2", time.Minute, make([]string, 1), store.Wake{})
+	if err != nil || len(got) != 1 || got[0].Outcome != store.StartRun {
+		t.Fatalf("take-over after the lease: %+v %v", got, err)
+	}
+}
+
+// RouteClaimed queues each claimed request's job once, however often it is called.
+func TestRouteClaimedIsIdempotent(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 18)
+	rc := srv.Client(t, 18)
+	rc.LPush(ctx, keys.MsgOut, "message:1:1", "message:1:2")
+	var routed []store.RoutedJob
+	for i := 1; i <= 2; i++ {
+		cl, err := db.Claim(ctx, keys.MsgOut, "router-a", time.Minute)
+		if err != nil || cl == nil {
+			t.Fatal(cl, err)
+		}
+		routed = append(routed, store.RoutedJob{Claim: cl, Target: keys.Queue("sh"), Job: fmt.Sprintf("job:1:%d", i)})
+	}
+	for try := 0; try < 2; try++ {
+		n, err := db.RouteClaimed(ctx, routed)
+		if err != nil || n != 2*(1-try) {
+			t.Fatalf("try %d: routed %d, %v", try, n, err)
+		}
+	}
+	if got := rc.LRange(ctx, keys.Queue("sh"), 0, -1).Val(); len(got) != 2 || got[0] != "job:1:2" || got[1] != "job:1:1" {
+		t.Fatalf("queue: %v", got)
+	}
+	if n := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(18, keys.Queue("sh"))).Val(); n != 2 {
+		t.Fatalf("wake tokens: %d", n)
+	}
+	if st := rc.HGet(ctx, "message:1:1", "status").Val(); st != "acknowledged" || rc.LLen(ctx, keys.Processing("router-a")).Val() != 0 || rc.ZCard(ctx, keys.Leases).Val() != 0 {
+		t.Fatalf("message status %q, claims left", st)
+	}
+}
+
+// A stale lease (a claim whose answer was lost; the job was queued and claimed again
+// since, and runs) ends without touching the running claim: its job is not queued
+// again, the running claim keeps its copy in the processing list, the stale copy goes.
+func TestStaleLeaseLeavesTheRunningClaim(t *testing.T) {
+	for i, again := range []string{"w1", "w2"} {
+		s := open(t)
+		ctx := context.Background()
+		db := mustCtx(t, s, uint32(20+i))
+		rc := srv.Client(t, 20+i)
+		q := keys.Queue("sh")
+		_, jobs := flowWith(t, s, db, 1)
+		enqueueJobs(t, db, q, jobs)
+		stale, err := db.ClaimStarts(ctx, q, "w1", time.Millisecond, make([]string, 1), store.Wake{})
+		if err != nil || len(stale) != 1 || stale[0].Outcome != store.StartRun {
+			t.Fatal(stale, err)
+		}
+		item := stale[0].Claim.Item
+		// Queued and claimed again (the stale copy set aside meanwhile, as a requeue of
+		// another lease would have left it).
+		rc.LRem(ctx, keys.Processing("w1"), 1, item)
+		enqueueJobs(t, db, q, jobs)
+		running, err := db.ClaimStarts(ctx, q, again, time.Minute, make([]string, 1), store.Wake{})
+		if err != nil || len(running) != 1 || running[0].Outcome != store.StartRun {
+			t.Fatalf("%s: claim again: %+v %v", again, running, err)
+		}
+		rc.LPush(ctx, keys.Processing("w1"), item) // the stale claim's copy
+		moved, err := db.RequeueExpired(ctx, time.Now().Add(time.Second), 100)
+		if err != nil || len(moved) != 0 || rc.LLen(ctx, q).Val() != 0 {
+			t.Fatalf("%s: the stale lease requeued %v (%v)", again, moved, err)
+		}
+		want := map[string]int64{"w1": 0, "w2": 0}
+		want[again] = 1
+		for w, n := range want {
+			if got := rc.LLen(ctx, keys.Processing(w)).Val(); got != n {
+				t.Fatalf("%s: %s's processing list holds %d, want %d", again, w, got, n)
+			}
+		}
+		if ok, _ := db.ExtendLease(ctx, running[0].Claim, time.Minute); !ok {
+			t.Fatalf("%s: the running claim lost its lease", again)
+		}
 	}
 }

@@ -59,7 +59,8 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 		deps, err := db.LoadJobs(ctx, j.CallerID, j.Dependends)
 		if err != nil {
 			log.Error().Err(err).Msg("load dependencies for a remote job")
-			return // stays claimed; the lease brings it back
+			r.giveBack(ctx, db, cl, err) // or, for a lasting error, its lease brings it back
+			return
 		}
 		job.DepResults = map[string]map[string]string{}
 		for _, d := range deps {

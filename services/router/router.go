@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
@@ -47,6 +48,9 @@ type router struct {
 	wakeDue   chan struct{}
 	// noJobsDone: the scheduler answered JobsDone with Unimplemented (an older one).
 	noJobsDone atomic.Bool
+	// waitFailed: a wait for wake tokens failed (Redis away); a token whose answer was
+	// lost is made up for by a drain of every context.
+	waitFailed atomic.Bool
 }
 
 type routerParams struct {
@@ -67,6 +71,7 @@ type routerMetrics struct {
 	requeued      prometheus.Counter
 	schedulerErrs prometheus.Counter
 	handling      prometheus.Histogram
+	writeRetries  prometheus.Counter
 }
 
 func newRouter(p routerParams) *router {
@@ -79,6 +84,7 @@ func newRouter(p routerParams) *router {
 				Help: "Messages the router handled, by kind (job_request, job_result, other) and outcome (delivered, failed, skipped)."}, []string{"kind", "outcome"}),
 			requeued:      f.NewCounter(prometheus.CounterOpts{Name: "hero_router_lease_requeues_total", Help: "Claimed items put back on their queue after their lease expired."}),
 			schedulerErrs: f.NewCounter(prometheus.CounterOpts{Name: "hero_router_scheduler_errors_total", Help: "Failed calls to the scheduler (retried)."}),
+			writeRetries:  f.NewCounter(prometheus.CounterOpts{Name: "hero_router_write_retries_total", Help: "Redis writes of handled messages retried after a passing Redis fault."}),
 			handling: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_router_message_handling_seconds", Help: "Time to handle a message: the claim, handling and commit of the group it was claimed with.",
 				Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}),
 		},
@@ -141,6 +147,11 @@ func (r *router) worker(ctx context.Context) {
 		switch {
 		case g != nil:
 			r.handleGroup(ctx, g)
+			if r.waitFailed.Load() && r.idleSweep.TryLock() {
+				r.waitFailed.Store(false)
+				r.drainAll(ctx)
+				r.idleSweep.Unlock()
+			}
 		case idle:
 			// A safety net for wake tokens lost when a router died between taking a
 			// token and claiming its message.
@@ -161,6 +172,7 @@ func (r *router) nextGroup(ctx context.Context) (g *group, idle bool) {
 		key, token, err := r.store.WaitWake(ctx, 5*time.Second, keys.WakeMsgOut, keys.WakeMsgIn)
 		if err != nil {
 			if ctx.Err() == nil {
+				r.waitFailed.Store(true)
 				r.log.Error().Err(err).Msg("wait for messages")
 				sleep(ctx, time.Second)
 			}
@@ -281,6 +293,10 @@ func (r *router) claimGroup(ctx context.Context, ctxID uint32, queue string, hel
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Msg("claim message")
+			var un *store.UnansweredClaimError
+			if errors.As(err, &un) {
+				r.releaseClaims(ctx, db, un.ClaimIDs)
+			}
 		}
 		return nil
 	}
@@ -322,20 +338,14 @@ func (r *router) queueJobs(ctx context.Context, db *store.DB, q []queuedJob) {
 	if len(q) == 0 {
 		return
 	}
-	byTarget := map[string][]any{}
-	var targets []string
-	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, j := range q {
-			store.AckMessageOn(ctx, p, j.claim, model.MessageAcknowledged)
-			if _, seen := byTarget[j.target]; !seen {
-				targets = append(targets, j.target)
-			}
-			byTarget[j.target] = append(byTarget[j.target], j.job)
-		}
-		for _, t := range targets {
-			store.EnqueueManyOn(ctx, p, db.ContextID, t, byTarget[t])
-		}
-		return nil
+	jobs := make([]store.RoutedJob, len(q))
+	for i, j := range q {
+		jobs[i] = store.RoutedJob{Claim: j.claim, Target: j.target, Job: j.job}
+	}
+	// Retried through passing faults; a message the first try routed is not routed again.
+	err := r.retryWrite(ctx, db, "enqueue jobs", func() error {
+		_, err := db.RouteClaimed(ctx, jobs)
+		return err
 	})
 	if err != nil {
 		r.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Int("jobs", len(q)).Msg("enqueue jobs")
@@ -423,17 +433,64 @@ func (r *router) tryEnds(ctx context.Context, ends []*herov1.JobDoneRequest) []*
 
 // ackResults marks result messages processed and releases their claims.
 func (r *router) ackResults(ctx context.Context, db *store.DB, msgs []resultMsg) {
-	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, m := range msgs {
-			store.AckMessageOn(ctx, p, m.claim, model.MessageProcessed)
-		}
-		return nil
+	err := r.retryWrite(ctx, db, "ack result messages", func() error {
+		_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for _, m := range msgs {
+				store.AckMessageOn(ctx, p, m.claim, model.MessageProcessed)
+			}
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		r.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Int("results", len(msgs)).Msg("ack result messages")
 		return // reported; a second report after the lease expires changes nothing
 	}
 	r.m.messages.WithLabelValues(model.KindJobResult, "delivered").Add(float64(len(msgs)))
+}
+
+// retryWrite runs a write of handled messages again, with backoff, while it fails
+// with a passing Redis fault (the work it records is done: waiting out the claims'
+// leases would delay the flows for nothing), until it succeeds or ctx ends. The write
+// must be one that a second run after a lost answer changes nothing more by (an ack,
+// RouteClaimed).
+func (r *router) retryWrite(ctx context.Context, db *store.DB, what string, write func() error) error {
+	var bo fault.Backoff
+	for {
+		err := write()
+		if err == nil || !fault.Transient(err) || ctx.Err() != nil {
+			return err
+		}
+		r.m.writeRetries.Inc()
+		r.log.Warn().Err(err).Uint32(obs.KeyContextID, db.ContextID).Msg(what + ": Redis unavailable; retrying")
+		if !bo.Sleep(ctx) {
+			return err
+		}
+	}
+}
+
+// releaseClaims gives back claims that a failed call may have made (its answer was
+// lost, or the handling of the claimed message failed on a passing fault): their
+// messages go back on their queue now rather than when their leases end.
+func (r *router) releaseClaims(ctx context.Context, db *store.DB, ids []string) {
+	err := r.retryWrite(ctx, db, "give back claimed messages", func() error {
+		moved, err := db.ReleaseClaims(ctx, r.id, ids)
+		if err == nil && len(moved) > 0 {
+			r.log.Warn().Uint32(obs.KeyContextID, db.ContextID).Int("messages", len(moved)).Msg("messages claimed by a call that failed: back on their queue")
+		}
+		return err
+	})
+	if err != nil && ctx.Err() == nil {
+		r.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Msg("give back claimed messages (their leases bring them back)")
+	}
+}
+
+// giveBack returns a claimed message whose handling failed on a passing fault to its
+// queue at once (any other error leaves it to its lease).
+func (r *router) giveBack(ctx context.Context, db *store.DB, cl *store.Claim, err error) {
+	if fault.Transient(err) && ctx.Err() == nil {
+		r.releaseClaims(ctx, db, []string{cl.ID})
+	}
 }
 
 // resultEnd is what a job result tells the scheduler, read from the message's job JSON.
@@ -479,7 +536,8 @@ func (r *router) handle(ctx context.Context, db *store.DB, cm *store.ClaimedMess
 	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Str(obs.KeyMessage, item).Logger()
 	h, err := db.Message(ctx, cm)
 	if err != nil {
-		log.Error().Err(err).Msg("read message") // the claim's lease brings it back
+		log.Error().Err(err).Msg("read message")
+		r.giveBack(ctx, db, cl, err)
 		return
 	}
 	m, err := db.MessageFromHash(item, h)
@@ -496,7 +554,8 @@ func (r *router) handle(ctx context.Context, db *store.DB, cm *store.ClaimedMess
 		// one request each.
 		n, err := db.SplitRequest(ctx, cl, m)
 		if err != nil {
-			log.Error().Err(err).Msg("split job request") // the claim's lease brings it back
+			log.Error().Err(err).Msg("split job request")
+			r.giveBack(ctx, db, cl, err)
 			return
 		}
 		log.Debug().Int("jobs", n).Msg("job request split")
@@ -554,7 +613,8 @@ func (r *router) deliverJob(ctx context.Context, db *store.DB, cm *store.Claimed
 				return
 			}
 			if err != nil {
-				log.Error().Err(err).Msg("load job for a remote runner") // the lease brings the message back
+				log.Error().Err(err).Msg("load job for a remote runner")
+				r.giveBack(ctx, db, cl, err)
 				return
 			}
 			r.sendRemote(ctx, db, cl, m, full, rn, log)
@@ -578,6 +638,7 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 		if err := db.SetJobStatus(ctx, j.CallerID, j.ID, model.JobError, "error", reason, "fatal", "1",
 			"finished_at", now.Unix(), "finished_at_ms", now.UnixMilli(), "updated_at", now.Unix()); err != nil {
 			log.Error().Err(err).Msg("record undeliverable job")
+			r.giveBack(ctx, db, cl, err)
 			return
 		}
 	}
@@ -590,6 +651,7 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 	})
 	if err != nil {
 		log.Error().Err(err).Msg("record undeliverable job")
+		r.giveBack(ctx, db, cl, err)
 		return
 	}
 	log.Warn().Str("reason", reason).Msg("job cannot be delivered")
@@ -625,11 +687,14 @@ func (r *router) reportEnd(ctx context.Context, db *store.DB, cl *store.Claim, e
 			backoff *= 2
 		}
 		if time.Since(lastExtend) > r.lease/3 {
-			if ok, _ := db.ExtendLease(ctx, cl, r.lease); !ok {
+			ok, err := db.ExtendLease(ctx, cl, r.lease)
+			if err == nil && !ok {
 				log.Warn().Msg("lost the message's lease; another router takes it")
 				return false
 			}
-			lastExtend = time.Now()
+			if err == nil { // Redis away too: tried again on the next round
+				lastExtend = time.Now()
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/hero-coordinator/hero/lib/app"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
@@ -30,8 +31,19 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 		store: b.Store, log: env.Log, reg: env.Registry, scheduler: herov1.NewSchedulerClient(sc), gateway: gw,
 		id: cfg.RouterID, workers: cfg.Workers, lease: cfg.Lease, remote: cfg.Remote, retention: cfg.Retention,
 	})
+	// The router id names this router's claims: one live process per id. A restart
+	// after a crash on this host takes it at once; elsewhere, once its TTL passed.
+	id, err := b.Store.HoldIdentity(ctx, "router", cfg.RouterID, cfg.Lease)
+	if err != nil {
+		return fmt.Errorf("--router-id %s: %w", cfg.RouterID, err)
+	}
 	herov1.RegisterRouterServer(b.GRPC.Server, &handler{r: r})
 	loopCtx, stop := context.WithCancel(context.Background())
-	b.Add("router", func() error { return r.run(loopCtx) }, func(error) { stop() })
+	b.Add("router", func() error {
+		defer id.Release() // after the loops: the claims are settled by then
+		return r.run(loopCtx)
+	}, func(error) { stop() })
+	keepCtx, stopKeep := context.WithCancel(context.Background())
+	b.Add("router-id", func() error { return id.Keep(keepCtx) }, func(error) { stopKeep() })
 	return b.Run(herov1.Router_ServiceDesc.ServiceName)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ type Config struct {
 	Interpreters   string
 	Concurrency    int
 	WorkerID       string
+	StateDir       string
 	Lease          time.Duration
 	Heartbeat      time.Duration
 	KillGrace      time.Duration
@@ -45,16 +47,13 @@ const DefaultInterpreters = "python=python3,sh=/bin/sh,bash=bash"
 func (c *Config) RegisterFlags(f *config.FlagSet) {
 	c.Common.RegisterFlags(f, ":9656", ":9663")
 	c.Dispatcher.RegisterFlags(f)
-	host, _ := os.Hostname()
-	if host == "" {
-		host = "runner"
-	}
 	f.Uint32Var(&c.RunnerID, "runner-id", "", 1, "the runner record (runner:<id>) this process serves in each context")
 	f.StringVar(&c.Contexts, "contexts", "RUNNER_CONTEXTS", "*", "contexts served: comma-separated ids, or * for every context that has the runner record")
 	f.StringVar(&c.ScriptTypes, "script-types", "", "", "script types served (comma-separated); empty: every type with an interpreter")
 	f.StringVar(&c.Interpreters, "interpreters", "", DefaultInterpreters, "interpreter command per script type: type=command[ args],…; the script comes on stdin")
 	f.IntVar(&c.Concurrency, "concurrency", "", 4, "jobs run at the same time")
-	f.StringVar(&c.WorkerID, "worker-id", "", fmt.Sprintf("%s-%d", host, os.Getpid()), "this process's name in leases and heartbeats; unique per process")
+	f.StringVar(&c.WorkerID, "worker-id", "", "", "this process's name in leases and heartbeats: unique among live processes, stable across restarts of one deployment slot (a restart takes back its jobs at once); empty: runner-<host>-<runner-id>")
+	f.StringVar(&c.StateDir, "state-dir", "", "", "directory where job ends that Redis could not take are kept until it does, for a restart under the same --worker-id to write them; empty: <work-dir>/hero-runner-state/<worker-id>")
 	f.DurationVar(&c.Lease, "lease", "", 30*time.Second, "a claimed job returns to its queue this long after its runner stopped heart-beating")
 	f.DurationVar(&c.Heartbeat, "heartbeat", "", 5*time.Second, "how often the process announces itself and extends its leases")
 	f.DurationVar(&c.KillGrace, "kill-grace", "", 500*time.Millisecond, "time between SIGTERM and SIGKILL when a job is stopped or times out")
@@ -137,8 +136,11 @@ func (c *Config) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > 4096 {
 		return fmt.Errorf("--concurrency must be between 1 and 4096")
 	}
-	if c.WorkerID == "" || strings.ContainsAny(c.WorkerID, "\t\n ") {
-		return fmt.Errorf("--worker-id must be a non-empty name without spaces")
+	if c.WorkerID == "" {
+		c.WorkerID = DefaultWorkerID(c.RunnerID)
+	}
+	if strings.ContainsAny(c.WorkerID, "\t\n ") {
+		return fmt.Errorf("--worker-id must be a name without spaces")
 	}
 	if c.Lease < time.Second || c.Heartbeat <= 0 || c.Heartbeat*2 > c.Lease {
 		return fmt.Errorf("--lease must be at least 1s and at least twice --heartbeat")
@@ -152,7 +154,24 @@ func (c *Config) Validate() error {
 	if st, err := os.Stat(c.WorkDir); err != nil || !st.IsDir() {
 		return fmt.Errorf("--work-dir %q is not a directory", c.WorkDir)
 	}
+	if c.StateDir == "" {
+		c.StateDir = filepath.Join(c.WorkDir, "hero-runner-state", c.WorkerID)
+	}
+	if err := os.MkdirAll(c.StateDir, 0o700); err != nil {
+		return fmt.Errorf("--state-dir: %v", err)
+	}
 	return nil
+}
+
+// DefaultWorkerID is runner-<host>-<runner id>: stable across restarts on one host (a
+// container keeps its host name across restarts, a Kubernetes pod its name), so that
+// a restarted process takes its jobs back at once.
+func DefaultWorkerID(runnerID uint32) string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	return fmt.Sprintf("runner-%s-%d", host, runnerID)
 }
 
 // CommonConfig returns the shared settings.

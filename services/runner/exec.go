@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
@@ -95,8 +97,11 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 
 func (r *runner) finish(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, o store.JobOutcome, reason string, log zerolog.Logger) {
 	st := string(j.ScriptType)
-	// Ends that arrive together are written in one round trip (r.finisher).
-	ok, err := r.finisher.Do(ctx, store.Finish{DB: db, Claim: cl, Job: j, Outcome: o})
+	ok, err := r.writeEnd(ctx, store.Finish{DB: db, Claim: cl, Job: j, Outcome: o}, log)
+	if errors.Is(err, errHandedOver) {
+		log.Warn().Str("state_dir", r.cfg.StateDir).Msg("job's end not written before the shutdown: kept for the restart under this worker id")
+		return
+	}
 	if err != nil {
 		log.Error().Err(err).Msg("finish job")
 		return
@@ -111,6 +116,54 @@ func (r *runner) finish(ctx context.Context, db *store.DB, cl *store.Claim, j *m
 	} else {
 		r.m.failed.WithLabelValues(st, reason).Inc()
 		log.Info().Str("error", o.Error).Msg("job failed")
+	}
+}
+
+// errHandedOver: the shutdown came before Redis took a job's end; the end is in the
+// state directory, for the restart.
+var errHandedOver = errors.New("job end handed over to the restart")
+
+// writeEnd writes a run's end (ends that arrive together go in one round trip:
+// r.finisher). A passing Redis fault does not lose it: from the first failure on the
+// end is also kept in the state directory, the job's lease is extended whenever Redis
+// answers, and the write is tried again with backoff until it is written (its file
+// then removed) or the shutdown gives up waiting (errHandedOver: the file stays). A
+// lasting error drops it (the lease brings the job back).
+func (r *runner) writeEnd(ctx context.Context, f store.Finish, log zerolog.Logger) (bool, error) {
+	var bo fault.Backoff
+	saved := ""
+	defer func() {
+		if saved != "" {
+			_ = os.Remove(saved)
+		}
+	}()
+	lastExtend := time.Now()
+	for {
+		ok, err := r.finisher.Do(ctx, f)
+		if err == nil || !fault.Transient(err) {
+			return ok, err
+		}
+		r.m.endRetries.Inc()
+		if saved == "" {
+			path, serr := r.savePending(f)
+			if serr != nil {
+				log.Error().Err(serr).Msg("keep the job's end in the state directory")
+			}
+			saved = path
+		}
+		log.Warn().Err(err).Msg("write the job's end: Redis unavailable; retrying")
+		if time.Since(lastExtend) >= r.cfg.Heartbeat {
+			if _, err := f.DB.ExtendLease(ctx, f.Claim, r.cfg.Lease); err == nil {
+				lastExtend = time.Now()
+			}
+		}
+		if !bo.Sleep(r.endCtx) {
+			if saved != "" {
+				saved = "" // the file stays for the restart
+				return false, errHandedOver
+			}
+			return false, err
+		}
 	}
 }
 
@@ -135,7 +188,14 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	resultFile := filepath.Join(dir, "result")
-	env, err := r.environment(ctx, db, j, resultFile, dir)
+	var env []string
+	var bo fault.Backoff
+	for {
+		env, err = r.environment(ctx, db, j, resultFile, dir)
+		if err == nil || !fault.Transient(err) || !bo.Sleep(r.endCtx) {
+			break // a passing fault is waited out: it is no failure of the job
+		}
+	}
 	if err != nil {
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "prepare environment: " + err.Error()}, "start_error"}
 	}

@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/groupcommit"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
@@ -35,6 +39,13 @@ type runner struct {
 	jobs    sync.WaitGroup
 	jobCtx  context.Context // outlives the loops: running jobs finish during a drain
 	stopJob context.CancelFunc
+	// endCtx ends when the drain gives up: ends still waiting for Redis then stay in
+	// the state directory for the restart.
+	endCtx  context.Context
+	stopEnd context.CancelFunc
+	// waitFailed: a wait for wake tokens failed (Redis away); a token taken by a wait
+	// whose answer was lost is made up for by a claim without one.
+	waitFailed atomic.Bool
 	// finisher writes the ends of runs that finish together in one round trip.
 	finisher *groupcommit.Committer[store.Finish, bool]
 	// tasks hands a claimed job to an idle worker goroutine; workers live on after a
@@ -71,6 +82,8 @@ type runnerMetrics struct {
 	queueWait  prometheus.Histogram
 	requeued   prometheus.Counter
 	lostLeases prometheus.Counter
+	endRetries prometheus.Counter
+	handedIn   *prometheus.CounterVec
 }
 
 func newRunner(p runnerParams) *runner {
@@ -95,9 +108,13 @@ func newRunner(p runnerParams) *runner {
 				Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60}}),
 			requeued:   f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_lease_requeues_total", Help: "Jobs of dead runner processes put back on their queue."}),
 			lostLeases: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_lost_leases_total", Help: "Jobs this process stopped because their lease was lost."}),
+			endRetries: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_end_write_retries_total", Help: "Writes of a job's end retried after a passing Redis fault."}),
+			handedIn: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_runner_ends_handed_over_total",
+				Help: "Job ends a previous process of this worker id left in the state directory, by outcome (written, taken_over: another run holds the job now)."}, []string{"outcome"}),
 		},
 	}
 	r.jobCtx, r.stopJob = context.WithCancel(context.Background())
+	r.endCtx, r.stopEnd = context.WithCancel(r.jobCtx)
 	r.finisher = groupcommit.New(groupcommit.Params[store.Finish, bool]{Max: 128, Fn: func(ctx context.Context, fs []store.Finish) ([]bool, []error) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -114,6 +131,7 @@ func newRunner(p runnerParams) *runner {
 func (r *runner) run(ctx context.Context) error {
 	defer r.stopExecutors()
 	r.refreshServed(ctx)
+	r.writeHandedOver(ctx)
 	r.recover(ctx)
 	var wg sync.WaitGroup
 	loops := []func(context.Context){r.controlLoop, r.heartbeatLoop, r.sweepLoop, r.watchControl}
@@ -216,6 +234,44 @@ func (r *runner) queues() []string {
 	return qs
 }
 
+// writeHandedOver writes the job ends a previous process of this worker id could not
+// (they wait in the state directory), before its claims are handed back: those jobs
+// are not run again. Passing faults are retried until ctx ends.
+func (r *runner) writeHandedOver(ctx context.Context) {
+	for _, p := range r.loadPending() {
+		db, err := r.store.Ctx(p.ContextID)
+		if err != nil {
+			r.log.Error().Err(err).Uint32(obs.KeyContextID, p.ContextID).Msg("job end of an unusable context: dropped")
+			_ = os.Remove(r.pendingFile(store.Finish{DB: &store.DB{ContextID: p.ContextID}, Claim: &p.Claim, Job: p.Job}))
+			continue
+		}
+		f := store.Finish{DB: db, Claim: &p.Claim, Job: p.Job, Outcome: p.Outcome}
+		log := r.log.With().Uint32(obs.KeyContextID, p.ContextID).Uint32(obs.KeyFlowID, p.Job.FlowID).Uint32(obs.KeyJobID, p.Job.ID).Uint32(obs.KeyCallerID, p.Job.CallerID).Logger()
+		var ok bool
+		var bo fault.Backoff
+		for {
+			oks, errs := store.FinishJobs(ctx, []store.Finish{f})
+			ok, err = oks[0], errs[0]
+			if err == nil || !fault.Transient(err) || !bo.Sleep(ctx) {
+				break
+			}
+		}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return // still kept: the next start writes it
+		case err != nil:
+			log.Error().Err(err).Msg("write a job end handed over by the previous process: dropped")
+		case ok:
+			r.m.handedIn.WithLabelValues("written").Inc()
+			log.Info().Str("status", string(p.Outcome.Status)).Msg("wrote a job end handed over by the previous process of this worker id")
+		default:
+			r.m.handedIn.WithLabelValues("taken_over").Inc()
+			log.Warn().Msg("job end handed over by the previous process: the job was taken over meanwhile; dropped")
+		}
+		_ = os.Remove(r.pendingFile(f))
+	}
+}
+
 // recover hands back the jobs this worker id held before a restart.
 func (r *runner) recover(ctx context.Context) {
 	for _, id := range r.servedContexts() {
@@ -264,6 +320,7 @@ func (r *runner) claimLoop(ctx context.Context) {
 		if err != nil {
 			<-r.slots
 			if ctx.Err() == nil {
+				r.waitFailed.Store(true)
 				r.log.Error().Err(err).Msg("wait for jobs")
 				sleepCtx(ctx, time.Second)
 			}
@@ -279,6 +336,9 @@ func (r *runner) claimLoop(ctx context.Context) {
 		ctxID, queue, ok := store.ParseWakeQueue(key)
 		if claimed := ok && r.claim(ctx, ctxID, queue, true); !claimed {
 			<-r.slots
+		}
+		if r.waitFailed.Swap(false) {
+			r.claimWithoutToken(ctx, served)
 		}
 	}
 }
@@ -315,7 +375,10 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 	got, err := db.ClaimStarts(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, traces, store.Wake{Key: keys.WakeQueue(ctxID, queue), Token: "1", Held: held})
 	if err != nil && ctx.Err() == nil {
 		r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
-		// a started job the error hid comes back with its lease
+		var un *store.UnansweredClaimError
+		if errors.As(err, &un) {
+			r.releaseClaims(ctx, db, un.ClaimIDs)
+		}
 	}
 	started := 0
 	for _, s := range got {
@@ -338,6 +401,26 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 		<-r.slots
 	}
 	return started > 0
+}
+
+// releaseClaims gives back claims that a failed claim call may have made (its
+// answer was lost): their jobs go back on their queue now rather than when their
+// lease ends. Passing faults are retried until Redis answers or ctx ends (the leases
+// then bring the jobs back).
+func (r *runner) releaseClaims(ctx context.Context, db *store.DB, ids []string) {
+	var bo fault.Backoff
+	for {
+		moved, err := db.ReleaseClaims(ctx, r.cfg.WorkerID, ids)
+		if err == nil {
+			if len(moved) > 0 {
+				r.log.Warn().Uint32(obs.KeyContextID, db.ContextID).Int("jobs", len(moved)).Msg("jobs claimed by a call whose answer was lost: back on their queue")
+			}
+			return
+		}
+		if !fault.Transient(err) || !bo.Sleep(ctx) {
+			return
+		}
+	}
 }
 
 func (r *runner) claimWithoutToken(ctx context.Context, served []uint32) {
@@ -484,6 +567,7 @@ func (r *runner) drain() {
 	for _, ex := range left {
 		ex.handBack()
 	}
+	r.stopEnd() // ends still waiting for Redis stay in the state directory
 	<-done
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

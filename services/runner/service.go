@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/hero-coordinator/hero/lib/app"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
@@ -16,9 +17,20 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	if err := r.startExecutors(ctx); err != nil {
 		return err
 	}
+	// The worker id names this process's claims: one live process per id. A restart
+	// after a crash on this host takes it at once; elsewhere, once its TTL passed.
+	id, err := b.Store.HoldIdentity(ctx, "runner", cfg.WorkerID, cfg.Lease)
+	if err != nil {
+		return fmt.Errorf("--worker-id %s: %w", cfg.WorkerID, err)
+	}
 	herov1.RegisterRunnerControlServer(b.GRPC.Server, &handler{r: r})
 	loopCtx, stop := context.WithCancel(context.Background())
-	b.Add("runner", func() error { return r.run(loopCtx) }, func(error) { stop() })
+	b.Add("runner", func() error {
+		defer id.Release() // after the drain: the claims are handed back by then
+		return r.run(loopCtx)
+	}, func(error) { stop() })
+	keepCtx, stopKeep := context.WithCancel(context.Background())
+	b.Add("worker-id", func() error { return id.Keep(keepCtx) }, func(error) { stopKeep() })
 	if cfg.Dispatcher.Enabled() {
 		// The Hero Dispatcher protocol (seed 000): hero: job hashes and work queues.
 		dw, err := cfg.Dispatcher.Open(ctx, cfg.RedisURL, cfg.WorkerID, cfg.RedisConnectTimeout, cfg.ShutdownTimeout/2, env.Log, env.Registry)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
@@ -31,6 +32,9 @@ type engine struct {
 	retention  time.Duration
 	wakeDue    chan struct{}
 	m          metrics
+	// life ends with the process: dispatches retried through a Redis fault outlive
+	// the call (a JobsDone) that made their nodes ready.
+	life context.Context
 }
 
 type engineParams struct {
@@ -41,6 +45,7 @@ type engineParams struct {
 	retryCap   time.Duration
 	sweepEvery time.Duration
 	retention  time.Duration
+	life       context.Context // the process's lifetime (nil: never ends)
 }
 
 type metrics struct {
@@ -52,6 +57,7 @@ type metrics struct {
 	recovered     prometheus.Counter
 	expired       *prometheus.CounterVec
 	cancelled     prometheus.Counter
+	writeRetries  prometheus.Counter
 }
 
 func newEngine(p engineParams) *engine {
@@ -68,7 +74,12 @@ func newEngine(p engineParams) *engine {
 			recovered:     f.NewCounter(prometheus.CounterOpts{Name: "hero_scheduler_recovered_total", Help: "Nodes the safety sweep had to dispatch or complete (lost wake-ups)."}),
 			expired:       f.NewCounterVec(prometheus.CounterOpts{Name: "hero_retention_deleted_total", Help: "Ended flows and standalone jobs deleted when their retention ended, by kind (flow, job)."}, []string{"kind"}),
 			cancelled:     f.NewCounter(prometheus.CounterOpts{Name: "hero_flows_cancelled_total", Help: "Flows cancelled."}),
+			writeRetries:  f.NewCounter(prometheus.CounterOpts{Name: "hero_scheduler_dispatch_retries_total", Help: "Dispatches of ready jobs retried after a passing Redis fault."}),
 		},
+		life: p.life,
+	}
+	if e.life == nil {
+		e.life = context.Background()
 	}
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "hero_flows_active", Help: "Flows started and not yet ended."}, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -182,6 +193,12 @@ func (e *engine) dispatchBatch(ctx context.Context, db *store.DB, flowID, caller
 	}
 	if err != nil {
 		e.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, flowID).Int("jobs", len(jobs)).Msg("dispatch jobs")
+		if fault.Transient(err) {
+			// The nodes are ready (the completion that made them so is written): try
+			// again once Redis answers rather than wait for the safety sweep. A
+			// dispatch that got through already is not repeated (the script checks).
+			go e.redispatch(db, flowID, callerID, jobs, startedAt)
+		}
 		return
 	}
 	for _, r := range res {
@@ -191,6 +208,32 @@ func (e *engine) dispatchBatch(ctx context.Context, db *store.DB, flowID, caller
 		}
 		e.m.dispatched.Inc()
 		e.log.Debug().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, flowID).Uint32(obs.KeyJobID, r.JobID).Str(obs.KeyMessage, r.MsgKey).Uint32("attempt", r.Attempt).Msg("job dispatched")
+	}
+}
+
+// redispatch retries a dispatch that failed on a passing Redis fault, with backoff,
+// until it goes through, fails otherwise, or the process ends.
+func (e *engine) redispatch(db *store.DB, flowID, callerID uint32, jobs []*model.Job, startedAt time.Time) {
+	var bo fault.Backoff
+	for bo.Sleep(e.life) {
+		ctx, cancel := context.WithTimeout(e.life, 10*time.Second)
+		var err error
+		if startedAt.IsZero() {
+			_, err = db.DispatchMany(ctx, flowID, callerID, jobs, store.ActorScheduler, 0)
+		} else {
+			_, err = db.DispatchStarted(ctx, flowID, callerID, jobs, store.ActorScheduler, startedAt)
+		}
+		cancel()
+		e.m.writeRetries.Inc()
+		if err == nil {
+			e.m.dispatched.Add(float64(len(jobs)))
+			e.log.Info().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, flowID).Int("jobs", len(jobs)).Msg("dispatched after a Redis fault")
+			return
+		}
+		if !fault.Transient(err) {
+			e.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, flowID).Msg("dispatch jobs (the safety sweep tries again)")
+			return
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/protoconv"
 	"github.com/hero-coordinator/hero/lib/store"
@@ -95,6 +96,8 @@ func toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, errAlreadyEnded), errors.Is(err, store.ErrConflict):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case fault.Transient(err):
+		return status.Error(codes.Unavailable, err.Error()) // Redis away: try again
 	}
 	return status.Error(codes.Internal, err.Error())
 }

@@ -12,12 +12,13 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	if err != nil {
 		return err
 	}
+	loopCtx, stop := context.WithCancel(context.Background())
 	eng := newEngine(engineParams{
 		store: b.Store, log: env.Log, reg: env.Registry,
 		retryBase: cfg.RetryBase, retryCap: cfg.RetryCap, sweepEvery: cfg.SafetySweep, retention: cfg.Retention,
+		life: loopCtx,
 	})
 	herov1.RegisterSchedulerServer(b.GRPC.Server, &handler{eng: eng})
-	loopCtx, stop := context.WithCancel(context.Background())
 	b.Add("engine", func() error { return eng.run(loopCtx) }, func(error) { stop() })
 	return b.Run(herov1.Scheduler_ServiceDesc.ServiceName)
 }

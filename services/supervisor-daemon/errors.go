@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
 )
@@ -106,7 +107,7 @@ func toAPIError(err error) *apiError {
 			return &apiError{Code: codeTimeout, Msg: st.Message()}
 		}
 	}
-	if store.IsUnavailable(err) {
+	if fault.Transient(err) {
 		return unavailable(err)
 	}
 	return &apiError{Code: codeInternal, Msg: "internal error: " + err.Error()}

@@ -89,17 +89,43 @@ func TestKillRouterMidFlow(t *testing.T) {
 	checkCrashFlow(t, s, c, 61, 1)
 }
 
-// Acceptance (core 6): kill -9 of the runner mid-job: after a restart the job runs again
-// (its lease expired), and it finishes once.
+// Acceptance (core 6; issue 17, 3): kill -9 of the runner mid-job; restarted under its
+// default worker id, it takes its job back at once (within 3 s, with a 30 s lease:
+// not by the lease's expiry), runs it again, and the flow finishes, every job once.
 func TestKillRunnerMidFlow(t *testing.T) {
-	s, c := newStack(t, harness.StackOptions{})
+	s, c := newStack(t, harness.StackOptions{RunnerArgs: []string{"--lease", "30s", "--heartbeat", "5s"}})
 	crashFlow(t, c, 62, "3")
 	dead := loadJob(t, c, 1).Worker
 	s.Runner.Kill()
+	restart := time.Now()
 	s.Start("runner")
+	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, 1).StartedAtMs > restart.UnixMilli() }) {
+		t.Fatal("job 1 was not started again")
+	}
+	if took := time.UnixMilli(loadJob(t, c, 1).StartedAtMs).Sub(restart); took > 3*time.Second {
+		t.Errorf("the restarted runner took job 1 back after %v, want within 3 s", took)
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.Runner.WaitLog(wctx, "took back jobs held before a restart"); err != nil {
+		t.Error(err)
+	}
 	checkCrashFlow(t, s, c, 62, 2)
-	if w := loadJob(t, c, 1).Worker; w == dead || w == "" {
-		t.Errorf("job 1 finished on %q; want the new runner process, not %q", w, dead)
+	if w := loadJob(t, c, 1).Worker; w != dead || !strings.HasPrefix(w, "runner-") {
+		t.Errorf("job 1 finished on %q; want the default worker id of the killed runner, %q", w, dead)
+	}
+}
+
+// Acceptance (issue 17, 3): two live runners under one worker id: the second is
+// refused at start with an error that says why.
+func TestSecondRunnerWithSameIDRefused(t *testing.T) {
+	s, _ := newStack(t, harness.StackOptions{})
+	p, err := harness.StartProc(s.BinDir, "runner", s.RedisURL, harness.Options{Args: s.Args["runner"]})
+	if p != nil {
+		p.Kill()
+	}
+	if err == nil || !strings.Contains(err.Error(), "in use by a live process") || !strings.Contains(err.Error(), "--worker-id") {
+		t.Fatalf("a second runner with the same worker id: %v", err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,6 +178,7 @@ func (s *Server) logTail() string {
 // Stop kills the server and removes its directory.
 func (s *Server) Stop() {
 	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server dies too
 		_ = s.cmd.Process.Kill()
 		<-s.done
 	}
@@ -219,4 +221,58 @@ func (s *Server) Keys(t testing.TB, db int) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// How a fault test takes the server down.
+const (
+	DownKill     = "kill"     // SIGKILL: what AOF with appendfsync always wrote survives
+	DownShutdown = "shutdown" // SHUTDOWN NOSAVE: the server exits at once, saving nothing
+)
+
+// Down takes the server down (DownKill or DownShutdown) and waits for its exit. Up
+// starts it again on the same port and directory.
+func (s *Server) Down(how string) error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return errors.New("redis-server is not running")
+	}
+	switch how {
+	case DownKill:
+		_ = s.cmd.Process.Kill()
+	case DownShutdown:
+		c := s.rawClient()
+		_ = c.ShutdownNoSave(context.Background()).Err() // the connection closes: no answer
+		_ = c.Close()
+	default:
+		return fmt.Errorf("redistest: unknown way down %q", how)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(15 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd = nil
+	return nil
+}
+
+// Up starts a server taken down by Down again, on the same port and directory (with
+// AOF on, it loads what it wrote), and waits until it accepts connections.
+func (s *Server) Up() error {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return err
+	}
+	return s.start(bin)
+}
+
+// Pause stops the server's process (SIGSTOP): connections stay open, nothing
+// answers. Resume continues it (SIGCONT).
+func (s *Server) Pause() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server.
+func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
+
+func (s *Server) rawClient() *redis.Client {
+	opt, _ := redis.ParseURL(s.URL)
+	return redis.NewClient(opt)
 }

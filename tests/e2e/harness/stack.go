@@ -51,7 +51,7 @@ func StartStack(t testing.TB, binDir, redisURL string, opt StackOptions) *Stack 
 	s := &Stack{t: t, BinDir: binDir, RedisURL: redisURL, Args: map[string][]string{
 		"scheduler":         append([]string{"--retry-base", "100ms", "--retry-cap", "1s"}, opt.SchedulerArgs...),
 		"router":            append([]string{"--lease", "3s"}, opt.RouterArgs...),
-		"runner":            append([]string{"--lease", "3s", "--heartbeat", "1s", "--kill-grace", "200ms"}, opt.RunnerArgs...),
+		"runner":            append([]string{"--lease", "3s", "--heartbeat", "1s", "--kill-grace", "200ms", "--state-dir", t.TempDir()}, opt.RunnerArgs...),
 		"supervisor-daemon": opt.APIArgs,
 	}}
 	s.Scheduler = s.Start("scheduler")

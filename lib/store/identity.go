@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/fault"
+)
+
+// Identities. A runner process's worker id and a router's consumer id name its
+// claims (processing lists, leases), and they are stable for a deployment slot, so
+// that a process restarted after a crash takes its own claims back at once. Two live
+// processes under one id would take each other's claims: each holds its id in DB 0
+// (coord:owner:<kind>:<id> = "<host>\t<pid>\t<process start>\t<nonce>", with a TTL
+// that a live holder refreshes), and a second live process is refused.
+
+// IdentityKey is the DB-0 key that holds an id of a kind ("runner", "router").
+func IdentityKey(kind, id string) string { return "coord:owner:" + kind + ":" + id }
+
+// ErrIdentityInUse: a live process holds the id.
+var ErrIdentityInUse = errors.New("id in use by a live process")
+
+// Identity is an id this process holds.
+type Identity struct {
+	s          *Store
+	key, value string
+	ttl        time.Duration
+}
+
+// acquireScript: KEYS the identity key; ARGV value, ttl ms, the value to replace ("":
+// only if free). Sets it when free or when it holds the value to replace; returns
+// the value held before ("" when it was free).
+var acquireScript = NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if not cur or cur == ARGV[3] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return cur or ''
+end
+return cur
+`)
+
+// refreshScript: KEYS the identity key; ARGV value, ttl ms. Extends the hold, or takes
+// the id again when it expired (Redis was away longer than the TTL); returns the
+// value that holds it now.
+var refreshScript = NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if not cur or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return ARGV[1]
+end
+return cur
+`)
+
+// releaseScript: KEYS the identity key; ARGV value. Deletes it if it is ours.
+var releaseIdentityScript = NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// HoldIdentity takes id of kind for this process. A free id is taken at once; so is
+// one held by an earlier life of this process slot (same host, and its process is
+// gone: a crash and restart). One held by a process elsewhere is waited for until its
+// TTL passes (a crashed holder stops refreshing it), for at most twice the TTL; a
+// holder that is alive keeps it: ErrIdentityInUse, which names the holder. ttl is how
+// long a crashed holder blocks the id; Keep refreshes it.
+func (s *Store) HoldIdentity(ctx context.Context, kind, id string, ttl time.Duration) (*Identity, error) {
+	host, _ := os.Hostname()
+	pid := os.Getpid()
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	me := strings.Join([]string{host, strconv.Itoa(pid), procStart(pid), hex.EncodeToString(nonce[:])}, "\t")
+	key := IdentityKey(kind, id)
+	deadline := time.Now().Add(2 * ttl)
+	replace := ""
+	var bo fault.Backoff
+	for {
+		cur, err := acquireScript.Run(ctx, s.G(), []string{key}, me, ttl.Milliseconds(), replace).Text()
+		switch {
+		case err != nil && fault.Transient(err) && ctx.Err() == nil:
+			if !bo.Sleep(ctx) {
+				return nil, ctx.Err()
+			}
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("hold %s id %q: %w", kind, id, err)
+		case cur == "" || cur == replace:
+			return &Identity{s: s, key: key, value: me, ttl: ttl}, nil
+		}
+		f := strings.Split(cur, "\t")
+		if len(f) == 4 && f[0] == host {
+			// Same host: its process is alive or not, and if not this is a restart.
+			if p, _ := strconv.Atoi(f[1]); p == pid || !procAlive(p, f[2]) {
+				replace = cur
+				continue
+			}
+			return nil, fmt.Errorf("%w: %s id %q is held by process %s on this host (%s): give each process its own id", ErrIdentityInUse, kind, id, f[1], host)
+		}
+		if time.Now().After(deadline) {
+			holder := cur
+			if len(f) == 4 {
+				holder = "process " + f[1] + " on " + f[0]
+			}
+			return nil, fmt.Errorf("%w: %s id %q is held by %s, which kept it alive for %s: give each process its own id", ErrIdentityInUse, kind, id, holder, 2*ttl)
+		}
+		// Another host: a crashed holder's TTL runs out; a live one refreshes it.
+		t := time.NewTimer(min(ttl/4, time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Keep refreshes the hold every TTL/3 until ctx ends (Release gives it up). It
+// returns an error when another process took the id (this one had been away longer
+// than the TTL); passing Redis faults are retried.
+func (i *Identity) Keep(ctx context.Context) error {
+	t := time.NewTicker(i.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, i.ttl/3)
+		cur, err := refreshScript.Run(rctx, i.s.G(), []string{i.key}, i.value, i.ttl.Milliseconds()).Text()
+		cancel()
+		if err == nil && cur != i.value {
+			return fmt.Errorf("%w: %s was taken by another process (%q) while this one could not refresh it", ErrIdentityInUse, i.key, cur)
+		}
+	}
+}
+
+// Release gives the id up (if this process still holds it).
+func (i *Identity) Release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = releaseIdentityScript.Run(ctx, i.s.G(), []string{i.key}, i.value).Err()
+}
+
+// procStart is when a process started (field 22 of /proc/<pid>/stat, in clock
+// ticks since boot), which tells a pid reused by another process; "" without /proc.
+func procStart(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		if f := strings.Fields(s[i+1:]); len(f) > 19 {
+			return f[19]
+		}
+	}
+	return ""
+}
+
+// procAlive says whether the process pid that started at start (procStart) runs.
+func procAlive(pid int, start string) bool {
+	if pid <= 0 {
+		return false
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	return start == "" || procStart(pid) == start
+}
