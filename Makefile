@@ -13,6 +13,9 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 TEST_FLAGS ?= -race -count=1 -timeout 20m
+# The e2e core suite, run a second time against a Redis that serves TLS only, with
+# client certificates and ACL users (tests/e2e/services_test.go: HERO_E2E_REDIS).
+CORE_TESTS := ^(TestDiamondFlow|TestRetryThenFail|TestTimeoutKillsProcessGroup|TestStopRunningJob|TestJobRun|TestFlowWait|TestResultFileLogsAndDiscover|TestPermissionMatrix|TestDispatcher.*)$$
 
 .PHONY: help
 help: ## list the targets
@@ -37,6 +40,8 @@ test: deps ## run every module's tests (with -race) against a real redis-server
 		echo "== test $$m"; \
 		(cd $$m && $(GO) test $(TEST_FLAGS) ./...); \
 	done
+	@echo "== test tests/e2e core suite against Redis over TLS (client certificates) with ACL users"
+	@cd tests/e2e && HERO_E2E_REDIS=secure $(GO) test $(TEST_FLAGS) -run '$(CORE_TESTS)' ./
 
 .PHONY: fuzz
 fuzz: ## a short bounded fuzz run of the RRQ frame decoder

@@ -126,18 +126,19 @@ func (c *WorkerConfig) NewWorker(rdb *redis.Client, processID string, shutdown t
 	})
 }
 
-// Open connects to the dispatcher DB of the server at redisURL and builds the worker,
+// Open connects to the dispatcher DB of the server of base (the store's connection
+// options: address, TLS, user) and builds the worker,
 // which owns that connection (Run closes it when it returns). processID names the
 // process (the runner's --worker-id fits); drain is how long running jobs may finish
 // at shutdown before they are handed back.
-func (c *WorkerConfig) Open(ctx context.Context, redisURL, processID string, connectTimeout, drain time.Duration, log zerolog.Logger, reg prometheus.Registerer) (*Worker, error) {
+func (c *WorkerConfig) Open(ctx context.Context, base *redis.Options, processID string, connectTimeout, drain time.Duration, log zerolog.Logger, reg prometheus.Registerer) (*Worker, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	if !c.Enabled() {
 		return nil, fmt.Errorf("--dispatcher-workers is empty: the dispatcher worker is off")
 	}
-	rdb, err := OpenRedis(ctx, redisURL, c.DB, len(c.specs)+16, connectTimeout)
+	rdb, err := OpenRedis(ctx, base, c.DB, len(c.specs)+16, connectTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -185,13 +186,13 @@ func (c *ClientConfig) NewClient(rdb *redis.Client, reg prometheus.Registerer) (
 	return NewClient(rdb, ClientOptions{Prefix: c.Prefix, LogDir: c.LogDir, Registerer: reg})
 }
 
-// Open connects to the dispatcher DB of the server at redisURL and builds the client,
+// Open connects to the dispatcher DB of the server of base and builds the client,
 // which owns that connection (Close closes it).
-func (c *ClientConfig) Open(ctx context.Context, redisURL string, poolSize int, connectTimeout time.Duration, reg prometheus.Registerer) (*Client, error) {
+func (c *ClientConfig) Open(ctx context.Context, base *redis.Options, poolSize int, connectTimeout time.Duration, reg prometheus.Registerer) (*Client, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	rdb, err := OpenRedis(ctx, redisURL, c.DB, poolSize, connectTimeout)
+	rdb, err := OpenRedis(ctx, base, c.DB, poolSize, connectTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -204,32 +205,29 @@ func (c *ClientConfig) Open(ctx context.Context, redisURL string, poolSize int, 
 	return cl, nil
 }
 
-// OpenRedis connects to the server of url on db (the URL's own DB is replaced) and
-// checks it answers within timeout. poolSize ≤ 0 keeps go-redis's default.
-func OpenRedis(ctx context.Context, url string, db, poolSize int, timeout time.Duration) (*redis.Client, error) {
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("dispatcher redis: %v", config.RedactURL(err.Error()))
-	}
+// OpenRedis connects to the server of base on db and checks it answers within
+// timeout. poolSize ≤ 0 keeps go-redis's default.
+func OpenRedis(ctx context.Context, base *redis.Options, db, poolSize int, timeout time.Duration) (*redis.Client, error) {
+	opt := *base
 	opt.DB = db
 	if poolSize > 0 {
 		opt.PoolSize = poolSize
 	}
-	rdb := redis.NewClient(opt)
+	rdb := redis.NewClient(&opt)
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
 	deadline := time.Now().Add(timeout)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err = rdb.Ping(pctx).Err()
+		err := rdb.Ping(pctx).Err()
 		cancel()
 		if err == nil {
 			return rdb, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			_ = rdb.Close()
-			return nil, fmt.Errorf("dispatcher redis %s db %d: %v", config.RedactURL(url), db, err)
+			return nil, fmt.Errorf("dispatcher redis %s db %d: %v", opt.Addr, db, err)
 		}
 		t := time.NewTimer(250 * time.Millisecond)
 		select {

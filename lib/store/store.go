@@ -314,6 +314,14 @@ func (s *Store) Ping(ctx context.Context) error {
 // commands are fine on it.
 func (s *Store) G() *redis.Client { return s.primary.fixed }
 
+// RedisOptions are the connection options of the primary server (address, TLS,
+// user and password), a copy for a client of its own (the Hero Dispatcher's DB).
+func (s *Store) RedisOptions() *redis.Options {
+	o := *s.primary.fixed.Options()
+	o.DB = 0
+	return &o
+}
+
 // ServerFor returns the server that holds a context.
 func (s *Store) ServerFor(ctxID uint32) *Server {
 	for _, r := range s.rules {

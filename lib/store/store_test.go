@@ -45,10 +45,15 @@ func mustCtx(t testing.TB, s *store.Store, id uint32) *store.DB {
 	return db
 }
 
+var (
+	pkA = strings.Repeat("ab", 32)
+	pkB = strings.Repeat("cd", 32)
+)
+
 func TestActorRoundTrip(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
-	in := &model.Actor{ID: 12, Pubkey: "abc", Address: []string{"mycelium://x", "topic-y"}}
+	in := &model.Actor{ID: 12, Pubkey: pkA, Address: []string{"mycelium://x", "topic-y"}}
 	out, created, err := s.CreateActor(ctx, in)
 	if err != nil || !created {
 		t.Fatalf("create: %v %v", created, err)
@@ -57,7 +62,7 @@ func TestActorRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Pubkey != "abc" || !reflect.DeepEqual(got.Address, in.Address) || got.CreatedAt == 0 || got.CreatedAt != out.CreatedAt {
+	if got.Pubkey != pkA || !reflect.DeepEqual(got.Address, in.Address) || got.CreatedAt == 0 || got.CreatedAt != out.CreatedAt {
 		t.Fatalf("round trip: %+v", got)
 	}
 	// Stored in DB 0 under the seed's key.
@@ -65,10 +70,10 @@ func TestActorRoundTrip(t *testing.T) {
 		t.Fatalf("actor:12 not in DB 0")
 	}
 	// Same content again: fine, not created. Other content: already exists.
-	if _, created, err := s.CreateActor(ctx, &model.Actor{ID: 12, Pubkey: "abc", Address: in.Address}); err != nil || created {
+	if _, created, err := s.CreateActor(ctx, &model.Actor{ID: 12, Pubkey: pkA, Address: in.Address}); err != nil || created {
 		t.Fatalf("retry: %v %v", created, err)
 	}
-	_, _, err = s.CreateActor(ctx, &model.Actor{ID: 12, Pubkey: "other"})
+	_, _, err = s.CreateActor(ctx, &model.Actor{ID: 12, Pubkey: pkB})
 	if !errors.Is(err, store.ErrExists) || !strings.Contains(err.Error(), "pubkey") {
 		t.Fatalf("conflict: %v", err)
 	}

@@ -33,7 +33,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	b.Add("worker-id", func() error { return id.Keep(keepCtx) }, func(error) { stopKeep() })
 	if cfg.Dispatcher.Enabled() {
 		// The Hero Dispatcher protocol (seed 000): hero: job hashes and work queues.
-		dw, err := cfg.Dispatcher.Open(ctx, cfg.RedisURL, cfg.WorkerID, cfg.RedisConnectTimeout, cfg.ShutdownTimeout/2, env.Log, env.Registry)
+		dw, err := cfg.Dispatcher.Open(ctx, b.Store.RedisOptions(), cfg.WorkerID, cfg.RedisConnectTimeout, cfg.ShutdownTimeout/2, env.Log, env.Registry)
 		if err != nil {
 			return err
 		}

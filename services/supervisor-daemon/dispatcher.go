@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hero-coordinator/hero/lib/config"
 	"github.com/hero-coordinator/hero/lib/dispatcher"
@@ -26,9 +27,9 @@ type dispatcherService struct {
 }
 
 // newDispatcherService connects to the dispatcher DB (--dispatcher-db) of the
-// --redis-url server.
-func newDispatcherService(ctx context.Context, dc *dispatcher.ClientConfig, common *config.Common, runMargin time.Duration, reg prometheus.Registerer) (*dispatcherService, error) {
-	c, err := dc.Open(ctx, common.RedisURL, common.RedisPoolSize, common.RedisConnectTimeout, reg)
+// --redis-url server (base: the store's connection options).
+func newDispatcherService(ctx context.Context, dc *dispatcher.ClientConfig, common *config.Common, base *redis.Options, runMargin time.Duration, reg prometheus.Registerer) (*dispatcherService, error) {
+	c, err := dc.Open(ctx, base, common.RedisPoolSize, common.RedisConnectTimeout, reg)
 	if err != nil {
 		return nil, err
 	}

@@ -26,14 +26,14 @@ func TestDispatcherAPI(t *testing.T) {
 	logDir := t.TempDir()
 	dc := &dispatcher.ClientConfig{DB: 2, Prefix: "hero:", LogDir: logDir}
 	common := &config.Common{RedisURL: srv.URL, RedisPoolSize: 8, RedisConnectTimeout: 5 * time.Second}
-	d, err := newDispatcherService(ctx, dc, common, 30*time.Second, prometheus.NewRegistry())
+	d, err := newDispatcherService(ctx, dc, common, srv.Options(), 30*time.Second, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 
 	wc := &dispatcher.WorkerConfig{Workers: "api=/bin/sh", DB: 2, Prefix: "hero:", LogDir: logDir, Concurrency: 1, ReplyTTL: time.Hour, StaleAfter: 15 * time.Second}
-	w, err := wc.Open(ctx, srv.URL, "api-test", 5*time.Second, 0, zerolog.Nop(), prometheus.NewRegistry())
+	w, err := wc.Open(ctx, srv.Options(), "api-test", 5*time.Second, 0, zerolog.Nop(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

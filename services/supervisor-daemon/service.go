@@ -43,7 +43,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	}
 	defer func() { _ = sc.Close() }()
 
-	disp, err := newDispatcherService(ctx, &cfg.Dispatcher, &cfg.Common, cfg.RunMargin, env.Registry)
+	disp, err := newDispatcherService(ctx, &cfg.Dispatcher, &cfg.Common, b.Store.RedisOptions(), cfg.RunMargin, env.Registry)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,27 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		binDir = dir
-		return redistest.Main(m, &redisSrv)
+		// HERO_E2E_REDIS=secure: Redis serves TLS only with client certificates and
+		// ACL users, and every service logs in as its own user (make test runs the
+		// core suite so).
+		var opt redistest.Options
+		if os.Getenv("HERO_E2E_REDIS") == "secure" {
+			if opt, err = harness.SecureRedisOptions(); err != nil {
+				println(err.Error())
+				return 1
+			}
+		}
+		srv, err := redistest.StartServer(opt)
+		if err != nil {
+			println(err.Error())
+			return 1
+		}
+		defer srv.Stop()
+		redisSrv = srv
+		if opt.TLS != nil {
+			harness.UseSecureRedis(srv.URL)
+		}
+		return m.Run()
 	}())
 }
 

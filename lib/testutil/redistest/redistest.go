@@ -10,6 +10,8 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -38,6 +40,8 @@ type Server struct {
 	cmd     *exec.Cmd
 	done    chan error
 	args    []string
+	tls     *tls.Config // the test clients' TLS (TLS mode)
+	pass    string      // the test clients' password (a user's, in ACL mode)
 }
 
 // Options tweak the server.
@@ -45,6 +49,20 @@ type Options struct {
 	Password  string   // requirepass
 	Databases int      // default Databases
 	ExtraArgs []string // more redis-server arguments
+	// TLS serves TLS only (no plaintext port), requiring client certificates of CA.
+	TLS *TLS
+	// ACLFile: redis-server --aclfile; User and UserPassword are what the test's own
+	// clients (Client, Flush, Keys) log in as. URL names the user, not the password.
+	ACLFile      string
+	User         string
+	UserPassword string
+}
+
+// TLS are the files of a TLS server: its certificate, the CA its clients' certificates
+// chain to, and the client certificate the test's own clients present.
+type TLS struct {
+	CA, Cert, Key         string
+	ClientCert, ClientKey string
 }
 
 // Start starts a server for one test (stopped by t.Cleanup).
@@ -101,7 +119,35 @@ func StartServer(opt ...Options) (*Server, error) {
 			"--unixsocket", filepath.Join(dir, "redis.sock"), "--unixsocketperm", "700",
 		}
 		s.UnixURL = "unix://" + filepath.Join(dir, "redis.sock") + "?db=0"
-		if o.Password != "" {
+		if o.ACLFile != "" {
+			s.args = append(s.args, "--aclfile", o.ACLFile)
+			s.pass = o.UserPassword
+		}
+		if o.TLS != nil {
+			s.args = append(s.args, "--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cert-file", o.TLS.Cert, "--tls-key-file", o.TLS.Key,
+				"--tls-ca-cert-file", o.TLS.CA, "--tls-auth-clients", "yes")
+			ca, err := os.ReadFile(o.TLS.CA)
+			if err != nil {
+				return nil, err
+			}
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM(ca)
+			cert, err := tls.LoadX509KeyPair(o.TLS.ClientCert, o.TLS.ClientKey)
+			if err != nil {
+				return nil, err
+			}
+			s.tls = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		}
+		if o.TLS != nil || o.ACLFile != "" {
+			scheme, user := "redis", ""
+			if o.TLS != nil {
+				scheme = "rediss"
+			}
+			if o.User != "" {
+				user = o.User + "@"
+			}
+			s.URL = scheme + "://" + user + s.Addr + "/0"
+		} else if o.Password != "" {
 			s.args = append(s.args, "--requirepass", o.Password)
 			s.URL = fmt.Sprintf("redis://:%s@%s/0", o.Password, s.Addr)
 			s.UnixURL = "unix://:" + o.Password + "@" + filepath.Join(dir, "redis.sock") + "?db=0"
@@ -187,21 +233,32 @@ func (s *Server) Stop() {
 
 // Client returns a client on a DB, closed at the end of the test.
 func (s *Server) Client(t testing.TB, db int) *redis.Client {
-	opt, err := redis.ParseURL(s.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	opt := s.Options()
 	opt.DB = db
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
+// Options are the go-redis options of the test's own clients (TLS and the user's
+// password included).
+func (s *Server) Options() *redis.Options {
+	opt, _ := redis.ParseURL(s.URL)
+	if s.tls != nil {
+		t := s.tls.Clone()
+		t.ServerName = "127.0.0.1"
+		opt.TLSConfig = t
+	}
+	if s.pass != "" {
+		opt.Password = s.pass
+	}
+	return opt
+}
+
 // Flush empties every database.
 func (s *Server) Flush(t testing.TB) {
 	t.Helper()
-	opt, _ := redis.ParseURL(s.URL)
-	c := redis.NewClient(opt)
+	c := redis.NewClient(s.Options())
 	defer func() { _ = c.Close() }()
 	if err := c.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatalf("flush redis: %v", err)
@@ -272,7 +329,4 @@ func (s *Server) Pause() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
 // Resume continues a paused server.
 func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
 
-func (s *Server) rawClient() *redis.Client {
-	opt, _ := redis.ParseURL(s.URL)
-	return redis.NewClient(opt)
-}
+func (s *Server) rawClient() *redis.Client { return redis.NewClient(s.Options()) }

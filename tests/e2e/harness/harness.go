@@ -154,6 +154,11 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 		}
 		args = append(args, tlsArgs...)
 	}
+	redisURL, redisArgs, err := redisFor(name, redisURL)
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, redisArgs...)
 	args = append(args, opt.Args...)
 	cmd := exec.Command(filepath.Join(binDir, name), args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "REDIS_URL=" + redisURL}, opt.Env...)

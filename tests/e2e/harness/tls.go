@@ -3,13 +3,17 @@ package harness
 import (
 	"crypto/tls"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/hero-coordinator/hero/lib/redisacl"
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 	"github.com/hero-coordinator/hero/lib/tlsx"
 )
 
@@ -27,7 +31,9 @@ func PKI() (*tlsx.PKI, error) {
 	pkiOnce.Do(func() {
 		dir := filepath.Join(os.TempDir(), "hero-e2e-pki")
 		pkiOnce.pki = &tlsx.PKI{Dir: dir}
-		_, pkiOnce.err = pkiOnce.pki.Init()
+		if _, pkiOnce.err = pkiOnce.pki.Init(); pkiOnce.err == nil {
+			_, pkiOnce.err = redisacl.Init(dir)
+		}
 	})
 	return pkiOnce.pki, pkiOnce.err
 }
@@ -96,4 +102,61 @@ func DialInternal(addr, service, as string) (*grpc.ClientConn, error) {
 		return nil, err
 	}
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(t)))
+}
+
+// secureRedis is the URL of a Redis that serves TLS only, with ACL users
+// (SecureRedisOptions): services started against it log in as their own users.
+var secureRedis struct {
+	sync.Mutex
+	url string
+}
+
+// SecureRedisOptions are the redistest options of a Redis that serves TLS only,
+// requires client certificates of the test CA, and has the deployment's ACL users
+// (the test's own clients log in as "operator").
+func SecureRedisOptions() (redistest.Options, error) {
+	p, err := PKI()
+	if err != nil {
+		return redistest.Options{}, err
+	}
+	pw, err := os.ReadFile(filepath.Join(p.Dir, redisacl.PasswordFile("operator")))
+	if err != nil {
+		return redistest.Options{}, err
+	}
+	srv, op := p.Files("redis"), p.Files("operator")
+	return redistest.Options{
+		TLS:     &redistest.TLS{CA: srv.CA, Cert: srv.Cert, Key: srv.Key, ClientCert: op.Cert, ClientKey: op.Key},
+		ACLFile: filepath.Join(p.Dir, redisacl.ACLFile), User: "operator", UserPassword: strings.TrimSpace(string(pw)),
+	}, nil
+}
+
+// UseSecureRedis marks url (a server started with SecureRedisOptions) so that the
+// services started against it connect as their own ACL users, by TLS with their own
+// certificates.
+func UseSecureRedis(url string) {
+	secureRedis.Lock()
+	secureRedis.url = url
+	secureRedis.Unlock()
+}
+
+// redisFor is the URL and flags a service uses for redisURL.
+func redisFor(name, redisURL string) (string, []string, error) {
+	secureRedis.Lock()
+	secure := secureRedis.url != "" && redisURL == secureRedis.url
+	secureRedis.Unlock()
+	if !secure || !services[name] {
+		return redisURL, nil, nil
+	}
+	p, err := PKI()
+	if err != nil {
+		return "", nil, err
+	}
+	u, err := url.Parse(redisURL)
+	if err != nil {
+		return "", nil, err
+	}
+	u.User = url.User(name)
+	f := p.Files(name)
+	return u.String(), []string{"--redis-tls-ca", f.CA, "--redis-tls-cert", f.Cert, "--redis-tls-key", f.Key,
+		"--redis-password-file", filepath.Join(p.Dir, redisacl.PasswordFile(name))}, nil
 }
