@@ -164,10 +164,34 @@ step "docker compose up -d --wait"
 "${DC[@]}" up -d --wait --wait-timeout 180
 "${DC[@]}" ps
 
-step "Redis: AOF on, 1024 databases"
-[ "$("${DC[@]}" exec -T redis redis-cli CONFIG GET appendonly | tail -n 1)" = yes ] || fail "Redis runs without appendonly"
-[ "$("${DC[@]}" exec -T redis redis-cli CONFIG GET databases | tail -n 1)" = 1024 ] || fail "Redis does not have 1024 databases"
-say "appendonly yes, databases 1024"
+# rcli ARGS: redis-cli in the redis container as the `operator` ACL user.
+rcli() {
+  "${DC[@]}" exec -T redis sh -c 'redis-cli --no-auth-warning --user operator --pass "$(cat /pki/redis-password-operator)" "$@"' redis-cli "$@"
+}
+
+step "Redis: AOF on, 1024 databases, ACL users (no default user)"
+[ "$(rcli CONFIG GET appendonly | tail -n 1)" = yes ] || fail "Redis runs without appendonly"
+[ "$(rcli CONFIG GET databases | tail -n 1)" = 1024 ] || fail "Redis does not have 1024 databases"
+"${DC[@]}" exec -T redis redis-cli ping 2>&1 | grep -q NOAUTH || fail "Redis answers without a password"
+users=$(rcli ACL USERS | tr '\n' ' ')
+for u in supervisor-daemon scheduler router runner mycelium-gateway; do
+  grep -qw "$u" <<<"$users" || fail "no Redis ACL user $u (users: $users)"
+  rcli CLIENT LIST | grep -q "user=$u " || fail "no connection of the $u user: $(rcli CLIENT LIST | grep -o 'user=[^ ]*' | sort -u | tr '\n' ' ')"
+done
+say "appendonly yes, databases 1024; each service is connected as its own user: $users"
+
+step "TLS: mutual TLS inside, TLS at the API"
+"${DC[@]}" exec -T supervisor-daemon cat /pki/ca.pem > "$WORK/ca.pem"
+export HERO_TLS_CA=$WORK/ca.pem
+for s in supervisor-daemon scheduler router runner mycelium-gateway; do
+  if "${DC[@]}" logs --no-color "$s" 2>&1 | grep -q "without mutual TLS\|without TLS"; then
+    fail "$s serves without TLS: $("${DC[@]}" logs --no-color "$s" 2>&1 | grep "without" | head -n 1)"
+  fi
+done
+if curl -fsS --max-time 5 "http://127.0.0.1:$HERO_HTTP_PORT/" -d '{}' >/dev/null 2>&1; then fail "the JSON-RPC API answers plaintext HTTP"; fi
+curl -fsS --max-time 5 --cacert "$HERO_TLS_CA" "https://127.0.0.1:$HERO_HTTP_PORT/" \
+  -d '{"jsonrpc":"2.0","id":1,"method":"rpc.discover"}' | jq -e '.result.openrpc' >/dev/null || fail "the JSON-RPC API does not answer over TLS"
+say "every service has mutual TLS; the API answers https only (CA: \$HERO_TLS_CA)"
 
 hc() { bin/heroctl "$@"; }
 hj() { bin/heroctl -o json "$@"; }
@@ -203,7 +227,7 @@ rpc() { # METHOD PARAMS: prints the response; signed as actor 1 with OpenSSL, as
   ts=$(date +%s); nonce=$(openssl rand -hex 16)
   printf 'HERO-ED25519-V1\n1\nPOST /\n%s\n%s\n%s' "$ts" "$nonce" "$(printf '%s' "$body" | sha256sum | cut -d' ' -f1)" > "$WORK/canonical"
   sig=$(openssl pkeyutl -sign -rawin -inkey "$HERO_CONFIG_DIR/keys/actor-1.pem" -in "$WORK/canonical" | od -An -tx1 | tr -d ' \n')
-  curl -fsS "http://127.0.0.1:$HERO_HTTP_PORT/" -H 'X-Hero-Actor: 1' -H "X-Hero-Timestamp: $ts" \
+  curl -fsS --cacert "$HERO_TLS_CA" "https://127.0.0.1:$HERO_HTTP_PORT/" -H 'X-Hero-Actor: 1' -H "X-Hero-Timestamp: $ts" \
     -H "X-Hero-Nonce: $nonce" -H "X-Hero-Signature: $sig" -d "$body"
 }
 
@@ -298,7 +322,7 @@ wait_for 60 "flow list answers after the Redis restart" bin/heroctl flow list
 snapshot > "$WORK/after.json"
 if ! diff -u "$WORK/before.json" "$WORK/after.json"; then fail "flows/jobs/results changed across the Redis restart"; fi
 say "$(grep -c '"flow":' "$WORK/after.json") flows and $(grep -c '"job":' "$WORK/after.json") jobs (status, results) identical after the restart"
-grep -q '^aof_enabled:1' <<<"$("${DC[@]}" exec -T redis redis-cli INFO persistence)" || fail "AOF is off after the restart"
+grep -q '^aof_enabled:1' <<<"$(rcli INFO persistence)" || fail "AOF is off after the restart"
 wait_for 60 "all services healthy after the Redis restart" all_healthy
 CHAIN=$(flow_submit examples/chain.yaml)
 flow_watch "$CHAIN" 60 || fail "flow $CHAIN (examples/chain.yaml) after the Redis restart did not finish"

@@ -80,10 +80,15 @@ STACK_UP=1
 
 step "set up both nodes as docs/multinode.md does"
 unset HERO_ACTOR HERO_CONTEXT HERO_OUTPUT
+# Each node has its own CA: heroctl verifies each API against its node's.
+"${DC[@]}" exec -T a-api cat /pki/ca.pem > "$HERO_CONFIG_DIR/ca-a.pem"
+"${DC[@]}" exec -T b-api cat /pki/ca.pem > "$HERO_CONFIG_DIR/ca-b.pem"
+B_TLS="$HERO_CONFIG_DIR/ca-b.pem"
+export HERO_TLS_CA=$HERO_CONFIG_DIR/ca-a.pem
 hero() { bin/heroctl "$@" >/dev/null || fail "heroctl $*"; }
-HERO_ADDR=127.0.0.1:29653 hero actor create --id 1
-HERO_ADDR=127.0.0.1:29653 hero context create 1 --admins 1 --allowed-sources "$A"
-HERO_ADDR=127.0.0.1:29653 HERO_ACTOR=1 hero runner create 7 --script-types python,sh
+HERO_ADDR=127.0.0.1:29653 HERO_TLS_CA=$B_TLS hero actor create --id 1
+HERO_ADDR=127.0.0.1:29653 HERO_TLS_CA=$B_TLS hero context create 1 --admins 1 --allowed-sources "$A"
+HERO_ADDR=127.0.0.1:29653 HERO_TLS_CA=$B_TLS HERO_ACTOR=1 hero runner create 7 --script-types python,sh
 export HERO_ADDR=127.0.0.1:19653
 hero actor create --id 1
 hero context create 1 --admins 1
@@ -99,7 +104,7 @@ jq -e '.result["2.DOUBLED"] == "42" and (.result["3.output"] | startswith("back 
   || fail "results did not cross the nodes: $(jq -c .result <<<"$flow")"
 say "flow 1 finished: $(jq -c .result <<<"$flow")"
 # Node B ran job 2 with its own runner; node A's record names the remote node.
-jb=$(HERO_ADDR=127.0.0.1:29653 bin/heroctl -o json job get 2)
+jb=$(HERO_ADDR=127.0.0.1:29653 HERO_TLS_CA=$B_TLS bin/heroctl -o json job get 2)
 jq -e '.status == "finished" and .worker == "runner-b"' <<<"$jb" >/dev/null || fail "job 2 on node B: $jb"
 ja=$(bin/heroctl -o json job get 2)
 jq -e '.worker | startswith("remote:")' <<<"$ja" >/dev/null || fail "job 2 on node A: $ja"

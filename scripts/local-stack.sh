@@ -7,7 +7,10 @@
 #   scripts/local-stack.sh status   print each endpoint and whether it is ready
 #   scripts/local-stack.sh down     stop exactly the processes `up` started
 #
-# Redis: $REDIS_URL when set; otherwise a redis-server of its own on 127.0.0.1:6379.
+# Redis: $REDIS_URL when set; otherwise a redis-server of its own on 127.0.0.1:6379,
+# with the ACL users of $STATE_DIR/pki (each service its own user; the default user off).
+# TLS: `heroctl pki init` makes $STATE_DIR/pki (kept across runs): mutual TLS between
+# the services, TLS at the API (export HERO_TLS_CA=$STATE_DIR/pki/ca.pem).
 # The operator secret: $HERO_ADMIN_SECRET when set; otherwise the one supervisor-daemon
 # generates at its first start into $STATE_DIR/admin-secret (--admin-secret-file).
 set -euo pipefail
@@ -26,13 +29,18 @@ pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# set_args fills ARGS with a service's flags.
+# set_args fills ARGS with a service's flags: mutual TLS with its certificate of
+# $PKI, and, on the Redis this script runs, its own ACL user.
 set_args() {
   local s=$1
-  ARGS=(--grpc-addr "127.0.0.1:${GRPC[$s]}" --admin-addr "127.0.0.1:${ADMIN[$s]}")
+  ARGS=(--grpc-addr "127.0.0.1:${GRPC[$s]}" --admin-addr "127.0.0.1:${ADMIN[$s]}"
+        --tls-ca "$PKI/ca.pem" --tls-cert "$PKI/$s.pem" --tls-key "$PKI/$s-key.pem")
+  if [ -n "$OWN_REDIS" ]; then
+    ARGS+=(--redis-url "redis://$s@127.0.0.1:6379/0" --redis-password-file "$PKI/redis-password-$s")
+  fi
   case $s in
     supervisor-daemon) ARGS+=(--http-addr 127.0.0.1:9652 --scheduler-addr 127.0.0.1:9654 --dispatcher-log-dir "$STATE_DIR/dispatcher-logs"
-                              --admin-secret-file "$STATE_DIR/admin-secret") ;;
+                              --admin-secret-file "$STATE_DIR/admin-secret" --api-tls-cert "$PKI/api.pem" --api-tls-key "$PKI/api-key.pem") ;;
     router) ARGS+=(--scheduler-addr 127.0.0.1:9654 --router-id local-router) ;;
     runner) ARGS+=(--runner-id 1 --contexts '*' --worker-id local-runner
                    --executors "python;cmd=python3 -u $ROOT/sdk/python/examples/example_executor.py;size=2"
@@ -49,13 +57,18 @@ up() {
     echo "local-stack: building binaries (make build)"
     make -s build >/dev/null
   fi
+  # The deployment's certificates and Redis users (kept across runs).
+  PKI=$STATE_DIR/pki
+  "$BIN/heroctl" pki init --dir "$PKI" >/dev/null || die "heroctl pki init failed"
+  OWN_REDIS=
   if [ -z "${REDIS_URL:-}" ]; then
+    OWN_REDIS=1
     if pid_alive "$STATE_DIR/redis.pid"; then :; else
       command -v redis-server >/dev/null || die "redis-server is not installed (apt-get install redis-server), or set REDIS_URL"
       port_busy 6379 && die "127.0.0.1:6379 is taken by another program; set REDIS_URL to use that Redis (e.g. REDIS_URL=redis://127.0.0.1:6379/0)"
       mkdir -p "$STATE_DIR/redis"
       redis-server --bind 127.0.0.1 --port 6379 --dir "$STATE_DIR/redis" --appendonly yes --databases 1024 \
-        --daemonize yes --pidfile "$STATE_DIR/redis.pid" --logfile "$STATE_DIR/redis.log" >/dev/null
+        --aclfile "$PKI/redis-users.acl" --daemonize yes --pidfile "$STATE_DIR/redis.pid" --logfile "$STATE_DIR/redis.log" >/dev/null
       for _ in $(seq 1 100); do port_busy 6379 && break; sleep 0.05; done
       port_busy 6379 || die "redis-server did not start; see $STATE_DIR/redis.log"
     fi
@@ -86,8 +99,9 @@ up() {
   status
   cat <<TXT
 
-Try it:
-  export HERO_ADDR=127.0.0.1:9653 HERO_ADMIN_SECRET=\$(cat $STATE_DIR/admin-secret)
+Try it (the API serves TLS from the stack's CA; Redis has ACL users, redis-cli:
+  redis-cli --user operator --pass \$(cat $PKI/redis-password-operator)):
+  export HERO_ADDR=127.0.0.1:9653 HERO_TLS_CA=$PKI/ca.pem HERO_ADMIN_SECRET=\$(cat $STATE_DIR/admin-secret)
   bin/heroctl actor create --id 1 && bin/heroctl context create 1 --admins 1
   export HERO_ACTOR=1 HERO_CONTEXT=1
   bin/heroctl runner create 1
