@@ -172,11 +172,13 @@ rcli() {
 step "Redis: AOF on, 1024 databases, ACL users (no default user)"
 [ "$(rcli CONFIG GET appendonly | tail -n 1)" = yes ] || fail "Redis runs without appendonly"
 [ "$(rcli CONFIG GET databases | tail -n 1)" = 1024 ] || fail "Redis does not have 1024 databases"
-"${DC[@]}" exec -T redis redis-cli ping 2>&1 | grep -q NOAUTH || fail "Redis answers without a password"
+noauth=$("${DC[@]}" exec -T redis redis-cli ping 2>&1 || true)
+grep -q NOAUTH <<<"$noauth" || fail "Redis answers without a password: $noauth"
 users=$(rcli ACL USERS | tr '\n' ' ')
+clients=$(rcli CLIENT LIST)
 for u in supervisor-daemon scheduler router runner mycelium-gateway; do
   grep -qw "$u" <<<"$users" || fail "no Redis ACL user $u (users: $users)"
-  rcli CLIENT LIST | grep -q "user=$u " || fail "no connection of the $u user: $(rcli CLIENT LIST | grep -o 'user=[^ ]*' | sort -u | tr '\n' ' ')"
+  grep -q "user=$u " <<<"$clients" || fail "no connection of the $u user: $(grep -o 'user=[^ ]*' <<<"$clients" | sort -u | tr '\n' ' ')"
 done
 say "appendonly yes, databases 1024; each service is connected as its own user: $users"
 
@@ -184,8 +186,9 @@ step "TLS: mutual TLS inside, TLS at the API"
 "${DC[@]}" exec -T supervisor-daemon cat /pki/ca.pem > "$WORK/ca.pem"
 export HERO_TLS_CA=$WORK/ca.pem
 for s in supervisor-daemon scheduler router runner mycelium-gateway; do
-  if "${DC[@]}" logs --no-color "$s" 2>&1 | grep -q "without mutual TLS\|without TLS"; then
-    fail "$s serves without TLS: $("${DC[@]}" logs --no-color "$s" 2>&1 | grep "without" | head -n 1)"
+  slog=$("${DC[@]}" logs --no-color "$s" 2>&1)
+  if grep -q "without mutual TLS\|without TLS" <<<"$slog"; then
+    fail "$s serves without TLS: $(grep "without" <<<"$slog" | head -n 1)"
   fi
 done
 if curl -fsS --max-time 5 "http://127.0.0.1:$HERO_HTTP_PORT/" -d '{}' >/dev/null 2>&1; then fail "the JSON-RPC API answers plaintext HTTP"; fi
