@@ -24,6 +24,8 @@ type Spec struct {
 	Stdout    io.Writer
 	Stderr    io.Writer
 	KillGrace time.Duration // SIGTERM → SIGKILL (default 500 ms)
+	// Credential runs the process as another user (the sandbox's job uid).
+	Credential *syscall.Credential
 }
 
 // Proc is a running process group.
@@ -55,7 +57,7 @@ func Start(s Spec) (*Proc, error) {
 	if cmd.Env == nil {
 		cmd.Env = []string{}
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.Credential}
 	cmd.WaitDelay = 2 * time.Second // children holding the pipes do not hold the job
 	if err := cmd.Start(); err != nil {
 		return nil, err

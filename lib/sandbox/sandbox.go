@@ -1,0 +1,393 @@
+// Package sandbox runs a job's process in bubblewrap (bwrap, the sandbox Flatpak
+// uses): its own user, PID, mount, IPC, UTS and network namespaces, a new session,
+// dying with its parent, a /proc of its own processes, the system's read-only
+// directories it needs and its private work directory — nothing else of the host:
+// no service's secrets, certificates, configuration or state, no other job's files,
+// no network. Resource limits go to a cgroup of the job's own (memory, processes,
+// CPU) where this process may make cgroups, and to rlimits (file size; address space
+// and processes without cgroups). docs/security.md lists what it guarantees.
+//
+// A job starts through a trampoline, this binary re-executed (TrampolineArg): it
+// joins the job's cgroup and sets the rlimits, then executes bwrap, so that no
+// process of the job ever runs outside its limits.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Modes of Options.Mode.
+const (
+	ModeBwrap = "bwrap"
+	ModeNone  = "none"
+)
+
+// Limits bound one job. Zero: no limit of that kind.
+type Limits struct {
+	MemoryBytes   int64
+	Pids          int
+	CPUMillis     int // thousandths of a CPU (cgroup CPU quota)
+	FileSizeBytes int64
+}
+
+// String names the limits for the audit log.
+func (l Limits) String() string {
+	var parts []string
+	if l.MemoryBytes > 0 {
+		parts = append(parts, fmt.Sprintf("memory=%dMiB", l.MemoryBytes>>20))
+	}
+	if l.Pids > 0 {
+		parts = append(parts, fmt.Sprintf("pids=%d", l.Pids))
+	}
+	if l.CPUMillis > 0 {
+		parts = append(parts, fmt.Sprintf("cpu=%dm", l.CPUMillis))
+	}
+	if l.FileSizeBytes > 0 {
+		parts = append(parts, fmt.Sprintf("fsize=%dMiB", l.FileSizeBytes>>20))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ",")
+}
+
+// Options configure the sandbox.
+type Options struct {
+	Mode  string // ModeBwrap (default) or ModeNone (explicitly no sandbox)
+	Bwrap string // the bwrap binary (default: bwrap on PATH)
+	// UID and GID run jobs as this user outside their namespaces when the runner is
+	// root (0: the runner's own). Use an id no service uses.
+	UID, GID int
+	// CgroupBase is the cgroup mount (default /sys/fs/cgroup); CgroupParent the
+	// cgroup under which each job gets its own (default hero-jobs).
+	CgroupBase, CgroupParent string
+	// ReadOnly are the host paths a job sees read-only (default DefaultReadOnly).
+	ReadOnly []string
+}
+
+// DefaultReadOnly are the host paths a job sees (read-only): programs and
+// libraries, and the few /etc files they read. Never a service's files.
+var DefaultReadOnly = []string{
+	"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+	"/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+	"/etc/ssl/certs", "/etc/ca-certificates", "/etc/localtime", "/etc/nsswitch.conf",
+	"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/mime.types", "/etc/python3", "/etc/python3.11",
+}
+
+// rlimitNproc is RLIMIT_NPROC on Linux (not in package syscall).
+const rlimitNproc = 6
+
+// TrampolineArg is the first argument under which the runner's binary joins a job's
+// cgroup and executes the sandbox (Trampoline).
+const TrampolineArg = "__hero-sandbox-exec"
+
+// Sandbox makes job commands.
+type Sandbox struct {
+	opt Options
+	exe string   // this binary (the trampoline)
+	cg  *cgroups // nil: no cgroups (rlimits only)
+	seq atomic.Uint64
+}
+
+// New checks that the sandbox works here (a trial run of bwrap) and finds the
+// cgroups it may use.
+func New(ctx context.Context, opt Options) (*Sandbox, error) {
+	if opt.Mode == "" {
+		opt.Mode = ModeBwrap
+	}
+	if opt.CgroupParent == "" {
+		opt.CgroupParent = "hero-jobs"
+	}
+	if opt.ReadOnly == nil {
+		opt.ReadOnly = DefaultReadOnly
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	s := &Sandbox{opt: opt, exe: exe}
+	if os.Geteuid() == 0 || writable(filepath.Join(defaultString(opt.CgroupBase, "/sys/fs/cgroup"), "cgroup.procs")) {
+		s.cg = detectCgroups(opt.CgroupBase, opt.CgroupParent)
+		if s.cg != nil {
+			s.cg.removeEmpty() // job cgroups a killed runner left
+		}
+	}
+	switch opt.Mode {
+	case ModeNone:
+		return s, nil
+	case ModeBwrap:
+	default:
+		return nil, fmt.Errorf("sandbox mode %q: want bwrap or none", opt.Mode)
+	}
+	if s.opt.Bwrap == "" {
+		if s.opt.Bwrap, err = exec.LookPath("bwrap"); err != nil {
+			return nil, errors.New("sandbox: bwrap (bubblewrap) is not installed: apt-get install bubblewrap, or run with --sandbox=none")
+		}
+	}
+	dir, err := os.MkdirTemp("", "hero-sandbox-check-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if err := s.chownForJob(dir); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, s.opt.Bwrap, s.bwrapArgs(dir, []string{"/bin/sh", "-c", "test \"$(cat /proc/1/comm)\" != systemd && echo ok"})...)
+	cmd.Dir, cmd.Env = dir, []string{"PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = s.credential()
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		return nil, fmt.Errorf("sandbox: bwrap cannot make a sandbox here (%v: %s); in a container it needs namespaces allowed by seccomp and an unmasked /proc (docs/security.md), or run with --sandbox=none", err, strings.TrimSpace(string(out)))
+	}
+	return s, nil
+}
+
+func defaultString(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func writable(path string) bool {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return false
+	}
+	_ = f.Close()
+	return true
+}
+
+// Mode is the sandbox's mode.
+func (s *Sandbox) Mode() string { return s.opt.Mode }
+
+// Describe says how jobs run, for the start-up log and /readyz.
+func (s *Sandbox) Describe() string {
+	d := "sandbox " + s.opt.Mode
+	if s.cg != nil {
+		d += "; limits by " + s.cg.String()
+	} else {
+		d += "; limits by rlimits (no cgroup may be made here)"
+	}
+	if s.opt.UID != 0 && os.Geteuid() == 0 {
+		d += fmt.Sprintf("; jobs run as uid %d", s.opt.UID)
+	}
+	return d
+}
+
+// credential runs the job as the configured uid when the runner is root.
+func (s *Sandbox) credential() *syscall.SysProcAttr {
+	if s.opt.UID == 0 || os.Geteuid() != 0 {
+		return nil
+	}
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(s.opt.UID), Gid: uint32(s.opt.GID), NoSetGroups: true}}
+}
+
+// chownForJob gives a job's work directory to the job's uid (0700).
+func (s *Sandbox) chownForJob(dir string) error {
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	if s.opt.UID == 0 || os.Geteuid() != 0 {
+		return nil
+	}
+	return os.Chown(dir, s.opt.UID, s.opt.GID)
+}
+
+// bwrapArgs is the bwrap command line for argv run in workDir.
+func (s *Sandbox) bwrapArgs(workDir string, argv []string) []string {
+	a := []string{
+		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+		"--die-with-parent", "--new-session", "--hostname", "hero-job",
+		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp",
+	}
+	if os.Geteuid() == 0 && s.opt.UID == 0 {
+		a = append(a, "--cap-drop", "ALL")
+	}
+	for _, p := range s.opt.ReadOnly {
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&os.ModeSymlink != 0:
+			if t, err := os.Readlink(p); err == nil {
+				a = append(a, "--symlink", t, p)
+			}
+		default:
+			a = append(a, "--ro-bind", p, p)
+		}
+	}
+	a = append(a, "--bind", workDir, workDir, "--chdir", workDir, "--")
+	return append(a, argv...)
+}
+
+// Job is one sandboxed run: the command to start, and what it needs afterwards.
+type Job struct {
+	Argv []string
+	group *jobGroup
+}
+
+// Prepare makes the work directory the job's, its cgroup, and the command that runs
+// argv in the sandbox with lim. Cleanup must follow the job's end.
+func (s *Sandbox) Prepare(workDir string, argv []string, lim Limits) (*Job, error) {
+	if err := s.chownForJob(workDir); err != nil {
+		return nil, fmt.Errorf("sandbox: work directory: %v", err)
+	}
+	j := &Job{}
+	tramp := []string{s.exe, TrampolineArg}
+	if s.cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0) {
+		g, err := s.cg.create(fmt.Sprintf("job-%d-%d", os.Getpid(), s.seq.Add(1)), lim)
+		if err != nil {
+			return nil, err
+		}
+		j.group = g
+		for _, f := range g.procsFiles() {
+			tramp = append(tramp, "--cgroup", f)
+		}
+	} else {
+		// Without cgroups: the address space and (per uid) processes, by rlimits.
+		if lim.MemoryBytes > 0 {
+			tramp = append(tramp, "--rlimit", fmt.Sprintf("as=%d", lim.MemoryBytes))
+		}
+		if lim.Pids > 0 {
+			tramp = append(tramp, "--rlimit", fmt.Sprintf("nproc=%d", lim.Pids))
+		}
+	}
+	if lim.FileSizeBytes > 0 {
+		tramp = append(tramp, "--rlimit", fmt.Sprintf("fsize=%d", lim.FileSizeBytes))
+	}
+	if c := s.credential(); c != nil {
+		// The trampoline joins the cgroup first (that needs the runner's rights), then
+		// becomes the job's user.
+		tramp = append(tramp, "--user", fmt.Sprintf("%d:%d", c.Credential.Uid, c.Credential.Gid))
+	}
+	tramp = append(tramp, "--")
+	if s.opt.Mode == ModeBwrap {
+		tramp = append(tramp, s.opt.Bwrap)
+		tramp = append(tramp, s.bwrapArgs(workDir, argv)...)
+	} else {
+		tramp = append(tramp, argv...)
+	}
+	j.Argv = tramp
+	return j, nil
+}
+
+// Watch calls over with a limit's reason as soon as the job's cgroup says one was
+// hit (the kernel's file notifications on its events files); it returns a stop func.
+func (j *Job) Watch(over func(reason string)) func() {
+	if j.group == nil {
+		return func() {}
+	}
+	return watchFiles(j.group.eventsFiles(), func() {
+		if r := j.group.reason(); r != "" {
+			over(r)
+		}
+	})
+}
+
+// Reason says which limit the ended job went over ("" for none), from its cgroup's
+// counters, and from how it ended: the signal that ended it, or an exit code of
+// 128+SIGXFSZ (a shell whose command was stopped by the file size limit).
+func (j *Job) Reason(signal string, exitCode int) string {
+	if j.group != nil {
+		if r := j.group.reason(); r != "" {
+			return r
+		}
+	}
+	if signal == syscall.SIGXFSZ.String() || exitCode == 128+int(syscall.SIGXFSZ) {
+		return ReasonFileSize
+	}
+	return ""
+}
+
+// Cleanup kills whatever of the job is left and removes its cgroup.
+func (j *Job) Cleanup() {
+	if j.group == nil {
+		return
+	}
+	j.group.kill(5 * time.Second)
+	j.group.remove()
+}
+
+// Trampoline is the whole program of `<binary> __hero-sandbox-exec [--cgroup FILE]…
+// [--rlimit NAME=N]… [--user UID:GID] -- COMMAND…`: join the cgroups, set the
+// rlimits, become the job's user, execute COMMAND. It returns only on an error (exit code 127, as a shell's).
+func Trampoline(args []string) int {
+	var i int
+	var user *[2]int
+	for i = 0; i < len(args) && args[i] != "--"; i += 2 {
+		if i+1 >= len(args) {
+			return fail("trampoline: %s needs a value", args[i])
+		}
+		switch args[i] {
+		case "--cgroup":
+			if err := os.WriteFile(args[i+1], []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+				return fail("trampoline: join cgroup: %v", err)
+			}
+		case "--rlimit":
+			name, v, _ := strings.Cut(args[i+1], "=")
+			n, err := strconv.ParseUint(v, 10, 64)
+			var res int
+			switch name {
+			case "as":
+				res = syscall.RLIMIT_AS
+			case "fsize":
+				res = syscall.RLIMIT_FSIZE
+			case "nproc":
+				res = rlimitNproc
+			}
+			if err != nil || res < 0 || name == "" || (name != "as" && name != "fsize" && name != "nproc") {
+				return fail("trampoline: rlimit %q", args[i+1])
+			}
+			if err := syscall.Setrlimit(res, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+				return fail("trampoline: rlimit %s: %v", name, err)
+			}
+		case "--user":
+			u, g, _ := strings.Cut(args[i+1], ":")
+			uid, err1 := strconv.Atoi(u)
+			gid, err2 := strconv.Atoi(g)
+			if err1 != nil || err2 != nil {
+				return fail("trampoline: user %q", args[i+1])
+			}
+			user = &[2]int{uid, gid}
+		default:
+			return fail("trampoline: unknown argument %q", args[i])
+		}
+	}
+	if user != nil {
+		if err := syscall.Setgroups(nil); err != nil {
+			return fail("trampoline: setgroups: %v", err)
+		}
+		if err := syscall.Setgid(user[1]); err != nil {
+			return fail("trampoline: setgid: %v", err)
+		}
+		if err := syscall.Setuid(user[0]); err != nil {
+			return fail("trampoline: setuid: %v", err)
+		}
+	}
+	if i >= len(args)-1 {
+		return fail("trampoline: no command")
+	}
+	argv := args[i+1:]
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return fail("trampoline: %v", err)
+	}
+	err = syscall.Exec(path, argv, os.Environ())
+	return fail("trampoline: exec %s: %v", argv[0], err)
+}
+
+func fail(format string, a ...any) int {
+	fmt.Fprintf(os.Stderr, "hero sandbox: "+format+"\n", a...)
+	return 127
+}

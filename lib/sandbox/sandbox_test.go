@@ -1,0 +1,161 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/procrun"
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == TrampolineArg {
+		os.Exit(Trampoline(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+func newSandbox(t *testing.T) *Sandbox {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bwrap is not installed (apt-get install bubblewrap)")
+	}
+	s, err := New(context.Background(), Options{UID: 61000, GID: 61000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// run runs a shell script in the sandbox and returns its output and result.
+func run(t *testing.T, s *Sandbox, script string, env []string, lim Limits) (string, procrun.Result, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "hero-sbx-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	j, err := s.Prepare(dir, []string{"/bin/sh", "-s"}, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Cleanup()
+	var out procrun.Capped
+	out.Max = 1 << 20
+	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Dir: dir, Env: env, Stdin: strings.NewReader(script), Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := j.Watch(func(reason string) { p.Kill(reason) })
+	res := p.Wait()
+	stop()
+	reason := j.Reason(res.Signal, res.ExitCode)
+	if res.Killed != "" && reason == "" {
+		reason = res.Killed
+	}
+	return out.String(), res, reason
+}
+
+// A job sees its own processes only, the environment it was given and nothing of
+// the host's files but the system's programs: not /root, not a service's secret
+// file, not another job's directory; it has no network; it is not root outside.
+func TestIsolation(t *testing.T) {
+	s := newSandbox(t)
+	secretDir, _ := os.MkdirTemp("", "hero-service-secret-")
+	defer func() { _ = os.RemoveAll(secretDir) }()
+	secret := filepath.Join(secretDir, "redis-password")
+	_ = os.WriteFile(secret, []byte("hunter2"), 0o644)
+	other, _ := os.MkdirTemp("", "hero-sbx-other-job-")
+	defer func() { _ = os.RemoveAll(other) }()
+	_ = os.WriteFile(filepath.Join(other, "result"), []byte("K=V"), 0o644)
+	script := fmt.Sprintf(`
+echo "env=$(env | cut -d= -f1 | sort | tr '\n' ,)"
+cat %s 2>/dev/null && echo LEAK-secret
+cat %s/result 2>/dev/null && echo LEAK-other
+ls /root 2>/dev/null && echo LEAK-root
+cat /etc/shadow 2>/dev/null && echo LEAK-shadow
+echo "ifaces=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ,)"
+(exec 3<>/dev/tcp/127.0.0.1/22) 2>/dev/null && echo LEAK-net
+echo "uid=$(id -u)"
+`, secret, other)
+	script += fmt.Sprintf("test -d /proc/%d && echo LEAK-proc\nkill -0 %d 2>/dev/null && echo LEAK-signal\ntrue\n", os.Getpid(), os.Getpid())
+	out, res, _ := run(t, s, script, []string{"PATH=/usr/bin:/bin", "HERO_JOB_ID=7", "FOO=bar"}, Limits{})
+	if res.ExitCode != 0 || strings.Contains(out, "LEAK") {
+		t.Fatalf("exit %d:\n%s", res.ExitCode, out)
+	}
+	for _, want := range []string{"env=FOO,HERO_JOB_ID,PATH,PWD,", "ifaces=lo,\n", "uid="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("want %q in:\n%s", want, out)
+		}
+	}
+	// Outside, the job's processes are not root when the runner is: uid 61000.
+	if os.Geteuid() == 0 {
+		marker := fmt.Sprintf("hero-sbx-uid-%d", time.Now().UnixNano())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			run(t, s, "echo 'sleep 3' > "+marker+".sh; sh ./"+marker+".sh", []string{"PATH=/usr/bin:/bin"}, Limits{})
+		}()
+		var pid string
+		for deadline := time.Now().Add(5 * time.Second); pid == "" && time.Now().Before(deadline); {
+			b, _ := exec.Command("pgrep", "-f", marker).Output()
+			pid = strings.TrimSpace(string(b))
+			time.Sleep(20 * time.Millisecond) // another process's start: no event to wait on
+		}
+		st, err := os.ReadFile("/proc/" + strings.Fields(pid + " x")[0] + "/status")
+		if err != nil || !strings.Contains(string(st), "\nUid:\t61000\t") {
+			t.Errorf("the job's process (pid %q) does not run as uid 61000: %v\n%s", pid, err, st)
+		}
+		<-done
+	}
+}
+
+// A process a job double-forks into a new session does not outlive the job.
+func TestNothingOutlivesTheJob(t *testing.T) {
+	s := newSandbox(t)
+	marker := fmt.Sprintf("hero-sbx-orphan-%d", time.Now().UnixNano())
+	out, res, _ := run(t, s, fmt.Sprintf("setsid sh -c 'exec -a %s sleep 300' </dev/null >/dev/null 2>&1 & echo started", marker), []string{"PATH=/usr/bin:/bin"}, Limits{})
+	if res.ExitCode != 0 || !strings.Contains(out, "started") {
+		t.Fatalf("exit %d: %s", res.ExitCode, out)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := exec.Command("pgrep", "-f", marker).Output()
+		if strings.TrimSpace(string(b)) == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job's setsid child is alive after the job: pids %s", b)
+		}
+		time.Sleep(20 * time.Millisecond) // another process's death: no event to wait on
+	}
+}
+
+// Over a limit, a job ends with the limit's reason.
+func TestLimits(t *testing.T) {
+	s := newSandbox(t)
+	if s.cg == nil {
+		t.Skip("no cgroups here")
+	}
+	_, res, reason := run(t, s, "python3 -c 'b = bytearray(300 << 20); print(len(b))'", []string{"PATH=/usr/bin:/bin"}, Limits{MemoryBytes: 64 << 20})
+	if reason != ReasonMemory {
+		t.Errorf("memory: reason %q, result %+v", reason, res)
+	}
+	out, res, reason := run(t, s, "for i in $(seq 1 50); do sleep 5 & done; wait", []string{"PATH=/usr/bin:/bin"}, Limits{Pids: 10})
+	if reason != ReasonPids {
+		t.Errorf("pids: reason %q, result %+v, %s", reason, res, out)
+	}
+	_, res, reason = run(t, s, "head -c 2000000 /dev/zero > big", []string{"PATH=/usr/bin:/bin"}, Limits{FileSizeBytes: 1 << 20})
+	if reason != ReasonFileSize {
+		t.Errorf("file size: reason %q, result %+v", reason, res)
+	}
+	out, res, reason = run(t, s, "echo fine", []string{"PATH=/usr/bin:/bin"}, Limits{MemoryBytes: 64 << 20, Pids: 10, CPUMillis: 500, FileSizeBytes: 1 << 20})
+	if reason != "" || res.ExitCode != 0 || strings.TrimSpace(out) != "fine" {
+		t.Errorf("within limits: %q %+v %q", reason, res, out)
+	}
+}
