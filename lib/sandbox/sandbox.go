@@ -233,7 +233,7 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string) []string {
 
 // Job is one sandboxed run: the command to start, and what it needs afterwards.
 type Job struct {
-	Argv []string
+	Argv  []string
 	group *jobGroup
 }
 
