@@ -169,7 +169,7 @@ rcli() {
   "${DC[@]}" exec -T redis sh -c 'redis-cli --no-auth-warning --user operator --pass "$(cat /pki/redis-password-operator)" "$@"' redis-cli "$@"
 }
 
-step "Redis: AOF on, 1024 databases, ACL users (no default user)"
+step "Redis: AOF on, 1024 databases, ACL users (no access without logging in)"
 [ "$(rcli CONFIG GET appendonly | tail -n 1)" = yes ] || fail "Redis runs without appendonly"
 [ "$(rcli CONFIG GET databases | tail -n 1)" = 1024 ] || fail "Redis does not have 1024 databases"
 noauth=$("${DC[@]}" exec -T redis redis-cli ping 2>&1 || true)

@@ -8,7 +8,7 @@
 #   scripts/local-stack.sh down     stop exactly the processes `up` started
 #
 # Redis: $REDIS_URL when set; otherwise a redis-server of its own on 127.0.0.1:6379,
-# with the ACL users of $STATE_DIR/pki (each service its own user; the default user off).
+# with the ACL users of $STATE_DIR/pki (each service its own user; no access without logging in).
 # TLS: `heroctl pki init` makes $STATE_DIR/pki (kept across runs): mutual TLS between
 # the services, TLS at the API (export HERO_TLS_CA=$STATE_DIR/pki/ca.pem).
 # The operator secret: $HERO_ADMIN_SECRET when set; otherwise the one supervisor-daemon

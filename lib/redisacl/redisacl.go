@@ -26,6 +26,11 @@ type User struct {
 	Rules string
 }
 
+// Besides these, the "default" user is on with every right and a random password
+// that nothing uses: Redis replays its append-only file as the default user, and with
+// that user off a restart drops every transaction (MULTI/EXEC) of the file. Clients
+// that do not log in get NOAUTH.
+//
 // Users are the deployment's users. Every service may run every command but the
 // dangerous ones (-@dangerous); supervisor-daemon also FLUSHDB (context.delete
 // empties the context's database). Hero Dispatcher clients reach only hero:* keys.
@@ -58,8 +63,7 @@ func Init(dir string) ([]string, error) {
 	}
 	var made []string
 	var acl strings.Builder
-	acl.WriteString("user default off\n")
-	for _, u := range Users() {
+	for _, u := range append([]User{{"default", "~* &* +@all"}}, Users()...) {
 		path := filepath.Join(dir, PasswordFile(u.Name))
 		pw, err := os.ReadFile(path)
 		if errors.Is(err, os.ErrNotExist) {

@@ -15,7 +15,7 @@ import (
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 )
 
-// On a real redis-server with the ACL file: the default user is off; each service's
+// On a real redis-server with the ACL file: a client that does not log in is refused; each service's
 // user runs what the stack needs (scripts, pub/sub, other databases; the store
 // opens with it) and is refused the dangerous commands; only supervisor-daemon may
 // FLUSHDB; Hero Dispatcher clients reach only hero:* keys. A second Init keeps the
@@ -26,7 +26,7 @@ func TestUsersOnARealRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(made) != len(Users()) {
+	if len(made) != len(Users())+1 { // and the default user
 		t.Fatalf("made %v", made)
 	}
 	pw, _ := os.ReadFile(filepath.Join(dir, PasswordFile("scheduler")))
@@ -102,4 +102,38 @@ func TestUsersOnARealRedis(t *testing.T) {
 		t.Fatalf("store.Open as scheduler: %v", err)
 	}
 	st.Close()
+}
+
+// Redis replays its append-only file as the default user: with the users on, a
+// restart keeps the transactions a service wrote (MULTI/EXEC).
+func TestAOFSurvivesARestartWithUsers(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Init(dir); err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.Start(t, redistest.Options{ExtraArgs: []string{"--aclfile", filepath.Join(dir, ACLFile), "--appendonly", "yes", "--appendfsync", "always"}})
+	ctx := context.Background()
+	login := func(user string) *redis.Client {
+		p, _ := os.ReadFile(filepath.Join(dir, PasswordFile(user)))
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: strings.TrimSpace(string(p)), MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	if _, err := login("scheduler").TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "a", "1", 0)
+		p.Set(ctx, "b", "2", 0)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Down(redistest.DownKill); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Up(); err != nil {
+		t.Fatal(err)
+	}
+	vals, err := login("operator").MGet(ctx, "a", "b").Result()
+	if err != nil || vals[0] != "1" || vals[1] != "2" {
+		t.Fatalf("after the restart: %v %v", vals, err)
+	}
 }
