@@ -28,18 +28,18 @@ import (
 // (a ClusterRole, say). cert-manager's objects are decoded strictly into their Go
 // types too (github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1).
 var knownKinds = map[string]func() any{
-	"v1/ConfigMap":                            func() any { return &corev1.ConfigMap{} },
-	"v1/Secret":                               func() any { return &corev1.Secret{} },
-	"v1/Service":                              func() any { return &corev1.Service{} },
-	"v1/ServiceAccount":                       func() any { return &corev1.ServiceAccount{} },
-	"v1/Pod":                                  func() any { return &corev1.Pod{} }, // the helm test hook
-	"apps/v1/Deployment":                      func() any { return &appsv1.Deployment{} },
-	"apps/v1/StatefulSet":                     func() any { return &appsv1.StatefulSet{} },
-	"policy/v1/PodDisruptionBudget":           func() any { return &policyv1.PodDisruptionBudget{} },
-	"autoscaling/v2/HorizontalPodAutoscaler":  func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
-	"networking.k8s.io/v1/NetworkPolicy":      func() any { return &networkingv1.NetworkPolicy{} },
-	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
-	"batch/v1/Job":                            func() any { return &batchv1.Job{} }, // the PKI hook
+	"v1/ConfigMap":                             func() any { return &corev1.ConfigMap{} },
+	"v1/Secret":                                func() any { return &corev1.Secret{} },
+	"v1/Service":                               func() any { return &corev1.Service{} },
+	"v1/ServiceAccount":                        func() any { return &corev1.ServiceAccount{} },
+	"v1/Pod":                                   func() any { return &corev1.Pod{} }, // the helm test hook
+	"apps/v1/Deployment":                       func() any { return &appsv1.Deployment{} },
+	"apps/v1/StatefulSet":                      func() any { return &appsv1.StatefulSet{} },
+	"policy/v1/PodDisruptionBudget":            func() any { return &policyv1.PodDisruptionBudget{} },
+	"autoscaling/v2/HorizontalPodAutoscaler":   func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
+	"networking.k8s.io/v1/NetworkPolicy":       func() any { return &networkingv1.NetworkPolicy{} },
+	"monitoring.coreos.com/v1/ServiceMonitor":  func() any { return &monitoringv1.ServiceMonitor{} },
+	"batch/v1/Job":                             func() any { return &batchv1.Job{} }, // the PKI hook
 	"rbac.authorization.k8s.io/v1/Role":        func() any { return &rbacv1.Role{} },
 	"rbac.authorization.k8s.io/v1/RoleBinding": func() any { return &rbacv1.RoleBinding{} },
 	"cert-manager.io/v1/Certificate":           func() any { return &cmv1.Certificate{} },

@@ -28,7 +28,7 @@ type scenario struct {
 var defaultKinds = map[string]int{
 	"ServiceAccount": 2, "ConfigMap": 1, "Secret": 1, // the services' and the PKI Job's; the admin secret
 	"Deployment": 5, "Service": 7, "StatefulSet": 1, // 5 services + redis + redis-headless
-	"Pod": 1,                                      // helm test
+	"Pod": 1,                              // helm test
 	"Job": 1, "Role": 1, "RoleBinding": 1, // the PKI hook
 }
 
@@ -362,7 +362,7 @@ var scenarios = map[string]scenario{
 	},
 
 	"external-redis-acl-values": {
-		kinds: withKinds(defaultKinds, map[string]int{"Service": 5, "StatefulSet": 0, "Certificate": 8, "NetworkPolicy": 5}),
+		kinds:   withKinds(defaultKinds, map[string]int{"Service": 5, "StatefulSet": 0, "Certificate": 8, "NetworkPolicy": 5}),
 		outside: outside{issuers: []string{"ClusterIssuer/corp-ca"}},
 		check: func(t *testing.T, r *release, _ string) {
 			wantPKIJob(t, r, false, true)
