@@ -102,6 +102,8 @@ cd "$TESTMOD"
 # The module stands alone (its own go.mod) whether or not go.work lists it.
 export GOWORK=off
 go vet ./... || die "go vet in helm/chart-test"
+unformatted="$(gofmt -l .)"
+[ -z "$unformatted" ] || die "gofmt needed in helm/chart-test: $unformatted"
 # HELM_CHECK_REQUIRE=1: a test that would skip for want of helm or rendered
 # manifests fails instead.
 HELM_RENDERED_DIR="$RENDERED" HELM_BIN="$HELM" HELM_CHECK_REQUIRE=1 go test -count=1 ./... ||

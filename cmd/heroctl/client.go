@@ -310,7 +310,7 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	case "key":
 		return c.keyCmd(verb, rest)
 	case "pki":
-		return c.pkiCmd(verb, rest)
+		return c.pkiCmd(ctx, verb, rest)
 	case "api":
 		return c.apiCmd(ctx, verb, rest)
 	case "secret":

@@ -100,6 +100,9 @@ Commands:
   api call METHOD ['{"json": "params"}']   (any JSON-RPC method, signed; prints the result)
   pki init --dir DIR [--api-host H]... [--redis-host H]... [--host H]... [--days N] [--renew]
                   (the internal CA and certificates: mutual TLS between services, the API's TLS; Redis ACL users)
+  pki k8s-secrets --prefix NAME [--namespace NS] [--certs=false] [--redis-users=false] [--label K=V]... [pki init's host flags] [--days N]
+                  (in a Kubernetes pod: the same, stored in the Secrets <NAME>-ca, <NAME>-<service>-tls, <NAME>-api-tls,
+                   <NAME>-redis-tls, <NAME>-operator-tls, <NAME>-redis-users; creates only the missing ones)
   context create ID --admins 1,2 [--readers …] [--executors …] [--retention 72h] [--allowed-sources KEY,…]
   context update [ID] [--admins …] [--readers …] [--executors …] [--retention D] [--allowed-sources …]
   context get [ID]   context delete ID [--force]

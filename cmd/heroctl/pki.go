@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -13,9 +14,12 @@ import (
 // service (mutual TLS), for the public API, for Redis and for people's tools, and the
 // Redis ACL users with their password files (lib/redisacl). It keeps what exists;
 // --renew reissues the certificates from the existing CA.
-func (c *cli) pkiCmd(verb string, args []string) error {
+func (c *cli) pkiCmd(ctx context.Context, verb string, args []string) error {
+	if verb == "k8s-secrets" {
+		return c.pkiK8sCmd(ctx, args)
+	}
 	if verb != "init" {
-		return usageErr("pki init --dir DIR [--api-host H]… [--redis-host H]… [--host H]… [--days N] [--renew]")
+		return usageErr("pki init --dir DIR [--api-host H]… [--redis-host H]… [--host H]… [--days N] [--renew], or pki k8s-secrets --prefix NAME … (in a Kubernetes pod)")
 	}
 	fs := subFlags("pki init")
 	dir := fs.String("dir", "", "")

@@ -23,6 +23,7 @@ type outside struct {
 	secrets    map[string][]string
 	configMaps []string
 	addrs      []string
+	issuers    []string // cert-manager issuers, "ClusterIssuer/<name>"
 }
 
 // checkRelease runs the checks that hold for every scenario.
@@ -36,9 +37,13 @@ func checkRelease(t *testing.T, r *release, out outside) {
 	checkHPAs(t, r)
 	checkPDBs(t, r)
 	checkNetworkPolicies(t, r)
+	checkNetworkPolicyPeers(t, r)
 	checkServiceMonitors(t, r)
 	checkRedisWiring(t, r)
 	checkTestPods(t, r)
+	checkPKIJob(t, r)
+	checkCertificates(t, r, out)
+	checkTLSWiring(t, r)
 }
 
 // checkTestPods: the `helm test` Pod is a hook, locked down like the services,
@@ -161,8 +166,19 @@ func checkWorkload(t *testing.T, r *release, w workload, out outside) {
 		if v.ConfigMap != nil && r.configMap(v.ConfigMap.Name) == nil && !slices.Contains(out.configMaps, v.ConfigMap.Name) {
 			t.Errorf("%s: volume %q uses ConfigMap %q, which is neither rendered nor expected to exist", w, v.Name, v.ConfigMap.Name)
 		}
-		if v.Secret != nil && r.secret(v.Secret.SecretName) == nil && out.secrets[v.Secret.SecretName] == nil {
-			t.Errorf("%s: volume %q uses Secret %q, which is neither rendered nor expected to exist", w, v.Name, v.Secret.SecretName)
+		if v.Secret != nil {
+			keys, made := r.madeSecrets()[v.Secret.SecretName]
+			switch {
+			case r.secret(v.Secret.SecretName) != nil || out.secrets[v.Secret.SecretName] != nil:
+			case !made:
+				t.Errorf("%s: volume %q uses Secret %q, which is neither rendered, nor made by the hook Job or cert-manager, nor expected to exist", w, v.Name, v.Secret.SecretName)
+			default:
+				for _, it := range v.Secret.Items {
+					if !slices.Contains(keys, it.Key) {
+						t.Errorf("%s: volume %q: Secret %q has no key %q", w, v.Name, v.Secret.SecretName, it.Key)
+					}
+				}
+			}
 		}
 	}
 	if w.sts != nil {
@@ -294,8 +310,8 @@ func checkHeroContainer(t *testing.T, r *release, w workload, comp componentSpec
 		}
 	}
 	redisURL, ok := env["REDIS_URL"]
-	if !ok || redisURL.ValueFrom == nil || redisURL.ValueFrom.SecretKeyRef == nil {
-		t.Errorf("%s: REDIS_URL does not come from a Secret (it can hold a password)", w)
+	if !ok || (redisURL.ValueFrom == nil && strings.Contains(redact(redisURL.Value), "xxxxx")) || (redisURL.ValueFrom != nil && redisURL.ValueFrom.SecretKeyRef == nil) {
+		t.Errorf("%s: REDIS_URL neither from a Secret nor a plain URL without a password", w)
 	}
 	for _, e := range comp.env {
 		if _, ok := env[e]; !ok {
@@ -533,9 +549,6 @@ func checkNetworkPolicies(t *testing.T, r *release) {
 				}
 			}
 		}
-		if len(np.Spec.Ingress) == 0 {
-			t.Errorf("NetworkPolicy %s: no ingress rule: %s would be unreachable", np.Name, ws[0])
-		}
 	}
 }
 
@@ -572,40 +585,47 @@ func checkServiceMonitors(t *testing.T, r *release) {
 	}
 }
 
-// checkRedisWiring: the Secret behind REDIS_URL, and with the bundled Redis,
-// that the URL points at its Service and carries its password.
+// checkRedisWiring: every service's REDIS_URL, from a Secret (a URL that may hold
+// a password) or a plain value; with the bundled Redis it is plain and points at
+// its Service, rediss:// exactly when Redis serves TLS.
 func checkRedisWiring(t *testing.T, r *release) {
 	t.Helper()
 	sts := r.statefulSets()
 	for _, d := range r.deployments() {
 		for _, c := range d.Spec.Template.Spec.Containers {
 			e, ok := envOf(c)["REDIS_URL"]
-			if !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			if !ok {
 				continue
 			}
-			ref := e.ValueFrom.SecretKeyRef
-			s := r.secret(ref.Name)
-			if s == nil {
+			raw := e.Value
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				ref := e.ValueFrom.SecretKeyRef
+				s := r.secret(ref.Name)
 				if len(sts) > 0 {
-					t.Errorf("Deployment %s: bundled Redis rendered but REDIS_URL comes from Secret %q outside the release", d.Name, ref.Name)
+					t.Errorf("Deployment %s: bundled Redis rendered but REDIS_URL comes from Secret %q", d.Name, ref.Name)
 				}
-				continue
+				if s == nil {
+					continue
+				}
+				raw = string(s.Data[ref.Key])
 			}
-			raw := string(s.Data[ref.Key])
 			u, err := url.Parse(raw)
 			if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
-				t.Errorf("Secret %s/%s: %q is not a redis://, rediss:// or unix:// URL", ref.Name, ref.Key, redact(raw))
+				t.Errorf("Deployment %s: REDIS_URL %q is not a redis://, rediss:// or unix:// URL", d.Name, redact(raw))
 				continue
 			}
 			if len(sts) == 0 {
+				if r.service(u.Hostname()) != nil {
+					t.Errorf("Deployment %s: REDIS_URL points at Service %s of the release, but no Redis is rendered", d.Name, u.Hostname())
+				}
 				continue
 			}
-			checkBundledURL(t, r, d.Name, u, s)
+			checkBundledURL(t, r, d.Name, u)
 		}
 	}
 }
 
-func checkBundledURL(t *testing.T, r *release, deploy string, u *url.URL, s *corev1.Secret) {
+func checkBundledURL(t *testing.T, r *release, deploy string, u *url.URL) {
 	t.Helper()
 	sts := r.statefulSets()[0]
 	svc := r.service(u.Hostname())
@@ -616,28 +636,15 @@ func checkBundledURL(t *testing.T, r *release, deploy string, u *url.URL, s *cor
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(sts.Spec.Template.Labels)) {
 		t.Errorf("Deployment %s: REDIS_URL Service %s does not select StatefulSet %s", deploy, svc.Name, sts.Name)
 	}
-	pw, hasPW := u.User.Password()
-	redis := sts.Spec.Template.Spec.Containers[0]
-	args := strings.Join(redis.Args, " ")
+	args := strings.Join(sts.Spec.Template.Spec.Containers[0].Args, " ")
 	if !strings.Contains(args, "--appendonly yes") {
 		t.Errorf("StatefulSet %s: no --appendonly yes in %q", sts.Name, args)
 	}
 	if !strings.Contains(args, "--databases ") {
 		t.Errorf("StatefulSet %s: no --databases in %q", sts.Name, args)
 	}
-	if hasPW {
-		if string(s.Data["redis-password"]) != pw {
-			t.Errorf("Secret %s: the password in redis-url differs from redis-password", s.Name)
-		}
-		e, ok := envOf(redis)["REDIS_PASSWORD"]
-		if !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != s.Name || e.ValueFrom.SecretKeyRef.Key != "redis-password" {
-			t.Errorf("StatefulSet %s: REDIS_PASSWORD does not come from Secret %s key redis-password", sts.Name, s.Name)
-		}
-		if !strings.Contains(args, "--requirepass $(REDIS_PASSWORD)") {
-			t.Errorf("StatefulSet %s: redis-server is not started with --requirepass $(REDIS_PASSWORD)", sts.Name)
-		}
-	} else if strings.Contains(args, "--requirepass") {
-		t.Errorf("StatefulSet %s: requirepass set but REDIS_URL has no password", sts.Name)
+	if tls := redisArg(sts, "--tls-port") != ""; tls != (u.Scheme == "rediss") {
+		t.Errorf("Deployment %s: REDIS_URL scheme %s but Redis TLS is %v", deploy, u.Scheme, tls)
 	}
 }
 

@@ -10,30 +10,40 @@ import (
 	"os"
 	"strings"
 
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
 
-// The kinds the chart may render, by "apiVersion/kind". Anything else is an error.
+// The kinds the chart may render, by "apiVersion/kind". Anything else is an error
+// (a ClusterRole, say). cert-manager's objects are decoded strictly into their Go
+// types too (github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1).
 var knownKinds = map[string]func() any{
-	"v1/ConfigMap":                            func() any { return &corev1.ConfigMap{} },
-	"v1/Secret":                               func() any { return &corev1.Secret{} },
-	"v1/Service":                              func() any { return &corev1.Service{} },
-	"v1/ServiceAccount":                       func() any { return &corev1.ServiceAccount{} },
-	"v1/Pod":                                  func() any { return &corev1.Pod{} }, // the helm test hook
-	"apps/v1/Deployment":                      func() any { return &appsv1.Deployment{} },
-	"apps/v1/StatefulSet":                     func() any { return &appsv1.StatefulSet{} },
-	"policy/v1/PodDisruptionBudget":           func() any { return &policyv1.PodDisruptionBudget{} },
-	"autoscaling/v2/HorizontalPodAutoscaler":  func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
-	"networking.k8s.io/v1/NetworkPolicy":      func() any { return &networkingv1.NetworkPolicy{} },
-	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
+	"v1/ConfigMap":                             func() any { return &corev1.ConfigMap{} },
+	"v1/Secret":                                func() any { return &corev1.Secret{} },
+	"v1/Service":                               func() any { return &corev1.Service{} },
+	"v1/ServiceAccount":                        func() any { return &corev1.ServiceAccount{} },
+	"v1/Pod":                                   func() any { return &corev1.Pod{} }, // the helm test hook
+	"apps/v1/Deployment":                       func() any { return &appsv1.Deployment{} },
+	"apps/v1/StatefulSet":                      func() any { return &appsv1.StatefulSet{} },
+	"policy/v1/PodDisruptionBudget":            func() any { return &policyv1.PodDisruptionBudget{} },
+	"autoscaling/v2/HorizontalPodAutoscaler":   func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
+	"networking.k8s.io/v1/NetworkPolicy":       func() any { return &networkingv1.NetworkPolicy{} },
+	"monitoring.coreos.com/v1/ServiceMonitor":  func() any { return &monitoringv1.ServiceMonitor{} },
+	"batch/v1/Job":                             func() any { return &batchv1.Job{} }, // the PKI hook
+	"rbac.authorization.k8s.io/v1/Role":        func() any { return &rbacv1.Role{} },
+	"rbac.authorization.k8s.io/v1/RoleBinding": func() any { return &rbacv1.RoleBinding{} },
+	"cert-manager.io/v1/Certificate":           func() any { return &cmv1.Certificate{} },
+	"cert-manager.io/v1/Issuer":                func() any { return &cmv1.Issuer{} },
 }
 
 // object is one decoded document of a rendered file.
@@ -130,10 +140,15 @@ func decodeDoc(doc []byte, src string) (*object, error) {
 
 func objectMeta(obj any) (*metav1.ObjectMeta, error) {
 	type metaObject interface{ GetObjectMeta() metav1.Object }
-	if m, ok := obj.(metaObject); ok {
+	// cert-manager's issuers define GetObjectMeta with another result type.
+	type cmMetaObject interface{ GetObjectMeta() *metav1.ObjectMeta }
+	switch m := obj.(type) {
+	case metaObject:
 		if om, ok := m.GetObjectMeta().(*metav1.ObjectMeta); ok {
 			return om, nil
 		}
+	case cmMetaObject:
+		return m.GetObjectMeta(), nil
 	}
 	return nil, fmt.Errorf("%T has no ObjectMeta", obj)
 }

@@ -79,6 +79,11 @@ func TestSchemaRejectsTypos(t *testing.T) {
 		{"bad enum", "serviceMonitor:\n  enabled: yes please\n", "/serviceMonitor/enabled"},
 		{"bad port", "scheduler:\n  ports:\n    grpc: 70000\n", "/scheduler/ports/grpc"},
 		{"redis URL scheme", "redis:\n  bundled:\n    enabled: false\n  external:\n    url: http://redis:6379\n", "/redis/external/url"},
+		{"the old requirepass password", "redis:\n  bundled:\n    auth:\n      password: x\n", "additional properties 'password' not allowed"},
+		{"typo in tls", "tls:\n  certmanager:\n    enabled: true\n", "additional properties 'certmanager' not allowed"},
+		{"issuer kind", "tls:\n  certManager:\n    issuerRef:\n      kind: Issuers\n", "/tls/certManager/issuerRef/kind"},
+		{"cert-manager duration", "tls:\n  certManager:\n    duration: 90d\n", "/tls/certManager/duration"},
+		{"API host with a scheme", "tls:\n  apiHosts: [https://hero.example.com]\n", "/tls/apiHosts/0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,6 +117,8 @@ func TestTemplateRefusesContradictions(t *testing.T) {
 		{"url and existingSecret", "redis:\n  bundled:\n    enabled: false\n  external:\n    url: redis://r:6379/0\n    existingSecret: s\n", "set only one"},
 		{"disabled peer without address", "scheduler:\n  enabled: false\n", "scheduler is disabled"},
 		{"HPA without a target", "runner:\n  autoscaling:\n    enabled: true\n    targetCPUUtilizationPercentage: 0\n", "targetCPUUtilizationPercentage"},
+		{"aclUsers without a URL", "redis:\n  bundled:\n    enabled: false\n  external:\n    existingSecret: s\n    aclUsers: true\n", "aclUsers needs redis.external.url"},
+		{"aclUsers with a password in the URL", "redis:\n  bundled:\n    enabled: false\n  external:\n    url: redis://u:p@r:6379/0\n    aclUsers: true\n", "without a user or password"},
 		{"HPA min above max", "runner:\n  autoscaling:\n    enabled: true\n    minReplicas: 5\n    maxReplicas: 2\n", "minReplicas is greater than maxReplicas"},
 	}
 	for _, tc := range cases {

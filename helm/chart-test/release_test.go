@@ -5,12 +5,15 @@ import (
 	"sort"
 	"strings"
 
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -21,6 +24,7 @@ type componentSpec struct {
 	addrEnv map[string]string
 	env     []string // variables the chart must set besides the common ones
 	peers   map[string]string
+	callers []string // services admitted to its internal gRPC port (lib/app Serving.Peers)
 }
 
 var components = map[string]componentSpec{
@@ -33,23 +37,27 @@ var components = map[string]componentSpec{
 	"scheduler": {
 		ports:   map[string]int32{"grpc": 9654, "admin": 9661},
 		addrEnv: map[string]string{"grpc": "GRPC_ADDR", "admin": "ADMIN_ADDR"},
+		callers: []string{"router", "supervisor-daemon"},
 	},
 	"router": {
 		ports:   map[string]int32{"grpc": 9655, "admin": 9662},
 		addrEnv: map[string]string{"grpc": "GRPC_ADDR", "admin": "ADMIN_ADDR"},
 		env:     []string{"SCHEDULER_ADDR", "GATEWAY_ADDR"},
 		peers:   map[string]string{"SCHEDULER_ADDR": "scheduler", "GATEWAY_ADDR": "mycelium-gateway"},
+		callers: []string{"mycelium-gateway"},
 	},
 	"runner": {
 		ports:   map[string]int32{"grpc": 9656, "admin": 9663},
 		addrEnv: map[string]string{"grpc": "GRPC_ADDR", "admin": "ADMIN_ADDR"},
 		env:     []string{"RUNNER_ID", "RUNNER_CONTEXTS", "SCRIPT_TYPES", "CONCURRENCY"},
+		callers: []string{"scheduler", "supervisor-daemon"},
 	},
 	"mycelium-gateway": {
 		ports:   map[string]int32{"grpc": 9657, "admin": 9664},
 		addrEnv: map[string]string{"grpc": "GRPC_ADDR", "admin": "ADMIN_ADDR"},
 		env:     []string{"MYCELIUM_URL", "ROUTER_ADDR"},
 		peers:   map[string]string{"ROUTER_ADDR": "router"},
+		callers: []string{"router"},
 	},
 }
 
@@ -161,6 +169,52 @@ func (r *release) serviceMonitors() []*monitoringv1.ServiceMonitor {
 		out = append(out, o.Obj.(*monitoringv1.ServiceMonitor))
 	}
 	return out
+}
+
+func (r *release) jobs() []*batchv1.Job {
+	var out []*batchv1.Job
+	for _, o := range r.all("Job") {
+		out = append(out, o.Obj.(*batchv1.Job))
+	}
+	return out
+}
+
+func (r *release) roles() []*rbacv1.Role {
+	var out []*rbacv1.Role
+	for _, o := range r.all("Role") {
+		out = append(out, o.Obj.(*rbacv1.Role))
+	}
+	return out
+}
+
+func (r *release) roleBindings() []*rbacv1.RoleBinding {
+	var out []*rbacv1.RoleBinding
+	for _, o := range r.all("RoleBinding") {
+		out = append(out, o.Obj.(*rbacv1.RoleBinding))
+	}
+	return out
+}
+
+func (r *release) serviceAccount(name string) *corev1.ServiceAccount {
+	if o, ok := r.find("ServiceAccount", name); ok {
+		return o.Obj.(*corev1.ServiceAccount)
+	}
+	return nil
+}
+
+func (r *release) certificates() []*cmv1.Certificate {
+	var out []*cmv1.Certificate
+	for _, o := range r.all("Certificate") {
+		out = append(out, o.Obj.(*cmv1.Certificate))
+	}
+	return out
+}
+
+func (r *release) issuer(name string) *cmv1.Issuer {
+	if o, ok := r.find("Issuer", name); ok {
+		return o.Obj.(*cmv1.Issuer)
+	}
+	return nil
 }
 
 // workload is a Deployment or StatefulSet, reduced to what the checks need.

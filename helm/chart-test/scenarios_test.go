@@ -1,6 +1,7 @@
 package charttest
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -25,9 +26,39 @@ type scenario struct {
 
 // Objects of the five services plus the bundled Redis, as rendered by default.
 var defaultKinds = map[string]int{
-	"ServiceAccount": 1, "ConfigMap": 1, "Secret": 2, // admin secret, redis URL+password
+	"ServiceAccount": 2, "ConfigMap": 1, "Secret": 1, // the services' and the PKI Job's; the admin secret
 	"Deployment": 5, "Service": 7, "StatefulSet": 1, // 5 services + redis + redis-headless
-	"Pod": 1, // helm test
+	"Pod": 1,                              // helm test
+	"Job": 1, "Role": 1, "RoleBinding": 1, // the PKI hook
+}
+
+// withKinds is a copy of base with some counts changed (0 removes a kind).
+func withKinds(base map[string]int, change map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range change {
+		if v == 0 {
+			delete(out, k)
+		} else {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// wantPKIJob checks what the hook Job makes: certificates, Redis users.
+func wantPKIJob(t *testing.T, r *release, certs, users bool) *pkiJob {
+	t.Helper()
+	j, ok := r.pkiJob()
+	if !ok {
+		t.Fatal("no PKI hook Job")
+	}
+	if j.certs != certs || j.users != users {
+		t.Errorf("PKI Job: --certs=%v --redis-users=%v, want %v and %v", j.certs, j.users, certs, users)
+	}
+	return j
 }
 
 // The release name helm-check.sh renders with.
@@ -71,14 +102,29 @@ var scenarios = map[string]scenario{
 			if len(sts.Spec.VolumeClaimTemplates) != 1 || sts.Spec.VolumeClaimTemplates[0].Spec.StorageClassName != nil {
 				t.Errorf("StatefulSet %s: want one claim template on the default StorageClass", sts.Name)
 			}
-			wantRedisURL(t, r, "redis://:", "@"+rel+"-redis:6379/0")
+			wantRedisURLs(t, r, "rediss://%s@"+rel+"-redis:6379/0")
+			j := wantPKIJob(t, r, true, true)
+			if j.days != 365 {
+				t.Errorf("PKI Job: --days=%d, want 365", j.days)
+			}
+			wantHosts := []string{rel + "-supervisor-daemon", rel + "-supervisor-daemon.hero", rel + "-supervisor-daemon.hero.svc", rel + "-supervisor-daemon.hero.svc.cluster.local"}
+			if got := j.args["--api-host"]; !slices.Equal(got, wantHosts) {
+				t.Errorf("PKI Job: --api-host %v, want %v", got, wantHosts)
+			}
+			if got := j.args["--redis-host"]; len(got) != 4 || got[0] != rel+"-redis" || got[3] != rel+"-redis.hero.svc.cluster.local" {
+				t.Errorf("PKI Job: --redis-host %v", got)
+			}
+			if j.prefix != rel {
+				t.Errorf("PKI Job: --prefix %q, want %q", j.prefix, rel)
+			}
 		},
 	},
 
 	"minimal-values": {
 		kinds: map[string]int{
-			"ConfigMap": 1, "Secret": 2,
+			"ConfigMap": 1, "Secret": 1, "ServiceAccount": 1, // the PKI Job's alone
 			"Deployment": 4, "Service": 6, "StatefulSet": 1,
+			"Job": 1, "Role": 1, "RoleBinding": 1,
 		},
 		outside: outside{addrs: []string{"gateway.hero-edge.svc:9657"}},
 		check: func(t *testing.T, r *release, _ string) {
@@ -104,17 +150,16 @@ var scenarios = map[string]scenario{
 			if redisArg(sts, "--protected-mode") != "no" {
 				t.Errorf("StatefulSet %s: without a password redis must run with --protected-mode no", sts.Name)
 			}
-			wantRedisURL(t, r, "redis://"+rel+"-redis:6379/0", "")
+			wantRedisURLs(t, r, "rediss://"+rel+"-redis:6379/0")
+			wantPKIJob(t, r, true, false)
 		},
 	},
 
 	"external-redis-values": {
-		kinds: map[string]int{
-			"ServiceAccount": 1, "ConfigMap": 1, "Secret": 2,
-			"Deployment": 5, "Service": 5, "Pod": 1,
-		},
+		kinds: withKinds(defaultKinds, map[string]int{"Secret": 2, "Service": 5, "StatefulSet": 0}),
 		check: func(t *testing.T, r *release, _ string) {
-			wantRedisURL(t, r, "rediss://hero:s3cr3t@redis.databases.svc.cluster.local:6380/0", "")
+			wantRedisURLs(t, r, "rediss://hero:s3cr3t@redis.databases.svc.cluster.local:6380/0")
+			wantPKIJob(t, r, true, false)
 			if s := r.secret(rel + "-admin"); s == nil || string(s.Data["admin-secret"]) != "change-me-to-something-long-and-random" {
 				t.Errorf("Secret %s-admin: does not hold adminSecret.value", rel)
 			}
@@ -166,16 +211,20 @@ var scenarios = map[string]scenario{
 			if len(sts.Spec.Template.Spec.Tolerations) != 1 || sts.Spec.Template.Spec.NodeSelector["kubernetes.io/os"] != "linux" {
 				t.Errorf("StatefulSet %s: scheduling settings not rendered", sts.Name)
 			}
-			wantRedisURL(t, r, "redis://:dev-password_1@"+rel+"-redis:6379/0", "")
+			wantRedisURLs(t, r, "redis://%s@"+rel+"-redis:6379/0")
+			wantPKIJob(t, r, true, true)
+			if redisArg(sts, "--tls-port") != "" || redisArg(sts, "--port") != "6379" {
+				t.Errorf("StatefulSet %s: redis.bundled.tls.enabled=false but TLS is on", sts.Name)
+			}
 		},
 	},
 
 	"full-values": {
 		kinds: map[string]int{
-			"ServiceAccount": 1, "ConfigMap": 1,
+			"ServiceAccount": 2, "ConfigMap": 1,
 			"Deployment": 5, "Service": 6, // + the public LoadBalancer
 			"HorizontalPodAutoscaler": 1, "PodDisruptionBudget": 4, "NetworkPolicy": 5,
-			"Pod": 1,
+			"Pod": 1, "Job": 1, "Role": 1, "RoleBinding": 1,
 		},
 		serviceMonitor: smAlways,
 		outside: outside{
@@ -248,6 +297,22 @@ var scenarios = map[string]scenario{
 			if len(h.Spec.Metrics) != 2 || h.Spec.Behavior == nil || h.Spec.Behavior.ScaleDown == nil {
 				t.Errorf("HPA %s: want cpu+memory metrics and scaleDown behavior", h.Name)
 			}
+			j := wantPKIJob(t, r, true, false)
+			if j.prefix != full || j.days != 90 {
+				t.Errorf("PKI Job: --prefix %q --days %d, want %s and 90", j.prefix, j.days, full)
+			}
+			for _, h := range []string{full + "-supervisor-daemon.hero.svc.corp.internal", full + "-supervisor-daemon-public", full + "-supervisor-daemon-public.hero.svc.corp.internal", "hero.example.com", "203.0.113.10"} {
+				if !slices.Contains(j.args["--api-host"], h) {
+					t.Errorf("PKI Job: --api-host %v lacks %s", j.args["--api-host"], h)
+				}
+			}
+			job := r.jobs()[0].Spec.Template.Spec
+			if c := job.Containers[0]; c.Image != "ghcr.io/hero-coordinator/supervisor-daemon:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+				t.Errorf("PKI Job: image %s (%s), want the supervisor-daemon's with pkiJob.image's pull policy", c.Image, c.ImagePullPolicy)
+			}
+			if job.NodeSelector["kubernetes.io/os"] != "linux" || len(job.ImagePullSecrets) != 1 || r.jobs()[0].Spec.Template.Annotations["sidecar.istio.io/inject"] != "false" {
+				t.Errorf("PKI Job: pkiJob settings or imagePullSecrets not rendered")
+			}
 			sm := r.serviceMonitors()[0]
 			if sm.Labels["release"] != "kube-prometheus-stack" || len(sm.Spec.Endpoints[0].RelabelConfigs) != 1 || len(sm.Spec.Endpoints[0].MetricRelabelConfigs) != 1 {
 				t.Errorf("ServiceMonitor %s: labels or relabelings missing", sm.Name)
@@ -258,6 +323,56 @@ var scenarios = map[string]scenario{
 	"servicemonitor-auto-values": {
 		kinds:          defaultKinds,
 		serviceMonitor: smWithCRD,
+	},
+
+	"certmanager-values": {
+		kinds: withKinds(defaultKinds, map[string]int{"Certificate": 9, "Issuer": 2}),
+		check: func(t *testing.T, r *release, _ string) {
+			wantPKIJob(t, r, false, true)
+			ca := r.issuer(rel + "-ca")
+			if ca == nil || ca.Spec.CA == nil || ca.Spec.CA.SecretName != rel+"-ca" {
+				t.Fatalf("no CA Issuer %s-ca on the Secret %s-ca", rel, rel)
+			}
+			for _, c := range r.certificates() {
+				if c.Spec.IsCA {
+					continue
+				}
+				if c.Spec.IssuerRef.Name != rel+"-ca" || c.Spec.Duration.Duration.String() != "720h0m0s" || c.Spec.RenewBefore.Duration.String() != "240h0m0s" {
+					t.Errorf("Certificate %s: issuer %s, duration %v, renewBefore %v", c.Name, c.Spec.IssuerRef.Name, c.Spec.Duration, c.Spec.RenewBefore)
+				}
+			}
+			for _, c := range r.certificates() {
+				if c.Name == rel+"-api-tls" && (!slices.Contains(c.Spec.DNSNames, "hero.example.com") || !slices.Contains(c.Spec.DNSNames, rel+"-supervisor-daemon.hero.svc.cluster.local")) {
+					t.Errorf("Certificate %s: dnsNames %v lack the API's names", c.Name, c.Spec.DNSNames)
+				}
+			}
+			wantRedisURLs(t, r, "rediss://%s@"+rel+"-redis:6379/0")
+		},
+	},
+
+	"tls-off-values": {
+		kinds: defaultKinds,
+		check: func(t *testing.T, r *release, _ string) {
+			wantPKIJob(t, r, false, true)
+			if len(r.certificates()) != 0 {
+				t.Error("Certificates rendered with tls.enabled=false")
+			}
+			wantRedisURLs(t, r, "redis://%s@"+rel+"-redis:6379/0")
+		},
+	},
+
+	"external-redis-acl-values": {
+		kinds:   withKinds(defaultKinds, map[string]int{"Service": 5, "StatefulSet": 0, "Certificate": 8, "NetworkPolicy": 5}),
+		outside: outside{issuers: []string{"ClusterIssuer/corp-ca"}},
+		check: func(t *testing.T, r *release, _ string) {
+			wantPKIJob(t, r, false, true)
+			wantRedisURLs(t, r, "rediss://%s@redis.databases.svc.cluster.local:6380/0")
+			for _, c := range r.certificates() {
+				if ref := c.Spec.IssuerRef; ref.Name != "corp-ca" || ref.Kind != "ClusterIssuer" {
+					t.Errorf("Certificate %s: issuer %s/%s, want ClusterIssuer/corp-ca", c.Name, ref.Kind, ref.Name)
+				}
+			}
+		},
 	},
 }
 
@@ -300,24 +415,29 @@ func wantEnv(t *testing.T, r *release, comp string, want map[string]string) {
 	}
 }
 
-// wantRedisURL checks the URL every service reads: equal to prefix when suffix
-// is "", else starting with prefix and ending with suffix.
-func wantRedisURL(t *testing.T, r *release, prefix, suffix string) {
+// wantRedisURLs checks the URL each service reads (from its Secret or plain):
+// want, with %s replaced by the service's name when it has one.
+func wantRedisURLs(t *testing.T, r *release, want string) {
 	t.Helper()
 	for _, d := range r.deployments() {
-		ref := envOf(d.Spec.Template.Spec.Containers[0])["REDIS_URL"].ValueFrom.SecretKeyRef
-		s := r.secret(ref.Name)
-		if s == nil {
-			t.Errorf("Deployment %s: REDIS_URL Secret %s not rendered", d.Name, ref.Name)
-			continue
+		comp := d.Spec.Template.Labels[labelComponent]
+		w := want
+		if strings.Contains(want, "%s") {
+			w = fmt.Sprintf(want, comp)
 		}
-		got := string(s.Data[ref.Key])
-		ok := got == prefix
-		if suffix != "" {
-			ok = strings.HasPrefix(got, prefix) && strings.HasSuffix(got, suffix) && len(got) > len(prefix)+len(suffix)
+		e := envOf(d.Spec.Template.Spec.Containers[0])["REDIS_URL"]
+		got := e.Value
+		if e.ValueFrom != nil {
+			ref := e.ValueFrom.SecretKeyRef
+			s := r.secret(ref.Name)
+			if s == nil {
+				t.Errorf("Deployment %s: REDIS_URL Secret %s not rendered", d.Name, ref.Name)
+				continue
+			}
+			got = string(s.Data[ref.Key])
 		}
-		if !ok {
-			t.Errorf("Deployment %s: REDIS_URL %q, want %s…%s", d.Name, redact(got), prefix, suffix)
+		if got != w {
+			t.Errorf("Deployment %s: REDIS_URL %q, want %q", d.Name, redact(got), redact(w))
 		}
 	}
 }

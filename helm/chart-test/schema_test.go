@@ -251,3 +251,34 @@ func kebab(s string) string {
 	}
 	return b.String()
 }
+
+// TestCallersMatchServices: the callers each NetworkPolicy admits are the peers
+// each service's gRPC server admits by certificate (app.Serving{Peers: …} in
+// services/<name>/service.go).
+func TestCallersMatchServices(t *testing.T) {
+	peers := regexp.MustCompile(`Peers: \[\]string\{([^}]*)\}`)
+	for name, comp := range components {
+		if name == "supervisor-daemon" {
+			continue // its gRPC port is the public API
+		}
+		src, err := os.ReadFile(filepath.Join("../../services", name, "service.go"))
+		if err != nil {
+			t.Skipf("services/%s/service.go not found (%v): module used outside the repository", name, err)
+		}
+		m := peers.FindSubmatch(src)
+		if m == nil {
+			t.Errorf("services/%s/service.go: no Peers list", name)
+			continue
+		}
+		var got []string
+		for _, p := range strings.Split(string(m[1]), ",") {
+			if p = strings.Trim(strings.TrimSpace(p), `"`); p != "" {
+				got = append(got, p)
+			}
+		}
+		sort.Strings(got)
+		if !reflect.DeepEqual(got, comp.callers) {
+			t.Errorf("%s: the service admits %v, the chart's NetworkPolicy test expects %v", name, got, comp.callers)
+		}
+	}
+}

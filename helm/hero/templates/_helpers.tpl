@@ -198,6 +198,12 @@ neither is configured.
 {{- if and $external .Values.redis.bundled.enabled }}
 {{- fail "redis.external.* is set and redis.bundled.enabled is true: choose one (set redis.bundled.enabled=false to use the external Redis)" }}
 {{- end }}
+{{- if $ext.aclUsers }}
+{{- $u := urlParse ($ext.url | default "") }}
+{{- if or (not $ext.url) (not (has $u.scheme (list "redis" "rediss"))) $u.userinfo }}
+{{- fail "redis.external.aclUsers needs redis.external.url as redis:// or rediss://host:port/db without a user or password (each service connects as its own user)" }}
+{{- end }}
+{{- end }}
 {{- if $external -}}
 external
 {{- else if .Values.redis.bundled.enabled -}}
@@ -284,4 +290,94 @@ periodSeconds: {{ int .probe.periodSeconds }}
 timeoutSeconds: {{ int .probe.timeoutSeconds }}
 failureThreshold: {{ int .probe.failureThreshold }}
 successThreshold: {{ int (.probe.successThreshold | default 1) }}
+{{- end }}
+
+{{/*
+TLS and Redis users
+*/}}
+
+{{/*
+Prefix of the Secrets of certificates and Redis users (the hook Job's --prefix):
+the part of every object name before "-<part>" (see hero.partName).
+*/}}
+{{- define "hero.pkiPrefix" -}}
+{{- include "hero.fullname" . | trunc 40 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "true" when cert-manager issues the certificates. */}}
+{{- define "hero.certManager" -}}
+{{- if and .Values.tls.enabled .Values.tls.certManager.enabled }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the services connect to Redis as their own ACL users. */}}
+{{- define "hero.redisUsers" -}}
+{{- $mode := include "hero.redisMode" . }}
+{{- if or (and (eq $mode "bundled") .Values.redis.bundled.auth.enabled) (and (eq $mode "external") .Values.redis.external.aclUsers) }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the bundled Redis serves TLS only (with client certificates). */}}
+{{- define "hero.redisTLS" -}}
+{{- if and (eq (include "hero.redisMode" .) "bundled") .Values.tls.enabled .Values.redis.bundled.tls.enabled }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the hook Job has something to make: certificates or Redis users. */}}
+{{- define "hero.pkiJob" -}}
+{{- if or (and .Values.tls.enabled (not .Values.tls.certManager.enabled)) (include "hero.redisUsers" .) }}true{{ end }}
+{{- end }}
+
+{{/* Name of a certificate's Secret: include "hero.tlsSecretName" (list $ "scheduler"). */}}
+{{- define "hero.tlsSecretName" -}}
+{{- include "hero.partName" (list (index . 0) (printf "%s-tls" (index . 1))) }}
+{{- end }}
+
+{{/* Name of the Redis users' Secret (ACL file and one password per user). */}}
+{{- define "hero.redisUsersSecretName" -}}
+{{- include "hero.partName" (list . "redis-users") }}
+{{- end }}
+
+{{/*
+The names of a Service as clients in the cluster reach it: name, name.ns,
+name.ns.svc, name.ns.svc.<clusterDomain>. include "hero.serviceDNSNames" (list $ <name>) → JSON list.
+*/}}
+{{- define "hero.serviceDNSNames" -}}
+{{- $root := index . 0 }}
+{{- $name := index . 1 }}
+{{- $ns := $root.Release.Namespace }}
+{{- list $name (printf "%s.%s" $name $ns) (printf "%s.%s.svc" $name $ns) (printf "%s.%s.svc.%s" $name $ns $root.Values.clusterDomain) | toJson }}
+{{- end }}
+
+{{/* Names of the public API's certificate as a JSON list (besides localhost). */}}
+{{- define "hero.apiHosts" -}}
+{{- $hosts := include "hero.serviceDNSNames" (list . (include "hero.partName" (list . "supervisor-daemon"))) | fromJsonArray }}
+{{- if .Values.supervisorDaemon.publicService.enabled }}
+{{- $hosts = concat $hosts (include "hero.serviceDNSNames" (list . (include "hero.partName" (list . "supervisor-daemon-public"))) | fromJsonArray) }}
+{{- end }}
+{{- concat $hosts .Values.tls.apiHosts | uniq | toJson }}
+{{- end }}
+
+{{/* Names of the bundled Redis' certificate as a JSON list (besides localhost). */}}
+{{- define "hero.redisHosts" -}}
+{{- include "hero.serviceDNSNames" (list . (include "hero.redisName" .)) }}
+{{- end }}
+
+{{/*
+REDIS_URL of one service when the chart knows Redis' address (bundled Redis, or
+redis.external.aclUsers): redis[s]://[<service>@]host:port/db. No password: with ACL
+users it is read from REDIS_PASSWORD_FILE. Empty when REDIS_URL comes from a Secret.
+include "hero.redisURL" (list $ "scheduler")
+*/}}
+{{- define "hero.redisURL" -}}
+{{- $root := index . 0 }}
+{{- $svc := index . 1 }}
+{{- $mode := include "hero.redisMode" $root }}
+{{- $user := "" }}
+{{- if include "hero.redisUsers" $root }}
+{{- $user = printf "%s@" $svc }}
+{{- end }}
+{{- if eq $mode "bundled" }}
+{{- printf "%s://%s%s:6379/0" (ternary "rediss" "redis" (eq (include "hero.redisTLS" $root) "true")) $user (include "hero.redisName" $root) }}
+{{- else if $root.Values.redis.external.aclUsers }}
+{{- $u := urlParse $root.Values.redis.external.url }}
+{{- printf "%s://%s%s%s" $u.scheme $user $u.host $u.path }}{{ with $u.query }}?{{ . }}{{ end }}
+{{- end }}
 {{- end }}
