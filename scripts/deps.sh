@@ -17,6 +17,7 @@ for tool in "$@"; do
   case "$tool" in
     redis-server) need redis-server redis-server ;;
     protoc) need protoc protobuf-compiler ;;
+    bwrap) need bwrap bubblewrap ;;
     *) echo "deps: unknown tool $tool" >&2; exit 2 ;;
   esac
 done

@@ -9,6 +9,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -37,6 +38,7 @@ type Probe struct {
 	ready    bool
 	draining bool
 	checks   map[string]Check
+	details  map[string]string
 }
 
 // NewProbe returns a probe that is not ready yet.
@@ -47,6 +49,29 @@ func (p *Probe) AddCheck(name string, c Check) {
 	p.mu.Lock()
 	p.checks[name] = c
 	p.mu.Unlock()
+}
+
+// AddDetail adds a line "name: text" to what /readyz answers (how the service runs,
+// e.g. its sandbox mode).
+func (p *Probe) AddDetail(name, text string) {
+	p.mu.Lock()
+	if p.details == nil {
+		p.details = map[string]string{}
+	}
+	p.details[name] = text
+	p.mu.Unlock()
+}
+
+// Details returns the "name: text" lines, sorted.
+func (p *Probe) Details() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.details))
+	for k, v := range p.details {
+		out = append(out, k+": "+v)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Ready marks the service as started.
@@ -131,6 +156,9 @@ func NewAdminServer(addr string, reg *prometheus.Registry, probe *Probe, log zer
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
+		for _, d := range probe.Details() {
+			_, _ = fmt.Fprintln(w, d)
+		}
 	})
 	return &AdminServer{
 		// A CPU profile or trace streams for its ?seconds= (at most adminWriteTimeout).

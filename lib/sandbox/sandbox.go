@@ -73,6 +73,8 @@ type Options struct {
 	CgroupBase, CgroupParent string
 	// ReadOnly are the host paths a job sees read-only (default DefaultReadOnly).
 	ReadOnly []string
+	// Binds are host directories every job may read and write (none by default).
+	Binds []string
 }
 
 // DefaultReadOnly are the host paths a job sees (read-only): programs and
@@ -227,6 +229,9 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string) []string {
 			a = append(a, "--ro-bind", p, p)
 		}
 	}
+	for _, b := range s.opt.Binds {
+		a = append(a, "--bind", b, b)
+	}
 	a = append(a, "--bind", workDir, workDir, "--chdir", workDir, "--")
 	return append(a, argv...)
 }
@@ -374,6 +379,16 @@ func Trampoline(args []string) int {
 		if err := syscall.Setuid(user[0]); err != nil {
 			return fail("trampoline: setuid: %v", err)
 		}
+	}
+	// A change of user clears the parent-death signal the runner set: set it again, so
+	// that the sandbox dies with the runner (bwrap's --die-with-parent covers its own
+	// children). A runner that died meanwhile is noticed by the parent changing.
+	ppid := os.Getppid()
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0); errno != 0 {
+		return fail("trampoline: parent-death signal: %v", errno)
+	}
+	if os.Getppid() != ppid || ppid == 1 {
+		return fail("trampoline: the runner is gone")
 	}
 	if i >= len(args)-1 {
 		return fail("trampoline: no command")

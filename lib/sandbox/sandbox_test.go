@@ -159,3 +159,52 @@ func TestLimits(t *testing.T) {
 		t.Errorf("within limits: %q %+v %q", reason, res, out)
 	}
 }
+
+// The sandbox dies with the process that started it (kill -9 of the runner): the
+// trampoline restores the parent-death signal its change of user cleared.
+func TestDiesWithTheRunner(t *testing.T) {
+	s := newSandbox(t)
+	dir, _ := os.MkdirTemp("", "hero-sbx-die-")
+	defer func() { _ = os.RemoveAll(dir) }()
+	j, err := s.Prepare(dir, []string{"/bin/sh", "-c", "sleep 300"}, Limits{Pids: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Cleanup()
+	marker := filepath.Join(dir, "runner.sh")
+	// A stand-in for the runner: a shell that starts the sandboxed job and waits.
+	argv := strings.Join(quoteAll(j.Argv), " ")
+	if err := os.WriteFile(marker, []byte(argv+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runner := exec.Command("/bin/sh", marker)
+	runner.Env = []string{"PATH=/usr/bin:/bin"}
+	if err := runner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The job is up once its cgroup has its processes.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(j.group.pids()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // another process's start: no event to wait on
+	}
+	if len(j.group.pids()) < 3 {
+		t.Fatalf("the job did not start: %v", j.group.pids())
+	}
+	_ = runner.Process.Kill()
+	_ = runner.Wait()
+	deadline = time.Now().Add(time.Second)
+	for len(j.group.pids()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("job processes alive 1 s after the runner's death: %v", j.group.pids())
+		}
+		time.Sleep(10 * time.Millisecond) // another process's death: no event to wait on
+	}
+}
+
+func quoteAll(a []string) []string {
+	out := make([]string, len(a))
+	for i, s := range a {
+		out[i] = "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	return out
+}

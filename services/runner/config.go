@@ -12,6 +12,7 @@ import (
 	"github.com/hero-coordinator/hero/lib/config"
 	"github.com/hero-coordinator/hero/lib/dispatcher"
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/sandbox"
 )
 
 // Config is the runner's configuration.
@@ -36,6 +37,7 @@ type Config struct {
 	interpreters   map[model.ScriptType][]string
 	executors      []executorConfig
 	Dispatcher     dispatcher.WorkerConfig
+	Sandbox        sandbox.Config
 	types          []model.ScriptType
 	contextIDs     []uint32 // nil: every registered context
 }
@@ -47,6 +49,7 @@ const DefaultInterpreters = "python=python3,sh=/bin/sh,bash=bash"
 func (c *Config) RegisterFlags(f *config.FlagSet) {
 	c.Common.RegisterFlags(f, ":9656", ":9663")
 	c.Dispatcher.RegisterFlags(f)
+	c.Sandbox.RegisterFlags(f)
 	f.Uint32Var(&c.RunnerID, "runner-id", "", 1, "the runner record (runner:<id>) this process serves in each context")
 	f.StringVar(&c.Contexts, "contexts", "RUNNER_CONTEXTS", "*", "contexts served: comma-separated ids, or * for every context that has the runner record")
 	f.StringVar(&c.ScriptTypes, "script-types", "", "", "script types served (comma-separated); empty: every type with an interpreter")
@@ -71,6 +74,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Dispatcher.Validate(); err != nil {
+		return err
+	}
+	if err := c.Sandbox.Validate(); err != nil {
 		return err
 	}
 	if c.RunnerID == 0 {

@@ -22,6 +22,7 @@ import (
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
 	"github.com/hero-coordinator/hero/lib/procrun"
+	"github.com/hero-coordinator/hero/lib/sandbox"
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
@@ -212,9 +213,16 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	r.track(ex)
 	defer r.untrack(ex)
 
+	lim := r.cfg.Sandbox.Limits()
+	sj, err := r.sandbox.Prepare(dir, interp, lim)
+	if err != nil {
+		logw.Close()
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "runner cannot prepare the sandbox: " + err.Error()}, "start_error"}
+	}
+	defer sj.Cleanup()
 	start := time.Now()
 	proc, err := procrun.Start(procrun.Spec{
-		Argv: interp, Dir: dir, Env: env, Stdin: strings.NewReader(j.Script),
+		Argv: sj.Argv, Dir: dir, Env: env, Stdin: strings.NewReader(j.Script),
 		Stdout: procrun.Multi{stdout, logw}, Stderr: procrun.Multi{stderr, logw}, KillGrace: r.cfg.KillGrace,
 	})
 	if err != nil {
@@ -233,14 +241,23 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	if reason != "" {
 		proc.Kill(reason)
 	}
+	// A job over a memory or process limit is stopped at once, its whole tree.
+	stopWatch := sj.Watch(func(reason string) { ex.kill(reason) })
 	sv := r.supervise(ctx, db, cl, j, ex)
 	res := proc.Wait()
 	sv.stop()
+	stopWatch()
+	log.Info().Str("sandbox", r.sandbox.Mode()).Str("limits", lim.String()).Int("exit_code", res.ExitCode).Str("signal", res.Signal).
+		Dur("elapsed", time.Since(start)).Msg("job execution")
 	elapsed := time.Since(start)
 	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(elapsed.Seconds())
 	logw.Close()
 
 	exitCode := res.ExitCode
+	if reason := sj.Reason(res.Signal, res.ExitCode); reason != "" {
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: exitCode, Error: limitError(reason, lim),
+			Result: map[string]string{"output": stdout.String()}}, reason}
+	}
 	switch ex.killReason() {
 	case "handed_back", "lost_lease":
 		return runResult{reason: ex.killReason()}
@@ -440,4 +457,18 @@ func (s *supervision) stop() {
 		s.timeout.Stop()
 	}
 	s.lease.Stop()
+}
+
+// limitError is the error of a job that went over a limit: the reason first, as the
+// failure reason of hero_jobs_failed_total spells it.
+func limitError(reason string, lim sandbox.Limits) string {
+	switch reason {
+	case sandbox.ReasonMemory:
+		return fmt.Sprintf("memory_limit: the job used more than its %d MiB of memory and was killed", lim.MemoryBytes>>20)
+	case sandbox.ReasonPids:
+		return fmt.Sprintf("pids_limit: the job tried to have more than %d processes at once and was killed", lim.Pids)
+	case sandbox.ReasonFileSize:
+		return fmt.Sprintf("file_size_limit: the job wrote a file larger than %d MiB", lim.FileSizeBytes>>20)
+	}
+	return reason
 }

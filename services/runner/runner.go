@@ -20,17 +20,19 @@ import (
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
 	"github.com/hero-coordinator/hero/lib/rrq"
+	"github.com/hero-coordinator/hero/lib/sandbox"
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
 // runner claims jobs from the queues of the contexts it serves and runs them.
 type runner struct {
-	store *store.Store
-	log   zerolog.Logger
-	cfg   *Config
-	m     runnerMetrics
-	em    executorMetrics
-	pools map[string]*rrq.Pool // executor pools by name
+	store   *store.Store
+	log     zerolog.Logger
+	cfg     *Config
+	sandbox *sandbox.Sandbox
+	m       runnerMetrics
+	em      executorMetrics
+	pools   map[string]*rrq.Pool // executor pools by name
 
 	mu      sync.Mutex
 	served  []uint32                    // contexts where runner:<id> exists
@@ -67,10 +69,11 @@ type task struct {
 }
 
 type runnerParams struct {
-	store *store.Store
-	log   zerolog.Logger
-	reg   prometheus.Registerer
-	cfg   *Config
+	store   *store.Store
+	log     zerolog.Logger
+	reg     prometheus.Registerer
+	cfg     *Config
+	sandbox *sandbox.Sandbox
 }
 
 type runnerMetrics struct {
@@ -89,7 +92,7 @@ type runnerMetrics struct {
 func newRunner(p runnerParams) *runner {
 	f := promauto.With(p.reg)
 	r := &runner{
-		store: p.store, log: p.log, cfg: p.cfg,
+		store: p.store, log: p.log, cfg: p.cfg, sandbox: p.sandbox,
 		running:    map[model.JobRef]*execution{},
 		em:         newExecutorMetrics(p.reg),
 		slots:      make(chan struct{}, p.cfg.Concurrency),

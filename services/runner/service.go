@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
 	"github.com/hero-coordinator/hero/lib/app"
+	"github.com/hero-coordinator/hero/lib/sandbox"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -13,7 +17,21 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	if err != nil {
 		return err
 	}
-	r := newRunner(runnerParams{store: b.Store, log: env.Log, reg: env.Registry, cfg: cfg})
+	sb, err := sandbox.New(ctx, cfg.Sandbox.Options())
+	if err != nil {
+		return err
+	}
+	sandboxGauge := promauto.With(env.Registry).NewGaugeVec(prometheus.GaugeOpts{Name: "hero_runner_sandbox",
+		Help: "1 for the mode jobs run in: bwrap (sandboxed) or none (--sandbox=none: unsandboxed)."}, []string{"mode"})
+	sandboxGauge.WithLabelValues(sb.Mode()).Set(1)
+	if sb.Mode() == sandbox.ModeNone {
+		env.Log.Warn().Msg("jobs run WITHOUT a sandbox (--sandbox=none): a job can read this process's files and environment, reach Redis and the services, and outlive its run")
+		env.Probe.AddDetail("sandbox", "none: jobs run unsandboxed (--sandbox=none)")
+	} else {
+		env.Log.Info().Str("sandbox", sb.Describe()).Str("limits", cfg.Sandbox.Limits().String()).Msg("jobs run sandboxed")
+		env.Probe.AddDetail("sandbox", sb.Describe())
+	}
+	r := newRunner(runnerParams{store: b.Store, log: env.Log, reg: env.Registry, cfg: cfg, sandbox: sb})
 	if err := r.startExecutors(ctx); err != nil {
 		return err
 	}

@@ -63,7 +63,7 @@ func TestChaos(t *testing.T) {
 		RunnerArgs: append([]string{"--lease", "10s", "--heartbeat", "2s", "--concurrency", "16"}, harness.OptionalWorkers(binDir)...),
 	})
 	s.Setup(t, ctx1)
-	dir := t.TempDir()
+	dir := harness.ScratchDir(t)
 	ledger := filepath.Join(dir, "ledger")
 	starts, err := harness.NewSignal(dir)
 	if err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -287,31 +288,47 @@ func waitGone(t *testing.T, pid int, within time.Duration) {
 	}
 }
 
-// readPID waits (bounded) for a script to write a pid file.
-func readPID(t *testing.T, path string) int {
+// sleeper is a long-running child a job starts: a script in a scratch directory,
+// so that the test finds its process on the host by its unique path (a pid the job
+// could write is its sandbox's, meaningless outside).
+type sleeper struct {
+	path   string
+	script string // the job's script: runs the sleeper in the background, waits
+}
+
+func newSleeper(t *testing.T, name string) sleeper {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	path := filepath.Join(harness.ScratchDir(t), name+".sleeper.sh")
+	if err := os.WriteFile(path, []byte("sleep 300\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return sleeper{path: path, script: "sh " + path + " &\nwait\n"}
+}
+
+// pid waits (bounded) for the sleeper's process and returns its host pid.
+func (s sleeper) pid(t *testing.T) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil && strings.HasSuffix(string(b), "\n") {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+		out, _ := exec.Command("pgrep", "-f", "sh "+s.path).Output()
+		if f := strings.Fields(string(out)); len(f) > 0 {
+			if pid, err := strconv.Atoi(f[0]); err == nil {
 				return pid
 			}
 		}
-		time.Sleep(10 * time.Millisecond) // a file another process writes: no event to wait on
+		time.Sleep(10 * time.Millisecond) // another process's start: no event to wait on
 	}
-	t.Fatalf("no pid in %s", path)
+	t.Fatalf("no process runs %s", s.path)
 	return 0
 }
 
 // Acceptance (core 3): a timeout kills the script and the child it spawned.
 func TestTimeoutKillsProcessGroup(t *testing.T) {
 	_, c := newStack(t, harness.StackOptions{})
-	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "child.pid")
-	script := fmt.Sprintf("sleep 300 &\necho $! > %s.tmp && mv %s.tmp %s\nwait\n", pidFile, pidFile, pidFile)
-	createFlow(t, c, 30, nil, jobSpec{id: 1, typ: "sh", script: script, timeout: 2})
+	sleeper := newSleeper(t, "child")
+	createFlow(t, c, 30, nil, jobSpec{id: 1, typ: "sh", script: sleeper.script, timeout: 2})
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 30}, nil)
-	child := readPID(t, pidFile)
+	child := sleeper.pid(t)
 	f := c.WaitFlow(t, ctx1, 30, 30*time.Second)
 	if f.Status != "error" {
 		t.Fatalf("flow: %+v", f)
@@ -329,12 +346,10 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 // Acceptance (core 3): job.stop kills a running job within 1 s.
 func TestStopRunningJob(t *testing.T) {
 	_, c := newStack(t, harness.StackOptions{})
-	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "pid")
-	script := fmt.Sprintf("sleep 300 &\necho $! > %s.tmp && mv %s.tmp %s\nwait\n", pidFile, pidFile, pidFile)
-	createFlow(t, c, 31, nil, jobSpec{id: 1, typ: "sh", script: script, retries: 3}, jobSpec{id: 2, typ: "sh", script: "echo after", deps: []uint32{1}})
+	sleeper := newSleeper(t, "job")
+	createFlow(t, c, 31, nil, jobSpec{id: 1, typ: "sh", script: sleeper.script, retries: 3}, jobSpec{id: 2, typ: "sh", script: "echo after", deps: []uint32{1}})
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 31}, nil)
-	child := readPID(t, pidFile)
+	child := sleeper.pid(t)
 	stopAt := time.Now()
 	c.MustCall(t, "job.stop", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 1}, nil)
 	waitGone(t, child, time.Second)

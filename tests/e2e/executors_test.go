@@ -270,7 +270,7 @@ func TestHandlerCancel(t *testing.T) {
 	if got := metric(t, s.Runner, "hero_executor_restarts_total"); got != before {
 		t.Errorf("a cooperative executor was restarted (%v → %v)", before, got)
 	}
-	if d := stop(2, "python#stubborn", filepath.Join(t.TempDir(), "begun")); d < time.Second {
+	if d := stop(2, "python#stubborn", filepath.Join(harness.ScratchDir(t), "begun")); d < time.Second {
 		t.Errorf("a handler that ignores the cancel ended after %v, before the 1 s grace", d)
 	}
 	if !c.WaitEvent(t, ctx1, 10*time.Second, func() bool { return metric(t, s.Runner, "hero_executor_restarts_total") > before }) {
@@ -325,7 +325,7 @@ func TestHandlerExecutorCrash(t *testing.T) {
 // API and heroctl.
 func TestDLQAndFlowRetry(t *testing.T) {
 	s, c := newStack(t, harness.StackOptions{})
-	gate := filepath.Join(t.TempDir(), "gate")
+	gate := filepath.Join(harness.ScratchDir(t), "gate")
 	// A flow whose job 2 fails until the gate file exists; job 3 depends on it; job 1
 	// finishes and must not run again on retry.
 	createFlow(t, c, 60, nil,

@@ -44,7 +44,7 @@ func TestRedisRestartWhileJobsFinish(t *testing.T) {
 				}
 			})
 			c := s.Setup(t, ctx1)
-			dir := t.TempDir()
+			dir := harness.ScratchDir(t)
 			ledger, release := filepath.Join(dir, "ledger"), filepath.Join(dir, "go")
 			// Each job starts, waits for the release (the test takes Redis down first),
 			// then ends while Redis is down.
@@ -168,7 +168,7 @@ func TestRunnerHandsOverEndsAtShutdown(t *testing.T) {
 		RunnerArgs: []string{"--lease", "30s", "--heartbeat", "5s", "--shutdown-timeout", "2s"},
 	})
 	c := s.Setup(t, ctx1)
-	dir := t.TempDir()
+	dir := harness.ScratchDir(t)
 	ledger, release := filepath.Join(dir, "ledger"), filepath.Join(dir, "go")
 	sig, err := harness.NewSignal(dir)
 	if err != nil {

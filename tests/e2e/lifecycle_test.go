@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -22,19 +20,15 @@ import (
 // gone within 1 s, pending jobs never start, the flow shows why.
 func TestCancelRunningFlow(t *testing.T) {
 	_, c := newStack(t, harness.StackOptions{})
-	dir := t.TempDir()
-	long := func(name string) string {
-		f := filepath.Join(dir, name)
-		return fmt.Sprintf("sleep 300 &\necho $! > %s.tmp && mv %s.tmp %s\nwait\n", f, f, f)
-	}
+	sa, sb := newSleeper(t, "a"), newSleeper(t, "b")
 	createFlow(t, c, 70, nil,
-		jobSpec{id: 1, typ: "sh", script: long("a")},
-		jobSpec{id: 2, typ: "bash", script: long("b")},
+		jobSpec{id: 1, typ: "sh", script: sa.script},
+		jobSpec{id: 2, typ: "bash", script: sb.script},
 		jobSpec{id: 3, typ: "sh", script: "echo never", deps: []uint32{1}},
 		jobSpec{id: 4, typ: "sh", script: "echo never", deps: []uint32{3}},
 	)
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 70}, nil)
-	pa, pb := readPID(t, filepath.Join(dir, "a")), readPID(t, filepath.Join(dir, "b"))
+	pa, pb := sa.pid(t), sb.pid(t)
 	start := time.Now()
 	var f harness.Flow
 	c.MustCall(t, "flow.cancel", map[string]any{"context_id": ctx1, "id": 70}, &f)

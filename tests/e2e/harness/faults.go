@@ -86,6 +86,9 @@ func NewSignal(dir string) (*Signal, error) {
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
 		return nil, err
 	}
+	if err := os.Chmod(path, 0o666); err != nil { // jobs run as another uid
+		return nil, err
+	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err

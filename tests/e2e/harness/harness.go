@@ -154,6 +154,13 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 		}
 		args = append(args, tlsArgs...)
 	}
+	if name == "runner" {
+		if err := os.MkdirAll(ScratchRoot(), 0o755); err != nil {
+			return nil, err
+		}
+		_ = os.Chmod(ScratchRoot(), 0o1777)
+		args = append(args, "--sandbox-bind", ScratchRoot())
+	}
 	redisURL, redisArgs, err := redisFor(name, redisURL)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,93 @@
+package sandbox
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/hero-coordinator/hero/lib/config"
+)
+
+// Config is the command line of the sandbox (the runner's flags).
+type Config struct {
+	Mode     string
+	UID, GID int
+	Binds    string // comma-separated host paths jobs may read and write (shared scratch)
+	Memory   string // per-job limits: sizes like 512MiB, 2GiB; "" or 0: none
+	Pids     int
+	CPU      int // thousandths of a CPU
+	FileSize string
+	limits   Limits
+	binds    []string
+}
+
+// RegisterFlags adds the --sandbox and --job-* flags.
+func (c *Config) RegisterFlags(f *config.FlagSet) {
+	f.StringVar(&c.Mode, "sandbox", "", ModeBwrap, "how jobs run: bwrap (each job in its own bubblewrap sandbox: namespaces, no network, only system directories and its work directory) or none (explicitly unsandboxed: said at every start, in /readyz and in hero_runner_sandbox)")
+	f.IntVar(&c.UID, "sandbox-uid", "", 61000, "when the runner is root, jobs run as this uid (no service's) outside their namespace; 0: the runner's")
+	f.IntVar(&c.GID, "sandbox-gid", "", 61000, "the gid of --sandbox-uid")
+	f.StringVar(&c.Binds, "sandbox-bind", "", "", "host directories every job may read and write (comma-separated), e.g. a shared scratch volume; none by default")
+	f.StringVar(&c.Memory, "job-memory", "", "1GiB", "memory one job may use (its processes together; cgroup, else address space); 0: no limit")
+	f.IntVar(&c.Pids, "job-pids", "", 512, "processes and threads one job may have at once; 0: no limit")
+	f.IntVar(&c.CPU, "job-cpu", "", 0, "CPU one job may use, in thousandths of a CPU (1000: one CPU); 0: no limit")
+	f.StringVar(&c.FileSize, "job-file-size", "", "1GiB", "largest file one job may write; 0: no limit")
+}
+
+// Validate checks the flags.
+func (c *Config) Validate() error {
+	if c.Mode != ModeBwrap && c.Mode != ModeNone {
+		return fmt.Errorf("--sandbox %q: want bwrap or none", c.Mode)
+	}
+	var err error
+	if c.limits.MemoryBytes, err = ParseSize(c.Memory); err != nil {
+		return fmt.Errorf("--job-memory: %v", err)
+	}
+	if c.limits.FileSizeBytes, err = ParseSize(c.FileSize); err != nil {
+		return fmt.Errorf("--job-file-size: %v", err)
+	}
+	if c.Pids < 0 || c.CPU < 0 || c.UID < 0 || c.GID < 0 {
+		return fmt.Errorf("--job-pids, --job-cpu, --sandbox-uid and --sandbox-gid must not be negative")
+	}
+	c.limits.Pids, c.limits.CPUMillis = c.Pids, c.CPU
+	c.binds = nil
+	for _, b := range strings.Split(c.Binds, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			if !strings.HasPrefix(b, "/") {
+				return fmt.Errorf("--sandbox-bind %q: want an absolute path", b)
+			}
+			c.binds = append(c.binds, b)
+		}
+	}
+	return nil
+}
+
+// Limits are the per-job limits of the flags.
+func (c *Config) Limits() Limits { return c.limits }
+
+// Options are the sandbox's options from the flags.
+func (c *Config) Options() Options {
+	return Options{Mode: c.Mode, UID: c.UID, GID: c.GID, Binds: c.binds}
+}
+
+// ParseSize reads "512MiB", "2GiB", "64KiB", "1048576" (bytes); "" and "0" are 0.
+func ParseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "0" {
+		return 0, nil
+	}
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(v), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a size (e.g. 512MiB, 2GiB)", s)
+	}
+	return n * mult, nil
+}
