@@ -130,7 +130,7 @@ var errHandedOver = errors.New("job end handed over to the restart")
 // then removed) or the shutdown gives up waiting (errHandedOver: the file stays). A
 // lasting error drops it (the lease brings the job back).
 func (r *runner) writeEnd(ctx context.Context, f store.Finish, log zerolog.Logger) (bool, error) {
-	var bo fault.Backoff
+	bo := fault.Backoff{Max: 500 * time.Millisecond} // Redis may be back only briefly
 	saved := ""
 	defer func() {
 		if saved != "" {
