@@ -942,3 +942,4 @@ func TestStaleLeaseLeavesTheRunningClaim(t *testing.T) {
 		}
 	}
 }
+
