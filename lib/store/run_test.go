@@ -942,4 +942,3 @@ func TestStaleLeaseLeavesTheRunningClaim(t *testing.T) {
 		}
 	}
 }
-
