@@ -662,8 +662,14 @@ func ParseWakeQueue(k string) (ctxID uint32, queue string, ok bool) {
 
 // SweepLeases returns the items of expired leases in the contexts to their queues,
 // calling moved for each. The services run it on a ticker: a safety net for consumers
-// that died (live ones extend their leases).
-func (s *Store) SweepLeases(ctx context.Context, ctxIDs []uint32, now time.Time, moved func(ctxID uint32, r Requeued)) {
+// that died (live ones extend their leases). For grace after a passing Redis fault
+// (LastFault) it requeues nothing: leases ran out while nobody could extend them, and
+// their live holders (finishing a job, writing its end) get a lease's time to do so,
+// instead of losing the job to a second run. It returns false when it held back.
+func (s *Store) SweepLeases(ctx context.Context, ctxIDs []uint32, now time.Time, grace time.Duration, moved func(ctxID uint32, r Requeued)) bool {
+	if time.Since(s.LastFault()) < grace {
+		return false
+	}
 	for _, id := range ctxIDs {
 		db, err := s.Ctx(id)
 		if err != nil {
@@ -677,4 +683,5 @@ func (s *Store) SweepLeases(ctx context.Context, ctxIDs []uint32, now time.Time,
 			moved(id, it)
 		}
 	}
+	return true
 }

@@ -14,16 +14,19 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/hero-coordinator/hero/lib/config"
+	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 )
@@ -65,6 +68,54 @@ type Server struct {
 	mux       *redis.Client
 	databases int // from CONFIG GET databases; 0 when the server does not say
 	probeOpt  *redis.Options
+	lastFault atomic.Int64 // unix ms of the last passing fault a call met (faultHook)
+}
+
+// faultHook records when a call to the server met a passing fault (refused, broken,
+// timed out, LOADING, …): the lease sweeps hold back for a while after one (SweepLeases).
+type faultHook struct{ srv *Server }
+
+func (h faultHook) note(err error) {
+	if err != nil && !errors.Is(err, redis.Nil) && fault.Transient(err) {
+		h.srv.lastFault.Store(time.Now().UnixMilli())
+	}
+}
+
+func (h faultHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		h.note(err)
+		return c, err
+	}
+}
+
+func (h faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.note(err)
+		return err
+	}
+}
+
+func (h faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.note(err)
+		return err
+	}
+}
+
+// LastFault is when a call to any of the store's servers last met a passing fault
+// (zero: never).
+func (s *Store) LastFault() time.Time {
+	var last int64
+	for _, srv := range s.servers {
+		last = max(last, srv.lastFault.Load())
+	}
+	if last == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(last)
 }
 
 // ErrNotFound is returned when an object does not exist.
@@ -181,7 +232,10 @@ func newServer(rawURL string, o Options) (*Server, error) {
 	popt.MaxRetries = -1 // the start-up probe reports the first error, not a retry's timeout
 	popt.DialerRetries = 1
 	popt.PoolSize = 1
-	return &Server{Name: name, fixed: fixed, mux: mux, probeOpt: &popt}, nil
+	srv := &Server{Name: name, fixed: fixed, mux: mux, probeOpt: &popt}
+	fixed.AddHook(faultHook{srv})
+	mux.AddHook(faultHook{srv})
+	return srv, nil
 }
 
 func (srv *Server) connect(ctx context.Context, timeout time.Duration) error {

@@ -506,3 +506,42 @@ func TestAuthURL(t *testing.T) {
 		t.Fatalf("wrong password must fail without echoing it: %v", err)
 	}
 }
+
+// TestSweepHoldsBackAfterAFault (issue 17): leases that ran out while Redis was away
+// are not requeued at once when it is back: their live holders get a lease's time to
+// extend them (or to write the job's end) first.
+func TestSweepHoldsBackAfterAFault(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{ExtraArgs: []string{"--appendonly", "yes", "--appendfsync", "always"}})
+	ctx := context.Background()
+	s, err := store.Open(ctx, store.Options{URL: rs.URL, ConnectTimeout: 2 * time.Second, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db := mustCtx(t, s, 3)
+	if err := db.Enqueue(ctx, "queue:sh", "job:1:1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Claim(ctx, "queue:sh", "w1", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Down(redistest.DownKill); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.QueueLen(ctx, "queue:sh"); err == nil {
+		t.Fatal("a call to a stopped Redis succeeded")
+	}
+	if err := rs.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if s.LastFault().IsZero() {
+		t.Fatal("the fault was not noted")
+	}
+	n := 0
+	if s.SweepLeases(ctx, []uint32{3}, time.Now().Add(time.Minute), time.Minute, func(uint32, store.Requeued) { n++ }) || n != 0 {
+		t.Fatalf("the sweep right after a fault requeued %d", n)
+	}
+	if !s.SweepLeases(ctx, []uint32{3}, time.Now().Add(time.Minute), 0, func(uint32, store.Requeued) { n++ }) || n != 1 {
+		t.Fatalf("with no grace: requeued %d, want the expired lease's job", n)
+	}
+}

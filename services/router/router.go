@@ -732,7 +732,7 @@ func (r *router) sweepLeases(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		r.store.SweepLeases(ctx, ids, time.Now(), func(id uint32, mv store.Requeued) {
+		r.store.SweepLeases(ctx, ids, time.Now(), r.lease, func(id uint32, mv store.Requeued) {
 			r.m.requeued.Inc()
 			r.log.Warn().Uint32(obs.KeyContextID, id).Str("queue", mv.Queue).Str("item", mv.Item).Msg("lease expired; item back on its queue")
 		})

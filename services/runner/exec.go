@@ -131,7 +131,7 @@ var errHandedOver = errors.New("job end handed over to the restart")
 // then removed) or the shutdown gives up waiting (errHandedOver: the file stays). A
 // lasting error drops it (the lease brings the job back).
 func (r *runner) writeEnd(ctx context.Context, f store.Finish, log zerolog.Logger) (bool, error) {
-	var bo fault.Backoff
+	bo := fault.Backoff{Max: 500 * time.Millisecond} // Redis may be back only briefly
 	saved := ""
 	defer func() {
 		if saved != "" {
@@ -151,8 +151,10 @@ func (r *runner) writeEnd(ctx context.Context, f store.Finish, log zerolog.Logge
 				log.Error().Err(serr).Msg("keep the job's end in the state directory")
 			}
 			saved = path
+			log.Warn().Err(err).Msg("write the job's end: Redis unavailable; retrying")
+		} else {
+			log.Debug().Err(err).Msg("write the job's end: retrying")
 		}
-		log.Warn().Err(err).Msg("write the job's end: Redis unavailable; retrying")
 		if time.Since(lastExtend) >= r.cfg.Heartbeat {
 			if _, err := f.DB.ExtendLease(ctx, f.Claim, r.cfg.Lease); err == nil {
 				lastExtend = time.Now()
@@ -193,8 +195,13 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	var bo fault.Backoff
 	for {
 		env, err = r.environment(ctx, db, j, resultFile, dir)
-		if err == nil || !fault.Transient(err) || !bo.Sleep(r.endCtx) {
-			break // a passing fault is waited out: it is no failure of the job
+		if err == nil || !fault.Transient(err) {
+			break
+		}
+		// A passing fault is waited out: it is no failure of the job. A shutdown
+		// meanwhile hands the job back (it has not started).
+		if !bo.Sleep(r.endCtx) {
+			return runResult{reason: "handed_back"}
 		}
 	}
 	if err != nil {

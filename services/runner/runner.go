@@ -513,7 +513,7 @@ func (r *runner) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		r.store.SweepLeases(ctx, r.servedContexts(), time.Now(), func(id uint32, mv store.Requeued) {
+		r.store.SweepLeases(ctx, r.servedContexts(), time.Now(), r.cfg.Lease, func(id uint32, mv store.Requeued) {
 			r.m.requeued.Inc()
 			r.log.Warn().Uint32(obs.KeyContextID, id).Str("queue", mv.Queue).Str("item", mv.Item).Msg("lease expired; job back on its queue")
 		})
