@@ -300,9 +300,10 @@ ls /home/hero/state 2>/dev/null && echo LEAK-state
 getent hosts redis >/dev/null 2>&1 && echo LEAK-dns
 echo "env=$(env | cut -d= -f1 | sort | tr "\n" ,)"; true'
 out=$(timeout 60 bin/heroctl -o json job run --type sh --script "$probe") || fail "the sandbox probe job did not run"
-grep -q LEAK <<<"$out" && fail "a job reached what the sandbox should hide: $(jq -r .result.output <<<"$out")"
-jq -r .result.output <<<"$out" | grep -q '^env=HERO_ATTEMPT,' || fail "the probe job's environment: $(jq -r .result.output <<<"$out")"
-say "a job sees no /pki, no runner state, no Redis, no names; its environment: $(jq -r .result.output <<<"$out" | grep '^env=' | cut -c1-80)…"
+seen=$(jq -r .result.output <<<"$out")
+if grep -q LEAK <<<"$seen"; then fail "a job reached what the sandbox should hide: $seen"; fi
+grep -q '^env=HERO_ATTEMPT,' <<<"$seen" || fail "the probe job's environment: $seen"
+say "a job sees no /pki, no runner state, no Redis, no names; its environment: $(grep '^env=' <<<"$seen" | cut -c1-80)…"
 
 step "a failing flow, context 100"
 cat > "$WORK/failing.yaml" <<'EOF'
