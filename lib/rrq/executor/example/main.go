@@ -32,7 +32,9 @@ func main() {
 	ex.Register("echo", echo)
 	ex.Register("sleep", sleep)
 	ex.Register("noop", func(context.Context, *rrq.ExecutionRequest) (any, error) { return nil, nil })
-	ex.Register("pid", func(context.Context, *rrq.ExecutionRequest) (any, error) { return map[string]any{"pid": os.Getpid()}, nil })
+	ex.Register("pid", func(context.Context, *rrq.ExecutionRequest) (any, error) {
+		return map[string]any{"pid": os.Getpid()}, nil
+	})
 	ex.Register("fail", fail)
 	ex.Register("retry", retry)
 	ex.Register("stubborn", stubborn)
