@@ -266,6 +266,12 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	if execName == "" {
 		execName = string(j.ScriptType)
 	}
+	ref := model.JobRef{ContextID: db.ContextID, CallerID: j.CallerID, ID: j.ID}
+	// Tracked before its pool is there (a context's pool may take a moment to start):
+	// a stop meanwhile is kept and honoured below.
+	ex := &execution{ref: ref}
+	r.track(ex)
+	defer r.untrack(ex)
 	pool, err := r.acquirePool(ctx, execName, db.ContextID)
 	if errors.Is(err, errNoExecutor) {
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true,
@@ -276,7 +282,6 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 			Error: fmt.Sprintf("executor %s could not start for context %d: %v", execName, db.ContextID, err)}, "executor"}
 	}
 	defer r.releasePool(poolKey{execName, db.ContextID})
-	ref := model.JobRef{ContextID: db.ContextID, CallerID: j.CallerID, ID: j.ID}
 	traceID := j.TraceID // set when the job was claimed
 	if traceID == "" {
 		traceID = randHex(16)
@@ -326,8 +331,7 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	header := []byte(fmt.Sprintf("--- attempt %d: %s#%s on %s (request %s, trace %s) ---\n", max(j.Attempt, 1), execName, handler, r.cfg.WorkerID, req.RequestID, traceID))
 	defer func() { rr.outcome.Log, rr.outcome.LogMax = header, r.cfg.LogMaxBytes }()
 
-	ex := &execution{ref: ref}
-	ex.cancel = func(reason string) {
+	cancel := func(reason string) {
 		// Cancel frames first; an executor that has not answered within the grace
 		// period is killed (and restarted by its pool); the call then fails.
 		go func() {
@@ -337,10 +341,14 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 			}
 		}()
 	}
-	r.track(ex)
-	defer r.untrack(ex)
+	ex.mu.Lock()
+	ex.cancel = cancel
+	ex.mu.Unlock()
 	if j.StopAsked {
 		ex.kill("stopped")
+	}
+	if ex.killReason() != "" {
+		cancelCall() // a stop or hand-back that came while the pool started
 	}
 
 	type call struct {

@@ -403,8 +403,14 @@ func TestDLQAndFlowRetry(t *testing.T) {
 // An executor does not outlive its runner: after kill -9 of the runner, every executor
 // process it started is gone (none is left orphaned, holding its socket or port).
 func TestExecutorsDieWithTheirRunner(t *testing.T) {
-	s, _ := executorStack(t)
-	// Each pool process logs its pid once it accepts connections.
+	s, c := executorStack(t)
+	// A context's pools start with its first handler jobs; each pool process logs its
+	// pid once it accepts connections.
+	for i, fn := range []string{"python#echo", "go#echo"} {
+		if j := runStandalone(t, c, map[string]any{"id": 90 + i, "function_name": fn}); j.Status != "finished" {
+			t.Fatalf("%s: %+v", fn, j)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pidRE := regexp.MustCompile(`"pid":(\d+)`)
