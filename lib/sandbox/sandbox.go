@@ -209,7 +209,9 @@ func (s *Sandbox) chownForJob(dir string) error {
 // bwrapArgs is the bwrap command line for argv run in workDir.
 func (s *Sandbox) bwrapArgs(workDir string, argv []string) []string {
 	a := []string{
-		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+		// --disable-userns: a job cannot make user namespaces of its own (a kernel
+		// surface it has no use for).
+		"--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session", "--hostname", "hero-job",
 		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp",
 	}

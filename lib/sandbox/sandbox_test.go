@@ -81,6 +81,7 @@ ls /root 2>/dev/null && echo LEAK-root
 cat /etc/shadow 2>/dev/null && echo LEAK-shadow
 echo "ifaces=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ,)"
 (exec 3<>/dev/tcp/127.0.0.1/22) 2>/dev/null && echo LEAK-net
+unshare -U true 2>/dev/null && echo LEAK-userns
 echo "uid=$(id -u)"
 `, secret, other)
 	script += fmt.Sprintf("test -d /proc/%d && echo LEAK-proc\nkill -0 %d 2>/dev/null && echo LEAK-signal\ntrue\n", os.Getpid(), os.Getpid())
