@@ -163,6 +163,11 @@ func TestHeroctlCancelEventsDelete(t *testing.T) {
 	if strings.Index(ev, "flow.started") > strings.Index(ev, "flow.cancelled") {
 		t.Fatalf("events out of order:\n%s", ev)
 	}
+	// The flow ends once its running job is killed (cancel asks, the runner kills):
+	// an ended flow can be deleted.
+	if _, _, code := s.Heroctl(t, me, "flow", "wait", m[1], "--wait", "30"); code != 1 {
+		t.Fatalf("flow wait of the cancelled flow: exit %d", code)
+	}
 	run(me, "flow", "delete", m[1])
 	if _, stderr, code := s.Heroctl(t, me, "flow", "get", m[1]); code == 0 || !strings.Contains(stderr, "not found") {
 		t.Fatalf("flow get after delete: exit %d %s", code, stderr)
