@@ -292,6 +292,19 @@ hj flow get "$SLEEPY" | jq -e '.status == "finished" and .result["'"$J_SLEEPER"'
   || fail "flow $SLEEPY has not the sleeper's result"
 say "flow $SLEEPY finished; every job finished once; job $J_SLEEPER ran again ${takeover} ms after docker compose start"
 
+step "the job sandbox: a job reaches neither the runner's files nor Redis"
+"${DC[@]}" logs --no-color runner 2>&1 | grep -q '"message":"jobs run sandboxed"' || fail "the runner does not say its jobs run sandboxed"
+probe='cat /pki/redis-password-runner 2>/dev/null && echo LEAK-pki
+ls /home/hero/state 2>/dev/null && echo LEAK-state
+(exec 3<>/dev/tcp/redis/6379) 2>/dev/null && echo LEAK-redis
+getent hosts redis >/dev/null 2>&1 && echo LEAK-dns
+echo "env=$(env | cut -d= -f1 | sort | tr "\n" ,)"; true'
+out=$(timeout 60 bin/heroctl -o json job run --type sh --script "$probe") || fail "the sandbox probe job did not run"
+seen=$(jq -r .result.output <<<"$out")
+if grep -q LEAK <<<"$seen"; then fail "a job reached what the sandbox should hide: $seen"; fi
+grep -q '^env=HERO_ATTEMPT,' <<<"$seen" || fail "the probe job's environment: $seen"
+say "a job sees no /pki, no runner state, no Redis, no names; its environment: $(grep '^env=' <<<"$seen" | cut -c1-80)…"
+
 step "a failing flow, context 100"
 cat > "$WORK/failing.yaml" <<'EOF'
 jobs:

@@ -9,7 +9,7 @@
 #   debian:bookworm-slim           minbase Debian rootfs (runtime base of every service image)
 #   golang:<go-minor>-bookworm     that rootfs + gcc/git/ca-certificates + the host's /usr/local/go,
 #                                  with this repo's Go modules pre-downloaded into /go/pkg/mod
-#   hero-runtime-python:bookworm   debian:bookworm-slim + python3 (runner base when containers
+#   hero-runtime-python:bookworm   debian:bookworm-slim + python3 + bubblewrap (runner base when containers
 #                                  cannot reach a Debian mirror: build arg RUNNER_BASE)
 #   redis:7-bookworm               Debian's redis-server, official-image conventions
 #   prom/prometheus:v2.42.0        Debian's prometheus + promtool, official-image conventions
@@ -53,7 +53,7 @@ GOMOD_LABEL=org.hero-coordinator.gomod        # value: hash of the repo's go.wor
 
 # Bump a recipe's version when its recipe changes: images with an older value are rebuilt.
 R_DEBIAN=debian-slim-1
-R_PYTHON=runtime-python-1
+R_PYTHON=runtime-python-2
 R_REDIS=redis-1
 R_PROM=prometheus-2
 R_GOLANG=golang-1   # + the Go version, appended below
@@ -366,7 +366,7 @@ fi
 if need_build "$IMG_PYTHON" "$R_PYTHON"; then
 	ensure_base_tar
 	r=$(new_rootfs python)
-	apt_install "$r" python3
+	apt_install "$r" python3 bubblewrap
 	finish_rootfs "$r"
 	import_rootfs "$r" "$IMG_PYTHON" "$R_PYTHON" --change 'CMD ["python3"]'
 fi

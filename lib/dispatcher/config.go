@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hero-coordinator/hero/lib/config"
+	"github.com/hero-coordinator/hero/lib/sandbox"
 )
 
 // WorkerConfig is the runner's Hero Dispatcher worker configuration: flags with
@@ -24,6 +25,9 @@ type WorkerConfig struct {
 	ReplyTTL    time.Duration
 	StaleAfter  time.Duration
 	specs       []WorkerSpec
+	// Sandbox and Limits, set by the runner, run each job in its sandbox.
+	Sandbox *sandbox.Sandbox
+	Limits  sandbox.Limits
 }
 
 // RegisterFlags adds the --dispatcher-* flags of the runner.
@@ -122,7 +126,7 @@ func (c *WorkerConfig) NewWorker(rdb *redis.Client, processID string, shutdown t
 	return NewWorker(WorkerParams{
 		Redis: rdb, Prefix: c.Prefix, Workers: c.specs, LogDir: c.LogDir, Concurrency: c.Concurrency,
 		ProcessID: processID, Heartbeat: hb, StaleAfter: c.StaleAfter, ReplyTTL: c.ReplyTTL,
-		DrainTimeout: shutdown, Log: log, Registerer: reg,
+		DrainTimeout: shutdown, Log: log, Registerer: reg, Sandbox: c.Sandbox, Limits: c.Limits,
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hero-coordinator/hero/lib/procrun"
+	"github.com/hero-coordinator/hero/lib/sandbox"
 )
 
 // Reasons a job is killed by the worker rather than by its own timeout.
@@ -157,12 +158,27 @@ func (w *Worker) attempt(s WorkerSpec, ex *execution, j *Job, n int, sinks io.Wr
 	defer func() { _ = os.RemoveAll(dir) }()
 	stdout := &procrun.Capped{Max: w.p.OutputMaxBytes}
 	stderr := &procrun.Tail{Max: stderrTail}
+	argv := s.Argv
+	var sj *sandbox.Job
+	if w.p.Sandbox != nil {
+		// The same sandbox as the runner's jobs: seed-000 scripts are someone's code too.
+		var err error
+		if sj, err = w.p.Sandbox.Prepare(dir, s.Argv, w.p.Limits); err != nil {
+			return outcome{status: StatusError, err: "cannot prepare the sandbox: " + err.Error(), reason: "start_error"}, false
+		}
+		defer sj.Cleanup()
+		argv = sj.Argv
+	}
 	proc, err := procrun.Start(procrun.Spec{
-		Argv: s.Argv, Dir: dir, Env: environment(j, s.ID, dir, n), Stdin: strings.NewReader(j.Script),
+		Argv: argv, Dir: dir, Env: environment(j, s.ID, dir, n), Stdin: strings.NewReader(j.Script),
 		Stdout: procrun.Multi{stdout, sinks}, Stderr: procrun.Multi{stderr, sinks}, KillGrace: w.p.KillGrace,
 	})
 	if err != nil {
 		return outcome{status: StatusError, err: fmt.Sprintf("cannot start interpreter %q: %v", s.Argv[0], err), reason: "start_error"}, false
+	}
+	if sj != nil {
+		stop := sj.Watch(func(reason string) { proc.Kill(reason) })
+		defer stop()
 	}
 	if r := ex.setProc(proc); r != "" {
 		proc.Kill(r)

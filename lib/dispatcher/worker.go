@@ -19,6 +19,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/obs"
+	"github.com/hero-coordinator/hero/lib/sandbox"
 )
 
 // Log keys added by this package (obs has the others).
@@ -60,8 +61,11 @@ type WorkerParams struct {
 	LogMaxBytes       int           // stdout+stderr kept in the Redis copy (default 4 MiB)
 	KillGrace         time.Duration // SIGTERM → SIGKILL on stop and timeout (default 500ms)
 	DrainTimeout      time.Duration // at shutdown, how long running jobs may finish before being handed back (default 0: at once)
-	WorkDir           string        // parent of the jobs' scratch directories (default os.TempDir())
-	BlockTimeout      time.Duration // blocking pops are re-issued after this (default 10s)
+	// Sandbox runs each job's process (nil: a plain process group); Limits bound it.
+	Sandbox      *sandbox.Sandbox
+	Limits       sandbox.Limits
+	WorkDir      string        // parent of the jobs' scratch directories (default os.TempDir())
+	BlockTimeout time.Duration // blocking pops are re-issued after this (default 10s)
 
 	Log        zerolog.Logger
 	Registerer prometheus.Registerer // nil: metrics are not exported

@@ -33,6 +33,7 @@ type Config struct {
 	WorkDir        string
 	Executors      string
 	CancelGrace    time.Duration
+	ExecutorIdle   time.Duration
 	MaxFrameBytes  int
 	interpreters   map[model.ScriptType][]string
 	executors      []executorConfig
@@ -63,7 +64,8 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.IntVar(&c.OutputMaxBytes, "output-max-bytes", "", 1<<20, "stdout kept as the job's output result")
 	f.IntVar(&c.LogMaxBytes, "log-max-bytes", "", 4<<20, "stdout+stderr kept as the job's log")
 	f.StringVar(&c.WorkDir, "work-dir", "", os.TempDir(), "directory for the jobs' scratch directories (result files)")
-	f.StringVar(&c.Executors, "executors", "", "", "executor pools for handler jobs (RRQ protocol), '|'-separated: name;cmd=<command>[;size=N][;inflight=N][;pipeline=N][;transport=unix|tcp] — e.g. python;cmd=python3 -u executor.py;size=2")
+	f.StringVar(&c.Executors, "executors", "", "", "executor pools for handler jobs (RRQ protocol), '|'-separated: name;cmd=<command>[;size=N][;inflight=N][;pipeline=N][;transport=unix|tcp][;shared=true] — e.g. python;cmd=python3 -u executor.py;size=2. Each context gets pools of its own, started on demand; shared=true: one pool serves every context")
+	f.DurationVar(&c.ExecutorIdle, "executor-idle", "", 5*time.Minute, "a context's executor pool stops after this long without a call (it starts again on demand); 0: never")
 	f.DurationVar(&c.CancelGrace, "executor-cancel-grace", "", 2*time.Second, "how long an executor has to answer a cancel before its process is killed and restarted")
 	f.IntVar(&c.MaxFrameBytes, "executor-max-frame-bytes", "", 16<<20, "largest RRQ frame accepted from an executor")
 }
@@ -191,6 +193,7 @@ type executorConfig struct {
 	inflight  int
 	pipeline  int // requests in flight per connection
 	transport string
+	shared    bool // one pool for every context (else one per context)
 }
 
 func parseExecutors(spec string) ([]executorConfig, error) {
@@ -234,6 +237,8 @@ func parseExecutors(spec string) ([]executorConfig, error) {
 				if err == nil && (e.pipeline < 1 || e.pipeline > 1024) {
 					err = fmt.Errorf("must be 1-1024")
 				}
+			case "shared":
+				e.shared, err = strconv.ParseBool(v)
 			case "transport":
 				if v != "unix" && v != "tcp" {
 					err = fmt.Errorf("must be unix or tcp")

@@ -24,7 +24,7 @@ import (
 )
 
 // Handler jobs run in executor processes over the RRQ executor protocol (seed 004,
-// lib/rrq). The runner starts one pool per --executors entry, routes a job to the pool
+// lib/rrq). The runner keeps a pool per --executors entry and context, routes a job to the pool
 // named by its function_name's prefix (or, without one, by its script type), and maps
 // the outcome onto the job: success → finished with the result; retry → error, retried
 // after retry_after_seconds; timeout and error → error under the retry policy;
@@ -48,45 +48,176 @@ func newExecutorMetrics(reg prometheus.Registerer) executorMetrics {
 	}
 }
 
-// startExecutors starts every configured pool and waits until each accepts
-// connections; a pool that cannot start is an error at start-up.
+// Executor pools belong to one context each: a pool starts when a handler job of its
+// context first needs it and stops after --executor-idle without calls, so that jobs
+// of different contexts never share an executor process — unless the operator marks
+// an executor shared (`shared=true` in --executors): then one pool serves every
+// context and starts with the runner.
+
+// poolKey names a pool: an executor, and the context it serves (0: shared).
+type poolKey struct {
+	name string
+	ctx  uint32
+}
+
+// poolEntry is a pool (ready closes once it started, or failed with err), its calls
+// in flight, and its idle timer.
+type poolEntry struct {
+	ready chan struct{}
+	pool  *rrq.Pool
+	err   error
+	calls int
+	idle  *time.Timer
+}
+
+// startExecutors starts the shared pools and waits until each accepts connections;
+// a shared pool that cannot start is an error at start-up. Per-context pools start on
+// demand.
 func (r *runner) startExecutors(ctx context.Context) error {
-	r.pools = map[string]*rrq.Pool{}
+	r.pools = map[poolKey]*poolEntry{}
 	for _, e := range r.cfg.executors {
-		e := e
-		transport := rrq.TransportUnix
-		if e.transport == "tcp" {
-			transport = rrq.TransportTCP
+		if !e.shared {
+			continue
 		}
-		log := r.log.With().Str("executor", e.name).Logger()
-		pool, err := rrq.StartPool(ctx, rrq.PoolConfig{
-			Name: e.name, Command: e.cmd, Size: e.size, Transport: transport,
-			Client: rrq.ClientOptions{MaxInFlight: e.inflight, Pipeline: e.pipeline, MaxFrameSize: r.cfg.MaxFrameBytes,
-				OnViolation: func(v rrq.Violation) {
-					r.em.violations.WithLabelValues(e.name, string(v.Kind)).Inc()
-					log.Warn().Str("kind", string(v.Kind)).Str("request_id", v.RequestID).Err(v.Err).Msg("executor protocol violation")
-				}},
-			Stdout: logLines{log, "stdout"}, Stderr: logLines{log, "stderr"},
-			Logger: obs.Slog(r.log), // the pool adds "executor"
-			OnRestart: func(index int, reason error) {
-				r.em.restarts.WithLabelValues(e.name).Inc()
-				log.Warn().Int("process", index).AnErr("reason", reason).Msg("executor process restarting")
-			},
-		})
-		if err != nil {
+		if _, err := r.acquirePool(ctx, e.name, 0); err != nil {
 			r.stopExecutors()
 			return fmt.Errorf("executor %s: %v", e.name, err)
 		}
-		r.pools[e.name] = pool
-		log.Info().Int("processes", e.size).Str("transport", e.transport).Msg("executor pool ready")
+		r.releasePool(poolKey{e.name, 0})
 	}
 	return nil
 }
 
+func (r *runner) executorConfig(name string) *executorConfig {
+	for i := range r.cfg.executors {
+		if r.cfg.executors[i].name == name {
+			return &r.cfg.executors[i]
+		}
+	}
+	return nil
+}
+
+// acquirePool returns the pool of an executor for a context (starting it when it
+// does not run) and counts a call on it; releasePool ends the call.
+func (r *runner) acquirePool(ctx context.Context, name string, ctxID uint32) (*rrq.Pool, error) {
+	e := r.executorConfig(name)
+	if e == nil {
+		return nil, errNoExecutor
+	}
+	key := poolKey{name, ctxID}
+	if e.shared {
+		key.ctx = 0
+	}
+	r.poolMu.Lock()
+	pe := r.pools[key]
+	starting := pe == nil
+	if starting {
+		// Started outside the lock: other contexts' calls do not wait for it.
+		pe = &poolEntry{ready: make(chan struct{})}
+		r.pools[key] = pe
+	}
+	pe.calls++
+	if pe.idle != nil {
+		pe.idle.Stop()
+		pe.idle = nil
+	}
+	r.poolMu.Unlock()
+	if starting {
+		pe.pool, pe.err = r.startPool(ctx, e, key.ctx)
+		if pe.err != nil {
+			r.poolMu.Lock()
+			delete(r.pools, key) // the next call tries again
+			r.poolMu.Unlock()
+		}
+		close(pe.ready)
+	}
+	select {
+	case <-pe.ready:
+	case <-ctx.Done():
+		r.releasePool(key)
+		return nil, ctx.Err()
+	}
+	if pe.err != nil {
+		return nil, pe.err
+	}
+	return pe.pool, nil
+}
+
+var errNoExecutor = errors.New("no such executor")
+
+func (r *runner) releasePool(key poolKey) {
+	if e := r.executorConfig(key.name); e != nil && e.shared {
+		key.ctx = 0
+	}
+	r.poolMu.Lock()
+	defer r.poolMu.Unlock()
+	pe := r.pools[key]
+	if pe == nil {
+		return
+	}
+	pe.calls--
+	if pe.calls > 0 || key.ctx == 0 || r.cfg.ExecutorIdle <= 0 || pe.pool == nil {
+		return
+	}
+	pe.idle = time.AfterFunc(r.cfg.ExecutorIdle, func() {
+		r.poolMu.Lock()
+		if cur := r.pools[key]; cur != pe || pe.calls > 0 {
+			r.poolMu.Unlock()
+			return
+		}
+		delete(r.pools, key)
+		r.poolMu.Unlock()
+		if err := pe.pool.Close(); err != nil {
+			r.log.Warn().Err(err).Str("executor", key.name).Uint32(obs.KeyContextID, key.ctx).Msg("stop idle executor pool")
+		}
+		r.log.Info().Str("executor", key.name).Uint32(obs.KeyContextID, key.ctx).Msg("executor pool stopped: idle")
+	})
+}
+
+// startPool starts one pool's processes (for context ctxID; 0: shared) and waits
+// until they accept connections.
+func (r *runner) startPool(ctx context.Context, e *executorConfig, ctxID uint32) (*rrq.Pool, error) {
+	transport := rrq.TransportUnix
+	if e.transport == "tcp" {
+		transport = rrq.TransportTCP
+	}
+	log := r.log.With().Str("executor", e.name).Uint32(obs.KeyContextID, ctxID).Logger()
+	pool, err := rrq.StartPool(ctx, rrq.PoolConfig{
+		Name: e.name, Command: e.cmd, Size: e.size, Transport: transport,
+		Client: rrq.ClientOptions{MaxInFlight: e.inflight, Pipeline: e.pipeline, MaxFrameSize: r.cfg.MaxFrameBytes,
+			OnViolation: func(v rrq.Violation) {
+				r.em.violations.WithLabelValues(e.name, string(v.Kind)).Inc()
+				log.Warn().Str("kind", string(v.Kind)).Str("request_id", v.RequestID).Err(v.Err).Msg("executor protocol violation")
+			}},
+		Stdout: logLines{log, "stdout"}, Stderr: logLines{log, "stderr"},
+		Logger: obs.Slog(r.log), // the pool adds "executor"
+		OnRestart: func(index int, reason error) {
+			r.em.restarts.WithLabelValues(e.name).Inc()
+			log.Warn().Int("process", index).AnErr("reason", reason).Msg("executor process restarting")
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Int("processes", e.size).Str("transport", e.transport).Bool("shared", e.shared).Msg("executor pool ready")
+	return pool, nil
+}
+
 func (r *runner) stopExecutors() {
-	for name, p := range r.pools {
-		if err := p.Close(); err != nil {
-			r.log.Warn().Err(err).Str("executor", name).Msg("stop executor pool")
+	r.poolMu.Lock()
+	pools := r.pools
+	r.pools = map[poolKey]*poolEntry{}
+	r.poolMu.Unlock()
+	for key, pe := range pools {
+		if pe.idle != nil {
+			pe.idle.Stop()
+		}
+		<-pe.ready
+		if pe.pool == nil {
+			continue
+		}
+		if err := pe.pool.Close(); err != nil {
+			r.log.Warn().Err(err).Str("executor", key.name).Msg("stop executor pool")
 		}
 	}
 }
@@ -94,8 +225,8 @@ func (r *runner) stopExecutors() {
 // executorNames lists the configured executors.
 func (r *runner) executorNames() []string {
 	var out []string
-	for n := range r.pools {
-		out = append(out, n)
+	for _, e := range r.cfg.executors {
+		out = append(out, e.name)
 	}
 	sort.Strings(out)
 	return out
@@ -135,11 +266,16 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	if execName == "" {
 		execName = string(j.ScriptType)
 	}
-	pool := r.pools[execName]
-	if pool == nil {
+	pool, err := r.acquirePool(ctx, execName, db.ContextID)
+	if errors.Is(err, errNoExecutor) {
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true,
 			Error: fmt.Sprintf("no executor %q on this runner (it has: %v)", execName, r.executorNames())}, "no_executor"}
 	}
+	if err != nil {
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1,
+			Error: fmt.Sprintf("executor %s could not start for context %d: %v", execName, db.ContextID, err)}, "executor"}
+	}
+	defer r.releasePool(poolKey{execName, db.ContextID})
 	ref := model.JobRef{ContextID: db.ContextID, CallerID: j.CallerID, ID: j.ID}
 	traceID := j.TraceID // set when the job was claimed
 	if traceID == "" {

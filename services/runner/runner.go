@@ -19,7 +19,6 @@ import (
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
-	"github.com/hero-coordinator/hero/lib/rrq"
 	"github.com/hero-coordinator/hero/lib/sandbox"
 	"github.com/hero-coordinator/hero/lib/store"
 )
@@ -32,7 +31,8 @@ type runner struct {
 	sandbox *sandbox.Sandbox
 	m       runnerMetrics
 	em      executorMetrics
-	pools   map[string]*rrq.Pool // executor pools by name
+	pools   map[poolKey]*poolEntry // executor pools by executor and context
+	poolMu  sync.Mutex
 
 	mu      sync.Mutex
 	served  []uint32                    // contexts where runner:<id> exists

@@ -50,6 +50,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	keepCtx, stopKeep := context.WithCancel(context.Background())
 	b.Add("worker-id", func() error { return id.Keep(keepCtx) }, func(error) { stopKeep() })
 	if cfg.Dispatcher.Enabled() {
+		cfg.Dispatcher.Sandbox, cfg.Dispatcher.Limits = sb, cfg.Sandbox.Limits()
 		// The Hero Dispatcher protocol (seed 000): hero: job hashes and work queues.
 		dw, err := cfg.Dispatcher.Open(ctx, b.Store.RedisOptions(), cfg.WorkerID, cfg.RedisConnectTimeout, cfg.ShutdownTimeout/2, env.Log, env.Registry)
 		if err != nil {

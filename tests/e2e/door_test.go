@@ -22,7 +22,7 @@ import (
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
-// Acceptance (Trust I 4): with a Redis password on every command line and secrets
+// Acceptance (Trust I 4, Trust II 4): with a Redis password on every command line and secrets
 // in the environment and a file, no captured log, /metrics, /debug/pprof/cmdline or
 // --help holds any of them (the harness also checks every log of every test for the
 // operator secrets: harness.GuardSecret).
@@ -82,6 +82,18 @@ func TestSecretsStayOut(t *testing.T) {
 		}
 		if leaked := harness.LeakedSecrets(string(out)); len(leaked) > 0 {
 			t.Errorf("%s --help shows secrets: %v", p.Name, leaked)
+		}
+	}
+	// Without --pprof there is no debug endpoint at all.
+	plain, _ := newStack(t, harness.StackOptions{})
+	for _, p := range []*harness.Proc{plain.Scheduler, plain.Router, plain.Runner, plain.API} {
+		resp, err := http.Get("http://" + p.AdminAddr + "/debug/pprof/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: /debug/pprof/ without --pprof answers %d", p.Name, resp.StatusCode)
 		}
 	}
 	// heroctl's help, with every secret in its environment.

@@ -458,3 +458,41 @@ func TestRunsLongerThanTheLeaseKeepTheirLease(t *testing.T) {
 		}
 	}
 }
+
+// Acceptance (Trust III 3): handler jobs of two contexts run in different executor
+// processes (each context its own pool, started on demand); a pool marked shared
+// serves both from one process.
+func TestExecutorPoolsPerContext(t *testing.T) {
+	goExec := filepath.Join(binDir, harness.ExampleExecutor)
+	redisSrv.Flush(t)
+	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{
+		RunnerArgs: []string{"--executors", "go;cmd=" + goExec + "|rust;cmd=" + goExec + ";shared=true"},
+	})
+	c := s.Setup(t, ctx1)
+	s.Operator().MustCall(t, "context.create", map[string]any{"context": map[string]any{"id": 2, "admins": []int{1}}}, nil)
+	pid := func(ctxID uint32, fn string) string {
+		t.Helper()
+		_ = c.Call("runner.create", map[string]any{"context_id": ctxID, "runner": map[string]any{"id": 1, "script_types": []string{"sh", "go", "rust"}}}, nil)
+		var j harness.Job
+		// A new context is served once the runner has announced its types there.
+		var err error
+		waitUntil(20*time.Second, func() bool {
+			err = c.Call("job.run", map[string]any{"context_id": ctxID, "job": map[string]any{"function_name": fn}}, &j)
+			return err == nil || !strings.Contains(err.Error(), "no runner in context")
+		})
+		if err != nil || j.Status != "finished" || j.Result["pid"] == "" {
+			t.Fatalf("context %d, %s: %+v %v", ctxID, fn, j, err)
+		}
+		return j.Result["pid"]
+	}
+	p1, p2 := pid(ctx1, "go#pid"), pid(2, "go#pid")
+	if p1 == p2 {
+		t.Fatalf("contexts 1 and 2 share executor process %s", p1)
+	}
+	if again := pid(ctx1, "go#pid"); again != p1 {
+		t.Fatalf("context 1's pool changed process: %s, then %s", p1, again)
+	}
+	if g1, g2 := pid(ctx1, "rust#pid"), pid(2, "rust#pid"); g1 != g2 {
+		t.Fatalf("a shared pool runs two processes: %s and %s", g1, g2)
+	}
+}

@@ -34,6 +34,9 @@ func PKI() (*tlsx.PKI, error) {
 		if _, pkiOnce.err = pkiOnce.pki.Init(); pkiOnce.err == nil {
 			_, pkiOnce.err = redisacl.Init(dir)
 		}
+		if pkiOnce.err == nil {
+			guardKeyMaterial(dir)
+		}
 	})
 	return pkiOnce.pki, pkiOnce.err
 }
@@ -159,4 +162,26 @@ func redisFor(name, redisURL string) (string, []string, error) {
 	f := p.Files(name)
 	return u.String(), []string{"--redis-tls-ca", f.CA, "--redis-tls-cert", f.Cert, "--redis-tls-key", f.Key,
 		"--redis-password-file", filepath.Join(p.Dir, redisacl.PasswordFile(name))}, nil
+}
+
+// guardKeyMaterial adds every private key and Redis password of the PKI to the
+// secrets no service may log (GuardSecret): each key's base64 body, each password.
+func guardKeyMaterial(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasSuffix(e.Name(), "-key.pem"):
+			for _, line := range strings.Split(string(b), "\n") {
+				if len(line) > 40 && !strings.HasPrefix(line, "-----") {
+					GuardSecret(line)
+				}
+			}
+		case strings.HasPrefix(e.Name(), redisacl.PasswordFile("")):
+			GuardSecret(strings.TrimSpace(string(b)))
+		}
+	}
 }

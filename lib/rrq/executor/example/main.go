@@ -2,6 +2,7 @@
 // with RRQ_EXECUTOR_SOCKET or RRQ_EXECUTOR_TCP_SOCKET set. Handlers:
 //
 //	echo      returns {"args": args, "kwargs": kwargs}
+//	pid       returns {"pid": the executor process's pid}
 //	sleep     sleeps kwargs.seconds, returning early (cancelled) on a cancel frame
 //	noop      returns null
 //	fail      fails (status error, type "example_failure"; kwargs.message overrides the message)
@@ -31,6 +32,9 @@ func main() {
 	ex.Register("echo", echo)
 	ex.Register("sleep", sleep)
 	ex.Register("noop", func(context.Context, *rrq.ExecutionRequest) (any, error) { return nil, nil })
+	ex.Register("pid", func(context.Context, *rrq.ExecutionRequest) (any, error) {
+		return map[string]any{"pid": os.Getpid()}, nil
+	})
 	ex.Register("fail", fail)
 	ex.Register("retry", retry)
 	ex.Register("stubborn", stubborn)
