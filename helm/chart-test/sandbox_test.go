@@ -1,7 +1,9 @@
 package charttest
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -280,5 +282,52 @@ func wantSeccomp(t *testing.T, r *release, typ corev1.SeccompProfileType, localh
 	}
 	if sp == nil || sp.Type != typ || got != localhost {
 		t.Errorf("%s: runner seccompProfile %+v, want %s %q", w, sp, typ, localhost)
+	}
+}
+
+// TestSeccompProfileFitsTheSandbox: the profile the chart names by default
+// (deploy/docker/seccomp-runner.json, which operators install on the nodes) is a
+// deny list over SCMP_ACT_ALLOW that leaves bwrap the calls it needs and refuses
+// what a runner has no use for, as docs/security.md says.
+func TestSeccompProfileFitsTheSandbox(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/docker/seccomp-runner.json")
+	if err != nil {
+		t.Skipf("deploy/docker/seccomp-runner.json not found (%v): module used outside the repository", err)
+	}
+	var p struct {
+		DefaultAction string   `json:"defaultAction"`
+		Architectures []string `json:"architectures"`
+		Syscalls      []struct {
+			Names    []string `json:"names"`
+			Action   string   `json:"action"`
+			ErrnoRet *int     `json:"errnoRet"`
+		} `json:"syscalls"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		t.Fatalf("seccomp-runner.json: %v", err)
+	}
+	if p.DefaultAction != "SCMP_ACT_ALLOW" || !slices.Contains(p.Architectures, "SCMP_ARCH_X86_64") || !slices.Contains(p.Architectures, "SCMP_ARCH_AARCH64") {
+		t.Errorf("seccomp-runner.json: defaultAction %s, architectures %v; want SCMP_ACT_ALLOW on x86_64 and aarch64", p.DefaultAction, p.Architectures)
+	}
+	denied := map[string]bool{}
+	for _, s := range p.Syscalls {
+		if s.Action != "SCMP_ACT_ERRNO" || s.ErrnoRet == nil || *s.ErrnoRet != 1 {
+			t.Errorf("seccomp-runner.json: rule %v is %s, want SCMP_ACT_ERRNO with EPERM (1)", s.Names, s.Action)
+		}
+		for _, n := range s.Names {
+			denied[n] = true
+		}
+	}
+	// What bwrap calls to build a sandbox.
+	for _, n := range []string{"clone", "clone3", "unshare", "mount", "umount2", "pivot_root", "sethostname", "prctl", "capset", "setresuid", "setresgid"} {
+		if denied[n] {
+			t.Errorf("seccomp-runner.json refuses %s, which bwrap needs", n)
+		}
+	}
+	// A sample of what docs/security.md says it refuses.
+	for _, n := range []string{"setns", "ptrace", "process_vm_readv", "bpf", "keyctl", "add_key", "perf_event_open", "init_module", "finit_module", "kexec_load", "reboot", "userfaultfd", "open_by_handle_at", "fsopen", "move_mount"} {
+		if !denied[n] {
+			t.Errorf("seccomp-runner.json allows %s", n)
+		}
 	}
 }
