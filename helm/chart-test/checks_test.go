@@ -44,6 +44,8 @@ func checkRelease(t *testing.T, r *release, out outside) {
 	checkPKIJob(t, r)
 	checkCertificates(t, r, out)
 	checkTLSWiring(t, r)
+	checkSandbox(t, r)
+	checkIdentities(t, r)
 }
 
 // checkTestPods: the `helm test` Pod is a hook, locked down like the services,
@@ -463,9 +465,9 @@ func checkHPAs(t *testing.T, r *release) {
 	scaled := map[string]bool{}
 	for _, h := range r.hpas() {
 		ref := h.Spec.ScaleTargetRef
-		_, ok := r.find("Deployment", ref.Name)
-		if ref.Kind != "Deployment" || ref.APIVersion != "apps/v1" || !ok {
-			t.Errorf("HPA %s: scaleTargetRef %+v is not a rendered Deployment", h.Name, ref)
+		w, ok := r.workloadNamed(ref.Name)
+		if ref.APIVersion != "apps/v1" || !ok || w.kind != ref.Kind {
+			t.Errorf("HPA %s: scaleTargetRef %+v is not a rendered Deployment or StatefulSet", h.Name, ref)
 			continue
 		}
 		scaled[ref.Name] = true
@@ -475,7 +477,6 @@ func checkHPAs(t *testing.T, r *release) {
 		if len(h.Spec.Metrics) == 0 {
 			t.Errorf("HPA %s: no metrics", h.Name)
 		}
-		w, _ := r.workloadNamed(ref.Name)
 		for _, m := range h.Spec.Metrics {
 			if m.Resource == nil {
 				continue
@@ -487,12 +488,12 @@ func checkHPAs(t *testing.T, r *release) {
 			}
 		}
 	}
-	for _, d := range r.deployments() {
-		if scaled[d.Name] && d.Spec.Replicas != nil {
-			t.Errorf("Deployment %s: sets replicas although an HPA scales it (each upgrade would reset the count)", d.Name)
+	for _, w := range r.workloads() {
+		if scaled[w.name] && w.replicas() != nil {
+			t.Errorf("%s: sets replicas although an HPA scales it (each upgrade would reset the count)", w)
 		}
-		if !scaled[d.Name] && d.Spec.Replicas == nil {
-			t.Errorf("Deployment %s: no replicas and no HPA", d.Name)
+		if !scaled[w.name] && w.replicas() == nil {
+			t.Errorf("%s: no replicas and no HPA", w)
 		}
 	}
 }
@@ -590,9 +591,9 @@ func checkServiceMonitors(t *testing.T, r *release) {
 // its Service, rediss:// exactly when Redis serves TLS.
 func checkRedisWiring(t *testing.T, r *release) {
 	t.Helper()
-	sts := r.statefulSets()
-	for _, d := range r.deployments() {
-		for _, c := range d.Spec.Template.Spec.Containers {
+	bundled := r.redis()
+	for _, d := range r.heroWorkloads() {
+		for _, c := range d.pod.Spec.Containers {
 			e, ok := envOf(c)["REDIS_URL"]
 			if !ok {
 				continue
@@ -601,8 +602,8 @@ func checkRedisWiring(t *testing.T, r *release) {
 			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
 				ref := e.ValueFrom.SecretKeyRef
 				s := r.secret(ref.Name)
-				if len(sts) > 0 {
-					t.Errorf("Deployment %s: bundled Redis rendered but REDIS_URL comes from Secret %q", d.Name, ref.Name)
+				if bundled != nil {
+					t.Errorf("%s: bundled Redis rendered but REDIS_URL comes from Secret %q", d, ref.Name)
 				}
 				if s == nil {
 					continue
@@ -611,30 +612,30 @@ func checkRedisWiring(t *testing.T, r *release) {
 			}
 			u, err := url.Parse(raw)
 			if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
-				t.Errorf("Deployment %s: REDIS_URL %q is not a redis://, rediss:// or unix:// URL", d.Name, redact(raw))
+				t.Errorf("%s: REDIS_URL %q is not a redis://, rediss:// or unix:// URL", d, redact(raw))
 				continue
 			}
-			if len(sts) == 0 {
+			if bundled == nil {
 				if r.service(u.Hostname()) != nil {
-					t.Errorf("Deployment %s: REDIS_URL points at Service %s of the release, but no Redis is rendered", d.Name, u.Hostname())
+					t.Errorf("%s: REDIS_URL points at Service %s of the release, but no Redis is rendered", d, u.Hostname())
 				}
 				continue
 			}
-			checkBundledURL(t, r, d.Name, u)
+			checkBundledURL(t, r, d.String(), u)
 		}
 	}
 }
 
-func checkBundledURL(t *testing.T, r *release, deploy string, u *url.URL) {
+func checkBundledURL(t *testing.T, r *release, w string, u *url.URL) {
 	t.Helper()
-	sts := r.statefulSets()[0]
+	sts := r.redis()
 	svc := r.service(u.Hostname())
 	if svc == nil || u.Port() != "6379" {
-		t.Errorf("Deployment %s: REDIS_URL host %q is not the bundled Redis Service on 6379", deploy, u.Host)
+		t.Errorf("%s: REDIS_URL host %q is not the bundled Redis Service on 6379", w, u.Host)
 		return
 	}
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(sts.Spec.Template.Labels)) {
-		t.Errorf("Deployment %s: REDIS_URL Service %s does not select StatefulSet %s", deploy, svc.Name, sts.Name)
+		t.Errorf("%s: REDIS_URL Service %s does not select StatefulSet %s", w, svc.Name, sts.Name)
 	}
 	args := strings.Join(sts.Spec.Template.Spec.Containers[0].Args, " ")
 	if !strings.Contains(args, "--appendonly yes") {
@@ -644,7 +645,7 @@ func checkBundledURL(t *testing.T, r *release, deploy string, u *url.URL) {
 		t.Errorf("StatefulSet %s: no --databases in %q", sts.Name, args)
 	}
 	if tls := redisArg(sts, "--tls-port") != ""; tls != (u.Scheme == "rediss") {
-		t.Errorf("Deployment %s: REDIS_URL scheme %s but Redis TLS is %v", deploy, u.Scheme, tls)
+		t.Errorf("%s: REDIS_URL scheme %s but Redis TLS is %v", w, u.Scheme, tls)
 	}
 }
 

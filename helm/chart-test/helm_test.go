@@ -84,6 +84,12 @@ func TestSchemaRejectsTypos(t *testing.T) {
 		{"issuer kind", "tls:\n  certManager:\n    issuerRef:\n      kind: Issuers\n", "/tls/certManager/issuerRef/kind"},
 		{"cert-manager duration", "tls:\n  certManager:\n    duration: 90d\n", "/tls/certManager/duration"},
 		{"API host with a scheme", "tls:\n  apiHosts: [https://hero.example.com]\n", "/tls/apiHosts/0"},
+		{"sandbox mode", "runner:\n  sandbox:\n    mode: bubblewrap\n", "/runner/sandbox/mode"},
+		{"job memory as a Kubernetes quantity", "runner:\n  sandbox:\n    limits:\n      memory: 1Gi\n", "/runner/sandbox/limits/memory"},
+		{"absolute seccomp profile path", "runner:\n  sandbox:\n    seccompProfile:\n      localhostProfile: /var/lib/kubelet/seccomp/hero/seccomp-runner.json\n", "/runner/sandbox/seccompProfile/localhostProfile"},
+		{"relative sandbox bind", "runner:\n  sandbox:\n    binds: [scratch]\n", "/runner/sandbox/binds/0"},
+		{"typo in the sandbox", "runner:\n  sandbox:\n    seccomp:\n      type: Unconfined\n", "additional properties 'seccomp' not allowed"},
+		{"claim retention", "runner:\n  persistence:\n    retentionPolicy:\n      whenScaled: Keep\n", "/runner/persistence/retentionPolicy/whenScaled"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,19 +117,28 @@ func TestTemplateRefusesContradictions(t *testing.T) {
 	helmBin(t)
 	cases := []struct {
 		name, values, want string
+		kube               string // --kube-version; "" = kubeVersion
 	}{
-		{"both Redis kinds", "redis:\n  external:\n    url: redis://r:6379/0\n", "choose one"},
-		{"no Redis", "redis:\n  bundled:\n    enabled: false\n", "no Redis configured"},
-		{"url and existingSecret", "redis:\n  bundled:\n    enabled: false\n  external:\n    url: redis://r:6379/0\n    existingSecret: s\n", "set only one"},
-		{"disabled peer without address", "scheduler:\n  enabled: false\n", "scheduler is disabled"},
-		{"HPA without a target", "runner:\n  autoscaling:\n    enabled: true\n    targetCPUUtilizationPercentage: 0\n", "targetCPUUtilizationPercentage"},
-		{"aclUsers without a URL", "redis:\n  bundled:\n    enabled: false\n  external:\n    existingSecret: s\n    aclUsers: true\n", "aclUsers needs redis.external.url"},
-		{"aclUsers with a password in the URL", "redis:\n  bundled:\n    enabled: false\n  external:\n    url: redis://u:p@r:6379/0\n    aclUsers: true\n", "without a user or password"},
-		{"HPA min above max", "runner:\n  autoscaling:\n    enabled: true\n    minReplicas: 5\n    maxReplicas: 2\n", "minReplicas is greater than maxReplicas"},
+		{"both Redis kinds", "redis:\n  external:\n    url: redis://r:6379/0\n", "choose one", ""},
+		{"no Redis", "redis:\n  bundled:\n    enabled: false\n", "no Redis configured", ""},
+		{"url and existingSecret", "redis:\n  bundled:\n    enabled: false\n  external:\n    url: redis://r:6379/0\n    existingSecret: s\n", "set only one", ""},
+		{"disabled peer without address", "scheduler:\n  enabled: false\n", "scheduler is disabled", ""},
+		{"HPA without a target", "runner:\n  autoscaling:\n    enabled: true\n    targetCPUUtilizationPercentage: 0\n", "targetCPUUtilizationPercentage", ""},
+		{"aclUsers without a URL", "redis:\n  bundled:\n    enabled: false\n  external:\n    existingSecret: s\n    aclUsers: true\n", "aclUsers needs redis.external.url", ""},
+		{"aclUsers with a password in the URL", "redis:\n  bundled:\n    enabled: false\n  external:\n    url: redis://u:p@r:6379/0\n    aclUsers: true\n", "without a user or password", ""},
+		{"HPA min above max", "runner:\n  autoscaling:\n    enabled: true\n    minReplicas: 5\n    maxReplicas: 2\n", "minReplicas is greater than maxReplicas", ""},
+		{"sandbox with RuntimeDefault seccomp", "runner:\n  sandbox:\n    seccompProfile:\n      type: RuntimeDefault\n", "runner.sandbox.mode=none", ""},
+		{"Localhost seccomp without a profile", "runner:\n  sandbox:\n    seccompProfile:\n      localhostProfile: \"\"\n", "needs runner.sandbox.seccompProfile.localhostProfile", ""},
+		{"Localhost AppArmor without a profile", "runner:\n  sandbox:\n    appArmorProfile:\n      type: Localhost\n", "needs runner.sandbox.appArmorProfile.localhostProfile", ""},
+		{"sandbox before Kubernetes 1.31", "{}\n", "needs Kubernetes 1.31 or newer", "1.30.4"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out, ok := runHelm(t, "template", "hero", chartDir, "--kube-version", kubeVersion, "-f", writeValues(t, tc.values))
+			kube := tc.kube
+			if kube == "" {
+				kube = kubeVersion
+			}
+			out, ok := runHelm(t, "template", "hero", chartDir, "--kube-version", kube, "-f", writeValues(t, tc.values))
 			if ok {
 				t.Fatalf("helm template accepted:\n%s", tc.values)
 			}
@@ -131,5 +146,22 @@ func TestTemplateRefusesContradictions(t *testing.T) {
 				t.Errorf("helm template failed without %q:\n%s", tc.want, out)
 			}
 		})
+	}
+}
+
+// TestSandboxOffOnOlderKubernetes: without the sandbox the chart still renders for
+// the oldest Kubernetes it supports, with no user namespace or proc mount setting.
+func TestSandboxOffOnOlderKubernetes(t *testing.T) {
+	out, ok := runHelm(t, "template", "hero", chartDir, "--kube-version", "1.25.0", "-f", writeValues(t, "runner:\n  sandbox:\n    mode: none\n"))
+	if !ok {
+		t.Fatalf("helm template with runner.sandbox.mode=none for Kubernetes 1.25 failed:\n%s", out)
+	}
+	for _, s := range []string{"hostUsers", "procMount", "Localhost"} {
+		if strings.Contains(out, s) {
+			t.Errorf("rendered %s with the sandbox off", s)
+		}
+	}
+	if !strings.Contains(out, "name: SANDBOX\n              value: \"none\"") {
+		t.Error("SANDBOX=none not rendered")
 	}
 }

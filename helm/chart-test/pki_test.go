@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -437,7 +438,7 @@ func checkTLSWiring(t *testing.T, r *release) {
 		} else if u.User != nil || hasPW {
 			t.Errorf("%s: a Redis user or password file without ACL users", w)
 		}
-		if u.Scheme == "rediss" && tlsOn && len(r.statefulSets()) > 0 {
+		if u.Scheme == "rediss" && tlsOn && r.redis() != nil {
 			for k, v := range map[string]string{"REDIS_TLS_CA": "ca.crt", "REDIS_TLS_CERT": "tls.crt", "REDIS_TLS_KEY": "tls.key"} {
 				sec, key, ok := secretFile(spec, c, env[k].Value)
 				if !ok || sec != prefix+"-"+comp+"-tls" || key != v {
@@ -447,10 +448,11 @@ func checkTLSWiring(t *testing.T, r *release) {
 		}
 	}
 
-	sts := r.statefulSets()
-	if len(sts) == 0 {
+	bundled := r.redis()
+	if bundled == nil {
 		return
 	}
+	sts := []*appsv1.StatefulSet{bundled}
 	redis := sts[0].Spec.Template.Spec
 	rc := redis.Containers[0]
 	args := strings.Join(rc.Args, " ")

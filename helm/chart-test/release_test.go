@@ -110,6 +110,16 @@ func (r *release) statefulSets() []*appsv1.StatefulSet {
 	return out
 }
 
+// redis is the bundled Redis StatefulSet, nil when it is not rendered.
+func (r *release) redis() *appsv1.StatefulSet {
+	for _, s := range r.statefulSets() {
+		if s.Spec.Template.Labels[labelComponent] == "redis" {
+			return s
+		}
+	}
+	return nil
+}
+
 func (r *release) services() []*corev1.Service {
 	var out []*corev1.Service
 	for _, o := range r.all("Service") {
@@ -228,6 +238,14 @@ type workload struct {
 
 func (w workload) String() string { return w.kind + " " + w.name }
 
+// replicas is the workload's spec.replicas (nil: not set).
+func (w workload) replicas() *int32 {
+	if w.sts != nil {
+		return w.sts.Spec.Replicas
+	}
+	return w.deploy.Spec.Replicas
+}
+
 func (r *release) workloads() []workload {
 	var out []workload
 	for _, d := range r.deployments() {
@@ -235,6 +253,17 @@ func (r *release) workloads() []workload {
 	}
 	for _, s := range r.statefulSets() {
 		out = append(out, workload{kind: "StatefulSet", name: s.Name, selector: s.Spec.Selector, pod: &s.Spec.Template, sts: s})
+	}
+	return out
+}
+
+// heroWorkloads lists the workloads of the five services (not the bundled Redis).
+func (r *release) heroWorkloads() []workload {
+	var out []workload
+	for _, w := range r.workloads() {
+		if _, ok := components[w.pod.Labels[labelComponent]]; ok {
+			out = append(out, w)
+		}
 	}
 	return out
 }

@@ -27,9 +27,10 @@ type scenario struct {
 // Objects of the five services plus the bundled Redis, as rendered by default.
 var defaultKinds = map[string]int{
 	"ServiceAccount": 2, "ConfigMap": 1, "Secret": 1, // the services' and the PKI Job's; the admin secret
-	"Deployment": 5, "Service": 7, "StatefulSet": 1, // 5 services + redis + redis-headless
-	"Pod": 1,                              // helm test
-	"Job": 1, "Role": 1, "RoleBinding": 1, // the PKI hook
+	"Deployment": 3, "StatefulSet": 3, // supervisor-daemon, scheduler, gateway; router, runner, redis
+	"Service": 9,                              // 5 services + router, runner and redis headless + redis
+	"Pod":     1,                              // helm test
+	"Job":     1, "Role": 1, "RoleBinding": 1, // the PKI hook
 }
 
 // withKinds is a copy of base with some counts changed (0 removes a kind).
@@ -81,7 +82,26 @@ var scenarios = map[string]scenario{
 					t.Errorf("%s: no non-zero runAsUser", w)
 				}
 			}
-			wantEnv(t, r, "runner", map[string]string{"RUNNER_ID": "1", "RUNNER_CONTEXTS": "*", "SCRIPT_TYPES": "python,sh,bash", "CONCURRENCY": "4"})
+			wantEnv(t, r, "runner", map[string]string{"RUNNER_ID": "1", "RUNNER_CONTEXTS": "*", "SCRIPT_TYPES": "python,sh,bash", "CONCURRENCY": "4",
+				"SANDBOX": "bwrap", "JOB_MEMORY": "1GiB", "JOB_PIDS": "512", "JOB_CPU": "0", "JOB_FILE_SIZE": "1GiB", "WORK_DIR": "/tmp", "STATE_DIR": "/home/hero/state"})
+			wantSeccomp(t, r, corev1.SeccompProfileTypeLocalhost, "hero/seccomp-runner.json")
+			runner, c := runnerContainer(t, r)
+			if c.SecurityContext.AppArmorProfile != nil {
+				t.Errorf("%s: AppArmor profile %+v set by default", runner, c.SecurityContext.AppArmorProfile)
+			}
+			if _, ok := envOf(c)["SANDBOX_BIND"]; ok {
+				t.Errorf("%s: SANDBOX_BIND set without runner.sandbox.binds", runner)
+			}
+			if len(runner.sts.Spec.VolumeClaimTemplates) != 0 || runner.sts.Spec.PersistentVolumeClaimRetentionPolicy != nil {
+				t.Errorf("%s: a claim template or retention policy without runner.persistence", runner)
+			}
+			for comp, want := range map[string]string{"runner": "hero-runner-0.hero", "router": "hero-router-0.hero"} {
+				w := mustComponent(t, r, comp)
+				c := w.pod.Spec.Containers[0]
+				if got, err := expandEnv(c, idEnv[comp], w.name+"-0", "hero"); got != want || err != nil {
+					t.Errorf("%s: %s in its first pod is %q (%v), want %q", w, idEnv[comp], got, err, want)
+				}
+			}
 			wantEnv(t, r, "mycelium-gateway", map[string]string{"MYCELIUM_URL": "http://127.0.0.1:8989", "ROUTER_ADDR": rel + "-router:9655"})
 			wantEnv(t, r, "router", map[string]string{"SCHEDULER_ADDR": rel + "-scheduler:9654", "GATEWAY_ADDR": rel + "-mycelium-gateway:9657"})
 			wantEnv(t, r, "supervisor-daemon", map[string]string{"SCHEDULER_ADDR": rel + "-scheduler:9654"})
@@ -123,7 +143,7 @@ var scenarios = map[string]scenario{
 	"minimal-values": {
 		kinds: map[string]int{
 			"ConfigMap": 1, "Secret": 1, "ServiceAccount": 1, // the PKI Job's alone
-			"Deployment": 4, "Service": 6, "StatefulSet": 1,
+			"Deployment": 2, "Service": 8, "StatefulSet": 3,
 			"Job": 1, "Role": 1, "RoleBinding": 1,
 		},
 		outside: outside{addrs: []string{"gateway.hero-edge.svc:9657"}},
@@ -156,7 +176,7 @@ var scenarios = map[string]scenario{
 	},
 
 	"external-redis-values": {
-		kinds: withKinds(defaultKinds, map[string]int{"Secret": 2, "Service": 5, "StatefulSet": 0}),
+		kinds: withKinds(defaultKinds, map[string]int{"Secret": 2, "Service": 7, "StatefulSet": 2}),
 		check: func(t *testing.T, r *release, _ string) {
 			wantRedisURLs(t, r, "rediss://hero:s3cr3t@redis.databases.svc.cluster.local:6380/0")
 			wantPKIJob(t, r, true, false)
@@ -175,8 +195,8 @@ var scenarios = map[string]scenario{
 				}
 			}
 			for comp, n := range map[string]int32{"supervisor-daemon": 2, "router": 2, "scheduler": 1} {
-				if w := mustComponent(t, r, comp); *w.deploy.Spec.Replicas != n {
-					t.Errorf("%s: %d replicas, want %d", w, *w.deploy.Spec.Replicas, n)
+				if w := mustComponent(t, r, comp); *w.replicas() != n {
+					t.Errorf("%s: %d replicas, want %d", w, *w.replicas(), n)
 				}
 			}
 			wantEnv(t, r, "runner", map[string]string{"RUNNER_ID": "7", "RUNNER_CONTEXTS": "1,2,3", "SCRIPT_TYPES": "python,bash", "CONCURRENCY": "8", "LOG_LEVEL": "debug"})
@@ -222,7 +242,8 @@ var scenarios = map[string]scenario{
 	"full-values": {
 		kinds: map[string]int{
 			"ServiceAccount": 2, "ConfigMap": 1,
-			"Deployment": 5, "Service": 6, // + the public LoadBalancer
+			"Deployment": 3, "StatefulSet": 2, // router and runner; Redis is external
+			"Service":                 8, // 5 + router and runner headless + the public LoadBalancer
 			"HorizontalPodAutoscaler": 1, "PodDisruptionBudget": 4, "NetworkPolicy": 5,
 			"Pod": 1, "Job": 1, "Role": 1, "RoleBinding": 1,
 		},
@@ -239,9 +260,9 @@ var scenarios = map[string]scenario{
 			const full = "hero-prod"
 			runner, ok := r.workloadNamed(full + "-runner")
 			if !ok {
-				t.Fatalf("Deployment %s-runner not rendered (fullnameOverride)", full)
+				t.Fatalf("StatefulSet %s-runner not rendered (fullnameOverride)", full)
 			}
-			if runner.deploy.Spec.Replicas != nil {
+			if runner.replicas() != nil {
 				t.Errorf("%s: replicas set although autoscaled", runner)
 			}
 			if sc := runner.pod.Spec.Containers[0].SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || *sc.ReadOnlyRootFilesystem {
@@ -297,6 +318,13 @@ var scenarios = map[string]scenario{
 			if len(h.Spec.Metrics) != 2 || h.Spec.Behavior == nil || h.Spec.Behavior.ScaleDown == nil {
 				t.Errorf("HPA %s: want cpu+memory metrics and scaleDown behavior", h.Name)
 			}
+			if ref := h.Spec.ScaleTargetRef; ref.Kind != "StatefulSet" || ref.Name != full+"-runner" {
+				t.Errorf("HPA %s: scales %s %s, want the runner StatefulSet", h.Name, ref.Kind, ref.Name)
+			}
+			wantSeccomp(t, r, corev1.SeccompProfileTypeUnconfined, "")
+			if _, c := runnerContainer(t, r); c.SecurityContext.AppArmorProfile == nil || c.SecurityContext.AppArmorProfile.Type != corev1.AppArmorProfileTypeUnconfined {
+				t.Errorf("runner: AppArmor profile %+v, want Unconfined", c.SecurityContext.AppArmorProfile)
+			}
 			j := wantPKIJob(t, r, true, false)
 			if j.prefix != full || j.days != 90 {
 				t.Errorf("PKI Job: --prefix %q --days %d, want %s and 90", j.prefix, j.days, full)
@@ -316,6 +344,52 @@ var scenarios = map[string]scenario{
 			sm := r.serviceMonitors()[0]
 			if sm.Labels["release"] != "kube-prometheus-stack" || len(sm.Spec.Endpoints[0].RelabelConfigs) != 1 || len(sm.Spec.Endpoints[0].MetricRelabelConfigs) != 1 {
 				t.Errorf("ServiceMonitor %s: labels or relabelings missing", sm.Name)
+			}
+		},
+	},
+
+	"sandbox-values": {
+		kinds: defaultKinds,
+		check: func(t *testing.T, r *release, _ string) {
+			wantEnv(t, r, "runner", map[string]string{"SANDBOX": "bwrap", "JOB_MEMORY": "512MiB", "JOB_PIDS": "128", "JOB_CPU": "500", "JOB_FILE_SIZE": "64MiB", "SANDBOX_BIND": "/scratch"})
+			wantSeccomp(t, r, corev1.SeccompProfileTypeLocalhost, "operator/hero/hero-runner.json")
+			runner, c := runnerContainer(t, r)
+			if a := c.SecurityContext.AppArmorProfile; a == nil || a.Type != corev1.AppArmorProfileTypeLocalhost || a.LocalhostProfile == nil || *a.LocalhostProfile != "hero-runner" {
+				t.Errorf("%s: AppArmor profile %+v, want Localhost hero-runner", runner, a)
+			}
+			if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/scratch" && !m.ReadOnly }) {
+				t.Errorf("%s: SANDBOX_BIND /scratch is not a writable mount", runner)
+			}
+			if runner.pod.Spec.NodeSelector["hero.example.com/user-namespaces"] != "true" {
+				t.Errorf("%s: nodeSelector not rendered", runner)
+			}
+			sts := runner.sts
+			if len(sts.Spec.VolumeClaimTemplates) != 1 {
+				t.Fatalf("%s: want the state claim template", runner)
+			}
+			pvc := sts.Spec.VolumeClaimTemplates[0]
+			if pvc.Name != "state" || pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != "fast-ssd" || pvc.Spec.Resources.Requests.Storage().String() != "2Gi" || pvc.Annotations["backup.example.com/enabled"] != "false" {
+				t.Errorf("%s: claim template %s %+v", runner, pvc.Name, pvc.Spec)
+			}
+			if p := sts.Spec.PersistentVolumeClaimRetentionPolicy; p == nil || p.WhenDeleted != "Retain" || p.WhenScaled != "Delete" {
+				t.Errorf("%s: claim retention policy %+v, want Retain when deleted, Delete when scaled", runner, p)
+			}
+			for comp, n := range map[string]int32{"runner": 3, "router": 2} {
+				if w := mustComponent(t, r, comp); w.replicas() == nil || *w.replicas() != n {
+					t.Errorf("%s: replicas %v, want %d", w, w.replicas(), n)
+				}
+			}
+		},
+	},
+
+	"sandbox-off-values": {
+		kinds: defaultKinds,
+		check: func(t *testing.T, r *release, _ string) {
+			wantEnv(t, r, "runner", map[string]string{"SANDBOX": "none", "JOB_MEMORY": "1GiB"})
+			wantSeccomp(t, r, corev1.SeccompProfileTypeRuntimeDefault, "")
+			runner, c := runnerContainer(t, r)
+			if runner.pod.Spec.HostUsers != nil || c.SecurityContext.ProcMount != nil {
+				t.Errorf("%s: hostUsers %v, procMount %v with the sandbox off; want neither", runner, runner.pod.Spec.HostUsers, c.SecurityContext.ProcMount)
 			}
 		},
 	},
@@ -362,7 +436,7 @@ var scenarios = map[string]scenario{
 	},
 
 	"external-redis-acl-values": {
-		kinds:   withKinds(defaultKinds, map[string]int{"Service": 5, "StatefulSet": 0, "Certificate": 8, "NetworkPolicy": 5}),
+		kinds:   withKinds(defaultKinds, map[string]int{"Service": 7, "StatefulSet": 2, "Certificate": 8, "NetworkPolicy": 5}),
 		outside: outside{issuers: []string{"ClusterIssuer/corp-ca"}},
 		check: func(t *testing.T, r *release, _ string) {
 			wantPKIJob(t, r, false, true)
@@ -387,11 +461,11 @@ func mustComponent(t *testing.T, r *release, comp string) workload {
 
 func mustRedis(t *testing.T, r *release) *appsv1.StatefulSet {
 	t.Helper()
-	sts := r.statefulSets()
-	if len(sts) != 1 {
-		t.Fatalf("%d StatefulSets, want the bundled Redis", len(sts))
+	sts := r.redis()
+	if sts == nil {
+		t.Fatal("no bundled Redis StatefulSet")
 	}
-	return sts[0]
+	return sts
 }
 
 // redisArg returns the value after flag in the Redis container's args.
@@ -419,25 +493,25 @@ func wantEnv(t *testing.T, r *release, comp string, want map[string]string) {
 // want, with %s replaced by the service's name when it has one.
 func wantRedisURLs(t *testing.T, r *release, want string) {
 	t.Helper()
-	for _, d := range r.deployments() {
-		comp := d.Spec.Template.Labels[labelComponent]
+	for _, d := range r.heroWorkloads() {
+		comp := d.pod.Labels[labelComponent]
 		w := want
 		if strings.Contains(want, "%s") {
 			w = fmt.Sprintf(want, comp)
 		}
-		e := envOf(d.Spec.Template.Spec.Containers[0])["REDIS_URL"]
+		e := envOf(d.pod.Spec.Containers[0])["REDIS_URL"]
 		got := e.Value
 		if e.ValueFrom != nil {
 			ref := e.ValueFrom.SecretKeyRef
 			s := r.secret(ref.Name)
 			if s == nil {
-				t.Errorf("Deployment %s: REDIS_URL Secret %s not rendered", d.Name, ref.Name)
+				t.Errorf("%s: REDIS_URL Secret %s not rendered", d, ref.Name)
 				continue
 			}
 			got = string(s.Data[ref.Key])
 		}
 		if got != w {
-			t.Errorf("Deployment %s: REDIS_URL %q, want %q", d.Name, redact(got), redact(w))
+			t.Errorf("%s: REDIS_URL %q, want %q", d, redact(got), redact(w))
 		}
 	}
 }

@@ -81,16 +81,20 @@ Components
 */}}
 
 {{/*
-The five services as JSON: [{"key": <values key>, "name": <component name>}].
-Everything that loops over the services uses this list, in this order.
+The five services as JSON: [{"key": <values key>, "name": <component name>,
+"kind": <workload kind>}]. Everything that loops over the services uses this
+list, in this order. The router and the runner are StatefulSets: each process
+takes its id (ROUTER_ID, WORKER_ID) from its pod's name, which a StatefulSet
+keeps for a replica across restarts and replacements and never gives two live
+pods at once (see workloads.yaml).
 */}}
 {{- define "hero.components" -}}
 {{- list
-    (dict "key" "supervisorDaemon" "name" "supervisor-daemon")
-    (dict "key" "scheduler" "name" "scheduler")
-    (dict "key" "router" "name" "router")
-    (dict "key" "runner" "name" "runner")
-    (dict "key" "myceliumGateway" "name" "mycelium-gateway")
+    (dict "key" "supervisorDaemon" "name" "supervisor-daemon" "kind" "Deployment")
+    (dict "key" "scheduler" "name" "scheduler" "kind" "Deployment")
+    (dict "key" "router" "name" "router" "kind" "StatefulSet")
+    (dict "key" "runner" "name" "runner" "kind" "StatefulSet")
+    (dict "key" "myceliumGateway" "name" "mycelium-gateway" "kind" "Deployment")
   | toJson }}
 {{- end }}
 
@@ -380,4 +384,53 @@ include "hero.redisURL" (list $ "scheduler")
 {{- $u := urlParse $root.Values.redis.external.url }}
 {{- printf "%s://%s%s%s" $u.scheme $user $u.host $u.path }}{{ with $u.query }}?{{ . }}{{ end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The runner's job sandbox
+*/}}
+
+{{/*
+The runner container's sandbox settings as JSON, after the checks a schema cannot
+make: {"mode": "bwrap"|"none", "seccomp": <SeccompProfile>, "appArmor":
+<AppArmorProfile> (absent: the runtime's default)}. bwrap builds each job's
+sandbox with unprivileged user, PID, mount, IPC, UTS and network namespaces and
+mounts a /proc of its own: the container needs a seccomp profile that allows
+those calls (Localhost: deploy/docker/seccomp-runner.json; Unconfined), an
+unmasked /proc (procMount: Unmasked), which Kubernetes grants only to a pod in a
+user namespace of its own (hostUsers: false). none: RuntimeDefault, nothing else.
+include "hero.runnerSandbox" (list $ <runner values>)
+*/}}
+{{- define "hero.runnerSandbox" -}}
+{{- $root := index . 0 }}
+{{- $sb := (index . 1).sandbox }}
+{{- $out := dict "mode" $sb.mode }}
+{{- if eq $sb.mode "bwrap" }}
+{{- if semverCompare "<1.31-0" $root.Capabilities.KubeVersion.Version }}
+{{- fail (printf "runner.sandbox.mode=bwrap needs Kubernetes 1.31 or newer (the runner pod uses procMount: Unmasked with hostUsers: false; on by default from 1.33, 1.31 and 1.32 need the feature gates UserNamespacesSupport and ProcMountType), this is %s: upgrade, or run jobs without a sandbox with runner.sandbox.mode=none" $root.Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- $s := $sb.seccompProfile }}
+{{- if eq $s.type "Localhost" }}
+{{- if not $s.localhostProfile }}
+{{- fail "runner.sandbox.seccompProfile.type=Localhost needs runner.sandbox.seccompProfile.localhostProfile: the profile's path under the kubelet's seccomp directory (e.g. hero/seccomp-runner.json for /var/lib/kubelet/seccomp/hero/seccomp-runner.json)" }}
+{{- end }}
+{{- $_ := set $out "seccomp" (dict "type" "Localhost" "localhostProfile" $s.localhostProfile) }}
+{{- else if eq $s.type "Unconfined" }}
+{{- $_ := set $out "seccomp" (dict "type" "Unconfined") }}
+{{- else }}
+{{- fail (printf "runner.sandbox.seccompProfile.type=%s refuses the namespace and mount calls bubblewrap needs, so the runner would not start: use Localhost (deploy/docker/seccomp-runner.json on every node) or Unconfined, or run jobs without a sandbox with runner.sandbox.mode=none" $s.type) }}
+{{- end }}
+{{- else }}
+{{- $_ := set $out "seccomp" (dict "type" "RuntimeDefault") }}
+{{- end }}
+{{- $a := $sb.appArmorProfile }}
+{{- if eq $a.type "Localhost" }}
+{{- if not $a.localhostProfile }}
+{{- fail "runner.sandbox.appArmorProfile.type=Localhost needs runner.sandbox.appArmorProfile.localhostProfile: the name of a profile loaded on every node" }}
+{{- end }}
+{{- $_ := set $out "appArmor" (dict "type" "Localhost" "localhostProfile" $a.localhostProfile) }}
+{{- else if $a.type }}
+{{- $_ := set $out "appArmor" (dict "type" $a.type) }}
+{{- end }}
+{{- toJson $out }}
 {{- end }}
