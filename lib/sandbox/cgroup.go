@@ -218,6 +218,7 @@ func readKey(path, key string) int64 {
 // deadline passes.
 func (g *jobGroup) kill(timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
+	wait := time.Millisecond // processes of a torn-down PID namespace are gone within ms
 	for {
 		pids := g.pids()
 		if len(pids) == 0 || time.Now().After(deadline) {
@@ -226,7 +227,8 @@ func (g *jobGroup) kill(timeout time.Duration) {
 		for _, p := range pids {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(wait)
+		wait = min(2*wait, 20*time.Millisecond)
 	}
 }
 
