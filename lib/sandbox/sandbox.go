@@ -99,8 +99,8 @@ type Sandbox struct {
 	exe     string // this binary (the trampoline)
 	sh      string // with setpriv: the faster trampoline, a shell (shellTrampoline)
 	setpriv string
-	cg  *cgroups // nil: no cgroups (rlimits only)
-	seq atomic.Uint64
+	cg      *cgroups // nil: no cgroups (rlimits only)
+	seq     atomic.Uint64
 }
 
 // New checks that the sandbox works here (a trial run of bwrap) and finds the
