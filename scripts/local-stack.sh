@@ -43,7 +43,7 @@ set_args() {
                               --admin-secret-file "$STATE_DIR/admin-secret" --api-tls-cert "$PKI/api.pem" --api-tls-key "$PKI/api-key.pem") ;;
     router) ARGS+=(--scheduler-addr 127.0.0.1:9654 --router-id local-router) ;;
     runner) ARGS+=(--runner-id 1 --contexts '*' --worker-id local-runner
-                   --executors "python;cmd=python3 -u $ROOT/sdk/python/examples/example_executor.py;size=2"
+                   --executors "python;cmd=python3 -u $ROOT/sdk/python/examples/example_executor.py;size=2;ro=$ROOT/sdk/python"
                    --dispatcher-workers 'local=/bin/sh' --dispatcher-log-dir "$STATE_DIR/dispatcher-logs") ;;
   esac
 }

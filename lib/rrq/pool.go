@@ -38,6 +38,9 @@ type PoolConfig struct {
 	// Env holds NAME=value additions to the inherited environment. RRQ_EXECUTOR_SOCKET
 	// and RRQ_EXECUTOR_TCP_SOCKET are always set by the pool.
 	Env []string
+	// CleanEnv: the processes get Env (and the socket variable) only, nothing of the
+	// caller's environment.
+	CleanEnv bool
 	// Size is the number of processes. Default 1.
 	Size int
 	// Transport: TransportUnix (default) or TransportTCP.
@@ -709,7 +712,11 @@ func (pr *proc) start() (*generation, error) {
 	}
 	cmd := exec.Command(cfg.Command[0], cfg.Command[1:]...)
 	cmd.Dir = cfg.Dir
-	cmd.Env = executorEnv(os.Environ(), cfg.Env, pr.ep)
+	base := os.Environ()
+	if cfg.CleanEnv {
+		base = nil
+	}
+	cmd.Env = executorEnv(base, cfg.Env, pr.ep)
 	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
 	// Pdeathsig: an executor does not outlive a runner killed with SIGKILL (its own
 	// process group keeps it out of signals meant for the runner's group otherwise).

@@ -153,7 +153,7 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 	if err := s.chownForJob(dir); err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, s.opt.Bwrap, s.bwrapArgs(dir, []string{"/bin/sh", "-c", "test \"$(cat /proc/1/comm)\" != systemd && echo ok"})...)
+	cmd := exec.CommandContext(ctx, s.opt.Bwrap, s.bwrapArgs(dir, []string{"/bin/sh", "-c", "test \"$(cat /proc/1/comm)\" != systemd && echo ok"}, Extra{})...)
 	cmd.Dir, cmd.Env = dir, []string{"PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = s.credential()
 	out, err := cmd.CombinedOutput()
@@ -215,19 +215,30 @@ func (s *Sandbox) chownForJob(dir string) error {
 	return os.Chown(dir, s.opt.UID, s.opt.GID)
 }
 
+// Extra widens one sandbox: more read-only paths (an executor's program), and the
+// host's network (an executor that listens on TCP must be reachable).
+type Extra struct {
+	ReadOnly []string
+	ShareNet bool
+}
+
 // bwrapArgs is the bwrap command line for argv run in workDir.
-func (s *Sandbox) bwrapArgs(workDir string, argv []string) []string {
+func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra) []string {
+	net := "--unshare-net"
+	if x.ShareNet {
+		net = "--share-net"
+	}
 	a := []string{
 		// --disable-userns: a job cannot make user namespaces of its own (a kernel
 		// surface it has no use for).
-		"--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+		"--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts", net, "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session", "--hostname", "hero-job",
 		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp",
 	}
 	if os.Geteuid() == 0 && s.opt.UID == 0 {
 		a = append(a, "--cap-drop", "ALL")
 	}
-	for _, p := range s.opt.ReadOnly {
+	for _, p := range append(append([]string(nil), s.opt.ReadOnly...), x.ReadOnly...) {
 		fi, err := os.Lstat(p)
 		switch {
 		case err != nil:
@@ -256,13 +267,18 @@ type Job struct {
 // Prepare makes the work directory the job's, its cgroup, and the command that runs
 // argv in the sandbox with lim. Cleanup must follow the job's end.
 func (s *Sandbox) Prepare(workDir string, argv []string, lim Limits) (*Job, error) {
+	return s.PrepareWith(workDir, argv, lim, Extra{})
+}
+
+// PrepareWith is Prepare with a wider sandbox.
+func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra) (*Job, error) {
 	if err := s.chownForJob(workDir); err != nil {
 		return nil, fmt.Errorf("sandbox: work directory: %v", err)
 	}
 	j := &Job{}
 	var inner []string
 	if s.opt.Mode == ModeBwrap {
-		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv)...)
+		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv, x)...)
 	} else {
 		inner = argv
 	}

@@ -64,7 +64,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.IntVar(&c.OutputMaxBytes, "output-max-bytes", "", 1<<20, "stdout kept as the job's output result")
 	f.IntVar(&c.LogMaxBytes, "log-max-bytes", "", 4<<20, "stdout+stderr kept as the job's log")
 	f.StringVar(&c.WorkDir, "work-dir", "", os.TempDir(), "directory for the jobs' scratch directories (result files)")
-	f.StringVar(&c.Executors, "executors", "", "", "executor pools for handler jobs (RRQ protocol), '|'-separated: name;cmd=<command>[;size=N][;inflight=N][;pipeline=N][;transport=unix|tcp][;shared=true] — e.g. python;cmd=python3 -u executor.py;size=2. Each context gets pools of its own, started on demand; shared=true: one pool serves every context")
+	f.StringVar(&c.Executors, "executors", "", "", "executor pools for handler jobs (RRQ protocol), '|'-separated: name;cmd=<command>[;size=N][;inflight=N][;pipeline=N][;transport=unix|tcp][;shared=true][;ro=DIR:DIR][;sandbox=false] — e.g. python;cmd=python3 -u /app/executor.py;size=2. Each context gets pools of its own, started on demand; shared=true: one pool serves every context. Executors run in the job sandbox, which shows them the directories of cmd's absolute paths and ro= (read-only); sandbox=false runs one unsandboxed")
 	f.DurationVar(&c.ExecutorIdle, "executor-idle", "", 5*time.Minute, "a context's executor pool stops after this long without a call (it starts again on demand); 0: never")
 	f.DurationVar(&c.CancelGrace, "executor-cancel-grace", "", 2*time.Second, "how long an executor has to answer a cancel before its process is killed and restarted")
 	f.IntVar(&c.MaxFrameBytes, "executor-max-frame-bytes", "", 16<<20, "largest RRQ frame accepted from an executor")
@@ -193,7 +193,9 @@ type executorConfig struct {
 	inflight  int
 	pipeline  int // requests in flight per connection
 	transport string
-	shared    bool // one pool for every context (else one per context)
+	shared    bool     // one pool for every context (else one per context)
+	readOnly  []string // more host paths its sandbox shows it, read-only
+	noSandbox bool     // explicitly unsandboxed (sandbox=false)
 }
 
 func parseExecutors(spec string) ([]executorConfig, error) {
@@ -239,6 +241,19 @@ func parseExecutors(spec string) ([]executorConfig, error) {
 				}
 			case "shared":
 				e.shared, err = strconv.ParseBool(v)
+			case "sandbox":
+				var on bool
+				on, err = strconv.ParseBool(v)
+				e.noSandbox = !on
+			case "ro":
+				for _, p := range strings.Split(v, ":") {
+					if p = strings.TrimSpace(p); p != "" {
+						if !strings.HasPrefix(p, "/") {
+							err = fmt.Errorf("%q is not an absolute path", p)
+						}
+						e.readOnly = append(e.readOnly, p)
+					}
+				}
 			case "transport":
 				if v != "unix" && v != "tcp" {
 					err = fmt.Errorf("must be unix or tcp")

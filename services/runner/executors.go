@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
 	"github.com/hero-coordinator/hero/lib/rrq"
+	"github.com/hero-coordinator/hero/lib/sandbox"
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
@@ -61,13 +64,29 @@ type poolKey struct {
 }
 
 // poolEntry is a pool (ready closes once it started, or failed with err), its calls
-// in flight, and its idle timer.
+// in flight, its idle timer, and its sandbox (nil: unsandboxed).
 type poolEntry struct {
 	ready chan struct{}
 	pool  *rrq.Pool
+	box   *poolSandbox
 	err   error
 	calls int
 	idle  *time.Timer
+}
+
+// poolSandbox is a pool's sandbox: its directory (sockets, the processes' work
+// directory) and its cgroup.
+type poolSandbox struct {
+	dir string
+	job *sandbox.Job
+}
+
+func (b *poolSandbox) close() {
+	if b == nil {
+		return
+	}
+	b.job.Cleanup()
+	_ = os.RemoveAll(b.dir)
 }
 
 // startExecutors starts the shared pools and waits until each accepts connections;
@@ -123,7 +142,7 @@ func (r *runner) acquirePool(ctx context.Context, name string, ctxID uint32) (*r
 	}
 	r.poolMu.Unlock()
 	if starting {
-		pe.pool, pe.err = r.startPool(ctx, e, key.ctx)
+		pe.pool, pe.box, pe.err = r.startPool(ctx, e, key.ctx)
 		if pe.err != nil {
 			r.poolMu.Lock()
 			delete(r.pools, key) // the next call tries again
@@ -170,19 +189,23 @@ func (r *runner) releasePool(key poolKey) {
 		if err := pe.pool.Close(); err != nil {
 			r.log.Warn().Err(err).Str("executor", key.name).Uint32(obs.KeyContextID, key.ctx).Msg("stop idle executor pool")
 		}
+		pe.box.close()
 		r.log.Info().Str("executor", key.name).Uint32(obs.KeyContextID, key.ctx).Msg("executor pool stopped: idle")
 	})
 }
 
 // startPool starts one pool's processes (for context ctxID; 0: shared) and waits
-// until they accept connections.
-func (r *runner) startPool(ctx context.Context, e *executorConfig, ctxID uint32) (*rrq.Pool, error) {
+// until they accept connections. Its processes run in the job sandbox — one
+// directory and one cgroup for the pool (limits: a job's, times its size), a clean
+// environment, no network for a Unix-socket pool (a TCP pool shares the host's, to
+// be reachable) — unless the runner or the executor says otherwise.
+func (r *runner) startPool(ctx context.Context, e *executorConfig, ctxID uint32) (*rrq.Pool, *poolSandbox, error) {
 	transport := rrq.TransportUnix
 	if e.transport == "tcp" {
 		transport = rrq.TransportTCP
 	}
 	log := r.log.With().Str("executor", e.name).Uint32(obs.KeyContextID, ctxID).Logger()
-	pool, err := rrq.StartPool(ctx, rrq.PoolConfig{
+	cfg := rrq.PoolConfig{
 		Name: e.name, Command: e.cmd, Size: e.size, Transport: transport,
 		Client: rrq.ClientOptions{MaxInFlight: e.inflight, Pipeline: e.pipeline, MaxFrameSize: r.cfg.MaxFrameBytes,
 			OnViolation: func(v rrq.Violation) {
@@ -195,12 +218,44 @@ func (r *runner) startPool(ctx context.Context, e *executorConfig, ctxID uint32)
 			r.em.restarts.WithLabelValues(e.name).Inc()
 			log.Warn().Int("process", index).AnErr("reason", reason).Msg("executor process restarting")
 		},
-	})
-	if err != nil {
-		return nil, err
 	}
-	log.Info().Int("processes", e.size).Str("transport", e.transport).Bool("shared", e.shared).Msg("executor pool ready")
-	return pool, nil
+	var box *poolSandbox
+	if r.sandbox.Mode() == sandbox.ModeBwrap && !e.noSandbox {
+		dir, err := os.MkdirTemp(r.cfg.WorkDir, fmt.Sprintf("hero-exec-%s-%d-", e.name, ctxID))
+		if err != nil {
+			return nil, nil, err
+		}
+		ro := append([]string(nil), e.readOnly...)
+		for _, a := range e.cmd {
+			if filepath.IsAbs(a) {
+				if _, err := os.Stat(a); err == nil {
+					ro = append(ro, filepath.Dir(a))
+				}
+			}
+		}
+		lim := r.cfg.Sandbox.Limits()
+		lim.MemoryBytes *= int64(e.size)
+		lim.Pids *= e.size
+		lim.CPUMillis *= e.size
+		job, err := r.sandbox.PrepareWith(dir, e.cmd, lim, sandbox.Extra{ReadOnly: ro, ShareNet: transport == rrq.TransportTCP})
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, nil, err
+		}
+		box = &poolSandbox{dir: dir, job: job}
+		cfg.Command, cfg.Dir, cfg.CleanEnv = job.Argv, dir, true
+		cfg.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir, "LANG=C.UTF-8"}
+		if transport == rrq.TransportUnix {
+			cfg.SocketDir = dir
+		}
+	}
+	pool, err := rrq.StartPool(ctx, cfg)
+	if err != nil {
+		box.close()
+		return nil, nil, err
+	}
+	log.Info().Int("processes", e.size).Str("transport", e.transport).Bool("shared", e.shared).Bool("sandboxed", box != nil).Msg("executor pool ready")
+	return pool, box, nil
 }
 
 func (r *runner) stopExecutors() {
@@ -219,6 +274,7 @@ func (r *runner) stopExecutors() {
 		if err := pe.pool.Close(); err != nil {
 			r.log.Warn().Err(err).Str("executor", key.name).Msg("stop executor pool")
 		}
+		pe.box.close()
 	}
 }
 

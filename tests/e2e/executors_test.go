@@ -33,7 +33,7 @@ func executorStack(t *testing.T, schedArgs ...string) (*harness.Stack, *harness.
 	redisSrv.Flush(t)
 	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{
 		SchedulerArgs: append([]string{"--retry-base", "100ms"}, schedArgs...),
-		RunnerArgs: []string{"--executors", "python;cmd=python3 " + py + ";size=2|go;cmd=" + goExec + ";size=1;pipeline=4;transport=tcp",
+		RunnerArgs: []string{"--executors", "python;cmd=python3 " + py + ";size=2;ro=" + filepath.Join(root, "sdk", "python") + "|go;cmd=" + goExec + ";size=1;pipeline=4;transport=tcp",
 			"--executor-cancel-grace", "1s", "--concurrency", "8"},
 	})
 	c := s.Setup(t, ctx1)
@@ -486,10 +486,10 @@ func TestExecutorPoolsPerContext(t *testing.T) {
 			err = c.Call("job.run", map[string]any{"context_id": ctxID, "job": map[string]any{"function_name": fn}}, &j)
 			return err == nil || !strings.Contains(err.Error(), "no runner in context")
 		})
-		if err != nil || j.Status != "finished" || j.Result["pid"] == "" {
+		if err != nil || j.Status != "finished" || j.Result["instance"] == "" {
 			t.Fatalf("context %d, %s: %+v %v", ctxID, fn, j, err)
 		}
-		return j.Result["pid"]
+		return j.Result["instance"] // a pid repeats across the sandboxes' PID namespaces
 	}
 	p1, p2 := pid(ctx1, "go#pid"), pid(2, "go#pid")
 	if p1 == p2 {
@@ -498,7 +498,32 @@ func TestExecutorPoolsPerContext(t *testing.T) {
 	if again := pid(ctx1, "go#pid"); again != p1 {
 		t.Fatalf("context 1's pool changed process: %s, then %s", p1, again)
 	}
+	// On the host: one process of the "go" executor per context, and the shared
+	// "rust" pool's (started with the runner): three of the example executor.
+	out, _ := exec.Command("pgrep", "-f", "^"+goExec+"$").Output()
+	if pids := strings.Fields(string(out)); len(pids) != 3 {
+		t.Fatalf("executor processes on the host: %q, want 3 (go for context 1, go for context 2, rust shared)", pids)
+	}
 	if g1, g2 := pid(ctx1, "rust#pid"), pid(2, "rust#pid"); g1 != g2 {
 		t.Fatalf("a shared pool runs two processes: %s and %s", g1, g2)
+	}
+	// An executor runs in the job sandbox: it reads no service's key and reaches
+	// neither Redis nor the API.
+	pki, err := harness.PKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	redisAddr := strings.TrimPrefix(strings.TrimSuffix(redisSrv.URL, "/0"), "redis://")
+	for _, probe := range []map[string]any{{"file": pki.Files("runner").Key}, {"addr": redisAddr}, {"addr": s.API.GRPCAddr}} {
+		var j harness.Job
+		c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"function_name": "go#reach", "kwargs": probe}}, &j)
+		for k, v := range j.Result {
+			if (k == "file" || k == "addr") && v == "yes" {
+				t.Errorf("an executor reached %v", probe)
+			}
+		}
+		if j.Status != "finished" || len(j.Result) == 0 {
+			t.Errorf("probe %v: %+v", probe, j)
+		}
 	}
 }

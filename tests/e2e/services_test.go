@@ -32,6 +32,11 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		defer func() { _ = os.RemoveAll(dir) }()
+		// Jobs and executors run as another uid: the binaries (the example executor)
+		// must be readable to it.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			panic(err)
+		}
 		if err := harness.Build(dir); err != nil {
 			println(err.Error())
 			return 1

@@ -2,7 +2,8 @@
 // with RRQ_EXECUTOR_SOCKET or RRQ_EXECUTOR_TCP_SOCKET set. Handlers:
 //
 //	echo      returns {"args": args, "kwargs": kwargs}
-//	pid       returns {"pid": the executor process's pid}
+//	reach     tries to read kwargs "file" and dial kwargs "addr" (sandbox tests)
+//	pid       returns {"pid": the executor process's pid, "instance": an id unique to the process}
 //	sleep     sleeps kwargs.seconds, returning early (cancelled) on a cancel frame
 //	noop      returns null
 //	fail      fails (status error, type "example_failure"; kwargs.message overrides the message)
@@ -17,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -32,12 +34,15 @@ func main() {
 	ex.Register("echo", echo)
 	ex.Register("sleep", sleep)
 	ex.Register("noop", func(context.Context, *rrq.ExecutionRequest) (any, error) { return nil, nil })
+	// An id of this process that holds in a PID namespace too (where pids repeat).
+	instance := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
 	ex.Register("pid", func(context.Context, *rrq.ExecutionRequest) (any, error) {
-		return map[string]any{"pid": os.Getpid()}, nil
+		return map[string]any{"pid": os.Getpid(), "instance": instance}, nil
 	})
 	ex.Register("fail", fail)
 	ex.Register("retry", retry)
 	ex.Register("stubborn", stubborn)
+	ex.Register("reach", reach)
 	ex.Register("crash", func(context.Context, *rrq.ExecutionRequest) (any, error) {
 		os.Exit(1)
 		return nil, nil
@@ -49,6 +54,29 @@ func main() {
 		logger.Error("executor stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// reach says what the executor's process can reach: kwargs "file" (read) and "addr"
+// (a TCP dial), each "yes" or the error — for tests of the executor's sandbox.
+func reach(_ context.Context, req *rrq.ExecutionRequest) (any, error) {
+	out := map[string]any{}
+	var file, addr string
+	if _, err := req.Kwarg("file", &file); err == nil && file != "" {
+		if _, err := os.ReadFile(file); err != nil {
+			out["file"] = err.Error()
+		} else {
+			out["file"] = "yes"
+		}
+	}
+	if _, err := req.Kwarg("addr", &addr); err == nil && addr != "" {
+		if c, err := net.DialTimeout("tcp", addr, 2*time.Second); err != nil {
+			out["addr"] = err.Error()
+		} else {
+			_ = c.Close()
+			out["addr"] = "yes"
+		}
+	}
+	return out, nil
 }
 
 func echo(_ context.Context, req *rrq.ExecutionRequest) (any, error) {
