@@ -45,6 +45,7 @@ type globals struct {
 	secret  string
 	keyFile string
 	tls     tlsx.Files
+	plain   bool // --plaintext: no TLS to the API (a stack whose API serves plaintext)
 	output  string
 	timeout time.Duration
 }
@@ -69,6 +70,7 @@ func parseGlobal(args []string, stderr io.Writer) (*globals, []string, error) {
 	fs.StringVar(&g.tls.CA, "tls-ca", envOr("HERO_TLS_CA", ""), "")
 	fs.StringVar(&g.tls.Cert, "tls-cert", envOr("HERO_TLS_CERT", ""), "")
 	fs.StringVar(&g.tls.Key, "tls-key", envOr("HERO_TLS_KEY", ""), "")
+	fs.BoolVar(&g.plain, "plaintext", envOr("HERO_PLAINTEXT", "") == "1", "")
 	fs.StringVar(&g.output, "output", envOr("HERO_OUTPUT", "table"), "")
 	fs.StringVar(&g.output, "o", envOr("HERO_OUTPUT", "table"), "")
 	fs.DurationVar(&g.timeout, "timeout", 30*time.Second, "")
@@ -188,11 +190,15 @@ func (c *cli) client() (herov1.CoordinatorClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	creds := insecure.NewCredentials()
-	if t, err := c.tlsConfig(); err != nil {
+	t, err := c.tlsConfig()
+	if err != nil {
 		return nil, err
-	} else if t != nil {
+	}
+	var creds credentials.TransportCredentials
+	if t != nil {
 		creds = credentials.NewTLS(t)
+	} else {
+		creds = insecure.NewCredentials() // only with --plaintext
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		// Retries come first: each attempt is signed anew (a new nonce).
@@ -220,10 +226,14 @@ func (c *cli) client() (herov1.CoordinatorClient, error) {
 	return c.api, nil
 }
 
-// tlsConfig is the API's TLS (--tls-ca, HERO_TLS_CA; nil: plaintext): the server
-// must present a certificate from that CA for the host dialled.
+// tlsConfig is the API's TLS: the server must present a certificate for the host
+// dialled, issued by --tls-ca's CA (HERO_TLS_CA), else by one of the system's roots.
+// It is nil only with an explicit --plaintext (HERO_PLAINTEXT=1).
 func (c *cli) tlsConfig() (*tls.Config, error) {
-	if !c.g.tls.Enabled() {
+	if c.g.plain {
+		if c.g.tls.Enabled() {
+			return nil, errors.New("--plaintext and --tls-ca/--tls-cert/--tls-key (or HERO_PLAINTEXT and HERO_TLS_*) exclude each other")
+		}
 		return nil, nil
 	}
 	if err := c.g.tls.Validate("tls", false); err != nil {

@@ -67,7 +67,7 @@ func TestDispatcherCommands(t *testing.T) {
 
 	runCmd := func(args ...string) (string, error) {
 		var out, errw bytes.Buffer
-		c := &cli{g: &globals{addr: ln.Addr().String(), secret: "s3cret-s3cret-s3cret", output: "table", timeout: 5 * time.Second}, out: &out, errw: &errw}
+		c := &cli{g: &globals{addr: ln.Addr().String(), secret: "s3cret-s3cret-s3cret", plain: true, output: "table", timeout: 5 * time.Second}, out: &out, errw: &errw}
 		defer func() {
 			if c.cc != nil {
 				_ = c.cc.Close()

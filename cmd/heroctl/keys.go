@@ -338,18 +338,22 @@ func (c *cli) apiCmd(ctx context.Context, verb string, args []string) error {
 	return nil
 }
 
-// apiURL is the JSON-RPC endpoint: HERO_API_URL, else HERO_ADDR's host on port 9652.
+// apiURL is the JSON-RPC endpoint: HERO_API_URL, else HERO_ADDR's host on port 9652;
+// an http:// URL only with --plaintext.
 func (c *cli) apiURL() (string, error) {
 	if c.g.apiURL != "" {
+		if strings.HasPrefix(strings.ToLower(c.g.apiURL), "http://") && !c.g.plain {
+			return "", fmt.Errorf("--api-url %s is plaintext: use https:// (or --plaintext for an API without TLS)", c.g.apiURL)
+		}
 		return c.g.apiURL, nil
 	}
 	host, _, err := net.SplitHostPort(c.g.addr)
 	if err != nil {
 		return "", fmt.Errorf("--addr %q is not host:port (or set HERO_API_URL)", c.g.addr)
 	}
-	scheme := "http"
-	if c.g.tls.Enabled() {
-		scheme = "https"
+	scheme := "https"
+	if c.g.plain {
+		scheme = "http"
 	}
 	return scheme + "://" + net.JoinHostPort(host, "9652") + "/", nil
 }

@@ -74,14 +74,15 @@ Usage: heroctl [global flags] <command> [flags] [args]
 
 Global flags (each with an environment twin):
   --addr ADDR        supervisor-daemon gRPC address   $HERO_ADDR (default 127.0.0.1:9653)
-  --api-url URL      JSON-RPC URL (api call)          $HERO_API_URL (default http://<HERO_ADDR host>:9652/)
+  --api-url URL      JSON-RPC URL (api call)          $HERO_API_URL (default https://<HERO_ADDR host>:9652/)
   --actor ID         the actor you act as              $HERO_ACTOR
   --key FILE         the actor's private key (PEM)     $HERO_KEY (default <config dir>/keys/actor-<ID>.pem)
   --context ID       the context to work in            $HERO_CONTEXT (default 1)
   --admin-secret S   operator secret                   $HERO_ADMIN_SECRET
-  --tls-ca FILE      TLS to the API: the CA (PEM)      $HERO_TLS_CA (plaintext when unset)
+  --tls-ca FILE      the CA of the API's TLS (PEM)     $HERO_TLS_CA (default: the system's roots)
   --tls-cert FILE    a client certificate (PEM)        $HERO_TLS_CERT
   --tls-key FILE     its key                           $HERO_TLS_KEY
+  --plaintext        the API without TLS (dev only)    $HERO_PLAINTEXT=1
   --output, -o F     table or json                     $HERO_OUTPUT (default table)
   --timeout D        per-call timeout                  (default 30s)
 

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// TestTLSByDefault: heroctl verifies the API's certificate unless told --plaintext;
+// with no --tls-ca it does not fall back to plaintext, and a plaintext server sees
+// no request.
+func TestTLSByDefault(t *testing.T) {
+	for _, k := range []string{"HERO_TLS_CA", "HERO_TLS_CERT", "HERO_TLS_KEY", "HERO_PLAINTEXT", "HERO_API_URL"} {
+		t.Setenv(k, "")
+	}
+	parse := func(args ...string) *cli {
+		t.Helper()
+		g, _, err := parseGlobal(append(args, "version"), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &cli{g: g}
+	}
+
+	c := parse("--addr", "api.example.com:9653")
+	if cfg, err := c.tlsConfig(); err != nil || cfg == nil || cfg.InsecureSkipVerify || cfg.RootCAs != nil {
+		t.Errorf("default: TLS config %v, %v; want TLS against the system's roots", cfg, err)
+	}
+	if u, err := c.apiURL(); err != nil || u != "https://api.example.com:9652/" {
+		t.Errorf("default JSON-RPC URL %q, %v", u, err)
+	}
+
+	if _, err := parse("--api-url", "http://127.0.0.1:9652/").apiURL(); err == nil {
+		t.Error("an http:// --api-url was taken without --plaintext")
+	}
+
+	c = parse("--addr", "127.0.0.1:9653", "--plaintext")
+	if cfg, err := c.tlsConfig(); err != nil || cfg != nil {
+		t.Errorf("--plaintext: TLS config %v, %v", cfg, err)
+	}
+	if u, _ := c.apiURL(); u != "http://127.0.0.1:9652/" {
+		t.Errorf("--plaintext JSON-RPC URL %q", u)
+	}
+	t.Setenv("HERO_PLAINTEXT", "1")
+	if cfg, err := parse().tlsConfig(); err != nil || cfg != nil {
+		t.Errorf("HERO_PLAINTEXT=1: TLS config %v, %v", cfg, err)
+	}
+	if _, err := parse("--tls-ca", "/nonexistent/ca.pem").tlsConfig(); err == nil || !strings.Contains(err.Error(), "--plaintext") {
+		t.Errorf("--plaintext with --tls-ca: %v", err)
+	}
+	t.Setenv("HERO_PLAINTEXT", "")
+
+	// A plaintext server: heroctl without --plaintext fails its handshake.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	fake := &fakeDispatcher{}
+	herov1.RegisterDispatcherServer(gs, fake)
+	go func() { _ = gs.Serve(ln) }()
+	defer gs.Stop()
+	for _, plain := range []bool{false, true} {
+		var out, errw bytes.Buffer
+		c := &cli{g: &globals{addr: ln.Addr().String(), secret: "s3cret-s3cret-s3cret", plain: plain, output: "table", timeout: 3 * time.Second}, out: &out, errw: &errw}
+		err := c.dispatcherCmd(context.Background(), "run", []string{"--worker", "local", "--script", "echo hi"})
+		if c.cc != nil {
+			_ = c.cc.Close()
+		}
+		if plain != (err == nil) {
+			t.Errorf("plaintext=%v against a plaintext server: %v", plain, err)
+		}
+	}
+	if len(fake.runs) != 1 || len(fake.auth) != 1 {
+		t.Errorf("the plaintext server got %d requests (%v), want only the --plaintext one", len(fake.runs), fake.auth)
+	}
+}
