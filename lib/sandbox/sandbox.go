@@ -7,9 +7,9 @@
 // CPU) where this process may make cgroups, and to rlimits (file size; address space
 // and processes without cgroups). docs/security.md lists what it guarantees.
 //
-// A job starts through a trampoline, this binary re-executed (TrampolineArg): it
-// joins the job's cgroup and sets the rlimits, then executes bwrap, so that no
-// process of the job ever runs outside its limits.
+// A job starts through a trampoline, a shell and util-linux's setpriv: it joins the
+// job's cgroup and sets the rlimits, becomes the job's user and executes bwrap, so
+// that no process of the job ever runs outside its limits.
 package sandbox
 
 import (
@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -86,19 +85,11 @@ var DefaultReadOnly = []string{
 	"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/mime.types", "/etc/python3", "/etc/python3.11",
 }
 
-// rlimitNproc is RLIMIT_NPROC on Linux (not in package syscall).
-const rlimitNproc = 6
-
-// TrampolineArg is the first argument under which the runner's binary joins a job's
-// cgroup and executes the sandbox (Trampoline).
-const TrampolineArg = "__hero-sandbox-exec"
-
 // Sandbox makes job commands.
 type Sandbox struct {
 	opt     Options
-	exe     string // this binary (the trampoline)
-	sh      string // with setpriv: the faster trampoline, a shell (shellTrampoline)
-	setpriv string
+	sh      string   // the trampoline: a shell…
+	setpriv string   // …and setpriv (PrepareWith)
 	cg      *cgroups // nil: no cgroups (rlimits only)
 	seq     atomic.Uint64
 }
@@ -115,17 +106,13 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 	if opt.ReadOnly == nil {
 		opt.ReadOnly = DefaultReadOnly
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
+	s := &Sandbox{opt: opt}
+	var err error
+	if s.sh, err = exec.LookPath("sh"); err != nil {
+		return nil, errors.New("sandbox: no shell (sh) on PATH: jobs start through one")
 	}
-	s := &Sandbox{opt: opt, exe: exe}
-	// A shell and util-linux's setpriv start in ~1 ms, this binary in ~6: they are the
-	// trampoline where they exist.
-	if sh, err := exec.LookPath("sh"); err == nil {
-		if sp, err := exec.LookPath("setpriv"); err == nil {
-			s.sh, s.setpriv = sh, sp
-		}
+	if s.setpriv, err = exec.LookPath("setpriv"); err != nil {
+		return nil, errors.New("sandbox: setpriv is not installed (Debian: util-linux; Alpine: setpriv): jobs start through it")
 	}
 	if os.Geteuid() == 0 || writable(filepath.Join(defaultString(opt.CgroupBase, "/sys/fs/cgroup"), "cgroup.procs")) {
 		s.cg = detectCgroups(opt.CgroupBase, opt.CgroupParent)
@@ -271,57 +258,20 @@ func (s *Sandbox) Prepare(workDir string, argv []string, lim Limits) (*Job, erro
 }
 
 // PrepareWith is Prepare with a wider sandbox.
+//
+// The trampoline is a shell script: join the cgroup, set the rlimits, then setpriv
+// becomes the job's user, restores the parent-death signal (a change of user clears
+// it) and executes the sandbox. What the script interpolates is the runner's own
+// (cgroup paths, numbers); the job's command comes as arguments.
 func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra) (*Job, error) {
 	if err := s.chownForJob(workDir); err != nil {
 		return nil, fmt.Errorf("sandbox: work directory: %v", err)
 	}
-	j := &Job{}
-	var inner []string
+	inner := argv
 	if s.opt.Mode == ModeBwrap {
 		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv, x)...)
-	} else {
-		inner = argv
 	}
-	if s.sh != "" {
-		return s.prepareShell(j, inner, lim)
-	}
-	tramp := []string{s.exe, TrampolineArg}
-	if s.cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0) {
-		g, err := s.cg.create(fmt.Sprintf("job-%d-%d", os.Getpid(), s.seq.Add(1)), lim)
-		if err != nil {
-			return nil, err
-		}
-		j.group = g
-		for _, f := range g.procsFiles() {
-			tramp = append(tramp, "--cgroup", f)
-		}
-	} else {
-		// Without cgroups: the address space and (per uid) processes, by rlimits.
-		if lim.MemoryBytes > 0 {
-			tramp = append(tramp, "--rlimit", fmt.Sprintf("as=%d", lim.MemoryBytes))
-		}
-		if lim.Pids > 0 {
-			tramp = append(tramp, "--rlimit", fmt.Sprintf("nproc=%d", lim.Pids))
-		}
-	}
-	if lim.FileSizeBytes > 0 {
-		tramp = append(tramp, "--rlimit", fmt.Sprintf("fsize=%d", lim.FileSizeBytes))
-	}
-	if c := s.credential(); c != nil {
-		// The trampoline joins the cgroup first (that needs the runner's rights), then
-		// becomes the job's user.
-		tramp = append(tramp, "--user", fmt.Sprintf("%d:%d", c.Credential.Uid, c.Credential.Gid))
-	}
-	tramp = append(tramp, "--")
-	j.Argv = append(tramp, inner...)
-	return j, nil
-}
-
-// prepareShell makes the trampoline a shell script: join the cgroup, set the
-// rlimits, then setpriv becomes the job's user, restores the parent-death signal
-// (a change of user clears it) and executes the sandbox. What the script interpolates
-// is the runner's own (cgroup paths, numbers); the job's command comes as arguments.
-func (s *Sandbox) prepareShell(j *Job, inner []string, lim Limits) (*Job, error) {
+	j := &Job{}
 	var script []string
 	if s.cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0) {
 		g, err := s.cg.create(fmt.Sprintf("job-%d-%d", os.Getpid(), s.seq.Add(1)), lim)
@@ -390,87 +340,4 @@ func (j *Job) Cleanup() {
 	}
 	j.group.kill(5 * time.Second)
 	j.group.remove()
-}
-
-// Trampoline is the whole program of `<binary> __hero-sandbox-exec [--cgroup FILE]…
-// [--rlimit NAME=N]… [--user UID:GID] -- COMMAND…`: join the cgroups, set the
-// rlimits, become the job's user, execute COMMAND. It returns only on an error (exit code 127, as a shell's).
-func Trampoline(args []string) int {
-	var i int
-	var user *[2]int
-	for i = 0; i < len(args) && args[i] != "--"; i += 2 {
-		if i+1 >= len(args) {
-			return fail("trampoline: %s needs a value", args[i])
-		}
-		switch args[i] {
-		case "--cgroup":
-			if err := os.WriteFile(args[i+1], []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-				return fail("trampoline: join cgroup: %v", err)
-			}
-		case "--rlimit":
-			name, v, _ := strings.Cut(args[i+1], "=")
-			n, err := strconv.ParseUint(v, 10, 64)
-			var res int
-			switch name {
-			case "as":
-				res = syscall.RLIMIT_AS
-			case "fsize":
-				res = syscall.RLIMIT_FSIZE
-			case "nproc":
-				res = rlimitNproc
-			}
-			if err != nil || res < 0 || name == "" || (name != "as" && name != "fsize" && name != "nproc") {
-				return fail("trampoline: rlimit %q", args[i+1])
-			}
-			if err := syscall.Setrlimit(res, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
-				return fail("trampoline: rlimit %s: %v", name, err)
-			}
-		case "--user":
-			u, g, _ := strings.Cut(args[i+1], ":")
-			uid, err1 := strconv.Atoi(u)
-			gid, err2 := strconv.Atoi(g)
-			if err1 != nil || err2 != nil {
-				return fail("trampoline: user %q", args[i+1])
-			}
-			user = &[2]int{uid, gid}
-		default:
-			return fail("trampoline: unknown argument %q", args[i])
-		}
-	}
-	if user != nil {
-		if err := syscall.Setgroups(nil); err != nil {
-			return fail("trampoline: setgroups: %v", err)
-		}
-		if err := syscall.Setgid(user[1]); err != nil {
-			return fail("trampoline: setgid: %v", err)
-		}
-		if err := syscall.Setuid(user[0]); err != nil {
-			return fail("trampoline: setuid: %v", err)
-		}
-	}
-	// A change of user clears the parent-death signal the runner set: set it again, so
-	// that the sandbox dies with the runner (bwrap's --die-with-parent covers its own
-	// children). A runner that died meanwhile is noticed by the parent changing.
-	ppid := os.Getppid()
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0); errno != 0 {
-		return fail("trampoline: parent-death signal: %v", errno)
-	}
-	if os.Getppid() != ppid || ppid == 1 {
-		return fail("trampoline: the runner is gone")
-	}
-	if i >= len(args)-1 {
-		return fail("trampoline: no command")
-	}
-	argv := args[i+1:]
-	path, err := exec.LookPath(argv[0])
-	if err != nil {
-		return fail("trampoline: %v", err)
-	}
-	err = syscall.Exec(path, argv, os.Environ())
-	return fail("trampoline: exec %s: %v", argv[0], err)
-}
-
-func fail(format string, a ...any) int {
-	fmt.Fprintf(os.Stderr, "hero sandbox: "+format+"\n", a...)
-	return 127
 }

@@ -13,13 +13,6 @@ import (
 	"github.com/hero-coordinator/hero/lib/procrun"
 )
 
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == TrampolineArg {
-		os.Exit(Trampoline(os.Args[2:]))
-	}
-	os.Exit(m.Run())
-}
-
 func newSandbox(t *testing.T) *Sandbox {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
