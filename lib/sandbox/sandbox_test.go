@@ -7,10 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/procrun"
+	"github.com/hero-coordinator/hero/lib/testutil/proctest"
 )
 
 func newSandbox(t *testing.T) *Sandbox {
@@ -28,11 +30,23 @@ func newSandbox(t *testing.T) *Sandbox {
 // run runs a shell script in the sandbox and returns its output and result.
 func run(t *testing.T, s *Sandbox, script string, env []string, lim Limits) (string, procrun.Result, string) {
 	t.Helper()
+	return runIn(t, s, workDir(t), script, env, lim)
+}
+
+// workDir is a job's work directory, removed after the test.
+func workDir(t *testing.T) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "hero-sbx-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// runIn is run in a given work directory.
+func runIn(t *testing.T, s *Sandbox, dir, script string, env []string, lim Limits) (string, procrun.Result, string) {
+	t.Helper()
 	j, err := s.Prepare(dir, []string{"/bin/sh", "-s"}, lim)
 	if err != nil {
 		t.Fatal(err)
@@ -89,21 +103,30 @@ echo "uid=$(id -u)"
 	}
 	// Outside, the job's processes are not root when the runner is: uid 61000.
 	if os.Geteuid() == 0 {
+		// The job's script runs as `sh ./<marker>.sh` and says it is up; its process is
+		// found by the marker, then killed (which ends the job).
 		marker := fmt.Sprintf("hero-sbx-uid-%d", time.Now().UnixNano())
+		dir := workDir(t)
+		up, err := proctest.NewSignal(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer up.Close()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			run(t, s, "echo 'sleep 3' > "+marker+".sh; sh ./"+marker+".sh", []string{"PATH=/usr/bin:/bin"}, Limits{})
+			runIn(t, s, dir, "echo 'echo up > signal; sleep 60' > "+marker+".sh; sh ./"+marker+".sh", []string{"PATH=/usr/bin:/bin"}, Limits{})
 		}()
-		var pid string
-		for deadline := time.Now().Add(5 * time.Second); pid == "" && time.Now().Before(deadline); {
-			b, _ := exec.Command("pgrep", "-f", marker).Output()
-			pid = strings.TrimSpace(string(b))
-			time.Sleep(20 * time.Millisecond) // another process's start: no event to wait on
+		if !up.Wait(1, 10*time.Second) {
+			t.Fatal("the job did not start")
 		}
-		st, err := os.ReadFile("/proc/" + strings.Fields(pid + " x")[0] + "/status")
+		pids := proctest.Pgrep(marker)
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", append(pids, 0)[0]))
 		if err != nil || !strings.Contains(string(st), "\nUid:\t61000\t") {
-			t.Errorf("the job's process (pid %q) does not run as uid 61000: %v\n%s", pid, err, st)
+			t.Errorf("the job's process (pids %v) does not run as uid 61000: %v\n%s", pids, err, st)
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		<-done
 	}
@@ -113,20 +136,16 @@ echo "uid=$(id -u)"
 func TestNothingOutlivesTheJob(t *testing.T) {
 	s := newSandbox(t)
 	marker := fmt.Sprintf("hero-sbx-orphan-%d", time.Now().UnixNano())
-	out, res, _ := run(t, s, fmt.Sprintf("setsid sh -c 'exec -a %s sleep 300' </dev/null >/dev/null 2>&1 & echo started", marker), []string{"PATH=/usr/bin:/bin"}, Limits{})
+	// The job ends once its child (`sh ./<marker>.sh`, in a session of its own) is up
+	// and has said so through a pipe.
+	script := fmt.Sprintf("mkfifo up; echo 'echo > up; sleep 300' > %[1]s.sh; setsid sh ./%[1]s.sh </dev/null >/dev/null 2>&1 & read x < up; echo started", marker)
+	out, res, _ := run(t, s, script, []string{"PATH=/usr/bin:/bin"}, Limits{})
 	if res.ExitCode != 0 || !strings.Contains(out, "started") {
 		t.Fatalf("exit %d: %s", res.ExitCode, out)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, _ := exec.Command("pgrep", "-f", marker).Output()
-		if strings.TrimSpace(string(b)) == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the job's setsid child is alive after the job: pids %s", b)
-		}
-		time.Sleep(20 * time.Millisecond) // another process's death: no event to wait on
+	pids := proctest.Pgrep(marker)
+	if left, err := proctest.WaitExit(pids, 5*time.Second); err != nil || len(left) > 0 {
+		t.Fatalf("the job's setsid child is alive after the job: pids %v (%v)", left, err)
 	}
 }
 
@@ -158,9 +177,16 @@ func TestLimits(t *testing.T) {
 // trampoline restores the parent-death signal its change of user cleared.
 func TestDiesWithTheRunner(t *testing.T) {
 	s := newSandbox(t)
-	dir, _ := os.MkdirTemp("", "hero-sbx-die-")
-	defer func() { _ = os.RemoveAll(dir) }()
-	j, err := s.Prepare(dir, []string{"/bin/sh", "-c", "sleep 300"}, Limits{Pids: 20})
+	if s.cg == nil {
+		t.Skip("no cgroups here: the job's processes are found by its cgroup")
+	}
+	dir := workDir(t)
+	up, err := proctest.NewSignal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	j, err := s.Prepare(dir, []string{"/bin/sh", "-c", "echo up > signal; exec sleep 300"}, Limits{Pids: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,22 +202,20 @@ func TestDiesWithTheRunner(t *testing.T) {
 	if err := runner.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// The job is up once its cgroup has its processes.
-	deadline := time.Now().Add(5 * time.Second)
-	for len(j.group.pids()) < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // another process's start: no event to wait on
+	if !up.Wait(1, 10*time.Second) {
+		t.Fatal("the job did not start")
 	}
-	if len(j.group.pids()) < 3 {
-		t.Fatalf("the job did not start: %v", j.group.pids())
+	pids := j.group.pids() // bwrap, its child and the job's process
+	if len(pids) < 3 {
+		t.Fatalf("the job's cgroup holds %v", pids)
 	}
 	_ = runner.Process.Kill()
 	_ = runner.Wait()
-	deadline = time.Now().Add(time.Second)
-	for len(j.group.pids()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("job processes alive 1 s after the runner's death: %v", j.group.pids())
-		}
-		time.Sleep(10 * time.Millisecond) // another process's death: no event to wait on
+	if left, err := proctest.WaitExit(pids, time.Second); err != nil || len(left) > 0 {
+		t.Fatalf("job processes alive 1 s after the runner's death: %v (%v)", left, err)
+	}
+	if left := j.group.pids(); len(left) > 0 {
+		t.Fatalf("the job's cgroup still holds %v", left)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/testutil/proctest"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
@@ -65,7 +66,7 @@ func TestChaos(t *testing.T) {
 	s.Setup(t, ctx1)
 	dir := harness.ScratchDir(t)
 	ledger := filepath.Join(dir, "ledger")
-	starts, err := harness.NewSignal(dir)
+	starts, err := proctest.NewSignal(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,15 +3,14 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/testutil/proctest"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
@@ -276,50 +275,49 @@ func pidAlive(pid int) bool {
 	return true
 }
 
-// waitGone waits (bounded) for a process to disappear.
+// waitGone waits (bounded) for a process to exit.
 func waitGone(t *testing.T, pid int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for pidAlive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still alive after %v", pid, within)
-		}
-		time.Sleep(10 * time.Millisecond) // no event announces another process's death
+	if left, err := proctest.WaitExit([]int{pid}, within); err != nil || len(left) > 0 {
+		t.Fatalf("process %d still alive after %v (%v)", pid, within, err)
 	}
 }
 
 // sleeper is a long-running child a job starts: a script in a scratch directory,
 // so that the test finds its process on the host by its unique path (a pid the job
-// could write is its sandbox's, meaningless outside).
+// could write is its sandbox's, meaningless outside). It says when it is up.
 type sleeper struct {
 	path   string
 	script string // the job's script: runs the sleeper in the background, waits
+	up     *proctest.Signal
 }
 
 func newSleeper(t *testing.T, name string) sleeper {
 	t.Helper()
-	path := filepath.Join(harness.ScratchDir(t), name+".sleeper.sh")
-	if err := os.WriteFile(path, []byte("sleep 300\n"), 0o755); err != nil {
+	dir := harness.ScratchDir(t)
+	up, err := proctest.NewSignal(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return sleeper{path: path, script: "sh " + path + " &\nwait\n"}
+	t.Cleanup(up.Close)
+	path := filepath.Join(dir, name+".sleeper.sh")
+	if err := os.WriteFile(path, []byte("echo > "+up.Path+"\nsleep 300\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return sleeper{path: path, script: "sh " + path + " &\nwait\n", up: up}
 }
 
-// pid waits (bounded) for the sleeper's process and returns its host pid.
+// pid waits (bounded) for the sleeper to be up and returns its host pid.
 func (s sleeper) pid(t *testing.T) int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		out, _ := exec.Command("pgrep", "-f", "sh "+s.path).Output()
-		if f := strings.Fields(string(out)); len(f) > 0 {
-			if pid, err := strconv.Atoi(f[0]); err == nil {
-				return pid
-			}
-		}
-		time.Sleep(10 * time.Millisecond) // another process's start: no event to wait on
+	if !s.up.Wait(1, 20*time.Second) {
+		t.Fatalf("%s did not start", s.path)
 	}
-	t.Fatalf("no process runs %s", s.path)
-	return 0
+	pids := proctest.Pgrep("sh " + s.path)
+	if len(pids) != 1 {
+		t.Fatalf("processes running %s: %v", s.path, pids)
+	}
+	return pids[0]
 }
 
 // Acceptance (core 3): a timeout kills the script and the child it spawned.

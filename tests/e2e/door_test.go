@@ -327,7 +327,9 @@ func TestLimitsAtTheDoor(t *testing.T) {
 }
 
 // waitUntil re-checks cond until it holds or the deadline passes: for state of
-// another process that no event announces (a gauge of the API).
+// another process that no event announces (a gauge of the API, a runner's
+// announcement in a new context). Processes and jobs are waited on by events
+// (lib/testutil/proctest).
 func waitUntil(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for {
@@ -337,7 +339,7 @@ func waitUntil(d time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the re-check pace
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/testutil/proctest"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
@@ -48,7 +49,7 @@ func TestRedisRestartWhileJobsFinish(t *testing.T) {
 			ledger, release := filepath.Join(dir, "ledger"), filepath.Join(dir, "go")
 			// Each job starts, waits for the release (the test takes Redis down first),
 			// then ends while Redis is down.
-			started, err := harness.NewSignal(dir)
+			started, err := proctest.NewSignal(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,7 +171,7 @@ func TestRunnerHandsOverEndsAtShutdown(t *testing.T) {
 	c := s.Setup(t, ctx1)
 	dir := harness.ScratchDir(t)
 	ledger, release := filepath.Join(dir, "ledger"), filepath.Join(dir, "go")
-	sig, err := harness.NewSignal(dir)
+	sig, err := proctest.NewSignal(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

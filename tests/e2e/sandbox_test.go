@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/testutil/proctest"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
@@ -40,20 +40,20 @@ func TestJobSandbox(t *testing.T) {
 
 	// A job that keeps a file in its work directory and says where that is.
 	where := filepath.Join(scratch, "where")
+	written, err := proctest.NewSignal(scratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer written.Close()
 	longDone := make(chan harness.Job, 1)
 	go func() {
-		longDone <- run(ctx1, fmt.Sprintf("echo private > mine; echo \"$PWD\" > %s.tmp; mv %s.tmp %s; sleep 4", where, where, where), nil)
+		longDone <- run(ctx1, fmt.Sprintf("echo private > mine; echo \"$PWD\" > %s; echo > %s; sleep 4", where, written.Path), nil)
 	}()
-	var dir string
-	deadline := time.Now().Add(20 * time.Second)
-	for dir == "" && time.Now().Before(deadline) {
-		b, _ := os.ReadFile(where)
-		dir = strings.TrimSpace(string(b))
-		time.Sleep(10 * time.Millisecond) // a file another process writes: no event to wait on
-	}
-	if dir == "" {
+	if !written.Wait(1, 20*time.Second) {
 		t.Fatal("the first job did not say where its work directory is")
 	}
+	b, _ := os.ReadFile(where)
+	dir := strings.TrimSpace(string(b))
 	if b, err := os.ReadFile(filepath.Join(dir, "mine")); err != nil || string(b) != "private\n" {
 		t.Fatalf("the first job's file on the host: %q %v", b, err)
 	}
@@ -93,16 +93,17 @@ true
 		t.Errorf("the first job's work directory outlived it: %v", err)
 	}
 
-	// A double-forked child in a new session is gone when its job ends.
+	// A double-forked child in a new session is gone when its job ends (the job ends
+	// once the child has said through a pipe that it is up).
 	orphan := filepath.Join(scratch, "orphan.sh")
-	if err := os.WriteFile(orphan, []byte("sleep 300\n"), 0o755); err != nil {
+	if err := os.WriteFile(orphan, []byte("echo > up\nsleep 300\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if j := run(ctx1, "(setsid sh "+orphan+" </dev/null >/dev/null 2>&1 &) ; echo forked", nil); j.Status != "finished" {
+	if j := run(ctx1, "mkfifo up; (setsid sh "+orphan+" </dev/null >/dev/null 2>&1 &); read x < up; echo forked", nil); j.Status != "finished" {
 		t.Fatalf("forking job: %+v", j)
 	}
-	if !waitUntil(5*time.Second, func() bool { out, _ := exec.Command("pgrep", "-f", "sh "+orphan).Output(); return len(out) == 0 }) {
-		t.Error("a double-forked setsid child outlived its job")
+	if left, err := proctest.WaitExit(proctest.Pgrep("sh "+orphan), 5*time.Second); err != nil || len(left) > 0 {
+		t.Errorf("a double-forked setsid child outlived its job: %v (%v)", left, err)
 	}
 
 	// Limits: memory and processes end the job with the limit's name.
@@ -122,11 +123,16 @@ true
 func TestRunnerKillLeavesNoJobProcess(t *testing.T) {
 	st, c := newStack(t, harness.StackOptions{RunnerArgs: []string{"--concurrency", "4"}})
 	scratch := harness.ScratchDir(t)
+	started, err := proctest.NewSignal(scratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer started.Close()
 	var sleepers []string
 	var jobs []jobSpec
 	for i := uint32(1); i <= 4; i++ {
 		p := filepath.Join(scratch, fmt.Sprintf("job%d.sh", i))
-		if err := os.WriteFile(p, []byte("sleep 5\n"), 0o755); err != nil {
+		if err := os.WriteFile(p, []byte("echo > "+started.Path+"\nsleep 5\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		sleepers = append(sleepers, p)
@@ -134,22 +140,19 @@ func TestRunnerKillLeavesNoJobProcess(t *testing.T) {
 	}
 	createFlow(t, c, 9, nil, jobs...)
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 9}, nil)
-	alive := func() int {
-		n := 0
-		for _, p := range sleepers {
-			if out, _ := exec.Command("pgrep", "-f", "sh "+p).Output(); len(out) > 0 {
-				n++
-			}
-		}
-		return n
+	if !started.Wait(len(sleepers), 20*time.Second) {
+		t.Fatal("not every job started")
 	}
-	if !waitUntil(20*time.Second, func() bool { return alive() == len(sleepers) }) {
-		t.Fatalf("only %d of %d jobs started", alive(), len(sleepers))
+	var pids []int // each job's `sh <path>` (its sleep lives as long, in its namespace)
+	for _, p := range sleepers {
+		pids = append(pids, proctest.Pgrep("sh "+p)...)
+	}
+	if len(pids) != len(sleepers) {
+		t.Fatalf("job processes %v, want one per job", pids)
 	}
 	// The runner process alone (not its process group, as the harness's Kill does).
 	_ = syscall.Kill(st.Runner.Cmd.Process.Pid, syscall.SIGKILL)
-	time.Sleep(time.Second) // the second after the kill is what is measured
-	if n := alive(); n > 0 {
-		t.Fatalf("%d job processes alive 1 s after kill -9 of the runner", n)
+	if left, err := proctest.WaitExit(pids, time.Second); err != nil || len(left) > 0 {
+		t.Fatalf("job processes alive 1 s after kill -9 of the runner: %v (%v)", left, err)
 	}
 }

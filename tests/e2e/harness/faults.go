@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 )
 
 // OptionalWorkers are runner flags that turn every optional worker on: the Hero
@@ -70,63 +68,3 @@ func ReadLedger(file string) ([]LedgerLine, error) {
 	}
 	return out, sc.Err()
 }
-
-// Signal is a named pipe that jobs write a line to ("echo x > <Path>") and a test
-// waits on: an event, not a poll.
-type Signal struct {
-	Path  string
-	lines chan struct{}
-	f     *os.File
-}
-
-// NewSignal makes the pipe in dir and starts reading it (the reader holds it open
-// read-write, so writers never block and never see EOF).
-func NewSignal(dir string) (*Signal, error) {
-	path := filepath.Join(dir, "signal")
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(path, 0o666); err != nil { // jobs run as another uid
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, err
-	}
-	s := &Signal{Path: path, lines: make(chan struct{}, 1<<16), f: f}
-	go func() {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			s.lines <- struct{}{}
-		}
-	}()
-	return s, nil
-}
-
-// Wait waits for n lines; false when the timeout passed first.
-func (s *Signal) Wait(n int, timeout time.Duration) bool {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for ; n > 0; n-- {
-		select {
-		case <-s.lines:
-		case <-deadline.C:
-			return false
-		}
-	}
-	return true
-}
-
-// Drain forgets the lines signalled so far.
-func (s *Signal) Drain() {
-	for {
-		select {
-		case <-s.lines:
-		default:
-			return
-		}
-	}
-}
-
-// Close stops reading.
-func (s *Signal) Close() { _ = s.f.Close() }

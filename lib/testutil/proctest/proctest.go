@@ -1,0 +1,135 @@
+// Package proctest lets tests wait on other processes by events instead of polls: a
+// named pipe a process writes a line to when it gets somewhere (Signal), and pidfds,
+// which the kernel makes readable when their process exits (WaitExit).
+package proctest
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Signal is a named pipe that processes write a line to ("echo x > <Path>") and a
+// test waits on.
+type Signal struct {
+	Path  string
+	lines chan struct{}
+	f     *os.File
+}
+
+// NewSignal makes the pipe "signal" in dir, writable by every user (jobs run as
+// another uid), and starts reading it: the reader holds it open read-write, so that
+// writers never block and it never reads an end of file.
+func NewSignal(dir string) (*Signal, error) {
+	path := filepath.Join(dir, "signal")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	s := &Signal{Path: path, lines: make(chan struct{}, 1<<16), f: f}
+	go func() {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			s.lines <- struct{}{}
+		}
+	}()
+	return s, nil
+}
+
+// Wait waits for n lines; false when the timeout passed first.
+func (s *Signal) Wait(n int, timeout time.Duration) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for ; n > 0; n-- {
+		select {
+		case <-s.lines:
+		case <-deadline.C:
+			return false
+		}
+	}
+	return true
+}
+
+// Drain forgets the lines signalled so far.
+func (s *Signal) Drain() {
+	for {
+		select {
+		case <-s.lines:
+		default:
+			return
+		}
+	}
+}
+
+// Close stops reading.
+func (s *Signal) Close() { _ = s.f.Close() }
+
+// Pgrep returns the pids of the processes whose command line contains pattern
+// (pgrep -f), but not pgrep's own.
+func Pgrep(pattern string) []int {
+	out, _ := exec.Command("pgrep", "-f", pattern).Output()
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// WaitExit waits until every one of pids has exited (a zombie has), at most timeout,
+// and returns those still running.
+func WaitExit(pids []int, timeout time.Duration) ([]int, error) {
+	deadline := time.Now().Add(timeout)
+	var fds []unix.PollFd // of the processes still running
+	pidOf := map[int32]int{}
+	defer func() {
+		for _, p := range fds {
+			_ = unix.Close(int(p.Fd))
+		}
+	}()
+	for _, pid := range pids {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if errors.Is(err, unix.ESRCH) {
+			continue // gone (and reaped) already
+		}
+		if err != nil {
+			return nil, err
+		}
+		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+		pidOf[int32(fd)] = pid
+	}
+	for left := time.Until(deadline); len(fds) > 0 && left > 0; left = time.Until(deadline) {
+		if _, err := unix.Poll(fds, int(left.Milliseconds())+1); err != nil && !errors.Is(err, unix.EINTR) {
+			return nil, err
+		}
+		running := fds[:0]
+		for _, p := range fds {
+			if p.Revents == 0 {
+				running = append(running, p)
+			} else {
+				_ = unix.Close(int(p.Fd))
+			}
+		}
+		fds = running
+	}
+	var out []int
+	for _, p := range fds {
+		out = append(out, pidOf[p.Fd])
+	}
+	return out, nil
+}
