@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/hero-coordinator/hero/lib/fsx"
 )
 
 // PublicKeyHexLen is the length of an actor's pubkey: 32 bytes as lowercase hex (the
@@ -82,7 +84,7 @@ func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
 
 // WritePrivateKey writes a key file with mode 0600, creating its directory (0700).
 // An existing file is not overwritten unless replace is set; a replaced file is
-// swapped in whole (written beside it, then renamed).
+// swapped in whole (fsx.WriteFile).
 func WritePrivateKey(path string, key ed25519.PrivateKey, replace bool) error {
 	b, err := MarshalPrivateKeyPEM(key)
 	if err != nil {
@@ -102,11 +104,7 @@ func WritePrivateKey(path string, key ed25519.PrivateKey, replace bool) error {
 		}
 		return f.Close()
 	}
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return fsx.WriteFile(path, b, 0o600)
 }
 
 // ConfigDir is where heroctl keeps actor keys: $HERO_CONFIG_DIR, else

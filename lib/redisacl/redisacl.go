@@ -18,6 +18,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/hero-coordinator/hero/lib/fsx"
 )
 
 // User is one ACL user: its name and its rules after "on #<password hash>".
@@ -72,7 +74,7 @@ func Init(dir string) ([]string, error) {
 				return nil, err
 			}
 			pw = []byte(hex.EncodeToString(buf))
-			if err := write(path, append(pw, '\n'), 0o600); err != nil {
+			if err := fsx.WriteFile(path, append(pw, '\n'), 0o600); err != nil {
 				return nil, err
 			}
 			made = append(made, u.Name)
@@ -82,16 +84,5 @@ func Init(dir string) ([]string, error) {
 		sum := sha256.Sum256([]byte(strings.TrimSpace(string(pw))))
 		fmt.Fprintf(&acl, "user %s on #%s %s\n", u.Name, hex.EncodeToString(sum[:]), u.Rules)
 	}
-	return made, write(filepath.Join(dir, ACLFile), []byte(acl.String()), 0o644)
-}
-
-func write(path string, b []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return made, fsx.WriteFile(filepath.Join(dir, ACLFile), []byte(acl.String()), 0o644)
 }

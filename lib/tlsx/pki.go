@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/hero-coordinator/hero/lib/fsx"
 )
 
 // Services are the stack's services; each gets a certificate naming it.
@@ -169,21 +171,10 @@ func writePair(certPath, keyPath string, der []byte, key *ecdsa.PrivateKey) erro
 		return err
 	}
 	// The key first: a reader that sees the new certificate finds its key.
-	if err := writeFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+	if err := fsx.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
 		return err
 	}
-	return writeFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
-}
-
-func writeFile(path string, b []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return fsx.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
 }
 
 func readPair(certPath, keyPath string) (*x509.Certificate, *ecdsa.PrivateKey, error) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/hero-coordinator/hero/lib/fsx"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
 )
@@ -32,35 +33,15 @@ func (r *runner) pendingFile(f store.Finish) string {
 	return filepath.Join(r.cfg.StateDir, fmt.Sprintf("%d-%d-%d-%s.json", f.DB.ContextID, f.Job.CallerID, f.Job.ID, f.Claim.ID))
 }
 
-// savePending writes an end's file durably (a temporary file, fsync, rename, fsync of
-// the directory).
+// savePending writes an end's file durably (fsx.WriteFile: synced, renamed in whole).
 func (r *runner) savePending(f store.Finish) (string, error) {
 	b, err := json.Marshal(pendingEnd{ContextID: f.DB.ContextID, Claim: *f.Claim, Job: f.Job, Outcome: f.Outcome})
 	if err != nil {
 		return "", err
 	}
 	path := r.pendingFile(f)
-	tmp, err := os.CreateTemp(r.cfg.StateDir, ".pending-*")
-	if err != nil {
+	if err := fsx.WriteFile(path, b, 0o600); err != nil {
 		return "", err
-	}
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-		return "", err
-	}
-	if d, err := os.Open(r.cfg.StateDir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
 	}
 	return path, nil
 }
@@ -76,7 +57,7 @@ func (r *runner) loadPending() []pendingEnd {
 	var out []pendingEnd
 	for _, e := range entries {
 		path := filepath.Join(r.cfg.StateDir, e.Name())
-		if strings.HasPrefix(e.Name(), ".pending-") {
+		if fsx.IsTemp(e.Name()) {
 			_ = os.Remove(path) // a write cut short: its end was never acknowledged as kept
 			continue
 		}
