@@ -243,10 +243,9 @@ func TestLimitsAtTheDoor(t *testing.T) {
 	// A connection flood: a client connected before it keeps being served; new
 	// connections over the cap are answered 503 at once; /readyz stays ready.
 	keep := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, TLSClientConfig: harness.APITLS()}}
-	c2 := *c
 	call := func() error {
 		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "actor.load", "params": map[string]any{"id": 1}})
-		req, _ := c2.NewRequest(b)
+		req, _ := c.NewRequest(b)
 		resp, err := keep.Do(req)
 		if err != nil {
 			return err
