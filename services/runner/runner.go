@@ -34,13 +34,16 @@ type runner struct {
 	pools   map[poolKey]*poolEntry // executor pools by executor and context
 	poolMu  sync.Mutex
 
-	mu      sync.Mutex
-	served  []uint32                    // contexts where runner:<id> exists
-	running map[model.JobRef]*execution // jobs this process runs now
-	slots   chan struct{}
-	jobs    sync.WaitGroup
-	jobCtx  context.Context // outlives the loops: running jobs finish during a drain
-	stopJob context.CancelFunc
+	mu     sync.Mutex
+	served []uint32 // contexts where runner:<id> exists
+	// servedChanged is closed (and replaced) when served changes: a claim loop
+	// waiting on the wake lists of the old set stops waiting.
+	servedChanged chan struct{}
+	running       map[model.JobRef]*execution // jobs this process runs now
+	slots         chan struct{}
+	jobs          sync.WaitGroup
+	jobCtx        context.Context // outlives the loops: running jobs finish during a drain
+	stopJob       context.CancelFunc
 	// endCtx ends when the drain gives up: ends still waiting for Redis then stay in
 	// the state directory for the restart.
 	endCtx  context.Context
@@ -93,11 +96,12 @@ func newRunner(p runnerParams) *runner {
 	f := promauto.With(p.reg)
 	r := &runner{
 		store: p.store, log: p.log, cfg: p.cfg, sandbox: p.sandbox,
-		running:    map[model.JobRef]*execution{},
-		em:         newExecutorMetrics(p.reg),
-		slots:      make(chan struct{}, p.cfg.Concurrency),
-		tasks:      make(chan task),
-		workersEnd: make(chan struct{}),
+		running:       map[model.JobRef]*execution{},
+		em:            newExecutorMetrics(p.reg),
+		slots:         make(chan struct{}, p.cfg.Concurrency),
+		tasks:         make(chan task),
+		workersEnd:    make(chan struct{}),
+		servedChanged: make(chan struct{}),
 		m: runnerMetrics{
 			started:  f.NewCounterVec(prometheus.CounterOpts{Name: "hero_jobs_started_total", Help: "Job runs started, by script type."}, []string{"script_type"}),
 			finished: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_jobs_finished_total", Help: "Job runs that finished successfully, by script type."}, []string{"script_type"}),
@@ -216,6 +220,10 @@ func (r *runner) refreshServed(ctx context.Context) {
 		changed = served[i] != r.served[i]
 	}
 	r.served = served
+	if changed {
+		close(r.servedChanged)
+		r.servedChanged = make(chan struct{})
+	}
 	r.mu.Unlock()
 	if changed {
 		r.log.Info().Uint32(obs.KeyRunnerID, r.cfg.RunnerID).Interface("contexts", served).Interface("script_types", r.cfg.types).Msg("serving")
@@ -223,9 +231,15 @@ func (r *runner) refreshServed(ctx context.Context) {
 }
 
 func (r *runner) servedContexts() []uint32 {
+	served, _ := r.servedNow()
+	return served
+}
+
+// servedNow is the served contexts and a channel closed when they change.
+func (r *runner) servedNow() ([]uint32, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]uint32(nil), r.served...)
+	return append([]uint32(nil), r.served...), r.servedChanged
 }
 
 // queues returns the job queues of one served context.
@@ -300,7 +314,10 @@ func (r *runner) claimLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		served := r.servedContexts()
+		// The served contexts are read in this loop's turn: a list read before
+		// another loop's wait could be a whole wait old.
+		r.claimTurn.Lock()
+		served, changed := r.servedNow()
 		var wake []string
 		for _, c := range served {
 			for _, q := range r.queues() {
@@ -308,8 +325,12 @@ func (r *runner) claimLoop(ctx context.Context) {
 			}
 		}
 		if len(wake) == 0 {
+			r.claimTurn.Unlock()
 			<-r.slots
-			sleepCtx(ctx, time.Second) // nothing to serve yet; the control watcher refreshes
+			select { // nothing to serve yet; the control watcher refreshes
+			case <-changed:
+			case <-ctx.Done():
+			}
 			continue
 		}
 		// Rotate the key order so that no context or queue starves another.
@@ -317,9 +338,24 @@ func (r *runner) claimLoop(ctx context.Context) {
 			k := idle % n
 			wake = append(wake[k:], wake[:k]...)
 		}
-		r.claimTurn.Lock()
-		key, _, err := r.store.WaitWake(ctx, 5*time.Second, wake...)
+		// A change of the served contexts ends the wait: a new context's queues
+		// are waited on at once.
+		waitCtx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-changed:
+				cancel()
+			case <-waitCtx.Done():
+			}
+		}()
+		key, _, err := r.store.WaitWake(waitCtx, 5*time.Second, wake...)
+		kicked := waitCtx.Err() != nil && ctx.Err() == nil
+		cancel()
 		r.claimTurn.Unlock() // the next loop waits while this one claims
+		if err != nil && kicked {
+			<-r.slots
+			continue
+		}
 		if err != nil {
 			<-r.slots
 			if ctx.Err() == nil {

@@ -307,11 +307,17 @@ func newSleeper(t *testing.T, name string) sleeper {
 	return sleeper{path: path, script: "sh " + path + " &\nwait\n", up: up}
 }
 
-// pid waits (bounded) for the sleeper to be up and returns its host pid.
-func (s sleeper) pid(t *testing.T) int {
+// pid waits (bounded) for the sleeper to be up and returns its host pid; st's
+// runner log tells why when it is not.
+func (s sleeper) pid(t *testing.T, st *harness.Stack) int {
 	t.Helper()
 	if !s.up.Wait(1, 20*time.Second) {
-		t.Fatalf("%s did not start", s.path)
+		var tails []string
+		for _, p := range []*harness.Proc{st.API, st.Scheduler, st.Router, st.Runner} {
+			log := strings.Split(p.Output(), "\n")
+			tails = append(tails, strings.Join(log[max(0, len(log)-15):], "\n"))
+		}
+		t.Fatalf("%s did not start; the services' logs end:\n%s", s.path, strings.Join(tails, "\n----\n"))
 	}
 	pids := proctest.Pgrep("sh " + s.path)
 	if len(pids) != 1 {
@@ -322,11 +328,11 @@ func (s sleeper) pid(t *testing.T) int {
 
 // Acceptance (core 3): a timeout kills the script and the child it spawned.
 func TestTimeoutKillsProcessGroup(t *testing.T) {
-	_, c := newStack(t, harness.StackOptions{})
+	st, c := newStack(t, harness.StackOptions{})
 	sleeper := newSleeper(t, "child")
 	createFlow(t, c, 30, nil, jobSpec{id: 1, typ: "sh", script: sleeper.script, timeout: 2})
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 30}, nil)
-	child := sleeper.pid(t)
+	child := sleeper.pid(t, st)
 	f := c.WaitFlow(t, ctx1, 30, 30*time.Second)
 	if f.Status != "error" {
 		t.Fatalf("flow: %+v", f)
@@ -343,11 +349,11 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 
 // Acceptance (core 3): job.stop kills a running job within 1 s.
 func TestStopRunningJob(t *testing.T) {
-	_, c := newStack(t, harness.StackOptions{})
+	st, c := newStack(t, harness.StackOptions{})
 	sleeper := newSleeper(t, "job")
 	createFlow(t, c, 31, nil, jobSpec{id: 1, typ: "sh", script: sleeper.script, retries: 3}, jobSpec{id: 2, typ: "sh", script: "echo after", deps: []uint32{1}})
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 31}, nil)
-	child := sleeper.pid(t)
+	child := sleeper.pid(t, st)
 	stopAt := time.Now()
 	c.MustCall(t, "job.stop", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 1}, nil)
 	waitGone(t, child, time.Second)

@@ -19,7 +19,7 @@ import (
 // Acceptance (operating 1): cancel of a running flow — every running job's process is
 // gone within 1 s, pending jobs never start, the flow shows why.
 func TestCancelRunningFlow(t *testing.T) {
-	_, c := newStack(t, harness.StackOptions{})
+	st, c := newStack(t, harness.StackOptions{})
 	sa, sb := newSleeper(t, "a"), newSleeper(t, "b")
 	createFlow(t, c, 70, nil,
 		jobSpec{id: 1, typ: "sh", script: sa.script},
@@ -28,7 +28,7 @@ func TestCancelRunningFlow(t *testing.T) {
 		jobSpec{id: 4, typ: "sh", script: "echo never", deps: []uint32{3}},
 	)
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 70}, nil)
-	pa, pb := sa.pid(t), sb.pid(t)
+	pa, pb := sa.pid(t, st), sb.pid(t, st)
 	start := time.Now()
 	var f harness.Flow
 	c.MustCall(t, "flow.cancel", map[string]any{"context_id": ctx1, "id": 70}, &f)
@@ -400,4 +400,22 @@ func idLess(a, b string) bool {
 	sa, _ := strconv.ParseUint(pa[1], 10, 64)
 	sb, _ := strconv.ParseUint(pb[1], 10, 64)
 	return sa < sb
+}
+
+// A context created while the runner waits for work is served at once: its first job
+// does not wait for the runner's idle fallbacks (its claim loops each waited once on
+// the old set of contexts, 4 × 5 s, before the fix).
+func TestNewContextServedAtOnce(t *testing.T) {
+	st, c := newStack(t, harness.StackOptions{})
+	var j harness.Job
+	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"script": "echo one", "script_type": "sh"}}, &j)
+	if j.Status != "finished" {
+		t.Fatalf("first context: %+v", j)
+	}
+	st.Operator().MustCall(t, "context.create", map[string]any{"context": map[string]any{"id": 2, "admins": []int{1}}}, nil)
+	c.MustCall(t, "runner.create", map[string]any{"context_id": 2, "runner": map[string]any{"id": 1, "script_types": []string{"sh"}}}, nil)
+	c.MustCall(t, "job.run", map[string]any{"context_id": 2, "timeout": 5, "job": map[string]any{"script": "echo two", "script_type": "sh"}}, &j)
+	if j.Status != "finished" {
+		t.Fatalf("a new context's first job did not run within 5 s: %+v", j)
+	}
 }
