@@ -319,7 +319,7 @@ func (s sleeper) pid(t *testing.T, st *harness.Stack) int {
 		}
 		t.Fatalf("%s did not start; the services' logs end:\n%s", s.path, strings.Join(tails, "\n----\n"))
 	}
-	pids := proctest.Pgrep("sh " + s.path)
+	pids := proctest.Roots(proctest.Pgrep("sh " + s.path))
 	if len(pids) != 1 {
 		t.Fatalf("processes running %s: %v", s.path, pids)
 	}

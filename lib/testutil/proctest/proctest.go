@@ -91,6 +91,38 @@ func Pgrep(pattern string) []int {
 	return pids
 }
 
+// Roots keeps of pids those whose parent is not among them: a shell's child caught
+// between its fork and its exec still has the shell's command line.
+func Roots(pids []int) []int {
+	in := map[int]bool{}
+	for _, p := range pids {
+		in[p] = true
+	}
+	var out []int
+	for _, p := range pids {
+		if !in[Parent(p)] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Parent is a process's parent pid (0 when it cannot be read).
+func Parent(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid …: comm may hold spaces and parentheses, so from the last ')'.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
 // WaitExit waits until every one of pids has exited (a zombie has), at most timeout,
 // and returns those still running.
 func WaitExit(pids []int, timeout time.Duration) ([]int, error) {

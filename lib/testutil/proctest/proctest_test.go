@@ -3,6 +3,7 @@ package proctest
 import (
 	"os/exec"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -67,5 +68,32 @@ func TestSignal(t *testing.T) {
 	}
 	if got := Pgrep("no-such-process-anywhere-4711"); len(got) != 0 {
 		t.Errorf("Pgrep of nothing: %v", got)
+	}
+}
+
+func TestRoots(t *testing.T) {
+	// A shell that has forked a child with the same command line: only the shell is a
+	// root of the two.
+	sh := exec.Command("sh", "-c", "sleep 30 & wait", "roots-test")
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sh.Process.Kill(); _, _ = sh.Process.Wait() }()
+	var child int
+	deadline := time.Now().Add(5 * time.Second)
+	for child == 0 && time.Now().Before(deadline) {
+		for _, p := range Pgrep("sleep 30") {
+			if Parent(p) == sh.Process.Pid {
+				child = p
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for the shell's fork: no event to wait on
+	}
+	if child == 0 {
+		t.Fatal("the shell's child did not show up")
+	}
+	defer func() { _ = syscall.Kill(child, syscall.SIGKILL) }()
+	if got := Roots([]int{child, sh.Process.Pid}); len(got) != 1 || got[0] != sh.Process.Pid {
+		t.Fatalf("Roots = %v; want [%d]", got, sh.Process.Pid)
 	}
 }
