@@ -1,8 +1,11 @@
 package proctest
 
 import (
+	"bufio"
 	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -72,27 +75,28 @@ func TestSignal(t *testing.T) {
 }
 
 func TestRoots(t *testing.T) {
-	// A shell that has forked a child with the same command line: only the shell is a
-	// root of the two.
-	sh := exec.Command("sh", "-c", "sleep 30 & wait", "roots-test")
+	// A shell and its child: only the shell is a root of the two.
+	sh := exec.Command("sh", "-c", "sleep 30 & echo $!; wait")
+	out, err := sh.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = sh.Process.Kill(); _, _ = sh.Process.Wait() }()
-	var child int
-	deadline := time.Now().Add(5 * time.Second)
-	for child == 0 && time.Now().Before(deadline) {
-		for _, p := range Pgrep("sleep 30") {
-			if Parent(p) == sh.Process.Pid {
-				child = p
-			}
-		}
-		time.Sleep(10 * time.Millisecond) // waiting for the shell's fork: no event to wait on
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
 	}
-	if child == 0 {
-		t.Fatal("the shell's child did not show up")
+	child, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
 	}
 	defer func() { _ = syscall.Kill(child, syscall.SIGKILL) }()
+	if p := Parent(child); p != sh.Process.Pid {
+		t.Fatalf("Parent(%d) = %d; want %d", child, p, sh.Process.Pid)
+	}
 	if got := Roots([]int{child, sh.Process.Pid}); len(got) != 1 || got[0] != sh.Process.Pid {
 		t.Fatalf("Roots = %v; want [%d]", got, sh.Process.Pid)
 	}
