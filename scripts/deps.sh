@@ -18,6 +18,8 @@ for tool in "$@"; do
     redis-server) need redis-server redis-server ;;
     protoc) need protoc protobuf-compiler ;;
     bwrap) need bwrap bubblewrap ;;
+    slirp4netns) need slirp4netns slirp4netns ;;
+    ip) need ip iproute2 ;;
     *) echo "deps: unknown tool $tool" >&2; exit 2 ;;
   esac
 done

@@ -315,7 +315,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	if len(rest) > 0 {
 		verb, rest = rest[0], rest[1:]
 	}
-	c.operator = obj == "secret" || obj == "dispatcher" || (obj == "actor" && verb == "create") || (obj == "context" && verb == "create")
+	c.operator = obj == "secret" || obj == "dispatcher" || (obj == "actor" && verb == "create") || (obj == "context" && verb == "create") ||
+		(obj == "context" && verb == "update" && hasFlag(rest, "job-max"))
 	switch obj {
 	case "key":
 		return c.keyCmd(verb, rest)
@@ -389,4 +390,15 @@ func parseEnv(list []string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// hasFlag says whether args give the flag (-name, --name, with or without =value).
+func hasFlag(args []string, name string) bool {
+	for _, a := range args {
+		a = strings.TrimLeft(a, "-")
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
 }

@@ -106,10 +106,12 @@ Commands:
                    <NAME>-redis-tls, <NAME>-operator-tls, <NAME>-redis-users; creates only the missing ones)
   context create ID --admins 1,2 [--readers …] [--executors …] [--retention 72h] [--allowed-sources KEY,…]
   context update [ID] [--admins …] [--readers …] [--executors …] [--retention D] [--allowed-sources …]
+                     [--job-defaults memory=512MiB,pids=64,cpu=500,file-size=1GiB,network=none|outbound]
+                     [--job-max … (operators)]   (create takes them too; docs/security.md)
   context get [ID]   context delete ID [--force]
   runner create [ID] [--remote --pubkey K|--address A] [--topic T] [--script-types python,sh]
   runner get ID      runner list      runner delete ID [--force]
-  job create --type T (--script S | --file F) [--id N] [--depends 1,2] [--env K=V]… [--timeout S] [--retries N] [--runner ID]
+  job create --type T (--script S | --file F) [--id N] [--depends 1,2] [--env K=V]… [--timeout S] [--retries N] [--runner ID] [--limits memory=…,pids=…]
   job get ID [--caller N]     job list [--status S] [--limit N]
   job run --type T (--script S | --file F) [--env K=V]… [--timeout S] [--wait S]   (prints the output)
   job run --function executor#handler [--args '[1,2]'] [--kwargs '{"k":1}'] …     (a handler job)

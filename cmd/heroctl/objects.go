@@ -96,9 +96,11 @@ func (c *cli) contextCmd(ctx context.Context, verb string, args []string) error 
 		executors := fs.String("executors", "", "")
 		retention := fs.Duration("retention", 0, "")
 		sources := fs.String("allowed-sources", "", "")
+		jobDefaults := fs.String("job-defaults", "", "")
+		jobMax := fs.String("job-max", "", "")
 		pos, err := parseSub(fs, args)
 		if err != nil || len(pos) != 1 {
-			return usageErr("context create ID --admins 1,2 [--readers …] [--executors …]")
+			return usageErr("context create ID --admins 1,2 [--readers …] [--executors …] [--job-defaults " + limitsUsage + "] [--job-max …]")
 		}
 		id, err := parseID("context id", pos[0])
 		if err != nil {
@@ -117,6 +119,12 @@ func (c *cli) contextCmd(ctx context.Context, verb string, args []string) error 
 		if x.Executors, err = parseIDList("--executors", *executors); err != nil {
 			return err
 		}
+		if x.JobDefaults, err = parseLimits("--job-defaults", *jobDefaults); err != nil {
+			return err
+		}
+		if x.JobMax, err = parseLimits("--job-max", *jobMax); err != nil {
+			return err
+		}
 		r, err := api.CreateContext(cctx, &herov1.CreateContextRequest{Context: x})
 		if err != nil {
 			return err
@@ -129,9 +137,11 @@ func (c *cli) contextCmd(ctx context.Context, verb string, args []string) error 
 		executors := fs.String("executors", "", "")
 		retention := fs.Duration("retention", 0, "")
 		sources := fs.String("allowed-sources", "", "")
+		jobDefaults := fs.String("job-defaults", "", "")
+		jobMax := fs.String("job-max", "", "")
 		pos, err := parseSub(fs, args)
 		if err != nil || len(pos) > 1 {
-			return usageErr("context update [ID] [--admins 1,2] [--readers …] [--executors …] [--retention 24h] [--allowed-sources KEY,…] (a flag given empty clears the list)")
+			return usageErr("context update [ID] [--admins 1,2] [--readers …] [--executors …] [--retention 24h] [--allowed-sources KEY,…] [--job-defaults " + limitsUsage + "] [--job-max … (operators)] (a flag given empty clears it)")
 		}
 		req := &herov1.UpdateContextRequest{Id: c.g.context}
 		if len(pos) == 1 {
@@ -142,7 +152,7 @@ func (c *cli) contextCmd(ctx context.Context, verb string, args []string) error 
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		if len(set) == 0 {
-			return usageErr("context update: nothing to change; give --admins, --readers, --executors, --retention or --allowed-sources")
+			return usageErr("context update: nothing to change; give --admins, --readers, --executors, --retention, --allowed-sources, --job-defaults or --job-max")
 		}
 		for _, l := range []struct {
 			name string
@@ -166,6 +176,16 @@ func (c *cli) contextCmd(ctx context.Context, verb string, args []string) error 
 			req.AllowedSources = &herov1.StringList{}
 			if *sources != "" {
 				req.AllowedSources.Values = strings.Split(*sources, ",")
+			}
+		}
+		if set["job-defaults"] {
+			if req.JobDefaults, err = parseLimits("--job-defaults", *jobDefaults); err != nil {
+				return err
+			}
+		}
+		if set["job-max"] {
+			if req.JobMax, err = parseLimits("--job-max", *jobMax); err != nil {
+				return err
 			}
 		}
 		r, err := api.UpdateContext(cctx, req)
@@ -213,6 +233,12 @@ func printContext(w *tabwriter.Writer, x *herov1.Context) {
 	fmt.Fprintf(w, "context\t%d\nadmins\t%s\nreaders\t%s\nexecutors\t%s\ncreated\t%s\n", x.Id, ids(x.Admins), ids(x.Readers), ids(x.Executors), ts(x.CreatedAt))
 	if len(x.AllowedSources) > 0 {
 		fmt.Fprintf(w, "allowed sources\t%s\n", strings.Join(x.AllowedSources, ", "))
+	}
+	if t := limitsText(x.JobDefaults); t != "" {
+		fmt.Fprintf(w, "job defaults\t%s\n", t)
+	}
+	if t := limitsText(x.JobMax); t != "" {
+		fmt.Fprintf(w, "job max\t%s\n", t)
 	}
 }
 
@@ -315,6 +341,7 @@ type jobFlags struct {
 	id, runner, timeout, retries *uint
 	typ, script, file, depends   *string
 	function, args, kwargs       *string
+	limits                       *string
 	env                          multiFlag
 }
 
@@ -332,10 +359,22 @@ func addJobFlags(fs *flag.FlagSet) *jobFlags {
 	f.args = fs.String("args", "", "")
 	f.kwargs = fs.String("kwargs", "", "")
 	fs.Var(&f.env, "env", "")
+	f.limits = fs.String("limits", "", "")
 	return f
 }
 
 func (f *jobFlags) job(ctxID uint32) (*herov1.Job, error) {
+	j, err := f.spec(ctxID)
+	if err != nil || *f.limits == "" {
+		return j, err
+	}
+	if j.Limits, err = parseLimits("--limits", *f.limits); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+func (f *jobFlags) spec(ctxID uint32) (*herov1.Job, error) {
 	if *f.function != "" {
 		if *f.script != "" || *f.file != "" {
 			return nil, usageErr("a handler job (--function) has no --script or --file")
@@ -565,6 +604,9 @@ func printJob(w *tabwriter.Writer, j *herov1.Job) {
 	}
 	if j.TraceId != "" {
 		fmt.Fprintf(w, "trace id\t%s\n", j.TraceId)
+	}
+	if t := limitsText(j.Limits); t != "" {
+		fmt.Fprintf(w, "limits\t%s\n", t)
 	}
 	if j.Error != "" {
 		fmt.Fprintf(w, "error\t%s\n", j.Error)

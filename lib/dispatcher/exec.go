@@ -159,6 +159,7 @@ func (w *Worker) attempt(s WorkerSpec, ex *execution, j *Job, n int, sinks io.Wr
 	stdout := &procrun.Capped{Max: w.p.OutputMaxBytes}
 	stderr := &procrun.Tail{Max: stderrTail}
 	argv := s.Argv
+	var extra []*os.File
 	var sj *sandbox.Job
 	if w.p.Sandbox != nil {
 		// The same sandbox as the runner's jobs: seed-000 scripts are someone's code too.
@@ -167,16 +168,22 @@ func (w *Worker) attempt(s WorkerSpec, ex *execution, j *Job, n int, sinks io.Wr
 			return outcome{status: StatusError, err: "cannot prepare the sandbox: " + err.Error(), reason: "start_error"}, false
 		}
 		defer sj.Cleanup()
-		argv = sj.Argv
+		argv, extra = sj.Argv, sj.ExtraFiles
 	}
 	proc, err := procrun.Start(procrun.Spec{
 		Argv: argv, Dir: dir, Env: environment(j, s.ID, dir, n), Stdin: strings.NewReader(j.Script),
 		Stdout: procrun.Multi{stdout, sinks}, Stderr: procrun.Multi{stderr, sinks}, KillGrace: w.p.KillGrace,
+		ExtraFiles: extra,
 	})
 	if err != nil {
 		return outcome{status: StatusError, err: fmt.Sprintf("cannot start interpreter %q: %v", s.Argv[0], err), reason: "start_error"}, false
 	}
 	if sj != nil {
+		if err := sj.Started(); err != nil {
+			proc.Kill("start_error")
+			proc.Wait()
+			return outcome{status: StatusError, err: err.Error(), reason: "start_error"}, false
+		}
 		stop := sj.Watch(func(reason string) { proc.Kill(reason) })
 		defer stop()
 	}

@@ -33,6 +33,10 @@ type Context struct {
 	// Extension: the Mycelium public keys of the nodes allowed to send jobs into this
 	// context (mycelium-gateway checks the source of every inbound job).
 	AllowedSources []string `hash:"allowed_sources,omitempty" json:"allowed_sources,omitempty"`
+	// Extension: the limits this context's jobs get unless they ask (its admins set
+	// them), and the most a job of it may ask for (operators only).
+	JobDefaults *JobLimits `hash:"job_defaults,omitempty" json:"job_defaults,omitempty"`
+	JobMax      *JobLimits `hash:"job_max,omitempty" json:"job_max,omitempty"`
 }
 
 // Flow is a DAG workflow of jobs (seed 002 §3). Its DAG edges live in each job's
@@ -172,6 +176,9 @@ type Job struct {
 	TraceID      string `hash:"trace_id,omitempty" json:"trace_id,omitempty"`             // W3C trace id of the last handler call
 	RetryAfterMs int64  `hash:"retry_after_ms,omitempty" json:"retry_after_ms,omitempty"` // an executor's requested retry delay
 	DLQAtMs      int64  `hash:"dlq_at_ms,omitempty" json:"dlq_at_ms,omitempty"`           // when the job entered the dead-letter queue
+	// The limits the job asks for (within its context's job_max); the runner fills
+	// in the rest from the context's job_defaults and its own defaults.
+	Limits *JobLimits `hash:"limits,omitempty" json:"limits,omitempty"`
 
 	// Remote execution: a job materialised on this node for another node's flow
 	// carries where it came from, and its dependencies' results (the far node's).

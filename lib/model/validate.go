@@ -149,6 +149,15 @@ func (c *Context) Validate() error {
 	if c.RetentionSeconds < 0 {
 		return verr("context", c.ID, "retention_seconds", "must not be negative")
 	}
+	if err := c.JobDefaults.Validate("context", c.ID, "job_defaults"); err != nil {
+		return err
+	}
+	if err := c.JobMax.Validate("context", c.ID, "job_max"); err != nil {
+		return err
+	}
+	if why := c.JobDefaults.Exceeds(c.JobMax); why != "" {
+		return verr("context", c.ID, "job_defaults", "%s (job_max)", why)
+	}
 	for _, pk := range c.AllowedSources {
 		if !hex64RE.MatchString(pk) {
 			return verr("context", c.ID, "allowed_sources", "%q is not a Mycelium public key (64 hex digits)", pk)
@@ -219,7 +228,7 @@ func (j *Job) Validate() error {
 	if len(j.Prerequisites) > MaxListLen {
 		return verr("job", j.ID, "prerequisites", "has more than %d entries", MaxListLen)
 	}
-	return nil
+	return j.Limits.Validate("job", j.ID, "limits")
 }
 
 // Validate checks a Flow's own fields; the DAG is checked when the flow starts.

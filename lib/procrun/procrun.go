@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -26,6 +27,8 @@ type Spec struct {
 	KillGrace time.Duration // SIGTERM → SIGKILL (default 500 ms)
 	// Credential runs the process as another user (the sandbox's job uid).
 	Credential *syscall.Credential
+	// ExtraFiles are open as fd 3 onwards in the process (the sandbox's).
+	ExtraFiles []*os.File
 }
 
 // Proc is a running process group.
@@ -54,6 +57,7 @@ func Start(s Spec) (*Proc, error) {
 	}
 	cmd := exec.Command(s.Argv[0], s.Argv[1:]...)
 	cmd.Dir, cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = s.Dir, s.Env, s.Stdin, s.Stdout, s.Stderr
+	cmd.ExtraFiles = s.ExtraFiles
 	if cmd.Env == nil {
 		cmd.Env = []string{}
 	}

@@ -29,14 +29,36 @@ func ContextToPB(c *model.Context) *herov1.Context {
 	if c == nil {
 		return nil
 	}
-	return &herov1.Context{Id: c.ID, Admins: c.Admins, Readers: c.Readers, Executors: c.Executors, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, RetentionSeconds: c.RetentionSeconds, AllowedSources: c.AllowedSources}
+	return &herov1.Context{Id: c.ID, Admins: c.Admins, Readers: c.Readers, Executors: c.Executors, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, RetentionSeconds: c.RetentionSeconds, AllowedSources: c.AllowedSources,
+		JobDefaults: LimitsToPB(c.JobDefaults), JobMax: LimitsToPB(c.JobMax)}
+}
+
+// LimitsToPB converts job limits (nil stays nil).
+func LimitsToPB(l *model.JobLimits) *herov1.JobLimits {
+	if l == nil {
+		return nil
+	}
+	return &herov1.JobLimits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CpuMillis: l.CPUMillis, FileSizeBytes: l.FileSizeBytes, Network: l.Network}
+}
+
+// LimitsFromPB converts job limits; an unset or empty message is nil.
+func LimitsFromPB(l *herov1.JobLimits) *model.JobLimits {
+	if l == nil {
+		return nil
+	}
+	out := &model.JobLimits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CpuMillis, FileSizeBytes: l.FileSizeBytes, Network: l.Network}
+	if out.IsZero() {
+		return nil
+	}
+	return out
 }
 
 func ContextFromPB(c *herov1.Context) *model.Context {
 	if c == nil {
 		return &model.Context{}
 	}
-	return &model.Context{ID: c.Id, Admins: c.Admins, Readers: c.Readers, Executors: c.Executors, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, RetentionSeconds: c.RetentionSeconds, AllowedSources: c.AllowedSources}
+	return &model.Context{ID: c.Id, Admins: c.Admins, Readers: c.Readers, Executors: c.Executors, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, RetentionSeconds: c.RetentionSeconds, AllowedSources: c.AllowedSources,
+		JobDefaults: LimitsFromPB(c.JobDefaults), JobMax: LimitsFromPB(c.JobMax)}
 }
 
 func RunnerToPB(r *model.Runner) *herov1.Runner {
@@ -76,7 +98,7 @@ func JobToPB(j *model.Job) *herov1.Job {
 		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, CreatedAtMs: j.CreatedAtMs, ReadyAtMs: j.ReadyAtMs,
 		DispatchedAtMs: j.DispatchedMs, StartedAtMs: j.StartedAtMs, FinishedAtMs: j.FinishedAtMs,
 		FunctionName: j.FunctionName, Args: string(j.Args), Kwargs: string(j.Kwargs), TraceId: j.TraceID, DlqAtMs: j.DLQAtMs,
-		Origin: jsonOrEmpty(j.Origin), DepResults: jsonOrEmpty(j.DepResults),
+		Origin: jsonOrEmpty(j.Origin), DepResults: jsonOrEmpty(j.DepResults), Limits: LimitsToPB(j.Limits),
 	}
 }
 
@@ -105,7 +127,7 @@ func JobFromPB(j *herov1.Job) *model.Job {
 		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, CreatedAtMs: j.CreatedAtMs, ReadyAtMs: j.ReadyAtMs,
 		DispatchedMs: j.DispatchedAtMs, StartedAtMs: j.StartedAtMs, FinishedAtMs: j.FinishedAtMs,
 		FunctionName: j.FunctionName, TraceID: j.TraceId, DLQAtMs: j.DlqAtMs,
-		Args: rawOrNil(j.Args), Kwargs: rawOrNil(j.Kwargs),
+		Args: rawOrNil(j.Args), Kwargs: rawOrNil(j.Kwargs), Limits: LimitsFromPB(j.Limits),
 	}
 	if j.Origin != "" {
 		var o model.Origin

@@ -2,10 +2,12 @@ package sandbox
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 
 	"github.com/hero-coordinator/hero/lib/config"
+	"github.com/hero-coordinator/hero/lib/model"
 )
 
 // Config is the command line of the sandbox (the runner's flags).
@@ -17,8 +19,15 @@ type Config struct {
 	Pids     int
 	CPU      int // thousandths of a CPU
 	FileSize string
-	limits   Limits
-	binds    []string
+	// The most a job may ask for (0: no maximum of the runner's).
+	MemoryMax, FileSizeMax string
+	PidsMax, CPUMax        int
+	Network                string // the jobs' default network: none or outbound
+	NetworkDeny            string // what outbound jobs cannot reach (ParseDeny)
+	limits, max            Limits
+	binds                  []string
+	deny                   []netip.Prefix
+	denyHost               bool
 }
 
 // RegisterFlags adds the --sandbox and --job-* flags.
@@ -31,6 +40,12 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.IntVar(&c.Pids, "job-pids", "", 512, "processes and threads one job may have at once; 0: no limit")
 	f.IntVar(&c.CPU, "job-cpu", "", 0, "CPU one job may use, in thousandths of a CPU (1000: one CPU); 0: no limit")
 	f.StringVar(&c.FileSize, "job-file-size", "", "1GiB", "largest file one job may write; 0: no limit")
+	f.StringVar(&c.MemoryMax, "job-memory-max", "", "0", "the most memory a job or its context may ask for; 0: no maximum (contexts' job_max may still set one)")
+	f.IntVar(&c.PidsMax, "job-pids-max", "", 0, "the most processes a job or its context may ask for; 0: no maximum")
+	f.IntVar(&c.CPUMax, "job-cpu-max", "", 0, "the most CPU (thousandths) a job or its context may ask for; 0: no maximum")
+	f.StringVar(&c.FileSizeMax, "job-file-size-max", "", "0", "the largest file size a job or its context may ask for; 0: no maximum")
+	f.StringVar(&c.Network, "job-network", "", "none", "jobs' network: none, or outbound (through slirp4netns: never the host, its loopback or --job-network-deny); a context's job_max (operators) can allow outbound where this is none")
+	f.StringVar(&c.NetworkDeny, "job-network-deny", "", DefaultDeny, "what jobs with outbound network cannot reach: IPv4 CIDRs, host (this host's own addresses) and private (RFC 1918, loopback, link-local, CGNAT, multicast), comma-separated")
 }
 
 // Validate checks the flags.
@@ -45,10 +60,27 @@ func (c *Config) Validate() error {
 	if c.limits.FileSizeBytes, err = ParseSize(c.FileSize); err != nil {
 		return fmt.Errorf("--job-file-size: %v", err)
 	}
-	if c.Pids < 0 || c.CPU < 0 || c.UID < 0 || c.GID < 0 {
-		return fmt.Errorf("--job-pids, --job-cpu, --sandbox-uid and --sandbox-gid must not be negative")
+	if c.max.MemoryBytes, err = ParseSize(c.MemoryMax); err != nil {
+		return fmt.Errorf("--job-memory-max: %v", err)
+	}
+	if c.max.FileSizeBytes, err = ParseSize(c.FileSizeMax); err != nil {
+		return fmt.Errorf("--job-file-size-max: %v", err)
+	}
+	if c.Pids < 0 || c.CPU < 0 || c.PidsMax < 0 || c.CPUMax < 0 || c.UID < 0 || c.GID < 0 {
+		return fmt.Errorf("--job-pids, --job-cpu, their -max, --sandbox-uid and --sandbox-gid must not be negative")
 	}
 	c.limits.Pids, c.limits.CPUMillis = c.Pids, c.CPU
+	c.max.Pids, c.max.CPUMillis = c.PidsMax, c.CPUMax
+	if c.Network == "" {
+		c.Network = model.NetworkNone
+	}
+	if model.NetworkRank(c.Network) < 0 {
+		return fmt.Errorf("--job-network %q: want none or outbound", c.Network)
+	}
+	c.limits.Network = c.Network
+	if c.deny, c.denyHost, err = ParseDeny(c.NetworkDeny); err != nil {
+		return fmt.Errorf("--job-network-deny: %v", err)
+	}
 	c.binds = nil
 	for _, b := range strings.Split(c.Binds, ",") {
 		if b = strings.TrimSpace(b); b != "" {
@@ -61,12 +93,16 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Limits are the per-job limits of the flags.
+// Limits are the per-job default limits of the flags.
 func (c *Config) Limits() Limits { return c.limits }
+
+// Max are the runner's maxima of the flags (zero: none).
+func (c *Config) Max() Limits { return c.max }
 
 // Options are the sandbox's options from the flags.
 func (c *Config) Options() Options {
-	return Options{Mode: c.Mode, UID: c.UID, GID: c.GID, Binds: c.binds}
+	return Options{Mode: c.Mode, UID: c.UID, GID: c.GID, Binds: c.binds,
+		NetDeny: c.deny, NetDenyHost: c.denyHost, NeedNetwork: c.Network == model.NetworkOutbound}
 }
 
 // ParseSize reads "512MiB", "2GiB", "64KiB", "1048576" (bytes); "" and "0" are 0.

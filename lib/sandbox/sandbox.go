@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hero-coordinator/hero/lib/model"
 )
 
 // Modes of Options.Mode.
@@ -37,6 +40,7 @@ type Limits struct {
 	Pids          int
 	CPUMillis     int // thousandths of a CPU (cgroup CPU quota)
 	FileSizeBytes int64
+	Network       string // model.NetworkNone ("" too) or model.NetworkOutbound
 }
 
 // String names the limits for the audit log.
@@ -53,6 +57,9 @@ func (l Limits) String() string {
 	}
 	if l.FileSizeBytes > 0 {
 		parts = append(parts, fmt.Sprintf("fsize=%dMiB", l.FileSizeBytes>>20))
+	}
+	if l.Network != "" {
+		parts = append(parts, "network="+l.Network)
 	}
 	if len(parts) == 0 {
 		return "none"
@@ -74,6 +81,12 @@ type Options struct {
 	ReadOnly []string
 	// Binds are host directories every job may read and write (none by default).
 	Binds []string
+	// NetDeny are the ranges a job with outbound network cannot reach, and
+	// NetDenyHost adds the host's own addresses (ParseDeny). NeedNetwork makes New
+	// fail when outbound network cannot be had (the runner's default is outbound).
+	NetDeny     []netip.Prefix
+	NetDenyHost bool
+	NeedNetwork bool
 }
 
 // DefaultReadOnly are the host paths a job sees (read-only): programs and
@@ -91,6 +104,7 @@ type Sandbox struct {
 	sh      string   // the trampoline: a shell…
 	setpriv string   // …and setpriv (PrepareWith)
 	cg      *cgroups // nil: no cgroups (rlimits only)
+	net     netTools // outbound network's programs (net.err: why there is none)
 	seq     atomic.Uint64
 }
 
@@ -118,6 +132,12 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 		s.cg = detectCgroups(opt.CgroupBase, opt.CgroupParent)
 		if s.cg != nil {
 			s.cg.removeEmpty() // job cgroups a killed runner left
+		}
+	}
+	if opt.Mode == ModeBwrap {
+		s.net = findNetTools()
+		if opt.NeedNetwork && s.net.err != nil {
+			return nil, fmt.Errorf("sandbox: --job-network outbound: %v", s.net.err)
 		}
 	}
 	switch opt.Mode {
@@ -207,6 +227,7 @@ func (s *Sandbox) chownForJob(dir string) error {
 type Extra struct {
 	ReadOnly []string
 	ShareNet bool
+	outbound bool // the job's own network namespace served by slirp4netns (network.go)
 }
 
 // bwrapArgs is the bwrap command line for argv run in workDir.
@@ -241,14 +262,22 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra) []string {
 	for _, b := range s.opt.Binds {
 		a = append(a, "--bind", b, b)
 	}
+	if x.outbound {
+		// fd 3 and 4 are the job's Job.ExtraFiles.
+		a = append(a, "--ro-bind", s.net.resolv, "/etc/resolv.conf", "--info-fd", "3", "--block-fd", "4")
+	}
 	a = append(a, "--bind", workDir, workDir, "--chdir", workDir, "--")
 	return append(a, argv...)
 }
 
 // Job is one sandboxed run: the command to start, and what it needs afterwards.
 type Job struct {
-	Argv  []string
-	group *jobGroup
+	Argv []string
+	// ExtraFiles go to the process as fd 3 onwards; Started must follow its start.
+	ExtraFiles []*os.File
+	group      *jobGroup
+	net        *jobNet
+	s          *Sandbox
 }
 
 // Prepare makes the work directory the job's, its cgroup, and the command that runs
@@ -267,15 +296,26 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 	if err := s.chownForJob(workDir); err != nil {
 		return nil, fmt.Errorf("sandbox: work directory: %v", err)
 	}
+	j := &Job{s: s}
+	if lim.Network == model.NetworkOutbound && s.opt.Mode == ModeBwrap && !x.ShareNet {
+		if s.net.err != nil {
+			return nil, s.net.err
+		}
+		n, err := newJobNet()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: network: %v", err)
+		}
+		j.net, j.ExtraFiles, x.outbound = n, n.files(), true
+	}
 	inner := argv
 	if s.opt.Mode == ModeBwrap {
 		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv, x)...)
 	}
-	j := &Job{}
 	var script []string
 	if s.cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0) {
 		g, err := s.cg.create(fmt.Sprintf("job-%d-%d", os.Getpid(), s.seq.Add(1)), lim)
 		if err != nil {
+			j.Cleanup()
 			return nil, err
 		}
 		j.group = g
@@ -333,8 +373,24 @@ func (j *Job) Reason(signal string, exitCode int) string {
 	return ""
 }
 
-// Cleanup kills whatever of the job is left and removes its cgroup.
+// Started must be called once the job's process runs: a job with outbound network
+// waits in bwrap until its network is set up here. An error leaves the job held (kill
+// it).
+func (j *Job) Started() error {
+	if j.net == nil {
+		return nil
+	}
+	if err := j.net.start(j.s.net, j.s.opt.NetDeny, j.s.opt.NetDenyHost); err != nil {
+		return fmt.Errorf("sandbox: outbound network: %v", err)
+	}
+	return nil
+}
+
+// Cleanup kills whatever of the job is left, its network stack and its cgroup.
 func (j *Job) Cleanup() {
+	if j.net != nil {
+		j.net.close()
+	}
 	if j.group == nil {
 		return
 	}

@@ -54,8 +54,13 @@ func runIn(t *testing.T, s *Sandbox, dir, script string, env []string, lim Limit
 	defer j.Cleanup()
 	var out procrun.Capped
 	out.Max = 1 << 20
-	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Dir: dir, Env: env, Stdin: strings.NewReader(script), Stdout: &out, Stderr: &out})
+	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Dir: dir, Env: env, Stdin: strings.NewReader(script), Stdout: &out, Stderr: &out, ExtraFiles: j.ExtraFiles})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Started(); err != nil {
+		p.Kill("start_error")
+		p.Wait()
 		t.Fatal(err)
 	}
 	stop := j.Watch(func(reason string) { p.Kill(reason) })

@@ -254,6 +254,29 @@ func (s *Store) LoadContext(ctx context.Context, id uint32) (*model.Context, err
 	return &c, nil
 }
 
+// ContextLimits reads the job limits of this DB's context: the defaults its jobs get
+// and the most they may ask for (nil where not set).
+func (d *DB) ContextLimits(ctx context.Context) (defaults, max *model.JobLimits, err error) {
+	var cmd *redis.SliceCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.HMGet(ctx, keys.Context(d.ContextID), "job_defaults", "job_max")
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("load context %d limits: %w", d.ContextID, err)
+	}
+	var c model.Context
+	h := map[string]string{}
+	for i, name := range []string{"job_defaults", "job_max"} {
+		if s, ok := cmd.Val()[i].(string); ok {
+			h[name] = s
+		}
+	}
+	if err := model.FromHash(keys.Context(d.ContextID), h, &c); err != nil {
+		return nil, nil, err
+	}
+	return c.JobDefaults, c.JobMax, nil
+}
+
 // UpdateContext rewrites a context's lists, retention and allowed sources.
 func (s *Store) UpdateContext(ctx context.Context, c *model.Context, actor string) (*model.Context, error) {
 	db, err := s.Ctx(c.ID)
@@ -262,7 +285,7 @@ func (s *Store) UpdateContext(ctx context.Context, c *model.Context, actor strin
 	}
 	c.UpdatedAt = time.Now().Unix()
 	_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, keys.Context(c.ID), "retention_seconds", "allowed_sources")
+		p.HDel(ctx, keys.Context(c.ID), "retention_seconds", "allowed_sources", "job_defaults", "job_max")
 		fields := model.HashFields(c)
 		var keep []any
 		for i := 0; i < len(fields); i += 2 {

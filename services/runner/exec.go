@@ -220,7 +220,11 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	r.track(ex)
 	defer r.untrack(ex)
 
-	lim := r.cfg.Sandbox.Limits()
+	lim, refused := r.jobLimits(ctx, db, j)
+	if refused != nil {
+		logw.Close()
+		return *refused
+	}
 	sj, err := r.sandbox.Prepare(dir, interp, lim)
 	if err != nil {
 		logw.Close()
@@ -231,11 +235,18 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	proc, err := procrun.Start(procrun.Spec{
 		Argv: sj.Argv, Dir: dir, Env: env, Stdin: strings.NewReader(j.Script),
 		Stdout: procrun.Multi{stdout, logw}, Stderr: procrun.Multi{stderr, logw}, KillGrace: r.cfg.KillGrace,
+		ExtraFiles: sj.ExtraFiles,
 	})
 	if err != nil {
 		logw.Close()
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true,
 			Error: fmt.Sprintf("cannot start interpreter %q for script_type %q: %v", interp[0], j.ScriptType, err)}, "start_error"}
+	}
+	if err := sj.Started(); err != nil {
+		proc.Kill("start_error")
+		proc.Wait()
+		logw.Close()
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: err.Error()}, "start_error"}
 	}
 	ex.mu.Lock()
 	ex.proc = proc
@@ -289,6 +300,32 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	}
 	log.Debug().Dur("elapsed", elapsed).Msg("script exited 0")
 	return runResult{store.JobOutcome{Status: model.JobFinished, ExitCode: 0, Result: result}, ""}
+}
+
+// jobLimits works out the job's limits from its own, its context's and the runner's
+// (sandbox.Resolve). A job asking for more than it may is refused (no retry: it would
+// ask again); a Redis fault is waited out.
+func (r *runner) jobLimits(ctx context.Context, db *store.DB, j *model.Job) (sandbox.Limits, *runResult) {
+	var defaults, max *model.JobLimits
+	var bo fault.Backoff
+	for {
+		var err error
+		defaults, max, err = db.ContextLimits(ctx)
+		if err == nil {
+			break
+		}
+		if !fault.Transient(err) || !bo.Sleep(r.endCtx) {
+			if fault.Transient(err) {
+				return sandbox.Limits{}, &runResult{reason: "handed_back"}
+			}
+			return sandbox.Limits{}, &runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "read the context's job limits: " + err.Error()}, "start_error"}
+		}
+	}
+	lim, err := sandbox.Resolve(j.Limits, defaults, max, r.cfg.Sandbox.Limits(), r.cfg.Sandbox.Max())
+	if err != nil {
+		return sandbox.Limits{}, &runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true, Error: "limits refused: " + err.Error()}, "limits_refused"}
+	}
+	return lim, nil
 }
 
 // environment builds a clean environment: PATH, HOME, LANG; the flow's env_vars; the

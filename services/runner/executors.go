@@ -237,6 +237,7 @@ func (r *runner) startPool(ctx context.Context, e *executorConfig, ctxID uint32)
 		lim.MemoryBytes *= int64(e.size)
 		lim.Pids *= e.size
 		lim.CPUMillis *= e.size
+		lim.Network = model.NetworkNone // a pool's processes get no network of their own (a TCP pool shares the host's)
 		job, err := r.sandbox.PrepareWith(dir, e.cmd, lim, sandbox.Extra{ReadOnly: ro, ShareNet: transport == rrq.TransportTCP})
 		if err != nil {
 			_ = os.RemoveAll(dir)

@@ -45,12 +45,14 @@ type actorCreateParams struct {
 }
 
 type contextIn struct {
-	ID               uint32   `json:"id"`
-	Admins           []uint32 `json:"admins"`
-	Readers          []uint32 `json:"readers"`
-	Executors        []uint32 `json:"executors"`
-	RetentionSeconds int64    `json:"retention_seconds"`
-	AllowedSources   []string `json:"allowed_sources"`
+	ID               uint32           `json:"id"`
+	Admins           []uint32         `json:"admins"`
+	Readers          []uint32         `json:"readers"`
+	Executors        []uint32         `json:"executors"`
+	RetentionSeconds int64            `json:"retention_seconds"`
+	AllowedSources   []string         `json:"allowed_sources"`
+	JobDefaults      *model.JobLimits `json:"job_defaults"`
+	JobMax           *model.JobLimits `json:"job_max"`
 }
 
 type contextUpdateParams struct {
@@ -60,6 +62,9 @@ type contextUpdateParams struct {
 	Executors        *[]uint32 `json:"executors"`
 	RetentionSeconds *int64    `json:"retention_seconds"`
 	AllowedSources   *[]string `json:"allowed_sources"`
+	// Set: replaces them ({} clears them). job_max is the operators'.
+	JobDefaults *model.JobLimits `json:"job_defaults"`
+	JobMax      *model.JobLimits `json:"job_max"`
 }
 
 type contextCreateParams struct {
@@ -110,6 +115,7 @@ type jobIn struct {
 	FunctionName  string            `json:"function_name"`
 	Args          json.RawMessage   `json:"args"`
 	Kwargs        json.RawMessage   `json:"kwargs"`
+	Limits        *model.JobLimits  `json:"limits"`
 }
 
 type jobCreateParams struct {
@@ -425,7 +431,8 @@ func (s *service) contextCreate(ctx context.Context, p Principal, in contextCrea
 		return nil, invalidParams("context", "context is required")
 	}
 	c := &model.Context{ID: in.Context.ID, Admins: in.Context.Admins, Readers: in.Context.Readers, Executors: in.Context.Executors,
-		RetentionSeconds: in.Context.RetentionSeconds, AllowedSources: in.Context.AllowedSources}
+		RetentionSeconds: in.Context.RetentionSeconds, AllowedSources: in.Context.AllowedSources,
+		JobDefaults: nilIfZero(in.Context.JobDefaults), JobMax: nilIfZero(in.Context.JobMax)}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -451,6 +458,24 @@ func (s *service) checkActors(ctx context.Context, param string, c *model.Contex
 	return nil
 }
 
+func nilIfZero(l *model.JobLimits) *model.JobLimits {
+	if l.IsZero() {
+		return nil
+	}
+	return l
+}
+
+// checkLimits refuses a job that asks for more than its context's job_max allows.
+func checkLimits(c *model.Context, j *model.Job) error {
+	if err := j.Limits.Validate("job", j.ID, "limits"); err != nil {
+		return err
+	}
+	if why := j.Limits.Exceeds(c.JobMax); why != "" {
+		return invalidParams("job.limits", "job.limits: %s of context %d (its job_max)", why, c.ID)
+	}
+	return nil
+}
+
 // contextUpdate changes a context's lists, retention or allowed sources (operators and
 // the context's admins).
 func (s *service) contextUpdate(ctx context.Context, p Principal, in contextUpdateParams) (*model.Context, error) {
@@ -472,6 +497,16 @@ func (s *service) contextUpdate(ctx context.Context, p Principal, in contextUpda
 	}
 	if in.AllowedSources != nil {
 		c.AllowedSources = *in.AllowedSources
+	}
+	if in.JobMax != nil {
+		// A context's admins are its tenant: the most its jobs may take is not theirs to set.
+		if err := requireOperator(p, "context.update of job_max"); err != nil {
+			return nil, err
+		}
+		c.JobMax = nilIfZero(in.JobMax)
+	}
+	if in.JobDefaults != nil {
+		c.JobDefaults = nilIfZero(in.JobDefaults)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -576,7 +611,7 @@ func (in *jobIn) toModel(ctxID uint32) (*model.Job, error) {
 	}
 	j := &model.Job{ID: in.ID, CallerID: in.CallerID, ContextID: ctxID, Script: in.Script, ScriptType: st, Timeout: in.Timeout,
 		Retries: in.Retries, EnvVars: in.EnvVars, Prerequisites: in.Prerequisites, Dependends: deps, RunnerID: in.RunnerID,
-		FunctionName: in.FunctionName, Args: nullToNil(in.Args), Kwargs: nullToNil(in.Kwargs)}
+		FunctionName: in.FunctionName, Args: nullToNil(in.Args), Kwargs: nullToNil(in.Kwargs), Limits: nilIfZero(in.Limits)}
 	if j.FunctionName == "" && (len(j.Args) > 0 || len(j.Kwargs) > 0) {
 		return nil, invalidParams("job.function_name", "job.args and job.kwargs need job.function_name (a handler job)")
 	}
@@ -606,11 +641,15 @@ func (s *service) jobCreate(ctx context.Context, p Principal, in jobCreateParams
 	if in.Job == nil {
 		return nil, invalidParams("job", "job is required")
 	}
-	if _, _, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "job.create"); err != nil {
+	c, _, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "job.create")
+	if err != nil {
 		return nil, err
 	}
 	j, err := in.Job.toModel(in.ContextID)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkLimits(c, j); err != nil {
 		return nil, err
 	}
 	if j.CallerID, err = callerFor(p, j.CallerID, "job"); err != nil {
@@ -663,12 +702,15 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 	if in.Job == nil {
 		return nil, invalidParams("job", "job is required")
 	}
-	_, db, err := s.authorize(ctx, p, in.ContextID, RoleExecutor, "job.run")
+	c, db, err := s.authorize(ctx, p, in.ContextID, RoleExecutor, "job.run")
 	if err != nil {
 		return nil, err
 	}
 	j, err := in.Job.toModel(in.ContextID)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkLimits(c, j); err != nil {
 		return nil, err
 	}
 	if len(j.Dependends) > 0 {

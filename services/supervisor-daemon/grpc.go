@@ -17,6 +17,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/auth"
 
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/protoconv"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
@@ -161,7 +162,7 @@ func jobInFromPB(j *herov1.Job) *jobIn {
 	}
 	return &jobIn{ID: j.Id, CallerID: j.CallerId, ContextID: j.ContextId, Script: j.Script, ScriptType: j.ScriptType, Timeout: j.Timeout,
 		Retries: uint8(retries), EnvVars: j.EnvVars, Prerequisites: j.Prerequisites, Dependends: j.Dependends, RunnerID: j.RunnerId,
-		FunctionName: j.FunctionName, Args: json.RawMessage(j.Args), Kwargs: json.RawMessage(j.Kwargs)}
+		FunctionName: j.FunctionName, Args: json.RawMessage(j.Args), Kwargs: json.RawMessage(j.Kwargs), Limits: protoconv.LimitsFromPB(j.Limits)}
 }
 
 func checkRetries(j *herov1.Job) error {
@@ -242,7 +243,8 @@ func (c *coordinatorServer) CreateContext(ctx context.Context, r *herov1.CreateC
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateContextResponse, error) {
 		var in contextCreateParams
 		if r.Context != nil {
-			in.Context = &contextIn{ID: r.Context.Id, Admins: r.Context.Admins, Readers: r.Context.Readers, Executors: r.Context.Executors, RetentionSeconds: r.Context.RetentionSeconds, AllowedSources: r.Context.AllowedSources}
+			in.Context = &contextIn{ID: r.Context.Id, Admins: r.Context.Admins, Readers: r.Context.Readers, Executors: r.Context.Executors, RetentionSeconds: r.Context.RetentionSeconds, AllowedSources: r.Context.AllowedSources,
+				JobDefaults: protoconv.LimitsFromPB(r.Context.JobDefaults), JobMax: protoconv.LimitsFromPB(r.Context.JobMax)}
 		}
 		x, err := c.s.contextCreate(ctx, p, in)
 		return &herov1.CreateContextResponse{Context: protoconv.ContextToPB(x)}, err
@@ -270,6 +272,19 @@ func (c *coordinatorServer) UpdateContext(ctx context.Context, r *herov1.UpdateC
 		if r.AllowedSources != nil {
 			v := append([]string{}, r.AllowedSources.Values...)
 			in.AllowedSources = &v
+		}
+		// A set message replaces (an empty one clears).
+		for _, l := range []struct {
+			pb  *herov1.JobLimits
+			dst **model.JobLimits
+		}{{r.JobDefaults, &in.JobDefaults}, {r.JobMax, &in.JobMax}} {
+			if l.pb != nil {
+				v := protoconv.LimitsFromPB(l.pb)
+				if v == nil {
+					v = &model.JobLimits{}
+				}
+				*l.dst = v
+			}
 		}
 		x, err := c.s.contextUpdate(ctx, p, in)
 		return &herov1.UpdateContextResponse{Context: protoconv.ContextToPB(x)}, err

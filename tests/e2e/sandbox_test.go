@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -154,5 +156,163 @@ func TestRunnerKillLeavesNoJobProcess(t *testing.T) {
 	_ = syscall.Kill(st.Runner.Cmd.Process.Pid, syscall.SIGKILL)
 	if left, err := proctest.WaitExit(pids, time.Second); err != nil || len(left) > 0 {
 		t.Fatalf("job processes alive 1 s after kill -9 of the runner: %v (%v)", left, err)
+	}
+}
+
+// Acceptance (Trust III 1, network on): with outbound network a job gets an
+// interface and DNS, yet reaches neither Redis nor a service port — not on the host's
+// loopback (through the user-mode stack's gateway), not on the host's own addresses
+// (a service listening on every address). The control run, with the host's addresses
+// left out of the deny list, reaches that service: the network works, the deny list
+// is what stops it.
+func TestJobNetworkOutbound(t *testing.T) {
+	redisSrv.Flush(t)
+	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{RunnerArgs: []string{"--job-network", "outbound"}})
+	c := s.Setup(t, ctx1)
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = conn.Write([]byte("hello\n"))
+			_ = conn.Close()
+		}
+	}()
+	hostIP := nonLoopbackIPv4(t)
+	port := func(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
+	u, err := url.Parse(redisSrv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]string{
+		"svc-host": net.JoinHostPort(hostIP, port(ln.Addr().String())), "svc-gw": net.JoinHostPort("10.0.2.2", port(ln.Addr().String())),
+		"redis-lo": u.Host, "redis-gw": net.JoinHostPort("10.0.2.2", u.Port()), "redis-host": net.JoinHostPort(hostIP, u.Port()),
+		"api-gw": net.JoinHostPort("10.0.2.2", port(s.API.GRPCAddr)), "api-host": net.JoinHostPort(hostIP, port(s.API.GRPCAddr)),
+	}
+	script := "grep -q tap0 /proc/net/dev && echo has-tap\ngrep -q 10.0.2.3 /etc/resolv.conf && echo has-dns\n"
+	for tag, addr := range targets {
+		h, p, _ := net.SplitHostPort(addr)
+		script += fmt.Sprintf("timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%s && echo %s-ok $(head -n1 <&3)' 2>/dev/null || echo %s-refused\n", h, p, tag, tag)
+	}
+	run := func() string {
+		var j harness.Job
+		c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"script": script, "script_type": "sh"}}, &j)
+		if j.Status != "finished" {
+			t.Fatalf("probe: %s %s\n%s", j.Status, j.Error, j.Result["output"])
+		}
+		return j.Result["output"]
+	}
+	out := run()
+	for _, want := range []string{"has-tap", "has-dns"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("network on, want %s:\n%s", want, out)
+		}
+	}
+	for tag := range targets {
+		if !strings.Contains(out, tag+"-refused\n") {
+			t.Errorf("%s (%s) reachable from a job:\n%s", tag, targets[tag], out)
+		}
+	}
+
+	s.Runner.Kill()
+	s.Args["runner"] = append(s.Args["runner"], "--job-network-deny", "198.51.100.0/24")
+	s.Start("runner")
+	if out := run(); !strings.Contains(out, "svc-host-ok hello\n") || !strings.Contains(out, "svc-gw-refused\n") {
+		t.Errorf("control (host addresses not denied): want the service reached through the host's address only:\n%s", out)
+	}
+}
+
+func nonLoopbackIPv4(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+			return ipn.IP.String()
+		}
+	}
+	t.Skip("no non-loopback IPv4 address on this host")
+	return ""
+}
+
+// Acceptance (Trust III, limits per context and per job): a context's job_max is the
+// operators' and bounds what its admins and jobs ask for (refused at submission,
+// nothing stored); its job_defaults apply to jobs that ask nothing; a job's own limits
+// win; the runner refuses what is above its own maximum.
+func TestJobLimitsPerContext(t *testing.T) {
+	redisSrv.Flush(t)
+	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{RunnerArgs: []string{"--job-pids", "512", "--job-memory-max", "512MiB"}})
+	c := s.Setup(t, ctx1)
+	op := s.Operator()
+	const mib = 1 << 20
+
+	// job_max is the operators' alone; job_defaults within it are the admins'.
+	if err := c.Call("context.update", map[string]any{"id": ctx1, "job_max": map[string]any{"pids": 1000}}, nil); err == nil || !strings.Contains(err.Error(), "job_max") {
+		t.Fatalf("an admin set job_max: %v", err)
+	}
+	op.MustCall(t, "context.update", map[string]any{"id": ctx1, "job_max": map[string]any{"memory_bytes": 256 * mib, "pids": 100, "network": "none"}}, nil)
+	if err := c.Call("context.update", map[string]any{"id": ctx1, "job_defaults": map[string]any{"memory_bytes": 1024 * mib}}, nil); err == nil || !strings.Contains(err.Error(), "job_defaults") {
+		t.Fatalf("defaults above job_max accepted: %v", err)
+	}
+	var ctxOut struct {
+		JobDefaults map[string]any `json:"job_defaults"`
+		JobMax      map[string]any `json:"job_max"`
+	}
+	c.MustCall(t, "context.update", map[string]any{"id": ctx1, "job_defaults": map[string]any{"pids": 16}}, &ctxOut)
+	if ctxOut.JobDefaults["pids"] != float64(16) || ctxOut.JobMax["memory_bytes"] != float64(256*mib) {
+		t.Fatalf("context after update: %+v", ctxOut)
+	}
+
+	run := func(ctxID uint32, script string, limits map[string]any) (harness.Job, error) {
+		var j harness.Job
+		err := c.Call("job.run", map[string]any{"context_id": ctxID, "job": map[string]any{"script": script, "script_type": "sh", "limits": limits}}, &j)
+		return j, err
+	}
+	// Above job_max: refused at submission, naming the limit; nothing stored.
+	for _, over := range []map[string]any{{"memory_bytes": 512 * mib}, {"pids": 101}, {"network": "outbound"}} {
+		if _, err := run(ctx1, "echo no", over); err == nil || !strings.Contains(err.Error(), "job.limits") {
+			t.Errorf("job asking %v: %v", over, err)
+		}
+	}
+	var list struct {
+		Items []harness.Job `json:"items"`
+	}
+	c.MustCall(t, "job.list", map[string]any{"context_id": ctx1}, &list)
+	if len(list.Items) != 0 {
+		t.Fatalf("refused jobs were stored: %+v", list.Items)
+	}
+
+	// The context's default (16 processes) applies to a job that asks nothing; a
+	// job's own limit wins.
+	fork := "for i in $(seq 1 40); do sleep 30 & done; wait"
+	if j, err := run(ctx1, fork, nil); err != nil || j.Status != "error" || !strings.HasPrefix(j.Error, "pids_limit") {
+		t.Errorf("40 processes under the context's default of 16: %+v %v", j, err)
+	}
+	quick := "for i in $(seq 1 40); do sleep 0.1 & done; wait; echo fine"
+	if j, err := run(ctx1, quick, map[string]any{"pids": 64}); err != nil || j.Status != "finished" {
+		t.Errorf("40 processes asking for 64: %+v %v", j, err)
+	}
+	var loaded harness.Job
+	if j, _ := run(ctx1, "echo ok", map[string]any{"memory_bytes": 128 * mib}); j.ID != 0 {
+		c.MustCall(t, "job.load", map[string]any{"context_id": ctx1, "caller_id": j.CallerID, "id": j.ID}, &loaded)
+	}
+	if loaded.Limits["memory_bytes"] != float64(128*mib) {
+		t.Errorf("job.load shows the job's limits: %+v", loaded.Limits)
+	}
+
+	// The runner's own maximum (512 MiB) refuses a job of a context without one.
+	op.MustCall(t, "context.create", map[string]any{"context": map[string]any{"id": 2, "admins": []int{1}}}, nil)
+	c.MustCall(t, "runner.create", map[string]any{"context_id": 2, "runner": map[string]any{"id": 1, "script_types": []string{"sh"}}}, nil)
+	j, err := run(2, "echo big", map[string]any{"memory_bytes": 1024 * mib})
+	if err != nil || j.Status != "error" || !strings.Contains(j.Error, "memory_bytes") || !strings.Contains(j.Error, "runner's maximum") {
+		t.Errorf("above the runner's maximum: %+v %v", j, err)
 	}
 }

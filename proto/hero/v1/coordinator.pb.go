@@ -830,6 +830,8 @@ type UpdateContextRequest struct {
 	Executors        *IdList                `protobuf:"bytes,4,opt,name=executors,proto3" json:"executors,omitempty"`
 	RetentionSeconds *int64                 `protobuf:"varint,5,opt,name=retention_seconds,json=retentionSeconds,proto3,oneof" json:"retention_seconds,omitempty"`
 	AllowedSources   *StringList            `protobuf:"bytes,6,opt,name=allowed_sources,json=allowedSources,proto3" json:"allowed_sources,omitempty"`
+	JobDefaults      *JobLimits             `protobuf:"bytes,7,opt,name=job_defaults,json=jobDefaults,proto3" json:"job_defaults,omitempty"` // set: replaces them (an empty message clears them)
+	JobMax           *JobLimits             `protobuf:"bytes,8,opt,name=job_max,json=jobMax,proto3" json:"job_max,omitempty"`                // operators only
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -902,6 +904,20 @@ func (x *UpdateContextRequest) GetRetentionSeconds() int64 {
 func (x *UpdateContextRequest) GetAllowedSources() *StringList {
 	if x != nil {
 		return x.AllowedSources
+	}
+	return nil
+}
+
+func (x *UpdateContextRequest) GetJobDefaults() *JobLimits {
+	if x != nil {
+		return x.JobDefaults
+	}
+	return nil
+}
+
+func (x *UpdateContextRequest) GetJobMax() *JobLimits {
+	if x != nil {
+		return x.JobMax
 	}
 	return nil
 }
@@ -4101,14 +4117,16 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\x11GetContextRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\"@\n" +
 	"\x12GetContextResponse\x12*\n" +
-	"\acontext\x18\x01 \x01(\v2\x10.hero.v1.ContextR\acontext\"\xaf\x02\n" +
+	"\acontext\x18\x01 \x01(\v2\x10.hero.v1.ContextR\acontext\"\x93\x03\n" +
 	"\x14UpdateContextRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12'\n" +
 	"\x06admins\x18\x02 \x01(\v2\x0f.hero.v1.IdListR\x06admins\x12)\n" +
 	"\areaders\x18\x03 \x01(\v2\x0f.hero.v1.IdListR\areaders\x12-\n" +
 	"\texecutors\x18\x04 \x01(\v2\x0f.hero.v1.IdListR\texecutors\x120\n" +
 	"\x11retention_seconds\x18\x05 \x01(\x03H\x00R\x10retentionSeconds\x88\x01\x01\x12<\n" +
-	"\x0fallowed_sources\x18\x06 \x01(\v2\x13.hero.v1.StringListR\x0eallowedSourcesB\x14\n" +
+	"\x0fallowed_sources\x18\x06 \x01(\v2\x13.hero.v1.StringListR\x0eallowedSources\x125\n" +
+	"\fjob_defaults\x18\a \x01(\v2\x12.hero.v1.JobLimitsR\vjobDefaults\x12+\n" +
+	"\ajob_max\x18\b \x01(\v2\x12.hero.v1.JobLimitsR\x06jobMaxB\x14\n" +
 	"\x12_retention_seconds\"C\n" +
 	"\x15UpdateContextResponse\x12*\n" +
 	"\acontext\x18\x01 \x01(\v2\x10.hero.v1.ContextR\acontext\"\x1a\n" +
@@ -4474,12 +4492,13 @@ var file_hero_v1_coordinator_proto_goTypes = []any{
 	(*ReadEventsResponse)(nil),           // 76: hero.v1.ReadEventsResponse
 	(*Actor)(nil),                        // 77: hero.v1.Actor
 	(*Context)(nil),                      // 78: hero.v1.Context
-	(*Runner)(nil),                       // 79: hero.v1.Runner
-	(*Job)(nil),                          // 80: hero.v1.Job
-	(*Flow)(nil),                         // 81: hero.v1.Flow
-	(*DagNode)(nil),                      // 82: hero.v1.DagNode
-	(*Message)(nil),                      // 83: hero.v1.Message
-	(*Event)(nil),                        // 84: hero.v1.Event
+	(*JobLimits)(nil),                    // 79: hero.v1.JobLimits
+	(*Runner)(nil),                       // 80: hero.v1.Runner
+	(*Job)(nil),                          // 81: hero.v1.Job
+	(*Flow)(nil),                         // 82: hero.v1.Flow
+	(*DagNode)(nil),                      // 83: hero.v1.DagNode
+	(*Message)(nil),                      // 84: hero.v1.Message
+	(*Event)(nil),                        // 85: hero.v1.Event
 }
 var file_hero_v1_coordinator_proto_depIdxs = []int32{
 	77, // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
@@ -4496,118 +4515,120 @@ var file_hero_v1_coordinator_proto_depIdxs = []int32{
 	19, // 11: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
 	19, // 12: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
 	20, // 13: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
-	78, // 14: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
-	79, // 15: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
-	79, // 16: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
-	79, // 17: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
-	79, // 18: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
-	80, // 19: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
-	80, // 20: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
-	80, // 21: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
-	80, // 22: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
-	80, // 23: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
-	80, // 24: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
-	80, // 25: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
-	81, // 26: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
-	81, // 27: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
-	81, // 28: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
-	81, // 29: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
-	81, // 30: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
-	81, // 31: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
-	81, // 32: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
-	82, // 33: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
-	81, // 34: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
-	81, // 35: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
-	55, // 36: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
-	55, // 37: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
-	80, // 38: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
-	80, // 39: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
-	83, // 40: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
-	83, // 41: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
-	83, // 42: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
-	84, // 43: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
-	84, // 44: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
-	0,  // 45: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
-	2,  // 46: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
-	4,  // 47: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
-	7,  // 48: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
-	9,  // 49: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
-	11, // 50: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
-	13, // 51: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
-	15, // 52: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
-	17, // 53: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
-	21, // 54: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
-	23, // 55: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
-	25, // 56: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
-	27, // 57: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
-	29, // 58: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
-	31, // 59: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
-	33, // 60: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
-	35, // 61: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
-	37, // 62: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
-	39, // 63: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
-	41, // 64: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
-	45, // 65: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
-	47, // 66: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
-	49, // 67: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
-	43, // 68: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
-	51, // 69: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
-	53, // 70: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
-	56, // 71: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
-	58, // 72: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
-	60, // 73: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
-	62, // 74: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
-	64, // 75: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
-	65, // 76: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
-	66, // 77: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
-	67, // 78: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
-	69, // 79: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
-	71, // 80: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
-	73, // 81: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
-	75, // 82: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
-	1,  // 83: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
-	3,  // 84: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
-	5,  // 85: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
-	8,  // 86: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
-	10, // 87: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
-	12, // 88: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
-	14, // 89: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
-	16, // 90: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
-	18, // 91: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
-	22, // 92: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
-	24, // 93: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
-	26, // 94: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
-	28, // 95: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
-	30, // 96: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
-	32, // 97: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
-	34, // 98: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
-	36, // 99: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
-	38, // 100: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
-	40, // 101: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
-	42, // 102: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
-	46, // 103: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
-	48, // 104: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
-	50, // 105: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
-	44, // 106: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
-	52, // 107: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
-	54, // 108: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
-	57, // 109: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
-	59, // 110: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
-	61, // 111: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
-	63, // 112: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
-	68, // 113: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
-	68, // 114: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
-	68, // 115: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
-	68, // 116: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
-	70, // 117: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
-	72, // 118: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
-	74, // 119: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
-	76, // 120: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
-	83, // [83:121] is the sub-list for method output_type
-	45, // [45:83] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	79, // 14: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
+	79, // 15: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
+	78, // 16: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
+	80, // 17: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
+	80, // 18: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
+	80, // 19: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
+	80, // 20: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
+	81, // 21: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
+	81, // 22: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
+	81, // 23: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
+	81, // 24: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
+	81, // 25: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
+	81, // 26: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
+	81, // 27: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
+	82, // 28: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
+	82, // 29: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
+	82, // 30: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
+	82, // 31: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
+	82, // 32: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
+	82, // 33: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
+	82, // 34: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
+	83, // 35: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
+	82, // 36: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
+	82, // 37: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
+	55, // 38: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
+	55, // 39: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
+	81, // 40: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
+	81, // 41: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
+	84, // 42: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
+	84, // 43: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
+	84, // 44: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
+	85, // 45: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
+	85, // 46: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
+	0,  // 47: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
+	2,  // 48: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
+	4,  // 49: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
+	7,  // 50: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
+	9,  // 51: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
+	11, // 52: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
+	13, // 53: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
+	15, // 54: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
+	17, // 55: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
+	21, // 56: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
+	23, // 57: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
+	25, // 58: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
+	27, // 59: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
+	29, // 60: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
+	31, // 61: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
+	33, // 62: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
+	35, // 63: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
+	37, // 64: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
+	39, // 65: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
+	41, // 66: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
+	45, // 67: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
+	47, // 68: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
+	49, // 69: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
+	43, // 70: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
+	51, // 71: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
+	53, // 72: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
+	56, // 73: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
+	58, // 74: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
+	60, // 75: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
+	62, // 76: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
+	64, // 77: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
+	65, // 78: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
+	66, // 79: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
+	67, // 80: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
+	69, // 81: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
+	71, // 82: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
+	73, // 83: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
+	75, // 84: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
+	1,  // 85: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
+	3,  // 86: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
+	5,  // 87: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
+	8,  // 88: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
+	10, // 89: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
+	12, // 90: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
+	14, // 91: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
+	16, // 92: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
+	18, // 93: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
+	22, // 94: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
+	24, // 95: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
+	26, // 96: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
+	28, // 97: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
+	30, // 98: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
+	32, // 99: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
+	34, // 100: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
+	36, // 101: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
+	38, // 102: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
+	40, // 103: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
+	42, // 104: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
+	46, // 105: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
+	48, // 106: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
+	50, // 107: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
+	44, // 108: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
+	52, // 109: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
+	54, // 110: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
+	57, // 111: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
+	59, // 112: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
+	61, // 113: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
+	63, // 114: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
+	68, // 115: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
+	68, // 116: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
+	68, // 117: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
+	68, // 118: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
+	70, // 119: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
+	72, // 120: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
+	74, // 121: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
+	76, // 122: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
+	85, // [85:123] is the sub-list for method output_type
+	47, // [47:85] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_hero_v1_coordinator_proto_init() }

@@ -107,6 +107,8 @@ type Context struct {
 	UpdatedAt        int64                  `protobuf:"varint,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	RetentionSeconds int64                  `protobuf:"varint,7,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
 	AllowedSources   []string               `protobuf:"bytes,8,rep,name=allowed_sources,json=allowedSources,proto3" json:"allowed_sources,omitempty"` // Mycelium keys of the nodes that may send jobs here
+	JobDefaults      *JobLimits             `protobuf:"bytes,9,opt,name=job_defaults,json=jobDefaults,proto3" json:"job_defaults,omitempty"`          // what its jobs get unless they ask (its admins set them)
+	JobMax           *JobLimits             `protobuf:"bytes,10,opt,name=job_max,json=jobMax,proto3" json:"job_max,omitempty"`                        // the most a job of it may ask for (operators only)
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -197,6 +199,97 @@ func (x *Context) GetAllowedSources() []string {
 	return nil
 }
 
+func (x *Context) GetJobDefaults() *JobLimits {
+	if x != nil {
+		return x.JobDefaults
+	}
+	return nil
+}
+
+func (x *Context) GetJobMax() *JobLimits {
+	if x != nil {
+		return x.JobMax
+	}
+	return nil
+}
+
+// JobLimits bound one job's run; 0 or "": not set at this level (docs/security.md).
+type JobLimits struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MemoryBytes   int64                  `protobuf:"varint,1,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Pids          int64                  `protobuf:"varint,2,opt,name=pids,proto3" json:"pids,omitempty"`
+	CpuMillis     int64                  `protobuf:"varint,3,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"` // thousandths of a CPU
+	FileSizeBytes int64                  `protobuf:"varint,4,opt,name=file_size_bytes,json=fileSizeBytes,proto3" json:"file_size_bytes,omitempty"`
+	Network       string                 `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"` // none or outbound
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobLimits) Reset() {
+	*x = JobLimits{}
+	mi := &file_hero_v1_types_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobLimits) ProtoMessage() {}
+
+func (x *JobLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_types_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobLimits.ProtoReflect.Descriptor instead.
+func (*JobLimits) Descriptor() ([]byte, []int) {
+	return file_hero_v1_types_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *JobLimits) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *JobLimits) GetPids() int64 {
+	if x != nil {
+		return x.Pids
+	}
+	return 0
+}
+
+func (x *JobLimits) GetCpuMillis() int64 {
+	if x != nil {
+		return x.CpuMillis
+	}
+	return 0
+}
+
+func (x *JobLimits) GetFileSizeBytes() int64 {
+	if x != nil {
+		return x.FileSizeBytes
+	}
+	return 0
+}
+
+func (x *JobLimits) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
 type RunnerProcess struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -207,7 +300,7 @@ type RunnerProcess struct {
 
 func (x *RunnerProcess) Reset() {
 	*x = RunnerProcess{}
-	mi := &file_hero_v1_types_proto_msgTypes[2]
+	mi := &file_hero_v1_types_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +312,7 @@ func (x *RunnerProcess) String() string {
 func (*RunnerProcess) ProtoMessage() {}
 
 func (x *RunnerProcess) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_types_proto_msgTypes[2]
+	mi := &file_hero_v1_types_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,7 +325,7 @@ func (x *RunnerProcess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunnerProcess.ProtoReflect.Descriptor instead.
 func (*RunnerProcess) Descriptor() ([]byte, []int) {
-	return file_hero_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_hero_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RunnerProcess) GetId() string {
@@ -267,7 +360,7 @@ type Runner struct {
 
 func (x *Runner) Reset() {
 	*x = Runner{}
-	mi := &file_hero_v1_types_proto_msgTypes[3]
+	mi := &file_hero_v1_types_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -279,7 +372,7 @@ func (x *Runner) String() string {
 func (*Runner) ProtoMessage() {}
 
 func (x *Runner) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_types_proto_msgTypes[3]
+	mi := &file_hero_v1_types_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -292,7 +385,7 @@ func (x *Runner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Runner.ProtoReflect.Descriptor instead.
 func (*Runner) Descriptor() ([]byte, []int) {
-	return file_hero_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_hero_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Runner) GetId() uint32 {
@@ -403,15 +496,16 @@ type Job struct {
 	DlqAtMs      int64  `protobuf:"varint,32,opt,name=dlq_at_ms,json=dlqAtMs,proto3" json:"dlq_at_ms,omitempty"`
 	// Remote execution (JSON): where a materialised job came from, and its
 	// dependencies' results on the origin node.
-	Origin        string `protobuf:"bytes,33,opt,name=origin,proto3" json:"origin,omitempty"`
-	DepResults    string `protobuf:"bytes,34,opt,name=dep_results,json=depResults,proto3" json:"dep_results,omitempty"`
+	Origin        string     `protobuf:"bytes,33,opt,name=origin,proto3" json:"origin,omitempty"`
+	DepResults    string     `protobuf:"bytes,34,opt,name=dep_results,json=depResults,proto3" json:"dep_results,omitempty"`
+	Limits        *JobLimits `protobuf:"bytes,35,opt,name=limits,proto3" json:"limits,omitempty"` // what the job asks for, within its context's job_max
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_hero_v1_types_proto_msgTypes[4]
+	mi := &file_hero_v1_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +517,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_types_proto_msgTypes[4]
+	mi := &file_hero_v1_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +530,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_hero_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_hero_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Job) GetId() uint32 {
@@ -677,6 +771,13 @@ func (x *Job) GetDepResults() string {
 	return ""
 }
 
+func (x *Job) GetLimits() *JobLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
 type Flow struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -699,7 +800,7 @@ type Flow struct {
 
 func (x *Flow) Reset() {
 	*x = Flow{}
-	mi := &file_hero_v1_types_proto_msgTypes[5]
+	mi := &file_hero_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +812,7 @@ func (x *Flow) String() string {
 func (*Flow) ProtoMessage() {}
 
 func (x *Flow) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_types_proto_msgTypes[5]
+	mi := &file_hero_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +825,7 @@ func (x *Flow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flow.ProtoReflect.Descriptor instead.
 func (*Flow) Descriptor() ([]byte, []int) {
-	return file_hero_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_hero_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Flow) GetId() uint32 {
@@ -835,7 +936,7 @@ type Log struct {
 
 func (x *Log) Reset() {
 	*x = Log{}
-	mi := &file_hero_v1_types_proto_msgTypes[6]
+	mi := &file_hero_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +948,7 @@ func (x *Log) String() string {
 func (*Log) ProtoMessage() {}
 
 func (x *Log) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_types_proto_msgTypes[6]
+	mi := &file_hero_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +961,7 @@ func (x *Log) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Log.ProtoReflect.Descriptor instead.
 func (*Log) Descriptor() ([]byte, []int) {
-	return file_hero_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_hero_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Log) GetTimestamp() int64 {
@@ -890,7 +991,7 @@ type FlowNode struct {
 
 func (x *FlowNode) Reset() {
 	*x = FlowNode{}
-	mi := &file_hero_v1_types_proto_msgTypes[7]
+	mi := &file_hero_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1003,7 @@ func (x *FlowNode) String() string {
 func (*FlowNode) ProtoMessage() {}
 
 func (x *FlowNode) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_types_proto_msgTypes[7]
+	mi := &file_hero_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1016,7 @@ func (x *FlowNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowNode.ProtoReflect.Descriptor instead.
 func (*FlowNode) Descriptor() ([]byte, []int) {
-	return file_hero_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_hero_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FlowNode) GetId() uint32 {
@@ -984,7 +1085,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_hero_v1_types_proto_msgTypes[8]
+	mi := &file_hero_v1_types_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1097,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_types_proto_msgTypes[8]
+	mi := &file_hero_v1_types_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1110,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_hero_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_hero_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Message) GetId() uint32 {
@@ -1190,7 +1291,7 @@ type DagNode struct {
 
 func (x *DagNode) Reset() {
 	*x = DagNode{}
-	mi := &file_hero_v1_types_proto_msgTypes[9]
+	mi := &file_hero_v1_types_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1303,7 @@ func (x *DagNode) String() string {
 func (*DagNode) ProtoMessage() {}
 
 func (x *DagNode) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_types_proto_msgTypes[9]
+	mi := &file_hero_v1_types_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1316,7 @@ func (x *DagNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DagNode.ProtoReflect.Descriptor instead.
 func (*DagNode) Descriptor() ([]byte, []int) {
-	return file_hero_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_hero_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DagNode) GetId() uint32 {
@@ -1293,7 +1394,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_hero_v1_types_proto_msgTypes[10]
+	mi := &file_hero_v1_types_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1406,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_types_proto_msgTypes[10]
+	mi := &file_hero_v1_types_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1419,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_hero_v1_types_proto_rawDescGZIP(), []int{10}
+	return file_hero_v1_types_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Event) GetId() string {
@@ -1403,7 +1504,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x04 \x01(\x03R\tcreatedAt\x12\x1d\n" +
 	"\n" +
-	"updated_at\x18\x05 \x01(\x03R\tupdatedAt\"\xfd\x01\n" +
+	"updated_at\x18\x05 \x01(\x03R\tupdatedAt\"\xe1\x02\n" +
 	"\aContext\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06admins\x18\x02 \x03(\rR\x06admins\x12\x18\n" +
@@ -1414,7 +1515,17 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x06 \x01(\x03R\tupdatedAt\x12+\n" +
 	"\x11retention_seconds\x18\a \x01(\x03R\x10retentionSeconds\x12'\n" +
-	"\x0fallowed_sources\x18\b \x03(\tR\x0eallowedSources\"K\n" +
+	"\x0fallowed_sources\x18\b \x03(\tR\x0eallowedSources\x125\n" +
+	"\fjob_defaults\x18\t \x01(\v2\x12.hero.v1.JobLimitsR\vjobDefaults\x12+\n" +
+	"\ajob_max\x18\n" +
+	" \x01(\v2\x12.hero.v1.JobLimitsR\x06jobMax\"\xa3\x01\n" +
+	"\tJobLimits\x12!\n" +
+	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x12\n" +
+	"\x04pids\x18\x02 \x01(\x03R\x04pids\x12\x1d\n" +
+	"\n" +
+	"cpu_millis\x18\x03 \x01(\x03R\tcpuMillis\x12&\n" +
+	"\x0ffile_size_bytes\x18\x04 \x01(\x03R\rfileSizeBytes\x12\x18\n" +
+	"\anetwork\x18\x05 \x01(\tR\anetwork\"K\n" +
 	"\rRunnerProcess\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12*\n" +
 	"\x11last_heartbeat_ms\x18\x02 \x01(\x03R\x0flastHeartbeatMs\"\xa5\x02\n" +
@@ -1431,7 +1542,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\fscript_types\x18\b \x03(\tR\vscriptTypes\x124\n" +
 	"\tprocesses\x18\t \x03(\v2\x16.hero.v1.RunnerProcessR\tprocesses\x12\x16\n" +
 	"\x06secret\x18\n" +
-	" \x01(\tR\x06secret\"\x8d\t\n" +
+	" \x01(\tR\x06secret\"\xb9\t\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1476,7 +1587,8 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\tdlq_at_ms\x18  \x01(\x03R\adlqAtMs\x12\x16\n" +
 	"\x06origin\x18! \x01(\tR\x06origin\x12\x1f\n" +
 	"\vdep_results\x18\" \x01(\tR\n" +
-	"depResults\x1a:\n" +
+	"depResults\x12*\n" +
+	"\x06limits\x18# \x01(\v2\x12.hero.v1.JobLimitsR\x06limits\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -1592,38 +1704,42 @@ func file_hero_v1_types_proto_rawDescGZIP() []byte {
 	return file_hero_v1_types_proto_rawDescData
 }
 
-var file_hero_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_hero_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_hero_v1_types_proto_goTypes = []any{
 	(*Actor)(nil),         // 0: hero.v1.Actor
 	(*Context)(nil),       // 1: hero.v1.Context
-	(*RunnerProcess)(nil), // 2: hero.v1.RunnerProcess
-	(*Runner)(nil),        // 3: hero.v1.Runner
-	(*Job)(nil),           // 4: hero.v1.Job
-	(*Flow)(nil),          // 5: hero.v1.Flow
-	(*Log)(nil),           // 6: hero.v1.Log
-	(*FlowNode)(nil),      // 7: hero.v1.FlowNode
-	(*Message)(nil),       // 8: hero.v1.Message
-	(*DagNode)(nil),       // 9: hero.v1.DagNode
-	(*Event)(nil),         // 10: hero.v1.Event
-	nil,                   // 11: hero.v1.Job.EnvVarsEntry
-	nil,                   // 12: hero.v1.Job.ResultEntry
-	nil,                   // 13: hero.v1.Flow.EnvVarsEntry
-	nil,                   // 14: hero.v1.Flow.ResultEntry
+	(*JobLimits)(nil),     // 2: hero.v1.JobLimits
+	(*RunnerProcess)(nil), // 3: hero.v1.RunnerProcess
+	(*Runner)(nil),        // 4: hero.v1.Runner
+	(*Job)(nil),           // 5: hero.v1.Job
+	(*Flow)(nil),          // 6: hero.v1.Flow
+	(*Log)(nil),           // 7: hero.v1.Log
+	(*FlowNode)(nil),      // 8: hero.v1.FlowNode
+	(*Message)(nil),       // 9: hero.v1.Message
+	(*DagNode)(nil),       // 10: hero.v1.DagNode
+	(*Event)(nil),         // 11: hero.v1.Event
+	nil,                   // 12: hero.v1.Job.EnvVarsEntry
+	nil,                   // 13: hero.v1.Job.ResultEntry
+	nil,                   // 14: hero.v1.Flow.EnvVarsEntry
+	nil,                   // 15: hero.v1.Flow.ResultEntry
 }
 var file_hero_v1_types_proto_depIdxs = []int32{
-	2,  // 0: hero.v1.Runner.processes:type_name -> hero.v1.RunnerProcess
-	11, // 1: hero.v1.Job.env_vars:type_name -> hero.v1.Job.EnvVarsEntry
-	12, // 2: hero.v1.Job.result:type_name -> hero.v1.Job.ResultEntry
-	13, // 3: hero.v1.Flow.env_vars:type_name -> hero.v1.Flow.EnvVarsEntry
-	14, // 4: hero.v1.Flow.result:type_name -> hero.v1.Flow.ResultEntry
-	4,  // 5: hero.v1.Message.job:type_name -> hero.v1.Job
-	6,  // 6: hero.v1.Message.logs:type_name -> hero.v1.Log
-	7,  // 7: hero.v1.Message.nodes:type_name -> hero.v1.FlowNode
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	2,  // 0: hero.v1.Context.job_defaults:type_name -> hero.v1.JobLimits
+	2,  // 1: hero.v1.Context.job_max:type_name -> hero.v1.JobLimits
+	3,  // 2: hero.v1.Runner.processes:type_name -> hero.v1.RunnerProcess
+	12, // 3: hero.v1.Job.env_vars:type_name -> hero.v1.Job.EnvVarsEntry
+	13, // 4: hero.v1.Job.result:type_name -> hero.v1.Job.ResultEntry
+	2,  // 5: hero.v1.Job.limits:type_name -> hero.v1.JobLimits
+	14, // 6: hero.v1.Flow.env_vars:type_name -> hero.v1.Flow.EnvVarsEntry
+	15, // 7: hero.v1.Flow.result:type_name -> hero.v1.Flow.ResultEntry
+	5,  // 8: hero.v1.Message.job:type_name -> hero.v1.Job
+	7,  // 9: hero.v1.Message.logs:type_name -> hero.v1.Log
+	8,  // 10: hero.v1.Message.nodes:type_name -> hero.v1.FlowNode
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_hero_v1_types_proto_init() }
@@ -1637,7 +1753,7 @@ func file_hero_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hero_v1_types_proto_rawDesc), len(file_hero_v1_types_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

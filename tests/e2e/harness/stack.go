@@ -292,6 +292,7 @@ type Job struct {
 	FinishedAtMs int64             `json:"finished_at_ms"`
 	ReadyAtMs    int64             `json:"ready_at_ms"`
 	FlowID       uint32            `json:"flow_id"`
+	Limits       map[string]any    `json:"limits"`
 }
 
 // Flow is the part of a flow the tests read.

@@ -1,0 +1,117 @@
+package model
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Job network modes, in the order of what they allow.
+const (
+	NetworkNone     = "none"     // no network at all (the default)
+	NetworkOutbound = "outbound" // outbound through a user-mode network stack; never the host or internal ranges
+)
+
+// JobLimits bound one job's run (an extension beyond the seeds). On a job: what it
+// asks for; on a context: the defaults its jobs get (job_defaults, the context's
+// admins set them) and the most they may ask for (job_max, operators only). Zero
+// (and "" for Network): not set at this level. docs/security.md has the rules.
+type JobLimits struct {
+	MemoryBytes   int64  `json:"memory_bytes,omitempty"`    // the job's processes together
+	Pids          int64  `json:"pids,omitempty"`            // processes and threads at once
+	CPUMillis     int64  `json:"cpu_millis,omitempty"`      // thousandths of a CPU
+	FileSizeBytes int64  `json:"file_size_bytes,omitempty"` // the largest file it may write
+	Network       string `json:"network,omitempty"`         // none or outbound
+}
+
+// IsZero says nothing is set.
+func (l *JobLimits) IsZero() bool { return l == nil || *l == JobLimits{} }
+
+// LimitNames are the JSON names of the numeric limits, in a fixed order.
+var LimitNames = []string{"memory_bytes", "pids", "cpu_millis", "file_size_bytes"}
+
+// Numbers are the numeric limits in LimitNames' order.
+func (l *JobLimits) Numbers() []int64 {
+	if l == nil {
+		return make([]int64, len(LimitNames))
+	}
+	return []int64{l.MemoryBytes, l.Pids, l.CPUMillis, l.FileSizeBytes}
+}
+
+// SetNumber sets the numeric limit at index i of LimitNames.
+func (l *JobLimits) SetNumber(i int, v int64) {
+	switch i {
+	case 0:
+		l.MemoryBytes = v
+	case 1:
+		l.Pids = v
+	case 2:
+		l.CPUMillis = v
+	case 3:
+		l.FileSizeBytes = v
+	}
+}
+
+// NetworkRank orders network modes: none 0, outbound 1; -1 unknown.
+func NetworkRank(n string) int {
+	switch n {
+	case NetworkNone:
+		return 0
+	case NetworkOutbound:
+		return 1
+	}
+	return -1
+}
+
+// Validate checks the values; field names the object's field ("limits", "job_max", …).
+func (l *JobLimits) Validate(object string, id uint32, field string) error {
+	if l == nil {
+		return nil
+	}
+	for i, v := range l.Numbers() {
+		if v < 0 {
+			return verr(object, id, field+"."+LimitNames[i], "must not be negative (0: not set)")
+		}
+	}
+	if l.Pids > 1<<22 || l.CPUMillis > 1<<20 {
+		return verr(object, id, field, "pids or cpu_millis is out of range")
+	}
+	if l.Network != "" && NetworkRank(l.Network) < 0 {
+		return verr(object, id, field+".network", "%q is not a network mode (none or outbound)", l.Network)
+	}
+	return nil
+}
+
+// Exceeds names the first limit of l above max (a set limit of max bounds it); ""
+// when l is within max.
+func (l *JobLimits) Exceeds(max *JobLimits) string {
+	if l == nil || max == nil {
+		return ""
+	}
+	have, most := l.Numbers(), max.Numbers()
+	for i := range have {
+		if most[i] > 0 && have[i] > most[i] {
+			return fmt.Sprintf("%s %d is above the maximum %d", LimitNames[i], have[i], most[i])
+		}
+	}
+	if max.Network != "" && l.Network != "" && NetworkRank(l.Network) > NetworkRank(max.Network) {
+		return fmt.Sprintf("network %q is above the maximum %q", l.Network, max.Network)
+	}
+	return ""
+}
+
+// String is a short form for logs: memory_bytes=…,pids=…,network=….
+func (l *JobLimits) String() string {
+	if l.IsZero() {
+		return "none"
+	}
+	var parts []string
+	for i, v := range l.Numbers() {
+		if v > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", LimitNames[i], v))
+		}
+	}
+	if l.Network != "" {
+		parts = append(parts, "network="+l.Network)
+	}
+	return strings.Join(parts, ",")
+}
