@@ -18,9 +18,9 @@ import (
 )
 
 // Reliable queues. Producers LPUSH an item onto a list of a context's DB and, in the
-// same transaction, a token onto the queue's wake list in DB 0 (keys.WakeQueue).
-// Consumers block on the wake lists of every queue they serve with one BLPOP (one
-// connection for any number of contexts), then claim with a script that moves the item
+// same transaction, a token onto the queue's wake list in DB 0 of the same server
+// (keys.WakeQueue). Consumers block on the wake lists of every queue they serve with
+// one BLPOP per server (one connection per server for any number of contexts), then claim with a script that moves the item
 // from the queue's right end (FIFO) into the consumer's processing list and gives it a
 // lease in coord:leases. The consumer extends the lease while it works and acks the
 // item when done. A consumer that dies leaves its items in its processing list; when
