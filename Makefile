@@ -16,6 +16,10 @@ TEST_FLAGS ?= -race -count=1 -timeout 20m
 # The e2e core suite, run a second time against a Redis that serves TLS only, with
 # client certificates and ACL users (tests/e2e/services_test.go: HERO_E2E_REDIS).
 CORE_TESTS := ^(TestDiamondFlow|TestRetryThenFail|TestTimeoutKillsProcessGroup|TestStopRunningJob|TestJobRun|TestFlowWait|TestResultFileLogsAndDiscover|TestPermissionMatrix|TestDispatcher.*)$$
+# The core suite and the lifecycle tests (cancel, flow.retry, retention, events,
+# delete), run once more with two Redis servers and a placement map that puts the
+# tests' context on the second one (HERO_E2E_REDIS=placed).
+PLACED_TESTS := ^(TestDiamondFlow|TestRetryThenFail|TestTimeoutKillsProcessGroup|TestStopRunningJob|TestJobRun|TestFlowWait|TestResultFileLogsAndDiscover|TestPermissionMatrix|TestDispatcher.*|TestCancelRunningFlow|TestDLQAndFlowRetry|TestRetention.*|TestWatchResume|TestDeleteLeavesNothing)$$
 
 .PHONY: help
 help: ## list the targets
@@ -42,6 +46,8 @@ test: deps ## run every module's tests (with -race) against a real redis-server
 	done
 	@echo "== test tests/e2e core suite against Redis over TLS (client certificates) with ACL users"
 	@cd tests/e2e && HERO_E2E_REDIS=secure $(GO) test $(TEST_FLAGS) -run '$(CORE_TESTS)' ./
+	@echo "== test tests/e2e core and lifecycle suites for a context placed on a second Redis server"
+	@cd tests/e2e && HERO_E2E_REDIS=placed $(GO) test $(TEST_FLAGS) -run '$(PLACED_TESTS)' ./
 
 .PHONY: fuzz
 fuzz: ## a short bounded fuzz run of the RRQ frame decoder

@@ -31,7 +31,7 @@ type Common struct {
 // RegisterFlags adds the common flags with the service's default ports.
 func (c *Common) RegisterFlags(f *FlagSet, grpcAddr, adminAddr string) {
 	f.StringVar(&c.RedisURL, "redis-url", "", "redis://127.0.0.1:6379/0", "Redis server (redis:// or rediss:// for TLS; user:password@ for AUTH); holds DB 0 and, unless placed elsewhere, every context")
-	f.StringVar(&c.RedisPlacement, "redis-placement", "", "", "place context ranges on other Redis servers: \"1-1000=redis://a:6379,1001-2000=redis://b:6379\"")
+	f.StringVar(&c.RedisPlacement, "redis-placement", "", "", "place context ranges on other Redis servers: \"1-1000=redis://a:6379,1001-2000=redis://b:6379\" (the same map on every service; docs/architecture.md, Placement)")
 	f.DurationVar(&c.RedisConnectTimeout, "redis-connect-timeout", "", 10*time.Second, "how long to wait for Redis at start before giving up")
 	f.IntVar(&c.RedisPoolSize, "redis-pool-size", "", 32, "connections per Redis server and pool")
 	f.StringVar(&c.GRPCAddr, "grpc-addr", "", grpcAddr, "gRPC listen address")

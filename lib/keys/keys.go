@@ -25,7 +25,10 @@ const (
 	MsgIn  = "msg_in"
 )
 
-// Coordinator keys in DB 0.
+// Coordinator keys in DB 0. The registry, actors, secrets and coord:control are on
+// the primary server; the coordination entries of a context (wake lists, active
+// flows, due work, expiries, remote checks, done notifications) are in DB 0 of the
+// server that holds the context (docs/architecture.md, Placement).
 const (
 	SchemaVersion     = "coord:schema_version"      // string: the data layout's version
 	Contexts          = "coord:contexts"            // zset: context id → creation time (ms); the registry

@@ -838,58 +838,121 @@ type DueItem struct {
 	ContextID, FlowID, CallerID, JobID uint32
 }
 
-// popDueScript: KEYS coord:due; ARGV now ms, limit. Removes and returns due members.
+// popDueScript: KEYS a due-time zset of DB 0 (coord:due, coord:expire or
+// coord:remote_due); ARGV now ms, limit. Removes and returns the members due by now
+// (at most limit). Reply: the members, earliest first.
 var popDueScript = NewScript(`
 local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 for _, m in ipairs(items) do redis.call('ZREM', KEYS[1], m) end
 return items
 `)
 
-// PopDue removes and returns the delayed work that is due.
+// PopDue removes and returns the delayed work that is due, from the coord:due of every
+// server (each holds the delayed work of its own contexts).
 func (s *Store) PopDue(ctx context.Context, now time.Time, limit int) ([]DueItem, error) {
-	res, err := popDueScript.Run(ctx, s.G(), []string{keys.Due}, now.UnixMilli(), limit).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("pop due work: %w", err)
-	}
-	vals, _ := res.([]any)
-	out := make([]DueItem, 0, len(vals))
-	for _, v := range vals {
-		m, _ := v.(string)
+	var e errs
+	var out []DueItem
+	for _, m := range s.popDue(ctx, keys.Due, now, limit, &e) {
 		parts := strings.Split(m, ":")
 		if len(parts) != 5 || parts[0] != "retry" {
 			continue
 		}
 		out = append(out, DueItem{parseU32(parts[1]), parseU32(parts[2]), parseU32(parts[3]), parseU32(parts[4])})
 	}
+	if len(out) == 0 && e.first != nil {
+		return nil, fmt.Errorf("pop due work: %w", e.first)
+	}
 	return out, nil
+}
+
+// errs keeps the first error of a walk over the servers.
+type errs struct{ first error }
+
+func (e *errs) add(err error) {
+	if err != nil && e.first == nil {
+		e.first = err
+	}
+}
+
+// popDue takes up to limit members whose score is at most now from the zset key of
+// every server's DB 0. A server that fails is skipped (its members wait for the next
+// call); the error is kept in e.
+func (s *Store) popDue(ctx context.Context, key string, now time.Time, limit int, e *errs) []string {
+	var out []string
+	for _, srv := range s.servers {
+		if len(out) >= limit {
+			break
+		}
+		res, err := popDueScript.Run(ctx, srv.fixed, []string{key}, now.UnixMilli(), limit-len(out)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			e.add(fmt.Errorf("pop %s at %s: %w", key, srv.Name, err))
+			continue
+		}
+		vals, _ := res.([]any)
+		for _, v := range vals {
+			if m, ok := v.(string); ok {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// nextDue is the earliest score of the zset key over every server's DB 0 (zero if none).
+func (s *Store) nextDue(ctx context.Context, key string) (time.Time, error) {
+	var next time.Time
+	var e errs
+	for _, srv := range s.servers {
+		z, err := srv.fixed.ZRangeWithScores(ctx, key, 0, 0).Result()
+		if err != nil {
+			e.add(fmt.Errorf("read %s at %s: %w", key, srv.Name, err))
+			continue
+		}
+		if len(z) > 0 {
+			if t := time.UnixMilli(int64(z[0].Score)); next.IsZero() || t.Before(next) {
+				next = t
+			}
+		}
+	}
+	if next.IsZero() {
+		return next, e.first
+	}
+	return next, nil
 }
 
 // NextDue returns when the earliest delayed work is due (zero time if none).
-func (s *Store) NextDue(ctx context.Context) (time.Time, error) {
-	z, err := s.G().ZRangeWithScores(ctx, keys.Due, 0, 0).Result()
-	if err != nil {
-		return time.Time{}, err
-	}
-	if len(z) == 0 {
-		return time.Time{}, nil
-	}
-	return time.UnixMilli(int64(z[0].Score)), nil
-}
+func (s *Store) NextDue(ctx context.Context) (time.Time, error) { return s.nextDue(ctx, keys.Due) }
 
-// ActiveFlows returns every started, unfinished flow as (context, flow) pairs.
+// ActiveFlows returns every started, unfinished flow as (context, flow) pairs, from the
+// coord:flows:active of every server.
 func (s *Store) ActiveFlows(ctx context.Context) ([][2]uint32, error) {
-	vals, err := s.G().SMembers(ctx, keys.ActiveFlows).Result()
-	if err != nil {
-		return nil, fmt.Errorf("list active flows: %w", err)
-	}
-	out := make([][2]uint32, 0, len(vals))
-	for _, v := range vals {
-		c, f, ok := strings.Cut(v, ":")
-		if ok {
-			out = append(out, [2]uint32{parseU32(c), parseU32(f)})
+	var out [][2]uint32
+	for _, srv := range s.servers {
+		vals, err := srv.fixed.SMembers(ctx, keys.ActiveFlows).Result()
+		if err != nil {
+			return nil, fmt.Errorf("list active flows at %s: %w", srv.Name, err)
+		}
+		for _, v := range vals {
+			c, f, ok := strings.Cut(v, ":")
+			if ok {
+				out = append(out, [2]uint32{parseU32(c), parseU32(f)})
+			}
 		}
 	}
 	return out, nil
+}
+
+// ActiveFlowCount is the number of started, unfinished flows (one SCARD per server).
+func (s *Store) ActiveFlowCount(ctx context.Context) (int64, error) {
+	var n int64
+	for _, srv := range s.servers {
+		c, err := srv.fixed.SCard(ctx, keys.ActiveFlows).Result()
+		if err != nil {
+			return 0, fmt.Errorf("count active flows at %s: %w", srv.Name, err)
+		}
+		n += c
+	}
+	return n, nil
 }
 
 // splitRequestScript replaces a claimed job request of several jobs by one request

@@ -300,7 +300,8 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 		return err
 	}
 	prefix := strconv.FormatUint(uint64(ctxID), 10) + ":"
-	active, err := s.G().SMembers(ctx, keys.ActiveFlows).Result()
+	coord := s.Coord(ctxID) // its coordination entries; the registry is on the primary
+	active, err := coord.SMembers(ctx, keys.ActiveFlows).Result()
 	if err != nil {
 		return err
 	}
@@ -336,10 +337,10 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 			}
 		}
 	}
-	due, _ := s.G().ZRange(ctx, keys.Due, 0, -1).Result()
-	exp, _ := s.G().ZRange(ctx, keys.Expire, 0, -1).Result()
-	_, err = s.G().TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZRem(ctx, keys.Contexts, strconv.FormatUint(uint64(ctxID), 10))
+	due, _ := coord.ZRange(ctx, keys.Due, 0, -1).Result()
+	exp, _ := coord.ZRange(ctx, keys.Expire, 0, -1).Result()
+	rdue, _ := coord.ZRange(ctx, keys.RemoteDue, 0, -1).Result()
+	_, err = coord.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, a := range running {
 			p.SRem(ctx, keys.ActiveFlows, a)
 		}
@@ -353,9 +354,21 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 				p.ZRem(ctx, keys.Expire, m)
 			}
 		}
+		for _, m := range rdue {
+			if strings.HasPrefix(m, strconv.FormatUint(uint64(ctxID), 10)+"|") {
+				p.ZRem(ctx, keys.RemoteDue, m)
+			}
+		}
 		for _, w := range wake {
 			p.Unlink(ctx, w)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	_, err = s.G().TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, keys.Contexts, strconv.FormatUint(uint64(ctxID), 10))
 		p.Publish(ctx, keys.Control, "context-deleted:"+strconv.FormatUint(uint64(ctxID), 10))
 		return nil
 	})
@@ -374,16 +387,12 @@ type Expired struct {
 	member    string
 }
 
-// PopExpired takes up to limit objects whose retention ended (they leave coord:expire).
+// PopExpired takes up to limit objects whose retention ended (they leave the
+// coord:expire of their server).
 func (s *Store) PopExpired(ctx context.Context, now time.Time, limit int) ([]Expired, error) {
-	res, err := popDueScript.Run(ctx, s.G(), []string{keys.Expire}, now.UnixMilli(), limit).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("pop expired objects: %w", err)
-	}
-	vals, _ := res.([]any)
+	var e errs
 	var out []Expired
-	for _, v := range vals {
-		m, _ := v.(string)
+	for _, m := range s.popDue(ctx, keys.Expire, now, limit, &e) {
 		parts := strings.Split(m, ":")
 		switch {
 		case len(parts) == 3 && parts[1] == "flow":
@@ -392,16 +401,22 @@ func (s *Store) PopExpired(ctx context.Context, now time.Time, limit int) ([]Exp
 			out = append(out, Expired{ContextID: parseU32(parts[0]), Kind: "job", CallerID: parseU32(parts[2]), JobID: parseU32(parts[3]), member: m})
 		}
 	}
+	if len(out) == 0 && e.first != nil {
+		return nil, fmt.Errorf("pop expired objects: %w", e.first)
+	}
 	return out, nil
 }
 
 // NextExpiry returns when the earliest retention ends (zero if none).
 func (s *Store) NextExpiry(ctx context.Context) (time.Time, error) {
-	z, err := s.G().ZRangeWithScores(ctx, keys.Expire, 0, 0).Result()
-	if err != nil || len(z) == 0 {
-		return time.Time{}, err
-	}
-	return time.UnixMilli(int64(z[0].Score)), nil
+	return s.nextDue(ctx, keys.Expire)
+}
+
+// ExpireAt sets when retention deletes an object of a context (member as in
+// coord:expire: "flow:<id>" or "job:<caller>:<id>"), in its server's DB 0.
+func (s *Store) ExpireAt(ctx context.Context, ctxID uint32, member string, at time.Time) error {
+	return s.Coord(ctxID).ZAdd(ctx, keys.Expire, redis.Z{Score: float64(at.UnixMilli()),
+		Member: strconv.FormatUint(uint64(ctxID), 10) + ":" + member}).Err()
 }
 
 // trimEventsScript: KEYS events, flow index, job index; ARGV cutoff ms. Drops the

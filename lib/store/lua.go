@@ -69,7 +69,8 @@ local function store_message(caller, first, now_ms, last, extra)
   return mk
 end
 -- wake_msg_out pushes n router wake tokens for context ctx onto coord:wake:msg_out
--- (DB 0: the script is left there, so it comes last).
+-- (DB 0 of the server the script runs on, the context's, where the routers wait on
+-- it; the script is left in DB 0, so it comes last).
 local function wake_msg_out(ctx, n)
   if n <= 0 then return end
   local tokens = {}

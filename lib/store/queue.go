@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -17,9 +18,9 @@ import (
 )
 
 // Reliable queues. Producers LPUSH an item onto a list of a context's DB and, in the
-// same transaction, a token onto the queue's wake list in DB 0 (keys.WakeQueue).
-// Consumers block on the wake lists of every queue they serve with one BLPOP (one
-// connection for any number of contexts), then claim with a script that moves the item
+// same transaction, a token onto the queue's wake list in DB 0 of the same server
+// (keys.WakeQueue). Consumers block on the wake lists of every queue they serve with
+// one BLPOP per server (one connection per server for any number of contexts), then claim with a script that moves the item
 // from the queue's right end (FIFO) into the consumer's processing list and gives it a
 // lease in coord:leases. The consumer extends the lease while it works and acks the
 // item when done. A consumer that dies leaves its items in its processing list; when
@@ -601,13 +602,130 @@ func (d *DB) QueueLen(ctx context.Context, queue string) (int64, error) {
 	return cmd.Val(), nil
 }
 
+// WakeSet names wake lists in DB 0 of one server.
+type WakeSet struct {
+	Server *Server
+	Keys   []string
+}
+
+// Woken is what a WaitWake took: the server and list a token came from, and the token.
+// Key is "" when the wait timed out.
+type Woken struct {
+	Server     *Server
+	Key, Token string
+}
+
+// Everywhere is the same wake lists on every server (the routers' lists, a runner
+// process's stop list): each server's DB 0 has its own, for its own contexts.
+func (s *Store) Everywhere(wakeKeys ...string) []WakeSet {
+	out := make([]WakeSet, len(s.servers))
+	for i, srv := range s.servers {
+		out[i] = WakeSet{Server: srv, Keys: wakeKeys}
+	}
+	return out
+}
+
+// WakeSets groups the wake lists of contexts by the server that holds each context
+// (keyOf names a context's lists).
+func (s *Store) WakeSets(ctxIDs []uint32, keyOf func(ctxID uint32) []string) []WakeSet {
+	var out []WakeSet
+	for _, c := range ctxIDs {
+		srv := s.ServerFor(c)
+		i := 0
+		for i < len(out) && out[i].Server != srv {
+			i++
+		}
+		if i == len(out) {
+			out = append(out, WakeSet{Server: srv})
+		}
+		out[i].Keys = append(out[i].Keys, keyOf(c)...)
+	}
+	return out
+}
+
 // WaitWake blocks until a token arrives on any of the wake lists (or timeout) and
-// returns the list it came from ("" on timeout). It takes one token. It returns ctx's
-// error soon after ctx ends: the BLPOP also waits on a private list (keys.WakeStop)
-// into which a token is pushed when ctx ends.
-func (s *Store) WaitWake(ctx context.Context, timeout time.Duration, wakeKeys ...string) (key, token string, err error) {
+// returns it (Key "" on timeout). It takes one token. It returns ctx's error soon
+// after ctx ends: each BLPOP also waits on a private list (keys.WakeStop) into which a
+// token is pushed when the wait ends.
+//
+// Lists of several servers are waited on side by side, one BLPOP each (as many
+// blocked connections as servers, whatever the number of contexts): the first token
+// ends the wait, the other BLPOPs are ended by their stop lists, and a token one of
+// them took meanwhile goes back onto its list (it stands for an item no one claimed).
+func (s *Store) WaitWake(ctx context.Context, timeout time.Duration, sets ...WakeSet) (Woken, error) {
+	live := sets[:0:0]
+	for _, ws := range sets {
+		if len(ws.Keys) > 0 {
+			live = append(live, ws)
+		}
+	}
+	switch len(live) {
+	case 0:
+		return Woken{}, errors.New("wait for wake-ups: no wake list")
+	case 1:
+		return live[0].Server.waitWake(ctx, timeout, live[0].Keys)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	type result struct {
+		w   Woken
+		err error
+	}
+	results := make(chan result, len(live))
+	for _, ws := range live {
+		go func() {
+			w, err := ws.Server.waitWake(wctx, timeout, ws.Keys)
+			results <- result{w, err}
+		}()
+	}
+	first := <-results
+	cancel()
+	if first.err == nil && first.w.Key != "" {
+		// The others end soon (their stop lists); a token they took goes back.
+		go func() {
+			for range len(live) - 1 {
+				if r := <-results; r.err == nil && r.w.Key != "" {
+					r.w.giveBack(ctx)
+				}
+			}
+		}()
+		return first.w, nil
+	}
+	// A timeout, an error or ctx's end: every wait ends about now; a token one of them
+	// took is still the answer.
+	out, err := Woken{}, first.err
+	for range len(live) - 1 {
+		r := <-results
+		switch {
+		case r.err == nil && r.w.Key != "" && out.Key == "":
+			out = r.w
+		case r.err == nil && r.w.Key != "":
+			r.w.giveBack(ctx)
+		case r.err != nil && err == nil && !errors.Is(r.err, context.Canceled):
+			err = r.err
+		}
+	}
+	if out.Key != "" {
+		return out, nil
+	}
+	if ctx.Err() != nil {
+		return Woken{}, ctx.Err()
+	}
+	return Woken{}, err
+}
+
+// giveBack pushes a token taken by a wait that lost the race back onto its list. If
+// that fails the token is lost, as when a consumer dies holding one: the consumers'
+// idle claims are the safety net for that.
+func (w Woken) giveBack(ctx context.Context) {
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = w.Server.fixed.LPush(c, w.Key, w.Token).Err()
+}
+
+// waitWake is WaitWake on the lists of this server.
+func (srv *Server) waitWake(ctx context.Context, timeout time.Duration, wakeKeys []string) (Woken, error) {
 	if err := ctx.Err(); err != nil {
-		return "", "", err
+		return Woken{}, err
 	}
 	stopKey := keys.WakeStop(newClaimID())
 	pushed := make(chan struct{})
@@ -615,32 +733,32 @@ func (s *Store) WaitWake(ctx context.Context, timeout time.Duration, wakeKeys ..
 		defer close(pushed)
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		p := s.G().TxPipeline()
+		p := srv.fixed.TxPipeline()
 		p.LPush(c, stopKey, "stop")
 		p.Expire(c, stopKey, time.Minute) // never left behind, whatever happens next
 		_, _ = p.Exec(c)
 	})
 	lists := make([]string, 0, len(wakeKeys)+1)
 	lists = append(append(lists, wakeKeys...), stopKey)
-	res, err := s.G().BLPop(ctx, timeout, lists...).Result()
+	res, err := srv.fixed.BLPop(ctx, timeout, lists...).Result()
 	if !stop() {
 		// ctx ended: its token may still be on its way or left in the list.
 		<-pushed
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = s.G().Del(c, stopKey).Err()
+		_ = srv.fixed.Del(c, stopKey).Err()
 		cancel()
 		if err == nil && res[0] != stopKey {
-			return res[0], res[1], nil // a real token came first: the caller handles it
+			return Woken{Server: srv, Key: res[0], Token: res[1]}, nil // a real token came first: the caller handles it
 		}
-		return "", "", ctx.Err()
+		return Woken{}, ctx.Err()
 	}
 	if err == redis.Nil {
-		return "", "", nil
+		return Woken{}, nil
 	}
 	if err != nil {
-		return "", "", err
+		return Woken{}, err
 	}
-	return res[0], res[1], nil
+	return Woken{Server: srv, Key: res[0], Token: res[1]}, nil
 }
 
 // ParseWakeQueue splits a wake list name "coord:wake:<ctx>:<queue>".

@@ -162,34 +162,29 @@ type RemoteDue struct {
 	MsgKey    string
 }
 
-// AddRemoteDue schedules a check of a remote request at a time.
+// AddRemoteDue schedules a check of a remote request at a time (in the DB 0 of the
+// context's server, with the rest of its coordination).
 func (s *Store) AddRemoteDue(ctx context.Context, ctxID uint32, msgKey string, at time.Time) error {
-	return s.G().ZAdd(ctx, keys.RemoteDue, redis.Z{Score: float64(at.UnixMilli()), Member: strconv.FormatUint(uint64(ctxID), 10) + "|" + msgKey}).Err()
+	return s.Coord(ctxID).ZAdd(ctx, keys.RemoteDue, redis.Z{Score: float64(at.UnixMilli()), Member: strconv.FormatUint(uint64(ctxID), 10) + "|" + msgKey}).Err()
 }
 
-// PopRemoteDue takes the checks that are due.
+// PopRemoteDue takes the checks that are due, from every server.
 func (s *Store) PopRemoteDue(ctx context.Context, now time.Time, limit int) ([]RemoteDue, error) {
-	res, err := popDueScript.Run(ctx, s.G(), []string{keys.RemoteDue}, now.UnixMilli(), limit).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
-	}
-	vals, _ := res.([]any)
-	out := make([]RemoteDue, 0, len(vals))
-	for _, v := range vals {
-		m, _ := v.(string)
+	var e errs
+	var out []RemoteDue
+	for _, m := range s.popDue(ctx, keys.RemoteDue, now, limit, &e) {
 		c, k, ok := strings.Cut(m, "|")
 		if ok {
 			out = append(out, RemoteDue{ContextID: parseU32(c), MsgKey: k})
 		}
+	}
+	if len(out) == 0 && e.first != nil {
+		return nil, e.first
 	}
 	return out, nil
 }
 
 // NextRemoteDue returns when the next check is due (zero if none).
 func (s *Store) NextRemoteDue(ctx context.Context) (time.Time, error) {
-	z, err := s.G().ZRangeWithScores(ctx, keys.RemoteDue, 0, 0).Result()
-	if err != nil || len(z) == 0 {
-		return time.Time{}, err
-	}
-	return time.UnixMilli(int64(z[0].Score)), nil
+	return s.nextDue(ctx, keys.RemoteDue)
 }

@@ -376,6 +376,24 @@ func (s *Store) RedisOptions() *redis.Options {
 	return &o
 }
 
+// Servers returns every server of the placement, the primary first. Each one's DB 0
+// holds the coordination entries of the contexts placed on it (Coord): a service that
+// acts on them watches every server.
+func (s *Store) Servers() []*Server { return s.servers }
+
+// Coord is DB 0 of the server that holds a context: its coordination entries (wake
+// lists, coord:due, coord:expire, coord:flows:active, coord:remote_due, stop lists)
+// live there, next to the context's data, because a script of the context writes them
+// in the same atomic step as the data (SELECT 0 inside a script reaches DB 0 of the
+// server the script runs on). Blocking commands are fine on it.
+func (s *Store) Coord(ctxID uint32) *redis.Client { return s.ServerFor(ctxID).fixed }
+
+// Coord is this server's DB 0 (the coordination entries of the contexts placed on it).
+func (srv *Server) Coord() *redis.Client { return srv.fixed }
+
+// IsPrimary says whether the server is the primary (the one of --redis-url).
+func (s *Store) IsPrimary(srv *Server) bool { return srv == s.primary }
+
 // ServerFor returns the server that holds a context.
 func (s *Store) ServerFor(ctxID uint32) *Server {
 	for _, r := range s.rules {

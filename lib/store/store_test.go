@@ -354,12 +354,12 @@ func TestWaitWakeAcrossContexts(t *testing.T) {
 	_ = mustCtx(t, s, 6)
 	got := make(chan string, 1)
 	go func() {
-		k, _, err := s.WaitWake(ctx, 5*time.Second, keys.WakeQueue(6, "queue:sh"), keys.WakeQueue(5, "queue:sh"))
+		w, err := s.WaitWake(ctx, 5*time.Second, s.WakeSets([]uint32{6, 5}, func(c uint32) []string { return []string{keys.WakeQueue(c, "queue:sh")} })...)
 		if err != nil {
 			got <- err.Error()
 			return
 		}
-		got <- k
+		got <- w.Key
 	}()
 	if err := db5.Enqueue(ctx, "queue:sh", "job:1:1"); err != nil {
 		t.Fatal(err)
@@ -402,7 +402,7 @@ func TestWaitWakeEndsWithContext(t *testing.T) {
 	before := blocked()
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := s.WaitWake(ctx, time.Minute, wake)
+		_, err := s.WaitWake(ctx, time.Minute, s.Everywhere(wake)...)
 		done <- err
 	}()
 	// Cancel once the BLPOP is blocked (then the wait can only end through the stop token).
@@ -428,11 +428,11 @@ func TestWaitWakeEndsWithContext(t *testing.T) {
 	if err := s.G().LPush(bg, wake, "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if k, _, err := s.WaitWake(bg, time.Second, wake); err != nil || k != wake {
-		t.Fatalf("next wait: %q %v", k, err)
+	if w, err := s.WaitWake(bg, time.Second, s.Everywhere(wake)...); err != nil || w.Key != wake {
+		t.Fatalf("next wait: %q %v", w.Key, err)
 	}
 	// An ended context returns at once.
-	if _, _, err := s.WaitWake(ctx, time.Minute, wake); !errors.Is(err, context.Canceled) {
+	if _, err := s.WaitWake(ctx, time.Minute, s.Everywhere(wake)...); !errors.Is(err, context.Canceled) {
 		t.Fatalf("ended context: %v", err)
 	}
 }

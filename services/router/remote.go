@@ -254,8 +254,7 @@ func (r *router) returnResult(ctx context.Context, db *store.DB, cl *store.Claim
 	}
 	// The job ran for another node: kept here for the retention, then removed.
 	if r.retention > 0 {
-		_ = r.store.G().ZAdd(ctx, keys.Expire, redis.Z{Score: float64(time.Now().Add(r.retention).UnixMilli()),
-			Member: fmt.Sprintf("%d:job:%d:%d", db.ContextID, j.CallerID, j.ID)}).Err()
+		_ = r.store.ExpireAt(ctx, db.ContextID, fmt.Sprintf("job:%d:%d", j.CallerID, j.ID), time.Now().Add(r.retention))
 	}
 	r.m.messages.WithLabelValues(model.KindJobResult, "returned").Inc()
 	log.Info().Str("status", string(j.Status)).Msg("result returned to the origin node")

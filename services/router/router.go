@@ -169,7 +169,9 @@ func (r *router) nextGroup(ctx context.Context) (g *group, idle bool) {
 	r.claimTurn.Lock()
 	defer r.claimTurn.Unlock()
 	for ctx.Err() == nil {
-		key, token, err := r.store.WaitWake(ctx, 5*time.Second, keys.WakeMsgOut, keys.WakeMsgIn)
+		// Each server's DB 0 has the wake lists of its own contexts: one BLPOP each.
+		w, err := r.store.WaitWake(ctx, 5*time.Second, r.store.Everywhere(keys.WakeMsgOut, keys.WakeMsgIn)...)
+		key, token := w.Key, w.Token
 		if err != nil {
 			if ctx.Err() == nil {
 				r.waitFailed.Store(true)

@@ -318,13 +318,7 @@ func (r *runner) claimLoop(ctx context.Context) {
 		// another loop's wait could be a whole wait old.
 		r.claimTurn.Lock()
 		served, changed := r.servedNow()
-		var wake []string
-		for _, c := range served {
-			for _, q := range r.queues() {
-				wake = append(wake, keys.WakeQueue(c, q))
-			}
-		}
-		if len(wake) == 0 {
+		if len(served) == 0 {
 			r.claimTurn.Unlock()
 			<-r.slots
 			select { // nothing to serve yet; the control watcher refreshes
@@ -333,10 +327,20 @@ func (r *runner) claimLoop(ctx context.Context) {
 			}
 			continue
 		}
+		// The wake lists of a context are in DB 0 of its server: one BLPOP per server.
+		wake := r.store.WakeSets(served, func(c uint32) []string {
+			qs := r.queues()
+			for i, q := range qs {
+				qs[i] = keys.WakeQueue(c, q)
+			}
+			return qs
+		})
 		// Rotate the key order so that no context or queue starves another.
-		if n := len(wake); n > 1 {
-			k := idle % n
-			wake = append(wake[k:], wake[:k]...)
+		for i := range wake {
+			if n := len(wake[i].Keys); n > 1 {
+				k := idle % n
+				wake[i].Keys = append(wake[i].Keys[k:], wake[i].Keys[:k]...)
+			}
 		}
 		// A change of the served contexts ends the wait: a new context's queues
 		// are waited on at once.
@@ -348,7 +352,8 @@ func (r *runner) claimLoop(ctx context.Context) {
 			case <-waitCtx.Done():
 			}
 		}()
-		key, _, err := r.store.WaitWake(waitCtx, 5*time.Second, wake...)
+		w, err := r.store.WaitWake(waitCtx, 5*time.Second, wake...)
+		key := w.Key
 		kicked := waitCtx.Err() != nil && ctx.Err() == nil
 		cancel()
 		r.claimTurn.Unlock() // the next loop waits while this one claims
@@ -488,7 +493,9 @@ func (r *runner) claimWithoutToken(ctx context.Context, served []uint32) {
 func (r *runner) controlLoop(ctx context.Context) {
 	list := keys.StopList(r.cfg.WorkerID)
 	for ctx.Err() == nil {
-		_, token, err := r.store.WaitWake(ctx, 5*time.Second, list)
+		// A stop request is pushed in DB 0 of the job's server: the list on every server.
+		w, err := r.store.WaitWake(ctx, 5*time.Second, r.store.Everywhere(list)...)
+		token := w.Token
 		if err != nil {
 			if ctx.Err() == nil {
 				sleepCtx(ctx, time.Second)

@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hero-coordinator/hero/lib/fault"
-	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
 	"github.com/hero-coordinator/hero/lib/store"
@@ -84,7 +83,7 @@ func newEngine(p engineParams) *engine {
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "hero_flows_active", Help: "Flows started and not yet ended."}, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		n, err := p.store.G().SCard(ctx, keys.ActiveFlows).Result()
+		n, err := p.store.ActiveFlowCount(ctx)
 		if err != nil {
 			return 0
 		}

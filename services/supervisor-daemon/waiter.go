@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/hero-coordinator/hero/lib/keys"
@@ -84,25 +85,35 @@ func parseFlowDone(s string) (waitKey, error) {
 	return flowKey(uint32(ctxID), uint32(flowID)), nil
 }
 
-// run follows the channels until ctx ends. It reports when the subscription is live.
+// run follows the channels until ctx ends. It reports when the subscriptions are live.
+// A context's scripts publish on the server that holds it: the channels are followed
+// on every server of the placement (one subscription each).
 func (w *waiter) run(ctx context.Context, st *store.Store, log zerolog.Logger, ready chan<- struct{}) error {
-	sub := st.G().Subscribe(ctx, keys.JobDone, keys.FlowDone)
-	defer func() { _ = sub.Close() }()
-	for range 2 { // one confirmation per channel
-		if _, err := sub.Receive(ctx); err != nil {
-			return err
+	ch := make(chan *redis.Message)
+	for _, srv := range st.Servers() {
+		sub := srv.Coord().Subscribe(ctx, keys.JobDone, keys.FlowDone)
+		defer func() { _ = sub.Close() }()
+		for range 2 { // one confirmation per channel
+			if _, err := sub.Receive(ctx); err != nil {
+				return err
+			}
 		}
+		go func() {
+			for m := range sub.Channel() {
+				select {
+				case ch <- m:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
 	}
 	close(ready)
-	ch := sub.Channel()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case m, ok := <-ch:
-			if !ok {
-				return nil
-			}
+		case m := <-ch:
 			var k waitKey
 			var err error
 			if m.Channel == keys.FlowDone {

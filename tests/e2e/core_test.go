@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,9 +19,13 @@ const ctx1 = 1
 
 func newStack(t *testing.T, opt harness.StackOptions) (*harness.Stack, *harness.Client) {
 	t.Helper()
-	redisSrv.Flush(t)
+	flushRedis(t)
 	s := harness.StartStack(t, binDir, redisSrv.URL, opt)
-	return s, s.Setup(t, ctx1)
+	c := s.Setup(t, ctx1)
+	if placedSrv != nil && placedSrv.Client(t, ctx1).Exists(context.Background(), "context:1").Val() != 1 {
+		t.Fatal("HERO_E2E_REDIS=placed: context 1 is not on the second server")
+	}
+	return s, c
 }
 
 type jobSpec struct {
@@ -164,6 +169,13 @@ func TestDiamondFlow(t *testing.T) {
 		}
 		if j.StartedAtMs == 0 || j.FinishedAtMs < j.StartedAtMs || j.StartedAt < j.CreatedAt {
 			t.Errorf("job %d timestamps: %+v", id, j)
+		}
+		// Event-driven on every server of a placement (HERO_E2E_REDIS=placed): a ready
+		// job starts within milliseconds, not through the 5 s idle fallbacks (issue 20:
+		// a placed context's wake-ups went where nobody looked). 2.5 s leaves room for
+		// a loaded machine.
+		if j.ReadyAtMs == 0 || j.StartedAtMs-j.ReadyAtMs > 2500 {
+			t.Errorf("job %d started %d ms after it was ready (ready_at_ms %d), want a wake-up at once", id, j.StartedAtMs-j.ReadyAtMs, j.ReadyAtMs)
 		}
 		if id == 1 {
 			prevFinish = j.FinishedAtMs

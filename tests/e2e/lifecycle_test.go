@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
@@ -73,10 +74,17 @@ func TestCancelRunningFlow(t *testing.T) {
 }
 
 // keysOf returns the keys of a DB (SCAN), without the ones every context keeps.
+// keysOf lists the keys of a context's DB on the server that holds it; db 0: the keys
+// of DB 0 of every server (the primary's, and the coordination entries of contexts
+// placed elsewhere).
 func keysOf(t *testing.T, db int) []string {
 	var out []string
-	for _, k := range redisSrv.Keys(t, db) {
-		out = append(out, k)
+	srvs := []*redistest.Server{redisOf(uint32(db))}
+	if db == 0 && placedSrv != nil {
+		srvs = append(srvs, placedSrv)
+	}
+	for _, srv := range srvs {
+		out = append(out, srv.Keys(t, db)...)
 	}
 	sort.Strings(out)
 	return out
@@ -137,7 +145,7 @@ func TestDeleteLeavesNothing(t *testing.T) {
 			t.Errorf("DB 0 key left behind: %s", k)
 		}
 	}
-	if n := redisSrv.Client(t, 0).ZCard(context.Background(), "coord:expire").Val(); n != 0 {
+	if n := redisOf(ctx1).Client(t, 0).ZCard(context.Background(), "coord:expire").Val(); n != 0 {
 		t.Errorf("expiry entries left: %d", n)
 	}
 	if err := c.Call("flow.load", map[string]any{"context_id": ctx1, "id": 80}, nil); err == nil || err.(*harness.RPCError).Code != -32004 {
@@ -154,7 +162,7 @@ func TestDeleteLeavesNothing(t *testing.T) {
 			t.Errorf("runner key left: %s", k)
 		}
 	}
-	if v := redisSrv.Client(t, ctx1).HGet(context.Background(), "coord:script_types", "v").Val(); v != "" {
+	if v := redisOf(ctx1).Client(t, ctx1).HGet(context.Background(), "coord:script_types", "v").Val(); v != "" {
 		t.Errorf("script type v still counted: %q", v)
 	}
 	// Context delete: refused while a flow runs, unless forced; then the DB is empty.
@@ -173,7 +181,7 @@ func TestDeleteLeavesNothing(t *testing.T) {
 	if c0.ZScore(ctx, "coord:contexts", "1").Err() == nil {
 		t.Error("context still registered")
 	}
-	for _, m := range c0.SMembers(ctx, "coord:flows:active").Val() {
+	for _, m := range redisOf(ctx1).Client(t, 0).SMembers(ctx, "coord:flows:active").Val() {
 		if strings.HasPrefix(m, "1:") {
 			t.Errorf("active flow left: %s", m)
 		}
@@ -228,7 +236,7 @@ func TestRetention(t *testing.T) {
 	if left := without(after, without(after, added)); len(left) > 0 {
 		t.Errorf("expired objects left keys: %v", left)
 	}
-	rdb := redisSrv.Client(t, ctx1)
+	rdb := redisOf(ctx1).Client(t, ctx1)
 	for _, m := range []struct{ idx, member string }{{"coord:idx:jobs", "1:1"}, {"coord:idx:jobs", "1:3"}, {"coord:idx:flows", "90"}} {
 		if rdb.ZScore(context.Background(), m.idx, m.member).Err() == nil {
 			t.Errorf("%s still lists %s", m.idx, m.member)
@@ -373,7 +381,7 @@ func TestWatchResume(t *testing.T) {
 	cancel3()
 	// A position that was trimmed from the stream (retention, the cap) is refused with
 	// a clear error rather than skipping silently over what was lost.
-	redisSrv.Client(t, ctx1).XTrimMinID(context.Background(), "coord:events", got[2])
+	redisOf(ctx1).Client(t, ctx1).XTrimMinID(context.Background(), "coord:events", got[2])
 	err = c.Call("events.read", map[string]any{"context_id": ctx1, "after": got[0]}, nil)
 	if err == nil || !strings.Contains(err.Error(), "-32011") || !strings.Contains(err.Error(), "no longer in context") {
 		t.Fatalf("events.read from a trimmed position: %v", err)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -22,8 +23,29 @@ import (
 
 var (
 	redisSrv *redistest.Server
-	binDir   string
+	// placedSrv is the second Redis server of HERO_E2E_REDIS=placed: the services'
+	// placement map puts context ctx1 there (nil otherwise).
+	placedSrv *redistest.Server
+	binDir    string
 )
+
+// redisOf is the Redis server that holds a context: its DB <ctxID> and, in DB 0, its
+// coordination entries (wake lists, coord:due, coord:expire, coord:flows:active).
+func redisOf(ctxID uint32) *redistest.Server {
+	if placedSrv != nil && ctxID == ctx1 {
+		return placedSrv
+	}
+	return redisSrv
+}
+
+// flushRedis empties every Redis server of the run.
+func flushRedis(t testing.TB) {
+	t.Helper()
+	redisSrv.Flush(t)
+	if placedSrv != nil {
+		placedSrv.Flush(t)
+	}
+}
 
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
@@ -61,6 +83,19 @@ func TestMain(m *testing.M) {
 		redisSrv = srv
 		if opt.TLS != nil {
 			harness.UseSecureRedis(srv.URL)
+		}
+		// HERO_E2E_REDIS=placed: a second Redis server, and a placement map that puts
+		// context ctx1 on it (make test runs the core suite so): everything a context
+		// does must work the same on any server of the map.
+		if os.Getenv("HERO_E2E_REDIS") == "placed" {
+			placed, err := redistest.StartServer(redistest.Options{})
+			if err != nil {
+				println(err.Error())
+				return 1
+			}
+			defer placed.Stop()
+			placedSrv = placed
+			harness.UsePlacement(srv.URL, fmt.Sprintf("%d-%d=%s", ctx1, ctx1, placed.URL))
 		}
 		return m.Run()
 	}())

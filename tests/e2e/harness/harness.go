@@ -161,6 +161,7 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 		_ = os.Chmod(ScratchRoot(), 0o1777)
 		args = append(args, "--sandbox-bind", ScratchRoot())
 	}
+	args = append(args, placementArgs(name, redisURL)...)
 	redisURL, redisArgs, err := redisFor(name, redisURL)
 	if err != nil {
 		return nil, err

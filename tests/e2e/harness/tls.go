@@ -142,6 +142,31 @@ func UseSecureRedis(url string) {
 	secureRedis.Unlock()
 }
 
+// placement is the placement map services started against one Redis get
+// (UsePlacement).
+var placement struct {
+	sync.Mutex
+	primary, spec string
+}
+
+// UsePlacement makes the services started against primaryURL place contexts with
+// spec (--redis-placement, e.g. "1-1=redis://127.0.0.1:6380").
+func UsePlacement(primaryURL, spec string) {
+	placement.Lock()
+	placement.primary, placement.spec = primaryURL, spec
+	placement.Unlock()
+}
+
+// placementArgs are the placement flags of a service started against redisURL.
+func placementArgs(name, redisURL string) []string {
+	placement.Lock()
+	defer placement.Unlock()
+	if placement.spec == "" || redisURL != placement.primary || !services[name] {
+		return nil
+	}
+	return []string{"--redis-placement", placement.spec}
+}
+
 // redisFor is the URL and flags a service uses for redisURL.
 func redisFor(name, redisURL string) (string, []string, error) {
 	secureRedis.Lock()
