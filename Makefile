@@ -19,7 +19,7 @@ CORE_TESTS := ^(TestDiamondFlow|TestRetryThenFail|TestTimeoutKillsProcessGroup|T
 # The core suite and the lifecycle tests (cancel, flow.retry, retention, events,
 # delete), run once more with two Redis servers and a placement map that puts the
 # tests' context on the second one (HERO_E2E_REDIS=placed).
-PLACED_TESTS := ^(TestDiamondFlow|TestRetryThenFail|TestTimeoutKillsProcessGroup|TestStopRunningJob|TestJobRun|TestFlowWait|TestResultFileLogsAndDiscover|TestPermissionMatrix|TestDispatcher.*|TestCancelRunningFlow|TestDLQAndFlowRetry|TestRetention.*|TestWatchResume|TestDeleteLeavesNothing)$$
+PLACED_TESTS := ^(TestDiamondFlow|TestRetryThenFail|TestTimeoutKillsProcessGroup|TestStopRunningJob|TestJobRun|TestFlowWait|TestResultFileLogsAndDiscover|TestPermissionMatrix|TestDispatcher.*|TestCancelRunningFlow|TestDLQAndFlowRetry|TestRetention.*|TestWatchResume|TestDeleteLeavesNothing|TestNewContextServedAtOnce)$$
 
 .PHONY: help
 help: ## list the targets
