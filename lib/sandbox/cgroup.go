@@ -88,11 +88,27 @@ func (c *cgroups) removeEmpty() {
 	for _, r := range roots {
 		entries, _ := os.ReadDir(r)
 		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), "job-") {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "job-") && !ownerAlive(e.Name()) {
 				_ = os.Remove(filepath.Join(r, e.Name()))
 			}
 		}
 	}
+}
+
+// ownerAlive says whether the runner that made a job cgroup (job-<pid>-<n>) still
+// runs: another runner on this host may have made it a moment ago, and its job is
+// about to join it.
+func ownerAlive(name string) bool {
+	f := strings.SplitN(name, "-", 3)
+	if len(f) != 3 {
+		return false
+	}
+	pid, err := strconv.Atoi(f[1])
+	if err != nil || pid <= 0 {
+		return false
+	}
+	err = syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // jobGroup is one job's cgroup (one directory per controller in v1).

@@ -231,3 +231,42 @@ func quoteAll(a []string) []string {
 	}
 	return out
 }
+
+// A runner starting beside another on the same host removes only the job cgroups of
+// runners that are gone: the other's fresh (still empty) cgroup is about to take a job.
+func TestStartLeavesLiveRunnersCgroups(t *testing.T) {
+	s := newSandbox(t)
+	if s.cg == nil {
+		t.Skip("no cgroups here")
+	}
+	other := exec.Command("sleep", "30") // stands for another runner process
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	live, err := s.cg.create(fmt.Sprintf("job-%d-1", other.Process.Pid), Limits{Pids: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.remove()
+	dead, err := s.cg.create(fmt.Sprintf("job-%d-1", gone.Process.Pid), Limits{Pids: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.remove()
+	newSandbox(t) // a second runner's start
+	for _, d := range live.dirs {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("a live runner's job cgroup was removed: %v", err)
+		}
+	}
+	for _, d := range dead.dirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("a gone runner's empty job cgroup stayed: %v", err)
+		}
+	}
+}
