@@ -37,8 +37,13 @@ const (
 	TopicResult = "hero.result"
 )
 
-// MaxPayload bounds an envelope (the gateway refuses larger ones).
-const MaxPayload = 8 << 20
+// MaxPayload bounds an envelope: the largest payload a Mycelium v0.7.10 node takes in
+// one push (its request body limit is 2 MiB, and the payload travels base64-encoded
+// in it) to a public key on a topic of the longest length,
+// mycelium.MaxPayloadLen(ToPK(key), 255-byte topic). Larger envelopes are refused,
+// never retried: at submission for a job pinned to a remote runner, at dispatch
+// otherwise (docs/multinode.md).
+const MaxPayload = 1572528
 
 // Envelope is the JSON payload of every Mycelium message between nodes.
 type Envelope struct {
