@@ -68,6 +68,23 @@ func (e *Envelope) Encode() ([]byte, error) {
 	return b, nil
 }
 
+// CheckJobSize refuses, with a clear error, a job that could never travel to a remote
+// runner: its job request envelope alone (before the flow's environment and the
+// dependencies' results are added at dispatch) is over MaxPayload.
+func CheckJobSize(j *model.Job) error {
+	e := &Envelope{Kind: KindJobRequest, ContextID: j.ContextID, MsgKey: "message:4294967295:4294967295",
+		Message: &model.Message{ID: j.ID, CallerID: j.CallerID, ContextID: j.ContextID, Kind: KindJobRequest, Job: []model.Job{*j}}}
+	e.V = Version
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxPayload {
+		return fmt.Errorf("job %d is %d bytes as a message to a remote runner; a Mycelium node takes at most %d bytes in one message", j.ID, len(b), MaxPayload)
+	}
+	return nil
+}
+
 // Decode parses and checks an envelope; the error says what is wrong with it.
 func Decode(b []byte) (*Envelope, error) {
 	if len(b) > MaxPayload {
