@@ -115,7 +115,8 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 	limit := seconds(m.Timeout, r.remote.Timeout)
 	deadline := time.UnixMilli(m.CreatedAtMs).Add(limit)
 	backoff := 100 * time.Millisecond
-	lastExtend := time.Now()
+	dispatched := time.Now()
+	lastExtend := dispatched
 	var transportID string
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -151,7 +152,7 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 	now := time.Now()
 	_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, cl.Item, "status", string(model.MessageDispatched), "transport_id", transportID, "transport_dst", dst,
-			"sent_at_ms", now.UnixMilli(), "updated_at", now.Unix())
+			"dispatched_at_ms", dispatched.UnixMilli(), "sent_at_ms", now.UnixMilli(), "updated_at", now.Unix())
 		store.AckOn(ctx, p, cl)
 		return nil
 	})
@@ -159,7 +160,11 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 		log.Error().Err(err).Msg("record sent message")
 		return
 	}
-	if err := r.store.AddRemoteDue(ctx, db.ContextID, cl.Item, now.Add(seconds(m.TimeoutAck, r.remote.AckTimeout))); err != nil {
+	// Checked at the acknowledgement's deadline or, when earlier, at the earliest the
+	// result can be due (the result's limit runs from the acknowledgement, which comes
+	// after now): a check that comes early is put off to the right time.
+	due := min(now.Add(seconds(m.TimeoutAck, r.remote.AckTimeout)).UnixMilli(), now.Add(r.remote.resultLimit(m)).UnixMilli())
+	if err := r.store.AddRemoteDue(ctx, db.ContextID, cl.Item, time.UnixMilli(due)); err != nil {
 		log.Error().Err(err).Msg("schedule acknowledgement check")
 	}
 	r.poke()
@@ -352,9 +357,10 @@ func (r *router) applyRemoteResult(ctx context.Context, db *store.DB, cl *store.
 	if !r.reportEnd(ctx, db, cl, []*herov1.JobDoneRequest{done}, log) {
 		return
 	}
-	now := time.Now().Unix()
+	arrived := time.Now()
+	now := arrived.Unix()
 	_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, m.OriginMsg, "status", string(model.MessageProcessed), "updated_at", now)
+		p.HSet(ctx, m.OriginMsg, "status", string(model.MessageProcessed), "result_at_ms", arrived.UnixMilli(), "updated_at", now)
 		p.HSet(ctx, cl.Item, "status", string(model.MessageProcessed), "updated_at", now)
 		store.AckOn(ctx, p, cl)
 		return nil
@@ -414,6 +420,12 @@ func (r *router) checkRemoteDue(ctx context.Context) {
 		var reason string
 		switch m.Status {
 		case model.MessageDispatched:
+			if m.SentAtMs > 0 {
+				if due := time.UnixMilli(m.SentAtMs).Add(seconds(m.TimeoutAck, r.remote.AckTimeout)); time.Now().Before(due) {
+					_ = r.store.AddRemoteDue(ctx, it.ContextID, it.MsgKey, due)
+					continue
+				}
+			}
 			reason = fmt.Sprintf("no acknowledgement from the remote runner (%s) within %v", m.TransportDst, seconds(m.TimeoutAck, r.remote.AckTimeout))
 		case model.MessageAcknowledged:
 			limit := r.remote.resultLimit(m)
