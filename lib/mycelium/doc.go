@@ -18,7 +18,6 @@
 //     (Push with a reply timeout) the node hands it over directly; otherwise it
 //     lands in the sender's inbox, where only a pop without a topic filter sees
 //     it.
-//
 //   - A v0.7.10 node locks itself for every call and holds the lock for the
 //     whole of a long poll, and reads request bodies of at most 2 MiB
 //     (MaxRequestBody, MaxPayloadLen, Permanent); docs/mycelium.md.
