@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -525,5 +526,40 @@ func TestDestinationJSON(t *testing.T) {
 	}
 	if !(TransmissionState{Name: StateRead}).Final() || (TransmissionState{Name: StatePending}).Final() {
 		t.Fatal("Final")
+	}
+}
+
+// A 200 whose whole body is not JSON is ErrNotJSON (not a connection failure); 400,
+// 413, 415 and 422 are permanent, a 503 or a dead node is not.
+func TestNotJSONAndPermanent(t *testing.T) {
+	var status atomic.Int32
+	status.Store(http.StatusOK)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(int(status.Load()))
+		_, _ = w.Write([]byte("<html>bad gateway</html>"))
+	}))
+	defer srv.Close()
+	c, err := New(Config{BaseURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.Pop(ctx, nil, 0, true); !errors.Is(err, ErrNotJSON) || errors.Is(err, ErrMalformed) {
+		t.Fatalf("pop of a non-JSON 200: %v", err)
+	}
+	dst := ToPK(strings.Repeat("ab", 32))
+	for code, want := range map[int]bool{400: true, 413: true, 415: true, 422: true, 404: false, 500: false, 503: false} {
+		status.Store(int32(code))
+		_, err := c.Push(ctx, dst, []byte("t"), []byte("x"), nil)
+		if err == nil || Permanent(err) != want {
+			t.Errorf("push answered %d: %v, permanent %v, want %v", code, err, Permanent(err), want)
+		}
+	}
+	if _, err := c.Push(ctx, dst, []byte("t"), make([]byte, MaxRequestBody), nil); !errors.Is(err, ErrTooLarge) || !Permanent(err) {
+		t.Fatalf("a push over the node's limit: %v", err)
+	}
+	srv.Close()
+	if _, err := c.Push(ctx, dst, []byte("t"), []byte("x"), nil); err == nil || Permanent(err) {
+		t.Fatalf("a dead node: %v", err)
 	}
 }

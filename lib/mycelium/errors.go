@@ -19,7 +19,34 @@ var (
 	// cannot be read (bad JSON, a payload that is not base64): the message is gone
 	// from the node, the connection is fine.
 	ErrMalformed = errors.New("mycelium: malformed message")
+	// ErrNotJSON is returned by Pop when the node answered 200 with a whole body
+	// that is not JSON at all (a proxy's error page, a broken node build): no
+	// message can be read from it.
+	ErrNotJSON = errors.New("mycelium: 200 response body is not JSON")
+	// ErrTooLarge matches a request the node refuses for its size: a 413 answer, or
+	// a push that Push refuses before sending because its body would be over
+	// MaxRequestBody.
+	ErrTooLarge = errors.New("mycelium: request body too large for the node")
 )
+
+// Permanent reports whether err is a refusal that repeating the same request
+// cannot change: the node answered 400 (bad request), 413 (body too large), 415
+// or 422 (a body of the wrong shape), or the request was too large to send.
+// Anything else (connection errors, 5xx, timeouts) may pass and is worth a retry.
+func Permanent(err error) bool {
+	if errors.Is(err, ErrTooLarge) {
+		return true
+	}
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.StatusCode {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
+}
 
 // APIError is a response from the node with a status the operation does not
 // treat as success. It names the operation (the spec's operationId), the
@@ -41,9 +68,11 @@ func (e *APIError) Error() string {
 		e.Op, e.Method, e.Path, e.StatusCode, http.StatusText(e.StatusCode), msg)
 }
 
-// Is lets errors.Is(err, ErrNotFound) match a 404.
+// Is lets errors.Is(err, ErrNotFound) match a 404 and errors.Is(err, ErrTooLarge)
+// a 413.
 func (e *APIError) Is(target error) bool {
-	return target == ErrNotFound && e.StatusCode == http.StatusNotFound
+	return target == ErrNotFound && e.StatusCode == http.StatusNotFound ||
+		target == ErrTooLarge && e.StatusCode == http.StatusRequestEntityTooLarge
 }
 
 // RequestError is a failure to talk to the node at all (connection refused,

@@ -26,7 +26,9 @@ import (
 //     node's inbox.
 //
 // Any other status is an *APIError (the node answers 400 for a topic that is
-// too long, for instance).
+// too long, for instance, and 413 for a body over its limit). A push whose body
+// would be over MaxRequestBody is refused before sending, with an error matching
+// ErrTooLarge (MaxPayloadLen says how large a payload fits).
 func (c *Client) Push(ctx context.Context, dst Destination, topic, payload []byte, replyTimeout *time.Duration) (*PushResult, error) {
 	if err := dst.Validate(); err != nil {
 		return nil, err
@@ -36,6 +38,10 @@ func (c *Client) Push(ctx context.Context, dst Destination, topic, payload []byt
 	}
 	if payload == nil {
 		payload = []byte{}
+	}
+	if n, limit := len(payload), MaxPayloadLen(dst, topic); n > limit {
+		return nil, fmt.Errorf("%w: a payload of %d bytes is over the %d bytes that fit in a push (the node reads request bodies of at most %d bytes)",
+			ErrTooLarge, n, limit, MaxRequestBody)
 	}
 	r := request{op: "pushMessage", method: http.MethodPost, segs: []string{"api", "v1", "messages"},
 		body: pushBody{Dst: dst, Topic: topic, Payload: payload}}
@@ -89,7 +95,10 @@ func (c *Client) Push(ctx context.Context, dst Destination, topic, payload []byt
 // itself is allowed timeout plus Config.LongPollGrace. With peek the message
 // stays queued.
 //
-// Pop returns (nil, nil) when the node answers 204: nothing arrived in time.
+// Pop returns (nil, nil) when the node answers 204: nothing arrived in time (or,
+// on a v0.7.10 node, the node's lock was not free within timeout: a node holds it
+// for the whole of a long poll). A 200 whose body is JSON but not a message is an
+// error matching ErrMalformed; one that is not JSON, ErrNotJSON.
 func (c *Client) Pop(ctx context.Context, topic []byte, timeout time.Duration, peek bool) (*InboundMessage, error) {
 	secs := seconds(timeout)
 	q := url.Values{
@@ -116,7 +125,9 @@ func (c *Client) Pop(ctx context.Context, topic []byte, timeout time.Duration, p
 				// Whole JSON that is not a message (a payload that is not base64, …).
 				return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 			}
-			return nil, err // a cut-off answer: the connection's fault
+			// The body was read whole (a cut-off one fails in do), so it is
+			// not JSON at all.
+			return nil, fmt.Errorf("%w: %v", ErrNotJSON, err)
 		}
 		return &m, nil
 	case http.StatusNoContent:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // Destination is the receiver of a pushed message: exactly one of PK (the
@@ -124,6 +125,25 @@ type InboundMessage struct {
 }
 
 // pushBody is the spec's PushMessageBody (also the body of a reply).
+// MaxRequestBody is the largest request body a Mycelium v0.7.10 node reads:
+// axum's default body limit, 2 MiB. A larger one is answered 413.
+const MaxRequestBody = 2 << 20
+
+// MaxPayloadLen returns the largest payload a push to dst on topic can carry
+// within MaxRequestBody: the payload travels base64-encoded (4 bytes for 3) in a
+// JSON body with the destination and the topic.
+func MaxPayloadLen(dst Destination, topic []byte) int {
+	b, err := json.Marshal(pushBody{Dst: dst, Topic: topic, Payload: []byte{}})
+	if err != nil {
+		b, _ = json.Marshal(pushBody{Dst: ToPK(strings.Repeat("0", 64)), Topic: topic, Payload: []byte{}})
+	}
+	room := MaxRequestBody - len(b)
+	if room < 0 {
+		return 0
+	}
+	return room / 4 * 3
+}
+
 type pushBody struct {
 	Dst     Destination `json:"dst"`
 	Topic   []byte      `json:"topic,omitempty"`

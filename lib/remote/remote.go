@@ -37,8 +37,13 @@ const (
 	TopicResult = "hero.result"
 )
 
-// MaxPayload bounds an envelope (the gateway refuses larger ones).
-const MaxPayload = 8 << 20
+// MaxPayload bounds an envelope: the largest payload a Mycelium v0.7.10 node takes in
+// one push (its request body limit is 2 MiB, and the payload travels base64-encoded
+// in it) to a public key on a topic of the longest length,
+// mycelium.MaxPayloadLen(ToPK(key), 255-byte topic). Larger envelopes are refused,
+// never retried: at submission for a job pinned to a remote runner, at dispatch
+// otherwise (docs/multinode.md).
+const MaxPayload = 1572528
 
 // Envelope is the JSON payload of every Mycelium message between nodes.
 type Envelope struct {
@@ -61,6 +66,23 @@ func (e *Envelope) Encode() ([]byte, error) {
 		return nil, fmt.Errorf("envelope of %d bytes is over the %d-byte limit", len(b), MaxPayload)
 	}
 	return b, nil
+}
+
+// CheckJobSize refuses, with a clear error, a job that could never travel to a remote
+// runner: its job request envelope alone (before the flow's environment and the
+// dependencies' results are added at dispatch) is over MaxPayload.
+func CheckJobSize(j *model.Job) error {
+	e := &Envelope{Kind: KindJobRequest, ContextID: j.ContextID, MsgKey: "message:4294967295:4294967295",
+		Message: &model.Message{ID: j.ID, CallerID: j.CallerID, ContextID: j.ContextID, Kind: KindJobRequest, Job: []model.Job{*j}}}
+	e.V = Version
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxPayload {
+		return fmt.Errorf("job %d is %d bytes as a message to a remote runner; a Mycelium node takes at most %d bytes in one message", j.ID, len(b), MaxPayload)
+	}
+	return nil
 }
 
 // Decode parses and checks an envelope; the error says what is wrong with it.

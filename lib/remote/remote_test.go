@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/mycelium"
 )
 
 func TestEnvelopeRoundTripAndRefusals(t *testing.T) {
@@ -29,5 +30,13 @@ func TestEnvelopeRoundTripAndRefusals(t *testing.T) {
 		if _, err := Decode([]byte(payload)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", payload, err, want)
 		}
+	}
+}
+
+// MaxPayload is what a node takes in one push, with room for any topic.
+func TestMaxPayloadFitsANodesRequestLimit(t *testing.T) {
+	want := mycelium.MaxPayloadLen(mycelium.ToPK(strings.Repeat("ab", 32)), make([]byte, mycelium.MaxTopicLen))
+	if MaxPayload != want {
+		t.Fatalf("MaxPayload %d, a node takes %d", MaxPayload, want)
 	}
 }

@@ -27,9 +27,9 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.StringVar(&c.MyceliumIP, "mycelium-ip", "", mycelium.DefaultHost, "the Mycelium node's address, when --mycelium-url is not set")
 	f.IntVar(&c.MyceliumPort, "mycelium-port", "", mycelium.DefaultPort, "the Mycelium node's HTTP API port, when --mycelium-url is not set")
 	f.StringVar(&c.RouterAddr, "router-addr", "", "127.0.0.1:9655", "the local router's gRPC address (host:port)")
-	f.DurationVar(&c.PollTimeout, "poll-timeout", "", 10*time.Second, "how long one long-poll for inbound messages waits")
+	f.DurationVar(&c.PollTimeout, "poll-timeout", "", 10*time.Second, "how long one long-poll for inbound messages waits (the gateway's own pushes cancel it and go first)")
 	f.DurationVar(&c.RouterWait, "router-wait", "", 2*time.Minute, "how long an inbound message waits for an unavailable router (retried with backoff) before it is refused")
-	f.StringVar(&c.TopicPrefix, "topic-prefix", "", "", "pop only topics with this prefix (empty: the gateway owns its node's inbox and pops everything)")
+	f.StringVar(&c.TopicPrefix, "topic-prefix", "", "", "REMOVED, must stay empty: a Mycelium node's topic filter matches whole topics, so the gateway owns its node's inbox and pops every topic")
 }
 
 // Validate checks the configuration before anything starts.
@@ -52,6 +52,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RouterWait < 0 || c.RouterWait > time.Hour {
 		return fmt.Errorf("--router-wait must be between 0 and 1h")
+	}
+	if c.TopicPrefix != "" {
+		return fmt.Errorf("--topic-prefix is no longer supported: Mycelium v0.7.10 filters pops by the whole topic, not a prefix, so no prefix can select the gateway's topics; run the gateway as the only consumer of its node's inbox, without --topic-prefix (docs/mycelium.md)")
 	}
 	if c.PollTimeout < time.Second || c.PollTimeout > 5*time.Minute {
 		return fmt.Errorf("--poll-timeout must be between 1s and 5m")

@@ -32,8 +32,8 @@ type gateway struct {
 	my          *mycelium.Client
 	router      herov1.RouterClient
 	pollTimeout time.Duration
-	topicPrefix []byte
 	routerWait  time.Duration // how long an inbound message waits for an unavailable router
+	gate        *pollGate     // the gateway's other calls go before its long poll
 
 	mu        sync.Mutex
 	connected bool
@@ -48,7 +48,6 @@ type gatewayParams struct {
 	mycelium    *mycelium.Client
 	router      herov1.RouterClient
 	pollTimeout time.Duration
-	topicPrefix string
 	routerWait  time.Duration
 }
 
@@ -59,12 +58,17 @@ type gatewayMetrics struct {
 	up       prometheus.Gauge
 	// routerRetries counts deliveries retried because the router was unavailable.
 	routerRetries prometheus.Counter
+	// notJSON counts 200 answers to a pop whose body was not JSON (passed over).
+	notJSON prometheus.Counter
+	// yields counts long polls cancelled so that another call could go first.
+	yields prometheus.Counter
 }
 
 func newGateway(p gatewayParams) *gateway {
 	f := promauto.With(p.reg)
 	g := &gateway{
 		store: p.store, log: p.log, my: p.mycelium, router: p.router, pollTimeout: p.pollTimeout, routerWait: p.routerWait,
+		gate: newPollGate(),
 		m: gatewayMetrics{
 			messages: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_gateway_messages_total",
 				Help: "Envelopes sent and received over Mycelium, by direction (in, out), kind and outcome."}, []string{"direction", "kind", "outcome"}),
@@ -74,21 +78,31 @@ func newGateway(p gatewayParams) *gateway {
 			up:     f.NewGauge(prometheus.GaugeOpts{Name: "hero_gateway_mycelium_up", Help: "1 while the Mycelium node answers, 0 otherwise."}),
 			routerRetries: f.NewCounter(prometheus.CounterOpts{Name: "hero_gateway_router_retries_total",
 				Help: "Deliveries of inbound messages retried because the router was unavailable."}),
+			notJSON: f.NewCounter(prometheus.CounterOpts{Name: "hero_gateway_mycelium_not_json_total",
+				Help: "Answers of the Mycelium node to a pop that were 200 with a body that is not JSON (logged and passed over)."}),
+			yields: f.NewCounter(prometheus.CounterOpts{Name: "hero_gateway_poll_yields_total",
+				Help: "Long polls of the Mycelium node cancelled so that a push, status or admin call could go first."}),
 		},
-	}
-	if p.topicPrefix != "" {
-		g.topicPrefix = []byte(p.topicPrefix)
 	}
 	return g
 }
 
-// check is the readiness check: the Mycelium node answers.
-func (g *gateway) check(context.Context) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.connected {
-		return errors.New("the Mycelium node at " + g.my.BaseURL() + " does not answer")
+// infoTimeout bounds the readiness check's call to the node.
+const infoTimeout = 3 * time.Second
+
+// check is the readiness check: the Mycelium node answers GET /api/v1/admin. The
+// call goes before the gateway's own long poll (pollGate), so it answers at once
+// rather than after the poll.
+func (g *gateway) check(ctx context.Context) error {
+	leave := g.gate.enter()
+	defer leave()
+	ctx, cancel := context.WithTimeout(ctx, infoTimeout)
+	defer cancel()
+	if _, err := g.my.Info(ctx); err != nil {
+		g.setConnected(false)
+		return fmt.Errorf("the Mycelium node at %s does not answer: %v", g.my.BaseURL(), err)
 	}
+	g.setConnected(true)
 	return nil
 }
 
@@ -111,6 +125,10 @@ func (g *gateway) setConnected(ok bool) {
 	}
 }
 
+// busyPeek is how often the poll loop looks at the inbox (a peek with timeout 0)
+// while other calls are in progress and its long poll is held back.
+const busyPeek = 25 * time.Millisecond
+
 // run connects (learning our public key), then pops inbound messages until ctx ends.
 // Connection loss is retried with backoff; nothing queued is lost meanwhile (messages
 // wait in the Mycelium node; outbound sends fail and the router retries them).
@@ -118,7 +136,9 @@ func (g *gateway) run(ctx context.Context) error {
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
 		if g.selfKey() == "" {
+			leave := g.gate.enter()
 			info, err := g.my.Info(ctx)
+			leave()
 			if err != nil {
 				g.fail(ctx, err, &backoff)
 				continue
@@ -126,19 +146,28 @@ func (g *gateway) run(ctx context.Context) error {
 			g.mu.Lock()
 			g.self = info.NodePubkey
 			g.mu.Unlock()
+			g.setConnected(true)
 		}
 		// Peek, handle, then pop: a gateway that dies between taking a message and
 		// handing it on finds the message again when it restarts. The far side of every
 		// hand-over recognises a second copy (the router's inbound dedup, the ack
 		// script), so at-least-once here is exactly-once in effect.
-		msg, err := g.my.Pop(ctx, g.topicPrefix, g.pollTimeout, true)
-		if errors.Is(err, mycelium.ErrMalformed) {
+		msg, err := g.peek(ctx)
+		switch {
+		case errors.Is(err, mycelium.ErrMalformed):
 			// The node works; one message could not be read (e.g. not base64): drop it.
 			g.refuse(&mycelium.InboundMessage{}, "unknown", "malformed", err.Error())
 			g.remove(ctx, nil)
 			continue
-		}
-		if err != nil {
+		case errors.Is(err, mycelium.ErrNotJSON):
+			// The node (or something in front of it) answered nonsense: counted, logged
+			// and passed over. The pop that follows takes the inbox's head; should that
+			// be a readable message it is handled, not lost.
+			g.m.notJSON.Inc()
+			g.log.Warn().Err(err).Msg("the Mycelium node answered a pop with a body that is not JSON; passed over")
+			g.remove(ctx, nil)
+			continue
+		case err != nil:
 			g.fail(ctx, err, &backoff)
 			continue
 		}
@@ -152,26 +181,71 @@ func (g *gateway) run(ctx context.Context) error {
 	return nil
 }
 
+// peek looks at the head of the node's inbox. With no other call in progress it
+// long-polls (up to pollTimeout), and that poll is cancelled as soon as another call
+// enters the gate; with calls in progress it only looks (timeout 0) and then waits for
+// them to end, at most busyPeek. (nil, nil): nothing yet.
+func (g *gateway) peek(ctx context.Context) (*mycelium.InboundMessage, error) {
+	pctx, end, busy := g.gate.begin(ctx)
+	if pctx == nil {
+		msg, err := g.my.Pop(ctx, nil, 0, true)
+		if err != nil || msg != nil {
+			return msg, err
+		}
+		t := time.NewTimer(busyPeek)
+		defer t.Stop()
+		select {
+		case <-busy:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	}
+	defer end()
+	msg, err := g.my.Pop(pctx, nil, g.pollTimeout, true)
+	if err != nil && pctx.Err() != nil && ctx.Err() == nil {
+		g.m.yields.Inc() // cancelled for another call: not a failure
+		return nil, nil
+	}
+	return msg, err
+}
+
 // remove pops the message just handled (peeked is nil for one that could not be read).
-// The gateway owns its node's inbox (under its topic prefix), so the head is the
-// message it peeked; should another consumer have taken that one meanwhile, the
-// message popped instead is handled here rather than lost.
+// The gateway owns its node's inbox, so the head is the message it peeked; should
+// another consumer have taken that one meanwhile, the message popped instead is
+// handled here rather than lost. The pop is not cancelled for other calls (a pop
+// abandoned after the node took the message would lose it); it looks with timeout 0
+// first, and, when a message was peeked but the node answered nothing (a v0.7.10
+// node does so when its lock is busy), once more with a one-second wait.
 func (g *gateway) remove(ctx context.Context, peeked *mycelium.InboundMessage) {
 	backoff := 200 * time.Millisecond
+	wait := time.Duration(0)
 	for ctx.Err() == nil {
-		msg, err := g.my.Pop(ctx, g.topicPrefix, 0, false)
+		msg, err := g.my.Pop(ctx, nil, wait, false)
 		switch {
 		case errors.Is(err, mycelium.ErrMalformed):
 			if peeked != nil { // not the message peeked: another unreadable one
 				g.refuse(&mycelium.InboundMessage{}, "unknown", "malformed", err.Error())
 			}
 			return
+		case errors.Is(err, mycelium.ErrNotJSON):
+			g.m.notJSON.Inc()
+			g.log.Warn().Err(err).Msg("the Mycelium node answered a pop with a body that is not JSON; passed over")
+			return
 		case err != nil:
 			g.fail(ctx, err, &backoff)
 			continue
 		}
+		if msg == nil && peeked != nil && wait == 0 {
+			wait = time.Second
+			continue
+		}
 		if msg != nil && (peeked == nil || msg.ID != peeked.ID) {
-			g.log.Warn().Str("peeked", peeked.ID).Str("popped", msg.ID).Msg("inbox head changed under the gateway; handling the popped message")
+			was := "" // nothing readable was peeked
+			if peeked != nil {
+				was = peeked.ID
+			}
+			g.log.Warn().Str("peeked", was).Str("popped", msg.ID).Msg("inbox head changed under the gateway; handling the popped message")
 			g.receive(ctx, msg)
 		}
 		return
@@ -202,9 +276,11 @@ func (g *gateway) selfKey() string {
 	return g.self
 }
 
-// send pushes an envelope to another node.
+// send pushes an envelope to another node, ahead of the gateway's own long poll.
 func (g *gateway) send(ctx context.Context, dst mycelium.Destination, topic string, payload []byte, kind string) (string, error) {
+	leave := g.gate.enter()
 	res, err := g.my.Push(ctx, dst, []byte(topic), payload, nil)
+	leave()
 	if err != nil {
 		g.m.errors.Inc()
 		g.m.messages.WithLabelValues("out", kind, "error").Inc()

@@ -18,7 +18,9 @@ type handler struct {
 }
 
 // Send pushes an envelope to another node. Unavailable while the Mycelium node is not
-// reachable: the router keeps the message and tries again.
+// reachable: the router keeps the message and tries again. InvalidArgument when the
+// node can never take it (too large for its 2 MiB request limit, or refused with 400,
+// 413, 415 or 422): the router does not retry that.
 func (h *handler) Send(ctx context.Context, req *herov1.GatewaySendRequest) (*herov1.GatewaySendResponse, error) {
 	dst := mycelium.Destination{PK: req.DestinationPk, IP: req.DestinationIp}
 	if dst.PK != "" {
@@ -42,7 +44,16 @@ func (h *handler) Send(ctx context.Context, req *herov1.GatewaySendRequest) (*he
 			return nil, status.Error(codes.InvalidArgument, "a job request needs the runner's topic")
 		}
 	}
+	if limit := mycelium.MaxPayloadLen(dst, []byte(topic)); len(req.Envelope) > limit {
+		h.g.m.messages.WithLabelValues("out", env.Kind, "too_large").Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "envelope of %d bytes is larger than a Mycelium node accepts in one message (%d bytes; its request body limit is %d bytes)",
+			len(req.Envelope), limit, mycelium.MaxRequestBody)
+	}
 	id, err := h.g.send(ctx, dst, topic, req.Envelope, env.Kind)
+	if mycelium.Permanent(err) {
+		// Sending it again cannot change the node's answer: the caller must not retry.
+		return nil, status.Errorf(codes.InvalidArgument, "the Mycelium node refuses the message to %s: %v", dst, err)
+	}
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "push to %s: %v", dst, err)
 	}

@@ -24,7 +24,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	defer func() { _ = rc.Close() }()
 	g := newGateway(gatewayParams{
 		store: b.Store, log: env.Log, reg: env.Registry, mycelium: mc, router: herov1.NewRouterClient(rc),
-		pollTimeout: cfg.PollTimeout, topicPrefix: cfg.TopicPrefix, routerWait: cfg.RouterWait,
+		pollTimeout: cfg.PollTimeout, routerWait: cfg.RouterWait,
 	})
 	env.Probe.AddCheck("mycelium", g.check)
 	herov1.RegisterGatewayServer(b.GRPC.Server, &handler{g: g})

@@ -34,7 +34,9 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.DurationVar(&c.Lease, "lease", "", 30*time.Second, "how long a claimed message stays claimed without a heartbeat")
 	f.DurationVar(&c.Remote.Timeout, "remote-timeout", "", time.Minute, "a job for a remote runner that cannot be handed to the gateway for this long fails (a message's own timeout wins)")
 	f.DurationVar(&c.Remote.AckTimeout, "remote-ack-timeout", "", 30*time.Second, "a remote runner's node must acknowledge a job within this (a message's timeout_ack wins); then the job's retry policy applies")
-	f.DurationVar(&c.Remote.ResultTimeout, "remote-result-timeout", "", 0, "a remote job's result must arrive within this after the acknowledgement (a message's timeout_result wins; 0: the job's timeout plus a minute, or no limit)")
+	f.DurationVar(&c.Remote.ResultTimeout, "remote-result-timeout", "", 0, "a remote job's result must arrive within this after the acknowledgement, or the job ends with a timeout (a message's timeout_result wins; 0: the job's timeout, or --remote-job-timeout, plus --remote-result-margin)")
+	f.DurationVar(&c.Remote.ResultMargin, "remote-result-margin", "", time.Minute, "added to a remote job's timeout to make its result deadline")
+	f.DurationVar(&c.Remote.JobTimeout, "remote-job-timeout", "", time.Hour, "the timeout assumed, for its result deadline, of a remote job that has none")
 	f.DurationVar(&c.Retention, "retention", "", 7*24*time.Hour, "how long jobs run here for other nodes, and duplicate-delivery records, are kept")
 }
 
@@ -56,6 +58,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Workers < 1 || c.Workers > 1024 {
 		return fmt.Errorf("--workers must be between 1 and 1024")
+	}
+	if c.Remote.ResultMargin < 0 || c.Remote.JobTimeout <= 0 || c.Remote.ResultTimeout < 0 {
+		return fmt.Errorf("--remote-result-margin and --remote-result-timeout must not be negative, --remote-job-timeout must be positive")
 	}
 	if c.Lease < time.Second {
 		return fmt.Errorf("--lease must be at least 1s")

@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
@@ -29,7 +31,33 @@ type remoteConfig struct {
 	Timeout       time.Duration
 	AckTimeout    time.Duration
 	ResultTimeout time.Duration
+	// ResultMargin is added to a job's timeout to make its result deadline.
+	ResultMargin time.Duration
+	// JobTimeout stands for the timeout of a job that has none, for its result deadline.
+	JobTimeout time.Duration
 }
+
+// resultLimit is how long after the acknowledgement a remote job's result may take:
+// the message's timeout_result, else --remote-result-timeout, else (by default) the
+// job's timeout — or --remote-job-timeout for a job without one — plus
+// --remote-result-margin. A result that never arrives so ends its job with a timeout.
+func (c remoteConfig) resultLimit(m *model.Message) time.Duration {
+	if m.TimeoutResult > 0 {
+		return time.Duration(m.TimeoutResult) * time.Second
+	}
+	if c.ResultTimeout > 0 {
+		return c.ResultTimeout
+	}
+	run := c.JobTimeout
+	if len(m.Job) > 0 && m.Job[0].Timeout > 0 {
+		run = time.Duration(m.Job[0].Timeout) * time.Second
+	}
+	return run + c.ResultMargin
+}
+
+// permanent reports whether the gateway refused a message for good (too large for a
+// Mycelium node, or refused by it with 400/413/415/422): sending it again cannot help.
+func permanent(err error) bool { return status.Code(err) == codes.InvalidArgument }
 
 func seconds(s uint32, def time.Duration) time.Duration {
 	if s > 0 {
@@ -87,7 +115,8 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 	limit := seconds(m.Timeout, r.remote.Timeout)
 	deadline := time.UnixMilli(m.CreatedAtMs).Add(limit)
 	backoff := 100 * time.Millisecond
-	lastExtend := time.Now()
+	dispatched := time.Now()
+	lastExtend := dispatched
 	var transportID string
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -98,6 +127,10 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 			break
 		}
 		if ctx.Err() != nil {
+			return
+		}
+		if permanent(err) {
+			r.failMessage(ctx, db, cl, j, fmt.Sprintf("cannot send to remote runner %d: %v", rn.ID, status.Convert(err).Message()), log)
 			return
 		}
 		if time.Now().After(deadline) {
@@ -119,7 +152,7 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 	now := time.Now()
 	_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, cl.Item, "status", string(model.MessageDispatched), "transport_id", transportID, "transport_dst", dst,
-			"sent_at_ms", now.UnixMilli(), "updated_at", now.Unix())
+			"dispatched_at_ms", dispatched.UnixMilli(), "sent_at_ms", now.UnixMilli(), "updated_at", now.Unix())
 		store.AckOn(ctx, p, cl)
 		return nil
 	})
@@ -127,7 +160,11 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 		log.Error().Err(err).Msg("record sent message")
 		return
 	}
-	if err := r.store.AddRemoteDue(ctx, db.ContextID, cl.Item, now.Add(seconds(m.TimeoutAck, r.remote.AckTimeout))); err != nil {
+	// Checked at the acknowledgement's deadline or, when earlier, at the earliest the
+	// result can be due (the result's limit runs from the acknowledgement, which comes
+	// after now): a check that comes early is put off to the right time.
+	due := min(now.Add(seconds(m.TimeoutAck, r.remote.AckTimeout)).UnixMilli(), now.Add(r.remote.resultLimit(m)).UnixMilli())
+	if err := r.store.AddRemoteDue(ctx, db.ContextID, cl.Item, time.UnixMilli(due)); err != nil {
 		log.Error().Err(err).Msg("schedule acknowledgement check")
 	}
 	r.poke()
@@ -215,10 +252,16 @@ func (r *router) sendResult(ctx context.Context, j *model.Job, log zerolog.Logge
 			Message: "result of job " + model.JobRef{ContextID: j.Origin.ContextID, CallerID: j.CallerID, ID: j.ID}.String()}}
 	payload, err := env.Encode()
 	if err != nil {
-		log.Error().Err(err).Msg("encode result")
-		return false
+		// Too large for Mycelium (a huge result map): the origin learns that the job
+		// ended and why its result could not come back, rather than waiting for ever.
+		payload, err = r.shrunkResult(env, err.Error())
+		if err != nil {
+			log.Error().Err(err).Msg("encode result")
+			return false
+		}
 	}
 	backoff := 100 * time.Millisecond
+	shrunk := false
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		_, err := r.gateway.Send(cctx, &herov1.GatewaySendRequest{DestinationPk: j.Origin.PK, Envelope: payload})
@@ -229,12 +272,38 @@ func (r *router) sendResult(ctx context.Context, j *model.Job, log zerolog.Logge
 		if ctx.Err() != nil {
 			return false
 		}
+		if permanent(err) {
+			if shrunk {
+				log.Error().Err(err).Msg("the gateway refuses even the shortened result; the origin's result timeout applies")
+				return true
+			}
+			log.Warn().Err(err).Msg("the gateway refuses the result; sending a shortened one")
+			if payload, err = r.shrunkResult(env, status.Convert(err).Message()); err != nil {
+				log.Error().Err(err).Msg("encode result")
+				return false
+			}
+			shrunk = true
+			continue
+		}
 		log.Warn().Err(err).Dur("retry_in", backoff).Msg("return result to the origin node")
 		sleep(ctx, backoff)
 		if backoff < 5*time.Second {
 			backoff *= 2
 		}
 	}
+}
+
+// shrunkResult is a result envelope without the job's result map and output, ending
+// the job in error with the reason its result could not travel.
+func (r *router) shrunkResult(env *remote.Envelope, reason string) ([]byte, error) {
+	e := *env
+	m := *env.Message
+	j := m.Job[0]
+	j.Result, j.Error = nil, "the job ended ("+string(j.Status)+") but its result could not be returned over Mycelium: "+reason
+	j.Status, j.Fatal = model.JobError, true
+	m.Job = []model.Job{j}
+	e.Message = &m
+	return e.Encode()
 }
 
 // returnResult: a job run here for another node ended; its result goes back.
@@ -287,9 +356,10 @@ func (r *router) applyRemoteResult(ctx context.Context, db *store.DB, cl *store.
 	if !r.reportEnd(ctx, db, cl, []*herov1.JobDoneRequest{done}, log) {
 		return
 	}
-	now := time.Now().Unix()
+	arrived := time.Now()
+	now := arrived.Unix()
 	_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, m.OriginMsg, "status", string(model.MessageProcessed), "updated_at", now)
+		p.HSet(ctx, m.OriginMsg, "status", string(model.MessageProcessed), "result_at_ms", arrived.UnixMilli(), "updated_at", now)
 		p.HSet(ctx, cl.Item, "status", string(model.MessageProcessed), "updated_at", now)
 		store.AckOn(ctx, p, cl)
 		return nil
@@ -349,17 +419,15 @@ func (r *router) checkRemoteDue(ctx context.Context) {
 		var reason string
 		switch m.Status {
 		case model.MessageDispatched:
-			reason = fmt.Sprintf("no acknowledgement from the remote runner (%s) within %v", m.TransportDst, seconds(m.TimeoutAck, r.remote.AckTimeout))
-		case model.MessageAcknowledged:
-			limit := seconds(m.TimeoutResult, r.remote.ResultTimeout)
-			if limit == 0 {
-				if t := m.Job[0].Timeout; t > 0 {
-					limit = time.Duration(t)*time.Second + time.Minute
+			if m.SentAtMs > 0 {
+				if due := time.UnixMilli(m.SentAtMs).Add(seconds(m.TimeoutAck, r.remote.AckTimeout)); time.Now().Before(due) {
+					_ = r.store.AddRemoteDue(ctx, it.ContextID, it.MsgKey, due)
+					continue
 				}
 			}
-			if limit == 0 {
-				continue // no result deadline
-			}
+			reason = fmt.Sprintf("no acknowledgement from the remote runner (%s) within %v", m.TransportDst, seconds(m.TimeoutAck, r.remote.AckTimeout))
+		case model.MessageAcknowledged:
+			limit := r.remote.resultLimit(m)
 			due := time.UnixMilli(m.AckedAtMs).Add(limit)
 			if time.Now().Before(due) {
 				_ = r.store.AddRemoteDue(ctx, it.ContextID, it.MsgKey, due)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/remote"
 	"github.com/hero-coordinator/hero/lib/store"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
@@ -641,7 +642,7 @@ func (s *service) jobCreate(ctx context.Context, p Principal, in jobCreateParams
 	if in.Job == nil {
 		return nil, invalidParams("job", "job is required")
 	}
-	c, _, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "job.create")
+	c, db, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "job.create")
 	if err != nil {
 		return nil, err
 	}
@@ -654,6 +655,15 @@ func (s *service) jobCreate(ctx context.Context, p Principal, in jobCreateParams
 	}
 	if j.CallerID, err = callerFor(p, j.CallerID, "job"); err != nil {
 		return nil, err
+	}
+	if j.RunnerID != 0 {
+		// A job pinned to a remote runner travels over Mycelium: one too large for a
+		// node is refused now rather than failed at dispatch.
+		if r, err := db.LoadRunner(ctx, j.RunnerID); err == nil && !r.Local {
+			if err := remote.CheckJobSize(j); err != nil {
+				return nil, invalidParams("job", "%v", err)
+			}
+		}
 	}
 	out, _, err := s.store.CreateJob(ctx, j, p.Name())
 	return out, err

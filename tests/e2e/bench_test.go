@@ -425,3 +425,39 @@ func printCPU(before, after map[string]procCPU) {
 		}
 	}
 }
+
+// BenchmarkRemoteHop: two nodes over the Mycelium emulator with a v0.7.10 node's lock
+// semantics (a long poll holds the node's lock; the gateways poll for the default
+// 10 s): one-job flows of `sh true` pinned to node B's runner, one after another. The
+// remote hop of each is (started on B − dispatched on A) + (result recorded on A −
+// finished on B): the job's own run time left out.
+func BenchmarkRemoteHop(b *testing.B) {
+	if os.Getenv("HERO_BENCH") == "" {
+		b.Skip("set HERO_BENCH=1 (make bench) to run the end-to-end benchmarks")
+	}
+	_, _, _, ca, _ := twoNodes(b)
+	const n = 40
+	b.ResetTimer()
+	for i := uint32(1); i <= n; i++ {
+		ca.MustCall(b, "job.create", map[string]any{"context_id": 1, "job": map[string]any{"id": 100 + i, "script_type": "sh", "runner_id": 7, "script": "true"}}, nil)
+		ca.MustCall(b, "flow.create", map[string]any{"context_id": 1, "flow": map[string]any{"id": i, "jobs": []uint32{100 + i}}}, nil)
+		ca.MustCall(b, "flow.start", map[string]any{"context_id": 1, "id": i}, nil)
+		if f := ca.WaitFlow(b, 1, i, time.Minute); f.Status != "finished" {
+			b.Fatalf("flow %d: %+v", i, f)
+		}
+	}
+	b.StopTimer()
+	out, back := remoteHops(b, ca)
+	if len(out) != n {
+		b.Fatalf("%d remote jobs measured, want %d", len(out), n)
+	}
+	hop := make([]float64, n)
+	for i := range hop {
+		hop[i] = out[i] + back[i]
+	}
+	p50, p99 := percentile(hop, 0.50), percentile(hop, 0.99)
+	b.ReportMetric(p50, "p50-ms")
+	b.ReportMetric(p99, "p99-ms")
+	fmt.Printf("remote hop (dispatched on A → started on B, finished on B → result on A) over %d jobs: p50 %.1f ms, p99 %.1f ms, max %.1f ms (out p50 %.1f ms, back p50 %.1f ms)\n",
+		n, p50, p99, percentile(hop, 1), percentile(out, 0.5), percentile(back, 0.5))
+}

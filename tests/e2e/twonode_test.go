@@ -16,7 +16,7 @@ import (
 
 // freeAddr: an address a node's service binds later (the others name it; a restarted
 // service comes back on it).
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	a, err := freeport.Addr()
 	if err != nil {
@@ -27,7 +27,7 @@ func freeAddr(t *testing.T) string {
 
 // node is one Hero node: its Redis, its services and its gateway to Mycelium.
 type node struct {
-	t          *testing.T
+	t          testing.TB
 	name       string
 	redis      *redistest.Server
 	mycelium   *myceliumemu.Node
@@ -62,13 +62,13 @@ func (n *node) start(name string, args ...string) *harness.Proc {
 		n.api = p
 	case "mycelium-gateway":
 		p = harness.Start(n.t, binDir, name, n.redis.URL, harness.Options{Env: env, Args: append([]string{"--grpc-addr", n.gwAddr, "--router-addr", n.routerAddr,
-			"--mycelium-url", n.mycelium.URL(), "--poll-timeout", "1s"}, args...)})
+			"--mycelium-url", n.mycelium.URL()}, args...)}) // the default 10 s long poll, against the node's lock
 		n.gateway = p
 	}
 	return p
 }
 
-func newNode(t *testing.T, name string, r *redistest.Server, m *myceliumemu.Node, runnerID string, routerArgs ...string) *node {
+func newNode(t testing.TB, name string, r *redistest.Server, m *myceliumemu.Node, runnerID string, routerArgs ...string) *node {
 	n := &node{t: t, name: name, redis: r, mycelium: m, routerAddr: freeAddr(t), gwAddr: freeAddr(t), schedAddr: freeAddr(t), runnerID: runnerID}
 	n.start("scheduler")
 	n.start("router", routerArgs...)
@@ -88,7 +88,7 @@ func (n *node) operator() *harness.Client {
 
 // twoNodes: node A (runner 1 local, runner 7 remote on B) and node B (runner 7 local),
 // context 1 on both; B's context allows A's Mycelium key.
-func twoNodes(t *testing.T, routerArgsA ...string) (*myceliumemu.Network, *node, *node, *harness.Client, *harness.Client) {
+func twoNodes(t testing.TB, routerArgsA ...string) (*myceliumemu.Network, *node, *node, *harness.Client, *harness.Client) {
 	t.Helper()
 	var a, b *node
 	t.Cleanup(func() {

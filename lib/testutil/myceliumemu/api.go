@@ -22,30 +22,46 @@ import (
 // wrong shape (missing or unknown fields, bad keys or base64), with a
 // text/plain explanation. It is stricter than a node in one respect: unknown
 // JSON fields are refused, to catch client typos.
+//
+// Like a v0.7.10 node, every call locks the node (nodeLock): popMessage holds the
+// lock for the whole of its long poll, so other calls wait for it.
 
-const maxBody = 64 << 20
+// MaxBodyBytes is the largest request body a v0.7.10 node reads: axum's default
+// body limit (2 MiB). A larger body is refused with 413 Payload Too Large.
+const MaxBodyBytes = 2 << 20
 
 var b64 = base64.StdEncoding.Strict()
 
 func (nd *Node) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/v1/admin", nd.getInfo)
-	mux.HandleFunc("GET /api/v1/pubkey/{mycelium_ip}", nd.getPublicKeyFromIP)
-	mux.HandleFunc("GET /api/v1/messages", nd.popMessage)
-	mux.HandleFunc("POST /api/v1/messages", nd.pushMessage)
-	mux.HandleFunc("POST /api/v1/messages/reply/{id}", nd.pushMessageReply)
-	mux.HandleFunc("GET /api/v1/messages/status/{id}", nd.getMessageInfo)
-	mux.HandleFunc("GET /api/v1/messages/topics/default", nd.getDefaultTopicAction)
-	mux.HandleFunc("PUT /api/v1/messages/topics/default", nd.setDefaultTopicAction)
-	mux.HandleFunc("GET /api/v1/messages/topics", nd.getTopics)
-	mux.HandleFunc("POST /api/v1/messages/topics", nd.addTopic)
-	mux.HandleFunc("DELETE /api/v1/messages/topics/{topic}", nd.removeTopic)
-	mux.HandleFunc("GET /api/v1/messages/topics/{topic}/sources", nd.getTopicSources)
-	mux.HandleFunc("POST /api/v1/messages/topics/{topic}/sources", nd.addTopicSource)
-	mux.HandleFunc("DELETE /api/v1/messages/topics/{topic}/sources/{subnet}", nd.removeTopicSource)
-	mux.HandleFunc("GET /api/v1/messages/topics/{topic}/forward", nd.getTopicForwardSocket)
-	mux.HandleFunc("PUT /api/v1/messages/topics/{topic}/forward", nd.setTopicForwardSocket)
-	mux.HandleFunc("DELETE /api/v1/messages/topics/{topic}/forward", nd.removeTopicForwardSocket)
+	// locked: the handler runs under the node's lock (taken once the request is
+	// read, released when it has answered).
+	locked := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if !nd.lock.acquire(r.Context().Done(), nil) {
+				return // the client went away while waiting
+			}
+			defer nd.lock.release()
+			h(w, r)
+		}
+	}
+	mux.HandleFunc("GET /api/v1/admin", locked(nd.getInfo))
+	mux.HandleFunc("GET /api/v1/pubkey/{mycelium_ip}", locked(nd.getPublicKeyFromIP))
+	mux.HandleFunc("GET /api/v1/messages", nd.popMessage)   // locks while it polls
+	mux.HandleFunc("POST /api/v1/messages", nd.pushMessage) // locks to push, not while awaiting a reply
+	mux.HandleFunc("POST /api/v1/messages/reply/{id}", locked(nd.pushMessageReply))
+	mux.HandleFunc("GET /api/v1/messages/status/{id}", locked(nd.getMessageInfo))
+	mux.HandleFunc("GET /api/v1/messages/topics/default", locked(nd.getDefaultTopicAction))
+	mux.HandleFunc("PUT /api/v1/messages/topics/default", locked(nd.setDefaultTopicAction))
+	mux.HandleFunc("GET /api/v1/messages/topics", locked(nd.getTopics))
+	mux.HandleFunc("POST /api/v1/messages/topics", locked(nd.addTopic))
+	mux.HandleFunc("DELETE /api/v1/messages/topics/{topic}", locked(nd.removeTopic))
+	mux.HandleFunc("GET /api/v1/messages/topics/{topic}/sources", locked(nd.getTopicSources))
+	mux.HandleFunc("POST /api/v1/messages/topics/{topic}/sources", locked(nd.addTopicSource))
+	mux.HandleFunc("DELETE /api/v1/messages/topics/{topic}/sources/{subnet}", locked(nd.removeTopicSource))
+	mux.HandleFunc("GET /api/v1/messages/topics/{topic}/forward", locked(nd.getTopicForwardSocket))
+	mux.HandleFunc("PUT /api/v1/messages/topics/{topic}/forward", locked(nd.setTopicForwardSocket))
+	mux.HandleFunc("DELETE /api/v1/messages/topics/{topic}/forward", locked(nd.removeTopicForwardSocket))
 	return mux
 }
 
@@ -126,9 +142,14 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeText(w, http.StatusUnsupportedMediaType, "Expected request with `Content-Type: application/json`")
 		return false
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
-		writeText(w, http.StatusRequestEntityTooLarge, err.Error())
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeText(w, http.StatusRequestEntityTooLarge, "Failed to buffer the request body: length limit exceeded")
+		} else {
+			writeText(w, http.StatusBadRequest, "Failed to buffer the request body: "+err.Error())
+		}
 		return false
 	}
 	if !json.Valid(b) {
@@ -241,13 +262,18 @@ func (nd *Node) pushMessage(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusBadRequest, "topic too large, topic is limited to 255 bytes")
 		return
 	}
+	if !nd.lock.acquire(r.Context().Done(), nil) {
+		return // the client went away while waiting for the node
+	}
 	if !wait {
 		id := nd.push(dst, topic, payload, "", nil)
+		nd.lock.release()
 		writeJSON(w, http.StatusCreated, wireID{id})
 		return
 	}
 	ch := make(chan Message, 1)
 	id := nd.push(dst, topic, payload, "", ch)
+	nd.lock.release() // the reply is awaited without the lock
 	timer := time.NewTimer(seconds(secs))
 	defer timer.Stop()
 	select {
@@ -316,6 +342,27 @@ func (nd *Node) popMessage(w http.ResponseWriter, r *http.Request) {
 	n := nd.net
 	timer := time.NewTimer(seconds(secs))
 	defer timer.Stop()
+	// The timeout covers the wait for the node's lock, which is then held until
+	// the pop answers.
+	if !nd.lock.acquire(r.Context().Done(), timer.C) {
+		if r.Context().Err() == nil {
+			writeEmpty(w, http.StatusNoContent)
+		}
+		return
+	}
+	defer nd.lock.release()
+	n.mu.Lock()
+	garbage := nd.garbage > 0
+	if garbage {
+		nd.garbage--
+	}
+	n.mu.Unlock()
+	if garbage {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.Write([]byte("<html>502 Bad Gateway</html>"))
+		return
+	}
 	polling := false
 	defer func() {
 		if polling {

@@ -30,11 +30,20 @@
 //     delivered to that node's inbox with srcIp/srcPk set to the sender's:
 //     the network authenticates the source. With no delay set, delivery
 //     happens before the push returns.
-//   - Pop with a topic selects by PREFIX (the spec: "checks if the message has
-//     the given string at the start"); Options.TopicMatch / SetTopicMatch
-//     switch to whole-topic matching, which some node releases implement. It
+//   - Pop with a topic selects by the WHOLE topic, as Mycelium v0.7.10 does
+//     (api.yaml's prose says prefix; no release does that);
+//     Options.TopicMatch / SetTopicMatch switch to prefix matching. It
 //     long-polls up to timeout seconds and answers 204 when nothing matched.
 //     Popped messages leave the inbox unless peek is set.
+//   - Every call takes the node's node-wide lock, first come first served, as
+//     v0.7.10's API does, and popMessage holds it for the whole of its long
+//     poll: while a pop waits for a message, every push, reply, status or admin
+//     call on that node waits for the pop to end (or for its client to go
+//     away). A pop's timeout covers its wait for the lock: one that cannot get
+//     the lock in time answers 204 (at once when timeout is 0). A push waiting
+//     for a reply holds the lock only to push.
+//   - Request bodies over MaxBodyBytes (2 MiB, axum's default limit) are
+//     refused with 413, before anything is pushed.
 //   - A reply reuses the message's id and has no topic. A push waiting for it
 //     (reply_timeout) receives it as the 200 body; otherwise it goes to the
 //     original sender's inbox (visible only to pops without a topic filter).
@@ -50,7 +59,9 @@
 // Partition/Heal (messages between partitioned nodes are HELD and delivered
 // on Heal if their send window has not ended, otherwise aborted),
 // SetSendWindow, SetTopicMatch; on Node: StopAPI/StartAPI (API down, node
-// still receiving), Restart (process restart: in-memory state lost). Stats
+// still receiving), Restart (process restart: in-memory state lost),
+// GarbageNext (popMessage answers 200 with a body that is not JSON), LockWaits
+// (calls that waited for the node's lock). Stats
 // and WaitUntil let tests wait for events with a deadline instead of
 // sleeping.
 //

@@ -190,6 +190,7 @@ func TestPeekKeepsMessage(t *testing.T) {
 func TestTopicFilterMatchesByPrefix(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "a", "b")
+	e.net.SetTopicMatch(myceliumemu.TopicMatchPrefix)
 	e.push("a", "b", "hero.runner.1.", "r1")
 	e.push("a", "b", "hero.runner.10.", "r10")
 	e.push("a", "b", "other", "o")
@@ -222,10 +223,10 @@ func TestTopicFilterMatchesByPrefix(t *testing.T) {
 	}
 }
 
-func TestTopicFilterExactMode(t *testing.T) {
+// By default the filter compares the whole topic, as Mycelium v0.7.10 does.
+func TestTopicFilterExactByDefault(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "a", "b")
-	e.net.SetTopicMatch(myceliumemu.TopicMatchExact)
 	e.push("a", "b", "hero.runner.10.", "r10")
 	if m := e.pop("b", "hero.runner.1", 0); m != nil {
 		t.Fatalf("exact mode matched a prefix: %+v", m)

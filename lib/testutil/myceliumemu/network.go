@@ -22,14 +22,15 @@ const DefaultSendWindow = 5 * time.Minute
 type TopicMatch int
 
 const (
-	// TopicMatchPrefix selects messages whose topic starts with the filter,
-	// which is what api.yaml describes ("checks if the message has the given
-	// string at the start"). The default.
-	TopicMatchPrefix TopicMatch = iota
 	// TopicMatchExact selects messages whose topic equals the filter, which is
-	// what some Mycelium releases implement. Code that is correct under both
-	// settings is safe against either node.
-	TopicMatchExact
+	// what Mycelium v0.7.10 implements (its inbox compares the whole topic). The
+	// default.
+	TopicMatchExact TopicMatch = iota
+	// TopicMatchPrefix selects messages whose topic starts with the filter,
+	// which is what api.yaml's prose describes ("checks if the message has the
+	// given string at the start") but no node release does. Code that is
+	// correct under both settings is safe against either.
+	TopicMatchPrefix
 )
 
 // Options configure a Network. The zero value is usable.
@@ -43,7 +44,7 @@ type Options struct {
 	// topic rules) stays "pending" before it is aborted. Zero means
 	// DefaultSendWindow.
 	SendWindow time.Duration
-	// TopicMatch selects prefix (default) or exact topic filtering.
+	// TopicMatch selects exact (default, as v0.7.10) or prefix topic filtering.
 	TopicMatch TopicMatch
 	// RandSeed seeds the generator behind SetDropRate, for repeatable runs.
 	RandSeed uint64

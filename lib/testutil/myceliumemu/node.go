@@ -53,6 +53,9 @@ type Node struct {
 	waiters map[string]chan Message // pushes waiting for a reply, by message id
 	topics  topicConfig
 	started time.Time
+	garbage int // popMessage answers still to be garbage (GarbageNext)
+
+	lock nodeLock // the node-wide lock every API call takes
 
 	apiMu  sync.Mutex
 	srv    *http.Server
@@ -169,6 +172,19 @@ func (nd *Node) Restart() error {
 	n.mu.Unlock()
 	return nd.StartAPI()
 }
+
+// GarbageNext makes the node's next k popMessage answers a 200 whose body is not
+// JSON (what a confused proxy or a broken node build sends). No message is taken
+// by such an answer.
+func (nd *Node) GarbageNext(k int) {
+	nd.net.mu.Lock()
+	nd.garbage += k
+	nd.net.mu.Unlock()
+}
+
+// LockWaits returns how many API calls on this node had to wait for the node's
+// lock (held by a long poll or another call).
+func (nd *Node) LockWaits() int { return nd.lock.waited() }
 
 // Inbox returns a copy of the messages waiting in the node's inbox, oldest
 // first.

@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	delay := fs.Duration("delay", 0, "delivery delay of every message")
 	dropRate := fs.Float64("drop-rate", 0, "probability (0..1) that a message is lost")
 	window := fs.Duration("send-window", myceliumemu.DefaultSendWindow, "how long undelivered messages stay pending before they are aborted")
-	match := fs.String("topic-match", "prefix", "topic filter of popMessage: prefix (as api.yaml describes) or exact")
+	match := fs.String("topic-match", "exact", "topic filter of popMessage: exact (as Mycelium v0.7.10 does) or prefix (as api.yaml's prose says)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -107,9 +107,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	opts := myceliumemu.Options{Seed: *seed, SendWindow: *window, RandSeed: uint64(time.Now().UnixNano())}
 	switch *match {
-	case "prefix":
 	case "exact":
-		opts.TopicMatch = myceliumemu.TopicMatchExact
+	case "prefix":
+		opts.TopicMatch = myceliumemu.TopicMatchPrefix
 	default:
 		return fmt.Errorf("--topic-match: want prefix or exact, got %q", *match)
 	}

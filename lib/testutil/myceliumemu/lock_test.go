@@ -1,0 +1,145 @@
+package myceliumemu_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/mycelium"
+	"github.com/hero-coordinator/hero/lib/testutil/myceliumemu"
+)
+
+// As a v0.7.10 node: a long poll holds the node's lock, so a push, a status call and
+// an admin call on that node wait until the poll ends; on another node they do not.
+func TestLongPollHoldsTheNodeLock(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	polled := make(chan error, 1)
+	go func() {
+		_, err := e.c["a"].Pop(e.ctx, []byte("nothing"), 2*time.Second, true)
+		polled <- err
+	}()
+	if err := e.net.WaitUntil(e.ctx, func() bool { return e.net.Stats().Polling == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	id := e.push("a", "b", "t", "x")
+	waited := time.Since(start)
+	if waited < time.Second {
+		t.Fatalf("a push waited %v behind a pending 2 s long poll on its node, want the poll's end", waited)
+	}
+	if err := <-polled; err != nil {
+		t.Fatal(err)
+	}
+	if e.node("a").LockWaits() != 1 {
+		t.Fatalf("lock waits %d, want 1", e.node("a").LockWaits())
+	}
+	// A call on the other node is not held up by a's poll.
+	go func() {
+		_, err := e.c["a"].Pop(e.ctx, []byte("nothing"), 2*time.Second, true)
+		polled <- err
+	}()
+	if err := e.net.WaitUntil(e.ctx, func() bool { return e.net.Stats().Polling == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if _, err := e.c["b"].Info(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("b's admin call took %v while a polled", d)
+	}
+	// The same node's status and admin calls wait.
+	start = time.Now()
+	if st := e.state("a", id); st != "received" {
+		t.Fatalf("state %q", st)
+	}
+	if d := time.Since(start); d < 500*time.Millisecond {
+		t.Fatalf("a status call took %v during a's long poll, want it to wait", d)
+	}
+	<-polled
+}
+
+// A pop that cannot get the lock within its timeout answers 204 (at once for
+// timeout 0, even with a matching message queued); a long poll whose client goes
+// away releases the lock at once (axum drops the handler's future).
+func TestAbandonedPollReleasesTheLock(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	long := e.client(e.node("a"))
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := long.Pop(ctx, []byte("nothing"), 30*time.Second, true)
+		done <- err
+	}()
+	if err := e.net.WaitUntil(e.ctx, func() bool { return e.net.Stats().Polling == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	e.push("b", "a", "t", "queued")
+	start := time.Now()
+	if m, err := e.c["a"].Pop(e.ctx, []byte("t"), 0, true); err != nil || m != nil {
+		t.Fatalf("pop with timeout 0 under a held lock: %v %v, want 204", m, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("pop with timeout 0 waited %v", d)
+	}
+	cancel()
+	<-done
+	start = time.Now()
+	e.push("a", "b", "t", "after")
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("a push after the poll's client left waited %v", d)
+	}
+	if m := e.pop("a", "t", 0); m == nil || string(m.Payload) != "queued" {
+		t.Fatalf("queued message: %+v", m)
+	}
+}
+
+// Request bodies over 2 MiB are refused with 413 and nothing is sent; just under
+// the limit is accepted.
+func TestBodyLimit(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	max := mycelium.MaxPayloadLen(mycelium.ToPK(e.node("b").PK()), []byte("t"))
+	if _, err := e.c["a"].Push(e.ctx, mycelium.ToPK(e.node("b").PK()), []byte("t"), make([]byte, max), nil); err != nil {
+		t.Fatalf("a payload of the largest size a node takes (%d bytes): %v", max, err)
+	}
+	// The client refuses a larger one itself; sent anyway, the node answers 413.
+	if _, err := e.c["a"].Push(e.ctx, mycelium.ToPK(e.node("b").PK()), []byte("t"), make([]byte, max+3), nil); !errors.Is(err, mycelium.ErrTooLarge) || !mycelium.Permanent(err) {
+		t.Fatalf("client push over the limit: %v", err)
+	}
+	body := `{"dst":{"pk":"` + e.node("b").PK() + `"},"topic":"dA==","payload":"` + strings.Repeat("A", myceliumemu.MaxBodyBytes) + `"}`
+	resp, err := http.Post(e.node("a").URL()+"/api/v1/messages", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(msg), "length limit exceeded") {
+		t.Fatalf("push over %d bytes: %d %s, want 413", myceliumemu.MaxBodyBytes, resp.StatusCode, msg)
+	}
+	if n := e.node("b").InboxLen(); n != 1 {
+		t.Fatalf("inbox holds %d, want only the message under the limit", n)
+	}
+}
+
+// GarbageNext: the next pop answers 200 with a body that is not JSON and takes no
+// message.
+func TestGarbageNext(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	e.push("a", "b", "t", "kept")
+	e.node("b").GarbageNext(1)
+	if _, err := e.c["b"].Pop(e.ctx, nil, 0, false); !errors.Is(err, mycelium.ErrNotJSON) {
+		t.Fatalf("garbage pop: %v", err)
+	}
+	if m := e.pop("b", "t", 0); m == nil || string(m.Payload) != "kept" {
+		t.Fatalf("after garbage: %+v", m)
+	}
+}
