@@ -29,6 +29,11 @@ func (h *handler) Send(ctx context.Context, req *herov1.GatewaySendRequest) (*he
 	if err := dst.Validate(); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "destination: %v", err)
 	}
+	if len(req.Envelope) > remote.MaxPayload {
+		h.g.m.messages.WithLabelValues("out", "unknown", "too_large").Inc()
+		return nil, status.Errorf(codes.InvalidArgument, "envelope of %d bytes is larger than a Mycelium node accepts in one message (%d bytes; its request body limit is %d bytes)",
+			len(req.Envelope), remote.MaxPayload, mycelium.MaxRequestBody)
+	}
 	env, err := remote.Decode(req.Envelope)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "envelope: %v", err)
