@@ -133,8 +133,10 @@ func (nd *Node) StopAPI() {
 	if nd.srv == nil {
 		return
 	}
+	// The connections go first: a long poll cancelled before its connection is
+	// closed would answer (an empty 200) instead of dropping, as a dead API does.
+	_ = nd.srv.Close()
 	nd.cancel()
-	nd.srv.Close()
 	nd.srv, nd.cancel = nil, nil
 }
 
