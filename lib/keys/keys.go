@@ -61,6 +61,32 @@ func WakeQueue(ctxID uint32, queue string) string {
 // ends the wait when the caller's context ends (BLPOP does not watch the context).
 func WakeStop(id string) string { return "coord:wakestop:" + id }
 
+// RunnerContexts is the DB-0 set, on each server, of the contexts of that server that
+// hold runner:<id>: a runner process reads it (one SMEMBERS per server) instead of
+// looking for its record in every context.
+func RunnerContexts(runnerID uint32) string { return "coord:runner:" + u(runnerID) + ":contexts" }
+
+// RunnerContextsFormat is RunnerContexts with "%d" for the runner id (for scripts).
+const RunnerContextsFormat = "coord:runner:%d:contexts"
+
+// RunnerProcsOf is the DB-0 zset, on each server, of the live processes of runner id
+// <id> that serve contexts of that server → last heartbeat (ms): one heartbeat per
+// server, whatever the number of contexts.
+func RunnerProcsOf(runnerID uint32) string { return "coord:procs:" + u(runnerID) }
+
+// Busy is the DB-0 zset, on each server, of the contexts of that server that may have
+// work waiting (an item on msg_out, msg_in or a job queue) or held (a lease) → when an
+// item was last pushed (ms). Producers add a context in the same atomic step as the
+// item; the safety nets (lease sweeps, idle claims, the router's drain) and the queue
+// depth metric read it instead of every context, and a check (CheckBusy) removes a
+// context that has nothing waiting or held.
+const Busy = "coord:busy"
+
+// SweepLock is a DB-0 key, on each server, that one service replica holds for a
+// round of the lease sweep of that server's contexts (SET NX PX): replicas share
+// the sweep instead of each sweeping every context.
+const SweepLock = "coord:sweeplock"
+
 // Processing is a consumer's processing list (reliable claim), in the queue's DB.
 func Processing(consumer string) string { return "coord:proc:" + consumer }
 

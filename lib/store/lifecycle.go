@@ -269,6 +269,7 @@ redis.call('ZREM', 'coord:idx:runners', id)
 event('runner.deleted', actor, now_ms, '0', '0', '0', '', 'runner ' .. id)
 redis.call('SELECT', 0)
 for _, t in ipairs(all) do redis.call('UNLINK', 'coord:wake:' .. ctx .. ':coord:rq:' .. id .. ':' .. t) end
+redis.call('SREM', 'coord:runner:' .. id .. ':contexts', ctx)
 redis.call('PUBLISH', 'coord:control', 'runner-deleted:' .. ctx .. ':' .. id)
 return 1
 `)
@@ -362,6 +363,12 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 		for _, w := range wake {
 			p.Unlink(ctx, w)
 		}
+		for _, r := range runners.Val() {
+			if n, err := strconv.ParseUint(r, 10, 32); err == nil {
+				p.SRem(ctx, keys.RunnerContexts(uint32(n)), ctxID)
+			}
+		}
+		p.ZRem(ctx, keys.Busy, ctxID)
 		return nil
 	})
 	if err != nil {

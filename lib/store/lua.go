@@ -68,15 +68,17 @@ local function store_message(caller, first, now_ms, last, extra)
   redis.call('ZADD', 'coord:idx:messages', now_ms, caller .. ':' .. mid)
   return mk
 end
+` + LuaBusy + `
 -- wake_msg_out pushes n router wake tokens for context ctx onto coord:wake:msg_out
--- (DB 0 of the server the script runs on, the context's, where the routers wait on
--- it; the script is left in DB 0, so it comes last).
+-- and marks the context busy (DB 0 of the server the script runs on, the context's,
+-- where the routers wait on it; the script is left in DB 0, so it comes last).
 local function wake_msg_out(ctx, n)
   if n <= 0 then return end
   local tokens = {}
   for i = 1, n do tokens[i] = ctx end
   redis.call('SELECT', 0)
   redis.call('LPUSH', 'coord:wake:msg_out', unpack(tokens))
+  mark_busy(ctx)
 end
 -- track_msg records that message mk is about job id: a message shared by several jobs
 -- of a flow (given flow) in the flow's message set (coord:flowmsgs:<flow>, deleted with
@@ -88,6 +90,16 @@ local function track_msg(caller, id, mk, flow)
   else
     redis.call('SADD', 'coord:jobmsgs:' .. caller .. ':' .. id, mk)
   end
+end
+`
+
+// LuaBusy defines mark_busy(ctx): it adds context ctx to coord:busy (keys.Busy) with
+// the server's time. Call it in DB 0, in the step that pushes an item onto one of the
+// context's queues.
+const LuaBusy = `
+local function mark_busy(ctx)
+  local t = redis.call('TIME')
+  redis.call('ZADD', 'coord:busy', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ctx)
 end
 `
 

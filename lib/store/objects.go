@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -20,7 +21,12 @@ import (
 //
 // ARGV: prefix, seq key, index key, id, index member prefix, now ms, ncompare,
 //
-//	event type, event actor, then field/value pairs (the first ncompare compared).
+//	event type, event actor, status index prefix, DB-0 set ("" for none; "%d" in it
+//	stands for the id), DB-0 set member, then field/value pairs (the first ncompare
+//	compared).
+//
+// The DB-0 set (of the server the script runs on) gets the member when the object
+// exists after the call, created now or before (a retried create repairs it).
 //
 // Returns {status, id, field}: status 1 created, 2 same content existed, 0 conflict.
 var createScript = NewScript(`
@@ -28,7 +34,13 @@ local prefix, seqkey, idxkey = ARGV[1], ARGV[2], ARGV[3]
 local id = tonumber(ARGV[4])
 local member_prefix, now_ms, ncmp = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local ev_type, ev_actor, stidx = ARGV[8], ARGV[9], ARGV[10]
-local first = 11
+local reg, reg_member = ARGV[11], ARGV[12]
+local first = 13
+local function register(n)
+  if reg == '' then return end
+  redis.call('SELECT', 0)
+  redis.call('SADD', string.gsub(reg, '%%d', tostring(n)), reg_member)
+end
 if id == 0 then
   repeat
     id = redis.call('INCR', seqkey)
@@ -47,6 +59,7 @@ else
         return {0, id, ARGV[i]}
       end
     end
+    register(id)
     return {2, id, ''}
   end
 end
@@ -67,6 +80,7 @@ end
 if ev_type ~= '' then
   redis.call('XADD', KEYS[1], 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', ev_type, 'actor', ev_actor, 'time_ms', now_ms, 'detail', key)
 end
+register(id)
 return {1, id, ''}
 `)
 
@@ -84,6 +98,9 @@ type createSpec struct {
 	eventActor string
 	events     bool   // whether the DB has an event stream (context DBs)
 	statusIdx  string // per-status index prefix (objects with a status)
+	// registry, when set, is a DB-0 set ("%d" stands for the id) that gets
+	// registryMember in the same step (keys.RunnerContexts for runners).
+	registry, registryMember string
 }
 
 type createResult struct {
@@ -93,7 +110,7 @@ type createResult struct {
 
 func runCreate(ctx context.Context, eval func(*Script, []string, ...any) (any, error), c createSpec) (createResult, error) {
 	nowMs := time.Now().UnixMilli()
-	args := []any{c.prefix, c.seq, c.index, strconv.FormatUint(uint64(c.id), 10), c.member, strconv.FormatInt(nowMs, 10), len(c.compare) / 2, c.eventType, c.eventActor, c.statusIdx}
+	args := []any{c.prefix, c.seq, c.index, strconv.FormatUint(uint64(c.id), 10), c.member, strconv.FormatInt(nowMs, 10), len(c.compare) / 2, c.eventType, c.eventActor, c.statusIdx, c.registry, c.registryMember}
 	args = append(args, c.compare...)
 	args = append(args, c.initial...)
 	streamKey := keys.Events
@@ -338,7 +355,8 @@ func (s *Store) CreateRunner(ctx context.Context, ctxID uint32, r *model.Runner,
 	cmp, ini := splitFields(r, withFields(timestampFields, "script_types"))
 	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
 		return db.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "runner", prefix: "runner:", seq: keys.RunnerSeq, index: keys.RunnerIndex, id: r.ID, compare: cmp, initial: ini, eventType: "runner.created", eventActor: actor, events: true})
+	}, createSpec{object: "runner", prefix: "runner:", seq: keys.RunnerSeq, index: keys.RunnerIndex, id: r.ID, compare: cmp, initial: ini, eventType: "runner.created", eventActor: actor, events: true,
+		registry: keys.RunnerContextsFormat, registryMember: strconv.FormatUint(uint64(ctxID), 10)})
 	if err != nil {
 		return nil, false, err
 	}
@@ -373,14 +391,16 @@ func (s *Store) LoadRunner(ctx context.Context, ctxID, id uint32) (*model.Runner
 // ProcessTTL is how long a runner process counts as alive after its last heartbeat.
 const ProcessTTL = 15 * time.Second
 
-// LoadRunner reads runner:<id> with its live processes.
+// LoadRunner reads runner:<id> with its live processes: those that heartbeat on the
+// context's server (keys.RunnerProcsOf, in DB 0 there; one heartbeat per server).
 func (d *DB) LoadRunner(ctx context.Context, id uint32) (*model.Runner, error) {
 	var h *redis.MapStringStringCmd
 	var procs *redis.ZSliceCmd
 	minScore := strconv.FormatInt(time.Now().Add(-ProcessTTL).UnixMilli(), 10)
 	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
 		h = p.HGetAll(ctx, keys.Runner(id))
-		procs = p.ZRangeByScoreWithScores(ctx, keys.RunnerProcs(id), &redis.ZRangeBy{Min: minScore, Max: "+inf"})
+		p.Select(ctx, 0) // the next use of the connection selects its own DB again
+		procs = p.ZRangeByScoreWithScores(ctx, keys.RunnerProcsOf(id), &redis.ZRangeBy{Min: minScore, Max: "+inf"})
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("load runner %d: %w", id, err)
@@ -447,15 +467,90 @@ func (d *DB) ScriptTypeServed(ctx context.Context, t model.ScriptType) (bool, er
 	return n > 0, nil
 }
 
-// Heartbeat records that a runner process is alive.
-func (d *DB) Heartbeat(ctx context.Context, runnerID uint32, process string) error {
+// Heartbeat records that a runner process is alive on the servers that hold the
+// contexts it serves: one round trip per server (keys.RunnerProcsOf in DB 0 there),
+// whatever the number of contexts.
+func (s *Store) Heartbeat(ctx context.Context, runnerID uint32, process string, ctxIDs []uint32) error {
 	now := time.Now()
-	_, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, keys.RunnerProcs(runnerID), redis.Z{Score: float64(now.UnixMilli()), Member: process})
-		p.ZRemRangeByScore(ctx, keys.RunnerProcs(runnerID), "-inf", strconv.FormatInt(now.Add(-10*ProcessTTL).UnixMilli(), 10))
-		return nil
-	})
-	return err
+	var first error
+	for _, srv := range s.serversOf(ctxIDs) {
+		_, err := srv.fixed.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZAdd(ctx, keys.RunnerProcsOf(runnerID), redis.Z{Score: float64(now.UnixMilli()), Member: process})
+			p.ZRemRangeByScore(ctx, keys.RunnerProcsOf(runnerID), "-inf", strconv.FormatInt(now.Add(-10*ProcessTTL).UnixMilli(), 10))
+			return nil
+		})
+		if err != nil && first == nil {
+			first = fmt.Errorf("heartbeat on %s: %w", srv.Name, err)
+		}
+	}
+	return first
+}
+
+// serversOf returns the servers that hold the contexts, in the store's order.
+func (s *Store) serversOf(ctxIDs []uint32) []*Server {
+	if len(s.rules) == 0 {
+		if len(ctxIDs) == 0 {
+			return nil
+		}
+		return []*Server{s.primary}
+	}
+	seen := map[*Server]bool{}
+	for _, c := range ctxIDs {
+		seen[s.ServerFor(c)] = true
+	}
+	var out []*Server
+	for _, srv := range s.servers {
+		if seen[srv] {
+			out = append(out, srv)
+		}
+	}
+	return out
+}
+
+// runnerHereScript says whether runner:<id> exists in this context and keeps the
+// server's index of the runner's contexts (keys.RunnerContexts, DB 0) true for it, in
+// one step: KEYS none; ARGV runner id, context id. Returns 1 when the runner exists
+// (the context is then in the index), 0 when not (the context is not).
+var runnerHereScript = NewScript(`
+local here = redis.call('EXISTS', 'runner:' .. ARGV[1])
+redis.call('SELECT', 0)
+if here == 1 then
+  redis.call('SADD', 'coord:runner:' .. ARGV[1] .. ':contexts', ARGV[2])
+else
+  redis.call('SREM', 'coord:runner:' .. ARGV[1] .. ':contexts', ARGV[2])
+end
+return here
+`)
+
+// RunnerHere says whether runner:<id> exists in the context, and adds the context to
+// (or removes it from) keys.RunnerContexts on its server accordingly.
+func (d *DB) RunnerHere(ctx context.Context, runnerID uint32) (bool, error) {
+	res, err := d.Eval(ctx, runnerHereScript, nil, runnerID, d.ContextID)
+	if err != nil {
+		return false, fmt.Errorf("look for runner %d in context %d: %w", runnerID, d.ContextID, err)
+	}
+	n, _ := res.(int64)
+	return n == 1, nil
+}
+
+// RunnerContexts returns the contexts that hold runner:<id> according to the index of
+// each server (keys.RunnerContexts): one SMEMBERS per server, whatever the number of
+// contexts.
+func (s *Store) RunnerContexts(ctx context.Context, runnerID uint32) ([]uint32, error) {
+	var out []uint32
+	for _, srv := range s.servers {
+		vals, err := srv.fixed.SMembers(ctx, keys.RunnerContexts(runnerID)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("list the contexts of runner %d on %s: %w", runnerID, srv.Name, err)
+		}
+		for _, v := range vals {
+			if n, err := strconv.ParseUint(v, 10, 32); err == nil && n > 0 && s.ServerFor(uint32(n)) == srv {
+				out = append(out, uint32(n))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // ---- Jobs ----

@@ -66,6 +66,7 @@ func EnqueueOn(ctx context.Context, p redis.Pipeliner, ctxID uint32, queue, item
 	p.LPush(ctx, queue, item)
 	p.Select(ctx, 0)
 	p.LPush(ctx, keys.WakeQueue(ctxID, queue), "1")
+	markBusyOn(ctx, p, ctxID)
 	p.Select(ctx, int(ctxID))
 }
 
@@ -79,7 +80,13 @@ func EnqueueManyOn(ctx context.Context, p redis.Pipeliner, ctxID uint32, queue s
 		tokens[i] = "1"
 	}
 	p.LPush(ctx, keys.WakeQueue(ctxID, queue), tokens...)
+	markBusyOn(ctx, p, ctxID)
 	p.Select(ctx, int(ctxID))
+}
+
+// markBusyOn adds a context to coord:busy on a pipeline that is on DB 0.
+func markBusyOn(ctx context.Context, p redis.Pipeliner, ctxID uint32) {
+	p.ZAdd(ctx, keys.Busy, redis.Z{Score: float64(time.Now().UnixMilli()), Member: strconv.FormatUint(uint64(ctxID), 10)})
 }
 
 // claimScript: KEYS queue, processing list, leases; ARGV consumer, queue name, expiry
@@ -123,9 +130,10 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 //
 // It returns {script types hash, {item, message hash, job fields, claim id, partial}...,
 // {job key, queue}...}: the claimed messages (for a job request the RoutingJobFields of its job,
-// and the coord:script_types counts, read once) and the routed jobs. Of a job result
+// and the coord:script_types counts, read once) and the routed jobs. A routed job
+// marks the context busy (coord:busy, DB 0). Of a job result
 // only the fields kind and job are returned (partial = 1): most results need no more.
-var claimMessageScript = NewScript(`
+var claimMessageScript = NewScript(LuaBusy + `
 local JOB_FIELDS = {` + luaStrings(RoutingJobFields) + `}
 local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]
 local out, routed, types = {}, {}, nil
@@ -238,6 +246,7 @@ for _, t in ipairs(targets) do
   for i = 1, tokens[t] do ones[i] = '1' end
   lpush_all(ARGV[10] .. t, ones)
 end
+if #targets > 0 then mark_busy(ARGV[8]) end
 return {types or {}, out, routed}
 `)
 
@@ -372,13 +381,14 @@ func (d *DB) ExtendLease(ctx context.Context, c *Claim, lease time.Duration) (bo
 }
 
 // routeClaimedScript acknowledges claimed job request messages and pushes their jobs
-// onto their queues, with a wake token each: KEYS processing list, leases; ARGV
+// onto their queues, with a wake token each (and marks the context busy): KEYS
+// processing list, leases; ARGV
 // context id, now_s, the prefix of the job queues' wake lists (keys.WakeQueue), then
 // per message: its key, its lease member, the target queue, the job key. A message is
 // routed only while the claim holds it (LREM from the processing list): a second run
 // of the script (a retry after a lost answer) or a claim lost meanwhile queues no job
 // twice. Returns the number of messages routed.
-var routeClaimedScript = NewScript(`
+var routeClaimedScript = NewScript(LuaBusy + `
 local proc, leases = KEYS[1], KEYS[2]
 local now_s, wake_prefix = ARGV[2], ARGV[3]
 local tokens, targets = {}, {}
@@ -399,6 +409,7 @@ if #targets > 0 then
   for _, t in ipairs(targets) do
     for _ = 1, tokens[t] do redis.call('LPUSH', wake_prefix .. t, '1') end
   end
+  mark_busy(ARGV[1])
 end
 return n
 `)
@@ -460,8 +471,8 @@ func (d *DB) Ack(ctx context.Context, c *Claim) error {
 // only those claims (a claim whose answer was lost).
 // For each expired lease: if the item is still in the consumer's processing list, it
 // is removed from there and pushed back at the consuming end of its queue, with a wake
-// token in DB 0. The LREM makes the requeue happen at most once per claim.
-var requeueScript = NewScript(`
+// token in DB 0 (and the context marked busy there). The LREM makes the requeue happen at most once per claim.
+var requeueScript = NewScript(LuaBusy + `
 local expired
 if ARGV[4] ~= '' then
   expired = {}
@@ -515,6 +526,7 @@ if #moved > 0 then
       redis.call('LPUSH', 'coord:wake:' .. ARGV[3] .. ':' .. q, '1')
     end
   end
+  mark_busy(ARGV[3])
 end
 return moved
 `)
@@ -799,6 +811,143 @@ func (s *Store) SweepLeases(ctx context.Context, ctxIDs []uint32, now time.Time,
 		}
 		for _, it := range items {
 			moved(id, it)
+		}
+	}
+	return true
+}
+
+// checkBusyScript reads what a context has waiting or held: KEYS none (the context's
+// lists are named from ARGV; coord:busy in DB 0 is reached with SELECT 0); ARGV
+// context id, tidy (1: remove the context from coord:busy when it has nothing waiting
+// and no lease, add it when it has), then the script types. It looks at msg_out,
+// msg_in, queue:<type> and the pinned queues coord:rq:<runner>:<type> of the runners
+// of coord:idx:runners. Reply: {lease count, {list, length}...} of the lists that are
+// not empty.
+var checkBusyScript = NewScript(`
+local ctx, tidy = ARGV[1], ARGV[2] == '1'
+local out = {}
+local function look(q)
+  local n = redis.call('LLEN', q)
+  if n > 0 then out[#out + 1] = q; out[#out + 1] = n end
+end
+look('msg_out')
+look('msg_in')
+local runners = redis.call('ZRANGE', 'coord:idx:runners', 0, -1)
+for i = 3, #ARGV do
+  look('queue:' .. ARGV[i])
+  for _, r in ipairs(runners) do look('coord:rq:' .. r .. ':' .. ARGV[i]) end
+end
+local leases = redis.call('ZCARD', 'coord:leases')
+if tidy then
+  redis.call('SELECT', 0)
+  if #out == 0 and leases == 0 then
+    redis.call('ZREM', 'coord:busy', ctx)
+  else
+    redis.call('ZADD', 'coord:busy', 'NX', 0, ctx)
+  end
+end
+return {leases, out}
+`)
+
+// BusyState is what a context has waiting (the lengths of its lists that are not
+// empty, by name) and held (its leases).
+type BusyState struct {
+	Lists  map[string]int64
+	Leases int64
+}
+
+// CheckBusy reads what the context has waiting or held. With tidy it also keeps
+// coord:busy true: the context leaves it when it has nothing, or joins it (data
+// written before the index existed) when it has something. The check and the change
+// are one script: an item pushed meanwhile marks the context again after it.
+func (d *DB) CheckBusy(ctx context.Context, tidy bool) (BusyState, error) {
+	args := []any{d.ContextID, boolArg(tidy)}
+	for _, t := range model.ScriptTypes() {
+		args = append(args, string(t))
+	}
+	res, err := d.Eval(ctx, checkBusyScript, nil, args...)
+	if err != nil {
+		return BusyState{}, fmt.Errorf("check the queues of context %d: %w", d.ContextID, err)
+	}
+	vals, _ := res.([]any)
+	if len(vals) != 2 {
+		return BusyState{}, fmt.Errorf("check the queues of context %d: unexpected reply %v", d.ContextID, res)
+	}
+	st := BusyState{Lists: map[string]int64{}}
+	st.Leases, _ = vals[0].(int64)
+	flat, _ := vals[1].([]any)
+	for i := 0; i+1 < len(flat); i += 2 {
+		q, _ := flat[i].(string)
+		n, _ := flat[i+1].(int64)
+		st.Lists[q] = n
+	}
+	return st, nil
+}
+
+// BusyContexts returns the contexts of every server that are in coord:busy (that may
+// have work waiting or held), one ZRANGE per server whatever the number of contexts.
+// A member older than before is returned; a zero before returns every member.
+func (s *Store) BusyContexts(ctx context.Context, before time.Time) ([]uint32, error) {
+	max := "+inf"
+	if !before.IsZero() {
+		max = strconv.FormatInt(before.UnixMilli(), 10)
+	}
+	var out []uint32
+	for _, srv := range s.servers {
+		vals, err := srv.fixed.ZRangeByScore(ctx, keys.Busy, &redis.ZRangeBy{Min: "-inf", Max: max}).Result()
+		if err != nil {
+			return nil, fmt.Errorf("list busy contexts on %s: %w", srv.Name, err)
+		}
+		for _, v := range vals {
+			// Only the contexts placed on this server: an entry of another is stale.
+			if n, err := strconv.ParseUint(v, 10, 32); err == nil && n > 0 && s.ServerFor(uint32(n)) == srv {
+				out = append(out, uint32(n))
+			}
+		}
+	}
+	return out, nil
+}
+
+// SweepBusy is the shared lease sweep: on each server whose sweep lock (keys.SweepLock,
+// held for every) this caller takes, it checks every context of coord:busy (CheckBusy
+// with tidy: a context with nothing waiting or held leaves the index) and returns the
+// items of expired leases to their queues (RequeueExpired), calling moved for each.
+// Replicas of the services share the sweep: one of them sweeps a server per period.
+// It holds back after a passing fault, as SweepLeases does. It returns false when it
+// held back.
+func (s *Store) SweepBusy(ctx context.Context, owner string, every time.Duration, now time.Time, grace time.Duration, moved func(ctxID uint32, r Requeued)) bool {
+	if time.Since(s.LastFault()) < grace {
+		return false
+	}
+	for _, srv := range s.servers {
+		ok, err := srv.fixed.SetNX(ctx, keys.SweepLock, owner, every).Result()
+		if err != nil || !ok {
+			continue
+		}
+		vals, err := srv.fixed.ZRange(ctx, keys.Busy, 0, -1).Result()
+		if err != nil {
+			continue
+		}
+		for _, v := range vals {
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil || n == 0 || s.ServerFor(uint32(n)) != srv {
+				continue
+			}
+			db, err := s.Ctx(uint32(n))
+			if err != nil {
+				continue
+			}
+			st, err := db.CheckBusy(ctx, true)
+			if err != nil || st.Leases == 0 {
+				continue
+			}
+			items, err := db.RequeueExpired(ctx, now, 1000)
+			if err != nil {
+				continue
+			}
+			for _, it := range items {
+				moved(uint32(n), it)
+			}
 		}
 	}
 	return true

@@ -5,14 +5,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
 // depthCollector reports the depth of msg_out, msg_in and every queue:<script_type>,
-// summed over the contexts (the label stays bounded: one value per queue name).
+// summed over the contexts (the label stays bounded: one value per queue name). It
+// reads only the contexts of coord:busy (those that may have items waiting): one
+// ZRANGE per server when nothing waits, whatever the number of contexts.
 type depthCollector struct {
 	store *store.Store
 	desc  *prometheus.Desc
@@ -29,7 +31,10 @@ func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	totals := map[string]int64{keys.MsgOut: 0, keys.MsgIn: 0}
-	ids, err := c.store.ContextIDs(ctx)
+	for _, t := range model.ScriptTypes() {
+		totals[keys.Queue(string(t))] = 0
+	}
+	ids, err := c.store.BusyContexts(ctx, time.Time{})
 	if err != nil {
 		return
 	}
@@ -38,28 +43,14 @@ func (c *depthCollector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			continue
 		}
-		var types *redis.StringSliceCmd
-		if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
-			types = p.HKeys(ctx, keys.ScriptTypes)
-			return nil
-		}); err != nil {
+		st, err := db.CheckBusy(ctx, false)
+		if err != nil {
 			continue
 		}
-		names := []string{keys.MsgOut, keys.MsgIn}
-		for _, t := range types.Val() {
-			names = append(names, keys.Queue(t))
-		}
-		lens := make([]*redis.IntCmd, len(names))
-		if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, n := range names {
-				lens[i] = p.LLen(ctx, n)
+		for q, n := range st.Lists {
+			if _, ok := totals[q]; ok { // pinned queues are not reported
+				totals[q] += n
 			}
-			return nil
-		}); err != nil {
-			continue
-		}
-		for i, n := range names {
-			totals[n] += lens[i].Val()
 		}
 	}
 	for q, n := range totals {

@@ -118,7 +118,9 @@ func (r *router) run(ctx context.Context) error {
 	return nil
 }
 
-// recover hands back what this router held before a restart.
+// recover hands back what this router held before a restart, and puts every context
+// with work waiting or held into coord:busy (data older than the index; at start
+// only: afterwards the producers keep the index).
 func (r *router) recover(ctx context.Context) {
 	ids, err := r.store.ContextIDs(ctx)
 	if err != nil {
@@ -129,6 +131,9 @@ func (r *router) recover(ctx context.Context) {
 		db, err := r.store.Ctx(id)
 		if err != nil {
 			continue
+		}
+		if _, err := db.CheckBusy(ctx, true); err != nil {
+			r.log.Error().Err(err).Uint32(obs.KeyContextID, id).Msg("check queues")
 		}
 		moved, err := db.RequeueConsumer(ctx, r.id)
 		if err != nil {
@@ -209,9 +214,10 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // drainAll handles every message waiting in any context's msg_out and msg_in, with
-// or without a wake token.
+// or without a wake token. It looks only at the contexts of coord:busy (a producer
+// adds a context there with each item): one ZRANGE per server when nothing waits.
 func (r *router) drainAll(ctx context.Context) {
-	ids, err := r.store.ContextIDs(ctx)
+	ids, err := r.store.BusyContexts(ctx, time.Time{})
 	if err != nil {
 		return
 	}
@@ -220,9 +226,13 @@ func (r *router) drainAll(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		st, err := db.CheckBusy(ctx, false)
+		if err != nil {
+			continue
+		}
 		for _, q := range []string{keys.MsgOut, keys.MsgIn} {
-			n, err := db.QueueLen(ctx, q)
-			for err == nil && n > 0 && ctx.Err() == nil {
+			n := st.Lists[q]
+			for n > 0 && ctx.Err() == nil {
 				got := r.drain(ctx, id, q, false)
 				if got == 0 {
 					break
@@ -721,8 +731,11 @@ func (r *router) callJobsDone(ctx context.Context, ends []*herov1.JobDoneRequest
 
 // sweepLeases returns items of dead consumers (routers and runners alike) to their
 // queues once their leases expire. A safety net: live consumers extend their leases.
+// It is shared (store.SweepBusy): only the contexts of coord:busy, and one replica of
+// the routers and runners sweeps a server per period.
 func (r *router) sweepLeases(ctx context.Context) {
-	t := time.NewTicker(r.lease / 3)
+	every := r.lease / 3
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -730,11 +743,7 @@ func (r *router) sweepLeases(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		ids, err := r.store.ContextIDs(ctx)
-		if err != nil {
-			continue
-		}
-		r.store.SweepLeases(ctx, ids, time.Now(), r.lease, func(id uint32, mv store.Requeued) {
+		r.store.SweepBusy(ctx, r.id, every, time.Now(), r.lease, func(id uint32, mv store.Requeued) {
 			r.m.requeued.Inc()
 			r.log.Warn().Uint32(obs.KeyContextID, id).Str("queue", mv.Queue).Str("item", mv.Item).Msg("lease expired; item back on its queue")
 		})

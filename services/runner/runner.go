@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -186,8 +187,12 @@ func (r *runner) worker(t task) {
 	}
 }
 
-// refreshServed finds the contexts to serve (those with the runner record) and
-// announces the script types there.
+// refreshServed finds the contexts to serve (those with the runner record) by looking
+// in every candidate context, and announces the script types there. It runs once, at
+// start: it also fills each server's index of the runner's contexts
+// (keys.RunnerContexts) for contexts whose runner record is older than the index.
+// Afterwards a control message refreshes the one context it names (refreshContext),
+// and the safety net reads the index (refreshFromIndex).
 func (r *runner) refreshServed(ctx context.Context) {
 	candidates := r.cfg.contextIDs
 	if candidates == nil {
@@ -198,27 +203,94 @@ func (r *runner) refreshServed(ctx context.Context) {
 		}
 		candidates = ids
 	}
-	var served []uint32
+	served := make([]uint32, 0, len(candidates))
 	for _, id := range candidates {
-		db, err := r.store.Ctx(id)
+		if r.serves(ctx, id) {
+			served = append(served, id)
+		}
+	}
+	r.setServed(served)
+	if err := r.store.Heartbeat(ctx, r.cfg.RunnerID, r.cfg.WorkerID, served); err != nil {
+		r.log.Error().Err(err).Msg("heartbeat")
+	}
+}
+
+// serves says whether this process serves a context (it holds the runner record, and
+// --contexts names it or is *), announcing the script types there when it does.
+func (r *runner) serves(ctx context.Context, id uint32) bool {
+	if r.cfg.contextIDs != nil && !slices.Contains(r.cfg.contextIDs, id) {
+		return false
+	}
+	db, err := r.store.Ctx(id)
+	if err != nil {
+		return false
+	}
+	if here, err := db.RunnerHere(ctx, r.cfg.RunnerID); err != nil || !here {
 		if err != nil {
-			continue
+			r.log.Error().Err(err).Uint32(obs.KeyContextID, id).Msg("look for the runner record")
 		}
-		if _, err := db.LoadRunner(ctx, r.cfg.RunnerID); err != nil {
-			continue
-		}
-		if err := db.AnnounceScriptTypes(ctx, r.cfg.RunnerID, r.cfg.types); err != nil {
-			r.log.Error().Err(err).Uint32(obs.KeyContextID, id).Msg("announce script types")
-			continue
-		}
-		_ = db.Heartbeat(ctx, r.cfg.RunnerID, r.cfg.WorkerID)
-		served = append(served, id)
+		return false
 	}
+	if err := db.AnnounceScriptTypes(ctx, r.cfg.RunnerID, r.cfg.types); err != nil {
+		r.log.Error().Err(err).Uint32(obs.KeyContextID, id).Msg("announce script types")
+		return false
+	}
+	return true
+}
+
+// refreshContext checks one context (named by a control message) and serves it or
+// stops serving it: a message costs the same whatever the number of contexts.
+func (r *runner) refreshContext(ctx context.Context, id uint32) {
+	ok := r.serves(ctx, id)
+	served, _ := r.servedNow()
+	i, found := slices.BinarySearch(served, id)
+	switch {
+	case ok && !found:
+		served = slices.Insert(served, i, id)
+	case !ok && found:
+		served = slices.Delete(served, i, i+1)
+	default:
+		return
+	}
+	r.setServed(served)
+	if ok {
+		if err := r.store.Heartbeat(ctx, r.cfg.RunnerID, r.cfg.WorkerID, []uint32{id}); err != nil {
+			r.log.Error().Err(err).Msg("heartbeat")
+		}
+	}
+}
+
+// refreshFromIndex is the safety net for a lost control message: it compares the
+// served contexts with the servers' index of the runner's contexts (one SMEMBERS per
+// server) and checks only the contexts where they differ.
+func (r *runner) refreshFromIndex(ctx context.Context) {
+	indexed, err := r.store.RunnerContexts(ctx, r.cfg.RunnerID)
+	if err != nil {
+		r.log.Error().Err(err).Msg("list the runner's contexts")
+		return
+	}
+	if r.cfg.contextIDs != nil {
+		indexed = slices.DeleteFunc(indexed, func(id uint32) bool { return !slices.Contains(r.cfg.contextIDs, id) })
+	}
+	served, _ := r.servedNow()
+	for _, id := range indexed {
+		if _, found := slices.BinarySearch(served, id); !found {
+			r.refreshContext(ctx, id)
+		}
+	}
+	for _, id := range served {
+		if _, found := slices.BinarySearch(indexed, id); !found {
+			r.refreshContext(ctx, id)
+		}
+	}
+}
+
+// setServed replaces the served contexts (sorted) and wakes the claim loops when
+// they changed.
+func (r *runner) setServed(served []uint32) {
+	slices.Sort(served)
 	r.mu.Lock()
-	changed := len(served) != len(r.served)
-	for i := 0; !changed && i < len(served); i++ {
-		changed = served[i] != r.served[i]
-	}
+	changed := !slices.Equal(served, r.served)
 	r.served = served
 	if changed {
 		close(r.servedChanged)
@@ -226,7 +298,11 @@ func (r *runner) refreshServed(ctx context.Context) {
 	}
 	r.mu.Unlock()
 	if changed {
-		r.log.Info().Uint32(obs.KeyRunnerID, r.cfg.RunnerID).Interface("contexts", served).Interface("script_types", r.cfg.types).Msg("serving")
+		ev := r.log.Info().Uint32(obs.KeyRunnerID, r.cfg.RunnerID).Int("contexts", len(served)).Interface("script_types", r.cfg.types)
+		if len(served) <= 32 {
+			ev = ev.Interface("context_ids", served)
+		}
+		ev.Msg("serving")
 	}
 }
 
@@ -467,14 +543,29 @@ func (r *runner) releaseClaims(ctx context.Context, db *store.DB, ids []string) 
 	}
 }
 
+// claimWithoutToken claims jobs waiting in the served contexts without a wake token
+// (one lost in a crash, or taken by a wait whose answer was lost). It looks only at
+// the contexts of coord:busy (one ZRANGE per server when nothing waits), not at every
+// served one.
 func (r *runner) claimWithoutToken(ctx context.Context, served []uint32) {
-	for _, c := range served {
+	busy, err := r.store.BusyContexts(ctx, time.Time{})
+	if err != nil {
+		return
+	}
+	for _, c := range busy {
+		if _, ok := slices.BinarySearch(served, c); !ok {
+			continue
+		}
 		db, err := r.store.Ctx(c)
 		if err != nil {
 			continue
 		}
+		st, err := db.CheckBusy(ctx, false)
+		if err != nil {
+			continue
+		}
 		for _, q := range r.queues() {
-			if n, err := db.QueueLen(ctx, q); err != nil || n == 0 {
+			if st.Lists[q] == 0 {
 				continue
 			}
 			select {
@@ -528,7 +619,8 @@ func (r *runner) stop(ref model.JobRef, reason string) bool {
 	return true
 }
 
-// heartbeatLoop announces this process in every served context.
+// heartbeatLoop announces this process on every server that holds a served context
+// (one round trip per server).
 func (r *runner) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Heartbeat)
 	defer t.Stop()
@@ -538,17 +630,16 @@ func (r *runner) heartbeatLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for _, c := range r.servedContexts() {
-			if db, err := r.store.Ctx(c); err == nil {
-				_ = db.Heartbeat(ctx, r.cfg.RunnerID, r.cfg.WorkerID)
-			}
-		}
+		_ = r.store.Heartbeat(ctx, r.cfg.RunnerID, r.cfg.WorkerID, r.servedContexts())
 	}
 }
 
-// sweepLoop returns the jobs of dead runner processes to their queues.
+// sweepLoop returns the jobs of dead runner processes to their queues. The sweep is
+// shared with the routers and the other runner processes (store.SweepBusy): it looks
+// only at the contexts of coord:busy, and one process sweeps a server per period.
 func (r *runner) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Lease / 3)
+	every := r.cfg.Lease / 3
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -556,15 +647,16 @@ func (r *runner) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		r.store.SweepLeases(ctx, r.servedContexts(), time.Now(), r.cfg.Lease, func(id uint32, mv store.Requeued) {
+		r.store.SweepBusy(ctx, r.cfg.WorkerID, every, time.Now(), r.cfg.Lease, func(id uint32, mv store.Requeued) {
 			r.m.requeued.Inc()
 			r.log.Warn().Uint32(obs.KeyContextID, id).Str("queue", mv.Queue).Str("item", mv.Item).Msg("lease expired; job back on its queue")
 		})
 	}
 }
 
-// watchControl refreshes the served contexts when contexts or runners are created
-// (pub/sub on coord:control), and every 30 s as a safety net.
+// watchControl refreshes the context a control message names when contexts or runners
+// are created or deleted (pub/sub on coord:control), and every 30 s compares the served
+// contexts with the servers' index as a safety net (refreshFromIndex).
 func (r *runner) watchControl(ctx context.Context) {
 	sub := r.store.G().Subscribe(ctx, keys.Control)
 	defer func() { _ = sub.Close() }()
@@ -579,14 +671,11 @@ func (r *runner) watchControl(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if strings.HasPrefix(msg.Payload, "context:") || strings.HasPrefix(msg.Payload, "runner:") {
-				if strings.HasPrefix(msg.Payload, "runner:") && !strings.HasSuffix(msg.Payload, ":"+strconv.FormatUint(uint64(r.cfg.RunnerID), 10)) {
-					continue
-				}
-				r.refreshServed(ctx)
+			if id, ok := controlContext(msg.Payload, r.cfg.RunnerID); ok {
+				r.refreshContext(ctx, id)
 			}
 		case <-t.C:
-			r.refreshServed(ctx)
+			r.refreshFromIndex(ctx)
 		}
 	}
 }
@@ -634,4 +723,30 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// controlContext is the context a control message names, when it may change what
+// this runner serves: "context:<ctx>", "context-deleted:<ctx>", and
+// "runner:<ctx>:<runner>" or "runner-deleted:<ctx>:<runner>" of this runner id.
+func controlContext(payload string, runnerID uint32) (uint32, bool) {
+	kind, rest, ok := strings.Cut(payload, ":")
+	if !ok {
+		return 0, false
+	}
+	switch kind {
+	case "context", "context-deleted":
+	case "runner", "runner-deleted":
+		c, rid, ok := strings.Cut(rest, ":")
+		if !ok || rid != strconv.FormatUint(uint64(runnerID), 10) {
+			return 0, false
+		}
+		rest = c
+	default:
+		return 0, false
+	}
+	id, err := strconv.ParseUint(rest, 10, 32)
+	if err != nil || id == 0 {
+		return 0, false
+	}
+	return uint32(id), true
 }

@@ -140,8 +140,10 @@ func TestDeleteLeavesNothing(t *testing.T) {
 		}
 	}
 	for _, k := range without(keysOf(t, 0), base0) {
-		// Wake lists, and the used nonces of signed requests (they expire on their own).
-		if !strings.HasPrefix(k, "coord:wake:") && !strings.HasPrefix(k, "coord:nonce:") {
+		// Wake lists, the used nonces of signed requests (they expire on their own), the
+		// index of contexts with work (a context leaves it at the next sweep), the
+		// sweep lock (it expires), the runner processes' heartbeats.
+		if !strings.HasPrefix(k, "coord:wake:") && !strings.HasPrefix(k, "coord:nonce:") && k != "coord:busy" && k != "coord:sweeplock" && !strings.HasPrefix(k, "coord:procs:") {
 			t.Errorf("DB 0 key left behind: %s", k)
 		}
 	}
@@ -190,6 +192,13 @@ func TestDeleteLeavesNothing(t *testing.T) {
 		if strings.HasPrefix(k, "coord:wake:1:") {
 			t.Errorf("wake list left: %s", k)
 		}
+	}
+	c1 := redisOf(ctx1).Client(t, 0)
+	if c1.ZScore(ctx, "coord:busy", "1").Err() == nil {
+		t.Error("deleted context still in coord:busy")
+	}
+	if c1.SIsMember(ctx, "coord:runner:1:contexts", "1").Val() {
+		t.Error("deleted context still in the runner's index coord:runner:1:contexts")
 	}
 	_ = s
 }
