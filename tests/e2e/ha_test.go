@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -10,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
 // haLoad runs `flows` flows (a chain of two small jobs each, at most 30 in flight)
 // through the API replicas of apis, alternating between them; a replica that stops
-// answering is left for the others. At kill (once `killAfter` flows ended) it calls
+// answering is left for the others, and an answer "unavailable" (Redis in a
+// failover) is retried, as the API asks. At kill (once `killAfter` flows ended) it calls
 // kill. It returns each flow's end status and the time kill returned.
 func haLoad(t *testing.T, apis []*harness.Client, flows, killAfter int, kill func()) (map[uint32]string, time.Time) {
 	t.Helper()
@@ -37,6 +40,11 @@ func haLoad(t *testing.T, apis []*harness.Client, flows, killAfter int, kill fun
 					return nil
 				case errors.As(err, &re) && re.Code == -32008:
 					k-- // flow.wait's own wait ended: again on the same replica
+				case errors.As(err, &re) && strings.HasPrefix(re.Message, "unavailable"):
+					// Redis (or a scheduler) cannot be reached now: the answer says
+					// to retry; the client does, after its retry pace.
+					time.Sleep(100 * time.Millisecond)
+					k--
 				case errors.As(err, &re):
 					return err
 				default:
@@ -46,7 +54,7 @@ func haLoad(t *testing.T, apis []*harness.Client, flows, killAfter int, kill fun
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%s: no replica answered within 2 minutes", method)
 			}
-			dead.Clear() // every replica failed once: try them all again
+			dead.Clear()                       // every replica failed once: try them all again
 			time.Sleep(100 * time.Millisecond) // the client's retry pace when none answers
 		}
 	}
@@ -215,6 +223,55 @@ func TestReplicasKillOneOfEach(t *testing.T) {
 		select {
 		case <-p.Done():
 			t.Errorf("%s (the survivor) exited", p.Name)
+		default:
+		}
+	}
+}
+
+// Acceptance (issue 20, 3): the stack on a Sentinel-managed Redis (a master, its
+// replica, one Sentinel; the services given the Sentinel URL). The master is killed
+// (SIGKILL) mid-load; the Sentinel promotes the replica, the services carry on
+// against it, and every flow finishes. Before, a --redis-url could name one server
+// only: the services waited for the dead master for ever.
+func TestSentinelMasterKilled(t *testing.T) {
+	if placedSrv != nil {
+		t.Skip("HERO_E2E_REDIS=placed: the Sentinel test brings its own Redis")
+	}
+	g := redistest.StartGroup(t, 1)
+	s := harness.StartStack(t, binDir, g.URL, harness.StackOptions{RunnerArgs: []string{"--concurrency", "8"}})
+	c := s.Setup(t, ctx1)
+	const flows = 60
+	ended, killAt := haLoad(t, []*harness.Client{c}, flows, flows/4, func() {
+		if err := g.Master.Down(redistest.DownKill); err != nil {
+			t.Error(err)
+		}
+	})
+	if killAt.IsZero() {
+		t.Fatalf("a quarter of the flows did not end within 2 minutes: %d ended", len(ended))
+	}
+	var notFinished []string
+	for id := uint32(1); id <= flows; id++ {
+		if st := ended[id]; st != "finished" {
+			notFinished = append(notFinished, fmt.Sprintf("%d:%q", id, st))
+		}
+	}
+	if len(notFinished) > 0 {
+		t.Errorf("%d flows did not finish: %v", len(notFinished), notFinished)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if m, err := g.MasterAddr(ctx); err != nil || m != g.Replica.Addr {
+		t.Errorf("the master after the kill: %q %v, want the promoted replica %s", m, err, g.Replica.Addr)
+	}
+	// The flows' ends are on the promoted replica, where the services wrote them.
+	if n := g.Replica.Client(t, ctx1).Exists(ctx, fmt.Sprintf("flow:%d", flows)).Val(); n != 1 {
+		t.Errorf("flow %d on the promoted replica: %d", flows, n)
+	}
+	t.Logf("%d flows finished; the master was killed at %s", len(ended)-len(notFinished), killAt.Format(time.StampMilli))
+	for _, p := range s.Procs() {
+		select {
+		case <-p.Done():
+			t.Errorf("%s exited", p.Name)
 		default:
 		}
 	}
