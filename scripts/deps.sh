@@ -16,6 +16,7 @@ need() { # command package
 for tool in "$@"; do
   case "$tool" in
     redis-server) need redis-server redis-server ;;
+    redis-sentinel) need redis-sentinel redis-sentinel ;;
     protoc) need protoc protobuf-compiler ;;
     bwrap) need bwrap bubblewrap ;;
     slirp4netns) need slirp4netns slirp4netns ;;

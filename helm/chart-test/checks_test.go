@@ -391,6 +391,30 @@ func checkHeroContainer(t *testing.T, r *release, w workload, comp componentSpec
 
 func checkPeerAddr(t *testing.T, r *release, w workload, envName, addr, peer string, out outside) {
 	t.Helper()
+	if strings.Contains(addr, ",") {
+		for _, a := range strings.Split(addr, ",") {
+			checkPeerAddr(t, r, w, envName, a, peer, out)
+		}
+		return
+	}
+	if rest, ok := strings.CutPrefix(addr, "dns:///"); ok {
+		// Every ready pod behind a headless Service of the release, by its full name
+		// (<Service>.<namespace>.svc.<cluster domain>), or an expected outside address.
+		host, port, err := net.SplitHostPort(rest)
+		parts := strings.SplitN(host, ".", 4)
+		if err != nil || len(parts) != 4 || parts[2] != "svc" {
+			if !slices.Contains(out.addrs, addr) {
+				t.Errorf("%s: %s=%q is neither dns:///<Service>.<namespace>.svc.<domain>:<port> nor an expected outside address", w, envName, addr)
+			}
+			return
+		}
+		svc := r.service(parts[0])
+		if svc == nil || svc.Namespace != parts[1] || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			t.Errorf("%s: %s=%q: %s is not a headless Service of the release in namespace %s (a ClusterIP name resolves to one address: no replica but the one the connection lands on)", w, envName, addr, parts[0], parts[1])
+			return
+		}
+		addr = parts[0] + ":" + port
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" || port == "" {
 		t.Errorf("%s: %s=%q is not host:port", w, envName, addr)

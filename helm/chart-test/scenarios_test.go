@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // When a scenario renders a ServiceMonitor.
@@ -28,7 +29,7 @@ type scenario struct {
 var defaultKinds = map[string]int{
 	"ServiceAccount": 2, "ConfigMap": 1, "Secret": 1, // the services' and the PKI Job's; the admin secret
 	"Deployment": 3, "StatefulSet": 3, // supervisor-daemon, scheduler, gateway; router, runner, redis
-	"Service": 9,                              // 5 services + router, runner and redis headless + redis
+	"Service": 10,                             // 5 services + router, runner, scheduler and redis headless + redis
 	"Pod":     1,                              // helm test
 	"Job":     1, "Role": 1, "RoleBinding": 1, // the PKI hook
 }
@@ -103,8 +104,9 @@ var scenarios = map[string]scenario{
 				}
 			}
 			wantEnv(t, r, "mycelium-gateway", map[string]string{"MYCELIUM_URL": "http://127.0.0.1:8989", "ROUTER_ADDR": rel + "-router:9655"})
-			wantEnv(t, r, "router", map[string]string{"SCHEDULER_ADDR": rel + "-scheduler:9654", "GATEWAY_ADDR": rel + "-mycelium-gateway:9657"})
-			wantEnv(t, r, "supervisor-daemon", map[string]string{"SCHEDULER_ADDR": rel + "-scheduler:9654"})
+			sched := "dns:///" + rel + "-scheduler-headless.hero.svc.cluster.local:9654"
+			wantEnv(t, r, "router", map[string]string{"SCHEDULER_ADDR": sched, "GATEWAY_ADDR": rel + "-mycelium-gateway:9657"})
+			wantEnv(t, r, "supervisor-daemon", map[string]string{"SCHEDULER_ADDR": sched})
 			cm := r.configMap(rel + "-config")
 			if cm == nil || cm.Data["LOG_LEVEL"] != "info" || cm.Data["LOG_FORMAT"] != "json" {
 				t.Errorf("ConfigMap %s-config: want LOG_LEVEL=info LOG_FORMAT=json, got %v", rel, cm)
@@ -143,7 +145,7 @@ var scenarios = map[string]scenario{
 	"minimal-values": {
 		kinds: map[string]int{
 			"ConfigMap": 1, "Secret": 1, "ServiceAccount": 1, // the PKI Job's alone
-			"Deployment": 2, "Service": 8, "StatefulSet": 3,
+			"Deployment": 2, "Service": 9, "StatefulSet": 3,
 			"Job": 1, "Role": 1, "RoleBinding": 1,
 		},
 		outside: outside{addrs: []string{"gateway.hero-edge.svc:9657"}},
@@ -176,7 +178,7 @@ var scenarios = map[string]scenario{
 	},
 
 	"external-redis-values": {
-		kinds: withKinds(defaultKinds, map[string]int{"Secret": 2, "Service": 7, "StatefulSet": 2}),
+		kinds: withKinds(defaultKinds, map[string]int{"Secret": 2, "Service": 8, "StatefulSet": 2}),
 		check: func(t *testing.T, r *release, _ string) {
 			wantRedisURLs(t, r, "rediss://hero:s3cr3t@redis.databases.svc.cluster.local:6380/0")
 			wantPKIJob(t, r, true, false)
@@ -239,11 +241,37 @@ var scenarios = map[string]scenario{
 		},
 	},
 
+	// Issue 20, 6: more than one replica of every service, PodDisruptionBudgets, the
+	// scheduler reached through its headless Service, Redis behind Sentinel.
+	"ha-values": {
+		kinds: withKinds(defaultKinds, map[string]int{"Service": 8, "StatefulSet": 2, "PodDisruptionBudget": 5}),
+		check: func(t *testing.T, r *release, _ string) {
+			for _, comp := range []string{"supervisor-daemon", "scheduler", "router", "runner", "mycelium-gateway"} {
+				w := mustComponent(t, r, comp)
+				if n := w.replicas(); n == nil || *n != 3 {
+					t.Errorf("%s: replicas %v, want 3", w, n)
+				}
+			}
+			svc := r.service(rel + "-scheduler-headless")
+			if svc == nil || svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.PublishNotReadyAddresses {
+				t.Fatalf("no headless Service of the ready schedulers: %+v", svc)
+			}
+			if ws := r.selectedWorkloads(labels.SelectorFromSet(svc.Spec.Selector)); len(ws) != 1 || ws[0].pod.Labels[labelComponent] != "scheduler" {
+				t.Errorf("Service %s selects %v, want the scheduler's pods", svc.Name, ws)
+			}
+			sched := "dns:///" + rel + "-scheduler-headless.hero.svc.cluster.local:9654"
+			wantEnv(t, r, "router", map[string]string{"SCHEDULER_ADDR": sched})
+			wantEnv(t, r, "supervisor-daemon", map[string]string{"SCHEDULER_ADDR": sched})
+			wantRedisURLs(t, r, "redis://%s@sentinel-0.redis-sentinel.databases.svc.cluster.local:26379/0?master_name=hero&addr=sentinel-1.redis-sentinel.databases.svc.cluster.local:26379&addr=sentinel-2.redis-sentinel.databases.svc.cluster.local:26379")
+			wantPKIJob(t, r, true, true)
+		},
+	},
+
 	"full-values": {
 		kinds: map[string]int{
 			"ServiceAccount": 2, "ConfigMap": 1,
 			"Deployment": 3, "StatefulSet": 2, // router and runner; Redis is external
-			"Service":                 8, // 5 + router and runner headless + the public LoadBalancer
+			"Service":                 9, // 5 + router, runner and scheduler headless + the public LoadBalancer
 			"HorizontalPodAutoscaler": 1, "PodDisruptionBudget": 4, "NetworkPolicy": 5,
 			"Pod": 1, "Job": 1, "Role": 1, "RoleBinding": 1,
 		},
@@ -436,7 +464,7 @@ var scenarios = map[string]scenario{
 	},
 
 	"external-redis-acl-values": {
-		kinds:   withKinds(defaultKinds, map[string]int{"Service": 7, "StatefulSet": 2, "Certificate": 8, "NetworkPolicy": 5}),
+		kinds:   withKinds(defaultKinds, map[string]int{"Service": 8, "StatefulSet": 2, "Certificate": 8, "NetworkPolicy": 5}),
 		outside: outside{issuers: []string{"ClusterIssuer/corp-ca"}},
 		check: func(t *testing.T, r *release, _ string) {
 			wantPKIJob(t, r, false, true)

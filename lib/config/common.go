@@ -117,6 +117,24 @@ func ValidateDialAddr(flagName, addr string) error {
 	return nil
 }
 
+// ValidateDialTarget checks an address of a service that may run as several
+// replicas: host:port (every address the name resolves to), dns:///host:port, or a
+// comma-separated list of host:port.
+func ValidateDialTarget(flagName, target string) error {
+	if rest, ok := strings.CutPrefix(target, "dns:///"); ok {
+		if err := ValidateDialAddr(flagName, rest); err != nil {
+			return fmt.Errorf("--%s: %q is not dns:///host:port", flagName, target)
+		}
+		return nil
+	}
+	for _, a := range strings.Split(target, ",") {
+		if err := ValidateDialAddr(flagName, strings.TrimSpace(a)); err != nil {
+			return fmt.Errorf("--%s: %q is not host:port, dns:///host:port or a comma-separated list of host:port", flagName, target)
+		}
+	}
+	return nil
+}
+
 // ValidateRedisURL checks that s is a redis:// or rediss:// URL.
 func ValidateRedisURL(flagName, s string) error {
 	if !strings.HasPrefix(s, "redis://") && !strings.HasPrefix(s, "rediss://") && !strings.HasPrefix(s, "unix://") {

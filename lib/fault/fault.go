@@ -14,10 +14,11 @@ import (
 )
 
 // transientPrefixes are the Redis error replies (and go-redis errors) that pass:
-// the server is loading its data set, read-only during a failover, busy with a
-// script, or the connection broke.
+// the server is loading its data set, read-only during a failover (or a blocked pop
+// cut short when its master became a replica: UNBLOCKED), busy with a script, or the
+// connection broke.
 var transientPrefixes = []string{
-	"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY ",
+	"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY ", "UNBLOCKED ",
 	"redis: Conn is in a bad state",
 	"redis: connection pool timeout",
 }

@@ -33,6 +33,7 @@ func TestTransient(t *testing.T) {
 		errors.New("LOADING Redis is loading the dataset in memory"),
 		fmt.Errorf("claim from queue:sh of context 1: %w", errors.New("READONLY You can't write against a read only replica.")),
 		errors.New("redis: Conn is in a bad state: EOF"),
+		errors.New("UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"),
 		context.DeadlineExceeded,
 		fmt.Errorf("read: %w", net.ErrClosed),
 	} {

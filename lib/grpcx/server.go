@@ -28,6 +28,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 )
 
@@ -253,15 +255,50 @@ func streamInterceptor(m *metrics, log zerolog.Logger) grpc.StreamServerIntercep
 	}
 }
 
-// Dial returns a client connection (lazy: it connects on first use and reconnects).
-func Dial(addr string, tlsConf *tls.Config) (*grpc.ClientConn, error) {
+// serviceConfig spreads calls over every address of a target (round_robin) and
+// sends them only to addresses whose server reports SERVING on the standard health
+// service (grpc.health.v1, the server as a whole: ""): a replica that is shutting
+// down, or not up yet, gets none, and one that died is left out as soon as its
+// connection breaks.
+const serviceConfig = `{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":""}}`
+
+// listScheme names the resolver of a comma-separated list of addresses.
+const listScheme = "hero-list"
+
+// Dial returns a client connection (lazy: it connects on first use and reconnects)
+// to every replica a target names: "host:port" (every address the name resolves to),
+// "dns:///host:port" (the same, spelled out: a headless Service's name gives each
+// ready pod) or "a:1,b:2,…" (these addresses). Calls go round robin to the replicas
+// that are healthy (serviceConfig); a replica that dies is skipped at once.
+func Dial(target string, tlsConf *tls.Config) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if tlsConf != nil {
 		creds = credentials.NewTLS(tlsConf)
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultServiceConfig(serviceConfig),
+		// A replica whose machine vanished (no FIN, no RST) is found out by a ping
+		// within 15 s, not by the kernel's TCP timeout; servers allow a ping every
+		// 10 s (keepaliveMinPing).
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveMinPing, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+	}
+	dialTarget := target
+	if strings.Contains(target, ",") {
+		var addrs []resolver.Address
+		for _, a := range strings.Split(target, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, resolver.Address{Addr: a})
+			}
+		}
+		r := manual.NewBuilderWithScheme(listScheme)
+		r.InitialState(resolver.State{Addresses: addrs})
+		opts = append(opts, grpc.WithResolvers(r))
+		dialTarget = listScheme + ":///" + addrs[0].Addr
+	}
+	cc, err := grpc.NewClient(dialTarget, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("grpc client for %s: %w", addr, err)
+		return nil, fmt.Errorf("grpc client for %s: %w", target, err)
 	}
 	return cc, nil
 }

@@ -66,9 +66,9 @@ type Server struct {
 	Name      string // the URL with the password hidden
 	fixed     *redis.Client
 	mux       *redis.Client
-	databases int // from CONFIG GET databases; 0 when the server does not say
-	probeOpt  *redis.Options
-	lastFault atomic.Int64 // unix ms of the last passing fault a call met (faultHook)
+	databases int                  // from CONFIG GET databases; 0 when the server does not say
+	newProbe  func() *redis.Client // a one-connection client for the start-up probe
+	lastFault atomic.Int64         // unix ms of the last passing fault a call met (faultHook)
 }
 
 // faultHook records when a call to the server met a passing fault (refused, broken,
@@ -202,6 +202,12 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 
 func newServer(rawURL string, o Options) (*Server, error) {
 	name := config.RedactURL(rawURL)
+	if u, perr := url.Parse(rawURL); perr == nil && u.Scheme != "unix" && strings.Trim(u.Path, "/") != "" && strings.Trim(u.Path, "/") != "0" {
+		return nil, fmt.Errorf("redis url %s: database must be 0 or absent (context N always lives in DB N)", name)
+	}
+	if IsSentinelURL(rawURL) {
+		return newSentinelServer(rawURL, name, o)
+	}
 	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redis url %s: %v", name, err)
@@ -214,14 +220,10 @@ func newServer(rawURL string, o Options) (*Server, error) {
 	if o.Password != "" {
 		opt.Password = o.Password
 	}
-	poolSize := o.PoolSize
-	if u, perr := url.Parse(rawURL); perr == nil && u.Scheme != "unix" && strings.Trim(u.Path, "/") != "" && strings.Trim(u.Path, "/") != "0" {
-		return nil, fmt.Errorf("redis url %s: database must be 0 or absent (context N always lives in DB N)", name)
-	}
 	if opt.DB != 0 {
 		return nil, fmt.Errorf("redis url %s: database must be 0 or absent (context N always lives in DB N)", name)
 	}
-	opt.PoolSize = poolSize
+	opt.PoolSize = o.PoolSize
 	opt.MinIdleConns = 0
 	opt.ConnMaxIdleTime = 5 * time.Minute
 	opt.DialerRetries = 2
@@ -232,14 +234,86 @@ func newServer(rawURL string, o Options) (*Server, error) {
 	popt.MaxRetries = -1 // the start-up probe reports the first error, not a retry's timeout
 	popt.DialerRetries = 1
 	popt.PoolSize = 1
-	srv := &Server{Name: name, fixed: fixed, mux: mux, probeOpt: &popt}
+	srv := &Server{Name: name, fixed: fixed, mux: mux, newProbe: func() *redis.Client { return redis.NewClient(&popt) }}
+	fixed.AddHook(faultHook{srv})
+	mux.AddHook(faultHook{srv})
+	return srv, nil
+}
+
+// IsSentinelURL says whether a Redis URL names a Sentinel-managed master rather than
+// a server: redis[s]://[user@]<sentinel host:port>[/0]?master_name=<name>[&addr=<more
+// sentinels>…], go-redis's failover URL.
+func IsSentinelURL(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	return err == nil && (u.Scheme == "redis" || u.Scheme == "rediss") && u.Query().Has("master_name")
+}
+
+// newSentinelServer connects to the master that a group of Sentinels names (go-redis's
+// failover client): every new connection asks a Sentinel for the current master, and a
+// failover (+switch-master) closes the connections to the old one, so that the pools
+// follow the promoted replica. The URL's user and password (or Options.Password) log in
+// to the master, as for a plain server; the Sentinels are reached without AUTH. The
+// only query parameters taken are master_name and addr (more Sentinels).
+func newSentinelServer(rawURL, name string, o Options) (*Server, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url %s: %v", name, err)
+	}
+	q := u.Query()
+	fo := &redis.FailoverOptions{MasterName: q.Get("master_name"), SentinelAddrs: []string{u.Host}}
+	for k := range q {
+		if k != "master_name" && k != "addr" {
+			return nil, fmt.Errorf("redis url %s: unknown parameter %q (a Sentinel URL takes master_name and addr)", name, k)
+		}
+	}
+	for _, a := range q["addr"] {
+		if h, p, err := net.SplitHostPort(a); err != nil || h == "" || p == "" {
+			return nil, fmt.Errorf("redis url %s: addr %q is not host:port", name, a)
+		}
+		fo.SentinelAddrs = append(fo.SentinelAddrs, a)
+	}
+	if fo.MasterName == "" {
+		return nil, fmt.Errorf("redis url %s: master_name is empty", name)
+	}
+	if h, p, err := net.SplitHostPort(u.Host); err != nil || h == "" || p == "" {
+		return nil, fmt.Errorf("redis url %s: the Sentinel %q is not host:port", name, u.Host)
+	}
+	if u.User != nil {
+		fo.Username = u.User.Username()
+		fo.Password, _ = u.User.Password()
+	}
+	if o.Password != "" {
+		fo.Password = o.Password
+	}
+	if u.Scheme == "rediss" {
+		// Each node (a Sentinel, the master of the moment) is verified under the host
+		// it is reached at: the master's comes from the Sentinels.
+		t := &tls.Config{MinVersion: tls.VersionTLS12}
+		if o.TLS != nil {
+			t = o.TLS.Clone()
+		}
+		t.ServerName = ""
+		fo.TLSConfig = t
+	}
+	fo.PoolSize = o.PoolSize
+	fo.MinIdleConns = 0
+	fo.ConnMaxIdleTime = 5 * time.Minute
+	fo.DialerRetries = 2
+	fixed := redis.NewFailoverClient(fo)
+	mopt := *fo
+	mux := redis.NewFailoverClient(&mopt)
+	popt := *fo
+	popt.MaxRetries = -1
+	popt.DialerRetries = 1
+	popt.PoolSize = 1
+	srv := &Server{Name: name, fixed: fixed, mux: mux, newProbe: func() *redis.Client { return redis.NewFailoverClient(&popt) }}
 	fixed.AddHook(faultHook{srv})
 	mux.AddHook(faultHook{srv})
 	return srv, nil
 }
 
 func (srv *Server) connect(ctx context.Context, timeout time.Duration) error {
-	probe := redis.NewClient(srv.probeOpt)
+	probe := srv.newProbe()
 	defer func() { _ = probe.Close() }()
 	deadline := time.Now().Add(timeout)
 	var last error // the last error that says more than "deadline exceeded"

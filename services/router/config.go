@@ -27,7 +27,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	if host == "" {
 		host = "router"
 	}
-	f.StringVar(&c.SchedulerAddr, "scheduler-addr", "", "127.0.0.1:9654", "scheduler gRPC address (host:port)")
+	f.StringVar(&c.SchedulerAddr, "scheduler-addr", "", "127.0.0.1:9654", "scheduler gRPC address: host:port (every address the name resolves to), dns:///host:port, or a comma-separated list of host:port; calls go round robin to the replicas whose gRPC health is SERVING")
 	f.StringVar(&c.GatewayAddr, "gateway-addr", "", "", "mycelium-gateway gRPC address (host:port); empty: no remote runners")
 	f.StringVar(&c.RouterID, "router-id", "", "router-"+host, "this router's consumer name; unique per replica, stable across restarts")
 	f.IntVar(&c.Workers, "workers", "", 8, "messages handled concurrently")
@@ -45,7 +45,7 @@ func (c *Config) Validate() error {
 	if err := c.Common.Validate(); err != nil {
 		return err
 	}
-	if err := config.ValidateDialAddr("scheduler-addr", c.SchedulerAddr); err != nil {
+	if err := config.ValidateDialTarget("scheduler-addr", c.SchedulerAddr); err != nil {
 		return err
 	}
 	if c.GatewayAddr != "" {

@@ -39,7 +39,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	c.Common.RegisterFlags(f, ":9653", ":9660")
 	c.Dispatcher.RegisterFlags(f)
 	f.StringVar(&c.HTTPAddr, "http-addr", "", ":9652", "JSON-RPC 2.0 API listen address (POST /)")
-	f.StringVar(&c.SchedulerAddr, "scheduler-addr", "", "127.0.0.1:9654", "scheduler gRPC address (host:port)")
+	f.StringVar(&c.SchedulerAddr, "scheduler-addr", "", "127.0.0.1:9654", "scheduler gRPC address: host:port (every address the name resolves to), dns:///host:port, or a comma-separated list of host:port; calls go round robin to the replicas whose gRPC health is SERVING")
 	f.StringVar(&c.AdminSecret, "admin-secret", "HERO_ADMIN_SECRET", "", "operator secret(s), comma-separated, each at least 16 characters (prefer --admin-secret-file: a command line and an environment are visible to more than a file)")
 	f.StringVar(&c.AdminSecretFile, "admin-secret-file", "HERO_ADMIN_SECRET_FILE", "", "file of operator secrets, one per line; when no secret is configured anywhere and none is stored yet, one is generated into this file (mode 0600)")
 	f.StringVar(&c.APITLS.Cert, "api-tls-cert", "", "", "TLS certificate (PEM) of the public API, JSON-RPC and gRPC (heroctl pki init makes one, api.pem); plaintext when empty")
@@ -71,7 +71,7 @@ func (c *Config) Validate() error {
 	if err := c.Dispatcher.Validate(); err != nil {
 		return err
 	}
-	if err := config.ValidateDialAddr("scheduler-addr", c.SchedulerAddr); err != nil {
+	if err := config.ValidateDialTarget("scheduler-addr", c.SchedulerAddr); err != nil {
 		return err
 	}
 	for _, s := range c.secrets() {

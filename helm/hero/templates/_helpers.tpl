@@ -280,6 +280,27 @@ given. include "hero.peerAddr" (list $ "scheduler" <given addr>)
 {{- end }}
 
 {{/*
+The scheduler as its callers (router, supervisor-daemon) dial it: every ready pod
+of the release's scheduler through its headless Service
+(dns:///<fullname>-scheduler-headless.<namespace>.svc.<clusterDomain>:<grpc>), round
+robin over those whose gRPC health is SERVING; or the address given.
+include "hero.schedulerTarget" (list $ <given addr>)
+*/}}
+{{- define "hero.schedulerTarget" -}}
+{{- $root := index . 0 }}
+{{- $given := index . 1 }}
+{{- if $given }}
+{{- $given }}
+{{- else }}
+{{- $peer := include "hero.componentValues" (list $root "scheduler") | fromJson }}
+{{- if not $peer.enabled }}
+{{- fail "scheduler is disabled: give the address of the one in use (supervisorDaemon.schedulerAddr, router.schedulerAddr)" }}
+{{- end }}
+{{- printf "dns:///%s.%s.svc.%s:%d" (include "hero.partName" (list $root "scheduler-headless")) $root.Release.Namespace $root.Values.clusterDomain (int $peer.ports.grpc) }}
+{{- end }}
+{{- end }}
+
+{{/*
 Probes
 */}}
 

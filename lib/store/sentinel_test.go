@@ -1,0 +1,151 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/fault"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
+)
+
+// Issue 20: a store opened on a Sentinel URL follows a failover. The master is killed
+// (kill -9); the store's writes meet passing faults (refused, broken connections)
+// until the Sentinel promotes the replica, then land on it — the contexts' databases
+// and DB 0 alike, through both pools. What a server that became a replica answers to
+// a write (READONLY, also from inside a script) and to a blocked pop it cut short
+// (UNBLOCKED) is a passing fault too, so that a service retries it.
+func TestSentinelFailover(t *testing.T) {
+	g := redistest.StartGroup(t, 1)
+	ctx := context.Background()
+	s, err := store.Open(ctx, store.Options{URL: g.URL, ConnectTimeout: 5 * time.Second, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db := mustCtx(t, s, 3)
+	before, err := g.MasterAddr(ctx)
+	if err != nil || before != g.Master.Addr {
+		t.Fatalf("master before the failover: %q %v, want %s", before, err, g.Master.Addr)
+	}
+
+	if err := g.Master.Down(redistest.DownKill); err != nil {
+		t.Fatal(err)
+	}
+	// Write as a service does: a passing fault is retried with backoff, anything else
+	// fails the test.
+	write := func(what string, f func(context.Context) error) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		var b fault.Backoff
+		for {
+			err := f(wctx)
+			if err == nil {
+				return
+			}
+			if !fault.Transient(err) {
+				t.Fatalf("%s: %v is not a passing fault", what, err)
+			}
+			if !b.Sleep(wctx) {
+				t.Fatalf("%s: no success within a minute after the master died: %v", what, err)
+			}
+		}
+	}
+	write("create context 4", func(c context.Context) error {
+		_, _, err := s.CreateContext(c, &model.Context{ID: 4, Admins: []uint32{1}}, "operator")
+		return err
+	})
+	write("create a job in context 3", func(c context.Context) error {
+		_, _, err := s.CreateJob(c, &model.Job{ID: 7, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}, "1")
+		return err
+	})
+	after, err := g.MasterAddr(ctx)
+	if err != nil || after != g.Replica.Addr {
+		t.Fatalf("master after the failover: %q %v, want the replica %s", after, err, g.Replica.Addr)
+	}
+	// The writes are on the promoted replica.
+	if n := g.Replica.Client(t, 3).Exists(ctx, "job:1:7").Val(); n != 1 {
+		t.Errorf("job:1:7 on the promoted replica: %d", n)
+	}
+	if n := g.Replica.Client(t, 4).Exists(ctx, "context:4").Val(); n != 1 {
+		t.Errorf("context:4 on the promoted replica: %d", n)
+	}
+	if _, err := db.LoadJob(ctx, 1, 7); err != nil {
+		t.Errorf("load the job through the store: %v", err)
+	}
+
+	// The killed master comes back; the Sentinel makes it a replica of the new master.
+	// What a client still pointed at it gets is a passing fault.
+	if err := g.Master.Up(); err != nil {
+		t.Fatal(err)
+	}
+	old := redis.NewClient(g.Master.Options())
+	defer func() { _ = old.Close() }()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var readonly []error
+	for len(readonly) < 2 {
+		if err := old.Set(wctx, "k", "v", 0).Err(); err != nil && strings.HasPrefix(err.Error(), "READONLY") {
+			readonly = append(readonly, err)
+			readonly = append(readonly, redis.NewScript("redis.call('SELECT', 0); return redis.call('LPUSH', KEYS[1], 'x')").Run(wctx, old, []string{"l"}).Err())
+			break
+		}
+		if wctx.Err() != nil {
+			t.Fatal("the old master did not become a replica within 30 s")
+		}
+		time.Sleep(50 * time.Millisecond) // the Sentinel turns it into a replica in its own time
+	}
+	for _, err := range readonly {
+		if err == nil || !fault.Transient(err) {
+			t.Errorf("a write on a demoted master: %v, want a passing fault", err)
+		}
+	}
+
+	// A pop blocked on a master that is turned into a replica is cut short (UNBLOCKED).
+	blocked := make(chan error, 1)
+	nm := redis.NewClient(g.Replica.Options())
+	defer func() { _ = nm.Close() }()
+	go func() { blocked <- nm.BLPop(ctx, 30*time.Second, "nothing").Err() }()
+	waitClients(t, nm, "blpop")
+	if err := redis.NewClient(g.Replica.Options()).SlaveOf(ctx, "127.0.0.1", strings.Split(g.Master.Addr, ":")[1]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-blocked; err == nil || !fault.Transient(err) {
+		t.Errorf("a blocked pop on a master turned replica: %v, want a passing fault", err)
+	}
+}
+
+// waitClients waits until a client of rdb's server runs cmd (a blocked pop).
+func waitClients(t *testing.T, rdb *redis.Client, cmd string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for !strings.Contains(rdb.ClientList(ctx).Val(), "cmd="+cmd) {
+		if ctx.Err() != nil {
+			t.Fatalf("no client blocked in %s", cmd)
+		}
+		time.Sleep(10 * time.Millisecond) // CLIENT LIST is the only view of a blocked client
+	}
+}
+
+// A Sentinel URL names its master and takes no other parameter.
+func TestSentinelURLRefused(t *testing.T) {
+	for _, u := range []string{
+		"redis://127.0.0.1:26379/0?master_name=",
+		"redis://127.0.0.1:26379/0?master_name=m&db=3",
+		"redis://127.0.0.1:26379/0?master_name=m&addr=nohostport",
+		"redis://127.0.0.1:26379/5?master_name=m",
+	} {
+		_, err := store.Open(context.Background(), store.Options{URL: u, ConnectTimeout: time.Second, Log: zerolog.Nop()})
+		if err == nil {
+			t.Errorf("%s: opened", u)
+		}
+	}
+}

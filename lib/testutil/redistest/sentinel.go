@@ -1,0 +1,233 @@
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/testutil/freeport"
+)
+
+// MasterName is the name the Sentinels of a Group monitor their master under.
+const MasterName = "hero"
+
+// Group is a Sentinel-managed Redis: a master, one replica of it, and Sentinels
+// (Debian's redis-sentinel) that watch them and promote the replica when the master
+// is down for a second.
+type Group struct {
+	Master, Replica *Server
+	Sentinels       []*Sentinel
+	// URL reaches the master of the moment through the Sentinels (go-redis's failover
+	// URL: the first Sentinel as host, master_name, the others as addr).
+	URL string
+}
+
+// Sentinel is a running redis-sentinel.
+type Sentinel struct {
+	Addr string
+	dir  string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// StartGroup starts a master, its replica (synchronised) and n Sentinels (quorum: a
+// majority of them) that know both and each other; all stopped by t.Cleanup.
+func StartGroup(t testing.TB, n int, opt ...Options) *Group {
+	t.Helper()
+	g, err := startGroup(t, n, opt...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func startGroup(t testing.TB, n int, opt ...Options) (*Group, error) {
+	bin, err := exec.LookPath("redis-sentinel")
+	if err != nil {
+		return nil, errors.New("redis-sentinel not found on PATH: install it (apt-get install redis-sentinel) or run `make deps`")
+	}
+	var o Options
+	if len(opt) > 0 {
+		o = opt[0]
+	}
+	g := &Group{Master: Start(t, o)}
+	ro := o
+	ro.ExtraArgs = append(append([]string(nil), o.ExtraArgs...), "--replicaof", "127.0.0.1", port(g.Master.Addr))
+	g.Replica = Start(t, ro)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rc := g.Replica.rawClient()
+	defer func() { _ = rc.Close() }()
+	if err := until(ctx, func() bool {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}); err != nil {
+		return nil, fmt.Errorf("the replica did not sync with its master: %v", err)
+	}
+	quorum := n/2 + 1
+	for i := 0; i < n; i++ {
+		s, err := startSentinel(bin, g.Master.Addr, quorum)
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(s.Stop)
+		g.Sentinels = append(g.Sentinels, s)
+	}
+	// Every Sentinel knows the replica (it can promote it) and the other Sentinels
+	// (they can elect a leader), before the test may kill the master.
+	for _, s := range g.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+		err := until(ctx, func() bool {
+			reps, err := sc.Replicas(ctx, MasterName).Result()
+			if err != nil || len(reps) == 0 {
+				return false
+			}
+			others, err := sc.Sentinels(ctx, MasterName).Result()
+			return err == nil && len(others) == n-1
+		})
+		_ = sc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("sentinel %s did not discover the replica and the other sentinels: %v", s.Addr, err)
+		}
+	}
+	g.URL = "redis://" + g.Sentinels[0].Addr + "/0?master_name=" + MasterName
+	for _, s := range g.Sentinels[1:] {
+		g.URL += "&addr=" + s.Addr
+	}
+	return g, nil
+}
+
+// MasterAddr asks the first Sentinel which server is the master now.
+func (g *Group) MasterAddr(ctx context.Context) (string, error) {
+	sc := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[0].Addr})
+	defer func() { _ = sc.Close() }()
+	hp, err := sc.GetMasterAddrByName(ctx, MasterName).Result()
+	if err != nil {
+		return "", err
+	}
+	return hp[0] + ":" + hp[1], nil
+}
+
+func startSentinel(bin, master string, quorum int) (*Sentinel, error) {
+	dir, err := os.MkdirTemp("", "redistest-sentinel-")
+	if err != nil {
+		return nil, err
+	}
+	var last error
+	for attempt := 0; attempt < 5; attempt++ {
+		p, err := freeport.Port()
+		if err != nil {
+			return nil, err
+		}
+		s := &Sentinel{Addr: "127.0.0.1:" + strconv.Itoa(p), dir: dir}
+		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile \"\"\n"+
+			"sentinel monitor %s 127.0.0.1 %s %d\n"+
+			"sentinel down-after-milliseconds %s 1000\n"+
+			"sentinel failover-timeout %s 10000\n"+
+			"sentinel parallel-syncs %s 1\n",
+			p, dir, MasterName, port(master), quorum, MasterName, MasterName, MasterName)
+		path := filepath.Join(dir, "sentinel.conf") // Sentinel rewrites it: its own file
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			return nil, err
+		}
+		if last = s.start(bin, path); last == nil {
+			return s, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, fmt.Errorf("start redis-sentinel: %v", last)
+}
+
+// start runs the Sentinel and waits for its "+monitor master" line: the event that
+// says it listens and watches the master.
+func (s *Sentinel) start(bin, conf string) error {
+	s.cmd = exec.Command(bin, conf)
+	out, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	s.cmd.Stdout = pw
+	s.done = make(chan error, 1)
+	err = s.cmd.Start()
+	_ = pw.Close()
+	if err != nil {
+		_ = out.Close()
+		return err
+	}
+	ready := make(chan struct{})
+	logf, _ := os.Create(filepath.Join(s.dir, "sentinel.log"))
+	go func() {
+		sc := bufio.NewScanner(out)
+		signalled := false
+		for sc.Scan() {
+			line := sc.Text()
+			if logf != nil {
+				_, _ = logf.WriteString(line + "\n")
+			}
+			if !signalled && strings.Contains(line, "+monitor master") {
+				signalled = true
+				close(ready)
+			}
+		}
+		if logf != nil {
+			_ = logf.Close()
+		}
+		_ = out.Close()
+	}()
+	go func() { s.done <- s.cmd.Wait() }()
+	select {
+	case <-ready:
+		return nil
+	case err := <-s.done:
+		s.done <- err
+		b, _ := os.ReadFile(filepath.Join(s.dir, "sentinel.log"))
+		return fmt.Errorf("redis-sentinel exited: %v: %s", err, b)
+	case <-time.After(15 * time.Second):
+		_ = s.cmd.Process.Kill()
+		return fmt.Errorf("redis-sentinel on %s did not start within 15s", s.Addr)
+	}
+}
+
+// Log returns what the Sentinel logged (its view of a failover).
+func (s *Sentinel) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "sentinel.log"))
+	return string(b)
+}
+
+// Stop kills the Sentinel and removes its directory.
+func (s *Sentinel) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	_ = os.RemoveAll(s.dir)
+}
+
+func port(addr string) string {
+	return addr[strings.LastIndex(addr, ":")+1:]
+}
+
+// until checks cond every 20 ms until it holds or ctx ends: the state it waits for
+// (a replica's link, a Sentinel's view) is only seen by asking.
+func until(ctx context.Context, cond func() bool) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
