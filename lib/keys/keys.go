@@ -123,6 +123,7 @@ const (
 	MessageSeq   = "coord:seq:message"
 	RunnerSeq    = "coord:seq:runner"
 	ScriptTypes  = "coord:script_types" // hash: script type → number of runners serving it
+	Executors    = "coord:executors"    // hash: RRQ executor name → number of runners that have it
 	FlowIndex    = "coord:idx:flows"    // zset: flow id → creation time (ms)
 	RunnerIndex  = "coord:idx:runners"  // zset: runner id → creation time (ms)
 	JobIndex     = "coord:idx:jobs"     // zset: "<caller>:<id>" → creation time (ms)

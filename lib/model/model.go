@@ -133,6 +133,7 @@ type Runner struct {
 	// Extensions: the script types the runner's processes serve (announced by them,
 	// or declared at creation) and the live processes (from coord:runner:<id>:procs).
 	ScriptTypes []ScriptType    `hash:"script_types,omitempty" json:"script_types"`
+	Executors   []string        `hash:"executors,omitempty" json:"executors,omitempty"` // announced RRQ executors
 	Processes   []RunnerProcess `hash:"-" json:"processes,omitempty"`
 }
 
@@ -207,6 +208,19 @@ func (j *Job) Handler() (executor, handler string) {
 	}
 	return "", j.FunctionName
 }
+
+// QueueSuffix names the job's queue ("queue:" + suffix): a handler job that names its
+// executor ("executor#handler") goes to "exec:<executor>", served by the runners that
+// have that executor; any other job to its script type's queue.
+func (j *Job) QueueSuffix() string {
+	if e, _ := j.Handler(); e != "" {
+		return ExecQueueSuffix(e)
+	}
+	return j.ScriptType.QueueSuffix()
+}
+
+// ExecQueueSuffix is the queue suffix of an executor's handler jobs.
+func ExecQueueSuffix(executor string) string { return "exec:" + executor }
 
 // IsHandler reports whether the job calls a handler instead of running a script.
 func (j *Job) IsHandler() bool { return j.FunctionName != "" }

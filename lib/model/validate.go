@@ -202,10 +202,10 @@ func (j *Job) Validate() error {
 			return err
 		}
 	}
-	if j.ScriptType == "" {
+	if exec, _ := j.Handler(); j.ScriptType == "" && (!j.IsHandler() || exec == "") {
 		return verr("job", j.ID, "script_type", "must be set (known: %s)", names(scriptTypes))
 	}
-	if !j.ScriptType.Valid() {
+	if j.ScriptType != "" && !j.ScriptType.Valid() {
 		return verr("job", j.ID, "script_type", "%q is not a known script type (known: %s)", string(j.ScriptType), names(scriptTypes))
 	}
 	if !j.IsHandler() && strings.TrimSpace(j.Script) == "" {
@@ -297,11 +297,11 @@ func (j *Job) validateHandler() error {
 		if exec == "" {
 			return verr("job", j.ID, "script_type", "must be set for a handler without an executor prefix (or write function_name as executor#handler)")
 		}
-		t := ScriptType(exec)
-		if !t.Valid() {
-			return verr("job", j.ID, "function_name", "executor %q is not a script type, so it cannot pick the queue; set script_type", exec)
+		// The prefix alone routes the job (to the runners that have that executor);
+		// script_type is optional: filled when the executor is named after one.
+		if t := ScriptType(exec); t.Valid() {
+			j.ScriptType = t
 		}
-		j.ScriptType = t
 	}
 	if len(j.Args) > 0 {
 		var a []json.RawMessage

@@ -40,7 +40,13 @@ func (h *slogHandler) Handle(_ context.Context, r slog.Record) error {
 		if h.group != "" {
 			key = h.group + "." + key
 		}
-		ev = ev.Interface(key, a.Value.Any())
+		switch v := a.Value.Resolve().Any().(type) {
+		case error:
+			// An error value marshals as {} (its fields are unexported): log its message.
+			ev = ev.Str(key, v.Error())
+		default:
+			ev = ev.Interface(key, v)
+		}
 		return true
 	}
 	for _, a := range h.attrs {

@@ -98,6 +98,12 @@ type ClientOptions struct {
 	// OnViolation, if set, is called (synchronously, from the connection's reader) for
 	// every protocol violation. It must not block.
 	OnViolation func(Violation)
+	// Connections limits the connections to the executor: 0 (default) opens one per
+	// request in flight (Pipeline) and sends cancels on short-lived connections of
+	// their own; 1 keeps ONE persistent connection that carries every request
+	// (Pipeline becomes MaxInFlight) and every cancel — for executors that accept one
+	// connection at a time. A cancel with no connection open fails (ErrUnavailable).
+	Connections int
 }
 
 func (o *ClientOptions) setDefaults() {
@@ -106,6 +112,12 @@ func (o *ClientOptions) setDefaults() {
 	}
 	if o.Pipeline <= 0 {
 		o.Pipeline = 1
+	}
+	if o.Connections < 0 || o.Connections > 1 {
+		o.Connections = 0
+	}
+	if o.Connections == 1 {
+		o.Pipeline = o.MaxInFlight
 	}
 	if o.MaxFrameSize <= 0 {
 		o.MaxFrameSize = DefaultMaxFrameSize
@@ -173,6 +185,9 @@ type Client struct {
 	conns     map[*conn]struct{}
 	active    map[string]struct{} // request_ids in flight
 	onRelease func()              // Pool: capacity changed
+	onOutcome func()              // Pool: a valid outcome arrived (the process works)
+	single    *conn               // Connections == 1: the one connection, while open
+	dialMu    sync.Mutex          // Connections == 1: one dial at a time
 
 	recentMu sync.Mutex
 	recent   recentIDs // request_ids recently answered, to spot duplicates
@@ -487,31 +502,80 @@ func (c *Client) getConn(ctx context.Context, cl *call) (*conn, bool, error) {
 		}
 	}
 	c.mu.Unlock()
+	if c.opt.Connections == 1 {
+		// One connection at most: dial only when none is open (one dial at a time).
+		c.dialMu.Lock()
+		defer c.dialMu.Unlock()
+		c.mu.Lock()
+		if cn := c.single; cn != nil {
+			ok, _ := cn.begin(cl)
+			c.mu.Unlock()
+			if ok {
+				return cn, true, nil
+			}
+			return nil, false, errConnClosing
+		}
+		c.mu.Unlock()
+	}
 	for attempt := 0; attempt < 3; attempt++ {
 		nc, err := c.dial(ctx)
 		if err != nil {
 			return nil, false, err
 		}
-		cn := &conn{c: c, nc: nc, pending: make(map[string]*call, c.opt.Pipeline)}
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			nc.Close()
+		cn, ok := c.addConn(nc, cl)
+		if cn == nil {
 			return nil, false, ErrClosed
 		}
-		c.conns[cn] = struct{}{}
-		ok, full := cn.begin(cl)
-		if ok && !full {
-			cn.listed = true
-			c.idle = append(c.idle, cn)
-		}
-		c.mu.Unlock()
-		go cn.readLoop()
 		if ok {
 			return cn, false, nil
 		}
+		if c.opt.Connections == 1 {
+			break
+		}
 	}
 	return nil, false, errConnClosing
+}
+
+// addConn registers a new connection (with cl in flight on it, if not nil) and starts
+// its reader; nil when the client is closed (nc is then closed).
+func (c *Client) addConn(nc net.Conn, cl *call) (*conn, bool) {
+	cn := &conn{c: c, nc: nc, pending: make(map[string]*call, c.opt.Pipeline)}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		nc.Close()
+		return nil, false
+	}
+	c.conns[cn] = struct{}{}
+	if c.opt.Connections == 1 {
+		if old := c.single; old != nil {
+			// Not expected (one dial at a time); the newer connection wins.
+			defer old.fail(errors.New("replaced by a newer connection"))
+		}
+		c.single = cn
+	}
+	ok, full := true, false
+	if cl != nil {
+		ok, full = cn.begin(cl)
+	}
+	if ok && !full {
+		cn.listed = true
+		c.idle = append(c.idle, cn)
+	}
+	c.mu.Unlock()
+	go cn.readLoop()
+	return cn, ok
+}
+
+// Adopt makes nc — a connection the caller opened to this client's executor, e.g. the
+// one that found a fresh process accepting — the client's own: requests use it before
+// opening any other. No connection is opened only to learn that a process is ready.
+func (c *Client) Adopt(nc net.Conn) error {
+	if cn, _ := c.addConn(nc, nil); cn == nil {
+		return fmt.Errorf("%w: client for executor %s", ErrClosed, c.ep)
+	}
+	c.cnt.dials.Add(1)
+	return nil
 }
 
 func (c *Client) dial(ctx context.Context) (net.Conn, error) {
@@ -548,6 +612,29 @@ func (c *Client) cancel(ctx context.Context, jobID, requestID string, hardKill b
 	c.mu.Unlock()
 	if closed {
 		return fmt.Errorf("%w: client for executor %s", ErrClosed, c.ep)
+	}
+	if c.opt.Connections == 1 {
+		// The one connection carries the cancel; with none open the request it
+		// would cancel is not running here either.
+		c.mu.Lock()
+		cn := c.single
+		c.mu.Unlock()
+		if cn == nil {
+			return fmt.Errorf("%w: cancel: no connection open to executor %s", ErrUnavailable, c.ep)
+		}
+		env, err := NewEnvelope(&CancelRequest{ProtocolVersion: ProtocolVersion, JobID: jobID, RequestID: requestID, HardKill: hardKill})
+		if err != nil {
+			return fmt.Errorf("%w: cancel: %v", ErrInvalidRequest, err)
+		}
+		frame, err := EncodeFrame(env)
+		if err != nil {
+			return err
+		}
+		if err := cn.write(ctx, frame); err != nil {
+			cn.fail(fmt.Errorf("write cancel: %w", err))
+			return fmt.Errorf("%w: cancel: write to executor %s: %v", ErrUnavailable, c.ep, err)
+		}
+		return nil
 	}
 	nc, err := c.dial(ctx)
 	if err != nil {
@@ -634,7 +721,7 @@ func (cn *conn) usable() bool {
 // the first becomes the writer and writes the frames queued meanwhile together, in one
 // system call. A nil error means this frame was written whole.
 func (cn *conn) write(ctx context.Context, frame []byte) error {
-	if cn.c.opt.Pipeline == 1 {
+	if cn.c.opt.Pipeline == 1 && cn.c.opt.Connections != 1 { // one connection: cancels share it, so frames queue
 		deadline := time.Now().Add(cn.c.opt.WriteTimeout)
 		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 			deadline = d
@@ -778,6 +865,9 @@ func (cn *conn) handle(env Envelope) bool {
 		c.violation(Violation{Kind: ViolationInvalidOutcome, RequestID: cl.reqID, Err: verr})
 		res.err = fmt.Errorf("%w: executor %s, request %s: %v", ErrProtocolViolation, c.ep, cl.reqID, verr)
 	}
+	if verr == nil && c.onOutcome != nil {
+		c.onOutcome()
+	}
 	if abandoned {
 		cl.abandonTimer.Stop()
 		c.cnt.late.Add(1)
@@ -821,6 +911,9 @@ func (cn *conn) fail(cause error) {
 	c := cn.c
 	c.mu.Lock()
 	delete(c.conns, cn)
+	if c.single == cn {
+		c.single = nil
+	}
 	if cn.listed {
 		cn.listed = false
 		for i, x := range c.idle {

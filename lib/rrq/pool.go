@@ -71,8 +71,17 @@ type PoolConfig struct {
 	// Logger receives lifecycle events. Default slog.Default().
 	Logger *slog.Logger
 	// OnRestart, if set, is called when process index is about to be restarted, with
-	// why it stopped. It must not block.
-	OnRestart func(index int, reason error)
+	// why it stopped and whether that counts as a crash (a failed start, or an exit
+	// the pool did not ask for — not a clean exit after its connection closed). It
+	// must not block.
+	OnRestart func(index int, reason error, crash bool)
+	// CrashLoop is the number of crashes in a row (no outcome from the process in
+	// between, and no run longer than RestartBackoffMax) after which the pool is
+	// unhealthy (Healthy); it is healthy again when a process answers. Default 3.
+	CrashLoop int
+	// OnHealth, if set, is called when the pool becomes unhealthy (with the last
+	// crash) or healthy again (nil). It must not block.
+	OnHealth func(healthy bool, reason error)
 }
 
 // Pool runs Size executor processes of one executor, restarts those that die, and
@@ -90,6 +99,9 @@ type Pool struct {
 	changed  chan struct{}       // closed and replaced when capacity may have changed
 	requests map[string]reqEntry // request_id → where it runs
 	rr       int
+	want     chan struct{} // closed and replaced when a request finds no ready process
+	crashes  int           // crashes in a row (see PoolConfig.CrashLoop)
+	lastErr  error         // the last crash
 }
 
 type reqEntry struct {
@@ -147,6 +159,7 @@ func StartPool(ctx context.Context, cfg PoolConfig) (*Pool, error) {
 		log:      cfg.Logger.With("executor", cfg.Name),
 		closing:  make(chan struct{}),
 		changed:  make(chan struct{}),
+		want:     make(chan struct{}),
 		requests: map[string]reqEntry{},
 	}
 	if cfg.Transport == TransportUnix && cfg.SocketDir == "" {
@@ -171,6 +184,7 @@ func StartPool(ctx context.Context, cfg PoolConfig) (*Pool, error) {
 		}
 		pr := &proc{p: p, index: i, ep: ep, client: cl}
 		cl.onRelease = p.notify
+		cl.onOutcome = p.answered
 		p.procs = append(p.procs, pr)
 	}
 	results := make(chan error, len(p.procs))
@@ -235,6 +249,9 @@ func (cfg *PoolConfig) setDefaults() error {
 	}
 	if cfg.RestartBackoffMax < cfg.RestartBackoff {
 		cfg.RestartBackoffMax = cfg.RestartBackoff
+	}
+	if cfg.CrashLoop <= 0 {
+		cfg.CrashLoop = 3
 	}
 	if cfg.CrashWait <= 0 {
 		cfg.CrashWait = 2 * time.Second
@@ -313,6 +330,54 @@ func (p *Pool) notify() {
 	p.mu.Unlock()
 }
 
+// wanted tells supervisors waiting to restart a cleanly exited process that a request
+// needs one.
+func (p *Pool) wanted() {
+	p.mu.Lock()
+	if !p.closed {
+		close(p.want)
+		p.want = make(chan struct{})
+	}
+	p.mu.Unlock()
+}
+
+// answered: a process gave a valid outcome, so the executor works.
+func (p *Pool) answered() {
+	p.mu.Lock()
+	was := p.crashes >= p.cfg.CrashLoop
+	p.crashes, p.lastErr = 0, nil
+	p.mu.Unlock()
+	if was && p.cfg.OnHealth != nil {
+		p.cfg.OnHealth(true, nil)
+	}
+}
+
+// crashed counts a crash; past CrashLoop in a row the pool is unhealthy.
+func (p *Pool) crashed(reason error) {
+	p.mu.Lock()
+	p.crashes++
+	p.lastErr = reason
+	now := p.crashes == p.cfg.CrashLoop
+	p.mu.Unlock()
+	if now {
+		p.log.Error("rrq executor pool crash-looping: unhealthy", "crashes", p.cfg.CrashLoop, "err", reason.Error())
+		if p.cfg.OnHealth != nil {
+			p.cfg.OnHealth(false, reason)
+		}
+	}
+}
+
+// Healthy reports whether the pool works: nil, or the last crash of a crash loop
+// (PoolConfig.CrashLoop crashes in a row without an outcome in between).
+func (p *Pool) Healthy() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.crashes >= p.cfg.CrashLoop {
+		return fmt.Errorf("executor %s crash-looping (%d crashes in a row): %w", p.cfg.Name, p.crashes, p.lastErr)
+	}
+	return nil
+}
+
 // Size returns the number of process slots.
 func (p *Pool) Size() int { return len(p.procs) }
 
@@ -389,7 +454,9 @@ func (p *Pool) executeOnce(ctx context.Context, req ExecutionRequest) (Execution
 			p.mu.Unlock()
 			break
 		}
-		ch := p.changed
+		ch, want := p.changed, p.want
+		close(want) // a cleanly exited process is started again: it is needed
+		p.want = make(chan struct{})
 		p.mu.Unlock()
 		select {
 		case <-ch:
@@ -451,6 +518,10 @@ func (pr *proc) explain(g *generation, err error) error {
 	if g.stopped.Load() {
 		return fmt.Errorf("%w: pool %s stopped process %d (pid %d): %w", ErrClosed, pr.p.cfg.Name, pr.index, g.pid, err)
 	}
+	if g.exitErr == nil {
+		// It closed the connection and exited cleanly with the request unanswered.
+		return fmt.Errorf("%w (executor %s process %d, pid %d: exited with status 0 without answering): %w", ErrExecutorCrashed, pr.p.cfg.Name, pr.index, g.pid, err)
+	}
 	return fmt.Errorf("%w (executor %s process %d, pid %d: %s): %w", ErrExecutorCrashed, pr.p.cfg.Name, pr.index, g.pid, exitDesc(g.exitErr), err)
 }
 
@@ -506,6 +577,15 @@ func (p *Pool) Stop(jobID, requestID string, grace time.Duration, done <-chan st
 		cancel()
 		if err != nil && onErr != nil {
 			onErr(err)
+		}
+		if err != nil && p.cfg.Client.Connections == 1 {
+			// The one connection cannot carry the cancel: kill the process now.
+			select {
+			case <-done:
+				return false
+			default:
+			}
+			return p.KillRequest(requestID)
 		}
 		wait := min(every, time.Until(deadline))
 		if wait <= 0 {
@@ -629,6 +709,10 @@ func (p *Pool) isClosing() bool {
 
 // supervise runs process slot pr until the pool closes: start, wait until ready,
 // publish, wait for exit, restart with backoff. The first start's result goes to first.
+// A process that exits cleanly (status 0) — as an executor that serves one connection
+// and exits when it closes does — is started again when a request needs it, at once
+// and without counting as a crash; a failed start or any other exit the pool did not
+// ask for is a crash (see PoolConfig.CrashLoop).
 func (pr *proc) supervise(first chan<- error) {
 	p := pr.p
 	defer p.wg.Done()
@@ -641,13 +725,14 @@ func (pr *proc) supervise(first chan<- error) {
 			return
 		}
 		var reason error
-		immediate := false
+		immediate, crash := false, true
+		var want chan struct{}
 		if err != nil {
 			if p.isClosing() {
 				return
 			}
 			reason = err
-			p.log.Error("rrq executor process failed to start", "index", pr.index, "err", err)
+			p.log.Error("rrq executor process failed to start", "index", pr.index, "err", err.Error())
 		} else {
 			started := time.Now()
 			p.mu.Lock()
@@ -665,6 +750,7 @@ func (pr *proc) supervise(first chan<- error) {
 			}
 			p.mu.Lock()
 			pr.gen = nil
+			want = p.want
 			p.mu.Unlock()
 			p.notify()
 			if p.isClosing() {
@@ -672,18 +758,34 @@ func (pr *proc) supervise(first chan<- error) {
 				return
 			}
 			reason = fmt.Errorf("process %d exited: %s", g.pid, exitDesc(g.exitErr))
-			if g.killed.Load() {
-				immediate = true
+			switch {
+			case g.killed.Load():
+				immediate, crash = true, false
 				backoff = p.cfg.RestartBackoff
 				reason = fmt.Errorf("process %d killed by the pool", g.pid)
-			} else if time.Since(started) > p.cfg.RestartBackoffMax {
+			case g.exitErr == nil:
+				immediate, crash = true, false
+				backoff = p.cfg.RestartBackoff
+				reason = fmt.Errorf("process %d exited cleanly (status 0); started again when needed", g.pid)
+			case time.Since(started) > p.cfg.RestartBackoffMax:
 				backoff = p.cfg.RestartBackoff
 			}
-			p.log.Warn("rrq executor process stopped", "index", pr.index, "pid", g.pid, "reason", reason)
+			p.log.Warn("rrq executor process stopped", "index", pr.index, "pid", g.pid, "reason", reason.Error())
 		}
 		pr.restarts.Add(1)
+		if crash {
+			p.crashed(reason)
+		}
 		if f := p.cfg.OnRestart; f != nil {
-			f(pr.index, reason)
+			f(pr.index, reason, crash)
+		}
+		if want != nil && !crash && !g.killed.Load() {
+			// A clean exit: start again when a request finds no ready process.
+			select {
+			case <-want:
+			case <-p.closing:
+				return
+			}
 		}
 		if !immediate {
 			t := time.NewTimer(backoff)
@@ -739,11 +841,17 @@ func (pr *proc) start() (*generation, error) {
 		nc, err := d.DialContext(ctx, pr.ep.Network, pr.ep.Address)
 		cancel()
 		if err == nil {
-			nc.Close()
 			select {
 			case <-g.exited: // a foreign listener on our port, or it died right away
+				nc.Close()
 				return nil, fmt.Errorf("process %d (pid %d) exited during startup: %s", pr.index, g.pid, exitDesc(g.exitErr))
 			default:
+			}
+			// No connection only to probe: the one that found the process accepting
+			// carries its requests (an executor may accept one connection at a time).
+			if err := pr.client.Adopt(nc); err != nil {
+				g.stop(0)
+				return nil, err
 			}
 			return g, nil
 		}

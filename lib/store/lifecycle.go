@@ -166,6 +166,9 @@ local function delete_job(caller, id)
   local runner = redis.call('HGET', jk, 'runner_id')
   local m = caller .. ':' .. id
   delete_messages('coord:jobmsgs:' .. m)
+  local fn = redis.call('HGET', jk, 'function_name')
+  local exec = fn and string.match(fn, '^([^#]+)#')
+  if exec then stype = 'exec:' .. exec end -- an executor's handler job: its queue
   if stype then
     redis.call('LREM', 'queue:' .. stype, 0, jk)
     if runner and runner ~= '0' then redis.call('LREM', 'coord:rq:' .. runner .. ':' .. stype, 0, jk) end

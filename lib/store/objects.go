@@ -420,18 +420,45 @@ func (d *DB) LoadRunner(ctx context.Context, id uint32) (*model.Runner, error) {
 
 // AnnounceScriptTypes records that a runner serves these script types.
 func (d *DB) AnnounceScriptTypes(ctx context.Context, runnerID uint32, types []model.ScriptType) error {
-	_, err := d.Eval(ctx, announceScript, []string{keys.Runner(runnerID), keys.ScriptTypes}, model.EncodeField(types), time.Now().Unix())
+	_, err := d.Eval(ctx, announceScript, []string{keys.Runner(runnerID), keys.ScriptTypes}, model.EncodeField(types), time.Now().Unix(), "script_types")
 	if err != nil {
 		return fmt.Errorf("announce script types of runner %d: %w", runnerID, err)
 	}
 	return nil
 }
 
-// announceScript merges script types into runner:<id>.script_types and counts each type
-// once per runner in coord:script_types.
+// AnnounceExecutors records that a runner has these RRQ executors (runner:<id>.executors,
+// and each counted once per runner in coord:executors): handler jobs that name one
+// ("executor#handler") go to the runners that have it.
+func (d *DB) AnnounceExecutors(ctx context.Context, runnerID uint32, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	_, err := d.Eval(ctx, announceScript, []string{keys.Runner(runnerID), keys.Executors}, model.EncodeField(names), time.Now().Unix(), "executors")
+	if err != nil {
+		return fmt.Errorf("announce executors of runner %d: %w", runnerID, err)
+	}
+	return nil
+}
+
+// ExecutorServed reports whether any runner of the context announced the executor.
+func (d *DB) ExecutorServed(ctx context.Context, name string) (bool, error) {
+	var cmd *redis.StringCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.HGet(ctx, keys.Executors, name)
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	n, _ := strconv.Atoi(cmd.Val())
+	return n > 0, nil
+}
+
+// announceScript merges names into runner:<id>.<ARGV[3]> (script_types, executors) and
+// counts each once per runner in KEYS[2] (coord:script_types, coord:executors).
 var announceScript = NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('ERR runner does not exist') end
-local have = redis.call('HGET', KEYS[1], 'script_types')
+local have = redis.call('HGET', KEYS[1], ARGV[3])
 local cur = {}
 if have and have ~= '' then
   local ok, v = pcall(cjson.decode, have)
@@ -449,7 +476,7 @@ for _, t in ipairs(cjson.decode(ARGV[1])) do
   end
 end
 if changed then
-  redis.call('HSET', KEYS[1], 'script_types', cjson.encode(cur), 'updated_at', ARGV[2])
+  redis.call('HSET', KEYS[1], ARGV[3], cjson.encode(cur), 'updated_at', ARGV[2])
 end
 return changed and 1 or 0
 `)

@@ -141,8 +141,10 @@ local tokens, targets = {}, {}
 local taken = 0
 -- queue_for is the queue a plain job goes to with route: it names no runner and some
 -- runner serves its script type (nil: the router decides).
-local function queue_for(id, runner, stype)
+-- A handler job that names its executor ("executor#handler") is the router's too.
+local function queue_for(id, runner, stype, fn)
   if not route or not id or (runner or '0') ~= '0' or (stype or '') == '' then return nil end
+  if fn and string.find(fn, '#', 1, true) then return nil end
   if not types then types = redis.call('HGETALL', 'coord:script_types') end
   for i = 1, #types, 2 do
     if types[i] == stype and (tonumber(types[i + 1]) or 0) > 0 then return 'queue:' .. stype end
@@ -157,13 +159,13 @@ local function routing(jk)
     if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k]; f[JOB_FIELDS[k]] = v[k] end
   end
   if not types then types = redis.call('HGETALL', 'coord:script_types') end
-  return jh, queue_for(f['id'], f['runner_id'], f['script_type'])
+  return jh, queue_for(f['id'], f['runner_id'], f['script_type'], f['function_name'])
 end
 -- group_target is queue_for for a job of a group: it reads only what that needs.
 local function group_target(jk)
   if not route then return nil end
-  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type')
-  return queue_for(v[1], v[2], v[3])
+  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name')
+  return queue_for(v[1], v[2], v[3], v[4])
 end
 local pending = {} -- target -> job keys to push, pushed once per target at the end
 local function enqueue(jk, target)
@@ -252,7 +254,7 @@ return {types or {}, out, routed}
 
 // RoutingJobFields are the fields of a job that ClaimMessages reads for a job request:
 // what routing it needs (a remote runner's request needs the whole job: load it).
-var RoutingJobFields = []string{"id", "caller_id", "context_id", "flow_id", "script_type", "runner_id", "attempt", "status"}
+var RoutingJobFields = []string{"id", "caller_id", "context_id", "flow_id", "script_type", "runner_id", "attempt", "status", "function_name"}
 
 func luaStrings(ss []string) string {
 	q := make([]string, len(ss))

@@ -184,16 +184,22 @@ func (r *router) poke() {
 func (r *router) materialize(ctx context.Context, db *store.DB, cl *store.Claim, m *model.Message, log zerolog.Logger) {
 	j := m.Job[0]
 	log = log.With().Uint32(obs.KeyJobID, j.ID).Str("origin", j.Origin.PK).Logger()
-	target := keys.Queue(j.ScriptType.QueueSuffix())
+	target := keys.Queue(j.QueueSuffix())
 	if j.RunnerID != 0 {
 		// The origin's runner id: served here by the local runner of that id, if any.
 		if rn, err := db.LoadRunner(ctx, j.RunnerID); err == nil && rn.Local {
-			target = keys.PinnedQueue(j.RunnerID, j.ScriptType.QueueSuffix())
+			target = keys.PinnedQueue(j.RunnerID, j.QueueSuffix())
 		}
 	}
-	if target == keys.Queue(j.ScriptType.QueueSuffix()) {
-		if served, err := db.ScriptTypeServed(ctx, j.ScriptType); err == nil && !served {
-			reason := fmt.Sprintf("no runner of context %d on this node serves script_type %q", db.ContextID, j.ScriptType)
+	if target == keys.Queue(j.QueueSuffix()) {
+		served, err := db.ScriptTypeServed(ctx, j.ScriptType)
+		what := fmt.Sprintf("serves script_type %q", j.ScriptType)
+		if exec, _ := j.Handler(); exec != "" {
+			served, err = db.ExecutorServed(ctx, exec)
+			what = fmt.Sprintf("has executor %q", exec)
+		}
+		if err == nil && !served {
+			reason := fmt.Sprintf("no runner of context %d on this node %s", db.ContextID, what)
 			j.Status, j.Error, j.Fatal = model.JobError, reason, true
 			r.sendResult(ctx, &j, log)
 			_ = db.Ack(ctx, cl)

@@ -607,7 +607,7 @@ func (r *router) deliverJob(ctx context.Context, db *store.DB, cm *store.Claimed
 		return
 	}
 	log = log.With().Uint32(obs.KeyFlowID, j.FlowID).Uint32(obs.KeyJobID, j.ID).Logger()
-	target := keys.Queue(j.ScriptType.QueueSuffix())
+	target := keys.Queue(j.QueueSuffix())
 	if j.RunnerID != 0 {
 		rn, err := db.LoadRunner(ctx, j.RunnerID)
 		if err != nil {
@@ -632,7 +632,18 @@ func (r *router) deliverJob(ctx context.Context, db *store.DB, cm *store.Claimed
 			r.sendRemote(ctx, db, cl, m, full, rn, log)
 			return
 		}
-		target = keys.PinnedQueue(j.RunnerID, j.ScriptType.QueueSuffix())
+		target = keys.PinnedQueue(j.RunnerID, j.QueueSuffix())
+	} else if exec, _ := j.Handler(); exec != "" {
+		served, err := db.ExecutorServed(ctx, exec)
+		if err != nil {
+			log.Error().Err(err).Msg("read the runners' executors")
+			r.giveBack(ctx, db, cl, err)
+			return
+		}
+		if !served {
+			r.failMessage(ctx, db, cl, j, fmt.Sprintf("no runner in context %d has executor %q", db.ContextID, exec), log)
+			return
+		}
 	} else {
 		if n, _ := strconv.Atoi(cm.ScriptTypes[string(j.ScriptType)]); n <= 0 {
 			r.failMessage(ctx, db, cl, j, fmt.Sprintf("no runner in context %d serves script_type %q", db.ContextID, j.ScriptType), log)

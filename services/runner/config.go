@@ -129,7 +129,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	sort.Slice(c.types, func(i, j int) bool { return c.types[i] < c.types[j] })
-	if len(c.types) == 0 {
+	if len(c.types) == 0 && len(c.executors) == 0 {
 		return fmt.Errorf("no script types to serve: set --interpreters or --script-types")
 	}
 	if strings.TrimSpace(c.Contexts) != "*" {
@@ -192,6 +192,7 @@ type executorConfig struct {
 	size      int
 	inflight  int
 	pipeline  int // requests in flight per connection
+	conns     int // 1: one persistent connection per process carries requests and cancels
 	transport string
 	shared    bool     // one pool for every context (else one per context)
 	readOnly  []string // more host paths its sandbox shows it, read-only
@@ -239,6 +240,11 @@ func parseExecutors(spec string) ([]executorConfig, error) {
 				if err == nil && (e.pipeline < 1 || e.pipeline > 1024) {
 					err = fmt.Errorf("must be 1-1024")
 				}
+			case "connections":
+				e.conns, err = strconv.Atoi(v)
+				if err == nil && e.conns != 1 {
+					err = fmt.Errorf("must be 1 (one persistent connection per process); leave it out for a connection per request")
+				}
 			case "shared":
 				e.shared, err = strconv.ParseBool(v)
 			case "sandbox":
@@ -260,7 +266,7 @@ func parseExecutors(spec string) ([]executorConfig, error) {
 				}
 				e.transport = v
 			default:
-				err = fmt.Errorf("unknown key (cmd, size, inflight, pipeline, transport)")
+				err = fmt.Errorf("unknown key (cmd, size, inflight, pipeline, connections, transport, shared, sandbox, ro)")
 			}
 			if err != nil {
 				return nil, fmt.Errorf("--executors: executor %s: %s=%s: %v", e.name, k, v, err)

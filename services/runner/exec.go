@@ -87,6 +87,12 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 		log.Info().Msg("job handed back at shutdown")
 		return
 	}
+	if res.reason == "executor_unhealthy" {
+		// Back on its queue at once (a runner with a healthy pool takes it).
+		r.releaseClaims(ctx, db, []string{cl.ID})
+		log.Warn().Str("function_name", j.FunctionName).Msg("executor unhealthy here: job handed back to its queue")
+		return
+	}
 	if res.reason == "lost_lease" {
 		r.m.lostLeases.Inc()
 		r.m.failed.WithLabelValues(st, "lost_lease").Inc()

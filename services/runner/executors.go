@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,8 +37,10 @@ import (
 
 type executorMetrics struct {
 	restarts   *prometheus.CounterVec
+	crashes    *prometheus.CounterVec
 	violations *prometheus.CounterVec
 	calls      *prometheus.CounterVec
+	healthy    *prometheus.GaugeVec
 }
 
 func newExecutorMetrics(reg prometheus.Registerer) executorMetrics {
@@ -44,6 +48,10 @@ func newExecutorMetrics(reg prometheus.Registerer) executorMetrics {
 	return executorMetrics{
 		restarts: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_executor_restarts_total",
 			Help: "Executor processes restarted (they died, or were killed after ignoring a cancel), by executor."}, []string{"executor"}),
+		crashes: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_executor_crashes_total",
+			Help: "Executor processes that failed to start or exited unasked (not a clean exit after their connection closed), by executor."}, []string{"executor"}),
+		healthy: f.NewGaugeVec(prometheus.GaugeOpts{Name: "hero_executor_pool_healthy",
+			Help: "1 while the executor's pools work here; 0 while one crash-loops or cannot start (the runner then leaves the executor's jobs to other runners)."}, []string{"executor"}),
 		violations: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_executor_protocol_violations_total",
 			Help: "Bad frames and responses from executors (dropped; the runner stays healthy), by executor and kind."}, []string{"executor", "kind"}),
 		calls: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_handler_calls_total",
@@ -56,6 +64,74 @@ func newExecutorMetrics(reg prometheus.Registerer) executorMetrics {
 // of different contexts never share an executor process — unless the operator marks
 // an executor shared (`shared=true` in --executors): then one pool serves every
 // context and starts with the runner.
+
+// execHealth holds the executors whose pools crash-loop or cannot start here. While
+// one is unhealthy the runner claims none of its handler jobs (a runner with a healthy
+// pool takes them) and /readyz says why; after executorRetryAfter it tries again.
+type execHealth struct {
+	mu  sync.Mutex
+	bad map[string]unhealthy
+}
+
+type unhealthy struct {
+	err   error
+	since time.Time
+}
+
+// executorRetryAfter is how long an unhealthy executor's jobs are left to other
+// runners before this one tries its pool again.
+const executorRetryAfter = 30 * time.Second
+
+// markUnhealthy records that an executor's pool crash-loops or cannot start.
+func (r *runner) markUnhealthy(name string, ctxID uint32, err error) {
+	r.exh.mu.Lock()
+	if r.exh.bad == nil {
+		r.exh.bad = map[string]unhealthy{}
+	}
+	r.exh.bad[name] = unhealthy{err: err, since: time.Now()}
+	r.exh.mu.Unlock()
+	r.em.healthy.WithLabelValues(name).Set(0)
+	r.log.Error().Str("executor", name).Uint32(obs.KeyContextID, ctxID).Err(err).Dur("retry_after", executorRetryAfter).
+		Msg("executor unhealthy: its jobs are left to other runners")
+}
+
+// markHealthy records that an executor's pool answers again.
+func (r *runner) markHealthy(name string) {
+	r.exh.mu.Lock()
+	_, was := r.exh.bad[name]
+	delete(r.exh.bad, name)
+	r.exh.mu.Unlock()
+	r.em.healthy.WithLabelValues(name).Set(1)
+	if was {
+		r.log.Info().Str("executor", name).Msg("executor healthy again")
+	}
+}
+
+// executorHealth is nil for a healthy executor, else why it is not (until
+// executorRetryAfter has passed since it was found unhealthy).
+func (r *runner) executorHealth(name string) error {
+	r.exh.mu.Lock()
+	defer r.exh.mu.Unlock()
+	u, ok := r.exh.bad[name]
+	if !ok || time.Since(u.since) > executorRetryAfter {
+		return nil
+	}
+	return u.err
+}
+
+// executorsReady is the runner's /readyz check: an error naming every unhealthy executor.
+func (r *runner) executorsReady(context.Context) error {
+	var errs []string
+	for _, name := range r.executorNames() {
+		if err := r.executorHealth(name); err != nil {
+			errs = append(errs, fmt.Sprintf("executor %s unhealthy: %v", name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
 
 // poolKey names a pool: an executor, and the context it serves (0: shared).
 type poolKey struct {
@@ -94,6 +170,9 @@ func (b *poolSandbox) close() {
 // demand.
 func (r *runner) startExecutors(ctx context.Context) error {
 	r.pools = map[poolKey]*poolEntry{}
+	for _, e := range r.cfg.executors {
+		r.em.healthy.WithLabelValues(e.name).Set(1)
+	}
 	for _, e := range r.cfg.executors {
 		if !e.shared {
 			continue
@@ -207,16 +286,26 @@ func (r *runner) startPool(ctx context.Context, e *executorConfig, ctxID uint32)
 	log := r.log.With().Str("executor", e.name).Uint32(obs.KeyContextID, ctxID).Logger()
 	cfg := rrq.PoolConfig{
 		Name: e.name, Command: e.cmd, Size: e.size, Transport: transport,
-		Client: rrq.ClientOptions{MaxInFlight: e.inflight, Pipeline: e.pipeline, MaxFrameSize: r.cfg.MaxFrameBytes,
+		Client: rrq.ClientOptions{MaxInFlight: e.inflight, Pipeline: e.pipeline, Connections: e.conns, MaxFrameSize: r.cfg.MaxFrameBytes,
 			OnViolation: func(v rrq.Violation) {
 				r.em.violations.WithLabelValues(e.name, string(v.Kind)).Inc()
 				log.Warn().Str("kind", string(v.Kind)).Str("request_id", v.RequestID).Err(v.Err).Msg("executor protocol violation")
 			}},
 		Stdout: logLines{log, "stdout"}, Stderr: logLines{log, "stderr"},
 		Logger: obs.Slog(r.log), // the pool adds "executor"
-		OnRestart: func(index int, reason error) {
+		OnRestart: func(index int, reason error, crash bool) {
 			r.em.restarts.WithLabelValues(e.name).Inc()
-			log.Warn().Int("process", index).AnErr("reason", reason).Msg("executor process restarting")
+			if crash {
+				r.em.crashes.WithLabelValues(e.name).Inc()
+			}
+			log.Warn().Int("process", index).Str("reason", reason.Error()).Bool("crash", crash).Msg("executor process restarting")
+		},
+		OnHealth: func(healthy bool, reason error) {
+			if healthy {
+				r.markHealthy(e.name)
+			} else {
+				r.markUnhealthy(e.name, ctxID, reason)
+			}
 		},
 	}
 	var box *poolSandbox
@@ -329,10 +418,22 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	ex := &execution{ref: ref}
 	r.track(ex)
 	defer r.untrack(ex)
+	// A job taken from the executor's own queue is left to another runner while this
+	// runner's pool of it crash-loops or cannot start.
+	fromExecQueue := strings.HasSuffix(cl.Queue, ":"+model.ExecQueueSuffix(execName))
+	if herr := r.executorHealth(execName); herr != nil && fromExecQueue {
+		return runResult{reason: "executor_unhealthy"}
+	}
 	pool, err := r.acquirePool(ctx, execName, db.ContextID)
 	if errors.Is(err, errNoExecutor) {
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true,
 			Error: fmt.Sprintf("no executor %q on this runner (it has: %v)", execName, r.executorNames())}, "no_executor"}
+	}
+	if err != nil && ctx.Err() == nil {
+		r.markUnhealthy(execName, db.ContextID, fmt.Errorf("could not start: %w", err))
+		if fromExecQueue {
+			return runResult{reason: "executor_unhealthy"}
+		}
 	}
 	if err != nil {
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1,

@@ -34,6 +34,7 @@ type runner struct {
 	em      executorMetrics
 	pools   map[poolKey]*poolEntry // executor pools by executor and context
 	poolMu  sync.Mutex
+	exh     execHealth // executors whose pools crash-loop or cannot start here
 
 	mu     sync.Mutex
 	served []uint32 // contexts where runner:<id> exists
@@ -235,6 +236,10 @@ func (r *runner) serves(ctx context.Context, id uint32) bool {
 		r.log.Error().Err(err).Uint32(obs.KeyContextID, id).Msg("announce script types")
 		return false
 	}
+	if err := db.AnnounceExecutors(ctx, r.cfg.RunnerID, r.executorNames()); err != nil {
+		r.log.Error().Err(err).Uint32(obs.KeyContextID, id).Msg("announce executors")
+		return false
+	}
 	return true
 }
 
@@ -323,6 +328,14 @@ func (r *runner) queues() []string {
 	var qs []string
 	for _, t := range r.cfg.types {
 		qs = append(qs, keys.Queue(t.QueueSuffix()), keys.PinnedQueue(r.cfg.RunnerID, t.QueueSuffix()))
+	}
+	// The handler jobs of each executor whose pools are healthy here: while one
+	// crash-loops, a runner with a healthy pool takes them.
+	for _, name := range r.executorNames() {
+		if r.executorHealth(name) == nil {
+			s := model.ExecQueueSuffix(name)
+			qs = append(qs, keys.Queue(s), keys.PinnedQueue(r.cfg.RunnerID, s))
+		}
 	}
 	return qs
 }

@@ -35,6 +35,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	if err := r.startExecutors(ctx); err != nil {
 		return err
 	}
+	env.Probe.AddCheck("executors", r.executorsReady)
 	// The worker id names this process's claims: one live process per id. A restart
 	// after a crash on this host takes it at once; elsewhere, once its TTL passed.
 	id, err := b.Store.HoldIdentity(ctx, "runner", cfg.WorkerID, cfg.Lease)

@@ -664,6 +664,13 @@ func (s *service) jobCreate(ctx context.Context, p Principal, in jobCreateParams
 				return nil, invalidParams("job", "%v", err)
 			}
 		}
+	} else if exec, _ := j.Handler(); exec != "" {
+		if err := j.Validate(); err != nil {
+			return nil, err
+		}
+		if err := checkServed(ctx, db, j); err != nil { // no runner has its executor
+			return nil, err
+		}
 	}
 	out, _, err := s.store.CreateJob(ctx, j, p.Name())
 	return out, err
@@ -741,10 +748,8 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 		if !r.Local {
 			return nil, invalidParams("job.runner_id", "runner %d is not local: remote runners need the mycelium-gateway", j.RunnerID)
 		}
-	} else if ok, err := db.ScriptTypeServed(ctx, j.ScriptType); err != nil {
+	} else if err := checkServed(ctx, db, j); err != nil {
 		return nil, err
-	} else if !ok {
-		return nil, invalidParams("job.script_type", "no runner in context %d serves script_type %q", in.ContextID, j.ScriptType)
 	}
 	created, _, err := s.store.CreateJob(ctx, j, p.Name())
 	if err != nil {
@@ -1267,4 +1272,28 @@ func (s *service) dlqPurge(ctx context.Context, p Principal, in dlqPurgeParams) 
 		return nil, err
 	}
 	return &purgeResult{Purged: n}, nil
+}
+
+// checkServed refuses, storing nothing, a job no runner of its context could take: a
+// handler job that names its executor ("executor#handler") needs a runner that
+// announced that executor; any other job a runner serving its script type.
+func checkServed(ctx context.Context, db *store.DB, j *model.Job) error {
+	if exec, _ := j.Handler(); exec != "" {
+		ok, err := db.ExecutorServed(ctx, exec)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return invalidParams("job.function_name", "no runner in context %d has executor %q", db.ContextID, exec)
+		}
+		return nil
+	}
+	ok, err := db.ScriptTypeServed(ctx, j.ScriptType)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return invalidParams("job.script_type", "no runner in context %d serves script_type %q", db.ContextID, j.ScriptType)
+	}
+	return nil
 }

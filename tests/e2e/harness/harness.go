@@ -24,10 +24,14 @@ import (
 
 // Binaries lists what Build builds: the five services, heroctl, and the example Go
 // executor (RRQ protocol) that handler-job tests run.
-var Binaries = []string{"supervisor-daemon", "scheduler", "router", "runner", "mycelium-gateway", "heroctl", ExampleExecutor}
+var Binaries = []string{"supervisor-daemon", "scheduler", "router", "runner", "mycelium-gateway", "heroctl", ExampleExecutor, OneConnExecutor}
 
 // ExampleExecutor is the binary of lib/rrq/executor/example.
 const ExampleExecutor = "hero-example-executor"
+
+// OneConnExecutor is the binary of lib/rrq/executor/oneconn: it accepts exactly one
+// connection and exits when it closes.
+const OneConnExecutor = "hero-oneconn-executor"
 
 // RepoRoot returns the repository root (where go.work is).
 func RepoRoot() (string, error) {
@@ -61,6 +65,8 @@ func Build(dir string) error {
 			pkg = "./cmd/heroctl"
 		case ExampleExecutor:
 			pkg = "./lib/rrq/executor/example"
+		case OneConnExecutor:
+			pkg = "./lib/rrq/executor/oneconn"
 		}
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b), pkg)
 		cmd.Dir = root

@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/tests/e2e/harness"
+)
+
+// oneConnStack starts a stack whose runner has executor "spec" (not a script type):
+// the one-connection test executor with connections=1 (cmd: crash=true makes every
+// process exit at start).
+func oneConnStack(t *testing.T, crash bool) (*harness.Stack, *harness.Client) {
+	t.Helper()
+	redisSrv.Flush(t)
+	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{
+		RunnerArgs: []string{"--executors", specExecutor(crash), "--executor-cancel-grace", "5s"},
+	})
+	c := s.Setup(t, ctx1)
+	// The runner announces its executors once it serves the context.
+	if !waitUntil(20*time.Second, func() bool {
+		var r struct {
+			Executors []string `json:"executors"`
+		}
+		return c.Call("runner.load", map[string]any{"context_id": ctx1, "id": 1}, &r) == nil && len(r.Executors) > 0
+	}) {
+		t.Fatal("the runner did not announce its executor")
+	}
+	return s, c
+}
+
+// jobStatus is a job's status, "" while it does not exist.
+func jobStatus(c *harness.Client, id uint32) string {
+	var j harness.Job
+	if err := c.Call("job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": id}, &j); err != nil {
+		return ""
+	}
+	return j.Status
+}
+
+func specExecutor(crash bool) string {
+	cmd := filepath.Join(binDir, harness.OneConnExecutor)
+	if crash {
+		cmd += " crash"
+	}
+	return "spec;cmd=" + cmd + ";connections=1"
+}
+
+func readyzBody(t *testing.T, p *harness.Proc) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + p.AdminAddr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Acceptance (issue 21, executors 1 and 2): an executor that accepts exactly one
+// connection and exits when it closes runs 20 handler jobs in a row with
+// connections=1, one of them cancelled; "spec#echo" — an executor that is no script
+// type, and no script_type — routes the job to the runner that has it.
+func TestOneConnectionExecutorRunsJobs(t *testing.T) {
+	s, c := oneConnStack(t, false)
+	for i := 1; i <= 20; i++ {
+		if i == 10 {
+			// A cancel (job.stop) of a running call travels on the one connection.
+			job := map[string]any{"id": i, "function_name": "spec#sleep", "kwargs": map[string]any{"seconds": 60}}
+			go func() { _ = c.Call("job.run", map[string]any{"context_id": ctx1, "job": job, "timeout": 60}, nil) }()
+			if !waitUntil(20*time.Second, func() bool { return jobStatus(c, uint32(i)) == "started" }) {
+				t.Fatalf("job %d did not start", i)
+			}
+			start := time.Now()
+			c.MustCall(t, "job.stop", map[string]any{"context_id": ctx1, "caller_id": 1, "id": i}, nil)
+			if !waitUntil(20*time.Second, func() bool { return jobStatus(c, uint32(i)) == "error" }) {
+				t.Fatalf("job %d not stopped: %+v", i, loadJob(t, c, uint32(i)))
+			}
+			if el := time.Since(start); el > 4*time.Second {
+				t.Fatalf("the stop took %v: the cancel frame was not delivered (grace 5s)", el)
+			}
+			continue
+		}
+		j := runStandalone(t, c, map[string]any{"id": i, "function_name": "spec#echo", "args": []any{i}})
+		if j.Status != "finished" {
+			t.Fatalf("job %d: %+v", i, j)
+		}
+	}
+	if n := metric(t, s.Runner, "hero_executor_restarts_total"); n != 0 {
+		t.Fatalf("executor restarted %v times", n)
+	}
+	// Refused at once, storing nothing, when no runner of the context has the executor.
+	err := c.Call("job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 99, "function_name": "nosuch#echo"}}, nil)
+	if err == nil || !strings.Contains(err.Error(), `no runner in context 1 has executor "nosuch"`) {
+		t.Fatalf("job for an executor no runner has: %v", err)
+	}
+	if err := c.Call("job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 99}, nil); err == nil {
+		t.Fatal("the refused job was stored")
+	}
+}
+
+// Acceptance (issue 21, executors 1): a runner whose executor crashes at start is
+// unhealthy in /readyz (and its metric) within 10 s and leaves the executor's jobs to
+// a runner with a healthy pool.
+func TestCrashingExecutorJobsGoToHealthyRunner(t *testing.T) {
+	s, c := oneConnStack(t, true)
+	job := map[string]any{"id": 1, "function_name": "spec#echo", "args": []any{"x"}}
+	go func() { _ = c.Call("job.run", map[string]any{"context_id": ctx1, "job": job, "timeout": 60}, nil) }()
+	start := time.Now()
+	var body string
+	if !waitUntil(10*time.Second, func() bool {
+		code, b := readyzBody(t, s.Runner)
+		body = b
+		return code != http.StatusOK && strings.Contains(b, "executor spec unhealthy")
+	}) {
+		t.Fatalf("/readyz within 10s: %s", body)
+	}
+	t.Logf("unhealthy after %v: %s", time.Since(start), body)
+	if v := metric(t, s.Runner, `hero_executor_pool_healthy{executor="spec"}`); v != 0 {
+		t.Fatalf("hero_executor_pool_healthy %v", v)
+	}
+	// A second runner, same runner id, with a working executor: it takes the job.
+	args := append([]string(nil), s.Args["runner"]...)
+	for i, a := range args {
+		if strings.HasPrefix(a, "spec;") {
+			args[i] = specExecutor(false)
+		}
+	}
+	harness.Start(t, binDir, "runner", redisSrv.URL, harness.Options{Args: append(args, "--worker-id", "runner-good", "--state-dir", t.TempDir()), Env: []string{"HERO_ADMIN_SECRET=" + harness.AdminSecret}})
+	var j harness.Job
+	if !waitUntil(30*time.Second, func() bool { j = loadJob(t, c, 1); return j.Status == "finished" }) {
+		t.Fatalf("job not taken by the healthy runner: %+v", j)
+	}
+	if j.Worker != "runner-good" {
+		t.Fatalf("job ran on %q", j.Worker)
+	}
+}
