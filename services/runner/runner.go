@@ -673,6 +673,20 @@ func (r *runner) sweepLoop(ctx context.Context) {
 func (r *runner) watchControl(ctx context.Context) {
 	sub := r.store.G().Subscribe(ctx, keys.Control)
 	defer func() { _ = sub.Close() }()
+	// Messages published before the subscription holds are not delivered: once it
+	// holds, what changed since the start's refresh is read from the index (a
+	// runner record made meanwhile would otherwise wait for the 30 s safety net).
+	var bo fault.Backoff
+	for {
+		if _, err := sub.Receive(ctx); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			return
+		} else if !bo.Sleep(ctx) {
+			return
+		}
+	}
+	r.refreshFromIndex(ctx)
 	ch := sub.Channel()
 	t := time.NewTicker(30 * time.Second)
 	defer t.Stop()
