@@ -90,6 +90,13 @@ func TestPushesDoNotWaitBehindTheGatewaysPoll(t *testing.T) {
 	if b.InboxLen() != n {
 		t.Fatalf("b holds %d messages, want %d", b.InboxLen(), n)
 	}
+	// The last yield is counted by the poll loop after the push went through: once
+	// the gateway polls again it has been.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := nw.WaitUntil(wctx, func() bool { return nw.Stats().Polling == 1 }); err != nil {
+		t.Fatalf("the gateway did not poll again: %v", err)
+	}
 	if testutil.ToFloat64(g.m.yields) < n {
 		t.Fatalf("poll yields counted: %v", testutil.ToFloat64(g.m.yields))
 	}
