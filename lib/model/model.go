@@ -165,6 +165,9 @@ type Job struct {
 	FunctionName string          `hash:"function_name,omitempty" json:"function_name,omitempty"`
 	Args         json.RawMessage `hash:"args,omitempty" json:"args,omitempty"`
 	Kwargs       json.RawMessage `hash:"kwargs,omitempty" json:"kwargs,omitempty"`
+	// ResultJSON is a handler's result as the executor returned it (any JSON value),
+	// beside Result, the seed's string map made from it; empty for script jobs.
+	ResultJSON json.RawMessage `hash:"result_json,omitempty" json:"result_json,omitempty"`
 
 	// Extensions beyond the seed.
 	RunnerID     uint32 `hash:"runner_id,omitempty" json:"runner_id,omitempty"`

@@ -98,6 +98,7 @@ func JobToPB(j *model.Job) *herov1.Job {
 		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, CreatedAtMs: j.CreatedAtMs, ReadyAtMs: j.ReadyAtMs,
 		DispatchedAtMs: j.DispatchedMs, StartedAtMs: j.StartedAtMs, FinishedAtMs: j.FinishedAtMs,
 		FunctionName: j.FunctionName, Args: string(j.Args), Kwargs: string(j.Kwargs), TraceId: j.TraceID, DlqAtMs: j.DLQAtMs,
+		ResultJson: string(j.ResultJSON),
 		Origin: jsonOrEmpty(j.Origin), DepResults: jsonOrEmpty(j.DepResults), Limits: LimitsToPB(j.Limits),
 	}
 }
@@ -127,7 +128,7 @@ func JobFromPB(j *herov1.Job) *model.Job {
 		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, CreatedAtMs: j.CreatedAtMs, ReadyAtMs: j.ReadyAtMs,
 		DispatchedMs: j.DispatchedAtMs, StartedAtMs: j.StartedAtMs, FinishedAtMs: j.FinishedAtMs,
 		FunctionName: j.FunctionName, TraceID: j.TraceId, DLQAtMs: j.DlqAtMs,
-		Args: rawOrNil(j.Args), Kwargs: rawOrNil(j.Kwargs), Limits: LimitsFromPB(j.Limits),
+		Args: rawOrNil(j.Args), Kwargs: rawOrNil(j.Kwargs), Limits: LimitsFromPB(j.Limits), ResultJSON: rawOrNil(j.ResultJson),
 	}
 	if j.Origin != "" {
 		var o model.Origin

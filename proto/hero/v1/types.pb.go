@@ -496,9 +496,12 @@ type Job struct {
 	DlqAtMs      int64  `protobuf:"varint,32,opt,name=dlq_at_ms,json=dlqAtMs,proto3" json:"dlq_at_ms,omitempty"`
 	// Remote execution (JSON): where a materialised job came from, and its
 	// dependencies' results on the origin node.
-	Origin        string     `protobuf:"bytes,33,opt,name=origin,proto3" json:"origin,omitempty"`
-	DepResults    string     `protobuf:"bytes,34,opt,name=dep_results,json=depResults,proto3" json:"dep_results,omitempty"`
-	Limits        *JobLimits `protobuf:"bytes,35,opt,name=limits,proto3" json:"limits,omitempty"` // what the job asks for, within its context's job_max
+	Origin     string     `protobuf:"bytes,33,opt,name=origin,proto3" json:"origin,omitempty"`
+	DepResults string     `protobuf:"bytes,34,opt,name=dep_results,json=depResults,proto3" json:"dep_results,omitempty"`
+	Limits     *JobLimits `protobuf:"bytes,35,opt,name=limits,proto3" json:"limits,omitempty"` // what the job asks for, within its context's job_max
+	// A handler's result as the executor returned it (JSON text; "" when none),
+	// beside result, the seed's string map made from it.
+	ResultJson    string `protobuf:"bytes,36,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,6 +779,13 @@ func (x *Job) GetLimits() *JobLimits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *Job) GetResultJson() string {
+	if x != nil {
+		return x.ResultJson
+	}
+	return ""
 }
 
 type Flow struct {
@@ -1542,7 +1552,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\fscript_types\x18\b \x03(\tR\vscriptTypes\x124\n" +
 	"\tprocesses\x18\t \x03(\v2\x16.hero.v1.RunnerProcessR\tprocesses\x12\x16\n" +
 	"\x06secret\x18\n" +
-	" \x01(\tR\x06secret\"\xb9\t\n" +
+	" \x01(\tR\x06secret\"\xda\t\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1588,7 +1598,9 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\x06origin\x18! \x01(\tR\x06origin\x12\x1f\n" +
 	"\vdep_results\x18\" \x01(\tR\n" +
 	"depResults\x12*\n" +
-	"\x06limits\x18# \x01(\v2\x12.hero.v1.JobLimitsR\x06limits\x1a:\n" +
+	"\x06limits\x18# \x01(\v2\x12.hero.v1.JobLimitsR\x06limits\x12\x1f\n" +
+	"\vresult_json\x18$ \x01(\tR\n" +
+	"resultJson\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
