@@ -32,6 +32,8 @@ const (
 // wake token, tokens held (0 or 1; "-": leave the tokens alone), n, then n
 // field/value items that every start sets, the count of fields a start clears and
 // those fields, then max pairs of (claim id, trace id) (ClaimStarts builds the lists).
+// A job that has a producer's traceparent keeps that trace: its trace id is stored
+// instead of the pair's.
 // The claim id is written into the job: only this run may finish it (a job queued
 // again while a first run of it ends is run anew). It returns one {item, code,
 // attempt} per item claimed (none when the queue is empty); the caller reads the
@@ -52,8 +54,8 @@ local nset = tonumber(ARGV[8])
 local common = {}
 for i = 9, 8 + nset do common[#common + 1] = ARGV[i] end
 local nclear = tonumber(ARGV[9 + nset])
--- The fields this script reads: seven, then the ones a start clears.
-local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested'}
+-- The fields this script reads: eight, then the ones a start clears.
+local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent'}
 for i = 10 + nset, 9 + nset + nclear do want[#want + 1] = ARGV[i] end
 local slots = 10 + nset + nclear
 local out = {}
@@ -85,9 +87,10 @@ for n = 1, max do
     local caller = v[6] or ''
     local set = {'claim', claim}
     for i = 1, #common do set[#set + 1] = common[i] end
+    if v[8] and #v[8] == 55 then trace = string.sub(v[8], 4, 35) end -- the producer's trace
     if trace ~= '' then set[#set + 1] = 'trace_id'; set[#set + 1] = trace end
     local clear = {}
-    for i = 8, #want do if v[i] then clear[#clear + 1] = want[i] end end
+    for i = 9, #want do if v[i] then clear[#clear + 1] = want[i] end end
     redis.call('HSET', item, unpack(set))
     index_job(caller .. ':' .. id, st, 'started')
     if #clear > 0 then redis.call('HDEL', item, unpack(clear)) end
@@ -122,7 +125,7 @@ type Started struct {
 
 // ClaimStart claims the oldest job of a queue under a lease and marks it started, in
 // one round trip: Claim and StartJob together. traceID (W3C, 32 hex digits) is stored
-// as the job's trace_id. It returns a nil claim when the queue is empty; with
+// as the job's trace_id, unless the job has a producer's traceparent (its trace id is). It returns a nil claim when the queue is empty; with
 // StartGone or StartDone the item is already acked.
 func (d *DB) ClaimStart(ctx context.Context, queue, consumer string, lease time.Duration, traceID string) (*Claim, StartOutcome, *model.Job, error) {
 	got, err := d.ClaimStarts(ctx, queue, consumer, lease, []string{traceID}, Wake{})
@@ -152,7 +155,7 @@ func (w Wake) args() (key, token, held string) {
 
 // ClaimStarts claims up to len(traceIDs) jobs of a queue (oldest first) and marks
 // each started, in one script; traceIDs[i] is stored as the i-th job's trace_id ("":
-// none). It returns what it took, in queue order (none when the queue is empty). An
+// none), unless the job has a producer's traceparent (then its trace id is). It returns what it took, in queue order (none when the queue is empty). An
 // *UnansweredClaimError names the claims that may have been made but are not
 // returned to run (the call's answer, or the started jobs' read, failed).
 func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time.Duration, traceIDs []string, w Wake) ([]Started, error) {

@@ -407,6 +407,17 @@ func randHex(n int) string {
 	return hex.EncodeToString(b[:n])
 }
 
+// traceparent is the W3C traceparent of a job's attempt: the job's trace id (stored at
+// the claim: the producer's when it handed one in), a new span id per call, and the
+// producer's flags (else sampled, 01).
+func traceparent(j *model.Job) string {
+	flags := "01"
+	if tp, err := model.ParseTraceparent(j.Traceparent); err == nil {
+		flags = tp.Flags
+	}
+	return model.Traceparent{TraceID: j.TraceID, ParentID: randHex(8), Flags: flags}.String()
+}
+
 // runHandler calls a handler job's function in its executor pool.
 func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) (rr runResult) {
 	execName, handler := j.Handler()
@@ -441,16 +452,13 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 			Error: fmt.Sprintf("executor %s could not start for context %d: %v", execName, db.ContextID, err)}, "executor"}
 	}
 	defer r.releasePool(poolKey{execName, db.ContextID})
-	traceID := j.TraceID // set when the job was claimed
-	if traceID == "" {
-		traceID = randHex(16)
-	}
+	traceID := j.TraceID // set when the job was claimed (the producer's, when it gave one)
 	req := rrq.ExecutionRequest{
 		ProtocolVersion: rrq.ProtocolVersion, RequestID: rrq.NewUUID(), JobID: ref.String(), FunctionName: handler,
 		Context: rrq.ExecutionContext{
 			JobID: ref.String(), Attempt: int(max(j.Attempt, 1)), QueueName: cl.Queue, WorkerID: r.cfg.WorkerID,
 			EnqueueTime:  time.UnixMilli(max(j.DispatchedMs, j.CreatedAtMs)),
-			TraceContext: map[string]string{"traceparent": "00-" + traceID + "-" + randHex(8) + "-01"},
+			TraceContext: map[string]string{model.TraceparentHeader: traceparent(j)},
 		},
 	}
 	if len(j.Args) > 0 {
@@ -487,7 +495,7 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 		d := time.Now().Add(time.Duration(j.Timeout) * time.Second)
 		req.Context.Deadline = &d
 	}
-	log = log.With().Str("executor", execName).Str("function", handler).Str("request_id", req.RequestID).Str("trace_id", traceID).Logger()
+	log = log.With().Str("executor", execName).Str("function", handler).Str("request_id", req.RequestID).Logger()
 	// The call's header line goes into the job's log with the job's end (one round
 	// trip less per call); the trace id was stored when the job was claimed.
 	header := []byte(fmt.Sprintf("--- attempt %d: %s#%s on %s (request %s, trace %s) ---\n", max(j.Attempt, 1), execName, handler, r.cfg.WorkerID, req.RequestID, traceID))
