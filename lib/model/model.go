@@ -61,6 +61,9 @@ type Flow struct {
 	CreatedAtMs int64  `hash:"created_at_ms,omitempty" json:"created_at_ms,omitempty"`
 	StartedAtMs int64  `hash:"started_at_ms,omitempty" json:"started_at_ms,omitempty"`
 	EndedAtMs   int64  `hash:"finished_at_ms,omitempty" json:"finished_at_ms,omitempty"`
+	// Traceparent is the producer's W3C traceparent (flow.create's or flow.start's
+	// header): the trace of every job of the flow.
+	Traceparent string `hash:"traceparent,omitempty" json:"traceparent,omitempty"`
 }
 
 // Log is one line of a Message's log stream.
@@ -165,16 +168,22 @@ type Job struct {
 	FunctionName string          `hash:"function_name,omitempty" json:"function_name,omitempty"`
 	Args         json.RawMessage `hash:"args,omitempty" json:"args,omitempty"`
 	Kwargs       json.RawMessage `hash:"kwargs,omitempty" json:"kwargs,omitempty"`
+	// ResultJSON is a handler's result as the executor returned it (any JSON value),
+	// beside Result, the seed's string map made from it; empty for script jobs.
+	ResultJSON json.RawMessage `hash:"result_json,omitempty" json:"result_json,omitempty"`
 
 	// Extensions beyond the seed.
-	RunnerID     uint32 `hash:"runner_id,omitempty" json:"runner_id,omitempty"`
-	FlowID       uint32 `hash:"flow_id,omitempty" json:"flow_id,omitempty"`
-	Error        string `hash:"error,omitempty" json:"error,omitempty"`
-	ExitCode     int    `hash:"exit_code,omitempty" json:"exit_code,omitempty"`
-	Attempt      uint32 `hash:"attempt,omitempty" json:"attempt,omitempty"`
-	Worker       string `hash:"worker,omitempty" json:"worker,omitempty"`
-	Fatal        bool   `hash:"fatal,omitempty" json:"fatal,omitempty"`
-	TraceID      string `hash:"trace_id,omitempty" json:"trace_id,omitempty"`             // W3C trace id of the last handler call
+	RunnerID uint32 `hash:"runner_id,omitempty" json:"runner_id,omitempty"`
+	FlowID   uint32 `hash:"flow_id,omitempty" json:"flow_id,omitempty"`
+	Error    string `hash:"error,omitempty" json:"error,omitempty"`
+	ExitCode int    `hash:"exit_code,omitempty" json:"exit_code,omitempty"`
+	Attempt  uint32 `hash:"attempt,omitempty" json:"attempt,omitempty"`
+	Worker   string `hash:"worker,omitempty" json:"worker,omitempty"`
+	Fatal    bool   `hash:"fatal,omitempty" json:"fatal,omitempty"`
+	TraceID  string `hash:"trace_id,omitempty" json:"trace_id,omitempty"` // W3C trace id of the last run
+	// Traceparent is the producer's W3C traceparent (the submission's header, or its
+	// flow's): every attempt continues its trace.
+	Traceparent  string `hash:"traceparent,omitempty" json:"traceparent,omitempty"`
 	RetryAfterMs int64  `hash:"retry_after_ms,omitempty" json:"retry_after_ms,omitempty"` // an executor's requested retry delay
 	DLQAtMs      int64  `hash:"dlq_at_ms,omitempty" json:"dlq_at_ms,omitempty"`           // when the job entered the dead-letter queue
 	// The limits the job asks for (within its context's job_max); the runner fills

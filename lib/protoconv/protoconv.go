@@ -98,6 +98,7 @@ func JobToPB(j *model.Job) *herov1.Job {
 		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, CreatedAtMs: j.CreatedAtMs, ReadyAtMs: j.ReadyAtMs,
 		DispatchedAtMs: j.DispatchedMs, StartedAtMs: j.StartedAtMs, FinishedAtMs: j.FinishedAtMs,
 		FunctionName: j.FunctionName, Args: string(j.Args), Kwargs: string(j.Kwargs), TraceId: j.TraceID, DlqAtMs: j.DLQAtMs,
+		ResultJson: string(j.ResultJSON), Traceparent: j.Traceparent,
 		Origin: jsonOrEmpty(j.Origin), DepResults: jsonOrEmpty(j.DepResults), Limits: LimitsToPB(j.Limits),
 	}
 }
@@ -127,7 +128,7 @@ func JobFromPB(j *herov1.Job) *model.Job {
 		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, CreatedAtMs: j.CreatedAtMs, ReadyAtMs: j.ReadyAtMs,
 		DispatchedMs: j.DispatchedAtMs, StartedAtMs: j.StartedAtMs, FinishedAtMs: j.FinishedAtMs,
 		FunctionName: j.FunctionName, TraceID: j.TraceId, DLQAtMs: j.DlqAtMs,
-		Args: rawOrNil(j.Args), Kwargs: rawOrNil(j.Kwargs), Limits: LimitsFromPB(j.Limits),
+		Args: rawOrNil(j.Args), Kwargs: rawOrNil(j.Kwargs), Limits: LimitsFromPB(j.Limits), ResultJSON: rawOrNil(j.ResultJson), Traceparent: j.Traceparent,
 	}
 	if j.Origin != "" {
 		var o model.Origin
@@ -155,7 +156,7 @@ func FlowToPB(f *model.Flow) *herov1.Flow {
 	return &herov1.Flow{
 		Id: f.ID, CallerId: f.CallerID, ContextId: f.ContextID, Jobs: f.Jobs, EnvVars: f.EnvVars, Result: f.Result,
 		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, Status: string(f.Status), Error: f.Error, FailedJob: f.FailedJob,
-		StartedAt: f.StartedAt, FinishedAt: f.FinishedAt, CancelledBy: f.CancelledBy,
+		StartedAt: f.StartedAt, FinishedAt: f.FinishedAt, CancelledBy: f.CancelledBy, Traceparent: f.Traceparent,
 	}
 }
 
@@ -166,7 +167,7 @@ func FlowFromPB(f *herov1.Flow) *model.Flow {
 	return &model.Flow{
 		ID: f.Id, CallerID: f.CallerId, ContextID: f.ContextId, Jobs: f.Jobs, EnvVars: f.EnvVars, Result: f.Result,
 		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, Status: model.FlowStatus(f.Status), Error: f.Error, FailedJob: f.FailedJob,
-		StartedAt: f.StartedAt, FinishedAt: f.FinishedAt, CancelledBy: f.CancelledBy,
+		StartedAt: f.StartedAt, FinishedAt: f.FinishedAt, CancelledBy: f.CancelledBy, Traceparent: f.Traceparent,
 	}
 }
 

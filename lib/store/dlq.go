@@ -67,7 +67,7 @@ if st == 'started' or st == 'dispatched' then
   return redis.error_reply('CONFLICT job ' .. id .. ' is ' .. st .. ', not ended')
 end
 set_job(caller, id, 'dispatched', 'updated_at', now_s, 'result', '{}')
-redis.call('HDEL', jk, 'attempt', 'done_attempt', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms',
+redis.call('HDEL', jk, 'result_json', 'attempt', 'done_attempt', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms',
   'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms')
 redis.call('ZREM', 'coord:dlq', caller .. ':' .. id)
 event('job.requeued', actor, now_ms, '0', id, caller, 'dispatched', 'from the dead-letter queue')
@@ -123,7 +123,7 @@ for _, id in ipairs(jobs) do
     end
     local jk = 'job:' .. caller .. ':' .. id
     redis.call('HDEL', dag, 'e:' .. id, 'due:' .. id)
-    redis.call('HDEL', jk, 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms', 'attempt',
+    redis.call('HDEL', jk, 'result_json', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms', 'attempt',
       'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms')
     redis.call('ZREM', 'coord:dlq', caller .. ':' .. id)
     if remaining == 0 then

@@ -582,7 +582,7 @@ func (s *Store) RunnerContexts(ctx context.Context, runnerID uint32) ([]uint32, 
 
 // ---- Jobs ----
 
-var jobInitialOnly = withFields(timestampFields, "status", "result", "error", "exit_code", "attempt", "worker", "fatal", "stop_requested", "trace_id", "retry_after_ms", "dlq_at_ms", "done_attempt", "origin", "dep_results",
+var jobInitialOnly = withFields(timestampFields, "status", "result", "result_json", "traceparent", "error", "exit_code", "attempt", "worker", "fatal", "stop_requested", "trace_id", "retry_after_ms", "dlq_at_ms", "done_attempt", "origin", "dep_results",
 	"started_at", "finished_at", "ready_at_ms", "dispatched_at_ms", "started_at_ms", "finished_at_ms", "flow_id")
 
 // CreateJob stores job:<caller_id>:<id> in its context with status dispatched.
@@ -665,7 +665,7 @@ func (d *DB) LoadJobs(ctx context.Context, callerID uint32, ids []uint32) ([]*mo
 
 // ---- Flows ----
 
-var flowInitialOnly = withFields(timestampFields, "status", "result", "error", "failed_job", "started_at", "finished_at", "started_at_ms", "finished_at_ms")
+var flowInitialOnly = withFields(timestampFields, "status", "result", "traceparent", "error", "failed_job", "started_at", "finished_at", "started_at_ms", "finished_at_ms")
 
 // CreateFlow stores flow:<id> with status dispatched. The jobs must exist and belong
 // to the flow's caller.
@@ -806,4 +806,21 @@ func (d *DB) MessageFromHash(key string, h map[string]string) (*model.Message, e
 		m.ContextID = d.ContextID
 	}
 	return &m, nil
+}
+
+// SetFlowTraceparent stores a producer's W3C traceparent (validated by the caller) on
+// a flow and on each of its jobs, in one transaction: the jobs' attempts continue
+// that trace (the claim stores its trace id as theirs).
+func (d *DB) SetFlowTraceparent(ctx context.Context, f *model.Flow, tp string) error {
+	_, err := d.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, keys.Flow(f.ID), "traceparent", tp)
+		for _, id := range f.Jobs {
+			p.HSet(ctx, keys.Job(f.CallerID, id), "traceparent", tp)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store the traceparent of flow %d: %w", f.ID, err)
+	}
+	return nil
 }

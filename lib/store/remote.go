@@ -149,6 +149,9 @@ func (d *DB) ApplyRemoteResult(ctx context.Context, j *model.Job, worker string)
 		"result", string(res), "error", j.Error, "exit_code", j.ExitCode, "worker", worker,
 		"started_at", j.StartedAt, "finished_at", j.FinishedAt, "started_at_ms", j.StartedAtMs, "finished_at_ms", j.FinishedAtMs,
 		"updated_at", time.Now().Unix(), "fatal", boolArg(j.Fatal)}
+	if len(j.ResultJSON) > 0 {
+		args = append(args, "result_json", string(j.ResultJSON))
+	}
 	n, err := d.Eval(ctx, applyRemoteResultScript, nil, args...)
 	if err != nil {
 		return false, fmt.Errorf("record remote result of job %d:%d: %w", j.CallerID, j.ID, err)

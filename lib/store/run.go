@@ -32,6 +32,8 @@ const (
 // wake token, tokens held (0 or 1; "-": leave the tokens alone), n, then n
 // field/value items that every start sets, the count of fields a start clears and
 // those fields, then max pairs of (claim id, trace id) (ClaimStarts builds the lists).
+// A job that has a producer's traceparent keeps that trace: its trace id is stored
+// instead of the pair's.
 // The claim id is written into the job: only this run may finish it (a job queued
 // again while a first run of it ends is run anew). It returns one {item, code,
 // attempt} per item claimed (none when the queue is empty); the caller reads the
@@ -52,8 +54,8 @@ local nset = tonumber(ARGV[8])
 local common = {}
 for i = 9, 8 + nset do common[#common + 1] = ARGV[i] end
 local nclear = tonumber(ARGV[9 + nset])
--- The fields this script reads: seven, then the ones a start clears.
-local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested'}
+-- The fields this script reads: eight, then the ones a start clears.
+local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent'}
 for i = 10 + nset, 9 + nset + nclear do want[#want + 1] = ARGV[i] end
 local slots = 10 + nset + nclear
 local out = {}
@@ -85,9 +87,10 @@ for n = 1, max do
     local caller = v[6] or ''
     local set = {'claim', claim}
     for i = 1, #common do set[#set + 1] = common[i] end
+    if v[8] and #v[8] == 55 then trace = string.sub(v[8], 4, 35) end -- the producer's trace
     if trace ~= '' then set[#set + 1] = 'trace_id'; set[#set + 1] = trace end
     local clear = {}
-    for i = 8, #want do if v[i] then clear[#clear + 1] = want[i] end end
+    for i = 9, #want do if v[i] then clear[#clear + 1] = want[i] end end
     redis.call('HSET', item, unpack(set))
     index_job(caller .. ':' .. id, st, 'started')
     if #clear > 0 then redis.call('HDEL', item, unpack(clear)) end
@@ -122,7 +125,7 @@ type Started struct {
 
 // ClaimStart claims the oldest job of a queue under a lease and marks it started, in
 // one round trip: Claim and StartJob together. traceID (W3C, 32 hex digits) is stored
-// as the job's trace_id. It returns a nil claim when the queue is empty; with
+// as the job's trace_id, unless the job has a producer's traceparent (its trace id is). It returns a nil claim when the queue is empty; with
 // StartGone or StartDone the item is already acked.
 func (d *DB) ClaimStart(ctx context.Context, queue, consumer string, lease time.Duration, traceID string) (*Claim, StartOutcome, *model.Job, error) {
 	got, err := d.ClaimStarts(ctx, queue, consumer, lease, []string{traceID}, Wake{})
@@ -152,7 +155,7 @@ func (w Wake) args() (key, token, held string) {
 
 // ClaimStarts claims up to len(traceIDs) jobs of a queue (oldest first) and marks
 // each started, in one script; traceIDs[i] is stored as the i-th job's trace_id ("":
-// none). It returns what it took, in queue order (none when the queue is empty). An
+// none), unless the job has a producer's traceparent (then its trace id is). It returns what it took, in queue order (none when the queue is empty). An
 // *UnansweredClaimError names the claims that may have been made but are not
 // returned to run (the call's answer, or the started jobs' read, failed).
 func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time.Duration, traceIDs []string, w Wake) ([]Started, error) {
@@ -254,10 +257,11 @@ type JobOutcome struct {
 	Error      string
 	ExitCode   int
 	Result     map[string]string
-	Fatal      bool          // no retry (stopped, no interpreter, …)
-	RetryAfter time.Duration // an executor asked to be retried after this long
-	Log        []byte        // appended to the job's log with the end (e.g. a handler call's header)
-	LogMax     int           // the log's cap in bytes (0: MaxLogBytes)
+	ResultJSON json.RawMessage // a handler's result as returned (nil: none; the field is removed)
+	Fatal      bool            // no retry (stopped, no interpreter, …)
+	RetryAfter time.Duration   // an executor asked to be retried after this long
+	Log        []byte          // appended to the job's log with the end (e.g. a handler call's header)
+	LogMax     int             // the log's cap in bytes (0: MaxLogBytes)
 }
 
 // finishJobsScript records the ends of runs of one context DB and pushes their result
@@ -265,8 +269,9 @@ type JobOutcome struct {
 // caller, log cap, grouped (1: one result message for all the runs that end here,
 // 0: one each), n, then n field/value items of the result message (all but its id and
 // job), then, when grouped, the message's job list (every run's finished job, as a JSON
-// array), then per run 13 items: job key, lease member, claim id, job id, flow id,
-// status, error, exit code, result JSON, fatal, retry-after ms, log chunk, and the
+// array), then per run 14 items: job key, lease member, claim id, job id, flow id,
+// status, error, exit code, result JSON (the string map), the handler's result_json
+// ("": none, the field is removed), fatal, retry-after ms, log chunk, and the
 // finished job's JSON for its own message, or, grouped, where it starts and ends in the
 // list ("<start> <end>", 1-based, inclusive): the message lists the runs that
 // finished, the list as given when all did. Only the run that holds the job's current
@@ -288,9 +293,9 @@ local function push(mk)
   redis.call('LPUSH', mo, mk)
   pushed = pushed + 1
 end
-for i = runs, #ARGV, 13 do
+for i = runs, #ARGV, 14 do
   local jk, member, claim, id, flow, status, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
-  local code, result, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], tonumber(ARGV[i + 10]), ARGV[i + 11]
+  local code, result, rjson, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], tonumber(ARGV[i + 11]), ARGV[i + 12]
   redis.call('LREM', proc, 1, jk)
   redis.call('ZREM', leases, member)
   local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms')
@@ -301,9 +306,10 @@ for i = runs, #ARGV, 13 do
   else
     local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s}
     local del = {}
+    if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson else del[#del + 1] = 'result_json' end
     if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err elseif cur[3] then del[#del + 1] = 'error' end
     if fatal == '1' then set[#set + 1] = 'fatal'; set[#set + 1] = '1' elseif cur[4] then del[#del + 1] = 'fatal' end
-    if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = ARGV[i + 10] elseif cur[5] then del[#del + 1] = 'retry_after_ms' end
+    if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = ARGV[i + 11] elseif cur[5] then del[#del + 1] = 'retry_after_ms' end
     redis.call('HSET', jk, unpack(set))
     if #del > 0 then redis.call('HDEL', jk, unpack(del)) end
     index_job(caller .. ':' .. id, 'started', status)
@@ -319,11 +325,11 @@ for i = runs, #ARGV, 13 do
     if status ~= 'finished' then ev = 'job.failed' end
     redis.call('XADD', ek, 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
     if grouped then
-      done[#done + 1] = ARGV[i + 12]
+      done[#done + 1] = ARGV[i + 13]
       ids[#ids + 1] = id
       gflow = flow
     else
-      local mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 12] .. ']'})
+      local mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']'})
       track_msg(caller, id, mk)
       push(mk)
     end
@@ -331,7 +337,7 @@ for i = runs, #ARGV, 13 do
   end
 end
 if #done > 0 then
-  if #done < (#ARGV - runs + 1) / 13 then
+  if #done < (#ARGV - runs + 1) / 14 then
     -- Some runs did not finish here: the list of those that did.
     local js = {}
     for k, span in ipairs(done) do
@@ -457,7 +463,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 	if len(idx) > 1 {
 		grouped = "1"
 	}
-	args := make([]any, 0, 8+len(msg)+13*len(idx))
+	args := make([]any, 0, 8+len(msg)+14*len(idx))
 	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, len(msg))
 	args = append(args, msg...)
 	var list []byte // grouped: the message's job list, built as the runs are added
@@ -472,7 +478,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 			result = map[string]string{}
 		}
 		final := *j
-		final.Status, final.Error, final.ExitCode, final.Result, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.Fatal
+		final.Status, final.Error, final.ExitCode, final.Result, final.ResultJSON, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.ResultJSON, o.Fatal
 		final.FinishedAt, final.FinishedAtMs = now.Unix(), now.UnixMilli()
 		final.Script = "" // the result message does not need to carry the source again
 		js, err := json.Marshal(&final)
@@ -489,7 +495,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 			item = strconv.Itoa(len(list)-len(js)+1) + " " + strconv.Itoa(len(list))
 		}
 		args = append(args, keys.Job(j.CallerID, j.ID), c.member(), c.ID, j.ID, j.FlowID, string(o.Status), o.Error, o.ExitCode,
-			model.EncodeField(result), fatal, o.RetryAfter.Milliseconds(), o.Log, item)
+			model.EncodeField(result), string(o.ResultJSON), fatal, o.RetryAfter.Milliseconds(), o.Log, item)
 	}
 	if len(idx) > 1 {
 		args[7+len(msg)] = append(list, ']')

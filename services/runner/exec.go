@@ -69,7 +69,10 @@ func (ex *execution) killReason() string {
 
 // execute runs one claimed and started job to its end.
 func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, outcome store.StartOutcome, j *model.Job) {
-	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, j.FlowID).Uint32(obs.KeyJobID, j.ID).Uint32(obs.KeyCallerID, j.CallerID).Uint32("attempt", j.Attempt).Logger()
+	if j.TraceID == "" {
+		j.TraceID = randHex(16) // a claim that stored none: this attempt's own trace
+	}
+	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, j.FlowID).Uint32(obs.KeyJobID, j.ID).Uint32(obs.KeyCallerID, j.CallerID).Uint32("attempt", j.Attempt).Str("trace_id", j.TraceID).Logger()
 	st := string(j.ScriptType)
 	r.m.started.WithLabelValues(st).Inc()
 	if j.ReadyAtMs > 0 && len(j.Dependends) > 0 {
@@ -394,6 +397,9 @@ func (r *runner) environment(ctx context.Context, db *store.DB, j *model.Job, re
 	env["HERO_CALLER_ID"] = strconv.FormatUint(uint64(j.CallerID), 10)
 	env["HERO_ATTEMPT"] = strconv.FormatUint(uint64(j.Attempt), 10)
 	env["HERO_RESULT_FILE"] = resultFile
+	// The attempt's trace (W3C; the producer's when it handed one in), as OpenTelemetry
+	// SDKs read it from the environment.
+	env["TRACEPARENT"] = traceparent(j)
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)

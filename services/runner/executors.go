@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -406,6 +407,17 @@ func randHex(n int) string {
 	return hex.EncodeToString(b[:n])
 }
 
+// traceparent is the W3C traceparent of a job's attempt: the job's trace id (stored at
+// the claim: the producer's when it handed one in), a new span id per call, and the
+// producer's flags (else sampled, 01).
+func traceparent(j *model.Job) string {
+	flags := "01"
+	if tp, err := model.ParseTraceparent(j.Traceparent); err == nil {
+		flags = tp.Flags
+	}
+	return model.Traceparent{TraceID: j.TraceID, ParentID: randHex(8), Flags: flags}.String()
+}
+
 // runHandler calls a handler job's function in its executor pool.
 func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) (rr runResult) {
 	execName, handler := j.Handler()
@@ -440,16 +452,13 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 			Error: fmt.Sprintf("executor %s could not start for context %d: %v", execName, db.ContextID, err)}, "executor"}
 	}
 	defer r.releasePool(poolKey{execName, db.ContextID})
-	traceID := j.TraceID // set when the job was claimed
-	if traceID == "" {
-		traceID = randHex(16)
-	}
+	traceID := j.TraceID // set when the job was claimed (the producer's, when it gave one)
 	req := rrq.ExecutionRequest{
 		ProtocolVersion: rrq.ProtocolVersion, RequestID: rrq.NewUUID(), JobID: ref.String(), FunctionName: handler,
 		Context: rrq.ExecutionContext{
 			JobID: ref.String(), Attempt: int(max(j.Attempt, 1)), QueueName: cl.Queue, WorkerID: r.cfg.WorkerID,
 			EnqueueTime:  time.UnixMilli(max(j.DispatchedMs, j.CreatedAtMs)),
-			TraceContext: map[string]string{"traceparent": "00-" + traceID + "-" + randHex(8) + "-01"},
+			TraceContext: map[string]string{model.TraceparentHeader: traceparent(j)},
 		},
 	}
 	if len(j.Args) > 0 {
@@ -464,7 +473,7 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	}
 	if len(j.Dependends) > 0 {
 		// A handler reads its direct dependencies' results in kwargs["hero_deps"]:
-		// {"<job id>": {key: value}}, as a script reads HERO_DEP_<id>_<KEY>.
+		// {"<job id>": result}, as a script reads HERO_DEP_<id>_<KEY> (depResults).
 		deps, err := r.depResults(ctx, db, j)
 		if err != nil {
 			return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "read dependencies' results: " + err.Error()}, "start_error"}
@@ -473,7 +482,10 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 			req.Kwargs = map[string]json.RawMessage{}
 		}
 		if _, taken := req.Kwargs["hero_deps"]; !taken {
-			b, _ := json.Marshal(deps)
+			b, err := json.Marshal(deps)
+			if err != nil {
+				return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "encode dependencies' results: " + err.Error()}, "start_error"}
+			}
 			req.Kwargs["hero_deps"] = b
 		}
 	}
@@ -483,7 +495,7 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 		d := time.Now().Add(time.Duration(j.Timeout) * time.Second)
 		req.Context.Deadline = &d
 	}
-	log = log.With().Str("executor", execName).Str("function", handler).Str("request_id", req.RequestID).Str("trace_id", traceID).Logger()
+	log = log.With().Str("executor", execName).Str("function", handler).Str("request_id", req.RequestID).Logger()
 	// The call's header line goes into the job's log with the job's end (one round
 	// trip less per call); the trace id was stored when the job was claimed.
 	header := []byte(fmt.Sprintf("--- attempt %d: %s#%s on %s (request %s, trace %s) ---\n", max(j.Attempt, 1), execName, handler, r.cfg.WorkerID, req.RequestID, traceID))
@@ -547,11 +559,11 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	r.em.calls.WithLabelValues(execName, string(out.Status)).Inc()
 	switch out.Status {
 	case rrq.StatusSuccess:
-		result, err := resultMap(out.Result)
+		result, raw, err := resultMap(out.Result)
 		if err != nil {
 			return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: err.Error()}, "exit_code"}
 		}
-		return runResult{store.JobOutcome{Status: model.JobFinished, Result: result}, ""}
+		return runResult{store.JobOutcome{Status: model.JobFinished, Result: result, ResultJSON: raw}, ""}
 	case rrq.StatusRetry:
 		o := store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "retry requested" + errSuffix(out.Error)}
 		if ra := out.RetryAfter(); ra > 0 {
@@ -579,16 +591,22 @@ func errSuffix(e *rrq.ExecutionError) string {
 	return ": " + e.Error()
 }
 
-// resultMap turns a handler's JSON result into the job's result map: the top-level
-// keys of an object (values that are not strings JSON-encoded); any other JSON value
-// as "output".
-func resultMap(raw json.RawMessage) (map[string]string, error) {
+// resultMap turns a handler's JSON result into the job's result map (the seed's
+// strings): the top-level keys of an object (values that are not strings as compact
+// JSON text); any other JSON value as "output". It also returns the result itself as
+// compact JSON, kept as the job's result_json (nil for null or no result).
+func resultMap(raw json.RawMessage) (map[string]string, json.RawMessage, error) {
 	out := map[string]string{}
 	if len(raw) == 0 || string(raw) == "null" {
-		return out, nil
+		return out, nil, nil
 	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, nil, fmt.Errorf("the handler's result is not JSON")
+	}
+	compact := json.RawMessage(buf.Bytes())
 	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err == nil && obj != nil {
+	if err := json.Unmarshal(compact, &obj); err == nil && obj != nil {
 		for k, v := range obj {
 			var s string
 			if err := json.Unmarshal(v, &s); err == nil {
@@ -597,35 +615,53 @@ func resultMap(raw json.RawMessage) (map[string]string, error) {
 				out[k] = string(v)
 			}
 		}
-		return out, nil
+		return out, compact, nil
 	}
-	if !json.Valid(raw) {
-		return nil, fmt.Errorf("the handler's result is not JSON")
-	}
-	out["output"] = string(raw)
-	return out, nil
+	out["output"] = string(compact)
+	return out, compact, nil
 }
 
-// depResults reads the result maps of a job's direct dependencies.
-func (r *runner) depResults(ctx context.Context, db *store.DB, j *model.Job) (map[string]map[string]string, error) {
+// depResults reads the results of a job's direct dependencies, for hero_deps: a
+// handler's result_json when it has one (an object as it is, any other value as
+// {"output": value}), else its string map (a script's KEY=VALUE lines).
+func (r *runner) depResults(ctx context.Context, db *store.DB, j *model.Job) (map[string]any, error) {
+	out := map[string]any{}
 	if j.DepResults != nil {
-		return j.DepResults, nil // a job sent from another node: its dependencies ran there
+		// A job sent from another node: its dependencies ran there (string maps).
+		for k, v := range j.DepResults {
+			out[k] = v
+		}
+		return out, nil
 	}
-	cmds := make([]*redis.StringCmd, len(j.Dependends))
+	cmds := make([]*redis.SliceCmd, len(j.Dependends))
 	if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, d := range j.Dependends {
-			cmds[i] = p.HGet(ctx, keys.Job(j.CallerID, d), "result")
+			cmds[i] = p.HMGet(ctx, keys.Job(j.CallerID, d), "result", "result_json")
 		}
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	out := map[string]map[string]string{}
 	for i, d := range j.Dependends {
+		vals := cmds[i].Val()
+		if len(vals) == 2 {
+			if rj, _ := vals[1].(string); rj != "" && json.Valid([]byte(rj)) {
+				if rj[0] == '{' {
+					out[fmt.Sprint(d)] = json.RawMessage(rj)
+				} else {
+					out[fmt.Sprint(d)] = map[string]json.RawMessage{"output": json.RawMessage(rj)}
+				}
+				continue
+			}
+		}
+		var res string
+		if len(vals) > 0 {
+			res, _ = vals[0].(string)
+		}
 		var holder struct {
 			Result map[string]string `hash:"result"`
 		}
-		_ = model.FromHash(keys.Job(j.CallerID, d), map[string]string{"result": cmds[i].Val()}, &holder)
+		_ = model.FromHash(keys.Job(j.CallerID, d), map[string]string{"result": res}, &holder)
 		if holder.Result == nil {
 			holder.Result = map[string]string{}
 		}

@@ -672,7 +672,7 @@ func (s *service) jobCreate(ctx context.Context, p Principal, in jobCreateParams
 			return nil, err
 		}
 	}
-	out, _, err := s.store.CreateJob(ctx, j, p.Name())
+	out, _, err := s.createJob(ctx, j, p.Name())
 	return out, err
 }
 
@@ -751,7 +751,7 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 	} else if err := checkServed(ctx, db, j); err != nil {
 		return nil, err
 	}
-	created, _, err := s.store.CreateJob(ctx, j, p.Name())
+	created, _, err := s.createJob(ctx, j, p.Name())
 	if err != nil {
 		return nil, err
 	}
@@ -848,7 +848,7 @@ func (s *service) flowCreate(ctx context.Context, p Principal, in flowCreatePara
 		return nil, err
 	}
 	f := &model.Flow{ID: in.Flow.ID, CallerID: caller, ContextID: in.ContextID, Jobs: in.Flow.Jobs, EnvVars: in.Flow.EnvVars}
-	out, _, err := s.store.CreateFlow(ctx, f, p.Name())
+	out, _, err := s.createFlow(ctx, f, p.Name())
 	return out, err
 }
 
@@ -1015,7 +1015,11 @@ func (s *service) flowStart(ctx context.Context, p Principal, in ctxIDParams) (*
 	if err != nil {
 		return nil, err
 	}
-	if _, err := db.LoadFlow(ctx, in.ID); err != nil {
+	f, err := db.LoadFlow(ctx, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	if err := traceFlow(ctx, db, f); err != nil {
 		return nil, err
 	}
 	res, err := s.scheduler.StartFlow(ctx, &herov1.SchedulerStartFlowRequest{ContextId: in.ContextID, FlowId: in.ID, Actor: p.Name()})

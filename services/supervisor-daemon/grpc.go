@@ -57,6 +57,10 @@ func authInterceptors(a *authenticator, l *callerLimits, codec *auth.DigestCodec
 		if err != nil {
 			return nil, nil, grpcError(err)
 		}
+		ctx, tperr := withTraceparent(ctx, md.Get(model.TraceparentHeader))
+		if tperr != nil {
+			return nil, nil, grpcError(tperr)
+		}
 		if err := l.allow(p.key(), 1); err != nil {
 			return nil, nil, grpcError(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hero-coordinator/hero/lib/model"
 	"io"
 	"math"
 	"net/http"
@@ -226,6 +227,11 @@ func (j *jsonrpcServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	ctx, tperr := withTraceparent(r.Context(), r.Header.Values(model.TraceparentHeader))
+	if tperr != nil {
+		j.reply(w, batch, j.failAll(parsed, tperr))
+		return
+	}
 	if waits {
 		// A wait may last its own timeout: no read or write deadline meanwhile (a read
 		// deadline would also cancel the request's context when it passes).
@@ -234,7 +240,7 @@ func (j *jsonrpcServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var out []rpcResponse
 	for i := range parsed {
-		if resp, reply := j.handle(r.Context(), p, &parsed[i]); reply {
+		if resp, reply := j.handle(ctx, p, &parsed[i]); reply {
 			out = append(out, resp)
 		}
 	}

@@ -496,9 +496,14 @@ type Job struct {
 	DlqAtMs      int64  `protobuf:"varint,32,opt,name=dlq_at_ms,json=dlqAtMs,proto3" json:"dlq_at_ms,omitempty"`
 	// Remote execution (JSON): where a materialised job came from, and its
 	// dependencies' results on the origin node.
-	Origin        string     `protobuf:"bytes,33,opt,name=origin,proto3" json:"origin,omitempty"`
-	DepResults    string     `protobuf:"bytes,34,opt,name=dep_results,json=depResults,proto3" json:"dep_results,omitempty"`
-	Limits        *JobLimits `protobuf:"bytes,35,opt,name=limits,proto3" json:"limits,omitempty"` // what the job asks for, within its context's job_max
+	Origin     string     `protobuf:"bytes,33,opt,name=origin,proto3" json:"origin,omitempty"`
+	DepResults string     `protobuf:"bytes,34,opt,name=dep_results,json=depResults,proto3" json:"dep_results,omitempty"`
+	Limits     *JobLimits `protobuf:"bytes,35,opt,name=limits,proto3" json:"limits,omitempty"` // what the job asks for, within its context's job_max
+	// A handler's result as the executor returned it (JSON text; "" when none),
+	// beside result, the seed's string map made from it.
+	ResultJson string `protobuf:"bytes,36,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
+	// The producer's W3C traceparent: every attempt continues its trace (trace_id).
+	Traceparent   string `protobuf:"bytes,37,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -778,6 +783,20 @@ func (x *Job) GetLimits() *JobLimits {
 	return nil
 }
 
+func (x *Job) GetResultJson() string {
+	if x != nil {
+		return x.ResultJson
+	}
+	return ""
+}
+
+func (x *Job) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
 type Flow struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -794,6 +813,7 @@ type Flow struct {
 	StartedAt     int64                  `protobuf:"varint,12,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	FinishedAt    int64                  `protobuf:"varint,13,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	CancelledBy   string                 `protobuf:"bytes,14,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
+	Traceparent   string                 `protobuf:"bytes,15,opt,name=traceparent,proto3" json:"traceparent,omitempty"` // the producer's W3C traceparent, the trace of the flow's jobs
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -922,6 +942,13 @@ func (x *Flow) GetFinishedAt() int64 {
 func (x *Flow) GetCancelledBy() string {
 	if x != nil {
 		return x.CancelledBy
+	}
+	return ""
+}
+
+func (x *Flow) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
 	}
 	return ""
 }
@@ -1542,7 +1569,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\fscript_types\x18\b \x03(\tR\vscriptTypes\x124\n" +
 	"\tprocesses\x18\t \x03(\v2\x16.hero.v1.RunnerProcessR\tprocesses\x12\x16\n" +
 	"\x06secret\x18\n" +
-	" \x01(\tR\x06secret\"\xb9\t\n" +
+	" \x01(\tR\x06secret\"\xfc\t\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1588,13 +1615,16 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\x06origin\x18! \x01(\tR\x06origin\x12\x1f\n" +
 	"\vdep_results\x18\" \x01(\tR\n" +
 	"depResults\x12*\n" +
-	"\x06limits\x18# \x01(\v2\x12.hero.v1.JobLimitsR\x06limits\x1a:\n" +
+	"\x06limits\x18# \x01(\v2\x12.hero.v1.JobLimitsR\x06limits\x12\x1f\n" +
+	"\vresult_json\x18$ \x01(\tR\n" +
+	"resultJson\x12 \n" +
+	"\vtraceparent\x18% \x01(\tR\vtraceparent\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vResultEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd7\x04\n" +
 	"\x04Flow\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1616,7 +1646,8 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"started_at\x18\f \x01(\x03R\tstartedAt\x12\x1f\n" +
 	"\vfinished_at\x18\r \x01(\x03R\n" +
 	"finishedAt\x12!\n" +
-	"\fcancelled_by\x18\x0e \x01(\tR\vcancelledBy\x1a:\n" +
+	"\fcancelled_by\x18\x0e \x01(\tR\vcancelledBy\x12 \n" +
+	"\vtraceparent\x18\x0f \x01(\tR\vtraceparent\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +

@@ -114,6 +114,7 @@ type Client struct {
 	Actor    uint32
 	Key      ed25519.PrivateKey // the actor's key (ActorKey); signs unless Secret is set
 	Secret   string
+	Header   http.Header // more headers on every JSON-RPC request (e.g. traceparent)
 }
 
 // ActorKey is the deterministic test key of an actor: every stack registers actors
@@ -164,6 +165,11 @@ func (c *Client) NewRequest(body []byte) (*http.Request, error) {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, vs := range c.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
 	if c.Secret != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Secret)
 		if c.Actor != 0 {

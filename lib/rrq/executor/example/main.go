@@ -11,6 +11,10 @@
 //	stubborn  sleeps kwargs.seconds ignoring cancellation (to exercise the kill path);
 //	          with kwargs.started_file it first creates that file (the call has begun)
 //	crash     exits the process with status 1 in the middle of the request
+//	value     returns kwargs.value as it is (any JSON; null without it)
+//	trace     returns {"attempt": attempt, "trace_context": context.trace_context} and
+//	          logs that line to stderr; fails (type "example_failure") while the attempt
+//	          is below kwargs.succeed_at
 package main
 
 import (
@@ -43,6 +47,12 @@ func main() {
 	ex.Register("retry", retry)
 	ex.Register("stubborn", stubborn)
 	ex.Register("reach", reach)
+	ex.Register("value", func(_ context.Context, req *rrq.ExecutionRequest) (any, error) {
+		return req.Kwargs["value"], nil // a nil RawMessage is null
+	})
+	ex.Register("trace", func(_ context.Context, req *rrq.ExecutionRequest) (any, error) {
+		return traceCall(logger, req)
+	})
 	ex.Register("crash", func(context.Context, *rrq.ExecutionRequest) (any, error) {
 		os.Exit(1)
 		return nil, nil
@@ -146,4 +156,19 @@ func retry(_ context.Context, req *rrq.ExecutionRequest) (any, error) {
 		return nil, executor.Fail("bad_arguments", "", "kwargs.after_seconds must be a number")
 	}
 	return nil, executor.Retry(time.Duration(after*float64(time.Second)), fmt.Errorf("try again in %gs", after))
+}
+
+// traceCall says which trace an attempt belongs to: in its result, on stderr, and in
+// the error of an attempt below kwargs.succeed_at.
+func traceCall(logger *slog.Logger, req *rrq.ExecutionRequest) (any, error) {
+	var succeedAt int
+	if _, err := req.Kwarg("succeed_at", &succeedAt); err != nil {
+		return nil, executor.Fail("bad_arguments", "", "kwargs.succeed_at must be an integer")
+	}
+	tp := req.Context.TraceContext["traceparent"]
+	logger.Info("trace call", "attempt", req.Context.Attempt, "traceparent", tp)
+	if req.Context.Attempt < succeedAt {
+		return nil, executor.Fail("example_failure", "", fmt.Sprintf("attempt %d of trace %s fails", req.Context.Attempt, tp))
+	}
+	return map[string]any{"attempt": req.Context.Attempt, "trace_context": req.Context.TraceContext}, nil
 }
