@@ -418,7 +418,12 @@ func (p *Pool) Execute(ctx context.Context, req ExecutionRequest) (ExecutionOutc
 	}
 	for attempt := 1; ; attempt++ {
 		out, ent, err := p.executeOnce(ctx, req)
-		if err == nil || !errors.Is(err, ErrUnavailable) || attempt == 3 || ctx.Err() != nil || ent.pr == nil {
+		// A request the executor closed its connection on and exited 0 without
+		// answering was not taken (an executor that serves one connection and exits
+		// when done: the request met the connection as it closed): it goes to a new
+		// process, as an undelivered one does.
+		retry := errors.Is(err, ErrUnavailable) || errors.Is(err, errCleanExit)
+		if err == nil || !retry || attempt == 3 || ctx.Err() != nil || ent.pr == nil {
 			return out, err
 		}
 		// Not delivered: the process is probably dying. Give the supervisor a moment to
@@ -500,6 +505,9 @@ func (p *Pool) pick() reqEntry {
 	return reqEntry{pr: pr, gen: pr.gen}
 }
 
+// errCleanExit marks a request left unanswered by a process that exited with status 0.
+var errCleanExit = errors.New("exited with status 0 without answering")
+
 // explain refines a lost-connection error with the process's fate.
 func (pr *proc) explain(g *generation, err error) error {
 	if g.killed.Load() {
@@ -520,7 +528,7 @@ func (pr *proc) explain(g *generation, err error) error {
 	}
 	if g.exitErr == nil {
 		// It closed the connection and exited cleanly with the request unanswered.
-		return fmt.Errorf("%w (executor %s process %d, pid %d: exited with status 0 without answering): %w", ErrExecutorCrashed, pr.p.cfg.Name, pr.index, g.pid, err)
+		return fmt.Errorf("%w (executor %s process %d, pid %d: %w): %w", ErrExecutorCrashed, pr.p.cfg.Name, pr.index, g.pid, errCleanExit, err)
 	}
 	return fmt.Errorf("%w (executor %s process %d, pid %d: %s): %w", ErrExecutorCrashed, pr.p.cfg.Name, pr.index, g.pid, exitDesc(g.exitErr), err)
 }
