@@ -92,6 +92,7 @@ type runnerMetrics struct {
 	lostLeases prometheus.Counter
 	endRetries prometheus.Counter
 	handedIn   *prometheus.CounterVec
+	wakeKeys   prometheus.Gauge
 }
 
 func newRunner(p runnerParams) *runner {
@@ -120,6 +121,8 @@ func newRunner(p runnerParams) *runner {
 			endRetries: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_end_write_retries_total", Help: "Writes of a job's end retried after a passing Redis fault."}),
 			handedIn: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_runner_ends_handed_over_total",
 				Help: "Job ends a previous process of this worker id left in the state directory, by outcome (written, taken_over: another run holds the job now)."}, []string{"outcome"}),
+			wakeKeys: f.NewGauge(prometheus.GaugeOpts{Name: "hero_runner_wake_keys",
+				Help: "Wake lists named by this process's last wait for jobs, summed over the servers (the stop lists of the waits aside)."}),
 		},
 	}
 	r.jobCtx, r.stopJob = context.WithCancel(context.Background())
@@ -433,6 +436,11 @@ func (r *runner) claimLoop(ctx context.Context) {
 		}
 		// A change of the served contexts ends the wait: a new context's queues
 		// are waited on at once.
+		nkeys := 0
+		for _, ws := range wake {
+			nkeys += len(ws.Keys)
+		}
+		r.m.wakeKeys.Set(float64(nkeys))
 		waitCtx, cancel := context.WithCancel(ctx)
 		go func() {
 			select {
