@@ -92,5 +92,8 @@ fi
 # 3. Only now: remove the context from the old server.
 old --raw EVAL "$coord" 0 "$id" remove >/dev/null
 old -n "$id" FLUSHDB >/dev/null
+# Its wake tokens on the runners' lists (shared with the server's other contexts), and
+# its lists of the layout before those.
+old --scan --pattern "coord:wake:runner:*" | while read -r k; do old LREM "$k" 0 "$id" >/dev/null; done
 old --scan --pattern "coord:wake:$id:*" | while read -r k; do old UNLINK "$k" >/dev/null; done
 echo "context $id: $total keys and $(printf '%s' "$entries" | grep -c . || true) coordination entries moved; start the services with the new --redis-placement"

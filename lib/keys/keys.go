@@ -52,10 +52,22 @@ const (
 // timestamp window).
 func Nonce(actor uint32, nonce string) string { return "coord:nonce:" + u(actor) + ":" + nonce }
 
-// WakeQueue is the DB-0 wake list of a context's job queue: one token per job pushed.
-func WakeQueue(ctxID uint32, queue string) string {
-	return "coord:wake:" + u(ctxID) + ":" + queue
+// WakeRunner is the DB-0 wake list of one runner id and job queue, on each server:
+// one token (the context id) per job pushed onto that queue of a context of the
+// server whose job the runner id may take. A runner process waits on its queues'
+// lists, whatever the number of contexts it serves.
+func WakeRunner(runnerID uint32, queue string) string {
+	return WakeRunnerPrefix + u(runnerID) + ":" + queue
 }
+
+// WakeRunnerPrefix starts every WakeRunner list.
+const WakeRunnerPrefix = "coord:wake:runner:"
+
+// Wakers is the set, in a context's DB, of the runner ids whose wake lists
+// (WakeRunner) get a token for each job pushed onto a shared queue of the context
+// (queue:<type>, queue:exec:<executor>): the runners that announced the script type or
+// executor. A pinned queue (coord:rq:<runner>:<type>) wakes its runner only.
+func Wakers(queue string) string { return "coord:wakers:" + queue }
 
 // WakeStop is a private DB-0 list that one WaitWake call also waits on: a token there
 // ends the wait when the caller's context ends (BLPOP does not watch the context).

@@ -245,7 +245,9 @@ func (d *DB) DeleteFlow(ctx context.Context, flowID uint32, force bool, actor st
 }
 
 // deleteRunnerScript: ARGV ctx, runner, force, actor, now_ms, script types (JSON list
-// of every known type).
+// of every known type). The runner leaves the context's wakers sets (keys.Wakers) of
+// every script type and of the executors it announced, and its wake lists lose the
+// context's tokens (DB 0; the lists are shared with the server's other contexts).
 var deleteRunnerScript = newLibScript(`
 local ctx, id, force, actor, now_ms = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4], ARGV[5]
 local rk = 'runner:' .. id
@@ -265,13 +267,28 @@ if have and have ~= '' then
     if redis.call('HINCRBY', 'coord:script_types', t, -1) <= 0 then redis.call('HDEL', 'coord:script_types', t) end
   end
 end
+local queues = {}
+for _, t in ipairs(all) do queues[#queues + 1] = 'queue:' .. t end
+local ex = redis.call('HGET', rk, 'executors')
+if ex and ex ~= '' then
+  local ok, v = pcall(cjson.decode, ex)
+  if ok and type(v) == 'table' then
+    for _, e in ipairs(v) do queues[#queues + 1] = 'queue:exec:' .. e end
+  end
+end
+for _, q in ipairs(queues) do redis.call('SREM', 'coord:wakers:' .. q, id) end
 local dels = {rk, 'coord:runner:' .. id .. ':procs'}
 for _, t in ipairs(all) do dels[#dels + 1] = 'coord:rq:' .. id .. ':' .. t end
 redis.call('UNLINK', unpack(dels))
 redis.call('ZREM', 'coord:idx:runners', id)
 event('runner.deleted', actor, now_ms, '0', '0', '0', '', 'runner ' .. id)
 redis.call('SELECT', 0)
-for _, t in ipairs(all) do redis.call('UNLINK', 'coord:wake:' .. ctx .. ':coord:rq:' .. id .. ':' .. t) end
+for _, q in ipairs(queues) do
+  redis.call('LREM', 'coord:wake:runner:' .. id .. ':' .. q, 0, ctx)
+  if string.sub(q, 1, 6) == 'queue:' then
+    redis.call('LREM', 'coord:wake:runner:' .. id .. ':coord:rq:' .. id .. ':' .. string.sub(q, 7), 0, ctx)
+  end
+end
 redis.call('SREM', 'coord:runner:' .. id .. ':contexts', ctx)
 redis.call('PUBLISH', 'coord:control', 'runner-deleted:' .. ctx .. ':' .. id)
 return 1
@@ -318,7 +335,8 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 	if len(running) > 0 && !force {
 		return &ConflictError{Msg: fmt.Sprintf("context %d has %d running flow(s); cancel them or delete with force", ctxID, len(running))}
 	}
-	// Wake lists are named after queues; collect the pinned ones before the flush.
+	// The context's tokens on its runners' wake lists go too: collect the runners before
+	// the flush.
 	var runners *redis.StringSliceCmd
 	if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
 		runners = p.ZRange(ctx, keys.RunnerIndex, 0, -1)
@@ -332,12 +350,11 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 	}); err != nil {
 		return fmt.Errorf("empty the database of context %d: %w", ctxID, err)
 	}
-	var wake []string
-	for _, t := range model.ScriptTypes() {
-		wake = append(wake, keys.WakeQueue(ctxID, keys.Queue(string(t))))
-		for _, r := range runners.Val() {
-			if n, err := strconv.ParseUint(r, 10, 32); err == nil {
-				wake = append(wake, keys.WakeQueue(ctxID, keys.PinnedQueue(uint32(n), string(t))))
+	var wake []string // wake lists shared with the server's other contexts
+	for _, r := range runners.Val() {
+		if n, err := strconv.ParseUint(r, 10, 32); err == nil {
+			for _, t := range model.ScriptTypes() {
+				wake = append(wake, keys.WakeRunner(uint32(n), keys.Queue(string(t))), keys.WakeRunner(uint32(n), keys.PinnedQueue(uint32(n), string(t))))
 			}
 		}
 	}
@@ -364,7 +381,7 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 			}
 		}
 		for _, w := range wake {
-			p.Unlink(ctx, w)
+			p.LRem(ctx, w, 0, ctxID) // the context's tokens only
 		}
 		for _, r := range runners.Val() {
 			if n, err := strconv.ParseUint(r, 10, 32); err == nil {

@@ -1,6 +1,10 @@
 package store
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+)
 
 // luaLib is prepended to the scripts that change statuses: every status change also
 // moves the object between the per-status indexes (coord:idx:jobs:<status>,
@@ -105,3 +109,46 @@ end
 
 // newLibScript prepares a script that uses luaLib.
 func newLibScript(body string) *Script { return NewScript(luaLib + body) }
+
+// WakeCap bounds a runner's wake list (keys.WakeRunner): beyond it a producer adds a
+// token of its context only if the list holds none. A runner id with no live process
+// (its record kept, its processes gone) then keeps at most WakeCap tokens and one per
+// context, instead of more with every push forever.
+const WakeCap = 10000
+
+// WakeSpread is the most wake tokens a push of jobs, or a claim that leaves jobs on
+// their queue, puts on a runner's wake list for one context: enough for the claim
+// loops of a few processes to claim side by side (a runner process has up to 4), few
+// enough that a burst of thousands of jobs pushes, and a claim moves, a handful of
+// tokens. Each claim renews them while jobs are left (claimStartScript).
+const WakeSpread = 8
+
+// LuaWake defines the job queues' wake-ups:
+//
+//   - wake_targets(q), called in the context's DB: the runner ids whose wake lists get
+//     a token for a job pushed onto job queue q: the runner of a pinned queue
+//     (coord:rq:<runner>:<type>), else the members of coord:wakers:<q> (keys.Wakers).
+//   - wake_runners(ctx, q, ids, n), called in DB 0, for n jobs pushed: min(n,
+//     WakeSpread) tokens (the context id ctx) at the tail of the wake list of queue q
+//     of each runner id of ids (keys.WakeRunner); over WakeCap tokens, one only if the
+//     list holds none of ctx.
+var LuaWake = `
+local function wake_targets(q)
+  local r = string.match(q, '^coord:rq:(%d+):')
+  if r then return {r} end
+  return redis.call('SMEMBERS', 'coord:wakers:' .. q)
+end
+local function wake_runners(ctx, q, ids, n)
+  for _, r in ipairs(ids) do
+    local wk = '` + keys.WakeRunnerPrefix + `' .. r .. ':' .. q
+    local k = math.min(n, ` + strconv.Itoa(WakeSpread) + `, ` + strconv.Itoa(WakeCap) + ` - redis.call('LLEN', wk))
+    if k <= 0 then
+      if n > 0 and not redis.call('LPOS', wk, ctx) then redis.call('RPUSH', wk, ctx) end
+    else
+      local t = {}
+      for i = 1, k do t[i] = ctx end
+      redis.call('RPUSH', wk, unpack(t))
+    end
+  end
+end
+`

@@ -420,7 +420,7 @@ func (d *DB) LoadRunner(ctx context.Context, id uint32) (*model.Runner, error) {
 
 // AnnounceScriptTypes records that a runner serves these script types.
 func (d *DB) AnnounceScriptTypes(ctx context.Context, runnerID uint32, types []model.ScriptType) error {
-	_, err := d.Eval(ctx, announceScript, []string{keys.Runner(runnerID), keys.ScriptTypes}, model.EncodeField(types), time.Now().Unix(), "script_types")
+	_, err := d.Eval(ctx, announceScript, []string{keys.Runner(runnerID), keys.ScriptTypes}, model.EncodeField(types), time.Now().Unix(), "script_types", keys.Queue(""), runnerID)
 	if err != nil {
 		return fmt.Errorf("announce script types of runner %d: %w", runnerID, err)
 	}
@@ -434,7 +434,7 @@ func (d *DB) AnnounceExecutors(ctx context.Context, runnerID uint32, names []str
 	if len(names) == 0 {
 		return nil
 	}
-	_, err := d.Eval(ctx, announceScript, []string{keys.Runner(runnerID), keys.Executors}, model.EncodeField(names), time.Now().Unix(), "executors")
+	_, err := d.Eval(ctx, announceScript, []string{keys.Runner(runnerID), keys.Executors}, model.EncodeField(names), time.Now().Unix(), "executors", keys.Queue(model.ExecQueueSuffix("")), runnerID)
 	if err != nil {
 		return fmt.Errorf("announce executors of runner %d: %w", runnerID, err)
 	}
@@ -455,7 +455,12 @@ func (d *DB) ExecutorServed(ctx context.Context, name string) (bool, error) {
 }
 
 // announceScript merges names into runner:<id>.<ARGV[3]> (script_types, executors) and
-// counts each once per runner in KEYS[2] (coord:script_types, coord:executors).
+// counts each once per runner in KEYS[2] (coord:script_types, coord:executors): KEYS
+// runner:<id>, the count hash; ARGV the names (JSON list), now_s, the field, the
+// prefix of the names' queues (queue: or queue:exec:), the runner id. The runner id
+// joins the wakers set of each name's queue (keys.Wakers), so that every job pushed
+// there wakes it; each announce does so again, so a set lost or older than the runner
+// record is whole again at the runner's next start. Reply: 1 when a name was new.
 var announceScript = NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('ERR runner does not exist') end
 local have = redis.call('HGET', KEYS[1], ARGV[3])
@@ -478,6 +483,7 @@ end
 if changed then
   redis.call('HSET', KEYS[1], ARGV[3], cjson.encode(cur), 'updated_at', ARGV[2])
 end
+for _, t in ipairs(cur) do redis.call('SADD', 'coord:wakers:' .. ARGV[4] .. t, ARGV[5]) end
 return changed and 1 or 0
 `)
 

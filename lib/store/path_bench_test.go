@@ -178,7 +178,7 @@ func BenchmarkJobPathRedis(b *testing.B) {
 		}
 	})
 	q := keys.Queue("go")
-	qwake := store.Wake{Key: keys.WakeQueue(9, q), Token: "1"}
+	qwake := store.Wake{Key: keys.WakeRunner(1, q), Token: "9"}
 	// A runner holds at most a group of jobs at a time (its processing list stays short).
 	for got := 0; got < n; {
 		var group []store.Started

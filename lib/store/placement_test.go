@@ -69,13 +69,18 @@ func TestPlacedContextCoordination(t *testing.T) {
 
 	// Job queue wake-ups of contexts on both servers: one wait takes one token, the
 	// other token is left (or given back) for the next wait.
+	for _, d := range []*store.DB{db, db3} { // runner 1 serves queue:sh in both
+		if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error { return p.SAdd(ctx, keys.Wakers("queue:sh"), 1).Err() }); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := db.Enqueue(ctx, "queue:sh", "job:1:100"); err != nil {
 		t.Fatal(err)
 	}
 	if err := db3.Enqueue(ctx, "queue:sh", "job:1:101"); err != nil {
 		t.Fatal(err)
 	}
-	sets := s.WakeSets([]uint32{3, 12}, func(c uint32) []string { return []string{keys.WakeQueue(c, "queue:sh")} })
+	sets := store.WakeSetsOn(s.ServersOf([]uint32{3, 12}), keys.WakeRunner(1, "queue:sh"))
 	if len(sets) != 2 {
 		t.Fatalf("wake sets %+v, want one per server", sets)
 	}
@@ -85,9 +90,9 @@ func TestPlacedContextCoordination(t *testing.T) {
 		if err != nil || w.Key == "" {
 			t.Fatalf("queue wake-up: %+v %v", w, err)
 		}
-		got[w.Key] = true
+		got[w.Key+" "+w.Token] = true
 	}
-	if !got[keys.WakeQueue(3, "queue:sh")] || !got[keys.WakeQueue(12, "queue:sh")] {
+	if !got[keys.WakeRunner(1, "queue:sh")+" 3"] || !got[keys.WakeRunner(1, "queue:sh")+" 12"] {
 		t.Fatalf("woke on %v, want each context's queue once", got)
 	}
 	if w, err := s.WaitWake(ctx, 300*time.Millisecond, sets...); err != nil || w.Key != "" {
@@ -139,7 +144,7 @@ func TestPlacedContextCoordination(t *testing.T) {
 	}
 
 	// Nothing of context 12 went to the primary's DB 0 but its registry entry.
-	for _, k := range []string{keys.Due, keys.Expire, keys.ActiveFlows, keys.WakeMsgOut, keys.WakeQueue(12, "queue:sh")} {
+	for _, k := range []string{keys.Due, keys.Expire, keys.ActiveFlows, keys.WakeMsgOut, keys.WakeRunner(1, "queue:sh")} {
 		if n := srv.Client(t, 0).Exists(ctx, k).Val(); n != 0 {
 			t.Errorf("%s is on the primary", k)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,9 +19,13 @@ import (
 )
 
 // Reliable queues. Producers LPUSH an item onto a list of a context's DB and, in the
-// same transaction, a token onto the queue's wake list in DB 0 of the same server
-// (keys.WakeQueue). Consumers block on the wake lists of every queue they serve with
-// one BLPOP per server (one connection per server for any number of contexts), then claim with a script that moves the item
+// same atomic step, wake tokens in DB 0 of the same server. A job queue's token is the
+// context id, pushed onto the wake list of that queue of each runner id that may take
+// the job (keys.WakeRunner: the runners of keys.Wakers, or a pinned queue's runner);
+// the routers' lists (coord:wake:msg_out, msg_in) take the context id too. Consumers
+// block on the wake lists of every queue they serve with one BLPOP per server (one
+// connection per server, and a key list of the same size, for any number of contexts),
+// then claim with a script that moves the item
 // from the queue's right end (FIFO) into the consumer's processing list and gives it a
 // lease in coord:leases. The consumer extends the lease while it works and acks the
 // item when done. A consumer that dies leaves its items in its processing list; when
@@ -47,7 +52,8 @@ func newClaimID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Enqueue pushes an item onto a queue of this DB and a wake token in DB 0, atomically.
+// Enqueue pushes an item onto a queue of this DB and its wake tokens in DB 0,
+// atomically.
 func (d *DB) Enqueue(ctx context.Context, queue, item string) error {
 	_, err := d.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		EnqueueOn(ctx, p, d.ContextID, queue, item)
@@ -59,34 +65,33 @@ func (d *DB) Enqueue(ctx context.Context, queue, item string) error {
 	return nil
 }
 
-// EnqueueOn queues the commands of Enqueue on a transaction of the context's DB. It
-// leaves the connection on DB 0, so it must be the last thing in the transaction or be
-// followed by another SELECT.
+// enqueueScript pushes items onto a job queue with their wake tokens: KEYS the queue;
+// ARGV context id, then the items (LPUSHed in this order). One token per item goes
+// onto the queue's wake list of each runner id that may take it (LuaWake), and the
+// context is marked busy (DB 0). Reply: the number of items pushed.
+var enqueueScript = NewScript(LuaBusy + LuaWake + `
+local n = #ARGV - 1
+for i = 2, #ARGV, 1000 do redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV))) end
+local ids = wake_targets(KEYS[1])
+redis.call('SELECT', 0)
+wake_runners(ARGV[1], KEYS[1], ids, n)
+mark_busy(ARGV[1])
+return n
+`)
+
+// EnqueueOn queues Enqueue on a pipeline (or transaction) of the context's DB: one
+// script (sent whole: a transaction cannot fall back from EVALSHA), which leaves the
+// connection's DB as it was.
 func EnqueueOn(ctx context.Context, p redis.Pipeliner, ctxID uint32, queue, item string) {
-	p.LPush(ctx, queue, item)
-	p.Select(ctx, 0)
-	p.LPush(ctx, keys.WakeQueue(ctxID, queue), "1")
-	markBusyOn(ctx, p, ctxID)
-	p.Select(ctx, int(ctxID))
+	EnqueueManyOn(ctx, p, ctxID, queue, []any{item})
 }
 
 // EnqueueManyOn is EnqueueOn for several items of one queue (in this order), with one
 // wake token each.
 func EnqueueManyOn(ctx context.Context, p redis.Pipeliner, ctxID uint32, queue string, items []any) {
-	p.LPush(ctx, queue, items...)
-	p.Select(ctx, 0)
-	tokens := make([]any, len(items))
-	for i := range tokens {
-		tokens[i] = "1"
-	}
-	p.LPush(ctx, keys.WakeQueue(ctxID, queue), tokens...)
-	markBusyOn(ctx, p, ctxID)
-	p.Select(ctx, int(ctxID))
-}
-
-// markBusyOn adds a context to coord:busy on a pipeline that is on DB 0.
-func markBusyOn(ctx context.Context, p redis.Pipeliner, ctxID uint32) {
-	p.ZAdd(ctx, keys.Busy, redis.Z{Score: float64(time.Now().UnixMilli()), Member: strconv.FormatUint(uint64(ctxID), 10)})
+	args := make([]any, 0, 1+len(items))
+	args = append(append(args, ctxID), items...)
+	p.Eval(ctx, enqueueScript.src, []string{queue}, args...)
 }
 
 // claimScript: KEYS queue, processing list, leases; ARGV consumer, queue name, expiry
@@ -118,12 +123,13 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 // one round trip: KEYS queue, processing list, leases, the queue's wake list (DB 0);
 // ARGV consumer, queue name, expiry ms, max, wake token, tokens held (as for
 // claimStartScript), route (1: route plain job requests here), context id, now_s,
-// the prefix of the job queues' wake lists (keys.WakeQueue), then max claim ids.
+// then max claim ids.
 //
 // With route, a job request whose job names no runner and whose script type some
 // runner serves is routed by the script itself, with no lease: the message is
-// acknowledged and the job key pushed onto queue:<script_type> with a wake token
-// (what the router would do; the script is atomic, so no crash can fall in between).
+// acknowledged and the job key pushed onto queue:<script_type> with its wake tokens
+// (LuaWake: one per runner id that may take it; what the router would do; the script
+// is atomic, so no crash can fall in between).
 // A job request of several jobs (field job_ids) is routed so if every one of its jobs
 // is plain; otherwise it is claimed whole, for the router to split (SplitRequest).
 // Every other message is claimed: moved to the processing list under a lease.
@@ -133,7 +139,7 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 // and the coord:script_types counts, read once) and the routed jobs. A routed job
 // marks the context busy (coord:busy, DB 0). Of a job result
 // only the fields kind and job are returned (partial = 1): most results need no more.
-var claimMessageScript = NewScript(LuaBusy + `
+var claimMessageScript = NewScript(LuaBusy + LuaWake + `
 local JOB_FIELDS = {` + luaStrings(RoutingJobFields) + `}
 local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]
 local out, routed, types = {}, {}, nil
@@ -222,12 +228,12 @@ for n = 1, max do
     redis.call('HSET', item, 'status', 'acknowledged', 'updated_at', now_s)
   else
     redis.call('LPUSH', KEYS[2], item)
-    redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[10 + n])
+    redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[9 + n])
     if kind == 'job_result' then
       -- what a job result for this node's scheduler needs; the rest is read if needed
-      out[#out + 1] = {item, {'kind', kind, 'job', job or ''}, jh, ARGV[10 + n], 1}
+      out[#out + 1] = {item, {'kind', kind, 'job', job or ''}, jh, ARGV[9 + n], 1}
     else
-      out[#out + 1] = {item, redis.call('HGETALL', item), jh, ARGV[10 + n], 0}
+      out[#out + 1] = {item, redis.call('HGETALL', item), jh, ARGV[9 + n], 0}
     end
   end
 end
@@ -239,15 +245,13 @@ local function lpush_all(key, vs)
 end
 -- The routed jobs, in the order they were routed.
 for _, t in ipairs(targets) do lpush_all(t, pending[t]) end
+local wakers = {}
+for _, t in ipairs(targets) do wakers[t] = wake_targets(t) end
 local extra = 0
 if ARGV[6] ~= '-' then extra = taken - tonumber(ARGV[6]) end
 if extra > 0 or #targets > 0 then redis.call('SELECT', 0) end
 if extra > 0 then redis.call('LREM', KEYS[4], extra, ARGV[5]) end
-for _, t in ipairs(targets) do
-  local ones = {}
-  for i = 1, tokens[t] do ones[i] = '1' end
-  lpush_all(ARGV[10] .. t, ones)
-end
+for _, t in ipairs(targets) do wake_runners(ARGV[8], t, wakers[t], tokens[t]) end
 if #targets > 0 then mark_busy(ARGV[8]) end
 return {types or {}, out, routed}
 `)
@@ -308,8 +312,8 @@ func (d *DB) ClaimMessages(ctx context.Context, queue, consumer string, lease ti
 	now := time.Now()
 	exp := now.Add(lease).UnixMilli()
 	wkey, wtoken, held := w.args()
-	args := make([]any, 0, 10+max)
-	args = append(args, consumer, queue, exp, max, wtoken, held, boolArg(route), d.ContextID, now.Unix(), keys.WakeQueue(d.ContextID, ""))
+	args := make([]any, 0, 9+max)
+	args = append(args, consumer, queue, exp, max, wtoken, held, boolArg(route), d.ContextID, now.Unix())
 	ids := make([]string, max)
 	for i := range ids {
 		ids[i] = newClaimID()
@@ -383,19 +387,18 @@ func (d *DB) ExtendLease(ctx context.Context, c *Claim, lease time.Duration) (bo
 }
 
 // routeClaimedScript acknowledges claimed job request messages and pushes their jobs
-// onto their queues, with a wake token each (and marks the context busy): KEYS
-// processing list, leases; ARGV
-// context id, now_s, the prefix of the job queues' wake lists (keys.WakeQueue), then
-// per message: its key, its lease member, the target queue, the job key. A message is
+// onto their queues, with their wake tokens (LuaWake; and marks the context busy):
+// KEYS processing list, leases; ARGV context id, now_s, then per message: its key,
+// its lease member, the target queue, the job key. A message is
 // routed only while the claim holds it (LREM from the processing list): a second run
 // of the script (a retry after a lost answer) or a claim lost meanwhile queues no job
 // twice. Returns the number of messages routed.
-var routeClaimedScript = NewScript(LuaBusy + `
+var routeClaimedScript = NewScript(LuaBusy + LuaWake + `
 local proc, leases = KEYS[1], KEYS[2]
-local now_s, wake_prefix = ARGV[2], ARGV[3]
+local now_s = ARGV[2]
 local tokens, targets = {}, {}
 local n = 0
-for i = 4, #ARGV, 4 do
+for i = 3, #ARGV, 4 do
   local mk, member, target, jk = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if redis.call('LREM', proc, 1, mk) == 1 then
     redis.call('ZREM', leases, member)
@@ -407,10 +410,10 @@ for i = 4, #ARGV, 4 do
   end
 end
 if #targets > 0 then
+  local wakers = {}
+  for _, t in ipairs(targets) do wakers[t] = wake_targets(t) end
   redis.call('SELECT', 0)
-  for _, t in ipairs(targets) do
-    for _ = 1, tokens[t] do redis.call('LPUSH', wake_prefix .. t, '1') end
-  end
+  for _, t in ipairs(targets) do wake_runners(ARGV[1], t, wakers[t], tokens[t]) end
   mark_busy(ARGV[1])
 end
 return n
@@ -431,8 +434,8 @@ func (d *DB) RouteClaimed(ctx context.Context, jobs []RoutedJob) (int, error) {
 	if len(jobs) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, 3+4*len(jobs))
-	args = append(args, d.ContextID, time.Now().Unix(), keys.WakeQueue(d.ContextID, ""))
+	args := make([]any, 0, 2+4*len(jobs))
+	args = append(args, d.ContextID, time.Now().Unix())
 	for _, j := range jobs {
 		args = append(args, j.Claim.Item, j.Claim.member(), j.Target, j.Job)
 	}
@@ -472,9 +475,10 @@ func (d *DB) Ack(ctx context.Context, c *Claim) error {
 // (a restarted consumer hands back what its previous life held); with claim ids too,
 // only those claims (a claim whose answer was lost).
 // For each expired lease: if the item is still in the consumer's processing list, it
-// is removed from there and pushed back at the consuming end of its queue, with a wake
-// token in DB 0 (and the context marked busy there). The LREM makes the requeue happen at most once per claim.
-var requeueScript = NewScript(LuaBusy + `
+// is removed from there and pushed back at the consuming end of its queue, with its
+// wake tokens in DB 0 (a message's on the routers' list, a job's per LuaWake; and the
+// context marked busy there). The LREM makes the requeue happen at most once per claim.
+var requeueScript = NewScript(LuaBusy + LuaWake + `
 local expired
 if ARGV[4] ~= '' then
   expired = {}
@@ -519,13 +523,18 @@ for _, m in ipairs(expired) do
   end
 end
 if #moved > 0 then
+  local wakers = {}
+  for i = 1, #moved, 2 do
+    local q = moved[i]
+    if q ~= 'msg_out' and q ~= 'msg_in' and not wakers[q] then wakers[q] = wake_targets(q) end
+  end
   redis.call('SELECT', 0)
   for i = 1, #moved, 2 do
     local q = moved[i]
     if q == 'msg_out' or q == 'msg_in' then
       redis.call('LPUSH', 'coord:wake:' .. q, ARGV[3]) -- the routers' wake lists
     else
-      redis.call('LPUSH', 'coord:wake:' .. ARGV[3] .. ':' .. q, '1')
+      wake_runners(ARGV[3], q, wakers[q], 1)
     end
   end
   mark_busy(ARGV[3])
@@ -639,20 +648,23 @@ func (s *Store) Everywhere(wakeKeys ...string) []WakeSet {
 	return out
 }
 
-// WakeSets groups the wake lists of contexts by the server that holds each context
-// (keyOf names a context's lists).
-func (s *Store) WakeSets(ctxIDs []uint32, keyOf func(ctxID uint32) []string) []WakeSet {
-	var out []WakeSet
+// ServersOf returns the servers that hold any of the contexts, each once.
+func (s *Store) ServersOf(ctxIDs []uint32) []*Server {
+	var out []*Server
 	for _, c := range ctxIDs {
-		srv := s.ServerFor(c)
-		i := 0
-		for i < len(out) && out[i].Server != srv {
-			i++
+		if srv := s.ServerFor(c); !slices.Contains(out, srv) {
+			out = append(out, srv)
 		}
-		if i == len(out) {
-			out = append(out, WakeSet{Server: srv})
-		}
-		out[i].Keys = append(out[i].Keys, keyOf(c)...)
+	}
+	return out
+}
+
+// WakeSetsOn is the same wake lists on each of the servers (a runner's: the lists of
+// its queues, on every server that holds a context it serves).
+func WakeSetsOn(servers []*Server, wakeKeys ...string) []WakeSet {
+	out := make([]WakeSet, len(servers))
+	for i, srv := range servers {
+		out[i] = WakeSet{Server: srv, Keys: wakeKeys}
 	}
 	return out
 }
@@ -736,6 +748,15 @@ func (w Woken) giveBack(ctx context.Context) {
 	_ = w.Server.fixed.LPush(c, w.Key, w.Token).Err()
 }
 
+// Discard removes every token like this one from its list (the tokens of a context
+// that a consumer found it does not serve).
+func (w Woken) Discard(ctx context.Context) error {
+	if w.Server == nil || w.Key == "" {
+		return nil
+	}
+	return w.Server.fixed.LRem(ctx, w.Key, 0, w.Token).Err()
+}
+
 // waitWake is WaitWake on the lists of this server.
 func (srv *Server) waitWake(ctx context.Context, timeout time.Duration, wakeKeys []string) (Woken, error) {
 	if err := ctx.Err(); err != nil {
@@ -775,17 +796,18 @@ func (srv *Server) waitWake(ctx context.Context, timeout time.Duration, wakeKeys
 	return Woken{Server: srv, Key: res[0], Token: res[1]}, nil
 }
 
-// ParseWakeQueue splits a wake list name "coord:wake:<ctx>:<queue>".
-func ParseWakeQueue(k string) (ctxID uint32, queue string, ok bool) {
-	rest, found := strings.CutPrefix(k, "coord:wake:")
+// ParseWakeRunner splits a runner's wake list name "coord:wake:runner:<id>:<queue>"
+// (keys.WakeRunner).
+func ParseWakeRunner(k string) (runnerID uint32, queue string, ok bool) {
+	rest, found := strings.CutPrefix(k, keys.WakeRunnerPrefix)
 	if !found {
 		return 0, "", false
 	}
-	c, q, found := strings.Cut(rest, ":")
-	if !found {
+	r, q, found := strings.Cut(rest, ":")
+	if !found || q == "" {
 		return 0, "", false
 	}
-	n, err := strconv.ParseUint(c, 10, 32)
+	n, err := strconv.ParseUint(r, 10, 32)
 	if err != nil {
 		return 0, "", false
 	}

@@ -28,8 +28,9 @@ const (
 
 // claimStartScript claims up to max jobs from the consuming end of a queue and marks
 // each started, in one round trip: KEYS queue, processing list, leases, events, the
-// queue's wake list (DB 0); ARGV worker, queue name, lease expiry ms, now_ms, max,
-// wake token, tokens held (0 or 1; "-": leave the tokens alone), n, then n
+// queue's wake list of the claiming runner id (keys.WakeRunner, DB 0); ARGV worker,
+// queue name, lease expiry ms, now_ms, max, wake token (the context id), tokens held
+// (0 or 1; "-": leave the tokens alone), n, then n
 // field/value items that every start sets, the count of fields a start clears and
 // those fields, then max pairs of (claim id, trace id) (ClaimStarts builds the lists).
 // A job that has a producer's traceparent keeps that trace: its trace id is stored
@@ -43,10 +44,13 @@ const (
 // a claim that still holds it (a duplicate queue entry: code 2) are dropped from the
 // processing list at once.
 //
-// Producers push one wake token per item; a consumer that took one token and claimed
-// k items removes k-1 more (k with no token held), so that the rest of the group's
-// tokens do not wake other consumers for nothing. The tokens left stay at least the
-// items left.
+// Producers push up to WakeSpread tokens per push (LuaWake). After the claim the
+// context's tokens on the wake list are set anew: none when the queue is empty (stale
+// tokens, a group's or another runner's leftovers, wake no one for nothing), else as
+// many as were left uncovered by the items claimed, at least one and at most
+// WakeSpread, at the list's tail: a context with jobs left always keeps a token (no job
+// waits for the idle claim), and goes behind the other contexts waiting on the list
+// (a backlog of one context does not hold back the others).
 var claimStartScript = newLibScript(`
 local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
 local worker, qname, exp, now_ms, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
@@ -106,11 +110,16 @@ for n = 1, max do
     out[#out + 1] = {item, code, tonumber(attempt) or 1}
   end
 end
-local extra = 0
-if ARGV[7] ~= '-' then extra = #out - tonumber(ARGV[7]) end
-if extra > 0 then
+if ARGV[7] ~= '-' then
+  local left = redis.call('LLEN', KEYS[1])
   redis.call('SELECT', 0)
-  redis.call('LREM', KEYS[5], extra, ARGV[6])
+  local have = redis.call('LREM', KEYS[5], 0, ARGV[6])
+  local keep = math.min(left, math.max(have + tonumber(ARGV[7]) - #out, 1), ` + strconv.Itoa(WakeSpread) + `)
+  if keep > 0 then
+    local t = {}
+    for i = 1, keep do t[i] = ARGV[6] end
+    redis.call('RPUSH', KEYS[5], unpack(t))
+  end
 end
 return out
 `)

@@ -199,6 +199,7 @@ func TestGroupRequestRoutedWholeOrSplit(t *testing.T) {
 	db := mustCtx(t, s, 18)
 	rc := srv.Client(t, 18)
 	rc.HSet(ctx, "coord:script_types", "sh", 1, "v", 0)
+	wakeRunner1(t, db.ContextID, "queue:sh")
 	f, jobs := flowWith(t, s, db, 3)
 	res, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0)
 	if err != nil || res[0].MsgKey == "" || res[0].MsgKey != res[2].MsgKey {
@@ -216,7 +217,7 @@ func TestGroupRequestRoutedWholeOrSplit(t *testing.T) {
 	if st := rc.HGet(ctx, res[0].MsgKey, "status").Val(); st != string(model.MessageAcknowledged) {
 		t.Fatalf("group request is %q", st)
 	}
-	if n := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(18, "queue:sh")).Val(); n != 3 {
+	if n := wakeTokens(t, 18, "queue:sh"); n != 3 {
 		t.Fatalf("%d wake tokens for 3 routed jobs", n)
 	}
 
@@ -491,18 +492,19 @@ func TestClaimStartsTakesGroupsAndTheirWakeTokens(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
 	db := mustCtx(t, s, 13)
+	wakeRunner1(t, 13, keys.Queue("sh"))
 	q := keys.Queue("sh")
 	_, jobs := flowWith(t, s, db, 5)
 	enqueueJobs(t, db, q, jobs)
 	g := srv.Client(t, 0)
-	wake := keys.WakeQueue(13, q)
+	wake := keys.WakeRunner(1, q)
 	tokens := func() int64 { return g.LLen(ctx, wake).Val() }
 	if n := tokens(); n != 5 {
 		t.Fatalf("%d wake tokens for 5 jobs", n)
 	}
 	g.LPop(ctx, wake) // the token the caller holds
 	traces := []string{"0af7651916cd43dd8448eb211c80319c", "", "1af7651916cd43dd8448eb211c80319c"}
-	got, err := db.ClaimStarts(ctx, q, "w1", time.Minute, traces, store.Wake{Key: wake, Token: "1", Held: true})
+	got, err := db.ClaimStarts(ctx, q, "w1", time.Minute, traces, store.Wake{Key: wake, Token: "13", Held: true})
 	if err != nil || len(got) != 3 {
 		t.Fatalf("claim 3: %d %v", len(got), err)
 	}
@@ -523,14 +525,14 @@ func TestClaimStartsTakesGroupsAndTheirWakeTokens(t *testing.T) {
 		t.Fatalf("%d wake tokens left for the 2 jobs left", n)
 	}
 	// Without a held token the claim removes one per job; an empty queue returns none.
-	got, err = db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 8), store.Wake{Key: wake, Token: "1"})
+	got, err = db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 8), store.Wake{Key: wake, Token: "13"})
 	if err != nil || len(got) != 2 || got[0].Job.ID != jobs[3].ID || got[1].Job.ID != jobs[4].ID {
 		t.Fatalf("claim the rest: %+v %v", got, err)
 	}
 	if n := tokens(); n != 0 {
 		t.Fatalf("%d wake tokens left for an empty queue", n)
 	}
-	if got, err := db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 4), store.Wake{Key: wake, Token: "1"}); err != nil || len(got) != 0 {
+	if got, err := db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 4), store.Wake{Key: wake, Token: "13"}); err != nil || len(got) != 0 {
 		t.Fatalf("empty queue: %+v %v", got, err)
 	}
 	// Each claim is its own: finishing them together finishes each.
@@ -607,6 +609,7 @@ func TestClaimMessagesReadsJobsAndWakeTokens(t *testing.T) {
 		}
 	}
 	rc.HSet(ctx, "coord:script_types", "sh", 1)
+	wakeRunner1(t, db.ContextID, "queue:sh")
 	g := srv.Client(t, 0)
 	// The dispatch pushed one router wake token per request; Enqueue pushes onto
 	// another list, so the two test messages' tokens are added here.
@@ -680,6 +683,7 @@ func TestClaimMessagesRoutesPlainJobRequests(t *testing.T) {
 	rc.HSet(ctx, keys.Job(1, jobs[2].ID), "runner_id", 7)     // pinned
 	rc.HSet(ctx, keys.Job(1, jobs[3].ID), "script_type", "v") // nobody serves v
 	rc.HSet(ctx, "coord:script_types", "sh", 2, "v", 0)
+	wakeRunner1(t, db.ContextID, "queue:sh")
 	dispatchEach(t, db, f.ID, jobs)
 	cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
 	if err != nil {
@@ -694,7 +698,7 @@ func TestClaimMessagesRoutesPlainJobRequests(t *testing.T) {
 	if q := rc.LRange(ctx, "queue:sh", 0, -1).Val(); len(q) != 2 || q[1] != keys.Job(1, jobs[0].ID) {
 		t.Fatalf("queue:sh %v (FIFO: the first job at the consuming end)", q)
 	}
-	if n := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(16, "queue:sh")).Val(); n != 2 {
+	if n := wakeTokens(t, 16, "queue:sh"); n != 2 {
 		t.Fatalf("%d wake tokens for 2 routed jobs", n)
 	}
 	held := rc.LRange(ctx, keys.Processing("r1"), 0, -1).Val()
@@ -724,6 +728,7 @@ func TestClaimMessagesRoutesManyGroups(t *testing.T) {
 	f, jobs := flowWith(t, s, db, n)
 	rc := srv.Client(t, 20)
 	rc.HSet(ctx, "coord:script_types", "sh", 1)
+	wakeRunner1(t, db.ContextID, "queue:sh")
 	for i := 0; i < n; i += 256 {
 		if _, err := db.DispatchMany(ctx, f.ID, 1, jobs[i:min(i+256, n)], "scheduler", 0); err != nil {
 			t.Fatal(err)
@@ -737,8 +742,8 @@ func TestClaimMessagesRoutesManyGroups(t *testing.T) {
 	if len(q) != n || q[n-1] != keys.Job(1, jobs[0].ID) || q[0] != keys.Job(1, jobs[n-1].ID) {
 		t.Fatalf("queue:sh holds %d jobs, want %d in dispatch order", len(q), n)
 	}
-	if got := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(20, "queue:sh")).Val(); got != n {
-		t.Fatalf("%d wake tokens for %d routed jobs", got, n)
+	if got := wakeTokens(t, 20, "queue:sh"); got != min(n, store.WakeSpread) {
+		t.Fatalf("%d wake tokens for %d routed jobs, want %d", got, n, min(n, store.WakeSpread))
 	}
 }
 
@@ -784,6 +789,7 @@ func TestReleaseClaims(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
 	db := mustCtx(t, s, 14)
+	wakeRunner1(t, 14, keys.Queue("sh"))
 	q := keys.Queue("sh")
 	_, jobs := flowWith(t, s, db, 3)
 	enqueueJobs(t, db, q, jobs)
@@ -791,7 +797,7 @@ func TestReleaseClaims(t *testing.T) {
 	if err != nil || len(got) != 3 {
 		t.Fatalf("claim: %d %v", len(got), err)
 	}
-	tokens := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(14, q)).Val()
+	tokens := wakeTokens(t, 14, q)
 	moved, err := db.ReleaseClaims(ctx, "w1", []string{got[0].Claim.ID, got[2].Claim.ID, "never-made"})
 	if err != nil || len(moved) != 2 {
 		t.Fatalf("release: %+v %v", moved, err)
@@ -806,7 +812,7 @@ func TestReleaseClaims(t *testing.T) {
 	if ok, _ := db.ExtendLease(ctx, got[1].Claim, time.Minute); !ok {
 		t.Fatal("the claim not named lost its lease")
 	}
-	if n := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(14, q)).Val(); n != tokens+2 {
+	if n := wakeTokens(t, 14, q); n != tokens+2 {
 		t.Fatalf("wake tokens: %d, want %d", n, tokens+2)
 	}
 }
@@ -873,6 +879,7 @@ func TestRouteClaimedIsIdempotent(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
 	db := mustCtx(t, s, 18)
+	wakeRunner1(t, 18, keys.Queue("sh"))
 	rc := srv.Client(t, 18)
 	rc.LPush(ctx, keys.MsgOut, "message:1:1", "message:1:2")
 	var routed []store.RoutedJob
@@ -892,7 +899,7 @@ func TestRouteClaimedIsIdempotent(t *testing.T) {
 	if got := rc.LRange(ctx, keys.Queue("sh"), 0, -1).Val(); len(got) != 2 || got[0] != "job:1:2" || got[1] != "job:1:1" {
 		t.Fatalf("queue: %v", got)
 	}
-	if n := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(18, keys.Queue("sh"))).Val(); n != 2 {
+	if n := wakeTokens(t, 18, keys.Queue("sh")); n != 2 {
 		t.Fatalf("wake tokens: %d", n)
 	}
 	if st := rc.HGet(ctx, "message:1:1", "status").Val(); st != "acknowledged" || rc.LLen(ctx, keys.Processing("router-a")).Val() != 0 || rc.ZCard(ctx, keys.Leases).Val() != 0 {

@@ -79,7 +79,7 @@ func BenchmarkRetentionSoak(b *testing.B) {
 		step(err)
 		step(db.Ack(ctx, mk))
 		// the wake tokens a blocked consumer would have taken
-		s.G().Del(ctx, keys.WakeMsgOut, keys.WakeQueue(8, keys.Queue("sh")))
+		s.G().Del(ctx, keys.WakeMsgOut, keys.WakeRunner(1, keys.Queue("sh")))
 	}
 	expire := func() int {
 		n := 0

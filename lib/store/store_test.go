@@ -33,6 +33,27 @@ func open(t testing.TB) *store.Store {
 	return s
 }
 
+// wakeRunner1 makes runner 1 a waker of the context's queue (keys.Wakers): its wake
+// list of the queue gets the queue's tokens.
+func wakeRunner1(t testing.TB, ctxID uint32, q string) {
+	t.Helper()
+	if err := srv.Client(t, int(ctxID)).SAdd(context.Background(), keys.Wakers(q), 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wakeTokens counts the tokens of a context on runner 1's wake list of a queue.
+func wakeTokens(t testing.TB, ctxID uint32, q string) int {
+	t.Helper()
+	n := 0
+	for _, v := range srv.Client(t, 0).LRange(context.Background(), keys.WakeRunner(1, q), 0, -1).Val() {
+		if v == strconv.FormatUint(uint64(ctxID), 10) {
+			n++
+		}
+	}
+	return n
+}
+
 func mustCtx(t testing.TB, s *store.Store, id uint32) *store.DB {
 	t.Helper()
 	if _, _, err := s.CreateContext(context.Background(), &model.Context{ID: id, Admins: []uint32{1}}, "operator"); err != nil {
@@ -266,13 +287,15 @@ func TestReliableClaim(t *testing.T) {
 	ctx := context.Background()
 	db := mustCtx(t, s, 5)
 	q := keys.Queue("sh")
+	wakeRunner1(t, 5, q)
 	for _, it := range []string{"job:1:1", "job:1:2"} {
 		if err := db.Enqueue(ctx, q, it); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// FIFO, with a wake token per item in DB 0.
-	if n := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(5, q)).Val(); n != 2 {
+	// FIFO, with a wake token per item in DB 0 (on the list of each runner that
+	// serves the queue).
+	if n := wakeTokens(t, 5, q); n != 2 {
 		t.Fatalf("wake tokens: %d", n)
 	}
 	cl, err := db.Claim(ctx, q, "dead", 50*time.Millisecond)
@@ -302,7 +325,7 @@ func TestReliableClaim(t *testing.T) {
 	if n := srv.Client(t, 5).LLen(ctx, keys.Processing("dead")).Val(); n != 0 {
 		t.Fatalf("processing list not emptied: %d", n)
 	}
-	if n := srv.Client(t, 0).LLen(ctx, keys.WakeQueue(5, q)).Val(); n != 3 {
+	if n := wakeTokens(t, 5, q); n != 3 {
 		t.Fatalf("requeue must add a wake token: %d", n)
 	}
 	// The requeued item is next; a live consumer extends and acks.
@@ -352,26 +375,28 @@ func TestWaitWakeAcrossContexts(t *testing.T) {
 	ctx := context.Background()
 	db5 := mustCtx(t, s, 5)
 	_ = mustCtx(t, s, 6)
+	wakeRunner1(t, 5, "queue:sh")
 	got := make(chan string, 1)
 	go func() {
-		w, err := s.WaitWake(ctx, 5*time.Second, s.WakeSets([]uint32{6, 5}, func(c uint32) []string { return []string{keys.WakeQueue(c, "queue:sh")} })...)
+		// Runner 1's list of the queue, for both contexts: one key.
+		w, err := s.WaitWake(ctx, 5*time.Second, store.WakeSetsOn(s.ServersOf([]uint32{6, 5}), keys.WakeRunner(1, "queue:sh"))...)
 		if err != nil {
 			got <- err.Error()
 			return
 		}
-		got <- w.Key
+		got <- w.Key + " " + w.Token
 	}()
 	if err := db5.Enqueue(ctx, "queue:sh", "job:1:1"); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case k := <-got:
-		if k != keys.WakeQueue(5, "queue:sh") {
-			t.Fatalf("woke on %q", k)
+		if k != keys.WakeRunner(1, "queue:sh")+" 5" {
+			t.Fatalf("woke on %q, want context 5's token", k)
 		}
-		c, q, ok := store.ParseWakeQueue(k)
-		if !ok || c != 5 || q != "queue:sh" {
-			t.Fatalf("parse %q: %d %q", k, c, q)
+		r, q, ok := store.ParseWakeRunner(keys.WakeRunner(1, "queue:sh"))
+		if !ok || r != 1 || q != "queue:sh" {
+			t.Fatalf("parse: %d %q", r, q)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no wake-up")
@@ -383,7 +408,7 @@ func TestWaitWakeAcrossContexts(t *testing.T) {
 func TestWaitWakeEndsWithContext(t *testing.T) {
 	s := open(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	wake := keys.WakeQueue(7, "queue:sh")
+	wake := keys.WakeRunner(1, "queue:sh")
 	bg := context.Background()
 	blocked := func() int {
 		info, err := s.G().Info(bg, "clients").Result()

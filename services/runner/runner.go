@@ -38,6 +38,13 @@ type runner struct {
 
 	mu     sync.Mutex
 	served []uint32 // contexts where runner:<id> exists
+	// servers hold the served contexts: a claim loop waits on its queues' wake
+	// lists on each.
+	servers []*store.Server
+	// refreshMu makes the checks of one context (refreshContext) one at a time: the
+	// control watcher and a claim loop that took a token of an unknown context both
+	// make them.
+	refreshMu sync.Mutex
 	// servedChanged is closed (and replaced) when served changes: a claim loop
 	// waiting on the wake lists of the old set stops waiting.
 	servedChanged chan struct{}
@@ -92,6 +99,7 @@ type runnerMetrics struct {
 	lostLeases prometheus.Counter
 	endRetries prometheus.Counter
 	handedIn   *prometheus.CounterVec
+	wakeKeys   prometheus.Gauge
 }
 
 func newRunner(p runnerParams) *runner {
@@ -120,6 +128,8 @@ func newRunner(p runnerParams) *runner {
 			endRetries: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_end_write_retries_total", Help: "Writes of a job's end retried after a passing Redis fault."}),
 			handedIn: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_runner_ends_handed_over_total",
 				Help: "Job ends a previous process of this worker id left in the state directory, by outcome (written, taken_over: another run holds the job now)."}, []string{"outcome"}),
+			wakeKeys: f.NewGauge(prometheus.GaugeOpts{Name: "hero_runner_wake_keys",
+				Help: "Wake lists named by this process's last wait for jobs, summed over the servers (the stop lists of the waits aside)."}),
 		},
 	}
 	r.jobCtx, r.stopJob = context.WithCancel(context.Background())
@@ -142,6 +152,9 @@ func (r *runner) run(ctx context.Context) error {
 	r.refreshServed(ctx)
 	r.writeHandedOver(ctx)
 	r.recover(ctx)
+	// Jobs that wait without a token (lost in a crash, or left by a layout before the
+	// runners' wake lists) are claimed now, not after a first idle wait.
+	r.claimWithoutToken(ctx)
 	var wg sync.WaitGroup
 	loops := []func(context.Context){r.controlLoop, r.heartbeatLoop, r.sweepLoop, r.watchControl}
 	// Several claim loops: one waits on the wake lists while others claim, so that
@@ -246,6 +259,8 @@ func (r *runner) serves(ctx context.Context, id uint32) bool {
 // refreshContext checks one context (named by a control message) and serves it or
 // stops serving it: a message costs the same whatever the number of contexts.
 func (r *runner) refreshContext(ctx context.Context, id uint32) {
+	r.refreshMu.Lock()
+	defer r.refreshMu.Unlock()
 	ok := r.serves(ctx, id)
 	served, _ := r.servedNow()
 	i, found := slices.BinarySearch(served, id)
@@ -294,9 +309,11 @@ func (r *runner) refreshFromIndex(ctx context.Context) {
 // they changed.
 func (r *runner) setServed(served []uint32) {
 	slices.Sort(served)
+	servers := r.store.ServersOf(served)
 	r.mu.Lock()
 	changed := !slices.Equal(served, r.served)
 	r.served = served
+	r.servers = servers
 	if changed {
 		close(r.servedChanged)
 		r.servedChanged = make(chan struct{})
@@ -321,6 +338,19 @@ func (r *runner) servedNow() ([]uint32, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]uint32(nil), r.served...), r.servedChanged
+}
+
+// waitOn is what a claim loop waits on: the servers of the served contexts (none
+// when none is served), whether a context is served, and a channel closed when the
+// served contexts change. It copies nothing that grows with the contexts.
+func (r *runner) waitOn() ([]*store.Server, func(uint32) bool, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	served := r.served // replaced, never changed in place
+	return r.servers, func(id uint32) bool {
+		_, ok := slices.BinarySearch(served, id)
+		return ok
+	}, r.servedChanged
 }
 
 // queues returns the job queues of one served context.
@@ -406,8 +436,8 @@ func (r *runner) claimLoop(ctx context.Context) {
 		// The served contexts are read in this loop's turn: a list read before
 		// another loop's wait could be a whole wait old.
 		r.claimTurn.Lock()
-		served, changed := r.servedNow()
-		if len(served) == 0 {
+		servers, serves, changed := r.waitOn()
+		if len(servers) == 0 {
 			r.claimTurn.Unlock()
 			<-r.slots
 			select { // nothing to serve yet; the control watcher refreshes
@@ -416,23 +446,19 @@ func (r *runner) claimLoop(ctx context.Context) {
 			}
 			continue
 		}
-		// The wake lists of a context are in DB 0 of its server: one BLPOP per server.
-		wake := r.store.WakeSets(served, func(c uint32) []string {
-			qs := r.queues()
-			for i, q := range qs {
-				qs[i] = keys.WakeQueue(c, q)
-			}
-			return qs
-		})
-		// Rotate the key order so that no context or queue starves another.
-		for i := range wake {
-			if n := len(wake[i].Keys); n > 1 {
-				k := idle % n
-				wake[i].Keys = append(wake[i].Keys[k:], wake[i].Keys[:k]...)
-			}
+		// One wake list per queue of this runner id, in DB 0 of each server that holds
+		// a served context (one BLPOP per server), whatever the number of contexts: a
+		// token names its context. Rotate the key order so that no queue starves
+		// another.
+		qs := r.queues()
+		wakeKeys := make([]string, len(qs))
+		for i, q := range qs {
+			wakeKeys[(i+idle)%len(qs)] = keys.WakeRunner(r.cfg.RunnerID, q)
 		}
-		// A change of the served contexts ends the wait: a new context's queues
-		// are waited on at once.
+		wake := store.WakeSetsOn(servers, wakeKeys...)
+		r.m.wakeKeys.Set(float64(len(wakeKeys) * len(servers)))
+		// A change of the served contexts ends the wait: a new server's lists are
+		// waited on at once.
 		waitCtx, cancel := context.WithCancel(ctx)
 		go func() {
 			select {
@@ -442,7 +468,6 @@ func (r *runner) claimLoop(ctx context.Context) {
 			}
 		}()
 		w, err := r.store.WaitWake(waitCtx, 5*time.Second, wake...)
-		key := w.Key
 		kicked := waitCtx.Err() != nil && ctx.Err() == nil
 		cancel()
 		r.claimTurn.Unlock() // the next loop waits while this one claims
@@ -460,20 +485,50 @@ func (r *runner) claimLoop(ctx context.Context) {
 			continue
 		}
 		idle++
-		if key == "" {
+		if w.Key == "" {
 			// Idle for a while: a safety net for wake tokens lost in a crash.
 			<-r.slots
-			r.claimWithoutToken(ctx, served)
+			r.claimWithoutToken(ctx)
 			continue
 		}
-		ctxID, queue, ok := store.ParseWakeQueue(key)
-		if claimed := ok && r.claim(ctx, ctxID, queue, true); !claimed {
+		if claimed := r.claimWoken(ctx, w, serves); !claimed {
 			<-r.slots
 		}
 		if r.waitFailed.Swap(false) {
-			r.claimWithoutToken(ctx, served)
+			r.claimWithoutToken(ctx)
 		}
 	}
+}
+
+// claimWoken claims from the queue and context a wake token names (see claim). A token
+// of a context this process does not serve (yet) makes it check that context: a
+// runner record made since the last control message is served at once; the tokens of
+// a context where the record is gone (deleted) are removed from the list. A process
+// whose --contexts leaves the context out drops the token: the processes of one
+// runner id are meant to serve the same contexts (a job of a context that only some
+// of them serve may wait for their idle claim).
+func (r *runner) claimWoken(ctx context.Context, w store.Woken, serves func(uint32) bool) bool {
+	rid, queue, ok := store.ParseWakeRunner(w.Key)
+	id, err := strconv.ParseUint(w.Token, 10, 32)
+	if !ok || rid != r.cfg.RunnerID || err != nil || id == 0 {
+		return false
+	}
+	ctxID := uint32(id)
+	if !serves(ctxID) {
+		if r.cfg.contextIDs != nil && !slices.Contains(r.cfg.contextIDs, ctxID) {
+			return false
+		}
+		if r.refreshContext(ctx, ctxID); !slices.Contains(r.servedContexts(), ctxID) {
+			if err := w.Discard(ctx); err != nil {
+				r.log.Warn().Err(err).Uint32(obs.KeyContextID, ctxID).Msg("remove the wake tokens of a context not served")
+			}
+			return false
+		}
+	}
+	if r.store.ServerFor(ctxID) != w.Server {
+		return false // a token left on a server the context moved away from
+	}
+	return r.claim(ctx, ctxID, queue, true)
 }
 
 // maxClaim bounds the jobs one claim takes: 64 rather than 32 gave ~25% more no-op
@@ -505,7 +560,8 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 	for i := range traces {
 		traces[i] = randHex(16)
 	}
-	got, err := db.ClaimStarts(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, traces, store.Wake{Key: keys.WakeQueue(ctxID, queue), Token: "1", Held: held})
+	wake := store.Wake{Key: keys.WakeRunner(r.cfg.RunnerID, queue), Token: strconv.FormatUint(uint64(ctxID), 10), Held: held}
+	got, err := db.ClaimStarts(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, traces, wake)
 	if err != nil && ctx.Err() == nil {
 		r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
 		var un *store.UnansweredClaimError
@@ -560,13 +616,14 @@ func (r *runner) releaseClaims(ctx context.Context, db *store.DB, ids []string) 
 // (one lost in a crash, or taken by a wait whose answer was lost). It looks only at
 // the contexts of coord:busy (one ZRANGE per server when nothing waits), not at every
 // served one.
-func (r *runner) claimWithoutToken(ctx context.Context, served []uint32) {
+func (r *runner) claimWithoutToken(ctx context.Context) {
 	busy, err := r.store.BusyContexts(ctx, time.Time{})
 	if err != nil {
 		return
 	}
+	_, serves, _ := r.waitOn()
 	for _, c := range busy {
-		if _, ok := slices.BinarySearch(served, c); !ok {
+		if !serves(c) {
 			continue
 		}
 		db, err := r.store.Ctx(c)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
@@ -131,6 +132,20 @@ func TestIdleCostFlat(t *testing.T) {
 	}
 	const n = 200
 	srv, s, _ := idleStack(t, n, 256, harness.StackOptions{})
+	// The runner's wait for jobs names each of its queues once per server (the queue
+	// and its pinned twin of each script type and executor), whatever the number of
+	// contexts: not the queues of every served context.
+	var wakeKeys float64
+	if !waitUntil(20*time.Second, func() bool {
+		wakeKeys = metricValue(t, s.Runner.AdminAddr, "hero_runner_wake_keys")
+		return wakeKeys > 0
+	}) {
+		t.Fatal("the runner reports no wait for jobs (hero_runner_wake_keys)")
+	}
+	t.Logf("the runner's wait for jobs names %v wake lists with %d contexts", wakeKeys, n)
+	if maxKeys := float64(2 * len(model.ScriptTypes())); wakeKeys > maxKeys {
+		t.Errorf("the runner's wait for jobs names %v wake lists with %d contexts, over %v: it grows with the contexts", wakeKeys, n, maxKeys)
+	}
 	// The window covers the runner's idle wait (5 s), heartbeats (1 s) and lease
 	// sweeps (lease/3 = 1 s) several times over.
 	const window = 6 * time.Second
