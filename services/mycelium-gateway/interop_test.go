@@ -90,6 +90,11 @@ func TestPushesDoNotWaitBehindTheGatewaysPoll(t *testing.T) {
 	if b.InboxLen() != n {
 		t.Fatalf("b holds %d messages, want %d", b.InboxLen(), n)
 	}
+	// The poll loop counts a yield once its cancelled poll has returned, which may be
+	// after the push: wait for the count with a deadline.
+	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(g.m.yields) < n && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if testutil.ToFloat64(g.m.yields) < n {
 		t.Fatalf("poll yields counted: %v", testutil.ToFloat64(g.m.yields))
 	}
