@@ -50,9 +50,9 @@ func TestTwoNodeGatewayStandbyTakesOver(t *testing.T) {
 	if by := mb.PollsBy(); len(by) != 1 {
 		t.Fatalf("pop clients of node B with one holder: %v", by)
 	}
-	if sent, err := harness.Metric(second, "hero_gateway_messages_total", `direction="out"`, `outcome="sent"`); err != nil || sent == 0 {
-		t.Fatalf("the standby sent nothing for B's router (%v, %v): it should serve Send calls too", sent, err)
-	}
+	// (That a standby serves Send calls, without waiting behind the holder's long
+	// poll, is TestOneGatewayPopsItsNodesInboxAtATime's: which replica B's router
+	// picks for its few sends here is up to the round robin.)
 
 	// kill -9 of the holder while a remote job runs on B.
 	remoteFlow(t, ca, 2, strings.Replace(middle(2), "import os", "import os, time\ntime.sleep(2)", 1), 0)
