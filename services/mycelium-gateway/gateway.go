@@ -225,6 +225,9 @@ func (g *gateway) run(ctx context.Context) error {
 // inbox end when the lease's term does; the hand-over to the router does not (a
 // message handed on twice is recognised by the far side).
 func (g *gateway) step(ctx, term context.Context, backoff *time.Duration) {
+	if term.Err() != nil {
+		return // the term ended since the loop looked (AfterFunc below cancels asynchronously)
+	}
 	tctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(term, cancel)
 	defer func() {
