@@ -262,6 +262,9 @@ var scenarios = map[string]scenario{
 			sched := "dns:///" + rel + "-scheduler-headless.hero.svc.cluster.local:9654"
 			wantEnv(t, r, "router", map[string]string{"SCHEDULER_ADDR": sched})
 			wantEnv(t, r, "supervisor-daemon", map[string]string{"SCHEDULER_ADDR": sched})
+			// The gateway's replicas share their node's lease in Redis (in the binary):
+			// every replica sends, so the router reaches them through their Service.
+			wantEnv(t, r, "router", map[string]string{"GATEWAY_ADDR": rel + "-mycelium-gateway:9657"})
 			wantRedisURLs(t, r, "redis://%s@sentinel-0.redis-sentinel.databases.svc.cluster.local:26379/0?master_name=hero&addr=sentinel-1.redis-sentinel.databases.svc.cluster.local:26379&addr=sentinel-2.redis-sentinel.databases.svc.cluster.local:26379")
 			wantPKIJob(t, r, true, true)
 		},

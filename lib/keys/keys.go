@@ -99,6 +99,20 @@ const Busy = "coord:busy"
 // the sweep instead of each sweeping every context.
 const SweepLock = "coord:sweeplock"
 
+// GatewayLease is the DB-0 key, on the primary server, of the lease that makes one
+// mycelium-gateway replica the only one that pops the inbox of the Mycelium node
+// whose public key is pk (SET NX PX by the holder's token, renewed by a
+// compare-and-extend, deleted by a compare-and-delete on a clean shutdown, which
+// also publishes on the channel of the same name so that a standby takes over at
+// once).
+func GatewayLease(pk string) string { return "coord:gateway:" + pk }
+
+// GatewayYield is the pub/sub channel (primary server) on which a standby gateway
+// announces a call to its Mycelium node (the payload: the node's public key, empty
+// when not known yet): the active gateway of that node cancels its long poll for a
+// moment so that the call does not wait for the node's lock behind it.
+const GatewayYield = "coord:gateway:yield"
+
 // Processing is a consumer's processing list (reliable claim), in the queue's DB.
 func Processing(consumer string) string { return "coord:proc:" + consumer }
 

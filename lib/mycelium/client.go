@@ -47,6 +47,9 @@ type Config struct {
 	// MaxBodyBytes caps the size of a response body. Zero means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// UserAgent is sent with every request when set (e.g. to tell one
+	// gateway replica's calls from another's in a node's logs).
+	UserAgent string
 }
 
 // Client calls one Mycelium node's HTTP API. It is safe for concurrent use.
@@ -56,6 +59,7 @@ type Client struct {
 	reqTO time.Duration
 	grace time.Duration
 	max   int64
+	ua    string
 }
 
 // New returns a Client for cfg.
@@ -74,7 +78,7 @@ func New(cfg Config) (*Client, error) {
 	if u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("mycelium: base url %q: must not have a query or fragment", raw)
 	}
-	c := &Client{base: u, hc: cfg.HTTPClient, reqTO: cfg.RequestTimeout, grace: cfg.LongPollGrace, max: cfg.MaxBodyBytes}
+	c := &Client{base: u, hc: cfg.HTTPClient, reqTO: cfg.RequestTimeout, grace: cfg.LongPollGrace, max: cfg.MaxBodyBytes, ua: cfg.UserAgent}
 	if c.hc == nil {
 		c.hc = &http.Client{}
 	}
@@ -186,6 +190,9 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 		return nil, fail(err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.ua != "" {
+		req.Header.Set("User-Agent", c.ua)
+	}
 	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -18,6 +18,8 @@ type Config struct {
 	PollTimeout  time.Duration
 	TopicPrefix  string
 	RouterWait   time.Duration
+	LeaseTTL     time.Duration
+	LeaseRenew   time.Duration
 }
 
 // RegisterFlags adds every flag.
@@ -29,6 +31,8 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.StringVar(&c.RouterAddr, "router-addr", "", "127.0.0.1:9655", "the local router's gRPC address (host:port)")
 	f.DurationVar(&c.PollTimeout, "poll-timeout", "", 10*time.Second, "how long one long-poll for inbound messages waits (the gateway's own pushes cancel it and go first)")
 	f.DurationVar(&c.RouterWait, "router-wait", "", 2*time.Minute, "how long an inbound message waits for an unavailable router (retried with backoff) before it is refused")
+	f.DurationVar(&c.LeaseTTL, "lease-ttl", "", defaultLeaseTTL, "the gateway lease (coord:gateway:<node key> in Redis) that makes one replica per Mycelium node the one that pops its inbox: a standby takes over at most this long after the holder died")
+	f.DurationVar(&c.LeaseRenew, "lease-renew", "", defaultLeaseRenew, "how often the holder renews the gateway lease (at most 2/5 of --lease-ttl: a holder whose renewals fail stops popping at 4/5 of it)")
 	f.StringVar(&c.TopicPrefix, "topic-prefix", "", "", "REMOVED, must stay empty: a Mycelium node's topic filter matches whole topics, so the gateway owns its node's inbox and pops every topic")
 }
 
@@ -55,6 +59,12 @@ func (c *Config) Validate() error {
 	}
 	if c.TopicPrefix != "" {
 		return fmt.Errorf("--topic-prefix is no longer supported: Mycelium v0.7.10 filters pops by the whole topic, not a prefix, so no prefix can select the gateway's topics; run the gateway as the only consumer of its node's inbox, without --topic-prefix (docs/mycelium.md)")
+	}
+	if c.LeaseTTL < 2*time.Second || c.LeaseTTL > 5*time.Minute {
+		return fmt.Errorf("--lease-ttl must be between 2s and 5m")
+	}
+	if c.LeaseRenew < 100*time.Millisecond || c.LeaseRenew > (c.LeaseTTL-leaseMargin(c.LeaseTTL))/2 {
+		return fmt.Errorf("--lease-renew must be between 100ms and 2/5 of --lease-ttl (%v), so that a failed renewal is tried again before the holder must stop", (c.LeaseTTL-leaseMargin(c.LeaseTTL))/2)
 	}
 	if c.PollTimeout < time.Second || c.PollTimeout > 5*time.Minute {
 		return fmt.Errorf("--poll-timeout must be between 1s and 5m")

@@ -34,6 +34,7 @@ type gateway struct {
 	pollTimeout time.Duration
 	routerWait  time.Duration // how long an inbound message waits for an unavailable router
 	gate        *pollGate     // the gateway's other calls go before its long poll
+	lease       *lease        // makes one replica per Mycelium node the one that pops its inbox
 
 	mu        sync.Mutex
 	connected bool
@@ -49,6 +50,11 @@ type gatewayParams struct {
 	router      herov1.RouterClient
 	pollTimeout time.Duration
 	routerWait  time.Duration
+	leaseTTL    time.Duration // 0: defaultLeaseTTL
+	leaseRenew  time.Duration // 0: defaultLeaseRenew
+	token       string        // this replica's lease token (newToken)
+	// onLease is told the lease's state ("active", "standby") and key (nil: ignored).
+	onLease func(state, key string)
 }
 
 type gatewayMetrics struct {
@@ -62,6 +68,21 @@ type gatewayMetrics struct {
 	notJSON prometheus.Counter
 	// yields counts long polls cancelled so that another call could go first.
 	yields prometheus.Counter
+}
+
+// leaseSettings fills in the defaults.
+func (p gatewayParams) leaseSettings() (ttl, renew time.Duration, onLease func(state, key string)) {
+	ttl, renew, onLease = p.leaseTTL, p.leaseRenew, p.onLease
+	if ttl == 0 {
+		ttl = defaultLeaseTTL
+	}
+	if renew == 0 {
+		renew = defaultLeaseRenew
+	}
+	if onLease == nil {
+		onLease = func(string, string) {}
+	}
+	return ttl, renew, onLease
 }
 
 func newGateway(p gatewayParams) *gateway {
@@ -84,6 +105,25 @@ func newGateway(p gatewayParams) *gateway {
 				Help: "Long polls of the Mycelium node cancelled so that a push, status or admin call could go first."}),
 		},
 	}
+	ttl, renew, onLease := p.leaseSettings()
+	token := p.token
+	if token == "" {
+		token = newToken()
+	}
+	g.lease = &lease{
+		log: p.log, token: token, ttl: ttl, renew: renew, margin: leaseMargin(ttl), onChange: onLease,
+		changed: make(chan struct{}),
+		onYield: g.yieldFor,
+		active: f.NewGauge(prometheus.GaugeOpts{Name: "hero_gateway_active",
+			Help: "1 while this replica holds its Mycelium node's gateway lease and pops the node's inbox, 0 in standby (pushes only)."}),
+		changes: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_gateway_lease_changes_total",
+			Help: "Changes of this replica's hold on its Mycelium node's gateway lease, by change (acquired, lost, released)."}, []string{"change"}),
+		renewal: f.NewCounter(prometheus.CounterOpts{Name: "hero_gateway_lease_renewal_errors_total",
+			Help: "Renewals of the gateway lease that failed (Redis unreachable), retried until the lease's safety margin."}),
+	}
+	if p.store != nil {
+		g.lease.rdb = p.store.G()
+	}
 	return g
 }
 
@@ -94,6 +134,7 @@ const infoTimeout = 3 * time.Second
 // call goes before the gateway's own long poll (pollGate), so it answers at once
 // rather than after the poll.
 func (g *gateway) check(ctx context.Context) error {
+	g.yield(ctx)
 	leave := g.gate.enter()
 	defer leave()
 	ctx, cancel := context.WithTimeout(ctx, infoTimeout)
@@ -129,56 +170,101 @@ func (g *gateway) setConnected(ok bool) {
 // while other calls are in progress and its long poll is held back.
 const busyPeek = 25 * time.Millisecond
 
-// run connects (learning our public key), then pops inbound messages until ctx ends.
-// Connection loss is retried with backoff; nothing queued is lost meanwhile (messages
-// wait in the Mycelium node; outbound sends fail and the router retries them).
+// run connects (learning our public key), then, while this replica holds its node's
+// gateway lease, pops inbound messages, until ctx ends. Connection loss is retried
+// with backoff; nothing queued is lost meanwhile (messages wait in the Mycelium node;
+// outbound sends fail and the router retries them). The lease is released only once
+// the poll loop has stopped, so that the next holder never polls beside it.
 func (g *gateway) run(ctx context.Context) error {
 	backoff := 200 * time.Millisecond
-	for ctx.Err() == nil {
-		if g.selfKey() == "" {
-			leave := g.gate.enter()
-			info, err := g.my.Info(ctx)
-			leave()
-			if err != nil {
-				g.fail(ctx, err, &backoff)
-				continue
-			}
-			g.mu.Lock()
-			g.self = info.NodePubkey
-			g.mu.Unlock()
-			g.setConnected(true)
-		}
-		// Peek, handle, then pop: a gateway that dies between taking a message and
-		// handing it on finds the message again when it restarts. The far side of every
-		// hand-over recognises a second copy (the router's inbound dedup, the ack
-		// script), so at-least-once here is exactly-once in effect.
-		msg, err := g.peek(ctx)
-		switch {
-		case errors.Is(err, mycelium.ErrMalformed):
-			// The node works; one message could not be read (e.g. not base64): drop it.
-			g.refuse(&mycelium.InboundMessage{}, "unknown", "malformed", err.Error())
-			g.remove(ctx, nil)
-			continue
-		case errors.Is(err, mycelium.ErrNotJSON):
-			// The node (or something in front of it) answered nonsense: counted, logged
-			// and passed over. The pop that follows takes the inbox's head; should that
-			// be a readable message it is handled, not lost.
-			g.m.notJSON.Inc()
-			g.log.Warn().Err(err).Msg("the Mycelium node answered a pop with a body that is not JSON; passed over")
-			g.remove(ctx, nil)
-			continue
-		case err != nil:
+	for ctx.Err() == nil && g.selfKey() == "" {
+		g.yield(ctx)
+		leave := g.gate.enter()
+		info, err := g.my.Info(ctx)
+		leave()
+		if err != nil {
 			g.fail(ctx, err, &backoff)
 			continue
 		}
-		backoff = 200 * time.Millisecond
+		g.mu.Lock()
+		g.self = info.NodePubkey
+		g.mu.Unlock()
 		g.setConnected(true)
-		if msg != nil {
-			g.receive(ctx, msg)
-			g.remove(ctx, msg)
-		}
 	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if g.lease.rdb == nil {
+		return errors.New("the gateway lease needs a store")
+	}
+	lctx, stopLease := context.WithCancel(context.Background())
+	leaseDone := make(chan struct{})
+	go func() {
+		defer close(leaseDone)
+		g.lease.run(lctx, g.selfKey())
+	}()
+	backoff = 200 * time.Millisecond
+	for ctx.Err() == nil {
+		term, changed := g.lease.current()
+		if term == nil {
+			// Standby: no inbox polling until this replica holds the lease.
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		g.step(ctx, term, &backoff)
+	}
+	stopLease()
+	<-leaseDone
 	return nil
+}
+
+// step peeks at the inbox, hands on what it found, then pops it. Its calls to the
+// inbox end when the lease's term does; the hand-over to the router does not (a
+// message handed on twice is recognised by the far side).
+func (g *gateway) step(ctx, term context.Context, backoff *time.Duration) {
+	if term.Err() != nil {
+		return // the term ended since the loop looked (AfterFunc below cancels asynchronously)
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(term, cancel)
+	defer func() {
+		stop()
+		cancel()
+	}()
+	// Peek, handle, then pop: a gateway that dies between taking a message and
+	// handing it on finds the message again when it restarts. The far side of every
+	// hand-over recognises a second copy (the router's inbound dedup, the ack
+	// script), so at-least-once here is exactly-once in effect.
+	msg, err := g.peek(tctx)
+	switch {
+	case tctx.Err() != nil:
+		return // the lease's term or the gateway ended
+	case errors.Is(err, mycelium.ErrMalformed):
+		// The node works; one message could not be read (e.g. not base64): drop it.
+		g.refuse(&mycelium.InboundMessage{}, "unknown", "malformed", err.Error())
+		g.remove(tctx, nil)
+		return
+	case errors.Is(err, mycelium.ErrNotJSON):
+		// The node (or something in front of it) answered nonsense: counted, logged
+		// and passed over. The pop that follows takes the inbox's head; should that
+		// be a readable message it is handled, not lost.
+		g.m.notJSON.Inc()
+		g.log.Warn().Err(err).Msg("the Mycelium node answered a pop with a body that is not JSON; passed over")
+		g.remove(tctx, nil)
+		return
+	case err != nil:
+		g.fail(tctx, err, backoff)
+		return
+	}
+	*backoff = 200 * time.Millisecond
+	g.setConnected(true)
+	if msg != nil {
+		g.receive(ctx, msg)
+		g.remove(tctx, msg)
+	}
 }
 
 // peek looks at the head of the node's inbox. With no other call in progress it
@@ -276,8 +362,30 @@ func (g *gateway) selfKey() string {
 	return g.self
 }
 
-// send pushes an envelope to another node, ahead of the gateway's own long poll.
+// yieldHold is how long the active gateway holds back its long poll (peeking with
+// timeout 0 instead) when a standby announces a push: long enough for the push to
+// reach the node after its announcement.
+const yieldHold = 500 * time.Millisecond
+
+// yieldFor lets a standby's push go before this active gateway's long poll, as its
+// own pushes do (pollGate).
+func (g *gateway) yieldFor() {
+	leave := g.gate.enter()
+	time.AfterFunc(yieldHold, leave)
+}
+
+// yield asks the active replica, when this one is a standby, to let its next call
+// to the node go before the active one's long poll.
+func (g *gateway) yield(ctx context.Context) {
+	if g.lease.rdb != nil {
+		g.lease.yield(ctx)
+	}
+}
+
+// send pushes an envelope to another node, ahead of the gateway's own long poll (and,
+// from a standby, ahead of the active replica's).
 func (g *gateway) send(ctx context.Context, dst mycelium.Destination, topic string, payload []byte, kind string) (string, error) {
+	g.yield(ctx)
 	leave := g.gate.enter()
 	res, err := g.my.Push(ctx, dst, []byte(topic), payload, nil)
 	leave()

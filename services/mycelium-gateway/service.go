@@ -13,7 +13,9 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	if err != nil {
 		return err
 	}
-	mc, err := mycelium.New(mycelium.Config{BaseURL: cfg.MyceliumURL})
+	token := newToken()
+	// The User-Agent names this replica (its lease token) in the node's view.
+	mc, err := mycelium.New(mycelium.Config{BaseURL: cfg.MyceliumURL, UserAgent: "hero-mycelium-gateway (" + token + ")"})
 	if err != nil {
 		return err
 	}
@@ -25,7 +27,17 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	g := newGateway(gatewayParams{
 		store: b.Store, log: env.Log, reg: env.Registry, mycelium: mc, router: herov1.NewRouterClient(rc),
 		pollTimeout: cfg.PollTimeout, routerWait: cfg.RouterWait,
+		leaseTTL: cfg.LeaseTTL, leaseRenew: cfg.LeaseRenew, token: token,
+		onLease: func(state, key string) {
+			// Both states are ready: every replica serves the router's Send calls.
+			if state == "active" {
+				env.Probe.AddDetail("lease", "active: this replica pops the Mycelium node's inbox (holds "+key+")")
+			} else {
+				env.Probe.AddDetail("lease", "standby: pushes only; another replica pops the Mycelium node's inbox while it holds "+key)
+			}
+		},
 	})
+	env.Probe.AddDetail("lease", "standby: learning the Mycelium node's key")
 	env.Probe.AddCheck("mycelium", g.check)
 	herov1.RegisterGatewayServer(b.GRPC.Server, &handler{g: g})
 	loopCtx, stop := context.WithCancel(context.Background())

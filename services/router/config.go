@@ -28,7 +28,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 		host = "router"
 	}
 	f.StringVar(&c.SchedulerAddr, "scheduler-addr", "", "127.0.0.1:9654", "scheduler gRPC address: host:port (every address the name resolves to), dns:///host:port, or a comma-separated list of host:port; calls go round robin to the replicas whose gRPC health is SERVING")
-	f.StringVar(&c.GatewayAddr, "gateway-addr", "", "", "mycelium-gateway gRPC address (host:port); empty: no remote runners")
+	f.StringVar(&c.GatewayAddr, "gateway-addr", "", "", "mycelium-gateway gRPC address: host:port (every address the name resolves to), dns:///host:port, or a comma-separated list of host:port; sends go round robin to the replicas whose gRPC health is SERVING (active or standby: every gateway replica sends); empty: no remote runners")
 	f.StringVar(&c.RouterID, "router-id", "", "router-"+host, "this router's consumer name; unique per replica, stable across restarts")
 	f.IntVar(&c.Workers, "workers", "", 8, "messages handled concurrently")
 	f.DurationVar(&c.Lease, "lease", "", 30*time.Second, "how long a claimed message stays claimed without a heartbeat")
@@ -49,7 +49,7 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.GatewayAddr != "" {
-		if err := config.ValidateDialAddr("gateway-addr", c.GatewayAddr); err != nil {
+		if err := config.ValidateDialTarget("gateway-addr", c.GatewayAddr); err != nil {
 			return err
 		}
 	}

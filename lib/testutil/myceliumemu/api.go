@@ -339,6 +339,7 @@ func (nd *Node) popMessage(w http.ResponseWriter, r *http.Request) {
 			filter = []byte{}
 		}
 	}
+	defer nd.pollClient(r.UserAgent())()
 	n := nd.net
 	timer := time.NewTimer(seconds(secs))
 	defer timer.Stop()

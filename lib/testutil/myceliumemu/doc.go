@@ -61,7 +61,8 @@
 // SetSendWindow, SetTopicMatch; on Node: StopAPI/StartAPI (API down, node
 // still receiving), Restart (process restart: in-memory state lost),
 // GarbageNext (popMessage answers 200 with a body that is not JSON), LockWaits
-// (calls that waited for the node's lock). Stats
+// (calls that waited for the node's lock), PollClients, MaxPollClients and PollsBy
+// (popMessage requests in progress and made, by client: its User-Agent). Stats
 // and WaitUntil let tests wait for events with a deadline instead of
 // sleeping.
 //

@@ -143,3 +143,49 @@ func TestGarbageNext(t *testing.T) {
 		t.Fatalf("after garbage: %+v", m)
 	}
 }
+
+// The node tells pop clients apart by their User-Agent: one client's pops, however
+// many, count once; two clients polling at the same time (one of them waiting for the
+// lock) count twice, and stay counted in MaxPollClients after they end.
+func TestPollClientsCountsDistinctClientsAtOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a")
+	nd := e.node("a")
+	client := func(ua string) *mycelium.Client {
+		c, err := mycelium.New(mycelium.Config{BaseURL: nd.URL(), UserAgent: ua, LongPollGrace: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	one, two := client("one"), client("two")
+	for range 3 {
+		if _, err := one.Pop(e.ctx, nil, 0, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := nd.MaxPollClients(); got != 1 {
+		t.Fatalf("one client's pops in a row: %d clients at once, want 1", got)
+	}
+	polled := make(chan error, 2)
+	for _, c := range []*mycelium.Client{one, two} {
+		go func() {
+			_, err := c.Pop(e.ctx, nil, time.Second, true)
+			polled <- err
+		}()
+	}
+	if err := e.net.WaitUntil(e.ctx, func() bool { return nd.PollClients() == 2 }); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-polled; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.net.WaitUntil(e.ctx, func() bool { return nd.PollClients() == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if got, by := nd.MaxPollClients(), nd.PollsBy(); got != 2 || by["one"] != 4 || by["two"] != 1 {
+		t.Fatalf("max clients at once %d, pops by client %v; want 2, one: 4, two: 1", got, by)
+	}
+}

@@ -54,6 +54,11 @@ type Node struct {
 	topics  topicConfig
 	started time.Time
 	garbage int // popMessage answers still to be garbage (GarbageNext)
+	// Pop clients, told apart by their User-Agent (PollClients, MaxPollClients,
+	// PollsBy): a test instrument, kept across Restart.
+	pollers    map[string]int // client → its popMessage requests in progress
+	maxPollers int            // the most distinct clients with a pop in progress at once
+	pollsBy    map[string]int // client → popMessage requests it made
 
 	lock nodeLock // the node-wide lock every API call takes
 
@@ -182,6 +187,59 @@ func (nd *Node) GarbageNext(k int) {
 	nd.net.mu.Lock()
 	nd.garbage += k
 	nd.net.mu.Unlock()
+}
+
+// pollClient records a popMessage request of client in progress until the returned
+// function is called.
+func (nd *Node) pollClient(client string) (done func()) {
+	n := nd.net
+	n.mu.Lock()
+	if nd.pollers == nil {
+		nd.pollers, nd.pollsBy = map[string]int{}, map[string]int{}
+	}
+	nd.pollers[client]++
+	nd.pollsBy[client]++
+	nd.maxPollers = max(nd.maxPollers, len(nd.pollers))
+	n.notifyLocked()
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		if nd.pollers[client]--; nd.pollers[client] == 0 {
+			delete(nd.pollers, client)
+		}
+		n.notifyLocked()
+		n.mu.Unlock()
+	}
+}
+
+// PollClients returns how many distinct clients (told apart by their User-Agent
+// header) have a popMessage request in progress on this node now, waiting for the
+// node's lock or holding it.
+func (nd *Node) PollClients() int {
+	nd.net.mu.Lock()
+	defer nd.net.mu.Unlock()
+	return len(nd.pollers)
+}
+
+// MaxPollClients returns the most distinct clients that had a popMessage request in
+// progress on this node at the same time: 1 when one consumer at a time used its
+// inbox.
+func (nd *Node) MaxPollClients() int {
+	nd.net.mu.Lock()
+	defer nd.net.mu.Unlock()
+	return nd.maxPollers
+}
+
+// PollsBy returns how many popMessage requests (peeks included) each client, named
+// by its User-Agent header, made on this node.
+func (nd *Node) PollsBy() map[string]int {
+	nd.net.mu.Lock()
+	defer nd.net.mu.Unlock()
+	out := make(map[string]int, len(nd.pollsBy))
+	for k, v := range nd.pollsBy {
+		out[k] = v
+	}
+	return out
 }
 
 // LockWaits returns how many API calls on this node had to wait for the node's
