@@ -82,7 +82,7 @@ true
 		}
 		// The environment, exactly: what the job was given and the HERO_* it needs
 		// (sh adds PWD).
-		want := []string{"GIVEN", "HERO_ATTEMPT", "HERO_CALLER_ID", "HERO_CONTEXT_ID", "HERO_FLOW_ID", "HERO_JOB_ID", "HERO_RESULT_FILE", "HOME", "LANG", "PATH", "PWD"}
+		want := []string{"GIVEN", "HERO_ATTEMPT", "HERO_CALLER_ID", "HERO_CONTEXT_ID", "HERO_FLOW_ID", "HERO_JOB_ID", "HERO_RESULT_FILE", "HOME", "LANG", "PATH", "PWD", "TRACEPARENT"}
 		sort.Strings(want)
 		if !strings.Contains(out, "env="+strings.Join(want, ",")+",\n") {
 			t.Errorf("context %d: environment:\n%s", ctxID, out)
