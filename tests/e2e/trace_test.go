@@ -9,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 const producerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -99,5 +103,41 @@ func TestTraceparentMalformedRefused(t *testing.T) {
 	}
 	if err := c.Call("job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 1}, nil); err == nil {
 		t.Errorf("a job was stored for a request with a malformed traceparent")
+	}
+}
+
+// A traceparent in gRPC metadata is taken as the JSON-RPC header is: RunJob's job
+// continues the producer's trace (its TRACEPARENT, its trace_id), and a malformed one
+// is refused, naming the header, with nothing stored.
+func TestTraceparentOverGRPC(t *testing.T) {
+	_, c := newStack(t, harness.StackOptions{})
+	cc, err := c.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cc.Close() }()
+	api := herov1.NewCoordinatorClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tp := "00-" + producerTrace + "-00f067aa0ba902b7-01"
+	res, err := api.RunJob(metadata.AppendToOutgoingContext(ctx, "traceparent", tp),
+		&herov1.RunJobRequest{ContextId: ctx1, Job: &herov1.Job{ScriptType: "sh", Script: "echo \"tp=$TRACEPARENT\""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Job.Status != "finished" || res.Job.TraceId != producerTrace || !strings.Contains(res.Job.Result["output"], "tp=00-"+producerTrace+"-") {
+		t.Fatalf("job over gRPC with a traceparent: status %s, trace_id %q, output %q", res.Job.Status, res.Job.TraceId, res.Job.Result["output"])
+	}
+	_, err = api.RunJob(metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+producerTrace+"-bad"),
+		&herov1.RunJobRequest{ContextId: ctx1, Job: &herov1.Job{ScriptType: "sh", Script: "echo never"}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "traceparent") {
+		t.Fatalf("a malformed traceparent over gRPC: %v", err)
+	}
+	var list struct {
+		Items []harness.Job `json:"items"`
+	}
+	c.MustCall(t, "job.list", map[string]any{"context_id": ctx1}, &list)
+	if len(list.Items) != 1 {
+		t.Fatalf("jobs stored: %d, want only the first", len(list.Items))
 	}
 }
