@@ -2,6 +2,7 @@ package rrq
 
 import (
 	"errors"
+	"github.com/hero-coordinator/hero/lib/testutil/proctest"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -89,7 +90,8 @@ func TestPoolOneConnection(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
 			for i := range 20 {
 				if i == 10 {
-					req := NewRequest("job-sleep", "sleep", nil, map[string]any{"seconds": 30})
+					started := newStarted(t)
+					req := NewRequest("job-sleep", "sleep", nil, map[string]any{"seconds": 30, "started": started.Path})
 					done := make(chan struct{})
 					ch := make(chan execResult, 1)
 					go func() {
@@ -98,7 +100,9 @@ func TestPoolOneConnection(t *testing.T) {
 						close(done)
 					}()
 					// The cancel goes on the request's connection, behind the request.
-					waitFor(t, func() bool { _, ok := p.ProcessOf(req.RequestID); return ok })
+					if !started.Wait(1, 10*time.Second) {
+						t.Fatal("the sleep call did not start")
+					}
 					if killed := p.Stop(req.JobID, req.RequestID, 5*time.Second, done, func(err error) { t.Errorf("cancel: %v", err) }); killed {
 						t.Fatal("the cancel was not delivered: process killed")
 					}
@@ -146,7 +150,8 @@ func TestPoolOneConnectionCancelUndeliverable(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := testCtx(t, 30*time.Second)
-	req := NewRequest("job-sleep", "sleep", nil, map[string]any{"seconds": 30})
+	started := newStarted(t)
+	req := NewRequest("job-sleep", "sleep", nil, map[string]any{"seconds": 30, "started": started.Path})
 	if err := PrepareRequest(&req); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +162,9 @@ func TestPoolOneConnectionCancelUndeliverable(t *testing.T) {
 		ch <- execResult{out, err}
 		close(done)
 	}()
-	waitFor(t, func() bool { _, ok := p.ProcessOf(req.RequestID); return ok })
+	if !started.Wait(1, 10*time.Second) {
+		t.Fatal("the sleep call did not start")
+	}
 	// Take the connection away from the client: the cancel has nothing to travel on.
 	p.procs[0].client.mu.Lock()
 	cn := p.procs[0].client.single
@@ -186,9 +193,10 @@ func TestPoolCrashLoopUnhealthy(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var health []bool
+	changes := make(chan bool, 8)
 	p, err := StartPool(testCtx(t, 30*time.Second), PoolConfig{
 		Name: "crashy", Command: []string{goExampleBinary(t)}, RestartBackoff: 10 * time.Millisecond,
-		OnHealth: func(h bool, _ error) { mu.Lock(); health = append(health, h); mu.Unlock() },
+		OnHealth: func(h bool, _ error) { mu.Lock(); health = append(health, h); mu.Unlock(); changes <- h },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +211,14 @@ func TestPoolCrashLoopUnhealthy(t *testing.T) {
 			t.Fatalf("crash: %v", err)
 		}
 	}
-	waitFor(t, func() bool { return p.Healthy() != nil })
+	select {
+	case h := <-changes:
+		if h || p.Healthy() == nil {
+			t.Fatalf("the first health change after 3 crashes: healthy=%v", h)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not unhealthy 10 s after 3 crashes")
+	}
 	if out, err := p.Execute(ctx, NewRequest("job-ok", "noop", nil, nil)); err != nil || out.Status != StatusSuccess {
 		t.Fatalf("noop: %+v %v", out, err)
 	}
@@ -217,13 +232,14 @@ func TestPoolCrashLoopUnhealthy(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+// newStarted is a named pipe the test executor's sleep handler writes to when its
+// call runs.
+func newStarted(t *testing.T) *proctest.Signal {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
+	sig, err := proctest.NewSignal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(sig.Close)
+	return sig
 }

@@ -1,7 +1,9 @@
 package store_test
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -83,24 +85,27 @@ func TestSentinelFailover(t *testing.T) {
 
 	// The killed master comes back; the Sentinel makes it a replica of the new master.
 	// What a client still pointed at it gets is a passing fault.
+	// The Sentinel announces the conversion on its own pub/sub (+convert-to-slave).
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[0].Addr})
+	defer func() { _ = sentinel.Close() }()
+	converted := sentinel.Subscribe(ctx, "+convert-to-slave")
+	defer func() { _ = converted.Close() }()
+	if _, err := converted.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := g.Master.Up(); err != nil {
 		t.Fatal(err)
 	}
+	select {
+	case <-converted.Channel():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the old master was not made a replica within 30 s")
+	}
 	old := redis.NewClient(g.Master.Options())
 	defer func() { _ = old.Close() }()
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var readonly []error
-	for len(readonly) < 2 {
-		if err := old.Set(wctx, "k", "v", 0).Err(); err != nil && strings.HasPrefix(err.Error(), "READONLY") {
-			readonly = append(readonly, err)
-			readonly = append(readonly, redis.NewScript("redis.call('SELECT', 0); return redis.call('LPUSH', KEYS[1], 'x')").Run(wctx, old, []string{"l"}).Err())
-			break
-		}
-		if wctx.Err() != nil {
-			t.Fatal("the old master did not become a replica within 30 s")
-		}
-		time.Sleep(50 * time.Millisecond) // the Sentinel turns it into a replica in its own time
+	readonly := []error{
+		old.Set(ctx, "k", "v", 0).Err(),
+		redis.NewScript("redis.call('SELECT', 0); return redis.call('LPUSH', KEYS[1], 'x')").Run(ctx, old, []string{"l"}).Err(),
 	}
 	for _, err := range readonly {
 		if err == nil || !fault.Transient(err) {
@@ -112,8 +117,9 @@ func TestSentinelFailover(t *testing.T) {
 	blocked := make(chan error, 1)
 	nm := redis.NewClient(g.Replica.Options())
 	defer func() { _ = nm.Close() }()
+	seen := monitor(t, g.Replica.Options())
 	go func() { blocked <- nm.BLPop(ctx, 30*time.Second, "nothing").Err() }()
-	waitClients(t, nm, "blpop")
+	seen("blpop")
 	if err := redis.NewClient(g.Replica.Options()).SlaveOf(ctx, "127.0.0.1", strings.Split(g.Master.Addr, ":")[1]).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -122,16 +128,35 @@ func TestSentinelFailover(t *testing.T) {
 	}
 }
 
-// waitClients waits until a client of rdb's server runs cmd (a blocked pop).
-func waitClients(t *testing.T, rdb *redis.Client, cmd string) {
+// monitor watches a server's commands (MONITOR, on a connection of its own, once
+// the server said +OK); the func it returns waits until the server has run cmd — a
+// blocking pop has then blocked (one thread: any client's next command runs after).
+func monitor(t *testing.T, opt *redis.Options) func(cmd string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for !strings.Contains(rdb.ClientList(ctx).Val(), "cmd="+cmd) {
-		if ctx.Err() != nil {
-			t.Fatalf("no client blocked in %s", cmd)
+	conn, err := net.DialTimeout("tcp", opt.Addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	rd := bufio.NewReader(conn)
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+		t.Fatalf("MONITOR: %q %v", l, err)
+	}
+	return func(cmd string) {
+		t.Helper()
+		for {
+			l, err := rd.ReadString('\n')
+			if err != nil {
+				t.Fatalf("the server did not run %s: %v", cmd, err)
+			}
+			if strings.Contains(strings.ToLower(l), `"`+cmd+`"`) {
+				return
+			}
 		}
-		time.Sleep(10 * time.Millisecond) // CLIENT LIST is the only view of a blocked client
 	}
 }
 

@@ -77,16 +77,22 @@ func (rp *replica) waitLease(t *testing.T, want bool, within time.Duration) {
 	}
 }
 
-// waitLog waits, with a deadline, until the replica logged a line containing s (the
-// logs are in memory: no event announces them, so this looks every 10 ms).
+// waitLog waits, with a deadline, until the replica logged a line containing s (on
+// each write to its log).
 func (rp *replica) waitLog(t *testing.T, s string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !strings.Contains(rp.logs.String(), s) {
-		if time.Now().After(deadline) {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for {
+		text, written := rp.logs.next()
+		if strings.Contains(text, s) {
+			return
+		}
+		select {
+		case <-written:
+		case <-deadline.C:
 			t.Fatalf("%s did not log %q within %v:\n%s", rp.ua, s, within, rp.logs.String())
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -56,16 +56,13 @@ func TestTwoNodeGatewayStandbyTakesOver(t *testing.T) {
 
 	// kill -9 of the holder while a remote job runs on B.
 	remoteFlow(t, ca, 2, strings.Replace(middle(2), "import os", "import os, time\ntime.sleep(2)", 1), 0)
-	// B's job 22 running: the first holder took the request from the inbox. No event
-	// announces it on this side, so this looks at B's API with a deadline.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	// B's job 22 running: the first holder took the request from the inbox (B's
+	// events say when).
+	if !cb.WaitEvent(t, 1, 30*time.Second, func() bool {
 		var j harness.Job
-		if err := cb.Call("job.load", map[string]any{"context_id": 1, "caller_id": 1, "id": 22}, &j); err == nil && j.Status == "started" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the remote job did not start on B")
-		}
+		return cb.Call("job.load", map[string]any{"context_id": 1, "caller_id": 1, "id": 22}, &j) == nil && j.Status == "started"
+	}) {
+		t.Fatal("the remote job did not start on B")
 	}
 	first.Kill()
 	killed := time.Now()

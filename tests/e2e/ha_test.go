@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hero-coordinator/hero/lib/fault"
 	"sort"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ func haLoad(t *testing.T, apis []*harness.Client, flows, killAfter int, kill fun
 	// "exists" answers a create whose first try got through before its replica died.
 	call := func(i int, method string, params, out any) error {
 		deadline := time.Now().Add(2 * time.Minute)
+		bo := fault.Backoff{First: 100 * time.Millisecond, Max: 500 * time.Millisecond} // the client's retry pace
 		for {
 			for k := 0; k < len(apis); k++ {
 				n := (i + k) % len(apis)
@@ -44,7 +46,7 @@ func haLoad(t *testing.T, apis []*harness.Client, flows, killAfter int, kill fun
 					// Unavailable (Redis, or the scheduler replica the call went to,
 					// cannot be reached now): the answer says to retry; the client
 					// does, after its retry pace (the calls here are idempotent).
-					time.Sleep(100 * time.Millisecond)
+					bo.Sleep(context.Background())
 					k--
 				case errors.As(err, &re):
 					return err
@@ -55,8 +57,8 @@ func haLoad(t *testing.T, apis []*harness.Client, flows, killAfter int, kill fun
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%s: no replica answered within 2 minutes", method)
 			}
-			dead.Clear()                       // every replica failed once: try them all again
-			time.Sleep(100 * time.Millisecond) // the client's retry pace when none answers
+			dead.Clear()                   // every replica failed once: try them all again
+			bo.Sleep(context.Background()) // when none answers
 		}
 	}
 	var (

@@ -56,19 +56,16 @@ func TestTwoNodeOversizedJob(t *testing.T) {
 // A remote result that never arrives (the nodes are cut apart after the
 // acknowledgement) ends its job with a timeout: its timeout plus the margin.
 func TestTwoNodeResultNeverArrives(t *testing.T) {
-	net, _, _, ca, _ := twoNodes(t, "--remote-result-margin", "1s")
+	net, a, _, ca, _ := twoNodes(t, "--remote-result-margin", "1s")
 	ca.MustCall(t, "job.create", map[string]any{"context_id": 1, "job": map[string]any{"id": 71, "script_type": "python", "runner_id": 7, "timeout": 3,
 		"script": "import time\ntime.sleep(2)"}}, nil)
 	ca.MustCall(t, "flow.create", map[string]any{"context_id": 1, "flow": map[string]any{"id": 7, "jobs": []uint32{71}}}, nil)
 	ca.MustCall(t, "flow.start", map[string]any{"context_id": 1, "id": 7}, nil)
-	// The acknowledgement is written into A's request message: no event announces it,
-	// so this waits on Redis with a deadline.
-	deadline := time.Now().Add(30 * time.Second)
-	for remoteStatus(t) != "acknowledged" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the remote job was not acknowledged (status %q)", remoteStatus(t))
-		}
-		time.Sleep(10 * time.Millisecond)
+	// A's gateway says when it wrote the acknowledgement into A's request message.
+	actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := a.gateway.WaitLog(actx, `"message":"acknowledged"`); err != nil || remoteStatus(t) != "acknowledged" {
+		t.Fatalf("the remote job was not acknowledged (status %q): %v", remoteStatus(t), err)
 	}
 	net.Partition(net.Node("a"), net.Node("b"))
 	start := time.Now()

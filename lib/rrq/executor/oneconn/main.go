@@ -159,6 +159,14 @@ func handle(req rrq.ExecutionRequest, run *running) (rrq.ExecutionOutcome, bool)
 	case "sleep":
 		var secs float64
 		_, _ = req.Kwarg("seconds", &secs)
+		// "started": a file (a test's named pipe) told when the call runs.
+		var started string
+		if ok, _ := req.Kwarg("started", &started); ok && started != "" {
+			if f, err := os.OpenFile(started, os.O_WRONLY|os.O_APPEND, 0); err == nil {
+				_, _ = f.WriteString("started\n")
+				_ = f.Close()
+			}
+		}
 		t := time.NewTimer(time.Duration(secs * float64(time.Second)))
 		defer t.Stop()
 		select {
