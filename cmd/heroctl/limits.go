@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hero-coordinator/hero/lib/protoconv"
 	"github.com/hero-coordinator/hero/lib/sandbox"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
@@ -52,24 +53,9 @@ func parseLimits(flagName, s string) (*herov1.JobLimits, error) {
 
 // limitsText is the short form of limits for the human output ("" for none).
 func limitsText(l *herov1.JobLimits) string {
-	if l == nil {
+	m := protoconv.LimitsFromPB(l)
+	if m == nil {
 		return ""
 	}
-	var parts []string
-	if l.MemoryBytes > 0 {
-		parts = append(parts, fmt.Sprintf("memory=%dMiB", l.MemoryBytes>>20))
-	}
-	if l.Pids > 0 {
-		parts = append(parts, fmt.Sprintf("pids=%d", l.Pids))
-	}
-	if l.CpuMillis > 0 {
-		parts = append(parts, fmt.Sprintf("cpu=%d", l.CpuMillis))
-	}
-	if l.FileSizeBytes > 0 {
-		parts = append(parts, fmt.Sprintf("file-size=%dMiB", l.FileSizeBytes>>20))
-	}
-	if l.Network != "" {
-		parts = append(parts, "network="+l.Network)
-	}
-	return strings.Join(parts, ",")
+	return m.String()
 }

@@ -99,16 +99,24 @@ func (l *JobLimits) Exceeds(max *JobLimits) string {
 	return ""
 }
 
-// String is a short form for logs: memory_bytes=…,pids=…,network=….
+// String is the short form of logs and heroctl: memory=512MiB,pids=64,cpu=500,
+// file-size=1024MiB,network=outbound ("none" when nothing is set).
 func (l *JobLimits) String() string {
 	if l.IsZero() {
 		return "none"
 	}
 	var parts []string
-	for i, v := range l.Numbers() {
-		if v > 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", LimitNames[i], v))
-		}
+	if l.MemoryBytes > 0 {
+		parts = append(parts, fmt.Sprintf("memory=%dMiB", l.MemoryBytes>>20))
+	}
+	if l.Pids > 0 {
+		parts = append(parts, fmt.Sprintf("pids=%d", l.Pids))
+	}
+	if l.CPUMillis > 0 {
+		parts = append(parts, fmt.Sprintf("cpu=%d", l.CPUMillis))
+	}
+	if l.FileSizeBytes > 0 {
+		parts = append(parts, fmt.Sprintf("file-size=%dMiB", l.FileSizeBytes>>20))
 	}
 	if l.Network != "" {
 		parts = append(parts, "network="+l.Network)

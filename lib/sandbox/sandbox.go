@@ -43,29 +43,8 @@ type Limits struct {
 	Network       string // model.NetworkNone ("" too) or model.NetworkOutbound
 }
 
-// String names the limits for the audit log.
-func (l Limits) String() string {
-	var parts []string
-	if l.MemoryBytes > 0 {
-		parts = append(parts, fmt.Sprintf("memory=%dMiB", l.MemoryBytes>>20))
-	}
-	if l.Pids > 0 {
-		parts = append(parts, fmt.Sprintf("pids=%d", l.Pids))
-	}
-	if l.CPUMillis > 0 {
-		parts = append(parts, fmt.Sprintf("cpu=%dm", l.CPUMillis))
-	}
-	if l.FileSizeBytes > 0 {
-		parts = append(parts, fmt.Sprintf("fsize=%dMiB", l.FileSizeBytes>>20))
-	}
-	if l.Network != "" {
-		parts = append(parts, "network="+l.Network)
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ",")
-}
+// String names the limits for the audit log (model.JobLimits' form).
+func (l Limits) String() string { return l.jobLimits().String() }
 
 // Options configure the sandbox.
 type Options struct {
