@@ -85,19 +85,28 @@ func TestSentinelFailover(t *testing.T) {
 
 	// The killed master comes back; the Sentinel makes it a replica of the new master.
 	// What a client still pointed at it gets is a passing fault.
-	// The Sentinel announces the conversion on its own pub/sub (+convert-to-slave).
-	sentinel := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[0].Addr})
-	defer func() { _ = sentinel.Close() }()
-	converted := sentinel.Subscribe(ctx, "+convert-to-slave")
-	defer func() { _ = converted.Close() }()
-	if _, err := converted.Receive(ctx); err != nil {
-		t.Fatal(err)
+	// The Sentinel that converts it announces that on its own pub/sub
+	// (+convert-to-slave): every Sentinel is listened to.
+	converted := make(chan struct{}, len(g.Sentinels))
+	for _, sn := range g.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr})
+		defer func() { _ = sc.Close() }()
+		sub := sc.Subscribe(ctx, "+convert-to-slave")
+		defer func() { _ = sub.Close() }()
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			if _, ok := <-sub.Channel(); ok {
+				converted <- struct{}{}
+			}
+		}()
 	}
 	if err := g.Master.Up(); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-converted.Channel():
+	case <-converted:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the old master was not made a replica within 30 s")
 	}

@@ -165,23 +165,32 @@ func StartServer(opt ...Options) (*Server, error) {
 
 func (s *Server) start(bin string) error {
 	s.cmd = exec.Command(bin, s.args...)
+	s.done = make(chan error, 1)
+	// The server's own "Ready to accept connections" line says it listens.
+	if err := runUntilLine(s.cmd, s.done, filepath.Join(s.Dir, "redis.log"), "Ready to accept connections"); err != nil {
+		return fmt.Errorf("redis-server on %s: %v: %s", s.Addr, err, s.logTail())
+	}
+	return nil
+}
+
+// runUntilLine starts cmd, copies its standard output to logPath, and returns once
+// a line holds ready (an error when cmd exits first, or after 15 s: then it is
+// killed). done receives cmd's end (and keeps an early one for the caller).
+func runUntilLine(cmd *exec.Cmd, done chan error, logPath, ready string) error {
 	out, pw, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	s.cmd.Stdout = pw
-	s.done = make(chan error, 1)
-	err = s.cmd.Start()
+	cmd.Stdout = pw
+	err = cmd.Start()
 	_ = pw.Close()
 	if err != nil {
 		_ = out.Close()
 		return err
 	}
-	ready := make(chan struct{})
-	logf, _ := os.Create(filepath.Join(s.Dir, "redis.log"))
+	up := make(chan struct{})
+	logf, _ := os.Create(logPath)
 	go func() {
-		// Wait for the server's own "Ready to accept connections" line: the event
-		// that says it listens. The rest of its output goes to redis.log.
 		sc := bufio.NewScanner(out)
 		signalled := false
 		for sc.Scan() {
@@ -189,9 +198,9 @@ func (s *Server) start(bin string) error {
 			if logf != nil {
 				_, _ = logf.WriteString(line + "\n")
 			}
-			if !signalled && strings.Contains(line, "Ready to accept connections") {
+			if !signalled && strings.Contains(line, ready) {
 				signalled = true
-				close(ready)
+				close(up)
 			}
 		}
 		if logf != nil {
@@ -199,16 +208,16 @@ func (s *Server) start(bin string) error {
 		}
 		_ = out.Close()
 	}()
-	go func() { s.done <- s.cmd.Wait() }()
+	go func() { done <- cmd.Wait() }()
 	select {
-	case <-ready:
+	case <-up:
 		return nil
-	case err := <-s.done:
-		s.done <- err
-		return fmt.Errorf("redis-server exited: %v: %s", err, s.logTail())
+	case err := <-done:
+		done <- err
+		return fmt.Errorf("exited: %v", err)
 	case <-time.After(15 * time.Second):
-		_ = s.cmd.Process.Kill()
-		return fmt.Errorf("redis-server on %s did not become ready within 15s: %s", s.Addr, s.logTail())
+		_ = cmd.Process.Kill()
+		return fmt.Errorf("no %q within 15s", ready)
 	}
 }
 

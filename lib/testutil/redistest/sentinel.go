@@ -1,7 +1,6 @@
 package redistest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -152,50 +151,11 @@ func startSentinel(bin, master string, quorum int) (*Sentinel, error) {
 // says it listens and watches the master.
 func (s *Sentinel) start(bin, conf string) error {
 	s.cmd = exec.Command(bin, conf)
-	out, pw, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	s.cmd.Stdout = pw
 	s.done = make(chan error, 1)
-	err = s.cmd.Start()
-	_ = pw.Close()
-	if err != nil {
-		_ = out.Close()
-		return err
+	if err := runUntilLine(s.cmd, s.done, filepath.Join(s.dir, "sentinel.log"), "+monitor master"); err != nil {
+		return fmt.Errorf("redis-sentinel on %s: %v: %s", s.Addr, err, s.Log())
 	}
-	ready := make(chan struct{})
-	logf, _ := os.Create(filepath.Join(s.dir, "sentinel.log"))
-	go func() {
-		sc := bufio.NewScanner(out)
-		signalled := false
-		for sc.Scan() {
-			line := sc.Text()
-			if logf != nil {
-				_, _ = logf.WriteString(line + "\n")
-			}
-			if !signalled && strings.Contains(line, "+monitor master") {
-				signalled = true
-				close(ready)
-			}
-		}
-		if logf != nil {
-			_ = logf.Close()
-		}
-		_ = out.Close()
-	}()
-	go func() { s.done <- s.cmd.Wait() }()
-	select {
-	case <-ready:
-		return nil
-	case err := <-s.done:
-		s.done <- err
-		b, _ := os.ReadFile(filepath.Join(s.dir, "sentinel.log"))
-		return fmt.Errorf("redis-sentinel exited: %v: %s", err, b)
-	case <-time.After(15 * time.Second):
-		_ = s.cmd.Process.Kill()
-		return fmt.Errorf("redis-sentinel on %s did not start within 15s", s.Addr)
-	}
+	return nil
 }
 
 // Log returns what the Sentinel logged (its view of a failover).
