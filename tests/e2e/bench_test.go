@@ -123,26 +123,7 @@ func BenchmarkDependentStartPlaced(b *testing.B) {
 	lat := map[uint32][]float64{}
 	b.ResetTimer()
 	for round, ctxID := range []uint32{ctx1, placed, placed, ctx1} {
-		flowID := uint32(round + 1)
-		ids := make([]uint32, 200)
-		for i := range ids {
-			ids[i] = flowID*1000 + uint32(i)
-			job := map[string]any{"id": ids[i], "script": "true", "script_type": "sh"}
-			if i > 0 {
-				job["depends"] = []uint32{ids[i-1]}
-			}
-			c.MustCall(b, "job.create", map[string]any{"context_id": ctxID, "job": job}, nil)
-		}
-		c.MustCall(b, "flow.create", map[string]any{"context_id": ctxID, "flow": map[string]any{"id": flowID, "jobs": ids}}, nil)
-		c.MustCall(b, "flow.start", map[string]any{"context_id": ctxID, "id": flowID}, nil)
-		if f := c.WaitFlow(b, ctxID, flowID, 5*time.Minute); f.Status != "finished" {
-			b.Fatalf("flow %d of context %d: %+v", flowID, ctxID, f)
-		}
-		for _, id := range ids[1:] {
-			var j harness.Job
-			c.MustCall(b, "job.load", map[string]any{"context_id": ctxID, "caller_id": 1, "id": id}, &j)
-			lat[ctxID] = append(lat[ctxID], float64(j.StartedAtMs-j.ReadyAtMs))
-		}
+		lat[ctxID] = append(lat[ctxID], chainLatencies(b, c, ctxID, uint32(round+1))...)
 	}
 	b.StopTimer()
 	p50p, p50s := percentile(lat[ctx1], 0.50), percentile(lat[placed], 0.50)
@@ -154,6 +135,33 @@ func BenchmarkDependentStartPlaced(b *testing.B) {
 	if p50s > 1.5*p50p && p50s-p50p > 1 {
 		b.Errorf("dependent-start p50 on the second server %.1f ms, over 1.5× the primary's %.1f ms", p50s, p50p)
 	}
+}
+
+// chainLatencies runs a 200-job chain of `sh true` in ctxID as flow flowID and returns
+// its dependent starts (started_at_ms − ready_at_ms, ms) of jobs 2–200.
+func chainLatencies(b *testing.B, c *harness.Client, ctxID, flowID uint32) []float64 {
+	b.Helper()
+	ids := make([]uint32, 200)
+	for i := range ids {
+		ids[i] = flowID*1000 + uint32(i)
+		job := map[string]any{"id": ids[i], "script": "true", "script_type": "sh"}
+		if i > 0 {
+			job["depends"] = []uint32{ids[i-1]}
+		}
+		c.MustCall(b, "job.create", map[string]any{"context_id": ctxID, "job": job}, nil)
+	}
+	c.MustCall(b, "flow.create", map[string]any{"context_id": ctxID, "flow": map[string]any{"id": flowID, "jobs": ids}}, nil)
+	c.MustCall(b, "flow.start", map[string]any{"context_id": ctxID, "id": flowID}, nil)
+	if f := c.WaitFlow(b, ctxID, flowID, 5*time.Minute); f.Status != "finished" {
+		b.Fatalf("flow %d of context %d: %+v", flowID, ctxID, f)
+	}
+	var lat []float64
+	for _, id := range ids[1:] {
+		var j harness.Job
+		c.MustCall(b, "job.load", map[string]any{"context_id": ctxID, "caller_id": 1, "id": id}, &j)
+		lat = append(lat, float64(j.StartedAtMs-j.ReadyAtMs))
+	}
+	return lat
 }
 
 // BenchmarkIndependentJobs: a flow of 2,000 independent `true` jobs, one runner.

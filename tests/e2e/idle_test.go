@@ -219,27 +219,7 @@ func metricsLatency(tb testing.TB, p *harness.Proc) time.Duration {
 // chainP50 runs a 200-job chain in context 1 and returns its dependent-start p50 (ms).
 func chainP50(b *testing.B, c *harness.Client, flowID uint32) float64 {
 	b.Helper()
-	ids := make([]uint32, 200)
-	for i := range ids {
-		ids[i] = flowID*1000 + uint32(i)
-		job := map[string]any{"id": ids[i], "script": "true", "script_type": "sh"}
-		if i > 0 {
-			job["depends"] = []uint32{ids[i-1]}
-		}
-		c.MustCall(b, "job.create", map[string]any{"context_id": ctx1, "job": job}, nil)
-	}
-	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": flowID, "jobs": ids}}, nil)
-	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": flowID}, nil)
-	if f := c.WaitFlow(b, ctx1, flowID, 5*time.Minute); f.Status != "finished" {
-		b.Fatalf("flow %d: %+v", flowID, f)
-	}
-	var lat []float64
-	for _, id := range ids[1:] {
-		var j harness.Job
-		c.MustCall(b, "job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": id}, &j)
-		lat = append(lat, float64(j.StartedAtMs-j.ReadyAtMs))
-	}
-	return percentile(lat, 0.50)
+	return percentile(chainLatencies(b, c, ctx1, flowID), 0.50)
 }
 
 // BenchmarkIdleContexts (issue 20, acceptance 4): 4,000 idle contexts, each with a
