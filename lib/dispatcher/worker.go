@@ -431,7 +431,7 @@ func (w *Worker) reconnect(ctx context.Context, b *blockingConn, what string) bo
 			return false
 		}
 		w.log.Error().Err(err).Str("loop", what).Msg("reconnect for blocking pops")
-		if !sleepCtx(ctx, backoff) {
+		if !fault.Sleep(ctx, backoff) {
 			return false
 		}
 		backoff = min(backoff*2, 5*time.Second)
@@ -445,17 +445,6 @@ func (w *Worker) dialLoop(ctx context.Context, what string) *blockingConn {
 		return nil
 	}
 	return b
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // ---- the claim loop ----
@@ -494,7 +483,7 @@ func (w *Worker) claimLoop(ctx context.Context, s WorkerSpec) {
 				return
 			}
 			log.Error().Err(err).Msg("wait for jobs")
-			if !sleepCtx(ctx, backoff) {
+			if !fault.Sleep(ctx, backoff) {
 				return
 			}
 			backoff = min(backoff*2, 5*time.Second)
@@ -805,7 +794,7 @@ func (w *Worker) stopLoop(ctx context.Context) {
 				return
 			}
 			w.log.Error().Err(err).Msg("wait for stop requests")
-			if !sleepCtx(ctx, backoff) {
+			if !fault.Sleep(ctx, backoff) {
 				return
 			}
 			backoff = min(backoff*2, 5*time.Second)

@@ -97,8 +97,11 @@ func (b *Backoff) Next() time.Duration {
 func (b *Backoff) Reset() { b.next = 0 }
 
 // Sleep waits for the next delay; false when ctx ended first.
-func (b *Backoff) Sleep(ctx context.Context) bool {
-	t := time.NewTimer(b.Next())
+func (b *Backoff) Sleep(ctx context.Context) bool { return Sleep(ctx, b.Next()) }
+
+// Sleep waits for d; false when ctx ended first.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

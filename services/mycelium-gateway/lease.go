@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/store"
 )
@@ -194,7 +195,7 @@ func (l *lease) run(ctx context.Context, pk string) {
 				return
 			}
 			l.log.Warn().Err(err).Str("lease_key", key).Dur("retry_in", backoff).Msg("gateway lease: cannot reach Redis; retrying")
-			if !sleep(ctx, backoff) {
+			if !fault.Sleep(ctx, backoff) {
 				return
 			}
 			backoff = min(backoff*2, 5*time.Second)
@@ -312,17 +313,5 @@ func (l *lease) hold(ctx context.Context, key string, sent time.Time) {
 				next.Reset(l.renew)
 			}
 		}
-	}
-}
-
-// sleep waits for d or ctx; false when ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
@@ -138,7 +139,7 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 			return
 		}
 		log.Warn().Err(err).Dur("retry_in", backoff).Msg("hand job to the gateway")
-		sleep(ctx, backoff)
+		fault.Sleep(ctx, backoff)
 		if backoff < 2*time.Second {
 			backoff *= 2
 		}
@@ -292,7 +293,7 @@ func (r *router) sendResult(ctx context.Context, j *model.Job, log zerolog.Logge
 			continue
 		}
 		log.Warn().Err(err).Dur("retry_in", backoff).Msg("return result to the origin node")
-		sleep(ctx, backoff)
+		fault.Sleep(ctx, backoff)
 		if backoff < 5*time.Second {
 			backoff *= 2
 		}
@@ -480,6 +481,6 @@ func (r *router) failRemote(ctx context.Context, db *store.DB, m *model.Message,
 			return
 		}
 		r.m.schedulerErrs.Inc()
-		sleep(ctx, time.Second)
+		fault.Sleep(ctx, time.Second)
 	}
 }

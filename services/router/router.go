@@ -181,7 +181,7 @@ func (r *router) nextGroup(ctx context.Context) (g *group, idle bool) {
 			if ctx.Err() == nil {
 				r.waitFailed.Store(true)
 				r.log.Error().Err(err).Msg("wait for messages")
-				sleep(ctx, time.Second)
+				fault.Sleep(ctx, time.Second)
 			}
 			continue
 		}
@@ -202,15 +202,6 @@ func (r *router) nextGroup(ctx context.Context) (g *group, idle bool) {
 		}
 	}
 	return nil, false
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // drainAll handles every message waiting in any context's msg_out and msg_in, with
@@ -705,7 +696,7 @@ func (r *router) reportEnd(ctx context.Context, db *store.DB, cl *store.Claim, e
 		if ctx.Err() != nil {
 			return false
 		}
-		sleep(ctx, backoff)
+		fault.Sleep(ctx, backoff)
 		if backoff < 2*time.Second {
 			backoff *= 2
 		}

@@ -480,7 +480,7 @@ func (r *runner) claimLoop(ctx context.Context) {
 			if ctx.Err() == nil {
 				r.waitFailed.Store(true)
 				r.log.Error().Err(err).Msg("wait for jobs")
-				sleepCtx(ctx, time.Second)
+				fault.Sleep(ctx, time.Second)
 			}
 			continue
 		}
@@ -659,7 +659,7 @@ func (r *runner) controlLoop(ctx context.Context) {
 		token := w.Token
 		if err != nil {
 			if ctx.Err() == nil {
-				sleepCtx(ctx, time.Second)
+				fault.Sleep(ctx, time.Second)
 			}
 			continue
 		}
@@ -798,15 +798,6 @@ func (r *runner) drain() {
 		}
 	}
 	r.stopJob()
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // controlContext is the context a control message names, when it may change what
