@@ -245,12 +245,14 @@ func (r *runner) serves(ctx context.Context, id uint32) bool {
 		}
 		return false
 	}
-	if err := db.AnnounceScriptTypes(ctx, r.cfg.RunnerID, r.cfg.types); err != nil {
-		r.log.Error().Err(err).Uint32(obs.KeyContextID, id).Msg("announce script types")
-		return false
-	}
+	// Executors first: whoever sees the script types announced (a client waiting for
+	// the runner) finds its executors there too.
 	if err := db.AnnounceExecutors(ctx, r.cfg.RunnerID, r.executorNames()); err != nil {
 		r.log.Error().Err(err).Uint32(obs.KeyContextID, id).Msg("announce executors")
+		return false
+	}
+	if err := db.AnnounceScriptTypes(ctx, r.cfg.RunnerID, r.cfg.types); err != nil {
+		r.log.Error().Err(err).Uint32(obs.KeyContextID, id).Msg("announce script types")
 		return false
 	}
 	return true

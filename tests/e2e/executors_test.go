@@ -38,6 +38,13 @@ func executorStack(t *testing.T, schedArgs ...string) (*harness.Stack, *harness.
 	})
 	c := s.Setup(t, ctx1)
 	c.MustCall(t, "runner.create", map[string]any{"context_id": ctx1, "runner": map[string]any{"id": 2, "script_types": []string{"go"}}}, nil)
+	// The runner announces its executors when it serves the context: a handler job
+	// submitted before that is refused ("no runner … has executor").
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.Runner.WaitLog(ctx, `"context_ids":[1]`, `"message":"serving"`); err != nil {
+		t.Fatal(err)
+	}
 	return s, c
 }
 
