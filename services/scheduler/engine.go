@@ -69,7 +69,7 @@ func newEngine(p engineParams) *engine {
 			flowsFinished: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_flows_ended_total", Help: "Flows that ended, by final status (finished or error)."}, []string{"status"}),
 			dispatched:    f.NewCounter(prometheus.CounterOpts{Name: "hero_jobs_dispatched_total", Help: "Job runs dispatched onto msg_out (first attempts and retries)."}),
 			retried:       f.NewCounter(prometheus.CounterOpts{Name: "hero_jobs_retried_total", Help: "Failed job runs scheduled for another attempt."}),
-			jobsEnded:     f.NewCounterVec(prometheus.CounterOpts{Name: "hero_scheduler_job_ends_total", Help: "Job ends applied to flows, by outcome (completed, failed, retry, duplicate)."}, []string{"outcome"}),
+			jobsEnded:     f.NewCounterVec(prometheus.CounterOpts{Name: "hero_scheduler_job_ends_total", Help: "Job ends applied to flows, by outcome (completed, failed, retry, duplicate, cancelled: a job that never ran because its flow was cancelled or a job it depends on failed)."}, []string{"outcome"}),
 			recovered:     f.NewCounter(prometheus.CounterOpts{Name: "hero_scheduler_recovered_total", Help: "Nodes the safety sweep had to dispatch or complete (lost wake-ups)."}),
 			expired:       f.NewCounterVec(prometheus.CounterOpts{Name: "hero_retention_deleted_total", Help: "Ended flows and standalone jobs deleted when their retention ended, by kind (flow, job)."}, []string{"kind"}),
 			cancelled:     f.NewCounter(prometheus.CounterOpts{Name: "hero_flows_cancelled_total", Help: "Flows cancelled."}),
@@ -336,6 +336,7 @@ func (e *engine) ended(ctxID uint32, end store.JobEnd, res store.EndResult) {
 		e.m.jobsEnded.WithLabelValues("failed").Inc()
 		l := log()
 		l.Info().Str("error", end.Error).Msg("job failed")
+		e.countCascade(ctxID, end)
 	}
 	if res.FlowFinished {
 		e.m.flowsFinished.WithLabelValues(string(res.FlowStatus)).Inc()
@@ -345,6 +346,52 @@ func (e *engine) ended(ctxID uint32, end store.JobEnd, res store.EndResult) {
 	if res.FlowFinished || end.FlowID == 0 {
 		e.pokeDue() // its retention deadline may be the earliest now
 	}
+}
+
+// countCascade counts, as cancelled ends, the dependents a failed job's end
+// cancelled (the complete script gives each the error "cancelled: job <id> failed").
+// A failure of a Redis read leaves them uncounted: a metric is not worth a retry.
+func (e *engine) countCascade(ctxID uint32, end store.JobEnd) {
+	if end.FlowID == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(e.life, 2*time.Second)
+	defer cancel()
+	db, err := e.store.Ctx(ctxID)
+	if err != nil {
+		return
+	}
+	g, err := db.LoadDAG(ctx, end.FlowID)
+	if err != nil {
+		return
+	}
+	reason := fmt.Sprintf("cancelled: job %d failed", end.JobID)
+	if n := countNodes(g, func(nd *store.DAGNode) bool { return nd.Status == model.NodeCancelled && nd.Error == reason }); n > 0 {
+		e.m.jobsEnded.WithLabelValues("cancelled").Add(float64(n))
+	}
+}
+
+// cancelledNodes counts a flow's cancelled nodes; started=false: its DAG was never
+// made (a flow cancelled before it started has no nodes).
+func cancelledNodes(ctx context.Context, db *store.DB, flowID uint32) (n int, started bool, err error) {
+	g, err := db.LoadDAG(ctx, flowID)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return countNodes(g, func(nd *store.DAGNode) bool { return nd.Status == model.NodeCancelled }), true, nil
+}
+
+func countNodes(g *store.DAG, match func(*store.DAGNode) bool) int {
+	n := 0
+	for _, nd := range g.Nodes {
+		if match(nd) {
+			n++
+		}
+	}
+	return n
 }
 
 // pokeDue makes the due loop recompute its timer (new delayed work or a new expiry).
@@ -526,6 +573,10 @@ func (e *engine) cancelFlow(ctx context.Context, ctxID, flowID uint32, actor str
 	if err != nil {
 		return nil, nil, err
 	}
+	// The jobs the cancel ends before they ran are counted as cancelled ends: the
+	// nodes it turns cancelled (a running job it stops ends as failed, when its
+	// runner reports it). A read that fails leaves them uncounted.
+	before, _, beforeErr := cancelledNodes(ctx, db, flowID)
 	stopping, ended, err := db.CancelFlow(ctx, flowID, actor, e.retention)
 	if err != nil {
 		return nil, nil, err
@@ -538,9 +589,30 @@ func (e *engine) cancelFlow(ctx context.Context, ctxID, flowID uint32, actor str
 		return nil, nil, fmt.Errorf("%w: flow %d is %s", errAlreadyEnded, flowID, f.Status)
 	}
 	e.m.cancelled.Inc()
+	e.countCancelled(ctx, db, f, before, beforeErr)
 	e.pokeDue()
 	e.log.Info().Uint32(obs.KeyContextID, ctxID).Uint32(obs.KeyFlowID, flowID).Str("actor", actor).Interface("stopping", stopping).Msg("flow cancelled")
 	return f, stopping, nil
+}
+
+// countCancelled counts the ends of the jobs a cancel ended before they ran: the
+// flow's cancelled nodes less the ones cancelled before it (by a failed job), or
+// every job of a flow whose DAG was never made.
+func (e *engine) countCancelled(ctx context.Context, db *store.DB, f *model.Flow, before int, beforeErr error) {
+	if beforeErr != nil {
+		return
+	}
+	after, started, err := cancelledNodes(ctx, db, f.ID)
+	if err != nil {
+		return
+	}
+	n := after - before
+	if !started {
+		n = len(f.Jobs)
+	}
+	if n > 0 {
+		e.m.jobsEnded.WithLabelValues("cancelled").Add(float64(n))
+	}
 }
 
 // runExpired deletes the ended flows and standalone jobs whose retention ended.

@@ -113,33 +113,42 @@ func toAPIError(err error) *apiError {
 	return &apiError{Code: codeInternal, Msg: "internal error: " + err.Error()}
 }
 
+// grpcCode is the gRPC code of a JSON-RPC error code (docs/api.md, Errors): the answer
+// of the gRPC API, and the spelling of the code label of hero_api_requests_total on
+// both transports (OK, NotFound, InvalidArgument, …).
+func grpcCode(code int) codes.Code {
+	switch code {
+	case codeUnauthenticated:
+		return codes.Unauthenticated
+	case codeTooMany:
+		return codes.ResourceExhausted
+	case codeInvalidParams, codeInvalidRequest, codeParse:
+		return codes.InvalidArgument
+	case codeMethodNotFound:
+		return codes.Unimplemented
+	case codePermission:
+		return codes.PermissionDenied
+	case codeNotFound:
+		return codes.NotFound
+	case codeExists:
+		return codes.AlreadyExists
+	case codeTimeout:
+		return codes.DeadlineExceeded
+	case codeFailedPrecondion:
+		return codes.FailedPrecondition
+	case codeUnavailable:
+		return codes.Unavailable
+	case codeGone:
+		return codes.OutOfRange
+	}
+	return codes.Internal
+}
+
 // grpcError maps an API error onto a gRPC status; a retry hint travels as a
 // google.rpc.RetryInfo detail.
 func grpcError(err error) error {
 	ae := toAPIError(err)
-	c := codes.Internal
-	switch ae.Code {
-	case codeUnauthenticated:
-		c = codes.Unauthenticated
-	case codeTooMany:
-		c = codes.ResourceExhausted
-	case codeInvalidParams, codeInvalidRequest, codeParse:
-		c = codes.InvalidArgument
-	case codePermission:
-		c = codes.PermissionDenied
-	case codeNotFound:
-		c = codes.NotFound
-	case codeExists:
-		c = codes.AlreadyExists
-	case codeTimeout:
-		c = codes.DeadlineExceeded
-	case codeFailedPrecondion:
-		c = codes.FailedPrecondition
-	case codeUnavailable:
-		c = codes.Unavailable
-	case codeGone:
-		c = codes.OutOfRange
-	}
+	c := grpcCode(ae.Code)
 	st := status.New(c, ae.Msg)
 	if ms, ok := ae.Data["retry_after_ms"].(int64); ok {
 		if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(ms) * time.Millisecond)}); err == nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/hero-coordinator/hero/lib/model"
 	"io"
 	"math"
 	"net/http"
@@ -17,8 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
 
 	"github.com/hero-coordinator/hero/lib/auth"
+	"github.com/hero-coordinator/hero/lib/model"
 )
 
 // method is one JSON-RPC method.
@@ -122,7 +123,7 @@ func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
 	f := promauto.With(reg)
 	return &apiMetrics{
 		requests: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_requests_total",
-			Help: "API requests by transport (jsonrpc, grpc), method and result code (ok, a JSON-RPC error code, or a gRPC code)."}, []string{"transport", "method", "code"}),
+			Help: "API requests by transport (jsonrpc, grpc), method and result code, spelled as gRPC codes on both transports (OK, InvalidArgument, NotFound, …; a JSON-RPC error counts as its gRPC equivalent, docs/api.md)."}, []string{"transport", "method", "code"}),
 		duration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "hero_api_request_duration_seconds", Help: "API request handling time by transport and method.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 300}}, []string{"transport", "method"}),
 	}
@@ -270,7 +271,7 @@ func (j *jsonrpcServer) failAll(parsed []parsedRequest, e *apiError) []rpcRespon
 			out = append(out, *pr.err)
 			continue
 		}
-		j.m.observe("jsonrpc", j.methodLabel(pr.req.Method), strconv.Itoa(e.Code), pr.start)
+		j.m.observe("jsonrpc", j.methodLabel(pr.req.Method), grpcCode(e.Code).String(), pr.start)
 		if !pr.notification {
 			out = append(out, rpcResponse{JSONRPC: "2.0", ID: pr.id, Error: &rpcError{Code: e.Code, Message: e.Msg, Data: e.Data}})
 		}
@@ -326,16 +327,16 @@ func parseRequest(raw []byte) parsedRequest {
 // handle runs one request as p; reply=false for a notification (no id).
 func (j *jsonrpcServer) handle(ctx context.Context, p Principal, pr *parsedRequest) (rpcResponse, bool) {
 	if pr.err != nil {
-		j.m.observe("jsonrpc", "invalid", strconv.Itoa(pr.err.Error.Code), pr.start)
+		j.m.observe("jsonrpc", "invalid", grpcCode(pr.err.Error.Code).String(), pr.start)
 		return *pr.err, true
 	}
 	fail := func(e *apiError, method string) (rpcResponse, bool) {
-		j.m.observe("jsonrpc", method, strconv.Itoa(e.Code), pr.start)
+		j.m.observe("jsonrpc", method, grpcCode(e.Code).String(), pr.start)
 		return rpcResponse{JSONRPC: "2.0", ID: pr.id, Error: &rpcError{Code: e.Code, Message: e.Msg, Data: e.Data}}, !pr.notification
 	}
 	name := pr.req.Method
 	if name == "rpc.discover" {
-		j.m.observe("jsonrpc", name, "ok", pr.start)
+		j.m.observe("jsonrpc", name, codes.OK.String(), pr.start)
 		return rpcResponse{JSONRPC: "2.0", ID: pr.id, Result: json.RawMessage(j.discover)}, !pr.notification
 	}
 	m, ok := j.methods[name]
@@ -357,7 +358,7 @@ func (j *jsonrpcServer) handle(ctx context.Context, p Principal, pr *parsedReque
 		}
 		return fail(ae, name)
 	}
-	j.m.observe("jsonrpc", name, "ok", pr.start)
+	j.m.observe("jsonrpc", name, codes.OK.String(), pr.start)
 	return rpcResponse{JSONRPC: "2.0", ID: pr.id, Result: result}, !pr.notification
 }
 

@@ -42,6 +42,10 @@ func TestCancelRunningFlow(t *testing.T) {
 	if f.Status != "error" || f.Error != "cancelled by actor 1" {
 		t.Fatalf("cancelled flow: %+v", f)
 	}
+	// Jobs 3 and 4 never ran: two cancelled ends (1 and 2 were stopped: failed ends).
+	if n := metricValue(t, st.Scheduler.AdminAddr, `hero_scheduler_job_ends_total{outcome="cancelled"}`); n != 2 {
+		t.Errorf(`hero_scheduler_job_ends_total{outcome="cancelled"} = %v, want 2`, n)
+	}
 	for _, id := range []uint32{3, 4} {
 		j := loadJob(t, c, id)
 		if j.Status != "error" || j.StartedAt != 0 || j.Error != "cancelled by actor 1" {
