@@ -13,6 +13,26 @@ need() { # command package
   echo "deps: $1 is missing: install the Debian package $2 (apt-get install $2)" >&2
   exit 1
 }
+# has_cryptography: a python3 that imports cryptography (Debian's python3-cryptography
+# serves /usr/bin/python3, which another python3 earlier on PATH may not share).
+has_cryptography() {
+  local py
+  for py in python3 /usr/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 && "$py" -c 'import cryptography' >/dev/null 2>&1 && return 0
+  done
+  return 1
+}
+need_cryptography() {
+  has_cryptography && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "deps: installing python3-cryptography (apt-get)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq python3-cryptography >/dev/null
+    has_cryptography && return 0
+  fi
+  echo "deps: python3's cryptography module is missing (the Python SDK signs with it): install the Debian package python3-cryptography (apt-get install python3-cryptography)" >&2
+  exit 1
+}
 for tool in "$@"; do
   case "$tool" in
     redis-server) need redis-server redis-server ;;
@@ -21,6 +41,7 @@ for tool in "$@"; do
     bwrap) need bwrap bubblewrap ;;
     slirp4netns) need slirp4netns slirp4netns ;;
     ip) need ip iproute2 ;;
+    python3-cryptography) need python3 python3; need_cryptography ;;
     *) echo "deps: unknown tool $tool" >&2; exit 2 ;;
   esac
 done

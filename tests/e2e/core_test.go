@@ -210,7 +210,7 @@ func TestDiamondFlow(t *testing.T) {
 // Acceptance (core 2): retries with backoff, then failure; dependents cancelled; an
 // independent branch finishes; the flow ends error.
 func TestRetryThenFail(t *testing.T) {
-	_, c := newStack(t, harness.StackOptions{SchedulerArgs: []string{"--retry-base", "200ms", "--retry-cap", "2s"}})
+	stack, c := newStack(t, harness.StackOptions{SchedulerArgs: []string{"--retry-base", "200ms", "--retry-cap", "2s"}})
 	createFlow(t, c, 20, nil,
 		jobSpec{id: 1, typ: "sh", script: `echo "try $HERO_ATTEMPT"; echo oops >&2; exit 3`, retries: 2},
 		jobSpec{id: 2, typ: "sh", script: "echo never", deps: []uint32{1}},
@@ -241,6 +241,11 @@ func TestRetryThenFail(t *testing.T) {
 	st := nodeStatuses(t, c, 20)
 	if st[1] != "failed" || st[2] != "cancelled" || st[3] != "cancelled" || st[4] != "completed" || st[5] != "completed" {
 		t.Errorf("nodes: %v", st)
+	}
+	// Jobs 2 and 3 never ran: two cancelled ends (counted once job 1's end is applied).
+	cancelled := `hero_scheduler_job_ends_total{outcome="cancelled"}`
+	if !waitUntil(5*time.Second, func() bool { return metricValue(t, stack.Scheduler.AdminAddr, cancelled) == 2 }) {
+		t.Errorf("%s = %v, want 2", cancelled, metricValue(t, stack.Scheduler.AdminAddr, cancelled))
 	}
 	// Two retries, each after a backoff: attempts started at least ~base apart.
 	evs := events(t, c)

@@ -1,0 +1,623 @@
+"""hero_client — a producer client for the Hero coordinator's JSON-RPC API, in one module.
+
+Python >= 3.9, the standard library plus ``cryptography`` (Debian: python3-cryptography)
+for Ed25519. Every request is signed by the actor's key exactly as docs/api.md
+("Signed requests") says, or carries an operator secret::
+
+    import hero_client as hc
+
+    client = hc.Client.from_env()          # HERO_API_URL, HERO_ACTOR, HERO_CONTEXT, HERO_KEY, HERO_TLS_CA
+    flow = client.submit_flow([
+        {"name": "a", "type": "sh", "script": 'echo "SEED=21" >> "$HERO_RESULT_FILE"'},
+        {"name": "b", "type": "python", "depends": ["a"], "script": "print('after a')"},
+    ])
+    for event in client.watch_flow(flow["id"]):
+        print(event["type"], event.get("job_id"))
+    done = client.wait_flow(flow["id"])     # the flow once it ended
+    job = client.run_job("print(6*7)", script_type="python")
+
+Objects are the API's JSON objects as dicts (the seeds' field names, numbers as
+numbers). Errors are typed: ``HeroError`` and one subclass per JSON-RPC error code
+(``NotFound``, ``InvalidParams``, ``Unauthenticated``, …), ``TransportError`` when the
+API cannot be reached, ``FlowFailed`` / ``JobFailed`` when a flow or job the client
+waited for ended in error and the caller asked to be told (``check=True``).
+
+Idempotent calls (loads, lists, logs, events, waits, ``flow.start``, and creates that
+name their id) are retried on transient faults — the API unreachable, HTTP 502/503/504,
+``-32000`` unavailable — with exponential backoff, honouring the server's
+``retry_after_ms``; a ``-32029`` rate-limit refusal is retried for any call (the server
+refused it before running it). Each try is signed anew (a new nonce and timestamp).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import secrets
+import ssl
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+__all__ = [
+    "SCHEME",
+    "JSONRPC_TARGET",
+    "canonical",
+    "sign",
+    "load_key",
+    "Client",
+    "HeroError",
+    "TransportError",
+    "ParseError",
+    "InvalidRequest",
+    "MethodNotFound",
+    "InvalidParams",
+    "InternalError",
+    "Unavailable",
+    "Unauthenticated",
+    "PermissionDenied",
+    "NotFound",
+    "Timeout",
+    "AlreadyExists",
+    "FailedPrecondition",
+    "Gone",
+    "TooManyRequests",
+    "FlowFailed",
+    "JobFailed",
+    "IDEMPOTENT_METHODS",
+]
+
+# The first line of every canonical string (docs/api.md, Signed requests).
+SCHEME = "HERO-ED25519-V1"
+# The target of every JSON-RPC request: the HTTP method and path.
+JSONRPC_TARGET = "POST /"
+
+# Methods whose repetition changes nothing: retried on transient faults. A create is
+# idempotent only when it names its id (the server returns the stored object).
+IDEMPOTENT_METHODS = frozenset({
+    "actor.load", "context.load", "runner.load", "runner.list", "job.load", "job.list",
+    "job.logs", "flow.load", "flow.list", "flow.dag", "flow.wait", "flow.start",
+    "message.load", "events.read", "dlq.list", "dlq.show", "rpc.discover",
+})
+_CREATES = {"actor.create": "actor", "context.create": "context", "runner.create": "runner",
+            "job.create": "job", "flow.create": "flow", "message.create": "message"}
+
+FLOW_ENDED = ("finished", "error")
+JOB_ENDED = ("finished", "error")
+
+
+# ---------------------------------------------------------------- errors
+
+class HeroError(Exception):
+    """An error answer of the API: its JSON-RPC ``code``, ``message`` and ``data``."""
+
+    code = 0
+
+    def __init__(self, message: str, code: Optional[int] = None, data: Optional[dict] = None, method: str = ""):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.message = message
+        self.data = data or {}
+        self.method = method
+
+    def __str__(self) -> str:
+        where = f"{self.method}: " if self.method else ""
+        return f"{where}{self.message} ({self.code})"
+
+
+class TransportError(HeroError):
+    """The API could not be reached, or answered something that is not JSON-RPC.
+    ``status``: the HTTP status when there was one; ``transient``: worth another try
+    (unreachable, HTTP 502/503/504); ``refused``: nothing was sent or run (a refused
+    connection, an HTTP 503), so even a call that is not idempotent may be tried again."""
+
+    status = 0
+    transient = False
+    refused = False
+
+
+class ParseError(HeroError):
+    code = -32700
+
+
+class InvalidRequest(HeroError):
+    code = -32600
+
+
+class MethodNotFound(HeroError):
+    code = -32601
+
+
+class InvalidParams(HeroError):
+    """A field is missing, of the wrong type, unknown or breaks a rule: ``field`` names it."""
+    code = -32602
+
+    @property
+    def field(self) -> str:
+        return str(self.data.get("field", ""))
+
+
+class InternalError(HeroError):
+    code = -32603
+
+
+class Unavailable(HeroError):
+    """Redis or a service behind the API cannot be reached now: retry."""
+    code = -32000
+
+
+class Unauthenticated(HeroError):
+    code = -32001
+
+
+class PermissionDenied(HeroError):
+    code = -32003
+
+
+class NotFound(HeroError):
+    code = -32004
+
+
+class Timeout(HeroError):
+    """A wait ended first (``job.run``, ``flow.wait``); the job or flow goes on."""
+    code = -32008
+
+
+class AlreadyExists(HeroError):
+    """An object of that id exists with different content."""
+    code = -32009
+
+
+class FailedPrecondition(HeroError):
+    code = -32010
+
+
+class Gone(HeroError):
+    """``events.read`` from an event id the stream no longer holds: reload, follow from "$"."""
+    code = -32011
+
+
+class TooManyRequests(HeroError):
+    code = -32029
+
+
+_BY_CODE = {c.code: c for c in (ParseError, InvalidRequest, MethodNotFound, InvalidParams, InternalError,
+                                Unavailable, Unauthenticated, PermissionDenied, NotFound, Timeout,
+                                AlreadyExists, FailedPrecondition, Gone, TooManyRequests)}
+
+
+class FlowFailed(Exception):
+    """A flow ended in error; ``flow`` is the flow as the API returned it."""
+
+    def __init__(self, flow: dict):
+        super().__init__(f"flow {flow.get('id')} ended in error: {flow.get('error', '')}")
+        self.flow = flow
+
+
+class JobFailed(Exception):
+    """A job ended in error; ``job`` is the job as the API returned it."""
+
+    def __init__(self, job: dict):
+        super().__init__(f"job {job.get('id')} ended in error: {job.get('error', '')}")
+        self.job = job
+
+
+def _error(method: str, err: dict) -> HeroError:
+    code = int(err.get("code", 0))
+    cls = _BY_CODE.get(code, HeroError)
+    return cls(str(err.get("message", "")), code=code, data=err.get("data") or {}, method=method)
+
+
+# ---------------------------------------------------------------- signing
+
+def canonical(actor: int, target: str, timestamp: int, nonce: str, body: bytes) -> str:
+    """The string a request's signature covers: six lines joined by LF, no trailing LF."""
+    return "\n".join([SCHEME, str(actor), target, str(timestamp), nonce, hashlib.sha256(body).hexdigest()])
+
+
+def sign(key: Ed25519PrivateKey, actor: int, body: bytes, target: str = JSONRPC_TARGET,
+         timestamp: Optional[int] = None, nonce: Optional[str] = None) -> Dict[str, str]:
+    """The four X-Hero-* headers of a signed request whose bytes are ``body``."""
+    ts = int(time.time()) if timestamp is None else timestamp
+    nonce = secrets.token_hex(16) if nonce is None else nonce
+    sig = key.sign(canonical(actor, target, ts, nonce, body).encode("utf-8"))
+    return {"X-Hero-Actor": str(actor), "X-Hero-Timestamp": str(ts), "X-Hero-Nonce": nonce,
+            "X-Hero-Signature": sig.hex()}
+
+
+def load_key(path: str) -> Ed25519PrivateKey:
+    """An actor's private key from its PKCS#8 PEM file (``heroctl key generate``)."""
+    with open(path, "rb") as f:
+        key = serialization.load_pem_private_key(f.read(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"{path}: not an Ed25519 private key")
+    return key
+
+
+def _config_dir() -> str:
+    if os.environ.get("HERO_CONFIG_DIR"):
+        return os.environ["HERO_CONFIG_DIR"]
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "hero")
+
+
+# ---------------------------------------------------------------- client
+
+class Client:
+    """A JSON-RPC client acting as one actor (signed) or as an operator (secret).
+
+    ``url``: the JSON-RPC endpoint (``https://127.0.0.1:9652/``); ``actor`` and ``key``
+    (an ``Ed25519PrivateKey`` or the path of its PEM file) sign each request;
+    ``admin_secret`` sends ``Authorization: Bearer`` instead (with ``actor``: acting for
+    it). ``context`` is the context id the job and flow helpers use. ``ca_file``: the
+    CA that signed the API's certificate (the stack's ``ca.pem``). ``retries``: how many
+    times an idempotent call is tried again on a transient fault.
+    """
+
+    def __init__(self, url: str = "https://127.0.0.1:9652/", *, actor: Optional[int] = None,
+                 key: Any = None, admin_secret: Optional[str] = None, context: int = 1,
+                 ca_file: Optional[str] = None, timeout: float = 30.0, retries: int = 5,
+                 backoff: float = 0.2, max_backoff: float = 5.0):
+        if isinstance(key, str):
+            key = load_key(key)
+        if admin_secret is None and (actor is None or key is None):
+            raise ValueError("Client: give actor and key (signed requests) or admin_secret (an operator)")
+        self.url = url
+        self.actor = actor
+        self.key = key
+        self.admin_secret = admin_secret
+        self.context = context
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._ssl = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
+        self._id = 0
+        self.sleep: Callable[[float], None] = time.sleep  # replaceable in tests
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> "Client":
+        """A client configured as heroctl is: HERO_API_URL (default
+        https://127.0.0.1:9652/), HERO_ACTOR, HERO_CONTEXT (default 1), HERO_KEY (default
+        $HERO_CONFIG_DIR/keys/actor-<id>.pem, else ~/.config/hero/keys/…),
+        HERO_TLS_CA, HERO_ADMIN_SECRET (used when no actor key is found)."""
+        env = os.environ
+        kw: Dict[str, Any] = {
+            "url": env.get("HERO_API_URL") or "https://127.0.0.1:9652/",
+            "context": int(env.get("HERO_CONTEXT") or "1"),
+            "ca_file": env.get("HERO_TLS_CA") or None,
+        }
+        actor = env.get("HERO_ACTOR")
+        if actor:
+            kw["actor"] = int(actor)
+            path = env.get("HERO_KEY") or os.path.join(_config_dir(), "keys", f"actor-{int(actor)}.pem")
+            if os.path.exists(path):
+                kw["key"] = path
+            elif not env.get("HERO_ADMIN_SECRET"):
+                raise ValueError(f"no key for actor {actor} at {path}: set HERO_KEY or create it with heroctl key generate")
+        if "key" not in kw and env.get("HERO_ADMIN_SECRET"):
+            kw["admin_secret"] = env["HERO_ADMIN_SECRET"]
+        kw.update(overrides)
+        return cls(**kw)
+
+    # ------------------------------------------------------------ the wire
+
+    def call(self, method: str, params: Optional[dict] = None, *, idempotent: Optional[bool] = None,
+             timeout: Optional[float] = None) -> Any:
+        """Calls one JSON-RPC method and returns its result; raises a HeroError subclass.
+        ``idempotent`` (default: from the method, see IDEMPOTENT_METHODS) allows retries
+        on transient faults."""
+        if idempotent is None:
+            idempotent = _idempotent(method, params or {})
+        attempt = 0
+        while True:
+            try:
+                return self._call_once(method, params or {}, timeout)
+            except (TransportError, Unavailable, TooManyRequests) as e:
+                if isinstance(e, TransportError):
+                    retryable = e.transient and (idempotent or e.refused)
+                else:
+                    retryable = isinstance(e, TooManyRequests) or idempotent
+                if not retryable or attempt >= self.retries:
+                    raise
+                self.sleep(self._delay(attempt, e))
+                attempt += 1
+
+    def _delay(self, attempt: int, err: HeroError) -> float:
+        hint = err.data.get("retry_after_ms") if isinstance(err.data, dict) else None
+        if isinstance(hint, (int, float)) and hint > 0:
+            return min(hint / 1000.0, self.max_backoff)
+        d = min(self.backoff * (2 ** attempt), self.max_backoff)
+        return d / 2 + random.uniform(0, d / 2)
+
+    def _call_once(self, method: str, params: dict, timeout: Optional[float]) -> Any:
+        self._id += 1
+        body = json.dumps({"jsonrpc": "2.0", "id": self._id, "method": method, "params": params},
+                          separators=(",", ":")).encode("utf-8")
+        headers = {"Content-Type": "application/json"}
+        if self.admin_secret is not None:
+            headers["Authorization"] = "Bearer " + self.admin_secret
+            if self.actor is not None:
+                headers["X-Hero-Actor"] = str(self.actor)
+        else:
+            headers.update(sign(self.key, self.actor, body))
+        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout, context=self._ssl) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            retry_after = (e.headers.get("Retry-After") if e.headers else None) or ""
+            err = TransportError(f"HTTP {e.code} from {self.url}", code=0, method=method,
+                                 data={"retry_after_ms": int(retry_after) * 1000} if retry_after.isdigit() else {})
+            err.status = e.code
+            err.transient = e.code in (502, 503, 504)
+            err.refused = e.code == 503  # over the connection cap: answered at once, nothing ran
+            raise err from e
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            err = TransportError(f"cannot reach the API at {self.url}: {reason}", code=0, method=method)
+            err.transient = True
+            # a refused connection sent nothing: any call may be tried again
+            err.refused = isinstance(reason, ConnectionRefusedError)
+            raise err from e
+        try:
+            answer = json.loads(raw)
+        except ValueError as e:
+            raise TransportError(f"the API answered something that is not JSON: {raw[:200]!r}", method=method) from e
+        if not isinstance(answer, dict):
+            raise TransportError(f"the API answered a JSON {type(answer).__name__}, not a response object", method=method)
+        if answer.get("error"):
+            raise _error(method, answer["error"])
+        return answer.get("result")
+
+    def _ctx(self, context_id: Optional[int]) -> int:
+        return self.context if context_id is None else context_id
+
+    # ------------------------------------------------------------ jobs
+
+    def create_job(self, script: str = "", script_type: str = "python", *, id: Optional[int] = None,
+                   depends: Optional[List[int]] = None, env: Optional[Dict[str, str]] = None,
+                   timeout: int = 0, retries: int = 0, runner_id: Optional[int] = None,
+                   function: Optional[str] = None, args: Optional[list] = None, kwargs: Optional[dict] = None,
+                   context_id: Optional[int] = None) -> dict:
+        """Creates a job (``job.create``; admins): a script, or a handler job when
+        ``function`` (``executor#handler``) is given. Returns the Job."""
+        return self.call("job.create", {"context_id": self._ctx(context_id),
+                                        "job": _job(script, script_type, id, depends, env, timeout, retries,
+                                                    runner_id, function, args, kwargs)})
+
+    def run_job(self, script: str = "", script_type: str = "python", *, wait: Optional[float] = None,
+                check: bool = False, context_id: Optional[int] = None, **job: Any) -> dict:
+        """Runs a standalone job and waits for its end (``job.run``; executors): returns
+        the Job once it ended. ``wait`` bounds the wait in seconds (Timeout when it
+        passes; the job goes on); ``check=True`` raises JobFailed for a job that ended
+        in error. Other keywords as create_job (env, timeout, retries, function, …)."""
+        params: Dict[str, Any] = {"context_id": self._ctx(context_id),
+                                  "job": _job(script, script_type, job.pop("id", None), None, job.pop("env", None),
+                                              job.pop("timeout", 0), job.pop("retries", 0), job.pop("runner_id", None),
+                                              job.pop("function", None), job.pop("args", None), job.pop("kwargs", None))}
+        if job:
+            raise TypeError(f"run_job: unknown arguments {sorted(job)}")
+        http_timeout = self.timeout
+        if wait is not None:
+            params["timeout"] = int(wait)
+            http_timeout = wait + 30
+        else:
+            http_timeout = max(self.timeout, params["job"].get("timeout", 0) + 330)
+        out = self.call("job.run", params, timeout=http_timeout)
+        if check and out.get("status") == "error":
+            raise JobFailed(out)
+        return out
+
+    def load_job(self, id: int, caller_id: Optional[int] = None, context_id: Optional[int] = None) -> dict:
+        return self.call("job.load", {"context_id": self._ctx(context_id), "caller_id": self._caller(caller_id), "id": id})
+
+    def job_logs(self, id: int, caller_id: Optional[int] = None, offset: int = 0, context_id: Optional[int] = None) -> dict:
+        """A job's log from ``offset``: ``{logs, next_offset, complete}``."""
+        return self.call("job.logs", {"context_id": self._ctx(context_id), "caller_id": self._caller(caller_id),
+                                      "id": id, "offset": offset})
+
+    def wait_job(self, id: int, caller_id: Optional[int] = None, timeout: float = 300.0, check: bool = False,
+                 context_id: Optional[int] = None, poll: float = 0.2) -> dict:
+        """Waits for a job created or submitted before to end, reading it (``job.load``)
+        at growing intervals (``poll`` up to 2 s); Timeout after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.load_job(id, caller_id, context_id)
+            if job.get("status") in JOB_ENDED:
+                if check and job["status"] == "error":
+                    raise JobFailed(job)
+                return job
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Timeout(f"job {id} is still {job.get('status')} after {timeout:g}s", method="job.load",
+                              data={"status": job.get("status")})
+            self.sleep(min(poll, left))
+            poll = min(poll * 1.5, 2.0)
+
+    def stop_job(self, id: int, caller_id: Optional[int] = None, context_id: Optional[int] = None) -> dict:
+        return self.call("job.stop", {"context_id": self._ctx(context_id), "caller_id": self._caller(caller_id), "id": id})
+
+    def _caller(self, caller_id: Optional[int]) -> int:
+        if caller_id is not None:
+            return caller_id
+        if self.actor is None:
+            raise ValueError("caller_id is needed when the client acts as no actor")
+        return self.actor
+
+    # ------------------------------------------------------------ flows
+
+    def create_flow(self, jobs: List[int], *, id: Optional[int] = None, env: Optional[Dict[str, str]] = None,
+                    context_id: Optional[int] = None) -> dict:
+        """Creates a flow of jobs created before (``flow.create``; admins)."""
+        flow: Dict[str, Any] = {"jobs": list(jobs)}
+        if id is not None:
+            flow["id"] = id
+        if env:
+            flow["env_vars"] = dict(env)
+        return self.call("flow.create", {"context_id": self._ctx(context_id), "flow": flow})
+
+    def start_flow(self, id: int, context_id: Optional[int] = None) -> dict:
+        return self.call("flow.start", {"context_id": self._ctx(context_id), "id": id})
+
+    def submit_flow(self, jobs: List[dict], *, env: Optional[Dict[str, str]] = None, start: bool = True,
+                    context_id: Optional[int] = None) -> dict:
+        """Creates and starts a flow from job specs, as a flow file lists them (heroctl
+        flow submit): each a dict with ``name``, ``type`` and ``script`` (or
+        ``function``, ``args``, ``kwargs``), optional ``depends`` (names), ``env``,
+        ``timeout``, ``retries``, ``runner``. Jobs are created in dependency order.
+        Returns the Flow (its ``jobs`` are the job ids, in the order of ``jobs``)."""
+        order = _topological(jobs)
+        ids: Dict[str, int] = {}
+        for spec in order:
+            created = self.create_job(spec.get("script", ""), spec.get("type", "python"),
+                                      depends=[ids[d] for d in spec.get("depends", [])], env=spec.get("env"),
+                                      timeout=spec.get("timeout", 0), retries=spec.get("retries", 0),
+                                      runner_id=spec.get("runner"), function=spec.get("function"),
+                                      args=spec.get("args"), kwargs=spec.get("kwargs"), context_id=context_id)
+            ids[spec["name"]] = created["id"]
+        flow = self.create_flow([ids[s["name"]] for s in jobs], env=env, context_id=context_id)
+        if start:
+            flow = self.start_flow(flow["id"], context_id)
+        return flow
+
+    def load_flow(self, id: int, context_id: Optional[int] = None) -> dict:
+        return self.call("flow.load", {"context_id": self._ctx(context_id), "id": id})
+
+    def flow_dag(self, id: int, context_id: Optional[int] = None) -> dict:
+        return self.call("flow.dag", {"context_id": self._ctx(context_id), "id": id})
+
+    def cancel_flow(self, id: int, context_id: Optional[int] = None) -> dict:
+        return self.call("flow.cancel", {"context_id": self._ctx(context_id), "id": id})
+
+    def wait_flow(self, id: int, timeout: float = 300.0, check: bool = False,
+                  context_id: Optional[int] = None) -> dict:
+        """Waits until a flow ends (``flow.wait``, one notification per flow end, no
+        polling) and returns it; Timeout after ``timeout`` seconds (the flow goes on);
+        ``check=True`` raises FlowFailed for a flow that ended in error."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            step = int(max(1, min(3600, left)))
+            try:
+                flow = self.call("flow.wait", {"context_id": self._ctx(context_id), "id": id, "timeout": step},
+                                 timeout=step + 30)
+            except Timeout:
+                if time.monotonic() >= deadline:
+                    raise
+                continue
+            if check and flow.get("status") == "error":
+                raise FlowFailed(flow)
+            return flow
+
+    def run_flow(self, jobs: List[dict], *, env: Optional[Dict[str, str]] = None, timeout: float = 300.0,
+                 check: bool = True, context_id: Optional[int] = None) -> dict:
+        """submit_flow, then wait_flow: the flow once it ended (FlowFailed if it ended
+        in error, unless check=False)."""
+        flow = self.submit_flow(jobs, env=env, context_id=context_id)
+        return self.wait_flow(flow["id"], timeout=timeout, check=check, context_id=context_id)
+
+    # ------------------------------------------------------------ events
+
+    def read_events(self, after: str = "0", flow_id: Optional[int] = None, limit: int = 100,
+                    context_id: Optional[int] = None) -> dict:
+        """One page of the context's events after an event id: ``{events, next}``."""
+        params: Dict[str, Any] = {"context_id": self._ctx(context_id), "after": after, "limit": limit}
+        if flow_id:
+            params["flow_id"] = flow_id
+        return self.call("events.read", params)
+
+    def events(self, after: str = "$", flow_id: Optional[int] = None, poll: float = 0.2, max_poll: float = 1.0,
+               context_id: Optional[int] = None, stop: Optional[Callable[[dict], bool]] = None) -> Iterator[dict]:
+        """Follows the context's event stream (``events.read``), optionally one flow's,
+        from the event id ``after`` ("$": from now on; "0": from the start), yielding
+        each event once, in order. Between empty pages it waits ``poll`` seconds, growing
+        to ``max_poll``. Ends after an event for which ``stop`` returns true. A Gone
+        error means events were trimmed: reload what you follow, continue from "$"."""
+        delay = poll
+        while True:
+            page = self.read_events(after, flow_id, context_id=context_id)
+            after = page["next"]
+            for ev in page["events"]:
+                yield ev
+                if stop is not None and stop(ev):
+                    return
+            if page["events"]:
+                delay = poll
+                continue
+            self.sleep(delay)
+            delay = min(delay * 2, max_poll)
+
+    def watch_flow(self, id: int, after: str = "0", context_id: Optional[int] = None, **kw: Any) -> Iterator[dict]:
+        """The events of one flow, from ``after`` ("0": all of them), until the flow
+        ends (``flow.finished`` or ``flow.error``). A flow that has already ended
+        yields its events and stops."""
+        return self.events(after, flow_id=id, context_id=context_id,
+                           stop=lambda ev: ev.get("type") in ("flow.finished", "flow.error"), **kw)
+
+
+def _idempotent(method: str, params: dict) -> bool:
+    if method in IDEMPOTENT_METHODS:
+        return True
+    field = _CREATES.get(method)
+    if field is not None:
+        obj = params.get(field)
+        return isinstance(obj, dict) and bool(obj.get("id"))
+    return False
+
+
+def _job(script: str, script_type: str, id: Optional[int], depends: Optional[List[int]],
+         env: Optional[Dict[str, str]], timeout: int, retries: int, runner_id: Optional[int],
+         function: Optional[str], args: Optional[list], kwargs: Optional[dict]) -> dict:
+    job: Dict[str, Any] = {"timeout": timeout, "retries": retries}
+    if function:
+        job.update({"function_name": function, "args": list(args or []), "kwargs": dict(kwargs or {})})
+    else:
+        job.update({"script": script, "script_type": script_type})
+    if id is not None:
+        job["id"] = id
+    if depends:
+        job["depends"] = list(depends)
+    if env:
+        job["env_vars"] = dict(env)
+    if runner_id is not None:
+        job["runner_id"] = runner_id
+    return job
+
+
+def _topological(jobs: List[dict]) -> List[dict]:
+    """The job specs in an order where each comes after the ones it depends on."""
+    by_name: Dict[str, dict] = {}
+    for i, spec in enumerate(jobs):
+        name = spec.get("name")
+        if not name:
+            raise ValueError(f"job {i + 1}: no name")
+        if name in by_name:
+            raise ValueError(f"job {name!r} is listed twice")
+        by_name[name] = spec
+    out: List[dict] = []
+    state: Dict[str, int] = {}  # 1 visiting, 2 done
+
+    def visit(name: str, path: List[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            raise ValueError("dependency cycle: " + " -> ".join(path + [name]))
+        state[name] = 1
+        for dep in by_name[name].get("depends", []):
+            if dep not in by_name:
+                raise ValueError(f"job {name!r} depends on {dep!r}, which is not in the flow")
+            visit(dep, path + [name])
+        state[name] = 2
+        out.append(by_name[name])
+
+    for spec in jobs:
+        visit(spec["name"], [])
+    return out
