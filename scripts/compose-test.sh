@@ -6,15 +6,20 @@
 #   1. scripts/offline-images.sh (base images without a registry; as root only),
 #      `docker compose build --build-arg GOPROXY=off`, `docker compose up -d --wait`
 #   2. heroctl on the host: actor 1, context 1, runner 1; examples/diamond.yaml finishes
-#      with the expected results; heroctl inside a container works too
+#      with the expected results; heroctl inside a container works too; examples/handlers.yaml
+#      (the runner's example Python executor) finishes; the Python SDK's producer example
+#      runs against the API, signed (every example meant for this stack runs: checked at
+#      the end against examples/)
 #   3. a flow whose middle job sleeps: while it runs, `docker compose kill runner` and
 #      `docker compose start runner`; the restarted runner (same worker id) takes its job
 #      back at once (within 3 s; the lease is 30 s) and the flow finishes, every job once
-#   4. a failing flow (error, one retry), API errors, context 100 (databases > 16)
+#   4. a failing flow (error, one retry), a cancelled flow, API errors, context 100 (databases > 16)
 #   5. `docker compose restart redis`: flows, jobs and results are all still there (AOF),
 #      and a new flow runs
 #   6. Prometheus: every target up, job/flow metrics show the flows above, `promtool check
-#      metrics` on every service's /metrics, every query of the Grafana dashboard returns data
+#      metrics` on every service's /metrics, every query of the Grafana dashboard returns the
+#      series expected after those flows (its `by` labels; the outcomes, codes, statuses and
+#      script types the flows above made; no OK among the errors)
 #   7. `docker compose down -v`
 #
 # Environment:
@@ -243,6 +248,30 @@ jq -e '.status == "finished" and .result["4.TOTAL"] == "483"' "$WORK/diamond.jso
 rpc flow.load '{"context_id":1,"id":'"$DIAMOND"'}' | jq -e '.result.result["4.TOTAL"] == "483"' >/dev/null \
   || fail "JSON-RPC flow.load $DIAMOND: no 4.TOTAL"
 say "flow $DIAMOND finished: 4.TOTAL=483 (heroctl and JSON-RPC on :$HERO_HTTP_PORT)"
+RAN_EXAMPLES=(diamond.yaml)
+
+step "examples/handlers.yaml: a handler job on the runner's example Python executor"
+HANDLERS=$(flow_submit examples/handlers.yaml)
+read -r J_MEASURE J_ENRICH J_REPORT < "$WORK/jobs.$HANDLERS"
+flow_watch "$HANDLERS" || fail "flow $HANDLERS (handlers) did not finish"
+hj job get "$J_ENRICH" | jq -e '.status == "finished"' >/dev/null || fail "handler job $J_ENRICH: $(hj job get "$J_ENRICH" | jq -c '{status, error}')"
+hc job logs "$J_REPORT" | grep -q 'handler saw SIZE=42 bytes' || fail "job $J_REPORT did not read the handler's result: $(hc job logs "$J_REPORT")"
+RAN_EXAMPLES+=(handlers.yaml)
+say "flow $HANDLERS finished: python#echo ran (job $J_ENRICH) after job $J_MEASURE, and job $J_REPORT read its result"
+
+step "the Python producer SDK's example (sdk/python/examples/producer_example.py), signed as actor 1"
+PY=
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c 'import cryptography' 2>/dev/null; then PY=$p; break; fi
+done
+if [ -z "$PY" ]; then
+  scripts/deps.sh python3-cryptography
+  PY=/usr/bin/python3
+fi
+HERO_API_URL=https://127.0.0.1:$HERO_HTTP_PORT/ "$PY" sdk/python/examples/producer_example.py > "$WORK/sdk.out" 2>&1 \
+  || { sed 's/^/    /' "$WORK/sdk.out"; fail "the Python SDK example failed against the stack"; }
+grep -q 'producer example: ok' "$WORK/sdk.out" || fail "the Python SDK example did not finish: $(tail -n 3 "$WORK/sdk.out")"
+say "$(grep -c '^event ' "$WORK/sdk.out") events watched; $(grep 'TOTAL=' "$WORK/sdk.out")"
 
 # prom_query EXPR: the instant query's data.result (JSON), or nothing.
 prom_query() { curl -fsS --max-time 5 -G "$PROM/api/v1/query" --data-urlencode "query=$1" | jq -c '.data.result'; }
@@ -318,6 +347,19 @@ rc=0; flow_watch "$FAILING" || rc=$?
 [ "$rc" = 1 ] || fail "heroctl flow watch of the failing flow $FAILING exited $rc (want 1)"
 hj flow get "$FAILING" | jq -e '.status == "error"' >/dev/null || fail "flow $FAILING is not in error"
 say "flow $FAILING ended in error (after one retry), heroctl flow watch exited 1"
+cat > "$WORK/cancel.yaml" <<'EOF'
+jobs:
+  - {name: long, type: sh, script: 'echo started; sleep 60'}
+  - {name: after, type: sh, depends: [long], script: 'echo never'}
+EOF
+CANCELLED=$(flow_submit "$WORK/cancel.yaml")
+read -r J_LONG J_AFTER < "$WORK/jobs.$CANCELLED"
+wait_for 60 "job $J_LONG (long) started" job_is "$J_LONG" started
+hc flow cancel "$CANCELLED" >/dev/null || fail "heroctl flow cancel $CANCELLED"
+rc=0; flow_watch "$CANCELLED" 60 || rc=$?
+[ "$rc" = 1 ] || fail "heroctl flow watch of the cancelled flow $CANCELLED exited $rc (want 1)"
+hj job get "$J_AFTER" | jq -e '.status == "error" and (.started_at // 0) == 0' >/dev/null || fail "job $J_AFTER of the cancelled flow: $(hj job get "$J_AFTER" | jq -c '{status, error, started_at}')"
+say "flow $CANCELLED cancelled while job $J_LONG ran: job $J_AFTER never started"
 hc context create 100 --admins 1 >/dev/null
 hc --context 100 runner create 1 >/dev/null
 out=$(timeout 60 bin/heroctl --context 100 job run --type python --script 'print(6*7)') || fail "job run in context 100"
@@ -328,7 +370,7 @@ step "docker compose restart redis: everything is still there"
 snapshot() { # the flows, jobs and results of context 1, one line each
   hj flow list | jq -S -c '.flows | sort_by(.id) | .[] | {flow: .id, status, jobs, result, error}'
   local f j ids
-  for f in "$DIAMOND" "$SLEEPY" "$FAILING"; do
+  for f in "$DIAMOND" "$HANDLERS" "$SLEEPY" "$FAILING" "$CANCELLED"; do
     read -ra ids < "$WORK/jobs.$f"
     for j in "${ids[@]}"; do hj job get "$j" | jq -S -c '{job: .id, status, result, exit_code, attempt, error}'; done
   done
@@ -345,12 +387,13 @@ wait_for 60 "all services healthy after the Redis restart" all_healthy
 CHAIN=$(flow_submit examples/chain.yaml)
 flow_watch "$CHAIN" 60 || fail "flow $CHAIN (examples/chain.yaml) after the Redis restart did not finish"
 say "flow $CHAIN (examples/chain.yaml) finished after the Redis restart"
+RAN_EXAMPLES+=(chain.yaml)
 
 # API calls, also failing ones, just before Prometheus is read: the dashboard's rates look at
 # the last minute (hero_api_* counts JSON-RPC calls; flow.load was called before, so that its
 # series exist and the rate sees these calls).
 step "JSON-RPC API on :$HERO_HTTP_PORT, API errors"
-for f in "$DIAMOND" "$SLEEPY" "$FAILING" "$CHAIN"; do
+for f in "$DIAMOND" "$HANDLERS" "$SLEEPY" "$FAILING" "$CANCELLED" "$CHAIN"; do
   rpc flow.load '{"context_id":1,"id":'"$f"'}' | jq -e '.result.id == '"$f"'' >/dev/null || fail "JSON-RPC flow.load $f"
 done
 rpc job.load '{"context_id":1,"caller_id":1,"id":1}' | jq -e '.result.status == "finished"' >/dev/null || fail "JSON-RPC job.load 1"
@@ -390,7 +433,10 @@ check_metric 'sum(hero_scheduler_job_ends_total{outcome="completed"})' 13
 check_metric 'sum(hero_jobs_retried_total)' 1
 check_metric 'sum(hero_router_messages_total)' 20
 check_metric 'sum(hero_api_requests_total{transport="jsonrpc"})' 7
-check_metric 'sum(hero_api_requests_total{code!="ok"})' 1
+check_metric 'sum(hero_api_requests_total{code!="OK"})' 1
+check_metric 'sum(hero_api_requests_total{code="NotFound"})' 2
+check_metric 'sum(hero_scheduler_job_ends_total{outcome="cancelled"})' 1
+check_metric 'sum(hero_flows_cancelled_total)' 1
 check_metric 'sum(hero_grpc_server_handled_total{job="supervisor-daemon"})' 20
 
 step "promtool check metrics on each service's /metrics, promtool check config"
@@ -410,27 +456,69 @@ for s in "${SERVICES[@]}"; do
 done
 [ -z "$lint_failed" ] || fail "promtool check metrics found problems (above)"
 
-step "every query of deploy/grafana/dashboards/hero.json returns data"
+step "every query of deploy/grafana/dashboards/hero.json returns the expected series"
 # $__rate_interval and $__interval become 1m, $__range 1h. A query passes when Prometheus
-# answers it with at least one series with a number (not NaN: a quantile over no runs).
+# answers it with at least one series with a number (not NaN: a quantile over no runs),
+# every series carries the labels of the query's `by (…)` (less `le`), and, for the panels
+# below, the series show what the flows above made.
 jq -r '[.. | objects | select(has("expr")) | .expr] | unique | .[]' deploy/grafana/dashboards/hero.json > "$WORK/queries"
 nq=$(wc -l < "$WORK/queries")
 [ "$nq" -gt 10 ] || fail "the dashboard has only $nq queries"
-dash_pass() { # EXPR: prints the number of series with a number
-  local q=${1//\$__rate_interval/1m}
+# EXPECT: a fragment that names one dashboard query, and a jq test of its data.result.
+# has_all(L; V): some series has label L = each of the values V.
+JQ_DEFS='def has_all($l; $v): [.[] | .metric[$l]] as $seen | all($v[]; . as $x | $seen | index($x) != null);'
+declare -A EXPECT=(
+  ['hero_api_requests_total{code!="OK"}']='(map(.metric.code) | index("OK") == null) and has_all("code"; ["NotFound"])'
+  ['hero_grpc_server_handled_total{code!="OK"}']='(map(.metric.code) | index("OK") == null) and has_all("code"; ["NotFound"])'
+  ['sum by (outcome) (rate(hero_scheduler_job_ends_total']='has_all("outcome"; ["completed", "failed", "retry", "cancelled"])'
+  ['sum by (status) (rate(hero_flows_ended_total']='has_all("status"; ["finished", "error"])'
+  ['sum by (script_type) (rate(hero_jobs_started_total']='has_all("script_type"; ["sh", "python"])'
+  ['sum by (script_type, reason) (rate(hero_jobs_failed_total']='has_all("reason"; ["exit_code"])'
+  ['sum by (transport, method) (rate(hero_api_requests_total']='has_all("transport"; ["jsonrpc", "grpc"])'
+)
+for frag in "${!EXPECT[@]}"; do
+  n=$(grep -cF -- "$frag" "$WORK/queries" || true)
+  [ "$n" = 1 ] || fail "compose-test expects one dashboard query with '$frag', the dashboard has $n: update EXPECT"
+done
+# dash_check EXPR: empty output when the query returns what it should, else why not.
+dash_check() {
+  local q=${1//\$__rate_interval/1m} by test=true frag
   q=${q//\$__interval/1m}; q=${q//\$__range/1h}; q=${q//\$\{__range\}/1h}
-  curl -fsS --max-time 5 -G "$PROM/api/v1/query" --data-urlencode "query=$q" \
-    | jq -e '.status == "success" and ([.data.result[] | select(.value[1] != "NaN")] | length) > 0' >/dev/null
+  by=$(grep -o 'by ([^)]*)' <<<"$1" | head -n 1 | sed 's/^by (//; s/)$//' | tr -d ' ' | tr ',' '\n' | grep -vx le | jq -R . | jq -sc .)
+  for frag in "${!EXPECT[@]}"; do
+    if grep -qF -- "$frag" <<<"$1"; then test=${EXPECT[$frag]}; fi
+  done
+  curl -fsS --max-time 5 -G "$PROM/api/v1/query" --data-urlencode "query=$q" | jq -r --argjson by "$by" --arg test "$test" "$JQ_DEFS
+    if .status != \"success\" then \"query failed\"
+    else [.data.result[] | select(.value[1] != \"NaN\")] as \$r
+      | if (\$r | length) == 0 then \"no data\"
+        elif ([\$r[] | .metric as \$m | \$by[] | select((\$m[.] // \"\") == \"\")] | length) > 0 then \"series without the labels \(\$by): \([\$r[].metric] | tojson)\"
+        elif (\$r | $test | not) then \"not the expected series (\(\$test)): \([\$r[].metric] | tojson)\"
+        else empty end
+    end"
 }
 end=$(( $(date +%s) + 45 ))
 while :; do
-  missing=()
-  while IFS= read -r q; do dash_pass "$q" || missing+=("$q"); done < "$WORK/queries"
-  [ ${#missing[@]} -eq 0 ] && break
+  problems=()
+  while IFS= read -r q; do
+    why=$(dash_check "$q" 2>&1) || why="query failed: $why"
+    [ -z "$why" ] || problems+=("$q: $why")
+  done < "$WORK/queries"
+  [ ${#problems[@]} -eq 0 ] && break
   if [ "$(date +%s)" -ge "$end" ]; then
-    printf '  no data: %s\n' "${missing[@]}"
-    fail "${#missing[@]} of $nq dashboard queries return no data"
+    printf '  %s\n' "${problems[@]}"
+    fail "${#problems[@]} of $nq dashboard queries do not return the expected series"
   fi
   sleep 2
 done
-say "all $nq dashboard queries return data"
+say "all $nq dashboard queries return the expected series (${#EXPECT[@]} of them checked for their values)"
+
+step "every example meant for this stack ran"
+for f in examples/*.yaml; do
+  name=$(basename "$f")
+  case " ${RAN_EXAMPLES[*]} " in *" $name "*) continue ;; esac
+  # the others say in their first lines which setup they need instead
+  head -n 5 "$f" | grep -q '^# Setup: TWO nodes' && continue
+  fail "$f is not run by compose-test: run it here, or say in its header (# Setup: …) that it needs another setup and skip it here"
+done
+say "ran ${RAN_EXAMPLES[*]}; examples/two-nodes.yaml is make compose-two-nodes-test's"
