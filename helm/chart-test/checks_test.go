@@ -46,6 +46,7 @@ func checkRelease(t *testing.T, r *release, out outside) {
 	checkTLSWiring(t, r)
 	checkSandbox(t, r)
 	checkIdentities(t, r)
+	checkSpread(t, r)
 }
 
 // checkTestPods: the `helm test` Pod is a hook, locked down like the services,
