@@ -15,6 +15,8 @@ for Ed25519. Every request is signed by the actor's key exactly as docs/api.md
         print(event["type"], event.get("job_id"))
     done = client.wait_flow(flow["id"])     # the flow once it ended
     job = client.run_job("print(6*7)", script_type="python")
+    sub = client.submit_job("print('later')", unique_key="nightly-1", unique_ttl=3600)
+    done = client.wait_job(sub["job"]["id"])
 
 Objects are the API's JSON objects as dicts (the seeds' field names, numbers as
 numbers). Errors are typed: ``HeroError`` and one subclass per JSON-RPC error code
@@ -22,8 +24,8 @@ numbers). Errors are typed: ``HeroError`` and one subclass per JSON-RPC error co
 API cannot be reached, ``FlowFailed`` / ``JobFailed`` when a flow or job the client
 waited for ended in error and the caller asked to be told (``check=True``).
 
-Idempotent calls (loads, lists, logs, events, waits, ``flow.start``, and creates that
-name their id) are retried on transient faults — the API unreachable, HTTP 502/503/504,
+Idempotent calls (loads, lists, logs, events, waits, ``flow.start``, creates that name
+their id, and submissions that name their job by id or ``unique_key``) are retried on transient faults — the API unreachable, HTTP 502/503/504,
 ``-32000`` unavailable — with exponential backoff, honouring the server's
 ``retry_after_ms``; a ``-32029`` rate-limit refusal is retried for any call (the server
 refused it before running it). Each try is signed anew (a new nonce and timestamp).
@@ -399,12 +401,7 @@ class Client:
         the Job once it ended. ``wait`` bounds the wait in seconds (Timeout when it
         passes; the job goes on); ``check=True`` raises JobFailed for a job that ended
         in error. Other keywords as create_job (env, timeout, retries, function, …)."""
-        params: Dict[str, Any] = {"context_id": self._ctx(context_id),
-                                  "job": _job(script, script_type, job.pop("id", None), None, job.pop("env", None),
-                                              job.pop("timeout", 0), job.pop("retries", 0), job.pop("runner_id", None),
-                                              job.pop("function", None), job.pop("args", None), job.pop("kwargs", None))}
-        if job:
-            raise TypeError(f"run_job: unknown arguments {sorted(job)}")
+        params: Dict[str, Any] = {"context_id": self._ctx(context_id), "job": _job_from(script, script_type, job)}
         http_timeout = self.timeout
         if wait is not None:
             params["timeout"] = int(wait)
@@ -415,6 +412,30 @@ class Client:
         if check and out.get("status") == "error":
             raise JobFailed(out)
         return out
+
+    def submit_job(self, script: str = "", script_type: str = "python", *, unique_key: Optional[str] = None,
+                   unique_ttl: Optional[int] = None, context_id: Optional[int] = None, **job: Any) -> dict:
+        """Submits a standalone job and returns at once (``job.submit``; executors): the
+        job is created and dispatched in one step. Returns ``{job, existing}``;
+        ``existing`` is true when ``unique_key`` (kept ``unique_ttl`` seconds) or the
+        job's ``id`` named a job submitted before, which is returned instead of a new
+        one. Follow it with wait_job or events. Other keywords as create_job."""
+        params = {"context_id": self._ctx(context_id), "job": _job_from(script, script_type, job)}
+        params.update(_unique(unique_key, unique_ttl))
+        return self.call("job.submit", params)
+
+    def submit_jobs(self, jobs: List[dict], context_id: Optional[int] = None) -> List[dict]:
+        """Submits up to 1000 standalone jobs in one call and one step
+        (``job.submit_batch``): each a dict of submit_job's keywords (``script``,
+        ``script_type``, ``unique_key``, ``unique_ttl``, ``env``, …). One bad job refuses
+        them all. Returns ``[{job, existing}]`` in order."""
+        items = []
+        for spec in jobs:
+            spec = dict(spec)
+            item: Dict[str, Any] = _unique(spec.pop("unique_key", None), spec.pop("unique_ttl", None))
+            item["job"] = _job_from(spec.pop("script", ""), spec.pop("script_type", "python"), spec)
+            items.append(item)
+        return self.call("job.submit_batch", {"context_id": self._ctx(context_id), "jobs": items})["items"]
 
     def load_job(self, id: int, caller_id: Optional[int] = None, context_id: Optional[int] = None) -> dict:
         return self.call("job.load", {"context_id": self._ctx(context_id), "caller_id": self._caller(caller_id), "id": id})
@@ -566,11 +587,41 @@ class Client:
 def _idempotent(method: str, params: dict) -> bool:
     if method in IDEMPOTENT_METHODS:
         return True
+    if method == "job.submit":
+        return _names_itself(params)
+    if method == "job.submit_batch":
+        return all(_names_itself(item) for item in params.get("jobs", []))
     field = _CREATES.get(method)
     if field is not None:
         obj = params.get(field)
         return isinstance(obj, dict) and bool(obj.get("id"))
     return False
+
+
+def _names_itself(item: dict) -> bool:
+    """A submission that names its job (an id, or a unique key) returns that job when
+    repeated, instead of submitting another."""
+    job = item.get("job") or {}
+    return bool(item.get("unique_key")) or bool(job.get("id"))
+
+
+def _job_from(script: str, script_type: str, kw: Dict[str, Any]) -> dict:
+    """A standalone job from create_job's keywords (no depends); unknown ones are refused."""
+    kw = dict(kw)
+    job = _job(script, script_type, kw.pop("id", None), None, kw.pop("env", None), kw.pop("timeout", 0),
+               kw.pop("retries", 0), kw.pop("runner_id", None), kw.pop("function", None), kw.pop("args", None),
+               kw.pop("kwargs", None))
+    if kw:
+        raise TypeError(f"unknown job arguments {sorted(kw)}")
+    return job
+
+
+def _unique(key: Optional[str], ttl: Optional[int]) -> Dict[str, Any]:
+    if key is None:
+        return {}
+    if not ttl:
+        raise ValueError("unique_key needs unique_ttl (seconds the key is kept)")
+    return {"unique_key": key, "unique_ttl_seconds": int(ttl)}
 
 
 def _job(script: str, script_type: str, id: Optional[int], depends: Optional[List[int]],

@@ -87,6 +87,17 @@ class RetryTest(unittest.TestCase):
             self.client.create_job("print(1)")
         self.assertEqual(len(self.srv.seen), 1)
 
+    def test_submit_retried_only_when_it_names_its_job(self):
+        self.srv.answers = [self.unavailable, {"result": {"job": {"id": 4}, "existing": False}}]
+        self.assertEqual(self.client.submit_job("print(1)", unique_key="k", unique_ttl=60)["job"]["id"], 4)
+        self.assertEqual(len(self.srv.seen), 2)
+        sent = json.loads(self.srv.seen[1][1])["params"]
+        self.assertEqual((sent["unique_key"], sent["unique_ttl_seconds"]), ("k", 60))
+        self.srv.answers = [self.unavailable]
+        with self.assertRaises(hc.Unavailable):
+            self.client.submit_job("print(1)")
+        self.assertEqual(len(self.srv.seen), 3)
+
     def test_rate_limit_retried_for_any_call(self):
         self.srv.answers = [{"error": {"code": -32029, "message": "too many", "data": {"retry_after_ms": 10}}},
                             {"result": {"id": 9}}]

@@ -31,7 +31,8 @@ func pythonWithCryptography(t *testing.T) string {
 
 // TestPythonProducerSDK runs sdk/python's unit tests and its producer example against
 // the real stack, signed as actor 1 with its key file: the example submits a diamond,
-// watches its events, waits for it, runs a job and meets a typed NotFound. The flow it
+// watches its events, waits for it, runs a job, submits one twice under a unique key
+// (one job) and waits for it, and meets a typed NotFound. The flow it
 // made is then read back here: finished, with the diamond's total, started by actor 1.
 func TestPythonProducerSDK(t *testing.T) {
 	py := pythonWithCryptography(t)
@@ -64,7 +65,7 @@ func TestPythonProducerSDK(t *testing.T) {
 		t.Fatalf("producer_example.py: %v\n%s", err, out)
 	}
 	text := string(out)
-	for _, want := range []string{"event flow.started", "event job.finished", "event flow.finished", "finished: TOTAL=483", ": 42", "not found, as expected", "producer example: ok"} {
+	for _, want := range []string{"event flow.started", "event job.finished", "event flow.finished", "finished: TOTAL=483", ": 42", "finished (submitted twice, one job)", "not found, as expected", "producer example: ok"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the example's output lacks %q:\n%s", want, text)
 		}

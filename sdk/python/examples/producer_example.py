@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A producer: submits a flow, watches it, waits for it, runs a job — every request
-signed by the actor's Ed25519 key (hero_client, docs/sdk-python.md).
+"""A producer: submits a flow, watches it, waits for it, runs a job, submits one —
+every request signed by the actor's Ed25519 key (hero_client, docs/sdk-python.md).
 
 Configured as heroctl is, from the environment:
 
@@ -65,7 +65,17 @@ def main() -> int:
     if out != "42":
         return 1
 
-    # 5. typed errors: a flow that does not exist.
+    # 5. submit: fire and forget; a unique key makes a second submission return the
+    # first job instead of another. Then wait for it.
+    first = client.submit_job("print('submitted')", script_type="python", unique_key=f"example-{flow['id']}", unique_ttl=600)
+    again = client.submit_job("print('submitted')", script_type="python", unique_key=f"example-{flow['id']}", unique_ttl=600)
+    if again["job"]["id"] != first["job"]["id"] or not again["existing"]:
+        print(f"the unique key did not hold: {first} then {again}", file=sys.stderr)
+        return 1
+    sub = client.wait_job(first["job"]["id"], timeout=60, check=True)
+    print(f"submitted job {sub['id']} {sub['status']} (submitted twice, one job)")
+
+    # 6. typed errors: a flow that does not exist.
     try:
         client.load_flow(999999)
     except hc.NotFound as e:
