@@ -192,3 +192,7 @@ func ParseMessageKey(k string) (callerID, id uint32, err error) {
 	}
 	return uint32(c), uint32(i), nil
 }
+
+// Unique is a context's uniqueness key for job.submit's unique_key (a string holding
+// "<caller>:<id>" of the job submitted with it, expiring after its unique_ttl_seconds).
+func Unique(key string) string { return "coord:unique:" + key }
