@@ -358,7 +358,7 @@ wait_for 60 "job $J_LONG (long) started" job_is "$J_LONG" started
 hc flow cancel "$CANCELLED" >/dev/null || fail "heroctl flow cancel $CANCELLED"
 rc=0; flow_watch "$CANCELLED" 60 || rc=$?
 [ "$rc" = 1 ] || fail "heroctl flow watch of the cancelled flow $CANCELLED exited $rc (want 1)"
-hj job get "$J_AFTER" | jq -e '.status == "error" and (.started_at // 0) == 0' >/dev/null || fail "job $J_AFTER of the cancelled flow: $(hj job get "$J_AFTER" | jq -c '{status, error, started_at}')"
+hj job get "$J_AFTER" | jq -e '.status == "error" and ((.started_at // 0) | tonumber) == 0' >/dev/null || fail "job $J_AFTER of the cancelled flow: $(hj job get "$J_AFTER" | jq -c '{status, error, started_at}')"
 say "flow $CANCELLED cancelled while job $J_LONG ran: job $J_AFTER never started"
 hc context create 100 --admins 1 >/dev/null
 hc --context 100 runner create 1 >/dev/null
