@@ -35,35 +35,14 @@ type Identity struct {
 	ttl        time.Duration
 }
 
-// acquireScript: KEYS the identity key; ARGV value, ttl ms, the value to replace ("":
-// only if free). Sets it when free or when it holds the value to replace; returns
-// the value held before ("" when it was free).
-var acquireScript = NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if not cur or cur == ARGV[3] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return cur or ''
-end
-return cur
-`)
+// acquireScript: see lua/acquire.lua.
+var acquireScript = luaScript("acquire.lua")
 
-// refreshScript: KEYS the identity key; ARGV value, ttl ms. Extends the hold, or takes
-// the id again when it expired (Redis was away longer than the TTL); returns the
-// value that holds it now.
-var refreshScript = NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if not cur or cur == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return ARGV[1]
-end
-return cur
-`)
+// refreshScript: see lua/refresh.lua.
+var refreshScript = luaScript("refresh.lua")
 
-// releaseScript: KEYS the identity key; ARGV value. Deletes it if it is ours.
-var releaseIdentityScript = NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-`)
+// releaseIdentityScript: see lua/release_identity.lua.
+var releaseIdentityScript = luaScript("release_identity.lua")
 
 // HoldIdentity takes id of kind for this process. A free id is taken at once; so is
 // one held by an earlier life of this process slot (same host, and its process is

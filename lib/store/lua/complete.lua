@@ -1,0 +1,107 @@
+-- completeScript applies ends of jobs of one flow, in order, each as CompleteNode
+-- describes: KEYS dag, flow, flowres, events; ARGV ctx, flow, caller, now_s, now_ms,
+-- actor, retention ms, then per end: job id, attempt, status, error, fatal, retries,
+-- backoff ms. Returns per end {code, flow status or "", retry due ms, ready ids…};
+-- code 0 = nothing changed, 1 = applied, 2 = retry scheduled.
+
+local dag, fk, rk, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ctx, flow, caller, now_s, now_ms, actor, retention_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local maxlen = EVENTS_MAXLEN
+-- (A flow's jobs are not published on coord:jobdone one by one: a client waits for the
+-- flow, whose end finalize publishes on coord:flowdone.)
+local function complete(id, attempt, status, err, fatal, retries, backoff)
+local jk = K_JOB .. caller .. ':' .. id
+local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total')
+local s = node[1]
+if not s then return {0, '', 0} end
+if s == 'completed' or s == 'failed' or s == 'cancelled' or s == 'pending' or s == 'ready' then return {0, '', 0} end
+local a = tonumber(node[2] or '0')
+if attempt ~= a then return {0, '', 0} end
+local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'result', 'finished_at_ms', 'retry_after_ms')
+if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
+if jf[2] == '1' or jf[3] == '1' then fatal = true end
+local out = {1, '', 0}
+local terminal
+if status == 'finished' then
+  redis.call('HSET', dag, 's:' .. id, 'completed')
+  terminal = redis.call('HINCRBY', dag, 'terminal', 1)
+  local res = jf[4]
+  if res and res ~= '' then
+    local ok, m = pcall(cjson.decode, res)
+    if ok and type(m) == 'table' then
+      local kv = {}
+      for k, v in pairs(m) do
+        if type(v) ~= 'string' then v = cjson.encode(v) end
+        kv[#kv + 1] = id .. '.' .. k
+        kv[#kv + 1] = v
+        if #kv >= 400 then redis.call('HSET', rk, unpack(kv)); kv = {} end -- unpack's stack limit
+      end
+      if #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
+    end
+  end
+  local fin = jf[5] or now_ms
+  local deps = cjson.decode(node[3] or '[]')
+  for _, d in ipairs(deps) do
+    d = int(d)
+    local r = redis.call('HINCRBY', dag, 'r:' .. d, -1)
+    if r <= 0 and redis.call('HGET', dag, 's:' .. d) == 'pending' then
+      redis.call('HSET', dag, 's:' .. d, 'ready')
+      set_job(caller, d, 'dispatched', 'ready_at_ms', fin, 'updated_at', now_s)
+      out[#out + 1] = d
+    end
+  end
+else
+  if (not fatal) and a <= retries then
+    local ra = tonumber(jf[6] or '')
+    if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
+    local due = tonumber(now_ms) + backoff
+    redis.call('HSET', dag, 's:' .. id, 'ready', 'due:' .. id, due, 'e:' .. id, err)
+    redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', 'job.retried', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', 'error',
+      'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
+    redis.call('SELECT', 0)
+    redis.call('ZADD', K_DUE, due, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
+    redis.call('SELECT', tonumber(ctx)) -- the next end of this call is in the context's DB
+    return {2, '', due}
+  end
+  terminal = redis.call('HINCRBY', dag, 'terminal', 1)
+  if redis.call('HGET', fk, 'cancelled_by') then
+    -- the flow was cancelled: this is one of the running jobs it stopped
+    redis.call('HSET', dag, 's:' .. id, 'cancelled', 'e:' .. id, redis.call('HGET', fk, 'error') or err)
+  else
+    redis.call('HSET', dag, 's:' .. id, 'failed', 'e:' .. id, err)
+    redis.call('HINCRBY', dag, 'failed', 1)
+    if not redis.call('HGET', fk, 'failed_job') then
+      redis.call('HSET', fk, 'failed_job', id, 'error', 'job ' .. id .. ' failed: ' .. err, 'updated_at', now_s)
+    end
+    dead_letter(caller, id, flow, now_ms, actor, err)
+  end
+  -- Cancel the transitive dependents that have not run.
+  local queue = cjson.decode(redis.call('HGET', dag, 'd:' .. id) or '[]')
+  local reason = 'cancelled: job ' .. id .. ' failed'
+  local i = 1
+  while i <= #queue do
+    local d = int(queue[i])
+    i = i + 1
+    local ds = redis.call('HGET', dag, 's:' .. d)
+    if ds == 'pending' or ds == 'ready' then
+      redis.call('HSET', dag, 's:' .. d, 'cancelled', 'e:' .. d, reason)
+      redis.call('HDEL', dag, 'due:' .. d)
+      terminal = redis.call('HINCRBY', dag, 'terminal', 1)
+      set_job(caller, d, 'error', 'error', reason, 'updated_at', now_s)
+      redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', 'job.cancelled', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', 'error', 'detail', reason)
+      for _, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. d) or '[]')) do
+        queue[#queue + 1] = x
+      end
+    end
+  end
+end
+if terminal >= tonumber(node[4]) then
+  out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
+end
+return out
+end
+local res = {}
+for i = 8, #ARGV, 7 do
+  res[#res + 1] = complete(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], ARGV[i + 4] == '1', tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]))
+end
+return res

@@ -1,0 +1,29 @@
+-- materializeScript: ARGV caller, id, origin msg key, now_s, now_ms, then the job's
+-- field/value pairs. Creates the job of a request from another node; a job of the
+-- same origin is replaced (the origin retried it); a local job with that key is a
+-- conflict. Returns 1, or 0 for a duplicate of the same request.
+
+local caller, id, origin_msg, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local jk = K_JOB .. caller .. ':' .. id
+local prev = redis.call('HGET', jk, 'origin')
+if redis.call('EXISTS', jk) == 1 then
+  if not prev then
+    return redis.error_reply('CONFLICT job key ' .. jk .. ' belongs to a local job of this context')
+  end
+  local ok, o = pcall(cjson.decode, prev)
+  if ok and o.msg_key == origin_msg then return 0 end
+  local st = redis.call('HGET', jk, 'status')
+  if st then redis.call('ZREM', K_JOB_INDEX .. ':' .. st, caller .. ':' .. id) end
+  redis.call('DEL', jk)
+end
+local fields = {}
+for i = 6, #ARGV, 2 do
+  fields[#fields + 1] = ARGV[i]
+  fields[#fields + 1] = ARGV[i + 1]
+end
+redis.call('HSET', jk, unpack(fields))
+redis.call('ZADD', K_JOB_INDEX, now_ms, caller .. ':' .. id)
+local st = redis.call('HGET', jk, 'status')
+if st then redis.call('ZADD', K_JOB_INDEX .. ':' .. st, now_ms, caller .. ':' .. id) end
+event('job.created', 'router', now_ms, redis.call('HGET', jk, 'flow_id') or '0', id, caller, st, 'from node ' .. (cjson.decode(redis.call('HGET', jk, 'origin')).pk or '?'))
+return 1

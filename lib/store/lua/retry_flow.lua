@@ -1,0 +1,63 @@
+-- retryFlowScript: ARGV ctx, flow, actor, now_s, now_ms. Re-runs a failed flow's
+-- failed and cancelled nodes (fresh attempts), keeping the completed ones and their
+-- results. Returns {1, ready ids…}.
+
+local ctx, flow, actor, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local fk, dag, rk = K_FLOW .. flow, K_DAG .. flow, K_FLOW_RESULTS .. flow
+local st = redis.call('HGET', fk, 'status')
+if not st then return redis.error_reply('NOTFOUND flow') end
+if st ~= 'error' then
+  return redis.error_reply('CONFLICT flow ' .. flow .. ' is ' .. st .. '; only a failed flow can be retried')
+end
+if redis.call('EXISTS', dag) == 0 then
+  return redis.error_reply('CONFLICT flow ' .. flow .. ' never started; start it (flow.start)')
+end
+local caller = redis.call('HGET', fk, 'caller_id') or '0'
+local res = redis.call('HGET', fk, 'result')
+if res and res ~= '' and res ~= '{}' then
+  local ok, m = pcall(cjson.decode, res)
+  if ok and type(m) == 'table' then
+    for k, v in pairs(m) do redis.call('HSET', rk, k, v) end
+  end
+end
+local jobs = cjson.decode(redis.call('HGET', fk, 'jobs') or '[]')
+local rerun = {}
+for _, id in ipairs(jobs) do
+  id = tostring(id)
+  local s = redis.call('HGET', dag, 's:' .. id)
+  if s == 'failed' or s == 'cancelled' then rerun[id] = true end
+end
+local out = {1}
+local terminal = 0
+for _, id in ipairs(jobs) do
+  id = tostring(id)
+  if rerun[id] then
+    local remaining = 0
+    for _, d in ipairs(cjson.decode(redis.call('HGET', dag, 'p:' .. id) or '[]')) do
+      if redis.call('HGET', dag, 's:' .. tostring(d)) ~= 'completed' then remaining = remaining + 1 end
+    end
+    local jk = K_JOB .. caller .. ':' .. id
+    redis.call('HDEL', dag, 'e:' .. id, 'due:' .. id)
+    redis.call('HDEL', jk, 'result_json', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms', 'attempt',
+      'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms')
+    redis.call('ZREM', K_DLQ, caller .. ':' .. id)
+    if remaining == 0 then
+      redis.call('HSET', dag, 's:' .. id, 'ready', 'r:' .. id, 0, 'a:' .. id, 0)
+      set_job(caller, id, 'dispatched', 'updated_at', now_s, 'ready_at_ms', now_ms, 'result', '{}')
+      out[#out + 1] = id
+    else
+      redis.call('HSET', dag, 's:' .. id, 'pending', 'r:' .. id, remaining, 'a:' .. id, 0)
+      set_job(caller, id, 'waiting_for_prerequisites', 'updated_at', now_s, 'result', '{}')
+    end
+  else
+    terminal = terminal + 1
+  end
+end
+redis.call('HSET', dag, 'terminal', terminal, 'failed', 0)
+set_flow(flow, 'started', 'updated_at', now_s)
+redis.call('HDEL', fk, 'error', 'failed_job', 'cancelled_by', 'finished_at', 'finished_at_ms', 'result')
+event('flow.retried', actor, now_ms, flow, '0', caller, 'started', (#out - 1) .. ' job(s) ready to run again')
+redis.call('SELECT', 0)
+redis.call('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+redis.call('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)
+return out

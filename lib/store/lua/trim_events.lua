@@ -1,0 +1,12 @@
+-- trimEventsScript: KEYS events, flow index, job index; ARGV cutoff ms. Drops the
+-- events older than the cutoff, and never those of a flow or job still kept: the
+-- cutoff moves back to the creation of the oldest flow or job in the indexes (a
+-- shortened retention must not take the events of flows retained under the longer
+-- one). Returns the events dropped.
+
+local cutoff = tonumber(ARGV[1])
+for i = 2, 3 do
+  local oldest = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
+  if oldest[2] and tonumber(oldest[2]) < cutoff then cutoff = tonumber(oldest[2]) end
+end
+return redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d', cutoff) .. '-0')

@@ -1,0 +1,8 @@
+-- updateActorScript changes an existing actor's fields.
+--
+-- KEYS[1] actor:<id>. ARGV: updated_at, then field/value pairs.
+-- Reply: 1 updated, 0 no such actor.
+
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[1], unpack(ARGV, 2))
+return 1
