@@ -26,7 +26,6 @@ func (e *ConflictError) Is(t error) bool { return t == ErrConflict }
 
 // ---- cancel ----
 
-
 // cancelFlowScript: see lua/cancel_flow.lua.
 var cancelFlowScript = stateScript("cancel_flow.lua", "lib_finalize.lua")
 
@@ -55,7 +54,6 @@ func (d *DB) CancelFlow(ctx context.Context, flowID uint32, actor string, retent
 }
 
 // ---- delete ----
-
 
 // deleteJobScript: see lua/delete_job.lua.
 var deleteJobScript = stateScript("delete_job.lua", "lib_delete_job.lua")

@@ -23,7 +23,6 @@ const WakeCap = 10000
 // tokens. Each claim renews them while jobs are left (claimStartScript).
 const WakeSpread = 8
 
-
 // The store's atomic transitions are Lua scripts, one file each under lua/: each file
 // opens with a header that says what it does, its KEYS, its ARGV, its reply and the
 // keys it derives itself. A script is run as the prelude (below), then the library
