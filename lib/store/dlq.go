@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
 )
 
 // The dead-letter queue of a context is the zset coord:dlq: "<caller>:<id>" → when the
@@ -47,7 +48,7 @@ func (d *DB) DLQPurge(ctx context.Context, members []string, actor string) (int6
 			}
 			n = p.ZRem(ctx, keys.DLQ, args...)
 		}
-		AddEvent(ctx, p, &Event{Type: "dlq.purged", Actor: actor, Detail: strings.Join(members, ",")})
+		AddEvent(ctx, p, &Event{Type: string(model.EventDLQPurged), Actor: actor, Detail: strings.Join(members, ",")})
 		return nil
 	})
 	if err != nil {

@@ -160,7 +160,7 @@ func (s *Store) CreateContext(ctx context.Context, c *model.Context, actor strin
 	cmp, ini := splitFields(c, timestampFields)
 	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
 		return db.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "context", prefix: "context:", id: c.ID, compare: cmp, initial: ini, eventType: "context.created", eventActor: actor, events: true})
+	}, createSpec{object: "context", prefix: "context:", id: c.ID, compare: cmp, initial: ini, eventType: string(model.EventContextCreated), eventActor: actor, events: true})
 	if err != nil {
 		return nil, false, err
 	}
@@ -244,7 +244,7 @@ func (s *Store) UpdateContext(ctx context.Context, c *model.Context, actor strin
 			}
 		}
 		p.HSet(ctx, keys.Context(c.ID), keep...)
-		AddEvent(ctx, p, &Event{Type: "context.updated", Actor: actor, Detail: fmt.Sprintf("context %d", c.ID)})
+		AddEvent(ctx, p, &Event{Type: string(model.EventContextUpdated), Actor: actor, Detail: fmt.Sprintf("context %d", c.ID)})
 		return nil
 	})
 	if err != nil {
@@ -288,7 +288,7 @@ func (s *Store) CreateRunner(ctx context.Context, ctxID uint32, r *model.Runner,
 	cmp, ini := splitFields(r, withFields(timestampFields, "script_types"))
 	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
 		return db.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "runner", prefix: "runner:", seq: keys.RunnerSeq, index: keys.RunnerIndex, id: r.ID, compare: cmp, initial: ini, eventType: "runner.created", eventActor: actor, events: true,
+	}, createSpec{object: "runner", prefix: "runner:", seq: keys.RunnerSeq, index: keys.RunnerIndex, id: r.ID, compare: cmp, initial: ini, eventType: string(model.EventRunnerCreated), eventActor: actor, events: true,
 		registry: keys.RunnerContextsFormat, registryMember: strconv.FormatUint(uint64(ctxID), 10)})
 	if err != nil {
 		return nil, false, err
@@ -499,7 +499,7 @@ func (s *Store) CreateJob(ctx context.Context, j *model.Job, actor string) (*mod
 	caller := strconv.FormatUint(uint64(j.CallerID), 10)
 	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
 		return db.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "job", prefix: "job:" + caller + ":", seq: keys.JobSeq(j.CallerID), index: keys.JobIndex, member: caller + ":", id: j.ID, compare: cmp, initial: ini, eventType: "job.created", eventActor: actor, events: true, statusIdx: keys.JobIndex})
+	}, createSpec{object: "job", prefix: "job:" + caller + ":", seq: keys.JobSeq(j.CallerID), index: keys.JobIndex, member: caller + ":", id: j.ID, compare: cmp, initial: ini, eventType: string(model.EventJobCreated), eventActor: actor, events: true, statusIdx: keys.JobIndex})
 	if err != nil {
 		return nil, false, err
 	}
@@ -593,7 +593,7 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 	cmp, ini := splitFields(f, flowInitialOnly)
 	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
 		return db.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "flow", prefix: "flow:", seq: keys.FlowSeq, index: keys.FlowIndex, id: f.ID, compare: cmp, initial: ini, eventType: "flow.created", eventActor: actor, events: true, statusIdx: keys.FlowIndex})
+	}, createSpec{object: "flow", prefix: "flow:", seq: keys.FlowSeq, index: keys.FlowIndex, id: f.ID, compare: cmp, initial: ini, eventType: string(model.EventFlowCreated), eventActor: actor, events: true, statusIdx: keys.FlowIndex})
 	if err != nil {
 		return nil, false, err
 	}

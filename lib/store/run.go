@@ -377,7 +377,7 @@ func (d *DB) RequestStop(ctx context.Context, callerID, id uint32, actor string)
 	now := time.Now()
 	_, err = d.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, keys.Job(callerID, id), "stop_requested", "1", "updated_at", now.Unix())
-		AddEvent(ctx, p, &Event{Type: "job.stop_requested", Actor: actor, FlowID: j.FlowID, JobID: id, CallerID: callerID, Status: string(j.Status)})
+		AddEvent(ctx, p, &Event{Type: string(model.EventJobStopRequested), Actor: actor, FlowID: j.FlowID, JobID: id, CallerID: callerID, Status: string(j.Status)})
 		if j.Status == model.JobStarted && j.Worker != "" {
 			p.Select(ctx, 0)
 			p.LPush(ctx, keys.StopList(j.Worker), model.JobRef{ContextID: d.ContextID, CallerID: callerID, ID: id}.String())

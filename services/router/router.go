@@ -659,7 +659,7 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, cl.Item, "status", string(model.MessageError), "error", reason, "updated_at", now.Unix())
 		if j != nil {
-			store.AddEvent(ctx, p, &store.Event{Type: "job.failed", Actor: store.ActorRouter, FlowID: j.FlowID, JobID: j.ID, CallerID: j.CallerID, Status: string(model.JobError), Detail: reason})
+			store.AddEvent(ctx, p, &store.Event{Type: string(model.EventJobFailed), Actor: store.ActorRouter, FlowID: j.FlowID, JobID: j.ID, CallerID: j.CallerID, Status: string(model.JobError), Detail: reason})
 		}
 		return nil
 	})

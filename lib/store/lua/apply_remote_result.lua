@@ -5,7 +5,7 @@
 local caller, id, attempt, st = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local jk = K_JOB .. caller .. ':' .. id
 local cur = redis.call('HGET', jk, 'status')
-if not cur or cur == 'finished' or cur == 'error' then return 0 end
+if not cur or cur == JOB_FINISHED or cur == JOB_ERROR then return 0 end
 if (redis.call('HGET', jk, 'attempt') or '1') ~= attempt then return 0 end
 local fields = {}
 for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end

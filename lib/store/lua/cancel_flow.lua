@@ -7,42 +7,42 @@ local ctx, flow, actor, now_s, now_ms, reason, retention_ms = ARGV[1], ARGV[2], 
 local fk = K_FLOW .. flow
 local st = redis.call('HGET', fk, 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
-if st == 'finished' or st == 'error' then return {0, st} end
+if st == FLOW_FINISHED or st == FLOW_ERROR then return {0, st} end
 local caller = redis.call('HGET', fk, 'caller_id') or '0'
 redis.call('HSET', fk, 'cancelled_by', actor, 'error', reason, 'updated_at', now_s)
-event('flow.cancelled', actor, now_ms, flow, '0', caller, st, reason)
+event(EV_FLOW_CANCELLED, actor, now_ms, flow, '0', caller, st, reason)
 local jobs = cjson.decode(redis.call('HGET', fk, 'jobs') or '[]')
-if st == 'dispatched' then
+if st == FLOW_DISPATCHED then
   for _, id in ipairs(jobs) do
     id = tostring(id)
     if redis.call('EXISTS', K_JOB .. caller .. ':' .. id) == 1 then
-      set_job(caller, id, 'error', 'error', reason, 'updated_at', now_s)
+      set_job(caller, id, JOB_ERROR, 'error', reason, 'updated_at', now_s)
     end
   end
-  set_flow(flow, 'error', 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
-  event('flow.error', actor, now_ms, flow, '0', caller, 'error', reason)
+  set_flow(flow, FLOW_ERROR, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
+  event(EV_FLOW_ERROR, actor, now_ms, flow, '0', caller, FLOW_ERROR, reason)
   local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
   if keep > 0 then retention_ms = keep * 1000 end
   if tonumber(retention_ms) > 0 then
     redis.call('SELECT', 0)
     redis.call('ZADD', K_EXPIRE, tonumber(now_ms) + tonumber(retention_ms), ctx .. ':flow:' .. flow)
   end
-  return {1, 'error'}
+  return {1, FLOW_ERROR}
 end
 local dag = K_DAG .. flow
-local out = {1, 'started'}
+local out = {1, FLOW_STARTED}
 local stops = {}
 for _, id in ipairs(jobs) do
   id = tostring(id)
   local s = redis.call('HGET', dag, 's:' .. id)
   local jk = K_JOB .. caller .. ':' .. id
-  if s == 'pending' or s == 'ready' or s == 'dispatched' then
-    redis.call('HSET', dag, 's:' .. id, 'cancelled', 'e:' .. id, reason)
+  if s == NODE_PENDING or s == NODE_READY or s == NODE_DISPATCHED then
+    redis.call('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, reason)
     redis.call('HDEL', dag, 'due:' .. id)
     redis.call('HINCRBY', dag, 'terminal', 1)
-    set_job(caller, id, 'error', 'error', reason, 'stop_requested', '1', 'updated_at', now_s)
-    event('job.cancelled', actor, now_ms, flow, id, caller, 'error', reason)
-  elseif s == 'running' then
+    set_job(caller, id, JOB_ERROR, 'error', reason, 'stop_requested', '1', 'updated_at', now_s)
+    event(EV_JOB_CANCELLED, actor, now_ms, flow, id, caller, JOB_ERROR, reason)
+  elseif s == NODE_RUNNING then
     redis.call('HSET', jk, 'stop_requested', '1')
     local w = redis.call('HGET', jk, 'worker')
     if w then stops[#stops + 1] = {w, ctx .. ':' .. caller .. ':' .. id} end

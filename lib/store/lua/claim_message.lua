@@ -104,7 +104,7 @@ for n = 1, max do
     end
   end
   if done then
-    redis.call('HSET', item, 'status', 'acknowledged', 'updated_at', now_s)
+    redis.call('HSET', item, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
   else
     redis.call('LPUSH', KEYS[2], item)
     redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[9 + n])

@@ -47,11 +47,11 @@ for n = 1, max do
   -- A job started under a claim that still holds it (in its consumer's processing
   -- list: a lease's expiry takes it out of there first) is running: this queue entry
   -- is a duplicate, and starting it would run the job twice at once.
-  if st == 'started' and v[3] then
+  if st == JOB_STARTED and v[3] then
     local held = redis.call('LPOS', K_PROCESSING .. v[3], item, 'COUNT', 2)
     if #held > 1 or (#held == 1 and v[3] ~= worker) then st = 'duplicate' end
   end
-  if not st or st == 'finished' or st == 'error' or st == 'duplicate' then
+  if not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
     redis.call('LREM', proc, 1, item)
     redis.call('ZREM', leases, member)
     if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
@@ -68,15 +68,15 @@ for n = 1, max do
     local clear = {}
     for i = 9, #want do if v[i] then clear[#clear + 1] = want[i] end end
     redis.call('HSET', item, unpack(set))
-    index_job(caller .. ':' .. id, st, 'started')
+    index_job(caller .. ':' .. id, st, JOB_STARTED)
     if #clear > 0 then redis.call('HDEL', item, unpack(clear)) end
     if flow ~= '0' and flow ~= '' then
       local dag = K_DAG .. flow
-      if redis.call('HGET', dag, 's:' .. id) == 'dispatched' then redis.call('HSET', dag, 's:' .. id, 'running') end
+      if redis.call('HGET', dag, 's:' .. id) == NODE_DISPATCHED then redis.call('HSET', dag, 's:' .. id, NODE_RUNNING) end
     end
     local detail = 'attempt ' .. attempt .. ' on ' .. worker
-    if st == 'started' and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
-    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', 'job.started', 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', 'started', 'detail', detail)
+    if st == JOB_STARTED and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
+    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_STARTED, 'detail', detail)
     local code = 0
     if v[7] == '1' then code = 3 end
     out[#out + 1] = {item, code, tonumber(attempt) or 1}

@@ -14,7 +14,7 @@ local jk = K_JOB .. caller .. ':' .. id
 local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total')
 local s = node[1]
 if not s then return {0, '', 0} end
-if s == 'completed' or s == 'failed' or s == 'cancelled' or s == 'pending' or s == 'ready' then return {0, '', 0} end
+if s == NODE_COMPLETED or s == NODE_FAILED or s == NODE_CANCELLED or s == NODE_PENDING or s == NODE_READY then return {0, '', 0} end
 local a = tonumber(node[2] or '0')
 if attempt ~= a then return {0, '', 0} end
 local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'result', 'finished_at_ms', 'retry_after_ms')
@@ -22,8 +22,8 @@ if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
 if jf[2] == '1' or jf[3] == '1' then fatal = true end
 local out = {1, '', 0}
 local terminal
-if status == 'finished' then
-  redis.call('HSET', dag, 's:' .. id, 'completed')
+if status == JOB_FINISHED then
+  redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
   terminal = redis.call('HINCRBY', dag, 'terminal', 1)
   local res = jf[4]
   if res and res ~= '' then
@@ -44,9 +44,9 @@ if status == 'finished' then
   for _, d in ipairs(deps) do
     d = int(d)
     local r = redis.call('HINCRBY', dag, 'r:' .. d, -1)
-    if r <= 0 and redis.call('HGET', dag, 's:' .. d) == 'pending' then
-      redis.call('HSET', dag, 's:' .. d, 'ready')
-      set_job(caller, d, 'dispatched', 'ready_at_ms', fin, 'updated_at', now_s)
+    if r <= 0 and redis.call('HGET', dag, 's:' .. d) == NODE_PENDING then
+      redis.call('HSET', dag, 's:' .. d, NODE_READY)
+      set_job(caller, d, JOB_DISPATCHED, 'ready_at_ms', fin, 'updated_at', now_s)
       out[#out + 1] = d
     end
   end
@@ -55,8 +55,8 @@ else
     local ra = tonumber(jf[6] or '')
     if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
     local due = tonumber(now_ms) + backoff
-    redis.call('HSET', dag, 's:' .. id, 'ready', 'due:' .. id, due, 'e:' .. id, err)
-    redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', 'job.retried', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', 'error',
+    redis.call('HSET', dag, 's:' .. id, NODE_READY, 'due:' .. id, due, 'e:' .. id, err)
+    redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
       'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
     redis.call('SELECT', 0)
     redis.call('ZADD', K_DUE, due, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
@@ -66,9 +66,9 @@ else
   terminal = redis.call('HINCRBY', dag, 'terminal', 1)
   if redis.call('HGET', fk, 'cancelled_by') then
     -- the flow was cancelled: this is one of the running jobs it stopped
-    redis.call('HSET', dag, 's:' .. id, 'cancelled', 'e:' .. id, redis.call('HGET', fk, 'error') or err)
+    redis.call('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, redis.call('HGET', fk, 'error') or err)
   else
-    redis.call('HSET', dag, 's:' .. id, 'failed', 'e:' .. id, err)
+    redis.call('HSET', dag, 's:' .. id, NODE_FAILED, 'e:' .. id, err)
     redis.call('HINCRBY', dag, 'failed', 1)
     if not redis.call('HGET', fk, 'failed_job') then
       redis.call('HSET', fk, 'failed_job', id, 'error', 'job ' .. id .. ' failed: ' .. err, 'updated_at', now_s)
@@ -83,12 +83,12 @@ else
     local d = int(queue[i])
     i = i + 1
     local ds = redis.call('HGET', dag, 's:' .. d)
-    if ds == 'pending' or ds == 'ready' then
-      redis.call('HSET', dag, 's:' .. d, 'cancelled', 'e:' .. d, reason)
+    if ds == NODE_PENDING or ds == NODE_READY then
+      redis.call('HSET', dag, 's:' .. d, NODE_CANCELLED, 'e:' .. d, reason)
       redis.call('HDEL', dag, 'due:' .. d)
       terminal = redis.call('HINCRBY', dag, 'terminal', 1)
-      set_job(caller, d, 'error', 'error', reason, 'updated_at', now_s)
-      redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', 'job.cancelled', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', 'error', 'detail', reason)
+      set_job(caller, d, JOB_ERROR, 'error', reason, 'updated_at', now_s)
+      redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CANCELLED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', JOB_ERROR, 'detail', reason)
       for _, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. d) or '[]')) do
         queue[#queue + 1] = x
       end

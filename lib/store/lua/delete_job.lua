@@ -8,11 +8,11 @@ local flow = redis.call('HGET', jk, 'flow_id')
 if flow and flow ~= '0' and redis.call('EXISTS', K_FLOW .. flow) == 1 then
   return redis.error_reply('CONFLICT job ' .. id .. ' belongs to flow ' .. flow .. '; delete the flow (flow.delete) instead')
 end
-if st == 'started' and not force then
+if st == JOB_STARTED and not force then
   return redis.error_reply('CONFLICT job ' .. id .. ' is running; stop it first (job.stop) or delete with force')
 end
 delete_job(caller, id)
-event('job.deleted', actor, now_ms, '0', id, caller, st, '')
+event(EV_JOB_DELETED, actor, now_ms, '0', id, caller, st, '')
 redis.call('SELECT', 0)
 redis.call('ZREM', K_EXPIRE, ctx .. ':job:' .. caller .. ':' .. id)
 redis.call('ZREM', K_DUE, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)

@@ -35,7 +35,7 @@ local dels = {rk, K_RUNNER_COORD .. id .. ':procs'}
 for _, t in ipairs(all) do dels[#dels + 1] = K_PINNED_QUEUE .. id .. ':' .. t end
 redis.call('UNLINK', unpack(dels))
 redis.call('ZREM', K_RUNNER_INDEX, id)
-event('runner.deleted', actor, now_ms, '0', '0', '0', '', 'runner ' .. id)
+event(EV_RUNNER_DELETED, actor, now_ms, '0', '0', '0', '', 'runner ' .. id)
 redis.call('SELECT', 0)
 for _, q in ipairs(queues) do
   redis.call('LREM', K_WAKE_RUNNER .. id .. ':' .. q, 0, ctx)

@@ -42,16 +42,16 @@ while i <= #ARGV do
   elseif dag ~= '' then
     local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id)
     local s, due = node[1], node[2]
-    if s ~= 'ready' then
+    if s ~= NODE_READY then
       why = s or 'no node'
     elseif due and tonumber(due) > tonumber(now_ms) then
       why = 'not due'
     else
       attempt = int(redis.call('HINCRBY', dag, 'a:' .. id, 1))
-      redis.call('HSET', dag, 's:' .. id, 'dispatched')
+      redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED)
       if due then redis.call('HDEL', dag, 'due:' .. id) end
     end
-  elseif jst == 'started' or jst == 'finished' then
+  elseif jst == JOB_STARTED or jst == JOB_FINISHED then
     why = jst
   else
     attempt = int(redis.call('HINCRBY', jk, 'attempt', 1))
@@ -61,12 +61,12 @@ while i <= #ARGV do
   else
     if ready_ms then
       -- A node ready at its flow's start: the start left its job to this dispatch.
-      redis.call('HSET', jk, 'status', 'dispatched', 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'result', '{}', 'ready_at_ms', ready_ms)
+      redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'result', '{}', 'ready_at_ms', ready_ms)
     else
-      redis.call('HSET', jk, 'status', 'dispatched', 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
+      redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
     end
-    index_job(caller .. ':' .. id, jst, 'dispatched')
-    event('job.dispatched', actor, now_ms, flow, id, caller, 'dispatched', 'attempt ' .. attempt)
+    index_job(caller .. ':' .. id, jst, JOB_DISPATCHED)
+    event(EV_JOB_DISPATCHED, actor, now_ms, flow, id, caller, JOB_DISPATCHED, 'attempt ' .. attempt)
     if grouped then
       gspans[#gspans + 1] = first
       gids[#gids + 1] = id

@@ -33,9 +33,9 @@ for i = runs, #ARGV, 14 do
   redis.call('LREM', proc, 1, jk)
   redis.call('ZREM', leases, member)
   local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms')
-  if cur[1] == claim and (cur[2] == 'finished' or cur[2] == 'error') then
+  if cur[1] == claim and (cur[2] == JOB_FINISHED or cur[2] == JOB_ERROR) then
     out[#out + 1] = 2 -- written already: a try whose answer was lost
-  elseif cur[1] ~= claim or cur[2] ~= 'started' then
+  elseif cur[1] ~= claim or cur[2] ~= JOB_STARTED then
     out[#out + 1] = 0
   else
     local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s}
@@ -46,7 +46,7 @@ for i = runs, #ARGV, 14 do
     if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = ARGV[i + 11] elseif cur[5] then del[#del + 1] = 'retry_after_ms' end
     redis.call('HSET', jk, unpack(set))
     if #del > 0 then redis.call('HDEL', jk, unpack(del)) end
-    index_job(caller .. ':' .. id, 'started', status)
+    index_job(caller .. ':' .. id, JOB_STARTED, status)
     if chunk ~= '' then
       local lk = K_JOB_LOG .. caller .. ':' .. id
       local len = redis.call('STRLEN', lk)
@@ -55,8 +55,8 @@ for i = runs, #ARGV, 14 do
         redis.call('APPEND', lk, chunk)
       end
     end
-    local ev = 'job.finished'
-    if status ~= 'finished' then ev = 'job.failed' end
+    local ev = EV_JOB_FINISHED
+    if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
     if grouped then
       done[#done + 1] = ARGV[i + 13]

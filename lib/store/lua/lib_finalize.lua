@@ -3,8 +3,8 @@
 
 local function finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
   local failed = tonumber(redis.call('HGET', dag, 'failed') or '0')
-  local fst = 'finished'
-  if failed > 0 or redis.call('HGET', fk, 'cancelled_by') then fst = 'error' end
+  local fst, ev = FLOW_FINISHED, EV_FLOW_FINISHED
+  if failed > 0 or redis.call('HGET', fk, 'cancelled_by') then fst, ev = FLOW_ERROR, EV_FLOW_ERROR end
   local flat = redis.call('HGETALL', rk)
   local result = '{}'
   if #flat > 0 then
@@ -14,7 +14,7 @@ local function finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, re
   end
   set_flow(flow, fst, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
   redis.call('DEL', rk)
-  event('flow.' .. fst, actor, now_ms, flow, '0', caller, fst, redis.call('HGET', fk, 'error') or '')
+  event(ev, actor, now_ms, flow, '0', caller, fst, redis.call('HGET', fk, 'error') or '')
   local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
   if keep > 0 then retention_ms = keep * 1000 end
   redis.call('SELECT', 0)

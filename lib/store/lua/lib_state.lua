@@ -42,7 +42,7 @@ local function dead_letter(caller, id, flow, now_ms, actor, err)
   if redis.call('HGET', jk, 'stop_requested') == '1' then return end
   redis.call('ZADD', K_DLQ, now_ms, caller .. ':' .. id)
   redis.call('HSET', jk, 'dlq_at_ms', now_ms)
-  event('job.dead_lettered', actor, now_ms, flow, id, caller, 'error', err)
+  event(EV_JOB_DEAD_LETTERED, actor, now_ms, flow, id, caller, JOB_ERROR, err)
 end
 -- store_message stores a message from ARGV[first..last] (field/value pairs; last
 -- defaults to #ARGV) and, if given, the field/value pairs of the table extra, under a

@@ -25,5 +25,5 @@ redis.call('HSET', jk, unpack(fields))
 redis.call('ZADD', K_JOB_INDEX, now_ms, caller .. ':' .. id)
 local st = redis.call('HGET', jk, 'status')
 if st then redis.call('ZADD', K_JOB_INDEX .. ':' .. st, now_ms, caller .. ':' .. id) end
-event('job.created', 'router', now_ms, redis.call('HGET', jk, 'flow_id') or '0', id, caller, st, 'from node ' .. (cjson.decode(redis.call('HGET', jk, 'origin')).pk or '?'))
+event(EV_JOB_CREATED, 'router', now_ms, redis.call('HGET', jk, 'flow_id') or '0', id, caller, st, 'from node ' .. (cjson.decode(redis.call('HGET', jk, 'origin')).pk or '?'))
 return 1

@@ -42,7 +42,7 @@ for _, m in ipairs(expired) do
     -- and nothing is queued (that would run the job a second time at once).
     local cur = {}
     if claim ~= '' and string.match(item, '^' .. K_JOB .. '%d+:%d+$') then cur = redis.call('HMGET', item, 'claim', 'status', 'worker') end
-    if cur[2] == 'started' and cur[1] and cur[1] ~= claim then
+    if cur[2] == JOB_STARTED and cur[1] and cur[1] ~= claim then
       if cur[3] ~= consumer or #redis.call('LPOS', proc, item, 'COUNT', 2) > 1 then redis.call('LREM', proc, 1, item) end
     elseif redis.call('LREM', proc, 1, item) == 1 then
       redis.call('RPUSH', queue, item)

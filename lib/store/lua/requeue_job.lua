@@ -5,14 +5,14 @@ local ctx, caller, id, actor, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local jk = K_JOB .. caller .. ':' .. id
 local st = redis.call('HGET', jk, 'status')
 if not st then return redis.error_reply('NOTFOUND job') end
-if st == 'started' or st == 'dispatched' then
+if st == JOB_STARTED or st == JOB_DISPATCHED then
   return redis.error_reply('CONFLICT job ' .. id .. ' is ' .. st .. ', not ended')
 end
-set_job(caller, id, 'dispatched', 'updated_at', now_s, 'result', '{}')
+set_job(caller, id, JOB_DISPATCHED, 'updated_at', now_s, 'result', '{}')
 redis.call('HDEL', jk, 'result_json', 'attempt', 'done_attempt', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms',
   'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms')
 redis.call('ZREM', K_DLQ, caller .. ':' .. id)
-event('job.requeued', actor, now_ms, '0', id, caller, 'dispatched', 'from the dead-letter queue')
+event(EV_JOB_REQUEUED, actor, now_ms, '0', id, caller, JOB_DISPATCHED, 'from the dead-letter queue')
 redis.call('SELECT', 0)
 redis.call('ZREM', K_EXPIRE, ctx .. ':job:' .. caller .. ':' .. id)
 return 1

@@ -6,7 +6,7 @@ local ctx, flow, actor, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV
 local fk, dag, rk = K_FLOW .. flow, K_DAG .. flow, K_FLOW_RESULTS .. flow
 local st = redis.call('HGET', fk, 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
-if st ~= 'error' then
+if st ~= FLOW_ERROR then
   return redis.error_reply('CONFLICT flow ' .. flow .. ' is ' .. st .. '; only a failed flow can be retried')
 end
 if redis.call('EXISTS', dag) == 0 then
@@ -25,7 +25,7 @@ local rerun = {}
 for _, id in ipairs(jobs) do
   id = tostring(id)
   local s = redis.call('HGET', dag, 's:' .. id)
-  if s == 'failed' or s == 'cancelled' then rerun[id] = true end
+  if s == NODE_FAILED or s == NODE_CANCELLED then rerun[id] = true end
 end
 local out = {1}
 local terminal = 0
@@ -34,7 +34,7 @@ for _, id in ipairs(jobs) do
   if rerun[id] then
     local remaining = 0
     for _, d in ipairs(cjson.decode(redis.call('HGET', dag, 'p:' .. id) or '[]')) do
-      if redis.call('HGET', dag, 's:' .. tostring(d)) ~= 'completed' then remaining = remaining + 1 end
+      if redis.call('HGET', dag, 's:' .. tostring(d)) ~= NODE_COMPLETED then remaining = remaining + 1 end
     end
     local jk = K_JOB .. caller .. ':' .. id
     redis.call('HDEL', dag, 'e:' .. id, 'due:' .. id)
@@ -42,21 +42,21 @@ for _, id in ipairs(jobs) do
       'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms')
     redis.call('ZREM', K_DLQ, caller .. ':' .. id)
     if remaining == 0 then
-      redis.call('HSET', dag, 's:' .. id, 'ready', 'r:' .. id, 0, 'a:' .. id, 0)
-      set_job(caller, id, 'dispatched', 'updated_at', now_s, 'ready_at_ms', now_ms, 'result', '{}')
+      redis.call('HSET', dag, 's:' .. id, NODE_READY, 'r:' .. id, 0, 'a:' .. id, 0)
+      set_job(caller, id, JOB_DISPATCHED, 'updated_at', now_s, 'ready_at_ms', now_ms, 'result', '{}')
       out[#out + 1] = id
     else
-      redis.call('HSET', dag, 's:' .. id, 'pending', 'r:' .. id, remaining, 'a:' .. id, 0)
-      set_job(caller, id, 'waiting_for_prerequisites', 'updated_at', now_s, 'result', '{}')
+      redis.call('HSET', dag, 's:' .. id, NODE_PENDING, 'r:' .. id, remaining, 'a:' .. id, 0)
+      set_job(caller, id, JOB_WAITING_FOR_PREREQUISITES, 'updated_at', now_s, 'result', '{}')
     end
   else
     terminal = terminal + 1
   end
 end
 redis.call('HSET', dag, 'terminal', terminal, 'failed', 0)
-set_flow(flow, 'started', 'updated_at', now_s)
+set_flow(flow, FLOW_STARTED, 'updated_at', now_s)
 redis.call('HDEL', fk, 'error', 'failed_job', 'cancelled_by', 'finished_at', 'finished_at_ms', 'result')
-event('flow.retried', actor, now_ms, flow, '0', caller, 'started', (#out - 1) .. ' job(s) ready to run again')
+event(EV_FLOW_RETRIED, actor, now_ms, flow, '0', caller, FLOW_STARTED, (#out - 1) .. ' job(s) ready to run again')
 redis.call('SELECT', 0)
 redis.call('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
 redis.call('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)

@@ -14,7 +14,7 @@ for i = 3, #ARGV, 4 do
   local mk, member, target, jk = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if redis.call('LREM', proc, 1, mk) == 1 then
     redis.call('ZREM', leases, member)
-    redis.call('HSET', mk, 'status', 'acknowledged', 'updated_at', now_s)
+    redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
     redis.call('LPUSH', target, jk)
     if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target end
     tokens[target] = tokens[target] + 1

@@ -19,7 +19,7 @@ while i <= #ARGV do
   redis.call('LPUSH', mo, mk)
   pushed = pushed + 1
 end
-redis.call('HSET', item, 'status', 'processed', 'updated_at', now_s)
+redis.call('HSET', item, 'status', MSG_PROCESSED, 'updated_at', now_s)
 redis.call('ZREM', leases, member)
 wake_msg_out(ctx, pushed)
 return pushed

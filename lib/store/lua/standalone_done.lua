@@ -10,17 +10,17 @@ local a = tonumber(redis.call('HGET', jk, 'attempt') or '0')
 if a ~= attempt then return {0, '', 0} end
 if redis.call('HGET', jk, 'done_attempt') == tostring(a) then return {0, '', 0} end
 redis.call('HSET', jk, 'done_attempt', a)
-if status ~= 'finished' and (not fatal) and a <= retries then
+if status ~= JOB_FINISHED and (not fatal) and a <= retries then
   local ra = tonumber(redis.call('HGET', jk, 'retry_after_ms') or '')
   if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
   local due = tonumber(now_ms) + backoff
-  redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', 'job.retried', 'actor', actor, 'time_ms', now_ms, 'job_id', id, 'caller_id', caller, 'status', 'error',
+  redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'time_ms', now_ms, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
     'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
   redis.call('SELECT', 0)
   redis.call('ZADD', K_DUE, due, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)
   return {2, '', due}
 end
-if status ~= 'finished' then dead_letter(caller, id, '0', now_ms, actor, err) end
+if status ~= JOB_FINISHED then dead_letter(caller, id, '0', now_ms, actor, err) end
 local retention_ms = tonumber(ARGV[13]) or 0
 local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
 if keep > 0 then retention_ms = keep * 1000 end

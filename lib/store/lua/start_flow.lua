@@ -5,7 +5,7 @@
 
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
-if st ~= 'dispatched' then return {0, st} end
+if st ~= FLOW_DISPATCHED then return {0, st} end
 local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local dag = KEYS[2]
 redis.call('DEL', dag, KEYS[3])
@@ -31,18 +31,18 @@ for i = 7, #ARGV, 5 do
     -- follows at once: the start holds Redis for the whole flow, so it does only what
     -- must be atomic. One that ran before is marked here (its status may already say
     -- dispatched, which its dispatch would take as marked).
-    put('s:' .. id, 'ready', 'p:' .. id, deps, 'd:' .. id, dependents)
-    if ARGV[i + 4] == '1' then set_job(caller, id, 'dispatched', 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms) end
+    put('s:' .. id, NODE_READY, 'p:' .. id, deps, 'd:' .. id, dependents)
+    if ARGV[i + 4] == '1' then set_job(caller, id, JOB_DISPATCHED, 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms) end
     out[#out + 1] = id
   else
-    put('s:' .. id, 'pending', 'r:' .. id, ARGV[i + 3], 'p:' .. id, deps, 'd:' .. id, dependents)
-    set_job(caller, id, 'waiting_for_prerequisites', 'result', '{}', 'updated_at', now_s)
+    put('s:' .. id, NODE_PENDING, 'r:' .. id, ARGV[i + 3], 'p:' .. id, deps, 'd:' .. id, dependents)
+    set_job(caller, id, JOB_WAITING_FOR_PREREQUISITES, 'result', '{}', 'updated_at', now_s)
   end
 end
 if #kv > 0 then redis.call('HSET', dag, unpack(kv)) end
-set_flow(flow, 'started', 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
+set_flow(flow, FLOW_STARTED, 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
 redis.call('HDEL', KEYS[1], 'error', 'failed_job', 'finished_at', 'finished_at_ms', 'cancelled_by')
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', 'flow.started', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'caller_id', caller, 'status', 'started')
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', EV_FLOW_STARTED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'caller_id', caller, 'status', FLOW_STARTED)
 redis.call('SELECT', 0)
 redis.call('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
 return out
