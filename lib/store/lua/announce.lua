@@ -1,10 +1,14 @@
--- announceScript merges names into runner:<id>.<ARGV[3]> (script_types, executors) and
--- counts each once per runner in KEYS[2] (coord:script_types, coord:executors): KEYS
--- runner:<id>, the count hash; ARGV the names (JSON list), now_s, the field, the
--- prefix of the names' queues (queue: or queue:exec:), the runner id. The runner id
--- joins the wakers set of each name's queue (keys.Wakers), so that every job pushed
--- there wakes it; each announce does so again, so a set lost or older than the runner
--- record is whole again at the runner's next start. Reply: 1 when a name was new.
+-- announce: merges names into a field of a runner record (script_types or executors)
+-- and counts each name once per runner.
+--
+-- KEYS: [1] runner:<id>, [2] the count hash (coord:script_types or coord:executors).
+-- ARGV: [1] the names (JSON list), [2] now (s), [3] the field, [4] the prefix of the
+--   names' queues (queue: or queue:exec:), [5] the runner id.
+-- Reply: 1 when a name was new, else 0. Error: ERR runner does not exist.
+-- Derives: coord:wakers:<prefix><name> (context DB) for every name the runner has: the
+--   runner id joins the wakers set of each of its queues, so that every job pushed there
+--   wakes it; each announce does so again, so a set lost or older than the runner record
+--   is whole again at the runner's next start.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('ERR runner does not exist') end
 local have = redis.call('HGET', KEYS[1], ARGV[3])

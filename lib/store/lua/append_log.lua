@@ -1,5 +1,8 @@
--- appendLogScript: KEYS log; ARGV chunk, max bytes, ttl seconds (0 none). Appends
--- within the cap; past it, one truncation note. Returns the new length.
+-- append_log: appends a chunk to a job's log within a size cap.
+--
+-- KEYS: [1] coord:log:<caller>:<id>.
+-- ARGV: [1] the chunk, [2] the cap (bytes).
+-- Reply: the log's new length. Past the cap one truncation note is written, then nothing.
 
 local len = redis.call('STRLEN', KEYS[1])
 local max = tonumber(ARGV[2])

@@ -1,7 +1,18 @@
--- cancelFlowScript: ARGV ctx, flow, actor, now_s, now_ms, reason, retention ms.
--- Nodes that have not started are cancelled at once (their jobs never run); running
--- ones get a stop request in their runner's control list. Returns {code, status,
--- running job ids…}: 0 = the flow had ended already, 1 = cancelled.
+-- cancel_flow: cancels a flow. Nodes that have not started are cancelled at once
+-- (their jobs never run); running ones get a stop request in their runner's control
+-- list; when no node is left running the flow ends error (finalize).
+--
+-- KEYS: none; the keys are derived (below).
+-- ARGV: [1] context id, [2] flow id, [3] actor, [4] now (s), [5] now (ms), [6] reason,
+--   [7] retention (ms; context:<ctx>.retention_seconds wins when set).
+-- Reply: {0, status}: the flow had ended already (nothing changed); {1, status, running
+--   job ids…}: cancelled (status error, or started while jobs are being stopped).
+--   Error NOTFOUND flow.
+-- Derives, from the flow's own fields (its job list and caller, its jobs' workers):
+--   context DB: flow:<flow>, coord:dag:<flow>, coord:flowres:<flow>, job:<caller>:<id> of
+--   its jobs, context:<ctx>, coord:idx:jobs[:<status>], coord:idx:flows[:<status>],
+--   coord:events; DB 0 (SELECT 0): coord:flows:active, coord:expire, coord:flowdone
+--   (PUBLISH), coord:ctl:<worker> of each running job (the stop request).
 
 local ctx, flow, actor, now_s, now_ms, reason, retention_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local fk = K_FLOW .. flow

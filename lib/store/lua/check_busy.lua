@@ -1,10 +1,13 @@
--- checkBusyScript reads what a context has waiting or held: KEYS none (the context's
--- lists are named from ARGV; coord:busy in DB 0 is reached with SELECT 0); ARGV
--- context id, tidy (1: remove the context from coord:busy when it has nothing waiting
--- and no lease, add it when it has), then the script types. It looks at msg_out,
--- msg_in, queue:<type> and the pinned queues coord:rq:<runner>:<type> of the runners
--- of coord:idx:runners. Reply: {lease count, {list, length}...} of the lists that are
--- not empty.
+-- check_busy: reads what a context has waiting or held, and with tidy keeps its
+-- entry in coord:busy true.
+--
+-- KEYS: none; the keys are derived (below).
+-- ARGV: [1] context id, [2] tidy (1: remove the context from coord:busy when it has
+--   nothing waiting and no lease, add it when it has), [3…] the script types.
+-- Reply: {lease count, {list, length}…} of the lists that are not empty.
+-- Derives: context DB: msg_out, msg_in, queue:<type> and the pinned queues
+--   coord:rq:<runner>:<type> of the runners of coord:idx:runners (the runners are read
+--   here), coord:leases; DB 0 (SELECT 0): coord:busy.
 
 local ctx, tidy = ARGV[1], ARGV[2] == '1'
 local out = {}

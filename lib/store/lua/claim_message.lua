@@ -1,23 +1,27 @@
--- claimMessageScript claims up to max messages and reads what routing them needs, in
--- one round trip: KEYS queue, processing list, leases, the queue's wake list (DB 0);
--- ARGV consumer, queue name, expiry ms, max, wake token, tokens held (as for
--- claimStartScript), route (1: route plain job requests here), context id, now_s,
--- then max claim ids.
+-- claim_message: claims up to max messages of msg_out or msg_in and reads what
+-- routing them needs, in one round trip.
 --
 -- With route, a job request whose job names no runner and whose script type some
 -- runner serves is routed by the script itself, with no lease: the message is
 -- acknowledged and the job key pushed onto queue:<script_type> with its wake tokens
--- (LuaWake: one per runner id that may take it; what the router would do; the script
--- is atomic, so no crash can fall in between).
--- A job request of several jobs (field job_ids) is routed so if every one of its jobs
--- is plain; otherwise it is claimed whole, for the router to split (SplitRequest).
--- Every other message is claimed: moved to the processing list under a lease.
+-- (lib_wake: one per runner id that may take it; what the router would do; the script
+-- is atomic, so no crash can fall in between). A job request of several jobs (field
+-- job_ids) is routed so if every one of its jobs is plain; otherwise it is claimed
+-- whole, for the router to split (split_request). Every other message is claimed:
+-- moved to the processing list under a lease.
 --
--- It returns {script types hash, {item, message hash, job fields, claim id, partial}...,
--- {job key, queue}...}: the claimed messages (for a job request the RoutingJobFields of its job,
--- and the coord:script_types counts, read once) and the routed jobs. A routed job
--- marks the context busy (coord:busy, DB 0). Of a job result
--- only the fields kind and job are returned (partial = 1): most results need no more.
+-- KEYS: [1] the queue (msg_out or msg_in), [2] the processing list, [3] coord:leases,
+--   [4] the queue's wake list (DB 0: coord:wake:msg_out or coord:wake:msg_in).
+-- ARGV: [1] consumer, [2] queue name, [3] lease expiry (ms), [4] max, [5] wake token,
+--   [6] tokens held (as for claim_start; "-": leave the tokens alone), [7] route (1: route
+--   plain job requests here), [8] context id, [9] now (s), [10…] max claim ids.
+-- Reply: {script types hash, {{item, message hash, job fields, claim id, partial}…},
+--   {job key, queue…}}: the claimed messages (for a job request the routing fields of
+--   its job, and the coord:script_types counts, read once) and the routed jobs. Of a job
+--   result only the fields kind and job are returned (partial = 1). false: nothing taken.
+-- Derives: context DB: the messages' jobs job:<caller>:<id> (named in the messages),
+--   coord:script_types, queue:<type> and coord:wakers:<queue>; DB 0 (SELECT 0, last):
+--   the runners' wake lists coord:wake:runner:<id>:<queue> and coord:busy.
 
 local JOB_FIELDS = {'id', 'caller_id', 'context_id', 'flow_id', 'script_type', 'runner_id', 'attempt', 'status', 'function_name'} -- RoutingJobFields (a test checks)
 local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]

@@ -1,28 +1,32 @@
--- claimStartScript claims up to max jobs from the consuming end of a queue and marks
--- each started, in one round trip: KEYS queue, processing list, leases, events, the
--- queue's wake list of the claiming runner id (keys.WakeRunner, DB 0); ARGV worker,
--- queue name, lease expiry ms, now_ms, max, wake token (the context id), tokens held
--- (0 or 1; "-": leave the tokens alone), n, then n
--- field/value items that every start sets, the count of fields a start clears and
--- those fields, then max pairs of (claim id, trace id) (ClaimStarts builds the lists).
--- A job that has a producer's traceparent keeps that trace: its trace id is stored
--- instead of the pair's.
--- The claim id is written into the job: only this run may finish it (a job queued
--- again while a first run of it ends is run anew). It returns one {item, code,
--- attempt} per item claimed (none when the queue is empty); the caller reads the
--- started jobs' hashes after it, with plain HGETALLs (moving a ~30-field hash through
--- Lua and back cost this script a third of its work). An item that is no job key, a
--- job that is gone (code 1), a job that already ended (code 2) and a job that runs under
--- a claim that still holds it (a duplicate queue entry: code 2) are dropped from the
--- processing list at once.
+-- claim_start: claims up to max jobs from the consuming end of a job queue and marks
+-- each started, in one round trip.
 --
--- Producers push up to WakeSpread tokens per push (LuaWake). After the claim the
--- context's tokens on the wake list are set anew: none when the queue is empty (stale
--- tokens, a group's or another runner's leftovers, wake no one for nothing), else as
+-- The claim id is written into the job: only this run may finish it (a job queued again
+-- while a first run of it ends is run anew). The caller reads the started jobs' hashes
+-- after it, with plain HGETALLs (moving a ~30-field hash through Lua and back cost this
+-- script a third of its work). An item that is no job key, a job that is gone (code 1),
+-- a job that already ended (code 2) and a job that runs under a claim that still holds
+-- it (a duplicate queue entry: code 2) are dropped from the processing list at once. A
+-- job that has a producer's traceparent keeps that trace.
+--
+-- Producers push up to WAKE_SPREAD tokens per push (lib_wake). After the claim the
+-- context's tokens on the wake list are set anew: none when the queue is empty, else as
 -- many as were left uncovered by the items claimed, at least one and at most
--- WakeSpread, at the list's tail: a context with jobs left always keeps a token (no job
--- waits for the idle claim), and goes behind the other contexts waiting on the list
--- (a backlog of one context does not hold back the others).
+-- WAKE_SPREAD, at the list's tail: a context with jobs left always keeps a token, and
+-- goes behind the other contexts waiting on the list.
+--
+-- KEYS: [1] the job queue, [2] the processing list (coord:proc:<worker>), [3] coord:leases,
+--   [4] coord:events, [5] the queue's wake list of the claiming runner id
+--   (coord:wake:runner:<id>:<queue>, DB 0).
+-- ARGV: [1] worker, [2] queue name, [3] lease expiry (ms), [4] now (ms), [5] max, [6] wake
+--   token (the context id), [7] tokens held (0 or 1; "-": leave the tokens alone), [8] n,
+--   then n field/value items every start sets, the count of fields a start clears and
+--   those fields, then max pairs (claim id, trace id) (ClaimStarts builds the lists).
+-- Reply: one {item, code, attempt} per item claimed: code 0 started, 1 gone, 2 ended or
+--   a duplicate, 3 started with a stop requested.
+-- Derives (context DB): the claimed jobs' coord:dag:<flow> (its node goes running) and
+--   coord:idx:jobs:<status>; coord:proc:<worker> of the job's previous worker (to tell
+--   a duplicate entry): all named by the claimed items.
 
 local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
 local worker, qname, exp, now_ms, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])

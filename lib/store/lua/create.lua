@@ -1,18 +1,19 @@
--- createScript stores a new object hash unless its key exists. With id 0 it takes the
--- next free id from the counter (skipping ids that callers chose). When the key exists
--- and the compared fields hold the same values, the stored object is kept and reported
--- as such (a retried create); otherwise the first differing field is returned.
+-- create: stores a new object hash unless its key exists. With id 0 it takes the next
+-- free id from the counter (skipping ids that callers chose). When the key exists and
+-- the compared fields hold the same values, the stored object is kept and reported as
+-- such (a retried create); otherwise the first differing field is returned.
 --
--- ARGV: prefix, seq key, index key, id, index member prefix, now ms, ncompare,
---
---
---
---
---
--- The DB-0 set (of the server the script runs on) gets the member when the object
--- exists after the call, created now or before (a retried create repairs it).
---
--- Returns {status, id, field}: status 1 created, 2 same content existed, 0 conflict.
+-- KEYS: [1] coord:events (the context's; written only with an event type).
+-- ARGV: [1] the object's key prefix, [2] its id counter, [3] its index ("": none), [4] id
+--   (0: the next free one), [5] the index member's prefix, [6] now (ms), [7] ncompare,
+--   [8] event type ("": none), [9] event actor, [10] status index prefix ("": none),
+--   [11] a DB-0 set ("": none; "%d" in it stands for the id), [12] that set's member,
+--   [13…] field/value pairs (the first ncompare compared).
+-- Reply: {status, id, field}: status 1 created, 2 the same content existed, 0 conflict
+--   (field names the first that differs). Error: ERR id space exhausted.
+-- Derives: the object key <prefix><id>, the counter, the indexes and the DB-0 set are
+--   named by the caller (lib/keys) in ARGV, because the id is only known here; the DB-0
+--   set (SELECT 0, the server's) gets the member when the object exists after the call.
 
 local prefix, seqkey, idxkey = ARGV[1], ARGV[2], ARGV[3]
 local id = tonumber(ARGV[4])

@@ -1,5 +1,14 @@
--- deleteFlowScript: ARGV ctx, flow, force, actor, now_ms. A started flow is refused
--- (cancel it first); force deletes it anyway (retention of an ended flow uses it too).
+-- delete_flow: removes a flow with its jobs, their logs and messages, its DAG state and
+-- results. A started flow is refused (cancel it first) unless force; retention of an
+-- ended flow uses it too.
+--
+-- KEYS: none; the keys are derived (below).
+-- ARGV: [1] context id, [2] flow id, [3] force (1/0), [4] actor, [5] now (ms).
+-- Reply: 1. Errors: NOTFOUND flow; CONFLICT flow <id> is running.
+-- Derives, from the flow's job list: context DB: flow:<flow>, coord:dag:<flow>,
+--   coord:flowres:<flow>, coord:flowmsgs:<flow> and its messages, and per job what
+--   delete_job (lib_delete_job) removes; coord:idx:flows[:<status>], coord:events;
+--   DB 0 (SELECT 0): coord:flows:active, coord:expire, coord:due (the jobs' retries).
 
 local ctx, flow, force, actor, now_ms = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4], ARGV[5]
 local fk = K_FLOW .. flow

@@ -1,7 +1,15 @@
--- deleteRunnerScript: ARGV ctx, runner, force, actor, now_ms, script types (JSON list
--- of every known type). The runner leaves the context's wakers sets (keys.Wakers) of
--- every script type and of the executors it announced, and its wake lists lose the
--- context's tokens (DB 0; the lists are shared with the server's other contexts).
+-- delete_runner: removes a runner record, its process heartbeats and its pinned
+-- queues. The runner leaves the context's wakers sets of every script type and of the
+-- executors it announced, and its wake lists lose the context's tokens.
+--
+-- KEYS: none; the keys are derived (below).
+-- ARGV: [1] context id, [2] runner id, [3] force (1: even with jobs waiting in its pinned
+--   queues), [4] actor, [5] now (ms), [6] every known script type (JSON list).
+-- Reply: 1. Errors: NOTFOUND runner; CONFLICT jobs are pinned to it.
+-- Derives: context DB: runner:<id>, coord:runner:<id>:procs, coord:rq:<id>:<type>,
+--   coord:script_types, coord:wakers:<queue>, coord:idx:runners, coord:events; DB 0
+--   (SELECT 0; the lists are shared with the server's other contexts):
+--   coord:wake:runner:<id>:<queue>, coord:runner:<id>:contexts, coord:control (PUBLISH).
 
 local ctx, id, force, actor, now_ms = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4], ARGV[5]
 local rk = K_RUNNER .. id

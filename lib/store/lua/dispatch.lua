@@ -1,20 +1,25 @@
--- dispatchScript sends ready nodes (or one standalone job) to the router: ARGV ctx,
--- flow (0: a standalone job), caller, now_s, now_ms, actor, the start time (ms) of the
--- flow whose start found these nodes ready ("": nodes made ready since; see
--- DispatchStarted), the number g of the field/
--- value items of a group message (0: none) and those g items (all but its id, job,
--- nodes and job_ids), then, when g > 0, the group's job list and node list as JSON
--- arrays (every grouped job's JSON and node JSON, in order), then per job its id,
--- whether it goes in the group message (1) or in a message of its own (0), and the
--- number n of items that follow with them: for a message of its own its field/value
--- items; for the group, where its job's and its node's JSON start and end in the two
--- lists (1-based, inclusive). For each job: it checks the node is ready (and its retry
--- due), marks node and job dispatched and records the event; a job of its own gets its
--- message stored and pushed on msg_out at once; the group's jobs share one message
--- (its job and nodes lists hold the jobs dispatched — the lists given when that is
--- every grouped job, else cut from them — job_ids their ids), stored and pushed after
--- them. One wake token per message. Returns per job {message key, attempt} or
--- {"", why}.
+-- dispatch: sends ready nodes of a flow (or one standalone job) to the router. For each
+-- job it checks the node is ready (and its retry due), marks node and job dispatched and
+-- records the event; a job of its own gets its message stored and pushed on msg_out at
+-- once; the group's jobs share one message (its job and nodes lists hold the jobs
+-- dispatched: the lists given when that is every grouped job, else cut from them;
+-- job_ids their ids), stored and pushed after them. One wake token per message.
+--
+-- KEYS: none; the keys are derived (below).
+-- ARGV: [1] context id, [2] flow id (0: a standalone job), [3] caller id, [4] now (s),
+--   [5] now (ms), [6] actor, [7] the start time (ms) of the flow whose start found these
+--   nodes ready ("": nodes made ready since; see DispatchStarted), [8] g, the number of
+--   field/value items of a group message (0: none), then those g items (all but its id,
+--   job, nodes and job_ids), then, when g > 0, the group's job list and node list as JSON
+--   arrays, then per job: its id, 1 when it goes in the group message (0: a message of its
+--   own), the number n of items that follow, and those n items: a message of its own's
+--   field/value items, or for the group where its job's and its node's JSON start and
+--   end in the two lists (4 positions, 1-based, inclusive).
+-- Reply: per job {message key, attempt}, or {"", why it was not dispatched}.
+-- Derives: context DB: coord:dag:<flow>, job:<caller>:<id> of the jobs named,
+--   message:<caller>:<id> (fresh ids), coord:seq:message, coord:idx:messages,
+--   coord:idx:jobs:<status>, coord:jobmsgs:…/coord:flowmsgs:<flow>, msg_out, coord:events;
+--   DB 0 (SELECT 0, last): coord:wake:msg_out, coord:busy.
 
 local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local ready_ms = ARGV[7]

@@ -1,7 +1,11 @@
--- enqueueScript pushes items onto a job queue with their wake tokens: KEYS the queue;
--- ARGV context id, then the items (LPUSHed in this order). One token per item goes
--- onto the queue's wake list of each runner id that may take it (LuaWake), and the
--- context is marked busy (DB 0). Reply: the number of items pushed.
+-- enqueue: pushes items onto a job queue with their wake tokens.
+--
+-- KEYS: [1] the job queue (queue:<type>, queue:exec:<executor> or coord:rq:<runner>:<type>).
+-- ARGV: [1] context id, [2…] the items (LPUSHed in this order).
+-- Reply: the number of items pushed.
+-- Derives: coord:wakers:<queue> (context DB), then in DB 0 (SELECT 0) the wake lists
+--   coord:wake:runner:<id>:<queue> of each runner id that may take the items, and
+--   coord:busy (lib_wake, lib_busy).
 
 local n = #ARGV - 1
 for i = 2, #ARGV, 1000 do redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV))) end

@@ -1,17 +1,22 @@
--- finishJobsScript records the ends of runs of one context DB and pushes their result
--- message(s): KEYS processing list, leases, msg_out, events; ARGV now_s, now_ms, ctx,
--- caller, log cap, grouped (1: one result message for all the runs that end here,
--- 0: one each), n, then n field/value items of the result message (all but its id and
--- job), then, when grouped, the message's job list (every run's finished job, as a JSON
--- array), then per run 14 items: job key, lease member, claim id, job id, flow id,
--- status, error, exit code, result JSON (the string map), the handler's result_json
--- ("": none, the field is removed), fatal, retry-after ms, log chunk, and the
--- finished job's JSON for its own message, or, grouped, where it starts and ends in the
--- list ("<start> <end>", 1-based, inclusive): the message lists the runs that
--- finished, the list as given when all did. Only the run that holds the job's current
--- claim can finish it; a second finish changes nothing but the ack. It returns per
--- run 1 (written), 2 (written before by this claim: a retry after a lost answer) or 0
--- (the claim is not the job's any more).
+-- finish_jobs: records the ends of runs of one context and pushes their result
+-- message(s). Only the run that holds the job's current claim can finish it; a second
+-- finish changes nothing but the ack.
+--
+-- KEYS: [1] the processing list, [2] coord:leases, [3] msg_out, [4] coord:events.
+-- ARGV: [1] now (s), [2] now (ms), [3] context id, [4] caller id, [5] log cap (bytes),
+--   [6] grouped (1: one result message for all the runs that end here, 0: one each),
+--   [7] n, then n field/value items of the result message (all but its id and job),
+--   then, when grouped, the message's job list (a JSON array), then per run 14 items:
+--   job key, lease member, claim id, job id, flow id, status, error, exit code, result
+--   JSON (the string map), the handler's result_json ("": none, the field is removed),
+--   fatal, retry-after (ms), log chunk, and the finished job's JSON for its own message
+--   or, grouped, where it starts and ends in the list ("<start> <end>", 1-based).
+-- Reply: per run 1 written, 2 written before by this claim (a retry after a lost
+--   answer), 0 the claim is not the job's any more.
+-- Derives: context DB: coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
+--   message:<caller>:<id> (fresh ids), coord:seq:message, coord:idx:messages,
+--   coord:jobmsgs:…/coord:flowmsgs:<flow>; DB 0 (SELECT 0, last): coord:wake:msg_out,
+--   coord:busy.
 
 local proc, leases, mo, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now_s, now_ms, ctx, caller, logmax, grouped = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'

@@ -1,6 +1,6 @@
--- lib_busy: mark_busy(ctx) adds context ctx to coord:busy (K_BUSY, keys.Busy) with the
--- server's time. Call it in DB 0, in the step that pushes an item onto one of the
--- context's queues.
+-- lib_busy: defines mark_busy(ctx), which adds context ctx to coord:busy (K_BUSY,
+-- keys.Busy) with the server's time. Call it in DB 0, in the step that pushes an item
+-- onto one of the context's queues.
 
 local function mark_busy(ctx)
   local t = redis.call('TIME')

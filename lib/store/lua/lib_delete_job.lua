@@ -1,4 +1,7 @@
--- deleteJobLua removes a job and everything it owns. It expects caller, id.
+-- lib_delete_job: defines delete_job(caller, id), which removes a job and everything
+-- it owns (its log, its messages and their places on msg_out/msg_in, its queue entries,
+-- its index and DLQ entries), and delete_messages(set), which removes the messages a
+-- set lists, and the set.
 
 -- delete_messages removes the messages listed in the set key (and the set).
 local function delete_messages(key)

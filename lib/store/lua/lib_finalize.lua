@@ -1,5 +1,8 @@
--- finalizeLua ends a flow whose nodes are all final: result map, status, retention.
--- It expects dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms.
+-- lib_finalize: defines finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor,
+-- retention_ms), which ends a flow whose nodes are all final: result map, status
+-- (finished, or error when a node failed or the flow was cancelled), event, then in
+-- DB 0 (SELECT 0) its leaving coord:flows:active, its retention (coord:expire) and the
+-- waiters' notice (coord:flowdone), and back to the context's DB. Needs lib_state.
 
 local function finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
   local failed = tonumber(redis.call('HGET', dag, 'failed') or '0')

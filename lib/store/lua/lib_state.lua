@@ -1,7 +1,8 @@
 -- lib_state: what the scripts that change statuses share. Every status change also
 -- moves the object between the per-status indexes (coord:idx:jobs:<status>,
 -- coord:idx:flows:<status>), which is what lets lists filter by status without a scan.
--- It needs lib_busy (wake_msg_out marks the context busy).
+-- Needs lib_busy (wake_msg_out marks the context busy).
+
 -- int formats a whole number (a Redis integer reply) as a string: Lua would format it
 -- as a float (tostring, .., or a number argument of redis.call), which costs Redis
 -- several times as much.

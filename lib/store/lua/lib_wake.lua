@@ -6,7 +6,7 @@
 --   - wake_runners(ctx, q, ids, n), called in DB 0, for n jobs pushed: min(n,
 --     WAKE_SPREAD) tokens (the context id ctx) at the tail of the wake list of queue q
 --     of each runner id of ids (keys.WakeRunner); over WAKE_CAP tokens, one only if the
---     list holds none of ctx.
+--     list holds none of ctx. Needs lib_busy.
 
 local function wake_targets(q)
   local r = string.match(q, '^' .. K_PINNED_QUEUE .. '(%d+):')

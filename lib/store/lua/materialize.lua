@@ -1,7 +1,13 @@
--- materializeScript: ARGV caller, id, origin msg key, now_s, now_ms, then the job's
--- field/value pairs. Creates the job of a request from another node; a job of the
--- same origin is replaced (the origin retried it); a local job with that key is a
--- conflict. Returns 1, or 0 for a duplicate of the same request.
+-- materialize: creates, on the node that runs it, the job of a request from another
+-- node. A job of the same origin is replaced (the origin retried it); a local job with
+-- that key is a conflict.
+--
+-- KEYS: none; the keys are derived (below).
+-- ARGV: [1] caller id, [2] job id, [3] the origin's message key, [4] now (s), [5] now (ms),
+--   [6…] the job's field/value pairs (with origin, a JSON object holding msg_key and pk).
+-- Reply: 1 created, 0 a duplicate of the same request. Error: CONFLICT the key belongs to
+--   a local job of this context.
+-- Derives (context DB): job:<caller>:<id>, coord:idx:jobs[:<status>], coord:events.
 
 local caller, id, origin_msg, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local jk = K_JOB .. caller .. ':' .. id

@@ -1,12 +1,20 @@
--- requeueScript: KEYS leases; ARGV now ms, limit, context id, consumer ("" = any),
--- then optionally claim ids.
--- With a consumer, every lease of that consumer is taken back at once, expired or not
--- (a restarted consumer hands back what its previous life held); with claim ids too,
--- only those claims (a claim whose answer was lost).
--- For each expired lease: if the item is still in the consumer's processing list, it
--- is removed from there and pushed back at the consuming end of its queue, with its
--- wake tokens in DB 0 (a message's on the routers' list, a job's per LuaWake; and the
--- context marked busy there). The LREM makes the requeue happen at most once per claim.
+-- requeue: takes back leases and requeues their items. With a consumer, every
+-- lease of that consumer is taken back at once, expired or not (a restarted consumer
+-- hands back what its previous life held); with claim ids too, only those claims (a
+-- claim whose answer was lost); without, the leases expired by now. For each lease: if
+-- the item is still in the consumer's processing list, it is removed from there and
+-- pushed back at the consuming end of its queue, with its wake tokens; the LREM makes
+-- the requeue happen at most once per claim. A job that runs under another claim now
+-- (the lease is stale) keeps running and is not queued again.
+--
+-- KEYS: [1] coord:leases.
+-- ARGV: [1] now (ms), [2] limit, [3] context id, [4] consumer ("": leases expired by
+--   now, of any consumer), [5…] claim ids (only with a consumer).
+-- Reply: {queue, item…} of the items requeued.
+-- Derives, from the lease members ("<consumer>\t<queue>\t<item>\t<claim>"): context DB:
+--   coord:proc:<consumer>, the queues, the items' job hashes, coord:wakers:<queue>;
+--   DB 0 (SELECT 0, last): coord:wake:msg_out / coord:wake:msg_in for a message,
+--   coord:wake:runner:<id>:<queue> for a job (lib_wake), coord:busy.
 
 local expired
 if ARGV[4] ~= '' then

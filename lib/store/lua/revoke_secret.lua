@@ -1,8 +1,10 @@
--- revokeSecretScript marks a record revoked, or stores a revoked record (a configured
--- secret, which is stored only once revoked).
+-- revoke_secret: marks an operator secret's record revoked, or stores a revoked
+-- record (a configured secret, which is stored only once revoked).
 --
--- KEYS[1] coord:operator_secrets. ARGV: fingerprint, the record to store when there
--- is none, revoked_ms, reason. Reply: 1 revoked now, 0 was revoked already.
+-- KEYS: [1] coord:operator_secrets (primary server, DB 0).
+-- ARGV: [1] fingerprint, [2] the record to store when there is none, [3] revoked_ms,
+--   [4] reason.
+-- Reply: 1 revoked now, 0 revoked already.
 
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then

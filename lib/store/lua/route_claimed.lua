@@ -1,10 +1,14 @@
--- routeClaimedScript acknowledges claimed job request messages and pushes their jobs
--- onto their queues, with their wake tokens (LuaWake; and marks the context busy):
--- KEYS processing list, leases; ARGV context id, now_s, then per message: its key,
--- its lease member, the target queue, the job key. A message is
--- routed only while the claim holds it (LREM from the processing list): a second run
--- of the script (a retry after a lost answer) or a claim lost meanwhile queues no job
--- twice. Returns the number of messages routed.
+-- route_claimed: acknowledges claimed job request messages and pushes their jobs onto
+-- their queues, with their wake tokens. A message is routed only while the claim holds
+-- it (LREM from the processing list): a second run (a retry after a lost answer) or a
+-- claim lost meanwhile queues no job twice.
+--
+-- KEYS: [1] the processing list, [2] coord:leases.
+-- ARGV: [1] context id, [2] now (s), then per message 4 items: its key, its lease
+--   member, the target queue, the job key.
+-- Reply: the number of messages routed.
+-- Derives: the messages, target queues and coord:wakers:<queue> (named in ARGV; context
+--   DB), then in DB 0 (SELECT 0) coord:wake:runner:<id>:<queue> and coord:busy.
 
 local proc, leases = KEYS[1], KEYS[2]
 local now_s = ARGV[2]

@@ -1,7 +1,11 @@
--- runnerHereScript says whether runner:<id> exists in this context and keeps the
--- server's index of the runner's contexts (keys.RunnerContexts, DB 0) true for it, in
--- one step: KEYS none; ARGV runner id, context id. Returns 1 when the runner exists
--- (the context is then in the index), 0 when not (the context is not).
+-- runner_here: says whether a runner record exists in this context and keeps the
+-- server's index of the runner's contexts true for it, in one step.
+--
+-- KEYS: none; the keys are derived (below).
+-- ARGV: [1] runner id, [2] context id.
+-- Reply: 1 when the runner exists (the context is then in the index), 0 when not (it is
+--   not).
+-- Derives: runner:<id> (context DB), then coord:runner:<id>:contexts (DB 0, SELECT 0).
 
 local here = redis.call('EXISTS', K_RUNNER .. ARGV[1])
 redis.call('SELECT', 0)

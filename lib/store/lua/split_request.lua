@@ -1,8 +1,15 @@
--- splitRequestScript replaces a claimed job request of several jobs by one request
--- each: KEYS msg_out, processing list, leases; ARGV ctx, caller, now_s, now_ms, the
--- claimed message's key, its lease member, the flow, then per job its id, the number n of its
--- message's field/value items and those n items. The new messages go on msg_out (a
--- wake token each); the claimed one is marked processed and its claim released.
+-- split_request: replaces a claimed job request of several jobs by one request each.
+-- The new messages go on msg_out (a wake token each); the claimed one is marked
+-- processed and its claim released, only while the claim holds it.
+--
+-- KEYS: [1] msg_out, [2] the processing list, [3] coord:leases.
+-- ARGV: [1] context id, [2] caller id, [3] now (s), [4] now (ms), [5] the claimed
+--   message's key, [6] its lease member, [7] the flow id, then per job: its id, the
+--   number n of its message's field/value items and those n items.
+-- Reply: the number of messages pushed (0: the claim no longer held the message).
+-- Derives: context DB: message:<caller>:<id> (fresh ids), coord:seq:message,
+--   coord:idx:messages, coord:flowmsgs:<flow>; DB 0 (SELECT 0, last): coord:wake:msg_out,
+--   coord:busy.
 
 local mo, proc, leases = KEYS[1], KEYS[2], KEYS[3]
 local ctx, caller, now_s, now_ms, item, member, flow = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]

@@ -1,7 +1,16 @@
--- startFlowScript: KEYS flow, dag, flowres, events; ARGV ctx, flow, caller, now_s,
--- now_ms, actor, then per node: id, depends JSON, dependents JSON, dependency count,
--- and 1 when the job holds fields of an earlier run to clear (0: a fresh job).
--- Returns {1, ready ids…} when started, {0, status} when the flow was not dispatched.
+-- start_flow: starts a dispatched flow: writes its DAG state, marks the nodes with
+-- no dependency ready and the others waiting. The ready ones' jobs are marked by their
+-- dispatch, which follows at once (the start holds Redis for the whole flow, so it does
+-- only what must be atomic).
+--
+-- KEYS: [1] flow:<flow>, [2] coord:dag:<flow>, [3] coord:flowres:<flow>, [4] coord:events.
+-- ARGV: [1] context id, [2] flow id, [3] caller id, [4] now (s), [5] now (ms), [6] actor,
+--   then per node 5 items: job id, depends (JSON), dependents (JSON), dependency count,
+--   1 when the job holds fields of an earlier run to clear (0: a fresh job).
+-- Reply: {1, ready job ids…} started; {0, status} the flow was not dispatched.
+--   Error NOTFOUND flow.
+-- Derives: context DB: job:<caller>:<id> of the nodes, coord:idx:jobs[:<status>],
+--   coord:idx:flows[:<status>]; DB 0 (SELECT 0): coord:flows:active.
 
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
