@@ -130,6 +130,20 @@ func GatewayLease(pk string) string { return "coord:gateway:" + pk }
 // moment so that the call does not wait for the node's lock behind it.
 const GatewayYield = "coord:gateway:yield"
 
+// Owner is the DB-0 key (primary server) that a service replica holds for its id of a
+// kind ("runner", "router"): one live process per id.
+func Owner(kind, id string) string { return "coord:owner:" + kind + ":" + id }
+
+// Inbound is the dedup key, in a context's DB, of a message that came from another node
+// (its source's public key and the origin's message key, or a result's name).
+func Inbound(sourcePK, originMsg string) string {
+	return "coord:inbound:" + sourcePK + ":" + originMsg
+}
+
+// WakeNone is the wake list named to a claim script that leaves the tokens alone (no
+// list of that name is ever written).
+const WakeNone = "coord:wake:none"
+
 // Processing is a consumer's processing list (reliable claim), in the queue's DB.
 func Processing(consumer string) string { return ProcessingPrefix + consumer }
 

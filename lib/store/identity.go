@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/fault"
+	"github.com/hero-coordinator/hero/lib/keys"
 )
 
 // Identities. A runner process's worker id and a router's consumer id name its
@@ -23,7 +24,7 @@ import (
 // that a live holder refreshes), and a second live process is refused.
 
 // IdentityKey is the DB-0 key that holds an id of a kind ("runner", "router").
-func IdentityKey(kind, id string) string { return "coord:owner:" + kind + ":" + id }
+func IdentityKey(kind, id string) string { return keys.Owner(kind, id) }
 
 // ErrIdentityInUse: a live process holds the id.
 var ErrIdentityInUse = errors.New("id in use by a live process")

@@ -56,7 +56,7 @@ func (d *DB) AcceptInbound(ctx context.Context, m *model.Message, dedup string, 
 
 // InboundKey is the dedup key of a message that came from another node.
 func InboundKey(sourcePK, originMsg string) string {
-	return "coord:inbound:" + sourcePK + ":" + originMsg
+	return keys.Inbound(sourcePK, originMsg)
 }
 
 // materializeScript: see lua/materialize.lua.

@@ -59,7 +59,7 @@ type Wake struct {
 
 func (w Wake) args() (key, token, held string) {
 	if w.Key == "" {
-		return "coord:wake:none", "", "-" // "-": the script leaves the tokens alone
+		return keys.WakeNone, "", "-" // "-": the script leaves the tokens alone
 	}
 	if w.Held {
 		return w.Key, w.Token, "1"
