@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
 
-gofiles=$(git ls-files '*.go' | grep -v '_test\.go$' || true)
+gofiles=$(git ls-files --cached --others --exclude-standard '*.go' | grep -v '_test\.go$' || true)
 if [ -n "$gofiles" ]; then
   if out=$(grep -n 'redis\.call(' $gofiles); then
     echo "lua-check: Lua script in a Go string (put it in a .lua file, go:embed it):"
@@ -22,7 +22,7 @@ if [ -n "$gofiles" ]; then
   fi
 fi
 
-for f in $(git ls-files '*.lua'); do
+for f in $(git ls-files --cached --others --exclude-standard '*.lua'); do
   name=$(basename "$f" .lua)
   if ! head -1 "$f" | grep -q "^-- $name: "; then
     echo "lua-check: $f: the header's first line must be \"-- $name: <what it does>\""

@@ -63,7 +63,7 @@ var requeueJobScript = stateScript("requeue_job.lua")
 // ResetJob readies an ended standalone job to run again with a fresh attempt count.
 func (d *DB) ResetJob(ctx context.Context, callerID, id uint32, actor string) error {
 	now := time.Now()
-	_, err := d.Eval(ctx, requeueJobScript, nil, d.ContextID, callerID, id, actor, now.Unix(), now.UnixMilli())
+	_, err := d.Eval(ctx, requeueJobScript, []string{keys.Job(callerID, id)}, d.ContextID, callerID, id, actor, now.Unix(), now.UnixMilli())
 	return scriptErr(err, fmt.Sprintf("job %d of caller %d in context %d", id, callerID, d.ContextID))
 }
 
@@ -74,7 +74,7 @@ var retryFlowScript = stateScript("retry_flow.lua")
 // the nodes ready to dispatch.
 func (d *DB) RetryFlow(ctx context.Context, flowID uint32, actor string) ([]uint32, error) {
 	now := time.Now()
-	res, err := d.Eval(ctx, retryFlowScript, nil, d.ContextID, flowID, actor, now.Unix(), now.UnixMilli())
+	res, err := d.Eval(ctx, retryFlowScript, []string{keys.Flow(flowID), keys.DAG(flowID), keys.FlowResults(flowID)}, d.ContextID, flowID, actor, now.Unix(), now.UnixMilli())
 	if err != nil {
 		return nil, scriptErr(err, fmt.Sprintf("flow %d in context %d", flowID, d.ContextID))
 	}

@@ -39,7 +39,7 @@ func (d *DB) CancelFlow(ctx context.Context, flowID uint32, actor string, retent
 	if strings.HasPrefix(actor, ActorOperator) {
 		reason = "cancelled by " + actor // "operator:<fingerprint>"
 	}
-	res, err := d.Eval(ctx, cancelFlowScript, nil, d.ContextID, flowID, actor, now.Unix(), now.UnixMilli(), reason, retention.Milliseconds())
+	res, err := d.Eval(ctx, cancelFlowScript, []string{keys.Flow(flowID), keys.DAG(flowID), keys.FlowResults(flowID), keys.Context(d.ContextID)}, d.ContextID, flowID, actor, now.Unix(), now.UnixMilli(), reason, retention.Milliseconds())
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "NOTFOUND") {
 			return nil, false, notFound("flow %d in context %d", flowID, d.ContextID)
@@ -60,7 +60,7 @@ var deleteJobScript = stateScript("delete_job.lua", "lib_delete_job.lua")
 
 // DeleteJob removes a job that belongs to no flow, with its log and messages.
 func (d *DB) DeleteJob(ctx context.Context, callerID, id uint32, force bool, actor string) error {
-	_, err := d.Eval(ctx, deleteJobScript, nil, d.ContextID, callerID, id, boolArg(force), actor, time.Now().UnixMilli())
+	_, err := d.Eval(ctx, deleteJobScript, []string{keys.Job(callerID, id)}, d.ContextID, callerID, id, boolArg(force), actor, time.Now().UnixMilli())
 	return scriptErr(err, fmt.Sprintf("job %d of caller %d in context %d", id, callerID, d.ContextID))
 }
 
@@ -70,7 +70,7 @@ var deleteFlowScript = stateScript("delete_flow.lua", "lib_delete_job.lua")
 // DeleteFlow removes a flow with its jobs, their logs and messages, its DAG state and
 // results. A running flow is refused unless force.
 func (d *DB) DeleteFlow(ctx context.Context, flowID uint32, force bool, actor string) error {
-	_, err := d.Eval(ctx, deleteFlowScript, nil, d.ContextID, flowID, boolArg(force), actor, time.Now().UnixMilli())
+	_, err := d.Eval(ctx, deleteFlowScript, []string{keys.Flow(flowID), keys.DAG(flowID), keys.FlowResults(flowID), keys.FlowMessages(flowID)}, d.ContextID, flowID, boolArg(force), actor, time.Now().UnixMilli())
 	return scriptErr(err, fmt.Sprintf("flow %d in context %d", flowID, d.ContextID))
 }
 
@@ -88,7 +88,7 @@ func allTypesJSON() string {
 // DeleteRunner removes a runner record, its process heartbeats and its pinned queues.
 // Jobs waiting in its pinned queues refuse the delete unless force.
 func (d *DB) DeleteRunner(ctx context.Context, runnerID uint32, force bool, actor string) error {
-	_, err := d.Eval(ctx, deleteRunnerScript, nil, d.ContextID, runnerID, boolArg(force), actor, time.Now().UnixMilli(), allTypesJSON())
+	_, err := d.Eval(ctx, deleteRunnerScript, []string{keys.Runner(runnerID), keys.RunnerProcs(runnerID)}, d.ContextID, runnerID, boolArg(force), actor, time.Now().UnixMilli(), allTypesJSON())
 	return scriptErr(err, fmt.Sprintf("runner %d in context %d", runnerID, d.ContextID))
 }
 
@@ -270,6 +270,6 @@ var setJobStatusScript = stateScript("set_job_status.lua")
 // indexes right.
 func (d *DB) SetJobStatus(ctx context.Context, callerID, id uint32, st model.JobStatus, fields ...any) error {
 	args := append([]any{callerID, id, string(st)}, fields...)
-	_, err := d.Eval(ctx, setJobStatusScript, nil, args...)
+	_, err := d.Eval(ctx, setJobStatusScript, []string{keys.Job(callerID, id)}, args...)
 	return err
 }

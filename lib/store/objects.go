@@ -449,7 +449,7 @@ var runnerHereScript = luaScript("runner_here.lua")
 // RunnerHere says whether runner:<id> exists in the context, and adds the context to
 // (or removes it from) keys.RunnerContexts on its server accordingly.
 func (d *DB) RunnerHere(ctx context.Context, runnerID uint32) (bool, error) {
-	res, err := d.Eval(ctx, runnerHereScript, nil, runnerID, d.ContextID)
+	res, err := d.Eval(ctx, runnerHereScript, []string{keys.Runner(runnerID), keys.RunnerContexts(runnerID)}, runnerID, d.ContextID)
 	if err != nil {
 		return false, fmt.Errorf("look for runner %d in context %d: %w", runnerID, d.ContextID, err)
 	}

@@ -42,7 +42,7 @@ func (d *DB) AcceptInbound(ctx context.Context, m *model.Message, dedup string, 
 		}
 		args = append(args, fields[i], fields[i+1])
 	}
-	res, err := d.Eval(ctx, acceptInboundScript, nil, args...)
+	res, err := d.Eval(ctx, acceptInboundScript, []string{keys.MsgIn, keys.WakeMsgIn}, args...)
 	if err != nil {
 		return "", false, fmt.Errorf("accept inbound message: %w", err)
 	}
@@ -74,7 +74,7 @@ func (d *DB) MaterializeJob(ctx context.Context, j *model.Job) (created bool, er
 	j.Worker, j.Error, j.ExitCode, j.Result, j.StartedAt, j.FinishedAt, j.StartedAtMs, j.FinishedAtMs = "", "", 0, map[string]string{}, 0, 0, 0, 0
 	args := []any{j.CallerID, j.ID, j.Origin.MsgKey, now.Unix(), now.UnixMilli()}
 	args = append(args, model.HashFields(j)...)
-	res, err := d.Eval(ctx, materializeScript, nil, args...)
+	res, err := d.Eval(ctx, materializeScript, []string{keys.Job(j.CallerID, j.ID)}, args...)
 	if err != nil {
 		return false, scriptErr(err, fmt.Sprintf("materialize job %d:%d", j.CallerID, j.ID))
 	}
@@ -98,7 +98,7 @@ func (d *DB) ApplyRemoteResult(ctx context.Context, j *model.Job, worker string)
 	if len(j.ResultJSON) > 0 {
 		args = append(args, "result_json", string(j.ResultJSON))
 	}
-	n, err := d.Eval(ctx, applyRemoteResultScript, nil, args...)
+	n, err := d.Eval(ctx, applyRemoteResultScript, []string{keys.Job(j.CallerID, j.ID)}, args...)
 	if err != nil {
 		return false, fmt.Errorf("record remote result of job %d:%d: %w", j.CallerID, j.ID, err)
 	}

@@ -1,4 +1,4 @@
--- -- lib_end_stopped: defines end_stopped(job, reply, now, ttl), which ends a job that was
+-- lib_end_stopped: defines end_stopped(job, reply, now, ttl), which ends a job that was
 -- stopped before it started: status error, error "stopped", the reply pushed (and
 -- given its TTL). Writing it twice changes nothing (no second reply): 1 ended now, 0
 -- already.

@@ -1,13 +1,13 @@
 -- apply_remote_result: writes the end of a job that ran on another node into the
 -- origin's job, once, and only for the attempt the origin is waiting for.
 --
--- KEYS: none; the job key is derived (below).
+-- KEYS: [1] job:<caller>:<id>.
 -- ARGV: [1] caller id, [2] job id, [3] attempt, [4] status, [5…] field/value pairs.
 -- Reply: 1 written; 0 when the job is gone, has ended, or waits for another attempt.
--- Derives (context DB): job:<caller>:<id>, coord:idx:jobs:<status> (set_job).
+-- Derives (context DB): coord:idx:jobs:<status> (set_job).
 
 local caller, id, attempt, st = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local jk = K_JOB .. caller .. ':' .. id
+local jk = KEYS[1]
 local cur = redis.call('HGET', jk, 'status')
 if not cur or cur == JOB_FINISHED or cur == JOB_ERROR then return 0 end
 if (redis.call('HGET', jk, 'attempt') or '1') ~= attempt then return 0 end

@@ -2,17 +2,17 @@
 -- queues. The runner leaves the context's wakers sets of every script type and of the
 -- executors it announced, and its wake lists lose the context's tokens.
 --
--- KEYS: none; the keys are derived (below).
+-- KEYS: [1] runner:<id>, [2] coord:runner:<id>:procs.
 -- ARGV: [1] context id, [2] runner id, [3] force (1: even with jobs waiting in its pinned
 --   queues), [4] actor, [5] now (ms), [6] every known script type (JSON list).
 -- Reply: 1. Errors: NOTFOUND runner; CONFLICT jobs are pinned to it.
--- Derives: context DB: runner:<id>, coord:runner:<id>:procs, coord:rq:<id>:<type>,
+-- Derives, from the script types and the runner's executors: context DB: coord:rq:<id>:<type>,
 --   coord:script_types, coord:wakers:<queue>, coord:idx:runners, coord:events; DB 0
 --   (SELECT 0; the lists are shared with the server's other contexts):
 --   coord:wake:runner:<id>:<queue>, coord:runner:<id>:contexts, coord:control (PUBLISH).
 
 local ctx, id, force, actor, now_ms = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4], ARGV[5]
-local rk = K_RUNNER .. id
+local rk = KEYS[1]
 if redis.call('EXISTS', rk) == 0 then return redis.error_reply('NOTFOUND runner') end
 local all = cjson.decode(ARGV[6])
 if not force then
@@ -39,7 +39,7 @@ if ex and ex ~= '' then
   end
 end
 for _, q in ipairs(queues) do redis.call('SREM', K_WAKERS .. q, id) end
-local dels = {rk, K_RUNNER_COORD .. id .. ':procs'}
+local dels = {rk, KEYS[2]}
 for _, t in ipairs(all) do dels[#dels + 1] = K_PINNED_QUEUE .. id .. ':' .. t end
 redis.call('UNLINK', unpack(dels))
 redis.call('ZREM', K_RUNNER_INDEX, id)

@@ -2,15 +2,15 @@
 -- node. A job of the same origin is replaced (the origin retried it); a local job with
 -- that key is a conflict.
 --
--- KEYS: none; the keys are derived (below).
+-- KEYS: [1] job:<caller>:<id>.
 -- ARGV: [1] caller id, [2] job id, [3] the origin's message key, [4] now (s), [5] now (ms),
 --   [6…] the job's field/value pairs (with origin, a JSON object holding msg_key and pk).
 -- Reply: 1 created, 0 a duplicate of the same request. Error: CONFLICT the key belongs to
 --   a local job of this context.
--- Derives (context DB): job:<caller>:<id>, coord:idx:jobs[:<status>], coord:events.
+-- Also (the prelude's keys; context DB): coord:idx:jobs[:<status>], coord:events.
 
 local caller, id, origin_msg, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local jk = K_JOB .. caller .. ':' .. id
+local jk = KEYS[1]
 local prev = redis.call('HGET', jk, 'origin')
 if redis.call('EXISTS', jk) == 1 then
   if not prev then

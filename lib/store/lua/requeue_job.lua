@@ -1,14 +1,14 @@
 -- requeue_job: resets a standalone job that ended for a fresh run (attempts from 1)
 -- and takes it out of the DLQ.
 --
--- KEYS: none; the keys are derived (below).
+-- KEYS: [1] job:<caller>:<id>.
 -- ARGV: [1] context id, [2] caller id, [3] job id, [4] actor, [5] now (s), [6] now (ms).
 -- Reply: 1. Errors: NOTFOUND job; CONFLICT the job is started or dispatched.
--- Derives: context DB: job:<caller>:<id>, coord:idx:jobs:<status>, coord:dlq,
+-- Also (the prelude's keys): context DB: coord:idx:jobs:<status> (set_job), coord:dlq,
 --   coord:events; DB 0 (SELECT 0): coord:expire.
 
 local ctx, caller, id, actor, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local jk = K_JOB .. caller .. ':' .. id
+local jk = KEYS[1]
 local st = redis.call('HGET', jk, 'status')
 if not st then return redis.error_reply('NOTFOUND job') end
 if st == JOB_STARTED or st == JOB_DISPATCHED then

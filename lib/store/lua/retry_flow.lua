@@ -1,17 +1,16 @@
 -- retry_flow: re-runs a failed flow's failed and cancelled nodes (fresh attempts),
 -- keeping the completed ones and their results.
 --
--- KEYS: none; the keys are derived (below).
+-- KEYS: [1] flow:<flow>, [2] coord:dag:<flow>, [3] coord:flowres:<flow>.
 -- ARGV: [1] context id, [2] flow id, [3] actor, [4] now (s), [5] now (ms).
 -- Reply: {1, ready job ids…} (the caller dispatches them). Errors: NOTFOUND flow;
 --   CONFLICT the flow did not fail, or never started.
--- Derives, from the flow's job list: context DB: flow:<flow>, coord:dag:<flow>,
---   coord:flowres:<flow>, job:<caller>:<id> of its jobs, coord:dlq,
+-- Derives, from the flow's job list: context DB: job:<caller>:<id> of its jobs, coord:dlq,
 --   coord:idx:jobs[:<status>], coord:idx:flows[:<status>], coord:events; DB 0
 --   (SELECT 0): coord:flows:active, coord:expire.
 
 local ctx, flow, actor, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local fk, dag, rk = K_FLOW .. flow, K_DAG .. flow, K_FLOW_RESULTS .. flow
+local fk, dag, rk = KEYS[1], KEYS[2], KEYS[3]
 local st = redis.call('HGET', fk, 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
 if st ~= FLOW_ERROR then
