@@ -609,3 +609,137 @@ func TestSetJobStatusKeepsTheIndexes(t *testing.T) {
 		t.Fatalf("a missing job: %v (it must not be created)", err)
 	}
 }
+
+func TestCheckBusy(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 10)
+	c, c0 := srv.Client(t, 10), srv.Client(t, 0)
+	c0.ZAdd(ctx, keys.Busy, redis.Z{Score: 1, Member: "10"})
+	st, err := db.CheckBusy(ctx, false)
+	if err != nil || len(st.Lists) != 0 || st.Leases != 0 {
+		t.Fatalf("an empty context: %+v %v", st, err)
+	}
+	if !inZSet(t, c0, keys.Busy, "10") {
+		t.Fatal("a check without tidy changed coord:busy")
+	}
+	if _, err := db.CheckBusy(ctx, true); err != nil || inZSet(t, c0, keys.Busy, "10") {
+		t.Fatalf("a tidy check of an empty context left it busy (%v)", err)
+	}
+	if _, _, err := s.CreateRunner(ctx, 10, &model.Runner{ID: 4, Pubkey: pkA, Address: "a"}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	c.LPush(ctx, keys.MsgOut, "message:1:1")
+	c.LPush(ctx, keys.PinnedQueue(4, "sh"), "job:1:1", "job:1:2")
+	c.ZAdd(ctx, keys.Leases, redis.Z{Score: 1, Member: "w\tqueue:sh\tjob:1:3\tc"})
+	st, err = db.CheckBusy(ctx, true)
+	if err != nil || st.Lists[keys.MsgOut] != 1 || st.Lists[keys.PinnedQueue(4, "sh")] != 2 || len(st.Lists) != 2 || st.Leases != 1 {
+		t.Fatalf("a context with work: %+v %v", st, err)
+	}
+	if !inZSet(t, c0, keys.Busy, "10") {
+		t.Fatal("a tidy check of a context with work did not mark it busy")
+	}
+}
+
+func TestRunnerHere(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 10)
+	c0 := srv.Client(t, 0)
+	c0.SAdd(ctx, keys.RunnerContexts(4), "10")
+	if here, err := db.RunnerHere(ctx, 4); err != nil || here {
+		t.Fatalf("a runner that is not there: %v %v", here, err)
+	}
+	if c0.SIsMember(ctx, keys.RunnerContexts(4), "10").Val() {
+		t.Fatal("the context stayed in the index of a runner it does not hold")
+	}
+	if _, _, err := s.CreateRunner(ctx, 10, &model.Runner{ID: 4, Pubkey: pkA, Address: "a"}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	c0.SRem(ctx, keys.RunnerContexts(4), "10")
+	if here, err := db.RunnerHere(ctx, 4); err != nil || !here {
+		t.Fatalf("a runner that is there: %v %v", here, err)
+	}
+	if !c0.SIsMember(ctx, keys.RunnerContexts(4), "10").Val() {
+		t.Fatal("the context is not in the index of a runner it holds")
+	}
+}
+
+func TestAnnounceCountsEachNameOncePerRunner(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 10)
+	c := srv.Client(t, 10)
+	for _, id := range []uint32{4, 5} {
+		if _, _, err := s.CreateRunner(ctx, 10, &model.Runner{ID: id, Pubkey: pkA, Address: "a"}, "1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 2; i++ { // a second announce of the same names counts nothing
+		if err := db.AnnounceScriptTypes(ctx, 4, []model.ScriptType{"sh", "python"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.AnnounceScriptTypes(ctx, 5, []model.ScriptType{"sh"}); err != nil {
+		t.Fatal(err)
+	}
+	counts := c.HGetAll(ctx, keys.ScriptTypes).Val()
+	if counts["sh"] != "2" || counts["python"] != "1" || len(counts) != 2 {
+		t.Fatalf("script type counts %v, want sh 2, python 1", counts)
+	}
+	if got := c.HGet(ctx, keys.Runner(4), "script_types").Val(); got != `["sh","python"]` {
+		t.Fatalf("runner 4's script types %s", got)
+	}
+	if w := c.SMembers(ctx, keys.Wakers("queue:sh")).Val(); len(w) != 2 {
+		t.Fatalf("wakers of queue:sh %v, want runners 4 and 5", w)
+	}
+	if err := db.AnnounceScriptTypes(ctx, 99, []model.ScriptType{"sh"}); err == nil {
+		t.Fatal("an announce for a missing runner was accepted")
+	}
+	if c.HGet(ctx, keys.ScriptTypes, "sh").Val() != "2" {
+		t.Fatal("a refused announce counted")
+	}
+}
+
+func TestCompleteStandaloneRetriesThenDeadLetters(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 10)
+	c, c0 := srv.Client(t, 10), srv.Client(t, 0)
+	j := standaloneJob(t, s, db)
+	if _, _, ok, why, err := db.Dispatch(ctx, 0, j, "scheduler", 0); err != nil || !ok {
+		t.Fatalf("dispatch: %v %s", err, why)
+	}
+	end := store.JobEnd{CallerID: 1, JobID: j.ID, Attempt: 1, Status: model.JobError, Error: "boom", Retries: 1, Backoff: time.Second, Actor: "scheduler", Retention: time.Hour}
+	res, err := db.CompleteStandalone(ctx, end)
+	if err != nil || !res.Applied || res.RetryAt.IsZero() {
+		t.Fatalf("first failure: %+v %v, want a retry", res, err)
+	}
+	if !inZSet(t, c0, keys.Due, "retry:10:0:"+member(j)) || inZSet(t, c, keys.DLQ, member(j)) {
+		t.Fatal("the retry is not due, or the job went to the DLQ")
+	}
+	if res, err := db.CompleteStandalone(ctx, end); err != nil || res.Applied {
+		t.Fatalf("the same end again: %+v %v, want nothing changed", res, err)
+	}
+	sub := c0.Subscribe(ctx, keys.JobDone)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, why, err := db.Dispatch(ctx, 0, j, "scheduler", 0); err != nil || !ok {
+		t.Fatalf("second dispatch: %v %s", err, why)
+	}
+	end.Attempt = 2
+	if res, err := db.CompleteStandalone(ctx, end); err != nil || !res.Applied || !res.RetryAt.IsZero() {
+		t.Fatalf("last failure: %+v %v, want the end", res, err)
+	}
+	if !inZSet(t, c, keys.DLQ, member(j)) || !inZSet(t, c0, keys.Expire, "10:job:"+member(j)) || !hasEvent(t, db, model.EventJobDeadLettered) {
+		t.Fatal("the failed job is not in the DLQ, under retention, or without its event")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := sub.ReceiveMessage(wctx)
+	if err != nil || msg.Payload != "10:"+member(j) {
+		t.Fatalf("job done notice: %v %v", msg, err)
+	}
+}
