@@ -395,7 +395,11 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 		args[8+g] = append(list, ']')
 		args[9+g] = append(nodes, ']')
 	}
-	res, err := d.Eval(ctx, dispatchScript, nil, args...)
+	ks := []string{keys.MsgOut}
+	if flowID != 0 {
+		ks = append(ks, keys.DAG(flowID))
+	}
+	res, err := d.Eval(ctx, dispatchScript, ks, args...)
 	if err != nil {
 		return nil, fmt.Errorf("dispatch %d job(s) of context %d: %w", len(jobs), d.ContextID, err)
 	}

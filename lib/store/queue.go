@@ -594,7 +594,7 @@ func (d *DB) CheckBusy(ctx context.Context, tidy bool) (BusyState, error) {
 	for _, t := range model.ScriptTypes() {
 		args = append(args, string(t))
 	}
-	res, err := d.Eval(ctx, checkBusyScript, nil, args...)
+	res, err := d.Eval(ctx, checkBusyScript, []string{keys.MsgOut, keys.MsgIn, keys.Leases, keys.RunnerIndex, keys.Busy}, args...)
 	if err != nil {
 		return BusyState{}, fmt.Errorf("check the queues of context %d: %w", d.ContextID, err)
 	}

@@ -5,7 +5,7 @@
 -- dispatched: the lists given when that is every grouped job, else cut from them;
 -- job_ids their ids), stored and pushed after them. One wake token per message.
 --
--- KEYS: none; the keys are derived (below).
+-- KEYS: [1] msg_out, [2] coord:dag:<flow> (not given for a standalone job).
 -- ARGV: [1] context id, [2] flow id (0: a standalone job), [3] caller id, [4] now (s),
 --   [5] now (ms), [6] actor, [7] the start time (ms) of the flow whose start found these
 --   nodes ready ("": nodes made ready since; see DispatchStarted), [8] g, the number of
@@ -16,9 +16,9 @@
 --   field/value items, or for the group where its job's and its node's JSON start and
 --   end in the two lists (4 positions, 1-based, inclusive).
 -- Reply: per job {message key, attempt}, or {"", why it was not dispatched}.
--- Derives: context DB: coord:dag:<flow>, job:<caller>:<id> of the jobs named,
+-- Derives: context DB: job:<caller>:<id> of the jobs named in ARGV,
 --   message:<caller>:<id> (fresh ids), coord:seq:message, coord:idx:messages,
---   coord:idx:jobs:<status>, coord:jobmsgs:…/coord:flowmsgs:<flow>, msg_out, coord:events;
+--   coord:idx:jobs:<status>, coord:jobmsgs:…/coord:flowmsgs:<flow>, coord:events;
 --   DB 0 (SELECT 0, last): coord:wake:msg_out, coord:busy.
 
 local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -29,8 +29,7 @@ local gfirst, glast = 9, 8 + ng
 local gjson, gnjson = '', ''
 local i = glast + 1
 if ng > 0 then gjson, gnjson = ARGV[i], ARGV[i + 1]; i = i + 2 end
-local dag = ''
-if flow ~= '0' then dag = K_DAG .. flow end
+local dag = KEYS[2] or ''
 local out, pushed = {}, 0
 local gspans, gids, gslots = {}, {}, {}
 local ngrouped = 0
@@ -80,7 +79,7 @@ while i <= #ARGV do
     else
       local mk = store_message(caller, first, now_ms, last)
       track_msg(caller, id, mk)
-      redis.call('LPUSH', K_MSG_OUT, mk)
+      redis.call('LPUSH', KEYS[1], mk)
       pushed = pushed + 1
       out[#out + 1] = {mk, tonumber(attempt)}
     end
@@ -99,7 +98,7 @@ if #gids > 0 then
   local mk = store_message(caller, gfirst, now_ms, glast, {'job', gjson, 'nodes', gnjson, 'job_ids', table.concat(gids, ' ')})
   track_msg(caller, gids[1], mk, flow)
   for _, n in ipairs(gslots) do out[n][1] = mk end
-  redis.call('LPUSH', K_MSG_OUT, mk)
+  redis.call('LPUSH', KEYS[1], mk)
   pushed = pushed + 1
 end
 wake_msg_out(ctx, pushed)
