@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"math"
 	"strconv"
@@ -15,10 +14,8 @@ import (
 	"github.com/hero-coordinator/hero/lib/model"
 )
 
-//go:embed lua/submit.lua
-var submitLua string
-
-var submitScript = newLibScript(submitLua)
+// submitScript: see lua/submit.lua.
+var submitScript = stateScript("submit.lua")
 
 // Submission is one standalone job for SubmitJobs, with its optional uniqueness key.
 type Submission struct {
