@@ -38,6 +38,22 @@ func eventTypes(t *testing.T, db *store.DB) []string {
 	return out
 }
 
+// context10 opens the store with context 10 and returns it, with clients of the
+// context's DB and of DB 0.
+func context10(t *testing.T) (*store.Store, *store.DB, *redis.Client, *redis.Client) {
+	t.Helper()
+	s := open(t)
+	return s, mustCtx(t, s, 10), srv.Client(t, 10), srv.Client(t, 0)
+}
+
+// wantEvent fails the test unless the context's stream holds an event of the type.
+func wantEvent(t *testing.T, db *store.DB, typ model.EventType) {
+	t.Helper()
+	if !hasEvent(t, db, typ) {
+		t.Fatalf("no %s event among %v", typ, eventTypes(t, db))
+	}
+}
+
 func hasEvent(t *testing.T, db *store.DB, typ model.EventType) bool {
 	t.Helper()
 	for _, e := range eventTypes(t, db) {
@@ -91,10 +107,8 @@ func failStandalone(t *testing.T, db *store.DB, j *model.Job) {
 }
 
 func TestCancelFlowNotStarted(t *testing.T) {
-	s := open(t)
+	s, db, c, _ := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c := srv.Client(t, 10)
 	a, b := standaloneJob(t, s, db), standaloneJob(t, s, db)
 	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 10, Jobs: []uint32{a.ID, b.ID}}, "1")
 	if err != nil {
@@ -125,9 +139,8 @@ func TestCancelFlowNotStarted(t *testing.T) {
 	if !inZSet(t, srv.Client(t, 0), keys.Expire, "10:flow:"+itoa(f.ID)) {
 		t.Fatal("the cancelled flow's retention did not start")
 	}
-	if !hasEvent(t, db, model.EventFlowCancelled) || !hasEvent(t, db, model.EventFlowError) {
-		t.Fatalf("events %v", eventTypes(t, db))
-	}
+	wantEvent(t, db, model.EventFlowCancelled)
+	wantEvent(t, db, model.EventFlowError)
 	// A flow that has ended is left alone; one that does not exist is refused.
 	if _, ended, err := db.CancelFlow(ctx, f.ID, "7", time.Hour); err != nil || !ended {
 		t.Fatalf("cancel of an ended flow: ended %v, %v", ended, err)
@@ -138,10 +151,8 @@ func TestCancelFlowNotStarted(t *testing.T) {
 }
 
 func TestCancelFlowStopsRunningJobs(t *testing.T) {
-	s := open(t)
+	s, db, c, _ := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c := srv.Client(t, 10)
 	f, jobs := flowWith(t, s, db, 3)
 	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0); err != nil {
 		t.Fatal(err)
@@ -193,10 +204,8 @@ func TestCancelFlowStopsRunningJobs(t *testing.T) {
 }
 
 func TestDeleteJob(t *testing.T) {
-	s := open(t)
+	s, db, c, c0 := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c, c0 := srv.Client(t, 10), srv.Client(t, 0)
 	j := standaloneJob(t, s, db)
 	failStandalone(t, db, j)
 	jk := keys.Job(1, j.ID)
@@ -229,19 +238,15 @@ func TestDeleteJob(t *testing.T) {
 	if inZSet(t, c0, keys.Expire, "10:job:"+member(j)) {
 		t.Fatal("the job's retention entry is left")
 	}
-	if !hasEvent(t, db, model.EventJobDeleted) {
-		t.Fatalf("events %v", eventTypes(t, db))
-	}
+	wantEvent(t, db, model.EventJobDeleted)
 	if err := db.DeleteJob(ctx, 1, j.ID, false, "7"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("delete of a missing job: %v", err)
 	}
 }
 
 func TestDeleteJobRefusals(t *testing.T) {
-	s := open(t)
+	s, db, c, _ := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c := srv.Client(t, 10)
 	f, jobs := flowWith(t, s, db, 1)
 	if err := db.DeleteJob(ctx, 1, jobs[0].ID, true, "7"); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("delete of a flow's job: %v, want a conflict", err)
@@ -263,10 +268,8 @@ func TestDeleteJobRefusals(t *testing.T) {
 }
 
 func TestDeleteFlow(t *testing.T) {
-	s := open(t)
+	s, db, c, c0 := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c, c0 := srv.Client(t, 10), srv.Client(t, 0)
 	f, jobs := flowWith(t, s, db, 2)
 	if err := db.DeleteFlow(ctx, f.ID, false, "7"); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("delete of a started flow: %v, want a conflict", err)
@@ -297,19 +300,15 @@ func TestDeleteFlow(t *testing.T) {
 	if c0.SIsMember(ctx, keys.ActiveFlows, "10:"+itoa(f.ID)).Val() {
 		t.Fatal("the flow is left among the active flows")
 	}
-	if !hasEvent(t, db, model.EventFlowDeleted) {
-		t.Fatalf("events %v", eventTypes(t, db))
-	}
+	wantEvent(t, db, model.EventFlowDeleted)
 	if err := db.DeleteFlow(ctx, f.ID, true, "7"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("delete of a missing flow: %v", err)
 	}
 }
 
 func TestDeleteRunner(t *testing.T) {
-	s := open(t)
+	s, db, c, c0 := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c, c0 := srv.Client(t, 10), srv.Client(t, 0)
 	r, _, err := s.CreateRunner(ctx, 10, &model.Runner{ID: 4, Pubkey: pkA, Address: "a"}, "1")
 	if err != nil {
 		t.Fatal(err)
@@ -352,19 +351,15 @@ func TestDeleteRunner(t *testing.T) {
 	if c0.SIsMember(ctx, keys.RunnerContexts(4), "10").Val() || inZSet(t, c, keys.RunnerIndex, "4") {
 		t.Fatal("the runner is left in its indexes")
 	}
-	if !hasEvent(t, db, model.EventRunnerDeleted) {
-		t.Fatalf("events %v", eventTypes(t, db))
-	}
+	wantEvent(t, db, model.EventRunnerDeleted)
 	if err := db.DeleteRunner(ctx, 4, true, "7"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("delete of a missing runner: %v", err)
 	}
 }
 
 func TestRetryFlow(t *testing.T) {
-	s := open(t)
+	s, db, c, c0 := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c, c0 := srv.Client(t, 10), srv.Client(t, 0)
 	f, jobs := flowWith(t, s, db, 2)
 	if _, err := db.RetryFlow(ctx, f.ID, "7"); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("retry of a running flow: %v, want a conflict", err)
@@ -405,9 +400,7 @@ func TestRetryFlow(t *testing.T) {
 	if inZSet(t, c, keys.DLQ, member(bad)) || inZSet(t, c0, keys.Expire, "10:flow:"+itoa(f.ID)) || !c0.SIsMember(ctx, keys.ActiveFlows, "10:"+itoa(f.ID)).Val() {
 		t.Fatal("the retried flow is still in the DLQ or under retention, or not active")
 	}
-	if !hasEvent(t, db, model.EventFlowRetried) {
-		t.Fatalf("events %v", eventTypes(t, db))
-	}
+	wantEvent(t, db, model.EventFlowRetried)
 	// A flow that never started cannot be retried; one that does not exist is not found.
 	g, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 10, Jobs: []uint32{standaloneJob(t, s, db).ID}}, "1")
 	if err != nil {
@@ -425,10 +418,8 @@ func TestRetryFlow(t *testing.T) {
 }
 
 func TestResetJobFromTheDLQ(t *testing.T) {
-	s := open(t)
+	s, db, c, c0 := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c, c0 := srv.Client(t, 10), srv.Client(t, 0)
 	j := standaloneJob(t, s, db)
 	if _, _, ok, why, err := db.Dispatch(ctx, 0, j, "scheduler", 0); err != nil || !ok {
 		t.Fatalf("dispatch: %v %s", err, why)
@@ -456,19 +447,15 @@ func TestResetJobFromTheDLQ(t *testing.T) {
 	if !inZSet(t, c, keys.StatusIndex(keys.JobIndex, "dispatched"), member(j)) || inZSet(t, c, keys.StatusIndex(keys.JobIndex, "error"), member(j)) {
 		t.Fatal("the reset job is not indexed as dispatched only")
 	}
-	if !hasEvent(t, db, model.EventJobRequeued) {
-		t.Fatalf("events %v", eventTypes(t, db))
-	}
+	wantEvent(t, db, model.EventJobRequeued)
 	if err := db.ResetJob(ctx, 1, 999, "7"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("reset of a missing job: %v", err)
 	}
 }
 
 func TestMaterializeJob(t *testing.T) {
-	s := open(t)
+	s, db, c, _ := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c := srv.Client(t, 10)
 	remote := func(msg string) *model.Job {
 		return &model.Job{ID: 50, CallerID: 3, Script: "true", ScriptType: "sh", Origin: &model.Origin{PK: pkB, ContextID: 2, MsgKey: msg}}
 	}
@@ -514,10 +501,8 @@ func TestMaterializeJob(t *testing.T) {
 }
 
 func TestApplyRemoteResult(t *testing.T) {
-	s := open(t)
+	s, db, c, _ := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c := srv.Client(t, 10)
 	j := standaloneJob(t, s, db)
 	if _, _, ok, why, err := db.Dispatch(ctx, 0, j, "scheduler", 0); err != nil || !ok {
 		t.Fatalf("dispatch: %v %s", err, why)
@@ -547,10 +532,8 @@ func TestApplyRemoteResult(t *testing.T) {
 }
 
 func TestAcceptInboundAndAck(t *testing.T) {
-	s := open(t)
+	_, db, c, c0 := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c, c0 := srv.Client(t, 10), srv.Client(t, 0)
 	m := &model.Message{CallerID: 3, Kind: "job_request"}
 	dedup := store.InboundKey(pkB, "message:3:1")
 	mk, dup, err := db.AcceptInbound(ctx, m, dedup, time.Minute)
@@ -591,10 +574,8 @@ func TestAcceptInboundAndAck(t *testing.T) {
 }
 
 func TestSetJobStatusKeepsTheIndexes(t *testing.T) {
-	s := open(t)
+	s, db, c, _ := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c := srv.Client(t, 10)
 	j := standaloneJob(t, s, db)
 	if err := db.SetJobStatus(ctx, 1, j.ID, model.JobStarted, "worker", "w9"); err != nil {
 		t.Fatal(err)
@@ -611,10 +592,8 @@ func TestSetJobStatusKeepsTheIndexes(t *testing.T) {
 }
 
 func TestCheckBusy(t *testing.T) {
-	s := open(t)
+	s, db, c, c0 := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c, c0 := srv.Client(t, 10), srv.Client(t, 0)
 	c0.ZAdd(ctx, keys.Busy, redis.Z{Score: 1, Member: "10"})
 	st, err := db.CheckBusy(ctx, false)
 	if err != nil || len(st.Lists) != 0 || st.Leases != 0 {
@@ -642,10 +621,8 @@ func TestCheckBusy(t *testing.T) {
 }
 
 func TestRunnerHere(t *testing.T) {
-	s := open(t)
+	s, db, _, c0 := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c0 := srv.Client(t, 0)
 	c0.SAdd(ctx, keys.RunnerContexts(4), "10")
 	if here, err := db.RunnerHere(ctx, 4); err != nil || here {
 		t.Fatalf("a runner that is not there: %v %v", here, err)
@@ -666,10 +643,8 @@ func TestRunnerHere(t *testing.T) {
 }
 
 func TestAnnounceCountsEachNameOncePerRunner(t *testing.T) {
-	s := open(t)
+	s, db, c, _ := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c := srv.Client(t, 10)
 	for _, id := range []uint32{4, 5} {
 		if _, _, err := s.CreateRunner(ctx, 10, &model.Runner{ID: id, Pubkey: pkA, Address: "a"}, "1"); err != nil {
 			t.Fatal(err)
@@ -702,10 +677,8 @@ func TestAnnounceCountsEachNameOncePerRunner(t *testing.T) {
 }
 
 func TestCompleteStandaloneRetriesThenDeadLetters(t *testing.T) {
-	s := open(t)
+	s, db, c, c0 := context10(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 10)
-	c, c0 := srv.Client(t, 10), srv.Client(t, 0)
 	j := standaloneJob(t, s, db)
 	if _, _, ok, why, err := db.Dispatch(ctx, 0, j, "scheduler", 0); err != nil || !ok {
 		t.Fatalf("dispatch: %v %s", err, why)
