@@ -357,18 +357,18 @@ func TestDeleteRunner(t *testing.T) {
 	}
 }
 
-func TestRetryFlow(t *testing.T) {
-	s, db, c, c0 := context10(t)
+// failFlow starts, dispatches and ends a flow of two jobs: the first finishes (with a
+// result), the second fails with no retry left, so the flow ends error. It returns the
+// flow and its two jobs.
+func failFlow(t *testing.T, s *store.Store, db *store.DB) (f *model.Flow, ok, bad *model.Job) {
+	t.Helper()
 	ctx := context.Background()
 	f, jobs := flowWith(t, s, db, 2)
-	if _, err := db.RetryFlow(ctx, f.ID, "7"); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("retry of a running flow: %v, want a conflict", err)
-	}
 	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0); err != nil {
 		t.Fatal(err)
 	}
-	ok, bad := jobs[0], jobs[1]
-	c.HSet(ctx, keys.Job(1, ok.ID), "result", `{"k":"v"}`)
+	ok, bad = jobs[0], jobs[1]
+	srv.Client(t, 10).HSet(ctx, keys.Job(1, ok.ID), "result", `{"k":"v"}`)
 	res, errs := db.CompleteNodes(ctx, []store.JobEnd{
 		{FlowID: f.ID, CallerID: 1, JobID: ok.ID, Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler", Retention: time.Hour},
 		{FlowID: f.ID, CallerID: 1, JobID: bad.ID, Attempt: 1, Status: model.JobError, Error: "boom", Retries: -1, Actor: "scheduler", Retention: time.Hour},
@@ -376,6 +376,13 @@ func TestRetryFlow(t *testing.T) {
 	if errs[0] != nil || errs[1] != nil || res[1].FlowStatus != model.FlowError {
 		t.Fatalf("ends: %+v %v", res, errs)
 	}
+	return f, ok, bad
+}
+
+func TestRetryFlow(t *testing.T) {
+	s, db, c, c0 := context10(t)
+	ctx := context.Background()
+	f, ok, bad := failFlow(t, s, db)
 	if !inZSet(t, c, keys.DLQ, member(bad)) || !inZSet(t, c0, keys.Expire, "10:flow:"+itoa(f.ID)) {
 		t.Fatal("the failed flow's job is not in the DLQ, or its retention did not start")
 	}
@@ -401,7 +408,16 @@ func TestRetryFlow(t *testing.T) {
 		t.Fatal("the retried flow is still in the DLQ or under retention, or not active")
 	}
 	wantEvent(t, db, model.EventFlowRetried)
-	// A flow that never started cannot be retried; one that does not exist is not found.
+}
+
+// Only a flow that failed after it started can be retried.
+func TestRetryFlowRefusals(t *testing.T) {
+	s, db, c, _ := context10(t)
+	ctx := context.Background()
+	f, _ := flowWith(t, s, db, 1)
+	if _, err := db.RetryFlow(ctx, f.ID, "7"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("retry of a running flow: %v, want a conflict", err)
+	}
 	g, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 10, Jobs: []uint32{standaloneJob(t, s, db).ID}}, "1")
 	if err != nil {
 		t.Fatal(err)
@@ -411,6 +427,9 @@ func TestRetryFlow(t *testing.T) {
 	}
 	if _, err := db.RetryFlow(ctx, g.ID, "7"); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("retry of a flow that never started: %v, want a conflict", err)
+	}
+	if st := c.HGet(ctx, keys.Flow(g.ID), "status").Val(); st != string(model.FlowError) {
+		t.Fatalf("a refused retry changed the flow: %q", st)
 	}
 	if _, err := db.RetryFlow(ctx, 999, "7"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("retry of a missing flow: %v", err)
