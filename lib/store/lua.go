@@ -42,11 +42,11 @@ func stateScript(name string, libs ...string) *Script {
 }
 
 // luaScript makes a script of the prelude, the library files libs (in order) and the
-// file lua/<name>. A file that cannot be read makes a script that Open refuses with an
-// error naming it.
+// file lua/<name>. Of the prelude it takes the definitions the script uses: each costs
+// Redis a little on every call. A file that cannot be read makes a script that Open
+// refuses with an error naming it.
 func luaScript(name string, libs ...string) *Script {
-	var b strings.Builder
-	b.WriteString(luaPrelude)
+	var body strings.Builder
 	for _, f := range append(libs, name) {
 		src, err := luaFiles.ReadFile("lua/" + f)
 		if err != nil {
@@ -54,16 +54,52 @@ func luaScript(name string, libs ...string) *Script {
 			scripts = append(scripts, sc)
 			return sc
 		}
-		b.Write(src)
+		body.Write(src)
 	}
-	sc := NewScript(b.String())
+	sc := NewScript(preludeFor(body.String()) + body.String())
 	sc.name = name
 	return sc
 }
 
-// luaPrelude starts every script of lua/: the status values and event types of
-// lib/model, the keys and key prefixes of lib/keys and the store's limits, as Lua
-// locals, so that a script spells none of them itself.
+// preludeFor returns the prelude's first line and the definitions that the code uses.
+func preludeFor(code string) string {
+	lines := strings.SplitAfter(luaPrelude, "\n")
+	var b strings.Builder
+	b.WriteString(lines[0])
+	for _, l := range lines[1:] {
+		name, _, _ := strings.Cut(strings.TrimPrefix(l, "local "), " ")
+		if name != "" && usesName(code, name) {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}
+
+// usesName reports whether the Lua code holds the identifier name (not as a part of a
+// longer one).
+func usesName(code, name string) bool {
+	if name == "" {
+		return false
+	}
+	ident := func(c byte) bool {
+		return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	}
+	for i := 0; ; {
+		k := strings.Index(code[i:], name)
+		if k < 0 {
+			return false
+		}
+		at, end := i+k, i+k+len(name)
+		if (at == 0 || !ident(code[at-1])) && (end == len(code) || !ident(code[end])) {
+			return true
+		}
+		i = end
+	}
+}
+
+// luaPrelude defines, as Lua locals, the status values and event types of lib/model,
+// the keys and key prefixes of lib/keys and the store's limits, so that a script spells
+// none of them itself. Every script of lua/ starts with the part of it that it uses.
 var luaPrelude = buildPrelude()
 
 // luaKeys are the keys (and the prefixes of the keys that carry ids) the scripts use,

@@ -78,3 +78,18 @@ func TestPreludeNames(t *testing.T) {
 		}
 	}
 }
+
+// A script gets the prelude's definitions it uses, and only those.
+func TestPreludeForTakesWhatTheCodeUses(t *testing.T) {
+	got := preludeFor("if st == JOB_STARTED then redis.call('DEL', K_JOB_INDEX) end")
+	for _, want := range []string{"local JOB_STARTED = 'started'\n", "local K_JOB_INDEX = 'coord:idx:jobs'\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("prelude for the code lacks %q:\n%s", want, got)
+		}
+	}
+	for _, not := range []string{"local K_JOB = ", "local JOB_FINISHED = ", "local EVENTS_MAXLEN = "} {
+		if strings.Contains(got, not) {
+			t.Errorf("prelude for the code holds %q, which it does not use:\n%s", not, got)
+		}
+	}
+}
