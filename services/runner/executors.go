@@ -427,9 +427,8 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	ref := model.JobRef{ContextID: db.ContextID, CallerID: j.CallerID, ID: j.ID}
 	// Tracked before its pool is there (a context's pool may take a moment to start):
 	// a stop meanwhile is kept and honoured below.
-	ex := &execution{ref: ref}
-	r.track(ex)
-	defer r.untrack(ex)
+	ex := r.core.Put(ref)
+	defer r.core.Remove(ex)
 	// A job taken from the executor's own queue is left to another runner while this
 	// runner's pool of it crash-loops or cannot start.
 	fromExecQueue := strings.HasSuffix(cl.Queue, ":"+model.ExecQueueSuffix(execName))
@@ -511,13 +510,11 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 			}
 		}()
 	}
-	ex.mu.Lock()
-	ex.cancel = cancel
-	ex.mu.Unlock()
+	ex.SetCancel(cancel)
 	if j.StopAsked {
-		ex.kill("stopped")
+		ex.Kill("stopped")
 	}
-	if ex.killReason() != "" {
+	if ex.Reason() != "" {
 		cancelCall() // a stop or hand-back that came while the pool started
 	}
 
@@ -529,10 +526,10 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	start := time.Now()
 	sv := r.supervise(ctx, db, cl, j, ex)
 	res.out, res.err = pool.Execute(callCtx, req)
-	sv.stop()
+	sv.Stop()
 	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(time.Since(start).Seconds())
 
-	reason := ex.killReason()
+	reason := ex.Reason()
 	switch reason {
 	case "handed_back", "lost_lease":
 		return runResult{reason: reason}
