@@ -109,11 +109,7 @@ func (c *Config) Validate() error {
 // parseInterpreters reads --interpreters: type=command[ args],…
 func parseInterpreters(spec string) (map[model.ScriptType][]string, error) {
 	out := map[model.ScriptType][]string{}
-	for _, part := range strings.Split(spec, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
+	for _, part := range config.Entries(spec, ",") {
 		name, cmd, ok := strings.Cut(part, "=")
 		if !ok || strings.TrimSpace(cmd) == "" {
 			return nil, fmt.Errorf("--interpreters: %q is not type=command", part)
@@ -245,11 +241,7 @@ type executorConfig struct {
 func parseExecutors(spec string) ([]executorConfig, error) {
 	var out []executorConfig
 	seen := map[string]bool{}
-	for _, entry := range strings.Split(spec, "|") {
-		entry = strings.TrimSpace(entry)
-		if entry == "" {
-			continue
-		}
+	for _, entry := range config.Entries(spec, "|") {
 		e, err := parseExecutor(entry, seen)
 		if err != nil {
 			return nil, err
