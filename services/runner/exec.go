@@ -54,7 +54,7 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 		return
 	}
 	res := r.runScript(ctx, db, cl, j, log)
-	if res.reason == "handed_back" {
+	if res.reason == execcore.ReasonHandedBack {
 		log.Info().Msg("job handed back at shutdown")
 		return
 	}
@@ -178,7 +178,7 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 		// A passing fault is waited out: it is no failure of the job. A shutdown
 		// meanwhile hands the job back (it has not started).
 		if !bo.Sleep(r.core.EndCtx()) {
-			return runResult{reason: "handed_back"}
+			return runResult{reason: execcore.ReasonHandedBack}
 		}
 	}
 	if err != nil {
@@ -285,7 +285,7 @@ func (r *runner) jobLimits(ctx context.Context, db *store.DB, j *model.Job) (san
 		}
 		if !fault.Transient(err) || !bo.Sleep(r.core.EndCtx()) {
 			if fault.Transient(err) {
-				return sandbox.Limits{}, &runResult{reason: "handed_back"}
+				return sandbox.Limits{}, &runResult{reason: execcore.ReasonHandedBack}
 			}
 			return sandbox.Limits{}, &runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "read the context's job limits: " + err.Error()}, "start_error"}
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
@@ -464,7 +465,7 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	res := r.callHandler(ctx, db, cl, j, ex, pool, req, log)
 	reason := ex.Reason()
 	switch reason {
-	case "handed_back", "lost_lease":
+	case execcore.ReasonHandedBack, "lost_lease":
 		return runResult{reason: reason}
 	case "timeout":
 		r.em.calls.WithLabelValues(execName, "timeout").Inc()
