@@ -282,19 +282,7 @@ func checkCertificates(t *testing.T, r *release, out outside) {
 			t.Errorf("%s: private key is not ECDSA", where)
 		}
 		if c.Spec.IsCA {
-			iss := r.issuer(ref.Name)
-			if iss == nil || iss.Spec.SelfSigned == nil {
-				t.Errorf("%s: a CA certificate not issued by a rendered self-signed Issuer", where)
-			}
-			backed := false
-			for _, o := range r.all("Issuer") {
-				if i := o.Obj.(*cmv1.Issuer); i.Spec.CA != nil && i.Spec.CA.SecretName == c.Spec.SecretName {
-					backed = true
-				}
-			}
-			if !backed {
-				t.Errorf("%s: no CA Issuer uses its Secret", where)
-			}
+			checkCACertificate(t, r, c, where)
 			continue
 		}
 		if d, rb := c.Spec.Duration, c.Spec.RenewBefore; d == nil || rb == nil || rb.Duration >= d.Duration {
@@ -305,30 +293,7 @@ func checkCertificates(t *testing.T, r *release, out outside) {
 				t.Errorf("%s: issued by %s, which is not a CA Issuer", where, ref.Name)
 			}
 		}
-		svc := strings.TrimSuffix(strings.TrimPrefix(c.Name, fullnameOf(r)+"-"), "-tls")
-		usages := map[cmv1.KeyUsage]bool{}
-		for _, u := range c.Spec.Usages {
-			usages[u] = true
-		}
-		switch {
-		case components[svc].ports != nil:
-			if len(c.Spec.DNSNames) == 0 || c.Spec.DNSNames[0] != svc+".hero.internal" {
-				t.Errorf("%s: first DNS name %v, want %s.hero.internal", where, c.Spec.DNSNames, svc)
-			}
-			if !usages[cmv1.UsageServerAuth] || !usages[cmv1.UsageClientAuth] {
-				t.Errorf("%s: usages %v, want server auth and client auth", where, c.Spec.Usages)
-			}
-		case svc == "operator":
-			if !slices.Equal(c.Spec.DNSNames, []string{"operator.hero.internal"}) || !usages[cmv1.UsageClientAuth] || usages[cmv1.UsageServerAuth] {
-				t.Errorf("%s: want a client certificate for operator.hero.internal", where)
-			}
-		case svc == "api" || svc == "redis":
-			if !usages[cmv1.UsageServerAuth] {
-				t.Errorf("%s: not a server certificate", where)
-			}
-		default:
-			t.Errorf("%s: not a certificate of the layout", where)
-		}
+		checkCertificateIdentity(t, r, c, where)
 	}
 	// The same Secrets as the hook Job would make, the CA's aside with an issuer of one's own.
 	if len(r.certificates()) > 0 {
@@ -344,6 +309,57 @@ func checkCertificates(t *testing.T, r *release, out outside) {
 		if !slices.Equal(got, want) {
 			t.Errorf("Certificates write %v, want %v", got, want)
 		}
+	}
+}
+
+// checkCACertificate: the chart's root CA is issued by a rendered self-signed
+// Issuer and backs a CA Issuer.
+func checkCACertificate(t *testing.T, r *release, c *cmv1.Certificate, where string) {
+	t.Helper()
+	iss := r.issuer(c.Spec.IssuerRef.Name)
+	if iss == nil || iss.Spec.SelfSigned == nil {
+		t.Errorf("%s: a CA certificate not issued by a rendered self-signed Issuer", where)
+	}
+	backed := false
+	for _, o := range r.all("Issuer") {
+		if i := o.Obj.(*cmv1.Issuer); i.Spec.CA != nil && i.Spec.CA.SecretName == c.Spec.SecretName {
+			backed = true
+		}
+	}
+	if !backed {
+		t.Errorf("%s: no CA Issuer uses its Secret", where)
+	}
+}
+
+// checkCertificateIdentity: each service's certificate names
+// <service>.hero.internal first (the identity its peers check) and serves both ends
+// of mutual TLS; the operator's is a client certificate, the API's and Redis's
+// server certificates; no other is of the layout.
+func checkCertificateIdentity(t *testing.T, r *release, c *cmv1.Certificate, where string) {
+	t.Helper()
+	svc := strings.TrimSuffix(strings.TrimPrefix(c.Name, fullnameOf(r)+"-"), "-tls")
+	usages := map[cmv1.KeyUsage]bool{}
+	for _, u := range c.Spec.Usages {
+		usages[u] = true
+	}
+	switch {
+	case components[svc].ports != nil:
+		if len(c.Spec.DNSNames) == 0 || c.Spec.DNSNames[0] != svc+".hero.internal" {
+			t.Errorf("%s: first DNS name %v, want %s.hero.internal", where, c.Spec.DNSNames, svc)
+		}
+		if !usages[cmv1.UsageServerAuth] || !usages[cmv1.UsageClientAuth] {
+			t.Errorf("%s: usages %v, want server auth and client auth", where, c.Spec.Usages)
+		}
+	case svc == "operator":
+		if !slices.Equal(c.Spec.DNSNames, []string{"operator.hero.internal"}) || !usages[cmv1.UsageClientAuth] || usages[cmv1.UsageServerAuth] {
+			t.Errorf("%s: want a client certificate for operator.hero.internal", where)
+		}
+	case svc == "api" || svc == "redis":
+		if !usages[cmv1.UsageServerAuth] {
+			t.Errorf("%s: not a server certificate", where)
+		}
+	default:
+		t.Errorf("%s: not a certificate of the layout", where)
 	}
 }
 
