@@ -60,9 +60,11 @@ type Events struct {
 // The objects as the JSON-RPC API gives them: the seed's lists and maps are empty,
 // never null (a gRPC message cannot tell the two apart).
 
-func jobOf(j *herov1.Job) *model.Job       { return emptyNotNil(protoconv.JobFromPB(j)) }
-func flowOf(f *herov1.Flow) *model.Flow    { return emptyNotNil(protoconv.FlowFromPB(f)) }
-func eventOf(e *herov1.Event) Event        { return store.Event{ID: e.Id, TimeMs: e.TimeMs, Type: e.Type, Actor: e.Actor, ContextID: e.ContextId, FlowID: e.FlowId, JobID: e.JobId, CallerID: e.CallerId, Status: e.Status, Detail: e.Detail} }
+func jobOf(j *herov1.Job) *model.Job    { return emptyNotNil(protoconv.JobFromPB(j)) }
+func flowOf(f *herov1.Flow) *model.Flow { return emptyNotNil(protoconv.FlowFromPB(f)) }
+func eventOf(e *herov1.Event) Event {
+	return store.Event{ID: e.Id, TimeMs: e.TimeMs, Type: e.Type, Actor: e.Actor, ContextID: e.ContextId, FlowID: e.FlowId, JobID: e.JobId, CallerID: e.CallerId, Status: e.Status, Detail: e.Detail}
+}
 func actorOf(a *herov1.Actor) *model.Actor { return emptyNotNil(protoconv.ActorFromPB(a)) }
 
 // ContextOf converts a gRPC context into the API's object.
