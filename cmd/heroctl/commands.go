@@ -133,10 +133,7 @@ func printHelp(w io.Writer, cmd command, fs *flag.FlagSet) error {
 	fs.VisitAll(func(f *flag.Flag) {
 		n++
 		typ, use := flag.UnquoteUsage(f)
-		name := "--" + f.Name
-		if len(f.Name) == 1 {
-			name = "-" + f.Name
-		}
+		name := flagName(f.Name)
 		if typ != "" {
 			name += " " + typ
 		}
@@ -150,6 +147,14 @@ func printHelp(w io.Writer, cmd command, fs *flag.FlagSet) error {
 	}
 	_, err := fmt.Fprintf(w, "\nExample:\n  %s\n", strings.ReplaceAll(cmd.example, "\n", "\n  "))
 	return err
+}
+
+// flagName is how help and completion spell a flag: -f, --name.
+func flagName(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }
 
 func defaultText(f *flag.Flag) string {
@@ -176,7 +181,7 @@ func toolCommands() []command {
 		{name: "version", summary: "Print heroctl's version (its module version and VCS revision).", example: "heroctl version",
 			define: (*cli).versionCmd},
 		{name: "completion", args: "bash|zsh|fish", summary: "Print a shell completion script.",
-			example: "source <(heroctl completion bash)   # or: heroctl completion fish > ~/.config/fish/completions/heroctl.fish",
+			example: "heroctl completion bash > ~/.local/share/bash-completion/completions/heroctl\nheroctl completion fish > ~/.config/fish/completions/heroctl.fish",
 			define:  (*cli).completionCmd},
 	}
 }
@@ -248,7 +253,7 @@ func tree() (objs []string, verbs map[string][]string, flags map[string][]string
 		}
 		fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
 		cmd.define(&cli{g: &globals{}}, fs)
-		fs.VisitAll(func(f *flag.Flag) { flags[cmd.name] = append(flags[cmd.name], "--"+f.Name) })
+		fs.VisitAll(func(f *flag.Flag) { flags[cmd.name] = append(flags[cmd.name], flagName(f.Name)) })
 	}
 	sort.Strings(objs)
 	return objs, verbs, flags
@@ -308,7 +313,11 @@ func writeFish(w io.Writer) error {
 			cond = fmt.Sprintf("__fish_seen_subcommand_from %s; and __fish_seen_subcommand_from %s", obj, verb)
 		}
 		for _, f := range flags[n] {
-			fmt.Fprintf(&b, "complete -c heroctl -n '%s' -l %s\n", cond, strings.TrimPrefix(f, "--"))
+			opt := "-l " + strings.TrimPrefix(f, "--")
+			if !strings.HasPrefix(f, "--") {
+				opt = "-s " + strings.TrimPrefix(f, "-")
+			}
+			fmt.Fprintf(&b, "complete -c heroctl -n '%s' %s\n", cond, opt)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
