@@ -115,10 +115,12 @@ func (w *flowWatch) follow(ctx context.Context) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		w.lastID = ev.Event.Id
+		// The position moves past an event once it is applied: a flow's end whose
+		// final state could not be loaded is read again after a resume.
 		if ended, err := w.apply(ctx, eventOf(ev.Event)); ended || err != nil {
 			return ended, err
 		}
+		w.lastID = ev.Event.Id
 	}
 }
 
