@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/dispatcher"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -234,7 +235,7 @@ func (c *cli) dispatcherRun(fs *flag.FlagSet) action {
 			return c.printJSON(r)
 		}
 		fmt.Fprint(c.out, r.Job.Output)
-		if r.Job.Status != "finished" {
+		if r.Job.Status != string(dispatcher.StatusFinished) {
 			return &exitError{code: 1, msg: fmt.Sprintf("dispatcher job %s %s: %s", r.Job.Id, r.Job.Status, r.Job.Error)}
 		}
 		return nil
