@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+
+	hero "github.com/hero-coordinator/hero/sdk/go"
 )
 
 // command is one heroctl subcommand: `heroctl <name> [flags] <args>`.
@@ -322,4 +324,61 @@ func writeFish(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// bound says how long a command's calls may take.
+type bound bool
+
+const (
+	perCall bound = true  // each call at most --timeout
+	waits   bound = false // the command's own wait bounds it (flow wait, logs -f, …)
+)
+
+// clientCall is the body of a command: its calls, made with the client.
+type clientCall func(ctx context.Context, hc *hero.Client) error
+
+// withClient runs fn with the client, ctx bounded as b says.
+func (c *cli) withClient(ctx context.Context, b bound, fn clientCall) error {
+	hc, err := c.client()
+	if err != nil {
+		return err
+	}
+	if b == perCall {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.g.timeout)
+		defer cancel()
+	}
+	return fn(ctx, hc)
+}
+
+// noArgs is the action of a command without positional arguments.
+func (c *cli) noArgs(name string, b bound, fn clientCall) action {
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 0 {
+			return wrongArgs(name)
+		}
+		return c.withClient(ctx, b, fn)
+	}
+}
+
+// byID is the action of a command whose one argument is an id (what: "flow id").
+func (c *cli) byID(name, what string, b bound, fn func(ctx context.Context, hc *hero.Client, id uint32) error) action {
+	return func(ctx context.Context, pos []string) error {
+		id, err := oneID(name, what, pos)
+		if err != nil {
+			return err
+		}
+		return c.withClient(ctx, b, func(ctx context.Context, hc *hero.Client) error { return fn(ctx, hc, id) })
+	}
+}
+
+// byJob is the action of a command on one job: ID [--caller N].
+func (c *cli) byJob(ref *jobRef, b bound, fn func(ctx context.Context, hc *hero.Client, caller, id uint32) error) action {
+	return func(ctx context.Context, pos []string) error {
+		caller, id, err := ref.parse(c, pos)
+		if err != nil {
+			return err
+		}
+		return c.withClient(ctx, b, func(ctx context.Context, hc *hero.Client) error { return fn(ctx, hc, caller, id) })
+	}
 }

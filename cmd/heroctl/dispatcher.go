@@ -11,6 +11,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/dispatcher"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+	hero "github.com/hero-coordinator/hero/sdk/go"
 )
 
 // The Hero Dispatcher protocol's jobs (hero:job:<id>), through supervisor-daemon;
@@ -26,33 +27,27 @@ func dispatcherCommands() []command {
 	}
 }
 
-// dispatcherClient is the Hero Dispatcher API on the same connection as the
-// coordinator's.
-func (c *cli) dispatcherClient() (herov1.DispatcherClient, error) {
-	hc, err := c.client()
-	if err != nil {
-		return nil, err
+// byDispatcherID is the action of a dispatcher command on one job: its id, the
+// Hero Dispatcher API on the client's connection, a per-call timeout.
+func (c *cli) byDispatcherID(name string, fn func(ctx context.Context, api herov1.DispatcherClient, id string) error) action {
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 1 || strings.TrimSpace(pos[0]) == "" {
+			return wrongArgs(name)
+		}
+		return c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error { return fn(ctx, hc.Dispatcher(), pos[0]) })
 	}
-	return hc.Dispatcher(), nil
 }
 
 func (c *cli) dispatcherList(fs *flag.FlagSet) action {
 	limit := fs.Uint("limit", 100, "ids a page")
 	cursor := fs.String("cursor", "", "the page after this cursor")
 	all := fs.Bool("all", false, "every page")
-	return func(ctx context.Context, pos []string) error {
-		if len(pos) != 0 {
-			return wrongArgs("dispatcher list")
-		}
-		api, err := c.dispatcherClient()
-		if err != nil {
-			return err
-		}
+	return c.noArgs("dispatcher list", waits, func(ctx context.Context, hc *hero.Client) error {
 		out := &herov1.DispatcherListJobsResponse{}
 		next := *cursor
 		for {
 			cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-			r, err := api.ListJobs(cctx, &herov1.DispatcherListJobsRequest{Cursor: next, Limit: uint32(*limit)})
+			r, err := hc.Dispatcher().ListJobs(cctx, &herov1.DispatcherListJobsRequest{Cursor: next, Limit: uint32(*limit)})
 			cancel()
 			if err != nil {
 				return err
@@ -71,50 +66,22 @@ func (c *cli) dispatcherList(fs *flag.FlagSet) action {
 				fmt.Fprintf(w, "(more: --cursor %s, or --all)\n", out.NextCursor)
 			}
 		})
-	}
-}
-
-// dispatcherID is the one job id of a dispatcher command.
-func dispatcherID(name string, pos []string) (string, error) {
-	if len(pos) != 1 || strings.TrimSpace(pos[0]) == "" {
-		return "", wrongArgs(name)
-	}
-	return pos[0], nil
+	})
 }
 
 func (c *cli) dispatcherStatus(fs *flag.FlagSet) action {
-	return func(ctx context.Context, pos []string) error {
-		id, err := dispatcherID("dispatcher status", pos)
-		if err != nil {
-			return err
-		}
-		api, err := c.dispatcherClient()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := api.JobStatus(cctx, &herov1.DispatcherJobStatusRequest{Id: id})
+	return c.byDispatcherID("dispatcher status", func(ctx context.Context, api herov1.DispatcherClient, id string) error {
+		r, err := api.JobStatus(ctx, &herov1.DispatcherJobStatusRequest{Id: id})
 		if err != nil {
 			return err
 		}
 		return c.show(r.Job, func(w *tabwriter.Writer) { printDispatcherJob(w, r.Job) })
-	}
+	})
 }
 
 func (c *cli) dispatcherLogs(fs *flag.FlagSet) action {
-	return func(ctx context.Context, pos []string) error {
-		id, err := dispatcherID("dispatcher logs", pos)
-		if err != nil {
-			return err
-		}
-		api, err := c.dispatcherClient()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := api.JobLogs(cctx, &herov1.DispatcherJobLogsRequest{Id: id})
+	return c.byDispatcherID("dispatcher logs", func(ctx context.Context, api herov1.DispatcherClient, id string) error {
+		r, err := api.JobLogs(ctx, &herov1.DispatcherJobLogsRequest{Id: id})
 		if err != nil {
 			return err
 		}
@@ -126,27 +93,17 @@ func (c *cli) dispatcherLogs(fs *flag.FlagSet) action {
 			fmt.Fprintf(c.errw, "heroctl: log_path not read (%s); showing the %s copy\n", r.FileError, r.Source)
 		}
 		return nil
-	}
+	})
 }
 
 func (c *cli) dispatcherStop(fs *flag.FlagSet) action {
-	return func(ctx context.Context, pos []string) error {
-		id, err := dispatcherID("dispatcher stop", pos)
-		if err != nil {
-			return err
-		}
-		api, err := c.dispatcherClient()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := api.StopJob(cctx, &herov1.DispatcherStopJobRequest{Id: id})
+	return c.byDispatcherID("dispatcher stop", func(ctx context.Context, api herov1.DispatcherClient, id string) error {
+		r, err := api.StopJob(ctx, &herov1.DispatcherStopJobRequest{Id: id})
 		if err != nil {
 			return err
 		}
 		return c.done(fmt.Sprintf("stop request for job %s sent to worker %s (status %s)", r.Id, r.WorkerId, dash(r.Status)), r)
-	}
+	})
 }
 
 // dispatcherRunFlags describe a Dispatcher job.
@@ -221,13 +178,13 @@ func (c *cli) dispatcherRun(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		api, err := c.dispatcherClient()
+		hc, err := c.client()
 		if err != nil {
 			return err
 		}
 		cctx, cancel := context.WithTimeout(ctx, f.bound())
 		defer cancel()
-		r, err := api.RunJob(cctx, &herov1.DispatcherRunJobRequest{Job: job, WorkerId: *f.worker, Timeout: uint32(*f.wait)})
+		r, err := hc.Dispatcher().RunJob(cctx, &herov1.DispatcherRunJobRequest{Job: job, WorkerId: *f.worker, Timeout: uint32(*f.wait)})
 		if err != nil {
 			return err
 		}

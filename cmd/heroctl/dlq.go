@@ -22,16 +22,7 @@ func dlqCommands() []command {
 }
 
 // dlqEntry is a dead-letter queue entry as the JSON-RPC API gives it.
-type dlqEntry struct {
-	CallerID     uint32 `json:"caller_id"`
-	ID           uint32 `json:"id"`
-	FlowID       uint32 `json:"flow_id,omitempty"`
-	Error        string `json:"error"`
-	Attempt      uint32 `json:"attempt"`
-	DLQAtMs      int64  `json:"dlq_at_ms"`
-	ScriptType   string `json:"script_type"`
-	FunctionName string `json:"function_name,omitempty"`
-}
+type dlqEntry = model.DLQEntry
 
 func entryOf(e *herov1.DLQEntry) dlqEntry {
 	return dlqEntry{CallerID: e.CallerId, ID: e.Id, FlowID: e.FlowId, Error: e.Error, Attempt: e.Attempt, DLQAtMs: e.DlqAtMs,
@@ -40,17 +31,8 @@ func entryOf(e *herov1.DLQEntry) dlqEntry {
 
 func (c *cli) dlqList(fs *flag.FlagSet) action {
 	page := addPageFlags(fs, false)
-	return func(ctx context.Context, pos []string) error {
-		if len(pos) != 0 {
-			return wrongArgs("dlq list")
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().ListDLQ(cctx, &herov1.ListDLQRequest{ContextId: c.g.context, Limit: page.limit(), Cursor: *page.cursor})
+	return c.noArgs("dlq list", perCall, func(ctx context.Context, hc *hero.Client) error {
+		r, err := hc.API().ListDLQ(ctx, &herov1.ListDLQRequest{ContextId: c.g.context, Limit: page.limit(), Cursor: *page.cursor})
 		if err != nil {
 			return err
 		}
@@ -58,35 +40,26 @@ func (c *cli) dlqList(fs *flag.FlagSet) action {
 		for _, e := range r.Entries {
 			out.Items = append(out.Items, entryOf(e))
 		}
-		return c.show(out, func(w *tabwriter.Writer) {
-			fmt.Fprintln(w, "CALLER\tID\tFLOW\tTYPE\tATTEMPTS\tWHEN\tERROR")
-			for _, e := range out.Items {
-				what := e.ScriptType
-				if e.FunctionName != "" {
-					what = e.FunctionName
-				}
-				fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%d\t%s\t%s\n", e.CallerID, e.ID, e.FlowID, what, e.Attempt,
-					time.UnixMilli(e.DLQAtMs).UTC().Format(time.RFC3339), firstLine(e.Error))
-			}
-			moreLine(w, r.NextCursor)
-		})
+		return c.show(out, func(w *tabwriter.Writer) { printDLQ(w, out) })
+	})
+}
+
+func printDLQ(w *tabwriter.Writer, page *hero.Page[dlqEntry]) {
+	fmt.Fprintln(w, "CALLER\tID\tFLOW\tTYPE\tATTEMPTS\tWHEN\tERROR")
+	for _, e := range page.Items {
+		what := e.ScriptType
+		if e.FunctionName != "" {
+			what = e.FunctionName
+		}
+		fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%d\t%s\t%s\n", e.CallerID, e.ID, e.FlowID, what, e.Attempt,
+			time.UnixMilli(e.DLQAtMs).UTC().Format(time.RFC3339), firstLine(e.Error))
 	}
+	moreLine(w, page.NextCursor)
 }
 
 func (c *cli) dlqShow(fs *flag.FlagSet) action {
-	ref := addJobRef(fs, "dlq show")
-	return func(ctx context.Context, pos []string) error {
-		caller, id, err := ref.parse(c, pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().ShowDLQ(cctx, &herov1.ShowDLQRequest{ContextId: c.g.context, CallerId: caller, Id: id})
+	return c.byJob(addJobRef(fs, "dlq show"), perCall, func(ctx context.Context, hc *hero.Client, caller, id uint32) error {
+		r, err := hc.API().ShowDLQ(ctx, &herov1.ShowDLQRequest{ContextId: c.g.context, CallerId: caller, Id: id})
 		if err != nil {
 			return err
 		}
@@ -96,29 +69,18 @@ func (c *cli) dlqShow(fs *flag.FlagSet) action {
 			Job   *model.Job `json:"job"`
 		}{entryOf(r.Entry), j}
 		return c.show(out, func(w *tabwriter.Writer) { printJob(w, j) })
-	}
+	})
 }
 
 func (c *cli) dlqRequeue(fs *flag.FlagSet) action {
-	ref := addJobRef(fs, "dlq requeue")
-	return func(ctx context.Context, pos []string) error {
-		caller, id, err := ref.parse(c, pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().RequeueDLQ(cctx, &herov1.RequeueDLQRequest{ContextId: c.g.context, CallerId: caller, Id: id})
+	return c.byJob(addJobRef(fs, "dlq requeue"), perCall, func(ctx context.Context, hc *hero.Client, caller, id uint32) error {
+		r, err := hc.API().RequeueDLQ(ctx, &herov1.RequeueDLQRequest{ContextId: c.g.context, CallerId: caller, Id: id})
 		if err != nil {
 			return err
 		}
 		j := hero.JobOf(r.Job)
 		return c.done(fmt.Sprintf("job %d:%d requeued (status %s)", j.CallerID, j.ID, j.Status), j)
-	}
+	})
 }
 
 func (c *cli) dlqPurge(fs *flag.FlagSet) action {
@@ -135,16 +97,12 @@ func (c *cli) dlqPurge(fs *flag.FlagSet) action {
 				return err
 			}
 		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().PurgeDLQ(cctx, req)
-		if err != nil {
-			return err
-		}
-		return c.done(fmt.Sprintf("%d entr%s purged", r.Purged, map[bool]string{true: "y", false: "ies"}[r.Purged == 1]), map[string]int64{"purged": r.Purged})
+		return c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error {
+			r, err := hc.API().PurgeDLQ(ctx, req)
+			if err != nil {
+				return err
+			}
+			return c.done(fmt.Sprintf("%d entr%s purged", r.Purged, map[bool]string{true: "y", false: "ies"}[r.Purged == 1]), map[string]int64{"purged": r.Purged})
+		})
 	}
 }

@@ -42,21 +42,13 @@ func (c *cli) showFlow(f *model.Flow) error {
 // flowByID makes a command that calls one flow method with the flow's id and shows the flow.
 func flowByID(name string, call func(*hero.Client, context.Context, uint32) (*model.Flow, error)) func(*cli, *flag.FlagSet) action {
 	return func(c *cli, fs *flag.FlagSet) action {
-		return func(ctx context.Context, pos []string) error {
-			id, err := oneID(name, "flow id", pos)
-			if err != nil {
-				return err
-			}
-			hc, err := c.client()
-			if err != nil {
-				return err
-			}
+		return c.byID(name, "flow id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
 			f, err := call(hc, ctx, id)
 			if err != nil {
 				return err
 			}
 			return c.showFlow(f)
-		}
+		})
 	}
 }
 
@@ -131,16 +123,12 @@ func (c *cli) flowCreate(fs *flag.FlagSet) action {
 	jobs := fs.String("jobs", "", "the ids of its jobs, one caller's (comma-separated)")
 	var env multiFlag
 	fs.Var(&env, "env", "an environment variable KEY=VALUE for every job (repeatable)")
-	return func(ctx context.Context, pos []string) error {
+	return c.noArgs("flow create", perCall, func(ctx context.Context, hc *hero.Client) error {
 		list, err := parseIDList("--jobs", *jobs)
-		if err != nil || len(list) == 0 || len(pos) != 0 {
+		if err != nil || len(list) == 0 {
 			return wrongArgs("flow create")
 		}
 		envs, err := parseEnv(env)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
 		if err != nil {
 			return err
 		}
@@ -149,40 +137,24 @@ func (c *cli) flowCreate(fs *flag.FlagSet) action {
 			return err
 		}
 		return c.showFlow(f)
-	}
+	})
 }
 
 func (c *cli) flowDelete(fs *flag.FlagSet) action {
 	force := fs.Bool("force", false, "delete it even while it runs")
-	return func(ctx context.Context, pos []string) error {
-		id, err := oneID("flow delete", "flow id", pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
+	return c.byID("flow delete", "flow id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
 		if err := hc.DeleteFlow(ctx, id, *force); err != nil {
 			return err
 		}
 		return c.done(fmt.Sprintf("flow %d deleted", id), deleted)
-	}
+	})
 }
 
 func (c *cli) flowWait(fs *flag.FlagSet) action {
 	wait := fs.Uint("wait", 0, "seconds to wait at most (0: the server's default, 300)")
-	return func(ctx context.Context, pos []string) error {
-		id, err := oneID("flow wait", "flow id", pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
+	return c.byID("flow wait", "flow id", waits, func(ctx context.Context, hc *hero.Client, id uint32) error {
 		return c.waitFlow(ctx, hc, id, *wait)
-	}
+	})
 }
 
 // waitFlow waits for a flow's end, shows it, and exits 1 when it failed.
@@ -202,29 +174,14 @@ func (c *cli) waitFlow(ctx context.Context, hc *hero.Client, id uint32, secs uin
 
 func (c *cli) flowLogs(fs *flag.FlagSet) action {
 	follow := fs.Bool("f", false, "follow each job's log until it ends")
-	return func(ctx context.Context, pos []string) error {
-		id, err := oneID("flow logs", "flow id", pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
+	return c.byID("flow logs", "flow id", waits, func(ctx context.Context, hc *hero.Client, id uint32) error {
 		return quietCancel(ctx, hc.CopyFlowLogs(ctx, id, c.out, *follow))
-	}
+	})
 }
 
 func (c *cli) flowList(fs *flag.FlagSet) action {
 	page := addPageFlags(fs, true)
-	return func(ctx context.Context, pos []string) error {
-		if len(pos) != 0 {
-			return wrongArgs("flow list")
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
+	return c.noArgs("flow list", perCall, func(ctx context.Context, hc *hero.Client) error {
 		r, err := hc.ListFlows(ctx, page.options())
 		if err != nil {
 			return err
@@ -236,39 +193,23 @@ func (c *cli) flowList(fs *flag.FlagSet) action {
 			}
 			moreLine(w, r.NextCursor)
 		})
-	}
+	})
 }
 
 func (c *cli) flowDAG(fs *flag.FlagSet) action {
-	return func(ctx context.Context, pos []string) error {
-		id, err := oneID("flow dag", "flow id", pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
+	return c.byID("flow dag", "flow id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
 		d, err := hc.FlowDAG(ctx, id)
 		if err != nil {
 			return err
 		}
 		return c.show(d, func(w *tabwriter.Writer) { printDAG(w, d) })
-	}
+	})
 }
 
 func (c *cli) flowWatch(fs *flag.FlagSet) action {
-	return func(ctx context.Context, pos []string) error {
-		id, err := oneID("flow watch", "flow id", pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
+	return c.byID("flow watch", "flow id", waits, func(ctx context.Context, hc *hero.Client, id uint32) error {
 		return c.watchFlow(ctx, hc, id)
-	}
+	})
 }
 
 func printFlow(w *tabwriter.Writer, f *model.Flow) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/protoconv"
+	hero "github.com/hero-coordinator/hero/sdk/go"
 )
 
 func jobCommands() []command {
@@ -131,38 +132,23 @@ func (c *cli) showJob(j *model.Job) error {
 
 func (c *cli) jobCreate(fs *flag.FlagSet) action {
 	jf := addJobFlags(fs)
-	return func(ctx context.Context, pos []string) error {
-		if len(pos) != 0 {
-			return wrongArgs("job create")
-		}
+	return c.noArgs("job create", perCall, func(ctx context.Context, hc *hero.Client) error {
 		j, err := jf.job()
 		if err != nil {
 			return err
 		}
-		hc, err := c.client()
-		if err != nil {
+		if j, err = hc.CreateJob(ctx, j); err != nil {
 			return err
 		}
-		made, err := hc.CreateJob(ctx, j)
-		if err != nil {
-			return err
-		}
-		return c.showJob(made)
-	}
+		return c.showJob(j)
+	})
 }
 
 func (c *cli) jobRun(fs *flag.FlagSet) action {
 	jf := addJobFlags(fs)
 	wait := fs.Uint("wait", 0, "seconds to wait for the job's end (0: its timeout)")
-	return func(ctx context.Context, pos []string) error {
-		if len(pos) != 0 {
-			return wrongArgs("job run")
-		}
+	return c.noArgs("job run", waits, func(ctx context.Context, hc *hero.Client) error {
 		j, err := jf.job()
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
 		if err != nil {
 			return err
 		}
@@ -180,7 +166,7 @@ func (c *cli) jobRun(fs *flag.FlagSet) action {
 			fmt.Fprint(c.out, r.Result["output"])
 		}
 		return jobOutcome(r)
-	}
+	})
 }
 
 // jobOutcome is exit 1 for a job that did not finish.
@@ -216,39 +202,22 @@ func (r *jobRef) parse(c *cli, pos []string) (caller, id uint32, err error) {
 }
 
 func (c *cli) jobGet(fs *flag.FlagSet) action {
-	ref := addJobRef(fs, "job get")
-	return func(ctx context.Context, pos []string) error {
-		caller, id, err := ref.parse(c, pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
+	return c.byJob(addJobRef(fs, "job get"), perCall, func(ctx context.Context, hc *hero.Client, caller, id uint32) error {
 		j, err := hc.GetJob(ctx, caller, id)
 		if err != nil {
 			return err
 		}
 		return c.showJob(j)
-	}
+	})
 }
 
 func (c *cli) jobWait(fs *flag.FlagSet) action {
 	ref := addJobRef(fs, "job wait")
 	wait := fs.Duration("max", 5*time.Minute, "how long to wait at most")
-	return func(ctx context.Context, pos []string) error {
-		caller, id, err := ref.parse(c, pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		wctx, cancel := context.WithTimeout(ctx, *wait)
+	return c.byJob(ref, waits, func(ctx context.Context, hc *hero.Client, caller, id uint32) error {
+		ctx, cancel := context.WithTimeout(ctx, *wait)
 		defer cancel()
-		j, err := hc.WaitJob(wctx, caller, id)
+		j, err := hc.WaitJob(ctx, caller, id)
 		if err != nil {
 			return err
 		}
@@ -256,23 +225,15 @@ func (c *cli) jobWait(fs *flag.FlagSet) action {
 			return err
 		}
 		return jobOutcome(j)
-	}
+	})
 }
 
 func (c *cli) jobLogs(fs *flag.FlagSet) action {
 	ref := addJobRef(fs, "job logs")
 	follow := fs.Bool("f", false, "follow the log until the job ends")
-	return func(ctx context.Context, pos []string) error {
-		caller, id, err := ref.parse(c, pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
+	return c.byJob(ref, waits, func(ctx context.Context, hc *hero.Client, caller, id uint32) error {
 		return quietCancel(ctx, hc.CopyJobLogs(ctx, caller, id, c.out, *follow))
-	}
+	})
 }
 
 // quietCancel: a follow ended by Ctrl-C is no error.
@@ -284,53 +245,29 @@ func quietCancel(ctx context.Context, err error) error {
 }
 
 func (c *cli) jobStop(fs *flag.FlagSet) action {
-	ref := addJobRef(fs, "job stop")
-	return func(ctx context.Context, pos []string) error {
-		caller, id, err := ref.parse(c, pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
+	return c.byJob(addJobRef(fs, "job stop"), perCall, func(ctx context.Context, hc *hero.Client, caller, id uint32) error {
 		j, err := hc.StopJob(ctx, caller, id)
 		if err != nil {
 			return err
 		}
 		return c.done(fmt.Sprintf("stop requested for job %d:%d (status %s)", caller, id, j.Status), j)
-	}
+	})
 }
 
 func (c *cli) jobDelete(fs *flag.FlagSet) action {
 	ref := addJobRef(fs, "job delete")
 	force := fs.Bool("force", false, "delete it even while it runs")
-	return func(ctx context.Context, pos []string) error {
-		caller, id, err := ref.parse(c, pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
+	return c.byJob(ref, perCall, func(ctx context.Context, hc *hero.Client, caller, id uint32) error {
 		if err := hc.DeleteJob(ctx, caller, id, *force); err != nil {
 			return err
 		}
 		return c.done(fmt.Sprintf("job %d:%d deleted", caller, id), deleted)
-	}
+	})
 }
 
 func (c *cli) jobList(fs *flag.FlagSet) action {
 	page := addPageFlags(fs, true)
-	return func(ctx context.Context, pos []string) error {
-		if len(pos) != 0 {
-			return wrongArgs("job list")
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
+	return c.noArgs("job list", perCall, func(ctx context.Context, hc *hero.Client) error {
 		r, err := hc.ListJobs(ctx, page.options())
 		if err != nil {
 			return err
@@ -342,7 +279,7 @@ func (c *cli) jobList(fs *flag.FlagSet) action {
 			}
 			moreLine(w, r.NextCursor)
 		})
-	}
+	})
 }
 
 // jobWhat is a job's script type, or a handler job's function.

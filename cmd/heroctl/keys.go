@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/auth"
+	"github.com/hero-coordinator/hero/lib/model"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	hero "github.com/hero-coordinator/hero/sdk/go"
 )
@@ -175,25 +176,24 @@ func makeNewKey(id uint32) (*newKey, error) {
 }
 
 func (c *cli) sendActorUpdate(ctx context.Context, req *herov1.UpdateActorRequest, k *newKey) error {
-	hc, err := c.client()
-	if err == nil {
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		var r *herov1.UpdateActorResponse
-		if r, err = hc.API().UpdateActor(cctx, req); err == nil {
-			if k != nil {
-				if err := os.Rename(k.newPath, k.path); err != nil {
-					return fmt.Errorf("the server has the new key, but moving it into place failed (it is in %s): %v", k.newPath, err)
-				}
-				fmt.Fprintf(c.errw, "key: %s (replaced; the old key is no longer accepted)\n", k.path)
-			}
-			return c.showActor(r.Actor)
+	var r *herov1.UpdateActorResponse
+	err := c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) (err error) {
+		r, err = hc.API().UpdateActor(ctx, req)
+		return err
+	})
+	if err != nil {
+		if k != nil {
+			_ = os.Remove(k.newPath)
 		}
+		return err
 	}
 	if k != nil {
-		_ = os.Remove(k.newPath)
+		if err := os.Rename(k.newPath, k.path); err != nil {
+			return fmt.Errorf("the server has the new key, but moving it into place failed (it is in %s): %v", k.newPath, err)
+		}
+		fmt.Fprintf(c.errw, "key: %s (replaced; the old key is no longer accepted)\n", k.path)
 	}
-	return err
+	return c.showActor(r.Actor)
 }
 
 func secretCommands() []command {
@@ -205,31 +205,15 @@ func secretCommands() []command {
 }
 
 // secretView is an operator secret as the JSON-RPC API gives it.
-type secretView struct {
-	Fingerprint string `json:"fingerprint"`
-	Source      string `json:"source"`
-	CreatedAtMs int64  `json:"created_at_ms,omitempty"`
-	RevokedAtMs int64  `json:"revoked_at_ms,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	Current     bool   `json:"current"`
-}
+type secretView = model.OperatorSecret
 
 func viewSecret(s *herov1.OperatorSecret) secretView {
 	return secretView{Fingerprint: s.Fingerprint, Source: s.Source, CreatedAtMs: s.CreatedAtMs, RevokedAtMs: s.RevokedAtMs, Reason: s.Reason, Current: s.Current}
 }
 
 func (c *cli) secretList(fs *flag.FlagSet) action {
-	return func(ctx context.Context, pos []string) error {
-		if len(pos) != 0 {
-			return wrongArgs("secret list")
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().ListOperatorSecrets(cctx, &herov1.ListOperatorSecretsRequest{})
+	return c.noArgs("secret list", perCall, func(ctx context.Context, hc *hero.Client) error {
+		r, err := hc.API().ListOperatorSecrets(ctx, &herov1.ListOperatorSecretsRequest{})
 		if err != nil {
 			return err
 		}
@@ -245,21 +229,12 @@ func (c *cli) secretList(fs *flag.FlagSet) action {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.Fingerprint, s.Source, msTime(s.CreatedAtMs), msTime(s.RevokedAtMs), map[bool]string{true: "yes", false: "-"}[s.Current])
 			}
 		})
-	}
+	})
 }
 
 func (c *cli) secretCreate(fs *flag.FlagSet) action {
-	return func(ctx context.Context, pos []string) error {
-		if len(pos) != 0 {
-			return wrongArgs("secret create")
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().CreateOperatorSecret(cctx, &herov1.CreateOperatorSecretRequest{})
+	return c.noArgs("secret create", perCall, func(ctx context.Context, hc *hero.Client) error {
+		r, err := hc.API().CreateOperatorSecret(ctx, &herov1.CreateOperatorSecretRequest{})
 		if err != nil {
 			return err
 		}
@@ -269,7 +244,7 @@ func (c *cli) secretCreate(fs *flag.FlagSet) action {
 		fmt.Fprintln(c.out, r.Secret)
 		fmt.Fprintf(c.errw, "fingerprint: %s (the secret is shown only this once)\n", r.Fingerprint)
 		return nil
-	}
+	})
 }
 
 func (c *cli) secretRevoke(fs *flag.FlagSet) action {
@@ -277,17 +252,13 @@ func (c *cli) secretRevoke(fs *flag.FlagSet) action {
 		if len(pos) != 1 {
 			return wrongArgs("secret revoke")
 		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().RevokeOperatorSecret(cctx, &herov1.RevokeOperatorSecretRequest{Fingerprint: pos[0]})
-		if err != nil {
-			return err
-		}
-		return c.done(r.Secret.Fingerprint+" revoked", viewSecret(r.Secret))
+		return c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error {
+			r, err := hc.API().RevokeOperatorSecret(ctx, &herov1.RevokeOperatorSecretRequest{Fingerprint: pos[0]})
+			if err != nil {
+				return err
+			}
+			return c.done(r.Secret.Fingerprint+" revoked", viewSecret(r.Secret))
+		})
 	}
 }
 

@@ -58,44 +58,31 @@ func (c *cli) actorCreate(fs *flag.FlagSet) action {
 				return err
 			}
 		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().CreateActor(cctx, &herov1.CreateActorRequest{Actor: &herov1.Actor{Id: uint32(*id), Pubkey: *pubkey, Address: addr}})
-		if err != nil {
-			if created {
-				_ = os.Remove(keyFile)
+		err := c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error {
+			r, err := hc.API().CreateActor(ctx, &herov1.CreateActorRequest{Actor: &herov1.Actor{Id: uint32(*id), Pubkey: *pubkey, Address: addr}})
+			if err != nil {
+				return err
 			}
-			return err
+			if keyFile != "" {
+				fmt.Fprintf(c.errw, "key: %s\n", keyFile)
+			}
+			return c.showActor(r.Actor)
+		})
+		if err != nil && created {
+			_ = os.Remove(keyFile)
 		}
-		if keyFile != "" {
-			fmt.Fprintf(c.errw, "key: %s\n", keyFile)
-		}
-		return c.showActor(r.Actor)
+		return err
 	}
 }
 
 func (c *cli) actorGet(fs *flag.FlagSet) action {
-	return func(ctx context.Context, pos []string) error {
-		id, err := oneID("actor get", "actor id", pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().GetActor(cctx, &herov1.GetActorRequest{Id: id})
+	return c.byID("actor get", "actor id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		r, err := hc.API().GetActor(ctx, &herov1.GetActorRequest{Id: id})
 		if err != nil {
 			return err
 		}
 		return c.showActor(r.Actor)
-	}
+	})
 }
 
 // oneID is the one positional id of a command.
@@ -180,27 +167,17 @@ func (c *cli) showContext(x *herov1.Context) error {
 
 func (c *cli) contextCreate(fs *flag.FlagSet) action {
 	f := addContextFlags(fs)
-	return func(ctx context.Context, pos []string) error {
-		id, err := oneID("context create", "context id", pos)
-		if err != nil {
-			return err
-		}
+	return c.byID("context create", "context id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
 		x, err := f.context(id)
 		if err != nil {
 			return err
 		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().CreateContext(cctx, &herov1.CreateContextRequest{Context: x})
+		r, err := hc.API().CreateContext(ctx, &herov1.CreateContextRequest{Context: x})
 		if err != nil {
 			return err
 		}
 		return c.showContext(r.Context)
-	}
+	})
 }
 
 func (c *cli) contextUpdate(fs *flag.FlagSet) action {
@@ -225,17 +202,13 @@ func (c *cli) contextUpdate(fs *flag.FlagSet) action {
 			return err
 		}
 		c.operator = set["job-max"]
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().UpdateContext(cctx, req)
-		if err != nil {
-			return err
-		}
-		return c.showContext(r.Context)
+		return c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error {
+			r, err := hc.API().UpdateContext(ctx, req)
+			if err != nil {
+				return err
+			}
+			return c.showContext(r.Context)
+		})
 	}
 }
 
@@ -282,38 +255,24 @@ func (c *cli) contextGet(fs *flag.FlagSet) action {
 		default:
 			return wrongArgs("context get")
 		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().GetContext(cctx, &herov1.GetContextRequest{Id: id})
-		if err != nil {
-			return err
-		}
-		return c.showContext(r.Context)
+		return c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error {
+			r, err := hc.API().GetContext(ctx, &herov1.GetContextRequest{Id: id})
+			if err != nil {
+				return err
+			}
+			return c.showContext(r.Context)
+		})
 	}
 }
 
 func (c *cli) contextDelete(fs *flag.FlagSet) action {
 	force := fs.Bool("force", false, "delete it even while flows run")
-	return func(ctx context.Context, pos []string) error {
-		id, err := oneID("context delete", "context id", pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		if _, err := hc.API().DeleteContext(cctx, &herov1.DeleteContextRequest{Id: id, Force: *force}); err != nil {
+	return c.byID("context delete", "context id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		if _, err := hc.API().DeleteContext(ctx, &herov1.DeleteContextRequest{Id: id, Force: *force}); err != nil {
 			return err
 		}
 		return c.done(fmt.Sprintf("context %d deleted", id), deleted)
-	}
+	})
 }
 
 // deleted is the API's answer to a delete.
@@ -366,53 +325,30 @@ func (c *cli) runnerCreate(fs *flag.FlagSet) action {
 		if *types != "" {
 			rn.ScriptTypes = strings.Split(*types, ",")
 		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().CreateRunner(cctx, &herov1.CreateRunnerRequest{ContextId: c.g.context, Runner: rn})
-		if err != nil {
-			return err
-		}
-		return c.showRunner(r.Runner)
+		return c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error {
+			r, err := hc.API().CreateRunner(ctx, &herov1.CreateRunnerRequest{ContextId: c.g.context, Runner: rn})
+			if err != nil {
+				return err
+			}
+			return c.showRunner(r.Runner)
+		})
 	}
 }
 
 func (c *cli) runnerGet(fs *flag.FlagSet) action {
-	return func(ctx context.Context, pos []string) error {
-		id, err := oneID("runner get", "runner id", pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().GetRunner(cctx, &herov1.GetRunnerRequest{ContextId: c.g.context, Id: id})
+	return c.byID("runner get", "runner id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		r, err := hc.API().GetRunner(ctx, &herov1.GetRunnerRequest{ContextId: c.g.context, Id: id})
 		if err != nil {
 			return err
 		}
 		return c.showRunner(r.Runner)
-	}
+	})
 }
 
 func (c *cli) runnerList(fs *flag.FlagSet) action {
 	page := addPageFlags(fs, false)
-	return func(ctx context.Context, pos []string) error {
-		if len(pos) != 0 {
-			return wrongArgs("runner list")
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		r, err := hc.API().ListRunners(cctx, &herov1.ListRunnersRequest{ContextId: c.g.context, Limit: page.limit(), Cursor: *page.cursor})
+	return c.noArgs("runner list", perCall, func(ctx context.Context, hc *hero.Client) error {
+		r, err := hc.API().ListRunners(ctx, &herov1.ListRunnersRequest{ContextId: c.g.context, Limit: page.limit(), Cursor: *page.cursor})
 		if err != nil {
 			return err
 		}
@@ -427,27 +363,17 @@ func (c *cli) runnerList(fs *flag.FlagSet) action {
 			}
 			moreLine(w, r.NextCursor)
 		})
-	}
+	})
 }
 
 func (c *cli) runnerDelete(fs *flag.FlagSet) action {
 	force := fs.Bool("force", false, "delete it even while its processes are alive")
-	return func(ctx context.Context, pos []string) error {
-		id, err := oneID("runner delete", "runner id", pos)
-		if err != nil {
-			return err
-		}
-		hc, err := c.client()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, c.g.timeout)
-		defer cancel()
-		if _, err := hc.API().DeleteRunner(cctx, &herov1.DeleteRunnerRequest{ContextId: c.g.context, Id: id, Force: *force}); err != nil {
+	return c.byID("runner delete", "runner id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		if _, err := hc.API().DeleteRunner(ctx, &herov1.DeleteRunnerRequest{ContextId: c.g.context, Id: id, Force: *force}); err != nil {
 			return err
 		}
 		return c.done(fmt.Sprintf("runner %d deleted", id), deleted)
-	}
+	})
 }
 
 // pageFlags are a list's --limit and --cursor (and --status).
