@@ -80,6 +80,7 @@ type runnerIn struct {
 	Local       *bool    `json:"local"`
 	Secret      string   `json:"secret"`
 	ScriptTypes []string `json:"script_types"`
+	Executors   []string `json:"executors"`
 }
 
 type runnerCreateParams struct {
@@ -518,7 +519,8 @@ func (s *service) runnerCreate(ctx context.Context, p Principal, in runnerCreate
 	if _, _, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "runner.create"); err != nil {
 		return nil, err
 	}
-	r := &model.Runner{ID: in.Runner.ID, Pubkey: in.Runner.Pubkey, Address: in.Runner.Address, Topic: in.Runner.Topic, Local: true, Secret: in.Runner.Secret}
+	r := &model.Runner{ID: in.Runner.ID, Pubkey: in.Runner.Pubkey, Address: in.Runner.Address, Topic: in.Runner.Topic, Local: true, Secret: in.Runner.Secret,
+		Executors: in.Runner.Executors}
 	if in.Runner.Local != nil {
 		r.Local = *in.Runner.Local
 	}
@@ -701,15 +703,15 @@ func (s *service) jobList(ctx context.Context, p Principal, in listParams) (*lis
 	return &listResult[*model.Job]{Items: jobs, NextCursor: next}, nil
 }
 
-func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*model.Job, error) {
-	if in.Job == nil {
-		return nil, invalidParams("job", "job is required")
-	}
-	c, db, err := s.authorize(ctx, p, in.ContextID, RoleExecutor, "job.run")
-	if err != nil {
-		return nil, err
-	}
-	j, err := in.Job.toModel(in.ContextID)
+// servedCache remembers, within one call, the executors and script types a context
+// was found to serve (a batch asks once per kind of job).
+type servedCache map[string]bool
+
+// standaloneJob checks a job of no flow for job.run and job.submit: its limits within
+// the context's job_max, no dependencies, its caller, and a runner that could take it
+// (a job no runner could ever take fails at once, storing nothing).
+func standaloneJob(ctx context.Context, p Principal, c *model.Context, db *store.DB, in *jobIn, ctxID uint32, served servedCache) (*model.Job, error) {
+	j, err := in.toModel(ctxID)
 	if err != nil {
 		return nil, err
 	}
@@ -725,16 +727,37 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 	if err := j.Validate(); err != nil { // also fills script_type from an executor prefix
 		return nil, err
 	}
-	// Fail at once, storing nothing, when no runner could ever take the job.
 	if j.RunnerID != 0 {
 		r, err := db.LoadRunner(ctx, j.RunnerID)
 		if err != nil {
-			return nil, invalidParams("job.runner_id", "runner %d does not exist in context %d", j.RunnerID, in.ContextID)
+			return nil, invalidParams("job.runner_id", "runner %d does not exist in context %d", j.RunnerID, ctxID)
 		}
 		if !r.Local {
 			return nil, invalidParams("job.runner_id", "runner %d is not local: remote runners need the mycelium-gateway", j.RunnerID)
 		}
-	} else if err := checkServed(ctx, db, j); err != nil {
+		return j, nil
+	}
+	kind, _ := j.Handler()
+	kind += "|" + string(j.ScriptType)
+	if !served[kind] {
+		if err := checkServed(ctx, db, j); err != nil {
+			return nil, err
+		}
+		served[kind] = true
+	}
+	return j, nil
+}
+
+func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*model.Job, error) {
+	if in.Job == nil {
+		return nil, invalidParams("job", "job is required")
+	}
+	c, db, err := s.authorize(ctx, p, in.ContextID, RoleExecutor, "job.run")
+	if err != nil {
+		return nil, err
+	}
+	j, err := standaloneJob(ctx, p, c, db, in.Job, in.ContextID, servedCache{})
+	if err != nil {
 		return nil, err
 	}
 	created, _, err := s.createJob(ctx, j, p.Name())

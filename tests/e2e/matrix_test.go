@@ -60,6 +60,8 @@ var matrixCases = []matrixCase{
 	{"job.load", "/hero.v1.Coordinator/GetJob", needReader, `{"context_id":1,"caller_id":1,"id":1}`, ""},
 	{"job.list", "/hero.v1.Coordinator/ListJobs", needReader, `{"context_id":1}`, ""},
 	{"job.run", "/hero.v1.Coordinator/RunJob", needExecutor, `{"context_id":1,"job":{"script":"true","script_type":"no-such-type"}}`, ""},
+	{"job.submit", "/hero.v1.Coordinator/SubmitJob", needExecutor, `{"context_id":1,"job":{"script":"true","script_type":"no-such-type"}}`, ""},
+	{"job.submit_batch", "/hero.v1.Coordinator/SubmitJobs", needExecutor, `{"context_id":1,"jobs":[{"job":{"script":"true","script_type":"no-such-type"}}]}`, ""},
 	{"job.stop", "/hero.v1.Coordinator/StopJob", needExecutor, `{"context_id":1,"caller_id":1,"id":99999}`, ""},
 	{"job.logs", "/hero.v1.Coordinator/GetJobLogs", needReader, `{"context_id":1,"caller_id":1,"id":1}`, ""},
 	{"job.delete", "/hero.v1.Coordinator/DeleteJob", needAdmin, `{"context_id":1,"caller_id":1,"id":99999}`, ""},

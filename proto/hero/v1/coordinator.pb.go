@@ -1782,6 +1782,284 @@ func (x *RunJobResponse) GetJob() *Job {
 	return nil
 }
 
+// unique_key (with unique_ttl_seconds): while the key lasts, a submission with it
+// returns the job it names (existing) instead of a new one.
+type SubmitJobRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ContextId        uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	Job              *Job                   `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	UniqueKey        string                 `protobuf:"bytes,3,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
+	UniqueTtlSeconds uint32                 `protobuf:"varint,4,opt,name=unique_ttl_seconds,json=uniqueTtlSeconds,proto3" json:"unique_ttl_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SubmitJobRequest) Reset() {
+	*x = SubmitJobRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitJobRequest) ProtoMessage() {}
+
+func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
+func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SubmitJobRequest) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+func (x *SubmitJobRequest) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *SubmitJobRequest) GetUniqueKey() string {
+	if x != nil {
+		return x.UniqueKey
+	}
+	return ""
+}
+
+func (x *SubmitJobRequest) GetUniqueTtlSeconds() uint32 {
+	if x != nil {
+		return x.UniqueTtlSeconds
+	}
+	return 0
+}
+
+type SubmitJobResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Existing      bool                   `protobuf:"varint,2,opt,name=existing,proto3" json:"existing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitJobResponse) Reset() {
+	*x = SubmitJobResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitJobResponse) ProtoMessage() {}
+
+func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitJobResponse.ProtoReflect.Descriptor instead.
+func (*SubmitJobResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *SubmitJobResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *SubmitJobResponse) GetExisting() bool {
+	if x != nil {
+		return x.Existing
+	}
+	return false
+}
+
+type SubmitJobItem struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Job              *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	UniqueKey        string                 `protobuf:"bytes,2,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
+	UniqueTtlSeconds uint32                 `protobuf:"varint,3,opt,name=unique_ttl_seconds,json=uniqueTtlSeconds,proto3" json:"unique_ttl_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SubmitJobItem) Reset() {
+	*x = SubmitJobItem{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitJobItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitJobItem) ProtoMessage() {}
+
+func (x *SubmitJobItem) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitJobItem.ProtoReflect.Descriptor instead.
+func (*SubmitJobItem) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SubmitJobItem) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *SubmitJobItem) GetUniqueKey() string {
+	if x != nil {
+		return x.UniqueKey
+	}
+	return ""
+}
+
+func (x *SubmitJobItem) GetUniqueTtlSeconds() uint32 {
+	if x != nil {
+		return x.UniqueTtlSeconds
+	}
+	return 0
+}
+
+type SubmitJobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	Jobs          []*SubmitJobItem       `protobuf:"bytes,2,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitJobsRequest) Reset() {
+	*x = SubmitJobsRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitJobsRequest) ProtoMessage() {}
+
+func (x *SubmitJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitJobsRequest.ProtoReflect.Descriptor instead.
+func (*SubmitJobsRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *SubmitJobsRequest) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+func (x *SubmitJobsRequest) GetJobs() []*SubmitJobItem {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+type SubmitJobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*SubmitJobResponse   `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitJobsResponse) Reset() {
+	*x = SubmitJobsResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitJobsResponse) ProtoMessage() {}
+
+func (x *SubmitJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitJobsResponse.ProtoReflect.Descriptor instead.
+func (*SubmitJobsResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SubmitJobsResponse) GetItems() []*SubmitJobResponse {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
 type StopJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
@@ -1793,7 +2071,7 @@ type StopJobRequest struct {
 
 func (x *StopJobRequest) Reset() {
 	*x = StopJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2083,7 @@ func (x *StopJobRequest) String() string {
 func (*StopJobRequest) ProtoMessage() {}
 
 func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2096,7 @@ func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobRequest.ProtoReflect.Descriptor instead.
 func (*StopJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StopJobRequest) GetContextId() uint32 {
@@ -1851,7 +2129,7 @@ type StopJobResponse struct {
 
 func (x *StopJobResponse) Reset() {
 	*x = StopJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +2141,7 @@ func (x *StopJobResponse) String() string {
 func (*StopJobResponse) ProtoMessage() {}
 
 func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +2154,7 @@ func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobResponse.ProtoReflect.Descriptor instead.
 func (*StopJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StopJobResponse) GetJob() *Job {
@@ -1898,7 +2176,7 @@ type GetJobLogsRequest struct {
 
 func (x *GetJobLogsRequest) Reset() {
 	*x = GetJobLogsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2188,7 @@ func (x *GetJobLogsRequest) String() string {
 func (*GetJobLogsRequest) ProtoMessage() {}
 
 func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2201,7 @@ func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetJobLogsRequest) GetContextId() uint32 {
@@ -1965,7 +2243,7 @@ type GetJobLogsResponse struct {
 
 func (x *GetJobLogsResponse) Reset() {
 	*x = GetJobLogsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2255,7 @@ func (x *GetJobLogsResponse) String() string {
 func (*GetJobLogsResponse) ProtoMessage() {}
 
 func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2268,7 @@ func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetJobLogsResponse) GetLogs() string {
@@ -2024,7 +2302,7 @@ type CreateFlowRequest struct {
 
 func (x *CreateFlowRequest) Reset() {
 	*x = CreateFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2314,7 @@ func (x *CreateFlowRequest) String() string {
 func (*CreateFlowRequest) ProtoMessage() {}
 
 func (x *CreateFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2327,7 @@ func (x *CreateFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFlowRequest.ProtoReflect.Descriptor instead.
 func (*CreateFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateFlowRequest) GetContextId() uint32 {
@@ -2075,7 +2353,7 @@ type CreateFlowResponse struct {
 
 func (x *CreateFlowResponse) Reset() {
 	*x = CreateFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2365,7 @@ func (x *CreateFlowResponse) String() string {
 func (*CreateFlowResponse) ProtoMessage() {}
 
 func (x *CreateFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2378,7 @@ func (x *CreateFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFlowResponse.ProtoReflect.Descriptor instead.
 func (*CreateFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreateFlowResponse) GetFlow() *Flow {
@@ -2120,7 +2398,7 @@ type GetFlowRequest struct {
 
 func (x *GetFlowRequest) Reset() {
 	*x = GetFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2410,7 @@ func (x *GetFlowRequest) String() string {
 func (*GetFlowRequest) ProtoMessage() {}
 
 func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2423,7 @@ func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetFlowRequest) GetContextId() uint32 {
@@ -2171,7 +2449,7 @@ type GetFlowResponse struct {
 
 func (x *GetFlowResponse) Reset() {
 	*x = GetFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2461,7 @@ func (x *GetFlowResponse) String() string {
 func (*GetFlowResponse) ProtoMessage() {}
 
 func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2474,7 @@ func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{42}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetFlowResponse) GetFlow() *Flow {
@@ -2217,7 +2495,7 @@ type WaitFlowRequest struct {
 
 func (x *WaitFlowRequest) Reset() {
 	*x = WaitFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2507,7 @@ func (x *WaitFlowRequest) String() string {
 func (*WaitFlowRequest) ProtoMessage() {}
 
 func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2520,7 @@ func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowRequest.ProtoReflect.Descriptor instead.
 func (*WaitFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{43}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WaitFlowRequest) GetContextId() uint32 {
@@ -2275,7 +2553,7 @@ type WaitFlowResponse struct {
 
 func (x *WaitFlowResponse) Reset() {
 	*x = WaitFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2565,7 @@ func (x *WaitFlowResponse) String() string {
 func (*WaitFlowResponse) ProtoMessage() {}
 
 func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2578,7 @@ func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowResponse.ProtoReflect.Descriptor instead.
 func (*WaitFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WaitFlowResponse) GetFlow() *Flow {
@@ -2322,7 +2600,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2612,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2625,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListFlowsRequest) GetContextId() uint32 {
@@ -2388,7 +2666,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +2678,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +2691,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -2440,7 +2718,7 @@ type StartFlowRequest struct {
 
 func (x *StartFlowRequest) Reset() {
 	*x = StartFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2730,7 @@ func (x *StartFlowRequest) String() string {
 func (*StartFlowRequest) ProtoMessage() {}
 
 func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2743,7 @@ func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowRequest.ProtoReflect.Descriptor instead.
 func (*StartFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StartFlowRequest) GetContextId() uint32 {
@@ -2491,7 +2769,7 @@ type StartFlowResponse struct {
 
 func (x *StartFlowResponse) Reset() {
 	*x = StartFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2781,7 @@ func (x *StartFlowResponse) String() string {
 func (*StartFlowResponse) ProtoMessage() {}
 
 func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2794,7 @@ func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowResponse.ProtoReflect.Descriptor instead.
 func (*StartFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StartFlowResponse) GetFlow() *Flow {
@@ -2536,7 +2814,7 @@ type GetFlowDagRequest struct {
 
 func (x *GetFlowDagRequest) Reset() {
 	*x = GetFlowDagRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2826,7 @@ func (x *GetFlowDagRequest) String() string {
 func (*GetFlowDagRequest) ProtoMessage() {}
 
 func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2839,7 @@ func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowDagRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetFlowDagRequest) GetContextId() uint32 {
@@ -2588,7 +2866,7 @@ type GetFlowDagResponse struct {
 
 func (x *GetFlowDagResponse) Reset() {
 	*x = GetFlowDagResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2878,7 @@ func (x *GetFlowDagResponse) String() string {
 func (*GetFlowDagResponse) ProtoMessage() {}
 
 func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2891,7 @@ func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowDagResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetFlowDagResponse) GetFlow() *Flow {
@@ -2640,7 +2918,7 @@ type CancelFlowRequest struct {
 
 func (x *CancelFlowRequest) Reset() {
 	*x = CancelFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2930,7 @@ func (x *CancelFlowRequest) String() string {
 func (*CancelFlowRequest) ProtoMessage() {}
 
 func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2943,7 @@ func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowRequest.ProtoReflect.Descriptor instead.
 func (*CancelFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CancelFlowRequest) GetContextId() uint32 {
@@ -2691,7 +2969,7 @@ type CancelFlowResponse struct {
 
 func (x *CancelFlowResponse) Reset() {
 	*x = CancelFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2703,7 +2981,7 @@ func (x *CancelFlowResponse) String() string {
 func (*CancelFlowResponse) ProtoMessage() {}
 
 func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2716,7 +2994,7 @@ func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowResponse.ProtoReflect.Descriptor instead.
 func (*CancelFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CancelFlowResponse) GetFlow() *Flow {
@@ -2736,7 +3014,7 @@ type RetryFlowRequest struct {
 
 func (x *RetryFlowRequest) Reset() {
 	*x = RetryFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +3026,7 @@ func (x *RetryFlowRequest) String() string {
 func (*RetryFlowRequest) ProtoMessage() {}
 
 func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +3039,7 @@ func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowRequest.ProtoReflect.Descriptor instead.
 func (*RetryFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RetryFlowRequest) GetContextId() uint32 {
@@ -2787,7 +3065,7 @@ type RetryFlowResponse struct {
 
 func (x *RetryFlowResponse) Reset() {
 	*x = RetryFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2799,7 +3077,7 @@ func (x *RetryFlowResponse) String() string {
 func (*RetryFlowResponse) ProtoMessage() {}
 
 func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2812,7 +3090,7 @@ func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowResponse.ProtoReflect.Descriptor instead.
 func (*RetryFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RetryFlowResponse) GetFlow() *Flow {
@@ -2838,7 +3116,7 @@ type DLQEntry struct {
 
 func (x *DLQEntry) Reset() {
 	*x = DLQEntry{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +3128,7 @@ func (x *DLQEntry) String() string {
 func (*DLQEntry) ProtoMessage() {}
 
 func (x *DLQEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +3141,7 @@ func (x *DLQEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DLQEntry.ProtoReflect.Descriptor instead.
 func (*DLQEntry) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DLQEntry) GetCallerId() uint32 {
@@ -2933,7 +3211,7 @@ type ListDLQRequest struct {
 
 func (x *ListDLQRequest) Reset() {
 	*x = ListDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3223,7 @@ func (x *ListDLQRequest) String() string {
 func (*ListDLQRequest) ProtoMessage() {}
 
 func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3236,7 @@ func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQRequest.ProtoReflect.Descriptor instead.
 func (*ListDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListDLQRequest) GetContextId() uint32 {
@@ -2992,7 +3270,7 @@ type ListDLQResponse struct {
 
 func (x *ListDLQResponse) Reset() {
 	*x = ListDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3282,7 @@ func (x *ListDLQResponse) String() string {
 func (*ListDLQResponse) ProtoMessage() {}
 
 func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3295,7 @@ func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQResponse.ProtoReflect.Descriptor instead.
 func (*ListDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListDLQResponse) GetEntries() []*DLQEntry {
@@ -3045,7 +3323,7 @@ type ShowDLQRequest struct {
 
 func (x *ShowDLQRequest) Reset() {
 	*x = ShowDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3335,7 @@ func (x *ShowDLQRequest) String() string {
 func (*ShowDLQRequest) ProtoMessage() {}
 
 func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3348,7 @@ func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQRequest.ProtoReflect.Descriptor instead.
 func (*ShowDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ShowDLQRequest) GetContextId() uint32 {
@@ -3104,7 +3382,7 @@ type ShowDLQResponse struct {
 
 func (x *ShowDLQResponse) Reset() {
 	*x = ShowDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3394,7 @@ func (x *ShowDLQResponse) String() string {
 func (*ShowDLQResponse) ProtoMessage() {}
 
 func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3407,7 @@ func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQResponse.ProtoReflect.Descriptor instead.
 func (*ShowDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ShowDLQResponse) GetEntry() *DLQEntry {
@@ -3157,7 +3435,7 @@ type RequeueDLQRequest struct {
 
 func (x *RequeueDLQRequest) Reset() {
 	*x = RequeueDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3169,7 +3447,7 @@ func (x *RequeueDLQRequest) String() string {
 func (*RequeueDLQRequest) ProtoMessage() {}
 
 func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3182,7 +3460,7 @@ func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RequeueDLQRequest) GetContextId() uint32 {
@@ -3215,7 +3493,7 @@ type RequeueDLQResponse struct {
 
 func (x *RequeueDLQResponse) Reset() {
 	*x = RequeueDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3227,7 +3505,7 @@ func (x *RequeueDLQResponse) String() string {
 func (*RequeueDLQResponse) ProtoMessage() {}
 
 func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3240,7 +3518,7 @@ func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RequeueDLQResponse) GetJob() *Job {
@@ -3261,7 +3539,7 @@ type PurgeDLQRequest struct {
 
 func (x *PurgeDLQRequest) Reset() {
 	*x = PurgeDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3551,7 @@ func (x *PurgeDLQRequest) String() string {
 func (*PurgeDLQRequest) ProtoMessage() {}
 
 func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3564,7 @@ func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PurgeDLQRequest) GetContextId() uint32 {
@@ -3319,7 +3597,7 @@ type PurgeDLQResponse struct {
 
 func (x *PurgeDLQResponse) Reset() {
 	*x = PurgeDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3609,7 @@ func (x *PurgeDLQResponse) String() string {
 func (*PurgeDLQResponse) ProtoMessage() {}
 
 func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3622,7 @@ func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PurgeDLQResponse) GetPurged() int64 {
@@ -3366,7 +3644,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3656,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3669,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DeleteJobRequest) GetContextId() uint32 {
@@ -3433,7 +3711,7 @@ type DeleteFlowRequest struct {
 
 func (x *DeleteFlowRequest) Reset() {
 	*x = DeleteFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3445,7 +3723,7 @@ func (x *DeleteFlowRequest) String() string {
 func (*DeleteFlowRequest) ProtoMessage() {}
 
 func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3458,7 +3736,7 @@ func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFlowRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DeleteFlowRequest) GetContextId() uint32 {
@@ -3493,7 +3771,7 @@ type DeleteRunnerRequest struct {
 
 func (x *DeleteRunnerRequest) Reset() {
 	*x = DeleteRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3505,7 +3783,7 @@ func (x *DeleteRunnerRequest) String() string {
 func (*DeleteRunnerRequest) ProtoMessage() {}
 
 func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3796,7 @@ func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunnerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DeleteRunnerRequest) GetContextId() uint32 {
@@ -3552,7 +3830,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3564,7 +3842,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3577,7 +3855,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DeleteContextRequest) GetId() uint32 {
@@ -3603,7 +3881,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3615,7 +3893,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3628,7 +3906,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -3648,7 +3926,7 @@ type CreateMessageRequest struct {
 
 func (x *CreateMessageRequest) Reset() {
 	*x = CreateMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3660,7 +3938,7 @@ func (x *CreateMessageRequest) String() string {
 func (*CreateMessageRequest) ProtoMessage() {}
 
 func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3673,7 +3951,7 @@ func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageRequest.ProtoReflect.Descriptor instead.
 func (*CreateMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CreateMessageRequest) GetContextId() uint32 {
@@ -3699,7 +3977,7 @@ type CreateMessageResponse struct {
 
 func (x *CreateMessageResponse) Reset() {
 	*x = CreateMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +3989,7 @@ func (x *CreateMessageResponse) String() string {
 func (*CreateMessageResponse) ProtoMessage() {}
 
 func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +4002,7 @@ func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageResponse.ProtoReflect.Descriptor instead.
 func (*CreateMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CreateMessageResponse) GetMessage() *Message {
@@ -3745,7 +4023,7 @@ type GetMessageRequest struct {
 
 func (x *GetMessageRequest) Reset() {
 	*x = GetMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +4035,7 @@ func (x *GetMessageRequest) String() string {
 func (*GetMessageRequest) ProtoMessage() {}
 
 func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +4048,7 @@ func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetMessageRequest) GetContextId() uint32 {
@@ -3803,7 +4081,7 @@ type GetMessageResponse struct {
 
 func (x *GetMessageResponse) Reset() {
 	*x = GetMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +4093,7 @@ func (x *GetMessageResponse) String() string {
 func (*GetMessageResponse) ProtoMessage() {}
 
 func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +4106,7 @@ func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageResponse.ProtoReflect.Descriptor instead.
 func (*GetMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GetMessageResponse) GetMessage() *Message {
@@ -3852,7 +4130,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +4142,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +4155,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *WatchRequest) GetContextId() uint32 {
@@ -3917,7 +4195,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3929,7 +4207,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3942,7 +4220,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -3964,7 +4242,7 @@ type ReadEventsRequest struct {
 
 func (x *ReadEventsRequest) Reset() {
 	*x = ReadEventsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3976,7 +4254,7 @@ func (x *ReadEventsRequest) String() string {
 func (*ReadEventsRequest) ProtoMessage() {}
 
 func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3989,7 +4267,7 @@ func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReadEventsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ReadEventsRequest) GetContextId() uint32 {
@@ -4030,7 +4308,7 @@ type ReadEventsResponse struct {
 
 func (x *ReadEventsResponse) Reset() {
 	*x = ReadEventsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4042,7 +4320,7 @@ func (x *ReadEventsResponse) String() string {
 func (*ReadEventsResponse) ProtoMessage() {}
 
 func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4055,7 +4333,7 @@ func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReadEventsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ReadEventsResponse) GetEvents() []*Event {
@@ -4185,7 +4463,28 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\x03job\x18\x02 \x01(\v2\f.hero.v1.JobR\x03job\x12\x18\n" +
 	"\atimeout\x18\x03 \x01(\rR\atimeout\"0\n" +
 	"\x0eRunJobResponse\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\"\\\n" +
+	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\"\x9e\x01\n" +
+	"\x10SubmitJobRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x1e\n" +
+	"\x03job\x18\x02 \x01(\v2\f.hero.v1.JobR\x03job\x12\x1d\n" +
+	"\n" +
+	"unique_key\x18\x03 \x01(\tR\tuniqueKey\x12,\n" +
+	"\x12unique_ttl_seconds\x18\x04 \x01(\rR\x10uniqueTtlSeconds\"O\n" +
+	"\x11SubmitJobResponse\x12\x1e\n" +
+	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\x12\x1a\n" +
+	"\bexisting\x18\x02 \x01(\bR\bexisting\"|\n" +
+	"\rSubmitJobItem\x12\x1e\n" +
+	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\x12\x1d\n" +
+	"\n" +
+	"unique_key\x18\x02 \x01(\tR\tuniqueKey\x12,\n" +
+	"\x12unique_ttl_seconds\x18\x03 \x01(\rR\x10uniqueTtlSeconds\"^\n" +
+	"\x11SubmitJobsRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\rR\tcontextId\x12*\n" +
+	"\x04jobs\x18\x02 \x03(\v2\x16.hero.v1.SubmitJobItemR\x04jobs\"F\n" +
+	"\x12SubmitJobsResponse\x120\n" +
+	"\x05items\x18\x01 \x03(\v2\x1a.hero.v1.SubmitJobResponseR\x05items\"\\\n" +
 	"\x0eStopJobRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x1b\n" +
@@ -4349,7 +4648,7 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\aflow_id\x18\x04 \x01(\rR\x06flowId\"`\n" +
 	"\x12ReadEventsResponse\x12&\n" +
 	"\x06events\x18\x01 \x03(\v2\x0e.hero.v1.EventR\x06events\x12\"\n" +
-	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xa0\x15\n" +
+	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xab\x16\n" +
 	"\vCoordinator\x12H\n" +
 	"\vCreateActor\x12\x1b.hero.v1.CreateActorRequest\x1a\x1c.hero.v1.CreateActorResponse\x12?\n" +
 	"\bGetActor\x12\x18.hero.v1.GetActorRequest\x1a\x19.hero.v1.GetActorResponse\x12H\n" +
@@ -4367,7 +4666,10 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\tCreateJob\x12\x19.hero.v1.CreateJobRequest\x1a\x1a.hero.v1.CreateJobResponse\x129\n" +
 	"\x06GetJob\x12\x16.hero.v1.GetJobRequest\x1a\x17.hero.v1.GetJobResponse\x12?\n" +
 	"\bListJobs\x12\x18.hero.v1.ListJobsRequest\x1a\x19.hero.v1.ListJobsResponse\x129\n" +
-	"\x06RunJob\x12\x16.hero.v1.RunJobRequest\x1a\x17.hero.v1.RunJobResponse\x12<\n" +
+	"\x06RunJob\x12\x16.hero.v1.RunJobRequest\x1a\x17.hero.v1.RunJobResponse\x12B\n" +
+	"\tSubmitJob\x12\x19.hero.v1.SubmitJobRequest\x1a\x1a.hero.v1.SubmitJobResponse\x12E\n" +
+	"\n" +
+	"SubmitJobs\x12\x1a.hero.v1.SubmitJobsRequest\x1a\x1b.hero.v1.SubmitJobsResponse\x12<\n" +
 	"\aStopJob\x12\x17.hero.v1.StopJobRequest\x1a\x18.hero.v1.StopJobResponse\x12E\n" +
 	"\n" +
 	"GetJobLogs\x12\x1a.hero.v1.GetJobLogsRequest\x1a\x1b.hero.v1.GetJobLogsResponse\x12E\n" +
@@ -4411,7 +4713,7 @@ func file_hero_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_hero_v1_coordinator_proto_rawDescData
 }
 
-var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_hero_v1_coordinator_proto_goTypes = []any{
 	(*CreateActorRequest)(nil),           // 0: hero.v1.CreateActorRequest
 	(*CreateActorResponse)(nil),          // 1: hero.v1.CreateActorResponse
@@ -4448,187 +4750,201 @@ var file_hero_v1_coordinator_proto_goTypes = []any{
 	(*ListJobsResponse)(nil),             // 32: hero.v1.ListJobsResponse
 	(*RunJobRequest)(nil),                // 33: hero.v1.RunJobRequest
 	(*RunJobResponse)(nil),               // 34: hero.v1.RunJobResponse
-	(*StopJobRequest)(nil),               // 35: hero.v1.StopJobRequest
-	(*StopJobResponse)(nil),              // 36: hero.v1.StopJobResponse
-	(*GetJobLogsRequest)(nil),            // 37: hero.v1.GetJobLogsRequest
-	(*GetJobLogsResponse)(nil),           // 38: hero.v1.GetJobLogsResponse
-	(*CreateFlowRequest)(nil),            // 39: hero.v1.CreateFlowRequest
-	(*CreateFlowResponse)(nil),           // 40: hero.v1.CreateFlowResponse
-	(*GetFlowRequest)(nil),               // 41: hero.v1.GetFlowRequest
-	(*GetFlowResponse)(nil),              // 42: hero.v1.GetFlowResponse
-	(*WaitFlowRequest)(nil),              // 43: hero.v1.WaitFlowRequest
-	(*WaitFlowResponse)(nil),             // 44: hero.v1.WaitFlowResponse
-	(*ListFlowsRequest)(nil),             // 45: hero.v1.ListFlowsRequest
-	(*ListFlowsResponse)(nil),            // 46: hero.v1.ListFlowsResponse
-	(*StartFlowRequest)(nil),             // 47: hero.v1.StartFlowRequest
-	(*StartFlowResponse)(nil),            // 48: hero.v1.StartFlowResponse
-	(*GetFlowDagRequest)(nil),            // 49: hero.v1.GetFlowDagRequest
-	(*GetFlowDagResponse)(nil),           // 50: hero.v1.GetFlowDagResponse
-	(*CancelFlowRequest)(nil),            // 51: hero.v1.CancelFlowRequest
-	(*CancelFlowResponse)(nil),           // 52: hero.v1.CancelFlowResponse
-	(*RetryFlowRequest)(nil),             // 53: hero.v1.RetryFlowRequest
-	(*RetryFlowResponse)(nil),            // 54: hero.v1.RetryFlowResponse
-	(*DLQEntry)(nil),                     // 55: hero.v1.DLQEntry
-	(*ListDLQRequest)(nil),               // 56: hero.v1.ListDLQRequest
-	(*ListDLQResponse)(nil),              // 57: hero.v1.ListDLQResponse
-	(*ShowDLQRequest)(nil),               // 58: hero.v1.ShowDLQRequest
-	(*ShowDLQResponse)(nil),              // 59: hero.v1.ShowDLQResponse
-	(*RequeueDLQRequest)(nil),            // 60: hero.v1.RequeueDLQRequest
-	(*RequeueDLQResponse)(nil),           // 61: hero.v1.RequeueDLQResponse
-	(*PurgeDLQRequest)(nil),              // 62: hero.v1.PurgeDLQRequest
-	(*PurgeDLQResponse)(nil),             // 63: hero.v1.PurgeDLQResponse
-	(*DeleteJobRequest)(nil),             // 64: hero.v1.DeleteJobRequest
-	(*DeleteFlowRequest)(nil),            // 65: hero.v1.DeleteFlowRequest
-	(*DeleteRunnerRequest)(nil),          // 66: hero.v1.DeleteRunnerRequest
-	(*DeleteContextRequest)(nil),         // 67: hero.v1.DeleteContextRequest
-	(*DeleteResponse)(nil),               // 68: hero.v1.DeleteResponse
-	(*CreateMessageRequest)(nil),         // 69: hero.v1.CreateMessageRequest
-	(*CreateMessageResponse)(nil),        // 70: hero.v1.CreateMessageResponse
-	(*GetMessageRequest)(nil),            // 71: hero.v1.GetMessageRequest
-	(*GetMessageResponse)(nil),           // 72: hero.v1.GetMessageResponse
-	(*WatchRequest)(nil),                 // 73: hero.v1.WatchRequest
-	(*WatchResponse)(nil),                // 74: hero.v1.WatchResponse
-	(*ReadEventsRequest)(nil),            // 75: hero.v1.ReadEventsRequest
-	(*ReadEventsResponse)(nil),           // 76: hero.v1.ReadEventsResponse
-	(*Actor)(nil),                        // 77: hero.v1.Actor
-	(*Context)(nil),                      // 78: hero.v1.Context
-	(*JobLimits)(nil),                    // 79: hero.v1.JobLimits
-	(*Runner)(nil),                       // 80: hero.v1.Runner
-	(*Job)(nil),                          // 81: hero.v1.Job
-	(*Flow)(nil),                         // 82: hero.v1.Flow
-	(*DagNode)(nil),                      // 83: hero.v1.DagNode
-	(*Message)(nil),                      // 84: hero.v1.Message
-	(*Event)(nil),                        // 85: hero.v1.Event
+	(*SubmitJobRequest)(nil),             // 35: hero.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),            // 36: hero.v1.SubmitJobResponse
+	(*SubmitJobItem)(nil),                // 37: hero.v1.SubmitJobItem
+	(*SubmitJobsRequest)(nil),            // 38: hero.v1.SubmitJobsRequest
+	(*SubmitJobsResponse)(nil),           // 39: hero.v1.SubmitJobsResponse
+	(*StopJobRequest)(nil),               // 40: hero.v1.StopJobRequest
+	(*StopJobResponse)(nil),              // 41: hero.v1.StopJobResponse
+	(*GetJobLogsRequest)(nil),            // 42: hero.v1.GetJobLogsRequest
+	(*GetJobLogsResponse)(nil),           // 43: hero.v1.GetJobLogsResponse
+	(*CreateFlowRequest)(nil),            // 44: hero.v1.CreateFlowRequest
+	(*CreateFlowResponse)(nil),           // 45: hero.v1.CreateFlowResponse
+	(*GetFlowRequest)(nil),               // 46: hero.v1.GetFlowRequest
+	(*GetFlowResponse)(nil),              // 47: hero.v1.GetFlowResponse
+	(*WaitFlowRequest)(nil),              // 48: hero.v1.WaitFlowRequest
+	(*WaitFlowResponse)(nil),             // 49: hero.v1.WaitFlowResponse
+	(*ListFlowsRequest)(nil),             // 50: hero.v1.ListFlowsRequest
+	(*ListFlowsResponse)(nil),            // 51: hero.v1.ListFlowsResponse
+	(*StartFlowRequest)(nil),             // 52: hero.v1.StartFlowRequest
+	(*StartFlowResponse)(nil),            // 53: hero.v1.StartFlowResponse
+	(*GetFlowDagRequest)(nil),            // 54: hero.v1.GetFlowDagRequest
+	(*GetFlowDagResponse)(nil),           // 55: hero.v1.GetFlowDagResponse
+	(*CancelFlowRequest)(nil),            // 56: hero.v1.CancelFlowRequest
+	(*CancelFlowResponse)(nil),           // 57: hero.v1.CancelFlowResponse
+	(*RetryFlowRequest)(nil),             // 58: hero.v1.RetryFlowRequest
+	(*RetryFlowResponse)(nil),            // 59: hero.v1.RetryFlowResponse
+	(*DLQEntry)(nil),                     // 60: hero.v1.DLQEntry
+	(*ListDLQRequest)(nil),               // 61: hero.v1.ListDLQRequest
+	(*ListDLQResponse)(nil),              // 62: hero.v1.ListDLQResponse
+	(*ShowDLQRequest)(nil),               // 63: hero.v1.ShowDLQRequest
+	(*ShowDLQResponse)(nil),              // 64: hero.v1.ShowDLQResponse
+	(*RequeueDLQRequest)(nil),            // 65: hero.v1.RequeueDLQRequest
+	(*RequeueDLQResponse)(nil),           // 66: hero.v1.RequeueDLQResponse
+	(*PurgeDLQRequest)(nil),              // 67: hero.v1.PurgeDLQRequest
+	(*PurgeDLQResponse)(nil),             // 68: hero.v1.PurgeDLQResponse
+	(*DeleteJobRequest)(nil),             // 69: hero.v1.DeleteJobRequest
+	(*DeleteFlowRequest)(nil),            // 70: hero.v1.DeleteFlowRequest
+	(*DeleteRunnerRequest)(nil),          // 71: hero.v1.DeleteRunnerRequest
+	(*DeleteContextRequest)(nil),         // 72: hero.v1.DeleteContextRequest
+	(*DeleteResponse)(nil),               // 73: hero.v1.DeleteResponse
+	(*CreateMessageRequest)(nil),         // 74: hero.v1.CreateMessageRequest
+	(*CreateMessageResponse)(nil),        // 75: hero.v1.CreateMessageResponse
+	(*GetMessageRequest)(nil),            // 76: hero.v1.GetMessageRequest
+	(*GetMessageResponse)(nil),           // 77: hero.v1.GetMessageResponse
+	(*WatchRequest)(nil),                 // 78: hero.v1.WatchRequest
+	(*WatchResponse)(nil),                // 79: hero.v1.WatchResponse
+	(*ReadEventsRequest)(nil),            // 80: hero.v1.ReadEventsRequest
+	(*ReadEventsResponse)(nil),           // 81: hero.v1.ReadEventsResponse
+	(*Actor)(nil),                        // 82: hero.v1.Actor
+	(*Context)(nil),                      // 83: hero.v1.Context
+	(*JobLimits)(nil),                    // 84: hero.v1.JobLimits
+	(*Runner)(nil),                       // 85: hero.v1.Runner
+	(*Job)(nil),                          // 86: hero.v1.Job
+	(*Flow)(nil),                         // 87: hero.v1.Flow
+	(*DagNode)(nil),                      // 88: hero.v1.DagNode
+	(*Message)(nil),                      // 89: hero.v1.Message
+	(*Event)(nil),                        // 90: hero.v1.Event
 }
 var file_hero_v1_coordinator_proto_depIdxs = []int32{
-	77, // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
-	77, // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
-	77, // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
+	82, // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
+	82, // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
+	82, // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
 	20, // 3: hero.v1.UpdateActorRequest.address:type_name -> hero.v1.StringList
-	77, // 4: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
+	82, // 4: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
 	6,  // 5: hero.v1.ListOperatorSecretsResponse.items:type_name -> hero.v1.OperatorSecret
 	6,  // 6: hero.v1.RevokeOperatorSecretResponse.secret:type_name -> hero.v1.OperatorSecret
-	78, // 7: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
-	78, // 8: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
-	78, // 9: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
+	83, // 7: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
+	83, // 8: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
+	83, // 9: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
 	19, // 10: hero.v1.UpdateContextRequest.admins:type_name -> hero.v1.IdList
 	19, // 11: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
 	19, // 12: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
 	20, // 13: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
-	79, // 14: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
-	79, // 15: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
-	78, // 16: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
-	80, // 17: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
-	80, // 18: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
-	80, // 19: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
-	80, // 20: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
-	81, // 21: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
-	81, // 22: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
-	81, // 23: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
-	81, // 24: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
-	81, // 25: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
-	81, // 26: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
-	81, // 27: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
-	82, // 28: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
-	82, // 29: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
-	82, // 30: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
-	82, // 31: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
-	82, // 32: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
-	82, // 33: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
-	82, // 34: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
-	83, // 35: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
-	82, // 36: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
-	82, // 37: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
-	55, // 38: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
-	55, // 39: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
-	81, // 40: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
-	81, // 41: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
-	84, // 42: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
-	84, // 43: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
-	84, // 44: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
-	85, // 45: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
-	85, // 46: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
-	0,  // 47: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
-	2,  // 48: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
-	4,  // 49: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
-	7,  // 50: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
-	9,  // 51: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
-	11, // 52: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
-	13, // 53: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
-	15, // 54: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
-	17, // 55: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
-	21, // 56: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
-	23, // 57: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
-	25, // 58: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
-	27, // 59: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
-	29, // 60: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
-	31, // 61: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
-	33, // 62: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
-	35, // 63: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
-	37, // 64: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
-	39, // 65: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
-	41, // 66: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
-	45, // 67: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
-	47, // 68: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
-	49, // 69: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
-	43, // 70: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
-	51, // 71: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
-	53, // 72: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
-	56, // 73: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
-	58, // 74: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
-	60, // 75: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
-	62, // 76: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
-	64, // 77: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
-	65, // 78: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
-	66, // 79: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
-	67, // 80: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
-	69, // 81: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
-	71, // 82: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
-	73, // 83: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
-	75, // 84: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
-	1,  // 85: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
-	3,  // 86: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
-	5,  // 87: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
-	8,  // 88: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
-	10, // 89: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
-	12, // 90: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
-	14, // 91: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
-	16, // 92: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
-	18, // 93: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
-	22, // 94: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
-	24, // 95: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
-	26, // 96: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
-	28, // 97: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
-	30, // 98: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
-	32, // 99: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
-	34, // 100: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
-	36, // 101: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
-	38, // 102: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
-	40, // 103: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
-	42, // 104: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
-	46, // 105: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
-	48, // 106: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
-	50, // 107: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
-	44, // 108: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
-	52, // 109: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
-	54, // 110: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
-	57, // 111: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
-	59, // 112: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
-	61, // 113: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
-	63, // 114: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
-	68, // 115: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
-	68, // 116: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
-	68, // 117: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
-	68, // 118: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
-	70, // 119: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
-	72, // 120: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
-	74, // 121: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
-	76, // 122: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
-	85, // [85:123] is the sub-list for method output_type
-	47, // [47:85] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	84, // 14: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
+	84, // 15: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
+	83, // 16: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
+	85, // 17: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
+	85, // 18: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
+	85, // 19: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
+	85, // 20: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
+	86, // 21: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
+	86, // 22: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
+	86, // 23: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
+	86, // 24: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
+	86, // 25: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
+	86, // 26: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
+	86, // 27: hero.v1.SubmitJobRequest.job:type_name -> hero.v1.Job
+	86, // 28: hero.v1.SubmitJobResponse.job:type_name -> hero.v1.Job
+	86, // 29: hero.v1.SubmitJobItem.job:type_name -> hero.v1.Job
+	37, // 30: hero.v1.SubmitJobsRequest.jobs:type_name -> hero.v1.SubmitJobItem
+	36, // 31: hero.v1.SubmitJobsResponse.items:type_name -> hero.v1.SubmitJobResponse
+	86, // 32: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
+	87, // 33: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
+	87, // 34: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
+	87, // 35: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
+	87, // 36: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
+	87, // 37: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
+	87, // 38: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
+	87, // 39: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
+	88, // 40: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
+	87, // 41: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
+	87, // 42: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
+	60, // 43: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
+	60, // 44: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
+	86, // 45: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
+	86, // 46: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
+	89, // 47: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
+	89, // 48: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
+	89, // 49: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
+	90, // 50: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
+	90, // 51: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
+	0,  // 52: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
+	2,  // 53: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
+	4,  // 54: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
+	7,  // 55: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
+	9,  // 56: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
+	11, // 57: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
+	13, // 58: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
+	15, // 59: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
+	17, // 60: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
+	21, // 61: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
+	23, // 62: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
+	25, // 63: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
+	27, // 64: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
+	29, // 65: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
+	31, // 66: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
+	33, // 67: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
+	35, // 68: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
+	38, // 69: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
+	40, // 70: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
+	42, // 71: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
+	44, // 72: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
+	46, // 73: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
+	50, // 74: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
+	52, // 75: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
+	54, // 76: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
+	48, // 77: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
+	56, // 78: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
+	58, // 79: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
+	61, // 80: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
+	63, // 81: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
+	65, // 82: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
+	67, // 83: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
+	69, // 84: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
+	70, // 85: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
+	71, // 86: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
+	72, // 87: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
+	74, // 88: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
+	76, // 89: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
+	78, // 90: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
+	80, // 91: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
+	1,  // 92: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
+	3,  // 93: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
+	5,  // 94: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
+	8,  // 95: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
+	10, // 96: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
+	12, // 97: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
+	14, // 98: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
+	16, // 99: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
+	18, // 100: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
+	22, // 101: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
+	24, // 102: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
+	26, // 103: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
+	28, // 104: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
+	30, // 105: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
+	32, // 106: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
+	34, // 107: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
+	36, // 108: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
+	39, // 109: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
+	41, // 110: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
+	43, // 111: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
+	45, // 112: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
+	47, // 113: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
+	51, // 114: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
+	53, // 115: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
+	55, // 116: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
+	49, // 117: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
+	57, // 118: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
+	59, // 119: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
+	62, // 120: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
+	64, // 121: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
+	66, // 122: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
+	68, // 123: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
+	73, // 124: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
+	73, // 125: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
+	73, // 126: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
+	73, // 127: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
+	75, // 128: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
+	77, // 129: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
+	79, // 130: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
+	81, // 131: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
+	92, // [92:132] is the sub-list for method output_type
+	52, // [52:92] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_hero_v1_coordinator_proto_init() }
@@ -4645,7 +4961,7 @@ func file_hero_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hero_v1_coordinator_proto_rawDesc), len(file_hero_v1_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   77,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,8 @@ const (
 	Coordinator_GetJob_FullMethodName               = "/hero.v1.Coordinator/GetJob"
 	Coordinator_ListJobs_FullMethodName             = "/hero.v1.Coordinator/ListJobs"
 	Coordinator_RunJob_FullMethodName               = "/hero.v1.Coordinator/RunJob"
+	Coordinator_SubmitJob_FullMethodName            = "/hero.v1.Coordinator/SubmitJob"
+	Coordinator_SubmitJobs_FullMethodName           = "/hero.v1.Coordinator/SubmitJobs"
 	Coordinator_StopJob_FullMethodName              = "/hero.v1.Coordinator/StopJob"
 	Coordinator_GetJobLogs_FullMethodName           = "/hero.v1.Coordinator/GetJobLogs"
 	Coordinator_CreateFlow_FullMethodName           = "/hero.v1.Coordinator/CreateFlow"
@@ -90,6 +92,10 @@ type CoordinatorClient interface {
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 	RunJob(ctx context.Context, in *RunJobRequest, opts ...grpc.CallOption) (*RunJobResponse, error)
+	// SubmitJob creates and dispatches a standalone job and returns at once (job.submit).
+	SubmitJob(ctx context.Context, in *SubmitJobRequest, opts ...grpc.CallOption) (*SubmitJobResponse, error)
+	// SubmitJobs is SubmitJob for a list of jobs in one call (job.submit_batch).
+	SubmitJobs(ctx context.Context, in *SubmitJobsRequest, opts ...grpc.CallOption) (*SubmitJobsResponse, error)
 	StopJob(ctx context.Context, in *StopJobRequest, opts ...grpc.CallOption) (*StopJobResponse, error)
 	GetJobLogs(ctx context.Context, in *GetJobLogsRequest, opts ...grpc.CallOption) (*GetJobLogsResponse, error)
 	CreateFlow(ctx context.Context, in *CreateFlowRequest, opts ...grpc.CallOption) (*CreateFlowResponse, error)
@@ -281,6 +287,26 @@ func (c *coordinatorClient) RunJob(ctx context.Context, in *RunJobRequest, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RunJobResponse)
 	err := c.cc.Invoke(ctx, Coordinator_RunJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) SubmitJob(ctx context.Context, in *SubmitJobRequest, opts ...grpc.CallOption) (*SubmitJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitJobResponse)
+	err := c.cc.Invoke(ctx, Coordinator_SubmitJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) SubmitJobs(ctx context.Context, in *SubmitJobsRequest, opts ...grpc.CallOption) (*SubmitJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitJobsResponse)
+	err := c.cc.Invoke(ctx, Coordinator_SubmitJobs_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -547,6 +573,10 @@ type CoordinatorServer interface {
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	RunJob(context.Context, *RunJobRequest) (*RunJobResponse, error)
+	// SubmitJob creates and dispatches a standalone job and returns at once (job.submit).
+	SubmitJob(context.Context, *SubmitJobRequest) (*SubmitJobResponse, error)
+	// SubmitJobs is SubmitJob for a list of jobs in one call (job.submit_batch).
+	SubmitJobs(context.Context, *SubmitJobsRequest) (*SubmitJobsResponse, error)
 	StopJob(context.Context, *StopJobRequest) (*StopJobResponse, error)
 	GetJobLogs(context.Context, *GetJobLogsRequest) (*GetJobLogsResponse, error)
 	CreateFlow(context.Context, *CreateFlowRequest) (*CreateFlowResponse, error)
@@ -631,6 +661,12 @@ func (UnimplementedCoordinatorServer) ListJobs(context.Context, *ListJobsRequest
 }
 func (UnimplementedCoordinatorServer) RunJob(context.Context, *RunJobRequest) (*RunJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RunJob not implemented")
+}
+func (UnimplementedCoordinatorServer) SubmitJob(context.Context, *SubmitJobRequest) (*SubmitJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SubmitJob not implemented")
+}
+func (UnimplementedCoordinatorServer) SubmitJobs(context.Context, *SubmitJobsRequest) (*SubmitJobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SubmitJobs not implemented")
 }
 func (UnimplementedCoordinatorServer) StopJob(context.Context, *StopJobRequest) (*StopJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StopJob not implemented")
@@ -1003,6 +1039,42 @@ func _Coordinator_RunJob_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CoordinatorServer).RunJob(ctx, req.(*RunJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_SubmitJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SubmitJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).SubmitJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_SubmitJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).SubmitJob(ctx, req.(*SubmitJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_SubmitJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SubmitJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).SubmitJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_SubmitJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).SubmitJobs(ctx, req.(*SubmitJobsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1466,6 +1538,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RunJob",
 			Handler:    _Coordinator_RunJob_Handler,
+		},
+		{
+			MethodName: "SubmitJob",
+			Handler:    _Coordinator_SubmitJob_Handler,
+		},
+		{
+			MethodName: "SubmitJobs",
+			Handler:    _Coordinator_SubmitJobs_Handler,
 		},
 		{
 			MethodName: "StopJob",

@@ -1,0 +1,210 @@
+package store
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+)
+
+//go:embed lua/submit.lua
+var submitLua string
+
+var submitScript = newLibScript(submitLua)
+
+// Submission is one standalone job for SubmitJobs, with its optional uniqueness key.
+type Submission struct {
+	Job       *model.Job
+	UniqueKey string        // "": none
+	UniqueTTL time.Duration // how long UniqueKey names the job (> 0 with a key)
+}
+
+// Submitted is what SubmitJobs did with one Submission.
+type Submitted struct {
+	Job      *model.Job
+	Existing bool // the job existed (its uniqueness key or its chosen id named it); nothing was created
+}
+
+// maxReserve bounds the retries of a reservation of ids that met ids callers chose.
+const maxReserve = 5
+
+// SubmitJobs creates standalone jobs of one context and dispatches them, in one step
+// per call (lua/submit.lua): a job is never stored undispatched. Ids of 0 are reserved
+// from each caller's counter first (one round trip for the batch). A job whose unique
+// key names a job that still exists, or whose chosen id exists with the same content,
+// is returned as it is (Existing); a chosen id with other content refuses the whole
+// call (an ExistsError), storing nothing.
+func (s *Store) SubmitJobs(ctx context.Context, ctxID uint32, subs []Submission, actor string) ([]Submitted, error) {
+	db, err := s.Ctx(ctxID)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	for i, sb := range subs {
+		j := sb.Job
+		j.ContextID = ctxID
+		if err := j.Validate(); err != nil {
+			return nil, err
+		}
+		if sb.UniqueKey != "" && sb.UniqueTTL <= 0 {
+			return nil, &model.ValidationError{Object: "job", ID: strconv.Itoa(i), Field: "unique_ttl_seconds", Msg: "a unique_key needs a unique_ttl_seconds above 0"}
+		}
+		j.CreatedAt, j.UpdatedAt, j.CreatedAtMs = now.Unix(), now.Unix(), now.UnixMilli()
+		j.Status, j.Attempt, j.DispatchedMs = model.JobDispatched, 1, now.UnixMilli()
+		j.Result, j.Error, j.ExitCode, j.Worker, j.Fatal, j.StopAsked = nil, "", 0, "", false, false
+	}
+	chosen := make([]bool, len(subs))
+	var pending []int // indexes of the jobs whose id is reserved here
+	for i, sb := range subs {
+		chosen[i] = sb.Job.ID != 0
+		if !chosen[i] {
+			pending = append(pending, i)
+		}
+	}
+	for try := 0; ; try++ {
+		if err := db.reserveJobIDs(ctx, subs, pending); err != nil {
+			return nil, err
+		}
+		out, taken, err := db.submit(ctx, subs, chosen, actor, now)
+		if err != nil || taken < 0 {
+			return out, err
+		}
+		if try == maxReserve {
+			return nil, fmt.Errorf("submit jobs: reserved ids kept meeting ids chosen by callers (%d tries)", try+1)
+		}
+		pending = []int{taken}
+		for i := range subs {
+			if !chosen[i] && i > taken {
+				pending = append(pending, i)
+			}
+		}
+	}
+}
+
+// reserveJobIDs gives the jobs at idx fresh ids from their callers' counters: one
+// INCRBY per caller, all in one round trip.
+func (d *DB) reserveJobIDs(ctx context.Context, subs []Submission, idx []int) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	count := map[uint32]int64{}
+	var callers []uint32
+	for _, i := range idx {
+		c := subs[i].Job.CallerID
+		if count[c] == 0 {
+			callers = append(callers, c)
+		}
+		count[c]++
+	}
+	cmds := make(map[uint32]*redis.IntCmd, len(callers))
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range callers {
+			cmds[c] = p.IncrBy(ctx, keys.JobSeq(c), count[c])
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("reserve job ids: %w", err)
+	}
+	next := map[uint32]int64{}
+	for _, c := range callers {
+		last := cmds[c].Val()
+		if last > math.MaxUint32 {
+			return fmt.Errorf("reserve job ids of caller %d: id space exhausted", c)
+		}
+		next[c] = last - count[c] + 1
+	}
+	for _, i := range idx {
+		j := subs[i].Job
+		j.ID = uint32(next[j.CallerID])
+		next[j.CallerID]++
+	}
+	return nil
+}
+
+// submit runs lua/submit.lua once. taken is the index of a job whose reserved id a
+// caller had chosen (nothing was written), else -1.
+func (d *DB) submit(ctx context.Context, subs []Submission, chosen []bool, actor string, now time.Time) ([]Submitted, int, error) {
+	ks := make([]string, 0, 2*len(subs))
+	args := []any{d.ContextID, now.Unix(), now.UnixMilli(), actor, EventsMaxLen}
+	for i, sb := range subs {
+		j := sb.Job
+		uk := ""
+		if sb.UniqueKey != "" {
+			uk = keys.Unique(sb.UniqueKey)
+		}
+		ks = append(ks, keys.Job(j.CallerID, j.ID), uk)
+		cmp, ini := splitFields(j, jobInitialOnly)
+		msg := requestFields(d.ContextID, 0, j, now, 0)
+		args = append(args, boolArg(chosen[i]), j.CallerID, j.ID, sb.UniqueTTL.Milliseconds(), len(cmp)/2, len(cmp)+len(ini), len(msg))
+		args = append(args, cmp...)
+		args = append(args, ini...)
+		args = append(args, msg...)
+	}
+	res, err := d.Eval(ctx, submitScript, ks, args...)
+	if err != nil {
+		return nil, -1, fmt.Errorf("submit %d job(s) to context %d: %w", len(subs), d.ContextID, err)
+	}
+	vals, _ := res.([]any)
+	if len(vals) == 0 {
+		return nil, -1, fmt.Errorf("submit jobs: unexpected reply %v", res)
+	}
+	switch vals[0] {
+	case "taken":
+		n, _ := vals[1].(int64)
+		return nil, int(n) - 1, nil
+	case "conflict":
+		n, _ := vals[1].(int64)
+		field, _ := vals[2].(string)
+		j := subs[n-1].Job
+		return nil, -1, &ExistsError{What: "job " + keys.Job(j.CallerID, j.ID), Field: field}
+	}
+	if len(vals) != len(subs)+1 {
+		return nil, -1, fmt.Errorf("submit jobs: %d replies for %d jobs", len(vals)-1, len(subs))
+	}
+	out := make([]Submitted, len(subs))
+	for i, v := range vals[1:] {
+		r, _ := v.([]any)
+		if len(r) < 2 {
+			return nil, -1, fmt.Errorf("submit jobs: unexpected reply %v", v)
+		}
+		if code, _ := r[0].(int64); code == 1 {
+			out[i] = Submitted{Job: subs[i].Job}
+			continue
+		}
+		member, _ := r[1].(string)
+		var hash []any
+		if len(r) > 2 {
+			hash, _ = r[2].([]any)
+		}
+		j, err := d.jobFromPairs(member, hash)
+		if err != nil {
+			return nil, -1, err
+		}
+		out[i] = Submitted{Job: j, Existing: true}
+	}
+	return out, -1, nil
+}
+
+// jobFromPairs decodes a job hash that a script returned as field/value items, the job
+// named by its index member "<caller>:<id>".
+func (d *DB) jobFromPairs(member string, pairs []any) (*model.Job, error) {
+	c, id, ok := strings.Cut(member, ":")
+	if !ok {
+		return nil, fmt.Errorf("submit jobs: %q is not <caller>:<id>", member)
+	}
+	h := make(map[string]string, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		k, _ := pairs[i].(string)
+		v, _ := pairs[i+1].(string)
+		h[k] = v
+	}
+	return d.JobFromHash(parseU32(c), parseU32(id), h)
+}

@@ -1,0 +1,94 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+)
+
+// SubmitJobs (lua/submit.lua) writes, per new job: its hash (dispatched, attempt 1),
+// both job indexes, job.created and job.dispatched, one request message on msg_out
+// tracked for the job, a router wake token, the uniqueness key with its TTL; a unique
+// key or a chosen id that names a job returns it; a conflict writes nothing; a
+// reserved id that a caller chose is skipped.
+func TestSubmitJobsEffects(t *testing.T) {
+	s := open(t)
+	mustCtx(t, s, 1)
+	ctx := context.Background()
+	rdb, rdb0 := srv.Client(t, 1), srv.Client(t, 0)
+	job := func(id uint32, script string) *model.Job {
+		return &model.Job{ID: id, CallerID: 1, Script: script, ScriptType: model.ScriptType("sh")}
+	}
+	// A caller chose id 1: the first reserved id meets it and is skipped.
+	if _, _, err := s.CreateJob(ctx, &model.Job{ID: 1, CallerID: 1, ContextID: 1, Script: "true", ScriptType: "sh"}, "t"); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Set(ctx, keys.JobSeq(1), 0, 0)
+	out, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: job(0, "echo a"), UniqueKey: "k", UniqueTTL: time.Minute}, {Job: job(0, "echo b")}}, "actor:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 2 || out[0].Existing || out[1].Existing || out[0].Job.ID == 1 || out[1].Job.ID == 1 || out[0].Job.ID == out[1].Job.ID {
+		t.Fatalf("submitted: %+v %+v", out[0], out[1])
+	}
+	a := out[0].Job
+	h := rdb.HGetAll(ctx, keys.Job(1, a.ID)).Val()
+	if h["status"] != "dispatched" || h["attempt"] != "1" || h["script"] != "echo a" || h["dispatched_at_ms"] == "" {
+		t.Fatalf("job hash: %v", h)
+	}
+	member := "1:" + h["id"]
+	for _, idx := range []string{keys.JobIndex, keys.StatusIndex(keys.JobIndex, "dispatched")} {
+		if rdb.ZScore(ctx, idx, member).Err() != nil {
+			t.Errorf("%s lacks %s", idx, member)
+		}
+	}
+	var created, dispatched int
+	for _, e := range rdb.XRange(ctx, keys.Events, "-", "+").Val() {
+		switch {
+		case e.Values["type"] == "job.created" && e.Values["detail"] == keys.Job(1, a.ID):
+			created++
+		case e.Values["type"] == "job.dispatched" && e.Values["job_id"] == h["id"]:
+			dispatched++
+		}
+	}
+	if created != 1 || dispatched != 1 {
+		t.Errorf("events: %d job.created, %d job.dispatched for job %d; want 1 each", created, dispatched, a.ID)
+	}
+	if n := rdb.LLen(ctx, keys.MsgOut).Val(); n != 2 {
+		t.Errorf("msg_out holds %d messages; want 2", n)
+	}
+	if n := rdb.SCard(ctx, "coord:jobmsgs:"+member).Val(); n != 1 {
+		t.Errorf("job %d tracks %d messages; want 1", a.ID, n)
+	}
+	if n := rdb0.LLen(ctx, keys.WakeMsgOut).Val(); n != 2 {
+		t.Errorf("coord:wake:msg_out holds %d tokens; want 2", n)
+	}
+	if v, ttl := rdb.Get(ctx, keys.Unique("k")).Val(), rdb.PTTL(ctx, keys.Unique("k")).Val(); v != member || ttl <= 0 || ttl > time.Minute {
+		t.Errorf("unique key: %q ttl %v", v, ttl)
+	}
+
+	// The same unique key: the job it names, nothing written.
+	again, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: job(0, "echo other"), UniqueKey: "k", UniqueTTL: time.Minute}}, "actor:1")
+	if err != nil || !again[0].Existing || again[0].Job.ID != a.ID || again[0].Job.Script != "echo a" {
+		t.Fatalf("unique key again: %+v, %v", again, err)
+	}
+	if n := rdb.LLen(ctx, keys.MsgOut).Val(); n != 2 {
+		t.Errorf("a unique hit pushed a message (msg_out holds %d)", n)
+	}
+
+	// A chosen id with other content refuses the call: nothing of the batch is written.
+	before := rdb.DBSize(ctx).Val()
+	_, err = s.SubmitJobs(ctx, 1, []store.Submission{{Job: job(0, "echo c")}, {Job: job(1, "false")}}, "actor:1")
+	var ee *store.ExistsError
+	if !errors.As(err, &ee) || ee.Field != "script" {
+		t.Fatalf("conflicting chosen id: %v", err)
+	}
+	if after := rdb.DBSize(ctx).Val(); after != before || rdb.LLen(ctx, keys.MsgOut).Val() != 2 {
+		t.Errorf("a refused batch wrote: %d keys before, %d after", before, after)
+	}
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/protoconv"
+	"github.com/hero-coordinator/hero/lib/store"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// maxSubmitBatch bounds the jobs of one job.submit_batch (SubmitJobs) call.
+const maxSubmitBatch = 1000
+
+// maxUniqueTTL bounds unique_ttl_seconds (30 days).
+const maxUniqueTTL = 30 * 24 * 3600
+
+// submitItem is one job to submit with its optional uniqueness key.
+type submitItem struct {
+	Job              *jobIn `json:"job"`
+	UniqueKey        string `json:"unique_key,omitempty"`
+	UniqueTTLSeconds uint32 `json:"unique_ttl_seconds,omitempty"`
+}
+
+type jobSubmitParams struct {
+	ContextID        uint32 `json:"context_id"`
+	Job              *jobIn `json:"job"`
+	UniqueKey        string `json:"unique_key,omitempty"`
+	UniqueTTLSeconds uint32 `json:"unique_ttl_seconds,omitempty"`
+}
+
+type jobSubmitBatchParams struct {
+	ContextID uint32       `json:"context_id"`
+	Jobs      []submitItem `json:"jobs"`
+}
+
+// submitResult is one submitted job: existing when its unique_key (or its chosen id)
+// named a job that exists, which is returned instead of a new one.
+type submitResult struct {
+	Job      *model.Job `json:"job"`
+	Existing bool       `json:"existing"`
+}
+
+type submitBatchResult struct {
+	Items []submitResult `json:"items"`
+}
+
+func (s *service) jobSubmit(ctx context.Context, p Principal, in jobSubmitParams) (*submitResult, error) {
+	out, err := s.submit(ctx, p, in.ContextID, []submitItem{{Job: in.Job, UniqueKey: in.UniqueKey, UniqueTTLSeconds: in.UniqueTTLSeconds}}, "job.submit", "")
+	if err != nil {
+		return nil, err
+	}
+	return &out[0], nil
+}
+
+func (s *service) jobSubmitBatch(ctx context.Context, p Principal, in jobSubmitBatchParams) (*submitBatchResult, error) {
+	if len(in.Jobs) == 0 {
+		return nil, invalidParams("jobs", "jobs is empty; give 1 to %d jobs", maxSubmitBatch)
+	}
+	if len(in.Jobs) > maxSubmitBatch {
+		return nil, invalidParams("jobs", "%d jobs in one call; at most %d", len(in.Jobs), maxSubmitBatch)
+	}
+	out, err := s.submit(ctx, p, in.ContextID, in.Jobs, "job.submit_batch", "jobs[]")
+	if err != nil {
+		return nil, err
+	}
+	return &submitBatchResult{Items: out}, nil
+}
+
+// submit checks every job as job.run does, then creates and dispatches them all in one
+// step (store.SubmitJobs) and returns without waiting; one bad job refuses the call,
+// storing nothing. where prefixes the field names of errors ("jobs[]" in a batch).
+func (s *service) submit(ctx context.Context, p Principal, ctxID uint32, items []submitItem, method, where string) ([]submitResult, error) {
+	c, db, err := s.authorize(ctx, p, ctxID, RoleExecutor, method)
+	if err != nil {
+		return nil, err
+	}
+	subs := make([]store.Submission, len(items))
+	served := servedCache{}
+	tp := traceparentOf(ctx)
+	for i, it := range items {
+		if it.Job == nil {
+			return nil, invalidParams(where+"job", "%sjob is required (item %d)", where, i)
+		}
+		if it.UniqueKey != "" && (it.UniqueTTLSeconds == 0 || it.UniqueTTLSeconds > maxUniqueTTL) {
+			return nil, invalidParams(where+"unique_ttl_seconds", "%sunique_ttl_seconds %d (item %d): a unique_key needs 1 to %d seconds", where, it.UniqueTTLSeconds, i, maxUniqueTTL)
+		}
+		if len(it.UniqueKey) > 256 {
+			return nil, invalidParams(where+"unique_key", "%sunique_key (item %d) is %d bytes; at most 256", where, i, len(it.UniqueKey))
+		}
+		j, err := standaloneJob(ctx, p, c, db, it.Job, ctxID, served)
+		if err != nil {
+			return nil, err
+		}
+		if tp != "" {
+			j.Traceparent = tp
+		}
+		subs[i] = store.Submission{Job: j, UniqueKey: it.UniqueKey, UniqueTTL: time.Duration(it.UniqueTTLSeconds) * time.Second}
+	}
+	res, err := s.store.SubmitJobs(ctx, ctxID, subs, p.Name())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]submitResult, len(res))
+	for i, r := range res {
+		out[i] = submitResult{Job: r.Job, Existing: r.Existing}
+	}
+	return out, nil
+}
+
+func submitItemFromPB(j *herov1.Job, key string, ttl uint32) (submitItem, error) {
+	if err := checkRetries(j); err != nil {
+		return submitItem{}, err
+	}
+	return submitItem{Job: jobInFromPB(j), UniqueKey: key, UniqueTTLSeconds: ttl}, nil
+}
+
+func submitResultToPB(r submitResult) *herov1.SubmitJobResponse {
+	return &herov1.SubmitJobResponse{Job: protoconv.JobToPB(r.Job), Existing: r.Existing}
+}
+
+func (c *coordinatorServer) SubmitJob(ctx context.Context, r *herov1.SubmitJobRequest) (*herov1.SubmitJobResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.SubmitJobResponse, error) {
+		it, err := submitItemFromPB(r.Job, r.UniqueKey, r.UniqueTtlSeconds)
+		if err != nil {
+			return nil, err
+		}
+		x, err := c.s.jobSubmit(ctx, p, jobSubmitParams{ContextID: r.ContextId, Job: it.Job, UniqueKey: it.UniqueKey, UniqueTTLSeconds: it.UniqueTTLSeconds})
+		if err != nil {
+			return nil, err
+		}
+		return submitResultToPB(*x), nil
+	})
+}
+
+func (c *coordinatorServer) SubmitJobs(ctx context.Context, r *herov1.SubmitJobsRequest) (*herov1.SubmitJobsResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.SubmitJobsResponse, error) {
+		in := jobSubmitBatchParams{ContextID: r.ContextId, Jobs: make([]submitItem, len(r.Jobs))}
+		for i, it := range r.Jobs {
+			var err error
+			if in.Jobs[i], err = submitItemFromPB(it.Job, it.UniqueKey, it.UniqueTtlSeconds); err != nil {
+				return nil, err
+			}
+		}
+		x, err := c.s.jobSubmitBatch(ctx, p, in)
+		if err != nil {
+			return nil, err
+		}
+		out := &herov1.SubmitJobsResponse{Items: make([]*herov1.SubmitJobResponse, len(x.Items))}
+		for i, it := range x.Items {
+			out.Items[i] = submitResultToPB(it)
+		}
+		return out, nil
+	})
+}
