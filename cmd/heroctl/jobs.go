@@ -23,6 +23,8 @@ func jobCommands() []command {
 		{name: "job list", summary: "List the context's jobs, newest first.", example: "heroctl job list --status error", define: (*cli).jobList},
 		{name: "job run", summary: "Run a standalone job, wait for its end and print its output (a handler job: --function).",
 			example: "heroctl job run --type python --script 'print(6*7)'\nheroctl job run --function myexec#add --args '[1,2]'", define: (*cli).jobRun},
+		{name: "job submit", summary: "Submit a standalone job and return at once (--wait: then wait for its end and print its output).",
+			example: "heroctl job submit --type sh --script 'echo hi' --unique-key nightly-report --unique-ttl 24h", define: (*cli).jobSubmit},
 		{name: "job wait", args: "ID", summary: "Wait until a job has ended for good and show it; exits 1 when it failed.",
 			example: "heroctl job wait 7", define: (*cli).jobWait},
 		{name: "job logs", args: "ID", summary: "Print a job's log; -f follows it until the job ends.", example: "heroctl job logs 7 -f", define: (*cli).jobLogs},
@@ -156,17 +158,26 @@ func (c *cli) jobRun(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		if c.g.output == "json" {
-			return c.showJob(r)
-		}
-		if r.FunctionName != "" && len(r.Result) > 0 && r.Result["output"] == "" {
-			b, _ := json.Marshal(r.Result)
-			fmt.Fprintln(c.out, string(b))
-		} else {
-			fmt.Fprint(c.out, r.Result["output"])
-		}
-		return jobOutcome(r)
+		return c.printOutput(r)
 	})
+}
+
+// printOutput prints an ended job's output (a handler's result as JSON), or with -o
+// json the job; exit 1 when it did not finish.
+func (c *cli) printOutput(j *model.Job) error {
+	if c.g.output == "json" {
+		if err := c.showJob(j); err != nil {
+			return err
+		}
+		return jobOutcome(j)
+	}
+	if j.FunctionName != "" && len(j.Result) > 0 && j.Result["output"] == "" {
+		b, _ := json.Marshal(j.Result)
+		fmt.Fprintln(c.out, string(b))
+	} else {
+		fmt.Fprint(c.out, j.Result["output"])
+	}
+	return jobOutcome(j)
 }
 
 // jobOutcome is exit 1 for a job that did not finish.
@@ -199,6 +210,40 @@ func (r *jobRef) parse(c *cli, pos []string) (caller, id uint32, err error) {
 		return 0, 0, usageErr("%s: --caller (or HERO_ACTOR) names the job's caller", r.name)
 	}
 	return caller, id, nil
+}
+
+func (c *cli) jobSubmit(fs *flag.FlagSet) action {
+	jf := addJobFlags(fs)
+	key := fs.String("unique-key", "", "while it lasts, a submission with this key returns the job it names")
+	ttl := fs.Duration("unique-ttl", 0, "how long the key lasts (0: the server's default)")
+	wait := fs.Bool("wait", false, "wait for the job's end and print its output (exit 1 when it failed)")
+	return c.noArgs("job submit", waits, func(ctx context.Context, hc *hero.Client) error {
+		j, err := jf.job()
+		if err != nil {
+			return err
+		}
+		sub, err := hc.Submit(ctx, j, hero.SubmitOptions{UniqueKey: *key, UniqueTTL: *ttl})
+		if err != nil {
+			return err
+		}
+		if !*wait {
+			return c.done(submittedLine(sub), sub)
+		}
+		fmt.Fprintln(c.errw, submittedLine(sub))
+		if j, err = hc.WaitJob(ctx, sub.Job.CallerID, sub.Job.ID); err != nil {
+			return err
+		}
+		return c.printOutput(j)
+	})
+}
+
+// submittedLine is "job 1:7 submitted" (or "… exists already").
+func submittedLine(s *hero.Submitted) string {
+	what := "submitted"
+	if s.Existing {
+		what = "exists already (the unique key names it)"
+	}
+	return fmt.Sprintf("job %d:%d %s (status %s)", s.Job.CallerID, s.Job.ID, what, s.Job.Status)
 }
 
 func (c *cli) jobGet(fs *flag.FlagSet) action {

@@ -191,7 +191,7 @@ func retryUnary(ctx context.Context, method string, req, reply any, cc *grpc.Cli
 	backoff := 100 * time.Millisecond
 	for {
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if err == nil || !idempotentCalls[path.Base(method)] || !Retryable(err) {
+		if err == nil || !(idempotentCalls[path.Base(method)] || ctx.Value(retryableKey{}) != nil) || !Retryable(err) {
 			return err
 		}
 		wait := retryDelay(err, backoff)

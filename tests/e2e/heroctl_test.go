@@ -216,6 +216,31 @@ func TestHeroctlSubmitWaitSetLogs(t *testing.T) {
 	c.fails(meEnv, 2, "want KEY=VALUE", "flow", "submit", file, "--set", "novalue")
 }
 
+// job submit returns at once; --wait waits for the end; a unique key names one job;
+// job wait and job logs read it.
+func TestHeroctlJobSubmit(t *testing.T) {
+	c := heroctlStack(t)
+	out, errOut := c.ok(meEnv, "job", "submit", "--type", "sh", "--script", "echo submitted", "--wait")
+	if out != "submitted\n" || !regexp.MustCompile(`^job 1:\d+ submitted`).MatchString(errOut) {
+		t.Fatalf("job submit --wait: %q %q", out, errOut)
+	}
+	first := c.out(meEnv, "job", "submit", "--type", "sh", "--script", "echo once", "--unique-key", "k1", "--unique-ttl", "1h")
+	m := regexp.MustCompile(`^job 1:(\d+) submitted`).FindStringSubmatch(first)
+	if m == nil {
+		t.Fatalf("job submit: %q", first)
+	}
+	if again := c.out(meEnv, "job", "submit", "--type", "sh", "--script", "echo twice", "--unique-key", "k1"); !strings.HasPrefix(again, "job 1:"+m[1]+" exists already") {
+		t.Fatalf("a second submission with the key: %q", again)
+	}
+	if got := c.out(meEnv, "job", "wait", m[1]); !regexp.MustCompile(`status\s+finished`).MatchString(got) {
+		t.Fatalf("job wait:\n%s", got)
+	}
+	if logs := c.out(meEnv, "job", "logs", m[1]); logs != "once\n" {
+		t.Fatalf("job logs: %q", logs)
+	}
+	c.fails(meEnv, 1, "error", "job", "submit", "--type", "sh", "--script", "exit 4", "--wait")
+}
+
 // -o json prints exactly what the JSON-RPC API returns for the same object.
 func TestHeroctlJSONIsTheAPIs(t *testing.T) {
 	c := heroctlStack(t)

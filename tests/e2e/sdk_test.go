@@ -15,8 +15,8 @@ import (
 
 // The Go client's example program (sdk/go/example/producer) against the real stack,
 // as actor 1 with its key and no operator secret, so every call is signed: it runs a
-// job, submits a flow, watches it, waits for it, reads its logs and meets a typed
-// not-found error.
+// job, submits one (twice with a unique key: the same job) and waits for it, submits
+// a flow, watches it, waits for it, reads its logs and meets a typed not-found error.
 func TestGoSDKExample(t *testing.T) {
 	c := heroctlStack(t)
 	root, err := harness.RepoRoot()
@@ -50,6 +50,8 @@ func TestGoSDKExample(t *testing.T) {
 	out := stdout.String()
 	for _, want := range []string{
 		`(?m)^run: job \d+ finished: hello from Go$`,
+		`(?m)^submit: job (\d+); again with its key: job \d+ \(existing true\)$`,
+		`(?m)^wait: job \d+ finished: submitted from Go$`,
 		`(?m)^submit: flow (\d+), jobs greet=\d+ shout=\d+$`,
 		`(?m)^watch: job \d+ started$`,
 		`(?m)^watch: job \d+ finished$`,
@@ -61,5 +63,8 @@ func TestGoSDKExample(t *testing.T) {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("the example's output lacks %s:\n%s", want, out)
 		}
+	}
+	if m := regexp.MustCompile(`submit: job (\d+); again with its key: job (\d+)`).FindStringSubmatch(out); m == nil || m[1] != m[2] {
+		t.Errorf("the second submission with the unique key is not the first's job: %v", m)
 	}
 }
