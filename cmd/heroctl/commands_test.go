@@ -51,8 +51,9 @@ func checkHelp(t *testing.T, cmd command) {
 	cmd.define(&cli{g: &globals{}}, fs)
 	fs.VisitAll(func(f *flag.Flag) {
 		line := helpLine(out, f.Name)
-		if line == "" || f.Usage == "" || !strings.Contains(line, f.Usage) || !strings.Contains(line, "(default "+defaultText(f)+")") {
-			t.Errorf("%s --help: flag %s has no line with its use and default %q:\n%s", cmd.name, f.Name, defaultText(f), out)
+		_, use := flag.UnquoteUsage(f)
+		if line == "" || use == "" || !strings.Contains(line, use) || !strings.Contains(line, "(default "+defaultText(f)+")") {
+			t.Errorf("%s --help: flag %s has no line with its use and default %q: %q", cmd.name, f.Name, defaultText(f), line)
 		}
 	})
 }

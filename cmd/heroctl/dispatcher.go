@@ -169,7 +169,7 @@ func (c *cli) dispatcherRun(fs *flag.FlagSet) action {
 		contextID:  fs.String("context-id", "", "the context id recorded on the job"),
 		wait:       fs.Uint("wait", 0, "seconds to wait for the end (0: its timeout)"),
 	}
-	fs.Var(&f.env, "env", "an environment variable KEY=VALUE (repeatable)")
+	fs.Var(&f.env, "env", "an environment variable `KEY=VALUE` (repeatable)")
 	return func(ctx context.Context, pos []string) error {
 		if len(pos) != 0 {
 			return wrongArgs("dispatcher run")

@@ -57,7 +57,7 @@ func (c *cli) flowSubmit(fs *flag.FlagSet) action {
 	wait := fs.Bool("wait", false, "wait until the flow ends and show it (exit 1 when it fails)")
 	maxWait := fs.Uint("max-wait", 0, "with --wait: seconds to wait at most (0: the server's default, 300)")
 	var set multiFlag
-	fs.Var(&set, "set", "a parameter KEY=VALUE into the flow's env (repeatable; over the file's env)")
+	fs.Var(&set, "set", "a parameter `KEY=VALUE` into the flow's env (repeatable; over the file's env)")
 	return func(ctx context.Context, pos []string) error {
 		if len(pos) != 1 {
 			return wrongArgs("flow submit")
@@ -122,7 +122,7 @@ func (c *cli) flowCreate(fs *flag.FlagSet) action {
 	id := fs.Uint("id", 0, "the flow's id (0: the server picks one)")
 	jobs := fs.String("jobs", "", "the ids of its jobs, one caller's (comma-separated)")
 	var env multiFlag
-	fs.Var(&env, "env", "an environment variable KEY=VALUE for every job (repeatable)")
+	fs.Var(&env, "env", "an environment variable `KEY=VALUE` for every job (repeatable)")
 	return c.noArgs("flow create", perCall, func(ctx context.Context, hc *hero.Client) error {
 		list, err := parseIDList("--jobs", *jobs)
 		if err != nil || len(list) == 0 {

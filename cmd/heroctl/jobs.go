@@ -55,7 +55,7 @@ func addJobFlags(fs *flag.FlagSet) *jobFlags {
 	f.function = fs.String("function", "", "a handler job: executor#handler")
 	f.args = fs.String("args", "", "a handler job's positional arguments (a JSON list)")
 	f.kwargs = fs.String("kwargs", "", "a handler job's keyword arguments (a JSON object)")
-	fs.Var(&f.env, "env", "an environment variable KEY=VALUE (repeatable)")
+	fs.Var(&f.env, "env", "an environment variable `KEY=VALUE` (repeatable)")
 	f.limits = fs.String("limits", "", "resource limits ("+limitsUsage+")")
 	return f
 }

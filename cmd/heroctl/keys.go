@@ -128,7 +128,7 @@ func (c *cli) actorUpdate(fs *flag.FlagSet) action {
 	pubkey := fs.String("pubkey", "", "its new public key (hex)")
 	gen := fs.Bool("generate-key", false, "make a new key in the config directory and register it")
 	var addr multiFlag
-	fs.Var(&addr, "address", "its Mycelium addresses (repeatable; replace the old ones)")
+	fs.Var(&addr, "address", "its Mycelium `address`es (repeatable; replace the old ones)")
 	return func(ctx context.Context, pos []string) error {
 		if *id == 0 {
 			*id = uint(c.g.actor)

@@ -38,7 +38,7 @@ func (c *cli) actorCreate(fs *flag.FlagSet) action {
 	pubkey := fs.String("pubkey", "", "its Ed25519 public key (hex); none: the key in the config directory")
 	noKey := fs.Bool("no-key", false, "create it without a key (it cannot sign until actor update gives it one)")
 	var addr multiFlag
-	fs.Var(&addr, "address", "a Mycelium address of the actor (repeatable)")
+	fs.Var(&addr, "address", "a Mycelium `address` of the actor (repeatable)")
 	return func(ctx context.Context, pos []string) error {
 		if len(pos) != 0 {
 			return wrongArgs("actor create")

@@ -28,9 +28,9 @@ type hostFlags struct {
 
 func addHostFlags(fs *flag.FlagSet) *hostFlags {
 	h := &hostFlags{days: fs.Uint("days", 365, "the certificates' validity in days")}
-	fs.Var(&h.apiHosts, "api-host", "a host name of the API's certificate (repeatable, or comma-separated)")
-	fs.Var(&h.redisHosts, "redis-host", "a host name of Redis's certificate")
-	fs.Var(&h.more, "host", "a host name for every service certificate")
+	fs.Var(&h.apiHosts, "api-host", "a `host` name of the API's certificate (repeatable, or comma-separated)")
+	fs.Var(&h.redisHosts, "redis-host", "a `host` name of Redis's certificate")
+	fs.Var(&h.more, "host", "a `host` name for every service certificate")
 	return h
 }
 

@@ -361,7 +361,7 @@ func (c *cli) pkiK8s(fs *flag.FlagSet) action {
 	certs := fs.Bool("certs", true, "make the CA and the certificates")
 	users := fs.Bool("redis-users", true, "make the Redis ACL users")
 	var labels multiFlag
-	fs.Var(&labels, "label", "a label KEY=VALUE on every Secret created (repeatable)")
+	fs.Var(&labels, "label", "a label `KEY=VALUE` on every Secret created (repeatable)")
 	hosts := addHostFlags(fs)
 	return func(ctx context.Context, pos []string) error {
 		if len(pos) != 0 || *prefix == "" || *hosts.days == 0 {
