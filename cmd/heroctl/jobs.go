@@ -215,7 +215,7 @@ func (r *jobRef) parse(c *cli, pos []string) (caller, id uint32, err error) {
 func (c *cli) jobSubmit(fs *flag.FlagSet) action {
 	jf := addJobFlags(fs)
 	key := fs.String("unique-key", "", "while it lasts, a submission with this key returns the job it names")
-	ttl := fs.Duration("unique-ttl", 0, "how long the key lasts (0: the server's default)")
+	ttl := fs.Duration("unique-ttl", 24*time.Hour, "how long the key lasts (1s to 720h)")
 	wait := fs.Bool("wait", false, "wait for the job's end and print its output (exit 1 when it failed)")
 	return c.noArgs("job submit", waits, func(ctx context.Context, hc *hero.Client) error {
 		j, err := jf.job()

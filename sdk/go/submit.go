@@ -8,9 +8,10 @@ import (
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
-// SubmitOptions make a submission unique: while UniqueKey lasts (UniqueTTL, the
-// server's default when 0), a submission with the same key returns the job it names
-// instead of making a new one; such a submission is safe to retry, and is retried.
+// SubmitOptions make a submission unique: while UniqueKey lasts (UniqueTTL, 1 s to 30
+// days, required with a key), a submission with the same key returns the job it
+// names instead of making a new one; such a submission is safe to retry, and is
+// retried.
 type SubmitOptions struct {
 	UniqueKey string
 	UniqueTTL time.Duration
