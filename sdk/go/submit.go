@@ -74,4 +74,6 @@ func (c *Client) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submitt
 // retryableKey marks a call that is safe to send again (a unique submission).
 type retryableKey struct{}
 
-func retryable(ctx context.Context) context.Context { return context.WithValue(ctx, retryableKey{}, true) }
+func retryable(ctx context.Context) context.Context {
+	return context.WithValue(ctx, retryableKey{}, true)
+}
