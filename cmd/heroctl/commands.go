@@ -265,8 +265,9 @@ func writeBash(w io.Writer, prelude string) error {
 	objs, verbs, flags := tree()
 	var b strings.Builder
 	b.WriteString("# heroctl completion (heroctl completion bash|zsh)\n" + prelude)
-	b.WriteString("_heroctl() {\n  local cur=\"${COMP_WORDS[COMP_CWORD]}\" obj=\"\" verb=\"\" w words\n")
-	b.WriteString("  for w in \"${COMP_WORDS[@]:1:COMP_CWORD-1}\"; do\n    case \"$w\" in -*) ;; *) if [ -z \"$obj\" ]; then obj=$w; elif [ -z \"$verb\" ]; then verb=$w; fi ;; esac\n  done\n")
+	b.WriteString("_heroctl() {\n  local cur=\"${COMP_WORDS[COMP_CWORD]}\" obj=\"\" verb=\"\" w words i\n")
+	b.WriteString("  for ((i = 1; i < COMP_CWORD; i++)); do\n    w=${COMP_WORDS[i]}\n")
+	b.WriteString("    case \"$w\" in -*) ;; *) if [ -z \"$obj\" ]; then obj=$w; elif [ -z \"$verb\" ]; then verb=$w; fi ;; esac\n  done\n")
 	fmt.Fprintf(&b, "  case \"$obj\" in\n    \"\") words=%q ;;\n", strings.Join(objs, " "))
 	for _, o := range objs {
 		if len(verbs[o]) > 0 {
