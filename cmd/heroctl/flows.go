@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -414,7 +415,11 @@ func (c *cli) followEvents(ctx context.Context, hc *hero.Client, after string, f
 	}
 	err := hc.FollowEvents(ctx, after, flow, func(e hero.Event) error {
 		if c.g.output == "json" {
-			return c.printJSON(e)
+			b, err := json.Marshal(e)
+			if err == nil {
+				_, err = fmt.Fprintln(c.out, string(b))
+			}
+			return err
 		}
 		printEvent(w, e)
 		return w.Flush()
