@@ -18,6 +18,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"path"
 	"strconv"
 	"time"
@@ -66,6 +67,8 @@ type Client struct {
 	signer *auth.Signer
 	cc     *grpc.ClientConn
 	api    herov1.CoordinatorClient
+	// httpClient sends Call's JSON-RPC requests.
+	httpClient *http.Client
 }
 
 // Dial checks the configuration and opens a client (the connection itself is made at
@@ -80,7 +83,7 @@ func Dial(cfg Config) (*Client, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 30 * time.Second
 	}
-	c := &Client{cfg: cfg}
+	c := &Client{cfg: cfg, httpClient: &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: cfg.TLS}}}
 	if err := c.loadKey(); err != nil {
 		return nil, err
 	}

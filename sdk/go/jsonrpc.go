@@ -70,8 +70,7 @@ func (c *Client) Call(ctx context.Context, method string, params any) (json.RawM
 	if err := c.authorize(req, body); err != nil {
 		return nil, err
 	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: c.cfg.TLS}}
-	resp, err := hc.Do(req)
+	resp, err := c.httpClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot reach the JSON-RPC API at %s: %v", ErrUnavailable, url, err)
 	}
