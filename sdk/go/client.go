@@ -148,8 +148,11 @@ func bearer(secret string, actor uint32) []grpc.DialOption {
 	}
 }
 
-// Close closes the connection.
-func (c *Client) Close() error { return c.cc.Close() }
+// Close closes the connections.
+func (c *Client) Close() error {
+	c.httpClient.CloseIdleConnections()
+	return c.cc.Close()
+}
 
 // Context is the context the client works in.
 func (c *Client) Context() uint32 { return c.cfg.Context }
