@@ -172,7 +172,7 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 	// What a start writes into the job besides its claim and trace ids.
 	secs := strconv.FormatInt(now.Unix(), 10)
 	set := []string{"status", string(model.JobStarted), "worker", consumer,
-		"started_at", secs, "started_at_ms", strconv.FormatInt(now.UnixMilli(), 10), "updated_at", secs}
+		"started_at", secs, "started_at_ms", strconv.FormatInt(now.UnixMilli(), 10), "started_at_us", strconv.FormatInt(now.UnixMicro(), 10), "updated_at", secs}
 	claimIDs := make([]string, len(traceIDs))
 	wkey, wtoken, held := w.args()
 	args := make([]any, 0, 10+len(set)+len(startClears)+2*len(traceIDs))
@@ -258,7 +258,7 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 }
 
 // startClears are the fields of an earlier run's end that a start removes.
-var startClears = []string{"error", "exit_code", "finished_at", "finished_at_ms"}
+var startClears = []string{"error", "exit_code", "finished_at", "finished_at_ms", "finished_at_us"}
 
 // JobOutcome is how a run ended.
 type JobOutcome struct {
@@ -276,7 +276,7 @@ type JobOutcome struct {
 // finishJobsScript records the ends of runs of one context DB and pushes their result
 // message(s): KEYS processing list, leases, msg_out, events; ARGV now_s, now_ms, ctx,
 // caller, log cap, grouped (1: one result message for all the runs that end here,
-// 0: one each), n, then n field/value items of the result message (all but its id and
+// 0: one each), now_us (the end's time in microseconds), n, then n field/value items of the result message (all but its id and
 // job), then, when grouped, the message's job list (every run's finished job, as a JSON
 // array), then per run 14 items: job key, lease member, claim id, job id, flow id,
 // status, error, exit code, result JSON (the string map), the handler's result_json
@@ -289,9 +289,9 @@ type JobOutcome struct {
 // (the claim is not the job's any more).
 var finishJobsScript = newLibScript(`
 local proc, leases, mo, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local now_s, now_ms, ctx, caller, logmax, grouped = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
-local nf = tonumber(ARGV[7])
-local first, last = 8, 7 + nf
+local now_s, now_ms, ctx, caller, logmax, grouped, now_us = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1', ARGV[7]
+local nf = tonumber(ARGV[8])
+local first, last = 9, 8 + nf
 local runs = last + 1
 local glist = ''
 if grouped then glist = ARGV[runs]; runs = runs + 1 end
@@ -313,7 +313,7 @@ for i = runs, #ARGV, 14 do
   elseif cur[1] ~= claim or cur[2] ~= 'started' then
     out[#out + 1] = 0
   else
-    local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s}
+    local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'finished_at_us', now_us, 'updated_at', now_s}
     local del = {}
     if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson else del[#del + 1] = 'result_json' end
     if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err elseif cur[3] then del[#del + 1] = 'error' end
@@ -472,8 +472,8 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 	if len(idx) > 1 {
 		grouped = "1"
 	}
-	args := make([]any, 0, 8+len(msg)+14*len(idx))
-	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, len(msg))
+	args := make([]any, 0, 9+len(msg)+14*len(idx))
+	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, now.UnixMicro(), len(msg))
 	args = append(args, msg...)
 	var list []byte // grouped: the message's job list, built as the runs are added
 	if len(idx) > 1 {
@@ -488,7 +488,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 		}
 		final := *j
 		final.Status, final.Error, final.ExitCode, final.Result, final.ResultJSON, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.ResultJSON, o.Fatal
-		final.FinishedAt, final.FinishedAtMs = now.Unix(), now.UnixMilli()
+		final.FinishedAt, final.FinishedAtMs, final.FinishedAtUs = now.Unix(), now.UnixMilli(), now.UnixMicro()
 		final.Script = "" // the result message does not need to carry the source again
 		js, err := json.Marshal(&final)
 		if err != nil {
@@ -507,7 +507,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 			model.EncodeField(result), string(o.ResultJSON), fatal, o.RetryAfter.Milliseconds(), o.Log, item)
 	}
 	if len(idx) > 1 {
-		args[7+len(msg)] = append(list, ']')
+		args[8+len(msg)] = append(list, ']')
 	}
 	return Call{Script: finishJobsScript, Keys: []string{keys.Processing(c0.Consumer), keys.Leases, keys.MsgOut, keys.Events}, Args: args}
 }
