@@ -111,7 +111,10 @@ func BenchmarkJobPathRedis(b *testing.B) {
 	}
 	ids := make([]uint32, n)
 	for i := range ids {
-		j, _, err := s.CreateJob(ctx, &model.Job{ID: uint32(i + 1), CallerID: 1, ContextID: 9, FunctionName: "go#noop"}, "1")
+		// "noop" of script type go: a handler job that names no executor, which the
+		// router's claim script routes itself ("go#noop" goes to exec:go through the
+		// router's Go code).
+		j, _, err := s.CreateJob(ctx, &model.Job{ID: uint32(i + 1), CallerID: 1, ContextID: 9, FunctionName: "noop", ScriptType: "go"}, "1")
 		step(err)
 		ids[i] = j.ID
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkSubmitPathRedis measures what getting a standalone no-op handler job in
-// costs Redis, per job: job.run's path before job.submit (the create script and its
+// costs Redis, per job: job.create (how a flow's jobs are made), job.run's path before job.submit (the create script and its
 // load in the supervisor, then the scheduler's load, dispatch script and load), and
 // SubmitJobs one job a call (job.submit, job.run now) and 100 a call
 // (job.submit_batch). With HERO_PATH_CALLGRIND=1 each stage is a callgrind dump
@@ -55,6 +55,14 @@ func BenchmarkSubmitPathRedis(b *testing.B) {
 		fmt.Printf("  %-44s %6.1f µs Redis CPU/job\n", name, float64((redisCPU(b)-c0).Microseconds())/float64(n))
 	}
 	b.ResetTimer()
+	stage("flow job create one a call", func() error { // job.create, as the jobs of a flow are made
+		for range n {
+			if _, _, err := s.CreateJob(ctx, job(), "1"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	stage("jobrun before: create and load, load, dispatch, load", func() error {
 		for range n {
 			j, _, err := s.CreateJob(ctx, job(), "1")

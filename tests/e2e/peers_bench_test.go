@@ -28,7 +28,7 @@ func BenchmarkPeers(b *testing.B) {
 		b.Skip("set HERO_BENCH_PEERS=1 (make bench-peers)")
 	}
 	n, conc := envInt("HERO_PEERS_N", 20000), envInt("HERO_PEERS_C", 32)
-	_, c := handlerBenchStack(b)
+	s, c := handlerBenchStack(b)
 	cc, err := c.Dial()
 	if err != nil {
 		b.Fatal(err)
@@ -39,6 +39,7 @@ func BenchmarkPeers(b *testing.B) {
 	report := func(figure string, v float64) { fmt.Printf("PEERS hero %s %.3f\n", figure, v) }
 
 	// (a) n independent jobs, each submitted on its own by conc producers, until all ended.
+	profiled := profileServices(b, s) // HERO_BENCH_PROFILE=<dir>: 4 s of each service's CPU
 	start := time.Now()
 	runParallel(b, n, conc, func(ctx context.Context, i int) error {
 		_, err := api.SubmitJob(ctx, &herov1.SubmitJobRequest{ContextId: ctx1, Job: &herov1.Job{FunctionName: "go#noop"}})
@@ -47,6 +48,7 @@ func BenchmarkPeers(b *testing.B) {
 	submitted := time.Since(start)
 	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(n))
 	took := time.Since(start)
+	profiled()
 	report("a_jobs_per_s", float64(n)/took.Seconds())
 	report("a_submit_per_s", float64(n)/submitted.Seconds())
 
