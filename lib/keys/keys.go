@@ -69,6 +69,12 @@ const WakeRunnerPrefix = "coord:wake:runner:"
 // executor. A pinned queue (coord:rq:<runner>:<type>) wakes its runner only.
 func Wakers(queue string) string { return "coord:wakers:" + queue }
 
+// ExecUnhealthy is the hash, in a context's DB, of the runner processes (worker ids)
+// whose pool of an RRQ executor crash-loops or cannot start → until when (unix ms)
+// they leave its jobs to others. A process that finds its pool unhealthy fails a job
+// of the executor only when no other live process of the context has it healthy.
+func ExecUnhealthy(executor string) string { return "coord:exec_unhealthy:" + executor }
+
 // WakeStop is a private DB-0 list that one WaitWake call also waits on: a token there
 // ends the wait when the caller's context ends (BLPOP does not watch the context).
 func WakeStop(id string) string { return "coord:wakestop:" + id }

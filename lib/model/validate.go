@@ -186,6 +186,14 @@ func (r *Runner) Validate() error {
 			return verr("runner", r.ID, "script_types", "%v", err)
 		}
 	}
+	if len(r.Executors) > MaxListLen {
+		return verr("runner", r.ID, "executors", "has more than %d entries", MaxListLen)
+	}
+	for _, e := range r.Executors {
+		if !handlerNameRE.MatchString(e) {
+			return verr("runner", r.ID, "executors", "%q is not a valid executor name ([A-Za-z_][A-Za-z0-9_.:-]*)", e)
+		}
+	}
 	return nil
 }
 

@@ -69,6 +69,7 @@ func RunnerToPB(r *model.Runner) *herov1.Runner {
 	for _, t := range r.ScriptTypes {
 		out.ScriptTypes = append(out.ScriptTypes, string(t))
 	}
+	out.Executors = r.Executors
 	for _, p := range r.Processes {
 		out.Processes = append(out.Processes, &herov1.RunnerProcess{Id: p.ID, LastHeartbeatMs: p.LastHeartbeat})
 	}
@@ -83,6 +84,7 @@ func RunnerFromPB(r *herov1.Runner) *model.Runner {
 	for _, t := range r.ScriptTypes {
 		out.ScriptTypes = append(out.ScriptTypes, model.ScriptType(t))
 	}
+	out.Executors = r.Executors
 	return out
 }
 

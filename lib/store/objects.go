@@ -350,9 +350,9 @@ func (s *Store) CreateRunner(ctx context.Context, ctxID uint32, r *model.Runner,
 		return nil, false, err
 	}
 	stamp(&r.CreatedAt, &r.UpdatedAt)
-	declared := r.ScriptTypes
-	r.ScriptTypes = nil // announced below, so that coord:script_types counts them
-	cmp, ini := splitFields(r, withFields(timestampFields, "script_types"))
+	declared, declaredExecs := r.ScriptTypes, r.Executors
+	r.ScriptTypes, r.Executors = nil, nil // announced below, so that coord:script_types and coord:executors count them
+	cmp, ini := splitFields(r, withFields(timestampFields, "script_types", "executors"))
 	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
 		return db.Eval(ctx, sc, k, args...)
 	}, createSpec{object: "runner", prefix: "runner:", seq: keys.RunnerSeq, index: keys.RunnerIndex, id: r.ID, compare: cmp, initial: ini, eventType: "runner.created", eventActor: actor, events: true,
@@ -367,6 +367,11 @@ func (s *Store) CreateRunner(ctx context.Context, ctxID uint32, r *model.Runner,
 				p.HSet(ctx, keys.Runner(res.id), "topic", "runner"+strconv.FormatUint(uint64(res.id), 10))
 				return nil
 			})
+		}
+		// Declared at creation (a remote runner announces nothing itself): handler
+		// jobs naming an executor are accepted for it at once.
+		if err := db.AnnounceExecutors(ctx, res.id, declaredExecs); err != nil {
+			return nil, false, err
 		}
 		if len(declared) > 0 {
 			if err := db.AnnounceScriptTypes(ctx, res.id, declared); err != nil {
@@ -829,4 +834,82 @@ func (d *DB) SetFlowTraceparent(ctx context.Context, f *model.Flow, tp string) e
 		return fmt.Errorf("store the traceparent of flow %d: %w", f.ID, err)
 	}
 	return nil
+}
+
+// execUnhealthyTTL bounds how long an executor's unhealthy marks outlive their last
+// writer (each mark also carries its own end).
+const execUnhealthyTTL = 2 * time.Minute
+
+// MarkExecutorUnhealthy records in the context that the runner process worker's pool of
+// the executor crash-loops or cannot start, until the given time: other processes then
+// do not count it among those that can take the executor's jobs.
+func (d *DB) MarkExecutorUnhealthy(ctx context.Context, executor, worker string, until time.Time) error {
+	_, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, keys.ExecUnhealthy(executor), worker, until.UnixMilli())
+		p.PExpire(ctx, keys.ExecUnhealthy(executor), execUnhealthyTTL)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mark executor %s unhealthy in context %d: %w", executor, d.ContextID, err)
+	}
+	return nil
+}
+
+// ClearExecutorUnhealthy removes the process's unhealthy mark of the executor.
+func (d *DB) ClearExecutorUnhealthy(ctx context.Context, executor, worker string) error {
+	_, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, keys.ExecUnhealthy(executor), worker)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("clear executor %s unhealthy mark in context %d: %w", executor, d.ContextID, err)
+	}
+	return nil
+}
+
+// ExecutorHealthyElsewhere reports whether a live runner process of the context other
+// than worker may take the executor's jobs: a process (heartbeat within ProcessTTL) of
+// a runner id that announced the executor (its wakers set) with no current unhealthy
+// mark. Two round trips; called only when worker's own pool is unhealthy.
+func (d *DB) ExecutorHealthyElsewhere(ctx context.Context, executor, worker string) (bool, error) {
+	var ids *redis.StringSliceCmd
+	var marks *redis.MapStringStringCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		ids = p.SMembers(ctx, keys.Wakers(keys.Queue(model.ExecQueueSuffix(executor))))
+		marks = p.HGetAll(ctx, keys.ExecUnhealthy(executor))
+		return nil
+	}); err != nil {
+		return false, fmt.Errorf("runners of executor %s in context %d: %w", executor, d.ContextID, err)
+	}
+	if len(ids.Val()) == 0 {
+		return false, nil
+	}
+	now := time.Now()
+	procs := make([]*redis.StringSliceCmd, 0, len(ids.Val()))
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Select(ctx, 0) // heartbeats are in DB 0 of the context's server
+		for _, id := range ids.Val() {
+			n, err := strconv.ParseUint(id, 10, 32)
+			if err != nil {
+				continue
+			}
+			procs = append(procs, p.ZRangeByScore(ctx, keys.RunnerProcsOf(uint32(n)), &redis.ZRangeBy{
+				Min: strconv.FormatInt(now.Add(-ProcessTTL).UnixMilli(), 10), Max: "+inf"}))
+		}
+		return nil
+	}); err != nil {
+		return false, fmt.Errorf("live runners of executor %s in context %d: %w", executor, d.ContextID, err)
+	}
+	for _, c := range procs {
+		for _, proc := range c.Val() {
+			if proc == worker {
+				continue
+			}
+			if until, err := strconv.ParseInt(marks.Val()[proc], 10, 64); err == nil && until > now.UnixMilli() {
+				continue
+			}
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -67,8 +67,10 @@ func newExecutorMetrics(reg prometheus.Registerer) executorMetrics {
 // context and starts with the runner.
 
 // execHealth holds the executors whose pools crash-loop or cannot start here. While
-// one is unhealthy the runner claims none of its handler jobs (a runner with a healthy
-// pool takes them) and /readyz says why; after executorRetryAfter it tries again.
+// one is unhealthy the runner claims none of its handler jobs when another live
+// process of the context has it healthy (that one takes them), and fails them with a
+// clear error when none has ("alone"); /readyz says why. After executorRetryAfter it
+// tries its pool again.
 type execHealth struct {
 	mu  sync.Mutex
 	bad map[string]unhealthy
@@ -77,6 +79,11 @@ type execHealth struct {
 type unhealthy struct {
 	err   error
 	since time.Time
+	// alone: when this process last looked, no other live process of the context had
+	// the executor healthy; it then keeps claiming the executor's jobs to fail them.
+	alone bool
+	// marked: the contexts where this process's unhealthy mark is stored.
+	marked map[uint32]bool
 }
 
 // executorRetryAfter is how long an unhealthy executor's jobs are left to other
@@ -89,22 +96,37 @@ func (r *runner) markUnhealthy(name string, ctxID uint32, err error) {
 	if r.exh.bad == nil {
 		r.exh.bad = map[string]unhealthy{}
 	}
-	r.exh.bad[name] = unhealthy{err: err, since: time.Now()}
+	u := r.exh.bad[name]
+	u.err, u.since = err, time.Now()
+	r.exh.bad[name] = u
 	r.exh.mu.Unlock()
 	r.em.healthy.WithLabelValues(name).Set(0)
 	r.log.Error().Str("executor", name).Uint32(obs.KeyContextID, ctxID).Err(err).Dur("retry_after", executorRetryAfter).
-		Msg("executor unhealthy: its jobs are left to other runners")
+		Msg("executor unhealthy: its jobs are left to other runners, or fail when no runner can take them")
 }
 
-// markHealthy records that an executor's pool answers again.
+// markHealthy records that an executor's pool answers again, and removes this
+// process's unhealthy marks of it.
 func (r *runner) markHealthy(name string) {
 	r.exh.mu.Lock()
-	_, was := r.exh.bad[name]
+	u, was := r.exh.bad[name]
 	delete(r.exh.bad, name)
 	r.exh.mu.Unlock()
 	r.em.healthy.WithLabelValues(name).Set(1)
-	if was {
-		r.log.Info().Str("executor", name).Msg("executor healthy again")
+	if !was {
+		return
+	}
+	r.log.Info().Str("executor", name).Msg("executor healthy again")
+	for ctxID := range u.marked {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if db, err := r.store.Ctx(ctxID); err == nil {
+				if err := db.ClearExecutorUnhealthy(ctx, name, r.cfg.WorkerID); err != nil {
+					r.log.Warn().Err(err).Str("executor", name).Uint32(obs.KeyContextID, ctxID).Msg("clear the executor's unhealthy mark (it ends by itself)")
+				}
+			}
+		}()
 	}
 }
 
@@ -118,6 +140,47 @@ func (r *runner) executorHealth(name string) error {
 		return nil
 	}
 	return u.err
+}
+
+// claimsExecutor reports whether the claim loop takes the executor's jobs: while its
+// pool is healthy here, or unhealthy and no other process can take them (to fail them).
+func (r *runner) claimsExecutor(name string) bool {
+	r.exh.mu.Lock()
+	defer r.exh.mu.Unlock()
+	u, ok := r.exh.bad[name]
+	return !ok || u.alone || time.Since(u.since) > executorRetryAfter
+}
+
+// unhealthyHere decides the fate of a job taken from an executor's queue while this
+// process's pool of it is unhealthy (why): handed back when another live runner
+// process of the context has the executor healthy (it takes the job), else failed with
+// a clear error — only when none can run it. This process's mark in the context lets
+// the others tell the same.
+func (r *runner) unhealthyHere(ctx context.Context, db *store.DB, execName string, why error, log zerolog.Logger) runResult {
+	until := time.Now().Add(executorRetryAfter)
+	if err := db.MarkExecutorUnhealthy(ctx, execName, r.cfg.WorkerID, until); err != nil {
+		log.Warn().Err(err).Msg("store the executor's unhealthy mark")
+	}
+	elsewhere, err := db.ExecutorHealthyElsewhere(ctx, execName, r.cfg.WorkerID)
+	r.exh.mu.Lock()
+	if u, ok := r.exh.bad[execName]; ok {
+		if u.marked == nil {
+			u.marked = map[uint32]bool{}
+		}
+		u.marked[db.ContextID] = true
+		u.alone = err == nil && !elsewhere
+		r.exh.bad[execName] = u
+	}
+	r.exh.mu.Unlock()
+	if err != nil || elsewhere {
+		if err != nil {
+			log.Warn().Err(err).Msg("cannot tell whether another runner has the executor healthy: job handed back")
+		}
+		return runResult{reason: "executor_unhealthy"}
+	}
+	r.em.calls.WithLabelValues(execName, "failed").Inc()
+	return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1,
+		Error: fmt.Sprintf("executor %s cannot run in context %d: no live runner has a healthy pool of it (on %s: %v)", execName, db.ContextID, r.cfg.WorkerID, why)}, "executor"}
 }
 
 // executorsReady is the runner's /readyz check: an error naming every unhealthy executor.
@@ -434,7 +497,7 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	// runner's pool of it crash-loops or cannot start.
 	fromExecQueue := strings.HasSuffix(cl.Queue, ":"+model.ExecQueueSuffix(execName))
 	if herr := r.executorHealth(execName); herr != nil && fromExecQueue {
-		return runResult{reason: "executor_unhealthy"}
+		return r.unhealthyHere(ctx, db, execName, herr, log)
 	}
 	pool, err := r.acquirePool(ctx, execName, db.ContextID)
 	if errors.Is(err, errNoExecutor) {
@@ -442,9 +505,10 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 			Error: fmt.Sprintf("no executor %q on this runner (it has: %v)", execName, r.executorNames())}, "no_executor"}
 	}
 	if err != nil && ctx.Err() == nil {
-		r.markUnhealthy(execName, db.ContextID, fmt.Errorf("could not start: %w", err))
+		herr := fmt.Errorf("could not start: %w", err)
+		r.markUnhealthy(execName, db.ContextID, herr)
 		if fromExecQueue {
-			return runResult{reason: "executor_unhealthy"}
+			return r.unhealthyHere(ctx, db, execName, herr, log)
 		}
 	}
 	if err != nil {
@@ -542,6 +606,13 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	case "stopped":
 		r.em.calls.WithLabelValues(execName, "error").Inc()
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "stopped", Fatal: true}, "stopped"}
+	}
+	if res.err != nil && fromExecQueue && errors.Is(res.err, rrq.ErrUnavailable) {
+		// Never delivered: while the pool is unhealthy here, another runner takes the
+		// job, or it fails when none can.
+		if herr := r.executorHealth(execName); herr != nil {
+			return r.unhealthyHere(ctx, db, execName, herr, log)
+		}
 	}
 	if res.err != nil {
 		r.em.calls.WithLabelValues(execName, "failed").Inc()

@@ -362,9 +362,10 @@ func (r *runner) queues() []string {
 		qs = append(qs, keys.Queue(t.QueueSuffix()), keys.PinnedQueue(r.cfg.RunnerID, t.QueueSuffix()))
 	}
 	// The handler jobs of each executor whose pools are healthy here: while one
-	// crash-loops, a runner with a healthy pool takes them.
+	// crash-loops, a runner with a healthy pool takes them (when none has, this one
+	// takes them to fail them: claimsExecutor).
 	for _, name := range r.executorNames() {
-		if r.executorHealth(name) == nil {
+		if r.claimsExecutor(name) {
 			s := model.ExecQueueSuffix(name)
 			qs = append(qs, keys.Queue(s), keys.PinnedQueue(r.cfg.RunnerID, s))
 		}

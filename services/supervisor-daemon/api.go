@@ -80,6 +80,7 @@ type runnerIn struct {
 	Local       *bool    `json:"local"`
 	Secret      string   `json:"secret"`
 	ScriptTypes []string `json:"script_types"`
+	Executors   []string `json:"executors"`
 }
 
 type runnerCreateParams struct {
@@ -532,7 +533,8 @@ func (s *service) runnerCreate(ctx context.Context, p Principal, in runnerCreate
 	if _, _, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "runner.create"); err != nil {
 		return nil, err
 	}
-	r := &model.Runner{ID: in.Runner.ID, Pubkey: in.Runner.Pubkey, Address: in.Runner.Address, Topic: in.Runner.Topic, Local: true, Secret: in.Runner.Secret}
+	r := &model.Runner{ID: in.Runner.ID, Pubkey: in.Runner.Pubkey, Address: in.Runner.Address, Topic: in.Runner.Topic, Local: true, Secret: in.Runner.Secret,
+		Executors: in.Runner.Executors}
 	if in.Runner.Local != nil {
 		r.Local = *in.Runner.Local
 	}

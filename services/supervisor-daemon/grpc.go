@@ -301,7 +301,7 @@ func (c *coordinatorServer) CreateRunner(ctx context.Context, r *herov1.CreateRu
 		if r.Runner != nil {
 			local := r.Runner.Local
 			in.Runner = &runnerIn{ID: r.Runner.Id, Pubkey: r.Runner.Pubkey, Address: r.Runner.Address, Topic: r.Runner.Topic, Local: &local,
-				Secret: r.Runner.Secret, ScriptTypes: r.Runner.ScriptTypes}
+				Secret: r.Runner.Secret, ScriptTypes: r.Runner.ScriptTypes, Executors: r.Runner.Executors}
 		}
 		x, err := c.s.runnerCreate(ctx, p, in)
 		return &herov1.CreateRunnerResponse{Runner: protoconv.RunnerToPB(x)}, err

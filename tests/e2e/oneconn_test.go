@@ -104,8 +104,9 @@ func TestOneConnectionExecutorRunsJobs(t *testing.T) {
 }
 
 // Acceptance (issue 21, executors 1): a runner whose executor crashes at start is
-// unhealthy in /readyz (and its metric) within 10 s and leaves the executor's jobs to
-// a runner with a healthy pool.
+// unhealthy in /readyz (and its metric) within 10 s; while no runner of the context
+// has a healthy pool the executor's jobs fail with a clear error (they do not wait for
+// ever), and once a runner with a healthy pool serves the context it takes them.
 func TestCrashingExecutorJobsGoToHealthyRunner(t *testing.T) {
 	s, c := oneConnStack(t, true)
 	job := map[string]any{"id": 1, "function_name": "spec#echo", "args": []any{"x"}}
@@ -123,7 +124,16 @@ func TestCrashingExecutorJobsGoToHealthyRunner(t *testing.T) {
 	if v := metric(t, s.Runner, `hero_executor_pool_healthy{executor="spec"}`); v != 0 {
 		t.Fatalf("hero_executor_pool_healthy %v", v)
 	}
-	// A second runner, same runner id, with a working executor: it takes the job.
+	// No other runner: the job fails, saying why.
+	var j harness.Job
+	if !waitUntil(20*time.Second, func() bool { j = loadJob(t, c, 1); return j.Status == "error" }) {
+		t.Fatalf("the job of an executor no runner can run did not fail: %+v", j)
+	}
+	if !strings.Contains(j.Error, "no live runner has a healthy pool") || !strings.Contains(j.Error, "exited before accepting connections") {
+		t.Fatalf("error does not say why: %q", j.Error)
+	}
+	// A second runner, same runner id, with a working executor: once it heartbeats, the
+	// executor's jobs go to it (the unhealthy one hands back any it takes).
 	args := append([]string(nil), s.Args["runner"]...)
 	for i, a := range args {
 		if strings.HasPrefix(a, "spec;") {
@@ -131,11 +141,28 @@ func TestCrashingExecutorJobsGoToHealthyRunner(t *testing.T) {
 		}
 	}
 	harness.Start(t, binDir, "runner", redisSrv.URL, harness.Options{Args: append(args, "--worker-id", "runner-good", "--state-dir", t.TempDir()), Env: []string{"HERO_ADMIN_SECRET=" + harness.AdminSecret}})
-	var j harness.Job
-	if !waitUntil(30*time.Second, func() bool { j = loadJob(t, c, 1); return j.Status == "finished" }) {
-		t.Fatalf("job not taken by the healthy runner: %+v", j)
+	if !waitUntil(20*time.Second, func() bool {
+		var r struct {
+			Processes []struct {
+				ID string `json:"id"`
+			} `json:"processes"`
+		}
+		if c.Call("runner.load", map[string]any{"context_id": ctx1, "id": 1}, &r) != nil {
+			return false
+		}
+		for _, p := range r.Processes {
+			if p.ID == "runner-good" {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("the second runner did not heartbeat")
 	}
-	if j.Worker != "runner-good" {
-		t.Fatalf("job ran on %q", j.Worker)
+	for id := 2; id <= 4; id++ {
+		j := runStandalone(t, c, map[string]any{"id": id, "function_name": "spec#echo", "args": []any{id}})
+		if j.Status != "finished" || j.Worker != "runner-good" {
+			t.Fatalf("job %d not run by the healthy runner: %+v", id, j)
+		}
 	}
 }

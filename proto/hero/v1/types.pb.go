@@ -343,17 +343,20 @@ func (x *RunnerProcess) GetLastHeartbeatMs() int64 {
 }
 
 type Runner struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Pubkey        string                 `protobuf:"bytes,2,opt,name=pubkey,proto3" json:"pubkey,omitempty"`
-	Address       string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
-	Topic         string                 `protobuf:"bytes,4,opt,name=topic,proto3" json:"topic,omitempty"`
-	Local         bool                   `protobuf:"varint,5,opt,name=local,proto3" json:"local,omitempty"`
-	CreatedAt     int64                  `protobuf:"varint,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     int64                  `protobuf:"varint,7,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	ScriptTypes   []string               `protobuf:"bytes,8,rep,name=script_types,json=scriptTypes,proto3" json:"script_types,omitempty"`
-	Processes     []*RunnerProcess       `protobuf:"bytes,9,rep,name=processes,proto3" json:"processes,omitempty"`
-	Secret        string                 `protobuf:"bytes,10,opt,name=secret,proto3" json:"secret,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Pubkey      string                 `protobuf:"bytes,2,opt,name=pubkey,proto3" json:"pubkey,omitempty"`
+	Address     string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	Topic       string                 `protobuf:"bytes,4,opt,name=topic,proto3" json:"topic,omitempty"`
+	Local       bool                   `protobuf:"varint,5,opt,name=local,proto3" json:"local,omitempty"`
+	CreatedAt   int64                  `protobuf:"varint,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt   int64                  `protobuf:"varint,7,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	ScriptTypes []string               `protobuf:"bytes,8,rep,name=script_types,json=scriptTypes,proto3" json:"script_types,omitempty"`
+	Processes   []*RunnerProcess       `protobuf:"bytes,9,rep,name=processes,proto3" json:"processes,omitempty"`
+	Secret      string                 `protobuf:"bytes,10,opt,name=secret,proto3" json:"secret,omitempty"`
+	// RRQ executors the runner has (announced by its processes; declared at creation
+	// for a runner that announces nothing itself, e.g. a remote one).
+	Executors     []string `protobuf:"bytes,11,rep,name=executors,proto3" json:"executors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -456,6 +459,13 @@ func (x *Runner) GetSecret() string {
 		return x.Secret
 	}
 	return ""
+}
+
+func (x *Runner) GetExecutors() []string {
+	if x != nil {
+		return x.Executors
+	}
+	return nil
 }
 
 type Job struct {
@@ -1555,7 +1565,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\anetwork\x18\x05 \x01(\tR\anetwork\"K\n" +
 	"\rRunnerProcess\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12*\n" +
-	"\x11last_heartbeat_ms\x18\x02 \x01(\x03R\x0flastHeartbeatMs\"\xa5\x02\n" +
+	"\x11last_heartbeat_ms\x18\x02 \x01(\x03R\x0flastHeartbeatMs\"\xc3\x02\n" +
 	"\x06Runner\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06pubkey\x18\x02 \x01(\tR\x06pubkey\x12\x18\n" +
@@ -1569,7 +1579,8 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\fscript_types\x18\b \x03(\tR\vscriptTypes\x124\n" +
 	"\tprocesses\x18\t \x03(\v2\x16.hero.v1.RunnerProcessR\tprocesses\x12\x16\n" +
 	"\x06secret\x18\n" +
-	" \x01(\tR\x06secret\"\xfc\t\n" +
+	" \x01(\tR\x06secret\x12\x1c\n" +
+	"\texecutors\x18\v \x03(\tR\texecutors\"\xfc\t\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
