@@ -27,6 +27,7 @@ type service struct {
 	runMargin  time.Duration
 	dispatcher *dispatcherService
 	secrets    *operatorSecrets
+	metrics    *apiMetrics
 }
 
 // ---- parameters (the JSON-RPC params objects; docs/api.md) ----
@@ -771,6 +772,7 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 	if err != nil {
 		return nil, err
 	}
+	s.countSubmitted(sub)
 	created := sub[0].Job
 	wait := time.Duration(created.Timeout)*time.Second + s.runMargin
 	if created.Timeout == 0 {

@@ -101,11 +101,24 @@ func (s *service) submit(ctx context.Context, p Principal, ctxID uint32, items [
 	if err != nil {
 		return nil, err
 	}
+	s.countSubmitted(res)
 	out := make([]submitResult, len(res))
 	for i, r := range res {
 		out[i] = submitResult{Job: r.Job, Existing: r.Existing}
 	}
 	return out, nil
+}
+
+// countSubmitted counts the jobs SubmitJobs created (hero_jobs_submitted_total).
+func (s *service) countSubmitted(res []store.Submitted) {
+	if s.metrics == nil {
+		return
+	}
+	for _, r := range res {
+		if !r.Existing {
+			s.metrics.submitted.Inc()
+		}
+	}
 }
 
 func submitItemFromPB(j *herov1.Job, key string, ttl uint32) (submitItem, error) {
