@@ -157,16 +157,8 @@ type messageCreateParams struct {
 	Message   *model.Message `json:"message"`
 }
 
-type dlqEntry struct {
-	CallerID     uint32 `json:"caller_id"`
-	ID           uint32 `json:"id"`
-	FlowID       uint32 `json:"flow_id,omitempty"`
-	Error        string `json:"error"`
-	Attempt      uint32 `json:"attempt"`
-	DLQAtMs      int64  `json:"dlq_at_ms"`
-	ScriptType   string `json:"script_type"`
-	FunctionName string `json:"function_name,omitempty"`
-}
+// dlqEntry is a dead-letter queue entry as the API lists it.
+type dlqEntry = model.DLQEntry
 
 type dlqListResult struct {
 	Items      []dlqEntry `json:"items"`
@@ -348,14 +340,8 @@ func (s *service) actorUpdate(ctx context.Context, p Principal, in actorUpdatePa
 
 // ---- operator secrets ----
 
-type secretView struct {
-	Fingerprint string `json:"fingerprint"`
-	Source      string `json:"source"`
-	CreatedAtMs int64  `json:"created_at_ms,omitempty"`
-	RevokedAtMs int64  `json:"revoked_at_ms,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	Current     bool   `json:"current"`
-}
+// secretView is an operator secret as the API shows it.
+type secretView = model.OperatorSecret
 
 func viewSecret(r store.SecretRecord, p Principal) secretView {
 	return secretView{Fingerprint: r.Fingerprint, Source: r.Source, CreatedAtMs: r.CreatedMs, RevokedAtMs: r.RevokedMs, Reason: r.Reason, Current: r.Fingerprint == p.Fingerprint}
