@@ -105,6 +105,10 @@ proto-tools:
 	@test -x $(GOBIN)/protoc-gen-go-grpc && $(GOBIN)/protoc-gen-go-grpc --version | grep -q $(PROTOC_GEN_GO_GRPC_VERSION:v%=%) || \
 		$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
+.PHONY: bench-peers
+bench-peers: deps ## asynq and this stack side by side, alternating (ROUNDS=3, PEERS_N=20000, PEERS_C=32); docs/benchmarks.md
+	@cd bench/peers && GOWORK=off $(GO) run . -rounds $${ROUNDS:-3} -n $${PEERS_N:-20000} -c $${PEERS_C:-32}
+
 .PHONY: bench
 bench: deps build ## run the benchmarks (not part of make test)
 	@cd tests/e2e && HERO_BENCH=1 $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...

@@ -77,7 +77,7 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 	// What a start writes into the job besides its claim and trace ids.
 	secs := strconv.FormatInt(now.Unix(), 10)
 	set := []string{"status", string(model.JobStarted), "worker", consumer,
-		"started_at", secs, "started_at_ms", strconv.FormatInt(now.UnixMilli(), 10), "updated_at", secs}
+		"started_at", secs, "started_at_ms", strconv.FormatInt(now.UnixMilli(), 10), "started_at_us", strconv.FormatInt(now.UnixMicro(), 10), "updated_at", secs}
 	claimIDs := make([]string, len(traceIDs))
 	wkey, wtoken, held := w.args()
 	args := make([]any, 0, 10+len(set)+len(startClears)+2*len(traceIDs))
@@ -163,7 +163,7 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 }
 
 // startClears are the fields of an earlier run's end that a start removes.
-var startClears = []string{"error", "exit_code", "finished_at", "finished_at_ms"}
+var startClears = []string{"error", "exit_code", "finished_at", "finished_at_ms", "finished_at_us"}
 
 // JobOutcome is how a run ended.
 type JobOutcome struct {
@@ -290,8 +290,8 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 	if len(idx) > 1 {
 		grouped = "1"
 	}
-	args := make([]any, 0, 8+len(msg)+14*len(idx))
-	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, len(msg))
+	args := make([]any, 0, 9+len(msg)+14*len(idx))
+	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, now.UnixMicro(), len(msg))
 	args = append(args, msg...)
 	var list []byte // grouped: the message's job list, built as the runs are added
 	if len(idx) > 1 {
@@ -306,7 +306,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 		}
 		final := *j
 		final.Status, final.Error, final.ExitCode, final.Result, final.ResultJSON, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.ResultJSON, o.Fatal
-		final.FinishedAt, final.FinishedAtMs = now.Unix(), now.UnixMilli()
+		final.FinishedAt, final.FinishedAtMs, final.FinishedAtUs = now.Unix(), now.UnixMilli(), now.UnixMicro()
 		final.Script = "" // the result message does not need to carry the source again
 		js, err := json.Marshal(&final)
 		if err != nil {
@@ -325,7 +325,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 			model.EncodeField(result), string(o.ResultJSON), fatal, o.RetryAfter.Milliseconds(), o.Log, item)
 	}
 	if len(idx) > 1 {
-		args[7+len(msg)] = append(list, ']')
+		args[8+len(msg)] = append(list, ']')
 	}
 	return Call{Script: finishJobsScript, Keys: []string{keys.Processing(c0.Consumer), keys.Leases, keys.MsgOut, keys.Events}, Args: args}
 }

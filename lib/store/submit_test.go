@@ -18,18 +18,31 @@ import (
 // reserved id that a caller chose is skipped.
 func TestSubmitJobsEffects(t *testing.T) {
 	s := open(t)
-	mustCtx(t, s, 1)
+	db := mustCtx(t, s, 1)
 	ctx := context.Background()
 	rdb := srv.Client(t, 1)
 	job := func(id uint32, script string) *model.Job {
 		return &model.Job{ID: id, CallerID: 1, Script: script, ScriptType: model.ScriptType("sh")}
+	}
+	// No runner serves sh yet: refused, nothing stored.
+	_, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: job(0, "echo a")}}, "actor:1")
+	var ve *model.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "script_type" || rdb.Exists(ctx, keys.Job(1, 1)).Val() != 0 {
+		t.Fatalf("an unserved script type: %v", err)
+	}
+	if _, _, err := s.CreateRunner(ctx, 1, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh"}); err != nil {
+		t.Fatal(err)
 	}
 	// A caller chose id 1: the first reserved id meets it and is skipped.
 	if _, _, err := s.CreateJob(ctx, &model.Job{ID: 1, CallerID: 1, ContextID: 1, Script: "true", ScriptType: "sh"}, "t"); err != nil {
 		t.Fatal(err)
 	}
 	rdb.Set(ctx, keys.JobSeq(1), 0, 0)
-	out, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: job(0, "echo a"), UniqueKey: "k", UniqueTTL: time.Minute}, {Job: job(0, "echo b")}}, "actor:1")
+	var out []store.Submitted
+	out, err = s.SubmitJobs(ctx, 1, []store.Submission{{Job: job(0, "echo a"), UniqueKey: "k", UniqueTTL: time.Minute}, {Job: job(0, "echo b")}}, "actor:1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ type submitted struct {
 // one after it; a chosen id with other content is refused, a batch stores all or
 // nothing; SubmitJob over gRPC takes a traceparent from its metadata.
 func TestJobSubmit(t *testing.T) {
-	_, c := newStack(t, harness.StackOptions{})
+	s, c := newStack(t, harness.StackOptions{})
 	tp := "00-" + producerTrace + "-00f067aa0ba902b7-01"
 	var sub submitted
 	traced(c, tp).MustCall(t, "job.submit", map[string]any{"context_id": ctx1, "job": map[string]any{"script": "echo submitted", "script_type": "sh"}}, &sub)
@@ -44,6 +44,10 @@ func TestJobSubmit(t *testing.T) {
 	checkSubmitChosenID(t, c)
 	checkSubmitBatch(t, c)
 	checkSubmitGRPC(t, c, tp)
+	// Nine jobs were created (the existing ones returned are not counted).
+	if n, err := harness.Metric(s.API, "hero_jobs_submitted_total"); err != nil || n != 9 {
+		t.Errorf("hero_jobs_submitted_total = %v (%v), want 9", n, err)
+	}
 }
 
 // checkSubmitUniqueKey: unique_key: the same job while the key lasts, a new one

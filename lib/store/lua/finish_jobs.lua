@@ -5,7 +5,7 @@
 -- KEYS: [1] the processing list, [2] coord:leases, [3] msg_out, [4] coord:events.
 -- ARGV: [1] now (s), [2] now (ms), [3] context id, [4] caller id, [5] log cap (bytes),
 --   [6] grouped (1: one result message for all the runs that end here, 0: one each),
---   [7] n, then n field/value items of the result message (all but its id and job),
+--   [7] now (µs), [8] n, then n field/value items of the result message (all but its id and job),
 --   then, when grouped, the message's job list (a JSON array), then per run 14 items:
 --   job key, lease member, claim id, job id, flow id, status, error, exit code, result
 --   JSON (the string map), the handler's result_json ("": none, the field is removed),
@@ -19,9 +19,9 @@
 --   coord:busy.
 
 local proc, leases, mo, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local now_s, now_ms, ctx, caller, logmax, grouped = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
-local nf = tonumber(ARGV[7])
-local first, last = 8, 7 + nf
+local now_s, now_ms, ctx, caller, logmax, grouped, now_us = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1', ARGV[7]
+local nf = tonumber(ARGV[8])
+local first, last = 9, 8 + nf
 local runs = last + 1
 local glist = ''
 if grouped then glist = ARGV[runs]; runs = runs + 1 end
@@ -43,7 +43,7 @@ for i = runs, #ARGV, 14 do
   elseif cur[1] ~= claim or cur[2] ~= JOB_STARTED then
     out[#out + 1] = 0
   else
-    local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s}
+    local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'finished_at_us', now_us, 'updated_at', now_s}
     local del = {}
     if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson else del[#del + 1] = 'result_json' end
     if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err elseif cur[3] then del[#del + 1] = 'error' end
