@@ -12,6 +12,9 @@ GO ?= go
 GOBIN := $(shell $(GO) env GOPATH)/bin
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+GOCYCLO_VERSION := v0.6.0
+# No function may be more complex than this (gocyclo), generated code aside.
+MAX_CYCLO := 25
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 # The e2e core suite, run a second time against a Redis that serves TLS only, with
 # client certificates and ACL users (tests/e2e/services_test.go: HERO_E2E_REDIS).
@@ -56,13 +59,24 @@ fuzz: ## a short bounded fuzz run of the RRQ frame decoder
 	@cd lib && $(GO) test -run '^$$' -fuzz FuzzReadFrame -fuzztime $${FUZZTIME:-500000x} ./rrq
 
 .PHONY: lint
-lint: ## gofmt, go vet, protos current, and each module builds on its own (GOWORK=off)
+lint: ## gofmt, go vet, protos current, each module builds on its own (GOWORK=off), Lua scripts in .lua files with headers (scripts/lua-check.sh), no function over MAX_CYCLO
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
 	@set -e; for m in $(MODULES); do echo "== tidy, GOWORK=off build $$m"; \
 		(cd $$m && $(GO) mod tidy -diff >/dev/null || { echo "$$m: go.mod/go.sum not tidy; run go mod tidy there"; exit 1; }; \
 		 GOWORK=off $(GO) build ./...); done
 	@$(MAKE) --no-print-directory proto-check
+	@bash scripts/lua-check.sh
+	@$(MAKE) --no-print-directory cyclo
+
+.PHONY: cyclo
+cyclo: ## fail when a function has a cyclomatic complexity over MAX_CYCLO (files marked "Code generated ... DO NOT EDIT." aside)
+	@test -x $(GOBIN)/gocyclo && $(GO) version -m $(GOBIN)/gocyclo | grep -q 'mod.*github.com/fzipp/gocyclo.*$(GOCYCLO_VERSION)' || \
+		$(GO) install github.com/fzipp/gocyclo/cmd/gocyclo@$(GOCYCLO_VERSION)
+	@gen=$$(grep -rlE --include='*.go' '^// Code generated .* DO NOT EDIT\.$$' $(MODULES) helm/chart-test | sed 's/[.]/\\./g' | paste -sd'|'); \
+	out=$$($(GOBIN)/gocyclo -over $(MAX_CYCLO) -ignore "^($${gen:-\.pb\.go})$$" $(MODULES) helm/chart-test); \
+		if [ -n "$$out" ]; then echo "cyclo: functions over $(MAX_CYCLO) (split them into named helpers or subtests):"; \
+		echo "$$out" | sort -rn; exit 1; fi; echo "cyclo: no function over $(MAX_CYCLO)"
 
 .PHONY: proto
 proto: proto-tools ## regenerate the gRPC code from proto/
@@ -90,6 +104,10 @@ proto-tools:
 		$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	@test -x $(GOBIN)/protoc-gen-go-grpc && $(GOBIN)/protoc-gen-go-grpc --version | grep -q $(PROTOC_GEN_GO_GRPC_VERSION:v%=%) || \
 		$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+.PHONY: bench-peers
+bench-peers: deps ## asynq and this stack side by side, alternating (ROUNDS=3, PEERS_N=20000, PEERS_C=32); docs/benchmarks.md
+	@cd bench/peers && GOWORK=off $(GO) run . -rounds $${ROUNDS:-3} -n $${PEERS_N:-20000} -c $${PEERS_C:-32}
 
 .PHONY: bench
 bench: deps build ## run the benchmarks (not part of make test)

@@ -4,13 +4,18 @@
 # callgrind (which counts instructions, the same run after run, where timings on a
 # shared VM drift by ±30%) and prints the count per job for each stage.
 #
-#   scripts/redis-instructions.sh [JOBS]     (default 1000; ~30 s per 1000 jobs)
+#   scripts/redis-instructions.sh [JOBS] [BENCHMARK]
+#
+# JOBS defaults to 1000 (~30 s per 1000 jobs); BENCHMARK to BenchmarkJobPathRedis (a
+# flow's jobs through every step); BenchmarkSubmitPathRedis counts getting standalone
+# jobs in (job.run's former path, job.submit, job.submit_batch).
 #
 # Needs valgrind (apt-get install valgrind) and redis-server on PATH. docs/benchmarks.md
 # has the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${1:-1000}"
+bench="${2:-BenchmarkJobPathRedis}"
 for tool in valgrind callgrind_control redis-server; do
 	command -v "$tool" >/dev/null || { echo "redis-instructions: $tool not found (apt-get install valgrind redis-server)" >&2; exit 1; }
 done
@@ -23,7 +28,7 @@ exec valgrind --tool=callgrind --callgrind-out-file=$work/cg.out.%p $(command -v
 EOF
 chmod +x "$work/redis-server"
 (cd lib && PATH="$work:$PATH" HERO_BENCH=1 HERO_PATH_JOBS="$jobs" HERO_PATH_CALLGRIND=1 \
-	go test -run '^$' -bench BenchmarkJobPathRedis -benchtime 1x ./store/ >"$work/bench.log" 2>&1) || {
+	go test -run '^$' -bench "^$bench\$" -benchtime 1x ./store/ >"$work/bench.log" 2>&1) || {
 	cat "$work/bench.log" >&2
 	exit 1
 }

@@ -29,16 +29,26 @@ func TestTLSByDefault(t *testing.T) {
 		}
 		return &cli{g: g}
 	}
+	// apiURL is the JSON-RPC URL the Go client would call.
+	apiURL := func(c *cli) (string, error) {
+		c.g.secret = "s3cret-s3cret-s3cret"
+		hc, err := c.client()
+		if err != nil {
+			return "", err
+		}
+		defer c.close()
+		return hc.APIURL()
+	}
 
 	c := parse("--addr", "api.example.com:9653")
 	if cfg, err := c.tlsConfig(); err != nil || cfg == nil || cfg.InsecureSkipVerify || cfg.RootCAs != nil {
 		t.Errorf("default: TLS config %v, %v; want TLS against the system's roots", cfg, err)
 	}
-	if u, err := c.apiURL(); err != nil || u != "https://api.example.com:9652/" {
+	if u, err := apiURL(c); err != nil || u != "https://api.example.com:9652/" {
 		t.Errorf("default JSON-RPC URL %q, %v", u, err)
 	}
 
-	if _, err := parse("--api-url", "http://127.0.0.1:9652/").apiURL(); err == nil {
+	if _, err := apiURL(parse("--api-url", "http://127.0.0.1:9652/")); err == nil {
 		t.Error("an http:// --api-url was taken without --plaintext")
 	}
 
@@ -46,7 +56,7 @@ func TestTLSByDefault(t *testing.T) {
 	if cfg, err := c.tlsConfig(); err != nil || cfg != nil {
 		t.Errorf("--plaintext: TLS config %v, %v", cfg, err)
 	}
-	if u, _ := c.apiURL(); u != "http://127.0.0.1:9652/" {
+	if u, _ := apiURL(c); u != "http://127.0.0.1:9652/" {
 		t.Errorf("--plaintext JSON-RPC URL %q", u)
 	}
 	t.Setenv("HERO_PLAINTEXT", "1")
@@ -71,10 +81,7 @@ func TestTLSByDefault(t *testing.T) {
 	for _, plain := range []bool{false, true} {
 		var out, errw bytes.Buffer
 		c := &cli{g: &globals{addr: ln.Addr().String(), secret: "s3cret-s3cret-s3cret", plain: plain, output: "table", timeout: 3 * time.Second}, out: &out, errw: &errw}
-		err := c.dispatcherCmd(context.Background(), "run", []string{"--worker", "local", "--script", "echo hi"})
-		if c.cc != nil {
-			_ = c.cc.Close()
-		}
+		err := c.dispatch(context.Background(), []string{"dispatcher", "run", "--worker", "local", "--script", "echo hi"})
 		if plain != (err == nil) {
 			t.Errorf("plaintext=%v against a plaintext server: %v", plain, err)
 		}

@@ -54,7 +54,10 @@ func (f *fakeDispatcher) RunJob(ctx context.Context, r *herov1.DispatcherRunJobR
 	return &herov1.DispatcherRunJobResponse{Job: j, Reply: j.Output}, nil
 }
 
-func TestDispatcherCommands(t *testing.T) {
+// fakeDispatcherServer serves a fakeDispatcher and runs heroctl dispatcher commands
+// against it with the operator secret.
+func fakeDispatcherServer(t *testing.T) (*fakeDispatcher, func(args ...string) (string, error)) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -63,20 +66,17 @@ func TestDispatcherCommands(t *testing.T) {
 	fake := &fakeDispatcher{}
 	herov1.RegisterDispatcherServer(gs, fake)
 	go func() { _ = gs.Serve(ln) }()
-	defer gs.Stop()
-
-	runCmd := func(args ...string) (string, error) {
+	t.Cleanup(gs.Stop)
+	return fake, func(args ...string) (string, error) {
 		var out, errw bytes.Buffer
 		c := &cli{g: &globals{addr: ln.Addr().String(), secret: "s3cret-s3cret-s3cret", plain: true, output: "table", timeout: 5 * time.Second}, out: &out, errw: &errw}
-		defer func() {
-			if c.cc != nil {
-				_ = c.cc.Close()
-			}
-		}()
-		err := c.dispatcherCmd(context.Background(), args[0], args[1:])
+		err := c.dispatch(context.Background(), append([]string{"dispatcher"}, args...))
 		return out.String(), err
 	}
+}
 
+func TestDispatcherRun(t *testing.T) {
+	fake, runCmd := fakeDispatcherServer(t)
 	out, err := runCmd("run", "--worker", "local", "--script", "echo hi", "--env", "A=1", "--timeout", "30", "--retries", "2",
 		"--log-path", "x/y.log", "--depends", "d1, d2", "--concurrent", "--caller", "me")
 	if err != nil || out != "out\n" {
@@ -96,8 +96,11 @@ func TestDispatcherCommands(t *testing.T) {
 	if _, err := runCmd("run", "--script", "x"); err == nil {
 		t.Error("run without --worker accepted")
 	}
+}
 
-	out, err = runCmd("list", "--all")
+func TestDispatcherListAndJobs(t *testing.T) {
+	fake, runCmd := fakeDispatcherServer(t)
+	out, err := runCmd("list", "--all")
 	if err != nil || out != "a\nb\nc\n" || fake.pages != 2 {
 		t.Errorf("list --all: %q %v (%d pages)", out, err, fake.pages)
 	}
@@ -105,17 +108,23 @@ func TestDispatcherCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "--cursor 17") {
 		t.Errorf("list: %q %v", out, err)
 	}
-	out, err = runCmd("status", "j9")
-	if err != nil || !strings.Contains(out, "j9") || !strings.Contains(out, "finished") || !strings.Contains(out, "30s") {
-		t.Errorf("status: %q %v", out, err)
-	}
-	out, err = runCmd("logs", "j9")
-	if err != nil || out != "line 1\nline 2\n" {
-		t.Errorf("logs: %q %v", out, err)
-	}
-	out, err = runCmd("stop", "j9")
-	if err != nil || !strings.Contains(out, "worker local") {
-		t.Errorf("stop: %q %v", out, err)
+	for _, tc := range []struct {
+		verb string
+		want []string
+	}{
+		{"status", []string{"j9", "finished", "30s"}},
+		{"logs", []string{"line 1\nline 2\n"}},
+		{"stop", []string{"worker local"}},
+	} {
+		out, err := runCmd(tc.verb, "j9")
+		if err != nil {
+			t.Errorf("%s: %v", tc.verb, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: %q lacks %q", tc.verb, out, w)
+			}
+		}
 	}
 	if _, err := runCmd("status"); err == nil {
 		t.Error("status without an id accepted")

@@ -1,374 +1,220 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
+	"flag"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"golang.org/x/term"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"gopkg.in/yaml.v3"
 
-	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+	"github.com/hero-coordinator/hero/lib/model"
+	hero "github.com/hero-coordinator/hero/sdk/go"
 )
 
-// flowFile is the YAML of `heroctl flow submit` (examples/*.yaml).
-type flowFile struct {
-	Name string            `yaml:"name"`
-	ID   uint32            `yaml:"id"`
-	Env  map[string]string `yaml:"env"`
-	Jobs []flowFileJob     `yaml:"jobs"`
+func flowCommands() []command {
+	return []command{
+		{name: "flow submit", args: "FILE.yaml", summary: "Create a flow file's jobs and the flow, and start it; --watch or --wait follow it.",
+			example: "heroctl flow submit examples/diamond.yaml --set GREETING=hi --wait", define: (*cli).flowSubmit},
+		{name: "flow create", summary: "Create a flow of existing jobs (flow start runs it).",
+			example: "heroctl flow create --jobs 1,2,3 --env STAGE=test", define: (*cli).flowCreate},
+		{name: "flow start", args: "ID", summary: "Check a flow's DAG and start it.", example: "heroctl flow start 3", define: flowByID("flow start", (*hero.Client).StartFlow)},
+		{name: "flow get", args: "ID", summary: "Show a flow; while it runs, its result map so far.", example: "heroctl flow get 3", define: flowByID("flow get", (*hero.Client).GetFlow)},
+		{name: "flow list", summary: "List the context's flows, newest first.", example: "heroctl flow list --status error", define: (*cli).flowList},
+		{name: "flow dag", args: "ID", summary: "Show a flow's jobs with their dependencies and states.", example: "heroctl flow dag 3", define: (*cli).flowDAG},
+		{name: "flow watch", args: "ID", summary: "Follow a flow's jobs live until it ends; exits 1 when it fails.", example: "heroctl flow watch 3", define: (*cli).flowWatch},
+		{name: "flow wait", args: "ID", summary: "Wait until a flow ends and show it; exits 1 when it failed.", example: "heroctl flow wait 3 --wait 600", define: (*cli).flowWait},
+		{name: "flow logs", args: "ID", summary: "Print every job's log of a flow, in the flow's order; -f follows them.", example: "heroctl flow logs 3 -f", define: (*cli).flowLogs},
+		{name: "flow cancel", args: "ID", summary: "Cancel a flow: running jobs are stopped, pending ones never start.", example: "heroctl flow cancel 3", define: flowByID("flow cancel", (*hero.Client).CancelFlow)},
+		{name: "flow retry", args: "ID", summary: "Run a failed flow's failed and cancelled jobs again, keeping the finished ones.", example: "heroctl flow retry 3", define: flowByID("flow retry", (*hero.Client).RetryFlow)},
+		{name: "flow delete", args: "ID", summary: "Delete an ended (or, with --force, running) flow with its jobs.", example: "heroctl flow delete 3", define: (*cli).flowDelete},
+	}
 }
 
-type flowFileJob struct {
-	Name     string            `yaml:"name"`
-	Type     string            `yaml:"type"`
-	Script   string            `yaml:"script"`
-	File     string            `yaml:"file"`
-	Function string            `yaml:"function"` // a handler job: executor#handler
-	Args     []any             `yaml:"args"`
-	Kwargs   map[string]any    `yaml:"kwargs"`
-	Depends  []string          `yaml:"depends"`
-	Env      map[string]string `yaml:"env"`
-	Timeout  uint32            `yaml:"timeout"`
-	Retries  uint8             `yaml:"retries"`
-	Runner   uint32            `yaml:"runner"`
+func (c *cli) showFlow(f *model.Flow) error {
+	return c.show(f, func(w *tabwriter.Writer) { printFlow(w, f) })
 }
 
-// loadFlowFile reads and checks a flow file; jobs come back in an order where every
-// job follows its dependencies.
-func loadFlowFile(path string) (*flowFile, []int, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	var f flowFile
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, fmt.Errorf("%s: %v", path, err)
-	}
-	if len(f.Jobs) == 0 {
-		return nil, nil, fmt.Errorf("%s: no jobs", path)
-	}
-	byName := map[string]int{}
-	for i := range f.Jobs {
-		j := &f.Jobs[i]
-		if j.Name == "" {
-			return nil, nil, fmt.Errorf("%s: job %d has no name", path, i+1)
-		}
-		if _, dup := byName[j.Name]; dup {
-			return nil, nil, fmt.Errorf("%s: job name %q used twice", path, j.Name)
-		}
-		byName[j.Name] = i
-		if j.Function != "" {
-			if j.Script != "" || j.File != "" {
-				return nil, nil, fmt.Errorf("%s: job %q: a handler job (function) has no script or file", path, j.Name)
-			}
-			continue
-		}
-		if len(j.Args) > 0 || len(j.Kwargs) > 0 {
-			return nil, nil, fmt.Errorf("%s: job %q: args and kwargs belong to a handler job (function)", path, j.Name)
-		}
-		if j.Type == "" {
-			return nil, nil, fmt.Errorf("%s: job %q has no type", path, j.Name)
-		}
-		if (j.Script == "") == (j.File == "") {
-			return nil, nil, fmt.Errorf("%s: job %q needs exactly one of script and file", path, j.Name)
-		}
-		if j.File != "" {
-			p := j.File
-			if !filepath.IsAbs(p) {
-				p = filepath.Join(filepath.Dir(path), p)
-			}
-			src, err := os.ReadFile(p)
+// flowByID makes a command that calls one flow method with the flow's id and shows the flow.
+func flowByID(name string, call func(*hero.Client, context.Context, uint32) (*model.Flow, error)) func(*cli, *flag.FlagSet) action {
+	return func(c *cli, fs *flag.FlagSet) action {
+		return c.byID(name, "flow id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+			f, err := call(hc, ctx, id)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%s: job %q: %v", path, j.Name, err)
+				return err
 			}
-			j.Script = string(src)
-		}
+			return c.showFlow(f)
+		})
 	}
-	for _, j := range f.Jobs {
-		for _, d := range j.Depends {
-			if _, ok := byName[d]; !ok {
-				return nil, nil, fmt.Errorf("%s: job %q depends on %q, which is not a job of this flow", path, j.Name, d)
-			}
-		}
-	}
-	// Topological order (Kahn), stable by file order; a cycle is an error.
-	indeg := make([]int, len(f.Jobs))
-	for i, j := range f.Jobs {
-		indeg[i] = len(j.Depends)
-	}
-	var order []int
-	done := make([]bool, len(f.Jobs))
-	for len(order) < len(f.Jobs) {
-		progress := false
-		for i, j := range f.Jobs {
-			if done[i] {
-				continue
-			}
-			ready := true
-			for _, d := range j.Depends {
-				if !done[byName[d]] {
-					ready = false
-				}
-			}
-			if ready {
-				done[i], progress = true, true
-				order = append(order, i)
-			}
-		}
-		if !progress {
-			var left []string
-			for i, j := range f.Jobs {
-				if !done[i] {
-					left = append(left, j.Name)
-				}
-			}
-			return nil, nil, fmt.Errorf("%s: dependency cycle among jobs %s", path, strings.Join(left, ", "))
-		}
-	}
-	return &f, order, nil
 }
 
-func (c *cli) flowCmd(ctx context.Context, verb string, args []string) error {
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	switch verb {
-	case "submit":
-		fs := subFlags("flow submit")
-		watch := fs.Bool("watch", false, "")
-		pos, err := parseSub(fs, args)
-		if err != nil || len(pos) != 1 {
-			return usageErr("flow submit FILE.yaml [--watch]")
+func (c *cli) flowSubmit(fs *flag.FlagSet) action {
+	watch := fs.Bool("watch", false, "follow the flow's jobs live until it ends")
+	wait := fs.Bool("wait", false, "wait until the flow ends and show it (exit 1 when it fails)")
+	maxWait := fs.Uint("max-wait", 0, "with --wait: seconds to wait at most (0: the server's default, 300)")
+	var set multiFlag
+	fs.Var(&set, "set", "a parameter `KEY=VALUE` into the flow's env (repeatable; over the file's env)")
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 1 {
+			return wrongArgs("flow submit")
 		}
-		f, order, err := loadFlowFile(pos[0])
+		if *watch && *wait {
+			return usageErr("flow submit: --watch and --wait exclude each other")
+		}
+		spec, err := loadFlowFile(pos[0])
 		if err != nil {
 			return err
 		}
-		cctx, cancel := c.callCtx(ctx)
-		defer cancel()
-		idOf := map[string]uint32{}
-		var jobIDs []uint32
-		for _, i := range order {
-			fj := f.Jobs[i]
-			var deps []uint32
-			for _, d := range fj.Depends {
-				deps = append(deps, idOf[d])
-			}
-			job := &herov1.Job{
-				ContextId: c.g.context, Script: fj.Script, ScriptType: fj.Type, Timeout: fj.Timeout, Retries: uint32(fj.Retries),
-				EnvVars: fj.Env, Dependends: deps, RunnerId: fj.Runner, FunctionName: fj.Function,
-			}
-			if fj.Args != nil {
-				b, err := json.Marshal(fj.Args)
-				if err != nil {
-					return fmt.Errorf("job %q: args: %v", fj.Name, err)
-				}
-				job.Args = string(b)
-			}
-			if fj.Kwargs != nil {
-				b, err := json.Marshal(fj.Kwargs)
-				if err != nil {
-					return fmt.Errorf("job %q: kwargs: %v", fj.Name, err)
-				}
-				job.Kwargs = string(b)
-			}
-			r, err := api.CreateJob(cctx, &herov1.CreateJobRequest{ContextId: c.g.context, Job: job})
-			if err != nil {
-				return fmt.Errorf("create job %q: %s", fj.Name, describe(err))
-			}
-			idOf[fj.Name] = r.Job.Id
-			jobIDs = append(jobIDs, r.Job.Id)
-		}
-		fr, err := api.CreateFlow(cctx, &herov1.CreateFlowRequest{ContextId: c.g.context, Flow: &herov1.Flow{Id: f.ID, ContextId: c.g.context, Jobs: jobIDs, EnvVars: f.Env}})
+		params, err := parseKV("set", set)
 		if err != nil {
-			return fmt.Errorf("create flow: %s", describe(err))
+			return err
 		}
-		sr, err := api.StartFlow(cctx, &herov1.StartFlowRequest{ContextId: c.g.context, Id: fr.Flow.Id})
-		if err != nil {
-			return fmt.Errorf("start flow %d: %s", fr.Flow.Id, describe(err))
-		}
-		if c.g.output == "json" && !*watch {
-			return c.show(sr.Flow, nil)
-		}
-		names := make([]string, 0, len(idOf))
-		for n := range idOf {
-			names = append(names, n)
-		}
-		sort.Slice(names, func(a, b int) bool { return idOf[names[a]] < idOf[names[b]] })
-		fmt.Fprintf(c.out, "flow %d started in context %d (", sr.Flow.Id, c.g.context)
-		for i, n := range names {
-			if i > 0 {
-				fmt.Fprint(c.out, ", ")
+		for k, v := range params {
+			if spec.Env == nil {
+				spec.Env = map[string]string{}
 			}
-			fmt.Fprintf(c.out, "%s=job %d", n, idOf[n])
+			spec.Env[k] = v
 		}
-		fmt.Fprintf(c.out, ")\nwatch it: heroctl flow watch %d\n", sr.Flow.Id)
-		if *watch {
-			return c.watchFlow(ctx, api, sr.Flow.Id)
+		hc, err := c.client()
+		if err != nil {
+			return err
 		}
+		sub, err := hc.SubmitFlow(ctx, *spec)
+		if err != nil {
+			return err
+		}
+		switch {
+		case *wait:
+			fmt.Fprintln(c.errw, startedLine(sub, c.g.context))
+			return c.waitFlow(ctx, hc, sub.Flow.ID, *maxWait)
+		case *watch:
+			if c.g.output != "json" {
+				fmt.Fprintln(c.out, startedLine(sub, c.g.context))
+			}
+			return c.watchFlow(ctx, hc, sub.Flow.ID)
+		case c.g.output == "json":
+			return c.showFlow(sub.Flow)
+		}
+		fmt.Fprintf(c.out, "%s\nwatch it: heroctl flow watch %d\n", startedLine(sub, c.g.context), sub.Flow.ID)
 		return nil
-	case "create":
-		fs := subFlags("flow create")
-		id := fs.Uint("id", 0, "")
-		jobs := fs.String("jobs", "", "")
-		var env multiFlag
-		fs.Var(&env, "env", "")
-		if _, err := parseSub(fs, args); err != nil {
-			return err
-		}
+	}
+}
+
+// startedLine is "flow 3 started in context 1 (a=job 1, b=job 2)".
+func startedLine(sub *hero.SubmittedFlow, ctxID uint32) string {
+	names := make([]string, 0, len(sub.Jobs))
+	for n := range sub.Jobs {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(a, b int) bool { return sub.Jobs[names[a]] < sub.Jobs[names[b]] })
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s=job %d", n, sub.Jobs[n])
+	}
+	return fmt.Sprintf("flow %d started in context %d (%s)", sub.Flow.ID, ctxID, strings.Join(parts, ", "))
+}
+
+func (c *cli) flowCreate(fs *flag.FlagSet) action {
+	id := fs.Uint("id", 0, "the flow's id (0: the server picks one)")
+	jobs := fs.String("jobs", "", "the ids of its jobs, one caller's (comma-separated)")
+	var env multiFlag
+	fs.Var(&env, "env", "an environment variable `KEY=VALUE` for every job (repeatable)")
+	return c.noArgs("flow create", perCall, func(ctx context.Context, hc *hero.Client) error {
 		list, err := parseIDList("--jobs", *jobs)
 		if err != nil || len(list) == 0 {
-			return usageErr("flow create --jobs 1,2,3 [--id N] [--env K=V]")
+			return wrongArgs("flow create")
 		}
 		envs, err := parseEnv(env)
 		if err != nil {
 			return err
 		}
-		cctx, cancel := c.callCtx(ctx)
-		defer cancel()
-		r, err := api.CreateFlow(cctx, &herov1.CreateFlowRequest{ContextId: c.g.context, Flow: &herov1.Flow{Id: uint32(*id), Jobs: list, EnvVars: envs}})
+		f, err := hc.CreateFlow(ctx, &model.Flow{ID: uint32(*id), Jobs: list, EnvVars: envs})
 		if err != nil {
 			return err
 		}
-		return c.show(r.Flow, func(w *tabwriter.Writer) { printFlow(w, r.Flow) })
-	case "cancel", "delete", "retry":
-		fs := subFlags("flow " + verb)
-		force := fs.Bool("force", false, "")
-		pos, err := parseSub(fs, args)
-		if err != nil || len(pos) != 1 {
-			return usageErr("flow %s ID", verb)
-		}
-		id, err := parseID("flow id", pos[0])
-		if err != nil {
+		return c.showFlow(f)
+	})
+}
+
+func (c *cli) flowDelete(fs *flag.FlagSet) action {
+	force := fs.Bool("force", false, "delete it even while it runs")
+	return c.byID("flow delete", "flow id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		if err := hc.DeleteFlow(ctx, id, *force); err != nil {
 			return err
 		}
-		cctx, cancel := c.callCtx(ctx)
-		defer cancel()
-		if verb == "delete" {
-			if _, err := api.DeleteFlow(cctx, &herov1.DeleteFlowRequest{ContextId: c.g.context, Id: id, Force: *force}); err != nil {
-				return err
-			}
-			fmt.Fprintf(c.out, "flow %d deleted\n", id)
-			return nil
-		}
-		if verb == "retry" {
-			r, err := api.RetryFlow(cctx, &herov1.RetryFlowRequest{ContextId: c.g.context, Id: id})
-			if err != nil {
-				return err
-			}
-			return c.show(r.Flow, func(w *tabwriter.Writer) { printFlow(w, r.Flow) })
-		}
-		r, err := api.CancelFlow(cctx, &herov1.CancelFlowRequest{ContextId: c.g.context, Id: id})
-		if err != nil {
-			return err
-		}
-		return c.show(r.Flow, func(w *tabwriter.Writer) { printFlow(w, r.Flow) })
-	case "wait":
-		fs := subFlags("flow wait")
-		wait := fs.Uint("wait", 0, "")
-		pos, err := parseSub(fs, args)
-		if err != nil || len(pos) != 1 {
-			return usageErr("flow wait ID [--wait S]")
-		}
-		id, err := parseID("flow id", pos[0])
-		if err != nil {
-			return err
-		}
-		waitFor := 5 * time.Minute // the server's default
-		if *wait > 0 {
-			waitFor = time.Duration(*wait) * time.Second
-		}
-		cctx, cancel := context.WithTimeout(ctx, waitFor+30*time.Second)
-		defer cancel()
-		r, err := api.WaitFlow(cctx, &herov1.WaitFlowRequest{ContextId: c.g.context, Id: id, Timeout: uint32(*wait)})
-		if err != nil {
-			return err
-		}
-		if err := c.show(r.Flow, func(w *tabwriter.Writer) { printFlow(w, r.Flow) }); err != nil {
-			return err
-		}
-		if r.Flow.Status == "error" {
-			return &exitError{code: 1, msg: fmt.Sprintf("flow %d failed: %s", id, r.Flow.Error)}
-		}
-		return nil
-	case "start", "get", "dag", "watch":
-		pos, err := parseSub(subFlags("flow "+verb), args)
-		if err != nil || len(pos) != 1 {
-			return usageErr("flow %s ID", verb)
-		}
-		id, err := parseID("flow id", pos[0])
-		if err != nil {
-			return err
-		}
-		if verb == "watch" {
-			return c.watchFlow(ctx, api, id)
-		}
-		cctx, cancel := c.callCtx(ctx)
-		defer cancel()
-		switch verb {
-		case "start":
-			r, err := api.StartFlow(cctx, &herov1.StartFlowRequest{ContextId: c.g.context, Id: id})
-			if err != nil {
-				return err
-			}
-			return c.show(r.Flow, func(w *tabwriter.Writer) { printFlow(w, r.Flow) })
-		case "get":
-			r, err := api.GetFlow(cctx, &herov1.GetFlowRequest{ContextId: c.g.context, Id: id})
-			if err != nil {
-				return err
-			}
-			return c.show(r.Flow, func(w *tabwriter.Writer) { printFlow(w, r.Flow) })
-		default:
-			r, err := api.GetFlowDag(cctx, &herov1.GetFlowDagRequest{ContextId: c.g.context, Id: id})
-			if err != nil {
-				return err
-			}
-			return c.show(r, func(w *tabwriter.Writer) { printDAG(w, r) })
-		}
-	case "list":
-		fs := subFlags("flow list")
-		st := fs.String("status", "", "")
-		limit := fs.Uint("limit", 100, "")
-		cursor := fs.String("cursor", "", "")
-		if _, err := parseSub(fs, args); err != nil {
-			return err
-		}
-		cctx, cancel := c.callCtx(ctx)
-		defer cancel()
-		r, err := api.ListFlows(cctx, &herov1.ListFlowsRequest{ContextId: c.g.context, Status: *st, Limit: uint32(*limit), Cursor: *cursor})
+		return c.done(fmt.Sprintf("flow %d deleted", id), deleted)
+	})
+}
+
+func (c *cli) flowWait(fs *flag.FlagSet) action {
+	wait := fs.Uint("wait", 0, "seconds to wait at most (0: the server's default, 300)")
+	return c.byID("flow wait", "flow id", waits, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		return c.waitFlow(ctx, hc, id, *wait)
+	})
+}
+
+// waitFlow waits for a flow's end, shows it, and exits 1 when it failed.
+func (c *cli) waitFlow(ctx context.Context, hc *hero.Client, id uint32, secs uint) error {
+	f, err := hc.WaitFlow(ctx, id, time.Duration(secs)*time.Second)
+	if err != nil {
+		return err
+	}
+	if err := c.showFlow(f); err != nil {
+		return err
+	}
+	if f.Status == model.FlowError {
+		return &exitError{code: 1, msg: fmt.Sprintf("flow %d failed: %s", id, f.Error)}
+	}
+	return nil
+}
+
+func (c *cli) flowLogs(fs *flag.FlagSet) action {
+	follow := fs.Bool("f", false, "follow each job's log until it ends")
+	return c.byID("flow logs", "flow id", waits, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		return quietCancel(ctx, hc.CopyFlowLogs(ctx, id, c.out, *follow))
+	})
+}
+
+func (c *cli) flowList(fs *flag.FlagSet) action {
+	page := addPageFlags(fs, true)
+	return c.noArgs("flow list", perCall, func(ctx context.Context, hc *hero.Client) error {
+		r, err := hc.ListFlows(ctx, page.options())
 		if err != nil {
 			return err
 		}
 		return c.show(r, func(w *tabwriter.Writer) {
 			fmt.Fprintln(w, "ID\tCALLER\tJOBS\tSTATUS\tCREATED\tERROR")
-			for _, f := range r.Flows {
-				fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\t%s\n", f.Id, f.CallerId, len(f.Jobs), f.Status, ts(f.CreatedAt), firstLine(f.Error))
+			for _, f := range r.Items {
+				fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\t%s\n", f.ID, f.CallerID, len(f.Jobs), f.Status, ts(f.CreatedAt), firstLine(f.Error))
 			}
-			if r.NextCursor != "" {
-				fmt.Fprintf(w, "(more: --cursor %s)\n", r.NextCursor)
-			}
+			moreLine(w, r.NextCursor)
 		})
-	}
-	return usageErr("flow submit|create|start|get|list|dag|watch|cancel|retry|delete")
+	})
 }
 
-func printFlow(w *tabwriter.Writer, f *herov1.Flow) {
-	fmt.Fprintf(w, "flow\t%d (caller %d, context %d)\nstatus\t%s\njobs\t%s\n", f.Id, f.CallerId, f.ContextId, f.Status, ids(f.Jobs))
+func (c *cli) flowDAG(fs *flag.FlagSet) action {
+	return c.byID("flow dag", "flow id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		d, err := hc.FlowDAG(ctx, id)
+		if err != nil {
+			return err
+		}
+		return c.show(d, func(w *tabwriter.Writer) { printDAG(w, d) })
+	})
+}
+
+func (c *cli) flowWatch(fs *flag.FlagSet) action {
+	return c.byID("flow watch", "flow id", waits, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		return c.watchFlow(ctx, hc, id)
+	})
+}
+
+func printFlow(w *tabwriter.Writer, f *model.Flow) {
+	fmt.Fprintf(w, "flow\t%d (caller %d, context %d)\nstatus\t%s\njobs\t%s\n", f.ID, f.CallerID, f.ContextID, f.Status, ids(f.Jobs))
 	if f.Error != "" {
 		fmt.Fprintf(w, "error\t%s\n", f.Error)
 	}
@@ -377,148 +223,89 @@ func printFlow(w *tabwriter.Writer, f *herov1.Flow) {
 	kvLines(w, "result", f.Result)
 }
 
-func printDAG(w *tabwriter.Writer, r *herov1.GetFlowDagResponse) {
-	fmt.Fprintf(w, "flow %d: %s\n", r.Flow.Id, r.Flow.Status)
-	fmt.Fprintln(w, "JOB\tTYPE\tDEPENDS\tNODE\tJOB STATUS\tATTEMPT\tERROR")
-	for _, n := range r.Nodes {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Id, n.ScriptType, ids(n.Depends), n.NodeStatus, n.JobStatus, n.Attempt, firstLine(n.Error))
+// dagHeader labels the columns of a flow's jobs (flow dag, flow watch).
+const dagHeader = "JOB\tTYPE\tSTATE\tJOB STATUS\tATTEMPT\tDEPENDS\tERROR"
+
+// nodeState is what a job is doing, in one word: its DAG node's state, or
+// "retrying" for a failed attempt with another to come.
+func nodeState(n *hero.DagNode) string {
+	if n.JobStatus == model.JobError && !n.NodeStatus.Terminal() {
+		return "retrying"
+	}
+	return string(n.NodeStatus)
+}
+
+func printDAG(w *tabwriter.Writer, d *hero.DAG) {
+	fmt.Fprintf(w, "flow %d: %s\n", d.Flow.ID, d.Flow.Status)
+	fmt.Fprintln(w, dagHeader)
+	for _, n := range d.Nodes {
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.ScriptType, nodeState(n), n.JobStatus, n.Attempt, ids(n.Depends), firstLine(n.Error))
 	}
 }
 
-// watchFlow shows a flow's jobs live until the flow ends. It loads the DAG once, then
-// applies the flow's events to it (a flow of thousands of jobs costs one load, not
-// one per event). On a terminal the view is redrawn in place (at most every 100 ms);
-// otherwise each event is one line. After a disconnect it resumes from the last event
-// id. Exit code 1 when the flow ends in error.
-func (c *cli) watchFlow(ctx context.Context, api herov1.CoordinatorClient, flowID uint32) error {
-	tty := false
+// watchView draws a watched flow: redrawn in place on a terminal (at most every
+// 100 ms), one line per event otherwise, nothing but the end with -o json.
+type watchView struct {
+	c        *cli
+	tty      bool
+	drawn    int
+	lastDraw time.Time
+}
+
+func (v *watchView) update(u hero.FlowUpdate) {
+	switch {
+	case u.Notice != "":
+		fmt.Fprintf(v.c.errw, "heroctl: %s\n", u.Notice)
+	case v.c.g.output == "json":
+	case v.tty:
+		v.draw(u.DAG, u.Event == nil)
+	case u.Event == nil:
+		fmt.Fprint(v.c.out, dagView(u.DAG))
+	default:
+		e := u.Event
+		fmt.Fprintf(v.c.out, "%s  job %d %s%s\n", time.UnixMilli(e.TimeMs).Format("15:04:05.000"), e.JobID, strings.TrimPrefix(e.Type, "job."), detailSuffix(e.Detail))
+	}
+}
+
+func (v *watchView) draw(d *hero.DAG, force bool) {
+	if !force && time.Since(v.lastDraw) < 100*time.Millisecond {
+		return
+	}
+	text := dagView(d)
+	if v.drawn > 0 {
+		fmt.Fprintf(v.c.out, "\033[%dA\033[J", v.drawn)
+	}
+	fmt.Fprint(v.c.out, text)
+	v.drawn = strings.Count(text, "\n")
+	v.lastDraw = time.Now()
+}
+
+// watchFlow shows a flow's jobs live until the flow ends (the Go client's WatchFlow
+// follows it). Exit code 1 when the flow ends in error, 130 when interrupted.
+func (c *cli) watchFlow(ctx context.Context, hc *hero.Client, flowID uint32) error {
+	v := &watchView{c: c}
 	if f, ok := c.out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		tty = true
+		v.tty = true
 	}
-	var dag *herov1.GetFlowDagResponse
-	byID := map[uint32]*herov1.DagNode{}
-	load := func() error {
-		cctx, cancel := c.callCtx(ctx)
-		defer cancel()
-		d, err := api.GetFlowDag(cctx, &herov1.GetFlowDagRequest{ContextId: c.g.context, Id: flowID})
-		if err != nil {
-			return err
-		}
-		dag = d
-		byID = map[uint32]*herov1.DagNode{}
-		for _, n := range d.Nodes {
-			byID[n.Id] = n
-		}
-		return nil
+	dag, err := hc.WatchFlow(ctx, flowID, v.update)
+	if ctx.Err() != nil {
+		return &exitError{code: 130}
 	}
-	drawn := 0
-	var lastDraw time.Time
-	draw := func(force bool) {
-		if c.g.output == "json" || !tty || (!force && time.Since(lastDraw) < 100*time.Millisecond) {
-			return
-		}
-		text := dagView(dag)
-		if drawn > 0 {
-			fmt.Fprintf(c.out, "\033[%dA\033[J", drawn)
-		}
-		fmt.Fprint(c.out, text)
-		drawn = strings.Count(text, "\n")
-		lastDraw = time.Now()
-	}
-	ended := func() bool { return dag.Flow.Status == "finished" || dag.Flow.Status == "error" }
-	finish := func() error {
-		switch {
-		case c.g.output == "json":
-			_ = c.show(dag, nil)
-		case tty:
-			draw(true)
-		default:
-			fmt.Fprint(c.out, dagView(dag))
-		}
-		if dag.Flow.Status == "error" {
-			return &exitError{code: 1, msg: fmt.Sprintf("flow %d failed: %s", flowID, dag.Flow.Error)}
-		}
-		return nil
-	}
-	// Take the stream's position first, then the state, then follow from the position:
-	// a change between the two is delivered as an event, never lost.
-	pctx, pcancel := c.callCtx(ctx)
-	pos, err := api.ReadEvents(pctx, &herov1.ReadEventsRequest{ContextId: c.g.context, AfterId: "$"})
-	pcancel()
 	if err != nil {
 		return err
 	}
-	lastID := pos.NextAfterId
-	backoff := 200 * time.Millisecond
-	for {
-		wctx, cancel := context.WithCancel(ctx)
-		stream, err := api.Watch(wctx, &herov1.WatchRequest{ContextId: c.g.context, AfterId: lastID, FlowId: flowID})
-		if err == nil && dag == nil {
-			// The stream is open: take the state once; every later change is an event.
-			if err = load(); err == nil {
-				if ended() {
-					cancel()
-					return finish()
-				}
-				if !tty && c.g.output != "json" {
-					fmt.Fprint(c.out, dagView(dag))
-				}
-				draw(true)
-			}
-		}
-		for err == nil {
-			var ev *herov1.WatchResponse
-			if ev, err = stream.Recv(); err != nil {
-				break
-			}
-			lastID = ev.Event.Id
-			if strings.HasPrefix(ev.Event.Type, "flow.") {
-				if ev.Event.Type == "flow.finished" || ev.Event.Type == "flow.error" {
-					if err = load(); err == nil {
-						cancel()
-						return finish()
-					}
-					break
-				}
-				continue
-			}
-			applyEvent(byID, ev.Event)
-			if !tty && c.g.output != "json" {
-				fmt.Fprintf(c.out, "%s  job %d %s%s\n", time.UnixMilli(ev.Event.TimeMs).Format("15:04:05.000"), ev.Event.JobId,
-					strings.TrimPrefix(ev.Event.Type, "job."), detailSuffix(ev.Event.Detail))
-			}
-			draw(false)
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return &exitError{code: 130}
-		}
-		if status.Code(err) == codes.OutOfRange {
-			// Our position was trimmed from the stream while we were away: take a fresh
-			// position, then reload the state (as at the start).
-			fmt.Fprintf(c.errw, "heroctl: events after %q were trimmed; reloading the flow\n", lastID)
-			pctx, pcancel := c.callCtx(ctx)
-			pos, perr := api.ReadEvents(pctx, &herov1.ReadEventsRequest{ContextId: c.g.context, AfterId: "$"})
-			pcancel()
-			if perr != nil {
-				return perr
-			}
-			lastID, dag = pos.NextAfterId, nil
-			continue
-		}
-		if st, ok := status.FromError(err); ok && st.Code() != codes.Unavailable && st.Code() != codes.Canceled && st.Code() != codes.Internal {
-			return err
-		}
-		fmt.Fprintf(c.errw, "heroctl: watch interrupted (%s); resuming after event %q\n", describe(err), lastID)
-		select {
-		case <-ctx.Done():
-			return &exitError{code: 130}
-		case <-time.After(backoff):
-		}
-		if backoff < 5*time.Second {
-			backoff *= 2
-		}
+	switch {
+	case c.g.output == "json":
+		_ = c.printJSON(dag)
+	case v.tty:
+		v.draw(dag, true)
+	default:
+		fmt.Fprint(c.out, dagView(dag))
 	}
+	if dag.Flow.Status == model.FlowError {
+		return &exitError{code: 1, msg: fmt.Sprintf("flow %d failed: %s", flowID, dag.Flow.Error)}
+	}
+	return nil
 }
 
 func detailSuffix(d string) string {
@@ -528,122 +315,118 @@ func detailSuffix(d string) string {
 	return ": " + firstLine(d)
 }
 
-// applyEvent moves a node's shown state as a job event says.
-func applyEvent(nodes map[uint32]*herov1.DagNode, e *herov1.Event) {
-	n := nodes[e.JobId]
-	if n == nil {
-		return
-	}
-	switch e.Type {
-	case "job.dispatched":
-		n.NodeStatus, n.JobStatus = "dispatched", "dispatched"
-		n.Attempt++
-	case "job.started":
-		n.NodeStatus, n.JobStatus = "running", "started"
-	case "job.finished":
-		n.NodeStatus, n.JobStatus, n.Error = "completed", "finished", ""
-	case "job.failed":
-		n.NodeStatus, n.JobStatus, n.Error = "failed", "error", e.Detail
-	case "job.retried":
-		n.NodeStatus, n.JobStatus = "ready", "error"
-	case "job.cancelled":
-		n.NodeStatus, n.JobStatus, n.Error = "cancelled", "error", e.Detail
-	}
-}
+// bigFlow is the size from which the watch view shows counts and the jobs worth a
+// look instead of every job.
+const bigFlow = 40
 
-func dagView(d *herov1.GetFlowDagResponse) string {
+func dagView(d *hero.DAG) string {
 	var b strings.Builder
-	counts := map[string]int{}
+	counts := map[model.NodeStatus]int{}
 	for _, n := range d.Nodes {
 		counts[n.NodeStatus]++
 	}
-	done := counts["completed"] + counts["failed"] + counts["cancelled"]
+	done := counts[model.NodeCompleted] + counts[model.NodeFailed] + counts[model.NodeCancelled]
 	total := len(d.Nodes)
-	width := 30
+	const width = 30
 	filled := 0
 	if total > 0 {
 		filled = done * width / total
 	}
-	fmt.Fprintf(&b, "flow %d  %-9s [%s%s] %d/%d jobs done\n", d.Flow.Id, d.Flow.Status, strings.Repeat("#", filled), strings.Repeat(".", width-filled), done, total)
+	fmt.Fprintf(&b, "flow %d  %-9s [%s%s] %d/%d jobs done\n", d.Flow.ID, d.Flow.Status, strings.Repeat("#", filled), strings.Repeat(".", width-filled), done, total)
 	show := d.Nodes
-	if total > 40 {
-		// A big flow: the counts, then the jobs worth a look (running, failed).
-		var parts []string
-		for _, st := range []string{"pending", "ready", "dispatched", "running", "completed", "failed", "cancelled"} {
-			if counts[st] > 0 {
-				parts = append(parts, fmt.Sprintf("%s %d", st, counts[st]))
-			}
-		}
-		fmt.Fprintf(&b, "  %s\n", strings.Join(parts, ", "))
-		show = nil
-		for _, n := range d.Nodes {
-			if (n.NodeStatus == "running" || n.NodeStatus == "failed") && len(show) < 20 {
-				show = append(show, n)
-			}
-		}
+	if total > bigFlow {
+		fmt.Fprintf(&b, "  %s\n", countsLine(counts))
+		show = worthALook(d.Nodes)
 	}
+	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  "+dagHeader)
 	for _, n := range show {
-		line := fmt.Sprintf("  job %-6d %-10s %-10s %-26s", n.Id, n.ScriptType, n.NodeStatus, n.JobStatus)
-		if n.Attempt > 1 {
-			line += fmt.Sprintf(" attempt %d", n.Attempt)
-		}
-		if n.Error != "" {
-			line += "  " + firstLine(n.Error)
-		}
-		b.WriteString(strings.TrimRight(line, " ") + "\n")
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.ScriptType, nodeState(n), n.JobStatus, n.Attempt, ids(n.Depends), firstLine(n.Error))
 	}
+	_ = tw.Flush()
 	if d.Flow.Error != "" {
 		fmt.Fprintf(&b, "  error: %s\n", d.Flow.Error)
 	}
 	return b.String()
 }
 
-func (c *cli) eventsCmd(ctx context.Context, args []string) error {
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	fs := subFlags("events")
-	flow := fs.Uint("flow", 0, "")
-	after := fs.String("after", "0", "")
-	follow := fs.Bool("f", false, "")
-	limit := fs.Uint("limit", 100, "")
-	if _, err := parseSub(fs, args); err != nil {
-		return err
-	}
-	w := tabwriter.NewWriter(c.out, 2, 4, 2, ' ', 0)
-	print := func(e *herov1.Event) {
-		if c.g.output == "json" {
-			_ = c.show(e, nil)
-			return
+func countsLine(counts map[model.NodeStatus]int) string {
+	var parts []string
+	for _, st := range []model.NodeStatus{model.NodePending, model.NodeReady, model.NodeDispatched, model.NodeRunning, model.NodeCompleted, model.NodeFailed, model.NodeCancelled} {
+		if counts[st] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", st, counts[st]))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\tactor %s\tflow %d\tjob %d\t%s\t%s\n", e.Id, time.UnixMilli(e.TimeMs).UTC().Format("15:04:05.000"), e.Type, e.Actor, e.FlowId, e.JobId, e.Status, e.Detail)
 	}
-	if !*follow {
-		cctx, cancel := c.callCtx(ctx)
-		defer cancel()
-		r, err := api.ReadEvents(cctx, &herov1.ReadEventsRequest{ContextId: c.g.context, AfterId: *after, Limit: uint32(*limit), FlowId: uint32(*flow)})
+	return strings.Join(parts, ", ")
+}
+
+// worthALook are up to 20 running or failed jobs of a big flow.
+func worthALook(nodes []*hero.DagNode) []*hero.DagNode {
+	var show []*hero.DagNode
+	for _, n := range nodes {
+		if (n.NodeStatus == model.NodeRunning || n.NodeStatus == model.NodeFailed) && len(show) < 20 {
+			show = append(show, n)
+		}
+	}
+	return show
+}
+
+func eventsCommands() []command {
+	return []command{{name: "events", summary: "Read the context's events (of one flow with --flow); -f follows them.",
+		example: "heroctl events --flow 3 -f", define: (*cli).eventsCmd}}
+}
+
+const eventsHeader = "ID\tTIME\tTYPE\tACTOR\tFLOW\tJOB\tSTATUS\tDETAIL"
+
+func (c *cli) eventsCmd(fs *flag.FlagSet) action {
+	flow := fs.Uint("flow", 0, "only this flow's events")
+	after := fs.String("after", "0", "the event id to read after (0: the oldest kept)")
+	follow := fs.Bool("f", false, "follow: print events as they come until interrupted")
+	limit := fs.Uint("limit", 100, "at most this many (without -f)")
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 0 {
+			return wrongArgs("events")
+		}
+		hc, err := c.client()
 		if err != nil {
 			return err
 		}
-		for _, e := range r.Events {
-			print(e)
+		if *follow {
+			return c.followEvents(ctx, hc, *after, uint32(*flow))
 		}
-		return w.Flush()
-	}
-	stream, err := api.Watch(ctx, &herov1.WatchRequest{ContextId: c.g.context, AfterId: *after, FlowId: uint32(*flow)})
-	if err != nil {
-		return err
-	}
-	for {
-		ev, err := stream.Recv()
+		r, err := hc.ReadEvents(ctx, *after, uint32(*limit), uint32(*flow))
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+			return err
+		}
+		return c.show(r, func(w *tabwriter.Writer) {
+			fmt.Fprintln(w, eventsHeader)
+			for _, e := range r.Events {
+				printEvent(w, e)
+			}
+		})
+	}
+}
+
+// followEvents prints events as they come: a table, or one JSON object a line.
+func (c *cli) followEvents(ctx context.Context, hc *hero.Client, after string, flow uint32) error {
+	w := tabwriter.NewWriter(c.out, 2, 4, 2, ' ', 0)
+	if c.g.output != "json" {
+		fmt.Fprintln(w, eventsHeader)
+	}
+	err := hc.FollowEvents(ctx, after, flow, func(e hero.Event) error {
+		if c.g.output == "json" {
+			b, err := json.Marshal(e)
+			if err == nil {
+				_, err = fmt.Fprintln(c.out, string(b))
 			}
 			return err
 		}
-		print(ev.Event)
-		_ = w.Flush()
-	}
+		printEvent(w, e)
+		return w.Flush()
+	})
+	return quietCancel(ctx, err)
+}
+
+func printEvent(w *tabwriter.Writer, e hero.Event) {
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", e.ID, time.UnixMilli(e.TimeMs).UTC().Format("15:04:05.000"), e.Type, e.Actor, e.FlowID, e.JobID, dash(e.Status), dash(e.Detail))
 }

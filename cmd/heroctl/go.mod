@@ -32,8 +32,11 @@ require (
 
 require (
 	github.com/hero-coordinator/hero/lib v0.0.0-00010101000000-000000000000
+	github.com/hero-coordinator/hero/sdk/go v0.0.0-00010101000000-000000000000
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 )
+
+replace github.com/hero-coordinator/hero/sdk/go => ../../sdk/go

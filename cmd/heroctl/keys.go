@@ -6,29 +6,34 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/auth"
+	"github.com/hero-coordinator/hero/lib/model"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+	hero "github.com/hero-coordinator/hero/sdk/go"
 )
 
-// keyCmd runs `heroctl key generate|pubkey`: actor keys are Ed25519 PKCS#8 PEM files.
-func (c *cli) keyCmd(verb string, args []string) error {
-	switch verb {
-	case "generate":
-		fs := subFlags("key generate")
-		out := fs.String("out", "", "")
-		force := fs.Bool("force", false, "")
-		if _, err := parseSub(fs, args); err != nil {
-			return err
+func keyCommands() []command {
+	return []command{
+		{name: "key generate", summary: "Make an actor key (Ed25519, PKCS#8 PEM) and print its public key.",
+			example: "heroctl --actor 1 key generate   # into <config dir>/keys/actor-1.pem", define: (*cli).keyGenerate},
+		{name: "key pubkey", summary: "Print the public key of --key (HERO_KEY), else of HERO_ACTOR's key.", example: "heroctl --actor 1 key pubkey", define: (*cli).keyPubkey},
+	}
+}
+
+// keyGenerate runs `heroctl key generate`: actor keys are Ed25519 PKCS#8 PEM files.
+func (c *cli) keyGenerate(fs *flag.FlagSet) action {
+	out := fs.String("out", "", "the key file (default: HERO_ACTOR's in the config directory)")
+	force := fs.Bool("force", false, "replace an existing file")
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 0 {
+			return wrongArgs("key generate")
 		}
 		path := *out
 		if path == "" {
@@ -52,9 +57,13 @@ func (c *cli) keyCmd(verb string, args []string) error {
 			return err
 		}
 		return c.printKey(path, pub)
-	case "pubkey":
-		if _, err := parseSub(subFlags("key pubkey"), args); err != nil {
-			return err
+	}
+}
+
+func (c *cli) keyPubkey(fs *flag.FlagSet) action {
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 0 {
+			return wrongArgs("key pubkey")
 		}
 		path, err := c.keyPath()
 		if err != nil {
@@ -66,7 +75,6 @@ func (c *cli) keyCmd(verb string, args []string) error {
 		}
 		return c.printKey(path, k.Public().(ed25519.PublicKey))
 	}
-	return usageErr("key generate [--out FILE] [--force] | key pubkey")
 }
 
 // keyPath is the key file of the command: --key, else HERO_ACTOR's in the config dir.
@@ -82,12 +90,7 @@ func (c *cli) keyPath() (string, error) {
 
 func (c *cli) printKey(path string, pub ed25519.PublicKey) error {
 	if c.g.output == "json" {
-		b, err := json.MarshalIndent(map[string]string{"pubkey": auth.PublicKeyHex(pub), "file": path}, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintln(c.out, string(b))
-		return err
+		return c.printJSON(map[string]string{"pubkey": auth.PublicKeyHex(pub), "file": path})
 	}
 	fmt.Fprintln(c.out, auth.PublicKeyHex(pub))
 	fmt.Fprintf(c.errw, "key: %s\n", path)
@@ -120,123 +123,143 @@ func (c *cli) ensureActorKey(id uint32) (pubkey, path string, created bool, err 
 // actorUpdate runs `heroctl actor update [--id N] (--pubkey HEX | --generate-key)
 // [--address A]…`. With --generate-key the new key is kept beside the old one until
 // the server took it, then replaces it.
-func (c *cli) actorUpdate(ctx context.Context, args []string) error {
-	fs := subFlags("actor update")
-	id := fs.Uint("id", uint(c.g.actor), "")
-	pubkey := fs.String("pubkey", "", "")
-	gen := fs.Bool("generate-key", false, "")
+func (c *cli) actorUpdate(fs *flag.FlagSet) action {
+	id := fs.Uint("id", 0, "the actor (default: HERO_ACTOR)")
+	pubkey := fs.String("pubkey", "", "its new public key (hex)")
+	gen := fs.Bool("generate-key", false, "make a new key in the config directory and register it")
 	var addr multiFlag
-	fs.Var(&addr, "address", "")
-	if _, err := parseSub(fs, args); err != nil {
-		return err
-	}
-	if *id == 0 || *id > 1<<32-1 {
-		return usageErr("actor update --id N (or HERO_ACTOR) (--pubkey HEX | --generate-key) [--address A]…")
-	}
-	if *gen && *pubkey != "" {
-		return usageErr("actor update: --pubkey and --generate-key exclude each other")
-	}
-	// Another actor's key is changed by the operator; one's own with the current key.
-	c.operator = uint32(*id) != c.g.actor
-	req := &herov1.UpdateActorRequest{Id: uint32(*id)}
-	var newPath, keyPath string
-	if *gen {
-		p, err := auth.ActorKeyPath(uint32(*id))
-		if err != nil {
-			return err
+	fs.Var(&addr, "address", "its Mycelium `address`es (repeatable; replace the old ones)")
+	return func(ctx context.Context, pos []string) error {
+		if *id == 0 {
+			*id = uint(c.g.actor)
 		}
-		pub, priv, err := auth.GenerateKey()
-		if err != nil {
-			return err
+		if len(pos) != 0 || *id == 0 || *id > 1<<32-1 {
+			return usageErr("actor update --id N (or HERO_ACTOR) (--pubkey HEX | --generate-key) [--address A]…")
 		}
-		keyPath, newPath = p, p+".new"
-		if err := auth.WritePrivateKey(newPath, priv, true); err != nil {
-			return err
+		if *gen && *pubkey != "" {
+			return usageErr("actor update: --pubkey and --generate-key exclude each other")
 		}
-		hexKey := auth.PublicKeyHex(pub)
-		req.Pubkey = &hexKey
-	} else if *pubkey != "" {
-		req.Pubkey = pubkey
-	}
-	if len(addr) > 0 {
-		req.Address = &herov1.StringList{Values: addr}
-	}
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	cctx, cancel := c.callCtx(ctx)
-	defer cancel()
-	r, err := api.UpdateActor(cctx, req)
-	if err != nil {
-		if newPath != "" {
-			_ = os.Remove(newPath)
+		// Another actor's key is changed by the operator; one's own with the current key.
+		c.operator = uint32(*id) != c.g.actor
+		req := &herov1.UpdateActorRequest{Id: uint32(*id)}
+		var k *newKey
+		if *gen {
+			var err error
+			if k, err = makeNewKey(uint32(*id)); err != nil {
+				return err
+			}
+			req.Pubkey = &k.pub
+		} else if *pubkey != "" {
+			req.Pubkey = pubkey
 		}
-		return err
-	}
-	if newPath != "" {
-		if err := os.Rename(newPath, keyPath); err != nil {
-			return fmt.Errorf("the server has the new key, but moving it into place failed (it is in %s): %v", newPath, err)
+		if len(addr) > 0 {
+			req.Address = &herov1.StringList{Values: addr}
 		}
-		fmt.Fprintf(c.errw, "key: %s (replaced; the old key is no longer accepted)\n", keyPath)
+		return c.sendActorUpdate(ctx, req, k)
 	}
-	return c.show(r.Actor, func(w *tabwriter.Writer) { printActor(w, r.Actor) })
 }
 
-// secretCmd runs `heroctl secret list|create|revoke FINGERPRINT` (operator).
-func (c *cli) secretCmd(ctx context.Context, verb string, args []string) error {
-	pos, err := parseSub(subFlags("secret "+verb), args)
+// newKey is a key made for actor update, beside the old one until the server took it.
+type newKey struct{ path, newPath, pub string }
+
+func makeNewKey(id uint32) (*newKey, error) {
+	p, err := auth.ActorKeyPath(id)
 	if err != nil {
+		return nil, err
+	}
+	pub, priv, err := auth.GenerateKey()
+	if err != nil {
+		return nil, err
+	}
+	k := &newKey{path: p, newPath: p + ".new", pub: auth.PublicKeyHex(pub)}
+	return k, auth.WritePrivateKey(k.newPath, priv, true)
+}
+
+func (c *cli) sendActorUpdate(ctx context.Context, req *herov1.UpdateActorRequest, k *newKey) error {
+	var r *herov1.UpdateActorResponse
+	err := c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) (err error) {
+		r, err = hc.API().UpdateActor(ctx, req)
+		return err
+	})
+	if err != nil {
+		if k != nil {
+			_ = os.Remove(k.newPath)
+		}
 		return err
 	}
-	api, err := c.client()
-	if err != nil {
-		return err
+	if k != nil {
+		if err := os.Rename(k.newPath, k.path); err != nil {
+			return fmt.Errorf("the server has the new key, but moving it into place failed (it is in %s): %v", k.newPath, err)
+		}
+		fmt.Fprintf(c.errw, "key: %s (replaced; the old key is no longer accepted)\n", k.path)
 	}
-	cctx, cancel := c.callCtx(ctx)
-	defer cancel()
-	switch verb {
-	case "list":
-		r, err := api.ListOperatorSecrets(cctx, &herov1.ListOperatorSecretsRequest{})
+	return c.showActor(r.Actor)
+}
+
+func secretCommands() []command {
+	return []command{
+		{name: "secret list", summary: "List the operator secrets by fingerprint, with their source and revocation.", example: "heroctl secret list", operator: true, define: (*cli).secretList},
+		{name: "secret create", summary: "Create an operator secret; it is printed this once.", example: "heroctl secret create", operator: true, define: (*cli).secretCreate},
+		{name: "secret revoke", args: "FINGERPRINT", summary: "Revoke an operator secret (the last accepted one cannot be).", example: "heroctl secret revoke 3f2a…", operator: true, define: (*cli).secretRevoke},
+	}
+}
+
+// secretView is an operator secret as the JSON-RPC API gives it.
+type secretView = model.OperatorSecret
+
+func viewSecret(s *herov1.OperatorSecret) secretView {
+	return secretView{Fingerprint: s.Fingerprint, Source: s.Source, CreatedAtMs: s.CreatedAtMs, RevokedAtMs: s.RevokedAtMs, Reason: s.Reason, Current: s.Current}
+}
+
+func (c *cli) secretList(fs *flag.FlagSet) action {
+	return c.noArgs("secret list", perCall, func(ctx context.Context, hc *hero.Client) error {
+		r, err := hc.API().ListOperatorSecrets(ctx, &herov1.ListOperatorSecretsRequest{})
 		if err != nil {
 			return err
 		}
-		return c.show(r, func(w *tabwriter.Writer) {
-			fmt.Fprintln(w, "FINGERPRINT\tSOURCE\tCREATED\tREVOKED\t")
-			for _, s := range r.Items {
-				cur := ""
-				if s.Current {
-					cur = "(this one)"
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.Fingerprint, s.Source, msTime(s.CreatedAtMs), msTime(s.RevokedAtMs), cur)
+		out := struct {
+			Items []secretView `json:"items"`
+		}{[]secretView{}}
+		for _, s := range r.Items {
+			out.Items = append(out.Items, viewSecret(s))
+		}
+		return c.show(out, func(w *tabwriter.Writer) {
+			fmt.Fprintln(w, "FINGERPRINT\tSOURCE\tCREATED\tREVOKED\tTHIS ONE")
+			for _, s := range out.Items {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.Fingerprint, s.Source, msTime(s.CreatedAtMs), msTime(s.RevokedAtMs), map[bool]string{true: "yes", false: "-"}[s.Current])
 			}
 		})
-	case "create":
-		r, err := api.CreateOperatorSecret(cctx, &herov1.CreateOperatorSecretRequest{})
+	})
+}
+
+func (c *cli) secretCreate(fs *flag.FlagSet) action {
+	return c.noArgs("secret create", perCall, func(ctx context.Context, hc *hero.Client) error {
+		r, err := hc.API().CreateOperatorSecret(ctx, &herov1.CreateOperatorSecretRequest{})
 		if err != nil {
 			return err
 		}
 		if c.g.output == "json" {
-			return c.show(r, nil)
+			return c.printJSON(map[string]string{"fingerprint": r.Fingerprint, "secret": r.Secret})
 		}
 		fmt.Fprintln(c.out, r.Secret)
 		fmt.Fprintf(c.errw, "fingerprint: %s (the secret is shown only this once)\n", r.Fingerprint)
 		return nil
-	case "revoke":
+	})
+}
+
+func (c *cli) secretRevoke(fs *flag.FlagSet) action {
+	return func(ctx context.Context, pos []string) error {
 		if len(pos) != 1 {
-			return usageErr("secret revoke FINGERPRINT")
+			return wrongArgs("secret revoke")
 		}
-		r, err := api.RevokeOperatorSecret(cctx, &herov1.RevokeOperatorSecretRequest{Fingerprint: pos[0]})
-		if err != nil {
-			return err
-		}
-		if c.g.output == "json" {
-			return c.show(r.Secret, nil)
-		}
-		fmt.Fprintf(c.out, "%s revoked\n", r.Secret.Fingerprint)
-		return nil
+		return c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error {
+			r, err := hc.API().RevokeOperatorSecret(ctx, &herov1.RevokeOperatorSecretRequest{Fingerprint: pos[0]})
+			if err != nil {
+				return err
+			}
+			return c.done(r.Secret.Fingerprint+" revoked", viewSecret(r.Secret))
+		})
 	}
-	return usageErr("secret list|create|revoke FINGERPRINT")
 }
 
 func msTime(ms int64) string {
@@ -249,111 +272,42 @@ func msTime(ms int64) string {
 // operatorMethods need the operator secret (api call picks it for them).
 var operatorMethods = map[string]bool{"actor.create": true, "context.create": true}
 
-// apiCmd runs `heroctl api call METHOD ['JSON params']`: any JSON-RPC method, signed
-// like every other command, and prints the result (or the error) as JSON.
-func (c *cli) apiCmd(ctx context.Context, verb string, args []string) error {
-	pos, err := parseSub(subFlags("api "+verb), args)
-	if err != nil {
-		return err
-	}
-	if verb != "call" || len(pos) < 1 || len(pos) > 2 {
-		return usageErr("api call METHOD ['{\"json\": \"params\"}']")
-	}
-	method, params := pos[0], json.RawMessage("{}")
-	if len(pos) == 2 {
-		if !json.Valid([]byte(pos[1])) {
-			return usageErr("api call: the params are not valid JSON: %s", pos[1])
+func apiCommands() []command {
+	return []command{{name: "api call", args: "METHOD ['{\"json\": \"params\"}']", summary: "Call any JSON-RPC method, signed like every other command, and print its result as JSON.",
+		example: `heroctl api call flow.load '{"context_id": 1, "id": 3}'`, define: (*cli).apiCall}}
+}
+
+// apiCall runs `heroctl api call METHOD ['JSON params']`.
+func (c *cli) apiCall(fs *flag.FlagSet) action {
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) < 1 || len(pos) > 2 {
+			return wrongArgs("api call")
 		}
-		params = json.RawMessage(pos[1])
-	}
-	c.operator = operatorMethods[method] || strings.HasPrefix(method, "secret.") || strings.HasPrefix(method, "dispatcher.")
-	cred, err := c.credential()
-	if err != nil {
-		return err
-	}
-	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-	if err != nil {
-		return err
-	}
-	url, err := c.apiURL()
-	if err != nil {
-		return err
-	}
-	cctx, cancel := c.callCtx(ctx)
-	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if cred.signer != nil {
-		cr, err := cred.signer.Sign(auth.JSONRPCTarget, auth.Digest(body))
+		method, params := pos[0], json.RawMessage("{}")
+		if len(pos) == 2 {
+			if !json.Valid([]byte(pos[1])) {
+				return usageErr("api call: the params are not valid JSON: %s", pos[1])
+			}
+			params = json.RawMessage(pos[1])
+		}
+		c.operator = operatorMethods[method] || strings.HasPrefix(method, "secret.") || strings.HasPrefix(method, "dispatcher.")
+		hc, err := c.client()
 		if err != nil {
 			return err
 		}
-		req.Header.Set(auth.HeaderActor, cr.Actor)
-		req.Header.Set(auth.HeaderTimestamp, cr.Timestamp)
-		req.Header.Set(auth.HeaderNonce, cr.Nonce)
-		req.Header.Set(auth.HeaderSignature, cr.Signature)
-	} else {
-		req.Header.Set("Authorization", "Bearer "+cred.secret)
-		if cred.actor != 0 {
-			req.Header.Set(auth.HeaderActor, strconv.FormatUint(uint64(cred.actor), 10))
+		res, err := hc.Call(ctx, method, params)
+		var rpcErr *hero.RPCError
+		if errors.As(err, &rpcErr) {
+			return &exitError{code: 1, msg: rpcErr.Error()}
 		}
-	}
-	hc := http.DefaultClient
-	if t, err := c.tlsConfig(); err != nil {
-		return err
-	} else if t != nil {
-		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: t}}
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("cannot reach the JSON-RPC API at %s (set HERO_API_URL): %v", url, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return err
-	}
-	var r struct {
-		Result json.RawMessage `json:"result"`
-		Error  *struct {
-			Code    int             `json:"code"`
-			Message string          `json:"message"`
-			Data    json.RawMessage `json:"data"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return fmt.Errorf("%s answered %s: %s", url, resp.Status, strings.TrimSpace(string(raw)))
-	}
-	if r.Error != nil {
-		return &exitError{code: 1, msg: fmt.Sprintf("%s: error %d: %s", method, r.Error.Code, r.Error.Message)}
-	}
-	var pretty bytes.Buffer
-	if err := json.Indent(&pretty, r.Result, "", "  "); err != nil {
-		return err
-	}
-	fmt.Fprintln(c.out, pretty.String())
-	return nil
-}
-
-// apiURL is the JSON-RPC endpoint: HERO_API_URL, else HERO_ADDR's host on port 9652;
-// an http:// URL only with --plaintext.
-func (c *cli) apiURL() (string, error) {
-	if c.g.apiURL != "" {
-		if strings.HasPrefix(strings.ToLower(c.g.apiURL), "http://") && !c.g.plain {
-			return "", fmt.Errorf("--api-url %s is plaintext: use https:// (or --plaintext for an API without TLS)", c.g.apiURL)
+		if err != nil {
+			return err
 		}
-		return c.g.apiURL, nil
+		var pretty bytes.Buffer
+		if err := json.Indent(&pretty, res, "", "  "); err != nil {
+			return err
+		}
+		fmt.Fprintln(c.out, pretty.String())
+		return nil
 	}
-	host, _, err := net.SplitHostPort(c.g.addr)
-	if err != nil {
-		return "", fmt.Errorf("--addr %q is not host:port (or set HERO_API_URL)", c.g.addr)
-	}
-	scheme := "https"
-	if c.g.plain {
-		scheme = "http"
-	}
-	return scheme + "://" + net.JoinHostPort(host, "9652") + "/", nil
 }

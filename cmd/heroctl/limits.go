@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hero-coordinator/hero/lib/protoconv"
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/sandbox"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
@@ -52,10 +52,9 @@ func parseLimits(flagName, s string) (*herov1.JobLimits, error) {
 }
 
 // limitsText is the short form of limits for the human output ("" for none).
-func limitsText(l *herov1.JobLimits) string {
-	m := protoconv.LimitsFromPB(l)
-	if m == nil {
+func limitsText(l *model.JobLimits) string {
+	if l.IsZero() {
 		return ""
 	}
-	return m.String()
+	return l.String()
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -10,29 +9,39 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/model"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+	hero "github.com/hero-coordinator/hero/sdk/go"
 )
 
-func (c *cli) actorCmd(ctx context.Context, verb string, args []string) error {
-	if verb == "update" {
-		return c.actorUpdate(ctx, args)
+func actorCommands() []command {
+	return []command{
+		{name: "actor create", summary: "Create an actor; without --pubkey its key is the one in the config directory, made if missing.",
+			example: "heroctl actor create --id 1", operator: true, define: (*cli).actorCreate},
+		{name: "actor update", summary: "Rotate an actor's key (the old one is refused from then on) or change its addresses.",
+			example: "heroctl --actor 1 actor update --generate-key", define: (*cli).actorUpdate},
+		{name: "actor get", args: "ID", summary: "Show an actor.", example: "heroctl actor get 1", define: (*cli).actorGet},
 	}
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	cctx, cancel := c.callCtx(ctx)
-	defer cancel()
-	switch verb {
-	case "create":
-		fs := subFlags("actor create")
-		id := fs.Uint("id", 0, "")
-		pubkey := fs.String("pubkey", "", "")
-		noKey := fs.Bool("no-key", false, "")
-		var addr multiFlag
-		fs.Var(&addr, "address", "")
-		if _, err := parseSub(fs, args); err != nil {
-			return err
+}
+
+func printActor(w *tabwriter.Writer, a *model.Actor) {
+	fmt.Fprintf(w, "actor\t%d\npubkey\t%s\naddress\t%s\ncreated\t%s\n", a.ID, dash(a.Pubkey), dash(strings.Join(a.Address, ", ")), ts(a.CreatedAt))
+}
+
+func (c *cli) showActor(a *herov1.Actor) error {
+	m := hero.ActorOf(a)
+	return c.show(m, func(w *tabwriter.Writer) { printActor(w, m) })
+}
+
+func (c *cli) actorCreate(fs *flag.FlagSet) action {
+	id := fs.Uint("id", 0, "the actor's id")
+	pubkey := fs.String("pubkey", "", "its Ed25519 public key (hex); none: the key in the config directory")
+	noKey := fs.Bool("no-key", false, "create it without a key (it cannot sign until actor update gives it one)")
+	var addr multiFlag
+	fs.Var(&addr, "address", "a Mycelium `address` of the actor (repeatable)")
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 0 {
+			return wrongArgs("actor create")
 		}
 		if *id > 1<<32-1 {
 			return usageErr("actor create: --id %d is not a 32-bit id", *id)
@@ -44,193 +53,102 @@ func (c *cli) actorCmd(ctx context.Context, verb string, args []string) error {
 			if *id == 0 {
 				return usageErr("actor create: give --id N to keep its key in the config directory, or --pubkey HEX (or --no-key)")
 			}
+			var err error
 			if *pubkey, keyFile, created, err = c.ensureActorKey(uint32(*id)); err != nil {
 				return err
 			}
 		}
-		r, err := api.CreateActor(cctx, &herov1.CreateActorRequest{Actor: &herov1.Actor{Id: uint32(*id), Pubkey: *pubkey, Address: addr}})
-		if err != nil {
-			if created {
-				_ = os.Remove(keyFile)
-			}
-			return err
-		}
-		if keyFile != "" {
-			fmt.Fprintf(c.errw, "key: %s\n", keyFile)
-		}
-		return c.show(r.Actor, func(w *tabwriter.Writer) { printActor(w, r.Actor) })
-	case "get":
-		pos, err := parseSub(subFlags("actor get"), args)
-		if err != nil || len(pos) != 1 {
-			return usageErr("actor get ID")
-		}
-		id, err := parseID("actor id", pos[0])
-		if err != nil {
-			return err
-		}
-		r, err := api.GetActor(cctx, &herov1.GetActorRequest{Id: id})
-		if err != nil {
-			return err
-		}
-		return c.show(r.Actor, func(w *tabwriter.Writer) { printActor(w, r.Actor) })
-	}
-	return usageErr("actor create|update|get")
-}
-
-func printActor(w *tabwriter.Writer, a *herov1.Actor) {
-	fmt.Fprintf(w, "actor\t%d\npubkey\t%s\naddress\t%s\ncreated\t%s\n", a.Id, dash(a.Pubkey), dash(strings.Join(a.Address, ", ")), ts(a.CreatedAt))
-}
-
-func (c *cli) contextCmd(ctx context.Context, verb string, args []string) error {
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	cctx, cancel := c.callCtx(ctx)
-	defer cancel()
-	switch verb {
-	case "create":
-		fs := subFlags("context create")
-		admins := fs.String("admins", "", "")
-		readers := fs.String("readers", "", "")
-		executors := fs.String("executors", "", "")
-		retention := fs.Duration("retention", 0, "")
-		sources := fs.String("allowed-sources", "", "")
-		jobDefaults := fs.String("job-defaults", "", "")
-		jobMax := fs.String("job-max", "", "")
-		pos, err := parseSub(fs, args)
-		if err != nil || len(pos) != 1 {
-			return usageErr("context create ID --admins 1,2 [--readers …] [--executors …] [--job-defaults " + limitsUsage + "] [--job-max …]")
-		}
-		id, err := parseID("context id", pos[0])
-		if err != nil {
-			return err
-		}
-		x := &herov1.Context{Id: id, RetentionSeconds: int64(retention.Seconds())}
-		if *sources != "" {
-			x.AllowedSources = strings.Split(*sources, ",")
-		}
-		if x.Admins, err = parseIDList("--admins", *admins); err != nil {
-			return err
-		}
-		if x.Readers, err = parseIDList("--readers", *readers); err != nil {
-			return err
-		}
-		if x.Executors, err = parseIDList("--executors", *executors); err != nil {
-			return err
-		}
-		if x.JobDefaults, err = parseLimits("--job-defaults", *jobDefaults); err != nil {
-			return err
-		}
-		if x.JobMax, err = parseLimits("--job-max", *jobMax); err != nil {
-			return err
-		}
-		r, err := api.CreateContext(cctx, &herov1.CreateContextRequest{Context: x})
-		if err != nil {
-			return err
-		}
-		return c.show(r.Context, func(w *tabwriter.Writer) { printContext(w, r.Context) })
-	case "update":
-		fs := subFlags("context update")
-		admins := fs.String("admins", "", "")
-		readers := fs.String("readers", "", "")
-		executors := fs.String("executors", "", "")
-		retention := fs.Duration("retention", 0, "")
-		sources := fs.String("allowed-sources", "", "")
-		jobDefaults := fs.String("job-defaults", "", "")
-		jobMax := fs.String("job-max", "", "")
-		pos, err := parseSub(fs, args)
-		if err != nil || len(pos) > 1 {
-			return usageErr("context update [ID] [--admins 1,2] [--readers …] [--executors …] [--retention 24h] [--allowed-sources KEY,…] [--job-defaults " + limitsUsage + "] [--job-max … (operators)] (a flag given empty clears it)")
-		}
-		req := &herov1.UpdateContextRequest{Id: c.g.context}
-		if len(pos) == 1 {
-			if req.Id, err = parseID("context id", pos[0]); err != nil {
-				return err
-			}
-		}
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if len(set) == 0 {
-			return usageErr("context update: nothing to change; give --admins, --readers, --executors, --retention, --allowed-sources, --job-defaults or --job-max")
-		}
-		for _, l := range []struct {
-			name string
-			val  string
-			into **herov1.IdList
-		}{{"admins", *admins, &req.Admins}, {"readers", *readers, &req.Readers}, {"executors", *executors, &req.Executors}} {
-			if !set[l.name] {
-				continue
-			}
-			ids, err := parseIDList("--"+l.name, l.val)
+		err := c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error {
+			r, err := hc.API().CreateActor(ctx, &herov1.CreateActorRequest{Actor: &herov1.Actor{Id: uint32(*id), Pubkey: *pubkey, Address: addr}})
 			if err != nil {
 				return err
 			}
-			*l.into = &herov1.IdList{Ids: ids}
-		}
-		if set["retention"] {
-			secs := int64(retention.Seconds())
-			req.RetentionSeconds = &secs
-		}
-		if set["allowed-sources"] {
-			req.AllowedSources = &herov1.StringList{}
-			if *sources != "" {
-				req.AllowedSources.Values = strings.Split(*sources, ",")
+			if keyFile != "" {
+				fmt.Fprintf(c.errw, "key: %s\n", keyFile)
 			}
+			return c.showActor(r.Actor)
+		})
+		if err != nil && created {
+			_ = os.Remove(keyFile)
 		}
-		if set["job-defaults"] {
-			if req.JobDefaults, err = parseLimits("--job-defaults", *jobDefaults); err != nil {
-				return err
-			}
-		}
-		if set["job-max"] {
-			if req.JobMax, err = parseLimits("--job-max", *jobMax); err != nil {
-				return err
-			}
-		}
-		r, err := api.UpdateContext(cctx, req)
-		if err != nil {
-			return err
-		}
-		return c.show(r.Context, func(w *tabwriter.Writer) { printContext(w, r.Context) })
-	case "get":
-		pos, err := parseSub(subFlags("context get"), args)
-		if err != nil {
-			return err
-		}
-		id := c.g.context
-		if len(pos) == 1 {
-			if id, err = parseID("context id", pos[0]); err != nil {
-				return err
-			}
-		}
-		r, err := api.GetContext(cctx, &herov1.GetContextRequest{Id: id})
-		if err != nil {
-			return err
-		}
-		return c.show(r.Context, func(w *tabwriter.Writer) { printContext(w, r.Context) })
-	case "delete":
-		fs := subFlags("context delete")
-		force := fs.Bool("force", false, "")
-		pos, err := parseSub(fs, args)
-		if err != nil || len(pos) != 1 {
-			return usageErr("context delete ID [--force]")
-		}
-		id, err := parseID("context id", pos[0])
-		if err != nil {
-			return err
-		}
-		if _, err := api.DeleteContext(cctx, &herov1.DeleteContextRequest{Id: id, Force: *force}); err != nil {
-			return err
-		}
-		fmt.Fprintf(c.out, "context %d deleted\n", id)
-		return nil
+		return err
 	}
-	return usageErr("context create|get|delete")
 }
 
-func printContext(w *tabwriter.Writer, x *herov1.Context) {
-	fmt.Fprintf(w, "context\t%d\nadmins\t%s\nreaders\t%s\nexecutors\t%s\ncreated\t%s\n", x.Id, ids(x.Admins), ids(x.Readers), ids(x.Executors), ts(x.CreatedAt))
+func (c *cli) actorGet(fs *flag.FlagSet) action {
+	return c.byID("actor get", "actor id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		r, err := hc.API().GetActor(ctx, &herov1.GetActorRequest{Id: id})
+		if err != nil {
+			return err
+		}
+		return c.showActor(r.Actor)
+	})
+}
+
+// oneID is the one positional id of a command.
+func oneID(name, what string, pos []string) (uint32, error) {
+	if len(pos) != 1 {
+		return 0, wrongArgs(name)
+	}
+	return parseID(what, pos[0])
+}
+
+func contextCommands() []command {
+	return []command{
+		{name: "context create", args: "ID", summary: "Create a context (its id is its Redis database) with its permission lists.",
+			example: "heroctl context create 1 --admins 1 --executors 2 --job-defaults memory=512MiB,pids=64", operator: true, define: (*cli).contextCreate},
+		{name: "context update", args: "[ID]", summary: "Change a context's lists, retention, allowed sources or job limits (a flag given empty clears it; --job-max: operators).",
+			example: "heroctl context update 1 --readers 3,4 --retention 24h", define: (*cli).contextUpdate},
+		{name: "context get", args: "[ID]", summary: "Show a context (default: HERO_CONTEXT).", example: "heroctl context get 1", define: (*cli).contextGet},
+		{name: "context delete", args: "ID", summary: "Delete a context and everything in it; refused while flows run unless --force.",
+			example: "heroctl context delete 7 --force", define: (*cli).contextDelete},
+	}
+}
+
+// contextFlags are the flags that describe a context.
+type contextFlags struct {
+	admins, readers, executors, sources, jobDefaults, jobMax *string
+	retention                                                *time.Duration
+}
+
+func addContextFlags(fs *flag.FlagSet) *contextFlags {
+	return &contextFlags{
+		admins:      fs.String("admins", "", "actor ids that administer the context (comma-separated)"),
+		readers:     fs.String("readers", "", "actor ids that may read it"),
+		executors:   fs.String("executors", "", "actor ids that may run jobs and flows"),
+		retention:   fs.Duration("retention", 0, "how long ended flows and jobs are kept (0: the scheduler's default)"),
+		sources:     fs.String("allowed-sources", "", "Mycelium public keys allowed to send jobs in (comma-separated)"),
+		jobDefaults: fs.String("job-defaults", "", "limits a job gets unless it asks ("+limitsUsage+")"),
+		jobMax:      fs.String("job-max", "", "the most a job may ask for (operators only)"),
+	}
+}
+
+func (f *contextFlags) context(id uint32) (*herov1.Context, error) {
+	x := &herov1.Context{Id: id, RetentionSeconds: int64(f.retention.Seconds())}
+	if *f.sources != "" {
+		x.AllowedSources = strings.Split(*f.sources, ",")
+	}
+	var err error
+	for _, l := range []struct {
+		name string
+		val  string
+		into *[]uint32
+	}{{"admins", *f.admins, &x.Admins}, {"readers", *f.readers, &x.Readers}, {"executors", *f.executors, &x.Executors}} {
+		if *l.into, err = parseIDList("--"+l.name, l.val); err != nil {
+			return nil, err
+		}
+	}
+	if x.JobDefaults, err = parseLimits("--job-defaults", *f.jobDefaults); err != nil {
+		return nil, err
+	}
+	if x.JobMax, err = parseLimits("--job-max", *f.jobMax); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+func printContext(w *tabwriter.Writer, x *model.Context) {
+	fmt.Fprintf(w, "context\t%d\nadmins\t%s\nreaders\t%s\nexecutors\t%s\ncreated\t%s\n", x.ID, ids(x.Admins), ids(x.Readers), ids(x.Executors), ts(x.CreatedAt))
 	if len(x.AllowedSources) > 0 {
 		fmt.Fprintf(w, "allowed sources\t%s\n", strings.Join(x.AllowedSources, ", "))
 	}
@@ -242,376 +160,246 @@ func printContext(w *tabwriter.Writer, x *herov1.Context) {
 	}
 }
 
-func (c *cli) runnerCmd(ctx context.Context, verb string, args []string) error {
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	cctx, cancel := c.callCtx(ctx)
-	defer cancel()
-	switch verb {
-	case "create":
-		fs := subFlags("runner create")
-		remote := fs.Bool("remote", false, "")
-		pubkey := fs.String("pubkey", "", "")
-		address := fs.String("address", "", "")
-		topic := fs.String("topic", "", "")
-		types := fs.String("script-types", "", "")
-		pos, err := parseSub(fs, args)
+func (c *cli) showContext(x *herov1.Context) error {
+	m := hero.ContextOf(x)
+	return c.show(m, func(w *tabwriter.Writer) { printContext(w, m) })
+}
+
+func (c *cli) contextCreate(fs *flag.FlagSet) action {
+	f := addContextFlags(fs)
+	return c.byID("context create", "context id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		x, err := f.context(id)
 		if err != nil {
 			return err
 		}
-		rn := &herov1.Runner{Local: !*remote, Pubkey: *pubkey, Address: *address, Topic: *topic}
+		r, err := hc.API().CreateContext(ctx, &herov1.CreateContextRequest{Context: x})
+		if err != nil {
+			return err
+		}
+		return c.showContext(r.Context)
+	})
+}
+
+func (c *cli) contextUpdate(fs *flag.FlagSet) action {
+	f := addContextFlags(fs)
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) > 1 {
+			return wrongArgs("context update")
+		}
+		req := &herov1.UpdateContextRequest{Id: c.g.context}
+		var err error
 		if len(pos) == 1 {
+			if req.Id, err = parseID("context id", pos[0]); err != nil {
+				return err
+			}
+		}
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if len(set) == 0 {
+			return usageErr("context update: nothing to change; give --admins, --readers, --executors, --retention, --allowed-sources, --job-defaults or --job-max")
+		}
+		if err := f.update(req, set); err != nil {
+			return err
+		}
+		c.operator = set["job-max"]
+		return c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error {
+			r, err := hc.API().UpdateContext(ctx, req)
+			if err != nil {
+				return err
+			}
+			return c.showContext(r.Context)
+		})
+	}
+}
+
+// update fills an update request with the flags given (set).
+func (f *contextFlags) update(req *herov1.UpdateContextRequest, set map[string]bool) error {
+	x, err := f.context(req.Id)
+	if err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		name string
+		ids  []uint32
+		into **herov1.IdList
+	}{{"admins", x.Admins, &req.Admins}, {"readers", x.Readers, &req.Readers}, {"executors", x.Executors, &req.Executors}} {
+		if set[l.name] {
+			*l.into = &herov1.IdList{Ids: l.ids}
+		}
+	}
+	if set["retention"] {
+		req.RetentionSeconds = &x.RetentionSeconds
+	}
+	if set["allowed-sources"] {
+		req.AllowedSources = &herov1.StringList{Values: x.AllowedSources}
+	}
+	if set["job-defaults"] {
+		req.JobDefaults = x.JobDefaults
+	}
+	if set["job-max"] {
+		req.JobMax = x.JobMax
+	}
+	return nil
+}
+
+func (c *cli) contextGet(fs *flag.FlagSet) action {
+	return func(ctx context.Context, pos []string) error {
+		id := c.g.context
+		var err error
+		switch len(pos) {
+		case 0:
+		case 1:
+			if id, err = parseID("context id", pos[0]); err != nil {
+				return err
+			}
+		default:
+			return wrongArgs("context get")
+		}
+		return c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error {
+			r, err := hc.API().GetContext(ctx, &herov1.GetContextRequest{Id: id})
+			if err != nil {
+				return err
+			}
+			return c.showContext(r.Context)
+		})
+	}
+}
+
+func (c *cli) contextDelete(fs *flag.FlagSet) action {
+	force := fs.Bool("force", false, "delete it even while flows run")
+	return c.byID("context delete", "context id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		if _, err := hc.API().DeleteContext(ctx, &herov1.DeleteContextRequest{Id: id, Force: *force}); err != nil {
+			return err
+		}
+		return c.done(fmt.Sprintf("context %d deleted", id), deleted)
+	})
+}
+
+// deleted is the API's answer to a delete.
+var deleted = map[string]bool{"deleted": true}
+
+func runnerCommands() []command {
+	return []command{
+		{name: "runner create", args: "[ID]", summary: "Register a runner in the context (local by default; --remote for another node's).",
+			example: "heroctl runner create 1 --script-types python,sh", define: (*cli).runnerCreate},
+		{name: "runner get", args: "ID", summary: "Show a runner with its live processes.", example: "heroctl runner get 1", define: (*cli).runnerGet},
+		{name: "runner list", summary: "List the context's runners, newest first.", example: "heroctl runner list --limit 20", define: (*cli).runnerList},
+		{name: "runner delete", args: "ID", summary: "Delete a runner with its heartbeats and pinned queues.", example: "heroctl runner delete 1", define: (*cli).runnerDelete},
+	}
+}
+
+func printRunner(w *tabwriter.Writer, r *model.Runner) {
+	types := make([]string, 0, len(r.ScriptTypes))
+	for _, t := range r.ScriptTypes {
+		types = append(types, string(t))
+	}
+	fmt.Fprintf(w, "runner\t%d\nlocal\t%v\ntopic\t%s\npubkey\t%s\naddress\t%s\nscript types\t%s\n", r.ID, r.Local, r.Topic, dash(r.Pubkey), dash(r.Address), dash(strings.Join(types, ",")))
+	for _, p := range r.Processes {
+		fmt.Fprintf(w, "process\t%s (heartbeat %s ago)\n", p.ID, time.Since(time.UnixMilli(p.LastHeartbeat)).Round(time.Second))
+	}
+}
+
+func (c *cli) showRunner(r *herov1.Runner) error {
+	m := hero.RunnerOf(r)
+	return c.show(m, func(w *tabwriter.Writer) { printRunner(w, m) })
+}
+
+func (c *cli) runnerCreate(fs *flag.FlagSet) action {
+	remote := fs.Bool("remote", false, "a runner on another node (give --pubkey or --address)")
+	pubkey := fs.String("pubkey", "", "the remote runner's Mycelium public key")
+	address := fs.String("address", "", "the remote runner's Mycelium address")
+	topic := fs.String("topic", "", "the Mycelium topic it listens on")
+	types := fs.String("script-types", "", "the script types it serves (comma-separated; default: what its processes announce)")
+	return func(ctx context.Context, pos []string) error {
+		rn := &herov1.Runner{Local: !*remote, Pubkey: *pubkey, Address: *address, Topic: *topic}
+		var err error
+		switch len(pos) {
+		case 0:
+		case 1:
 			if rn.Id, err = parseID("runner id", pos[0]); err != nil {
 				return err
 			}
+		default:
+			return wrongArgs("runner create")
 		}
 		if *types != "" {
 			rn.ScriptTypes = strings.Split(*types, ",")
 		}
-		r, err := api.CreateRunner(cctx, &herov1.CreateRunnerRequest{ContextId: c.g.context, Runner: rn})
+		return c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error {
+			r, err := hc.API().CreateRunner(ctx, &herov1.CreateRunnerRequest{ContextId: c.g.context, Runner: rn})
+			if err != nil {
+				return err
+			}
+			return c.showRunner(r.Runner)
+		})
+	}
+}
+
+func (c *cli) runnerGet(fs *flag.FlagSet) action {
+	return c.byID("runner get", "runner id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		r, err := hc.API().GetRunner(ctx, &herov1.GetRunnerRequest{ContextId: c.g.context, Id: id})
 		if err != nil {
 			return err
 		}
-		return c.show(r.Runner, func(w *tabwriter.Writer) { printRunner(w, r.Runner) })
-	case "get":
-		pos, err := parseSub(subFlags("runner get"), args)
-		if err != nil || len(pos) != 1 {
-			return usageErr("runner get ID")
-		}
-		id, err := parseID("runner id", pos[0])
+		return c.showRunner(r.Runner)
+	})
+}
+
+func (c *cli) runnerList(fs *flag.FlagSet) action {
+	page := addPageFlags(fs, false)
+	return c.noArgs("runner list", perCall, func(ctx context.Context, hc *hero.Client) error {
+		r, err := hc.API().ListRunners(ctx, &herov1.ListRunnersRequest{ContextId: c.g.context, Limit: page.limit(), Cursor: *page.cursor})
 		if err != nil {
 			return err
 		}
-		r, err := api.GetRunner(cctx, &herov1.GetRunnerRequest{ContextId: c.g.context, Id: id})
-		if err != nil {
-			return err
+		out := &hero.Page[*model.Runner]{Items: []*model.Runner{}, NextCursor: r.NextCursor}
+		for _, x := range r.Runners {
+			out.Items = append(out.Items, hero.RunnerOf(x))
 		}
-		return c.show(r.Runner, func(w *tabwriter.Writer) { printRunner(w, r.Runner) })
-	case "list":
-		fs := subFlags("runner list")
-		limit := fs.Uint("limit", 100, "")
-		cursor := fs.String("cursor", "", "")
-		if _, err := parseSub(fs, args); err != nil {
-			return err
-		}
-		r, err := api.ListRunners(cctx, &herov1.ListRunnersRequest{ContextId: c.g.context, Limit: uint32(*limit), Cursor: *cursor})
-		if err != nil {
-			return err
-		}
-		return c.show(r, func(w *tabwriter.Writer) {
+		return c.show(out, func(w *tabwriter.Writer) {
 			fmt.Fprintln(w, "ID\tLOCAL\tTOPIC\tSCRIPT TYPES\tPROCESSES")
 			for _, x := range r.Runners {
-				fmt.Fprintf(w, "%d\t%v\t%s\t%s\t%d\n", x.Id, x.Local, x.Topic, dash(strings.Join(x.ScriptTypes, ",")), len(x.Processes))
+				fmt.Fprintf(w, "%d\t%v\t%s\t%s\t%d\n", x.Id, x.Local, dash(x.Topic), dash(strings.Join(x.ScriptTypes, ",")), len(x.Processes))
 			}
-			if r.NextCursor != "" {
-				fmt.Fprintf(w, "(more: --cursor %s)\n", r.NextCursor)
-			}
+			moreLine(w, r.NextCursor)
 		})
-	case "delete":
-		fs := subFlags("runner delete")
-		force := fs.Bool("force", false, "")
-		pos, err := parseSub(fs, args)
-		if err != nil || len(pos) != 1 {
-			return usageErr("runner delete ID [--force]")
-		}
-		id, err := parseID("runner id", pos[0])
-		if err != nil {
-			return err
-		}
-		if _, err := api.DeleteRunner(cctx, &herov1.DeleteRunnerRequest{ContextId: c.g.context, Id: id, Force: *force}); err != nil {
-			return err
-		}
-		fmt.Fprintf(c.out, "runner %d deleted\n", id)
-		return nil
-	}
-	return usageErr("runner create|get|list|delete")
+	})
 }
 
-func printRunner(w *tabwriter.Writer, r *herov1.Runner) {
-	fmt.Fprintf(w, "runner\t%d\nlocal\t%v\ntopic\t%s\npubkey\t%s\naddress\t%s\nscript types\t%s\n", r.Id, r.Local, r.Topic, dash(r.Pubkey), dash(r.Address), dash(strings.Join(r.ScriptTypes, ",")))
-	for _, p := range r.Processes {
-		fmt.Fprintf(w, "process\t%s (heartbeat %s ago)\n", p.Id, time.Since(time.UnixMilli(p.LastHeartbeatMs)).Round(time.Second))
-	}
+func (c *cli) runnerDelete(fs *flag.FlagSet) action {
+	force := fs.Bool("force", false, "delete it even while its processes are alive")
+	return c.byID("runner delete", "runner id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		if _, err := hc.API().DeleteRunner(ctx, &herov1.DeleteRunnerRequest{ContextId: c.g.context, Id: id, Force: *force}); err != nil {
+			return err
+		}
+		return c.done(fmt.Sprintf("runner %d deleted", id), deleted)
+	})
 }
 
-// jobFlags are the flags that describe a job.
-type jobFlags struct {
-	id, runner, timeout, retries *uint
-	typ, script, file, depends   *string
-	function, args, kwargs       *string
-	limits                       *string
-	env                          multiFlag
+// pageFlags are a list's --limit and --cursor (and --status).
+type pageFlags struct {
+	status, cursor *string
+	lim            *uint
 }
 
-func addJobFlags(fs *flag.FlagSet) *jobFlags {
-	f := &jobFlags{}
-	f.id = fs.Uint("id", 0, "")
-	f.runner = fs.Uint("runner", 0, "")
-	f.timeout = fs.Uint("timeout", 0, "")
-	f.retries = fs.Uint("retries", 0, "")
-	f.typ = fs.String("type", "", "")
-	f.script = fs.String("script", "", "")
-	f.file = fs.String("file", "", "")
-	f.depends = fs.String("depends", "", "")
-	f.function = fs.String("function", "", "")
-	f.args = fs.String("args", "", "")
-	f.kwargs = fs.String("kwargs", "", "")
-	fs.Var(&f.env, "env", "")
-	f.limits = fs.String("limits", "", "")
-	return f
+func addPageFlags(fs *flag.FlagSet, withStatus bool) *pageFlags {
+	p := &pageFlags{lim: fs.Uint("limit", 100, "at most this many"), cursor: fs.String("cursor", "", "the page after this cursor (from a previous list's last line)")}
+	empty := ""
+	p.status = &empty
+	if withStatus {
+		p.status = fs.String("status", "", "only those in this status")
+	}
+	return p
 }
 
-func (f *jobFlags) job(ctxID uint32) (*herov1.Job, error) {
-	j, err := f.spec(ctxID)
-	if err != nil || *f.limits == "" {
-		return j, err
-	}
-	if j.Limits, err = parseLimits("--limits", *f.limits); err != nil {
-		return nil, err
-	}
-	return j, nil
+func (p *pageFlags) limit() uint32 { return uint32(*p.lim) }
+
+func (p *pageFlags) options() hero.ListOptions {
+	return hero.ListOptions{Status: *p.status, Limit: p.limit(), Cursor: *p.cursor}
 }
 
-func (f *jobFlags) spec(ctxID uint32) (*herov1.Job, error) {
-	if *f.function != "" {
-		if *f.script != "" || *f.file != "" {
-			return nil, usageErr("a handler job (--function) has no --script or --file")
-		}
-		env, err := parseEnv(f.env)
-		if err != nil {
-			return nil, err
-		}
-		deps, err := parseIDList("--depends", *f.depends)
-		if err != nil {
-			return nil, err
-		}
-		return &herov1.Job{Id: uint32(*f.id), ContextId: ctxID, ScriptType: *f.typ, FunctionName: *f.function, Args: *f.args, Kwargs: *f.kwargs,
-			Timeout: uint32(*f.timeout), Retries: uint32(*f.retries), EnvVars: env, Dependends: deps, RunnerId: uint32(*f.runner)}, nil
+func moreLine(w *tabwriter.Writer, cursor string) {
+	if cursor != "" {
+		fmt.Fprintf(w, "(more: --cursor %s)\n", cursor)
 	}
-	if *f.typ == "" {
-		return nil, usageErr("--type is required (python, sh, bash, …), or --function executor#handler for a handler job")
-	}
-	script := *f.script
-	if *f.file != "" {
-		if script != "" {
-			return nil, usageErr("give --script or --file, not both")
-		}
-		b, err := os.ReadFile(*f.file)
-		if err != nil {
-			return nil, err
-		}
-		script = string(b)
-	}
-	if script == "" {
-		return nil, usageErr("--script or --file is required")
-	}
-	env, err := parseEnv(f.env)
-	if err != nil {
-		return nil, err
-	}
-	deps, err := parseIDList("--depends", *f.depends)
-	if err != nil {
-		return nil, err
-	}
-	return &herov1.Job{Id: uint32(*f.id), ContextId: ctxID, Script: script, ScriptType: *f.typ, Timeout: uint32(*f.timeout),
-		Retries: uint32(*f.retries), EnvVars: env, Dependends: deps, RunnerId: uint32(*f.runner)}, nil
-}
-
-func (c *cli) jobCmd(ctx context.Context, verb string, args []string) error {
-	api, err := c.client()
-	if err != nil {
-		return err
-	}
-	switch verb {
-	case "create":
-		fs := subFlags("job create")
-		jf := addJobFlags(fs)
-		if _, err := parseSub(fs, args); err != nil {
-			return err
-		}
-		j, err := jf.job(c.g.context)
-		if err != nil {
-			return err
-		}
-		cctx, cancel := c.callCtx(ctx)
-		defer cancel()
-		r, err := api.CreateJob(cctx, &herov1.CreateJobRequest{ContextId: c.g.context, Job: j})
-		if err != nil {
-			return err
-		}
-		return c.show(r.Job, func(w *tabwriter.Writer) { printJob(w, r.Job) })
-	case "run":
-		fs := subFlags("job run")
-		jf := addJobFlags(fs)
-		wait := fs.Uint("wait", 0, "")
-		if _, err := parseSub(fs, args); err != nil {
-			return err
-		}
-		j, err := jf.job(c.g.context)
-		if err != nil {
-			return err
-		}
-		waitFor := time.Duration(j.Timeout)*time.Second + time.Minute
-		if *wait > 0 {
-			waitFor = time.Duration(*wait)*time.Second + 5*time.Second
-		}
-		cctx, cancel := context.WithTimeout(ctx, waitFor+5*time.Minute)
-		defer cancel()
-		r, err := api.RunJob(cctx, &herov1.RunJobRequest{ContextId: c.g.context, Job: j, Timeout: uint32(*wait)})
-		if err != nil {
-			return err
-		}
-		if c.g.output == "json" {
-			return c.show(r.Job, nil)
-		}
-		if r.Job.FunctionName != "" && len(r.Job.Result) > 0 && r.Job.Result["output"] == "" {
-			b, _ := json.Marshal(r.Job.Result)
-			fmt.Fprintln(c.out, string(b))
-		} else {
-			fmt.Fprint(c.out, r.Job.Result["output"])
-		}
-		if r.Job.Status != "finished" {
-			return &exitError{code: 1, msg: fmt.Sprintf("job %d:%d %s: %s", r.Job.CallerId, r.Job.Id, r.Job.Status, r.Job.Error)}
-		}
-		return nil
-	case "get", "logs", "stop", "delete":
-		fs := subFlags("job " + verb)
-		caller := fs.Uint("caller", 0, "")
-		follow := fs.Bool("f", false, "")
-		force := fs.Bool("force", false, "")
-		pos, err := parseSub(fs, args)
-		if err != nil || len(pos) != 1 {
-			switch verb {
-			case "logs":
-				return usageErr("job logs ID [-f] [--caller N]")
-			case "delete":
-				return usageErr("job delete ID [--caller N] [--force]")
-			}
-			return usageErr("job %s ID [--caller N]", verb)
-		}
-		id, err := parseID("job id", pos[0])
-		if err != nil {
-			return err
-		}
-		callerID := uint32(*caller)
-		if callerID == 0 {
-			callerID = c.g.actor
-		}
-		if callerID == 0 {
-			return usageErr("job %s: --caller (or HERO_ACTOR) names the job's caller", verb)
-		}
-		switch verb {
-		case "get":
-			cctx, cancel := c.callCtx(ctx)
-			defer cancel()
-			r, err := api.GetJob(cctx, &herov1.GetJobRequest{ContextId: c.g.context, CallerId: callerID, Id: id})
-			if err != nil {
-				return err
-			}
-			return c.show(r.Job, func(w *tabwriter.Writer) { printJob(w, r.Job) })
-		case "delete":
-			cctx, cancel := c.callCtx(ctx)
-			defer cancel()
-			if _, err := api.DeleteJob(cctx, &herov1.DeleteJobRequest{ContextId: c.g.context, CallerId: callerID, Id: id, Force: *force}); err != nil {
-				return err
-			}
-			fmt.Fprintf(c.out, "job %d:%d deleted\n", callerID, id)
-			return nil
-		case "stop":
-			cctx, cancel := c.callCtx(ctx)
-			defer cancel()
-			r, err := api.StopJob(cctx, &herov1.StopJobRequest{ContextId: c.g.context, CallerId: callerID, Id: id})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(c.out, "stop requested for job %d:%d (status %s)\n", callerID, id, r.Job.Status)
-			return nil
-		default:
-			return c.followLogs(ctx, api, callerID, id, *follow)
-		}
-	case "list":
-		fs := subFlags("job list")
-		status := fs.String("status", "", "")
-		limit := fs.Uint("limit", 100, "")
-		cursor := fs.String("cursor", "", "")
-		if _, err := parseSub(fs, args); err != nil {
-			return err
-		}
-		cctx, cancel := c.callCtx(ctx)
-		defer cancel()
-		r, err := api.ListJobs(cctx, &herov1.ListJobsRequest{ContextId: c.g.context, Status: *status, Limit: uint32(*limit), Cursor: *cursor})
-		if err != nil {
-			return err
-		}
-		return c.show(r, func(w *tabwriter.Writer) {
-			fmt.Fprintln(w, "CALLER\tID\tFLOW\tTYPE\tSTATUS\tATTEMPT\tERROR")
-			for _, j := range r.Jobs {
-				fmt.Fprintf(w, "%d\t%d\t%d\t%s\t%s\t%d\t%s\n", j.CallerId, j.Id, j.FlowId, j.ScriptType, j.Status, j.Attempt, firstLine(j.Error))
-			}
-			if r.NextCursor != "" {
-				fmt.Fprintf(w, "(more: --cursor %s)\n", r.NextCursor)
-			}
-		})
-	}
-	return usageErr("job create|get|list|run|logs|stop|delete")
-}
-
-func (c *cli) followLogs(ctx context.Context, api herov1.CoordinatorClient, callerID, id uint32, follow bool) error {
-	var offset int64
-	for {
-		cctx, cancel := c.callCtx(ctx)
-		r, err := api.GetJobLogs(cctx, &herov1.GetJobLogsRequest{ContextId: c.g.context, CallerId: callerID, Id: id, Offset: offset})
-		cancel()
-		if err != nil {
-			return err
-		}
-		fmt.Fprint(c.out, r.Logs)
-		offset = r.NextOffset
-		if !follow || r.Complete {
-			return nil
-		}
-		if r.Logs == "" {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(250 * time.Millisecond): // tailing a log: the CLI polls the offset
-			}
-		}
-	}
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i] + " …"
-	}
-	if len(s) > 80 {
-		s = s[:80] + "…"
-	}
-	return dash(s)
-}
-
-func printJob(w *tabwriter.Writer, j *herov1.Job) {
-	fmt.Fprintf(w, "job\t%d (caller %d, context %d)\n", j.Id, j.CallerId, j.ContextId)
-	fmt.Fprintf(w, "status\t%s\n", j.Status)
-	if j.FlowId != 0 {
-		fmt.Fprintf(w, "flow\t%d\n", j.FlowId)
-	}
-	fmt.Fprintf(w, "script type\t%s\ndepends\t%s\ntimeout\t%ds\nretries\t%d\nattempt\t%d\n", j.ScriptType, ids(j.Dependends), j.Timeout, j.Retries, j.Attempt)
-	if j.FunctionName != "" {
-		fmt.Fprintf(w, "function\t%s\nargs\t%s\nkwargs\t%s\n", j.FunctionName, dash(j.Args), dash(j.Kwargs))
-	}
-	if j.TraceId != "" {
-		fmt.Fprintf(w, "trace id\t%s\n", j.TraceId)
-	}
-	if t := limitsText(j.Limits); t != "" {
-		fmt.Fprintf(w, "limits\t%s\n", t)
-	}
-	if j.Error != "" {
-		fmt.Fprintf(w, "error\t%s\n", j.Error)
-	}
-	fmt.Fprintf(w, "created\t%s\nstarted\t%s\nfinished\t%s\n", ts(j.CreatedAt), ts(j.StartedAt), ts(j.FinishedAt))
-	kvLines(w, "env", j.EnvVars)
-	kvLines(w, "result", j.Result)
 }

@@ -13,24 +13,47 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// show prints a result: JSON (every field, the API's names) or a table/summary.
-func (c *cli) show(m proto.Message, table func(w *tabwriter.Writer)) error {
-	if c.g.output == "json" {
-		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
-		if err != nil {
-			return err
-		}
-		// protojson varies its whitespace on purpose; re-indent for stable output.
-		var out bytes.Buffer
-		if err := json.Indent(&out, b, "", "  "); err != nil {
-			return err
-		}
-		_, err = fmt.Fprintln(c.out, out.String())
-		return err
+// show prints a result: with -o json the object as the JSON-RPC API gives it (the
+// seeds' field names, numbers as numbers), else a table or summary.
+func (c *cli) show(v any, table func(w *tabwriter.Writer)) error {
+	if c.g.output == "json" || table == nil {
+		return c.printJSON(v)
 	}
 	w := tabwriter.NewWriter(c.out, 2, 4, 2, ' ', 0)
 	table(w)
 	return w.Flush()
+}
+
+// printJSON prints v indented: encoding/json for the API's objects (lib/model, the
+// Go client's results), protojson for a gRPC message (the Dispatcher's).
+func (c *cli) printJSON(v any) error {
+	var b []byte
+	var err error
+	if m, ok := v.(proto.Message); ok {
+		b, err = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+	} else {
+		b, err = json.Marshal(v)
+	}
+	if err != nil {
+		return err
+	}
+	// protojson varies its whitespace on purpose; re-indent for stable output.
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(c.out, out.String())
+	return err
+}
+
+// done prints what a call without an object did: a line, or with -o json the API's
+// answer (e.g. {"deleted": true}).
+func (c *cli) done(line string, answer any) error {
+	if c.g.output == "json" {
+		return c.printJSON(answer)
+	}
+	_, err := fmt.Fprintln(c.out, line)
+	return err
 }
 
 func ids(v []uint32) string {

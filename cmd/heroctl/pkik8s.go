@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -236,39 +237,68 @@ func syncSecrets(ctx context.Context, k *kubeClient, o k8sSecretsOptions) (creat
 	}
 	defer os.RemoveAll(dir)
 
-	name := func(s secretSpec) string { return o.Prefix + "-" + s.suffix }
+	existing, err := readSecrets(ctx, k, o, layout)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.Certs {
+		if err := checkIssuer(o, layout, existing); err != nil {
+			return nil, nil, err
+		}
+	}
+	// What exists goes into the directory, so that pki init keeps it.
+	if err := writeExisting(dir, layout, existing); err != nil {
+		return nil, nil, err
+	}
+	if err := makeMissing(dir, o); err != nil {
+		return nil, nil, err
+	}
+	return createMissing(ctx, k, o, dir, layout, existing)
+}
+
+func (o k8sSecretsOptions) name(s secretSpec) string { return o.Prefix + "-" + s.suffix }
+
+// readSecrets reads the layout's Secrets that exist (by suffix); one without a key
+// of the layout is an error.
+func readSecrets(ctx context.Context, k *kubeClient, o k8sSecretsOptions, layout []secretSpec) (map[string]*k8sSecret, error) {
 	existing := map[string]*k8sSecret{}
 	for _, s := range layout {
-		sec, err := k.getSecret(ctx, o.Namespace, name(s))
+		sec, err := k.getSecret(ctx, o.Namespace, o.name(s))
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if sec == nil {
 			continue
 		}
 		for key := range s.files {
 			if len(sec.Data[key]) == 0 {
-				return nil, nil, fmt.Errorf("Secret %s exists without key %q: repair it or delete it (a new one is made on the next run)", name(s), key)
+				return nil, fmt.Errorf("Secret %s exists without key %q: repair it or delete it (a new one is made on the next run)", o.name(s), key)
 			}
 		}
 		existing[s.suffix] = sec
 	}
-	if o.Certs {
-		ca := existing["ca"]
-		for _, s := range layout {
-			leaf := existing[s.suffix]
-			if !s.leaf || leaf == nil {
-				continue
-			}
-			if ca == nil {
-				return nil, nil, fmt.Errorf("Secret %s is missing but %s exists: its certificates were issued by a CA whose key is gone; delete the %s-*-tls Secrets too to start over with a new CA (then restart every pod)", name(layout[0]), name(s), o.Prefix)
-			}
-			if !bytes.Equal(leaf.Data["ca.crt"], ca.Data["tls.crt"]) {
-				return nil, nil, fmt.Errorf("Secret %s: its ca.crt is not the CA of %s; delete it to have it issued again", name(s), name(layout[0]))
-			}
+	return existing, nil
+}
+
+// checkIssuer refuses leaf certificates whose CA is gone or is not the CA Secret's.
+func checkIssuer(o k8sSecretsOptions, layout []secretSpec, existing map[string]*k8sSecret) error {
+	ca := existing["ca"]
+	for _, s := range layout {
+		leaf := existing[s.suffix]
+		if !s.leaf || leaf == nil {
+			continue
+		}
+		if ca == nil {
+			return fmt.Errorf("Secret %s is missing but %s exists: its certificates were issued by a CA whose key is gone; delete the %s-*-tls Secrets too to start over with a new CA (then restart every pod)", o.name(layout[0]), o.name(s), o.Prefix)
+		}
+		if !bytes.Equal(leaf.Data["ca.crt"], ca.Data["tls.crt"]) {
+			return fmt.Errorf("Secret %s: its ca.crt is not the CA of %s; delete it to have it issued again", o.name(s), o.name(layout[0]))
 		}
 	}
-	// What exists goes into the directory, so that pki init keeps it.
+	return nil
+}
+
+func writeExisting(dir string, layout []secretSpec, existing map[string]*k8sSecret) error {
 	for _, s := range layout {
 		sec := existing[s.suffix]
 		if sec == nil {
@@ -276,29 +306,39 @@ func syncSecrets(ctx context.Context, k *kubeClient, o k8sSecretsOptions) (creat
 		}
 		for key, file := range s.files {
 			if err := os.WriteFile(filepath.Join(dir, file), sec.Data[key], 0o600); err != nil {
-				return nil, nil, err
+				return err
 			}
 		}
 	}
+	return nil
+}
+
+// makeMissing runs pki init's steps in dir: what is there is kept.
+func makeMissing(dir string, o k8sSecretsOptions) error {
 	if o.Certs {
 		p := o.PKI
 		p.Dir = dir
 		if _, err := p.Init(); err != nil {
-			return nil, nil, fmt.Errorf("certificates: %v", err)
+			return fmt.Errorf("certificates: %v", err)
 		}
 	}
 	if o.Users {
 		if _, err := redisacl.Init(dir); err != nil {
-			return nil, nil, fmt.Errorf("redis users: %v", err)
+			return fmt.Errorf("redis users: %v", err)
 		}
 	}
+	return nil
+}
+
+// createMissing creates the Secrets that did not exist, in the layout's order.
+func createMissing(ctx context.Context, k *kubeClient, o k8sSecretsOptions, dir string, layout []secretSpec, existing map[string]*k8sSecret) (created, kept []string, err error) {
 	for _, s := range layout {
 		if existing[s.suffix] != nil {
-			kept = append(kept, name(s))
+			kept = append(kept, o.name(s))
 			continue
 		}
 		sec := &k8sSecret{APIVersion: "v1", Kind: "Secret", Type: s.typ, Data: map[string][]byte{},
-			Metadata: k8sMeta{Name: name(s), Namespace: o.Namespace, Labels: o.Labels}}
+			Metadata: k8sMeta{Name: o.name(s), Namespace: o.Namespace, Labels: o.Labels}}
 		for key, file := range s.files {
 			b, err := os.ReadFile(filepath.Join(dir, file))
 			if err != nil {
@@ -309,58 +349,46 @@ func syncSecrets(ctx context.Context, k *kubeClient, o k8sSecretsOptions) (creat
 		if err := k.createSecret(ctx, o.Namespace, sec); err != nil {
 			return created, kept, err
 		}
-		created = append(created, name(s))
+		created = append(created, o.name(s))
 	}
 	return created, kept, nil
 }
 
-// pkiK8sCmd parses `pki k8s-secrets` and runs it in the pod.
-func (c *cli) pkiK8sCmd(ctx context.Context, args []string) error {
-	const use = "pki k8s-secrets --prefix NAME [--namespace NS] [--certs=false] [--redis-users=false] [--label K=V]… [--api-host H]… [--redis-host H]… [--host H]… [--days N]"
-	fs := subFlags("pki k8s-secrets")
-	prefix := fs.String("prefix", "", "")
-	ns := fs.String("namespace", "", "")
-	certs := fs.Bool("certs", true, "")
-	users := fs.Bool("redis-users", true, "")
-	days := fs.Uint("days", 365, "")
-	var labels, apiHosts, redisHosts, hosts multiFlag
-	fs.Var(&labels, "label", "")
-	fs.Var(&apiHosts, "api-host", "")
-	fs.Var(&redisHosts, "redis-host", "")
-	fs.Var(&hosts, "host", "")
-	if _, err := parseSub(fs, args); err != nil {
-		return err
-	}
-	if *prefix == "" || *days == 0 {
-		return usageErr("%s (--prefix is required, --days at least 1)", use)
-	}
-	lbl := map[string]string{}
-	for _, kv := range labels {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return usageErr("--label %q: want KEY=VALUE", kv)
+// pkiK8s parses `pki k8s-secrets` and runs it in the pod.
+func (c *cli) pkiK8s(fs *flag.FlagSet) action {
+	prefix := fs.String("prefix", "", "the Secrets' name prefix (required)")
+	ns := fs.String("namespace", "", "the namespace (default: the pod's)")
+	certs := fs.Bool("certs", true, "make the CA and the certificates")
+	users := fs.Bool("redis-users", true, "make the Redis ACL users")
+	var labels multiFlag
+	fs.Var(&labels, "label", "a label `KEY=VALUE` on every Secret created (repeatable)")
+	hosts := addHostFlags(fs)
+	return func(ctx context.Context, pos []string) error {
+		if len(pos) != 0 || *prefix == "" || *hosts.days == 0 {
+			return usageErr("pki k8s-secrets --prefix NAME [flags] (--prefix is required, --days at least 1; heroctl pki k8s-secrets --help)")
 		}
-		lbl[k] = v
+		lbl, err := parseKV("label", labels)
+		if err != nil {
+			return err
+		}
+		k, podNS, err := inClusterClient(os.Getenv, defaultSADir)
+		if err != nil {
+			return fmt.Errorf("pki k8s-secrets: %v", err)
+		}
+		if *ns == "" {
+			*ns = podNS
+		}
+		if *ns == "" {
+			return usageErr("pki k8s-secrets: no --namespace and none in %s/namespace", defaultSADir)
+		}
+		o := k8sSecretsOptions{Namespace: *ns, Prefix: *prefix, Labels: lbl, Certs: *certs, Users: *users, PKI: hosts.pki("", false)}
+		created, kept, err := syncSecrets(ctx, k, o)
+		report(c.out, *ns, created, kept)
+		if err != nil {
+			return fmt.Errorf("pki k8s-secrets: %v", err)
+		}
+		return nil
 	}
-	k, podNS, err := inClusterClient(os.Getenv, defaultSADir)
-	if err != nil {
-		return fmt.Errorf("pki k8s-secrets: %v", err)
-	}
-	if *ns == "" {
-		*ns = podNS
-	}
-	if *ns == "" {
-		return usageErr("%s (no --namespace and none in %s/namespace)", use, defaultSADir)
-	}
-	o := k8sSecretsOptions{Namespace: *ns, Prefix: *prefix, Labels: lbl, Certs: *certs, Users: *users,
-		PKI: tlsx.PKI{APIHosts: splitAll(apiHosts), RedisHosts: splitAll(redisHosts), ExtraHosts: splitAll(hosts),
-			Validity: time.Duration(*days) * 24 * time.Hour}}
-	created, kept, err := syncSecrets(ctx, k, o)
-	report(c.out, *ns, created, kept)
-	if err != nil {
-		return fmt.Errorf("pki k8s-secrets: %v", err)
-	}
-	return nil
 }
 
 func report(w io.Writer, ns string, created, kept []string) {

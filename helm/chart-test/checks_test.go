@@ -126,10 +126,42 @@ func checkMetadata(t *testing.T, r *release) {
 
 func checkWorkload(t *testing.T, r *release, w workload, out outside) {
 	t.Helper()
+	if !checkWorkloadSelector(t, r, w) {
+		return
+	}
+	checkPodSecurity(t, r, w)
+	volumes := checkWorkloadVolumes(t, r, w, out)
+	spec := w.pod.Spec
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		where := fmt.Sprintf("%s container %q", w, c.Name)
+		checkContainerBasics(t, where, c)
+		checkContainerPorts(t, where, c)
+		checkContainerEnv(t, r, where, c, out)
+		for _, m := range c.VolumeMounts {
+			if !volumes[m.Name] {
+				t.Errorf("%s: volumeMount %q has no volume", where, m.Name)
+			}
+		}
+		if sc := c.SecurityContext; sc != nil && sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
+			if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/tmp" }) {
+				t.Errorf("%s: read-only root filesystem without a writable /tmp", where)
+			}
+		}
+	}
+
+	if comp, ok := components[w.pod.Labels[labelComponent]]; ok {
+		checkHeroContainer(t, r, w, comp, out)
+	}
+}
+
+// checkWorkloadSelector: the workload's selector is valid, matches its own pod's
+// (valid) labels and no other workload's pods. False when it is bad or empty.
+func checkWorkloadSelector(t *testing.T, r *release, w workload) bool {
+	t.Helper()
 	sel, err := mustSelector(w.selector)
 	if err != nil || sel.Empty() {
 		t.Errorf("%s: bad or empty selector: %v", w, err)
-		return
+		return false
 	}
 	if !sel.Matches(labels.Set(w.pod.Labels)) {
 		t.Errorf("%s: selector %s does not match its own pod labels %v", w, sel, w.pod.Labels)
@@ -140,6 +172,13 @@ func checkWorkload(t *testing.T, r *release, w workload, out outside) {
 	if n := len(r.selectedWorkloads(sel)); n != 1 {
 		t.Errorf("%s: selector %s matches %d workloads' pods, want 1", w, sel, n)
 	}
+	return true
+}
+
+// checkPodSecurity: the pod mounts no token, has no service links, runs as a
+// rendered ServiceAccount (or the default), non-root with RuntimeDefault seccomp.
+func checkPodSecurity(t *testing.T, r *release, w workload) {
+	t.Helper()
 	spec := w.pod.Spec
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		t.Errorf("%s: automountServiceAccountToken is not false (the services never call the Kubernetes API)", w)
@@ -159,9 +198,15 @@ func checkWorkload(t *testing.T, r *release, w workload, out outside) {
 	if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Errorf("%s: pod seccompProfile is not RuntimeDefault", w)
 	}
+}
 
+// checkWorkloadVolumes: each volume once, its ConfigMap or Secret rendered, made or
+// expected (and a made Secret has the keys it mounts). It returns the volume names,
+// the StatefulSet's claim templates with them.
+func checkWorkloadVolumes(t *testing.T, r *release, w workload, out outside) map[string]bool {
+	t.Helper()
 	volumes := map[string]bool{}
-	for _, v := range spec.Volumes {
+	for _, v := range w.pod.Spec.Volumes {
 		if volumes[v.Name] {
 			t.Errorf("%s: volume %q twice", w, v.Name)
 		}
@@ -170,18 +215,7 @@ func checkWorkload(t *testing.T, r *release, w workload, out outside) {
 			t.Errorf("%s: volume %q uses ConfigMap %q, which is neither rendered nor expected to exist", w, v.Name, v.ConfigMap.Name)
 		}
 		if v.Secret != nil {
-			keys, made := r.madeSecrets()[v.Secret.SecretName]
-			switch {
-			case r.secret(v.Secret.SecretName) != nil || out.secrets[v.Secret.SecretName] != nil:
-			case !made:
-				t.Errorf("%s: volume %q uses Secret %q, which is neither rendered, nor made by the hook Job or cert-manager, nor expected to exist", w, v.Name, v.Secret.SecretName)
-			default:
-				for _, it := range v.Secret.Items {
-					if !slices.Contains(keys, it.Key) {
-						t.Errorf("%s: volume %q: Secret %q has no key %q", w, v.Name, v.Secret.SecretName, it.Key)
-					}
-				}
-			}
+			checkSecretVolume(t, r, w, v, out)
 		}
 	}
 	if w.sts != nil {
@@ -189,73 +223,91 @@ func checkWorkload(t *testing.T, r *release, w workload, out outside) {
 			volumes[pvc.Name] = true
 		}
 	}
+	return volumes
+}
 
-	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
-		where := fmt.Sprintf("%s container %q", w, c.Name)
-		for _, msg := range validation.IsDNS1123Label(c.Name) {
-			t.Errorf("%s: name: %s", where, msg)
-		}
-		if !strings.Contains(c.Image, "@sha256:") && !strings.Contains(c.Image[strings.LastIndex(c.Image, "/")+1:], ":") {
-			t.Errorf("%s: image %q has neither tag nor digest", where, c.Image)
-		}
-		sc := c.SecurityContext
-		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-			t.Errorf("%s: allowPrivilegeEscalation is not false", where)
-		}
-		if sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
-			t.Errorf("%s: capabilities do not drop ALL", where)
-		}
-		if sc != nil && sc.Privileged != nil && *sc.Privileged {
-			t.Errorf("%s: privileged", where)
-		}
-		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
-			t.Errorf("%s: no cpu and memory requests", where)
-		}
-		portNames, portNums := map[string]bool{}, map[int32]bool{}
-		for _, p := range c.Ports {
-			for _, msg := range validation.IsValidPortName(p.Name) {
-				t.Errorf("%s: port name %q: %s", where, p.Name, msg)
-			}
-			if portNames[p.Name] || portNums[p.ContainerPort] {
-				t.Errorf("%s: port %s/%d twice", where, p.Name, p.ContainerPort)
-			}
-			portNames[p.Name], portNums[p.ContainerPort] = true, true
-		}
-		envNames := map[string]bool{}
-		for _, e := range c.Env {
-			if envNames[e.Name] {
-				t.Errorf("%s: env %s twice", where, e.Name)
-			}
-			envNames[e.Name] = true
-			for _, msg := range validation.IsEnvVarName(e.Name) {
-				t.Errorf("%s: env name %q: %s", where, e.Name, msg)
-			}
-			if e.ValueFrom != nil {
-				checkEnvSource(t, r, where+" env "+e.Name, e.ValueFrom, out)
-			}
-		}
-		for _, ef := range c.EnvFrom {
-			if ref := ef.ConfigMapRef; ref != nil && r.configMap(ref.Name) == nil && !isTrue(ref.Optional) && !slices.Contains(out.configMaps, ref.Name) {
-				t.Errorf("%s: envFrom ConfigMap %q is neither rendered nor optional", where, ref.Name)
-			}
-			if ref := ef.SecretRef; ref != nil && r.secret(ref.Name) == nil && !isTrue(ref.Optional) && out.secrets[ref.Name] == nil {
-				t.Errorf("%s: envFrom Secret %q is neither rendered nor optional", where, ref.Name)
-			}
-		}
-		for _, m := range c.VolumeMounts {
-			if !volumes[m.Name] {
-				t.Errorf("%s: volumeMount %q has no volume", where, m.Name)
-			}
-		}
-		if sc := c.SecurityContext; sc != nil && sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
-			if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/tmp" }) {
-				t.Errorf("%s: read-only root filesystem without a writable /tmp", where)
+// checkSecretVolume: the Secret of volume v is rendered or expected, or made by
+// the hook Job or cert-manager with the keys the volume mounts.
+func checkSecretVolume(t *testing.T, r *release, w workload, v corev1.Volume, out outside) {
+	t.Helper()
+	keys, made := r.madeSecrets()[v.Secret.SecretName]
+	switch {
+	case r.secret(v.Secret.SecretName) != nil || out.secrets[v.Secret.SecretName] != nil:
+	case !made:
+		t.Errorf("%s: volume %q uses Secret %q, which is neither rendered, nor made by the hook Job or cert-manager, nor expected to exist", w, v.Name, v.Secret.SecretName)
+	default:
+		for _, it := range v.Secret.Items {
+			if !slices.Contains(keys, it.Key) {
+				t.Errorf("%s: volume %q: Secret %q has no key %q", w, v.Name, v.Secret.SecretName, it.Key)
 			}
 		}
 	}
+}
 
-	if comp, ok := components[w.pod.Labels[labelComponent]]; ok {
-		checkHeroContainer(t, r, w, comp, out)
+// checkContainerBasics: a valid name, a tagged or pinned image, no privilege
+// escalation, every capability dropped, not privileged, cpu and memory requests.
+func checkContainerBasics(t *testing.T, where string, c corev1.Container) {
+	t.Helper()
+	for _, msg := range validation.IsDNS1123Label(c.Name) {
+		t.Errorf("%s: name: %s", where, msg)
+	}
+	if !strings.Contains(c.Image, "@sha256:") && !strings.Contains(c.Image[strings.LastIndex(c.Image, "/")+1:], ":") {
+		t.Errorf("%s: image %q has neither tag nor digest", where, c.Image)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("%s: allowPrivilegeEscalation is not false", where)
+	}
+	if sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+		t.Errorf("%s: capabilities do not drop ALL", where)
+	}
+	if sc != nil && sc.Privileged != nil && *sc.Privileged {
+		t.Errorf("%s: privileged", where)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
+		t.Errorf("%s: no cpu and memory requests", where)
+	}
+}
+
+// checkContainerPorts: valid port names, each name and number once.
+func checkContainerPorts(t *testing.T, where string, c corev1.Container) {
+	t.Helper()
+	portNames, portNums := map[string]bool{}, map[int32]bool{}
+	for _, p := range c.Ports {
+		for _, msg := range validation.IsValidPortName(p.Name) {
+			t.Errorf("%s: port name %q: %s", where, p.Name, msg)
+		}
+		if portNames[p.Name] || portNums[p.ContainerPort] {
+			t.Errorf("%s: port %s/%d twice", where, p.Name, p.ContainerPort)
+		}
+		portNames[p.Name], portNums[p.ContainerPort] = true, true
+	}
+}
+
+// checkContainerEnv: valid variable names, each once, their sources there; envFrom
+// ConfigMaps and Secrets rendered, expected or optional.
+func checkContainerEnv(t *testing.T, r *release, where string, c corev1.Container, out outside) {
+	t.Helper()
+	envNames := map[string]bool{}
+	for _, e := range c.Env {
+		if envNames[e.Name] {
+			t.Errorf("%s: env %s twice", where, e.Name)
+		}
+		envNames[e.Name] = true
+		for _, msg := range validation.IsEnvVarName(e.Name) {
+			t.Errorf("%s: env name %q: %s", where, e.Name, msg)
+		}
+		if e.ValueFrom != nil {
+			checkEnvSource(t, r, where+" env "+e.Name, e.ValueFrom, out)
+		}
+	}
+	for _, ef := range c.EnvFrom {
+		if ref := ef.ConfigMapRef; ref != nil && r.configMap(ref.Name) == nil && !isTrue(ref.Optional) && !slices.Contains(out.configMaps, ref.Name) {
+			t.Errorf("%s: envFrom ConfigMap %q is neither rendered nor optional", where, ref.Name)
+		}
+		if ref := ef.SecretRef; ref != nil && r.secret(ref.Name) == nil && !isTrue(ref.Optional) && out.secrets[ref.Name] == nil {
+			t.Errorf("%s: envFrom Secret %q is neither rendered nor optional", where, ref.Name)
+		}
 	}
 }
 
@@ -306,6 +358,32 @@ func checkHeroContainer(t *testing.T, r *release, w workload, comp componentSpec
 	if got, want := keysOf(ports), keysOf(comp.ports); !slices.Equal(got, want) {
 		t.Errorf("%s: container ports %v, want %v", w, got, want)
 	}
+	checkHeroEnv(t, r, w, comp, c, ports, out)
+	checkHeroProbes(t, w, c)
+	// Every service has its Service with the same named ports.
+	svc := r.service(w.name)
+	if svc == nil {
+		t.Errorf("%s: no Service named %s", w, w.name)
+		return
+	}
+	svcPorts := map[string]int32{}
+	for _, p := range svc.Spec.Ports {
+		svcPorts[p.Name] = p.Port
+		if p.TargetPort != intstr.FromString(p.Name) {
+			t.Errorf("Service %s: port %s targets %s, want the container port of the same name", svc.Name, p.Name, p.TargetPort.String())
+		}
+	}
+	if got, want := keysOf(svcPorts), keysOf(ports); !slices.Equal(got, want) {
+		t.Errorf("Service %s: ports %v, want %v", svc.Name, got, want)
+	}
+}
+
+// checkHeroEnv: the service's listen addresses are its container ports; REDIS_URL
+// is from a Secret or a URL without a password; its variables are all there (the
+// admin secret from a Secret); LOG_LEVEL and LOG_FORMAT come from the shared
+// ConfigMap; its peers' addresses reach them.
+func checkHeroEnv(t *testing.T, r *release, w workload, comp componentSpec, c corev1.Container, ports map[string]int32, out outside) {
+	t.Helper()
 	env := envOf(c)
 	for port, envName := range comp.addrEnv {
 		if got, want := env[envName].Value, ":"+strconv.Itoa(int(ports[port])); got != want {
@@ -321,7 +399,7 @@ func checkHeroContainer(t *testing.T, r *release, w workload, comp componentSpec
 			t.Errorf("%s: env %s missing", w, e)
 		}
 	}
-	if name == "supervisor-daemon" {
+	if c.Name == "supervisor-daemon" {
 		if e := env["HERO_ADMIN_SECRET"]; e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
 			t.Errorf("%s: HERO_ADMIN_SECRET does not come from a Secret", w)
 		}
@@ -347,7 +425,12 @@ func checkHeroContainer(t *testing.T, r *release, w workload, comp componentSpec
 	for envName, peer := range comp.peers {
 		checkPeerAddr(t, r, w, envName, env[envName].Value, peer, out)
 	}
-	// Probes: liveness /healthz, readiness /readyz, on the admin port.
+}
+
+// checkHeroProbes: liveness /healthz, readiness /readyz (and startup, if any,
+// /healthz), HTTP GET on the admin port.
+func checkHeroProbes(t *testing.T, w workload, c corev1.Container) {
+	t.Helper()
 	probes := []struct {
 		kind, path string
 		p          *corev1.Probe
@@ -371,22 +454,6 @@ func checkHeroContainer(t *testing.T, r *release, w workload, comp componentSpec
 		if pr.kind != "readiness" && pr.p.SuccessThreshold > 1 {
 			t.Errorf("%s: %s probe successThreshold must be 1", w, pr.kind)
 		}
-	}
-	// Every service has its Service with the same named ports.
-	svc := r.service(w.name)
-	if svc == nil {
-		t.Errorf("%s: no Service named %s", w, w.name)
-		return
-	}
-	svcPorts := map[string]int32{}
-	for _, p := range svc.Spec.Ports {
-		svcPorts[p.Name] = p.Port
-		if p.TargetPort != intstr.FromString(p.Name) {
-			t.Errorf("Service %s: port %s targets %s, want the container port of the same name", svc.Name, p.Name, p.TargetPort.String())
-		}
-	}
-	if got, want := keysOf(svcPorts), keysOf(ports); !slices.Equal(got, want) {
-		t.Errorf("Service %s: ports %v, want %v", svc.Name, got, want)
 	}
 }
 

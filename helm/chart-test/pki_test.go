@@ -131,6 +131,17 @@ func checkPKIJob(t *testing.T, r *release) {
 	if pod.RestartPolicy != corev1.RestartPolicyNever || job.Spec.BackoffLimit == nil || job.Spec.ActiveDeadlineSeconds == nil {
 		t.Errorf("%s: want restartPolicy Never, a backoffLimit and an activeDeadlineSeconds", where)
 	}
+	checkPKIJobPod(t, where, pod)
+	sa := checkPKIServiceAccount(t, r, where, pod.ServiceAccountName, jw)
+	checkPKIRBAC(t, r, job.Namespace, sa, jw)
+	checkPKIRole(t, r.roles()[0], j)
+}
+
+// checkPKIJobPod: the Job's pod mounts its token (it calls the API), is locked
+// down, runs heroctl pki k8s-secrets with no environment, and writes its keys to a
+// memory emptyDir on /tmp, its only volume.
+func checkPKIJobPod(t *testing.T, where string, pod corev1.PodSpec) {
+	t.Helper()
 	if !isTrue(pod.AutomountServiceAccountToken) {
 		t.Errorf("%s: the pod does not mount its service account token (it calls the API)", where)
 	}
@@ -144,6 +155,21 @@ func checkPKIJob(t *testing.T, r *release) {
 		t.Fatalf("%s: %d containers", where, len(pod.Containers))
 	}
 	c := pod.Containers[0]
+	checkPKIJobContainer(t, where, c)
+	tmp := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "tmp" })
+	if tmp < 0 || pod.Volumes[tmp].EmptyDir == nil || pod.Volumes[tmp].EmptyDir.Medium != corev1.StorageMediumMemory ||
+		!slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "tmp" && m.MountPath == "/tmp" }) {
+		t.Errorf("%s: keys are written to /tmp, which must be a memory emptyDir", where)
+	}
+	if len(pod.Volumes) != 1 {
+		t.Errorf("%s: volumes %v, want only tmp", where, pod.Volumes)
+	}
+}
+
+// checkPKIJobContainer: the Job's container runs heroctl pki k8s-secrets, locked
+// down, with a memory request and limit and no environment.
+func checkPKIJobContainer(t *testing.T, where string, c corev1.Container) {
+	t.Helper()
 	if !slices.Equal(c.Command, []string{"/usr/local/bin/heroctl"}) || len(c.Args) < 2 || c.Args[0] != "pki" || c.Args[1] != "k8s-secrets" {
 		t.Errorf("%s: runs %v %v, want heroctl pki k8s-secrets", where, c.Command, c.Args)
 	}
@@ -156,18 +182,16 @@ func checkPKIJob(t *testing.T, r *release) {
 	if len(c.Env) > 0 || len(c.EnvFrom) > 0 {
 		t.Errorf("%s: has environment variables; it needs none", where)
 	}
-	tmp := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "tmp" })
-	if tmp < 0 || pod.Volumes[tmp].EmptyDir == nil || pod.Volumes[tmp].EmptyDir.Medium != corev1.StorageMediumMemory ||
-		!slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "tmp" && m.MountPath == "/tmp" }) {
-		t.Errorf("%s: keys are written to /tmp, which must be a memory emptyDir", where)
-	}
-	if len(pod.Volumes) != 1 {
-		t.Errorf("%s: volumes %v, want only tmp", where, pod.Volumes)
-	}
+}
 
-	sa := r.serviceAccount(pod.ServiceAccountName)
+// checkPKIServiceAccount: the Job's ServiceAccount (name) is a hook before the Job
+// (weight below jw), does not mount its token by default, and no workload runs as
+// it. It returns it.
+func checkPKIServiceAccount(t *testing.T, r *release, where, name string, jw int) *corev1.ServiceAccount {
+	t.Helper()
+	sa := r.serviceAccount(name)
 	if sa == nil {
-		t.Fatalf("%s: ServiceAccount %q not rendered", where, pod.ServiceAccountName)
+		t.Fatalf("%s: ServiceAccount %q not rendered", where, name)
 	}
 	if hookWeight(t, "ServiceAccount "+sa.Name, sa.ObjectMeta) >= jw {
 		t.Errorf("ServiceAccount %s: hook-weight not below the Job's", sa.Name)
@@ -180,7 +204,13 @@ func checkPKIJob(t *testing.T, r *release) {
 			t.Errorf("%s: runs as the PKI Job's ServiceAccount", w)
 		}
 	}
+	return sa
+}
 
+// checkPKIRBAC: one Role and one RoleBinding, which binds that Role to the Job's
+// ServiceAccount alone; both hooks before the Job.
+func checkPKIRBAC(t *testing.T, r *release, namespace string, sa *corev1.ServiceAccount, jw int) {
+	t.Helper()
 	if len(r.roleBindings()) != 1 || len(r.roles()) != 1 {
 		t.Fatalf("%d Roles and %d RoleBindings, want one each (the Job's)", len(r.roles()), len(r.roleBindings()))
 	}
@@ -188,14 +218,20 @@ func checkPKIJob(t *testing.T, r *release) {
 	if rb.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name}) {
 		t.Errorf("RoleBinding %s: roleRef %+v, want Role %s", rb.Name, rb.RoleRef, role.Name)
 	}
-	if len(rb.Subjects) != 1 || rb.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Name: sa.Name, Namespace: job.Namespace}) {
-		t.Errorf("RoleBinding %s: subjects %+v, want only ServiceAccount %s/%s", rb.Name, rb.Subjects, job.Namespace, sa.Name)
+	if len(rb.Subjects) != 1 || rb.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Name: sa.Name, Namespace: namespace}) {
+		t.Errorf("RoleBinding %s: subjects %+v, want only ServiceAccount %s/%s", rb.Name, rb.Subjects, namespace, sa.Name)
 	}
 	for _, m := range []metav1.ObjectMeta{rb.ObjectMeta, role.ObjectMeta} {
 		if hookWeight(t, m.Name, m) >= jw {
 			t.Errorf("%s: hook-weight not below the Job's", m.Name)
 		}
 	}
+}
+
+// checkPKIRole: the Role grants get on exactly the Secrets the Job makes (by name)
+// and create on Secrets, nothing else.
+func checkPKIRole(t *testing.T, role *rbacv1.Role, j *pkiJob) {
+	t.Helper()
 	want := keysOf(pkiJobSecrets(j.prefix, j.certs, j.users))
 	verbs := map[string]bool{}
 	for i, rule := range role.Rules {
@@ -246,19 +282,7 @@ func checkCertificates(t *testing.T, r *release, out outside) {
 			t.Errorf("%s: private key is not ECDSA", where)
 		}
 		if c.Spec.IsCA {
-			iss := r.issuer(ref.Name)
-			if iss == nil || iss.Spec.SelfSigned == nil {
-				t.Errorf("%s: a CA certificate not issued by a rendered self-signed Issuer", where)
-			}
-			backed := false
-			for _, o := range r.all("Issuer") {
-				if i := o.Obj.(*cmv1.Issuer); i.Spec.CA != nil && i.Spec.CA.SecretName == c.Spec.SecretName {
-					backed = true
-				}
-			}
-			if !backed {
-				t.Errorf("%s: no CA Issuer uses its Secret", where)
-			}
+			checkCACertificate(t, r, c, where)
 			continue
 		}
 		if d, rb := c.Spec.Duration, c.Spec.RenewBefore; d == nil || rb == nil || rb.Duration >= d.Duration {
@@ -269,30 +293,7 @@ func checkCertificates(t *testing.T, r *release, out outside) {
 				t.Errorf("%s: issued by %s, which is not a CA Issuer", where, ref.Name)
 			}
 		}
-		svc := strings.TrimSuffix(strings.TrimPrefix(c.Name, fullnameOf(r)+"-"), "-tls")
-		usages := map[cmv1.KeyUsage]bool{}
-		for _, u := range c.Spec.Usages {
-			usages[u] = true
-		}
-		switch {
-		case components[svc].ports != nil:
-			if len(c.Spec.DNSNames) == 0 || c.Spec.DNSNames[0] != svc+".hero.internal" {
-				t.Errorf("%s: first DNS name %v, want %s.hero.internal", where, c.Spec.DNSNames, svc)
-			}
-			if !usages[cmv1.UsageServerAuth] || !usages[cmv1.UsageClientAuth] {
-				t.Errorf("%s: usages %v, want server auth and client auth", where, c.Spec.Usages)
-			}
-		case svc == "operator":
-			if !slices.Equal(c.Spec.DNSNames, []string{"operator.hero.internal"}) || !usages[cmv1.UsageClientAuth] || usages[cmv1.UsageServerAuth] {
-				t.Errorf("%s: want a client certificate for operator.hero.internal", where)
-			}
-		case svc == "api" || svc == "redis":
-			if !usages[cmv1.UsageServerAuth] {
-				t.Errorf("%s: not a server certificate", where)
-			}
-		default:
-			t.Errorf("%s: not a certificate of the layout", where)
-		}
+		checkCertificateIdentity(t, r, c, where)
 	}
 	// The same Secrets as the hook Job would make, the CA's aside with an issuer of one's own.
 	if len(r.certificates()) > 0 {
@@ -308,6 +309,57 @@ func checkCertificates(t *testing.T, r *release, out outside) {
 		if !slices.Equal(got, want) {
 			t.Errorf("Certificates write %v, want %v", got, want)
 		}
+	}
+}
+
+// checkCACertificate: the chart's root CA is issued by a rendered self-signed
+// Issuer and backs a CA Issuer.
+func checkCACertificate(t *testing.T, r *release, c *cmv1.Certificate, where string) {
+	t.Helper()
+	iss := r.issuer(c.Spec.IssuerRef.Name)
+	if iss == nil || iss.Spec.SelfSigned == nil {
+		t.Errorf("%s: a CA certificate not issued by a rendered self-signed Issuer", where)
+	}
+	backed := false
+	for _, o := range r.all("Issuer") {
+		if i := o.Obj.(*cmv1.Issuer); i.Spec.CA != nil && i.Spec.CA.SecretName == c.Spec.SecretName {
+			backed = true
+		}
+	}
+	if !backed {
+		t.Errorf("%s: no CA Issuer uses its Secret", where)
+	}
+}
+
+// checkCertificateIdentity: each service's certificate names
+// <service>.hero.internal first (the identity its peers check) and serves both ends
+// of mutual TLS; the operator's is a client certificate, the API's and Redis's
+// server certificates; no other is of the layout.
+func checkCertificateIdentity(t *testing.T, r *release, c *cmv1.Certificate, where string) {
+	t.Helper()
+	svc := strings.TrimSuffix(strings.TrimPrefix(c.Name, fullnameOf(r)+"-"), "-tls")
+	usages := map[cmv1.KeyUsage]bool{}
+	for _, u := range c.Spec.Usages {
+		usages[u] = true
+	}
+	switch {
+	case components[svc].ports != nil:
+		if len(c.Spec.DNSNames) == 0 || c.Spec.DNSNames[0] != svc+".hero.internal" {
+			t.Errorf("%s: first DNS name %v, want %s.hero.internal", where, c.Spec.DNSNames, svc)
+		}
+		if !usages[cmv1.UsageServerAuth] || !usages[cmv1.UsageClientAuth] {
+			t.Errorf("%s: usages %v, want server auth and client auth", where, c.Spec.Usages)
+		}
+	case svc == "operator":
+		if !slices.Equal(c.Spec.DNSNames, []string{"operator.hero.internal"}) || !usages[cmv1.UsageClientAuth] || usages[cmv1.UsageServerAuth] {
+			t.Errorf("%s: want a client certificate for operator.hero.internal", where)
+		}
+	case svc == "api" || svc == "redis":
+		if !usages[cmv1.UsageServerAuth] {
+			t.Errorf("%s: not a server certificate", where)
+		}
+	default:
+		t.Errorf("%s: not a certificate of the layout", where)
 	}
 }
 
@@ -359,8 +411,9 @@ func checkTLSWiring(t *testing.T, r *release) {
 	t.Helper()
 	made := r.madeSecrets()
 	prefix := fullnameOf(r)
-	tlsOn := made[prefix+"-scheduler-tls"] != nil || made[prefix+"-supervisor-daemon-tls"] != nil
-	users := made[prefix+"-redis-users"] != nil
+	tw := tlsWiring{t: t, r: r, made: made, prefix: prefix,
+		tlsOn: made[prefix+"-scheduler-tls"] != nil || made[prefix+"-supervisor-daemon-tls"] != nil,
+		users: made[prefix+"-redis-users"] != nil}
 	for comp := range components {
 		w, ok := r.component(comp)
 		if !ok {
@@ -368,135 +421,193 @@ func checkTLSWiring(t *testing.T, r *release) {
 		}
 		spec := w.pod.Spec
 		c := spec.Containers[slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == comp })]
-		env := envOf(c)
-		wantFiles := map[string]string{}
-		if tlsOn {
-			for k, v := range map[string]string{"TLS_CA": "ca.crt", "TLS_CERT": "tls.crt", "TLS_KEY": "tls.key"} {
-				wantFiles[k] = prefix + "-" + comp + "-tls/" + v
-			}
-			if comp == "supervisor-daemon" {
-				wantFiles["API_TLS_CERT"] = prefix + "-api-tls/tls.crt"
-				wantFiles["API_TLS_KEY"] = prefix + "-api-tls/tls.key"
-			}
-		}
-		for _, name := range []string{"TLS_CA", "TLS_CERT", "TLS_KEY", "API_TLS_CERT", "API_TLS_KEY"} {
-			e, set := env[name]
-			want, wanted := wantFiles[name]
-			if !wanted {
-				if set {
-					t.Errorf("%s: %s set although the release has no certificate for it", w, name)
-				}
-				continue
-			}
-			sec, key, ok := secretFile(spec, c, e.Value)
-			if !set || !ok || sec+"/"+key != want {
-				t.Errorf("%s: %s=%q is not the read-only file %s (got %s/%s)", w, name, e.Value, want, sec, key)
-			}
-		}
-		for _, v := range spec.Volumes {
-			if v.Secret == nil || !strings.HasSuffix(v.Secret.SecretName, "-tls") {
-				continue
-			}
-			if n := v.Secret.SecretName; n != prefix+"-"+comp+"-tls" && (comp != "supervisor-daemon" || n != prefix+"-api-tls") {
-				t.Errorf("%s: mounts %s, another identity's key", w, n)
-			}
-			if _, ok := made[v.Secret.SecretName]; !ok && r.secret(v.Secret.SecretName) == nil {
-				t.Errorf("%s: mounts Secret %s, which nothing makes", w, v.Secret.SecretName)
-			}
-		}
+		tw.serviceTLSFiles(w, comp, c)
+		tw.serviceTLSVolumes(w, comp)
+		tw.serviceRedis(w, comp, c)
+	}
+	if bundled := r.redis(); bundled != nil {
+		tw.bundledRedis(bundled)
+	}
+}
 
-		// Redis.
-		e := env["REDIS_URL"]
-		if e.ValueFrom != nil {
-			if users {
-				t.Errorf("%s: REDIS_URL from a Secret although the services have ACL users", w)
-			}
-			continue
+// tlsWiring is what checkTLSWiring checks each workload against: the Secrets the
+// release makes (made), its name prefix, whether it has certificates (tlsOn) and
+// Redis ACL users (users).
+type tlsWiring struct {
+	t            *testing.T
+	r            *release
+	made         map[string][]string
+	prefix       string
+	tlsOn, users bool
+}
+
+// serviceTLSFiles: TLS_CA, TLS_CERT and TLS_KEY (and the supervisor-daemon's
+// API_TLS_CERT, API_TLS_KEY) name the read-only files of the service's own
+// certificate Secret when the release has certificates, and are unset when not.
+func (tw tlsWiring) serviceTLSFiles(w workload, comp string, c corev1.Container) {
+	t := tw.t
+	t.Helper()
+	env := envOf(c)
+	wantFiles := map[string]string{}
+	if tw.tlsOn {
+		for k, v := range map[string]string{"TLS_CA": "ca.crt", "TLS_CERT": "tls.crt", "TLS_KEY": "tls.key"} {
+			wantFiles[k] = tw.prefix + "-" + comp + "-tls/" + v
 		}
-		u, err := url.Parse(e.Value)
-		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-			t.Errorf("%s: REDIS_URL %q", w, redact(e.Value))
-			continue
-		}
-		if _, has := u.User.Password(); has {
-			t.Errorf("%s: REDIS_URL carries a password in a plain variable", w)
-		}
-		pwFile, hasPW := env["REDIS_PASSWORD_FILE"]
-		if users {
-			if u.User.Username() != comp {
-				t.Errorf("%s: REDIS_URL %q does not name the service's own user %q", w, e.Value, comp)
-			}
-			sec, key, ok := secretFile(spec, c, pwFile.Value)
-			if !hasPW || !ok || sec != prefix+"-redis-users" || key != "redis-password-"+comp {
-				t.Errorf("%s: REDIS_PASSWORD_FILE=%q is not its own key of %s-redis-users (got %s/%s)", w, pwFile.Value, prefix, sec, key)
-			}
-			for _, v := range spec.Volumes {
-				if v.Secret != nil && v.Secret.SecretName == prefix+"-redis-users" && (len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != "redis-password-"+comp) {
-					t.Errorf("%s: mounts more of the Redis users' Secret than its own password: %+v", w, v.Secret.Items)
-				}
-			}
-		} else if u.User != nil || hasPW {
-			t.Errorf("%s: a Redis user or password file without ACL users", w)
-		}
-		if u.Scheme == "rediss" && tlsOn && r.redis() != nil {
-			for k, v := range map[string]string{"REDIS_TLS_CA": "ca.crt", "REDIS_TLS_CERT": "tls.crt", "REDIS_TLS_KEY": "tls.key"} {
-				sec, key, ok := secretFile(spec, c, env[k].Value)
-				if !ok || sec != prefix+"-"+comp+"-tls" || key != v {
-					t.Errorf("%s: %s=%q is not its own certificate's %s", w, k, env[k].Value, v)
-				}
-			}
+		if comp == "supervisor-daemon" {
+			wantFiles["API_TLS_CERT"] = tw.prefix + "-api-tls/tls.crt"
+			wantFiles["API_TLS_KEY"] = tw.prefix + "-api-tls/tls.key"
 		}
 	}
+	for _, name := range []string{"TLS_CA", "TLS_CERT", "TLS_KEY", "API_TLS_CERT", "API_TLS_KEY"} {
+		e, set := env[name]
+		want, wanted := wantFiles[name]
+		if !wanted {
+			if set {
+				t.Errorf("%s: %s set although the release has no certificate for it", w, name)
+			}
+			continue
+		}
+		sec, key, ok := secretFile(w.pod.Spec, c, e.Value)
+		if !set || !ok || sec+"/"+key != want {
+			t.Errorf("%s: %s=%q is not the read-only file %s (got %s/%s)", w, name, e.Value, want, sec, key)
+		}
+	}
+}
 
-	bundled := r.redis()
-	if bundled == nil {
+// serviceTLSVolumes: a service mounts no other identity's certificate Secret, and
+// none that nothing makes.
+func (tw tlsWiring) serviceTLSVolumes(w workload, comp string) {
+	t := tw.t
+	t.Helper()
+	for _, v := range w.pod.Spec.Volumes {
+		if v.Secret == nil || !strings.HasSuffix(v.Secret.SecretName, "-tls") {
+			continue
+		}
+		if n := v.Secret.SecretName; n != tw.prefix+"-"+comp+"-tls" && (comp != "supervisor-daemon" || n != tw.prefix+"-api-tls") {
+			t.Errorf("%s: mounts %s, another identity's key", w, n)
+		}
+		if _, ok := tw.made[v.Secret.SecretName]; !ok && tw.r.secret(v.Secret.SecretName) == nil {
+			t.Errorf("%s: mounts Secret %s, which nothing makes", w, v.Secret.SecretName)
+		}
+	}
+}
+
+// serviceRedis: REDIS_URL names the service's own ACL user (when the release has
+// users), with no password in it; REDIS_PASSWORD_FILE is its own key of the Redis
+// users' Secret; over rediss:// to the bundled Redis, its own certificate.
+func (tw tlsWiring) serviceRedis(w workload, comp string, c corev1.Container) {
+	t := tw.t
+	t.Helper()
+	env := envOf(c)
+	e := env["REDIS_URL"]
+	if e.ValueFrom != nil {
+		if tw.users {
+			t.Errorf("%s: REDIS_URL from a Secret although the services have ACL users", w)
+		}
 		return
 	}
-	sts := []*appsv1.StatefulSet{bundled}
-	redis := sts[0].Spec.Template.Spec
+	u, err := url.Parse(e.Value)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		t.Errorf("%s: REDIS_URL %q", w, redact(e.Value))
+		return
+	}
+	if _, has := u.User.Password(); has {
+		t.Errorf("%s: REDIS_URL carries a password in a plain variable", w)
+	}
+	pwFile, hasPW := env["REDIS_PASSWORD_FILE"]
+	if tw.users {
+		if u.User.Username() != comp {
+			t.Errorf("%s: REDIS_URL %q does not name the service's own user %q", w, e.Value, comp)
+		}
+		tw.servicePasswordFile(w, comp, c, pwFile.Value, hasPW)
+	} else if u.User != nil || hasPW {
+		t.Errorf("%s: a Redis user or password file without ACL users", w)
+	}
+	if u.Scheme == "rediss" && tw.tlsOn && tw.r.redis() != nil {
+		for k, v := range map[string]string{"REDIS_TLS_CA": "ca.crt", "REDIS_TLS_CERT": "tls.crt", "REDIS_TLS_KEY": "tls.key"} {
+			sec, key, ok := secretFile(w.pod.Spec, c, env[k].Value)
+			if !ok || sec != tw.prefix+"-"+comp+"-tls" || key != v {
+				t.Errorf("%s: %s=%q is not its own certificate's %s", w, k, env[k].Value, v)
+			}
+		}
+	}
+}
+
+// servicePasswordFile: REDIS_PASSWORD_FILE (pwFile, set: hasPW) is the service's own
+// key of the Redis users' Secret, and the service mounts no other key of it.
+func (tw tlsWiring) servicePasswordFile(w workload, comp string, c corev1.Container, pwFile string, hasPW bool) {
+	t := tw.t
+	t.Helper()
+	sec, key, ok := secretFile(w.pod.Spec, c, pwFile)
+	if !hasPW || !ok || sec != tw.prefix+"-redis-users" || key != "redis-password-"+comp {
+		t.Errorf("%s: REDIS_PASSWORD_FILE=%q is not its own key of %s-redis-users (got %s/%s)", w, pwFile, tw.prefix, sec, key)
+	}
+	for _, v := range w.pod.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == tw.prefix+"-redis-users" && (len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != "redis-password-"+comp) {
+			t.Errorf("%s: mounts more of the Redis users' Secret than its own password: %+v", w, v.Secret.Items)
+		}
+	}
+}
+
+// bundledRedis: the bundled Redis gets the ACL file alone (no password), is
+// protected with users and not without, serves TLS only, with client
+// certificates, when it has a TLS port, and its probes agree.
+func (tw tlsWiring) bundledRedis(sts *appsv1.StatefulSet) {
+	t := tw.t
+	t.Helper()
+	redis := sts.Spec.Template.Spec
 	rc := redis.Containers[0]
 	args := strings.Join(rc.Args, " ")
 	for _, e := range rc.Env {
 		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
-			t.Errorf("StatefulSet %s: env %s from a Secret; Redis needs no password", sts[0].Name, e.Name)
+			t.Errorf("StatefulSet %s: env %s from a Secret; Redis needs no password", sts.Name, e.Name)
 		}
 	}
-	if users {
-		f := redisArg(sts[0], "--aclfile")
-		sec, key, ok := secretFile(redis, rc, f)
-		if !ok || sec != prefix+"-redis-users" || key != "redis-users.acl" {
-			t.Errorf("StatefulSet %s: --aclfile %q is not the ACL file of %s-redis-users", sts[0].Name, f, prefix)
-		}
-		for _, v := range redis.Volumes {
-			if v.Secret != nil && v.Secret.SecretName == prefix+"-redis-users" && (len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != "redis-users.acl") {
-				t.Errorf("StatefulSet %s: mounts the passwords, not only the ACL file", sts[0].Name)
-			}
-		}
-		if strings.Contains(args, "--protected-mode no") {
-			t.Errorf("StatefulSet %s: --protected-mode no with ACL users", sts[0].Name)
-		}
+	if tw.users {
+		tw.bundledRedisACL(sts, args)
 	} else if !strings.Contains(args, "--protected-mode no") || strings.Contains(args, "--aclfile") {
-		t.Errorf("StatefulSet %s: without users want --protected-mode no and no --aclfile: %s", sts[0].Name, args)
+		t.Errorf("StatefulSet %s: without users want --protected-mode no and no --aclfile: %s", sts.Name, args)
 	}
-	if redisArg(sts[0], "--tls-port") != "" {
-		if !tlsOn || redisArg(sts[0], "--port") != "0" || redisArg(sts[0], "--tls-auth-clients") != "yes" || redisArg(sts[0], "--tls-port") != "6379" {
-			t.Errorf("StatefulSet %s: TLS must be the only port (6379, --port 0) with client certificates: %s", sts[0].Name, args)
+	if redisArg(sts, "--tls-port") != "" {
+		if !tw.tlsOn || redisArg(sts, "--port") != "0" || redisArg(sts, "--tls-auth-clients") != "yes" || redisArg(sts, "--tls-port") != "6379" {
+			t.Errorf("StatefulSet %s: TLS must be the only port (6379, --port 0) with client certificates: %s", sts.Name, args)
 		}
 		for flag, key := range map[string]string{"--tls-cert-file": "tls.crt", "--tls-key-file": "tls.key", "--tls-ca-cert-file": "ca.crt"} {
-			sec, k, ok := secretFile(redis, rc, redisArg(sts[0], flag))
-			if !ok || sec != prefix+"-redis-tls" || k != key {
-				t.Errorf("StatefulSet %s: %s is not %s-redis-tls's %s", sts[0].Name, flag, prefix, key)
+			sec, k, ok := secretFile(redis, rc, redisArg(sts, flag))
+			if !ok || sec != tw.prefix+"-redis-tls" || k != key {
+				t.Errorf("StatefulSet %s: %s is not %s-redis-tls's %s", sts.Name, flag, tw.prefix, key)
 			}
 		}
 	}
 	for _, p := range []*corev1.Probe{rc.StartupProbe, rc.LivenessProbe, rc.ReadinessProbe} {
 		if p == nil || p.Exec == nil || !strings.Contains(strings.Join(p.Exec.Command, " "), "redis-cli") {
-			t.Errorf("StatefulSet %s: a probe is not redis-cli", sts[0].Name)
+			t.Errorf("StatefulSet %s: a probe is not redis-cli", sts.Name)
 			continue
 		}
-		if cmd := strings.Join(p.Exec.Command, " "); strings.Contains(cmd, "--tls") != (redisArg(sts[0], "--tls-port") != "") {
-			t.Errorf("StatefulSet %s: probe %q and Redis disagree about TLS", sts[0].Name, cmd)
+		if cmd := strings.Join(p.Exec.Command, " "); strings.Contains(cmd, "--tls") != (redisArg(sts, "--tls-port") != "") {
+			t.Errorf("StatefulSet %s: probe %q and Redis disagree about TLS", sts.Name, cmd)
 		}
+	}
+}
+
+// bundledRedisACL: with users, --aclfile is the ACL file of the Redis users'
+// Secret, mounted alone (not the passwords), and protected mode stays on.
+func (tw tlsWiring) bundledRedisACL(sts *appsv1.StatefulSet, args string) {
+	t := tw.t
+	t.Helper()
+	redis := sts.Spec.Template.Spec
+	f := redisArg(sts, "--aclfile")
+	sec, key, ok := secretFile(redis, redis.Containers[0], f)
+	if !ok || sec != tw.prefix+"-redis-users" || key != "redis-users.acl" {
+		t.Errorf("StatefulSet %s: --aclfile %q is not the ACL file of %s-redis-users", sts.Name, f, tw.prefix)
+	}
+	for _, v := range redis.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == tw.prefix+"-redis-users" && (len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != "redis-users.acl") {
+			t.Errorf("StatefulSet %s: mounts the passwords, not only the ACL file", sts.Name)
+		}
+	}
+	if strings.Contains(args, "--protected-mode no") {
+		t.Errorf("StatefulSet %s: --protected-mode no with ACL users", sts.Name)
 	}
 }
 

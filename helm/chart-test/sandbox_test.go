@@ -29,21 +29,7 @@ func checkSandbox(t *testing.T, r *release) {
 	for _, w := range r.workloads() {
 		spec := w.pod.Spec
 		runnerPod := w.pod.Labels[labelComponent] == "runner"
-		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
-			if runnerPod && c.Name == "runner" {
-				continue
-			}
-			sc := c.SecurityContext
-			if sc != nil && sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {
-				t.Errorf("%s container %s: procMount %s (only the runner's sandbox needs an unmasked /proc)", w, c.Name, *sc.ProcMount)
-			}
-			if sc != nil && sc.SeccompProfile != nil && sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-				t.Errorf("%s container %s: seccompProfile %s (only the runner container's differs from RuntimeDefault)", w, c.Name, sc.SeccompProfile.Type)
-			}
-			if sc != nil && sc.AppArmorProfile != nil && sc.AppArmorProfile.Type == corev1.AppArmorProfileTypeUnconfined {
-				t.Errorf("%s container %s: AppArmor Unconfined", w, c.Name)
-			}
-		}
+		checkNoSandboxOutsideRunner(t, w, runnerPod)
 		if !runnerPod {
 			if spec.HostUsers != nil && !*spec.HostUsers {
 				t.Errorf("%s: hostUsers false, which only the runner's sandbox needs", w)
@@ -56,69 +42,115 @@ func checkSandbox(t *testing.T, r *release) {
 			continue
 		}
 		c := spec.Containers[i]
-		env := envOf(c)
-		mode := env["SANDBOX"].Value
 		sc := c.SecurityContext
 		if sc == nil {
 			t.Errorf("%s: runner container without securityContext", w)
 			continue
 		}
-		// What holds either way.
-		if sc.Privileged != nil && *sc.Privileged {
-			t.Errorf("%s: runner container privileged", w)
-		}
-		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-			t.Errorf("%s: runner container may escalate privileges", w)
-		}
-		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
-			t.Errorf("%s: runner container capabilities %+v, want drop ALL and nothing added", w, sc.Capabilities)
-		}
-		nonRoot := isTrue(sc.RunAsNonRoot) || (spec.SecurityContext != nil && isTrue(spec.SecurityContext.RunAsNonRoot))
-		if !nonRoot {
-			t.Errorf("%s: runner container may run as root", w)
-		}
-		for _, k := range []string{"JOB_MEMORY", "JOB_PIDS", "JOB_CPU", "JOB_FILE_SIZE"} {
-			if env[k].Value == "" {
-				t.Errorf("%s: %s not set", w, k)
-			}
-		}
+		checkRunnerLockedDown(t, w, c)
 		if sp := sc.SeccompProfile; sp == nil {
 			t.Errorf("%s: runner container without its own seccompProfile", w)
 			continue
 		}
-		switch mode {
+		switch mode := envOf(c)["SANDBOX"].Value; mode {
 		case "bwrap":
-			if spec.HostUsers == nil || *spec.HostUsers {
-				t.Errorf("%s: SANDBOX=bwrap without hostUsers: false (Kubernetes grants procMount Unmasked only in a user namespace)", w)
-			}
-			if sc.ProcMount == nil || *sc.ProcMount != corev1.UnmaskedProcMount {
-				t.Errorf("%s: SANDBOX=bwrap without procMount: Unmasked (bwrap mounts each job's /proc)", w)
-			}
-			switch sp := sc.SeccompProfile; sp.Type {
-			case corev1.SeccompProfileTypeLocalhost:
-				if p := sp.LocalhostProfile; p == nil || *p == "" || path.IsAbs(*p) || strings.Contains(*p, "..") {
-					t.Errorf("%s: seccomp Localhost with localhostProfile %v, want a path under the kubelet's seccomp directory", w, sp.LocalhostProfile)
-				}
-			case corev1.SeccompProfileTypeUnconfined:
-			default:
-				t.Errorf("%s: SANDBOX=bwrap with seccomp %s, which refuses the namespace and mount calls bwrap needs", w, sp.Type)
-			}
+			checkSandboxBwrap(t, w, sc)
 		case "none":
-			if spec.HostUsers != nil && !*spec.HostUsers {
-				t.Errorf("%s: SANDBOX=none with hostUsers: false, which only the sandbox needs", w)
-			}
-			if sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {
-				t.Errorf("%s: SANDBOX=none with procMount %s", w, *sc.ProcMount)
-			}
-			if sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-				t.Errorf("%s: SANDBOX=none with seccomp %s, want RuntimeDefault", w, sc.SeccompProfile.Type)
-			}
-			if sc.AppArmorProfile != nil && sc.AppArmorProfile.Type == corev1.AppArmorProfileTypeUnconfined {
-				t.Errorf("%s: SANDBOX=none with AppArmor Unconfined", w)
-			}
+			checkSandboxNone(t, w, sc)
 		default:
 			t.Errorf("%s: SANDBOX=%q, want bwrap or none", w, mode)
 		}
+	}
+}
+
+// checkNoSandboxOutsideRunner: no container but the runner pod's runner container
+// gets an unmasked /proc, a seccomp profile other than RuntimeDefault, or AppArmor
+// Unconfined.
+func checkNoSandboxOutsideRunner(t *testing.T, w workload, runnerPod bool) {
+	t.Helper()
+	spec := w.pod.Spec
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		if runnerPod && c.Name == "runner" {
+			continue
+		}
+		sc := c.SecurityContext
+		if sc != nil && sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {
+			t.Errorf("%s container %s: procMount %s (only the runner's sandbox needs an unmasked /proc)", w, c.Name, *sc.ProcMount)
+		}
+		if sc != nil && sc.SeccompProfile != nil && sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s container %s: seccompProfile %s (only the runner container's differs from RuntimeDefault)", w, c.Name, sc.SeccompProfile.Type)
+		}
+		if sc != nil && sc.AppArmorProfile != nil && sc.AppArmorProfile.Type == corev1.AppArmorProfileTypeUnconfined {
+			t.Errorf("%s container %s: AppArmor Unconfined", w, c.Name)
+		}
+	}
+}
+
+// checkRunnerLockedDown: what holds for the runner container either way: not
+// privileged, no privilege escalation, every capability dropped and none added,
+// not root, and the jobs' limits set.
+func checkRunnerLockedDown(t *testing.T, w workload, c corev1.Container) {
+	t.Helper()
+	sc, spec, env := c.SecurityContext, w.pod.Spec, envOf(c)
+	if sc.Privileged != nil && *sc.Privileged {
+		t.Errorf("%s: runner container privileged", w)
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("%s: runner container may escalate privileges", w)
+	}
+	if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
+		t.Errorf("%s: runner container capabilities %+v, want drop ALL and nothing added", w, sc.Capabilities)
+	}
+	nonRoot := isTrue(sc.RunAsNonRoot) || (spec.SecurityContext != nil && isTrue(spec.SecurityContext.RunAsNonRoot))
+	if !nonRoot {
+		t.Errorf("%s: runner container may run as root", w)
+	}
+	for _, k := range []string{"JOB_MEMORY", "JOB_PIDS", "JOB_CPU", "JOB_FILE_SIZE"} {
+		if env[k].Value == "" {
+			t.Errorf("%s: %s not set", w, k)
+		}
+	}
+}
+
+// checkSandboxBwrap: SANDBOX=bwrap: a user namespace of the pod's own, procMount
+// Unmasked, and a seccomp profile that allows namespaces and mounts (Localhost
+// under the kubelet's directory, or an explicit Unconfined).
+func checkSandboxBwrap(t *testing.T, w workload, sc *corev1.SecurityContext) {
+	t.Helper()
+	spec := w.pod.Spec
+	if spec.HostUsers == nil || *spec.HostUsers {
+		t.Errorf("%s: SANDBOX=bwrap without hostUsers: false (Kubernetes grants procMount Unmasked only in a user namespace)", w)
+	}
+	if sc.ProcMount == nil || *sc.ProcMount != corev1.UnmaskedProcMount {
+		t.Errorf("%s: SANDBOX=bwrap without procMount: Unmasked (bwrap mounts each job's /proc)", w)
+	}
+	switch sp := sc.SeccompProfile; sp.Type {
+	case corev1.SeccompProfileTypeLocalhost:
+		if p := sp.LocalhostProfile; p == nil || *p == "" || path.IsAbs(*p) || strings.Contains(*p, "..") {
+			t.Errorf("%s: seccomp Localhost with localhostProfile %v, want a path under the kubelet's seccomp directory", w, sp.LocalhostProfile)
+		}
+	case corev1.SeccompProfileTypeUnconfined:
+	default:
+		t.Errorf("%s: SANDBOX=bwrap with seccomp %s, which refuses the namespace and mount calls bwrap needs", w, sp.Type)
+	}
+}
+
+// checkSandboxNone: SANDBOX=none: none of what bwrap needs (no user namespace, the
+// default /proc, RuntimeDefault seccomp, no AppArmor Unconfined).
+func checkSandboxNone(t *testing.T, w workload, sc *corev1.SecurityContext) {
+	t.Helper()
+	spec := w.pod.Spec
+	if spec.HostUsers != nil && !*spec.HostUsers {
+		t.Errorf("%s: SANDBOX=none with hostUsers: false, which only the sandbox needs", w)
+	}
+	if sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {
+		t.Errorf("%s: SANDBOX=none with procMount %s", w, *sc.ProcMount)
+	}
+	if sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: SANDBOX=none with seccomp %s, want RuntimeDefault", w, sc.SeccompProfile.Type)
+	}
+	if sc.AppArmorProfile != nil && sc.AppArmorProfile.Type == corev1.AppArmorProfileTypeUnconfined {
+		t.Errorf("%s: SANDBOX=none with AppArmor Unconfined", w)
 	}
 }
 

@@ -85,11 +85,7 @@ func (c *WorkerConfig) Specs() []WorkerSpec { return c.specs }
 func ParseWorkerSpecs(s string) ([]WorkerSpec, error) {
 	var out []WorkerSpec
 	seen := map[string]bool{}
-	for _, part := range strings.Split(s, ";") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
+	for _, part := range config.Entries(s, ";") {
 		id, cmd, ok := strings.Cut(part, "=")
 		id = strings.TrimSpace(id)
 		argv := strings.Fields(cmd)

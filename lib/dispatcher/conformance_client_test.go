@@ -59,6 +59,16 @@ func foreignWorker(ctx context.Context, rdb *redis.Client, workerID, logDir stri
 	}
 }
 
+// foreignRig is a foreign worker serving "fw" and our Client, for
+// TestConformanceForeignWorker's steps.
+type foreignRig struct {
+	h       *harness
+	c       *Client
+	fw      *redis.Client // the foreign worker's connection
+	seen    chan map[string]string
+	started chan string
+}
+
 // TestConformanceForeignWorker drives a foreign worker (raw Redis commands) through
 // our dispatcher Client: run and await, status, logs, list, stop.
 func TestConformanceForeignWorker(t *testing.T) {
@@ -66,29 +76,40 @@ func TestConformanceForeignWorker(t *testing.T) {
 	logDir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	seen := make(chan map[string]string, 10)
-	started := make(chan string, 10)
-	fw := srv.Client(t, 0)
-	go foreignWorker(ctx, fw, "fw", logDir, seen, started)
-
+	rig := &foreignRig{h: h, fw: srv.Client(t, 0), seen: make(chan map[string]string, 10), started: make(chan string, 10)}
+	go foreignWorker(ctx, rig.fw, "fw", logDir, rig.seen, rig.started)
 	c, err := NewClient(h.rdb, ClientOptions{LogDir: logDir})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rig.c = c
 
-	// run_job_and_await_result: HSET, LPUSH, BLPOP reply.
+	job := rig.runAndAwait(ctx, t)
+	rig.status(ctx, t, job)
+	rig.logs(ctx, t, job)
+	// list_jobs: SCAN, the job is there.
+	if ids := listAll(t, c); len(ids) != 1 || ids[0] != job.ID {
+		t.Errorf("list_jobs = %v, want [%s]", ids, job.ID)
+	}
+	rig.stop(ctx, t)
+	rig.failedRun(ctx, t)
+	rig.noReply(ctx, t)
+}
+
+// runAndAwait: run_job_and_await_result (HSET, LPUSH, BLPOP reply); what the foreign
+// worker read is the seed's hash, field by field.
+func (rig *foreignRig) runAndAwait(ctx context.Context, t *testing.T) *Job {
 	job := &Job{CallerID: "caller-1", ContextID: "ctx-9", Script: "hello", Timeout: 30 * time.Second, Retries: 2,
 		LogPath: "fw/hello.log", EnvVars: map[string]string{"A": "1"}, Dependencies: []string{}}
-	res, err := c.RunJobAndAwaitResult(ctx, job, "fw", 10*time.Second)
+	res, err := rig.c.RunJobAndAwaitResult(ctx, job, "fw", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Reply != "HELLO" || res.Job.Status != StatusFinished || res.Job.Output != "HELLO" {
 		t.Fatalf("run result: reply %q status %q output %q", res.Reply, res.Job.Status, res.Job.Output)
 	}
-	// What the foreign worker read is the seed's hash, field by field.
-	stored := <-seen
-	<-started
+	stored := <-rig.seen
+	<-rig.started
 	if !uuidV4.MatchString(stored["id"]) || stored["id"] != job.ID {
 		t.Errorf("id %q is not the job's UUID v4 %q", stored["id"], job.ID)
 	}
@@ -112,81 +133,86 @@ func TestConformanceForeignWorker(t *testing.T) {
 			t.Errorf("a new job has the worker's field %s", k)
 		}
 	}
+	return job
+}
 
-	// get_job_status: HGETALL, parse status.
-	st, err := c.JobStatus(ctx, job.ID)
+// status: get_job_status (HGETALL, parse status).
+func (rig *foreignRig) status(ctx context.Context, t *testing.T, job *Job) {
+	st, err := rig.c.JobStatus(ctx, job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Status != StatusFinished || st.Output != "HELLO" || st.WorkerID != "fw" || st.CallerID != "caller-1" || st.Timeout != 30*time.Second {
 		t.Errorf("status: %+v", st)
 	}
-	if _, err := c.JobStatus(ctx, "no-such-job"); !errors.Is(err, ErrNotFound) {
+	if _, err := rig.c.JobStatus(ctx, "no-such-job"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("status of an unknown job: %v, want ErrNotFound", err)
 	}
+}
 
-	// get_job_logs: log_path, read from the file system (inside the log directory).
-	logs, err := c.JobLogs(ctx, job.ID)
+// logs: get_job_logs reads log_path from the file system (inside the log directory).
+func (rig *foreignRig) logs(ctx context.Context, t *testing.T, job *Job) {
+	logs, err := rig.c.JobLogs(ctx, job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if text, src := logs.Text(); src != "file" || text != "log of HELLO\n" {
 		t.Errorf("logs = %q from %s (file error %q)", text, src, logs.FileError)
 	}
+}
 
-	// list_jobs: SCAN, the job is there.
-	ids := listAll(t, c)
-	if len(ids) != 1 || ids[0] != job.ID {
-		t.Errorf("list_jobs = %v, want [%s]", ids, job.ID)
-	}
-
-	// stop_job: LPUSH hero:stop_queue:<worker_id> <id>; the foreign worker stops it.
+// stop: stop_job (LPUSH hero:stop_queue:<worker_id> <id>); the foreign worker stops it.
+func (rig *foreignRig) stop(ctx context.Context, t *testing.T) {
 	long := &Job{Script: "long"}
-	if err := c.SubmitJob(ctx, long, "fw"); err != nil {
+	if err := rig.c.SubmitJob(ctx, long, "fw"); err != nil {
 		t.Fatal(err)
 	}
-	<-seen
-	if got := <-started; got != long.ID {
+	<-rig.seen
+	if got := <-rig.started; got != long.ID {
 		t.Fatalf("foreign worker started %s, want %s", got, long.ID)
 	}
-	w, err := c.StopJob(ctx, long.ID)
+	w, err := rig.c.StopJob(ctx, long.ID)
 	if err != nil || w != "fw" {
 		t.Fatalf("stop_job: worker %q, %v", w, err)
 	}
-	if r := h.reply(long.ID, 20*time.Second); r != "stopped_by_request" {
+	if r := rig.h.reply(long.ID, 20*time.Second); r != "stopped_by_request" {
 		t.Errorf("reply after stop = %q", r)
 	}
-	st, _ = c.JobStatus(ctx, long.ID)
+	st, _ := rig.c.JobStatus(ctx, long.ID)
 	if st.Status != StatusError || st.Error != "stopped_by_request" {
 		t.Errorf("stopped job: status %q error %q", st.Status, st.Error)
 	}
-	if _, err := c.StopJob(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+	if _, err := rig.c.StopJob(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("stop of an unknown job: %v", err)
 	}
+}
 
-	// A failing job as the foreign worker reports it: the caller tells by status.
+// failedRun: a failing job as the foreign worker reports it; the caller tells by status.
+func (rig *foreignRig) failedRun(ctx context.Context, t *testing.T) {
 	go func() {
 		// Play a worker that fails this one.
-		res, err := fw.BLPop(ctx, 10*time.Second, "hero:work_queue:none").Result()
+		res, err := rig.fw.BLPop(ctx, 10*time.Second, "hero:work_queue:none").Result()
 		if err == nil {
-			fw.HSet(ctx, "hero:job:"+res[1], "status", "error", "error", "boom")
-			fw.LPush(ctx, "hero:reply:"+res[1], "boom")
+			rig.fw.HSet(ctx, "hero:job:"+res[1], "status", "error", "error", "boom")
+			rig.fw.LPush(ctx, "hero:reply:"+res[1], "boom")
 		}
 	}()
-	r2, err := c.RunJobAndAwaitResult(ctx, &Job{Script: "anything"}, "none", 10*time.Second)
+	r2, err := rig.c.RunJobAndAwaitResult(ctx, &Job{Script: "anything"}, "none", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r2.Reply != "boom" || r2.Job.Status != StatusError || r2.Job.Error != "boom" {
 		t.Errorf("failed run: %+v / %+v", r2, r2.Job)
 	}
+}
 
-	// No reply in time: ErrTimeout, and the job is left as it is.
+// noReply: no reply in time is ErrTimeout, and the job is left as it is.
+func (rig *foreignRig) noReply(ctx context.Context, t *testing.T) {
 	tj := &Job{Script: "never"}
-	if _, err := c.RunJobAndAwaitResult(ctx, tj, "nobody-serves-this", time.Second); !errors.Is(err, ErrTimeout) {
+	if _, err := rig.c.RunJobAndAwaitResult(ctx, tj, "nobody-serves-this", time.Second); !errors.Is(err, ErrTimeout) {
 		t.Errorf("run with no worker: %v, want ErrTimeout", err)
 	}
-	if n := h.rdb.LLen(ctx, "hero:work_queue:nobody-serves-this").Val(); n != 1 {
+	if n := rig.h.rdb.LLen(ctx, "hero:work_queue:nobody-serves-this").Val(); n != 1 {
 		t.Errorf("the unserved job is not on its queue (%d)", n)
 	}
 }

@@ -18,10 +18,24 @@ func TestConformanceForeignClient(t *testing.T) {
 	h := newHarness(t)
 	h.needRedisCLI()
 	h.worker(WorkerParams{Workers: []WorkerSpec{{ID: "conf", Argv: []string{"/bin/sh"}}}})
+	foreignClientSuccess(t, h)
+	foreignClientFailure(t, h)
+	foreignClientUnclaimedReply(t, h)
+	// Nothing of ours matches the seed's job pattern.
+	var keys []string
 	ctx := context.Background()
+	iter := h.rdb.Scan(ctx, 0, "hero:job:*", 100).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if len(keys) != 4 {
+		t.Errorf("hero:job:* matches %d keys, want the 4 jobs: %v", len(keys), keys)
+	}
+}
 
-	// A job that succeeds. Its script reads its own status while it runs: the
-	// worker must have written "started" before executing it.
+// foreignClientSuccess: a job that succeeds. Its script reads its own status while it
+// runs: the worker must have written "started" before executing it.
+func foreignClientSuccess(t *testing.T, h *harness) {
 	id := NewJobID()
 	script := `printf 'status=%s\n' "$(` + rc + ` HGET hero:job:$HERO_JOB_ID status)"; echo "greeting=$GREETING"`
 	env := `{"RP":"` + h.port + `","GREETING":"hello"}`
@@ -49,7 +63,16 @@ func TestConformanceForeignClient(t *testing.T) {
 	if u, err := ParseTime(after["updated_at"]); err != nil || !u.After(time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)) {
 		t.Errorf("updated_at %q was not advanced (%v)", after["updated_at"], err)
 	}
-	// Everything the client wrote is left as it was.
+	checkOnlyWorkerFields(t, before, after)
+	// The reply was taken: nothing else is left on it.
+	if n := h.rdb.LLen(context.Background(), "hero:reply:"+id).Val(); n != 0 {
+		t.Errorf("reply list still has %d items", n)
+	}
+}
+
+// checkOnlyWorkerFields: everything the client wrote is left as it was, and the
+// worker added no field but output.
+func checkOnlyWorkerFields(t *testing.T, before, after map[string]string) {
 	for k, v := range before {
 		if k == "status" || k == "updated_at" {
 			continue
@@ -63,16 +86,15 @@ func TestConformanceForeignClient(t *testing.T) {
 			t.Errorf("the worker added field %q to the job hash", k)
 		}
 	}
-	// The reply was taken: nothing else is left on it.
-	if n := h.rdb.LLen(ctx, "hero:reply:"+id).Val(); n != 0 {
-		t.Errorf("reply list still has %d items", n)
-	}
+}
 
-	// A job that fails: status error, error the reason, the reply the error text.
+// foreignClientFailure: a job that fails: status error, error the reason, the reply
+// the error text.
+func foreignClientFailure(t *testing.T, h *harness) {
 	id2 := NewJobID()
 	h.seedJob(id2, "conf", "echo partial; echo oops >&2; exit 3")
 	h.push("conf", id2)
-	got = h.reply(id2, 20*time.Second)
+	got := h.reply(id2, 20*time.Second)
 	f := h.hash(id2)
 	if f["status"] != "error" || f["error"] != "exit code 3: oops" {
 		t.Errorf("failed job: status %q error %q, want error / %q", f["status"], f["error"], "exit code 3: oops")
@@ -86,8 +108,11 @@ func TestConformanceForeignClient(t *testing.T) {
 	if !iso8601.MatchString(f["updated_at"]) {
 		t.Errorf("updated_at = %q, not ISO 8601", f["updated_at"])
 	}
+}
 
-	// A reply nobody takes expires.
+// foreignClientUnclaimedReply: a reply nobody takes expires.
+func foreignClientUnclaimedReply(t *testing.T, h *harness) {
+	ctx := context.Background()
 	id3 := NewJobID()
 	h.seedJob(id3, "conf", "echo unclaimed")
 	h.push("conf", id3)
@@ -102,15 +127,6 @@ func TestConformanceForeignClient(t *testing.T) {
 	}
 	if v := h.rdb.LRange(ctx, "hero:reply:"+id3, 0, -1).Val(); len(v) != 1 || v[0] != "unclaimed\n" {
 		t.Errorf("unclaimed reply = %q", v)
-	}
-	// Nothing of ours matches the seed's job pattern.
-	var keys []string
-	iter := h.rdb.Scan(ctx, 0, "hero:job:*", 100).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if len(keys) != 4 {
-		t.Errorf("hero:job:* matches %d keys, want the 4 jobs: %v", len(keys), keys)
 	}
 }
 

@@ -2,64 +2,29 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/procrun"
-	"github.com/hero-coordinator/hero/lib/sandbox"
 )
 
 // Reasons a job is killed by the worker rather than by its own timeout.
 const (
-	reasonStopRequested = "stopped_by_request" // the seed's error for a running job stopped
-	reasonHandedBack    = "handed_back"        // shutdown: back to the work queue
-	reasonLost          = "lost"               // another process took the job over
+	reasonStopRequested = "stopped_by_request"      // the seed's error for a running job stopped
+	reasonHandedBack    = execcore.ReasonHandedBack // shutdown: back to the work queue
+	reasonLost          = "lost"                    // another process took the job over
 )
 
-const stderrTail = 2 << 10
-
-// execution is one job claimed by this process.
-type execution struct {
-	id, workerID string
-	mu           sync.Mutex
-	reason       string // why the worker ended it (one of the reasons above)
-	proc         *procrun.Proc
-}
-
-// kill ends the job: the current process group now, and no further attempt. The first
-// reason is kept.
-func (ex *execution) kill(reason string) {
-	ex.mu.Lock()
-	if ex.reason == "" {
-		ex.reason = reason
-	}
-	p := ex.proc
-	ex.mu.Unlock()
-	if p != nil {
-		p.Kill(reason)
-	}
-}
-
-func (ex *execution) setProc(p *procrun.Proc) string {
-	ex.mu.Lock()
-	defer ex.mu.Unlock()
-	ex.proc = p
-	return ex.reason
-}
-
-func (ex *execution) killReason() string {
-	ex.mu.Lock()
-	defer ex.mu.Unlock()
-	return ex.reason
-}
+// execution is one job claimed by this process: its key the job id, its tag the
+// worker id.
+type execution = execcore.Execution[string]
 
 // outcome is how a job ends.
 type outcome struct {
@@ -71,7 +36,7 @@ type outcome struct {
 
 // execute runs a prepared job: start, log file, attempts, finish.
 func (w *Worker) execute(s WorkerSpec, ex *execution, j *Job, log zerolog.Logger) {
-	ctx := w.jobCtx
+	ctx := w.core.JobCtx()
 	res, err := startScript.Run(ctx, w.rdb,
 		[]string{w.keys.Processing(w.proc, s.ID), w.keys.Job(j.ID), w.keys.Claims(), w.keys.StopMark(j.ID), w.keys.Reply(j.ID), w.keys.Log(j.ID)},
 		j.ID, w.proc, FormatTime(time.Now()), w.p.ReplyTTL.Milliseconds()).Text()
@@ -129,13 +94,13 @@ func (w *Worker) execute(s WorkerSpec, ex *execution, j *Job, log zerolog.Logger
 		}
 		var retry bool
 		o, retry = w.attempt(s, ex, j, n, sinks)
-		if o.status == StatusFinished || !retry || ex.killReason() != "" {
+		if o.status == StatusFinished || !retry || ex.Reason() != "" {
 			break
 		}
 	}
 	logw.Close()
 	w.m.duration.WithLabelValues(s.ID).Observe(time.Since(start).Seconds())
-	switch ex.killReason() {
+	switch ex.Reason() {
 	case reasonHandedBack:
 		log.Info().Msg("job handed back at shutdown")
 		return // still in the processing list: unregister puts it back on its queue
@@ -148,7 +113,7 @@ func (w *Worker) execute(s WorkerSpec, ex *execution, j *Job, log zerolog.Logger
 
 // attempt runs the script once. retry says whether a failure may be retried.
 func (w *Worker) attempt(s WorkerSpec, ex *execution, j *Job, n int, sinks io.Writer) (outcome, bool) {
-	if r := ex.killReason(); r != "" {
+	if r := ex.Reason(); r != "" {
 		return outcome{status: StatusError, err: r, reason: r}, false
 	}
 	dir, err := os.MkdirTemp(w.p.WorkDir, "hero-dispatcher-")
@@ -156,82 +121,58 @@ func (w *Worker) attempt(s WorkerSpec, ex *execution, j *Job, n int, sinks io.Wr
 		return outcome{status: StatusError, err: "worker cannot make a scratch directory: " + err.Error(), reason: "start_error"}, false
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	stdout := &procrun.Capped{Max: w.p.OutputMaxBytes}
-	stderr := &procrun.Tail{Max: stderrTail}
-	argv := s.Argv
-	var extra []*os.File
-	var sj *sandbox.Job
-	if w.p.Sandbox != nil {
-		// The same sandbox as the runner's jobs: seed-000 scripts are someone's code too.
-		var err error
-		if sj, err = w.p.Sandbox.Prepare(dir, s.Argv, w.p.Limits); err != nil {
-			return outcome{status: StatusError, err: "cannot prepare the sandbox: " + err.Error(), reason: "start_error"}, false
-		}
-		defer sj.Cleanup()
-		argv, extra = sj.Argv, sj.ExtraFiles
-	}
-	proc, err := procrun.Start(procrun.Spec{
-		Argv: argv, Dir: dir, Env: environment(j, s.ID, dir, n), Stdin: strings.NewReader(j.Script),
-		Stdout: procrun.Multi{stdout, sinks}, Stderr: procrun.Multi{stderr, sinks}, KillGrace: w.p.KillGrace,
-		ExtraFiles: extra,
+	// The same sandbox as the runner's jobs (when there is one): seed-000 scripts are
+	// someone's code too.
+	run, err := ex.Start(execcore.Process{
+		Argv: s.Argv, Dir: dir, Env: environment(j, s.ID, dir, n), Script: j.Script,
+		Sandbox: w.p.Sandbox, Limits: w.p.Limits,
+		Log: sinks, OutputMax: w.p.OutputMaxBytes, KillGrace: w.p.KillGrace,
 	})
 	if err != nil {
-		return outcome{status: StatusError, err: fmt.Sprintf("cannot start interpreter %q: %v", s.Argv[0], err), reason: "start_error"}, false
+		return outcome{status: StatusError, err: startError(err, s.Argv[0]), reason: "start_error"}, false
 	}
-	if sj != nil {
-		if err := sj.Started(); err != nil {
-			proc.Kill("start_error")
-			proc.Wait()
-			return outcome{status: StatusError, err: err.Error(), reason: "start_error"}, false
-		}
-		stop := sj.Watch(func(reason string) { proc.Kill(reason) })
-		defer stop()
-	}
-	if r := ex.setProc(proc); r != "" {
-		proc.Kill(r)
-	}
-	var timer *time.Timer
-	if j.Timeout > 0 {
-		timer = time.AfterFunc(j.Timeout, func() { proc.Kill("timeout") })
-	}
-	res := proc.Wait()
-	if timer != nil {
-		timer.Stop()
-	}
-	ex.setProc(nil)
-	if r := ex.killReason(); r != "" {
-		return outcome{status: StatusError, output: stdout.String(), err: r, reason: r}, false
+	sv := execcore.Supervise(j.Timeout, func() { run.Kill("timeout") }, 0, nil)
+	res := run.Wait()
+	sv.Stop()
+	if r := ex.Reason(); r != "" {
+		return outcome{status: StatusError, output: res.Output, err: r, reason: r}, false
 	}
 	if res.Killed == "timeout" {
-		return outcome{status: StatusError, output: stdout.String(), err: "timeout", reason: "timeout"}, true
+		return outcome{status: StatusError, output: res.Output, err: "timeout", reason: "timeout"}, true
 	}
 	if res.Err != nil || res.ExitCode != 0 {
-		return outcome{status: StatusError, output: stdout.String(), err: res.Describe(strings.TrimSpace(stderr.String())), reason: "exit_code"}, true
+		return outcome{status: StatusError, output: res.Output, err: res.Describe(), reason: "exit_code"}, true
 	}
-	return outcome{status: StatusFinished, output: stdout.String()}, false
+	return outcome{status: StatusFinished, output: res.Output}, false
+}
+
+// startError is the error of an attempt that could not start.
+func startError(err error, interpreter string) string {
+	var se *execcore.StartError
+	if !errors.As(err, &se) {
+		return err.Error()
+	}
+	switch se.Step {
+	case execcore.StepSandbox:
+		return "cannot prepare the sandbox: " + se.Err.Error()
+	case execcore.StepStart:
+		return fmt.Sprintf("cannot start interpreter %q: %v", interpreter, se.Err)
+	}
+	return se.Err.Error()
 }
 
 // environment is the job's whole environment: nothing of the worker's own leaks in.
 // PATH, HOME (the scratch directory) and LANG; the job's env_vars (which may replace
 // them); HERO_JOB_ID, HERO_WORKER_ID and HERO_ATTEMPT.
 func environment(j *Job, workerID, dir string, attempt int) []string {
-	env := map[string]string{
-		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME": dir,
-		"LANG": "C.UTF-8",
-	}
+	env := execcore.CleanEnv(dir)
 	for k, v := range j.EnvVars {
 		env[k] = v
 	}
 	env["HERO_JOB_ID"] = j.ID
 	env["HERO_WORKER_ID"] = workerID
 	env["HERO_ATTEMPT"] = strconv.Itoa(attempt)
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
+	return execcore.EnvList(env)
 }
 
 // finish writes the job's end, pushes the reply and releases the jobs waiting for it.

@@ -43,9 +43,7 @@ func newWorkerMetrics(reg prometheus.Registerer, w *Worker) *workerMetrics {
 			Help: "Writes of a job's end or hand-back retried after a passing Redis fault."}),
 	}
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "hero_dispatcher_jobs_running", Help: "Hero Dispatcher jobs this process holds now."}, func() float64 {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return float64(len(w.running))
+		return float64(w.core.Len())
 	})
 	reg.MustRegister(&queueCollector{w: w,
 		depth: prometheus.NewDesc("hero_dispatcher_queue_length",

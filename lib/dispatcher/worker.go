@@ -10,13 +10,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/obs"
 	"github.com/hero-coordinator/hero/lib/sandbox"
@@ -101,16 +101,12 @@ type Worker struct {
 	slots  map[string]chan struct{}
 	byStop map[string]string // stop queue key → worker id
 
-	mu      sync.Mutex
-	running map[string]*execution // by job id
-	jobs    sync.WaitGroup
-	jobCtx  context.Context // outlives Run's ctx: running jobs finish their writes
-	stopJob context.CancelFunc
-	// finishCtx ends when the shutdown's drain gives up: writes retried through a
-	// Redis fault stop then (what they leave claimed is handed back).
-	finishCtx  context.Context
-	stopFinish context.CancelFunc
-	ready      chan struct{}
+	// core holds the jobs this process runs, by job id (the execution's tag: its
+	// worker id). Its job context outlives Run's ctx: running jobs finish their
+	// writes; its end context ends when the shutdown's drain gives up: writes retried
+	// through a Redis fault stop then (what they leave claimed is handed back).
+	core  *execcore.Tracker[string]
+	ready chan struct{}
 
 	ownsRedis bool // opened by WorkerConfig.Open: Run closes it
 }
@@ -190,14 +186,12 @@ func NewWorker(p WorkerParams) (*Worker, error) {
 	w := &Worker{
 		p: p, rdb: p.Redis, keys: NewKeys(p.Prefix), specs: p.Workers, proc: p.ProcessID,
 		log:   p.Log.With().Str(obs.KeyWorker, p.ProcessID).Logger(),
-		slots: map[string]chan struct{}{}, byStop: map[string]string{}, running: map[string]*execution{},
+		slots: map[string]chan struct{}{}, byStop: map[string]string{}, core: execcore.NewTracker[string](),
 	}
 	for _, s := range w.specs {
 		w.slots[s.ID] = make(chan struct{}, p.Concurrency)
 		w.byStop[w.keys.StopQueue(s.ID)] = s.ID
 	}
-	w.jobCtx, w.stopJob = context.WithCancel(context.Background())
-	w.finishCtx, w.stopFinish = context.WithCancel(w.jobCtx)
 	w.ready = make(chan struct{})
 	w.m = newWorkerMetrics(p.Registerer, w)
 	return w, nil
@@ -260,7 +254,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopBg()
 	bg.Wait()
 	w.unregister()
-	w.stopJob()
+	w.core.Close()
 	w.log.Info().Msg("hero dispatcher worker stopped")
 	if w.ownsRedis {
 		_ = w.rdb.Close()
@@ -363,90 +357,6 @@ func (w *Worker) procWorkerIDs(ctx context.Context, proc string) ([]string, erro
 	return out, nil
 }
 
-// ---- blocking connections ----
-
-// blockingConn is a dedicated connection for blocking pops. Its loop can be woken at
-// once when it must end (CLIENT UNBLOCK from another connection), so shutdown does
-// not wait for a pop's timeout.
-type blockingConn struct {
-	rdb  *redis.Client
-	conn *redis.Conn
-	id   atomic.Int64
-}
-
-func (b *blockingConn) reset(ctx context.Context) error {
-	if b.conn != nil {
-		_ = b.conn.Close()
-	}
-	b.conn = b.rdb.Conn()
-	id, err := b.conn.ClientID(ctx).Result()
-	if err != nil {
-		_ = b.conn.Close()
-		b.conn = nil
-		return err
-	}
-	b.id.Store(id)
-	return nil
-}
-
-func (b *blockingConn) close() {
-	if b.conn != nil {
-		_ = b.conn.Close()
-	}
-}
-
-// unblockOnDone wakes b's pending pop once ctx ends, until done is closed.
-func (w *Worker) unblockOnDone(ctx context.Context, b *blockingConn, done <-chan struct{}) {
-	select {
-	case <-done:
-		return
-	case <-ctx.Done():
-	}
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = w.rdb.ClientUnblock(uctx, b.id.Load()).Err()
-		cancel()
-		select {
-		case <-done:
-			return
-		case <-t.C: // the loop may have been between two pops: wake it again
-		}
-	}
-}
-
-// reconnect replaces b's broken connection, retrying with backoff until it has a
-// working one (true) or ctx ends (false): a failed reset leaves b without a
-// connection, and a pop on none would dereference nil (a Redis restart crashed the
-// runner that way).
-func (w *Worker) reconnect(ctx context.Context, b *blockingConn, what string) bool {
-	backoff := 100 * time.Millisecond
-	for {
-		err := b.reset(ctx)
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		w.log.Error().Err(err).Str("loop", what).Msg("reconnect for blocking pops")
-		if !fault.Sleep(ctx, backoff) {
-			return false
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
-}
-
-// dialLoop opens a blocking connection, retrying with backoff until ctx ends.
-func (w *Worker) dialLoop(ctx context.Context, what string) *blockingConn {
-	b := &blockingConn{rdb: w.rdb}
-	if !w.reconnect(ctx, b, what) {
-		return nil
-	}
-	return b
-}
-
 // ---- the claim loop ----
 
 // claimLoop takes jobs of one worker id: a free slot, then BLMOVE from the right end
@@ -514,7 +424,7 @@ func (w *Worker) handBackOrphans(ctx context.Context, s WorkerSpec, log zerolog.
 		return // the next reconnect looks again
 	}
 	for _, id := range ids {
-		if w.lookup(id) == nil {
+		if w.core.Lookup(id) == nil {
 			log.Warn().Str(KeyJobID, id).Msg("job claimed by a pop whose answer was lost: back on its work queue")
 			w.handBackOne(s, id, log)
 		}
@@ -531,11 +441,11 @@ func (w *Worker) claimed(ctx context.Context, s WorkerSpec, id string, log zerol
 			<-slots
 		}
 	}
-	ex, fresh := w.track(s.ID, id)
+	ex, fresh := w.core.Add(id, s.ID)
 	if !fresh {
 		// The same id was queued twice and runs here already: the running one's end
 		// acknowledges one entry; this one is dropped.
-		_ = w.rdb.LRem(w.jobCtx, w.keys.Processing(w.proc, s.ID), 1, id).Err()
+		_ = w.rdb.LRem(w.core.JobCtx(), w.keys.Processing(w.proc, s.ID), 1, id).Err()
 		log.Warn().Msg("job id queued again while it runs in this process: duplicate dropped")
 		free()
 		return
@@ -543,18 +453,18 @@ func (w *Worker) claimed(ctx context.Context, s WorkerSpec, id string, log zerol
 	keep := false
 	defer func() {
 		if !keep {
-			w.untrack(ex)
+			w.core.Remove(ex)
 			free()
 		}
 	}()
-	h, err := w.rdb.HGetAll(w.jobCtx, w.keys.Job(id)).Result()
+	h, err := w.rdb.HGetAll(w.core.JobCtx(), w.keys.Job(id)).Result()
 	if err != nil {
 		log.Error().Err(err).Msg("read job; handing it back")
 		w.handBackOne(s, id, log)
 		return
 	}
 	if len(h) == 0 {
-		_ = w.rdb.LRem(w.jobCtx, w.keys.Processing(w.proc, s.ID), 1, id).Err()
+		_ = w.rdb.LRem(w.core.JobCtx(), w.keys.Processing(w.proc, s.ID), 1, id).Err()
 		w.m.errors.WithLabelValues(s.ID, "unknown_job").Inc()
 		log.Warn().Msg("job id on the work queue has no job hash: skipped")
 		return
@@ -607,12 +517,12 @@ func (w *Worker) claimed(ctx context.Context, s WorkerSpec, id string, log zerol
 		}
 	}
 	keep = true
-	w.jobs.Add(1)
+	w.core.Begin()
 	go func() {
 		defer func() {
-			w.untrack(ex)
+			w.core.Remove(ex)
 			free()
-			w.jobs.Done()
+			w.core.Done()
 		}()
 		w.execute(s, ex, j, log)
 	}()
@@ -655,7 +565,7 @@ func (w *Worker) park(s WorkerSpec, j *Job, deps []string) ([]string, error) {
 	}
 	now := time.Now()
 	ttl := max(w.p.StopMarkTTL, 24*time.Hour)
-	res, err := parkScript.Run(w.jobCtx, w.rdb, keys, j.ID, FormatTime(now), w.p.ReplyTTL.Milliseconds(),
+	res, err := parkScript.Run(w.core.JobCtx(), w.rdb, keys, j.ID, FormatTime(now), w.p.ReplyTTL.Milliseconds(),
 		now.Add(w.p.DependencyRecheck).UnixMilli(), s.ID+"\t"+j.ID, ttl.Milliseconds(), len(deps)).StringSlice()
 	if err != nil {
 		return nil, err
@@ -689,7 +599,7 @@ func (w *Worker) handBackOne(s WorkerSpec, id string, log zerolog.Logger) {
 func (w *Worker) retryWrite(log zerolog.Logger, what string, write func(ctx context.Context) error) error {
 	var bo fault.Backoff
 	for {
-		ctx, cancel := context.WithTimeout(w.jobCtx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(w.core.JobCtx(), 5*time.Second)
 		err := write(ctx)
 		cancel()
 		if err == nil || !fault.Transient(err) {
@@ -697,7 +607,7 @@ func (w *Worker) retryWrite(log zerolog.Logger, what string, write func(ctx cont
 		}
 		w.m.finishRetries.Inc()
 		log.Warn().Err(err).Msg(what + ": Redis unavailable; retrying")
-		if !bo.Sleep(w.finishCtx) {
+		if !bo.Sleep(w.core.EndCtx()) {
 			return err
 		}
 	}
@@ -715,7 +625,7 @@ func (w *Worker) ended(id string) {
 	if err != nil || len(members) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(w.jobCtx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(w.core.JobCtx(), 5*time.Second)
 	defer cancel()
 	for _, m := range members {
 		wid, jid, ok := strings.Cut(m, "\t")
@@ -727,42 +637,6 @@ func (w *Worker) ended(id string) {
 		}
 	}
 	_ = w.rdb.Del(ctx, w.keys.Dependents(id)).Err()
-}
-
-// track registers a job claimed by this process (stop requests find it here).
-func (w *Worker) track(workerID, id string) (*execution, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if ex, ok := w.running[id]; ok {
-		return ex, false
-	}
-	ex := &execution{id: id, workerID: workerID}
-	w.running[id] = ex
-	return ex, true
-}
-
-func (w *Worker) untrack(ex *execution) {
-	w.mu.Lock()
-	if w.running[ex.id] == ex {
-		delete(w.running, ex.id)
-	}
-	w.mu.Unlock()
-}
-
-func (w *Worker) lookup(id string) *execution {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.running[id]
-}
-
-func (w *Worker) runningNow() []*execution {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]*execution, 0, len(w.running))
-	for _, ex := range w.running {
-		out = append(out, ex)
-	}
-	return out
 }
 
 // ---- stop requests ----
@@ -806,9 +680,9 @@ func (w *Worker) stopLoop(ctx context.Context) {
 		backoff = 100 * time.Millisecond
 		key, id := res[0], res[1]
 		if key == ctl {
-			if ex := w.lookup(id); ex != nil {
-				ex.kill(reasonStopRequested)
-				w.log.Info().Str(KeyJobID, id).Str(KeyWorkerID, ex.workerID).Msg("stop request forwarded by another process: stopping the job")
+			if ex := w.core.Lookup(id); ex != nil {
+				ex.Kill(reasonStopRequested)
+				w.log.Info().Str(KeyJobID, id).Str(KeyWorkerID, ex.Tag).Msg("stop request forwarded by another process: stopping the job")
 			}
 			continue
 		}
@@ -819,12 +693,12 @@ func (w *Worker) stopLoop(ctx context.Context) {
 // handleStop applies a stop request taken from a worker id's stop queue.
 func (w *Worker) handleStop(workerID, id string) {
 	log := w.log.With().Str(KeyWorkerID, workerID).Str(KeyJobID, id).Logger()
-	if ex := w.lookup(id); ex != nil {
+	if ex := w.core.Lookup(id); ex != nil {
 		// Running (or about to): a running process is killed; a job not yet started
 		// is ended below as "stopped" and its start sees the stop mark.
-		ex.kill(reasonStopRequested)
+		ex.Kill(reasonStopRequested)
 	}
-	ctx, cancel := context.WithTimeout(w.jobCtx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(w.core.JobCtx(), 5*time.Second)
 	defer cancel()
 	res, err := stopScript.Run(ctx, w.rdb,
 		[]string{w.keys.Job(id), w.keys.Claims(), w.keys.StopMark(id), w.keys.Waiting(workerID), w.keys.Reply(id)},
@@ -869,39 +743,35 @@ func (w *Worker) handleStop(workerID, id string) {
 
 // ---- heartbeats, stale detection, dependency re-checks ----
 
-// heartbeatLoop refreshes this process's heartbeat. If another process removed it
-// as stale (a pause longer than StaleAfter), the jobs it requeued are stopped here
-// and the process announces itself again.
+// heartbeatLoop refreshes this process's heartbeat every Heartbeat period.
 func (w *Worker) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(w.p.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	execcore.Every(ctx, w.p.Heartbeat, func() { w.heartbeat(ctx) })
+}
+
+// heartbeat refreshes this process's heartbeat. If another process removed it as
+// stale (a pause longer than StaleAfter), the jobs it requeued are stopped here and
+// the process announces itself again.
+func (w *Worker) heartbeat(ctx context.Context) {
+	hctx, cancel := context.WithTimeout(ctx, w.p.Heartbeat)
+	ok, err := heartbeatScript.Run(hctx, w.rdb, []string{w.keys.Procs()}, w.proc, time.Now().UnixMilli()).Int()
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Error().Err(err).Msg("heartbeat")
 		}
-		hctx, cancel := context.WithTimeout(ctx, w.p.Heartbeat)
-		ok, err := heartbeatScript.Run(hctx, w.rdb, []string{w.keys.Procs()}, w.proc, time.Now().UnixMilli()).Int()
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Error().Err(err).Msg("heartbeat")
-			}
-			continue
+		return
+	}
+	if ok == 1 {
+		return
+	}
+	w.log.Warn().Msg("this process was taken for dead (no heartbeat for too long): its jobs went back to their queues")
+	for _, ex := range w.core.Running() {
+		if pos := w.rdb.LPos(ctx, w.keys.Processing(w.proc, ex.Tag), ex.Key, redis.LPosArgs{}); errors.Is(pos.Err(), redis.Nil) {
+			ex.Kill(reasonLost)
 		}
-		if ok == 1 {
-			continue
-		}
-		w.log.Warn().Msg("this process was taken for dead (no heartbeat for too long): its jobs went back to their queues")
-		for _, ex := range w.runningNow() {
-			if pos := w.rdb.LPos(ctx, w.keys.Processing(w.proc, ex.workerID), ex.id, redis.LPosArgs{}); errors.Is(pos.Err(), redis.Nil) {
-				ex.kill(reasonLost)
-			}
-		}
-		if err := w.announce(ctx); err != nil {
-			w.log.Error().Err(err).Msg("announce again")
-		}
+	}
+	if err := w.announce(ctx); err != nil {
+		w.log.Error().Err(err).Msg("announce again")
 	}
 }
 
@@ -972,24 +842,4 @@ func (w *Worker) recheckWaiting(ctx context.Context) {
 
 // drain lets the running jobs finish for DrainTimeout, then stops the rest; the ones
 // stopped this way stay in the processing list and unregister hands them back.
-func (w *Worker) drain() {
-	done := make(chan struct{})
-	go func() {
-		w.jobs.Wait()
-		close(done)
-	}()
-	if w.p.DrainTimeout > 0 {
-		t := time.NewTimer(w.p.DrainTimeout)
-		select {
-		case <-done:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-	for _, ex := range w.runningNow() {
-		ex.kill(reasonHandedBack)
-	}
-	w.stopFinish()
-	<-done
-}
+func (w *Worker) drain() { w.core.Drain(w.p.DrainTimeout) }

@@ -215,7 +215,6 @@ func TestEnvVars(t *testing.T) {
 func TestLogPath(t *testing.T) {
 	h := newHarness(t)
 	h.needRedisCLI()
-	ctx := context.Background()
 	logDir := t.TempDir()
 	outside := t.TempDir()
 	if err := os.Symlink(outside, filepath.Join(logDir, "escape")); err != nil {
@@ -223,8 +222,37 @@ func TestLogPath(t *testing.T) {
 	}
 	h.worker(WorkerParams{Workers: sh("lp"), LogDir: logDir})
 	c, _ := NewClient(h.rdb, ClientOptions{LogDir: logDir})
+	logPathInside(t, h, c, logDir)
+	logPathOutside(t, h, logDir, outside)
 
-	// Inside (relative and absolute).
+	// A worker without a log directory refuses log_path.
+	srv.Flush(t)
+	h2 := newHarness(t)
+	h2.worker(WorkerParams{Workers: sh("nolog")})
+	id := NewJobID()
+	h2.seedJob(id, "nolog", "echo x", "log_path", "a.log")
+	h2.push("nolog", id)
+	if r := h2.reply(id, 20*time.Second); !strings.Contains(r, "no log directory") {
+		t.Errorf("reply %q", r)
+	}
+	// The client reads no file outside its own log directory either.
+	id3 := NewJobID()
+	h.rawJob(id3, "id", id3, "status", "finished", "log_path", "/etc/passwd", "output", "out")
+	logs, err := c.JobLogs(context.Background(), id3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logs.FileRead || logs.FileError == "" {
+		t.Errorf("client read a log_path outside its log directory: %+v", logs)
+	}
+	if text, src := logs.Text(); src != "output" || text != "out" {
+		t.Errorf("fallback text %q from %s", text, src)
+	}
+}
+
+// logPathInside: a log_path inside the log directory (relative and absolute) gets
+// stdout and stderr, and the client reads it back, besides the Redis copy.
+func logPathInside(t *testing.T, h *harness, c *Client, logDir string) {
 	for _, p := range []string{"jobs/a/one.log", filepath.Join(logDir, "two.log")} {
 		id := NewJobID()
 		h.seedJob(id, "lp", "echo to-stdout; echo to-stderr >&2", "log_path", p)
@@ -243,7 +271,7 @@ func TestLogPath(t *testing.T) {
 		if !strings.Contains(string(b), "to-stdout\n") || !strings.Contains(string(b), "to-stderr\n") {
 			t.Fatalf("log file %s = %q", p, b)
 		}
-		logs, err := c.JobLogs(ctx, id)
+		logs, err := c.JobLogs(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,8 +282,11 @@ func TestLogPath(t *testing.T) {
 			t.Errorf("Redis copy = %q", logs.Stored)
 		}
 	}
+}
 
-	// Outside: refused before anything runs or is written.
+// logPathOutside: a log_path outside the log directory is refused before anything
+// runs or is written.
+func logPathOutside(t *testing.T, h *harness, logDir, outside string) {
 	for _, p := range []string{filepath.Join(outside, "x.log"), "../x.log", "escape/x.log", "/etc/hero-dispatcher-test.log"} {
 		id := NewJobID()
 		h.seedJob(id, "lp", rc+" LPUSH test:ran x >/dev/null; echo ran", "log_path", p)
@@ -266,7 +297,7 @@ func TestLogPath(t *testing.T) {
 			t.Errorf("log_path %q: status %q error %q reply %q", p, f["status"], f["error"], r)
 		}
 	}
-	if n := h.rdb.LLen(ctx, "test:ran").Val(); n != 0 {
+	if n := h.rdb.LLen(context.Background(), "test:ran").Val(); n != 0 {
 		t.Errorf("%d jobs with a refused log_path ran", n)
 	}
 	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
@@ -274,30 +305,6 @@ func TestLogPath(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(logDir), "x.log")); err == nil {
 		t.Error("../x.log was written")
-	}
-
-	// A worker without a log directory refuses log_path.
-	srv.Flush(t)
-	h2 := newHarness(t)
-	h2.worker(WorkerParams{Workers: sh("nolog")})
-	id := NewJobID()
-	h2.seedJob(id, "nolog", "echo x", "log_path", "a.log")
-	h2.push("nolog", id)
-	if r := h2.reply(id, 20*time.Second); !strings.Contains(r, "no log directory") {
-		t.Errorf("reply %q", r)
-	}
-	// The client reads no file outside its own log directory either.
-	id3 := NewJobID()
-	h.rawJob(id3, "id", id3, "status", "finished", "log_path", "/etc/passwd", "output", "out")
-	logs, err := c.JobLogs(ctx, id3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if logs.FileRead || logs.FileError == "" {
-		t.Errorf("client read a log_path outside its log directory: %+v", logs)
-	}
-	if text, src := logs.Text(); src != "output" || text != "out" {
-		t.Errorf("fallback text %q from %s", text, src)
 	}
 }
 

@@ -11,13 +11,24 @@ import (
 
 // Seed keys (seeds 001/002). Actors live in DB 0, everything else in the context's DB.
 
-func Actor(id uint32) string             { return "actor:" + u(id) }
-func Context(id uint32) string           { return "context:" + u(id) }
-func Flow(id uint32) string              { return "flow:" + u(id) }
-func Message(callerID, id uint32) string { return "message:" + u(callerID) + ":" + u(id) }
-func Runner(id uint32) string            { return "runner:" + u(id) }
-func Job(callerID, id uint32) string     { return "job:" + u(callerID) + ":" + u(id) }
-func Queue(suffix string) string         { return "queue:" + suffix }
+func Actor(id uint32) string             { return ActorPrefix + u(id) }
+func Context(id uint32) string           { return ContextPrefix + u(id) }
+func Flow(id uint32) string              { return FlowPrefix + u(id) }
+func Message(callerID, id uint32) string { return MessagePrefix + u(callerID) + ":" + u(id) }
+func Runner(id uint32) string            { return RunnerPrefix + u(id) }
+func Job(callerID, id uint32) string     { return JobPrefix + u(callerID) + ":" + u(id) }
+func Queue(suffix string) string         { return QueuePrefix + suffix }
+
+// The seed keys' prefixes (the Lua prelude of lib/store builds keys from them).
+const (
+	ActorPrefix   = "actor:"
+	ContextPrefix = "context:"
+	FlowPrefix    = "flow:"
+	MessagePrefix = "message:"
+	RunnerPrefix  = "runner:"
+	JobPrefix     = "job:"
+	QueuePrefix   = "queue:"
+)
 
 // The generic message lists of a context.
 const (
@@ -67,7 +78,10 @@ const WakeRunnerPrefix = "coord:wake:runner:"
 // (WakeRunner) get a token for each job pushed onto a shared queue of the context
 // (queue:<type>, queue:exec:<executor>): the runners that announced the script type or
 // executor. A pinned queue (coord:rq:<runner>:<type>) wakes its runner only.
-func Wakers(queue string) string { return "coord:wakers:" + queue }
+func Wakers(queue string) string { return WakersPrefix + queue }
+
+// WakersPrefix starts every Wakers set.
+const WakersPrefix = "coord:wakers:"
 
 // ExecUnhealthy is the hash, in a context's DB, of the runner processes (worker ids)
 // whose pool of an RRQ executor crash-loops or cannot start → until when (unix ms)
@@ -82,7 +96,10 @@ func WakeStop(id string) string { return "coord:wakestop:" + id }
 // RunnerContexts is the DB-0 set, on each server, of the contexts of that server that
 // hold runner:<id>: a runner process reads it (one SMEMBERS per server) instead of
 // looking for its record in every context.
-func RunnerContexts(runnerID uint32) string { return "coord:runner:" + u(runnerID) + ":contexts" }
+func RunnerContexts(runnerID uint32) string { return RunnerCoordPrefix + u(runnerID) + ":contexts" }
+
+// RunnerCoordPrefix starts RunnerContexts and RunnerProcs.
+const RunnerCoordPrefix = "coord:runner:"
 
 // RunnerContextsFormat is RunnerContexts with "%d" for the runner id (for scripts).
 const RunnerContextsFormat = "coord:runner:%d:contexts"
@@ -119,35 +136,65 @@ func GatewayLease(pk string) string { return "coord:gateway:" + pk }
 // moment so that the call does not wait for the node's lock behind it.
 const GatewayYield = "coord:gateway:yield"
 
+// Owner is the DB-0 key (primary server) that a service replica holds for its id of a
+// kind ("runner", "router"): one live process per id.
+func Owner(kind, id string) string { return "coord:owner:" + kind + ":" + id }
+
+// Inbound is the dedup key, in a context's DB, of a message that came from another node
+// (its source's public key and the origin's message key, or a result's name).
+func Inbound(sourcePK, originMsg string) string {
+	return "coord:inbound:" + sourcePK + ":" + originMsg
+}
+
+// WakeNone is the wake list named to a claim script that leaves the tokens alone (no
+// list of that name is ever written).
+const WakeNone = "coord:wake:none"
+
 // Processing is a consumer's processing list (reliable claim), in the queue's DB.
-func Processing(consumer string) string { return "coord:proc:" + consumer }
+func Processing(consumer string) string { return ProcessingPrefix + consumer }
+
+// ProcessingPrefix starts every Processing list.
+const ProcessingPrefix = "coord:proc:"
 
 // Leases is the zset of claim leases of a DB: member "<consumer>|<item>", score = expiry (ms).
 const Leases = "coord:leases"
 
 // StopList is a runner process's control list in DB 0 (stop requests).
-func StopList(process string) string { return "coord:ctl:" + process }
+func StopList(process string) string { return StopListPrefix + process }
+
+// StopListPrefix starts every StopList.
+const StopListPrefix = "coord:ctl:"
 
 // Coordinator keys in a context's DB.
 
-func DAG(flowID uint32) string           { return "coord:dag:" + u(flowID) }
-func FlowResults(flowID uint32) string   { return "coord:flowres:" + u(flowID) }
-func JobLog(callerID, id uint32) string  { return "coord:log:" + u(callerID) + ":" + u(id) }
-func RunnerProcs(runnerID uint32) string { return "coord:runner:" + u(runnerID) + ":procs" }
+func DAG(flowID uint32) string           { return DAGPrefix + u(flowID) }
+func FlowResults(flowID uint32) string   { return FlowResultsPrefix + u(flowID) }
+func JobLog(callerID, id uint32) string  { return JobLogPrefix + u(callerID) + ":" + u(id) }
+func RunnerProcs(runnerID uint32) string { return RunnerCoordPrefix + u(runnerID) + ":procs" }
+
+// Prefixes of the coordinator keys of a context's DB that carry ids.
+const (
+	DAGPrefix          = "coord:dag:"
+	FlowResultsPrefix  = "coord:flowres:"
+	JobLogPrefix       = "coord:log:"
+	JobMessagesPrefix  = "coord:jobmsgs:"
+	FlowMessagesPrefix = "coord:flowmsgs:"
+	PinnedQueuePrefix  = "coord:rq:"
+)
 
 // JobMessages is the set of message keys about one job (deleted with it).
-func JobMessages(callerID, id uint32) string { return "coord:jobmsgs:" + u(callerID) + ":" + u(id) }
+func JobMessages(callerID, id uint32) string { return JobMessagesPrefix + u(callerID) + ":" + u(id) }
 
 // FlowMessages is the set of the messages shared by several jobs of a flow (group
 // requests and results), deleted with the flow.
-func FlowMessages(flowID uint32) string { return "coord:flowmsgs:" + u(flowID) }
+func FlowMessages(flowID uint32) string { return FlowMessagesPrefix + u(flowID) }
 
 // StatusIndex is the per-status index of an index (coord:idx:jobs:<status>).
 func StatusIndex(index, status string) string { return index + ":" + status }
 
 // PinnedQueue is the job queue of one runner (jobs pinned to it by runner_id).
 func PinnedQueue(runnerID uint32, suffix string) string {
-	return "coord:rq:" + u(runnerID) + ":" + suffix
+	return PinnedQueuePrefix + u(runnerID) + ":" + suffix
 }
 
 const (

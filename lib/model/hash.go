@@ -143,46 +143,67 @@ func decodeValue(s string, v reflect.Value) error {
 		v.SetString(s)
 		return nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		if s == "" {
-			v.SetInt(0)
-			return nil
-		}
-		n, err := strconv.ParseInt(s, 10, v.Type().Bits())
-		if err != nil {
-			f, ferr := strconv.ParseFloat(s, 64)
-			if ferr != nil || f != float64(int64(f)) {
-				return fmt.Errorf("not an integer")
-			}
-			n = int64(f)
-		}
-		v.SetInt(n)
-		return nil
+		return decodeInt(s, v)
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		if s == "" {
-			v.SetUint(0)
-			return nil
-		}
-		n, err := strconv.ParseUint(s, 10, v.Type().Bits())
-		if err != nil {
-			f, ferr := strconv.ParseFloat(s, 64)
-			if ferr != nil || f < 0 || f != float64(uint64(f)) || v.OverflowUint(uint64(f)) {
-				return fmt.Errorf("not an unsigned integer of %d bits", v.Type().Bits())
-			}
-			n = uint64(f)
-		}
-		v.SetUint(n)
-		return nil
+		return decodeUint(s, v)
 	case reflect.Bool:
-		switch strings.ToLower(strings.TrimSpace(s)) {
-		case "true", "1", "yes":
-			v.SetBool(true)
-		case "false", "0", "no", "":
-			v.SetBool(false)
-		default:
-			return fmt.Errorf("not a boolean")
-		}
+		return decodeBool(s, v)
+	}
+	return decodeJSON(s, v)
+}
+
+// decodeInt reads a signed integer; a float that is a whole number ("3.0") is
+// accepted, the empty string is zero.
+func decodeInt(s string, v reflect.Value) error {
+	if s == "" {
+		v.SetInt(0)
 		return nil
 	}
+	n, err := strconv.ParseInt(s, 10, v.Type().Bits())
+	if err != nil {
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || f != float64(int64(f)) {
+			return fmt.Errorf("not an integer")
+		}
+		n = int64(f)
+	}
+	v.SetInt(n)
+	return nil
+}
+
+// decodeUint reads an unsigned integer as decodeInt reads a signed one.
+func decodeUint(s string, v reflect.Value) error {
+	if s == "" {
+		v.SetUint(0)
+		return nil
+	}
+	n, err := strconv.ParseUint(s, 10, v.Type().Bits())
+	if err != nil {
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || f < 0 || f != float64(uint64(f)) || v.OverflowUint(uint64(f)) {
+			return fmt.Errorf("not an unsigned integer of %d bits", v.Type().Bits())
+		}
+		n = uint64(f)
+	}
+	v.SetUint(n)
+	return nil
+}
+
+func decodeBool(s string, v reflect.Value) error {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "true", "1", "yes":
+		v.SetBool(true)
+	case "false", "0", "no", "":
+		v.SetBool(false)
+	default:
+		return fmt.Errorf("not a boolean")
+	}
+	return nil
+}
+
+// decodeJSON reads a field stored as JSON (a struct, map, list or raw message);
+// the empty string and "null" are the zero value.
+func decodeJSON(s string, v reflect.Value) error {
 	if strings.TrimSpace(s) == "" || s == "null" {
 		v.Set(reflect.Zero(v.Type()))
 		return nil

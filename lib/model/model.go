@@ -202,6 +202,10 @@ type Job struct {
 	DispatchedMs int64                        `hash:"dispatched_at_ms,omitempty" json:"dispatched_at_ms,omitempty"`
 	StartedAtMs  int64                        `hash:"started_at_ms,omitempty" json:"started_at_ms,omitempty"`
 	FinishedAtMs int64                        `hash:"finished_at_ms,omitempty" json:"finished_at_ms,omitempty"`
+	// Microsecond times of the last start and end (the runner's clock), for latencies
+	// below a millisecond (the dependent hop: started_at_us − the dependency's finished_at_us).
+	StartedAtUs  int64 `hash:"started_at_us,omitempty" json:"started_at_us,omitempty"`
+	FinishedAtUs int64 `hash:"finished_at_us,omitempty" json:"finished_at_us,omitempty"`
 }
 
 // GlobalKey names a job outside its context: <context_id>:<caller_id>:<id>.

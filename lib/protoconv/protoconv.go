@@ -100,7 +100,7 @@ func JobToPB(j *model.Job) *herov1.Job {
 		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, CreatedAtMs: j.CreatedAtMs, ReadyAtMs: j.ReadyAtMs,
 		DispatchedAtMs: j.DispatchedMs, StartedAtMs: j.StartedAtMs, FinishedAtMs: j.FinishedAtMs,
 		FunctionName: j.FunctionName, Args: string(j.Args), Kwargs: string(j.Kwargs), TraceId: j.TraceID, DlqAtMs: j.DLQAtMs,
-		ResultJson: string(j.ResultJSON), Traceparent: j.Traceparent,
+		ResultJson: string(j.ResultJSON), Traceparent: j.Traceparent, Fatal: j.Fatal, StopRequested: j.StopAsked, RetryAfterMs: j.RetryAfterMs,
 		Origin: jsonOrEmpty(j.Origin), DepResults: jsonOrEmpty(j.DepResults), Limits: LimitsToPB(j.Limits),
 	}
 }
@@ -131,6 +131,7 @@ func JobFromPB(j *herov1.Job) *model.Job {
 		DispatchedMs: j.DispatchedAtMs, StartedAtMs: j.StartedAtMs, FinishedAtMs: j.FinishedAtMs,
 		FunctionName: j.FunctionName, TraceID: j.TraceId, DLQAtMs: j.DlqAtMs,
 		Args: rawOrNil(j.Args), Kwargs: rawOrNil(j.Kwargs), Limits: LimitsFromPB(j.Limits), ResultJSON: rawOrNil(j.ResultJson), Traceparent: j.Traceparent,
+		Fatal: j.Fatal, StopAsked: j.StopRequested, RetryAfterMs: j.RetryAfterMs,
 	}
 	if j.Origin != "" {
 		var o model.Origin
@@ -159,6 +160,7 @@ func FlowToPB(f *model.Flow) *herov1.Flow {
 		Id: f.ID, CallerId: f.CallerID, ContextId: f.ContextID, Jobs: f.Jobs, EnvVars: f.EnvVars, Result: f.Result,
 		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, Status: string(f.Status), Error: f.Error, FailedJob: f.FailedJob,
 		StartedAt: f.StartedAt, FinishedAt: f.FinishedAt, CancelledBy: f.CancelledBy, Traceparent: f.Traceparent,
+		CreatedAtMs: f.CreatedAtMs, StartedAtMs: f.StartedAtMs, FinishedAtMs: f.EndedAtMs,
 	}
 }
 
@@ -170,6 +172,7 @@ func FlowFromPB(f *herov1.Flow) *model.Flow {
 		ID: f.Id, CallerID: f.CallerId, ContextID: f.ContextId, Jobs: f.Jobs, EnvVars: f.EnvVars, Result: f.Result,
 		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, Status: model.FlowStatus(f.Status), Error: f.Error, FailedJob: f.FailedJob,
 		StartedAt: f.StartedAt, FinishedAt: f.FinishedAt, CancelledBy: f.CancelledBy, Traceparent: f.Traceparent,
+		CreatedAtMs: f.CreatedAtMs, StartedAtMs: f.StartedAtMs, EndedAtMs: f.FinishedAtMs,
 	}
 }
 

@@ -170,144 +170,14 @@ func testBasics(t *testing.T, kind executorKind, transport Transport) {
 			t.Fatalf("endpoint %v", ep)
 		}
 	}
-
-	t.Run("echo", func(t *testing.T) {
-		req := NewRequest("job-echo", "echo", []any{1, "two"}, map[string]any{"flag": true})
-		req.Context.QueueName = "default"
-		dl := time.Now().Add(time.Minute)
-		req.Context.Deadline = &dl
-		req.Context.TraceContext = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
-		req.Context.WorkerID = "runner-1"
-		out, err := p.Execute(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out.Status != StatusSuccess || out.RequestID != req.RequestID || out.JobID != "job-echo" || out.Error != nil {
-			t.Fatalf("outcome %+v", out)
-		}
-		jsonEqual(t, out.Result, `{"args":[1,"two"],"kwargs":{"flag":true}}`)
-	})
-
-	t.Run("outcomes", func(t *testing.T) {
-		out, err := p.Execute(ctx, NewRequest("job-noop", "noop", nil, nil))
-		if err != nil || out.Status != StatusSuccess || (len(out.Result) != 0 && string(out.Result) != "null") {
-			t.Fatalf("noop: %+v %v", out, err)
-		}
-		out, err = p.Execute(ctx, NewRequest("job-nf", "no_such_handler", nil, nil))
-		if err != nil || out.Status != StatusError || out.Error == nil || out.Error.Type != ErrorTypeHandlerNotFound {
-			t.Fatalf("handler_not_found: %+v %v", out, err)
-		}
-		out, err = p.Execute(ctx, NewRequest("job-fail", "fail", nil, map[string]any{"message": "boom"}))
-		if err != nil || out.Status != StatusError || out.Error == nil || out.Error.Type != kind.failType || out.Error.Message != "boom" {
-			t.Fatalf("fail: %+v %v", out, err)
-		}
-		out, err = p.Execute(ctx, NewRequest("job-retry", "retry", nil, map[string]any{"after_seconds": 1.5}))
-		if err != nil || out.Status != StatusRetry || out.RetryAfterSeconds == nil || *out.RetryAfterSeconds != 1.5 || out.RetryAfter() != 1500*time.Millisecond {
-			t.Fatalf("retry: %+v %v", out, err)
-		}
-	})
-
-	t.Run("concurrency", func(t *testing.T) {
-		// Capacity is 2 processes × 4 in flight: 8 half-second sleeps run side by side.
-		start := time.Now()
-		var sleeps, echoes []chan execResult
-		for i := range 8 {
-			sleeps = append(sleeps, goExecute(ctx, p, NewRequest(fmt.Sprintf("job-s%d", i), "sleep", nil, map[string]any{"seconds": 0.5})))
-		}
-		for i := range 40 {
-			echoes = append(echoes, goExecute(ctx, p, NewRequest(fmt.Sprintf("job-e%d", i), "echo", []any{i}, nil)))
-		}
-		for _, ch := range sleeps {
-			r := await(t, ch, 30*time.Second)
-			if r.err != nil || r.out.Status != StatusSuccess {
-				t.Fatalf("sleep: %+v %v", r.out, r.err)
-			}
-		}
-		// One after the other they would take 4s, or 2s with only the processes in
-		// parallel; side by side on separate connections they take about 0.5s.
-		el := time.Since(start)
-		t.Logf("8 concurrent 0.5s sleeps took %v", el)
-		if el > 1900*time.Millisecond {
-			t.Errorf("8 concurrent 0.5s sleeps took %v: requests were not run concurrently", el)
-		}
-		for i, ch := range echoes {
-			r := await(t, ch, 30*time.Second)
-			if r.err != nil || r.out.Status != StatusSuccess {
-				t.Fatalf("echo: %+v %v", r.out, r.err)
-			}
-			jsonEqual(t, r.out.Result, fmt.Sprintf(`{"args":[%d],"kwargs":{}}`, i))
-		}
-		st := p.Stats()
-		for _, ps := range st.Processes {
-			if ps.Client.Requests == 0 || ps.Client.Dials < 2 {
-				t.Errorf("process %d: requests were not spread over processes and connections: %+v", ps.Index, ps.Client)
-			}
-			if ps.Client.OpenConnections > 4 {
-				t.Errorf("process %d has %d connections, more than MaxInFlight", ps.Index, ps.Client.OpenConnections)
-			}
-		}
-		if st.InFlight != 0 {
-			t.Errorf("in flight after all returned: %d", st.InFlight)
-		}
-	})
-
-	cancelTest := func(t *testing.T, handler string) {
-		req := NewRequest("job-cancel-"+handler, handler, nil, map[string]any{"seconds": 30})
-		if err := PrepareRequest(&req); err != nil {
-			t.Fatal(err)
-		}
-		ch := goExecute(ctx, p, req)
-		// The cancel may reach the executor before the request does (it is then a
-		// no-op), so keep sending it until the outcome arrives.
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		deadline := time.NewTimer(15 * time.Second)
-		defer deadline.Stop()
-		for {
-			select {
-			case r := <-ch:
-				if r.err != nil {
-					t.Fatal(r.err)
-				}
-				if r.out.Status != StatusError || r.out.Error == nil || r.out.Error.Type != ErrorTypeCancelled || r.out.RequestID != req.RequestID {
-					t.Fatalf("cancelled %s: %+v %+v", handler, r.out, r.out.Error)
-				}
-				return
-			case <-tick.C:
-				if err := p.Cancel(ctx, req.JobID, req.RequestID, false); err != nil {
-					t.Fatal(err)
-				}
-			case <-deadline.C:
-				t.Fatalf("%s was not cancelled", handler)
-			}
-		}
-	}
-	t.Run("cancel", func(t *testing.T) { cancelTest(t, "sleep") })
+	t.Run("echo", func(t *testing.T) { basicsEcho(t, ctx, p) })
+	t.Run("outcomes", func(t *testing.T) { basicsOutcomes(t, ctx, p, kind) })
+	t.Run("concurrency", func(t *testing.T) { basicsConcurrency(t, ctx, p) })
+	t.Run("cancel", func(t *testing.T) { basicsCancel(t, ctx, p, "sleep") })
 	if kind.asyncName != "" {
-		t.Run("cancel_async", func(t *testing.T) { cancelTest(t, kind.asyncName) })
+		t.Run("cancel_async", func(t *testing.T) { basicsCancel(t, ctx, p, kind.asyncName) })
 	}
-
-	t.Run("cancel_without_request_id", func(t *testing.T) {
-		req := NewRequest("job-cancel-all", "sleep", nil, map[string]any{"seconds": 30})
-		ch := goExecute(ctx, p, req)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case r := <-ch:
-				if r.err != nil || r.out.Error == nil || r.out.Error.Type != ErrorTypeCancelled {
-					t.Fatalf("%+v %v", r.out, r.err)
-				}
-				return
-			case <-tick.C:
-				if err := p.Cancel(ctx, req.JobID, "", false); err != nil { // broadcast to all processes
-					t.Fatal(err)
-				}
-			case <-ctx.Done():
-				t.Fatal("not cancelled")
-			}
-		}
-	})
+	t.Run("cancel_without_request_id", func(t *testing.T) { basicsCancelWithoutRequestID(t, ctx, p) })
 }
 
 func testCrashAndKill(t *testing.T, kind executorKind, transport Transport) {
@@ -315,98 +185,248 @@ func testCrashAndKill(t *testing.T, kind executorKind, transport Transport) {
 	p := startTestPool(t, kind, transport, 2, 1)
 	ctx := testCtx(t, 60*time.Second)
 
-	t.Run("crash", func(t *testing.T) {
-		slow := NewRequest("job-slow", "sleep", nil, map[string]any{"seconds": 1.5})
-		PrepareRequest(&slow)
-		slowCh := goExecute(ctx, p, slow)
-		eventually(t, "the slow request to be routed", func() bool { _, ok := p.ProcessOf(slow.RequestID); return ok })
-		slowProc, _ := p.ProcessOf(slow.RequestID)
-		before := p.Stats().Restarts
+	t.Run("crash", func(t *testing.T) { crashOneProcess(t, ctx, p) })
+	t.Run("ignored_cancel_then_kill", func(t *testing.T) { ignoredCancelThenKill(t, ctx, p) })
+}
 
-		// The other process gets the crash.
-		out, err := p.Execute(ctx, NewRequest("job-crash", "crash", nil, nil))
-		if err == nil {
-			t.Fatalf("crash returned an outcome: %+v", out)
-		}
-		if !errors.Is(err, ErrExecutorCrashed) || !errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrExecutorKilled) {
-			t.Fatalf("crash error: %v", err)
-		}
-		if !strings.Contains(err.Error(), "exit status 1") {
-			t.Errorf("crash error does not give the exit status: %v", err)
-		}
-		t.Logf("crash error: %v", err)
+// basicsEcho: a request with every context field set is answered with its arguments.
+func basicsEcho(t *testing.T, ctx context.Context, p *Pool) {
+	req := NewRequest("job-echo", "echo", []any{1, "two"}, map[string]any{"flag": true})
+	req.Context.QueueName = "default"
+	dl := time.Now().Add(time.Minute)
+	req.Context.Deadline = &dl
+	req.Context.TraceContext = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	req.Context.WorkerID = "runner-1"
+	out, err := p.Execute(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Status != StatusSuccess || out.RequestID != req.RequestID || out.JobID != "job-echo" || out.Error != nil {
+		t.Fatalf("outcome %+v", out)
+	}
+	jsonEqual(t, out.Result, `{"args":[1,"two"],"kwargs":{"flag":true}}`)
+}
 
-		// The request on the other process is unaffected.
-		r := await(t, slowCh, 30*time.Second)
+// basicsOutcomes: each kind of outcome (success with no result, handler not found,
+// failure, retry) comes back as the executor gave it.
+func basicsOutcomes(t *testing.T, ctx context.Context, p *Pool, kind executorKind) {
+	out, err := p.Execute(ctx, NewRequest("job-noop", "noop", nil, nil))
+	if err != nil || out.Status != StatusSuccess || (len(out.Result) != 0 && string(out.Result) != "null") {
+		t.Fatalf("noop: %+v %v", out, err)
+	}
+	out, err = p.Execute(ctx, NewRequest("job-nf", "no_such_handler", nil, nil))
+	if err != nil || out.Status != StatusError || out.Error == nil || out.Error.Type != ErrorTypeHandlerNotFound {
+		t.Fatalf("handler_not_found: %+v %v", out, err)
+	}
+	out, err = p.Execute(ctx, NewRequest("job-fail", "fail", nil, map[string]any{"message": "boom"}))
+	if err != nil || out.Status != StatusError || out.Error == nil || out.Error.Type != kind.failType || out.Error.Message != "boom" {
+		t.Fatalf("fail: %+v %v", out, err)
+	}
+	out, err = p.Execute(ctx, NewRequest("job-retry", "retry", nil, map[string]any{"after_seconds": 1.5}))
+	if err != nil || out.Status != StatusRetry || out.RetryAfterSeconds == nil || *out.RetryAfterSeconds != 1.5 || out.RetryAfter() != 1500*time.Millisecond {
+		t.Fatalf("retry: %+v %v", out, err)
+	}
+}
+
+// basicsConcurrency: requests run side by side, spread over the processes and
+// their connections.
+func basicsConcurrency(t *testing.T, ctx context.Context, p *Pool) {
+	// Capacity is 2 processes × 4 in flight: 8 half-second sleeps run side by side.
+	start := time.Now()
+	var sleeps, echoes []chan execResult
+	for i := range 8 {
+		sleeps = append(sleeps, goExecute(ctx, p, NewRequest(fmt.Sprintf("job-s%d", i), "sleep", nil, map[string]any{"seconds": 0.5})))
+	}
+	for i := range 40 {
+		echoes = append(echoes, goExecute(ctx, p, NewRequest(fmt.Sprintf("job-e%d", i), "echo", []any{i}, nil)))
+	}
+	for _, ch := range sleeps {
+		r := await(t, ch, 30*time.Second)
 		if r.err != nil || r.out.Status != StatusSuccess {
-			t.Fatalf("slow request on process %d: %+v %v", slowProc, r.out, r.err)
+			t.Fatalf("sleep: %+v %v", r.out, r.err)
 		}
-		eventually(t, "the crashed process to be restarted", func() bool { return p.Stats().Restarts == before+1 })
-		if err := p.WaitReady(ctx); err != nil {
-			t.Fatal(err)
+	}
+	// One after the other they would take 4s, or 2s with only the processes in
+	// parallel; side by side on separate connections they take about 0.5s.
+	el := time.Since(start)
+	t.Logf("8 concurrent 0.5s sleeps took %v", el)
+	if el > 1900*time.Millisecond {
+		t.Errorf("8 concurrent 0.5s sleeps took %v: requests were not run concurrently", el)
+	}
+	for i, ch := range echoes {
+		r := await(t, ch, 30*time.Second)
+		if r.err != nil || r.out.Status != StatusSuccess {
+			t.Fatalf("echo: %+v %v", r.out, r.err)
 		}
-		for _, ps := range p.Stats().Processes {
-			wantRestarts := uint64(1)
-			if ps.Index == slowProc {
-				wantRestarts = 0
-			}
-			if ps.Restarts != wantRestarts || !ps.Ready || ps.PID == 0 {
-				t.Errorf("process %d: %+v", ps.Index, ps)
-			}
+		jsonEqual(t, r.out.Result, fmt.Sprintf(`{"args":[%d],"kwargs":{}}`, i))
+	}
+	st := p.Stats()
+	for _, ps := range st.Processes {
+		if ps.Client.Requests == 0 || ps.Client.Dials < 2 {
+			t.Errorf("process %d: requests were not spread over processes and connections: %+v", ps.Index, ps.Client)
 		}
-		for i := range 4 {
-			out, err := p.Execute(ctx, NewRequest("job-after-crash", "echo", []any{i}, nil))
-			if err != nil || out.Status != StatusSuccess {
-				t.Fatalf("after the crash: %+v %v", out, err)
-			}
+		if ps.Client.OpenConnections > 4 {
+			t.Errorf("process %d has %d connections, more than MaxInFlight", ps.Index, ps.Client.OpenConnections)
 		}
-	})
+	}
+	if st.InFlight != 0 {
+		t.Errorf("in flight after all returned: %d", st.InFlight)
+	}
+}
 
-	t.Run("ignored_cancel_then_kill", func(t *testing.T) {
-		before := p.Stats().Restarts
-		// The cancel goes on a connection of its own and could overtake the request (the
-		// executor then answers "cancelled" without running the handler): it is sent
-		// once the handler has begun, which the handler marks with a file.
-		started := filepath.Join(t.TempDir(), "started")
-		req := NewRequest("job-stubborn", "stubborn", nil, map[string]any{"seconds": 60, "started_file": started})
-		PrepareRequest(&req)
-		ch := goExecute(ctx, p, req)
-		eventually(t, "the request to be routed", func() bool { _, ok := p.ProcessOf(req.RequestID); return ok })
-		idx, _ := p.ProcessOf(req.RequestID)
-		eventually(t, "the stubborn handler to begin", func() bool { _, err := os.Stat(started); return err == nil })
-
-		// The runner's grace-period path: cancel, wait the grace period for the outcome,
-		// then kill the process.
-		if err := p.Cancel(ctx, req.JobID, req.RequestID, false); err != nil {
-			t.Fatal(err)
-		}
-		grace := time.NewTimer(300 * time.Millisecond)
+// basicsCancel: a running request of handler is cancelled by its request id.
+func basicsCancel(t *testing.T, ctx context.Context, p *Pool, handler string) {
+	req := NewRequest("job-cancel-"+handler, handler, nil, map[string]any{"seconds": 30})
+	if err := PrepareRequest(&req); err != nil {
+		t.Fatal(err)
+	}
+	ch := goExecute(ctx, p, req)
+	// The cancel may reach the executor before the request does (it is then a
+	// no-op), so keep sending it until the outcome arrives.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(15 * time.Second)
+	defer deadline.Stop()
+	for {
 		select {
 		case r := <-ch:
-			t.Fatalf("the stubborn handler answered: %+v %v", r.out, r.err)
-		case <-grace.C:
-		}
-		if !p.KillRequest(req.RequestID) {
-			t.Fatal("KillRequest did not find the request")
-		}
-		r := await(t, ch, 10*time.Second)
-		if !errors.Is(r.err, ErrExecutorKilled) || !errors.Is(r.err, ErrConnectionLost) || errors.Is(r.err, ErrExecutorCrashed) {
-			t.Fatalf("killed request: %+v %v", r.out, r.err)
-		}
-		t.Logf("kill error: %v", r.err)
-		eventually(t, "the killed process to be restarted", func() bool { return p.Stats().Restarts == before+1 })
-		if err := p.WaitReady(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if ps := p.Stats().Processes[idx]; !ps.Ready {
-			t.Fatalf("process %d not ready: %+v", idx, ps)
-		}
-		for i := range 4 {
-			if out, err := p.Execute(ctx, NewRequest("job-after-kill", "echo", []any{i}, nil)); err != nil || out.Status != StatusSuccess {
-				t.Fatalf("after the kill: %+v %v", out, err)
+			if r.err != nil {
+				t.Fatal(r.err)
 			}
+			if r.out.Status != StatusError || r.out.Error == nil || r.out.Error.Type != ErrorTypeCancelled || r.out.RequestID != req.RequestID {
+				t.Fatalf("cancelled %s: %+v %+v", handler, r.out, r.out.Error)
+			}
+			return
+		case <-tick.C:
+			if err := p.Cancel(ctx, req.JobID, req.RequestID, false); err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline.C:
+			t.Fatalf("%s was not cancelled", handler)
 		}
-	})
+	}
+}
+
+// basicsCancelWithoutRequestID: a cancel without request id (broadcast to all
+// processes) cancels the job's request.
+func basicsCancelWithoutRequestID(t *testing.T, ctx context.Context, p *Pool) {
+	req := NewRequest("job-cancel-all", "sleep", nil, map[string]any{"seconds": 30})
+	ch := goExecute(ctx, p, req)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-ch:
+			if r.err != nil || r.out.Error == nil || r.out.Error.Type != ErrorTypeCancelled {
+				t.Fatalf("%+v %v", r.out, r.err)
+			}
+			return
+		case <-tick.C:
+			if err := p.Cancel(ctx, req.JobID, "", false); err != nil { // broadcast to all processes
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("not cancelled")
+		}
+	}
+}
+
+// crashOneProcess: a handler that crashes its process fails its request with the
+// exit status; the other process's request is unaffected, and the crashed process
+// is restarted.
+func crashOneProcess(t *testing.T, ctx context.Context, p *Pool) {
+	slow := NewRequest("job-slow", "sleep", nil, map[string]any{"seconds": 1.5})
+	PrepareRequest(&slow)
+	slowCh := goExecute(ctx, p, slow)
+	eventually(t, "the slow request to be routed", func() bool { _, ok := p.ProcessOf(slow.RequestID); return ok })
+	slowProc, _ := p.ProcessOf(slow.RequestID)
+	before := p.Stats().Restarts
+
+	// The other process gets the crash.
+	out, err := p.Execute(ctx, NewRequest("job-crash", "crash", nil, nil))
+	if err == nil {
+		t.Fatalf("crash returned an outcome: %+v", out)
+	}
+	if !errors.Is(err, ErrExecutorCrashed) || !errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrExecutorKilled) {
+		t.Fatalf("crash error: %v", err)
+	}
+	if !strings.Contains(err.Error(), "exit status 1") {
+		t.Errorf("crash error does not give the exit status: %v", err)
+	}
+	t.Logf("crash error: %v", err)
+
+	// The request on the other process is unaffected.
+	r := await(t, slowCh, 30*time.Second)
+	if r.err != nil || r.out.Status != StatusSuccess {
+		t.Fatalf("slow request on process %d: %+v %v", slowProc, r.out, r.err)
+	}
+	eventually(t, "the crashed process to be restarted", func() bool { return p.Stats().Restarts == before+1 })
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, ps := range p.Stats().Processes {
+		wantRestarts := uint64(1)
+		if ps.Index == slowProc {
+			wantRestarts = 0
+		}
+		if ps.Restarts != wantRestarts || !ps.Ready || ps.PID == 0 {
+			t.Errorf("process %d: %+v", ps.Index, ps)
+		}
+	}
+	for i := range 4 {
+		out, err := p.Execute(ctx, NewRequest("job-after-crash", "echo", []any{i}, nil))
+		if err != nil || out.Status != StatusSuccess {
+			t.Fatalf("after the crash: %+v %v", out, err)
+		}
+	}
+}
+
+// ignoredCancelThenKill: a handler that ignores its cancel is killed with its
+// process after the grace period, and the process restarted.
+func ignoredCancelThenKill(t *testing.T, ctx context.Context, p *Pool) {
+	before := p.Stats().Restarts
+	// The cancel goes on a connection of its own and could overtake the request (the
+	// executor then answers "cancelled" without running the handler): it is sent
+	// once the handler has begun, which the handler marks with a file.
+	started := filepath.Join(t.TempDir(), "started")
+	req := NewRequest("job-stubborn", "stubborn", nil, map[string]any{"seconds": 60, "started_file": started})
+	PrepareRequest(&req)
+	ch := goExecute(ctx, p, req)
+	eventually(t, "the request to be routed", func() bool { _, ok := p.ProcessOf(req.RequestID); return ok })
+	idx, _ := p.ProcessOf(req.RequestID)
+	eventually(t, "the stubborn handler to begin", func() bool { _, err := os.Stat(started); return err == nil })
+
+	// The runner's grace-period path: cancel, wait the grace period for the outcome,
+	// then kill the process.
+	if err := p.Cancel(ctx, req.JobID, req.RequestID, false); err != nil {
+		t.Fatal(err)
+	}
+	grace := time.NewTimer(300 * time.Millisecond)
+	select {
+	case r := <-ch:
+		t.Fatalf("the stubborn handler answered: %+v %v", r.out, r.err)
+	case <-grace.C:
+	}
+	if !p.KillRequest(req.RequestID) {
+		t.Fatal("KillRequest did not find the request")
+	}
+	r := await(t, ch, 10*time.Second)
+	if !errors.Is(r.err, ErrExecutorKilled) || !errors.Is(r.err, ErrConnectionLost) || errors.Is(r.err, ErrExecutorCrashed) {
+		t.Fatalf("killed request: %+v %v", r.out, r.err)
+	}
+	t.Logf("kill error: %v", r.err)
+	eventually(t, "the killed process to be restarted", func() bool { return p.Stats().Restarts == before+1 })
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ps := p.Stats().Processes[idx]; !ps.Ready {
+		t.Fatalf("process %d not ready: %+v", idx, ps)
+	}
+	for i := range 4 {
+		if out, err := p.Execute(ctx, NewRequest("job-after-kill", "echo", []any{i}, nil)); err != nil || out.Status != StatusSuccess {
+			t.Fatalf("after the kill: %+v %v", out, err)
+		}
+	}
 }
 
 func TestPoolStartFailure(t *testing.T) {

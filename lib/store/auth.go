@@ -41,15 +41,8 @@ func (s *Store) ActorExists(ctx context.Context, id uint32) (bool, error) {
 	return n == 1, nil
 }
 
-// updateActorScript changes an existing actor's fields.
-//
-// KEYS[1] actor:<id>. ARGV: updated_at, then field/value pairs.
-// Reply: 1 updated, 0 no such actor.
-var updateActorScript = NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'updated_at', ARGV[1], unpack(ARGV, 2))
-return 1
-`)
+// updateActorScript: see lua/update_actor.lua.
+var updateActorScript = luaScript("update_actor.lua")
 
 // UpdateActor replaces an actor's pubkey and/or addresses (nil: unchanged).
 func (s *Store) UpdateActor(ctx context.Context, id uint32, pubkey *string, address *[]string) (*model.Actor, error) {
@@ -168,24 +161,8 @@ func (s *Store) AddOperatorSecret(ctx context.Context, r SecretRecord) (added bo
 	return added, nil
 }
 
-// revokeSecretScript marks a record revoked, or stores a revoked record (a configured
-// secret, which is stored only once revoked).
-//
-// KEYS[1] coord:operator_secrets. ARGV: fingerprint, the record to store when there
-// is none, revoked_ms, reason. Reply: 1 revoked now, 0 was revoked already.
-var revokeSecretScript = NewScript(`
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if not cur then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-  return 1
-end
-local r = cjson.decode(cur)
-if r.revoked_ms and r.revoked_ms > 0 then return 0 end
-r.revoked_ms = tonumber(ARGV[3])
-r.reason = ARGV[4]
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(r))
-return 1
-`)
+// revokeSecretScript: see lua/revoke_secret.lua.
+var revokeSecretScript = luaScript("revoke_secret.lua")
 
 // RevokeOperatorSecret revokes a secret by fingerprint. ifAbsent is the record stored
 // when none exists (a configured secret); nil: only an existing record is revoked.

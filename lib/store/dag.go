@@ -222,55 +222,8 @@ func jsonIDs(ids []uint32) string {
 	return string(b)
 }
 
-// startFlowScript: KEYS flow, dag, flowres, events; ARGV ctx, flow, caller, now_s,
-// now_ms, actor, then per node: id, depends JSON, dependents JSON, dependency count,
-// and 1 when the job holds fields of an earlier run to clear (0: a fresh job).
-// Returns {1, ready ids…} when started, {0, status} when the flow was not dispatched.
-var startFlowScript = newLibScript(`
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return redis.error_reply('NOTFOUND flow') end
-if st ~= 'dispatched' then return {0, st} end
-local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local dag = KEYS[2]
-redis.call('DEL', dag, KEYS[3])
-local total = (#ARGV - 6) / 5
-redis.call('HSET', dag, 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0)
--- The nodes' fields go into the DAG hash a few hundred at a time (unpack's limit).
--- Attempt counters (a:) and a ready node's count of dependencies left (r:) start
--- absent, read as 0.
-local kv = {}
-local function put(...)
-  for _, v in ipairs({...}) do kv[#kv + 1] = v end
-  if #kv >= 400 then redis.call('HSET', dag, unpack(kv)); kv = {} end
-end
-local out = {1}
-for i = 7, #ARGV, 5 do
-  local id, deps, dependents, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local jk = 'job:' .. caller .. ':' .. id
-  if ARGV[i + 4] == '1' then
-    redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal')
-  end
-  if n == 0 then
-    -- A fresh job is marked (status, empty result, ready time) by its dispatch, which
-    -- follows at once: the start holds Redis for the whole flow, so it does only what
-    -- must be atomic. One that ran before is marked here (its status may already say
-    -- dispatched, which its dispatch would take as marked).
-    put('s:' .. id, 'ready', 'p:' .. id, deps, 'd:' .. id, dependents)
-    if ARGV[i + 4] == '1' then set_job(caller, id, 'dispatched', 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms) end
-    out[#out + 1] = id
-  else
-    put('s:' .. id, 'pending', 'r:' .. id, ARGV[i + 3], 'p:' .. id, deps, 'd:' .. id, dependents)
-    set_job(caller, id, 'waiting_for_prerequisites', 'result', '{}', 'updated_at', now_s)
-  end
-end
-if #kv > 0 then redis.call('HSET', dag, unpack(kv)) end
-set_flow(flow, 'started', 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
-redis.call('HDEL', KEYS[1], 'error', 'failed_job', 'finished_at', 'finished_at_ms', 'cancelled_by')
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', 'flow.started', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'caller_id', caller, 'status', 'started')
-redis.call('SELECT', 0)
-redis.call('SADD', 'coord:flows:active', ctx .. ':' .. flow)
-return out
-`)
+// startFlowScript: see lua/start_flow.lua.
+var startFlowScript = stateScript("start_flow.lua")
 
 // StartFlow writes the DAG state of a planned flow and marks it started. It returns
 // the ids of the nodes ready to dispatch, whose jobs it leaves as they are: their
@@ -318,108 +271,8 @@ func parseIDs(vals []any) []uint32 {
 	return out
 }
 
-// dispatchScript sends ready nodes (or one standalone job) to the router: ARGV ctx,
-// flow (0: a standalone job), caller, now_s, now_ms, actor, the start time (ms) of the
-// flow whose start found these nodes ready ("": nodes made ready since; see
-// DispatchStarted), the number g of the field/
-// value items of a group message (0: none) and those g items (all but its id, job,
-// nodes and job_ids), then, when g > 0, the group's job list and node list as JSON
-// arrays (every grouped job's JSON and node JSON, in order), then per job its id,
-// whether it goes in the group message (1) or in a message of its own (0), and the
-// number n of items that follow with them: for a message of its own its field/value
-// items; for the group, where its job's and its node's JSON start and end in the two
-// lists (1-based, inclusive). For each job: it checks the node is ready (and its retry
-// due), marks node and job dispatched and records the event; a job of its own gets its
-// message stored and pushed on msg_out at once; the group's jobs share one message
-// (its job and nodes lists hold the jobs dispatched — the lists given when that is
-// every grouped job, else cut from them — job_ids their ids), stored and pushed after
-// them. One wake token per message. Returns per job {message key, attempt} or
-// {"", why}.
-var dispatchScript = newLibScript(`
-local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local ready_ms = ARGV[7]
-if ready_ms == '' then ready_ms = nil end
-local ng = tonumber(ARGV[8])
-local gfirst, glast = 9, 8 + ng
-local gjson, gnjson = '', ''
-local i = glast + 1
-if ng > 0 then gjson, gnjson = ARGV[i], ARGV[i + 1]; i = i + 2 end
-local dag = ''
-if flow ~= '0' then dag = 'coord:dag:' .. flow end
-local out, pushed = {}, 0
-local gspans, gids, gslots = {}, {}, {}
-local ngrouped = 0
-while i <= #ARGV do
-  local id, grouped, nf = ARGV[i], ARGV[i + 1] == '1', tonumber(ARGV[i + 2])
-  local first, last = i + 3, i + 2 + nf
-  i = last + 1
-  if grouped then ngrouped = ngrouped + 1 end
-  local jk = 'job:' .. caller .. ':' .. id
-  local attempt, why
-  local jst = redis.call('HGET', jk, 'status')
-  if not jst then
-    why = 'job missing'
-  elseif dag ~= '' then
-    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id)
-    local s, due = node[1], node[2]
-    if s ~= 'ready' then
-      why = s or 'no node'
-    elseif due and tonumber(due) > tonumber(now_ms) then
-      why = 'not due'
-    else
-      attempt = int(redis.call('HINCRBY', dag, 'a:' .. id, 1))
-      redis.call('HSET', dag, 's:' .. id, 'dispatched')
-      if due then redis.call('HDEL', dag, 'due:' .. id) end
-    end
-  elseif jst == 'started' or jst == 'finished' then
-    why = jst
-  else
-    attempt = int(redis.call('HINCRBY', jk, 'attempt', 1))
-  end
-  if why then
-    out[#out + 1] = {'', why}
-  else
-    if ready_ms then
-      -- A node ready at its flow's start: the start left its job to this dispatch.
-      redis.call('HSET', jk, 'status', 'dispatched', 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'result', '{}', 'ready_at_ms', ready_ms)
-    else
-      redis.call('HSET', jk, 'status', 'dispatched', 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
-    end
-    index_job(caller .. ':' .. id, jst, 'dispatched')
-    event('job.dispatched', actor, now_ms, flow, id, caller, 'dispatched', 'attempt ' .. attempt)
-    if grouped then
-      gspans[#gspans + 1] = first
-      gids[#gids + 1] = id
-      out[#out + 1] = {'', tonumber(attempt)}
-      gslots[#gslots + 1] = #out
-    else
-      local mk = store_message(caller, first, now_ms, last)
-      track_msg(caller, id, mk)
-      redis.call('LPUSH', 'msg_out', mk)
-      pushed = pushed + 1
-      out[#out + 1] = {mk, tonumber(attempt)}
-    end
-  end
-end
-if #gids > 0 then
-  if #gids < ngrouped then
-    -- Some grouped jobs were not dispatched: the lists of those that were.
-    local js, ns = {}, {}
-    for k, f in ipairs(gspans) do
-      js[k] = string.sub(gjson, tonumber(ARGV[f]), tonumber(ARGV[f + 1]))
-      ns[k] = string.sub(gnjson, tonumber(ARGV[f + 2]), tonumber(ARGV[f + 3]))
-    end
-    gjson, gnjson = '[' .. table.concat(js, ',') .. ']', '[' .. table.concat(ns, ',') .. ']'
-  end
-  local mk = store_message(caller, gfirst, now_ms, glast, {'job', gjson, 'nodes', gnjson, 'job_ids', table.concat(gids, ' ')})
-  track_msg(caller, gids[1], mk, flow)
-  for _, n in ipairs(gslots) do out[n][1] = mk end
-  redis.call('LPUSH', 'msg_out', mk)
-  pushed = pushed + 1
-end
-wake_msg_out(ctx, pushed)
-return out
-`)
+// dispatchScript: see lua/dispatch.lua.
+var dispatchScript = stateScript("dispatch.lua")
 
 // listSep is what goes before the next item of a JSON list being built: its opening
 // bracket, then commas.
@@ -542,7 +395,11 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 		args[8+g] = append(list, ']')
 		args[9+g] = append(nodes, ']')
 	}
-	res, err := d.Eval(ctx, dispatchScript, nil, args...)
+	ks := []string{keys.MsgOut}
+	if flowID != 0 {
+		ks = append(ks, keys.DAG(flowID))
+	}
+	res, err := d.Eval(ctx, dispatchScript, ks, args...)
 	if err != nil {
 		return nil, fmt.Errorf("dispatch %d job(s) of context %d: %w", len(jobs), d.ContextID, err)
 	}
@@ -603,114 +460,8 @@ type EndResult struct {
 	FlowStatus   model.FlowStatus
 }
 
-// completeScript applies ends of jobs of one flow, in order, each as CompleteNode
-// describes: KEYS dag, flow, flowres, events; ARGV ctx, flow, caller, now_s, now_ms,
-// actor, retention ms, then per end: job id, attempt, status, error, fatal, retries,
-// backoff ms. Returns per end {code, flow status or "", retry due ms, ready ids…};
-// code 0 = nothing changed, 1 = applied, 2 = retry scheduled.
-var completeScript = newLibScript(finalizeLua + `
-local dag, fk, rk, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local ctx, flow, caller, now_s, now_ms, actor, retention_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-local maxlen = ` + strconv.Itoa(EventsMaxLen) + `
--- (A flow's jobs are not published on coord:jobdone one by one: a client waits for the
--- flow, whose end finalize publishes on coord:flowdone.)
-local function complete(id, attempt, status, err, fatal, retries, backoff)
-local jk = 'job:' .. caller .. ':' .. id
-local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total')
-local s = node[1]
-if not s then return {0, '', 0} end
-if s == 'completed' or s == 'failed' or s == 'cancelled' or s == 'pending' or s == 'ready' then return {0, '', 0} end
-local a = tonumber(node[2] or '0')
-if attempt ~= a then return {0, '', 0} end
-local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'result', 'finished_at_ms', 'retry_after_ms')
-if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
-if jf[2] == '1' or jf[3] == '1' then fatal = true end
-local out = {1, '', 0}
-local terminal
-if status == 'finished' then
-  redis.call('HSET', dag, 's:' .. id, 'completed')
-  terminal = redis.call('HINCRBY', dag, 'terminal', 1)
-  local res = jf[4]
-  if res and res ~= '' then
-    local ok, m = pcall(cjson.decode, res)
-    if ok and type(m) == 'table' then
-      local kv = {}
-      for k, v in pairs(m) do
-        if type(v) ~= 'string' then v = cjson.encode(v) end
-        kv[#kv + 1] = id .. '.' .. k
-        kv[#kv + 1] = v
-        if #kv >= 400 then redis.call('HSET', rk, unpack(kv)); kv = {} end -- unpack's stack limit
-      end
-      if #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
-    end
-  end
-  local fin = jf[5] or now_ms
-  local deps = cjson.decode(node[3] or '[]')
-  for _, d in ipairs(deps) do
-    d = int(d)
-    local r = redis.call('HINCRBY', dag, 'r:' .. d, -1)
-    if r <= 0 and redis.call('HGET', dag, 's:' .. d) == 'pending' then
-      redis.call('HSET', dag, 's:' .. d, 'ready')
-      set_job(caller, d, 'dispatched', 'ready_at_ms', fin, 'updated_at', now_s)
-      out[#out + 1] = d
-    end
-  end
-else
-  if (not fatal) and a <= retries then
-    local ra = tonumber(jf[6] or '')
-    if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
-    local due = tonumber(now_ms) + backoff
-    redis.call('HSET', dag, 's:' .. id, 'ready', 'due:' .. id, due, 'e:' .. id, err)
-    redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', 'job.retried', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', 'error',
-      'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
-    redis.call('SELECT', 0)
-    redis.call('ZADD', 'coord:due', due, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
-    redis.call('SELECT', tonumber(ctx)) -- the next end of this call is in the context's DB
-    return {2, '', due}
-  end
-  terminal = redis.call('HINCRBY', dag, 'terminal', 1)
-  if redis.call('HGET', fk, 'cancelled_by') then
-    -- the flow was cancelled: this is one of the running jobs it stopped
-    redis.call('HSET', dag, 's:' .. id, 'cancelled', 'e:' .. id, redis.call('HGET', fk, 'error') or err)
-  else
-    redis.call('HSET', dag, 's:' .. id, 'failed', 'e:' .. id, err)
-    redis.call('HINCRBY', dag, 'failed', 1)
-    if not redis.call('HGET', fk, 'failed_job') then
-      redis.call('HSET', fk, 'failed_job', id, 'error', 'job ' .. id .. ' failed: ' .. err, 'updated_at', now_s)
-    end
-    dead_letter(caller, id, flow, now_ms, actor, err)
-  end
-  -- Cancel the transitive dependents that have not run.
-  local queue = cjson.decode(redis.call('HGET', dag, 'd:' .. id) or '[]')
-  local reason = 'cancelled: job ' .. id .. ' failed'
-  local i = 1
-  while i <= #queue do
-    local d = int(queue[i])
-    i = i + 1
-    local ds = redis.call('HGET', dag, 's:' .. d)
-    if ds == 'pending' or ds == 'ready' then
-      redis.call('HSET', dag, 's:' .. d, 'cancelled', 'e:' .. d, reason)
-      redis.call('HDEL', dag, 'due:' .. d)
-      terminal = redis.call('HINCRBY', dag, 'terminal', 1)
-      set_job(caller, d, 'error', 'error', reason, 'updated_at', now_s)
-      redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', 'job.cancelled', 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', 'error', 'detail', reason)
-      for _, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. d) or '[]')) do
-        queue[#queue + 1] = x
-      end
-    end
-  end
-end
-if terminal >= tonumber(node[4]) then
-  out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
-end
-return out
-end
-local res = {}
-for i = 8, #ARGV, 7 do
-  res[#res + 1] = complete(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], ARGV[i + 4] == '1', tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]))
-end
-return res
-`)
+// completeScript: see lua/complete.lua.
+var completeScript = stateScript("complete.lua", "lib_finalize.lua")
 
 // CompleteNode applies a job's end to its flow's DAG.
 func (d *DB) CompleteNode(ctx context.Context, e JobEnd) (EndResult, error) {
@@ -783,39 +534,8 @@ func parseEnd(vals []any) EndResult {
 	return r
 }
 
-// standaloneDoneScript: a standalone job's end. KEYS job, events; ARGV ctx, caller, id,
-// attempt, status, error, fatal, retries, backoff ms, now_s, now_ms, actor, retention ms.
-var standaloneDoneScript = newLibScript(`
-local jk, ek = KEYS[1], KEYS[2]
-local ctx, caller, id, attempt, status, err = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
-local fatal, retries, backoff, now_s, now_ms, actor = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10], ARGV[11], ARGV[12]
-if retries < 0 then retries = tonumber(redis.call('HGET', jk, 'retries') or '0') or 0 end
-if redis.call('HGET', jk, 'stop_requested') == '1' or redis.call('HGET', jk, 'fatal') == '1' then fatal = true end
-local a = tonumber(redis.call('HGET', jk, 'attempt') or '0')
-if a ~= attempt then return {0, '', 0} end
-if redis.call('HGET', jk, 'done_attempt') == tostring(a) then return {0, '', 0} end
-redis.call('HSET', jk, 'done_attempt', a)
-if status ~= 'finished' and (not fatal) and a <= retries then
-  local ra = tonumber(redis.call('HGET', jk, 'retry_after_ms') or '')
-  if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
-  local due = tonumber(now_ms) + backoff
-  redis.call('XADD', ek, 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', 'job.retried', 'actor', actor, 'time_ms', now_ms, 'job_id', id, 'caller_id', caller, 'status', 'error',
-    'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
-  redis.call('SELECT', 0)
-  redis.call('ZADD', 'coord:due', due, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)
-  return {2, '', due}
-end
-if status ~= 'finished' then dead_letter(caller, id, '0', now_ms, actor, err) end
-local retention_ms = tonumber(ARGV[13]) or 0
-local keep = tonumber(redis.call('HGET', 'context:' .. ctx, 'retention_seconds') or '0') or 0
-if keep > 0 then retention_ms = keep * 1000 end
-redis.call('SELECT', 0)
-if retention_ms > 0 then
-  redis.call('ZADD', 'coord:expire', tonumber(now_ms) + retention_ms, ctx .. ':job:' .. caller .. ':' .. id)
-end
-redis.call('PUBLISH', 'coord:jobdone', ctx .. ':' .. caller .. ':' .. id)
-return {1, '', 0}
-`)
+// standaloneDoneScript: see lua/standalone_done.lua.
+var standaloneDoneScript = stateScript("standalone_done.lua")
 
 // CompleteStandalone applies the end of a job that belongs to no flow.
 func (d *DB) CompleteStandalone(ctx context.Context, e JobEnd) (EndResult, error) {
@@ -838,14 +558,8 @@ type DueItem struct {
 	ContextID, FlowID, CallerID, JobID uint32
 }
 
-// popDueScript: KEYS a due-time zset of DB 0 (coord:due, coord:expire or
-// coord:remote_due); ARGV now ms, limit. Removes and returns the members due by now
-// (at most limit). Reply: the members, earliest first.
-var popDueScript = NewScript(`
-local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-for _, m in ipairs(items) do redis.call('ZREM', KEYS[1], m) end
-return items
-`)
+// popDueScript: see lua/pop_due.lua.
+var popDueScript = luaScript("pop_due.lua")
 
 // PopDue removes and returns the delayed work that is due, from the coord:due of every
 // server (each holds the delayed work of its own contexts).
@@ -955,32 +669,8 @@ func (s *Store) ActiveFlowCount(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// splitRequestScript replaces a claimed job request of several jobs by one request
-// each: KEYS msg_out, processing list, leases; ARGV ctx, caller, now_s, now_ms, the
-// claimed message's key, its lease member, the flow, then per job its id, the number n of its
-// message's field/value items and those n items. The new messages go on msg_out (a
-// wake token each); the claimed one is marked processed and its claim released.
-var splitRequestScript = newLibScript(`
-local mo, proc, leases = KEYS[1], KEYS[2], KEYS[3]
-local ctx, caller, now_s, now_ms, item, member, flow = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
--- Only while the claim holds the message: a second run of this script (a retry after
--- a lost answer) or a claim lost meanwhile splits nothing again.
-if redis.call('LREM', proc, 1, item) == 0 then return 0 end
-local i, pushed = 8, 0
-while i <= #ARGV do
-  local id, nf = ARGV[i], tonumber(ARGV[i + 1])
-  local first, last = i + 2, i + 1 + nf
-  i = last + 1
-  local mk = store_message(caller, first, now_ms, last)
-  track_msg(caller, id, mk, flow)
-  redis.call('LPUSH', mo, mk)
-  pushed = pushed + 1
-end
-redis.call('HSET', item, 'status', 'processed', 'updated_at', now_s)
-redis.call('ZREM', leases, member)
-wake_msg_out(ctx, pushed)
-return pushed
-`)
+// splitRequestScript: see lua/split_request.lua.
+var splitRequestScript = stateScript("split_request.lua")
 
 // SplitRequest replaces a claimed job request message of several jobs (m, claimed by c)
 // by one request message each, on msg_out, and releases the claim: for a request the

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/fault"
+	"github.com/hero-coordinator/hero/lib/keys"
 )
 
 // Identities. A runner process's worker id and a router's consumer id name its
@@ -23,7 +24,7 @@ import (
 // that a live holder refreshes), and a second live process is refused.
 
 // IdentityKey is the DB-0 key that holds an id of a kind ("runner", "router").
-func IdentityKey(kind, id string) string { return "coord:owner:" + kind + ":" + id }
+func IdentityKey(kind, id string) string { return keys.Owner(kind, id) }
 
 // ErrIdentityInUse: a live process holds the id.
 var ErrIdentityInUse = errors.New("id in use by a live process")
@@ -35,35 +36,14 @@ type Identity struct {
 	ttl        time.Duration
 }
 
-// acquireScript: KEYS the identity key; ARGV value, ttl ms, the value to replace ("":
-// only if free). Sets it when free or when it holds the value to replace; returns
-// the value held before ("" when it was free).
-var acquireScript = NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if not cur or cur == ARGV[3] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return cur or ''
-end
-return cur
-`)
+// acquireScript: see lua/acquire.lua.
+var acquireScript = luaScript("acquire.lua")
 
-// refreshScript: KEYS the identity key; ARGV value, ttl ms. Extends the hold, or takes
-// the id again when it expired (Redis was away longer than the TTL); returns the
-// value that holds it now.
-var refreshScript = NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if not cur or cur == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return ARGV[1]
-end
-return cur
-`)
+// refreshScript: see lua/refresh.lua.
+var refreshScript = luaScript("refresh.lua")
 
-// releaseScript: KEYS the identity key; ARGV value. Deletes it if it is ours.
-var releaseIdentityScript = NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-`)
+// releaseIdentityScript: see lua/release_identity.lua.
+var releaseIdentityScript = luaScript("release_identity.lua")
 
 // HoldIdentity takes id of kind for this process. A free id is taken at once; so is
 // one held by an earlier life of this process slot (same host, and its process is

@@ -1,114 +1,14 @@
 package store
 
 import (
+	"embed"
+	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
 )
-
-// luaLib is prepended to the scripts that change statuses: every status change also
-// moves the object between the per-status indexes (coord:idx:jobs:<status>,
-// coord:idx:flows:<status>), which is what lets lists filter by status without a scan.
-var luaLib = `
--- int formats a whole number (a Redis integer reply) as a string: Lua would format it
--- as a float (tostring, .., or a number argument of redis.call), which costs Redis
--- several times as much.
-local function int(n) return string.format('%d', n) end
--- reindex moves member m of the index idx (coord:idx:jobs or coord:idx:flows) from
--- the per-status index of old to that of st, keeping its score (creation time).
-local function reindex(idx, m, old, st)
-  if old == st then return end
-  local score = redis.call('ZSCORE', idx, m)
-  if score then
-    if old then redis.call('ZREM', idx .. ':' .. old, m) end
-    redis.call('ZADD', idx .. ':' .. st, score, m)
-  end
-end
-local function index_job(m, old, st) reindex('coord:idx:jobs', m, old, st) end
-local function set_job(caller, id, st, ...)
-  local jk = 'job:' .. caller .. ':' .. id
-  local old = redis.call('HGET', jk, 'status')
-  redis.call('HSET', jk, 'status', st, ...)
-  index_job(caller .. ':' .. id, old, st)
-  return old
-end
-local function set_flow(id, st, ...)
-  local fk = 'flow:' .. id
-  local old = redis.call('HGET', fk, 'status')
-  redis.call('HSET', fk, 'status', st, ...)
-  reindex('coord:idx:flows', id, old, st)
-  return old
-end
-local function event(typ, actor, now_ms, flow, job, caller, st, detail)
-  redis.call('XADD', 'coord:events', 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', typ, 'actor', actor, 'time_ms', now_ms,
-    'flow_id', flow or '0', 'job_id', job or '0', 'caller_id', caller or '0', 'status', st or '', 'detail', detail or '')
-end
--- dead_letter puts a job that failed for good into the context's DLQ (coord:dlq), unless
--- an actor stopped it (a stop or a cancel is a decision, not a failure).
-local function dead_letter(caller, id, flow, now_ms, actor, err)
-  local jk = 'job:' .. caller .. ':' .. id
-  if redis.call('HGET', jk, 'stop_requested') == '1' then return end
-  redis.call('ZADD', 'coord:dlq', now_ms, caller .. ':' .. id)
-  redis.call('HSET', jk, 'dlq_at_ms', now_ms)
-  event('job.dead_lettered', actor, now_ms, flow, id, caller, 'error', err)
-end
--- store_message stores a message from ARGV[first..last] (field/value pairs; last
--- defaults to #ARGV) and, if given, the field/value pairs of the table extra, under a
--- fresh id (skipping ids taken), indexes it, and returns its key.
-local function store_message(caller, first, now_ms, last, extra)
-  local mid
-  repeat
-    mid = int(redis.call('INCR', 'coord:seq:message'))
-  until redis.call('EXISTS', 'message:' .. caller .. ':' .. mid) == 0
-  local mk = 'message:' .. caller .. ':' .. mid
-  if extra then
-    local kv = {'id', mid}
-    for i = 1, #extra do kv[#kv + 1] = extra[i] end
-    for i = first, last or #ARGV do kv[#kv + 1] = ARGV[i] end
-    redis.call('HSET', mk, unpack(kv))
-  else
-    redis.call('HSET', mk, 'id', mid, unpack(ARGV, first, last or #ARGV))
-  end
-  redis.call('ZADD', 'coord:idx:messages', now_ms, caller .. ':' .. mid)
-  return mk
-end
-` + LuaBusy + `
--- wake_msg_out pushes n router wake tokens for context ctx onto coord:wake:msg_out
--- and marks the context busy (DB 0 of the server the script runs on, the context's,
--- where the routers wait on it; the script is left in DB 0, so it comes last).
-local function wake_msg_out(ctx, n)
-  if n <= 0 then return end
-  local tokens = {}
-  for i = 1, n do tokens[i] = ctx end
-  redis.call('SELECT', 0)
-  redis.call('LPUSH', 'coord:wake:msg_out', unpack(tokens))
-  mark_busy(ctx)
-end
--- track_msg records that message mk is about job id: a message shared by several jobs
--- of a flow (given flow) in the flow's message set (coord:flowmsgs:<flow>, deleted with
--- the flow: one entry per message however many jobs it carries), any other in the
--- job's own (coord:jobmsgs:<caller>:<id>, deleted with the job).
-local function track_msg(caller, id, mk, flow)
-  if flow and flow ~= '0' and flow ~= '' then
-    redis.call('SADD', 'coord:flowmsgs:' .. flow, mk)
-  else
-    redis.call('SADD', 'coord:jobmsgs:' .. caller .. ':' .. id, mk)
-  end
-end
-`
-
-// LuaBusy defines mark_busy(ctx): it adds context ctx to coord:busy (keys.Busy) with
-// the server's time. Call it in DB 0, in the step that pushes an item onto one of the
-// context's queues.
-const LuaBusy = `
-local function mark_busy(ctx)
-  local t = redis.call('TIME')
-  redis.call('ZADD', 'coord:busy', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ctx)
-end
-`
-
-// newLibScript prepares a script that uses luaLib.
-func newLibScript(body string) *Script { return NewScript(luaLib + body) }
 
 // WakeCap bounds a runner's wake list (keys.WakeRunner): beyond it a producer adds a
 // token of its context only if the list holds none. A runner id with no live process
@@ -123,32 +23,158 @@ const WakeCap = 10000
 // tokens. Each claim renews them while jobs are left (claimStartScript).
 const WakeSpread = 8
 
-// LuaWake defines the job queues' wake-ups:
+// The store's atomic transitions are Lua scripts, one file each under lua/: each file
+// opens with a header that says what it does, its KEYS, its ARGV, its reply and the
+// keys it derives itself. A script is run as the prelude (below), then the library
+// files it names (lua/lib_*.lua), then its own file.
 //
-//   - wake_targets(q), called in the context's DB: the runner ids whose wake lists get
-//     a token for a job pushed onto job queue q: the runner of a pinned queue
-//     (coord:rq:<runner>:<type>), else the members of coord:wakers:<q> (keys.Wakers).
-//   - wake_runners(ctx, q, ids, n), called in DB 0, for n jobs pushed: min(n,
-//     WakeSpread) tokens (the context id ctx) at the tail of the wake list of queue q
-//     of each runner id of ids (keys.WakeRunner); over WakeCap tokens, one only if the
-//     list holds none of ctx.
-var LuaWake = `
-local function wake_targets(q)
-  local r = string.match(q, '^coord:rq:(%d+):')
-  if r then return {r} end
-  return redis.call('SMEMBERS', 'coord:wakers:' .. q)
-end
-local function wake_runners(ctx, q, ids, n)
-  for _, r in ipairs(ids) do
-    local wk = '` + keys.WakeRunnerPrefix + `' .. r .. ':' .. q
-    local k = math.min(n, ` + strconv.Itoa(WakeSpread) + `, ` + strconv.Itoa(WakeCap) + ` - redis.call('LLEN', wk))
-    if k <= 0 then
-      if n > 0 and not redis.call('LPOS', wk, ctx) then redis.call('RPUSH', wk, ctx) end
-    else
-      local t = {}
-      for i = 1, k do t[i] = ctx end
-      redis.call('RPUSH', wk, unpack(t))
-    end
-  end
-end
-`
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// stateLibs are the library files of the scripts that change statuses (set_job,
+// set_flow, event, store_message, …): lib_state needs lib_busy.
+var stateLibs = []string{"lib_busy.lua", "lib_state.lua"}
+
+// stateScript makes a script of lua/<name> that uses lib_state (and lib_busy), then the
+// other library files libs.
+func stateScript(name string, libs ...string) *Script {
+	return luaScript(name, append(append([]string(nil), stateLibs...), libs...)...)
+}
+
+// luaScript makes a script of the prelude, the library files libs (in order) and the
+// file lua/<name>. Of the prelude it takes the definitions the script uses: each costs
+// Redis a little on every call. A file that cannot be read makes a script that Open
+// refuses with an error naming it.
+func luaScript(name string, libs ...string) *Script {
+	var body strings.Builder
+	for _, f := range append(libs, name) {
+		src, err := luaFiles.ReadFile("lua/" + f)
+		if err != nil {
+			sc := &Script{name: name, err: fmt.Errorf("lua script %s: %w", f, err)}
+			scripts = append(scripts, sc)
+			return sc
+		}
+		body.Write(src)
+	}
+	sc := NewScript(preludeFor(body.String()) + body.String())
+	sc.name = name
+	return sc
+}
+
+// preludeFor returns the prelude's first line and the definitions that the code uses.
+func preludeFor(code string) string {
+	lines := strings.SplitAfter(luaPrelude, "\n")
+	var b strings.Builder
+	b.WriteString(lines[0])
+	for _, l := range lines[1:] {
+		name, _, _ := strings.Cut(strings.TrimPrefix(l, "local "), " ")
+		if name != "" && usesName(code, name) {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}
+
+// usesName reports whether the Lua code holds the identifier name (not as a part of a
+// longer one).
+func usesName(code, name string) bool {
+	if name == "" {
+		return false
+	}
+	ident := func(c byte) bool {
+		return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	}
+	for i := 0; ; {
+		k := strings.Index(code[i:], name)
+		if k < 0 {
+			return false
+		}
+		at, end := i+k, i+k+len(name)
+		if (at == 0 || !ident(code[at-1])) && (end == len(code) || !ident(code[end])) {
+			return true
+		}
+		i = end
+	}
+}
+
+// luaPrelude defines, as Lua locals, the status values and event types of lib/model,
+// the keys and key prefixes of lib/keys and the store's limits, so that a script spells
+// none of them itself. Every script of lua/ starts with the part of it that it uses.
+var luaPrelude = buildPrelude()
+
+// luaKeys are the keys (and the prefixes of the keys that carry ids) the scripts use,
+// by their Lua name.
+var luaKeys = []struct{ name, key string }{
+	{"K_ACTOR", keys.ActorPrefix},
+	{"K_CONTEXT", keys.ContextPrefix},
+	{"K_FLOW", keys.FlowPrefix},
+	{"K_MESSAGE", keys.MessagePrefix},
+	{"K_RUNNER", keys.RunnerPrefix},
+	{"K_JOB", keys.JobPrefix},
+	{"K_QUEUE", keys.QueuePrefix},
+	{"K_MSG_OUT", keys.MsgOut},
+	{"K_MSG_IN", keys.MsgIn},
+	{"K_DAG", keys.DAGPrefix},
+	{"K_FLOW_RESULTS", keys.FlowResultsPrefix},
+	{"K_JOB_LOG", keys.JobLogPrefix},
+	{"K_JOB_MESSAGES", keys.JobMessagesPrefix},
+	{"K_FLOW_MESSAGES", keys.FlowMessagesPrefix},
+	{"K_PINNED_QUEUE", keys.PinnedQueuePrefix},
+	{"K_PROCESSING", keys.ProcessingPrefix},
+	{"K_STOP_LIST", keys.StopListPrefix},
+	{"K_WAKERS", keys.WakersPrefix},
+	{"K_WAKE_RUNNER", keys.WakeRunnerPrefix},
+	{"K_RUNNER_COORD", keys.RunnerCoordPrefix},
+	{"K_ACTIVE_FLOWS", keys.ActiveFlows},
+	{"K_DUE", keys.Due},
+	{"K_EXPIRE", keys.Expire},
+	{"K_CONTROL", keys.Control},
+	{"K_JOB_DONE", keys.JobDone},
+	{"K_FLOW_DONE", keys.FlowDone},
+	{"K_WAKE_MSG_OUT", keys.WakeMsgOut},
+	{"K_WAKE_MSG_IN", keys.WakeMsgIn},
+	{"K_BUSY", keys.Busy},
+	{"K_LEASES", keys.Leases},
+	{"K_MESSAGE_SEQ", keys.MessageSeq},
+	{"K_SCRIPT_TYPES", keys.ScriptTypes},
+	{"K_FLOW_INDEX", keys.FlowIndex},
+	{"K_RUNNER_INDEX", keys.RunnerIndex},
+	{"K_JOB_INDEX", keys.JobIndex},
+	{"K_MESSAGE_INDEX", keys.MessageIndex},
+	{"K_EVENTS", keys.Events},
+	{"K_DLQ", keys.DLQ},
+}
+
+// buildPrelude writes the prelude: JOB_<STATUS>, FLOW_<STATUS>, MSG_<STATUS> and
+// NODE_<STATUS> for the statuses, EV_<OBJECT>_<VERB> for the event types, K_<NAME>
+// for the keys, and the limits.
+func buildPrelude() string {
+	var b strings.Builder
+	b.WriteString("-- The prelude, generated by lib/store/prelude.go from lib/model, lib/keys and the store's limits.\n")
+	def := func(prefix, value string) {
+		name := prefix + strings.ToUpper(strings.NewReplacer(".", "_", ":", "_").Replace(value))
+		fmt.Fprintf(&b, "local %s = '%s'\n", name, value)
+	}
+	for _, s := range model.JobStatuses() {
+		def("JOB_", string(s))
+	}
+	for _, s := range model.FlowStatuses() {
+		def("FLOW_", string(s))
+	}
+	for _, s := range model.MessageStatuses() {
+		def("MSG_", string(s))
+	}
+	for _, s := range model.NodeStatuses() {
+		def("NODE_", string(s))
+	}
+	for _, e := range model.EventTypes() {
+		def("EV_", string(e))
+	}
+	for _, k := range luaKeys {
+		fmt.Fprintf(&b, "local %s = '%s'\n", k.name, k.key)
+	}
+	fmt.Fprintf(&b, "local EVENTS_MAXLEN = %s\n", strconv.Itoa(EventsMaxLen))
+	fmt.Fprintf(&b, "local WAKE_SPREAD = %s\n", strconv.Itoa(WakeSpread))
+	fmt.Fprintf(&b, "local WAKE_CAP = %s\n", strconv.Itoa(WakeCap))
+	return b.String()
+}

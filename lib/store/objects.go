@@ -14,75 +14,8 @@ import (
 	"github.com/hero-coordinator/hero/lib/model"
 )
 
-// createScript stores a new object hash unless its key exists. With id 0 it takes the
-// next free id from the counter (skipping ids that callers chose). When the key exists
-// and the compared fields hold the same values, the stored object is kept and reported
-// as such (a retried create); otherwise the first differing field is returned.
-//
-// ARGV: prefix, seq key, index key, id, index member prefix, now ms, ncompare,
-//
-//	event type, event actor, status index prefix, DB-0 set ("" for none; "%d" in it
-//	stands for the id), DB-0 set member, then field/value pairs (the first ncompare
-//	compared).
-//
-// The DB-0 set (of the server the script runs on) gets the member when the object
-// exists after the call, created now or before (a retried create repairs it).
-//
-// Returns {status, id, field}: status 1 created, 2 same content existed, 0 conflict.
-var createScript = NewScript(`
-local prefix, seqkey, idxkey = ARGV[1], ARGV[2], ARGV[3]
-local id = tonumber(ARGV[4])
-local member_prefix, now_ms, ncmp = ARGV[5], ARGV[6], tonumber(ARGV[7])
-local ev_type, ev_actor, stidx = ARGV[8], ARGV[9], ARGV[10]
-local reg, reg_member = ARGV[11], ARGV[12]
-local first = 13
-local function register(n)
-  if reg == '' then return end
-  redis.call('SELECT', 0)
-  redis.call('SADD', string.gsub(reg, '%%d', tostring(n)), reg_member)
-end
-if id == 0 then
-  repeat
-    id = redis.call('INCR', seqkey)
-  until redis.call('EXISTS', prefix .. id) == 0
-  if id > 4294967295 then
-    return redis.error_reply('ERR id space exhausted')
-  end
-else
-  local key = prefix .. id
-  if redis.call('EXISTS', key) == 1 then
-    for i = first, first + 2 * ncmp - 1, 2 do
-      local v = redis.call('HGET', key, ARGV[i])
-      if v == false then v = '' end
-      local want = ARGV[i + 1]
-      if v ~= want and not ((v == '' or v == '[]' or v == '{}') and (want == '' or want == '[]' or want == '{}')) then
-        return {0, id, ARGV[i]}
-      end
-    end
-    register(id)
-    return {2, id, ''}
-  end
-end
-local key = prefix .. id
-local args = {'id', tostring(id)}
-for i = first, #ARGV, 2 do
-  args[#args + 1] = ARGV[i]
-  args[#args + 1] = ARGV[i + 1]
-end
-redis.call('HSET', key, unpack(args))
-if idxkey ~= '' then
-  redis.call('ZADD', idxkey, now_ms, member_prefix .. id)
-  if stidx ~= '' then
-    local st = redis.call('HGET', key, 'status')
-    if st then redis.call('ZADD', stidx .. ':' .. st, now_ms, member_prefix .. id) end
-  end
-end
-if ev_type ~= '' then
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ` + strconv.Itoa(EventsMaxLen) + `, '*', 'type', ev_type, 'actor', ev_actor, 'time_ms', now_ms, 'detail', key)
-end
-register(id)
-return {1, id, ''}
-`)
+// createScript: see lua/create.lua.
+var createScript = luaScript("create.lua")
 
 type createSpec struct {
 	what       string // "job 12" for errors, filled with the id
@@ -227,7 +160,7 @@ func (s *Store) CreateContext(ctx context.Context, c *model.Context, actor strin
 	cmp, ini := splitFields(c, timestampFields)
 	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
 		return db.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "context", prefix: "context:", id: c.ID, compare: cmp, initial: ini, eventType: "context.created", eventActor: actor, events: true})
+	}, createSpec{object: "context", prefix: "context:", id: c.ID, compare: cmp, initial: ini, eventType: string(model.EventContextCreated), eventActor: actor, events: true})
 	if err != nil {
 		return nil, false, err
 	}
@@ -311,7 +244,7 @@ func (s *Store) UpdateContext(ctx context.Context, c *model.Context, actor strin
 			}
 		}
 		p.HSet(ctx, keys.Context(c.ID), keep...)
-		AddEvent(ctx, p, &Event{Type: "context.updated", Actor: actor, Detail: fmt.Sprintf("context %d", c.ID)})
+		AddEvent(ctx, p, &Event{Type: string(model.EventContextUpdated), Actor: actor, Detail: fmt.Sprintf("context %d", c.ID)})
 		return nil
 	})
 	if err != nil {
@@ -355,7 +288,7 @@ func (s *Store) CreateRunner(ctx context.Context, ctxID uint32, r *model.Runner,
 	cmp, ini := splitFields(r, withFields(timestampFields, "script_types", "executors"))
 	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
 		return db.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "runner", prefix: "runner:", seq: keys.RunnerSeq, index: keys.RunnerIndex, id: r.ID, compare: cmp, initial: ini, eventType: "runner.created", eventActor: actor, events: true,
+	}, createSpec{object: "runner", prefix: "runner:", seq: keys.RunnerSeq, index: keys.RunnerIndex, id: r.ID, compare: cmp, initial: ini, eventType: string(model.EventRunnerCreated), eventActor: actor, events: true,
 		registry: keys.RunnerContextsFormat, registryMember: strconv.FormatUint(uint64(ctxID), 10)})
 	if err != nil {
 		return nil, false, err
@@ -459,38 +392,8 @@ func (d *DB) ExecutorServed(ctx context.Context, name string) (bool, error) {
 	return n > 0, nil
 }
 
-// announceScript merges names into runner:<id>.<ARGV[3]> (script_types, executors) and
-// counts each once per runner in KEYS[2] (coord:script_types, coord:executors): KEYS
-// runner:<id>, the count hash; ARGV the names (JSON list), now_s, the field, the
-// prefix of the names' queues (queue: or queue:exec:), the runner id. The runner id
-// joins the wakers set of each name's queue (keys.Wakers), so that every job pushed
-// there wakes it; each announce does so again, so a set lost or older than the runner
-// record is whole again at the runner's next start. Reply: 1 when a name was new.
-var announceScript = NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('ERR runner does not exist') end
-local have = redis.call('HGET', KEYS[1], ARGV[3])
-local cur = {}
-if have and have ~= '' then
-  local ok, v = pcall(cjson.decode, have)
-  if ok and type(v) == 'table' then cur = v end
-end
-local set = {}
-for _, t in ipairs(cur) do set[t] = true end
-local changed = false
-for _, t in ipairs(cjson.decode(ARGV[1])) do
-  if not set[t] then
-    set[t] = true
-    cur[#cur + 1] = t
-    redis.call('HINCRBY', KEYS[2], t, 1)
-    changed = true
-  end
-end
-if changed then
-  redis.call('HSET', KEYS[1], ARGV[3], cjson.encode(cur), 'updated_at', ARGV[2])
-end
-for _, t in ipairs(cur) do redis.call('SADD', 'coord:wakers:' .. ARGV[4] .. t, ARGV[5]) end
-return changed and 1 or 0
-`)
+// announceScript: see lua/announce.lua.
+var announceScript = luaScript("announce.lua")
 
 // ScriptTypeServed reports whether any runner of the context ever announced the type.
 func (d *DB) ScriptTypeServed(ctx context.Context, t model.ScriptType) (bool, error) {
@@ -545,25 +448,13 @@ func (s *Store) serversOf(ctxIDs []uint32) []*Server {
 	return out
 }
 
-// runnerHereScript says whether runner:<id> exists in this context and keeps the
-// server's index of the runner's contexts (keys.RunnerContexts, DB 0) true for it, in
-// one step: KEYS none; ARGV runner id, context id. Returns 1 when the runner exists
-// (the context is then in the index), 0 when not (the context is not).
-var runnerHereScript = NewScript(`
-local here = redis.call('EXISTS', 'runner:' .. ARGV[1])
-redis.call('SELECT', 0)
-if here == 1 then
-  redis.call('SADD', 'coord:runner:' .. ARGV[1] .. ':contexts', ARGV[2])
-else
-  redis.call('SREM', 'coord:runner:' .. ARGV[1] .. ':contexts', ARGV[2])
-end
-return here
-`)
+// runnerHereScript: see lua/runner_here.lua.
+var runnerHereScript = luaScript("runner_here.lua")
 
 // RunnerHere says whether runner:<id> exists in the context, and adds the context to
 // (or removes it from) keys.RunnerContexts on its server accordingly.
 func (d *DB) RunnerHere(ctx context.Context, runnerID uint32) (bool, error) {
-	res, err := d.Eval(ctx, runnerHereScript, nil, runnerID, d.ContextID)
+	res, err := d.Eval(ctx, runnerHereScript, []string{keys.Runner(runnerID), keys.RunnerContexts(runnerID)}, runnerID, d.ContextID)
 	if err != nil {
 		return false, fmt.Errorf("look for runner %d in context %d: %w", runnerID, d.ContextID, err)
 	}
@@ -594,7 +485,7 @@ func (s *Store) RunnerContexts(ctx context.Context, runnerID uint32) ([]uint32, 
 // ---- Jobs ----
 
 var jobInitialOnly = withFields(timestampFields, "status", "result", "result_json", "traceparent", "error", "exit_code", "attempt", "worker", "fatal", "stop_requested", "trace_id", "retry_after_ms", "dlq_at_ms", "done_attempt", "origin", "dep_results",
-	"started_at", "finished_at", "ready_at_ms", "dispatched_at_ms", "started_at_ms", "finished_at_ms", "flow_id")
+	"started_at", "finished_at", "ready_at_ms", "dispatched_at_ms", "started_at_ms", "finished_at_ms", "started_at_us", "finished_at_us", "flow_id")
 
 // CreateJob stores job:<caller_id>:<id> in its context with status dispatched.
 func (s *Store) CreateJob(ctx context.Context, j *model.Job, actor string) (*model.Job, bool, error) {
@@ -613,7 +504,7 @@ func (s *Store) CreateJob(ctx context.Context, j *model.Job, actor string) (*mod
 	caller := strconv.FormatUint(uint64(j.CallerID), 10)
 	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
 		return db.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "job", prefix: "job:" + caller + ":", seq: keys.JobSeq(j.CallerID), index: keys.JobIndex, member: caller + ":", id: j.ID, compare: cmp, initial: ini, eventType: "job.created", eventActor: actor, events: true, statusIdx: keys.JobIndex})
+	}, createSpec{object: "job", prefix: "job:" + caller + ":", seq: keys.JobSeq(j.CallerID), index: keys.JobIndex, member: caller + ":", id: j.ID, compare: cmp, initial: ini, eventType: string(model.EventJobCreated), eventActor: actor, events: true, statusIdx: keys.JobIndex})
 	if err != nil {
 		return nil, false, err
 	}
@@ -707,7 +598,7 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 	cmp, ini := splitFields(f, flowInitialOnly)
 	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
 		return db.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "flow", prefix: "flow:", seq: keys.FlowSeq, index: keys.FlowIndex, id: f.ID, compare: cmp, initial: ini, eventType: "flow.created", eventActor: actor, events: true, statusIdx: keys.FlowIndex})
+	}, createSpec{object: "flow", prefix: "flow:", seq: keys.FlowSeq, index: keys.FlowIndex, id: f.ID, compare: cmp, initial: ini, eventType: string(model.EventFlowCreated), eventActor: actor, events: true, statusIdx: keys.FlowIndex})
 	if err != nil {
 		return nil, false, err
 	}

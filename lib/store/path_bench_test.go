@@ -95,156 +95,27 @@ func BenchmarkJobPathRedis(b *testing.B) {
 		n = v
 	}
 	s := open(b)
-	ctx := context.Background()
-	db := mustCtx(b, s, 9)
-	if _, _, err := s.CreateRunner(ctx, 9, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
-		b.Fatal(err)
-	}
-	if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"go"}); err != nil {
-		b.Fatal(err)
-	}
-	step := func(err error) {
-		b.Helper()
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	ids := make([]uint32, n)
-	for i := range ids {
-		j, _, err := s.CreateJob(ctx, &model.Job{ID: uint32(i + 1), CallerID: 1, ContextID: 9, FunctionName: "go#noop"}, "1")
-		step(err)
-		ids[i] = j.ID
-	}
-	f, _, err := s.CreateFlow(ctx, &model.Flow{ID: 1, CallerID: 1, ContextID: 9, Jobs: ids}, "1")
-	step(err)
-
-	type stage struct {
-		name      string
-		cpu, busy time.Duration
-	}
-	var stages []*stage
-	callgrind := os.Getenv("HERO_PATH_CALLGRIND") != ""
-	measure := func(name string, fn func()) { // adds to the stage of that name
-		if callgrind { // the counts are callgrind's: no INFO in between
-			fn()
-			callgrindDump(b, name)
-			return
-		}
-		c0, b0 := redisCPU(b), redisBusy(b)
-		fn()
-		c, bz := redisCPU(b)-c0, redisBusy(b)-b0
-		for _, st := range stages {
-			if st.name == name {
-				st.cpu, st.busy = st.cpu+c, st.busy+bz
-				return
-			}
-		}
-		stages = append(stages, &stage{name, c, bz})
-	}
-	if callgrind {
-		callgrindDump(b, "setup")
+	p := &jobPath{b: b, ctx: context.Background(), db: mustCtx(b, s, 9), n: n, callgrind: os.Getenv("HERO_PATH_CALLGRIND") != ""}
+	f := p.setup(s)
+	if p.callgrind {
+		callgrindDump(p.b, "setup")
 	}
 	b.ResetTimer()
-	var jobs []*model.Job
-	var ready []uint32
-	var startedAt time.Time
-	measure("start (one script)", func() {
-		startedAt = time.Now()
-		jobs, err = db.LoadJobs(ctx, 1, f.Jobs)
-		step(err)
-		deps, err := store.PlanDAG(f, jobs)
-		step(err)
-		ready, _, _, err = db.StartFlow(ctx, f, jobs, deps, "1")
-		step(err)
-	})
-	if len(ready) != n {
-		b.Fatalf("%d ready", len(ready))
-	}
-	measure("dispatch (256 a script)", func() {
+	jobs, startedAt := p.start(f)
+	p.measure("dispatch (256 a script)", func() {
 		for i := 0; i < n; i += 256 {
-			_, err := db.DispatchStarted(ctx, 1, 1, jobs[i:min(i+256, n)], "scheduler", startedAt) // as the scheduler's start does
-			step(err)
+			_, err := p.db.DispatchStarted(p.ctx, 1, 1, jobs[i:min(i+256, n)], "scheduler", startedAt) // as the scheduler's start does
+			p.step(err)
 		}
 	})
-	wake := store.Wake{Key: keys.WakeMsgOut, Token: "9", Held: false}
-	measure("router: route requests (64)", func() {
-		for got := 0; got < n; {
-			cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "router", time.Minute, 64, wake, true)
-			step(err)
-			if len(cms) != 0 || len(routed) == 0 {
-				b.Fatalf("claimed %d, routed %d", len(cms), len(routed))
-			}
-			got += len(routed)
-		}
-	})
-	q := keys.Queue("go")
-	qwake := store.Wake{Key: keys.WakeRunner(1, q), Token: "9"}
-	// A runner holds at most a group of jobs at a time (its processing list stays short).
-	for got := 0; got < n; {
-		var group []store.Started
-		measure("runner: claim and start (32)", func() {
-			traces := make([]string, 32)
-			for i := range traces {
-				traces[i] = fmt.Sprintf("%032x", got+i+1)
-			}
-			group, err = db.ClaimStarts(ctx, q, "runner", time.Minute, traces, qwake)
-			step(err)
-		})
-		if len(group) == 0 {
-			b.Fatalf("queue empty after %d", got)
-		}
-		got += len(group)
-		measure("runner: finish (32)", func() {
-			fs := make([]store.Finish, len(group))
-			for i, st := range group {
-				if st.Job == nil {
-					b.Fatalf("claimed %+v", st)
-				}
-				fs[i] = store.Finish{DB: db, Claim: st.Claim, Job: st.Job, Outcome: store.JobOutcome{Status: model.JobFinished,
-					Result: map[string]string{"ok": "true"}, Log: []byte("--- attempt 1: go#noop on runner (request 0123456789abcdef, trace 0123456789abcdef0123456789abcdef) ---\n")}}
-			}
-			oks, errs := store.FinishJobs(ctx, fs)
-			for i := range oks {
-				step(errs[i])
-				if !oks[i] {
-					b.Fatalf("finish %d refused", i)
-				}
-			}
-		})
-	}
-	var ends [][]store.JobEnd
-	measure("router: claim and ack results (64)", func() {
-		for got := 0; got < n; {
-			cms, _, err := db.ClaimMessages(ctx, keys.MsgOut, "router", time.Minute, 64, wake, true)
-			step(err)
-			if len(cms) == 0 {
-				b.Fatalf("no results after %d", got)
-			}
-			var group []store.JobEnd
-			for _, cm := range cms {
-				var jobs []model.Job // the job JSON alone, as the router reads a result
-				step(json.Unmarshal([]byte(cm.Msg["job"]), &jobs))
-				for _, j := range jobs { // one message carries a finished group's jobs
-					group = append(group, store.JobEnd{FlowID: j.FlowID, CallerID: j.CallerID, JobID: j.ID, Attempt: j.Attempt, Status: j.Status, Retries: -1, Actor: "scheduler"})
-				}
-			}
-			ends = append(ends, group)
-			_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				for _, cm := range cms {
-					p.HSet(ctx, cm.Item, "status", string(model.MessageProcessed), "updated_at", time.Now().Unix())
-					store.AckOn(ctx, p, cm.Claim)
-				}
-				return nil
-			})
-			step(err)
-			got += len(group)
-		}
-	})
-	measure("scheduler: complete (64)", func() {
+	p.routeRequests()
+	p.runJobs()
+	ends := p.claimResults()
+	p.measure("scheduler: complete (64)", func() {
 		for _, group := range ends {
-			res, errs := db.CompleteNodes(ctx, group)
+			res, errs := p.db.CompleteNodes(p.ctx, group)
 			for i := range res {
-				step(errs[i])
+				p.step(errs[i])
 				if !res[i].Applied {
 					b.Fatalf("end %+v not applied", group[i])
 				}
@@ -252,18 +123,207 @@ func BenchmarkJobPathRedis(b *testing.B) {
 		}
 	})
 	b.StopTimer()
-	fl, err := db.LoadFlow(ctx, 1)
-	step(err)
+	fl, err := p.db.LoadFlow(p.ctx, 1)
+	p.step(err)
 	if fl.Status != model.FlowFinished {
 		b.Fatalf("flow %s", fl.Status)
 	}
+	p.report()
+}
+
+// jobPath is BenchmarkJobPathRedis's run: n jobs of flow 1 in context 9 (db), and
+// what each stage cost Redis so far.
+type jobPath struct {
+	b         *testing.B
+	ctx       context.Context
+	db        *store.DB
+	n         int
+	callgrind bool // HERO_PATH_CALLGRIND: the counts are callgrind's
+	stages    []*pathStage
+}
+
+type pathStage struct {
+	name      string
+	cpu, busy time.Duration
+}
+
+func (p *jobPath) step(err error) {
+	p.b.Helper()
+	if err != nil {
+		p.b.Fatal(err)
+	}
+}
+
+// measure runs fn and adds what it cost Redis to the stage of that name.
+func (p *jobPath) measure(name string, fn func()) {
+	if p.callgrind { // the counts are callgrind's: no INFO in between
+		fn()
+		callgrindDump(p.b, name)
+		return
+	}
+	c0, b0 := redisCPU(p.b), redisBusy(p.b)
+	fn()
+	c, bz := redisCPU(p.b)-c0, redisBusy(p.b)-b0
+	for _, st := range p.stages {
+		if st.name == name {
+			st.cpu, st.busy = st.cpu+c, st.busy+bz
+			return
+		}
+	}
+	p.stages = append(p.stages, &pathStage{name, c, bz})
+}
+
+// setup creates runner 1 (serving go), the n handler jobs and their flow.
+func (p *jobPath) setup(s *store.Store) *model.Flow {
+	if _, _, err := s.CreateRunner(p.ctx, 9, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
+		p.b.Fatal(err)
+	}
+	if err := p.db.AnnounceScriptTypes(p.ctx, 1, []model.ScriptType{"go"}); err != nil {
+		p.b.Fatal(err)
+	}
+	ids := make([]uint32, p.n)
+	for i := range ids {
+		// "noop" of script type go: a handler job that names no executor, which the
+		// router's claim script routes itself ("go#noop" goes to exec:go through the
+		// router's Go code, which this benchmark does not drive).
+		j, _, err := s.CreateJob(p.ctx, &model.Job{ID: uint32(i + 1), CallerID: 1, ContextID: 9, FunctionName: "noop", ScriptType: "go"}, "1")
+		p.step(err)
+		ids[i] = j.ID
+	}
+	f, _, err := s.CreateFlow(p.ctx, &model.Flow{ID: 1, CallerID: 1, ContextID: 9, Jobs: ids}, "1")
+	p.step(err)
+	return f
+}
+
+// start starts the flow (one script): every job is ready.
+func (p *jobPath) start(f *model.Flow) (jobs []*model.Job, startedAt time.Time) {
+	var ready []uint32
+	p.measure("start (one script)", func() {
+		startedAt = time.Now()
+		var err error
+		jobs, err = p.db.LoadJobs(p.ctx, 1, f.Jobs)
+		p.step(err)
+		deps, err := store.PlanDAG(f, jobs)
+		p.step(err)
+		ready, _, _, err = p.db.StartFlow(p.ctx, f, jobs, deps, "1")
+		p.step(err)
+	})
+	if len(ready) != p.n {
+		p.b.Fatalf("%d ready", len(ready))
+	}
+	return jobs, startedAt
+}
+
+// routeRequests: the router claims the request messages and routes every job.
+func (p *jobPath) routeRequests() {
+	wake := store.Wake{Key: keys.WakeMsgOut, Token: "9", Held: false}
+	p.measure("router: route requests (64)", func() {
+		for got := 0; got < p.n; {
+			cms, routed, err := p.db.ClaimMessages(p.ctx, keys.MsgOut, "router", time.Minute, 64, wake, true)
+			p.step(err)
+			if len(cms) != 0 || len(routed) == 0 {
+				p.b.Fatalf("claimed %d, routed %d", len(cms), len(routed))
+			}
+			got += len(routed)
+		}
+	})
+}
+
+// runJobs: the runner claims and starts the jobs a group at a time, and finishes
+// each group together. A runner holds at most a group of jobs at a time (its
+// processing list stays short).
+func (p *jobPath) runJobs() {
+	q := keys.Queue("go")
+	qwake := store.Wake{Key: keys.WakeRunner(1, q), Token: "9"}
+	for got := 0; got < p.n; {
+		var group []store.Started
+		p.measure("runner: claim and start (32)", func() {
+			traces := make([]string, 32)
+			for i := range traces {
+				traces[i] = fmt.Sprintf("%032x", got+i+1)
+			}
+			var err error
+			group, err = p.db.ClaimStarts(p.ctx, q, "runner", time.Minute, traces, qwake)
+			p.step(err)
+		})
+		if len(group) == 0 {
+			p.b.Fatalf("queue empty after %d", got)
+		}
+		got += len(group)
+		p.measure("runner: finish (32)", func() { p.finish(group) })
+	}
+}
+
+func (p *jobPath) finish(group []store.Started) {
+	fs := make([]store.Finish, len(group))
+	for i, st := range group {
+		if st.Job == nil {
+			p.b.Fatalf("claimed %+v", st)
+		}
+		fs[i] = store.Finish{DB: p.db, Claim: st.Claim, Job: st.Job, Outcome: store.JobOutcome{Status: model.JobFinished,
+			Result: map[string]string{"ok": "true"}, Log: []byte("--- attempt 1: go#noop on runner (request 0123456789abcdef, trace 0123456789abcdef0123456789abcdef) ---\n")}}
+	}
+	oks, errs := store.FinishJobs(p.ctx, fs)
+	for i := range oks {
+		p.step(errs[i])
+		if !oks[i] {
+			p.b.Fatalf("finish %d refused", i)
+		}
+	}
+}
+
+// claimResults: the router claims the result messages and acks them; it returns
+// the ends they carry, a group per claim, for the scheduler.
+func (p *jobPath) claimResults() [][]store.JobEnd {
+	wake := store.Wake{Key: keys.WakeMsgOut, Token: "9", Held: false}
+	var ends [][]store.JobEnd
+	p.measure("router: claim and ack results (64)", func() {
+		for got := 0; got < p.n; {
+			cms, _, err := p.db.ClaimMessages(p.ctx, keys.MsgOut, "router", time.Minute, 64, wake, true)
+			p.step(err)
+			if len(cms) == 0 {
+				p.b.Fatalf("no results after %d", got)
+			}
+			group := p.endsOf(cms)
+			ends = append(ends, group)
+			_, err = p.db.TxPipelined(p.ctx, func(pl redis.Pipeliner) error {
+				for _, cm := range cms {
+					pl.HSet(p.ctx, cm.Item, "status", string(model.MessageProcessed), "updated_at", time.Now().Unix())
+					store.AckOn(p.ctx, pl, cm.Claim)
+				}
+				return nil
+			})
+			p.step(err)
+			got += len(group)
+		}
+	})
+	return ends
+}
+
+// endsOf reads the ends the result messages carry (one message carries a finished
+// group's jobs), from the job JSON alone, as the router reads a result.
+func (p *jobPath) endsOf(cms []*store.ClaimedMessage) []store.JobEnd {
+	var group []store.JobEnd
+	for _, cm := range cms {
+		var jobs []model.Job
+		p.step(json.Unmarshal([]byte(cm.Msg["job"]), &jobs))
+		for _, j := range jobs {
+			group = append(group, store.JobEnd{FlowID: j.FlowID, CallerID: j.CallerID, JobID: j.ID, Attempt: j.Attempt, Status: j.Status, Retries: -1, Actor: "scheduler"})
+		}
+	}
+	return group
+}
+
+// report prints what each stage cost Redis per job, and reports the total CPU.
+func (p *jobPath) report() {
+	n := p.n
 	var cpu, busy time.Duration
 	fmt.Printf("Redis per job, %d handler jobs of one flow (CPU with socket work; command time):\n", n)
-	for _, st := range stages {
+	for _, st := range p.stages {
 		fmt.Printf("  %-36s %6.1f µs  %6.1f µs\n", st.name, float64(st.cpu.Microseconds())/float64(n), float64(st.busy.Microseconds())/float64(n))
 		cpu += st.cpu
 		busy += st.busy
 	}
 	fmt.Printf("  %-36s %6.1f µs  %6.1f µs\n", "all", float64(cpu.Microseconds())/float64(n), float64(busy.Microseconds())/float64(n))
-	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "redis-µs/job")
+	p.b.ReportMetric(float64(cpu.Microseconds())/float64(n), "redis-µs/job")
 }

@@ -65,19 +65,8 @@ func (d *DB) Enqueue(ctx context.Context, queue, item string) error {
 	return nil
 }
 
-// enqueueScript pushes items onto a job queue with their wake tokens: KEYS the queue;
-// ARGV context id, then the items (LPUSHed in this order). One token per item goes
-// onto the queue's wake list of each runner id that may take it (LuaWake), and the
-// context is marked busy (DB 0). Reply: the number of items pushed.
-var enqueueScript = NewScript(LuaBusy + LuaWake + `
-local n = #ARGV - 1
-for i = 2, #ARGV, 1000 do redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV))) end
-local ids = wake_targets(KEYS[1])
-redis.call('SELECT', 0)
-wake_runners(ARGV[1], KEYS[1], ids, n)
-mark_busy(ARGV[1])
-return n
-`)
+// enqueueScript: see lua/enqueue.lua.
+var enqueueScript = luaScript("enqueue.lua", "lib_busy.lua", "lib_wake.lua")
 
 // EnqueueOn queues Enqueue on a pipeline (or transaction) of the context's DB: one
 // script (sent whole: a transaction cannot fall back from EVALSHA), which leaves the
@@ -94,14 +83,8 @@ func EnqueueManyOn(ctx context.Context, p redis.Pipeliner, ctxID uint32, queue s
 	p.Eval(ctx, enqueueScript.src, []string{queue}, args...)
 }
 
-// claimScript: KEYS queue, processing list, leases; ARGV consumer, queue name, expiry
-// ms, claim id.
-var claimScript = NewScript(`
-local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-if not item then return false end
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[4])
-return item
-`)
+// claimScript: see lua/claim.lua.
+var claimScript = luaScript("claim.lua")
 
 // Claim moves the oldest item of a queue into the consumer's processing list under a
 // lease. It returns nil when the queue is empty.
@@ -119,154 +102,12 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 	return c, nil
 }
 
-// claimMessageScript claims up to max messages and reads what routing them needs, in
-// one round trip: KEYS queue, processing list, leases, the queue's wake list (DB 0);
-// ARGV consumer, queue name, expiry ms, max, wake token, tokens held (as for
-// claimStartScript), route (1: route plain job requests here), context id, now_s,
-// then max claim ids.
-//
-// With route, a job request whose job names no runner and whose script type some
-// runner serves is routed by the script itself, with no lease: the message is
-// acknowledged and the job key pushed onto queue:<script_type> with its wake tokens
-// (LuaWake: one per runner id that may take it; what the router would do; the script
-// is atomic, so no crash can fall in between).
-// A job request of several jobs (field job_ids) is routed so if every one of its jobs
-// is plain; otherwise it is claimed whole, for the router to split (SplitRequest).
-// Every other message is claimed: moved to the processing list under a lease.
-//
-// It returns {script types hash, {item, message hash, job fields, claim id, partial}...,
-// {job key, queue}...}: the claimed messages (for a job request the RoutingJobFields of its job,
-// and the coord:script_types counts, read once) and the routed jobs. A routed job
-// marks the context busy (coord:busy, DB 0). Of a job result
-// only the fields kind and job are returned (partial = 1): most results need no more.
-var claimMessageScript = NewScript(LuaBusy + LuaWake + `
-local JOB_FIELDS = {` + luaStrings(RoutingJobFields) + `}
-local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]
-local out, routed, types = {}, {}, nil
-local tokens, targets = {}, {}
-local taken = 0
--- queue_for is the queue a plain job goes to with route: it names no runner and some
--- runner serves its script type (nil: the router decides).
--- A handler job that names its executor ("executor#handler") is the router's too.
-local function queue_for(id, runner, stype, fn)
-  if not route or not id or (runner or '0') ~= '0' or (stype or '') == '' then return nil end
-  if fn and string.find(fn, '#', 1, true) then return nil end
-  if not types then types = redis.call('HGETALL', 'coord:script_types') end
-  for i = 1, #types, 2 do
-    if types[i] == stype and (tonumber(types[i + 1]) or 0) > 0 then return 'queue:' .. stype end
-  end
-  return nil
-end
--- routing reads a job's routing fields (jh: a flat list) and the queue it goes to.
-local function routing(jk)
-  local v = redis.call('HMGET', jk, unpack(JOB_FIELDS))
-  local jh, f = {}, {}
-  for k = 1, #JOB_FIELDS do
-    if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k]; f[JOB_FIELDS[k]] = v[k] end
-  end
-  if not types then types = redis.call('HGETALL', 'coord:script_types') end
-  return jh, queue_for(f['id'], f['runner_id'], f['script_type'], f['function_name'])
-end
--- group_target is queue_for for a job of a group: it reads only what that needs.
-local function group_target(jk)
-  if not route then return nil end
-  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name')
-  return queue_for(v[1], v[2], v[3], v[4])
-end
-local pending = {} -- target -> job keys to push, pushed once per target at the end
-local function enqueue(jk, target)
-  if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target; pending[target] = {} end
-  tokens[target] = tokens[target] + 1
-  local p = pending[target]
-  p[#p + 1] = jk
-  routed[#routed + 1] = jk
-  routed[#routed + 1] = target
-end
-for n = 1, max do
-  local item = redis.call('RPOP', KEYS[1])
-  if not item then break end
-  taken = taken + 1
-  local kj = redis.call('HMGET', item, 'kind', 'job', 'job_ids', 'caller_id')
-  local kind, job, ids = kj[1], kj[2], kj[3]
-  local jh, done = {}, false
-  if kind == 'job_request' and ids then
-    -- Several jobs of a flow: routed here if every one of them is plain, else the
-    -- router splits the message.
-    local jobs = {}
-    for id in string.gmatch(ids, '%d+') do
-      local jk = 'job:' .. (kj[4] or '') .. ':' .. id
-      local target = group_target(jk)
-      if not target then jobs = nil; break end
-      jobs[#jobs + 1] = {jk, target}
-    end
-    if jobs and #jobs > 0 then
-      for _, j in ipairs(jobs) do enqueue(j[1], j[2]) end
-      done = true
-    end
-  elseif kind == 'job_request' then
-    -- The job's ids open the JSON this code writes ([{"id":…,"caller_id":…); a
-    -- message written otherwise is decoded whole.
-    local id, caller = string.match(job or '', '^%[{"id":(%d+),"caller_id":(%d+)[,}]')
-    if not id then
-      local ok, jobs = pcall(cjson.decode, job or '')
-      if ok and type(jobs) == 'table' and type(jobs[1]) == 'table' then
-        caller, id = jobs[1].caller_id, jobs[1].id
-      end
-    end
-    caller, id = tonumber(caller), tonumber(id)
-    if caller and id then
-      local jk = string.format('job:%d:%d', caller, id)
-      local target
-      jh, target = routing(jk)
-      if target then
-        enqueue(jk, target)
-        done = true
-      end
-    end
-  end
-  if done then
-    redis.call('HSET', item, 'status', 'acknowledged', 'updated_at', now_s)
-  else
-    redis.call('LPUSH', KEYS[2], item)
-    redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[9 + n])
-    if kind == 'job_result' then
-      -- what a job result for this node's scheduler needs; the rest is read if needed
-      out[#out + 1] = {item, {'kind', kind, 'job', job or ''}, jh, ARGV[9 + n], 1}
-    else
-      out[#out + 1] = {item, redis.call('HGETALL', item), jh, ARGV[9 + n], 0}
-    end
-  end
-end
-if taken == 0 then return false end
--- lpush_all pushes the values of list vs onto key in order, in chunks: unpack fails
--- beyond ~8,000 values, and one claim can route 64 groups of 256 jobs.
-local function lpush_all(key, vs)
-  for i = 1, #vs, 1000 do redis.call('LPUSH', key, unpack(vs, i, math.min(i + 999, #vs))) end
-end
--- The routed jobs, in the order they were routed.
-for _, t in ipairs(targets) do lpush_all(t, pending[t]) end
-local wakers = {}
-for _, t in ipairs(targets) do wakers[t] = wake_targets(t) end
-local extra = 0
-if ARGV[6] ~= '-' then extra = taken - tonumber(ARGV[6]) end
-if extra > 0 or #targets > 0 then redis.call('SELECT', 0) end
-if extra > 0 then redis.call('LREM', KEYS[4], extra, ARGV[5]) end
-for _, t in ipairs(targets) do wake_runners(ARGV[8], t, wakers[t], tokens[t]) end
-if #targets > 0 then mark_busy(ARGV[8]) end
-return {types or {}, out, routed}
-`)
+// claimMessageScript: see lua/claim_message.lua.
+var claimMessageScript = luaScript("claim_message.lua", "lib_busy.lua", "lib_wake.lua")
 
 // RoutingJobFields are the fields of a job that ClaimMessages reads for a job request:
 // what routing it needs (a remote runner's request needs the whole job: load it).
 var RoutingJobFields = []string{"id", "caller_id", "context_id", "flow_id", "script_type", "runner_id", "attempt", "status", "function_name"}
-
-func luaStrings(ss []string) string {
-	q := make([]string, len(ss))
-	for i, s := range ss {
-		q[i] = "'" + s + "'"
-	}
-	return strings.Join(q, ", ")
-}
 
 // ClaimedMessage is a claimed message with what routing it needs.
 type ClaimedMessage struct {
@@ -366,14 +207,8 @@ func flatMap(v any) map[string]string {
 	return h
 }
 
-// extendScript: KEYS leases; ARGV member, expiry ms. Returns 1 if the lease was held.
-var extendScript = NewScript(`
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-  return 1
-end
-return 0
-`)
+// extendScript: see lua/extend.lua.
+var extendScript = luaScript("extend.lua")
 
 // ExtendLease pushes a held lease's expiry out; false means the lease was lost (the
 // item went back to its queue) and the consumer should stop working on it.
@@ -386,38 +221,8 @@ func (d *DB) ExtendLease(ctx context.Context, c *Claim, lease time.Duration) (bo
 	return n == 1, nil
 }
 
-// routeClaimedScript acknowledges claimed job request messages and pushes their jobs
-// onto their queues, with their wake tokens (LuaWake; and marks the context busy):
-// KEYS processing list, leases; ARGV context id, now_s, then per message: its key,
-// its lease member, the target queue, the job key. A message is
-// routed only while the claim holds it (LREM from the processing list): a second run
-// of the script (a retry after a lost answer) or a claim lost meanwhile queues no job
-// twice. Returns the number of messages routed.
-var routeClaimedScript = NewScript(LuaBusy + LuaWake + `
-local proc, leases = KEYS[1], KEYS[2]
-local now_s = ARGV[2]
-local tokens, targets = {}, {}
-local n = 0
-for i = 3, #ARGV, 4 do
-  local mk, member, target, jk = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  if redis.call('LREM', proc, 1, mk) == 1 then
-    redis.call('ZREM', leases, member)
-    redis.call('HSET', mk, 'status', 'acknowledged', 'updated_at', now_s)
-    redis.call('LPUSH', target, jk)
-    if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target end
-    tokens[target] = tokens[target] + 1
-    n = n + 1
-  end
-end
-if #targets > 0 then
-  local wakers = {}
-  for _, t in ipairs(targets) do wakers[t] = wake_targets(t) end
-  redis.call('SELECT', 0)
-  for _, t in ipairs(targets) do wake_runners(ARGV[1], t, wakers[t], tokens[t]) end
-  mark_busy(ARGV[1])
-end
-return n
-`)
+// routeClaimedScript: see lua/route_claimed.lua.
+var routeClaimedScript = luaScript("route_claimed.lua", "lib_busy.lua", "lib_wake.lua")
 
 // RoutedJob is a claimed job request and where its job goes.
 type RoutedJob struct {
@@ -469,78 +274,8 @@ func (d *DB) Ack(ctx context.Context, c *Claim) error {
 	return err
 }
 
-// requeueScript: KEYS leases; ARGV now ms, limit, context id, consumer ("" = any),
-// then optionally claim ids.
-// With a consumer, every lease of that consumer is taken back at once, expired or not
-// (a restarted consumer hands back what its previous life held); with claim ids too,
-// only those claims (a claim whose answer was lost).
-// For each expired lease: if the item is still in the consumer's processing list, it
-// is removed from there and pushed back at the consuming end of its queue, with its
-// wake tokens in DB 0 (a message's on the routers' list, a job's per LuaWake; and the
-// context marked busy there). The LREM makes the requeue happen at most once per claim.
-var requeueScript = NewScript(LuaBusy + LuaWake + `
-local expired
-if ARGV[4] ~= '' then
-  expired = {}
-  local prefix = ARGV[4] .. '\t'
-  local only
-  if #ARGV > 4 then
-    only = {}
-    for i = 5, #ARGV do only[ARGV[i]] = true end
-  end
-  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    if string.sub(m, 1, #prefix) == prefix and (not only or only[string.match(m, '[^\t]*$')]) then expired[#expired + 1] = m end
-  end
-else
-  expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-end
-local moved = {}
-for _, m in ipairs(expired) do
-  redis.call('ZREM', KEYS[1], m)
-  local t1 = string.find(m, '\t', 1, true)
-  local t2 = t1 and string.find(m, '\t', t1 + 1, true)
-  if t2 then
-    local consumer = string.sub(m, 1, t1 - 1)
-    local queue = string.sub(m, t1 + 1, t2 - 1)
-    local item = string.sub(m, t2 + 1)
-    local claim = ''
-    local t3 = string.find(item, '\t', 1, true)
-    if t3 then claim = string.sub(item, t3 + 1); item = string.sub(item, 1, t3 - 1) end
-    local proc = 'coord:proc:' .. consumer
-    -- A job that runs under another claim now (this lease is stale: its claim's
-    -- answer was lost, and the job was queued and claimed again since) keeps running:
-    -- only this lease's copy in the processing list goes, never the running claim's,
-    -- and nothing is queued (that would run the job a second time at once).
-    local cur = {}
-    if claim ~= '' and string.match(item, '^job:%d+:%d+$') then cur = redis.call('HMGET', item, 'claim', 'status', 'worker') end
-    if cur[2] == 'started' and cur[1] and cur[1] ~= claim then
-      if cur[3] ~= consumer or #redis.call('LPOS', proc, item, 'COUNT', 2) > 1 then redis.call('LREM', proc, 1, item) end
-    elseif redis.call('LREM', proc, 1, item) == 1 then
-      redis.call('RPUSH', queue, item)
-      moved[#moved + 1] = queue
-      moved[#moved + 1] = item
-    end
-  end
-end
-if #moved > 0 then
-  local wakers = {}
-  for i = 1, #moved, 2 do
-    local q = moved[i]
-    if q ~= 'msg_out' and q ~= 'msg_in' and not wakers[q] then wakers[q] = wake_targets(q) end
-  end
-  redis.call('SELECT', 0)
-  for i = 1, #moved, 2 do
-    local q = moved[i]
-    if q == 'msg_out' or q == 'msg_in' then
-      redis.call('LPUSH', 'coord:wake:' .. q, ARGV[3]) -- the routers' wake lists
-    else
-      wake_runners(ARGV[3], q, wakers[q], 1)
-    end
-  end
-  mark_busy(ARGV[3])
-end
-return moved
-`)
+// requeueScript: see lua/requeue.lua.
+var requeueScript = luaScript("requeue.lua", "lib_busy.lua", "lib_wake.lua")
 
 // Requeued is an item that went back to its queue after its lease expired.
 type Requeued struct {
@@ -840,38 +575,8 @@ func (s *Store) SweepLeases(ctx context.Context, ctxIDs []uint32, now time.Time,
 	return true
 }
 
-// checkBusyScript reads what a context has waiting or held: KEYS none (the context's
-// lists are named from ARGV; coord:busy in DB 0 is reached with SELECT 0); ARGV
-// context id, tidy (1: remove the context from coord:busy when it has nothing waiting
-// and no lease, add it when it has), then the script types. It looks at msg_out,
-// msg_in, queue:<type> and the pinned queues coord:rq:<runner>:<type> of the runners
-// of coord:idx:runners. Reply: {lease count, {list, length}...} of the lists that are
-// not empty.
-var checkBusyScript = NewScript(`
-local ctx, tidy = ARGV[1], ARGV[2] == '1'
-local out = {}
-local function look(q)
-  local n = redis.call('LLEN', q)
-  if n > 0 then out[#out + 1] = q; out[#out + 1] = n end
-end
-look('msg_out')
-look('msg_in')
-local runners = redis.call('ZRANGE', 'coord:idx:runners', 0, -1)
-for i = 3, #ARGV do
-  look('queue:' .. ARGV[i])
-  for _, r in ipairs(runners) do look('coord:rq:' .. r .. ':' .. ARGV[i]) end
-end
-local leases = redis.call('ZCARD', 'coord:leases')
-if tidy then
-  redis.call('SELECT', 0)
-  if #out == 0 and leases == 0 then
-    redis.call('ZREM', 'coord:busy', ctx)
-  else
-    redis.call('ZADD', 'coord:busy', 'NX', 0, ctx)
-  end
-end
-return {leases, out}
-`)
+// checkBusyScript: see lua/check_busy.lua.
+var checkBusyScript = luaScript("check_busy.lua")
 
 // BusyState is what a context has waiting (the lengths of its lists that are not
 // empty, by name) and held (its leases).
@@ -889,7 +594,7 @@ func (d *DB) CheckBusy(ctx context.Context, tidy bool) (BusyState, error) {
 	for _, t := range model.ScriptTypes() {
 		args = append(args, string(t))
 	}
-	res, err := d.Eval(ctx, checkBusyScript, nil, args...)
+	res, err := d.Eval(ctx, checkBusyScript, []string{keys.MsgOut, keys.MsgIn, keys.Leases, keys.RunnerIndex, keys.Busy}, args...)
 	if err != nil {
 		return BusyState{}, fmt.Errorf("check the queues of context %d: %w", d.ContextID, err)
 	}

@@ -17,22 +17,8 @@ import (
 
 // Remote execution (mycelium-gateway): what the router of each node keeps in Redis.
 
-// acceptInboundScript: ARGV ctx, dedup key ("" for none), dedup ttl s, caller, now_ms,
-// then the message's field/value pairs (without id). Stores an inbound message and
-// queues it on msg_in with a wake token (and marks the context busy), unless the dedup key says it came already.
-// Returns {1, message key} or {0, ""} for a duplicate.
-var acceptInboundScript = newLibScript(`
-local ctx, dedup, ttl, caller, now_ms = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-if dedup ~= '' then
-  if redis.call('SET', dedup, '1', 'NX', 'EX', ttl) == false then return {0, ''} end
-end
-local mk = store_message(caller, 6, now_ms)
-redis.call('LPUSH', 'msg_in', mk)
-redis.call('SELECT', 0)
-redis.call('LPUSH', 'coord:wake:msg_in', ctx)
-mark_busy(ctx)
-return {1, mk}
-`)
+// acceptInboundScript: see lua/accept_inbound.lua.
+var acceptInboundScript = stateScript("accept_inbound.lua")
 
 // AcceptInbound stores a message from another node and queues it on msg_in. dedup
 // names the message across deliveries (the origin's key and message): a second
@@ -56,7 +42,7 @@ func (d *DB) AcceptInbound(ctx context.Context, m *model.Message, dedup string, 
 		}
 		args = append(args, fields[i], fields[i+1])
 	}
-	res, err := d.Eval(ctx, acceptInboundScript, nil, args...)
+	res, err := d.Eval(ctx, acceptInboundScript, []string{keys.MsgIn, keys.WakeMsgIn}, args...)
 	if err != nil {
 		return "", false, fmt.Errorf("accept inbound message: %w", err)
 	}
@@ -70,39 +56,11 @@ func (d *DB) AcceptInbound(ctx context.Context, m *model.Message, dedup string, 
 
 // InboundKey is the dedup key of a message that came from another node.
 func InboundKey(sourcePK, originMsg string) string {
-	return "coord:inbound:" + sourcePK + ":" + originMsg
+	return keys.Inbound(sourcePK, originMsg)
 }
 
-// materializeScript: ARGV caller, id, origin msg key, now_s, now_ms, then the job's
-// field/value pairs. Creates the job of a request from another node; a job of the
-// same origin is replaced (the origin retried it); a local job with that key is a
-// conflict. Returns 1, or 0 for a duplicate of the same request.
-var materializeScript = newLibScript(`
-local caller, id, origin_msg, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local jk = 'job:' .. caller .. ':' .. id
-local prev = redis.call('HGET', jk, 'origin')
-if redis.call('EXISTS', jk) == 1 then
-  if not prev then
-    return redis.error_reply('CONFLICT job key ' .. jk .. ' belongs to a local job of this context')
-  end
-  local ok, o = pcall(cjson.decode, prev)
-  if ok and o.msg_key == origin_msg then return 0 end
-  local st = redis.call('HGET', jk, 'status')
-  if st then redis.call('ZREM', 'coord:idx:jobs:' .. st, caller .. ':' .. id) end
-  redis.call('DEL', jk)
-end
-local fields = {}
-for i = 6, #ARGV, 2 do
-  fields[#fields + 1] = ARGV[i]
-  fields[#fields + 1] = ARGV[i + 1]
-end
-redis.call('HSET', jk, unpack(fields))
-redis.call('ZADD', 'coord:idx:jobs', now_ms, caller .. ':' .. id)
-local st = redis.call('HGET', jk, 'status')
-if st then redis.call('ZADD', 'coord:idx:jobs:' .. st, now_ms, caller .. ':' .. id) end
-event('job.created', 'router', now_ms, redis.call('HGET', jk, 'flow_id') or '0', id, caller, st, 'from node ' .. (cjson.decode(redis.call('HGET', jk, 'origin')).pk or '?'))
-return 1
-`)
+// materializeScript: see lua/materialize.lua.
+var materializeScript = stateScript("materialize.lua")
 
 // MaterializeJob writes a job that another node sent, ready to queue.
 func (d *DB) MaterializeJob(ctx context.Context, j *model.Job) (created bool, err error) {
@@ -116,7 +74,7 @@ func (d *DB) MaterializeJob(ctx context.Context, j *model.Job) (created bool, er
 	j.Worker, j.Error, j.ExitCode, j.Result, j.StartedAt, j.FinishedAt, j.StartedAtMs, j.FinishedAtMs = "", "", 0, map[string]string{}, 0, 0, 0, 0
 	args := []any{j.CallerID, j.ID, j.Origin.MsgKey, now.Unix(), now.UnixMilli()}
 	args = append(args, model.HashFields(j)...)
-	res, err := d.Eval(ctx, materializeScript, nil, args...)
+	res, err := d.Eval(ctx, materializeScript, []string{keys.Job(j.CallerID, j.ID)}, args...)
 	if err != nil {
 		return false, scriptErr(err, fmt.Sprintf("materialize job %d:%d", j.CallerID, j.ID))
 	}
@@ -124,20 +82,8 @@ func (d *DB) MaterializeJob(ctx context.Context, j *model.Job) (created bool, er
 	return n == 1, nil
 }
 
-// applyRemoteResultScript: ARGV caller, id, attempt, status, then field/value pairs.
-// Writes the end of a job that ran on another node into the origin's job, once, and
-// only for the attempt the origin is waiting for.
-var applyRemoteResultScript = newLibScript(`
-local caller, id, attempt, st = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local jk = 'job:' .. caller .. ':' .. id
-local cur = redis.call('HGET', jk, 'status')
-if not cur or cur == 'finished' or cur == 'error' then return 0 end
-if (redis.call('HGET', jk, 'attempt') or '1') ~= attempt then return 0 end
-local fields = {}
-for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
-set_job(caller, id, st, unpack(fields))
-return 1
-`)
+// applyRemoteResultScript: see lua/apply_remote_result.lua.
+var applyRemoteResultScript = stateScript("apply_remote_result.lua")
 
 // ApplyRemoteResult records, on the origin node, the end of a job that ran elsewhere.
 func (d *DB) ApplyRemoteResult(ctx context.Context, j *model.Job, worker string) (bool, error) {
@@ -152,7 +98,7 @@ func (d *DB) ApplyRemoteResult(ctx context.Context, j *model.Job, worker string)
 	if len(j.ResultJSON) > 0 {
 		args = append(args, "result_json", string(j.ResultJSON))
 	}
-	n, err := d.Eval(ctx, applyRemoteResultScript, nil, args...)
+	n, err := d.Eval(ctx, applyRemoteResultScript, []string{keys.Job(j.CallerID, j.ID)}, args...)
 	if err != nil {
 		return false, fmt.Errorf("record remote result of job %d:%d: %w", j.CallerID, j.ID, err)
 	}
@@ -191,4 +137,20 @@ func (s *Store) PopRemoteDue(ctx context.Context, now time.Time, limit int) ([]R
 // NextRemoteDue returns when the next check is due (zero if none).
 func (s *Store) NextRemoteDue(ctx context.Context) (time.Time, error) {
 	return s.nextDue(ctx, keys.RemoteDue)
+}
+
+// ackMessageScript: see lua/ack_message.lua.
+var ackMessageScript = luaScript("ack_message.lua")
+
+// AckMessage moves a request message sent to another node from dispatched to
+// acknowledged (the far node queued its job); acked is false when it was not
+// dispatched (gone, or acknowledged already).
+func (d *DB) AckMessage(ctx context.Context, msgKey string) (acked bool, err error) {
+	now := time.Now()
+	n, err := d.Eval(ctx, ackMessageScript, []string{msgKey}, now.Unix(), now.UnixMilli())
+	if err != nil {
+		return false, fmt.Errorf("acknowledge %s: %w", msgKey, err)
+	}
+	v, _ := n.(int64)
+	return v == 1, nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
@@ -133,38 +135,8 @@ func TestDispatchMany(t *testing.T) {
 	}
 	rc := srv.Client(t, 6)
 	group := res[0].MsgKey
-	for i, r := range res {
-		if r.JobID != jobs[i].ID || r.MsgKey == "" || r.Attempt != 1 || (i < 3) != (r.MsgKey == group) {
-			t.Fatalf("dispatch %d: %+v (group message %s)", i, r, group)
-		}
-		j, _ := db.LoadJob(ctx, 1, jobs[i].ID)
-		if j.Status != model.JobDispatched {
-			t.Fatalf("job %d status %s", j.ID, j.Status)
-		}
-		// The group's message is tracked once, by the flow; the pinned job's own by the job.
-		own := keys.JobMessages(1, j.ID)
-		if i < 3 && (!rc.SIsMember(ctx, keys.FlowMessages(f.ID), r.MsgKey).Val() || rc.Exists(ctx, own).Val() != 0) {
-			t.Fatalf("job %d: the flow does not track its group request message %s, or the job has a set", j.ID, r.MsgKey)
-		}
-		if i == 3 && !rc.SIsMember(ctx, own, r.MsgKey).Val() {
-			t.Fatalf("job %d does not track its own request message %s", j.ID, r.MsgKey)
-		}
-	}
-	if n := rc.SCard(ctx, keys.FlowMessages(f.ID)).Val(); n != 1 {
-		t.Fatalf("flow tracks %d messages, want the group's", n)
-	}
-	m, err := db.LoadMessageKey(ctx, group)
-	if err != nil || m.Kind != model.KindJobRequest || len(m.Job) != 3 || len(m.Nodes) != 3 || m.FlowID != f.ID || m.Status != model.MessageDispatched {
-		t.Fatalf("group message %s: %+v %v", group, m, err)
-	}
-	for i := range 3 {
-		if m.Job[i].ID != jobs[i].ID || m.Job[i].Script != "true" || m.Nodes[i].ID != jobs[i].ID || m.Nodes[i].NodeStatus != model.NodeDispatched {
-			t.Fatalf("group message job %d: %+v %+v", i, m.Job[i], m.Nodes[i])
-		}
-	}
-	if ids := rc.HGet(ctx, group, "job_ids").Val(); ids != fmt.Sprintf("%d %d %d", jobs[0].ID, jobs[1].ID, jobs[2].ID) {
-		t.Fatalf("job_ids %q", ids)
-	}
+	checkDispatchedAndTracked(t, db, rc, f.ID, jobs, res)
+	checkGroupMessage(t, db, rc, f.ID, jobs, group)
 	own, err := db.LoadMessageKey(ctx, res[3].MsgKey)
 	if err != nil || len(own.Job) != 1 || own.Job[0].ID != jobs[3].ID || rc.HExists(ctx, res[3].MsgKey, "job_ids").Val() {
 		t.Fatalf("pinned job's message: %+v %v", own, err)
@@ -187,6 +159,53 @@ func TestDispatchMany(t *testing.T) {
 	}
 	if n := srv.Client(t, 6).LLen(ctx, keys.MsgOut).Val(); n != 2 {
 		t.Fatalf("msg_out holds %d after a repeated dispatch, want 2", n)
+	}
+}
+
+// checkDispatchedAndTracked: the first three (unpinned) jobs share the group's
+// message, tracked once, by the flow; the fourth (pinned) has its own, tracked by
+// the job. Every job is dispatched.
+func checkDispatchedAndTracked(t *testing.T, db *store.DB, rc *redis.Client, flowID uint32, jobs []*model.Job, res []store.Dispatched) {
+	t.Helper()
+	ctx := context.Background()
+	group := res[0].MsgKey
+	for i, r := range res {
+		if r.JobID != jobs[i].ID || r.MsgKey == "" || r.Attempt != 1 || (i < 3) != (r.MsgKey == group) {
+			t.Fatalf("dispatch %d: %+v (group message %s)", i, r, group)
+		}
+		j, _ := db.LoadJob(ctx, 1, jobs[i].ID)
+		if j.Status != model.JobDispatched {
+			t.Fatalf("job %d status %s", j.ID, j.Status)
+		}
+		own := keys.JobMessages(1, j.ID)
+		if i < 3 && (!rc.SIsMember(ctx, keys.FlowMessages(flowID), r.MsgKey).Val() || rc.Exists(ctx, own).Val() != 0) {
+			t.Fatalf("job %d: the flow does not track its group request message %s, or the job has a set", j.ID, r.MsgKey)
+		}
+		if i == 3 && !rc.SIsMember(ctx, own, r.MsgKey).Val() {
+			t.Fatalf("job %d does not track its own request message %s", j.ID, r.MsgKey)
+		}
+	}
+	if n := rc.SCard(ctx, keys.FlowMessages(flowID)).Val(); n != 1 {
+		t.Fatalf("flow tracks %d messages, want the group's", n)
+	}
+}
+
+// checkGroupMessage: the group's request message carries the first three jobs, their
+// nodes and their ids (job_ids).
+func checkGroupMessage(t *testing.T, db *store.DB, rc *redis.Client, flowID uint32, jobs []*model.Job, group string) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := db.LoadMessageKey(ctx, group)
+	if err != nil || m.Kind != model.KindJobRequest || len(m.Job) != 3 || len(m.Nodes) != 3 || m.FlowID != flowID || m.Status != model.MessageDispatched {
+		t.Fatalf("group message %s: %+v %v", group, m, err)
+	}
+	for i := range 3 {
+		if m.Job[i].ID != jobs[i].ID || m.Job[i].Script != "true" || m.Nodes[i].ID != jobs[i].ID || m.Nodes[i].NodeStatus != model.NodeDispatched {
+			t.Fatalf("group message job %d: %+v %+v", i, m.Job[i], m.Nodes[i])
+		}
+	}
+	if ids := rc.HGet(ctx, group, "job_ids").Val(); ids != fmt.Sprintf("%d %d %d", jobs[0].ID, jobs[1].ID, jobs[2].ID) {
+		t.Fatalf("job_ids %q", ids)
 	}
 }
 
@@ -221,15 +240,23 @@ func TestGroupRequestRoutedWholeOrSplit(t *testing.T) {
 		t.Fatalf("%d wake tokens for 3 routed jobs", n)
 	}
 
-	// A second flow whose middle job's type nobody serves: the group is claimed whole.
+	checkGroupClaimedWholeAndSplit(t, s, db, rc)
+}
+
+// checkGroupClaimedWholeAndSplit: a flow whose middle job's type nobody serves: the
+// group is claimed whole, split into one request per job, and the next claim routes
+// the first and third and claims the second.
+func checkGroupClaimedWholeAndSplit(t *testing.T, s *store.Store, db *store.DB, rc *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
 	f2, jobs2 := flowWith(t, s, db, 3)
 	rc.HSet(ctx, keys.Job(1, jobs2[1].ID), "script_type", "v")
 	jobs2[1].ScriptType = "v"
-	res, err = db.DispatchMany(ctx, f2.ID, 1, jobs2, "scheduler", 0)
+	res, err := db.DispatchMany(ctx, f2.ID, 1, jobs2, "scheduler", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cms, routed, err = db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
+	cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
 	if err != nil || len(cms) != 1 || len(routed) != 0 || cms[0].Item != res[0].MsgKey {
 		t.Fatalf("claim: %+v routed %+v %v; want the group claimed", cms, routed, err)
 	}
@@ -273,7 +300,17 @@ func TestClaimStart(t *testing.T) {
 	if j.Status != model.JobStarted || j.Worker != "w1" || j.StartedAtMs == 0 || j.ContextID != 7 || j.TraceID != "0af7651916cd43dd8448eb211c80319c" {
 		t.Fatalf("started job: %+v", j)
 	}
-	// What the claim returned is what it stored, and the job moved to the started index.
+	checkClaimedAsStored(t, db, cl, j, jobs[0].Status)
+	checkFinishOnce(t, db, cl, j)
+	checkClaimDropsDoneAndGone(t, db, q, jobs)
+}
+
+// checkClaimedAsStored: what the claim returned is what it stored, the job moved
+// from its status index (was) to the started one, and the claim holds a lease and
+// its item in the processing list.
+func checkClaimedAsStored(t *testing.T, db *store.DB, cl *store.Claim, j *model.Job, was model.JobStatus) {
+	t.Helper()
+	ctx := context.Background()
 	stored, err := db.LoadJob(ctx, 1, j.ID)
 	if err != nil || stored.Status != j.Status || stored.Worker != j.Worker || stored.StartedAtMs != j.StartedAtMs ||
 		stored.StartedAt != j.StartedAt || stored.UpdatedAt != j.UpdatedAt || stored.TraceID != j.TraceID || stored.Attempt != j.Attempt {
@@ -281,26 +318,32 @@ func TestClaimStart(t *testing.T) {
 	}
 	member := fmt.Sprintf("1:%d", j.ID)
 	rc7 := srv.Client(t, 7)
-	if rc7.ZScore(ctx, "coord:idx:jobs:started", member).Err() != nil || rc7.ZScore(ctx, "coord:idx:jobs:"+string(jobs[0].Status), member).Err() == nil {
-		t.Fatalf("status index after the start: started %v, %s %v", rc7.ZScore(ctx, "coord:idx:jobs:started", member).Err(), jobs[0].Status, rc7.ZScore(ctx, "coord:idx:jobs:"+string(jobs[0].Status), member).Err())
+	if rc7.ZScore(ctx, "coord:idx:jobs:started", member).Err() != nil || rc7.ZScore(ctx, "coord:idx:jobs:"+string(was), member).Err() == nil {
+		t.Fatalf("status index after the start: started %v, %s %v", rc7.ZScore(ctx, "coord:idx:jobs:started", member).Err(), was, rc7.ZScore(ctx, "coord:idx:jobs:"+string(was), member).Err())
 	}
 	if ok, err := db.ExtendLease(ctx, cl, time.Minute); !ok || err != nil {
 		t.Fatalf("the claim holds no lease: %v %v", ok, err)
 	}
-	if got := srv.Client(t, 7).LRange(ctx, keys.Processing("w1"), 0, -1).Val(); len(got) != 1 || got[0] != cl.Item {
+	if got := rc7.LRange(ctx, keys.Processing("w1"), 0, -1).Val(); len(got) != 1 || got[0] != cl.Item {
 		t.Fatalf("processing list: %v", got)
 	}
+}
+
+// checkFinishOnce: the end's log note is appended within the log's cap; the same
+// end again (a retry after a lost answer) answers true and writes nothing twice.
+func checkFinishOnce(t *testing.T, db *store.DB, cl *store.Claim, j *model.Job) {
+	t.Helper()
+	ctx := context.Background()
+	rc7 := srv.Client(t, 7)
 	if err := db.AppendLog(ctx, 1, j.ID, []byte("0123456789"), 16); err != nil {
 		t.Fatal(err)
 	}
-	// The end's log note is appended within the log's cap.
 	if ok, err := db.FinishJob(ctx, cl, j, store.JobOutcome{Status: model.JobFinished, Log: []byte("header line\n"), LogMax: 16}); !ok || err != nil {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	if b, _, _ := db.ReadLog(ctx, 1, j.ID, 0, 0); string(b) != "0123456789header\n[log truncated at 16 bytes]\n" {
 		t.Fatalf("log after the end: %q", b)
 	}
-	// The same end again (a retry after a lost answer): true, and nothing written twice.
 	msgs, evs := rc7.LLen(ctx, keys.MsgOut).Val(), rc7.XLen(ctx, keys.Events).Val()
 	if ok, err := db.FinishJob(ctx, cl, j, store.JobOutcome{Status: model.JobError, Error: "later"}); !ok || err != nil {
 		t.Fatalf("finish again: %v %v", ok, err)
@@ -311,22 +354,28 @@ func TestClaimStart(t *testing.T) {
 	if again, _ := db.LoadJob(ctx, 1, j.ID); again.Status != model.JobFinished || again.Error != "" {
 		t.Fatalf("a second finish changed the job: %+v", again)
 	}
-	// The same (now finished) job queued again: acked, not run.
+}
+
+// checkClaimDropsDoneAndGone: the first (now finished) job queued again is acked,
+// not run; a job that is gone, and an item that is no job key, are both dropped,
+// nothing held.
+func checkClaimDropsDoneAndGone(t *testing.T, db *store.DB, q string, jobs []*model.Job) {
+	t.Helper()
+	ctx := context.Background()
 	if err := db.Enqueue(ctx, q, keys.Job(1, jobs[0].ID)); err != nil {
 		t.Fatal(err)
 	}
-	cl, _, j, err = db.ClaimStart(ctx, q, "w1", time.Minute, "0af7651916cd43dd8448eb211c80319c") // the second job first (FIFO)
+	_, _, j, err := db.ClaimStart(ctx, q, "w1", time.Minute, "0af7651916cd43dd8448eb211c80319c") // the second job first (FIFO)
 	if err != nil || j == nil || j.ID != jobs[1].ID {
 		t.Fatalf("second job: %+v %v", j, err)
 	}
-	cl, out, j, err = db.ClaimStart(ctx, q, "w1", time.Minute, "0af7651916cd43dd8448eb211c80319c")
+	cl, out, j, err := db.ClaimStart(ctx, q, "w1", time.Minute, "0af7651916cd43dd8448eb211c80319c")
 	if err != nil || cl == nil || out != store.StartDone || j != nil {
 		t.Fatalf("duplicate of a finished job: %v %v %+v %v", cl, out, j, err)
 	}
 	if ok, _ := db.ExtendLease(ctx, cl, time.Minute); ok {
 		t.Fatal("a finished job's duplicate keeps its lease")
 	}
-	// A job that is gone, and an item that is no job key: both dropped, nothing held.
 	for _, item := range []string{keys.Job(1, 999), "not-a-job"} {
 		if err := db.Enqueue(ctx, q, item); err != nil {
 			t.Fatal(err)
@@ -508,18 +557,8 @@ func TestClaimStartsTakesGroupsAndTheirWakeTokens(t *testing.T) {
 	if err != nil || len(got) != 3 {
 		t.Fatalf("claim 3: %d %v", len(got), err)
 	}
-	claims := map[string]bool{}
 	rc := srv.Client(t, 13)
-	for i, st := range got {
-		if st.Err != nil || st.Outcome != store.StartRun || st.Job.ID != jobs[i].ID || st.Job.TraceID != traces[i] || claims[st.Claim.ID] {
-			t.Fatalf("job %d: %+v %+v", i, st, st.Job)
-		}
-		claims[st.Claim.ID] = true
-		stored, err := db.LoadJob(ctx, 1, jobs[i].ID)
-		if err != nil || stored.Status != model.JobStarted || stored.TraceID != traces[i] || rc.HGet(ctx, keys.Job(1, jobs[i].ID), "claim").Val() != st.Claim.ID {
-			t.Fatalf("stored job %d: %+v %v", i, stored, err)
-		}
-	}
+	checkStartsClaimedEach(t, db, rc, got, jobs, traces)
 	first := got
 	if n := tokens(); n != 2 {
 		t.Fatalf("%d wake tokens left for the 2 jobs left", n)
@@ -535,7 +574,32 @@ func TestClaimStartsTakesGroupsAndTheirWakeTokens(t *testing.T) {
 	if got, err := db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 4), store.Wake{Key: wake, Token: "13"}); err != nil || len(got) != 0 {
 		t.Fatalf("empty queue: %+v %v", got, err)
 	}
-	// Each claim is its own: finishing them together finishes each.
+	checkFinishedTogether(t, db, rc, q, first, jobs)
+}
+
+// checkStartsClaimedEach: each start of a ClaimStarts is run, has its own claim and
+// the trace asked for, as stored.
+func checkStartsClaimedEach(t *testing.T, db *store.DB, rc *redis.Client, got []store.Started, jobs []*model.Job, traces []string) {
+	t.Helper()
+	ctx := context.Background()
+	claims := map[string]bool{}
+	for i, st := range got {
+		if st.Err != nil || st.Outcome != store.StartRun || st.Job.ID != jobs[i].ID || st.Job.TraceID != traces[i] || claims[st.Claim.ID] {
+			t.Fatalf("job %d: %+v %+v", i, st, st.Job)
+		}
+		claims[st.Claim.ID] = true
+		stored, err := db.LoadJob(ctx, 1, jobs[i].ID)
+		if err != nil || stored.Status != model.JobStarted || stored.TraceID != traces[i] || rc.HGet(ctx, keys.Job(1, jobs[i].ID), "claim").Val() != st.Claim.ID {
+			t.Fatalf("stored job %d: %+v %v", i, stored, err)
+		}
+	}
+}
+
+// checkFinishedTogether: each claim is its own: finishing them together finishes
+// each (but the one given a stale claim).
+func checkFinishedTogether(t *testing.T, db *store.DB, rc *redis.Client, q string, first []store.Started, jobs []*model.Job) {
+	t.Helper()
+	ctx := context.Background()
 	var fs []store.Finish
 	for i, st := range first {
 		fs = append(fs, store.Finish{DB: db, Claim: st.Claim, Job: st.Job,
@@ -562,7 +626,7 @@ func TestClaimStartsTakesGroupsAndTheirWakeTokens(t *testing.T) {
 	if !rc.SIsMember(ctx, keys.FlowMessages(jobs[0].FlowID), mks[0]).Val() {
 		t.Fatalf("flow %d does not track the group's result message", jobs[0].FlowID)
 	}
-	if n := g.LLen(ctx, keys.WakeMsgOut).Val(); n != 1 {
+	if n := srv.Client(t, 0).LLen(ctx, keys.WakeMsgOut).Val(); n != 1 {
 		t.Fatalf("%d msg_out wake tokens for one message", n)
 	}
 }

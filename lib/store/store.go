@@ -619,6 +619,8 @@ func (d *DB) HGetAll(ctx context.Context, key string) (map[string]string, error)
 // Script is a Lua script run by SHA with a fallback to its source.
 type Script struct {
 	src, sha string
+	name     string // its file under lua/, for errors
+	err      error  // why it could not be made (Open reports it)
 }
 
 // scripts are every script made with NewScript (package variables, made at init):
@@ -635,6 +637,11 @@ func NewScript(src string) *Script {
 
 // loadScripts sends every script to a server (SCRIPT LOAD), in one round trip.
 func loadScripts(ctx context.Context, c *redis.Client) error {
+	for _, sc := range scripts {
+		if sc.err != nil {
+			return sc.err
+		}
+	}
 	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, sc := range scripts {
 			p.ScriptLoad(ctx, sc.src)
@@ -646,7 +653,7 @@ func loadScripts(ctx context.Context, c *redis.Client) error {
 	}
 	for i, cmd := range cmds {
 		if sha := cmd.(*redis.StringCmd).Val(); sha != scripts[i].sha {
-			return fmt.Errorf("script %d: server hash %s, want %s", i, sha, scripts[i].sha)
+			return fmt.Errorf("script %d (%s): server hash %s, want %s: %w", i, scripts[i].name, sha, scripts[i].sha, cmd.Err())
 		}
 	}
 	return nil

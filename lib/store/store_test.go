@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/hero-coordinator/hero/lib/keys"
@@ -152,7 +153,26 @@ func TestJobFlowRunnerMessageRoundTrip(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
 	db := mustCtx(t, s, 3)
+	checkRunnerRoundTrip(t, s, db)
+	got := checkJobRoundTrip(t, s)
+	checkFlowRoundTrip(t, s, db)
 
+	m := &model.Message{CallerID: 12, ContextID: 3, Message: "hi", MessageType: "job", MessageFormatType: "text", Timeout: 10, TimeoutAck: 5, TimeoutResult: 60,
+		Job: []model.Job{*got}, FlowID: 33, Nodes: []model.FlowNode{{ID: 2001, Depends: []uint32{2000}, NodeStatus: model.NodeReady}}, TransportID: "t1"}
+	mm, _, err := db.CreateMessage(ctx, m, "12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mm.ID == 0 || len(mm.Job) != 1 || mm.Job[0].Script != "print(1)" || mm.Nodes[0].NodeStatus != model.NodeReady || mm.FlowID != 33 || mm.Status != model.MessageDispatched {
+		t.Fatalf("message: %+v", mm)
+	}
+}
+
+// checkRunnerRoundTrip creates runner 20 (python) in context 3: its script type
+// counts as served, another does not.
+func checkRunnerRoundTrip(t *testing.T, s *store.Store, db *store.DB) {
+	t.Helper()
+	ctx := context.Background()
 	r, _, err := s.CreateRunner(ctx, 3, &model.Runner{ID: 20, Local: true, ScriptTypes: []model.ScriptType{"python"}}, "1")
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +186,13 @@ func TestJobFlowRunnerMessageRoundTrip(t *testing.T) {
 	if ok, _ := db.ScriptTypeServed(ctx, "v"); ok {
 		t.Fatal("v must not count as served")
 	}
+}
 
+// checkJobRoundTrip creates jobs 2001 (every field set) and 2000 in context 3, and
+// returns 2001 as created.
+func checkJobRoundTrip(t *testing.T, s *store.Store) *model.Job {
+	t.Helper()
+	ctx := context.Background()
 	j := &model.Job{ID: 2001, CallerID: 12, ContextID: 3, Script: "print(1)", ScriptType: "python", Timeout: 30, Retries: 2,
 		EnvVars: map[string]string{"A": "1"}, Prerequisites: []string{"file:x"}, Dependends: []uint32{2000}, RunnerID: 20}
 	got, created, err := s.CreateJob(ctx, j, "12")
@@ -180,6 +206,14 @@ func TestJobFlowRunnerMessageRoundTrip(t *testing.T) {
 	if _, _, err := s.CreateJob(ctx, &model.Job{ID: 2000, CallerID: 12, ContextID: 3, Script: "echo", ScriptType: "sh"}, "12"); err != nil {
 		t.Fatal(err)
 	}
+	return got
+}
+
+// checkFlowRoundTrip creates flow 33 of jobs 2000 and 2001, which learn their flow;
+// a flow naming a missing job is refused and stores nothing.
+func checkFlowRoundTrip(t *testing.T, s *store.Store, db *store.DB) {
+	t.Helper()
+	ctx := context.Background()
 	f, _, err := s.CreateFlow(ctx, &model.Flow{ID: 33, CallerID: 12, ContextID: 3, Jobs: []uint32{2000, 2001}, EnvVars: map[string]string{"G": "x"}}, "12")
 	if err != nil {
 		t.Fatal(err)
@@ -190,22 +224,11 @@ func TestJobFlowRunnerMessageRoundTrip(t *testing.T) {
 	if j2, _ := db.LoadJob(ctx, 12, 2001); j2.FlowID != 33 {
 		t.Fatalf("job must learn its flow: %+v", j2)
 	}
-	// A flow naming a missing job is refused and stores nothing.
 	if _, _, err := s.CreateFlow(ctx, &model.Flow{ID: 34, CallerID: 12, ContextID: 3, Jobs: []uint32{1}}, "12"); err == nil || !strings.Contains(err.Error(), "jobs") {
 		t.Fatalf("flow with missing job: %v", err)
 	}
 	if srv.Client(t, 3).Exists(ctx, "flow:34").Val() != 0 {
 		t.Fatal("refused flow was stored")
-	}
-
-	m := &model.Message{CallerID: 12, ContextID: 3, Message: "hi", MessageType: "job", MessageFormatType: "text", Timeout: 10, TimeoutAck: 5, TimeoutResult: 60,
-		Job: []model.Job{*got}, FlowID: 33, Nodes: []model.FlowNode{{ID: 2001, Depends: []uint32{2000}, NodeStatus: model.NodeReady}}, TransportID: "t1"}
-	mm, _, err := db.CreateMessage(ctx, m, "12")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mm.ID == 0 || len(mm.Job) != 1 || mm.Job[0].Script != "print(1)" || mm.Nodes[0].NodeStatus != model.NodeReady || mm.FlowID != 33 || mm.Status != model.MessageDispatched {
-		t.Fatalf("message: %+v", mm)
 	}
 }
 
@@ -214,8 +237,40 @@ func TestJobFlowRunnerMessageRoundTrip(t *testing.T) {
 func TestReadSeedLayoutHashes(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
-	c0 := srv.Client(t, 0)
 	c7 := srv.Client(t, 7)
+	writeSeedLayoutHashes(t, srv.Client(t, 0), c7)
+
+	a, err := s.LoadActor(ctx, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Pubkey != "pk12" || a.Address[0] != "addr1" || a.CreatedAt != 1724900000 || a.UpdatedAt != 1724900001 {
+		t.Fatalf("actor: %+v", a)
+	}
+	c, err := s.LoadContext(ctx, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c.Admins, []uint32{12}) || !reflect.DeepEqual(c.Readers, []uint32{13, 14}) || len(c.Executors) != 0 {
+		t.Fatalf("context: %+v", c)
+	}
+	db, _ := s.Ctx(7)
+	checkSeedFlowMessageRunner(t, db)
+	checkSeedJobs(t, db)
+	// A field that cannot be read names the key and the field.
+	if err := c7.HSet(ctx, "job:12:2003", "id", "2003", "timeout", "soon").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.LoadJob(ctx, 12, 2003); err == nil || !strings.Contains(err.Error(), "timeout") || !strings.Contains(err.Error(), "job:12:2003") {
+		t.Fatalf("bad field: %v", err)
+	}
+}
+
+// writeSeedLayoutHashes writes an actor (DB 0), and a context, flow, message, runner
+// and two jobs (DB 7) as the seed's layout has them, field by field.
+func writeSeedLayoutHashes(t *testing.T, c0, c7 *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -237,48 +292,55 @@ func TestReadSeedLayoutHashes(t *testing.T) {
 	// Another implementation's enum spelling.
 	must(c7.HSet(ctx, "job:12:2002", "id", "2002", "caller_id", "12", "context_id", "7", "script", "x", "script_type", "Python", "timeout", "0", "retries", "0",
 		"env_vars", "{}", "result", "{}", "prerequisites", "[]", "dependends", "[]", "created_at", "1", "updated_at", "1", "status", "WaitingForPrerequisites").Err())
+}
 
-	a, err := s.LoadActor(ctx, 12)
-	must(err)
-	if a.Pubkey != "pk12" || a.Address[0] != "addr1" || a.CreatedAt != 1724900000 || a.UpdatedAt != 1724900001 {
-		t.Fatalf("actor: %+v", a)
-	}
-	c, err := s.LoadContext(ctx, 7)
-	must(err)
-	if !reflect.DeepEqual(c.Admins, []uint32{12}) || !reflect.DeepEqual(c.Readers, []uint32{13, 14}) || len(c.Executors) != 0 {
-		t.Fatalf("context: %+v", c)
-	}
-	db, _ := s.Ctx(7)
+// checkSeedFlowMessageRunner reads the flow, message and runner that
+// writeSeedLayoutHashes wrote.
+func checkSeedFlowMessageRunner(t *testing.T, db *store.DB) {
+	t.Helper()
+	ctx := context.Background()
 	f, err := db.LoadFlow(ctx, 33)
-	must(err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if f.Status != model.FlowFinished || f.Result["2001.x"] != "1" || f.EnvVars["K"] != "V" || !reflect.DeepEqual(f.Jobs, []uint32{2001, 2002}) {
 		t.Fatalf("flow: %+v", f)
 	}
 	m, err := db.LoadMessage(ctx, 12, 101)
-	must(err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if m.Status != model.MessageAcknowledged || m.TimeoutResult != 600 || m.Job[0].ScriptType != model.ScriptPython || m.Logs[0].Message != "sent" || m.MessageType != model.MessageTypeJob {
 		t.Fatalf("message: %+v", m)
 	}
 	r, err := db.LoadRunner(ctx, 20)
-	must(err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !r.Local || r.Topic != "runner20" || r.Address != "mycelium://r20" {
 		t.Fatalf("runner: %+v", r)
 	}
+}
+
+// checkSeedJobs reads the two jobs that writeSeedLayoutHashes wrote, the second in
+// another implementation's enum spelling.
+func checkSeedJobs(t *testing.T, db *store.DB) {
+	t.Helper()
+	ctx := context.Background()
 	j, err := db.LoadJob(ctx, 12, 2001)
-	must(err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if j.Status != model.JobWaitingForPrerequisites || j.Retries != 3 || j.Timeout != 30 || j.EnvVars["A"] != "B" || j.Result["out"] != "1" ||
 		j.Prerequisites[0] != "p1" || j.Dependends[0] != 2000 || j.UpdatedAt != 1724900005 {
 		t.Fatalf("job: %+v", j)
 	}
 	j2, err := db.LoadJob(ctx, 12, 2002)
-	must(err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if j2.Status != model.JobWaitingForPrerequisites || j2.ScriptType != model.ScriptPython {
 		t.Fatalf("job with foreign enum spelling: %+v", j2)
-	}
-	// A field that cannot be read names the key and the field.
-	must(c7.HSet(ctx, "job:12:2003", "id", "2003", "timeout", "soon").Err())
-	if _, err := db.LoadJob(ctx, 12, 2003); err == nil || !strings.Contains(err.Error(), "timeout") || !strings.Contains(err.Error(), "job:12:2003") {
-		t.Fatalf("bad field: %v", err)
 	}
 }
 
@@ -298,19 +360,41 @@ func TestReliableClaim(t *testing.T) {
 	if n := wakeTokens(t, 5, q); n != 2 {
 		t.Fatalf("wake tokens: %d", n)
 	}
+	checkDeadConsumerRequeued(t, db, q)
+	checkLiveConsumerAcks(t, db, q)
+	// The same item claimed twice by one consumer: each claim has its own lease, so
+	// acking the first leaves the second held.
+	_ = db.Enqueue(ctx, q, "job:1:9")
+	_ = db.Enqueue(ctx, q, "job:1:9")
+	c1, _ := db.Claim(ctx, q, "same", time.Minute)
+	c2, _ := db.Claim(ctx, q, "same", time.Minute)
+	if c1 == nil || c2 == nil || c1.ID == c2.ID {
+		t.Fatalf("two claims: %v %v", c1, c2)
+	}
+	_ = db.Ack(ctx, c1)
+	if ok, _ := db.ExtendLease(ctx, c2, time.Minute); !ok {
+		t.Fatal("acking one claim of an item released the other")
+	}
+}
+
+// checkDeadConsumerRequeued: the first item, claimed by a consumer that dies, stays
+// in its processing list until its lease expires, then goes back exactly once, to
+// the consuming end of the queue, with a wake token.
+func checkDeadConsumerRequeued(t *testing.T, db *store.DB, q string) {
+	t.Helper()
+	ctx := context.Background()
+	rc := srv.Client(t, 5)
 	cl, err := db.Claim(ctx, q, "dead", 50*time.Millisecond)
 	if err != nil || cl == nil || cl.Item != "job:1:1" {
 		t.Fatalf("claim: %v %v", cl, err)
 	}
-	// The consumer dies: the item stays in its processing list.
-	if got := srv.Client(t, 5).LRange(ctx, keys.Processing("dead"), 0, -1).Val(); !reflect.DeepEqual(got, []string{"job:1:1"}) {
+	if got := rc.LRange(ctx, keys.Processing("dead"), 0, -1).Val(); !reflect.DeepEqual(got, []string{"job:1:1"}) {
 		t.Fatalf("processing list: %v", got)
 	}
 	// Before expiry nothing moves.
 	if moved, err := db.RequeueExpired(ctx, time.Now(), 100); err != nil || len(moved) != 0 {
 		t.Fatalf("early requeue: %v %v", moved, err)
 	}
-	// After expiry it goes back exactly once, to the consuming end.
 	later := time.Now().Add(time.Second)
 	moved, err := db.RequeueExpired(ctx, later, 100)
 	if err != nil || len(moved) != 1 || moved[0].Item != "job:1:1" || moved[0].Queue != q {
@@ -319,17 +403,24 @@ func TestReliableClaim(t *testing.T) {
 	if moved, _ := db.RequeueExpired(ctx, later, 100); len(moved) != 0 {
 		t.Fatalf("second requeue moved %v", moved)
 	}
-	if got := srv.Client(t, 5).LRange(ctx, q, 0, -1).Val(); !reflect.DeepEqual(got, []string{"job:1:2", "job:1:1"}) {
+	if got := rc.LRange(ctx, q, 0, -1).Val(); !reflect.DeepEqual(got, []string{"job:1:2", "job:1:1"}) {
 		t.Fatalf("queue after requeue: %v", got)
 	}
-	if n := srv.Client(t, 5).LLen(ctx, keys.Processing("dead")).Val(); n != 0 {
+	if n := rc.LLen(ctx, keys.Processing("dead")).Val(); n != 0 {
 		t.Fatalf("processing list not emptied: %d", n)
 	}
 	if n := wakeTokens(t, 5, q); n != 3 {
 		t.Fatalf("requeue must add a wake token: %d", n)
 	}
-	// The requeued item is next; a live consumer extends and acks.
-	cl, _ = db.Claim(ctx, q, "live", time.Minute)
+}
+
+// checkLiveConsumerAcks: the requeued item is next; a live consumer extends and
+// acks, and an acked item is never requeued (even one whose lease expired as it
+// finished: LREM finds nothing, no double). The queue is empty after.
+func checkLiveConsumerAcks(t *testing.T, db *store.DB, q string) {
+	t.Helper()
+	ctx := context.Background()
+	cl, _ := db.Claim(ctx, q, "live", time.Minute)
 	if cl == nil || cl.Item != "job:1:1" {
 		t.Fatalf("next claim: %v", cl)
 	}
@@ -354,19 +445,6 @@ func TestReliableClaim(t *testing.T) {
 	}
 	if cl, _ := db.Claim(ctx, q, "x", time.Minute); cl != nil {
 		t.Fatalf("queue should be empty, got %v", cl)
-	}
-	// The same item claimed twice by one consumer: each claim has its own lease, so
-	// acking the first leaves the second held.
-	_ = db.Enqueue(ctx, q, "job:1:9")
-	_ = db.Enqueue(ctx, q, "job:1:9")
-	c1, _ := db.Claim(ctx, q, "same", time.Minute)
-	c2, _ := db.Claim(ctx, q, "same", time.Minute)
-	if c1 == nil || c2 == nil || c1.ID == c2.ID {
-		t.Fatalf("two claims: %v %v", c1, c2)
-	}
-	_ = db.Ack(ctx, c1)
-	if ok, _ := db.ExtendLease(ctx, c2, time.Minute); !ok {
-		t.Fatal("acking one claim of an item released the other")
 	}
 }
 

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"math"
 	"strconv"
@@ -15,10 +14,8 @@ import (
 	"github.com/hero-coordinator/hero/lib/model"
 )
 
-//go:embed lua/submit.lua
-var submitLua string
-
-var submitScript = newLibScript(submitLua)
+// submitScript: see lua/submit.lua.
+var submitScript = stateScript("submit.lua")
 
 // Submission is one standalone job for SubmitJobs, with its optional uniqueness key.
 type Submission struct {
@@ -37,8 +34,10 @@ type Submitted struct {
 const maxReserve = 5
 
 // SubmitJobs creates standalone jobs of one context and dispatches them, in one step
-// per call (lua/submit.lua): a job is never stored undispatched. Ids of 0 are reserved
-// from each caller's counter first (one round trip for the batch). A job whose unique
+// per call (lua/submit.lua): a job is never stored undispatched. First, in one round
+// trip for the batch, ids of 0 are reserved from each caller's counter and each job
+// that names no runner is checked to be served (its executor or script type announced
+// by a runner: a *model.ValidationError, nothing stored, when not). A job whose unique
 // key names a job that still exists, or whose chosen id exists with the same content,
 // is returned as it is (Existing); a chosen id with other content refuses the whole
 // call (an ExistsError), storing nothing.
@@ -89,12 +88,11 @@ func (s *Store) SubmitJobs(ctx context.Context, ctxID uint32, subs []Submission,
 	}
 }
 
-// reserveJobIDs gives the jobs at idx fresh ids from their callers' counters: one
-// INCRBY per caller, all in one round trip.
+// reserveJobIDs checks that some runner of the context serves each job of subs that
+// names no runner (its executor, or its script type: a *model.ValidationError naming
+// the first that none serves) and gives the jobs at idx fresh ids from their callers'
+// counters (one INCRBY per caller), all in one round trip.
 func (d *DB) reserveJobIDs(ctx context.Context, subs []Submission, idx []int) error {
-	if len(idx) == 0 {
-		return nil
-	}
 	count := map[uint32]int64{}
 	var callers []uint32
 	for _, i := range idx {
@@ -104,14 +102,47 @@ func (d *DB) reserveJobIDs(ctx context.Context, subs []Submission, idx []int) er
 		}
 		count[c]++
 	}
+	type served struct {
+		key, field, what string
+		job              *model.Job
+		cmd              *redis.StringCmd
+	}
+	var checks []*served
+	seen := map[string]bool{}
+	for _, sb := range subs {
+		j := sb.Job
+		if j.RunnerID != 0 {
+			continue
+		}
+		c := &served{key: keys.ScriptTypes, field: string(j.ScriptType), what: "script_type", job: j}
+		if exec, _ := j.Handler(); exec != "" {
+			c = &served{key: keys.Executors, field: exec, what: "function_name", job: j}
+		}
+		if !seen[c.key+"\n"+c.field] {
+			seen[c.key+"\n"+c.field] = true
+			checks = append(checks, c)
+		}
+	}
 	cmds := make(map[uint32]*redis.IntCmd, len(callers))
 	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range checks {
+			c.cmd = p.HGet(ctx, c.key, c.field)
+		}
 		for _, c := range callers {
 			cmds[c] = p.IncrBy(ctx, keys.JobSeq(c), count[c])
 		}
 		return nil
 	}); err != nil {
 		return fmt.Errorf("reserve job ids: %w", err)
+	}
+	for _, c := range checks {
+		if n, _ := strconv.Atoi(c.cmd.Val()); n <= 0 {
+			msg := fmt.Sprintf("no runner in context %d serves script_type %q", d.ContextID, c.field)
+			if c.what == "function_name" {
+				msg = fmt.Sprintf("no runner in context %d has executor %q", d.ContextID, c.field)
+			}
+			return &model.ValidationError{Object: "job", ID: strconv.FormatUint(uint64(c.job.ID), 10), Field: c.what, Msg: msg}
+		}
 	}
 	next := map[uint32]int64{}
 	for _, c := range callers {

@@ -18,18 +18,31 @@ import (
 // reserved id that a caller chose is skipped.
 func TestSubmitJobsEffects(t *testing.T) {
 	s := open(t)
-	mustCtx(t, s, 1)
+	db := mustCtx(t, s, 1)
 	ctx := context.Background()
-	rdb, rdb0 := srv.Client(t, 1), srv.Client(t, 0)
+	rdb := srv.Client(t, 1)
 	job := func(id uint32, script string) *model.Job {
 		return &model.Job{ID: id, CallerID: 1, Script: script, ScriptType: model.ScriptType("sh")}
+	}
+	// No runner serves sh yet: refused, nothing stored.
+	_, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: job(0, "echo a")}}, "actor:1")
+	var ve *model.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "script_type" || rdb.Exists(ctx, keys.Job(1, 1)).Val() != 0 {
+		t.Fatalf("an unserved script type: %v", err)
+	}
+	if _, _, err := s.CreateRunner(ctx, 1, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh"}); err != nil {
+		t.Fatal(err)
 	}
 	// A caller chose id 1: the first reserved id meets it and is skipped.
 	if _, _, err := s.CreateJob(ctx, &model.Job{ID: 1, CallerID: 1, ContextID: 1, Script: "true", ScriptType: "sh"}, "t"); err != nil {
 		t.Fatal(err)
 	}
 	rdb.Set(ctx, keys.JobSeq(1), 0, 0)
-	out, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: job(0, "echo a"), UniqueKey: "k", UniqueTTL: time.Minute}, {Job: job(0, "echo b")}}, "actor:1")
+	var out []store.Submitted
+	out, err = s.SubmitJobs(ctx, 1, []store.Submission{{Job: job(0, "echo a"), UniqueKey: "k", UniqueTTL: time.Minute}, {Job: job(0, "echo b")}}, "actor:1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,40 +50,7 @@ func TestSubmitJobsEffects(t *testing.T) {
 		t.Fatalf("submitted: %+v %+v", out[0], out[1])
 	}
 	a := out[0].Job
-	h := rdb.HGetAll(ctx, keys.Job(1, a.ID)).Val()
-	if h["status"] != "dispatched" || h["attempt"] != "1" || h["script"] != "echo a" || h["dispatched_at_ms"] == "" {
-		t.Fatalf("job hash: %v", h)
-	}
-	member := "1:" + h["id"]
-	for _, idx := range []string{keys.JobIndex, keys.StatusIndex(keys.JobIndex, "dispatched")} {
-		if rdb.ZScore(ctx, idx, member).Err() != nil {
-			t.Errorf("%s lacks %s", idx, member)
-		}
-	}
-	var created, dispatched int
-	for _, e := range rdb.XRange(ctx, keys.Events, "-", "+").Val() {
-		switch {
-		case e.Values["type"] == "job.created" && e.Values["detail"] == keys.Job(1, a.ID):
-			created++
-		case e.Values["type"] == "job.dispatched" && e.Values["job_id"] == h["id"]:
-			dispatched++
-		}
-	}
-	if created != 1 || dispatched != 1 {
-		t.Errorf("events: %d job.created, %d job.dispatched for job %d; want 1 each", created, dispatched, a.ID)
-	}
-	if n := rdb.LLen(ctx, keys.MsgOut).Val(); n != 2 {
-		t.Errorf("msg_out holds %d messages; want 2", n)
-	}
-	if n := rdb.SCard(ctx, "coord:jobmsgs:"+member).Val(); n != 1 {
-		t.Errorf("job %d tracks %d messages; want 1", a.ID, n)
-	}
-	if n := rdb0.LLen(ctx, keys.WakeMsgOut).Val(); n != 2 {
-		t.Errorf("coord:wake:msg_out holds %d tokens; want 2", n)
-	}
-	if v, ttl := rdb.Get(ctx, keys.Unique("k")).Val(), rdb.PTTL(ctx, keys.Unique("k")).Val(); v != member || ttl <= 0 || ttl > time.Minute {
-		t.Errorf("unique key: %q ttl %v", v, ttl)
-	}
+	checkSubmittedWritten(t, a.ID)
 
 	// The same unique key: the job it names, nothing written.
 	again, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: job(0, "echo other"), UniqueKey: "k", UniqueTTL: time.Minute}}, "actor:1")
@@ -90,5 +70,50 @@ func TestSubmitJobsEffects(t *testing.T) {
 	}
 	if after := rdb.DBSize(ctx).Val(); after != before || rdb.LLen(ctx, keys.MsgOut).Val() != 2 {
 		t.Errorf("a refused batch wrote: %d keys before, %d after", before, after)
+	}
+}
+
+// checkSubmittedWritten: what SubmitJobs wrote for job id of context 1, submitted
+// as "echo a" with unique key "k" (one minute) in a call of two new jobs: its hash
+// (dispatched, attempt 1), both job indexes, one job.created and one
+// job.dispatched, two request messages on msg_out (one tracked for the job), two
+// router wake tokens, and the uniqueness key with its TTL.
+func checkSubmittedWritten(t *testing.T, id uint32) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	h := rdb.HGetAll(ctx, keys.Job(1, id)).Val()
+	if h["status"] != "dispatched" || h["attempt"] != "1" || h["script"] != "echo a" || h["dispatched_at_ms"] == "" {
+		t.Fatalf("job hash: %v", h)
+	}
+	member := "1:" + h["id"]
+	for _, idx := range []string{keys.JobIndex, keys.StatusIndex(keys.JobIndex, "dispatched")} {
+		if rdb.ZScore(ctx, idx, member).Err() != nil {
+			t.Errorf("%s lacks %s", idx, member)
+		}
+	}
+	var created, dispatched int
+	for _, e := range rdb.XRange(ctx, keys.Events, "-", "+").Val() {
+		switch {
+		case e.Values["type"] == "job.created" && e.Values["detail"] == keys.Job(1, id):
+			created++
+		case e.Values["type"] == "job.dispatched" && e.Values["job_id"] == h["id"]:
+			dispatched++
+		}
+	}
+	if created != 1 || dispatched != 1 {
+		t.Errorf("events: %d job.created, %d job.dispatched for job %d; want 1 each", created, dispatched, id)
+	}
+	if n := rdb.LLen(ctx, keys.MsgOut).Val(); n != 2 {
+		t.Errorf("msg_out holds %d messages; want 2", n)
+	}
+	if n := rdb.SCard(ctx, "coord:jobmsgs:"+member).Val(); n != 1 {
+		t.Errorf("job %d tracks %d messages; want 1", id, n)
+	}
+	if n := srv.Client(t, 0).LLen(ctx, keys.WakeMsgOut).Val(); n != 2 {
+		t.Errorf("coord:wake:msg_out holds %d tokens; want 2", n)
+	}
+	if v, ttl := rdb.Get(ctx, keys.Unique("k")).Val(), rdb.PTTL(ctx, keys.Unique("k")).Val(); v != member || ttl <= 0 || ttl > time.Minute {
+		t.Errorf("unique key: %q ttl %v", v, ttl)
 	}
 }

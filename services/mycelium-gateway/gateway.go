@@ -501,20 +501,9 @@ func (g *gateway) deliver(ctx context.Context, req *herov1.DeliverRequest, log z
 
 // acknowledge records that the far node queued the job of a request message.
 func (g *gateway) acknowledge(ctx context.Context, db *store.DB, msgKey string, log zerolog.Logger) {
-	now := time.Now()
-	_, err := db.Eval(ctx, ackScript, []string{msgKey}, now.Unix(), now.UnixMilli())
-	if err != nil {
+	if _, err := db.AckMessage(ctx, msgKey); err != nil {
 		log.Error().Err(err).Msg("record acknowledgement")
 		return
 	}
 	log.Debug().Msg("acknowledged")
 }
-
-// ackScript: a request message moves dispatched → acknowledged (once).
-var ackScript = store.NewScript(`
-if redis.call('HGET', KEYS[1], 'status') == 'dispatched' then
-  redis.call('HSET', KEYS[1], 'status', 'acknowledged', 'acked_at_ms', ARGV[2], 'updated_at', ARGV[1])
-  return 1
-end
-return 0
-`)

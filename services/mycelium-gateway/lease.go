@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	_ "embed"
 	"fmt"
 	"os"
 	"sync"
@@ -132,38 +133,22 @@ func (l *lease) listen(msgs <-chan *redis.Message, pk, key string, released chan
 	}
 }
 
-// acquireScript takes the lease when nobody holds it, or extends it when this
-// replica's token still holds it (a holder that stopped because its renewals failed,
-// and whose key survived). It returns {1} when held, or {0, the key's PTTL in ms}.
-var acquireScript = store.NewScript(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1}
-end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1}
-end
-return {0, redis.call('PTTL', KEYS[1])}
-`)
+// The lease's compare-and-set steps, one file each under lua/.
+//
+//go:embed lua/lease_acquire.lua
+var acquireLua string
 
-// extendScript renews the lease if this replica's token holds it (1), else 0.
-var extendScript = store.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-`)
+//go:embed lua/lease_extend.lua
+var extendLua string
 
-// releaseScript deletes the lease if this replica's token holds it and tells the
-// standbys on the channel of the same name (1), else 0.
-var releaseScript = store.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1], ARGV[1])
-  return 1
-end
-return 0
-`)
+//go:embed lua/lease_release.lua
+var releaseLua string
+
+var (
+	acquireScript = store.NewScript(acquireLua)
+	extendScript  = store.NewScript(extendLua)
+	releaseScript = store.NewScript(releaseLua)
+)
 
 // run holds or waits for the lease of the node whose public key is pk until ctx
 // ends. The caller ends ctx only once it has stopped using the inbox: a lease held

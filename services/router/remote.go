@@ -467,7 +467,7 @@ func (r *router) failRemote(ctx context.Context, db *store.DB, m *model.Message,
 	}
 	_, _ = db.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, msgKey, "status", string(model.MessageError), "error", reason, "updated_at", now.Unix())
-		store.AddEvent(ctx, p, &store.Event{Type: "job.failed", Actor: store.ActorRouter, FlowID: j.FlowID, JobID: j.ID, CallerID: j.CallerID, Status: string(model.JobError), Detail: reason})
+		store.AddEvent(ctx, p, &store.Event{Type: string(model.EventJobFailed), Actor: store.ActorRouter, FlowID: j.FlowID, JobID: j.ID, CallerID: j.CallerID, Status: string(model.JobError), Detail: reason})
 		return nil
 	})
 	log.Warn().Str("reason", reason).Msg("remote job timed out")

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
@@ -659,7 +660,7 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, cl.Item, "status", string(model.MessageError), "error", reason, "updated_at", now.Unix())
 		if j != nil {
-			store.AddEvent(ctx, p, &store.Event{Type: "job.failed", Actor: store.ActorRouter, FlowID: j.FlowID, JobID: j.ID, CallerID: j.CallerID, Status: string(model.JobError), Detail: reason})
+			store.AddEvent(ctx, p, &store.Event{Type: string(model.EventJobFailed), Actor: store.ActorRouter, FlowID: j.FlowID, JobID: j.ID, CallerID: j.CallerID, Status: string(model.JobError), Detail: reason})
 		}
 		return nil
 	})
@@ -737,19 +738,12 @@ func (r *router) callJobsDone(ctx context.Context, ends []*herov1.JobDoneRequest
 // the routers and runners sweeps a server per period.
 func (r *router) sweepLeases(ctx context.Context) {
 	every := r.lease / 3
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	execcore.Every(ctx, every, func() {
 		r.store.SweepBusy(ctx, r.id, every, time.Now(), r.lease, func(id uint32, mv store.Requeued) {
 			r.m.requeued.Inc()
 			r.log.Warn().Uint32(obs.KeyContextID, id).Str("queue", mv.Queue).Str("item", mv.Item).Msg("lease expired; item back on its queue")
 		})
-	}
+	})
 }
 
 // notAllowedError refuses an inbound job from a source its context does not allow.

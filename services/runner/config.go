@@ -84,29 +84,51 @@ func (c *Config) Validate() error {
 	if c.RunnerID == 0 {
 		return fmt.Errorf("--runner-id must be at least 1")
 	}
-	c.interpreters = map[model.ScriptType][]string{}
-	for _, part := range strings.Split(c.Interpreters, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		name, cmd, ok := strings.Cut(part, "=")
-		if !ok || strings.TrimSpace(cmd) == "" {
-			return fmt.Errorf("--interpreters: %q is not type=command", part)
-		}
-		t, err := model.ParseScriptType(strings.TrimSpace(name))
-		if err != nil {
-			return fmt.Errorf("--interpreters: %v", err)
-		}
-		c.interpreters[t] = strings.Fields(cmd)
-	}
 	var err error
+	if c.interpreters, err = parseInterpreters(c.Interpreters); err != nil {
+		return err
+	}
 	if c.executors, err = parseExecutors(c.Executors); err != nil {
 		return err
 	}
+	if c.types, err = c.servedTypes(); err != nil {
+		return err
+	}
+	if len(c.types) == 0 && len(c.executors) == 0 {
+		return fmt.Errorf("no script types to serve: set --interpreters or --script-types")
+	}
+	if c.contextIDs, err = parseContexts(c.Contexts); err != nil {
+		return err
+	}
+	if err := c.validateLimits(); err != nil {
+		return err
+	}
+	return c.validateDirs()
+}
+
+// parseInterpreters reads --interpreters: type=command[ args],…
+func parseInterpreters(spec string) (map[model.ScriptType][]string, error) {
+	out := map[model.ScriptType][]string{}
+	for _, part := range config.Entries(spec, ",") {
+		name, cmd, ok := strings.Cut(part, "=")
+		if !ok || strings.TrimSpace(cmd) == "" {
+			return nil, fmt.Errorf("--interpreters: %q is not type=command", part)
+		}
+		t, err := model.ParseScriptType(strings.TrimSpace(name))
+		if err != nil {
+			return nil, fmt.Errorf("--interpreters: %v", err)
+		}
+		out[t] = strings.Fields(cmd)
+	}
+	return out, nil
+}
+
+// servedTypes is --script-types, sorted; without it every type with an interpreter,
+// and every executor named after a script type (its handler jobs travel through that
+// type's queue).
+func (c *Config) servedTypes() ([]model.ScriptType, error) {
+	var types []model.ScriptType
 	if c.ScriptTypes == "" {
-		// Every type with an interpreter, and every executor named after a script type
-		// (its handler jobs travel through that type's queue).
 		seen := map[model.ScriptType]bool{}
 		for t := range c.interpreters {
 			seen[t] = true
@@ -117,30 +139,40 @@ func (c *Config) Validate() error {
 			}
 		}
 		for t := range seen {
-			c.types = append(c.types, t)
+			types = append(types, t)
 		}
 	} else {
 		for _, s := range strings.Split(c.ScriptTypes, ",") {
 			t, err := model.ParseScriptType(strings.TrimSpace(s))
 			if err != nil {
-				return fmt.Errorf("--script-types: %v", err)
+				return nil, fmt.Errorf("--script-types: %v", err)
 			}
-			c.types = append(c.types, t)
+			types = append(types, t)
 		}
 	}
-	sort.Slice(c.types, func(i, j int) bool { return c.types[i] < c.types[j] })
-	if len(c.types) == 0 && len(c.executors) == 0 {
-		return fmt.Errorf("no script types to serve: set --interpreters or --script-types")
+	sort.Slice(types, func(i, j int) bool { return types[i] < types[j] })
+	return types, nil
+}
+
+// parseContexts reads --contexts: context ids, or * (nil: every context).
+func parseContexts(spec string) ([]uint32, error) {
+	if strings.TrimSpace(spec) == "*" {
+		return nil, nil
 	}
-	if strings.TrimSpace(c.Contexts) != "*" {
-		for _, s := range strings.Split(c.Contexts, ",") {
-			n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
-			if err != nil || n == 0 {
-				return fmt.Errorf("--contexts: %q is not a context id (1 or more) or *", s)
-			}
-			c.contextIDs = append(c.contextIDs, uint32(n))
+	var ids []uint32
+	for _, s := range strings.Split(spec, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("--contexts: %q is not a context id (1 or more) or *", s)
 		}
+		ids = append(ids, uint32(n))
 	}
+	return ids, nil
+}
+
+// validateLimits checks the numbers: concurrency, the worker id, lease and
+// heartbeat, output sizes, the executors' settings.
+func (c *Config) validateLimits() error {
 	if c.Concurrency < 1 || c.Concurrency > 4096 {
 		return fmt.Errorf("--concurrency must be between 1 and 4096")
 	}
@@ -159,6 +191,11 @@ func (c *Config) Validate() error {
 	if c.CancelGrace <= 0 || c.MaxFrameBytes < 1024 {
 		return fmt.Errorf("--executor-cancel-grace must be positive and --executor-max-frame-bytes at least 1024")
 	}
+	return nil
+}
+
+// validateDirs checks --work-dir and makes --state-dir.
+func (c *Config) validateDirs() error {
 	if st, err := os.Stat(c.WorkDir); err != nil || !st.IsDir() {
 		return fmt.Errorf("--work-dir %q is not a directory", c.WorkDir)
 	}
@@ -199,83 +236,103 @@ type executorConfig struct {
 	noSandbox bool     // explicitly unsandboxed (sandbox=false)
 }
 
+// parseExecutors reads --executors: '|'-separated entries, each
+// name;key=value;… (parseExecutor).
 func parseExecutors(spec string) ([]executorConfig, error) {
 	var out []executorConfig
 	seen := map[string]bool{}
-	for _, entry := range strings.Split(spec, "|") {
-		entry = strings.TrimSpace(entry)
-		if entry == "" {
-			continue
-		}
-		parts := strings.Split(entry, ";")
-		e := executorConfig{name: strings.TrimSpace(parts[0]), size: 1, inflight: 4, pipeline: 1, transport: "unix"}
-		if e.name == "" || strings.ContainsAny(e.name, "=# ") {
-			return nil, fmt.Errorf("--executors: %q must start with the executor's name", entry)
-		}
-		if seen[e.name] {
-			return nil, fmt.Errorf("--executors: executor %q given twice", e.name)
-		}
-		seen[e.name] = true
-		for _, kv := range parts[1:] {
-			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-			if !ok {
-				return nil, fmt.Errorf("--executors: executor %s: %q is not key=value", e.name, kv)
-			}
-			var err error
-			switch k {
-			case "cmd":
-				e.cmd = strings.Fields(v)
-			case "size":
-				e.size, err = strconv.Atoi(v)
-				if err == nil && (e.size < 1 || e.size > 64) {
-					err = fmt.Errorf("must be 1-64")
-				}
-			case "inflight":
-				e.inflight, err = strconv.Atoi(v)
-				if err == nil && (e.inflight < 1 || e.inflight > 1024) {
-					err = fmt.Errorf("must be 1-1024")
-				}
-			case "pipeline":
-				e.pipeline, err = strconv.Atoi(v)
-				if err == nil && (e.pipeline < 1 || e.pipeline > 1024) {
-					err = fmt.Errorf("must be 1-1024")
-				}
-			case "connections":
-				e.conns, err = strconv.Atoi(v)
-				if err == nil && e.conns != 1 {
-					err = fmt.Errorf("must be 1 (one persistent connection per process); leave it out for a connection per request")
-				}
-			case "shared":
-				e.shared, err = strconv.ParseBool(v)
-			case "sandbox":
-				var on bool
-				on, err = strconv.ParseBool(v)
-				e.noSandbox = !on
-			case "ro":
-				for _, p := range strings.Split(v, ":") {
-					if p = strings.TrimSpace(p); p != "" {
-						if !strings.HasPrefix(p, "/") {
-							err = fmt.Errorf("%q is not an absolute path", p)
-						}
-						e.readOnly = append(e.readOnly, p)
-					}
-				}
-			case "transport":
-				if v != "unix" && v != "tcp" {
-					err = fmt.Errorf("must be unix or tcp")
-				}
-				e.transport = v
-			default:
-				err = fmt.Errorf("unknown key (cmd, size, inflight, pipeline, connections, transport, shared, sandbox, ro)")
-			}
-			if err != nil {
-				return nil, fmt.Errorf("--executors: executor %s: %s=%s: %v", e.name, k, v, err)
-			}
-		}
-		if len(e.cmd) == 0 {
-			return nil, fmt.Errorf("--executors: executor %s: cmd=<command> is required", e.name)
+	for _, entry := range config.Entries(spec, "|") {
+		e, err := parseExecutor(entry, seen)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// parseExecutor reads one --executors entry: its name (not one of seen: it is added
+// there), then key=value settings (cmd is required).
+func parseExecutor(entry string, seen map[string]bool) (executorConfig, error) {
+	parts := strings.Split(entry, ";")
+	e := executorConfig{name: strings.TrimSpace(parts[0]), size: 1, inflight: 4, pipeline: 1, transport: "unix"}
+	if e.name == "" || strings.ContainsAny(e.name, "=# ") {
+		return e, fmt.Errorf("--executors: %q must start with the executor's name", entry)
+	}
+	if seen[e.name] {
+		return e, fmt.Errorf("--executors: executor %q given twice", e.name)
+	}
+	seen[e.name] = true
+	for _, kv := range parts[1:] {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return e, fmt.Errorf("--executors: executor %s: %q is not key=value", e.name, kv)
+		}
+		if err := e.set(k, v); err != nil {
+			return e, fmt.Errorf("--executors: executor %s: %s=%s: %v", e.name, k, v, err)
+		}
+	}
+	if len(e.cmd) == 0 {
+		return e, fmt.Errorf("--executors: executor %s: cmd=<command> is required", e.name)
+	}
+	return e, nil
+}
+
+// set applies one key=value setting of an --executors entry.
+func (e *executorConfig) set(k, v string) error {
+	var err error
+	switch k {
+	case "cmd":
+		e.cmd = strings.Fields(v)
+	case "size":
+		e.size, err = intIn(v, 1, 64)
+	case "inflight":
+		e.inflight, err = intIn(v, 1, 1024)
+	case "pipeline":
+		e.pipeline, err = intIn(v, 1, 1024)
+	case "connections":
+		e.conns, err = strconv.Atoi(v)
+		if err == nil && e.conns != 1 {
+			err = fmt.Errorf("must be 1 (one persistent connection per process); leave it out for a connection per request")
+		}
+	case "shared":
+		e.shared, err = strconv.ParseBool(v)
+	case "sandbox":
+		var on bool
+		on, err = strconv.ParseBool(v)
+		e.noSandbox = !on
+	case "ro":
+		e.readOnly, err = readOnlyPaths(e.readOnly, v)
+	case "transport":
+		if v != "unix" && v != "tcp" {
+			err = fmt.Errorf("must be unix or tcp")
+		}
+		e.transport = v
+	default:
+		err = fmt.Errorf("unknown key (cmd, size, inflight, pipeline, connections, transport, shared, sandbox, ro)")
+	}
+	return err
+}
+
+// intIn reads a whole number from lo to hi.
+func intIn(v string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err == nil && (n < lo || n > hi) {
+		err = fmt.Errorf("must be %d-%d", lo, hi)
+	}
+	return n, err
+}
+
+// readOnlyPaths adds the ':'-separated absolute paths of ro= to paths.
+func readOnlyPaths(paths []string, v string) ([]string, error) {
+	var err error
+	for _, p := range strings.Split(v, ":") {
+		if p = strings.TrimSpace(p); p != "" {
+			if !strings.HasPrefix(p, "/") {
+				err = fmt.Errorf("%q is not an absolute path", p)
+			}
+			paths = append(paths, p)
+		}
+	}
+	return paths, err
 }

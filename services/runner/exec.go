@@ -8,15 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
@@ -26,46 +25,15 @@ import (
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
-// Limits of results written to $HERO_RESULT_FILE.
-const (
-	maxResultValue = 32 << 10
-	stderrTail     = 2 << 10
-)
+// maxResultValue limits a value written to $HERO_RESULT_FILE.
+const maxResultValue = 32 << 10
 
 var resultKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// execution is one running job: a process, or (handler jobs) a request to an executor.
-type execution struct {
-	ref    model.JobRef
-	mu     sync.Mutex
-	reason string // why it was killed: timeout, stopped, lost_lease, handed_back
-	proc   *procrun.Proc
-	cancel func(reason string) // for handler jobs: cancel the request
-}
-
-// kill ends the job: the process group, or the handler request.
-func (ex *execution) kill(reason string) {
-	ex.mu.Lock()
-	if ex.reason == "" {
-		ex.reason = reason
-	}
-	proc, cancel := ex.proc, ex.cancel
-	ex.mu.Unlock()
-	if proc != nil {
-		proc.Kill(reason)
-	}
-	if cancel != nil {
-		cancel(reason)
-	}
-}
-
-func (ex *execution) handBack() { ex.kill("handed_back") }
-
-func (ex *execution) killReason() string {
-	ex.mu.Lock()
-	defer ex.mu.Unlock()
-	return ex.reason
-}
+// execution is one running job: a process, or (handler jobs) a request to an
+// executor. Kill reasons: timeout, stopped, lost_lease, handed_back, or a sandbox
+// limit.
+type execution = execcore.Execution[model.JobRef]
 
 // execute runs one claimed and started job to its end.
 func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, outcome store.StartOutcome, j *model.Job) {
@@ -86,7 +54,7 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 		return
 	}
 	res := r.runScript(ctx, db, cl, j, log)
-	if res.reason == "handed_back" {
+	if res.reason == execcore.ReasonHandedBack {
 		log.Info().Msg("job handed back at shutdown")
 		return
 	}
@@ -169,7 +137,7 @@ func (r *runner) writeEnd(ctx context.Context, f store.Finish, log zerolog.Logge
 				lastExtend = time.Now()
 			}
 		}
-		if !bo.Sleep(r.endCtx) {
+		if !bo.Sleep(r.core.EndCtx()) {
 			if saved != "" {
 				saved = "" // the file stays for the restart
 				return false, errHandedOver
@@ -209,8 +177,8 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 		}
 		// A passing fault is waited out: it is no failure of the job. A shutdown
 		// meanwhile hands the job back (it has not started).
-		if !bo.Sleep(r.endCtx) {
-			return runResult{reason: "handed_back"}
+		if !bo.Sleep(r.core.EndCtx()) {
+			return runResult{reason: execcore.ReasonHandedBack}
 		}
 	}
 	if err != nil {
@@ -221,91 +189,83 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	if j.Attempt > 1 {
 		_, _ = logw.Write([]byte(fmt.Sprintf("--- attempt %d on %s ---\n", j.Attempt, r.cfg.WorkerID)))
 	}
-	stdout := &procrun.Capped{Max: r.cfg.OutputMaxBytes}
-	stderr := &procrun.Tail{Max: stderrTail}
-
-	ex := &execution{ref: j.Ref()}
-	ex.ref.ContextID = db.ContextID
-	r.track(ex)
-	defer r.untrack(ex)
-
+	ex := r.core.Put(model.JobRef{ContextID: db.ContextID, CallerID: j.CallerID, ID: j.ID})
+	defer r.core.Remove(ex)
 	lim, refused := r.jobLimits(ctx, db, j)
 	if refused != nil {
 		logw.Close()
 		return *refused
 	}
-	sj, err := r.sandbox.Prepare(dir, interp, lim)
-	if err != nil {
-		logw.Close()
-		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "runner cannot prepare the sandbox: " + err.Error()}, "start_error"}
-	}
-	defer sj.Cleanup()
 	start := time.Now()
-	proc, err := procrun.Start(procrun.Spec{
-		Argv: sj.Argv, Dir: dir, Env: env, Stdin: strings.NewReader(j.Script),
-		Stdout: procrun.Multi{stdout, logw}, Stderr: procrun.Multi{stderr, logw}, KillGrace: r.cfg.KillGrace,
-		ExtraFiles: sj.ExtraFiles,
+	run, err := ex.Start(execcore.Process{
+		Argv: interp, Dir: dir, Env: env, Script: j.Script, Sandbox: r.sandbox, Limits: lim,
+		Log: logw, OutputMax: r.cfg.OutputMaxBytes, KillGrace: r.cfg.KillGrace,
+		OnLimit: ex.Kill, // a job over a memory or process limit is stopped at once, its whole tree
 	})
 	if err != nil {
 		logw.Close()
-		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true,
-			Error: fmt.Sprintf("cannot start interpreter %q for script_type %q: %v", interp[0], j.ScriptType, err)}, "start_error"}
+		return startFailure(err, interp[0], j.ScriptType)
 	}
-	if err := sj.Started(); err != nil {
-		proc.Kill("start_error")
-		proc.Wait()
-		logw.Close()
-		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: err.Error()}, "start_error"}
-	}
-	ex.mu.Lock()
-	ex.proc = proc
-	reason := ex.reason
-	ex.mu.Unlock()
 	// A stop that came between the claim and the start is honoured now.
-	if j.StopAsked && reason == "" {
-		reason = "stopped"
+	if j.StopAsked && ex.Reason() == "" {
+		run.Kill("stopped")
 	}
-	if reason != "" {
-		proc.Kill(reason)
-	}
-	// A job over a memory or process limit is stopped at once, its whole tree.
-	stopWatch := sj.Watch(func(reason string) { ex.kill(reason) })
 	sv := r.supervise(ctx, db, cl, j, ex)
-	res := proc.Wait()
-	sv.stop()
-	stopWatch()
-	log.Info().Str("sandbox", r.sandbox.Mode()).Str("limits", lim.String()).Int("exit_code", res.ExitCode).Str("signal", res.Signal).
-		Dur("elapsed", time.Since(start)).Msg("job execution")
+	res := run.Wait()
+	sv.Stop()
 	elapsed := time.Since(start)
+	log.Info().Str("sandbox", r.sandbox.Mode()).Str("limits", lim.String()).Int("exit_code", res.ExitCode).Str("signal", res.Signal).
+		Dur("elapsed", elapsed).Msg("job execution")
 	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(elapsed.Seconds())
 	logw.Close()
+	return r.scriptOutcome(ctx, db, j, ex, res, lim, resultFile, log, elapsed)
+}
 
-	exitCode := res.ExitCode
-	if reason := sj.Reason(res.Signal, res.ExitCode); reason != "" {
-		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: exitCode, Error: limitError(reason, lim),
-			Result: map[string]string{"output": stdout.String()}}, reason}
+// startFailure is the outcome of a script whose process could not start.
+func startFailure(err error, interpreter string, st model.ScriptType) runResult {
+	o := store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: err.Error()}
+	var se *execcore.StartError
+	if errors.As(err, &se) {
+		switch se.Step {
+		case execcore.StepSandbox:
+			o.Error = "runner cannot prepare the sandbox: " + se.Err.Error()
+		case execcore.StepStart:
+			o.Fatal = true
+			o.Error = fmt.Sprintf("cannot start interpreter %q for script_type %q: %v", interpreter, st, se.Err)
+		default:
+			o.Error = se.Err.Error()
+		}
 	}
-	switch ex.killReason() {
-	case "handed_back", "lost_lease":
-		return runResult{reason: ex.killReason()}
+	return runResult{o, "start_error"}
+}
+
+// scriptOutcome is the outcome of a script's process that ran: a limit it went over,
+// the reason it was killed, else its exit code and the result file's KEY=VALUE lines
+// (bad lines are warned about in the job's log).
+func (r *runner) scriptOutcome(ctx context.Context, db *store.DB, j *model.Job, ex *execution, res execcore.Ended, lim sandbox.Limits, resultFile string, log zerolog.Logger, elapsed time.Duration) runResult {
+	output := map[string]string{"output": res.Output}
+	if res.Limit != "" {
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: res.ExitCode, Error: limitError(res.Limit, lim), Result: output}, res.Limit}
+	}
+	switch reason := ex.Reason(); reason {
+	case execcore.ReasonHandedBack, "lost_lease":
+		return runResult{reason: reason}
 	case "timeout":
-		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: exitCode, Error: "timeout",
-			Result: map[string]string{"output": stdout.String()}}, "timeout"}
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: res.ExitCode, Error: "timeout", Result: output}, "timeout"}
 	case "stopped":
-		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: exitCode, Error: "stopped", Fatal: true,
-			Result: map[string]string{"output": stdout.String()}}, "stopped"}
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: res.ExitCode, Error: "stopped", Fatal: true, Result: output}, "stopped"}
 	}
 	result := map[string]string{}
 	if warnings := parseResultFile(resultFile, result); len(warnings) > 0 {
-		logw2 := newLogWriter(ctx, db, j.CallerID, j.ID, r.cfg.LogMaxBytes)
+		logw := newLogWriter(ctx, db, j.CallerID, j.ID, r.cfg.LogMaxBytes)
 		for _, w := range warnings {
-			_, _ = logw2.Write([]byte("[hero] warning: " + w + "\n"))
+			_, _ = logw.Write([]byte("[hero] warning: " + w + "\n"))
 		}
-		logw2.Close()
+		logw.Close()
 	}
-	result["output"] = stdout.String()
-	if res.Err != nil || exitCode != 0 {
-		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: exitCode, Error: res.Describe(strings.TrimSpace(stderr.String())), Result: result}, "exit_code"}
+	result["output"] = res.Output
+	if res.Err != nil || res.ExitCode != 0 {
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: res.ExitCode, Error: res.Describe(), Result: result}, "exit_code"}
 	}
 	log.Debug().Dur("elapsed", elapsed).Msg("script exited 0")
 	return runResult{store.JobOutcome{Status: model.JobFinished, ExitCode: 0, Result: result}, ""}
@@ -323,9 +283,9 @@ func (r *runner) jobLimits(ctx context.Context, db *store.DB, j *model.Job) (san
 		if err == nil {
 			break
 		}
-		if !fault.Transient(err) || !bo.Sleep(r.endCtx) {
+		if !fault.Transient(err) || !bo.Sleep(r.core.EndCtx()) {
 			if fault.Transient(err) {
-				return sandbox.Limits{}, &runResult{reason: "handed_back"}
+				return sandbox.Limits{}, &runResult{reason: execcore.ReasonHandedBack}
 			}
 			return sandbox.Limits{}, &runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "read the context's job limits: " + err.Error()}, "start_error"}
 		}
@@ -340,11 +300,7 @@ func (r *runner) jobLimits(ctx context.Context, db *store.DB, j *model.Job) (san
 // environment builds a clean environment: PATH, HOME, LANG; the flow's env_vars; the
 // job's (the job wins); the HERO_ variables; the direct dependencies' results.
 func (r *runner) environment(ctx context.Context, db *store.DB, j *model.Job, resultFile, dir string) ([]string, error) {
-	env := map[string]string{
-		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME": dir,
-		"LANG": "C.UTF-8",
-	}
+	env := execcore.CleanEnv(dir)
 	var flowEnv *redis.StringCmd
 	deps := make([]*redis.StringCmd, len(j.Dependends))
 	if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -400,12 +356,7 @@ func (r *runner) environment(ctx context.Context, db *store.DB, j *model.Job, re
 	// The attempt's trace (W3C; the producer's when it handed one in), as OpenTelemetry
 	// SDKs read it from the environment.
 	env["TRACEPARENT"] = traceparent(j)
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out, nil
+	return execcore.EnvList(env), nil
 }
 
 // parseResultFile reads KEY=VALUE lines; bad lines are skipped with a warning.
@@ -451,68 +402,15 @@ func newLogWriter(ctx context.Context, db *store.DB, caller, id uint32, max int)
 	return procrun.NewBatcher(func(chunk []byte) { _ = db.AppendLog(ctx, caller, id, chunk, max) })
 }
 
-// track registers a running job so that stop requests find it.
-func (r *runner) track(ex *execution) {
-	r.mu.Lock()
-	r.running[ex.ref] = ex
-	r.mu.Unlock()
-}
-
-func (r *runner) untrack(ex *execution) {
-	r.mu.Lock()
-	delete(r.running, ex.ref)
-	r.mu.Unlock()
-}
-
-// supervision enforces a run's timeout and keeps its lease while it runs, on timers:
-// nothing waits beside the run (a handler call often ends within a millisecond, and
-// a goroutine and a ticker per call cost more than the call).
-type supervision struct {
-	mu      sync.Mutex // held by a timer's action, so that stop waits for one under way
-	stopped bool
-	timeout *time.Timer
-	lease   *time.Timer
-}
-
-// supervise starts the timers of a run; stop ends them.
-func (r *runner) supervise(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ex *execution) *supervision {
-	s := &supervision{}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if j.Timeout > 0 {
-		s.timeout = time.AfterFunc(time.Duration(j.Timeout)*time.Second, func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if !s.stopped {
-				ex.kill("timeout")
-			}
-		})
-	}
-	s.lease = time.AfterFunc(r.cfg.Heartbeat, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.stopped {
-			return
-		}
+// supervise enforces a run's timeout and keeps its lease while it runs: a lease
+// found lost stops the run (another runner takes the job).
+func (r *runner) supervise(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ex *execution) *execcore.Supervision {
+	return execcore.Supervise(time.Duration(j.Timeout)*time.Second, func() { ex.Kill("timeout") }, r.cfg.Heartbeat, func() {
 		held, err := db.ExtendLease(ctx, cl, r.cfg.Lease)
 		if err == nil && !held {
-			ex.kill("lost_lease")
+			ex.Kill("lost_lease")
 		}
-		s.lease.Reset(r.cfg.Heartbeat)
 	})
-	return s
-}
-
-// stop ends the supervision once the run has ended; a lease extension or a timeout
-// kill under way finishes first, and none starts after.
-func (s *supervision) stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopped = true
-	if s.timeout != nil {
-		s.timeout.Stop()
-	}
-	s.lease.Stop()
 }
 
 // limitError is the error of a job that went over a limit: the reason first, as the

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
@@ -490,9 +491,8 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	ref := model.JobRef{ContextID: db.ContextID, CallerID: j.CallerID, ID: j.ID}
 	// Tracked before its pool is there (a context's pool may take a moment to start):
 	// a stop meanwhile is kept and honoured below.
-	ex := &execution{ref: ref}
-	r.track(ex)
-	defer r.untrack(ex)
+	ex := r.core.Put(ref)
+	defer r.core.Remove(ex)
 	// A job taken from the executor's own queue is left to another runner while this
 	// runner's pool of it crash-loops or cannot start.
 	fromExecQueue := strings.HasSuffix(cl.Queue, ":"+model.ExecQueueSuffix(execName))
@@ -516,89 +516,20 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 			Error: fmt.Sprintf("executor %s could not start for context %d: %v", execName, db.ContextID, err)}, "executor"}
 	}
 	defer r.releasePool(poolKey{execName, db.ContextID})
-	traceID := j.TraceID // set when the job was claimed (the producer's, when it gave one)
-	req := rrq.ExecutionRequest{
-		ProtocolVersion: rrq.ProtocolVersion, RequestID: rrq.NewUUID(), JobID: ref.String(), FunctionName: handler,
-		Context: rrq.ExecutionContext{
-			JobID: ref.String(), Attempt: int(max(j.Attempt, 1)), QueueName: cl.Queue, WorkerID: r.cfg.WorkerID,
-			EnqueueTime:  time.UnixMilli(max(j.DispatchedMs, j.CreatedAtMs)),
-			TraceContext: map[string]string{model.TraceparentHeader: traceparent(j)},
-		},
-	}
-	if len(j.Args) > 0 {
-		if err := json.Unmarshal(j.Args, &req.Args); err != nil {
-			return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true, Error: "args is not a JSON array"}, "start_error"}
-		}
-	}
-	if len(j.Kwargs) > 0 {
-		if err := json.Unmarshal(j.Kwargs, &req.Kwargs); err != nil {
-			return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true, Error: "kwargs is not a JSON object"}, "start_error"}
-		}
-	}
-	if len(j.Dependends) > 0 {
-		// A handler reads its direct dependencies' results in kwargs["hero_deps"]:
-		// {"<job id>": result}, as a script reads HERO_DEP_<id>_<KEY> (depResults).
-		deps, err := r.depResults(ctx, db, j)
-		if err != nil {
-			return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "read dependencies' results: " + err.Error()}, "start_error"}
-		}
-		if req.Kwargs == nil {
-			req.Kwargs = map[string]json.RawMessage{}
-		}
-		if _, taken := req.Kwargs["hero_deps"]; !taken {
-			b, err := json.Marshal(deps)
-			if err != nil {
-				return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "encode dependencies' results: " + err.Error()}, "start_error"}
-			}
-			req.Kwargs["hero_deps"] = b
-		}
-	}
-	callCtx, cancelCall := context.WithCancel(ctx)
-	defer cancelCall()
-	if j.Timeout > 0 {
-		d := time.Now().Add(time.Duration(j.Timeout) * time.Second)
-		req.Context.Deadline = &d
+	req, refused := r.handlerRequest(ctx, db, cl, j, ref, handler)
+	if refused != nil {
+		return *refused
 	}
 	log = log.With().Str("executor", execName).Str("function", handler).Str("request_id", req.RequestID).Logger()
 	// The call's header line goes into the job's log with the job's end (one round
 	// trip less per call); the trace id was stored when the job was claimed.
-	header := []byte(fmt.Sprintf("--- attempt %d: %s#%s on %s (request %s, trace %s) ---\n", max(j.Attempt, 1), execName, handler, r.cfg.WorkerID, req.RequestID, traceID))
+	header := []byte(fmt.Sprintf("--- attempt %d: %s#%s on %s (request %s, trace %s) ---\n", max(j.Attempt, 1), execName, handler, r.cfg.WorkerID, req.RequestID, j.TraceID))
 	defer func() { rr.outcome.Log, rr.outcome.LogMax = header, r.cfg.LogMaxBytes }()
 
-	cancel := func(reason string) {
-		// Cancel frames first; an executor that has not answered within the grace
-		// period is killed (and restarted by its pool); the call then fails.
-		go func() {
-			onErr := func(err error) { log.Warn().Err(err).Msg("send cancel frame") }
-			if pool.Stop(req.JobID, req.RequestID, r.cfg.CancelGrace, callCtx.Done(), onErr) {
-				log.Warn().Str("reason", reason).Dur("grace", r.cfg.CancelGrace).Msg("executor did not answer the cancel; process killed")
-			}
-		}()
-	}
-	ex.mu.Lock()
-	ex.cancel = cancel
-	ex.mu.Unlock()
-	if j.StopAsked {
-		ex.kill("stopped")
-	}
-	if ex.killReason() != "" {
-		cancelCall() // a stop or hand-back that came while the pool started
-	}
-
-	type call struct {
-		out rrq.ExecutionOutcome
-		err error
-	}
-	var res call
-	start := time.Now()
-	sv := r.supervise(ctx, db, cl, j, ex)
-	res.out, res.err = pool.Execute(callCtx, req)
-	sv.stop()
-	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(time.Since(start).Seconds())
-
-	reason := ex.killReason()
+	res := r.callHandler(ctx, db, cl, j, ex, pool, req, log)
+	reason := ex.Reason()
 	switch reason {
-	case "handed_back", "lost_lease":
+	case execcore.ReasonHandedBack, "lost_lease":
 		return runResult{reason: reason}
 	case "timeout":
 		r.em.calls.WithLabelValues(execName, "timeout").Inc()
@@ -615,18 +546,120 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 		}
 	}
 	if res.err != nil {
-		r.em.calls.WithLabelValues(execName, "failed").Inc()
-		msg := "executor " + execName + ": " + res.err.Error()
-		switch {
-		case errors.Is(res.err, rrq.ErrExecutorCrashed):
-			msg = "executor " + execName + " crashed during the call: " + res.err.Error()
-		case errors.Is(res.err, rrq.ErrUnavailable):
-			msg = "executor " + execName + " unavailable: " + res.err.Error()
-		}
-		log.Warn().Err(res.err).Msg("handler call failed")
-		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: msg}, "executor"}
+		return r.handlerFailed(execName, res.err, log)
 	}
-	out := res.out
+	return r.handlerOutcome(execName, res.out)
+}
+
+// handlerRequest builds a handler job's execution request: its function, args and
+// kwargs (a refusal when they are not JSON of the right kind), its dependencies'
+// results in kwargs["hero_deps"], its deadline and trace.
+func (r *runner) handlerRequest(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ref model.JobRef, handler string) (rrq.ExecutionRequest, *runResult) {
+	req := rrq.ExecutionRequest{
+		ProtocolVersion: rrq.ProtocolVersion, RequestID: rrq.NewUUID(), JobID: ref.String(), FunctionName: handler,
+		Context: rrq.ExecutionContext{
+			JobID: ref.String(), Attempt: int(max(j.Attempt, 1)), QueueName: cl.Queue, WorkerID: r.cfg.WorkerID,
+			EnqueueTime:  time.UnixMilli(max(j.DispatchedMs, j.CreatedAtMs)),
+			TraceContext: map[string]string{model.TraceparentHeader: traceparent(j)},
+		},
+	}
+	refuse := func(fatal bool, msg string) (rrq.ExecutionRequest, *runResult) {
+		return req, &runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: fatal, Error: msg}, "start_error"}
+	}
+	if len(j.Args) > 0 {
+		if err := json.Unmarshal(j.Args, &req.Args); err != nil {
+			return refuse(true, "args is not a JSON array")
+		}
+	}
+	if len(j.Kwargs) > 0 {
+		if err := json.Unmarshal(j.Kwargs, &req.Kwargs); err != nil {
+			return refuse(true, "kwargs is not a JSON object")
+		}
+	}
+	if len(j.Dependends) > 0 {
+		// A handler reads its direct dependencies' results in kwargs["hero_deps"]:
+		// {"<job id>": result}, as a script reads HERO_DEP_<id>_<KEY> (depResults).
+		deps, err := r.depResults(ctx, db, j)
+		if err != nil {
+			return refuse(false, "read dependencies' results: "+err.Error())
+		}
+		if req.Kwargs == nil {
+			req.Kwargs = map[string]json.RawMessage{}
+		}
+		if _, taken := req.Kwargs["hero_deps"]; !taken {
+			b, err := json.Marshal(deps)
+			if err != nil {
+				return refuse(false, "encode dependencies' results: "+err.Error())
+			}
+			req.Kwargs["hero_deps"] = b
+		}
+	}
+	if j.Timeout > 0 {
+		d := time.Now().Add(time.Duration(j.Timeout) * time.Second)
+		req.Context.Deadline = &d
+	}
+	return req, nil
+}
+
+// handlerCall is a handler call's answer: its outcome, or why there is none.
+type handlerCall struct {
+	out rrq.ExecutionOutcome
+	err error
+}
+
+// callHandler sends the request to the pool and waits for its outcome, under the
+// job's timeout and lease (supervise). A kill (a stop, the timeout, a hand-back, a lost
+// lease) cancels the call: cancel frames first, then, after --executor-cancel-grace,
+// the executor's process.
+func (r *runner) callHandler(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ex *execution, pool *rrq.Pool, req rrq.ExecutionRequest, log zerolog.Logger) handlerCall {
+	callCtx, cancelCall := context.WithCancel(ctx)
+	defer cancelCall()
+	cancel := func(reason string) {
+		// Cancel frames first; an executor that has not answered within the grace
+		// period is killed (and restarted by its pool); the call then fails.
+		go func() {
+			onErr := func(err error) { log.Warn().Err(err).Msg("send cancel frame") }
+			if pool.Stop(req.JobID, req.RequestID, r.cfg.CancelGrace, callCtx.Done(), onErr) {
+				log.Warn().Str("reason", reason).Dur("grace", r.cfg.CancelGrace).Msg("executor did not answer the cancel; process killed")
+			}
+		}()
+	}
+	ex.SetCancel(cancel)
+	if j.StopAsked {
+		ex.Kill("stopped")
+	}
+	if ex.Reason() != "" {
+		cancelCall() // a stop or hand-back that came while the pool started
+	}
+
+	var res handlerCall
+	start := time.Now()
+	sv := r.supervise(ctx, db, cl, j, ex)
+	res.out, res.err = pool.Execute(callCtx, req)
+	sv.Stop()
+	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(time.Since(start).Seconds())
+	return res
+}
+
+// handlerFailed is the outcome of a handler call that got no outcome (the executor
+// crashed, was unavailable, or broke the protocol).
+func (r *runner) handlerFailed(execName string, err error, log zerolog.Logger) runResult {
+	r.em.calls.WithLabelValues(execName, "failed").Inc()
+	msg := "executor " + execName + ": " + err.Error()
+	switch {
+	case errors.Is(err, rrq.ErrExecutorCrashed):
+		msg = "executor " + execName + " crashed during the call: " + err.Error()
+	case errors.Is(err, rrq.ErrUnavailable):
+		msg = "executor " + execName + " unavailable: " + err.Error()
+	}
+	log.Warn().Err(err).Msg("handler call failed")
+	return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: msg}, "executor"}
+}
+
+// handlerOutcome maps a handler's outcome onto the job: success → finished with the
+// result; retry → error, retried after retry_after_seconds; timeout and error → error
+// under the retry policy; error type handler_not_found → fatal.
+func (r *runner) handlerOutcome(execName string, out rrq.ExecutionOutcome) runResult {
 	r.em.calls.WithLabelValues(execName, string(out.Status)).Inc()
 	switch out.Status {
 	case rrq.StatusSuccess:

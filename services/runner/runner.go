@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/groupcommit"
 	"github.com/hero-coordinator/hero/lib/keys"
@@ -48,15 +49,12 @@ type runner struct {
 	// servedChanged is closed (and replaced) when served changes: a claim loop
 	// waiting on the wake lists of the old set stops waiting.
 	servedChanged chan struct{}
-	running       map[model.JobRef]*execution // jobs this process runs now
-	slots         chan struct{}
-	jobs          sync.WaitGroup
-	jobCtx        context.Context // outlives the loops: running jobs finish during a drain
-	stopJob       context.CancelFunc
-	// endCtx ends when the drain gives up: ends still waiting for Redis then stay in
-	// the state directory for the restart.
-	endCtx  context.Context
-	stopEnd context.CancelFunc
+	// core holds the jobs this process runs now. Its job context outlives the loops:
+	// running jobs finish during a drain; its end context ends when the drain gives
+	// up: ends still waiting for Redis then stay in the state directory for the
+	// restart.
+	core  *execcore.Tracker[model.JobRef]
+	slots chan struct{}
 	// waitFailed: a wait for wake tokens failed (Redis away); a token taken by a wait
 	// whose answer was lost is made up for by a claim without one.
 	waitFailed atomic.Bool
@@ -106,7 +104,7 @@ func newRunner(p runnerParams) *runner {
 	f := promauto.With(p.reg)
 	r := &runner{
 		store: p.store, log: p.log, cfg: p.cfg, sandbox: p.sandbox,
-		running:       map[model.JobRef]*execution{},
+		core:          execcore.NewTracker[model.JobRef](),
 		em:            newExecutorMetrics(p.reg),
 		slots:         make(chan struct{}, p.cfg.Concurrency),
 		tasks:         make(chan task),
@@ -132,17 +130,13 @@ func newRunner(p runnerParams) *runner {
 				Help: "Wake lists named by this process's last wait for jobs, summed over the servers (the stop lists of the waits aside)."}),
 		},
 	}
-	r.jobCtx, r.stopJob = context.WithCancel(context.Background())
-	r.endCtx, r.stopEnd = context.WithCancel(r.jobCtx)
 	r.finisher = groupcommit.New(groupcommit.Params[store.Finish, bool]{Max: 128, Fn: func(ctx context.Context, fs []store.Finish) ([]bool, []error) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		return store.FinishJobs(ctx, fs)
 	}})
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "hero_runner_jobs_running", Help: "Jobs this process runs now."}, func() float64 {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return float64(len(r.running))
+		return float64(r.core.Len())
 	})
 	return r
 }
@@ -179,7 +173,7 @@ func (r *runner) run(ctx context.Context) error {
 // start runs a claimed job on an idle worker, or on a new one when none is idle. The
 // caller holds the job's slot; the worker frees it.
 func (r *runner) start(t task) {
-	r.jobs.Add(1)
+	r.core.Begin()
 	select {
 	case r.tasks <- t:
 	default:
@@ -190,9 +184,9 @@ func (r *runner) start(t task) {
 // worker runs jobs until the runner ends.
 func (r *runner) worker(t task) {
 	for {
-		r.execute(r.jobCtx, t.db, t.s.Claim, t.s.Outcome, t.s.Job)
+		r.execute(r.core.JobCtx(), t.db, t.s.Claim, t.s.Outcome, t.s.Job)
 		<-r.slots
-		r.jobs.Done()
+		r.core.Done()
 		select {
 		case t = <-r.tasks:
 		case <-r.workersEnd:
@@ -682,29 +676,15 @@ func (r *runner) controlLoop(ctx context.Context) {
 
 // stop ends a running job (its process group) with a reason.
 func (r *runner) stop(ref model.JobRef, reason string) bool {
-	r.mu.Lock()
-	ex := r.running[ref]
-	r.mu.Unlock()
-	if ex == nil {
-		return false
-	}
-	ex.kill(reason)
-	return true
+	return r.core.Stop(ref, reason)
 }
 
 // heartbeatLoop announces this process on every server that holds a served context
 // (one round trip per server).
 func (r *runner) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	execcore.Every(ctx, r.cfg.Heartbeat, func() {
 		_ = r.store.Heartbeat(ctx, r.cfg.RunnerID, r.cfg.WorkerID, r.servedContexts())
-	}
+	})
 }
 
 // sweepLoop returns the jobs of dead runner processes to their queues. The sweep is
@@ -712,19 +692,12 @@ func (r *runner) heartbeatLoop(ctx context.Context) {
 // only at the contexts of coord:busy, and one process sweeps a server per period.
 func (r *runner) sweepLoop(ctx context.Context) {
 	every := r.cfg.Lease / 3
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	execcore.Every(ctx, every, func() {
 		r.store.SweepBusy(ctx, r.cfg.WorkerID, every, time.Now(), r.cfg.Lease, func(id uint32, mv store.Requeued) {
 			r.m.requeued.Inc()
 			r.log.Warn().Uint32(obs.KeyContextID, id).Str("queue", mv.Queue).Str("item", mv.Item).Msg("lease expired; job back on its queue")
 		})
-	}
+	})
 }
 
 // watchControl refreshes the context a control message names when contexts or runners
@@ -770,27 +743,10 @@ func (r *runner) watchControl(ctx context.Context) {
 // drain waits for the running jobs to end within the shutdown timeout, then stops
 // the rest and hands them back to their queues for another runner.
 func (r *runner) drain() {
-	done := make(chan struct{})
-	go func() { r.jobs.Wait(); close(done) }()
-	t := time.NewTimer(r.cfg.ShutdownTimeout)
-	defer t.Stop()
-	select {
-	case <-done:
-		r.stopJob()
+	defer r.core.Close()
+	if r.core.Drain(r.cfg.ShutdownTimeout) {
 		return
-	case <-t.C:
 	}
-	r.mu.Lock()
-	left := make([]*execution, 0, len(r.running))
-	for _, ex := range r.running {
-		left = append(left, ex)
-	}
-	r.mu.Unlock()
-	for _, ex := range left {
-		ex.handBack()
-	}
-	r.stopEnd() // ends still waiting for Redis stay in the state directory
-	<-done
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, c := range r.servedContexts() {
@@ -800,7 +756,6 @@ func (r *runner) drain() {
 			}
 		}
 	}
-	r.stopJob()
 }
 
 // controlContext is the context a control message names, when it may change what

@@ -27,6 +27,7 @@ type service struct {
 	runMargin  time.Duration
 	dispatcher *dispatcherService
 	secrets    *operatorSecrets
+	metrics    *apiMetrics
 }
 
 // ---- parameters (the JSON-RPC params objects; docs/api.md) ----
@@ -156,16 +157,8 @@ type messageCreateParams struct {
 	Message   *model.Message `json:"message"`
 }
 
-type dlqEntry struct {
-	CallerID     uint32 `json:"caller_id"`
-	ID           uint32 `json:"id"`
-	FlowID       uint32 `json:"flow_id,omitempty"`
-	Error        string `json:"error"`
-	Attempt      uint32 `json:"attempt"`
-	DLQAtMs      int64  `json:"dlq_at_ms"`
-	ScriptType   string `json:"script_type"`
-	FunctionName string `json:"function_name,omitempty"`
-}
+// dlqEntry is a dead-letter queue entry as the API lists it.
+type dlqEntry = model.DLQEntry
 
 type dlqListResult struct {
 	Items      []dlqEntry `json:"items"`
@@ -347,14 +340,8 @@ func (s *service) actorUpdate(ctx context.Context, p Principal, in actorUpdatePa
 
 // ---- operator secrets ----
 
-type secretView struct {
-	Fingerprint string `json:"fingerprint"`
-	Source      string `json:"source"`
-	CreatedAtMs int64  `json:"created_at_ms,omitempty"`
-	RevokedAtMs int64  `json:"revoked_at_ms,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	Current     bool   `json:"current"`
-}
+// secretView is an operator secret as the API shows it.
+type secretView = model.OperatorSecret
 
 func viewSecret(r store.SecretRecord, p Principal) secretView {
 	return secretView{Fingerprint: r.Fingerprint, Source: r.Source, CreatedAtMs: r.CreatedMs, RevokedAtMs: r.RevokedMs, Reason: r.Reason, Current: r.Fingerprint == p.Fingerprint}
@@ -717,14 +704,11 @@ func (s *service) jobList(ctx context.Context, p Principal, in listParams) (*lis
 	return &listResult[*model.Job]{Items: jobs, NextCursor: next}, nil
 }
 
-// servedCache remembers, within one call, the executors and script types a context
-// was found to serve (a batch asks once per kind of job).
-type servedCache map[string]bool
-
 // standaloneJob checks a job of no flow for job.run and job.submit: its limits within
-// the context's job_max, no dependencies, its caller, and a runner that could take it
-// (a job no runner could ever take fails at once, storing nothing).
-func standaloneJob(ctx context.Context, p Principal, c *model.Context, db *store.DB, in *jobIn, ctxID uint32, served servedCache) (*model.Job, error) {
+// the context's job_max, no dependencies, its caller, and its pinned runner (store's
+// SubmitJobs checks that some runner serves the others: a job no runner could ever
+// take fails at once, storing nothing).
+func standaloneJob(ctx context.Context, p Principal, c *model.Context, db *store.DB, in *jobIn, ctxID uint32) (*model.Job, error) {
 	j, err := in.toModel(ctxID)
 	if err != nil {
 		return nil, err
@@ -749,15 +733,6 @@ func standaloneJob(ctx context.Context, p Principal, c *model.Context, db *store
 		if !r.Local {
 			return nil, invalidParams("job.runner_id", "runner %d is not local: remote runners need the mycelium-gateway", j.RunnerID)
 		}
-		return j, nil
-	}
-	kind, _ := j.Handler()
-	kind += "|" + string(j.ScriptType)
-	if !served[kind] {
-		if err := checkServed(ctx, db, j); err != nil {
-			return nil, err
-		}
-		served[kind] = true
 	}
 	return j, nil
 }
@@ -770,14 +745,21 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 	if err != nil {
 		return nil, err
 	}
-	j, err := standaloneJob(ctx, p, c, db, in.Job, in.ContextID, servedCache{})
+	j, err := standaloneJob(ctx, p, c, db, in.Job, in.ContextID)
 	if err != nil {
 		return nil, err
 	}
-	created, _, err := s.createJob(ctx, j, p.Name())
+	if tp := traceparentOf(ctx); tp != "" {
+		j.Traceparent = tp
+	}
+	// Created and dispatched in one step (as job.submit), then watched: a job that
+	// ended before the watch began is seen by the load after it.
+	sub, err := s.store.SubmitJobs(ctx, in.ContextID, []store.Submission{{Job: j}}, p.Name())
 	if err != nil {
 		return nil, err
 	}
+	s.countSubmitted(sub)
+	created := sub[0].Job
 	wait := time.Duration(created.Timeout)*time.Second + s.runMargin
 	if created.Timeout == 0 {
 		wait = 5*time.Minute + s.runMargin
@@ -788,8 +770,14 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 	ref := created.Ref()
 	done := s.waiter.watch(jobKey(ref))
 	defer s.waiter.unwatch(jobKey(ref), done)
-	if _, err := s.scheduler.DispatchJob(ctx, &herov1.DispatchJobRequest{ContextId: in.ContextID, CallerId: created.CallerID, JobId: created.ID, Actor: p.Name()}); err != nil {
-		return nil, err
+	if j, err := db.LoadJob(ctx, created.CallerID, created.ID); err == nil && jobFinal(j) {
+		return j, nil
+	}
+	if sub[0].Existing && created.Status != model.JobStarted {
+		// job.run of a job created before with the same id: dispatched now, as before.
+		if _, err := s.scheduler.DispatchJob(ctx, &herov1.DispatchJobRequest{ContextId: in.ContextID, CallerId: created.CallerID, JobId: created.ID, Actor: p.Name()}); err != nil {
+			return nil, err
+		}
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()

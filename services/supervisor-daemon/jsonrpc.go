@@ -117,8 +117,9 @@ type rpcResponse struct {
 
 // apiMetrics count the API's calls on both transports.
 type apiMetrics struct {
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
+	requests  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	submitted prometheus.Counter
 }
 
 func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
@@ -128,6 +129,8 @@ func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
 			Help: "API requests by transport (jsonrpc, grpc), method and result code, spelled as gRPC codes on both transports (OK, InvalidArgument, NotFound, …; a JSON-RPC error counts as its gRPC equivalent, docs/api.md)."}, []string{"transport", "method", "code"}),
 		duration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "hero_api_request_duration_seconds", Help: "API request handling time by transport and method.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 300}}, []string{"transport", "method"}),
+		submitted: f.NewCounter(prometheus.CounterOpts{Name: "hero_jobs_submitted_total",
+			Help: "Standalone jobs created and dispatched by job.submit, job.submit_batch and job.run (not those a unique_key or a chosen id found existing)."}),
 	}
 }
 

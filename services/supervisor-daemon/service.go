@@ -48,7 +48,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 		return err
 	}
 	defer disp.Close()
-	svc := &service{store: b.Store, scheduler: herov1.NewSchedulerClient(sc), waiter: newWaiter(), log: env.Log, runMargin: cfg.RunMargin, dispatcher: disp, secrets: secrets}
+	svc := &service{store: b.Store, scheduler: herov1.NewSchedulerClient(sc), waiter: newWaiter(), log: env.Log, runMargin: cfg.RunMargin, dispatcher: disp, secrets: secrets, metrics: metrics}
 	herov1.RegisterCoordinatorServer(b.GRPC.Server, &coordinatorServer{s: svc})
 	herov1.RegisterDispatcherServer(b.GRPC.Server, &dispatcherServer{d: disp})
 

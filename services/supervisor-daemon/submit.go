@@ -69,7 +69,7 @@ func (s *service) jobSubmitBatch(ctx context.Context, p Principal, in jobSubmitB
 }
 
 // submit checks every job as job.run does, then creates and dispatches them all in one
-// step (store.SubmitJobs) and returns without waiting; one bad job refuses the call,
+// step (store.SubmitJobs, which also refuses a job no runner serves) and returns without waiting; one bad job refuses the call,
 // storing nothing. where prefixes the field names of errors ("jobs[]" in a batch).
 func (s *service) submit(ctx context.Context, p Principal, ctxID uint32, items []submitItem, method, where string) ([]submitResult, error) {
 	c, db, err := s.authorize(ctx, p, ctxID, RoleExecutor, method)
@@ -77,7 +77,6 @@ func (s *service) submit(ctx context.Context, p Principal, ctxID uint32, items [
 		return nil, err
 	}
 	subs := make([]store.Submission, len(items))
-	served := servedCache{}
 	tp := traceparentOf(ctx)
 	for i, it := range items {
 		if it.Job == nil {
@@ -89,7 +88,7 @@ func (s *service) submit(ctx context.Context, p Principal, ctxID uint32, items [
 		if len(it.UniqueKey) > 256 {
 			return nil, invalidParams(where+"unique_key", "%sunique_key (item %d) is %d bytes; at most 256", where, i, len(it.UniqueKey))
 		}
-		j, err := standaloneJob(ctx, p, c, db, it.Job, ctxID, served)
+		j, err := standaloneJob(ctx, p, c, db, it.Job, ctxID)
 		if err != nil {
 			return nil, err
 		}
@@ -102,11 +101,24 @@ func (s *service) submit(ctx context.Context, p Principal, ctxID uint32, items [
 	if err != nil {
 		return nil, err
 	}
+	s.countSubmitted(res)
 	out := make([]submitResult, len(res))
 	for i, r := range res {
 		out[i] = submitResult{Job: r.Job, Existing: r.Existing}
 	}
 	return out, nil
+}
+
+// countSubmitted counts the jobs SubmitJobs created (hero_jobs_submitted_total).
+func (s *service) countSubmitted(res []store.Submitted) {
+	if s.metrics == nil {
+		return
+	}
+	for _, r := range res {
+		if !r.Existing {
+			s.metrics.submitted.Inc()
+		}
+	}
 }
 
 func submitItemFromPB(j *herov1.Job, key string, ttl uint32) (submitItem, error) {

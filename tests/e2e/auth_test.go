@@ -107,45 +107,73 @@ const notVerified = "the signature does not verify for this actor and request"
 func TestSignedRequests(t *testing.T) {
 	s, c := newStack(t, harness.StackOptions{})
 	s.Operator().MustCall(t, "actor.create", map[string]any{"actor": map[string]any{"id": 6}}, nil) // no key
-	url := harness.APIURL(s.API)
-	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"flow.list","params":{"context_id":1}}`)
-	post := func(cr auth.Credentials, b []byte) (map[string]any, int) {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
-		if cr.Actor != "" {
-			req.Header.Set(auth.HeaderActor, cr.Actor)
-		}
-		if cr.Timestamp != "" {
-			harness.SetCredentials(req.Header, cr)
-		}
-		resp, err := harness.HTTPClient().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		var out map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-			t.Fatal(err)
-		}
-		return out, resp.StatusCode
-	}
-	errOf := func(out map[string]any) (int, string) {
-		e, _ := out["error"].(map[string]any)
-		if e == nil {
-			return 0, ""
-		}
-		return int(e["code"].(float64)), e["message"].(string)
+	checkSignedJSONRPC(t, harness.APIURL(s.API))
+	checkSignedGRPC(t, s)
+	// A stream is signed over its opening message (the harness's client signs).
+	if !c.WaitEvent(t, ctx1, 10*time.Second, func() bool { return true }) {
+		t.Fatal("a signed Watch was refused")
 	}
 
-	// JSON-RPC.
+	// The log names each reason; the metric counts each by transport.
+	for _, reason := range []string{"missing_credentials", "bad_signature", "unknown_actor", "no_key", "stale_timestamp", "replayed_nonce", "malformed"} {
+		if !strings.Contains(s.API.Output(), `"reason":"`+reason+`"`) {
+			t.Errorf("no log line with reason %s", reason)
+		}
+		for _, tr := range []string{"jsonrpc", "grpc"} {
+			series := `hero_api_auth_failures_total{reason="` + reason + `",transport="` + tr + `"}`
+			if v := metricValue(t, s.API.AdminAddr, series); v < 1 {
+				t.Errorf("%s = %v", series, v)
+			}
+		}
+	}
+}
+
+// postSigned posts the JSON-RPC body b to url with the credentials (those set) and
+// returns the decoded answer and its HTTP status.
+func postSigned(t *testing.T, url string, cr auth.Credentials, b []byte) (map[string]any, int) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	if cr.Actor != "" {
+		req.Header.Set(auth.HeaderActor, cr.Actor)
+	}
+	if cr.Timestamp != "" {
+		harness.SetCredentials(req.Header, cr)
+	}
+	resp, err := harness.HTTPClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out, resp.StatusCode
+}
+
+// rpcErrOf is the code and message of a JSON-RPC answer's error (0, "": none).
+func rpcErrOf(out map[string]any) (int, string) {
+	e, _ := out["error"].(map[string]any)
+	if e == nil {
+		return 0, ""
+	}
+	return int(e["code"].(float64)), e["message"].(string)
+}
+
+// checkSignedJSONRPC: over JSON-RPC, every forgery is refused (those the verifier
+// cannot tell apart with one message), a correctly signed request is served once
+// (not replayed), and a batch is one signed request.
+func checkSignedJSONRPC(t *testing.T, url string) {
+	t.Helper()
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"flow.list","params":{"context_id":1}}`)
 	verifyMsgs := map[string]bool{}
 	for _, f := range forgeries() {
 		cr, sent := f.sign(body, auth.JSONRPCTarget)
 		if sent == nil {
 			sent = body
 		}
-		out, _ := post(cr, sent)
-		code, msg := errOf(out)
+		out, _ := postSigned(t, url, cr, sent)
+		code, msg := rpcErrOf(out)
 		if code != -32001 {
 			t.Errorf("jsonrpc %s: want -32001, got %v", f.name, out)
 			continue
@@ -163,11 +191,11 @@ func TestSignedRequests(t *testing.T) {
 		t.Errorf("unknown actor, no key, wrong key and bad signature answer differently: %v", verifyMsgs)
 	}
 	good := signAs(1, harness.ActorKey(1), time.Now(), body, auth.JSONRPCTarget)
-	if out, _ := post(good, body); out["result"] == nil {
+	if out, _ := postSigned(t, url, good, body); out["result"] == nil {
 		t.Fatalf("a correctly signed request was refused: %v", out)
 	}
-	out, _ := post(good, body) // the same request again: a replay
-	if code, msg := errOf(out); code != -32001 || !strings.Contains(msg, "nonce was used already") {
+	out, _ := postSigned(t, url, good, body) // the same request again: a replay
+	if code, msg := rpcErrOf(out); code != -32001 || !strings.Contains(msg, "nonce was used already") {
 		t.Fatalf("replayed request: %v", out)
 	}
 	// A batch is one signed request.
@@ -184,8 +212,27 @@ func TestSignedRequests(t *testing.T) {
 	if len(results) != 2 || results[0]["result"] == nil || results[1]["result"] == nil {
 		t.Fatalf("signed batch: %v", results)
 	}
+}
 
-	// gRPC: the same forgeries over the request message as sent.
+// signedListFlows calls ListFlows with the credentials (those set) as metadata.
+func signedListFlows(api herov1.CoordinatorClient, cr auth.Credentials, m *herov1.ListFlowsRequest) error {
+	var kv []string
+	for _, p := range [][2]string{{auth.MetadataActor, cr.Actor}, {auth.MetadataTimestamp, cr.Timestamp}, {auth.MetadataNonce, cr.Nonce}, {auth.MetadataSignature, cr.Signature}} {
+		if p[1] != "" {
+			kv = append(kv, p[0], p[1])
+		}
+	}
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), kv...), 10*time.Second)
+	defer cancel()
+	_, err := api.ListFlows(ctx, m)
+	return err
+}
+
+// checkSignedGRPC: over gRPC, the same forgeries over the request message as sent
+// are refused; a message signed for one method is refused by another; a correctly
+// signed call is served once.
+func checkSignedGRPC(t *testing.T, s *harness.Stack) {
+	t.Helper()
 	cc, err := grpc.NewClient(s.API.GRPCAddr, grpc.WithTransportCredentials(harness.APICredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -195,26 +242,14 @@ func TestSignedRequests(t *testing.T) {
 	const target = "/hero.v1.Coordinator/ListFlows"
 	msg := &herov1.ListFlowsRequest{ContextId: 1, Limit: 10}
 	raw, _ := proto.Marshal(msg)
-	call := func(cr auth.Credentials, m *herov1.ListFlowsRequest) error {
-		var kv []string
-		for _, p := range [][2]string{{auth.MetadataActor, cr.Actor}, {auth.MetadataTimestamp, cr.Timestamp}, {auth.MetadataNonce, cr.Nonce}, {auth.MetadataSignature, cr.Signature}} {
-			if p[1] != "" {
-				kv = append(kv, p[0], p[1])
-			}
-		}
-		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), kv...), 10*time.Second)
-		defer cancel()
-		_, err := api.ListFlows(ctx, m)
-		return err
-	}
-	verifyMsgs = map[string]bool{}
+	verifyMsgs := map[string]bool{}
 	for _, f := range forgeries() {
 		cr, sent := f.sign(raw, target)
 		m := msg
 		if sent != nil {
 			m = &herov1.ListFlowsRequest{ContextId: 1, Limit: 20} // other bytes than signed
 		}
-		err := call(cr, m)
+		err := signedListFlows(api, cr, m)
 		st, _ := status.FromError(err)
 		if st.Code() != codes.Unauthenticated {
 			t.Errorf("grpc %s: want Unauthenticated, got %v", f.name, err)
@@ -231,32 +266,15 @@ func TestSignedRequests(t *testing.T) {
 	}
 	// A message signed for one method is refused by another of the same shape.
 	gcr := signAs(1, harness.ActorKey(1), time.Now(), raw, "/hero.v1.Coordinator/ListJobs")
-	if status.Code(call(gcr, msg)) != codes.Unauthenticated {
+	if status.Code(signedListFlows(api, gcr, msg)) != codes.Unauthenticated {
 		t.Fatal("a signature for ListJobs was accepted by ListFlows")
 	}
 	gcr = signAs(1, harness.ActorKey(1), time.Now(), raw, target)
-	if err := call(gcr, msg); err != nil {
+	if err := signedListFlows(api, gcr, msg); err != nil {
 		t.Fatalf("a correctly signed gRPC call was refused: %v", err)
 	}
-	if err := call(gcr, msg); status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "nonce was used already") {
+	if err := signedListFlows(api, gcr, msg); status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "nonce was used already") {
 		t.Fatalf("replayed gRPC call: %v", err)
-	}
-	// A stream is signed over its opening message (the harness's client signs).
-	if !c.WaitEvent(t, ctx1, 10*time.Second, func() bool { return true }) {
-		t.Fatal("a signed Watch was refused")
-	}
-
-	// The log names each reason; the metric counts each by transport.
-	for _, reason := range []string{"missing_credentials", "bad_signature", "unknown_actor", "no_key", "stale_timestamp", "replayed_nonce", "malformed"} {
-		if !strings.Contains(s.API.Output(), `"reason":"`+reason+`"`) {
-			t.Errorf("no log line with reason %s", reason)
-		}
-		for _, tr := range []string{"jsonrpc", "grpc"} {
-			series := `hero_api_auth_failures_total{reason="` + reason + `",transport="` + tr + `"}`
-			if v := metricValue(t, s.API.AdminAddr, series); v < 1 {
-				t.Errorf("%s = %v", series, v)
-			}
-		}
 	}
 }
 

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,7 +39,7 @@ func benchStack(b *testing.B, runnerArgs ...string) (*harness.Stack, *harness.Cl
 	s := harness.StartStack(b, binDir, url, harness.StackOptions{
 		RunnerArgs: with(append(runnerArgs, strings.Fields(os.Getenv("HERO_BENCH_RUNNER_ARGS"))...)...),
 		// The benchmarks create their jobs one call each: no per-actor rate limit.
-		APIArgs:       with("--rate-limit", "0"),
+		APIArgs:       with(append([]string{"--rate-limit", "0"}, strings.Fields(os.Getenv("HERO_BENCH_API_ARGS"))...)...),
 		SchedulerArgs: with(strings.Fields(os.Getenv("HERO_BENCH_SCHEDULER_ARGS"))...),
 		RouterArgs:    with(strings.Fields(os.Getenv("HERO_BENCH_ROUTER_ARGS"))...),
 	})
@@ -208,26 +207,7 @@ func handlerBenchStack(b *testing.B) (*harness.Stack, *harness.Client) {
 }
 
 func createHandlerJobs(b *testing.B, c *harness.Client, n int, chain bool) []uint32 {
-	ids := make([]uint32, n)
-	// Batches of JSON-RPC calls: creating 10,000 jobs one request at a time is slow.
-	for start := 0; start < n; start += 500 {
-		var batch []map[string]any
-		for i := start; i < start+500 && i < n; i++ {
-			id := uint32(i + 1)
-			job := map[string]any{"id": id, "function_name": "go#noop"}
-			if chain && i > 0 {
-				job["depends"] = []uint32{id - 1}
-			}
-			batch = append(batch, map[string]any{"jsonrpc": "2.0", "id": i, "method": "job.create", "params": map[string]any{"context_id": ctx1, "job": job}})
-			ids[i] = id
-		}
-		body, _ := json.Marshal(batch)
-		resp, err := c.Raw(string(body))
-		if err == nil {
-			b.Fatalf("batch answer should be a list, got %v", resp)
-		}
-	}
-	return ids
+	return createHandlerJobsFrom(b, c, 1, n, chain)
 }
 
 // BenchmarkHandlerJobs: a flow of 10,000 independent no-op handler jobs (Go executor).

@@ -65,320 +65,49 @@ func TestChaos(t *testing.T) {
 	})
 	s.Setup(t, ctx1)
 	dir := harness.ScratchDir(t)
-	ledger := filepath.Join(dir, "ledger")
 	starts, err := proctest.NewSignal(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer starts.Close()
-
+	ch := &chaosRun{t: t, s: s, rs: rs, ledger: filepath.Join(dir, "ledger"), starts: starts,
+		flowJobs: map[uint32][]uint32{}, ended: map[uint32]string{}, nextJob: 1, inflight: make(chan struct{}, 8),
+		rep: chaosReport{recovery: map[string][]time.Duration{}}}
 	// The API's address changes when it restarts: clients read it here.
-	var api atomic.Pointer[harness.Client]
-	api.Store(s.Client(1))
-	// call retries an API call through faults (an API or Redis restart) until it
-	// succeeds or the deadline; "exists" answers a create whose first try got through.
-	call := func(method string, params, out any, within time.Duration) error {
-		deadline := time.Now().Add(within)
-		for {
-			err := api.Load().Call(method, params, out)
-			var re *harness.RPCError
-			if err == nil || errors.As(err, &re) && re.Code == -32009 {
-				return nil
-			}
-			if errors.As(err, &re) && re.Code == -32008 && time.Now().Before(deadline) {
-				continue // flow.wait's own wait ended
-			}
-			if time.Now().After(deadline) {
-				return err
-			}
-			time.Sleep(100 * time.Millisecond) // the client's retry pace through a fault
-		}
-	}
+	ch.api.Store(s.Client(1))
 
-	// Submitter: keeps flows in flight until told to stop (short mode: one fault
-	// cycle; long mode: until target flows ran), each awaited by flow.wait.
-	var (
-		mu        sync.Mutex
-		submitted []uint32
-		flowJobs         = map[uint32][]uint32{}
-		ended            = map[uint32]string{}
-		nextJob   uint32 = 1
-		stopSub   atomic.Bool
-		subErrs   []string
-		waiters   sync.WaitGroup
-		inflight  = make(chan struct{}, 8)
-	)
-	script := func(sleep string) string {
-		id := `$HERO_CONTEXT_ID:$HERO_CALLER_ID:$HERO_JOB_ID $HERO_ATTEMPT`
-		return fmt.Sprintf("echo \"start %s $(date +%%s%%3N)\" >> %s\necho x > %s\nsleep %s\necho \"end %s $(date +%%s%%3N)\" >> %s\n",
-			id, ledger, starts.Path, sleep, id, ledger)
-	}
-	shape := func(n int) (string, []jobSpec) {
-		mu.Lock()
-		base := nextJob
-		mu.Unlock()
-		var jobs []jobSpec
-		add := func(sleep string, deps ...uint32) uint32 {
-			id := base + uint32(len(jobs))
-			jobs = append(jobs, jobSpec{id: id, typ: "sh", script: script(sleep), deps: deps})
-			return id
-		}
-		var name string
-		switch n % 3 {
-		case 0:
-			name = "chain"
-			prev := add("0.2")
-			for i := 0; i < 4; i++ {
-				prev = add("0.2", prev)
-			}
-		case 1:
-			name = "diamond"
-			a := add("0.2")
-			b, c := add("0.3", a), add("0.3", a)
-			add("0.2", b, c)
-		default:
-			name = "fan-out 20 -> fan-in"
-			root := add("0.1")
-			var leaves []uint32
-			for i := 0; i < 20; i++ {
-				leaves = append(leaves, add("0.3", root))
-			}
-			add("0.1", leaves...)
-		}
-		mu.Lock()
-		nextJob = base + uint32(len(jobs))
-		mu.Unlock()
-		return name, jobs
-	}
-	submit := func(flowID uint32, jobs []jobSpec) error {
-		var ids []uint32
-		for _, j := range jobs {
-			job := map[string]any{"id": j.id, "script": j.script, "script_type": j.typ, "depends": j.deps}
-			if err := call("job.create", map[string]any{"context_id": ctx1, "job": job}, nil, time.Minute); err != nil {
-				return fmt.Errorf("job.create %d: %v", j.id, err)
-			}
-			ids = append(ids, j.id)
-		}
-		if err := call("flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": flowID, "jobs": ids}}, nil, time.Minute); err != nil {
-			return fmt.Errorf("flow.create %d: %v", flowID, err)
-		}
-		mu.Lock()
-		flowJobs[flowID] = ids
-		submitted = append(submitted, flowID)
-		mu.Unlock()
-		if err := call("flow.start", map[string]any{"context_id": ctx1, "id": flowID}, nil, time.Minute); err != nil {
-			return fmt.Errorf("flow.start %d: %v", flowID, err)
-		}
-		return nil
-	}
 	subDone := make(chan struct{})
-	go func() {
-		defer close(subDone)
-		for n := 0; !stopSub.Load(); n++ { // until the fault cycles end
-			inflight <- struct{}{}
-			flowID := uint32(n + 1)
-			_, jobs := shape(n)
-			if err := submit(flowID, jobs); err != nil {
-				mu.Lock()
-				subErrs = append(subErrs, err.Error())
-				mu.Unlock()
-				<-inflight
-				continue
-			}
-			waiters.Add(1)
-			go func() {
-				defer waiters.Done()
-				defer func() { <-inflight }()
-				var f harness.Flow
-				if err := call("flow.wait", map[string]any{"context_id": ctx1, "id": flowID, "timeout": 30}, &f, 3*time.Minute); err != nil {
-					return // stuck: found in the final check
-				}
-				mu.Lock()
-				ended[flowID] = f.Status
-				mu.Unlock()
-			}()
-		}
-	}()
-
-	// The fault cycle. Each fault is followed by a wait for the next job start: the
-	// recovery time.
-	rep := chaosReport{recovery: map[string][]time.Duration{}}
-	var old []*harness.Proc // killed processes: their logs are checked for panics too
-	restart := func(name string) {
-		var p *harness.Proc
-		switch name {
-		case "scheduler":
-			p = s.Scheduler
-		case "router":
-			p = s.Router
-		case "runner":
-			p = s.Runner
-		default:
-			p = s.API
-		}
-		old = append(old, p)
-		p.Kill()
-		if name == "runner" {
-			rep.runnerKills = append(rep.runnerKills, time.Now())
-		}
-		s.Start(name)
-		if name == "supervisor-daemon" {
-			api.Store(s.Client(1))
-		}
-	}
-	redisDown := func(how string, d time.Duration) func() {
-		return func() {
-			if err := rs.Down(how); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(d) // the outage under test
-			if err := rs.Up(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	cycle := []chaosFault{
-		{"kill -9 scheduler", func() { restart("scheduler") }},
-		{"kill -9 router", func() { restart("router") }},
-		{"kill -9 runner", func() { restart("runner") }},
-		{"kill -9 supervisor-daemon", func() { restart("supervisor-daemon") }},
-		{"redis SHUTDOWN NOSAVE, 3 s", redisDown(redistest.DownShutdown, 3*time.Second)},
-		{"redis kill -9, 3 s", redisDown(redistest.DownKill, 3*time.Second)},
-		{"redis SIGSTOP, 3 s", func() {
-			if err := rs.Pause(); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(3 * time.Second) // the stop under test
-			if err := rs.Resume(); err != nil {
-				t.Fatal(err)
-			}
-		}},
-	}
+	go ch.submitter(subDone)
 	if !starts.Wait(1, time.Minute) {
 		t.Fatal("no job started")
 	}
-	var faultLog []string
-	for c := 0; ; c++ {
-		for _, f := range cycle {
-			faultLog = append(faultLog, time.Now().UTC().Format("15:04:05.000")+" "+f.name)
-			f.do()
-			back := time.Now()
-			faultLog = append(faultLog, back.UTC().Format("15:04:05.000")+" over")
-			starts.Drain() // the recovery waits for a start after the fault
-			rep.faults++
-			if starts.Wait(1, 60*time.Second) {
-				rep.recovery[f.name] = append(rep.recovery[f.name], time.Since(back))
-			} else {
-				rep.recovery[f.name] = append(rep.recovery[f.name], -1)
-			}
-			starts.Wait(20, 60*time.Second) // work under way again before the next fault
-		}
-		mu.Lock()
-		n := len(submitted)
-		mu.Unlock()
-		if target == 0 && c+1 >= cycles || target > 0 && n >= target {
-			break
-		}
-	}
-	stopSub.Store(true)
+	ch.runFaults(target, cycles)
+	ch.stopSub.Store(true)
 	<-subDone
-	waiters.Wait()
+	ch.waiters.Wait()
 
 	// Compare the ledger with the final state.
-	lines := readChaosLedger(t, ledger)
-	mu.Lock()
-	defer mu.Unlock()
-	rep.flows = len(submitted)
+	lines := readChaosLedger(t, ch.ledger)
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	rep := &ch.rep
+	rep.flows = len(ch.submitted)
 	rep.exits = s.Exited()
-	for _, p := range old {
+	for _, p := range ch.old {
 		if o := p.Output(); strings.Contains(o, "panic:") {
 			rep.exits = append(rep.exits, p.Name+" (killed) had panicked")
 		}
 	}
-	c := api.Load()
-	for _, id := range submitted {
-		var f harness.Flow
-		err := c.Call("flow.load", map[string]any{"context_id": ctx1, "id": id}, &f)
-		var re *harness.RPCError
-		switch {
-		case errors.As(err, &re) && re.Code == -32004:
-			rep.lost = append(rep.lost, id)
-			continue
-		case err != nil:
-			t.Fatalf("flow.load %d: %v", id, err)
-		case f.Status == "error":
-			rep.flipped = append(rep.flipped, id)
-		case f.Status != "finished":
-			rep.stuck = append(rep.stuck, id)
-		}
-		if f.FinishedAt > 0 {
-			rep.longest = max(rep.longest, time.Duration(f.FinishedAt-f.StartedAt)*time.Second)
-		}
-		for _, j := range flowJobs[id] {
-			rep.jobs++
-			key := fmt.Sprintf("%d:1:%d", ctx1, j)
-			l := lines[key]
-			ends, startTimes := 0, []int64{}
-			for _, x := range l {
-				if x.kind == "end" {
-					ends++
-				} else {
-					startTimes = append(startTimes, x.ms)
-				}
-			}
-			// A run again after a runner kill between its starts is expected (the
-			// process died, maybe after the script ended and before its end was
-			// written); any other second run or second end is a fault.
-			killed := false
-			if len(startTimes) > 1 {
-				sort.Slice(startTimes, func(a, b int) bool { return startTimes[a] < startTimes[b] })
-				for _, k := range rep.runnerKills {
-					if k.UnixMilli() >= startTimes[0] && k.UnixMilli() <= startTimes[len(startTimes)-1] {
-						killed = true
-					}
-				}
-				if killed {
-					rep.rerunAfterKill = append(rep.rerunAfterKill, key)
-				} else {
-					rep.rerunOther = append(rep.rerunOther, key)
-				}
-			}
-			switch {
-			case ends > 1 && killed:
-				rep.endedBeforeKill++
-			case ends > 1:
-				rep.twice = append(rep.twice, key)
-			case ends == 0 && f.Status == "finished":
-				rep.endsMissing = append(rep.endsMissing, key)
-			}
-		}
+	c := ch.api.Load()
+	for _, id := range ch.submitted {
+		ch.checkFlow(c, id, lines)
 	}
 	rep.elapsed = time.Since(start)
-	t.Log(rep.String(long, subErrs))
-	// What the ledger and the services' logs say about each job found at fault.
-	if keep := os.Getenv("HERO_CHAOS_KEEP"); keep != "" && len(rep.twice)+len(rep.rerunOther) > 0 {
-		_ = os.MkdirAll(keep, 0o755)
-		_ = os.WriteFile(filepath.Join(keep, "faults"), []byte(strings.Join(faultLog, "\n")+"\n"), 0o644)
-		b, _ := os.ReadFile(ledger)
-		_ = os.WriteFile(filepath.Join(keep, "ledger"), b, 0o644)
-		for i, p := range append(old, s.Procs()...) {
-			_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("%02d-%s.log", i, p.Name)), []byte(p.Output()), 0o644)
-		}
-		t.Logf("logs kept in %s", keep)
-	}
-	for _, key := range append(append([]string(nil), rep.twice...), rep.rerunOther...) {
-		t.Logf("job %s ledger: %+v", key, lines[key])
-		id := key[strings.LastIndexByte(key, ':')+1:]
-		for _, p := range append(old, s.Procs()...) {
-			for _, l := range strings.Split(p.Output(), "\n") {
-				if strings.Contains(l, `"job_id":`+id+`,`) || strings.Contains(l, `"job_id":`+id+`}`) || strings.Contains(l, ":1:"+id+`"`) {
-					t.Logf("  %s: %s", p.Name, l)
-				}
-			}
-		}
-	}
-	if len(subErrs) > 0 {
-		t.Errorf("submissions failed: %v", subErrs)
+	t.Log(rep.String(long, ch.subErrs))
+	ch.keepLogs()
+	ch.logSuspects(lines)
+	if len(ch.subErrs) > 0 {
+		t.Errorf("submissions failed: %v", ch.subErrs)
 	}
 	if len(rep.exits)+len(rep.lost)+len(rep.stuck)+len(rep.flipped)+len(rep.twice)+len(rep.endsMissing)+len(rep.rerunOther) > 0 {
 		t.Errorf("chaos found faults (above)")
@@ -391,6 +120,347 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	checkDispatcherServes(t, s)
+}
+
+// chaosRun is one run of the chaos suite: the stack under test, the ledger the jobs
+// write, the signal of their starts, the flows submitted, and the report.
+type chaosRun struct {
+	t      *testing.T
+	s      *harness.Stack
+	rs     *redistest.Server
+	api    atomic.Pointer[harness.Client] // the API's address changes when it restarts
+	ledger string
+	starts *proctest.Signal
+
+	// The submitter's: it keeps flows in flight until told to stop (short mode: one
+	// fault cycle; long mode: until target flows ran), each awaited by flow.wait.
+	mu        sync.Mutex
+	submitted []uint32
+	flowJobs  map[uint32][]uint32
+	ended     map[uint32]string
+	nextJob   uint32
+	stopSub   atomic.Bool
+	subErrs   []string
+	waiters   sync.WaitGroup
+	inflight  chan struct{}
+
+	rep      chaosReport
+	old      []*harness.Proc // killed processes: their logs are checked for panics too
+	faultLog []string
+}
+
+// call retries an API call through faults (an API or Redis restart) until it
+// succeeds or the deadline; "exists" answers a create whose first try got through.
+func (ch *chaosRun) call(method string, params, out any, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := ch.api.Load().Call(method, params, out)
+		var re *harness.RPCError
+		if err == nil || errors.As(err, &re) && re.Code == -32009 {
+			return nil
+		}
+		if errors.As(err, &re) && re.Code == -32008 && time.Now().Before(deadline) {
+			continue // flow.wait's own wait ended
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond) // the client's retry pace through a fault
+	}
+}
+
+// script is a job that writes its start and end (with its attempt and the time) to
+// the ledger, signals its start, and sleeps in between.
+func (ch *chaosRun) script(sleep string) string {
+	id := `$HERO_CONTEXT_ID:$HERO_CALLER_ID:$HERO_JOB_ID $HERO_ATTEMPT`
+	return fmt.Sprintf("echo \"start %s $(date +%%s%%3N)\" >> %s\necho x > %s\nsleep %s\necho \"end %s $(date +%%s%%3N)\" >> %s\n",
+		id, ch.ledger, ch.starts.Path, sleep, id, ch.ledger)
+}
+
+// shape is the n-th flow's jobs: a chain of 5, a diamond, or a fan-out of 20 and its
+// fan-in, in turn.
+func (ch *chaosRun) shape(n int) (string, []jobSpec) {
+	ch.mu.Lock()
+	base := ch.nextJob
+	ch.mu.Unlock()
+	var jobs []jobSpec
+	add := func(sleep string, deps ...uint32) uint32 {
+		id := base + uint32(len(jobs))
+		jobs = append(jobs, jobSpec{id: id, typ: "sh", script: ch.script(sleep), deps: deps})
+		return id
+	}
+	var name string
+	switch n % 3 {
+	case 0:
+		name = "chain"
+		prev := add("0.2")
+		for i := 0; i < 4; i++ {
+			prev = add("0.2", prev)
+		}
+	case 1:
+		name = "diamond"
+		a := add("0.2")
+		b, c := add("0.3", a), add("0.3", a)
+		add("0.2", b, c)
+	default:
+		name = "fan-out 20 -> fan-in"
+		root := add("0.1")
+		var leaves []uint32
+		for i := 0; i < 20; i++ {
+			leaves = append(leaves, add("0.3", root))
+		}
+		add("0.1", leaves...)
+	}
+	ch.mu.Lock()
+	ch.nextJob = base + uint32(len(jobs))
+	ch.mu.Unlock()
+	return name, jobs
+}
+
+// submit creates the flow's jobs and the flow, and starts it.
+func (ch *chaosRun) submit(flowID uint32, jobs []jobSpec) error {
+	var ids []uint32
+	for _, j := range jobs {
+		job := map[string]any{"id": j.id, "script": j.script, "script_type": j.typ, "depends": j.deps}
+		if err := ch.call("job.create", map[string]any{"context_id": ctx1, "job": job}, nil, time.Minute); err != nil {
+			return fmt.Errorf("job.create %d: %v", j.id, err)
+		}
+		ids = append(ids, j.id)
+	}
+	if err := ch.call("flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": flowID, "jobs": ids}}, nil, time.Minute); err != nil {
+		return fmt.Errorf("flow.create %d: %v", flowID, err)
+	}
+	ch.mu.Lock()
+	ch.flowJobs[flowID] = ids
+	ch.submitted = append(ch.submitted, flowID)
+	ch.mu.Unlock()
+	if err := ch.call("flow.start", map[string]any{"context_id": ctx1, "id": flowID}, nil, time.Minute); err != nil {
+		return fmt.Errorf("flow.start %d: %v", flowID, err)
+	}
+	return nil
+}
+
+// submitter keeps up to 8 flows in flight until stopSub, each awaited by a waiter;
+// it closes done when it stops.
+func (ch *chaosRun) submitter(done chan<- struct{}) {
+	defer close(done)
+	for n := 0; !ch.stopSub.Load(); n++ { // until the fault cycles end
+		ch.inflight <- struct{}{}
+		flowID := uint32(n + 1)
+		_, jobs := ch.shape(n)
+		if err := ch.submit(flowID, jobs); err != nil {
+			ch.mu.Lock()
+			ch.subErrs = append(ch.subErrs, err.Error())
+			ch.mu.Unlock()
+			<-ch.inflight
+			continue
+		}
+		ch.waiters.Add(1)
+		go ch.await(flowID)
+	}
+}
+
+// await waits for the flow to end (flow.wait) and records how it ended.
+func (ch *chaosRun) await(flowID uint32) {
+	defer ch.waiters.Done()
+	defer func() { <-ch.inflight }()
+	var f harness.Flow
+	if err := ch.call("flow.wait", map[string]any{"context_id": ctx1, "id": flowID, "timeout": 30}, &f, 3*time.Minute); err != nil {
+		return // stuck: found in the final check
+	}
+	ch.mu.Lock()
+	ch.ended[flowID] = f.Status
+	ch.mu.Unlock()
+}
+
+// restart kills the service with SIGKILL and starts it again.
+func (ch *chaosRun) restart(name string) {
+	var p *harness.Proc
+	switch name {
+	case "scheduler":
+		p = ch.s.Scheduler
+	case "router":
+		p = ch.s.Router
+	case "runner":
+		p = ch.s.Runner
+	default:
+		p = ch.s.API
+	}
+	ch.old = append(ch.old, p)
+	p.Kill()
+	if name == "runner" {
+		ch.rep.runnerKills = append(ch.rep.runnerKills, time.Now())
+	}
+	ch.s.Start(name)
+	if name == "supervisor-daemon" {
+		ch.api.Store(ch.s.Client(1))
+	}
+}
+
+// redisDown takes Redis down the way named (redistest.Down*) for d, then up.
+func (ch *chaosRun) redisDown(how string, d time.Duration) func() {
+	return func() {
+		if err := ch.rs.Down(how); err != nil {
+			ch.t.Fatal(err)
+		}
+		time.Sleep(d) // the outage under test
+		if err := ch.rs.Up(); err != nil {
+			ch.t.Fatal(err)
+		}
+	}
+}
+
+// redisStop stops Redis with SIGSTOP for 3 s.
+func (ch *chaosRun) redisStop() {
+	if err := ch.rs.Pause(); err != nil {
+		ch.t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the stop under test
+	if err := ch.rs.Resume(); err != nil {
+		ch.t.Fatal(err)
+	}
+}
+
+// runFaults runs fault cycles: cycles of them (short mode, target 0), or until
+// target flows were submitted. Each fault is followed by a wait for the next job
+// start: the recovery time.
+func (ch *chaosRun) runFaults(target, cycles int) {
+	cycle := []chaosFault{
+		{"kill -9 scheduler", func() { ch.restart("scheduler") }},
+		{"kill -9 router", func() { ch.restart("router") }},
+		{"kill -9 runner", func() { ch.restart("runner") }},
+		{"kill -9 supervisor-daemon", func() { ch.restart("supervisor-daemon") }},
+		{"redis SHUTDOWN NOSAVE, 3 s", ch.redisDown(redistest.DownShutdown, 3*time.Second)},
+		{"redis kill -9, 3 s", ch.redisDown(redistest.DownKill, 3*time.Second)},
+		{"redis SIGSTOP, 3 s", ch.redisStop},
+	}
+	for c := 0; ; c++ {
+		for _, f := range cycle {
+			ch.fault(f)
+		}
+		ch.mu.Lock()
+		n := len(ch.submitted)
+		ch.mu.Unlock()
+		if target == 0 && c+1 >= cycles || target > 0 && n >= target {
+			return
+		}
+	}
+}
+
+// fault does one fault and records the time to the next job start.
+func (ch *chaosRun) fault(f chaosFault) {
+	ch.faultLog = append(ch.faultLog, time.Now().UTC().Format("15:04:05.000")+" "+f.name)
+	f.do()
+	back := time.Now()
+	ch.faultLog = append(ch.faultLog, back.UTC().Format("15:04:05.000")+" over")
+	ch.starts.Drain() // the recovery waits for a start after the fault
+	ch.rep.faults++
+	if ch.starts.Wait(1, 60*time.Second) {
+		ch.rep.recovery[f.name] = append(ch.rep.recovery[f.name], time.Since(back))
+	} else {
+		ch.rep.recovery[f.name] = append(ch.rep.recovery[f.name], -1)
+	}
+	ch.starts.Wait(20, 60*time.Second) // work under way again before the next fault
+}
+
+// checkFlow compares a submitted flow's final state, and its jobs' ledger lines,
+// with what should be: lost, stuck, failed flows and jobs run or ended twice go to
+// the report.
+func (ch *chaosRun) checkFlow(c *harness.Client, id uint32, lines map[string][]chaosLine) {
+	rep := &ch.rep
+	var f harness.Flow
+	err := c.Call("flow.load", map[string]any{"context_id": ctx1, "id": id}, &f)
+	var re *harness.RPCError
+	switch {
+	case errors.As(err, &re) && re.Code == -32004:
+		rep.lost = append(rep.lost, id)
+		return
+	case err != nil:
+		ch.t.Fatalf("flow.load %d: %v", id, err)
+	case f.Status == "error":
+		rep.flipped = append(rep.flipped, id)
+	case f.Status != "finished":
+		rep.stuck = append(rep.stuck, id)
+	}
+	if f.FinishedAt > 0 {
+		rep.longest = max(rep.longest, time.Duration(f.FinishedAt-f.StartedAt)*time.Second)
+	}
+	for _, j := range ch.flowJobs[id] {
+		rep.jobs++
+		key := fmt.Sprintf("%d:1:%d", ctx1, j)
+		ch.checkJobLedger(key, lines[key], f.Status)
+	}
+}
+
+// checkJobLedger reads a job's ledger lines (l; its flow ended with flowStatus). A
+// run again after a runner kill between its starts is expected (the process died,
+// maybe after the script ended and before its end was written); any other second
+// run or second end is a fault.
+func (ch *chaosRun) checkJobLedger(key string, l []chaosLine, flowStatus string) {
+	rep := &ch.rep
+	ends, startTimes := 0, []int64{}
+	for _, x := range l {
+		if x.kind == "end" {
+			ends++
+		} else {
+			startTimes = append(startTimes, x.ms)
+		}
+	}
+	killed := false
+	if len(startTimes) > 1 {
+		sort.Slice(startTimes, func(a, b int) bool { return startTimes[a] < startTimes[b] })
+		for _, k := range rep.runnerKills {
+			if k.UnixMilli() >= startTimes[0] && k.UnixMilli() <= startTimes[len(startTimes)-1] {
+				killed = true
+			}
+		}
+		if killed {
+			rep.rerunAfterKill = append(rep.rerunAfterKill, key)
+		} else {
+			rep.rerunOther = append(rep.rerunOther, key)
+		}
+	}
+	switch {
+	case ends > 1 && killed:
+		rep.endedBeforeKill++
+	case ends > 1:
+		rep.twice = append(rep.twice, key)
+	case ends == 0 && flowStatus == "finished":
+		rep.endsMissing = append(rep.endsMissing, key)
+	}
+}
+
+// keepLogs writes the fault log, the ledger and every service's log to
+// HERO_CHAOS_KEEP, when set and a job ran or ended twice.
+func (ch *chaosRun) keepLogs() {
+	keep := os.Getenv("HERO_CHAOS_KEEP")
+	if keep == "" || len(ch.rep.twice)+len(ch.rep.rerunOther) == 0 {
+		return
+	}
+	_ = os.MkdirAll(keep, 0o755)
+	_ = os.WriteFile(filepath.Join(keep, "faults"), []byte(strings.Join(ch.faultLog, "\n")+"\n"), 0o644)
+	b, _ := os.ReadFile(ch.ledger)
+	_ = os.WriteFile(filepath.Join(keep, "ledger"), b, 0o644)
+	for i, p := range append(ch.old, ch.s.Procs()...) {
+		_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("%02d-%s.log", i, p.Name)), []byte(p.Output()), 0o644)
+	}
+	ch.t.Logf("logs kept in %s", keep)
+}
+
+// logSuspects logs what the ledger and the services' logs say about each job that
+// ran or ended twice.
+func (ch *chaosRun) logSuspects(lines map[string][]chaosLine) {
+	for _, key := range append(append([]string(nil), ch.rep.twice...), ch.rep.rerunOther...) {
+		ch.t.Logf("job %s ledger: %+v", key, lines[key])
+		id := key[strings.LastIndexByte(key, ':')+1:]
+		for _, p := range append(ch.old, ch.s.Procs()...) {
+			for _, l := range strings.Split(p.Output(), "\n") {
+				if strings.Contains(l, `"job_id":`+id+`,`) || strings.Contains(l, `"job_id":`+id+`}`) || strings.Contains(l, ":1:"+id+`"`) {
+					ch.t.Logf("  %s: %s", p.Name, l)
+				}
+			}
+		}
+	}
 }
 
 type chaosLine struct {

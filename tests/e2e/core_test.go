@@ -161,6 +161,14 @@ func TestDiamondFlow(t *testing.T) {
 			t.Errorf("node %d is %s, want completed", id, st)
 		}
 	}
+	checkDiamondJobs(t, c)
+	checkDiamondEvents(t, c)
+}
+
+// checkDiamondJobs: each job of the diamond finished at its first attempt, in
+// order (after its dependencies), started at once when ready.
+func checkDiamondJobs(t *testing.T, c *harness.Client) {
+	t.Helper()
 	var prevFinish int64
 	for _, id := range []uint32{1, 2, 3, 4} {
 		j := loadJob(t, c, id)
@@ -188,6 +196,12 @@ func TestDiamondFlow(t *testing.T) {
 	if d.StartedAtMs < b.FinishedAtMs || d.StartedAtMs < cc.FinishedAtMs {
 		t.Errorf("D started before B and C finished")
 	}
+}
+
+// checkDiamondEvents: every status each job went through, once, in order; one
+// flow.finished event.
+func checkDiamondEvents(t *testing.T, c *harness.Client) {
+	t.Helper()
 	evs := events(t, c)
 	for _, id := range []uint32{1, 2, 3, 4} {
 		// Every status each job went through, once, in order.
@@ -247,7 +261,20 @@ func TestRetryThenFail(t *testing.T) {
 	if !waitUntil(5*time.Second, func() bool { return metricValue(t, stack.Scheduler.AdminAddr, cancelled) == 2 }) {
 		t.Errorf("%s = %v, want 2", cancelled, metricValue(t, stack.Scheduler.AdminAddr, cancelled))
 	}
-	// Two retries, each after a backoff: attempts started at least ~base apart.
+	checkRetriedWithBackoff(t, c)
+	var logs struct {
+		Logs string `json:"logs"`
+	}
+	c.MustCall(t, "job.logs", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 1}, &logs)
+	if !strings.Contains(logs.Logs, "try 1") || !strings.Contains(logs.Logs, "try 3") || !strings.Contains(logs.Logs, "--- attempt 3") {
+		t.Errorf("logs of all attempts: %q", logs.Logs)
+	}
+}
+
+// checkRetriedWithBackoff: two retries of job 1, each after a backoff: attempts
+// started at least ~base apart.
+func checkRetriedWithBackoff(t *testing.T, c *harness.Client) {
+	t.Helper()
 	evs := events(t, c)
 	if n := countEvents(evs, "job.retried", 1); n != 2 {
 		t.Errorf("job.retried events: %d, want 2", n)
@@ -266,13 +293,6 @@ func TestRetryThenFail(t *testing.T) {
 		if gap := starts[i] - starts[i-1]; gap < 100*float64(int(1)<<(i-1)) {
 			t.Errorf("attempt %d started %.0f ms after the previous: no backoff", i+1, gap)
 		}
-	}
-	var logs struct {
-		Logs string `json:"logs"`
-	}
-	c.MustCall(t, "job.logs", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 1}, &logs)
-	if !strings.Contains(logs.Logs, "try 1") || !strings.Contains(logs.Logs, "try 3") || !strings.Contains(logs.Logs, "--- attempt 3") {
-		t.Errorf("logs of all attempts: %q", logs.Logs)
 	}
 }
 
@@ -535,7 +555,17 @@ echo line1; echo line2`
 		t.Fatalf("job.logs of an unknown job: %v", err)
 	}
 
-	// rpc.discover: an OpenRPC document naming every method of the API.
+	checkDiscover(t, c)
+	// An unknown method names rpc.discover.
+	err = c.Call("job.frobnicate", map[string]any{"context_id": ctx1}, nil)
+	if re, ok := err.(*harness.RPCError); !ok || re.Code != -32601 || !strings.Contains(re.Message, "job.frobnicate") {
+		t.Fatalf("unknown method: %v", err)
+	}
+}
+
+// checkDiscover: rpc.discover: an OpenRPC document naming every method of the API.
+func checkDiscover(t *testing.T, c *harness.Client) {
+	t.Helper()
 	var doc struct {
 		OpenRPC string `json:"openrpc"`
 		Methods []struct {
@@ -556,10 +586,5 @@ echo line1; echo line2`
 	}
 	if doc.OpenRPC == "" || len(doc.Methods) < 20 {
 		t.Fatalf("rpc.discover: openrpc %q, %d methods", doc.OpenRPC, len(doc.Methods))
-	}
-	// An unknown method names rpc.discover.
-	err = c.Call("job.frobnicate", map[string]any{"context_id": ctx1}, nil)
-	if re, ok := err.(*harness.RPCError); !ok || re.Code != -32601 || !strings.Contains(re.Message, "job.frobnicate") {
-		t.Fatalf("unknown method: %v", err)
 	}
 }

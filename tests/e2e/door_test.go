@@ -184,9 +184,18 @@ func TestLimitsAtTheDoor(t *testing.T) {
 		t.Fatalf("batch of 11: %v", out)
 	}
 
-	// The rate limit: actor 3 spends its burst of 10, then is told to wait — over
-	// JSON-RPC with data.retry_after_ms and Retry-After, over gRPC with RetryInfo —
-	// while actor 1 is served.
+	checkRateLimited(t, flooder)
+	c.MustCall(t, "actor.load", map[string]any{"id": 1}, nil) // another actor is served
+	checkOneWaitPerCaller(t, s, c)
+	checkHTTPConnectionFlood(t, s, c)
+	checkGRPCConnectionFlood(t, s)
+}
+
+// checkRateLimited: the rate limit: the actor spends its burst of 10, then is told
+// to wait — over JSON-RPC with data.retry_after_ms and Retry-After, over gRPC with
+// RetryInfo.
+func checkRateLimited(t *testing.T, flooder *harness.Client) {
+	t.Helper()
 	var limited *harness.RPCError
 	for i := 0; i < 20 && limited == nil; i++ {
 		if err := flooder.Call("actor.load", map[string]any{"id": 1}, nil); err != nil {
@@ -219,9 +228,12 @@ func TestLimitsAtTheDoor(t *testing.T) {
 	if st.Code() != codes.ResourceExhausted || len(st.Details()) == 0 {
 		t.Fatalf("gRPC when rate limited: %v (details %v)", err, st.Details())
 	}
-	c.MustCall(t, "actor.load", map[string]any{"id": 1}, nil) // another actor is served
+}
 
-	// One waiting call at a time per caller (--max-waits-per-caller 1).
+// checkOneWaitPerCaller: one waiting call at a time per caller
+// (--max-waits-per-caller 1).
+func checkOneWaitPerCaller(t *testing.T, s *harness.Stack, c *harness.Client) {
+	t.Helper()
 	createFlow(t, c, 7, nil, jobSpec{id: 1, typ: "sh", script: "sleep 30"})
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 7}, nil)
 	waitDone := make(chan error, 1)
@@ -239,9 +251,24 @@ func TestLimitsAtTheDoor(t *testing.T) {
 	if err := <-waitDone; err != nil {
 		t.Fatalf("the first waiting call: %v", err)
 	}
+}
 
-	// A connection flood: a client connected before it keeps being served; new
-	// connections over the cap are answered 503 at once; /readyz stays ready.
+// floodConn opens a TCP connection to addr, kept open until the test ends.
+func floodConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	fc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fc.Close() })
+	return fc
+}
+
+// checkHTTPConnectionFlood: a connection flood: a client connected before it keeps
+// being served; new connections over the cap are answered 503 at once; /readyz
+// stays ready.
+func checkHTTPConnectionFlood(t *testing.T, s *harness.Stack, c *harness.Client) {
+	t.Helper()
 	keep := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, TLSClientConfig: harness.APITLS()}}
 	call := func() error {
 		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "actor.load", "params": map[string]any{"id": 1}})
@@ -260,19 +287,9 @@ func TestLimitsAtTheDoor(t *testing.T) {
 	if err := call(); err != nil {
 		t.Fatal(err)
 	}
-	var flood []net.Conn
-	defer func() {
-		for _, fc := range flood {
-			_ = fc.Close()
-		}
-	}()
 	refused := 0
 	for i := 0; i < 40; i++ {
-		fc, err := net.Dial("tcp", s.API.HTTPAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		flood = append(flood, fc)
+		fc := floodConn(t, s.API.HTTPAddr)
 		// Over TLS a refused connection is closed at once (a plaintext 503 would be
 		// noise to a TLS client); in plaintext it gets "HTTP/1.1 503".
 		_ = fc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
@@ -287,7 +304,7 @@ func TestLimitsAtTheDoor(t *testing.T) {
 	if err := call(); err != nil {
 		t.Fatalf("a client connected before the flood was not served during it: %v", err)
 	}
-	resp, err = http.Get("http://" + s.API.AdminAddr + "/readyz")
+	resp, err := http.Get("http://" + s.API.AdminAddr + "/readyz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/readyz during the flood: %v %v", resp, err)
 	}
@@ -295,8 +312,12 @@ func TestLimitsAtTheDoor(t *testing.T) {
 	if v := metricValue(t, s.API.AdminAddr, "hero_api_http_connections_refused_total"); v < float64(40-16) {
 		t.Fatalf("hero_api_http_connections_refused_total = %v", v)
 	}
-	// The same on the gRPC listener: over the cap a connection is closed at once, and
-	// a client connected before is served.
+}
+
+// checkGRPCConnectionFlood: the same on the gRPC listener: over the cap a
+// connection is closed at once, and a client connected before is served.
+func checkGRPCConnectionFlood(t *testing.T, s *harness.Stack) {
+	t.Helper()
 	op, err := s.Operator().Dial()
 	if err != nil {
 		t.Fatal(err)
@@ -307,11 +328,7 @@ func TestLimitsAtTheDoor(t *testing.T) {
 	}
 	closed := 0
 	for i := 0; i < 40; i++ {
-		fc, err := net.Dial("tcp", s.API.GRPCAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		flood = append(flood, fc)
+		fc := floodConn(t, s.API.GRPCAddr)
 		_ = fc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 		if _, err := fc.Read(make([]byte, 1)); err == io.EOF {
 			closed++

@@ -351,14 +351,7 @@ func TestDLQAndFlowRetry(t *testing.T) {
 		t.Fatalf("standalone: %+v", j)
 	}
 	me := []string{"HERO_ACTOR=1", "HERO_CONTEXT=1"}
-	out, errOut, code := s.Heroctl(t, me, "dlq", "list")
-	if code != 0 || !strings.Contains(out, "exit code 7") || !regexp.MustCompile(`(?m)^1\s+9\s`).MatchString(out) {
-		t.Fatalf("heroctl dlq list: %d\n%s%s", code, out, errOut)
-	}
-	out, _, code = s.Heroctl(t, me, "dlq", "show", "2")
-	if code != 0 || !strings.Contains(out, "exit code 7: no gate") {
-		t.Fatalf("heroctl dlq show: %d\n%s", code, out)
-	}
+	checkDLQListShow(t, s, me)
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +383,27 @@ func TestDLQAndFlowRetry(t *testing.T) {
 	if err := c.Call("flow.retry", map[string]any{"context_id": ctx1, "id": 60}, nil); err == nil || err.(*harness.RPCError).Code != -32010 {
 		t.Errorf("retry of a finished flow: %v", err)
 	}
-	// Purge: one entry, then all.
+	checkDLQPurge(t, s, c, me)
+	_ = context.Background
+}
+
+// checkDLQListShow: heroctl dlq list shows the failed jobs (job 9 of caller 1
+// among them), and dlq show the failure of job 2.
+func checkDLQListShow(t *testing.T, s *harness.Stack, me []string) {
+	t.Helper()
+	out, errOut, code := s.Heroctl(t, me, "dlq", "list")
+	if code != 0 || !strings.Contains(out, "exit code 7") || !regexp.MustCompile(`(?m)^1\s+9\s`).MatchString(out) {
+		t.Fatalf("heroctl dlq list: %d\n%s%s", code, out, errOut)
+	}
+	out, _, code = s.Heroctl(t, me, "dlq", "show", "2")
+	if code != 0 || !strings.Contains(out, "exit code 7: no gate") {
+		t.Fatalf("heroctl dlq show: %d\n%s", code, out)
+	}
+}
+
+// checkDLQPurge: purge one entry, then all.
+func checkDLQPurge(t *testing.T, s *harness.Stack, c *harness.Client, me []string) {
+	t.Helper()
 	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 10, "script_type": "sh", "script": "exit 1"}}, nil)
 	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 11, "script_type": "sh", "script": "exit 1"}}, nil)
 	var p struct {
@@ -400,11 +413,10 @@ func TestDLQAndFlowRetry(t *testing.T) {
 	if p.Purged != 1 || dlqHas(t, c, 10) || !dlqHas(t, c, 11) {
 		t.Fatalf("purge one: %+v", p)
 	}
-	out, _, code = s.Heroctl(t, me, "dlq", "purge")
+	out, _, code := s.Heroctl(t, me, "dlq", "purge")
 	if code != 0 || !strings.Contains(out, "1 entry purged") || dlqHas(t, c, 11) {
 		t.Fatalf("heroctl dlq purge: %s", out)
 	}
-	_ = context.Background
 }
 
 // An executor does not outlive its runner: after kill -9 of the runner, every executor

@@ -183,7 +183,36 @@ func TestReplicasKillOneOfEach(t *testing.T) {
 		t.Errorf("%d flows did not finish: %v", len(notFinished), notFinished)
 	}
 
-	evs := events(t, survivor)
+	endTimes := checkEndedOnceEach(t, survivor, flows, killAt)
+	// The survivors keep processing: no gap over 2 s between the kill and the first
+	// job end after it, nor between two job ends, until the last.
+	sort.Slice(endTimes, func(i, j int) bool { return endTimes[i] < endTimes[j] })
+	prev, gap, gapAt := killAt.UnixMilli(), int64(0), int64(0)
+	for _, ms := range endTimes {
+		if ms-prev > gap {
+			gap, gapAt = ms-prev, prev
+		}
+		prev = ms
+	}
+	t.Logf("%d flows; %d job ends after the kill; longest gap %d ms (from %d ms after the kill)", len(ended), len(endTimes), gap, gapAt-killAt.UnixMilli())
+	if len(endTimes) == 0 || gap > 2000 {
+		t.Errorf("processing stalled after the kill: longest gap between job ends %d ms, from %d ms after the kill", gap, gapAt-killAt.UnixMilli())
+	}
+	for _, p := range []*harness.Proc{r.Schedulers[1], r.Routers[1], r.Runners[1], r.APIs[1]} {
+		select {
+		case <-p.Done():
+			t.Errorf("%s (the survivor) exited", p.Name)
+		default:
+		}
+	}
+}
+
+// checkEndedOnceEach: each of the flows (of two jobs each) and each job finished
+// exactly once, as the event log says. It returns the times of the job ends at or
+// after killAt.
+func checkEndedOnceEach(t *testing.T, c *harness.Client, flows uint32, killAt time.Time) []int64 {
+	t.Helper()
+	evs := events(t, c)
 	jobEnds, flowEnds := map[uint32]int{}, map[uint32]int{}
 	var endTimes []int64
 	for _, e := range evs {
@@ -208,27 +237,7 @@ func TestReplicasKillOneOfEach(t *testing.T) {
 			t.Errorf("flow %d finished %d times", id, flowEnds[id])
 		}
 	}
-	// The survivors keep processing: no gap over 2 s between the kill and the first
-	// job end after it, nor between two job ends, until the last.
-	sort.Slice(endTimes, func(i, j int) bool { return endTimes[i] < endTimes[j] })
-	prev, gap, gapAt := killAt.UnixMilli(), int64(0), int64(0)
-	for _, ms := range endTimes {
-		if ms-prev > gap {
-			gap, gapAt = ms-prev, prev
-		}
-		prev = ms
-	}
-	t.Logf("%d flows; %d job ends after the kill; longest gap %d ms (from %d ms after the kill)", len(ended), len(endTimes), gap, gapAt-killAt.UnixMilli())
-	if len(endTimes) == 0 || gap > 2000 {
-		t.Errorf("processing stalled after the kill: longest gap between job ends %d ms, from %d ms after the kill", gap, gapAt-killAt.UnixMilli())
-	}
-	for _, p := range []*harness.Proc{r.Schedulers[1], r.Routers[1], r.Runners[1], r.APIs[1]} {
-		select {
-		case <-p.Done():
-			t.Errorf("%s (the survivor) exited", p.Name)
-		default:
-		}
-	}
+	return endTimes
 }
 
 // Acceptance (issue 20, 3): the stack on a Sentinel-managed Redis (a master, its

@@ -110,7 +110,7 @@ func without(a, b []string) []string {
 
 // Acceptance (operating 2): delete leaves no key of the deleted object behind.
 func TestDeleteLeavesNothing(t *testing.T) {
-	s, c := newStack(t, harness.StackOptions{})
+	_, c := newStack(t, harness.StackOptions{})
 	// Keys that exist before the objects: the context, the runner, counters, events.
 	base := keysOf(t, ctx1)
 	base0 := keysOf(t, 0)
@@ -134,6 +134,35 @@ func TestDeleteLeavesNothing(t *testing.T) {
 	}
 	c.MustCall(t, "flow.delete", map[string]any{"context_id": ctx1, "id": 80}, nil)
 	c.MustCall(t, "job.delete", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 9}, nil)
+	checkNothingLeftOfFlow(t, c, base, base0)
+	// Runner delete.
+	c.MustCall(t, "runner.create", map[string]any{"context_id": ctx1, "runner": map[string]any{"id": 7, "script_types": []string{"v"}}}, nil)
+	c.MustCall(t, "runner.delete", map[string]any{"context_id": ctx1, "id": 7}, nil)
+	for _, k := range keysOf(t, ctx1) {
+		if strings.Contains(k, "runner:7") || strings.Contains(k, "rq:7:") {
+			t.Errorf("runner key left: %s", k)
+		}
+	}
+	if v := redisOf(ctx1).Client(t, ctx1).HGet(context.Background(), "coord:script_types", "v").Val(); v != "" {
+		t.Errorf("script type v still counted: %q", v)
+	}
+	// Context delete: refused while a flow runs, unless forced; then the DB is empty.
+	createFlow(t, c, 81, nil, jobSpec{id: 20, typ: "sh", script: "sleep 30"})
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 81}, nil)
+	err := c.Call("context.delete", map[string]any{"id": ctx1}, nil)
+	if re, ok := err.(*harness.RPCError); !ok || re.Code != -32010 || !strings.Contains(re.Message, "running flow") {
+		t.Fatalf("delete a context with a running flow: %v", err)
+	}
+	c.MustCall(t, "context.delete", map[string]any{"id": ctx1, "force": true}, nil)
+	checkNothingLeftOfContext(t)
+}
+
+// checkNothingLeftOfFlow: after the flow and the standalone job were deleted, only
+// the context's counters and event log remain of them in its DB (base: its keys
+// before), and in DB 0 (base0) only what expires or leaves on its own; no expiry
+// entry is left, and both are gone.
+func checkNothingLeftOfFlow(t *testing.T, c *harness.Client, base, base0 []string) {
+	t.Helper()
 	// Counters and the event log are the context's, not the objects'.
 	shared := func(k string) bool {
 		return strings.HasPrefix(k, "coord:seq:") || k == "coord:events" || k == "coord:runner:1:procs"
@@ -160,25 +189,13 @@ func TestDeleteLeavesNothing(t *testing.T) {
 	if err := c.Call("job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 1}, nil); err == nil || err.(*harness.RPCError).Code != -32004 {
 		t.Errorf("job.load after delete: %v", err)
 	}
-	// Runner delete.
-	c.MustCall(t, "runner.create", map[string]any{"context_id": ctx1, "runner": map[string]any{"id": 7, "script_types": []string{"v"}}}, nil)
-	c.MustCall(t, "runner.delete", map[string]any{"context_id": ctx1, "id": 7}, nil)
-	for _, k := range keysOf(t, ctx1) {
-		if strings.Contains(k, "runner:7") || strings.Contains(k, "rq:7:") {
-			t.Errorf("runner key left: %s", k)
-		}
-	}
-	if v := redisOf(ctx1).Client(t, ctx1).HGet(context.Background(), "coord:script_types", "v").Val(); v != "" {
-		t.Errorf("script type v still counted: %q", v)
-	}
-	// Context delete: refused while a flow runs, unless forced; then the DB is empty.
-	createFlow(t, c, 81, nil, jobSpec{id: 20, typ: "sh", script: "sleep 30"})
-	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 81}, nil)
-	err := c.Call("context.delete", map[string]any{"id": ctx1}, nil)
-	if re, ok := err.(*harness.RPCError); !ok || re.Code != -32010 || !strings.Contains(re.Message, "running flow") {
-		t.Fatalf("delete a context with a running flow: %v", err)
-	}
-	c.MustCall(t, "context.delete", map[string]any{"id": ctx1, "force": true}, nil)
+}
+
+// checkNothingLeftOfContext: after the context was deleted its DB is empty, and
+// nothing of it is left in DB 0: its registration, active flows, wake lists, busy
+// entry, and its entry in the runner's index.
+func checkNothingLeftOfContext(t *testing.T) {
+	t.Helper()
 	if left := keysOf(t, ctx1); len(left) != 0 {
 		t.Errorf("keys left in the deleted context's DB: %v", left)
 	}
@@ -204,7 +221,6 @@ func TestDeleteLeavesNothing(t *testing.T) {
 	if c1.SIsMember(ctx, "coord:runner:1:contexts", "1").Val() {
 		t.Error("deleted context still in the runner's index coord:runner:1:contexts")
 	}
-	_ = s
 }
 
 // Acceptance (operating 4, test part): with a short retention, ended objects vanish
@@ -310,39 +326,7 @@ func TestWatchResume(t *testing.T) {
 		jobSpec{id: 3, typ: "sh", script: "echo c", deps: []uint32{1}},
 		jobSpec{id: 4, typ: "sh", script: "sleep 1; echo d", deps: []uint32{2, 3}},
 	)
-	var seen []*herov1.Event
-	// First connection: from the start of the stream, until a few events arrived.
-	ctx1c, cancel1 := context.WithCancel(md)
-	stream, err := api.Watch(ctx1c, &herov1.WatchRequest{ContextId: ctx1, AfterId: "0", FlowId: 95})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 95}, nil)
-	for len(seen) < 6 {
-		ev, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen = append(seen, ev.Event)
-	}
-	cancel1() // disconnect mid-flow
-	// Events keep happening while disconnected; resume from the last id seen.
-	ctx2c, cancel2 := context.WithTimeout(md, 60*time.Second)
-	defer cancel2()
-	stream, err = api.Watch(ctx2c, &herov1.WatchRequest{ContextId: ctx1, AfterId: seen[len(seen)-1].Id, FlowId: 95})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			t.Fatalf("resumed stream: %v (seen %d)", err, len(seen))
-		}
-		seen = append(seen, ev.Event)
-		if ev.Event.Type == "flow.finished" || ev.Event.Type == "flow.error" {
-			break
-		}
-	}
+	seen := watchAcrossReconnect(t, c, api)
 	// The full log, read after the fact, filtered to the flow.
 	var want []string
 	for _, e := range events(t, c) {
@@ -363,35 +347,7 @@ func TestWatchResume(t *testing.T) {
 			t.Fatalf("event %s came after %s", got[i], got[i-1])
 		}
 	}
-	// A type filter: from the start, only the flow's own state changes, the same ones
-	// the full log holds, in order.
-	var wantFlow []string
-	for _, e := range seen {
-		if strings.HasPrefix(e.Type, "flow.") {
-			wantFlow = append(wantFlow, e.Id)
-		}
-	}
-	ctx3c, cancel3 := context.WithTimeout(md, 30*time.Second)
-	defer cancel3()
-	stream, err = api.Watch(ctx3c, &herov1.WatchRequest{ContextId: ctx1, AfterId: "0", FlowId: 95, TypePrefixes: []string{"flow."}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var gotFlow []string
-	for len(gotFlow) < len(wantFlow) {
-		ev, err := stream.Recv()
-		if err != nil {
-			t.Fatalf("filtered stream: %v", err)
-		}
-		if !strings.HasPrefix(ev.Event.Type, "flow.") {
-			t.Fatalf("type filter flow. let through %s", ev.Event.Type)
-		}
-		gotFlow = append(gotFlow, ev.Event.Id)
-	}
-	if len(wantFlow) < 2 || strings.Join(gotFlow, ",") != strings.Join(wantFlow, ",") {
-		t.Fatalf("filtered events: got %v, want %v", gotFlow, wantFlow)
-	}
-	cancel3()
+	checkWatchTypeFilter(t, api, seen)
 	// A position that was trimmed from the stream (retention, the cap) is refused with
 	// a clear error rather than skipping silently over what was lost.
 	redisOf(ctx1).Client(t, ctx1).XTrimMinID(context.Background(), "coord:events", got[2])
@@ -408,6 +364,78 @@ func TestWatchResume(t *testing.T) {
 	}
 	if err := c.Call("events.read", map[string]any{"context_id": ctx1, "after": got[2]}, nil); err != nil {
 		t.Fatalf("events.read from the oldest kept event: %v", err)
+	}
+}
+
+// watchAcrossReconnect watches flow 95 from the start of the stream, starts it,
+// disconnects after a few events, and resumes from the last id seen until the flow
+// ends; it returns every event seen.
+func watchAcrossReconnect(t *testing.T, c *harness.Client, api herov1.CoordinatorClient) []*herov1.Event {
+	t.Helper()
+	var seen []*herov1.Event
+	// First connection: from the start of the stream, until a few events arrived.
+	ctx1c, cancel1 := context.WithCancel(context.Background())
+	stream, err := api.Watch(ctx1c, &herov1.WatchRequest{ContextId: ctx1, AfterId: "0", FlowId: 95})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 95}, nil)
+	for len(seen) < 6 {
+		ev, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, ev.Event)
+	}
+	cancel1() // disconnect mid-flow
+	// Events keep happening while disconnected; resume from the last id seen.
+	ctx2c, cancel2 := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel2()
+	stream, err = api.Watch(ctx2c, &herov1.WatchRequest{ContextId: ctx1, AfterId: seen[len(seen)-1].Id, FlowId: 95})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("resumed stream: %v (seen %d)", err, len(seen))
+		}
+		seen = append(seen, ev.Event)
+		if ev.Event.Type == "flow.finished" || ev.Event.Type == "flow.error" {
+			return seen
+		}
+	}
+}
+
+// checkWatchTypeFilter: a type filter: from the start, only the flow's own state
+// changes, the same ones the full log holds (seen), in order.
+func checkWatchTypeFilter(t *testing.T, api herov1.CoordinatorClient, seen []*herov1.Event) {
+	t.Helper()
+	var wantFlow []string
+	for _, e := range seen {
+		if strings.HasPrefix(e.Type, "flow.") {
+			wantFlow = append(wantFlow, e.Id)
+		}
+	}
+	ctx3c, cancel3 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel3()
+	stream, err := api.Watch(ctx3c, &herov1.WatchRequest{ContextId: ctx1, AfterId: "0", FlowId: 95, TypePrefixes: []string{"flow."}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotFlow []string
+	for len(gotFlow) < len(wantFlow) {
+		ev, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("filtered stream: %v", err)
+		}
+		if !strings.HasPrefix(ev.Event.Type, "flow.") {
+			t.Fatalf("type filter flow. let through %s", ev.Event.Type)
+		}
+		gotFlow = append(gotFlow, ev.Event.Id)
+	}
+	if len(wantFlow) < 2 || strings.Join(gotFlow, ",") != strings.Join(wantFlow, ",") {
+		t.Fatalf("filtered events: got %v, want %v", gotFlow, wantFlow)
 	}
 }
 

@@ -133,8 +133,42 @@ func TestPermissionMatrixEveryMethod(t *testing.T) {
 		{"admin", admin, 3, false},
 		{"operator", s.Operator(), 4, false},
 	}
+	checkMatrixHasEveryMethod(t, admin)
 
-	// Every method the server has is in the table.
+	n := 1000
+	unique := func(p string) string { n++; return strings.ReplaceAll(p, "{{N}}", fmt.Sprint(n)) }
+	conns := map[string]*grpc.ClientConn{}
+	for _, r := range roles {
+		cc, err := r.client.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cc.Close() }()
+		conns[r.name] = cc
+	}
+	var failures []string
+	for _, c := range matrixCases {
+		for _, r := range roles {
+			if c.rpc != "" {
+				failures = append(failures, jsonrpcMatrixFailure(r, c, unique(c.params))...)
+			}
+			gp := c.gparam
+			if gp == "" {
+				gp = c.params
+			}
+			failures = append(failures, grpcMatrixFailure(conns[r.name], r, c, unique(gp))...)
+		}
+	}
+	sort.Strings(failures)
+	for _, f := range failures {
+		t.Error(f)
+	}
+}
+
+// checkMatrixHasEveryMethod: every method the server has (JSON-RPC, as
+// rpc.discover lists them, and gRPC) is in the table.
+func checkMatrixHasEveryMethod(t *testing.T, admin *harness.Client) {
+	t.Helper()
 	var disc struct {
 		Methods []struct {
 			Name string `json:"name"`
@@ -158,57 +192,44 @@ func TestPermissionMatrixEveryMethod(t *testing.T) {
 			}
 		}
 	}
+}
 
-	n := 1000
-	unique := func(p string) string { n++; return strings.ReplaceAll(p, "{{N}}", fmt.Sprint(n)) }
-	conns := map[string]*grpc.ClientConn{}
-	for _, r := range roles {
-		cc, err := r.client.Dial()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = cc.Close() }()
-		conns[r.name] = cc
+// jsonrpcMatrixFailure calls the case's JSON-RPC method as the role and says what
+// is wrong with the answer (nothing: no element): an authentication failure, a
+// transport error, a refusal of an allowed call, or an allowed forbidden call.
+func jsonrpcMatrixFailure(r matrixRole, c matrixCase, params string) []string {
+	want := r.allowed(c.need)
+	err := r.client.Call(c.rpc, json.RawMessage(params), nil)
+	re, _ := err.(*harness.RPCError)
+	switch {
+	case re != nil && re.Code == -32001:
+		return []string{fmt.Sprintf("jsonrpc %s as %s: authentication failed: %v", c.rpc, r.name, err)}
+	case err != nil && re == nil:
+		return []string{fmt.Sprintf("jsonrpc %s as %s: %v", c.rpc, r.name, err)}
+	case want && re != nil && re.Code == -32003:
+		return []string{fmt.Sprintf("jsonrpc %s as %s: refused: %v", c.rpc, r.name, err)}
+	case !want && (re == nil || re.Code != -32003):
+		return []string{fmt.Sprintf("jsonrpc %s as %s: want -32003, got %v", c.rpc, r.name, err)}
 	}
-	var failures []string
-	for _, c := range matrixCases {
-		for _, r := range roles {
-			want := r.allowed(c.need)
-			if c.rpc != "" {
-				err := r.client.Call(c.rpc, json.RawMessage(unique(c.params)), nil)
-				re, _ := err.(*harness.RPCError)
-				switch {
-				case re != nil && re.Code == -32001:
-					failures = append(failures, fmt.Sprintf("jsonrpc %s as %s: authentication failed: %v", c.rpc, r.name, err))
-				case err != nil && re == nil:
-					failures = append(failures, fmt.Sprintf("jsonrpc %s as %s: %v", c.rpc, r.name, err))
-				case want && re != nil && re.Code == -32003:
-					failures = append(failures, fmt.Sprintf("jsonrpc %s as %s: refused: %v", c.rpc, r.name, err))
-				case !want && (re == nil || re.Code != -32003):
-					failures = append(failures, fmt.Sprintf("jsonrpc %s as %s: want -32003, got %v", c.rpc, r.name, err))
-				}
-			}
-			gp := c.gparam
-			if gp == "" {
-				gp = c.params
-			}
-			code, err := grpcMatrixCall(conns[r.name], c.grpc, unique(gp))
-			switch {
-			case err != nil:
-				failures = append(failures, fmt.Sprintf("grpc %s as %s: %v", c.grpc, r.name, err))
-			case code == codes.Unauthenticated:
-				failures = append(failures, fmt.Sprintf("grpc %s as %s: authentication failed", c.grpc, r.name))
-			case want && code == codes.PermissionDenied:
-				failures = append(failures, fmt.Sprintf("grpc %s as %s: refused", c.grpc, r.name))
-			case !want && code != codes.PermissionDenied:
-				failures = append(failures, fmt.Sprintf("grpc %s as %s: want PermissionDenied, got %v", c.grpc, r.name, code))
-			}
-		}
+	return nil
+}
+
+// grpcMatrixFailure is jsonrpcMatrixFailure for the case's gRPC method, over the
+// role's connection cc.
+func grpcMatrixFailure(cc *grpc.ClientConn, r matrixRole, c matrixCase, params string) []string {
+	want := r.allowed(c.need)
+	code, err := grpcMatrixCall(cc, c.grpc, params)
+	switch {
+	case err != nil:
+		return []string{fmt.Sprintf("grpc %s as %s: %v", c.grpc, r.name, err)}
+	case code == codes.Unauthenticated:
+		return []string{fmt.Sprintf("grpc %s as %s: authentication failed", c.grpc, r.name)}
+	case want && code == codes.PermissionDenied:
+		return []string{fmt.Sprintf("grpc %s as %s: refused", c.grpc, r.name)}
+	case !want && code != codes.PermissionDenied:
+		return []string{fmt.Sprintf("grpc %s as %s: want PermissionDenied, got %v", c.grpc, r.name, code)}
 	}
-	sort.Strings(failures)
-	for _, f := range failures {
-		t.Error(f)
-	}
+	return nil
 }
 
 // grpcMatrixCall calls a method with a request decoded from protojson and returns the

@@ -25,7 +25,7 @@ type submitted struct {
 // one after it; a chosen id with other content is refused, a batch stores all or
 // nothing; SubmitJob over gRPC takes a traceparent from its metadata.
 func TestJobSubmit(t *testing.T) {
-	_, c := newStack(t, harness.StackOptions{})
+	s, c := newStack(t, harness.StackOptions{})
 	tp := "00-" + producerTrace + "-00f067aa0ba902b7-01"
 	var sub submitted
 	traced(c, tp).MustCall(t, "job.submit", map[string]any{"context_id": ctx1, "job": map[string]any{"script": "echo submitted", "script_type": "sh"}}, &sub)
@@ -40,7 +40,20 @@ func TestJobSubmit(t *testing.T) {
 		t.Fatalf("submitted job's result: %+v", j)
 	}
 
-	// unique_key: the same job while the key lasts, a new one after.
+	checkSubmitUniqueKey(t, c)
+	checkSubmitChosenID(t, c)
+	checkSubmitBatch(t, c)
+	checkSubmitGRPC(t, c, tp)
+	// Nine jobs were created (the existing ones returned are not counted).
+	if n, err := harness.Metric(s.API, "hero_jobs_submitted_total"); err != nil || n != 9 {
+		t.Errorf("hero_jobs_submitted_total = %v (%v), want 9", n, err)
+	}
+}
+
+// checkSubmitUniqueKey: unique_key: the same job while the key lasts, a new one
+// after.
+func checkSubmitUniqueKey(t *testing.T, c *harness.Client) {
+	t.Helper()
 	rdb := redisOf(ctx1).Client(t, ctx1)
 	ctx := context.Background()
 	if err := rdb.ConfigSet(ctx, "notify-keyspace-events", "Ex").Err(); err != nil {
@@ -72,8 +85,13 @@ func TestJobSubmit(t *testing.T) {
 	if after.Existing || after.Job.ID == first.Job.ID {
 		t.Fatalf("unique_key after its TTL: %+v, want a new job (not %d)", after, first.Job.ID)
 	}
+}
 
-	// A chosen id: the same content is the same job, other content is refused.
+// checkSubmitChosenID: a chosen id: the same content is the same job, other
+// content is refused.
+func checkSubmitChosenID(t *testing.T, c *harness.Client) {
+	t.Helper()
+	var sub, again submitted
 	chosen := map[string]any{"context_id": ctx1, "job": map[string]any{"id": 900, "script": "echo chosen", "script_type": "sh"}}
 	c.MustCall(t, "job.submit", chosen, &sub)
 	c.MustCall(t, "job.submit", chosen, &again)
@@ -84,8 +102,12 @@ func TestJobSubmit(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "different script") {
 		t.Fatalf("job.submit of an existing id with another script: %v", err)
 	}
+}
 
-	// A batch: one unique key twice is one job; a bad job refuses the batch.
+// checkSubmitBatch: a batch: one unique key twice is one job; a bad job refuses
+// the batch.
+func checkSubmitBatch(t *testing.T, c *harness.Client) {
+	t.Helper()
 	var batch struct {
 		Items []submitted `json:"items"`
 	}
@@ -105,15 +127,19 @@ func TestJobSubmit(t *testing.T) {
 	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, b2).Status == "finished" }) {
 		t.Fatalf("batch job %d did not finish", b2)
 	}
-	err = c.Call("job.submit_batch", map[string]any{"context_id": ctx1, "jobs": []any{item("echo ok", ""), map[string]any{"job": map[string]any{"id": 901, "script": "x", "script_type": "pyhton"}}}}, nil)
+	err := c.Call("job.submit_batch", map[string]any{"context_id": ctx1, "jobs": []any{item("echo ok", ""), map[string]any{"job": map[string]any{"id": 901, "script": "x", "script_type": "pyhton"}}}}, nil)
 	if err == nil || !strings.Contains(err.Error(), "pyhton") {
 		t.Fatalf("job.submit_batch with a bad script type: %v", err)
 	}
 	if err := c.Call("job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 901}, nil); err == nil {
 		t.Fatal("a refused batch stored a job")
 	}
+}
 
-	// gRPC: SubmitJob with a traceparent in the metadata, SubmitJobs.
+// checkSubmitGRPC: SubmitJob with a traceparent (tp) in the metadata, SubmitJobs.
+func checkSubmitGRPC(t *testing.T, c *harness.Client, tp string) {
+	t.Helper()
+	ctx := context.Background()
 	cc, err := c.Dial()
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,9 @@
--- submit.lua: job.submit and job.submit_batch. Creates standalone jobs and dispatches
+-- submit: job.submit and job.submit_batch. Creates standalone jobs and dispatches
 -- them in one step (the job hash, its indexes, job.created and job.dispatched events,
 -- the job request message on msg_out and the router's wake token), so that a submitted
 -- job is never stored without being dispatched, whatever process dies when.
--- Prepended at load time: luaLib (lib/store/lua.go: index_job, event, store_message,
--- track_msg, wake_msg_out, int).
+-- Runs after the prelude and lib_state (index_job, event, store_message, track_msg,
+-- wake_msg_out, int).
 --
 -- KEYS: per job i (1-based), KEYS[2i-1] the job's key (job:<caller>:<id>) and
 --   KEYS[2i] its uniqueness key (keys.Unique, coord:unique:<unique_key>; "" for none).
@@ -13,7 +13,7 @@
 --   items (the first ncompare are compared against an existing job of a chosen id),
 --   then nmsg job request message field/value items.
 -- Derived keys: job:<caller>:<id> of the job a uniqueness key names (its value is
---   "<caller>:<id>"), and luaLib's fixed keys (coord:events, coord:idx:jobs[:status],
+--   "<caller>:<id>"), and lib_state's fixed keys (coord:events, coord:idx:jobs[:status],
 --   coord:seq:message, message:<caller>:<n>, coord:idx:messages,
 --   coord:jobmsgs:<caller>:<id>, msg_out; DB 0: coord:wake:msg_out, coord:busy).
 -- Reply: {'ok', per job {1, id} created and dispatched, or {2, "<caller>:<id>", the
@@ -21,6 +21,7 @@
 --   already names}; nothing is written when the reply is {'conflict', job index, field}
 --   (a chosen id names a job with different content) or {'taken', job index} (a
 --   reserved id is held by a job whose caller chose it: reserve again).
+
 local ctx, now_s, now_ms, actor, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local jobs = {}
 local i = 6
@@ -35,7 +36,7 @@ while i <= #ARGV do
 end
 
 local function existing(member)
-  return {2, member, redis.call('HGETALL', 'job:' .. member)}
+  return {2, member, redis.call('HGETALL', K_JOB .. member)}
 end
 
 -- Pass 1: refusals, before anything is written.
@@ -60,19 +61,19 @@ for _, j in ipairs(jobs) do
   local member = j.caller .. ':' .. j.id
   local prev = false
   if j.ukey ~= '' then prev = redis.call('GET', j.ukey) end
-  if prev and redis.call('EXISTS', 'job:' .. prev) == 1 then
+  if prev and redis.call('EXISTS', K_JOB .. prev) == 1 then
     out[#out + 1] = existing(prev)
   elseif j.exists then
     out[#out + 1] = existing(member)
   else
     redis.call('HSET', j.key, 'id', j.id, unpack(ARGV, j.ffirst, j.mfirst - 1))
-    redis.call('ZADD', 'coord:idx:jobs', now_ms, member)
-    redis.call('ZADD', 'coord:idx:jobs:dispatched', now_ms, member)
-    redis.call('XADD', 'coord:events', 'MAXLEN', '~', maxlen, '*', 'type', 'job.created', 'actor', actor, 'time_ms', now_ms, 'detail', j.key)
-    event('job.dispatched', actor, now_ms, '0', j.id, j.caller, 'dispatched', 'attempt 1')
+    redis.call('ZADD', K_JOB_INDEX, now_ms, member)
+    redis.call('ZADD', K_JOB_INDEX .. ':' .. JOB_DISPATCHED, now_ms, member)
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', actor, 'time_ms', now_ms, 'detail', j.key)
+    event(EV_JOB_DISPATCHED, actor, now_ms, '0', j.id, j.caller, JOB_DISPATCHED, 'attempt 1')
     local mk = store_message(j.caller, j.mfirst, now_ms, j.mlast)
     track_msg(j.caller, j.id, mk)
-    redis.call('LPUSH', 'msg_out', mk)
+    redis.call('LPUSH', K_MSG_OUT, mk)
     pushed = pushed + 1
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
     out[#out + 1] = {1, member}

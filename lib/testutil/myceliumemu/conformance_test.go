@@ -125,78 +125,108 @@ func TestEmulatorConformsToSpec(t *testing.T) {
 	t.Parallel()
 	s := mustSpec(t)
 	netw := myceliumemu.NewForTest(t, "a", "b")
-	a, b := netw.Node("a"), netw.Node("b")
 	rec := &recorder{next: http.DefaultTransport}
-	hc := &http.Client{Transport: rec}
-	client := func(nd *myceliumemu.Node) *mycelium.Client {
-		c, err := mycelium.New(mycelium.Config{BaseURL: nd.URL(), HTTPClient: hc})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	ca, cb := client(a), client(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+	c := &conformance{t: t, ctx: ctx, a: netw.Node("a"), b: netw.Node("b"), hc: &http.Client{Transport: rec},
+		topic:    []byte("hero.conformance."),
+		binTopic: []byte{0xfb, 0xff, 0xbf, 'x'}, // base64 "+/+/eA==": escaping in query and path
 	}
-	topic := []byte("hero.conformance.")
-	binTopic := []byte{0xfb, 0xff, 0xbf, 'x'} // base64 "+/+/eA==": escaping in query and path
+	c.ca, c.cb = c.client(c.a), c.client(c.b)
 
-	// Admin.
-	info, err := ca.Info(ctx)
-	must(err)
-	if info.NodePubkey != a.PK() || info.NodeIP != a.IP().String() || info.NodeSubnet != a.Subnet().String() {
-		t.Fatalf("info %+v", info)
-	}
-	pk, err := ca.PublicKeyFromIP(ctx, b.IP().String())
-	must(err)
-	if pk != b.PK() {
-		t.Fatalf("pubkey %s", pk)
-	}
-	if _, err := ca.PublicKeyFromIP(ctx, "2001:db8::1"); !errors.Is(err, mycelium.ErrNotFound) {
-		t.Fatalf("unknown ip: %v", err)
-	}
+	c.admin()
+	c.pushPopStatus()
+	c.replies()
+	c.topicConfiguration()
+	c.topicBadRequests()
+	checkExchanges(t, s, rec)
+}
 
-	// Push, peek, pop, empty pop, status.
-	res, err := ca.Push(ctx, mycelium.ToPK(b.PK()), topic, []byte("one"), nil)
-	must(err)
-	st, err := ca.Status(ctx, res.ID)
-	must(err)
-	if st.State.Name != mycelium.StateReceived || st.Dst != b.IP().String() || st.MsgLen != 3 {
-		t.Fatalf("status %+v", st)
+// conformance drives the emulator's operations through the mycelium client from
+// node a (ca) to node b (cb), over hc, whose exchanges are recorded.
+type conformance struct {
+	t        *testing.T
+	ctx      context.Context
+	a, b     *myceliumemu.Node
+	ca, cb   *mycelium.Client
+	hc       *http.Client
+	topic    []byte
+	binTopic []byte
+}
+
+func (c *conformance) client(nd *myceliumemu.Node) *mycelium.Client {
+	cl, err := mycelium.New(mycelium.Config{BaseURL: nd.URL(), HTTPClient: c.hc})
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	if m, err := cb.Pop(ctx, topic, 0, true); err != nil || m == nil || m.ID != res.ID {
-		t.Fatalf("peek %v %v", m, err)
+	return cl
+}
+
+func (c *conformance) must(err error) {
+	c.t.Helper()
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	if m, err := cb.Pop(ctx, topic, 0, false); err != nil || m == nil || string(m.Payload) != "one" {
-		t.Fatalf("pop %v %v", m, err)
+}
+
+// admin: the node's info, and the public key of an IP (known and unknown).
+func (c *conformance) admin() {
+	info, err := c.ca.Info(c.ctx)
+	c.must(err)
+	if info.NodePubkey != c.a.PK() || info.NodeIP != c.a.IP().String() || info.NodeSubnet != c.a.Subnet().String() {
+		c.t.Fatalf("info %+v", info)
 	}
-	if m, err := cb.Pop(ctx, topic, 0, false); m != nil || err != nil {
-		t.Fatalf("empty pop %v %v", m, err)
+	pk, err := c.ca.PublicKeyFromIP(c.ctx, c.b.IP().String())
+	c.must(err)
+	if pk != c.b.PK() {
+		c.t.Fatalf("pubkey %s", pk)
 	}
-	if m, err := cb.Pop(ctx, nil, 0, false); m != nil || err != nil {
-		t.Fatalf("empty pop without topic %v %v", m, err)
+	if _, err := c.ca.PublicKeyFromIP(c.ctx, "2001:db8::1"); !errors.Is(err, mycelium.ErrNotFound) {
+		c.t.Fatalf("unknown ip: %v", err)
 	}
-	if st, err := ca.Status(ctx, res.ID); err != nil || st.State.Name != mycelium.StateRead {
-		t.Fatalf("status after pop %+v %v", st, err)
+}
+
+// pushPopStatus: push, peek, pop, empty pop, status; then a push by IP, with a
+// topic that needs escaping, popped with that topic.
+func (c *conformance) pushPopStatus() {
+	res, err := c.ca.Push(c.ctx, mycelium.ToPK(c.b.PK()), c.topic, []byte("one"), nil)
+	c.must(err)
+	st, err := c.ca.Status(c.ctx, res.ID)
+	c.must(err)
+	if st.State.Name != mycelium.StateReceived || st.Dst != c.b.IP().String() || st.MsgLen != 3 {
+		c.t.Fatalf("status %+v", st)
 	}
-	if _, err := ca.Status(ctx, "ffffffffffffffff"); !errors.Is(err, mycelium.ErrNotFound) {
-		t.Fatalf("unknown status: %v", err)
+	if m, err := c.cb.Pop(c.ctx, c.topic, 0, true); err != nil || m == nil || m.ID != res.ID {
+		c.t.Fatalf("peek %v %v", m, err)
+	}
+	if m, err := c.cb.Pop(c.ctx, c.topic, 0, false); err != nil || m == nil || string(m.Payload) != "one" {
+		c.t.Fatalf("pop %v %v", m, err)
+	}
+	if m, err := c.cb.Pop(c.ctx, c.topic, 0, false); m != nil || err != nil {
+		c.t.Fatalf("empty pop %v %v", m, err)
+	}
+	if m, err := c.cb.Pop(c.ctx, nil, 0, false); m != nil || err != nil {
+		c.t.Fatalf("empty pop without topic %v %v", m, err)
+	}
+	if st, err := c.ca.Status(c.ctx, res.ID); err != nil || st.State.Name != mycelium.StateRead {
+		c.t.Fatalf("status after pop %+v %v", st, err)
+	}
+	if _, err := c.ca.Status(c.ctx, "ffffffffffffffff"); !errors.Is(err, mycelium.ErrNotFound) {
+		c.t.Fatalf("unknown status: %v", err)
 	}
 
 	// Push by IP, with a topic that needs escaping; pop with that topic.
-	_, err = ca.Push(ctx, mycelium.ToIP(b.IP().String()), binTopic, []byte{}, nil)
-	must(err)
-	if m, err := cb.Pop(ctx, binTopic, time.Second, false); err != nil || m == nil || string(m.Topic) != string(binTopic) {
-		t.Fatalf("binary topic pop %v %v", m, err)
+	_, err = c.ca.Push(c.ctx, mycelium.ToIP(c.b.IP().String()), c.binTopic, []byte{}, nil)
+	c.must(err)
+	if m, err := c.cb.Pop(c.ctx, c.binTopic, time.Second, false); err != nil || m == nil || string(m.Topic) != string(c.binTopic) {
+		c.t.Fatalf("binary topic pop %v %v", m, err)
 	}
 
-	// Push waiting for a reply (200), reply (204), and a reply timeout (408).
+}
+
+// replies: a push waiting for a reply (200), the reply (204), and a reply timeout
+// (408).
+func (c *conformance) replies() {
 	type result struct {
 		res *mycelium.PushResult
 		err error
@@ -204,54 +234,59 @@ func TestEmulatorConformsToSpec(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		d := 10 * time.Second
-		r, err := ca.Push(ctx, mycelium.ToPK(b.PK()), topic, []byte("ping"), &d)
+		r, err := c.ca.Push(c.ctx, mycelium.ToPK(c.b.PK()), c.topic, []byte("ping"), &d)
 		done <- result{r, err}
 	}()
-	m, err := cb.Pop(ctx, topic, 10*time.Second, false)
-	must(err)
+	m, err := c.cb.Pop(c.ctx, c.topic, 10*time.Second, false)
+	c.must(err)
 	if m == nil {
-		t.Fatal("request not received")
+		c.t.Fatal("request not received")
 	}
-	must(cb.ReplyTo(ctx, m, []byte("pong")))
+	c.must(c.cb.ReplyTo(c.ctx, m, []byte("pong")))
 	r := <-done
-	must(r.err)
+	c.must(r.err)
 	if r.res.Reply == nil || string(r.res.Reply.Payload) != "pong" || r.res.ID != m.ID {
-		t.Fatalf("reply %+v", r.res)
+		c.t.Fatalf("reply %+v", r.res)
 	}
 	zero := time.Duration(0)
-	if res, err := ca.Push(ctx, mycelium.ToPK(b.PK()), topic, []byte("nobody answers"), &zero); !errors.Is(err, mycelium.ErrReplyTimeout) || res.ID == "" {
-		t.Fatalf("408: %+v %v", res, err)
+	if res, err := c.ca.Push(c.ctx, mycelium.ToPK(c.b.PK()), c.topic, []byte("nobody answers"), &zero); !errors.Is(err, mycelium.ErrReplyTimeout) || res.ID == "" {
+		c.t.Fatalf("408: %+v %v", res, err)
 	}
+}
 
-	// Topic configuration.
-	if acc, err := cb.DefaultTopicAction(ctx); err != nil || !acc {
-		t.Fatalf("default action %v %v", acc, err)
+// topicConfiguration: the default action, topics, their sources and forward socket.
+func (c *conformance) topicConfiguration() {
+	if acc, err := c.cb.DefaultTopicAction(c.ctx); err != nil || !acc {
+		c.t.Fatalf("default action %v %v", acc, err)
 	}
-	must(cb.SetDefaultTopicAction(ctx, false))
-	must(cb.SetDefaultTopicAction(ctx, true))
-	if ts, err := cb.Topics(ctx); err != nil || len(ts) != 0 {
-		t.Fatalf("topics %q %v", ts, err)
+	c.must(c.cb.SetDefaultTopicAction(c.ctx, false))
+	c.must(c.cb.SetDefaultTopicAction(c.ctx, true))
+	if ts, err := c.cb.Topics(c.ctx); err != nil || len(ts) != 0 {
+		c.t.Fatalf("topics %q %v", ts, err)
 	}
-	must(cb.AddTopic(ctx, binTopic))
-	must(cb.AddTopicSource(ctx, binTopic, a.Subnet().String()))
-	if src, err := cb.TopicSources(ctx, binTopic); err != nil || len(src) != 1 || src[0] != a.Subnet().String() {
-		t.Fatalf("sources %v %v", src, err)
+	c.must(c.cb.AddTopic(c.ctx, c.binTopic))
+	c.must(c.cb.AddTopicSource(c.ctx, c.binTopic, c.a.Subnet().String()))
+	if src, err := c.cb.TopicSources(c.ctx, c.binTopic); err != nil || len(src) != 1 || src[0] != c.a.Subnet().String() {
+		c.t.Fatalf("sources %v %v", src, err)
 	}
-	if ts, err := cb.Topics(ctx); err != nil || len(ts) != 1 || string(ts[0]) != string(binTopic) {
-		t.Fatalf("topics %q %v", ts, err)
+	if ts, err := c.cb.Topics(c.ctx); err != nil || len(ts) != 1 || string(ts[0]) != string(c.binTopic) {
+		c.t.Fatalf("topics %q %v", ts, err)
 	}
-	must(cb.RemoveTopicSource(ctx, binTopic, a.Subnet().String()))
-	must(cb.SetTopicForwardSocket(ctx, binTopic, "/run/hero/topic.sock"))
-	if p, err := cb.TopicForwardSocket(ctx, binTopic); err != nil || p != "/run/hero/topic.sock" {
-		t.Fatalf("forward %q %v", p, err)
+	c.must(c.cb.RemoveTopicSource(c.ctx, c.binTopic, c.a.Subnet().String()))
+	c.must(c.cb.SetTopicForwardSocket(c.ctx, c.binTopic, "/run/hero/topic.sock"))
+	if p, err := c.cb.TopicForwardSocket(c.ctx, c.binTopic); err != nil || p != "/run/hero/topic.sock" {
+		c.t.Fatalf("forward %q %v", p, err)
 	}
-	must(cb.RemoveTopicForwardSocket(ctx, binTopic))
-	if p, err := cb.TopicForwardSocket(ctx, binTopic); err != nil || p != "" {
-		t.Fatalf("forward after removal %q %v", p, err)
+	c.must(c.cb.RemoveTopicForwardSocket(c.ctx, c.binTopic))
+	if p, err := c.cb.TopicForwardSocket(c.ctx, c.binTopic); err != nil || p != "" {
+		c.t.Fatalf("forward after removal %q %v", p, err)
 	}
-	must(cb.RemoveTopic(ctx, binTopic))
+	c.must(c.cb.RemoveTopic(c.ctx, c.binTopic))
+}
 
-	// The declared 400s of the topic operations: a topic that is not base64.
+// topicBadRequests: the declared 400s of the topic operations: a topic that is not
+// base64.
+func (c *conformance) topicBadRequests() {
 	for _, req := range []struct{ method, path, body string }{
 		{"DELETE", "/api/v1/messages/topics/%21%21", ""},
 		{"GET", "/api/v1/messages/topics/%21%21/sources", ""},
@@ -261,20 +296,23 @@ func TestEmulatorConformsToSpec(t *testing.T) {
 		{"PUT", "/api/v1/messages/topics/%21%21/forward", `{"socket_path":"/x"}`},
 		{"DELETE", "/api/v1/messages/topics/%21%21/forward", ""},
 	} {
-		httpReq, _ := http.NewRequestWithContext(ctx, req.method, b.URL()+req.path, strings.NewReader(req.body))
+		httpReq, _ := http.NewRequestWithContext(c.ctx, req.method, c.b.URL()+req.path, strings.NewReader(req.body))
 		if req.body != "" {
 			httpReq.Header.Set("Content-Type", "application/json")
 		}
 		httpReq.Header.Set(negativeHeader, "1")
-		resp, err := hc.Do(httpReq)
-		must(err)
+		resp, err := c.hc.Do(httpReq)
+		c.must(err)
 		resp.Body.Close()
 		if resp.StatusCode != 400 {
-			t.Errorf("%s %s: %d, want 400", req.method, req.path, resp.StatusCode)
+			c.t.Errorf("%s %s: %d, want 400", req.method, req.path, resp.StatusCode)
 		}
 	}
+}
 
-	// Check every exchange against the spec.
+// checkExchanges checks every recorded exchange against the spec, and that every
+// operation's outcomes listed were exercised.
+func checkExchanges(t *testing.T, s *apiSpec, rec *recorder) {
 	covered := map[string]bool{}
 	for _, e := range rec.exchanges() {
 		op, errs := s.check(e)

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -345,20 +346,7 @@ func (s *apiSpec) validate(schema any, v any, where string) []string {
 		return []string{fmt.Sprintf("%s: null where the schema is not nullable", where)}
 	}
 	if alts, ok := sc["oneOf"].([]any); ok {
-		n := 0
-		var all []string
-		for i, a := range alts {
-			errs := s.validate(a, v, where)
-			if len(errs) == 0 {
-				n++
-			} else {
-				all = append(all, fmt.Sprintf("[%d] %s", i, strings.Join(errs, "; ")))
-			}
-		}
-		if n != 1 {
-			return []string{fmt.Sprintf("%s: %v matches %d of the oneOf alternatives (%s)", where, v, n, strings.Join(all, " | "))}
-		}
-		return nil
+		return s.validateOneOf(alts, v, where)
 	}
 	typ, _ := sc["type"].(string)
 	if typ == "" {
@@ -368,101 +356,142 @@ func (s *apiSpec) validate(schema any, v any, where string) []string {
 			typ = "string"
 		}
 	}
-	var errs []string
-	bad := func(f string, a ...any) { errs = append(errs, where+": "+fmt.Sprintf(f, a...)) }
 	switch typ {
 	case "object":
-		obj, ok := v.(map[string]any)
-		if !ok {
-			bad("want an object, got %T", v)
-			break
-		}
-		props, _ := sc["properties"].(map[string]any)
-		if props == nil {
-			break
-		}
-		names := make([]string, 0, len(obj))
-		for k := range obj {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		for _, k := range names {
-			ps, ok := props[k]
-			if !ok {
-				bad("field %q is not a property of the schema", k)
-				continue
-			}
-			errs = append(errs, s.validate(ps, obj[k], where+"."+k)...)
-		}
+		return s.validateObject(sc, v, where)
 	case "array":
 		arr, ok := v.([]any)
 		if !ok {
-			bad("want an array, got %T", v)
-			break
+			return []string{badf(where, "want an array, got %T", v)}
 		}
+		var errs []string
 		for i, item := range arr {
 			errs = append(errs, s.validate(sc["items"], item, fmt.Sprintf("%s[%d]", where, i))...)
 		}
+		return errs
 	case "string":
-		str, ok := v.(string)
-		if !ok {
-			bad("want a string, got %T", v)
-			break
-		}
-		if mn, ok := num(sc["minLength"]); ok && float64(len(str)) < mn {
-			bad("%q shorter than %v", str, mn)
-		}
-		if mx, ok := num(sc["maxLength"]); ok && float64(len(str)) > mx {
-			bad("%q longer than %v", str, mx)
-		}
-		if enum, ok := sc["enum"].([]any); ok {
-			found := false
-			for _, e := range enum {
-				found = found || e == str
-			}
-			if !found {
-				bad("%q not in %v", str, enum)
-			}
-		}
-		switch sc["format"] {
-		case "byte":
-			if _, err := base64.StdEncoding.Strict().DecodeString(str); err != nil {
-				bad("%q is not standard base64: %v", str, err)
-			}
-		case "hex":
-			if _, err := hex.DecodeString(str); err != nil {
-				bad("%q is not hex", str)
-			}
-		case "ipv6":
-			if a, err := netip.ParseAddr(str); err != nil || !a.Is6() {
-				bad("%q is not an IPv6 address", str)
-			}
-		}
+		return validateString(sc, v, where)
 	case "integer":
-		n, ok := v.(json.Number)
-		if !ok {
-			bad("want an integer, got %T", v)
-			break
-		}
-		i, err := n.Int64()
-		if err != nil {
-			bad("%s is not an integer", n)
-			break
-		}
-		if mn, ok := num(sc["minimum"]); ok && float64(i) < mn {
-			bad("%d below %v", i, mn)
-		}
-		if mx, ok := num(sc["maximum"]); ok && float64(i) > mx {
-			bad("%d above %v", i, mx)
-		}
+		return validateInteger(sc, v, where)
 	case "boolean":
 		if _, ok := v.(bool); !ok {
-			bad("want a boolean, got %T", v)
+			return []string{badf(where, "want a boolean, got %T", v)}
 		}
+		return nil
 	case "":
-		bad("schema without a type for %v", v)
+		return []string{badf(where, "schema without a type for %v", v)}
 	default:
-		bad("unsupported schema type %q", typ)
+		return []string{badf(where, "unsupported schema type %q", typ)}
+	}
+}
+
+// badf is a validation error at where.
+func badf(where, f string, a ...any) string { return where + ": " + fmt.Sprintf(f, a...) }
+
+// validateOneOf checks that v matches exactly one of the alternatives.
+func (s *apiSpec) validateOneOf(alts []any, v any, where string) []string {
+	n := 0
+	var all []string
+	for i, a := range alts {
+		errs := s.validate(a, v, where)
+		if len(errs) == 0 {
+			n++
+		} else {
+			all = append(all, fmt.Sprintf("[%d] %s", i, strings.Join(errs, "; ")))
+		}
+	}
+	if n != 1 {
+		return []string{fmt.Sprintf("%s: %v matches %d of the oneOf alternatives (%s)", where, v, n, strings.Join(all, " | "))}
+	}
+	return nil
+}
+
+// validateObject checks that every field of v is a property of the schema, and
+// valid (in the order of their names).
+func (s *apiSpec) validateObject(sc map[string]any, v any, where string) []string {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return []string{badf(where, "want an object, got %T", v)}
+	}
+	props, _ := sc["properties"].(map[string]any)
+	if props == nil {
+		return nil
+	}
+	names := make([]string, 0, len(obj))
+	for k := range obj {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var errs []string
+	for _, k := range names {
+		ps, ok := props[k]
+		if !ok {
+			errs = append(errs, badf(where, "field %q is not a property of the schema", k))
+			continue
+		}
+		errs = append(errs, s.validate(ps, obj[k], where+"."+k)...)
+	}
+	return errs
+}
+
+// validateString checks a string's length, enum and format.
+func validateString(sc map[string]any, v any, where string) []string {
+	str, ok := v.(string)
+	if !ok {
+		return []string{badf(where, "want a string, got %T", v)}
+	}
+	var errs []string
+	if mn, ok := num(sc["minLength"]); ok && float64(len(str)) < mn {
+		errs = append(errs, badf(where, "%q shorter than %v", str, mn))
+	}
+	if mx, ok := num(sc["maxLength"]); ok && float64(len(str)) > mx {
+		errs = append(errs, badf(where, "%q longer than %v", str, mx))
+	}
+	if enum, ok := sc["enum"].([]any); ok && !slices.Contains(enum, any(str)) {
+		errs = append(errs, badf(where, "%q not in %v", str, enum))
+	}
+	if msg := badFormat(sc["format"], str); msg != "" {
+		errs = append(errs, badf(where, "%s", msg))
+	}
+	return errs
+}
+
+// badFormat says why str is not of the format ("byte", "hex", "ipv6"; others are
+// not checked), or "".
+func badFormat(format any, str string) string {
+	switch format {
+	case "byte":
+		if _, err := base64.StdEncoding.Strict().DecodeString(str); err != nil {
+			return fmt.Sprintf("%q is not standard base64: %v", str, err)
+		}
+	case "hex":
+		if _, err := hex.DecodeString(str); err != nil {
+			return fmt.Sprintf("%q is not hex", str)
+		}
+	case "ipv6":
+		if a, err := netip.ParseAddr(str); err != nil || !a.Is6() {
+			return fmt.Sprintf("%q is not an IPv6 address", str)
+		}
+	}
+	return ""
+}
+
+// validateInteger checks an integer (a json.Number) and its bounds.
+func validateInteger(sc map[string]any, v any, where string) []string {
+	n, ok := v.(json.Number)
+	if !ok {
+		return []string{badf(where, "want an integer, got %T", v)}
+	}
+	i, err := n.Int64()
+	if err != nil {
+		return []string{badf(where, "%s is not an integer", n)}
+	}
+	var errs []string
+	if mn, ok := num(sc["minimum"]); ok && float64(i) < mn {
+		errs = append(errs, badf(where, "%d below %v", i, mn))
+	}
+	if mx, ok := num(sc["maximum"]); ok && float64(i) > mx {
+		errs = append(errs, badf(where, "%d above %v", i, mx))
 	}
 	return errs
 }

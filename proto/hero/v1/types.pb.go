@@ -514,6 +514,9 @@ type Job struct {
 	ResultJson string `protobuf:"bytes,36,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
 	// The producer's W3C traceparent: every attempt continues its trace (trace_id).
 	Traceparent   string `protobuf:"bytes,37,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Fatal         bool   `protobuf:"varint,38,opt,name=fatal,proto3" json:"fatal,omitempty"`                                      // the last error is not worth a retry
+	StopRequested bool   `protobuf:"varint,39,opt,name=stop_requested,json=stopRequested,proto3" json:"stop_requested,omitempty"` // job.stop was called
+	RetryAfterMs  int64  `protobuf:"varint,40,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`  // an executor's requested retry delay
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -807,6 +810,27 @@ func (x *Job) GetTraceparent() string {
 	return ""
 }
 
+func (x *Job) GetFatal() bool {
+	if x != nil {
+		return x.Fatal
+	}
+	return false
+}
+
+func (x *Job) GetStopRequested() bool {
+	if x != nil {
+		return x.StopRequested
+	}
+	return false
+}
+
+func (x *Job) GetRetryAfterMs() int64 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
+}
+
 type Flow struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -824,6 +848,9 @@ type Flow struct {
 	FinishedAt    int64                  `protobuf:"varint,13,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	CancelledBy   string                 `protobuf:"bytes,14,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
 	Traceparent   string                 `protobuf:"bytes,15,opt,name=traceparent,proto3" json:"traceparent,omitempty"` // the producer's W3C traceparent, the trace of the flow's jobs
+	CreatedAtMs   int64                  `protobuf:"varint,16,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	StartedAtMs   int64                  `protobuf:"varint,17,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	FinishedAtMs  int64                  `protobuf:"varint,18,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -961,6 +988,27 @@ func (x *Flow) GetTraceparent() string {
 		return x.Traceparent
 	}
 	return ""
+}
+
+func (x *Flow) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *Flow) GetStartedAtMs() int64 {
+	if x != nil {
+		return x.StartedAtMs
+	}
+	return 0
+}
+
+func (x *Flow) GetFinishedAtMs() int64 {
+	if x != nil {
+		return x.FinishedAtMs
+	}
+	return 0
 }
 
 type Log struct {
@@ -1580,7 +1628,8 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\tprocesses\x18\t \x03(\v2\x16.hero.v1.RunnerProcessR\tprocesses\x12\x16\n" +
 	"\x06secret\x18\n" +
 	" \x01(\tR\x06secret\x12\x1c\n" +
-	"\texecutors\x18\v \x03(\tR\texecutors\"\xfc\t\n" +
+	"\texecutors\x18\v \x03(\tR\texecutors\"\xdf\n" +
+	"\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1629,13 +1678,16 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\x06limits\x18# \x01(\v2\x12.hero.v1.JobLimitsR\x06limits\x12\x1f\n" +
 	"\vresult_json\x18$ \x01(\tR\n" +
 	"resultJson\x12 \n" +
-	"\vtraceparent\x18% \x01(\tR\vtraceparent\x1a:\n" +
+	"\vtraceparent\x18% \x01(\tR\vtraceparent\x12\x14\n" +
+	"\x05fatal\x18& \x01(\bR\x05fatal\x12%\n" +
+	"\x0estop_requested\x18' \x01(\bR\rstopRequested\x12$\n" +
+	"\x0eretry_after_ms\x18( \x01(\x03R\fretryAfterMs\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vResultEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd7\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc5\x05\n" +
 	"\x04Flow\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1658,7 +1710,10 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\vfinished_at\x18\r \x01(\x03R\n" +
 	"finishedAt\x12!\n" +
 	"\fcancelled_by\x18\x0e \x01(\tR\vcancelledBy\x12 \n" +
-	"\vtraceparent\x18\x0f \x01(\tR\vtraceparent\x1a:\n" +
+	"\vtraceparent\x18\x0f \x01(\tR\vtraceparent\x12\"\n" +
+	"\rcreated_at_ms\x18\x10 \x01(\x03R\vcreatedAtMs\x12\"\n" +
+	"\rstarted_at_ms\x18\x11 \x01(\x03R\vstartedAtMs\x12$\n" +
+	"\x0efinished_at_ms\x18\x12 \x01(\x03R\ffinishedAtMs\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/auth"
+	"github.com/hero-coordinator/hero/lib/tlsx"
+	hero "github.com/hero-coordinator/hero/sdk/go"
+)
+
+var (
+	errHelp  = errors.New("help")
+	errUsage = errors.New("usage")
+)
+
+func usageErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
+}
+
+type globals struct {
+	addr    string
+	apiURL  string
+	actor   uint32
+	context uint32
+	secret  string
+	keyFile string
+	tls     tlsx.Files
+	plain   bool // --plaintext: no TLS to the API (a stack whose API serves plaintext)
+	output  string
+	timeout time.Duration
+}
+
+func envOr(k, def string) string {
+	if v, ok := os.LookupEnv(k); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func parseGlobal(args []string, stderr io.Writer) (*globals, []string, error) {
+	g := &globals{}
+	fs := flag.NewFlagSet("heroctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	actor := fs.String("actor", envOr("HERO_ACTOR", ""), "")
+	ctxID := fs.String("context", envOr("HERO_CONTEXT", "1"), "")
+	fs.StringVar(&g.addr, "addr", envOr("HERO_ADDR", "127.0.0.1:9653"), "")
+	fs.StringVar(&g.apiURL, "api-url", envOr("HERO_API_URL", ""), "")
+	fs.StringVar(&g.secret, "admin-secret", envOr("HERO_ADMIN_SECRET", ""), "")
+	fs.StringVar(&g.keyFile, "key", envOr("HERO_KEY", ""), "")
+	fs.StringVar(&g.tls.CA, "tls-ca", envOr("HERO_TLS_CA", ""), "")
+	fs.StringVar(&g.tls.Cert, "tls-cert", envOr("HERO_TLS_CERT", ""), "")
+	fs.StringVar(&g.tls.Key, "tls-key", envOr("HERO_TLS_KEY", ""), "")
+	fs.BoolVar(&g.plain, "plaintext", envOr("HERO_PLAINTEXT", "") == "1", "")
+	fs.StringVar(&g.output, "output", envOr("HERO_OUTPUT", "table"), "")
+	fs.StringVar(&g.output, "o", envOr("HERO_OUTPUT", "table"), "")
+	fs.DurationVar(&g.timeout, "timeout", 30*time.Second, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, nil, errHelp
+		}
+		return nil, nil, err
+	}
+	var err error
+	if *actor != "" {
+		if g.actor, err = parseID("--actor/HERO_ACTOR", *actor); err != nil {
+			return nil, nil, err
+		}
+	}
+	if g.context, err = parseID("--context/HERO_CONTEXT", *ctxID); err != nil {
+		return nil, nil, err
+	}
+	if g.output != "table" && g.output != "json" {
+		return nil, nil, fmt.Errorf("--output %q: want table or json", g.output)
+	}
+	return g, fs.Args(), nil
+}
+
+func parseID(what, s string) (uint32, error) {
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("%s: %q is not an id (a number from 1)", what, s)
+	}
+	return uint32(n), nil
+}
+
+func parseIDList(what, s string) ([]uint32, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []uint32
+	for _, p := range strings.Split(s, ",") {
+		id, err := parseID(what, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+type cli struct {
+	g    *globals
+	out  io.Writer
+	errw io.Writer
+	hc   *hero.Client
+	// operator: the command needs the operator secret (actor create, context create,
+	// secret …, dispatcher …); otherwise heroctl signs as HERO_ACTOR when it has the
+	// actor's key, and uses the secret only without one.
+	operator bool
+}
+
+// close closes the client's connection, if one was made.
+func (c *cli) close() {
+	if c.hc != nil {
+		_ = c.hc.Close()
+	}
+}
+
+// credential is how a command authenticates: an actor's key, or an operator secret
+// (with the actor it acts for, if any).
+type credential struct {
+	key    ed25519.PrivateKey
+	secret string
+	actor  uint32
+}
+
+// credential picks the command's credential (see cli.operator).
+func (c *cli) credential() (credential, error) {
+	if c.operator && c.g.secret != "" {
+		return credential{secret: c.g.secret, actor: c.g.actor}, nil
+	}
+	if c.g.actor != 0 {
+		cr, ok, err := c.actorKey()
+		if ok || err != nil {
+			return cr, err
+		}
+	}
+	if c.g.secret != "" {
+		return credential{secret: c.g.secret, actor: c.g.actor}, nil
+	}
+	if c.operator {
+		return credential{}, usageErr("this command needs the operator secret: set HERO_ADMIN_SECRET (--admin-secret)")
+	}
+	return credential{}, usageErr("who are you? set HERO_ACTOR (with its key in %s, or --key FILE), or HERO_ADMIN_SECRET for operator commands", keysDirHint())
+}
+
+// actorKey loads HERO_ACTOR's key: ok false when there is none and the operator
+// secret may stand in.
+func (c *cli) actorKey() (credential, bool, error) {
+	path := c.g.keyFile
+	explicit := path != ""
+	var err error
+	if !explicit {
+		path, err = auth.ActorKeyPath(c.g.actor)
+	}
+	var key ed25519.PrivateKey
+	if err == nil {
+		key, err = auth.LoadPrivateKey(path)
+	} else if c.g.secret == "" {
+		return credential{}, false, err
+	}
+	switch {
+	case err == nil:
+		return credential{key: key, actor: c.g.actor}, true, nil
+	case explicit || (path != "" && !errors.Is(err, os.ErrNotExist)):
+		return credential{}, false, fmt.Errorf("actor %d's key: %v", c.g.actor, err)
+	case c.g.secret == "":
+		return credential{}, false, fmt.Errorf("no key for actor %d at %s: create it with `heroctl --actor %d key generate` and register its public key (heroctl actor update), or pass --key FILE (HERO_KEY)", c.g.actor, path, c.g.actor)
+	}
+	return credential{}, false, nil
+}
+
+func keysDirHint() string {
+	d, err := auth.ConfigDir()
+	if err != nil {
+		return "the config directory"
+	}
+	return filepath.Join(d, "keys")
+}
+
+// client is the Go client (sdk/go) with the command's credential, made once.
+func (c *cli) client() (*hero.Client, error) {
+	if c.hc != nil {
+		return c.hc, nil
+	}
+	cred, err := c.credential()
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	hc, err := hero.Dial(hero.Config{Addr: c.g.addr, APIURL: c.g.apiURL, Actor: cred.actor, Key: cred.key, AdminSecret: cred.secret,
+		Context: c.g.context, TLS: t, Plaintext: t == nil, CallTimeout: c.g.timeout})
+	if err != nil {
+		return nil, err
+	}
+	c.hc = hc
+	return hc, nil
+}
+
+// tlsConfig is the API's TLS: the server must present a certificate for the host
+// dialled, issued by --tls-ca's CA (HERO_TLS_CA), else by one of the system's roots.
+// It is nil only with an explicit --plaintext (HERO_PLAINTEXT=1).
+func (c *cli) tlsConfig() (*tls.Config, error) {
+	if c.g.plain {
+		if c.g.tls.Enabled() {
+			return nil, errors.New("--plaintext and --tls-ca/--tls-cert/--tls-key (or HERO_PLAINTEXT and HERO_TLS_*) exclude each other")
+		}
+		return nil, nil
+	}
+	if err := c.g.tls.Validate("tls", false); err != nil {
+		return nil, err
+	}
+	return tlsx.ClientConfig(c.g.tls, "", "api", nil)
+}
+
+// describe turns an API error into one line for the user.
+func describe(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err.Error()
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		return "cannot reach supervisor-daemon (is it running? set HERO_ADDR): " + st.Message()
+	case codes.PermissionDenied:
+		return st.Message() + " (set HERO_ACTOR, or HERO_ADMIN_SECRET for operator commands)"
+	case codes.Unauthenticated:
+		return st.Message() + " (is HERO_ACTOR's key the one registered? heroctl key pubkey shows it)"
+	case codes.DeadlineExceeded:
+		return "timed out: " + st.Message()
+	}
+	return st.Message()
+}
+
+// multiFlag collects repeated flags (--env K=V --env …).
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// parseKV parses repeated KEY=VALUE flags.
+func parseKV(flagName string, list []string) (map[string]string, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, kv := range list {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usageErr("--%s %q: want KEY=VALUE", flagName, kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func parseEnv(list []string) (map[string]string, error) { return parseKV("env", list) }

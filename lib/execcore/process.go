@@ -1,0 +1,195 @@
+package execcore
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/procrun"
+	"github.com/hero-coordinator/hero/lib/sandbox"
+)
+
+// Process says how to run one script under its interpreter.
+type Process struct {
+	Argv   []string // the interpreter and its arguments; the script comes on stdin
+	Dir    string   // the run's scratch directory (its working directory)
+	Env    []string // the whole environment (EnvList)
+	Script string
+	// Sandbox runs the process (nil: a plain process group) within Limits.
+	Sandbox *sandbox.Sandbox
+	Limits  sandbox.Limits
+	// Log gets stdout and stderr as they come (the job's log), besides what Wait
+	// returns of them.
+	Log       io.Writer
+	OutputMax int           // stdout kept as the run's output
+	KillGrace time.Duration // SIGTERM → SIGKILL on a kill
+	// OnLimit is called when the run goes over a sandbox limit (nil: the process is
+	// killed with the limit as its reason).
+	OnLimit func(reason string)
+}
+
+// Start steps: where a StartError happened.
+const (
+	StepSandbox = "sandbox" // the sandbox could not be prepared
+	StepStart   = "start"   // the interpreter could not be started
+	StepStarted = "started" // the sandbox could not finish the start (its network)
+)
+
+// StartError is a run that could not start: Step says where.
+type StartError struct {
+	Step string
+	Err  error
+}
+
+func (e *StartError) Error() string { return fmt.Sprintf("%s: %v", e.Step, e.Err) }
+
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Run is a started process of an execution.
+type Run[K comparable] struct {
+	ex        *Execution[K]
+	proc      *procrun.Proc
+	sj        *sandbox.Job
+	stdout    *procrun.Capped
+	stderr    *procrun.Tail
+	stopWatch func()
+}
+
+// Ended is how a run ended.
+type Ended struct {
+	procrun.Result
+	Output string // stdout, up to Process.OutputMax
+	Stderr string // the last StderrTail bytes of stderr, trimmed
+	// Limit is the sandbox limit the run went over ("": none; sandbox.Reason*).
+	Limit string
+}
+
+// Describe says why a failed run failed, with the tail of its stderr.
+func (e Ended) Describe() string { return e.Result.Describe(e.Stderr) }
+
+// Start prepares the sandbox and starts the process, attached to ex: a kill that came
+// before (a stop, a hand-back) ends it at once, and a later one ends it too.
+func (ex *Execution[K]) Start(p Process) (*Run[K], error) {
+	argv := p.Argv
+	var extra []*os.File
+	var sj *sandbox.Job
+	if p.Sandbox != nil {
+		var err error
+		if sj, err = p.Sandbox.Prepare(p.Dir, p.Argv, p.Limits); err != nil {
+			return nil, &StartError{Step: StepSandbox, Err: err}
+		}
+		argv, extra = sj.Argv, sj.ExtraFiles
+	}
+	r := &Run[K]{ex: ex, sj: sj, stdout: &procrun.Capped{Max: p.OutputMax}, stderr: &procrun.Tail{Max: StderrTail}, stopWatch: func() {}}
+	stdout, stderr := procrun.Multi{r.stdout}, procrun.Multi{r.stderr}
+	if p.Log != nil {
+		stdout, stderr = append(stdout, p.Log), append(stderr, p.Log)
+	}
+	proc, err := procrun.Start(procrun.Spec{
+		Argv: argv, Dir: p.Dir, Env: p.Env, Stdin: strings.NewReader(p.Script),
+		Stdout: stdout, Stderr: stderr, KillGrace: p.KillGrace, ExtraFiles: extra,
+	})
+	if err != nil {
+		r.cleanup()
+		return nil, &StartError{Step: StepStart, Err: err}
+	}
+	r.proc = proc
+	if sj != nil {
+		if err := sj.Started(); err != nil {
+			proc.Kill("start_error")
+			proc.Wait()
+			r.cleanup()
+			return nil, &StartError{Step: StepStarted, Err: err}
+		}
+		onLimit := p.OnLimit
+		if onLimit == nil {
+			onLimit = proc.Kill
+		}
+		r.stopWatch = sj.Watch(onLimit)
+	}
+	if reason := ex.setProc(proc); reason != "" {
+		proc.Kill(reason)
+	}
+	return r, nil
+}
+
+// Kill ends the process group with a reason, without killing the execution: the
+// reason shows in Ended.Killed, not in the execution's Reason (a timeout the protocol
+// may retry).
+func (r *Run[K]) Kill(reason string) { r.proc.Kill(reason) }
+
+// Wait waits for the process to end, detaches it from its execution and cleans its
+// sandbox up.
+func (r *Run[K]) Wait() Ended {
+	res := r.proc.Wait()
+	r.stopWatch()
+	r.ex.setProc(nil)
+	e := Ended{Result: res, Output: r.stdout.String(), Stderr: strings.TrimSpace(r.stderr.String())}
+	if r.sj != nil {
+		e.Limit = r.sj.Reason(res.Signal, res.ExitCode)
+	}
+	r.cleanup()
+	return e
+}
+
+func (r *Run[K]) cleanup() {
+	if r.sj != nil {
+		r.sj.Cleanup()
+	}
+}
+
+// Supervision enforces a run's timeout and renews its lease while it runs, on timers:
+// nothing waits beside the run (a handler call often ends within a millisecond, and a
+// goroutine and a ticker per call cost more than the call).
+type Supervision struct {
+	mu      sync.Mutex // held by a timer's action, so that Stop waits for one under way
+	stopped bool
+	timeout *time.Timer
+	renew   *time.Timer
+}
+
+// Supervise calls onTimeout once after timeout (0: never) and renew every period (0
+// or renew nil: never), until Stop.
+func Supervise(timeout time.Duration, onTimeout func(), period time.Duration, renew func()) *Supervision {
+	s := &Supervision{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if timeout > 0 {
+		s.timeout = time.AfterFunc(timeout, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if !s.stopped {
+				onTimeout()
+			}
+		})
+	}
+	if period > 0 && renew != nil {
+		s.renew = time.AfterFunc(period, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.stopped {
+				return
+			}
+			renew()
+			s.renew.Reset(period)
+		})
+	}
+	return s
+}
+
+// Stop ends the supervision once the run has ended; a renewal or a timeout under way
+// finishes first, and none starts after.
+func (s *Supervision) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	if s.timeout != nil {
+		s.timeout.Stop()
+	}
+	if s.renew != nil {
+		s.renew.Stop()
+	}
+}

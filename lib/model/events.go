@@ -1,0 +1,42 @@
+package model
+
+// EventType names a state change in a context's event stream (coord:events):
+// "<object>.<verb>". The store's Lua scripts get these values from the prelude that
+// lib/store generates from this list, so a type is spelled in one place.
+type EventType string
+
+const (
+	EventContextCreated   EventType = "context.created"
+	EventContextUpdated   EventType = "context.updated"
+	EventRunnerCreated    EventType = "runner.created"
+	EventRunnerDeleted    EventType = "runner.deleted"
+	EventFlowCreated      EventType = "flow.created"
+	EventFlowStarted      EventType = "flow.started"
+	EventFlowFinished     EventType = "flow.finished"
+	EventFlowError        EventType = "flow.error"
+	EventFlowCancelled    EventType = "flow.cancelled"
+	EventFlowRetried      EventType = "flow.retried"
+	EventFlowDeleted      EventType = "flow.deleted"
+	EventJobCreated       EventType = "job.created"
+	EventJobDispatched    EventType = "job.dispatched"
+	EventJobStarted       EventType = "job.started"
+	EventJobFinished      EventType = "job.finished"
+	EventJobFailed        EventType = "job.failed"
+	EventJobRetried       EventType = "job.retried"
+	EventJobCancelled     EventType = "job.cancelled"
+	EventJobStopRequested EventType = "job.stop_requested"
+	EventJobDeadLettered  EventType = "job.dead_lettered"
+	EventJobRequeued      EventType = "job.requeued"
+	EventJobDeleted       EventType = "job.deleted"
+	EventDLQPurged        EventType = "dlq.purged"
+)
+
+var eventTypes = []EventType{
+	EventContextCreated, EventContextUpdated, EventRunnerCreated, EventRunnerDeleted,
+	EventFlowCreated, EventFlowStarted, EventFlowFinished, EventFlowError, EventFlowCancelled, EventFlowRetried, EventFlowDeleted,
+	EventJobCreated, EventJobDispatched, EventJobStarted, EventJobFinished, EventJobFailed, EventJobRetried, EventJobCancelled,
+	EventJobStopRequested, EventJobDeadLettered, EventJobRequeued, EventJobDeleted, EventDLQPurged,
+}
+
+// EventTypes lists every EventType value.
+func EventTypes() []EventType { return append([]EventType(nil), eventTypes...) }

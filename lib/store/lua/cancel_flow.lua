@@ -1,0 +1,71 @@
+-- cancel_flow: cancels a flow. Nodes that have not started are cancelled at once
+-- (their jobs never run); running ones get a stop request in their runner's control
+-- list; when no node is left running the flow ends error (finalize).
+--
+-- KEYS: [1] flow:<flow>, [2] coord:dag:<flow>, [3] coord:flowres:<flow>, [4] context:<ctx>.
+-- ARGV: [1] context id, [2] flow id, [3] actor, [4] now (s), [5] now (ms), [6] reason,
+--   [7] retention (ms; context:<ctx>.retention_seconds wins when set).
+-- Reply: {0, status}: the flow had ended already (nothing changed); {1, status, running
+--   job ids…}: cancelled (status error, or started while jobs are being stopped).
+--   Error NOTFOUND flow.
+-- Derives, from the flow's own fields (its job list and caller, its jobs' workers):
+--   context DB: job:<caller>:<id> of its jobs, coord:idx:jobs[:<status>],
+--   coord:idx:flows[:<status>], coord:events; DB 0 (SELECT 0): coord:flows:active, coord:expire, coord:flowdone
+--   (PUBLISH), coord:ctl:<worker> of each running job (the stop request).
+
+local ctx, flow, actor, now_s, now_ms, reason, retention_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local fk, dag, rk, ck = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local st = redis.call('HGET', fk, 'status')
+if not st then return redis.error_reply('NOTFOUND flow') end
+if st == FLOW_FINISHED or st == FLOW_ERROR then return {0, st} end
+local caller = redis.call('HGET', fk, 'caller_id') or '0'
+redis.call('HSET', fk, 'cancelled_by', actor, 'error', reason, 'updated_at', now_s)
+event(EV_FLOW_CANCELLED, actor, now_ms, flow, '0', caller, st, reason)
+local jobs = cjson.decode(redis.call('HGET', fk, 'jobs') or '[]')
+if st == FLOW_DISPATCHED then
+  for _, id in ipairs(jobs) do
+    id = tostring(id)
+    if redis.call('EXISTS', K_JOB .. caller .. ':' .. id) == 1 then
+      set_job(caller, id, JOB_ERROR, 'error', reason, 'updated_at', now_s)
+    end
+  end
+  set_flow(flow, FLOW_ERROR, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
+  event(EV_FLOW_ERROR, actor, now_ms, flow, '0', caller, FLOW_ERROR, reason)
+  local keep = tonumber(redis.call('HGET', ck, 'retention_seconds') or '0') or 0
+  if keep > 0 then retention_ms = keep * 1000 end
+  if tonumber(retention_ms) > 0 then
+    redis.call('SELECT', 0)
+    redis.call('ZADD', K_EXPIRE, tonumber(now_ms) + tonumber(retention_ms), ctx .. ':flow:' .. flow)
+  end
+  return {1, FLOW_ERROR}
+end
+local out = {1, FLOW_STARTED}
+local stops = {}
+for _, id in ipairs(jobs) do
+  id = tostring(id)
+  local s = redis.call('HGET', dag, 's:' .. id)
+  local jk = K_JOB .. caller .. ':' .. id
+  if s == NODE_PENDING or s == NODE_READY or s == NODE_DISPATCHED then
+    redis.call('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, reason)
+    redis.call('HDEL', dag, 'due:' .. id)
+    redis.call('HINCRBY', dag, 'terminal', 1)
+    set_job(caller, id, JOB_ERROR, 'error', reason, 'stop_requested', '1', 'updated_at', now_s)
+    event(EV_JOB_CANCELLED, actor, now_ms, flow, id, caller, JOB_ERROR, reason)
+  elseif s == NODE_RUNNING then
+    redis.call('HSET', jk, 'stop_requested', '1')
+    local w = redis.call('HGET', jk, 'worker')
+    if w then stops[#stops + 1] = {w, ctx .. ':' .. caller .. ':' .. id} end
+    out[#out + 1] = id
+  end
+end
+if tonumber(redis.call('HGET', dag, 'terminal')) >= tonumber(redis.call('HGET', dag, 'total')) then
+  out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
+end
+if #stops > 0 then
+  redis.call('SELECT', 0)
+  for _, s in ipairs(stops) do
+    redis.call('LPUSH', K_STOP_LIST .. s[1], s[2])
+    redis.call('EXPIRE', K_STOP_LIST .. s[1], 3600)
+  end
+end
+return out

@@ -1,0 +1,139 @@
+-- claim_message: claims up to max messages of msg_out or msg_in and reads what
+-- routing them needs, in one round trip.
+--
+-- With route, a job request whose job names no runner and whose script type some
+-- runner serves is routed by the script itself, with no lease: the message is
+-- acknowledged and the job key pushed onto queue:<script_type> with its wake tokens
+-- (lib_wake: one per runner id that may take it; what the router would do; the script
+-- is atomic, so no crash can fall in between). A job request of several jobs (field
+-- job_ids) is routed so if every one of its jobs is plain; otherwise it is claimed
+-- whole, for the router to split (split_request). Every other message is claimed:
+-- moved to the processing list under a lease.
+--
+-- KEYS: [1] the queue (msg_out or msg_in), [2] the processing list, [3] coord:leases,
+--   [4] the queue's wake list (DB 0: coord:wake:msg_out or coord:wake:msg_in).
+-- ARGV: [1] consumer, [2] queue name, [3] lease expiry (ms), [4] max, [5] wake token,
+--   [6] tokens held (as for claim_start; "-": leave the tokens alone), [7] route (1: route
+--   plain job requests here), [8] context id, [9] now (s), [10…] max claim ids.
+-- Reply: {script types hash, {{item, message hash, job fields, claim id, partial}…},
+--   {job key, queue…}}: the claimed messages (for a job request the routing fields of
+--   its job, and the coord:script_types counts, read once) and the routed jobs. Of a job
+--   result only the fields kind and job are returned (partial = 1). false: nothing taken.
+-- Derives: context DB: the messages' jobs job:<caller>:<id> (named in the messages),
+--   coord:script_types, queue:<type> and coord:wakers:<queue>; DB 0 (SELECT 0, last):
+--   the runners' wake lists coord:wake:runner:<id>:<queue> and coord:busy.
+
+local JOB_FIELDS = {'id', 'caller_id', 'context_id', 'flow_id', 'script_type', 'runner_id', 'attempt', 'status', 'function_name'} -- RoutingJobFields (a test checks)
+local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]
+local out, routed, types = {}, {}, nil
+local tokens, targets = {}, {}
+local taken = 0
+-- queue_for is the queue a plain job goes to with route: it names no runner and some
+-- runner serves its script type (nil: the router decides).
+-- A handler job that names its executor ("executor#handler") is the router's too.
+local function queue_for(id, runner, stype, fn)
+  if not route or not id or (runner or '0') ~= '0' or (stype or '') == '' then return nil end
+  if fn and string.find(fn, '#', 1, true) then return nil end
+  if not types then types = redis.call('HGETALL', K_SCRIPT_TYPES) end
+  for i = 1, #types, 2 do
+    if types[i] == stype and (tonumber(types[i + 1]) or 0) > 0 then return K_QUEUE .. stype end
+  end
+  return nil
+end
+-- routing reads a job's routing fields (jh: a flat list) and the queue it goes to.
+local function routing(jk)
+  local v = redis.call('HMGET', jk, unpack(JOB_FIELDS))
+  local jh, f = {}, {}
+  for k = 1, #JOB_FIELDS do
+    if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k]; f[JOB_FIELDS[k]] = v[k] end
+  end
+  if not types then types = redis.call('HGETALL', K_SCRIPT_TYPES) end
+  return jh, queue_for(f['id'], f['runner_id'], f['script_type'], f['function_name'])
+end
+-- group_target is queue_for for a job of a group: it reads only what that needs.
+local function group_target(jk)
+  if not route then return nil end
+  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name')
+  return queue_for(v[1], v[2], v[3], v[4])
+end
+local pending = {} -- target -> job keys to push, pushed once per target at the end
+local function enqueue(jk, target)
+  if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target; pending[target] = {} end
+  tokens[target] = tokens[target] + 1
+  local p = pending[target]
+  p[#p + 1] = jk
+  routed[#routed + 1] = jk
+  routed[#routed + 1] = target
+end
+for n = 1, max do
+  local item = redis.call('RPOP', KEYS[1])
+  if not item then break end
+  taken = taken + 1
+  local kj = redis.call('HMGET', item, 'kind', 'job', 'job_ids', 'caller_id')
+  local kind, job, ids = kj[1], kj[2], kj[3]
+  local jh, done = {}, false
+  if kind == 'job_request' and ids then
+    -- Several jobs of a flow: routed here if every one of them is plain, else the
+    -- router splits the message.
+    local jobs = {}
+    for id in string.gmatch(ids, '%d+') do
+      local jk = K_JOB .. (kj[4] or '') .. ':' .. id
+      local target = group_target(jk)
+      if not target then jobs = nil; break end
+      jobs[#jobs + 1] = {jk, target}
+    end
+    if jobs and #jobs > 0 then
+      for _, j in ipairs(jobs) do enqueue(j[1], j[2]) end
+      done = true
+    end
+  elseif kind == 'job_request' then
+    -- The job's ids open the JSON this code writes ([{"id":…,"caller_id":…); a
+    -- message written otherwise is decoded whole.
+    local id, caller = string.match(job or '', '^%[{"id":(%d+),"caller_id":(%d+)[,}]')
+    if not id then
+      local ok, jobs = pcall(cjson.decode, job or '')
+      if ok and type(jobs) == 'table' and type(jobs[1]) == 'table' then
+        caller, id = jobs[1].caller_id, jobs[1].id
+      end
+    end
+    caller, id = tonumber(caller), tonumber(id)
+    if caller and id then
+      local jk = K_JOB .. string.format('%d:%d', caller, id)
+      local target
+      jh, target = routing(jk)
+      if target then
+        enqueue(jk, target)
+        done = true
+      end
+    end
+  end
+  if done then
+    redis.call('HSET', item, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
+  else
+    redis.call('LPUSH', KEYS[2], item)
+    redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[9 + n])
+    if kind == 'job_result' then
+      -- what a job result for this node's scheduler needs; the rest is read if needed
+      out[#out + 1] = {item, {'kind', kind, 'job', job or ''}, jh, ARGV[9 + n], 1}
+    else
+      out[#out + 1] = {item, redis.call('HGETALL', item), jh, ARGV[9 + n], 0}
+    end
+  end
+end
+if taken == 0 then return false end
+-- lpush_all pushes the values of list vs onto key in order, in chunks: unpack fails
+-- beyond ~8,000 values, and one claim can route 64 groups of 256 jobs.
+local function lpush_all(key, vs)
+  for i = 1, #vs, 1000 do redis.call('LPUSH', key, unpack(vs, i, math.min(i + 999, #vs))) end
+end
+-- The routed jobs, in the order they were routed.
+for _, t in ipairs(targets) do lpush_all(t, pending[t]) end
+local wakers = {}
+for _, t in ipairs(targets) do wakers[t] = wake_targets(t) end
+local extra = 0
+if ARGV[6] ~= '-' then extra = taken - tonumber(ARGV[6]) end
+if extra > 0 or #targets > 0 then redis.call('SELECT', 0) end
+if extra > 0 then redis.call('LREM', KEYS[4], extra, ARGV[5]) end
+for _, t in ipairs(targets) do wake_runners(ARGV[8], t, wakers[t], tokens[t]) end
+if #targets > 0 then mark_busy(ARGV[8]) end
+return {types or {}, out, routed}

@@ -1,0 +1,100 @@
+-- claim_start: claims up to max jobs from the consuming end of a job queue and marks
+-- each started, in one round trip.
+--
+-- The claim id is written into the job: only this run may finish it (a job queued again
+-- while a first run of it ends is run anew). The caller reads the started jobs' hashes
+-- after it, with plain HGETALLs (moving a ~30-field hash through Lua and back cost this
+-- script a third of its work). An item that is no job key, a job that is gone (code 1),
+-- a job that already ended (code 2) and a job that runs under a claim that still holds
+-- it (a duplicate queue entry: code 2) are dropped from the processing list at once. A
+-- job that has a producer's traceparent keeps that trace.
+--
+-- Producers push up to WAKE_SPREAD tokens per push (lib_wake). After the claim the
+-- context's tokens on the wake list are set anew: none when the queue is empty, else as
+-- many as were left uncovered by the items claimed, at least one and at most
+-- WAKE_SPREAD, at the list's tail: a context with jobs left always keeps a token, and
+-- goes behind the other contexts waiting on the list.
+--
+-- KEYS: [1] the job queue, [2] the processing list (coord:proc:<worker>), [3] coord:leases,
+--   [4] coord:events, [5] the queue's wake list of the claiming runner id
+--   (coord:wake:runner:<id>:<queue>, DB 0).
+-- ARGV: [1] worker, [2] queue name, [3] lease expiry (ms), [4] now (ms), [5] max, [6] wake
+--   token (the context id), [7] tokens held (0 or 1; "-": leave the tokens alone), [8] n,
+--   then n field/value items every start sets, the count of fields a start clears and
+--   those fields, then max pairs (claim id, trace id) (ClaimStarts builds the lists).
+-- Reply: one {item, code, attempt} per item claimed: code 0 started, 1 gone, 2 ended or
+--   a duplicate, 3 started with a stop requested.
+-- Derives (context DB): the claimed jobs' coord:dag:<flow> (its node goes running) and
+--   coord:idx:jobs:<status>; coord:proc:<worker> of the job's previous worker (to tell
+--   a duplicate entry): all named by the claimed items.
+
+local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
+local worker, qname, exp, now_ms, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local nset = tonumber(ARGV[8])
+local common = {}
+for i = 9, 8 + nset do common[#common + 1] = ARGV[i] end
+local nclear = tonumber(ARGV[9 + nset])
+-- The fields this script reads: eight, then the ones a start clears.
+local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent'}
+for i = 10 + nset, 9 + nset + nclear do want[#want + 1] = ARGV[i] end
+local slots = 10 + nset + nclear
+local out = {}
+for n = 1, max do
+  local item = redis.call('LMOVE', KEYS[1], proc, 'RIGHT', 'LEFT')
+  if not item then break end
+  local claim, trace = ARGV[slots + 2 * (n - 1)], ARGV[slots + 2 * (n - 1) + 1]
+  local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
+  redis.call('ZADD', leases, exp, member)
+  local v = {}
+  if string.match(item, '^' .. K_JOB .. '%d+:%d+$') then v = redis.call('HMGET', item, unpack(want)) end
+  local st = v[1]
+  -- A job started under a claim that still holds it (in its consumer's processing
+  -- list: a lease's expiry takes it out of there first) is running: this queue entry
+  -- is a duplicate, and starting it would run the job twice at once.
+  if st == JOB_STARTED and v[3] then
+    local held = redis.call('LPOS', K_PROCESSING .. v[3], item, 'COUNT', 2)
+    if #held > 1 or (#held == 1 and v[3] ~= worker) then st = 'duplicate' end
+  end
+  if not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
+    redis.call('LREM', proc, 1, item)
+    redis.call('ZREM', leases, member)
+    if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
+  else
+    local attempt = v[2] or '1'
+    local prev = v[3]
+    local flow = v[4] or '0'
+    local id = v[5] or ''
+    local caller = v[6] or ''
+    local set = {'claim', claim}
+    for i = 1, #common do set[#set + 1] = common[i] end
+    if v[8] and #v[8] == 55 then trace = string.sub(v[8], 4, 35) end -- the producer's trace
+    if trace ~= '' then set[#set + 1] = 'trace_id'; set[#set + 1] = trace end
+    local clear = {}
+    for i = 9, #want do if v[i] then clear[#clear + 1] = want[i] end end
+    redis.call('HSET', item, unpack(set))
+    index_job(caller .. ':' .. id, st, JOB_STARTED)
+    if #clear > 0 then redis.call('HDEL', item, unpack(clear)) end
+    if flow ~= '0' and flow ~= '' then
+      local dag = K_DAG .. flow
+      if redis.call('HGET', dag, 's:' .. id) == NODE_DISPATCHED then redis.call('HSET', dag, 's:' .. id, NODE_RUNNING) end
+    end
+    local detail = 'attempt ' .. attempt .. ' on ' .. worker
+    if st == JOB_STARTED and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
+    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_STARTED, 'detail', detail)
+    local code = 0
+    if v[7] == '1' then code = 3 end
+    out[#out + 1] = {item, code, tonumber(attempt) or 1}
+  end
+end
+if ARGV[7] ~= '-' then
+  local left = redis.call('LLEN', KEYS[1])
+  redis.call('SELECT', 0)
+  local have = redis.call('LREM', KEYS[5], 0, ARGV[6])
+  local keep = math.min(left, math.max(have + tonumber(ARGV[7]) - #out, 1), WAKE_SPREAD)
+  if keep > 0 then
+    local t = {}
+    for i = 1, keep do t[i] = ARGV[6] end
+    redis.call('RPUSH', KEYS[5], unpack(t))
+  end
+end
+return out

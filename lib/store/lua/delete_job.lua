@@ -1,0 +1,27 @@
+-- delete_job: removes a job that belongs to no flow, with its log and messages.
+--
+-- KEYS: [1] job:<caller>:<id>.
+-- ARGV: [1] context id, [2] caller id, [3] job id, [4] force (1: even a started job),
+--   [5] actor, [6] now (ms).
+-- Reply: 1. Errors: NOTFOUND job; CONFLICT the job belongs to a flow, or is running.
+-- Derives: context DB: what lib_delete_job removes with the job,
+--   flow:<flow> (is its flow still there?), coord:events; DB 0 (SELECT 0): coord:expire,
+--   coord:due (its retry).
+
+local ctx, caller, id, force, actor, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[5], ARGV[6]
+local jk = KEYS[1]
+local st = redis.call('HGET', jk, 'status')
+if not st then return redis.error_reply('NOTFOUND job') end
+local flow = redis.call('HGET', jk, 'flow_id')
+if flow and flow ~= '0' and redis.call('EXISTS', K_FLOW .. flow) == 1 then
+  return redis.error_reply('CONFLICT job ' .. id .. ' belongs to flow ' .. flow .. '; delete the flow (flow.delete) instead')
+end
+if st == JOB_STARTED and not force then
+  return redis.error_reply('CONFLICT job ' .. id .. ' is running; stop it first (job.stop) or delete with force')
+end
+delete_job(caller, id)
+event(EV_JOB_DELETED, actor, now_ms, '0', id, caller, st, '')
+redis.call('SELECT', 0)
+redis.call('ZREM', K_EXPIRE, ctx .. ':job:' .. caller .. ':' .. id)
+redis.call('ZREM', K_DUE, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)
+return 1

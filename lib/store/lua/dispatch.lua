@@ -1,0 +1,105 @@
+-- dispatch: sends ready nodes of a flow (or one standalone job) to the router. For each
+-- job it checks the node is ready (and its retry due), marks node and job dispatched and
+-- records the event; a job of its own gets its message stored and pushed on msg_out at
+-- once; the group's jobs share one message (its job and nodes lists hold the jobs
+-- dispatched: the lists given when that is every grouped job, else cut from them;
+-- job_ids their ids), stored and pushed after them. One wake token per message.
+--
+-- KEYS: [1] msg_out, [2] coord:dag:<flow> (not given for a standalone job).
+-- ARGV: [1] context id, [2] flow id (0: a standalone job), [3] caller id, [4] now (s),
+--   [5] now (ms), [6] actor, [7] the start time (ms) of the flow whose start found these
+--   nodes ready ("": nodes made ready since; see DispatchStarted), [8] g, the number of
+--   field/value items of a group message (0: none), then those g items (all but its id,
+--   job, nodes and job_ids), then, when g > 0, the group's job list and node list as JSON
+--   arrays, then per job: its id, 1 when it goes in the group message (0: a message of its
+--   own), the number n of items that follow, and those n items: a message of its own's
+--   field/value items, or for the group where its job's and its node's JSON start and
+--   end in the two lists (4 positions, 1-based, inclusive).
+-- Reply: per job {message key, attempt}, or {"", why it was not dispatched}.
+-- Derives: context DB: job:<caller>:<id> of the jobs named in ARGV,
+--   message:<caller>:<id> (fresh ids), coord:seq:message, coord:idx:messages,
+--   coord:idx:jobs:<status>, coord:jobmsgs:…/coord:flowmsgs:<flow>, coord:events;
+--   DB 0 (SELECT 0, last): coord:wake:msg_out, coord:busy.
+
+local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local ready_ms = ARGV[7]
+if ready_ms == '' then ready_ms = nil end
+local ng = tonumber(ARGV[8])
+local gfirst, glast = 9, 8 + ng
+local gjson, gnjson = '', ''
+local i = glast + 1
+if ng > 0 then gjson, gnjson = ARGV[i], ARGV[i + 1]; i = i + 2 end
+local dag = KEYS[2] or ''
+local out, pushed = {}, 0
+local gspans, gids, gslots = {}, {}, {}
+local ngrouped = 0
+while i <= #ARGV do
+  local id, grouped, nf = ARGV[i], ARGV[i + 1] == '1', tonumber(ARGV[i + 2])
+  local first, last = i + 3, i + 2 + nf
+  i = last + 1
+  if grouped then ngrouped = ngrouped + 1 end
+  local jk = K_JOB .. caller .. ':' .. id
+  local attempt, why
+  local jst = redis.call('HGET', jk, 'status')
+  if not jst then
+    why = 'job missing'
+  elseif dag ~= '' then
+    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id)
+    local s, due = node[1], node[2]
+    if s ~= NODE_READY then
+      why = s or 'no node'
+    elseif due and tonumber(due) > tonumber(now_ms) then
+      why = 'not due'
+    else
+      attempt = int(redis.call('HINCRBY', dag, 'a:' .. id, 1))
+      redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED)
+      if due then redis.call('HDEL', dag, 'due:' .. id) end
+    end
+  elseif jst == JOB_STARTED or jst == JOB_FINISHED then
+    why = jst
+  else
+    attempt = int(redis.call('HINCRBY', jk, 'attempt', 1))
+  end
+  if why then
+    out[#out + 1] = {'', why}
+  else
+    if ready_ms then
+      -- A node ready at its flow's start: the start left its job to this dispatch.
+      redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'result', '{}', 'ready_at_ms', ready_ms)
+    else
+      redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
+    end
+    index_job(caller .. ':' .. id, jst, JOB_DISPATCHED)
+    event(EV_JOB_DISPATCHED, actor, now_ms, flow, id, caller, JOB_DISPATCHED, 'attempt ' .. attempt)
+    if grouped then
+      gspans[#gspans + 1] = first
+      gids[#gids + 1] = id
+      out[#out + 1] = {'', tonumber(attempt)}
+      gslots[#gslots + 1] = #out
+    else
+      local mk = store_message(caller, first, now_ms, last)
+      track_msg(caller, id, mk)
+      redis.call('LPUSH', KEYS[1], mk)
+      pushed = pushed + 1
+      out[#out + 1] = {mk, tonumber(attempt)}
+    end
+  end
+end
+if #gids > 0 then
+  if #gids < ngrouped then
+    -- Some grouped jobs were not dispatched: the lists of those that were.
+    local js, ns = {}, {}
+    for k, f in ipairs(gspans) do
+      js[k] = string.sub(gjson, tonumber(ARGV[f]), tonumber(ARGV[f + 1]))
+      ns[k] = string.sub(gnjson, tonumber(ARGV[f + 2]), tonumber(ARGV[f + 3]))
+    end
+    gjson, gnjson = '[' .. table.concat(js, ',') .. ']', '[' .. table.concat(ns, ',') .. ']'
+  end
+  local mk = store_message(caller, gfirst, now_ms, glast, {'job', gjson, 'nodes', gnjson, 'job_ids', table.concat(gids, ' ')})
+  track_msg(caller, gids[1], mk, flow)
+  for _, n in ipairs(gslots) do out[n][1] = mk end
+  redis.call('LPUSH', KEYS[1], mk)
+  pushed = pushed + 1
+end
+wake_msg_out(ctx, pushed)
+return out

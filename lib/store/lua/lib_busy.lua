@@ -1,0 +1,8 @@
+-- lib_busy: defines mark_busy(ctx), which adds context ctx to coord:busy (K_BUSY,
+-- keys.Busy) with the server's time. Call it in DB 0, in the step that pushes an item
+-- onto one of the context's queues.
+
+local function mark_busy(ctx)
+  local t = redis.call('TIME')
+  redis.call('ZADD', K_BUSY, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ctx)
+end

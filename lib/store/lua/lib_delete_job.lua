@@ -1,0 +1,35 @@
+-- lib_delete_job: defines delete_job(caller, id), which removes a job and everything
+-- it owns (its log, its messages and their places on msg_out/msg_in, its queue entries,
+-- its index and DLQ entries), and delete_messages(set), which removes the messages a
+-- set lists, and the set.
+
+-- delete_messages removes the messages listed in the set key (and the set).
+local function delete_messages(key)
+  for _, mk in ipairs(redis.call('SMEMBERS', key)) do
+    redis.call('UNLINK', mk)
+    local mc, mi = string.match(mk, '^' .. K_MESSAGE .. '(%d+):(%d+)$')
+    if mc then redis.call('ZREM', K_MESSAGE_INDEX, mc .. ':' .. mi) end
+    redis.call('LREM', K_MSG_OUT, 0, mk)
+    redis.call('LREM', K_MSG_IN, 0, mk)
+  end
+  redis.call('UNLINK', key)
+end
+local function delete_job(caller, id)
+  local jk = K_JOB .. caller .. ':' .. id
+  local st = redis.call('HGET', jk, 'status')
+  local stype = redis.call('HGET', jk, 'script_type')
+  local runner = redis.call('HGET', jk, 'runner_id')
+  local m = caller .. ':' .. id
+  delete_messages(K_JOB_MESSAGES .. m)
+  local fn = redis.call('HGET', jk, 'function_name')
+  local exec = fn and string.match(fn, '^([^#]+)#')
+  if exec then stype = 'exec:' .. exec end -- an executor's handler job: its queue
+  if stype then
+    redis.call('LREM', K_QUEUE .. stype, 0, jk)
+    if runner and runner ~= '0' then redis.call('LREM', K_PINNED_QUEUE .. runner .. ':' .. stype, 0, jk) end
+  end
+  redis.call('UNLINK', jk, K_JOB_LOG .. m)
+  redis.call('ZREM', K_JOB_INDEX, m)
+  if st then redis.call('ZREM', K_JOB_INDEX .. ':' .. st, m) end
+  redis.call('ZREM', K_DLQ, m)
+end

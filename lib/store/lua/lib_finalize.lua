@@ -1,0 +1,31 @@
+-- lib_finalize: defines finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor,
+-- retention_ms), which ends a flow whose nodes are all final: result map, status
+-- (finished, or error when a node failed or the flow was cancelled), event, then in
+-- DB 0 (SELECT 0) its leaving coord:flows:active, its retention (coord:expire) and the
+-- waiters' notice (coord:flowdone), and back to the context's DB. Needs lib_state.
+
+local function finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
+  local failed = tonumber(redis.call('HGET', dag, 'failed') or '0')
+  local fst, ev = FLOW_FINISHED, EV_FLOW_FINISHED
+  if failed > 0 or redis.call('HGET', fk, 'cancelled_by') then fst, ev = FLOW_ERROR, EV_FLOW_ERROR end
+  local flat = redis.call('HGETALL', rk)
+  local result = '{}'
+  if #flat > 0 then
+    local m = {}
+    for j = 1, #flat, 2 do m[flat[j]] = flat[j + 1] end
+    result = cjson.encode(m)
+  end
+  set_flow(flow, fst, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
+  redis.call('DEL', rk)
+  event(ev, actor, now_ms, flow, '0', caller, fst, redis.call('HGET', fk, 'error') or '')
+  local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
+  if keep > 0 then retention_ms = keep * 1000 end
+  redis.call('SELECT', 0)
+  redis.call('SREM', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+  if tonumber(retention_ms) > 0 then
+    redis.call('ZADD', K_EXPIRE, tonumber(now_ms) + tonumber(retention_ms), ctx .. ':flow:' .. flow)
+  end
+  redis.call('PUBLISH', K_FLOW_DONE, ctx .. ':' .. flow)
+  redis.call('SELECT', tonumber(ctx))
+  return fst
+end

@@ -1,0 +1,89 @@
+-- lib_state: what the scripts that change statuses share. Every status change also
+-- moves the object between the per-status indexes (coord:idx:jobs:<status>,
+-- coord:idx:flows:<status>), which is what lets lists filter by status without a scan.
+-- Needs lib_busy (wake_msg_out marks the context busy).
+
+-- int formats a whole number (a Redis integer reply) as a string: Lua would format it
+-- as a float (tostring, .., or a number argument of redis.call), which costs Redis
+-- several times as much.
+local function int(n) return string.format('%d', n) end
+-- reindex moves member m of the index idx (coord:idx:jobs or coord:idx:flows) from
+-- the per-status index of old to that of st, keeping its score (creation time).
+local function reindex(idx, m, old, st)
+  if old == st then return end
+  local score = redis.call('ZSCORE', idx, m)
+  if score then
+    if old then redis.call('ZREM', idx .. ':' .. old, m) end
+    redis.call('ZADD', idx .. ':' .. st, score, m)
+  end
+end
+local function index_job(m, old, st) reindex(K_JOB_INDEX, m, old, st) end
+local function set_job(caller, id, st, ...)
+  local jk = K_JOB .. caller .. ':' .. id
+  local old = redis.call('HGET', jk, 'status')
+  redis.call('HSET', jk, 'status', st, ...)
+  index_job(caller .. ':' .. id, old, st)
+  return old
+end
+local function set_flow(id, st, ...)
+  local fk = K_FLOW .. id
+  local old = redis.call('HGET', fk, 'status')
+  redis.call('HSET', fk, 'status', st, ...)
+  reindex(K_FLOW_INDEX, id, old, st)
+  return old
+end
+local function event(typ, actor, now_ms, flow, job, caller, st, detail)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', typ, 'actor', actor, 'time_ms', now_ms,
+    'flow_id', flow or '0', 'job_id', job or '0', 'caller_id', caller or '0', 'status', st or '', 'detail', detail or '')
+end
+-- dead_letter puts a job that failed for good into the context's DLQ (coord:dlq), unless
+-- an actor stopped it (a stop or a cancel is a decision, not a failure).
+local function dead_letter(caller, id, flow, now_ms, actor, err)
+  local jk = K_JOB .. caller .. ':' .. id
+  if redis.call('HGET', jk, 'stop_requested') == '1' then return end
+  redis.call('ZADD', K_DLQ, now_ms, caller .. ':' .. id)
+  redis.call('HSET', jk, 'dlq_at_ms', now_ms)
+  event(EV_JOB_DEAD_LETTERED, actor, now_ms, flow, id, caller, JOB_ERROR, err)
+end
+-- store_message stores a message from ARGV[first..last] (field/value pairs; last
+-- defaults to #ARGV) and, if given, the field/value pairs of the table extra, under a
+-- fresh id (skipping ids taken), indexes it, and returns its key.
+local function store_message(caller, first, now_ms, last, extra)
+  local mid
+  repeat
+    mid = int(redis.call('INCR', K_MESSAGE_SEQ))
+  until redis.call('EXISTS', K_MESSAGE .. caller .. ':' .. mid) == 0
+  local mk = K_MESSAGE .. caller .. ':' .. mid
+  if extra then
+    local kv = {'id', mid}
+    for i = 1, #extra do kv[#kv + 1] = extra[i] end
+    for i = first, last or #ARGV do kv[#kv + 1] = ARGV[i] end
+    redis.call('HSET', mk, unpack(kv))
+  else
+    redis.call('HSET', mk, 'id', mid, unpack(ARGV, first, last or #ARGV))
+  end
+  redis.call('ZADD', K_MESSAGE_INDEX, now_ms, caller .. ':' .. mid)
+  return mk
+end
+-- wake_msg_out pushes n router wake tokens for context ctx onto coord:wake:msg_out
+-- and marks the context busy (DB 0 of the server the script runs on, the context's,
+-- where the routers wait on it; the script is left in DB 0, so it comes last).
+local function wake_msg_out(ctx, n)
+  if n <= 0 then return end
+  local tokens = {}
+  for i = 1, n do tokens[i] = ctx end
+  redis.call('SELECT', 0)
+  redis.call('LPUSH', K_WAKE_MSG_OUT, unpack(tokens))
+  mark_busy(ctx)
+end
+-- track_msg records that message mk is about job id: a message shared by several jobs
+-- of a flow (given flow) in the flow's message set (coord:flowmsgs:<flow>, deleted with
+-- the flow: one entry per message however many jobs it carries), any other in the
+-- job's own (coord:jobmsgs:<caller>:<id>, deleted with the job).
+local function track_msg(caller, id, mk, flow)
+  if flow and flow ~= '0' and flow ~= '' then
+    redis.call('SADD', K_FLOW_MESSAGES .. flow, mk)
+  else
+    redis.call('SADD', K_JOB_MESSAGES .. caller .. ':' .. id, mk)
+  end
+end

@@ -1,0 +1,79 @@
+-- requeue: takes back leases and requeues their items. With a consumer, every
+-- lease of that consumer is taken back at once, expired or not (a restarted consumer
+-- hands back what its previous life held); with claim ids too, only those claims (a
+-- claim whose answer was lost); without, the leases expired by now. For each lease: if
+-- the item is still in the consumer's processing list, it is removed from there and
+-- pushed back at the consuming end of its queue, with its wake tokens; the LREM makes
+-- the requeue happen at most once per claim. A job that runs under another claim now
+-- (the lease is stale) keeps running and is not queued again.
+--
+-- KEYS: [1] coord:leases.
+-- ARGV: [1] now (ms), [2] limit, [3] context id, [4] consumer ("": leases expired by
+--   now, of any consumer), [5…] claim ids (only with a consumer).
+-- Reply: {queue, item…} of the items requeued.
+-- Derives, from the lease members ("<consumer>\t<queue>\t<item>\t<claim>"): context DB:
+--   coord:proc:<consumer>, the queues, the items' job hashes, coord:wakers:<queue>;
+--   DB 0 (SELECT 0, last): coord:wake:msg_out / coord:wake:msg_in for a message,
+--   coord:wake:runner:<id>:<queue> for a job (lib_wake), coord:busy.
+
+local expired
+if ARGV[4] ~= '' then
+  expired = {}
+  local prefix = ARGV[4] .. '\t'
+  local only
+  if #ARGV > 4 then
+    only = {}
+    for i = 5, #ARGV do only[ARGV[i]] = true end
+  end
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    if string.sub(m, 1, #prefix) == prefix and (not only or only[string.match(m, '[^\t]*$')]) then expired[#expired + 1] = m end
+  end
+else
+  expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+end
+local moved = {}
+for _, m in ipairs(expired) do
+  redis.call('ZREM', KEYS[1], m)
+  local t1 = string.find(m, '\t', 1, true)
+  local t2 = t1 and string.find(m, '\t', t1 + 1, true)
+  if t2 then
+    local consumer = string.sub(m, 1, t1 - 1)
+    local queue = string.sub(m, t1 + 1, t2 - 1)
+    local item = string.sub(m, t2 + 1)
+    local claim = ''
+    local t3 = string.find(item, '\t', 1, true)
+    if t3 then claim = string.sub(item, t3 + 1); item = string.sub(item, 1, t3 - 1) end
+    local proc = K_PROCESSING .. consumer
+    -- A job that runs under another claim now (this lease is stale: its claim's
+    -- answer was lost, and the job was queued and claimed again since) keeps running:
+    -- only this lease's copy in the processing list goes, never the running claim's,
+    -- and nothing is queued (that would run the job a second time at once).
+    local cur = {}
+    if claim ~= '' and string.match(item, '^' .. K_JOB .. '%d+:%d+$') then cur = redis.call('HMGET', item, 'claim', 'status', 'worker') end
+    if cur[2] == JOB_STARTED and cur[1] and cur[1] ~= claim then
+      if cur[3] ~= consumer or #redis.call('LPOS', proc, item, 'COUNT', 2) > 1 then redis.call('LREM', proc, 1, item) end
+    elseif redis.call('LREM', proc, 1, item) == 1 then
+      redis.call('RPUSH', queue, item)
+      moved[#moved + 1] = queue
+      moved[#moved + 1] = item
+    end
+  end
+end
+if #moved > 0 then
+  local wakers = {}
+  for i = 1, #moved, 2 do
+    local q = moved[i]
+    if q ~= K_MSG_OUT and q ~= K_MSG_IN and not wakers[q] then wakers[q] = wake_targets(q) end
+  end
+  redis.call('SELECT', 0)
+  for i = 1, #moved, 2 do
+    local q = moved[i]
+    if q == K_MSG_OUT or q == K_MSG_IN then
+      redis.call('LPUSH', q == K_MSG_OUT and K_WAKE_MSG_OUT or K_WAKE_MSG_IN, ARGV[3]) -- the routers' wake lists
+    else
+      wake_runners(ARGV[3], q, wakers[q], 1)
+    end
+  end
+  mark_busy(ARGV[3])
+end
+return moved

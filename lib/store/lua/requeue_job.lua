@@ -1,0 +1,24 @@
+-- requeue_job: resets a standalone job that ended for a fresh run (attempts from 1)
+-- and takes it out of the DLQ.
+--
+-- KEYS: [1] job:<caller>:<id>.
+-- ARGV: [1] context id, [2] caller id, [3] job id, [4] actor, [5] now (s), [6] now (ms).
+-- Reply: 1. Errors: NOTFOUND job; CONFLICT the job is started or dispatched.
+-- Also (the prelude's keys): context DB: coord:idx:jobs:<status> (set_job), coord:dlq,
+--   coord:events; DB 0 (SELECT 0): coord:expire.
+
+local ctx, caller, id, actor, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local jk = KEYS[1]
+local st = redis.call('HGET', jk, 'status')
+if not st then return redis.error_reply('NOTFOUND job') end
+if st == JOB_STARTED or st == JOB_DISPATCHED then
+  return redis.error_reply('CONFLICT job ' .. id .. ' is ' .. st .. ', not ended')
+end
+set_job(caller, id, JOB_DISPATCHED, 'updated_at', now_s, 'result', '{}')
+redis.call('HDEL', jk, 'result_json', 'attempt', 'done_attempt', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms',
+  'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms')
+redis.call('ZREM', K_DLQ, caller .. ':' .. id)
+event(EV_JOB_REQUEUED, actor, now_ms, '0', id, caller, JOB_DISPATCHED, 'from the dead-letter queue')
+redis.call('SELECT', 0)
+redis.call('ZREM', K_EXPIRE, ctx .. ':job:' .. caller .. ':' .. id)
+return 1

@@ -1,0 +1,70 @@
+-- retry_flow: re-runs a failed flow's failed and cancelled nodes (fresh attempts),
+-- keeping the completed ones and their results.
+--
+-- KEYS: [1] flow:<flow>, [2] coord:dag:<flow>, [3] coord:flowres:<flow>.
+-- ARGV: [1] context id, [2] flow id, [3] actor, [4] now (s), [5] now (ms).
+-- Reply: {1, ready job ids…} (the caller dispatches them). Errors: NOTFOUND flow;
+--   CONFLICT the flow did not fail, or never started.
+-- Derives, from the flow's job list: context DB: job:<caller>:<id> of its jobs, coord:dlq,
+--   coord:idx:jobs[:<status>], coord:idx:flows[:<status>], coord:events; DB 0
+--   (SELECT 0): coord:flows:active, coord:expire.
+
+local ctx, flow, actor, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local fk, dag, rk = KEYS[1], KEYS[2], KEYS[3]
+local st = redis.call('HGET', fk, 'status')
+if not st then return redis.error_reply('NOTFOUND flow') end
+if st ~= FLOW_ERROR then
+  return redis.error_reply('CONFLICT flow ' .. flow .. ' is ' .. st .. '; only a failed flow can be retried')
+end
+if redis.call('EXISTS', dag) == 0 then
+  return redis.error_reply('CONFLICT flow ' .. flow .. ' never started; start it (flow.start)')
+end
+local caller = redis.call('HGET', fk, 'caller_id') or '0'
+local res = redis.call('HGET', fk, 'result')
+if res and res ~= '' and res ~= '{}' then
+  local ok, m = pcall(cjson.decode, res)
+  if ok and type(m) == 'table' then
+    for k, v in pairs(m) do redis.call('HSET', rk, k, v) end
+  end
+end
+local jobs = cjson.decode(redis.call('HGET', fk, 'jobs') or '[]')
+local rerun = {}
+for _, id in ipairs(jobs) do
+  id = tostring(id)
+  local s = redis.call('HGET', dag, 's:' .. id)
+  if s == NODE_FAILED or s == NODE_CANCELLED then rerun[id] = true end
+end
+local out = {1}
+local terminal = 0
+for _, id in ipairs(jobs) do
+  id = tostring(id)
+  if rerun[id] then
+    local remaining = 0
+    for _, d in ipairs(cjson.decode(redis.call('HGET', dag, 'p:' .. id) or '[]')) do
+      if redis.call('HGET', dag, 's:' .. tostring(d)) ~= NODE_COMPLETED then remaining = remaining + 1 end
+    end
+    local jk = K_JOB .. caller .. ':' .. id
+    redis.call('HDEL', dag, 'e:' .. id, 'due:' .. id)
+    redis.call('HDEL', jk, 'result_json', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms', 'attempt',
+      'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms')
+    redis.call('ZREM', K_DLQ, caller .. ':' .. id)
+    if remaining == 0 then
+      redis.call('HSET', dag, 's:' .. id, NODE_READY, 'r:' .. id, 0, 'a:' .. id, 0)
+      set_job(caller, id, JOB_DISPATCHED, 'updated_at', now_s, 'ready_at_ms', now_ms, 'result', '{}')
+      out[#out + 1] = id
+    else
+      redis.call('HSET', dag, 's:' .. id, NODE_PENDING, 'r:' .. id, remaining, 'a:' .. id, 0)
+      set_job(caller, id, JOB_WAITING_FOR_PREREQUISITES, 'updated_at', now_s, 'result', '{}')
+    end
+  else
+    terminal = terminal + 1
+  end
+end
+redis.call('HSET', dag, 'terminal', terminal, 'failed', 0)
+set_flow(flow, FLOW_STARTED, 'updated_at', now_s)
+redis.call('HDEL', fk, 'error', 'failed_job', 'cancelled_by', 'finished_at', 'finished_at_ms', 'result')
+event(EV_FLOW_RETRIED, actor, now_ms, flow, '0', caller, FLOW_STARTED, (#out - 1) .. ' job(s) ready to run again')
+redis.call('SELECT', 0)
+redis.call('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+redis.call('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)
+return out

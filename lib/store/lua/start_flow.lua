@@ -1,0 +1,57 @@
+-- start_flow: starts a dispatched flow: writes its DAG state, marks the nodes with
+-- no dependency ready and the others waiting. The ready ones' jobs are marked by their
+-- dispatch, which follows at once (the start holds Redis for the whole flow, so it does
+-- only what must be atomic).
+--
+-- KEYS: [1] flow:<flow>, [2] coord:dag:<flow>, [3] coord:flowres:<flow>, [4] coord:events.
+-- ARGV: [1] context id, [2] flow id, [3] caller id, [4] now (s), [5] now (ms), [6] actor,
+--   then per node 5 items: job id, depends (JSON), dependents (JSON), dependency count,
+--   1 when the job holds fields of an earlier run to clear (0: a fresh job).
+-- Reply: {1, ready job ids…} started; {0, status} the flow was not dispatched.
+--   Error NOTFOUND flow.
+-- Derives: context DB: job:<caller>:<id> of the nodes, coord:idx:jobs[:<status>],
+--   coord:idx:flows[:<status>]; DB 0 (SELECT 0): coord:flows:active.
+
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return redis.error_reply('NOTFOUND flow') end
+if st ~= FLOW_DISPATCHED then return {0, st} end
+local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local dag = KEYS[2]
+redis.call('DEL', dag, KEYS[3])
+local total = (#ARGV - 6) / 5
+redis.call('HSET', dag, 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0)
+-- The nodes' fields go into the DAG hash a few hundred at a time (unpack's limit).
+-- Attempt counters (a:) and a ready node's count of dependencies left (r:) start
+-- absent, read as 0.
+local kv = {}
+local function put(...)
+  for _, v in ipairs({...}) do kv[#kv + 1] = v end
+  if #kv >= 400 then redis.call('HSET', dag, unpack(kv)); kv = {} end
+end
+local out = {1}
+for i = 7, #ARGV, 5 do
+  local id, deps, dependents, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  local jk = K_JOB .. caller .. ':' .. id
+  if ARGV[i + 4] == '1' then
+    redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal')
+  end
+  if n == 0 then
+    -- A fresh job is marked (status, empty result, ready time) by its dispatch, which
+    -- follows at once: the start holds Redis for the whole flow, so it does only what
+    -- must be atomic. One that ran before is marked here (its status may already say
+    -- dispatched, which its dispatch would take as marked).
+    put('s:' .. id, NODE_READY, 'p:' .. id, deps, 'd:' .. id, dependents)
+    if ARGV[i + 4] == '1' then set_job(caller, id, JOB_DISPATCHED, 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms) end
+    out[#out + 1] = id
+  else
+    put('s:' .. id, NODE_PENDING, 'r:' .. id, ARGV[i + 3], 'p:' .. id, deps, 'd:' .. id, dependents)
+    set_job(caller, id, JOB_WAITING_FOR_PREREQUISITES, 'result', '{}', 'updated_at', now_s)
+  end
+end
+if #kv > 0 then redis.call('HSET', dag, unpack(kv)) end
+set_flow(flow, FLOW_STARTED, 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
+redis.call('HDEL', KEYS[1], 'error', 'failed_job', 'finished_at', 'finished_at_ms', 'cancelled_by')
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', EV_FLOW_STARTED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'caller_id', caller, 'status', FLOW_STARTED)
+redis.call('SELECT', 0)
+redis.call('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+return out

@@ -1,0 +1,15 @@
+-- trim_events: drops a context's events older than the cutoff, and never those of a
+-- flow or job still kept: the cutoff moves back to the creation of the oldest flow or
+-- job in the indexes (a shortened retention must not take the events of flows retained
+-- under the longer one).
+--
+-- KEYS: [1] coord:events, [2] coord:idx:flows, [3] coord:idx:jobs.
+-- ARGV: [1] cutoff (ms).
+-- Reply: the number of events dropped.
+
+local cutoff = tonumber(ARGV[1])
+for i = 2, 3 do
+  local oldest = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
+  if oldest[2] and tonumber(oldest[2]) < cutoff then cutoff = tonumber(oldest[2]) end
+end
+return redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d', cutoff) .. '-0')

@@ -1,0 +1,95 @@
+package store
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every file under lua/ is a script the store runs, or a library one of them includes.
+func TestEveryLuaFileIsUsed(t *testing.T) {
+	names := map[string]bool{}
+	for _, sc := range scripts {
+		if sc.err != nil {
+			t.Fatal(sc.err)
+		}
+		names[sc.name] = true
+	}
+	entries, err := luaFiles.ReadDir("lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, "lib_") {
+			if !names[name] {
+				t.Errorf("lua/%s is no script of the store's", name)
+			}
+			continue
+		}
+		src, err := luaFiles.ReadFile("lua/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		included := false
+		for _, sc := range scripts {
+			included = included || strings.Contains(sc.src, string(src))
+		}
+		if !included {
+			t.Errorf("library lua/%s is included by no script", name)
+		}
+	}
+}
+
+// claim_message reads the fields of RoutingJobFields (spelled in the script).
+func TestClaimMessageReadsTheRoutingFields(t *testing.T) {
+	src, err := luaFiles.ReadFile("lua/claim_message.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "local JOB_FIELDS = {'" + strings.Join(RoutingJobFields, "', '") + "'}"
+	if !strings.Contains(string(src), want) {
+		t.Fatalf("lua/claim_message.lua does not hold %s", want)
+	}
+}
+
+// The prelude defines each name once, and leaves most of Lua's 200 locals of a chunk to
+// the libraries and the script.
+func TestPreludeNames(t *testing.T) {
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(luaPrelude), "\n") {
+		if strings.HasPrefix(line, "--") {
+			continue
+		}
+		name, _, ok := strings.Cut(strings.TrimPrefix(line, "local "), " = ")
+		if !ok || !strings.HasPrefix(line, "local ") {
+			t.Fatalf("prelude line %q is no local definition", line)
+		}
+		if seen[name] {
+			t.Fatalf("prelude defines %s twice", name)
+		}
+		seen[name] = true
+	}
+	if len(seen) > 120 {
+		t.Fatalf("the prelude defines %d locals; a Lua chunk has 200", len(seen))
+	}
+	for _, want := range []string{"JOB_WAITING_FOR_PREREQUISITES", "FLOW_FINISHED", "NODE_CANCELLED", "MSG_ACKNOWLEDGED", "EV_JOB_DEAD_LETTERED", "K_JOB", "EVENTS_MAXLEN"} {
+		if !seen[want] {
+			t.Errorf("the prelude has no %s", want)
+		}
+	}
+}
+
+// A script gets the prelude's definitions it uses, and only those.
+func TestPreludeForTakesWhatTheCodeUses(t *testing.T) {
+	got := preludeFor("if st == JOB_STARTED then redis.call('DEL', K_JOB_INDEX) end")
+	for _, want := range []string{"local JOB_STARTED = 'started'\n", "local K_JOB_INDEX = 'coord:idx:jobs'\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("prelude for the code lacks %q:\n%s", want, got)
+		}
+	}
+	for _, not := range []string{"local K_JOB = ", "local JOB_FINISHED = ", "local EVENTS_MAXLEN = "} {
+		if strings.Contains(got, not) {
+			t.Errorf("prelude for the code holds %q, which it does not use:\n%s", not, got)
+		}
+	}
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# lua-check (part of make lint): the coordinator's atomic transitions stay in plain
+# sight. It fails on
+#   - a Lua script in a Go string (redis.call in a .go file other than a test): a
+#     script is a .lua file, embedded with go:embed;
+#   - a .lua file without its header (a first line "-- <name>: …", then lines that
+#     start "-- KEYS", "-- ARGV" and "-- Reply"; the lib_*.lua libraries say what they
+#     define instead);
+#   - a Lua string literal that starts with a key prefix of lib/keys (job:, flow:,
+#     message:, runner:, context:, actor:, queue:, msg_, coord:): keys come as KEYS or
+#     from the prelude that lib/store generates from lib/keys (K_*).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fail=0
+
+gofiles=$(git ls-files --cached --others --exclude-standard '*.go' | grep -v '_test\.go$' || true)
+if [ -n "$gofiles" ]; then
+  if out=$(grep -n 'redis\.call(' $gofiles); then
+    echo "lua-check: Lua script in a Go string (put it in a .lua file, go:embed it):"
+    echo "$out"
+    fail=1
+  fi
+fi
+
+for f in $(git ls-files --cached --others --exclude-standard '*.lua'); do
+  name=$(basename "$f" .lua)
+  if ! head -1 "$f" | grep -q "^-- $name: "; then
+    echo "lua-check: $f: the header's first line must be \"-- $name: <what it does>\""
+    fail=1
+  fi
+  case "$name" in
+  lib_*) ;;
+  *)
+    for part in KEYS ARGV Reply; do
+      if ! awk '/^--/ {print; next} {exit}' "$f" | grep -q "^-- $part"; then
+        echo "lua-check: $f: the header has no \"-- $part\" line"
+        fail=1
+      fi
+    done
+    ;;
+  esac
+  # The code of each line (what precedes a "--" comment), then its string literals.
+  if out=$(awk '{ line = $0; sub(/--.*/, "", line); print FILENAME ":" FNR ": " line }' "$f" |
+    grep -E "[\"'](job|flow|message|runner|context|actor|queue|coord):|[\"']msg_"); then
+    echo "lua-check: a key spelled in Lua (pass it as KEYS or use the prelude's K_* from lib/keys):"
+    echo "$out"
+    fail=1
+  fi
+done
+exit $fail

@@ -1,0 +1,232 @@
+// Package hero is the Go client of the Hero coordinator for producers: programs that
+// create, submit, run, wait for and watch jobs and flows. It talks gRPC to
+// supervisor-daemon and signs every call with the actor's Ed25519 key (docs/api.md),
+// or authenticates with an operator secret.
+//
+//	c, err := hero.Dial(hero.Config{Addr: "127.0.0.1:9653", Actor: 1, KeyFile: "actor-1.pem", Context: 1})
+//	job, err := c.RunJob(ctx, &model.Job{ScriptType: model.ScriptSh, Script: "echo hi"}, time.Minute)
+//
+// Objects are lib/model's (model.Job, model.Flow, …): encoded with encoding/json they
+// are the JSON-RPC API's objects. Errors are typed (ErrNotFound, ErrPermissionDenied,
+// ErrInvalidArgument, …; see Error). Idempotent calls are retried on transient faults.
+// docs/sdk-go.md is the guide.
+package hero
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/auth"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// Config says where the API is and who calls it.
+type Config struct {
+	// Addr is supervisor-daemon's gRPC address (host:port); default 127.0.0.1:9653.
+	Addr string
+	// APIURL is the JSON-RPC endpoint, for Call; default https://<Addr's host>:9652/
+	// (http:// with Plaintext).
+	APIURL string
+	// Actor is the actor the client acts as; Key (or KeyFile, a PKCS#8 PEM file)
+	// its private key: every call is signed with it.
+	Actor   uint32
+	Key     ed25519.PrivateKey
+	KeyFile string
+	// AdminSecret is an operator secret: used when there is no key (sent as a bearer
+	// token, acting for Actor when it is set).
+	AdminSecret string
+	// Context is the context the client works in; default 1.
+	Context uint32
+	// TLS is the API's TLS configuration; nil means TLS against the system's roots.
+	TLS *tls.Config
+	// Plaintext talks to an API without TLS (a development stack only).
+	Plaintext bool
+	// CallTimeout bounds each call that has no deadline of its own; default 30s.
+	// Waits (RunJob, WaitFlow, WaitJob, WatchFlow) are bounded by their own arguments.
+	CallTimeout time.Duration
+}
+
+// Client is a connection to the coordinator. It is safe for concurrent use.
+type Client struct {
+	cfg    Config
+	signer *auth.Signer
+	cc     *grpc.ClientConn
+	api    herov1.CoordinatorClient
+	// httpClient sends Call's JSON-RPC requests.
+	httpClient *http.Client
+}
+
+// Dial checks the configuration and opens a client (the connection itself is made at
+// the first call).
+func Dial(cfg Config) (*Client, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:9653"
+	}
+	if cfg.Context == 0 {
+		cfg.Context = 1
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 30 * time.Second
+	}
+	c := &Client{cfg: cfg, httpClient: &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: cfg.TLS}}}
+	if err := c.loadKey(); err != nil {
+		return nil, err
+	}
+	if c.signer == nil && cfg.AdminSecret == "" {
+		return nil, errors.New("hero: no credentials: set Config.Key or KeyFile (with Actor), or AdminSecret")
+	}
+	if cfg.Plaintext && cfg.TLS != nil {
+		return nil, errors.New("hero: Plaintext and TLS exclude each other")
+	}
+	creds := credentials.NewTLS(cfg.TLS)
+	if cfg.Plaintext {
+		creds = insecure.NewCredentials()
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		// Typed errors outermost, then retries; each attempt is signed anew (a new nonce).
+		grpc.WithChainUnaryInterceptor(typedErrors, retryUnary)}
+	if c.signer != nil {
+		opts = append(opts, auth.DialOptions(c.signer)...)
+	} else {
+		opts = append(opts, bearer(cfg.AdminSecret, cfg.Actor)...)
+	}
+	cc, err := grpc.NewClient(cfg.Addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("hero: connect to %s: %w", cfg.Addr, err)
+	}
+	c.cc, c.api = cc, herov1.NewCoordinatorClient(cc)
+	return c, nil
+}
+
+func (c *Client) loadKey() error {
+	key := c.cfg.Key
+	if key == nil && c.cfg.KeyFile != "" {
+		k, err := auth.LoadPrivateKey(c.cfg.KeyFile)
+		if err != nil {
+			return fmt.Errorf("hero: actor %d's key: %w", c.cfg.Actor, err)
+		}
+		key = k
+	}
+	if key == nil {
+		return nil
+	}
+	if c.cfg.Actor == 0 {
+		return errors.New("hero: a key needs Config.Actor, the actor it belongs to")
+	}
+	c.signer = &auth.Signer{Actor: c.cfg.Actor, Key: key}
+	return nil
+}
+
+// bearer sends an operator secret (and the actor acted for) with every call.
+func bearer(secret string, actor uint32) []grpc.DialOption {
+	md := []string{"authorization", "Bearer " + secret}
+	if actor != 0 {
+		md = append(md, auth.MetadataActor, strconv.FormatUint(uint64(actor), 10))
+	}
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, o ...grpc.CallOption) error {
+			return inv(metadata.AppendToOutgoingContext(ctx, md...), method, req, reply, cc, o...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, d *grpc.StreamDesc, cc *grpc.ClientConn, method string, st grpc.Streamer, o ...grpc.CallOption) (grpc.ClientStream, error) {
+			return st(metadata.AppendToOutgoingContext(ctx, md...), d, cc, method, o...)
+		}),
+	}
+}
+
+// Close closes the connections.
+func (c *Client) Close() error {
+	c.httpClient.CloseIdleConnections()
+	return c.cc.Close()
+}
+
+// Context is the context the client works in.
+func (c *Client) Context() uint32 { return c.cfg.Context }
+
+// Actor is the actor the client acts as (0 for an operator acting for nobody).
+func (c *Client) Actor() uint32 { return c.cfg.Actor }
+
+// API is the generated gRPC client on the same signed connection, for the calls this
+// package does not wrap (actors, contexts, runners, the dead-letter queue, …).
+func (c *Client) API() herov1.CoordinatorClient { return c.api }
+
+// Dispatcher is the Hero Dispatcher API (operator secret) on the same connection.
+func (c *Client) Dispatcher() herov1.DispatcherClient { return herov1.NewDispatcherClient(c.cc) }
+
+// callCtx bounds a call by the configured timeout unless ctx has a deadline.
+func (c *Client) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.cfg.CallTimeout)
+}
+
+// idempotentCalls may be sent again after a transient fault: reads, waits, and
+// changes that a second time leave as the first did.
+var idempotentCalls = map[string]bool{
+	"GetActor": true, "GetContext": true, "GetRunner": true, "ListRunners": true, "GetJob": true, "ListJobs": true,
+	"GetJobLogs": true, "GetFlow": true, "ListFlows": true, "GetFlowDag": true, "WaitFlow": true, "StartFlow": true,
+	"CancelFlow": true, "ListDLQ": true, "ShowDLQ": true, "GetMessage": true, "ReadEvents": true, "ListOperatorSecrets": true,
+	"JobStatus": true, "JobLogs": true,
+}
+
+// Retryable says whether a call that failed with err may be sent again: the server (or
+// its Redis) was briefly unavailable, or the caller was rate limited.
+func Retryable(err error) bool {
+	c := status.Code(err)
+	return c == codes.Unavailable || c == codes.ResourceExhausted
+}
+
+// retryUnary retries an idempotent call on a transient fault, with backoff from 100 ms
+// to 2 s (or the server's retry hint), until the call's deadline.
+func retryUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil || !(idempotentCalls[path.Base(method)] || ctx.Value(retryableKey{}) != nil) || !Retryable(err) {
+			return err
+		}
+		wait := retryDelay(err, backoff)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// retryDelay is the server's retry hint, else the backoff.
+func retryDelay(err error, backoff time.Duration) time.Duration {
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.RetryDelay != nil {
+			return ri.RetryDelay.AsDuration()
+		}
+	}
+	return backoff
+}
+
+// typedErrors turns a call's gRPC status into an *Error.
+func typedErrors(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return wrap(invoker(ctx, method, req, reply, cc, opts...))
+}

@@ -1,0 +1,263 @@
+package hero
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/protoconv"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// CreateFlow stores a flow of existing jobs (f.Jobs) of one caller; StartFlow runs it.
+func (c *Client) CreateFlow(ctx context.Context, f *model.Flow) (*model.Flow, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	pb := protoconv.FlowToPB(f)
+	pb.ContextId = c.cfg.Context
+	r, err := c.api.CreateFlow(ctx, &herov1.CreateFlowRequest{ContextId: c.cfg.Context, Flow: pb})
+	if err != nil {
+		return nil, err
+	}
+	return flowOf(r.Flow), nil
+}
+
+// flowCall is one of the calls that take a flow id and answer with the flow.
+func (c *Client) flowCall(ctx context.Context, id uint32, call func(context.Context, uint32) (*herov1.Flow, error)) (*model.Flow, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	f, err := call(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return flowOf(f), nil
+}
+
+// StartFlow checks a flow's DAG and starts it.
+func (c *Client) StartFlow(ctx context.Context, id uint32) (*model.Flow, error) {
+	return c.flowCall(ctx, id, func(ctx context.Context, id uint32) (*herov1.Flow, error) {
+		r, err := c.api.StartFlow(ctx, &herov1.StartFlowRequest{ContextId: c.cfg.Context, Id: id})
+		return r.GetFlow(), err
+	})
+}
+
+// GetFlow loads a flow; while it runs, its result map so far.
+func (c *Client) GetFlow(ctx context.Context, id uint32) (*model.Flow, error) {
+	return c.flowCall(ctx, id, func(ctx context.Context, id uint32) (*herov1.Flow, error) {
+		r, err := c.api.GetFlow(ctx, &herov1.GetFlowRequest{ContextId: c.cfg.Context, Id: id})
+		return r.GetFlow(), err
+	})
+}
+
+// CancelFlow stops a flow's running jobs; its pending ones never start.
+func (c *Client) CancelFlow(ctx context.Context, id uint32) (*model.Flow, error) {
+	return c.flowCall(ctx, id, func(ctx context.Context, id uint32) (*herov1.Flow, error) {
+		r, err := c.api.CancelFlow(ctx, &herov1.CancelFlowRequest{ContextId: c.cfg.Context, Id: id})
+		return r.GetFlow(), err
+	})
+}
+
+// RetryFlow runs a failed flow's failed and cancelled jobs again, keeping the
+// finished ones.
+func (c *Client) RetryFlow(ctx context.Context, id uint32) (*model.Flow, error) {
+	return c.flowCall(ctx, id, func(ctx context.Context, id uint32) (*herov1.Flow, error) {
+		r, err := c.api.RetryFlow(ctx, &herov1.RetryFlowRequest{ContextId: c.cfg.Context, Id: id})
+		return r.GetFlow(), err
+	})
+}
+
+// DeleteFlow deletes an ended (or, with force, running) flow with its jobs.
+func (c *Client) DeleteFlow(ctx context.Context, id uint32, force bool) error {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	_, err := c.api.DeleteFlow(ctx, &herov1.DeleteFlowRequest{ContextId: c.cfg.Context, Id: id, Force: force})
+	return err
+}
+
+// ListFlows lists the context's flows, newest first.
+func (c *Client) ListFlows(ctx context.Context, o ListOptions) (*Page[*model.Flow], error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	r, err := c.api.ListFlows(ctx, &herov1.ListFlowsRequest{ContextId: c.cfg.Context, Status: o.Status, Limit: o.Limit, Cursor: o.Cursor})
+	if err != nil {
+		return nil, err
+	}
+	out := &Page[*model.Flow]{Items: []*model.Flow{}, NextCursor: r.NextCursor}
+	for _, f := range r.Flows {
+		out.Items = append(out.Items, flowOf(f))
+	}
+	return out, nil
+}
+
+// FlowDAG is a flow with each job's place and state.
+func (c *Client) FlowDAG(ctx context.Context, id uint32) (*DAG, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	r, err := c.api.GetFlowDag(ctx, &herov1.GetFlowDagRequest{ContextId: c.cfg.Context, Id: id})
+	if err != nil {
+		return nil, err
+	}
+	return dagOf(r), nil
+}
+
+// WaitFlow waits up to wait (0: the server's default, 5 minutes; at most an hour)
+// until a flow ends, and returns it: look at its Status (model.FlowFinished or
+// model.FlowError) and Error. A flow still running then is ErrTimeout.
+func (c *Client) WaitFlow(ctx context.Context, id uint32, wait time.Duration) (*model.Flow, error) {
+	bound := wait
+	if bound <= 0 {
+		bound = 5 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound+30*time.Second)
+	defer cancel()
+	r, err := c.api.WaitFlow(ctx, &herov1.WaitFlowRequest{ContextId: c.cfg.Context, Id: id, Timeout: uint32(wait / time.Second)})
+	if err != nil {
+		return nil, err
+	}
+	return flowOf(r.Flow), nil
+}
+
+// FlowSpec describes a flow to submit: its jobs by name, each naming the jobs it
+// depends on.
+type FlowSpec struct {
+	ID   uint32            // 0: the server picks it
+	Env  map[string]string // the flow's environment, given to every job
+	Jobs []FlowJob
+}
+
+// FlowJob is one job of a FlowSpec; Job.Dependends is filled in from Depends.
+type FlowJob struct {
+	Name    string
+	Depends []string
+	Job     model.Job
+}
+
+// SubmittedFlow is a started flow and its jobs' ids by name.
+type SubmittedFlow struct {
+	Flow *model.Flow
+	Jobs map[string]uint32
+}
+
+// Order checks the spec's names and dependencies and returns its jobs' indexes in an
+// order where every job follows its dependencies (stable by position).
+func (s *FlowSpec) Order() ([]int, error) {
+	if len(s.Jobs) == 0 {
+		return nil, errors.New("a flow needs at least one job")
+	}
+	byName := map[string]int{}
+	for i, j := range s.Jobs {
+		if j.Name == "" {
+			return nil, fmt.Errorf("job %d has no name", i+1)
+		}
+		if _, dup := byName[j.Name]; dup {
+			return nil, fmt.Errorf("job name %q used twice", j.Name)
+		}
+		byName[j.Name] = i
+	}
+	for _, j := range s.Jobs {
+		for _, d := range j.Depends {
+			if _, ok := byName[d]; !ok {
+				return nil, fmt.Errorf("job %q depends on %q, which is not a job of this flow", j.Name, d)
+			}
+		}
+	}
+	return topoOrder(s.Jobs, byName)
+}
+
+// topoOrder is Kahn's algorithm, stable by position; a cycle is an error.
+func topoOrder(jobs []FlowJob, byName map[string]int) ([]int, error) {
+	done := make([]bool, len(jobs))
+	order := make([]int, 0, len(jobs))
+	for len(order) < len(jobs) {
+		progress := false
+		for i, j := range jobs {
+			if !done[i] && allDone(j.Depends, byName, done) {
+				done[i], progress = true, true
+				order = append(order, i)
+			}
+		}
+		if !progress {
+			var left []string
+			for i, j := range jobs {
+				if !done[i] {
+					left = append(left, j.Name)
+				}
+			}
+			return nil, fmt.Errorf("dependency cycle among jobs %s", strings.Join(left, ", "))
+		}
+	}
+	return order, nil
+}
+
+func allDone(deps []string, byName map[string]int, done []bool) bool {
+	for _, d := range deps {
+		if !done[byName[d]] {
+			return false
+		}
+	}
+	return true
+}
+
+// SubmitFlow creates the spec's jobs (dependencies first), the flow, and starts it.
+// Jobs made before a failure stay (delete them, or submit again with their ids).
+func (c *Client) SubmitFlow(ctx context.Context, spec FlowSpec) (*SubmittedFlow, error) {
+	order, err := spec.Order()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	out := &SubmittedFlow{Jobs: map[string]uint32{}}
+	var ids []uint32
+	for _, i := range order {
+		fj := spec.Jobs[i]
+		j := fj.Job
+		j.Dependends = nil
+		for _, d := range fj.Depends {
+			j.Dependends = append(j.Dependends, out.Jobs[d])
+		}
+		made, err := c.CreateJob(ctx, &j)
+		if err != nil {
+			return nil, fmt.Errorf("create job %q: %w", fj.Name, err)
+		}
+		out.Jobs[fj.Name] = made.ID
+		ids = append(ids, made.ID)
+	}
+	f, err := c.CreateFlow(ctx, &model.Flow{ID: spec.ID, Jobs: ids, EnvVars: spec.Env})
+	if err != nil {
+		return nil, fmt.Errorf("create flow: %w", err)
+	}
+	if out.Flow, err = c.StartFlow(ctx, f.ID); err != nil {
+		return nil, fmt.Errorf("start flow %d: %w", f.ID, err)
+	}
+	return out, nil
+}
+
+// CopyFlowLogs writes the log of every job of a flow to w, one after the other in the
+// flow's order, each under a line "== job <id> (<type>) ==". With follow it waits for
+// each job's log to be whole before the next one (until ctx ends).
+func (c *Client) CopyFlowLogs(ctx context.Context, id uint32, w io.Writer, follow bool) error {
+	f, err := c.GetFlow(ctx, id)
+	if err != nil {
+		return err
+	}
+	dag, err := c.FlowDAG(ctx, id)
+	if err != nil {
+		return err
+	}
+	types := map[uint32]string{}
+	for _, n := range dag.Nodes {
+		types[n.ID] = n.ScriptType
+	}
+	for _, jid := range f.Jobs {
+		if _, err := fmt.Fprintf(w, "== job %d (%s) ==\n", jid, types[jid]); err != nil {
+			return err
+		}
+		if err := c.CopyJobLogs(ctx, f.CallerID, jid, w, follow); err != nil {
+			return fmt.Errorf("job %d: %w", jid, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package hero
+
+import (
+	"reflect"
+	"strings"
+
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/protoconv"
+	"github.com/hero-coordinator/hero/lib/store"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// Page is one page of a list, newest first; NextCursor fetches the next ("" at the end).
+type Page[T any] struct {
+	Items      []T    `json:"items"`
+	NextCursor string `json:"next_cursor"`
+}
+
+// ListOptions filter and page a list.
+type ListOptions struct {
+	Status string // only objects in this status ("" for all)
+	Limit  uint32 // page size (0: the server's default, 100)
+	Cursor string // from the previous page's NextCursor
+}
+
+// Logs is a piece of a job's log from an offset.
+type Logs struct {
+	Logs       string `json:"logs"`
+	NextOffset int64  `json:"next_offset"`
+	Complete   bool   `json:"complete"` // the job has ended and the log is whole
+}
+
+// DAG is a flow with each job's place and state (flow.dag).
+type DAG struct {
+	Flow  *model.Flow `json:"flow"`
+	Nodes []*DagNode  `json:"nodes"`
+}
+
+// DagNode is one job of a DAG.
+type DagNode struct {
+	ID         uint32           `json:"id"`
+	Depends    []uint32         `json:"depends"`
+	Dependents []uint32         `json:"dependents"`
+	NodeStatus model.NodeStatus `json:"node_status"`
+	JobStatus  model.JobStatus  `json:"job_status"`
+	Attempt    uint32           `json:"attempt"`
+	Error      string           `json:"error,omitempty"`
+	ScriptType string           `json:"script_type"`
+}
+
+// Event is one entry of a context's event stream.
+type Event = store.Event
+
+// Events is a page of events; Next is the position to read after.
+type Events struct {
+	Events []Event `json:"events"`
+	Next   string  `json:"next"`
+}
+
+// The objects as the JSON-RPC API gives them: the seed's lists and maps are empty,
+// never null (a gRPC message cannot tell the two apart).
+
+func jobOf(j *herov1.Job) *model.Job    { return emptyNotNil(protoconv.JobFromPB(j)) }
+func flowOf(f *herov1.Flow) *model.Flow { return emptyNotNil(protoconv.FlowFromPB(f)) }
+func eventOf(e *herov1.Event) Event {
+	return store.Event{ID: e.Id, TimeMs: e.TimeMs, Type: e.Type, Actor: e.Actor, ContextID: e.ContextId, FlowID: e.FlowId, JobID: e.JobId, CallerID: e.CallerId, Status: e.Status, Detail: e.Detail}
+}
+func actorOf(a *herov1.Actor) *model.Actor { return emptyNotNil(protoconv.ActorFromPB(a)) }
+
+// ContextOf converts a gRPC context into the API's object.
+func ContextOf(c *herov1.Context) *model.Context { return emptyNotNil(protoconv.ContextFromPB(c)) }
+
+// ActorOf converts a gRPC actor into the API's object.
+func ActorOf(a *herov1.Actor) *model.Actor { return actorOf(a) }
+
+// JobOf converts a gRPC job into the API's object.
+func JobOf(j *herov1.Job) *model.Job { return jobOf(j) }
+
+// FlowOf converts a gRPC flow into the API's object.
+func FlowOf(f *herov1.Flow) *model.Flow { return flowOf(f) }
+
+// RunnerOf converts a gRPC runner into the API's object.
+func RunnerOf(r *herov1.Runner) *model.Runner {
+	out := protoconv.RunnerFromPB(r)
+	for _, p := range r.GetProcesses() {
+		out.Processes = append(out.Processes, model.RunnerProcess{ID: p.Id, LastHeartbeat: p.LastHeartbeatMs})
+	}
+	return out
+}
+
+func dagOf(d *herov1.GetFlowDagResponse) *DAG {
+	out := &DAG{Flow: flowOf(d.Flow), Nodes: []*DagNode{}}
+	for _, n := range d.Nodes {
+		out.Nodes = append(out.Nodes, &DagNode{ID: n.Id, Depends: nonNil(n.Depends), Dependents: nonNil(n.Dependents),
+			NodeStatus: model.NodeStatus(n.NodeStatus), JobStatus: model.JobStatus(n.JobStatus), Attempt: n.Attempt, Error: n.Error, ScriptType: n.ScriptType})
+	}
+	return out
+}
+
+func nonNil(ids []uint32) []uint32 {
+	if ids == nil {
+		return []uint32{}
+	}
+	return ids
+}
+
+// emptyNotNil makes the nil slices and maps of a struct's fields that are always in
+// its JSON (no omitempty) empty ones.
+func emptyNotNil[T any](p *T) *T {
+	v := reflect.ValueOf(p).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		tag := t.Field(i).Tag.Get("json")
+		if tag == "-" || strings.Contains(tag, "omitempty") {
+			continue
+		}
+		f := v.Field(i)
+		switch {
+		case f.Kind() == reflect.Slice && f.IsNil() && f.Type().Elem().Kind() != reflect.Uint8:
+			f.Set(reflect.MakeSlice(f.Type(), 0, 0))
+		case f.Kind() == reflect.Map && f.IsNil():
+			f.Set(reflect.MakeMap(f.Type()))
+		}
+	}
+	return p
+}

@@ -1,0 +1,79 @@
+package hero
+
+import (
+	"context"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/model"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// SubmitOptions make a submission unique: while UniqueKey lasts (UniqueTTL, 1 s to 30
+// days, required with a key), a submission with the same key returns the job it
+// names instead of making a new one; such a submission is safe to retry, and is
+// retried.
+type SubmitOptions struct {
+	UniqueKey string
+	UniqueTTL time.Duration
+}
+
+// Submitted is a submitted job; Existing says the unique key (or the job's chosen id)
+// named a job that exists, which is returned instead of a new one.
+type Submitted struct {
+	Job      *model.Job `json:"job"`
+	Existing bool       `json:"existing"`
+}
+
+// SubmitItem is one job of SubmitBatch.
+type SubmitItem struct {
+	Job *model.Job
+	SubmitOptions
+}
+
+// Submit creates a standalone job and queues it, and returns at once (job.submit):
+// WaitJob waits for its end, CopyJobLogs reads its log.
+func (c *Client) Submit(ctx context.Context, j *model.Job, o SubmitOptions) (*Submitted, error) {
+	if o.UniqueKey != "" {
+		ctx = retryable(ctx)
+	}
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	r, err := c.api.SubmitJob(ctx, &herov1.SubmitJobRequest{ContextId: c.cfg.Context, Job: c.jobPB(j),
+		UniqueKey: o.UniqueKey, UniqueTtlSeconds: uint32(o.UniqueTTL / time.Second)})
+	if err != nil {
+		return nil, err
+	}
+	return &Submitted{Job: jobOf(r.Job), Existing: r.Existing}, nil
+}
+
+// SubmitBatch submits up to 1,000 jobs in one call and one Redis step: all of them,
+// or (one refused) none. The answer lists them in order.
+func (c *Client) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submitted, error) {
+	req := &herov1.SubmitJobsRequest{ContextId: c.cfg.Context}
+	unique := true
+	for _, it := range items {
+		req.Jobs = append(req.Jobs, &herov1.SubmitJobItem{Job: c.jobPB(it.Job), UniqueKey: it.UniqueKey, UniqueTtlSeconds: uint32(it.UniqueTTL / time.Second)})
+		unique = unique && it.UniqueKey != ""
+	}
+	if unique {
+		ctx = retryable(ctx)
+	}
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	r, err := c.api.SubmitJobs(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Submitted, len(r.Items))
+	for i, it := range r.Items {
+		out[i] = Submitted{Job: jobOf(it.Job), Existing: it.Existing}
+	}
+	return out, nil
+}
+
+// retryableKey marks a call that is safe to send again (a unique submission).
+type retryableKey struct{}
+
+func retryable(ctx context.Context) context.Context {
+	return context.WithValue(ctx, retryableKey{}, true)
+}

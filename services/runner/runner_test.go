@@ -1,0 +1,396 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/config"
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/sandbox"
+	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
+	"github.com/hero-coordinator/hero/lib/testutil/storetest"
+)
+
+var srv *redistest.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
+
+// testCtx is the context the tests' runner serves.
+const testCtx = 5
+
+// harness is one test's store, context and runner (run by start until the test ends).
+type harness struct {
+	t    *testing.T
+	s    *store.Store
+	db   *store.DB
+	cfg  *Config
+	r    *runner
+	dir  string // a directory the (unsandboxed) jobs may write pid files into
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// newHarness makes context testCtx with runner 1's record, and a runner configured
+// from flags as the binary is (args add to the defaults), unsandboxed.
+func newHarness(t *testing.T, args ...string) *harness {
+	t.Helper()
+	srv.Flush(t)
+	ctx := context.Background()
+	s, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if _, _, err := s.CreateContext(ctx, &model.Context{ID: testCtx, Admins: []uint32{1}}, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateRunner(ctx, testCtx, &model.Runner{ID: 1, Local: true}, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	db, err := s.Ctx(testCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	cfg := &Config{}
+	fs := config.NewFlagSet("runner", summary)
+	cfg.RegisterFlags(fs)
+	fs.SetEnvLookup(func(string) (string, bool) { return "", false })
+	base := []string{"--redis-url", srv.URL, "--runner-id", "1", "--contexts", strconv.Itoa(testCtx), "--worker-id", "test-runner",
+		"--sandbox", "none", "--sandbox-uid", "0", "--work-dir", work, "--interpreters", "sh=/bin/sh", "--concurrency", "4"}
+	if err := fs.Parse(append(base, args...), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sandbox.New(ctx, cfg.Sandbox.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRunner(runnerParams{store: s, log: zerolog.Nop(), reg: prometheus.NewRegistry(), cfg: cfg, sandbox: sb})
+	return &harness{t: t, s: s, db: db, cfg: cfg, r: r, dir: t.TempDir()}
+}
+
+// start runs the runner until the test ends (or shutdown), and waits until it
+// serves the test's context.
+func (h *harness) start() {
+	h.t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	h.stop, h.done = stop, make(chan struct{})
+	go func() {
+		defer close(h.done)
+		_ = h.r.run(ctx)
+	}()
+	h.t.Cleanup(h.shutdown)
+	h.waitFor("the runner serves its context", 10*time.Second, func() bool {
+		return slices.Contains(h.r.servedContexts(), testCtx)
+	})
+}
+
+// shutdown stops the runner as SIGTERM does and waits for its drain to end.
+func (h *harness) shutdown() {
+	h.stop()
+	<-h.done
+}
+
+// waitFor waits until cond holds, failing the test after the deadline.
+func (h *harness) waitFor(what string, deadline time.Duration, cond func() bool) {
+	h.t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(end) {
+			h.t.Fatalf("timed out after %s waiting until %s", deadline, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// submit makes a one-job flow of an sh script, starts it and puts the job on the sh
+// queue with its wake token, as the router does.
+func (h *harness) submit(script string, timeout uint32) *model.Job {
+	h.t.Helper()
+	ctx := context.Background()
+	j, _, err := h.s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: testCtx, Script: script, ScriptType: "sh", Timeout: timeout}, "1")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	f, _, err := h.s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: testCtx, Jobs: []uint32{j.ID}}, "1")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	storetest.StartFlow(h.t, h.db, f)
+	if err := h.db.Enqueue(ctx, keys.Queue("sh"), keys.Job(1, j.ID)); err != nil {
+		h.t.Fatal(err)
+	}
+	return j
+}
+
+// job reads a job back.
+func (h *harness) job(id uint32) *model.Job {
+	h.t.Helper()
+	j, err := h.db.LoadJob(context.Background(), 1, id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return j
+}
+
+// waitStatus waits until a job has one of the statuses and returns it.
+func (h *harness) waitStatus(id uint32, deadline time.Duration, statuses ...model.JobStatus) *model.Job {
+	h.t.Helper()
+	var j *model.Job
+	h.waitFor(fmt.Sprintf("job %d is %v", id, statuses), deadline, func() bool {
+		j = h.job(id)
+		return slices.Contains(statuses, j.Status)
+	})
+	return j
+}
+
+// pidScript writes its shell's pid into the harness directory, then runs body (exec
+// keeps the pid).
+func (h *harness) pidScript(name, body string) string {
+	return fmt.Sprintf("echo $$ > %s\nexec %s\n", filepath.Join(h.dir, name), body)
+}
+
+// pid reads a pid written by pidScript, waiting for it.
+func (h *harness) pid(name string) int {
+	h.t.Helper()
+	var pid int
+	h.waitFor("the job wrote its pid", 10*time.Second, func() bool {
+		b, err := os.ReadFile(filepath.Join(h.dir, name))
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	return pid
+}
+
+// gone says whether a process has ended (and was reaped).
+func gone(pid int) bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) }
+
+// leaseExpiry is the lease expiry (Unix ms) of the claim on a job, 0 when none holds it.
+func (h *harness) leaseExpiry(id uint32) float64 {
+	h.t.Helper()
+	rc := srv.Client(h.t, testCtx)
+	ms, err := rc.ZRangeWithScores(context.Background(), keys.Leases, 0, -1).Result()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, m := range ms {
+		if strings.Contains(fmt.Sprint(m.Member), keys.Job(1, id)) {
+			return m.Score
+		}
+	}
+	return 0
+}
+
+// A job on a served queue is claimed, run, and its end written: the result file's
+// pairs and stdout in the result, this process named as its worker, nothing left on
+// the queue or in the leases.
+func TestClaimRunsTheJobAndWritesItsEnd(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	j := h.submit("echo out; echo ANSWER=42 >> \"$HERO_RESULT_FILE\"; echo CTX=$HERO_CONTEXT_ID >> \"$HERO_RESULT_FILE\"", 0)
+	got := h.waitStatus(j.ID, 15*time.Second, model.JobFinished, model.JobError)
+	if got.Status != model.JobFinished || got.Result["output"] != "out\n" || got.Result["ANSWER"] != "42" || got.Result["CTX"] != strconv.Itoa(testCtx) {
+		t.Fatalf("job after its run: status %s error %q result %v", got.Status, got.Error, got.Result)
+	}
+	if got.Worker != "test-runner" {
+		t.Fatalf("job's worker %q, want the runner's --worker-id test-runner", got.Worker)
+	}
+	rc := srv.Client(t, testCtx)
+	if n := rc.LLen(context.Background(), keys.Queue("sh")).Val(); n != 0 {
+		t.Fatalf("%d items left on the queue after the claim", n)
+	}
+	if n := rc.ZCard(context.Background(), keys.Leases).Val(); n != 0 {
+		t.Fatalf("%d leases left after the job's end", n)
+	}
+	if n := testutil.ToFloat64(h.r.m.finished.WithLabelValues("sh")); n != 1 {
+		t.Fatalf("hero_jobs_finished_total{script_type=sh} = %v, want 1", n)
+	}
+}
+
+// A claim takes only jobs of the queues it serves: a python job waits on its queue
+// while the runner (sh only) runs the sh job behind it.
+func TestClaimTakesOnlyServedQueues(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	ctx := context.Background()
+	py, _, err := h.s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: testCtx, Script: "print(1)", ScriptType: "python"}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := h.s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: testCtx, Jobs: []uint32{py.ID}}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.StartFlow(t, h.db, f)
+	if err := h.db.Enqueue(ctx, keys.Queue("python"), keys.Job(1, py.ID)); err != nil {
+		t.Fatal(err)
+	}
+	sh := h.submit("true", 0)
+	h.waitStatus(sh.ID, 15*time.Second, model.JobFinished)
+	if got := h.job(py.ID); got.Status != model.JobDispatched || got.Worker != "" {
+		t.Fatalf("python job taken by an sh-only runner: status %s worker %q", got.Status, got.Worker)
+	}
+	if n := srv.Client(t, testCtx).LLen(ctx, keys.Queue("python")).Val(); n != 1 {
+		t.Fatalf("python queue holds %d items, want its job still waiting", n)
+	}
+}
+
+// A run longer than the lease keeps its lease: the runner pushes the expiry out every
+// heartbeat, so that a sweep after the first lease would have ended finds nothing to
+// requeue, and the job runs once.
+func TestLeaseIsExtendedWhileTheJobRuns(t *testing.T) {
+	h := newHarness(t, "--lease", "1s", "--heartbeat", "200ms")
+	h.start()
+	j := h.submit("sleep 2.5; echo done", 0)
+	h.waitStatus(j.ID, 10*time.Second, model.JobStarted)
+	first := h.leaseExpiry(j.ID)
+	if first == 0 {
+		t.Fatal("no lease held on the started job")
+	}
+	h.waitFor("the lease is extended past its first expiry", 5*time.Second, func() bool {
+		return h.leaseExpiry(j.ID) > first+500
+	})
+	// The first lease has ended by now: a sweep would requeue the job if it had not
+	// been extended.
+	h.waitFor("the first lease's expiry has passed", 5*time.Second, func() bool {
+		return float64(time.Now().UnixMilli()) > first+100
+	})
+	moved, err := h.db.RequeueExpired(context.Background(), time.Now(), 100)
+	if err != nil || len(moved) != 0 {
+		t.Fatalf("sweep after the first lease's expiry moved %v (%v): the lease was not extended", moved, err)
+	}
+	got := h.waitStatus(j.ID, 10*time.Second, model.JobFinished, model.JobError)
+	if got.Status != model.JobFinished || got.Result["output"] != "done\n" {
+		t.Fatalf("job after a run longer than its lease: status %s error %q result %v", got.Status, got.Error, got.Result)
+	}
+	if n := testutil.ToFloat64(h.r.m.started.WithLabelValues("sh")); n != 1 {
+		t.Fatalf("the job was started %v times, want once", n)
+	}
+}
+
+// A lease found lost at an extension (the job went back to its queue for another
+// runner) stops the run here: its process group is killed and no end is written.
+func TestLostLeaseStopsTheRun(t *testing.T) {
+	h := newHarness(t, "--lease", "1s", "--heartbeat", "200ms")
+	h.start()
+	j := h.submit(h.pidScript("lost", "sleep 30"), 0)
+	h.waitStatus(j.ID, 10*time.Second, model.JobStarted)
+	pid := h.pid("lost")
+	// What a sweep does once a lease expired: the claim is gone.
+	rc := srv.Client(t, testCtx)
+	members := rc.ZRange(context.Background(), keys.Leases, 0, -1).Val()
+	if len(members) != 1 {
+		t.Fatalf("leases %v, want the job's one", members)
+	}
+	if err := rc.ZRem(context.Background(), keys.Leases, members[0]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the run stops", 10*time.Second, func() bool { return gone(pid) && h.r.core.Len() == 0 })
+	h.waitFor("the lost lease is counted", 5*time.Second, func() bool { return testutil.ToFloat64(h.r.m.lostLeases) == 1 })
+	if got := h.job(j.ID); got.Status != model.JobStarted || got.Error != "" {
+		t.Fatalf("a run whose lease was lost wrote an end: status %s error %q", got.Status, got.Error)
+	}
+}
+
+// A stop request (the job's worker's control list, as RequestStop pushes it) kills
+// the running job's process group; the job ends in error "stopped", fatal.
+func TestStopRequestKillsTheRunningJob(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	j := h.submit(h.pidScript("stop", "sleep 30"), 0)
+	h.waitStatus(j.ID, 10*time.Second, model.JobStarted)
+	pid := h.pid("stop")
+	worker, _, err := h.db.RequestStop(context.Background(), 1, j.ID, "1")
+	if err != nil || worker != "test-runner" {
+		t.Fatalf("stop request: worker %q, %v", worker, err)
+	}
+	got := h.waitStatus(j.ID, 10*time.Second, model.JobError, model.JobFinished)
+	if got.Status != model.JobError || got.Error != "stopped" || !got.Fatal {
+		t.Fatalf("stopped job: status %s error %q fatal %v", got.Status, got.Error, got.Fatal)
+	}
+	h.waitFor("the job's process is gone", 5*time.Second, func() bool { return gone(pid) })
+	if h.r.stop(model.JobRef{ContextID: testCtx, CallerID: 1, ID: j.ID}, "stopped") {
+		t.Fatal("stop found the ended job still running")
+	}
+}
+
+// A job's timeout kills its process group: error "timeout".
+func TestTimeoutKillsTheRun(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	j := h.submit(h.pidScript("timeout", "sleep 30"), 1)
+	pid := h.pid("timeout")
+	got := h.waitStatus(j.ID, 10*time.Second, model.JobError, model.JobFinished)
+	if got.Status != model.JobError || got.Error != "timeout" {
+		t.Fatalf("job over its timeout: status %s error %q", got.Status, got.Error)
+	}
+	h.waitFor("the job's process is gone", 5*time.Second, func() bool { return gone(pid) })
+}
+
+// At shutdown a running job that ends within --shutdown-timeout finishes, and its end
+// is written.
+func TestDrainLetsRunningJobsFinish(t *testing.T) {
+	h := newHarness(t, "--shutdown-timeout", "20s")
+	h.start()
+	j := h.submit("sleep 0.5; echo drained", 0)
+	h.waitStatus(j.ID, 10*time.Second, model.JobStarted)
+	h.shutdown()
+	got := h.job(j.ID)
+	if got.Status != model.JobFinished || got.Result["output"] != "drained\n" {
+		t.Fatalf("job running at shutdown: status %s error %q result %v", got.Status, got.Error, got.Result)
+	}
+}
+
+// At shutdown a job still running after --shutdown-timeout is stopped (its process
+// group killed) and handed back to its queue for another runner, with no end written.
+func TestDrainHandsBackJobsOverTheTimeout(t *testing.T) {
+	h := newHarness(t, "--shutdown-timeout", "300ms")
+	h.start()
+	j := h.submit(h.pidScript("drain", "sleep 30"), 0)
+	h.waitStatus(j.ID, 10*time.Second, model.JobStarted)
+	pid := h.pid("drain")
+	start := time.Now()
+	h.shutdown()
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("shutdown took %s with a 300ms drain", d)
+	}
+	h.waitFor("the job's process is gone", 5*time.Second, func() bool { return gone(pid) })
+	ctx := context.Background()
+	rc := srv.Client(t, testCtx)
+	items, err := rc.LRange(ctx, keys.Queue("sh"), 0, -1).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	if !slices.Contains(items, keys.Job(1, j.ID)) {
+		t.Fatalf("queue %v after the drain: the job was not handed back", items)
+	}
+	if n := rc.ZCard(ctx, keys.Leases).Val(); n != 0 {
+		t.Fatalf("%d leases held after the hand-back", n)
+	}
+	if got := h.job(j.ID); got.Status == model.JobFinished || got.Status == model.JobError {
+		t.Fatalf("a handed-back job got an end: status %s error %q", got.Status, got.Error)
+	}
+}

@@ -1,0 +1,196 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+	"github.com/hero-coordinator/hero/tests/e2e/harness"
+)
+
+// BenchmarkPeers is this stack's half of `make bench-peers` (bench/peers runs asynq's
+// half and alternates the two): the workloads of issue 23 through the public API as a
+// producer uses it (signed requests, TLS to the API, mutual TLS between the services),
+// no-op handler jobs of the Go example executor. It prints one "PEERS hero <figure>
+// <value>" line per figure. HERO_PEERS_N (default 20000) and HERO_PEERS_C (32) size (a).
+func BenchmarkPeers(b *testing.B) {
+	if os.Getenv("HERO_BENCH_PEERS") == "" {
+		b.Skip("set HERO_BENCH_PEERS=1 (make bench-peers)")
+	}
+	n, conc := envInt("HERO_PEERS_N", 20000), envInt("HERO_PEERS_C", 32)
+	s, c := handlerBenchStack(b)
+	cc, err := c.Dial()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cc.Close() }()
+	api := herov1.NewCoordinatorClient(cc)
+	rdb := redisSrv.Client(b, int(ctx1))
+	report := func(figure string, v float64) { fmt.Printf("PEERS hero %s %.3f\n", figure, v) }
+
+	// (a) n independent jobs, each submitted on its own by conc producers, until all ended.
+	profiled := profileServices(b, s) // HERO_BENCH_PROFILE=<dir>: 4 s of each service's CPU
+	start := time.Now()
+	runParallel(b, n, conc, func(ctx context.Context, i int) error {
+		_, err := api.SubmitJob(ctx, &herov1.SubmitJobRequest{ContextId: ctx1, Job: &herov1.Job{FunctionName: "go#noop"}})
+		return err
+	})
+	submitted := time.Since(start)
+	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(n))
+	took := time.Since(start)
+	profiled()
+	report("a_jobs_per_s", float64(n)/took.Seconds())
+	report("a_submit_per_s", float64(n)/submitted.Seconds())
+
+	// (b) one 10,000-job flow, its creation included (job.create in JSON-RPC batches of 500).
+	const flowJobs = 10000
+	start = time.Now()
+	ids := createHandlerJobsFrom(b, c, 1_000_001, flowJobs, false)
+	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
+	created := time.Since(start)
+	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
+	if f := c.WaitFlow(b, ctx1, 1, 10*time.Minute); f.Status != "finished" {
+		b.Fatalf("flow 1: %+v", f)
+	}
+	took = time.Since(start)
+	report("b_jobs_per_s", flowJobs/took.Seconds())
+	report("b_create_s", created.Seconds())
+
+	// (c) run-and-await: latency at 16 clients, throughput at 128.
+	runJob := func(ctx context.Context, _ int) error {
+		r, err := api.RunJob(ctx, &herov1.RunJobRequest{ContextId: ctx1, Job: &herov1.Job{FunctionName: "go#noop"}})
+		if err == nil && r.Job.Status != "finished" {
+			return fmt.Errorf("job.run: %s", r.Job.Status)
+		}
+		return err
+	}
+	lat := runParallel(b, 4000, 16, runJob)
+	report("c_run16_p50_ms", percentile(lat, 0.50))
+	report("c_run16_p99_ms", percentile(lat, 0.99))
+	start = time.Now()
+	runParallel(b, 10000, 128, runJob)
+	report("c_run128_jobs_per_s", 10000/time.Since(start).Seconds())
+
+	// (d) the dependent hop of a 200-job chain flow: a job's start after its
+	// dependency's end (started_at_us − the dependency's finished_at_us).
+	ids = createHandlerJobsFrom(b, c, 2_000_001, 200, true)
+	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 2, "jobs": ids}}, nil)
+	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 2}, nil)
+	if f := c.WaitFlow(b, ctx1, 2, 10*time.Minute); f.Status != "finished" {
+		b.Fatalf("flow 2: %+v", f)
+	}
+	var hops []float64
+	for i := 1; i < len(ids); i++ {
+		prev, cur := jobTimes(b, rdb, ids[i-1]), jobTimes(b, rdb, ids[i])
+		hops = append(hops, float64(cur.startUs-prev.finishUs))
+	}
+	report("d_hop_p50_us", percentile(hops, 0.50))
+	report("d_hop_p99_us", percentile(hops, 0.99))
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// runParallel makes n calls from conc goroutines and returns each call's latency (ms).
+func runParallel(b *testing.B, n, conc int, call func(ctx context.Context, i int) error) []float64 {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	lat := make([]float64, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				if err := call(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+				lat[i] = float64(time.Since(t0).Microseconds()) / 1000
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		b.Fatal(first)
+	}
+	return lat
+}
+
+// waitCount waits until the sorted set holds n members (checked every millisecond:
+// the end of a run is seen within a millisecond of it).
+func waitCount(b *testing.B, rdb *redis.Client, key string, n int64) {
+	b.Helper()
+	deadline := time.Now().Add(10 * time.Minute)
+	for rdb.ZCard(context.Background(), key).Val() < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s did not reach %d members", key, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type times struct{ startUs, finishUs int64 }
+
+// jobTimes reads a job's start and end in microseconds (the _us fields; the _ms ones
+// times 1000 when the _us ones are missing).
+func jobTimes(b *testing.B, rdb *redis.Client, id uint32) times {
+	b.Helper()
+	v := rdb.HMGet(context.Background(), keys.Job(1, id), "started_at_us", "finished_at_us", "started_at_ms", "finished_at_ms").Val()
+	num := func(x any, scale int64) int64 {
+		s, _ := x.(string)
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n * scale
+	}
+	t := times{num(v[0], 1), num(v[1], 1)}
+	if t.startUs == 0 || t.finishUs == 0 {
+		t = times{num(v[2], 1000), num(v[3], 1000)}
+	}
+	return t
+}
+
+// createHandlerJobsFrom creates n no-op handler jobs with ids from first on, in JSON-RPC
+// batches of 500 (a chain: each depends on the one before).
+func createHandlerJobsFrom(b *testing.B, c *harness.Client, first uint32, n int, chain bool) []uint32 {
+	ids := make([]uint32, n)
+	for start := 0; start < n; start += 500 {
+		var batch []map[string]any
+		for i := start; i < start+500 && i < n; i++ {
+			id := first + uint32(i)
+			job := map[string]any{"id": id, "function_name": "go#noop"}
+			if chain && i > 0 {
+				job["depends"] = []uint32{id - 1}
+			}
+			batch = append(batch, map[string]any{"jsonrpc": "2.0", "id": i, "method": "job.create", "params": map[string]any{"context_id": ctx1, "job": job}})
+			ids[i] = id
+		}
+		body, _ := json.Marshal(batch)
+		if resp, err := c.Raw(string(body)); err == nil {
+			b.Fatalf("batch answer should be a list, got %v", resp)
+		}
+	}
+	return ids
+}
