@@ -218,7 +218,7 @@ say "docker compose exec supervisor-daemon heroctl works"
 flow_submit() {
   local out
   out=$(hj flow submit "$1") || fail "flow submit $1"
-  jq -r '.jobs | join(" ")' <<<"$out" > "$WORK/jobs.$(jq -r .id <<<"$out")"
+  jq -r '.jobs | map(tostring) | join(" ")' <<<"$out" > "$WORK/jobs.$(jq -r .id <<<"$out")"
   jq -r .id <<<"$out"
 }
 flow_watch() { # FLOW [SECONDS]: returns heroctl flow watch's exit code
@@ -368,7 +368,7 @@ say "context 100 (Redis database 100) runs jobs"
 
 step "docker compose restart redis: everything is still there"
 snapshot() { # the flows, jobs and results of context 1, one line each
-  hj flow list | jq -S -c '.flows | sort_by(.id) | .[] | {flow: .id, status, jobs, result, error}'
+  hj flow list | jq -S -c '(.items // .flows) | sort_by(.id) | .[] | {flow: .id, status, jobs, result, error}'
   local f j ids
   for f in "$DIAMOND" "$HANDLERS" "$SLEEPY" "$FAILING" "$CANCELLED"; do
     read -ra ids < "$WORK/jobs.$f"
