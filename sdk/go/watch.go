@@ -13,16 +13,16 @@ import (
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
-// The event types the watch reads (the events' "type" field, docs/api.md).
+// The event types the watch reads (the events' "type" field, docs/api.md): lib/model's.
 const (
-	evJobDispatched = "job.dispatched"
-	evJobStarted    = "job.started"
-	evJobFinished   = "job.finished"
-	evJobFailed     = "job.failed"
-	evJobRetried    = "job.retried"
-	evJobCancelled  = "job.cancelled"
-	evFlowFinished  = "flow.finished"
-	evFlowError     = "flow.error"
+	evJobDispatched = string(model.EventJobDispatched)
+	evJobStarted    = string(model.EventJobStarted)
+	evJobFinished   = string(model.EventJobFinished)
+	evJobFailed     = string(model.EventJobFailed)
+	evJobRetried    = string(model.EventJobRetried)
+	evJobCancelled  = string(model.EventJobCancelled)
+	evFlowFinished  = string(model.EventFlowFinished)
+	evFlowError     = string(model.EventFlowError)
 	evFlowPrefix    = "flow."
 )
 

@@ -6,17 +6,20 @@ import (
 	"strings"
 	"testing"
 
+	rkeys "github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
 // snapshot is every key of DB 0 and DB 1 with its length-ish fingerprint; the used
-// nonces of signed requests (coord:nonce:*) are the authentication's, not state.
+// nonces of signed requests (coord:nonce:*) are the authentication's, and the sweep
+// lock (coord:sweeplock, taken and left to expire by the replicas' lease sweep) the
+// services', not stored state.
 func snapshot(t *testing.T) map[string]string {
 	out := map[string]string{}
 	for _, db := range []int{0, 1, 2, 9} {
 		c := redisSrv.Client(t, db)
 		for _, k := range redisSrv.Keys(t, db) {
-			if strings.HasPrefix(k, "coord:nonce:") {
+			if strings.HasPrefix(k, "coord:nonce:") || k == rkeys.SweepLock {
 				continue
 			}
 			typ := c.Type(context.Background(), k).Val()
