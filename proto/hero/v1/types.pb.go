@@ -517,6 +517,8 @@ type Job struct {
 	Fatal         bool   `protobuf:"varint,38,opt,name=fatal,proto3" json:"fatal,omitempty"`                                      // the last error is not worth a retry
 	StopRequested bool   `protobuf:"varint,39,opt,name=stop_requested,json=stopRequested,proto3" json:"stop_requested,omitempty"` // job.stop was called
 	RetryAfterMs  int64  `protobuf:"varint,40,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`  // an executor's requested retry delay
+	StartedAtUs   int64  `protobuf:"varint,41,opt,name=started_at_us,json=startedAtUs,proto3" json:"started_at_us,omitempty"`     // the start in microseconds (sub-millisecond latencies)
+	FinishedAtUs  int64  `protobuf:"varint,42,opt,name=finished_at_us,json=finishedAtUs,proto3" json:"finished_at_us,omitempty"`  // the end in microseconds
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -827,6 +829,20 @@ func (x *Job) GetStopRequested() bool {
 func (x *Job) GetRetryAfterMs() int64 {
 	if x != nil {
 		return x.RetryAfterMs
+	}
+	return 0
+}
+
+func (x *Job) GetStartedAtUs() int64 {
+	if x != nil {
+		return x.StartedAtUs
+	}
+	return 0
+}
+
+func (x *Job) GetFinishedAtUs() int64 {
+	if x != nil {
+		return x.FinishedAtUs
 	}
 	return 0
 }
@@ -1628,8 +1644,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\tprocesses\x18\t \x03(\v2\x16.hero.v1.RunnerProcessR\tprocesses\x12\x16\n" +
 	"\x06secret\x18\n" +
 	" \x01(\tR\x06secret\x12\x1c\n" +
-	"\texecutors\x18\v \x03(\tR\texecutors\"\xdf\n" +
-	"\n" +
+	"\texecutors\x18\v \x03(\tR\texecutors\"\xa9\v\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1681,7 +1696,9 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\vtraceparent\x18% \x01(\tR\vtraceparent\x12\x14\n" +
 	"\x05fatal\x18& \x01(\bR\x05fatal\x12%\n" +
 	"\x0estop_requested\x18' \x01(\bR\rstopRequested\x12$\n" +
-	"\x0eretry_after_ms\x18( \x01(\x03R\fretryAfterMs\x1a:\n" +
+	"\x0eretry_after_ms\x18( \x01(\x03R\fretryAfterMs\x12\"\n" +
+	"\rstarted_at_us\x18) \x01(\x03R\vstartedAtUs\x12$\n" +
+	"\x0efinished_at_us\x18* \x01(\x03R\ffinishedAtUs\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
