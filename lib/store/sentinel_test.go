@@ -89,6 +89,23 @@ func TestSentinelFailover(t *testing.T) {
 	// A Sentinel makes it a replica in one MULTI … EXEC that ends by killing the
 	// clients (CLIENT KILL): the MONITOR feed shows SLAVEOF or is cut by that kill —
 	// or the change was done before the feed started.
+	// Every Sentinel knows the new master first: one that still believed in the old
+	// master when it came back would make the new master its replica (seen under load).
+	for _, sn := range g.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr})
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			hp, err := sc.GetMasterAddrByName(ctx, redistest.MasterName).Result()
+			if err == nil && len(hp) == 2 && hp[0]+":"+hp[1] == g.Replica.Addr {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sentinel %s does not name the new master within 30 s: %v %v\n%s", sn.Addr, hp, err, sn.Log())
+			}
+			time.Sleep(20 * time.Millisecond) // a Sentinel's view is only seen by asking
+		}
+		_ = sc.Close()
+	}
 	if err := g.Master.Up(); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +121,7 @@ func TestSentinelFailover(t *testing.T) {
 	fed := true
 	for r := roleOf(); !strings.Contains(r, "slave"); r = roleOf() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the old master is not a replica within 60 s of its return: %s", r)
+			t.Fatalf("the old master is not a replica within 60 s of its return: %s\n%s", r, g.Sentinels[0].Log())
 		}
 		if fed {
 			fed = seen("slaveof", "replicaof") == nil

@@ -129,9 +129,11 @@ func startSentinel(bin, master string, quorum int) (*Sentinel, error) {
 			return nil, err
 		}
 		s := &Sentinel{Addr: "127.0.0.1:" + strconv.Itoa(p), dir: dir}
+		// down-after 3 s: at 1 s a loaded machine saw a just-promoted master "down"
+		// and a second failover back to the old one.
 		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile \"\"\n"+
 			"sentinel monitor %s 127.0.0.1 %s %d\n"+
-			"sentinel down-after-milliseconds %s 1000\n"+
+			"sentinel down-after-milliseconds %s 3000\n"+
 			"sentinel failover-timeout %s 10000\n"+
 			"sentinel parallel-syncs %s 1\n",
 			p, dir, MasterName, port(master), quorum, MasterName, MasterName, MasterName)
