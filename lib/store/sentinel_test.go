@@ -89,23 +89,7 @@ func TestSentinelFailover(t *testing.T) {
 	// A Sentinel makes it a replica in one MULTI … EXEC that ends by killing the
 	// clients (CLIENT KILL): the MONITOR feed shows SLAVEOF or is cut by that kill —
 	// or the change was done before the feed started.
-	// Every Sentinel knows the new master first: one that still believed in the old
-	// master when it came back would make the new master its replica (seen under load).
-	for _, sn := range g.Sentinels {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr})
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			hp, err := sc.GetMasterAddrByName(ctx, redistest.MasterName).Result()
-			if err == nil && len(hp) == 2 && hp[0]+":"+hp[1] == g.Replica.Addr {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("sentinel %s does not name the new master within 30 s: %v %v\n%s", sn.Addr, hp, err, sn.Log())
-			}
-			time.Sleep(20 * time.Millisecond) // a Sentinel's view is only seen by asking
-		}
-		_ = sc.Close()
-	}
+	waitSentinelsName(t, g, g.Replica.Addr)
 	if err := g.Master.Up(); err != nil {
 		t.Fatal(err)
 	}
@@ -115,20 +99,7 @@ func TestSentinelFailover(t *testing.T) {
 		defer func() { _ = c.Close() }()
 		return fmt.Sprint(c.Do(ctx, "ROLE").Val())
 	}
-	// The feed wakes the wait; ROLE decides (within a deadline: a loaded machine's
-	// Sentinel may take its time, and a feed cut short says nothing).
-	deadline := time.Now().Add(60 * time.Second)
-	fed := true
-	for r := roleOf(); !strings.Contains(r, "slave"); r = roleOf() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the old master is not a replica within 60 s of its return: %s\n%s", r, g.Sentinels[0].Log())
-		}
-		if fed {
-			fed = seen("slaveof", "replicaof") == nil
-			continue
-		}
-		time.Sleep(100 * time.Millisecond) // the feed is gone: look again shortly
-	}
+	waitDemoted(t, g, seen, roleOf)
 	old := redis.NewClient(g.Master.Options())
 	defer func() { _ = old.Close() }()
 	readonly := []error{
@@ -204,5 +175,47 @@ func TestSentinelURLRefused(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: opened", u)
 		}
+	}
+}
+
+// waitSentinelsName waits until every Sentinel of g names addr as the master: one that
+// still believed in the old master when it came back would make the new master its
+// replica (seen under load).
+func waitSentinelsName(t *testing.T, g *redistest.Group, addr string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, sn := range g.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr})
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			hp, err := sc.GetMasterAddrByName(ctx, redistest.MasterName).Result()
+			if err == nil && len(hp) == 2 && hp[0]+":"+hp[1] == addr {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sentinel %s does not name the new master within 30 s: %v %v\n%s", sn.Addr, hp, err, sn.Log())
+			}
+			time.Sleep(20 * time.Millisecond) // a Sentinel's view is only seen by asking
+		}
+		_ = sc.Close()
+	}
+}
+
+// waitDemoted waits until the returned old master's ROLE says it is a replica: the
+// MONITOR feed (seen) wakes the wait, ROLE decides, within a deadline (a loaded
+// machine's Sentinel may take its time, and a feed cut short says nothing).
+func waitDemoted(t *testing.T, g *redistest.Group, seen func(...string) error, roleOf func() string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	fed := true
+	for r := roleOf(); !strings.Contains(r, "slave"); r = roleOf() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the old master is not a replica within 60 s of its return: %s\n%s", r, g.Sentinels[0].Log())
+		}
+		if fed {
+			fed = seen("slaveof", "replicaof") == nil
+			continue
+		}
+		time.Sleep(100 * time.Millisecond) // the feed is gone: look again shortly
 	}
 }
