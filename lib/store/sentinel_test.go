@@ -180,42 +180,43 @@ func TestSentinelURLRefused(t *testing.T) {
 
 // waitSentinelsName waits until every Sentinel of g names addr as the master: one that
 // still believed in the old master when it came back would make the new master its
-// replica (seen under load).
+// replica (seen under load). Each Sentinel's +switch-master message wakes the wait.
 func waitSentinelsName(t *testing.T, g *redistest.Group, addr string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	for _, sn := range g.Sentinels {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr})
-		deadline := time.Now().Add(30 * time.Second)
+		sub := sc.Subscribe(ctx, "+switch-master")
+		if _, err := sub.Receive(ctx); err != nil { // subscribed: no switch is missed from here
+			t.Fatalf("subscribe to sentinel %s: %v", sn.Addr, err)
+		}
 		for {
 			hp, err := sc.GetMasterAddrByName(ctx, redistest.MasterName).Result()
 			if err == nil && len(hp) == 2 && hp[0]+":"+hp[1] == addr {
 				break
 			}
-			if time.Now().After(deadline) {
+			if _, err := sub.ReceiveMessage(ctx); err != nil {
 				t.Fatalf("sentinel %s does not name the new master within 30 s: %v %v\n%s", sn.Addr, hp, err, sn.Log())
 			}
-			time.Sleep(20 * time.Millisecond) // a Sentinel's view is only seen by asking
 		}
+		_ = sub.Close()
 		_ = sc.Close()
 	}
 }
 
-// waitDemoted waits until the returned old master's ROLE says it is a replica: the
-// MONITOR feed (seen) wakes the wait, ROLE decides, within a deadline (a loaded
-// machine's Sentinel may take its time, and a feed cut short says nothing).
+// waitDemoted waits until the returned old master's ROLE says it is a replica: its
+// MONITOR feed wakes the wait (a feed cut short by the Sentinel's CLIENT KILL is
+// opened again), ROLE decides, within a deadline.
 func waitDemoted(t *testing.T, g *redistest.Group, seen func(...string) error, roleOf func() string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	fed := true
 	for r := roleOf(); !strings.Contains(r, "slave"); r = roleOf() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the old master is not a replica within 60 s of its return: %s\n%s", r, g.Sentinels[0].Log())
 		}
-		if fed {
-			fed = seen("slaveof", "replicaof") == nil
-			continue
+		if err := seen("slaveof", "replicaof"); err != nil {
+			seen = monitor(t, g.Master.Options()) // cut: watch again, then look
 		}
-		time.Sleep(100 * time.Millisecond) // the feed is gone: look again shortly
 	}
 }
