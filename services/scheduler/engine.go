@@ -102,10 +102,10 @@ func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 	if err != nil {
 		return nil, err
 	}
-	switch f.Status {
-	case model.FlowStarted:
-		return f, nil // a retried start
-	case model.FlowFinished, model.FlowError:
+	switch {
+	case f.Status == model.FlowStarted, f.StartedAt != 0 || f.StartedAtMs != 0:
+		return f, nil // a retried start (its reply lost), whatever the flow did since
+	case f.Status == model.FlowFinished, f.Status == model.FlowError:
 		return nil, fmt.Errorf("%w: flow %d is %s", errAlreadyEnded, flowID, f.Status)
 	}
 	jobs, err := db.LoadJobs(ctx, f.CallerID, f.Jobs)
@@ -125,8 +125,12 @@ func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 		return nil, err
 	}
 	if !started {
-		if model.FlowStatus(st) == model.FlowStarted {
-			return db.LoadFlow(ctx, flowID)
+		now, err := db.LoadFlow(ctx, flowID)
+		if err != nil {
+			return nil, err
+		}
+		if model.FlowStatus(st) == model.FlowStarted || now.StartedAt != 0 || now.StartedAtMs != 0 {
+			return now, nil // started by a concurrent call
 		}
 		return nil, fmt.Errorf("%w: flow %d is %s", errAlreadyEnded, flowID, st)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -97,6 +98,45 @@ func TestJobsDone(t *testing.T) {
 	}
 	if got, _ := fl.LoadFlow(ctx, f.ID); got.Status != model.FlowFinished {
 		t.Fatalf("a repeated report changed the flow to %q", got.Status)
+	}
+}
+
+// A start retried after its reply was lost gets the flow even when it has ended since;
+// a flow cancelled before it was ever started is refused.
+func TestStartRetriedAfterTheEnd(t *testing.T) {
+	ctx := context.Background()
+	st, f, ids := withFlow(t, 4, 1)
+	e := newEngine(engineParams{store: st, log: zerolog.Nop(), reg: prometheus.NewRegistry(), retryBase: time.Second, retryCap: time.Second, sweepEvery: time.Minute})
+	h := &handler{eng: e}
+	if _, err := e.startFlow(ctx, 4, f.ID, "1"); err != nil {
+		t.Fatal(err)
+	}
+	end := &herov1.JobDoneRequest{ContextId: 4, FlowId: f.ID, CallerId: 1, JobId: ids[0], Attempt: 1, Status: "finished"}
+	if _, err := h.JobsDone(ctx, &herov1.JobsDoneRequest{Ends: []*herov1.JobDoneRequest{end}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.startFlow(ctx, 4, f.ID, "1")
+	if err != nil || got.Status != model.FlowFinished {
+		t.Fatalf("a start retried after the end: %+v %v", got, err)
+	}
+
+	db, err := st.Ctx(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _, err := st.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 4, Script: "true", ScriptType: "sh"}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	never, _, err := st.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 4, Jobs: []uint32{j.ID}}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.CancelFlow(ctx, never.ID, "1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.startFlow(ctx, 4, never.ID, "1"); !errors.Is(err, errAlreadyEnded) {
+		t.Fatalf("starting a flow cancelled before its start: %v", err)
 	}
 }
 
