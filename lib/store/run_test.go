@@ -782,6 +782,39 @@ func TestClaimMessagesRoutesPlainJobRequests(t *testing.T) {
 	}
 }
 
+// A handler job ("executor#handler") is routed by the claim onto its executor's queue
+// when some runner has that executor; one whose executor no runner has is claimed, for
+// the router to refuse with the reason.
+func TestClaimMessagesRoutesHandlerJobs(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 17)
+	f, jobs := flowWith(t, s, db, 3)
+	rc := srv.Client(t, 17)
+	rc.HSet(ctx, keys.Job(1, jobs[0].ID), "function_name", "go#noop", "script_type", "")
+	rc.HSet(ctx, keys.Job(1, jobs[1].ID), "function_name", "py#noop", "script_type", "")
+	rc.HSet(ctx, keys.Job(1, jobs[2].ID), "function_name", "go#other", "script_type", "sh")
+	rc.HSet(ctx, keys.Executors, "go", 1, "py", 0)
+	wakeRunner1(t, db.ContextID, "queue:exec:go")
+	dispatchEach(t, db, f.ID, jobs)
+	cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(routed) != 2 || routed[0].Job != keys.Job(1, jobs[0].ID) || routed[1].Job != keys.Job(1, jobs[2].ID) || routed[0].Queue != "queue:exec:go" || routed[1].Queue != "queue:exec:go" {
+		t.Fatalf("routed %+v: want jobs 1 and 3 onto queue:exec:go", routed)
+	}
+	if len(cms) != 1 || cms[0].Job["id"] != strconv.Itoa(int(jobs[1].ID)) {
+		t.Fatalf("claimed %+v: want the request of the job whose executor no runner has", cms)
+	}
+	if q := rc.LRange(ctx, "queue:exec:go", 0, -1).Val(); len(q) != 2 || q[1] != keys.Job(1, jobs[0].ID) {
+		t.Fatalf("queue:exec:go %v", q)
+	}
+	if n := wakeTokens(t, 17, "queue:exec:go"); n != 2 {
+		t.Fatalf("%d wake tokens for 2 routed handler jobs", n)
+	}
+}
+
 // One claim can route more jobs than Lua's unpack takes at once (64 group messages of
 // up to 256 jobs): every job is queued, in order, with a wake token each.
 func TestClaimMessagesRoutesManyGroups(t *testing.T) {

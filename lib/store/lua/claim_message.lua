@@ -1,8 +1,9 @@
 -- claim_message: claims up to max messages of msg_out or msg_in and reads what
 -- routing them needs, in one round trip.
 --
--- With route, a job request whose job names no runner and whose script type some
--- runner serves is routed by the script itself, with no lease: the message is
+-- With route, a job request whose job names no runner and whose executor (a handler
+-- job, "executor#handler") some runner has, or whose script type some runner serves, is
+-- routed by the script itself, with no lease: the message is
 -- acknowledged and the job key pushed onto queue:<script_type> with its wake tokens
 -- (lib_wake: one per runner id that may take it; what the router would do; the script
 -- is atomic, so no crash can fall in between). A job request of several jobs (field
@@ -20,7 +21,8 @@
 --   its job, and the coord:script_types counts, read once) and the routed jobs. Of a job
 --   result only the fields kind and job are returned (partial = 1). false: nothing taken.
 -- Derives: context DB: the messages' jobs job:<caller>:<id> (named in the messages),
---   coord:script_types, queue:<type> and coord:wakers:<queue>; DB 0 (SELECT 0, last):
+--   coord:script_types, coord:executors, queue:<type>, queue:exec:<executor> and
+--   coord:wakers:<queue>; DB 0 (SELECT 0, last):
 --   the runners' wake lists coord:wake:runner:<id>:<queue> and coord:busy.
 
 local JOB_FIELDS = {'id', 'caller_id', 'context_id', 'flow_id', 'script_type', 'runner_id', 'attempt', 'status', 'function_name'} -- RoutingJobFields (a test checks)
@@ -28,12 +30,21 @@ local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]
 local out, routed, types = {}, {}, nil
 local tokens, targets = {}, {}
 local taken = 0
--- queue_for is the queue a plain job goes to with route: it names no runner and some
--- runner serves its script type (nil: the router decides).
--- A handler job that names its executor ("executor#handler") is the router's too.
+-- queue_for is the queue a plain job goes to with route: it names no runner, and some
+-- runner has its executor (a handler job "executor#handler": queue:exec:<executor>) or
+-- serves its script type (nil: the router decides, and refuses it with the reason).
+local served = {} -- executor -> queue or false, read once per claim
 local function queue_for(id, runner, stype, fn)
-  if not route or not id or (runner or '0') ~= '0' or (stype or '') == '' then return nil end
-  if fn and string.find(fn, '#', 1, true) then return nil end
+  if not route or not id or (runner or '0') ~= '0' then return nil end
+  local exec = fn and string.match(fn, '^([^#]*)#')
+  if exec then
+    if exec == '' then return nil end
+    if served[exec] == nil then
+      served[exec] = (tonumber(redis.call('HGET', K_EXECUTORS, exec)) or 0) > 0 and (K_EXEC_QUEUE .. exec)
+    end
+    return served[exec] or nil
+  end
+  if (stype or '') == '' then return nil end
   if not types then types = redis.call('HGETALL', K_SCRIPT_TYPES) end
   for i = 1, #types, 2 do
     if types[i] == stype and (tonumber(types[i + 1]) or 0) > 0 then return K_QUEUE .. stype end
