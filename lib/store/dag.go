@@ -539,18 +539,35 @@ var standaloneDoneScript = stateScript("standalone_done.lua")
 
 // CompleteStandalone applies the end of a job that belongs to no flow.
 func (d *DB) CompleteStandalone(ctx context.Context, e JobEnd) (EndResult, error) {
+	res, errs := d.CompleteStandalones(ctx, []JobEnd{e})
+	return res[0], errs[0]
+}
+
+// CompleteStandalones applies the ends of standalone jobs as CompleteStandalone does,
+// each in its own script run, all in one round trip; each end gets its own result or
+// error.
+func (d *DB) CompleteStandalones(ctx context.Context, ends []JobEnd) ([]EndResult, []error) {
 	now := time.Now()
-	fatal := "0"
-	if e.Fatal {
-		fatal = "1"
+	calls := make([]Call, len(ends))
+	for i, e := range ends {
+		calls[i] = Call{Script: standaloneDoneScript, Keys: []string{keys.Job(e.CallerID, e.JobID), keys.Events},
+			Args: []any{d.ContextID, e.CallerID, e.JobID, e.Attempt, string(e.Status), e.Error, boolArg(e.Fatal), e.Retries, e.Backoff.Milliseconds(),
+				now.Unix(), now.UnixMilli(), e.Actor, e.Retention.Milliseconds()}}
 	}
-	res, err := d.Eval(ctx, standaloneDoneScript, []string{keys.Job(e.CallerID, e.JobID), keys.Events},
-		d.ContextID, e.CallerID, e.JobID, e.Attempt, string(e.Status), e.Error, fatal, e.Retries, e.Backoff.Milliseconds(),
-		now.Unix(), now.UnixMilli(), e.Actor, e.Retention.Milliseconds())
-	if err != nil {
-		return EndResult{}, fmt.Errorf("complete job %d:%d:%d: %w", d.ContextID, e.CallerID, e.JobID, err)
+	out, errs := make([]EndResult, len(ends)), make([]error, len(ends))
+	for i, cmd := range d.EvalBatch(ctx, calls) {
+		res, err := cmd.Result()
+		vals, _ := res.([]any)
+		if err == nil && len(vals) < 3 {
+			err = fmt.Errorf("unexpected reply %v", res)
+		}
+		if err != nil {
+			errs[i] = fmt.Errorf("complete job %d:%d:%d: %w", d.ContextID, ends[i].CallerID, ends[i].JobID, err)
+			continue
+		}
+		out[i] = parseEnd(vals)
 	}
-	return parseEnd(res.([]any)), nil
+	return out, errs
 }
 
 // DueItem is delayed work taken from coord:due.

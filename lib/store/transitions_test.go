@@ -735,3 +735,28 @@ func TestCompleteStandaloneRetriesThenDeadLetters(t *testing.T) {
 		t.Fatalf("job done notice: %v %v", msg, err)
 	}
 }
+
+// Several standalone ends in one call: each gets its own outcome (a stale attempt
+// changes nothing, the others are applied).
+func TestCompleteStandalonesEachItsOwnOutcome(t *testing.T) {
+	s, db, _, c0 := context10(t)
+	ctx := context.Background()
+	var ends []store.JobEnd
+	for range 3 {
+		j := standaloneJob(t, s, db)
+		if _, _, ok, why, err := db.Dispatch(ctx, 0, j, "scheduler", 0); err != nil || !ok {
+			t.Fatalf("dispatch: %v %s", err, why)
+		}
+		ends = append(ends, store.JobEnd{CallerID: 1, JobID: j.ID, Attempt: 1, Status: model.JobFinished, Actor: "scheduler", Retention: time.Hour})
+	}
+	ends[1].Attempt = 7 // not the job's attempt
+	res, errs := db.CompleteStandalones(ctx, ends)
+	for i, want := range []bool{true, false, true} {
+		if errs[i] != nil || res[i].Applied != want {
+			t.Fatalf("end %d: %+v %v, want applied %v", i, res[i], errs[i], want)
+		}
+		if in := inZSet(t, c0, keys.Expire, "10:job:1:"+strconv.FormatUint(uint64(ends[i].JobID), 10)); in != want {
+			t.Fatalf("end %d: under retention %v, want %v", i, in, want)
+		}
+	}
+}

@@ -267,7 +267,7 @@ func (e *engine) jobsDone(ctx context.Context, ctxID uint32, ends []store.JobEnd
 	if err != nil {
 		return err
 	}
-	var nodes []store.JobEnd
+	var nodes, standalone []store.JobEnd
 	var first error
 	for i := range ends {
 		end := &ends[i]
@@ -277,14 +277,19 @@ func (e *engine) jobsDone(ctx context.Context, ctxID uint32, ends []store.JobEnd
 		end.Retention = e.retention
 		if end.FlowID != 0 {
 			nodes = append(nodes, *end)
-			continue
+		} else {
+			standalone = append(standalone, *end)
 		}
-		res, err := db.CompleteStandalone(ctx, *end)
-		if err != nil {
-			first = cmp.Or(first, err)
-			continue
+	}
+	if len(standalone) > 0 {
+		results, errs := db.CompleteStandalones(ctx, standalone) // one round trip for them all
+		for i, end := range standalone {
+			if errs[i] != nil {
+				first = cmp.Or(first, errs[i])
+				continue
+			}
+			e.ended(ctxID, end, results[i])
 		}
-		e.ended(ctxID, *end, res)
 	}
 	if len(nodes) == 0 {
 		return first
