@@ -20,7 +20,7 @@ for tool in valgrind callgrind_control redis-server; do
 	command -v "$tool" >/dev/null || { echo "redis-instructions: $tool not found (apt-get install valgrind redis-server)" >&2; exit 1; }
 done
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${KEEP_CALLGRIND:-}" ] && echo "kept $work" >&2 || rm -rf "$work"' EXIT
 # The test harness starts "redis-server" from PATH: this one runs the real one under callgrind.
 cat >"$work/redis-server" <<EOF
 #!/bin/sh

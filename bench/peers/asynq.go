@@ -13,7 +13,9 @@ import (
 
 // asynqFigures runs the asynq side of each workload against the Redis at addr with asynq's defaults but a concurrency of workers, and
 // returns its figures by name.
-func asynqFigures(addr string, n, producers, workers int) (map[string]float64, error) {
+// cpu reads the CPU time used so far by this process (producers and workers) and by
+// the redis-server.
+func asynqFigures(addr string, n, producers, workers int, cpu func() (self, redis time.Duration)) (map[string]float64, error) {
 	out := map[string]float64{}
 	opt := asynq.RedisClientOpt{Addr: addr}
 	// (a) n no-op tasks, each enqueued on its own by the producers, until all ran.
@@ -29,6 +31,14 @@ func asynqFigures(addr string, n, producers, workers int) (map[string]float64, e
 		})
 	}, func(c *asynq.Client) (float64, error) {
 		start := time.Now()
+		self0, redis0 := cpu()
+		defer func() {
+			self1, redis1 := cpu()
+			perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+			out["a_cpu_us_per_job"] = perJob(self1 - self0 + redis1 - redis0)
+			out["a_cpu_us_redis"] = perJob(redis1 - redis0)
+			out["a_cpu_us_client"] = perJob(self1 - self0)
+		}()
 		if _, err := parallel(n, producers, func(int) error {
 			_, err := c.Enqueue(asynq.NewTask("noop", nil))
 			return err

@@ -29,6 +29,14 @@ var figures = []struct {
 }{
 	{"a_jobs_per_s", "(a) independent jobs submitted one by one, until all ended (jobs/s)", false},
 	{"a_submit_per_s", "    of which submission alone (jobs/s)", false},
+	{"a_cpu_us_per_job", "    CPU of every process per job (µs)", true},
+	{"a_cpu_us_redis", "      of which redis-server (µs)", true},
+	{"a_cpu_us_client", "      of which the producers' process (µs)", true},
+	{"a_cpu_us_supervisor", "      of which supervisor-daemon (µs)", true},
+	{"a_cpu_us_router", "      of which router (µs)", true},
+	{"a_cpu_us_runner", "      of which runner (µs)", true},
+	{"a_cpu_us_executor", "      of which the executor processes (µs)", true},
+	{"a_cpu_us_scheduler", "      of which scheduler (µs)", true},
 	{"b_jobs_per_s", "(b) one 10,000-job flow, creation included (jobs/s)", false},
 	{"b_create_s", "    of which creation (s)", true},
 	{"c_run16_p50_ms", "(c) run-and-await at 16 clients, p50 (ms)", true},
@@ -163,7 +171,7 @@ func asynqRun(redisPath string, n, producers, workers int) (map[string]float64, 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return asynqFigures(addr, n, producers, workers)
+	return asynqFigures(addr, n, producers, workers, func() (time.Duration, time.Duration) { return selfCPU(), procCPU(srv.Process.Pid) })
 }
 
 // heroRun runs tests/e2e's BenchmarkPeers (the e2e harness builds and starts the

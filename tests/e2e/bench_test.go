@@ -38,8 +38,9 @@ func benchStack(b *testing.B, runnerArgs ...string) (*harness.Stack, *harness.Cl
 	with := func(extra ...string) []string { return append(append([]string(nil), common...), extra...) }
 	s := harness.StartStack(b, binDir, url, harness.StackOptions{
 		RunnerArgs: with(append(runnerArgs, strings.Fields(os.Getenv("HERO_BENCH_RUNNER_ARGS"))...)...),
-		// The benchmarks create their jobs one call each: no per-actor rate limit.
-		APIArgs:       with(append([]string{"--rate-limit", "0"}, strings.Fields(os.Getenv("HERO_BENCH_API_ARGS"))...)...),
+		// The benchmarks create their jobs one call each: no per-actor rate limit; and one
+		// actor holds up to 128 job.run calls open at once (BenchmarkPeers (c)).
+		APIArgs:       with(append([]string{"--rate-limit", "0", "--max-waits-per-caller", "256"}, strings.Fields(os.Getenv("HERO_BENCH_API_ARGS"))...)...),
 		SchedulerArgs: with(strings.Fields(os.Getenv("HERO_BENCH_SCHEDULER_ARGS"))...),
 		RouterArgs:    with(strings.Fields(os.Getenv("HERO_BENCH_ROUTER_ARGS"))...),
 	})

@@ -40,6 +40,7 @@ func BenchmarkPeers(b *testing.B) {
 
 	// (a) n independent jobs, each submitted on its own by conc producers, until all ended.
 	profiled := profileServices(b, s) // HERO_BENCH_PROFILE=<dir>: 4 s of each service's CPU
+	cpu0 := cpuByPart(s, redisSrv.Pid())
 	start := time.Now()
 	runParallel(b, n, conc, func(ctx context.Context, i int) error {
 		_, err := api.SubmitJob(ctx, &herov1.SubmitJobRequest{ContextId: ctx1, Job: &herov1.Job{FunctionName: "go#noop"}})
@@ -48,9 +49,18 @@ func BenchmarkPeers(b *testing.B) {
 	submitted := time.Since(start)
 	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(n))
 	took := time.Since(start)
+	cpu1 := cpuByPart(s, redisSrv.Pid())
 	profiled()
 	report("a_jobs_per_s", float64(n)/took.Seconds())
 	report("a_submit_per_s", float64(n)/submitted.Seconds())
+	// CPU per job of each part over (a) (the profiles, when taken, add a little).
+	var all time.Duration
+	for _, part := range []string{"redis", "client", "supervisor", "router", "runner", "executor", "scheduler"} {
+		d := cpu1[part] - cpu0[part]
+		all += d
+		report("a_cpu_us_"+part, float64(d.Microseconds())/float64(n))
+	}
+	report("a_cpu_us_per_job", float64(all.Microseconds())/float64(n))
 
 	// (b) one 10,000-job flow, its creation included (job.create in JSON-RPC batches of 500).
 	const flowJobs = 10000

@@ -264,6 +264,14 @@ func (s *Server) Options() *redis.Options {
 	return opt
 }
 
+// Pid is the redis-server's process id (0 when it is not running).
+func (s *Server) Pid() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Flush empties every database.
 func (s *Server) Flush(t testing.TB) {
 	t.Helper()
