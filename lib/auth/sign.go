@@ -89,15 +89,11 @@ func (s *Signer) Sign(target string, digest [32]byte) (Credentials, error) {
 	if s == nil || len(s.Key) != ed25519.PrivateKeySize {
 		return Credentials{}, errors.New("sign: no actor key")
 	}
-	now := time.Now
-	if s.Now != nil {
-		now = s.Now
-	}
 	nonce, err := NewNonce()
 	if err != nil {
 		return Credentials{}, err
 	}
-	ts := now().Unix()
+	ts := s.now().Unix()
 	sig := ed25519.Sign(s.Key, []byte(Canonical(s.Actor, target, ts, nonce, digest)))
 	return Credentials{
 		Actor:     strconv.FormatUint(uint64(s.Actor), 10),
