@@ -1,7 +1,8 @@
 // Package auth is the signed-request scheme of the public API (docs/api.md, "Signed
 // requests"; docs/security.md): actor keys (Ed25519, PKCS#8 PEM files), the canonical
 // string a request's signature covers, signing for clients (heroctl, the SDKs, the
-// tests) and the checks the server makes. It holds no state: the nonces and the
+// tests) and the checks the server makes; and session signatures, which sign a gRPC
+// client's TLS connection once instead of each call (session.go). It holds no state: the nonces and the
 // actors' keys live in Redis, behind supervisor-daemon.
 package auth
 
