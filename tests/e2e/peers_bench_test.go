@@ -29,6 +29,9 @@ func BenchmarkPeers(b *testing.B) {
 	}
 	n, conc := envInt("HERO_PEERS_N", 20000), envInt("HERO_PEERS_C", 32)
 	s, c := handlerBenchStack(b)
+	// gRPC calls carry the connection's session signature; HERO_PEERS_SIGN_EACH_CALL=1
+	// signs each call instead (to compare the two).
+	c.SignEachCall = os.Getenv("HERO_PEERS_SIGN_EACH_CALL") == "1"
 	cc, err := c.Dial()
 	if err != nil {
 		b.Fatal(err)
@@ -41,16 +44,19 @@ func BenchmarkPeers(b *testing.B) {
 	// (a) n independent jobs, each submitted on its own by conc producers, until all ended.
 	profiled := profileServices(b, s) // HERO_BENCH_PROFILE=<dir>: 4 s of each service's CPU
 	start := time.Now()
+	apiCPU := pidCPU(b, s.API.Cmd.Process.Pid)
 	runParallel(b, n, conc, func(ctx context.Context, i int) error {
 		_, err := api.SubmitJob(ctx, &herov1.SubmitJobRequest{ContextId: ctx1, Job: &herov1.Job{FunctionName: "go#noop"}})
 		return err
 	})
 	submitted := time.Since(start)
+	apiCPU = pidCPU(b, s.API.Cmd.Process.Pid) - apiCPU
 	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(n))
 	took := time.Since(start)
 	profiled()
 	report("a_jobs_per_s", float64(n)/took.Seconds())
 	report("a_submit_per_s", float64(n)/submitted.Seconds())
+	report("a_api_cpu_us_per_submit", float64(apiCPU.Microseconds())/float64(n)) // supervisor-daemon's CPU while submitting
 
 	// (b) one 10,000-job flow, its creation included (job.create in JSON-RPC batches of 500).
 	const flowJobs = 10000
