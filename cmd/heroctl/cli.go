@@ -39,6 +39,7 @@ type globals struct {
 	keyFile string
 	tls     tlsx.Files
 	plain   bool // --plaintext: no TLS to the API (a stack whose API serves plaintext)
+	each    bool // --sign-each-call: sign every gRPC call instead of the connection once
 	output  string
 	timeout time.Duration
 }
@@ -64,6 +65,7 @@ func parseGlobal(args []string, stderr io.Writer) (*globals, []string, error) {
 	fs.StringVar(&g.tls.Cert, "tls-cert", envOr("HERO_TLS_CERT", ""), "")
 	fs.StringVar(&g.tls.Key, "tls-key", envOr("HERO_TLS_KEY", ""), "")
 	fs.BoolVar(&g.plain, "plaintext", envOr("HERO_PLAINTEXT", "") == "1", "")
+	fs.BoolVar(&g.each, "sign-each-call", envOr("HERO_SIGN_EACH_CALL", "") == "1", "")
 	fs.StringVar(&g.output, "output", envOr("HERO_OUTPUT", "table"), "")
 	fs.StringVar(&g.output, "o", envOr("HERO_OUTPUT", "table"), "")
 	fs.DurationVar(&g.timeout, "timeout", 30*time.Second, "")
@@ -205,7 +207,7 @@ func (c *cli) client() (*hero.Client, error) {
 		return nil, err
 	}
 	hc, err := hero.Dial(hero.Config{Addr: c.g.addr, APIURL: c.g.apiURL, Actor: cred.actor, Key: cred.key, AdminSecret: cred.secret,
-		Context: c.g.context, TLS: t, Plaintext: t == nil, CallTimeout: c.g.timeout})
+		Context: c.g.context, TLS: t, Plaintext: t == nil, SignEachCall: c.g.each, CallTimeout: c.g.timeout})
 	if err != nil {
 		return nil, err
 	}

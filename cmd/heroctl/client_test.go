@@ -90,3 +90,23 @@ func TestTLSByDefault(t *testing.T) {
 		t.Errorf("the plaintext server got %d requests (%v), want only the --plaintext one", len(fake.runs), fake.auth)
 	}
 }
+
+// --sign-each-call (HERO_SIGN_EACH_CALL=1) asks the Go client to sign every gRPC call
+// instead of its TLS connection once.
+func TestSignEachCallFlag(t *testing.T) {
+	t.Setenv("HERO_SIGN_EACH_CALL", "")
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want bool
+	}{{"", nil, false}, {"", []string{"--sign-each-call"}, true}, {"1", nil, true}} {
+		t.Setenv("HERO_SIGN_EACH_CALL", tc.env)
+		g, _, err := parseGlobal(append(tc.args, "version"), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.each != tc.want {
+			t.Errorf("env %q args %v: sign each call %v, want %v", tc.env, tc.args, g.each, tc.want)
+		}
+	}
+}

@@ -85,10 +85,12 @@ Global flags (each with an environment twin):
   --tls-cert FILE    a client certificate (PEM)        $HERO_TLS_CERT
   --tls-key FILE     its key                           $HERO_TLS_KEY
   --plaintext        the API without TLS (dev only)    $HERO_PLAINTEXT=1
+  --sign-each-call   sign every gRPC call, not the TLS connection once (behind a TLS-terminating proxy)   $HERO_SIGN_EACH_CALL=1
   --output, -o F     table or json (json: the JSON-RPC API's objects)   $HERO_OUTPUT (default table)
   --timeout D        per-call timeout                  (default 30s)
 
-Every call as an actor is signed with its Ed25519 key (docs/api.md). Operator
+Every call as an actor is signed with its Ed25519 key (docs/api.md): over TLS the
+connection is signed once (a session signature), else each call. Operator
 commands (actor create, context create, secret, dispatcher) use the operator secret;
 other commands use it only when HERO_ACTOR has no key. The config directory is
 $HERO_CONFIG_DIR, else $XDG_CONFIG_HOME/hero or ~/.config/hero.

@@ -1,7 +1,8 @@
 // Package auth is the signed-request scheme of the public API (docs/api.md, "Signed
 // requests"; docs/security.md): actor keys (Ed25519, PKCS#8 PEM files), the canonical
 // string a request's signature covers, signing for clients (heroctl, the SDKs, the
-// tests) and the checks the server makes. It holds no state: the nonces and the
+// tests) and the checks the server makes; and session signatures, which sign a gRPC
+// client's TLS connection once instead of each call (session.go). It holds no state: the nonces and the
 // actors' keys live in Redis, behind supervisor-daemon.
 package auth
 
@@ -89,15 +90,11 @@ func (s *Signer) Sign(target string, digest [32]byte) (Credentials, error) {
 	if s == nil || len(s.Key) != ed25519.PrivateKeySize {
 		return Credentials{}, errors.New("sign: no actor key")
 	}
-	now := time.Now
-	if s.Now != nil {
-		now = s.Now
-	}
 	nonce, err := NewNonce()
 	if err != nil {
 		return Credentials{}, err
 	}
-	ts := now().Unix()
+	ts := s.now().Unix()
 	sig := ed25519.Sign(s.Key, []byte(Canonical(s.Actor, target, ts, nonce, digest)))
 	return Credentials{
 		Actor:     strconv.FormatUint(uint64(s.Actor), 10),

@@ -1,7 +1,8 @@
 // Package hero is the Go client of the Hero coordinator for producers: programs that
 // create, submit, run, wait for and watch jobs and flows. It talks gRPC to
-// supervisor-daemon and signs every call with the actor's Ed25519 key (docs/api.md),
-// or authenticates with an operator secret.
+// supervisor-daemon and authenticates with the actor's Ed25519 key (docs/api.md): over
+// TLS it signs each connection once (a session signature bound to the connection),
+// without TLS or with Config.SignEachCall every call; or with an operator secret.
 //
 //	c, err := hero.Dial(hero.Config{Addr: "127.0.0.1:9653", Actor: 1, KeyFile: "actor-1.pem", Context: 1})
 //	job, err := c.RunJob(ctx, &model.Job{ScriptType: model.ScriptSh, Script: "echo hi"}, time.Minute)
@@ -56,6 +57,12 @@ type Config struct {
 	TLS *tls.Config
 	// Plaintext talks to an API without TLS (a development stack only).
 	Plaintext bool
+	// SignEachCall signs every gRPC call (its method and message, with a nonce)
+	// instead of the TLS connection once (a session signature, the default with a
+	// key over TLS). Needed when a proxy terminates TLS between the client and
+	// supervisor-daemon: the server's connection is then another than the client's.
+	// Plaintext calls are always signed each.
+	SignEachCall bool
 	// CallTimeout bounds each call that has no deadline of its own; default 30s.
 	// Waits (RunJob, WaitFlow, WaitJob, WatchFlow) are bounded by their own arguments.
 	CallTimeout time.Duration
@@ -98,11 +105,15 @@ func Dial(cfg Config) (*Client, error) {
 		creds = insecure.NewCredentials()
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
-		// Typed errors outermost, then retries; each attempt is signed anew (a new nonce).
+		// Typed errors outermost, then retries; each attempt is signed anew (a new
+		// nonce) or carries its connection's session signature.
 		grpc.WithChainUnaryInterceptor(typedErrors, retryUnary)}
-	if c.signer != nil {
+	switch {
+	case c.signer != nil && !cfg.Plaintext && !cfg.SignEachCall:
+		opts = append(opts, auth.SessionDialOptions(c.signer)...)
+	case c.signer != nil:
 		opts = append(opts, auth.DialOptions(c.signer)...)
-	} else {
+	default:
 		opts = append(opts, bearer(cfg.AdminSecret, cfg.Actor)...)
 	}
 	cc, err := grpc.NewClient(cfg.Addr, opts...)

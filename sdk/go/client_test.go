@@ -11,10 +11,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/hero-coordinator/hero/lib/auth"
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/tlsx"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -25,6 +28,7 @@ type flaky struct {
 	fail  map[string]int // method → failures left
 	calls map[string]int
 	auth  []string
+	how   []string // per call: "session", "each" (a per-call signature) or "none"
 }
 
 func (f *flaky) step(ctx context.Context, method string) error {
@@ -33,6 +37,14 @@ func (f *flaky) step(ctx context.Context, method string) error {
 	f.calls[method]++
 	md, _ := metadata.FromIncomingContext(ctx)
 	f.auth = append(f.auth, md.Get("authorization")...)
+	how := "none"
+	switch {
+	case len(md.Get(auth.MetadataSession)) > 0:
+		how = "session"
+	case len(md.Get(auth.MetadataNonce)) > 0:
+		how = "each"
+	}
+	f.how = append(f.how, how)
 	if f.fail[method] > 0 {
 		f.fail[method]--
 		return status.Error(codes.Unavailable, "redis is down")
@@ -141,6 +153,60 @@ func TestFlowSpecOrder(t *testing.T) {
 	} {
 		if _, err := spec.Order(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v", want, err)
+		}
+	}
+}
+
+// With a key over TLS the client signs its connection once (hero-session) unless
+// told to sign each call; without TLS it signs each call.
+func TestSessionByDefaultOverTLS(t *testing.T) {
+	pki := &tlsx.PKI{Dir: t.TempDir()}
+	if _, err := pki.Init(); err != nil {
+		t.Fatal(err)
+	}
+	scfg, err := tlsx.ServerConfig(pki.Files("api"), false, "api", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccfg, err := TLSConfig(pki.Files("api").CA, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, key, _ := auth.GenerateKey()
+	for _, tc := range []struct {
+		name      string
+		tls, each bool
+		want      string
+	}{{"tls", true, false, "session"}, {"tls, SignEachCall", true, true, "each"}, {"plaintext", false, false, "each"}} {
+		f := &flaky{fail: map[string]int{}, calls: map[string]int{}}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []grpc.ServerOption
+		cfg := Config{Addr: ln.Addr().String(), Actor: 7, Key: key, SignEachCall: tc.each, CallTimeout: 10 * time.Second}
+		if tc.tls {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(scfg)))
+			cfg.TLS = ccfg
+		} else {
+			cfg.Plaintext = true
+		}
+		gs := grpc.NewServer(opts...)
+		herov1.RegisterCoordinatorServer(gs, f)
+		go func() { _ = gs.Serve(ln) }()
+		c, err := Dial(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			if _, err := c.GetJob(context.Background(), 7, 1); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+		}
+		_ = c.Close()
+		gs.Stop()
+		if strings.Join(f.how, ",") != tc.want+","+tc.want {
+			t.Errorf("%s: calls authenticated by %v, want %s", tc.name, f.how, tc.want)
 		}
 	}
 }

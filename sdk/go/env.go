@@ -24,10 +24,11 @@ func TLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 // ConfigFromEnv reads the environment heroctl reads: HERO_ADDR, HERO_API_URL,
 // HERO_ACTOR, HERO_KEY (default: the actor's key in the config directory,
 // <config dir>/keys/actor-<id>.pem), HERO_CONTEXT, HERO_ADMIN_SECRET, HERO_TLS_CA,
-// HERO_TLS_CERT, HERO_TLS_KEY and HERO_PLAINTEXT=1.
+// HERO_TLS_CERT, HERO_TLS_KEY, HERO_PLAINTEXT=1 and HERO_SIGN_EACH_CALL=1.
 func ConfigFromEnv() (Config, error) {
 	cfg := Config{Addr: os.Getenv("HERO_ADDR"), APIURL: os.Getenv("HERO_API_URL"), AdminSecret: os.Getenv("HERO_ADMIN_SECRET"),
-		KeyFile: os.Getenv("HERO_KEY"), Plaintext: os.Getenv("HERO_PLAINTEXT") == "1"}
+		KeyFile: os.Getenv("HERO_KEY"), Plaintext: os.Getenv("HERO_PLAINTEXT") == "1",
+		SignEachCall: os.Getenv("HERO_SIGN_EACH_CALL") == "1"}
 	var err error
 	if cfg.Actor, err = envID("HERO_ACTOR"); err != nil {
 		return cfg, err

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,6 +73,8 @@ const (
 	reasonBadSecret    = "bad_secret"
 	reasonRevoked      = "revoked_secret"
 	reasonDevUnknown   = "dev_unknown_actor"
+	reasonSessionNoTLS = "session_without_tls"
+	reasonSessionNoEKM = "session_without_exporter"
 )
 
 // msgNotVerified is the one answer for an unknown actor, an actor without a valid
@@ -94,7 +97,16 @@ type credentials struct {
 	digest        [32]byte
 	authorization string
 	signed        auth.Credentials
-	peer          string // remote address, for the log
+	session       string      // a session signature (gRPC hero-session): signed.Actor and signed.Timestamp go with it
+	binding       connBinding // the connection a session signature must be bound to
+	peer          string      // remote address, for the log
+}
+
+// connBinding is a call's connection as a session signature covers it.
+type connBinding struct {
+	tls      bool   // the call came over TLS
+	exporter []byte // the connection's exporter value (auth.Exporter)
+	err      error  // why the TLS connection has no exporter value
 }
 
 // authenticator checks credentials, the same way for both transports.
@@ -106,16 +118,25 @@ type authenticator struct {
 	log     zerolog.Logger
 	now     func() time.Time
 
-	failures *prometheus.CounterVec
+	// sessions remembers the session signatures verified per connection; one is
+	// verified again (timestamp, the actor's current key) after --auth-session-recheck.
+	sessions *sessionCache
+
+	failures      *prometheus.CounterVec
+	sessionChecks *prometheus.CounterVec
 }
 
-func newAuthenticator(st *store.Store, secrets *operatorSecrets, window time.Duration, devMode bool, reg prometheus.Registerer, log zerolog.Logger) *authenticator {
+func newAuthenticator(st *store.Store, secrets *operatorSecrets, window, recheck time.Duration, devMode bool, reg prometheus.Registerer, log zerolog.Logger) *authenticator {
 	f := promauto.With(reg)
 	a := &authenticator{
 		store: st, secrets: secrets, window: window, devMode: devMode, log: log, now: time.Now,
+		sessions: newSessionCache(maxSessions, recheck),
 		failures: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_auth_failures_total",
-			Help: "Refused authentications by transport (jsonrpc, grpc) and reason (missing_credentials, malformed, stale_timestamp, replayed_nonce, unknown_actor, no_key, bad_signature, bad_secret, revoked_secret, dev_unknown_actor)."},
+			Help: "Refused authentications by transport (jsonrpc, grpc) and reason (missing_credentials, malformed, stale_timestamp, replayed_nonce, unknown_actor, no_key, bad_signature, bad_secret, revoked_secret, dev_unknown_actor, session_without_tls, session_without_exporter)."},
 			[]string{"transport", "reason"}),
+		sessionChecks: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_auth_session_checks_total",
+			Help: "Calls authenticated by a session signature (gRPC hero-session), by outcome: verified (the signature checked against the actor's key) or cached (the same signature verified on the same connection less than --auth-session-recheck ago)."},
+			[]string{"outcome"}),
 	}
 	dev := f.NewGauge(prometheus.GaugeOpts{Name: "hero_api_auth_dev_mode",
 		Help: "1 when supervisor-daemon trusts a bare X-Hero-Actor header (--auth-dev-trust-actor-header): requests are not authenticated."})
@@ -145,6 +166,9 @@ func (a *authenticator) check(ctx context.Context, c credentials) (Principal, ui
 	if c.authorization != "" {
 		return a.operator(ctx, c)
 	}
+	if c.session != "" {
+		return a.sessionActor(ctx, c)
+	}
 	if c.signed.Present() {
 		return a.signedActor(ctx, c)
 	}
@@ -163,7 +187,7 @@ func (a *authenticator) check(ctx context.Context, c credentials) (Principal, ui
 		return Principal{Actor: uint32(id)}, uint32(id), nil
 	}
 	return Principal{}, 0, &authError{reasonMissing, "authentication failed: the request is not signed: send " + auth.HeaderActor + ", " + auth.HeaderTimestamp + ", " +
-		auth.HeaderNonce + " and " + auth.HeaderSignature + " (gRPC metadata hero-actor, hero-timestamp, hero-nonce, hero-signature; docs/api.md), or an operator secret"}
+		auth.HeaderNonce + " and " + auth.HeaderSignature + " (gRPC metadata hero-actor, hero-timestamp, hero-nonce, hero-signature, or over TLS a session: hero-actor, hero-timestamp, hero-session; docs/api.md), or an operator secret"}
 }
 
 // operator checks an operator secret; an actor named beside it is acted for.
@@ -210,17 +234,9 @@ func (a *authenticator) signedActor(ctx context.Context, c credentials) (Princip
 		return Principal{}, req.Actor, &authError{reasonStale, "authentication failed: the timestamp is " + skew.Round(time.Second).String() +
 			" from the server's clock, outside the accepted window of ±" + a.window.String() + " (check the client's clock)"}
 	}
-	pubHex, exists, err := a.store.ActorKey(ctx, req.Actor)
+	pub, reason, err := a.actorKey(ctx, req.Actor)
 	if err != nil {
 		return Principal{}, req.Actor, unavailable(err)
-	}
-	var pub ed25519.PublicKey
-	reason := reasonUnknownActor
-	if exists {
-		reason = reasonNoKey
-		if k, err := auth.ParsePublicKeyHex(pubHex); err == nil {
-			pub, reason = k, reasonBadSignature
-		}
 	}
 	if !req.Verify(pub, c.target, c.digest) {
 		return Principal{}, req.Actor, &authError{reason, msgNotVerified}
@@ -233,6 +249,134 @@ func (a *authenticator) signedActor(ctx context.Context, c credentials) (Princip
 		return Principal{}, req.Actor, &authError{reasonReplayed, "authentication failed: this nonce was used already (a replayed request); sign each request with a new nonce"}
 	}
 	return Principal{Actor: req.Actor}, req.Actor, nil
+}
+
+// actorKey is an actor's public key, nil with the reason its signature would fail
+// (unknown_actor, no_key); with a key the reason is bad_signature.
+func (a *authenticator) actorKey(ctx context.Context, actor uint32) (ed25519.PublicKey, string, error) {
+	pubHex, exists, err := a.store.ActorKey(ctx, actor)
+	if err != nil {
+		return nil, "", err
+	}
+	if !exists {
+		return nil, reasonUnknownActor, nil
+	}
+	k, err := auth.ParsePublicKeyHex(pubHex)
+	if err != nil {
+		return nil, reasonNoKey, nil
+	}
+	return k, reasonBadSignature, nil
+}
+
+// sessionActor checks a session signature (gRPC hero-session): it covers the TLS
+// exporter value of the connection the call came on, so it is worthless on any other
+// connection and carries no nonce. A signature verified on this connection less than
+// recheck ago is taken without Redis or a verification; otherwise the timestamp
+// window and the signature against the actor's current key are checked, which makes
+// a changed key or a removed actor take effect within recheck.
+func (a *authenticator) sessionActor(ctx context.Context, c credentials) (Principal, uint32, error) {
+	if c.signed.Nonce != "" || c.signed.Signature != "" {
+		return Principal{}, 0, &authError{reasonMalformed, "authentication failed: send either a session signature (" + auth.MetadataSession + ") or a signed request (" +
+			auth.MetadataNonce + ", " + auth.MetadataSignature + "), not both"}
+	}
+	if !c.binding.tls {
+		return Principal{}, 0, &authError{reasonSessionNoTLS, "authentication failed: a session signature (" + auth.MetadataSession + ") authenticates a TLS connection and this one is not TLS: sign each request instead (" +
+			auth.MetadataNonce + ", " + auth.MetadataSignature + "; docs/api.md, Signed requests)"}
+	}
+	if c.binding.err != nil || len(c.binding.exporter) != auth.ExporterLen {
+		return Principal{}, 0, &authError{reasonSessionNoEKM, "authentication failed: this TLS connection offers no exporter value for a session signature (" + auth.MetadataSession +
+			"; TLS 1.2 without Extended Master Secret): use TLS 1.3, or sign each request instead (" + auth.MetadataNonce + ", " + auth.MetadataSignature + "; docs/api.md, Signed requests)"}
+	}
+	s, err := auth.ParseSession(auth.SessionCredentials{Actor: c.signed.Actor, Timestamp: c.signed.Timestamp, Signature: c.session})
+	if err != nil {
+		return Principal{}, 0, &authError{reasonMalformed, "authentication failed: " + err.Error()}
+	}
+	now := a.now()
+	if a.sessions.fresh(c.binding.exporter, s.Actor, c.session, now) {
+		a.sessionChecks.WithLabelValues("cached").Inc()
+		return Principal{Actor: s.Actor}, s.Actor, nil
+	}
+	if skew := s.Skew(now); skew > a.window || skew < -a.window {
+		return Principal{}, s.Actor, &authError{reasonStale, "authentication failed: the session's timestamp is " + skew.Round(time.Second).String() +
+			" from the server's clock, outside the accepted window of ±" + a.window.String() + " (check the client's clock; a client signs its session again every few seconds)"}
+	}
+	pub, reason, err := a.actorKey(ctx, s.Actor)
+	if err != nil {
+		return Principal{}, s.Actor, unavailable(err)
+	}
+	if !s.Verify(pub, c.binding.exporter) {
+		a.sessions.drop(c.binding.exporter)
+		return Principal{}, s.Actor, &authError{reason, msgNotVerified}
+	}
+	a.sessions.put(c.binding.exporter, s.Actor, c.session, now)
+	a.sessionChecks.WithLabelValues("verified").Inc()
+	return Principal{Actor: s.Actor}, s.Actor, nil
+}
+
+// maxSessions bounds the connections whose session signature is remembered: past it,
+// expired entries go first, then any (that connection's next call verifies again).
+const maxSessions = 16384
+
+// sessionCache maps a connection's exporter value to the session signature verified
+// on it, and when.
+type sessionCache struct {
+	mu      sync.Mutex
+	max     int
+	recheck time.Duration
+	entries map[[auth.ExporterLen]byte]sessionEntry
+}
+
+type sessionEntry struct {
+	actor     uint32
+	signature string
+	at        time.Time
+}
+
+func newSessionCache(max int, recheck time.Duration) *sessionCache {
+	return &sessionCache{max: max, recheck: recheck, entries: map[[auth.ExporterLen]byte]sessionEntry{}}
+}
+
+// fresh reports whether this signature of this actor was verified on this connection
+// less than recheck before now.
+func (c *sessionCache) fresh(ekm []byte, actor uint32, signature string, now time.Time) bool {
+	k := [auth.ExporterLen]byte(ekm)
+	c.mu.Lock()
+	e, ok := c.entries[k]
+	c.mu.Unlock()
+	return ok && e.actor == actor && e.signature == signature && !now.Before(e.at) && now.Sub(e.at) < c.recheck
+}
+
+func (c *sessionCache) put(ekm []byte, actor uint32, signature string, now time.Time) {
+	k := [auth.ExporterLen]byte(ekm)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.entries[k]; !ok && len(c.entries) >= c.max {
+		c.evict(now)
+	}
+	c.entries[k] = sessionEntry{actor: actor, signature: signature, at: now}
+}
+
+// evict makes room: the entries due for a new check (their connections have signed
+// again, or gone), then any until one place is free.
+func (c *sessionCache) evict(now time.Time) {
+	for k, e := range c.entries {
+		if now.Sub(e.at) >= c.recheck {
+			delete(c.entries, k)
+		}
+	}
+	for k := range c.entries {
+		if len(c.entries) < c.max {
+			return
+		}
+		delete(c.entries, k)
+	}
+}
+
+func (c *sessionCache) drop(ekm []byte) {
+	k := [auth.ExporterLen]byte(ekm)
+	c.mu.Lock()
+	delete(c.entries, k)
+	c.mu.Unlock()
 }
 
 // role returns the principal's role in a context.

@@ -23,6 +23,7 @@ type Config struct {
 
 	APITLS             tlsx.Files
 	AuthWindow         time.Duration
+	AuthSessionRecheck time.Duration
 	AuthDevTrustHeader bool
 
 	HTTPReadTimeout  time.Duration
@@ -45,6 +46,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.StringVar(&c.APITLS.Cert, "api-tls-cert", "", "", "TLS certificate (PEM) of the public API, JSON-RPC and gRPC (heroctl pki init makes one, api.pem); plaintext when empty")
 	f.StringVar(&c.APITLS.Key, "api-tls-key", "", "", "the private key (PEM) of --api-tls-cert")
 	f.DurationVar(&c.AuthWindow, "auth-window", "", 5*time.Minute, "a signed request's timestamp may be this far from the server's clock; its nonce is remembered twice as long")
+	f.DurationVar(&c.AuthSessionRecheck, "auth-session-recheck", "", 30*time.Second, "a gRPC session signature (hero-session, one per TLS connection) verified on a connection is taken without a new check for this long; a changed actor key or a removed actor takes effect on open connections within it")
 	f.BoolVar(&c.AuthDevTrustHeader, "auth-dev-trust-actor-header", "HERO_AUTH_DEV_TRUST_ACTOR_HEADER", false, "DEVELOPMENT ONLY: trust a bare X-Hero-Actor header without a signature (anyone reaching the API can act as any actor)")
 	f.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", "", 30*time.Second, "JSON-RPC: time to read a request's headers and body")
 	f.DurationVar(&c.HTTPWriteTimeout, "http-write-timeout", "", 60*time.Second, "JSON-RPC: time to handle a request and write its answer (job.run, flow.wait and dispatcher.run_job are bounded by their own timeouts instead)")
@@ -84,6 +86,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AuthWindow < 10*time.Second || c.AuthWindow > time.Hour {
 		return fmt.Errorf("--auth-window: %v is not between 10s and 1h", c.AuthWindow)
+	}
+	if c.AuthSessionRecheck < time.Second || c.AuthSessionRecheck > 10*time.Minute {
+		return fmt.Errorf("--auth-session-recheck: %v is not between 1s and 10m", c.AuthSessionRecheck)
 	}
 	if c.HTTPReadTimeout <= 0 || c.HTTPWriteTimeout <= 0 || c.HTTPIdleTimeout <= 0 {
 		return fmt.Errorf("--http-read-timeout, --http-write-timeout and --http-idle-timeout must be positive")

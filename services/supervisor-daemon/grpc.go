@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	grpccreds "google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -33,7 +34,8 @@ var waitingCalls = map[string]bool{
 
 // authInterceptors authenticate every call of the public services (hero.v1) from its
 // metadata and the digest of its request message as received (codec): the same check
-// the JSON-RPC side makes. A stream is authenticated with its opening message.
+// the JSON-RPC side makes, or a session signature of the call's TLS connection
+// (hero-session). A stream is authenticated with its opening message.
 func authInterceptors(a *authenticator, l *callerLimits, codec *auth.DigestCodec, m *apiMetrics) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	api := func(full string) bool { return strings.HasPrefix(full, "/hero.v1.") }
 	check := func(ctx context.Context, full string, msg any) (context.Context, func(), error) {
@@ -48,10 +50,14 @@ func authInterceptors(a *authenticator, l *callerLimits, codec *auth.DigestCodec
 			}
 			return ""
 		}
-		c := credentials{transport: "grpc", target: full, digest: digest, authorization: get("authorization"),
+		c := credentials{transport: "grpc", target: full, digest: digest, authorization: get("authorization"), session: get(auth.MetadataSession),
 			signed: auth.Credentials{Actor: get(auth.MetadataActor), Timestamp: get(auth.MetadataTimestamp), Nonce: get(auth.MetadataNonce), Signature: get(auth.MetadataSignature)}}
-		if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+		pr, _ := peer.FromContext(ctx)
+		if pr != nil && pr.Addr != nil {
 			c.peer = pr.Addr.String()
+		}
+		if c.session != "" {
+			c.binding = bindingOf(pr)
 		}
 		p, err := a.authenticate(ctx, c)
 		if err != nil {
@@ -99,6 +105,20 @@ func authInterceptors(a *authenticator, l *callerLimits, codec *auth.DigestCodec
 		return handler(srv, ws)
 	}
 	return unary, stream
+}
+
+// bindingOf is what binds a session signature to the call's connection: the TLS
+// exporter value of the connection the call came on.
+func bindingOf(pr *peer.Peer) connBinding {
+	if pr == nil {
+		return connBinding{}
+	}
+	ti, ok := pr.AuthInfo.(grpccreds.TLSInfo)
+	if !ok {
+		return connBinding{}
+	}
+	ekm, err := auth.Exporter(&ti.State)
+	return connBinding{tls: true, exporter: ekm, err: err}
 }
 
 // authStream authenticates a stream on its opening message; later messages only

@@ -35,7 +35,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	if err != nil {
 		return err
 	}
-	*holder = *newAuthenticator(b.Store, secrets, cfg.AuthWindow, cfg.AuthDevTrustHeader, env.Registry, env.Log)
+	*holder = *newAuthenticator(b.Store, secrets, cfg.AuthWindow, cfg.AuthSessionRecheck, cfg.AuthDevTrustHeader, env.Registry, env.Log)
 
 	sc, err := b.Dial(cfg.SchedulerAddr, "scheduler")
 	if err != nil {

@@ -29,6 +29,9 @@ func BenchmarkPeers(b *testing.B) {
 	}
 	n, conc := envInt("HERO_PEERS_N", 20000), envInt("HERO_PEERS_C", 32)
 	s, c := handlerBenchStack(b)
+	// gRPC calls carry the connection's session signature; HERO_PEERS_SIGN_EACH_CALL=1
+	// signs each call instead (to compare the two).
+	c.SignEachCall = os.Getenv("HERO_PEERS_SIGN_EACH_CALL") == "1"
 	cc, err := c.Dial()
 	if err != nil {
 		b.Fatal(err)

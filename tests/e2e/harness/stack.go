@@ -115,6 +115,9 @@ type Client struct {
 	Key      ed25519.PrivateKey // the actor's key (ActorKey); signs unless Secret is set
 	Secret   string
 	Header   http.Header // more headers on every JSON-RPC request (e.g. traceparent)
+	// SignEachCall makes Dial sign every gRPC call (a nonce each) instead of the TLS
+	// connection once (a session signature, the default).
+	SignEachCall bool
 }
 
 // ActorKey is the deterministic test key of an actor: every stack registers actors
@@ -242,12 +245,15 @@ func (c *Client) Call(method string, params any, out any) error {
 	return nil
 }
 
-// Dial opens a gRPC connection to the API with the client's credentials: every call
-// signed by the actor, or carrying the operator secret (and the actor acted for).
+// Dial opens a gRPC connection to the API with the client's credentials: the actor's
+// session signature of the TLS connection (SignEachCall: every call signed), or the
+// operator secret (and the actor acted for).
 func (c *Client) Dial() (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(APICredentials())}
-	if sg := c.Signer(); sg != nil {
+	if sg := c.Signer(); sg != nil && c.SignEachCall {
 		opts = append(opts, auth.DialOptions(sg)...)
+	} else if sg != nil {
+		opts = append(opts, auth.SessionDialOptions(sg)...)
 	} else if c.Secret != "" {
 		md := []string{"authorization", "Bearer " + c.Secret}
 		if c.Actor != 0 {
