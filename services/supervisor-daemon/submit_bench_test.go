@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
+)
+
+// BenchmarkSubmitPath: job.submit from 32 concurrent callers (SetParallelism) through
+// the service (no transport, no authentication: those are the same for every method)
+// against a real Redis. Reports per submission: Redis's socket reads (its round trips
+// with the callers), EVALSHAs, commands a caller sent or a script ran, and this
+// process's CPU.
+func BenchmarkSubmitPath(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 5 * time.Second, Log: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	for id := uint32(1); id <= 2; id++ {
+		if _, _, err := st.CreateActor(ctx, &model.Actor{ID: id, Pubkey: strings.Repeat("ab", 32)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, _, err := st.CreateContext(ctx, &model.Context{ID: 1, Admins: []uint32{1}, Readers: []uint32{}, Executors: []uint32{2}}, "t"); err != nil {
+		b.Fatal(err)
+	}
+	db, err := st.Ctx(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, _, err := st.CreateRunner(ctx, 1, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "t"); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh"}); err != nil {
+		b.Fatal(err)
+	}
+	s := benchService(b, st)
+	p := Principal{Actor: 2}
+	rc := srv.Client(b, 0)
+	before, cpu0 := redisStats(b, rc), cpuTime()
+	b.ResetTimer()
+	b.SetParallelism(16) // 32 callers on 2 cores
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := s.jobSubmit(ctx, p, jobSubmitParams{ContextID: 1, Job: &jobIn{Script: "true", ScriptType: "sh"}}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	cpu, after := cpuTime()-cpu0, redisStats(b, rc)
+	for _, m := range []string{"reads", "evalsha", "hgetall", "commands"} {
+		b.ReportMetric(float64(after[m]-before[m])/float64(b.N), m+"/op")
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
+}
+
+// redisStats reads Redis's socket reads ("reads"), the commands callers sent or
+// scripts ran ("commands") and the calls of each command (INFO stats, commandstats).
+func redisStats(b *testing.B, rc *redis.Client) map[string]int64 {
+	b.Helper()
+	info, err := rc.Info(context.Background(), "stats", "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "total_reads_processed:"); ok {
+			out["reads"], _ = strconv.ParseInt(v, 10, 64)
+		}
+		name, rest, ok := strings.Cut(line, ":calls=")
+		if !ok {
+			continue
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		out[strings.TrimPrefix(name, "cmdstat_")] = n
+		out["commands"] += n
+	}
+	return out
+}
+
+// cpuTime is this process's CPU time so far (user and system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
