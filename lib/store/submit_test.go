@@ -140,8 +140,7 @@ func shJob(caller, id uint32, script string) *model.Job {
 // One call of several callers' jobs (supervisor-daemon's grouped submissions): each
 // job's events name its own actor; the jobs are taken in order, so that a uniqueness
 // key or a chosen id that an earlier job of the call took names that job (one job,
-// one message), a chosen id taken earlier with other content refuses the call, and a
-// reserved id that a later job chose is reserved again.
+// one message).
 func TestSubmitJobsOneCall(t *testing.T) {
 	s, _ := shContext(t)
 	ctx := context.Background()
@@ -173,18 +172,23 @@ func TestSubmitJobsOneCall(t *testing.T) {
 	if actors[keys.Job(1, out[0].Job.ID)] != "1" || actors[keys.Job(2, 7)] != "2" || len(actors) != 2 {
 		t.Errorf("job.created actors: %v", actors)
 	}
+}
 
-	// The same chosen id with other content in one call: refused, nothing written.
+// One call whose jobs choose one id with two contents is refused, nothing written; a
+// reserved id that a later job of the call chose is reserved again, both created.
+func TestSubmitJobsOneCallIDs(t *testing.T) {
+	s, _ := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
 	before := rdb.DBSize(ctx).Val()
-	_, err = s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(3, 5, "echo d")}, {Job: shJob(3, 5, "echo e")}}, "3")
+	_, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(3, 5, "echo d")}, {Job: shJob(3, 5, "echo e")}}, "3")
 	var ee *store.ExistsError
 	if !errors.As(err, &ee) || ee.Field != "script" || rdb.DBSize(ctx).Val() != before || rdb.Exists(ctx, keys.Job(3, 5)).Val() != 0 {
 		t.Fatalf("one id with two contents in one call: %v", err)
 	}
 
-	// A reserved id that a later job of the call chose: reserved again, both created.
 	rdb.Set(ctx, keys.JobSeq(4), 0, 0)
-	out, err = s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(4, 0, "echo f")}, {Job: shJob(4, 1, "echo g")}}, "4")
+	out, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(4, 0, "echo f")}, {Job: shJob(4, 1, "echo g")}}, "4")
 	if err != nil {
 		t.Fatal(err)
 	}

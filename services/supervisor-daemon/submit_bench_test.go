@@ -9,11 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
-
-	"github.com/hero-coordinator/hero/lib/model"
-	"github.com/hero-coordinator/hero/lib/store"
-	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 )
 
 // BenchmarkSubmitPath: job.submit from 32 concurrent callers (SetParallelism) through
@@ -22,31 +17,8 @@ import (
 // with the callers), EVALSHAs, commands a caller sent or a script ran, and this
 // process's CPU.
 func BenchmarkSubmitPath(b *testing.B) {
-	srv := redistest.Start(b)
+	srv, st := submitStore(b)
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 5 * time.Second, Log: zerolog.Nop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	for id := uint32(1); id <= 2; id++ {
-		if _, _, err := st.CreateActor(ctx, &model.Actor{ID: id, Pubkey: strings.Repeat("ab", 32)}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if _, _, err := st.CreateContext(ctx, &model.Context{ID: 1, Admins: []uint32{1}, Readers: []uint32{}, Executors: []uint32{2}}, "t"); err != nil {
-		b.Fatal(err)
-	}
-	db, err := st.Ctx(1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, _, err := st.CreateRunner(ctx, 1, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "t"); err != nil {
-		b.Fatal(err)
-	}
-	if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh"}); err != nil {
-		b.Fatal(err)
-	}
 	s := benchService(b, st)
 	p := Principal{Actor: 2}
 	rc := srv.Client(b, 0)
