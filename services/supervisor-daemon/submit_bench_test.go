@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -11,34 +13,42 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// BenchmarkSubmitPath: job.submit from 32 concurrent callers (SetParallelism) through
-// the service (no transport, no authentication: those are the same for every method)
+// BenchmarkSubmitPath: job.submit from 1 and from 32 concurrent callers through the
+// service (no transport, no authentication: those are the same for every method)
 // against a real Redis. Reports per submission: Redis's socket reads (its round trips
-// with the callers), EVALSHAs, commands a caller sent or a script ran, and this
-// process's CPU.
+// with the callers), EVALSHAs, context reads (HGETALL), commands a caller sent or a
+// script ran, and this process's CPU.
 func BenchmarkSubmitPath(b *testing.B) {
 	srv, st := submitStore(b)
-	ctx := context.Background()
 	s := benchService(b, st)
-	p := Principal{Actor: 2}
 	rc := srv.Client(b, 0)
-	before, cpu0 := redisStats(b, rc), cpuTime()
-	b.ResetTimer()
-	b.SetParallelism(16) // 32 callers on 2 cores
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := s.jobSubmit(ctx, p, jobSubmitParams{ContextID: 1, Job: &jobIn{Script: "true", ScriptType: "sh"}}); err != nil {
-				b.Error(err)
-				return
+	for _, callers := range []int{1, 32} {
+		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) {
+			before, cpu0 := redisStats(b, rc), cpuTime()
+			b.ResetTimer()
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= int64(b.N) {
+						if _, err := s.jobSubmit(context.Background(), Principal{Actor: 2}, jobSubmitParams{ContextID: 1, Job: &jobIn{Script: "true", ScriptType: "sh"}}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
 			}
-		}
-	})
-	b.StopTimer()
-	cpu, after := cpuTime()-cpu0, redisStats(b, rc)
-	for _, m := range []string{"reads", "evalsha", "hgetall", "commands"} {
-		b.ReportMetric(float64(after[m]-before[m])/float64(b.N), m+"/op")
+			wg.Wait()
+			b.StopTimer()
+			cpu, after := cpuTime()-cpu0, redisStats(b, rc)
+			for _, m := range []string{"reads", "evalsha", "hgetall", "commands"} {
+				b.ReportMetric(float64(after[m]-before[m])/float64(b.N), m+"/op")
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
+		})
 	}
-	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
 }
 
 // redisStats reads Redis's socket reads ("reads"), the commands callers sent or
