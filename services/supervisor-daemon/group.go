@@ -21,8 +21,8 @@ var errShuttingDown = &apiError{Code: codeUnavailable, Msg: "unavailable: superv
 	Data: map[string]any{"retry_after_ms": int64(1000)}}
 
 // submitGroups is the group commit of single submissions (job.submit, job.run), on
-// lib/groupcommit: concurrent submissions are gathered and one goroutine stores a
-// group, up to max jobs, in one store call per context (one reservation round trip
+// lib/groupcommit: concurrent submissions are gathered and one goroutine (per Redis
+// server) stores a group, up to max jobs, in one store call per context (one reservation round trip
 // and one run of lua/submit.lua, which takes the jobs in order: a unique_key or a
 // chosen id that an earlier job of the group took names that job) as soon as the
 // previous group's calls returned: no timer, no wait when idle. A caller is answered
@@ -31,10 +31,15 @@ var errShuttingDown = &apiError{Code: codeUnavailable, Msg: "unavailable: superv
 // refuses a group for one job's sake (a job no runner serves, a chosen id with other
 // content), the group's jobs are submitted again one by one.
 type submitGroups struct {
-	submit  submitFunc
-	timeout time.Duration       // of one group's store calls
-	sizes   prometheus.Observer // jobs per store call; nil: not observed
-	c       *groupcommit.Committer[*groupedSub, store.Submitted]
+	submit   submitFunc
+	serverOf func(ctxID uint32) *store.Server
+	max      int
+	timeout  time.Duration       // of one group's store calls
+	sizes    prometheus.Observer // jobs per store call; nil: not observed
+
+	mu       sync.Mutex
+	byServer map[*store.Server]*groupcommit.Committer[*groupedSub, store.Submitted] // one group commit per Redis server
+	closed   bool
 }
 
 // groupedSub is one submission of a group.
@@ -45,22 +50,46 @@ type groupedSub struct {
 	chosen bool // the caller chose the job's id (else it is reserved at each try)
 }
 
-// newSubmitGroups starts the group commit; shutdown stops it.
-func newSubmitGroups(submit submitFunc, maxJobs int, sizes prometheus.Observer) *submitGroups {
-	g := &submitGroups{submit: submit, timeout: 30 * time.Second, sizes: sizes}
-	g.c = groupcommit.New(groupcommit.Params[*groupedSub, store.Submitted]{Fn: g.store, Max: maxJobs})
-	return g
+// newSubmitGroups makes the group commit: one per Redis server (serverOf names the
+// server of a context), started at its first submission, so that a slow server holds
+// back only its own contexts' submissions. shutdown stops it.
+func newSubmitGroups(submit submitFunc, serverOf func(ctxID uint32) *store.Server, maxJobs int, sizes prometheus.Observer) *submitGroups {
+	return &submitGroups{submit: submit, serverOf: serverOf, max: maxJobs, timeout: 30 * time.Second, sizes: sizes,
+		byServer: map[*store.Server]*groupcommit.Committer[*groupedSub, store.Submitted]{}}
 }
 
 // shutdown stores what was submitted, answers its callers and refuses what comes
 // after (errShuttingDown).
-func (g *submitGroups) shutdown() { g.c.Close() }
+func (g *submitGroups) shutdown() {
+	g.mu.Lock()
+	g.closed = true
+	all := make([]*groupcommit.Committer[*groupedSub, store.Submitted], 0, len(g.byServer))
+	for _, c := range g.byServer {
+		all = append(all, c)
+	}
+	g.mu.Unlock()
+	for _, c := range all {
+		c.Close()
+	}
+}
 
 // add submits one job of context ctxID in the next group and returns its outcome.
 // ctx bounds the wait to join a group; once in one, the job's outcome is awaited
 // (the group's store call has a context of its own).
 func (g *submitGroups) add(ctx context.Context, ctxID uint32, guard *store.ContextGuard, sub store.Submission) (store.Submitted, error) {
-	out, err := g.c.Do(ctx, &groupedSub{ctxID: ctxID, guard: guard, sub: sub, chosen: sub.Job.ID != 0})
+	srv := g.serverOf(ctxID)
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return store.Submitted{}, errShuttingDown
+	}
+	c := g.byServer[srv]
+	if c == nil {
+		c = groupcommit.New(groupcommit.Params[*groupedSub, store.Submitted]{Fn: g.store, Max: g.max})
+		g.byServer[srv] = c
+	}
+	g.mu.Unlock()
+	out, err := c.Do(ctx, &groupedSub{ctxID: ctxID, guard: guard, sub: sub, chosen: sub.Job.ID != 0})
 	if errors.Is(err, groupcommit.ErrClosed) {
 		return out, errShuttingDown
 	}

@@ -9,20 +9,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 )
 
 // recordingSubmit wraps store.SubmitGuarded: it records the jobs of each call, and
 // its first call waits for gate when gate is not nil.
 type recordingSubmit struct {
-	st    *store.Store
-	gate  chan struct{}
-	once  sync.Once
-	mu    sync.Mutex
-	calls []int
+	st     *store.Store
+	gate   chan struct{}
+	once   sync.Once
+	opened sync.Once
+	mu     sync.Mutex
+	calls  []int
 }
+
+// open lets the held call go (once).
+func (r *recordingSubmit) open() { r.opened.Do(func() { close(r.gate) }) }
 
 func (r *recordingSubmit) submit(ctx context.Context, ctxID uint32, subs []store.Submission, guard *store.ContextGuard) ([]store.Submitted, error) {
 	r.mu.Lock()
@@ -66,14 +73,15 @@ func addConcurrently(g *submitGroups, n int) (out []store.Submitted, errs []erro
 func TestSubmitGroupsConcurrent(t *testing.T) {
 	srv, st := submitStore(t)
 	rec := &recordingSubmit{st: st, gate: make(chan struct{})}
-	g := newSubmitGroups(rec.submit, maxGroupJobs, nil)
+	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, nil)
 	defer g.shutdown()
+	defer rec.open() // before shutdown, which waits for the held call
 	const n = 200
 	out, errs, started, wait := addConcurrently(g, n)
 	// The first call is held until every caller is under way: the others gather.
 	waitFor(t, "the first store call", func() bool { return len(rec.sizes()) == 1 })
 	waitFor(t, "every caller", func() bool { return started.Load() == n })
-	close(rec.gate)
+	rec.open()
 	wait()
 	rdb := srv.Client(t, 1)
 	ids := map[uint32]bool{}
@@ -108,7 +116,7 @@ func TestSubmitGroupsConcurrent(t *testing.T) {
 func TestSubmitGroupsOutcomes(t *testing.T) {
 	srv, st := submitStore(t)
 	rec := &recordingSubmit{st: st}
-	g := newSubmitGroups(rec.submit, maxGroupJobs, nil)
+	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, nil)
 	defer g.shutdown()
 	ctx := context.Background()
 	item := func(sub store.Submission) *groupedSub {
@@ -159,13 +167,13 @@ func TestSubmitGroupsOutcomes(t *testing.T) {
 func TestSubmitGroupsShutdown(t *testing.T) {
 	srv, st := submitStore(t)
 	rec := &recordingSubmit{st: st, gate: make(chan struct{})}
-	g := newSubmitGroups(rec.submit, maxGroupJobs, nil)
+	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, nil)
 	const n = 50
 	_, errs, _, wait := addConcurrently(g, n)
 	waitFor(t, "the first store call", func() bool { return len(rec.sizes()) == 1 })
 	closed := make(chan struct{})
 	go func() { g.shutdown(); close(closed) }()
-	close(rec.gate)
+	rec.open()
 	<-closed
 	wait()
 	stored := 0
@@ -186,5 +194,70 @@ func TestSubmitGroupsShutdown(t *testing.T) {
 	}
 	if _, err := g.add(context.Background(), 1, nil, shSub("2", "echo late")); !errors.Is(err, errShuttingDown) {
 		t.Errorf("a submission after shutdown: %v", err)
+	}
+}
+
+// Each Redis server has its own group commit: while a store call to one server is
+// held, a submission to a context of another server is stored and answered.
+func TestSubmitGroupsPerServer(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Options{URL: a.URL, Placement: "2-2=" + b.URL, ConnectTimeout: 5 * time.Second, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, id := range []uint32{1, 2} {
+		if _, _, err := st.CreateContext(ctx, &model.Context{ID: id, Admins: []uint32{1}}, "t"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := st.CreateRunner(ctx, id, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "t"); err != nil {
+			t.Fatal(err)
+		}
+		db, err := st.Ctx(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	g := newSubmitGroups(func(ctx context.Context, ctxID uint32, subs []store.Submission, guard *store.ContextGuard) ([]store.Submitted, error) {
+		if ctxID == 1 {
+			close(held)
+			<-release
+		}
+		return st.SubmitGuarded(ctx, ctxID, subs, guard)
+	}, st.ServerFor, maxGroupJobs, nil)
+	defer g.shutdown()
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free() // before shutdown, which waits for the held call
+	first := make(chan error, 1)
+	go func() {
+		_, err := g.add(ctx, 1, nil, shSub("1", "echo on a"))
+		first <- err
+	}()
+	<-held
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.add(ctx, 2, nil, shSub("1", "echo on b"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a submission to another server waited for the held one")
+	}
+	free()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Client(t, 2).LLen(ctx, keys.MsgOut).Val(); n != 1 {
+		t.Errorf("context 2 (server b) has %d requests; want 1", n)
 	}
 }
