@@ -186,22 +186,29 @@ func (d *DB) probe(ctx context.Context) error {
 
 // LoadContext reads context:<id> from DB <id>.
 func (s *Store) LoadContext(ctx context.Context, id uint32) (*model.Context, error) {
+	c, _, err := s.LoadContextHash(ctx, id)
+	return c, err
+}
+
+// LoadContextHash is LoadContext that also returns the hash as stored (for a
+// ContextGuard).
+func (s *Store) LoadContextHash(ctx context.Context, id uint32) (*model.Context, map[string]string, error) {
 	db, err := s.Ctx(id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	h, err := db.HGetAll(ctx, keys.Context(id))
 	if err != nil {
-		return nil, fmt.Errorf("load context %d: %w", id, err)
+		return nil, nil, fmt.Errorf("load context %d: %w", id, err)
 	}
 	if len(h) == 0 {
-		return nil, notFound("context %d", id)
+		return nil, nil, notFound("context %d", id)
 	}
 	var c model.Context
 	if err := model.FromHash(keys.Context(id), h, &c); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &c, nil
+	return &c, h, nil
 }
 
 // ContextLimits reads the job limits of this DB's context: the defaults its jobs get

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -22,7 +23,31 @@ type Submission struct {
 	Job       *model.Job
 	UniqueKey string        // "": none
 	UniqueTTL time.Duration // how long UniqueKey names the job (> 0 with a key)
+	Actor     string        // who submits it (its events' actor); "": SubmitJobs' actor
 }
+
+// ContextGuard holds fields of a context's hash (context:<id>) with the values an
+// authorization read from them: a submission under it writes nothing, and returns
+// ErrContextChanged, unless the context still holds them when it runs, in the same
+// atomic step as its writes. A missing field is "".
+type ContextGuard struct {
+	Fields []string
+	Values []string
+}
+
+// NewContextGuard guards fields with their values in h, a context's hash as
+// LoadContextHash returned it.
+func NewContextGuard(h map[string]string, fields ...string) *ContextGuard {
+	g := &ContextGuard{Fields: fields, Values: make([]string, len(fields))}
+	for i, f := range fields {
+		g.Values[i] = h[f]
+	}
+	return g
+}
+
+// ErrContextChanged: a guarded submission met a context whose guarded fields changed
+// since they were read (or a context that was deleted); nothing was written.
+var ErrContextChanged = errors.New("the context changed since it was read")
 
 // Submitted is what SubmitJobs did with one Submission.
 type Submitted struct {
@@ -40,8 +65,21 @@ const maxReserve = 5
 // by a runner: a *model.ValidationError, nothing stored, when not). A job whose unique
 // key names a job that still exists, or whose chosen id exists with the same content,
 // is returned as it is (Existing); a chosen id with other content refuses the whole
-// call (an ExistsError), storing nothing.
+// call (an ExistsError), storing nothing. A Submission without an Actor is actor's.
 func (s *Store) SubmitJobs(ctx context.Context, ctxID uint32, subs []Submission, actor string) ([]Submitted, error) {
+	own := make([]Submission, len(subs))
+	for i, sb := range subs {
+		own[i] = sb
+		if sb.Actor == "" {
+			own[i].Actor = actor
+		}
+	}
+	return s.SubmitGuarded(ctx, ctxID, own, nil)
+}
+
+// SubmitGuarded is SubmitJobs with each Submission's Actor, under guard when it is
+// not nil (ErrContextChanged when the context no longer holds the guarded values).
+func (s *Store) SubmitGuarded(ctx context.Context, ctxID uint32, subs []Submission, guard *ContextGuard) ([]Submitted, error) {
 	db, err := s.Ctx(ctxID)
 	if err != nil {
 		return nil, err
@@ -72,7 +110,7 @@ func (s *Store) SubmitJobs(ctx context.Context, ctxID uint32, subs []Submission,
 		if err := db.reserveJobIDs(ctx, subs, pending); err != nil {
 			return nil, err
 		}
-		out, taken, err := db.submit(ctx, subs, chosen, actor, now)
+		out, taken, err := db.submit(ctx, subs, chosen, guard, now)
 		if err != nil || taken < 0 {
 			return out, err
 		}
@@ -162,9 +200,18 @@ func (d *DB) reserveJobIDs(ctx context.Context, subs []Submission, idx []int) er
 
 // submit runs lua/submit.lua once. taken is the index of a job whose reserved id a
 // caller had chosen (nothing was written), else -1.
-func (d *DB) submit(ctx context.Context, subs []Submission, chosen []bool, actor string, now time.Time) ([]Submitted, int, error) {
+func (d *DB) submit(ctx context.Context, subs []Submission, chosen []bool, guard *ContextGuard, now time.Time) ([]Submitted, int, error) {
 	ks := make([]string, 0, 2*len(subs))
-	args := []any{d.ContextID, now.Unix(), now.UnixMilli(), actor, EventsMaxLen}
+	args := []any{d.ContextID, now.Unix(), now.UnixMilli(), EventsMaxLen, 0}
+	if guard != nil {
+		args[4] = len(guard.Fields)
+		for _, f := range guard.Fields {
+			args = append(args, f)
+		}
+		for _, v := range guard.Values {
+			args = append(args, v)
+		}
+	}
 	for i, sb := range subs {
 		j := sb.Job
 		uk := ""
@@ -174,7 +221,7 @@ func (d *DB) submit(ctx context.Context, subs []Submission, chosen []bool, actor
 		ks = append(ks, keys.Job(j.CallerID, j.ID), uk)
 		cmp, ini := splitFields(j, jobInitialOnly)
 		msg := requestFields(d.ContextID, 0, j, now, 0)
-		args = append(args, boolArg(chosen[i]), j.CallerID, j.ID, sb.UniqueTTL.Milliseconds(), len(cmp)/2, len(cmp)+len(ini), len(msg))
+		args = append(args, boolArg(chosen[i]), j.CallerID, j.ID, sb.UniqueTTL.Milliseconds(), sb.Actor, len(cmp)/2, len(cmp)+len(ini), len(msg))
 		args = append(args, cmp...)
 		args = append(args, ini...)
 		args = append(args, msg...)
@@ -188,6 +235,8 @@ func (d *DB) submit(ctx context.Context, subs []Submission, chosen []bool, actor
 		return nil, -1, fmt.Errorf("submit jobs: unexpected reply %v", res)
 	}
 	switch vals[0] {
+	case "changed":
+		return nil, -1, ErrContextChanged
 	case "taken":
 		n, _ := vals[1].(int64)
 		return nil, int(n) - 1, nil

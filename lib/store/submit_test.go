@@ -117,3 +117,127 @@ func checkSubmittedWritten(t *testing.T, id uint32) {
 		t.Errorf("unique key: %q ttl %v", v, ttl)
 	}
 }
+
+// shContext is context 1 with runner 1 serving sh, for SubmitJobs.
+func shContext(t *testing.T) (*store.Store, *store.DB) {
+	t.Helper()
+	s := open(t)
+	db := mustCtx(t, s, 1)
+	ctx := context.Background()
+	if _, _, err := s.CreateRunner(ctx, 1, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh"}); err != nil {
+		t.Fatal(err)
+	}
+	return s, db
+}
+
+func shJob(caller, id uint32, script string) *model.Job {
+	return &model.Job{ID: id, CallerID: caller, Script: script, ScriptType: model.ScriptType("sh")}
+}
+
+// One call of several callers' jobs (supervisor-daemon's grouped submissions): each
+// job's events name its own actor; the jobs are taken in order, so that a uniqueness
+// key or a chosen id that an earlier job of the call took names that job (one job,
+// one message).
+func TestSubmitJobsOneCall(t *testing.T) {
+	s, _ := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	out, err := s.SubmitGuarded(ctx, 1, []store.Submission{
+		{Job: shJob(1, 0, "echo a"), UniqueKey: "u", UniqueTTL: time.Minute, Actor: "1"},
+		{Job: shJob(2, 0, "echo b"), UniqueKey: "u", UniqueTTL: time.Minute, Actor: "2"},
+		{Job: shJob(2, 7, "echo c"), Actor: "2"},
+		{Job: shJob(2, 7, "echo c"), Actor: "3"},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Existing || !out[1].Existing || out[1].Job.CallerID != 1 || out[1].Job.ID != out[0].Job.ID || out[1].Job.Script != "echo a" {
+		t.Errorf("the same unique key twice in one call: %+v then %+v", out[0].Job, out[1].Job)
+	}
+	if out[2].Existing || !out[3].Existing || out[3].Job.ID != 7 || out[3].Job.Script != "echo c" {
+		t.Errorf("the same chosen id twice in one call: %+v %+v", out[2], out[3])
+	}
+	if n := rdb.LLen(ctx, keys.MsgOut).Val(); n != 2 {
+		t.Errorf("msg_out holds %d messages; want 2 (two jobs created)", n)
+	}
+	actors := map[string]string{}
+	for _, e := range rdb.XRange(ctx, keys.Events, "-", "+").Val() {
+		if e.Values["type"] == "job.created" {
+			actors[e.Values["detail"].(string)] = e.Values["actor"].(string)
+		}
+	}
+	if actors[keys.Job(1, out[0].Job.ID)] != "1" || actors[keys.Job(2, 7)] != "2" || len(actors) != 2 {
+		t.Errorf("job.created actors: %v", actors)
+	}
+}
+
+// One call whose jobs choose one id with two contents is refused, nothing written; a
+// reserved id that a later job of the call chose is reserved again, both created.
+func TestSubmitJobsOneCallIDs(t *testing.T) {
+	s, _ := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	before := rdb.DBSize(ctx).Val()
+	_, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(3, 5, "echo d")}, {Job: shJob(3, 5, "echo e")}}, "3")
+	var ee *store.ExistsError
+	if !errors.As(err, &ee) || ee.Field != "script" || rdb.DBSize(ctx).Val() != before || rdb.Exists(ctx, keys.Job(3, 5)).Val() != 0 {
+		t.Fatalf("one id with two contents in one call: %v", err)
+	}
+
+	rdb.Set(ctx, keys.JobSeq(4), 0, 0)
+	out, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(4, 0, "echo f")}, {Job: shJob(4, 1, "echo g")}}, "4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Existing || out[1].Existing || out[0].Job.ID == 1 || out[1].Job.ID != 1 {
+		t.Fatalf("a reserved id chosen later in the call: %+v %+v", out[0].Job, out[1].Job)
+	}
+	for _, j := range out {
+		if got := rdb.HGet(ctx, keys.Job(4, j.Job.ID), "script").Val(); got != j.Job.Script {
+			t.Errorf("job 4:%d holds %q; want %q", j.Job.ID, got, j.Job.Script)
+		}
+	}
+}
+
+// A guarded submission writes only while the context holds the guarded values: after
+// an update of them, or the context's deletion, it is refused with ErrContextChanged,
+// nothing written.
+func TestSubmitGuarded(t *testing.T) {
+	s, _ := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	c, h, err := s.LoadContextHash(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard := store.NewContextGuard(h, "id", "admins", "executors", "job_max")
+	if _, err := s.SubmitGuarded(ctx, 1, []store.Submission{{Job: shJob(1, 0, "echo a"), Actor: "1"}}, guard); err != nil {
+		t.Fatalf("an unchanged context: %v", err)
+	}
+	c.Executors = []uint32{1}
+	if _, err := s.UpdateContext(ctx, c, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	before := rdb.DBSize(ctx).Val()
+	if _, err := s.SubmitGuarded(ctx, 1, []store.Submission{{Job: shJob(1, 0, "echo b"), Actor: "1"}}, guard); !errors.Is(err, store.ErrContextChanged) {
+		t.Fatalf("after an update of executors: %v", err)
+	}
+	if after := rdb.DBSize(ctx).Val(); after != before || rdb.LLen(ctx, keys.MsgOut).Val() != 1 {
+		t.Errorf("a refused submission wrote: %d keys before, %d after", before, after)
+	}
+	_, h, err = s.LoadContextHash(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard = store.NewContextGuard(h, "id", "admins", "executors", "job_max")
+	if _, err := s.SubmitGuarded(ctx, 1, []store.Submission{{Job: shJob(1, 0, "echo c"), Actor: "1"}}, guard); err != nil {
+		t.Fatalf("the context read again: %v", err)
+	}
+	rdb.Del(ctx, keys.Context(1))
+	if _, err := s.SubmitGuarded(ctx, 1, []store.Submission{{Job: shJob(1, 0, "echo d"), Actor: "1"}}, guard); !errors.Is(err, store.ErrContextChanged) {
+		t.Fatalf("a deleted context: %v", err)
+	}
+}

@@ -28,6 +28,8 @@ type service struct {
 	dispatcher *dispatcherService
 	secrets    *operatorSecrets
 	metrics    *apiMetrics
+	contexts   *contextCache // the submissions' authorizations (guarded: contextCache)
+	groups     *submitGroups // the group commit of single submissions; nil: none
 }
 
 // ---- parameters (the JSON-RPC params objects; docs/api.md) ----
@@ -254,21 +256,56 @@ func requireOperator(p Principal, method string) error {
 
 // authorize loads a context and checks the principal's role in it.
 func (s *service) authorize(ctx context.Context, p Principal, ctxID uint32, need Role, method string) (*model.Context, *store.DB, error) {
-	if ctxID == 0 {
-		return nil, nil, invalidParams("context_id", "context_id must be at least 1 (context 0 would share DB 0 with the actors)")
-	}
-	db, err := s.store.Ctx(ctxID)
+	db, err := contextDB(s.store, ctxID)
 	if err != nil {
-		return nil, nil, invalidParams("context_id", "%v", err)
+		return nil, nil, err
 	}
 	c, err := s.store.LoadContext(ctx, ctxID)
 	if err != nil {
 		return nil, nil, err
 	}
-	if r := role(p, c); r < need {
-		return nil, nil, permissionDenied("actor %d is %s in context %d; %s needs %s", p.Actor, roleName(r), ctxID, method, need)
+	if err := checkRole(p, c, need, method); err != nil {
+		return nil, nil, err
 	}
 	return c, db, nil
+}
+
+// authorizeCached is authorize against the context cache (fresh: read it now); the
+// caller guards what it writes with the entry's guard (contextCache). loaded says
+// that the context was read now.
+func (s *service) authorizeCached(ctx context.Context, p Principal, ctxID uint32, need Role, method string, fresh bool) (*cachedContext, *store.DB, bool, error) {
+	db, err := contextDB(s.store, ctxID)
+	if err != nil {
+		return nil, nil, true, err
+	}
+	e, loaded, err := s.contexts.get(ctx, ctxID, fresh)
+	if err != nil {
+		return nil, nil, true, err
+	}
+	if err := checkRole(p, e.c, need, method); err != nil {
+		return nil, nil, loaded, err
+	}
+	return e, db, loaded, nil
+}
+
+// contextDB is the DB of context ctxID, or why there is none.
+func contextDB(st *store.Store, ctxID uint32) (*store.DB, error) {
+	if ctxID == 0 {
+		return nil, invalidParams("context_id", "context_id must be at least 1 (context 0 would share DB 0 with the actors)")
+	}
+	db, err := st.Ctx(ctxID)
+	if err != nil {
+		return nil, invalidParams("context_id", "%v", err)
+	}
+	return db, nil
+}
+
+// checkRole refuses a principal below need in context c.
+func checkRole(p Principal, c *model.Context, need Role, method string) error {
+	if r := role(p, c); r < need {
+		return permissionDenied("actor %d is %s in context %d; %s needs %s", p.Actor, roleName(r), c.ID, method, need)
+	}
+	return nil
 }
 
 func roleName(r Role) string {
@@ -741,24 +778,16 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 	if in.Job == nil {
 		return nil, invalidParams("job", "job is required")
 	}
-	c, db, err := s.authorize(ctx, p, in.ContextID, RoleExecutor, "job.run")
+	// Created and dispatched in one step (as job.submit, in its group commit), then
+	// watched: a job that ended before the watch began is seen by the load after it.
+	sub, err := s.submit(ctx, p, in.ContextID, []submitItem{{Job: in.Job}}, "job.run", "")
 	if err != nil {
 		return nil, err
 	}
-	j, err := standaloneJob(ctx, p, c, db, in.Job, in.ContextID)
+	db, err := s.store.Ctx(in.ContextID)
 	if err != nil {
 		return nil, err
 	}
-	if tp := traceparentOf(ctx); tp != "" {
-		j.Traceparent = tp
-	}
-	// Created and dispatched in one step (as job.submit), then watched: a job that
-	// ended before the watch began is seen by the load after it.
-	sub, err := s.store.SubmitJobs(ctx, in.ContextID, []store.Submission{{Job: j}}, p.Name())
-	if err != nil {
-		return nil, err
-	}
-	s.countSubmitted(sub)
 	created := sub[0].Job
 	wait := time.Duration(created.Timeout)*time.Second + s.runMargin
 	if created.Timeout == 0 {

@@ -20,6 +20,13 @@ import (
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
+// maxGroupJobs bounds the jobs of one store call of the group commit.
+const maxGroupJobs = 256
+
+// contextMaxAge is how long a cached context serves submissions before it is read
+// again (contextCache: a changed context is seen at once by the guard).
+const contextMaxAge = 30 * time.Second
+
 func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	// The gRPC interceptors exist before the server; the authenticator needs Redis.
 	holder := &authenticator{}
@@ -48,7 +55,14 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 		return err
 	}
 	defer disp.Close()
-	svc := &service{store: b.Store, scheduler: herov1.NewSchedulerClient(sc), waiter: newWaiter(), log: env.Log, runMargin: cfg.RunMargin, dispatcher: disp, secrets: secrets, metrics: metrics}
+	// The group commit of single submissions: answered before run returns (the
+	// servers have stopped by then), then refused.
+	groups := newSubmitGroups(b.Store.SubmitGuarded, b.Store.ServerFor, maxGroupJobs, promauto.With(env.Registry).NewHistogram(prometheus.HistogramOpts{
+		Name: "hero_api_submit_group_jobs", Help: "Jobs per store call of the group commit of single submissions (job.submit, job.run): concurrent submissions to one context share one call.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 9)}))
+	defer groups.shutdown()
+	svc := &service{store: b.Store, scheduler: herov1.NewSchedulerClient(sc), waiter: newWaiter(), log: env.Log, runMargin: cfg.RunMargin, dispatcher: disp, secrets: secrets, metrics: metrics,
+		contexts: newContextCache(b.Store, contextMaxAge), groups: groups}
 	herov1.RegisterCoordinatorServer(b.GRPC.Server, &coordinatorServer{s: svc})
 	herov1.RegisterDispatcherServer(b.GRPC.Server, &dispatcherServer{d: disp})
 

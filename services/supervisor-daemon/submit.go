@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/model"
@@ -68,14 +70,74 @@ func (s *service) jobSubmitBatch(ctx context.Context, p Principal, in jobSubmitB
 	return &submitBatchResult{Items: out}, nil
 }
 
+// submitTries bounds the authorizations of one submission whose context kept
+// changing under it (store.ErrContextChanged).
+const submitTries = 3
+
 // submit checks every job as job.run does, then creates and dispatches them all in one
-// step (store.SubmitJobs, which also refuses a job no runner serves) and returns without waiting; one bad job refuses the call,
+// step (store.SubmitGuarded, which also refuses a job no runner serves) and returns without waiting; one bad job refuses the call,
 // storing nothing. where prefixes the field names of errors ("jobs[]" in a batch).
+// One job joins the group commit of concurrent submissions (submitGroups). The
+// authorization reads the context from the cache (contextCache); the store call is
+// guarded by what it read, and a context changed since is read again and the call
+// authorized again.
 func (s *service) submit(ctx context.Context, p Principal, ctxID uint32, items []submitItem, method, where string) ([]submitResult, error) {
-	c, db, err := s.authorize(ctx, p, ctxID, RoleExecutor, method)
-	if err != nil {
-		return nil, err
+	fresh := false
+	for try := 1; ; try++ {
+		e, db, loaded, err := s.authorizeCached(ctx, p, ctxID, RoleExecutor, method, fresh)
+		var subs []store.Submission
+		if err == nil {
+			subs, err = s.submissions(ctx, p, e.c, db, ctxID, items, where)
+		}
+		if err != nil {
+			if !loaded && !fresh {
+				fresh = true // a refusal met with a cached context is checked against a fresh one
+				continue
+			}
+			return nil, err
+		}
+		res, err := s.storeSubmissions(ctx, ctxID, subs, e.guard)
+		if err != nil && refusedForOneJob(err) && !loaded && !fresh {
+			// Refused before the guard was checked (a context deleted since: no runner
+			// serves the job): checked again against a fresh reading.
+			fresh = true
+			continue
+		}
+		if errors.Is(err, store.ErrContextChanged) {
+			s.contexts.drop(ctxID, e)
+			fresh = true
+			if try < submitTries {
+				continue
+			}
+			return nil, &apiError{Code: codeUnavailable, Msg: fmt.Sprintf("unavailable: context %d changed during the submission %d times; retry", ctxID, try),
+				Data: map[string]any{"retry_after_ms": int64(100)}}
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.countSubmitted(res)
+		out := make([]submitResult, len(res))
+		for i, r := range res {
+			out[i] = submitResult{Job: r.Job, Existing: r.Existing}
+		}
+		return out, nil
 	}
+}
+
+// storeSubmissions stores subs: one job through the group commit, several in one call.
+func (s *service) storeSubmissions(ctx context.Context, ctxID uint32, subs []store.Submission, guard *store.ContextGuard) ([]store.Submitted, error) {
+	if len(subs) == 1 && s.groups != nil {
+		r, err := s.groups.add(ctx, ctxID, guard, subs[0])
+		if err != nil {
+			return nil, err
+		}
+		return []store.Submitted{r}, nil
+	}
+	return s.store.SubmitGuarded(ctx, ctxID, subs, guard)
+}
+
+// submissions checks items against their context c for the principal p.
+func (s *service) submissions(ctx context.Context, p Principal, c *model.Context, db *store.DB, ctxID uint32, items []submitItem, where string) ([]store.Submission, error) {
 	subs := make([]store.Submission, len(items))
 	tp := traceparentOf(ctx)
 	for i, it := range items {
@@ -95,18 +157,9 @@ func (s *service) submit(ctx context.Context, p Principal, ctxID uint32, items [
 		if tp != "" {
 			j.Traceparent = tp
 		}
-		subs[i] = store.Submission{Job: j, UniqueKey: it.UniqueKey, UniqueTTL: time.Duration(it.UniqueTTLSeconds) * time.Second}
+		subs[i] = store.Submission{Job: j, UniqueKey: it.UniqueKey, UniqueTTL: time.Duration(it.UniqueTTLSeconds) * time.Second, Actor: p.Name()}
 	}
-	res, err := s.store.SubmitJobs(ctx, ctxID, subs, p.Name())
-	if err != nil {
-		return nil, err
-	}
-	s.countSubmitted(res)
-	out := make([]submitResult, len(res))
-	for i, r := range res {
-		out[i] = submitResult{Job: r.Job, Existing: r.Existing}
-	}
-	return out, nil
+	return subs, nil
 }
 
 // countSubmitted counts the jobs SubmitJobs created (hero_jobs_submitted_total).

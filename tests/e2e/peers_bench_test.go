@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,12 +46,14 @@ func BenchmarkPeers(b *testing.B) {
 	// (a) n independent jobs, each submitted on its own by conc producers, until all ended.
 	profiled := profileServices(b, s) // HERO_BENCH_PROFILE=<dir>: 4 s of each service's CPU
 	cpu0 := cpuByPart(s, redisSrv.Pid())
+	calls0, cmdCPU0 := redisCalls(b), cpuByCommand()
 	start := time.Now()
 	runParallel(b, n, conc, func(ctx context.Context, i int) error {
 		_, err := api.SubmitJob(ctx, &herov1.SubmitJobRequest{ContextId: ctx1, Job: &herov1.Job{FunctionName: "go#noop"}})
 		return err
 	})
 	submitted := time.Since(start)
+	calls1, cmdCPU1 := redisCalls(b), cpuByCommand()
 	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(n))
 	took := time.Since(start)
 	cpu1 := cpuByPart(s, redisSrv.Pid())
@@ -64,6 +68,9 @@ func BenchmarkPeers(b *testing.B) {
 		report("a_cpu_us_"+part, float64(d.Microseconds())/float64(n))
 	}
 	report("a_cpu_us_per_job", float64(all.Microseconds())/float64(n))
+	if os.Getenv("HERO_BENCH_CMDSTATS") != "" {
+		printSubmitCost(n, calls0, calls1, cmdCPU0, cmdCPU1)
+	}
 
 	// (b) one 10,000-job flow, its creation included (job.create in JSON-RPC batches of 500).
 	const flowJobs = 10000
@@ -206,4 +213,62 @@ func createHandlerJobsFrom(b *testing.B, c *harness.Client, first uint32, n int,
 		}
 	}
 	return ids
+}
+
+// redisCalls reads Redis's calls by command (INFO commandstats; a script's commands
+// count as well as the EVALSHA that ran them), "usec" the time of them all, and its
+// socket reads and writes (INFO stats: "reads", "writes").
+func redisCalls(b *testing.B) map[string]int64 {
+	b.Helper()
+	info, err := redisSrv.Client(b, 0).Info(context.Background(), "commandstats", "stats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int64{}
+	num := func(s string) int64 {
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "total_reads_processed:"); ok {
+			out["reads"] = num(v)
+		}
+		if v, ok := strings.CutPrefix(line, "total_writes_processed:"); ok {
+			out["writes"] = num(v)
+		}
+		name, rest, ok := strings.Cut(line, ":calls=")
+		if !ok {
+			continue
+		}
+		n, rest, _ := strings.Cut(rest, ",usec=")
+		usec, _, _ := strings.Cut(rest, ",")
+		out[strings.TrimPrefix(name, "cmdstat_")] = num(n)
+		out["usec"] += num(usec)
+	}
+	return out
+}
+
+// printSubmitCost prints, for the submission phase of (a) (make bench-peers
+// HERO_BENCH_CMDSTATS=1), per submitted job: Redis's calls by command, its command
+// time and socket reads/writes (every service's: the runner, router and scheduler work
+// meanwhile), and supervisor-daemon's CPU.
+func printSubmitCost(n int, calls0, calls1 map[string]int64, cpu0, cpu1 map[string]procCPU) {
+	var names []string
+	for name := range calls1 {
+		if calls1[name] > calls0[name] {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Printf("PEERS-REDIS a_submit %s %.3f per job\n", name, float64(calls1[name]-calls0[name])/float64(n))
+	}
+	var sup time.Duration
+	for pid, a := range cpu1 {
+		if a.name == "supervisor-daem" || a.name == "supervisor-daemon" {
+			sup += a.cpu - cpu0[pid].cpu
+		}
+	}
+	fmt.Printf("PEERS-CPU a_submit supervisor-daemon %.1f us/job\n", float64(sup.Microseconds())/float64(n))
 }

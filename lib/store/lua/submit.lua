@@ -1,34 +1,50 @@
 -- submit: job.submit and job.submit_batch. Creates standalone jobs and dispatches
 -- them in one step (the job hash, its indexes, job.created and job.dispatched events,
 -- the job request message on msg_out and the router's wake token), so that a submitted
--- job is never stored without being dispatched, whatever process dies when.
+-- job is never stored without being dispatched, whatever process dies when. The jobs
+-- of one call may come from several callers (supervisor-daemon groups concurrent
+-- submissions into one call): each job carries its actor, and the jobs are taken in
+-- order, each seeing what the ones before it wrote (a uniqueness key, a chosen id).
 -- Runs after the prelude and lib_state (index_job, event, store_message, track_msg,
 -- wake_msg_out, int).
 --
 -- KEYS: per job i (1-based), KEYS[2i-1] the job's key (job:<caller>:<id>) and
 --   KEYS[2i] its uniqueness key (keys.Unique, coord:unique:<unique_key>; "" for none).
--- ARGV: ctx, now_s, now_ms, actor, events maxlen, then per job:
+-- ARGV: ctx, now_s, now_ms, events maxlen, nguard, then nguard field names of the
+--   context hash and the nguard values an authorization read from them (the guard:
+--   nothing is written unless the context holds them still; a missing field reads ""),
+--   then per job:
 --   chosen (1: the caller chose the id, 0: the id was reserved from coord:seq:job:<caller>),
---   caller, id, unique ttl ms, ncompare, nfields, nmsg, then nfields job field/value
---   items (the first ncompare are compared against an existing job of a chosen id),
---   then nmsg job request message field/value items.
--- Derived keys: job:<caller>:<id> of the job a uniqueness key names (its value is
---   "<caller>:<id>"), and lib_state's fixed keys (coord:events, coord:idx:jobs[:status],
---   coord:seq:message, message:<caller>:<n>, coord:idx:messages,
---   coord:jobmsgs:<caller>:<id>, msg_out; DB 0: coord:wake:msg_out, coord:busy).
+--   caller, id, unique ttl ms, actor (of its events), ncompare, nfields, nmsg, then
+--   nfields job field/value items (the first ncompare are compared against an existing
+--   job of a chosen id), then nmsg job request message field/value items.
+-- Derived keys: context:<ctx> (the guard), job:<caller>:<id> of the job a uniqueness
+--   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
+--   coord:idx:jobs[:status], coord:seq:message, message:<caller>:<n>,
+--   coord:idx:messages, coord:jobmsgs:<caller>:<id>, msg_out; DB 0: coord:wake:msg_out,
+--   coord:busy).
 -- Reply: {'ok', per job {1, id} created and dispatched, or {2, "<caller>:<id>", the
 --   existing job's hash as field/value items} the job a uniqueness key or a chosen id
---   already names}; nothing is written when the reply is {'conflict', job index, field}
---   (a chosen id names a job with different content) or {'taken', job index} (a
---   reserved id is held by a job whose caller chose it: reserve again).
+--   (by a job before it in the call, too) already names}; nothing is written when the
+--   reply is {'changed'} (the context's guarded fields differ: authorize again),
+--   {'conflict', job index, field} (a chosen id names a job with different content, or
+--   a job before it in the call chose the same id with different content) or
+--   {'taken', job index} (a reserved id is held by a job whose caller chose it, in
+--   Redis or before it in the call: reserve again).
 
-local ctx, now_s, now_ms, actor, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local ctx, now_s, now_ms, maxlen, nguard = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+if nguard > 0 then
+  local have = redis.call('HMGET', K_CONTEXT .. ctx, unpack(ARGV, 6, 5 + nguard))
+  for g = 1, nguard do
+    if (have[g] or '') ~= ARGV[5 + nguard + g] then return {'changed'} end
+  end
+end
 local jobs = {}
-local i = 6
+local i = 6 + 2 * nguard
 while i <= #ARGV do
-  local nf, nm = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
+  local nf, nm = tonumber(ARGV[i + 6]), tonumber(ARGV[i + 7])
   local j = {chosen = ARGV[i] == '1', caller = ARGV[i + 1], id = ARGV[i + 2], ttl = ARGV[i + 3],
-    ncmp = tonumber(ARGV[i + 4]), ffirst = i + 7, mfirst = i + 7 + nf}
+    actor = ARGV[i + 4], ncmp = tonumber(ARGV[i + 5]), nf = nf, ffirst = i + 8, mfirst = i + 8 + nf}
   j.mlast = j.mfirst + nm - 1
   j.key, j.ukey = KEYS[2 * #jobs + 1], KEYS[2 * #jobs + 2]
   jobs[#jobs + 1] = j
@@ -39,18 +55,38 @@ local function existing(member)
   return {2, member, redis.call('HGETALL', K_JOB .. member)}
 end
 
+-- same: two stored values of a compared field that mean the same (empty lists and maps
+-- are stored as '', '[]' or '{}').
+local function same(v, want)
+  return v == want or ((v == '' or v == '[]' or v == '{}') and (want == '' or want == '[]' or want == '{}'))
+end
+
+-- The first job of the call that chose each id.
+local chosen_by = {}
+for n, j in ipairs(jobs) do
+  if j.chosen and not chosen_by[j.key] then chosen_by[j.key] = n end
+end
+
 -- Pass 1: refusals, before anything is written.
 for n, j in ipairs(jobs) do
+  local first = chosen_by[j.key]
   if redis.call('EXISTS', j.key) == 1 then
     if not j.chosen then return {'taken', n} end
     for f = j.ffirst, j.ffirst + 2 * j.ncmp - 1, 2 do
-      local v = redis.call('HGET', j.key, ARGV[f]) or ''
-      local want = ARGV[f + 1]
-      if v ~= want and not ((v == '' or v == '[]' or v == '{}') and (want == '' or want == '[]' or want == '{}')) then
+      if not same(redis.call('HGET', j.key, ARGV[f]) or '', ARGV[f + 1]) then
         return {'conflict', n, ARGV[f]}
       end
     end
     j.exists = true
+  elseif first and first ~= n then
+    if not j.chosen then return {'taken', n} end
+    -- An earlier job of the call chose this id: the same content is that job.
+    local was, e = {}, jobs[first]
+    for f = e.ffirst, e.ffirst + 2 * e.nf - 1, 2 do was[ARGV[f]] = ARGV[f + 1] end
+    for f = j.ffirst, j.ffirst + 2 * j.ncmp - 1, 2 do
+      if not same(was[ARGV[f]] or '', ARGV[f + 1]) then return {'conflict', n, ARGV[f]} end
+    end
+    j.again = true
   end
 end
 
@@ -63,14 +99,14 @@ for _, j in ipairs(jobs) do
   if j.ukey ~= '' then prev = redis.call('GET', j.ukey) end
   if prev and redis.call('EXISTS', K_JOB .. prev) == 1 then
     out[#out + 1] = existing(prev)
-  elseif j.exists then
+  elseif j.exists or (j.again and redis.call('EXISTS', j.key) == 1) then
     out[#out + 1] = existing(member)
   else
     redis.call('HSET', j.key, 'id', j.id, unpack(ARGV, j.ffirst, j.mfirst - 1))
     redis.call('ZADD', K_JOB_INDEX, now_ms, member)
     redis.call('ZADD', K_JOB_INDEX .. ':' .. JOB_DISPATCHED, now_ms, member)
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', actor, 'time_ms', now_ms, 'detail', j.key)
-    event(EV_JOB_DISPATCHED, actor, now_ms, '0', j.id, j.caller, JOB_DISPATCHED, 'attempt 1')
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor, 'time_ms', now_ms, 'detail', j.key)
+    event(EV_JOB_DISPATCHED, j.actor, now_ms, '0', j.id, j.caller, JOB_DISPATCHED, 'attempt 1')
     local mk = store_message(j.caller, j.mfirst, now_ms, j.mlast)
     track_msg(j.caller, j.id, mk)
     redis.call('LPUSH', K_MSG_OUT, mk)

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hero-coordinator/hero/lib/groupcommit"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+)
+
+// submitFunc stores and dispatches jobs of one context in one step (store.SubmitGuarded).
+type submitFunc func(ctx context.Context, ctxID uint32, subs []store.Submission, guard *store.ContextGuard) ([]store.Submitted, error)
+
+// errShuttingDown refuses a submission that arrives after shutdown began.
+var errShuttingDown = &apiError{Code: codeUnavailable, Msg: "unavailable: supervisor-daemon is shutting down; retry on another replica or after its restart",
+	Data: map[string]any{"retry_after_ms": int64(1000)}}
+
+// submitGroups is the group commit of single submissions (job.submit, job.run), on
+// lib/groupcommit: concurrent submissions are gathered and one goroutine (per Redis
+// server) stores a group, up to max jobs, in one store call per context (one reservation round trip
+// and one run of lua/submit.lua, which takes the jobs in order: a unique_key or a
+// chosen id that an earlier job of the group took names that job) as soon as the
+// previous group's calls returned: no timer, no wait when idle. A caller is answered
+// only after the call that stored its job returned (kill -9 safe: nothing is
+// acknowledged before it is stored). Each caller gets its own outcome: when the store
+// refuses a group for one job's sake (a job no runner serves, a chosen id with other
+// content), the group's jobs are submitted again one by one.
+type submitGroups struct {
+	submit   submitFunc
+	serverOf func(ctxID uint32) *store.Server
+	max      int
+	timeout  time.Duration       // of one group's store calls
+	sizes    prometheus.Observer // jobs per store call; nil: not observed
+
+	mu       sync.Mutex
+	byServer map[*store.Server]*groupcommit.Committer[*groupedSub, store.Submitted] // one group commit per Redis server
+	closed   bool
+}
+
+// groupedSub is one submission of a group.
+type groupedSub struct {
+	ctxID  uint32
+	guard  *store.ContextGuard
+	sub    store.Submission
+	chosen bool // the caller chose the job's id (else it is reserved at each try)
+}
+
+// newSubmitGroups makes the group commit: one per Redis server (serverOf names the
+// server of a context), started at its first submission, so that a slow server holds
+// back only its own contexts' submissions. shutdown stops it.
+func newSubmitGroups(submit submitFunc, serverOf func(ctxID uint32) *store.Server, maxJobs int, sizes prometheus.Observer) *submitGroups {
+	return &submitGroups{submit: submit, serverOf: serverOf, max: maxJobs, timeout: 30 * time.Second, sizes: sizes,
+		byServer: map[*store.Server]*groupcommit.Committer[*groupedSub, store.Submitted]{}}
+}
+
+// shutdown stores what was submitted, answers its callers and refuses what comes
+// after (errShuttingDown).
+func (g *submitGroups) shutdown() {
+	g.mu.Lock()
+	g.closed = true
+	all := make([]*groupcommit.Committer[*groupedSub, store.Submitted], 0, len(g.byServer))
+	for _, c := range g.byServer {
+		all = append(all, c)
+	}
+	g.mu.Unlock()
+	for _, c := range all {
+		c.Close()
+	}
+}
+
+// add submits one job of context ctxID in the next group and returns its outcome.
+// ctx bounds the wait to join a group; once in one, the job's outcome is awaited
+// (the group's store call has a context of its own).
+func (g *submitGroups) add(ctx context.Context, ctxID uint32, guard *store.ContextGuard, sub store.Submission) (store.Submitted, error) {
+	srv := g.serverOf(ctxID)
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return store.Submitted{}, errShuttingDown
+	}
+	c := g.byServer[srv]
+	if c == nil {
+		c = groupcommit.New(groupcommit.Params[*groupedSub, store.Submitted]{Fn: g.store, Max: g.max})
+		g.byServer[srv] = c
+	}
+	g.mu.Unlock()
+	out, err := c.Do(ctx, &groupedSub{ctxID: ctxID, guard: guard, sub: sub, chosen: sub.Job.ID != 0})
+	if errors.Is(err, groupcommit.ErrClosed) {
+		return out, errShuttingDown
+	}
+	return out, err
+}
+
+// store stores a group: one store call per context and guard, those of several
+// contexts side by side.
+func (g *submitGroups) store(ctx context.Context, items []*groupedSub) ([]store.Submitted, []error) {
+	out, errs := make([]store.Submitted, len(items)), make([]error, len(items))
+	parts := splitGroup(items)
+	if len(parts) == 1 {
+		g.flush(ctx, items, parts[0], out, errs)
+		return out, errs
+	}
+	var wg sync.WaitGroup
+	for _, idx := range parts {
+		wg.Add(1)
+		go func() { defer wg.Done(); g.flush(ctx, items, idx, out, errs) }()
+	}
+	wg.Wait()
+	return out, errs
+}
+
+// splitGroup parts a group by context and guard: the indexes of each part, in order.
+func splitGroup(items []*groupedSub) [][]int {
+	type part struct {
+		ctxID uint32
+		guard *store.ContextGuard
+	}
+	var order []part
+	byPart := map[part][]int{}
+	for i, it := range items {
+		k := part{it.ctxID, it.guard}
+		if byPart[k] == nil {
+			order = append(order, k)
+		}
+		byPart[k] = append(byPart[k], i)
+	}
+	parts := make([][]int, len(order))
+	for i, k := range order {
+		parts[i] = byPart[k]
+	}
+	return parts
+}
+
+// flush stores the items at idx (one context, one guard) in one call, their outcomes
+// into out and errs.
+func (g *submitGroups) flush(ctx context.Context, items []*groupedSub, idx []int, out []store.Submitted, errs []error) {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	first := items[idx[0]]
+	subs := make([]store.Submission, len(idx))
+	for n, i := range idx {
+		subs[n] = items[i].sub
+	}
+	if g.sizes != nil {
+		g.sizes.Observe(float64(len(subs)))
+	}
+	res, err := g.submit(ctx, first.ctxID, subs, first.guard)
+	if err != nil && len(idx) > 1 && refusedForOneJob(err) {
+		// Nothing of the group was stored: each job on its own, for its own outcome.
+		for _, i := range idx {
+			it := items[i]
+			if !it.chosen {
+				it.sub.Job.ID = 0
+			}
+			one, err := g.submit(ctx, it.ctxID, []store.Submission{it.sub}, it.guard)
+			if err == nil {
+				out[i] = one[0]
+			}
+			errs[i] = err
+		}
+		return
+	}
+	for n, i := range idx {
+		if err == nil {
+			out[i] = res[n]
+		}
+		errs[i] = err
+	}
+}
+
+// refusedForOneJob: the store refused a whole call, storing nothing, because of one
+// of its jobs (a job no runner serves, a chosen id with other content, a job that
+// does not validate).
+func refusedForOneJob(err error) bool {
+	var ve *model.ValidationError
+	var ee *store.ExistsError
+	return errors.As(err, &ve) || errors.As(err, &ee)
+}

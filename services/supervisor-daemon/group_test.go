@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
+)
+
+// recordingSubmit wraps store.SubmitGuarded: it records the jobs of each call, and
+// its first call waits for gate when gate is not nil.
+type recordingSubmit struct {
+	st     *store.Store
+	gate   chan struct{}
+	once   sync.Once
+	opened sync.Once
+	mu     sync.Mutex
+	calls  []int
+}
+
+// open lets the held call go (once).
+func (r *recordingSubmit) open() { r.opened.Do(func() { close(r.gate) }) }
+
+func (r *recordingSubmit) submit(ctx context.Context, ctxID uint32, subs []store.Submission, guard *store.ContextGuard) ([]store.Submitted, error) {
+	r.mu.Lock()
+	r.calls = append(r.calls, len(subs))
+	r.mu.Unlock()
+	if r.gate != nil {
+		r.once.Do(func() { <-r.gate })
+	}
+	return r.st.SubmitGuarded(ctx, ctxID, subs, guard)
+}
+
+func (r *recordingSubmit) sizes() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int(nil), r.calls...)
+}
+
+func shSub(actor string, script string) store.Submission {
+	return store.Submission{Job: &model.Job{CallerID: 2, Script: script, ScriptType: "sh"}, Actor: actor}
+}
+
+// addConcurrently submits jobs "echo <i>" for i below n, each from its own goroutine;
+// wait waits for their outcomes, started counts the goroutines under way.
+func addConcurrently(g *submitGroups, n int) (out []store.Submitted, errs []error, started *atomic.Int32, wait func()) {
+	out, errs, started = make([]store.Submitted, n), make([]error, n), new(atomic.Int32)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			started.Add(1)
+			out[i], errs[i] = g.add(context.Background(), 1, nil, shSub("2", "echo "+strconv.Itoa(i)))
+		}()
+	}
+	return out, errs, started, wg.Wait
+}
+
+// Many concurrent single submissions: each caller gets its own job, every job is
+// stored with its own script, and submissions that arrive while a store call runs
+// share the next one.
+func TestSubmitGroupsConcurrent(t *testing.T) {
+	srv, st := submitStore(t)
+	rec := &recordingSubmit{st: st, gate: make(chan struct{})}
+	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, nil)
+	defer g.shutdown()
+	defer rec.open() // before shutdown, which waits for the held call
+	const n = 200
+	out, errs, started, wait := addConcurrently(g, n)
+	// The first call is held until every caller is under way: the others gather.
+	waitFor(t, "the first store call", func() bool { return len(rec.sizes()) == 1 })
+	waitFor(t, "every caller", func() bool { return started.Load() == n })
+	rec.open()
+	wait()
+	rdb := srv.Client(t, 1)
+	ids := map[uint32]bool{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("submission %d: %v", i, errs[i])
+		}
+		j := out[i].Job
+		if out[i].Existing || ids[j.ID] {
+			t.Fatalf("submission %d: job %d (existing %v) is not its own", i, j.ID, out[i].Existing)
+		}
+		ids[j.ID] = true
+		if got := rdb.HGet(context.Background(), keys.Job(2, j.ID), "script").Val(); got != "echo "+strconv.Itoa(i) {
+			t.Errorf("job 2:%d holds %q; want %q", j.ID, got, "echo "+strconv.Itoa(i))
+		}
+	}
+	sizes, total, largest := rec.sizes(), 0, 0
+	for _, s := range sizes {
+		total += s
+		largest = max(largest, s)
+	}
+	if total != n || largest < 2 || largest > maxGroupJobs {
+		t.Errorf("store calls of %v jobs: want %d jobs in all, groups of 2 to %d", sizes, n, maxGroupJobs)
+	}
+	if l := rdb.LLen(context.Background(), keys.MsgOut).Val(); l != n {
+		t.Errorf("msg_out holds %d requests; want %d", l, n)
+	}
+}
+
+// One group: a job no runner serves fails alone (the others are stored, each with its
+// own outcome), and two jobs with one unique_key in one store call are one job.
+func TestSubmitGroupsOutcomes(t *testing.T) {
+	srv, st := submitStore(t)
+	rec := &recordingSubmit{st: st}
+	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, nil)
+	defer g.shutdown()
+	ctx := context.Background()
+	item := func(sub store.Submission) *groupedSub {
+		return &groupedSub{ctxID: 1, sub: sub, chosen: sub.Job.ID != 0}
+	}
+	unique := func(s store.Submission, key string) store.Submission {
+		s.UniqueKey, s.UniqueTTL = key, time.Minute
+		return s
+	}
+	py := shSub("2", "print(1)")
+	py.Job.ScriptType = "py"
+	chosen := shSub("2", "echo chosen")
+	chosen.Job.ID = 4242
+	out, errs := g.store(ctx, []*groupedSub{item(shSub("2", "echo a")), item(py), item(unique(shSub("2", "echo u1"), "u")),
+		item(unique(shSub("2", "echo u2"), "u")), item(chosen)})
+	var ve *model.ValidationError
+	if !errors.As(errs[1], &ve) || ve.Field != "script_type" {
+		t.Errorf("the job no runner serves: %v", errs[1])
+	}
+	for _, i := range []int{0, 2, 3, 4} {
+		if errs[i] != nil {
+			t.Fatalf("job %d of the group: %v", i, errs[i])
+		}
+	}
+	if out[0].Existing || out[2].Existing || !out[3].Existing || out[3].Job.ID != out[2].Job.ID || out[4].Job.ID != 4242 {
+		t.Errorf("outcomes: %+v %+v %+v %+v", out[0], out[2], out[3], out[4])
+	}
+	if got := rec.sizes(); len(got) != 6 || got[0] != 5 {
+		t.Errorf("store calls %v; want the group of 5, then each job alone", got)
+	}
+
+	// Without a refusal: one store call, in which the second job of a unique_key
+	// names the first.
+	out, errs = g.store(ctx, []*groupedSub{item(unique(shSub("2", "echo v1"), "v")), item(unique(shSub("2", "echo v2"), "v"))})
+	if errs[0] != nil || errs[1] != nil || out[0].Existing || !out[1].Existing || out[1].Job.ID != out[0].Job.ID || out[1].Job.Script != "echo v1" {
+		t.Fatalf("one unique_key twice in one call: %+v %v, %+v %v", out[0], errs[0], out[1], errs[1])
+	}
+	if got := rec.sizes(); len(got) != 7 || got[6] != 2 {
+		t.Errorf("store calls %v; want the last of 2 jobs", got)
+	}
+	if n := srv.Client(t, 1).LLen(ctx, keys.MsgOut).Val(); n != 4 {
+		t.Errorf("msg_out holds %d requests; want 4 (a, u1, 4242, v1)", n)
+	}
+}
+
+// shutdown answers every submission that joined before it (stored) and refuses those
+// after it; a refused submission stored nothing.
+func TestSubmitGroupsShutdown(t *testing.T) {
+	srv, st := submitStore(t)
+	rec := &recordingSubmit{st: st, gate: make(chan struct{})}
+	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, nil)
+	const n = 50
+	_, errs, _, wait := addConcurrently(g, n)
+	waitFor(t, "the first store call", func() bool { return len(rec.sizes()) == 1 })
+	closed := make(chan struct{})
+	go func() { g.shutdown(); close(closed) }()
+	rec.open()
+	<-closed
+	wait()
+	stored := 0
+	for i := range n {
+		switch {
+		case errs[i] == nil:
+			stored++
+		case errors.Is(errs[i], errShuttingDown):
+		default:
+			t.Errorf("submission %d: %v", i, errs[i])
+		}
+	}
+	if stored == 0 {
+		t.Error("nothing was stored: the held call's job at least was")
+	}
+	if l := srv.Client(t, 1).LLen(context.Background(), keys.MsgOut).Val(); l != int64(stored) {
+		t.Errorf("msg_out holds %d requests; %d submissions were answered as stored", l, stored)
+	}
+	if _, err := g.add(context.Background(), 1, nil, shSub("2", "echo late")); !errors.Is(err, errShuttingDown) {
+		t.Errorf("a submission after shutdown: %v", err)
+	}
+}
+
+// Each Redis server has its own group commit: while a store call to one server is
+// held, a submission to a context of another server is stored and answered.
+func TestSubmitGroupsPerServer(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Options{URL: a.URL, Placement: "2-2=" + b.URL, ConnectTimeout: 5 * time.Second, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, id := range []uint32{1, 2} {
+		if _, _, err := st.CreateContext(ctx, &model.Context{ID: id, Admins: []uint32{1}}, "t"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := st.CreateRunner(ctx, id, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "t"); err != nil {
+			t.Fatal(err)
+		}
+		db, err := st.Ctx(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	g := newSubmitGroups(func(ctx context.Context, ctxID uint32, subs []store.Submission, guard *store.ContextGuard) ([]store.Submitted, error) {
+		if ctxID == 1 {
+			close(held)
+			<-release
+		}
+		return st.SubmitGuarded(ctx, ctxID, subs, guard)
+	}, st.ServerFor, maxGroupJobs, nil)
+	defer g.shutdown()
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free() // before shutdown, which waits for the held call
+	first := make(chan error, 1)
+	go func() {
+		_, err := g.add(ctx, 1, nil, shSub("1", "echo on a"))
+		first <- err
+	}()
+	<-held
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.add(ctx, 2, nil, shSub("1", "echo on b"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a submission to another server waited for the held one")
+	}
+	free()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Client(t, 2).LLen(ctx, keys.MsgOut).Val(); n != 1 {
+		t.Errorf("context 2 (server b) has %d requests; want 1", n)
+	}
+}

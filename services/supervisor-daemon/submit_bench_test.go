@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchmarkSubmitPath: job.submit from 1 and from 32 concurrent callers through the
+// service (no transport, no authentication: those are the same for every method)
+// against a real Redis. Reports per submission: Redis's socket reads (its round trips
+// with the callers), EVALSHAs, context reads (HGETALL), commands a caller sent or a
+// script ran, and this process's CPU.
+func BenchmarkSubmitPath(b *testing.B) {
+	srv, st := submitStore(b)
+	s := benchService(b, st)
+	rc := srv.Client(b, 0)
+	for _, callers := range []int{1, 32} {
+		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) {
+			before, cpu0 := redisStats(b, rc), cpuTime()
+			b.ResetTimer()
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= int64(b.N) {
+						if _, err := s.jobSubmit(context.Background(), Principal{Actor: 2}, jobSubmitParams{ContextID: 1, Job: &jobIn{Script: "true", ScriptType: "sh"}}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			cpu, after := cpuTime()-cpu0, redisStats(b, rc)
+			for _, m := range []string{"reads", "evalsha", "hgetall", "commands"} {
+				b.ReportMetric(float64(after[m]-before[m])/float64(b.N), m+"/op")
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
+		})
+	}
+}
+
+// redisStats reads Redis's socket reads ("reads"), the commands callers sent or
+// scripts ran ("commands") and the calls of each command (INFO stats, commandstats).
+func redisStats(b *testing.B, rc *redis.Client) map[string]int64 {
+	b.Helper()
+	info, err := rc.Info(context.Background(), "stats", "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "total_reads_processed:"); ok {
+			out["reads"], _ = strconv.ParseInt(v, 10, 64)
+		}
+		name, rest, ok := strings.Cut(line, ":calls=")
+		if !ok {
+			continue
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		out[strings.TrimPrefix(name, "cmdstat_")] = n
+		out["commands"] += n
+	}
+	return out
+}
+
+// cpuTime is this process's CPU time so far (user and system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
