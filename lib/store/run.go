@@ -282,6 +282,13 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 		}
 		msg = append(msg, fields[i], fields[i+1])
 	}
+	// A job of this node's own gets a result message that names it (jobRef, with the
+	// run's end); the result of a job that came from another node goes back there and
+	// carries the finished job (seed 001's Message.job).
+	named := j0.Origin == nil
+	if named {
+		msg = append(msg, fieldJobRef, "1")
+	}
 	logMax := first.Outcome.LogMax
 	if logMax <= 0 {
 		logMax = MaxLogBytes
@@ -304,14 +311,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 		if result == nil {
 			result = map[string]string{}
 		}
-		final := *j
-		final.Status, final.Error, final.ExitCode, final.Result, final.ResultJSON, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.ResultJSON, o.Fatal
-		final.FinishedAt, final.FinishedAtMs, final.FinishedAtUs = now.Unix(), now.UnixMilli(), now.UnixMicro()
-		final.Script = "" // the result message does not need to carry the source again
-		js, err := json.Marshal(&final)
-		if err != nil {
-			js = []byte("{}") // a job is plain data; cannot happen
-		}
+		js := finishedJSON(j, o, result, now, named)
 		fatal := "0"
 		if o.Fatal {
 			fatal = "1"
@@ -328,6 +328,23 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 		args[8+len(msg)] = append(list, ']')
 	}
 	return Call{Script: finishJobsScript, Keys: []string{keys.Processing(c0.Consumer), keys.Leases, keys.MsgOut, keys.Events}, Args: args}
+}
+
+// finishedJSON is what a result message lists for the run of j that ended with o: a
+// jobRef with the end when named, else the finished job (without its script).
+func finishedJSON(j *model.Job, o JobOutcome, result map[string]string, now time.Time, named bool) []byte {
+	if named {
+		return resultRef(j, o.Status, o.Error, o.Fatal)
+	}
+	final := *j
+	final.Status, final.Error, final.ExitCode, final.Result, final.ResultJSON, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.ResultJSON, o.Fatal
+	final.FinishedAt, final.FinishedAtMs, final.FinishedAtUs = now.Unix(), now.UnixMilli(), now.UnixMicro()
+	final.Script = "" // the result message does not need to carry the source again
+	js, err := json.Marshal(&final)
+	if err != nil {
+		js = []byte("{}") // a job is plain data; cannot happen
+	}
+	return js
 }
 
 // MaxLogBytes caps a job's stored log by default.

@@ -97,7 +97,10 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 		}
 	}
 	out := *m
-	out.Job = []model.Job{job}
+	out.Job = []model.Job{job} // the full job: the message names it only here
+	if len(out.Nodes) == 0 {
+		out.Nodes = []model.FlowNode{store.RequestNode(&job)}
+	}
 	env := &remote.Envelope{Kind: remote.KindJobRequest, ContextID: db.ContextID, MsgKey: cl.Item, Message: &out}
 	payload, err := env.Encode()
 	if err != nil {

@@ -9,12 +9,14 @@
 --   then, when grouped, the message's job list (a JSON array), then per run 14 items:
 --   job key, lease member, claim id, job id, flow id, status, error, exit code, result
 --   JSON (the string map), the handler's result_json ("": none, the field is removed),
---   fatal, retry-after (ms), log chunk, and the finished job's JSON for its own message
+--   fatal, retry-after (ms), log chunk, and the run's entry of the message's job list
+--   (for a job of this node a reference with the run's end — the result fields carry
+--   job_ref "1" —, for a job from another node the finished job) for its own message
 --   or, grouped, where it starts and ends in the list ("<start> <end>", 1-based).
 -- Reply: per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more.
 -- Derives: context DB: coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
---   message:<caller>:<id> (fresh ids), coord:seq:message, coord:idx:messages,
+--   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:jobmsgs:…/coord:flowmsgs:<flow>; DB 0 (SELECT 0, last): coord:wake:msg_out,
 --   coord:busy.
 
