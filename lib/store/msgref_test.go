@@ -191,3 +191,49 @@ func TestResultOfARemoteJobCarriesIt(t *testing.T) {
 		t.Fatalf("remote job's result message: %v", h)
 	}
 }
+
+// job.submit's job.created event has the fields of every job event, in their order (a
+// stream stores an entry's field names only when they differ from its node's first
+// entry's), and names the job.
+func TestSubmittedJobCreatedEventHasTheJobEventFields(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 26)
+	if _, _, err := s.CreateRunner(ctx, 26, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceExecutors(ctx, 1, []string{"go"}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.SubmitJobs(ctx, 26, []store.Submission{{Job: &model.Job{CallerID: 1, ContextID: 26, FunctionName: "go#noop"}}}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := srv.Client(t, 26)
+	evs := rc.Do(ctx, "XRANGE", keys.Events, "-", "+").Val().([]any)
+	fieldsOf := func(e any) (names []string, vals map[string]string) {
+		kv := e.([]any)[1].([]any)
+		vals = map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			names = append(names, kv[i].(string))
+			vals[kv[i].(string)] = kv[i+1].(string)
+		}
+		return names, vals
+	}
+	var created, dispatched []string
+	for _, e := range evs {
+		names, vals := fieldsOf(e)
+		switch vals["type"] {
+		case string(model.EventJobCreated):
+			created = names
+			if vals["job_id"] != fmt.Sprint(out[0].Job.ID) || vals["caller_id"] != "1" || vals["detail"] != keys.Job(1, out[0].Job.ID) {
+				t.Fatalf("job.created: %v", vals)
+			}
+		case string(model.EventJobDispatched):
+			dispatched = names
+		}
+	}
+	if strings.Join(created, ",") != strings.Join(dispatched, ",") || len(created) != 8 {
+		t.Fatalf("job.created's fields %v, job.dispatched's %v", created, dispatched)
+	}
+}
