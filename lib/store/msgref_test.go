@@ -237,3 +237,63 @@ func TestSubmittedJobCreatedEventHasTheJobEventFields(t *testing.T) {
 		t.Fatalf("job.created's fields %v, job.dispatched's %v", created, dispatched)
 	}
 }
+
+// evalCalls is how many scripts the server of db has run (EVAL and EVALSHA).
+func evalCalls(t *testing.T, db int) int {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(srv.Client(t, db).Info(context.Background(), "commandstats").Val(), "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			v, _, _ := strings.Cut(rest, ",")
+			k := 0
+			fmt.Sscan(v, &k)
+			n += k
+		}
+	}
+	return n
+}
+
+// Runs of standalone jobs that end together are written by one script, each with a
+// result message of its own that names its job; a run whose claim is stale is refused.
+func TestStandaloneRunsFinishTogether(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 27)
+	rc := srv.Client(t, 27)
+	var fs []store.Finish
+	for i := range 3 {
+		j, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 27, Script: "true", ScriptType: "sh"}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.LPush(ctx, "queue:sh", keys.Job(1, j.ID))
+		cl, _, started, err := db.ClaimStart(ctx, "queue:sh", "w1", time.Minute, "")
+		if err != nil || started == nil {
+			t.Fatalf("claim: %v", err)
+		}
+		if i == 1 {
+			cl = &store.Claim{Queue: cl.Queue, Consumer: cl.Consumer, Item: cl.Item, ID: "stale"}
+		}
+		fs = append(fs, store.Finish{DB: db, Claim: cl, Job: started, Outcome: store.JobOutcome{Status: model.JobFinished}})
+	}
+	before := evalCalls(t, 27)
+	oks, errs := store.FinishJobs(ctx, fs)
+	if n := evalCalls(t, 27) - before; n != 1 {
+		t.Fatalf("%d scripts for the ends of 3 standalone runs, want 1", n)
+	}
+	if !oks[0] || oks[1] || !oks[2] || errs[0] != nil || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("finish: %v %v", oks, errs)
+	}
+	mks := rc.LRange(ctx, keys.MsgOut, 0, -1).Val() // newest first
+	if len(mks) != 2 {
+		t.Fatalf("msg_out %v, want the two results", mks)
+	}
+	for k, i := range []int{2, 0} {
+		h := rc.HGetAll(ctx, mks[k]).Val()
+		id := fs[i].Job.ID
+		if h["message"] != fmt.Sprintf("result of job 27:1:%d", id) || h["job"] != fmt.Sprintf(`[{"id":%d,"caller_id":1,"status":"finished"}]`, id) ||
+			!rc.SIsMember(ctx, keys.JobMessages(1, id), strings.TrimPrefix(mks[k], "message:1:")).Val() {
+			t.Fatalf("result of job %d: %v", id, h)
+		}
+	}
+}

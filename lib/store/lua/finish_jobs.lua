@@ -4,8 +4,10 @@
 --
 -- KEYS: [1] the processing list, [2] coord:leases, [3] msg_out, [4] coord:events.
 -- ARGV: [1] now (s), [2] now (ms), [3] context id, [4] caller id, [5] log cap (bytes),
---   [6] grouped (1: one result message for all the runs that end here, 0: one each),
---   [7] now (µs), [8] n, then n field/value items of the result message (all but its id and job),
+--   [6] grouped (1: one result message for all the runs that end here, runs of one flow;
+--   0: one each, its text "result of job <ctx>:<caller>:<id>"), [7] now (µs), [8] n, then
+--   n field/value items of the result message(s) (all but id, job and, when not grouped,
+--   message),
 --   then, when grouped, the message's job list (a JSON array), then per run 14 items:
 --   job key, lease member, claim id, job id, flow id, status, error, exit code, result
 --   JSON (the string map), the handler's result_json ("": none, the field is removed),
@@ -70,7 +72,7 @@ for i = runs, #ARGV, 14 do
       ids[#ids + 1] = id
       gflow = flow
     else
-      local mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']'})
+      local mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id})
       track_msg(caller, id, mk)
       push(mk)
     end
