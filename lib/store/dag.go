@@ -300,7 +300,7 @@ func requestFields(ctxID, flowID uint32, j *model.Job, now time.Time, msgTimeout
 		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: flowID, Kind: model.KindJobRequest,
 	}
 	ref := append(append([]byte{'['}, requestRef(j)...), ']')
-	return append(withoutFields(model.HashFields(&m), "id", "job", "nodes"), "job", ref, fieldJobRef, "1")
+	return append(localMessageFields(&m), "job", ref, fieldJobRef, "1")
 }
 
 // groupFields are the field/value pairs of a job request message for several jobs of a
@@ -312,7 +312,7 @@ func groupFields(ctxID, flowID, callerID uint32, now time.Time, msgTimeout uint3
 		Message: fmt.Sprintf("jobs of flow %d", flowID), Timeout: msgTimeout, Status: model.MessageDispatched,
 		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: flowID, Kind: model.KindJobRequest,
 	}
-	return append(withoutFields(model.HashFields(&m), "id", "job", "nodes"), fieldJobRef, "1")
+	return append(localMessageFields(&m), fieldJobRef, "1")
 }
 
 // RequestNode is the flow node of a job, as its request message lists it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,6 +36,26 @@ type jobRef struct {
 	Status   model.JobStatus `json:"status,omitempty"`
 	Error    string          `json:"error,omitempty"`
 	Fatal    bool            `json:"fatal,omitempty"`
+}
+
+// localMessageFields are the field/value pairs of a local job message m without its
+// id, job and nodes (its writer writes the job list; LoadMessageKey makes the nodes)
+// and the fields named in skip, and without the fields beyond the seed's that hold
+// nothing (flow_id 0, transport_id "", which no one reads of such a message): each
+// field costs Redis on every write and read of the message.
+func localMessageFields(m *model.Message, skip ...string) []any {
+	fields := model.HashFields(m)
+	out := fields[:0]
+	for i := 0; i+1 < len(fields); i += 2 {
+		name, v := fields[i].(string), fields[i+1].(string)
+		switch {
+		case name == "id" || name == "job" || name == "nodes" || slices.Contains(skip, name):
+		case name == "flow_id" && v == "0", name == "transport_id" && v == "":
+		default:
+			out = append(out, fields[i], fields[i+1])
+		}
+	}
+	return out
 }
 
 // requestRef is the JSON a job request message lists for job j.

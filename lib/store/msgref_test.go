@@ -135,7 +135,8 @@ func checkJobMessagesDeleted(t *testing.T, db *store.DB, j *model.Job, req, res 
 }
 
 // checkNamingMessage: message mk's job field is want, it says it names its jobs, it has
-// the seed's fields, and Redis keeps it as a listpack (its values are ≤ 64 bytes).
+// the seed's fields and no empty field beyond them, and Redis keeps it as a listpack
+// (its values are ≤ 64 bytes).
 func checkNamingMessage(t *testing.T, mk, want string) {
 	t.Helper()
 	ctx := context.Background()
@@ -147,6 +148,11 @@ func checkNamingMessage(t *testing.T, mk, want string) {
 	for _, f := range seedMessageFields {
 		if _, ok := h[f]; !ok {
 			t.Fatalf("%s has no field %s (seed 001): %v", mk, f, h)
+		}
+	}
+	for _, f := range []string{"flow_id", "transport_id", "nodes"} { // beyond the seed's, and empty
+		if _, ok := h[f]; ok {
+			t.Fatalf("%s stores %s: %v", mk, f, h)
 		}
 	}
 	if enc := rc.ObjectEncoding(ctx, mk).Val(); enc != "listpack" && len(want) <= 64 { // a long error makes a hashtable

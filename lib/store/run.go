@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -275,25 +274,21 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 		Status:    model.MessageDispatched,
 		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: j0.FlowID, Kind: model.KindJobResult,
 	}
-	skip := []string{"id", "job", "message"} // a message of its own: the script writes "result of job <ctx>:<caller>:<id>"
+	var skip []string // a message of its own: the script writes "result of job <ctx>:<caller>:<id>"
 	if shared {
 		m.Message = fmt.Sprintf("results of %d jobs of flow %d", len(idx), j0.FlowID)
-		skip = skip[:2]
-	}
-	fields := model.HashFields(&m)
-	msg := make([]any, 0, len(fields))
-	for i := 0; i < len(fields); i += 2 {
-		if slices.Contains(skip, fields[i].(string)) {
-			continue
-		}
-		msg = append(msg, fields[i], fields[i+1])
+	} else {
+		skip = []string{"message"}
 	}
 	// A job of this node's own gets a result message that names it (jobRef, with the
 	// run's end); the result of a job that came from another node goes back there and
 	// carries the finished job (seed 001's Message.job).
 	named := j0.Origin == nil
+	var msg []any
 	if named {
-		msg = append(msg, fieldJobRef, "1")
+		msg = append(localMessageFields(&m, skip...), fieldJobRef, "1")
+	} else {
+		msg = withoutFields(model.HashFields(&m), append(skip, "id", "job")...)
 	}
 	logMax := first.Outcome.LogMax
 	if logMax <= 0 {
