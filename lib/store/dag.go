@@ -296,7 +296,7 @@ type Dispatched struct {
 func requestFields(ctxID, flowID uint32, j *model.Job, now time.Time, msgTimeout uint32) []any {
 	m := model.Message{
 		CallerID: j.CallerID, ContextID: ctxID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
-		Message: "job " + j.GlobalKey(), Timeout: msgTimeout, Status: model.MessageDispatched,
+		Message: "job " + model.JobRef{ContextID: ctxID, CallerID: j.CallerID, ID: j.ID}.String(), Timeout: msgTimeout, Status: model.MessageDispatched,
 		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: flowID, Kind: model.KindJobRequest,
 	}
 	ref := append(append([]byte{'['}, requestRef(j)...), ']')

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -372,6 +373,14 @@ func TestAGroupRequestIsSplitWhenOneJobCannotBeRouted(t *testing.T) {
 	}
 	if st := messageStatus(t, res[0].MsgKey); st != string(model.MessageProcessed) {
 		t.Fatalf("group request is %q after the split", st)
+	}
+	// Each request of the split names its job (with the flow) and the job's global key.
+	for k, mk := range rc.LRange(ctx, keys.MsgOut, 0, -1).Val() {
+		id := ids[2-k] // newest first
+		h := rc.HGetAll(ctx, mk).Val()
+		if h["job"] != fmt.Sprintf(`[{"id":%d,"caller_id":1,"flow_id":%d}]`, id, f.ID) || h["message"] != fmt.Sprintf("job 3:1:%d", id) || h["job_ref"] != "1" {
+			t.Fatalf("split request %s: %v", mk, h)
+		}
 	}
 	if n := r.drain(ctx, 3, keys.MsgOut, false); n != 3 {
 		t.Fatalf("second drain took %d, want the three requests of the split", n)
