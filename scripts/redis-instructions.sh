@@ -8,7 +8,11 @@
 #
 # JOBS defaults to 1000 (~30 s per 1000 jobs); BENCHMARK to BenchmarkJobPathRedis (a
 # flow's jobs through every step); BenchmarkSubmitPathRedis counts getting standalone
-# jobs in (job.run's former path, job.submit, job.submit_batch).
+# jobs in (job.run's former path, job.submit, job.submit_batch);
+# BenchmarkStandalonePathRedis a standalone handler job through every step with its
+# submission, and prints the memory a finished one holds.
+#
+# KEEP_CALLGRIND=1 keeps the dumps (one per stage) for callgrind_annotate.
 #
 # Needs valgrind (apt-get install valgrind) and redis-server on PATH. docs/benchmarks.md
 # has the figures.
@@ -20,7 +24,11 @@ for tool in valgrind callgrind_control redis-server; do
 	command -v "$tool" >/dev/null || { echo "redis-instructions: $tool not found (apt-get install valgrind redis-server)" >&2; exit 1; }
 done
 work="$(mktemp -d)"
-trap '[ -n "${KEEP_CALLGRIND:-}" ] && echo "kept $work" >&2 || rm -rf "$work"' EXIT
+if [ -n "${KEEP_CALLGRIND:-}" ]; then
+	echo "redis-instructions: callgrind dumps kept in $work (callgrind_annotate $work/cg.out.<pid>.<n>)" >&2
+else
+	trap 'rm -rf "$work"' EXIT
+fi
 # The test harness starts "redis-server" from PATH: this one runs the real one under callgrind.
 cat >"$work/redis-server" <<EOF
 #!/bin/sh
@@ -48,3 +56,4 @@ awk -v jobs="$jobs" '
 		}
 		printf "  %-40s %8.1f k instructions/job\n", "all", all / jobs / 1000
 	}' $(ls -v "$work"/cg.out.*)
+grep -h '^Redis memory' "$work/bench.log" || true

@@ -291,30 +291,32 @@ type Dispatched struct {
 	Why     string // why not (e.g. the node was not ready)
 }
 
-// requestFields are the field/value pairs of a job request message (without its id).
+// requestFields are the field/value pairs of a job request message (without its id):
+// its job list names the job (jobRef), and the nodes are left to LoadMessageKey.
 func requestFields(ctxID, flowID uint32, j *model.Job, now time.Time, msgTimeout uint32) []any {
 	m := model.Message{
 		CallerID: j.CallerID, ContextID: ctxID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
-		Message: "job " + j.GlobalKey(), Timeout: msgTimeout, Job: []model.Job{*j}, Status: model.MessageDispatched,
+		Message: "job " + model.JobRef{ContextID: ctxID, CallerID: j.CallerID, ID: j.ID}.String(), Timeout: msgTimeout, Status: model.MessageDispatched,
 		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: flowID, Kind: model.KindJobRequest,
-		Nodes: []model.FlowNode{requestNode(j)},
 	}
-	return withoutFields(model.HashFields(&m), "id")
+	ref := append(append([]byte{'['}, requestRef(j)...), ']')
+	return append(localMessageFields(&m), "job", ref, fieldJobRef, "1")
 }
 
 // groupFields are the field/value pairs of a job request message for several jobs of a
-// flow, without its id, job, nodes and job_ids (the dispatch script writes those).
+// flow, without its id, job and job_ids (the dispatch script writes those; the job
+// list names the jobs, and the nodes are left to LoadMessageKey).
 func groupFields(ctxID, flowID, callerID uint32, now time.Time, msgTimeout uint32) []any {
 	m := model.Message{
 		CallerID: callerID, ContextID: ctxID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
 		Message: fmt.Sprintf("jobs of flow %d", flowID), Timeout: msgTimeout, Status: model.MessageDispatched,
 		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: flowID, Kind: model.KindJobRequest,
 	}
-	return withoutFields(model.HashFields(&m), "id", "job", "nodes")
+	return append(localMessageFields(&m), fieldJobRef, "1")
 }
 
-// requestNode is the flow node of a job, as its request message lists it.
-func requestNode(j *model.Job) model.FlowNode {
+// RequestNode is the flow node of a job, as its request message lists it.
+func RequestNode(j *model.Job) model.FlowNode {
 	n := model.FlowNode{ID: j.ID, Depends: j.Dependends, Prerequisites: j.Prerequisites, NodeStatus: model.NodeDispatched}
 	if n.Depends == nil {
 		n.Depends = []uint32{}
@@ -361,29 +363,21 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 		}
 	}
 	args := []any{d.ContextID, flowID, callerID, now.Unix(), now.UnixMilli(), actor, readyMs}
-	var list, nodes []byte // the group's job and node lists, built as the jobs are added
+	var list []byte // the group's job list (jobRefs), built as the jobs are added
 	if n > 1 {
 		g := groupFields(d.ContextID, flowID, callerID, now, msgTimeout)
 		args = append(args, len(g))
 		args = append(args, g...)
-		args = append(args, nil, nil) // the lists, set below
+		args = append(args, nil) // the list, set below
 	} else {
 		args = append(args, 0)
 	}
 	for _, j := range jobs {
 		if n > 1 && groupable(j) {
-			js, err := json.Marshal(j)
-			if err != nil {
-				return nil, fmt.Errorf("dispatch job %d: %w", j.ID, err)
-			}
-			node, err := json.Marshal(requestNode(j))
-			if err != nil {
-				return nil, fmt.Errorf("dispatch job %d: %w", j.ID, err)
-			}
+			js := requestRef(j)
 			list = append(append(list, listSep(list)), js...)
-			nodes = append(append(nodes, listSep(nodes)), node...)
-			// 1-based inclusive spans, as Lua's string.sub takes them
-			args = append(args, j.ID, 1, 4, len(list)-len(js)+1, len(list), len(nodes)-len(node)+1, len(nodes))
+			// 1-based inclusive span, as Lua's string.sub takes it
+			args = append(args, j.ID, 1, 2, len(list)-len(js)+1, len(list))
 			continue
 		}
 		fields := requestFields(d.ContextID, flowID, j, now, msgTimeout)
@@ -393,7 +387,6 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 	if n > 1 {
 		g := args[7].(int)
 		args[8+g] = append(list, ']')
-		args[9+g] = append(nodes, ']')
 	}
 	ks := []string{keys.MsgOut}
 	if flowID != 0 {

@@ -692,17 +692,26 @@ func (d *DB) LoadMessage(ctx context.Context, callerID, id uint32) (*model.Messa
 	return d.LoadMessageKey(ctx, keys.Message(callerID, id))
 }
 
-// LoadMessageKey reads a message by its key.
+// LoadMessageKey reads a message by its key. A local job message, which names its
+// jobs (msgref.go), comes with the full jobs read from their hashes.
 func (d *DB) LoadMessageKey(ctx context.Context, key string) (*model.Message, error) {
 	h, err := d.HGetAll(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", key, err)
 	}
-	return d.MessageFromHash(key, h)
+	m, err := d.MessageFromHash(key, h)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.resolveJobs(ctx, m, h); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // MessageFromHash decodes a message hash read elsewhere (in a script's reply); an
-// empty hash is ErrNotFound.
+// empty hash is ErrNotFound. A local job message's jobs are as it names them: ids (and
+// a result's end) only.
 func (d *DB) MessageFromHash(key string, h map[string]string) (*model.Message, error) {
 	if len(h) == 0 {
 		return nil, notFound("%s in context %d", key, d.ContextID)

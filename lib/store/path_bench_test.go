@@ -73,7 +73,18 @@ func callgrindDump(b *testing.B, stage string) {
 		}
 		return '_'
 	}, stage)
-	out, err := exec.Command("callgrind_control", "--dump="+name).CombinedOutput()
+	// Only this test's server: callgrind_control without a pid dumps every process run
+	// under callgrind on the machine (another run of this script included).
+	var pid string
+	for _, line := range strings.Split(srv.Client(b, 0).Info(context.Background(), "server").Val(), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			pid = v
+		}
+	}
+	if pid == "" {
+		b.Fatal("redis-server's process_id not found in INFO server")
+	}
+	out, err := exec.Command("callgrind_control", "--dump="+name, pid).CombinedOutput()
 	if err != nil || strings.Contains(string(out), "No active callgrind") {
 		b.Fatalf("HERO_PATH_CALLGRIND is set, but no redis-server runs under callgrind (callgrind_control: %v: %s)", err, out)
 	}
@@ -109,7 +120,7 @@ func BenchmarkJobPathRedis(b *testing.B) {
 		}
 	})
 	p.routeRequests()
-	p.runJobs()
+	p.runJobs(keys.Queue("go"))
 	ends := p.claimResults()
 	p.measure("scheduler: complete (64)", func() {
 		for _, group := range ends {
@@ -232,8 +243,7 @@ func (p *jobPath) routeRequests() {
 // runJobs: the runner claims and starts the jobs a group at a time, and finishes
 // each group together. A runner holds at most a group of jobs at a time (its
 // processing list stays short).
-func (p *jobPath) runJobs() {
-	q := keys.Queue("go")
+func (p *jobPath) runJobs(q string) {
 	qwake := store.Wake{Key: keys.WakeRunner(1, q), Token: "9"}
 	for got := 0; got < p.n; {
 		var group []store.Started
@@ -312,6 +322,100 @@ func (p *jobPath) endsOf(cms []*store.ClaimedMessage) []store.JobEnd {
 		}
 	}
 	return group
+}
+
+// BenchmarkStandalonePathRedis is BenchmarkJobPathRedis for standalone no-op handler
+// jobs (go#noop), every step with the submission: job.submit one job a call, the
+// router's claim-and-route (64), the runner's claim-and-start (32) and finish (32: a
+// result message each), the router's claim of the results (64) and their ack, the
+// scheduler's completion (CompleteStandalones, 64, with the default retention of 7
+// days). It also prints the memory a finished job holds in Redis (finishedJobMemory).
+func BenchmarkStandalonePathRedis(b *testing.B) {
+	if os.Getenv("HERO_BENCH") == "" {
+		b.Skip("set HERO_BENCH=1 (make bench)")
+	}
+	n := 10000
+	if v, err := strconv.Atoi(os.Getenv("HERO_PATH_JOBS")); err == nil && v > 0 {
+		n = v
+	}
+	s := open(b)
+	p := &jobPath{b: b, ctx: context.Background(), db: mustCtx(b, s, 9), n: n, callgrind: os.Getenv("HERO_PATH_CALLGRIND") != ""}
+	if _, _, err := s.CreateRunner(p.ctx, 9, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
+		b.Fatal(err)
+	}
+	p.step(p.db.AnnounceExecutors(p.ctx, 1, []string{"go"}))
+	before := contextMemory(b, 9)
+	if p.callgrind {
+		callgrindDump(p.b, "setup")
+	}
+	b.ResetTimer()
+	p.measure("submit one a call", func() {
+		for range n {
+			_, err := s.SubmitJobs(p.ctx, 9, []store.Submission{{Job: &model.Job{CallerID: 1, ContextID: 9, FunctionName: "go#noop"}}}, "1")
+			p.step(err)
+		}
+	})
+	p.routeRequests()
+	p.runJobs(keys.Queue((&model.Job{FunctionName: "go#noop"}).QueueSuffix()))
+	ends := p.claimResults()
+	p.measure("scheduler: complete standalone (64)", func() {
+		for _, group := range ends {
+			for i := range group {
+				group[i].Backoff, group[i].Retention = time.Second, 7*24*time.Hour
+			}
+			res, errs := p.db.CompleteStandalones(p.ctx, group)
+			for i := range res {
+				p.step(errs[i])
+				if !res[i].Applied {
+					b.Fatalf("end %+v not applied", group[i])
+				}
+			}
+		}
+	})
+	b.StopTimer()
+	if !p.callgrind {
+		p.report()
+	}
+	perJob, shared := finishedJobMemory(b, 9, before, n)
+	fmt.Printf("Redis memory per finished standalone job: %d B in its own keys, %d B in shared ones (indexes, events): %d B\n", perJob, shared, perJob+shared)
+	b.ReportMetric(float64(perJob+shared), "B/job")
+}
+
+// contextMemory is MEMORY USAGE (every element counted) of each key of context db.
+func contextMemory(tb testing.TB, db int) map[string]int64 {
+	tb.Helper()
+	ctx := context.Background()
+	c := srv.Client(tb, db)
+	out := map[string]int64{}
+	iter := c.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		n, err := c.MemoryUsage(ctx, k, 0).Result()
+		if err != nil && err != redis.Nil {
+			tb.Fatalf("memory usage %s: %v", k, err)
+		}
+		out[k] = n
+	}
+	if err := iter.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// finishedJobMemory is what n finished standalone jobs added to context db since
+// before (contextMemory), per job: in keys of their own (job:, message:, coord:jobmsgs:,
+// coord:log:) and in the keys they share (indexes, the event stream, sequences).
+func finishedJobMemory(tb testing.TB, db int, before map[string]int64, n int) (perJob, shared int64) {
+	tb.Helper()
+	for k, v := range contextMemory(tb, db) {
+		d := v - before[k]
+		if strings.HasPrefix(k, "job:") || strings.HasPrefix(k, "message:") || strings.HasPrefix(k, keys.JobMessagesPrefix) || strings.HasPrefix(k, "coord:log:") {
+			perJob += d
+		} else {
+			shared += d
+		}
+	}
+	return perJob / int64(n), shared / int64(n)
 }
 
 // report prints what each stage cost Redis per job, and reports the total CPU.

@@ -201,10 +201,12 @@ type Finish struct {
 
 // FinishJobs is FinishJob for several runs, one round trip per database. The runs of
 // one flow (of one consumer) that end together are recorded by one script, atomically,
-// and share one result message, whose job list holds each finished job: the router
-// reports them to the scheduler together. A run of a job that came from another node
-// (its result goes back there) or of a job outside any flow gets a message of its own.
-// It returns FinishJob's answer per run.
+// and share one result message, whose job list names each finished job: the router
+// reports them to the scheduler together. The runs of standalone jobs (of one caller
+// and consumer) that end together are recorded by one script too, each with a result
+// message of its own. A run of a job that came from another node (its result goes back
+// there) has a script run and a message of its own. It returns FinishJob's answer per
+// run.
 func FinishJobs(ctx context.Context, fs []Finish) ([]bool, []error) {
 	oks, errs := make([]bool, len(fs)), make([]error, len(fs))
 	type groupKey struct {
@@ -217,7 +219,7 @@ func FinishJobs(ctx context.Context, fs []Finish) ([]bool, []error) {
 	dbs := map[uint32]*DB{}
 	for i, f := range fs {
 		k := groupKey{ctxID: f.DB.ContextID, flow: f.Job.FlowID, caller: f.Job.CallerID, consumer: f.Claim.Consumer}
-		if f.Job.FlowID == 0 || f.Job.Origin != nil {
+		if f.Job.Origin != nil {
 			k.solo = i + 1
 		}
 		if _, seen := groups[k]; !seen {
@@ -259,42 +261,48 @@ func FinishJobs(ctx context.Context, fs []Finish) ([]bool, []error) {
 	return oks, errs
 }
 
-// finishCall builds the finish script's run for the runs fs[idx] (one flow, caller and
-// consumer of one database; a message each unless there are several).
+// finishCall builds the finish script's run for the runs fs[idx] (one flow, or no
+// flow, caller and consumer of one database): the runs of a flow share a message when
+// there are several, any other has its own.
 func finishCall(d *DB, fs []Finish, idx []int) Call {
 	now := time.Now()
 	first := fs[idx[0]]
 	j0, c0 := first.Job, first.Claim
-	text := "result of job " + j0.GlobalKey()
-	if len(idx) > 1 {
-		text = fmt.Sprintf("results of %d jobs of flow %d", len(idx), j0.FlowID)
-	}
+	shared := len(idx) > 1 && j0.FlowID != 0
 	m := model.Message{
 		CallerID: j0.CallerID, ContextID: d.ContextID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
-		Message: text, Status: model.MessageDispatched,
+		Status:    model.MessageDispatched,
 		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: j0.FlowID, Kind: model.KindJobResult,
 	}
-	fields := model.HashFields(&m)
-	msg := make([]any, 0, len(fields))
-	for i := 0; i < len(fields); i += 2 {
-		if fields[i] == "id" || fields[i] == "job" {
-			continue
-		}
-		msg = append(msg, fields[i], fields[i+1])
+	var skip []string // a message of its own: the script writes "result of job <ctx>:<caller>:<id>"
+	if shared {
+		m.Message = fmt.Sprintf("results of %d jobs of flow %d", len(idx), j0.FlowID)
+	} else {
+		skip = []string{"message"}
+	}
+	// A job of this node's own gets a result message that names it (jobRef, with the
+	// run's end); the result of a job that came from another node goes back there and
+	// carries the finished job (seed 001's Message.job).
+	named := j0.Origin == nil
+	var msg []any
+	if named {
+		msg = append(localMessageFields(&m, skip...), fieldJobRef, "1")
+	} else {
+		msg = withoutFields(model.HashFields(&m), append(skip, "id", "job")...)
 	}
 	logMax := first.Outcome.LogMax
 	if logMax <= 0 {
 		logMax = MaxLogBytes
 	}
 	grouped := "0"
-	if len(idx) > 1 {
+	if shared {
 		grouped = "1"
 	}
 	args := make([]any, 0, 9+len(msg)+14*len(idx))
 	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, now.UnixMicro(), len(msg))
 	args = append(args, msg...)
 	var list []byte // grouped: the message's job list, built as the runs are added
-	if len(idx) > 1 {
+	if shared {
 		args = append(args, nil) // set below
 	}
 	for _, i := range idx {
@@ -304,30 +312,40 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 		if result == nil {
 			result = map[string]string{}
 		}
-		final := *j
-		final.Status, final.Error, final.ExitCode, final.Result, final.ResultJSON, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.ResultJSON, o.Fatal
-		final.FinishedAt, final.FinishedAtMs, final.FinishedAtUs = now.Unix(), now.UnixMilli(), now.UnixMicro()
-		final.Script = "" // the result message does not need to carry the source again
-		js, err := json.Marshal(&final)
-		if err != nil {
-			js = []byte("{}") // a job is plain data; cannot happen
-		}
+		js := finishedJSON(j, o, result, now, named)
 		fatal := "0"
 		if o.Fatal {
 			fatal = "1"
 		}
 		var item any = js
-		if len(idx) > 1 {
+		if shared {
 			list = append(append(list, listSep(list)), js...)
 			item = strconv.Itoa(len(list)-len(js)+1) + " " + strconv.Itoa(len(list))
 		}
 		args = append(args, keys.Job(j.CallerID, j.ID), c.member(), c.ID, j.ID, j.FlowID, string(o.Status), o.Error, o.ExitCode,
 			model.EncodeField(result), string(o.ResultJSON), fatal, o.RetryAfter.Milliseconds(), o.Log, item)
 	}
-	if len(idx) > 1 {
+	if shared {
 		args[8+len(msg)] = append(list, ']')
 	}
 	return Call{Script: finishJobsScript, Keys: []string{keys.Processing(c0.Consumer), keys.Leases, keys.MsgOut, keys.Events}, Args: args}
+}
+
+// finishedJSON is what a result message lists for the run of j that ended with o: a
+// jobRef with the end when named, else the finished job (without its script).
+func finishedJSON(j *model.Job, o JobOutcome, result map[string]string, now time.Time, named bool) []byte {
+	if named {
+		return resultRef(j, o.Status, o.Error, o.Fatal)
+	}
+	final := *j
+	final.Status, final.Error, final.ExitCode, final.Result, final.ResultJSON, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.ResultJSON, o.Fatal
+	final.FinishedAt, final.FinishedAtMs, final.FinishedAtUs = now.Unix(), now.UnixMilli(), now.UnixMicro()
+	final.Script = "" // the result message does not need to carry the source again
+	js, err := json.Marshal(&final)
+	if err != nil {
+		js = []byte("{}") // a job is plain data; cannot happen
+	}
+	return js
 }
 
 // MaxLogBytes caps a job's stored log by default.

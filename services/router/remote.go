@@ -97,7 +97,10 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 		}
 	}
 	out := *m
-	out.Job = []model.Job{job}
+	out.Job = []model.Job{job} // the full job: the message names it only here
+	if len(out.Nodes) == 0 {
+		out.Nodes = []model.FlowNode{store.RequestNode(&job)}
+	}
 	env := &remote.Envelope{Kind: remote.KindJobRequest, ContextID: db.ContextID, MsgKey: cl.Item, Message: &out}
 	payload, err := env.Encode()
 	if err != nil {
@@ -164,7 +167,7 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 	// Checked at the acknowledgement's deadline or, when earlier, at the earliest the
 	// result can be due (the result's limit runs from the acknowledgement, which comes
 	// after now): a check that comes early is put off to the right time.
-	due := min(now.Add(seconds(m.TimeoutAck, r.remote.AckTimeout)).UnixMilli(), now.Add(r.remote.resultLimit(m)).UnixMilli())
+	due := min(now.Add(seconds(m.TimeoutAck, r.remote.AckTimeout)).UnixMilli(), now.Add(r.remote.resultLimit(&out)).UnixMilli()) // out: with the job's timeout
 	if err := r.store.AddRemoteDue(ctx, db.ContextID, cl.Item, time.UnixMilli(due)); err != nil {
 		log.Error().Err(err).Msg("schedule acknowledgement check")
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -37,6 +38,7 @@ type scheduler struct {
 	oldStyle bool // answer JobsDone with Unimplemented, like a scheduler before it
 	batches  [][]uint32
 	singles  []uint32
+	ends     []*herov1.JobDoneRequest // every end told, as told
 }
 
 func (s *scheduler) JobsDone(_ context.Context, req *herov1.JobsDoneRequest) (*herov1.JobsDoneResponse, error) {
@@ -53,6 +55,7 @@ func (s *scheduler) JobsDone(_ context.Context, req *herov1.JobsDoneRequest) (*h
 		ids = append(ids, e.JobId)
 	}
 	s.batches = append(s.batches, ids)
+	s.ends = append(s.ends, req.Ends...)
 	return &herov1.JobsDoneResponse{}, nil
 }
 
@@ -371,6 +374,14 @@ func TestAGroupRequestIsSplitWhenOneJobCannotBeRouted(t *testing.T) {
 	if st := messageStatus(t, res[0].MsgKey); st != string(model.MessageProcessed) {
 		t.Fatalf("group request is %q after the split", st)
 	}
+	// Each request of the split names its job (with the flow) and the job's global key.
+	for k, mk := range rc.LRange(ctx, keys.MsgOut, 0, -1).Val() {
+		id := ids[2-k] // newest first
+		h := rc.HGetAll(ctx, mk).Val()
+		if h["job"] != fmt.Sprintf(`[{"id":%d,"caller_id":1,"flow_id":%d}]`, id, f.ID) || h["message"] != fmt.Sprintf("job 3:1:%d", id) || h["job_ref"] != "1" {
+			t.Fatalf("split request %s: %v", mk, h)
+		}
+	}
 	if n := r.drain(ctx, 3, keys.MsgOut, false); n != 3 {
 		t.Fatalf("second drain took %d, want the three requests of the split", n)
 	}
@@ -437,4 +448,56 @@ func startFlowOf(t *testing.T, r *router, db *store.DB, types ...model.ScriptTyp
 	}
 	jobs, _ := storetest.StartFlow(t, db, f)
 	return f, jobs
+}
+
+// The result messages a runner writes for standalone jobs name their jobs with the
+// runs' ends (not the jobs): the router reports each end as the message names it.
+func TestResultMessagesThatNameTheirJobsAreReported(t *testing.T) {
+	sched := &scheduler{}
+	r, db := startRouter(t, sched)
+	ctx := context.Background()
+	rc := srv.Client(t, 3)
+	var fs []store.Finish
+	for i := range 2 {
+		j, _, err := r.store.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 3, Script: "true", ScriptType: "sh"}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, _, err := db.Dispatch(ctx, 0, j, "1", 0); err != nil {
+			t.Fatal(err)
+		}
+		rc.LPush(ctx, "queue:sh", keys.Job(1, j.ID))
+		cl, out, started, err := db.ClaimStart(ctx, "queue:sh", "w1", time.Minute, "")
+		if err != nil || out != store.StartRun {
+			t.Fatalf("claim job %d: %v %v", j.ID, out, err)
+		}
+		o := store.JobOutcome{Status: model.JobFinished}
+		if i == 1 {
+			o = store.JobOutcome{Status: model.JobError, Error: "boom \"quoted\"", Fatal: true}
+		}
+		fs = append(fs, store.Finish{DB: db, Claim: cl, Job: started, Outcome: o})
+	}
+	rc.Del(ctx, keys.MsgOut) // the requests: this test drains the results alone
+	if oks, errs := store.FinishJobs(ctx, fs); !oks[0] || !oks[1] || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("finish: %v %v", oks, errs)
+	}
+	for _, mk := range rc.LRange(ctx, keys.MsgOut, 0, -1).Val() {
+		if js := rc.HGet(ctx, mk, "job").Val(); strings.Contains(js, "script") || rc.HGet(ctx, mk, "job_ref").Val() != "1" {
+			t.Fatalf("result message %s carries its job: %s", mk, js)
+		}
+	}
+	if n := r.drain(ctx, 3, keys.MsgOut, false); n != 2 {
+		t.Fatalf("claimed %d of 2 results", n)
+	}
+	sched.mu.Lock()
+	defer sched.mu.Unlock()
+	if len(sched.ends) != 2 {
+		t.Fatalf("ends told: %+v", sched.ends)
+	}
+	for i, e := range sched.ends {
+		f := fs[i]
+		if e.JobId != f.Job.ID || e.CallerId != 1 || e.Attempt != 1 || e.Status != string(f.Outcome.Status) || e.Error != f.Outcome.Error || e.Fatal != f.Outcome.Fatal {
+			t.Fatalf("end %d told %+v, want job %d's %+v", i, e, f.Job.ID, f.Outcome)
+		}
+	}
 }

@@ -7,7 +7,7 @@
 -- Reply: {1, message key}, or {0, ""} for a duplicate.
 -- Derives: context DB: the dedup key (ARGV: keys.Inbound, named by the router),
 --   message:<caller>:<id> (a fresh id from coord:seq:message: only known here),
---   coord:idx:messages; then DB 0 (SELECT 0, the context's server): coord:busy.
+--   then DB 0 (SELECT 0, the context's server): coord:busy.
 
 local ctx, dedup, ttl, caller, now_ms = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 if dedup ~= '' then

@@ -18,7 +18,8 @@
 --   plain job requests here), [8] context id, [9] now (s), [10…] max claim ids.
 -- Reply: {script types hash, {{item, message hash, job fields, claim id, partial}…},
 --   {job key, queue…}}: the claimed messages (for a job request the routing fields of
---   its job, and the coord:script_types counts, read once) and the routed jobs. Of a job
+--   its job, and the coord:script_types counts, read once; a job routed here has only
+--   the fields its queue depends on read) and the routed jobs. Of a job
 --   result only the fields kind and job are returned (partial = 1). false: nothing taken.
 -- Derives: context DB: the messages' jobs job:<caller>:<id> (named in the messages),
 --   coord:script_types, coord:executors, queue:<type>, queue:exec:<executor> and
@@ -51,21 +52,24 @@ local function queue_for(id, runner, stype, fn)
   end
   return nil
 end
--- routing reads a job's routing fields (jh: a flat list) and the queue it goes to.
-local function routing(jk)
-  local v = redis.call('HMGET', jk, unpack(JOB_FIELDS))
-  local jh, f = {}, {}
-  for k = 1, #JOB_FIELDS do
-    if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k]; f[JOB_FIELDS[k]] = v[k] end
-  end
-  if not types then types = redis.call('HGETALL', K_SCRIPT_TYPES) end
-  return jh, queue_for(f['id'], f['runner_id'], f['script_type'], f['function_name'])
-end
--- group_target is queue_for for a job of a group: it reads only what that needs.
+-- group_target is queue_for for a job: it reads only what that needs.
 local function group_target(jk)
   if not route then return nil end
   local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name')
   return queue_for(v[1], v[2], v[3], v[4])
+end
+-- routing is the queue a job goes to (routed here), or else (nil) the job's routing
+-- fields (jh: a flat list) for the router, with the script types.
+local function routing(jk)
+  local target = group_target(jk)
+  if target then return {}, target end
+  local v = redis.call('HMGET', jk, unpack(JOB_FIELDS))
+  local jh = {}
+  for k = 1, #JOB_FIELDS do
+    if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k] end
+  end
+  if not types then types = redis.call('HGETALL', K_SCRIPT_TYPES) end
+  return jh, nil
 end
 local pending = {} -- target -> job keys to push, pushed once per target at the end
 local function enqueue(jk, target)

@@ -1,23 +1,25 @@
 -- dispatch: sends ready nodes of a flow (or one standalone job) to the router. For each
 -- job it checks the node is ready (and its retry due), marks node and job dispatched and
 -- records the event; a job of its own gets its message stored and pushed on msg_out at
--- once; the group's jobs share one message (its job and nodes lists hold the jobs
--- dispatched: the lists given when that is every grouped job, else cut from them;
--- job_ids their ids), stored and pushed after them. One wake token per message.
+-- once; the group's jobs share one message (its job list names the jobs dispatched:
+-- the list given when that is every grouped job, else cut from it; job_ids their ids),
+-- stored and pushed after them. One wake token per message. A local request message
+-- names its jobs (ids only, field job_ref "1"; lib/store's msgref.go) and stores no
+-- nodes: readers get both from the jobs' hashes.
 --
 -- KEYS: [1] msg_out, [2] coord:dag:<flow> (not given for a standalone job).
 -- ARGV: [1] context id, [2] flow id (0: a standalone job), [3] caller id, [4] now (s),
 --   [5] now (ms), [6] actor, [7] the start time (ms) of the flow whose start found these
 --   nodes ready ("": nodes made ready since; see DispatchStarted), [8] g, the number of
 --   field/value items of a group message (0: none), then those g items (all but its id,
---   job, nodes and job_ids), then, when g > 0, the group's job list and node list as JSON
---   arrays, then per job: its id, 1 when it goes in the group message (0: a message of its
---   own), the number n of items that follow, and those n items: a message of its own's
---   field/value items, or for the group where its job's and its node's JSON start and
---   end in the two lists (4 positions, 1-based, inclusive).
+--   job and job_ids), then, when g > 0, the group's job list as a JSON array, then per
+--   job: its id, 1 when it goes in the group message (0: a message of its own), the
+--   number n of items that follow, and those n items: a message of its own's field/value
+--   items, or for the group where its job's JSON starts and ends in the list (2
+--   positions, 1-based, inclusive).
 -- Reply: per job {message key, attempt}, or {"", why it was not dispatched}.
 -- Derives: context DB: job:<caller>:<id> of the jobs named in ARGV,
---   message:<caller>:<id> (fresh ids), coord:seq:message, coord:idx:messages,
+--   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:idx:jobs:<status>, coord:jobmsgs:…/coord:flowmsgs:<flow>, coord:events;
 --   DB 0 (SELECT 0, last): coord:wake:msg_out, coord:busy.
 
@@ -26,9 +28,9 @@ local ready_ms = ARGV[7]
 if ready_ms == '' then ready_ms = nil end
 local ng = tonumber(ARGV[8])
 local gfirst, glast = 9, 8 + ng
-local gjson, gnjson = '', ''
+local gjson = ''
 local i = glast + 1
-if ng > 0 then gjson, gnjson = ARGV[i], ARGV[i + 1]; i = i + 2 end
+if ng > 0 then gjson = ARGV[i]; i = i + 1 end
 local dag = KEYS[2] or ''
 local out, pushed = {}, 0
 local gspans, gids, gslots = {}, {}, {}
@@ -87,15 +89,14 @@ while i <= #ARGV do
 end
 if #gids > 0 then
   if #gids < ngrouped then
-    -- Some grouped jobs were not dispatched: the lists of those that were.
-    local js, ns = {}, {}
+    -- Some grouped jobs were not dispatched: the list of those that were.
+    local js = {}
     for k, f in ipairs(gspans) do
       js[k] = string.sub(gjson, tonumber(ARGV[f]), tonumber(ARGV[f + 1]))
-      ns[k] = string.sub(gnjson, tonumber(ARGV[f + 2]), tonumber(ARGV[f + 3]))
     end
-    gjson, gnjson = '[' .. table.concat(js, ',') .. ']', '[' .. table.concat(ns, ',') .. ']'
+    gjson = '[' .. table.concat(js, ',') .. ']'
   end
-  local mk = store_message(caller, gfirst, now_ms, glast, {'job', gjson, 'nodes', gnjson, 'job_ids', table.concat(gids, ' ')})
+  local mk = store_message(caller, gfirst, now_ms, glast, {'job', gjson, 'job_ids', table.concat(gids, ' ')})
   track_msg(caller, gids[1], mk, flow)
   for _, n in ipairs(gslots) do out[n][1] = mk end
   redis.call('LPUSH', KEYS[1], mk)

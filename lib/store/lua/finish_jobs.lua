@@ -4,17 +4,21 @@
 --
 -- KEYS: [1] the processing list, [2] coord:leases, [3] msg_out, [4] coord:events.
 -- ARGV: [1] now (s), [2] now (ms), [3] context id, [4] caller id, [5] log cap (bytes),
---   [6] grouped (1: one result message for all the runs that end here, 0: one each),
---   [7] now (µs), [8] n, then n field/value items of the result message (all but its id and job),
+--   [6] grouped (1: one result message for all the runs that end here, runs of one flow;
+--   0: one each, its text "result of job <ctx>:<caller>:<id>"), [7] now (µs), [8] n, then
+--   n field/value items of the result message(s) (all but id, job and, when not grouped,
+--   message),
 --   then, when grouped, the message's job list (a JSON array), then per run 14 items:
 --   job key, lease member, claim id, job id, flow id, status, error, exit code, result
 --   JSON (the string map), the handler's result_json ("": none, the field is removed),
---   fatal, retry-after (ms), log chunk, and the finished job's JSON for its own message
+--   fatal, retry-after (ms), log chunk, and the run's entry of the message's job list
+--   (for a job of this node a reference with the run's end — the result fields carry
+--   job_ref "1" —, for a job from another node the finished job) for its own message
 --   or, grouped, where it starts and ends in the list ("<start> <end>", 1-based).
 -- Reply: per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more.
 -- Derives: context DB: coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
---   message:<caller>:<id> (fresh ids), coord:seq:message, coord:idx:messages,
+--   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:jobmsgs:…/coord:flowmsgs:<flow>; DB 0 (SELECT 0, last): coord:wake:msg_out,
 --   coord:busy.
 
@@ -68,7 +72,7 @@ for i = runs, #ARGV, 14 do
       ids[#ids + 1] = id
       gflow = flow
     else
-      local mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']'})
+      local mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id})
       track_msg(caller, id, mk)
       push(mk)
     end

@@ -1,11 +1,13 @@
 -- lib_delete_job: defines delete_job(caller, id), which removes a job and everything
 -- it owns (its log, its messages and their places on msg_out/msg_in, its queue entries,
--- its index and DLQ entries), and delete_messages(set), which removes the messages a
--- set lists, and the set.
+-- its index and DLQ entries), and delete_messages(set, caller), which removes the
+-- messages a set lists, and the set.
 
--- delete_messages removes the messages listed in the set key (and the set).
-local function delete_messages(key)
+-- delete_messages removes the messages listed in the set key (and the set): their
+-- keys, or (a job's set, given its caller) their numbers n of message:<caller>:<n>.
+local function delete_messages(key, caller)
   for _, mk in ipairs(redis.call('SMEMBERS', key)) do
+    if caller and string.match(mk, '^%d+$') then mk = K_MESSAGE .. caller .. ':' .. mk end
     redis.call('UNLINK', mk)
     local mc, mi = string.match(mk, '^' .. K_MESSAGE .. '(%d+):(%d+)$')
     if mc then redis.call('ZREM', K_MESSAGE_INDEX, mc .. ':' .. mi) end
@@ -20,7 +22,7 @@ local function delete_job(caller, id)
   local stype = redis.call('HGET', jk, 'script_type')
   local runner = redis.call('HGET', jk, 'runner_id')
   local m = caller .. ':' .. id
-  delete_messages(K_JOB_MESSAGES .. m)
+  delete_messages(K_JOB_MESSAGES .. m, caller)
   local fn = redis.call('HGET', jk, 'function_name')
   local exec = fn and string.match(fn, '^([^#]+)#')
   if exec then stype = 'exec:' .. exec end -- an executor's handler job: its queue

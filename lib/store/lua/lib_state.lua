@@ -47,7 +47,9 @@ local function dead_letter(caller, id, flow, now_ms, actor, err)
 end
 -- store_message stores a message from ARGV[first..last] (field/value pairs; last
 -- defaults to #ARGV) and, if given, the field/value pairs of the table extra, under a
--- fresh id (skipping ids taken), indexes it, and returns its key.
+-- fresh id (skipping ids taken), and returns its key. A job message is found through
+-- its job's or flow's message set (track_msg), not through coord:idx:messages (which
+-- indexes the messages made with message.create).
 local function store_message(caller, first, now_ms, last, extra)
   local mid
   repeat
@@ -62,7 +64,6 @@ local function store_message(caller, first, now_ms, last, extra)
   else
     redis.call('HSET', mk, 'id', mid, unpack(ARGV, first, last or #ARGV))
   end
-  redis.call('ZADD', K_MESSAGE_INDEX, now_ms, caller .. ':' .. mid)
   return mk
 end
 -- wake_msg_out pushes n router wake tokens for context ctx onto coord:wake:msg_out
@@ -76,14 +77,16 @@ local function wake_msg_out(ctx, n)
   redis.call('LPUSH', K_WAKE_MSG_OUT, unpack(tokens))
   mark_busy(ctx)
 end
--- track_msg records that message mk is about job id: a message shared by several jobs
--- of a flow (given flow) in the flow's message set (coord:flowmsgs:<flow>, deleted with
--- the flow: one entry per message however many jobs it carries), any other in the
--- job's own (coord:jobmsgs:<caller>:<id>, deleted with the job).
+-- track_msg records that message mk (message:<caller>:<n>, of the job's caller) is
+-- about job id: a message shared by several jobs of a flow (given flow) in the flow's
+-- message set (coord:flowmsgs:<flow>, its keys, deleted with the flow: one entry per
+-- message however many jobs it carries), any other in the job's own
+-- (coord:jobmsgs:<caller>:<id>, deleted with the job) by its number n alone: a set of
+-- integers is an intset, a third of a set of keys' memory.
 local function track_msg(caller, id, mk, flow)
   if flow and flow ~= '0' and flow ~= '' then
     redis.call('SADD', K_FLOW_MESSAGES .. flow, mk)
   else
-    redis.call('SADD', K_JOB_MESSAGES .. caller .. ':' .. id, mk)
+    redis.call('SADD', K_JOB_MESSAGES .. caller .. ':' .. id, string.sub(mk, #K_MESSAGE + #caller + 2))
   end
 end

@@ -8,7 +8,7 @@
 --   number n of its message's field/value items and those n items.
 -- Reply: the number of messages pushed (0: the claim no longer held the message).
 -- Derives: context DB: message:<caller>:<id> (fresh ids), coord:seq:message,
---   coord:idx:messages, coord:flowmsgs:<flow>; DB 0 (SELECT 0, last): coord:wake:msg_out,
+--   coord:flowmsgs:<flow>; DB 0 (SELECT 0, last): coord:wake:msg_out,
 --   coord:busy.
 
 local mo, proc, leases = KEYS[1], KEYS[2], KEYS[3]

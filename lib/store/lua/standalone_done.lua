@@ -14,12 +14,15 @@
 local jk, ek = KEYS[1], KEYS[2]
 local ctx, caller, id, attempt, status, err = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local fatal, retries, backoff, now_s, now_ms, actor = ARGV[7] == '1', tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10], ARGV[11], ARGV[12]
-if retries < 0 then retries = tonumber(redis.call('HGET', jk, 'retries') or '0') or 0 end
-if redis.call('HGET', jk, 'stop_requested') == '1' or redis.call('HGET', jk, 'fatal') == '1' then fatal = true end
-local a = tonumber(redis.call('HGET', jk, 'attempt') or '0')
+-- What the end depends on, in one read of the job.
+local cur = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'attempt', 'done_attempt')
+if retries < 0 then retries = tonumber(cur[1] or '0') or 0 end
+if cur[2] == '1' or cur[3] == '1' then fatal = true end
+local a = tonumber(cur[4] or '0')
 if a ~= attempt then return {0, '', 0} end
-if redis.call('HGET', jk, 'done_attempt') == tostring(a) then return {0, '', 0} end
-redis.call('HSET', jk, 'done_attempt', a)
+local as = int(a)
+if cur[5] == as then return {0, '', 0} end
+redis.call('HSET', jk, 'done_attempt', as)
 if status ~= JOB_FINISHED and (not fatal) and a <= retries then
   local ra = tonumber(redis.call('HGET', jk, 'retry_after_ms') or '')
   if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
@@ -36,7 +39,7 @@ local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') 
 if keep > 0 then retention_ms = keep * 1000 end
 redis.call('SELECT', 0)
 if retention_ms > 0 then
-  redis.call('ZADD', K_EXPIRE, tonumber(now_ms) + retention_ms, ctx .. ':job:' .. caller .. ':' .. id)
+  redis.call('ZADD', K_EXPIRE, int(tonumber(now_ms) + retention_ms), ctx .. ':job:' .. caller .. ':' .. id)
 end
 redis.call('PUBLISH', K_JOB_DONE, ctx .. ':' .. caller .. ':' .. id)
 return {1, '', 0}

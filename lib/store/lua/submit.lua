@@ -21,8 +21,7 @@
 -- Derived keys: context:<ctx> (the guard), job:<caller>:<id> of the job a uniqueness
 --   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
 --   coord:idx:jobs[:status], coord:seq:message, message:<caller>:<n>,
---   coord:idx:messages, coord:jobmsgs:<caller>:<id>, msg_out; DB 0: coord:wake:msg_out,
---   coord:busy).
+--   coord:jobmsgs:<caller>:<id>, msg_out; DB 0: coord:wake:msg_out, coord:busy).
 -- Reply: {'ok', per job {1, id} created and dispatched, or {2, "<caller>:<id>", the
 --   existing job's hash as field/value items} the job a uniqueness key or a chosen id
 --   (by a job before it in the call, too) already names}; nothing is written when the
@@ -105,7 +104,10 @@ for _, j in ipairs(jobs) do
     redis.call('HSET', j.key, 'id', j.id, unpack(ARGV, j.ffirst, j.mfirst - 1))
     redis.call('ZADD', K_JOB_INDEX, now_ms, member)
     redis.call('ZADD', K_JOB_INDEX .. ':' .. JOB_DISPATCHED, now_ms, member)
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor, 'time_ms', now_ms, 'detail', j.key)
+    -- The fields every job event has, in their order: a stream stores the names of an
+    -- entry's fields only when they differ from its node's first entry's.
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor, 'time_ms', now_ms,
+      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', j.key)
     event(EV_JOB_DISPATCHED, j.actor, now_ms, '0', j.id, j.caller, JOB_DISPATCHED, 'attempt 1')
     local mk = store_message(j.caller, j.mfirst, now_ms, j.mlast)
     track_msg(j.caller, j.id, mk)
