@@ -52,19 +52,8 @@ func BenchmarkPeers(b *testing.B) {
 	report("a_jobs_per_s", float64(n)/took.Seconds())
 	report("a_submit_per_s", float64(n)/submitted.Seconds())
 
-	// (b) one 10,000-job flow, its creation included (job.create in JSON-RPC batches of 500).
-	const flowJobs = 10000
-	start = time.Now()
-	ids := createHandlerJobsFrom(b, c, 1_000_001, flowJobs, false)
-	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
-	created := time.Since(start)
-	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
-	if f := c.WaitFlow(b, ctx1, 1, 10*time.Minute); f.Status != "finished" {
-		b.Fatalf("flow 1: %+v", f)
-	}
-	took = time.Since(start)
-	report("b_jobs_per_s", flowJobs/took.Seconds())
-	report("b_create_s", created.Seconds())
+	// (b) one 10,000-job flow, its creation included.
+	peersFlow(b, c, report, func() {})
 
 	// (c) run-and-await: latency at 16 clients, throughput at 128.
 	runJob := func(ctx context.Context, _ int) error {
@@ -83,7 +72,7 @@ func BenchmarkPeers(b *testing.B) {
 
 	// (d) the dependent hop of a 200-job chain flow: a job's start after its
 	// dependency's end (started_at_us − the dependency's finished_at_us).
-	ids = createHandlerJobsFrom(b, c, 2_000_001, 200, true)
+	ids := createHandlerJobsFrom(b, c, 2_000_001, 200, true)
 	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 2, "jobs": ids}}, nil)
 	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 2}, nil)
 	if f := c.WaitFlow(b, ctx1, 2, 10*time.Minute); f.Status != "finished" {
@@ -96,6 +85,47 @@ func BenchmarkPeers(b *testing.B) {
 	}
 	report("d_hop_p50_us", percentile(hops, 0.50))
 	report("d_hop_p99_us", percentile(hops, 0.99))
+}
+
+// BenchmarkPeersFlow runs figure (b) of BenchmarkPeers alone, with per-phase timings
+// (HERO_BENCH_PROFILE=<dir>: 4 s of each service's CPU from the flow's creation on;
+// HERO_BENCH_PROFILE_RUN=1: from its start on).
+func BenchmarkPeersFlow(b *testing.B) {
+	if os.Getenv("HERO_BENCH_PEERS") == "" {
+		b.Skip("set HERO_BENCH_PEERS=1")
+	}
+	s, c := handlerBenchStack(b)
+	report := func(figure string, v float64) { fmt.Printf("PEERS hero %s %.3f\n", figure, v) }
+	profiled := func() {}
+	atStart := func() { profiled = profileServices(b, s) }
+	if os.Getenv("HERO_BENCH_PROFILE_RUN") == "" {
+		atStart()
+		atStart = func() {}
+	}
+	peersFlow(b, c, report, atStart)
+	profiled()
+}
+
+// peersFlow is figure (b): one 10,000-job flow, its creation included (job.create in
+// JSON-RPC batches of 500, then flow.create), reported as jobs/s with the phases.
+// atStart is called just before flow.start.
+func peersFlow(b *testing.B, c *harness.Client, report func(string, float64), atStart func()) {
+	const flowJobs = 10000
+	start := time.Now()
+	ids := createHandlerJobsFrom(b, c, 1_000_001, flowJobs, false)
+	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
+	created := time.Since(start)
+	atStart()
+	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
+	started := time.Since(start)
+	if f := c.WaitFlow(b, ctx1, 1, 10*time.Minute); f.Status != "finished" {
+		b.Fatalf("flow 1: %+v", f)
+	}
+	took := time.Since(start)
+	report("b_jobs_per_s", flowJobs/took.Seconds())
+	report("b_create_s", created.Seconds())
+	report("b_start_s", (started - created).Seconds())
+	report("b_run_s", (took - started).Seconds())
 }
 
 func envInt(name string, def int) int {
