@@ -137,6 +137,8 @@ var luaKeys = []struct{ name, key string }{
 	{"K_LEASES", keys.Leases},
 	{"K_MESSAGE_SEQ", keys.MessageSeq},
 	{"K_SCRIPT_TYPES", keys.ScriptTypes},
+	{"K_EXECUTORS", keys.Executors},
+	{"K_EXEC_QUEUE", keys.Queue(model.ExecQueueSuffix(""))},
 	{"K_FLOW_INDEX", keys.FlowIndex},
 	{"K_RUNNER_INDEX", keys.RunnerIndex},
 	{"K_JOB_INDEX", keys.JobIndex},

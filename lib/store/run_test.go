@@ -1013,3 +1013,58 @@ func TestStaleLeaseLeavesTheRunningClaim(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerRequestsRoutedByClaim: the claim routes a flow's handler jobs
+// ("executor#handler") itself, to queue:exec:<executor>, when some runner has that
+// executor, as it routes script jobs (no split, no router round trip); a group with a
+// job whose executor no runner has is claimed whole for the router (which fails it).
+func TestHandlerRequestsRoutedByClaim(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 23)
+	rc := srv.Client(t, 23)
+	rc.HSet(ctx, keys.ScriptTypes, "sh", 1)
+	rc.HSet(ctx, keys.Executors, "go", 1, "gone", 0)
+	wakeRunner1(t, db.ContextID, "queue:exec:go")
+	handlers := func(fns ...string) func(ids []uint32) {
+		return func(ids []uint32) {
+			for i, fn := range fns {
+				if fn != "" {
+					rc.HSet(ctx, keys.Job(1, ids[i]), "function_name", fn)
+				}
+			}
+		}
+	}
+	// go#noop and go#echo to the executor's queue; "#plain" names no executor: its
+	// script type's queue.
+	f, jobs := flowWithSetup(t, s, db, 4, handlers("go#noop", "go#echo", "#plain", ""))
+	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
+	if err != nil || len(cms) != 0 || len(routed) != 4 {
+		t.Fatalf("claim: %d claimed, routed %+v, %v; want the four jobs routed", len(cms), routed, err)
+	}
+	want := []string{"queue:exec:go", "queue:exec:go", "queue:sh", "queue:sh"}
+	for i, r := range routed {
+		if r.Job != keys.Job(1, jobs[i].ID) || r.Queue != want[i] {
+			t.Fatalf("routed %d: %+v, want %s to %s", i, r, keys.Job(1, jobs[i].ID), want[i])
+		}
+	}
+	if n := rc.LLen(ctx, "queue:exec:go").Val(); n != 2 {
+		t.Fatalf("queue:exec:go holds %d jobs, want 2", n)
+	}
+	if n := wakeTokens(t, 23, "queue:exec:go"); n != 2 {
+		t.Fatalf("%d wake tokens for 2 routed handler jobs", n)
+	}
+
+	// An executor no runner has (count 0, or never announced): the router's.
+	f2, jobs2 := flowWithSetup(t, s, db, 2, handlers("go#noop", "gone#x"))
+	if _, err := db.DispatchMany(ctx, f2.ID, 1, jobs2, "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	cms, routed, err = db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
+	if err != nil || len(cms) != 1 || len(routed) != 0 {
+		t.Fatalf("claim: %d claimed, routed %+v, %v; want the group claimed whole", len(cms), routed, err)
+	}
+}

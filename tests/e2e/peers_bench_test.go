@@ -111,10 +111,12 @@ func BenchmarkPeersFlow(b *testing.B) {
 // atStart is called just before flow.start.
 func peersFlow(b *testing.B, c *harness.Client, report func(string, float64), atStart func()) {
 	const flowJobs = 10000
+	cpu0 := cpuByCommand()
 	start := time.Now()
 	ids := createHandlerJobsFrom(b, c, 1_000_001, flowJobs, false)
 	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
 	created := time.Since(start)
+	cpu1 := cpuByCommand()
 	atStart()
 	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
 	started := time.Since(start)
@@ -122,6 +124,12 @@ func peersFlow(b *testing.B, c *harness.Client, report func(string, float64), at
 		b.Fatalf("flow 1: %+v", f)
 	}
 	took := time.Since(start)
+	if os.Getenv("HERO_BENCH_CPU") != "" { // every process of the machine, by name
+		fmt.Print("creation: ")
+		printCPU(cpu0, cpu1)
+		fmt.Print("start and run: ")
+		printCPU(cpu1, cpuByCommand())
+	}
 	report("b_jobs_per_s", flowJobs/took.Seconds())
 	report("b_create_s", created.Seconds())
 	report("b_start_s", (started - created).Seconds())

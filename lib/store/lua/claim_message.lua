@@ -1,9 +1,11 @@
 -- claim_message: claims up to max messages of msg_out or msg_in and reads what
 -- routing them needs, in one round trip.
 --
--- With route, a job request whose job names no runner and whose script type some
--- runner serves is routed by the script itself, with no lease: the message is
--- acknowledged and the job key pushed onto queue:<script_type> with its wake tokens
+-- With route, a job request whose job names no runner and whose queue some runner
+-- serves (a handler job "executor#handler": queue:exec:<executor>, when coord:executors
+-- counts a runner with that executor; any other job: queue:<script_type>, when
+-- coord:script_types counts one) is routed by the script itself, with no lease: the
+-- message is acknowledged and the job key pushed onto its queue with its wake tokens
 -- (lib_wake: one per runner id that may take it; what the router would do; the script
 -- is atomic, so no crash can fall in between). A job request of several jobs (field
 -- job_ids) is routed so if every one of its jobs is plain; otherwise it is claimed
@@ -20,24 +22,37 @@
 --   its job, and the coord:script_types counts, read once) and the routed jobs. Of a job
 --   result only the fields kind and job are returned (partial = 1). false: nothing taken.
 -- Derives: context DB: the messages' jobs job:<caller>:<id> (named in the messages),
---   coord:script_types, queue:<type> and coord:wakers:<queue>; DB 0 (SELECT 0, last):
+--   coord:script_types, coord:executors, queue:<type>, queue:exec:<executor> and
+--   coord:wakers:<queue>; DB 0 (SELECT 0, last):
 --   the runners' wake lists coord:wake:runner:<id>:<queue> and coord:busy.
 
 local JOB_FIELDS = {'id', 'caller_id', 'context_id', 'flow_id', 'script_type', 'runner_id', 'attempt', 'status', 'function_name'} -- RoutingJobFields (a test checks)
 local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]
-local out, routed, types = {}, {}, nil
+local out, routed, types, execs = {}, {}, nil, nil
 local tokens, targets = {}, {}
 local taken = 0
--- queue_for is the queue a plain job goes to with route: it names no runner and some
--- runner serves its script type (nil: the router decides).
--- A handler job that names its executor ("executor#handler") is the router's too.
-local function queue_for(id, runner, stype, fn)
-  if not route or not id or (runner or '0') ~= '0' or (stype or '') == '' then return nil end
-  if fn and string.find(fn, '#', 1, true) then return nil end
-  if not types then types = redis.call('HGETALL', K_SCRIPT_TYPES) end
-  for i = 1, #types, 2 do
-    if types[i] == stype and (tonumber(types[i + 1]) or 0) > 0 then return K_QUEUE .. stype end
+-- served reads a count of a hash (coord:script_types or coord:executors, read once
+-- into cache) and tells whether it is above 0.
+local function served(list, name)
+  for i = 1, #list, 2 do
+    if list[i] == name then return (tonumber(list[i + 1]) or 0) > 0 end
   end
+  return false
+end
+-- queue_for is the queue a plain job goes to with route: it names no runner and some
+-- runner serves its queue (nil: the router decides). A handler job that names its
+-- executor ("executor#handler", model.Job.QueueSuffix) goes to queue:exec:<executor>.
+local function queue_for(id, runner, stype, fn)
+  if not route or not id or (runner or '0') ~= '0' then return nil end
+  local exec = fn and string.match(fn, '^([^#]*)#')
+  if exec and exec ~= '' then
+    if not execs then execs = redis.call('HGETALL', K_EXECUTORS) end
+    if served(execs, exec) then return K_EXEC_QUEUE .. exec end
+    return nil
+  end
+  if (stype or '') == '' then return nil end
+  if not types then types = redis.call('HGETALL', K_SCRIPT_TYPES) end
+  if served(types, stype) then return K_QUEUE .. stype end
   return nil
 end
 -- routing reads a job's routing fields (jh: a flat list) and the queue it goes to.
