@@ -550,8 +550,25 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*model.Job, actor string)
 	return out
 }
 
+// createdHash is the hash the create script stores for c under id.
+func createdHash(c createSpec, id uint32) map[string]string {
+	h := make(map[string]string, (len(c.compare)+len(c.initial))/2+1)
+	h["id"] = strconv.FormatUint(uint64(id), 10)
+	for _, kv := range [][]any{c.compare, c.initial} {
+		for i := 0; i+1 < len(kv); i += 2 {
+			k, _ := kv[i].(string)
+			v, ok := kv[i+1].(string)
+			if !ok {
+				v = fmt.Sprint(kv[i+1])
+			}
+			h[k] = v
+		}
+	}
+	return h
+}
+
 // createJobs creates the jobs at the indexes idx (all of this DB's context), then reads
-// the stored ones back, filling out.
+// back those that existed already, filling out.
 func (d *DB) createJobs(ctx context.Context, jobs []*model.Job, specs []createSpec, idx []int, out []JobCreated) {
 	calls := make([]Call, len(idx))
 	for k, i := range idx {
@@ -567,7 +584,12 @@ func (d *DB) createJobs(ctx context.Context, jobs []*model.Job, specs []createSp
 			continue
 		}
 		out[i].Created, ids[i] = res.created, res.id
-		made = append(made, i)
+		if res.created {
+			// The script wrote exactly these fields and the id: the job as stored.
+			out[i].Job, out[i].Err = d.JobFromHash(jobs[i].CallerID, res.id, createdHash(specs[i], res.id))
+			continue
+		}
+		made = append(made, i) // found: read back as it is stored
 	}
 	if len(made) == 0 {
 		return
@@ -659,16 +681,16 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 	if err != nil {
 		return nil, false, err
 	}
-	jobs, err := db.LoadJobs(ctx, f.CallerID, f.Jobs)
+	flows, err := db.jobFlows(ctx, f.CallerID, f.Jobs)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs %v", err)}
 		}
 		return nil, false, err
 	}
-	for _, j := range jobs {
-		if j.FlowID != 0 && j.FlowID != f.ID {
-			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs: job %d already belongs to flow %d", j.ID, j.FlowID)}
+	for i, id := range f.Jobs {
+		if flows[i] != 0 && flows[i] != f.ID {
+			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs: job %d already belongs to flow %d", id, flows[i])}
 		}
 	}
 	stamp(&f.CreatedAt, &f.UpdatedAt)
@@ -696,6 +718,35 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 	}
 	out, err := db.LoadFlow(ctx, res.id)
 	return out, res.created, err
+}
+
+// jobFlows reads the flow of each job of a caller (0: none) in one round trip, without
+// reading the jobs whole; a missing job is ErrNotFound.
+func (d *DB) jobFlows(ctx context.Context, callerID uint32, ids []uint32) ([]uint32, error) {
+	cmds := make([]*redis.SliceCmd, len(ids))
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HMGet(ctx, keys.Job(callerID, id), "id", "flow_id")
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load jobs: %w", err)
+	}
+	out := make([]uint32, len(ids))
+	for i, c := range cmds {
+		v := c.Val()
+		if len(v) != 2 || v[0] == nil {
+			return nil, notFound("job %d of caller %d in context %d", ids[i], callerID, d.ContextID)
+		}
+		if s, ok := v[1].(string); ok && s != "" {
+			n, err := strconv.ParseUint(s, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("job %d of caller %d: flow_id %q: %w", ids[i], callerID, s, err)
+			}
+			out[i] = uint32(n)
+		}
+	}
+	return out, nil
 }
 
 // LoadFlow reads flow:<id>; while the flow runs, its result map is read from the side

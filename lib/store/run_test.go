@@ -3,9 +3,12 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -1066,5 +1069,100 @@ func TestHandlerRequestsRoutedByClaim(t *testing.T) {
 	cms, routed, err = db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
 	if err != nil || len(cms) != 1 || len(routed) != 0 {
 		t.Fatalf("claim: %d claimed, routed %+v, %v; want the group claimed whole", len(cms), routed, err)
+	}
+}
+
+// TestCreateFlowChecksItsJobs: flow.create refuses, storing nothing, a job that does
+// not exist and one that belongs to another flow, naming it; a retried create of the
+// same flow is fine (its jobs name it already).
+func TestCreateFlowChecksItsJobs(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 24)
+	rc := srv.Client(t, 24)
+	var ids []uint32
+	for range 2 {
+		j, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	f := &model.Flow{ID: 7, CallerID: 1, ContextID: db.ContextID, Jobs: ids}
+	if _, created, err := s.CreateFlow(ctx, f, "1"); err != nil || !created {
+		t.Fatalf("create flow 7: %v %v", created, err)
+	}
+	if _, created, err := s.CreateFlow(ctx, &model.Flow{ID: 7, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1"); err != nil || created {
+		t.Fatalf("create flow 7 again: %v %v; want found", created, err)
+	}
+	for _, c := range []struct {
+		jobs []uint32
+		want string
+	}{
+		{[]uint32{ids[0]}, fmt.Sprintf("job %d already belongs to flow 7", ids[0])},
+		{[]uint32{999}, "job 999 of caller 1 in context 24"},
+	} {
+		_, _, err := s.CreateFlow(ctx, &model.Flow{ID: 8, CallerID: 1, ContextID: db.ContextID, Jobs: c.jobs}, "1")
+		var ve *model.ValidationError
+		if !errors.As(err, &ve) || ve.Field != "jobs" || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("flow 8 of %v: %v; want an error on jobs naming %q", c.jobs, err, c.want)
+		}
+		if rc.Exists(ctx, keys.Flow(8)).Val() != 0 {
+			t.Fatalf("flow 8 stored")
+		}
+	}
+}
+
+// TestCreateJobsEachOnItsOwn: CreateJobs stores each job on its own, in order (a job
+// named twice is created once and found the second time; a conflicting one and an
+// invalid one get their own errors and store nothing), and returns each job as stored.
+func TestCreateJobsEachOnItsOwn(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 25)
+	rc := srv.Client(t, 25)
+	job := func(id uint32, script string) *model.Job {
+		return &model.Job{ID: id, CallerID: 1, ContextID: db.ContextID, Script: script, ScriptType: "sh",
+			EnvVars: map[string]string{"A": "1"}, Dependends: []uint32{99}}
+	}
+	res := s.CreateJobs(ctx, []*model.Job{
+		job(5, "true"), job(6, "true"), job(5, "true"), job(5, "false"),
+		{ID: 7, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "cobol"}, job(0, "echo auto"),
+	}, "1")
+	wantCreated := []bool{true, true, false, false, false, true}
+	for i, r := range res {
+		failed := i == 3 || i == 4
+		if (r.Err != nil) != failed || r.Created != wantCreated[i] {
+			t.Fatalf("job %d: created %v, err %v", i, r.Created, r.Err)
+		}
+		if failed {
+			continue
+		}
+		stored, err := db.LoadJob(ctx, 1, r.Job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(r.Job, stored) {
+			t.Fatalf("job %d returned %+v, stored %+v", i, r.Job, stored)
+		}
+	}
+	var ee *store.ExistsError
+	if !errors.As(res[3].Err, &ee) || ee.Field != "script" {
+		t.Fatalf("conflicting job: %v; want an ExistsError naming script", res[3].Err)
+	}
+	if !strings.Contains(res[4].Err.Error(), "script_type") || rc.Exists(ctx, keys.Job(1, 7)).Val() != 0 {
+		t.Fatalf("invalid job: %v (stored: %d)", res[4].Err, rc.Exists(ctx, keys.Job(1, 7)).Val())
+	}
+	if v := rc.HGet(ctx, keys.Job(1, 5), "script").Val(); v != "true" {
+		t.Fatalf("job 5's script %q after the conflicting create", v)
+	}
+	n := 0
+	for _, e := range rc.XRange(ctx, keys.Events, "-", "+").Val() {
+		if e.Values["type"] == string(model.EventJobCreated) {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d events, want job.created for 5, 6 and the auto one", n)
 	}
 }

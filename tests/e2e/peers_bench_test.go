@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -96,14 +98,84 @@ func BenchmarkPeersFlow(b *testing.B) {
 	}
 	s, c := handlerBenchStack(b)
 	report := func(figure string, v float64) { fmt.Printf("PEERS hero %s %.3f\n", figure, v) }
-	profiled := func() {}
-	atStart := func() { profiled = profileServices(b, s) }
-	if os.Getenv("HERO_BENCH_PROFILE_RUN") == "" {
-		atStart()
-		atStart = func() {}
+	profiled, profileRun := func() {}, os.Getenv("HERO_BENCH_PROFILE_RUN") != ""
+	if !profileRun {
+		profiled = profileServices(b, s)
+	}
+	cpu0 := stackCPU(b, s)
+	var cpu1 map[string]time.Duration
+	atStart := func() {
+		cpu1 = stackCPU(b, s)
+		if profileRun {
+			profiled = profileServices(b, s)
+		}
 	}
 	peersFlow(b, c, report, atStart)
+	cpu2 := stackCPU(b, s)
 	profiled()
+	// CPU per job of each process (this stack's own, not the machine's other load).
+	for _, phase := range []struct {
+		name     string
+		from, to map[string]time.Duration
+	}{{"create", cpu0, cpu1}, {"run", cpu1, cpu2}} {
+		for _, name := range []string{"redis", "supervisor-daemon", "scheduler", "router", "runner", "executors"} {
+			report(fmt.Sprintf("b_%s_cpu_us_per_job_%s", phase.name, name), float64((phase.to[name]-phase.from[name]).Microseconds())/10000)
+		}
+	}
+}
+
+// stackCPU is the CPU time each service of the stack (the runner's executor processes
+// as "executors") and its Redis server have used so far.
+func stackCPU(b *testing.B, s *harness.Stack) map[string]time.Duration {
+	b.Helper()
+	type proc struct {
+		ppid int
+		cpu  time.Duration
+	}
+	procs := map[int]proc{}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		st := string(raw)
+		f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
+		if len(f) < 13 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		procs[pid] = proc{ppid, time.Duration(ut+stime) * 10 * time.Millisecond}
+	}
+	out := map[string]time.Duration{}
+	for _, p := range []*harness.Proc{s.API, s.Scheduler, s.Router, s.Runner} {
+		pid := p.Cmd.Process.Pid
+		out[p.Name] = procs[pid].cpu
+		for child, c := range procs {
+			for up := c.ppid; up > 1 && child != pid; up = procs[up].ppid {
+				if up == pid {
+					out["executors"] += c.cpu
+					break
+				}
+			}
+		}
+	}
+	info := redisSrv.Client(b, 0).Info(context.Background(), "cpu").Val()
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				secs, _ := strconv.ParseFloat(v, 64)
+				out["redis"] += time.Duration(secs * float64(time.Second))
+			}
+		}
+	}
+	return out
 }
 
 // peersFlow is figure (b): one 10,000-job flow, its creation included (job.create in
