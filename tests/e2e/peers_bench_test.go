@@ -104,7 +104,16 @@ func BenchmarkPeersFlow(b *testing.B) {
 	}
 	cpu0 := stackCPU(b, s)
 	var cpu1 map[string]time.Duration
+	rc := redisSrv.Client(b, 0)
 	atStart := func() {
+		if os.Getenv("HERO_BENCH_CMDSTATS") != "" {
+			rc.ConfigResetStat(context.Background())
+		}
+		if os.Getenv("HERO_BENCH_REDIS_STATS") != "" { // every command in the slow log
+			rc.ConfigSet(context.Background(), "slowlog-log-slower-than", "0")
+			rc.ConfigSet(context.Background(), "slowlog-max-len", "2000000")
+			rc.SlowLogReset(context.Background())
+		}
 		cpu1 = stackCPU(b, s)
 		if profileRun {
 			profiled = profileServices(b, s)
@@ -113,6 +122,12 @@ func BenchmarkPeersFlow(b *testing.B) {
 	peersFlow(b, c, report, atStart)
 	cpu2 := stackCPU(b, s)
 	profiled()
+	if os.Getenv("HERO_BENCH_CMDSTATS") != "" { // Redis's commands of the start and run
+		fmt.Println(rc.Info(context.Background(), "commandstats").Val())
+	}
+	if os.Getenv("HERO_BENCH_REDIS_STATS") != "" {
+		printSlowlog(b, rc)
+	}
 	// CPU per job of each process (this stack's own, not the machine's other load).
 	for _, phase := range []struct {
 		name     string
