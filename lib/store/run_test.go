@@ -1165,4 +1165,22 @@ func TestCreateJobsEachOnItsOwn(t *testing.T) {
 	if n != 3 {
 		t.Fatalf("%d events, want job.created for 5, 6 and the auto one", n)
 	}
+
+	// Many at once: the order holds throughout.
+	var many []*model.Job
+	for i := range 250 {
+		many = append(many, job(uint32(1000+i), fmt.Sprint("echo ", i)))
+	}
+	many[220] = job(1010, "echo 10")    // the same as the 11th: found
+	many[230] = job(1020, "echo other") // the 21st with other content: refused
+	for i, r := range s.CreateJobs(ctx, many, "1") {
+		switch {
+		case i == 220 && (r.Err != nil || r.Created || r.Job.ID != 1010):
+			t.Fatalf("job 1010 again: %+v", r)
+		case i == 230 && !errors.As(r.Err, &ee):
+			t.Fatalf("job 1020 with other content: %v", r.Err)
+		case i != 220 && i != 230 && (r.Err != nil || !r.Created || r.Job.ID != uint32(1000+i)):
+			t.Fatalf("job %d: %+v", 1000+i, r)
+		}
+	}
 }
