@@ -1166,7 +1166,14 @@ func TestCreateJobsEachOnItsOwn(t *testing.T) {
 		t.Fatalf("%d events, want job.created for 5, 6 and the auto one", n)
 	}
 
-	// Many at once: the order holds throughout.
+	checkCreateJobsOrder(t, s, job)
+}
+
+// checkCreateJobsOrder: CreateJobs of many jobs at once keeps their order throughout.
+func checkCreateJobsOrder(t *testing.T, s *store.Store, job func(uint32, string) *model.Job) {
+	t.Helper()
+	ctx := context.Background()
+	var ee *store.ExistsError
 	var many []*model.Job
 	for i := range 250 {
 		many = append(many, job(uint32(1000+i), fmt.Sprint("echo ", i)))
