@@ -134,7 +134,7 @@ func BenchmarkPeersFlow(b *testing.B) {
 		from, to map[string]time.Duration
 	}{{"create", cpu0, cpu1}, {"run", cpu1, cpu2}} {
 		for _, name := range []string{"redis", "supervisor-daemon", "scheduler", "router", "runner", "executors"} {
-			report(fmt.Sprintf("b_%s_cpu_us_per_job_%s", phase.name, name), float64((phase.to[name]-phase.from[name]).Microseconds())/10000)
+			report(fmt.Sprintf("b_%s_cpu_us_per_job_%s", phase.name, name), float64((phase.to[name]-phase.from[name]).Microseconds())/peersFlowJobs)
 		}
 	}
 }
@@ -197,13 +197,10 @@ func stackCPU(b *testing.B, s *harness.Stack) map[string]time.Duration {
 // JSON-RPC batches of 500, then flow.create), reported as jobs/s with the phases.
 // atStart is called just before flow.start.
 func peersFlow(b *testing.B, c *harness.Client, report func(string, float64), atStart func()) {
-	const flowJobs = 10000
-	cpu0 := cpuByCommand()
 	start := time.Now()
-	ids := createHandlerJobsFrom(b, c, 1_000_001, flowJobs, false)
+	ids := createHandlerJobsFrom(b, c, 1_000_001, peersFlowJobs, false)
 	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
 	created := time.Since(start)
-	cpu1 := cpuByCommand()
 	atStart()
 	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
 	started := time.Since(start)
@@ -211,17 +208,14 @@ func peersFlow(b *testing.B, c *harness.Client, report func(string, float64), at
 		b.Fatalf("flow 1: %+v", f)
 	}
 	took := time.Since(start)
-	if os.Getenv("HERO_BENCH_CPU") != "" { // every process of the machine, by name
-		fmt.Print("creation: ")
-		printCPU(cpu0, cpu1)
-		fmt.Print("start and run: ")
-		printCPU(cpu1, cpuByCommand())
-	}
-	report("b_jobs_per_s", flowJobs/took.Seconds())
+	report("b_jobs_per_s", peersFlowJobs/took.Seconds())
 	report("b_create_s", created.Seconds())
 	report("b_start_s", (started - created).Seconds())
 	report("b_run_s", (took - started).Seconds())
 }
+
+// peersFlowJobs is the size of figure (b)'s flow.
+const peersFlowJobs = 10000
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
