@@ -154,7 +154,9 @@ func TestJobCreateBatch(t *testing.T) {
 			t.Fatalf("batch of 200: %s", a.Error.Message)
 		}
 	}
-	if n := commandCalls(t, rc, "select") - before; n > 100 {
+	n := commandCalls(t, rc, "select") - before
+	t.Logf("a batch of 200 job.create: %d SELECTs (round trips) in Redis meanwhile", n)
+	if n > 100 {
 		t.Errorf("a batch of 200 job.create cost %d round trips (SELECTs), want a few", n)
 	}
 }
