@@ -42,15 +42,25 @@ type createResult struct {
 }
 
 func runCreate(ctx context.Context, eval func(*Script, []string, ...any) (any, error), c createSpec) (createResult, error) {
+	call := createCall(c)
+	res, err := eval(call.Script, call.Keys, call.Args...)
+	return createReply(c, res, err)
+}
+
+// createCall is the create script's run for c.
+func createCall(c createSpec) Call {
 	nowMs := time.Now().UnixMilli()
 	args := []any{c.prefix, c.seq, c.index, strconv.FormatUint(uint64(c.id), 10), c.member, strconv.FormatInt(nowMs, 10), len(c.compare) / 2, c.eventType, c.eventActor, c.statusIdx, c.registry, c.registryMember}
 	args = append(args, c.compare...)
 	args = append(args, c.initial...)
-	streamKey := keys.Events
 	if !c.events {
 		args[7] = ""
 	}
-	res, err := eval(createScript, []string{streamKey}, args...)
+	return Call{Script: createScript, Keys: []string{keys.Events}, Args: args}
+}
+
+// createReply reads the create script's reply (or error) for c.
+func createReply(c createSpec, res any, err error) (createResult, error) {
 	if err != nil {
 		return createResult{}, fmt.Errorf("create %s: %w", c.object, err)
 	}
@@ -496,27 +506,119 @@ var jobInitialOnly = withFields(timestampFields, "status", "result", "result_jso
 
 // CreateJob stores job:<caller_id>:<id> in its context with status dispatched.
 func (s *Store) CreateJob(ctx context.Context, j *model.Job, actor string) (*model.Job, bool, error) {
-	if err := j.Validate(); err != nil {
-		return nil, false, err
+	r := s.CreateJobs(ctx, []*model.Job{j}, actor)[0]
+	return r.Job, r.Created, r.Err
+}
+
+// JobCreated is one job's outcome of CreateJobs: the stored job and whether this call
+// created it (false: the same job existed), or why it was not stored.
+type JobCreated struct {
+	Job     *model.Job
+	Created bool
+	Err     error
+}
+
+// CreateJobs is CreateJob for several jobs, each on its own: one's error is its own and
+// the others are stored. The jobs of a context are created in one round trip (a
+// pipeline of the create script, one atomic run per job, in the order given, so a job
+// named twice is created once and found the second time) and read back in another.
+func (s *Store) CreateJobs(ctx context.Context, jobs []*model.Job, actor string) []JobCreated {
+	out := make([]JobCreated, len(jobs))
+	specs := make([]createSpec, len(jobs))
+	byCtx := map[uint32][]int{}
+	var order []uint32
+	for i, j := range jobs {
+		if err := j.Validate(); err != nil {
+			out[i].Err = err
+			continue
+		}
+		stamp(&j.CreatedAt, &j.UpdatedAt)
+		j.CreatedAtMs = time.Now().UnixMilli()
+		j.Status = model.JobDispatched
+		j.Result, j.Error, j.ExitCode, j.Attempt, j.Worker, j.Fatal, j.StopAsked = nil, "", 0, 0, "", false, false
+		cmp, ini := splitFields(j, jobInitialOnly)
+		caller := strconv.FormatUint(uint64(j.CallerID), 10)
+		specs[i] = createSpec{object: "job", prefix: "job:" + caller + ":", seq: keys.JobSeq(j.CallerID), index: keys.JobIndex, member: caller + ":", id: j.ID, compare: cmp, initial: ini, eventType: string(model.EventJobCreated), eventActor: actor, events: true, statusIdx: keys.JobIndex}
+		if _, ok := byCtx[j.ContextID]; !ok {
+			order = append(order, j.ContextID)
+		}
+		byCtx[j.ContextID] = append(byCtx[j.ContextID], i)
 	}
-	db, err := s.Ctx(j.ContextID)
-	if err != nil {
-		return nil, false, err
+	for _, c := range order {
+		db, err := s.Ctx(c)
+		if err != nil {
+			for _, i := range byCtx[c] {
+				out[i].Err = err
+			}
+			continue
+		}
+		db.createJobs(ctx, jobs, specs, byCtx[c], out)
 	}
-	stamp(&j.CreatedAt, &j.UpdatedAt)
-	j.CreatedAtMs = time.Now().UnixMilli()
-	j.Status = model.JobDispatched
-	j.Result, j.Error, j.ExitCode, j.Attempt, j.Worker, j.Fatal, j.StopAsked = nil, "", 0, 0, "", false, false
-	cmp, ini := splitFields(j, jobInitialOnly)
-	caller := strconv.FormatUint(uint64(j.CallerID), 10)
-	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
-		return db.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "job", prefix: "job:" + caller + ":", seq: keys.JobSeq(j.CallerID), index: keys.JobIndex, member: caller + ":", id: j.ID, compare: cmp, initial: ini, eventType: string(model.EventJobCreated), eventActor: actor, events: true, statusIdx: keys.JobIndex})
-	if err != nil {
-		return nil, false, err
+	return out
+}
+
+// createdHash is the hash the create script stores for c under id.
+func createdHash(c createSpec, id uint32) map[string]string {
+	h := make(map[string]string, (len(c.compare)+len(c.initial))/2+1)
+	h["id"] = strconv.FormatUint(uint64(id), 10)
+	for _, kv := range [][]any{c.compare, c.initial} {
+		for i := 0; i+1 < len(kv); i += 2 {
+			k, _ := kv[i].(string)
+			v, ok := kv[i+1].(string)
+			if !ok {
+				v = fmt.Sprint(kv[i+1])
+			}
+			h[k] = v
+		}
 	}
-	out, err := db.LoadJob(ctx, j.CallerID, res.id)
-	return out, res.created, err
+	return h
+}
+
+// createJobs creates the jobs at the indexes idx (all of this DB's context), then reads
+// back those that existed already, filling out.
+func (d *DB) createJobs(ctx context.Context, jobs []*model.Job, specs []createSpec, idx []int, out []JobCreated) {
+	calls := make([]Call, len(idx))
+	for k, i := range idx {
+		calls[k] = createCall(specs[i])
+	}
+	cmds := d.EvalBatch(ctx, calls)
+	var made []int
+	ids := map[int]uint32{}
+	for k, i := range idx {
+		res, err := createReply(specs[i], cmds[k].Val(), cmds[k].Err())
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Created, ids[i] = res.created, res.id
+		if res.created {
+			// The script wrote exactly these fields and the id: the job as stored.
+			out[i].Job, out[i].Err = d.JobFromHash(jobs[i].CallerID, res.id, createdHash(specs[i], res.id))
+			continue
+		}
+		made = append(made, i) // found: read back as it is stored
+	}
+	if len(made) == 0 {
+		return
+	}
+	hashes := make([]*redis.MapStringStringCmd, len(made))
+	_, perr := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, i := range made {
+			hashes[k] = p.HGetAll(ctx, keys.Job(jobs[i].CallerID, ids[i]))
+		}
+		return nil
+	})
+	for k, i := range made {
+		err := hashes[k].Err()
+		if err == nil && perr != nil && len(hashes[k].Val()) == 0 {
+			err = perr // the pipeline failed as a whole
+		}
+		if err != nil {
+			out[i].Err = fmt.Errorf("load job %d:%d: %w", jobs[i].CallerID, ids[i], err)
+			continue
+		}
+		out[i].Job, out[i].Err = d.JobFromHash(jobs[i].CallerID, ids[i], hashes[k].Val())
+	}
 }
 
 // LoadJob reads job:<caller_id>:<id>.
@@ -586,16 +688,16 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 	if err != nil {
 		return nil, false, err
 	}
-	jobs, err := db.LoadJobs(ctx, f.CallerID, f.Jobs)
+	flows, err := db.jobFlows(ctx, f.CallerID, f.Jobs)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs %v", err)}
 		}
 		return nil, false, err
 	}
-	for _, j := range jobs {
-		if j.FlowID != 0 && j.FlowID != f.ID {
-			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs: job %d already belongs to flow %d", j.ID, j.FlowID)}
+	for i, id := range f.Jobs {
+		if flows[i] != 0 && flows[i] != f.ID {
+			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs: job %d already belongs to flow %d", id, flows[i])}
 		}
 	}
 	stamp(&f.CreatedAt, &f.UpdatedAt)
@@ -623,6 +725,35 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 	}
 	out, err := db.LoadFlow(ctx, res.id)
 	return out, res.created, err
+}
+
+// jobFlows reads the flow of each job of a caller (0: none) in one round trip, without
+// reading the jobs whole; a missing job is ErrNotFound.
+func (d *DB) jobFlows(ctx context.Context, callerID uint32, ids []uint32) ([]uint32, error) {
+	cmds := make([]*redis.SliceCmd, len(ids))
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HMGet(ctx, keys.Job(callerID, id), "id", "flow_id")
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load jobs: %w", err)
+	}
+	out := make([]uint32, len(ids))
+	for i, c := range cmds {
+		v := c.Val()
+		if len(v) != 2 || v[0] == nil {
+			return nil, notFound("job %d of caller %d in context %d", ids[i], callerID, d.ContextID)
+		}
+		if s, ok := v[1].(string); ok && s != "" {
+			n, err := strconv.ParseUint(s, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("job %d of caller %d: flow_id %q: %w", ids[i], callerID, s, err)
+			}
+			out[i] = uint32(n)
+		}
+	}
+	return out, nil
 }
 
 // LoadFlow reads flow:<id>; while the flow runs, its result map is read from the side

@@ -2,7 +2,9 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -1055,6 +1057,181 @@ func TestStaleLeaseLeavesTheRunningClaim(t *testing.T) {
 		}
 		if ok, _ := db.ExtendLease(ctx, running[0].Claim, time.Minute); !ok {
 			t.Fatalf("%s: the running claim lost its lease", again)
+		}
+	}
+}
+
+// TestHandlerRequestsRoutedByClaim: the claim routes a flow's handler jobs
+// ("executor#handler") itself, to queue:exec:<executor>, when some runner has that
+// executor, as it routes script jobs (no split, no router round trip); a group with a
+// job whose executor no runner has is claimed whole for the router (which fails it).
+func TestHandlerRequestsRoutedByClaim(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 23)
+	rc := srv.Client(t, 23)
+	rc.HSet(ctx, keys.ScriptTypes, "sh", 1)
+	rc.HSet(ctx, keys.Executors, "go", 1, "gone", 0)
+	wakeRunner1(t, db.ContextID, "queue:exec:go")
+	handlers := func(fns ...string) func(ids []uint32) {
+		return func(ids []uint32) {
+			for i, fn := range fns {
+				if fn != "" {
+					rc.HSet(ctx, keys.Job(1, ids[i]), "function_name", fn)
+				}
+			}
+		}
+	}
+	// go#noop and go#echo to the executor's queue; "#plain" names no executor: its
+	// script type's queue.
+	f, jobs := flowWithSetup(t, s, db, 4, handlers("go#noop", "go#echo", "#plain", ""))
+	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
+	if err != nil || len(cms) != 0 || len(routed) != 4 {
+		t.Fatalf("claim: %d claimed, routed %+v, %v; want the four jobs routed", len(cms), routed, err)
+	}
+	want := []string{"queue:exec:go", "queue:exec:go", "queue:sh", "queue:sh"}
+	for i, r := range routed {
+		if r.Job != keys.Job(1, jobs[i].ID) || r.Queue != want[i] {
+			t.Fatalf("routed %d: %+v, want %s to %s", i, r, keys.Job(1, jobs[i].ID), want[i])
+		}
+	}
+	if n := rc.LLen(ctx, "queue:exec:go").Val(); n != 2 {
+		t.Fatalf("queue:exec:go holds %d jobs, want 2", n)
+	}
+	if n := wakeTokens(t, 23, "queue:exec:go"); n != 2 {
+		t.Fatalf("%d wake tokens for 2 routed handler jobs", n)
+	}
+
+	// An executor no runner has (count 0, or never announced): the router's.
+	f2, jobs2 := flowWithSetup(t, s, db, 2, handlers("go#noop", "gone#x"))
+	if _, err := db.DispatchMany(ctx, f2.ID, 1, jobs2, "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	cms, routed, err = db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
+	if err != nil || len(cms) != 1 || len(routed) != 0 {
+		t.Fatalf("claim: %d claimed, routed %+v, %v; want the group claimed whole", len(cms), routed, err)
+	}
+}
+
+// TestCreateFlowChecksItsJobs: flow.create refuses, storing nothing, a job that does
+// not exist and one that belongs to another flow, naming it; a retried create of the
+// same flow is fine (its jobs name it already).
+func TestCreateFlowChecksItsJobs(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 24)
+	rc := srv.Client(t, 24)
+	var ids []uint32
+	for range 2 {
+		j, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	f := &model.Flow{ID: 7, CallerID: 1, ContextID: db.ContextID, Jobs: ids}
+	if _, created, err := s.CreateFlow(ctx, f, "1"); err != nil || !created {
+		t.Fatalf("create flow 7: %v %v", created, err)
+	}
+	if _, created, err := s.CreateFlow(ctx, &model.Flow{ID: 7, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1"); err != nil || created {
+		t.Fatalf("create flow 7 again: %v %v; want found", created, err)
+	}
+	for _, c := range []struct {
+		jobs []uint32
+		want string
+	}{
+		{[]uint32{ids[0]}, fmt.Sprintf("job %d already belongs to flow 7", ids[0])},
+		{[]uint32{999}, "job 999 of caller 1 in context 24"},
+	} {
+		_, _, err := s.CreateFlow(ctx, &model.Flow{ID: 8, CallerID: 1, ContextID: db.ContextID, Jobs: c.jobs}, "1")
+		var ve *model.ValidationError
+		if !errors.As(err, &ve) || ve.Field != "jobs" || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("flow 8 of %v: %v; want an error on jobs naming %q", c.jobs, err, c.want)
+		}
+		if rc.Exists(ctx, keys.Flow(8)).Val() != 0 {
+			t.Fatalf("flow 8 stored")
+		}
+	}
+}
+
+// TestCreateJobsEachOnItsOwn: CreateJobs stores each job on its own, in order (a job
+// named twice is created once and found the second time; a conflicting one and an
+// invalid one get their own errors and store nothing), and returns each job as stored.
+func TestCreateJobsEachOnItsOwn(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 25)
+	rc := srv.Client(t, 25)
+	job := func(id uint32, script string) *model.Job {
+		return &model.Job{ID: id, CallerID: 1, ContextID: db.ContextID, Script: script, ScriptType: "sh",
+			EnvVars: map[string]string{"A": "1"}, Dependends: []uint32{99}}
+	}
+	res := s.CreateJobs(ctx, []*model.Job{
+		job(5, "true"), job(6, "true"), job(5, "true"), job(5, "false"),
+		{ID: 7, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "cobol"}, job(0, "echo auto"),
+	}, "1")
+	wantCreated := []bool{true, true, false, false, false, true}
+	for i, r := range res {
+		failed := i == 3 || i == 4
+		if (r.Err != nil) != failed || r.Created != wantCreated[i] {
+			t.Fatalf("job %d: created %v, err %v", i, r.Created, r.Err)
+		}
+		if failed {
+			continue
+		}
+		stored, err := db.LoadJob(ctx, 1, r.Job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(r.Job, stored) {
+			t.Fatalf("job %d returned %+v, stored %+v", i, r.Job, stored)
+		}
+	}
+	var ee *store.ExistsError
+	if !errors.As(res[3].Err, &ee) || ee.Field != "script" {
+		t.Fatalf("conflicting job: %v; want an ExistsError naming script", res[3].Err)
+	}
+	if !strings.Contains(res[4].Err.Error(), "script_type") || rc.Exists(ctx, keys.Job(1, 7)).Val() != 0 {
+		t.Fatalf("invalid job: %v (stored: %d)", res[4].Err, rc.Exists(ctx, keys.Job(1, 7)).Val())
+	}
+	if v := rc.HGet(ctx, keys.Job(1, 5), "script").Val(); v != "true" {
+		t.Fatalf("job 5's script %q after the conflicting create", v)
+	}
+	n := 0
+	for _, e := range rc.XRange(ctx, keys.Events, "-", "+").Val() {
+		if e.Values["type"] == string(model.EventJobCreated) {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d events, want job.created for 5, 6 and the auto one", n)
+	}
+
+	checkCreateJobsOrder(t, s, job)
+}
+
+// checkCreateJobsOrder: CreateJobs of many jobs at once keeps their order throughout.
+func checkCreateJobsOrder(t *testing.T, s *store.Store, job func(uint32, string) *model.Job) {
+	t.Helper()
+	ctx := context.Background()
+	var ee *store.ExistsError
+	var many []*model.Job
+	for i := range 250 {
+		many = append(many, job(uint32(1000+i), fmt.Sprint("echo ", i)))
+	}
+	many[220] = job(1010, "echo 10")    // the same as the 11th: found
+	many[230] = job(1020, "echo other") // the 21st with other content: refused
+	for i, r := range s.CreateJobs(ctx, many, "1") {
+		switch {
+		case i == 220 && (r.Err != nil || r.Created || r.Job.ID != 1010):
+			t.Fatalf("job 1010 again: %+v", r)
+		case i == 230 && !errors.As(r.Err, &ee):
+			t.Fatalf("job 1020 with other content: %v", r.Err)
+		case i != 220 && i != 230 && (r.Err != nil || !r.Created || r.Job.ID != uint32(1000+i)):
+			t.Fatalf("job %d: %+v", 1000+i, r)
 		}
 	}
 }

@@ -665,13 +665,48 @@ func sameIDs(a, b []uint32) bool {
 }
 
 func (s *service) jobCreate(ctx context.Context, p Principal, in jobCreateParams) (*model.Job, error) {
-	if in.Job == nil {
-		return nil, invalidParams("job", "job is required")
-	}
-	c, db, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "job.create")
+	j, err := s.checkJobCreate(ctx, p, in, newCreateChecks())
 	if err != nil {
 		return nil, err
 	}
+	out, _, err := s.createJob(ctx, j, p.Name())
+	return out, err
+}
+
+// createChecks remembers, for the job.create requests of one JSON-RPC batch, what
+// their checks read: each context's authorization, whether an executor is served, and
+// whether a pinned runner is local. None of them can change through a job.create, so
+// the batch reads each once and answers as the requests one by one would.
+type createChecks struct {
+	auth   map[uint32]authorized
+	served map[string]error // "<context>/<executor>"
+	local  map[string]bool  // "<context>/<runner>": a runner known to be remote
+}
+
+type authorized struct {
+	c   *model.Context
+	db  *store.DB
+	err error
+}
+
+func newCreateChecks() *createChecks {
+	return &createChecks{auth: map[uint32]authorized{}, served: map[string]error{}, local: map[string]bool{}}
+}
+
+// checkJobCreate checks one job.create request and returns the job to store.
+func (s *service) checkJobCreate(ctx context.Context, p Principal, in jobCreateParams, cc *createChecks) (*model.Job, error) {
+	if in.Job == nil {
+		return nil, invalidParams("job", "job is required")
+	}
+	a, ok := cc.auth[in.ContextID]
+	if !ok {
+		a.c, a.db, a.err = s.authorize(ctx, p, in.ContextID, RoleAdmin, "job.create")
+		cc.auth[in.ContextID] = a
+	}
+	if a.err != nil {
+		return nil, a.err
+	}
+	c, db := a.c, a.db
 	j, err := in.Job.toModel(in.ContextID)
 	if err != nil {
 		return nil, err
@@ -685,7 +720,14 @@ func (s *service) jobCreate(ctx context.Context, p Principal, in jobCreateParams
 	if j.RunnerID != 0 {
 		// A job pinned to a remote runner travels over Mycelium: one too large for a
 		// node is refused now rather than failed at dispatch.
-		if r, err := db.LoadRunner(ctx, j.RunnerID); err == nil && !r.Local {
+		key := fmt.Sprintf("%d/%d", in.ContextID, j.RunnerID)
+		remoteRunner, ok := cc.local[key]
+		if !ok {
+			r, err := db.LoadRunner(ctx, j.RunnerID)
+			remoteRunner = err == nil && !r.Local
+			cc.local[key] = remoteRunner
+		}
+		if remoteRunner {
 			if err := remote.CheckJobSize(j); err != nil {
 				return nil, invalidParams("job", "%v", err)
 			}
@@ -694,12 +736,52 @@ func (s *service) jobCreate(ctx context.Context, p Principal, in jobCreateParams
 		if err := j.Validate(); err != nil {
 			return nil, err
 		}
-		if err := checkServed(ctx, db, j); err != nil { // no runner has its executor
+		key := fmt.Sprintf("%d/%s", in.ContextID, exec)
+		err, ok := cc.served[key]
+		if !ok {
+			err = checkServed(ctx, db, j) // no runner has its executor
+			cc.served[key] = err
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
-	out, _, err := s.createJob(ctx, j, p.Name())
-	return out, err
+	return j, nil
+}
+
+// jobCreateBatch answers the consecutive job.create requests of a JSON-RPC batch:
+// each is decoded, checked and answered on its own (one bad request gets its own error,
+// the others are stored), the checks read what they need once (createChecks), and the
+// jobs are stored in one round trip per context, in the requests' order.
+func (s *service) jobCreateBatch(ctx context.Context, p Principal, raws []json.RawMessage) []batchAnswer {
+	out := make([]batchAnswer, len(raws))
+	cc := newCreateChecks()
+	tp := traceparentOf(ctx)
+	var jobs []*model.Job
+	var at []int
+	for i, raw := range raws {
+		var in jobCreateParams
+		if err := decodeParams(raw, &in); err != nil {
+			out[i].err = err
+			continue
+		}
+		j, err := s.checkJobCreate(ctx, p, in, cc)
+		if err != nil {
+			out[i].err = err
+			continue
+		}
+		if tp != "" {
+			j.Traceparent = tp
+		}
+		jobs, at = append(jobs, j), append(at, i)
+	}
+	if len(jobs) == 0 {
+		return out
+	}
+	for k, r := range s.store.CreateJobs(ctx, jobs, p.Name()) {
+		out[at[k]] = batchAnswer{result: r.Job, err: r.Err}
+	}
+	return out
 }
 
 func (s *service) jobLoad(ctx context.Context, p Principal, in jobRefParams) (*model.Job, error) {

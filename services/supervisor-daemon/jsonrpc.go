@@ -29,6 +29,15 @@ type method struct {
 	summary string
 	params  any // a zero value of the params type, for rpc.discover
 	result  string
+	// batch, when set, answers several consecutive requests of this method in a
+	// JSON-RPC batch at once, each on its own (one answer per request, in order).
+	batch func(ctx context.Context, p Principal, params []json.RawMessage) []batchAnswer
+}
+
+// batchAnswer is one request's answer of a method's batch: its result or its error.
+type batchAnswer struct {
+	result any
+	err    error
 }
 
 // rpcMethod adapts a typed service method: params are decoded strictly (unknown
@@ -89,6 +98,9 @@ func (s *service) methods() map[string]method {
 		"message.load":     rpcMethod("Load a message.", "Message", s.messageLoad),
 		"events.read":      rpcMethod("Read a context's events after an event id.", "{events, next}", s.eventsRead),
 	}
+	jc := m["job.create"]
+	jc.batch = s.jobCreateBatch
+	m["job.create"] = jc
 	for name, dm := range s.dispatcher.rpcMethods() {
 		m[name] = dm
 	}
@@ -245,12 +257,62 @@ func (j *jsonrpcServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	var out []rpcResponse
-	for i := range parsed {
+	for i := 0; i < len(parsed); {
+		if n := j.batchRun(parsed[i:]); n > 1 {
+			out = append(out, j.handleRun(ctx, p, parsed[i:i+n])...)
+			i += n
+			continue
+		}
 		if resp, reply := j.handle(ctx, p, &parsed[i]); reply {
 			out = append(out, resp)
 		}
+		i++
 	}
 	j.reply(w, batch, out)
+}
+
+// batchRun is how many requests from the first on call the same method that answers
+// batches (method.batch): 0 or 1 when the first is to be handled on its own.
+func (j *jsonrpcServer) batchRun(parsed []parsedRequest) int {
+	first := &parsed[0]
+	if first.err != nil || j.methods[first.req.Method].batch == nil {
+		return 0
+	}
+	n := 1
+	for n < len(parsed) && parsed[n].err == nil && parsed[n].req.Method == first.req.Method {
+		n++
+	}
+	return n
+}
+
+// handleRun answers consecutive requests of one method through its batch form, with
+// the replies, metrics and logs that handle gives each request.
+func (j *jsonrpcServer) handleRun(ctx context.Context, p Principal, run []parsedRequest) []rpcResponse {
+	name := run[0].req.Method
+	params := make([]json.RawMessage, len(run))
+	for i := range run {
+		params[i] = run[i].req.Params
+	}
+	answers := j.methods[name].batch(ctx, p, params)
+	var out []rpcResponse
+	for i := range run {
+		pr, a := &run[i], answers[i]
+		resp := rpcResponse{JSONRPC: "2.0", ID: pr.id, Result: a.result}
+		code := codes.OK.String()
+		if a.err != nil {
+			ae := toAPIError(a.err)
+			if ae.Code == codeInternal {
+				j.log.Error().Err(a.err).Str("method", name).Msg("api call failed")
+			}
+			resp = rpcResponse{JSONRPC: "2.0", ID: pr.id, Error: &rpcError{Code: ae.Code, Message: ae.Msg, Data: ae.Data}}
+			code = grpcCode(ae.Code).String()
+		}
+		j.m.observe("jsonrpc", name, code, pr.start)
+		if !pr.notification {
+			out = append(out, resp)
+		}
+	}
+	return out
 }
 
 // reply writes the responses: an array for a batch, one object, or nothing (only

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,19 +73,8 @@ func BenchmarkPeers(b *testing.B) {
 		printSubmitCost(n, calls0, calls1, cmdCPU0, cmdCPU1)
 	}
 
-	// (b) one 10,000-job flow, its creation included (job.create in JSON-RPC batches of 500).
-	const flowJobs = 10000
-	start = time.Now()
-	ids := createHandlerJobsFrom(b, c, 1_000_001, flowJobs, false)
-	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
-	created := time.Since(start)
-	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
-	if f := c.WaitFlow(b, ctx1, 1, 10*time.Minute); f.Status != "finished" {
-		b.Fatalf("flow 1: %+v", f)
-	}
-	took = time.Since(start)
-	report("b_jobs_per_s", flowJobs/took.Seconds())
-	report("b_create_s", created.Seconds())
+	// (b) one 10,000-job flow, its creation included.
+	peersFlow(b, c, report, func() {})
 
 	// (c) run-and-await: latency at 16 clients, throughput at 128.
 	runJob := func(ctx context.Context, _ int) error {
@@ -103,7 +93,7 @@ func BenchmarkPeers(b *testing.B) {
 
 	// (d) the dependent hop of a 200-job chain flow: a job's start after its
 	// dependency's end (started_at_us − the dependency's finished_at_us).
-	ids = createHandlerJobsFrom(b, c, 2_000_001, 200, true)
+	ids := createHandlerJobsFrom(b, c, 2_000_001, 200, true)
 	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 2, "jobs": ids}}, nil)
 	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 2}, nil)
 	if f := c.WaitFlow(b, ctx1, 2, 10*time.Minute); f.Status != "finished" {
@@ -117,6 +107,134 @@ func BenchmarkPeers(b *testing.B) {
 	report("d_hop_p50_us", percentile(hops, 0.50))
 	report("d_hop_p99_us", percentile(hops, 0.99))
 }
+
+// BenchmarkPeersFlow runs figure (b) of BenchmarkPeers alone, with per-phase timings
+// (HERO_BENCH_PROFILE=<dir>: 4 s of each service's CPU from the flow's creation on;
+// HERO_BENCH_PROFILE_RUN=1: from its start on).
+func BenchmarkPeersFlow(b *testing.B) {
+	if os.Getenv("HERO_BENCH_PEERS") == "" {
+		b.Skip("set HERO_BENCH_PEERS=1")
+	}
+	s, c := handlerBenchStack(b)
+	report := func(figure string, v float64) { fmt.Printf("PEERS hero %s %.3f\n", figure, v) }
+	profiled, profileRun := func() {}, os.Getenv("HERO_BENCH_PROFILE_RUN") != ""
+	if !profileRun {
+		profiled = profileServices(b, s)
+	}
+	cpu0 := stackCPU(b, s)
+	var cpu1 map[string]time.Duration
+	rc := redisSrv.Client(b, 0)
+	atStart := func() {
+		if os.Getenv("HERO_BENCH_CMDSTATS") != "" {
+			rc.ConfigResetStat(context.Background())
+		}
+		if os.Getenv("HERO_BENCH_REDIS_STATS") != "" { // every command in the slow log
+			rc.ConfigSet(context.Background(), "slowlog-log-slower-than", "0")
+			rc.ConfigSet(context.Background(), "slowlog-max-len", "2000000")
+			rc.SlowLogReset(context.Background())
+		}
+		cpu1 = stackCPU(b, s)
+		if profileRun {
+			profiled = profileServices(b, s)
+		}
+	}
+	peersFlow(b, c, report, atStart)
+	cpu2 := stackCPU(b, s)
+	profiled()
+	if os.Getenv("HERO_BENCH_CMDSTATS") != "" { // Redis's commands of the start and run
+		fmt.Println(rc.Info(context.Background(), "commandstats").Val())
+	}
+	if os.Getenv("HERO_BENCH_REDIS_STATS") != "" {
+		printSlowlog(b, rc)
+	}
+	// CPU per job of each process (this stack's own, not the machine's other load).
+	for _, phase := range []struct {
+		name     string
+		from, to map[string]time.Duration
+	}{{"create", cpu0, cpu1}, {"run", cpu1, cpu2}} {
+		for _, name := range []string{"redis", "supervisor-daemon", "scheduler", "router", "runner", "executors"} {
+			report(fmt.Sprintf("b_%s_cpu_us_per_job_%s", phase.name, name), float64((phase.to[name]-phase.from[name]).Microseconds())/peersFlowJobs)
+		}
+	}
+}
+
+// stackCPU is the CPU time each service of the stack (the runner's executor processes
+// as "executors") and its Redis server have used so far.
+func stackCPU(b *testing.B, s *harness.Stack) map[string]time.Duration {
+	b.Helper()
+	type proc struct {
+		ppid int
+		cpu  time.Duration
+	}
+	procs := map[int]proc{}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		st := string(raw)
+		f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
+		if len(f) < 13 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		procs[pid] = proc{ppid, time.Duration(ut+stime) * 10 * time.Millisecond}
+	}
+	out := map[string]time.Duration{}
+	for _, p := range []*harness.Proc{s.API, s.Scheduler, s.Router, s.Runner} {
+		pid := p.Cmd.Process.Pid
+		out[p.Name] = procs[pid].cpu
+		for child, c := range procs {
+			for up := c.ppid; up > 1 && child != pid; up = procs[up].ppid {
+				if up == pid {
+					out["executors"] += c.cpu
+					break
+				}
+			}
+		}
+	}
+	info := redisSrv.Client(b, 0).Info(context.Background(), "cpu").Val()
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				secs, _ := strconv.ParseFloat(v, 64)
+				out["redis"] += time.Duration(secs * float64(time.Second))
+			}
+		}
+	}
+	return out
+}
+
+// peersFlow is figure (b): one 10,000-job flow, its creation included (job.create in
+// JSON-RPC batches of 500, then flow.create), reported as jobs/s with the phases.
+// atStart is called just before flow.start.
+func peersFlow(b *testing.B, c *harness.Client, report func(string, float64), atStart func()) {
+	start := time.Now()
+	ids := createHandlerJobsFrom(b, c, 1_000_001, peersFlowJobs, false)
+	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
+	created := time.Since(start)
+	atStart()
+	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, nil)
+	started := time.Since(start)
+	if f := c.WaitFlow(b, ctx1, 1, 10*time.Minute); f.Status != "finished" {
+		b.Fatalf("flow 1: %+v", f)
+	}
+	took := time.Since(start)
+	report("b_jobs_per_s", peersFlowJobs/took.Seconds())
+	report("b_create_s", created.Seconds())
+	report("b_start_s", (started - created).Seconds())
+	report("b_run_s", (took - started).Seconds())
+}
+
+// peersFlowJobs is the size of figure (b)'s flow.
+const peersFlowJobs = 10000
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {

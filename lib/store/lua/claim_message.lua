@@ -37,9 +37,8 @@ local taken = 0
 local served = {} -- executor -> queue or false, read once per claim
 local function queue_for(id, runner, stype, fn)
   if not route or not id or (runner or '0') ~= '0' then return nil end
-  local exec = fn and string.match(fn, '^([^#]*)#')
+  local exec = fn and string.match(fn, '^([^#]+)#') -- "#handler" names no executor: its script type's
   if exec then
-    if exec == '' then return nil end
     if served[exec] == nil then
       served[exec] = (tonumber(redis.call('HGET', K_EXECUTORS, exec)) or 0) > 0 and (K_EXEC_QUEUE .. exec)
     end
