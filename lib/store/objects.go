@@ -674,6 +674,44 @@ func (d *DB) LoadJobs(ctx context.Context, callerID uint32, ids []uint32) ([]*mo
 	return out, nil
 }
 
+// dispatchFields are the job fields a dispatch needs (DispatchMany: the request
+// message names the job; a job pinned to a runner has a message of its own).
+var dispatchFields = []string{"id", "caller_id", "flow_id", "runner_id"}
+
+// LoadDispatchJobs reads of each job what a dispatch of it needs (its ids and
+// runner_id), with one HMGET each in one round trip: a dispatch no longer carries the
+// job, so reading it whole would be wasted.
+func (d *DB) LoadDispatchJobs(ctx context.Context, callerID uint32, ids []uint32) ([]*model.Job, error) {
+	cmds := make([]*redis.SliceCmd, len(ids))
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HMGet(ctx, keys.Job(callerID, id), dispatchFields...)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load jobs: %w", err)
+	}
+	out := make([]*model.Job, len(ids))
+	for i, c := range cmds {
+		h := map[string]string{}
+		for k, v := range c.Val() {
+			if s, ok := v.(string); ok {
+				h[dispatchFields[k]] = s
+			}
+		}
+		if h["id"] == "" {
+			return nil, notFound("job %d of caller %d in context %d", ids[i], callerID, d.ContextID)
+		}
+		var j model.Job
+		if err := model.FromHash(keys.Job(callerID, ids[i]), h, &j); err != nil {
+			return nil, err
+		}
+		j.ContextID = d.ContextID
+		out[i] = &j
+	}
+	return out, nil
+}
+
 // ---- Flows ----
 
 var flowInitialOnly = withFields(timestampFields, "status", "result", "traceparent", "error", "failed_job", "started_at", "finished_at", "started_at_ms", "finished_at_ms")

@@ -1235,3 +1235,28 @@ func checkCreateJobsOrder(t *testing.T, s *store.Store, job func(uint32, string)
 		}
 	}
 }
+
+// LoadDispatchJobs reads what a dispatch needs of each job (a pinned runner too), and
+// names a job that does not exist.
+func TestLoadDispatchJobs(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 24)
+	f, jobs := flowWith(t, s, db, 2)
+	srv.Client(t, 24).HSet(ctx, keys.Job(1, jobs[1].ID), "runner_id", 7)
+	got, err := db.LoadDispatchJobs(ctx, 1, []uint32{jobs[0].ID, jobs[1].ID})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("%v %v", got, err)
+	}
+	for i, j := range got {
+		if j.ID != jobs[i].ID || j.CallerID != 1 || j.FlowID != f.ID || j.ContextID != 24 {
+			t.Fatalf("job %d: %+v", i, j)
+		}
+	}
+	if got[0].RunnerID != 0 || got[1].RunnerID != 7 {
+		t.Fatalf("runner ids %d, %d; want 0, 7", got[0].RunnerID, got[1].RunnerID)
+	}
+	if _, err := db.LoadDispatchJobs(ctx, 1, []uint32{jobs[0].ID, 999999}); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "999999") {
+		t.Fatalf("a missing job: %v", err)
+	}
+}

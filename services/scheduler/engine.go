@@ -169,7 +169,7 @@ func (e *engine) dispatchBatch(ctx context.Context, db *store.DB, flowID, caller
 		}
 	}
 	if len(missing) > 0 {
-		loaded, err := db.LoadJobs(ctx, callerID, missing)
+		loaded, err := db.LoadDispatchJobs(ctx, callerID, missing)
 		if err != nil {
 			// One unreadable job must not hold back the others: load them one by one.
 			for _, id := range missing {
