@@ -116,28 +116,15 @@ type ParsedSession struct {
 // error names the metadata key that is wrong.
 func ParseSession(c SessionCredentials) (ParsedSession, error) {
 	var p ParsedSession
-	missing := []string{}
-	for _, kv := range [][2]string{{MetadataActor, c.Actor}, {MetadataTimestamp, c.Timestamp}, {MetadataSession, c.Signature}} {
-		if kv[1] == "" {
-			missing = append(missing, kv[0])
-		}
-	}
-	if len(missing) > 0 {
-		return p, &FormatError{"missing " + strings.Join(missing, ", ")}
-	}
-	id, err := strconv.ParseUint(c.Actor, 10, 32)
-	if err != nil || id == 0 {
-		return p, &FormatError{MetadataActor + " is not an actor id (a number from 1)"}
-	}
-	ts, err := strconv.ParseInt(c.Timestamp, 10, 64)
-	if err != nil || ts <= 0 {
-		return p, &FormatError{MetadataTimestamp + " is not a unix time in seconds"}
+	id, ts, err := actorAndTime([][2]string{{MetadataActor, c.Actor}, {MetadataTimestamp, c.Timestamp}, {MetadataSession, c.Signature}})
+	if err != nil {
+		return p, err
 	}
 	sig, err := hex.DecodeString(c.Signature)
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return p, &FormatError{MetadataSession + " is not the hex of a 64-byte Ed25519 signature"}
 	}
-	return ParsedSession{Actor: uint32(id), Timestamp: ts, Signature: sig}, nil
+	return ParsedSession{Actor: id, Timestamp: ts, Signature: sig}, nil
 }
 
 // Skew is how far the session's timestamp is from now (positive: in the future).

@@ -129,22 +129,9 @@ func (e *FormatError) Error() string { return e.Msg }
 // Parse checks the shape of every credential (not the signature).
 func Parse(c Credentials) (Parsed, error) {
 	var p Parsed
-	missing := []string{}
-	for _, kv := range [][2]string{{HeaderActor, c.Actor}, {HeaderTimestamp, c.Timestamp}, {HeaderNonce, c.Nonce}, {HeaderSignature, c.Signature}} {
-		if kv[1] == "" {
-			missing = append(missing, kv[0])
-		}
-	}
-	if len(missing) > 0 {
-		return p, &FormatError{"missing " + strings.Join(missing, ", ")}
-	}
-	id, err := strconv.ParseUint(c.Actor, 10, 32)
-	if err != nil || id == 0 {
-		return p, &FormatError{HeaderActor + " is not an actor id (a number from 1)"}
-	}
-	ts, err := strconv.ParseInt(c.Timestamp, 10, 64)
-	if err != nil || ts <= 0 {
-		return p, &FormatError{HeaderTimestamp + " is not a unix time in seconds"}
+	id, ts, err := actorAndTime([][2]string{{HeaderActor, c.Actor}, {HeaderTimestamp, c.Timestamp}, {HeaderNonce, c.Nonce}, {HeaderSignature, c.Signature}})
+	if err != nil {
+		return p, err
 	}
 	if !ValidNonce(c.Nonce) {
 		return p, &FormatError{fmt.Sprintf("%s must be %d to %d characters of A-Z a-z 0-9 _ -", HeaderNonce, MinNonceLen, MaxNonceLen)}
@@ -153,7 +140,7 @@ func Parse(c Credentials) (Parsed, error) {
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return p, &FormatError{HeaderSignature + " is not the hex of a 64-byte Ed25519 signature"}
 	}
-	return Parsed{Actor: uint32(id), Timestamp: ts, Nonce: c.Nonce, Signature: sig}, nil
+	return Parsed{Actor: id, Timestamp: ts, Nonce: c.Nonce, Signature: sig}, nil
 }
 
 // ValidNonce reports whether n has a nonce's shape.
@@ -190,3 +177,26 @@ func (p Parsed) Verify(pub ed25519.PublicKey, target string, digest [32]byte) bo
 
 // decoyKey is a fixed valid public key used only to spend verification time.
 var decoyKey = ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)).Public().(ed25519.PublicKey)
+
+// actorAndTime checks that every credential of kvs (name, value) is present, then
+// reads the first two: the actor id and the unix time. Errors name the credential.
+func actorAndTime(kvs [][2]string) (uint32, int64, error) {
+	missing := []string{}
+	for _, kv := range kvs {
+		if kv[1] == "" {
+			missing = append(missing, kv[0])
+		}
+	}
+	if len(missing) > 0 {
+		return 0, 0, &FormatError{"missing " + strings.Join(missing, ", ")}
+	}
+	id, err := strconv.ParseUint(kvs[0][1], 10, 32)
+	if err != nil || id == 0 {
+		return 0, 0, &FormatError{kvs[0][0] + " is not an actor id (a number from 1)"}
+	}
+	ts, err := strconv.ParseInt(kvs[1][1], 10, 64)
+	if err != nil || ts <= 0 {
+		return 0, 0, &FormatError{kvs[1][0] + " is not a unix time in seconds"}
+	}
+	return uint32(id), ts, nil
+}
