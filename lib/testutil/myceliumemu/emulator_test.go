@@ -542,6 +542,8 @@ func TestStopStartAPI(t *testing.T) {
 	if b.APIRunning() {
 		t.Fatal("APIRunning")
 	}
+	// The aborted poll ends: else it could still take the message pushed next.
+	e.waitStats(func(s myceliumemu.Stats) bool { return s.Polling == 0 })
 	e.push("a", "b", "s.", "while down") // the node still receives
 	if err := b.StartAPI(); err != nil {
 		t.Fatal(err)
@@ -552,7 +554,6 @@ func TestStopStartAPI(t *testing.T) {
 	if m := e.pop("b", "s.", 0); m == nil || string(m.Payload) != "while down" {
 		t.Fatalf("after restart of the API: %+v", m)
 	}
-	e.waitStats(func(s myceliumemu.Stats) bool { return s.Polling == 0 }) // the aborted poll is gone
 }
 
 func TestRestartLosesState(t *testing.T) {
