@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,14 +17,20 @@ import (
 )
 
 // recordingSubmit wraps store.SubmitGuarded: it records the jobs of each call, and
-// its first call waits for gate when gate is not nil.
+// its first call closes entered and waits for gate when gate is not nil.
 type recordingSubmit struct {
-	st     *store.Store
-	gate   chan struct{}
-	once   sync.Once
-	opened sync.Once
-	mu     sync.Mutex
-	calls  []int
+	st      *store.Store
+	gate    chan struct{}
+	entered chan struct{}
+	once    sync.Once
+	opened  sync.Once
+	mu      sync.Mutex
+	calls   []int
+}
+
+// heldSubmit is a recordingSubmit whose first call is held until open.
+func heldSubmit(st *store.Store) *recordingSubmit {
+	return &recordingSubmit{st: st, gate: make(chan struct{}), entered: make(chan struct{})}
 }
 
 // open lets the held call go (once).
@@ -36,7 +41,10 @@ func (r *recordingSubmit) submit(ctx context.Context, ctxID uint32, subs []store
 	r.calls = append(r.calls, len(subs))
 	r.mu.Unlock()
 	if r.gate != nil {
-		r.once.Do(func() { <-r.gate })
+		r.once.Do(func() {
+			close(r.entered)
+			<-r.gate
+		})
 	}
 	return r.st.SubmitGuarded(ctx, ctxID, subs, guard)
 }
@@ -52,19 +60,22 @@ func shSub(actor string, script string) store.Submission {
 }
 
 // addConcurrently submits jobs "echo <i>" for i below n, each from its own goroutine;
-// wait waits for their outcomes, started counts the goroutines under way.
-func addConcurrently(g *submitGroups, n int) (out []store.Submitted, errs []error, started *atomic.Int32, wait func()) {
-	out, errs, started = make([]store.Submitted, n), make([]error, n), new(atomic.Int32)
-	var wg sync.WaitGroup
+// wait waits for their outcomes, started is closed once every goroutine is under way.
+func addConcurrently(g *submitGroups, n int) (out []store.Submitted, errs []error, started <-chan struct{}, wait func()) {
+	out, errs = make([]store.Submitted, n), make([]error, n)
+	var wg, begun sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
+		begun.Add(1)
 		go func() {
 			defer wg.Done()
-			started.Add(1)
+			begun.Done()
 			out[i], errs[i] = g.add(context.Background(), 1, nil, shSub("2", "echo "+strconv.Itoa(i)))
 		}()
 	}
-	return out, errs, started, wg.Wait
+	all := make(chan struct{})
+	go func() { begun.Wait(); close(all) }()
+	return out, errs, all, wg.Wait
 }
 
 // Many concurrent single submissions: each caller gets its own job, every job is
@@ -72,15 +83,15 @@ func addConcurrently(g *submitGroups, n int) (out []store.Submitted, errs []erro
 // share the next one.
 func TestSubmitGroupsConcurrent(t *testing.T) {
 	srv, st := submitStore(t)
-	rec := &recordingSubmit{st: st, gate: make(chan struct{})}
+	rec := heldSubmit(st)
 	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, nil)
 	defer g.shutdown()
 	defer rec.open() // before shutdown, which waits for the held call
 	const n = 200
 	out, errs, started, wait := addConcurrently(g, n)
 	// The first call is held until every caller is under way: the others gather.
-	waitFor(t, "the first store call", func() bool { return len(rec.sizes()) == 1 })
-	waitFor(t, "every caller", func() bool { return started.Load() == n })
+	waitClosed(t, "the first store call", rec.entered)
+	waitClosed(t, "every caller", started)
 	rec.open()
 	wait()
 	rdb := srv.Client(t, 1)
@@ -166,11 +177,11 @@ func TestSubmitGroupsOutcomes(t *testing.T) {
 // after it; a refused submission stored nothing.
 func TestSubmitGroupsShutdown(t *testing.T) {
 	srv, st := submitStore(t)
-	rec := &recordingSubmit{st: st, gate: make(chan struct{})}
+	rec := heldSubmit(st)
 	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, nil)
 	const n = 50
 	_, errs, _, wait := addConcurrently(g, n)
-	waitFor(t, "the first store call", func() bool { return len(rec.sizes()) == 1 })
+	waitClosed(t, "the first store call", rec.entered)
 	closed := make(chan struct{})
 	go func() { g.shutdown(); close(closed) }()
 	rec.open()

@@ -53,14 +53,12 @@ func submitStore(t testing.TB) (*redistest.Server, *store.Store) {
 	return srv, st
 }
 
-// waitFor waits until cond holds (another goroutine's progress) or fails the test.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitClosed waits until ch is closed (another goroutine's progress) or fails the test.
+func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
