@@ -55,18 +55,10 @@ func TestGRPCSignedCallsVerifyOnTheServer(t *testing.T) {
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			return h(srv, &recvHook{ServerStream: ss, fn: func(m any) { verify(ss.Context(), info.FullMethod, m) }})
 		}))
-	hs := health.NewServer()
-	hs.SetServingStatus("svc", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(srv, hs)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Stop()
+	addr := serveHealth(t, srv)
 
 	signer := &Signer{Actor: 9, Key: priv}
-	cc, err := grpc.NewClient(ln.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, DialOptions(signer)...)...)
+	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, DialOptions(signer)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,4 +105,20 @@ func (r *recvHook) RecvMsg(m any) error {
 	}
 	r.fn(m)
 	return nil
+}
+
+// serveHealth registers a health service ("svc" serving) on srv, serves it on a
+// loopback port until the test ends, and returns the address.
+func serveHealth(t *testing.T, srv *grpc.Server) string {
+	t.Helper()
+	hs := health.NewServer()
+	hs.SetServingStatus("svc", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return ln.Addr().String()
 }

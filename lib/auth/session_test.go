@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -142,16 +140,7 @@ func TestSessionAuthOverTLS(t *testing.T) {
 				check(ss.Context())
 				return h(srv, ss)
 			}))
-		hs := health.NewServer()
-		hs.SetServingStatus("svc", healthpb.HealthCheckResponse_SERVING)
-		healthpb.RegisterHealthServer(srv, hs)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(srv.Stop)
-		return ln.Addr().String()
+		return serveHealth(t, srv)
 	}
 	addr := serve(credentials.NewTLS(scfg))
 	sa := NewSessionAuth(&Signer{Actor: 9, Key: priv}, time.Hour)

@@ -98,14 +98,7 @@ func callgrindDump(b *testing.B, stage string) {
 // per job: its CPU (with the socket work) and its command time. It measures Redis's
 // share of the end-to-end handler benchmark without the services' noise.
 func BenchmarkJobPathRedis(b *testing.B) {
-	if os.Getenv("HERO_BENCH") == "" {
-		b.Skip("set HERO_BENCH=1 (make bench)")
-	}
-	n := 10000
-	if v, err := strconv.Atoi(os.Getenv("HERO_PATH_JOBS")); err == nil && v > 0 {
-		n = v
-	}
-	s := open(b)
+	s, n := pathBench(b)
 	p := &jobPath{b: b, ctx: context.Background(), db: mustCtx(b, s, 9), n: n, callgrind: os.Getenv("HERO_PATH_CALLGRIND") != ""}
 	f := p.setup(s)
 	if p.callgrind {
@@ -331,14 +324,7 @@ func (p *jobPath) endsOf(cms []*store.ClaimedMessage) []store.JobEnd {
 // scheduler's completion (CompleteStandalones, 64, with the default retention of 7
 // days). It also prints the memory a finished job holds in Redis (finishedJobMemory).
 func BenchmarkStandalonePathRedis(b *testing.B) {
-	if os.Getenv("HERO_BENCH") == "" {
-		b.Skip("set HERO_BENCH=1 (make bench)")
-	}
-	n := 10000
-	if v, err := strconv.Atoi(os.Getenv("HERO_PATH_JOBS")); err == nil && v > 0 {
-		n = v
-	}
-	s := open(b)
+	s, n := pathBench(b)
 	p := &jobPath{b: b, ctx: context.Background(), db: mustCtx(b, s, 9), n: n, callgrind: os.Getenv("HERO_PATH_CALLGRIND") != ""}
 	if _, _, err := s.CreateRunner(p.ctx, 9, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
 		b.Fatal(err)
@@ -430,4 +416,18 @@ func (p *jobPath) report() {
 	}
 	fmt.Printf("  %-36s %6.1f µs  %6.1f µs\n", "all", float64(cpu.Microseconds())/float64(n), float64(busy.Microseconds())/float64(n))
 	p.b.ReportMetric(float64(cpu.Microseconds())/float64(n), "redis-µs/job")
+}
+
+// pathBench skips unless HERO_BENCH is set, and returns a store on the test Redis and
+// the number of jobs to push along the path (HERO_PATH_JOBS, default 10,000).
+func pathBench(b *testing.B) (*store.Store, int) {
+	b.Helper()
+	if os.Getenv("HERO_BENCH") == "" {
+		b.Skip("set HERO_BENCH=1 (make bench)")
+	}
+	n := 10000
+	if v, err := strconv.Atoi(os.Getenv("HERO_PATH_JOBS")); err == nil && v > 0 {
+		n = v
+	}
+	return open(b), n
 }

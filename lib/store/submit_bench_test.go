@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"testing"
 
 	"github.com/hero-coordinator/hero/lib/model"
@@ -19,14 +18,7 @@ import (
 // (scripts/redis-instructions.sh BenchmarkSubmitPathRedis counts its instructions);
 // otherwise it prints Redis's CPU per job.
 func BenchmarkSubmitPathRedis(b *testing.B) {
-	if os.Getenv("HERO_BENCH") == "" {
-		b.Skip("set HERO_BENCH=1 (make bench)")
-	}
-	n := 10000
-	if v, err := strconv.Atoi(os.Getenv("HERO_PATH_JOBS")); err == nil && v > 0 {
-		n = v
-	}
-	s := open(b)
+	s, n := pathBench(b)
 	ctx := context.Background()
 	db := mustCtx(b, s, 9)
 	if _, _, err := s.CreateRunner(ctx, 9, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
