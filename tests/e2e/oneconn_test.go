@@ -166,3 +166,53 @@ func TestCrashingExecutorJobsGoToHealthyRunner(t *testing.T) {
 		}
 	}
 }
+
+// Acceptance (issue 21, executors 2): runner 1 of the context is served by two
+// processes, only one of which has executor "spec". "spec#echo" with no script_type
+// is refused at submission while no process has announced "spec"; once the one
+// that has it serves the context, every such job runs there — never on the process
+// without it, which keeps serving the context's script jobs.
+func TestHandlerJobRunsWhereItsExecutorIs(t *testing.T) {
+	redisSrv.Flush(t)
+	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{})
+	c := s.Setup(t, ctx1)
+	// The process without executors serves the context: it runs a script job.
+	plain := runStandalone(t, c, map[string]any{"id": 1, "script_type": "sh", "script": "true"})
+	if plain.Status != "finished" || plain.Worker == "" {
+		t.Fatalf("script job on the runner without executors: %+v", plain)
+	}
+	err := c.Call("job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 2, "function_name": "spec#echo"}}, nil)
+	if err == nil || !strings.Contains(err.Error(), `no runner in context 1 has executor "spec"`) {
+		t.Fatalf("job for an executor no runner has yet: %v", err)
+	}
+	args := append(append([]string(nil), s.Args["runner"]...), "--executors", specExecutor(false), "--executor-cancel-grace", "5s",
+		"--worker-id", "runner-spec", "--state-dir", t.TempDir())
+	harness.Start(t, binDir, "runner", redisSrv.URL, harness.Options{Args: args, Env: []string{"HERO_ADMIN_SECRET=" + harness.AdminSecret}})
+	if !waitUntil(20*time.Second, func() bool {
+		var r struct {
+			Executors []string `json:"executors"`
+		}
+		return c.Call("runner.load", map[string]any{"context_id": ctx1, "id": 1}, &r) == nil && len(r.Executors) == 1 && r.Executors[0] == "spec"
+	}) {
+		t.Fatal("the runner with executor spec did not announce it")
+	}
+	for id := 3; id <= 10; id++ {
+		j := runStandalone(t, c, map[string]any{"id": id, "function_name": "spec#echo", "args": []any{id}})
+		if j.Status != "finished" || j.Worker != "runner-spec" {
+			t.Fatalf("handler job %d: %+v (want finished on runner-spec, not %s)", id, j, plain.Worker)
+		}
+	}
+	// The process without the executor was claiming in the context all along (the
+	// handler jobs did not go to runner-spec because it was idle): it takes script
+	// jobs beside runner-spec.
+	var j harness.Job
+	for id := 11; id <= 30 && j.Worker != plain.Worker; id++ {
+		j = runStandalone(t, c, map[string]any{"id": id, "script_type": "sh", "script": "true"})
+		if j.Status != "finished" {
+			t.Fatalf("script job %d: %+v", id, j)
+		}
+	}
+	if j.Worker != plain.Worker {
+		t.Fatalf("the runner without executors took none of 20 script jobs (last on %s)", j.Worker)
+	}
+}

@@ -49,8 +49,9 @@ func checkAttemptTraces(t *testing.T, s *harness.Stack, c *harness.Client, id ui
 	defer cancel()
 	spans := map[string]bool{}
 	for a := 1; a <= attempts; a++ {
-		// The executor saw the trace on every attempt (its stderr is in the runner's log)...
-		line, err := s.Runner.WaitLog(ctx, "trace call", fmt.Sprintf("attempt=%d", a), "traceparent=00-"+producerTrace+"-")
+		// The executor saw the trace on every attempt of this job (its stderr is in the
+		// runner's log)...
+		line, err := s.Runner.WaitLog(ctx, "trace call", fmt.Sprintf("job_id=%d:1:%d attempt=%d", ctx1, id, a), "traceparent=00-"+producerTrace+"-")
 		if err != nil {
 			t.Fatalf("job %d attempt %d: %v", id, a, err)
 		}

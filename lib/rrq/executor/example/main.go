@@ -166,7 +166,7 @@ func traceCall(logger *slog.Logger, req *rrq.ExecutionRequest) (any, error) {
 		return nil, executor.Fail("bad_arguments", "", "kwargs.succeed_at must be an integer")
 	}
 	tp := req.Context.TraceContext["traceparent"]
-	logger.Info("trace call", "attempt", req.Context.Attempt, "traceparent", tp)
+	logger.Info("trace call", "job_id", req.JobID, "attempt", req.Context.Attempt, "traceparent", tp)
 	if req.Context.Attempt < succeedAt {
 		return nil, executor.Fail("example_failure", "", fmt.Sprintf("attempt %d of trace %s fails", req.Context.Attempt, tp))
 	}
