@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -392,7 +393,7 @@ func TestParkScript(t *testing.T) {
 	deps := []string{"d1", "d2", "d3"}
 	park := func() []string { return e.park(deps, member) }
 	depStatus := func(st ...string) { e.depStatus(deps, st...) }
-	eq := eqStrings
+	eq := func(got []string, want ...string) bool { return slices.Equal(got, want) }
 
 	if res := park(); !eq(res, "lost") {
 		t.Fatalf("park of a job not on the processing list: %v, want [lost]", res)
@@ -526,16 +527,4 @@ func (e *scriptEnv) depStatus(deps []string, st ...string) {
 			e.t.Fatal(err)
 		}
 	}
-}
-
-func eqStrings(got []string, want ...string) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			return false
-		}
-	}
-	return true
 }
