@@ -59,13 +59,14 @@ fuzz: ## a short bounded fuzz run of the RRQ frame decoder
 	@cd lib && $(GO) test -run '^$$' -fuzz FuzzReadFrame -fuzztime $${FUZZTIME:-500000x} ./rrq
 
 .PHONY: lint
-lint: ## gofmt, go vet, protos current, each module builds on its own (GOWORK=off), Lua scripts in .lua files with headers (scripts/lua-check.sh), no function over MAX_CYCLO
+lint: ## gofmt, go vet, protos current, each module builds on its own (GOWORK=off), Lua scripts in .lua files with headers (scripts/lua-check.sh, itself tested by scripts/lua-check-test.sh), no function over MAX_CYCLO
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
 	@set -e; for m in $(MODULES); do echo "== tidy, GOWORK=off build $$m"; \
 		(cd $$m && $(GO) mod tidy -diff >/dev/null || { echo "$$m: go.mod/go.sum not tidy; run go mod tidy there"; exit 1; }; \
 		 GOWORK=off $(GO) build ./...); done
 	@$(MAKE) --no-print-directory proto-check
+	@bash scripts/lua-check-test.sh
 	@bash scripts/lua-check.sh
 	@$(MAKE) --no-print-directory cyclo
 

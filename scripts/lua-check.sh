@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # lua-check (part of make lint): the coordinator's atomic transitions stay in plain
 # sight. It fails on
-#   - a Lua script in a Go string (redis.call in a .go file other than a test): a
-#     script is a .lua file, embedded with go:embed;
+#   - a Lua script in a Go string (redis.call or redis.pcall, or their server.*
+#     aliases, in a .go file other than a test): a script is a .lua file, embedded
+#     with go:embed;
 #   - a .lua file without its header (a first line "-- <name>: …", then lines that
-#     start "-- KEYS", "-- ARGV" and "-- Reply"; the lib_*.lua libraries say what they
-#     define instead);
+#     start "-- KEYS", "-- ARGV" and "-- Reply", and "-- Derives" when its code uses a
+#     key of the prelude (K_*); the lib_*.lua libraries say what they define instead);
 #   - a Lua string literal that starts with a key prefix of lib/keys (job:, flow:,
 #     message:, runner:, context:, actor:, queue:, msg_, coord:): keys come as KEYS or
 #     from the prelude that lib/store generates from lib/keys (K_*).
@@ -15,7 +16,7 @@ fail=0
 
 gofiles=$(git ls-files --cached --others --exclude-standard '*.go' | grep -v '_test\.go$' || true)
 if [ -n "$gofiles" ]; then
-  if out=$(grep -n 'redis\.call(' $gofiles); then
+  if out=$(grep -nE '(redis|server)\.p?call\(' $gofiles); then
     echo "lua-check: Lua script in a Go string (put it in a .lua file, go:embed it):"
     echo "$out"
     fail=1
@@ -31,8 +32,14 @@ for f in $(git ls-files --cached --others --exclude-standard '*.lua'); do
   case "$name" in
   lib_*) ;;
   *)
-    for part in KEYS ARGV Reply; do
-      if ! awk '/^--/ {print; next} {exit}' "$f" | grep -q "^-- $part"; then
+    header=$(awk '/^--/ {print; next} {exit}' "$f")
+    parts="KEYS ARGV Reply"
+    # A key the script derives itself (a K_* of the prelude) is said in the header.
+    if awk '/^--/ && !code {next} {code = 1; sub(/--.*/, ""); print}' "$f" | grep -qE '\<K_[A-Z_]+'; then
+      parts="$parts Derives"
+    fi
+    for part in $parts; do
+      if ! grep -q "^-- $part" <<<"$header"; then
         echo "lua-check: $f: the header has no \"-- $part\" line"
         fail=1
       fi

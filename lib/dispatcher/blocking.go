@@ -91,3 +91,19 @@ func (w *Worker) dialLoop(ctx context.Context, what string) *blockingConn {
 	}
 	return b
 }
+
+// openBlocking dials a blocking connection (dialLoop) whose pending pop is woken once
+// ctx ends (unblockOnDone). It returns nil when ctx ended first; otherwise release,
+// which the loop calls when it ends, stops the waking and closes the connection.
+func (w *Worker) openBlocking(ctx context.Context, what string) (b *blockingConn, release func()) {
+	b = w.dialLoop(ctx, what)
+	if b == nil {
+		return nil, func() {}
+	}
+	done := make(chan struct{})
+	go w.unblockOnDone(ctx, b, done)
+	return b, func() {
+		close(done)
+		b.close()
+	}
+}

@@ -12,20 +12,24 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/hero-coordinator/hero/lib/model"
 )
 
 // Status is a job's status. The seed names four; reads accept other spellings
-// ("Finished", "WaitingForPrerequisites") and keep unknown values as they are.
+// ("Finished", "WaitingForPrerequisites") and keep unknown values as they are. The
+// values are the job statuses of lib/model (one spelling of each for the whole
+// coordinator; the wire strings are the seeds').
 type Status string
 
 const (
-	StatusDispatched Status = "dispatched"
-	StatusStarted    Status = "started"
-	StatusError      Status = "error"
-	StatusFinished   Status = "finished"
+	StatusDispatched = Status(model.JobDispatched)
+	StatusStarted    = Status(model.JobStarted)
+	StatusError      = Status(model.JobError)
+	StatusFinished   = Status(model.JobFinished)
 	// StatusWaitingForPrerequisites is never written by this package (a waiting job
 	// stays "dispatched", the seed's four statuses only); it is understood on read.
-	StatusWaitingForPrerequisites Status = "waiting_for_prerequisites"
+	StatusWaitingForPrerequisites = Status(model.JobWaitingForPrerequisites)
 )
 
 // Terminal says whether the job has ended.

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	_ "embed"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -11,7 +12,8 @@ import (
 // lua/ that opens with its header (what it does, its KEYS, ARGV and reply); the ones
 // that end a stopped job include lua/lib_end_stopped.lua first. Job hash keys that a
 // script derives from a job id (the requeue script) are built from the prefix given
-// in ARGV: the protocol runs on one Redis server, never a cluster.
+// in ARGV: the protocol runs on one Redis server, never a cluster. The scripts that read
+// or write a status start with statusPrelude, so that none spells one.
 
 //go:embed lua/lib_end_stopped.lua
 var endStoppedLua string
@@ -40,13 +42,18 @@ var heartbeatLua string
 //go:embed lua/append_log.lua
 var appendLogLua string
 
+// statusPrelude defines the job statuses (Status*, from lib/model) as the Lua locals
+// ST_DISPATCHED, ST_STARTED, ST_ERROR and ST_FINISHED.
+var statusPrelude = fmt.Sprintf("local ST_DISPATCHED, ST_STARTED, ST_ERROR, ST_FINISHED = '%s', '%s', '%s', '%s'\n",
+	StatusDispatched, StatusStarted, StatusError, StatusFinished)
+
 var (
-	startScript     = redis.NewScript(endStoppedLua + startLua)
-	finishScript    = redis.NewScript(finishLua)
-	parkScript      = redis.NewScript(endStoppedLua + parkLua)
+	startScript     = redis.NewScript(statusPrelude + endStoppedLua + startLua)
+	finishScript    = redis.NewScript(statusPrelude + finishLua)
+	parkScript      = redis.NewScript(statusPrelude + endStoppedLua + parkLua)
 	releaseScript   = redis.NewScript(releaseLua)
-	stopScript      = redis.NewScript(endStoppedLua + stopLua)
-	requeueScript   = redis.NewScript(requeueLua)
+	stopScript      = redis.NewScript(statusPrelude + endStoppedLua + stopLua)
+	requeueScript   = redis.NewScript(statusPrelude + requeueLua)
 	heartbeatScript = redis.NewScript(heartbeatLua)
 	appendLogScript = redis.NewScript(appendLogLua)
 )

@@ -363,14 +363,11 @@ func (w *Worker) procWorkerIDs(ctx context.Context, proc string) ([]string, erro
 // of the work queue (clients LPUSH: first in, first out) into this process's
 // processing list, so that a crash never loses a claimed job.
 func (w *Worker) claimLoop(ctx context.Context, s WorkerSpec) {
-	b := w.dialLoop(ctx, "claim")
+	b, release := w.openBlocking(ctx, "claim")
 	if b == nil {
 		return
 	}
-	defer b.close()
-	done := make(chan struct{})
-	defer close(done)
-	go w.unblockOnDone(ctx, b, done)
+	defer release()
 	log := w.log.With().Str(KeyWorkerID, s.ID).Logger()
 	slots := w.slots[s.ID]
 	src, dst := w.keys.WorkQueue(s.ID), w.keys.Processing(w.proc, s.ID)
@@ -644,14 +641,11 @@ func (w *Worker) ended(id string) {
 // stopLoop watches every served stop queue and this process's control list with one
 // blocking pop (no polling).
 func (w *Worker) stopLoop(ctx context.Context) {
-	b := w.dialLoop(ctx, "stop")
+	b, release := w.openBlocking(ctx, "stop")
 	if b == nil {
 		return
 	}
-	defer b.close()
-	done := make(chan struct{})
-	defer close(done)
-	go w.unblockOnDone(ctx, b, done)
+	defer release()
 	ctl := w.keys.Ctl(w.proc)
 	keys := []string{ctl}
 	for _, s := range w.specs {

@@ -13,11 +13,11 @@ redis.call('DEL', KEYS[5])
 local wrote = 2
 if redis.call('EXISTS', KEYS[2]) == 1 then
   wrote = 1
-  if ARGV[4] == 'finished' then
-    redis.call('HSET', KEYS[2], 'status', 'finished', 'output', ARGV[5], 'updated_at', ARGV[3])
+  if ARGV[4] == ST_FINISHED then
+    redis.call('HSET', KEYS[2], 'status', ST_FINISHED, 'output', ARGV[5], 'updated_at', ARGV[3])
     redis.call('HDEL', KEYS[2], 'error')
   else
-    redis.call('HSET', KEYS[2], 'status', 'error', 'error', ARGV[6], 'updated_at', ARGV[3])
+    redis.call('HSET', KEYS[2], 'status', ST_ERROR, 'error', ARGV[6], 'updated_at', ARGV[3])
     if ARGV[5] ~= '' then redis.call('HSET', KEYS[2], 'output', ARGV[5]) end
   end
 end

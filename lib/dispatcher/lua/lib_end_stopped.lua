@@ -5,8 +5,8 @@
 
 local function end_stopped(job, reply, now, ttl)
   local st = redis.call('HMGET', job, 'status', 'error')
-  if st[1] == 'error' and st[2] == 'stopped' then return 0 end
-  redis.call('HSET', job, 'status', 'error', 'error', 'stopped', 'updated_at', now)
+  if st[1] == ST_ERROR and st[2] == 'stopped' then return 0 end
+  redis.call('HSET', job, 'status', ST_ERROR, 'error', 'stopped', 'updated_at', now)
   redis.call('LPUSH', reply, 'stopped')
   redis.call('PEXPIRE', reply, ttl)
   return 1

@@ -20,8 +20,8 @@ end
 local pending = {}
 for i = 1, n do
   local st = string.lower(redis.call('HGET', KEYS[5 + i], 'status') or '')
-  if st == 'error' then return {'failed', tostring(i)} end
-  if st ~= 'finished' then table.insert(pending, i) end
+  if st == ST_ERROR then return {'failed', tostring(i)} end
+  if st ~= ST_FINISHED then table.insert(pending, i) end
 end
 if #pending == 0 then return {'ready'} end
 redis.call('LREM', KEYS[1], 1, ARGV[1])

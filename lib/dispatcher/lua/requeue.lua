@@ -23,8 +23,8 @@ for i = 5, #KEYS, 2 do
     if redis.call('HGET', KEYS[4], id) == ARGV[1] then
       redis.call('HDEL', KEYS[4], id)
       local jk = ARGV[4] .. id
-      if redis.call('HGET', jk, 'status') == 'started' then
-        redis.call('HSET', jk, 'status', 'dispatched', 'updated_at', ARGV[3])
+      if redis.call('HGET', jk, 'status') == ST_STARTED then
+        redis.call('HSET', jk, 'status', ST_DISPATCHED, 'updated_at', ARGV[3])
       end
     end
     n = n + 1

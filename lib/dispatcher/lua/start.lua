@@ -17,7 +17,7 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   if end_stopped(KEYS[2], KEYS[5], ARGV[3], ARGV[4]) == 1 then return 'stopped' end
   return 'dropped'
 end
-redis.call('HSET', KEYS[2], 'status', 'started', 'updated_at', ARGV[3])
+redis.call('HSET', KEYS[2], 'status', ST_STARTED, 'updated_at', ARGV[3])
 redis.call('HDEL', KEYS[2], 'output', 'error')
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
 redis.call('DEL', KEYS[6])

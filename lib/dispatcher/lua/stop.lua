@@ -13,9 +13,9 @@ if owner then
   return {'claimed', owner}
 end
 local st = string.lower(redis.call('HGET', KEYS[1], 'status') or '')
-if st == 'finished' or st == 'error' then return {'final', st} end
+if st == ST_FINISHED or st == ST_ERROR then return {'final', st} end
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
-if st == 'started' then return {'foreign'} end
+if st == ST_STARTED then return {'foreign'} end
 redis.call('ZREM', KEYS[4], ARGV[1])
 end_stopped(KEYS[1], KEYS[5], ARGV[2], ARGV[4])
 return {'stopped'}

@@ -7,7 +7,7 @@
 --   [6…] the job's field/value pairs (with origin, a JSON object holding msg_key and pk).
 -- Reply: 1 created, 0 a duplicate of the same request. Error: CONFLICT the key belongs to
 --   a local job of this context.
--- Also (the prelude's keys; context DB): coord:idx:jobs[:<status>], coord:events.
+-- Derives (the prelude's keys; context DB): coord:idx:jobs[:<status>], coord:events.
 
 local caller, id, origin_msg, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local jk = KEYS[1]

@@ -4,7 +4,7 @@
 -- KEYS: [1] job:<caller>:<id>.
 -- ARGV: [1] context id, [2] caller id, [3] job id, [4] actor, [5] now (s), [6] now (ms).
 -- Reply: 1. Errors: NOTFOUND job; CONFLICT the job is started or dispatched.
--- Also (the prelude's keys): context DB: coord:idx:jobs:<status> (set_job), coord:dlq,
+-- Derives (the prelude's keys): context DB: coord:idx:jobs:<status> (set_job), coord:dlq,
 --   coord:events; DB 0 (SELECT 0): coord:expire.
 
 local ctx, caller, id, actor, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]

@@ -18,7 +18,7 @@
 --   caller, id, unique ttl ms, actor (of its events), ncompare, nfields, nmsg, then
 --   nfields job field/value items (the first ncompare are compared against an existing
 --   job of a chosen id), then nmsg job request message field/value items.
--- Derived keys: context:<ctx> (the guard), job:<caller>:<id> of the job a uniqueness
+-- Derives: context:<ctx> (the guard), job:<caller>:<id> of the job a uniqueness
 --   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
 --   coord:idx:jobs[:status], coord:seq:message, message:<caller>:<n>,
 --   coord:jobmsgs:<caller>:<id>, msg_out; DB 0: coord:wake:msg_out, coord:busy).

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# lua-check-test (part of make lint): runs scripts/lua-check.sh on a small repository
+# of its own, once clean, then with one file for each thing it must refuse; fails
+# unless it passes the clean tree and names every bad file.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/scripts" "$tmp/lua"
+cp "$here/lua-check.sh" "$tmp/scripts/"
+git -C "$tmp" init -q
+
+# lua writes lua/<name>.lua: a header (its first line, then the lines of the parts
+# given), then the code.
+lua() { # lua name "part ..." code
+  local name=$1 parts=$2 code=$3
+  {
+    echo "-- $name: moves an id from one list to another."
+    echo "--"
+    for p in $parts; do echo "-- $p: [1] …"; done
+    echo "$code"
+  } >"$tmp/lua/$name.lua"
+}
+all="KEYS ARGV Reply Derives"
+move="if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end -- 'job:' in a comment is fine
+redis.call('XADD', K_EVENTS, '*', 'id', ARGV[1])"
+
+# The clean tree.
+lua move "$all" "$move"
+lua plain "KEYS ARGV Reply" "return redis.call('GET', KEYS[1])"
+printf -- '-- lib_util: defines noop.\nlocal function noop() end\n' >"$tmp/lua/lib_util.lua"
+printf 'package x\n\nimport _ "embed"\n\n//go:embed lua/move.lua\nvar moveLua string\n' >"$tmp/x.go"
+printf 'package x\n\nvar snippet = `return redis.call(1)` // a test may hold Lua\n' >"$tmp/x_test.go"
+failures=0
+if ! out=$(bash "$tmp/scripts/lua-check.sh" 2>&1); then
+  echo "lua-check-test: the clean tree was refused:"
+  echo "$out"
+  failures=1
+fi
+
+# One bad file per case; each must be named in the output.
+bad=()
+for prefix in job: flow: message: runner: context: actor: queue: msg_ coord:; do
+  n="key_${prefix%:}"
+  lua "$n" "$all" "$move
+redis.call('DEL', '${prefix}' .. ARGV[1])"
+  bad+=("lua/$n.lua:")
+done
+printf -- "-- lib_key: defines k.\nlocal k = \"coord:x\"\n" >"$tmp/lua/lib_key.lua"
+bad+=("lua/lib_key.lua:")
+i=0
+for call in "redis.call('GET', KEYS[1])" "redis.pcall('GET', KEYS[1])" "server.call('GET', KEYS[1])"; do
+  i=$((i + 1))
+  printf 'package x\n\nvar bad%d = `return %s`\n' $i "$call" >"$tmp/gostring$i.go"
+  bad+=("gostring$i.go:")
+done
+lua unnamed "$all" "$move"
+sed -i '1s/.*/-- moves an id/' "$tmp/lua/unnamed.lua"
+bad+=("lua/unnamed.lua:")
+for part in KEYS ARGV Reply Derives; do
+  lua "no_$part" "$(sed "s/$part//" <<<"$all")" "$move"
+  bad+=("lua/no_$part.lua:")
+done
+printf -- '-- lib_other: defines nothing.\n' >"$tmp/lua/lib_misnamed.lua"
+bad+=("lua/lib_misnamed.lua:")
+
+rc=0
+out=$(bash "$tmp/scripts/lua-check.sh" 2>&1) || rc=$?
+if [ $rc -eq 0 ]; then
+  echo "lua-check-test: the tree with bad files passed"
+  failures=$((failures + 1))
+fi
+for b in "${bad[@]}"; do
+  if ! grep -qF "$b" <<<"$out"; then
+    echo "lua-check-test: lua-check did not name $b"
+    failures=$((failures + 1))
+  fi
+done
+for good in lua/move.lua lua/plain.lua lua/lib_util.lua x.go x_test.go; do
+  if grep -qF "$good" <<<"$out"; then
+    echo "lua-check-test: lua-check named $good, which is clean:"
+    grep -F "$good" <<<"$out"
+    failures=$((failures + 1))
+  fi
+done
+if [ $failures -ne 0 ]; then
+  echo "lua-check-test: $failures case(s) wrong; lua-check said:"
+  echo "$out"
+  exit 1
+fi
+echo "lua-check-test: ok (${#bad[@]} bad files refused)"
