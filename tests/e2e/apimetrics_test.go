@@ -25,18 +25,11 @@ var labelRe = regexp.MustCompile(`(\w+)="([^"]*)"`)
 // apiRequests reads hero_api_requests_total off the API's /metrics.
 func apiRequests(t *testing.T, api *harness.Proc) map[apiSeries]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + api.AdminAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
 	out := map[apiSeries]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		m := apiSeriesRe.FindStringSubmatch(sc.Text())
+	scrapeLines(t, api, func(line string) {
+		m := apiSeriesRe.FindStringSubmatch(line)
 		if m == nil {
-			continue
+			return
 		}
 		labels := map[string]string{}
 		for _, l := range labelRe.FindAllStringSubmatch(m[1], -1) {
@@ -44,14 +37,29 @@ func apiRequests(t *testing.T, api *harness.Proc) map[apiSeries]float64 {
 		}
 		v, err := strconv.ParseFloat(m[2], 64)
 		if err != nil {
-			t.Fatalf("%q: %v", sc.Text(), err)
+			t.Fatalf("%q: %v", line, err)
 		}
 		out[apiSeries{labels["transport"], labels["method"], labels["code"]}] += v
+	})
+	return out
+}
+
+// scrapeLines calls each with every line of a process's /metrics.
+func scrapeLines(t *testing.T, p *harness.Proc, each func(line string)) {
+	t.Helper()
+	resp, err := http.Get("http://" + p.AdminAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		each(sc.Text())
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return out
 }
 
 // TestAPIMetricCodes: hero_api_requests_total spells its code label one way on both
