@@ -1,8 +1,13 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -382,4 +387,51 @@ func TestHeroctlAPICallAndSecrets(t *testing.T) {
 	}
 	c.ok(opEnv, "secret", "revoke", fp)
 	c.fails([]string{"HERO_ADMIN_SECRET=" + secret}, 1, "operator secret is not valid", "secret", "list")
+}
+
+// flow logs -f follows a running flow: it prints the first job's header at once,
+// waits for that job (blocked until the test lets it go) and the next, and exits
+// when the last one has ended, with every job's log in the flow's order.
+func TestHeroctlFlowLogsFollow(t *testing.T) {
+	c := heroctlStack(t)
+	gate := filepath.Join(harness.ScratchDir(t), "go")
+	file := writeTemp(t, "gated.yaml", "jobs:\n  - {name: a, type: sh, script: 'while [ ! -e "+gate+" ]; do sleep 0.05; done; echo one'}\n  - {name: b, type: sh, script: 'echo two', depends: [a]}\n")
+	id := flowID(t, c.out(meEnv, "flow", "submit", file))
+	p, err := harness.PKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(c.s.BinDir, "heroctl"), "flow", "logs", id, "-f")
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HERO_ADDR=" + c.s.API.GRPCAddr, "HERO_CONFIG_DIR=" + c.s.ConfigDir,
+		"HERO_TLS_CA=" + p.Files("api").CA}, meEnv...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(stdout)
+	first, err := r.ReadString('\n')
+	if err != nil || !regexp.MustCompile(`^== job \d+ \(sh\) ==\n$`).MatchString(first) {
+		t.Fatalf("flow logs -f: first line %q %v; %s", first, err, stderr.String())
+	}
+	// It follows job a, which has not ended: the flow is still running.
+	if got := c.out(meEnv, "-o", "json", "flow", "get", id); !strings.Contains(got, `"status": "started"`) {
+		t.Fatalf("the flow is not running while its logs are followed:\n%s", got)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(r)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("flow logs -f: %v; %s", err, stderr.String())
+	}
+	if !regexp.MustCompile(`(?s)^one\n== job \d+ \(sh\) ==\ntwo\n$`).MatchString(string(rest)) {
+		t.Fatalf("flow logs -f after the first header:\n%s", rest)
+	}
 }
