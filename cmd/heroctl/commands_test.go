@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -128,7 +129,9 @@ func quoteAll(words []string) []string {
 	return out
 }
 
-// zsh loads the bash script through bashcompinit; fish gets its own.
+// zsh loads the bash script through bashcompinit; fish gets its own. Where the shell
+// is installed (CI installs both: .ci/run), its script is loaded and asked for
+// completions; elsewhere it is checked by content only.
 func TestCompletionZshFish(t *testing.T) {
 	zsh, _, code := heroctl(t, "completion", "zsh")
 	if code != 0 || !strings.HasPrefix(strings.SplitN(zsh, "\n", 2)[1], "autoload -U +X bashcompinit && bashcompinit") || !strings.Contains(zsh, "complete -F _heroctl heroctl") {
@@ -141,16 +144,59 @@ func TestCompletionZshFish(t *testing.T) {
 	if _, errOut, code := heroctl(t, "completion", "tcsh"); code != 2 || !strings.Contains(errOut, "want bash, zsh or fish") {
 		t.Errorf("completion tcsh: exit %d %q", code, errOut)
 	}
-	for _, sh := range []struct{ name, script string }{{"zsh", zsh}, {"fish", fish}} {
-		if _, err := exec.LookPath(sh.name); err != nil {
-			continue // the shell is not installed: its script was checked by content above
+	lines := map[string][]string{
+		"heroctl fl":               {"flow"},
+		"heroctl flow su":          {"submit"},
+		"heroctl flow submit --wa": {"--wait", "--watch"},
+		"heroctl job logs x -":     {"--caller", "-f"},
+	}
+	if _, err := exec.LookPath("zsh"); err == nil {
+		t.Run("zsh", func(t *testing.T) { zshCompletes(t, zsh, lines) })
+	}
+	if _, err := exec.LookPath("fish"); err == nil {
+		t.Run("fish", func(t *testing.T) { fishCompletes(t, fish, lines) })
+	}
+}
+
+// zshCompletes loads the zsh script and calls its function as zsh's bashcompinit
+// does (sh emulation, COMP_WORDS and COMP_CWORD set); zsh's own matcher narrows the
+// candidates to the typed prefix afterwards, so the wanted ones must be among them.
+func zshCompletes(t *testing.T, script string, lines map[string][]string) {
+	file := filepath.Join(t.TempDir(), "heroctl.zsh")
+	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prog := `compdef() { :; } # compinit's, which complete calls: not needed to call _heroctl
+source "$1"; shift
+emulate -L sh; setopt kshglob noshglob braceexpand nokshautoload
+COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=(); _heroctl; print -r -- "${COMPREPLY[*]}"`
+	for line, want := range lines {
+		args := append([]string{"-f", "-c", prog, "zsh", file}, strings.Fields(line)...)
+		out, err := exec.Command("zsh", args...).CombinedOutput()
+		got := strings.Fields(string(out))
+		for _, w := range want {
+			if err != nil || !slices.Contains(got, w) {
+				t.Errorf("zsh: complete %q: %q %v; want %q among them", line, out, err, w)
+			}
 		}
-		file := filepath.Join(t.TempDir(), "heroctl."+sh.name)
-		if err := os.WriteFile(file, []byte(sh.script), 0o644); err != nil {
-			t.Fatal(err)
+	}
+}
+
+// fishCompletes loads the fish script and asks fish (complete -C) for each line.
+func fishCompletes(t *testing.T, script string, lines map[string][]string) {
+	file := filepath.Join(t.TempDir(), "heroctl.fish")
+	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for line, want := range lines {
+		out, err := exec.Command("fish", "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, file, line).CombinedOutput()
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			got = append(got, strings.SplitN(l, "\t", 2)[0]) // a candidate, then its description
 		}
-		if out, err := exec.Command(sh.name, "-n", file).CombinedOutput(); err != nil {
-			t.Errorf("%s -n: %v %s", sh.name, err, out)
+		slices.Sort(got)
+		if err != nil || !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+			t.Errorf("fish: complete %q: %q %v; want %q", line, got, err, want)
 		}
 	}
 }

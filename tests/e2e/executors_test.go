@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -544,5 +545,50 @@ func TestExecutorPoolsPerContext(t *testing.T) {
 		if j.Status != "finished" || len(j.Result) == 0 {
 			t.Errorf("probe %v: %+v", probe, j)
 		}
+	}
+}
+
+// TestExamplesOnOneNode: every flow of examples/ says in its header which setup it
+// needs, and every one meant for a single node (all but the two-node one) finishes
+// when heroctl submits it with --wait to a stack whose runner has the example Python
+// executor, as docker-compose.yml's and scripts/local-stack.sh's do (make compose-test
+// runs them on the compose stack too).
+func TestExamplesOnOneNode(t *testing.T) {
+	s, _ := executorStack(t)
+	c := ctl{t: t, s: s}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "examples", "*.yaml"))
+	if err != nil || len(files) < 3 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	var ran []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		header, _, _ := strings.Cut(string(b), "\njobs:")
+		if !regexp.MustCompile(`(?m)^# Setup: `).MatchString(header) {
+			t.Errorf("%s: its header does not say which setup it needs (# Setup: …)", f)
+		}
+		if strings.Contains(header, "# Setup: TWO nodes") {
+			continue // make compose-two-nodes-test runs it
+		}
+		out, errOut := c.ok(meEnv, "flow", "submit", f, "--wait", "--max-wait", "90")
+		if !regexp.MustCompile(`status\s+finished`).MatchString(out) {
+			t.Errorf("%s did not finish:\n%s", f, out)
+		}
+		if filepath.Base(f) == "handlers.yaml" {
+			if logs := c.out(meEnv, "flow", "logs", flowID(t, errOut)); !strings.Contains(logs, "handler saw SIZE=42 bytes") {
+				t.Errorf("handlers.yaml: the last job did not read the handler's result:\n%s", logs)
+			}
+		}
+		ran = append(ran, filepath.Base(f))
+	}
+	if !slices.Contains(ran, "handlers.yaml") || !slices.Contains(ran, "diamond.yaml") {
+		t.Errorf("ran %v: want handlers.yaml and diamond.yaml among them", ran)
 	}
 }

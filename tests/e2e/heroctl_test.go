@@ -1,8 +1,13 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -264,13 +269,37 @@ func TestHeroctlJSONIsTheAPIs(t *testing.T) {
 		{[]string{"job", "list"}, "job.list", `{"context_id":1}`},
 		{[]string{"context", "get"}, "context.load", `{"id":1}`},
 		{[]string{"actor", "get", "1"}, "actor.load", `{"id":1}`},
+		{[]string{"runner", "get", "1"}, "runner.load", `{"context_id":1,"id":1}`},
+		{[]string{"runner", "list"}, "runner.list", `{"context_id":1}`},
+		{[]string{"dlq", "list"}, "dlq.list", `{"context_id":1}`},
 		{[]string{"events", "--flow", id}, "events.read", `{"context_id":1,"after":"0","flow_id":` + id + `}`},
 	} {
 		var fromCLI, fromAPI any
 		jsonOf(t, c.out(meEnv, append([]string{"-o", "json"}, tc.args...)...), &fromCLI)
 		jsonOf(t, c.out(meEnv, "api", "call", tc.method, tc.params), &fromAPI)
+		dropHeartbeats(fromCLI)
+		dropHeartbeats(fromAPI)
 		if !reflect.DeepEqual(fromCLI, fromAPI) {
 			t.Errorf("heroctl -o json %v differs from %s:\n%v\n%v", tc.args, tc.method, fromCLI, fromAPI)
+		}
+	}
+}
+
+// dropHeartbeats replaces the runner processes' last_heartbeat_ms (a second apart,
+// the two reads of a runner may see two heartbeats) when it is a number; anything
+// else stays, to differ.
+func dropHeartbeats(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		if n, ok := v["last_heartbeat_ms"].(float64); ok && n > 0 {
+			v["last_heartbeat_ms"] = "a time in ms"
+		}
+		for _, x := range v {
+			dropHeartbeats(x)
+		}
+	case []any:
+		for _, x := range v {
+			dropHeartbeats(x)
 		}
 	}
 }
@@ -358,4 +387,51 @@ func TestHeroctlAPICallAndSecrets(t *testing.T) {
 	}
 	c.ok(opEnv, "secret", "revoke", fp)
 	c.fails([]string{"HERO_ADMIN_SECRET=" + secret}, 1, "operator secret is not valid", "secret", "list")
+}
+
+// flow logs -f follows a running flow: it prints the first job's header at once,
+// waits for that job (blocked until the test lets it go) and the next, and exits
+// when the last one has ended, with every job's log in the flow's order.
+func TestHeroctlFlowLogsFollow(t *testing.T) {
+	c := heroctlStack(t)
+	gate := filepath.Join(harness.ScratchDir(t), "go")
+	file := writeTemp(t, "gated.yaml", "jobs:\n  - {name: a, type: sh, script: 'while [ ! -e "+gate+" ]; do sleep 0.05; done; echo one'}\n  - {name: b, type: sh, script: 'echo two', depends: [a]}\n")
+	id := flowID(t, c.out(meEnv, "flow", "submit", file))
+	p, err := harness.PKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(c.s.BinDir, "heroctl"), "flow", "logs", id, "-f")
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HERO_ADDR=" + c.s.API.GRPCAddr, "HERO_CONFIG_DIR=" + c.s.ConfigDir,
+		"HERO_TLS_CA=" + p.Files("api").CA}, meEnv...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(stdout)
+	first, err := r.ReadString('\n')
+	if err != nil || !regexp.MustCompile(`^== job \d+ \(sh\) ==\n$`).MatchString(first) {
+		t.Fatalf("flow logs -f: first line %q %v; %s", first, err, stderr.String())
+	}
+	// It follows job a, which has not ended: the flow is still running.
+	if got := c.out(meEnv, "-o", "json", "flow", "get", id); !strings.Contains(got, `"status": "started"`) {
+		t.Fatalf("the flow is not running while its logs are followed:\n%s", got)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(r)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("flow logs -f: %v; %s", err, stderr.String())
+	}
+	if !regexp.MustCompile(`(?s)^one\n== job \d+ \(sh\) ==\ntwo\n$`).MatchString(string(rest)) {
+		t.Fatalf("flow logs -f after the first header:\n%s", rest)
+	}
 }
