@@ -75,23 +75,36 @@ func (c *cgroups) String() string {
 	return "cgroup v1 under " + c.roots["memory"] + " (memory, pids, cpu)"
 }
 
-// removeEmpty removes the empty job cgroups under the parent (a cgroup with a process
-// left cannot be removed, and stays).
-func (c *cgroups) removeEmpty() {
-	roots := []string{c.root}
+// reapOrphans ends what is left in the job cgroups of runners that are gone, then
+// removes those cgroups. A runner killed while a job was being launched can leave the
+// job running: bwrap's inner process, set to die with its parent, loses that setting
+// when it changes to the job's user in its namespace, and outlives the killed runner
+// (and the outer bwrap) if it was still setting up. Every job joins its cgroup before
+// anything else, so what a gone runner left is found there, and ended before this
+// runner takes back the gone runner's jobs (a job must not run twice at once).
+func (c *cgroups) reapOrphans() {
+	orphans := map[string]*jobGroup{} // name → its directories, one per controller in v1
+	roots := map[string]string{"": c.root}
 	if !c.v2 {
-		roots = roots[:0]
-		for _, r := range c.roots {
-			roots = append(roots, r)
-		}
+		roots = c.roots
 	}
-	for _, r := range roots {
+	for ctl, r := range roots {
 		entries, _ := os.ReadDir(r)
 		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), "job-") && !ownerAlive(e.Name()) {
-				_ = os.Remove(filepath.Join(r, e.Name()))
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), "job-") || ownerAlive(e.Name()) {
+				continue
 			}
+			g := orphans[e.Name()]
+			if g == nil {
+				g = &jobGroup{v2: c.v2, dirs: map[string]string{}}
+				orphans[e.Name()] = g
+			}
+			g.dirs[ctl] = filepath.Join(r, e.Name())
 		}
+	}
+	for _, g := range orphans {
+		g.kill(5 * time.Second)
+		g.remove()
 	}
 }
 

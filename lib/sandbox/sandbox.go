@@ -110,7 +110,7 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 	if os.Geteuid() == 0 || writable(filepath.Join(defaultString(opt.CgroupBase, "/sys/fs/cgroup"), "cgroup.procs")) {
 		s.cg = detectCgroups(opt.CgroupBase, opt.CgroupParent)
 		if s.cg != nil {
-			s.cg.removeEmpty() // job cgroups a killed runner left
+			s.cg.reapOrphans() // what a killed runner left in its job cgroups
 		}
 	}
 	if opt.Mode == ModeBwrap {

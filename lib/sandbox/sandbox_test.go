@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -268,5 +269,67 @@ func TestStartLeavesLiveRunnersCgroups(t *testing.T) {
 		if _, err := os.Stat(d); !os.IsNotExist(err) {
 			t.Errorf("a gone runner's empty job cgroup stayed: %v", err)
 		}
+	}
+}
+
+// A runner starting on a host where another was killed ends the processes that runner
+// left in its job cgroups (a job caught mid-launch outlives it) and removes the
+// cgroups; a live runner's job keeps running.
+func TestStartEndsGoneRunnersJobs(t *testing.T) {
+	s := newSandbox(t)
+	if s.cg == nil {
+		t.Skip("no cgroups here")
+	}
+	other := exec.Command("sleep", "30") // stands for another runner process
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	// job starts a stand-in job process in cgroup g.
+	job := func(g *jobGroup) *exec.Cmd {
+		t.Helper()
+		c := exec.Command("sleep", "30")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		for _, f := range g.procsFiles() {
+			if err := os.WriteFile(f, []byte(strconv.Itoa(c.Process.Pid)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c
+	}
+	live, err := s.cg.create(fmt.Sprintf("job-%d-1", other.Process.Pid), Limits{Pids: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { live.kill(time.Second); live.remove() }()
+	dead, err := s.cg.create(fmt.Sprintf("job-%d-1", gone.Process.Pid), Limits{Pids: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { dead.kill(time.Second); dead.remove() }()
+	liveJob, orphan := job(live), job(dead)
+	ended := make(chan error, 1)
+	go func() { ended <- orphan.Wait() }()
+
+	newSandbox(t) // a runner's start
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gone runner's job still runs after a runner started")
+	}
+	for _, d := range dead.dirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("the gone runner's job cgroup stayed: %v", err)
+		}
+	}
+	if err := liveJob.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the live runner's job was ended: %v", err)
 	}
 }
