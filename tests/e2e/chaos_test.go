@@ -392,10 +392,17 @@ func (ch *chaosRun) checkFlow(c *harness.Client, id uint32, lines map[string][]c
 	}
 }
 
+// chaosLaunchBound bounds how long before its script's first line a job's run was
+// launched (claimed, its sandbox set up): a runner killed that long before a job's
+// first start may have launched it.
+const chaosLaunchBound = 2 * time.Second
+
 // checkJobLedger reads a job's ledger lines (l; its flow ended with flowStatus). A
-// run again after a runner kill between its starts is expected (the process died,
-// maybe after the script ended and before its end was written); any other second
-// run or second end is a fault.
+// run again after a runner kill between its starts, or during the launch of its first
+// run (a run the killed runner launched, which the next runner's start ends), is
+// expected (the process died, maybe after the script ended and before its end was
+// written); any other second run, or a second end without a kill between the starts,
+// is a fault.
 func (ch *chaosRun) checkJobLedger(key string, l []chaosLine, flowStatus string) {
 	rep := &ch.rep
 	ends, startTimes := 0, []int64{}
@@ -406,21 +413,26 @@ func (ch *chaosRun) checkJobLedger(key string, l []chaosLine, flowStatus string)
 			startTimes = append(startTimes, x.ms)
 		}
 	}
-	killed := false
+	killed := false // a runner kill between the job's starts
 	if len(startTimes) > 1 {
 		sort.Slice(startTimes, func(a, b int) bool { return startTimes[a] < startTimes[b] })
+		first, last := startTimes[0], startTimes[len(startTimes)-1]
+		atLaunch := false // a runner kill while the first run was being launched
 		for _, k := range rep.runnerKills {
-			if k.UnixMilli() >= startTimes[0] && k.UnixMilli() <= startTimes[len(startTimes)-1] {
-				killed = true
-			}
+			ms := k.UnixMilli()
+			killed = killed || (ms >= first && ms <= last)
+			atLaunch = atLaunch || (ms < first && ms >= first-chaosLaunchBound.Milliseconds())
 		}
-		if killed {
+		if killed || atLaunch {
 			rep.rerunAfterKill = append(rep.rerunAfterKill, key)
 		} else {
 			rep.rerunOther = append(rep.rerunOther, key)
 		}
 	}
 	switch {
+	// Two ends are expected only when the first run ended before the kill (its end not
+	// yet written): a run launched by a runner killed meanwhile is ended by the next
+	// runner's start (lib/sandbox), never completed.
 	case ends > 1 && killed:
 		rep.endedBeforeKill++
 	case ends > 1:
