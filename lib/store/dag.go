@@ -272,7 +272,7 @@ func parseIDs(vals []any) []uint32 {
 }
 
 // dispatchScript: see lua/dispatch.lua.
-var dispatchScript = stateScript("dispatch.lua")
+var dispatchScript = stateScript("dispatch.lua", "lib_wake.lua", "lib_route.lua")
 
 // listSep is what goes before the next item of a JSON list being built: its opening
 // bracket, then commas.

@@ -220,13 +220,15 @@ func TestGroupRequestRoutedWholeOrSplit(t *testing.T) {
 	ctx := context.Background()
 	db := mustCtx(t, s, 18)
 	rc := srv.Client(t, 18)
-	rc.HSet(ctx, "coord:script_types", "sh", 1, "v", 0)
 	wakeRunner1(t, db.ContextID, "queue:sh")
 	f, jobs := flowWith(t, s, db, 3)
+	// Dispatched while no runner serves sh: the request goes to msg_out; served by the
+	// claim, the claim routes it.
 	res, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0)
 	if err != nil || res[0].MsgKey == "" || res[0].MsgKey != res[2].MsgKey {
 		t.Fatalf("dispatch: %+v %v", res, err)
 	}
+	rc.HSet(ctx, "coord:script_types", "sh", 1, "v", 0)
 	cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
 	if err != nil || len(cms) != 0 || len(routed) != 3 {
 		t.Fatalf("claim: %d claimed, routed %+v, %v; want the three jobs routed", len(cms), routed, err)
@@ -760,9 +762,9 @@ func TestClaimMessagesRoutesPlainJobRequests(t *testing.T) {
 	rc := srv.Client(t, 16)
 	rc.HSet(ctx, keys.Job(1, jobs[2].ID), "runner_id", 7)     // pinned
 	rc.HSet(ctx, keys.Job(1, jobs[3].ID), "script_type", "v") // nobody serves v
-	rc.HSet(ctx, "coord:script_types", "sh", 2, "v", 0)
 	wakeRunner1(t, db.ContextID, "queue:sh")
-	dispatchEach(t, db, f.ID, jobs)
+	dispatchEach(t, db, f.ID, jobs) // while nobody serves sh: onto msg_out
+	rc.HSet(ctx, "coord:script_types", "sh", 2, "v", 0)
 	cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
 	if err != nil {
 		t.Fatal(err)
@@ -808,9 +810,9 @@ func TestClaimMessagesRoutesHandlerJobs(t *testing.T) {
 	rc.HSet(ctx, keys.Job(1, jobs[0].ID), "function_name", "go#noop", "script_type", "")
 	rc.HSet(ctx, keys.Job(1, jobs[1].ID), "function_name", "py#noop", "script_type", "")
 	rc.HSet(ctx, keys.Job(1, jobs[2].ID), "function_name", "go#other", "script_type", "sh")
-	rc.HSet(ctx, keys.Executors, "go", 1, "py", 0)
 	wakeRunner1(t, db.ContextID, "queue:exec:go")
-	dispatchEach(t, db, f.ID, jobs)
+	dispatchEach(t, db, f.ID, jobs) // while no runner has go: onto msg_out
+	rc.HSet(ctx, keys.Executors, "go", 1, "py", 0)
 	cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
 	if err != nil {
 		t.Fatal(err)
@@ -838,13 +840,13 @@ func TestClaimMessagesRoutesManyGroups(t *testing.T) {
 	const n = 8500
 	f, jobs := flowWith(t, s, db, n)
 	rc := srv.Client(t, 20)
-	rc.HSet(ctx, "coord:script_types", "sh", 1)
 	wakeRunner1(t, db.ContextID, "queue:sh")
-	for i := 0; i < n; i += 256 {
+	for i := 0; i < n; i += 256 { // while nobody serves sh: onto msg_out
 		if _, err := db.DispatchMany(ctx, f.ID, 1, jobs[i:min(i+256, n)], "scheduler", 0); err != nil {
 			t.Fatal(err)
 		}
 	}
+	rc.HSet(ctx, "coord:script_types", "sh", 1)
 	_, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 64, store.Wake{}, true)
 	if err != nil || len(routed) != n {
 		t.Fatalf("routed %d jobs (%v), want %d", len(routed), err, n)
@@ -1070,9 +1072,11 @@ func TestHandlerRequestsRoutedByClaim(t *testing.T) {
 	ctx := context.Background()
 	db := mustCtx(t, s, 23)
 	rc := srv.Client(t, 23)
-	rc.HSet(ctx, keys.ScriptTypes, "sh", 1)
-	rc.HSet(ctx, keys.Executors, "go", 1, "gone", 0)
 	wakeRunner1(t, db.ContextID, "queue:exec:go")
+	serve := func() {
+		rc.HSet(ctx, keys.ScriptTypes, "sh", 1)
+		rc.HSet(ctx, keys.Executors, "go", 1, "gone", 0)
+	}
 	handlers := func(fns ...string) func(ids []uint32) {
 		return func(ids []uint32) {
 			for i, fn := range fns {
@@ -1085,9 +1089,10 @@ func TestHandlerRequestsRoutedByClaim(t *testing.T) {
 	// go#noop and go#echo to the executor's queue; "#plain" names no executor: its
 	// script type's queue.
 	f, jobs := flowWithSetup(t, s, db, 4, handlers("go#noop", "go#echo", "#plain", ""))
-	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0); err != nil {
+	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0); err != nil { // served by none yet: msg_out
 		t.Fatal(err)
 	}
+	serve()
 	cms, routed, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
 	if err != nil || len(cms) != 0 || len(routed) != 4 {
 		t.Fatalf("claim: %d claimed, routed %+v, %v; want the four jobs routed", len(cms), routed, err)
@@ -1258,5 +1263,60 @@ func TestLoadDispatchJobs(t *testing.T) {
 	}
 	if _, err := db.LoadDispatchJobs(ctx, 1, []uint32{jobs[0].ID, 999999}); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "999999") {
 		t.Fatalf("a missing job: %v", err)
+	}
+}
+
+// Dispatch routes what a runner of this node can take itself, as the router's claim
+// would (lib_route): a group of plain jobs onto their queue in order, its message
+// acknowledged, a wake token per job and none for the router; a job of its own for an
+// executor onto queue:exec:<executor>; a group with a pinned job goes whole to msg_out
+// for the router (which splits it), as does a job nobody here takes.
+func TestDispatchRoutesWhatARunnerHereTakes(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 28)
+	rc := srv.Client(t, 28)
+	rc.HSet(ctx, keys.ScriptTypes, "sh", 1)
+	rc.HSet(ctx, keys.Executors, "go", 1)
+	wakeRunner1(t, db.ContextID, "queue:sh")
+	wakeRunner1(t, db.ContextID, "queue:exec:go")
+	f, jobs := flowWith(t, s, db, 3)
+	res, err := db.DispatchMany(ctx, f.ID, 1, jobs, "scheduler", 0)
+	if err != nil || res[0].MsgKey == "" || res[0].MsgKey != res[2].MsgKey {
+		t.Fatalf("dispatch: %+v %v", res, err)
+	}
+	q := rc.LRange(ctx, "queue:sh", 0, -1).Val()
+	if len(q) != 3 || q[2] != keys.Job(1, jobs[0].ID) || q[0] != keys.Job(1, jobs[2].ID) {
+		t.Fatalf("queue:sh %v: want the three jobs in dispatch order", q)
+	}
+	if st := rc.HGet(ctx, res[0].MsgKey, "status").Val(); st != string(model.MessageAcknowledged) || rc.LLen(ctx, keys.MsgOut).Val() != 0 {
+		t.Fatalf("group request %q, msg_out %d: want acknowledged, nothing for the router", st, rc.LLen(ctx, keys.MsgOut).Val())
+	}
+	if n, w := wakeTokens(t, 28, "queue:sh"), srv.Client(t, 0).LLen(ctx, keys.WakeMsgOut).Val(); n != 3 || w != 0 {
+		t.Fatalf("%d runner wake tokens, %d router tokens: want 3 and 0", n, w)
+	}
+	if st := rc.HGet(ctx, keys.Job(1, jobs[1].ID), "status").Val(); st != string(model.JobDispatched) {
+		t.Fatalf("job %d is %q", jobs[1].ID, st)
+	}
+
+	// A handler job of its own goes to its executor's queue.
+	f2, jobs2 := flowWithSetup(t, s, db, 1, func(ids []uint32) { rc.HSet(ctx, keys.Job(1, ids[0]), "function_name", "go#noop") })
+	dispatchEach(t, db, f2.ID, jobs2)
+	if q := rc.LRange(ctx, "queue:exec:go", 0, -1).Val(); len(q) != 1 || q[0] != keys.Job(1, jobs2[0].ID) {
+		t.Fatalf("queue:exec:go %v", q)
+	}
+
+	// A group with a job nobody here serves, and a pinned job: msg_out, for the router.
+	f3, jobs3 := flowWithSetup(t, s, db, 2, func(ids []uint32) { rc.HSet(ctx, keys.Job(1, ids[1]), "script_type", "v") })
+	if _, err := db.DispatchMany(ctx, f3.ID, 1, jobs3, "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	f4, jobs4 := flowWithSetup(t, s, db, 1, func(ids []uint32) { rc.HSet(ctx, keys.Job(1, ids[0]), "runner_id", 7) })
+	dispatchEach(t, db, f4.ID, jobs4)
+	if n, w := rc.LLen(ctx, keys.MsgOut).Val(), srv.Client(t, 0).LLen(ctx, keys.WakeMsgOut).Val(); n != 2 || w != 2 {
+		t.Fatalf("msg_out %d, router tokens %d: want the group whole and the pinned job's request, a token each", n, w)
+	}
+	if n := rc.LLen(ctx, "queue:sh").Val(); n != 3 {
+		t.Fatalf("queue:sh holds %d jobs: the group's plain job went without its group", n)
 	}
 }

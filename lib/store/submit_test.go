@@ -12,9 +12,10 @@ import (
 )
 
 // SubmitJobs (lua/submit.lua) writes, per new job: its hash (dispatched, attempt 1),
-// both job indexes, job.created and job.dispatched, one request message on msg_out
-// tracked for the job, a router wake token, the uniqueness key with its TTL; a unique
-// key or a chosen id that names a job returns it; a conflict writes nothing; a
+// both job indexes, job.created and job.dispatched, one request message tracked for
+// the job, acknowledged, and the job on queue:sh with a wake token of runner 1 (a
+// runner here serves sh: no router in between), the uniqueness key with its TTL; a
+// unique key or a chosen id that names a job returns it; a conflict writes nothing; a
 // reserved id that a caller chose is skipped.
 func TestSubmitJobsEffects(t *testing.T) {
 	s := open(t)
@@ -57,8 +58,8 @@ func TestSubmitJobsEffects(t *testing.T) {
 	if err != nil || !again[0].Existing || again[0].Job.ID != a.ID || again[0].Job.Script != "echo a" {
 		t.Fatalf("unique key again: %+v, %v", again, err)
 	}
-	if n := rdb.LLen(ctx, keys.MsgOut).Val(); n != 2 {
-		t.Errorf("a unique hit pushed a message (msg_out holds %d)", n)
+	if n := rdb.LLen(ctx, "queue:sh").Val(); n != 2 {
+		t.Errorf("a unique hit queued a job (queue:sh holds %d)", n)
 	}
 
 	// A chosen id with other content refuses the call: nothing of the batch is written.
@@ -68,16 +69,17 @@ func TestSubmitJobsEffects(t *testing.T) {
 	if !errors.As(err, &ee) || ee.Field != "script" {
 		t.Fatalf("conflicting chosen id: %v", err)
 	}
-	if after := rdb.DBSize(ctx).Val(); after != before || rdb.LLen(ctx, keys.MsgOut).Val() != 2 {
-		t.Errorf("a refused batch wrote: %d keys before, %d after", before, after)
+	if after := rdb.DBSize(ctx).Val(); after != before || rdb.LLen(ctx, "queue:sh").Val() != 2 {
+		t.Errorf("a refused batch wrote: %d keys before, %d after, queue:sh %d", before, after, rdb.LLen(ctx, "queue:sh").Val())
 	}
 }
 
 // checkSubmittedWritten: what SubmitJobs wrote for job id of context 1, submitted
 // as "echo a" with unique key "k" (one minute) in a call of two new jobs: its hash
 // (dispatched, attempt 1), both job indexes, one job.created and one
-// job.dispatched, two request messages on msg_out (one tracked for the job), two
-// router wake tokens, and the uniqueness key with its TTL.
+// job.dispatched, its request message tracked for it and acknowledged, the two jobs
+// on queue:sh (this one first), two wake tokens for runner 1 and none for the router,
+// and the uniqueness key with its TTL.
 func checkSubmittedWritten(t *testing.T, id uint32) {
 	t.Helper()
 	ctx := context.Background()
@@ -104,14 +106,18 @@ func checkSubmittedWritten(t *testing.T, id uint32) {
 	if created != 1 || dispatched != 1 {
 		t.Errorf("events: %d job.created, %d job.dispatched for job %d; want 1 each", created, dispatched, id)
 	}
-	if n := rdb.LLen(ctx, keys.MsgOut).Val(); n != 2 {
-		t.Errorf("msg_out holds %d messages; want 2", n)
+	if q := rdb.LRange(ctx, "queue:sh", 0, -1).Val(); len(q) != 2 || q[1] != keys.Job(1, id) || rdb.LLen(ctx, keys.MsgOut).Val() != 0 {
+		t.Errorf("queue:sh holds %v, msg_out %d; want both jobs queued, this one at the consuming end, msg_out empty", q, rdb.LLen(ctx, keys.MsgOut).Val())
 	}
-	if n := rdb.SCard(ctx, "coord:jobmsgs:"+member).Val(); n != 1 {
-		t.Errorf("job %d tracks %d messages; want 1", id, n)
+	msgs := rdb.SMembers(ctx, "coord:jobmsgs:"+member).Val()
+	if len(msgs) != 1 {
+		t.Fatalf("job %d tracks %d messages; want 1", id, len(msgs))
 	}
-	if n := srv.Client(t, 0).LLen(ctx, keys.WakeMsgOut).Val(); n != 2 {
-		t.Errorf("coord:wake:msg_out holds %d tokens; want 2", n)
+	if st := rdb.HGet(ctx, "message:1:"+msgs[0], "status").Val(); st != "acknowledged" {
+		t.Errorf("its request message is %q; want acknowledged (routed by the submission)", st)
+	}
+	if n, w := wakeTokens(t, 1, "queue:sh"), srv.Client(t, 0).LLen(ctx, keys.WakeMsgOut).Val(); n != 2 || w != 0 {
+		t.Errorf("runner 1 holds %d wake tokens, the router %d; want 2 and 0", n, w)
 	}
 	if v, ttl := rdb.Get(ctx, keys.Unique("k")).Val(), rdb.PTTL(ctx, keys.Unique("k")).Val(); v != member || ttl <= 0 || ttl > time.Minute {
 		t.Errorf("unique key: %q ttl %v", v, ttl)
@@ -160,8 +166,8 @@ func TestSubmitJobsOneCall(t *testing.T) {
 	if out[2].Existing || !out[3].Existing || out[3].Job.ID != 7 || out[3].Job.Script != "echo c" {
 		t.Errorf("the same chosen id twice in one call: %+v %+v", out[2], out[3])
 	}
-	if n := rdb.LLen(ctx, keys.MsgOut).Val(); n != 2 {
-		t.Errorf("msg_out holds %d messages; want 2 (two jobs created)", n)
+	if n := rdb.LLen(ctx, "queue:sh").Val(); n != 2 {
+		t.Errorf("queue:sh holds %d jobs; want 2 (two jobs created)", n)
 	}
 	actors := map[string]string{}
 	for _, e := range rdb.XRange(ctx, keys.Events, "-", "+").Val() {
@@ -225,7 +231,7 @@ func TestSubmitGuarded(t *testing.T) {
 	if _, err := s.SubmitGuarded(ctx, 1, []store.Submission{{Job: shJob(1, 0, "echo b"), Actor: "1"}}, guard); !errors.Is(err, store.ErrContextChanged) {
 		t.Fatalf("after an update of executors: %v", err)
 	}
-	if after := rdb.DBSize(ctx).Val(); after != before || rdb.LLen(ctx, keys.MsgOut).Val() != 1 {
+	if after := rdb.DBSize(ctx).Val(); after != before || rdb.LLen(ctx, "queue:sh").Val() != 1 {
 		t.Errorf("a refused submission wrote: %d keys before, %d after", before, after)
 	}
 	_, h, err = s.LoadContextHash(ctx, 1)

@@ -117,8 +117,8 @@ func TestSubmitGroupsConcurrent(t *testing.T) {
 	if total != n || largest < 2 || largest > maxGroupJobs {
 		t.Errorf("store calls of %v jobs: want %d jobs in all, groups of 2 to %d", sizes, n, maxGroupJobs)
 	}
-	if l := rdb.LLen(context.Background(), keys.MsgOut).Val(); l != n {
-		t.Errorf("msg_out holds %d requests; want %d", l, n)
+	if l := rdb.LLen(context.Background(), keys.Queue("sh")).Val(); l != n {
+		t.Errorf("queue:sh holds %d jobs; want %d", l, n)
 	}
 }
 
@@ -168,8 +168,8 @@ func TestSubmitGroupsOutcomes(t *testing.T) {
 	if got := rec.sizes(); len(got) != 7 || got[6] != 2 {
 		t.Errorf("store calls %v; want the last of 2 jobs", got)
 	}
-	if n := srv.Client(t, 1).LLen(ctx, keys.MsgOut).Val(); n != 4 {
-		t.Errorf("msg_out holds %d requests; want 4 (a, u1, 4242, v1)", n)
+	if n := srv.Client(t, 1).LLen(ctx, keys.Queue("sh")).Val(); n != 4 {
+		t.Errorf("queue:sh holds %d jobs; want 4 (a, u1, 4242, v1)", n)
 	}
 }
 
@@ -200,8 +200,8 @@ func TestSubmitGroupsShutdown(t *testing.T) {
 	if stored == 0 {
 		t.Error("nothing was stored: the held call's job at least was")
 	}
-	if l := srv.Client(t, 1).LLen(context.Background(), keys.MsgOut).Val(); l != int64(stored) {
-		t.Errorf("msg_out holds %d requests; %d submissions were answered as stored", l, stored)
+	if l := srv.Client(t, 1).LLen(context.Background(), keys.Queue("sh")).Val(); l != int64(stored) {
+		t.Errorf("queue:sh holds %d jobs; %d submissions were answered as stored", l, stored)
 	}
 	if _, err := g.add(context.Background(), 1, nil, shSub("2", "echo late")); !errors.Is(err, errShuttingDown) {
 		t.Errorf("a submission after shutdown: %v", err)
@@ -268,7 +268,7 @@ func TestSubmitGroupsPerServer(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if n := b.Client(t, 2).LLen(ctx, keys.MsgOut).Val(); n != 1 {
+	if n := b.Client(t, 2).LLen(ctx, keys.Queue("sh")).Val(); n != 1 {
 		t.Errorf("context 2 (server b) has %d requests; want 1", n)
 	}
 }

@@ -1,12 +1,12 @@
 -- claim_message: claims up to max messages of msg_out or msg_in and reads what
 -- routing them needs, in one round trip.
 --
--- With route, a job request whose job names no runner and whose executor (a handler
--- job, "executor#handler") some runner has, or whose script type some runner serves, is
--- routed by the script itself, with no lease: the message is
--- acknowledged and the job key pushed onto queue:<script_type> with its wake tokens
--- (lib_wake: one per runner id that may take it; what the router would do; the script
--- is atomic, so no crash can fall in between). A job request of several jobs (field
+-- With route, a job request whose job a runner of this node can take (lib_route's
+-- route_queue: it names no runner, and some runner has its executor or serves its
+-- script type) is routed by the script itself, with no lease: the message is
+-- acknowledged and the job key pushed onto its queue with its wake tokens (lib_wake:
+-- one per runner id that may take it; what the router would do; the script is atomic,
+-- so no crash can fall in between). A job request of several jobs (field
 -- job_ids) is routed so if every one of its jobs is plain; otherwise it is claimed
 -- whole, for the router to split (split_request). Every other message is claimed:
 -- moved to the processing list under a lease.
@@ -28,56 +28,20 @@
 
 local JOB_FIELDS = {'id', 'caller_id', 'context_id', 'flow_id', 'script_type', 'runner_id', 'attempt', 'status', 'function_name'} -- RoutingJobFields (a test checks)
 local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]
-local out, routed, types = {}, {}, nil
-local tokens, targets = {}, {}
+local out = {}
 local taken = 0
--- queue_for is the queue a plain job goes to with route: it names no runner, and some
--- runner has its executor (a handler job "executor#handler": queue:exec:<executor>) or
--- serves its script type (nil: the router decides, and refuses it with the reason).
-local served = {} -- executor -> queue or false, read once per claim
-local function queue_for(id, runner, stype, fn)
-  if not route or not id or (runner or '0') ~= '0' then return nil end
-  local exec = fn and string.match(fn, '^([^#]+)#') -- "#handler" names no executor: its script type's
-  if exec then
-    if served[exec] == nil then
-      served[exec] = (tonumber(redis.call('HGET', K_EXECUTORS, exec)) or 0) > 0 and (K_EXEC_QUEUE .. exec)
-    end
-    return served[exec] or nil
-  end
-  if (stype or '') == '' then return nil end
-  if not types then types = redis.call('HGETALL', K_SCRIPT_TYPES) end
-  for i = 1, #types, 2 do
-    if types[i] == stype and (tonumber(types[i + 1]) or 0) > 0 then return K_QUEUE .. stype end
-  end
-  return nil
-end
--- group_target is queue_for for a job: it reads only what that needs.
-local function group_target(jk)
-  if not route then return nil end
-  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name')
-  return queue_for(v[1], v[2], v[3], v[4])
-end
--- routing is the queue a job goes to (routed here), or else (nil) the job's routing
--- fields (jh: a flat list) for the router, with the script types.
+-- routing is the queue a job goes to (routed here, lib_route), or else (nil) the job's
+-- routing fields (jh: a flat list) for the router, with the script types.
 local function routing(jk)
-  local target = group_target(jk)
+  local target = route and route_target(jk)
   if target then return {}, target end
   local v = redis.call('HMGET', jk, unpack(JOB_FIELDS))
   local jh = {}
   for k = 1, #JOB_FIELDS do
     if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k] end
   end
-  if not types then types = redis.call('HGETALL', K_SCRIPT_TYPES) end
+  if not route_types then route_types = redis.call('HGETALL', K_SCRIPT_TYPES) end
   return jh, nil
-end
-local pending = {} -- target -> job keys to push, pushed once per target at the end
-local function enqueue(jk, target)
-  if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target; pending[target] = {} end
-  tokens[target] = tokens[target] + 1
-  local p = pending[target]
-  p[#p + 1] = jk
-  routed[#routed + 1] = jk
-  routed[#routed + 1] = target
 end
 for n = 1, max do
   local item = redis.call('RPOP', KEYS[1])
@@ -92,12 +56,12 @@ for n = 1, max do
     local jobs = {}
     for id in string.gmatch(ids, '%d+') do
       local jk = K_JOB .. (kj[4] or '') .. ':' .. id
-      local target = group_target(jk)
+      local target = route and route_target(jk)
       if not target then jobs = nil; break end
       jobs[#jobs + 1] = {jk, target}
     end
     if jobs and #jobs > 0 then
-      for _, j in ipairs(jobs) do enqueue(j[1], j[2]) end
+      for _, j in ipairs(jobs) do route_add(j[1], j[2]) end
       done = true
     end
   elseif kind == 'job_request' then
@@ -116,7 +80,7 @@ for n = 1, max do
       local target
       jh, target = routing(jk)
       if target then
-        enqueue(jk, target)
+        route_add(jk, target)
         done = true
       end
     end
@@ -135,19 +99,11 @@ for n = 1, max do
   end
 end
 if taken == 0 then return false end
--- lpush_all pushes the values of list vs onto key in order, in chunks: unpack fails
--- beyond ~8,000 values, and one claim can route 64 groups of 256 jobs.
-local function lpush_all(key, vs)
-  for i = 1, #vs, 1000 do redis.call('LPUSH', key, unpack(vs, i, math.min(i + 999, #vs))) end
-end
 -- The routed jobs, in the order they were routed.
-for _, t in ipairs(targets) do lpush_all(t, pending[t]) end
-local wakers = {}
-for _, t in ipairs(targets) do wakers[t] = wake_targets(t) end
+local nq = route_push()
 local extra = 0
 if ARGV[6] ~= '-' then extra = taken - tonumber(ARGV[6]) end
-if extra > 0 or #targets > 0 then redis.call('SELECT', 0) end
+if extra > 0 or nq > 0 then redis.call('SELECT', 0) end
 if extra > 0 then redis.call('LREM', KEYS[4], extra, ARGV[5]) end
-for _, t in ipairs(targets) do wake_runners(ARGV[8], t, wakers[t], tokens[t]) end
-if #targets > 0 then mark_busy(ARGV[8]) end
-return {types or {}, out, routed}
+route_wake(ARGV[8])
+return {route_types or {}, out, route_routed}

@@ -1,9 +1,12 @@
--- dispatch: sends ready nodes of a flow (or one standalone job) to the router. For each
+-- dispatch: sends ready nodes of a flow (or one standalone job) on their way. For each
 -- job it checks the node is ready (and its retry due), marks node and job dispatched and
--- records the event; a job of its own gets its message stored and pushed on msg_out at
--- once; the group's jobs share one message (its job list names the jobs dispatched:
--- the list given when that is every grouped job, else cut from it; job_ids their ids),
--- stored and pushed after them. One wake token per message. A local request message
+-- records the event; a job of its own gets its message stored at once; the group's jobs
+-- share one message (its job list names the jobs dispatched: the list given when that
+-- is every grouped job, else cut from it; job_ids their ids), stored after them. A
+-- message whose jobs a runner of this node can take (lib_route) is routed here, as the
+-- router's claim would: acknowledged, its jobs pushed onto their queues with the
+-- runners' wake tokens; any other is pushed on msg_out for the router, one wake token
+-- per message. A local request message
 -- names its jobs (ids only, field job_ref "1"; lib/store's msgref.go) and stores no
 -- nodes: readers get both from the jobs' hashes.
 --
@@ -20,8 +23,11 @@
 -- Reply: per job {message key, attempt}, or {"", why it was not dispatched}.
 -- Derives: context DB: job:<caller>:<id> of the jobs named in ARGV,
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
---   coord:idx:jobs:<status>, coord:jobmsgs:…/coord:flowmsgs:<flow>, coord:events;
---   DB 0 (SELECT 0, last): coord:wake:msg_out, coord:busy.
+--   coord:idx:jobs:<status>, coord:jobmsgs:…/coord:flowmsgs:<flow>, coord:events,
+--   and lib_route's coord:executors, coord:script_types, queue:<type>,
+--   queue:exec:<executor>, coord:wakers:<queue>; DB 0 (SELECT 0, last):
+--   coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
+--   coord:busy.
 
 local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local ready_ms = ARGV[7]
@@ -81,8 +87,14 @@ while i <= #ARGV do
     else
       local mk = store_message(caller, first, now_ms, last)
       track_msg(caller, id, mk)
-      redis.call('LPUSH', KEYS[1], mk)
-      pushed = pushed + 1
+      local q = route_target(jk)
+      if q then
+        redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
+        route_add(jk, q)
+      else
+        redis.call('LPUSH', KEYS[1], mk)
+        pushed = pushed + 1
+      end
       out[#out + 1] = {mk, tonumber(attempt)}
     end
   end
@@ -99,8 +111,24 @@ if #gids > 0 then
   local mk = store_message(caller, gfirst, now_ms, glast, {'job', gjson, 'job_ids', table.concat(gids, ' ')})
   track_msg(caller, gids[1], mk, flow)
   for _, n in ipairs(gslots) do out[n][1] = mk end
-  redis.call('LPUSH', KEYS[1], mk)
-  pushed = pushed + 1
+  -- Routed here when a runner of this node can take every one of its jobs.
+  local qs = {}
+  for k, id in ipairs(gids) do
+    qs[k] = route_target(K_JOB .. caller .. ':' .. id)
+    if not qs[k] then qs = nil; break end
+  end
+  if qs then
+    redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
+    for k, id in ipairs(gids) do route_add(K_JOB .. caller .. ':' .. id, qs[k]) end
+  else
+    redis.call('LPUSH', KEYS[1], mk)
+    pushed = pushed + 1
+  end
 end
+local nq = route_push()
 wake_msg_out(ctx, pushed)
+if nq > 0 then
+  redis.call('SELECT', 0)
+  route_wake(ctx)
+end
 return out

@@ -1,12 +1,15 @@
 -- submit: job.submit and job.submit_batch. Creates standalone jobs and dispatches
 -- them in one step (the job hash, its indexes, job.created and job.dispatched events,
--- the job request message on msg_out and the router's wake token), so that a submitted
--- job is never stored without being dispatched, whatever process dies when. The jobs
+-- the job request message, and then either the job on its queue with the runners' wake
+-- tokens when a runner of this node can take it (lib_route: the message acknowledged,
+-- as the router's claim would) or the message on msg_out with the router's wake
+-- token), so that a submitted job is never stored without being dispatched, whatever
+-- process dies when. The jobs
 -- of one call may come from several callers (supervisor-daemon groups concurrent
 -- submissions into one call): each job carries its actor, and the jobs are taken in
 -- order, each seeing what the ones before it wrote (a uniqueness key, a chosen id).
--- Runs after the prelude and lib_state (index_job, event, store_message, track_msg,
--- wake_msg_out, int).
+-- Runs after the prelude, lib_state (index_job, event, store_message, track_msg,
+-- wake_msg_out, int), lib_wake and lib_route.
 --
 -- KEYS: per job i (1-based), KEYS[2i-1] the job's key (job:<caller>:<id>) and
 --   KEYS[2i] its uniqueness key (keys.Unique, coord:unique:<unique_key>; "" for none).
@@ -21,7 +24,10 @@
 -- Derives: context:<ctx> (the guard), job:<caller>:<id> of the job a uniqueness
 --   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
 --   coord:idx:jobs[:status], coord:seq:message, message:<caller>:<n>,
---   coord:jobmsgs:<caller>:<id>, msg_out; DB 0: coord:wake:msg_out, coord:busy).
+--   coord:jobmsgs:<caller>:<id>, msg_out), lib_route's (coord:executors,
+--   coord:script_types, queue:<type>, queue:exec:<executor>, coord:wakers:<queue>); DB
+--   0: coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
+--   coord:busy.
 -- Reply: {'ok', per job {1, id} created and dispatched, or {2, "<caller>:<id>", the
 --   existing job's hash as field/value items} the job a uniqueness key or a chosen id
 --   (by a job before it in the call, too) already names}; nothing is written when the
@@ -111,11 +117,22 @@ for _, j in ipairs(jobs) do
     event(EV_JOB_DISPATCHED, j.actor, now_ms, '0', j.id, j.caller, JOB_DISPATCHED, 'attempt 1')
     local mk = store_message(j.caller, j.mfirst, now_ms, j.mlast)
     track_msg(j.caller, j.id, mk)
-    redis.call('LPUSH', K_MSG_OUT, mk)
-    pushed = pushed + 1
+    local q = route_target(j.key)
+    if q then
+      redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
+      route_add(j.key, q)
+    else
+      redis.call('LPUSH', K_MSG_OUT, mk)
+      pushed = pushed + 1
+    end
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
     out[#out + 1] = {1, member}
   end
 end
+local nq = route_push()
 wake_msg_out(ctx, pushed)
+if nq > 0 then
+  redis.call('SELECT', 0)
+  route_wake(ctx)
+end
 return out

@@ -1,0 +1,64 @@
+-- lib_route: where a plain job goes on this node, and its push there, for the scripts
+-- that route jobs themselves (claim_message for the router; dispatch and submit, which
+-- route at once the jobs a local runner can take, so that no router wake-up stands
+-- between a job's dispatch and its runner).
+--
+--   - route_queue(id, runner, stype, fn): the queue a job with these fields goes to: it
+--     names no runner (runner_id missing or "0"), and some runner has its executor (a handler
+--     job, fn "executor#handler": queue:exec:<executor>, coord:executors) or serves its
+--     script type (queue:<type>, coord:script_types); nil: the router decides (a pinned
+--     or remote job, or one nobody here can take: the router refuses it with the
+--     reason). Reads coord:executors and coord:script_types once per call of the script.
+--   - route_target(jk): route_queue for the job at key jk (one HMGET of 4 fields).
+--   - route_add(jk, q): records job key jk for queue q (pushed by route_push, in order).
+--   - route_push(): in the context's DB: LPUSHes the recorded jobs onto their queues
+--     and reads their wake targets (lib_wake). Returns the number of queues.
+--   - route_wake(ctx): in DB 0, after route_push: the runners' wake tokens and
+--     coord:busy.
+-- Needs lib_wake and lib_busy. route_types (the coord:script_types hash as read, or
+-- nil) and route_routed ({job key, queue, …}, in order) are there for the caller.
+
+local route_types, route_served = nil, {}
+local route_routed, route_targets, route_pending, route_tokens, route_wakers = {}, {}, {}, {}, {}
+local function route_queue(id, runner, stype, fn)
+  if not id or (runner or '0') ~= '0' then return nil end
+  local exec = fn and string.match(fn, '^([^#]+)#') -- "#handler" names no executor: its script type's
+  if exec then
+    if route_served[exec] == nil then
+      route_served[exec] = (tonumber(redis.call('HGET', K_EXECUTORS, exec)) or 0) > 0 and (K_EXEC_QUEUE .. exec)
+    end
+    return route_served[exec] or nil
+  end
+  if (stype or '') == '' then return nil end
+  if not route_types then route_types = redis.call('HGETALL', K_SCRIPT_TYPES) end
+  for i = 1, #route_types, 2 do
+    if route_types[i] == stype and (tonumber(route_types[i + 1]) or 0) > 0 then return K_QUEUE .. stype end
+  end
+  return nil
+end
+local function route_target(jk)
+  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name')
+  return route_queue(v[1], v[2], v[3], v[4])
+end
+local function route_add(jk, q)
+  if not route_tokens[q] then route_tokens[q] = 0; route_targets[#route_targets + 1] = q; route_pending[q] = {} end
+  route_tokens[q] = route_tokens[q] + 1
+  local p = route_pending[q]
+  p[#p + 1] = jk
+  route_routed[#route_routed + 1] = jk
+  route_routed[#route_routed + 1] = q
+end
+local function route_push()
+  -- in chunks: unpack fails beyond ~8,000 values, and one claim can route 64 groups
+  -- of 256 jobs.
+  for _, q in ipairs(route_targets) do
+    local vs = route_pending[q]
+    for i = 1, #vs, 1000 do redis.call('LPUSH', q, unpack(vs, i, math.min(i + 999, #vs))) end
+    route_wakers[q] = wake_targets(q)
+  end
+  return #route_targets
+end
+local function route_wake(ctx)
+  for _, q in ipairs(route_targets) do wake_runners(ctx, q, route_wakers[q], route_tokens[q]) end
+  if #route_targets > 0 then mark_busy(ctx) end
+end
