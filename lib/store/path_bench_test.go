@@ -91,8 +91,8 @@ func callgrindDump(b *testing.B, stage string) {
 }
 
 // BenchmarkJobPathRedis drives 10,000 handler jobs of one flow through the Redis side
-// of every step the services take — start, dispatch (256 per script), the router's
-// claim-and-route (64), the runner's claim-and-start (32) and finish (a group of 32),
+// of every step the services take — start, dispatch (256 per script, which routes the
+// jobs onto their queue), the runner's claim-and-start (32) and finish (a group of 32),
 // the router's claim of the results (64) and their ack, the scheduler's completion
 // (a group of 64) — one stage after the other, and prints what each stage costs Redis
 // per job: its CPU (with the socket work) and its command time. It measures Redis's
@@ -112,7 +112,6 @@ func BenchmarkJobPathRedis(b *testing.B) {
 			p.step(err)
 		}
 	})
-	p.routeRequests()
 	p.runJobs(keys.Queue("go"))
 	ends := p.claimResults()
 	p.measure("scheduler: complete (64)", func() {
@@ -218,21 +217,6 @@ func (p *jobPath) start(f *model.Flow) (jobs []*model.Job, startedAt time.Time) 
 	return jobs, startedAt
 }
 
-// routeRequests: the router claims the request messages and routes every job.
-func (p *jobPath) routeRequests() {
-	wake := store.Wake{Key: keys.WakeMsgOut, Token: "9", Held: false}
-	p.measure("router: route requests (64)", func() {
-		for got := 0; got < p.n; {
-			cms, routed, err := p.db.ClaimMessages(p.ctx, keys.MsgOut, "router", time.Minute, 64, wake, true)
-			p.step(err)
-			if len(cms) != 0 || len(routed) == 0 {
-				p.b.Fatalf("claimed %d, routed %d", len(cms), len(routed))
-			}
-			got += len(routed)
-		}
-	})
-}
-
 // runJobs: the runner claims and starts the jobs a group at a time, and finishes
 // each group together. A runner holds at most a group of jobs at a time (its
 // processing list stays short).
@@ -318,8 +302,8 @@ func (p *jobPath) endsOf(cms []*store.ClaimedMessage) []store.JobEnd {
 }
 
 // BenchmarkStandalonePathRedis is BenchmarkJobPathRedis for standalone no-op handler
-// jobs (go#noop), every step with the submission: job.submit one job a call, the
-// router's claim-and-route (64), the runner's claim-and-start (32) and finish (32: a
+// jobs (go#noop), every step with the submission: job.submit one job a call (which
+// routes the job onto its queue), the runner's claim-and-start (32) and finish (32: a
 // result message each), the router's claim of the results (64) and their ack, the
 // scheduler's completion (CompleteStandalones, 64, with the default retention of 7
 // days). It also prints the memory a finished job holds in Redis (finishedJobMemory).
@@ -341,7 +325,6 @@ func BenchmarkStandalonePathRedis(b *testing.B) {
 			p.step(err)
 		}
 	})
-	p.routeRequests()
 	p.runJobs(keys.Queue((&model.Job{FunctionName: "go#noop"}).QueueSuffix()))
 	ends := p.claimResults()
 	p.measure("scheduler: complete standalone (64)", func() {
