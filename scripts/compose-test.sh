@@ -322,9 +322,11 @@ starts=$(jq --argjson j "$J_SLEEPER" '[.[] | select(.job_id == $j and .type == "
 [ "$starts" -ge 2 ] || fail "job $J_SLEEPER was started $starts time(s): the kill did not interrupt it"
 restarted_ms=$(jq -r --argjson j "$J_SLEEPER" '[.[] | select(.job_id == $j and .type == "job.started")] | last | .time_ms' "$WORK/events.json")
 takeover=$(( restarted_ms - restart_ms ))
-# Under its fixed worker id the restarted runner takes its jobs back at once: within 3 s of
-# `docker compose start` (the lease is 30 s).
-[ "$takeover" -lt 3000 ] || fail "the restarted runner took ${takeover} ms to run job $J_SLEEPER again (want < 3000: a takeover, not the lease's expiry)"
+# Under its fixed worker id the restarted runner takes its jobs back at once, not when
+# their lease (30 s) ends: within half the lease of `docker compose start`, which itself
+# waits for the pki and Redis dependencies (3 s on a loaded machine); the log line below
+# says it was a takeover.
+[ "$takeover" -lt 15000 ] || fail "the restarted runner took ${takeover} ms to run job $J_SLEEPER again (want < 15000: a takeover, not the lease's expiry)"
 "${DC[@]}" logs --no-color --no-log-prefix runner > "$WORK/runner.log" 2>&1
 grep -q 'took back jobs held before a restart' "$WORK/runner.log" \
   || fail "the runner's log does not say that it took back its jobs"
