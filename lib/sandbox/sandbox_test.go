@@ -236,29 +236,7 @@ func quoteAll(a []string) []string {
 // A runner starting beside another on the same host removes only the job cgroups of
 // runners that are gone: the other's fresh (still empty) cgroup is about to take a job.
 func TestStartLeavesLiveRunnersCgroups(t *testing.T) {
-	s := newSandbox(t)
-	if s.cg == nil {
-		t.Skip("no cgroups here")
-	}
-	other := exec.Command("sleep", "30") // stands for another runner process
-	if err := other.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
-	gone := exec.Command("true")
-	if err := gone.Run(); err != nil {
-		t.Fatal(err)
-	}
-	live, err := s.cg.create(fmt.Sprintf("job-%d-1", other.Process.Pid), Limits{Pids: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer live.remove()
-	dead, err := s.cg.create(fmt.Sprintf("job-%d-1", gone.Process.Pid), Limits{Pids: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dead.remove()
+	_, live, dead := twoRunnersCgroups(t)
 	newSandbox(t) // a second runner's start
 	for _, d := range live.dirs {
 		if _, err := os.Stat(d); err != nil {
@@ -276,19 +254,7 @@ func TestStartLeavesLiveRunnersCgroups(t *testing.T) {
 // left in its job cgroups (a job caught mid-launch outlives it) and removes the
 // cgroups; a live runner's job keeps running.
 func TestStartEndsGoneRunnersJobs(t *testing.T) {
-	s := newSandbox(t)
-	if s.cg == nil {
-		t.Skip("no cgroups here")
-	}
-	other := exec.Command("sleep", "30") // stands for another runner process
-	if err := other.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
-	gone := exec.Command("true")
-	if err := gone.Run(); err != nil {
-		t.Fatal(err)
-	}
+	_, live, dead := twoRunnersCgroups(t)
 	// job starts a stand-in job process in cgroup g.
 	job := func(g *jobGroup) *exec.Cmd {
 		t.Helper()
@@ -304,16 +270,6 @@ func TestStartEndsGoneRunnersJobs(t *testing.T) {
 		}
 		return c
 	}
-	live, err := s.cg.create(fmt.Sprintf("job-%d-1", other.Process.Pid), Limits{Pids: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { live.kill(time.Second); live.remove() }()
-	dead, err := s.cg.create(fmt.Sprintf("job-%d-1", gone.Process.Pid), Limits{Pids: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { dead.kill(time.Second); dead.remove() }()
 	liveJob, orphan := job(live), job(dead)
 	ended := make(chan error, 1)
 	go func() { ended <- orphan.Wait() }()
@@ -332,4 +288,35 @@ func TestStartEndsGoneRunnersJobs(t *testing.T) {
 	if err := liveJob.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("the live runner's job was ended: %v", err)
 	}
+}
+
+// twoRunnersCgroups is a sandbox with cgroups (the test is skipped without them), a
+// job cgroup of a live runner (another process, running until the test ends) and one
+// of a runner that is gone (a process that ended); both are emptied and removed when
+// the test ends.
+func twoRunnersCgroups(t *testing.T) (s *Sandbox, live, dead *jobGroup) {
+	t.Helper()
+	s = newSandbox(t)
+	if s.cg == nil {
+		t.Skip("no cgroups here")
+	}
+	other := exec.Command("sleep", "30") // stands for another runner process
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if live, err = s.cg.create(fmt.Sprintf("job-%d-1", other.Process.Pid), Limits{Pids: 10}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { live.kill(time.Second); live.remove() })
+	if dead, err = s.cg.create(fmt.Sprintf("job-%d-1", gone.Process.Pid), Limits{Pids: 10}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dead.kill(time.Second); dead.remove() })
+	return s, live, dead
 }
