@@ -355,8 +355,11 @@ func TestTimeoutKillsTheRun(t *testing.T) {
 func TestDrainLetsRunningJobsFinish(t *testing.T) {
 	h := newHarness(t, "--shutdown-timeout", "20s")
 	h.start()
-	j := h.submit("sleep 0.5; echo drained", 0)
+	// The job's script writes its pid first: the shutdown comes once the job runs (a
+	// job claimed but not yet started is handed back, not drained).
+	j := h.submit(fmt.Sprintf("echo $$ > %s\nsleep 0.5\necho drained\n", filepath.Join(h.dir, "drain")), 0)
 	h.waitStatus(j.ID, 10*time.Second, model.JobStarted)
+	h.pid("drain")
 	h.shutdown()
 	got := h.job(j.ID)
 	if got.Status != model.JobFinished || got.Result["output"] != "drained\n" {
