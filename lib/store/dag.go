@@ -272,7 +272,7 @@ func parseIDs(vals []any) []uint32 {
 }
 
 // dispatchScript: see lua/dispatch.lua.
-var dispatchScript = stateScript("dispatch.lua", "lib_wake.lua", "lib_route.lua")
+var dispatchScript = stateScript("dispatch.lua", "lib_wake.lua", "lib_route.lua", "lib_dispatch.lua")
 
 // listSep is what goes before the next item of a JSON list being built: its opening
 // bracket, then commas.
@@ -454,7 +454,7 @@ type EndResult struct {
 }
 
 // completeScript: see lua/complete.lua.
-var completeScript = stateScript("complete.lua", "lib_finalize.lua")
+var completeScript = stateScript("complete.lua", "lib_finalize.lua", "lib_complete.lua")
 
 // CompleteNode applies a job's end to its flow's DAG.
 func (d *DB) CompleteNode(ctx context.Context, e JobEnd) (EndResult, error) {
@@ -528,7 +528,7 @@ func parseEnd(vals []any) EndResult {
 }
 
 // standaloneDoneScript: see lua/standalone_done.lua.
-var standaloneDoneScript = stateScript("standalone_done.lua")
+var standaloneDoneScript = stateScript("standalone_done.lua", "lib_finalize.lua", "lib_complete.lua")
 
 // CompleteStandalone applies the end of a job that belongs to no flow.
 func (d *DB) CompleteStandalone(ctx context.Context, e JobEnd) (EndResult, error) {

@@ -46,39 +46,10 @@ while i <= #ARGV do
   local first, last = i + 3, i + 2 + nf
   i = last + 1
   if grouped then ngrouped = ngrouped + 1 end
-  local jk = K_JOB .. caller .. ':' .. id
-  local attempt, why
-  local jst = redis.call('HGET', jk, 'status')
-  if not jst then
-    why = 'job missing'
-  elseif dag ~= '' then
-    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id)
-    local s, due = node[1], node[2]
-    if s ~= NODE_READY then
-      why = s or 'no node'
-    elseif due and tonumber(due) > tonumber(now_ms) then
-      why = 'not due'
-    else
-      attempt = int(redis.call('HINCRBY', dag, 'a:' .. id, 1))
-      redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED)
-      if due then redis.call('HDEL', dag, 'due:' .. id) end
-    end
-  elseif jst == JOB_STARTED or jst == JOB_FINISHED then
-    why = jst
-  else
-    attempt = int(redis.call('HINCRBY', jk, 'attempt', 1))
-  end
+  local attempt, why = dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor)
   if why then
     out[#out + 1] = {'', why}
   else
-    if ready_ms then
-      -- A node ready at its flow's start: the start left its job to this dispatch.
-      redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'result', '{}', 'ready_at_ms', ready_ms)
-    else
-      redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
-    end
-    index_job(caller .. ':' .. id, jst, JOB_DISPATCHED)
-    event(EV_JOB_DISPATCHED, actor, now_ms, flow, id, caller, JOB_DISPATCHED, 'attempt ' .. attempt)
     if grouped then
       gspans[#gspans + 1] = first
       gids[#gids + 1] = id
@@ -87,14 +58,7 @@ while i <= #ARGV do
     else
       local mk = store_message(caller, first, now_ms, last)
       track_msg(caller, id, mk)
-      local q = route_target(jk)
-      if q then
-        redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
-        route_add(jk, q)
-      else
-        redis.call('LPUSH', KEYS[1], mk)
-        pushed = pushed + 1
-      end
+      pushed = pushed + send_request(mk, {K_JOB .. caller .. ':' .. id}, now_s, KEYS[1])
       out[#out + 1] = {mk, tonumber(attempt)}
     end
   end
@@ -111,19 +75,9 @@ if #gids > 0 then
   local mk = store_message(caller, gfirst, now_ms, glast, {'job', gjson, 'job_ids', table.concat(gids, ' ')})
   track_msg(caller, gids[1], mk, flow)
   for _, n in ipairs(gslots) do out[n][1] = mk end
-  -- Routed here when a runner of this node can take every one of its jobs.
-  local qs = {}
-  for k, id in ipairs(gids) do
-    qs[k] = route_target(K_JOB .. caller .. ':' .. id)
-    if not qs[k] then qs = nil; break end
-  end
-  if qs then
-    redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
-    for k, id in ipairs(gids) do route_add(K_JOB .. caller .. ':' .. id, qs[k]) end
-  else
-    redis.call('LPUSH', KEYS[1], mk)
-    pushed = pushed + 1
-  end
+  local jks = {}
+  for k, id in ipairs(gids) do jks[k] = K_JOB .. caller .. ':' .. id end
+  pushed = pushed + send_request(mk, jks, now_s, KEYS[1])
 end
 local nq = route_push()
 wake_msg_out(ctx, pushed)

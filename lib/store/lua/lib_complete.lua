@@ -1,0 +1,147 @@
+-- lib_complete: the end of a run applied to what it belongs to.
+--
+--   - complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms,
+--     id, attempt, status, err, fatal, retries, backoff), in the context's DB: applies
+--     the end of job id (attempt, status, error, fatal, retries: -1 the job's own,
+--     backoff in ms) to its flow's DAG (dag, fk: flow:<flow>, rk: coord:flowres:<flow>,
+--     ek: coord:events): the node completes (its result into the flow's result map, its
+--     dependents whose dependencies are all done get ready), or fails (a retry is
+--     scheduled while attempts are left, else the node fails, its job goes to the DLQ
+--     and its transitive dependents that have not run are cancelled). The flow ends
+--     (finalize) when every node is final. Returns {code, flow status or "", retry due
+--     (ms), ready job ids…}: code 0 nothing changed (a stale or repeated end), 1
+--     applied, 2 retry scheduled. Leaves the script in the context's DB.
+--   - standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fatal, retries,
+--     backoff, now_s, now_ms, actor, retention_ms): the same for a job of no flow (jk:
+--     its hash): a retry while attempts are left; else a failed job goes to the DLQ,
+--     the job's retention starts (context:<ctx>.retention_seconds wins over
+--     retention_ms) and its waiters are told (coord:jobdone). Returns {code, "", retry
+--     due (ms)}. Leaves the script in the context's DB.
+-- Derives: as complete.lua and standalone_done.lua. Needs lib_state and lib_finalize.
+
+-- (A flow's jobs are not published on coord:jobdone one by one: a client waits for the
+-- flow, whose end finalize publishes on coord:flowdone.)
+local function complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff)
+local maxlen = EVENTS_MAXLEN
+local jk = K_JOB .. caller .. ':' .. id
+local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total')
+local s = node[1]
+if not s then return {0, '', 0} end
+if s == NODE_COMPLETED or s == NODE_FAILED or s == NODE_CANCELLED or s == NODE_PENDING or s == NODE_READY then return {0, '', 0} end
+local a = tonumber(node[2] or '0')
+if attempt ~= a then return {0, '', 0} end
+local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'result', 'finished_at_ms', 'retry_after_ms')
+if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
+if jf[2] == '1' or jf[3] == '1' then fatal = true end
+local out = {1, '', 0}
+local terminal
+if status == JOB_FINISHED then
+  redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
+  terminal = redis.call('HINCRBY', dag, 'terminal', 1)
+  local res = jf[4]
+  if res and res ~= '' then
+    local ok, m = pcall(cjson.decode, res)
+    if ok and type(m) == 'table' then
+      local kv = {}
+      for k, v in pairs(m) do
+        if type(v) ~= 'string' then v = cjson.encode(v) end
+        kv[#kv + 1] = id .. '.' .. k
+        kv[#kv + 1] = v
+        if #kv >= 400 then redis.call('HSET', rk, unpack(kv)); kv = {} end -- unpack's stack limit
+      end
+      if #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
+    end
+  end
+  local fin = jf[5] or now_ms
+  local deps = cjson.decode(node[3] or '[]')
+  for _, d in ipairs(deps) do
+    d = int(d)
+    local r = redis.call('HINCRBY', dag, 'r:' .. d, -1)
+    if r <= 0 and redis.call('HGET', dag, 's:' .. d) == NODE_PENDING then
+      redis.call('HSET', dag, 's:' .. d, NODE_READY)
+      set_job(caller, d, JOB_DISPATCHED, 'ready_at_ms', fin, 'updated_at', now_s)
+      out[#out + 1] = d
+    end
+  end
+else
+  if (not fatal) and a <= retries then
+    local ra = tonumber(jf[6] or '')
+    if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
+    local due = tonumber(now_ms) + backoff
+    redis.call('HSET', dag, 's:' .. id, NODE_READY, 'due:' .. id, due, 'e:' .. id, err)
+    redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
+      'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
+    redis.call('SELECT', 0)
+    redis.call('ZADD', K_DUE, due, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
+    redis.call('SELECT', tonumber(ctx)) -- the next end of this call is in the context's DB
+    return {2, '', due}
+  end
+  terminal = redis.call('HINCRBY', dag, 'terminal', 1)
+  if redis.call('HGET', fk, 'cancelled_by') then
+    -- the flow was cancelled: this is one of the running jobs it stopped
+    redis.call('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, redis.call('HGET', fk, 'error') or err)
+  else
+    redis.call('HSET', dag, 's:' .. id, NODE_FAILED, 'e:' .. id, err)
+    redis.call('HINCRBY', dag, 'failed', 1)
+    if not redis.call('HGET', fk, 'failed_job') then
+      redis.call('HSET', fk, 'failed_job', id, 'error', 'job ' .. id .. ' failed: ' .. err, 'updated_at', now_s)
+    end
+    dead_letter(caller, id, flow, now_ms, actor, err)
+  end
+  -- Cancel the transitive dependents that have not run.
+  local queue = cjson.decode(redis.call('HGET', dag, 'd:' .. id) or '[]')
+  local reason = 'cancelled: job ' .. id .. ' failed'
+  local i = 1
+  while i <= #queue do
+    local d = int(queue[i])
+    i = i + 1
+    local ds = redis.call('HGET', dag, 's:' .. d)
+    if ds == NODE_PENDING or ds == NODE_READY then
+      redis.call('HSET', dag, 's:' .. d, NODE_CANCELLED, 'e:' .. d, reason)
+      redis.call('HDEL', dag, 'due:' .. d)
+      terminal = redis.call('HINCRBY', dag, 'terminal', 1)
+      set_job(caller, d, JOB_ERROR, 'error', reason, 'updated_at', now_s)
+      redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CANCELLED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', JOB_ERROR, 'detail', reason)
+      for _, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. d) or '[]')) do
+        queue[#queue + 1] = x
+      end
+    end
+  end
+end
+if terminal >= tonumber(node[4]) then
+  out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
+end
+return out
+end
+local function standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fatal, retries, backoff, now_s, now_ms, actor, retention_ms)
+  -- What the end depends on, in one read of the job.
+  local cur = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'attempt', 'done_attempt')
+  if retries < 0 then retries = tonumber(cur[1] or '0') or 0 end
+  if cur[2] == '1' or cur[3] == '1' then fatal = true end
+  local a = tonumber(cur[4] or '0')
+  if a ~= attempt then return {0, '', 0} end
+  local as = int(a)
+  if cur[5] == as then return {0, '', 0} end
+  redis.call('HSET', jk, 'done_attempt', as)
+  if status ~= JOB_FINISHED and (not fatal) and a <= retries then
+    local ra = tonumber(redis.call('HGET', jk, 'retry_after_ms') or '')
+    if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
+    local due = tonumber(now_ms) + backoff
+    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'time_ms', now_ms, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
+      'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
+    redis.call('SELECT', 0)
+    redis.call('ZADD', K_DUE, due, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)
+    redis.call('SELECT', tonumber(ctx))
+    return {2, '', due}
+  end
+  if status ~= JOB_FINISHED then dead_letter(caller, id, '0', now_ms, actor, err) end
+  local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
+  if keep > 0 then retention_ms = keep * 1000 end
+  redis.call('SELECT', 0)
+  if retention_ms > 0 then
+    redis.call('ZADD', K_EXPIRE, int(tonumber(now_ms) + retention_ms), ctx .. ':job:' .. caller .. ':' .. id)
+  end
+  redis.call('PUBLISH', K_JOB_DONE, ctx .. ':' .. caller .. ':' .. id)
+  redis.call('SELECT', tonumber(ctx))
+  return {1, '', 0}
+end

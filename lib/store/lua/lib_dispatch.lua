@@ -1,0 +1,63 @@
+-- lib_dispatch: a job's dispatch and the sending of a job request message, for the
+-- scripts that dispatch (dispatch, and finish_jobs when it completes a run's flow node
+-- itself).
+--
+--   - dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor), in the
+--     context's DB: checks that job id (of flow flow, its DAG at key dag; dag "": a
+--     standalone job) can be dispatched (its node ready and its retry due; a standalone
+--     job not started or finished), then marks node and job dispatched (attempt + 1;
+--     ready_ms, when not nil, is its ready time: a node ready at its flow's start) and
+--     records the event. Returns the attempt (a string), or nil and why not.
+--   - send_request(mk, jks, now_s, mo): sends the stored job request message mk whose
+--     jobs are at keys jks: routed here (lib_route) when a runner of this node can take
+--     every one of them — the message acknowledged, the jobs recorded for route_push —,
+--     else pushed on the list mo (msg_out) for the router. Returns 1 when pushed, 0 when
+--     routed.
+-- Needs lib_state and lib_route.
+
+local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor)
+  local jk = K_JOB .. caller .. ':' .. id
+  local attempt
+  local jst = redis.call('HGET', jk, 'status')
+  if not jst then
+    return nil, 'job missing'
+  elseif dag ~= '' then
+    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id)
+    local s, due = node[1], node[2]
+    if s ~= NODE_READY then
+      return nil, s or 'no node'
+    elseif due and tonumber(due) > tonumber(now_ms) then
+      return nil, 'not due'
+    end
+    attempt = int(redis.call('HINCRBY', dag, 'a:' .. id, 1))
+    redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED)
+    if due then redis.call('HDEL', dag, 'due:' .. id) end
+  elseif jst == JOB_STARTED or jst == JOB_FINISHED then
+    return nil, jst
+  else
+    attempt = int(redis.call('HINCRBY', jk, 'attempt', 1))
+  end
+  if ready_ms then
+    -- A node ready at its flow's start: the start left its job to this dispatch.
+    redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'result', '{}', 'ready_at_ms', ready_ms)
+  else
+    redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
+  end
+  index_job(caller .. ':' .. id, jst, JOB_DISPATCHED)
+  event(EV_JOB_DISPATCHED, actor, now_ms, flow, id, caller, JOB_DISPATCHED, 'attempt ' .. attempt)
+  return attempt
+end
+
+local function send_request(mk, jks, now_s, mo)
+  local qs = {}
+  for k, jk in ipairs(jks) do
+    qs[k] = route_target(jk)
+    if not qs[k] then
+      redis.call('LPUSH', mo, mk)
+      return 1
+    end
+  end
+  redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
+  for k, jk in ipairs(jks) do route_add(jk, qs[k]) end
+  return 0
+end
