@@ -442,13 +442,13 @@ check_metric 'sum(hero_jobs_failed_total{reason="exit_code"})' 2
 check_metric 'sum(hero_flows_started_total)' 4
 check_metric 'sum(hero_flows_ended_total{status="finished"})' 3
 check_metric 'sum(hero_flows_ended_total{status="error"})' 1
-check_metric 'sum(hero_scheduler_job_ends_total{outcome="completed"})' 13
+check_metric 'sum(hero_job_ends_total{outcome="completed"})' 13
 check_metric 'sum(hero_jobs_retried_total)' 1
 check_metric 'sum(hero_router_messages_total)' 20
 check_metric 'sum(hero_api_requests_total{transport="jsonrpc"})' 7
 check_metric 'sum(hero_api_requests_total{code!="OK"})' 1
 check_metric 'sum(hero_api_requests_total{code="NotFound"})' 2
-check_metric 'sum(hero_scheduler_job_ends_total{outcome="cancelled"})' 1
+check_metric 'sum(hero_job_ends_total{outcome="cancelled"})' 1
 check_metric 'sum(hero_flows_cancelled_total)' 1
 check_metric 'sum(hero_grpc_server_handled_total{job="supervisor-daemon"})' 20
 
@@ -488,7 +488,7 @@ def failures_only: (map(.metric.code) - ["Canceled", "Unknown", "InvalidArgument
 declare -A EXPECT=(
   ['hero_api_requests_total{code!="OK"}']='failures_only and has_all("code"; ["NotFound"])'
   ['hero_grpc_server_handled_total{code!="OK"}']='failures_only and has_all("code"; ["NotFound"])'
-  ['sum by (outcome) (rate(hero_scheduler_job_ends_total']='has_all("outcome"; ["completed", "failed", "retry", "cancelled"])'
+  ['sum by (outcome) (rate(hero_job_ends_total']='has_all("outcome"; ["completed", "failed", "retry", "cancelled"])'
   ['sum by (status) (rate(hero_flows_ended_total']='has_all("status"; ["finished", "error"])'
   ['sum by (script_type) (rate(hero_jobs_started_total']='has_all("script_type"; ["sh", "python"])'
   ['sum by (script_type, reason) (rate(hero_jobs_failed_total']='has_all("reason"; ["exit_code"])'

@@ -273,3 +273,18 @@ func (d *DB) SetJobStatus(ctx context.Context, callerID, id uint32, st model.Job
 	_, err := d.Eval(ctx, setJobStatusScript, []string{keys.Job(callerID, id)}, args...)
 	return err
 }
+
+// SetSchedulerSettings records the scheduler's default retention (0: forever) and its
+// safety sweep's interval in DB 0 of every server (keys.SchedulerSettings), where the
+// finish script of a runner that applies job ends itself (Finish.Apply) reads them: it
+// applies an end only when the object's retention is at least the sweep's interval,
+// so that the scheduler's expiry timer (which waits at most that long) finds the
+// deadline in time. The scheduler writes them at its start and at each sweep.
+func (s *Store) SetSchedulerSettings(ctx context.Context, retention, sweep time.Duration) error {
+	for _, srv := range s.servers {
+		if err := srv.Coord().HSet(ctx, keys.SchedulerSettings, "retention_ms", retention.Milliseconds(), "sweep_ms", sweep.Milliseconds()).Err(); err != nil {
+			return fmt.Errorf("record the scheduler's settings: %w", err)
+		}
+	}
+	return nil
+}

@@ -128,6 +128,7 @@ var luaKeys = []struct{ name, key string }{
 	{"K_ACTIVE_FLOWS", keys.ActiveFlows},
 	{"K_DUE", keys.Due},
 	{"K_EXPIRE", keys.Expire},
+	{"K_SCHEDULER", keys.SchedulerSettings},
 	{"K_CONTROL", keys.Control},
 	{"K_JOB_DONE", keys.JobDone},
 	{"K_FLOW_DONE", keys.FlowDone},

@@ -179,7 +179,7 @@ type JobOutcome struct {
 }
 
 // finishJobsScript: see lua/finish_jobs.lua.
-var finishJobsScript = stateScript("finish_jobs.lua")
+var finishJobsScript = stateScript("finish_jobs.lua", "lib_finalize.lua", "lib_complete.lua", "lib_wake.lua", "lib_route.lua", "lib_dispatch.lua")
 
 // FinishJob records a run's end, acks the claim and pushes the result message
 // (kind job_result) on msg_out, in one step. false: the job was not held by this
@@ -197,6 +197,20 @@ type Finish struct {
 	Claim   *Claim
 	Job     *model.Job
 	Outcome JobOutcome
+	// Apply: when the run succeeded and its job is this node's own, apply its end here
+	// too, as the router and the scheduler would (its flow node completes and the
+	// dependents it makes ready are dispatched, or its standalone job ends), in the
+	// same script (lua/finish_jobs.lua). A failed run goes the router's way; so does
+	// every run before the scheduler recorded its settings (keys.SchedulerSettings),
+	// and the end of what is kept for less than the scheduler's sweep interval.
+	Apply bool
+}
+
+// Applied is what FinishJobsApplied's runs applied themselves (Finish.Apply).
+type Applied struct {
+	Ends       int                // runs whose end was applied to its flow or standalone job
+	Dispatched int                // dependents dispatched
+	FlowsEnded []model.FlowStatus // the flows that ended, by final status
 }
 
 // FinishJobs is FinishJob for several runs, one round trip per database. The runs of
@@ -208,17 +222,25 @@ type Finish struct {
 // there) has a script run and a message of its own. It returns FinishJob's answer per
 // run.
 func FinishJobs(ctx context.Context, fs []Finish) ([]bool, []error) {
+	oks, errs, _ := FinishJobsApplied(ctx, fs)
+	return oks, errs
+}
+
+// FinishJobsApplied is FinishJobs that also says what the runs with Apply applied.
+func FinishJobsApplied(ctx context.Context, fs []Finish) ([]bool, []error, Applied) {
 	oks, errs := make([]bool, len(fs)), make([]error, len(fs))
+	var applied Applied
 	type groupKey struct {
 		ctxID, flow, caller uint32
 		consumer            string
 		solo                int // > 0: a run of its own (its index + 1)
+		apply               bool
 	}
 	groups := map[groupKey][]int{}
 	var order []groupKey
 	dbs := map[uint32]*DB{}
 	for i, f := range fs {
-		k := groupKey{ctxID: f.DB.ContextID, flow: f.Job.FlowID, caller: f.Job.CallerID, consumer: f.Claim.Consumer}
+		k := groupKey{ctxID: f.DB.ContextID, flow: f.Job.FlowID, caller: f.Job.CallerID, consumer: f.Claim.Consumer, apply: f.Apply}
 		if f.Job.Origin != nil {
 			k.solo = i + 1
 		}
@@ -245,6 +267,10 @@ func FinishJobs(ctx context.Context, fs []Finish) ([]bool, []error) {
 		for g, idx := range members[ctxID] {
 			res, err := cmds[g].Result()
 			vals, _ := res.([]any)
+			if err == nil && len(vals) == len(idx)+1 && applies(fs, idx) {
+				applied.add(vals[len(idx)])
+				vals = vals[:len(idx)]
+			}
 			if err == nil && len(vals) != len(idx) {
 				err = fmt.Errorf("unexpected reply %v", res)
 			}
@@ -258,7 +284,29 @@ func FinishJobs(ctx context.Context, fs []Finish) ([]bool, []error) {
 			}
 		}
 	}
-	return oks, errs
+	return oks, errs, applied
+}
+
+// applies reports whether the finish script's run for fs[idx] applies the runs' ends
+// itself (its ARGV complete): runs with Apply of this node's own jobs.
+func applies(fs []Finish, idx []int) bool {
+	f := fs[idx[0]]
+	return f.Apply && f.Job.Origin == nil
+}
+
+// add counts the finish script's summary {runs applied, dispatched, flow status}.
+func (a *Applied) add(v any) {
+	s, _ := v.([]any)
+	if len(s) != 3 {
+		return
+	}
+	n, _ := s[0].(int64)
+	d, _ := s[1].(int64)
+	a.Ends += int(n)
+	a.Dispatched += int(d)
+	if st, _ := s[2].(string); st != "" {
+		a.FlowsEnded = append(a.FlowsEnded, model.FlowStatus(st))
+	}
 }
 
 // finishCall builds the finish script's run for the runs fs[idx] (one flow, or no
@@ -298,9 +346,17 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 	if shared {
 		grouped = "1"
 	}
-	args := make([]any, 0, 9+len(msg)+14*len(idx))
-	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, now.UnixMicro(), len(msg))
+	apply := applies(fs, idx)
+	var request []any // the dependents' request message, when the script applies a flow's ends
+	if apply && j0.FlowID != 0 {
+		request = groupFields(d.ContextID, j0.FlowID, j0.CallerID, now, 0)
+	}
+	args := make([]any, 0, 11+len(request)+len(msg)+14*len(idx))
+	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, now.UnixMicro(), boolArg(apply), len(request))
+	args = append(args, request...)
+	args = append(args, len(msg))
 	args = append(args, msg...)
+	at := len(args) // where a grouped message's job list goes
 	var list []byte // grouped: the message's job list, built as the runs are added
 	if shared {
 		args = append(args, nil) // set below
@@ -326,9 +382,13 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 			model.EncodeField(result), string(o.ResultJSON), fatal, o.RetryAfter.Milliseconds(), o.Log, item)
 	}
 	if shared {
-		args[8+len(msg)] = append(list, ']')
+		args[at] = append(list, ']')
 	}
-	return Call{Script: finishJobsScript, Keys: []string{keys.Processing(c0.Consumer), keys.Leases, keys.MsgOut, keys.Events}, Args: args}
+	ks := []string{keys.Processing(c0.Consumer), keys.Leases, keys.MsgOut, keys.Events}
+	if apply && j0.FlowID != 0 {
+		ks = append(ks, keys.DAG(j0.FlowID), keys.Flow(j0.FlowID), keys.FlowResults(j0.FlowID))
+	}
+	return Call{Script: finishJobsScript, Keys: ks, Args: args}
 }
 
 // finishedJSON is what a result message lists for the run of j that ended with o: a

@@ -35,6 +35,7 @@ type Config struct {
 	CancelGrace    time.Duration
 	ExecutorIdle   time.Duration
 	MaxFrameBytes  int
+	ApplyEnds      bool
 	interpreters   map[model.ScriptType][]string
 	executors      []executorConfig
 	Dispatcher     dispatcher.WorkerConfig
@@ -67,6 +68,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.StringVar(&c.Executors, "executors", "", "", "executor pools for handler jobs (RRQ protocol), '|'-separated: name;cmd=<command>[;size=N][;inflight=N][;pipeline=N][;transport=unix|tcp][;shared=true][;ro=DIR:DIR][;sandbox=false] — e.g. python;cmd=python3 -u /app/executor.py;size=2. Each context gets pools of its own, started on demand; shared=true: one pool serves every context. Executors run in the job sandbox, which shows them the directories of cmd's absolute paths and ro= (read-only); sandbox=false runs one unsandboxed")
 	f.DurationVar(&c.ExecutorIdle, "executor-idle", "", 5*time.Minute, "a context's executor pool stops after this long without a call (it starts again on demand); 0: never")
 	f.DurationVar(&c.CancelGrace, "executor-cancel-grace", "", 2*time.Second, "how long an executor has to answer a cancel before its process is killed and restarted")
+	f.BoolVar(&c.ApplyEnds, "apply-ends", "", true, "apply a successful run's end of this node's job in the same Redis script that records it (its flow's dependents dispatched, or its waiters told), as the router and the scheduler would; false: every end goes through the router to the scheduler")
 	f.IntVar(&c.MaxFrameBytes, "executor-max-frame-bytes", "", 16<<20, "largest RRQ frame accepted from an executor")
 }
 

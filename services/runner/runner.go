@@ -98,6 +98,10 @@ type runnerMetrics struct {
 	endRetries prometheus.Counter
 	handedIn   *prometheus.CounterVec
 	wakeKeys   prometheus.Gauge
+	// what the finish script applied itself (--apply-ends), under the scheduler's names
+	jobEnds    *prometheus.CounterVec
+	dispatched prometheus.Counter
+	flowsEnded *prometheus.CounterVec
 }
 
 func newRunner(p runnerParams) *runner {
@@ -128,17 +132,42 @@ func newRunner(p runnerParams) *runner {
 				Help: "Job ends a previous process of this worker id left in the state directory, by outcome (written, taken_over: another run holds the job now)."}, []string{"outcome"}),
 			wakeKeys: f.NewGauge(prometheus.GaugeOpts{Name: "hero_runner_wake_keys",
 				Help: "Wake lists named by this process's last wait for jobs, summed over the servers (the stop lists of the waits aside)."}),
+			jobEnds:    f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricJobEnds, Help: obs.MetricJobEndsHelp}, []string{"outcome"}),
+			dispatched: f.NewCounter(prometheus.CounterOpts{Name: obs.MetricJobsDispatched, Help: obs.MetricJobsDispatchedHelp}),
+			flowsEnded: f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricFlowsEnded, Help: obs.MetricFlowsEndedHelp}, []string{"status"}),
 		},
 	}
-	r.finisher = groupcommit.New(groupcommit.Params[store.Finish, bool]{Max: 128, Fn: func(ctx context.Context, fs []store.Finish) ([]bool, []error) {
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		return store.FinishJobs(ctx, fs)
-	}})
+	r.finisher = groupcommit.New(groupcommit.Params[store.Finish, bool]{Max: 128, Fn: r.writeEnds})
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "hero_runner_jobs_running", Help: "Jobs this process runs now."}, func() float64 {
 		return float64(r.core.Len())
 	})
 	return r
+}
+
+// writeEnds writes the ends of runs (the finisher's group), applying the successful
+// ones itself with --apply-ends, and counts what it applied.
+func (r *runner) writeEnds(ctx context.Context, fs []store.Finish) ([]bool, []error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for i := range fs {
+		fs[i].Apply = r.cfg.ApplyEnds
+	}
+	oks, errs, applied := store.FinishJobsApplied(ctx, fs)
+	r.countApplied(applied)
+	return oks, errs
+}
+
+// countApplied counts what finish scripts applied.
+func (r *runner) countApplied(a store.Applied) {
+	if a.Ends > 0 {
+		r.m.jobEnds.WithLabelValues("completed").Add(float64(a.Ends))
+	}
+	if a.Dispatched > 0 {
+		r.m.dispatched.Add(float64(a.Dispatched))
+	}
+	for _, st := range a.FlowsEnded {
+		r.m.flowsEnded.WithLabelValues(string(st)).Inc()
+	}
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -378,13 +407,14 @@ func (r *runner) writeHandedOver(ctx context.Context) {
 			_ = os.Remove(r.pendingFile(store.Finish{DB: &store.DB{ContextID: p.ContextID}, Claim: &p.Claim, Job: p.Job}))
 			continue
 		}
-		f := store.Finish{DB: db, Claim: &p.Claim, Job: p.Job, Outcome: p.Outcome}
+		f := store.Finish{DB: db, Claim: &p.Claim, Job: p.Job, Outcome: p.Outcome, Apply: r.cfg.ApplyEnds}
 		log := r.log.With().Uint32(obs.KeyContextID, p.ContextID).Uint32(obs.KeyFlowID, p.Job.FlowID).Uint32(obs.KeyJobID, p.Job.ID).Uint32(obs.KeyCallerID, p.Job.CallerID).Logger()
 		var ok bool
 		var bo fault.Backoff
 		for {
-			oks, errs := store.FinishJobs(ctx, []store.Finish{f})
+			oks, errs, applied := store.FinishJobsApplied(ctx, []store.Finish{f})
 			ok, err = oks[0], errs[0]
+			r.countApplied(applied)
 			if err == nil || !fault.Transient(err) || !bo.Sleep(ctx) {
 				break
 			}

@@ -66,10 +66,10 @@ func newEngine(p engineParams) *engine {
 		wakeDue: make(chan struct{}, 1),
 		m: metrics{
 			flowsStarted:  f.NewCounter(prometheus.CounterOpts{Name: "hero_flows_started_total", Help: "Flows started."}),
-			flowsFinished: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_flows_ended_total", Help: "Flows that ended, by final status (finished or error)."}, []string{"status"}),
-			dispatched:    f.NewCounter(prometheus.CounterOpts{Name: "hero_jobs_dispatched_total", Help: "Job runs dispatched onto msg_out (first attempts and retries)."}),
+			flowsFinished: f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricFlowsEnded, Help: obs.MetricFlowsEndedHelp}, []string{"status"}),
+			dispatched:    f.NewCounter(prometheus.CounterOpts{Name: obs.MetricJobsDispatched, Help: obs.MetricJobsDispatchedHelp}),
 			retried:       f.NewCounter(prometheus.CounterOpts{Name: "hero_jobs_retried_total", Help: "Failed job runs scheduled for another attempt."}),
-			jobsEnded:     f.NewCounterVec(prometheus.CounterOpts{Name: "hero_scheduler_job_ends_total", Help: "Job ends applied to flows, by outcome (completed, failed, retry, duplicate, cancelled: a job that never ran because its flow was cancelled or a job it depends on failed)."}, []string{"outcome"}),
+			jobsEnded:     f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricJobEnds, Help: obs.MetricJobEndsHelp}, []string{"outcome"}),
 			recovered:     f.NewCounter(prometheus.CounterOpts{Name: "hero_scheduler_recovered_total", Help: "Nodes the safety sweep had to dispatch or complete (lost wake-ups)."}),
 			expired:       f.NewCounterVec(prometheus.CounterOpts{Name: "hero_retention_deleted_total", Help: "Ended flows and standalone jobs deleted when their retention ended, by kind (flow, job)."}, []string{"kind"}),
 			cancelled:     f.NewCounter(prometheus.CounterOpts{Name: "hero_flows_cancelled_total", Help: "Flows cancelled."}),
@@ -436,6 +436,7 @@ func (e *engine) dispatchStandalone(ctx context.Context, ctxID, callerID, jobID 
 // run is the engine's loop: delayed retries when they fall due, and the safety sweep
 // (which is also the recovery after a restart).
 func (e *engine) run(ctx context.Context) error {
+	e.recordSettings(ctx)
 	e.sweep(ctx)
 	sweep := time.NewTicker(e.sweepEvery)
 	defer sweep.Stop()
@@ -455,6 +456,7 @@ func (e *engine) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-sweep.C:
+			e.recordSettings(ctx)
 			e.sweep(ctx)
 		case <-trim.C:
 			e.trimEvents(ctx)
@@ -482,6 +484,16 @@ func (e *engine) run(ctx context.Context) error {
 			}
 		}
 		timer.Reset(wait)
+	}
+}
+
+// recordSettings writes the default retention and the sweep's interval where the
+// runners' finish scripts read them (store.SetSchedulerSettings); again at each sweep,
+// so that a Redis that lost its data gets them back. A runner that finds none leaves
+// every end to this scheduler.
+func (e *engine) recordSettings(ctx context.Context) {
+	if err := e.store.SetSchedulerSettings(ctx, e.retention, e.sweepEvery); err != nil && ctx.Err() == nil {
+		e.log.Error().Err(err).Msg("record the scheduler's settings (the next sweep tries again)")
 	}
 }
 

@@ -257,7 +257,7 @@ func TestRetryThenFail(t *testing.T) {
 		t.Errorf("nodes: %v", st)
 	}
 	// Jobs 2 and 3 never ran: two cancelled ends (counted once job 1's end is applied).
-	cancelled := `hero_scheduler_job_ends_total{outcome="cancelled"}`
+	cancelled := `hero_job_ends_total{outcome="cancelled"}`
 	if !waitUntil(5*time.Second, func() bool { return metricValue(t, stack.Scheduler.AdminAddr, cancelled) == 2 }) {
 		t.Errorf("%s = %v, want 2", cancelled, metricValue(t, stack.Scheduler.AdminAddr, cancelled))
 	}

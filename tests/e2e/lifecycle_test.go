@@ -43,8 +43,8 @@ func TestCancelRunningFlow(t *testing.T) {
 		t.Fatalf("cancelled flow: %+v", f)
 	}
 	// Jobs 3 and 4 never ran: two cancelled ends (1 and 2 were stopped: failed ends).
-	if n := metricValue(t, st.Scheduler.AdminAddr, `hero_scheduler_job_ends_total{outcome="cancelled"}`); n != 2 {
-		t.Errorf(`hero_scheduler_job_ends_total{outcome="cancelled"} = %v, want 2`, n)
+	if n := metricValue(t, st.Scheduler.AdminAddr, `hero_job_ends_total{outcome="cancelled"}`); n != 2 {
+		t.Errorf(`hero_job_ends_total{outcome="cancelled"} = %v, want 2`, n)
 	}
 	for _, id := range []uint32{3, 4} {
 		j := loadJob(t, c, id)

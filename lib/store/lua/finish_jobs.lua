@@ -2,12 +2,26 @@
 -- message(s). Only the run that holds the job's current claim can finish it; a second
 -- finish changes nothing but the ack.
 --
--- KEYS: [1] the processing list, [2] coord:leases, [3] msg_out, [4] coord:events.
+-- With complete (ARGV[8]), a run of this node's own job that succeeded is also applied
+-- here, as the router's delivery and the scheduler's completion would apply it, so that
+-- no process stands between a job's end and its dependents' start: its flow node
+-- completes (lib_complete; the dependents it makes ready are dispatched in one job
+-- request message, routed here when a runner of this node takes them all, lib_route,
+-- else pushed on msg_out), or its standalone job ends (retention, coord:jobdone). Its
+-- result message is stored processed, not pushed. Only when the scheduler's settings
+-- are known (coord:scheduler: its default retention and safety sweep interval) and the
+-- retention is 0 or at least the sweep interval: else every run goes the router's way.
+-- A failed run always does (retries, DLQ and cascades are the scheduler's).
+--
+-- KEYS: [1] the processing list, [2] coord:leases, [3] msg_out, [4] coord:events, and
+--   for runs of a flow with complete: [5] coord:dag:<flow>, [6] flow:<flow>, [7]
+--   coord:flowres:<flow>.
 -- ARGV: [1] now (s), [2] now (ms), [3] context id, [4] caller id, [5] log cap (bytes),
 --   [6] grouped (1: one result message for all the runs that end here, runs of one flow;
---   0: one each, its text "result of job <ctx>:<caller>:<id>"), [7] now (µs), [8] n, then
---   n field/value items of the result message(s) (all but id, job and, when not grouped,
---   message),
+--   0: one each, its text "result of job <ctx>:<caller>:<id>"), [7] now (µs), [8]
+--   complete (1/0), [9] r, then r field/value items of the job request message of the
+--   dependents made ready (all but id, job and job_ids), then n, then n field/value items
+--   of the result message(s) (all but id, job and, when not grouped, message),
 --   then, when grouped, the message's job list (a JSON array), then per run 14 items:
 --   job key, lease member, claim id, job id, flow id, status, error, exit code, result
 --   JSON (the string map), the handler's result_json ("": none, the field is removed),
@@ -16,32 +30,65 @@
 --   job_ref "1" —, for a job from another node the finished job) for its own message
 --   or, grouped, where it starts and ends in the list ("<start> <end>", 1-based).
 -- Reply: per run 1 written, 2 written before by this claim (a retry after a lost
---   answer), 0 the claim is not the job's any more.
+--   answer), 0 the claim is not the job's any more; with complete, then {runs applied
+--   here, jobs dispatched, flow status of the flow that ended here or ""}.
 -- Derives: context DB: coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
---   coord:jobmsgs:…/coord:flowmsgs:<flow>; DB 0 (SELECT 0, last): coord:wake:msg_out,
---   coord:busy.
+--   coord:jobmsgs:…/coord:flowmsgs:<flow>, and what lib_complete, lib_dispatch and
+--   lib_route derive (the flow's jobs, context:<ctx>, the indexes, the job queues);
+--   DB 0 (SELECT 0): coord:scheduler (read), coord:expire, coord:flows:active,
+--   coord:jobdone, coord:flowdone, the runners' wake lists, and, last,
+--   coord:wake:msg_out and coord:busy.
 
 local proc, leases, mo, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now_s, now_ms, ctx, caller, logmax, grouped, now_us = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1', ARGV[7]
-local nf = tonumber(ARGV[8])
-local first, last = 9, 8 + nf
+local here_ok = ARGV[8] == '1'
+local nr = tonumber(ARGV[9])
+local rfirst, rlast = 10, 9 + nr
+local nf = tonumber(ARGV[rlast + 1])
+local first, last = rlast + 2, rlast + 1 + nf
 local runs = last + 1
 local glist = ''
 if grouped then glist = ARGV[runs]; runs = runs + 1 end
-local out, done, ids = {}, {}, {}
+-- The scheduler's default retention and sweep interval: ends are applied here only
+-- when the scheduler has written them and the retention of what ends is 0 (forever) or
+-- at least the sweep's interval (the longest its expiry timer waits).
+local retention
+if here_ok then
+  local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
+  redis.call('SELECT', 0)
+  local st = redis.call('HMGET', K_SCHEDULER, 'retention_ms', 'sweep_ms')
+  redis.call('SELECT', tonumber(ctx))
+  retention = tonumber(st[1] or '')
+  local eff = retention
+  if keep > 0 then eff = keep * 1000 end
+  here_ok = retention ~= nil and (eff == 0 or eff >= (tonumber(st[2] or '') or math.huge))
+end
+local out, done, ids, hdone, hids = {}, {}, {}, {}, {}
 local gflow -- the flow of the runs that share one message (one flow per call)
-local pushed = 0
+local pushed, applied, ready, fstatus = 0, 0, {}, ''
 local function push(mk)
   redis.call('LPUSH', mo, mk)
   pushed = pushed + 1
+end
+-- apply_here applies the successful end of run id (attempt) as the scheduler would.
+local function apply_here(jk, id, flow, attempt)
+  local r
+  if flow ~= '0' then
+    r = complete(KEYS[5], KEYS[6], KEYS[7], ek, ctx, flow, caller, now_s, now_ms, 'runner', retention, id, attempt, JOB_FINISHED, '', false, 0, 0)
+    for k = 4, #r do ready[#ready + 1] = r[k] end
+    if r[2] ~= '' then fstatus = r[2] end
+  else
+    r = standalone_end(jk, ek, ctx, caller, id, attempt, JOB_FINISHED, '', false, 0, 0, now_s, now_ms, 'runner', retention)
+  end
+  if r[1] == 1 then applied = applied + 1 end
 end
 for i = runs, #ARGV, 14 do
   local jk, member, claim, id, flow, status, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local code, result, rjson, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], tonumber(ARGV[i + 11]), ARGV[i + 12]
   redis.call('LREM', proc, 1, jk)
   redis.call('ZREM', leases, member)
-  local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms')
+  local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt')
   if cur[1] == claim and (cur[2] == JOB_FINISHED or cur[2] == JOB_ERROR) then
     out[#out + 1] = 2 -- written already: a try whose answer was lost
   elseif cur[1] ~= claim or cur[2] ~= JOB_STARTED then
@@ -67,31 +114,69 @@ for i = runs, #ARGV, 14 do
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
+    local here = here_ok and status == JOB_FINISHED
+    if here then apply_here(jk, id, flow, tonumber(cur[6] or '0')) end
     if grouped then
-      done[#done + 1] = ARGV[i + 13]
-      ids[#ids + 1] = id
+      if here then
+        hdone[#hdone + 1] = ARGV[i + 13]
+        hids[#hids + 1] = id
+      else
+        done[#done + 1] = ARGV[i + 13]
+        ids[#ids + 1] = id
+      end
       gflow = flow
     else
       local mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id})
       track_msg(caller, id, mk)
-      push(mk)
+      if here then redis.call('HSET', mk, 'status', MSG_PROCESSED) else push(mk) end
     end
     out[#out + 1] = 1
   end
 end
-if #done > 0 then
-  if #done < (#ARGV - runs + 1) / 14 then
-    -- Some runs did not finish here: the list of those that did.
+-- the grouped runs' result messages: those applied here (processed) and the others
+-- (pushed), each listing its runs
+local function group_message(spans, gids, total, processed)
+  local list = glist
+  if #spans < total then
     local js = {}
-    for k, span in ipairs(done) do
+    for k, span in ipairs(spans) do
       local a, b = string.match(span, '^(%d+) (%d+)$')
       js[k] = string.sub(glist, tonumber(a), tonumber(b))
     end
-    glist = '[' .. table.concat(js, ',') .. ']'
+    list = '[' .. table.concat(js, ',') .. ']'
   end
-  local mk = store_message(caller, first, now_ms, last, {'job', glist})
-  track_msg(caller, ids[1], mk, gflow)
-  push(mk)
+  local mk = store_message(caller, first, now_ms, last, {'job', list})
+  track_msg(caller, gids[1], mk, gflow)
+  if processed then redis.call('HSET', mk, 'status', MSG_PROCESSED) else push(mk) end
+end
+local nruns = (#ARGV - runs + 1) / 14
+if #hdone > 0 then group_message(hdone, hids, nruns, true) end
+if #done > 0 then group_message(done, ids, nruns, false) end
+-- The dependents made ready: dispatched in one request message.
+local dispatched = 0
+if #ready > 0 then
+  local flow = ARGV[runs + 4]
+  local gids, jks, refs = {}, {}, {}
+  for _, d in ipairs(ready) do
+    local attempt = dispatch_job(caller, flow, KEYS[5], d, now_s, now_ms, nil, 'runner')
+    if attempt then
+      gids[#gids + 1] = d
+      jks[#jks + 1] = K_JOB .. caller .. ':' .. d
+      refs[#refs + 1] = '{"id":' .. d .. ',"caller_id":' .. caller .. ',"flow_id":' .. flow .. '}'
+    end
+  end
+  if #gids > 0 then
+    local mk = store_message(caller, rfirst, now_ms, rlast, {'job', '[' .. table.concat(refs, ',') .. ']', 'job_ids', table.concat(gids, ' ')})
+    track_msg(caller, gids[1], mk, flow)
+    pushed = pushed + send_request(mk, jks, now_s, mo)
+    dispatched = #gids
+  end
+end
+if ARGV[8] == '1' then out[#out + 1] = {applied, dispatched, fstatus} end
+if route_push() > 0 then
+  redis.call('SELECT', 0)
+  route_wake(ctx)
+  redis.call('SELECT', tonumber(ctx))
 end
 wake_msg_out(ctx, pushed)
 return out

@@ -1,0 +1,325 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/testutil/storetest"
+)
+
+// The finish script with Apply (a runner's --apply-ends): what the router's delivery
+// and the scheduler's completion would do, in the script that records a run's end.
+
+// applyContext makes context id with runner 1 serving sh (a waker of queue:sh) and the
+// scheduler's settings recorded (retention 1 h, sweep 30 s).
+func applyContext(t *testing.T, id uint32) (*store.Store, *store.DB, *redis.Client) {
+	t.Helper()
+	s := open(t)
+	db := mustCtx(t, s, id)
+	if _, _, err := s.CreateRunner(context.Background(), id, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceScriptTypes(context.Background(), 1, []model.ScriptType{"sh"}); err != nil {
+		t.Fatal(err)
+	}
+	wakeRunner1(t, id, keys.Queue("sh"))
+	if err := s.SetSchedulerSettings(context.Background(), time.Hour, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return s, db, srv.Client(t, int(id))
+}
+
+// dagFlow creates and starts a flow of n sh jobs; deps[i] lists the (0-based) jobs
+// job i depends on. It returns the flow and its jobs (by index).
+func dagFlow(t *testing.T, s *store.Store, db *store.DB, n int, deps map[int][]int) (*model.Flow, []*model.Job) {
+	t.Helper()
+	ctx := context.Background()
+	var ids []uint32
+	for i := 0; i < n; i++ {
+		var on []uint32
+		for _, d := range deps[i] {
+			on = append(on, ids[d])
+		}
+		j, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh", Dependends: on}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, ready := storetest.StartFlow(t, db, f)
+	byID := map[uint32]*model.Job{}
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	var out []*model.Job
+	for _, id := range ids {
+		out = append(out, byID[id])
+	}
+	var readyJobs []*model.Job
+	for _, id := range ready {
+		readyJobs = append(readyJobs, byID[id])
+	}
+	if _, err := db.DispatchMany(ctx, f.ID, 1, readyJobs, "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	return f, out
+}
+
+// claimSh claims and starts n jobs of queue:sh as worker w1.
+func claimSh(t *testing.T, db *store.DB, n int) []store.Started {
+	t.Helper()
+	got, err := db.ClaimStarts(context.Background(), keys.Queue("sh"), "w1", time.Minute, make([]string, n), store.Wake{})
+	if err != nil || len(got) != n {
+		t.Fatalf("claim %d: %+v %v", n, got, err)
+	}
+	for _, st := range got {
+		if st.Outcome != store.StartRun {
+			t.Fatalf("claimed %+v", st)
+		}
+	}
+	return got
+}
+
+// finishApplied finishes the runs (status per run: finished unless errs names it) with
+// Apply and returns what the script applied.
+func finishApplied(t *testing.T, db *store.DB, runs []store.Started, failed ...uint32) store.Applied {
+	t.Helper()
+	fs := make([]store.Finish, len(runs))
+	for i, st := range runs {
+		o := store.JobOutcome{Status: model.JobFinished, Result: map[string]string{"out": "job " + itoa(st.Job.ID)}}
+		if slices.Contains(failed, st.Job.ID) {
+			o = store.JobOutcome{Status: model.JobError, Error: "exit status 3", ExitCode: 3}
+		}
+		fs[i] = store.Finish{DB: db, Claim: st.Claim, Job: st.Job, Outcome: o, Apply: true}
+	}
+	oks, errs, applied := store.FinishJobsApplied(context.Background(), fs)
+	for i := range fs {
+		if errs[i] != nil || !oks[i] {
+			t.Fatalf("finish run %d: %v %v", i, oks[i], errs[i])
+		}
+	}
+	return applied
+}
+
+// A successful run of a flow completes its node, and the dependents it makes ready are
+// dispatched and routed onto their queue with runner 1's wake tokens, all in the finish
+// script: nothing goes on msg_out. A failed run of the same group goes the router's way.
+func TestFinishAppliesFlowEnds(t *testing.T) {
+	s, db, rc := applyContext(t, 29)
+	ctx := context.Background()
+	// a → b, a → c, and d after b and c
+	f, jobs := dagFlow(t, s, db, 4, map[int][]int{1: {0}, 2: {0}, 3: {1, 2}})
+	a, b, c, d := jobs[0], jobs[1], jobs[2], jobs[3]
+	tokens := wakeTokens(t, 29, keys.Queue("sh"))
+	run := claimSh(t, db, 1)
+	applied := finishApplied(t, db, run)
+	if applied.Ends != 1 || applied.Dispatched != 2 || len(applied.FlowsEnded) != 0 {
+		t.Fatalf("applied %+v, want 1 end and 2 dispatched", applied)
+	}
+	if n := rc.LLen(ctx, keys.MsgOut).Val(); n != 0 {
+		t.Fatalf("msg_out holds %d messages: the end was applied here", n)
+	}
+	dag := keys.DAG(f.ID)
+	if st := rc.HGet(ctx, dag, "s:"+itoa(a.ID)).Val(); st != string(model.NodeCompleted) {
+		t.Fatalf("node a %s", st)
+	}
+	for _, j := range []*model.Job{b, c} {
+		if st := rc.HGet(ctx, dag, "s:"+itoa(j.ID)).Val(); st != string(model.NodeDispatched) {
+			t.Fatalf("node %d %s, want dispatched", j.ID, st)
+		}
+		h := rc.HMGet(ctx, keys.Job(1, j.ID), "status", "attempt", "ready_at_ms").Val()
+		if h[0] != string(model.JobDispatched) || h[1] != "1" || h[2] != rc.HGet(ctx, keys.Job(1, a.ID), "finished_at_ms").Val() {
+			t.Fatalf("job %d %v: want dispatched, attempt 1, ready when a finished", j.ID, h)
+		}
+	}
+	if q := rc.LRange(ctx, keys.Queue("sh"), 0, -1).Val(); len(q) != 2 || !slices.Contains(q, keys.Job(1, b.ID)) || !slices.Contains(q, keys.Job(1, c.ID)) {
+		t.Fatalf("queue:sh %v, want b and c", q)
+	}
+	if n := wakeTokens(t, 29, keys.Queue("sh")); n <= tokens {
+		t.Fatalf("runner 1 has %d wake tokens, had %d: no wake-up for the routed jobs", n, tokens)
+	}
+	checkApplyMessages(t, rc, f.ID, a.ID, fmt.Sprintf("%d %d", b.ID, c.ID))
+	checkApplyEvents(t, db, a.ID, b.ID, c.ID)
+	// b succeeds and c fails, ending together: b's end is applied (d waits for c), c's
+	// goes on msg_out in a result message of its own.
+	runs := claimSh(t, db, 2)
+	applied = finishApplied(t, db, runs, c.ID)
+	if applied.Ends != 1 || applied.Dispatched != 0 {
+		t.Fatalf("applied %+v, want b's end only", applied)
+	}
+	mks := rc.LRange(ctx, keys.MsgOut, 0, -1).Val()
+	if len(mks) != 1 || !strings.Contains(rc.HGet(ctx, mks[0], "job").Val(), fmt.Sprintf(`"id":%d,`, c.ID)) ||
+		strings.Contains(rc.HGet(ctx, mks[0], "job").Val(), fmt.Sprintf(`"id":%d,`, b.ID)) {
+		t.Fatalf("msg_out %v: want one result message of c alone", mks)
+	}
+	if st := rc.HGet(ctx, dag, "s:"+itoa(c.ID)).Val(); st != string(model.NodeRunning) && st != string(model.NodeDispatched) {
+		t.Fatalf("node c %s: a failed run is the scheduler's to apply", st)
+	}
+	if st := rc.HGet(ctx, keys.Job(1, d.ID), "status").Val(); st == string(model.JobDispatched) {
+		t.Fatal("d dispatched before c ended")
+	}
+}
+
+// checkApplyMessages: job a's messages hold its result message, processed (never
+// pushed), and the flow's the request message of the dependents (job_ids ids),
+// acknowledged (routed here).
+func checkApplyMessages(t *testing.T, rc *redis.Client, flow, a uint32, ids string) {
+	t.Helper()
+	ctx := context.Background()
+	var result, request bool
+	mks := rc.SMembers(ctx, keys.FlowMessages(flow)).Val()
+	for _, n := range rc.SMembers(ctx, keys.JobMessages(1, a)).Val() {
+		mks = append(mks, "message:1:"+n)
+	}
+	for _, mk := range mks {
+		h := rc.HGetAll(ctx, mk).Val()
+		switch h["kind"] {
+		case string(model.KindJobResult):
+			result = h["status"] == string(model.MessageProcessed)
+		case string(model.KindJobRequest):
+			if h["job_ids"] == ids {
+				request = h["status"] == string(model.MessageAcknowledged) && h["job_ref"] == "1"
+			}
+		}
+	}
+	if !result || !request {
+		t.Fatalf("flow %d's messages: result processed %v, request of %s acknowledged %v", flow, result, ids, request)
+	}
+}
+
+// checkApplyEvents: a's end and its dependents' dispatch are recorded, by the runner.
+func checkApplyEvents(t *testing.T, db *store.DB, a uint32, deps ...uint32) {
+	t.Helper()
+	evs, err := db.ReadEvents(context.Background(), "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range evs {
+		if e.Actor == "runner" {
+			seen[e.Type+" "+itoa(e.JobID)] = true
+		}
+	}
+	want := []string{string(model.EventJobFinished) + " " + itoa(a)}
+	for _, d := range deps {
+		want = append(want, string(model.EventJobDispatched)+" "+itoa(d))
+	}
+	for _, w := range want {
+		if !seen[w] {
+			t.Errorf("no event %s by the runner (%v)", w, seen)
+		}
+	}
+}
+
+// The last node's end ends the flow: its status, coord:flows:active, its retention and
+// the flow waiters' notice; and a standalone job's end starts its retention and tells
+// its waiters.
+func TestFinishAppliesFlowAndStandaloneEnds(t *testing.T) {
+	s, db, rc := applyContext(t, 30)
+	ctx := context.Background()
+	c0 := srv.Client(t, 0)
+	sub := c0.Subscribe(ctx, keys.FlowDone, keys.JobDone)
+	defer func() { _ = sub.Close() }()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := dagFlow(t, s, db, 1, nil)
+	j := standaloneJob(t, s, db)
+	if _, _, ok, why, err := db.Dispatch(ctx, 0, j, "scheduler", 0); err != nil || !ok {
+		t.Fatalf("dispatch: %v %s", err, why)
+	}
+	before := time.Now().UnixMilli()
+	applied := finishApplied(t, db, claimSh(t, db, 2))
+	if applied.Ends != 2 || !slices.Equal(applied.FlowsEnded, []model.FlowStatus{model.FlowFinished}) {
+		t.Fatalf("applied %+v, want 2 ends and flow finished", applied)
+	}
+	if st := rc.HGet(ctx, keys.Flow(f.ID), "status").Val(); st != string(model.FlowFinished) {
+		t.Fatalf("flow %s", st)
+	}
+	if c0.SIsMember(ctx, keys.ActiveFlows, "30:"+itoa(f.ID)).Val() {
+		t.Fatal("the ended flow is still active")
+	}
+	for _, m := range []string{"30:flow:" + itoa(f.ID), "30:job:1:" + itoa(j.ID)} {
+		at, err := c0.ZScore(ctx, keys.Expire, m).Result()
+		if err != nil || int64(at) < before+time.Hour.Milliseconds() {
+			t.Fatalf("retention of %s at %v (%v), want an hour from now", m, at, err)
+		}
+	}
+	if da := rc.HGet(ctx, keys.Job(1, j.ID), "done_attempt").Val(); da != "1" {
+		t.Fatalf("standalone job's done_attempt %q", da)
+	}
+	got := map[string]bool{}
+	for len(got) < 2 {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		m, err := sub.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("notices %v: %v", got, err)
+		}
+		got[m.Channel+" "+m.Payload] = true
+	}
+	if !got[keys.FlowDone+" 30:"+itoa(f.ID)] || !got[keys.JobDone+" 30:1:"+itoa(j.ID)] {
+		t.Fatalf("notices %v", got)
+	}
+	if n := rc.LLen(ctx, keys.MsgOut).Val(); n != 0 {
+		t.Fatalf("msg_out holds %d messages", n)
+	}
+}
+
+// The ends that are the scheduler's to apply: without Apply, before the scheduler
+// recorded its settings, and when what ends is kept for less than its sweep's
+// interval (its expiry timer would find the deadline late). Each goes on msg_out and
+// changes nothing of its flow's DAG.
+func TestFinishLeavesEndsToTheScheduler(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, db *store.DB, rc *redis.Client)
+		apply bool
+	}{
+		{"without Apply", nil, false},
+		{"no scheduler settings", func(t *testing.T, _ *store.DB, _ *redis.Client) {
+			srv.Client(t, 0).Del(context.Background(), keys.SchedulerSettings)
+		}, true},
+		{"retention shorter than the sweep", func(t *testing.T, _ *store.DB, rc *redis.Client) {
+			rc.HSet(context.Background(), keys.Context(31), "retention_seconds", 5)
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, db, rc := applyContext(t, 31)
+			ctx := context.Background()
+			if tc.setup != nil {
+				tc.setup(t, db, rc)
+			}
+			f, jobs := dagFlow(t, s, db, 2, map[int][]int{1: {0}})
+			st := claimSh(t, db, 1)[0]
+			oks, errs, applied := store.FinishJobsApplied(ctx, []store.Finish{{DB: db, Claim: st.Claim, Job: st.Job,
+				Outcome: store.JobOutcome{Status: model.JobFinished}, Apply: tc.apply}})
+			if !oks[0] || errs[0] != nil || applied.Ends != 0 || applied.Dispatched != 0 {
+				t.Fatalf("finish: %v %v, applied %+v", oks[0], errs[0], applied)
+			}
+			if n := rc.LLen(ctx, keys.MsgOut).Val(); n != 1 {
+				t.Fatalf("msg_out holds %d messages, want the result message", n)
+			}
+			if s := rc.HGet(ctx, keys.DAG(f.ID), "s:"+strconv.FormatUint(uint64(jobs[0].ID), 10)).Val(); s == string(model.NodeCompleted) {
+				t.Fatal("the node was completed by the finish")
+			}
+			if s := rc.HGet(ctx, keys.Job(1, jobs[1].ID), "status").Val(); s == string(model.JobDispatched) {
+				t.Fatal("the dependent was dispatched by the finish")
+			}
+		})
+	}
+}
