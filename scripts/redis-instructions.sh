@@ -12,7 +12,9 @@
 # BenchmarkStandalonePathRedis a standalone handler job through every step with its
 # submission, and prints the memory a finished one holds.
 #
-# KEEP_CALLGRIND=1 keeps the dumps (one per stage) for callgrind_annotate.
+# KEEP_CALLGRIND=1 keeps the dumps (one per stage) for callgrind_annotate;
+# HERO_PATH_VIA_SCHEDULER=1 has the ends go through the router and the scheduler (a
+# runner's --apply-ends=false) instead of being applied by the finish.
 #
 # Needs valgrind (apt-get install valgrind) and redis-server on PATH. docs/benchmarks.md
 # has the figures.

@@ -92,14 +92,16 @@ func callgrindDump(b *testing.B, stage string) {
 
 // BenchmarkJobPathRedis drives 10,000 handler jobs of one flow through the Redis side
 // of every step the services take — start, dispatch (256 per script, which routes the
-// jobs onto their queue), the runner's claim-and-start (32) and finish (a group of 32),
-// the router's claim of the results (64) and their ack, the scheduler's completion
-// (a group of 64) — one stage after the other, and prints what each stage costs Redis
-// per job: its CPU (with the socket work) and its command time. It measures Redis's
-// share of the end-to-end handler benchmark without the services' noise.
+// jobs onto their queue), the runner's claim-and-start (32) and finish (a group of
+// 32, which applies the ends: the runner's default, --apply-ends; with
+// HERO_PATH_VIA_SCHEDULER=1 the router's claim of the results (64) and their ack, and
+// the scheduler's completion (a group of 64), follow instead) — one stage after the
+// other, and prints what each stage costs Redis per job: its CPU (with the socket
+// work) and its command time. It measures Redis's share of the end-to-end handler
+// benchmark without the services' noise.
 func BenchmarkJobPathRedis(b *testing.B) {
 	s, n := pathBench(b)
-	p := &jobPath{b: b, ctx: context.Background(), db: mustCtx(b, s, 9), n: n, callgrind: os.Getenv("HERO_PATH_CALLGRIND") != ""}
+	p := newJobPath(b, s, n)
 	f := p.setup(s)
 	if p.callgrind {
 		callgrindDump(p.b, "setup")
@@ -113,18 +115,20 @@ func BenchmarkJobPathRedis(b *testing.B) {
 		}
 	})
 	p.runJobs(keys.Queue("go"))
-	ends := p.claimResults()
-	p.measure("scheduler: complete (64)", func() {
-		for _, group := range ends {
-			res, errs := p.db.CompleteNodes(p.ctx, group)
-			for i := range res {
-				p.step(errs[i])
-				if !res[i].Applied {
-					b.Fatalf("end %+v not applied", group[i])
+	if !p.apply {
+		ends := p.claimResults()
+		p.measure("scheduler: complete (64)", func() {
+			for _, group := range ends {
+				res, errs := p.db.CompleteNodes(p.ctx, group)
+				for i := range res {
+					p.step(errs[i])
+					if !res[i].Applied {
+						b.Fatalf("end %+v not applied", group[i])
+					}
 				}
 			}
-		}
-	})
+		})
+	}
 	b.StopTimer()
 	fl, err := p.db.LoadFlow(p.ctx, 1)
 	p.step(err)
@@ -142,7 +146,11 @@ type jobPath struct {
 	db        *store.DB
 	n         int
 	callgrind bool // HERO_PATH_CALLGRIND: the counts are callgrind's
-	stages    []*pathStage
+	// apply: the runner's finish applies the successful ends itself (its default,
+	// --apply-ends); HERO_PATH_VIA_SCHEDULER=1: the router claims the result messages
+	// and the scheduler completes them, as with --apply-ends=false.
+	apply  bool
+	stages []*pathStage
 }
 
 type pathStage struct {
@@ -247,7 +255,7 @@ func (p *jobPath) finish(group []store.Started) {
 		if st.Job == nil {
 			p.b.Fatalf("claimed %+v", st)
 		}
-		fs[i] = store.Finish{DB: p.db, Claim: st.Claim, Job: st.Job, Outcome: store.JobOutcome{Status: model.JobFinished,
+		fs[i] = store.Finish{DB: p.db, Claim: st.Claim, Job: st.Job, Apply: p.apply, Outcome: store.JobOutcome{Status: model.JobFinished,
 			Result: map[string]string{"ok": "true"}, Log: []byte("--- attempt 1: go#noop on runner (request 0123456789abcdef, trace 0123456789abcdef0123456789abcdef) ---\n")}}
 	}
 	oks, errs := store.FinishJobs(p.ctx, fs)
@@ -304,12 +312,13 @@ func (p *jobPath) endsOf(cms []*store.ClaimedMessage) []store.JobEnd {
 // BenchmarkStandalonePathRedis is BenchmarkJobPathRedis for standalone no-op handler
 // jobs (go#noop), every step with the submission: job.submit one job a call (which
 // routes the job onto its queue), the runner's claim-and-start (32) and finish (32: a
-// result message each), the router's claim of the results (64) and their ack, the
-// scheduler's completion (CompleteStandalones, 64, with the default retention of 7
-// days). It also prints the memory a finished job holds in Redis (finishedJobMemory).
+// result message each; the finish applies the ends, with the default retention of 7
+// days; HERO_PATH_VIA_SCHEDULER=1: the router's claim of the results, 64, and their
+// ack, and the scheduler's completion, CompleteStandalones, 64, instead). It also
+// prints the memory a finished job holds in Redis (finishedJobMemory).
 func BenchmarkStandalonePathRedis(b *testing.B) {
 	s, n := pathBench(b)
-	p := &jobPath{b: b, ctx: context.Background(), db: mustCtx(b, s, 9), n: n, callgrind: os.Getenv("HERO_PATH_CALLGRIND") != ""}
+	p := newJobPath(b, s, n)
 	if _, _, err := s.CreateRunner(p.ctx, 9, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
 		b.Fatal(err)
 	}
@@ -326,22 +335,27 @@ func BenchmarkStandalonePathRedis(b *testing.B) {
 		}
 	})
 	p.runJobs(keys.Queue((&model.Job{FunctionName: "go#noop"}).QueueSuffix()))
-	ends := p.claimResults()
-	p.measure("scheduler: complete standalone (64)", func() {
-		for _, group := range ends {
-			for i := range group {
-				group[i].Backoff, group[i].Retention = time.Second, 7*24*time.Hour
-			}
-			res, errs := p.db.CompleteStandalones(p.ctx, group)
-			for i := range res {
-				p.step(errs[i])
-				if !res[i].Applied {
-					b.Fatalf("end %+v not applied", group[i])
+	if !p.apply {
+		ends := p.claimResults()
+		p.measure("scheduler: complete standalone (64)", func() {
+			for _, group := range ends {
+				for i := range group {
+					group[i].Backoff, group[i].Retention = time.Second, 7*24*time.Hour
+				}
+				res, errs := p.db.CompleteStandalones(p.ctx, group)
+				for i := range res {
+					p.step(errs[i])
+					if !res[i].Applied {
+						b.Fatalf("end %+v not applied", group[i])
+					}
 				}
 			}
-		}
-	})
+		})
+	}
 	b.StopTimer()
+	if n := srv.Client(b, 9).ZCard(p.ctx, keys.StatusIndex(keys.JobIndex, "finished")).Val(); n != int64(p.n) {
+		b.Fatalf("%d jobs finished, want %d", n, p.n)
+	}
 	if !p.callgrind {
 		p.report()
 	}
@@ -399,6 +413,18 @@ func (p *jobPath) report() {
 	}
 	fmt.Printf("  %-36s %6.1f µs  %6.1f µs\n", "all", float64(cpu.Microseconds())/float64(n), float64(busy.Microseconds())/float64(n))
 	p.b.ReportMetric(float64(cpu.Microseconds())/float64(n), "redis-µs/job")
+}
+
+// newJobPath makes the run of n jobs in context 9, with the scheduler's settings
+// recorded (its default retention, 7 days, and sweep, 30 s) when the finishes apply
+// the ends.
+func newJobPath(b *testing.B, s *store.Store, n int) *jobPath {
+	p := &jobPath{b: b, ctx: context.Background(), db: mustCtx(b, s, 9), n: n, callgrind: os.Getenv("HERO_PATH_CALLGRIND") != "",
+		apply: os.Getenv("HERO_PATH_VIA_SCHEDULER") == ""}
+	if p.apply {
+		p.step(s.SetSchedulerSettings(p.ctx, 7*24*time.Hour, 30*time.Second))
+	}
+	return p
 }
 
 // pathBench skips unless HERO_BENCH is set, and returns a store on the test Redis and
