@@ -135,7 +135,7 @@ func BenchmarkJobPathRedis(b *testing.B) {
 	if fl.Status != model.FlowFinished {
 		b.Fatalf("flow %s", fl.Status)
 	}
-	p.report()
+	p.report("handler jobs of one flow")
 }
 
 // jobPath is BenchmarkJobPathRedis's run: n jobs of flow 1 in context 9 (db), and
@@ -357,7 +357,7 @@ func BenchmarkStandalonePathRedis(b *testing.B) {
 		b.Fatalf("%d jobs finished, want %d", n, p.n)
 	}
 	if !p.callgrind {
-		p.report()
+		p.report("standalone handler jobs, each submitted on its own")
 	}
 	perJob, shared := finishedJobMemory(b, 9, before, n)
 	fmt.Printf("Redis memory per finished standalone job: %d B in its own keys, %d B in shared ones (indexes, events): %d B\n", perJob, shared, perJob+shared)
@@ -401,11 +401,12 @@ func finishedJobMemory(tb testing.TB, db int, before map[string]int64, n int) (p
 	return perJob / int64(n), shared / int64(n)
 }
 
-// report prints what each stage cost Redis per job, and reports the total CPU.
-func (p *jobPath) report() {
+// report prints what each stage cost Redis per job for the n jobs of what (the
+// benchmark's jobs), and reports the total CPU.
+func (p *jobPath) report(what string) {
 	n := p.n
 	var cpu, busy time.Duration
-	fmt.Printf("Redis per job, %d handler jobs of one flow (CPU with socket work; command time):\n", n)
+	fmt.Printf("Redis per job, %d %s (CPU with socket work; command time):\n", n, what)
 	for _, st := range p.stages {
 		fmt.Printf("  %-36s %6.1f µs  %6.1f µs\n", st.name, float64(st.cpu.Microseconds())/float64(n), float64(st.busy.Microseconds())/float64(n))
 		cpu += st.cpu
