@@ -989,9 +989,9 @@ type flowWaitParams struct {
 }
 
 // flowWait waits until a flow ends (finished or error) and returns it. A flow that has
-// already ended is returned at once. It costs nothing per job: the scheduler publishes
-// one notification when a flow ends, which is what a client waiting for a result needs
-// (following the event stream costs the server a read of every job's events).
+// already ended is returned at once. It costs nothing per job: the script that ends
+// the flow publishes one notification, which is what a client waiting for a result
+// needs (following the event stream costs the server a read of every job's events).
 func (s *service) flowWait(ctx context.Context, p Principal, in flowWaitParams) (*model.Flow, error) {
 	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "flow.wait")
 	if err != nil {

@@ -17,8 +17,9 @@ import (
 
 // waiter wakes job.run and flow.wait callers when their job or flow ends. One
 // subscription to the coord:jobdone and coord:flowdone channels serves every waiting
-// call; the scheduler publishes a job's reference when the job reaches its final state,
-// and a flow's "<ctx>:<id>" when the flow does.
+// call; the script that applies a job's end (the scheduler's, or the runner's finish
+// with --apply-ends) publishes the job's reference when the job reaches its final
+// state, and a flow's "<ctx>:<id>" when the flow does.
 type waiter struct {
 	mu      sync.Mutex
 	waiting map[waitKey][]chan struct{}
