@@ -75,6 +75,7 @@ func MainIO(fs *config.FlagSet, name string, args []string, cfg Config, run RunF
 		return 2
 	}
 	c := cfg.CommonConfig()
+	gcPercent, memLimit := tuneGC(os.Getenv, cgroupMemoryFiles)
 	// Log lines go out in batches, at most obs.DefaultLogLinger late (one write per
 	// batch, not per line, under load); Close below writes the rest before the last
 	// words on stderr.
@@ -85,6 +86,9 @@ func MainIO(fs *config.FlagSet, name string, args []string, cfg Config, run RunF
 		Registry: obs.NewRegistry(),
 		Probe:    obs.NewProbe(),
 		Stdout:   stdout,
+	}
+	if gcPercent > 0 || memLimit > 0 {
+		env.Log.Debug().Int("gogc", gcPercent).Int64("gomemlimit", memLimit).Msg("garbage collector tuned (GOGC, GOMEMLIMIT unset)")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
