@@ -881,8 +881,9 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 	ref := created.Ref()
 	done := s.waiter.watch(jobKey(ref))
 	defer s.waiter.unwatch(jobKey(ref), done)
-	if j, err := db.LoadJob(ctx, created.CallerID, created.ID); err == nil && jobFinal(j) {
-		return j, nil
+	// The check reads only what jobFinal needs; a job that ended is then loaded whole.
+	if j, err := db.LoadJobFields(ctx, created.CallerID, created.ID, jobFinalFields...); err == nil && jobFinal(j) {
+		return db.LoadJob(ctx, created.CallerID, created.ID)
 	}
 	if sub[0].Existing && created.Status != model.JobStarted {
 		// job.run of a job created before with the same id: dispatched now, as before.
@@ -1277,6 +1278,9 @@ func (s *service) eventsRead(ctx context.Context, p Principal, in eventsParams) 
 }
 
 // jobFinal reports whether a job has ended for good (no retry will follow).
+// jobFinalFields are the job hash's fields jobFinal reads.
+var jobFinalFields = []string{"status", "fatal", "stop_requested", "attempt", "retries"}
+
 func jobFinal(j *model.Job) bool {
 	switch j.Status {
 	case model.JobFinished:
