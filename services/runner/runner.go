@@ -144,8 +144,9 @@ func newRunner(p runnerParams) *runner {
 	return r
 }
 
-// writeEnds writes the ends of runs (the finisher's group), applying the successful
-// ones itself with --apply-ends, and counts what it applied.
+// writeEnds writes the ends of runs (the finisher's group, or an end a previous
+// process handed over), applying the successful ones itself with --apply-ends, and
+// counts what it applied.
 func (r *runner) writeEnds(ctx context.Context, fs []store.Finish) ([]bool, []error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -407,14 +408,13 @@ func (r *runner) writeHandedOver(ctx context.Context) {
 			_ = os.Remove(r.pendingFile(store.Finish{DB: &store.DB{ContextID: p.ContextID}, Claim: &p.Claim, Job: p.Job}))
 			continue
 		}
-		f := store.Finish{DB: db, Claim: &p.Claim, Job: p.Job, Outcome: p.Outcome, Apply: r.cfg.ApplyEnds}
+		f := store.Finish{DB: db, Claim: &p.Claim, Job: p.Job, Outcome: p.Outcome}
 		log := r.log.With().Uint32(obs.KeyContextID, p.ContextID).Uint32(obs.KeyFlowID, p.Job.FlowID).Uint32(obs.KeyJobID, p.Job.ID).Uint32(obs.KeyCallerID, p.Job.CallerID).Logger()
 		var ok bool
 		var bo fault.Backoff
 		for {
-			oks, errs, applied := store.FinishJobsApplied(ctx, []store.Finish{f})
+			oks, errs := r.writeEnds(ctx, []store.Finish{f})
 			ok, err = oks[0], errs[0]
-			r.countApplied(applied)
 			if err == nil || !fault.Transient(err) || !bo.Sleep(ctx) {
 				break
 			}

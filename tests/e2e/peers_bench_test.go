@@ -80,21 +80,23 @@ func BenchmarkPeers(b *testing.B) {
 	// call's time is also split at its job's start and end (started_at_us,
 	// finished_at_us; one clock): the call to the start (submission, queue, claim), the
 	// run (the executor's call), and the end to the answer (finish, notice, load).
-	var stages [][3]float64 // per call of the 16-client run: to start, run, back (ms)
-	runJob := func(ctx context.Context, i int) error {
-		t0 := time.Now().UnixMicro()
-		r, err := api.RunJob(ctx, &herov1.RunJobRequest{ContextId: ctx1, Job: &herov1.Job{FunctionName: "go#noop"}})
-		if err == nil && r.Job.Status != "finished" {
-			return fmt.Errorf("job.run: %s", r.Job.Status)
+	// runJob makes the call; with rec, it records each call's three parts (ms) in rec[i].
+	runJob := func(rec [][3]float64) func(ctx context.Context, i int) error {
+		return func(ctx context.Context, i int) error {
+			t0 := time.Now().UnixMicro()
+			r, err := api.RunJob(ctx, &herov1.RunJobRequest{ContextId: ctx1, Job: &herov1.Job{FunctionName: "go#noop"}})
+			if err == nil && r.Job.Status != "finished" {
+				return fmt.Errorf("job.run: %s", r.Job.Status)
+			}
+			if err == nil && rec != nil {
+				t1, j := time.Now().UnixMicro(), r.Job
+				rec[i] = [3]float64{float64(j.StartedAtUs-t0) / 1000, float64(j.FinishedAtUs-j.StartedAtUs) / 1000, float64(t1-j.FinishedAtUs) / 1000}
+			}
+			return err
 		}
-		if err == nil && i < len(stages) {
-			t1, j := time.Now().UnixMicro(), r.Job
-			stages[i] = [3]float64{float64(j.StartedAtUs-t0) / 1000, float64(j.FinishedAtUs-j.StartedAtUs) / 1000, float64(t1-j.FinishedAtUs) / 1000}
-		}
-		return err
 	}
-	stages = make([][3]float64, 4000)
-	lat := runParallel(b, 4000, 16, runJob)
+	stages := make([][3]float64, 4000)
+	lat := runParallel(b, len(stages), 16, runJob(stages))
 	report("c_run16_p50_ms", percentile(lat, 0.50))
 	report("c_run16_p99_ms", percentile(lat, 0.99))
 	for k, name := range []string{"to_start", "run", "back"} {
@@ -104,9 +106,8 @@ func BenchmarkPeers(b *testing.B) {
 		}
 		report("c_run16_p50_"+name+"_ms", percentile(part, 0.50))
 	}
-	stages = nil
 	start = time.Now()
-	runParallel(b, 10000, 128, runJob)
+	runParallel(b, 10000, 128, runJob(nil))
 	report("c_run128_jobs_per_s", 10000/time.Since(start).Seconds())
 
 	// (d) the dependent hop of a 200-job chain flow: a job's start after its

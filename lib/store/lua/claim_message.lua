@@ -100,10 +100,11 @@ for n = 1, max do
 end
 if taken == 0 then return false end
 -- The routed jobs, in the order they were routed.
-local nq = route_push()
+route_flush(ARGV[8])
 local extra = 0
 if ARGV[6] ~= '-' then extra = taken - tonumber(ARGV[6]) end
-if extra > 0 or nq > 0 then redis.call('SELECT', 0) end
-if extra > 0 then redis.call('LREM', KEYS[4], extra, ARGV[5]) end
-route_wake(ARGV[8])
+if extra > 0 then
+  redis.call('SELECT', 0)
+  redis.call('LREM', KEYS[4], extra, ARGV[5])
+end
 return {route_types or {}, out, route_routed}

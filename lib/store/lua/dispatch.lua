@@ -58,7 +58,7 @@ while i <= #ARGV do
     else
       local mk = store_message(caller, first, now_ms, last)
       track_msg(caller, id, mk)
-      pushed = pushed + send_request(mk, {K_JOB .. caller .. ':' .. id}, now_s, KEYS[1])
+      pushed = pushed + route_send(mk, {K_JOB .. caller .. ':' .. id}, now_s, KEYS[1])
       out[#out + 1] = {mk, tonumber(attempt)}
     end
   end
@@ -77,12 +77,8 @@ if #gids > 0 then
   for _, n in ipairs(gslots) do out[n][1] = mk end
   local jks = {}
   for k, id in ipairs(gids) do jks[k] = K_JOB .. caller .. ':' .. id end
-  pushed = pushed + send_request(mk, jks, now_s, KEYS[1])
+  pushed = pushed + route_send(mk, jks, now_s, KEYS[1])
 end
-local nq = route_push()
+route_flush(ctx)
 wake_msg_out(ctx, pushed)
-if nq > 0 then
-  redis.call('SELECT', 0)
-  route_wake(ctx)
-end
 return out

@@ -168,15 +168,11 @@ if #ready > 0 then
   if #gids > 0 then
     local mk = store_message(caller, rfirst, now_ms, rlast, {'job', '[' .. table.concat(refs, ',') .. ']', 'job_ids', table.concat(gids, ' ')})
     track_msg(caller, gids[1], mk, flow)
-    pushed = pushed + send_request(mk, jks, now_s, mo)
+    pushed = pushed + route_send(mk, jks, now_s, mo)
     dispatched = #gids
   end
 end
 if ARGV[8] == '1' then out[#out + 1] = {applied, dispatched, fstatus} end
-if route_push() > 0 then
-  redis.call('SELECT', 0)
-  route_wake(ctx)
-  redis.call('SELECT', tonumber(ctx))
-end
+route_flush(ctx)
 wake_msg_out(ctx, pushed)
 return out

@@ -1,6 +1,6 @@
--- lib_dispatch: a job's dispatch and the sending of a job request message, for the
--- scripts that dispatch (dispatch, and finish_jobs when it completes a run's flow node
--- itself).
+-- lib_dispatch: a job's dispatch, for the scripts that dispatch (dispatch, and
+-- finish_jobs when it completes a run's flow node itself; both send the request
+-- messages with lib_route's route_send).
 --
 --   - dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor), in the
 --     context's DB: checks that job id (of flow flow, its DAG at key dag; dag "": a
@@ -8,12 +8,7 @@
 --     job not started or finished), then marks node and job dispatched (attempt + 1;
 --     ready_ms, when not nil, is its ready time: a node ready at its flow's start) and
 --     records the event. Returns the attempt (a string), or nil and why not.
---   - send_request(mk, jks, now_s, mo): sends the stored job request message mk whose
---     jobs are at keys jks: routed here (lib_route) when a runner of this node can take
---     every one of them — the message acknowledged, the jobs recorded for route_push —,
---     else pushed on the list mo (msg_out) for the router. Returns 1 when pushed, 0 when
---     routed.
--- Needs lib_state and lib_route.
+-- Needs lib_state.
 
 local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor)
   local jk = K_JOB .. caller .. ':' .. id
@@ -46,18 +41,4 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
   index_job(caller .. ':' .. id, jst, JOB_DISPATCHED)
   event(EV_JOB_DISPATCHED, actor, now_ms, flow, id, caller, JOB_DISPATCHED, 'attempt ' .. attempt)
   return attempt
-end
-
-local function send_request(mk, jks, now_s, mo)
-  local qs = {}
-  for k, jk in ipairs(jks) do
-    qs[k] = route_target(jk)
-    if not qs[k] then
-      redis.call('LPUSH', mo, mk)
-      return 1
-    end
-  end
-  redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
-  for k, jk in ipairs(jks) do route_add(jk, qs[k]) end
-  return 0
 end

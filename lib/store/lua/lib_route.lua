@@ -15,6 +15,13 @@
 --     and reads their wake targets (lib_wake). Returns the number of queues.
 --   - route_wake(ctx): in DB 0, after route_push: the runners' wake tokens and
 --     coord:busy.
+--   - route_flush(ctx): after the script's last write in the context's DB: route_push,
+--     then, when it pushed any, route_wake in DB 0 (where it leaves the script).
+--   - route_send(mk, jks, now_s, mo): sends the stored job request message mk whose
+--     jobs are at keys jks: routed here when a runner of this node can take every one
+--     of them (the message acknowledged, as the router's claim would; the jobs recorded
+--     for route_push), else pushed on the list mo (msg_out) for the router. Returns 1
+--     when pushed, 0 when routed.
 -- Needs lib_wake and lib_busy. route_types (the coord:script_types hash as read, or
 -- nil) and route_routed ({job key, queue, …}, in order) are there for the caller.
 
@@ -61,4 +68,23 @@ end
 local function route_wake(ctx)
   for _, q in ipairs(route_targets) do wake_runners(ctx, q, route_wakers[q], route_tokens[q]) end
   if #route_targets > 0 then mark_busy(ctx) end
+end
+local function route_flush(ctx)
+  if route_push() > 0 then
+    redis.call('SELECT', 0)
+    route_wake(ctx)
+  end
+end
+local function route_send(mk, jks, now_s, mo)
+  local qs = {}
+  for k, jk in ipairs(jks) do
+    qs[k] = route_target(jk)
+    if not qs[k] then
+      redis.call('LPUSH', mo, mk)
+      return 1
+    end
+  end
+  redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
+  for k, jk in ipairs(jks) do route_add(jk, qs[k]) end
+  return 0
 end

@@ -117,22 +117,11 @@ for _, j in ipairs(jobs) do
     event(EV_JOB_DISPATCHED, j.actor, now_ms, '0', j.id, j.caller, JOB_DISPATCHED, 'attempt 1')
     local mk = store_message(j.caller, j.mfirst, now_ms, j.mlast)
     track_msg(j.caller, j.id, mk)
-    local q = route_target(j.key)
-    if q then
-      redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
-      route_add(j.key, q)
-    else
-      redis.call('LPUSH', K_MSG_OUT, mk)
-      pushed = pushed + 1
-    end
+    pushed = pushed + route_send(mk, {j.key}, now_s, K_MSG_OUT)
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
     out[#out + 1] = {1, member}
   end
 end
-local nq = route_push()
+route_flush(ctx)
 wake_msg_out(ctx, pushed)
-if nq > 0 then
-  redis.call('SELECT', 0)
-  route_wake(ctx)
-end
 return out
