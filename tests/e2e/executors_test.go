@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -216,7 +217,8 @@ func TestHandlerOutcomeTimeout(t *testing.T) {
 	}
 }
 
-func metric(t *testing.T, p *harness.Proc, name string) float64 {
+func metric(t testing.TB, p *harness.Proc, name string) float64 {
+	t.Helper()
 	resp, err := http.Get("http://" + p.AdminAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -590,5 +592,35 @@ func TestExamplesOnOneNode(t *testing.T) {
 	}
 	if !slices.Contains(ran, "handlers.yaml") || !slices.Contains(ran, "diamond.yaml") {
 		t.Errorf("ran %v: want handlers.yaml and diamond.yaml among them", ran)
+	}
+}
+
+// A pool of several processes divides the runner's cores among them: each process of
+// a pool of two gets GOMAXPROCS of half the runner's cores (at least one), and a Go
+// executor schedules on that share; a pool of one process is left Go's default.
+func TestExecutorPoolProcessesShareCores(t *testing.T) {
+	goExec := filepath.Join(binDir, harness.ExampleExecutor)
+	redisSrv.Flush(t)
+	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{
+		RunnerArgs: []string{"--executors", "go;cmd=" + goExec + ";size=2|one;cmd=" + goExec + ";size=1"},
+	})
+	c := s.Setup(t, ctx1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.Runner.WaitLog(ctx, `"context_ids":[1]`, `"message":"serving"`); err != nil {
+		t.Fatal(err)
+	}
+	cores := runtime.GOMAXPROCS(0) // the runner's: same machine, same cgroup
+	if g := os.Getenv("HERO_TEST_GOMAXPROCS"); g != "" {
+		cores, _ = strconv.Atoi(g)
+	}
+	want := strconv.Itoa(max(1, cores/2))
+	j := runStandalone(t, c, map[string]any{"function_name": "go#procs"})
+	if j.Status != "finished" || j.Result["env"] != want || j.Result["gomaxprocs"] != want {
+		t.Errorf("a process of a pool of 2 on %d cores: %+v; want GOMAXPROCS=%s", cores, j, want)
+	}
+	j = runStandalone(t, c, map[string]any{"function_name": "one#procs"})
+	if j.Status != "finished" || j.Result["env"] != "" {
+		t.Errorf("the process of a pool of 1: %+v; want no GOMAXPROCS set", j)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -52,6 +53,10 @@ func main() {
 	})
 	ex.Register("trace", func(_ context.Context, req *rrq.ExecutionRequest) (any, error) {
 		return traceCall(logger, req)
+	})
+	// procs: the cores this process schedules on, and the GOMAXPROCS it was given.
+	ex.Register("procs", func(context.Context, *rrq.ExecutionRequest) (any, error) {
+		return map[string]any{"gomaxprocs": runtime.GOMAXPROCS(0), "env": os.Getenv("GOMAXPROCS")}, nil
 	})
 	ex.Register("crash", func(context.Context, *rrq.ExecutionRequest) (any, error) {
 		os.Exit(1)
