@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -91,6 +90,9 @@ const (
 	keepaliveTimeout  = 20 * time.Second
 	handshakeTimeout  = 10 * time.Second
 	defaultMaxStreams = 1000
+	// streamWorkers is the goroutines that run calls (grpc.NumStreamWorkers): a call
+	// that finds them all busy runs on a new goroutine.
+	streamWorkers = 128
 )
 
 // NewServer binds addr at once (a port in use is an error at start) and returns a
@@ -114,8 +116,10 @@ func NewServer(addr string, reg prometheus.Registerer, log zerolog.Logger, o Opt
 		grpc.ChainStreamInterceptor(streamInterceptor(m, log)),
 		// Calls run on reused goroutines (a new one only when all are busy): a new
 		// goroutine per call, whose stack then grows, was a tenth of the scheduler's
-		// CPU under a stream of JobsDone calls.
-		grpc.NumStreamWorkers(uint32(max(4, 2*runtime.GOMAXPROCS(0)))),
+		// CPU under a stream of JobsDone calls, and 8% of supervisor-daemon's under
+		// job.submit from 32 producers, whose calls each wait on their group's
+		// store call: as many workers as calls that wait so at once.
+		grpc.NumStreamWorkers(streamWorkers),
 		grpc.MaxConcurrentStreams(o.MaxStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinPing, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: keepaliveMaxIdle, Time: keepaliveProbe, Timeout: keepaliveTimeout}),

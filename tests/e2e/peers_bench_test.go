@@ -69,6 +69,10 @@ func BenchmarkPeers(b *testing.B) {
 		report("a_cpu_us_"+part, float64(d.Microseconds())/float64(n))
 	}
 	report("a_cpu_us_per_job", float64(all.Microseconds())/float64(n))
+	// jobs per store call of supervisor-daemon's group commit (concurrent submissions)
+	if calls := metric(b, s.API, "hero_api_submit_group_jobs_count"); calls > 0 {
+		report("a_submit_group_jobs_avg", metric(b, s.API, "hero_api_submit_group_jobs_sum")/calls)
+	}
 	if os.Getenv("HERO_BENCH_CMDSTATS") != "" {
 		printSubmitCost(n, calls0, calls1, cmdCPU0, cmdCPU1)
 	}
