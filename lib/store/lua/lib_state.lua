@@ -56,7 +56,11 @@ local function store_message(caller, first, now_ms, last, extra)
     mid = int(redis.call('INCR', K_MESSAGE_SEQ))
   until redis.call('EXISTS', K_MESSAGE .. caller .. ':' .. mid) == 0
   local mk = K_MESSAGE .. caller .. ':' .. mid
-  if extra then
+  if extra and #extra == 2 then -- the common cases without a copy of the ARGV items
+    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], unpack(ARGV, first, last or #ARGV))
+  elseif extra and #extra == 4 then
+    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], unpack(ARGV, first, last or #ARGV))
+  elseif extra then
     local kv = {'id', mid}
     for i = 1, #extra do kv[#kv + 1] = extra[i] end
     for i = first, last or #ARGV do kv[#kv + 1] = ARGV[i] end
