@@ -630,25 +630,6 @@ func (d *DB) LoadJob(ctx context.Context, callerID, id uint32) (*model.Job, erro
 	return d.JobFromHash(callerID, id, h)
 }
 
-// LoadJobFields loads only the named fields of a job (an HMGET): a job with those
-// fields set and the rest zero. ErrNotFound when the job holds none of them.
-func (d *DB) LoadJobFields(ctx context.Context, callerID, id uint32, fields ...string) (*model.Job, error) {
-	var cmd *redis.SliceCmd
-	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cmd = p.HMGet(ctx, keys.Job(callerID, id), fields...)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("load job %d:%d: %w", callerID, id, err)
-	}
-	h := make(map[string]string, len(fields))
-	for i, v := range cmd.Val() {
-		if s, ok := v.(string); ok {
-			h[fields[i]] = s
-		}
-	}
-	return d.JobFromHash(callerID, id, h)
-}
-
 // JobFromHash decodes a job hash read elsewhere (in a script's reply); an empty hash
 // is ErrNotFound.
 func (d *DB) JobFromHash(callerID, id uint32, h map[string]string) (*model.Job, error) {

@@ -648,25 +648,3 @@ func TestSweepHoldsBackAfterAFault(t *testing.T) {
 		t.Fatalf("with no grace: requeued %d, want the expired lease's job", n)
 	}
 }
-
-// LoadJobFields reads only the fields it is given; a missing job is ErrNotFound.
-func TestLoadJobFields(t *testing.T) {
-	s := open(t)
-	ctx := context.Background()
-	db := mustCtx(t, s, 32)
-	j, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 32, Script: "true", ScriptType: "sh", Retries: 2}, "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Client(t, 32).HSet(ctx, keys.Job(1, j.ID), "status", string(model.JobError), "attempt", 3, "fatal", 1)
-	got, err := db.LoadJobFields(ctx, 1, j.ID, "status", "attempt", "retries", "fatal", "stop_requested")
-	if err != nil || got.Status != model.JobError || got.Attempt != 3 || got.Retries != 2 || !got.Fatal || got.StopAsked {
-		t.Fatalf("fields: %+v %v", got, err)
-	}
-	if got.Script != "" || got.ScriptType != "" {
-		t.Fatalf("fields not asked for were read: %+v", got)
-	}
-	if _, err := db.LoadJobFields(ctx, 1, j.ID+100, "status"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("missing job: %v, want ErrNotFound", err)
-	}
-}

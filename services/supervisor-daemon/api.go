@@ -861,7 +861,8 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 		return nil, invalidParams("job", "job is required")
 	}
 	// Created and dispatched in one step (as job.submit, in its group commit), then
-	// watched: a job that ended before the watch began is seen by the load after it.
+	// watched: a job that ended before the watch began wakes it at once (the waiter
+	// keeps recent ends).
 	sub, err := s.submit(ctx, p, in.ContextID, []submitItem{{Job: in.Job}}, "job.run", "")
 	if err != nil {
 		return nil, err
@@ -881,9 +882,8 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 	ref := created.Ref()
 	done := s.waiter.watch(jobKey(ref))
 	defer s.waiter.unwatch(jobKey(ref), done)
-	// The check reads only what jobFinal needs; a job that ended is then loaded whole.
-	if j, err := db.LoadJobFields(ctx, created.CallerID, created.ID, jobFinalFields...); err == nil && jobFinal(j) {
-		return db.LoadJob(ctx, created.CallerID, created.ID)
+	if sub[0].Existing && jobFinal(created) {
+		return created, nil // a job created before with the same id, and ended (read whole by the submission)
 	}
 	if sub[0].Existing && created.Status != model.JobStarted {
 		// job.run of a job created before with the same id: dispatched now, as before.
@@ -1278,9 +1278,6 @@ func (s *service) eventsRead(ctx context.Context, p Principal, in eventsParams) 
 }
 
 // jobFinal reports whether a job has ended for good (no retry will follow).
-// jobFinalFields are the job hash's fields jobFinal reads.
-var jobFinalFields = []string{"status", "fatal", "stop_requested", "attempt", "retries"}
-
 func jobFinal(j *model.Job) bool {
 	switch j.Status {
 	case model.JobFinished:

@@ -20,10 +20,22 @@ import (
 // call; the script that applies a job's end (the scheduler's, or the runner's finish
 // with --apply-ends) publishes the job's reference when the job reaches its final
 // state, and a flow's "<ctx>:<id>" when the flow does.
+//
+// An end that arrives before its call watches (the job ended between its submission and
+// the watch) is kept among the last endedKept ends nobody waited for, and wakes the
+// watch as it begins: job.run needs no read of the job after its submission to tell.
+// An end missed altogether (the subscription reconnecting) is caught by the calls'
+// safety checks.
 type waiter struct {
 	mu      sync.Mutex
 	waiting map[waitKey][]chan struct{}
+	ended   map[waitKey]struct{} // recent ends nobody waited for, ring holds their order
+	ring    []waitKey
+	next    int // where the next one goes in ring
 }
+
+// endedKept is how many recent ends nobody waited for the waiter keeps (~50 B each).
+const endedKept = 8192
 
 // waitKey names what a call waits for: a job (flow left zero) or a flow (job left zero).
 type waitKey struct {
@@ -34,12 +46,19 @@ type waitKey struct {
 func jobKey(ref model.JobRef) waitKey      { return waitKey{job: ref} }
 func flowKey(ctxID, flowID uint32) waitKey { return waitKey{flow: [2]uint32{ctxID, flowID}} }
 
-func newWaiter() *waiter { return &waiter{waiting: map[waitKey][]chan struct{}{}} }
+func newWaiter() *waiter {
+	return &waiter{waiting: map[waitKey][]chan struct{}{}, ended: make(map[waitKey]struct{}, endedKept), ring: make([]waitKey, endedKept)}
+}
 
+// watch returns a channel that receives when k ends; at once when k ended a moment ago
+// with nobody waiting.
 func (w *waiter) watch(k waitKey) chan struct{} {
 	ch := make(chan struct{}, 1)
 	w.mu.Lock()
 	w.waiting[k] = append(w.waiting[k], ch)
+	if _, ok := w.ended[k]; ok {
+		ch <- struct{}{}
+	}
 	w.mu.Unlock()
 	return ch
 }
@@ -64,12 +83,32 @@ func (w *waiter) unwatch(k waitKey, ch chan struct{}) {
 func (w *waiter) notify(k waitKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, ch := range w.waiting[k] {
+	chs := w.waiting[k]
+	if len(chs) == 0 {
+		w.remember(k)
+		return
+	}
+	for _, ch := range chs {
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// remember keeps k among the recent ends nobody waited for, forgetting the oldest.
+// w.mu is held.
+func (w *waiter) remember(k waitKey) {
+	if _, ok := w.ended[k]; ok {
+		return
+	}
+	old := w.ring[w.next]
+	if _, ok := w.ended[old]; ok && old != (waitKey{}) {
+		delete(w.ended, old)
+	}
+	w.ring[w.next] = k
+	w.ended[k] = struct{}{}
+	w.next = (w.next + 1) % len(w.ring)
 }
 
 // parseFlowDone reads a coord:flowdone payload, "<ctx>:<flow>".

@@ -46,3 +46,43 @@ func TestWaiterKeepsFlowsAndJobsApart(t *testing.T) {
 		t.Fatalf("waiters left after unwatch: %v", w.waiting)
 	}
 }
+
+// An end that arrives before its watch (a job that ended between its submission and
+// job.run's watch) wakes the watch as it begins; the waiter keeps only the last
+// endedKept such ends, forgetting the oldest first.
+func TestWaiterKeepsRecentEndsForLateWatches(t *testing.T) {
+	w := newWaiter()
+	ref := func(id uint32) waitKey { return jobKey(model.JobRef{ContextID: 1, CallerID: 1, ID: id}) }
+	woken := func(ch chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	w.notify(ref(1))
+	if ch := w.watch(ref(1)); !woken(ch) {
+		t.Fatal("a watch after its job's end was not woken")
+	}
+	if ch := w.watch(ref(2)); woken(ch) {
+		t.Fatal("a watch of a job that did not end was woken")
+	}
+	// ref(2) has a watcher now: its end goes to it, and is not kept.
+	w.notify(ref(2))
+	if _, kept := w.ended[ref(2)]; kept {
+		t.Error("an end delivered to a waiting call was kept as well")
+	}
+	for id := uint32(3); id < 3+endedKept; id++ {
+		w.notify(ref(id))
+	}
+	if len(w.ended) != endedKept {
+		t.Fatalf("%d ends kept, want %d", len(w.ended), endedKept)
+	}
+	if ch := w.watch(ref(1)); woken(ch) {
+		t.Error("the oldest end was not forgotten")
+	}
+	if ch := w.watch(ref(3 + endedKept - 1)); !woken(ch) {
+		t.Error("the newest end was forgotten")
+	}
+}
