@@ -43,13 +43,17 @@ type jobRef struct {
 // and the fields named in skip, and without the fields beyond the seed's that hold
 // nothing (flow_id 0, transport_id "", which no one reads of such a message): each
 // field costs Redis on every write and read of the message.
+//
+// The status comes first: a script that decides it (a message routed at once is
+// stored acknowledged; lib_state's store_message) writes its own in its place.
 func localMessageFields(m *model.Message, skip ...string) []any {
 	fields := model.HashFields(m)
-	out := fields[:0]
+	out := make([]any, 2, len(fields))
+	out[0], out[1] = "status", string(m.Status)
 	for i := 0; i+1 < len(fields); i += 2 {
 		name, v := fields[i].(string), fields[i+1].(string)
 		switch {
-		case name == "id" || name == "job" || name == "nodes" || slices.Contains(skip, name):
+		case name == "id" || name == "job" || name == "nodes" || name == "status" || slices.Contains(skip, name):
 		case name == "flow_id" && v == "0", name == "transport_id" && v == "":
 		default:
 			out = append(out, fields[i], fields[i+1])

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -456,13 +457,16 @@ func TestFinishJobFields(t *testing.T) {
 		}
 		return stored
 	}
-	j := run(store.JobOutcome{Status: model.JobError, Error: "boom", ExitCode: 3, Fatal: true, RetryAfter: 2 * time.Second})
-	if j.Status != model.JobError || j.Error != "boom" || j.ExitCode != 3 || !j.Fatal || j.RetryAfterMs != 2000 || j.FinishedAtMs == 0 {
+	j := run(store.JobOutcome{Status: model.JobError, Error: "boom", ExitCode: 3, Fatal: true, RetryAfter: 2 * time.Second, ResultJSON: json.RawMessage(`{"n":1}`)})
+	if j.Status != model.JobError || j.Error != "boom" || j.ExitCode != 3 || !j.Fatal || j.RetryAfterMs != 2000 || j.FinishedAtMs == 0 || string(j.ResultJSON) != `{"n":1}` {
 		t.Fatalf("after a failed run: %+v", j)
 	}
 	j = run(store.JobOutcome{Status: model.JobFinished, Result: map[string]string{"k": "v"}})
-	if j.Status != model.JobFinished || j.Error != "" || j.ExitCode != 0 || j.Fatal || j.RetryAfterMs != 0 || j.Result["k"] != "v" {
+	if j.Status != model.JobFinished || j.Error != "" || j.ExitCode != 0 || j.Fatal || j.RetryAfterMs != 0 || j.Result["k"] != "v" || j.ResultJSON != nil {
 		t.Fatalf("after a good run: %+v", j)
+	}
+	if srv.Client(t, 8).HExists(ctx, keys.Job(1, jobs[0].ID), "result_json").Val() {
+		t.Fatal("the stored job keeps the result_json of the run before")
 	}
 }
 

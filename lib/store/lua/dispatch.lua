@@ -56,9 +56,9 @@ while i <= #ARGV do
       out[#out + 1] = {'', tonumber(attempt)}
       gslots[#gslots + 1] = #out
     else
-      local mk = store_message(caller, first, now_ms, last)
+      local mk, p = route_store(caller, first, now_ms, last, nil, {K_JOB .. caller .. ':' .. id}, KEYS[1])
       track_msg(caller, id, mk)
-      pushed = pushed + route_send(mk, {K_JOB .. caller .. ':' .. id}, now_s, KEYS[1])
+      pushed = pushed + p
       out[#out + 1] = {mk, tonumber(attempt)}
     end
   end
@@ -72,12 +72,12 @@ if #gids > 0 then
     end
     gjson = '[' .. table.concat(js, ',') .. ']'
   end
-  local mk = store_message(caller, gfirst, now_ms, glast, {'job', gjson, 'job_ids', table.concat(gids, ' ')})
-  track_msg(caller, gids[1], mk, flow)
-  for _, n in ipairs(gslots) do out[n][1] = mk end
   local jks = {}
   for k, id in ipairs(gids) do jks[k] = K_JOB .. caller .. ':' .. id end
-  pushed = pushed + route_send(mk, jks, now_s, KEYS[1])
+  local mk, p = route_store(caller, gfirst, now_ms, glast, {'job', gjson, 'job_ids', table.concat(gids, ' ')}, jks, KEYS[1])
+  track_msg(caller, gids[1], mk, flow)
+  for _, n in ipairs(gslots) do out[n][1] = mk end
+  pushed = pushed + p
 end
 route_flush(ctx)
 wake_msg_out(ctx, pushed)

@@ -88,7 +88,7 @@ for i = runs, #ARGV, 14 do
   local code, result, rjson, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], tonumber(ARGV[i + 11]), ARGV[i + 12]
   redis.call('LREM', proc, 1, jk)
   redis.call('ZREM', leases, member)
-  local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt')
+  local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt', 'result_json')
   if cur[1] == claim and (cur[2] == JOB_FINISHED or cur[2] == JOB_ERROR) then
     out[#out + 1] = 2 -- written already: a try whose answer was lost
   elseif cur[1] ~= claim or cur[2] ~= JOB_STARTED then
@@ -96,7 +96,7 @@ for i = runs, #ARGV, 14 do
   else
     local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'finished_at_us', now_us, 'updated_at', now_s}
     local del = {}
-    if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson else del[#del + 1] = 'result_json' end
+    if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson elseif cur[7] then del[#del + 1] = 'result_json' end
     if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err elseif cur[3] then del[#del + 1] = 'error' end
     if fatal == '1' then set[#set + 1] = 'fatal'; set[#set + 1] = '1' elseif cur[4] then del[#del + 1] = 'fatal' end
     if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = ARGV[i + 11] elseif cur[5] then del[#del + 1] = 'retry_after_ms' end
@@ -126,9 +126,9 @@ for i = runs, #ARGV, 14 do
       end
       gflow = flow
     else
-      local mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id})
+      local mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id}, here and MSG_PROCESSED or nil)
       track_msg(caller, id, mk)
-      if here then redis.call('HSET', mk, 'status', MSG_PROCESSED) else push(mk) end
+      if not here then push(mk) end
     end
     out[#out + 1] = 1
   end
@@ -145,9 +145,9 @@ local function group_message(spans, gids, total, processed)
     end
     list = '[' .. table.concat(js, ',') .. ']'
   end
-  local mk = store_message(caller, first, now_ms, last, {'job', list})
+  local mk = store_message(caller, first, now_ms, last, {'job', list}, processed and MSG_PROCESSED or nil)
   track_msg(caller, gids[1], mk, gflow)
-  if processed then redis.call('HSET', mk, 'status', MSG_PROCESSED) else push(mk) end
+  if not processed then push(mk) end
 end
 local nruns = (#ARGV - runs + 1) / 14
 if #hdone > 0 then group_message(hdone, hids, nruns, true) end
@@ -166,9 +166,9 @@ if #ready > 0 then
     end
   end
   if #gids > 0 then
-    local mk = store_message(caller, rfirst, now_ms, rlast, {'job', '[' .. table.concat(refs, ',') .. ']', 'job_ids', table.concat(gids, ' ')})
+    local mk, p = route_store(caller, rfirst, now_ms, rlast, {'job', '[' .. table.concat(refs, ',') .. ']', 'job_ids', table.concat(gids, ' ')}, jks, mo)
     track_msg(caller, gids[1], mk, flow)
-    pushed = pushed + route_send(mk, jks, now_s, mo)
+    pushed = pushed + p
     dispatched = #gids
   end
 end

@@ -1,6 +1,6 @@
 -- lib_dispatch: a job's dispatch, for the scripts that dispatch (dispatch, and
 -- finish_jobs when it completes a run's flow node itself; both send the request
--- messages with lib_route's route_send).
+-- messages with lib_route's route_store).
 --
 --   - dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor), in the
 --     context's DB: checks that job id (of flow flow, its DAG at key dag; dag "": a

@@ -17,12 +17,15 @@
 --     coord:busy.
 --   - route_flush(ctx): after the script's last write in the context's DB: route_push,
 --     then, when it pushed any, route_wake in DB 0 (where it leaves the script).
---   - route_send(mk, jks, now_s, mo): sends the stored job request message mk whose
---     jobs are at keys jks: routed here when a runner of this node can take every one
---     of them (the message acknowledged, as the router's claim would; the jobs recorded
---     for route_push), else pushed on the list mo (msg_out) for the router. Returns 1
---     when pushed, 0 when routed.
--- Needs lib_wake and lib_busy. route_types (the coord:script_types hash as read, or
+--   - route_choose(jks): the queues (route_target) of the jobs at keys jks, in order,
+--     when a runner of this node can take every one of them; else nil.
+--   - route_store(caller, first, now_ms, last, extra, jks, mo): stores a job request
+--     message for the jobs at keys jks (lib_state's store_message) and sends it:
+--     routed here when a runner of this node can take every one of them
+--     (route_choose; the message stored acknowledged, as the router's claim would
+--     leave it; the jobs recorded for route_push), else pushed on the list mo
+--     (msg_out) for the router. Returns its key and 1 when pushed, 0 when routed.
+-- Needs lib_state (store_message), lib_wake and lib_busy. route_types (the coord:script_types hash as read, or
 -- nil) and route_routed ({job key, queue, …}, in order) are there for the caller.
 
 local route_types, route_served = nil, {}
@@ -75,16 +78,21 @@ local function route_flush(ctx)
     route_wake(ctx)
   end
 end
-local function route_send(mk, jks, now_s, mo)
+local function route_choose(jks)
   local qs = {}
   for k, jk in ipairs(jks) do
     qs[k] = route_target(jk)
-    if not qs[k] then
-      redis.call('LPUSH', mo, mk)
-      return 1
-    end
+    if not qs[k] then return nil end
   end
-  redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
+  return qs
+end
+local function route_store(caller, first, now_ms, last, extra, jks, mo)
+  local qs = route_choose(jks)
+  local mk = store_message(caller, first, now_ms, last, extra, qs and MSG_ACKNOWLEDGED or nil)
+  if not qs then
+    redis.call('LPUSH', mo, mk)
+    return mk, 1
+  end
   for k, jk in ipairs(jks) do route_add(jk, qs[k]) end
-  return 0
+  return mk, 0
 end

@@ -47,27 +47,46 @@ local function dead_letter(caller, id, flow, now_ms, actor, err)
 end
 -- store_message stores a message from ARGV[first..last] (field/value pairs; last
 -- defaults to #ARGV) and, if given, the field/value pairs of the table extra, under a
--- fresh id (skipping ids taken), and returns its key. A job message is found through
--- its job's or flow's message set (track_msg), not through coord:idx:messages (which
--- indexes the messages made with message.create).
-local function store_message(caller, first, now_ms, last, extra)
+-- fresh id (skipping ids taken), and returns its key. With st its status is st
+-- instead of the one in ARGV, written with the rest when the ARGV items start with the
+-- status (as the store's local messages do), else after them. A job message is found
+-- through its job's or flow's message set (track_msg), not through
+-- coord:idx:messages (which indexes the messages made with message.create).
+local function store_message(caller, first, now_ms, last, extra, st)
   local mid
   repeat
     mid = int(redis.call('INCR', K_MESSAGE_SEQ))
   until redis.call('EXISTS', K_MESSAGE .. caller .. ':' .. mid) == 0
   local mk = K_MESSAGE .. caller .. ':' .. mid
-  if extra and #extra == 2 then -- the common cases without a copy of the ARGV items
-    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], unpack(ARGV, first, last or #ARGV))
-  elseif extra and #extra == 4 then
-    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], unpack(ARGV, first, last or #ARGV))
-  elseif extra then
-    local kv = {'id', mid}
-    for i = 1, #extra do kv[#kv + 1] = extra[i] end
-    for i = first, last or #ARGV do kv[#kv + 1] = ARGV[i] end
-    redis.call('HSET', mk, unpack(kv))
-  else
-    redis.call('HSET', mk, 'id', mid, unpack(ARGV, first, last or #ARGV))
+  last = last or #ARGV
+  local late = false -- a status to write after the rest
+  if st then
+    if ARGV[first] == 'status' then
+      first = first + 2
+      extra = extra or {}
+      extra[#extra + 1] = 'status'
+      extra[#extra + 1] = st
+    else
+      late = true
+    end
   end
+  -- the usual sizes of extra in one HSET with the ARGV items, without copying them
+  local n = extra and #extra or 0
+  if n == 0 then
+    redis.call('HSET', mk, 'id', mid, unpack(ARGV, first, last))
+  elseif n == 2 then
+    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], unpack(ARGV, first, last))
+  elseif n == 4 then
+    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], unpack(ARGV, first, last))
+  elseif n == 6 then
+    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], unpack(ARGV, first, last))
+  else
+    local kv = {'id', mid}
+    for i = 1, n do kv[#kv + 1] = extra[i] end
+    for i = first, last do kv[#kv + 1] = ARGV[i] end
+    redis.call('HSET', mk, unpack(kv))
+  end
+  if late then redis.call('HSET', mk, 'status', st) end
   return mk
 end
 -- wake_msg_out pushes n router wake tokens for context ctx onto coord:wake:msg_out

@@ -115,9 +115,9 @@ for _, j in ipairs(jobs) do
     redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor, 'time_ms', now_ms,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', j.key)
     event(EV_JOB_DISPATCHED, j.actor, now_ms, '0', j.id, j.caller, JOB_DISPATCHED, 'attempt 1')
-    local mk = store_message(j.caller, j.mfirst, now_ms, j.mlast)
+    local mk, p = route_store(j.caller, j.mfirst, now_ms, j.mlast, nil, {j.key}, K_MSG_OUT)
     track_msg(j.caller, j.id, mk)
-    pushed = pushed + route_send(mk, {j.key}, now_s, K_MSG_OUT)
+    pushed = pushed + p
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
     out[#out + 1] = {1, member}
   end
