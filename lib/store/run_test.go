@@ -458,16 +458,28 @@ func TestFinishJobFields(t *testing.T) {
 		return stored
 	}
 	j := run(store.JobOutcome{Status: model.JobError, Error: "boom", ExitCode: 3, Fatal: true, RetryAfter: 2 * time.Second, ResultJSON: json.RawMessage(`{"n":1}`)})
-	if j.Status != model.JobError || j.Error != "boom" || j.ExitCode != 3 || !j.Fatal || j.RetryAfterMs != 2000 || j.FinishedAtMs == 0 || string(j.ResultJSON) != `{"n":1}` {
+	if !failedAsTold(j) {
 		t.Fatalf("after a failed run: %+v", j)
 	}
 	j = run(store.JobOutcome{Status: model.JobFinished, Result: map[string]string{"k": "v"}})
-	if j.Status != model.JobFinished || j.Error != "" || j.ExitCode != 0 || j.Fatal || j.RetryAfterMs != 0 || j.Result["k"] != "v" || j.ResultJSON != nil {
+	if !finishedClean(j) {
 		t.Fatalf("after a good run: %+v", j)
 	}
 	if srv.Client(t, 8).HExists(ctx, keys.Job(1, jobs[0].ID), "result_json").Val() {
 		t.Fatal("the stored job keeps the result_json of the run before")
 	}
+}
+
+// failedAsTold: j holds the end TestFinishJobFields' failed run reported.
+func failedAsTold(j *model.Job) bool {
+	return j.Status == model.JobError && j.Error == "boom" && j.ExitCode == 3 && j.Fatal && j.RetryAfterMs == 2000 &&
+		j.FinishedAtMs != 0 && string(j.ResultJSON) == `{"n":1}`
+}
+
+// finishedClean: j holds TestFinishJobFields' good run, nothing of the failed one.
+func finishedClean(j *model.Job) bool {
+	return j.Status == model.JobFinished && j.Error == "" && j.ExitCode == 0 && !j.Fatal && j.RetryAfterMs == 0 &&
+		j.Result["k"] == "v" && j.ResultJSON == nil
 }
 
 // A job's results reach the flow's result map however many there are (the completion
