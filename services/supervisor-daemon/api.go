@@ -632,9 +632,12 @@ func (in *jobIn) toModel(ctxID uint32) (*model.Job, error) {
 	if in.ContextID != 0 && in.ContextID != ctxID {
 		return nil, invalidParams("job.context_id", "job.context_id %d is not the request's context_id %d", in.ContextID, ctxID)
 	}
-	st, err := model.ParseScriptType(in.ScriptType)
-	if err != nil && in.ScriptType != "" {
-		return nil, &model.ValidationError{Object: "job", ID: fmt.Sprint(in.ID), Field: "script_type", Msg: err.Error()}
+	var st model.ScriptType // none given: a handler job's comes from its function_name
+	if in.ScriptType != "" {
+		var err error
+		if st, err = model.ParseScriptType(in.ScriptType); err != nil {
+			return nil, &model.ValidationError{Object: "job", ID: fmt.Sprint(in.ID), Field: "script_type", Msg: err.Error()}
+		}
 	}
 	j := &model.Job{ID: in.ID, CallerID: in.CallerID, ContextID: ctxID, Script: in.Script, ScriptType: st, Timeout: in.Timeout,
 		Retries: in.Retries, EnvVars: in.EnvVars, Prerequisites: in.Prerequisites, Dependends: deps, RunnerID: in.RunnerID,
