@@ -49,12 +49,9 @@ else
   end
 end
 local key = prefix .. id
-local args = {'id', tostring(id)}
-for i = first, #ARGV, 2 do
-  args[#args + 1] = ARGV[i]
-  args[#args + 1] = ARGV[i + 1]
-end
-redis.call('HSET', key, unpack(args))
+-- straight from ARGV: copying ~30 field/value pairs into a Lua table first cost a
+-- tenth of the script
+redis.call('HSET', key, 'id', tostring(id), unpack(ARGV, first, #ARGV))
 if idxkey ~= '' then
   redis.call('ZADD', idxkey, now_ms, member_prefix .. id)
   if stidx ~= '' then
