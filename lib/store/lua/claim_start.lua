@@ -65,7 +65,7 @@ for n = 1, max do
     local caller = v[6] or ''
     if v[8] and #v[8] == 55 then trace = string.sub(v[8], 4, 35) end -- the producer's trace
     -- the fields every start sets straight from ARGV (a Lua table built per job cost
-    -- this script a tenth of its instructions)
+    -- this script a twentieth of its instructions)
     if trace ~= '' then
       redis.call('HSET', item, 'claim', claim, 'trace_id', trace, unpack(ARGV, 9, 8 + nset))
     else
