@@ -35,26 +35,13 @@ func appendRequest(b []byte, r *ExecutionRequest) ([]byte, error) {
 			return nil, fmt.Errorf("json: args[%d]: %w", i, err)
 		}
 	}
-	b = append(b, `],"kwargs":{`...)
-	keys := make([]string, 0, len(r.Kwargs))
-	for k := range r.Kwargs {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendString(b, k)
-		b = append(b, ':')
-		var err error
-		if b, err = appendRaw(b, r.Kwargs[k]); err != nil {
-			return nil, fmt.Errorf("json: kwargs[%q]: %w", k, err)
-		}
-	}
-	b = append(b, `},"context":`...)
-	b, err := appendContext(b, &r.Context)
+	b = append(b, `],"kwargs":`...)
+	b, err := appendObject(b, r.Kwargs, appendRaw)
 	if err != nil {
+		return nil, fmt.Errorf("json: kwargs%w", err)
+	}
+	b = append(b, `,"context":`...)
+	if b, err = appendContext(b, &r.Context); err != nil {
 		return nil, err
 	}
 	return append(b, '}'), nil
@@ -79,25 +66,35 @@ func appendContext(b []byte, c *ExecutionContext) ([]byte, error) {
 		}
 	}
 	if len(c.TraceContext) > 0 {
-		b = append(b, `,"trace_context":{`...)
-		keys := make([]string, 0, len(c.TraceContext))
-		for k := range c.TraceContext {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, k)
-			b = append(b, ':')
-			b = appendString(b, c.TraceContext[k])
-		}
-		b = append(b, '}')
+		b = append(b, `,"trace_context":`...)
+		b, _ = appendObject(b, c.TraceContext, func(b []byte, v string) ([]byte, error) { return appendString(b, v), nil })
 	}
 	if c.WorkerID != "" {
 		b = append(b, `,"worker_id":`...)
 		b = appendString(b, c.WorkerID)
+	}
+	return append(b, '}'), nil
+}
+
+// appendObject appends m as a JSON object as json.Marshal writes a map: its keys
+// sorted, each value written by value (an error names its key: `["k"]: …`).
+func appendObject[V any](b []byte, m map[string]V, value func([]byte, V) ([]byte, error)) ([]byte, error) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		var err error
+		if b, err = value(b, m[k]); err != nil {
+			return nil, fmt.Errorf("[%q]: %w", k, err)
+		}
 	}
 	return append(b, '}'), nil
 }

@@ -102,10 +102,7 @@ func (w *waiter) remember(k waitKey) {
 	if _, ok := w.ended[k]; ok {
 		return
 	}
-	old := w.ring[w.next]
-	if _, ok := w.ended[old]; ok && old != (waitKey{}) {
-		delete(w.ended, old)
-	}
+	delete(w.ended, w.ring[w.next]) // the oldest (a key is in the ring once while kept)
 	w.ring[w.next] = k
 	w.ended[k] = struct{}{}
 	w.next = (w.next + 1) % len(w.ring)

@@ -32,16 +32,24 @@ func executorStack(t *testing.T, schedArgs ...string) (*harness.Stack, *harness.
 	}
 	py := filepath.Join(root, "sdk", "python", "examples", "example_executor.py")
 	goExec := filepath.Join(binDir, harness.ExampleExecutor)
-	redisSrv.Flush(t)
-	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{
+	s, c := servingStack(t, harness.StackOptions{
 		SchedulerArgs: append([]string{"--retry-base", "100ms"}, schedArgs...),
 		RunnerArgs: []string{"--executors", "python;cmd=python3 " + py + ";size=2;ro=" + filepath.Join(root, "sdk", "python") + "|go;cmd=" + goExec + ";size=1;pipeline=4;transport=tcp",
 			"--executor-cancel-grace", "1s", "--concurrency", "8"},
 	})
-	c := s.Setup(t, ctx1)
 	c.MustCall(t, "runner.create", map[string]any{"context_id": ctx1, "runner": map[string]any{"id": 2, "script_types": []string{"go"}}}, nil)
-	// The runner announces its executors when it serves the context: a handler job
-	// submitted before that is refused ("no runner … has executor").
+	return s, c
+}
+
+// servingStack starts a stack with opt on the flushed Redis, sets up context 1 and
+// waits until the runner serves it: the runner announces its executors when it serves
+// a context, and a handler job submitted before that is refused ("no runner … has
+// executor").
+func servingStack(t *testing.T, opt harness.StackOptions) (*harness.Stack, *harness.Client) {
+	t.Helper()
+	redisSrv.Flush(t)
+	s := harness.StartStack(t, binDir, redisSrv.URL, opt)
+	c := s.Setup(t, ctx1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := s.Runner.WaitLog(ctx, `"context_ids":[1]`, `"message":"serving"`); err != nil {
@@ -600,16 +608,9 @@ func TestExamplesOnOneNode(t *testing.T) {
 // executor schedules on that share; a pool of one process is left Go's default.
 func TestExecutorPoolProcessesShareCores(t *testing.T) {
 	goExec := filepath.Join(binDir, harness.ExampleExecutor)
-	redisSrv.Flush(t)
-	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{
+	_, c := servingStack(t, harness.StackOptions{
 		RunnerArgs: []string{"--executors", "go;cmd=" + goExec + ";size=2|one;cmd=" + goExec + ";size=1"},
 	})
-	c := s.Setup(t, ctx1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := s.Runner.WaitLog(ctx, `"context_ids":[1]`, `"message":"serving"`); err != nil {
-		t.Fatal(err)
-	}
 	cores := runtime.GOMAXPROCS(0) // the runner's: same machine, same cgroup
 	if g := os.Getenv("HERO_TEST_GOMAXPROCS"); g != "" {
 		cores, _ = strconv.Atoi(g)

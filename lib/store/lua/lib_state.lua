@@ -48,27 +48,23 @@ end
 -- store_message stores a message from ARGV[first..last] (field/value pairs; last
 -- defaults to #ARGV) and, if given, the field/value pairs of the table extra, under a
 -- fresh id (skipping ids taken), and returns its key. With st its status is st
--- instead of the one in ARGV, written with the rest when the ARGV items start with the
--- status (as the store's local messages do), else after them. A job message is found
+-- instead of the one in ARGV, whose items must then start with the status (as the
+-- store's local messages do: lib/store localMessageFields). A job message is found
 -- through its job's or flow's message set (track_msg), not through
 -- coord:idx:messages (which indexes the messages made with message.create).
 local function store_message(caller, first, now_ms, last, extra, st)
+  if st and ARGV[first] ~= 'status' then error('store_message: a status given for fields that do not start with one') end
   local mid
   repeat
     mid = int(redis.call('INCR', K_MESSAGE_SEQ))
   until redis.call('EXISTS', K_MESSAGE .. caller .. ':' .. mid) == 0
   local mk = K_MESSAGE .. caller .. ':' .. mid
   last = last or #ARGV
-  local late = false -- a status to write after the rest
   if st then
-    if ARGV[first] == 'status' then
-      first = first + 2
-      extra = extra or {}
-      extra[#extra + 1] = 'status'
-      extra[#extra + 1] = st
-    else
-      late = true
-    end
+    first = first + 2
+    extra = extra or {}
+    extra[#extra + 1] = 'status'
+    extra[#extra + 1] = st
   end
   -- the usual sizes of extra in one HSET with the ARGV items, without copying them
   local n = extra and #extra or 0
@@ -86,7 +82,6 @@ local function store_message(caller, first, now_ms, last, extra, st)
     for i = first, last do kv[#kv + 1] = ARGV[i] end
     redis.call('HSET', mk, unpack(kv))
   end
-  if late then redis.call('HSET', mk, 'status', st) end
   return mk
 end
 -- wake_msg_out pushes n router wake tokens for context ctx onto coord:wake:msg_out
