@@ -168,10 +168,11 @@ func NewSessionAuth(s *Signer, refresh time.Duration) *SessionAuth {
 	return &SessionAuth{signer: s, refresh: refresh, cache: map[string]signedSession{}}
 }
 
-// SessionDialOptions make every call of a client connection carry s's session
-// signature (the connection must use TLS).
-func SessionDialOptions(s *Signer) []grpc.DialOption {
-	return []grpc.DialOption{grpc.WithPerRPCCredentials(NewSessionAuth(s, 0))}
+// SessionDialOptions make a client connection use the TLS credentials tc and every
+// call on it carry s's session signature. The credentials are wrapped
+// (ExportingTLS) so that a connection's exporter value is derived once, not per call.
+func SessionDialOptions(s *Signer, tc credentials.TransportCredentials) []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithTransportCredentials(ExportingTLS(tc)), grpc.WithPerRPCCredentials(NewSessionAuth(s, 0))}
 }
 
 // RequireTransportSecurity is true: a session is a TLS connection's.
@@ -184,11 +185,10 @@ func (a *SessionAuth) GetRequestMetadata(ctx context.Context, _ ...string) (map[
 	if !ok {
 		return nil, errors.New("session auth: no connection information for this call")
 	}
-	ti, ok := ri.AuthInfo.(credentials.TLSInfo)
-	if !ok {
+	ekm, isTLS, err := ConnExporter(ri.AuthInfo)
+	if !isTLS {
 		return nil, errors.New("session auth: the connection is not TLS; sign each request instead")
 	}
-	ekm, err := Exporter(&ti.State)
 	if err != nil {
 		return nil, fmt.Errorf("session auth: %w", err)
 	}

@@ -114,8 +114,13 @@ func TestSessionAuthOverTLS(t *testing.T) {
 		}
 		verdict := "ok"
 		pr, _ := peer.FromContext(ctx)
-		ti, _ := pr.AuthInfo.(credentials.TLSInfo)
+		ti, _ := TLSInfoOf(pr.AuthInfo)
 		ekm, err := Exporter(&ti.State)
+		// What the server reads (derived at the handshake when its credentials are
+		// ExportingTLS) is the connection's own value.
+		if got, isTLS, cerr := ConnExporter(pr.AuthInfo); !isTLS || cerr != nil || string(got) != string(ekm) {
+			t.Errorf("ConnExporter: %x, %v, %v; the connection's exporter value is %x", got, isTLS, cerr, ekm)
+		}
 		p, perr := ParseSession(SessionCredentials{Actor: get(MetadataActor), Timestamp: get(MetadataTimestamp), Signature: get(MetadataSession)})
 		switch {
 		case err != nil:
@@ -124,6 +129,9 @@ func TestSessionAuthOverTLS(t *testing.T) {
 			verdict = perr.Error()
 		case !p.Verify(pub, ekm):
 			verdict = "bad signature"
+		}
+		if _, derived := pr.AuthInfo.(ExportedTLSInfo); derived {
+			verdict += "+"
 		}
 		mu.Lock()
 		verdicts = append(verdicts, verdict)
@@ -143,6 +151,7 @@ func TestSessionAuthOverTLS(t *testing.T) {
 		return serveHealth(t, srv)
 	}
 	addr := serve(credentials.NewTLS(scfg))
+	exporting := serve(ExportingTLS(credentials.NewTLS(scfg)))
 	sa := NewSessionAuth(&Signer{Actor: 9, Key: priv}, time.Hour)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -154,11 +163,21 @@ func TestSessionAuthOverTLS(t *testing.T) {
 		t.Cleanup(func() { _ = cc.Close() })
 		return cc
 	}
-	for _, cc := range []*grpc.ClientConn{dial(addr, credentials.NewTLS(ccfg)), dial(addr, credentials.NewTLS(ccfg))} {
+	// Plain TLS credentials on both sides, then ExportingTLS on both, then on one
+	// side each: every pair agrees on each connection's value.
+	conns := []*grpc.ClientConn{dial(addr, credentials.NewTLS(ccfg)), dial(addr, credentials.NewTLS(ccfg)),
+		dial(exporting, ExportingTLS(credentials.NewTLS(ccfg))), dial(exporting, ExportingTLS(credentials.NewTLS(ccfg))),
+		dial(addr, ExportingTLS(credentials.NewTLS(ccfg))), dial(exporting, credentials.NewTLS(ccfg))}
+	for c, cc := range conns {
 		hc := healthpb.NewHealthClient(cc)
 		for i := 0; i < 2; i++ {
-			if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "svc"}); err != nil {
+			var pr peer.Peer
+			if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "svc"}, grpc.Peer(&pr)); err != nil {
 				t.Fatal(err)
+			}
+			// the client's side: derived at the handshake with ExportingTLS (2, 3, 4)
+			if _, derived := pr.AuthInfo.(ExportedTLSInfo); derived != (c >= 2 && c <= 4) {
+				t.Fatalf("connection %d: the client's AuthInfo is %T", c, pr.AuthInfo)
 			}
 		}
 		st, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: "svc"})
@@ -170,18 +189,23 @@ func TestSessionAuthOverTLS(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	if strings.Join(verdicts, ",") != "ok,ok,ok,ok,ok,ok" {
+	// "+": the server's value was derived at the handshake (an ExportingTLS server).
+	if want := "ok,ok,ok,ok,ok,ok,ok+,ok+,ok+,ok+,ok+,ok+,ok,ok,ok,ok+,ok+,ok+"; strings.Join(verdicts, ",") != want {
 		t.Fatalf("verdicts %v", verdicts)
 	}
-	if sigs[0] != sigs[1] || sigs[1] != sigs[2] || sigs[3] != sigs[4] || sigs[4] != sigs[5] {
-		t.Fatalf("one connection's calls carry different signatures: %v", sigs)
-	}
-	if sigs[0] == sigs[3] {
-		t.Fatal("two connections share a signature")
+	seen := map[string]int{}
+	for c := range conns {
+		if sigs[3*c] != sigs[3*c+1] || sigs[3*c+1] != sigs[3*c+2] {
+			t.Fatalf("connection %d's calls carry different signatures: %v", c, sigs[3*c:3*c+3])
+		}
+		if d, dup := seen[sigs[3*c]]; dup {
+			t.Fatalf("connections %d and %d share a signature", d, c)
+		}
+		seen[sigs[3*c]] = c
 	}
 	mu.Unlock()
-	if n := sa.cached(); n != 2 {
-		t.Fatalf("%d signatures cached, want 2", n)
+	if n := sa.cached(); n != len(conns) {
+		t.Fatalf("%d signatures cached, want %d", n, len(conns))
 	}
 
 	// A plaintext connection cannot carry the credential: the client refuses it.

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/auth"
 	"github.com/hero-coordinator/hero/lib/netx"
 	"github.com/hero-coordinator/hero/lib/tlsx"
 	"google.golang.org/grpc"
@@ -126,7 +127,9 @@ func NewServer(addr string, reg prometheus.Registerer, log zerolog.Logger, o Opt
 		grpc.ConnectionTimeout(handshakeTimeout),
 	}
 	if o.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(o.TLS)))
+		// Each connection's TLS exporter value is derived at its handshake, for the
+		// session signatures of the public API (auth.ExportingTLS).
+		opts = append(opts, grpc.Creds(auth.ExportingTLS(credentials.NewTLS(o.TLS))))
 	}
 	if o.Peers != nil {
 		check := peerCheck(o.Peers, log)
@@ -198,7 +201,7 @@ func peerCheck(allowed []string, log zerolog.Logger) func(ctx context.Context, f
 		p, _ := peer.FromContext(ctx)
 		var svc string
 		if p != nil {
-			if ti, isTLS := p.AuthInfo.(credentials.TLSInfo); isTLS {
+			if ti, isTLS := auth.TLSInfoOf(p.AuthInfo); isTLS {
 				svc = tlsx.PeerService(ti.State)
 			}
 		}

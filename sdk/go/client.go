@@ -110,7 +110,7 @@ func Dial(cfg Config) (*Client, error) {
 		grpc.WithChainUnaryInterceptor(typedErrors, retryUnary)}
 	switch {
 	case c.signer != nil && !cfg.Plaintext && !cfg.SignEachCall:
-		opts = append(opts, auth.SessionDialOptions(c.signer)...)
+		opts = append(opts, auth.SessionDialOptions(c.signer, creds)...)
 	case c.signer != nil:
 		opts = append(opts, auth.DialOptions(c.signer)...)
 	default:

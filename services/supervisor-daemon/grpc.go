@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	grpccreds "google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -113,11 +112,10 @@ func bindingOf(pr *peer.Peer) connBinding {
 	if pr == nil {
 		return connBinding{}
 	}
-	ti, ok := pr.AuthInfo.(grpccreds.TLSInfo)
-	if !ok {
+	ekm, isTLS, err := auth.ConnExporter(pr.AuthInfo)
+	if !isTLS {
 		return connBinding{}
 	}
-	ekm, err := auth.Exporter(&ti.State)
 	return connBinding{tls: true, exporter: ekm, err: err}
 }
 

@@ -253,7 +253,7 @@ func (c *Client) Dial() (*grpc.ClientConn, error) {
 	if sg := c.Signer(); sg != nil && c.SignEachCall {
 		opts = append(opts, auth.DialOptions(sg)...)
 	} else if sg != nil {
-		opts = append(opts, auth.SessionDialOptions(sg)...)
+		opts = append(opts, auth.SessionDialOptions(sg, APICredentials())...)
 	} else if c.Secret != "" {
 		md := []string{"authorization", "Bearer " + c.Secret}
 		if c.Actor != 0 {
