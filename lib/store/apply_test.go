@@ -238,14 +238,18 @@ func TestFinishAppliesFlowAndStandaloneEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, _ := dagFlow(t, s, db, 1, nil)
-	j := standaloneJob(t, s, db)
-	if _, _, ok, why, err := db.Dispatch(ctx, 0, j, "scheduler", 0); err != nil || !ok {
-		t.Fatalf("dispatch: %v %s", err, why)
+	// two standalone jobs in the finish's call: their retention and notices are
+	// written together
+	j, j2 := standaloneJob(t, s, db), standaloneJob(t, s, db)
+	for _, sj := range []*model.Job{j, j2} {
+		if _, _, ok, why, err := db.Dispatch(ctx, 0, sj, "scheduler", 0); err != nil || !ok {
+			t.Fatalf("dispatch: %v %s", err, why)
+		}
 	}
 	before := time.Now().UnixMilli()
-	applied := finishApplied(t, db, claimSh(t, db, 2))
-	if applied.Ends != 2 || !slices.Equal(applied.FlowsEnded, []model.FlowStatus{model.FlowFinished}) {
-		t.Fatalf("applied %+v, want 2 ends and flow finished", applied)
+	applied := finishApplied(t, db, claimSh(t, db, 3))
+	if applied.Ends != 3 || !slices.Equal(applied.FlowsEnded, []model.FlowStatus{model.FlowFinished}) {
+		t.Fatalf("applied %+v, want 3 ends and flow finished", applied)
 	}
 	if st := rc.HGet(ctx, keys.Flow(f.ID), "status").Val(); st != string(model.FlowFinished) {
 		t.Fatalf("flow %s", st)
@@ -253,17 +257,19 @@ func TestFinishAppliesFlowAndStandaloneEnds(t *testing.T) {
 	if c0.SIsMember(ctx, keys.ActiveFlows, "30:"+itoa(f.ID)).Val() {
 		t.Fatal("the ended flow is still active")
 	}
-	for _, m := range []string{"30:flow:" + itoa(f.ID), "30:job:1:" + itoa(j.ID)} {
+	for _, m := range []string{"30:flow:" + itoa(f.ID), "30:job:1:" + itoa(j.ID), "30:job:1:" + itoa(j2.ID)} {
 		at, err := c0.ZScore(ctx, keys.Expire, m).Result()
 		if err != nil || int64(at) < before+time.Hour.Milliseconds() {
 			t.Fatalf("retention of %s at %v (%v), want an hour from now", m, at, err)
 		}
 	}
-	if da := rc.HGet(ctx, keys.Job(1, j.ID), "done_attempt").Val(); da != "1" {
-		t.Fatalf("standalone job's done_attempt %q", da)
+	for _, sj := range []*model.Job{j, j2} {
+		if da := rc.HGet(ctx, keys.Job(1, sj.ID), "done_attempt").Val(); da != "1" {
+			t.Fatalf("standalone job %d's done_attempt %q", sj.ID, da)
+		}
 	}
 	got := map[string]bool{}
-	for len(got) < 2 {
+	for len(got) < 3 {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		m, err := sub.ReceiveMessage(rctx)
 		cancel()
@@ -272,11 +278,50 @@ func TestFinishAppliesFlowAndStandaloneEnds(t *testing.T) {
 		}
 		got[m.Channel+" "+m.Payload] = true
 	}
-	if !got[keys.FlowDone+" 30:"+itoa(f.ID)] || !got[keys.JobDone+" 30:1:"+itoa(j.ID)] {
+	if !got[keys.FlowDone+" 30:"+itoa(f.ID)] || !got[keys.JobDone+" 30:1:"+itoa(j.ID)] || !got[keys.JobDone+" 30:1:"+itoa(j2.ID)] {
 		t.Fatalf("notices %v", got)
 	}
 	if n := rc.LLen(ctx, keys.MsgOut).Val(); n != 0 {
 		t.Fatalf("msg_out holds %d messages", n)
+	}
+}
+
+// A standalone job kept forever (retention 0) ends here without an expiry, still
+// telling its waiters; a second finish of the same claim (a retry whose answer was
+// lost) applies nothing again.
+func TestFinishAppliesStandaloneKeptForever(t *testing.T) {
+	s, db, rc := applyContext(t, 32)
+	ctx := context.Background()
+	if err := s.SetSchedulerSettings(ctx, 0, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c0 := srv.Client(t, 0)
+	sub := c0.Subscribe(ctx, keys.JobDone)
+	defer func() { _ = sub.Close() }()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j := standaloneJob(t, s, db)
+	if _, _, ok, why, err := db.Dispatch(ctx, 0, j, "scheduler", 0); err != nil || !ok {
+		t.Fatalf("dispatch: %v %s", err, why)
+	}
+	runs := claimSh(t, db, 1)
+	if applied := finishApplied(t, db, runs); applied.Ends != 1 {
+		t.Fatalf("applied %+v, want 1 end", applied)
+	}
+	if n := c0.ZCard(ctx, keys.Expire).Val(); n != 0 {
+		t.Fatalf("coord:expire holds %d entries for a job kept forever", n)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if m, err := sub.ReceiveMessage(rctx); err != nil || m.Payload != "32:1:"+itoa(j.ID) {
+		t.Fatalf("notice %v, %v", m, err)
+	}
+	if st := rc.HGet(ctx, keys.Job(1, j.ID), "status").Val(); st != string(model.JobFinished) {
+		t.Fatalf("status %s", st)
+	}
+	if applied := finishApplied(t, db, runs); applied.Ends != 0 {
+		t.Fatalf("the same finish again applied %+v", applied)
 	}
 }
 

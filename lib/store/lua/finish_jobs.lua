@@ -53,17 +53,20 @@ if grouped then glist = ARGV[runs]; runs = runs + 1 end
 -- The scheduler's default retention and sweep interval: ends are applied here only
 -- when the scheduler has written them and the retention of what ends is 0 (forever) or
 -- at least the sweep's interval (the longest its expiry timer waits).
-local retention
+local retention, eff
 if here_ok then
   local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
   redis.call('SELECT', 0)
   local st = redis.call('HMGET', K_SCHEDULER, 'retention_ms', 'sweep_ms')
   redis.call('SELECT', tonumber(ctx))
   retention = tonumber(st[1] or '')
-  local eff = retention
+  eff = retention
   if keep > 0 then eff = keep * 1000 end
   here_ok = retention ~= nil and (eff == 0 or eff >= (tonumber(st[2] or '') or math.huge))
 end
+-- The standalone jobs that end here (lib_complete's standalone_end, done inline for a
+-- successful run: its retention and coord:jobdone, written to DB 0 once per call).
+local expire, jobdone = {}, {}
 local out, done, ids, hdone, hids = {}, {}, {}, {}, {}
 local gflow -- the flow of the runs that share one message (one flow per call)
 local pushed, applied, ready, fstatus = 0, 0, {}, ''
@@ -71,16 +74,12 @@ local function push(mk)
   redis.call('LPUSH', mo, mk)
   pushed = pushed + 1
 end
--- apply_here applies the successful end of run id (attempt) as the scheduler would.
+-- apply_here applies the successful end of run id (attempt) of a flow as the
+-- scheduler would (lib_complete).
 local function apply_here(jk, id, flow, attempt)
-  local r
-  if flow ~= '0' then
-    r = complete(KEYS[5], KEYS[6], KEYS[7], ek, ctx, flow, caller, now_s, now_ms, 'runner', retention, id, attempt, JOB_FINISHED, '', false, 0, 0)
-    for k = 4, #r do ready[#ready + 1] = r[k] end
-    if r[2] ~= '' then fstatus = r[2] end
-  else
-    r = standalone_end(jk, ek, ctx, caller, id, attempt, JOB_FINISHED, '', false, 0, 0, now_s, now_ms, 'runner', retention)
-  end
+  local r = complete(KEYS[5], KEYS[6], KEYS[7], ek, ctx, flow, caller, now_s, now_ms, 'runner', retention, id, attempt, JOB_FINISHED, '', false, 0, 0)
+  for k = 4, #r do ready[#ready + 1] = r[k] end
+  if r[2] ~= '' then fstatus = r[2] end
   if r[1] == 1 then applied = applied + 1 end
 end
 for i = runs, #ARGV, 14 do
@@ -88,7 +87,7 @@ for i = runs, #ARGV, 14 do
   local code, result, rjson, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], tonumber(ARGV[i + 11]), ARGV[i + 12]
   redis.call('LREM', proc, 1, jk)
   redis.call('ZREM', leases, member)
-  local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt', 'result_json')
+  local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt', 'result_json', 'done_attempt')
   if cur[1] == claim and (cur[2] == JOB_FINISHED or cur[2] == JOB_ERROR) then
     out[#out + 1] = 2 -- written already: a try whose answer was lost
   elseif cur[1] ~= claim or cur[2] ~= JOB_STARTED then
@@ -100,6 +99,20 @@ for i = runs, #ARGV, 14 do
     if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err elseif cur[3] then del[#del + 1] = 'error' end
     if fatal == '1' then set[#set + 1] = 'fatal'; set[#set + 1] = '1' elseif cur[4] then del[#del + 1] = 'fatal' end
     if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = ARGV[i + 11] elseif cur[5] then del[#del + 1] = 'retry_after_ms' end
+    local here = here_ok and status == JOB_FINISHED
+    -- A standalone job's successful end, applied here as standalone_end would: once
+    -- per attempt (done_attempt); the failure branches (retries, DLQ) are the
+    -- scheduler's.
+    local alone = here and flow == '0'
+    if alone then
+      local as = int(tonumber(cur[6] or '0'))
+      if cur[8] ~= as then
+        set[#set + 1] = 'done_attempt'; set[#set + 1] = as
+        if eff > 0 then expire[#expire + 1] = ctx .. ':job:' .. caller .. ':' .. id end
+        jobdone[#jobdone + 1] = ctx .. ':' .. caller .. ':' .. id
+        applied = applied + 1
+      end
+    end
     redis.call('HSET', jk, unpack(set))
     if #del > 0 then redis.call('HDEL', jk, unpack(del)) end
     index_job(caller .. ':' .. id, JOB_STARTED, status)
@@ -114,8 +127,7 @@ for i = runs, #ARGV, 14 do
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
-    local here = here_ok and status == JOB_FINISHED
-    if here then apply_here(jk, id, flow, tonumber(cur[6] or '0')) end
+    if here and not alone then apply_here(jk, id, flow, tonumber(cur[6] or '0')) end
     if grouped then
       if here then
         hdone[#hdone + 1] = ARGV[i + 13]
@@ -173,6 +185,16 @@ if #ready > 0 then
   end
 end
 if ARGV[8] == '1' then out[#out + 1] = {applied, dispatched, fstatus} end
+if #jobdone > 0 then
+  redis.call('SELECT', 0)
+  if #expire > 0 then
+    local args, at = {}, int(tonumber(now_ms) + eff)
+    for k, m in ipairs(expire) do args[2 * k - 1] = at; args[2 * k] = m end
+    redis.call('ZADD', K_EXPIRE, unpack(args))
+  end
+  for _, d in ipairs(jobdone) do redis.call('PUBLISH', K_JOB_DONE, d) end
+  redis.call('SELECT', tonumber(ctx))
+end
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
 return out
