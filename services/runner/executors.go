@@ -542,9 +542,17 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	}
 	log = log.With().Str("executor", execName).Str("function", handler).Str("request_id", req.RequestID).Logger()
 	// The call's header line goes into the job's log with the job's end (one round
-	// trip less per call); the trace id was stored when the job was claimed.
-	header := []byte(fmt.Sprintf("--- attempt %d: %s#%s on %s (request %s, trace %s) ---\n", max(j.Attempt, 1), execName, handler, r.cfg.WorkerID, req.RequestID, j.TraceID))
-	defer func() { rr.outcome.Log, rr.outcome.LogMax = header, r.cfg.LogMaxBytes }()
+	// trip less per call) when there is an attempt to tell apart: a retry, or a call
+	// that did not succeed (its trace is then kept for the attempts after it). A first
+	// attempt that succeeds leaves the log empty, as a script's first attempt writes
+	// no header: its trace id, worker and attempt are the job's own fields (the log
+	// key was a twelfth of a finished job's memory).
+	defer func() {
+		if j.Attempt > 1 || rr.outcome.Status != model.JobFinished {
+			rr.outcome.Log = []byte(fmt.Sprintf("--- attempt %d: %s#%s on %s (request %s, trace %s) ---\n", max(j.Attempt, 1), execName, handler, r.cfg.WorkerID, req.RequestID, j.TraceID))
+			rr.outcome.LogMax = r.cfg.LogMaxBytes
+		}
+	}()
 
 	res := r.callHandler(ctx, db, cl, j, ex, pool, req, log)
 	reason := ex.Reason()

@@ -64,6 +64,20 @@ func checkAttemptTraces(t *testing.T, s *harness.Stack, c *harness.Client, id ui
 	if len(spans) != attempts {
 		t.Errorf("job %d: span ids %v, want a new one per attempt", id, spans)
 	}
+	// The job's log marks each attempt that is to be told apart, under its trace: the
+	// failed ones and the retries; a first attempt that succeeded writes none.
+	var logs struct {
+		Logs string `json:"logs"`
+	}
+	c.MustCall(t, "job.logs", map[string]any{"context_id": ctx1, "caller_id": 1, "id": id}, &logs)
+	if attempts == 1 && logs.Logs != "" {
+		t.Errorf("job %d succeeded at once, its log holds %q", id, logs.Logs)
+	}
+	for a := 1; a < attempts+1 && attempts > 1; a++ {
+		if !strings.Contains(logs.Logs, fmt.Sprintf("--- attempt %d: go#", a)) || strings.Count(logs.Logs, "trace "+producerTrace+") ---") != attempts {
+			t.Errorf("job %d: log %q, want a header for attempt %d of %d under the producer's trace", id, logs.Logs, a, attempts)
+		}
+	}
 }
 
 // Acceptance (issue 21, executors 4): a traceparent sent with job.run is the trace of
