@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"strings"
 	"sync"
@@ -105,37 +106,10 @@ func TestSessionAuthOverTLS(t *testing.T) {
 	var verdicts []string
 	var sigs []string
 	check := func(ctx context.Context) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		get := func(k string) string {
-			if v := md.Get(k); len(v) > 0 {
-				return v[0]
-			}
-			return ""
-		}
-		verdict := "ok"
-		pr, _ := peer.FromContext(ctx)
-		ti, _ := TLSInfoOf(pr.AuthInfo)
-		ekm, err := Exporter(&ti.State)
-		// What the server reads (derived at the handshake when its credentials are
-		// ExportingTLS) is the connection's own value.
-		if got, isTLS, cerr := ConnExporter(pr.AuthInfo); !isTLS || cerr != nil || string(got) != string(ekm) {
-			t.Errorf("ConnExporter: %x, %v, %v; the connection's exporter value is %x", got, isTLS, cerr, ekm)
-		}
-		p, perr := ParseSession(SessionCredentials{Actor: get(MetadataActor), Timestamp: get(MetadataTimestamp), Signature: get(MetadataSession)})
-		switch {
-		case err != nil:
-			verdict = err.Error()
-		case perr != nil:
-			verdict = perr.Error()
-		case !p.Verify(pub, ekm):
-			verdict = "bad signature"
-		}
-		if _, derived := pr.AuthInfo.(ExportedTLSInfo); derived {
-			verdict += "+"
-		}
+		verdict, sig := sessionVerdict(t, ctx, pub)
 		mu.Lock()
 		verdicts = append(verdicts, verdict)
-		sigs = append(sigs, get(MetadataSession))
+		sigs = append(sigs, sig)
 		mu.Unlock()
 	}
 	serve := func(creds credentials.TransportCredentials) string {
@@ -216,6 +190,40 @@ func TestSessionAuthOverTLS(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "transport level security") {
 		t.Fatalf("a session credential over plaintext: %v", err)
 	}
+}
+
+// sessionVerdict is a server's verdict on a call's session signature ("ok", "+" when
+// its connection's exporter value was derived at the handshake) and the signature.
+func sessionVerdict(t *testing.T, ctx context.Context, pub ed25519.PublicKey) (verdict, sig string) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	get := func(k string) string {
+		if v := md.Get(k); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	verdict = "ok"
+	pr, _ := peer.FromContext(ctx)
+	ti, _ := TLSInfoOf(pr.AuthInfo)
+	ekm, err := Exporter(&ti.State)
+	// What the server reads (derived at the handshake when its credentials are
+	// ExportingTLS) is the connection's own value.
+	if got, isTLS, cerr := ConnExporter(pr.AuthInfo); !isTLS || cerr != nil || string(got) != string(ekm) {
+		t.Errorf("ConnExporter: %x, %v, %v; the connection's exporter value is %x", got, isTLS, cerr, ekm)
+	}
+	p, perr := ParseSession(SessionCredentials{Actor: get(MetadataActor), Timestamp: get(MetadataTimestamp), Signature: get(MetadataSession)})
+	switch {
+	case err != nil:
+		verdict = err.Error()
+	case perr != nil:
+		verdict = perr.Error()
+	case !p.Verify(pub, ekm):
+		verdict = "bad signature"
+	}
+	if _, derived := pr.AuthInfo.(ExportedTLSInfo); derived {
+		verdict += "+"
+	}
+	return verdict, get(MetadataSession)
 }
 
 // The client signs a connection again once its signature is older than the refresh
