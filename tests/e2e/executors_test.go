@@ -337,6 +337,20 @@ func TestHandlerExecutorCrash(t *testing.T) {
 	if failed == nil || !strings.Contains(failed["detail"].(string), "crashed") {
 		t.Errorf("the crash must be recorded: %v", failed)
 	}
+	// The runner's warning names the call; the job's log marks both attempts (the
+	// first did not succeed, the second is a retry).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.Runner.WaitLog(ctx, "handler call failed", `"executor":"python"`, `"function":"flaky"`, `"request_id":"`, `"job_id":1`); err != nil {
+		t.Errorf("the failed call in the runner's log: %v", err)
+	}
+	var logs struct {
+		Logs string `json:"logs"`
+	}
+	c.MustCall(t, "job.logs", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 1}, &logs)
+	if !strings.Contains(logs.Logs, "--- attempt 1: python#flaky on ") || !strings.Contains(logs.Logs, "--- attempt 2: python#flaky on ") {
+		t.Errorf("the flaky job's log: %q", logs.Logs)
+	}
 }
 
 // Acceptance (executors 6): DLQ list/show/requeue/purge and flow.retry through the
