@@ -183,7 +183,8 @@ const (
 	PinnedQueuePrefix  = "coord:rq:"
 )
 
-// JobMessages is the set of message keys about one job (deleted with it).
+// JobMessages is the set of the messages about one job that earlier versions wrote
+// (now the job hash's msgs); deleting the job deletes it and its messages.
 func JobMessages(callerID, id uint32) string { return JobMessagesPrefix + u(callerID) + ":" + u(id) }
 
 // FlowMessages is the set of the messages shared by several jobs of a flow (group

@@ -182,7 +182,7 @@ func checkApplyMessages(t *testing.T, rc *redis.Client, flow, a uint32, ids stri
 	ctx := context.Background()
 	var result, request bool
 	mks := rc.SMembers(ctx, keys.FlowMessages(flow)).Val()
-	for _, n := range rc.SMembers(ctx, keys.JobMessages(1, a)).Val() {
+	for _, n := range jobMsgs(t, rc, 1, a) {
 		mks = append(mks, "message:1:"+n)
 	}
 	for _, mk := range mks {

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ func checkRequestNamesItsJob(t *testing.T, db *store.DB, j *model.Job) string {
 	rc := srv.Client(t, 24)
 	// The submission routed the job itself (a runner here has go): its request is
 	// tracked for the job, acknowledged, not on msg_out.
-	nums := rc.SMembers(ctx, "coord:jobmsgs:"+fmt.Sprintf("1:%d", j.ID)).Val()
+	nums := jobMsgs(t, rc, 1, j.ID)
 	if len(nums) != 1 || rc.LLen(ctx, keys.MsgOut).Val() != 0 {
 		t.Fatalf("job %d's messages %v, msg_out %d: want its request only, routed", j.ID, nums, rc.LLen(ctx, keys.MsgOut).Val())
 	}
@@ -115,25 +116,26 @@ func checkResultNamesItsJob(t *testing.T, db *store.DB, j *model.Job) string {
 	return res
 }
 
-// checkJobMessagesDeleted: job j's message set lists both its messages by number (and
-// coord:idx:messages none); deleting the job deletes them, and a key listed as an
-// earlier version did.
+// checkJobMessagesDeleted: job j's hash lists both its messages by number (msgs; and
+// coord:idx:messages none); deleting the job deletes them, and those that a message
+// set of an earlier version lists (a key, a number).
 func checkJobMessagesDeleted(t *testing.T, db *store.DB, j *model.Job, req, res string) {
 	t.Helper()
 	ctx := context.Background()
 	rc := srv.Client(t, 24)
-	if enc := rc.ObjectEncoding(ctx, keys.JobMessages(1, j.ID)).Val(); enc != "intset" || rc.SCard(ctx, keys.JobMessages(1, j.ID)).Val() != 2 {
-		t.Fatalf("job's message set: %s, %v", enc, rc.SMembers(ctx, keys.JobMessages(1, j.ID)).Val())
+	if nums := jobMsgs(t, rc, 1, j.ID); len(nums) != 2 || rc.Exists(ctx, keys.JobMessages(1, j.ID)).Val() != 0 {
+		t.Fatalf("job's messages: %v (and a set of them: %d)", nums, rc.Exists(ctx, keys.JobMessages(1, j.ID)).Val())
 	}
 	if rc.Exists(ctx, "coord:idx:messages").Val() != 0 {
 		t.Fatal("job messages indexed in coord:idx:messages")
 	}
-	rc.SAdd(ctx, keys.JobMessages(1, j.ID), "message:1:999") // as written before: a key
+	rc.SAdd(ctx, keys.JobMessages(1, j.ID), "message:1:999", "998") // as written before: a key, a number
 	rc.HSet(ctx, "message:1:999", "id", 999)
+	rc.HSet(ctx, "message:1:998", "id", 998)
 	if err := db.DeleteJob(ctx, 1, j.ID, true, "1"); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{req, res, "message:1:999", keys.JobMessages(1, j.ID)} {
+	for _, k := range []string{req, res, "message:1:999", "message:1:998", keys.JobMessages(1, j.ID)} {
 		if rc.Exists(ctx, k).Val() != 0 {
 			t.Fatalf("%s left after the job's delete", k)
 		}
@@ -304,7 +306,7 @@ func TestStandaloneRunsFinishTogether(t *testing.T) {
 		h := rc.HGetAll(ctx, mks[k]).Val()
 		id := fs[i].Job.ID
 		if h["message"] != fmt.Sprintf("result of job 27:1:%d", id) || h["job"] != fmt.Sprintf(`[{"id":%d,"caller_id":1,"status":"finished"}]`, id) ||
-			!rc.SIsMember(ctx, keys.JobMessages(1, id), strings.TrimPrefix(mks[k], "message:1:")).Val() {
+			!slices.Contains(jobMsgs(t, rc, 1, id), strings.TrimPrefix(mks[k], "message:1:")) {
 			t.Fatalf("result of job %d: %v", id, h)
 		}
 	}

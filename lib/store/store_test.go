@@ -648,3 +648,10 @@ func TestSweepHoldsBackAfterAFault(t *testing.T) {
 		t.Fatalf("with no grace: requeued %d, want the expired lease's job", n)
 	}
 }
+
+// jobMsgs is the numbers n of message:<caller>:<n> that job caller:id lists as its own
+// (its hash's msgs).
+func jobMsgs(t testing.TB, rc *redis.Client, caller, id uint32) []string {
+	t.Helper()
+	return strings.Fields(rc.HGet(context.Background(), keys.Job(caller, id), "msgs").Val())
+}

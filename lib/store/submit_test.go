@@ -109,7 +109,7 @@ func checkSubmittedWritten(t *testing.T, id uint32) {
 	if q := rdb.LRange(ctx, "queue:sh", 0, -1).Val(); len(q) != 2 || q[1] != keys.Job(1, id) || rdb.LLen(ctx, keys.MsgOut).Val() != 0 {
 		t.Errorf("queue:sh holds %v, msg_out %d; want both jobs queued, this one at the consuming end, msg_out empty", q, rdb.LLen(ctx, keys.MsgOut).Val())
 	}
-	msgs := rdb.SMembers(ctx, "coord:jobmsgs:"+member).Val()
+	msgs := jobMsgs(t, rdb, 1, id)
 	if len(msgs) != 1 {
 		t.Fatalf("job %d tracks %d messages; want 1", id, len(msgs))
 	}

@@ -215,7 +215,7 @@ func TestDeleteJob(t *testing.T) {
 	if err := c.LPush(ctx, "queue:sh", jk).Err(); err != nil {
 		t.Fatal(err)
 	}
-	msgs := c.SMembers(ctx, keys.JobMessages(1, j.ID)).Val() // by number: message:1:<n>
+	msgs := jobMsgs(t, c, 1, j.ID) // by number: message:1:<n>
 	if len(msgs) != 1 || !exists(t, c, "message:1:"+msgs[0]) || !inZSet(t, c, keys.DLQ, member(j)) || !inZSet(t, c0, keys.Expire, "10:job:"+member(j)) {
 		t.Fatalf("before the delete: messages %v, DLQ and retention expected", msgs)
 	}

@@ -243,7 +243,7 @@ func TestRetention(t *testing.T) {
 	var j harness.Job
 	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 3, "script": "echo alone", "script_type": "sh"}}, &j)
 	added := without(keysOf(t, ctx1), before)
-	for _, want := range []string{"flow:90", "job:1:1", "job:1:3", "coord:log:1:1", "coord:log:1:3", "coord:jobmsgs:1:1", "coord:jobmsgs:1:3"} {
+	for _, want := range []string{"flow:90", "job:1:1", "job:1:3", "coord:log:1:1", "coord:log:1:3"} {
 		if !slices.Contains(added, want) {
 			t.Fatalf("%s missing before expiry (added: %v)", want, added)
 		}

@@ -38,7 +38,7 @@ func TestMessageLoadHoldsFullJobs(t *testing.T) {
 	}
 	rdb := redisOf(ctx1).Client(t, ctx1)
 	ctx := context.Background()
-	ns := rdb.SMembers(ctx, "coord:jobmsgs:1:"+strconv.FormatUint(uint64(id), 10)).Val()
+	ns := strings.Fields(rdb.HGet(ctx, "job:1:"+strconv.FormatUint(uint64(id), 10), "msgs").Val()) // its messages, by number
 	if len(ns) != 2 {
 		t.Fatalf("job %d's messages: %v", id, ns)
 	}

@@ -23,7 +23,7 @@
 -- Reply: per job {message key, attempt}, or {"", why it was not dispatched}.
 -- Derives: context DB: job:<caller>:<id> of the jobs named in ARGV,
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
---   coord:idx:jobs:<status>, coord:jobmsgs:…/coord:flowmsgs:<flow>, coord:events,
+--   coord:idx:jobs:<status>, coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), coord:events,
 --   and lib_route's coord:executors, coord:script_types, queue:<type>,
 --   queue:exec:<executor>, coord:wakers:<queue>; DB 0 (SELECT 0, last):
 --   coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,

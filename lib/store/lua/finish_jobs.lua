@@ -34,7 +34,7 @@
 --   here, jobs dispatched, flow status of the flow that ended here or ""}.
 -- Derives: context DB: coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
---   coord:jobmsgs:…/coord:flowmsgs:<flow>, and what lib_complete, lib_dispatch and
+--   coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), and what lib_complete, lib_dispatch and
 --   lib_route derive (the flow's jobs, context:<ctx>, the indexes, the job queues);
 --   DB 0 (SELECT 0): coord:scheduler (read), coord:expire, coord:flows:active,
 --   coord:jobdone, coord:flowdone, the runners' wake lists, and, last,
@@ -87,7 +87,7 @@ for i = runs, #ARGV, 14 do
   local code, result, rjson, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], tonumber(ARGV[i + 11]), ARGV[i + 12]
   redis.call('LREM', proc, 1, jk)
   redis.call('ZREM', leases, member)
-  local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt', 'result_json', 'done_attempt')
+  local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt', 'result_json', 'done_attempt', 'msgs')
   if cur[1] == claim and (cur[2] == JOB_FINISHED or cur[2] == JOB_ERROR) then
     out[#out + 1] = 2 -- written already: a try whose answer was lost
   elseif cur[1] ~= claim or cur[2] ~= JOB_STARTED then
@@ -113,6 +113,15 @@ for i = runs, #ARGV, 14 do
         applied = applied + 1
       end
     end
+    -- A run's own result message (not grouped) is stored first, so that the job's HSET
+    -- also records it (its number in msgs, as track_msg would).
+    local mk
+    if not grouped then
+      mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id}, here and MSG_PROCESSED or nil)
+      local n = string.sub(mk, #K_MESSAGE + #caller + 2)
+      if cur[9] and cur[9] ~= '' then n = cur[9] .. ' ' .. n end
+      set[#set + 1] = 'msgs'; set[#set + 1] = n
+    end
     redis.call('HSET', jk, unpack(set))
     if #del > 0 then redis.call('HDEL', jk, unpack(del)) end
     index_job(caller .. ':' .. id, JOB_STARTED, status)
@@ -137,10 +146,8 @@ for i = runs, #ARGV, 14 do
         ids[#ids + 1] = id
       end
       gflow = flow
-    else
-      local mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id}, here and MSG_PROCESSED or nil)
-      track_msg(caller, id, mk)
-      if not here then push(mk) end
+    elseif not here then
+      push(mk)
     end
     out[#out + 1] = 1
   end

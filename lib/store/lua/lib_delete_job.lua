@@ -3,16 +3,22 @@
 -- its index and DLQ entries), and delete_messages(set, caller), which removes the
 -- messages a set lists, and the set.
 
+-- delete_message removes message mk and its places (coord:idx:messages, msg_out,
+-- msg_in).
+local function delete_message(mk)
+  redis.call('UNLINK', mk)
+  local mc, mi = string.match(mk, '^' .. K_MESSAGE .. '(%d+):(%d+)$')
+  if mc then redis.call('ZREM', K_MESSAGE_INDEX, mc .. ':' .. mi) end
+  redis.call('LREM', K_MSG_OUT, 0, mk)
+  redis.call('LREM', K_MSG_IN, 0, mk)
+end
 -- delete_messages removes the messages listed in the set key (and the set): their
--- keys, or (a job's set, given its caller) their numbers n of message:<caller>:<n>.
+-- keys, or (a job's set as written before its hash's msgs, given its caller) their
+-- numbers n of message:<caller>:<n>.
 local function delete_messages(key, caller)
   for _, mk in ipairs(redis.call('SMEMBERS', key)) do
     if caller and string.match(mk, '^%d+$') then mk = K_MESSAGE .. caller .. ':' .. mk end
-    redis.call('UNLINK', mk)
-    local mc, mi = string.match(mk, '^' .. K_MESSAGE .. '(%d+):(%d+)$')
-    if mc then redis.call('ZREM', K_MESSAGE_INDEX, mc .. ':' .. mi) end
-    redis.call('LREM', K_MSG_OUT, 0, mk)
-    redis.call('LREM', K_MSG_IN, 0, mk)
+    delete_message(mk)
   end
   redis.call('UNLINK', key)
 end
@@ -22,6 +28,9 @@ local function delete_job(caller, id)
   local stype = redis.call('HGET', jk, 'script_type')
   local runner = redis.call('HGET', jk, 'runner_id')
   local m = caller .. ':' .. id
+  -- its own messages: the numbers in its hash's msgs (track_msg), and the set that
+  -- listed them before
+  for n in string.gmatch(redis.call('HGET', jk, 'msgs') or '', '%d+') do delete_message(K_MESSAGE .. caller .. ':' .. n) end
   delete_messages(K_JOB_MESSAGES .. m, caller)
   local fn = redis.call('HGET', jk, 'function_name')
   local exec = fn and string.match(fn, '^([^#]+)#')

@@ -98,13 +98,17 @@ end
 -- track_msg records that message mk (message:<caller>:<n>, of the job's caller) is
 -- about job id: a message shared by several jobs of a flow (given flow) in the flow's
 -- message set (coord:flowmsgs:<flow>, its keys, deleted with the flow: one entry per
--- message however many jobs it carries), any other in the job's own
--- (coord:jobmsgs:<caller>:<id>, deleted with the job) by its number n alone: a set of
--- integers is an intset, a third of a set of keys' memory.
-local function track_msg(caller, id, mk, flow)
+-- message however many jobs it carries), any other in the job's own hash, by its
+-- number n alone in the field msgs (space-separated, deleted with the job: a set of
+-- its own per job was ~90 B of a finished job's memory). fresh: the job has no
+-- message yet (the field is not read).
+local function track_msg(caller, id, mk, flow, fresh)
   if flow and flow ~= '0' and flow ~= '' then
     redis.call('SADD', K_FLOW_MESSAGES .. flow, mk)
-  else
-    redis.call('SADD', K_JOB_MESSAGES .. caller .. ':' .. id, string.sub(mk, #K_MESSAGE + #caller + 2))
+    return
   end
+  local jk, n = K_JOB .. caller .. ':' .. id, string.sub(mk, #K_MESSAGE + #caller + 2)
+  local had = not fresh and redis.call('HGET', jk, 'msgs')
+  if had and had ~= '' then n = had .. ' ' .. n end
+  redis.call('HSET', jk, 'msgs', n)
 end

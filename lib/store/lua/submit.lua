@@ -24,7 +24,7 @@
 -- Derives: context:<ctx> (the guard), job:<caller>:<id> of the job a uniqueness
 --   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
 --   coord:idx:jobs[:status], coord:seq:message, message:<caller>:<n>,
---   coord:jobmsgs:<caller>:<id>, msg_out), lib_route's (coord:executors,
+--   the job's msgs, msg_out), lib_route's (coord:executors,
 --   coord:script_types, queue:<type>, queue:exec:<executor>, coord:wakers:<queue>); DB
 --   0: coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
 --   coord:busy.
@@ -116,7 +116,7 @@ for _, j in ipairs(jobs) do
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', j.key)
     event(EV_JOB_DISPATCHED, j.actor, now_ms, '0', j.id, j.caller, JOB_DISPATCHED, 'attempt 1')
     local mk, p = route_store(j.caller, j.mfirst, now_ms, j.mlast, nil, {j.key}, K_MSG_OUT)
-    track_msg(j.caller, j.id, mk)
+    track_msg(j.caller, j.id, mk, nil, true)
     pushed = pushed + p
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
     out[#out + 1] = {1, member}
