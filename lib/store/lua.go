@@ -176,7 +176,9 @@ func buildPrelude() string {
 	for _, k := range luaKeys {
 		fmt.Fprintf(&b, "local %s = '%s'\n", k.name, k.key)
 	}
-	fmt.Fprintf(&b, "local EVENTS_MAXLEN = %s\n", strconv.Itoa(EventsMaxLen))
+	// A string: a Lua number passed to redis.call is formatted with "%.17g" (Redis
+	// 7.0), thousands of instructions for every XADD.
+	fmt.Fprintf(&b, "local EVENTS_MAXLEN = '%s'\n", strconv.Itoa(EventsMaxLen))
 	fmt.Fprintf(&b, "local WAKE_SPREAD = %s\n", strconv.Itoa(WakeSpread))
 	fmt.Fprintf(&b, "local WAKE_CAP = %s\n", strconv.Itoa(WakeCap))
 	return b.String()

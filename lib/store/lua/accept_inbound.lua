@@ -15,7 +15,7 @@ if dedup ~= '' then
 end
 local mk = store_message(caller, 6, now_ms)
 redis.call('LPUSH', KEYS[1], mk)
-redis.call('SELECT', 0)
+redis.call('SELECT', '0')
 redis.call('LPUSH', KEYS[2], ctx)
 mark_busy(ctx)
 return {1, mk}

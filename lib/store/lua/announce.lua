@@ -24,7 +24,7 @@ for _, t in ipairs(cjson.decode(ARGV[1])) do
   if not set[t] then
     set[t] = true
     cur[#cur + 1] = t
-    redis.call('HINCRBY', KEYS[2], t, 1)
+    redis.call('HINCRBY', KEYS[2], t, '1')
     changed = true
   end
 end

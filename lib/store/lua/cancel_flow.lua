@@ -34,7 +34,7 @@ if st == FLOW_DISPATCHED then
   local keep = tonumber(redis.call('HGET', ck, 'retention_seconds') or '0') or 0
   if keep > 0 then retention_ms = keep * 1000 end
   if tonumber(retention_ms) > 0 then
-    redis.call('SELECT', 0)
+    redis.call('SELECT', '0')
     redis.call('ZADD', K_EXPIRE, tonumber(now_ms) + tonumber(retention_ms), ctx .. ':flow:' .. flow)
   end
   return {1, FLOW_ERROR}
@@ -48,7 +48,7 @@ for _, id in ipairs(jobs) do
   if s == NODE_PENDING or s == NODE_READY or s == NODE_DISPATCHED then
     redis.call('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, reason)
     redis.call('HDEL', dag, 'due:' .. id)
-    redis.call('HINCRBY', dag, 'terminal', 1)
+    redis.call('HINCRBY', dag, 'terminal', '1')
     set_job(caller, id, JOB_ERROR, 'error', reason, 'stop_requested', '1', 'updated_at', now_s)
     event(EV_JOB_CANCELLED, actor, now_ms, flow, id, caller, JOB_ERROR, reason)
   elseif s == NODE_RUNNING then
@@ -62,7 +62,7 @@ if tonumber(redis.call('HGET', dag, 'terminal')) >= tonumber(redis.call('HGET', 
   out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
 end
 if #stops > 0 then
-  redis.call('SELECT', 0)
+  redis.call('SELECT', '0')
   for _, s in ipairs(stops) do
     redis.call('LPUSH', K_STOP_LIST .. s[1], s[2])
     redis.call('EXPIRE', K_STOP_LIST .. s[1], 3600)

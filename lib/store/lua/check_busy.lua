@@ -24,7 +24,7 @@ for i = 3, #ARGV do
 end
 local leases = redis.call('ZCARD', KEYS[3])
 if tidy then
-  redis.call('SELECT', 0)
+  redis.call('SELECT', '0')
   if #out == 0 and leases == 0 then
     redis.call('ZREM', KEYS[5], ctx)
   else

@@ -104,7 +104,7 @@ route_flush(ARGV[8])
 local extra = 0
 if ARGV[6] ~= '-' then extra = taken - tonumber(ARGV[6]) end
 if extra > 0 then
-  redis.call('SELECT', 0)
+  redis.call('SELECT', '0')
   redis.call('LREM', KEYS[4], extra, ARGV[5])
 end
 return {route_types or {}, out, route_routed}

@@ -54,7 +54,7 @@ for n = 1, max do
     if #held > 1 or (#held == 1 and v[3] ~= worker) then st = 'duplicate' end
   end
   if not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
-    redis.call('LREM', proc, 1, item)
+    redis.call('LREM', proc, '1', item)
     redis.call('ZREM', leases, member)
     if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
   else
@@ -91,8 +91,8 @@ for n = 1, max do
 end
 if ARGV[7] ~= '-' then
   local left = redis.call('LLEN', KEYS[1])
-  redis.call('SELECT', 0)
-  local have = redis.call('LREM', KEYS[5], 0, ARGV[6])
+  redis.call('SELECT', '0')
+  local have = redis.call('LREM', KEYS[5], '0', ARGV[6])
   local keep = math.min(left, math.max(have + tonumber(ARGV[7]) - #out, 1), WAKE_SPREAD)
   if keep > 0 then
     local t = {}

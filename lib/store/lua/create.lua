@@ -23,7 +23,7 @@ local reg, reg_member = ARGV[11], ARGV[12]
 local first = 13
 local function register(n)
   if reg == '' then return end
-  redis.call('SELECT', 0)
+  redis.call('SELECT', '0')
   redis.call('SADD', string.gsub(reg, '%%d', tostring(n)), reg_member)
 end
 if id == 0 then

@@ -28,7 +28,7 @@ redis.call('UNLINK', fk, dag, rk)
 redis.call('ZREM', K_FLOW_INDEX, flow)
 redis.call('ZREM', K_FLOW_INDEX .. ':' .. st, flow)
 event(EV_FLOW_DELETED, actor, now_ms, flow, '0', caller, st, '')
-redis.call('SELECT', 0)
+redis.call('SELECT', '0')
 redis.call('SREM', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
 redis.call('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)
 for _, id in ipairs(jobs) do

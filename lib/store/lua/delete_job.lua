@@ -21,7 +21,7 @@ if st == JOB_STARTED and not force then
 end
 delete_job(caller, id)
 event(EV_JOB_DELETED, actor, now_ms, '0', id, caller, st, '')
-redis.call('SELECT', 0)
+redis.call('SELECT', '0')
 redis.call('ZREM', K_EXPIRE, ctx .. ':job:' .. caller .. ':' .. id)
 redis.call('ZREM', K_DUE, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)
 return 1

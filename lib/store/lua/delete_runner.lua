@@ -44,9 +44,9 @@ for _, t in ipairs(all) do dels[#dels + 1] = K_PINNED_QUEUE .. id .. ':' .. t en
 redis.call('UNLINK', unpack(dels))
 redis.call('ZREM', K_RUNNER_INDEX, id)
 event(EV_RUNNER_DELETED, actor, now_ms, '0', '0', '0', '', 'runner ' .. id)
-redis.call('SELECT', 0)
+redis.call('SELECT', '0')
 for _, q in ipairs(queues) do
-  redis.call('LREM', K_WAKE_RUNNER .. id .. ':' .. q, 0, ctx)
+  redis.call('LREM', K_WAKE_RUNNER .. id .. ':' .. q, '0', ctx)
   if string.sub(q, 1, 6) == K_QUEUE then
     redis.call('LREM', K_WAKE_RUNNER .. id .. ':' .. K_PINNED_QUEUE .. id .. ':' .. string.sub(q, 7), 0, ctx)
   end

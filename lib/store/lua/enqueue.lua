@@ -10,7 +10,7 @@
 local n = #ARGV - 1
 for i = 2, #ARGV, 1000 do redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV))) end
 local ids = wake_targets(KEYS[1])
-redis.call('SELECT', 0)
+redis.call('SELECT', '0')
 wake_runners(ARGV[1], KEYS[1], ids, n)
 mark_busy(ARGV[1])
 return n

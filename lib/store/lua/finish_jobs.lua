@@ -56,9 +56,9 @@ if grouped then glist = ARGV[runs]; runs = runs + 1 end
 local retention, eff
 if here_ok then
   local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
-  redis.call('SELECT', 0)
+  redis.call('SELECT', '0')
   local st = redis.call('HMGET', K_SCHEDULER, 'retention_ms', 'sweep_ms')
-  redis.call('SELECT', tonumber(ctx))
+  redis.call('SELECT', ctx)
   retention = tonumber(st[1] or '')
   eff = retention
   if keep > 0 then eff = keep * 1000 end
@@ -85,7 +85,7 @@ end
 for i = runs, #ARGV, 14 do
   local jk, member, claim, id, flow, status, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local code, result, rjson, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], tonumber(ARGV[i + 11]), ARGV[i + 12]
-  redis.call('LREM', proc, 1, jk)
+  redis.call('LREM', proc, '1', jk)
   redis.call('ZREM', leases, member)
   local cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt', 'result_json', 'done_attempt', 'msgs')
   if cur[1] == claim and (cur[2] == JOB_FINISHED or cur[2] == JOB_ERROR) then
@@ -193,14 +193,14 @@ if #ready > 0 then
 end
 if ARGV[8] == '1' then out[#out + 1] = {applied, dispatched, fstatus} end
 if #jobdone > 0 then
-  redis.call('SELECT', 0)
+  redis.call('SELECT', '0')
   if #expire > 0 then
     local args, at = {}, int(tonumber(now_ms) + eff)
     for k, m in ipairs(expire) do args[2 * k - 1] = at; args[2 * k] = m end
     redis.call('ZADD', K_EXPIRE, unpack(args))
   end
   for _, d in ipairs(jobdone) do redis.call('PUBLISH', K_JOB_DONE, d) end
-  redis.call('SELECT', tonumber(ctx))
+  redis.call('SELECT', ctx)
 end
 route_flush(ctx)
 wake_msg_out(ctx, pushed)

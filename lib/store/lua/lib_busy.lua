@@ -4,5 +4,5 @@
 
 local function mark_busy(ctx)
   local t = redis.call('TIME')
-  redis.call('ZADD', K_BUSY, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ctx)
+  redis.call('ZADD', K_BUSY, t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)), ctx)
 end

@@ -37,7 +37,7 @@ local out = {1, '', 0}
 local terminal
 if status == JOB_FINISHED then
   redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
-  terminal = redis.call('HINCRBY', dag, 'terminal', 1)
+  terminal = redis.call('HINCRBY', dag, 'terminal', '1')
   local res = jf[4]
   if res and res ~= '' then
     local ok, m = pcall(cjson.decode, res)
@@ -71,18 +71,18 @@ else
     redis.call('HSET', dag, 's:' .. id, NODE_READY, 'due:' .. id, due, 'e:' .. id, err)
     redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
       'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
-    redis.call('SELECT', 0)
+    redis.call('SELECT', '0')
     redis.call('ZADD', K_DUE, due, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
-    redis.call('SELECT', tonumber(ctx)) -- the next end of this call is in the context's DB
+    redis.call('SELECT', ctx) -- the next end of this call is in the context's DB
     return {2, '', due}
   end
-  terminal = redis.call('HINCRBY', dag, 'terminal', 1)
+  terminal = redis.call('HINCRBY', dag, 'terminal', '1')
   if redis.call('HGET', fk, 'cancelled_by') then
     -- the flow was cancelled: this is one of the running jobs it stopped
     redis.call('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, redis.call('HGET', fk, 'error') or err)
   else
     redis.call('HSET', dag, 's:' .. id, NODE_FAILED, 'e:' .. id, err)
-    redis.call('HINCRBY', dag, 'failed', 1)
+    redis.call('HINCRBY', dag, 'failed', '1')
     if not redis.call('HGET', fk, 'failed_job') then
       redis.call('HSET', fk, 'failed_job', id, 'error', 'job ' .. id .. ' failed: ' .. err, 'updated_at', now_s)
     end
@@ -99,7 +99,7 @@ else
     if ds == NODE_PENDING or ds == NODE_READY then
       redis.call('HSET', dag, 's:' .. d, NODE_CANCELLED, 'e:' .. d, reason)
       redis.call('HDEL', dag, 'due:' .. d)
-      terminal = redis.call('HINCRBY', dag, 'terminal', 1)
+      terminal = redis.call('HINCRBY', dag, 'terminal', '1')
       set_job(caller, d, JOB_ERROR, 'error', reason, 'updated_at', now_s)
       redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CANCELLED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', JOB_ERROR, 'detail', reason)
       for _, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. d) or '[]')) do
@@ -129,19 +129,19 @@ local function standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fat
     local due = tonumber(now_ms) + backoff
     redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'time_ms', now_ms, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
       'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
-    redis.call('SELECT', 0)
+    redis.call('SELECT', '0')
     redis.call('ZADD', K_DUE, due, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)
-    redis.call('SELECT', tonumber(ctx))
+    redis.call('SELECT', ctx)
     return {2, '', due}
   end
   if status ~= JOB_FINISHED then dead_letter(caller, id, '0', now_ms, actor, err) end
   local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
   if keep > 0 then retention_ms = keep * 1000 end
-  redis.call('SELECT', 0)
+  redis.call('SELECT', '0')
   if retention_ms > 0 then
     redis.call('ZADD', K_EXPIRE, int(tonumber(now_ms) + retention_ms), ctx .. ':job:' .. caller .. ':' .. id)
   end
   redis.call('PUBLISH', K_JOB_DONE, ctx .. ':' .. caller .. ':' .. id)
-  redis.call('SELECT', tonumber(ctx))
+  redis.call('SELECT', ctx)
   return {1, '', 0}
 end

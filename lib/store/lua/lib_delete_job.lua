@@ -9,8 +9,8 @@ local function delete_message(mk)
   redis.call('UNLINK', mk)
   local mc, mi = string.match(mk, '^' .. K_MESSAGE .. '(%d+):(%d+)$')
   if mc then redis.call('ZREM', K_MESSAGE_INDEX, mc .. ':' .. mi) end
-  redis.call('LREM', K_MSG_OUT, 0, mk)
-  redis.call('LREM', K_MSG_IN, 0, mk)
+  redis.call('LREM', K_MSG_OUT, '0', mk)
+  redis.call('LREM', K_MSG_IN, '0', mk)
 end
 -- delete_messages removes the messages listed in the set key (and the set): their
 -- keys, or (a job's set as written before its hash's msgs, given its caller) their
@@ -36,8 +36,8 @@ local function delete_job(caller, id)
   local exec = fn and string.match(fn, '^([^#]+)#')
   if exec then stype = 'exec:' .. exec end -- an executor's handler job: its queue
   if stype then
-    redis.call('LREM', K_QUEUE .. stype, 0, jk)
-    if runner and runner ~= '0' then redis.call('LREM', K_PINNED_QUEUE .. runner .. ':' .. stype, 0, jk) end
+    redis.call('LREM', K_QUEUE .. stype, '0', jk)
+    if runner and runner ~= '0' then redis.call('LREM', K_PINNED_QUEUE .. runner .. ':' .. stype, '0', jk) end
   end
   redis.call('UNLINK', jk, K_JOB_LOG .. m)
   redis.call('ZREM', K_JOB_INDEX, m)

@@ -24,13 +24,13 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
     elseif due and tonumber(due) > tonumber(now_ms) then
       return nil, 'not due'
     end
-    attempt = int(redis.call('HINCRBY', dag, 'a:' .. id, 1))
+    attempt = int(redis.call('HINCRBY', dag, 'a:' .. id, '1'))
     redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED)
     if due then redis.call('HDEL', dag, 'due:' .. id) end
   elseif jst == JOB_STARTED or jst == JOB_FINISHED then
     return nil, jst
   else
-    attempt = int(redis.call('HINCRBY', jk, 'attempt', 1))
+    attempt = int(redis.call('HINCRBY', jk, 'attempt', '1'))
   end
   if ready_ms then
     -- A node ready at its flow's start: the start left its job to this dispatch.

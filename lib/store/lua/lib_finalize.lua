@@ -20,12 +20,12 @@ local function finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, re
   event(ev, actor, now_ms, flow, '0', caller, fst, redis.call('HGET', fk, 'error') or '')
   local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
   if keep > 0 then retention_ms = keep * 1000 end
-  redis.call('SELECT', 0)
+  redis.call('SELECT', '0')
   redis.call('SREM', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
   if tonumber(retention_ms) > 0 then
     redis.call('ZADD', K_EXPIRE, tonumber(now_ms) + tonumber(retention_ms), ctx .. ':flow:' .. flow)
   end
   redis.call('PUBLISH', K_FLOW_DONE, ctx .. ':' .. flow)
-  redis.call('SELECT', tonumber(ctx))
+  redis.call('SELECT', ctx)
   return fst
 end

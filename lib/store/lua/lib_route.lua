@@ -74,7 +74,7 @@ local function route_wake(ctx)
 end
 local function route_flush(ctx)
   if route_push() > 0 then
-    redis.call('SELECT', 0)
+    redis.call('SELECT', '0')
     route_wake(ctx)
   end
 end

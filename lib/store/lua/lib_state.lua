@@ -91,7 +91,7 @@ local function wake_msg_out(ctx, n)
   if n <= 0 then return end
   local tokens = {}
   for i = 1, n do tokens[i] = ctx end
-  redis.call('SELECT', 0)
+  redis.call('SELECT', '0')
   redis.call('LPUSH', K_WAKE_MSG_OUT, unpack(tokens))
   mark_busy(ctx)
 end

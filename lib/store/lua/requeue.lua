@@ -51,8 +51,8 @@ for _, m in ipairs(expired) do
     local cur = {}
     if claim ~= '' and string.match(item, '^' .. K_JOB .. '%d+:%d+$') then cur = redis.call('HMGET', item, 'claim', 'status', 'worker') end
     if cur[2] == JOB_STARTED and cur[1] and cur[1] ~= claim then
-      if cur[3] ~= consumer or #redis.call('LPOS', proc, item, 'COUNT', 2) > 1 then redis.call('LREM', proc, 1, item) end
-    elseif redis.call('LREM', proc, 1, item) == 1 then
+      if cur[3] ~= consumer or #redis.call('LPOS', proc, item, 'COUNT', 2) > 1 then redis.call('LREM', proc, '1', item) end
+    elseif redis.call('LREM', proc, '1', item) == 1 then
       redis.call('RPUSH', queue, item)
       moved[#moved + 1] = queue
       moved[#moved + 1] = item
@@ -65,7 +65,7 @@ if #moved > 0 then
     local q = moved[i]
     if q ~= K_MSG_OUT and q ~= K_MSG_IN and not wakers[q] then wakers[q] = wake_targets(q) end
   end
-  redis.call('SELECT', 0)
+  redis.call('SELECT', '0')
   for i = 1, #moved, 2 do
     local q = moved[i]
     if q == K_MSG_OUT or q == K_MSG_IN then

@@ -19,6 +19,6 @@ redis.call('HDEL', jk, 'result_json', 'attempt', 'done_attempt', 'error', 'exit_
   'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms')
 redis.call('ZREM', K_DLQ, caller .. ':' .. id)
 event(EV_JOB_REQUEUED, actor, now_ms, '0', id, caller, JOB_DISPATCHED, 'from the dead-letter queue')
-redis.call('SELECT', 0)
+redis.call('SELECT', '0')
 redis.call('ZREM', K_EXPIRE, ctx .. ':job:' .. caller .. ':' .. id)
 return 1

@@ -16,7 +16,7 @@ local tokens, targets = {}, {}
 local n = 0
 for i = 3, #ARGV, 4 do
   local mk, member, target, jk = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  if redis.call('LREM', proc, 1, mk) == 1 then
+  if redis.call('LREM', proc, '1', mk) == 1 then
     redis.call('ZREM', leases, member)
     redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
     redis.call('LPUSH', target, jk)
@@ -28,7 +28,7 @@ end
 if #targets > 0 then
   local wakers = {}
   for _, t in ipairs(targets) do wakers[t] = wake_targets(t) end
-  redis.call('SELECT', 0)
+  redis.call('SELECT', '0')
   for _, t in ipairs(targets) do wake_runners(ARGV[1], t, wakers[t], tokens[t]) end
   mark_busy(ARGV[1])
 end

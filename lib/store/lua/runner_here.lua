@@ -7,7 +7,7 @@
 --   not).
 
 local here = redis.call('EXISTS', KEYS[1])
-redis.call('SELECT', 0)
+redis.call('SELECT', '0')
 if here == 1 then
   redis.call('SADD', KEYS[2], ARGV[2])
 else

@@ -15,7 +15,7 @@ local mo, proc, leases = KEYS[1], KEYS[2], KEYS[3]
 local ctx, caller, now_s, now_ms, item, member, flow = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 -- Only while the claim holds the message: a second run of this script (a retry after
 -- a lost answer) or a claim lost meanwhile splits nothing again.
-if redis.call('LREM', proc, 1, item) == 0 then return 0 end
+if redis.call('LREM', proc, '1', item) == 0 then return 0 end
 local i, pushed = 8, 0
 while i <= #ARGV do
   local id, nf = ARGV[i], tonumber(ARGV[i + 1])
