@@ -53,10 +53,11 @@ test: deps ## run every module's tests (with -race) against a real redis-server
 	@cd tests/e2e && HERO_E2E_REDIS=placed $(GO) test $(TEST_FLAGS) -run '$(PLACED_TESTS)' ./
 
 .PHONY: fuzz
-fuzz: ## a short bounded fuzz run of the RRQ frame decoder
+fuzz: ## short bounded fuzz runs of the RRQ frame decoder and of its payload decoders against encoding/json
 	@# A count, not a duration: Go 1.26's fuzz coordinator can report a spurious
 	@# "context deadline exceeded" when a -fuzztime duration ends (go.dev/issue/75804).
 	@cd lib && $(GO) test -run '^$$' -fuzz FuzzReadFrame -fuzztime $${FUZZTIME:-500000x} ./rrq
+	@cd lib && $(GO) test -run '^$$' -fuzz FuzzFastDecode -fuzztime $${FUZZTIME:-500000x} -fuzzminimizetime 1000x ./rrq
 
 .PHONY: lint
 lint: ## gofmt, go vet, protos current, each module builds on its own (GOWORK=off), Lua scripts in .lua files with headers (scripts/lua-check.sh, itself tested by scripts/lua-check-test.sh), no function over MAX_CYCLO

@@ -140,7 +140,7 @@ func decodeEnvelope(payload []byte) (Envelope, error) {
 	if p := bytes.TrimLeft(raw.Payload, " \t\r\n"); len(p) == 0 || p[0] != '{' {
 		return Envelope{}, fmt.Errorf("%w: \"payload\" of a %s frame is not an object", ErrInvalidEnvelope, t)
 	}
-	return Envelope{Type: t, Payload: raw.Payload}, nil
+	return Envelope{Type: t, Payload: raw.Payload, valid: true}, nil
 }
 
 // compactEnvelope reads an envelope written as this package's encoder writes it,
@@ -167,7 +167,7 @@ func compactEnvelope(b []byte) (Envelope, bool) {
 	if len(p) == 0 || p[0] != '{' || p[len(p)-1] != '}' || !json.Valid(p) {
 		return Envelope{}, false
 	}
-	return Envelope{Type: t, Payload: p}, true
+	return Envelope{Type: t, Payload: p, valid: true}, true
 }
 
 // EncodeFrame returns env as one frame: the 4-byte big-endian length and the JSON.

@@ -78,6 +78,9 @@ type Envelope struct {
 	// trusted: Payload came from this package's encoder (valid, compact JSON), so
 	// EncodeFrame need not check it again.
 	trusted bool
+	// valid: DecodeEnvelope found Payload valid UTF-8 JSON, so Request and Outcome may
+	// decode it the fast way (decode.go).
+	valid bool
 }
 
 // ExecutionContext is an ExecutionRequest's "context".
@@ -305,6 +308,11 @@ func NewEnvelope(payload any) (Envelope, error) {
 
 // Request decodes the payload of a "request" envelope.
 func (e Envelope) Request() (ExecutionRequest, error) {
+	if e.valid && e.Type == TypeRequest {
+		if r, ok := fastRequest(e.Payload); ok {
+			return r, nil
+		}
+	}
 	var r ExecutionRequest
 	err := e.decode(TypeRequest, &r)
 	return r, err
@@ -312,6 +320,11 @@ func (e Envelope) Request() (ExecutionRequest, error) {
 
 // Outcome decodes the payload of a "response" envelope.
 func (e Envelope) Outcome() (ExecutionOutcome, error) {
+	if e.valid && e.Type == TypeResponse {
+		if o, ok := fastOutcome(e.Payload); ok {
+			return o, nil
+		}
+	}
 	var o ExecutionOutcome
 	err := e.decode(TypeResponse, &o)
 	return o, err
