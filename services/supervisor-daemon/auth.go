@@ -122,8 +122,10 @@ type authenticator struct {
 	// verified again (timestamp, the actor's current key) after --auth-session-recheck.
 	sessions *sessionCache
 
-	failures      *prometheus.CounterVec
-	sessionChecks *prometheus.CounterVec
+	failures *prometheus.CounterVec
+	// hero_api_auth_session_checks_total's two series, resolved once: looking a
+	// series up by its label value was 2.5% of supervisor-daemon's CPU per call.
+	sessionCached, sessionVerified prometheus.Counter
 }
 
 func newAuthenticator(st *store.Store, secrets *operatorSecrets, window, recheck time.Duration, devMode bool, reg prometheus.Registerer, log zerolog.Logger) *authenticator {
@@ -134,10 +136,11 @@ func newAuthenticator(st *store.Store, secrets *operatorSecrets, window, recheck
 		failures: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_auth_failures_total",
 			Help: "Refused authentications by transport (jsonrpc, grpc) and reason (missing_credentials, malformed, stale_timestamp, replayed_nonce, unknown_actor, no_key, bad_signature, bad_secret, revoked_secret, dev_unknown_actor, session_without_tls, session_without_exporter)."},
 			[]string{"transport", "reason"}),
-		sessionChecks: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_auth_session_checks_total",
-			Help: "Calls authenticated by a session signature (gRPC hero-session), by outcome: verified (the signature checked against the actor's key) or cached (the same signature verified on the same connection less than --auth-session-recheck ago)."},
-			[]string{"outcome"}),
 	}
+	sessionChecks := f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_auth_session_checks_total",
+		Help: "Calls authenticated by a session signature (gRPC hero-session), by outcome: verified (the signature checked against the actor's key) or cached (the same signature verified on the same connection less than --auth-session-recheck ago)."},
+		[]string{"outcome"})
+	a.sessionCached, a.sessionVerified = sessionChecks.WithLabelValues("cached"), sessionChecks.WithLabelValues("verified")
 	dev := f.NewGauge(prometheus.GaugeOpts{Name: "hero_api_auth_dev_mode",
 		Help: "1 when supervisor-daemon trusts a bare X-Hero-Actor header (--auth-dev-trust-actor-header): requests are not authenticated."})
 	if devMode {
@@ -293,7 +296,7 @@ func (a *authenticator) sessionActor(ctx context.Context, c credentials) (Princi
 	}
 	now := a.now()
 	if a.sessions.fresh(c.binding.exporter, s.Actor, c.session, now) {
-		a.sessionChecks.WithLabelValues("cached").Inc()
+		a.sessionCached.Inc()
 		return Principal{Actor: s.Actor}, s.Actor, nil
 	}
 	if skew := s.Skew(now); skew > a.window || skew < -a.window {
@@ -309,7 +312,7 @@ func (a *authenticator) sessionActor(ctx context.Context, c credentials) (Princi
 		return Principal{}, s.Actor, &authError{reason, msgNotVerified}
 	}
 	a.sessions.put(c.binding.exporter, s.Actor, c.session, now)
-	a.sessionChecks.WithLabelValues("verified").Inc()
+	a.sessionVerified.Inc()
 	return Principal{Actor: s.Actor}, s.Actor, nil
 }
 
