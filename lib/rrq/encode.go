@@ -3,6 +3,7 @@ package rrq
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -206,4 +207,71 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// appendOutcome appends o as json.Marshal writes the plain struct (tested): executors
+// answer every call with one, and encoding/json's reflection was a tenth of the Go
+// executor's CPU per no-op call.
+func appendOutcome(b []byte, o *ExecutionOutcome) ([]byte, error) {
+	b = append(b, `{"job_id":`...)
+	b = appendString(b, o.JobID)
+	b = append(b, `,"request_id":`...)
+	b = appendString(b, o.RequestID)
+	b = append(b, `,"status":`...)
+	b = appendString(b, string(o.Status))
+	b = append(b, `,"result":`...)
+	b, err := appendRaw(b, o.Result)
+	if err != nil {
+		return nil, fmt.Errorf("json: result: %w", err)
+	}
+	b = append(b, `,"error":`...)
+	if e := o.Error; e == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, `{"message":`...)
+		b = appendString(b, e.Message)
+		if e.Type != "" {
+			b = append(b, `,"type":`...)
+			b = appendString(b, e.Type)
+		}
+		if e.Code != "" {
+			b = append(b, `,"code":`...)
+			b = appendString(b, e.Code)
+		}
+		if len(e.Details) > 0 {
+			b = append(b, `,"details":`...)
+			if b, err = appendRaw(b, e.Details); err != nil {
+				return nil, fmt.Errorf("json: error.details: %w", err)
+			}
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `,"retry_after_seconds":`...)
+	if o.RetryAfterSeconds == nil {
+		b = append(b, "null"...)
+	} else if b, err = appendFloat(b, *o.RetryAfterSeconds); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// appendFloat appends f as encoding/json writes a float64 (NaN and infinities are
+// refused, as there).
+func appendFloat(b []byte, f float64) ([]byte, error) {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return nil, fmt.Errorf("json: unsupported value: %s", strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// e-09 as e-9
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b, nil
 }

@@ -3,7 +3,9 @@ package rrq
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +135,66 @@ func BenchmarkRequestMarshal(b *testing.B) {
 	b.Run("encoding_json", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := referenceRequest(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func checkOutcomeSameAsReference(t *testing.T, o ExecutionOutcome) {
+	t.Helper()
+	want, werr := json.Marshal(o)
+	got, gerr := appendOutcome(nil, &o)
+	if (werr != nil) != (gerr != nil) {
+		t.Fatalf("errors differ: hand %v, encoding/json %v (outcome %+v)", gerr, werr, o)
+	}
+	if werr == nil && !bytes.Equal(got, want) {
+		t.Fatalf("bytes differ:\n hand          %s\n encoding/json %s", got, want)
+	}
+}
+
+// The outcome encoder writes what json.Marshal writes, refuses what it refuses.
+func TestOutcomeEncodingMatchesEncodingJSON(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	checkOutcomeSameAsReference(t, ExecutionOutcome{JobID: "1:2:3", RequestID: NewUUID(), Status: StatusSuccess})
+	checkOutcomeSameAsReference(t, ExecutionOutcome{JobID: "j", RequestID: "r", Status: StatusSuccess, Result: json.RawMessage(` {"a": [1, "<&>"]} `)})
+	for _, s := range awkward {
+		checkOutcomeSameAsReference(t, ExecutionOutcome{JobID: s, RequestID: s, Status: Status(s),
+			Error: &ExecutionError{Message: s, Type: s, Code: s, Details: json.RawMessage(`{"k":` + strconv.Quote(s) + `}`)}})
+	}
+	for _, v := range []float64{0, 1, 2.5, 1e-7, 1.5e-9, 123456789, 1e21, 1e22, -3e-7, 0.000001, math.MaxFloat64, math.SmallestNonzeroFloat64} {
+		checkOutcomeSameAsReference(t, ExecutionOutcome{RequestID: "r", Status: StatusRetry, RetryAfterSeconds: f(v), Error: &ExecutionError{Message: "later"}})
+	}
+	// Refused by both: a result or details that are not JSON, a NaN or an infinite delay.
+	checkOutcomeSameAsReference(t, ExecutionOutcome{RequestID: "r", Status: StatusSuccess, Result: json.RawMessage(`{"a":`)})
+	checkOutcomeSameAsReference(t, ExecutionOutcome{RequestID: "r", Status: StatusError, Error: &ExecutionError{Message: "m", Details: json.RawMessage(`nope`)}})
+	checkOutcomeSameAsReference(t, ExecutionOutcome{RequestID: "r", Status: StatusRetry, RetryAfterSeconds: f(math.NaN())})
+	checkOutcomeSameAsReference(t, ExecutionOutcome{RequestID: "r", Status: StatusRetry, RetryAfterSeconds: f(math.Inf(1))})
+	// Random delays, as the float formats meet.
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		v := math.Float64frombits(rng.Uint64())
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			continue
+		}
+		checkOutcomeSameAsReference(t, ExecutionOutcome{RequestID: "r", Status: StatusRetry, RetryAfterSeconds: f(v)})
+	}
+}
+
+// BenchmarkOutcomeMarshal: a no-op handler's outcome as an executor writes it, by hand
+// and (reference) through encoding/json.
+func BenchmarkOutcomeMarshal(b *testing.B) {
+	o := ExecutionOutcome{JobID: "1:1:12345", RequestID: NewUUID(), Status: StatusSuccess, Result: json.RawMessage(`null`)}
+	b.Run("hand", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := appendOutcome(make([]byte, 0, 256), &o); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding_json", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := json.Marshal(o); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -297,6 +297,10 @@ func NewEnvelope(payload any) (Envelope, error) {
 		b, err = p.MarshalJSON()
 	case ExecutionRequest:
 		b, err = p.MarshalJSON()
+	case *ExecutionOutcome:
+		b, err = appendOutcome(make([]byte, 0, 256), p)
+	case ExecutionOutcome:
+		b, err = appendOutcome(make([]byte, 0, 256), &p)
 	default:
 		b, err = json.Marshal(payload)
 	}
