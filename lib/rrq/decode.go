@@ -196,7 +196,7 @@ func fastRequest(payload []byte) (ExecutionRequest, bool) {
 		case "args":
 			return setArgs(v, &r.Args)
 		case "kwargs":
-			return setRawMap(v, &r.Kwargs)
+			return setMap(v, &r.Kwargs, rawValue)
 		case "context":
 			if isNull(v) {
 				return true
@@ -229,7 +229,7 @@ func fastContext(raw []byte, c *ExecutionContext) bool {
 			}
 			return setTime(v, c.Deadline)
 		case "trace_context":
-			return setStringMap(v, &c.TraceContext)
+			return setMap(v, &c.TraceContext, plain)
 		case "worker_id":
 			return setString(v, &c.WorkerID)
 		}
@@ -268,40 +268,27 @@ func setArgs(v []byte, p *[]json.RawMessage) bool {
 	}
 }
 
-// setRawMap decodes a JSON object into raw values (into the map already there, as
-// encoding/json does); null gives nil.
-func setRawMap(v []byte, p *map[string]json.RawMessage) bool {
+// setMap decodes a JSON object into the map at p (into the map already there, as
+// encoding/json does; null gives nil), each value by elem.
+func setMap[V any](v []byte, p *map[string]V, elem func([]byte) (V, bool)) bool {
 	if isNull(v) {
 		*p = nil
 		return true
 	}
 	if *p == nil {
-		*p = map[string]json.RawMessage{}
+		*p = map[string]V{}
 	}
 	m := *p
 	return object(v, func(k string, e []byte) bool {
-		m[k] = json.RawMessage(e)
-		return true
-	})
-}
-
-func setStringMap(v []byte, p *map[string]string) bool {
-	if isNull(v) {
-		*p = nil
-		return true
-	}
-	if *p == nil {
-		*p = map[string]string{}
-	}
-	m := *p
-	return object(v, func(k string, e []byte) bool {
-		s, ok := plain(e)
+		x, ok := elem(e)
 		if ok {
-			m[k] = s
+			m[k] = x
 		}
 		return ok
 	})
 }
+
+func rawValue(e []byte) (json.RawMessage, bool) { return json.RawMessage(e), true }
 
 // fastOutcome decodes a response payload (valid JSON) as encoding/json would, or
 // reports false.
