@@ -294,13 +294,27 @@ type Dispatched struct {
 // requestFields are the field/value pairs of a job request message (without its id):
 // its job list names the job (jobRef), and the nodes are left to LoadMessageKey.
 func requestFields(ctxID, flowID uint32, j *model.Job, now time.Time, msgTimeout uint32) []any {
-	m := model.Message{
-		CallerID: j.CallerID, ContextID: ctxID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
-		Message: "job " + model.JobRef{ContextID: ctxID, CallerID: j.CallerID, ID: j.ID}.String(), Timeout: msgTimeout, Status: model.MessageDispatched,
-		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: flowID, Kind: model.KindJobRequest,
-	}
+	m := requestMessage(ctxID, flowID, now, msgTimeout)
+	m.CallerID, m.Message = j.CallerID, "job "+model.JobRef{ContextID: ctxID, CallerID: j.CallerID, ID: j.ID}.String()
 	ref := append(append([]byte{'['}, requestRef(j)...), ']')
 	return append(localMessageFields(&m), "job", ref, fieldJobRef, "1")
+}
+
+// requestTemplate are the fields of a standalone job's request message that every job
+// of a submission shares: requestFields' but for caller_id, message and job, which
+// lua/submit.lua writes for each job as requestFields would.
+func requestTemplate(ctxID uint32, now time.Time) []any {
+	m := requestMessage(ctxID, 0, now, 0)
+	return append(localMessageFields(&m, "caller_id", "message"), fieldJobRef, "1")
+}
+
+// requestMessage is a job request message of context ctxID (of flow flowID, 0: a
+// standalone job's) made at now, without its caller, text and job list.
+func requestMessage(ctxID, flowID uint32, now time.Time, msgTimeout uint32) model.Message {
+	return model.Message{
+		ContextID: ctxID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText, Timeout: msgTimeout, Status: model.MessageDispatched,
+		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: flowID, Kind: model.KindJobRequest,
+	}
 }
 
 // groupFields are the field/value pairs of a job request message for several jobs of a

@@ -198,6 +198,11 @@ func (d *DB) reserveJobIDs(ctx context.Context, subs []Submission, idx []int) er
 	return nil
 }
 
+// submitWrites are the fields lua/submit.lua writes into every job it creates, with
+// the values SubmitGuarded gives them (its dispatched state and its times): they are
+// not sent with each job.
+var submitWrites = []string{"status", "attempt", "result", "created_at", "updated_at", "created_at_ms", "dispatched_at_ms"}
+
 // submit runs lua/submit.lua once. taken is the index of a job whose reserved id a
 // caller had chosen (nothing was written), else -1.
 func (d *DB) submit(ctx context.Context, subs []Submission, chosen []bool, guard *ContextGuard, now time.Time) ([]Submitted, int, error) {
@@ -212,6 +217,8 @@ func (d *DB) submit(ctx context.Context, subs []Submission, chosen []bool, guard
 			args = append(args, v)
 		}
 	}
+	msg := requestTemplate(d.ContextID, now)
+	args = append(append(args, len(msg)), msg...)
 	for i, sb := range subs {
 		j := sb.Job
 		uk := ""
@@ -220,11 +227,10 @@ func (d *DB) submit(ctx context.Context, subs []Submission, chosen []bool, guard
 		}
 		ks = append(ks, keys.Job(j.CallerID, j.ID), uk)
 		cmp, ini := splitFields(j, jobInitialOnly)
-		msg := requestFields(d.ContextID, 0, j, now, 0)
-		args = append(args, boolArg(chosen[i]), j.CallerID, j.ID, sb.UniqueTTL.Milliseconds(), sb.Actor, len(cmp)/2, len(cmp)+len(ini), len(msg))
+		ini = withoutFields(ini, submitWrites...)
+		args = append(args, boolArg(chosen[i]), j.CallerID, j.ID, sb.UniqueTTL.Milliseconds(), sb.Actor, len(cmp)/2, len(cmp)+len(ini))
 		args = append(args, cmp...)
 		args = append(args, ini...)
-		args = append(args, msg...)
 	}
 	res, err := d.Eval(ctx, submitScript, ks, args...)
 	if err != nil {

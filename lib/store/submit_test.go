@@ -3,6 +3,9 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,8 +196,15 @@ func TestSubmitJobsOneCallIDs(t *testing.T) {
 		t.Fatalf("one id with two contents in one call: %v", err)
 	}
 
+	// The same id twice with the same content is one job, whatever stands between
+	// them in the call (the second is compared with the first job's fields alone).
+	out, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(3, 6, "echo d")}, {Job: shJob(3, 7, "echo e")}, {Job: shJob(3, 6, "echo d")}}, "3")
+	if err != nil || out[0].Existing || out[1].Existing || out[1].Job.Script != "echo e" || !out[2].Existing || out[2].Job.ID != 6 {
+		t.Fatalf("one id twice with one content, another job between them: %+v, %v", out, err)
+	}
+
 	rdb.Set(ctx, keys.JobSeq(4), 0, 0)
-	out, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(4, 0, "echo f")}, {Job: shJob(4, 1, "echo g")}}, "4")
+	out, err = s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(4, 0, "echo f")}, {Job: shJob(4, 1, "echo g")}}, "4")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,5 +255,47 @@ func TestSubmitGuarded(t *testing.T) {
 	rdb.Del(ctx, keys.Context(1))
 	if _, err := s.SubmitGuarded(ctx, 1, []store.Submission{{Job: shJob(1, 0, "echo d"), Actor: "1"}}, guard); !errors.Is(err, store.ErrContextChanged) {
 		t.Fatalf("a deleted context: %v", err)
+	}
+}
+
+// SubmitJobs stores each new job and its request message as the model encodes them,
+// the fields lua/submit.lua writes itself included (a job's dispatched state and times;
+// a message's caller, text and job list, around the fields the call's jobs share): the
+// job hash is HashFields of the job it returns (and msgs), the message requestFields'
+// with its id and status. Two callers in one call, one job routed here (its message
+// acknowledged), one pinned to a runner (the router's: dispatched).
+func TestSubmitStoresTheModelsFields(t *testing.T) {
+	s, _ := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	subs := []store.Submission{
+		{Job: &model.Job{CallerID: 1, Script: "echo a", ScriptType: "sh", Timeout: 5, Retries: 2, EnvVars: map[string]string{"A": "1"}, Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
+		{Job: &model.Job{CallerID: 7, Script: "echo b", ScriptType: "sh", RunnerID: 3}},
+	}
+	out, err := s.SubmitJobs(ctx, 1, subs, "actor:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, status := range []string{"acknowledged", "dispatched"} {
+		j := out[i].Job
+		h := rdb.HGetAll(ctx, keys.Job(j.CallerID, j.ID)).Val()
+		msgs := strings.Fields(h["msgs"])
+		delete(h, "msgs")
+		if want := model.HashMap(j); !maps.Equal(h, want) {
+			t.Errorf("job %d:%d stored\n%v\nwant\n%v", j.CallerID, j.ID, h, want)
+		}
+		if len(msgs) != 1 {
+			t.Fatalf("job %d:%d tracks messages %v; want one", j.CallerID, j.ID, msgs)
+		}
+		m := rdb.HGetAll(ctx, fmt.Sprintf("message:%d:%s", j.CallerID, msgs[0])).Val()
+		want := map[string]string{"id": msgs[0]}
+		kv := store.RequestFields(1, 0, j, time.UnixMilli(j.CreatedAtMs), 0)
+		for k := 0; k+1 < len(kv); k += 2 {
+			want[fmt.Sprint(kv[k])] = fmt.Sprintf("%s", kv[k+1])
+		}
+		want["status"] = status
+		if !maps.Equal(m, want) {
+			t.Errorf("job %d:%d's request message stored\n%v\nwant\n%v", j.CallerID, j.ID, m, want)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -295,12 +296,13 @@ func profileServices(b *testing.B, s *harness.Stack) func() {
 	if dir == "" {
 		return func() {}
 	}
+	secs := envInt("HERO_BENCH_PROFILE_SECONDS", 4)
 	var wg sync.WaitGroup
 	for _, p := range []*harness.Proc{s.Scheduler, s.Router, s.Runner, s.API} {
 		wg.Add(1)
 		go func(p *harness.Proc) {
 			defer wg.Done()
-			resp, err := http.Get("http://" + p.AdminAddr + "/debug/pprof/profile?seconds=4")
+			resp, err := http.Get("http://" + p.AdminAddr + "/debug/pprof/profile?seconds=" + strconv.Itoa(secs))
 			if err != nil {
 				b.Errorf("profile %s: %v", p.Name, err)
 				return

@@ -45,7 +45,7 @@ func BenchmarkPeers(b *testing.B) {
 	report := func(figure string, v float64) { fmt.Printf("PEERS hero %s %.3f\n", figure, v) }
 
 	// (a) n independent jobs, each submitted on its own by conc producers, until all ended.
-	profiled := profileServices(b, s) // HERO_BENCH_PROFILE=<dir>: 4 s of each service's CPU
+	profiled := profileServices(b, s) // HERO_BENCH_PROFILE=<dir>: 4 s, or HERO_BENCH_PROFILE_SECONDS, of each service's CPU
 	cpu0 := cpuByPart(s, redisSrv.Pid())
 	calls0, cmdCPU0 := redisCalls(b), cpuByCommand()
 	start := time.Now()
@@ -132,7 +132,7 @@ func BenchmarkPeers(b *testing.B) {
 }
 
 // BenchmarkPeersFlow runs figure (b) of BenchmarkPeers alone, with per-phase timings
-// (HERO_BENCH_PROFILE=<dir>: 4 s of each service's CPU from the flow's creation on;
+// (HERO_BENCH_PROFILE=<dir>: 4 s, or HERO_BENCH_PROFILE_SECONDS, of each service's CPU from the flow's creation on;
 // HERO_BENCH_PROFILE_RUN=1: from its start on).
 func BenchmarkPeersFlow(b *testing.B) {
 	if os.Getenv("HERO_BENCH_PEERS") == "" {

@@ -76,6 +76,8 @@ local function store_message(caller, first, now_ms, last, extra, st)
     redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], unpack(ARGV, first, last))
   elseif n == 6 then
     redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], unpack(ARGV, first, last))
+  elseif n == 8 then
+    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], extra[7], extra[8], unpack(ARGV, first, last))
   else
     local kv = {'id', mid}
     for i = 1, n do kv[#kv + 1] = extra[i] end

@@ -16,11 +16,14 @@
 -- ARGV: ctx, now_s, now_ms, events maxlen, nguard, then nguard field names of the
 --   context hash and the nguard values an authorization read from them (the guard:
 --   nothing is written unless the context holds them still; a missing field reads ""),
---   then per job:
+--   then nmsg, then nmsg field/value items of the job request message every job of the
+--   call gets (all but id, caller_id, message and job, which are written per job;
+--   status first), then per job:
 --   chosen (1: the caller chose the id, 0: the id was reserved from coord:seq:job:<caller>),
---   caller, id, unique ttl ms, actor (of its events), ncompare, nfields, nmsg, then
---   nfields job field/value items (the first ncompare are compared against an existing
---   job of a chosen id), then nmsg job request message field/value items.
+--   caller, id, unique ttl ms, actor (of its events), ncompare, nfields, then nfields
+--   job field/value items (the first ncompare are compared against an existing job of a
+--   chosen id); the script writes the rest of a new job's fields itself (its id, its
+--   dispatched status, attempt 1, result {} and its times: now_s, now_ms).
 -- Derives: context:<ctx> (the guard), job:<caller>:<id> of the job a uniqueness
 --   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
 --   coord:idx:jobs[:status], coord:seq:message, message:<caller>:<n>,
@@ -44,16 +47,17 @@ if nguard > 0 then
     if (have[g] or '') ~= ARGV[5 + nguard + g] then return {'changed'} end
   end
 end
+local mfirst = 7 + 2 * nguard
+local mlast = mfirst + tonumber(ARGV[6 + 2 * nguard]) - 1
 local jobs = {}
-local i = 6 + 2 * nguard
+local i = mlast + 1
 while i <= #ARGV do
-  local nf, nm = tonumber(ARGV[i + 6]), tonumber(ARGV[i + 7])
+  local nf = tonumber(ARGV[i + 6])
   local j = {chosen = ARGV[i] == '1', caller = ARGV[i + 1], id = ARGV[i + 2], ttl = ARGV[i + 3],
-    actor = ARGV[i + 4], ncmp = tonumber(ARGV[i + 5]), nf = nf, ffirst = i + 8, mfirst = i + 8 + nf}
-  j.mlast = j.mfirst + nm - 1
+    actor = ARGV[i + 4], ncmp = tonumber(ARGV[i + 5]), nf = nf, ffirst = i + 7, flast = i + 6 + nf}
   j.key, j.ukey = KEYS[2 * #jobs + 1], KEYS[2 * #jobs + 2]
   jobs[#jobs + 1] = j
-  i = j.mlast + 1
+  i = j.flast + 1
 end
 
 local function existing(member)
@@ -87,7 +91,7 @@ for n, j in ipairs(jobs) do
     if not j.chosen then return {'taken', n} end
     -- An earlier job of the call chose this id: the same content is that job.
     local was, e = {}, jobs[first]
-    for f = e.ffirst, e.ffirst + 2 * e.nf - 1, 2 do was[ARGV[f]] = ARGV[f + 1] end
+    for f = e.ffirst, e.flast, 2 do was[ARGV[f]] = ARGV[f + 1] end
     for f = j.ffirst, j.ffirst + 2 * j.ncmp - 1, 2 do
       if not same(was[ARGV[f]] or '', ARGV[f + 1]) then return {'conflict', n, ARGV[f]} end
     end
@@ -107,7 +111,8 @@ for _, j in ipairs(jobs) do
   elseif j.exists or (j.again and redis.call('EXISTS', j.key) == 1) then
     out[#out + 1] = existing(member)
   else
-    redis.call('HSET', j.key, 'id', j.id, unpack(ARGV, j.ffirst, j.mfirst - 1))
+    redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
+      'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, unpack(ARGV, j.ffirst, j.flast))
     redis.call('ZADD', K_JOB_INDEX, now_ms, member)
     redis.call('ZADD', K_JOB_INDEX .. ':' .. JOB_DISPATCHED, now_ms, member)
     -- The fields every job event has, in their order: a stream stores the names of an
@@ -115,7 +120,10 @@ for _, j in ipairs(jobs) do
     redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor, 'time_ms', now_ms,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', j.key)
     event(EV_JOB_DISPATCHED, j.actor, now_ms, '0', j.id, j.caller, JOB_DISPATCHED, 'attempt 1')
-    local mk, p = route_store(j.caller, j.mfirst, now_ms, j.mlast, nil, {j.key}, K_MSG_OUT)
+    -- its request message: the call's fields, and the job's own (its list as
+    -- lib/store's requestRef writes a standalone job's, its text as requestFields')
+    local mk, p = route_store(j.caller, mfirst, now_ms, mlast, {'caller_id', j.caller, 'message', 'job ' .. ctx .. ':' .. member,
+      'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}, {j.key}, K_MSG_OUT)
     track_msg(j.caller, j.id, mk, nil, true)
     pushed = pushed + p
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
