@@ -56,7 +56,7 @@ const (
 	RemoteDue         = "coord:remote_due"          // zset: "<ctx>|<message key>" of remote requests → when their ack or result is due (ms)
 	Expire            = "coord:expire"              // zset: "<ctx>:flow:<id>" or "<ctx>:job:<caller>:<id>" → when retention deletes it (ms)
 	SchedulerSettings = "coord:scheduler"           // hash: the scheduler's retention_ms (its default retention; 0: forever) and sweep_ms (its safety sweep), for the runners that apply job ends themselves
-	JobDone           = "coord:jobdone"             // pub/sub channel: "<ctx>:<caller>:<id>" of each job that ended (for job.run waiters)
+	JobDone           = "coord:jobdone"             // pub/sub channel: "<ctx>:<caller>:<id>" of jobs that ended, space-separated (for job.run waiters)
 	FlowDone          = "coord:flowdone"            // pub/sub channel: "<ctx>:<flow>" of each flow that ended (for flow.wait waiters)
 )
 

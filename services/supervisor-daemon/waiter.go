@@ -151,20 +151,31 @@ func (w *waiter) run(ctx context.Context, st *store.Store, log zerolog.Logger, r
 		case <-ctx.Done():
 			return nil
 		case m := <-ch:
-			var k waitKey
-			var err error
-			if m.Channel == keys.FlowDone {
-				k, err = parseFlowDone(m.Payload)
-			} else {
-				var ref model.JobRef
-				ref, err = model.ParseJobRef(m.Payload)
-				k = jobKey(ref)
-			}
-			if err != nil {
-				log.Warn().Str("channel", m.Channel).Str("payload", m.Payload).Err(err).Msg("bad done notification")
-				continue
-			}
-			w.notify(k)
+			w.received(m.Channel, m.Payload, log)
 		}
+	}
+}
+
+// received wakes the waiters of a notice on channel: on coord:flowdone a flow's
+// "<ctx>:<flow>", on coord:jobdone one or more job references, space-separated (a
+// runner's finish of several jobs tells them in one message). A reference that cannot
+// be read is logged and skipped.
+func (w *waiter) received(channel, payload string, log zerolog.Logger) {
+	if channel == keys.FlowDone {
+		k, err := parseFlowDone(payload)
+		if err != nil {
+			log.Warn().Str("channel", channel).Str("payload", payload).Err(err).Msg("bad done notification")
+			return
+		}
+		w.notify(k)
+		return
+	}
+	for p := range strings.FieldsSeq(payload) {
+		ref, err := model.ParseJobRef(p)
+		if err != nil {
+			log.Warn().Str("channel", channel).Str("payload", p).Err(err).Msg("bad done notification")
+			continue
+		}
+		w.notify(jobKey(ref))
 	}
 }

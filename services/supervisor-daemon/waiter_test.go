@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
+	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 )
 
@@ -84,5 +87,30 @@ func TestWaiterKeepsRecentEndsForLateWatches(t *testing.T) {
 	}
 	if ch := w.watch(ref(3 + endedKept - 1)); !woken(ch) {
 		t.Error("the newest end was forgotten")
+	}
+}
+
+// One coord:jobdone notice names every job a runner's finish ended: each one's waiter
+// is woken; a reference that cannot be read is skipped, not the ones beside it.
+func TestWaiterTakesSeveralJobsInOneNotice(t *testing.T) {
+	w := newWaiter()
+	ref := func(id uint32) waitKey { return jobKey(model.JobRef{ContextID: 2, CallerID: 1, ID: id}) }
+	a, b, c := w.watch(ref(5)), w.watch(ref(6)), w.watch(ref(7))
+	w.received(keys.JobDone, "2:1:5 bad 2:1:6", zerolog.Nop())
+	for id, ch := range map[uint32]chan struct{}{5: a, 6: b} {
+		select {
+		case <-ch:
+		default:
+			t.Errorf("job 2:1:%d's waiter was not woken", id)
+		}
+	}
+	select {
+	case <-c:
+		t.Error("job 2:1:7's waiter was woken by a notice that does not name it")
+	default:
+	}
+	w.received(keys.FlowDone, "2:9", zerolog.Nop())
+	if _, kept := w.ended[flowKey(2, 9)]; !kept {
+		t.Error("a flow's notice was not taken")
 	}
 }

@@ -199,7 +199,9 @@ if #jobdone > 0 then
     for k, m in ipairs(expire) do args[2 * k - 1] = at; args[2 * k] = m end
     redis.call('ZADD', K_EXPIRE, unpack(args))
   end
-  for _, d in ipairs(jobdone) do redis.call('PUBLISH', K_JOB_DONE, d) end
+  -- one notice for the call's jobs (space-separated): a PUBLISH, and a message its
+  -- subscribers read, per job was ~2% of a standalone job's CPU
+  redis.call('PUBLISH', K_JOB_DONE, table.concat(jobdone, ' '))
   redis.call('SELECT', ctx)
 end
 route_flush(ctx)
