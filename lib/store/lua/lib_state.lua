@@ -45,20 +45,26 @@ local function dead_letter(caller, id, flow, now_ms, actor, err)
   redis.call('HSET', jk, 'dlq_at_ms', now_ms)
   event(EV_JOB_DEAD_LETTERED, actor, now_ms, flow, id, caller, JOB_ERROR, err)
 end
--- store_message stores a message from ARGV[first..last] (field/value pairs; last
--- defaults to #ARGV) and, if given, the field/value pairs of the table extra, under a
--- fresh id (skipping ids taken), and returns its key. With st its status is st
--- instead of the one in ARGV, whose items must then start with the status (as the
--- store's local messages do: lib/store localMessageFields). A job message is found
--- through its job's or flow's message set (track_msg), not through
--- coord:idx:messages (which indexes the messages made with message.create).
-local function store_message(caller, first, now_ms, last, extra, st)
-  if st and ARGV[first] ~= 'status' then error('store_message: a status given for fields that do not start with one') end
+-- message_id takes a fresh message id of caller (skipping ids taken) and returns it
+-- and the message's key.
+local function message_id(caller)
   local mid
   repeat
     mid = int(redis.call('INCR', K_MESSAGE_SEQ))
   until redis.call('EXISTS', K_MESSAGE .. caller .. ':' .. mid) == 0
-  local mk = K_MESSAGE .. caller .. ':' .. mid
+  return mid, K_MESSAGE .. caller .. ':' .. mid
+end
+-- store_message stores a message from ARGV[first..last] (field/value pairs; last
+-- defaults to #ARGV) and, if given, the field/value pairs of the table extra, under
+-- the id mid (message_id's) or a fresh one, and returns its key. With st its status is st
+-- instead of the one in ARGV, whose items must then start with the status (as the
+-- store's local messages do: lib/store localMessageFields). A job message is found
+-- through its job's or flow's message set (track_msg), not through
+-- coord:idx:messages (which indexes the messages made with message.create).
+local function store_message(caller, first, now_ms, last, extra, st, mid)
+  if st and ARGV[first] ~= 'status' then error('store_message: a status given for fields that do not start with one') end
+  local mk
+  if mid then mk = K_MESSAGE .. caller .. ':' .. mid else mid, mk = message_id(caller) end
   last = last or #ARGV
   if st then
     first = first + 2

@@ -8,8 +8,8 @@
 -- of one call may come from several callers (supervisor-daemon groups concurrent
 -- submissions into one call): each job carries its actor, and the jobs are taken in
 -- order, each seeing what the ones before it wrote (a uniqueness key, a chosen id).
--- Runs after the prelude, lib_state (index_job, event, store_message, track_msg,
--- wake_msg_out, int), lib_wake and lib_route.
+-- Runs after the prelude, lib_state (event, message_id, store_message, wake_msg_out,
+-- int), lib_wake and lib_route (route_queue, route_add, route_flush).
 --
 -- KEYS: per job i (1-based), KEYS[2i-1] the job's key (job:<caller>:<id>) and
 --   KEYS[2i] its uniqueness key (keys.Unique, coord:unique:<unique_key>; "" for none).
@@ -111,8 +111,15 @@ for _, j in ipairs(jobs) do
   elseif j.exists or (j.again and redis.call('EXISTS', j.key) == 1) then
     out[#out + 1] = existing(member)
   else
+    -- Where it goes (lib_route's route_queue, from the fields given: a read of the
+    -- hash just written cost a command), and its request message's id, which its hash
+    -- holds from the start (msgs, as track_msg would write it).
+    local f = {}
+    for k = j.ffirst, j.flast, 2 do f[ARGV[k]] = ARGV[k + 1] end
+    local q = route_queue(j.id, f.runner_id, f.script_type, f.function_name)
+    local mid, mk = message_id(j.caller)
     redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
-      'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, unpack(ARGV, j.ffirst, j.flast))
+      'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid, unpack(ARGV, j.ffirst, j.flast))
     redis.call('ZADD', K_JOB_INDEX, now_ms, member)
     redis.call('ZADD', K_JOB_INDEX .. ':' .. JOB_DISPATCHED, now_ms, member)
     -- The fields every job event has, in their order: a stream stores the names of an
@@ -121,11 +128,17 @@ for _, j in ipairs(jobs) do
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', j.key)
     event(EV_JOB_DISPATCHED, j.actor, now_ms, '0', j.id, j.caller, JOB_DISPATCHED, 'attempt 1')
     -- its request message: the call's fields, and the job's own (its list as
-    -- lib/store's requestRef writes a standalone job's, its text as requestFields')
-    local mk, p = route_store(j.caller, mfirst, now_ms, mlast, {'caller_id', j.caller, 'message', 'job ' .. ctx .. ':' .. member,
-      'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}, {j.key}, K_MSG_OUT)
-    track_msg(j.caller, j.id, mk, nil, true)
-    pushed = pushed + p
+    -- lib/store's requestRef writes a standalone job's, its text as requestFields'),
+    -- acknowledged and the job queued when a runner here takes it (as lib_route's
+    -- route_store), else dispatched on msg_out for the router
+    store_message(j.caller, mfirst, now_ms, mlast, {'caller_id', j.caller, 'message', 'job ' .. ctx .. ':' .. member,
+      'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}, q and MSG_ACKNOWLEDGED or nil, mid)
+    if q then
+      route_add(j.key, q)
+    else
+      redis.call('LPUSH', K_MSG_OUT, mk)
+      pushed = pushed + 1
+    end
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
     out[#out + 1] = {1, member}
   end
