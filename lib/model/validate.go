@@ -190,7 +190,7 @@ func (r *Runner) Validate() error {
 		return verr("runner", r.ID, "executors", "has more than %d entries", MaxListLen)
 	}
 	for _, e := range r.Executors {
-		if !handlerNameRE.MatchString(e) {
+		if !isHandlerName(e) {
 			return verr("runner", r.ID, "executors", "%q is not a valid executor name ([A-Za-z_][A-Za-z0-9_.:-]*)", e)
 		}
 	}
@@ -287,7 +287,23 @@ func (m *Message) Validate() error {
 	return nil
 }
 
-var handlerNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.:-]*$`)
+// isHandlerName reports whether s is a handler or an executor name,
+// [A-Za-z_][A-Za-z0-9_.:-]* (checked by hand: a regexp was 2% of supervisor-daemon's
+// CPU per submitted job).
+func isHandlerName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z':
+		case i > 0 && (c >= '0' && c <= '9' || c == '.' || c == ':' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // validateHandler checks a handler job and fills script_type from the executor prefix.
 func (j *Job) validateHandler() error {
@@ -295,10 +311,10 @@ func (j *Job) validateHandler() error {
 		return verr("job", j.ID, "function_name", "and script are both set; a job is a script or a handler call")
 	}
 	exec, handler := j.Handler()
-	if !handlerNameRE.MatchString(handler) {
+	if !isHandlerName(handler) {
 		return verr("job", j.ID, "function_name", "%q is not executor#handler or handler (a handler name is [A-Za-z_][A-Za-z0-9_.:-]*)", j.FunctionName)
 	}
-	if exec != "" && !handlerNameRE.MatchString(exec) {
+	if exec != "" && !isHandlerName(exec) {
 		return verr("job", j.ID, "function_name", "executor %q in %q is not a valid name", exec, j.FunctionName)
 	}
 	if j.ScriptType == "" {
