@@ -213,8 +213,11 @@ const (
 	DLQ          = "coord:dlq"          // zset: "<caller>:<id>" of jobs that failed for good → when (ms)
 )
 
+// JobSeqPrefix prefixes JobSeq.
+const JobSeqPrefix = "coord:seq:job:"
+
 // JobSeq is the counter for server-assigned job ids of one caller.
-func JobSeq(callerID uint32) string { return "coord:seq:job:" + u(callerID) }
+func JobSeq(callerID uint32) string { return JobSeqPrefix + u(callerID) }
 
 func u(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
 

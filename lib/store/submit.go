@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
@@ -55,14 +52,11 @@ type Submitted struct {
 	Existing bool // the job existed (its uniqueness key or its chosen id named it); nothing was created
 }
 
-// maxReserve bounds the retries of a reservation of ids that met ids callers chose.
-const maxReserve = 5
-
 // SubmitJobs creates standalone jobs of one context and dispatches them, in one step
-// per call (lua/submit.lua): a job is never stored undispatched. First, in one round
-// trip for the batch, ids of 0 are reserved from each caller's counter and each job
-// that names no runner is checked to be served (its executor or script type announced
-// by a runner: a *model.ValidationError, nothing stored, when not). A job whose unique
+// per call (lua/submit.lua, one round trip): a job is never stored undispatched. Each
+// job that names no runner must be served (its executor or script type announced by a
+// runner: a *model.ValidationError, nothing stored, when not); ids of 0 are reserved
+// from each caller's counter, skipping ids callers chose. A job whose unique
 // key names a job that still exists, or whose chosen id exists with the same content,
 // is returned as it is (Existing); a chosen id with other content refuses the whole
 // call (an ExistsError), storing nothing. A Submission without an Actor is actor's.
@@ -98,104 +92,7 @@ func (s *Store) SubmitGuarded(ctx context.Context, ctxID uint32, subs []Submissi
 		j.Status, j.Attempt, j.DispatchedMs = model.JobDispatched, 1, now.UnixMilli()
 		j.Result, j.Error, j.ExitCode, j.Worker, j.Fatal, j.StopAsked = nil, "", 0, "", false, false
 	}
-	chosen := make([]bool, len(subs))
-	var pending []int // indexes of the jobs whose id is reserved here
-	for i, sb := range subs {
-		chosen[i] = sb.Job.ID != 0
-		if !chosen[i] {
-			pending = append(pending, i)
-		}
-	}
-	for try := 0; ; try++ {
-		if err := db.reserveJobIDs(ctx, subs, pending); err != nil {
-			return nil, err
-		}
-		out, taken, err := db.submit(ctx, subs, chosen, guard, now)
-		if err != nil || taken < 0 {
-			return out, err
-		}
-		if try == maxReserve {
-			return nil, fmt.Errorf("submit jobs: reserved ids kept meeting ids chosen by callers (%d tries)", try+1)
-		}
-		pending = []int{taken}
-		for i := range subs {
-			if !chosen[i] && i > taken {
-				pending = append(pending, i)
-			}
-		}
-	}
-}
-
-// reserveJobIDs checks that some runner of the context serves each job of subs that
-// names no runner (its executor, or its script type: a *model.ValidationError naming
-// the first that none serves) and gives the jobs at idx fresh ids from their callers'
-// counters (one INCRBY per caller), all in one round trip.
-func (d *DB) reserveJobIDs(ctx context.Context, subs []Submission, idx []int) error {
-	count := map[uint32]int64{}
-	var callers []uint32
-	for _, i := range idx {
-		c := subs[i].Job.CallerID
-		if count[c] == 0 {
-			callers = append(callers, c)
-		}
-		count[c]++
-	}
-	type served struct {
-		key, field, what string
-		job              *model.Job
-		cmd              *redis.StringCmd
-	}
-	var checks []*served
-	seen := map[string]bool{}
-	for _, sb := range subs {
-		j := sb.Job
-		if j.RunnerID != 0 {
-			continue
-		}
-		c := &served{key: keys.ScriptTypes, field: string(j.ScriptType), what: "script_type", job: j}
-		if exec, _ := j.Handler(); exec != "" {
-			c = &served{key: keys.Executors, field: exec, what: "function_name", job: j}
-		}
-		if !seen[c.key+"\n"+c.field] {
-			seen[c.key+"\n"+c.field] = true
-			checks = append(checks, c)
-		}
-	}
-	cmds := make(map[uint32]*redis.IntCmd, len(callers))
-	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, c := range checks {
-			c.cmd = p.HGet(ctx, c.key, c.field)
-		}
-		for _, c := range callers {
-			cmds[c] = p.IncrBy(ctx, keys.JobSeq(c), count[c])
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("reserve job ids: %w", err)
-	}
-	for _, c := range checks {
-		if n, _ := strconv.Atoi(c.cmd.Val()); n <= 0 {
-			msg := fmt.Sprintf("no runner in context %d serves script_type %q", d.ContextID, c.field)
-			if c.what == "function_name" {
-				msg = fmt.Sprintf("no runner in context %d has executor %q", d.ContextID, c.field)
-			}
-			return &model.ValidationError{Object: "job", ID: strconv.FormatUint(uint64(c.job.ID), 10), Field: c.what, Msg: msg}
-		}
-	}
-	next := map[uint32]int64{}
-	for _, c := range callers {
-		last := cmds[c].Val()
-		if last > math.MaxUint32 {
-			return fmt.Errorf("reserve job ids of caller %d: id space exhausted", c)
-		}
-		next[c] = last - count[c] + 1
-	}
-	for _, i := range idx {
-		j := subs[i].Job
-		j.ID = uint32(next[j.CallerID])
-		next[j.CallerID]++
-	}
-	return nil
+	return db.submit(ctx, subs, guard, now)
 }
 
 // submitWrites are the fields lua/submit.lua writes into every job it creates, with
@@ -205,7 +102,7 @@ var submitWrites = []string{"status", "attempt", "result", "created_at", "update
 
 // submit runs lua/submit.lua once. taken is the index of a job whose reserved id a
 // caller had chosen (nothing was written), else -1.
-func (d *DB) submit(ctx context.Context, subs []Submission, chosen []bool, guard *ContextGuard, now time.Time) ([]Submitted, int, error) {
+func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard, now time.Time) ([]Submitted, error) {
 	ks := make([]string, 0, 2*len(subs))
 	args := []any{d.ContextID, now.Unix(), now.UnixMilli(), EventsMaxLen, 0}
 	if guard != nil {
@@ -219,64 +116,93 @@ func (d *DB) submit(ctx context.Context, subs []Submission, chosen []bool, guard
 	}
 	msg := requestTemplate(d.ContextID, now)
 	args = append(append(args, len(msg)), msg...)
-	for i, sb := range subs {
+	for _, sb := range subs {
 		j := sb.Job
 		uk := ""
 		if sb.UniqueKey != "" {
 			uk = keys.Unique(sb.UniqueKey)
 		}
-		ks = append(ks, keys.Job(j.CallerID, j.ID), uk)
+		jk := ""
+		if j.ID != 0 {
+			jk = keys.Job(j.CallerID, j.ID)
+		}
+		ks = append(ks, jk, uk)
 		cmp, ini := splitFields(j, jobInitialOnly)
 		ini = withoutFields(ini, submitWrites...)
-		args = append(args, boolArg(chosen[i]), j.CallerID, j.ID, sb.UniqueTTL.Milliseconds(), sb.Actor, len(cmp)/2, len(cmp)+len(ini))
+		args = append(args, boolArg(j.ID != 0), j.CallerID, j.ID, sb.UniqueTTL.Milliseconds(), sb.Actor, len(cmp)/2, len(cmp)+len(ini))
 		args = append(args, cmp...)
 		args = append(args, ini...)
 	}
 	res, err := d.Eval(ctx, submitScript, ks, args...)
 	if err != nil {
-		return nil, -1, fmt.Errorf("submit %d job(s) to context %d: %w", len(subs), d.ContextID, err)
+		return nil, fmt.Errorf("submit %d job(s) to context %d: %w", len(subs), d.ContextID, err)
 	}
 	vals, _ := res.([]any)
 	if len(vals) == 0 {
-		return nil, -1, fmt.Errorf("submit jobs: unexpected reply %v", res)
+		return nil, fmt.Errorf("submit jobs: unexpected reply %v", res)
 	}
 	switch vals[0] {
 	case "changed":
-		return nil, -1, ErrContextChanged
-	case "taken":
+		return nil, ErrContextChanged
+	case "unserved":
 		n, _ := vals[1].(int64)
-		return nil, int(n) - 1, nil
+		if n < 1 || int(n) > len(subs) {
+			return nil, fmt.Errorf("submit jobs: unexpected reply %v", res)
+		}
+		return nil, d.unserved(subs[n-1].Job)
+	case "exhausted":
+		c, _ := vals[1].(string)
+		return nil, fmt.Errorf("reserve job ids of caller %s: id space exhausted", c)
 	case "conflict":
 		n, _ := vals[1].(int64)
 		field, _ := vals[2].(string)
+		if n < 1 || int(n) > len(subs) {
+			return nil, fmt.Errorf("submit jobs: unexpected reply %v", res)
+		}
 		j := subs[n-1].Job
-		return nil, -1, &ExistsError{What: "job " + keys.Job(j.CallerID, j.ID), Field: field}
+		return nil, &ExistsError{What: "job " + keys.Job(j.CallerID, j.ID), Field: field}
 	}
 	if len(vals) != len(subs)+1 {
-		return nil, -1, fmt.Errorf("submit jobs: %d replies for %d jobs", len(vals)-1, len(subs))
+		return nil, fmt.Errorf("submit jobs: %d replies for %d jobs", len(vals)-1, len(subs))
 	}
 	out := make([]Submitted, len(subs))
 	for i, v := range vals[1:] {
 		r, _ := v.([]any)
 		if len(r) < 2 {
-			return nil, -1, fmt.Errorf("submit jobs: unexpected reply %v", v)
-		}
-		if code, _ := r[0].(int64); code == 1 {
-			out[i] = Submitted{Job: subs[i].Job}
-			continue
+			return nil, fmt.Errorf("submit jobs: unexpected reply %v", v)
 		}
 		member, _ := r[1].(string)
+		if code, _ := r[0].(int64); code == 1 {
+			// created: its id, reserved by the script when the caller chose none
+			j := subs[i].Job
+			_, id, _ := strings.Cut(member, ":")
+			if j.ID = parseU32(id); j.ID == 0 {
+				return nil, fmt.Errorf("submit jobs: unexpected reply %v", v)
+			}
+			out[i] = Submitted{Job: j}
+			continue
+		}
 		var hash []any
 		if len(r) > 2 {
 			hash, _ = r[2].([]any)
 		}
 		j, err := d.jobFromPairs(member, hash)
 		if err != nil {
-			return nil, -1, err
+			return nil, err
 		}
 		out[i] = Submitted{Job: j, Existing: true}
 	}
-	return out, -1, nil
+	return out, nil
+}
+
+// unserved is the refusal of job j, which names no runner, when no runner of the
+// context has its executor or serves its script type.
+func (d *DB) unserved(j *model.Job) error {
+	field, msg := "script_type", fmt.Sprintf("no runner in context %d serves script_type %q", d.ContextID, j.ScriptType)
+	if exec, _ := j.Handler(); exec != "" {
+		field, msg = "function_name", fmt.Sprintf("no runner in context %d has executor %q", d.ContextID, exec)
+	}
+	return &model.ValidationError{Object: "job", ID: strconv.FormatUint(uint64(j.ID), 10), Field: field, Msg: msg}
 }
 
 // jobFromPairs decodes a job hash that a script returned as field/value items, the job

@@ -299,3 +299,39 @@ func TestSubmitStoresTheModelsFields(t *testing.T) {
 		}
 	}
 }
+
+// Ids reserved in the script: the jobs of one caller take the next ids of its counter,
+// skipping every id a job holds (two in a row, past the block the call took), and a
+// caller whose ids are used up is refused with nothing created.
+func TestSubmitReservesIDsPastHeldOnes(t *testing.T) {
+	s, _ := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	for _, id := range []uint32{3, 4} {
+		if _, _, err := s.CreateJob(ctx, &model.Job{ID: id, CallerID: 5, ContextID: 1, Script: "true", ScriptType: "sh"}, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb.Set(ctx, keys.JobSeq(5), 1, 0)
+	out, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(5, 0, "echo a")}, {Job: shJob(5, 0, "echo b")}}, "5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Job.ID != 2 || out[1].Job.ID != 5 || rdb.Get(ctx, keys.JobSeq(5)).Val() != "5" {
+		t.Fatalf("ids %d and %d, counter %s; want 2 and 5 (3 and 4 held), counter 5", out[0].Job.ID, out[1].Job.ID, rdb.Get(ctx, keys.JobSeq(5)).Val())
+	}
+	for _, j := range out {
+		if got := rdb.HGet(ctx, keys.Job(5, j.Job.ID), "script").Val(); got != j.Job.Script {
+			t.Errorf("job 5:%d holds %q; want %q", j.Job.ID, got, j.Job.Script)
+		}
+	}
+
+	rdb.Set(ctx, keys.JobSeq(6), 4294967295, 0)
+	before := rdb.DBSize(ctx).Val()
+	if _, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(6, 0, "echo c")}}, "6"); err == nil || !strings.Contains(err.Error(), "id space exhausted") {
+		t.Fatalf("caller 6 with no ids left: %v", err)
+	}
+	if n := rdb.DBSize(ctx).Val(); n != before {
+		t.Fatalf("%d keys after the refusal, %d before", n, before)
+	}
+}

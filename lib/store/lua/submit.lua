@@ -11,34 +11,38 @@
 -- Runs after the prelude, lib_state (event, message_id, store_message, wake_msg_out,
 -- int), lib_wake and lib_route (route_queue, route_add, route_flush).
 --
--- KEYS: per job i (1-based), KEYS[2i-1] the job's key (job:<caller>:<id>) and
---   KEYS[2i] its uniqueness key (keys.Unique, coord:unique:<unique_key>; "" for none).
+-- KEYS: per job i (1-based), KEYS[2i-1] the job's key (job:<caller>:<id>) when its
+--   caller chose its id ("" when the script reserves one) and KEYS[2i] its uniqueness
+--   key (keys.Unique, coord:unique:<unique_key>; "" for none).
 -- ARGV: ctx, now_s, now_ms, events maxlen, nguard, then nguard field names of the
 --   context hash and the nguard values an authorization read from them (the guard:
 --   nothing is written unless the context holds them still; a missing field reads ""),
 --   then nmsg, then nmsg field/value items of the job request message every job of the
 --   call gets (all but id, caller_id, message and job, which are written per job;
 --   status first), then per job:
---   chosen (1: the caller chose the id, 0: the id was reserved from coord:seq:job:<caller>),
---   caller, id, unique ttl ms, actor (of its events), ncompare, nfields, then nfields
---   job field/value items (the first ncompare are compared against an existing job of a
---   chosen id); the script writes the rest of a new job's fields itself (its id, its
---   dispatched status, attempt 1, result {} and its times: now_s, now_ms).
--- Derives: context:<ctx> (the guard), job:<caller>:<id> of the job a uniqueness
+--   chosen (1: the caller chose the id, 0: the script reserves one from
+--   coord:seq:job:<caller>), caller, id (0 when reserved), unique ttl ms, actor (of its
+--   events), ncompare, nfields, then nfields job field/value items (the first ncompare
+--   are compared against an existing job of a chosen id); the script writes the rest of
+--   a new job's fields itself (its id, its dispatched status, attempt 1, result {} and
+--   its times: now_s, now_ms).
+-- Derives: context:<ctx> (the guard), coord:seq:job:<caller> and job:<caller>:<id> of
+--   the reserved ids, job:<caller>:<id> of the job a uniqueness
 --   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
 --   coord:idx:jobs[:status], coord:seq:message, message:<caller>:<n>,
 --   the job's msgs, msg_out), lib_route's (coord:executors,
 --   coord:script_types, queue:<type>, queue:exec:<executor>, coord:wakers:<queue>); DB
 --   0: coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
 --   coord:busy.
--- Reply: {'ok', per job {1, id} created and dispatched, or {2, "<caller>:<id>", the
---   existing job's hash as field/value items} the job a uniqueness key or a chosen id
---   (by a job before it in the call, too) already names}; nothing is written when the
---   reply is {'changed'} (the context's guarded fields differ: authorize again),
---   {'conflict', job index, field} (a chosen id names a job with different content, or
---   a job before it in the call chose the same id with different content) or
---   {'taken', job index} (a reserved id is held by a job whose caller chose it, in
---   Redis or before it in the call: reserve again).
+-- Reply: {'ok', per job {1, "<caller>:<id>"} created and dispatched, or {2,
+--   "<caller>:<id>", the existing job's hash as field/value items} the job a uniqueness
+--   key or a chosen id (by a job before it in the call, too) already names}; nothing is
+--   written when the reply is {'changed'} (the context's guarded fields differ:
+--   authorize again), {'unserved', job index} (the job names no runner, and no runner
+--   here has its executor or serves its script type) or {'conflict', job index, field}
+--   (a chosen id names a job with different content, or a job before it in the call
+--   chose the same id with different content); {'exhausted', caller} (the caller's
+--   ids are used up) comes after its counter moved.
 
 local ctx, now_s, now_ms, maxlen, nguard = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 if nguard > 0 then
@@ -70,6 +74,16 @@ local function same(v, want)
   return v == want or ((v == '' or v == '[]' or v == '{}') and (want == '' or want == '[]' or want == '{}'))
 end
 
+-- Each job's queue on this node (lib_route's route_queue, from its fields as given: a
+-- read of the hash once written cost a command); a job that names no runner and that
+-- no runner here serves refuses the call.
+for n, j in ipairs(jobs) do
+  local f = {}
+  for k = j.ffirst, j.flast, 2 do f[ARGV[k]] = ARGV[k + 1] end
+  j.q = route_queue(j.caller, f.runner_id, f.script_type, f.function_name)
+  if not j.q and (f.runner_id or '0') == '0' then return {'unserved', n} end
+end
+
 -- The first job of the call that chose each id.
 local chosen_by = {}
 for n, j in ipairs(jobs) do
@@ -79,16 +93,16 @@ end
 -- Pass 1: refusals, before anything is written.
 for n, j in ipairs(jobs) do
   local first = chosen_by[j.key]
-  if redis.call('EXISTS', j.key) == 1 then
-    if not j.chosen then return {'taken', n} end
+  if not j.chosen then
+    -- an id is reserved below
+  elseif redis.call('EXISTS', j.key) == 1 then
     for f = j.ffirst, j.ffirst + 2 * j.ncmp - 1, 2 do
       if not same(redis.call('HGET', j.key, ARGV[f]) or '', ARGV[f + 1]) then
         return {'conflict', n, ARGV[f]}
       end
     end
     j.exists = true
-  elseif first and first ~= n then
-    if not j.chosen then return {'taken', n} end
+  elseif first ~= n then
     -- An earlier job of the call chose this id: the same content is that job.
     local was, e = {}, jobs[first]
     for f = e.ffirst, e.flast, 2 do was[ARGV[f]] = ARGV[f + 1] end
@@ -96,6 +110,34 @@ for n, j in ipairs(jobs) do
       if not same(was[ARGV[f]] or '', ARGV[f + 1]) then return {'conflict', n, ARGV[f]} end
     end
     j.again = true
+  end
+end
+
+-- Ids for the jobs that chose none, from their callers' counters
+-- (coord:seq:job:<caller>): one INCRBY per caller for its jobs of the call, and an INCR
+-- more for each id found held (by a job whose caller chose it, in Redis or in the call).
+local want, next_id, last_id = {}, {}, {}
+for _, j in ipairs(jobs) do
+  if not j.chosen then want[j.caller] = (want[j.caller] or 0) + 1 end
+end
+for _, j in ipairs(jobs) do
+  if not j.chosen then
+    local c = j.caller
+    if not next_id[c] then
+      last_id[c] = redis.call('INCRBY', K_JOB_SEQ .. c, int(want[c]))
+      next_id[c] = last_id[c] - want[c] + 1
+    end
+    repeat
+      local id = next_id[c]
+      if id > last_id[c] then
+        id = redis.call('INCR', K_JOB_SEQ .. c)
+        last_id[c] = id
+      end
+      if id > 4294967295 then return {'exhausted', c} end
+      next_id[c] = id + 1
+      j.id = int(id)
+      j.key = K_JOB .. c .. ':' .. j.id
+    until not chosen_by[j.key] and redis.call('EXISTS', j.key) == 0
   end
 end
 
@@ -111,12 +153,9 @@ for _, j in ipairs(jobs) do
   elseif j.exists or (j.again and redis.call('EXISTS', j.key) == 1) then
     out[#out + 1] = existing(member)
   else
-    -- Where it goes (lib_route's route_queue, from the fields given: a read of the
-    -- hash just written cost a command), and its request message's id, which its hash
-    -- holds from the start (msgs, as track_msg would write it).
-    local f = {}
-    for k = j.ffirst, j.flast, 2 do f[ARGV[k]] = ARGV[k + 1] end
-    local q = route_queue(j.id, f.runner_id, f.script_type, f.function_name)
+    -- Its request message's id, which its hash holds from the start (msgs, as
+    -- track_msg would write it).
+    local q = j.q
     local mid, mk = message_id(j.caller)
     redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
       'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid, unpack(ARGV, j.ffirst, j.flast))
