@@ -100,8 +100,8 @@ func (s *Store) SubmitGuarded(ctx context.Context, ctxID uint32, subs []Submissi
 // not sent with each job.
 var submitWrites = []string{"status", "attempt", "result", "created_at", "updated_at", "created_at_ms", "dispatched_at_ms"}
 
-// submit runs lua/submit.lua once. taken is the index of a job whose reserved id a
-// caller had chosen (nothing was written), else -1.
+// submit runs lua/submit.lua once; a created job whose caller chose no id gets the
+// one the script reserved.
 func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard, now time.Time) ([]Submitted, error) {
 	ks := make([]string, 0, 2*len(subs))
 	args := []any{d.ContextID, now.Unix(), now.UnixMilli(), EventsMaxLen, 0}

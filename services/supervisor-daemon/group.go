@@ -22,8 +22,8 @@ var errShuttingDown = &apiError{Code: codeUnavailable, Msg: "unavailable: superv
 
 // submitGroups is the group commit of single submissions (job.submit, job.run), on
 // lib/groupcommit: concurrent submissions are gathered and one goroutine (per Redis
-// server) stores a group, up to max jobs, in one store call per context (one reservation round trip
-// and one run of lua/submit.lua, which takes the jobs in order: a unique_key or a
+// server) stores a group, up to max jobs, in one store call per context (one round
+// trip: a run of lua/submit.lua, which takes the jobs in order: a unique_key or a
 // chosen id that an earlier job of the group took names that job) as soon as the
 // previous group's calls returned: no timer, no wait when idle. A caller is answered
 // only after the call that stored its job returned (kill -9 safe: nothing is
