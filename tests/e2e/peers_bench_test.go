@@ -240,7 +240,7 @@ func stackCPU(b *testing.B, s *harness.Stack) map[string]time.Duration {
 // atStart is called just before flow.start.
 func peersFlow(b *testing.B, c *harness.Client, report func(string, float64), atStart func()) {
 	start := time.Now()
-	ids := createHandlerJobsFrom(b, c, 1_000_001, peersFlowJobs, false)
+	ids := createHandlerJobsConcurrently(b, c, 1_000_001, peersFlowJobs, false, peersFlowCreators)
 	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
 	created := time.Since(start)
 	atStart()
@@ -258,6 +258,9 @@ func peersFlow(b *testing.B, c *harness.Client, report func(string, float64), at
 
 // peersFlowJobs is the size of figure (b)'s flow.
 const peersFlowJobs = 10000
+
+// peersFlowCreators is how many of (b)'s creation batches are in flight at once.
+const peersFlowCreators = 4
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -334,9 +337,17 @@ func jobTimes(b *testing.B, rdb *redis.Client, id uint32) times {
 }
 
 // createHandlerJobsFrom creates n no-op handler jobs with ids from first on, in JSON-RPC
-// batches of 500 (a chain: each depends on the one before).
+// batches of 500 (a chain: each depends on the one before), one batch at a time.
 func createHandlerJobsFrom(b *testing.B, c *harness.Client, first uint32, n int, chain bool) []uint32 {
+	return createHandlerJobsConcurrently(b, c, first, n, chain, 1)
+}
+
+// createHandlerJobsConcurrently is createHandlerJobsFrom with up to inflight batches
+// sent at once, as a producer that creates a large flow does: the calls are
+// independent (each job names its id), so nothing orders them.
+func createHandlerJobsConcurrently(b *testing.B, c *harness.Client, first uint32, n int, chain bool, inflight int) []uint32 {
 	ids := make([]uint32, n)
+	var bodies [][]byte
 	for start := 0; start < n; start += 500 {
 		var batch []map[string]any
 		for i := start; i < start+500 && i < n; i++ {
@@ -349,9 +360,31 @@ func createHandlerJobsFrom(b *testing.B, c *harness.Client, first uint32, n int,
 			ids[i] = id
 		}
 		body, _ := json.Marshal(batch)
-		if resp, err := c.Raw(string(body)); err == nil {
-			b.Fatalf("batch answer should be a list, got %v", resp)
-		}
+		bodies = append(bodies, body)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, inflight)
+	for range inflight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= len(bodies) {
+					return
+				}
+				if resp, err := c.Raw(string(bodies[k])); err == nil {
+					errs <- fmt.Errorf("batch answer should be a list, got %v", resp)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
 	}
 	return ids
 }
