@@ -81,6 +81,14 @@ func NewBase(ctx context.Context, env *Env, c *config.Common, sv Serving, grpcOp
 		}
 		password = strings.TrimSpace(string(pw))
 	}
+	var sentinelPassword string
+	if c.RedisSentinelPasswordFile != "" {
+		pw, err := os.ReadFile(c.RedisSentinelPasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-sentinel-password-file: %v", err)
+		}
+		sentinelPassword = strings.TrimSpace(string(pw))
+	}
 	opt := grpcx.Options{MaxConns: c.MaxConnections}
 	switch {
 	case sv.API && sv.APITLS.Cert != "":
@@ -101,6 +109,7 @@ func NewBase(ctx context.Context, env *Env, c *config.Common, sv Serving, grpcOp
 	b.Store, err = store.Open(ctx, store.Options{
 		URL: c.RedisURL, Placement: c.RedisPlacement, PoolSize: c.RedisPoolSize,
 		ConnectTimeout: c.RedisConnectTimeout, Log: env.Log, TLS: redisTLS, Password: password,
+		SentinelPassword: sentinelPassword,
 	})
 	if err != nil {
 		return nil, err

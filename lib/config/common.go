@@ -24,8 +24,10 @@ type Common struct {
 	TLS                 tlsx.Files // this service's identity inside the stack: mutual TLS
 	RedisTLS            tlsx.Files // rediss://: the CA to verify Redis, a client certificate
 	RedisPasswordFile   string
-	MaxConnections      int
-	Pprof               bool
+	// RedisSentinelPasswordFile holds the password of the Sentinels of a Sentinel URL.
+	RedisSentinelPasswordFile string
+	MaxConnections            int
+	Pprof                     bool
 }
 
 // RegisterFlags adds the common flags with the service's default ports.
@@ -46,6 +48,7 @@ func (c *Common) RegisterFlags(f *FlagSet, grpcAddr, adminAddr string) {
 	f.StringVar(&c.RedisTLS.Cert, "redis-tls-cert", "", "", "rediss://: a client certificate (PEM) for a Redis that requires one")
 	f.StringVar(&c.RedisTLS.Key, "redis-tls-key", "", "", "rediss://: the private key (PEM) of --redis-tls-cert")
 	f.StringVar(&c.RedisPasswordFile, "redis-password-file", "", "", "a file holding the Redis password (the user comes from --redis-url, redis://USER@host); overrides a password in the URL, so that none needs to be on a command line or in the environment")
+	f.StringVar(&c.RedisSentinelPasswordFile, "redis-sentinel-password-file", "", "", "a file holding the password of the Redis Sentinels of a Sentinel URL (their requirepass; the user, when they have ACL users, from the URL's sentinel_user=); the master's is --redis-password-file")
 	f.BoolVar(&c.Pprof, "pprof", "", false, "serve /debug/pprof/ on the admin port (profiles only; never the command line)")
 	f.IntVar(&c.MaxConnections, "max-connections", "", 4096, "most open connections per listener (gRPC; and JSON-RPC on supervisor-daemon); over it new ones are refused at once while open ones are served (0: no cap)")
 }
@@ -92,6 +95,14 @@ func (c *Common) Validate() error {
 	if c.RedisPasswordFile != "" {
 		if _, err := os.Stat(c.RedisPasswordFile); err != nil {
 			return fmt.Errorf("--redis-password-file: %v", err)
+		}
+	}
+	if c.RedisSentinelPasswordFile != "" {
+		if _, err := os.Stat(c.RedisSentinelPasswordFile); err != nil {
+			return fmt.Errorf("--redis-sentinel-password-file: %v", err)
+		}
+		if !strings.Contains(c.RedisURL+" "+c.RedisPlacement, "master_name=") {
+			return fmt.Errorf("--redis-sentinel-password-file: neither --redis-url nor --redis-placement names a Sentinel-managed master (?master_name=)")
 		}
 	}
 	return nil

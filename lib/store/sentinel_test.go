@@ -178,6 +178,45 @@ func TestSentinelURLRefused(t *testing.T) {
 	}
 }
 
+// Sentinels that require a password: a store opened without it is refused at once
+// with what to do about it (not after the whole connect timeout, as a Sentinel that
+// does not answer would be), with a wrong one likewise, and with the right one it
+// works on the master the Sentinels name; the Sentinels' password is theirs alone
+// (the master here has none).
+func TestSentinelPassword(t *testing.T) {
+	g := redistest.StartGroup(t, 1, redistest.Options{SentinelPassword: "sentinel-secret"})
+	ctx := context.Background()
+	for _, c := range []struct{ password, want string }{
+		{"", "--redis-sentinel-password-file"},
+		{"wrong", "refused"},
+	} {
+		start := time.Now()
+		_, err := store.Open(ctx, store.Options{URL: g.URL, SentinelPassword: c.password, ConnectTimeout: 20 * time.Second, Log: zerolog.Nop()})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("password %q: Open: %v, want an error naming %q", c.password, err, c.want)
+		}
+		if strings.Contains(err.Error(), "sentinel-secret") {
+			t.Fatalf("the error shows the password: %v", err)
+		}
+		t.Logf("password %q: %v", c.password, err)
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("password %q: refused after %v: a refused login is no passing fault", c.password, took)
+		}
+	}
+	s, err := store.Open(ctx, store.Options{URL: g.URL, SentinelPassword: "sentinel-secret", ConnectTimeout: 20 * time.Second, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db := mustCtx(t, s, 4)
+	if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error { return p.Set(ctx, "k", "v", 0).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	if v := g.Master.Client(t, 4).Get(ctx, "k").Val(); v != "v" {
+		t.Fatalf("the write did not land on the master: %q", v)
+	}
+}
+
 // waitSentinelsName waits until every Sentinel of g names addr as the master: one that
 // still believed in the old master when it came back would make the new master its
 // replica (seen under load). Each Sentinel's +switch-master message wakes the wait.

@@ -46,6 +46,10 @@ type Options struct {
 	TLS *tls.Config
 	// Password, when set, is the password of every server (AUTH with the URL's user).
 	Password string
+	// SentinelPassword, when set, is the password of every Sentinel of a Sentinel URL
+	// (AUTH with the URL's sentinel_user, if any): the Sentinels' requirepass or ACL
+	// user, apart from the master's.
+	SentinelPassword string
 }
 
 // Store is the handle every service holds.
@@ -66,9 +70,10 @@ type Server struct {
 	Name      string // the URL with the password hidden
 	fixed     *redis.Client
 	mux       *redis.Client
-	databases int                  // from CONFIG GET databases; 0 when the server does not say
-	newProbe  func() *redis.Client // a one-connection client for the start-up probe
-	lastFault atomic.Int64         // unix ms of the last passing fault a call met (faultHook)
+	databases int                         // from CONFIG GET databases; 0 when the server does not say
+	newProbe  func() *redis.Client        // a one-connection client for the start-up probe
+	diagnose  func(context.Context) error // a Sentinel server's: why the probe got no master (askSentinels)
+	lastFault atomic.Int64                // unix ms of the last passing fault a call met (faultHook)
 }
 
 // faultHook records when a call to the server met a passing fault (refused, broken,
@@ -252,8 +257,10 @@ func IsSentinelURL(rawURL string) bool {
 // failover client): every new connection asks a Sentinel for the current master, and a
 // failover (+switch-master) closes the connections to the old one, so that the pools
 // follow the promoted replica. The URL's user and password (or Options.Password) log in
-// to the master, as for a plain server; the Sentinels are reached without AUTH. The
-// only query parameters taken are master_name and addr (more Sentinels).
+// to the master, as for a plain server; the Sentinels log in with sentinel_user (a
+// query parameter, when they have ACL users) and Options.SentinelPassword, or are
+// reached without AUTH when neither is given. The only query parameters taken are
+// master_name, addr (more Sentinels) and sentinel_user.
 func newSentinelServer(rawURL, name string, o Options) (*Server, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -262,8 +269,8 @@ func newSentinelServer(rawURL, name string, o Options) (*Server, error) {
 	q := u.Query()
 	fo := &redis.FailoverOptions{MasterName: q.Get("master_name"), SentinelAddrs: []string{u.Host}}
 	for k := range q {
-		if k != "master_name" && k != "addr" {
-			return nil, fmt.Errorf("redis url %s: unknown parameter %q (a Sentinel URL takes master_name and addr)", name, k)
+		if k != "master_name" && k != "addr" && k != "sentinel_user" {
+			return nil, fmt.Errorf("redis url %s: unknown parameter %q (a Sentinel URL takes master_name, addr and sentinel_user)", name, k)
 		}
 	}
 	for _, a := range q["addr"] {
@@ -285,6 +292,7 @@ func newSentinelServer(rawURL, name string, o Options) (*Server, error) {
 	if o.Password != "" {
 		fo.Password = o.Password
 	}
+	fo.SentinelUsername, fo.SentinelPassword = q.Get("sentinel_user"), o.SentinelPassword
 	if u.Scheme == "rediss" {
 		// Each node (a Sentinel, the master of the moment) is verified under the host
 		// it is reached at: the master's comes from the Sentinels.
@@ -306,7 +314,8 @@ func newSentinelServer(rawURL, name string, o Options) (*Server, error) {
 	popt.MaxRetries = -1
 	popt.DialerRetries = 1
 	popt.PoolSize = 1
-	srv := &Server{Name: name, fixed: fixed, mux: mux, newProbe: func() *redis.Client { return redis.NewFailoverClient(&popt) }}
+	srv := &Server{Name: name, fixed: fixed, mux: mux, newProbe: func() *redis.Client { return redis.NewFailoverClient(&popt) },
+		diagnose: func(ctx context.Context) error { return askSentinels(ctx, fo) }}
 	fixed.AddHook(faultHook{srv})
 	mux.AddHook(faultHook{srv})
 	return srv, nil
@@ -328,6 +337,13 @@ func (srv *Server) connect(ctx context.Context, timeout time.Duration) error {
 		if err == nil {
 			break
 		}
+		if srv.diagnose != nil && ctx.Err() == nil {
+			// go-redis says only that no Sentinel answered: ask them for the reason
+			// (a refused login is no passing fault).
+			if derr := srv.diagnose(ctx); derr != nil {
+				err = derr
+			}
+		}
 		if !errors.Is(err, context.DeadlineExceeded) || last == nil {
 			last = err
 		}
@@ -348,6 +364,30 @@ func (srv *Server) connect(ctx context.Context, timeout time.Duration) error {
 	if vals, err := srv.fixed.ConfigGet(ctx, "databases").Result(); err == nil {
 		if n, err := strconv.Atoi(vals["databases"]); err == nil {
 			srv.databases = n
+		}
+	}
+	return nil
+}
+
+// askSentinels asks each Sentinel of fo for its master's address, as the failover
+// client does, and returns the first refusal of a login (NOAUTH, WRONGPASS) with what
+// to do about it, or an answer that names no master; nil when a Sentinel names it or
+// none could be reached (a passing fault, which the caller reports itself).
+func askSentinels(ctx context.Context, fo *redis.FailoverOptions) error {
+	for _, addr := range fo.SentinelAddrs {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Username: fo.SentinelUsername, Password: fo.SentinelPassword,
+			TLSConfig: fo.TLSConfig, DialTimeout: 2 * time.Second, MaxRetries: -1, PoolSize: 1})
+		_, err := sc.GetMasterAddrByName(ctx, fo.MasterName).Result()
+		_ = sc.Close()
+		switch {
+		case err == nil:
+			return nil
+		case isPermanent(err) && fo.SentinelPassword == "":
+			return fmt.Errorf("the Sentinel at %s refused us: %v (a Sentinel that requires a password takes --redis-sentinel-password-file)", addr, err)
+		case isPermanent(err):
+			return fmt.Errorf("the Sentinel at %s refused us: %v (check --redis-sentinel-password-file and the URL's sentinel_user)", addr, err)
+		case errors.Is(err, redis.Nil):
+			return fmt.Errorf("the Sentinel at %s watches no master named %q", addr, fo.MasterName)
 		}
 	}
 	return nil

@@ -56,6 +56,9 @@ type Options struct {
 	ACLFile      string
 	User         string
 	UserPassword string
+	// SentinelPassword (StartGroup): the Sentinels require it (requirepass), and use
+	// it among themselves (sentinel sentinel-pass).
+	SentinelPassword string
 }
 
 // TLS are the files of a TLS server: its certificate, the CA its clients' certificates

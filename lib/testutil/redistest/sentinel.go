@@ -29,6 +29,8 @@ type Group struct {
 	// URL reaches the master of the moment through the Sentinels (go-redis's failover
 	// URL: the first Sentinel as host, master_name, the others as addr).
 	URL string
+
+	sentinelPassword string
 }
 
 // Sentinel is a running redis-sentinel.
@@ -59,7 +61,7 @@ func startGroup(t testing.TB, n int, opt ...Options) (*Group, error) {
 	if len(opt) > 0 {
 		o = opt[0]
 	}
-	g := &Group{Master: Start(t, o)}
+	g := &Group{Master: Start(t, o), sentinelPassword: o.SentinelPassword}
 	ro := o
 	ro.ExtraArgs = append(append([]string(nil), o.ExtraArgs...), "--replicaof", "127.0.0.1", port(g.Master.Addr))
 	g.Replica = Start(t, ro)
@@ -75,7 +77,7 @@ func startGroup(t testing.TB, n int, opt ...Options) (*Group, error) {
 	}
 	quorum := n/2 + 1
 	for i := 0; i < n; i++ {
-		s, err := startSentinel(bin, g.Master.Addr, quorum)
+		s, err := startSentinel(bin, g.Master.Addr, quorum, o.SentinelPassword)
 		if err != nil {
 			return nil, err
 		}
@@ -85,7 +87,7 @@ func startGroup(t testing.TB, n int, opt ...Options) (*Group, error) {
 	// Every Sentinel knows the replica (it can promote it) and the other Sentinels
 	// (they can elect a leader), before the test may kill the master.
 	for _, s := range g.Sentinels {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+		sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: o.SentinelPassword})
 		err := until(ctx, func() bool {
 			reps, err := sc.Replicas(ctx, MasterName).Result()
 			if err != nil || len(reps) == 0 {
@@ -108,7 +110,7 @@ func startGroup(t testing.TB, n int, opt ...Options) (*Group, error) {
 
 // MasterAddr asks the first Sentinel which server is the master now.
 func (g *Group) MasterAddr(ctx context.Context) (string, error) {
-	sc := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[0].Addr})
+	sc := redis.NewSentinelClient(&redis.Options{Addr: g.Sentinels[0].Addr, Password: g.sentinelPassword})
 	defer func() { _ = sc.Close() }()
 	hp, err := sc.GetMasterAddrByName(ctx, MasterName).Result()
 	if err != nil {
@@ -117,7 +119,7 @@ func (g *Group) MasterAddr(ctx context.Context) (string, error) {
 	return hp[0] + ":" + hp[1], nil
 }
 
-func startSentinel(bin, master string, quorum int) (*Sentinel, error) {
+func startSentinel(bin, master string, quorum int, password string) (*Sentinel, error) {
 	dir, err := os.MkdirTemp("", "redistest-sentinel-")
 	if err != nil {
 		return nil, err
@@ -137,6 +139,9 @@ func startSentinel(bin, master string, quorum int) (*Sentinel, error) {
 			"sentinel failover-timeout %s 10000\n"+
 			"sentinel parallel-syncs %s 1\n",
 			p, dir, MasterName, port(master), quorum, MasterName, MasterName, MasterName)
+		if password != "" {
+			conf += fmt.Sprintf("requirepass %q\nsentinel sentinel-pass %q\n", password, password)
+		}
 		path := filepath.Join(dir, "sentinel.conf") // Sentinel rewrites it: its own file
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			return nil, err
