@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,4 +86,30 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkCreateBatch: a JSON-RPC batch of 500 job.create requests (a flow's jobs,
+// each naming its id, as figure (b) of docs/benchmarks.md creates them) through the
+// service, without transport and authentication. Reports this process's CPU per job.
+func BenchmarkCreateBatch(b *testing.B) {
+	_, st := submitStore(b)
+	s := benchService(b, st)
+	const size = 500
+	next := uint32(1)
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	for range b.N {
+		raws := make([]json.RawMessage, size)
+		for i := range raws {
+			raws[i] = json.RawMessage(fmt.Sprintf(`{"context_id":1,"job":{"id":%d,"script":"true","script_type":"sh"}}`, next))
+			next++
+		}
+		for i, a := range s.jobCreateBatch(context.Background(), Principal{Actor: 1}, raws) {
+			if a.err != nil {
+				b.Fatalf("job %d: %v", i, a.err)
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N*size), "cpu-us/job")
 }
