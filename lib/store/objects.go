@@ -285,6 +285,32 @@ func (s *Store) ContextIDs(ctx context.Context) ([]uint32, error) {
 	return out, nil
 }
 
+// ContextPage returns up to n context ids from the rank from on, in the order of
+// keys.Contexts (a page of a sweep that visits a few contexts at a time; fewer than
+// n: the last page), and how many contexts there are.
+func (s *Store) ContextPage(ctx context.Context, from int64, n int) ([]uint32, int64, error) {
+	var rng *redis.StringSliceCmd
+	var count *redis.IntCmd
+	if _, err := s.G().Pipelined(ctx, func(p redis.Pipeliner) error {
+		count = p.ZCard(ctx, keys.Contexts)
+		rng = p.ZRange(ctx, keys.Contexts, from, from+int64(max(n, 1))-1)
+		return nil
+	}); err != nil {
+		return nil, 0, fmt.Errorf("list contexts: %w", err)
+	}
+	vals := rng.Val()
+	if n <= 0 {
+		vals = nil
+	}
+	out := make([]uint32, 0, len(vals))
+	for _, v := range vals {
+		if id, err := strconv.ParseUint(v, 10, 32); err == nil && id > 0 {
+			out = append(out, uint32(id))
+		}
+	}
+	return out, count.Val(), nil
+}
+
 // ---- Runners ----
 
 // CreateRunner stores runner:<id> in a context.

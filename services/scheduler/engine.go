@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +22,7 @@ import (
 var errAlreadyEnded = errors.New("flow already ended")
 
 // engine runs flows. All state is in Redis; the engine's only memory is a wake-up
-// channel for its due-time loop.
+// channel for its due-time loop and where the events' safety sweep goes on (trimSweep).
 type engine struct {
 	store      *store.Store
 	log        zerolog.Logger
@@ -30,6 +31,10 @@ type engine struct {
 	sweepEvery time.Duration
 	retention  time.Duration
 	wakeDue    chan struct{}
+	trimNext   int64 // the rank in keys.Contexts where the events' next sweep page starts
+	trimPage   int   // the most contexts per page of that sweep (trimPage)
+	trimTicks  int   // its ticks per pass (trimTicks)
+	trimCount  int64 // the contexts there were at its last page
 	m          metrics
 	// life ends with the process: dispatches retried through a Redis fault outlive
 	// the call (a JobsDone) that made their nodes ready.
@@ -63,7 +68,7 @@ func newEngine(p engineParams) *engine {
 	f := promauto.With(p.reg)
 	e := &engine{
 		store: p.store, log: p.log, retryBase: p.retryBase, retryCap: p.retryCap, sweepEvery: p.sweepEvery, retention: p.retention,
-		wakeDue: make(chan struct{}, 1),
+		wakeDue: make(chan struct{}, 1), trimPage: trimPage, trimTicks: trimTicks,
 		m: metrics{
 			flowsStarted:  f.NewCounter(prometheus.CounterOpts{Name: "hero_flows_started_total", Help: "Flows started."}),
 			flowsFinished: f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricFlowsEnded, Help: obs.MetricFlowsEndedHelp}, []string{"status"}),
@@ -442,13 +447,9 @@ func (e *engine) run(ctx context.Context) error {
 	defer sweep.Stop()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	trimEvery := e.retention / 24
-	if trimEvery <= 0 || trimEvery > time.Hour {
-		trimEvery = time.Hour
-	}
-	if trimEvery < time.Second {
-		trimEvery = time.Second
-	}
+	// The events' safety sweep: one page of contexts a tick (trimSweep), a minute
+	// apart (more often when the retention is short).
+	trimEvery := min(max(e.retention/24, time.Second), time.Minute)
 	trim := time.NewTicker(trimEvery)
 	defer trim.Stop()
 	for {
@@ -459,7 +460,7 @@ func (e *engine) run(ctx context.Context) error {
 			e.recordSettings(ctx)
 			e.sweep(ctx)
 		case <-trim.C:
-			e.trimEvents(ctx)
+			e.trimSweep(ctx)
 		case <-e.wakeDue:
 		case <-timer.C:
 			e.runDue(ctx)
@@ -644,7 +645,11 @@ func (e *engine) runExpired(ctx context.Context) {
 			e.log.Error().Err(err).Msg("pop expired objects")
 			return
 		}
+		var touched []uint32 // the contexts whose events may be trimmed now
 		for _, it := range items {
+			if !slices.Contains(touched, it.ContextID) {
+				touched = append(touched, it.ContextID)
+			}
 			db, err := e.store.Ctx(it.ContextID)
 			if err != nil {
 				continue
@@ -660,19 +665,55 @@ func (e *engine) runExpired(ctx context.Context) {
 			}
 			e.m.expired.WithLabelValues(it.Kind).Inc()
 		}
+		e.trimContexts(ctx, touched)
 		if len(items) < 100 {
 			return
 		}
 	}
 }
 
-// trimEvents drops events older than the retention from every context's stream.
-func (e *engine) trimEvents(ctx context.Context) {
+// trimPage is the most contexts one tick of the events' safety sweep visits, and
+// trimTicks how many ticks a pass over every context takes when that is enough.
+const (
+	trimPage  = 64
+	trimTicks = 60
+)
+
+// trimSweep is the safety net of the events' retention: each tick it trims the
+// events of the next page of contexts (the contexts over trimTicks, at least one and
+// at most trimPage of them, in the order of keys.Contexts, from where the last tick
+// stopped, around again after the last), so that a tick costs at most trimPage
+// contexts' trims whatever their number: at a tick a minute, every context is visited
+// within the hour up to 3,840 contexts, within about a day at 100,000. The trim that
+// keeps up with the retention is trimContexts after each expiry (runExpired): a
+// context's events become trimmable when its oldest kept flow or job goes. The
+// position is this process's own: a restart begins with the first page.
+func (e *engine) trimSweep(ctx context.Context) {
 	if e.retention <= 0 {
 		return
 	}
-	ids, err := e.store.ContextIDs(ctx)
+	page := e.trimPage
+	if e.trimCount > 0 {
+		page = int(min(int64(e.trimPage), max(1, (e.trimCount+int64(e.trimTicks)-1)/int64(e.trimTicks))))
+	}
+	ids, count, err := e.store.ContextPage(ctx, e.trimNext, page)
 	if err != nil {
+		e.log.Warn().Err(err).Msg("events' safety sweep: list contexts")
+		return
+	}
+	e.trimCount = count
+	e.trimNext += int64(len(ids))
+	if len(ids) < page || e.trimNext >= count {
+		e.trimNext = 0
+	}
+	e.trimContexts(ctx, ids)
+}
+
+// trimContexts drops the events older than each context's retention (its
+// retention_seconds, else --retention) from the contexts' streams, except those of the
+// flows and jobs they still keep (lua/trim_events.lua).
+func (e *engine) trimContexts(ctx context.Context, ids []uint32) {
+	if e.retention <= 0 {
 		return
 	}
 	for _, id := range ids {
@@ -684,7 +725,9 @@ func (e *engine) trimEvents(ctx context.Context) {
 		if c, err := e.store.LoadContext(ctx, id); err == nil && c.RetentionSeconds > 0 {
 			keep = time.Duration(c.RetentionSeconds) * time.Second
 		}
-		_ = db.TrimEvents(ctx, time.Now().Add(-keep))
+		if err := db.TrimEvents(ctx, time.Now().Add(-keep)); err != nil {
+			e.log.Warn().Err(err).Uint32(obs.KeyContextID, id).Msg("trim events")
+		}
 	}
 }
 

@@ -26,19 +26,24 @@ var srv *redistest.Server
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
 
-// JobsDone applies a group of ends (the flow finishes); a group with one bad end is
-// refused whole, naming it, and changes nothing.
-// withFlow opens a store on a flushed Redis with context ctxID and a flow (not
-// started) of n independent sh jobs.
-func withFlow(t *testing.T, ctxID uint32, n int) (*store.Store, *model.Flow, []uint32) {
+// openFlushed opens a store on the test's Redis, flushed.
+func openFlushed(t *testing.T) *store.Store {
 	t.Helper()
 	srv.Flush(t)
-	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
+	st, err := store.Open(context.Background(), store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
+	return st
+}
+
+// withFlow opens a store on a flushed Redis with context ctxID and a flow (not
+// started) of n independent sh jobs.
+func withFlow(t *testing.T, ctxID uint32, n int) (*store.Store, *model.Flow, []uint32) {
+	t.Helper()
+	st := openFlushed(t)
+	ctx := context.Background()
 	if _, _, err := st.CreateContext(ctx, &model.Context{ID: ctxID, Admins: []uint32{1}}, "operator"); err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +62,8 @@ func withFlow(t *testing.T, ctxID uint32, n int) (*store.Store, *model.Flow, []u
 	return st, f, ids
 }
 
+// JobsDone applies a group of ends (the flow finishes); a group with one bad end is
+// refused whole, naming it, and changes nothing.
 func TestJobsDone(t *testing.T) {
 	ctx := context.Background()
 	st, f, ids := withFlow(t, 4, 3)
