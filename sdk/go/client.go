@@ -202,13 +202,16 @@ func Retryable(err error) bool {
 	return c == codes.Unavailable || c == codes.ResourceExhausted
 }
 
-// retryUnary retries an idempotent call on a transient fault, with backoff from 100 ms
-// to 2 s (or the server's retry hint), until the call's deadline.
+// retryUnary retries an idempotent call on a transient fault, and any call the
+// server refused before doing anything (rate limited: ResourceExhausted with a retry
+// hint), with backoff from 100 ms to 2 s (or the server's retry hint), until the call's
+// deadline.
 func retryUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	backoff := 100 * time.Millisecond
 	for {
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if err == nil || !(idempotentCalls[path.Base(method)] || ctx.Value(retryableKey{}) != nil) || !Retryable(err) {
+		again := idempotentCalls[path.Base(method)] || ctx.Value(retryableKey{}) != nil
+		if err == nil || !(again && Retryable(err) || refusedUntil(err)) {
 			return err
 		}
 		wait := retryDelay(err, backoff)
@@ -224,6 +227,22 @@ func retryUnary(ctx context.Context, method string, req, reply any, cc *grpc.Cli
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// refusedUntil says whether the server refused the call before doing anything and
+// said when to try again (its rate limit: ResourceExhausted with a RetryInfo): safe to
+// send again whatever the call, a creation too.
+func refusedUntil(err error) bool {
+	st, _ := status.FromError(err)
+	if st.Code() != codes.ResourceExhausted {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.RetryInfo); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // retryDelay is the server's retry hint, else the backoff.

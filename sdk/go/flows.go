@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/model"
@@ -202,30 +204,37 @@ func allDone(deps []string, byName map[string]int, done []bool) bool {
 	return true
 }
 
+// submitFlowCalls bounds the job creations SubmitFlow has in flight at once.
+const submitFlowCalls = 16
+
 // SubmitFlow creates the spec's jobs (dependencies first), the flow, and starts it.
-// Jobs made before a failure stay (delete them, or submit again with their ids).
+// The jobs are created level by level (a job's level is one more than its
+// dependencies' highest: each needs its dependencies' ids, which the server picks),
+// those of one level up to submitFlowCalls at once; the flow lists them in the spec's
+// dependency order (Order). Jobs made before a failure stay (delete them, or submit
+// again with their ids).
 func (c *Client) SubmitFlow(ctx context.Context, spec FlowSpec) (*SubmittedFlow, error) {
 	order, err := spec.Order()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
-	out := &SubmittedFlow{Jobs: map[string]uint32{}}
-	var ids []uint32
-	for _, i := range order {
-		fj := spec.Jobs[i]
-		j := fj.Job
-		j.Dependends = nil
-		for _, d := range fj.Depends {
-			j.Dependends = append(j.Dependends, out.Jobs[d])
-		}
-		made, err := c.CreateJob(ctx, &j)
-		if err != nil {
-			return nil, fmt.Errorf("create job %q: %w", fj.Name, err)
-		}
-		out.Jobs[fj.Name] = made.ID
-		ids = append(ids, made.ID)
+	byName := make(map[string]int, len(spec.Jobs))
+	for i, fj := range spec.Jobs {
+		byName[fj.Name] = i
 	}
-	f, err := c.CreateFlow(ctx, &model.Flow{ID: spec.ID, Jobs: ids, EnvVars: spec.Env})
+	ids := make([]uint32, len(spec.Jobs)) // by the spec's index
+	for _, level := range flowLevels(spec.Jobs, byName, order) {
+		if err := c.createLevel(ctx, spec.Jobs, byName, level, ids); err != nil {
+			return nil, err
+		}
+	}
+	out := &SubmittedFlow{Jobs: make(map[string]uint32, len(spec.Jobs))}
+	flowIDs := make([]uint32, 0, len(order))
+	for _, i := range order {
+		out.Jobs[spec.Jobs[i].Name] = ids[i]
+		flowIDs = append(flowIDs, ids[i])
+	}
+	f, err := c.CreateFlow(ctx, &model.Flow{ID: spec.ID, Jobs: flowIDs, EnvVars: spec.Env})
 	if err != nil {
 		return nil, fmt.Errorf("create flow: %w", err)
 	}
@@ -233,6 +242,59 @@ func (c *Client) SubmitFlow(ctx context.Context, spec FlowSpec) (*SubmittedFlow,
 		return nil, fmt.Errorf("start flow %d: %w", f.ID, err)
 	}
 	return out, nil
+}
+
+// flowLevels groups the jobs' indexes (order: dependencies first) by level: 0 for a
+// job with no dependency, else one more than its dependencies' highest.
+func flowLevels(jobs []FlowJob, byName map[string]int, order []int) [][]int {
+	level := make([]int, len(jobs))
+	var out [][]int
+	for _, i := range order {
+		for _, d := range jobs[i].Depends {
+			level[i] = max(level[i], level[byName[d]]+1)
+		}
+		if level[i] == len(out) {
+			out = append(out, nil)
+		}
+		out[level[i]] = append(out[level[i]], i)
+	}
+	return out
+}
+
+// createLevel creates the jobs at the indexes idx (their dependencies' ids are in
+// ids), up to submitFlowCalls at once, and records their ids; the first failure
+// stops the level (the calls in flight end) and is returned.
+func (c *Client) createLevel(ctx context.Context, jobs []FlowJob, byName map[string]int, idx []int, ids []uint32) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+		next  atomic.Int64
+	)
+	for range min(len(idx), submitFlowCalls) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := int(next.Add(1)) - 1; k < len(idx) && ctx.Err() == nil; k = int(next.Add(1)) - 1 {
+				fj := jobs[idx[k]]
+				j := fj.Job
+				j.Dependends = nil
+				for _, d := range fj.Depends {
+					j.Dependends = append(j.Dependends, ids[byName[d]])
+				}
+				made, err := c.CreateJob(ctx, &j)
+				if err != nil {
+					once.Do(func() { first = fmt.Errorf("create job %q: %w", fj.Name, err); cancel() })
+					return
+				}
+				ids[idx[k]] = made.ID
+			}
+		}()
+	}
+	wg.Wait()
+	return first
 }
 
 // CopyFlowLogs writes the log of every job of a flow to w, one after the other in the

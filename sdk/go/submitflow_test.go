@@ -1,0 +1,187 @@
+package hero
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/hero-coordinator/hero/lib/model"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// flowServer picks each created job's id and checks, as each creation arrives, that
+// the jobs it depends on were created (answered) before; it records how many creations
+// were in flight at once. The first creations of a level wait (up to a deadline) for a
+// second one to arrive: concurrent creation is seen, not guessed from timing.
+type flowServer struct {
+	herov1.UnimplementedCoordinatorServer
+	mu       sync.Mutex
+	next     uint32
+	made     map[uint32]bool
+	inFlight int
+	most     int
+	bad      []string
+	two      chan struct{} // closed when two creations were in flight at once
+	flowJobs []uint32
+}
+
+func (s *flowServer) CreateJob(ctx context.Context, r *herov1.CreateJobRequest) (*herov1.CreateJobResponse, error) {
+	s.mu.Lock()
+	for _, d := range r.Job.Dependends {
+		if !s.made[d] {
+			s.bad = append(s.bad, fmt.Sprintf("job %q created before its dependency %d", r.Job.Script, d))
+		}
+	}
+	s.inFlight++
+	s.most = max(s.most, s.inFlight)
+	if s.inFlight == 2 {
+		select {
+		case <-s.two:
+		default:
+			close(s.two)
+		}
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.two:
+	case <-time.After(5 * time.Second):
+		// a deadline, not a pace: no second call came (the test fails on s.most);
+		// the calls after this one do not wait
+		s.mu.Lock()
+		select {
+		case <-s.two:
+		default:
+			close(s.two)
+		}
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight--
+	s.next++
+	s.made[s.next] = true
+	j := r.Job
+	j.Id = s.next
+	return &herov1.CreateJobResponse{Job: j}, nil
+}
+
+func (s *flowServer) CreateFlow(_ context.Context, r *herov1.CreateFlowRequest) (*herov1.CreateFlowResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flowJobs = r.Flow.Jobs
+	f := r.Flow
+	f.Id = 9
+	return &herov1.CreateFlowResponse{Flow: f}, nil
+}
+
+func (s *flowServer) StartFlow(_ context.Context, r *herov1.StartFlowRequest) (*herov1.StartFlowResponse, error) {
+	return &herov1.StartFlowResponse{Flow: &herov1.Flow{Id: r.Id, Status: "started"}}, nil
+}
+
+func dialServer(t *testing.T, srv herov1.CoordinatorServer) *Client {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	herov1.RegisterCoordinatorServer(gs, srv)
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	c, err := Dial(Config{Addr: ln.Addr().String(), AdminSecret: "s3cret", Actor: 7, Plaintext: true, CallTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// SubmitFlow creates the jobs of one level side by side (at most submitFlowCalls at
+// once), each after its dependencies, with their ids, and the flow lists them in
+// the spec's order.
+func TestSubmitFlowCreatesALevelAtOnce(t *testing.T) {
+	s := &flowServer{made: map[uint32]bool{}, two: make(chan struct{})}
+	c := dialServer(t, s)
+	var spec FlowSpec
+	var wide []string
+	for i := range 40 {
+		name := fmt.Sprintf("a%d", i)
+		wide = append(wide, name)
+		spec.Jobs = append(spec.Jobs, FlowJob{Name: name, Job: model.Job{ScriptType: model.ScriptSh, Script: name}})
+	}
+	spec.Jobs = append(spec.Jobs,
+		FlowJob{Name: "c", Depends: []string{"b"}, Job: model.Job{ScriptType: model.ScriptSh, Script: "c"}},
+		FlowJob{Name: "b", Depends: wide, Job: model.Job{ScriptType: model.ScriptSh, Script: "b"}})
+	sub, err := c.SubmitFlow(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.bad) > 0 {
+		t.Fatalf("out of order: %v", s.bad)
+	}
+	if s.most < 2 || s.most > submitFlowCalls {
+		t.Fatalf("%d creations in flight at most, want 2 to %d", s.most, submitFlowCalls)
+	}
+	order, _ := spec.Order()
+	var want []uint32
+	for _, i := range order {
+		want = append(want, sub.Jobs[spec.Jobs[i].Name])
+	}
+	if !slices.Equal(s.flowJobs, want) || len(want) != 42 || sub.Jobs["b"] == 0 || sub.Jobs["c"] == 0 {
+		t.Fatalf("the flow lists %v, want the jobs in the spec's order %v", s.flowJobs, want)
+	}
+	if sub.Flow == nil || sub.Flow.ID != 9 {
+		t.Fatalf("flow %+v", sub.Flow)
+	}
+}
+
+// limited refuses each creation with ResourceExhausted until its count is used up,
+// with the server's retry hint or without it.
+type limited struct {
+	herov1.UnimplementedCoordinatorServer
+	mu    sync.Mutex
+	left  int
+	hint  bool
+	calls int
+}
+
+func (l *limited) CreateJob(_ context.Context, r *herov1.CreateJobRequest) (*herov1.CreateJobResponse, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls++
+	if l.left > 0 {
+		l.left--
+		st := status.New(codes.ResourceExhausted, "too many requests")
+		if l.hint {
+			st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Millisecond)})
+		}
+		return nil, st.Err()
+	}
+	j := r.Job
+	j.Id = 1
+	return &herov1.CreateJobResponse{Job: j}, nil
+}
+
+// A creation the server refused with its retry hint (its rate limit: nothing was
+// done) is sent again; one refused without the hint is not.
+func TestRateLimitedCreationIsSentAgain(t *testing.T) {
+	l := &limited{left: 2, hint: true}
+	if _, err := dialServer(t, l).CreateJob(context.Background(), &model.Job{ScriptType: model.ScriptSh, Script: "true"}); err != nil || l.calls != 3 {
+		t.Fatalf("rate limited twice: %v after %d calls, want success after 3", err, l.calls)
+	}
+	l = &limited{left: 1}
+	if _, err := dialServer(t, l).CreateJob(context.Background(), &model.Job{ScriptType: model.ScriptSh, Script: "true"}); !errors.Is(err, ErrRateLimited) || l.calls != 1 {
+		t.Fatalf("refused without a hint: %v after %d calls, want ErrRateLimited after 1", err, l.calls)
+	}
+}
