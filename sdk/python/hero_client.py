@@ -339,10 +339,65 @@ class Client:
         d = min(self.backoff * (2 ** attempt), self.max_backoff)
         return d / 2 + random.uniform(0, d / 2)
 
+    #: requests per JSON-RPC batch of call_batch's callers (the API takes up to
+    #: --max-batch, 1000 by default, and counts each against the rate limit)
+    BATCH = 500
+
+    def call_batch(self, method: str, params: List[dict], *, timeout: Optional[float] = None) -> List[Any]:
+        """Calls one method once for each of ``params`` in one JSON-RPC batch (one round
+        trip) and returns the results in order; raises the first failed item's error
+        (the items before it were done). A batch the server refused whole before doing
+        anything (its rate limit answers every item -32029, or the connection was
+        refused) is sent again after the server's hint, like call."""
+        if not params:
+            return []
+        attempt = 0
+        while True:
+            first = self._id + 1
+            self._id += len(params)
+            reqs = [{"jsonrpc": "2.0", "id": first + k, "method": method, "params": p} for k, p in enumerate(params)]
+            try:
+                answer = self._post(json.dumps(reqs, separators=(",", ":")).encode("utf-8"), method, timeout)
+            except TransportError as e:
+                if not (e.transient and e.refused) or attempt >= self.retries:
+                    raise
+                self.sleep(self._delay(attempt, e))
+                attempt += 1
+                continue
+            if isinstance(answer, dict) and answer.get("error"):
+                err = _error(method, answer["error"])  # the batch as a whole refused
+            elif not isinstance(answer, list):
+                raise TransportError(f"the API answered a batch with a JSON {type(answer).__name__}, not a list", method=method)
+            else:
+                by_id = {a.get("id"): a for a in answer if isinstance(a, dict)}
+                items = [by_id.get(first + k) for k in range(len(params))]
+                if any(a is None for a in items):
+                    raise TransportError(f"the API left requests of the batch unanswered ({len(answer)} of {len(params)} answers)", method=method)
+                errors = [a.get("error") for a in items]
+                if not all(e and e.get("code") == TooManyRequests.code for e in errors):
+                    for a in items:
+                        if a.get("error"):
+                            raise _error(method, a["error"])
+                    return [a.get("result") for a in items]
+                err = _error(method, errors[0])
+            if not isinstance(err, TooManyRequests) or attempt >= self.retries:
+                raise err
+            self.sleep(self._delay(attempt, err))
+            attempt += 1
+
     def _call_once(self, method: str, params: dict, timeout: Optional[float]) -> Any:
         self._id += 1
         body = json.dumps({"jsonrpc": "2.0", "id": self._id, "method": method, "params": params},
                           separators=(",", ":")).encode("utf-8")
+        answer = self._post(body, method, timeout)
+        if not isinstance(answer, dict):
+            raise TransportError(f"the API answered a JSON {type(answer).__name__}, not a response object", method=method)
+        if answer.get("error"):
+            raise _error(method, answer["error"])
+        return answer.get("result")
+
+    def _post(self, body: bytes, method: str, timeout: Optional[float]) -> Any:
+        """POSTs a signed request body and returns the decoded JSON answer."""
         headers = {"Content-Type": "application/json"}
         if self.admin_secret is not None:
             headers["Authorization"] = "Bearer " + self.admin_secret
@@ -370,14 +425,9 @@ class Client:
             err.refused = isinstance(reason, ConnectionRefusedError)
             raise err from e
         try:
-            answer = json.loads(raw)
+            return json.loads(raw)
         except ValueError as e:
             raise TransportError(f"the API answered something that is not JSON: {raw[:200]!r}", method=method) from e
-        if not isinstance(answer, dict):
-            raise TransportError(f"the API answered a JSON {type(answer).__name__}, not a response object", method=method)
-        if answer.get("error"):
-            raise _error(method, answer["error"])
-        return answer.get("result")
 
     def _ctx(self, context_id: Optional[int]) -> int:
         return self.context if context_id is None else context_id
@@ -493,17 +543,23 @@ class Client:
         """Creates and starts a flow from job specs, as a flow file lists them (heroctl
         flow submit): each a dict with ``name``, ``type`` and ``script`` (or
         ``function``, ``args``, ``kwargs``), optional ``depends`` (names), ``env``,
-        ``timeout``, ``retries``, ``runner``. Jobs are created in dependency order.
-        Returns the Flow (its ``jobs`` are the job ids, in the order of ``jobs``)."""
+        ``timeout``, ``retries``, ``runner``. Jobs are created level by level (each after
+        the jobs it depends on, whose ids the server picks), a level's jobs in JSON-RPC
+        batches of up to BATCH (one round trip each). Returns the Flow (its ``jobs`` are
+        the job ids, in the order of ``jobs``)."""
         order = _topological(jobs)
         ids: Dict[str, int] = {}
-        for spec in order:
-            created = self.create_job(spec.get("script", ""), spec.get("type", "python"),
-                                      depends=[ids[d] for d in spec.get("depends", [])], env=spec.get("env"),
-                                      timeout=spec.get("timeout", 0), retries=spec.get("retries", 0),
-                                      runner_id=spec.get("runner"), function=spec.get("function"),
-                                      args=spec.get("args"), kwargs=spec.get("kwargs"), context_id=context_id)
-            ids[spec["name"]] = created["id"]
+        for level in _levels(order):
+            # a level's jobs in JSON-RPC batches: one round trip for up to BATCH of
+            # them (their dependencies are all in earlier levels)
+            for at in range(0, len(level), self.BATCH):
+                part = level[at:at + self.BATCH]
+                made = self.call_batch("job.create", [{"context_id": self._ctx(context_id), "job": _job(
+                    spec.get("script", ""), spec.get("type", "python"), None, [ids[d] for d in spec.get("depends", [])],
+                    spec.get("env"), spec.get("timeout", 0), spec.get("retries", 0), spec.get("runner"),
+                    function=spec.get("function"), args=spec.get("args"), kwargs=spec.get("kwargs"))} for spec in part])
+                for spec, job in zip(part, made):
+                    ids[spec["name"]] = job["id"]
         flow = self.create_flow([ids[s["name"]] for s in jobs], env=env, context_id=context_id)
         if start:
             flow = self.start_flow(flow["id"], context_id)
@@ -641,6 +697,20 @@ def _job(script: str, script_type: str, id: Optional[int], depends: Optional[Lis
     if runner_id is not None:
         job["runner_id"] = runner_id
     return job
+
+
+def _levels(order: List[dict]) -> List[List[dict]]:
+    """The job specs of a dependency order (_topological) by level: 0 for a job with no
+    dependency, else one more than its dependencies' highest."""
+    level: Dict[str, int] = {}
+    out: List[List[dict]] = []
+    for spec in order:
+        n = max((level[d] + 1 for d in spec.get("depends", [])), default=0)
+        level[spec["name"]] = n
+        if n == len(out):
+            out.append([])
+        out[n].append(spec)
+    return out
 
 
 def _topological(jobs: List[dict]) -> List[dict]:

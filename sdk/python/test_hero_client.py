@@ -121,6 +121,80 @@ class RetryTest(unittest.TestCase):
         self.assertEqual(len(self.slept), 2)
 
 
+class FlowAPI(http.server.BaseHTTPRequestHandler):
+    """Answers job.create batches (each job gets the next id; a job that names a
+    dependency not created before is recorded in ``bad``), flow.create and flow.start;
+    refuses the first ``limited`` batches whole with -32029, as the rate limit does."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        srv = self.server
+        reqs = body if isinstance(body, list) else [body]
+        srv.batches.append([r["method"] for r in reqs])
+        out = []
+        for r in reqs:
+            if srv.limited > 0:
+                out.append({"jsonrpc": "2.0", "id": r["id"], "error": {"code": -32029, "message": "too many", "data": {"retry_after_ms": 5}}})
+                continue
+            p = r["params"]
+            if r["method"] == "job.create":
+                for d in p["job"].get("depends", []):
+                    if d not in srv.made:
+                        srv.bad.append((p["job"]["script"], d))
+                srv.made.append(len(srv.made) + 1)
+                res = dict(p["job"], id=len(srv.made))
+            elif r["method"] == "flow.create":
+                srv.flow_jobs = p["flow"]["jobs"]
+                res = dict(p["flow"], id=9)
+            else:
+                res = {"id": p["id"], "status": "started"}
+            out.append({"jsonrpc": "2.0", "id": r["id"], "result": res})
+        if srv.limited > 0:
+            srv.limited -= 1
+        raw = json.dumps(out if isinstance(body, list) else out[0]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args):
+        pass
+
+
+class SubmitFlowTest(unittest.TestCase):
+    def setUp(self):
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FlowAPI)
+        self.srv.batches, self.srv.made, self.srv.bad, self.srv.limited, self.srv.flow_jobs = [], [], [], 0, None
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.client = hc.Client(f"http://127.0.0.1:{self.srv.server_address[1]}/", actor=3, key=Ed25519PrivateKey.generate())
+        self.slept = []
+        self.client.sleep = self.slept.append
+
+    def tearDown(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+    def test_a_level_in_one_batch_each_job_after_its_dependencies(self):
+        wide = [{"name": f"a{i}", "type": "sh", "script": f"a{i}"} for i in range(30)]
+        jobs = [{"name": "c", "type": "sh", "script": "c", "depends": ["b"]}] + wide + \
+               [{"name": "b", "type": "sh", "script": "b", "depends": [w["name"] for w in wide]}]
+        self.client.BATCH = 20
+        flow = self.client.submit_flow(jobs)
+        self.assertEqual(flow["status"], "started")
+        self.assertEqual(self.srv.bad, [], "a job was created before a dependency")
+        creates = [b for b in self.srv.batches if b[0] == "job.create"]
+        self.assertEqual([len(b) for b in creates], [20, 10, 1, 1], "the 30 independent jobs in batches of 20, then b, then c")
+        self.assertEqual(len(self.srv.flow_jobs), 32)
+        self.assertEqual(self.srv.flow_jobs[0], 32, "the flow lists the jobs in the order given (c first, created last)")
+
+    def test_a_rate_limited_batch_is_sent_again(self):
+        self.srv.limited = 1
+        self.client.submit_flow([{"name": "a", "type": "sh", "script": "a"}, {"name": "b", "type": "sh", "script": "b"}])
+        self.assertEqual(self.slept, [0.005])
+        self.assertEqual(len(self.srv.made), 2, "each job created once")
+
+
 class FlowSpecTest(unittest.TestCase):
     def test_dependency_order(self):
         order = hc._topological([{"name": "d", "depends": ["b", "c"]}, {"name": "b", "depends": ["a"]},
