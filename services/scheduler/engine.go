@@ -710,12 +710,9 @@ func (e *engine) trimSweep(ctx context.Context) {
 }
 
 // trimContexts drops the events older than each context's retention (its
-// retention_seconds, else --retention) from the contexts' streams, except those of the
-// flows and jobs they still keep (lua/trim_events.lua).
+// retention_seconds, else --retention; none when both are 0) from the contexts'
+// streams, except those of the flows and jobs they still keep (lua/trim_events.lua).
 func (e *engine) trimContexts(ctx context.Context, ids []uint32) {
-	if e.retention <= 0 {
-		return
-	}
 	for _, id := range ids {
 		db, err := e.store.Ctx(id)
 		if err != nil {
@@ -724,6 +721,9 @@ func (e *engine) trimContexts(ctx context.Context, ids []uint32) {
 		keep := e.retention
 		if c, err := e.store.LoadContext(ctx, id); err == nil && c.RetentionSeconds > 0 {
 			keep = time.Duration(c.RetentionSeconds) * time.Second
+		}
+		if keep <= 0 {
+			continue // kept forever
 		}
 		if err := db.TrimEvents(ctx, time.Now().Add(-keep)); err != nil {
 			e.log.Warn().Err(err).Uint32(obs.KeyContextID, id).Msg("trim events")

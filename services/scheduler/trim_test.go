@@ -118,3 +118,28 @@ func TestTrimSweepVisitsOnePageATick(t *testing.T) {
 		t.Fatalf("4 contexts over 2 ticks: the sweep is at %d, want 1 + 2", e.trimNext)
 	}
 }
+
+// A context's own retention (retention_seconds) has its events trimmed at its
+// expiries even when the scheduler keeps everything else forever (--retention 0).
+func TestExpiryTrimsByTheContextsOwnRetention(t *testing.T) {
+	ctx := context.Background()
+	st := openFlushed(t)
+	if err := srv.Client(t, 1).XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, ID: "1-0", Values: []string{"type", "ancient"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.CreateContext(ctx, &model.Context{ID: 1, Admins: []uint32{1}, RetentionSeconds: 3600}, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	j, _, err := st.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 1, Script: "true", ScriptType: "sh"}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ExpireAt(ctx, 1, "job:1:"+strconv.FormatUint(uint64(j.ID), 10), time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(engineParams{store: st, log: zerolog.Nop(), reg: prometheus.NewRegistry(), retryBase: time.Second, retryCap: time.Second, sweepEvery: time.Minute})
+	e.runExpired(ctx)
+	if hasAncient(t, 1) {
+		t.Error("context 1 keeps an event older than its own retention after its expiry")
+	}
+}
