@@ -97,8 +97,11 @@ type Proc struct {
 type Options struct {
 	Args []string
 	Env  []string // extra KEY=VALUE
+	// Wrap is a command to start the binary under: Wrap[0] runs with Wrap[1:], then the
+	// binary's path and its arguments.
 	// Plaintext starts a service without its TLS flags (TLSArgs are the default).
 	Plaintext bool
+	Wrap      []string
 }
 
 // guarded are the secrets no service may ever log (GuardSecret).
@@ -175,6 +178,9 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 	args = append(args, redisArgs...)
 	args = append(args, opt.Args...)
 	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	if len(opt.Wrap) > 0 {
+		cmd = exec.Command(opt.Wrap[0], append(append(opt.Wrap[1:len(opt.Wrap):len(opt.Wrap)], filepath.Join(binDir, name)), args...)...)
+	}
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "REDIS_URL=" + redisURL}, opt.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()

@@ -38,17 +38,22 @@ type Stack struct {
 	API       *Proc
 	Args      map[string][]string // extra flags per service, reused on restart
 	ConfigDir string              // heroctl's config directory (actor keys), made on first use
+
+	runnerWrap []string // StackOptions.RunnerWrap, reused on restart
 }
 
 // StackOptions tweak the services.
 type StackOptions struct {
 	SchedulerArgs, RouterArgs, RunnerArgs, APIArgs []string
+	// RunnerWrap is a command the runner is started under (its binary and arguments
+	// follow), e.g. unshare to make it PID 1 of a PID namespace.
+	RunnerWrap []string
 }
 
 // StartStack starts scheduler, router, runner and supervisor-daemon.
 func StartStack(t testing.TB, binDir, redisURL string, opt StackOptions) *Stack {
 	t.Helper()
-	s := &Stack{t: t, BinDir: binDir, RedisURL: redisURL, Args: map[string][]string{
+	s := &Stack{t: t, BinDir: binDir, RedisURL: redisURL, runnerWrap: opt.RunnerWrap, Args: map[string][]string{
 		"scheduler":         append([]string{"--retry-base", "100ms", "--retry-cap", "1s"}, opt.SchedulerArgs...),
 		"router":            append([]string{"--lease", "3s"}, opt.RouterArgs...),
 		"runner":            append([]string{"--lease", "3s", "--heartbeat", "1s", "--kill-grace", "200ms", "--state-dir", t.TempDir()}, opt.RunnerArgs...),
@@ -83,7 +88,11 @@ func (s *Stack) Start(name string) *Proc {
 	if g := os.Getenv("HERO_TEST_GOMAXPROCS"); g != "" {
 		env = append(env, "GOMAXPROCS="+g)
 	}
-	p := Start(s.t, s.BinDir, name, s.RedisURL, Options{Args: args, Env: env})
+	o := Options{Args: args, Env: env}
+	if name == "runner" {
+		o.Wrap = s.runnerWrap
+	}
+	p := Start(s.t, s.BinDir, name, s.RedisURL, o)
 	switch name {
 	case "scheduler":
 		s.Scheduler = p
