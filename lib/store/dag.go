@@ -255,7 +255,7 @@ func (d *DB) StartFlow(ctx context.Context, f *model.Flow, jobs []*model.Job, de
 // per node.
 func ranBefore(j *model.Job) bool {
 	return j.Error != "" || j.ExitCode != 0 || j.Worker != "" || j.StartedAt != 0 || j.FinishedAt != 0 ||
-		j.StartedAtMs != 0 || j.FinishedAtMs != 0 || j.DispatchedMs != 0 || j.Attempt != 0 || j.StopAsked || j.Fatal
+		j.StartedAtMs != 0 || j.FinishedAtMs != 0 || j.StartedAtUs != 0 || j.FinishedAtUs != 0 || j.DispatchedMs != 0 || j.Attempt != 0 || j.StopAsked || j.Fatal
 }
 
 func parseIDs(vals []any) []uint32 {

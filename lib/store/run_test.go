@@ -73,12 +73,12 @@ func TestStartFlowClearsAnEarlierRun(t *testing.T) {
 	_, jobs := flowWithSetup(t, s, db, 2, func(ids []uint32) {
 		// the first job ran before (in another flow)
 		rc.HSet(ctx, keys.Job(1, ids[0]), "status", "error", "error", "boom", "exit_code", 3, "worker", "w1", "started_at", 5, "started_at_ms", 5000,
-			"finished_at", 6, "finished_at_ms", 6000, "dispatched_at_ms", 4000, "attempt", 2, "stop_requested", 1, "fatal", 1)
+			"started_at_us", 5000000, "finished_at_us", 6000000, "finished_at", 6, "finished_at_ms", 6000, "dispatched_at_ms", 4000, "attempt", 2, "stop_requested", 1, "fatal", 1)
 	})
 	for _, j := range jobs {
 		id := j.ID
 		h := rc.HGetAll(ctx, keys.Job(1, id)).Val()
-		for _, k := range []string{"error", "exit_code", "worker", "started_at", "started_at_ms", "finished_at", "finished_at_ms", "dispatched_at_ms", "attempt", "stop_requested", "fatal"} {
+		for _, k := range []string{"error", "exit_code", "worker", "started_at", "started_at_ms", "started_at_us", "finished_at", "finished_at_ms", "finished_at_us", "dispatched_at_ms", "attempt", "stop_requested", "fatal"} {
 			if _, ok := h[k]; ok {
 				t.Fatalf("job %d keeps %s=%q of an earlier run after the start", id, k, h[k])
 			}

@@ -387,6 +387,8 @@ func TestRetryFlow(t *testing.T) {
 	if !inZSet(t, c, keys.DLQ, member(bad)) || !inZSet(t, c0, keys.Expire, "10:flow:"+itoa(f.ID)) {
 		t.Fatal("the failed flow's job is not in the DLQ, or its retention did not start")
 	}
+	// what its run left (as a runner's start and finish write it)
+	c.HSet(ctx, keys.Job(1, bad.ID), "worker", "w1", "started_at", 5, "started_at_ms", 5000, "started_at_us", 5000000, "finished_at", 6, "finished_at_ms", 6000, "finished_at_us", 6000000)
 	ready, err := db.RetryFlow(ctx, f.ID, "7")
 	if err != nil || len(ready) != 1 || ready[0] != bad.ID {
 		t.Fatalf("retry: ready %v (want [%d]), %v", ready, bad.ID, err)
@@ -396,8 +398,14 @@ func TestRetryFlow(t *testing.T) {
 		dag["terminal"] != "1" || dag["failed"] != "0" {
 		t.Fatalf("DAG after the retry: %v", dag)
 	}
-	if h := c.HGetAll(ctx, keys.Job(1, bad.ID)).Val(); h["status"] != string(model.JobDispatched) || h["error"] != "" || h["attempt"] != "" {
+	h := c.HGetAll(ctx, keys.Job(1, bad.ID)).Val()
+	if h["status"] != string(model.JobDispatched) || h["error"] != "" || h["attempt"] != "" {
 		t.Fatalf("the retried job: %v", h)
+	}
+	for _, k := range []string{"worker", "started_at", "started_at_ms", "started_at_us", "finished_at", "finished_at_ms", "finished_at_us"} {
+		if v, ok := h[k]; ok {
+			t.Fatalf("the retried job keeps %s=%q of its failed run", k, v)
+		}
 	}
 	if fh := c.HGetAll(ctx, keys.Flow(f.ID)).Val(); fh["status"] != string(model.FlowStarted) || fh["error"] != "" || fh["failed_job"] != "" || fh["result"] != "" {
 		t.Fatalf("the retried flow: %v", fh)
@@ -454,10 +462,16 @@ func TestResetJobFromTheDLQ(t *testing.T) {
 	if err != nil || !res.Applied || !inZSet(t, c, keys.DLQ, member(j)) {
 		t.Fatalf("end: %+v %v, and the job in the DLQ", res, err)
 	}
+	c.HSet(ctx, keys.Job(1, j.ID), "worker", "w1", "started_at", 5, "started_at_ms", 5000, "started_at_us", 5000000, "finished_at", 6, "finished_at_ms", 6000, "finished_at_us", 6000000)
 	if err := db.ResetJob(ctx, 1, j.ID, "7"); err != nil {
 		t.Fatal(err)
 	}
 	h := c.HGetAll(ctx, keys.Job(1, j.ID)).Val()
+	for _, k := range []string{"worker", "started_at", "started_at_ms", "started_at_us", "finished_at", "finished_at_ms", "finished_at_us"} {
+		if v, ok := h[k]; ok {
+			t.Fatalf("the reset job keeps %s=%q of its failed run", k, v)
+		}
+	}
 	if h["status"] != string(model.JobDispatched) || h["attempt"] != "" || h["done_attempt"] != "" || h["error"] != "" || h["dlq_at_ms"] != "" || h["result"] != "{}" {
 		t.Fatalf("the reset job: %v", h)
 	}

@@ -16,7 +16,7 @@ if st == JOB_STARTED or st == JOB_DISPATCHED then
 end
 set_job(caller, id, JOB_DISPATCHED, 'updated_at', now_s, 'result', '{}')
 redis.call('HDEL', jk, 'result_json', 'attempt', 'done_attempt', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms',
-  'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms')
+  'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us')
 redis.call('ZREM', K_DLQ, caller .. ':' .. id)
 event(EV_JOB_REQUEUED, actor, now_ms, '0', id, caller, JOB_DISPATCHED, 'from the dead-letter queue')
 redis.call('SELECT', '0')

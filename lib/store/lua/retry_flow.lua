@@ -46,7 +46,7 @@ for _, id in ipairs(jobs) do
     local jk = K_JOB .. caller .. ':' .. id
     redis.call('HDEL', dag, 'e:' .. id, 'due:' .. id)
     redis.call('HDEL', jk, 'result_json', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms', 'attempt',
-      'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms')
+      'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us', 'dispatched_at_ms')
     redis.call('ZREM', K_DLQ, caller .. ':' .. id)
     if remaining == 0 then
       redis.call('HSET', dag, 's:' .. id, NODE_READY, 'r:' .. id, 0, 'a:' .. id, 0)

@@ -33,7 +33,8 @@ for i = 7, #ARGV, 5 do
   local id, deps, dependents, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   local jk = K_JOB .. caller .. ':' .. id
   if ARGV[i + 4] == '1' then
-    redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal')
+    redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us',
+      'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal')
   end
   if n == 0 then
     -- A fresh job is marked (status, empty result, ready time) by its dispatch, which
