@@ -69,7 +69,7 @@ exit 9`
 func TestSignalsArePassedOn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := reaperCmd(t, ctx, `trap 'exit 5' TERM; echo ready; while :; do sleep 0.05; done`)
+	cmd := reaperCmd(t, ctx, `trap 'kill $!; exit 5' TERM; echo ready; sleep 30 & wait`)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

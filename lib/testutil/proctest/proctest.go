@@ -109,18 +109,46 @@ func Roots(pids []int) []int {
 
 // Parent is a process's parent pid (0 when it cannot be read).
 func Parent(pid int) int {
+	_, _, ppid, _ := Stat(pid)
+	return ppid
+}
+
+// Stat reads a process's name, state (R, S, Z: a zombie, …) and parent pid from
+// /proc/<pid>/stat; ok is false when it cannot be read.
+func Stat(pid int) (comm, state string, ppid int, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0
+		return "", "", 0, false
 	}
 	// pid (comm) state ppid …: comm may hold spaces and parentheses, so from the last ')'.
 	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 2 {
-		return 0
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return "", "", 0, false
 	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
+	f := strings.Fields(s[end+1:])
+	if len(f) < 2 {
+		return "", "", 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return s[open+1 : end], f[0], ppid, true
+}
+
+// ZombieChildren lists the children of process parent that are zombies (dead, not yet
+// waited for), as "<pid> <name>".
+func ZombieChildren(parent int) []string {
+	dirs, _ := os.ReadDir("/proc")
+	var out []string
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if comm, state, ppid, ok := Stat(pid); ok && ppid == parent && state == "Z" {
+			out = append(out, d.Name()+" "+comm)
+		}
+	}
+	return out
 }
 
 // WaitExit waits until every one of pids has exited (a zombie has), at most timeout,
