@@ -62,6 +62,19 @@ func (b *Base) AddListener(name, addr string, serve func() error, shutdown func(
 	})
 }
 
+// secretFile reads the secret in the file that flag --name names, without its
+// surrounding white space ("" when no file is named).
+func secretFile(name, path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--%s: %v", name, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
 // NewBase connects to Redis and binds the gRPC and admin ports, so that an
 // unreachable Redis or a port in use is an error before anything runs.
 func NewBase(ctx context.Context, env *Env, c *config.Common, sv Serving, grpcOpts ...grpc.ServerOption) (*Base, error) {
@@ -73,21 +86,13 @@ func NewBase(ctx context.Context, env *Env, c *config.Common, sv Serving, grpcOp
 			return nil, err
 		}
 	}
-	var password string
-	if c.RedisPasswordFile != "" {
-		pw, err := os.ReadFile(c.RedisPasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("--redis-password-file: %v", err)
-		}
-		password = strings.TrimSpace(string(pw))
+	password, err := secretFile("redis-password-file", c.RedisPasswordFile)
+	if err != nil {
+		return nil, err
 	}
-	var sentinelPassword string
-	if c.RedisSentinelPasswordFile != "" {
-		pw, err := os.ReadFile(c.RedisSentinelPasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("--redis-sentinel-password-file: %v", err)
-		}
-		sentinelPassword = strings.TrimSpace(string(pw))
+	sentinelPassword, err := secretFile("redis-sentinel-password-file", c.RedisSentinelPasswordFile)
+	if err != nil {
+		return nil, err
 	}
 	opt := grpcx.Options{MaxConns: c.MaxConnections}
 	switch {

@@ -276,18 +276,24 @@ func (s *Store) ContextIDs(ctx context.Context) ([]uint32, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list contexts: %w", err)
 	}
+	return contextIDs(vals), nil
+}
+
+// contextIDs parses the members of keys.Contexts (a member that is no context id is
+// skipped).
+func contextIDs(vals []string) []uint32 {
 	out := make([]uint32, 0, len(vals))
 	for _, v := range vals {
 		if n, err := strconv.ParseUint(v, 10, 32); err == nil && n > 0 {
 			out = append(out, uint32(n))
 		}
 	}
-	return out, nil
+	return out
 }
 
-// ContextPage returns up to n context ids from the rank from on, in the order of
-// keys.Contexts (a page of a sweep that visits a few contexts at a time; fewer than
-// n: the last page), and how many contexts there are.
+// ContextPage returns up to n (at least 1) context ids from the rank from on, in the
+// order of keys.Contexts (a page of a sweep that visits a few contexts at a time; fewer
+// than n: the last page), and how many contexts there are, in one round trip.
 func (s *Store) ContextPage(ctx context.Context, from int64, n int) ([]uint32, int64, error) {
 	var rng *redis.StringSliceCmd
 	var count *redis.IntCmd
@@ -298,17 +304,7 @@ func (s *Store) ContextPage(ctx context.Context, from int64, n int) ([]uint32, i
 	}); err != nil {
 		return nil, 0, fmt.Errorf("list contexts: %w", err)
 	}
-	vals := rng.Val()
-	if n <= 0 {
-		vals = nil
-	}
-	out := make([]uint32, 0, len(vals))
-	for _, v := range vals {
-		if id, err := strconv.ParseUint(v, 10, 32); err == nil && id > 0 {
-			out = append(out, uint32(id))
-		}
-	}
-	return out, count.Val(), nil
+	return contextIDs(rng.Val()), count.Val(), nil
 }
 
 // ---- Runners ----

@@ -76,14 +76,15 @@ func (f *flaky) SubmitJob(ctx context.Context, r *herov1.SubmitJobRequest) (*her
 	return &herov1.SubmitJobResponse{Job: r.Job, Existing: true}, nil
 }
 
-func serve(t *testing.T, f *flaky) *Client {
+// serve runs srv on a local port and dials it (plaintext, an operator secret).
+func serve(t *testing.T, srv herov1.CoordinatorServer) *Client {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	herov1.RegisterCoordinatorServer(gs, f)
+	herov1.RegisterCoordinatorServer(gs, srv)
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)
 	c, err := Dial(Config{Addr: ln.Addr().String(), AdminSecret: "s3cret", Actor: 7, Plaintext: true, CallTimeout: 10 * time.Second})

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -89,30 +87,12 @@ func (s *flowServer) StartFlow(_ context.Context, r *herov1.StartFlowRequest) (*
 	return &herov1.StartFlowResponse{Flow: &herov1.Flow{Id: r.Id, Status: "started"}}, nil
 }
 
-func dialServer(t *testing.T, srv herov1.CoordinatorServer) *Client {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	herov1.RegisterCoordinatorServer(gs, srv)
-	go func() { _ = gs.Serve(ln) }()
-	t.Cleanup(gs.Stop)
-	c, err := Dial(Config{Addr: ln.Addr().String(), AdminSecret: "s3cret", Actor: 7, Plaintext: true, CallTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // SubmitFlow creates the jobs of one level side by side (at most submitFlowCalls at
 // once), each after its dependencies, with their ids, and the flow lists them in
 // the spec's order.
 func TestSubmitFlowCreatesALevelAtOnce(t *testing.T) {
 	s := &flowServer{made: map[uint32]bool{}, two: make(chan struct{})}
-	c := dialServer(t, s)
+	c := serve(t, s)
 	var spec FlowSpec
 	var wide []string
 	for i := range 40 {
@@ -177,11 +157,11 @@ func (l *limited) CreateJob(_ context.Context, r *herov1.CreateJobRequest) (*her
 // done) is sent again; one refused without the hint is not.
 func TestRateLimitedCreationIsSentAgain(t *testing.T) {
 	l := &limited{left: 2, hint: true}
-	if _, err := dialServer(t, l).CreateJob(context.Background(), &model.Job{ScriptType: model.ScriptSh, Script: "true"}); err != nil || l.calls != 3 {
+	if _, err := serve(t, l).CreateJob(context.Background(), &model.Job{ScriptType: model.ScriptSh, Script: "true"}); err != nil || l.calls != 3 {
 		t.Fatalf("rate limited twice: %v after %d calls, want success after 3", err, l.calls)
 	}
 	l = &limited{left: 1}
-	if _, err := dialServer(t, l).CreateJob(context.Background(), &model.Job{ScriptType: model.ScriptSh, Script: "true"}); !errors.Is(err, ErrRateLimited) || l.calls != 1 {
+	if _, err := serve(t, l).CreateJob(context.Background(), &model.Job{ScriptType: model.ScriptSh, Script: "true"}); !errors.Is(err, ErrRateLimited) || l.calls != 1 {
 		t.Fatalf("refused without a hint: %v after %d calls, want ErrRateLimited after 1", err, l.calls)
 	}
 }

@@ -362,30 +362,12 @@ func createHandlerJobsConcurrently(b *testing.B, c *harness.Client, first uint32
 		body, _ := json.Marshal(batch)
 		bodies = append(bodies, body)
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, inflight)
-	for range inflight {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				k := int(next.Add(1)) - 1
-				if k >= len(bodies) {
-					return
-				}
-				if resp, err := c.Raw(string(bodies[k])); err == nil {
-					errs <- fmt.Errorf("batch answer should be a list, got %v", resp)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatal(err)
-	}
+	runParallel(b, len(bodies), inflight, func(_ context.Context, k int) error {
+		if resp, err := c.Raw(string(bodies[k])); err == nil {
+			return fmt.Errorf("batch answer should be a list, got %v", resp)
+		}
+		return nil
+	})
 	return ids
 }
 

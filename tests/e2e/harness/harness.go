@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -179,7 +180,8 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 	args = append(args, opt.Args...)
 	cmd := exec.Command(filepath.Join(binDir, name), args...)
 	if len(opt.Wrap) > 0 {
-		cmd = exec.Command(opt.Wrap[0], append(append(opt.Wrap[1:len(opt.Wrap):len(opt.Wrap)], filepath.Join(binDir, name)), args...)...)
+		wrapped := append(append(slices.Clone(opt.Wrap[1:]), filepath.Join(binDir, name)), args...)
+		cmd = exec.Command(opt.Wrap[0], wrapped...)
 	}
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "REDIS_URL=" + redisURL}, opt.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
