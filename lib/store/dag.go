@@ -113,6 +113,15 @@ func (d *DB) LoadDAG(ctx context.Context, flowID uint32) (*DAG, error) {
 			n.DueMs, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
+	// The start leaves empty lists out of the hash (lua/start_flow.lua).
+	for _, n := range g.Nodes {
+		if n.Depends == nil {
+			n.Depends = []uint32{}
+		}
+		if n.Dependents == nil {
+			n.Dependents = []uint32{}
+		}
+	}
 	return g, nil
 }
 

@@ -89,6 +89,48 @@ func TestStartFlowClearsAnEarlierRun(t *testing.T) {
 	}
 }
 
+// A start stores a node's lists only when they hold something (a flow of independent
+// jobs keeps one field per node), and LoadDAG reads the ones left out as empty.
+func TestStartFlowStoresOnlyNonEmptyLists(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 25)
+	var ids []uint32
+	for i := 0; i < 3; i++ {
+		j := &model.Job{CallerID: 1, ContextID: 25, Script: "true", ScriptType: "sh"}
+		if i > 0 {
+			j.Dependends = []uint32{ids[0]} // 0 ← 1, 0 ← 2
+		}
+		got, _, err := s.CreateJob(ctx, j, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, got.ID)
+	}
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 25, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.StartFlow(t, db, f)
+	h := srv.Client(t, 25).HGetAll(ctx, keys.DAG(f.ID)).Val()
+	for field, want := range map[string]string{
+		fmt.Sprintf("p:%d", ids[0]): "", fmt.Sprintf("d:%d", ids[0]): fmt.Sprintf("[%d,%d]", ids[1], ids[2]),
+		fmt.Sprintf("p:%d", ids[1]): fmt.Sprintf("[%d]", ids[0]), fmt.Sprintf("d:%d", ids[1]): "",
+	} {
+		if h[field] != want {
+			t.Errorf("DAG field %s = %q, want %q (hash %v)", field, h[field], want, h)
+		}
+	}
+	g, err := db.LoadDAG(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, leaf := g.Nodes[ids[0]], g.Nodes[ids[1]]
+	if root.Depends == nil || len(root.Depends) != 0 || len(root.Dependents) != 2 || leaf.Dependents == nil || len(leaf.Dependents) != 0 || len(leaf.Depends) != 1 {
+		t.Fatalf("loaded nodes: root %+v, leaf %+v", root, leaf)
+	}
+}
+
 // The nodes a start finds ready are marked by their dispatch: ready at the flow's
 // start, with an empty result (the start leaves their jobs alone).
 func TestDispatchStartedMarksReadyJobs(t *testing.T) {

@@ -22,7 +22,8 @@ local total = (#ARGV - 6) / 5
 redis.call('HSET', dag, 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0)
 -- The nodes' fields go into the DAG hash a few hundred at a time (unpack's limit).
 -- Attempt counters (a:) and a ready node's count of dependencies left (r:) start
--- absent, read as 0.
+-- absent, read as 0; so do empty dependency and dependent lists (p:, d:), read as []
+-- (a flow of independent jobs holds one field per node, not three).
 local kv = {}
 local function put(...)
   for _, v in ipairs({...}) do kv[#kv + 1] = v end
@@ -41,11 +42,13 @@ for i = 7, #ARGV, 5 do
     -- follows at once: the start holds Redis for the whole flow, so it does only what
     -- must be atomic. One that ran before is marked here (its status may already say
     -- dispatched, which its dispatch would take as marked).
-    put('s:' .. id, NODE_READY, 'p:' .. id, deps, 'd:' .. id, dependents)
+    put('s:' .. id, NODE_READY)
+    if dependents ~= '[]' then put('d:' .. id, dependents) end
     if ARGV[i + 4] == '1' then set_job(caller, id, JOB_DISPATCHED, 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms) end
     out[#out + 1] = id
   else
-    put('s:' .. id, NODE_PENDING, 'r:' .. id, ARGV[i + 3], 'p:' .. id, deps, 'd:' .. id, dependents)
+    put('s:' .. id, NODE_PENDING, 'r:' .. id, ARGV[i + 3], 'p:' .. id, deps)
+    if dependents ~= '[]' then put('d:' .. id, dependents) end
     set_job(caller, id, JOB_WAITING_FOR_PREREQUISITES, 'result', '{}', 'updated_at', now_s)
   end
 end
