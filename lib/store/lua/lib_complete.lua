@@ -1,9 +1,10 @@
 -- lib_complete: the end of a run applied to what it belongs to.
 --
 --   - complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms,
---     id, attempt, status, err, fatal, retries, backoff), in the context's DB: applies
---     the end of job id (attempt, status, error, fatal, retries: -1 the job's own,
---     backoff in ms) to its flow's DAG (dag, fk: flow:<flow>, rk: coord:flowres:<flow>,
+--     id, attempt, status, err, fatal, retries, backoff, result, finished_ms), in the
+--     context's DB: applies the end of job id (attempt, status, error, fatal, retries:
+--     -1 the job's own, backoff in ms; result and finished_ms: the job's result and end
+--     time when the caller has just written them, nil: read from the job) to its flow's DAG (dag, fk: flow:<flow>, rk: coord:flowres:<flow>,
 --     ek: coord:events): the node completes (its result into the flow's result map, its
 --     dependents whose dependencies are all done get ready), or fails (a retry is
 --     scheduled while attempts are left, else the node fails, its job goes to the DLQ
@@ -21,7 +22,7 @@
 
 -- (A flow's jobs are not published on coord:jobdone one by one: a client waits for the
 -- flow, whose end finalize publishes on coord:flowdone.)
-local function complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff)
+local function complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff, result, finished_ms)
 local maxlen = EVENTS_MAXLEN
 local jk = K_JOB .. caller .. ':' .. id
 local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total')
@@ -30,16 +31,19 @@ if not s then return {0, '', 0} end
 if s == NODE_COMPLETED or s == NODE_FAILED or s == NODE_CANCELLED or s == NODE_PENDING or s == NODE_READY then return {0, '', 0} end
 local a = tonumber(node[2] or '0')
 if attempt ~= a then return {0, '', 0} end
-local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'result', 'finished_at_ms', 'retry_after_ms')
-if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
-if jf[2] == '1' or jf[3] == '1' then fatal = true end
 local out = {1, '', 0}
 local terminal
 if status == JOB_FINISHED then
+  -- a success reads only the result and the end time, which a caller that has just
+  -- written them passes (the finish: a read of six fields, half of them misses, less)
+  local res, fin = result, finished_ms
+  if not fin then
+    local jf = redis.call('HMGET', jk, 'result', 'finished_at_ms')
+    res, fin = jf[1], jf[2] or now_ms
+  end
   redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
   terminal = redis.call('HINCRBY', dag, 'terminal', '1')
-  local res = jf[4]
-  if res and res ~= '' then
+  if res and res ~= '' and res ~= '{}' then
     local ok, m = pcall(cjson.decode, res)
     if ok and type(m) == 'table' then
       local kv = {}
@@ -52,7 +56,6 @@ if status == JOB_FINISHED then
       if #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
     end
   end
-  local fin = jf[5] or now_ms
   local deps = cjson.decode(node[3] or '[]')
   for _, d in ipairs(deps) do
     d = int(d)
@@ -64,8 +67,11 @@ if status == JOB_FINISHED then
     end
   end
 else
+  local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'retry_after_ms')
+  if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
+  if jf[2] == '1' or jf[3] == '1' then fatal = true end
   if (not fatal) and a <= retries then
-    local ra = tonumber(jf[6] or '')
+    local ra = tonumber(jf[4] or '')
     if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
     local due = tonumber(now_ms) + backoff
     redis.call('HSET', dag, 's:' .. id, NODE_READY, 'due:' .. id, due, 'e:' .. id, err)

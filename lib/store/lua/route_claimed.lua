@@ -16,7 +16,7 @@ local tokens, targets = {}, {}
 local n = 0
 for i = 3, #ARGV, 4 do
   local mk, member, target, jk = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  if redis.call('LREM', proc, '1', mk) == 1 then
+  if redis.call('LREM', proc, '-1', mk) == 1 then -- from the tail: the oldest claims
     redis.call('ZREM', leases, member)
     redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
     redis.call('LPUSH', target, jk)
