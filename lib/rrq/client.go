@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,6 +156,7 @@ type ClientStats struct {
 	InvalidOutcomes    uint64 // ViolationInvalidOutcome
 	CancelsSent        uint64
 	CancelErrors       uint64
+	Writes             uint64 // write system calls (a call carries every frame queued for it)
 
 	InFlight        int // requests holding a slot now (including abandoned ones)
 	OpenConnections int
@@ -165,7 +167,7 @@ type clientCounters struct {
 	requests, outcomes, failures, notDelivered, abandoned, late   atomic.Uint64
 	dials, dialErrors, connsLost                                  atomic.Uint64
 	badFrames, truncated, unknown, duplicate, unexpected, invalid atomic.Uint64
-	cancels, cancelErrors                                         atomic.Uint64
+	cancels, cancelErrors, writes                                 atomic.Uint64
 }
 
 // Client talks to ONE executor endpoint. It sends each request on a connection with
@@ -222,7 +224,7 @@ func (c *Client) Stats() ClientStats {
 		BadFrames: c.cnt.badFrames.Load(), TruncatedFrames: c.cnt.truncated.Load(),
 		UnknownResponses: c.cnt.unknown.Load(), DuplicateResponses: c.cnt.duplicate.Load(),
 		UnexpectedFrames: c.cnt.unexpected.Load(), InvalidOutcomes: c.cnt.invalid.Load(),
-		CancelsSent: c.cnt.cancels.Load(), CancelErrors: c.cnt.cancelErrors.Load(),
+		CancelsSent: c.cnt.cancels.Load(), CancelErrors: c.cnt.cancelErrors.Load(), Writes: c.cnt.writes.Load(),
 	}
 	c.mu.Lock()
 	s.InFlight, s.OpenConnections, s.IdleConnections = c.inFlight, len(c.conns), len(c.idle)
@@ -740,42 +742,63 @@ func (cn *conn) write(ctx context.Context, frame []byte) error {
 	}
 	cn.writing = true
 	cn.wmu.Unlock()
-	_, err := cn.writeFrames([][]byte{frame})
-	mine := err
+	// Let the callers that are ready to run (a claim hands out many jobs at once) queue
+	// their frames first: they go out with this one, in one system call (and the
+	// executor reads them in one wake-up). Frames that come while one is written go
+	// out together next.
+	runtime.Gosched()
+	mine := &queued{frame: frame, done: make(chan error, 1)}
+	batch := []*queued{mine}
+	var err error
 	for {
 		cn.wmu.Lock()
-		batch := cn.wq
+		batch = append(batch, cn.wq...)
 		cn.wq = nil
 		if len(batch) == 0 {
 			cn.writing = false
 			cn.wmu.Unlock()
-			return mine
+			return <-mine.done
 		}
 		cn.wmu.Unlock()
-		frames := make([][]byte, len(batch))
-		for i, q := range batch {
-			frames[i] = q.frame
-		}
 		var n int64
 		if err == nil {
-			n, err = cn.writeFrames(frames)
+			n, err = cn.writeFrames(framesOf(batch))
 		}
-		// A frame written whole before a failure was delivered: its caller waits for
-		// the answer (or the connection's loss), it must not send it again.
-		for _, q := range batch {
-			if n >= int64(len(q.frame)) {
-				n -= int64(len(q.frame))
-				q.done <- nil
-				continue
-			}
-			n = 0
-			q.done <- err
+		deliver(batch, n, err)
+		batch = batch[:0]
+	}
+}
+
+func framesOf(qs []*queued) [][]byte {
+	frames := make([][]byte, len(qs))
+	for i, q := range qs {
+		frames[i] = q.frame
+	}
+	return frames
+}
+
+// deliver tells the callers of queued frames written in order whether theirs went out
+// (n: the bytes of them written). A frame written whole before a failure was
+// delivered: its caller waits for the answer (or the connection's loss), it must not
+// send it again.
+func deliver(qs []*queued, n int64, err error) {
+	for _, q := range qs {
+		if n >= int64(len(q.frame)) {
+			n -= int64(len(q.frame))
+			q.done <- nil
+			continue
 		}
+		n = 0
+		if err == nil {
+			err = io.ErrShortWrite
+		}
+		q.done <- err
 	}
 }
 
 // writeFrames writes frames in one system call (writev) and returns the bytes written.
 func (cn *conn) writeFrames(frames [][]byte) (int64, error) {
+	cn.c.cnt.writes.Add(1)
 	_ = cn.nc.SetWriteDeadline(time.Now().Add(cn.c.opt.WriteTimeout))
 	bufs := net.Buffers(frames)
 	n, err := bufs.WriteTo(cn.nc)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -403,6 +404,42 @@ func TestClientPipeline(t *testing.T) {
 	}
 	if s := c.Stats(); s.Dials != 1 || s.Outcomes != 4 || s.IdleConnections != 1 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// Requests that callers make at the same moment (a claim hands out many jobs at once)
+// go out together: one write system call carries the frames queued while the first
+// caller's was about to go, not one call each.
+func TestClientWritesRequestsMadeTogetherAtOnce(t *testing.T) {
+	f := startFake(t)
+	c, _ := newTestClient(t, f.ep, ClientOptions{MaxInFlight: 32, Pipeline: 32})
+	mustEcho(t, c) // the connection is open
+	// One P: the callers run one after the other, as they do when the runner is busy
+	// (a caller that wrote at once would leave each of the others a write of its own).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	before := c.Stats().Writes
+	const n = 16
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	var ready sync.WaitGroup
+	for range n {
+		ready.Add(1)
+		go func() {
+			ready.Done()
+			<-start
+			_, err := c.Execute(testCtx(t, 10*time.Second), NewRequest("job", "echo", nil, nil))
+			errs <- err
+		}()
+	}
+	ready.Wait()
+	close(start)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w := c.Stats().Writes - before; w > 2 {
+		t.Fatalf("%d requests made at once took %d writes, want at most 2", n, w)
 	}
 }
 
