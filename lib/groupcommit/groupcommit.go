@@ -9,6 +9,7 @@ package groupcommit
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 )
 
@@ -106,6 +107,9 @@ func (c *Committer[T, R]) loop() {
 				}
 			}
 		}
+		// Let the callers that are ready to run hand in their items first: they join
+		// this group instead of each waiting for a group of its own.
+		runtime.Gosched()
 	fill:
 		for len(group) < c.max {
 			select {

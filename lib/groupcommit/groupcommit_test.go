@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -69,6 +70,46 @@ func TestItemsArrivingDuringAGroupJoinTheNext(t *testing.T) {
 		if v != i*10 {
 			t.Fatalf("item %d got %d: results went to the wrong caller", i, v)
 		}
+	}
+}
+
+// Items handed in at the same moment (callers woken together) go in one group, not a
+// group each: the committer lets the callers ready to run hand theirs in before it
+// takes the group.
+func TestItemsHandedInTogetherMakeOneGroup(t *testing.T) {
+	// One P: the callers run one after the other, as on a busy service (a committer
+	// that took its group at once would leave the first item alone in it).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var mu sync.Mutex
+	var sizes []int
+	c := New(Params[int, int]{Max: 64, Fn: func(_ context.Context, items []int) ([]int, []error) {
+		mu.Lock()
+		sizes = append(sizes, len(items))
+		mu.Unlock()
+		return items, make([]error, len(items))
+	}})
+	defer c.Close()
+	start := make(chan struct{})
+	var ready, done sync.WaitGroup
+	for i := range 16 {
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-start
+			if _, err := c.Do(context.Background(), i); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	ready.Wait()
+	close(start)
+	done.Wait()
+	// Mostly one group; the committer may resume before the last callers ran (the
+	// scheduler's fairness), and that leaves them a second (without the yield: 16).
+	if len(sizes) > 3 {
+		t.Fatalf("16 items handed in together made groups of %v, want one to three", sizes)
 	}
 }
 

