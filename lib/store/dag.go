@@ -259,9 +259,9 @@ func (d *DB) StartFlow(ctx context.Context, f *model.Flow, jobs []*model.Job, de
 	return parseIDs(vals[1:]), string(model.FlowStarted), true, nil
 }
 
-// ranBefore says whether a job (as loaded) holds fields of an earlier run, which a
-// start clears. Skipping the clearing for fresh jobs spares Redis a dozen field scans
-// per node.
+// ranBefore says whether a job (as loaded: whole, or by LoadStartJobs, which reads the
+// fields that every run or end writes) holds fields of an earlier run, which a start
+// clears. Skipping the clearing for fresh jobs spares Redis a dozen field scans per node.
 func ranBefore(j *model.Job) bool {
 	return j.Error != "" || j.ExitCode != 0 || j.Worker != "" || j.StartedAt != 0 || j.FinishedAt != 0 ||
 		j.StartedAtMs != 0 || j.FinishedAtMs != 0 || j.StartedAtUs != 0 || j.FinishedAtUs != 0 || j.DispatchedMs != 0 || j.Attempt != 0 || j.StopAsked || j.Fatal

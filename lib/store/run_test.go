@@ -63,17 +63,19 @@ func enqueueJobs(t *testing.T, db *store.DB, q string, jobs []*model.Job) {
 	}
 }
 
-// A start clears what an earlier run left in a job (a job that ran in another flow),
-// and leaves a fresh job's fields alone.
+// A start clears what an earlier run or end left in a job (a job that ran in another
+// flow, one that ended without a run), and leaves a fresh job's fields alone.
 func TestStartFlowClearsAnEarlierRun(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
 	db := mustCtx(t, s, 19)
 	rc := srv.Client(t, 19)
-	_, jobs := flowWithSetup(t, s, db, 2, func(ids []uint32) {
+	_, jobs := flowWithSetup(t, s, db, 3, func(ids []uint32) {
 		// the first job ran before (in another flow)
 		rc.HSet(ctx, keys.Job(1, ids[0]), "status", "error", "error", "boom", "exit_code", 3, "worker", "w1", "started_at", 5, "started_at_ms", 5000,
 			"started_at_us", 5000000, "finished_at_us", 6000000, "finished_at", 6, "finished_at_ms", 6000, "dispatched_at_ms", 4000, "attempt", 2, "stop_requested", 1, "fatal", 1)
+		// the second ended without a run: its request could not be delivered
+		rc.HSet(ctx, keys.Job(1, ids[1]), "status", "error", "error", "no runner", "fatal", 1, "finished_at", 6, "finished_at_ms", 6000)
 	})
 	for _, j := range jobs {
 		id := j.ID
@@ -86,6 +88,41 @@ func TestStartFlowClearsAnEarlierRun(t *testing.T) {
 		if h["status"] != string(model.JobDispatched) || h["result"] != "{}" || h["script"] != "true" {
 			t.Fatalf("job %d after the start: %v", id, h)
 		}
+	}
+}
+
+// LoadStartJobs reads what a start needs of each job and names a job that does not
+// exist.
+func TestLoadStartJobs(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 26)
+	var ids []uint32
+	for i := 0; i < 2; i++ {
+		j := &model.Job{CallerID: 1, ContextID: 26, Script: "true", ScriptType: "sh"}
+		if i > 0 {
+			j.Dependends = []uint32{ids[0]}
+		}
+		got, _, err := s.CreateJob(ctx, j, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, got.ID)
+	}
+	srv.Client(t, 26).HSet(ctx, keys.Job(1, ids[1]), "runner_id", 7, "attempt", 2)
+	got, err := db.LoadStartJobs(ctx, 1, ids)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("%v %v", got, err)
+	}
+	a, b := got[0], got[1]
+	if a.ID != ids[0] || a.CallerID != 1 || a.ContextID != 26 || a.ScriptType != "sh" || len(a.Dependends) != 0 || a.Attempt != 0 {
+		t.Fatalf("first job: %+v", a)
+	}
+	if b.ID != ids[1] || len(b.Dependends) != 1 || b.Dependends[0] != ids[0] || b.RunnerID != 7 || b.Attempt != 2 {
+		t.Fatalf("second job: %+v", b)
+	}
+	if _, err := db.LoadStartJobs(ctx, 1, []uint32{ids[0], 999999}); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "999999") {
+		t.Fatalf("a missing job: %v", err)
 	}
 }
 

@@ -113,7 +113,7 @@ func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 	case f.Status == model.FlowFinished, f.Status == model.FlowError:
 		return nil, fmt.Errorf("%w: flow %d is %s", errAlreadyEnded, flowID, f.Status)
 	}
-	jobs, err := db.LoadJobs(ctx, f.CallerID, f.Jobs)
+	jobs, err := db.LoadStartJobs(ctx, f.CallerID, f.Jobs)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, &store.PlanError{Msg: fmt.Sprintf("flow %d: %v", flowID, err)}

@@ -10,12 +10,13 @@ import (
 )
 
 // StartFlow loads a created flow's jobs, plans its DAG and starts it, as the
-// scheduler does, without dispatching anything. It returns the jobs as loaded and the
+// scheduler does, without dispatching anything. It returns the jobs as loaded (what a
+// start reads of them: store's LoadStartJobs) and the
 // ids of the nodes ready at the start; it fails the test if the flow does not start.
 func StartFlow(t testing.TB, db *store.DB, f *model.Flow) ([]*model.Job, []uint32) {
 	t.Helper()
 	ctx := context.Background()
-	jobs, err := db.LoadJobs(ctx, f.CallerID, f.Jobs)
+	jobs, err := db.LoadStartJobs(ctx, f.CallerID, f.Jobs)
 	if err != nil {
 		t.Fatal(err)
 	}
