@@ -198,7 +198,7 @@ func loadJob2(b *testing.B, c *harness.Client, id uint32) harness.Job {
 
 func handlerBenchStack(b *testing.B) (*harness.Stack, *harness.Client) {
 	goExec := filepath.Join(binDir, harness.ExampleExecutor)
-	pool := "size=2;inflight=128;pipeline=8"
+	pool := "size=2;inflight=128;pipeline=32"
 	if p := os.Getenv("HERO_BENCH_EXECUTOR_POOL"); p != "" {
 		pool = p
 	}
