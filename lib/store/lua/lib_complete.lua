@@ -4,8 +4,9 @@
 --     id, attempt, status, err, fatal, retries, backoff, result, finished_ms), in the
 --     context's DB: applies the end of job id (attempt, status, error, fatal, retries:
 --     -1 the job's own, backoff in ms; result and finished_ms: the job's result and end
---     time when the caller has just written them, nil: read from the job) to its flow's DAG (dag, fk: flow:<flow>, rk: coord:flowres:<flow>,
---     ek: coord:events): the node completes (its result into the flow's result map, its
+--     time when the caller has just written them, nil: read from the job) to its
+--     flow's DAG (dag, fk: flow:<flow>, rk: coord:flowres:<flow>, ek: coord:events):
+--     the node completes (its result into the flow's result map, its
 --     dependents whose dependencies are all done get ready), or fails (a retry is
 --     scheduled while attempts are left, else the node fails, its job goes to the DLQ
 --     and its transitive dependents that have not run are cancelled). The flow ends
