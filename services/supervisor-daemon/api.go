@@ -752,20 +752,90 @@ func (s *service) checkJobCreate(ctx context.Context, p Principal, in jobCreateP
 	return j, nil
 }
 
-// jobCreateBatch answers the consecutive job.create requests of a JSON-RPC batch:
-// each is decoded, checked and answered on its own (one bad request gets its own error,
-// the others are stored), the checks read what they need once (createChecks), and the
-// jobs are stored in one round trip per context, in the requests' order.
-func (s *service) jobCreateBatch(ctx context.Context, p Principal, raws []json.RawMessage) []batchAnswer {
-	out := make([]batchAnswer, len(raws))
+// maxCreateBatch bounds the jobs of one job.create_batch (CreateJobs) call.
+const maxCreateBatch = 1000
+
+type jobCreateManyParams struct {
+	ContextID uint32   `json:"context_id"`
+	Jobs      []*jobIn `json:"jobs"`
+}
+
+// createdItem is one job of a job.create_batch, in the request's order: the job as
+// stored (created, or found with the same content), or why it was refused.
+type createdItem struct {
+	Job   *model.Job `json:"job,omitempty"`
+	Error *itemError `json:"error,omitempty"`
+}
+
+// itemError is why one item of a batch was refused: the JSON-RPC error its call alone
+// would have got (code, message, data), and the gRPC code name of it.
+type itemError struct {
+	Code     int            `json:"code"`
+	Message  string         `json:"message"`
+	Data     map[string]any `json:"data,omitempty"`
+	GRPCCode string         `json:"-"`
+}
+
+func newItemError(err error) *itemError {
+	ae := toAPIError(err)
+	return &itemError{Code: ae.Code, Message: ae.Msg, Data: ae.Data, GRPCCode: grpcCode(ae.Code).String()}
+}
+
+// jobCreateMany creates up to maxCreateBatch jobs of one context in one call, as a
+// JSON-RPC batch of job.create requests would (jobCreateBatch): each job on its own.
+// The call fails as a whole only when it is malformed or the caller may not create
+// jobs in the context.
+func (s *service) jobCreateMany(ctx context.Context, p Principal, in jobCreateManyParams) (*createBatchResult, error) {
+	return s.createMany(ctx, p, in, nil)
+}
+
+// createMany is jobCreateMany with the items the transport refused already (refused[i]
+// not nil: item i's error; nil: none).
+func (s *service) createMany(ctx context.Context, p Principal, in jobCreateManyParams, refused []error) (*createBatchResult, error) {
+	if len(in.Jobs) == 0 {
+		return nil, invalidParams("jobs", "jobs is empty; give 1 to %d jobs", maxCreateBatch)
+	}
+	if len(in.Jobs) > maxCreateBatch {
+		return nil, invalidParams("jobs", "%d jobs in one call; at most %d", len(in.Jobs), maxCreateBatch)
+	}
+	if _, _, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "job.create_batch"); err != nil {
+		return nil, err
+	}
+	reqs := make([]jobCreateParams, len(in.Jobs))
+	for i, j := range in.Jobs {
+		reqs[i] = jobCreateParams{ContextID: in.ContextID, Job: j}
+	}
+	answers := make([]batchAnswer, len(reqs))
+	for i, err := range refused {
+		answers[i].err = err
+	}
+	s.createJobs(ctx, p, reqs, answers)
+	out := &createBatchResult{Items: make([]createdItem, len(reqs))}
+	for i, a := range answers {
+		if a.err != nil {
+			out.Items[i].Error = newItemError(a.err)
+			continue
+		}
+		out.Items[i].Job, _ = a.result.(*model.Job)
+	}
+	return out, nil
+}
+
+type createBatchResult struct {
+	Items []createdItem `json:"items"`
+}
+
+// createJobs checks and stores the jobs of job.create requests, each on its own (one
+// bad request gets its own error in out, the others are stored; a request whose out
+// holds an error already is skipped), reading what the checks need once
+// (createChecks), in one round trip per context, in the requests' order.
+func (s *service) createJobs(ctx context.Context, p Principal, reqs []jobCreateParams, out []batchAnswer) {
 	cc := newCreateChecks()
 	tp := traceparentOf(ctx)
 	var jobs []*model.Job
 	var at []int
-	for i, raw := range raws {
-		var in jobCreateParams
-		if err := decodeParams(raw, &in); err != nil {
-			out[i].err = err
+	for i, in := range reqs {
+		if out[i].err != nil {
 			continue
 		}
 		j, err := s.checkJobCreate(ctx, p, in, cc)
@@ -779,11 +849,24 @@ func (s *service) jobCreateBatch(ctx context.Context, p Principal, raws []json.R
 		jobs, at = append(jobs, j), append(at, i)
 	}
 	if len(jobs) == 0 {
-		return out
+		return
 	}
 	for k, r := range s.store.CreateJobs(ctx, jobs, p.Name()) {
 		out[at[k]] = batchAnswer{result: r.Job, err: r.Err}
 	}
+}
+
+// jobCreateBatch answers the consecutive job.create requests of a JSON-RPC batch:
+// each is decoded, checked and answered on its own (one bad request gets its own error,
+// the others are stored), the checks read what they need once (createChecks), and the
+// jobs are stored in one round trip per context, in the requests' order.
+func (s *service) jobCreateBatch(ctx context.Context, p Principal, raws []json.RawMessage) []batchAnswer {
+	out := make([]batchAnswer, len(raws))
+	reqs := make([]jobCreateParams, len(raws))
+	for i, raw := range raws {
+		out[i].err = decodeParams(raw, &reqs[i])
+	}
+	s.createJobs(ctx, p, reqs, out)
 	return out
 }
 

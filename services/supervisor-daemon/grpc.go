@@ -357,6 +357,30 @@ func (c *coordinatorServer) CreateJob(ctx context.Context, r *herov1.CreateJobRe
 	})
 }
 
+func (c *coordinatorServer) CreateJobs(ctx context.Context, r *herov1.CreateJobsRequest) (*herov1.CreateJobsResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateJobsResponse, error) {
+		in := jobCreateManyParams{ContextID: r.ContextId, Jobs: make([]*jobIn, len(r.Jobs))}
+		refused := make([]error, len(r.Jobs))
+		for i, j := range r.Jobs {
+			refused[i] = checkRetries(j)
+			in.Jobs[i] = jobInFromPB(j)
+		}
+		x, err := c.s.createMany(ctx, p, in, refused)
+		if err != nil {
+			return nil, err
+		}
+		out := &herov1.CreateJobsResponse{Items: make([]*herov1.CreateJobsItem, len(x.Items))}
+		for i, it := range x.Items {
+			out.Items[i] = &herov1.CreateJobsItem{Job: protoconv.JobToPB(it.Job)}
+			if e := it.Error; e != nil {
+				field, _ := e.Data["field"].(string)
+				out.Items[i].Error = &herov1.ItemError{Code: e.GRPCCode, Message: e.Message, Field: field}
+			}
+		}
+		return out, nil
+	})
+}
+
 func (c *coordinatorServer) GetJob(ctx context.Context, r *herov1.GetJobRequest) (*herov1.GetJobResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.GetJobResponse, error) {
 		x, err := c.s.jobLoad(ctx, p, jobRefParams{ContextID: r.ContextId, CallerID: r.CallerId, ID: r.Id})

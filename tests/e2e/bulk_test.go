@@ -8,10 +8,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
@@ -158,5 +162,95 @@ func TestJobCreateBatch(t *testing.T) {
 	t.Logf("a batch of 200 job.create: %d SELECTs (round trips) in Redis meanwhile", n)
 	if n > 100 {
 		t.Errorf("a batch of 200 job.create cost %d round trips (SELECTs), want a few", n)
+	}
+}
+
+// TestJobCreateBatchCall: job.create_batch (gRPC CreateJobs) creates a list of jobs of
+// one context in one call, each on its own as a JSON-RPC batch of job.create does: an
+// item is the job as stored, or the error its call alone would have got (a bad job
+// stores nothing; a job created again with the same content is found); the call as a
+// whole fails only when it is malformed or the caller may not create jobs there.
+func TestJobCreateBatchCall(t *testing.T) {
+	_, c := newStack(t, harness.StackOptions{})
+	sh := func(id uint32, script string) map[string]any {
+		return map[string]any{"id": id, "script": script, "script_type": "sh"}
+	}
+	var res struct {
+		Items []struct {
+			Job   *harness.Job `json:"job"`
+			Error *struct {
+				Code    int            `json:"code"`
+				Message string         `json:"message"`
+				Data    map[string]any `json:"data"`
+			} `json:"error"`
+		} `json:"items"`
+	}
+	c.MustCall(t, "job.create_batch", map[string]any{"context_id": ctx1, "jobs": []any{
+		sh(201, "true"),
+		map[string]any{"id": 202, "script": "true", "script_type": "cobol"},
+		sh(201, "true"),  // the same job again: found
+		sh(201, "false"), // the same id, other content
+		sh(203, "echo 3"),
+	}}, &res)
+	if len(res.Items) != 5 {
+		t.Fatalf("%d items for 5 jobs: %+v", len(res.Items), res)
+	}
+	for i, want := range []string{"", "script_type", "", "script", ""} {
+		it := res.Items[i]
+		switch {
+		case want == "" && (it.Error != nil || it.Job == nil):
+			t.Errorf("item %d: %+v", i, it.Error)
+		case want != "" && (it.Error == nil || it.Job != nil || !strings.Contains(it.Error.Message, want)):
+			t.Errorf("item %d: got %+v, want an error naming %q", i, it.Error, want)
+		}
+	}
+	if j := res.Items[4].Job; j == nil || j.ID != 203 || j.Status != "dispatched" {
+		t.Fatalf("item 4: %+v", res.Items[4].Job)
+	}
+	if e := res.Items[1].Error; e == nil || e.Code != -32602 || e.Data["field"] == nil {
+		t.Fatalf("item 1's error %+v: want invalid params (-32602) naming its field", e)
+	}
+	rdb := redisSrv.Client(t, int(ctx1))
+	bg := context.Background()
+	for id, stored := range map[uint32]bool{201: true, 202: false, 203: true} {
+		if n := rdb.Exists(bg, keys.Job(1, id)).Val(); (n == 1) != stored {
+			t.Errorf("job 1:%d stored: %v, want %v", id, n == 1, stored)
+		}
+	}
+	if v := rdb.HGet(bg, keys.Job(1, 201), "script").Val(); v != "true" {
+		t.Errorf("job 201's script %q: the conflicting create changed it", v)
+	}
+	if err := c.Call("job.create_batch", map[string]any{"context_id": ctx1, "jobs": []any{}}, nil); err == nil || !strings.Contains(err.Error(), "jobs") {
+		t.Errorf("an empty list: %v, want invalid params naming jobs", err)
+	}
+
+	// gRPC: the same, an item's error as its code name.
+	cc, err := c.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cc.Close() }()
+	api := herov1.NewCoordinatorClient(cc)
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	out, err := api.CreateJobs(ctx, &herov1.CreateJobsRequest{ContextId: ctx1, Jobs: []*herov1.Job{
+		{Id: 204, Script: "true", ScriptType: "sh"},
+		{Id: 205, Script: "true", ScriptType: "sh", Retries: 300},
+		{Id: 201, Script: "true", ScriptType: "sh"},
+	}})
+	if err != nil || len(out.Items) != 3 {
+		t.Fatalf("CreateJobs: %v, %v", out, err)
+	}
+	if it := out.Items[0]; it.Job == nil || it.Job.Id != 204 || it.Error != nil {
+		t.Errorf("item 0: %v", it)
+	}
+	if it := out.Items[1]; it.Job != nil || it.Error == nil || it.Error.Code != "InvalidArgument" || it.Error.Field != "job.retries" {
+		t.Errorf("item 1 (retries 300): %v, want InvalidArgument naming job.retries", it)
+	}
+	if it := out.Items[2]; it.Job == nil || it.Job.Id != 201 || it.Job.Script != "true" {
+		t.Errorf("item 2 (found): %v", it)
+	}
+	if _, err := api.CreateJobs(ctx, &herov1.CreateJobsRequest{ContextId: 7, Jobs: []*herov1.Job{{Id: 1, Script: "true", ScriptType: "sh"}}}); status.Code(err) == codes.OK {
+		t.Errorf("CreateJobs in a context that does not exist succeeded")
 	}
 }

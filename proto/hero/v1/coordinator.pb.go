@@ -1454,6 +1454,219 @@ func (x *CreateJobResponse) GetJob() *Job {
 	return nil
 }
 
+type CreateJobsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	Jobs          []*Job                 `protobuf:"bytes,2,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJobsRequest) Reset() {
+	*x = CreateJobsRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJobsRequest) ProtoMessage() {}
+
+func (x *CreateJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJobsRequest.ProtoReflect.Descriptor instead.
+func (*CreateJobsRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CreateJobsRequest) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+func (x *CreateJobsRequest) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+// One job of CreateJobs, in the request's order: the job as stored (created, or found
+// with the same content), or why it was refused.
+type CreateJobsItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Error         *ItemError             `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJobsItem) Reset() {
+	*x = CreateJobsItem{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJobsItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJobsItem) ProtoMessage() {}
+
+func (x *CreateJobsItem) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJobsItem.ProtoReflect.Descriptor instead.
+func (*CreateJobsItem) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *CreateJobsItem) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *CreateJobsItem) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type CreateJobsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*CreateJobsItem      `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJobsResponse) Reset() {
+	*x = CreateJobsResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJobsResponse) ProtoMessage() {}
+
+func (x *CreateJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJobsResponse.ProtoReflect.Descriptor instead.
+func (*CreateJobsResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CreateJobsResponse) GetItems() []*CreateJobsItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// ItemError is why one item of a batch was refused: its gRPC code name (as a call's
+// status would carry it: InvalidArgument, NotFound, FailedPrecondition, …), the
+// message, and the field it names when it names one.
+type ItemError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Field         string                 `protobuf:"bytes,3,opt,name=field,proto3" json:"field,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ItemError) Reset() {
+	*x = ItemError{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ItemError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ItemError) ProtoMessage() {}
+
+func (x *ItemError) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
+func (*ItemError) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ItemError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *ItemError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ItemError) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
 type GetJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
@@ -1465,7 +1678,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1690,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1703,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetJobRequest) GetContextId() uint32 {
@@ -1523,7 +1736,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1748,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1761,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1570,7 +1783,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1795,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1808,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListJobsRequest) GetContextId() uint32 {
@@ -1636,7 +1849,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1861,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1874,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1689,7 +1902,7 @@ type RunJobRequest struct {
 
 func (x *RunJobRequest) Reset() {
 	*x = RunJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1914,7 @@ func (x *RunJobRequest) String() string {
 func (*RunJobRequest) ProtoMessage() {}
 
 func (x *RunJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1927,7 @@ func (x *RunJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJobRequest.ProtoReflect.Descriptor instead.
 func (*RunJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RunJobRequest) GetContextId() uint32 {
@@ -1747,7 +1960,7 @@ type RunJobResponse struct {
 
 func (x *RunJobResponse) Reset() {
 	*x = RunJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1972,7 @@ func (x *RunJobResponse) String() string {
 func (*RunJobResponse) ProtoMessage() {}
 
 func (x *RunJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1985,7 @@ func (x *RunJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJobResponse.ProtoReflect.Descriptor instead.
 func (*RunJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RunJobResponse) GetJob() *Job {
@@ -1796,7 +2009,7 @@ type SubmitJobRequest struct {
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +2021,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +2034,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SubmitJobRequest) GetContextId() uint32 {
@@ -1862,7 +2075,7 @@ type SubmitJobResponse struct {
 
 func (x *SubmitJobResponse) Reset() {
 	*x = SubmitJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +2087,7 @@ func (x *SubmitJobResponse) String() string {
 func (*SubmitJobResponse) ProtoMessage() {}
 
 func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +2100,7 @@ func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SubmitJobResponse) GetJob() *Job {
@@ -1915,7 +2128,7 @@ type SubmitJobItem struct {
 
 func (x *SubmitJobItem) Reset() {
 	*x = SubmitJobItem{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2140,7 @@ func (x *SubmitJobItem) String() string {
 func (*SubmitJobItem) ProtoMessage() {}
 
 func (x *SubmitJobItem) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2153,7 @@ func (x *SubmitJobItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobItem.ProtoReflect.Descriptor instead.
 func (*SubmitJobItem) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SubmitJobItem) GetJob() *Job {
@@ -1974,7 +2187,7 @@ type SubmitJobsRequest struct {
 
 func (x *SubmitJobsRequest) Reset() {
 	*x = SubmitJobsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2199,7 @@ func (x *SubmitJobsRequest) String() string {
 func (*SubmitJobsRequest) ProtoMessage() {}
 
 func (x *SubmitJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2212,7 @@ func (x *SubmitJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobsRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SubmitJobsRequest) GetContextId() uint32 {
@@ -2025,7 +2238,7 @@ type SubmitJobsResponse struct {
 
 func (x *SubmitJobsResponse) Reset() {
 	*x = SubmitJobsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2250,7 @@ func (x *SubmitJobsResponse) String() string {
 func (*SubmitJobsResponse) ProtoMessage() {}
 
 func (x *SubmitJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2263,7 @@ func (x *SubmitJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobsResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SubmitJobsResponse) GetItems() []*SubmitJobResponse {
@@ -2071,7 +2284,7 @@ type StopJobRequest struct {
 
 func (x *StopJobRequest) Reset() {
 	*x = StopJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2296,7 @@ func (x *StopJobRequest) String() string {
 func (*StopJobRequest) ProtoMessage() {}
 
 func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2309,7 @@ func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobRequest.ProtoReflect.Descriptor instead.
 func (*StopJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StopJobRequest) GetContextId() uint32 {
@@ -2129,7 +2342,7 @@ type StopJobResponse struct {
 
 func (x *StopJobResponse) Reset() {
 	*x = StopJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2354,7 @@ func (x *StopJobResponse) String() string {
 func (*StopJobResponse) ProtoMessage() {}
 
 func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2367,7 @@ func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobResponse.ProtoReflect.Descriptor instead.
 func (*StopJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StopJobResponse) GetJob() *Job {
@@ -2176,7 +2389,7 @@ type GetJobLogsRequest struct {
 
 func (x *GetJobLogsRequest) Reset() {
 	*x = GetJobLogsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2401,7 @@ func (x *GetJobLogsRequest) String() string {
 func (*GetJobLogsRequest) ProtoMessage() {}
 
 func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2414,7 @@ func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{42}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetJobLogsRequest) GetContextId() uint32 {
@@ -2243,7 +2456,7 @@ type GetJobLogsResponse struct {
 
 func (x *GetJobLogsResponse) Reset() {
 	*x = GetJobLogsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2468,7 @@ func (x *GetJobLogsResponse) String() string {
 func (*GetJobLogsResponse) ProtoMessage() {}
 
 func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2481,7 @@ func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{43}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetJobLogsResponse) GetLogs() string {
@@ -2302,7 +2515,7 @@ type CreateFlowRequest struct {
 
 func (x *CreateFlowRequest) Reset() {
 	*x = CreateFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2527,7 @@ func (x *CreateFlowRequest) String() string {
 func (*CreateFlowRequest) ProtoMessage() {}
 
 func (x *CreateFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2540,7 @@ func (x *CreateFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFlowRequest.ProtoReflect.Descriptor instead.
 func (*CreateFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreateFlowRequest) GetContextId() uint32 {
@@ -2353,7 +2566,7 @@ type CreateFlowResponse struct {
 
 func (x *CreateFlowResponse) Reset() {
 	*x = CreateFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2578,7 @@ func (x *CreateFlowResponse) String() string {
 func (*CreateFlowResponse) ProtoMessage() {}
 
 func (x *CreateFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2591,7 @@ func (x *CreateFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFlowResponse.ProtoReflect.Descriptor instead.
 func (*CreateFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreateFlowResponse) GetFlow() *Flow {
@@ -2398,7 +2611,7 @@ type GetFlowRequest struct {
 
 func (x *GetFlowRequest) Reset() {
 	*x = GetFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2623,7 @@ func (x *GetFlowRequest) String() string {
 func (*GetFlowRequest) ProtoMessage() {}
 
 func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2636,7 @@ func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetFlowRequest) GetContextId() uint32 {
@@ -2449,7 +2662,7 @@ type GetFlowResponse struct {
 
 func (x *GetFlowResponse) Reset() {
 	*x = GetFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2674,7 @@ func (x *GetFlowResponse) String() string {
 func (*GetFlowResponse) ProtoMessage() {}
 
 func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2687,7 @@ func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetFlowResponse) GetFlow() *Flow {
@@ -2495,7 +2708,7 @@ type WaitFlowRequest struct {
 
 func (x *WaitFlowRequest) Reset() {
 	*x = WaitFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2720,7 @@ func (x *WaitFlowRequest) String() string {
 func (*WaitFlowRequest) ProtoMessage() {}
 
 func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2733,7 @@ func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowRequest.ProtoReflect.Descriptor instead.
 func (*WaitFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WaitFlowRequest) GetContextId() uint32 {
@@ -2553,7 +2766,7 @@ type WaitFlowResponse struct {
 
 func (x *WaitFlowResponse) Reset() {
 	*x = WaitFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2778,7 @@ func (x *WaitFlowResponse) String() string {
 func (*WaitFlowResponse) ProtoMessage() {}
 
 func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2791,7 @@ func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowResponse.ProtoReflect.Descriptor instead.
 func (*WaitFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WaitFlowResponse) GetFlow() *Flow {
@@ -2600,7 +2813,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2612,7 +2825,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2625,7 +2838,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListFlowsRequest) GetContextId() uint32 {
@@ -2666,7 +2879,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2891,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2904,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -2718,7 +2931,7 @@ type StartFlowRequest struct {
 
 func (x *StartFlowRequest) Reset() {
 	*x = StartFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2943,7 @@ func (x *StartFlowRequest) String() string {
 func (*StartFlowRequest) ProtoMessage() {}
 
 func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2956,7 @@ func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowRequest.ProtoReflect.Descriptor instead.
 func (*StartFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StartFlowRequest) GetContextId() uint32 {
@@ -2769,7 +2982,7 @@ type StartFlowResponse struct {
 
 func (x *StartFlowResponse) Reset() {
 	*x = StartFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2994,7 @@ func (x *StartFlowResponse) String() string {
 func (*StartFlowResponse) ProtoMessage() {}
 
 func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +3007,7 @@ func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowResponse.ProtoReflect.Descriptor instead.
 func (*StartFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *StartFlowResponse) GetFlow() *Flow {
@@ -2814,7 +3027,7 @@ type GetFlowDagRequest struct {
 
 func (x *GetFlowDagRequest) Reset() {
 	*x = GetFlowDagRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +3039,7 @@ func (x *GetFlowDagRequest) String() string {
 func (*GetFlowDagRequest) ProtoMessage() {}
 
 func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +3052,7 @@ func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowDagRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetFlowDagRequest) GetContextId() uint32 {
@@ -2866,7 +3079,7 @@ type GetFlowDagResponse struct {
 
 func (x *GetFlowDagResponse) Reset() {
 	*x = GetFlowDagResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3091,7 @@ func (x *GetFlowDagResponse) String() string {
 func (*GetFlowDagResponse) ProtoMessage() {}
 
 func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3104,7 @@ func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowDagResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetFlowDagResponse) GetFlow() *Flow {
@@ -2918,7 +3131,7 @@ type CancelFlowRequest struct {
 
 func (x *CancelFlowRequest) Reset() {
 	*x = CancelFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3143,7 @@ func (x *CancelFlowRequest) String() string {
 func (*CancelFlowRequest) ProtoMessage() {}
 
 func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3156,7 @@ func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowRequest.ProtoReflect.Descriptor instead.
 func (*CancelFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CancelFlowRequest) GetContextId() uint32 {
@@ -2969,7 +3182,7 @@ type CancelFlowResponse struct {
 
 func (x *CancelFlowResponse) Reset() {
 	*x = CancelFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3194,7 @@ func (x *CancelFlowResponse) String() string {
 func (*CancelFlowResponse) ProtoMessage() {}
 
 func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3207,7 @@ func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowResponse.ProtoReflect.Descriptor instead.
 func (*CancelFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CancelFlowResponse) GetFlow() *Flow {
@@ -3014,7 +3227,7 @@ type RetryFlowRequest struct {
 
 func (x *RetryFlowRequest) Reset() {
 	*x = RetryFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3239,7 @@ func (x *RetryFlowRequest) String() string {
 func (*RetryFlowRequest) ProtoMessage() {}
 
 func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3252,7 @@ func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowRequest.ProtoReflect.Descriptor instead.
 func (*RetryFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RetryFlowRequest) GetContextId() uint32 {
@@ -3065,7 +3278,7 @@ type RetryFlowResponse struct {
 
 func (x *RetryFlowResponse) Reset() {
 	*x = RetryFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3077,7 +3290,7 @@ func (x *RetryFlowResponse) String() string {
 func (*RetryFlowResponse) ProtoMessage() {}
 
 func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3090,7 +3303,7 @@ func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowResponse.ProtoReflect.Descriptor instead.
 func (*RetryFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RetryFlowResponse) GetFlow() *Flow {
@@ -3116,7 +3329,7 @@ type DLQEntry struct {
 
 func (x *DLQEntry) Reset() {
 	*x = DLQEntry{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3341,7 @@ func (x *DLQEntry) String() string {
 func (*DLQEntry) ProtoMessage() {}
 
 func (x *DLQEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3354,7 @@ func (x *DLQEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DLQEntry.ProtoReflect.Descriptor instead.
 func (*DLQEntry) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DLQEntry) GetCallerId() uint32 {
@@ -3211,7 +3424,7 @@ type ListDLQRequest struct {
 
 func (x *ListDLQRequest) Reset() {
 	*x = ListDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3223,7 +3436,7 @@ func (x *ListDLQRequest) String() string {
 func (*ListDLQRequest) ProtoMessage() {}
 
 func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3236,7 +3449,7 @@ func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQRequest.ProtoReflect.Descriptor instead.
 func (*ListDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListDLQRequest) GetContextId() uint32 {
@@ -3270,7 +3483,7 @@ type ListDLQResponse struct {
 
 func (x *ListDLQResponse) Reset() {
 	*x = ListDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3282,7 +3495,7 @@ func (x *ListDLQResponse) String() string {
 func (*ListDLQResponse) ProtoMessage() {}
 
 func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3295,7 +3508,7 @@ func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQResponse.ProtoReflect.Descriptor instead.
 func (*ListDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListDLQResponse) GetEntries() []*DLQEntry {
@@ -3323,7 +3536,7 @@ type ShowDLQRequest struct {
 
 func (x *ShowDLQRequest) Reset() {
 	*x = ShowDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3548,7 @@ func (x *ShowDLQRequest) String() string {
 func (*ShowDLQRequest) ProtoMessage() {}
 
 func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3561,7 @@ func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQRequest.ProtoReflect.Descriptor instead.
 func (*ShowDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ShowDLQRequest) GetContextId() uint32 {
@@ -3382,7 +3595,7 @@ type ShowDLQResponse struct {
 
 func (x *ShowDLQResponse) Reset() {
 	*x = ShowDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3394,7 +3607,7 @@ func (x *ShowDLQResponse) String() string {
 func (*ShowDLQResponse) ProtoMessage() {}
 
 func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3407,7 +3620,7 @@ func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQResponse.ProtoReflect.Descriptor instead.
 func (*ShowDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ShowDLQResponse) GetEntry() *DLQEntry {
@@ -3435,7 +3648,7 @@ type RequeueDLQRequest struct {
 
 func (x *RequeueDLQRequest) Reset() {
 	*x = RequeueDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3447,7 +3660,7 @@ func (x *RequeueDLQRequest) String() string {
 func (*RequeueDLQRequest) ProtoMessage() {}
 
 func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3460,7 +3673,7 @@ func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RequeueDLQRequest) GetContextId() uint32 {
@@ -3493,7 +3706,7 @@ type RequeueDLQResponse struct {
 
 func (x *RequeueDLQResponse) Reset() {
 	*x = RequeueDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3505,7 +3718,7 @@ func (x *RequeueDLQResponse) String() string {
 func (*RequeueDLQResponse) ProtoMessage() {}
 
 func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3731,7 @@ func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RequeueDLQResponse) GetJob() *Job {
@@ -3539,7 +3752,7 @@ type PurgeDLQRequest struct {
 
 func (x *PurgeDLQRequest) Reset() {
 	*x = PurgeDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3764,7 @@ func (x *PurgeDLQRequest) String() string {
 func (*PurgeDLQRequest) ProtoMessage() {}
 
 func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3777,7 @@ func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *PurgeDLQRequest) GetContextId() uint32 {
@@ -3597,7 +3810,7 @@ type PurgeDLQResponse struct {
 
 func (x *PurgeDLQResponse) Reset() {
 	*x = PurgeDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3822,7 @@ func (x *PurgeDLQResponse) String() string {
 func (*PurgeDLQResponse) ProtoMessage() {}
 
 func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3835,7 @@ func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *PurgeDLQResponse) GetPurged() int64 {
@@ -3644,7 +3857,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +3869,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3669,7 +3882,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DeleteJobRequest) GetContextId() uint32 {
@@ -3711,7 +3924,7 @@ type DeleteFlowRequest struct {
 
 func (x *DeleteFlowRequest) Reset() {
 	*x = DeleteFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +3936,7 @@ func (x *DeleteFlowRequest) String() string {
 func (*DeleteFlowRequest) ProtoMessage() {}
 
 func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +3949,7 @@ func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFlowRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *DeleteFlowRequest) GetContextId() uint32 {
@@ -3771,7 +3984,7 @@ type DeleteRunnerRequest struct {
 
 func (x *DeleteRunnerRequest) Reset() {
 	*x = DeleteRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3783,7 +3996,7 @@ func (x *DeleteRunnerRequest) String() string {
 func (*DeleteRunnerRequest) ProtoMessage() {}
 
 func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3796,7 +4009,7 @@ func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunnerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DeleteRunnerRequest) GetContextId() uint32 {
@@ -3830,7 +4043,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3842,7 +4055,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3855,7 +4068,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *DeleteContextRequest) GetId() uint32 {
@@ -3881,7 +4094,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3893,7 +4106,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3906,7 +4119,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -3926,7 +4139,7 @@ type CreateMessageRequest struct {
 
 func (x *CreateMessageRequest) Reset() {
 	*x = CreateMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4151,7 @@ func (x *CreateMessageRequest) String() string {
 func (*CreateMessageRequest) ProtoMessage() {}
 
 func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4164,7 @@ func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageRequest.ProtoReflect.Descriptor instead.
 func (*CreateMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CreateMessageRequest) GetContextId() uint32 {
@@ -3977,7 +4190,7 @@ type CreateMessageResponse struct {
 
 func (x *CreateMessageResponse) Reset() {
 	*x = CreateMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3989,7 +4202,7 @@ func (x *CreateMessageResponse) String() string {
 func (*CreateMessageResponse) ProtoMessage() {}
 
 func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4002,7 +4215,7 @@ func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageResponse.ProtoReflect.Descriptor instead.
 func (*CreateMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *CreateMessageResponse) GetMessage() *Message {
@@ -4023,7 +4236,7 @@ type GetMessageRequest struct {
 
 func (x *GetMessageRequest) Reset() {
 	*x = GetMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4035,7 +4248,7 @@ func (x *GetMessageRequest) String() string {
 func (*GetMessageRequest) ProtoMessage() {}
 
 func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4048,7 +4261,7 @@ func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetMessageRequest) GetContextId() uint32 {
@@ -4081,7 +4294,7 @@ type GetMessageResponse struct {
 
 func (x *GetMessageResponse) Reset() {
 	*x = GetMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4093,7 +4306,7 @@ func (x *GetMessageResponse) String() string {
 func (*GetMessageResponse) ProtoMessage() {}
 
 func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4106,7 +4319,7 @@ func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageResponse.ProtoReflect.Descriptor instead.
 func (*GetMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{77}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *GetMessageResponse) GetMessage() *Message {
@@ -4130,7 +4343,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4142,7 +4355,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4155,7 +4368,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{78}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *WatchRequest) GetContextId() uint32 {
@@ -4195,7 +4408,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4207,7 +4420,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4220,7 +4433,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{79}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -4242,7 +4455,7 @@ type ReadEventsRequest struct {
 
 func (x *ReadEventsRequest) Reset() {
 	*x = ReadEventsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4254,7 +4467,7 @@ func (x *ReadEventsRequest) String() string {
 func (*ReadEventsRequest) ProtoMessage() {}
 
 func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4267,7 +4480,7 @@ func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReadEventsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{80}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ReadEventsRequest) GetContextId() uint32 {
@@ -4308,7 +4521,7 @@ type ReadEventsResponse struct {
 
 func (x *ReadEventsResponse) Reset() {
 	*x = ReadEventsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4320,7 +4533,7 @@ func (x *ReadEventsResponse) String() string {
 func (*ReadEventsResponse) ProtoMessage() {}
 
 func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4333,7 +4546,7 @@ func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReadEventsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{81}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ReadEventsResponse) GetEvents() []*Event {
@@ -4439,7 +4652,20 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x1e\n" +
 	"\x03job\x18\x02 \x01(\v2\f.hero.v1.JobR\x03job\"3\n" +
 	"\x11CreateJobResponse\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\"[\n" +
+	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\"T\n" +
+	"\x11CreateJobsRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\rR\tcontextId\x12 \n" +
+	"\x04jobs\x18\x02 \x03(\v2\f.hero.v1.JobR\x04jobs\"Z\n" +
+	"\x0eCreateJobsItem\x12\x1e\n" +
+	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\x12(\n" +
+	"\x05error\x18\x02 \x01(\v2\x12.hero.v1.ItemErrorR\x05error\"C\n" +
+	"\x12CreateJobsResponse\x12-\n" +
+	"\x05items\x18\x01 \x03(\v2\x17.hero.v1.CreateJobsItemR\x05items\"O\n" +
+	"\tItemError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"[\n" +
 	"\rGetJobRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x1b\n" +
@@ -4648,7 +4874,7 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\aflow_id\x18\x04 \x01(\rR\x06flowId\"`\n" +
 	"\x12ReadEventsResponse\x12&\n" +
 	"\x06events\x18\x01 \x03(\v2\x0e.hero.v1.EventR\x06events\x12\"\n" +
-	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xab\x16\n" +
+	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xf2\x16\n" +
 	"\vCoordinator\x12H\n" +
 	"\vCreateActor\x12\x1b.hero.v1.CreateActorRequest\x1a\x1c.hero.v1.CreateActorResponse\x12?\n" +
 	"\bGetActor\x12\x18.hero.v1.GetActorRequest\x1a\x19.hero.v1.GetActorResponse\x12H\n" +
@@ -4663,7 +4889,9 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\fCreateRunner\x12\x1c.hero.v1.CreateRunnerRequest\x1a\x1d.hero.v1.CreateRunnerResponse\x12B\n" +
 	"\tGetRunner\x12\x19.hero.v1.GetRunnerRequest\x1a\x1a.hero.v1.GetRunnerResponse\x12H\n" +
 	"\vListRunners\x12\x1b.hero.v1.ListRunnersRequest\x1a\x1c.hero.v1.ListRunnersResponse\x12B\n" +
-	"\tCreateJob\x12\x19.hero.v1.CreateJobRequest\x1a\x1a.hero.v1.CreateJobResponse\x129\n" +
+	"\tCreateJob\x12\x19.hero.v1.CreateJobRequest\x1a\x1a.hero.v1.CreateJobResponse\x12E\n" +
+	"\n" +
+	"CreateJobs\x12\x1a.hero.v1.CreateJobsRequest\x1a\x1b.hero.v1.CreateJobsResponse\x129\n" +
 	"\x06GetJob\x12\x16.hero.v1.GetJobRequest\x1a\x17.hero.v1.GetJobResponse\x12?\n" +
 	"\bListJobs\x12\x18.hero.v1.ListJobsRequest\x1a\x19.hero.v1.ListJobsResponse\x129\n" +
 	"\x06RunJob\x12\x16.hero.v1.RunJobRequest\x1a\x17.hero.v1.RunJobResponse\x12B\n" +
@@ -4713,7 +4941,7 @@ func file_hero_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_hero_v1_coordinator_proto_rawDescData
 }
 
-var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_hero_v1_coordinator_proto_goTypes = []any{
 	(*CreateActorRequest)(nil),           // 0: hero.v1.CreateActorRequest
 	(*CreateActorResponse)(nil),          // 1: hero.v1.CreateActorResponse
@@ -4744,207 +4972,217 @@ var file_hero_v1_coordinator_proto_goTypes = []any{
 	(*ListRunnersResponse)(nil),          // 26: hero.v1.ListRunnersResponse
 	(*CreateJobRequest)(nil),             // 27: hero.v1.CreateJobRequest
 	(*CreateJobResponse)(nil),            // 28: hero.v1.CreateJobResponse
-	(*GetJobRequest)(nil),                // 29: hero.v1.GetJobRequest
-	(*GetJobResponse)(nil),               // 30: hero.v1.GetJobResponse
-	(*ListJobsRequest)(nil),              // 31: hero.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),             // 32: hero.v1.ListJobsResponse
-	(*RunJobRequest)(nil),                // 33: hero.v1.RunJobRequest
-	(*RunJobResponse)(nil),               // 34: hero.v1.RunJobResponse
-	(*SubmitJobRequest)(nil),             // 35: hero.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),            // 36: hero.v1.SubmitJobResponse
-	(*SubmitJobItem)(nil),                // 37: hero.v1.SubmitJobItem
-	(*SubmitJobsRequest)(nil),            // 38: hero.v1.SubmitJobsRequest
-	(*SubmitJobsResponse)(nil),           // 39: hero.v1.SubmitJobsResponse
-	(*StopJobRequest)(nil),               // 40: hero.v1.StopJobRequest
-	(*StopJobResponse)(nil),              // 41: hero.v1.StopJobResponse
-	(*GetJobLogsRequest)(nil),            // 42: hero.v1.GetJobLogsRequest
-	(*GetJobLogsResponse)(nil),           // 43: hero.v1.GetJobLogsResponse
-	(*CreateFlowRequest)(nil),            // 44: hero.v1.CreateFlowRequest
-	(*CreateFlowResponse)(nil),           // 45: hero.v1.CreateFlowResponse
-	(*GetFlowRequest)(nil),               // 46: hero.v1.GetFlowRequest
-	(*GetFlowResponse)(nil),              // 47: hero.v1.GetFlowResponse
-	(*WaitFlowRequest)(nil),              // 48: hero.v1.WaitFlowRequest
-	(*WaitFlowResponse)(nil),             // 49: hero.v1.WaitFlowResponse
-	(*ListFlowsRequest)(nil),             // 50: hero.v1.ListFlowsRequest
-	(*ListFlowsResponse)(nil),            // 51: hero.v1.ListFlowsResponse
-	(*StartFlowRequest)(nil),             // 52: hero.v1.StartFlowRequest
-	(*StartFlowResponse)(nil),            // 53: hero.v1.StartFlowResponse
-	(*GetFlowDagRequest)(nil),            // 54: hero.v1.GetFlowDagRequest
-	(*GetFlowDagResponse)(nil),           // 55: hero.v1.GetFlowDagResponse
-	(*CancelFlowRequest)(nil),            // 56: hero.v1.CancelFlowRequest
-	(*CancelFlowResponse)(nil),           // 57: hero.v1.CancelFlowResponse
-	(*RetryFlowRequest)(nil),             // 58: hero.v1.RetryFlowRequest
-	(*RetryFlowResponse)(nil),            // 59: hero.v1.RetryFlowResponse
-	(*DLQEntry)(nil),                     // 60: hero.v1.DLQEntry
-	(*ListDLQRequest)(nil),               // 61: hero.v1.ListDLQRequest
-	(*ListDLQResponse)(nil),              // 62: hero.v1.ListDLQResponse
-	(*ShowDLQRequest)(nil),               // 63: hero.v1.ShowDLQRequest
-	(*ShowDLQResponse)(nil),              // 64: hero.v1.ShowDLQResponse
-	(*RequeueDLQRequest)(nil),            // 65: hero.v1.RequeueDLQRequest
-	(*RequeueDLQResponse)(nil),           // 66: hero.v1.RequeueDLQResponse
-	(*PurgeDLQRequest)(nil),              // 67: hero.v1.PurgeDLQRequest
-	(*PurgeDLQResponse)(nil),             // 68: hero.v1.PurgeDLQResponse
-	(*DeleteJobRequest)(nil),             // 69: hero.v1.DeleteJobRequest
-	(*DeleteFlowRequest)(nil),            // 70: hero.v1.DeleteFlowRequest
-	(*DeleteRunnerRequest)(nil),          // 71: hero.v1.DeleteRunnerRequest
-	(*DeleteContextRequest)(nil),         // 72: hero.v1.DeleteContextRequest
-	(*DeleteResponse)(nil),               // 73: hero.v1.DeleteResponse
-	(*CreateMessageRequest)(nil),         // 74: hero.v1.CreateMessageRequest
-	(*CreateMessageResponse)(nil),        // 75: hero.v1.CreateMessageResponse
-	(*GetMessageRequest)(nil),            // 76: hero.v1.GetMessageRequest
-	(*GetMessageResponse)(nil),           // 77: hero.v1.GetMessageResponse
-	(*WatchRequest)(nil),                 // 78: hero.v1.WatchRequest
-	(*WatchResponse)(nil),                // 79: hero.v1.WatchResponse
-	(*ReadEventsRequest)(nil),            // 80: hero.v1.ReadEventsRequest
-	(*ReadEventsResponse)(nil),           // 81: hero.v1.ReadEventsResponse
-	(*Actor)(nil),                        // 82: hero.v1.Actor
-	(*Context)(nil),                      // 83: hero.v1.Context
-	(*JobLimits)(nil),                    // 84: hero.v1.JobLimits
-	(*Runner)(nil),                       // 85: hero.v1.Runner
-	(*Job)(nil),                          // 86: hero.v1.Job
-	(*Flow)(nil),                         // 87: hero.v1.Flow
-	(*DagNode)(nil),                      // 88: hero.v1.DagNode
-	(*Message)(nil),                      // 89: hero.v1.Message
-	(*Event)(nil),                        // 90: hero.v1.Event
+	(*CreateJobsRequest)(nil),            // 29: hero.v1.CreateJobsRequest
+	(*CreateJobsItem)(nil),               // 30: hero.v1.CreateJobsItem
+	(*CreateJobsResponse)(nil),           // 31: hero.v1.CreateJobsResponse
+	(*ItemError)(nil),                    // 32: hero.v1.ItemError
+	(*GetJobRequest)(nil),                // 33: hero.v1.GetJobRequest
+	(*GetJobResponse)(nil),               // 34: hero.v1.GetJobResponse
+	(*ListJobsRequest)(nil),              // 35: hero.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),             // 36: hero.v1.ListJobsResponse
+	(*RunJobRequest)(nil),                // 37: hero.v1.RunJobRequest
+	(*RunJobResponse)(nil),               // 38: hero.v1.RunJobResponse
+	(*SubmitJobRequest)(nil),             // 39: hero.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),            // 40: hero.v1.SubmitJobResponse
+	(*SubmitJobItem)(nil),                // 41: hero.v1.SubmitJobItem
+	(*SubmitJobsRequest)(nil),            // 42: hero.v1.SubmitJobsRequest
+	(*SubmitJobsResponse)(nil),           // 43: hero.v1.SubmitJobsResponse
+	(*StopJobRequest)(nil),               // 44: hero.v1.StopJobRequest
+	(*StopJobResponse)(nil),              // 45: hero.v1.StopJobResponse
+	(*GetJobLogsRequest)(nil),            // 46: hero.v1.GetJobLogsRequest
+	(*GetJobLogsResponse)(nil),           // 47: hero.v1.GetJobLogsResponse
+	(*CreateFlowRequest)(nil),            // 48: hero.v1.CreateFlowRequest
+	(*CreateFlowResponse)(nil),           // 49: hero.v1.CreateFlowResponse
+	(*GetFlowRequest)(nil),               // 50: hero.v1.GetFlowRequest
+	(*GetFlowResponse)(nil),              // 51: hero.v1.GetFlowResponse
+	(*WaitFlowRequest)(nil),              // 52: hero.v1.WaitFlowRequest
+	(*WaitFlowResponse)(nil),             // 53: hero.v1.WaitFlowResponse
+	(*ListFlowsRequest)(nil),             // 54: hero.v1.ListFlowsRequest
+	(*ListFlowsResponse)(nil),            // 55: hero.v1.ListFlowsResponse
+	(*StartFlowRequest)(nil),             // 56: hero.v1.StartFlowRequest
+	(*StartFlowResponse)(nil),            // 57: hero.v1.StartFlowResponse
+	(*GetFlowDagRequest)(nil),            // 58: hero.v1.GetFlowDagRequest
+	(*GetFlowDagResponse)(nil),           // 59: hero.v1.GetFlowDagResponse
+	(*CancelFlowRequest)(nil),            // 60: hero.v1.CancelFlowRequest
+	(*CancelFlowResponse)(nil),           // 61: hero.v1.CancelFlowResponse
+	(*RetryFlowRequest)(nil),             // 62: hero.v1.RetryFlowRequest
+	(*RetryFlowResponse)(nil),            // 63: hero.v1.RetryFlowResponse
+	(*DLQEntry)(nil),                     // 64: hero.v1.DLQEntry
+	(*ListDLQRequest)(nil),               // 65: hero.v1.ListDLQRequest
+	(*ListDLQResponse)(nil),              // 66: hero.v1.ListDLQResponse
+	(*ShowDLQRequest)(nil),               // 67: hero.v1.ShowDLQRequest
+	(*ShowDLQResponse)(nil),              // 68: hero.v1.ShowDLQResponse
+	(*RequeueDLQRequest)(nil),            // 69: hero.v1.RequeueDLQRequest
+	(*RequeueDLQResponse)(nil),           // 70: hero.v1.RequeueDLQResponse
+	(*PurgeDLQRequest)(nil),              // 71: hero.v1.PurgeDLQRequest
+	(*PurgeDLQResponse)(nil),             // 72: hero.v1.PurgeDLQResponse
+	(*DeleteJobRequest)(nil),             // 73: hero.v1.DeleteJobRequest
+	(*DeleteFlowRequest)(nil),            // 74: hero.v1.DeleteFlowRequest
+	(*DeleteRunnerRequest)(nil),          // 75: hero.v1.DeleteRunnerRequest
+	(*DeleteContextRequest)(nil),         // 76: hero.v1.DeleteContextRequest
+	(*DeleteResponse)(nil),               // 77: hero.v1.DeleteResponse
+	(*CreateMessageRequest)(nil),         // 78: hero.v1.CreateMessageRequest
+	(*CreateMessageResponse)(nil),        // 79: hero.v1.CreateMessageResponse
+	(*GetMessageRequest)(nil),            // 80: hero.v1.GetMessageRequest
+	(*GetMessageResponse)(nil),           // 81: hero.v1.GetMessageResponse
+	(*WatchRequest)(nil),                 // 82: hero.v1.WatchRequest
+	(*WatchResponse)(nil),                // 83: hero.v1.WatchResponse
+	(*ReadEventsRequest)(nil),            // 84: hero.v1.ReadEventsRequest
+	(*ReadEventsResponse)(nil),           // 85: hero.v1.ReadEventsResponse
+	(*Actor)(nil),                        // 86: hero.v1.Actor
+	(*Context)(nil),                      // 87: hero.v1.Context
+	(*JobLimits)(nil),                    // 88: hero.v1.JobLimits
+	(*Runner)(nil),                       // 89: hero.v1.Runner
+	(*Job)(nil),                          // 90: hero.v1.Job
+	(*Flow)(nil),                         // 91: hero.v1.Flow
+	(*DagNode)(nil),                      // 92: hero.v1.DagNode
+	(*Message)(nil),                      // 93: hero.v1.Message
+	(*Event)(nil),                        // 94: hero.v1.Event
 }
 var file_hero_v1_coordinator_proto_depIdxs = []int32{
-	82, // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
-	82, // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
-	82, // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
+	86, // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
+	86, // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
+	86, // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
 	20, // 3: hero.v1.UpdateActorRequest.address:type_name -> hero.v1.StringList
-	82, // 4: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
+	86, // 4: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
 	6,  // 5: hero.v1.ListOperatorSecretsResponse.items:type_name -> hero.v1.OperatorSecret
 	6,  // 6: hero.v1.RevokeOperatorSecretResponse.secret:type_name -> hero.v1.OperatorSecret
-	83, // 7: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
-	83, // 8: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
-	83, // 9: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
+	87, // 7: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
+	87, // 8: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
+	87, // 9: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
 	19, // 10: hero.v1.UpdateContextRequest.admins:type_name -> hero.v1.IdList
 	19, // 11: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
 	19, // 12: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
 	20, // 13: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
-	84, // 14: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
-	84, // 15: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
-	83, // 16: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
-	85, // 17: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
-	85, // 18: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
-	85, // 19: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
-	85, // 20: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
-	86, // 21: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
-	86, // 22: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
-	86, // 23: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
-	86, // 24: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
-	86, // 25: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
-	86, // 26: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
-	86, // 27: hero.v1.SubmitJobRequest.job:type_name -> hero.v1.Job
-	86, // 28: hero.v1.SubmitJobResponse.job:type_name -> hero.v1.Job
-	86, // 29: hero.v1.SubmitJobItem.job:type_name -> hero.v1.Job
-	37, // 30: hero.v1.SubmitJobsRequest.jobs:type_name -> hero.v1.SubmitJobItem
-	36, // 31: hero.v1.SubmitJobsResponse.items:type_name -> hero.v1.SubmitJobResponse
-	86, // 32: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
-	87, // 33: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
-	87, // 34: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
-	87, // 35: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
-	87, // 36: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
-	87, // 37: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
-	87, // 38: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
-	87, // 39: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
-	88, // 40: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
-	87, // 41: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
-	87, // 42: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
-	60, // 43: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
-	60, // 44: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
-	86, // 45: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
-	86, // 46: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
-	89, // 47: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
-	89, // 48: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
-	89, // 49: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
-	90, // 50: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
-	90, // 51: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
-	0,  // 52: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
-	2,  // 53: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
-	4,  // 54: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
-	7,  // 55: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
-	9,  // 56: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
-	11, // 57: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
-	13, // 58: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
-	15, // 59: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
-	17, // 60: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
-	21, // 61: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
-	23, // 62: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
-	25, // 63: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
-	27, // 64: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
-	29, // 65: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
-	31, // 66: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
-	33, // 67: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
-	35, // 68: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
-	38, // 69: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
-	40, // 70: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
-	42, // 71: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
-	44, // 72: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
-	46, // 73: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
-	50, // 74: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
-	52, // 75: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
-	54, // 76: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
-	48, // 77: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
-	56, // 78: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
-	58, // 79: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
-	61, // 80: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
-	63, // 81: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
-	65, // 82: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
-	67, // 83: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
-	69, // 84: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
-	70, // 85: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
-	71, // 86: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
-	72, // 87: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
-	74, // 88: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
-	76, // 89: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
-	78, // 90: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
-	80, // 91: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
-	1,  // 92: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
-	3,  // 93: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
-	5,  // 94: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
-	8,  // 95: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
-	10, // 96: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
-	12, // 97: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
-	14, // 98: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
-	16, // 99: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
-	18, // 100: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
-	22, // 101: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
-	24, // 102: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
-	26, // 103: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
-	28, // 104: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
-	30, // 105: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
-	32, // 106: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
-	34, // 107: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
-	36, // 108: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
-	39, // 109: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
-	41, // 110: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
-	43, // 111: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
-	45, // 112: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
-	47, // 113: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
-	51, // 114: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
-	53, // 115: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
-	55, // 116: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
-	49, // 117: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
-	57, // 118: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
-	59, // 119: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
-	62, // 120: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
-	64, // 121: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
-	66, // 122: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
-	68, // 123: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
-	73, // 124: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
-	73, // 125: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
-	73, // 126: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
-	73, // 127: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
-	75, // 128: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
-	77, // 129: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
-	79, // 130: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
-	81, // 131: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
-	92, // [92:132] is the sub-list for method output_type
-	52, // [52:92] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	88, // 14: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
+	88, // 15: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
+	87, // 16: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
+	89, // 17: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
+	89, // 18: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
+	89, // 19: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
+	89, // 20: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
+	90, // 21: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
+	90, // 22: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
+	90, // 23: hero.v1.CreateJobsRequest.jobs:type_name -> hero.v1.Job
+	90, // 24: hero.v1.CreateJobsItem.job:type_name -> hero.v1.Job
+	32, // 25: hero.v1.CreateJobsItem.error:type_name -> hero.v1.ItemError
+	30, // 26: hero.v1.CreateJobsResponse.items:type_name -> hero.v1.CreateJobsItem
+	90, // 27: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
+	90, // 28: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
+	90, // 29: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
+	90, // 30: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
+	90, // 31: hero.v1.SubmitJobRequest.job:type_name -> hero.v1.Job
+	90, // 32: hero.v1.SubmitJobResponse.job:type_name -> hero.v1.Job
+	90, // 33: hero.v1.SubmitJobItem.job:type_name -> hero.v1.Job
+	41, // 34: hero.v1.SubmitJobsRequest.jobs:type_name -> hero.v1.SubmitJobItem
+	40, // 35: hero.v1.SubmitJobsResponse.items:type_name -> hero.v1.SubmitJobResponse
+	90, // 36: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
+	91, // 37: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
+	91, // 38: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
+	91, // 39: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
+	91, // 40: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
+	91, // 41: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
+	91, // 42: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
+	91, // 43: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
+	92, // 44: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
+	91, // 45: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
+	91, // 46: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
+	64, // 47: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
+	64, // 48: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
+	90, // 49: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
+	90, // 50: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
+	93, // 51: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
+	93, // 52: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
+	93, // 53: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
+	94, // 54: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
+	94, // 55: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
+	0,  // 56: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
+	2,  // 57: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
+	4,  // 58: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
+	7,  // 59: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
+	9,  // 60: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
+	11, // 61: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
+	13, // 62: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
+	15, // 63: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
+	17, // 64: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
+	21, // 65: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
+	23, // 66: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
+	25, // 67: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
+	27, // 68: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
+	29, // 69: hero.v1.Coordinator.CreateJobs:input_type -> hero.v1.CreateJobsRequest
+	33, // 70: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
+	35, // 71: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
+	37, // 72: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
+	39, // 73: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
+	42, // 74: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
+	44, // 75: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
+	46, // 76: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
+	48, // 77: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
+	50, // 78: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
+	54, // 79: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
+	56, // 80: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
+	58, // 81: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
+	52, // 82: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
+	60, // 83: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
+	62, // 84: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
+	65, // 85: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
+	67, // 86: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
+	69, // 87: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
+	71, // 88: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
+	73, // 89: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
+	74, // 90: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
+	75, // 91: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
+	76, // 92: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
+	78, // 93: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
+	80, // 94: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
+	82, // 95: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
+	84, // 96: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
+	1,  // 97: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
+	3,  // 98: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
+	5,  // 99: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
+	8,  // 100: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
+	10, // 101: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
+	12, // 102: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
+	14, // 103: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
+	16, // 104: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
+	18, // 105: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
+	22, // 106: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
+	24, // 107: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
+	26, // 108: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
+	28, // 109: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
+	31, // 110: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
+	34, // 111: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
+	36, // 112: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
+	38, // 113: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
+	40, // 114: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
+	43, // 115: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
+	45, // 116: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
+	47, // 117: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
+	49, // 118: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
+	51, // 119: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
+	55, // 120: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
+	57, // 121: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
+	59, // 122: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
+	53, // 123: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
+	61, // 124: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
+	63, // 125: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
+	66, // 126: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
+	68, // 127: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
+	70, // 128: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
+	72, // 129: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
+	77, // 130: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
+	77, // 131: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
+	77, // 132: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
+	77, // 133: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
+	79, // 134: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
+	81, // 135: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
+	83, // 136: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
+	85, // 137: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
+	97, // [97:138] is the sub-list for method output_type
+	56, // [56:97] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_hero_v1_coordinator_proto_init() }
@@ -4961,7 +5199,7 @@ func file_hero_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hero_v1_coordinator_proto_rawDesc), len(file_hero_v1_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   82,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

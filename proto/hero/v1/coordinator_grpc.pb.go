@@ -32,6 +32,7 @@ const (
 	Coordinator_GetRunner_FullMethodName            = "/hero.v1.Coordinator/GetRunner"
 	Coordinator_ListRunners_FullMethodName          = "/hero.v1.Coordinator/ListRunners"
 	Coordinator_CreateJob_FullMethodName            = "/hero.v1.Coordinator/CreateJob"
+	Coordinator_CreateJobs_FullMethodName           = "/hero.v1.Coordinator/CreateJobs"
 	Coordinator_GetJob_FullMethodName               = "/hero.v1.Coordinator/GetJob"
 	Coordinator_ListJobs_FullMethodName             = "/hero.v1.Coordinator/ListJobs"
 	Coordinator_RunJob_FullMethodName               = "/hero.v1.Coordinator/RunJob"
@@ -89,6 +90,9 @@ type CoordinatorClient interface {
 	GetRunner(ctx context.Context, in *GetRunnerRequest, opts ...grpc.CallOption) (*GetRunnerResponse, error)
 	ListRunners(ctx context.Context, in *ListRunnersRequest, opts ...grpc.CallOption) (*ListRunnersResponse, error)
 	CreateJob(ctx context.Context, in *CreateJobRequest, opts ...grpc.CallOption) (*CreateJobResponse, error)
+	// CreateJobs is CreateJob for a list of jobs of one context in one call
+	// (job.create_batch): each job on its own, an item's error is its own.
+	CreateJobs(ctx context.Context, in *CreateJobsRequest, opts ...grpc.CallOption) (*CreateJobsResponse, error)
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 	RunJob(ctx context.Context, in *RunJobRequest, opts ...grpc.CallOption) (*RunJobResponse, error)
@@ -257,6 +261,16 @@ func (c *coordinatorClient) CreateJob(ctx context.Context, in *CreateJobRequest,
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CreateJobResponse)
 	err := c.cc.Invoke(ctx, Coordinator_CreateJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) CreateJobs(ctx context.Context, in *CreateJobsRequest, opts ...grpc.CallOption) (*CreateJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateJobsResponse)
+	err := c.cc.Invoke(ctx, Coordinator_CreateJobs_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -570,6 +584,9 @@ type CoordinatorServer interface {
 	GetRunner(context.Context, *GetRunnerRequest) (*GetRunnerResponse, error)
 	ListRunners(context.Context, *ListRunnersRequest) (*ListRunnersResponse, error)
 	CreateJob(context.Context, *CreateJobRequest) (*CreateJobResponse, error)
+	// CreateJobs is CreateJob for a list of jobs of one context in one call
+	// (job.create_batch): each job on its own, an item's error is its own.
+	CreateJobs(context.Context, *CreateJobsRequest) (*CreateJobsResponse, error)
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	RunJob(context.Context, *RunJobRequest) (*RunJobResponse, error)
@@ -652,6 +669,9 @@ func (UnimplementedCoordinatorServer) ListRunners(context.Context, *ListRunnersR
 }
 func (UnimplementedCoordinatorServer) CreateJob(context.Context, *CreateJobRequest) (*CreateJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateJob not implemented")
+}
+func (UnimplementedCoordinatorServer) CreateJobs(context.Context, *CreateJobsRequest) (*CreateJobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateJobs not implemented")
 }
 func (UnimplementedCoordinatorServer) GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetJob not implemented")
@@ -985,6 +1005,24 @@ func _Coordinator_CreateJob_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CoordinatorServer).CreateJob(ctx, req.(*CreateJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_CreateJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).CreateJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_CreateJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).CreateJobs(ctx, req.(*CreateJobsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1526,6 +1564,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateJob",
 			Handler:    _Coordinator_CreateJob_Handler,
+		},
+		{
+			MethodName: "CreateJobs",
+			Handler:    _Coordinator_CreateJobs_Handler,
 		},
 		{
 			MethodName: "GetJob",
