@@ -78,7 +78,7 @@ func BenchmarkPeers(b *testing.B) {
 	}
 
 	// (b) one 10,000-job flow, its creation included.
-	peersFlow(b, c, report, func() {})
+	peersFlow(b, c, api, report, func() {})
 
 	// (c) run-and-await: latency at 16 clients, throughput at 128. At 16 clients each
 	// call's time is also split at its job's start and end (started_at_us,
@@ -139,6 +139,12 @@ func BenchmarkPeersFlow(b *testing.B) {
 		b.Skip("set HERO_BENCH_PEERS=1")
 	}
 	s, c := handlerBenchStack(b)
+	cc, err := c.Dial()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cc.Close() }()
+	api := herov1.NewCoordinatorClient(cc)
 	report := func(figure string, v float64) { fmt.Printf("PEERS hero %s %.3f\n", figure, v) }
 	profiled, profileRun := func() {}, os.Getenv("HERO_BENCH_PROFILE_RUN") != ""
 	if !profileRun {
@@ -161,7 +167,7 @@ func BenchmarkPeersFlow(b *testing.B) {
 			profiled = profileServices(b, s)
 		}
 	}
-	peersFlow(b, c, report, atStart)
+	peersFlow(b, c, api, report, atStart)
 	cpu2 := stackCPU(b, s)
 	profiled()
 	if os.Getenv("HERO_BENCH_CMDSTATS") != "" { // Redis's commands of the start and run
@@ -235,12 +241,12 @@ func stackCPU(b *testing.B, s *harness.Stack) map[string]time.Duration {
 	return out
 }
 
-// peersFlow is figure (b): one 10,000-job flow, its creation included (job.create in
-// JSON-RPC batches of 500, then flow.create), reported as jobs/s with the phases.
-// atStart is called just before flow.start.
-func peersFlow(b *testing.B, c *harness.Client, report func(string, float64), atStart func()) {
+// peersFlow is figure (b): one 10,000-job flow, its creation included (gRPC CreateJobs
+// of 500 jobs each, then flow.create), reported as jobs/s with the phases. atStart is
+// called just before flow.start.
+func peersFlow(b *testing.B, c *harness.Client, api herov1.CoordinatorClient, report func(string, float64), atStart func()) {
 	start := time.Now()
-	ids := createHandlerJobsConcurrently(b, c, 1_000_001, peersFlowJobs, false, peersFlowCreators)
+	ids := createHandlerJobsGRPC(b, api, 1_000_001, peersFlowJobs, peersFlowCreators)
 	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
 	created := time.Since(start)
 	atStart()
@@ -339,15 +345,7 @@ func jobTimes(b *testing.B, rdb *redis.Client, id uint32) times {
 // createHandlerJobsFrom creates n no-op handler jobs with ids from first on, in JSON-RPC
 // batches of 500 (a chain: each depends on the one before), one batch at a time.
 func createHandlerJobsFrom(b *testing.B, c *harness.Client, first uint32, n int, chain bool) []uint32 {
-	return createHandlerJobsConcurrently(b, c, first, n, chain, 1)
-}
-
-// createHandlerJobsConcurrently is createHandlerJobsFrom with up to inflight batches
-// sent at once, as a producer that creates a large flow does: the calls are
-// independent (each job names its id), so nothing orders them.
-func createHandlerJobsConcurrently(b *testing.B, c *harness.Client, first uint32, n int, chain bool, inflight int) []uint32 {
 	ids := make([]uint32, n)
-	var bodies [][]byte
 	for start := 0; start < n; start += 500 {
 		var batch []map[string]any
 		for i := start; i < start+500 && i < n; i++ {
@@ -360,11 +358,36 @@ func createHandlerJobsConcurrently(b *testing.B, c *harness.Client, first uint32
 			ids[i] = id
 		}
 		body, _ := json.Marshal(batch)
-		bodies = append(bodies, body)
+		if resp, err := c.Raw(string(body)); err == nil {
+			b.Fatalf("batch answer should be a list, got %v", resp)
+		}
 	}
-	runParallel(b, len(bodies), inflight, func(_ context.Context, k int) error {
-		if resp, err := c.Raw(string(bodies[k])); err == nil {
-			return fmt.Errorf("batch answer should be a list, got %v", resp)
+	return ids
+}
+
+// createHandlerJobsGRPC creates n no-op handler jobs (ids first…) with gRPC CreateJobs
+// calls of 500 jobs each, inflight calls at once (as a producer that creates a large
+// flow does: the calls are independent, each job names its id), and returns their ids.
+func createHandlerJobsGRPC(b *testing.B, api herov1.CoordinatorClient, first uint32, n, inflight int) []uint32 {
+	ids := make([]uint32, n)
+	var reqs []*herov1.CreateJobsRequest
+	for start := 0; start < n; start += 500 {
+		r := &herov1.CreateJobsRequest{ContextId: ctx1}
+		for i := start; i < start+500 && i < n; i++ {
+			ids[i] = first + uint32(i)
+			r.Jobs = append(r.Jobs, &herov1.Job{Id: ids[i], FunctionName: "go#noop"})
+		}
+		reqs = append(reqs, r)
+	}
+	runParallel(b, len(reqs), inflight, func(ctx context.Context, k int) error {
+		out, err := api.CreateJobs(ctx, reqs[k])
+		if err != nil {
+			return err
+		}
+		for _, it := range out.Items {
+			if it.Error != nil {
+				return fmt.Errorf("create job: %s", it.Error.Message)
+			}
 		}
 		return nil
 	})
