@@ -223,15 +223,20 @@ func TestJobCreateBatchCall(t *testing.T) {
 	if err := c.Call("job.create_batch", map[string]any{"context_id": ctx1, "jobs": []any{}}, nil); err == nil || !strings.Contains(err.Error(), "jobs") {
 		t.Errorf("an empty list: %v, want invalid params naming jobs", err)
 	}
+	checkCreateJobsGRPC(t, c)
+}
 
-	// gRPC: the same, an item's error as its code name.
+// checkCreateJobsGRPC: CreateJobs as job.create_batch, an item's error as its code
+// name (job 201 exists, created by TestJobCreateBatchCall with script "true").
+func checkCreateJobsGRPC(t *testing.T, c *harness.Client) {
+	t.Helper()
 	cc, err := c.Dial()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = cc.Close() }()
 	api := herov1.NewCoordinatorClient(cc)
-	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := api.CreateJobs(ctx, &herov1.CreateJobsRequest{ContextId: ctx1, Jobs: []*herov1.Job{
 		{Id: 204, Script: "true", ScriptType: "sh"},
