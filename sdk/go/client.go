@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -76,6 +77,9 @@ type Client struct {
 	api    herov1.CoordinatorClient
 	// httpClient sends Call's JSON-RPC requests.
 	httpClient *http.Client
+	// noCreateJobs: the server answered CreateJobs Unimplemented (it predates
+	// job.create_batch); SubmitFlow creates one job a call.
+	noCreateJobs atomic.Bool
 }
 
 // Dial checks the configuration and opens a client (the connection itself is made at

@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/protoconv"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
@@ -204,13 +207,14 @@ func allDone(deps []string, byName map[string]int, done []bool) bool {
 	return true
 }
 
-// submitFlowCalls bounds the job creations SubmitFlow has in flight at once.
+// submitFlowCalls bounds the creation calls SubmitFlow has in flight at once.
 const submitFlowCalls = 16
 
 // SubmitFlow creates the spec's jobs (dependencies first), the flow, and starts it.
 // The jobs are created level by level (a job's level is one more than its
 // dependencies' highest: each needs its dependencies' ids, which the server picks),
-// those of one level up to submitFlowCalls at once; the flow lists them in the spec's
+// those of one level in CreateJobs calls of up to 500, up to submitFlowCalls at once
+// (one CreateJob call per job from a server without CreateJobs); the flow lists them in the spec's
 // dependency order (Order). Jobs made before a failure stay (delete them, or submit
 // again with their ids).
 func (c *Client) SubmitFlow(ctx context.Context, spec FlowSpec) (*SubmittedFlow, error) {
@@ -261,11 +265,15 @@ func flowLevels(jobs []FlowJob, byName map[string]int, order []int) [][]int {
 	return out
 }
 
+// createChunk is how many jobs of a level one CreateJobs call of SubmitFlow carries.
+const createChunk = 500
+
 // createLevel creates the jobs at the indexes idx (their dependencies' ids are in
-// ids), up to submitFlowCalls at once, and records their ids; the first failure
-// stops the level (the calls in flight end) and is returned.
-func (c *Client) createLevel(ctx context.Context, jobs []FlowJob, byName map[string]int, idx []int, ids []uint32) error {
-	ctx, cancel := context.WithCancel(ctx)
+// ids) and records their ids: CreateJobs calls of up to createChunk jobs, up to
+// submitFlowCalls at once, or, from a server without CreateJobs, one CreateJob call
+// per job. The first failure stops the level (the calls in flight end) and is returned.
+func (c *Client) createLevel(parent context.Context, jobs []FlowJob, byName map[string]int, idx []int, ids []uint32) error {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var (
 		wg    sync.WaitGroup
@@ -273,28 +281,84 @@ func (c *Client) createLevel(ctx context.Context, jobs []FlowJob, byName map[str
 		first error
 		next  atomic.Int64
 	)
-	for range min(len(idx), submitFlowCalls) {
+	fail := func(err error) { once.Do(func() { first = err; cancel() }) }
+	job := func(k int) *model.Job {
+		fj := jobs[idx[k]]
+		j := fj.Job
+		j.Dependends = nil
+		for _, d := range fj.Depends {
+			j.Dependends = append(j.Dependends, ids[byName[d]])
+		}
+		return &j
+	}
+	size := createChunk
+	if c.noCreateJobs.Load() {
+		size = 1
+	}
+	chunks := (len(idx) + size - 1) / size
+	for range min(chunks, submitFlowCalls) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := int(next.Add(1)) - 1; k < len(idx) && ctx.Err() == nil; k = int(next.Add(1)) - 1 {
-				fj := jobs[idx[k]]
-				j := fj.Job
-				j.Dependends = nil
-				for _, d := range fj.Depends {
-					j.Dependends = append(j.Dependends, ids[byName[d]])
-				}
-				made, err := c.CreateJob(ctx, &j)
-				if err != nil {
-					once.Do(func() { first = fmt.Errorf("create job %q: %w", fj.Name, err); cancel() })
+			for n := int(next.Add(1)) - 1; n < chunks && ctx.Err() == nil; n = int(next.Add(1)) - 1 {
+				from, to := n*size, min((n+1)*size, len(idx))
+				if err := c.createChunk(ctx, jobs, idx, ids, from, to, job); err != nil {
+					fail(err)
 					return
 				}
-				ids[idx[k]] = made.ID
 			}
 		}()
 	}
 	wg.Wait()
+	if errors.Is(first, errNoCreateJobs) {
+		// A server before CreateJobs: the level's jobs not made yet, one a call.
+		var left []int
+		for _, i := range idx {
+			if ids[i] == 0 {
+				left = append(left, i)
+			}
+		}
+		return c.createLevel(parent, jobs, byName, left, ids)
+	}
 	return first
+}
+
+// errNoCreateJobs: the server has no CreateJobs (it predates job.create_batch).
+var errNoCreateJobs = errors.New("the server has no CreateJobs")
+
+// createChunk creates the jobs idx[from:to] of a level (job(k) builds the k-th), in one
+// CreateJobs call when there are several and the server has it, else one by one.
+func (c *Client) createChunk(ctx context.Context, jobs []FlowJob, idx []int, ids []uint32, from, to int, job func(int) *model.Job) error {
+	if to-from > 1 && !c.noCreateJobs.Load() {
+		batch := make([]*model.Job, 0, to-from)
+		for k := from; k < to; k++ {
+			batch = append(batch, job(k))
+		}
+		made, errs, err := c.CreateJobs(ctx, batch)
+		switch {
+		case status.Code(err) == codes.Unimplemented:
+			c.noCreateJobs.Store(true) // a server before job.create_batch
+			return errNoCreateJobs
+		case err != nil:
+			return fmt.Errorf("create jobs %q…: %w", jobs[idx[from]].Name, err)
+		default:
+			for k := from; k < to; k++ {
+				if errs[k-from] != nil {
+					return fmt.Errorf("create job %q: %w", jobs[idx[k]].Name, errs[k-from])
+				}
+				ids[idx[k]] = made[k-from].ID
+			}
+			return nil
+		}
+	}
+	for k := from; k < to && ctx.Err() == nil; k++ {
+		made, err := c.CreateJob(ctx, job(k))
+		if err != nil {
+			return fmt.Errorf("create job %q: %w", jobs[idx[k]].Name, err)
+		}
+		ids[idx[k]] = made.ID
+	}
+	return ctx.Err()
 }
 
 // CopyFlowLogs writes the log of every job of a flow to w, one after the other in the

@@ -2,8 +2,12 @@ package hero
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/protoconv"
@@ -34,6 +38,51 @@ func (c *Client) CreateJob(ctx context.Context, j *model.Job) (*model.Job, error
 		return nil, err
 	}
 	return jobOf(r.Job), nil
+}
+
+// MaxCreateJobs is the most jobs one CreateJobs call takes.
+const MaxCreateJobs = 1000
+
+// CreateJobs stores up to MaxCreateJobs jobs in one call (job.create_batch), each on
+// its own as CreateJob would one after the other: made[i] is jobs[i] as stored (created,
+// or found with the same content), or errs[i] (an *Error) says why not. err is the
+// call's own failure (malformed, not allowed, or a server without the call:
+// codes.Unimplemented), and nothing was stored.
+func (c *Client) CreateJobs(ctx context.Context, jobs []*model.Job) (made []*model.Job, errs []error, err error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	req := &herov1.CreateJobsRequest{ContextId: c.cfg.Context, Jobs: make([]*herov1.Job, len(jobs))}
+	for i, j := range jobs {
+		req.Jobs[i] = c.jobPB(j)
+	}
+	r, err := c.api.CreateJobs(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(r.Items) != len(jobs) {
+		return nil, nil, &Error{Kind: ErrInternal, Code: codes.Internal, Message: fmt.Sprintf("%d items answered for %d jobs", len(r.Items), len(jobs))}
+	}
+	made, errs = make([]*model.Job, len(jobs)), make([]error, len(jobs))
+	for i, it := range r.Items {
+		if e := it.Error; e != nil {
+			errs[i] = itemError(e)
+			continue
+		}
+		made[i] = jobOf(it.Job)
+	}
+	return made, errs, nil
+}
+
+// itemError is one refused item of a batch as an *Error of its code (the gRPC code's
+// name as codes.Code.String spells it: InvalidArgument, NotFound, …).
+func itemError(e *herov1.ItemError) error {
+	code := codes.Unknown
+	for c := codes.OK; c <= codes.Unauthenticated; c++ {
+		if c.String() == e.Code {
+			code = c
+		}
+	}
+	return wrap(status.Error(code, e.Message))
 }
 
 // GetJob loads a job; caller 0 means the client's actor.

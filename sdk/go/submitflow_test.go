@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -163,5 +164,77 @@ func TestRateLimitedCreationIsSentAgain(t *testing.T) {
 	l = &limited{left: 1}
 	if _, err := serve(t, l).CreateJob(context.Background(), &model.Job{ScriptType: model.ScriptSh, Script: "true"}); !errors.Is(err, ErrRateLimited) || l.calls != 1 {
 		t.Fatalf("refused without a hint: %v after %d calls, want ErrRateLimited after 1", err, l.calls)
+	}
+}
+
+// batchServer is flowServer with CreateJobs: it records the size of each call, checks
+// that each job's dependencies were created before its call, and refuses the jobs
+// whose script is "refuse" (an item error).
+type batchServer struct {
+	flowServer
+	calls []int
+}
+
+func (s *batchServer) CreateJobs(_ context.Context, r *herov1.CreateJobsRequest) (*herov1.CreateJobsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, len(r.Jobs))
+	out := &herov1.CreateJobsResponse{}
+	for _, j := range r.Jobs {
+		for _, d := range j.Dependends {
+			if !s.made[d] {
+				s.bad = append(s.bad, fmt.Sprintf("job %q created before its dependency %d", j.Script, d))
+			}
+		}
+		if j.Script == "refuse" {
+			out.Items = append(out.Items, &herov1.CreateJobsItem{Error: &herov1.ItemError{Code: "InvalidArgument", Message: "invalid params: script refused", Field: "job.script"}})
+			continue
+		}
+		s.next++
+		s.made[s.next] = true
+		j.Id = s.next
+		out.Items = append(out.Items, &herov1.CreateJobsItem{Job: j})
+	}
+	return out, nil
+}
+
+// SubmitFlow creates a level's jobs with CreateJobs, 500 a call, each level after the
+// one it depends on; an item's error fails the submission naming the job and its kind.
+func TestSubmitFlowCreatesWithCreateJobs(t *testing.T) {
+	s := &batchServer{flowServer: flowServer{made: map[uint32]bool{}, two: make(chan struct{})}}
+	close(s.two) // CreateJob (one job a level) does not wait for a second call
+	c := serve(t, s)
+	var spec FlowSpec
+	var wide []string
+	for i := range 1200 {
+		name := fmt.Sprintf("a%d", i)
+		wide = append(wide, name)
+		spec.Jobs = append(spec.Jobs, FlowJob{Name: name, Job: model.Job{ScriptType: model.ScriptSh, Script: name}})
+	}
+	spec.Jobs = append(spec.Jobs,
+		FlowJob{Name: "b", Depends: wide, Job: model.Job{ScriptType: model.ScriptSh, Script: "b"}},
+		FlowJob{Name: "c", Depends: []string{"a0"}, Job: model.Job{ScriptType: model.ScriptSh, Script: "c"}})
+	sub, err := c.SubmitFlow(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.bad) > 0 {
+		t.Fatalf("out of order: %v", s.bad[:min(3, len(s.bad))])
+	}
+	slices.Sort(s.calls)
+	if !slices.Equal(s.calls, []int{2, 200, 500, 500}) { // level 0 in three calls, b and c (level 1) in one
+		t.Fatalf("CreateJobs calls of %v jobs, want [2 200 500 500]", s.calls)
+	}
+	if len(s.flowJobs) != 1202 || sub.Jobs["b"] == 0 || sub.Jobs["c"] == 0 {
+		t.Fatalf("the flow lists %d jobs; b %d, c %d", len(s.flowJobs), sub.Jobs["b"], sub.Jobs["c"])
+	}
+
+	spec = FlowSpec{Jobs: []FlowJob{
+		{Name: "ok", Job: model.Job{ScriptType: model.ScriptSh, Script: "true"}},
+		{Name: "bad", Job: model.Job{ScriptType: model.ScriptSh, Script: "refuse"}},
+	}}
+	_, err = c.SubmitFlow(context.Background(), spec)
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `"bad"`) || status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a refused job: %v, want an invalid argument naming job \"bad\"", err)
 	}
 }
