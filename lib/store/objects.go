@@ -707,10 +707,28 @@ var startFields = []string{"script_type", "dependends", "flow_id", "runner_id", 
 // caller, in one round trip: for a large flow a third of reading the jobs whole, and
 // its first job waits for it. A missing job is ErrNotFound.
 func (d *DB) LoadStartJobs(ctx context.Context, callerID uint32, ids []uint32) ([]*model.Job, error) {
+	return d.loadJobFields(ctx, callerID, ids, startFields)
+}
+
+// dispatchFields are the job fields a dispatch needs (DispatchMany: the request
+// message names the job; a job pinned to a runner has a message of its own).
+var dispatchFields = []string{"id", "flow_id", "runner_id"}
+
+// LoadDispatchJobs reads of each job what a dispatch of it needs (its ids and
+// runner_id), with one HMGET each in one round trip: a dispatch no longer carries the
+// job, so reading it whole would be wasted.
+func (d *DB) LoadDispatchJobs(ctx context.Context, callerID uint32, ids []uint32) ([]*model.Job, error) {
+	return d.loadJobFields(ctx, callerID, ids, dispatchFields)
+}
+
+// loadJobFields reads the named fields of jobs of one caller, one HMGET each in one
+// round trip, into jobs with their ids, caller and context set; fields[0] is one every
+// job has: a job without it is missing (ErrNotFound).
+func (d *DB) loadJobFields(ctx context.Context, callerID uint32, ids []uint32, fields []string) ([]*model.Job, error) {
 	cmds := make([]*redis.SliceCmd, len(ids))
 	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, keys.Job(callerID, id), startFields...)
+			cmds[i] = p.HMGet(ctx, keys.Job(callerID, id), fields...)
 		}
 		return nil
 	}); err != nil {
@@ -719,57 +737,19 @@ func (d *DB) LoadStartJobs(ctx context.Context, callerID uint32, ids []uint32) (
 	out := make([]*model.Job, len(ids))
 	for i, c := range cmds {
 		vals := c.Val()
-		if len(vals) == 0 || vals[0] == nil { // every job has a script type
+		if len(vals) == 0 || vals[0] == nil {
 			return nil, notFound("job %d of caller %d in context %d", ids[i], callerID, d.ContextID)
 		}
-		h := make(map[string]string, len(startFields))
+		h := make(map[string]string, len(fields))
 		for k, v := range vals {
 			if s, ok := v.(string); ok {
-				h[startFields[k]] = s
+				h[fields[k]] = s
 			}
 		}
 		j := model.Job{ID: ids[i], CallerID: callerID, ContextID: d.ContextID}
 		if err := model.FromHash(keys.Job(callerID, ids[i]), h, &j); err != nil {
 			return nil, err
 		}
-		out[i] = &j
-	}
-	return out, nil
-}
-
-// dispatchFields are the job fields a dispatch needs (DispatchMany: the request
-// message names the job; a job pinned to a runner has a message of its own).
-var dispatchFields = []string{"id", "caller_id", "flow_id", "runner_id"}
-
-// LoadDispatchJobs reads of each job what a dispatch of it needs (its ids and
-// runner_id), with one HMGET each in one round trip: a dispatch no longer carries the
-// job, so reading it whole would be wasted.
-func (d *DB) LoadDispatchJobs(ctx context.Context, callerID uint32, ids []uint32) ([]*model.Job, error) {
-	cmds := make([]*redis.SliceCmd, len(ids))
-	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, keys.Job(callerID, id), dispatchFields...)
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("load jobs: %w", err)
-	}
-	out := make([]*model.Job, len(ids))
-	for i, c := range cmds {
-		h := map[string]string{}
-		for k, v := range c.Val() {
-			if s, ok := v.(string); ok {
-				h[dispatchFields[k]] = s
-			}
-		}
-		if h["id"] == "" {
-			return nil, notFound("job %d of caller %d in context %d", ids[i], callerID, d.ContextID)
-		}
-		var j model.Job
-		if err := model.FromHash(keys.Job(callerID, ids[i]), h, &j); err != nil {
-			return nil, err
-		}
-		j.ContextID = d.ContextID
 		out[i] = &j
 	}
 	return out, nil

@@ -91,24 +91,32 @@ func TestStartFlowClearsAnEarlierRun(t *testing.T) {
 	}
 }
 
+// createFanOut creates n sh jobs of caller 1 in context ctxID, each after the first
+// depending on the first, and returns their ids in order.
+func createFanOut(t *testing.T, s *store.Store, ctxID uint32, n int) []uint32 {
+	t.Helper()
+	var ids []uint32
+	for i := 0; i < n; i++ {
+		j := &model.Job{CallerID: 1, ContextID: ctxID, Script: "true", ScriptType: "sh"}
+		if i > 0 {
+			j.Dependends = []uint32{ids[0]}
+		}
+		got, _, err := s.CreateJob(context.Background(), j, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, got.ID)
+	}
+	return ids
+}
+
 // LoadStartJobs reads what a start needs of each job and names a job that does not
 // exist.
 func TestLoadStartJobs(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
 	db := mustCtx(t, s, 26)
-	var ids []uint32
-	for i := 0; i < 2; i++ {
-		j := &model.Job{CallerID: 1, ContextID: 26, Script: "true", ScriptType: "sh"}
-		if i > 0 {
-			j.Dependends = []uint32{ids[0]}
-		}
-		got, _, err := s.CreateJob(ctx, j, "1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, got.ID)
-	}
+	ids := createFanOut(t, s, 26, 2)
 	srv.Client(t, 26).HSet(ctx, keys.Job(1, ids[1]), "runner_id", 7, "attempt", 2)
 	got, err := db.LoadStartJobs(ctx, 1, ids)
 	if err != nil || len(got) != 2 {
@@ -132,18 +140,7 @@ func TestStartFlowStoresOnlyNonEmptyLists(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
 	db := mustCtx(t, s, 25)
-	var ids []uint32
-	for i := 0; i < 3; i++ {
-		j := &model.Job{CallerID: 1, ContextID: 25, Script: "true", ScriptType: "sh"}
-		if i > 0 {
-			j.Dependends = []uint32{ids[0]} // 0 ← 1, 0 ← 2
-		}
-		got, _, err := s.CreateJob(ctx, j, "1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, got.ID)
-	}
+	ids := createFanOut(t, s, 25, 3) // 0 ← 1, 0 ← 2
 	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 25, Jobs: ids}, "1")
 	if err != nil {
 		t.Fatal(err)

@@ -88,19 +88,26 @@ func (s *flowServer) StartFlow(_ context.Context, r *herov1.StartFlowRequest) (*
 	return &herov1.StartFlowResponse{Flow: &herov1.Flow{Id: r.Id, Status: "started"}}, nil
 }
 
+// wideSpec is a flow spec of n independent sh jobs a0…a<n-1> (each its name as its
+// script), and their names.
+func wideSpec(n int) (FlowSpec, []string) {
+	var spec FlowSpec
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("a%d", i)
+		names = append(names, name)
+		spec.Jobs = append(spec.Jobs, FlowJob{Name: name, Job: model.Job{ScriptType: model.ScriptSh, Script: name}})
+	}
+	return spec, names
+}
+
 // SubmitFlow creates the jobs of one level side by side (at most submitFlowCalls at
 // once), each after its dependencies, with their ids, and the flow lists them in
 // the spec's order.
 func TestSubmitFlowCreatesALevelAtOnce(t *testing.T) {
 	s := &flowServer{made: map[uint32]bool{}, two: make(chan struct{})}
 	c := serve(t, s)
-	var spec FlowSpec
-	var wide []string
-	for i := range 40 {
-		name := fmt.Sprintf("a%d", i)
-		wide = append(wide, name)
-		spec.Jobs = append(spec.Jobs, FlowJob{Name: name, Job: model.Job{ScriptType: model.ScriptSh, Script: name}})
-	}
+	spec, wide := wideSpec(40)
 	spec.Jobs = append(spec.Jobs,
 		FlowJob{Name: "c", Depends: []string{"b"}, Job: model.Job{ScriptType: model.ScriptSh, Script: "c"}},
 		FlowJob{Name: "b", Depends: wide, Job: model.Job{ScriptType: model.ScriptSh, Script: "b"}})
@@ -204,13 +211,7 @@ func TestSubmitFlowCreatesWithCreateJobs(t *testing.T) {
 	s := &batchServer{flowServer: flowServer{made: map[uint32]bool{}, two: make(chan struct{})}}
 	close(s.two) // CreateJob (one job a level) does not wait for a second call
 	c := serve(t, s)
-	var spec FlowSpec
-	var wide []string
-	for i := range 1200 {
-		name := fmt.Sprintf("a%d", i)
-		wide = append(wide, name)
-		spec.Jobs = append(spec.Jobs, FlowJob{Name: name, Job: model.Job{ScriptType: model.ScriptSh, Script: name}})
-	}
+	spec, wide := wideSpec(1200)
 	spec.Jobs = append(spec.Jobs,
 		FlowJob{Name: "b", Depends: wide, Job: model.Job{ScriptType: model.ScriptSh, Script: "b"}},
 		FlowJob{Name: "c", Depends: []string{"a0"}, Job: model.Job{ScriptType: model.ScriptSh, Script: "c"}})

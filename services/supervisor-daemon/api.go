@@ -110,7 +110,7 @@ type jobIn struct {
 	Script        string            `json:"script"`
 	ScriptType    string            `json:"script_type"`
 	Timeout       uint32            `json:"timeout"`
-	Retries       uint8             `json:"retries"`
+	Retries       uint32            `json:"retries"` // at most 255 (toModel checks)
 	EnvVars       map[string]string `json:"env_vars"`
 	Prerequisites []string          `json:"prerequisites"`
 	Depends       []uint32          `json:"depends"`
@@ -629,6 +629,9 @@ func (in *jobIn) toModel(ctxID uint32) (*model.Job, error) {
 			deps = alt
 		}
 	}
+	if in.Retries > 255 {
+		return nil, invalidParams("job.retries", "job.retries %d is more than 255", in.Retries)
+	}
 	if in.ContextID != 0 && in.ContextID != ctxID {
 		return nil, invalidParams("job.context_id", "job.context_id %d is not the request's context_id %d", in.ContextID, ctxID)
 	}
@@ -640,7 +643,7 @@ func (in *jobIn) toModel(ctxID uint32) (*model.Job, error) {
 		}
 	}
 	j := &model.Job{ID: in.ID, CallerID: in.CallerID, ContextID: ctxID, Script: in.Script, ScriptType: st, Timeout: in.Timeout,
-		Retries: in.Retries, EnvVars: in.EnvVars, Prerequisites: in.Prerequisites, Dependends: deps, RunnerID: in.RunnerID,
+		Retries: uint8(in.Retries), EnvVars: in.EnvVars, Prerequisites: in.Prerequisites, Dependends: deps, RunnerID: in.RunnerID,
 		FunctionName: in.FunctionName, Args: nullToNil(in.Args), Kwargs: nullToNil(in.Kwargs), Limits: nilIfZero(in.Limits)}
 	if j.FunctionName == "" && (len(j.Args) > 0 || len(j.Kwargs) > 0) {
 		return nil, invalidParams("job.function_name", "job.args and job.kwargs need job.function_name (a handler job)")
@@ -768,17 +771,16 @@ type createdItem struct {
 }
 
 // itemError is why one item of a batch was refused: the JSON-RPC error its call alone
-// would have got (code, message, data), and the gRPC code name of it.
+// would have got (code, message, data; over gRPC, grpcCode names the code).
 type itemError struct {
-	Code     int            `json:"code"`
-	Message  string         `json:"message"`
-	Data     map[string]any `json:"data,omitempty"`
-	GRPCCode string         `json:"-"`
+	Code    int            `json:"code"`
+	Message string         `json:"message"`
+	Data    map[string]any `json:"data,omitempty"`
 }
 
 func newItemError(err error) *itemError {
 	ae := toAPIError(err)
-	return &itemError{Code: ae.Code, Message: ae.Msg, Data: ae.Data, GRPCCode: grpcCode(ae.Code).String()}
+	return &itemError{Code: ae.Code, Message: ae.Msg, Data: ae.Data}
 }
 
 // jobCreateMany creates up to maxCreateBatch jobs of one context in one call, as a
@@ -786,30 +788,26 @@ func newItemError(err error) *itemError {
 // The call fails as a whole only when it is malformed or the caller may not create
 // jobs in the context.
 func (s *service) jobCreateMany(ctx context.Context, p Principal, in jobCreateManyParams) (*createBatchResult, error) {
-	return s.createMany(ctx, p, in, nil)
-}
-
-// createMany is jobCreateMany with the items the transport refused already (refused[i]
-// not nil: item i's error; nil: none).
-func (s *service) createMany(ctx context.Context, p Principal, in jobCreateManyParams, refused []error) (*createBatchResult, error) {
 	if len(in.Jobs) == 0 {
 		return nil, invalidParams("jobs", "jobs is empty; give 1 to %d jobs", maxCreateBatch)
 	}
 	if len(in.Jobs) > maxCreateBatch {
 		return nil, invalidParams("jobs", "%d jobs in one call; at most %d", len(in.Jobs), maxCreateBatch)
 	}
-	if _, _, err := s.authorize(ctx, p, in.ContextID, RoleAdmin, "job.create_batch"); err != nil {
-		return nil, err
+	// Authorized once for the call (a refusal refuses the whole call); the items' checks
+	// take it from createChecks.
+	cc := newCreateChecks()
+	var a authorized
+	if a.c, a.db, a.err = s.authorize(ctx, p, in.ContextID, RoleAdmin, "job.create_batch"); a.err != nil {
+		return nil, a.err
 	}
+	cc.auth[in.ContextID] = a
 	reqs := make([]jobCreateParams, len(in.Jobs))
 	for i, j := range in.Jobs {
 		reqs[i] = jobCreateParams{ContextID: in.ContextID, Job: j}
 	}
 	answers := make([]batchAnswer, len(reqs))
-	for i, err := range refused {
-		answers[i].err = err
-	}
-	s.createJobs(ctx, p, reqs, answers)
+	s.createJobs(ctx, p, reqs, answers, cc)
 	out := &createBatchResult{Items: make([]createdItem, len(reqs))}
 	for i, a := range answers {
 		if a.err != nil {
@@ -827,10 +825,9 @@ type createBatchResult struct {
 
 // createJobs checks and stores the jobs of job.create requests, each on its own (one
 // bad request gets its own error in out, the others are stored; a request whose out
-// holds an error already is skipped), reading what the checks need once
-// (createChecks), in one round trip per context, in the requests' order.
-func (s *service) createJobs(ctx context.Context, p Principal, reqs []jobCreateParams, out []batchAnswer) {
-	cc := newCreateChecks()
+// holds an error already is skipped), reading what the checks need once (cc), in one
+// round trip per context, in the requests' order.
+func (s *service) createJobs(ctx context.Context, p Principal, reqs []jobCreateParams, out []batchAnswer, cc *createChecks) {
 	tp := traceparentOf(ctx)
 	var jobs []*model.Job
 	var at []int
@@ -866,7 +863,7 @@ func (s *service) jobCreateBatch(ctx context.Context, p Principal, raws []json.R
 	for i, raw := range raws {
 		out[i].err = decodeParams(raw, &reqs[i])
 	}
-	s.createJobs(ctx, p, reqs, out)
+	s.createJobs(ctx, p, reqs, out, newCreateChecks())
 	return out
 }
 

@@ -178,20 +178,9 @@ func jobInFromPB(j *herov1.Job) *jobIn {
 	if j == nil {
 		return nil
 	}
-	retries := j.Retries
-	if retries > 255 {
-		retries = 256 // rejected below
-	}
 	return &jobIn{ID: j.Id, CallerID: j.CallerId, ContextID: j.ContextId, Script: j.Script, ScriptType: j.ScriptType, Timeout: j.Timeout,
-		Retries: uint8(retries), EnvVars: j.EnvVars, Prerequisites: j.Prerequisites, Dependends: j.Dependends, RunnerID: j.RunnerId,
+		Retries: j.Retries, EnvVars: j.EnvVars, Prerequisites: j.Prerequisites, Dependends: j.Dependends, RunnerID: j.RunnerId,
 		FunctionName: j.FunctionName, Args: json.RawMessage(j.Args), Kwargs: json.RawMessage(j.Kwargs), Limits: protoconv.LimitsFromPB(j.Limits)}
-}
-
-func checkRetries(j *herov1.Job) error {
-	if j != nil && j.Retries > 255 {
-		return invalidParams("job.retries", "job.retries %d is more than 255", j.Retries)
-	}
-	return nil
 }
 
 func (c *coordinatorServer) CreateActor(ctx context.Context, r *herov1.CreateActorRequest) (*herov1.CreateActorResponse, error) {
@@ -349,9 +338,6 @@ func (c *coordinatorServer) ListRunners(ctx context.Context, r *herov1.ListRunne
 
 func (c *coordinatorServer) CreateJob(ctx context.Context, r *herov1.CreateJobRequest) (*herov1.CreateJobResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateJobResponse, error) {
-		if err := checkRetries(r.Job); err != nil {
-			return nil, err
-		}
 		x, err := c.s.jobCreate(ctx, p, jobCreateParams{ContextID: r.ContextId, Job: jobInFromPB(r.Job)})
 		return &herov1.CreateJobResponse{Job: protoconv.JobToPB(x)}, err
 	})
@@ -360,12 +346,10 @@ func (c *coordinatorServer) CreateJob(ctx context.Context, r *herov1.CreateJobRe
 func (c *coordinatorServer) CreateJobs(ctx context.Context, r *herov1.CreateJobsRequest) (*herov1.CreateJobsResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateJobsResponse, error) {
 		in := jobCreateManyParams{ContextID: r.ContextId, Jobs: make([]*jobIn, len(r.Jobs))}
-		refused := make([]error, len(r.Jobs))
 		for i, j := range r.Jobs {
-			refused[i] = checkRetries(j)
 			in.Jobs[i] = jobInFromPB(j)
 		}
-		x, err := c.s.createMany(ctx, p, in, refused)
+		x, err := c.s.jobCreateMany(ctx, p, in)
 		if err != nil {
 			return nil, err
 		}
@@ -374,7 +358,7 @@ func (c *coordinatorServer) CreateJobs(ctx context.Context, r *herov1.CreateJobs
 			out.Items[i] = &herov1.CreateJobsItem{Job: protoconv.JobToPB(it.Job)}
 			if e := it.Error; e != nil {
 				field, _ := e.Data["field"].(string)
-				out.Items[i].Error = &herov1.ItemError{Code: e.GRPCCode, Message: e.Message, Field: field}
+				out.Items[i].Error = &herov1.ItemError{Code: grpcCode(e.Code).String(), Message: e.Message, Field: field}
 			}
 		}
 		return out, nil
@@ -404,9 +388,6 @@ func (c *coordinatorServer) ListJobs(ctx context.Context, r *herov1.ListJobsRequ
 
 func (c *coordinatorServer) RunJob(ctx context.Context, r *herov1.RunJobRequest) (*herov1.RunJobResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.RunJobResponse, error) {
-		if err := checkRetries(r.Job); err != nil {
-			return nil, err
-		}
 		in := jobRunParams{ContextID: r.ContextId, Job: jobInFromPB(r.Job)}
 		if r.Timeout > 0 {
 			t := r.Timeout

@@ -174,11 +174,8 @@ func (s *service) countSubmitted(res []store.Submitted) {
 	}
 }
 
-func submitItemFromPB(j *herov1.Job, key string, ttl uint32) (submitItem, error) {
-	if err := checkRetries(j); err != nil {
-		return submitItem{}, err
-	}
-	return submitItem{Job: jobInFromPB(j), UniqueKey: key, UniqueTTLSeconds: ttl}, nil
+func submitItemFromPB(j *herov1.Job, key string, ttl uint32) submitItem {
+	return submitItem{Job: jobInFromPB(j), UniqueKey: key, UniqueTTLSeconds: ttl}
 }
 
 func submitResultToPB(r submitResult) *herov1.SubmitJobResponse {
@@ -187,10 +184,7 @@ func submitResultToPB(r submitResult) *herov1.SubmitJobResponse {
 
 func (c *coordinatorServer) SubmitJob(ctx context.Context, r *herov1.SubmitJobRequest) (*herov1.SubmitJobResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.SubmitJobResponse, error) {
-		it, err := submitItemFromPB(r.Job, r.UniqueKey, r.UniqueTtlSeconds)
-		if err != nil {
-			return nil, err
-		}
+		it := submitItemFromPB(r.Job, r.UniqueKey, r.UniqueTtlSeconds)
 		x, err := c.s.jobSubmit(ctx, p, jobSubmitParams{ContextID: r.ContextId, Job: it.Job, UniqueKey: it.UniqueKey, UniqueTTLSeconds: it.UniqueTTLSeconds})
 		if err != nil {
 			return nil, err
@@ -203,10 +197,7 @@ func (c *coordinatorServer) SubmitJobs(ctx context.Context, r *herov1.SubmitJobs
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.SubmitJobsResponse, error) {
 		in := jobSubmitBatchParams{ContextID: r.ContextId, Jobs: make([]submitItem, len(r.Jobs))}
 		for i, it := range r.Jobs {
-			var err error
-			if in.Jobs[i], err = submitItemFromPB(it.Job, it.UniqueKey, it.UniqueTtlSeconds); err != nil {
-				return nil, err
-			}
+			in.Jobs[i] = submitItemFromPB(it.Job, it.UniqueKey, it.UniqueTtlSeconds)
 		}
 		x, err := c.s.jobSubmitBatch(ctx, p, in)
 		if err != nil {

@@ -72,12 +72,7 @@ func TestAPIMetricCodes(t *testing.T) {
 	if err := c.Call("flow.load", map[string]any{"context_id": ctx1, "id": 999999}, nil); err == nil {
 		t.Fatal("JSON-RPC flow.load of a missing flow succeeded")
 	}
-	cc, err := c.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cc.Close() }()
-	api := herov1.NewCoordinatorClient(cc)
+	api := c.API(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := api.GetContext(ctx, &herov1.GetContextRequest{Id: ctx1}); err != nil {

@@ -230,12 +230,7 @@ func TestJobCreateBatchCall(t *testing.T) {
 // name (job 201 exists, created by TestJobCreateBatchCall with script "true").
 func checkCreateJobsGRPC(t *testing.T, c *harness.Client) {
 	t.Helper()
-	cc, err := c.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cc.Close() }()
-	api := herov1.NewCoordinatorClient(cc)
+	api := c.API(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := api.CreateJobs(ctx, &herov1.CreateJobsRequest{ContextId: ctx1, Jobs: []*herov1.Job{

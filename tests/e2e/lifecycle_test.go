@@ -313,12 +313,7 @@ func TestRetentionPerContext(t *testing.T) {
 // last event id sees every event exactly once, in order.
 func TestWatchResume(t *testing.T) {
 	_, c := newStack(t, harness.StackOptions{})
-	cc, err := c.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cc.Close() }()
-	api := herov1.NewCoordinatorClient(cc)
+	api := c.API(t)
 	md := context.Background()
 	createFlow(t, c, 95, nil,
 		jobSpec{id: 1, typ: "sh", script: "echo a"},
@@ -351,7 +346,7 @@ func TestWatchResume(t *testing.T) {
 	// A position that was trimmed from the stream (retention, the cap) is refused with
 	// a clear error rather than skipping silently over what was lost.
 	redisOf(ctx1).Client(t, ctx1).XTrimMinID(context.Background(), "coord:events", got[2])
-	err = c.Call("events.read", map[string]any{"context_id": ctx1, "after": got[0]}, nil)
+	err := c.Call("events.read", map[string]any{"context_id": ctx1, "after": got[0]}, nil)
 	if err == nil || !strings.Contains(err.Error(), "-32011") || !strings.Contains(err.Error(), "no longer in context") {
 		t.Fatalf("events.read from a trimmed position: %v", err)
 	}

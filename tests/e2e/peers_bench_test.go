@@ -35,12 +35,7 @@ func BenchmarkPeers(b *testing.B) {
 	// gRPC calls carry the connection's session signature; HERO_PEERS_SIGN_EACH_CALL=1
 	// signs each call instead (to compare the two).
 	c.SignEachCall = os.Getenv("HERO_PEERS_SIGN_EACH_CALL") == "1"
-	cc, err := c.Dial()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = cc.Close() }()
-	api := herov1.NewCoordinatorClient(cc)
+	api := c.API(b)
 	rdb := redisSrv.Client(b, int(ctx1))
 	report := func(figure string, v float64) { fmt.Printf("PEERS hero %s %.3f\n", figure, v) }
 
@@ -139,12 +134,7 @@ func BenchmarkPeersFlow(b *testing.B) {
 		b.Skip("set HERO_BENCH_PEERS=1")
 	}
 	s, c := handlerBenchStack(b)
-	cc, err := c.Dial()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = cc.Close() }()
-	api := herov1.NewCoordinatorClient(cc)
+	api := c.API(b)
 	report := func(figure string, v float64) { fmt.Printf("PEERS hero %s %.3f\n", figure, v) }
 	profiled, profileRun := func() {}, os.Getenv("HERO_BENCH_PROFILE_RUN") != ""
 	if !profileRun {

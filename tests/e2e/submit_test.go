@@ -140,12 +140,7 @@ func checkSubmitBatch(t *testing.T, c *harness.Client) {
 func checkSubmitGRPC(t *testing.T, c *harness.Client, tp string) {
 	t.Helper()
 	ctx := context.Background()
-	cc, err := c.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cc.Close() }()
-	api := herov1.NewCoordinatorClient(cc)
+	api := c.API(t)
 	res, err := api.SubmitJob(metadata.AppendToOutgoingContext(ctx, "traceparent", tp),
 		&herov1.SubmitJobRequest{ContextId: ctx1, Job: &herov1.Job{ScriptType: "sh", Script: "echo grpc"}})
 	if err != nil || res.Job.Id == 0 || res.Job.Traceparent != tp || res.Existing {

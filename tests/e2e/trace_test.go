@@ -126,12 +126,7 @@ func TestTraceparentMalformedRefused(t *testing.T) {
 // is refused, naming the header, with nothing stored.
 func TestTraceparentOverGRPC(t *testing.T) {
 	_, c := newStack(t, harness.StackOptions{})
-	cc, err := c.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cc.Close() }()
-	api := herov1.NewCoordinatorClient(cc)
+	api := c.API(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tp := "00-" + producerTrace + "-00f067aa0ba902b7-01"

@@ -254,6 +254,18 @@ func (c *Client) Call(method string, params any, out any) error {
 	return nil
 }
 
+// API dials the API (Dial) for a test and returns its Coordinator client; the
+// connection is closed when the test ends.
+func (c *Client) API(tb testing.TB) herov1.CoordinatorClient {
+	tb.Helper()
+	cc, err := c.Dial()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cc.Close() })
+	return herov1.NewCoordinatorClient(cc)
+}
+
 // Dial opens a gRPC connection to the API with the client's credentials: the actor's
 // session signature of the TLS connection (SignEachCall: every call signed), or the
 // operator secret (and the actor acted for).
