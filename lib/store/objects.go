@@ -31,6 +31,10 @@ type createSpec struct {
 	eventActor string
 	events     bool   // whether the DB has an event stream (context DBs)
 	statusIdx  string // per-status index prefix (objects with a status)
+	// createdMs is the object's created_at_ms, the score of its index entries (0: now).
+	// A job's status changes carry its score from created_at_ms into the per-status
+	// index (lib_state's reindex), so the two must be one clock reading.
+	createdMs int64
 	// registry, when set, is a DB-0 set ("%d" stands for the id) that gets
 	// registryMember in the same step (keys.RunnerContexts for runners).
 	registry, registryMember string
@@ -49,7 +53,10 @@ func runCreate(ctx context.Context, eval func(*Script, []string, ...any) (any, e
 
 // createCall is the create script's run for c.
 func createCall(c createSpec) Call {
-	nowMs := time.Now().UnixMilli()
+	nowMs := c.createdMs
+	if nowMs == 0 {
+		nowMs = time.Now().UnixMilli()
+	}
 	args := []any{c.prefix, c.seq, c.index, strconv.FormatUint(uint64(c.id), 10), c.member, strconv.FormatInt(nowMs, 10), len(c.compare) / 2, c.eventType, c.eventActor, c.statusIdx, c.registry, c.registryMember}
 	args = append(args, c.compare...)
 	args = append(args, c.initial...)
@@ -560,7 +567,7 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*model.Job, actor string)
 		j.Result, j.Error, j.ExitCode, j.Attempt, j.Worker, j.Fatal, j.StopAsked = nil, "", 0, 0, "", false, false
 		cmp, ini := splitFields(j, jobInitialOnly)
 		caller := strconv.FormatUint(uint64(j.CallerID), 10)
-		specs[i] = createSpec{object: "job", prefix: "job:" + caller + ":", seq: keys.JobSeq(j.CallerID), index: keys.JobIndex, member: caller + ":", id: j.ID, compare: cmp, initial: ini, eventType: string(model.EventJobCreated), eventActor: actor, events: true, statusIdx: keys.JobIndex}
+		specs[i] = createSpec{object: "job", prefix: "job:" + caller + ":", seq: keys.JobSeq(j.CallerID), index: keys.JobIndex, member: caller + ":", id: j.ID, compare: cmp, initial: ini, eventType: string(model.EventJobCreated), eventActor: actor, events: true, statusIdx: keys.JobIndex, createdMs: j.CreatedAtMs}
 		if _, ok := byCtx[j.ContextID]; !ok {
 			order = append(order, j.ContextID)
 		}

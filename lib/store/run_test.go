@@ -546,6 +546,65 @@ func TestFinishJobFields(t *testing.T) {
 	}
 }
 
+// A job's entry in each per-status index has the score of its entry in coord:idx:jobs,
+// its created_at_ms: the status changes take the score from the field (lib_state's
+// reindex), so every way a job is made must write both from one clock reading. A job
+// without the field (an older one) keeps its index score through the changes too.
+func TestStatusIndexesKeepTheCreationScore(t *testing.T) {
+	s, db, c, _ := context10(t)
+	ctx := context.Background()
+	q := keys.Queue("sh")
+	if _, _, err := s.CreateRunner(ctx, 10, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh"}); err != nil {
+		t.Fatal(err)
+	}
+	created := standaloneJob(t, s, db)
+	sub, err := s.SubmitJobs(ctx, 10, []store.Submission{{Job: &model.Job{CallerID: 1, ContextID: 10, Script: "true", ScriptType: "sh"}}}, "1")
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	old := standaloneJob(t, s, db)
+	c.HDel(ctx, keys.Job(1, old.ID), "created_at_ms")
+	c.ZAdd(ctx, keys.JobIndex, redis.Z{Score: 12345, Member: member(old)})
+	for _, j := range []*model.Job{created, old} {
+		if _, _, ok, why, err := db.Dispatch(ctx, 0, j, "scheduler", 0); err != nil || !ok {
+			t.Fatalf("dispatch job %d: %v %s", j.ID, err, why)
+		}
+	}
+	jobs := []*model.Job{created, sub[0].Job, old}
+	// scoresKept: each job's score in the status index of st is its coord:idx:jobs one.
+	scoresKept := func(st string) {
+		t.Helper()
+		for _, j := range jobs {
+			m := member(j)
+			want := c.ZScore(ctx, keys.JobIndex, m).Val()
+			if j != old && c.HGet(ctx, keys.Job(1, j.ID), "created_at_ms").Val() != strconv.FormatFloat(want, 'f', -1, 64) {
+				t.Errorf("job %s: index score %.0f, created_at_ms %s", m, want, c.HGet(ctx, keys.Job(1, j.ID), "created_at_ms").Val())
+			}
+			if got, err := c.ZScore(ctx, keys.StatusIndex(keys.JobIndex, st), m).Result(); err != nil || got != want {
+				t.Errorf("job %s: score %.0f in the %s index (%v), want %.0f", m, got, st, err, want)
+			}
+		}
+	}
+	var runs []store.Finish
+	for range jobs {
+		cl, out, j, err := db.ClaimStart(ctx, q, "w1", time.Minute, "")
+		if err != nil || out != store.StartRun {
+			t.Fatalf("claim: %v %v", out, err)
+		}
+		runs = append(runs, store.Finish{DB: db, Claim: cl, Job: j, Outcome: store.JobOutcome{Status: model.JobFinished}})
+	}
+	scoresKept("started")
+	for _, f := range runs {
+		if ok, err := db.FinishJob(ctx, f.Claim, f.Job, f.Outcome); !ok || err != nil {
+			t.Fatalf("finish: %v %v", ok, err)
+		}
+	}
+	scoresKept("finished")
+}
+
 // failedAsTold: j holds the end TestFinishJobFields' failed run reported.
 func failedAsTold(j *model.Job) bool {
 	return j.Status == model.JobError && j.Error == "boom" && j.ExitCode == 3 && j.Fatal && j.RetryAfterMs == 2000 &&

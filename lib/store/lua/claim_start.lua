@@ -32,8 +32,8 @@ local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
 local worker, qname, exp, now_ms, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local nset = tonumber(ARGV[8])
 local nclear = tonumber(ARGV[9 + nset])
--- The fields this script reads: eight, then the ones a start clears.
-local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent'}
+-- The fields this script reads: nine, then the ones a start clears.
+local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent', 'created_at_ms'}
 for i = 10 + nset, 9 + nset + nclear do want[#want + 1] = ARGV[i] end
 local slots = 10 + nset + nclear
 local out = {}
@@ -71,10 +71,10 @@ for n = 1, max do
     else
       redis.call('HSET', item, 'claim', claim, unpack(ARGV, 9, 8 + nset))
     end
-    index_job(caller .. ':' .. id, st, JOB_STARTED)
+    index_job(caller .. ':' .. id, st, JOB_STARTED, v[9] or nil)
     if nclear > 0 then
       local clear = {}
-      for i = 9, #want do if v[i] then clear[#clear + 1] = want[i] end end
+      for i = 10, #want do if v[i] then clear[#clear + 1] = want[i] end end
       if #clear > 0 then redis.call('HDEL', item, unpack(clear)) end
     end
     if flow ~= '0' and flow ~= '' then

@@ -91,12 +91,15 @@ for i = runs, #ARGV, 14 do
   redis.call('LREM', proc, '-1', jk)
   redis.call('ZREM', leases, member)
   -- done_attempt (read for a standalone job) and msgs (for a result message of its
-  -- own) are left out for a flow's grouped runs: both misses there, a scan each
-  local cur
+  -- own) are left out for a flow's grouped runs: both misses there, a scan each;
+  -- created_at_ms (last) is the job's score in the status indexes
+  local cur, created
   if grouped and flow ~= '0' then
-    cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt', 'result_json')
+    cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt', 'result_json', 'created_at_ms')
+    created = cur[8]
   else
-    cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt', 'result_json', 'done_attempt', 'msgs')
+    cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt', 'result_json', 'done_attempt', 'msgs', 'created_at_ms')
+    created = cur[10]
   end
   if cur[1] == claim and (cur[2] == JOB_FINISHED or cur[2] == JOB_ERROR) then
     out[#out + 1] = 2 -- written already: a try whose answer was lost
@@ -134,7 +137,7 @@ for i = runs, #ARGV, 14 do
     end
     redis.call('HSET', jk, unpack(set))
     if #del > 0 then redis.call('HDEL', jk, unpack(del)) end
-    index_job(caller .. ':' .. id, JOB_STARTED, status)
+    index_job(caller .. ':' .. id, JOB_STARTED, status, created or nil)
     if chunk ~= '' then
       local lk = K_JOB_LOG .. caller .. ':' .. id
       local len = redis.call('STRLEN', lk)

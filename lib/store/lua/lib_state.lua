@@ -8,22 +8,27 @@
 -- several times as much.
 local function int(n) return string.format('%d', n) end
 -- reindex moves member m of the index idx (coord:idx:jobs or coord:idx:flows) from
--- the per-status index of old to that of st, keeping its score (creation time).
-local function reindex(idx, m, old, st)
+-- the per-status index of old to that of st, keeping its score (creation time): score
+-- when given (a job's created_at_ms, the score its creation gave it in both indexes),
+-- else read from idx (a ZSCORE, which costs more than the field read along with the
+-- status).
+local function reindex(idx, m, old, st, score)
   if old == st then return end
-  local score = redis.call('ZSCORE', idx, m)
+  score = score or redis.call('ZSCORE', idx, m)
   if score then
     if old then redis.call('ZREM', idx .. ':' .. old, m) end
     redis.call('ZADD', idx .. ':' .. st, score, m)
   end
 end
-local function index_job(m, old, st) reindex(K_JOB_INDEX, m, old, st) end
+-- index_job: reindex of job m (<caller>:<id>); created its created_at_ms (nil: read
+-- its score from the index).
+local function index_job(m, old, st, created) reindex(K_JOB_INDEX, m, old, st, created) end
 local function set_job(caller, id, st, ...)
   local jk = K_JOB .. caller .. ':' .. id
-  local old = redis.call('HGET', jk, 'status')
+  local cur = redis.call('HMGET', jk, 'status', 'created_at_ms')
   redis.call('HSET', jk, 'status', st, ...)
-  index_job(caller .. ':' .. id, old, st)
-  return old
+  index_job(caller .. ':' .. id, cur[1] or nil, st, cur[2] or nil)
+  return cur[1] or nil
 end
 local function set_flow(id, st, ...)
   local fk = K_FLOW .. id
