@@ -35,7 +35,10 @@ type User struct {
 //
 // Users are the deployment's users. Every service may run every command but the
 // dangerous ones (-@dangerous); supervisor-daemon also FLUSHDB (context.delete
-// empties the context's database). Hero Dispatcher clients reach only hero:* keys.
+// empties the context's database). Hero Dispatcher clients reach only hero:* keys,
+// and may not load, replace or delete Redis functions (FUNCTION): the store's scripts
+// are functions that the services call by name, and a replaced one would run with a
+// service's rights.
 // The operator user may do anything (redis-cli for people).
 func Users() []User {
 	svc := "~* &* +@all -@dangerous"
@@ -45,7 +48,7 @@ func Users() []User {
 		{"router", svc},
 		{"runner", svc},
 		{"mycelium-gateway", svc},
-		{"dispatcher", "~hero:* &* +@all -@dangerous"},
+		{"dispatcher", "~hero:* &* +@all -@dangerous -function"},
 		{"operator", "~* &* +@all"},
 	}
 }

@@ -55,10 +55,11 @@ func TestUsersOnARealRedis(t *testing.T) {
 	}
 	sched := as("scheduler")
 	for name, err := range map[string]error{
-		"set":     sched.Set(ctx, "job:1:1", "v", 0).Err(),
-		"eval":    sched.Eval(ctx, "return redis.call('GET', KEYS[1])", []string{"job:1:1"}).Err(),
-		"publish": sched.Publish(ctx, "coord:control", "x").Err(),
-		"script":  sched.ScriptLoad(ctx, "return 1").Err(),
+		"set":      sched.Set(ctx, "job:1:1", "v", 0).Err(),
+		"eval":     sched.Eval(ctx, "return redis.call('GET', KEYS[1])", []string{"job:1:1"}).Err(),
+		"publish":  sched.Publish(ctx, "coord:control", "x").Err(),
+		"script":   sched.ScriptLoad(ctx, "return 1").Err(),
+		"function": sched.FunctionLoadReplace(ctx, "#!lua name=hero_y\nredis.register_function('hero_y', function() return 1 end)").Err(),
 	} {
 		if err != nil {
 			t.Errorf("scheduler %s: %v", name, err)
@@ -91,6 +92,17 @@ func TestUsersOnARealRedis(t *testing.T) {
 	}
 	if err := disp.Set(ctx, "job:1:1", "x", 0).Err(); err == nil {
 		t.Error("a dispatcher client wrote outside hero:*")
+	}
+	// The store's scripts are functions the services call by name: a dispatcher
+	// client may not replace or delete one.
+	for name, err := range map[string]error{
+		"function load":   disp.FunctionLoadReplace(ctx, "#!lua name=hero_x\nredis.register_function('hero_x', function() return 1 end)").Err(),
+		"function delete": disp.FunctionDelete(ctx, "hero_x").Err(),
+		"function flush":  disp.FunctionFlush(ctx).Err(),
+	} {
+		if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("dispatcher %s: %v, want NOPERM", name, err)
+		}
 	}
 	if err := as("operator").ConfigGet(ctx, "databases").Err(); err != nil {
 		t.Errorf("operator CONFIG GET: %v", err)

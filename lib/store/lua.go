@@ -25,8 +25,11 @@ const WakeSpread = 8
 
 // The store's atomic transitions are Lua scripts, one file each under lua/: each file
 // opens with a header that says what it does, its KEYS, its ARGV, its reply and the
-// keys it derives itself. A script is run as the prelude (below), then the library
-// files it names (lua/lib_*.lua), then its own file.
+// keys it derives itself. A script is the prelude (below), then the library files it
+// names (lua/lib_*.lua), then its own file: a Redis function (script.go), whose own
+// file runs on each call, the rest once, when loaded. A library file keeps no state
+// from one call to the next but in tables that a function <name>_reset() sets anew
+// (each call runs it first).
 //
 //go:embed lua/*.lua
 var luaFiles embed.FS
@@ -46,7 +49,7 @@ func stateScript(name string, libs ...string) *Script {
 // Redis a little on every call. A file that cannot be read makes a script that Open
 // refuses with an error naming it.
 func luaScript(name string, libs ...string) *Script {
-	var body strings.Builder
+	var text strings.Builder
 	for _, f := range append(libs, name) {
 		src, err := luaFiles.ReadFile("lua/" + f)
 		if err != nil {
@@ -54,11 +57,13 @@ func luaScript(name string, libs ...string) *Script {
 			scripts = append(scripts, sc)
 			return sc
 		}
-		body.Write(src)
+		text.Write(src)
 	}
-	sc := NewScript(preludeFor(body.String()) + body.String())
-	sc.name = name
-	return sc
+	own, _ := luaFiles.ReadFile("lua/" + name)
+	all := text.String()
+	// The prelude and the library files run once, when the library is loaded; the
+	// script's own file on each call (Script).
+	return newScript(name, preludeFor(all)+strings.TrimSuffix(all, string(own)), string(own))
 }
 
 // preludeFor returns the prelude's first line and the definitions that the code uses.

@@ -252,12 +252,13 @@ func TestSubmittedJobCreatedEventHasTheJobEventFields(t *testing.T) {
 	}
 }
 
-// evalCalls is how many scripts the server of db has run (EVAL and EVALSHA).
+// evalCalls is how many scripts the server of db has run (FCALL: the store's scripts
+// are functions).
 func evalCalls(t *testing.T, db int) int {
 	t.Helper()
 	n := 0
 	for _, line := range strings.Split(srv.Client(t, db).Info(context.Background(), "commandstats").Val(), "\r\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_fcall:calls="); ok {
 			v, _, _ := strings.Cut(rest, ",")
 			k := 0
 			fmt.Sscan(v, &k)

@@ -798,27 +798,64 @@ func checkFinishedTogether(t *testing.T, db *store.DB, rc *redis.Client, q strin
 	}
 }
 
-// EvalBatch runs scripts the server has not seen (after SCRIPT FLUSH) from their source.
-func TestEvalBatchAfterScriptFlush(t *testing.T) {
+// Eval and EvalBatch load the functions the server does not know (after FUNCTION
+// FLUSH, as after a restart without its data) and run the calls.
+func TestScriptsAfterFunctionFlush(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
 	db := mustCtx(t, s, 14)
 	_, jobs := flowWith(t, s, db, 2)
-	srv.Client(t, 0).ScriptFlush(ctx)
+	srv.Client(t, 0).FunctionFlush(ctx)
 	enqueueJobs(t, db, keys.Queue("sh"), jobs)
 	got, err := db.ClaimStarts(ctx, keys.Queue("sh"), "w", time.Minute, []string{"", ""}, store.Wake{})
 	if err != nil || len(got) != 2 {
 		t.Fatalf("claim: %v %v", got, err)
 	}
-	srv.Client(t, 0).ScriptFlush(ctx)
+	srv.Client(t, 0).FunctionFlush(ctx)
 	fs := []store.Finish{}
 	for _, st := range got {
 		fs = append(fs, store.Finish{DB: db, Claim: st.Claim, Job: st.Job, Outcome: store.JobOutcome{Status: model.JobFinished}})
 	}
 	oks, errs := store.FinishJobs(ctx, fs)
 	if errs[0] != nil || errs[1] != nil || !oks[0] || !oks[1] {
-		t.Fatalf("finish after SCRIPT FLUSH: %v %v", oks, errs)
+		t.Fatalf("finish after FUNCTION FLUSH: %v %v", oks, errs)
 	}
+}
+
+// Open loads the store's libraries and deletes those of other versions of its scripts,
+// and leaves the libraries of scripts it does not have alone (another service's).
+func TestOpenReplacesOtherVersionsLibraries(t *testing.T) {
+	ctx := context.Background()
+	c := srv.Client(t, 0)
+	for _, name := range []string{"hero_claim_start_000000000000", "someone_else", "hero_gateway_lease_acquire_000000000000"} {
+		lib := "#!lua name=" + name + "\nredis.register_function('" + name + "', function() return 1 end)"
+		if err := c.FunctionLoadReplace(ctx, lib).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open(t)
+	libs, err := c.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, l := range libs {
+		have[l.Name] = true
+	}
+	if have["hero_claim_start_000000000000"] || !have["someone_else"] || !have["hero_gateway_lease_acquire_000000000000"] {
+		t.Fatalf("libraries after Open: %v", have)
+	}
+	var claim int
+	for name := range have {
+		if strings.HasPrefix(name, "hero_claim_start_") {
+			claim++
+		}
+	}
+	if claim != 1 {
+		t.Fatalf("%d libraries of claim_start, want 1 (this version's): %v", claim, have)
+	}
+	c.FunctionDelete(ctx, "someone_else")
+	c.FunctionDelete(ctx, "hero_gateway_lease_acquire_000000000000")
 }
 
 // ClaimMessages reads each job request's job (whatever the key order of the job JSON

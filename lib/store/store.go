@@ -194,9 +194,9 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 		return nil, err
 	}
 	for _, srv := range s.servers {
-		// Every script is known to the server before the first burst of calls (else
-		// each concurrent first call would send its source). A Redis restarted later
-		// is handled per call (NOSCRIPT).
+		// Every script's function is known to the server before the first burst of
+		// calls (else each concurrent first call would load it). A Redis restarted
+		// later without its data is handled per call (Function not found).
 		if err := loadScripts(ctx, srv.fixed); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("redis at %s: load scripts: %w", srv.Name, err)
@@ -580,21 +580,23 @@ func (d *DB) exec(ctx context.Context, p redis.Pipeliner, fn func(p redis.Pipeli
 	return out, first
 }
 
-// Eval runs a script in this database.
+// Eval runs a script in this database (FCALL of its function; a function the server
+// does not know, after a restart without persistence or a FUNCTION FLUSH, is loaded in
+// the same round trip as the call's second try).
 func (d *DB) Eval(ctx context.Context, sc *Script, keys []string, args ...any) (any, error) {
 	var cmd *redis.Cmd
 	_, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cmd = p.EvalSha(ctx, sc.sha, keys, args...)
+		cmd = p.FCall(ctx, sc.fn, keys, args...)
 		return nil
 	})
-	if err != nil && isNoScript(err) {
-		_, err = d.Pipelined(ctx, func(p redis.Pipeliner) error {
-			cmd = p.Eval(ctx, sc.src, keys, args...)
+	if err != nil && isNoFunction(err) {
+		// The load fails when another client loaded the library meanwhile: the call's
+		// own error is what counts.
+		_, _ = d.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.FunctionLoad(ctx, sc.lib)
+			cmd = p.FCall(ctx, sc.fn, keys, args...)
 			return nil
 		})
-	}
-	if err != nil {
-		return nil, err
 	}
 	return cmd.Result()
 }
@@ -608,35 +610,36 @@ type Call struct {
 
 // EvalBatch runs several scripts in this database in one round trip (a pipeline, not a
 // transaction: each script is atomic on its own) and returns each call's command, whose
-// Err and Result are that call's alone (a lost connection fails every call). A script
-// the server does not know yet is loaded by running that call again from its source.
+// Err and Result are that call's alone (a lost connection fails every call). A
+// function the server does not know yet is loaded, and the calls that did not run are
+// run again.
 func (d *DB) EvalBatch(ctx context.Context, calls []Call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = d.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
-			cmds[i] = p.EvalSha(ctx, c.Script.sha, c.Keys, c.Args...)
+			cmds[i] = p.FCall(ctx, c.Script.fn, c.Keys, c.Args...)
 		}
 		return nil
 	})
 	var missing []int
 	load := map[*Script]bool{}
 	for i, c := range cmds {
-		if isNoScript(c.Err()) {
+		if isNoFunction(c.Err()) {
 			missing = append(missing, i)
 			load[calls[i].Script] = true
 		}
 	}
 	if len(missing) > 0 {
-		// Load each missing script once, then run the calls that did not run.
+		// Load each missing library once, then run the calls that did not run.
 		_, _ = d.srv.mux.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for sc := range load {
-				p.ScriptLoad(ctx, sc.src)
+				p.FunctionLoad(ctx, sc.lib)
 			}
 			return nil
 		})
 		_, _ = d.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range missing {
-				cmds[i] = p.EvalSha(ctx, calls[i].Script.sha, calls[i].Keys, calls[i].Args...)
+				cmds[i] = p.FCall(ctx, calls[i].Script.fn, calls[i].Keys, calls[i].Args...)
 			}
 			return nil
 		})
@@ -655,57 +658,3 @@ func (d *DB) HGetAll(ctx context.Context, key string) (map[string]string, error)
 	}
 	return cmd.Val(), nil
 }
-
-// Script is a Lua script run by SHA with a fallback to its source.
-type Script struct {
-	src, sha string
-	name     string // its file under lua/, for errors
-	err      error  // why it could not be made (Open reports it)
-}
-
-// scripts are every script made with NewScript (package variables, made at init):
-// Open loads them into each server.
-var scripts []*Script
-
-// NewScript prepares a script.
-func NewScript(src string) *Script {
-	rs := redis.NewScript(src)
-	sc := &Script{src: src, sha: rs.Hash()}
-	scripts = append(scripts, sc)
-	return sc
-}
-
-// loadScripts sends every script to a server (SCRIPT LOAD), in one round trip.
-func loadScripts(ctx context.Context, c *redis.Client) error {
-	for _, sc := range scripts {
-		if sc.err != nil {
-			return sc.err
-		}
-	}
-	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, sc := range scripts {
-			p.ScriptLoad(ctx, sc.src)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for i, cmd := range cmds {
-		if sha := cmd.(*redis.StringCmd).Val(); sha != scripts[i].sha {
-			return fmt.Errorf("script %d (%s): server hash %s, want %s: %w", i, scripts[i].name, sha, scripts[i].sha, cmd.Err())
-		}
-	}
-	return nil
-}
-
-// Run runs a script on a client (DB 0).
-func (sc *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
-	r := c.EvalSha(ctx, sc.sha, keys, args...)
-	if err := r.Err(); err != nil && isNoScript(err) {
-		return c.Eval(ctx, sc.src, keys, args...)
-	}
-	return r
-}
-
-func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }

@@ -145,9 +145,9 @@ var extendLua string
 var releaseLua string
 
 var (
-	acquireScript = store.NewScript(acquireLua)
-	extendScript  = store.NewScript(extendLua)
-	releaseScript = store.NewScript(releaseLua)
+	acquireScript = store.NewScript("gateway_lease_acquire", acquireLua)
+	extendScript  = store.NewScript("gateway_lease_extend", extendLua)
+	releaseScript = store.NewScript("gateway_lease_release", releaseLua)
 )
 
 // run holds or waits for the lease of the node whose public key is pk until ctx

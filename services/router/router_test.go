@@ -345,8 +345,8 @@ func TestWorkersClaimABurstOnce(t *testing.T) {
 		t.Fatalf("JobsDone calls %v: want one with all %d ends", sched.batches, len(ids))
 	}
 	stats := g.Info(context.Background(), "commandstats").Val()
-	if !strings.Contains(stats, "cmdstat_evalsha:calls=1,") {
-		t.Fatalf("want one claim (evalsha) for the burst; commandstats:\n%s", stats)
+	if !strings.Contains(stats, "cmdstat_fcall:calls=1,") {
+		t.Fatalf("want one claim (fcall) for the burst; commandstats:\n%s", stats)
 	}
 	if n := g.LLen(context.Background(), keys.WakeMsgOut).Val(); n != 0 {
 		t.Fatalf("%d wake tokens left after the burst was claimed", n)

@@ -338,12 +338,16 @@ func printSlowlog(b *testing.B, rc *redis.Client) {
 		if len(e.Args) > 0 {
 			name = strings.ToLower(e.Args[0])
 		}
-		if (name == "evalsha" || name == "eval") && len(e.Args) > 3 {
+		if (name == "fcall" || name == "evalsha" || name == "eval") && len(e.Args) > 3 {
 			key := e.Args[3]
 			if i := strings.LastIndexByte(key, ':'); i > 0 && strings.Trim(key[i+1:], "0123456789") == "" {
 				key = key[:i+1] + "<n>"
 			}
-			name += " " + e.Args[1][:min(8, len(e.Args[1]))] + " " + key
+			script := e.Args[1][:min(8, len(e.Args[1]))] // a SHA's start
+			if name == "fcall" {
+				script = e.Args[1] // the store's function: hero_<file>_<hash>
+			}
+			name += " " + script + " " + key
 		}
 		a := sum[name]
 		if a == nil {

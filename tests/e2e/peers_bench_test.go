@@ -385,7 +385,7 @@ func createHandlerJobsGRPC(b *testing.B, api herov1.CoordinatorClient, first uin
 }
 
 // redisCalls reads Redis's calls by command (INFO commandstats; a script's commands
-// count as well as the EVALSHA that ran them), "usec" the time of them all, and its
+// count as well as the FCALL that ran them), "usec" the time of them all, and its
 // socket reads and writes (INFO stats: "reads", "writes").
 func redisCalls(b *testing.B) map[string]int64 {
 	b.Helper()

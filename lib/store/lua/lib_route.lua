@@ -28,8 +28,13 @@
 -- Needs lib_state (store_message), lib_wake and lib_busy. route_types (the coord:script_types hash as read, or
 -- nil) and route_routed ({job key, queue, …}, in order) are there for the caller.
 
-local route_types, route_served = nil, {}
-local route_routed, route_targets, route_pending, route_tokens, route_wakers = {}, {}, {}, {}, {}
+local route_types, route_served
+local route_routed, route_targets, route_pending, route_tokens, route_wakers
+-- route_reset: the state of one call, set anew by each (lib/store Script).
+local function route_reset()
+  route_types, route_served = nil, {}
+  route_routed, route_targets, route_pending, route_tokens, route_wakers = {}, {}, {}, {}, {}
+end
 local function route_queue(id, runner, stype, fn)
   if not id or (runner or '0') ~= '0' then return nil end
   local exec = fn and string.match(fn, '^([^#]+)#') -- "#handler" names no executor: its script type's
