@@ -77,11 +77,18 @@ end
 -- Each job's queue on this node (lib_route's route_queue, from its fields as given: a
 -- read of the hash once written cost a command); a job that names no runner and that
 -- no runner here serves refuses the call.
+-- (The three fields are picked out of the job's items: a table of all of them, built
+-- per job, cost more than the rest of this loop.)
 for n, j in ipairs(jobs) do
-  local f = {}
-  for k = j.ffirst, j.flast, 2 do f[ARGV[k]] = ARGV[k + 1] end
-  j.q = route_queue(j.caller, f.runner_id, f.script_type, f.function_name)
-  if not j.q and (f.runner_id or '0') == '0' then return {'unserved', n} end
+  local runner, stype, fn
+  for k = j.ffirst, j.flast, 2 do
+    local name = ARGV[k]
+    if name == 'runner_id' then runner = ARGV[k + 1]
+    elseif name == 'script_type' then stype = ARGV[k + 1]
+    elseif name == 'function_name' then fn = ARGV[k + 1] end
+  end
+  j.q = route_queue(j.caller, runner, stype, fn)
+  if not j.q and (runner or '0') == '0' then return {'unserved', n} end
 end
 
 -- The first job of the call that chose each id.
