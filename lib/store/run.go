@@ -162,8 +162,10 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 	return out, nil
 }
 
-// startClears are the fields of an earlier run's end that a start removes.
-var startClears = []string{"error", "exit_code", "finished_at", "finished_at_ms", "finished_at_us"}
+// startClears are the fields of an earlier run's end that a start removes (of any
+// attempt but a job's first, which has none: lua/claim_start.lua), so that the run's
+// end writes only those it has.
+var startClears = []string{"error", "exit_code", "finished_at", "finished_at_ms", "finished_at_us", "fatal", "retry_after_ms", "result_json"}
 
 // JobOutcome is how a run ended.
 type JobOutcome struct {

@@ -73,14 +73,15 @@ func TestStartFlowClearsAnEarlierRun(t *testing.T) {
 	_, jobs := flowWithSetup(t, s, db, 3, func(ids []uint32) {
 		// the first job ran before (in another flow)
 		rc.HSet(ctx, keys.Job(1, ids[0]), "status", "error", "error", "boom", "exit_code", 3, "worker", "w1", "started_at", 5, "started_at_ms", 5000,
-			"started_at_us", 5000000, "finished_at_us", 6000000, "finished_at", 6, "finished_at_ms", 6000, "dispatched_at_ms", 4000, "attempt", 2, "stop_requested", 1, "fatal", 1)
+			"started_at_us", 5000000, "finished_at_us", 6000000, "finished_at", 6, "finished_at_ms", 6000, "dispatched_at_ms", 4000, "attempt", 2, "stop_requested", 1, "fatal", 1,
+			"retry_after_ms", 2000, "result_json", `{"n":1}`)
 		// the second ended without a run: its request could not be delivered
 		rc.HSet(ctx, keys.Job(1, ids[1]), "status", "error", "error", "no runner", "fatal", 1, "finished_at", 6, "finished_at_ms", 6000)
 	})
 	for _, j := range jobs {
 		id := j.ID
 		h := rc.HGetAll(ctx, keys.Job(1, id)).Val()
-		for _, k := range []string{"error", "exit_code", "worker", "started_at", "started_at_ms", "started_at_us", "finished_at", "finished_at_ms", "finished_at_us", "dispatched_at_ms", "attempt", "stop_requested", "fatal"} {
+		for _, k := range []string{"error", "exit_code", "worker", "started_at", "started_at_ms", "started_at_us", "finished_at", "finished_at_ms", "finished_at_us", "dispatched_at_ms", "attempt", "stop_requested", "fatal", "retry_after_ms", "result_json"} {
 			if _, ok := h[k]; ok {
 				t.Fatalf("job %d keeps %s=%q of an earlier run after the start", id, k, h[k])
 			}
@@ -508,6 +509,10 @@ func TestFinishJobFields(t *testing.T) {
 	db := mustCtx(t, s, 8)
 	q := keys.Queue("sh")
 	_, jobs := flowWith(t, s, db, 1)
+	// Its first attempt, as a dispatch would number it.
+	if err := srv.Client(t, 8).HSet(ctx, keys.Job(1, jobs[0].ID), "attempt", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
 	run := func(o store.JobOutcome) *model.Job {
 		t.Helper()
 		if err := db.Enqueue(ctx, q, keys.Job(1, jobs[0].ID)); err != nil {
@@ -527,10 +532,12 @@ func TestFinishJobFields(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Back to dispatched so that it can be claimed again (as a retry would).
+		// Back to dispatched, its next attempt, so that it can be claimed again (as a
+		// retry's dispatch leaves it).
 		if err := srv.Client(t, 8).HSet(ctx, keys.Job(1, jobs[0].ID), "status", "dispatched").Err(); err != nil {
 			t.Fatal(err)
 		}
+		srv.Client(t, 8).HIncrBy(ctx, keys.Job(1, jobs[0].ID), "attempt", 1)
 		return stored
 	}
 	j := run(store.JobOutcome{Status: model.JobError, Error: "boom", ExitCode: 3, Fatal: true, RetryAfter: 2 * time.Second, ResultJSON: json.RawMessage(`{"n":1}`)})

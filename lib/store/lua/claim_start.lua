@@ -32,9 +32,8 @@ local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
 local worker, qname, exp, now_ms, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local nset = tonumber(ARGV[8])
 local nclear = tonumber(ARGV[9 + nset])
--- The fields this script reads: nine, then the ones a start clears.
+-- The fields this script reads.
 local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent', 'created_at_ms'}
-for i = 10 + nset, 9 + nset + nclear do want[#want + 1] = ARGV[i] end
 local slots = 10 + nset + nclear
 local out = {}
 for n = 1, max do
@@ -72,11 +71,13 @@ for n = 1, max do
       redis.call('HSET', item, 'claim', claim, unpack(ARGV, 9, 8 + nset))
     end
     index_job(caller .. ':' .. id, st, JOB_STARTED, v[9] or nil)
-    if nclear > 0 then
-      local clear = {}
-      for i = 10, #want do if v[i] then clear[#clear + 1] = want[i] end end
-      if #clear > 0 then redis.call('HDEL', item, unpack(clear)) end
-    end
+    -- An earlier run's end is removed at the start of any attempt but the first (or
+    -- of a job without one): a job's first attempt has none (a new job; and whatever
+    -- sets a job's attempt back removes them with it: start_flow, retry_flow,
+    -- requeue_job), and a run ends only as its claim's (a requeued claim of the same
+    -- attempt never wrote one). So neither this start nor the run's end reads them
+    -- (each a scan of the hash).
+    if nclear > 0 and v[2] ~= '1' then redis.call('HDEL', item, unpack(ARGV, 10 + nset, 9 + nset + nclear)) end
     if flow ~= '0' and flow ~= '' then
       local dag = K_DAG .. flow
       if redis.call('HGET', dag, 's:' .. id) == NODE_DISPATCHED then redis.call('HSET', dag, 's:' .. id, NODE_RUNNING) end

@@ -90,16 +90,17 @@ for i = runs, #ARGV, 14 do
   -- in flight, ~2% of this script with 256 of them)
   redis.call('LREM', proc, '-1', jk)
   redis.call('ZREM', leases, member)
-  -- done_attempt (read for a standalone job) and msgs (for a result message of its
-  -- own) are left out for a flow's grouped runs: both misses there, a scan each;
-  -- created_at_ms (last) is the job's score in the status indexes
-  local cur, created
+  -- cur: claim, status, attempt, created_at_ms (the job's score in the status
+  -- indexes), then done_attempt (read for a standalone job) and msgs (for a result
+  -- message of its own), both left out for a flow's grouped runs (misses there, a
+  -- scan each). An earlier run's error, fatal, retry_after_ms and result_json are not
+  -- read: the start of any run after a job's first attempt removed them
+  -- (claim_start), so this end only sets those it has.
+  local cur
   if grouped and flow ~= '0' then
-    cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt', 'result_json', 'created_at_ms')
-    created = cur[8]
+    cur = redis.call('HMGET', jk, 'claim', 'status', 'attempt', 'created_at_ms')
   else
-    cur = redis.call('HMGET', jk, 'claim', 'status', 'error', 'fatal', 'retry_after_ms', 'attempt', 'result_json', 'done_attempt', 'msgs', 'created_at_ms')
-    created = cur[10]
+    cur = redis.call('HMGET', jk, 'claim', 'status', 'attempt', 'created_at_ms', 'done_attempt', 'msgs')
   end
   if cur[1] == claim and (cur[2] == JOB_FINISHED or cur[2] == JOB_ERROR) then
     out[#out + 1] = 2 -- written already: a try whose answer was lost
@@ -107,19 +108,18 @@ for i = runs, #ARGV, 14 do
     out[#out + 1] = 0
   else
     local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'finished_at_us', now_us, 'updated_at', now_s}
-    local del = {}
-    if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson elseif cur[7] then del[#del + 1] = 'result_json' end
-    if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err elseif cur[3] then del[#del + 1] = 'error' end
-    if fatal == '1' then set[#set + 1] = 'fatal'; set[#set + 1] = '1' elseif cur[4] then del[#del + 1] = 'fatal' end
-    if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = ARGV[i + 11] elseif cur[5] then del[#del + 1] = 'retry_after_ms' end
+    if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson end
+    if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err end
+    if fatal == '1' then set[#set + 1] = 'fatal'; set[#set + 1] = '1' end
+    if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = ARGV[i + 11] end
     local here = here_ok and status == JOB_FINISHED
     -- A standalone job's successful end, applied here as standalone_end would: once
     -- per attempt (done_attempt); the failure branches (retries, DLQ) are the
     -- scheduler's.
     local alone = here and flow == '0'
     if alone then
-      local as = int(tonumber(cur[6] or '0'))
-      if cur[8] ~= as then
+      local as = int(tonumber(cur[3] or '0'))
+      if cur[5] ~= as then
         set[#set + 1] = 'done_attempt'; set[#set + 1] = as
         if eff > 0 then expire[#expire + 1] = ctx .. ':job:' .. caller .. ':' .. id end
         jobdone[#jobdone + 1] = ctx .. ':' .. caller .. ':' .. id
@@ -132,12 +132,11 @@ for i = runs, #ARGV, 14 do
     if not grouped then
       mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id}, here and MSG_PROCESSED or nil)
       local n = string.sub(mk, #K_MESSAGE + #caller + 2)
-      if cur[9] and cur[9] ~= '' then n = cur[9] .. ' ' .. n end
+      if cur[6] and cur[6] ~= '' then n = cur[6] .. ' ' .. n end
       set[#set + 1] = 'msgs'; set[#set + 1] = n
     end
     redis.call('HSET', jk, unpack(set))
-    if #del > 0 then redis.call('HDEL', jk, unpack(del)) end
-    index_job(caller .. ':' .. id, JOB_STARTED, status, created or nil)
+    index_job(caller .. ':' .. id, JOB_STARTED, status, cur[4] or nil)
     if chunk ~= '' then
       local lk = K_JOB_LOG .. caller .. ':' .. id
       local len = redis.call('STRLEN', lk)
@@ -149,7 +148,7 @@ for i = runs, #ARGV, 14 do
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
-    if here and not alone then apply_here(jk, id, flow, tonumber(cur[6] or '0'), result) end
+    if here and not alone then apply_here(jk, id, flow, tonumber(cur[3] or '0'), result) end
     if grouped then
       if here then
         hdone[#hdone + 1] = ARGV[i + 13]

@@ -35,7 +35,7 @@ for i = 7, #ARGV, 5 do
   local jk = K_JOB .. caller .. ':' .. id
   if ARGV[i + 4] == '1' then
     redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us',
-      'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal')
+      'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal', 'retry_after_ms', 'result_json')
   end
   if n == 0 then
     -- A fresh job is marked (status, empty result, ready time) by its dispatch, which
