@@ -445,6 +445,22 @@ class Client:
                                         "job": _job(script, script_type, id, depends, env, timeout, retries,
                                                     runner_id, function, args, kwargs)})
 
+    def create_jobs(self, jobs: List[dict], context_id: Optional[int] = None) -> List[Any]:
+        """Creates up to 1000 jobs in one call (``job.create_batch``; admins), each on
+        its own: each a dict of create_job's keywords (``script``, ``script_type``,
+        ``id``, ``depends``, ``env``, ``timeout``, ``retries``, ``runner_id``,
+        ``function``, ``args``, ``kwargs``). Returns, in order, for each job the Job
+        (created, or found: the same job under an ``id`` given before), or the error
+        that refused it: a HeroError instance, returned, not raised (the other jobs are
+        stored). Raises when the call is refused as a whole (malformed, or the caller
+        is no admin of the context)."""
+        made = self.call("job.create_batch", {"context_id": self._ctx(context_id), "jobs": [_job(
+            spec.get("script", ""), spec.get("script_type", "python"), spec.get("id"), spec.get("depends"),
+            spec.get("env"), spec.get("timeout", 0), spec.get("retries", 0), spec.get("runner_id"),
+            function=spec.get("function"), args=spec.get("args"), kwargs=spec.get("kwargs")) for spec in jobs]})
+        return [_error("job.create_batch", item["error"]) if item.get("error") else item["job"]
+                for item in made["items"]]
+
     def run_job(self, script: str = "", script_type: str = "python", *, wait: Optional[float] = None,
                 check: bool = False, context_id: Optional[int] = None, **job: Any) -> dict:
         """Runs a standalone job and waits for its end (``job.run``; executors): returns
@@ -544,21 +560,38 @@ class Client:
         flow submit): each a dict with ``name``, ``type`` and ``script`` (or
         ``function``, ``args``, ``kwargs``), optional ``depends`` (names), ``env``,
         ``timeout``, ``retries``, ``runner``. Jobs are created level by level (each after
-        the jobs it depends on, whose ids the server picks), a level's jobs in JSON-RPC
-        batches of up to BATCH (one round trip each). Returns the Flow (its ``jobs`` are
-        the job ids, in the order of ``jobs``)."""
+        the jobs it depends on, whose ids the server picks), a level's jobs in
+        ``job.create_batch`` calls of up to BATCH (one round trip each; against a server
+        without it, JSON-RPC batches of ``job.create``). A refused job raises its error,
+        naming it. Returns the Flow (its ``jobs`` are the job ids, in the order of
+        ``jobs``)."""
         order = _topological(jobs)
         ids: Dict[str, int] = {}
+        batched = True  # job.create_batch, until the server does not know it
         for level in _levels(order):
-            # a level's jobs in JSON-RPC batches: one round trip for up to BATCH of
-            # them (their dependencies are all in earlier levels)
+            # a level's jobs in batches: one round trip for up to BATCH of them (their
+            # dependencies are all in earlier levels)
             for at in range(0, len(level), self.BATCH):
                 part = level[at:at + self.BATCH]
-                made = self.call_batch("job.create", [{"context_id": self._ctx(context_id), "job": _job(
-                    spec.get("script", ""), spec.get("type", "python"), None, [ids[d] for d in spec.get("depends", [])],
-                    spec.get("env"), spec.get("timeout", 0), spec.get("retries", 0), spec.get("runner"),
-                    function=spec.get("function"), args=spec.get("args"), kwargs=spec.get("kwargs"))} for spec in part])
+                specs = [{"script": spec.get("script", ""), "script_type": spec.get("type", "python"),
+                          "depends": [ids[d] for d in spec.get("depends", [])], "env": spec.get("env"),
+                          "timeout": spec.get("timeout", 0), "retries": spec.get("retries", 0),
+                          "runner_id": spec.get("runner"), "function": spec.get("function"),
+                          "args": spec.get("args"), "kwargs": spec.get("kwargs")} for spec in part]
+                made: List[Any] = []
+                if batched:
+                    try:
+                        made = self.create_jobs(specs, context_id)
+                    except MethodNotFound:
+                        batched = False
+                if not batched:
+                    made = self.call_batch("job.create", [{"context_id": self._ctx(context_id), "job": _job(
+                        s["script"], s["script_type"], None, s["depends"], s["env"], s["timeout"], s["retries"],
+                        s["runner_id"], function=s["function"], args=s["args"], kwargs=s["kwargs"])} for s in specs])
                 for spec, job in zip(part, made):
+                    if isinstance(job, HeroError):
+                        job.message = f"job {spec['name']!r} of the flow: {job.message}"
+                        raise job
                     ids[spec["name"]] = job["id"]
         flow = self.create_flow([ids[s["name"]] for s in jobs], env=env, context_id=context_id)
         if start:
@@ -647,6 +680,8 @@ def _idempotent(method: str, params: dict) -> bool:
         return _names_itself(params)
     if method == "job.submit_batch":
         return all(_names_itself(item) for item in params.get("jobs", []))
+    if method == "job.create_batch":
+        return all(isinstance(j, dict) and bool(j.get("id")) for j in params.get("jobs", []))
     field = _CREATES.get(method)
     if field is not None:
         obj = params.get(field)

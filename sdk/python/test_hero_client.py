@@ -122,9 +122,21 @@ class RetryTest(unittest.TestCase):
 
 
 class FlowAPI(http.server.BaseHTTPRequestHandler):
-    """Answers job.create batches (each job gets the next id; a job that names a
-    dependency not created before is recorded in ``bad``), flow.create and flow.start;
-    refuses the first ``limited`` batches whole with -32029, as the rate limit does."""
+    """Answers job.create_batch calls and job.create batches (each job gets the next
+    id; a job that names a dependency not created before is recorded in ``bad``; a job
+    whose script is "refuse" gets an error of its own), flow.create and flow.start;
+    refuses the first ``limited`` batches whole with -32029, as the rate limit does;
+    without ``has_create_batch``, job.create_batch is an unknown method (-32601)."""
+
+    def create(self, job):
+        srv = self.server
+        if job.get("script") == "refuse":
+            return None
+        for d in job.get("depends", []):
+            if d not in srv.made:
+                srv.bad.append((job["script"], d))
+        srv.made.append(len(srv.made) + 1)
+        return dict(job, id=len(srv.made))
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -137,12 +149,17 @@ class FlowAPI(http.server.BaseHTTPRequestHandler):
                 out.append({"jsonrpc": "2.0", "id": r["id"], "error": {"code": -32029, "message": "too many", "data": {"retry_after_ms": 5}}})
                 continue
             p = r["params"]
-            if r["method"] == "job.create":
-                for d in p["job"].get("depends", []):
-                    if d not in srv.made:
-                        srv.bad.append((p["job"]["script"], d))
-                srv.made.append(len(srv.made) + 1)
-                res = dict(p["job"], id=len(srv.made))
+            if r["method"] == "job.create_batch" and not srv.has_create_batch:
+                out.append({"jsonrpc": "2.0", "id": r["id"], "error": {"code": -32601, "message": "method not found"}})
+                continue
+            if r["method"] == "job.create_batch":
+                items = []
+                for job in p["jobs"]:
+                    made = self.create(job)
+                    items.append({"job": made} if made else {"error": {"code": -32602, "message": "refused", "data": {"field": "script"}}})
+                res = {"items": items}
+            elif r["method"] == "job.create":
+                res = self.create(p["job"])
             elif r["method"] == "flow.create":
                 srv.flow_jobs = p["flow"]["jobs"]
                 res = dict(p["flow"], id=9)
@@ -166,6 +183,7 @@ class SubmitFlowTest(unittest.TestCase):
     def setUp(self):
         self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FlowAPI)
         self.srv.batches, self.srv.made, self.srv.bad, self.srv.limited, self.srv.flow_jobs = [], [], [], 0, None
+        self.srv.has_create_batch = True
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
         self.client = hc.Client(f"http://127.0.0.1:{self.srv.server_address[1]}/", actor=3, key=Ed25519PrivateKey.generate())
         self.slept = []
@@ -175,18 +193,44 @@ class SubmitFlowTest(unittest.TestCase):
         self.srv.shutdown()
         self.srv.server_close()
 
-    def test_a_level_in_one_batch_each_job_after_its_dependencies(self):
+    def wide(self):
         wide = [{"name": f"a{i}", "type": "sh", "script": f"a{i}"} for i in range(30)]
-        jobs = [{"name": "c", "type": "sh", "script": "c", "depends": ["b"]}] + wide + \
+        return [{"name": "c", "type": "sh", "script": "c", "depends": ["b"]}] + wide + \
                [{"name": "b", "type": "sh", "script": "b", "depends": [w["name"] for w in wide]}]
+
+    def test_a_level_in_one_call_each_job_after_its_dependencies(self):
         self.client.BATCH = 20
-        flow = self.client.submit_flow(jobs)
+        flow = self.client.submit_flow(self.wide())
         self.assertEqual(flow["status"], "started")
+        self.assertEqual(self.srv.bad, [], "a job was created before a dependency")
+        creates = [b for b in self.srv.batches if b[0].startswith("job.create")]
+        self.assertEqual(creates, [["job.create_batch"]] * 4, "one job.create_batch call per part of a level")
+        self.assertEqual(len(self.srv.made), 32)
+        self.assertEqual(len(self.srv.flow_jobs), 32)
+        self.assertEqual(self.srv.flow_jobs[0], 32, "the flow lists the jobs in the order given (c first, created last)")
+
+    def test_without_create_batch_a_level_in_one_batch(self):
+        self.srv.has_create_batch = False
+        self.client.BATCH = 20
+        self.client.submit_flow(self.wide())
         self.assertEqual(self.srv.bad, [], "a job was created before a dependency")
         creates = [b for b in self.srv.batches if b[0] == "job.create"]
         self.assertEqual([len(b) for b in creates], [20, 10, 1, 1], "the 30 independent jobs in batches of 20, then b, then c")
-        self.assertEqual(len(self.srv.flow_jobs), 32)
-        self.assertEqual(self.srv.flow_jobs[0], 32, "the flow lists the jobs in the order given (c first, created last)")
+        self.assertEqual([b for b in self.srv.batches if b[0] == "job.create_batch"], [["job.create_batch"]], "asked once")
+
+    def test_a_refused_job_names_itself(self):
+        with self.assertRaises(hc.InvalidParams) as e:
+            self.client.submit_flow([{"name": "ok", "type": "sh", "script": "a"}, {"name": "bad", "type": "sh", "script": "refuse"}])
+        self.assertIn("job 'bad' of the flow: refused", str(e.exception))
+        self.assertIsNone(self.srv.flow_jobs, "no flow made")
+
+    def test_create_jobs_returns_each_job_or_its_error(self):
+        got = self.client.create_jobs([{"script": "a", "script_type": "sh"}, {"script": "refuse", "script_type": "sh"},
+                                       {"function": "go#noop", "depends": [1]}])
+        self.assertEqual(got[0]["id"], 1)
+        self.assertIsInstance(got[1], hc.InvalidParams)
+        self.assertEqual(got[2]["function_name"], "go#noop")
+        self.assertEqual(got[2]["depends"], [1])
 
     def test_a_rate_limited_batch_is_sent_again(self):
         self.srv.limited = 1
