@@ -69,8 +69,8 @@ func (d *DB) Enqueue(ctx context.Context, queue, item string) error {
 var enqueueScript = luaScript("enqueue.lua", "lib_busy.lua", "lib_wake.lua")
 
 // EnqueueOn queues Enqueue on a pipeline (or transaction) of the context's DB: one
-// script (sent whole: a transaction cannot fall back from EVALSHA), which leaves the
-// connection's DB as it was.
+// script, sent whole as an EVAL script (a transaction cannot load a function the
+// server does not know and call it again), which leaves the connection's DB as it was.
 func EnqueueOn(ctx context.Context, p redis.Pipeliner, ctxID uint32, queue, item string) {
 	EnqueueManyOn(ctx, p, ctxID, queue, []any{item})
 }

@@ -20,11 +20,11 @@ import (
 // small calls. The function's name holds a hash of the text, so that services of two
 // versions (a rolling upgrade) each call their own.
 type Script struct {
-	src, sha string // the whole text as an EVAL script, and its SHA-1 (a transaction's EVAL)
-	fn       string // the function's (and its library's) name: hero_<file>_<hash>
-	lib      string // the library's code (FUNCTION LOAD)
-	name     string // its file under lua/, for errors
-	err      error  // why it could not be made (Open reports it)
+	src  string // the whole text as an EVAL script (a transaction's: EnqueueManyOn)
+	fn   string // the function's (and its library's) name: hero_<file>_<hash>
+	lib  string // the library's code (FUNCTION LOAD)
+	name string // its file under lua/, for errors
+	err  error  // why it could not be made (Open reports it)
 }
 
 // scripts are every script made with NewScript or luaScript (package variables, made at
@@ -47,9 +47,10 @@ const (
 var resetName = regexp.MustCompile(`(?m)^local function ([a-z_]+_reset)\(\)`)
 
 // newScript makes the script name (a file under lua/, or NewScript's name) whose head
-// runs once, when its library is loaded, and whose body runs on each call. The body sees the
-// call's KEYS and ARGV as an EVAL script does; so do the head's functions (through
-// the library's KEYS and ARGV, which each call sets: Redis runs one call at a time).
+// runs once, when its library is loaded, and whose body runs on each call. The body
+// sees the call's KEYS and ARGV as an EVAL script does; so do the head's functions
+// (through the library's KEYS and ARGV, which each call sets: Redis runs one call at a
+// time).
 func newScript(name, head, body string) *Script {
 	src := head + body
 	sum := sha1.Sum([]byte(src))
@@ -61,7 +62,7 @@ func newScript(name, head, body string) *Script {
 	}
 	lib.WriteString(body)
 	lib.WriteString("\nend)\n")
-	sc := &Script{src: src, sha: redis.NewScript(src).Hash(), fn: fn, lib: lib.String(), name: name}
+	sc := &Script{src: src, fn: fn, lib: lib.String(), name: name}
 	scripts = append(scripts, sc)
 	return sc
 }
