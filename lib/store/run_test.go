@@ -92,6 +92,49 @@ func TestStartFlowClearsAnEarlierRun(t *testing.T) {
 	}
 }
 
+// The same success reported again hands back the node's dependents that are still
+// ready: the scheduler whose completion made them ready may have died before it
+// dispatched them (a kill between the two steps left a flow waiting for the safety
+// sweep). Once they are dispatched, a repeat hands back nothing.
+func TestRepeatedSuccessHandsBackReadyDependents(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 27)
+	ids := createFanOut(t, s, 27, 3) // 0 ← 1, 0 ← 2
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 27, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, ready := storetest.StartFlow(t, db, f)
+	if len(ready) != 1 {
+		t.Fatalf("ready at the start: %v", ready)
+	}
+	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs[:1], "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	end := store.JobEnd{FlowID: f.ID, CallerID: 1, JobID: ids[0], Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler"}
+	complete := func() store.EndResult {
+		t.Helper()
+		res, errs := db.CompleteNodes(ctx, []store.JobEnd{end})
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		return res[0]
+	}
+	if r := complete(); !r.Applied || len(r.Ready) != 2 {
+		t.Fatalf("the first report: %+v", r)
+	}
+	if r := complete(); r.Applied || !slices.Equal(r.Ready, ids[1:]) {
+		t.Fatalf("the same report again, its dependents not dispatched: %+v, want ready %v", r, ids[1:])
+	}
+	if _, err := db.DispatchMany(ctx, f.ID, 1, jobs[1:], "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := complete(); r.Applied || len(r.Ready) != 0 {
+		t.Fatalf("the same report once they are dispatched: %+v", r)
+	}
+}
+
 // createFanOut creates n sh jobs of caller 1 in context ctxID, each after the first
 // depending on the first, and returns their ids in order.
 func createFanOut(t *testing.T, s *store.Store, ctxID uint32, n int) []uint32 {

@@ -11,8 +11,10 @@
 --     scheduled while attempts are left, else the node fails, its job goes to the DLQ
 --     and its transitive dependents that have not run are cancelled). The flow ends
 --     (finalize) when every node is final. Returns {code, flow status or "", retry due
---     (ms), ready job ids…}: code 0 nothing changed (a stale or repeated end), 1
---     applied, 2 retry scheduled. Leaves the script in the context's DB.
+--     (ms), ready job ids…}: code 0 nothing changed (a stale or repeated end; for a
+--     repeated success, the node's dependents still ready, which its first report's
+--     caller may have died before it dispatched them), 1 applied, 2 retry scheduled.
+--     Leaves the script in the context's DB.
 --   - standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fatal, retries,
 --     backoff, now_s, now_ms, actor, retention_ms): the same for a job of no flow (jk:
 --     its hash): a retry while attempts are left; else a failed job goes to the DLQ,
@@ -29,6 +31,18 @@ local jk = K_JOB .. caller .. ':' .. id
 local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total')
 local s = node[1]
 if not s then return {0, '', 0} end
+if s == NODE_COMPLETED and status == JOB_FINISHED and attempt == tonumber(node[2] or '0') then
+  -- The same success again: its first report's caller may have died after this
+  -- completion and before it dispatched the dependents it made ready. Those still
+  -- ready come back for this caller to dispatch (a dispatch of a node no longer ready
+  -- changes nothing), instead of waiting for the scheduler's safety sweep.
+  local out = {0, '', 0}
+  for _, d in ipairs(cjson.decode(node[3] or '[]')) do
+    d = int(d)
+    if redis.call('HGET', dag, 's:' .. d) == NODE_READY then out[#out + 1] = d end
+  end
+  return out
+end
 if s == NODE_COMPLETED or s == NODE_FAILED or s == NODE_CANCELLED or s == NODE_PENDING or s == NODE_READY then return {0, '', 0} end
 local a = tonumber(node[2] or '0')
 if attempt ~= a then return {0, '', 0} end
