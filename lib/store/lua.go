@@ -49,7 +49,8 @@ func stateScript(name string, libs ...string) *Script {
 // Redis a little on every call. A file that cannot be read makes a script that Open
 // refuses with an error naming it.
 func luaScript(name string, libs ...string) *Script {
-	var text strings.Builder
+	var head strings.Builder
+	var own []byte
 	for _, f := range append(libs, name) {
 		src, err := luaFiles.ReadFile("lua/" + f)
 		if err != nil {
@@ -57,13 +58,15 @@ func luaScript(name string, libs ...string) *Script {
 			scripts = append(scripts, sc)
 			return sc
 		}
-		text.Write(src)
+		if f == name {
+			own = src
+		} else {
+			head.Write(src)
+		}
 	}
-	own, _ := luaFiles.ReadFile("lua/" + name)
-	all := text.String()
 	// The prelude and the library files run once, when the library is loaded; the
 	// script's own file on each call (Script).
-	return newScript(name, preludeFor(all)+strings.TrimSuffix(all, string(own)), string(own))
+	return newScript(name, preludeFor(head.String()+string(own))+head.String(), string(own))
 }
 
 // preludeFor returns the prelude's first line and the definitions that the code uses.

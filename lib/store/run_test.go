@@ -97,15 +97,8 @@ func TestStartFlowClearsAnEarlierRun(t *testing.T) {
 // dispatched them (a kill between the two steps left a flow waiting for the safety
 // sweep). Once they are dispatched, a repeat hands back nothing.
 func TestRepeatedSuccessHandsBackReadyDependents(t *testing.T) {
-	s := open(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 27)
-	ids := createFanOut(t, s, 27, 3) // 0 ← 1, 0 ← 2
-	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 27, Jobs: ids}, "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, ready := storetest.StartFlow(t, db, f)
+	db, f, ids, jobs, ready := startFanOut(t, 27)
 	if len(ready) != 1 {
 		t.Fatalf("ready at the start: %v", ready)
 	}
@@ -133,6 +126,22 @@ func TestRepeatedSuccessHandsBackReadyDependents(t *testing.T) {
 	if r := complete(); r.Applied || len(r.Ready) != 0 {
 		t.Fatalf("the same report once they are dispatched: %+v", r)
 	}
+}
+
+// startFanOut creates a flow of three jobs in context ctxID, the last two depending on
+// the first (createFanOut), and starts it: its DB, the flow, the job ids, the jobs and
+// the nodes ready at the start.
+func startFanOut(t *testing.T, ctxID uint32) (*store.DB, *model.Flow, []uint32, []*model.Job, []uint32) {
+	t.Helper()
+	s := open(t)
+	db := mustCtx(t, s, ctxID)
+	ids := createFanOut(t, s, ctxID, 3) // 0 ← 1, 0 ← 2
+	f, _, err := s.CreateFlow(context.Background(), &model.Flow{CallerID: 1, ContextID: ctxID, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, ready := storetest.StartFlow(t, db, f)
+	return db, f, ids, jobs, ready
 }
 
 // createFanOut creates n sh jobs of caller 1 in context ctxID, each after the first
@@ -181,15 +190,8 @@ func TestLoadStartJobs(t *testing.T) {
 // A start stores a node's lists only when they hold something (a flow of independent
 // jobs keeps one field per node), and LoadDAG reads the ones left out as empty.
 func TestStartFlowStoresOnlyNonEmptyLists(t *testing.T) {
-	s := open(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 25)
-	ids := createFanOut(t, s, 25, 3) // 0 ← 1, 0 ← 2
-	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 25, Jobs: ids}, "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	storetest.StartFlow(t, db, f)
+	db, f, ids, _, _ := startFanOut(t, 25)
 	h := srv.Client(t, 25).HGetAll(ctx, keys.DAG(f.ID)).Val()
 	for field, want := range map[string]string{
 		fmt.Sprintf("p:%d", ids[0]): "", fmt.Sprintf("d:%d", ids[0]): fmt.Sprintf("[%d,%d]", ids[1], ids[2]),
@@ -877,6 +879,10 @@ func TestScriptsAfterFunctionFlush(t *testing.T) {
 func TestOpenReplacesOtherVersionsLibraries(t *testing.T) {
 	ctx := context.Background()
 	c := srv.Client(t, 0)
+	t.Cleanup(func() {
+		c.FunctionDelete(ctx, "someone_else")
+		c.FunctionDelete(ctx, "hero_gateway_lease_acquire_000000000000")
+	})
 	for _, name := range []string{"hero_claim_start_000000000000", "someone_else", "hero_gateway_lease_acquire_000000000000"} {
 		lib := "#!lua name=" + name + "\nredis.register_function('" + name + "', function() return 1 end)"
 		if err := c.FunctionLoadReplace(ctx, lib).Err(); err != nil {
@@ -904,8 +910,6 @@ func TestOpenReplacesOtherVersionsLibraries(t *testing.T) {
 	if claim != 1 {
 		t.Fatalf("%d libraries of claim_start, want 1 (this version's): %v", claim, have)
 	}
-	c.FunctionDelete(ctx, "someone_else")
-	c.FunctionDelete(ctx, "hero_gateway_lease_acquire_000000000000")
 }
 
 // ClaimMessages reads each job request's job (whatever the key order of the job JSON

@@ -87,9 +87,6 @@ func loadScripts(ctx context.Context, c *redis.Client) error {
 		}
 		return nil
 	})
-	if len(cmds) < len(scripts) {
-		return err
-	}
 	for i, cmd := range cmds {
 		if e := cmd.Err(); e != nil && !isLoaded(e) {
 			if strings.Contains(e.Error(), "unknown command") {

@@ -580,25 +580,10 @@ func (d *DB) exec(ctx context.Context, p redis.Pipeliner, fn func(p redis.Pipeli
 	return out, first
 }
 
-// Eval runs a script in this database (FCALL of its function; a function the server
-// does not know, after a restart without persistence or a FUNCTION FLUSH, is loaded in
-// the same round trip as the call's second try).
+// Eval runs a script in this database (EvalBatch of one call: a function the server
+// does not know is loaded and the call run again).
 func (d *DB) Eval(ctx context.Context, sc *Script, keys []string, args ...any) (any, error) {
-	var cmd *redis.Cmd
-	_, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cmd = p.FCall(ctx, sc.fn, keys, args...)
-		return nil
-	})
-	if err != nil && isNoFunction(err) {
-		// The load fails when another client loaded the library meanwhile: the call's
-		// own error is what counts.
-		_, _ = d.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.FunctionLoad(ctx, sc.lib)
-			cmd = p.FCall(ctx, sc.fn, keys, args...)
-			return nil
-		})
-	}
-	return cmd.Result()
+	return d.EvalBatch(ctx, []Call{{Script: sc, Keys: keys, Args: args}})[0].Result()
 }
 
 // Call is one script run of a batch (EvalBatch).
@@ -622,9 +607,12 @@ func (d *DB) EvalBatch(ctx context.Context, calls []Call) []*redis.Cmd {
 		return nil
 	})
 	var missing []int
-	load := map[*Script]bool{}
+	var load map[*Script]bool // made only when a function is missing
 	for i, c := range cmds {
 		if isNoFunction(c.Err()) {
+			if load == nil {
+				load = map[*Script]bool{}
+			}
 			missing = append(missing, i)
 			load[calls[i].Script] = true
 		}

@@ -454,10 +454,14 @@ class Client:
         that refused it: a HeroError instance, returned, not raised (the other jobs are
         stored). Raises when the call is refused as a whole (malformed, or the caller
         is no admin of the context)."""
-        made = self.call("job.create_batch", {"context_id": self._ctx(context_id), "jobs": [_job(
+        return self._create_batch([_job(
             spec.get("script", ""), spec.get("script_type", "python"), spec.get("id"), spec.get("depends"),
             spec.get("env"), spec.get("timeout", 0), spec.get("retries", 0), spec.get("runner_id"),
-            function=spec.get("function"), args=spec.get("args"), kwargs=spec.get("kwargs")) for spec in jobs]})
+            function=spec.get("function"), args=spec.get("args"), kwargs=spec.get("kwargs")) for spec in jobs], context_id)
+
+    def _create_batch(self, jobs: List[dict], context_id: Optional[int]) -> List[Any]:
+        """job.create_batch of jobs as the API takes them (_job): each Job or its error."""
+        made = self.call("job.create_batch", {"context_id": self._ctx(context_id), "jobs": jobs})
         return [_error("job.create_batch", item["error"]) if item.get("error") else item["job"]
                 for item in made["items"]]
 
@@ -573,21 +577,19 @@ class Client:
             # dependencies are all in earlier levels)
             for at in range(0, len(level), self.BATCH):
                 part = level[at:at + self.BATCH]
-                specs = [{"script": spec.get("script", ""), "script_type": spec.get("type", "python"),
-                          "depends": [ids[d] for d in spec.get("depends", [])], "env": spec.get("env"),
-                          "timeout": spec.get("timeout", 0), "retries": spec.get("retries", 0),
-                          "runner_id": spec.get("runner"), "function": spec.get("function"),
-                          "args": spec.get("args"), "kwargs": spec.get("kwargs")} for spec in part]
+                level_jobs = [_job(spec.get("script", ""), spec.get("type", "python"), None,
+                                  [ids[d] for d in spec.get("depends", [])], spec.get("env"), spec.get("timeout", 0),
+                                  spec.get("retries", 0), spec.get("runner"), function=spec.get("function"),
+                                  args=spec.get("args"), kwargs=spec.get("kwargs")) for spec in part]
                 made: List[Any] = []
                 if batched:
                     try:
-                        made = self.create_jobs(specs, context_id)
+                        made = self._create_batch(level_jobs, context_id)
                     except MethodNotFound:
                         batched = False
                 if not batched:
-                    made = self.call_batch("job.create", [{"context_id": self._ctx(context_id), "job": _job(
-                        s["script"], s["script_type"], None, s["depends"], s["env"], s["timeout"], s["retries"],
-                        s["runner_id"], function=s["function"], args=s["args"], kwargs=s["kwargs"])} for s in specs])
+                    made = self.call_batch("job.create", [{"context_id": self._ctx(context_id), "job": job}
+                                                          for job in level_jobs])
                 for spec, job in zip(part, made):
                     if isinstance(job, HeroError):
                         job.message = f"job {spec['name']!r} of the flow: {job.message}"
