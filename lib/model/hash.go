@@ -51,6 +51,14 @@ func fieldsOf(t reflect.Type) []fieldInfo {
 // HashFields returns the object's hash fields in the order the struct declares them, as
 // alternating field names and values, ready for HSET.
 func HashFields(obj any) []any {
+	if j, ok := obj.(*Job); ok { // the hot one: every submission (jobhash.go)
+		return j.hashFields()
+	}
+	return hashFieldsOf(obj)
+}
+
+// hashFieldsOf is HashFields by reflection, for any model struct.
+func hashFieldsOf(obj any) []any {
 	v := reflect.Indirect(reflect.ValueOf(obj))
 	fs := fieldsOf(v.Type())
 	out := make([]any, 0, 2*len(fs))

@@ -92,6 +92,7 @@ func createReply(c createSpec, res any, err error) (createResult, error) {
 // fields written only at creation (id, timestamps, status and runtime extensions).
 func splitFields(obj any, initialOnly map[string]bool) (compare, initial []any) {
 	kv := model.HashFields(obj)
+	compare, initial = make([]any, 0, len(kv)), make([]any, 0, len(kv)/2)
 	for i := 0; i < len(kv); i += 2 {
 		name := kv[i].(string)
 		if name == "id" {

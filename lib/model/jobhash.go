@@ -1,0 +1,89 @@
+package model
+
+import (
+	"encoding/json"
+	"strconv"
+)
+
+// hashFields is HashFields of a job without reflection (every submission encodes
+// one): the same fields in the same order, encoded the same way, as
+// TestJobHashFieldsMatchReflection checks field by field. A field added to Job is
+// added here too (that test fails until it is).
+func (j *Job) hashFields() []any {
+	out := make([]any, 0, 2*24)
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	i := func(v int64) string { return strconv.FormatInt(v, 10) }
+	out = append(out, "id", u(uint64(j.ID)), "caller_id", u(uint64(j.CallerID)), "context_id", u(uint64(j.ContextID)),
+		"script", j.Script, "script_type", string(j.ScriptType), "timeout", u(uint64(j.Timeout)), "retries", u(uint64(j.Retries)),
+		"env_vars", jsonOr(j.EnvVars, j.EnvVars == nil, "{}"), "result", jsonOr(j.Result, j.Result == nil, "{}"),
+		"prerequisites", jsonOr(j.Prerequisites, j.Prerequisites == nil, "[]"), "dependends", jsonOr(j.Dependends, j.Dependends == nil, "[]"),
+		"created_at", i(j.CreatedAt), "updated_at", i(j.UpdatedAt), "status", string(j.Status))
+	str := func(name, v string) {
+		if v != "" {
+			out = append(out, name, v)
+		}
+	}
+	raw := func(name string, v json.RawMessage) {
+		if v != nil {
+			out = append(out, name, jsonOr(v, false, ""))
+		}
+	}
+	num := func(name string, v int64) {
+		if v != 0 {
+			out = append(out, name, i(v))
+		}
+	}
+	flag := func(name string, v bool) {
+		if v {
+			out = append(out, name, "true")
+		}
+	}
+	str("function_name", j.FunctionName)
+	raw("args", j.Args)
+	raw("kwargs", j.Kwargs)
+	raw("result_json", j.ResultJSON)
+	num("runner_id", int64(j.RunnerID))
+	num("flow_id", int64(j.FlowID))
+	str("error", j.Error)
+	num("exit_code", int64(j.ExitCode))
+	num("attempt", int64(j.Attempt))
+	str("worker", j.Worker)
+	flag("fatal", j.Fatal)
+	str("trace_id", j.TraceID)
+	str("traceparent", j.Traceparent)
+	num("retry_after_ms", j.RetryAfterMs)
+	num("dlq_at_ms", j.DLQAtMs)
+	if j.Limits != nil {
+		out = append(out, "limits", jsonOr(j.Limits, false, ""))
+	}
+	if j.Origin != nil {
+		out = append(out, "origin", jsonOr(j.Origin, false, ""))
+	}
+	if j.DepResults != nil {
+		out = append(out, "dep_results", jsonOr(j.DepResults, false, ""))
+	}
+	flag("stop_requested", j.StopAsked)
+	num("started_at", j.StartedAt)
+	num("finished_at", j.FinishedAt)
+	num("created_at_ms", j.CreatedAtMs)
+	num("ready_at_ms", j.ReadyAtMs)
+	num("dispatched_at_ms", j.DispatchedMs)
+	num("started_at_ms", j.StartedAtMs)
+	num("finished_at_ms", j.FinishedAtMs)
+	num("started_at_us", j.StartedAtUs)
+	num("finished_at_us", j.FinishedAtUs)
+	return out
+}
+
+// jsonOr is v as JSON, or empty when isNil (the encoding of a nil list or map); ""
+// when v does not marshal (as encodeValue).
+func jsonOr(v any, isNil bool, empty string) string {
+	if isNil {
+		return empty
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
