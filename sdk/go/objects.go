@@ -3,6 +3,7 @@ package hero
 import (
 	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/protoconv"
@@ -108,19 +109,37 @@ func nonNil(ids []uint32) []uint32 {
 // its JSON (no omitempty) empty ones.
 func emptyNotNil[T any](p *T) *T {
 	v := reflect.ValueOf(p).Elem()
-	t := v.Type()
-	for i := range t.NumField() {
-		tag := t.Field(i).Tag.Get("json")
-		if tag == "-" || strings.Contains(tag, "omitempty") {
-			continue
-		}
-		f := v.Field(i)
-		switch {
-		case f.Kind() == reflect.Slice && f.IsNil() && f.Type().Elem().Kind() != reflect.Uint8:
+	for _, i := range listFields(v.Type()) {
+		switch f := v.Field(i); {
+		case f.Kind() == reflect.Slice && f.IsNil():
 			f.Set(reflect.MakeSlice(f.Type(), 0, 0))
 		case f.Kind() == reflect.Map && f.IsNil():
 			f.Set(reflect.MakeMap(f.Type()))
 		}
 	}
 	return p
+}
+
+// listFieldsOf caches listFields per type (reflect.Type → []int).
+var listFieldsOf sync.Map
+
+// listFields are the indexes of a struct type's list and map fields (not []byte) that
+// are always in its JSON.
+func listFields(t reflect.Type) []int {
+	if v, ok := listFieldsOf.Load(t); ok {
+		return v.([]int)
+	}
+	var out []int
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" || strings.Contains(tag, "omitempty") {
+			continue
+		}
+		if k := f.Type.Kind(); k == reflect.Map || k == reflect.Slice && f.Type.Elem().Kind() != reflect.Uint8 {
+			out = append(out, i)
+		}
+	}
+	listFieldsOf.Store(t, out)
+	return out
 }
