@@ -80,6 +80,9 @@ type Client struct {
 	// noCreateJobs: the server answered CreateJobs Unimplemented (it predates
 	// job.create_batch); SubmitFlow creates one job a call.
 	noCreateJobs atomic.Bool
+	// streams carries Submit's submissions (nil: each is a call, as with a signature
+	// per call).
+	streams *submitStreams
 }
 
 // Dial checks the configuration and opens a client (the connection itself is made at
@@ -125,6 +128,9 @@ func Dial(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("hero: connect to %s: %w", cfg.Addr, err)
 	}
 	c.cc, c.api = cc, herov1.NewCoordinatorClient(cc)
+	if c.signer == nil || !cfg.Plaintext && !cfg.SignEachCall { // not a signature per call
+		c.streams = &submitStreams{cc: c.api}
+	}
 	return c, nil
 }
 
@@ -165,6 +171,9 @@ func bearer(secret string, actor uint32) []grpc.DialOption {
 
 // Close closes the connections.
 func (c *Client) Close() error {
+	if c.streams != nil {
+		c.streams.close()
+	}
 	c.httpClient.CloseIdleConnections()
 	return c.cc.Close()
 }
@@ -211,10 +220,16 @@ func Retryable(err error) bool {
 // hint), with backoff from 100 ms to 2 s (or the server's retry hint), until the call's
 // deadline.
 func retryUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	again := idempotentCalls[path.Base(method)] || ctx.Value(retryableKey{}) != nil
+	return retrying(ctx, again, func() error { return invoker(ctx, method, req, reply, cc, opts...) })
+}
+
+// retrying makes call until it succeeds or fails for good: again says it may be sent
+// again after a transient fault; a refusal with a retry hint is always sent again.
+func retrying(ctx context.Context, again bool, call func() error) error {
 	backoff := 100 * time.Millisecond
 	for {
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		again := idempotentCalls[path.Base(method)] || ctx.Value(retryableKey{}) != nil
+		err := call()
 		if err == nil || !(again && Retryable(err) || refusedUntil(err)) {
 			return err
 		}

@@ -2,6 +2,7 @@ package hero
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/model"
@@ -32,16 +33,34 @@ type SubmitItem struct {
 
 // Submit creates a standalone job and queues it, and returns at once (job.submit):
 // WaitJob waits for its end, CopyJobLogs reads its log.
+//
+// Concurrent submissions of one client share one stream (SubmitJobStream) when the
+// connection is signed once or an operator secret is used; with a signature per call
+// each is a SubmitJob call. Either way a submission is retried as a call is: on a
+// transient fault when it has a unique key, and whenever the server's rate limit
+// refused it.
 func (c *Client) Submit(ctx context.Context, j *model.Job, o SubmitOptions) (*Submitted, error) {
 	if o.UniqueKey != "" {
 		ctx = retryable(ctx)
 	}
 	ctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	r, err := c.api.SubmitJob(ctx, &herov1.SubmitJobRequest{ContextId: c.cfg.Context, Job: c.jobPB(j),
-		UniqueKey: o.UniqueKey, UniqueTtlSeconds: uint32(o.UniqueTTL / time.Second)})
+	req := &herov1.SubmitJobRequest{ContextId: c.cfg.Context, Job: c.jobPB(j),
+		UniqueKey: o.UniqueKey, UniqueTtlSeconds: uint32(o.UniqueTTL / time.Second)}
+	var r *herov1.SubmitJobResponse
+	err := errNoStream
+	if c.streams != nil {
+		err = retrying(ctx, o.UniqueKey != "", func() error {
+			var err error
+			r, err = c.streams.submit(ctx, req)
+			return err
+		})
+	}
+	if errors.Is(err, errNoStream) {
+		r, err = c.api.SubmitJob(ctx, req)
+	}
 	if err != nil {
-		return nil, err
+		return nil, wrap(err)
 	}
 	return &Submitted{Job: jobOf(r.Job), Existing: r.Existing}, nil
 }

@@ -95,8 +95,10 @@ func authInterceptors(a *authenticator, l *callerLimits, codec *auth.DigestCodec
 		if !api(info.FullMethod) {
 			return handler(srv, ss)
 		}
-		start := time.Now()
-		defer func() { m.observe("grpc", path.Base(info.FullMethod), status.Code(err).String(), start) }()
+		if !itemStreams[info.FullMethod] { // those observe each item instead
+			start := time.Now()
+			defer func() { m.observe("grpc", path.Base(info.FullMethod), status.Code(err).String(), start) }()
+		}
 		ws := &authStream{ServerStream: ss, ctx: ss.Context(), codec: codec, open: func(ctx context.Context, msg any) (context.Context, func(), error) {
 			return check(ctx, info.FullMethod, msg)
 		}}
@@ -162,7 +164,8 @@ func principal(ctx context.Context) Principal {
 // coordinatorServer serves hero.v1.Coordinator on top of the service.
 type coordinatorServer struct {
 	herov1.UnimplementedCoordinatorServer
-	s *service
+	s      *service
+	limits *callerLimits // each item of a SubmitJobStream after its opening one
 }
 
 func call[R any](ctx context.Context, fn func(context.Context, Principal) (R, error)) (R, error) {

@@ -63,7 +63,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	defer groups.shutdown()
 	svc := &service{store: b.Store, scheduler: herov1.NewSchedulerClient(sc), waiter: newWaiter(), log: env.Log, runMargin: cfg.RunMargin, dispatcher: disp, secrets: secrets, metrics: metrics,
 		contexts: newContextCache(b.Store, contextMaxAge), groups: groups}
-	herov1.RegisterCoordinatorServer(b.GRPC.Server, &coordinatorServer{s: svc})
+	herov1.RegisterCoordinatorServer(b.GRPC.Server, &coordinatorServer{s: svc, limits: limits})
 	herov1.RegisterDispatcherServer(b.GRPC.Server, &dispatcherServer{d: disp})
 
 	// job.run waits on job-done notifications: subscribe before serving.

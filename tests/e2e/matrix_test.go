@@ -63,6 +63,7 @@ var matrixCases = []matrixCase{
 	{"job.run", "/hero.v1.Coordinator/RunJob", needExecutor, `{"context_id":1,"job":{"script":"true","script_type":"no-such-type"}}`, ""},
 	{"job.submit", "/hero.v1.Coordinator/SubmitJob", needExecutor, `{"context_id":1,"job":{"script":"true","script_type":"no-such-type"}}`, ""},
 	{"job.submit_batch", "/hero.v1.Coordinator/SubmitJobs", needExecutor, `{"context_id":1,"jobs":[{"job":{"script":"true","script_type":"no-such-type"}}]}`, ""},
+	{"", "/hero.v1.Coordinator/SubmitJobStream", needExecutor, "", `{"seq":1,"submit":{"context_id":1,"job":{"script":"true","script_type":"no-such-type"}}}`},
 	{"job.stop", "/hero.v1.Coordinator/StopJob", needExecutor, `{"context_id":1,"caller_id":1,"id":99999}`, ""},
 	{"job.logs", "/hero.v1.Coordinator/GetJobLogs", needReader, `{"context_id":1,"caller_id":1,"id":1}`, ""},
 	{"job.delete", "/hero.v1.Coordinator/DeleteJob", needAdmin, `{"context_id":1,"caller_id":1,"id":99999}`, ""},
@@ -266,7 +267,7 @@ func grpcMatrixCall(cc *grpc.ClientConn, full, reqJSON string) (codes.Code, erro
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if md.IsStreamingServer() {
-		st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, full)
+		st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: md.IsStreamingClient()}, full)
 		if err != nil {
 			return status.Code(err), nil
 		}
@@ -276,7 +277,13 @@ func grpcMatrixCall(cc *grpc.ClientConn, full, reqJSON string) (codes.Code, erro
 		if err := st.CloseSend(); err != nil {
 			return status.Code(err), nil
 		}
-		return status.Code(st.RecvMsg(out)), nil
+		if err := st.RecvMsg(out); err != nil {
+			return status.Code(err), nil
+		}
+		if item, ok := out.(*herov1.SubmitJobStreamResponse); ok && item.Error != nil { // an item's own status
+			return codes.Code(item.Error.Code), nil
+		}
+		return codes.OK, nil
 	}
 	return status.Code(cc.Invoke(ctx, full, in, out)), nil
 }

@@ -17,7 +17,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+	hero "github.com/hero-coordinator/hero/sdk/go"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
@@ -43,11 +45,9 @@ func BenchmarkPeers(b *testing.B) {
 	profiled := profileServices(b, s) // HERO_BENCH_PROFILE=<dir>: 4 s, or HERO_BENCH_PROFILE_SECONDS, of each service's CPU
 	cpu0 := cpuByPart(s, redisSrv.Pid())
 	calls0, cmdCPU0 := redisCalls(b), cpuByCommand()
+	submit := producer(b, c, api)
 	start := time.Now()
-	runParallel(b, n, conc, func(ctx context.Context, i int) error {
-		_, err := api.SubmitJob(ctx, &herov1.SubmitJobRequest{ContextId: ctx1, Job: &herov1.Job{FunctionName: "go#noop"}})
-		return err
-	})
+	runParallel(b, n, conc, submit)
 	submitted := time.Since(start)
 	calls1, cmdCPU1 := redisCalls(b), cpuByCommand()
 	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(n))
@@ -124,6 +124,30 @@ func BenchmarkPeers(b *testing.B) {
 	}
 	report("d_hop_p50_us", percentile(hops, 0.50))
 	report("d_hop_p99_us", percentile(hops, 0.99))
+}
+
+// producer is how (a)'s producers submit a job: the Go client's Submit (hero.Client,
+// one client for all, as a program with many producing goroutines has it), which
+// sends them over one SubmitJobStream; with HERO_PEERS_SUBMIT_CALLS=1 a SubmitJob call
+// each (to compare the two). HERO_PEERS_SIGN_EACH_CALL=1 makes the client sign each
+// call, which also makes its Submit a call.
+func producer(b *testing.B, c *harness.Client, api herov1.CoordinatorClient) func(ctx context.Context, i int) error {
+	if os.Getenv("HERO_PEERS_SUBMIT_CALLS") == "1" {
+		return func(ctx context.Context, i int) error {
+			_, err := api.SubmitJob(ctx, &herov1.SubmitJobRequest{ContextId: ctx1, Job: &herov1.Job{FunctionName: "go#noop"}})
+			return err
+		}
+	}
+	sc, err := hero.Dial(hero.Config{Addr: c.GRPCAddr, Actor: c.Actor, Key: c.Key, AdminSecret: c.Secret, Context: ctx1,
+		TLS: harness.APITLS(), SignEachCall: c.SignEachCall})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = sc.Close() })
+	return func(ctx context.Context, i int) error {
+		_, err := sc.Submit(ctx, &model.Job{FunctionName: "go#noop"}, hero.SubmitOptions{})
+		return err
+	}
 }
 
 // BenchmarkPeersFlow runs figure (b) of BenchmarkPeers alone, with per-phase timings

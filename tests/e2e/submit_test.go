@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
@@ -44,9 +46,10 @@ func TestJobSubmit(t *testing.T) {
 	checkSubmitChosenID(t, c)
 	checkSubmitBatch(t, c)
 	checkSubmitGRPC(t, c, tp)
-	// Nine jobs were created (the existing ones returned are not counted).
-	if n, err := harness.Metric(s.API, "hero_jobs_submitted_total"); err != nil || n != 9 {
-		t.Errorf("hero_jobs_submitted_total = %v (%v), want 9", n, err)
+	checkSubmitStream(t, s, c, tp)
+	// Eleven jobs were created (the existing ones returned are not counted).
+	if n, err := harness.Metric(s.API, "hero_jobs_submitted_total"); err != nil || n != 11 {
+		t.Errorf("hero_jobs_submitted_total = %v (%v), want 11", n, err)
 	}
 }
 
@@ -154,5 +157,64 @@ func checkSubmitGRPC(t *testing.T, c *harness.Client, tp string) {
 	last := many.Items[1].Job.Id
 	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, last).Status == "finished" }) {
 		t.Fatalf("job %d submitted over gRPC did not finish", last)
+	}
+}
+
+// checkSubmitStream: SubmitJobStream answers each submission by its seq: a job (with
+// the item's traceparent), the same job for a unique key sent twice, the typed error
+// of a refused one while the others go on; each item is counted as a request.
+func checkSubmitStream(t *testing.T, s *harness.Stack, c *harness.Client, tp string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	before, _ := harness.Metric(s.API, "hero_api_requests_total", `method="SubmitJobStream"`, `code="OK"`)
+	st, err := c.API(t).SubmitJobStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := func(script string) *herov1.Job { return &herov1.Job{ScriptType: "sh", Script: script} }
+	items := []*herov1.SubmitJobStreamRequest{
+		{Seq: 7, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("echo streamed")}, Traceparent: tp},
+		{Seq: 8, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: &herov1.Job{ScriptType: "no-such-type", Script: "true"}}},
+		{Seq: 9, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("true"), UniqueKey: "streamed", UniqueTtlSeconds: 60}},
+		{Seq: 10, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("true"), UniqueKey: "streamed", UniqueTtlSeconds: 60}},
+	}
+	for _, it := range items {
+		if err := st.Send(it); err != nil {
+			t.Fatalf("send %d: %v", it.Seq, err)
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]*herov1.SubmitJobStreamResponse{}
+	for {
+		r, err := st.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the stream failed: %v (answers so far %v)", err, got)
+		}
+		got[r.Seq] = r
+	}
+	if len(got) != 4 {
+		t.Fatalf("%d answers for 4 submissions: %v", len(got), got)
+	}
+	if j := got[7].GetSubmit().GetJob(); j == nil || j.Id == 0 || j.Traceparent != tp || j.Status != "dispatched" {
+		t.Errorf("item 7: %v", got[7])
+	}
+	if e := got[8].GetError(); e == nil || codes.Code(e.Code) != codes.InvalidArgument || !strings.Contains(e.Message, "script_type") || got[8].Submit != nil {
+		t.Errorf("item 8 (a script type that does not exist): %v", got[8])
+	}
+	a, b := got[9].GetSubmit(), got[10].GetSubmit()
+	if a == nil || b == nil || a.Job.Id != b.Job.Id || a.Existing == b.Existing {
+		t.Errorf("items 9 and 10 (one unique key): %v, %v", got[9], got[10])
+	}
+	if n, err := harness.Metric(s.API, "hero_api_requests_total", `method="SubmitJobStream"`, `code="OK"`); err != nil || n-before != 3 {
+		t.Errorf("SubmitJobStream items answered OK: %v (%v), want 3", n-before, err)
+	}
+	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, got[7].Submit.Job.Id).Status == "finished" }) {
+		t.Fatalf("the streamed job did not finish")
 	}
 }

@@ -2273,6 +2273,193 @@ func (x *SubmitJobsResponse) GetItems() []*SubmitJobResponse {
 	return nil
 }
 
+// SubmitJobStreamRequest: one submission of a SubmitJobStream; seq is the caller's
+// number for it (echoed in its answer), traceparent its W3C trace context (else the
+// stream's).
+type SubmitJobStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Submit        *SubmitJobRequest      `protobuf:"bytes,2,opt,name=submit,proto3" json:"submit,omitempty"`
+	Traceparent   string                 `protobuf:"bytes,3,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitJobStreamRequest) Reset() {
+	*x = SubmitJobStreamRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitJobStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitJobStreamRequest) ProtoMessage() {}
+
+func (x *SubmitJobStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitJobStreamRequest.ProtoReflect.Descriptor instead.
+func (*SubmitJobStreamRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SubmitJobStreamRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SubmitJobStreamRequest) GetSubmit() *SubmitJobRequest {
+	if x != nil {
+		return x.Submit
+	}
+	return nil
+}
+
+func (x *SubmitJobStreamRequest) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+// SubmitJobStreamResponse answers the submission seq: its job, or the error a
+// SubmitJob call would have returned.
+type SubmitJobStreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Submit        *SubmitJobResponse     `protobuf:"bytes,2,opt,name=submit,proto3" json:"submit,omitempty"`
+	Error         *StreamError           `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitJobStreamResponse) Reset() {
+	*x = SubmitJobStreamResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitJobStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitJobStreamResponse) ProtoMessage() {}
+
+func (x *SubmitJobStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitJobStreamResponse.ProtoReflect.Descriptor instead.
+func (*SubmitJobStreamResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SubmitJobStreamResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SubmitJobStreamResponse) GetSubmit() *SubmitJobResponse {
+	if x != nil {
+		return x.Submit
+	}
+	return nil
+}
+
+func (x *SubmitJobStreamResponse) GetError() *StreamError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// StreamError is a refused stream item's gRPC status: its code, message and, when the
+// caller may try again later, the delay (RetryInfo in a call's status).
+type StreamError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	RetryAfterMs  uint64                 `protobuf:"varint,3,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamError) Reset() {
+	*x = StreamError{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamError) ProtoMessage() {}
+
+func (x *StreamError) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamError.ProtoReflect.Descriptor instead.
+func (*StreamError) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *StreamError) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *StreamError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *StreamError) GetRetryAfterMs() uint64 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
+}
+
 type StopJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
@@ -2284,7 +2471,7 @@ type StopJobRequest struct {
 
 func (x *StopJobRequest) Reset() {
 	*x = StopJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2483,7 @@ func (x *StopJobRequest) String() string {
 func (*StopJobRequest) ProtoMessage() {}
 
 func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2496,7 @@ func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobRequest.ProtoReflect.Descriptor instead.
 func (*StopJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StopJobRequest) GetContextId() uint32 {
@@ -2342,7 +2529,7 @@ type StopJobResponse struct {
 
 func (x *StopJobResponse) Reset() {
 	*x = StopJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2354,7 +2541,7 @@ func (x *StopJobResponse) String() string {
 func (*StopJobResponse) ProtoMessage() {}
 
 func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2367,7 +2554,7 @@ func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobResponse.ProtoReflect.Descriptor instead.
 func (*StopJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StopJobResponse) GetJob() *Job {
@@ -2389,7 +2576,7 @@ type GetJobLogsRequest struct {
 
 func (x *GetJobLogsRequest) Reset() {
 	*x = GetJobLogsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2588,7 @@ func (x *GetJobLogsRequest) String() string {
 func (*GetJobLogsRequest) ProtoMessage() {}
 
 func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2601,7 @@ func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetJobLogsRequest) GetContextId() uint32 {
@@ -2456,7 +2643,7 @@ type GetJobLogsResponse struct {
 
 func (x *GetJobLogsResponse) Reset() {
 	*x = GetJobLogsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2655,7 @@ func (x *GetJobLogsResponse) String() string {
 func (*GetJobLogsResponse) ProtoMessage() {}
 
 func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2668,7 @@ func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetJobLogsResponse) GetLogs() string {
@@ -2515,7 +2702,7 @@ type CreateFlowRequest struct {
 
 func (x *CreateFlowRequest) Reset() {
 	*x = CreateFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2714,7 @@ func (x *CreateFlowRequest) String() string {
 func (*CreateFlowRequest) ProtoMessage() {}
 
 func (x *CreateFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2727,7 @@ func (x *CreateFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFlowRequest.ProtoReflect.Descriptor instead.
 func (*CreateFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreateFlowRequest) GetContextId() uint32 {
@@ -2566,7 +2753,7 @@ type CreateFlowResponse struct {
 
 func (x *CreateFlowResponse) Reset() {
 	*x = CreateFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2765,7 @@ func (x *CreateFlowResponse) String() string {
 func (*CreateFlowResponse) ProtoMessage() {}
 
 func (x *CreateFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2778,7 @@ func (x *CreateFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFlowResponse.ProtoReflect.Descriptor instead.
 func (*CreateFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateFlowResponse) GetFlow() *Flow {
@@ -2611,7 +2798,7 @@ type GetFlowRequest struct {
 
 func (x *GetFlowRequest) Reset() {
 	*x = GetFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +2810,7 @@ func (x *GetFlowRequest) String() string {
 func (*GetFlowRequest) ProtoMessage() {}
 
 func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +2823,7 @@ func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetFlowRequest) GetContextId() uint32 {
@@ -2662,7 +2849,7 @@ type GetFlowResponse struct {
 
 func (x *GetFlowResponse) Reset() {
 	*x = GetFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2861,7 @@ func (x *GetFlowResponse) String() string {
 func (*GetFlowResponse) ProtoMessage() {}
 
 func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2874,7 @@ func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetFlowResponse) GetFlow() *Flow {
@@ -2708,7 +2895,7 @@ type WaitFlowRequest struct {
 
 func (x *WaitFlowRequest) Reset() {
 	*x = WaitFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2907,7 @@ func (x *WaitFlowRequest) String() string {
 func (*WaitFlowRequest) ProtoMessage() {}
 
 func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2920,7 @@ func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowRequest.ProtoReflect.Descriptor instead.
 func (*WaitFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WaitFlowRequest) GetContextId() uint32 {
@@ -2766,7 +2953,7 @@ type WaitFlowResponse struct {
 
 func (x *WaitFlowResponse) Reset() {
 	*x = WaitFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2965,7 @@ func (x *WaitFlowResponse) String() string {
 func (*WaitFlowResponse) ProtoMessage() {}
 
 func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2978,7 @@ func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowResponse.ProtoReflect.Descriptor instead.
 func (*WaitFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WaitFlowResponse) GetFlow() *Flow {
@@ -2813,7 +3000,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2825,7 +3012,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2838,7 +3025,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListFlowsRequest) GetContextId() uint32 {
@@ -2879,7 +3066,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3078,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3091,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -2931,7 +3118,7 @@ type StartFlowRequest struct {
 
 func (x *StartFlowRequest) Reset() {
 	*x = StartFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3130,7 @@ func (x *StartFlowRequest) String() string {
 func (*StartFlowRequest) ProtoMessage() {}
 
 func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3143,7 @@ func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowRequest.ProtoReflect.Descriptor instead.
 func (*StartFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *StartFlowRequest) GetContextId() uint32 {
@@ -2982,7 +3169,7 @@ type StartFlowResponse struct {
 
 func (x *StartFlowResponse) Reset() {
 	*x = StartFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3181,7 @@ func (x *StartFlowResponse) String() string {
 func (*StartFlowResponse) ProtoMessage() {}
 
 func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3194,7 @@ func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowResponse.ProtoReflect.Descriptor instead.
 func (*StartFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *StartFlowResponse) GetFlow() *Flow {
@@ -3027,7 +3214,7 @@ type GetFlowDagRequest struct {
 
 func (x *GetFlowDagRequest) Reset() {
 	*x = GetFlowDagRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3226,7 @@ func (x *GetFlowDagRequest) String() string {
 func (*GetFlowDagRequest) ProtoMessage() {}
 
 func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3239,7 @@ func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowDagRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetFlowDagRequest) GetContextId() uint32 {
@@ -3079,7 +3266,7 @@ type GetFlowDagResponse struct {
 
 func (x *GetFlowDagResponse) Reset() {
 	*x = GetFlowDagResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3278,7 @@ func (x *GetFlowDagResponse) String() string {
 func (*GetFlowDagResponse) ProtoMessage() {}
 
 func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3291,7 @@ func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowDagResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetFlowDagResponse) GetFlow() *Flow {
@@ -3131,7 +3318,7 @@ type CancelFlowRequest struct {
 
 func (x *CancelFlowRequest) Reset() {
 	*x = CancelFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3330,7 @@ func (x *CancelFlowRequest) String() string {
 func (*CancelFlowRequest) ProtoMessage() {}
 
 func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3343,7 @@ func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowRequest.ProtoReflect.Descriptor instead.
 func (*CancelFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CancelFlowRequest) GetContextId() uint32 {
@@ -3182,7 +3369,7 @@ type CancelFlowResponse struct {
 
 func (x *CancelFlowResponse) Reset() {
 	*x = CancelFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3381,7 @@ func (x *CancelFlowResponse) String() string {
 func (*CancelFlowResponse) ProtoMessage() {}
 
 func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3394,7 @@ func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowResponse.ProtoReflect.Descriptor instead.
 func (*CancelFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CancelFlowResponse) GetFlow() *Flow {
@@ -3227,7 +3414,7 @@ type RetryFlowRequest struct {
 
 func (x *RetryFlowRequest) Reset() {
 	*x = RetryFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3426,7 @@ func (x *RetryFlowRequest) String() string {
 func (*RetryFlowRequest) ProtoMessage() {}
 
 func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3439,7 @@ func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowRequest.ProtoReflect.Descriptor instead.
 func (*RetryFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RetryFlowRequest) GetContextId() uint32 {
@@ -3278,7 +3465,7 @@ type RetryFlowResponse struct {
 
 func (x *RetryFlowResponse) Reset() {
 	*x = RetryFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3477,7 @@ func (x *RetryFlowResponse) String() string {
 func (*RetryFlowResponse) ProtoMessage() {}
 
 func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3490,7 @@ func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowResponse.ProtoReflect.Descriptor instead.
 func (*RetryFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RetryFlowResponse) GetFlow() *Flow {
@@ -3329,7 +3516,7 @@ type DLQEntry struct {
 
 func (x *DLQEntry) Reset() {
 	*x = DLQEntry{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3528,7 @@ func (x *DLQEntry) String() string {
 func (*DLQEntry) ProtoMessage() {}
 
 func (x *DLQEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3541,7 @@ func (x *DLQEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DLQEntry.ProtoReflect.Descriptor instead.
 func (*DLQEntry) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DLQEntry) GetCallerId() uint32 {
@@ -3424,7 +3611,7 @@ type ListDLQRequest struct {
 
 func (x *ListDLQRequest) Reset() {
 	*x = ListDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3436,7 +3623,7 @@ func (x *ListDLQRequest) String() string {
 func (*ListDLQRequest) ProtoMessage() {}
 
 func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3449,7 +3636,7 @@ func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQRequest.ProtoReflect.Descriptor instead.
 func (*ListDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListDLQRequest) GetContextId() uint32 {
@@ -3483,7 +3670,7 @@ type ListDLQResponse struct {
 
 func (x *ListDLQResponse) Reset() {
 	*x = ListDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3495,7 +3682,7 @@ func (x *ListDLQResponse) String() string {
 func (*ListDLQResponse) ProtoMessage() {}
 
 func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3508,7 +3695,7 @@ func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQResponse.ProtoReflect.Descriptor instead.
 func (*ListDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListDLQResponse) GetEntries() []*DLQEntry {
@@ -3536,7 +3723,7 @@ type ShowDLQRequest struct {
 
 func (x *ShowDLQRequest) Reset() {
 	*x = ShowDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3548,7 +3735,7 @@ func (x *ShowDLQRequest) String() string {
 func (*ShowDLQRequest) ProtoMessage() {}
 
 func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3561,7 +3748,7 @@ func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQRequest.ProtoReflect.Descriptor instead.
 func (*ShowDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ShowDLQRequest) GetContextId() uint32 {
@@ -3595,7 +3782,7 @@ type ShowDLQResponse struct {
 
 func (x *ShowDLQResponse) Reset() {
 	*x = ShowDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3607,7 +3794,7 @@ func (x *ShowDLQResponse) String() string {
 func (*ShowDLQResponse) ProtoMessage() {}
 
 func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3620,7 +3807,7 @@ func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQResponse.ProtoReflect.Descriptor instead.
 func (*ShowDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ShowDLQResponse) GetEntry() *DLQEntry {
@@ -3648,7 +3835,7 @@ type RequeueDLQRequest struct {
 
 func (x *RequeueDLQRequest) Reset() {
 	*x = RequeueDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3660,7 +3847,7 @@ func (x *RequeueDLQRequest) String() string {
 func (*RequeueDLQRequest) ProtoMessage() {}
 
 func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3673,7 +3860,7 @@ func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RequeueDLQRequest) GetContextId() uint32 {
@@ -3706,7 +3893,7 @@ type RequeueDLQResponse struct {
 
 func (x *RequeueDLQResponse) Reset() {
 	*x = RequeueDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3718,7 +3905,7 @@ func (x *RequeueDLQResponse) String() string {
 func (*RequeueDLQResponse) ProtoMessage() {}
 
 func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3731,7 +3918,7 @@ func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RequeueDLQResponse) GetJob() *Job {
@@ -3752,7 +3939,7 @@ type PurgeDLQRequest struct {
 
 func (x *PurgeDLQRequest) Reset() {
 	*x = PurgeDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3764,7 +3951,7 @@ func (x *PurgeDLQRequest) String() string {
 func (*PurgeDLQRequest) ProtoMessage() {}
 
 func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3777,7 +3964,7 @@ func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *PurgeDLQRequest) GetContextId() uint32 {
@@ -3810,7 +3997,7 @@ type PurgeDLQResponse struct {
 
 func (x *PurgeDLQResponse) Reset() {
 	*x = PurgeDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3822,7 +4009,7 @@ func (x *PurgeDLQResponse) String() string {
 func (*PurgeDLQResponse) ProtoMessage() {}
 
 func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3835,7 +4022,7 @@ func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *PurgeDLQResponse) GetPurged() int64 {
@@ -3857,7 +4044,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3869,7 +4056,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3882,7 +4069,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *DeleteJobRequest) GetContextId() uint32 {
@@ -3924,7 +4111,7 @@ type DeleteFlowRequest struct {
 
 func (x *DeleteFlowRequest) Reset() {
 	*x = DeleteFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3936,7 +4123,7 @@ func (x *DeleteFlowRequest) String() string {
 func (*DeleteFlowRequest) ProtoMessage() {}
 
 func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3949,7 +4136,7 @@ func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFlowRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *DeleteFlowRequest) GetContextId() uint32 {
@@ -3984,7 +4171,7 @@ type DeleteRunnerRequest struct {
 
 func (x *DeleteRunnerRequest) Reset() {
 	*x = DeleteRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3996,7 +4183,7 @@ func (x *DeleteRunnerRequest) String() string {
 func (*DeleteRunnerRequest) ProtoMessage() {}
 
 func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4009,7 +4196,7 @@ func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunnerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DeleteRunnerRequest) GetContextId() uint32 {
@@ -4043,7 +4230,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +4242,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +4255,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DeleteContextRequest) GetId() uint32 {
@@ -4094,7 +4281,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4106,7 +4293,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4119,7 +4306,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{77}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -4139,7 +4326,7 @@ type CreateMessageRequest struct {
 
 func (x *CreateMessageRequest) Reset() {
 	*x = CreateMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4151,7 +4338,7 @@ func (x *CreateMessageRequest) String() string {
 func (*CreateMessageRequest) ProtoMessage() {}
 
 func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4164,7 +4351,7 @@ func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageRequest.ProtoReflect.Descriptor instead.
 func (*CreateMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{78}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CreateMessageRequest) GetContextId() uint32 {
@@ -4190,7 +4377,7 @@ type CreateMessageResponse struct {
 
 func (x *CreateMessageResponse) Reset() {
 	*x = CreateMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4202,7 +4389,7 @@ func (x *CreateMessageResponse) String() string {
 func (*CreateMessageResponse) ProtoMessage() {}
 
 func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4215,7 +4402,7 @@ func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageResponse.ProtoReflect.Descriptor instead.
 func (*CreateMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{79}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CreateMessageResponse) GetMessage() *Message {
@@ -4236,7 +4423,7 @@ type GetMessageRequest struct {
 
 func (x *GetMessageRequest) Reset() {
 	*x = GetMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4248,7 +4435,7 @@ func (x *GetMessageRequest) String() string {
 func (*GetMessageRequest) ProtoMessage() {}
 
 func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4261,7 +4448,7 @@ func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{80}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetMessageRequest) GetContextId() uint32 {
@@ -4294,7 +4481,7 @@ type GetMessageResponse struct {
 
 func (x *GetMessageResponse) Reset() {
 	*x = GetMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4306,7 +4493,7 @@ func (x *GetMessageResponse) String() string {
 func (*GetMessageResponse) ProtoMessage() {}
 
 func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4319,7 +4506,7 @@ func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageResponse.ProtoReflect.Descriptor instead.
 func (*GetMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{81}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *GetMessageResponse) GetMessage() *Message {
@@ -4343,7 +4530,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4355,7 +4542,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4368,7 +4555,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{82}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *WatchRequest) GetContextId() uint32 {
@@ -4408,7 +4595,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4420,7 +4607,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4433,7 +4620,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{83}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -4455,7 +4642,7 @@ type ReadEventsRequest struct {
 
 func (x *ReadEventsRequest) Reset() {
 	*x = ReadEventsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4467,7 +4654,7 @@ func (x *ReadEventsRequest) String() string {
 func (*ReadEventsRequest) ProtoMessage() {}
 
 func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4480,7 +4667,7 @@ func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReadEventsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{84}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ReadEventsRequest) GetContextId() uint32 {
@@ -4521,7 +4708,7 @@ type ReadEventsResponse struct {
 
 func (x *ReadEventsResponse) Reset() {
 	*x = ReadEventsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4533,7 +4720,7 @@ func (x *ReadEventsResponse) String() string {
 func (*ReadEventsResponse) ProtoMessage() {}
 
 func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4546,7 +4733,7 @@ func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReadEventsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{85}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ReadEventsResponse) GetEvents() []*Event {
@@ -4710,7 +4897,19 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12*\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x16.hero.v1.SubmitJobItemR\x04jobs\"F\n" +
 	"\x12SubmitJobsResponse\x120\n" +
-	"\x05items\x18\x01 \x03(\v2\x1a.hero.v1.SubmitJobResponseR\x05items\"\\\n" +
+	"\x05items\x18\x01 \x03(\v2\x1a.hero.v1.SubmitJobResponseR\x05items\"\x7f\n" +
+	"\x16SubmitJobStreamRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
+	"\x06submit\x18\x02 \x01(\v2\x19.hero.v1.SubmitJobRequestR\x06submit\x12 \n" +
+	"\vtraceparent\x18\x03 \x01(\tR\vtraceparent\"\x8b\x01\n" +
+	"\x17SubmitJobStreamResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x122\n" +
+	"\x06submit\x18\x02 \x01(\v2\x1a.hero.v1.SubmitJobResponseR\x06submit\x12*\n" +
+	"\x05error\x18\x03 \x01(\v2\x14.hero.v1.StreamErrorR\x05error\"a\n" +
+	"\vStreamError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12$\n" +
+	"\x0eretry_after_ms\x18\x03 \x01(\x04R\fretryAfterMs\"\\\n" +
 	"\x0eStopJobRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x1b\n" +
@@ -4874,7 +5073,7 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\aflow_id\x18\x04 \x01(\rR\x06flowId\"`\n" +
 	"\x12ReadEventsResponse\x12&\n" +
 	"\x06events\x18\x01 \x03(\v2\x0e.hero.v1.EventR\x06events\x12\"\n" +
-	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xf2\x16\n" +
+	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xcc\x17\n" +
 	"\vCoordinator\x12H\n" +
 	"\vCreateActor\x12\x1b.hero.v1.CreateActorRequest\x1a\x1c.hero.v1.CreateActorResponse\x12?\n" +
 	"\bGetActor\x12\x18.hero.v1.GetActorRequest\x1a\x19.hero.v1.GetActorResponse\x12H\n" +
@@ -4897,7 +5096,8 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\x06RunJob\x12\x16.hero.v1.RunJobRequest\x1a\x17.hero.v1.RunJobResponse\x12B\n" +
 	"\tSubmitJob\x12\x19.hero.v1.SubmitJobRequest\x1a\x1a.hero.v1.SubmitJobResponse\x12E\n" +
 	"\n" +
-	"SubmitJobs\x12\x1a.hero.v1.SubmitJobsRequest\x1a\x1b.hero.v1.SubmitJobsResponse\x12<\n" +
+	"SubmitJobs\x12\x1a.hero.v1.SubmitJobsRequest\x1a\x1b.hero.v1.SubmitJobsResponse\x12X\n" +
+	"\x0fSubmitJobStream\x12\x1f.hero.v1.SubmitJobStreamRequest\x1a .hero.v1.SubmitJobStreamResponse(\x010\x01\x12<\n" +
 	"\aStopJob\x12\x17.hero.v1.StopJobRequest\x1a\x18.hero.v1.StopJobResponse\x12E\n" +
 	"\n" +
 	"GetJobLogs\x12\x1a.hero.v1.GetJobLogsRequest\x1a\x1b.hero.v1.GetJobLogsResponse\x12E\n" +
@@ -4941,7 +5141,7 @@ func file_hero_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_hero_v1_coordinator_proto_rawDescData
 }
 
-var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
 var file_hero_v1_coordinator_proto_goTypes = []any{
 	(*CreateActorRequest)(nil),           // 0: hero.v1.CreateActorRequest
 	(*CreateActorResponse)(nil),          // 1: hero.v1.CreateActorResponse
@@ -4987,202 +5187,210 @@ var file_hero_v1_coordinator_proto_goTypes = []any{
 	(*SubmitJobItem)(nil),                // 41: hero.v1.SubmitJobItem
 	(*SubmitJobsRequest)(nil),            // 42: hero.v1.SubmitJobsRequest
 	(*SubmitJobsResponse)(nil),           // 43: hero.v1.SubmitJobsResponse
-	(*StopJobRequest)(nil),               // 44: hero.v1.StopJobRequest
-	(*StopJobResponse)(nil),              // 45: hero.v1.StopJobResponse
-	(*GetJobLogsRequest)(nil),            // 46: hero.v1.GetJobLogsRequest
-	(*GetJobLogsResponse)(nil),           // 47: hero.v1.GetJobLogsResponse
-	(*CreateFlowRequest)(nil),            // 48: hero.v1.CreateFlowRequest
-	(*CreateFlowResponse)(nil),           // 49: hero.v1.CreateFlowResponse
-	(*GetFlowRequest)(nil),               // 50: hero.v1.GetFlowRequest
-	(*GetFlowResponse)(nil),              // 51: hero.v1.GetFlowResponse
-	(*WaitFlowRequest)(nil),              // 52: hero.v1.WaitFlowRequest
-	(*WaitFlowResponse)(nil),             // 53: hero.v1.WaitFlowResponse
-	(*ListFlowsRequest)(nil),             // 54: hero.v1.ListFlowsRequest
-	(*ListFlowsResponse)(nil),            // 55: hero.v1.ListFlowsResponse
-	(*StartFlowRequest)(nil),             // 56: hero.v1.StartFlowRequest
-	(*StartFlowResponse)(nil),            // 57: hero.v1.StartFlowResponse
-	(*GetFlowDagRequest)(nil),            // 58: hero.v1.GetFlowDagRequest
-	(*GetFlowDagResponse)(nil),           // 59: hero.v1.GetFlowDagResponse
-	(*CancelFlowRequest)(nil),            // 60: hero.v1.CancelFlowRequest
-	(*CancelFlowResponse)(nil),           // 61: hero.v1.CancelFlowResponse
-	(*RetryFlowRequest)(nil),             // 62: hero.v1.RetryFlowRequest
-	(*RetryFlowResponse)(nil),            // 63: hero.v1.RetryFlowResponse
-	(*DLQEntry)(nil),                     // 64: hero.v1.DLQEntry
-	(*ListDLQRequest)(nil),               // 65: hero.v1.ListDLQRequest
-	(*ListDLQResponse)(nil),              // 66: hero.v1.ListDLQResponse
-	(*ShowDLQRequest)(nil),               // 67: hero.v1.ShowDLQRequest
-	(*ShowDLQResponse)(nil),              // 68: hero.v1.ShowDLQResponse
-	(*RequeueDLQRequest)(nil),            // 69: hero.v1.RequeueDLQRequest
-	(*RequeueDLQResponse)(nil),           // 70: hero.v1.RequeueDLQResponse
-	(*PurgeDLQRequest)(nil),              // 71: hero.v1.PurgeDLQRequest
-	(*PurgeDLQResponse)(nil),             // 72: hero.v1.PurgeDLQResponse
-	(*DeleteJobRequest)(nil),             // 73: hero.v1.DeleteJobRequest
-	(*DeleteFlowRequest)(nil),            // 74: hero.v1.DeleteFlowRequest
-	(*DeleteRunnerRequest)(nil),          // 75: hero.v1.DeleteRunnerRequest
-	(*DeleteContextRequest)(nil),         // 76: hero.v1.DeleteContextRequest
-	(*DeleteResponse)(nil),               // 77: hero.v1.DeleteResponse
-	(*CreateMessageRequest)(nil),         // 78: hero.v1.CreateMessageRequest
-	(*CreateMessageResponse)(nil),        // 79: hero.v1.CreateMessageResponse
-	(*GetMessageRequest)(nil),            // 80: hero.v1.GetMessageRequest
-	(*GetMessageResponse)(nil),           // 81: hero.v1.GetMessageResponse
-	(*WatchRequest)(nil),                 // 82: hero.v1.WatchRequest
-	(*WatchResponse)(nil),                // 83: hero.v1.WatchResponse
-	(*ReadEventsRequest)(nil),            // 84: hero.v1.ReadEventsRequest
-	(*ReadEventsResponse)(nil),           // 85: hero.v1.ReadEventsResponse
-	(*Actor)(nil),                        // 86: hero.v1.Actor
-	(*Context)(nil),                      // 87: hero.v1.Context
-	(*JobLimits)(nil),                    // 88: hero.v1.JobLimits
-	(*Runner)(nil),                       // 89: hero.v1.Runner
-	(*Job)(nil),                          // 90: hero.v1.Job
-	(*Flow)(nil),                         // 91: hero.v1.Flow
-	(*DagNode)(nil),                      // 92: hero.v1.DagNode
-	(*Message)(nil),                      // 93: hero.v1.Message
-	(*Event)(nil),                        // 94: hero.v1.Event
+	(*SubmitJobStreamRequest)(nil),       // 44: hero.v1.SubmitJobStreamRequest
+	(*SubmitJobStreamResponse)(nil),      // 45: hero.v1.SubmitJobStreamResponse
+	(*StreamError)(nil),                  // 46: hero.v1.StreamError
+	(*StopJobRequest)(nil),               // 47: hero.v1.StopJobRequest
+	(*StopJobResponse)(nil),              // 48: hero.v1.StopJobResponse
+	(*GetJobLogsRequest)(nil),            // 49: hero.v1.GetJobLogsRequest
+	(*GetJobLogsResponse)(nil),           // 50: hero.v1.GetJobLogsResponse
+	(*CreateFlowRequest)(nil),            // 51: hero.v1.CreateFlowRequest
+	(*CreateFlowResponse)(nil),           // 52: hero.v1.CreateFlowResponse
+	(*GetFlowRequest)(nil),               // 53: hero.v1.GetFlowRequest
+	(*GetFlowResponse)(nil),              // 54: hero.v1.GetFlowResponse
+	(*WaitFlowRequest)(nil),              // 55: hero.v1.WaitFlowRequest
+	(*WaitFlowResponse)(nil),             // 56: hero.v1.WaitFlowResponse
+	(*ListFlowsRequest)(nil),             // 57: hero.v1.ListFlowsRequest
+	(*ListFlowsResponse)(nil),            // 58: hero.v1.ListFlowsResponse
+	(*StartFlowRequest)(nil),             // 59: hero.v1.StartFlowRequest
+	(*StartFlowResponse)(nil),            // 60: hero.v1.StartFlowResponse
+	(*GetFlowDagRequest)(nil),            // 61: hero.v1.GetFlowDagRequest
+	(*GetFlowDagResponse)(nil),           // 62: hero.v1.GetFlowDagResponse
+	(*CancelFlowRequest)(nil),            // 63: hero.v1.CancelFlowRequest
+	(*CancelFlowResponse)(nil),           // 64: hero.v1.CancelFlowResponse
+	(*RetryFlowRequest)(nil),             // 65: hero.v1.RetryFlowRequest
+	(*RetryFlowResponse)(nil),            // 66: hero.v1.RetryFlowResponse
+	(*DLQEntry)(nil),                     // 67: hero.v1.DLQEntry
+	(*ListDLQRequest)(nil),               // 68: hero.v1.ListDLQRequest
+	(*ListDLQResponse)(nil),              // 69: hero.v1.ListDLQResponse
+	(*ShowDLQRequest)(nil),               // 70: hero.v1.ShowDLQRequest
+	(*ShowDLQResponse)(nil),              // 71: hero.v1.ShowDLQResponse
+	(*RequeueDLQRequest)(nil),            // 72: hero.v1.RequeueDLQRequest
+	(*RequeueDLQResponse)(nil),           // 73: hero.v1.RequeueDLQResponse
+	(*PurgeDLQRequest)(nil),              // 74: hero.v1.PurgeDLQRequest
+	(*PurgeDLQResponse)(nil),             // 75: hero.v1.PurgeDLQResponse
+	(*DeleteJobRequest)(nil),             // 76: hero.v1.DeleteJobRequest
+	(*DeleteFlowRequest)(nil),            // 77: hero.v1.DeleteFlowRequest
+	(*DeleteRunnerRequest)(nil),          // 78: hero.v1.DeleteRunnerRequest
+	(*DeleteContextRequest)(nil),         // 79: hero.v1.DeleteContextRequest
+	(*DeleteResponse)(nil),               // 80: hero.v1.DeleteResponse
+	(*CreateMessageRequest)(nil),         // 81: hero.v1.CreateMessageRequest
+	(*CreateMessageResponse)(nil),        // 82: hero.v1.CreateMessageResponse
+	(*GetMessageRequest)(nil),            // 83: hero.v1.GetMessageRequest
+	(*GetMessageResponse)(nil),           // 84: hero.v1.GetMessageResponse
+	(*WatchRequest)(nil),                 // 85: hero.v1.WatchRequest
+	(*WatchResponse)(nil),                // 86: hero.v1.WatchResponse
+	(*ReadEventsRequest)(nil),            // 87: hero.v1.ReadEventsRequest
+	(*ReadEventsResponse)(nil),           // 88: hero.v1.ReadEventsResponse
+	(*Actor)(nil),                        // 89: hero.v1.Actor
+	(*Context)(nil),                      // 90: hero.v1.Context
+	(*JobLimits)(nil),                    // 91: hero.v1.JobLimits
+	(*Runner)(nil),                       // 92: hero.v1.Runner
+	(*Job)(nil),                          // 93: hero.v1.Job
+	(*Flow)(nil),                         // 94: hero.v1.Flow
+	(*DagNode)(nil),                      // 95: hero.v1.DagNode
+	(*Message)(nil),                      // 96: hero.v1.Message
+	(*Event)(nil),                        // 97: hero.v1.Event
 }
 var file_hero_v1_coordinator_proto_depIdxs = []int32{
-	86, // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
-	86, // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
-	86, // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
-	20, // 3: hero.v1.UpdateActorRequest.address:type_name -> hero.v1.StringList
-	86, // 4: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
-	6,  // 5: hero.v1.ListOperatorSecretsResponse.items:type_name -> hero.v1.OperatorSecret
-	6,  // 6: hero.v1.RevokeOperatorSecretResponse.secret:type_name -> hero.v1.OperatorSecret
-	87, // 7: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
-	87, // 8: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
-	87, // 9: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
-	19, // 10: hero.v1.UpdateContextRequest.admins:type_name -> hero.v1.IdList
-	19, // 11: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
-	19, // 12: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
-	20, // 13: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
-	88, // 14: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
-	88, // 15: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
-	87, // 16: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
-	89, // 17: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
-	89, // 18: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
-	89, // 19: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
-	89, // 20: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
-	90, // 21: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
-	90, // 22: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
-	90, // 23: hero.v1.CreateJobsRequest.jobs:type_name -> hero.v1.Job
-	90, // 24: hero.v1.CreateJobsItem.job:type_name -> hero.v1.Job
-	32, // 25: hero.v1.CreateJobsItem.error:type_name -> hero.v1.ItemError
-	30, // 26: hero.v1.CreateJobsResponse.items:type_name -> hero.v1.CreateJobsItem
-	90, // 27: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
-	90, // 28: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
-	90, // 29: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
-	90, // 30: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
-	90, // 31: hero.v1.SubmitJobRequest.job:type_name -> hero.v1.Job
-	90, // 32: hero.v1.SubmitJobResponse.job:type_name -> hero.v1.Job
-	90, // 33: hero.v1.SubmitJobItem.job:type_name -> hero.v1.Job
-	41, // 34: hero.v1.SubmitJobsRequest.jobs:type_name -> hero.v1.SubmitJobItem
-	40, // 35: hero.v1.SubmitJobsResponse.items:type_name -> hero.v1.SubmitJobResponse
-	90, // 36: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
-	91, // 37: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
-	91, // 38: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
-	91, // 39: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
-	91, // 40: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
-	91, // 41: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
-	91, // 42: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
-	91, // 43: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
-	92, // 44: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
-	91, // 45: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
-	91, // 46: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
-	64, // 47: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
-	64, // 48: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
-	90, // 49: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
-	90, // 50: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
-	93, // 51: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
-	93, // 52: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
-	93, // 53: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
-	94, // 54: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
-	94, // 55: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
-	0,  // 56: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
-	2,  // 57: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
-	4,  // 58: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
-	7,  // 59: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
-	9,  // 60: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
-	11, // 61: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
-	13, // 62: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
-	15, // 63: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
-	17, // 64: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
-	21, // 65: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
-	23, // 66: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
-	25, // 67: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
-	27, // 68: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
-	29, // 69: hero.v1.Coordinator.CreateJobs:input_type -> hero.v1.CreateJobsRequest
-	33, // 70: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
-	35, // 71: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
-	37, // 72: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
-	39, // 73: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
-	42, // 74: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
-	44, // 75: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
-	46, // 76: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
-	48, // 77: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
-	50, // 78: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
-	54, // 79: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
-	56, // 80: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
-	58, // 81: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
-	52, // 82: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
-	60, // 83: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
-	62, // 84: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
-	65, // 85: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
-	67, // 86: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
-	69, // 87: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
-	71, // 88: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
-	73, // 89: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
-	74, // 90: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
-	75, // 91: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
-	76, // 92: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
-	78, // 93: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
-	80, // 94: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
-	82, // 95: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
-	84, // 96: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
-	1,  // 97: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
-	3,  // 98: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
-	5,  // 99: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
-	8,  // 100: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
-	10, // 101: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
-	12, // 102: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
-	14, // 103: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
-	16, // 104: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
-	18, // 105: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
-	22, // 106: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
-	24, // 107: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
-	26, // 108: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
-	28, // 109: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
-	31, // 110: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
-	34, // 111: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
-	36, // 112: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
-	38, // 113: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
-	40, // 114: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
-	43, // 115: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
-	45, // 116: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
-	47, // 117: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
-	49, // 118: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
-	51, // 119: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
-	55, // 120: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
-	57, // 121: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
-	59, // 122: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
-	53, // 123: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
-	61, // 124: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
-	63, // 125: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
-	66, // 126: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
-	68, // 127: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
-	70, // 128: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
-	72, // 129: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
-	77, // 130: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
-	77, // 131: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
-	77, // 132: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
-	77, // 133: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
-	79, // 134: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
-	81, // 135: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
-	83, // 136: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
-	85, // 137: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
-	97, // [97:138] is the sub-list for method output_type
-	56, // [56:97] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	89,  // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
+	89,  // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
+	89,  // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
+	20,  // 3: hero.v1.UpdateActorRequest.address:type_name -> hero.v1.StringList
+	89,  // 4: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
+	6,   // 5: hero.v1.ListOperatorSecretsResponse.items:type_name -> hero.v1.OperatorSecret
+	6,   // 6: hero.v1.RevokeOperatorSecretResponse.secret:type_name -> hero.v1.OperatorSecret
+	90,  // 7: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
+	90,  // 8: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
+	90,  // 9: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
+	19,  // 10: hero.v1.UpdateContextRequest.admins:type_name -> hero.v1.IdList
+	19,  // 11: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
+	19,  // 12: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
+	20,  // 13: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
+	91,  // 14: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
+	91,  // 15: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
+	90,  // 16: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
+	92,  // 17: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
+	92,  // 18: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
+	92,  // 19: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
+	92,  // 20: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
+	93,  // 21: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
+	93,  // 22: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
+	93,  // 23: hero.v1.CreateJobsRequest.jobs:type_name -> hero.v1.Job
+	93,  // 24: hero.v1.CreateJobsItem.job:type_name -> hero.v1.Job
+	32,  // 25: hero.v1.CreateJobsItem.error:type_name -> hero.v1.ItemError
+	30,  // 26: hero.v1.CreateJobsResponse.items:type_name -> hero.v1.CreateJobsItem
+	93,  // 27: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
+	93,  // 28: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
+	93,  // 29: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
+	93,  // 30: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
+	93,  // 31: hero.v1.SubmitJobRequest.job:type_name -> hero.v1.Job
+	93,  // 32: hero.v1.SubmitJobResponse.job:type_name -> hero.v1.Job
+	93,  // 33: hero.v1.SubmitJobItem.job:type_name -> hero.v1.Job
+	41,  // 34: hero.v1.SubmitJobsRequest.jobs:type_name -> hero.v1.SubmitJobItem
+	40,  // 35: hero.v1.SubmitJobsResponse.items:type_name -> hero.v1.SubmitJobResponse
+	39,  // 36: hero.v1.SubmitJobStreamRequest.submit:type_name -> hero.v1.SubmitJobRequest
+	40,  // 37: hero.v1.SubmitJobStreamResponse.submit:type_name -> hero.v1.SubmitJobResponse
+	46,  // 38: hero.v1.SubmitJobStreamResponse.error:type_name -> hero.v1.StreamError
+	93,  // 39: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
+	94,  // 40: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
+	94,  // 41: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
+	94,  // 42: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
+	94,  // 43: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
+	94,  // 44: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
+	94,  // 45: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
+	94,  // 46: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
+	95,  // 47: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
+	94,  // 48: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
+	94,  // 49: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
+	67,  // 50: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
+	67,  // 51: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
+	93,  // 52: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
+	93,  // 53: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
+	96,  // 54: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
+	96,  // 55: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
+	96,  // 56: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
+	97,  // 57: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
+	97,  // 58: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
+	0,   // 59: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
+	2,   // 60: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
+	4,   // 61: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
+	7,   // 62: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
+	9,   // 63: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
+	11,  // 64: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
+	13,  // 65: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
+	15,  // 66: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
+	17,  // 67: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
+	21,  // 68: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
+	23,  // 69: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
+	25,  // 70: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
+	27,  // 71: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
+	29,  // 72: hero.v1.Coordinator.CreateJobs:input_type -> hero.v1.CreateJobsRequest
+	33,  // 73: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
+	35,  // 74: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
+	37,  // 75: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
+	39,  // 76: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
+	42,  // 77: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
+	44,  // 78: hero.v1.Coordinator.SubmitJobStream:input_type -> hero.v1.SubmitJobStreamRequest
+	47,  // 79: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
+	49,  // 80: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
+	51,  // 81: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
+	53,  // 82: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
+	57,  // 83: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
+	59,  // 84: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
+	61,  // 85: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
+	55,  // 86: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
+	63,  // 87: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
+	65,  // 88: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
+	68,  // 89: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
+	70,  // 90: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
+	72,  // 91: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
+	74,  // 92: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
+	76,  // 93: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
+	77,  // 94: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
+	78,  // 95: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
+	79,  // 96: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
+	81,  // 97: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
+	83,  // 98: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
+	85,  // 99: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
+	87,  // 100: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
+	1,   // 101: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
+	3,   // 102: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
+	5,   // 103: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
+	8,   // 104: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
+	10,  // 105: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
+	12,  // 106: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
+	14,  // 107: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
+	16,  // 108: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
+	18,  // 109: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
+	22,  // 110: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
+	24,  // 111: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
+	26,  // 112: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
+	28,  // 113: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
+	31,  // 114: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
+	34,  // 115: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
+	36,  // 116: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
+	38,  // 117: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
+	40,  // 118: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
+	43,  // 119: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
+	45,  // 120: hero.v1.Coordinator.SubmitJobStream:output_type -> hero.v1.SubmitJobStreamResponse
+	48,  // 121: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
+	50,  // 122: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
+	52,  // 123: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
+	54,  // 124: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
+	58,  // 125: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
+	60,  // 126: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
+	62,  // 127: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
+	56,  // 128: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
+	64,  // 129: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
+	66,  // 130: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
+	69,  // 131: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
+	71,  // 132: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
+	73,  // 133: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
+	75,  // 134: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
+	80,  // 135: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
+	80,  // 136: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
+	80,  // 137: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
+	80,  // 138: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
+	82,  // 139: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
+	84,  // 140: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
+	86,  // 141: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
+	88,  // 142: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
+	101, // [101:143] is the sub-list for method output_type
+	59,  // [59:101] is the sub-list for method input_type
+	59,  // [59:59] is the sub-list for extension type_name
+	59,  // [59:59] is the sub-list for extension extendee
+	0,   // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_hero_v1_coordinator_proto_init() }
@@ -5199,7 +5407,7 @@ func file_hero_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hero_v1_coordinator_proto_rawDesc), len(file_hero_v1_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   86,
+			NumMessages:   89,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	Coordinator_RunJob_FullMethodName               = "/hero.v1.Coordinator/RunJob"
 	Coordinator_SubmitJob_FullMethodName            = "/hero.v1.Coordinator/SubmitJob"
 	Coordinator_SubmitJobs_FullMethodName           = "/hero.v1.Coordinator/SubmitJobs"
+	Coordinator_SubmitJobStream_FullMethodName      = "/hero.v1.Coordinator/SubmitJobStream"
 	Coordinator_StopJob_FullMethodName              = "/hero.v1.Coordinator/StopJob"
 	Coordinator_GetJobLogs_FullMethodName           = "/hero.v1.Coordinator/GetJobLogs"
 	Coordinator_CreateFlow_FullMethodName           = "/hero.v1.Coordinator/CreateFlow"
@@ -100,6 +101,13 @@ type CoordinatorClient interface {
 	SubmitJob(ctx context.Context, in *SubmitJobRequest, opts ...grpc.CallOption) (*SubmitJobResponse, error)
 	// SubmitJobs is SubmitJob for a list of jobs in one call (job.submit_batch).
 	SubmitJobs(ctx context.Context, in *SubmitJobsRequest, opts ...grpc.CallOption) (*SubmitJobsResponse, error)
+	// SubmitJobStream is SubmitJob over one long-lived stream, for a producer that
+	// submits many jobs one at a time (the Go client's Submit): each request is a
+	// submission of its own, answered on its own, in any order, with the seq it
+	// carries; a refused one gets its error, the others go on. The stream is
+	// authenticated by its opening message; each submission counts against the
+	// caller's rate limit as a call does.
+	SubmitJobStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubmitJobStreamRequest, SubmitJobStreamResponse], error)
 	StopJob(ctx context.Context, in *StopJobRequest, opts ...grpc.CallOption) (*StopJobResponse, error)
 	GetJobLogs(ctx context.Context, in *GetJobLogsRequest, opts ...grpc.CallOption) (*GetJobLogsResponse, error)
 	CreateFlow(ctx context.Context, in *CreateFlowRequest, opts ...grpc.CallOption) (*CreateFlowResponse, error)
@@ -327,6 +335,19 @@ func (c *coordinatorClient) SubmitJobs(ctx context.Context, in *SubmitJobsReques
 	return out, nil
 }
 
+func (c *coordinatorClient) SubmitJobStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubmitJobStreamRequest, SubmitJobStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[0], Coordinator_SubmitJobStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SubmitJobStreamRequest, SubmitJobStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Coordinator_SubmitJobStreamClient = grpc.BidiStreamingClient[SubmitJobStreamRequest, SubmitJobStreamResponse]
+
 func (c *coordinatorClient) StopJob(ctx context.Context, in *StopJobRequest, opts ...grpc.CallOption) (*StopJobResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StopJobResponse)
@@ -529,7 +550,7 @@ func (c *coordinatorClient) GetMessage(ctx context.Context, in *GetMessageReques
 
 func (c *coordinatorClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[0], Coordinator_Watch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[1], Coordinator_Watch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -594,6 +615,13 @@ type CoordinatorServer interface {
 	SubmitJob(context.Context, *SubmitJobRequest) (*SubmitJobResponse, error)
 	// SubmitJobs is SubmitJob for a list of jobs in one call (job.submit_batch).
 	SubmitJobs(context.Context, *SubmitJobsRequest) (*SubmitJobsResponse, error)
+	// SubmitJobStream is SubmitJob over one long-lived stream, for a producer that
+	// submits many jobs one at a time (the Go client's Submit): each request is a
+	// submission of its own, answered on its own, in any order, with the seq it
+	// carries; a refused one gets its error, the others go on. The stream is
+	// authenticated by its opening message; each submission counts against the
+	// caller's rate limit as a call does.
+	SubmitJobStream(grpc.BidiStreamingServer[SubmitJobStreamRequest, SubmitJobStreamResponse]) error
 	StopJob(context.Context, *StopJobRequest) (*StopJobResponse, error)
 	GetJobLogs(context.Context, *GetJobLogsRequest) (*GetJobLogsResponse, error)
 	CreateFlow(context.Context, *CreateFlowRequest) (*CreateFlowResponse, error)
@@ -687,6 +715,9 @@ func (UnimplementedCoordinatorServer) SubmitJob(context.Context, *SubmitJobReque
 }
 func (UnimplementedCoordinatorServer) SubmitJobs(context.Context, *SubmitJobsRequest) (*SubmitJobsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SubmitJobs not implemented")
+}
+func (UnimplementedCoordinatorServer) SubmitJobStream(grpc.BidiStreamingServer[SubmitJobStreamRequest, SubmitJobStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method SubmitJobStream not implemented")
 }
 func (UnimplementedCoordinatorServer) StopJob(context.Context, *StopJobRequest) (*StopJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StopJob not implemented")
@@ -1116,6 +1147,13 @@ func _Coordinator_SubmitJobs_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Coordinator_SubmitJobStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(CoordinatorServer).SubmitJobStream(&grpc.GenericServerStream[SubmitJobStreamRequest, SubmitJobStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Coordinator_SubmitJobStreamServer = grpc.BidiStreamingServer[SubmitJobStreamRequest, SubmitJobStreamResponse]
 
 func _Coordinator_StopJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StopJobRequest)
@@ -1675,6 +1713,12 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "SubmitJobStream",
+			Handler:       _Coordinator_SubmitJobStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "Watch",
 			Handler:       _Coordinator_Watch_Handler,

@@ -1,0 +1,205 @@
+package hero
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// Submit's submissions travel over one SubmitJobStream per client (when the
+// connection is signed once, or with an operator secret): a submission is a message
+// on an open stream instead of a call of its own, which costs the client and the
+// server a fraction of a call. Each caller still waits for its own answer. A stream
+// that breaks fails the submissions waiting on it (Unavailable, as a call would) and
+// the next submission opens another; a server without the method (Unimplemented) is
+// sent calls from then on.
+
+// errNoStream says the server does not serve SubmitJobStream: send a call instead.
+var errNoStream = errors.New("hero: the server has no SubmitJobStream")
+
+// submitStreams holds the client's open submission stream.
+type submitStreams struct {
+	cc          herov1.CoordinatorClient
+	mu          sync.Mutex
+	cur         *submitStream
+	unsupported bool
+}
+
+// submitStream is one open SubmitJobStream and the submissions waiting on it.
+type submitStream struct {
+	st      grpc.BidiStreamingClient[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse]
+	cancel  context.CancelFunc
+	sendMu  sync.Mutex // one sender at a time (the stream's rule)
+	mu      sync.Mutex
+	seq     uint64
+	pending map[uint64]chan streamAnswer
+	err     error // set when the stream ended: what its waiting submissions got
+}
+
+type streamAnswer struct {
+	r   *herov1.SubmitJobResponse
+	err error
+}
+
+// stream returns the open stream, opening one when there is none.
+func (s *submitStreams) stream() (*submitStream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unsupported {
+		return nil, errNoStream
+	}
+	if s.cur != nil {
+		return s.cur, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := s.cc.SubmitJobStream(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	ss := &submitStream{st: st, cancel: cancel, pending: map[uint64]chan streamAnswer{}}
+	s.cur = ss
+	go s.receive(ss)
+	return ss, nil
+}
+
+// receive hands each answer to its submission; when the stream ends it fails those
+// still waiting and forgets the stream.
+func (s *submitStreams) receive(ss *submitStream) {
+	for {
+		r, err := ss.st.Recv()
+		if err != nil {
+			s.end(ss, err)
+			return
+		}
+		ss.mu.Lock()
+		ch := ss.pending[r.Seq]
+		delete(ss.pending, r.Seq)
+		ss.mu.Unlock()
+		if ch != nil {
+			ch <- answerOf(r)
+		}
+	}
+}
+
+// end closes a stream that failed with err.
+func (s *submitStreams) end(ss *submitStream, err error) {
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		err = errNoStream
+	case errors.Is(err, io.EOF):
+		err = status.Error(codes.Unavailable, "the server closed the submission stream")
+	}
+	s.mu.Lock()
+	if s.cur == ss {
+		s.cur = nil
+	}
+	if err == errNoStream {
+		s.unsupported = true
+	}
+	s.mu.Unlock()
+	ss.cancel()
+	ss.mu.Lock()
+	if ss.err != nil { // ended already
+		ss.mu.Unlock()
+		return
+	}
+	ss.err = err
+	waiting := ss.pending
+	ss.pending = nil
+	ss.mu.Unlock()
+	for _, ch := range waiting {
+		ch <- streamAnswer{err: err}
+	}
+}
+
+// close ends the open stream, if any.
+func (s *submitStreams) close() {
+	s.mu.Lock()
+	ss := s.cur
+	s.cur = nil
+	s.mu.Unlock()
+	if ss != nil {
+		ss.cancel()
+	}
+}
+
+// submit sends one submission and waits for its answer (or ctx). errNoStream: the
+// server has no such method and nothing was submitted.
+func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest) (*herov1.SubmitJobResponse, error) {
+	ss, err := s.stream()
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan streamAnswer, 1)
+	ss.mu.Lock()
+	if ss.pending == nil { // ended meanwhile
+		err := ss.err
+		ss.mu.Unlock()
+		return nil, err
+	}
+	ss.seq++
+	item := &herov1.SubmitJobStreamRequest{Seq: ss.seq, Submit: req, Traceparent: traceparentOf(ctx)}
+	ss.pending[item.Seq] = ch
+	ss.mu.Unlock()
+	ss.sendMu.Lock()
+	err = ss.st.Send(item)
+	ss.sendMu.Unlock()
+	if err != nil && !errors.Is(err, io.EOF) { // io.EOF: the stream ended; its status comes to ch
+		ss.forget(item.Seq)
+		s.end(ss, err)
+		return nil, err
+	}
+	select {
+	case a := <-ch:
+		return a.r, a.err
+	case <-ctx.Done():
+		ss.forget(item.Seq)
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+func (ss *submitStream) forget(seq uint64) {
+	ss.mu.Lock()
+	delete(ss.pending, seq)
+	ss.mu.Unlock()
+}
+
+// answerOf is a stream answer as a call's outcome: its response, or its error as the
+// status a SubmitJob call would have failed with.
+func answerOf(r *herov1.SubmitJobStreamResponse) streamAnswer {
+	if e := r.Error; e != nil {
+		st := status.New(codes.Code(e.Code), e.Message)
+		if e.RetryAfterMs > 0 {
+			if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(e.RetryAfterMs) * time.Millisecond)}); err == nil {
+				st = d
+			}
+		}
+		return streamAnswer{err: st.Err()}
+	}
+	if r.Submit == nil {
+		return streamAnswer{err: status.Errorf(codes.Internal, "submission %d: the server's answer has neither a job nor an error", r.Seq)}
+	}
+	return streamAnswer{r: r.Submit}
+}
+
+// traceparentOf is the W3C traceparent the caller put in ctx's outgoing metadata (as
+// for a call), "" when none.
+func traceparentOf(ctx context.Context) string {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	if v := md.Get("traceparent"); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}

@@ -1,0 +1,151 @@
+package hero
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/model"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// streamServer serves SubmitJobStream: it answers a batch of submissions in reverse
+// order once `batch` of them arrived, refuses the script "refuse" (InvalidArgument),
+// rate-limits the script "limited" once (ResourceExhausted with a retry hint) and
+// breaks the stream at the script "break" (each such break once per key).
+type streamServer struct {
+	herov1.UnimplementedCoordinatorServer
+	batch   int
+	mu      sync.Mutex
+	streams int
+	auth    []string
+	seen    map[string]int // script → submissions received
+	tps     []string
+}
+
+func (s *streamServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse]) error {
+	md, _ := metadata.FromIncomingContext(st.Context())
+	s.mu.Lock()
+	s.streams++
+	s.auth = append(s.auth, md.Get("authorization")...)
+	s.mu.Unlock()
+	var held []*herov1.SubmitJobStreamRequest
+	for {
+		r, err := st.Recv()
+		if err != nil {
+			return nil
+		}
+		script := r.Submit.GetJob().GetScript()
+		s.mu.Lock()
+		s.seen[script]++
+		n := s.seen[script]
+		if r.Traceparent != "" {
+			s.tps = append(s.tps, r.Traceparent)
+		}
+		s.mu.Unlock()
+		if script == "break" && n == 1 {
+			return status.Error(codes.Unavailable, "the server went away")
+		}
+		held = append(held, r)
+		if len(held) < s.batch {
+			continue
+		}
+		for i := len(held) - 1; i >= 0; i-- {
+			if err := st.Send(s.answer(held[i], n)); err != nil {
+				return err
+			}
+		}
+		held = held[:0]
+	}
+}
+
+func (s *streamServer) answer(r *herov1.SubmitJobStreamRequest, n int) *herov1.SubmitJobStreamResponse {
+	j := r.Submit.Job
+	switch {
+	case j.Script == "refuse":
+		return &herov1.SubmitJobStreamResponse{Seq: r.Seq, Error: &herov1.StreamError{Code: uint32(codes.InvalidArgument), Message: "job.script: refused"}}
+	case j.Script == "limited" && n == 1:
+		return &herov1.SubmitJobStreamResponse{Seq: r.Seq, Error: &herov1.StreamError{Code: uint32(codes.ResourceExhausted), Message: "too many requests", RetryAfterMs: 10}}
+	}
+	return &herov1.SubmitJobStreamResponse{Seq: r.Seq, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 100 + uint32(r.Seq), Script: j.Script}}}
+}
+
+// Concurrent submissions share one stream; each caller gets its own answer though
+// the server answers out of order.
+func TestSubmitSharesOneStream(t *testing.T) {
+	s := &streamServer{batch: 8, seen: map[string]int{}}
+	c := serve(t, s)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	var wg sync.WaitGroup
+	errs := make([]error, 32)
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			script := fmt.Sprintf("echo %d", i)
+			r, err := c.Submit(ctx, &model.Job{ScriptType: model.ScriptSh, Script: script}, SubmitOptions{})
+			if err == nil && (r.Job.Script != script || r.Job.ID <= 100) {
+				err = fmt.Errorf("submission %q answered with %+v", script, r.Job)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if s.streams != 1 || len(s.auth) != 1 || s.auth[0] != "Bearer s3cret" {
+		t.Errorf("%d streams, authorization %q; want one stream with the operator secret", s.streams, s.auth)
+	}
+	if len(s.tps) != 32 || s.tps[0] != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
+		t.Errorf("traceparents: %q", s.tps)
+	}
+}
+
+// A refused submission gets its typed error and the stream goes on; a rate-limited
+// one is sent again after the hint; a stream that breaks fails what waits on it
+// (Unavailable) and a unique submission is sent again on a new stream.
+func TestSubmitStreamErrors(t *testing.T) {
+	s := &streamServer{batch: 1, seen: map[string]int{}}
+	c := serve(t, s)
+	ctx := context.Background()
+	sh := func(script string) *model.Job { return &model.Job{ScriptType: model.ScriptSh, Script: script} }
+	if _, err := c.Submit(ctx, sh("refuse"), SubmitOptions{}); !errors.Is(err, ErrInvalidArgument) || status.Convert(err).Message() != "job.script: refused" {
+		t.Errorf("refused: %v", err)
+	}
+	if r, err := c.Submit(ctx, sh("limited"), SubmitOptions{}); err != nil || s.seen["limited"] != 2 || r.Job.Script != "limited" {
+		t.Errorf("rate limited: %+v %v after %d sends", r, err, s.seen["limited"])
+	}
+	if _, err := c.Submit(ctx, sh("break"), SubmitOptions{}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("a broken stream without a unique key: %v; want ErrUnavailable", err)
+	}
+	s.seen["break"] = 0
+	if r, err := c.Submit(ctx, sh("break"), SubmitOptions{UniqueKey: "k", UniqueTTL: time.Minute}); err != nil || r.Job.Script != "break" || s.seen["break"] != 2 {
+		t.Errorf("a broken stream with a unique key: %+v %v after %d sends", r, err, s.seen["break"])
+	}
+	if s.streams != 3 {
+		t.Errorf("%d streams; want 3 (the first two broke)", s.streams)
+	}
+}
+
+// A server without SubmitJobStream gets calls.
+func TestSubmitWithoutStream(t *testing.T) {
+	f := &flaky{fail: map[string]int{}, calls: map[string]int{}}
+	c := serve(t, f)
+	for range 2 {
+		if _, err := c.Submit(context.Background(), &model.Job{ScriptType: model.ScriptSh, Script: "true"}, SubmitOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.calls["SubmitJob"] != 2 || !c.streams.unsupported {
+		t.Errorf("%d SubmitJob calls, stream unsupported %v", f.calls["SubmitJob"], c.streams.unsupported)
+	}
+}

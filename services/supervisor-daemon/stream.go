@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// streamInflight bounds the submissions of one SubmitJobStream being stored at once;
+// beyond it the stream is not read (the producer's sends wait on flow control).
+const streamInflight = 1024
+
+// itemStreams are the streaming methods whose items are observed one by one
+// (hero_api_requests_total, hero_api_request_duration_seconds), not the stream as a
+// whole.
+var itemStreams = map[string]bool{herov1.Coordinator_SubmitJobStream_FullMethodName: true}
+
+// SubmitJobStream serves job.submit over one stream: each request is a submission of
+// its own (the same checks, rate limit and group commit as a SubmitJob call),
+// answered when stored, in any order, by its seq; a refused one is answered with its
+// error and the stream goes on. The stream ends when the producer closes its side and
+// every submission read has been answered.
+//
+// The submissions are stored by the stream's workers, started as more submissions
+// wait at once (up to streamInflight) and kept until the stream ends: a goroutine
+// per submission would grow a new stack through the store call every time.
+func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse]) error {
+	var (
+		wg      sync.WaitGroup
+		sendMu  sync.Mutex
+		failed  error
+		work    = make(chan streamWork)
+		workers int
+	)
+	send := func(r *herov1.SubmitJobStreamResponse) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if failed == nil {
+			failed = st.Send(r)
+		}
+	}
+	worker := func(w streamWork) {
+		defer wg.Done()
+		for ok := true; ok; w, ok = <-work {
+			send(c.streamSubmit(w.ctx, w.r, w.limit))
+		}
+	}
+	defer wg.Wait()
+	defer close(work)
+	for first := true; ; first = false {
+		r, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		w := streamWork{ctx: st.Context(), r: r, limit: !first} // the context is authenticated by the opening message
+		select {
+		case work <- w: // an idle worker took it
+			continue
+		default:
+		}
+		if workers < streamInflight {
+			workers++
+			wg.Add(1)
+			go worker(w)
+			continue
+		}
+		select {
+		case work <- w:
+		case <-w.ctx.Done():
+			return status.FromContextError(w.ctx.Err()).Err()
+		}
+	}
+}
+
+// streamWork is one submission of a stream for its workers.
+type streamWork struct {
+	ctx   context.Context
+	r     *herov1.SubmitJobStreamRequest
+	limit bool
+}
+
+// streamSubmit stores one submission of a stream and makes its answer. limit: count it
+// against the caller's rate (the opening one was counted when the stream was opened).
+func (c *coordinatorServer) streamSubmit(ctx context.Context, r *herov1.SubmitJobStreamRequest, limit bool) *herov1.SubmitJobStreamResponse {
+	start := time.Now()
+	out := &herov1.SubmitJobStreamResponse{Seq: r.Seq}
+	res, err := c.streamItem(ctx, r, limit)
+	if err == nil {
+		out.Submit = res
+	} else {
+		out.Error = streamError(grpcError(err))
+	}
+	if c.s.metrics != nil {
+		code := codes.OK
+		if out.Error != nil {
+			code = codes.Code(out.Error.Code)
+		}
+		c.s.metrics.observe("grpc", "SubmitJobStream", code.String(), start)
+	}
+	return out
+}
+
+func (c *coordinatorServer) streamItem(ctx context.Context, r *herov1.SubmitJobStreamRequest, limit bool) (*herov1.SubmitJobResponse, error) {
+	p := principal(ctx)
+	if limit && c.limits != nil {
+		if err := c.limits.allow(p.key(), 1); err != nil {
+			return nil, err
+		}
+	}
+	if r.Traceparent != "" {
+		tctx, err := withTraceparent(ctx, []string{r.Traceparent})
+		if err != nil {
+			return nil, err
+		}
+		ctx = tctx
+	}
+	sr := r.Submit
+	if sr == nil {
+		return nil, invalidParams("submit", "the stream item (seq %d) has no submission", r.Seq)
+	}
+	it := submitItemFromPB(sr.Job, sr.UniqueKey, sr.UniqueTtlSeconds)
+	x, err := c.s.jobSubmit(ctx, p, jobSubmitParams{ContextID: sr.ContextId, Job: it.Job, UniqueKey: it.UniqueKey, UniqueTTLSeconds: it.UniqueTTLSeconds})
+	if err != nil {
+		return nil, err
+	}
+	return submitResultToPB(*x), nil
+}
+
+// streamError is a refused item's status as the stream carries it.
+func streamError(err error) *herov1.StreamError {
+	st := status.Convert(err)
+	out := &herov1.StreamError{Code: uint32(st.Code()), Message: st.Message()}
+	if d := retryAfter(st); d > 0 {
+		out.RetryAfterMs = uint64(d.Milliseconds())
+	}
+	return out
+}
+
+// retryAfter is the status's retry hint (RetryInfo), 0 when none.
+func retryAfter(st *status.Status) time.Duration {
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.RetryDelay != nil {
+			return ri.RetryDelay.AsDuration()
+		}
+	}
+	return 0
+}
