@@ -184,6 +184,8 @@ func TestLimitsAtTheDoor(t *testing.T) {
 		t.Fatalf("batch of 11: %v", out)
 	}
 
+	s.CreateActor(t, 4)
+	checkStreamItemsRateLimited(t, s.Client(4))
 	checkRateLimited(t, flooder)
 	c.MustCall(t, "actor.load", map[string]any{"id": 1}, nil) // another actor is served
 	checkOneWaitPerCaller(t, s, c)
@@ -227,6 +229,49 @@ func checkRateLimited(t *testing.T, flooder *harness.Client) {
 	st, _ := status.FromError(err)
 	if st.Code() != codes.ResourceExhausted || len(st.Details()) == 0 {
 		t.Fatalf("gRPC when rate limited: %v (details %v)", err, st.Details())
+	}
+}
+
+// checkStreamItemsRateLimited: each submission of a SubmitJobStream counts against
+// the caller's rate as a call does: of 20 sent at once (a burst of 10), those over the
+// limit are answered ResourceExhausted with a retry delay and the stream goes on to
+// answer every one.
+func checkStreamItemsRateLimited(t *testing.T, streamer *harness.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := streamer.API(t).SubmitJobStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if err := st.Send(&herov1.SubmitJobStreamRequest{Seq: uint64(i + 1), Submit: &herov1.SubmitJobRequest{ContextId: ctx1,
+			Job: &herov1.Job{ScriptType: "sh", Script: "true"}}}); err != nil {
+			t.Fatalf("send %d: %v", i+1, err)
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	answered, limited := 0, 0
+	for {
+		r, err := st.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the stream failed after %d answers: %v", answered, err)
+		}
+		answered++
+		if e := r.Error; e != nil && codes.Code(e.Code) == codes.ResourceExhausted {
+			limited++
+			if e.RetryAfterMs == 0 || !strings.Contains(e.Message, "too many requests") {
+				t.Errorf("item %d: %v", r.Seq, e)
+			}
+		}
+	}
+	if answered != 20 || limited < 5 {
+		t.Fatalf("%d of 20 items answered, %d rate limited; want all answered and at least 5 (over the burst of 10 at 5/s) limited", answered, limited)
 	}
 }
 
