@@ -14,9 +14,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// streamInflight bounds the submissions of one SubmitJobStream being stored at once;
-// beyond it the stream is not read (the producer's sends wait on flow control).
-const streamInflight = 1024
+// streamInflight bounds the submissions of one SubmitJobStream being stored at once
+// (and so its workers; a group commit stores up to maxGroupJobs at once anyway):
+// beyond it the stream is not read until one is answered (the producer's sends wait on
+// HTTP/2 flow control).
+const streamInflight = maxGroupJobs
 
 // itemStreams are the streaming methods whose items are observed one by one
 // (hero_api_requests_total, hero_api_request_duration_seconds), not the stream as a
