@@ -44,7 +44,8 @@ type submitStream struct {
 	mu      sync.Mutex
 	seq     uint64
 	pending map[uint64]chan streamAnswer
-	err     error // set when the stream ended: what its waiting submissions got
+	err     error         // set when the stream ended: what its waiting submissions got
+	done    chan struct{} // closed when the stream ended
 }
 
 type streamAnswer struct {
@@ -68,7 +69,7 @@ func (s *submitStreams) stream() (*submitStream, error) {
 		cancel()
 		return nil, err
 	}
-	ss := &submitStream{st: st, cancel: cancel, pending: map[uint64]chan streamAnswer{}}
+	ss := &submitStream{st: st, cancel: cancel, pending: map[uint64]chan streamAnswer{}, done: make(chan struct{})}
 	s.cur = ss
 	go s.receive(ss)
 	return ss, nil
@@ -118,21 +119,37 @@ func (s *submitStreams) end(ss *submitStream, err error) {
 	ss.err = err
 	waiting := ss.pending
 	ss.pending = nil
+	close(ss.done)
 	ss.mu.Unlock()
 	for _, ch := range waiting {
 		ch <- streamAnswer{err: err}
 	}
 }
 
-// close ends the open stream, if any.
+// closeWait bounds how long close waits for the server to end the stream.
+const closeWait = 2 * time.Second
+
+// close ends the open stream, if any: it closes its side and waits (at most
+// closeWait) for the server to answer what is waiting and end the stream, so that
+// the server sees a stream ended, not one cancelled.
 func (s *submitStreams) close() {
 	s.mu.Lock()
 	ss := s.cur
 	s.cur = nil
 	s.mu.Unlock()
-	if ss != nil {
-		ss.cancel()
+	if ss == nil {
+		return
 	}
+	ss.sendMu.Lock()
+	err := ss.st.CloseSend()
+	ss.sendMu.Unlock()
+	if err == nil {
+		select {
+		case <-ss.done:
+		case <-time.After(closeWait):
+		}
+	}
+	ss.cancel()
 }
 
 // submit sends one submission and waits for its answer (or ctx). errNoStream: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ type streamServer struct {
 	auth    []string
 	seen    map[string]int // script → submissions received
 	tps     []string
+	ended   chan error // the error that ended each stream's reading (io.EOF: the client closed its side)
 }
 
 func (s *streamServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse]) error {
@@ -41,6 +43,9 @@ func (s *streamServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.Submit
 	for {
 		r, err := st.Recv()
 		if err != nil {
+			if s.ended != nil {
+				s.ended <- err
+			}
 			return nil
 		}
 		script := r.Submit.GetJob().GetScript()
@@ -81,7 +86,7 @@ func (s *streamServer) answer(r *herov1.SubmitJobStreamRequest, n int) *herov1.S
 // Concurrent submissions share one stream; each caller gets its own answer though
 // the server answers out of order.
 func TestSubmitSharesOneStream(t *testing.T) {
-	s := &streamServer{batch: 8, seen: map[string]int{}}
+	s := &streamServer{batch: 8, seen: map[string]int{}, ended: make(chan error, 1)}
 	c := serve(t, s)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 	var wg sync.WaitGroup
@@ -107,6 +112,16 @@ func TestSubmitSharesOneStream(t *testing.T) {
 	}
 	if len(s.tps) != 32 || s.tps[0] != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
 		t.Errorf("traceparents: %q", s.tps)
+	}
+	// Close ends the stream (the server reads its end), it does not cancel it.
+	_ = c.Close()
+	select {
+	case err := <-s.ended:
+		if !errors.Is(err, io.EOF) {
+			t.Errorf("the stream ended with %v; want the client's end of it (io.EOF)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the server's stream did not end after Close")
 	}
 }
 
