@@ -137,6 +137,9 @@ func FromHash(key string, h map[string]string, obj any) error {
 			return &DecodeError{Key: key, Field: f.name, Value: s, Err: err}
 		}
 	}
+	if j, ok := obj.(*Job); ok {
+		j.deriveTimes()
+	}
 	return nil
 }
 

@@ -75,6 +75,20 @@ func (j *Job) hashFields() []any {
 	return out
 }
 
+// deriveTimes gives a job read from its hash its last run's start and end in seconds
+// and milliseconds from their microseconds, the only ones a run stores
+// (docs/data-model.md: each field a run adds to the hash costs Redis a scan of it);
+// when there are none, the times stored (an older version's, a remote node's result)
+// stay as read.
+func (j *Job) deriveTimes() {
+	if us := j.StartedAtUs; us != 0 {
+		j.StartedAt, j.StartedAtMs = us/1_000_000, us/1_000
+	}
+	if us := j.FinishedAtUs; us != 0 {
+		j.FinishedAt, j.FinishedAtMs = us/1_000_000, us/1_000
+	}
+}
+
 // jsonOr is v as JSON, or empty when isNil (the encoding of a nil list or map); ""
 // when v does not marshal (as encodeValue).
 func jsonOr(v any, isNil bool, empty string) string {

@@ -75,3 +75,23 @@ func BenchmarkJobHashFields(b *testing.B) {
 		}
 	})
 }
+
+// A job read from its hash gets its start and end in s and ms from the µs ones (all a
+// run stores); without µs times, the s and ms ones stored (a remote node's result, an
+// older version's) are kept.
+func TestJobTimesDerivedFromMicroseconds(t *testing.T) {
+	var j Job
+	if err := FromHash("job:1:1", map[string]string{"started_at_us": "1764412345678901", "finished_at_us": "1764412346000999", "started_at_ms": "5"}, &j); err != nil {
+		t.Fatal(err)
+	}
+	if j.StartedAt != 1764412345 || j.StartedAtMs != 1764412345678 || j.FinishedAt != 1764412346 || j.FinishedAtMs != 1764412346000 {
+		t.Errorf("derived: %+v", j)
+	}
+	var old Job
+	if err := FromHash("job:1:2", map[string]string{"started_at": "7", "started_at_ms": "7001", "finished_at_ms": "8002"}, &old); err != nil {
+		t.Fatal(err)
+	}
+	if old.StartedAt != 7 || old.StartedAtMs != 7001 || old.FinishedAtMs != 8002 || old.StartedAtUs != 0 {
+		t.Errorf("kept: %+v", old)
+	}
+}

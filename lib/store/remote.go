@@ -98,6 +98,14 @@ func (d *DB) ApplyRemoteResult(ctx context.Context, j *model.Job, worker string)
 	if len(j.ResultJSON) > 0 {
 		args = append(args, "result_json", string(j.ResultJSON))
 	}
+	// The µs times, when the far node gave them: a read derives the s and ms ones
+	// from them (without, it keeps those written here).
+	if j.StartedAtUs != 0 {
+		args = append(args, "started_at_us", j.StartedAtUs)
+	}
+	if j.FinishedAtUs != 0 {
+		args = append(args, "finished_at_us", j.FinishedAtUs)
+	}
 	n, err := d.Eval(ctx, applyRemoteResultScript, []string{keys.Job(j.CallerID, j.ID)}, args...)
 	if err != nil {
 		return false, fmt.Errorf("record remote result of job %d:%d: %w", j.CallerID, j.ID, err)

@@ -74,10 +74,10 @@ func (w Wake) args() (key, token, held string) {
 // returned to run (the call's answer, or the started jobs' read, failed).
 func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time.Duration, traceIDs []string, w Wake) ([]Started, error) {
 	now := time.Now()
-	// What a start writes into the job besides its claim and trace ids.
+	// What a start writes into the job besides its claim and trace ids: its start in
+	// microseconds only (started_at and started_at_ms are derived from it when read).
 	secs := strconv.FormatInt(now.Unix(), 10)
-	set := []string{"status", string(model.JobStarted), "worker", consumer,
-		"started_at", secs, "started_at_ms", strconv.FormatInt(now.UnixMilli(), 10), "started_at_us", strconv.FormatInt(now.UnixMicro(), 10), "updated_at", secs}
+	set := []string{"status", string(model.JobStarted), "worker", consumer, "started_at_us", strconv.FormatInt(now.UnixMicro(), 10), "updated_at", secs}
 	claimIDs := make([]string, len(traceIDs))
 	wkey, wtoken, held := w.args()
 	args := make([]any, 0, 10+len(set)+len(startClears)+2*len(traceIDs))

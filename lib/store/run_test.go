@@ -596,6 +596,16 @@ func TestFinishJobFields(t *testing.T) {
 	if srv.Client(t, 8).HExists(ctx, keys.Job(1, jobs[0].ID), "result_json").Val() {
 		t.Fatal("the stored job keeps the result_json of the run before")
 	}
+	// A run stores its start and end in µs only; a read derives the s and ms.
+	for _, f := range []string{"started_at", "started_at_ms", "finished_at", "finished_at_ms"} {
+		if srv.Client(t, 8).HExists(ctx, keys.Job(1, jobs[0].ID), f).Val() {
+			t.Errorf("the run stored %s (only the µs times are stored)", f)
+		}
+	}
+	if j.StartedAtUs == 0 || j.StartedAtMs != j.StartedAtUs/1000 || j.StartedAt != j.StartedAtUs/1_000_000 ||
+		j.FinishedAtUs < j.StartedAtUs || j.FinishedAtMs != j.FinishedAtUs/1000 || j.FinishedAt != j.FinishedAtUs/1_000_000 {
+		t.Errorf("times of the loaded job: %d/%d/%d µs/ms/s started, %d/%d/%d finished", j.StartedAtUs, j.StartedAtMs, j.StartedAt, j.FinishedAtUs, j.FinishedAtMs, j.FinishedAt)
+	}
 }
 
 // A job's entry in each per-status index has the score of its entry in coord:idx:jobs,

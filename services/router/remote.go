@@ -464,7 +464,7 @@ func (r *router) failRemote(ctx context.Context, db *store.DB, m *model.Message,
 	}
 	now := time.Now()
 	fail := j
-	fail.Status, fail.Error, fail.Attempt, fail.FinishedAt, fail.FinishedAtMs = model.JobError, reason, cur.Attempt, now.Unix(), now.UnixMilli()
+	fail.Status, fail.Error, fail.Attempt, fail.FinishedAt, fail.FinishedAtMs, fail.FinishedAtUs = model.JobError, reason, cur.Attempt, now.Unix(), now.UnixMilli(), now.UnixMicro()
 	if applied, err := db.ApplyRemoteResult(ctx, &fail, "remote:"+m.TransportDst); err != nil || !applied {
 		return
 	}

@@ -651,7 +651,7 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 	now := time.Now()
 	if j != nil {
 		if err := db.SetJobStatus(ctx, j.CallerID, j.ID, model.JobError, "error", reason, "fatal", "1",
-			"finished_at", now.Unix(), "finished_at_ms", now.UnixMilli(), "updated_at", now.Unix()); err != nil {
+			"finished_at_us", now.UnixMicro(), "updated_at", now.Unix()); err != nil {
 			log.Error().Err(err).Msg("record undeliverable job")
 			r.giveBack(ctx, db, cl, err)
 			return
