@@ -370,3 +370,49 @@ func TestFinishLeavesEndsToTheScheduler(t *testing.T) {
 		})
 	}
 }
+
+// A dependent made ready by the scheduler's completion is ready from its dependency's
+// end: the end a run stores (finished_at_us, less three digits) or, in a job without it
+// (a remote node's result, an older version's), finished_at_ms.
+func TestCompletionReadyAtTheEnd(t *testing.T) {
+	s, db, rc := applyContext(t, 30)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		edit func(jk string) string // changes a's hash; returns the ready_at_ms b must get ("": a's finished_at_us less three digits)
+	}{
+		{"finished_at_us", func(string) string { return "" }},
+		{"finished_at_ms only", func(jk string) string {
+			rc.HDel(ctx, jk, "finished_at_us")
+			rc.HSet(ctx, jk, "finished_at_ms", "1700000000123")
+			return "1700000000123"
+		}},
+	} {
+		f, jobs := dagFlow(t, s, db, 2, map[int][]int{1: {0}})
+		a, b := jobs[0], jobs[1]
+		run := claimSh(t, db, 1)[0]
+		if ok, err := db.FinishJob(ctx, run.Claim, run.Job, store.JobOutcome{Status: model.JobFinished}); !ok || err != nil {
+			t.Fatalf("%s: finish: %v %v", tc.name, ok, err)
+		}
+		jk := keys.Job(1, a.ID)
+		want := tc.edit(jk)
+		if want == "" {
+			us := rc.HGet(ctx, jk, "finished_at_us").Val()
+			if len(us) < 16 {
+				t.Fatalf("%s: finished_at_us %q", tc.name, us)
+			}
+			want = us[:len(us)-3]
+		}
+		res, err := db.CompleteNode(ctx, store.JobEnd{FlowID: f.ID, CallerID: 1, JobID: a.ID, Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler"})
+		if err != nil || !res.Applied || len(res.Ready) != 1 || res.Ready[0] != b.ID {
+			t.Fatalf("%s: complete: %+v %v", tc.name, res, err)
+		}
+		if _, err := db.DispatchMany(ctx, f.ID, 1, []*model.Job{b}, "scheduler", 0); err != nil {
+			t.Fatalf("%s: dispatch: %v", tc.name, err)
+		}
+		if got := rc.HGet(ctx, keys.Job(1, b.ID), "ready_at_ms").Val(); got != want {
+			t.Errorf("%s: b ready_at_ms %q, want %q", tc.name, got, want)
+		}
+		claimSh(t, db, 1) // b, out of the next case's way
+	}
+}

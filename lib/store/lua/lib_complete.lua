@@ -55,8 +55,9 @@ if status == JOB_FINISHED then
   if not fin then
     -- the end in ms: its µs (a run's end) less three digits, else as another writer
     -- stored it (finished_at_ms: a remote node's result, an older version)
-    local jf = redis.call('HMGET', jk, 'result', 'finished_at_us', 'finished_at_ms')
-    res, fin = jf[1], jf[2] and string.sub(jf[2], 1, -4) or jf[3] or now_ms
+    local jf = redis.call('HMGET', jk, 'result', 'finished_at_us')
+    res, fin = jf[1], jf[2] and string.sub(jf[2], 1, -4)
+    if not fin then fin = redis.call('HGET', jk, 'finished_at_ms') or now_ms end
   end
   redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
   terminal = redis.call('HINCRBY', dag, 'terminal', '1')
