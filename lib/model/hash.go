@@ -124,6 +124,45 @@ func (e *DecodeError) Error() string {
 	return fmt.Sprintf("%s: field %s: cannot read %q: %v", e.Key, e.Field, e.Value, e.Err)
 }
 
+// fieldIndex caches, per struct type, its hash fields by name (reflect.Type →
+// map[string]fieldInfo).
+var fieldIndex sync.Map
+
+func fieldsByName(t reflect.Type) map[string]fieldInfo {
+	if v, ok := fieldIndex.Load(t); ok {
+		return v.(map[string]fieldInfo)
+	}
+	m := map[string]fieldInfo{}
+	for _, f := range fieldsOf(t) {
+		m[f.name] = f
+	}
+	fieldIndex.Store(t, m)
+	return m
+}
+
+// FromFields fills obj (a pointer to a model struct) from some fields of a Redis hash,
+// as HMGET answers them: names[i]'s value is vals[i], a string, or nil when the hash
+// lacks the field (left as it is). It decodes as FromHash does, reading only the
+// fields named (FromHash looks up each of the struct's). key only labels errors.
+func FromFields(key string, names []string, vals []any, obj any) error {
+	v := reflect.ValueOf(obj).Elem()
+	byName := fieldsByName(v.Type())
+	for i, name := range names {
+		s, ok := vals[i].(string)
+		f, known := byName[name]
+		if !ok || !known {
+			continue
+		}
+		if err := decodeValue(s, v.Field(f.index)); err != nil {
+			return &DecodeError{Key: key, Field: f.name, Value: s, Err: err}
+		}
+	}
+	if j, ok := obj.(*Job); ok {
+		j.deriveTimes()
+	}
+	return nil
+}
+
 // FromHash fills obj (a pointer to a model struct) from the fields of a Redis hash.
 // key only labels errors.
 func FromHash(key string, h map[string]string, obj any) error {

@@ -2,6 +2,7 @@ package model
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"testing"
 )
@@ -93,5 +94,34 @@ func TestJobTimesDerivedFromMicroseconds(t *testing.T) {
 	}
 	if old.StartedAt != 7 || old.StartedAtMs != 7001 || old.FinishedAtMs != 8002 || old.StartedAtUs != 0 {
 		t.Errorf("kept: %+v", old)
+	}
+}
+
+// FromFields decodes an HMGET's answer as FromHash decodes the same fields: values
+// given, fields absent (nil) left alone, names the type lacks ignored, a bad value
+// an error naming its field.
+func TestFromFieldsAsFromHash(t *testing.T) {
+	names := []string{"script_type", "dependends", "flow_id", "runner_id", "attempt", "error", "stop_requested", "fatal", "no_such_field", "started_at_us"}
+	vals := []any{"Sh", "[3,4]", "7", nil, "2", "boom", "1", nil, "x", "1764412345678901"}
+	h := map[string]string{}
+	for i, n := range names {
+		if s, ok := vals[i].(string); ok {
+			h[n] = s
+		}
+	}
+	var got, want Job
+	if err := FromFields("job:1:1", names, vals, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := FromHash("job:1:1", h, &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) || got.FlowID != 7 || len(got.Dependends) != 2 || got.StartedAtMs != 1764412345678 {
+		t.Errorf("FromFields %+v\nFromHash   %+v", got, want)
+	}
+	err := FromFields("job:1:2", []string{"attempt"}, []any{"many"}, &Job{})
+	var de *DecodeError
+	if !errors.As(err, &de) || de.Field != "attempt" || de.Key != "job:1:2" {
+		t.Errorf("a bad value: %v", err)
 	}
 }

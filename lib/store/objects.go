@@ -748,14 +748,8 @@ func (d *DB) loadJobFields(ctx context.Context, callerID uint32, ids []uint32, f
 		if len(vals) == 0 || vals[0] == nil {
 			return nil, notFound("job %d of caller %d in context %d", ids[i], callerID, d.ContextID)
 		}
-		h := make(map[string]string, len(fields))
-		for k, v := range vals {
-			if s, ok := v.(string); ok {
-				h[fields[k]] = s
-			}
-		}
 		j := model.Job{ID: ids[i], CallerID: callerID, ContextID: d.ContextID}
-		if err := model.FromHash(keys.Job(callerID, ids[i]), h, &j); err != nil {
+		if err := model.FromFields(keys.Job(callerID, ids[i]), fields, vals, &j); err != nil {
 			return nil, err
 		}
 		out[i] = &j
