@@ -511,15 +511,14 @@ func TestPoolStopKillsAfterGrace(t *testing.T) {
 	kind := executorKinds[1] // python: its "stubborn" handler ignores cancels
 	p := startTestPool(t, kind, TransportUnix, 1, 4)
 	ctx := testCtx(t, 30*time.Second)
-	req := NewRequest("job-stubborn", "stubborn", nil, map[string]any{"seconds": 30})
+	// Stop's first cancel could overtake the request (the executor then answers
+	// "cancelled" without running the handler, and there is nothing to kill): it is
+	// sent once the handler has begun, which the handler marks with a file.
+	started := filepath.Join(t.TempDir(), "started")
+	req := NewRequest("job-stubborn", "stubborn", nil, map[string]any{"seconds": 30, "started_file": started})
 	req.RequestID = NewUUID()
 	ch := goExecute(ctx, p, req)
-	for p.Stats().Processes[0].Client.InFlight == 0 {
-		if ctx.Err() != nil {
-			t.Fatal("the request never went out")
-		}
-		time.Sleep(5 * time.Millisecond) // another goroutine's counter: nothing to wait on
-	}
+	eventually(t, "the stubborn handler to begin", func() bool { _, err := os.Stat(started); return err == nil })
 	done := make(chan struct{})
 	start := time.Now()
 	if !p.Stop(req.JobID, req.RequestID, 500*time.Millisecond, done, nil) {
