@@ -153,13 +153,11 @@ func FromFields(key string, names []string, vals []any, obj any) error {
 		if !ok || !known {
 			continue
 		}
-		if err := decodeValue(s, v.Field(f.index)); err != nil {
-			return &DecodeError{Key: key, Field: f.name, Value: s, Err: err}
+		if err := decodeField(key, v, f, s); err != nil {
+			return err
 		}
 	}
-	if j, ok := obj.(*Job); ok {
-		j.deriveTimes()
-	}
+	decoded(obj)
 	return nil
 }
 
@@ -172,14 +170,28 @@ func FromHash(key string, h map[string]string, obj any) error {
 		if !ok {
 			continue
 		}
-		if err := decodeValue(s, v.Field(f.index)); err != nil {
-			return &DecodeError{Key: key, Field: f.name, Value: s, Err: err}
+		if err := decodeField(key, v, f, s); err != nil {
+			return err
 		}
 	}
+	decoded(obj)
+	return nil
+}
+
+// decodeField decodes s into the field f of the struct v (of the hash key).
+func decodeField(key string, v reflect.Value, f fieldInfo, s string) error {
+	if err := decodeValue(s, v.Field(f.index)); err != nil {
+		return &DecodeError{Key: key, Field: f.name, Value: s, Err: err}
+	}
+	return nil
+}
+
+// decoded completes an object read from its hash: a job's times in s and ms from its
+// µs ones (Job.deriveTimes).
+func decoded(obj any) {
 	if j, ok := obj.(*Job); ok {
 		j.deriveTimes()
 	}
-	return nil
 }
 
 var rawMessageType = reflect.TypeOf(json.RawMessage(nil))

@@ -238,31 +238,14 @@ func checkRateLimited(t *testing.T, flooder *harness.Client) {
 // answer every one.
 func checkStreamItemsRateLimited(t *testing.T, streamer *harness.Client) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := streamer.API(t).SubmitJobStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var items []*herov1.SubmitJobStreamRequest
 	for i := range 20 {
-		if err := st.Send(&herov1.SubmitJobStreamRequest{Seq: uint64(i + 1), Submit: &herov1.SubmitJobRequest{ContextId: ctx1,
-			Job: &herov1.Job{ScriptType: "sh", Script: "true"}}}); err != nil {
-			t.Fatalf("send %d: %v", i+1, err)
-		}
+		items = append(items, &herov1.SubmitJobStreamRequest{Seq: uint64(i + 1), Submit: &herov1.SubmitJobRequest{ContextId: ctx1,
+			Job: &herov1.Job{ScriptType: "sh", Script: "true"}}})
 	}
-	if err := st.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	answered, limited := 0, 0
-	for {
-		r, err := st.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("the stream failed after %d answers: %v", answered, err)
-		}
-		answered++
+	got := streamSubmissions(t, streamer, items)
+	answered, limited := len(got), 0
+	for _, r := range got {
 		if e := r.Error; e != nil && codes.Code(e.Code) == codes.ResourceExhausted {
 			limited++
 			if e.RetryAfterMs == 0 || !strings.Contains(e.Message, "too many requests") {

@@ -165,13 +165,7 @@ func checkSubmitGRPC(t *testing.T, c *harness.Client, tp string) {
 // of a refused one while the others go on; each item is counted as a request.
 func checkSubmitStream(t *testing.T, s *harness.Stack, c *harness.Client, tp string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	before, _ := harness.Metric(s.API, "hero_api_requests_total", `method="SubmitJobStream"`, `code="OK"`)
-	st, err := c.API(t).SubmitJobStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sh := func(script string) *herov1.Job { return &herov1.Job{ScriptType: "sh", Script: script} }
 	items := []*herov1.SubmitJobStreamRequest{
 		{Seq: 7, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("echo streamed")}, Traceparent: tp},
@@ -179,25 +173,7 @@ func checkSubmitStream(t *testing.T, s *harness.Stack, c *harness.Client, tp str
 		{Seq: 9, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("true"), UniqueKey: "streamed", UniqueTtlSeconds: 60}},
 		{Seq: 10, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("true"), UniqueKey: "streamed", UniqueTtlSeconds: 60}},
 	}
-	for _, it := range items {
-		if err := st.Send(it); err != nil {
-			t.Fatalf("send %d: %v", it.Seq, err)
-		}
-	}
-	if err := st.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	got := map[uint64]*herov1.SubmitJobStreamResponse{}
-	for {
-		r, err := st.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("the stream failed: %v (answers so far %v)", err, got)
-		}
-		got[r.Seq] = r
-	}
+	got := streamSubmissions(t, c, items)
 	if len(got) != 4 {
 		t.Fatalf("%d answers for 4 submissions: %v", len(got), got)
 	}
@@ -216,5 +192,36 @@ func checkSubmitStream(t *testing.T, s *harness.Stack, c *harness.Client, tp str
 	}
 	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, got[7].Submit.Job.Id).Status == "finished" }) {
 		t.Fatalf("the streamed job did not finish")
+	}
+}
+
+// streamSubmissions sends items on one SubmitJobStream of c, closes its side and
+// returns every answer by its seq, the stream having ended cleanly.
+func streamSubmissions(t *testing.T, c *harness.Client, items []*herov1.SubmitJobStreamRequest) map[uint64]*herov1.SubmitJobStreamResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := c.API(t).SubmitJobStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		if err := st.Send(it); err != nil {
+			t.Fatalf("send %d: %v", it.Seq, err)
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]*herov1.SubmitJobStreamResponse{}
+	for {
+		r, err := st.Recv()
+		if err == io.EOF {
+			return got
+		}
+		if err != nil {
+			t.Fatalf("the stream failed after %d answers: %v (answers so far %v)", len(got), err, got)
+		}
+		got[r.Seq] = r
 	}
 }
