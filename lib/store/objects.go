@@ -57,13 +57,31 @@ func createCall(c createSpec) Call {
 	if nowMs == 0 {
 		nowMs = time.Now().UnixMilli()
 	}
-	args := []any{c.prefix, c.seq, c.index, strconv.FormatUint(uint64(c.id), 10), c.member, strconv.FormatInt(nowMs, 10), len(c.compare) / 2, c.eventType, c.eventActor, c.statusIdx, c.registry, c.registryMember}
+	args := []any{c.prefix, c.seq, c.index, strconv.FormatUint(uint64(c.id), 10), c.member, strconv.FormatInt(nowMs, 10), len(c.compare) / 2, c.eventType, c.eventActor, statusIndex(c), c.registry, c.registryMember}
 	args = append(args, c.compare...)
 	args = append(args, c.initial...)
 	if !c.events {
 		args[7] = ""
 	}
 	return Call{Script: createScript, Keys: []string{keys.Events}, Args: args}
+}
+
+// statusIndex is the per-status index key that the object c creates enters (its
+// statusIdx and the status it is created with; "": none).
+func statusIndex(c createSpec) string {
+	if c.statusIdx == "" {
+		return ""
+	}
+	for _, kv := range [][]any{c.initial, c.compare} {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i] == "status" {
+				if st, _ := kv[i+1].(string); st != "" {
+					return c.statusIdx + ":" + st
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // createReply reads the create script's reply (or error) for c.

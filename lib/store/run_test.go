@@ -1239,6 +1239,47 @@ func TestDuplicateQueueEntryOfARunningJobIsDropped(t *testing.T) {
 	}
 }
 
+// A job queued twice whose two entries one claim takes together starts once: the
+// second entry is a duplicate of the run the first just started. Only the started job
+// goes onto the processing list, with one lease.
+func TestDuplicateQueueEntriesInOneClaim(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 29)
+	q := keys.Queue("sh")
+	_, jobs := flowWith(t, s, db, 2)
+	enqueueJobs(t, db, q, jobs[:1])
+	enqueueJobs(t, db, q, jobs)
+	got, err := db.ClaimStarts(ctx, q, "w3", time.Minute, make([]string, 4), store.Wake{})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("claim: %+v %v", got, err)
+	}
+	runs := map[string]int{}
+	for _, g := range got {
+		if g.Outcome == store.StartRun {
+			runs[g.Claim.Item]++
+		} else if g.Outcome != store.StartDone {
+			t.Fatalf("outcome %+v", g)
+		}
+	}
+	if len(runs) != 2 || runs[keys.Job(jobs[0].CallerID, jobs[0].ID)] != 1 || runs[keys.Job(jobs[1].CallerID, jobs[1].ID)] != 1 {
+		t.Fatalf("started %v, want each job once", runs)
+	}
+	rc := srv.Client(t, 29)
+	if proc := rc.LRange(ctx, keys.Processing("w3"), 0, -1).Val(); len(proc) != 2 || proc[0] == proc[1] {
+		t.Fatalf("processing list %v, want the two started jobs", proc)
+	}
+	if n := rc.ZCard(ctx, keys.Leases).Val(); n != 2 {
+		t.Fatalf("%d leases, want 2", n)
+	}
+	if n := rc.LLen(ctx, q).Val(); n != 0 {
+		t.Fatalf("%d entries left on the queue", n)
+	}
+	if n := rc.ZCard(ctx, keys.JobIndex+":"+string(model.JobStarted)).Val(); n != 2 {
+		t.Fatalf("%d jobs in the started index, want 2", n)
+	}
+}
+
 // RouteClaimed queues each claimed request's job once, however often it is called.
 func TestRouteClaimedIsIdempotent(t *testing.T) {
 	s := open(t)

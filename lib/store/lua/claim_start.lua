@@ -6,8 +6,12 @@
 -- after it, with plain HGETALLs (moving a ~30-field hash through Lua and back cost this
 -- script a third of its work). An item that is no job key, a job that is gone (code 1),
 -- a job that already ended (code 2) and a job that runs under a claim that still holds
--- it (a duplicate queue entry: code 2) are dropped from the processing list at once. A
--- job that has a producer's traceparent keeps that trace.
+-- it (a duplicate queue entry: code 2) are taken off the queue and not put on the
+-- processing list. A job that has a producer's traceparent keeps that trace. The
+-- items are taken in one LRANGE and LTRIM, the started ones put on the processing list
+-- and the lease set in one LPUSH and one ZADD, their status indexes and DAG nodes
+-- moved once per call (an LMOVE, a lease, an index move and a node's read and write per
+-- job were a third of this script's Redis calls).
 --
 -- Producers push up to WAKE_SPREAD tokens per push (lib_wake). After the claim the
 -- context's tokens on the wake list are set anew: none when the queue is empty, else as
@@ -36,27 +40,40 @@ local nclear = tonumber(ARGV[9 + nset])
 local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent', 'created_at_ms'}
 local slots = 10 + nset + nclear
 local out = {}
-for n = 1, max do
-  local item = redis.call('LMOVE', KEYS[1], proc, 'RIGHT', 'LEFT')
-  if not item then break end
+-- The items claimed, from the consuming end (the queue's tail, oldest first), in one
+-- read: each goes onto the processing list, with its lease, only when it starts (one
+-- LPUSH and one ZADD for them all, in claim order, as an LMOVE each would leave them).
+local items = {}
+if max >= 1 then items = redis.call('LRANGE', KEYS[1], -max, -1) end
+local nitems = #items
+if nitems > 0 then redis.call('LTRIM', KEYS[1], 0, -nitems - 1) end
+local kept, leased, seen = {}, {}, {}
+-- the DAG nodes of the jobs that start, per flow: their state is read and set once
+-- per flow (a flow's jobs are claimed together)
+local nodes, flows = {}, {}
+for n = 1, nitems do
+  local item = items[nitems - n + 1]
   local claim, trace = ARGV[slots + 2 * (n - 1)], ARGV[slots + 2 * (n - 1) + 1]
   local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
-  redis.call('ZADD', leases, exp, member)
   local v = {}
   if string.match(item, '^' .. K_JOB .. '%d+:%d+$') then v = redis.call('HMGET', item, unpack(want)) end
   local st = v[1]
   -- A job started under a claim that still holds it (in its consumer's processing
-  -- list: a lease's expiry takes it out of there first) is running: this queue entry
-  -- is a duplicate, and starting it would run the job twice at once.
-  if st == JOB_STARTED and v[3] then
-    local held = redis.call('LPOS', K_PROCESSING .. v[3], item, 'COUNT', 2)
-    if #held > 1 or (#held == 1 and v[3] ~= worker) then st = 'duplicate' end
+  -- list: a lease's expiry takes it out of there first), or started earlier in this
+  -- call (an item queued twice), is running: this queue entry is a duplicate, and
+  -- starting it would run the job twice at once.
+  if seen[item] then
+    st = 'duplicate'
+  elseif st == JOB_STARTED and v[3] then
+    if redis.call('LPOS', K_PROCESSING .. v[3], item) then st = 'duplicate' end
   end
   if not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
-    redis.call('LREM', proc, '1', item)
-    redis.call('ZREM', leases, member)
     if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
   else
+    seen[item] = true
+    kept[#kept + 1] = item
+    leased[#leased + 1] = exp
+    leased[#leased + 1] = member
     local attempt = v[2] or '1'
     local prev = v[3]
     local flow = v[4] or '0'
@@ -70,7 +87,7 @@ for n = 1, max do
     else
       redis.call('HSET', item, 'claim', claim, unpack(ARGV, 9, 8 + nset))
     end
-    index_job(caller .. ':' .. id, st, JOB_STARTED, v[9] or nil)
+    index_later(caller .. ':' .. id, st, JOB_STARTED, v[9] or nil)
     -- An earlier run's end is removed at the start of any attempt but the first (or
     -- of a job without one): a job's first attempt has none (a new job; and whatever
     -- sets a job's attempt back removes them with it: start_flow, retry_flow,
@@ -79,8 +96,9 @@ for n = 1, max do
     -- (each a scan of the hash).
     if nclear > 0 and v[2] ~= '1' then redis.call('HDEL', item, unpack(ARGV, 10 + nset, 9 + nset + nclear)) end
     if flow ~= '0' and flow ~= '' then
-      local dag = K_DAG .. flow
-      if redis.call('HGET', dag, 's:' .. id) == NODE_DISPATCHED then redis.call('HSET', dag, 's:' .. id, NODE_RUNNING) end
+      local ns = nodes[flow]
+      if not ns then ns = {}; nodes[flow] = ns; flows[#flows + 1] = flow end
+      ns[#ns + 1] = 's:' .. id
     end
     local detail = 'attempt ' .. attempt .. ' on ' .. worker
     if st == JOB_STARTED and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
@@ -90,6 +108,19 @@ for n = 1, max do
     out[#out + 1] = {item, code, tonumber(attempt) or 1}
   end
 end
+call_each('LPUSH', proc, kept)
+call_each('ZADD', leases, leased, 2)
+-- A node dispatched goes running (one that is not, e.g. cancelled since, stays as it is).
+for _, flow in ipairs(flows) do
+  local dag, ns = K_DAG .. flow, nodes[flow]
+  local cur = redis.call('HMGET', dag, unpack(ns))
+  local set = {}
+  for k, f in ipairs(ns) do
+    if cur[k] == NODE_DISPATCHED then set[#set + 1] = f; set[#set + 1] = NODE_RUNNING end
+  end
+  if #set > 0 then redis.call('HSET', dag, unpack(set)) end
+end
+index_flush()
 if ARGV[7] ~= '-' then
   local left = redis.call('LLEN', KEYS[1])
   redis.call('SELECT', '0')

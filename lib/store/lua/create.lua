@@ -6,7 +6,8 @@
 -- KEYS: [1] coord:events (the context's; written only with an event type).
 -- ARGV: [1] the object's key prefix, [2] its id counter, [3] its index ("": none), [4] id
 --   (0: the next free one), [5] the index member's prefix, [6] now (ms), [7] ncompare,
---   [8] event type ("": none), [9] event actor, [10] status index prefix ("": none),
+--   [8] event type ("": none), [9] event actor, [10] the per-status index of the
+--   status the object is created with (coord:idx:jobs:<status>; "": none),
 --   [11] a DB-0 set ("": none; "%d" in it stands for the id), [12] that set's member,
 --   [13…] field/value pairs (the first ncompare compared).
 -- Reply: {status, id, field}: status 1 created, 2 the same content existed, 0 conflict
@@ -59,10 +60,7 @@ redis.call('HSET', key, 'id', id, unpack(ARGV, first, #ARGV))
 if idxkey ~= '' then
   local member = member_prefix .. id
   redis.call('ZADD', idxkey, now_ms, member)
-  if stidx ~= '' then
-    local st = redis.call('HGET', key, 'status')
-    if st then redis.call('ZADD', stidx .. ':' .. st, now_ms, member) end
-  end
+  if stidx ~= '' then redis.call('ZADD', stidx, now_ms, member) end
 end
 if ev_type ~= '' then
   redis.call('XADD', KEYS[1], 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', ev_type, 'actor', ev_actor, 'time_ms', now_ms, 'detail', key)

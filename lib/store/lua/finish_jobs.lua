@@ -68,6 +68,7 @@ end
 -- successful run: its retention and coord:jobdone, written to DB 0 once per call).
 local expire, jobdone = {}, {}
 local out, done, ids, hdone, hids = {}, {}, {}, {}, {}
+local unleased = {} -- the runs' lease members, removed in one ZREM
 local gflow -- the flow of the runs that share one message (one flow per call)
 local pushed, applied, ready, fstatus = 0, 0, {}, ''
 local function push(mk)
@@ -89,7 +90,7 @@ for i = runs, #ARGV, 14 do
   -- order they started, so the entry is near (a scan from the head crossed every run
   -- in flight, ~2% of this script with 256 of them)
   redis.call('LREM', proc, '-1', jk)
-  redis.call('ZREM', leases, member)
+  unleased[#unleased + 1] = member
   -- cur: claim, status, attempt, created_at_ms (the job's score in the status
   -- indexes), then done_attempt (read for a standalone job) and msgs (for a result
   -- message of its own), both left out for a flow's grouped runs (misses there, a
@@ -138,7 +139,7 @@ for i = runs, #ARGV, 14 do
       set[#set + 1] = 'msgs'; set[#set + 1] = n
     end
     redis.call('HSET', jk, unpack(set))
-    index_job(caller .. ':' .. id, JOB_STARTED, status, cur[4] or nil)
+    index_later(caller .. ':' .. id, JOB_STARTED, status, cur[4] or nil)
     if chunk ~= '' then
       local lk = K_JOB_LOG .. caller .. ':' .. id
       local len = redis.call('STRLEN', lk)
@@ -182,6 +183,8 @@ local function group_message(spans, gids, total, processed)
   track_msg(caller, gids[1], mk, gflow)
   if not processed then push(mk) end
 end
+call_each('ZREM', leases, unleased)
+index_flush()
 local nruns = (#ARGV - runs + 1) / 14
 if #hdone > 0 then group_message(hdone, hids, nruns, true) end
 if #done > 0 then group_message(done, ids, nruns, false) end

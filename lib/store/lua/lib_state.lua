@@ -23,6 +23,43 @@ end
 -- index_job: reindex of job m (<caller>:<id>); created its created_at_ms (nil: read
 -- its score from the index).
 local function index_job(m, old, st, created) reindex(K_JOB_INDEX, m, old, st, created) end
+-- index_later / index_flush: index_job for the many jobs of one call (a claim's, a
+-- finish's), as one ZREM and one ZADD per pair of statuses instead of two calls per
+-- job. index_later records the move; index_flush, in the context's DB before the
+-- script leaves it, makes the recorded moves. Only for jobs that move once in the call
+-- (a job moved again before the flush would be moved out of order).
+local index_moves, index_order
+local function state_reset() index_moves, index_order = {}, {} end
+local function index_later(m, old, st, created)
+  if old == st then return end
+  local score = created or redis.call('ZSCORE', K_JOB_INDEX, m)
+  if not score then return end
+  local k = (old or '') .. '\t' .. st
+  local mv = index_moves[k]
+  if not mv then
+    mv = {old = old, st = st, rem = {}, add = {}}
+    index_moves[k] = mv
+    index_order[#index_order + 1] = k
+  end
+  if old then mv.rem[#mv.rem + 1] = m end
+  mv.add[#mv.add + 1] = score
+  mv.add[#mv.add + 1] = m
+end
+-- call_each calls command cmd on key with the values of the list vs as its arguments,
+-- in calls of up to 1,000 (unpack fails beyond ~8,000 values); step is the number of
+-- values that go together (2: score and member pairs).
+local function call_each(cmd, key, vs, step)
+  local n = 1000 - 1000 % (step or 1)
+  for i = 1, #vs, n do redis.call(cmd, key, unpack(vs, i, math.min(i + n - 1, #vs))) end
+end
+local function index_flush()
+  for _, k in ipairs(index_order) do
+    local mv = index_moves[k]
+    call_each('ZREM', K_JOB_INDEX .. ':' .. (mv.old or ''), mv.rem)
+    call_each('ZADD', K_JOB_INDEX .. ':' .. mv.st, mv.add, 2)
+  end
+  index_moves, index_order = {}, {}
+end
 local function set_job(caller, id, st, ...)
   local jk = K_JOB .. caller .. ':' .. id
   local cur = redis.call('HMGET', jk, 'status', 'created_at_ms')
