@@ -7,6 +7,7 @@ package keys
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Seed keys (seeds 001/002). Actors live in DB 0, everything else in the context's DB.
@@ -223,26 +224,56 @@ func u(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
 
 // ParseJobKey splits "job:<caller_id>:<id>".
 func ParseJobKey(k string) (callerID, id uint32, err error) {
-	var c, i uint64
-	if _, err := fmt.Sscanf(k, "job:%d:%d", &c, &i); err != nil || c > 1<<32-1 || i > 1<<32-1 {
+	c, i, ok := parsePair(k, JobPrefix)
+	if !ok {
 		return 0, 0, fmt.Errorf("%q is not a job key (job:<caller_id>:<id>)", k)
 	}
-	if Job(uint32(c), uint32(i)) != k {
-		return 0, 0, fmt.Errorf("%q is not a job key (job:<caller_id>:<id>)", k)
+	return c, i, nil
+}
+
+// parsePair splits "<prefix><a>:<b>" where a and b are uint32 in their canonical
+// decimal form (no sign, no leading zero, no space: the key Job or Message makes).
+// It runs for every job a runner claims, where fmt.Sscanf cost a tenth of the claim.
+func parsePair(k, prefix string) (a, b uint32, ok bool) {
+	rest, found := strings.CutPrefix(k, prefix)
+	if !found {
+		return 0, 0, false
 	}
-	return uint32(c), uint32(i), nil
+	as, bs, found := strings.Cut(rest, ":")
+	if !found {
+		return 0, 0, false
+	}
+	a, okA := canonicalU32(as)
+	b, okB := canonicalU32(bs)
+	return a, b, okA && okB
+}
+
+// canonicalU32 parses s as a uint32 written as FormatUint writes it.
+func canonicalU32(s string) (uint32, bool) {
+	if s == "" || len(s) > 10 || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	var v uint64
+	for i := 0; i < len(s); i++ {
+		d := s[i]
+		if d < '0' || d > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(d-'0')
+	}
+	if v > 1<<32-1 {
+		return 0, false
+	}
+	return uint32(v), true
 }
 
 // ParseMessageKey splits "message:<caller_id>:<id>".
 func ParseMessageKey(k string) (callerID, id uint32, err error) {
-	var c, i uint64
-	if _, err := fmt.Sscanf(k, "message:%d:%d", &c, &i); err != nil || c > 1<<32-1 || i > 1<<32-1 {
+	c, i, ok := parsePair(k, MessagePrefix)
+	if !ok {
 		return 0, 0, fmt.Errorf("%q is not a message key (message:<caller_id>:<id>)", k)
 	}
-	if Message(uint32(c), uint32(i)) != k {
-		return 0, 0, fmt.Errorf("%q is not a message key (message:<caller_id>:<id>)", k)
-	}
-	return uint32(c), uint32(i), nil
+	return c, i, nil
 }
 
 // Unique is a context's uniqueness key for job.submit's unique_key (a string holding

@@ -125,3 +125,17 @@ func TestFromFieldsAsFromHash(t *testing.T) {
 		t.Errorf("a bad value: %v", err)
 	}
 }
+
+// BenchmarkJobFromHash: a started handler job's hash, as a runner reads it after its claim.
+func BenchmarkJobFromHash(b *testing.B) {
+	j := &Job{ID: 1, CallerID: 2, ContextID: 1, FunctionName: "go#noop", ScriptType: "go", Status: JobStatus("started"), CreatedAt: 1, UpdatedAt: 1,
+		CreatedAtMs: 1000, Attempt: 1, FlowID: 3, Worker: "runner-vm-1", TraceID: "0123456789abcdef0123456789abcdef", StartedAtUs: 1_000_000, DispatchedMs: 1000, ReadyAtMs: 1000}
+	h := HashMap(j)
+	h["claim"] = "abcdef"
+	for b.Loop() {
+		var out Job
+		if err := FromHash("job:2:1", h, &out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
