@@ -51,14 +51,15 @@ func main() {
 	n := flag.Int("n", 20000, "(a): jobs")
 	producers := flag.Int("c", 32, "(a): concurrent producers")
 	workers := flag.Int("workers", 32, "asynq's concurrency")
+	procs := flag.String("gomaxprocs", "1", `Go scheduler threads (GOMAXPROCS) of each of this stack's services, as docker-compose.yml runs them on one machine; "default": Go's own, a thread per core in each process`)
 	flag.Parse()
-	if err := run(*rounds, *n, *producers, *workers); err != nil {
+	if err := run(*rounds, *n, *producers, *workers, *procs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-peers:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rounds, n, producers, workers int) error {
+func run(rounds, n, producers, workers int, procs string) error {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		return err
@@ -81,7 +82,7 @@ func run(rounds, n, producers, workers int) error {
 			if who == "asynq" {
 				f, err = asynqRun(redisPath, n, producers, workers)
 			} else {
-				f, err = heroRun(root, n, producers)
+				f, err = heroRun(root, n, producers, procs)
 			}
 			if err != nil {
 				return fmt.Errorf("%s, round %d: %w", who, r+1, err)
@@ -96,7 +97,7 @@ func run(rounds, n, producers, workers int) error {
 			fmt.Println()
 		}
 	}
-	fmt.Printf("\nmedians of %d alternating runs each (n=%d, producers=%d, asynq concurrency %d)\n", rounds, n, producers, workers)
+	fmt.Printf("\nmedians of %d alternating runs each (n=%d, producers=%d, asynq concurrency %d, the services' GOMAXPROCS %s)\n", rounds, n, producers, workers, procs)
 	fmt.Printf("%-72s %12s %12s %8s\n", "figure", "asynq", "hero", "ratio")
 	aa := median(runs["asynq"], "a_jobs_per_s")
 	for _, fg := range figures {
@@ -175,8 +176,9 @@ func asynqRun(redisPath string, n, producers, workers int) (map[string]float64, 
 }
 
 // heroRun runs tests/e2e's BenchmarkPeers (the e2e harness builds and starts the
-// binaries against a redis-server from PATH) and reads its "PEERS hero" lines.
-func heroRun(root string, n, producers int) (map[string]float64, error) {
+// binaries against a redis-server from PATH) and reads its "PEERS hero" lines. procs
+// is the services' GOMAXPROCS ("default": not set).
+func heroRun(root string, n, producers int, procs string) (map[string]float64, error) {
 	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkPeers$", "-benchtime", "1x", "-timeout", "30m", "./")
 	cmd.Dir = filepath.Join(root, "tests", "e2e")
 	cmd.Env = append(os.Environ(), "HERO_BENCH=1", "HERO_BENCH_PEERS=1",
@@ -184,6 +186,9 @@ func heroRun(root string, n, producers int) (map[string]float64, error) {
 		// 128 run-and-await calls of one actor at once: above the default cap of 100.
 		"HERO_BENCH_API_ARGS=--max-waits-per-caller 0",
 		"GOWORK=") // this module runs with GOWORK=off; tests/e2e is a workspace module
+	if procs != "default" {
+		cmd.Env = append(cmd.Env, "HERO_TEST_GOMAXPROCS="+procs)
+	}
 
 	var outBuf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &outBuf, &outBuf
