@@ -212,6 +212,9 @@ func ParseMessageStatus(s string) (MessageStatus, error) {
 // normalizeEnum maps spellings that other implementations write (Rust's serde default
 // "WaitingForPrerequisites", upper case "ERROR") onto the seeds' lowercase snake_case.
 func normalizeEnum(s string) string {
+	if isPlainEnum(s) {
+		return s // already as stored (every value this stack writes)
+	}
 	s = strings.TrimSpace(s)
 	var b strings.Builder
 	for i, r := range s {
@@ -259,4 +262,16 @@ func (s *NodeStatus) UnmarshalText(b []byte) error {
 func (t *RunnerType) UnmarshalText(b []byte) error {
 	*t = RunnerType(normalizeEnum(string(b)))
 	return nil
+}
+
+// isPlainEnum reports whether s is an enum's stored spelling already: lowercase ASCII
+// letters, digits and underscores (normalizeEnum would return it unchanged).
+func isPlainEnum(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

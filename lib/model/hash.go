@@ -164,6 +164,14 @@ func FromFields(key string, names []string, vals []any, obj any) error {
 // FromHash fills obj (a pointer to a model struct) from the fields of a Redis hash.
 // key only labels errors.
 func FromHash(key string, h map[string]string, obj any) error {
+	if j, ok := obj.(*Job); ok { // the hot one: every claim reads one (jobdecode.go)
+		return j.fromHash(key, h)
+	}
+	return fromHashOf(key, h, obj)
+}
+
+// fromHashOf is FromHash by reflection, for any model struct.
+func fromHashOf(key string, h map[string]string, obj any) error {
 	v := reflect.ValueOf(obj).Elem()
 	for _, f := range fieldsOf(v.Type()) {
 		s, ok := h[f.name]
@@ -214,53 +222,75 @@ func decodeValue(s string, v reflect.Value) error {
 	return decodeJSON(s, v)
 }
 
-// decodeInt reads a signed integer; a float that is a whole number ("3.0") is
-// accepted, the empty string is zero.
+// decodeInt reads a signed integer (parseInt) into v.
 func decodeInt(s string, v reflect.Value) error {
-	if s == "" {
-		v.SetInt(0)
-		return nil
+	n, err := parseInt(s, v.Type().Bits())
+	if err == nil {
+		v.SetInt(n)
 	}
-	n, err := strconv.ParseInt(s, 10, v.Type().Bits())
+	return err
+}
+
+// parseInt reads a signed integer of bits bits; a float that is a whole number ("3.0")
+// is accepted, the empty string is zero.
+func parseInt(s string, bits int) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, bits)
 	if err != nil {
 		f, ferr := strconv.ParseFloat(s, 64)
 		if ferr != nil || f != float64(int64(f)) {
-			return fmt.Errorf("not an integer")
+			return 0, fmt.Errorf("not an integer")
 		}
 		n = int64(f)
 	}
-	v.SetInt(n)
-	return nil
+	return n, nil
 }
 
-// decodeUint reads an unsigned integer as decodeInt reads a signed one.
+// decodeUint reads an unsigned integer (parseUint) into v.
 func decodeUint(s string, v reflect.Value) error {
-	if s == "" {
-		v.SetUint(0)
-		return nil
+	n, err := parseUint(s, v.Type().Bits())
+	if err == nil {
+		v.SetUint(n)
 	}
-	n, err := strconv.ParseUint(s, 10, v.Type().Bits())
+	return err
+}
+
+// parseUint reads an unsigned integer of bits bits as parseInt reads a signed one.
+func parseUint(s string, bits int) (uint64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(s, 10, bits)
 	if err != nil {
 		f, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil || f < 0 || f != float64(uint64(f)) || v.OverflowUint(uint64(f)) {
-			return fmt.Errorf("not an unsigned integer of %d bits", v.Type().Bits())
+		if ferr != nil || f < 0 || f != float64(uint64(f)) || (bits < 64 && uint64(f)>>bits != 0) {
+			return 0, fmt.Errorf("not an unsigned integer of %d bits", bits)
 		}
 		n = uint64(f)
 	}
-	v.SetUint(n)
-	return nil
+	return n, nil
 }
 
 func decodeBool(s string, v reflect.Value) error {
+	b, err := parseBool(s)
+	if err == nil {
+		v.SetBool(b)
+	}
+	return err
+}
+
+// parseBool reads "true"/"false" and the spellings other writers use ("1"/"0",
+// "yes"/"no", any case; the empty string is false).
+func parseBool(s string) (bool, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "true", "1", "yes":
-		v.SetBool(true)
+		return true, nil
 	case "false", "0", "no", "":
-		v.SetBool(false)
-	default:
-		return fmt.Errorf("not a boolean")
+		return false, nil
 	}
-	return nil
+	return false, fmt.Errorf("not a boolean")
 }
 
 // decodeJSON reads a field stored as JSON (a struct, map, list or raw message);
