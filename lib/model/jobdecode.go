@@ -2,6 +2,7 @@ package model
 
 import (
 	"reflect"
+	"sync"
 )
 
 // fromHash is FromHash of a job without reflection for its scalar fields (every claim
@@ -28,13 +29,13 @@ func (j *Job) fromHash(key string, h map[string]string) error {
 }
 
 // jobFieldOrder is each job hash field's place in the struct (its errors' order).
-var jobFieldOrder = func() func() map[string]int {
+var jobFieldOrder = sync.OnceValue(func() map[string]int {
 	order := map[string]int{}
 	for i, f := range fieldsOf(reflect.TypeOf(Job{})) {
 		order[f.name] = i
 	}
-	return func() map[string]int { return order }
-}()
+	return order
+})
 
 // decodeField decodes one hash field into the job; an unknown field is ignored.
 func (j *Job) decodeField(name, s string) error {
