@@ -2,6 +2,7 @@ package model
 
 import (
 	"reflect"
+	"strconv"
 	"sync"
 )
 
@@ -39,122 +40,99 @@ var jobFieldOrder = sync.OnceValue(func() map[string]int {
 
 // decodeField decodes one hash field into the job; an unknown field is ignored.
 func (j *Job) decodeField(name, s string) error {
-	var err error
-	u32 := func(p *uint32) {
-		var n uint64
-		if n, err = parseUint(s, 32); err == nil {
-			*p = uint32(n)
-		}
+	if dec := jobDecoders[name]; dec != nil {
+		return dec(j, s)
 	}
-	i64 := func(p *int64) {
-		var n int64
-		if n, err = parseInt(s, 64); err == nil {
-			*p = n
-		}
-	}
-	flag := func(p *bool) {
-		var b bool
-		if b, err = parseBool(s); err == nil {
-			*p = b
-		}
-	}
-	// JSON fields keep the reflective decoding (decodeJSON: its fast paths for "{}",
-	// "[]" and raw JSON included).
-	js := func(p any) { err = decodeJSON(s, reflect.ValueOf(p).Elem()) }
-	switch name {
-	case "id":
-		u32(&j.ID)
-	case "caller_id":
-		u32(&j.CallerID)
-	case "context_id":
-		u32(&j.ContextID)
-	case "script":
-		j.Script = s
-	case "script_type":
-		j.ScriptType = ScriptType(normalizeEnum(s))
-	case "timeout":
-		u32(&j.Timeout)
-	case "retries":
-		var n uint64
-		if n, err = parseUint(s, 8); err == nil {
-			j.Retries = uint8(n)
-		}
-	case "env_vars":
-		js(&j.EnvVars)
-	case "result":
-		js(&j.Result)
-	case "prerequisites":
-		js(&j.Prerequisites)
-	case "dependends":
-		js(&j.Dependends)
-	case "created_at":
-		i64(&j.CreatedAt)
-	case "updated_at":
-		i64(&j.UpdatedAt)
-	case "status":
-		j.Status = JobStatus(normalizeEnum(s))
-	case "function_name":
-		j.FunctionName = s
-	case "args":
-		js(&j.Args)
-	case "kwargs":
-		js(&j.Kwargs)
-	case "result_json":
-		js(&j.ResultJSON)
-	case "runner_id":
-		u32(&j.RunnerID)
-	case "flow_id":
-		u32(&j.FlowID)
-	case "error":
-		j.Error = s
-	case "exit_code":
-		var n int64
-		if n, err = parseInt(s, strconvIntSize); err == nil {
-			j.ExitCode = int(n)
-		}
-	case "attempt":
-		u32(&j.Attempt)
-	case "worker":
-		j.Worker = s
-	case "fatal":
-		flag(&j.Fatal)
-	case "trace_id":
-		j.TraceID = s
-	case "traceparent":
-		j.Traceparent = s
-	case "retry_after_ms":
-		i64(&j.RetryAfterMs)
-	case "dlq_at_ms":
-		i64(&j.DLQAtMs)
-	case "limits":
-		js(&j.Limits)
-	case "origin":
-		js(&j.Origin)
-	case "dep_results":
-		js(&j.DepResults)
-	case "stop_requested":
-		flag(&j.StopAsked)
-	case "started_at":
-		i64(&j.StartedAt)
-	case "finished_at":
-		i64(&j.FinishedAt)
-	case "created_at_ms":
-		i64(&j.CreatedAtMs)
-	case "ready_at_ms":
-		i64(&j.ReadyAtMs)
-	case "dispatched_at_ms":
-		i64(&j.DispatchedMs)
-	case "started_at_ms":
-		i64(&j.StartedAtMs)
-	case "finished_at_ms":
-		i64(&j.FinishedAtMs)
-	case "started_at_us":
-		i64(&j.StartedAtUs)
-	case "finished_at_us":
-		i64(&j.FinishedAtUs)
+	return nil
+}
+
+// jobDecoders decode each job hash field (by name) as the reflective decoding does:
+// strings as they are, enums normalized, integers and booleans by the tolerant parsers,
+// JSON fields by decodeJSON (its fast paths for "{}", "[]" and raw JSON included).
+var jobDecoders = map[string]func(j *Job, s string) error{
+	"id":               func(j *Job, s string) error { return setU32(&j.ID, s) },
+	"caller_id":        func(j *Job, s string) error { return setU32(&j.CallerID, s) },
+	"context_id":       func(j *Job, s string) error { return setU32(&j.ContextID, s) },
+	"script":           func(j *Job, s string) error { j.Script = s; return nil },
+	"script_type":      func(j *Job, s string) error { j.ScriptType = ScriptType(normalizeEnum(s)); return nil },
+	"timeout":          func(j *Job, s string) error { return setU32(&j.Timeout, s) },
+	"retries":          func(j *Job, s string) error { return setU8(&j.Retries, s) },
+	"env_vars":         func(j *Job, s string) error { return setJSON(&j.EnvVars, s) },
+	"result":           func(j *Job, s string) error { return setJSON(&j.Result, s) },
+	"prerequisites":    func(j *Job, s string) error { return setJSON(&j.Prerequisites, s) },
+	"dependends":       func(j *Job, s string) error { return setJSON(&j.Dependends, s) },
+	"created_at":       func(j *Job, s string) error { return setI64(&j.CreatedAt, s) },
+	"updated_at":       func(j *Job, s string) error { return setI64(&j.UpdatedAt, s) },
+	"status":           func(j *Job, s string) error { j.Status = JobStatus(normalizeEnum(s)); return nil },
+	"function_name":    func(j *Job, s string) error { j.FunctionName = s; return nil },
+	"args":             func(j *Job, s string) error { return setJSON(&j.Args, s) },
+	"kwargs":           func(j *Job, s string) error { return setJSON(&j.Kwargs, s) },
+	"result_json":      func(j *Job, s string) error { return setJSON(&j.ResultJSON, s) },
+	"runner_id":        func(j *Job, s string) error { return setU32(&j.RunnerID, s) },
+	"flow_id":          func(j *Job, s string) error { return setU32(&j.FlowID, s) },
+	"error":            func(j *Job, s string) error { j.Error = s; return nil },
+	"exit_code":        func(j *Job, s string) error { return setInt(&j.ExitCode, s) },
+	"attempt":          func(j *Job, s string) error { return setU32(&j.Attempt, s) },
+	"worker":           func(j *Job, s string) error { j.Worker = s; return nil },
+	"fatal":            func(j *Job, s string) error { return setBool(&j.Fatal, s) },
+	"trace_id":         func(j *Job, s string) error { j.TraceID = s; return nil },
+	"traceparent":      func(j *Job, s string) error { j.Traceparent = s; return nil },
+	"retry_after_ms":   func(j *Job, s string) error { return setI64(&j.RetryAfterMs, s) },
+	"dlq_at_ms":        func(j *Job, s string) error { return setI64(&j.DLQAtMs, s) },
+	"limits":           func(j *Job, s string) error { return setJSON(&j.Limits, s) },
+	"origin":           func(j *Job, s string) error { return setJSON(&j.Origin, s) },
+	"dep_results":      func(j *Job, s string) error { return setJSON(&j.DepResults, s) },
+	"stop_requested":   func(j *Job, s string) error { return setBool(&j.StopAsked, s) },
+	"started_at":       func(j *Job, s string) error { return setI64(&j.StartedAt, s) },
+	"finished_at":      func(j *Job, s string) error { return setI64(&j.FinishedAt, s) },
+	"created_at_ms":    func(j *Job, s string) error { return setI64(&j.CreatedAtMs, s) },
+	"ready_at_ms":      func(j *Job, s string) error { return setI64(&j.ReadyAtMs, s) },
+	"dispatched_at_ms": func(j *Job, s string) error { return setI64(&j.DispatchedMs, s) },
+	"started_at_ms":    func(j *Job, s string) error { return setI64(&j.StartedAtMs, s) },
+	"finished_at_ms":   func(j *Job, s string) error { return setI64(&j.FinishedAtMs, s) },
+	"started_at_us":    func(j *Job, s string) error { return setI64(&j.StartedAtUs, s) },
+	"finished_at_us":   func(j *Job, s string) error { return setI64(&j.FinishedAtUs, s) },
+}
+
+func setU32(p *uint32, s string) error {
+	n, err := parseUint(s, 32)
+	if err == nil {
+		*p = uint32(n)
 	}
 	return err
 }
 
-// strconvIntSize is the size of int in bits (Job.ExitCode's).
-const strconvIntSize = 32 << (^uint(0) >> 63)
+func setU8(p *uint8, s string) error {
+	n, err := parseUint(s, 8)
+	if err == nil {
+		*p = uint8(n)
+	}
+	return err
+}
+
+func setI64(p *int64, s string) error {
+	n, err := parseInt(s, 64)
+	if err == nil {
+		*p = n
+	}
+	return err
+}
+
+func setInt(p *int, s string) error {
+	n, err := parseInt(s, strconv.IntSize)
+	if err == nil {
+		*p = int(n)
+	}
+	return err
+}
+
+func setBool(p *bool, s string) error {
+	b, err := parseBool(s)
+	if err == nil {
+		*p = b
+	}
+	return err
+}
+
+// setJSON decodes a JSON field into *p as the reflective decoding does.
+func setJSON(p any, s string) error { return decodeJSON(s, reflect.ValueOf(p).Elem()) }
