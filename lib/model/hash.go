@@ -164,14 +164,6 @@ func FromFields(key string, names []string, vals []any, obj any) error {
 // FromHash fills obj (a pointer to a model struct) from the fields of a Redis hash.
 // key only labels errors.
 func FromHash(key string, h map[string]string, obj any) error {
-	if j, ok := obj.(*Job); ok { // the hot one: every claim reads one (jobdecode.go)
-		return j.fromHash(key, h)
-	}
-	return fromHashOf(key, h, obj)
-}
-
-// fromHashOf is FromHash by reflection, for any model struct.
-func fromHashOf(key string, h map[string]string, obj any) error {
 	v := reflect.ValueOf(obj).Elem()
 	for _, f := range fieldsOf(v.Type()) {
 		s, ok := h[f.name]
