@@ -161,6 +161,33 @@ func FromFields(key string, names []string, vals []any, obj any) error {
 	return nil
 }
 
+// FromPairs fills obj (a pointer to a model struct) from lists of alternating field
+// names and values (strings; other values as fmt.Sprint writes them), as HSET takes
+// them: the object their hash decodes to, without the hash (a creation's answer is the
+// object it has just stored). A name given twice takes its last value, as in the hash.
+func FromPairs(key string, obj any, lists ...[]any) error {
+	v := reflect.ValueOf(obj).Elem()
+	byName := fieldsByName(v.Type())
+	for _, kv := range lists {
+		for i := 0; i+1 < len(kv); i += 2 {
+			name, _ := kv[i].(string)
+			f, known := byName[name]
+			if !known {
+				continue
+			}
+			s, ok := kv[i+1].(string)
+			if !ok {
+				s = fmt.Sprint(kv[i+1])
+			}
+			if err := decodeField(key, v, f, s); err != nil {
+				return err
+			}
+		}
+	}
+	decoded(obj)
+	return nil
+}
+
 // FromHash fills obj (a pointer to a model struct) from the fields of a Redis hash.
 // key only labels errors.
 func FromHash(key string, h map[string]string, obj any) error {

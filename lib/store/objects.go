@@ -605,21 +605,17 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*model.Job, actor string)
 	return out
 }
 
-// createdHash is the hash the create script stores for c under id.
-func createdHash(c createSpec, id uint32) map[string]string {
-	h := make(map[string]string, (len(c.compare)+len(c.initial))/2+1)
-	h["id"] = strconv.FormatUint(uint64(id), 10)
-	for _, kv := range [][]any{c.compare, c.initial} {
-		for i := 0; i+1 < len(kv); i += 2 {
-			k, _ := kv[i].(string)
-			v, ok := kv[i+1].(string)
-			if !ok {
-				v = fmt.Sprint(kv[i+1])
-			}
-			h[k] = v
-		}
+// createdJob is the job the create script stored for c under id: what its hash
+// decodes to (JobFromHash), decoded from the fields written (TestCreatedJobAsStored).
+func (d *DB) createdJob(callerID, id uint32, c createSpec) (*model.Job, error) {
+	var j model.Job
+	if err := model.FromPairs(keys.Job(callerID, id), &j, c.compare, c.initial, []any{"id", strconv.FormatUint(uint64(id), 10)}); err != nil {
+		return nil, err
 	}
-	return h
+	if j.ContextID == 0 {
+		j.ContextID = d.ContextID
+	}
+	return &j, nil
 }
 
 // createJobs creates the jobs at the indexes idx (all of this DB's context), then reads
@@ -640,8 +636,9 @@ func (d *DB) createJobs(ctx context.Context, jobs []*model.Job, specs []createSp
 		}
 		out[i].Created, ids[i] = res.created, res.id
 		if res.created {
-			// The script wrote exactly these fields and the id: the job as stored.
-			out[i].Job, out[i].Err = d.JobFromHash(jobs[i].CallerID, res.id, createdHash(specs[i], res.id))
+			// The script wrote exactly these fields and the id: the job as stored,
+			// decoded from them without a map of them (createdHash).
+			out[i].Job, out[i].Err = d.createdJob(jobs[i].CallerID, res.id, specs[i])
 			continue
 		}
 		made = append(made, i) // found: read back as it is stored
