@@ -48,22 +48,47 @@ type createResult struct {
 func runCreate(ctx context.Context, eval func(*Script, []string, ...any) (any, error), c createSpec) (createResult, error) {
 	call := createCall(c)
 	res, err := eval(call.Script, call.Keys, call.Args...)
-	return createReply(c, res, err)
+	if err != nil {
+		return createResult{}, fmt.Errorf("create %s: %w", c.object, err)
+	}
+	return createReply(c, objectReply(res, 0))
 }
 
-// createCall is the create script's run for c.
-func createCall(c createSpec) Call {
-	nowMs := c.createdMs
-	if nowMs == 0 {
-		nowMs = time.Now().UnixMilli()
-	}
-	args := []any{c.prefix, c.seq, c.index, strconv.FormatUint(uint64(c.id), 10), c.member, strconv.FormatInt(nowMs, 10), len(c.compare) / 2, c.eventType, c.eventActor, statusIndex(c), c.registry, c.registryMember}
-	args = append(args, c.compare...)
-	args = append(args, c.initial...)
+// createCall is one run of the create script for the objects cs, which share their
+// kind and caller (prefix, counter, indexes, event, registry: cs[0]'s).
+func createCall(cs ...createSpec) Call {
+	c := cs[0]
+	evType := c.eventType
 	if !c.events {
-		args[7] = ""
+		evType = ""
+	}
+	args := []any{c.prefix, c.seq, c.index, c.member, evType, c.eventActor, c.registry, c.registryMember}
+	for _, c := range cs {
+		nowMs := c.createdMs
+		if nowMs == 0 {
+			nowMs = time.Now().UnixMilli()
+		}
+		args = append(args, strconv.FormatUint(uint64(c.id), 10), strconv.FormatInt(nowMs, 10), len(c.compare)/2, statusIndex(c), len(c.compare)+len(c.initial))
+		args = append(args, c.compare...)
+		args = append(args, c.initial...)
 	}
 	return Call{Script: createScript, Keys: []string{keys.Events}, Args: args}
+}
+
+// sameCreateCall reports whether the objects a and b can share a create call.
+func sameCreateCall(a, b createSpec) bool {
+	return a.prefix == b.prefix && a.seq == b.seq && a.index == b.index && a.member == b.member && a.eventType == b.eventType &&
+		a.eventActor == b.eventActor && a.events == b.events && a.registry == b.registry && a.registryMember == b.registryMember
+}
+
+// objectReply is the reply for the k-th object of a create call's reply (nil when the
+// reply has none: createReply says so).
+func objectReply(res any, k int) any {
+	vals, _ := res.([]any)
+	if k < len(vals) {
+		return vals[k]
+	}
+	return nil
 }
 
 // statusIndex is the per-status index key that the object c creates enters (its
@@ -84,11 +109,8 @@ func statusIndex(c createSpec) string {
 	return ""
 }
 
-// createReply reads the create script's reply (or error) for c.
-func createReply(c createSpec, res any, err error) (createResult, error) {
-	if err != nil {
-		return createResult{}, fmt.Errorf("create %s: %w", c.object, err)
-	}
+// createReply reads the create script's reply for the object c.
+func createReply(c createSpec, res any) (createResult, error) {
 	vals, ok := res.([]any)
 	if !ok || len(vals) != 3 {
 		return createResult{}, fmt.Errorf("create %s: unexpected reply %v", c.object, res)
@@ -101,6 +123,8 @@ func createReply(c createSpec, res any, err error) (createResult, error) {
 		return createResult{uint32(id), true}, nil
 	case 2:
 		return createResult{uint32(id), false}, nil
+	case 3:
+		return createResult{}, fmt.Errorf("create %s: %s", c.object, field)
 	default:
 		return createResult{}, &ExistsError{What: fmt.Sprintf("%s %d", c.object, id), Field: field}
 	}
@@ -618,30 +642,51 @@ func (d *DB) createdJob(callerID, id uint32, c createSpec) (*model.Job, error) {
 	return &j, nil
 }
 
+// createBatch bounds the jobs of one create script call (~20 µs of Redis each).
+const createBatch = 256
+
 // createJobs creates the jobs at the indexes idx (all of this DB's context), then reads
-// back those that existed already, filling out.
+// back those that existed already, filling out. Consecutive jobs of one caller share a
+// script call, up to createBatch of them, each stored on its own in the order given.
 func (d *DB) createJobs(ctx context.Context, jobs []*model.Job, specs []createSpec, idx []int, out []JobCreated) {
-	calls := make([]Call, len(idx))
-	for k, i := range idx {
-		calls[k] = createCall(specs[i])
+	var groups [][]int
+	for _, i := range idx {
+		if g := len(groups) - 1; g < 0 || len(groups[g]) == createBatch || !sameCreateCall(specs[groups[g][0]], specs[i]) {
+			groups = append(groups, nil)
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], i)
+	}
+	calls := make([]Call, len(groups))
+	for g, group := range groups {
+		cs := make([]createSpec, len(group))
+		for k, i := range group {
+			cs[k] = specs[i]
+		}
+		calls[g] = createCall(cs...)
 	}
 	cmds := d.EvalBatch(ctx, calls)
 	var made []int
 	ids := map[int]uint32{}
-	for k, i := range idx {
-		res, err := createReply(specs[i], cmds[k].Val(), cmds[k].Err())
-		if err != nil {
-			out[i].Err = err
-			continue
+	for g, group := range groups {
+		for k, i := range group {
+			if err := cmds[g].Err(); err != nil {
+				out[i].Err = fmt.Errorf("create %s: %w", specs[i].object, err)
+				continue
+			}
+			res, err := createReply(specs[i], objectReply(cmds[g].Val(), k))
+			if err != nil {
+				out[i].Err = err
+				continue
+			}
+			out[i].Created, ids[i] = res.created, res.id
+			if res.created {
+				// The script wrote exactly these fields and the id: the job as stored,
+				// decoded from them without a map of them (createdHash).
+				out[i].Job, out[i].Err = d.createdJob(jobs[i].CallerID, res.id, specs[i])
+				continue
+			}
+			made = append(made, i) // found: read back as it is stored
 		}
-		out[i].Created, ids[i] = res.created, res.id
-		if res.created {
-			// The script wrote exactly these fields and the id: the job as stored,
-			// decoded from them without a map of them (createdHash).
-			out[i].Job, out[i].Err = d.createdJob(jobs[i].CallerID, res.id, specs[i])
-			continue
-		}
-		made = append(made, i) // found: read back as it is stored
 	}
 	if len(made) == 0 {
 		return

@@ -1511,6 +1511,29 @@ func TestCreateJobsEachOnItsOwn(t *testing.T) {
 	checkCreateJobsOrder(t, s, job)
 }
 
+// CreateJobs of jobs that share a script call: a job whose id cannot be allocated (the
+// caller's id counter at its end) fails alone, and the next ones are created.
+func TestCreateJobsIDSpaceExhausted(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 31)
+	rc := srv.Client(t, 31)
+	rc.Set(ctx, keys.JobSeq(3), 4294967295, 0)
+	res := s.CreateJobs(ctx, []*model.Job{
+		{CallerID: 3, ContextID: db.ContextID, Script: "true", ScriptType: "sh"},
+		{ID: 8, CallerID: 3, ContextID: db.ContextID, Script: "true", ScriptType: "sh"},
+	}, "1")
+	if res[0].Err == nil || !strings.Contains(res[0].Err.Error(), "id space exhausted") {
+		t.Fatalf("job without an id: %+v", res[0])
+	}
+	if res[1].Err != nil || !res[1].Created || res[1].Job.ID != 8 {
+		t.Fatalf("job 8 after it: %+v", res[1])
+	}
+	if v := rc.Get(ctx, keys.JobSeq(3)).Val(); v != "4294967296" {
+		t.Fatalf("id counter %s", v)
+	}
+}
+
 // checkCreateJobsOrder: CreateJobs of many jobs at once keeps their order throughout.
 func checkCreateJobsOrder(t *testing.T, s *store.Store, job func(uint32, string) *model.Job) {
 	t.Helper()
