@@ -8,29 +8,24 @@
 --     job not started or finished), then marks node and job dispatched (attempt + 1;
 --     ready_ms, when not nil, is its ready time: a node ready at its flow's start) and
 --     records the event. Returns the attempt (a string), or nil and why not.
--- Needs lib_state and lib_route (route_known: the job's routing fields, read here).
+-- Needs lib_state.
 
 local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor)
   local jk = K_JOB .. caller .. ':' .. id
   local attempt
-  -- the status, and what lib_route reads to route the job (its fields do not change
-  -- here), in one read
-  local jv = redis.call('HMGET', jk, 'status', unpack(ROUTE_FIELDS))
-  local jst = jv[1]
+  local jst = redis.call('HGET', jk, 'status')
   if not jst then
     return nil, 'job missing'
-  end
-  route_known[jk] = {jv[2], jv[3], jv[4], jv[5]}
-  if dag ~= '' then
-    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id, 'a:' .. id)
+  elseif dag ~= '' then
+    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id)
     local s, due = node[1], node[2]
     if s ~= NODE_READY then
       return nil, s or 'no node'
     elseif due and tonumber(due) > tonumber(now_ms) then
       return nil, 'not due'
     end
-    attempt = int((tonumber(node[3] or '0') or 0) + 1)
-    redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED, 'a:' .. id, attempt)
+    attempt = int(redis.call('HINCRBY', dag, 'a:' .. id, '1'))
+    redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED)
     if due then redis.call('HDEL', dag, 'due:' .. id) end
   elseif jst == JOB_STARTED or jst == JOB_FINISHED then
     return nil, jst

@@ -9,9 +9,7 @@
 --     script type (queue:<type>, coord:script_types); nil: the router decides (a pinned
 --     or remote job, or one nobody here can take: the router refuses it with the
 --     reason). Reads coord:executors and coord:script_types once per call of the script.
---   - route_target(jk): route_queue for the job at key jk (one HMGET of its 4
---     ROUTE_FIELDS, unless the caller put them in route_known[jk], as read in this
---     call and not changed since).
+--   - route_target(jk): route_queue for the job at key jk (one HMGET of 4 fields).
 --   - route_add(jk, q): records job key jk for queue q (pushed by route_push, in order).
 --   - route_push(): in the context's DB: LPUSHes the recorded jobs onto their queues
 --     and reads their wake targets (lib_wake). Returns the number of queues.
@@ -30,11 +28,11 @@
 -- Needs lib_state (store_message), lib_wake and lib_busy. route_types (the coord:script_types hash as read, or
 -- nil) and route_routed ({job key, queue, …}, in order) are there for the caller.
 
-local route_types, route_served, route_known
+local route_types, route_served
 local route_routed, route_targets, route_pending, route_tokens, route_wakers
 -- route_reset: the state of one call, set anew by each (lib/store Script).
 local function route_reset()
-  route_types, route_served, route_known = nil, {}, {}
+  route_types, route_served = nil, {}
   route_routed, route_targets, route_pending, route_tokens, route_wakers = {}, {}, {}, {}, {}
 end
 local function route_queue(id, runner, stype, fn)
@@ -53,11 +51,8 @@ local function route_queue(id, runner, stype, fn)
   end
   return nil
 end
--- ROUTE_FIELDS: the job fields route_target reads. route_known(jk) holds them when
--- the caller has read them in this call (lib_dispatch reads them with the status).
-local ROUTE_FIELDS = {'id', 'runner_id', 'script_type', 'function_name'}
 local function route_target(jk)
-  local v = route_known[jk] or redis.call('HMGET', jk, unpack(ROUTE_FIELDS))
+  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name')
   return route_queue(v[1], v[2], v[3], v[4])
 end
 local function route_add(jk, q)
