@@ -159,6 +159,9 @@ func (n *jobNet) start(t netTools, deny []netip.Prefix, denyHost bool) error {
 	if err != nil {
 		return err
 	}
+	if err := waitLoopback(pid, time.Now().Add(netSetupTimeout)); err != nil {
+		return err
+	}
 	nsPath := fmt.Sprintf("/proc/%d/ns/net", pid)
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
@@ -214,6 +217,31 @@ func (n *jobNet) start(t netTools, deny []netip.Prefix, denyHost bool) error {
 	_ = n.blockW.Close()
 	n.blockW = nil
 	return nil
+}
+
+// waitLoopback waits until bwrap's child (pid) has set up its namespace's loopback:
+// bwrap names the child (--info-fd) before the child adds 127.0.0.1 to lo, exclusively,
+// and slirp4netns's --configure brings lo up, which adds that address too — started
+// first, it made bwrap exit ("loopback: Failed RTM_NEWADDR") and the job never start.
+// The address shows in the namespace's local routes (/proc/<pid>/net/fib_trie). The
+// kernel tells only a netlink socket inside the namespace of it, so this looks, at
+// growing intervals (the child gets there within milliseconds of its start, as a
+// started executor's socket does: lib/rrq waits for that one the same way).
+func waitLoopback(pid int, deadline time.Time) error {
+	path := fmt.Sprintf("/proc/%d/net/fib_trie", pid)
+	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("the job's network namespace: %v", err)
+		}
+		if strings.Contains(string(b), "127.0.0.1") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the sandbox did not set up its loopback interface")
+		}
+		time.Sleep(wait)
+	}
 }
 
 // readChildPid reads bwrap's --info-fd JSON for the sandbox's process.

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // newNetSandbox is a sandbox whose jobs may have outbound network, denying deny.
@@ -115,4 +117,38 @@ func lineWith(out, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// The network set-up waits for the sandbox's own loopback before it starts
+// slirp4netns (whose --configure brings lo up, which made bwrap's exclusive add of
+// 127.0.0.1 fail when it came first): not ready while the namespace's lo has no
+// address, ready once it has.
+func TestWaitLoopback(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace of its own")
+	}
+	// The holder says "in" from inside its new namespace, then keeps it.
+	holder := exec.Command("unshare", "--net", "sh", "-c", "echo in; exec sleep 30")
+	stdout, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Skip("unshare:", err)
+	}
+	defer func() { _ = holder.Process.Kill(); _ = holder.Wait() }()
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "in\n" {
+		t.Fatalf("holder: %q %v", line, err)
+	}
+	pid := holder.Process.Pid
+	if err := waitLoopback(pid, time.Now().Add(50*time.Millisecond)); err == nil {
+		t.Fatal("ready before the namespace's loopback has its address")
+	}
+	add := exec.Command("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", pid), "ip", "addr", "add", "127.0.0.1/8", "dev", "lo")
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("ip addr add: %v %s", err, out)
+	}
+	if err := waitLoopback(pid, time.Now().Add(5*time.Second)); err != nil {
+		t.Fatalf("not ready with the address: %v", err)
+	}
 }
