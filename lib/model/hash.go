@@ -241,75 +241,53 @@ func decodeValue(s string, v reflect.Value) error {
 	return decodeJSON(s, v)
 }
 
-// decodeInt reads a signed integer (parseInt) into v.
+// decodeInt reads a signed integer; a float that is a whole number ("3.0") is
+// accepted, the empty string is zero.
 func decodeInt(s string, v reflect.Value) error {
-	n, err := parseInt(s, v.Type().Bits())
-	if err == nil {
-		v.SetInt(n)
-	}
-	return err
-}
-
-// parseInt reads a signed integer of bits bits; a float that is a whole number ("3.0")
-// is accepted, the empty string is zero.
-func parseInt(s string, bits int) (int64, error) {
 	if s == "" {
-		return 0, nil
+		v.SetInt(0)
+		return nil
 	}
-	n, err := strconv.ParseInt(s, 10, bits)
+	n, err := strconv.ParseInt(s, 10, v.Type().Bits())
 	if err != nil {
 		f, ferr := strconv.ParseFloat(s, 64)
 		if ferr != nil || f != float64(int64(f)) {
-			return 0, fmt.Errorf("not an integer")
+			return fmt.Errorf("not an integer")
 		}
 		n = int64(f)
 	}
-	return n, nil
+	v.SetInt(n)
+	return nil
 }
 
-// decodeUint reads an unsigned integer (parseUint) into v.
+// decodeUint reads an unsigned integer as decodeInt reads a signed one.
 func decodeUint(s string, v reflect.Value) error {
-	n, err := parseUint(s, v.Type().Bits())
-	if err == nil {
-		v.SetUint(n)
-	}
-	return err
-}
-
-// parseUint reads an unsigned integer of bits bits as parseInt reads a signed one.
-func parseUint(s string, bits int) (uint64, error) {
 	if s == "" {
-		return 0, nil
+		v.SetUint(0)
+		return nil
 	}
-	n, err := strconv.ParseUint(s, 10, bits)
+	n, err := strconv.ParseUint(s, 10, v.Type().Bits())
 	if err != nil {
 		f, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil || f < 0 || f != float64(uint64(f)) || (bits < 64 && uint64(f)>>bits != 0) {
-			return 0, fmt.Errorf("not an unsigned integer of %d bits", bits)
+		if ferr != nil || f < 0 || f != float64(uint64(f)) || v.OverflowUint(uint64(f)) {
+			return fmt.Errorf("not an unsigned integer of %d bits", v.Type().Bits())
 		}
 		n = uint64(f)
 	}
-	return n, nil
+	v.SetUint(n)
+	return nil
 }
 
 func decodeBool(s string, v reflect.Value) error {
-	b, err := parseBool(s)
-	if err == nil {
-		v.SetBool(b)
-	}
-	return err
-}
-
-// parseBool reads "true"/"false" and the spellings other writers use ("1"/"0",
-// "yes"/"no", any case; the empty string is false).
-func parseBool(s string) (bool, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "true", "1", "yes":
-		return true, nil
+		v.SetBool(true)
 	case "false", "0", "no", "":
-		return false, nil
+		v.SetBool(false)
+	default:
+		return fmt.Errorf("not a boolean")
 	}
-	return false, fmt.Errorf("not a boolean")
+	return nil
 }
 
 // decodeJSON reads a field stored as JSON (a struct, map, list or raw message);

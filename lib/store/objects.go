@@ -63,14 +63,14 @@ func createCall(cs ...createSpec) Call {
 		evType = ""
 	}
 	args := []any{c.prefix, c.seq, c.index, c.member, evType, c.eventActor, c.registry, c.registryMember}
-	for _, c := range cs {
-		nowMs := c.createdMs
+	for _, o := range cs {
+		nowMs := o.createdMs
 		if nowMs == 0 {
 			nowMs = time.Now().UnixMilli()
 		}
-		args = append(args, strconv.FormatUint(uint64(c.id), 10), strconv.FormatInt(nowMs, 10), len(c.compare)/2, statusIndex(c), len(c.compare)+len(c.initial))
-		args = append(args, c.compare...)
-		args = append(args, c.initial...)
+		args = append(args, strconv.FormatUint(uint64(o.id), 10), strconv.FormatInt(nowMs, 10), len(o.compare)/2, statusIndex(o), len(o.compare)+len(o.initial))
+		args = append(args, o.compare...)
+		args = append(args, o.initial...)
 	}
 	return Call{Script: createScript, Keys: []string{keys.Events}, Args: args}
 }
