@@ -212,7 +212,7 @@ func (p *jobPath) start(f *model.Flow) (jobs []*model.Job, startedAt time.Time) 
 	p.measure("start (one script)", func() {
 		startedAt = time.Now()
 		var err error
-		jobs, err = p.db.LoadJobs(p.ctx, 1, f.Jobs)
+		jobs, err = p.db.LoadStartJobs(p.ctx, 1, f.Jobs) // what the scheduler's start reads
 		p.step(err)
 		deps, err := store.PlanDAG(f, jobs)
 		p.step(err)
