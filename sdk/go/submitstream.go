@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -14,16 +16,34 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hero-coordinator/hero/lib/streambatch"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
 // Submit's submissions travel over one SubmitJobStream per client (when the
 // connection is signed once, or with an operator secret): a submission is a message
 // on an open stream instead of a call of its own, which costs the client and the
-// server a fraction of a call. Each caller still waits for its own answer. A stream
+// server a fraction of a call. Each caller still waits for its own answer. The
+// submissions made while another is being sent wait for that send and go next, in one
+// message when the server takes batches (its stream header says "hero-stream-batch:
+// 1"; the client says the same when it opens the stream, and the server then answers
+// in batches too): concurrent producers share messages as well as the stream, and a
+// submission made alone goes at once. A stream
 // that breaks fails the submissions waiting on it (Unavailable, as a call would) and
 // the next submission opens another; a server without the method (Unimplemented) is
 // sent calls from then on.
+
+// streamBatchMD is the metadata with which each end of a SubmitJobStream says it takes
+// batch messages.
+const streamBatchMD = "hero-stream-batch"
+
+// A batch message holds at most streamBatchItems submissions and, but for a single
+// larger one, streamBatchBytes of them (gRPC's default limit of a received message is
+// 4 MiB).
+const (
+	streamBatchItems = 256
+	streamBatchBytes = 1 << 20
+)
 
 // errNoStream says the server does not serve SubmitJobStream: send a call instead.
 var errNoStream = errors.New("hero: the server has no SubmitJobStream")
@@ -40,7 +60,9 @@ type submitStreams struct {
 type submitStream struct {
 	st      grpc.BidiStreamingClient[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse]
 	cancel  context.CancelFunc
-	sendMu  sync.Mutex // one sender at a time (the stream's rule)
+	sendMu  sync.Mutex  // one Send or CloseSend at a time (the stream's rule)
+	batches atomic.Bool // the server takes batch messages (its stream header said so)
+	out     streambatch.Sender[*herov1.SubmitJobStreamRequest]
 	mu      sync.Mutex
 	seq     uint64
 	pending map[uint64]chan streamAnswer
@@ -64,12 +86,12 @@ func (s *submitStreams) stream() (*submitStream, error) {
 		return s.cur, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := s.cc.SubmitJobStream(ctx)
+	st, err := s.cc.SubmitJobStream(metadata.AppendToOutgoingContext(ctx, streamBatchMD, "1"))
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	ss := &submitStream{st: st, cancel: cancel, pending: map[uint64]chan streamAnswer{}, done: make(chan struct{})}
+	ss := newSubmitStream(st, cancel)
 	s.cur = ss
 	go s.receive(ss)
 	return ss, nil
@@ -78,19 +100,35 @@ func (s *submitStreams) stream() (*submitStream, error) {
 // receive hands each answer to its submission; when the stream ends it fails those
 // still waiting and forgets the stream.
 func (s *submitStreams) receive(ss *submitStream) {
+	// The header comes before the first answer (an older server sends it with that
+	// answer): until then submissions go one a message.
+	if md, err := ss.st.Header(); err == nil && slices.Contains(md.Get(streamBatchMD), "1") {
+		ss.batches.Store(true)
+	}
 	for {
 		r, err := ss.st.Recv()
 		if err != nil {
 			s.end(ss, err)
 			return
 		}
-		ss.mu.Lock()
-		ch := ss.pending[r.Seq]
-		delete(ss.pending, r.Seq)
-		ss.mu.Unlock()
-		if ch != nil {
-			ch <- answerOf(r)
+		if len(r.Batch) == 0 {
+			ss.answer(r)
+			continue
 		}
+		for _, a := range r.Batch {
+			ss.answer(a)
+		}
+	}
+}
+
+// answer hands an answer to the submission waiting for it.
+func (ss *submitStream) answer(r *herov1.SubmitJobStreamResponse) {
+	ss.mu.Lock()
+	ch := ss.pending[r.Seq]
+	delete(ss.pending, r.Seq)
+	ss.mu.Unlock()
+	if ch != nil {
+		ch <- answerOf(r)
 	}
 }
 
@@ -170,10 +208,9 @@ func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest
 	item := &herov1.SubmitJobStreamRequest{Seq: ss.seq, Submit: req, Traceparent: traceparentOf(ctx)}
 	ss.pending[item.Seq] = ch
 	ss.mu.Unlock()
-	ss.sendMu.Lock()
-	err = ss.st.Send(item)
-	ss.sendMu.Unlock()
+	err = ss.send(item)
 	if err != nil && !errors.Is(err, io.EOF) { // io.EOF: the stream ended; its status comes to ch
+		// (the submissions it held wait on the stream, which end fails)
 		ss.forget(item.Seq)
 		s.end(ss, err)
 		return nil, err
@@ -185,6 +222,36 @@ func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest
 		ss.forget(item.Seq)
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
+}
+
+// newSubmitStream is an open stream's client side. Its submissions are sent by a
+// streambatch.Sender: those made while one is being sent go next, in one message when
+// the server takes batches (the sender first yields for them then: the producers just
+// woken by their answers add their next submissions). A failed send's error goes to
+// the submission that made it; the others it held wait on the stream, which fails.
+func newSubmitStream(st grpc.BidiStreamingClient[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], cancel context.CancelFunc) *submitStream {
+	ss := &submitStream{st: st, cancel: cancel, pending: map[uint64]chan streamAnswer{}, done: make(chan struct{})}
+	ss.out.Yield = ss.batches.Load
+	ss.out.Write = ss.write
+	return ss
+}
+
+func (ss *submitStream) send(item *herov1.SubmitJobStreamRequest) error { return ss.out.Send(item) }
+
+// write sends submissions: one a message, or, when the server takes batches, in as few
+// batch messages as streamBatchItems and streamBatchBytes allow.
+func (ss *submitStream) write(out []*herov1.SubmitJobStreamRequest) error {
+	ss.sendMu.Lock()
+	defer ss.sendMu.Unlock()
+	wrap := func(b []*herov1.SubmitJobStreamRequest) *herov1.SubmitJobStreamRequest {
+		return &herov1.SubmitJobStreamRequest{Batch: b}
+	}
+	for _, m := range streambatch.Messages(out, ss.batches.Load(), streamBatchItems, streamBatchBytes, wrap) {
+		if err := ss.st.Send(m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (ss *submitStream) forget(seq uint64) {

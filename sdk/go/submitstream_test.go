@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,10 +23,15 @@ import (
 // streamServer serves SubmitJobStream: it answers a batch of submissions in reverse
 // order once `batch` of them arrived, refuses the script "refuse" (InvalidArgument),
 // rate-limits the script "limited" once (ResourceExhausted with a retry hint) and
-// breaks the stream at the script "break" (each such break once per key).
+// breaks the stream at the script "break" (each such break once per key). With
+// batches, its header says it takes batch messages, and it answers a client that
+// said the same in batch messages.
 type streamServer struct {
 	herov1.UnimplementedCoordinatorServer
 	batch   int
+	batches bool
+	clients []string // each stream's opening hero-stream-batch metadata
+	msgs    int      // messages received
 	mu      sync.Mutex
 	streams int
 	auth    []string
@@ -38,38 +45,70 @@ func (s *streamServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.Submit
 	s.mu.Lock()
 	s.streams++
 	s.auth = append(s.auth, md.Get("authorization")...)
+	s.clients = append(s.clients, strings.Join(md.Get("hero-stream-batch"), ","))
 	s.mu.Unlock()
+	batched := s.batches && slices.Contains(md.Get("hero-stream-batch"), "1")
+	if s.batches {
+		if err := st.SendHeader(metadata.Pairs("hero-stream-batch", "1")); err != nil {
+			return err
+		}
+	}
 	var held []*herov1.SubmitJobStreamRequest
 	for {
-		r, err := st.Recv()
+		m, err := st.Recv()
 		if err != nil {
 			if s.ended != nil {
 				s.ended <- err
 			}
 			return nil
 		}
-		script := r.Submit.GetJob().GetScript()
 		s.mu.Lock()
-		s.seen[script]++
-		n := s.seen[script]
-		if r.Traceparent != "" {
-			s.tps = append(s.tps, r.Traceparent)
-		}
+		s.msgs++
 		s.mu.Unlock()
-		if script == "break" && n == 1 {
-			return status.Error(codes.Unavailable, "the server went away")
+		items := m.Batch
+		if len(items) == 0 {
+			items = []*herov1.SubmitJobStreamRequest{m}
 		}
-		held = append(held, r)
-		if len(held) < s.batch {
-			continue
-		}
-		for i := len(held) - 1; i >= 0; i-- {
-			if err := st.Send(s.answer(held[i], n)); err != nil {
+		for _, r := range items {
+			if err := s.take(st, r, &held, batched); err != nil {
 				return err
 			}
 		}
-		held = held[:0]
 	}
+}
+
+// take handles one submission: it holds it until `batch` are held, then answers them
+// (in one batch message when batched).
+func (s *streamServer) take(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], r *herov1.SubmitJobStreamRequest, held *[]*herov1.SubmitJobStreamRequest, batched bool) error {
+	script := r.Submit.GetJob().GetScript()
+	s.mu.Lock()
+	s.seen[script]++
+	n := s.seen[script]
+	if r.Traceparent != "" {
+		s.tps = append(s.tps, r.Traceparent)
+	}
+	s.mu.Unlock()
+	if script == "break" && n == 1 {
+		return status.Error(codes.Unavailable, "the server went away")
+	}
+	*held = append(*held, r)
+	if len(*held) < s.batch {
+		return nil
+	}
+	var out []*herov1.SubmitJobStreamResponse
+	for i := len(*held) - 1; i >= 0; i-- {
+		out = append(out, s.answer((*held)[i], n))
+	}
+	*held = (*held)[:0]
+	if batched {
+		return st.Send(&herov1.SubmitJobStreamResponse{Batch: out})
+	}
+	for _, a := range out {
+		if err := st.Send(a); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *streamServer) answer(r *herov1.SubmitJobStreamRequest, n int) *herov1.SubmitJobStreamResponse {
@@ -83,15 +122,12 @@ func (s *streamServer) answer(r *herov1.SubmitJobStreamRequest, n int) *herov1.S
 	return &herov1.SubmitJobStreamResponse{Seq: r.Seq, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 100 + uint32(r.Seq), Script: j.Script}}}
 }
 
-// Concurrent submissions share one stream; each caller gets its own answer though
-// the server answers out of order.
-func TestSubmitSharesOneStream(t *testing.T) {
-	s := &streamServer{batch: 8, seen: map[string]int{}, ended: make(chan error, 1)}
-	c := serve(t, s)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+// submitConcurrently makes n submissions at once ("echo <i>") and checks that each
+// is answered with its own job.
+func submitConcurrently(ctx context.Context, c *Client, n int) error {
 	var wg sync.WaitGroup
-	errs := make([]error, 32)
-	for i := range 32 {
+	errs := make([]error, n)
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -104,7 +140,16 @@ func TestSubmitSharesOneStream(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	return errors.Join(errs...)
+}
+
+// Concurrent submissions share one stream; each caller gets its own answer though
+// the server answers out of order.
+func TestSubmitSharesOneStream(t *testing.T) {
+	s := &streamServer{batch: 8, seen: map[string]int{}, ended: make(chan error, 1)}
+	c := serve(t, s)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	if err := submitConcurrently(ctx, c, 32); err != nil {
 		t.Fatal(err)
 	}
 	if s.streams != 1 || len(s.auth) != 1 || s.auth[0] != "Bearer s3cret" {
@@ -122,6 +167,25 @@ func TestSubmitSharesOneStream(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("the server's stream did not end after Close")
+	}
+}
+
+// A server that takes batches (its stream header) is told the client does too, and
+// its batch answers reach each caller; the submissions that wait while another is
+// sent share a message.
+func TestSubmitStreamBatches(t *testing.T) {
+	s := &streamServer{batch: 8, batches: true, seen: map[string]int{}}
+	c := serve(t, s)
+	if err := submitConcurrently(context.Background(), c, 64); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams != 1 || len(s.clients) != 1 || s.clients[0] != "1" {
+		t.Errorf("%d streams, opened with hero-stream-batch %q; want one, with \"1\"", s.streams, s.clients)
+	}
+	if len(s.seen) != 64 || s.msgs > 64 {
+		t.Errorf("%d submissions in %d messages; want 64 in at most 64", len(s.seen), s.msgs)
 	}
 }
 

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/streambatch"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -25,39 +28,43 @@ const streamInflight = maxGroupJobs
 // whole.
 var itemStreams = map[string]bool{herov1.Coordinator_SubmitJobStream_FullMethodName: true}
 
+// streamBatchMD is the metadata with which each end of a SubmitJobStream says it takes
+// batch messages (several submissions, or several answers, in one message): the
+// client when it opens the stream, the server in the stream's header.
+const streamBatchMD = "hero-stream-batch"
+
 // SubmitJobStream serves job.submit over one stream: each request is a submission of
 // its own (the same checks, rate limit and group commit as a SubmitJob call),
 // answered when stored, in any order, by its seq; a refused one is answered with its
-// error and the stream goes on. The stream ends when the producer closes its side and
-// every submission read has been answered.
+// error and the stream goes on. A request may carry several submissions (batch), each
+// handled as if it came alone; to a client that takes batches, the answers ready
+// while another is being sent go out together. The stream ends when the producer
+// closes its side and every submission read has been answered.
 //
 // The submissions are stored by the stream's workers, started as more submissions
 // wait at once (up to streamInflight) and kept until the stream ends: a goroutine
 // per submission would grow a new stack through the store call every time.
 func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse]) error {
+	md, _ := metadata.FromIncomingContext(st.Context())
+	if err := st.SendHeader(metadata.Pairs(streamBatchMD, "1")); err != nil {
+		return err
+	}
 	var (
 		wg      sync.WaitGroup
-		sendMu  sync.Mutex
-		failed  error
+		out     = answerSender(st, slices.Contains(md.Get(streamBatchMD), "1"))
 		work    = make(chan streamWork)
 		workers int
 	)
-	send := func(r *herov1.SubmitJobStreamResponse) {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		if failed == nil {
-			failed = st.Send(r)
-		}
-	}
 	worker := func(w streamWork) {
 		defer wg.Done()
 		for ok := true; ok; w, ok = <-work {
-			send(c.streamSubmit(w.ctx, w.r, w.limit))
+			_ = out.Send(c.streamSubmit(w.ctx, w.r, w.limit)) // a failed send ends the stream: the client learns it so
 		}
 	}
 	defer wg.Wait()
 	defer close(work)
-	for first := true; ; first = false {
+	first := true // the opening submission was counted against the rate when the stream opened
+	for {
 		r, err := st.Recv()
 		if errors.Is(err, io.EOF) {
 			return nil
@@ -65,23 +72,56 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 		if err != nil {
 			return err
 		}
-		w := streamWork{ctx: st.Context(), r: r, limit: !first} // the context is authenticated by the opening message
-		select {
-		case work <- w: // an idle worker took it
-			continue
-		default:
+		items := r.Batch
+		if len(items) == 0 || r.Submit != nil { // a submission of its own (with a batch too: first)
+			items = append([]*herov1.SubmitJobStreamRequest{{Seq: r.Seq, Submit: r.Submit, Traceparent: r.Traceparent}}, items...)
 		}
-		if workers < streamInflight {
-			workers++
-			wg.Add(1)
-			go worker(w)
-			continue
+		for _, it := range items {
+			w := streamWork{ctx: st.Context(), r: it, limit: !first} // the context is authenticated by the opening message
+			first = false
+			select {
+			case work <- w: // an idle worker took it
+				continue
+			default:
+			}
+			if workers < streamInflight {
+				workers++
+				wg.Add(1)
+				go worker(w)
+				continue
+			}
+			select {
+			case work <- w:
+			case <-w.ctx.Done():
+				return status.FromContextError(w.ctx.Err()).Err()
+			}
 		}
-		select {
-		case work <- w:
-		case <-w.ctx.Done():
-			return status.FromContextError(w.ctx.Err()).Err()
-		}
+	}
+}
+
+// streamBatchBytes bounds a batch message of answers (gRPC's default limit of a
+// received message is 4 MiB; an answer carries its job): an answer above it goes
+// alone.
+const streamBatchBytes = 1 << 20
+
+// answerSender sends a stream's answers (streambatch.Sender): those ready while one
+// is being sent go next, in one message to a client that takes batches (which the
+// sender first yields for: the workers a group commit has just answered add theirs).
+// After a failed send the rest are dropped: the stream's end tells the client.
+func answerSender(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], batches bool) *streambatch.Sender[*herov1.SubmitJobStreamResponse] {
+	return &streambatch.Sender[*herov1.SubmitJobStreamResponse]{
+		Yield: func() bool { return batches },
+		Write: func(out []*herov1.SubmitJobStreamResponse) error {
+			wrap := func(b []*herov1.SubmitJobStreamResponse) *herov1.SubmitJobStreamResponse {
+				return &herov1.SubmitJobStreamResponse{Batch: b}
+			}
+			for _, m := range streambatch.Messages(out, batches, streamInflight, streamBatchBytes, wrap) {
+				if err := st.Send(m); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 	}
 }
 
@@ -126,6 +166,9 @@ func (c *coordinatorServer) streamItem(ctx context.Context, r *herov1.SubmitJobS
 			return nil, err
 		}
 		ctx = tctx
+	}
+	if len(r.Batch) > 0 {
+		return nil, invalidParams("batch", "the stream item (seq %d) holds a batch: a batch's items are submissions", r.Seq)
 	}
 	sr := r.Submit
 	if sr == nil {

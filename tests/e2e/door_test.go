@@ -243,7 +243,7 @@ func checkStreamItemsRateLimited(t *testing.T, streamer *harness.Client) {
 		items = append(items, &herov1.SubmitJobStreamRequest{Seq: uint64(i + 1), Submit: &herov1.SubmitJobRequest{ContextId: ctx1,
 			Job: &herov1.Job{ScriptType: "sh", Script: "true"}}})
 	}
-	got := streamSubmissions(t, streamer, items)
+	got := streamSubmissions(t, streamer, items, false)
 	answered, limited := len(got), 0
 	for _, r := range got {
 		if e := r.Error; e != nil && codes.Code(e.Code) == codes.ResourceExhausted {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,9 +48,10 @@ func TestJobSubmit(t *testing.T) {
 	checkSubmitBatch(t, c)
 	checkSubmitGRPC(t, c, tp)
 	checkSubmitStream(t, s, c, tp)
-	// Eleven jobs were created (the existing ones returned are not counted).
-	if n, err := harness.Metric(s.API, "hero_jobs_submitted_total"); err != nil || n != 11 {
-		t.Errorf("hero_jobs_submitted_total = %v (%v), want 11", n, err)
+	checkSubmitStreamBatch(t, c)
+	// Thirteen jobs were created (the existing ones returned are not counted).
+	if n, err := harness.Metric(s.API, "hero_jobs_submitted_total"); err != nil || n != 13 {
+		t.Errorf("hero_jobs_submitted_total = %v (%v), want 13", n, err)
 	}
 }
 
@@ -173,7 +175,7 @@ func checkSubmitStream(t *testing.T, s *harness.Stack, c *harness.Client, tp str
 		{Seq: 9, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("true"), UniqueKey: "streamed", UniqueTtlSeconds: 60}},
 		{Seq: 10, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("true"), UniqueKey: "streamed", UniqueTtlSeconds: 60}},
 	}
-	got := streamSubmissions(t, c, items)
+	got := streamSubmissions(t, c, items, false)
 	if len(got) != 4 {
 		t.Fatalf("%d answers for 4 submissions: %v", len(got), got)
 	}
@@ -195,15 +197,60 @@ func checkSubmitStream(t *testing.T, s *harness.Stack, c *harness.Client, tp str
 	}
 }
 
+// checkSubmitStreamBatch: a client that takes batches (its opening metadata) learns
+// from the stream's header that the server does, and one message carrying several
+// submissions is answered item by item, as if each came alone: a job each, the typed
+// error of a refused one, the same job for a unique key sent twice, and a clear error
+// for an item that holds a batch itself.
+func checkSubmitStreamBatch(t *testing.T, c *harness.Client) {
+	t.Helper()
+	sh := func(script string) *herov1.Job { return &herov1.Job{ScriptType: "sh", Script: script} }
+	batch := []*herov1.SubmitJobStreamRequest{
+		{Seq: 1, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("echo batched")}},
+		{Seq: 2, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: &herov1.Job{ScriptType: "no-such-type", Script: "true"}}},
+		{Seq: 3, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("true"), UniqueKey: "batched", UniqueTtlSeconds: 60}},
+		{Seq: 4, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("true"), UniqueKey: "batched", UniqueTtlSeconds: 60}},
+		{Seq: 5, Batch: []*herov1.SubmitJobStreamRequest{{Seq: 6, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("true")}}}},
+	}
+	got := streamSubmissions(t, c, []*herov1.SubmitJobStreamRequest{{Batch: batch}}, true)
+	if len(got) != 5 {
+		t.Fatalf("%d answers for 5 batched submissions: %v", len(got), got)
+	}
+	if j := got[1].GetSubmit().GetJob(); j == nil || j.Id == 0 || j.Status != "dispatched" || j.Script != "echo batched" {
+		t.Errorf("batched item 1: %v", got[1])
+	}
+	if e := got[2].GetError(); e == nil || codes.Code(e.Code) != codes.InvalidArgument || !strings.Contains(e.Message, "script_type") {
+		t.Errorf("batched item 2 (a script type that does not exist): %v", got[2])
+	}
+	a, b := got[3].GetSubmit(), got[4].GetSubmit()
+	if a == nil || b == nil || a.Job.Id != b.Job.Id || a.Existing == b.Existing {
+		t.Errorf("batched items 3 and 4 (one unique key): %v, %v", got[3], got[4])
+	}
+	if e := got[5].GetError(); e == nil || codes.Code(e.Code) != codes.InvalidArgument || !strings.Contains(e.Message, "batch") {
+		t.Errorf("batched item 5 (holding a batch): %v", got[5])
+	}
+	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, got[1].Submit.Job.Id).Status == "finished" }) {
+		t.Fatalf("the batched job did not finish")
+	}
+}
+
 // streamSubmissions sends items on one SubmitJobStream of c, closes its side and
-// returns every answer by its seq, the stream having ended cleanly.
-func streamSubmissions(t *testing.T, c *harness.Client, items []*herov1.SubmitJobStreamRequest) map[uint64]*herov1.SubmitJobStreamResponse {
+// returns every answer by its seq (a batch's answers each by its own), the stream
+// having ended cleanly. batches: the client says it takes batch messages, and checks
+// that the server's header says it does; otherwise no answer may come in a batch.
+func streamSubmissions(t *testing.T, c *harness.Client, items []*herov1.SubmitJobStreamRequest, batches bool) map[uint64]*herov1.SubmitJobStreamResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if batches {
+		ctx = metadata.AppendToOutgoingContext(ctx, "hero-stream-batch", "1")
+	}
 	st, err := c.API(t).SubmitJobStream(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if md, err := st.Header(); err != nil || !slices.Contains(md.Get("hero-stream-batch"), "1") {
+		t.Fatalf("the stream's header %v (%v) does not say the server takes batches", md, err)
 	}
 	for _, it := range items {
 		if err := st.Send(it); err != nil {
@@ -222,6 +269,15 @@ func streamSubmissions(t *testing.T, c *harness.Client, items []*herov1.SubmitJo
 		if err != nil {
 			t.Fatalf("the stream failed after %d answers: %v (answers so far %v)", len(got), err, got)
 		}
-		got[r.Seq] = r
+		if len(r.Batch) == 0 {
+			got[r.Seq] = r
+			continue
+		}
+		if !batches {
+			t.Fatalf("answers in a batch to a client that did not say it takes them: %v", r)
+		}
+		for _, a := range r.Batch {
+			got[a.Seq] = a
+		}
 	}
 }

@@ -2275,12 +2275,15 @@ func (x *SubmitJobsResponse) GetItems() []*SubmitJobResponse {
 
 // SubmitJobStreamRequest: one submission of a SubmitJobStream; seq is the caller's
 // number for it (echoed in its answer), traceparent its W3C trace context (else the
-// stream's).
+// stream's). Or, with batch set (and nothing else), several submissions in one
+// message, each as it would travel alone; a client sends batches only to a server
+// whose stream header carries "hero-stream-batch: 1".
 type SubmitJobStreamRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Submit        *SubmitJobRequest      `protobuf:"bytes,2,opt,name=submit,proto3" json:"submit,omitempty"`
-	Traceparent   string                 `protobuf:"bytes,3,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Seq           uint64                    `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Submit        *SubmitJobRequest         `protobuf:"bytes,2,opt,name=submit,proto3" json:"submit,omitempty"`
+	Traceparent   string                    `protobuf:"bytes,3,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Batch         []*SubmitJobStreamRequest `protobuf:"bytes,4,rep,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2336,13 +2339,23 @@ func (x *SubmitJobStreamRequest) GetTraceparent() string {
 	return ""
 }
 
+func (x *SubmitJobStreamRequest) GetBatch() []*SubmitJobStreamRequest {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
 // SubmitJobStreamResponse answers the submission seq: its job, or the error a
-// SubmitJob call would have returned.
+// SubmitJob call would have returned. Or, with batch set (and nothing else), several
+// answers in one message; a server sends batches only on a stream opened with the
+// metadata "hero-stream-batch: 1".
 type SubmitJobStreamResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Submit        *SubmitJobResponse     `protobuf:"bytes,2,opt,name=submit,proto3" json:"submit,omitempty"`
-	Error         *StreamError           `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	state         protoimpl.MessageState     `protogen:"open.v1"`
+	Seq           uint64                     `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Submit        *SubmitJobResponse         `protobuf:"bytes,2,opt,name=submit,proto3" json:"submit,omitempty"`
+	Error         *StreamError               `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Batch         []*SubmitJobStreamResponse `protobuf:"bytes,4,rep,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2394,6 +2407,13 @@ func (x *SubmitJobStreamResponse) GetSubmit() *SubmitJobResponse {
 func (x *SubmitJobStreamResponse) GetError() *StreamError {
 	if x != nil {
 		return x.Error
+	}
+	return nil
+}
+
+func (x *SubmitJobStreamResponse) GetBatch() []*SubmitJobStreamResponse {
+	if x != nil {
+		return x.Batch
 	}
 	return nil
 }
@@ -4897,15 +4917,17 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12*\n" +
 	"\x04jobs\x18\x02 \x03(\v2\x16.hero.v1.SubmitJobItemR\x04jobs\"F\n" +
 	"\x12SubmitJobsResponse\x120\n" +
-	"\x05items\x18\x01 \x03(\v2\x1a.hero.v1.SubmitJobResponseR\x05items\"\x7f\n" +
+	"\x05items\x18\x01 \x03(\v2\x1a.hero.v1.SubmitJobResponseR\x05items\"\xb6\x01\n" +
 	"\x16SubmitJobStreamRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
 	"\x06submit\x18\x02 \x01(\v2\x19.hero.v1.SubmitJobRequestR\x06submit\x12 \n" +
-	"\vtraceparent\x18\x03 \x01(\tR\vtraceparent\"\x8b\x01\n" +
+	"\vtraceparent\x18\x03 \x01(\tR\vtraceparent\x125\n" +
+	"\x05batch\x18\x04 \x03(\v2\x1f.hero.v1.SubmitJobStreamRequestR\x05batch\"\xc3\x01\n" +
 	"\x17SubmitJobStreamResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x122\n" +
 	"\x06submit\x18\x02 \x01(\v2\x1a.hero.v1.SubmitJobResponseR\x06submit\x12*\n" +
-	"\x05error\x18\x03 \x01(\v2\x14.hero.v1.StreamErrorR\x05error\"a\n" +
+	"\x05error\x18\x03 \x01(\v2\x14.hero.v1.StreamErrorR\x05error\x126\n" +
+	"\x05batch\x18\x04 \x03(\v2 .hero.v1.SubmitJobStreamResponseR\x05batch\"a\n" +
 	"\vStreamError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12$\n" +
@@ -5280,117 +5302,119 @@ var file_hero_v1_coordinator_proto_depIdxs = []int32{
 	41,  // 34: hero.v1.SubmitJobsRequest.jobs:type_name -> hero.v1.SubmitJobItem
 	40,  // 35: hero.v1.SubmitJobsResponse.items:type_name -> hero.v1.SubmitJobResponse
 	39,  // 36: hero.v1.SubmitJobStreamRequest.submit:type_name -> hero.v1.SubmitJobRequest
-	40,  // 37: hero.v1.SubmitJobStreamResponse.submit:type_name -> hero.v1.SubmitJobResponse
-	46,  // 38: hero.v1.SubmitJobStreamResponse.error:type_name -> hero.v1.StreamError
-	93,  // 39: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
-	94,  // 40: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
-	94,  // 41: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
-	94,  // 42: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
-	94,  // 43: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
-	94,  // 44: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
-	94,  // 45: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
-	94,  // 46: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
-	95,  // 47: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
-	94,  // 48: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
-	94,  // 49: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
-	67,  // 50: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
-	67,  // 51: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
-	93,  // 52: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
-	93,  // 53: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
-	96,  // 54: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
-	96,  // 55: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
-	96,  // 56: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
-	97,  // 57: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
-	97,  // 58: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
-	0,   // 59: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
-	2,   // 60: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
-	4,   // 61: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
-	7,   // 62: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
-	9,   // 63: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
-	11,  // 64: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
-	13,  // 65: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
-	15,  // 66: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
-	17,  // 67: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
-	21,  // 68: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
-	23,  // 69: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
-	25,  // 70: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
-	27,  // 71: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
-	29,  // 72: hero.v1.Coordinator.CreateJobs:input_type -> hero.v1.CreateJobsRequest
-	33,  // 73: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
-	35,  // 74: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
-	37,  // 75: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
-	39,  // 76: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
-	42,  // 77: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
-	44,  // 78: hero.v1.Coordinator.SubmitJobStream:input_type -> hero.v1.SubmitJobStreamRequest
-	47,  // 79: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
-	49,  // 80: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
-	51,  // 81: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
-	53,  // 82: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
-	57,  // 83: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
-	59,  // 84: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
-	61,  // 85: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
-	55,  // 86: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
-	63,  // 87: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
-	65,  // 88: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
-	68,  // 89: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
-	70,  // 90: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
-	72,  // 91: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
-	74,  // 92: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
-	76,  // 93: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
-	77,  // 94: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
-	78,  // 95: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
-	79,  // 96: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
-	81,  // 97: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
-	83,  // 98: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
-	85,  // 99: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
-	87,  // 100: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
-	1,   // 101: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
-	3,   // 102: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
-	5,   // 103: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
-	8,   // 104: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
-	10,  // 105: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
-	12,  // 106: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
-	14,  // 107: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
-	16,  // 108: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
-	18,  // 109: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
-	22,  // 110: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
-	24,  // 111: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
-	26,  // 112: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
-	28,  // 113: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
-	31,  // 114: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
-	34,  // 115: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
-	36,  // 116: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
-	38,  // 117: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
-	40,  // 118: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
-	43,  // 119: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
-	45,  // 120: hero.v1.Coordinator.SubmitJobStream:output_type -> hero.v1.SubmitJobStreamResponse
-	48,  // 121: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
-	50,  // 122: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
-	52,  // 123: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
-	54,  // 124: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
-	58,  // 125: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
-	60,  // 126: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
-	62,  // 127: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
-	56,  // 128: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
-	64,  // 129: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
-	66,  // 130: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
-	69,  // 131: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
-	71,  // 132: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
-	73,  // 133: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
-	75,  // 134: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
-	80,  // 135: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
-	80,  // 136: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
-	80,  // 137: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
-	80,  // 138: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
-	82,  // 139: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
-	84,  // 140: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
-	86,  // 141: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
-	88,  // 142: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
-	101, // [101:143] is the sub-list for method output_type
-	59,  // [59:101] is the sub-list for method input_type
-	59,  // [59:59] is the sub-list for extension type_name
-	59,  // [59:59] is the sub-list for extension extendee
-	0,   // [0:59] is the sub-list for field type_name
+	44,  // 37: hero.v1.SubmitJobStreamRequest.batch:type_name -> hero.v1.SubmitJobStreamRequest
+	40,  // 38: hero.v1.SubmitJobStreamResponse.submit:type_name -> hero.v1.SubmitJobResponse
+	46,  // 39: hero.v1.SubmitJobStreamResponse.error:type_name -> hero.v1.StreamError
+	45,  // 40: hero.v1.SubmitJobStreamResponse.batch:type_name -> hero.v1.SubmitJobStreamResponse
+	93,  // 41: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
+	94,  // 42: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
+	94,  // 43: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
+	94,  // 44: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
+	94,  // 45: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
+	94,  // 46: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
+	94,  // 47: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
+	94,  // 48: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
+	95,  // 49: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
+	94,  // 50: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
+	94,  // 51: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
+	67,  // 52: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
+	67,  // 53: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
+	93,  // 54: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
+	93,  // 55: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
+	96,  // 56: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
+	96,  // 57: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
+	96,  // 58: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
+	97,  // 59: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
+	97,  // 60: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
+	0,   // 61: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
+	2,   // 62: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
+	4,   // 63: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
+	7,   // 64: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
+	9,   // 65: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
+	11,  // 66: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
+	13,  // 67: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
+	15,  // 68: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
+	17,  // 69: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
+	21,  // 70: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
+	23,  // 71: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
+	25,  // 72: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
+	27,  // 73: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
+	29,  // 74: hero.v1.Coordinator.CreateJobs:input_type -> hero.v1.CreateJobsRequest
+	33,  // 75: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
+	35,  // 76: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
+	37,  // 77: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
+	39,  // 78: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
+	42,  // 79: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
+	44,  // 80: hero.v1.Coordinator.SubmitJobStream:input_type -> hero.v1.SubmitJobStreamRequest
+	47,  // 81: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
+	49,  // 82: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
+	51,  // 83: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
+	53,  // 84: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
+	57,  // 85: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
+	59,  // 86: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
+	61,  // 87: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
+	55,  // 88: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
+	63,  // 89: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
+	65,  // 90: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
+	68,  // 91: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
+	70,  // 92: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
+	72,  // 93: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
+	74,  // 94: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
+	76,  // 95: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
+	77,  // 96: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
+	78,  // 97: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
+	79,  // 98: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
+	81,  // 99: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
+	83,  // 100: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
+	85,  // 101: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
+	87,  // 102: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
+	1,   // 103: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
+	3,   // 104: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
+	5,   // 105: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
+	8,   // 106: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
+	10,  // 107: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
+	12,  // 108: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
+	14,  // 109: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
+	16,  // 110: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
+	18,  // 111: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
+	22,  // 112: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
+	24,  // 113: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
+	26,  // 114: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
+	28,  // 115: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
+	31,  // 116: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
+	34,  // 117: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
+	36,  // 118: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
+	38,  // 119: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
+	40,  // 120: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
+	43,  // 121: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
+	45,  // 122: hero.v1.Coordinator.SubmitJobStream:output_type -> hero.v1.SubmitJobStreamResponse
+	48,  // 123: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
+	50,  // 124: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
+	52,  // 125: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
+	54,  // 126: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
+	58,  // 127: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
+	60,  // 128: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
+	62,  // 129: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
+	56,  // 130: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
+	64,  // 131: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
+	66,  // 132: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
+	69,  // 133: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
+	71,  // 134: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
+	73,  // 135: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
+	75,  // 136: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
+	80,  // 137: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
+	80,  // 138: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
+	80,  // 139: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
+	80,  // 140: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
+	82,  // 141: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
+	84,  // 142: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
+	86,  // 143: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
+	88,  // 144: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
+	103, // [103:145] is the sub-list for method output_type
+	61,  // [61:103] is the sub-list for method input_type
+	61,  // [61:61] is the sub-list for extension type_name
+	61,  // [61:61] is the sub-list for extension extendee
+	0,   // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_hero_v1_coordinator_proto_init() }

@@ -106,7 +106,10 @@ type CoordinatorClient interface {
 	// submission of its own, answered on its own, in any order, with the seq it
 	// carries; a refused one gets its error, the others go on. The stream is
 	// authenticated by its opening message; each submission counts against the
-	// caller's rate limit as a call does.
+	// caller's rate limit as a call does. Both ends may carry several submissions or
+	// answers in one message (batch) once each has said it takes them
+	// ("hero-stream-batch: 1": the client in its opening metadata, the server in the
+	// stream's header).
 	SubmitJobStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubmitJobStreamRequest, SubmitJobStreamResponse], error)
 	StopJob(ctx context.Context, in *StopJobRequest, opts ...grpc.CallOption) (*StopJobResponse, error)
 	GetJobLogs(ctx context.Context, in *GetJobLogsRequest, opts ...grpc.CallOption) (*GetJobLogsResponse, error)
@@ -620,7 +623,10 @@ type CoordinatorServer interface {
 	// submission of its own, answered on its own, in any order, with the seq it
 	// carries; a refused one gets its error, the others go on. The stream is
 	// authenticated by its opening message; each submission counts against the
-	// caller's rate limit as a call does.
+	// caller's rate limit as a call does. Both ends may carry several submissions or
+	// answers in one message (batch) once each has said it takes them
+	// ("hero-stream-batch: 1": the client in its opening metadata, the server in the
+	// stream's header).
 	SubmitJobStream(grpc.BidiStreamingServer[SubmitJobStreamRequest, SubmitJobStreamResponse]) error
 	StopJob(context.Context, *StopJobRequest) (*StopJobResponse, error)
 	GetJobLogs(context.Context, *GetJobLogsRequest) (*GetJobLogsResponse, error)

@@ -1,0 +1,144 @@
+package streambatch
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// held is a Write whose first call waits until release is closed (entered is closed
+// when it is in it) and that keeps what it was given.
+type held struct {
+	entered, release chan struct{}
+	mu               sync.Mutex
+	writes           [][]string
+	err              error
+}
+
+func (h *held) write(items []string) error {
+	h.mu.Lock()
+	h.writes = append(h.writes, items)
+	first := len(h.writes) == 1
+	h.mu.Unlock()
+	if first {
+		close(h.entered)
+		<-h.release
+	}
+	return h.err
+}
+
+// The items sent while a Write is in progress go next, together, in order; a Send
+// made while another sends returns at once.
+func TestSenderJoinsWhatWaits(t *testing.T) {
+	h := &held{entered: make(chan struct{}), release: make(chan struct{})}
+	s := &Sender[string]{Write: h.write}
+	first := make(chan error, 1)
+	go func() { first <- s.Send("1") }()
+	<-h.entered
+	for _, it := range []string{"2", "3", "4"} {
+		if err := s.Send(it); err != nil { // queued: returns at once (else this test hangs)
+			t.Fatal(err)
+		}
+	}
+	close(h.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send("5"); err != nil { // alone: at once
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(h.writes); got != "[[1] [2 3 4] [5]]" {
+		t.Errorf("writes %s; want [[1] [2 3 4] [5]]", got)
+	}
+}
+
+// A Write's error goes to the Send that wrote, drops what waited, and sticks.
+func TestSenderFailure(t *testing.T) {
+	h := &held{entered: make(chan struct{}), release: make(chan struct{}), err: errors.New("broken")}
+	s := &Sender[string]{Write: h.write}
+	first := make(chan error, 1)
+	go func() { first <- s.Send("1") }()
+	<-h.entered
+	if err := s.Send("2"); err != nil {
+		t.Fatal(err)
+	}
+	close(h.release)
+	if err := <-first; err == nil || err.Error() != "broken" {
+		t.Fatalf("the writing Send returned %v; want the Write's error", err)
+	}
+	if err := s.Send("3"); err == nil || err.Error() != "broken" {
+		t.Errorf("a Send after the failure returned %v; want the Write's error", err)
+	}
+	if got := fmt.Sprint(h.writes); got != "[[1]]" {
+		t.Errorf("writes %s; want [[1]] (nothing after the failure)", got)
+	}
+}
+
+// Split keeps to the item count and, but for one larger item, the size limit.
+func TestSplit(t *testing.T) {
+	m := func(s string) *wrapperspb.StringValue { return wrapperspb.String(s) }
+	big := strings.Repeat("x", 60)
+	items := []*wrapperspb.StringValue{m("a"), m("b"), m("c"), m(big), m(big), m("d"), m(strings.Repeat("y", 200))}
+	var got []string
+	for _, b := range Split(items, 2, 100) {
+		var vs []string
+		for _, it := range b {
+			vs = append(vs, it.Value[:1])
+		}
+		got = append(got, strings.Join(vs, ""))
+	}
+	if fmt.Sprint(got) != "[ab cx xd y]" {
+		t.Errorf("batches %v; want [ab cx xd y]", got)
+	}
+}
+
+// Messages: one a message without batches; with them, batch messages within the
+// limits, a batch of one sent as its item.
+func TestMessages(t *testing.T) {
+	answer := func(seq uint64, script string) *herov1.SubmitJobStreamResponse {
+		return &herov1.SubmitJobStreamResponse{Seq: seq, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Script: script}}}
+	}
+	wrap := func(b []*herov1.SubmitJobStreamResponse) *herov1.SubmitJobStreamResponse {
+		return &herov1.SubmitJobStreamResponse{Batch: b}
+	}
+	big := strings.Repeat("x", 600)
+	for _, tc := range []struct {
+		name    string
+		batches bool
+		scripts []string
+		want    string
+	}{
+		{"batches", true, []string{"a", "b", "c"}, "[[1 2 3]]"},
+		{"no batches", false, []string{"a", "b", "c"}, "[1 2 3]"},
+		{"over the size limit", true, []string{big, big, "c"}, "[1 [2 3]]"},
+		{"one", true, []string{"a"}, "[1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var items []*herov1.SubmitJobStreamResponse
+			for i, script := range tc.scripts {
+				items = append(items, answer(uint64(i+1), script))
+			}
+			var got []any
+			for _, m := range Messages(items, tc.batches, 256, 1000, wrap) {
+				if len(m.Batch) == 0 {
+					got = append(got, m.Seq)
+					continue
+				}
+				var seqs []uint64
+				for _, b := range m.Batch {
+					seqs = append(seqs, b.Seq)
+				}
+				got = append(got, seqs)
+			}
+			if fmt.Sprint(got) != tc.want {
+				t.Errorf("messages %v; want %s", got, tc.want)
+			}
+		})
+	}
+}
