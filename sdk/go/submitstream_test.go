@@ -191,9 +191,16 @@ func TestSubmitStreamBatches(t *testing.T) {
 
 // A refused submission gets its typed error and the stream goes on; a rate-limited
 // one is sent again after the hint; a stream that breaks fails what waits on it
-// (Unavailable) and a unique submission is sent again on a new stream.
+// (Unavailable) and a unique submission is sent again on a new stream; the same
+// with a server that takes batches.
 func TestSubmitStreamErrors(t *testing.T) {
-	s := &streamServer{batch: 1, seen: map[string]int{}}
+	for _, batches := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batches=%v", batches), func(t *testing.T) { submitStreamErrors(t, batches) })
+	}
+}
+
+func submitStreamErrors(t *testing.T, batches bool) {
+	s := &streamServer{batch: 1, batches: batches, seen: map[string]int{}}
 	c := serve(t, s)
 	ctx := context.Background()
 	sh := func(script string) *model.Job { return &model.Job{ScriptType: model.ScriptSh, Script: script} }
