@@ -18,7 +18,7 @@ import (
 // sends returns at once. A Write error sticks: later items are dropped and their Send
 // returns it.
 type Sender[T any] struct {
-	// Write sends items, in order (Split makes batch messages of them).
+	// Write sends items, in order (Messages makes the stream's messages of them).
 	Write func(items []T) error
 	// Yield, when it returns true, has the sender yield once (runtime.Gosched) before
 	// it takes the queue. A gRPC Send only hands its message to the transport, so the
