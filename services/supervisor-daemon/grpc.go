@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -166,6 +167,9 @@ type coordinatorServer struct {
 	herov1.UnimplementedCoordinatorServer
 	s      *service
 	limits *callerLimits // each item of a SubmitJobStream after its opening one
+	// batches observes the items of each batch message of a SubmitJobStream, by
+	// direction ("received", "sent"); nil: not observed
+	batches *prometheus.HistogramVec
 }
 
 func call[R any](ctx context.Context, fn func(context.Context, Principal) (R, error)) (R, error) {

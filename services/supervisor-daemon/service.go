@@ -63,7 +63,10 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	defer groups.shutdown()
 	svc := &service{store: b.Store, scheduler: herov1.NewSchedulerClient(sc), waiter: newWaiter(), log: env.Log, runMargin: cfg.RunMargin, dispatcher: disp, secrets: secrets, metrics: metrics,
 		contexts: newContextCache(b.Store, contextMaxAge), groups: groups}
-	herov1.RegisterCoordinatorServer(b.GRPC.Server, &coordinatorServer{s: svc, limits: limits})
+	batches := promauto.With(env.Registry).NewHistogramVec(prometheus.HistogramOpts{
+		Name: "hero_api_stream_batch_items", Help: "Submissions (received) or answers (sent) per batch message of a SubmitJobStream.",
+		Buckets: prometheus.ExponentialBuckets(2, 2, 8)}, []string{"direction"})
+	herov1.RegisterCoordinatorServer(b.GRPC.Server, &coordinatorServer{s: svc, limits: limits, batches: batches})
 	herov1.RegisterDispatcherServer(b.GRPC.Server, &dispatcherServer{d: disp})
 
 	// job.run waits on job-done notifications: subscribe before serving.

@@ -51,7 +51,7 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 	}
 	var (
 		wg      sync.WaitGroup
-		out     = answerSender(st, slices.Contains(md.Get(streamBatchMD), "1"))
+		out     = answerSender(st, slices.Contains(md.Get(streamBatchMD), "1"), c.observeBatch("sent"))
 		work    = make(chan streamWork)
 		workers int
 	)
@@ -73,6 +73,9 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 			return err
 		}
 		items := r.Batch
+		if len(items) > 0 {
+			c.observeBatch("received")(len(items))
+		}
 		if len(items) == 0 || r.Submit != nil { // a submission of its own (with a batch too: first)
 			items = append([]*herov1.SubmitJobStreamRequest{{Seq: r.Seq, Submit: r.Submit, Traceparent: r.Traceparent}}, items...)
 		}
@@ -108,7 +111,7 @@ const streamBatchBytes = 1 << 20
 // is being sent go next, in one message to a client that takes batches (which the
 // sender first yields for: the workers a group commit has just answered add theirs).
 // After a failed send the rest are dropped: the stream's end tells the client.
-func answerSender(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], batches bool) *streambatch.Sender[*herov1.SubmitJobStreamResponse] {
+func answerSender(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], batches bool, observe func(items int)) *streambatch.Sender[*herov1.SubmitJobStreamResponse] {
 	return &streambatch.Sender[*herov1.SubmitJobStreamResponse]{
 		Yield: func() bool { return batches },
 		Write: func(out []*herov1.SubmitJobStreamResponse) error {
@@ -116,6 +119,9 @@ func answerSender(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, her
 				return &herov1.SubmitJobStreamResponse{Batch: b}
 			}
 			for _, m := range streambatch.Messages(out, batches, streamInflight, streamBatchBytes, wrap) {
+				if len(m.Batch) > 0 {
+					observe(len(m.Batch))
+				}
 				if err := st.Send(m); err != nil {
 					return err
 				}
@@ -123,6 +129,16 @@ func answerSender(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, her
 			return nil
 		},
 	}
+}
+
+// observeBatch observes the items of a batch message (hero_api_stream_batch_items) in
+// direction.
+func (c *coordinatorServer) observeBatch(direction string) func(items int) {
+	if c.batches == nil {
+		return func(int) {}
+	}
+	h := c.batches.WithLabelValues(direction)
+	return func(items int) { h.Observe(float64(items)) }
 }
 
 // streamWork is one submission of a stream for its workers.

@@ -48,7 +48,7 @@ func TestJobSubmit(t *testing.T) {
 	checkSubmitBatch(t, c)
 	checkSubmitGRPC(t, c, tp)
 	checkSubmitStream(t, s, c, tp)
-	checkSubmitStreamBatch(t, c)
+	checkSubmitStreamBatch(t, s, c)
 	// Thirteen jobs were created (the existing ones returned are not counted).
 	if n, err := harness.Metric(s.API, "hero_jobs_submitted_total"); err != nil || n != 13 {
 		t.Errorf("hero_jobs_submitted_total = %v (%v), want 13", n, err)
@@ -201,9 +201,12 @@ func checkSubmitStream(t *testing.T, s *harness.Stack, c *harness.Client, tp str
 // from the stream's header that the server does, and one message carrying several
 // submissions is answered item by item, as if each came alone: a job each, the typed
 // error of a refused one, the same job for a unique key sent twice, and a clear error
-// for an item that holds a batch itself.
-func checkSubmitStreamBatch(t *testing.T, c *harness.Client) {
+// for an item that holds a batch itself; the batch is observed
+// (hero_api_stream_batch_items{direction="received"}).
+func checkSubmitStreamBatch(t *testing.T, s *harness.Stack, c *harness.Client) {
 	t.Helper()
+	count0, _ := harness.Metric(s.API, "hero_api_stream_batch_items_count", `direction="received"`)
+	sum0, _ := harness.Metric(s.API, "hero_api_stream_batch_items_sum", `direction="received"`)
 	sh := func(script string) *herov1.Job { return &herov1.Job{ScriptType: "sh", Script: script} }
 	batch := []*herov1.SubmitJobStreamRequest{
 		{Seq: 1, Submit: &herov1.SubmitJobRequest{ContextId: ctx1, Job: sh("echo batched")}},
@@ -228,6 +231,11 @@ func checkSubmitStreamBatch(t *testing.T, c *harness.Client) {
 	}
 	if e := got[5].GetError(); e == nil || codes.Code(e.Code) != codes.InvalidArgument || !strings.Contains(e.Message, "batch") {
 		t.Errorf("batched item 5 (holding a batch): %v", got[5])
+	}
+	count, err1 := harness.Metric(s.API, "hero_api_stream_batch_items_count", `direction="received"`)
+	sum, err2 := harness.Metric(s.API, "hero_api_stream_batch_items_sum", `direction="received"`)
+	if err1 != nil || err2 != nil || count-count0 != 1 || sum-sum0 != 5 {
+		t.Errorf("received batches observed: %v messages, %v items (%v, %v); want 1 of 5", count-count0, sum-sum0, err1, err2)
 	}
 	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, got[1].Submit.Job.Id).Status == "finished" }) {
 		t.Fatalf("the batched job did not finish")
