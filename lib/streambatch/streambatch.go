@@ -7,10 +7,24 @@ package streambatch
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
+
+// Metadata is the key with which each end of a stream says it takes batch messages
+// (value "1"): the client in the stream's opening metadata, the server in its header.
+const Metadata = "hero-stream-batch"
+
+// MaxBytes bounds a batch message's items (gRPC's default limit of a received message
+// is 4 MiB): an item above it goes alone.
+const MaxBytes = 1 << 20
+
+// Offered reports whether md (a stream's opening metadata or its header) says its
+// sender takes batch messages.
+func Offered(md metadata.MD) bool { return slices.Contains(md.Get(Metadata), "1") }
 
 // Sender queues items for Write. The first Send of a burst becomes the sender: it
 // takes the queue (after yielding once when Yield says so), writes it, and takes
@@ -64,14 +78,15 @@ func (s *Sender[T]) Send(item T) error {
 }
 
 // Messages are the messages that carry items, in order: one each without batches;
-// with them, the batches Split makes, each wrapped by wrap (a batch of one is its
+// with them, batches of at most maxItems and, but for a single larger item, maxBytes
+// of their encoding, each wrapped by wrap (a batch of one is its
 // item, sent as is).
 func Messages[T proto.Message](items []T, batches bool, maxItems, maxBytes int, wrap func([]T) T) []T {
 	if !batches {
 		return items
 	}
 	var out []T
-	for _, b := range Split(items, maxItems, maxBytes) {
+	for _, b := range split(items, maxItems, maxBytes) {
 		if len(b) == 1 {
 			out = append(out, b[0])
 			continue
@@ -81,10 +96,9 @@ func Messages[T proto.Message](items []T, batches bool, maxItems, maxBytes int, 
 	return out
 }
 
-// Split cuts items into batches of at most maxItems and, but for a single larger
-// item, maxBytes of their encoding (gRPC refuses a received message above its limit,
-// 4 MiB by default).
-func Split[T proto.Message](items []T, maxItems, maxBytes int) [][]T {
+// split cuts items into batches of at most maxItems and, but for a single larger
+// item, maxBytes of their encoding.
+func split[T proto.Message](items []T, maxItems, maxBytes int) [][]T {
 	var out [][]T
 	for len(items) > 0 {
 		n, size := 1, proto.Size(items[0])

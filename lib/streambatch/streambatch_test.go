@@ -80,13 +80,13 @@ func TestSenderFailure(t *testing.T) {
 	}
 }
 
-// Split keeps to the item count and, but for one larger item, the size limit.
+// split keeps to the item count and, but for one larger item, the size limit.
 func TestSplit(t *testing.T) {
 	m := func(s string) *wrapperspb.StringValue { return wrapperspb.String(s) }
 	big := strings.Repeat("x", 60)
 	items := []*wrapperspb.StringValue{m("a"), m("b"), m("c"), m(big), m(big), m("d"), m(strings.Repeat("y", 200))}
 	var got []string
-	for _, b := range Split(items, 2, 100) {
+	for _, b := range split(items, 2, 100) {
 		var vs []string
 		for _, it := range b {
 			vs = append(vs, it.Value[:1])

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,17 +32,9 @@ import (
 // the next submission opens another; a server without the method (Unimplemented) is
 // sent calls from then on.
 
-// streamBatchMD is the metadata with which each end of a SubmitJobStream says it takes
-// batch messages.
-const streamBatchMD = "hero-stream-batch"
-
-// A batch message holds at most streamBatchItems submissions and, but for a single
-// larger one, streamBatchBytes of them (gRPC's default limit of a received message is
-// 4 MiB).
-const (
-	streamBatchItems = 256
-	streamBatchBytes = 1 << 20
-)
+// streamBatchItems bounds the submissions of a batch message (and streambatch.MaxBytes
+// their size).
+const streamBatchItems = 256
 
 // errNoStream says the server does not serve SubmitJobStream: send a call instead.
 var errNoStream = errors.New("hero: the server has no SubmitJobStream")
@@ -86,7 +77,7 @@ func (s *submitStreams) stream() (*submitStream, error) {
 		return s.cur, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := s.cc.SubmitJobStream(metadata.AppendToOutgoingContext(ctx, streamBatchMD, "1"))
+	st, err := s.cc.SubmitJobStream(metadata.AppendToOutgoingContext(ctx, streambatch.Metadata, "1"))
 	if err != nil {
 		cancel()
 		return nil, err
@@ -102,7 +93,7 @@ func (s *submitStreams) stream() (*submitStream, error) {
 func (s *submitStreams) receive(ss *submitStream) {
 	// The header comes before the first answer (an older server sends it with that
 	// answer): until then submissions go one a message.
-	if md, err := ss.st.Header(); err == nil && slices.Contains(md.Get(streamBatchMD), "1") {
+	if md, err := ss.st.Header(); err == nil && streambatch.Offered(md) {
 		ss.batches.Store(true)
 	}
 	for {
@@ -208,7 +199,7 @@ func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest
 	item := &herov1.SubmitJobStreamRequest{Seq: ss.seq, Submit: req, Traceparent: traceparentOf(ctx)}
 	ss.pending[item.Seq] = ch
 	ss.mu.Unlock()
-	err = ss.send(item)
+	err = ss.out.Send(item)
 	if err != nil && !errors.Is(err, io.EOF) { // io.EOF: the stream ended; its status comes to ch
 		// (the submissions it held wait on the stream, which end fails)
 		ss.forget(item.Seq)
@@ -236,17 +227,15 @@ func newSubmitStream(st grpc.BidiStreamingClient[herov1.SubmitJobStreamRequest, 
 	return ss
 }
 
-func (ss *submitStream) send(item *herov1.SubmitJobStreamRequest) error { return ss.out.Send(item) }
-
 // write sends submissions: one a message, or, when the server takes batches, in as few
-// batch messages as streamBatchItems and streamBatchBytes allow.
+// batch messages as streamBatchItems and streambatch.MaxBytes allow.
 func (ss *submitStream) write(out []*herov1.SubmitJobStreamRequest) error {
 	ss.sendMu.Lock()
 	defer ss.sendMu.Unlock()
 	wrap := func(b []*herov1.SubmitJobStreamRequest) *herov1.SubmitJobStreamRequest {
 		return &herov1.SubmitJobStreamRequest{Batch: b}
 	}
-	for _, m := range streambatch.Messages(out, ss.batches.Load(), streamBatchItems, streamBatchBytes, wrap) {
+	for _, m := range streambatch.Messages(out, ss.batches.Load(), streamBatchItems, streambatch.MaxBytes, wrap) {
 		if err := ss.st.Send(m); err != nil {
 			return err
 		}

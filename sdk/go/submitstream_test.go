@@ -171,8 +171,8 @@ func TestSubmitSharesOneStream(t *testing.T) {
 }
 
 // A server that takes batches (its stream header) is told the client does too, and
-// its batch answers reach each caller; the submissions that wait while another is
-// sent share a message.
+// its batch answers reach each caller. (How submissions share messages is
+// lib/streambatch's test: here it depends on scheduling.)
 func TestSubmitStreamBatches(t *testing.T) {
 	s := &streamServer{batch: 8, batches: true, seen: map[string]int{}}
 	c := serve(t, s)

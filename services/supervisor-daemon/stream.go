@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"slices"
 	"sync"
 	"time"
 
@@ -28,11 +27,6 @@ const streamInflight = maxGroupJobs
 // whole.
 var itemStreams = map[string]bool{herov1.Coordinator_SubmitJobStream_FullMethodName: true}
 
-// streamBatchMD is the metadata with which each end of a SubmitJobStream says it takes
-// batch messages (several submissions, or several answers, in one message): the
-// client when it opens the stream, the server in the stream's header.
-const streamBatchMD = "hero-stream-batch"
-
 // SubmitJobStream serves job.submit over one stream: each request is a submission of
 // its own (the same checks, rate limit and group commit as a SubmitJob call),
 // answered when stored, in any order, by its seq; a refused one is answered with its
@@ -46,14 +40,15 @@ const streamBatchMD = "hero-stream-batch"
 // per submission would grow a new stack through the store call every time.
 func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse]) error {
 	md, _ := metadata.FromIncomingContext(st.Context())
-	if err := st.SendHeader(metadata.Pairs(streamBatchMD, "1")); err != nil {
+	if err := st.SendHeader(metadata.Pairs(streambatch.Metadata, "1")); err != nil {
 		return err
 	}
 	var (
-		wg      sync.WaitGroup
-		out     = answerSender(st, slices.Contains(md.Get(streamBatchMD), "1"), c.observeBatch("sent"))
-		work    = make(chan streamWork)
-		workers int
+		wg       sync.WaitGroup
+		out      = answerSender(st, streambatch.Offered(md), c.observeBatch("sent"))
+		received = c.observeBatch("received")
+		work     = make(chan streamWork)
+		workers  int
 	)
 	worker := func(w streamWork) {
 		defer wg.Done()
@@ -74,7 +69,7 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 		}
 		items := r.Batch
 		if len(items) > 0 {
-			c.observeBatch("received")(len(items))
+			received(len(items))
 		}
 		if len(items) == 0 || r.Submit != nil { // a submission of its own (with a batch too: first)
 			items = append([]*herov1.SubmitJobStreamRequest{{Seq: r.Seq, Submit: r.Submit, Traceparent: r.Traceparent}}, items...)
@@ -102,11 +97,6 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 	}
 }
 
-// streamBatchBytes bounds a batch message of answers (gRPC's default limit of a
-// received message is 4 MiB; an answer carries its job): an answer above it goes
-// alone.
-const streamBatchBytes = 1 << 20
-
 // answerSender sends a stream's answers (streambatch.Sender): those ready while one
 // is being sent go next, in one message to a client that takes batches (which the
 // sender first yields for: the workers a group commit has just answered add theirs).
@@ -118,7 +108,7 @@ func answerSender(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, her
 			wrap := func(b []*herov1.SubmitJobStreamResponse) *herov1.SubmitJobStreamResponse {
 				return &herov1.SubmitJobStreamResponse{Batch: b}
 			}
-			for _, m := range streambatch.Messages(out, batches, streamInflight, streamBatchBytes, wrap) {
+			for _, m := range streambatch.Messages(out, batches, streamInflight, streambatch.MaxBytes, wrap) {
 				if len(m.Batch) > 0 {
 					observe(len(m.Batch))
 				}
