@@ -256,9 +256,16 @@ func TestSubmittedJobCreatedEventHasTheJobEventFields(t *testing.T) {
 // are functions).
 func evalCalls(t *testing.T, db int) int {
 	t.Helper()
+	return commandCalls(t, db, "fcall")
+}
+
+// commandCalls is how many times the server of db has run command cmd (lower case),
+// scripts' calls included.
+func commandCalls(t *testing.T, db int, cmd string) int {
+	t.Helper()
 	n := 0
 	for _, line := range strings.Split(srv.Client(t, db).Info(context.Background(), "commandstats").Val(), "\r\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_fcall:calls="); ok {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
 			v, _, _ := strings.Cut(rest, ",")
 			k := 0
 			fmt.Sscan(v, &k)
@@ -291,10 +298,13 @@ func TestStandaloneRunsFinishTogether(t *testing.T) {
 		}
 		fs = append(fs, store.Finish{DB: db, Claim: cl, Job: started, Outcome: store.JobOutcome{Status: model.JobFinished}})
 	}
-	before := evalCalls(t, 27)
+	before, incr := evalCalls(t, 27), commandCalls(t, 27, "incr")
 	oks, errs := store.FinishJobs(ctx, fs)
 	if n := evalCalls(t, 27) - before; n != 1 {
 		t.Fatalf("%d scripts for the ends of 3 standalone runs, want 1", n)
+	}
+	if n := commandCalls(t, 27, "incr") - incr; n != 0 {
+		t.Errorf("%d INCRs for the result messages' ids; want none (one INCRBY for them all)", n)
 	}
 	if !oks[0] || oks[1] || !oks[2] || errs[0] != nil || errs[1] != nil || errs[2] != nil {
 		t.Fatalf("finish: %v %v", oks, errs)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -333,5 +334,63 @@ func TestSubmitReservesIDsPastHeldOnes(t *testing.T) {
 	}
 	if n := rdb.DBSize(ctx).Val(); n != before {
 		t.Fatalf("%d keys after the refusal, %d before", n, before)
+	}
+}
+
+// One call's new jobs take their request messages' ids in one INCRBY, skipping an id
+// another message holds (one INCR for it), and add their index entries in one ZADD per
+// index: every job gets a message of its own and both index entries.
+func TestSubmitJobsShareCounterAndIndexCalls(t *testing.T) {
+	s, _ := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	next := rdb.Get(ctx, keys.MessageSeq).Val()
+	held := uint32(1)
+	if next != "" {
+		n, err := strconv.ParseUint(next, 10, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = uint32(n) + 2
+	}
+	rdb.HSet(ctx, keys.Message(1, held), "id", held, "message", "held")
+	var subs []store.Submission
+	for i := range 8 {
+		subs = append(subs, store.Submission{Job: shJob(1, 0, fmt.Sprintf("echo %d", i)), Actor: "1"})
+	}
+	incrby, incr, zadd := commandCalls(t, 1, "incrby"), commandCalls(t, 1, "incr"), commandCalls(t, 1, "zadd")
+	out, err := s.SubmitGuarded(ctx, 1, subs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, o := range out {
+		member := fmt.Sprintf("1:%d", o.Job.ID)
+		mid := rdb.HGet(ctx, keys.Job(1, o.Job.ID), "msgs").Val()
+		if mid == "" || seen[mid] || mid == strconv.FormatUint(uint64(held), 10) {
+			t.Errorf("job %s: request message %q (held %d, taken %v)", member, mid, held, seen)
+		}
+		seen[mid] = true
+		if m := rdb.HGet(ctx, keys.MessagePrefix+"1:"+mid, "message").Val(); m != "job 1:"+member {
+			t.Errorf("message %s of job %s: %q", mid, member, m)
+		}
+		for _, idx := range []string{keys.JobIndex, keys.JobIndex + ":dispatched"} {
+			if rdb.ZScore(ctx, idx, member).Err() != nil {
+				t.Errorf("job %s not in %s", member, idx)
+			}
+		}
+	}
+	if m := rdb.HGet(ctx, keys.Message(1, held), "message").Val(); m != "held" {
+		t.Errorf("the held message was overwritten: %q", m)
+	}
+	// one INCRBY for the ids (and one for the jobs' ids), one INCR past the held id
+	if n := commandCalls(t, 1, "incrby") - incrby; n != 2 {
+		t.Errorf("INCRBY calls: %d; want 2 (the jobs' ids, their messages' ids)", n)
+	}
+	if n := commandCalls(t, 1, "incr") - incr; n != 1 {
+		t.Errorf("INCR calls: %d; want 1 (the id past the held message's)", n)
+	}
+	if n := commandCalls(t, 1, "zadd") - zadd; n != 3 {
+		t.Errorf("ZADD calls: %d; want 3 (one per index, and coord:busy's)", n)
 	}
 }

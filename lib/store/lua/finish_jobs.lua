@@ -83,6 +83,9 @@ local function apply_here(jk, id, flow, attempt, result)
   if r[2] ~= '' then fstatus = r[2] end
   if r[1] == 1 then applied = applied + 1 end
 end
+-- each run's own result message (not grouped): their ids in one INCRBY (a run
+-- whose claim is not the job's any more leaves its id unused)
+if not grouped then message_reserve((#ARGV - runs + 1) / 14) end
 for i = runs, #ARGV, 14 do
   local jk, member, claim, id, flow, status, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local code, result, rjson, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], tonumber(ARGV[i + 11]), ARGV[i + 12]

@@ -151,6 +151,14 @@ end
 -- Pass 2: create and dispatch (a uniqueness key is read here, after the jobs before
 -- it in the batch set theirs).
 local out, pushed = {'ok'}, 0
+-- the new jobs' message ids in one INCRBY, their index entries in one ZADD per index
+-- (a job a uniqueness key finds created leaves its message id unused)
+local fresh = 0
+for _, j in ipairs(jobs) do
+  if not j.exists and not j.again then fresh = fresh + 1 end
+end
+message_reserve(fresh)
+local indexed = {}
 for _, j in ipairs(jobs) do
   local member = j.caller .. ':' .. j.id
   local prev = false
@@ -166,8 +174,8 @@ for _, j in ipairs(jobs) do
     local mid, mk = message_id(j.caller)
     redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
       'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid, unpack(ARGV, j.ffirst, j.flast))
-    redis.call('ZADD', K_JOB_INDEX, now_ms, member)
-    redis.call('ZADD', K_JOB_INDEX .. ':' .. JOB_DISPATCHED, now_ms, member)
+    indexed[#indexed + 1] = now_ms
+    indexed[#indexed + 1] = member
     -- The fields every job event has, in their order: a stream stores the names of an
     -- entry's fields only when they differ from its node's first entry's.
     redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor, 'time_ms', now_ms,
@@ -189,6 +197,8 @@ for _, j in ipairs(jobs) do
     out[#out + 1] = {1, member}
   end
 end
+call_each('ZADD', K_JOB_INDEX, indexed, 2)
+call_each('ZADD', K_JOB_INDEX .. ':' .. JOB_DISPATCHED, indexed, 2)
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
 return out
