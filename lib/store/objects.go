@@ -764,6 +764,28 @@ func (d *DB) LoadJobs(ctx context.Context, callerID uint32, ids []uint32) ([]*mo
 	return out, nil
 }
 
+// LoadJobRefs reads jobs of this context (refs' callers and ids) in one round trip:
+// each its job, or its error (ErrNotFound for a job that is gone).
+func (d *DB) LoadJobRefs(ctx context.Context, refs []model.JobRef) ([]*model.Job, []error) {
+	out, errs := make([]*model.Job, len(refs)), make([]error, len(refs))
+	cmds := make([]*redis.MapStringStringCmd, len(refs))
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range refs {
+			cmds[i] = p.HGetAll(ctx, keys.Job(r.CallerID, r.ID))
+		}
+		return nil
+	}); err != nil {
+		for i, r := range refs {
+			errs[i] = fmt.Errorf("load job %d:%d: %w", r.CallerID, r.ID, err)
+		}
+		return out, errs
+	}
+	for i, r := range refs {
+		out[i], errs[i] = d.JobFromHash(r.CallerID, r.ID, cmds[i].Val())
+	}
+	return out, errs
+}
+
 // startFields are what a flow's start reads of each job (LoadStartJobs): its
 // dependencies and script type (PlanDAG), its flow and pinned runner (the dispatch),
 // and the fields that tell whether a run left fields to clear (ranBefore): every run

@@ -30,6 +30,7 @@ type service struct {
 	metrics    *apiMetrics
 	contexts   *contextCache // the submissions' authorizations (guarded: contextCache)
 	groups     *submitGroups // the group commit of single submissions; nil: none
+	loads      *endedLoads   // job.run's reads of ended jobs, grouped; nil: one read each
 }
 
 // ---- parameters (the JSON-RPC params objects; docs/api.md) ----
@@ -985,7 +986,7 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 				return j, nil
 			}
 		case <-done:
-			j, err := db.LoadJob(ctx, created.CallerID, created.ID)
+			j, err := s.loadEnded(ctx, db, created)
 			if err != nil {
 				return nil, err
 			}
@@ -999,6 +1000,15 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 			return nil, &apiError{Code: codeTimeout, Msg: "request cancelled while waiting for job " + keys.Job(created.CallerID, created.ID)}
 		}
 	}
+}
+
+// loadEnded reads job j of db, whose done notice came: with the calls the same notice
+// woke, in one round trip (endedLoads).
+func (s *service) loadEnded(ctx context.Context, db *store.DB, j *model.Job) (*model.Job, error) {
+	if s.loads == nil {
+		return db.LoadJob(ctx, j.CallerID, j.ID)
+	}
+	return s.loads.load(ctx, model.JobRef{ContextID: db.ContextID, CallerID: j.CallerID, ID: j.ID})
 }
 
 func (s *service) jobStop(ctx context.Context, p Principal, in jobRefParams) (*model.Job, error) {

@@ -61,8 +61,10 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 		Name: "hero_api_submit_group_jobs", Help: "Jobs per store call of the group commit of single submissions (job.submit, job.run): concurrent submissions to one context share one call.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 9)}))
 	defer groups.shutdown()
+	loads := newEndedLoads(b.Store)
+	defer loads.shutdown()
 	svc := &service{store: b.Store, scheduler: herov1.NewSchedulerClient(sc), waiter: newWaiter(), log: env.Log, runMargin: cfg.RunMargin, dispatcher: disp, secrets: secrets, metrics: metrics,
-		contexts: newContextCache(b.Store, contextMaxAge), groups: groups}
+		contexts: newContextCache(b.Store, contextMaxAge), groups: groups, loads: loads}
 	batches := promauto.With(env.Registry).NewHistogramVec(prometheus.HistogramOpts{
 		Name: "hero_api_stream_batch_items", Help: "Submissions (received) or answers (sent) per batch message of a SubmitJobStream.",
 		Buckets: prometheus.ExponentialBuckets(2, 2, 8)}, []string{"direction"})

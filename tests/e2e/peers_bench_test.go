@@ -106,8 +106,18 @@ func BenchmarkPeers(b *testing.B) {
 		report("c_run16_p50_"+name+"_ms", percentile(part, 0.50))
 	}
 	start = time.Now()
+	cpu0 = cpuByPart(s, redisSrv.Pid())
 	runParallel(b, 10000, 128, runJob(nil))
 	report("c_run128_jobs_per_s", 10000/time.Since(start).Seconds())
+	// each part's CPU per job.run call at 128 clients (as (a)'s)
+	cpu1 = cpuByPart(s, redisSrv.Pid())
+	all = 0
+	for _, part := range []string{"redis", "client", "supervisor", "runner", "executor"} {
+		d := cpu1[part] - cpu0[part]
+		all += d
+		report("c_run128_cpu_us_"+part, float64(d.Microseconds())/10000)
+	}
+	report("c_run128_cpu_us_per_job", float64(all.Microseconds())/10000)
 
 	// (d) the dependent hop of a 200-job chain flow: a job's start after its
 	// dependency's end (started_at_us − the dependency's finished_at_us).
