@@ -42,7 +42,13 @@ func BenchmarkPeers(b *testing.B) {
 	report := func(figure string, v float64) { fmt.Printf("PEERS hero %s %.3f\n", figure, v) }
 
 	// (a) n independent jobs, each submitted on its own by conc producers, until all ended.
-	profiled := profileServices(b, s) // HERO_BENCH_PROFILE=<dir>: 4 s, or HERO_BENCH_PROFILE_SECONDS, of each service's CPU
+	// HERO_BENCH_PROFILE=<dir>: 4 s, or HERO_BENCH_PROFILE_SECONDS, of each service's
+	// CPU, over (a) or, with HERO_BENCH_PROFILE_PHASE=c128, over (c)'s 128 clients
+	profileC128 := os.Getenv("HERO_BENCH_PROFILE_PHASE") == "c128"
+	profiled := func() {}
+	if !profileC128 {
+		profiled = profileServices(b, s)
+	}
 	cpu0 := cpuByPart(s, redisSrv.Pid())
 	calls0, cmdCPU0 := redisCalls(b), cpuByCommand()
 	submit := producer(b, c, api)
@@ -107,7 +113,11 @@ func BenchmarkPeers(b *testing.B) {
 	}
 	start = time.Now()
 	cpu0 = cpuByPart(s, redisSrv.Pid())
+	if profileC128 {
+		profiled = profileServices(b, s)
+	}
 	runParallel(b, 10000, 128, runJob(nil))
+	profiled()
 	report("c_run128_jobs_per_s", 10000/time.Since(start).Seconds())
 	// each part's CPU per job.run call at 128 clients (as (a)'s)
 	cpu1 = cpuByPart(s, redisSrv.Pid())
