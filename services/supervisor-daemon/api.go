@@ -1003,12 +1003,16 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 }
 
 // loadEnded reads job j of db, whose done notice came: with the calls the same notice
-// woke, in one round trip (endedLoads).
+// woke, in one round trip (endedLoads); on its own once they shut down (a call whose
+// job ended is answered with it, not refused: its retry would run the job again).
 func (s *service) loadEnded(ctx context.Context, db *store.DB, j *model.Job) (*model.Job, error) {
-	if s.loads == nil {
-		return db.LoadJob(ctx, j.CallerID, j.ID)
+	if s.loads != nil {
+		got, err := s.loads.load(ctx, model.JobRef{ContextID: db.ContextID, CallerID: j.CallerID, ID: j.ID})
+		if err != errShuttingDown {
+			return got, err
+		}
 	}
-	return s.loads.load(ctx, model.JobRef{ContextID: db.ContextID, CallerID: j.CallerID, ID: j.ID})
+	return db.LoadJob(ctx, j.CallerID, j.ID)
 }
 
 func (s *service) jobStop(ctx context.Context, p Principal, in jobRefParams) (*model.Job, error) {

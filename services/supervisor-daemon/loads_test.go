@@ -50,3 +50,26 @@ func TestEndedLoads(t *testing.T) {
 		t.Errorf("load after shutdown: %v; want errShuttingDown", err)
 	}
 }
+
+// A job.run call whose job ended while the grouped reads shut down still gets its
+// job (read on its own), not a refusal that its retry would answer by running the job
+// again.
+func TestLoadEndedAfterShutdown(t *testing.T) {
+	_, st := submitStore(t)
+	ctx := context.Background()
+	out, err := st.SubmitGuarded(ctx, 1, []store.Submission{{Job: &model.Job{CallerID: 1, ContextID: 1, Script: "echo x", ScriptType: "sh"}, Actor: "t"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := st.Ctx(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := benchService(t, st)
+	s.loads = newEndedLoads(st)
+	s.loads.shutdown()
+	j, err := s.loadEnded(ctx, db, out[0].Job)
+	if err != nil || j.ID != out[0].Job.ID || j.Script != "echo x" {
+		t.Fatalf("loadEnded after shutdown: %+v, %v", j, err)
+	}
+}
