@@ -738,30 +738,17 @@ func (d *DB) JobFromHash(callerID, id uint32, h map[string]string) (*model.Job, 
 
 // LoadJobs reads several jobs of one caller in one round trip; missing ones are errors.
 func (d *DB) LoadJobs(ctx context.Context, callerID uint32, ids []uint32) ([]*model.Job, error) {
-	cmds := make([]*redis.MapStringStringCmd, len(ids))
-	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.HGetAll(ctx, keys.Job(callerID, id))
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("load jobs: %w", err)
+	refs := make([]model.JobRef, len(ids))
+	for i, id := range ids {
+		refs[i] = model.JobRef{ContextID: d.ContextID, CallerID: callerID, ID: id}
 	}
-	out := make([]*model.Job, len(ids))
-	for i, c := range cmds {
-		if len(c.Val()) == 0 {
-			return nil, notFound("job %d of caller %d in context %d", ids[i], callerID, d.ContextID)
+	jobs, errs := d.LoadJobRefs(ctx, refs)
+	for _, err := range errs {
+		if err != nil {
+			return nil, err // the first: a failed pipeline fails every read alike
 		}
-		var j model.Job
-		if err := model.FromHash(keys.Job(callerID, ids[i]), c.Val(), &j); err != nil {
-			return nil, err
-		}
-		if j.ContextID == 0 {
-			j.ContextID = d.ContextID
-		}
-		out[i] = &j
 	}
-	return out, nil
+	return jobs, nil
 }
 
 // LoadJobRefs reads jobs of this context (refs' callers and ids) in one round trip:

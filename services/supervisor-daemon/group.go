@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/hero-coordinator/hero/lib/groupcommit"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
 )
@@ -22,24 +21,20 @@ var errShuttingDown = &apiError{Code: codeUnavailable, Msg: "unavailable: superv
 
 // submitGroups is the group commit of single submissions (job.submit, job.run), on
 // lib/groupcommit: concurrent submissions are gathered and one goroutine (per Redis
-// server) stores a group, up to max jobs, in one store call per context (one round
-// trip: a run of lua/submit.lua, which takes the jobs in order: a unique_key or a
-// chosen id that an earlier job of the group took names that job) as soon as the
-// previous group's calls returned: no timer, no wait when idle. A caller is answered
-// only after the call that stored its job returned (kill -9 safe: nothing is
-// acknowledged before it is stored). Each caller gets its own outcome: when the store
+// server, serverCommits) stores a group, up to maxJobs jobs, in one store call per
+// context (one round trip: a run of lua/submit.lua, which takes the jobs in order: a
+// unique_key or a chosen id that an earlier job of the group took names that job) as
+// soon as the previous group's calls returned: no timer, no wait when idle. A caller
+// is answered only after the call that stored its job returned (kill -9 safe: nothing
+// is acknowledged before it is stored). Each caller gets its own outcome: when the store
 // refuses a group for one job's sake (a job no runner serves, a chosen id with other
 // content), the group's jobs are submitted again one by one.
 type submitGroups struct {
 	submit   submitFunc
 	serverOf func(ctxID uint32) *store.Server
-	max      int
 	timeout  time.Duration       // of one group's store calls
 	sizes    prometheus.Observer // jobs per store call; nil: not observed
-
-	mu       sync.Mutex
-	byServer map[*store.Server]*groupcommit.Committer[*groupedSub, store.Submitted] // one group commit per Redis server
-	closed   bool
+	commits  *serverCommits[*groupedSub, store.Submitted]
 }
 
 // groupedSub is one submission of a group.
@@ -51,49 +46,22 @@ type groupedSub struct {
 }
 
 // newSubmitGroups makes the group commit: one per Redis server (serverOf names the
-// server of a context), started at its first submission, so that a slow server holds
-// back only its own contexts' submissions. shutdown stops it.
+// server of a context), up to maxJobs jobs a group. shutdown stops it.
 func newSubmitGroups(submit submitFunc, serverOf func(ctxID uint32) *store.Server, maxJobs int, sizes prometheus.Observer) *submitGroups {
-	return &submitGroups{submit: submit, serverOf: serverOf, max: maxJobs, timeout: 30 * time.Second, sizes: sizes,
-		byServer: map[*store.Server]*groupcommit.Committer[*groupedSub, store.Submitted]{}}
+	g := &submitGroups{submit: submit, serverOf: serverOf, timeout: 30 * time.Second, sizes: sizes}
+	g.commits = newServerCommits(g.store, maxJobs)
+	return g
 }
 
 // shutdown stores what was submitted, answers its callers and refuses what comes
 // after (errShuttingDown).
-func (g *submitGroups) shutdown() {
-	g.mu.Lock()
-	g.closed = true
-	all := make([]*groupcommit.Committer[*groupedSub, store.Submitted], 0, len(g.byServer))
-	for _, c := range g.byServer {
-		all = append(all, c)
-	}
-	g.mu.Unlock()
-	for _, c := range all {
-		c.Close()
-	}
-}
+func (g *submitGroups) shutdown() { g.commits.shutdown() }
 
 // add submits one job of context ctxID in the next group and returns its outcome.
 // ctx bounds the wait to join a group; once in one, the job's outcome is awaited
 // (the group's store call has a context of its own).
 func (g *submitGroups) add(ctx context.Context, ctxID uint32, guard *store.ContextGuard, sub store.Submission) (store.Submitted, error) {
-	srv := g.serverOf(ctxID)
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		return store.Submitted{}, errShuttingDown
-	}
-	c := g.byServer[srv]
-	if c == nil {
-		c = groupcommit.New(groupcommit.Params[*groupedSub, store.Submitted]{Fn: g.store, Max: g.max})
-		g.byServer[srv] = c
-	}
-	g.mu.Unlock()
-	out, err := c.Do(ctx, &groupedSub{ctxID: ctxID, guard: guard, sub: sub, chosen: sub.Job.ID != 0})
-	if errors.Is(err, groupcommit.ErrClosed) {
-		return out, errShuttingDown
-	}
-	return out, err
+	return g.commits.do(ctx, g.serverOf(ctxID), &groupedSub{ctxID: ctxID, guard: guard, sub: sub, chosen: sub.Job.ID != 0})
 }
 
 // store stores a group: one store call per context and guard, those of several
@@ -120,18 +88,24 @@ func splitGroup(items []*groupedSub) [][]int {
 		ctxID uint32
 		guard *store.ContextGuard
 	}
-	var order []part
-	byPart := map[part][]int{}
-	for i, it := range items {
-		k := part{it.ctxID, it.guard}
-		if byPart[k] == nil {
+	return partsBy(len(items), func(i int) part { return part{items[i].ctxID, items[i].guard} })
+}
+
+// partsBy parts the indexes 0..n-1 by key: each part's indexes in order, the parts in
+// the order of their first index.
+func partsBy[K comparable](n int, key func(i int) K) [][]int {
+	var order []K
+	byKey := map[K][]int{}
+	for i := range n {
+		k := key(i)
+		if byKey[k] == nil {
 			order = append(order, k)
 		}
-		byPart[k] = append(byPart[k], i)
+		byKey[k] = append(byKey[k], i)
 	}
 	parts := make([][]int, len(order))
 	for i, k := range order {
-		parts[i] = byPart[k]
+		parts[i] = byKey[k]
 	}
 	return parts
 }

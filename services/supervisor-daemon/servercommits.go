@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/hero-coordinator/hero/lib/groupcommit"
+	"github.com/hero-coordinator/hero/lib/store"
+)
+
+// serverCommits keeps one lib/groupcommit per Redis server, started at the server's
+// first item, so that a slow server holds back only its own contexts' items; the
+// group commits of single submissions (submitGroups) and of job.run's reads
+// (endedLoads) run on it. shutdown handles what was handed in and refuses what comes
+// after (errShuttingDown).
+type serverCommits[T, R any] struct {
+	fn  groupcommit.Func[T, R]
+	max int // items per group
+
+	mu       sync.Mutex
+	byServer map[*store.Server]*groupcommit.Committer[T, R]
+	closed   bool
+}
+
+func newServerCommits[T, R any](fn groupcommit.Func[T, R], max int) *serverCommits[T, R] {
+	return &serverCommits[T, R]{fn: fn, max: max, byServer: map[*store.Server]*groupcommit.Committer[T, R]{}}
+}
+
+// do hands item in to the next group of server srv and returns its result. ctx bounds
+// the wait to join a group; once in one, its result is awaited.
+func (s *serverCommits[T, R]) do(ctx context.Context, srv *store.Server, item T) (R, error) {
+	var zero R
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return zero, errShuttingDown
+	}
+	c := s.byServer[srv]
+	if c == nil {
+		c = groupcommit.New(groupcommit.Params[T, R]{Fn: s.fn, Max: s.max})
+		s.byServer[srv] = c
+	}
+	s.mu.Unlock()
+	out, err := c.Do(ctx, item)
+	if errors.Is(err, groupcommit.ErrClosed) {
+		return zero, errShuttingDown
+	}
+	return out, err
+}
+
+func (s *serverCommits[T, R]) shutdown() {
+	s.mu.Lock()
+	s.closed = true
+	all := make([]*groupcommit.Committer[T, R], 0, len(s.byServer))
+	for _, c := range s.byServer {
+		all = append(all, c)
+	}
+	s.mu.Unlock()
+	for _, c := range all {
+		c.Close()
+	}
+}
