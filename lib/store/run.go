@@ -99,10 +99,11 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 	}
 	vals, _ := res.([]any)
 	out := make([]Started, 0, len(vals))
-	var run []int // the items to read: started jobs
+	var run []int          // the items to read: started jobs
+	var inline map[int]any // the started jobs' hashes the reply holds, by item
 	for i, v := range vals {
 		e, _ := v.([]any)
-		if len(e) != 3 {
+		if len(e) != 3 && len(e) != 4 {
 			return out, fmt.Errorf("claim and start from %s of context %d: unexpected reply %v", queue, d.ContextID, res)
 		}
 		c := &Claim{Queue: queue, Consumer: consumer, ID: claimIDs[i]}
@@ -112,6 +113,12 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 		if _, _, err := keys.ParseJobKey(c.Item); err != nil {
 			st.Err = fmt.Errorf("dropped queue item %q of %s: %w", c.Item, queue, err)
 		} else if st.Outcome = StartOutcome(code); st.Outcome == StartRun || st.Outcome == StartStopped {
+			if len(e) == 4 {
+				if inline == nil {
+					inline = map[int]any{}
+				}
+				inline[len(out)] = e[3]
+			}
 			run = append(run, len(out))
 		}
 		out = append(out, st)
@@ -119,9 +126,20 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 	if len(run) == 0 {
 		return out, nil
 	}
-	// The started jobs as they are now (with this start's changes), in one round trip.
+	return d.startedJobs(ctx, queue, out, run, inline)
+}
+
+// startedJobs fills in the jobs of the items run of a claim's out, as they are after
+// their start: from the claim's reply when it holds each one's hash (inline, by item),
+// else read in one round trip.
+func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run []int, inline map[int]any) ([]Started, error) {
 	reads := make([]*redis.MapStringStringCmd, len(run))
-	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+	if len(inline) == len(run) {
+		for k, i := range run {
+			reads[k] = redis.NewMapStringStringCmd(ctx)
+			reads[k].SetVal(flatMap(inline[i]))
+		}
+	} else if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, i := range run {
 			reads[k] = p.HGetAll(ctx, out[i].Claim.Item)
 		}

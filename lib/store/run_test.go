@@ -1,10 +1,13 @@
 package store_test
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
 	"slices"
 	"strconv"
@@ -1634,5 +1637,112 @@ func TestDispatchRoutesWhatARunnerHereTakes(t *testing.T) {
 	}
 	if n := rc.LLen(ctx, "queue:sh").Val(); n != 3 {
 		t.Fatalf("queue:sh holds %d jobs: the group's plain job went without its group", n)
+	}
+}
+
+// A claim that starts a few jobs returns them from its script, with every change of
+// the start, so that a lightly loaded runner starts a job without a second round
+// trip; a larger one reads its jobs after the script. Both give the same jobs.
+func TestClaimStartsReturnsAFewJobsWithoutARead(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 30)
+	q := keys.Queue("sh")
+	wakeRunner1(t, 30, q)
+	_, jobs := flowWith(t, s, db, 9)
+	enqueueJobs(t, db, q, jobs)
+	reads := monitorReads(t, 30)
+	traces := []string{"0af7651916cd43dd8448eb211c80319c", "", "1af7651916cd43dd8448eb211c80319c"}
+	few, err := db.ClaimStarts(ctx, q, "w1", time.Minute, traces, store.Wake{})
+	if err != nil || len(few) != 3 {
+		t.Fatalf("claim 3: %d %v", len(few), err)
+	}
+	if n := reads(); n != 0 {
+		t.Fatalf("a claim of 3 jobs read them with %d HGETALLs of its own", n)
+	}
+	rc := srv.Client(t, 30)
+	checkStartsClaimedEach(t, db, rc, few, jobs, traces)
+	reads() // the check's own
+	many, err := db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 8), store.Wake{})
+	if err != nil || len(many) != 6 {
+		t.Fatalf("claim the other 6: %d %v", len(many), err)
+	}
+	if n := reads(); n != 6 {
+		t.Fatalf("a claim of 6 jobs read them with %d HGETALLs, want 6", n)
+	}
+	checkStartsClaimedEach(t, db, rc, many, jobs[3:], make([]string, 6))
+	// Both give the whole job as stored after its start.
+	for _, st := range append(few, many...) {
+		stored, err := db.LoadJob(ctx, 1, st.Job.ID)
+		if err != nil || !reflect.DeepEqual(stored, st.Job) {
+			t.Fatalf("job %d as claimed:\n%+v\nas stored:\n%+v (%v)", st.Job.ID, st.Job, stored, err)
+		}
+	}
+}
+
+// monitorReads watches server DB db with MONITOR (on a connection of its own: the
+// go-redis client's MONITOR stops after its first reply); the func it returns says
+// how many HGETALLs a client (not a script) sent there since its last call.
+func monitorReads(t *testing.T, db int) func() int {
+	t.Helper()
+	ctx := context.Background()
+	opt := srv.Options()
+	var conn net.Conn
+	var err error
+	if opt.TLSConfig != nil {
+		conn, err = tls.Dial("tcp", opt.Addr, opt.TLSConfig)
+	} else {
+		conn, err = net.Dial("tcp", opt.Addr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	send := func(args ...string) {
+		b := fmt.Appendf(nil, "*%d\r\n", len(args))
+		for _, a := range args {
+			b = fmt.Appendf(b, "$%d\r\n%s\r\n", len(a), a)
+		}
+		if _, err := conn.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd := bufio.NewReader(conn)
+	if opt.Password != "" {
+		if opt.Username != "" {
+			send("AUTH", opt.Username, opt.Password)
+		} else {
+			send("AUTH", opt.Password)
+		}
+		if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+			t.Fatalf("AUTH: %q %v", line, err)
+		}
+	}
+	send("MONITOR")
+	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+		t.Fatalf("MONITOR: %q %v", line, err)
+	}
+	mc := srv.Client(t, db)
+	marks := 0
+	return func() int {
+		marks++
+		m := "monitor-mark-" + strconv.Itoa(marks)
+		if err := mc.Echo(ctx, m).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n := 0
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				t.Fatalf("MONITOR: %v", err)
+			}
+			if strings.Contains(line, `"echo" "`+m+`"`) {
+				return n
+			}
+			if strings.Contains(line, fmt.Sprintf("[%d ", db)) && !strings.Contains(line, " lua]") && strings.Contains(strings.ToLower(line), `"hgetall"`) {
+				n++
+			}
+		}
 	}
 }

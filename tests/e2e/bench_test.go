@@ -302,7 +302,11 @@ func profileServices(b *testing.B, s *harness.Stack) func() {
 		wg.Add(1)
 		go func(p *harness.Proc) {
 			defer wg.Done()
-			resp, err := http.Get("http://" + p.AdminAddr + "/debug/pprof/profile?seconds=" + strconv.Itoa(secs))
+			kind, ext := "profile", ".pprof"
+			if os.Getenv("HERO_BENCH_PROFILE_KIND") == "trace" {
+				kind, ext = "trace", ".trace"
+			}
+			resp, err := http.Get("http://" + p.AdminAddr + "/debug/pprof/" + kind + "?seconds=" + strconv.Itoa(secs))
 			if err != nil {
 				b.Errorf("profile %s: %v", p.Name, err)
 				return
@@ -310,7 +314,7 @@ func profileServices(b *testing.B, s *harness.Stack) func() {
 			defer func() { _ = resp.Body.Close() }()
 			data, err := io.ReadAll(resp.Body)
 			if err == nil {
-				err = os.WriteFile(filepath.Join(dir, p.Name+".pprof"), data, 0o644)
+				err = os.WriteFile(filepath.Join(dir, p.Name+ext), data, 0o644)
 			}
 			if err != nil {
 				b.Errorf("profile %s: %v", p.Name, err)

@@ -43,10 +43,12 @@ func BenchmarkPeers(b *testing.B) {
 
 	// (a) n independent jobs, each submitted on its own by conc producers, until all ended.
 	// HERO_BENCH_PROFILE=<dir>: 4 s, or HERO_BENCH_PROFILE_SECONDS, of each service's
-	// CPU, over (a) or, with HERO_BENCH_PROFILE_PHASE=c128, over (c)'s 128 clients
-	profileC128 := os.Getenv("HERO_BENCH_PROFILE_PHASE") == "c128"
+	// CPU (HERO_BENCH_PROFILE_KIND=trace: its execution trace), over (a) or, with
+	// HERO_BENCH_PROFILE_PHASE=c16 or c128, over (c)'s 16 or 128 clients
+	phase := os.Getenv("HERO_BENCH_PROFILE_PHASE")
+	profileC128 := phase == "c128"
 	profiled := func() {}
-	if !profileC128 {
+	if phase == "" {
 		profiled = profileServices(b, s)
 	}
 	cpu0 := cpuByPart(s, redisSrv.Pid())
@@ -101,7 +103,11 @@ func BenchmarkPeers(b *testing.B) {
 		}
 	}
 	stages := make([][3]float64, 4000)
+	if phase == "c16" {
+		profiled = profileServices(b, s)
+	}
 	lat := runParallel(b, len(stages), 16, runJob(stages))
+	profiled()
 	report("c_run16_p50_ms", percentile(lat, 0.50))
 	report("c_run16_p99_ms", percentile(lat, 0.99))
 	for k, name := range []string{"to_start", "run", "back"} {

@@ -4,7 +4,10 @@
 -- The claim id is written into the job: only this run may finish it (a job queued again
 -- while a first run of it ends is run anew). The caller reads the started jobs' hashes
 -- after it, with plain HGETALLs (moving a ~30-field hash through Lua and back cost this
--- script a third of its work). An item that is no job key, a job that is gone (code 1),
+-- script a third of its work), unless the call started only a few (INLINE_READS: the
+-- reply holds their hashes; a read's round trip is worth more than its Redis work when
+-- jobs start one or two at a time, and a claim only gets that small when its runner is
+-- not busy). An item that is no job key, a job that is gone (code 1),
 -- a job that already ended (code 2) and a job that runs under a claim that still holds
 -- it (a duplicate queue entry: code 2) are taken off the queue and not put on the
 -- processing list. A job that has a producer's traceparent keeps that trace. The
@@ -27,7 +30,10 @@
 --   then n field/value items every start sets, the count of fields a start clears and
 --   those fields, then max pairs (claim id, trace id) (ClaimStarts builds the lists).
 -- Reply: one {item, code, attempt} per item claimed: code 0 started, 1 gone, 2 ended or
---   a duplicate, 3 started with a stop requested.
+--   a duplicate, 3 started with a stop requested; when the call started at most
+--   INLINE_READS jobs, each started one's entry also holds the job's hash as it is
+--   after the start (HGETALL's field/value list): a claim of a few jobs, which is what
+--   a lightly loaded runner makes, saves the caller's read round trip.
 -- Derives (context DB): the claimed jobs' coord:dag:<flow> (its node goes running) and
 --   coord:idx:jobs:<status>; coord:proc:<worker> of the job's previous worker (to tell
 --   a duplicate entry): all named by the claimed items.
@@ -40,6 +46,8 @@ local nclear = tonumber(ARGV[9 + nset])
 local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent', 'created_at_ms'}
 local slots = 10 + nset + nclear
 local out = {}
+-- A claim that starts at most this many jobs returns their hashes.
+local INLINE_READS = 4
 -- The items claimed, from the consuming end (the queue's tail, oldest first), in one
 -- read: each goes onto the processing list, with its lease, only when it starts (one
 -- LPUSH and one ZADD for them all, in claim order, as an LMOVE each would leave them).
@@ -47,7 +55,7 @@ local items = {}
 if max >= 1 then items = redis.call('LRANGE', KEYS[1], -max, -1) end
 local nitems = #items
 if nitems > 0 then redis.call('LTRIM', KEYS[1], 0, -nitems - 1) end
-local kept, leased, seen = {}, {}, {}
+local kept, leased, seen, started = {}, {}, {}, {}
 -- the DAG nodes of the jobs that start, per flow: their state is read and set once
 -- per flow (a flow's jobs are claimed together)
 local nodes, flows = {}, {}
@@ -106,6 +114,7 @@ for n = 1, nitems do
     local code = 0
     if v[7] == '1' then code = 3 end
     out[#out + 1] = {item, code, tonumber(attempt) or 1}
+    started[#started + 1] = out[#out]
   end
 end
 call_each('LPUSH', proc, kept)
@@ -121,6 +130,10 @@ for _, flow in ipairs(flows) do
   if #set > 0 then redis.call('HSET', dag, unpack(set)) end
 end
 index_flush()
+-- The few started jobs' hashes, read after every change of this start.
+if #started <= INLINE_READS then
+  for _, e in ipairs(started) do e[4] = redis.call('HGETALL', e[1]) end
+end
 if ARGV[7] ~= '-' then
   local left = redis.call('LLEN', KEYS[1])
   redis.call('SELECT', '0')
