@@ -115,6 +115,9 @@ func TestJobRef(t *testing.T) {
 	if err != nil || p != r || r.String() != "1:2:3" {
 		t.Fatal(p, err)
 	}
+	if s := (JobRef{4294967295, 0, 70}).String(); s != "4294967295:0:70" {
+		t.Fatal(s)
+	}
 	for _, bad := range []string{"1:2", "a:b:c", "1:2:99999999999"} {
 		if _, err := ParseJobRef(bad); err == nil {
 			t.Errorf("%q accepted", bad)

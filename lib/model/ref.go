@@ -15,7 +15,13 @@ type JobRef struct {
 }
 
 func (r JobRef) String() string {
-	return fmt.Sprintf("%d:%d:%d", r.ContextID, r.CallerID, r.ID)
+	b := make([]byte, 0, 32)
+	b = strconv.AppendUint(b, uint64(r.ContextID), 10)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, uint64(r.CallerID), 10)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, uint64(r.ID), 10)
+	return string(b)
 }
 
 // ParseJobRef parses "<context_id>:<caller_id>:<id>".

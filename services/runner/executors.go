@@ -496,8 +496,10 @@ func randHex(n int) string {
 // producer's flags (else sampled, 01).
 func traceparent(j *model.Job) string {
 	flags := "01"
-	if tp, err := model.ParseTraceparent(j.Traceparent); err == nil {
-		flags = tp.Flags
+	if j.Traceparent != "" {
+		if tp, err := model.ParseTraceparent(j.Traceparent); err == nil {
+			flags = tp.Flags
+		}
 	}
 	return model.Traceparent{TraceID: j.TraceID, ParentID: randHex(8), Flags: flags}.String()
 }
@@ -587,10 +589,11 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 // kwargs (a refusal when they are not JSON of the right kind), its dependencies'
 // results in kwargs["hero_deps"], its deadline and trace.
 func (r *runner) handlerRequest(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ref model.JobRef, handler string) (rrq.ExecutionRequest, *runResult) {
+	jobID := ref.String()
 	req := rrq.ExecutionRequest{
-		ProtocolVersion: rrq.ProtocolVersion, RequestID: rrq.NewUUID(), JobID: ref.String(), FunctionName: handler,
+		ProtocolVersion: rrq.ProtocolVersion, RequestID: rrq.NewUUID(), JobID: jobID, FunctionName: handler,
 		Context: rrq.ExecutionContext{
-			JobID: ref.String(), Attempt: int(max(j.Attempt, 1)), QueueName: cl.Queue, WorkerID: r.cfg.WorkerID,
+			JobID: jobID, Attempt: int(max(j.Attempt, 1)), QueueName: cl.Queue, WorkerID: r.cfg.WorkerID,
 			EnqueueTime:  time.UnixMilli(max(j.DispatchedMs, j.CreatedAtMs)),
 			TraceContext: map[string]string{model.TraceparentHeader: traceparent(j)},
 		},
