@@ -133,30 +133,35 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 // their start: from the claim's reply when it holds each one's hash (inline, by item),
 // else read in one round trip.
 func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run []int, inline map[int]any) ([]Started, error) {
-	reads := make([]*redis.MapStringStringCmd, len(run))
+	hashes := make([]map[string]string, len(run))
 	if len(inline) == len(run) {
 		for k, i := range run {
-			reads[k] = redis.NewMapStringStringCmd(ctx)
-			reads[k].SetVal(flatMap(inline[i]))
+			hashes[k] = flatMap(inline[i])
 		}
-	} else if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for k, i := range run {
-			reads[k] = p.HGetAll(ctx, out[i].Claim.Item)
+	} else {
+		reads := make([]*redis.MapStringStringCmd, len(run))
+		if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for k, i := range run {
+				reads[k] = p.HGetAll(ctx, out[i].Claim.Item)
+			}
+			return nil
+		}); err != nil && err != redis.Nil {
+			// Started and leased, but unread: the caller releases their claims.
+			ids := make([]string, len(run))
+			for k, i := range run {
+				out[i].Outcome, out[i].Err = StartGone, fmt.Errorf("read started job %s: %w", out[i].Claim.Item, err)
+				ids[k] = out[i].Claim.ID
+			}
+			return out, &UnansweredClaimError{ClaimIDs: ids, Err: fmt.Errorf("read started jobs of %s of context %d: %w", queue, d.ContextID, err)}
 		}
-		return nil
-	}); err != nil && err != redis.Nil {
-		// Started and leased, but unread: the caller releases their claims.
-		ids := make([]string, len(run))
-		for k, i := range run {
-			out[i].Outcome, out[i].Err = StartGone, fmt.Errorf("read started job %s: %w", out[i].Claim.Item, err)
-			ids[k] = out[i].Claim.ID
+		for k := range reads {
+			hashes[k] = reads[k].Val()
 		}
-		return out, &UnansweredClaimError{ClaimIDs: ids, Err: fmt.Errorf("read started jobs of %s of context %d: %w", queue, d.ContextID, err)}
 	}
 	for k, i := range run {
 		st := &out[i]
-		h, err := reads[k].Result()
-		if err == nil && len(h) == 0 {
+		h := hashes[k]
+		if len(h) == 0 {
 			// Deleted since its start (a forced delete): nothing to run; release it.
 			st.Outcome = StartGone
 			if err := d.Ack(ctx, st.Claim); err != nil {
@@ -165,10 +170,7 @@ func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run [
 			continue
 		}
 		var j model.Job
-		if err == nil {
-			err = model.FromHash(st.Claim.Item, h, &j)
-		}
-		if err != nil {
+		if err := model.FromHash(st.Claim.Item, h, &j); err != nil {
 			st.Outcome, st.Err = StartGone, fmt.Errorf("read started job %s: %w", st.Claim.Item, err)
 			continue
 		}

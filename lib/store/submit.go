@@ -212,11 +212,5 @@ func (d *DB) jobFromPairs(member string, pairs []any) (*model.Job, error) {
 	if !ok {
 		return nil, fmt.Errorf("submit jobs: %q is not <caller>:<id>", member)
 	}
-	h := make(map[string]string, len(pairs)/2)
-	for i := 0; i+1 < len(pairs); i += 2 {
-		k, _ := pairs[i].(string)
-		v, _ := pairs[i+1].(string)
-		h[k] = v
-	}
-	return d.JobFromHash(parseU32(c), parseU32(id), h)
+	return d.JobFromHash(parseU32(c), parseU32(id), flatMap(pairs))
 }

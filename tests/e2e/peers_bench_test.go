@@ -46,6 +46,9 @@ func BenchmarkPeers(b *testing.B) {
 	// CPU (HERO_BENCH_PROFILE_KIND=trace: its execution trace), over (a) or, with
 	// HERO_BENCH_PROFILE_PHASE=c16 or c128, over (c)'s 16 or 128 clients
 	phase := os.Getenv("HERO_BENCH_PROFILE_PHASE")
+	if phase != "" && phase != "c16" && phase != "c128" {
+		b.Fatalf("HERO_BENCH_PROFILE_PHASE=%q: want c16, c128 or nothing (workload (a))", phase)
+	}
 	profileC128 := phase == "c128"
 	profiled := func() {}
 	if phase == "" {
@@ -65,13 +68,7 @@ func BenchmarkPeers(b *testing.B) {
 	report("a_jobs_per_s", float64(n)/took.Seconds())
 	report("a_submit_per_s", float64(n)/submitted.Seconds())
 	// CPU per job of each part over (a) (the profiles, when taken, add a little).
-	var all time.Duration
-	for _, part := range []string{"redis", "client", "supervisor", "router", "runner", "executor", "scheduler"} {
-		d := cpu1[part] - cpu0[part]
-		all += d
-		report("a_cpu_us_"+part, float64(d.Microseconds())/float64(n))
-	}
-	report("a_cpu_us_per_job", float64(all.Microseconds())/float64(n))
+	reportCPU(report, "a_cpu_us_", cpu0, cpu1, n, "redis", "client", "supervisor", "router", "runner", "executor", "scheduler")
 	// jobs per store call of supervisor-daemon's group commit (concurrent submissions)
 	if calls := metric(b, s.API, "hero_api_submit_group_jobs_count"); calls > 0 {
 		report("a_submit_group_jobs_avg", metric(b, s.API, "hero_api_submit_group_jobs_sum")/calls)
@@ -126,14 +123,7 @@ func BenchmarkPeers(b *testing.B) {
 	profiled()
 	report("c_run128_jobs_per_s", 10000/time.Since(start).Seconds())
 	// each part's CPU per job.run call at 128 clients (as (a)'s)
-	cpu1 = cpuByPart(s, redisSrv.Pid())
-	all = 0
-	for _, part := range []string{"redis", "client", "supervisor", "runner", "executor"} {
-		d := cpu1[part] - cpu0[part]
-		all += d
-		report("c_run128_cpu_us_"+part, float64(d.Microseconds())/10000)
-	}
-	report("c_run128_cpu_us_per_job", float64(all.Microseconds())/10000)
+	reportCPU(report, "c_run128_cpu_us_", cpu0, cpuByPart(s, redisSrv.Pid()), 10000, "redis", "client", "supervisor", "runner", "executor")
 
 	// (d) the dependent hop of a 200-job chain flow: a job's start after its
 	// dependency's end (started_at_us − the dependency's finished_at_us).
@@ -225,6 +215,18 @@ func BenchmarkPeersFlow(b *testing.B) {
 			report(fmt.Sprintf("b_%s_cpu_us_per_job_%s", phase.name, name), float64((phase.to[name]-phase.from[name]).Microseconds())/peersFlowJobs)
 		}
 	}
+}
+
+// reportCPU reports each part's CPU from cpu0 to cpu1 per job of n (<prefix><part>),
+// and their sum (<prefix>per_job).
+func reportCPU(report func(string, float64), prefix string, cpu0, cpu1 map[string]time.Duration, n int, parts ...string) {
+	var all time.Duration
+	for _, part := range parts {
+		d := cpu1[part] - cpu0[part]
+		all += d
+		report(prefix+part, float64(d.Microseconds())/float64(n))
+	}
+	report(prefix+"per_job", float64(all.Microseconds())/float64(n))
 }
 
 // stackCPU is the CPU time each service of the stack (the runner's executor processes
