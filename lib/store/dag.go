@@ -131,8 +131,9 @@ type PlanError struct{ Msg string }
 func (e *PlanError) Error() string { return e.Msg }
 
 // PlanDAG checks a flow's jobs form a DAG that can run: every dependency is a job of
-// the flow, there is no cycle, every job is of the flow's context and caller. It
-// returns the nodes' dependents.
+// the flow, there is no cycle, every job is of the flow's context and caller and runs
+// a script of a known type or calls a handler of a named executor. It returns the
+// nodes' dependents.
 func PlanDAG(f *model.Flow, jobs []*model.Job) (map[uint32][]uint32, error) {
 	if len(jobs) == 0 {
 		return nil, &PlanError{fmt.Sprintf("flow %d has no jobs", f.ID)}
@@ -149,8 +150,10 @@ func PlanDAG(f *model.Flow, jobs []*model.Job) (map[uint32][]uint32, error) {
 		if j.CallerID != f.CallerID {
 			return nil, &PlanError{fmt.Sprintf("job %d belongs to caller %d, not the flow's caller %d", j.ID, j.CallerID, f.CallerID)}
 		}
-		if !j.ScriptType.Valid() {
-			return nil, &PlanError{fmt.Sprintf("job %d: script_type %q is not a known script type", j.ID, j.ScriptType)}
+		if exec, _ := j.Handler(); exec == "" && !j.ScriptType.Valid() {
+			// A handler job that names its executor ("executor#handler") needs no
+			// script_type: its executor routes it, as job.run's.
+			return nil, &PlanError{fmt.Sprintf("job %d: script_type %q is not a known script type (and the job names no executor#handler)", j.ID, j.ScriptType)}
 		}
 		for _, dep := range j.Dependends {
 			if _, ok := in[dep]; !ok {

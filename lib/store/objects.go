@@ -774,11 +774,12 @@ func (d *DB) LoadJobRefs(ctx context.Context, refs []model.JobRef) ([]*model.Job
 }
 
 // startFields are what a flow's start reads of each job (LoadStartJobs): its
-// dependencies and script type (PlanDAG), its flow and pinned runner (the dispatch),
+// dependencies, script type and function name (PlanDAG: a handler job naming its
+// executor has no script type), its flow and pinned runner (the dispatch),
 // and the fields that tell whether a run left fields to clear (ranBefore): every run
 // is dispatched first, which writes attempt, and what ends a job without a run (a
 // cancel, an undeliverable request) writes error, stop_requested or fatal.
-var startFields = []string{"script_type", "dependends", "flow_id", "runner_id", "attempt", "error", "stop_requested", "fatal"}
+var startFields = []string{"script_type", "dependends", "flow_id", "runner_id", "attempt", "error", "stop_requested", "fatal", "function_name"}
 
 // LoadStartJobs reads what a flow's start needs of its jobs (startFields), all of one
 // caller, in one round trip: for a large flow a third of reading the jobs whole, and

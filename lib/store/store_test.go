@@ -655,3 +655,41 @@ func jobMsgs(t testing.TB, rc *redis.Client, caller, id uint32) []string {
 	t.Helper()
 	return strings.Fields(rc.HGet(context.Background(), keys.Job(caller, id), "msgs").Val())
 }
+
+// A flow's start plans handler jobs that name their executor and have no script_type
+// (as read for the start: LoadStartJobs), and still refuses a job that is neither a
+// known script type's nor a named executor's.
+func TestPlanTakesHandlerJobsWithoutScriptType(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 3)
+	var ids []uint32
+	for _, j := range []*model.Job{
+		{ScriptType: model.ScriptSh, Script: "true"},
+		{FunctionName: "mailer#send", Kwargs: []byte(`{"to":"x"}`)},
+		{FunctionName: "mailer#send", Dependends: []uint32{2}},
+	} {
+		j.CallerID, j.ContextID = 1, 3
+		made, _, err := s.CreateJob(ctx, j, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, made.ID)
+	}
+	f := &model.Flow{ID: 1, CallerID: 1, ContextID: 3, Jobs: ids}
+	jobs, err := db.LoadStartJobs(ctx, 1, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		t.Fatalf("plan a flow of handler jobs without script_type: %v", err)
+	}
+	if !reflect.DeepEqual(deps, map[uint32][]uint32{ids[1]: {ids[2]}}) {
+		t.Errorf("dependents: %v", deps)
+	}
+	jobs[1].FunctionName = "send" // no executor named, and no script type
+	if _, err := store.PlanDAG(f, jobs); err == nil || !strings.Contains(err.Error(), `job 2: script_type "" is not a known script type`) {
+		t.Errorf("a job of no script type and no executor: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -175,5 +176,74 @@ func TestSweepDispatchesNodesReadyAtTheStart(t *testing.T) {
 	}
 	if n := rc.LLen(ctx, keys.MsgOut).Val(); n != 1 {
 		t.Fatalf("msg_out holds %d messages, want the two jobs' request", n)
+	}
+}
+
+// A flow may hold handler jobs without a script_type, of an executor named after no
+// script type ("mailer#send"): the start plans them, and each of their dispatches —
+// the start's, a dependency's end's and a retry's — puts them on their executor's
+// queue, as job.run's does.
+func TestFlowOfHandlerJobsWithoutScriptType(t *testing.T) {
+	ctx := context.Background()
+	st := openFlushed(t)
+	if _, _, err := st.CreateContext(ctx, &model.Context{ID: 6, Admins: []uint32{1}}, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	db, err := st.Ctx(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.CreateRunner(ctx, 6, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{model.ScriptSh}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceExecutors(ctx, 1, []string{"mailer"}); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(j *model.Job) uint32 {
+		t.Helper()
+		j.CallerID, j.ContextID = 1, 6
+		made, _, err := st.CreateJob(ctx, j, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return made.ID
+	}
+	a := mk(&model.Job{ScriptType: model.ScriptSh, Script: "true"})
+	b := mk(&model.Job{FunctionName: "mailer#send", Kwargs: []byte(`{"to":"x"}`), Dependends: []uint32{a}, Retries: 1})
+	c := mk(&model.Job{FunctionName: "mailer#send", Dependends: []uint32{b}})
+	f, _, err := st.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 6, Jobs: []uint32{a, b, c}}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(engineParams{store: st, log: zerolog.Nop(), reg: prometheus.NewRegistry(), retryBase: time.Millisecond, retryCap: time.Millisecond, sweepEvery: time.Minute})
+	if _, err := e.startFlow(ctx, 6, f.ID, "1"); err != nil {
+		t.Fatalf("start a flow of handler jobs without script_type: %v", err)
+	}
+	rc := srv.Client(t, 6)
+	queued := func(q string) []string { return rc.LRange(ctx, keys.Queue(q), 0, -1).Val() }
+	if got := queued("sh"); !slices.Equal(got, []string{keys.Job(1, a)}) {
+		t.Fatalf("queue:sh after the start: %v", got)
+	}
+	end := func(id, attempt uint32, s model.JobStatus) {
+		t.Helper()
+		if err := e.jobDone(ctx, 6, store.JobEnd{FlowID: f.ID, CallerID: 1, JobID: id, Attempt: attempt, Status: s, Error: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end(a, 1, model.JobFinished)
+	if got := queued("exec:mailer"); !slices.Equal(got, []string{keys.Job(1, b)}) {
+		t.Fatalf("queue:exec:mailer once its dependency finished: %v", got)
+	}
+	rc.Del(ctx, keys.Queue("exec:mailer")) // as a runner's claim would take it
+	end(b, 1, model.JobError)              // a retry is due at once (the backoff is 1 ms)
+	deadline := time.Now().Add(time.Minute)
+	for len(queued("exec:mailer")) == 0 && time.Now().Before(deadline) {
+		e.runDue(ctx)
+	}
+	if got := queued("exec:mailer"); !slices.Equal(got, []string{keys.Job(1, b)}) {
+		t.Fatalf("queue:exec:mailer after the retry: %v", got)
+	}
+	if n := rc.LLen(ctx, keys.MsgOut).Val(); n != 0 {
+		t.Errorf("msg_out holds %d messages: the jobs a runner here can take go to their queues at once", n)
 	}
 }
