@@ -205,7 +205,7 @@ var idempotentCalls = map[string]bool{
 	"GetActor": true, "GetContext": true, "GetRunner": true, "ListRunners": true, "GetJob": true, "ListJobs": true,
 	"GetJobLogs": true, "GetFlow": true, "ListFlows": true, "GetFlowDag": true, "WaitFlow": true, "StartFlow": true,
 	"CancelFlow": true, "ListDLQ": true, "ShowDLQ": true, "GetMessage": true, "ReadEvents": true, "ListOperatorSecrets": true,
-	"JobStatus": true, "JobLogs": true,
+	"JobStatus": true, "JobLogs": true, "CheckJobs": true,
 }
 
 // Retryable says whether a call that failed with err may be sent again: the server (or

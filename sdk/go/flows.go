@@ -211,16 +211,22 @@ func allDone(deps []string, byName map[string]int, done []bool) bool {
 const submitFlowCalls = 16
 
 // SubmitFlow creates the spec's jobs (dependencies first), the flow, and starts it.
-// The jobs are created level by level (a job's level is one more than its
+// First the server checks every job as it would create it (CheckJobs): a job it would
+// refuse — one naming an executor no runner of the context announced, say — refuses
+// the flow, naming the job, before anything is stored. Then the jobs are created
+// level by level (a job's level is one more than its
 // dependencies' highest: each needs its dependencies' ids, which the server picks),
 // those of one level in CreateJobs calls of up to 500, up to submitFlowCalls at once
 // (one CreateJob call per job from a server without CreateJobs); the flow lists them in the spec's
-// dependency order (Order). Jobs made before a failure stay (delete them, or submit
-// again with their ids).
+// dependency order (Order). Jobs made before a later failure stay (delete them, or
+// submit again with their ids).
 func (c *Client) SubmitFlow(ctx context.Context, spec FlowSpec) (*SubmittedFlow, error) {
 	order, err := spec.Order()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if err := c.checkFlow(ctx, spec.Jobs); err != nil {
+		return nil, err
 	}
 	byName := make(map[string]int, len(spec.Jobs))
 	for i, fj := range spec.Jobs {
@@ -246,6 +252,35 @@ func (c *Client) SubmitFlow(ctx context.Context, spec FlowSpec) (*SubmittedFlow,
 		return nil, fmt.Errorf("start flow %d: %w", f.ID, err)
 	}
 	return out, nil
+}
+
+// checkFlow has the server check a flow's jobs as it would create them (CheckJobs,
+// MaxCreateJobs a call), each without its dependencies (their ids are not known yet;
+// Order checked them): the first refusal, naming its job, or nil. A server without
+// CheckJobs checks each job as SubmitFlow creates it.
+func (c *Client) checkFlow(ctx context.Context, jobs []FlowJob) error {
+	for from := 0; from < len(jobs); from += MaxCreateJobs {
+		part := jobs[from:min(from+MaxCreateJobs, len(jobs))]
+		batch := make([]*model.Job, len(part))
+		for i := range part {
+			j := part[i].Job
+			j.Dependends = nil
+			batch[i] = &j
+		}
+		errs, err := c.CheckJobs(ctx, batch)
+		if status.Code(err) == codes.Unimplemented {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("check the flow's jobs: %w", err)
+		}
+		for i, e := range errs {
+			if e != nil {
+				return fmt.Errorf("job %q of the flow: %w", part[i].Name, e)
+			}
+		}
+	}
+	return nil
 }
 
 // flowLevels groups the jobs' indexes (order: dependencies first) by level: 0 for a

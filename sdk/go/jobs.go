@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -49,13 +50,27 @@ const MaxCreateJobs = 1000
 // call's own failure (malformed, not allowed, or a server without the call:
 // codes.Unimplemented), and nothing was stored.
 func (c *Client) CreateJobs(ctx context.Context, jobs []*model.Job) (made []*model.Job, errs []error, err error) {
+	return c.jobsCall(ctx, jobs, c.api.CreateJobs)
+}
+
+// CheckJobs checks up to MaxCreateJobs jobs as CreateJobs would and stores nothing
+// (job.check_batch): errs[i] (an *Error) is the refusal CreateJobs would give jobs[i],
+// nil when it would store it. err is the call's own failure (a server without the
+// call: codes.Unimplemented). SubmitFlow checks a flow's jobs so before it creates any.
+func (c *Client) CheckJobs(ctx context.Context, jobs []*model.Job) (errs []error, err error) {
+	_, errs, err = c.jobsCall(ctx, jobs, c.api.CheckJobs)
+	return errs, err
+}
+
+// jobsCall makes a CreateJobs or a CheckJobs call (rpc) of jobs and reads its items.
+func (c *Client) jobsCall(ctx context.Context, jobs []*model.Job, rpc func(context.Context, *herov1.CreateJobsRequest, ...grpc.CallOption) (*herov1.CreateJobsResponse, error)) (made []*model.Job, errs []error, err error) {
 	ctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	req := &herov1.CreateJobsRequest{ContextId: c.cfg.Context, Jobs: make([]*herov1.Job, len(jobs))}
 	for i, j := range jobs {
 		req.Jobs[i] = c.jobPB(j)
 	}
-	r, err := c.api.CreateJobs(ctx, req)
+	r, err := rpc(ctx, req)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -239,3 +239,60 @@ func TestSubmitFlowCreatesWithCreateJobs(t *testing.T) {
 		t.Fatalf("a refused job: %v, want an invalid argument naming job \"bad\"", err)
 	}
 }
+
+// checkingServer is batchServer with CheckJobs: it refuses the jobs whose function
+// names executor "nosuch", as a server whose runners did not announce it does, and
+// counts the jobs it was asked to check.
+type checkingServer struct {
+	batchServer
+	checked int
+}
+
+func (s *checkingServer) CheckJobs(_ context.Context, r *herov1.CreateJobsRequest) (*herov1.CreateJobsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := &herov1.CreateJobsResponse{}
+	for _, j := range r.Jobs {
+		s.checked++
+		if len(j.Dependends) > 0 {
+			s.bad = append(s.bad, fmt.Sprintf("job %q checked with dependencies %v", j.FunctionName, j.Dependends))
+		}
+		if strings.HasPrefix(j.FunctionName, "nosuch#") {
+			out.Items = append(out.Items, &herov1.CreateJobsItem{Error: &herov1.ItemError{Code: "InvalidArgument",
+				Message: `invalid params: no runner in context 1 has executor "nosuch"`, Field: "job.function_name"}})
+			continue
+		}
+		out.Items = append(out.Items, &herov1.CreateJobsItem{Job: j})
+	}
+	return out, nil
+}
+
+// SubmitFlow has the server check every job before it creates the first: a flow with
+// a job the server would refuse (an executor no runner announced, in a later level)
+// is refused naming that job, and nothing is created; a flow the check passes is
+// created as before.
+func TestSubmitFlowChecksEveryJobFirst(t *testing.T) {
+	s := &checkingServer{batchServer: batchServer{flowServer: flowServer{made: map[uint32]bool{}, two: make(chan struct{})}}}
+	close(s.two)
+	c := serve(t, s)
+	spec := FlowSpec{Jobs: []FlowJob{
+		{Name: "measure", Job: model.Job{ScriptType: model.ScriptSh, Script: "true"}},
+		{Name: "other", Job: model.Job{ScriptType: model.ScriptSh, Script: "true"}},
+		{Name: "notify", Depends: []string{"measure"}, Job: model.Job{FunctionName: "nosuch#send", Kwargs: []byte(`{}`)}},
+	}}
+	_, err := c.SubmitFlow(context.Background(), spec)
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `job "notify" of the flow`) || !strings.Contains(err.Error(), `executor "nosuch"`) {
+		t.Fatalf("a flow with an unserved executor: %v, want a refusal naming job \"notify\" and the executor", err)
+	}
+	if s.next != 0 || s.flowJobs != nil || s.checked != 3 {
+		t.Fatalf("after the refusal: %d jobs created, flow %v, %d jobs checked; want none created and 3 checked", s.next, s.flowJobs, s.checked)
+	}
+	spec.Jobs[2].Job.FunctionName = "mailer#send"
+	sub, err := c.SubmitFlow(context.Background(), spec)
+	if err != nil || len(s.flowJobs) != 3 || sub.Jobs["notify"] == 0 {
+		t.Fatalf("a flow the check passes: %v, %+v", err, sub)
+	}
+	if len(s.bad) > 0 {
+		t.Fatal(s.bad)
+	}
+}

@@ -85,7 +85,7 @@ JSONRPC_TARGET = "POST /"
 IDEMPOTENT_METHODS = frozenset({
     "actor.load", "context.load", "runner.load", "runner.list", "job.load", "job.list",
     "job.logs", "flow.load", "flow.list", "flow.dag", "flow.wait", "flow.start",
-    "message.load", "events.read", "dlq.list", "dlq.show", "rpc.discover",
+    "message.load", "events.read", "dlq.list", "dlq.show", "rpc.discover", "job.check_batch",
 })
 _CREATES = {"actor.create": "actor", "context.create": "context", "runner.create": "runner",
             "job.create": "job", "flow.create": "flow", "message.create": "message"}
@@ -566,10 +566,15 @@ class Client:
         ``timeout``, ``retries``, ``runner``. Jobs are created level by level (each after
         the jobs it depends on, whose ids the server picks), a level's jobs in
         ``job.create_batch`` calls of up to BATCH (one round trip each; against a server
-        without it, JSON-RPC batches of ``job.create``). A refused job raises its error,
-        naming it. Returns the Flow (its ``jobs`` are the job ids, in the order of
-        ``jobs``)."""
+        without it, JSON-RPC batches of ``job.create``). Before the first is created,
+        the server checks them all as it would create them (``job.check_batch``): a job
+        it would refuse — one naming an executor no runner of the context announced,
+        say — raises its error, naming it, and nothing is stored (a server without
+        ``job.check_batch`` checks each job as it is created: the jobs made before a
+        refused one stay). Returns the Flow (its ``jobs`` are the job ids, in the order
+        of ``jobs``)."""
         order = _topological(jobs)
+        self._check_flow(order, context_id)
         ids: Dict[str, int] = {}
         batched = True  # job.create_batch, until the server does not know it
         for level in _levels(order):
@@ -577,10 +582,7 @@ class Client:
             # dependencies are all in earlier levels)
             for at in range(0, len(level), self.BATCH):
                 part = level[at:at + self.BATCH]
-                level_jobs = [_job(spec.get("script", ""), spec.get("type", "python"), None,
-                                  [ids[d] for d in spec.get("depends", [])], spec.get("env"), spec.get("timeout", 0),
-                                  spec.get("retries", 0), spec.get("runner"), function=spec.get("function"),
-                                  args=spec.get("args"), kwargs=spec.get("kwargs")) for spec in part]
+                level_jobs = [_flow_job(spec, [ids[d] for d in spec.get("depends", [])]) for spec in part]
                 made: List[Any] = []
                 if batched:
                     try:
@@ -599,6 +601,24 @@ class Client:
         if start:
             flow = self.start_flow(flow["id"], context_id)
         return flow
+
+    def _check_flow(self, specs: List[dict], context_id: Optional[int]) -> None:
+        """Has the server check a flow's job specs as it would create them
+        (``job.check_batch``, 1000 a call), each without its dependencies (their ids are
+        not known yet; _topological checked them): raises the first refusal, naming its
+        job. Nothing when the server does not know the method."""
+        for at in range(0, len(specs), 1000):
+            part = specs[at:at + 1000]
+            try:
+                checked = self.call("job.check_batch", {"context_id": self._ctx(context_id),
+                                                        "jobs": [_flow_job(spec, []) for spec in part]})
+            except MethodNotFound:
+                return
+            for spec, item in zip(part, checked["items"]):
+                if item.get("error"):
+                    err = _error("job.check_batch", item["error"])
+                    err.message = f"job {spec['name']!r} of the flow: {err.message}"
+                    raise err
 
     def load_flow(self, id: int, context_id: Optional[int] = None) -> dict:
         return self.call("flow.load", {"context_id": self._ctx(context_id), "id": id})
@@ -734,6 +754,13 @@ def _job(script: str, script_type: str, id: Optional[int], depends: Optional[Lis
     if runner_id is not None:
         job["runner_id"] = runner_id
     return job
+
+
+def _flow_job(spec: dict, depends: List[int]) -> dict:
+    """A job spec of submit_flow as the API takes it (_job), with its dependencies' ids."""
+    return _job(spec.get("script", ""), spec.get("type", "python"), None, depends, spec.get("env"),
+                spec.get("timeout", 0), spec.get("retries", 0), spec.get("runner"), function=spec.get("function"),
+                args=spec.get("args"), kwargs=spec.get("kwargs"))
 
 
 def _levels(order: List[dict]) -> List[List[dict]]:

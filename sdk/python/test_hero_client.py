@@ -126,7 +126,10 @@ class FlowAPI(http.server.BaseHTTPRequestHandler):
     id; a job that names a dependency not created before is recorded in ``bad``; a job
     whose script is "refuse" gets an error of its own), flow.create and flow.start;
     refuses the first ``limited`` batches whole with -32029, as the rate limit does;
-    without ``has_create_batch``, job.create_batch is an unknown method (-32601)."""
+    without ``has_create_batch``, job.create_batch is an unknown method (-32601).
+    job.check_batch (unknown without ``has_check_batch``) stores nothing and refuses a
+    job whose function names executor "nosuch", as a server none of whose runners
+    announced it does; the jobs it checked are in ``checked``."""
 
     def create(self, job):
         srv = self.server
@@ -152,7 +155,15 @@ class FlowAPI(http.server.BaseHTTPRequestHandler):
             if r["method"] == "job.create_batch" and not srv.has_create_batch:
                 out.append({"jsonrpc": "2.0", "id": r["id"], "error": {"code": -32601, "message": "method not found"}})
                 continue
-            if r["method"] == "job.create_batch":
+            if r["method"] == "job.check_batch" and not srv.has_check_batch:
+                out.append({"jsonrpc": "2.0", "id": r["id"], "error": {"code": -32601, "message": "method not found"}})
+                continue
+            if r["method"] == "job.check_batch":
+                srv.checked.extend(p["jobs"])
+                res = {"items": [{"error": {"code": -32602, "message": 'no runner in context 1 has executor "nosuch"',
+                                            "data": {"field": "job.function_name"}}}
+                                 if job.get("function_name", "").startswith("nosuch#") else {"job": job} for job in p["jobs"]]}
+            elif r["method"] == "job.create_batch":
                 items = []
                 for job in p["jobs"]:
                     made = self.create(job)
@@ -183,7 +194,7 @@ class SubmitFlowTest(unittest.TestCase):
     def setUp(self):
         self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FlowAPI)
         self.srv.batches, self.srv.made, self.srv.bad, self.srv.limited, self.srv.flow_jobs = [], [], [], 0, None
-        self.srv.has_create_batch = True
+        self.srv.has_create_batch, self.srv.has_check_batch, self.srv.checked = True, True, []
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
         self.client = hc.Client(f"http://127.0.0.1:{self.srv.server_address[1]}/", actor=3, key=Ed25519PrivateKey.generate())
         self.slept = []
@@ -223,6 +234,24 @@ class SubmitFlowTest(unittest.TestCase):
             self.client.submit_flow([{"name": "ok", "type": "sh", "script": "a"}, {"name": "bad", "type": "sh", "script": "refuse"}])
         self.assertIn("job 'bad' of the flow: refused", str(e.exception))
         self.assertIsNone(self.srv.flow_jobs, "no flow made")
+
+    def test_the_server_checks_every_job_before_the_first_is_created(self):
+        jobs = [{"name": "measure", "type": "sh", "script": "a"}, {"name": "other", "type": "sh", "script": "b"},
+                {"name": "notify", "function": "nosuch#send", "depends": ["measure"]}]
+        with self.assertRaises(hc.InvalidParams) as e:
+            self.client.submit_flow(jobs)
+        self.assertIn("job 'notify' of the flow: no runner in context 1 has executor \"nosuch\"", str(e.exception))
+        self.assertEqual((self.srv.made, self.srv.flow_jobs), ([], None), "nothing created")
+        self.assertEqual([j.get("depends") for j in self.srv.checked], [None] * 3, "each job checked, without dependencies")
+        jobs[2]["function"] = "mailer#send"
+        self.client.submit_flow(jobs)
+        self.assertEqual((len(self.srv.made), len(self.srv.flow_jobs), self.srv.bad), (3, 3, []))
+
+    def test_without_check_batch_each_job_is_checked_as_it_is_created(self):
+        self.srv.has_check_batch = False
+        flow = self.client.submit_flow([{"name": "a", "type": "sh", "script": "a"},
+                                        {"name": "b", "function": "mailer#send", "depends": ["a"]}])
+        self.assertEqual((flow["status"], len(self.srv.made)), ("started", 2))
 
     def test_create_jobs_returns_each_job_or_its_error(self):
         got = self.client.create_jobs([{"script": "a", "script_type": "sh"}, {"script": "refuse", "script_type": "sh"},

@@ -789,27 +789,66 @@ func newItemError(err error) *itemError {
 // The call fails as a whole only when it is malformed or the caller may not create
 // jobs in the context.
 func (s *service) jobCreateMany(ctx context.Context, p Principal, in jobCreateManyParams) (*createBatchResult, error) {
+	cc, reqs, err := s.createManyChecks(ctx, p, in, "job.create_batch")
+	if err != nil {
+		return nil, err
+	}
+	answers := make([]batchAnswer, len(reqs))
+	s.createJobs(ctx, p, reqs, answers, cc)
+	return batchItems(answers), nil
+}
+
+// jobCheckMany checks up to maxCreateBatch jobs of one context as job.create_batch
+// would (the same checks, each job on its own, and the job's own validation, which the
+// store applies) and stores nothing: an item is the job as it would be stored (its id
+// 0 when the server would pick it) or the error job.create_batch would give it. A
+// flow's submission (the SDKs' SubmitFlow, heroctl flow submit) checks its jobs so
+// before it creates the first, so that a flow with a job that would be refused — an
+// executor no runner of the context announced — stores nothing. A chosen id that names
+// a stored job of other content is found only by the creation.
+func (s *service) jobCheckMany(ctx context.Context, p Principal, in jobCreateManyParams) (*createBatchResult, error) {
+	cc, reqs, err := s.createManyChecks(ctx, p, in, "job.check_batch")
+	if err != nil {
+		return nil, err
+	}
+	answers := make([]batchAnswer, len(reqs))
+	for i, in := range reqs {
+		j, err := s.checkJobCreate(ctx, p, in, cc)
+		if err == nil {
+			err = j.Validate()
+		}
+		answers[i] = batchAnswer{result: j, err: err}
+	}
+	return batchItems(answers), nil
+}
+
+// createManyChecks checks the bounds of a job.create_batch (or job.check_batch) call
+// and authorizes it once (a refusal refuses the whole call; the items' checks take the
+// authorization from the createChecks returned), and returns its items as job.create
+// requests.
+func (s *service) createManyChecks(ctx context.Context, p Principal, in jobCreateManyParams, method string) (*createChecks, []jobCreateParams, error) {
 	if len(in.Jobs) == 0 {
-		return nil, invalidParams("jobs", "jobs is empty; give 1 to %d jobs", maxCreateBatch)
+		return nil, nil, invalidParams("jobs", "jobs is empty; give 1 to %d jobs", maxCreateBatch)
 	}
 	if len(in.Jobs) > maxCreateBatch {
-		return nil, invalidParams("jobs", "%d jobs in one call; at most %d", len(in.Jobs), maxCreateBatch)
+		return nil, nil, invalidParams("jobs", "%d jobs in one call; at most %d", len(in.Jobs), maxCreateBatch)
 	}
-	// Authorized once for the call (a refusal refuses the whole call); the items' checks
-	// take it from createChecks.
 	cc := newCreateChecks()
 	var a authorized
-	if a.c, a.db, a.err = s.authorize(ctx, p, in.ContextID, RoleAdmin, "job.create_batch"); a.err != nil {
-		return nil, a.err
+	if a.c, a.db, a.err = s.authorize(ctx, p, in.ContextID, RoleAdmin, method); a.err != nil {
+		return nil, nil, a.err
 	}
 	cc.auth[in.ContextID] = a
 	reqs := make([]jobCreateParams, len(in.Jobs))
 	for i, j := range in.Jobs {
 		reqs[i] = jobCreateParams{ContextID: in.ContextID, Job: j}
 	}
-	answers := make([]batchAnswer, len(reqs))
-	s.createJobs(ctx, p, reqs, answers, cc)
-	out := &createBatchResult{Items: make([]createdItem, len(reqs))}
+	return cc, reqs, nil
+}
+
+// batchItems are a batch's answers as its items, in order.
+func batchItems(answers []batchAnswer) *createBatchResult {
+	out := &createBatchResult{Items: make([]createdItem, len(answers))}
 	for i, a := range answers {
 		if a.err != nil {
 			out.Items[i].Error = newItemError(a.err)
@@ -817,7 +856,7 @@ func (s *service) jobCreateMany(ctx context.Context, p Principal, in jobCreateMa
 		}
 		out.Items[i].Job, _ = a.result.(*model.Job)
 	}
-	return out, nil
+	return out
 }
 
 type createBatchResult struct {

@@ -351,12 +351,21 @@ func (c *coordinatorServer) CreateJob(ctx context.Context, r *herov1.CreateJobRe
 }
 
 func (c *coordinatorServer) CreateJobs(ctx context.Context, r *herov1.CreateJobsRequest) (*herov1.CreateJobsResponse, error) {
+	return c.jobsCall(ctx, r, c.s.jobCreateMany)
+}
+
+func (c *coordinatorServer) CheckJobs(ctx context.Context, r *herov1.CreateJobsRequest) (*herov1.CreateJobsResponse, error) {
+	return c.jobsCall(ctx, r, c.s.jobCheckMany)
+}
+
+// jobsCall answers CreateJobs or CheckJobs with do (jobCreateMany or jobCheckMany).
+func (c *coordinatorServer) jobsCall(ctx context.Context, r *herov1.CreateJobsRequest, do func(context.Context, Principal, jobCreateManyParams) (*createBatchResult, error)) (*herov1.CreateJobsResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateJobsResponse, error) {
 		in := jobCreateManyParams{ContextID: r.ContextId, Jobs: make([]*jobIn, len(r.Jobs))}
 		for i, j := range r.Jobs {
 			in.Jobs[i] = jobInFromPB(j)
 		}
-		x, err := c.s.jobCreateMany(ctx, p, in)
+		x, err := do(ctx, p, in)
 		if err != nil {
 			return nil, err
 		}

@@ -72,6 +72,7 @@ func (s *service) methods() map[string]method {
 		"runner.list":      rpcMethod("List runners, newest first.", "{items: [Runner], next_cursor}", s.runnerList),
 		"job.create":       rpcMethod("Create a job (admins).", "Job", s.jobCreate),
 		"job.create_batch": rpcMethod("job.create for a list of jobs of one context in one call (at most 1000), each on its own: an item is the job or its error (admins).", "{items: [{job} | {error: {code, message, data}}]}", s.jobCreateMany),
+		"job.check_batch":  rpcMethod("Check a list of jobs of one context as job.create_batch would and store nothing (at most 1000): an item is the job as it would be stored or its error (admins).", "{items: [{job} | {error: {code, message, data}}]}", s.jobCheckMany),
 		"job.load":         rpcMethod("Load a job.", "Job", s.jobLoad),
 		"job.list":         rpcMethod("List jobs, newest first; optional status filter.", "{items: [Job], next_cursor}", s.jobList),
 		"job.run":          rpcMethod("Create and run a standalone job and wait for its end (executors).", "Job", s.jobRun),

@@ -58,6 +58,7 @@ var matrixCases = []matrixCase{
 	{"runner.delete", "/hero.v1.Coordinator/DeleteRunner", needAdmin, `{"context_id":1,"id":99999}`, ""},
 	{"job.create", "/hero.v1.Coordinator/CreateJob", needAdmin, `{"context_id":1,"job":{"id":{{N}},"script":"true","script_type":"sh"}}`, ""},
 	{"job.create_batch", "/hero.v1.Coordinator/CreateJobs", needAdmin, `{"context_id":1,"jobs":[{"id":{{N}},"script":"true","script_type":"sh"}]}`, ""},
+	{"job.check_batch", "/hero.v1.Coordinator/CheckJobs", needAdmin, `{"context_id":1,"jobs":[{"script":"true","script_type":"sh"}]}`, ""},
 	{"job.load", "/hero.v1.Coordinator/GetJob", needReader, `{"context_id":1,"caller_id":1,"id":1}`, ""},
 	{"job.list", "/hero.v1.Coordinator/ListJobs", needReader, `{"context_id":1}`, ""},
 	{"job.run", "/hero.v1.Coordinator/RunJob", needExecutor, `{"context_id":1,"job":{"script":"true","script_type":"no-such-type"}}`, ""},

@@ -5095,7 +5095,7 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\aflow_id\x18\x04 \x01(\rR\x06flowId\"`\n" +
 	"\x12ReadEventsResponse\x12&\n" +
 	"\x06events\x18\x01 \x03(\v2\x0e.hero.v1.EventR\x06events\x12\"\n" +
-	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xcc\x17\n" +
+	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\x92\x18\n" +
 	"\vCoordinator\x12H\n" +
 	"\vCreateActor\x12\x1b.hero.v1.CreateActorRequest\x1a\x1c.hero.v1.CreateActorResponse\x12?\n" +
 	"\bGetActor\x12\x18.hero.v1.GetActorRequest\x1a\x19.hero.v1.GetActorResponse\x12H\n" +
@@ -5112,7 +5112,8 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\vListRunners\x12\x1b.hero.v1.ListRunnersRequest\x1a\x1c.hero.v1.ListRunnersResponse\x12B\n" +
 	"\tCreateJob\x12\x19.hero.v1.CreateJobRequest\x1a\x1a.hero.v1.CreateJobResponse\x12E\n" +
 	"\n" +
-	"CreateJobs\x12\x1a.hero.v1.CreateJobsRequest\x1a\x1b.hero.v1.CreateJobsResponse\x129\n" +
+	"CreateJobs\x12\x1a.hero.v1.CreateJobsRequest\x1a\x1b.hero.v1.CreateJobsResponse\x12D\n" +
+	"\tCheckJobs\x12\x1a.hero.v1.CreateJobsRequest\x1a\x1b.hero.v1.CreateJobsResponse\x129\n" +
 	"\x06GetJob\x12\x16.hero.v1.GetJobRequest\x1a\x17.hero.v1.GetJobResponse\x12?\n" +
 	"\bListJobs\x12\x18.hero.v1.ListJobsRequest\x1a\x19.hero.v1.ListJobsResponse\x129\n" +
 	"\x06RunJob\x12\x16.hero.v1.RunJobRequest\x1a\x17.hero.v1.RunJobResponse\x12B\n" +
@@ -5340,78 +5341,80 @@ var file_hero_v1_coordinator_proto_depIdxs = []int32{
 	25,  // 72: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
 	27,  // 73: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
 	29,  // 74: hero.v1.Coordinator.CreateJobs:input_type -> hero.v1.CreateJobsRequest
-	33,  // 75: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
-	35,  // 76: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
-	37,  // 77: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
-	39,  // 78: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
-	42,  // 79: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
-	44,  // 80: hero.v1.Coordinator.SubmitJobStream:input_type -> hero.v1.SubmitJobStreamRequest
-	47,  // 81: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
-	49,  // 82: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
-	51,  // 83: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
-	53,  // 84: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
-	57,  // 85: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
-	59,  // 86: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
-	61,  // 87: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
-	55,  // 88: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
-	63,  // 89: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
-	65,  // 90: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
-	68,  // 91: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
-	70,  // 92: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
-	72,  // 93: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
-	74,  // 94: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
-	76,  // 95: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
-	77,  // 96: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
-	78,  // 97: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
-	79,  // 98: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
-	81,  // 99: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
-	83,  // 100: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
-	85,  // 101: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
-	87,  // 102: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
-	1,   // 103: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
-	3,   // 104: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
-	5,   // 105: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
-	8,   // 106: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
-	10,  // 107: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
-	12,  // 108: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
-	14,  // 109: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
-	16,  // 110: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
-	18,  // 111: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
-	22,  // 112: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
-	24,  // 113: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
-	26,  // 114: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
-	28,  // 115: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
-	31,  // 116: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
-	34,  // 117: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
-	36,  // 118: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
-	38,  // 119: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
-	40,  // 120: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
-	43,  // 121: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
-	45,  // 122: hero.v1.Coordinator.SubmitJobStream:output_type -> hero.v1.SubmitJobStreamResponse
-	48,  // 123: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
-	50,  // 124: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
-	52,  // 125: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
-	54,  // 126: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
-	58,  // 127: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
-	60,  // 128: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
-	62,  // 129: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
-	56,  // 130: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
-	64,  // 131: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
-	66,  // 132: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
-	69,  // 133: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
-	71,  // 134: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
-	73,  // 135: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
-	75,  // 136: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
-	80,  // 137: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
-	80,  // 138: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
-	80,  // 139: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
-	80,  // 140: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
-	82,  // 141: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
-	84,  // 142: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
-	86,  // 143: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
-	88,  // 144: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
-	103, // [103:145] is the sub-list for method output_type
-	61,  // [61:103] is the sub-list for method input_type
+	29,  // 75: hero.v1.Coordinator.CheckJobs:input_type -> hero.v1.CreateJobsRequest
+	33,  // 76: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
+	35,  // 77: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
+	37,  // 78: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
+	39,  // 79: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
+	42,  // 80: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
+	44,  // 81: hero.v1.Coordinator.SubmitJobStream:input_type -> hero.v1.SubmitJobStreamRequest
+	47,  // 82: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
+	49,  // 83: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
+	51,  // 84: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
+	53,  // 85: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
+	57,  // 86: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
+	59,  // 87: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
+	61,  // 88: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
+	55,  // 89: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
+	63,  // 90: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
+	65,  // 91: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
+	68,  // 92: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
+	70,  // 93: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
+	72,  // 94: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
+	74,  // 95: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
+	76,  // 96: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
+	77,  // 97: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
+	78,  // 98: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
+	79,  // 99: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
+	81,  // 100: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
+	83,  // 101: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
+	85,  // 102: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
+	87,  // 103: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
+	1,   // 104: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
+	3,   // 105: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
+	5,   // 106: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
+	8,   // 107: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
+	10,  // 108: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
+	12,  // 109: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
+	14,  // 110: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
+	16,  // 111: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
+	18,  // 112: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
+	22,  // 113: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
+	24,  // 114: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
+	26,  // 115: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
+	28,  // 116: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
+	31,  // 117: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
+	31,  // 118: hero.v1.Coordinator.CheckJobs:output_type -> hero.v1.CreateJobsResponse
+	34,  // 119: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
+	36,  // 120: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
+	38,  // 121: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
+	40,  // 122: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
+	43,  // 123: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
+	45,  // 124: hero.v1.Coordinator.SubmitJobStream:output_type -> hero.v1.SubmitJobStreamResponse
+	48,  // 125: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
+	50,  // 126: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
+	52,  // 127: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
+	54,  // 128: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
+	58,  // 129: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
+	60,  // 130: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
+	62,  // 131: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
+	56,  // 132: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
+	64,  // 133: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
+	66,  // 134: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
+	69,  // 135: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
+	71,  // 136: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
+	73,  // 137: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
+	75,  // 138: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
+	80,  // 139: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
+	80,  // 140: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
+	80,  // 141: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
+	80,  // 142: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
+	82,  // 143: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
+	84,  // 144: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
+	86,  // 145: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
+	88,  // 146: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
+	104, // [104:147] is the sub-list for method output_type
+	61,  // [61:104] is the sub-list for method input_type
 	61,  // [61:61] is the sub-list for extension type_name
 	61,  // [61:61] is the sub-list for extension extendee
 	0,   // [0:61] is the sub-list for field type_name

@@ -33,6 +33,7 @@ const (
 	Coordinator_ListRunners_FullMethodName          = "/hero.v1.Coordinator/ListRunners"
 	Coordinator_CreateJob_FullMethodName            = "/hero.v1.Coordinator/CreateJob"
 	Coordinator_CreateJobs_FullMethodName           = "/hero.v1.Coordinator/CreateJobs"
+	Coordinator_CheckJobs_FullMethodName            = "/hero.v1.Coordinator/CheckJobs"
 	Coordinator_GetJob_FullMethodName               = "/hero.v1.Coordinator/GetJob"
 	Coordinator_ListJobs_FullMethodName             = "/hero.v1.Coordinator/ListJobs"
 	Coordinator_RunJob_FullMethodName               = "/hero.v1.Coordinator/RunJob"
@@ -94,6 +95,11 @@ type CoordinatorClient interface {
 	// CreateJobs is CreateJob for a list of jobs of one context in one call
 	// (job.create_batch): each job on its own, an item's error is its own.
 	CreateJobs(ctx context.Context, in *CreateJobsRequest, opts ...grpc.CallOption) (*CreateJobsResponse, error)
+	// CheckJobs checks jobs as CreateJobs would and stores nothing (job.check_batch):
+	// an item is the job as it would be stored (id 0 when the server would pick it) or
+	// the error CreateJobs would give it. A flow's submission checks its jobs so before
+	// it creates any.
+	CheckJobs(ctx context.Context, in *CreateJobsRequest, opts ...grpc.CallOption) (*CreateJobsResponse, error)
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 	RunJob(ctx context.Context, in *RunJobRequest, opts ...grpc.CallOption) (*RunJobResponse, error)
@@ -282,6 +288,16 @@ func (c *coordinatorClient) CreateJobs(ctx context.Context, in *CreateJobsReques
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CreateJobsResponse)
 	err := c.cc.Invoke(ctx, Coordinator_CreateJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) CheckJobs(ctx context.Context, in *CreateJobsRequest, opts ...grpc.CallOption) (*CreateJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateJobsResponse)
+	err := c.cc.Invoke(ctx, Coordinator_CheckJobs_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -611,6 +627,11 @@ type CoordinatorServer interface {
 	// CreateJobs is CreateJob for a list of jobs of one context in one call
 	// (job.create_batch): each job on its own, an item's error is its own.
 	CreateJobs(context.Context, *CreateJobsRequest) (*CreateJobsResponse, error)
+	// CheckJobs checks jobs as CreateJobs would and stores nothing (job.check_batch):
+	// an item is the job as it would be stored (id 0 when the server would pick it) or
+	// the error CreateJobs would give it. A flow's submission checks its jobs so before
+	// it creates any.
+	CheckJobs(context.Context, *CreateJobsRequest) (*CreateJobsResponse, error)
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	RunJob(context.Context, *RunJobRequest) (*RunJobResponse, error)
@@ -706,6 +727,9 @@ func (UnimplementedCoordinatorServer) CreateJob(context.Context, *CreateJobReque
 }
 func (UnimplementedCoordinatorServer) CreateJobs(context.Context, *CreateJobsRequest) (*CreateJobsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateJobs not implemented")
+}
+func (UnimplementedCoordinatorServer) CheckJobs(context.Context, *CreateJobsRequest) (*CreateJobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckJobs not implemented")
 }
 func (UnimplementedCoordinatorServer) GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetJob not implemented")
@@ -1060,6 +1084,24 @@ func _Coordinator_CreateJobs_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CoordinatorServer).CreateJobs(ctx, req.(*CreateJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_CheckJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).CheckJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_CheckJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).CheckJobs(ctx, req.(*CreateJobsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1612,6 +1654,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateJobs",
 			Handler:    _Coordinator_CreateJobs_Handler,
+		},
+		{
+			MethodName: "CheckJobs",
+			Handler:    _Coordinator_CheckJobs_Handler,
 		},
 		{
 			MethodName: "GetJob",
