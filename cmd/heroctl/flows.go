@@ -235,11 +235,19 @@ func nodeState(n *hero.DagNode) string {
 	return string(n.NodeStatus)
 }
 
+// nodeWhat is a node's script type, or its handler job's function (as jobWhat).
+func nodeWhat(n *hero.DagNode) string {
+	if n.FunctionName != "" {
+		return n.FunctionName
+	}
+	return n.ScriptType
+}
+
 func printDAG(w *tabwriter.Writer, d *hero.DAG) {
 	fmt.Fprintf(w, "flow %d: %s\n", d.Flow.ID, d.Flow.Status)
 	fmt.Fprintln(w, dagHeader)
 	for _, n := range d.Nodes {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.ScriptType, nodeState(n), n.JobStatus, n.Attempt, ids(n.Depends), firstLine(n.Error))
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, nodeWhat(n), nodeState(n), n.JobStatus, n.Attempt, ids(n.Depends), firstLine(n.Error))
 	}
 }
 
@@ -341,7 +349,7 @@ func dagView(d *hero.DAG) string {
 	tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  "+dagHeader)
 	for _, n := range show {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.ScriptType, nodeState(n), n.JobStatus, n.Attempt, ids(n.Depends), firstLine(n.Error))
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, nodeWhat(n), nodeState(n), n.JobStatus, n.Attempt, ids(n.Depends), firstLine(n.Error))
 	}
 	_ = tw.Flush()
 	if d.Flow.Error != "" {

@@ -9,13 +9,13 @@ import (
 	hero "github.com/hero-coordinator/hero/sdk/go"
 )
 
-// The watch view labels its columns and shows a failed attempt with another to come
-// as retrying.
+// The watch view labels its columns, shows a failed attempt with another to come as
+// retrying, and a handler job's function as its type.
 func TestDagViewLabelsAndRetrying(t *testing.T) {
 	d := &hero.DAG{Flow: &model.Flow{ID: 3, Status: model.FlowStarted}, Nodes: []*hero.DagNode{
 		{ID: 1, ScriptType: "sh", NodeStatus: model.NodeCompleted, JobStatus: model.JobFinished, Attempt: 1, Depends: []uint32{}},
 		{ID: 2, ScriptType: "sh", NodeStatus: model.NodeReady, JobStatus: model.JobError, Attempt: 1, Depends: []uint32{1}, Error: "attempt 1 failed: exit code 1"},
-		{ID: 3, ScriptType: "sh", NodeStatus: model.NodeFailed, JobStatus: model.JobError, Attempt: 2, Depends: []uint32{1}, Error: "exit code 1"},
+		{ID: 3, FunctionName: "mailer#send_email", NodeStatus: model.NodeFailed, JobStatus: model.JobError, Attempt: 2, Depends: []uint32{1}, Error: "exit code 1"},
 	}}
 	v := dagView(d)
 	for _, re := range []string{
@@ -23,7 +23,7 @@ func TestDagViewLabelsAndRetrying(t *testing.T) {
 		`(?m)^  JOB\s+TYPE\s+STATE\s+JOB STATUS\s+ATTEMPT\s+DEPENDS\s+ERROR$`,
 		`(?m)^  1\s+sh\s+completed\s+finished\s+1\s+-\s+-$`,
 		`(?m)^  2\s+sh\s+retrying\s+error\s+1\s+1\s+attempt 1 failed: exit code 1$`,
-		`(?m)^  3\s+sh\s+failed\s+error\s+2\s+1\s+exit code 1$`,
+		`(?m)^  3\s+mailer#send_email\s+failed\s+error\s+2\s+1\s+exit code 1$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(v) {
 			t.Errorf("the view lacks %s:\n%s", re, v)

@@ -397,7 +397,8 @@ func (c *Client) createChunk(ctx context.Context, jobs []FlowJob, idx []int, ids
 }
 
 // CopyFlowLogs writes the log of every job of a flow to w, one after the other in the
-// flow's order, each under a line "== job <id> (<type>) ==". With follow it waits for
+// flow's order, each under a line "== job <id> (<type>) ==" (a handler job's
+// executor#handler for its type). With follow it waits for
 // each job's log to be whole before the next one (until ctx ends).
 func (c *Client) CopyFlowLogs(ctx context.Context, id uint32, w io.Writer, follow bool) error {
 	f, err := c.GetFlow(ctx, id)
@@ -411,6 +412,9 @@ func (c *Client) CopyFlowLogs(ctx context.Context, id uint32, w io.Writer, follo
 	types := map[uint32]string{}
 	for _, n := range dag.Nodes {
 		types[n.ID] = n.ScriptType
+		if n.FunctionName != "" {
+			types[n.ID] = n.FunctionName
+		}
 	}
 	for _, jid := range f.Jobs {
 		if _, err := fmt.Fprintf(w, "== job %d (%s) ==\n", jid, types[jid]); err != nil {

@@ -47,6 +47,8 @@ type DagNode struct {
 	Attempt    uint32           `json:"attempt"`
 	Error      string           `json:"error,omitempty"`
 	ScriptType string           `json:"script_type"`
+	// FunctionName is a handler job's executor#handler (its script type may be empty).
+	FunctionName string `json:"function_name,omitempty"`
 }
 
 // Event is one entry of a context's event stream.
@@ -93,7 +95,7 @@ func dagOf(d *herov1.GetFlowDagResponse) *DAG {
 	out := &DAG{Flow: flowOf(d.Flow), Nodes: []*DagNode{}}
 	for _, n := range d.Nodes {
 		out.Nodes = append(out.Nodes, &DagNode{ID: n.Id, Depends: nonNil(n.Depends), Dependents: nonNil(n.Dependents),
-			NodeStatus: model.NodeStatus(n.NodeStatus), JobStatus: model.JobStatus(n.JobStatus), Attempt: n.Attempt, Error: n.Error, ScriptType: n.ScriptType})
+			NodeStatus: model.NodeStatus(n.NodeStatus), JobStatus: model.JobStatus(n.JobStatus), Attempt: n.Attempt, Error: n.Error, ScriptType: n.ScriptType, FunctionName: n.FunctionName})
 	}
 	return out
 }

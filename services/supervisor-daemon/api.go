@@ -234,6 +234,8 @@ type dagNode struct {
 	Attempt    uint32   `json:"attempt"`
 	Error      string   `json:"error,omitempty"`
 	ScriptType string   `json:"script_type"`
+	// FunctionName is a handler job's executor#handler.
+	FunctionName string `json:"function_name,omitempty"`
 }
 
 type dagResult struct {
@@ -1315,7 +1317,7 @@ func (s *service) flowDAG(ctx context.Context, p Principal, in ctxIDParams) (*da
 	}
 	for _, j := range jobs {
 		n := dagNode{ID: j.ID, Depends: nonNil(j.Dependends), Dependents: nonNil(dependents[j.ID]), NodeStatus: string(model.NodePending),
-			JobStatus: string(j.Status), Attempt: j.Attempt, ScriptType: string(j.ScriptType)}
+			JobStatus: string(j.Status), Attempt: j.Attempt, ScriptType: string(j.ScriptType), FunctionName: j.FunctionName}
 		if g != nil {
 			if gn := g.Nodes[j.ID]; gn != nil {
 				n.NodeStatus, n.Attempt, n.Error = string(gn.Status), gn.Attempt, gn.Error

@@ -491,7 +491,7 @@ func (c *coordinatorServer) GetFlowDag(ctx context.Context, r *herov1.GetFlowDag
 		out := &herov1.GetFlowDagResponse{Flow: protoconv.FlowToPB(x.Flow)}
 		for _, n := range x.Nodes {
 			out.Nodes = append(out.Nodes, &herov1.DagNode{Id: n.ID, Depends: n.Depends, Dependents: n.Dependents, NodeStatus: n.NodeStatus,
-				JobStatus: n.JobStatus, Attempt: n.Attempt, Error: n.Error, ScriptType: n.ScriptType})
+				JobStatus: n.JobStatus, Attempt: n.Attempt, Error: n.Error, ScriptType: n.ScriptType, FunctionName: n.FunctionName})
 		}
 		return out, nil
 	})

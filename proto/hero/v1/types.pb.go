@@ -1386,6 +1386,7 @@ type DagNode struct {
 	Attempt       uint32                 `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Error         string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	ScriptType    string                 `protobuf:"bytes,8,opt,name=script_type,json=scriptType,proto3" json:"script_type,omitempty"`
+	FunctionName  string                 `protobuf:"bytes,9,opt,name=function_name,json=functionName,proto3" json:"function_name,omitempty"` // a handler job's executor#handler
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1472,6 +1473,13 @@ func (x *DagNode) GetError() string {
 func (x *DagNode) GetScriptType() string {
 	if x != nil {
 		return x.ScriptType
+	}
+	return ""
+}
+
+func (x *DagNode) GetFunctionName() string {
+	if x != nil {
+		return x.FunctionName
 	}
 	return ""
 }
@@ -1777,7 +1785,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\rtransport_dst\x18\x15 \x01(\tR\ftransportDst\x12\x1c\n" +
 	"\n" +
 	"sent_at_ms\x18\x16 \x01(\x03R\bsentAtMs\x12\x1e\n" +
-	"\vacked_at_ms\x18\x17 \x01(\x03R\tackedAtMs\"\xe4\x01\n" +
+	"\vacked_at_ms\x18\x17 \x01(\x03R\tackedAtMs\"\x89\x02\n" +
 	"\aDagNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x18\n" +
 	"\adepends\x18\x02 \x03(\rR\adepends\x12\x1e\n" +
@@ -1791,7 +1799,8 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\aattempt\x18\x06 \x01(\rR\aattempt\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12\x1f\n" +
 	"\vscript_type\x18\b \x01(\tR\n" +
-	"scriptType\"\xf6\x01\n" +
+	"scriptType\x12#\n" +
+	"\rfunction_name\x18\t \x01(\tR\ffunctionName\"\xf6\x01\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\x12\x12\n" +
