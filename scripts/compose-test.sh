@@ -7,7 +7,7 @@
 #      `docker compose build --build-arg GOPROXY=off`, `docker compose up -d --wait`
 #   2. heroctl on the host: actor 1, context 1, runner 1; examples/diamond.yaml finishes
 #      with the expected results; heroctl inside a container works too; examples/handlers.yaml
-#      (the runner's example Python executor) finishes; the Python SDK's producer example
+#      (the runner's example executors python and mailer) finishes; the Python SDK's producer example
 #      and the Go client's (sdk/go/example/producer) run against the API, signed (every
 #      example meant for this stack runs: checked at the end against examples/)
 #   3. a flow whose middle job sleeps: while it runs, `docker compose kill runner` and
@@ -251,14 +251,17 @@ rpc flow.load '{"context_id":1,"id":'"$DIAMOND"'}' | jq -e '.result.result["4.TO
 say "flow $DIAMOND finished: 4.TOTAL=483 (heroctl and JSON-RPC on :$HERO_HTTP_PORT)"
 RAN_EXAMPLES=(diamond.yaml)
 
-step "examples/handlers.yaml: a handler job on the runner's example Python executor"
+step "examples/handlers.yaml: handler jobs on the runner's example executors python and mailer"
 HANDLERS=$(flow_submit examples/handlers.yaml)
-read -r J_MEASURE J_ENRICH J_REPORT < "$WORK/jobs.$HANDLERS"
+read -r J_MEASURE J_ENRICH J_NOTIFY J_REPORT < "$WORK/jobs.$HANDLERS"
 flow_watch "$HANDLERS" || fail "flow $HANDLERS (handlers) did not finish"
-hj job get "$J_ENRICH" | jq -e '.status == "finished"' >/dev/null || fail "handler job $J_ENRICH: $(hj job get "$J_ENRICH" | jq -c '{status, error}')"
+for j in "$J_ENRICH" "$J_NOTIFY"; do
+  hj job get "$j" | jq -e '.status == "finished"' >/dev/null || fail "handler job $j: $(hj job get "$j" | jq -c '{status, error}')"
+done
 hc job logs "$J_REPORT" | grep -q 'handler saw SIZE=42 bytes' || fail "job $J_REPORT did not read the handler's result: $(hc job logs "$J_REPORT")"
+hc job logs "$J_REPORT" | grep -q 'mailed ops@example.com: disk report' || fail "job $J_REPORT did not read the mailer's result: $(hc job logs "$J_REPORT")"
 RAN_EXAMPLES+=(handlers.yaml)
-say "flow $HANDLERS finished: python#echo ran (job $J_ENRICH) after job $J_MEASURE, and job $J_REPORT read its result"
+say "flow $HANDLERS finished: python#echo (job $J_ENRICH) after job $J_MEASURE, mailer#send_email without a script type (job $J_NOTIFY), and job $J_REPORT read both results"
 
 step "the Python producer SDK's example (sdk/python/examples/producer_example.py), signed as actor 1"
 PY=

@@ -43,7 +43,7 @@ set_args() {
                               --admin-secret-file "$STATE_DIR/admin-secret" --api-tls-cert "$PKI/api.pem" --api-tls-key "$PKI/api-key.pem") ;;
     router) ARGS+=(--scheduler-addr 127.0.0.1:9654 --router-id local-router) ;;
     runner) ARGS+=(--runner-id 1 --contexts '*' --worker-id local-runner
-                   --executors "python;cmd=python3 -u $ROOT/sdk/python/examples/example_executor.py;size=2;ro=$ROOT/sdk/python"
+                   --executors "python;cmd=python3 -u $ROOT/sdk/python/examples/example_executor.py;size=2;ro=$ROOT/sdk/python|mailer;cmd=python3 -u $ROOT/sdk/python/examples/mailer_executor.py;ro=$ROOT/sdk/python"
                    --dispatcher-workers 'local=/bin/sh' --dispatcher-log-dir "$STATE_DIR/dispatcher-logs") ;;
   esac
 }
@@ -107,6 +107,7 @@ Try it (the API serves TLS from the stack's CA; Redis has ACL users, redis-cli:
   bin/heroctl runner create 1
   bin/heroctl flow submit examples/diamond.yaml --watch
   bin/heroctl job run --function python#echo --kwargs '{"hello": "world"}'   # a handler job (executor "python")
+  bin/heroctl flow submit examples/handlers.yaml --wait   # scripts and handlers, one of executor "mailer"
   bin/heroctl dispatcher run --worker local --script 'echo hi from the Hero Dispatcher protocol'
 TXT
 }

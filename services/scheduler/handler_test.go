@@ -181,8 +181,8 @@ func TestSweepDispatchesNodesReadyAtTheStart(t *testing.T) {
 
 // A flow may hold handler jobs without a script_type, of an executor named after no
 // script type ("mailer#send"): the start plans them, and each of their dispatches —
-// the start's, a dependency's end's and a retry's — puts them on their executor's
-// queue, as job.run's does.
+// the start's, a dependency's end's, a retry's and flow.retry's — puts them on their
+// executor's queue, as job.run's does.
 func TestFlowOfHandlerJobsWithoutScriptType(t *testing.T) {
 	ctx := context.Background()
 	st := openFlushed(t)
@@ -242,6 +242,18 @@ func TestFlowOfHandlerJobsWithoutScriptType(t *testing.T) {
 	}
 	if got := queued("exec:mailer"); !slices.Equal(got, []string{keys.Job(1, b)}) {
 		t.Fatalf("queue:exec:mailer after the retry: %v", got)
+	}
+	// Its retries used up, the flow fails; flow.retry dispatches it again.
+	rc.Del(ctx, keys.Queue("exec:mailer"))
+	end(b, 2, model.JobError)
+	if got, err := db.LoadFlow(ctx, f.ID); err != nil || got.Status != model.FlowError {
+		t.Fatalf("the flow once job %d failed for good: %+v %v", b, got, err)
+	}
+	if _, _, err := e.retryFlow(ctx, 6, f.ID, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := queued("exec:mailer"); !slices.Equal(got, []string{keys.Job(1, b)}) {
+		t.Fatalf("queue:exec:mailer after flow.retry: %v", got)
 	}
 	if n := rc.LLen(ctx, keys.MsgOut).Val(); n != 0 {
 		t.Errorf("msg_out holds %d messages: the jobs a runner here can take go to their queues at once", n)

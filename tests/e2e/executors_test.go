@@ -19,8 +19,10 @@ import (
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
-// executorStack starts a stack whose runner has two executor pools: the Python
-// example runtime (executor "python") and the Go example (executor "go").
+// executorStack starts a stack whose runner has three executors: the Python example
+// runtime (executor "python"), the Go example (executor "go") and the Python example
+// mailer (executor "mailer", named after no script type). A context's pool starts
+// with its first job.
 func executorStack(t *testing.T, schedArgs ...string) (*harness.Stack, *harness.Client) {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
@@ -34,7 +36,8 @@ func executorStack(t *testing.T, schedArgs ...string) (*harness.Stack, *harness.
 	goExec := filepath.Join(binDir, harness.ExampleExecutor)
 	s, c := servingStack(t, harness.StackOptions{
 		SchedulerArgs: append([]string{"--retry-base", "100ms"}, schedArgs...),
-		RunnerArgs: []string{"--executors", "python;cmd=python3 " + py + ";size=2;ro=" + filepath.Join(root, "sdk", "python") + "|go;cmd=" + goExec + ";size=1;pipeline=4;transport=tcp",
+		RunnerArgs: []string{"--executors", "python;cmd=python3 " + py + ";size=2;ro=" + filepath.Join(root, "sdk", "python") + "|go;cmd=" + goExec + ";size=1;pipeline=4;transport=tcp" +
+			"|mailer;cmd=python3 " + filepath.Join(root, "sdk", "python", "examples", "mailer_executor.py") + ";ro=" + filepath.Join(root, "sdk", "python"),
 			"--executor-cancel-grace", "1s", "--concurrency", "8"},
 	})
 	c.MustCall(t, "runner.create", map[string]any{"context_id": ctx1, "runner": map[string]any{"id": 2, "script_types": []string{"go"}}}, nil)
@@ -575,8 +578,8 @@ func TestExecutorPoolsPerContext(t *testing.T) {
 // TestExamplesOnOneNode: every flow of examples/ says in its header which setup it
 // needs, and every one meant for a single node (all but the two-node one) finishes
 // when heroctl submits it with --wait to a stack whose runner has the example Python
-// executor, as docker-compose.yml's and scripts/local-stack.sh's do (make compose-test
-// runs them on the compose stack too).
+// executors ("python" and "mailer"), as docker-compose.yml's and
+// scripts/local-stack.sh's do (make compose-test runs them on the compose stack too).
 func TestExamplesOnOneNode(t *testing.T) {
 	s, _ := executorStack(t)
 	c := ctl{t: t, s: s}
@@ -606,8 +609,9 @@ func TestExamplesOnOneNode(t *testing.T) {
 			t.Errorf("%s did not finish:\n%s", f, out)
 		}
 		if filepath.Base(f) == "handlers.yaml" {
-			if logs := c.out(meEnv, "flow", "logs", flowID(t, errOut)); !strings.Contains(logs, "handler saw SIZE=42 bytes") {
-				t.Errorf("handlers.yaml: the last job did not read the handler's result:\n%s", logs)
+			if logs := c.out(meEnv, "flow", "logs", flowID(t, errOut)); !strings.Contains(logs, "handler saw SIZE=42 bytes") ||
+				!strings.Contains(logs, "mailed ops@example.com: disk report") || !strings.Contains(logs, "(mailer#send_email) ==") {
+				t.Errorf("handlers.yaml: the last job did not read the handlers' results:\n%s", logs)
 			}
 		}
 		ran = append(ran, filepath.Base(f))

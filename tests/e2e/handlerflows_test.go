@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hero-coordinator/hero/tests/e2e/harness"
+)
+
+// mailKwargs are the kwargs of a mailer#send_email job (sdk/python/examples/mailer_executor.py).
+func mailKwargs(to, subject, text string) map[string]any {
+	return map[string]any{"to": to, "subject": subject, "text": text}
+}
+
+// Acceptance (issue 43): a flow of handler jobs without script_type, of an executor
+// named after no script type ("mailer"), runs through the API: flow.create and
+// flow.start take it, each job goes to its executor, and the results pass on — a
+// script's to a handler, and a handler's to the handler that depends on it.
+func TestHandlerFlowWithoutScriptType(t *testing.T) {
+	_, c := executorStack(t)
+	c.MustCall(t, "job.create", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 1, "script_type": "sh",
+		"script": `echo "SIZE=42" > "$HERO_RESULT_FILE"`}}, nil)
+	createHandler(t, c, handlerSpec{id: 2, function: "mailer#send_email", kwargs: mailKwargs("ops@example.com", "disk", ""), deps: []uint32{1}})
+	createHandler(t, c, handlerSpec{id: 3, function: "mailer#send_email", kwargs: mailKwargs("audit@example.com", "copy", "forwarded"), deps: []uint32{2}})
+	f := runFlow(t, c, 100, 1, 2, 3)
+	if f.Status != "finished" {
+		t.Fatalf("flow: %+v", f)
+	}
+	if got := f.Result["2.body"]; got != "SIZE: 42" {
+		t.Errorf("the first mail's body %q: want the script's result", got)
+	}
+	if got, want := f.Result["3.body"], "forwarded\nbody: SIZE: 42\nsubject: disk\nto: ops@example.com"; got != want {
+		t.Errorf("the second mail's body %q: want the first mail's result %q", got, want)
+	}
+	var j map[string]any
+	c.MustCall(t, "job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 3}, &j)
+	if j["script_type"] != "" || j["function_name"] != "mailer#send_email" || j["status"] != "finished" {
+		t.Errorf("job 3: script_type %q, function_name %q, status %q", j["script_type"], j["function_name"], j["status"])
+	}
+	var dag struct {
+		Nodes []struct {
+			ID           uint32 `json:"id"`
+			FunctionName string `json:"function_name"`
+		} `json:"nodes"`
+	}
+	c.MustCall(t, "flow.dag", map[string]any{"context_id": ctx1, "id": 100}, &dag)
+	if len(dag.Nodes) != 3 || dag.Nodes[1].FunctionName != "mailer#send_email" {
+		t.Errorf("flow.dag nodes: %+v", dag.Nodes)
+	}
+}
+
+const mailFlow = `jobs:
+  - name: measure
+    type: sh
+    script: echo "SIZE=42" >> "$HERO_RESULT_FILE"
+  - name: notify
+    function: %s#send_email
+    depends: [measure]
+    kwargs: {to: ops@example.com, subject: disk}
+  - name: audit
+    function: mailer#send_email
+    depends: [notify]
+    kwargs: {to: audit@example.com}
+`
+
+// Acceptance (issue 43): heroctl flow submit runs a flow file of handler jobs without
+// a type; a flow file naming an executor no runner of the context announced is
+// refused before anything is stored, naming the job and the executor.
+func TestHeroctlFlowSubmitHandlerJobsWithoutType(t *testing.T) {
+	s, c := executorStack(t)
+	x := ctl{t: t, s: s}
+	out, errOut := x.ok(meEnv, "flow", "submit", writeTemp(t, "mail.yaml", strings.Replace(mailFlow, "%s", "mailer", 1)), "--wait", "--max-wait", "90")
+	if !regexp.MustCompile(`status\s+finished`).MatchString(out) || !strings.Contains(out, "body: SIZE: 42") {
+		t.Fatalf("the flow did not finish with the mails' results:\n%s", out)
+	}
+	if dag := x.out(meEnv, "flow", "dag", flowID(t, errOut)); strings.Count(dag, "mailer#send_email") != 2 {
+		t.Errorf("flow dag does not show the handler jobs' functions:\n%s", dag)
+	}
+	jobs, flows := countJobs(t, c), countFlows(t, c)
+
+	bad := writeTemp(t, "bad.yaml", strings.Replace(mailFlow, "%s", "nosuch", 1))
+	out, errOut, code := s.Heroctl(t, meEnv, "flow", "submit", bad)
+	if j, f := countJobs(t, c), countFlows(t, c); j != jobs || f != flows {
+		t.Errorf("the refused flow stored something: %d jobs (was %d), %d flows (was %d)", j, jobs, f, flows)
+	}
+	if code != 1 || !strings.Contains(errOut, `job "notify" of the flow`) || !strings.Contains(errOut, `no runner in context 1 has executor "nosuch"`) {
+		t.Fatalf("a flow naming an executor no runner has: exit %d, stderr %q, stdout %q", code, errOut, out)
+	}
+}
+
+func countJobs(t *testing.T, c *harness.Client) int {
+	t.Helper()
+	var r struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	c.MustCall(t, "job.list", map[string]any{"context_id": ctx1, "limit": 1000}, &r)
+	return len(r.Items)
+}
+
+func countFlows(t *testing.T, c *harness.Client) int {
+	t.Helper()
+	var r struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	c.MustCall(t, "flow.list", map[string]any{"context_id": ctx1, "limit": 1000}, &r)
+	return len(r.Items)
+}
