@@ -49,6 +49,37 @@ func TestHandlerFlowWithoutScriptType(t *testing.T) {
 	if len(dag.Nodes) != 3 || dag.Nodes[1].FunctionName != "mailer#send_email" {
 		t.Errorf("flow.dag nodes: %+v", dag.Nodes)
 	}
+	checkJobCheckBatch(t, c)
+}
+
+// checkJobCheckBatch: job.check_batch answers each job as job.create_batch would —
+// the job, or its refusal — and stores nothing.
+func checkJobCheckBatch(t *testing.T, c *harness.Client) {
+	t.Helper()
+	before := countItems(t, c, "job.list")
+	var r struct {
+		Items []struct {
+			Job *struct {
+				FunctionName string `json:"function_name"`
+			} `json:"job"`
+			Error *struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		} `json:"items"`
+	}
+	c.MustCall(t, "job.check_batch", map[string]any{"context_id": ctx1, "jobs": []any{
+		map[string]any{"function_name": "mailer#send_email", "kwargs": mailKwargs("ops@example.com", "", "")},
+		map[string]any{"function_name": "nosuch#send_email"},
+		map[string]any{"script": "true", "script_type": "pyhton"},
+	}}, &r)
+	if len(r.Items) != 3 || r.Items[0].Job == nil || r.Items[0].Job.FunctionName != "mailer#send_email" ||
+		r.Items[1].Error == nil || !strings.Contains(r.Items[1].Error.Message, `no runner in context 1 has executor "nosuch"`) ||
+		r.Items[2].Error == nil || !strings.Contains(r.Items[2].Error.Message, `"pyhton" is not a known script type`) {
+		t.Errorf("job.check_batch: %+v", r.Items)
+	}
+	if n := countItems(t, c, "job.list"); n != before {
+		t.Errorf("job.check_batch stored jobs: %d, was %d", n, before)
+	}
 }
 
 const mailFlow = `jobs:
@@ -78,11 +109,11 @@ func TestHeroctlFlowSubmitHandlerJobsWithoutType(t *testing.T) {
 	if dag := x.out(meEnv, "flow", "dag", flowID(t, errOut)); strings.Count(dag, "mailer#send_email") != 2 {
 		t.Errorf("flow dag does not show the handler jobs' functions:\n%s", dag)
 	}
-	jobs, flows := countJobs(t, c), countFlows(t, c)
+	jobs, flows := countItems(t, c, "job.list"), countItems(t, c, "flow.list")
 
 	bad := writeTemp(t, "bad.yaml", strings.Replace(mailFlow, "%s", "nosuch", 1))
 	out, errOut, code := s.Heroctl(t, meEnv, "flow", "submit", bad)
-	if j, f := countJobs(t, c), countFlows(t, c); j != jobs || f != flows {
+	if j, f := countItems(t, c, "job.list"), countItems(t, c, "flow.list"); j != jobs || f != flows {
 		t.Errorf("the refused flow stored something: %d jobs (was %d), %d flows (was %d)", j, jobs, f, flows)
 	}
 	if code != 1 || !strings.Contains(errOut, `job "notify" of the flow`) || !strings.Contains(errOut, `no runner in context 1 has executor "nosuch"`) {
@@ -90,20 +121,13 @@ func TestHeroctlFlowSubmitHandlerJobsWithoutType(t *testing.T) {
 	}
 }
 
-func countJobs(t *testing.T, c *harness.Client) int {
+// countItems is how many items a list method (job.list, flow.list) gives in context 1
+// (up to 1000).
+func countItems(t *testing.T, c *harness.Client, method string) int {
 	t.Helper()
 	var r struct {
 		Items []json.RawMessage `json:"items"`
 	}
-	c.MustCall(t, "job.list", map[string]any{"context_id": ctx1, "limit": 1000}, &r)
-	return len(r.Items)
-}
-
-func countFlows(t *testing.T, c *harness.Client) int {
-	t.Helper()
-	var r struct {
-		Items []json.RawMessage `json:"items"`
-	}
-	c.MustCall(t, "flow.list", map[string]any{"context_id": ctx1, "limit": 1000}, &r)
+	c.MustCall(t, method, map[string]any{"context_id": ctx1, "limit": 1000}, &r)
 	return len(r.Items)
 }
