@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -266,12 +267,18 @@ func (c *cli) tlsConfig() (*tls.Config, error) {
 
 // describe turns an API error into one line for the user.
 func describe(err error) string {
+	if errors.Is(err, hero.ErrTLS) {
+		return describeTLS(err)
+	}
 	st, ok := status.FromError(err)
 	if !ok {
 		return err.Error()
 	}
 	switch st.Code() {
 	case codes.Unavailable:
+		if answered, after := apiAnswered(st); answered {
+			return "supervisor-daemon answered that it cannot serve the call now: " + st.Message() + " (" + after + ")"
+		}
 		return "cannot reach supervisor-daemon (is it running? set HERO_ADDR): " + st.Message()
 	case codes.PermissionDenied:
 		return st.Message() + " (set HERO_ACTOR, or HERO_ADMIN_SECRET for operator commands)"
@@ -281,6 +288,39 @@ func describe(err error) string {
 		return "timed out: " + st.Message()
 	}
 	return st.Message()
+}
+
+// apiAnswered says whether an Unavailable status is supervisor-daemon's own answer
+// (its store or a service behind it is down, or it is shutting down: a retry hint, or
+// its "unavailable" message) rather than gRPC's for a connection it could not make,
+// and when to try again.
+func apiAnswered(st *status.Status) (bool, string) {
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.RetryDelay != nil {
+			return true, "retry in " + ri.RetryDelay.AsDuration().String()
+		}
+	}
+	msg := st.Message()
+	if strings.HasPrefix(msg, "unavailable: ") || strings.HasPrefix(msg, "scheduler unavailable: ") {
+		return true, "retry in a moment"
+	}
+	return false, ""
+}
+
+// describeTLS says what a failed TLS handshake with the API means and what to set.
+func describeTLS(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "x509: "); i >= 0 {
+		// gRPC quotes the handshake's error inside its own message.
+		msg = strings.ReplaceAll(strings.TrimRight(msg[i:], `"`), `\"`, `"`)
+	}
+	switch {
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return "the API does not speak TLS: " + msg + " (an API without TLS needs --plaintext, HERO_PLAINTEXT=1)"
+	case strings.Contains(msg, "x509: "):
+		return "the API's certificate is not trusted: " + msg + " (set HERO_TLS_CA (--tls-ca) to the CA that issued it: `docker compose exec -T supervisor-daemon cat /pki/ca.pem`, scripts/local-stack.sh's .local-stack/pki/ca.pem, or the chart's <release>-api-tls Secret)"
+	}
+	return "the TLS handshake with the API failed: " + msg + " (check HERO_TLS_CA, HERO_TLS_CERT and HERO_TLS_KEY)"
 }
 
 // multiFlag collects repeated flags (--env K=V --env …).
