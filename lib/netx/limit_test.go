@@ -12,16 +12,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// Over the cap a new connection is answered at once and closed; the accepted one is
-// served; once it closes, its slot is free again.
-func TestLimitRefusesOverTheCapAndFreesSlots(t *testing.T) {
+// serveLimited listens on a local port with the bounds of o and hands out what it
+// accepts and the causes of what it refuses, until the test ends.
+func serveLimited(t *testing.T, o Options) (*Limited, chan net.Conn, chan string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused := make(chan string, 4)
-	lim := Limit(ln, Options{Max: 1, Reject: RejectHTTP, OnReject: func(cause string) { refused <- cause }})
-	accepted := make(chan net.Conn, 4)
+	refused := make(chan string, 16)
+	o.OnReject = func(cause string) { refused <- cause }
+	lim := Limit(ln, o)
+	accepted := make(chan net.Conn, 16)
 	go func() {
 		for {
 			c, err := lim.Accept()
@@ -31,7 +33,15 @@ func TestLimitRefusesOverTheCapAndFreesSlots(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	defer func() { _ = lim.Close() }()
+	t.Cleanup(func() { _ = lim.Close() })
+	return lim, accepted, refused
+}
+
+// Over the cap a new connection is answered at once and closed; the accepted one is
+// served; once it closes, its slot is free again.
+func TestLimitRefusesOverTheCapAndFreesSlots(t *testing.T) {
+	lim, accepted, refused := serveLimited(t, Options{Max: 1, Reject: RejectHTTP})
+	ln := lim.Listener
 
 	first, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -107,24 +117,8 @@ func closedAtOnce(c net.Conn) bool {
 // the first holding more than the listener's share; a closed connection frees its
 // source's slot.
 func TestLimitBoundsEachSource(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := make(chan string, 16)
-	lim := Limit(ln, Options{Max: 8, PerSource: 3, OnReject: func(cause string) { refused <- cause }})
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := lim.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
-	defer func() { _ = lim.Close() }()
-	addr := ln.Addr().String()
+	lim, accepted, refused := serveLimited(t, Options{Max: 8, PerSource: 3})
+	addr := lim.Addr().String()
 	var held []net.Conn
 	for range 3 {
 		dialFrom(t, "127.0.0.1", addr)
