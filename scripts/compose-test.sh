@@ -5,7 +5,9 @@
 #
 #   1. scripts/offline-images.sh (base images without a registry; as root only),
 #      `docker compose build --build-arg GOPROXY=off`, `docker compose up -d --wait`
-#   2. heroctl on the host: actor 1, context 1, runner 1; examples/diamond.yaml finishes
+#   2. the operator secret the first start generated (read from the stack as the README says;
+#      the old well-known default is refused; no log holds it); heroctl on the host: actor 1,
+#      context 1, runner 1; examples/diamond.yaml finishes
 #      with the expected results; heroctl inside a container works too; examples/handlers.yaml
 #      (the runner's example executors python and mailer) finishes; the Python SDK's producer example
 #      and the Go client's (sdk/go/example/producer) run against the API, signed (every
@@ -38,7 +40,9 @@ ROOT=$(pwd)
 
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-hero-compose-test}
 export HERO_RUNNER_BASE=${HERO_RUNNER_BASE:-hero-runtime-python:bookworm}
-export HERO_ADMIN_SECRET=${HERO_ADMIN_SECRET:-compose-test-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')}
+# The operator secret: the one the stack generates at its first start (the default, read
+# from it below), unless the caller sets HERO_ADMIN_SECRET (then the stack takes that one).
+OWN_SECRET=${HERO_ADMIN_SECRET:-}
 BUILD_ARGS=${COMPOSE_TEST_BUILD_ARGS---build-arg GOPROXY=off}
 SERVICES=(supervisor-daemon scheduler router runner mycelium-gateway)
 declare -A ADMIN=([supervisor-daemon]=9660 [scheduler]=9661 [router]=9662 [runner]=9663 [mycelium-gateway]=9664)
@@ -202,6 +206,30 @@ curl -fsS --max-time 5 --cacert "$HERO_TLS_CA" "https://127.0.0.1:$HERO_HTTP_POR
   -d '{"jsonrpc":"2.0","id":1,"method":"rpc.discover"}' | jq -e '.result.openrpc' >/dev/null || fail "the JSON-RPC API does not answer over TLS"
 say "every service has mutual TLS; the API answers https only (CA: \$HERO_TLS_CA)"
 
+step "the operator secret"
+if [ -n "$OWN_SECRET" ]; then
+  say "HERO_ADMIN_SECRET was set: the stack uses it"
+else
+  HERO_ADMIN_SECRET=$("${DC[@]}" exec -T supervisor-daemon cat /home/hero/secrets/admin-secret) \
+    || fail "no generated operator secret in supervisor-daemon's /home/hero/secrets/admin-secret"
+  export HERO_ADMIN_SECRET
+  case "$HERO_ADMIN_SECRET" in
+    hero_????????????????????????*) ;;
+    *) fail "the generated operator secret does not look generated (hero_ and at least 24 more characters)" ;;
+  esac
+  if "${DC[@]}" logs --no-color supervisor-daemon 2>&1 | grep -qF "$HERO_ADMIN_SECRET"; then
+    fail "supervisor-daemon logged the operator secret it generated"
+  fi
+  "${DC[@]}" logs --no-color supervisor-daemon 2>&1 | grep -q "generated an operator secret" \
+    || fail "supervisor-daemon did not say that it generated the operator secret"
+  say "generated at the first start; read from the stack; not in the log"
+fi
+if out=$(HERO_ADMIN_SECRET=hero-dev-secret-change-me bin/heroctl secret list 2>&1); then
+  fail "the API accepts the old well-known operator secret hero-dev-secret-change-me"
+fi
+grep -qiE 'authenticat|secret' <<<"$out" || fail "heroctl with the old well-known secret failed for another reason: $out"
+say "the old well-known secret hero-dev-secret-change-me is refused"
+
 hc() { bin/heroctl "$@"; }
 hj() { bin/heroctl -o json "$@"; }
 
@@ -210,7 +238,8 @@ hc actor create --id 1 >/dev/null
 hc context create 1 --admins 1 >/dev/null
 export HERO_ACTOR=1 HERO_CONTEXT=1
 hc runner create 1
-# heroctl in a service image, with the operator secret of the container's environment
+# heroctl in a service image, with the operator secret the container has (its file, or
+# HERO_ADMIN_SECRET when the caller set one)
 "${DC[@]}" exec -T supervisor-daemon heroctl -o json actor get 1 | jq -e '.id == 1' >/dev/null \
   || fail "docker compose exec supervisor-daemon heroctl actor get 1 failed"
 say "docker compose exec supervisor-daemon heroctl works"

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -36,12 +37,15 @@ type globals struct {
 	actor   uint32
 	context uint32
 	secret  string
-	keyFile string
-	tls     tlsx.Files
-	plain   bool // --plaintext: no TLS to the API (a stack whose API serves plaintext)
-	each    bool // --sign-each-call: sign every gRPC call instead of the connection once
-	output  string
-	timeout time.Duration
+	// secretFile holds the operator secret when secret is empty (its first line that
+	// is neither blank nor a # comment: supervisor-daemon's --admin-secret-file).
+	secretFile string
+	keyFile    string
+	tls        tlsx.Files
+	plain      bool // --plaintext: no TLS to the API (a stack whose API serves plaintext)
+	each       bool // --sign-each-call: sign every gRPC call instead of the connection once
+	output     string
+	timeout    time.Duration
 }
 
 func envOr(k, def string) string {
@@ -60,6 +64,7 @@ func parseGlobal(args []string, stderr io.Writer) (*globals, []string, error) {
 	fs.StringVar(&g.addr, "addr", envOr("HERO_ADDR", "127.0.0.1:9653"), "")
 	fs.StringVar(&g.apiURL, "api-url", envOr("HERO_API_URL", ""), "")
 	fs.StringVar(&g.secret, "admin-secret", envOr("HERO_ADMIN_SECRET", ""), "")
+	fs.StringVar(&g.secretFile, "admin-secret-file", envOr("HERO_ADMIN_SECRET_FILE", ""), "")
 	fs.StringVar(&g.keyFile, "key", envOr("HERO_KEY", ""), "")
 	fs.StringVar(&g.tls.CA, "tls-ca", envOr("HERO_TLS_CA", ""), "")
 	fs.StringVar(&g.tls.Cert, "tls-cert", envOr("HERO_TLS_CERT", ""), "")
@@ -141,6 +146,9 @@ type credential struct {
 
 // credential picks the command's credential (see cli.operator).
 func (c *cli) credential() (credential, error) {
+	if err := c.readSecretFile(); err != nil {
+		return credential{}, err
+	}
 	if c.operator && c.g.secret != "" {
 		return credential{secret: c.g.secret, actor: c.g.actor}, nil
 	}
@@ -153,10 +161,36 @@ func (c *cli) credential() (credential, error) {
 	if c.g.secret != "" {
 		return credential{secret: c.g.secret, actor: c.g.actor}, nil
 	}
+	if c.operator && c.g.secretFile != "" {
+		return credential{}, usageErr("this command needs the operator secret: %s (HERO_ADMIN_SECRET_FILE) does not exist; set HERO_ADMIN_SECRET (--admin-secret) or point HERO_ADMIN_SECRET_FILE at the file supervisor-daemon generated", c.g.secretFile)
+	}
 	if c.operator {
-		return credential{}, usageErr("this command needs the operator secret: set HERO_ADMIN_SECRET (--admin-secret)")
+		return credential{}, usageErr("this command needs the operator secret: set HERO_ADMIN_SECRET (--admin-secret), or HERO_ADMIN_SECRET_FILE (--admin-secret-file)")
 	}
 	return credential{}, usageErr("who are you? set HERO_ACTOR (with its key in %s, or --key FILE), or HERO_ADMIN_SECRET for operator commands", keysDirHint())
+}
+
+// readSecretFile takes the operator secret from --admin-secret-file when none is
+// given otherwise. A file that does not exist gives none (a command signed with an
+// actor's key needs no secret); one that cannot be read, or holds none, is an error.
+func (c *cli) readSecretFile() error {
+	if c.g.secret != "" || c.g.secretFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(c.g.secretFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("--admin-secret-file (HERO_ADMIN_SECRET_FILE): %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			c.g.secret = line
+			return nil
+		}
+	}
+	return fmt.Errorf("--admin-secret-file (HERO_ADMIN_SECRET_FILE) %s holds no secret", c.g.secretFile)
 }
 
 // actorKey loads HERO_ACTOR's key: ok false when there is none and the operator
@@ -233,12 +267,18 @@ func (c *cli) tlsConfig() (*tls.Config, error) {
 
 // describe turns an API error into one line for the user.
 func describe(err error) string {
+	if errors.Is(err, hero.ErrTLS) {
+		return describeTLS(err)
+	}
 	st, ok := status.FromError(err)
 	if !ok {
 		return err.Error()
 	}
 	switch st.Code() {
 	case codes.Unavailable:
+		if answered, after := apiAnswered(st); answered {
+			return "supervisor-daemon answered that it cannot serve the call now: " + st.Message() + " (" + after + ")"
+		}
 		return "cannot reach supervisor-daemon (is it running? set HERO_ADDR): " + st.Message()
 	case codes.PermissionDenied:
 		return st.Message() + " (set HERO_ACTOR, or HERO_ADMIN_SECRET for operator commands)"
@@ -248,6 +288,39 @@ func describe(err error) string {
 		return "timed out: " + st.Message()
 	}
 	return st.Message()
+}
+
+// apiAnswered says whether an Unavailable status is supervisor-daemon's own answer
+// (its store or a service behind it is down, or it is shutting down: a retry hint, or
+// its "unavailable" message) rather than gRPC's for a connection it could not make,
+// and when to try again.
+func apiAnswered(st *status.Status) (bool, string) {
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.RetryDelay != nil {
+			return true, "retry in " + ri.RetryDelay.AsDuration().String()
+		}
+	}
+	msg := st.Message()
+	if strings.HasPrefix(msg, "unavailable: ") || strings.HasPrefix(msg, "scheduler unavailable: ") {
+		return true, "retry in a moment"
+	}
+	return false, ""
+}
+
+// describeTLS says what a failed TLS handshake with the API means and what to set.
+func describeTLS(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "x509: "); i >= 0 {
+		// gRPC quotes the handshake's error inside its own message.
+		msg = strings.ReplaceAll(strings.TrimRight(msg[i:], `"`), `\"`, `"`)
+	}
+	switch {
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return "the API does not speak TLS: " + msg + " (an API without TLS needs --plaintext, HERO_PLAINTEXT=1)"
+	case strings.Contains(msg, "x509: "):
+		return "the API's certificate is not trusted: " + msg + " (set HERO_TLS_CA (--tls-ca) to the CA that issued it: `docker compose exec -T supervisor-daemon cat /pki/ca.pem`, scripts/local-stack.sh's .local-stack/pki/ca.pem, or the chart's <release>-api-tls Secret)"
+	}
+	return "the TLS handshake with the API failed: " + msg + " (check HERO_TLS_CA, HERO_TLS_CERT and HERO_TLS_KEY)"
 }
 
 // multiFlag collects repeated flags (--env K=V --env …).

@@ -20,6 +20,7 @@ type fakeDispatcher struct {
 	runs  []*herov1.DispatcherRunJobRequest
 	auth  []string
 	pages int
+	addr  string // where fakeDispatcherServer serves it
 }
 
 func (f *fakeDispatcher) ListJobs(ctx context.Context, r *herov1.DispatcherListJobsRequest) (*herov1.DispatcherListJobsResponse, error) {
@@ -63,7 +64,7 @@ func fakeDispatcherServer(t *testing.T) (*fakeDispatcher, func(args ...string) (
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	fake := &fakeDispatcher{}
+	fake := &fakeDispatcher{addr: ln.Addr().String()}
 	herov1.RegisterDispatcherServer(gs, fake)
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)

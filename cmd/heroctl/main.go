@@ -81,6 +81,7 @@ Global flags (each with an environment twin):
   --key FILE         the actor's private key (PEM)     $HERO_KEY (default <config dir>/keys/actor-<ID>.pem)
   --context ID       the context to work in            $HERO_CONTEXT (default 1)
   --admin-secret S   operator secret                   $HERO_ADMIN_SECRET
+  --admin-secret-file FILE  the operator secret in a file (its first line; e.g. one supervisor-daemon generated)   $HERO_ADMIN_SECRET_FILE
   --tls-ca FILE      the CA of the API's TLS (PEM)     $HERO_TLS_CA (default: the system's roots)
   --tls-cert FILE    a client certificate (PEM)        $HERO_TLS_CERT
   --tls-key FILE     its key                           $HERO_TLS_KEY

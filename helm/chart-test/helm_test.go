@@ -131,6 +131,7 @@ func TestTemplateRefusesContradictions(t *testing.T) {
 		{"Localhost seccomp without a profile", "runner:\n  sandbox:\n    seccompProfile:\n      localhostProfile: \"\"\n", "needs runner.sandbox.seccompProfile.localhostProfile", ""},
 		{"Localhost AppArmor without a profile", "runner:\n  sandbox:\n    appArmorProfile:\n      type: Localhost\n", "needs runner.sandbox.appArmorProfile.localhostProfile", ""},
 		{"sandbox before Kubernetes 1.31", "{}\n", "needs Kubernetes 1.31 or newer", "1.30.4"},
+		{"ServiceMonitor that the NetworkPolicies keep out", "serviceMonitor:\n  enabled: true\n", "set networkPolicy.adminFrom to your Prometheus", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

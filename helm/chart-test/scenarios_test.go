@@ -32,6 +32,7 @@ var defaultKinds = map[string]int{
 	"Service": 10,                             // 5 services + router, runner, scheduler and redis headless + redis
 	"Pod":     1,                              // helm test
 	"Job":     1, "Role": 1, "RoleBinding": 1, // the PKI hook
+	"NetworkPolicy": 6, // one per service and the bundled Redis'
 }
 
 // withKinds is a copy of base with some counts changed (0 removes a kind).
@@ -61,6 +62,30 @@ func wantPKIJob(t *testing.T, r *release, certs, users bool) *pkiJob {
 		t.Errorf("PKI Job: --certs=%v --redis-users=%v, want %v and %v", j.certs, j.users, certs, users)
 	}
 	return j
+}
+
+// wantMetricsFenced: by default a NetworkPolicy selects every service and admits to
+// its admin port (/metrics, unauthenticated) nothing but the helm test Pod.
+func wantMetricsFenced(t *testing.T, r *release) {
+	t.Helper()
+	fenced := map[string]bool{}
+	for _, np := range r.networkPolicies() {
+		sel, err := mustSelector(&np.Spec.PodSelector)
+		if err != nil {
+			continue
+		}
+		for _, w := range r.selectedWorkloads(sel) {
+			comp := w.pod.Labels[labelComponent]
+			if a := ingressOn(r, np, "admin"); comp != "redis" && !a.anyone && a.outside == 0 && slices.Equal(a.components, []string{"test"}) {
+				fenced[comp] = true
+			}
+		}
+	}
+	for comp := range components {
+		if !fenced[comp] {
+			t.Errorf("%s: no NetworkPolicy keeps its admin port to the helm test Pod by default", comp)
+		}
+	}
 }
 
 // The release name helm-check.sh renders with.
@@ -139,6 +164,7 @@ var scenarios = map[string]scenario{
 			if j.prefix != rel {
 				t.Errorf("PKI Job: --prefix %q, want %q", j.prefix, rel)
 			}
+			wantMetricsFenced(t, r)
 		},
 	},
 
@@ -178,7 +204,7 @@ var scenarios = map[string]scenario{
 	},
 
 	"external-redis-values": {
-		kinds: withKinds(defaultKinds, map[string]int{"Secret": 2, "Service": 8, "StatefulSet": 2}),
+		kinds: withKinds(defaultKinds, map[string]int{"Secret": 2, "Service": 8, "StatefulSet": 2, "NetworkPolicy": 5}),
 		check: func(t *testing.T, r *release, _ string) {
 			wantRedisURLs(t, r, "rediss://hero:s3cr3t@redis.databases.svc.cluster.local:6380/0")
 			wantPKIJob(t, r, true, false)
@@ -244,7 +270,7 @@ var scenarios = map[string]scenario{
 	// Issue 20, 6: more than one replica of every service, PodDisruptionBudgets, the
 	// scheduler reached through its headless Service, Redis behind Sentinel.
 	"ha-values": {
-		kinds: withKinds(defaultKinds, map[string]int{"Service": 8, "StatefulSet": 2, "PodDisruptionBudget": 5}),
+		kinds: withKinds(defaultKinds, map[string]int{"Service": 8, "StatefulSet": 2, "PodDisruptionBudget": 5, "NetworkPolicy": 5}),
 		check: func(t *testing.T, r *release, _ string) {
 			for _, comp := range []string{"supervisor-daemon", "scheduler", "router", "runner", "mycelium-gateway"} {
 				w := mustComponent(t, r, comp)

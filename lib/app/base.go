@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -94,7 +95,8 @@ func NewBase(ctx context.Context, env *Env, c *config.Common, sv Serving, grpcOp
 	if err != nil {
 		return nil, err
 	}
-	opt := grpcx.Options{MaxConns: c.MaxConnections}
+	warnFileLimit(env, c, sv.API)
+	opt := grpcx.Options{MaxConns: c.MaxConnections, MaxConnsPerSource: c.MaxConnectionsPerSource, HandshakeTimeout: c.HandshakeTimeout}
 	switch {
 	case sv.API && sv.APITLS.Cert != "":
 		if b.APITLS, err = tlsx.ServerConfig(sv.APITLS, false, "api", b.TLSMetrics); err != nil {
@@ -131,6 +133,34 @@ func NewBase(ctx context.Context, env *Env, c *config.Common, sv Serving, grpcOp
 	env.Probe.AddCheck("redis", b.Store.Ping)
 	b.group.AddContext(ctx)
 	return b, nil
+}
+
+// warnFileLimit says at start when the process may open fewer files than its
+// listeners' caps allow (Go has raised the soft limit to the hard one): a flood would
+// then run it out of descriptors, Redis's connections and job files included, before
+// the caps refuse anything.
+func warnFileLimit(env *Env, c *config.Common, api bool) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return
+	}
+	if need := filesNeeded(c.MaxConnections, api); lim.Cur < need {
+		env.Log.Warn().Uint64("open_files_limit", lim.Cur).Uint64("open_files_needed", need).
+			Msg("the open-file limit is below what --max-connections allows on this process's listeners: raise it (ulimit -Hn, LimitNOFILE=, the container's nofile) or lower --max-connections")
+	}
+}
+
+// filesNeeded is the open files a process's listeners may hold at their caps, with
+// room for the admin port (256), Redis's pools and files; 0 without a cap.
+func filesNeeded(maxConns int, api bool) uint64 {
+	if maxConns <= 0 {
+		return 0
+	}
+	listeners := uint64(1)
+	if api {
+		listeners = 2 // gRPC and JSON-RPC
+	}
+	return listeners*uint64(maxConns) + 512
 }
 
 // Dial connects to another service of the stack, by mutual TLS when it is configured

@@ -27,7 +27,13 @@ type Common struct {
 	// RedisSentinelPasswordFile holds the password of the Sentinels of a Sentinel URL.
 	RedisSentinelPasswordFile string
 	MaxConnections            int
-	Pprof                     bool
+	// MaxConnectionsPerSource caps one source address's open connections per
+	// listener (netx.Source: an IPv4 address, an IPv6 /64).
+	MaxConnectionsPerSource int
+	// HandshakeTimeout bounds a new connection's TLS handshake and its first request
+	// (JSON-RPC) or HTTP/2 preface (gRPC).
+	HandshakeTimeout time.Duration
+	Pprof            bool
 }
 
 // RegisterFlags adds the common flags with the service's default ports.
@@ -51,6 +57,8 @@ func (c *Common) RegisterFlags(f *FlagSet, grpcAddr, adminAddr string) {
 	f.StringVar(&c.RedisSentinelPasswordFile, "redis-sentinel-password-file", "", "", "a file holding the password of the Redis Sentinels of a Sentinel URL (their requirepass; the user, when they have ACL users, from the URL's sentinel_user=); the master's is --redis-password-file")
 	f.BoolVar(&c.Pprof, "pprof", "", false, "serve /debug/pprof/ on the admin port (profiles only; never the command line)")
 	f.IntVar(&c.MaxConnections, "max-connections", "", 4096, "most open connections per listener (gRPC; and JSON-RPC on supervisor-daemon); over it new ones are refused at once while open ones are served (0: no cap)")
+	f.IntVar(&c.MaxConnectionsPerSource, "max-connections-per-source", "", 256, "most open connections per listener from one source address (an IPv4 address, an IPv6 /64), so that one client cannot hold every slot; behind a proxy or NAT that hides clients' addresses raise it (0: no cap)")
+	f.DurationVar(&c.HandshakeTimeout, "handshake-timeout", "", 10*time.Second, "a new connection must finish its TLS handshake and send its HTTP/2 preface (gRPC) or its first request's headers (JSON-RPC) within this, else it is closed")
 }
 
 // Validate checks the common settings.
@@ -82,6 +90,12 @@ func (c *Common) Validate() error {
 	}
 	if c.MaxConnections < 0 {
 		return fmt.Errorf("--max-connections: must not be negative")
+	}
+	if c.MaxConnectionsPerSource < 0 {
+		return fmt.Errorf("--max-connections-per-source: must not be negative")
+	}
+	if c.HandshakeTimeout <= 0 {
+		return fmt.Errorf("--handshake-timeout: must be positive")
 	}
 	if err := c.TLS.Validate("tls", true); err != nil {
 		return err

@@ -45,7 +45,6 @@ type Server struct {
 type metrics struct {
 	handled  *prometheus.CounterVec
 	duration *prometheus.HistogramVec
-	refused  prometheus.Counter
 	// byMethod: full method name -> *methodSeries, the series of its successful
 	// calls resolved once (a lookup by label values on every call was ~1% of an
 	// API server's CPU).
@@ -85,19 +84,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time the server took to handle gRPC calls, by method.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"method"}),
-		refused: f.NewCounter(prometheus.CounterOpts{
-			Name: "hero_grpc_server_connections_refused_total",
-			Help: "Connections the gRPC server closed at once because --max-connections were open.",
-		}),
 	}
 }
 
 // Options are a server's transport settings and limits.
 type Options struct {
 	TLS *tls.Config // nil: plaintext
-	// MaxConns caps open connections: over it a new connection is closed at once
-	// while the accepted ones are served (0: no cap).
-	MaxConns int
+	// MaxConns caps open connections, MaxConnsPerSource those of one source address
+	// (netx.Source): over either a new connection is closed at once while the
+	// accepted ones are served (0: no cap).
+	MaxConns          int
+	MaxConnsPerSource int
+	// HandshakeTimeout bounds a new connection's TLS handshake and HTTP/2 preface:
+	// one that has not finished them by then is closed (0: 10 s).
+	HandshakeTimeout time.Duration
 	// MaxStreams caps concurrent calls per connection (0: 1000).
 	MaxStreams uint32
 	// Peers, with mutual TLS, are the services (named by their certificates,
@@ -109,7 +109,7 @@ type Options struct {
 // Keepalive limits every server applies: clients may ping at most every 10 s (more
 // often gets the connection closed), an idle connection is closed after 5 minutes, a
 // silent one is probed each minute and dropped 20 s after an unanswered ping, and a
-// connection must finish its handshake within 10 s.
+// connection must finish its handshake within Options.HandshakeTimeout (10 s).
 const (
 	keepaliveMinPing  = 10 * time.Second
 	keepaliveMaxIdle  = 5 * time.Minute
@@ -130,13 +130,17 @@ func NewServer(addr string, reg prometheus.Registerer, log zerolog.Logger, o Opt
 		return nil, fmt.Errorf("grpc server: %w", err)
 	}
 	m := newMetrics(reg)
-	if o.MaxConns > 0 {
-		lim := netx.Limit(ln, o.MaxConns, nil)
-		lim.OnReject = m.refused.Inc
-		ln = lim
+	refused, err := netx.Refused(reg, "grpc")
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("grpc server: %w", err)
 	}
+	ln = netx.Limit(ln, netx.Options{Max: o.MaxConns, PerSource: o.MaxConnsPerSource, OnReject: refused})
 	if o.MaxStreams == 0 {
 		o.MaxStreams = defaultMaxStreams
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = handshakeTimeout
 	}
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unaryInterceptor(m, log)),
@@ -150,7 +154,7 @@ func NewServer(addr string, reg prometheus.Registerer, log zerolog.Logger, o Opt
 		grpc.MaxConcurrentStreams(o.MaxStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinPing, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: keepaliveMaxIdle, Time: keepaliveProbe, Timeout: keepaliveTimeout}),
-		grpc.ConnectionTimeout(handshakeTimeout),
+		grpc.ConnectionTimeout(o.HandshakeTimeout),
 	}
 	if o.TLS != nil {
 		// Each connection's TLS exporter value is derived at its handshake, for the

@@ -103,10 +103,14 @@ func (p *Probe) Check(ctx context.Context) error {
 	return nil
 }
 
-// Limits of the admin server.
+// Limits of the admin server: its connections in all and per source address (a
+// Prometheus and a kubelet need a few each), and how long a new connection may take
+// to send its request's headers.
 const (
-	adminMaxConns     = 256
-	adminWriteTimeout = 2 * time.Minute
+	adminMaxConns          = 256
+	adminMaxConnsPerSource = 64
+	adminHeaderTimeout     = 5 * time.Second
+	adminWriteTimeout      = 2 * time.Minute
 )
 
 // AdminServer serves /metrics, /healthz and /readyz, and /debug/pprof/ when asked
@@ -126,8 +130,14 @@ func NewAdminServer(addr string, reg *prometheus.Registry, probe *Probe, log zer
 		return nil, nil, fmt.Errorf("admin server: %w", err)
 	}
 	// Probes and scrapes need few connections: a flood of them is refused at once
-	// rather than let it use up the process's file descriptors.
-	ln = netx.Limit(ln, adminMaxConns, nil)
+	// rather than let it use up the process's file descriptors, and one source
+	// cannot take every slot.
+	refused, err := netx.Refused(reg, "admin")
+	if err != nil {
+		_ = ln.Close()
+		return nil, nil, fmt.Errorf("admin server: %w", err)
+	}
+	ln = netx.Limit(ln, netx.Options{Max: adminMaxConns, PerSource: adminMaxConnsPerSource, OnReject: refused})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	if pprofOn {
@@ -162,7 +172,7 @@ func NewAdminServer(addr string, reg *prometheus.Registry, probe *Probe, log zer
 	})
 	return &AdminServer{
 		// A CPU profile or trace streams for its ?seconds= (at most adminWriteTimeout).
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: adminHeaderTimeout, ReadTimeout: 10 * time.Second,
 			WriteTimeout: adminWriteTimeout, IdleTimeout: time.Minute},
 		ln:  ln,
 		log: log,

@@ -209,8 +209,19 @@ var idempotentCalls = map[string]bool{
 }
 
 // Retryable says whether a call that failed with err may be sent again: the server (or
-// its Redis) was briefly unavailable, or the caller was rate limited.
+// its Redis) was briefly unavailable, or the caller was rate limited — over gRPC or
+// JSON-RPC (Call). A TLS handshake that failed for good (ErrTLS) is not.
 func Retryable(err error) bool {
+	if tlsRefused(err) {
+		return false
+	}
+	var re *RPCError
+	if errors.As(err, &re) {
+		return re.Code == rpcUnavailable || re.Code == rpcTooMany
+	}
+	if errors.Is(err, ErrUnavailable) {
+		return true
+	}
 	c := status.Code(err)
 	return c == codes.Unavailable || c == codes.ResourceExhausted
 }
@@ -249,9 +260,15 @@ func retrying(ctx context.Context, again bool, call func() error) error {
 }
 
 // refusedUntil says whether the server refused the call before doing anything and
-// said when to try again (its rate limit: ResourceExhausted with a RetryInfo): safe to
-// send again whatever the call, a creation too.
+// said when to try again (its rate limit: ResourceExhausted with a RetryInfo, or
+// JSON-RPC's -32029 with data.retry_after_ms): safe to send again whatever the call, a
+// creation too.
 func refusedUntil(err error) bool {
+	var re *RPCError
+	if errors.As(err, &re) {
+		_, hinted := re.retryAfter()
+		return re.Code == rpcTooMany && hinted
+	}
 	st, _ := status.FromError(err)
 	if st.Code() != codes.ResourceExhausted {
 		return false
@@ -266,6 +283,13 @@ func refusedUntil(err error) bool {
 
 // retryDelay is the server's retry hint, else the backoff.
 func retryDelay(err error, backoff time.Duration) time.Duration {
+	var re *RPCError
+	if errors.As(err, &re) {
+		if d, ok := re.retryAfter(); ok {
+			return d
+		}
+		return backoff
+	}
 	st, _ := status.FromError(err)
 	for _, d := range st.Details() {
 		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.RetryDelay != nil {

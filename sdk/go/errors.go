@@ -1,7 +1,10 @@
 package hero
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,6 +22,10 @@ var (
 	ErrTimeout          = errors.New("timed out")
 	ErrCancelled        = errors.New("cancelled")
 	ErrInternal         = errors.New("internal error")
+	// ErrTLS: the TLS handshake with the API failed for a reason that trying again
+	// does not change: its certificate is not trusted (another CA's, another host's,
+	// expired), it refused ours, or it does not speak TLS. Not retried.
+	ErrTLS = errors.New("TLS handshake with the API failed")
 )
 
 // Error is a failed call: its kind (one of the Err* values), the gRPC code and the
@@ -67,8 +74,45 @@ func wrap(err error) error {
 		return err
 	}
 	kind, ok := kinds[st.Code()]
-	if !ok {
+	switch {
+	case tlsRefused(err):
+		kind = ErrTLS
+	case !ok:
 		kind = ErrInternal
 	}
 	return &Error{Kind: kind, Code: st.Code(), Message: st.Message(), status: st}
+}
+
+// tlsRefused says whether err is a TLS handshake with the API that failed for good:
+// a certificate that does not verify, a TLS alert from the server, or a server that
+// does not speak TLS (a handshake cut short, EOF, is not: the server may have been at
+// its connection cap). gRPC gives the handshake's error as text only, inside an
+// Unavailable status ("transport: authentication handshake failed: …").
+func tlsRefused(err error) bool {
+	var (
+		verify  *tls.CertificateVerificationError
+		alert   tls.AlertError
+		record  tls.RecordHeaderError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+	)
+	if errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &record) ||
+		errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) {
+		return true
+	}
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	_, handshake, found := strings.Cut(st.Message(), "authentication handshake failed")
+	if !found {
+		return false
+	}
+	for _, s := range []string{"x509: ", "tls: failed to verify", "first record does not look like a TLS handshake", "remote error: tls: "} {
+		if strings.Contains(handshake, s) {
+			return true
+		}
+	}
+	return false
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hero-coordinator/hero/lib/auth"
 )
@@ -24,6 +26,33 @@ type RPCError struct {
 
 func (e *RPCError) Error() string {
 	return fmt.Sprintf("%s: error %d: %s", e.Method, e.Code, e.Message)
+}
+
+// The JSON-RPC codes Call sends a call again after (docs/api.md, Errors).
+const (
+	rpcUnavailable = -32000 // Redis or a service behind the API cannot be reached now
+	rpcTooMany     = -32029 // a per-caller limit: refused before anything was done
+)
+
+// retryAfter is the server's retry hint (data.retry_after_ms), if it gave one.
+func (e *RPCError) retryAfter() (time.Duration, bool) {
+	var d struct {
+		RetryAfterMs *int64 `json:"retry_after_ms"`
+	}
+	if len(e.Data) == 0 || json.Unmarshal(e.Data, &d) != nil || d.RetryAfterMs == nil {
+		return 0, false
+	}
+	return time.Duration(*d.RetryAfterMs) * time.Millisecond, true
+}
+
+// idempotentMethods are the JSON-RPC methods Call sends again after a transient fault
+// (the JSON-RPC names of idempotentCalls): reads, waits, and changes that a second
+// time leave things as the first did.
+var idempotentMethods = map[string]bool{
+	"actor.load": true, "context.load": true, "runner.load": true, "runner.list": true, "job.load": true, "job.list": true,
+	"job.logs": true, "flow.load": true, "flow.list": true, "flow.dag": true, "flow.wait": true, "flow.start": true,
+	"flow.cancel": true, "dlq.list": true, "dlq.show": true, "message.load": true, "events.read": true, "secret.list": true,
+	"dispatcher.list_jobs": true, "dispatcher.job_status": true, "dispatcher.job_logs": true, "rpc.discover": true,
 }
 
 // APIURL is the JSON-RPC endpoint: Config.APIURL, else Addr's host on port 9652
@@ -47,7 +76,11 @@ func (c *Client) APIURL() (string, error) {
 }
 
 // Call calls any JSON-RPC method (signed like every call of the client) and returns
-// its result as the API sent it. An error answer is an *RPCError.
+// its result as the API sent it. An error answer is an *RPCError. Like the gRPC calls,
+// an idempotent method (idempotentMethods) is sent again after a transient fault (the
+// API unreachable, or answering -32000), and any method the API refused before doing
+// anything (-32029 with its retry hint), until the call's deadline; each attempt is
+// signed anew.
 func (c *Client) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	if params == nil {
 		params = struct{}{}
@@ -62,6 +95,17 @@ func (c *Client) Call(ctx context.Context, method string, params any) (json.RawM
 	}
 	ctx, cancel := c.callCtx(ctx)
 	defer cancel()
+	var res json.RawMessage
+	err = retrying(ctx, idempotentMethods[method], func() error {
+		var err error
+		res, err = c.callOnce(ctx, url, method, body)
+		return err
+	})
+	return res, err
+}
+
+// callOnce sends one JSON-RPC request.
+func (c *Client) callOnce(ctx context.Context, url, method string, body []byte) (json.RawMessage, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -71,6 +115,9 @@ func (c *Client) Call(ctx context.Context, method string, params any) (json.RawM
 		return nil, err
 	}
 	resp, err := c.httpClient.Do(req)
+	if err != nil && tlsRefused(err) {
+		return nil, fmt.Errorf("%w: %s: %v", ErrTLS, url, errors.Unwrap(err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot reach the JSON-RPC API at %s: %v", ErrUnavailable, url, err)
 	}

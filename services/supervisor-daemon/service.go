@@ -92,18 +92,22 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 		stopWait()
 		return fmt.Errorf("json-rpc server: %w", err)
 	}
-	lim := netx.Limit(ln, cfg.MaxConnections, netx.RejectHTTP)
-	if b.APITLS != nil {
-		lim = netx.Limit(ln, cfg.MaxConnections, nil) // under TLS a plaintext answer would be noise
+	refused, err := netx.Refused(env.Registry, "jsonrpc")
+	if err != nil {
+		stopWait()
+		_ = ln.Close()
+		return fmt.Errorf("json-rpc server: %w", err)
 	}
-	refused := promauto.With(env.Registry).NewCounter(prometheus.CounterOpts{Name: "hero_api_http_connections_refused_total",
-		Help: "JSON-RPC connections refused at once because --max-connections were open."})
-	lim.OnReject = refused.Inc
-	ln = lim
+	door := netx.Options{Max: cfg.MaxConnections, PerSource: cfg.MaxConnectionsPerSource, Reject: netx.RejectHTTP, OnReject: refused}
+	if b.APITLS != nil {
+		door.Reject = nil // under TLS a plaintext answer would be noise
+	}
+	ln = netx.Limit(ln, door)
 	rpc := newJSONRPCServer(svc, holder, limits, env.Log, metrics, cfg)
 	// WriteTimeout stays 0: each request sets its own write deadline (waiting methods
-	// are exempt), which the server's would override.
-	httpSrv := &http.Server{Handler: rpc, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: cfg.HTTPReadTimeout,
+	// are exempt), which the server's would override. ReadHeaderTimeout bounds a new
+	// connection's TLS handshake, and then its first request's headers.
+	httpSrv := &http.Server{Handler: rpc, ReadHeaderTimeout: cfg.HandshakeTimeout, ReadTimeout: cfg.HTTPReadTimeout,
 		IdleTimeout: cfg.HTTPIdleTimeout, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(obs.Slog(env.Log).Handler(), slog.LevelDebug)}
 	b.AddListener("http", ln.Addr().String(), func() error {
 		if b.APITLS != nil {

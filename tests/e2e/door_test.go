@@ -337,8 +337,8 @@ func checkHTTPConnectionFlood(t *testing.T, s *harness.Stack, c *harness.Client)
 		t.Fatalf("/readyz during the flood: %v %v", resp, err)
 	}
 	_ = resp.Body.Close()
-	if v := metricValue(t, s.API.AdminAddr, "hero_api_http_connections_refused_total"); v < float64(40-16) {
-		t.Fatalf("hero_api_http_connections_refused_total = %v", v)
+	if v := metricValue(t, s.API.AdminAddr, `hero_listener_connections_refused_total{cause="max_connections",listener="jsonrpc"}`); v < float64(40-16) {
+		t.Fatalf("hero_listener_connections_refused_total{jsonrpc, max_connections} = %v", v)
 	}
 }
 
@@ -367,6 +367,9 @@ func checkGRPCConnectionFlood(t *testing.T, s *harness.Stack) {
 	}
 	if _, err := herov1.NewCoordinatorClient(op).GetActor(context.Background(), &herov1.GetActorRequest{Id: 1}); err != nil {
 		t.Fatalf("a gRPC client connected before the flood: %v", err)
+	}
+	if v := metricValue(t, s.API.AdminAddr, `hero_listener_connections_refused_total{cause="max_connections",listener="grpc"}`); v < float64(40-16) {
+		t.Fatalf("hero_listener_connections_refused_total{grpc, max_connections} = %v", v)
 	}
 }
 
