@@ -467,6 +467,10 @@ func (g *gateway) receive(ctx context.Context, m *mycelium.InboundMessage) {
 		g.m.messages.WithLabelValues("in", env.Kind, outcome).Inc()
 	case remote.KindAck, remote.KindJobResult:
 		req, err := db.LoadMessageKey(ctx, env.MsgKey)
+		if nd := (*store.NoDatabaseError)(nil); errors.As(err, &nd) {
+			g.refuse(m, env.Kind, "unknown_context", err.Error())
+			return
+		}
 		if err != nil {
 			g.refuse(m, env.Kind, "unknown_message", err.Error())
 			return

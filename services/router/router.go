@@ -780,6 +780,11 @@ func (r *router) acceptInbound(ctx context.Context, ctxID uint32, m *model.Messa
 		}
 		dedup = store.InboundKey(source, m.Job[0].Origin.MsgKey)
 	case model.KindJobResult:
+		// A context this node has (a read: with an id beyond the Redis server's
+		// databases, nothing is written before the refusal).
+		if _, err := r.store.LoadContext(ctx, ctxID); err != nil {
+			return false, err
+		}
 		dedup = store.InboundKey(source, m.OriginMsg+":result:"+strconv.FormatUint(uint64(m.Job[0].Attempt), 10))
 	default:
 		return false, fmt.Errorf("inbound message kind %q: want job_request or job_result", m.Kind)
