@@ -451,7 +451,7 @@ func (g *gateway) receive(ctx context.Context, m *mycelium.InboundMessage) {
 		}
 		msg := env.Message
 		// Mycelium authenticates the source: the origin is its key, not what the payload says.
-		msg.Job[0].Origin = &model.Origin{PK: m.SrcPK, ContextID: env.ContextID, MsgKey: env.MsgKey}
+		msg.Job[0].Origin = &model.Origin{PK: m.SrcPK, ContextID: env.ContextID, MsgKey: env.MsgKey, TakeByMs: env.TakeByMs}
 		res, err := g.deliver(ctx, &herov1.DeliverRequest{ContextId: env.ContextID, Message: protoconv.MessageToPB(msg), Source: m.SrcPK}, log)
 		if err != nil {
 			// The router refuses what it cannot take (e.g. the job conflicts); the origin's
