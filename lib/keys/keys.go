@@ -54,7 +54,7 @@ const (
 	ActiveFlows       = "coord:flows:active"        // set: "<ctx>:<flow>" of every started, unfinished flow
 	Due               = "coord:due"                 // zset: due-time queue (ms) of delayed work, e.g. retries
 	Control           = "coord:control"             // pub/sub channel: runner and context changes
-	RemoteDue         = "coord:remote_due"          // zset: "<ctx>|<message key>" of remote requests → when their ack or result is due (ms)
+	RemoteDue         = "coord:remote_due"          // zset: "<ctx>|<message key>" of remote requests → when their ack or result is due (ms); "<ctx>|ack|<job key>" of jobs from another node → when their ack is sent unless their result went first
 	Expire            = "coord:expire"              // zset: "<ctx>:flow:<id>" or "<ctx>:job:<caller>:<id>" → when retention deletes it (ms)
 	SchedulerSettings = "coord:scheduler"           // hash: the scheduler's retention_ms (its default retention; 0: forever) and sweep_ms (its safety sweep), for the runners that apply job ends themselves
 	JobDone           = "coord:jobdone"             // pub/sub channel: "<ctx>:<caller>:<id>" of jobs that ended, space-separated (for job.run waiters)

@@ -243,4 +243,7 @@ type Origin struct {
 	PK        string `json:"pk"`         // the origin node's Mycelium public key
 	ContextID uint32 `json:"context_id"` // the context on the origin node
 	MsgKey    string `json:"msg_key"`    // the request message on the origin node
+	// TakeByMs: the job must be queued here before this time (Unix ms; 0: no bound),
+	// else it is dropped — its origin has given up on it (lib/remote).
+	TakeByMs int64 `json:"take_by_ms,omitempty"`
 }

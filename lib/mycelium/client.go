@@ -41,7 +41,8 @@ type Config struct {
 	RequestTimeout time.Duration
 	// LongPollGrace is added to the node-side wait (Pop's timeout, Push's
 	// reply timeout) to make the per-request HTTP timeout of a long poll, so
-	// the node always answers before the client gives up. Zero means
+	// the node answers before the client gives up — unless the node's lock was
+	// held by another client's long poll first (see Pop). Zero means
 	// DefaultLongPollGrace.
 	LongPollGrace time.Duration
 	// MaxBodyBytes caps the size of a response body. Zero means

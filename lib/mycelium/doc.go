@@ -19,8 +19,10 @@
 //     lands in the sender's inbox, where only a pop without a topic filter sees
 //     it.
 //   - A v0.7.10 node locks itself for every call and holds the lock for the
-//     whole of a long poll, and reads request bodies of at most 2 MiB
-//     (MaxRequestBody, MaxPayloadLen, Permanent); docs/mycelium.md.
+//     whole of a long poll; a pop's timeout starts only once it holds the lock
+//     (a pop with timeout 0 made during another long poll waits for that poll).
+//     It reads request bodies of at most 2 MiB (MaxRequestBody, MaxPayloadLen,
+//     Permanent); docs/mycelium.md.
 //
 // The package uses only the standard library. lib/testutil/myceliumemu is a
 // test emulator of the same API.

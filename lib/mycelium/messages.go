@@ -95,10 +95,14 @@ func (c *Client) Push(ctx context.Context, dst Destination, topic, payload []byt
 // itself is allowed timeout plus Config.LongPollGrace. With peek the message
 // stays queued.
 //
-// Pop returns (nil, nil) when the node answers 204: nothing arrived in time (or,
-// on a v0.7.10 node, the node's lock was not free within timeout: a node holds it
-// for the whole of a long poll). A 200 whose body is JSON but not a message is an
-// error matching ErrMalformed; one that is not JSON, ErrNotJSON.
+// Pop returns (nil, nil) when the node answers 204: nothing arrived in time. On a
+// v0.7.10 node timeout starts only once the pop holds the node's lock, which a long
+// poll holds for its whole wait: a pop made during another client's long poll first
+// waits for that poll to end (with timeout 0 too), then looks, and may answer a
+// message. The HTTP timeout (timeout plus LongPollGrace, or RequestTimeout for 0)
+// bounds the whole, so such a pop can fail with a timeout error. A 200 whose body
+// is JSON but not a message is an error matching ErrMalformed; one that is not
+// JSON, ErrNotJSON.
 func (c *Client) Pop(ctx context.Context, topic []byte, timeout time.Duration, peek bool) (*InboundMessage, error) {
 	secs := seconds(timeout)
 	q := url.Values{

@@ -3,8 +3,14 @@
 //
 //   - job_request: origin → runner's node, on the runner's topic (default runner<id>);
 //     the message carries the whole job (environment merged with the flow's, the
-//     dependencies' results) and the origin (its node key, context and message key).
-//   - ack: runner's node → origin, on TopicAck, once the job is queued there.
+//     dependencies' results), the origin (its node key, context and message key) and
+//     the time by which the runner's node must take it (TakeByMs): the origin gives
+//     up waiting for an acknowledgement soon after, so a request that arrives later
+//     is dropped, not run.
+//   - ack: runner's node → origin, on TopicAck, once the job is queued there — only
+//     when its result does not follow within a short time (the router's
+//     --remote-ack-delay): a job that ends quickly costs two messages, its request
+//     and its result.
 //   - job_result: runner's node → origin, on TopicResult, carrying the finished job.
 //
 // Nothing here waits for a Mycelium reply: a long job's result is pushed back to the
@@ -15,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hero-coordinator/hero/lib/model"
 )
@@ -53,6 +60,27 @@ type Envelope struct {
 	MsgKey    string         `json:"msg_key,omitempty"` // the origin's request message
 	Origin    string         `json:"origin,omitempty"`  // the sending node's public key
 	Message   *model.Message `json:"message,omitempty"` // job_request and job_result
+	// TakeByMs (job_request; Unix ms, 0: no bound): the receiving node takes the job —
+	// queues it for its runner — before this time or drops it. Its sender gives up
+	// waiting for an acknowledgement a guard later (TakeBy) and retries or fails the
+	// job itself, so a request that comes later (a node back from a partition or a
+	// restart, Mycelium still delivering within its 5-minute send window) would run
+	// the work a second time.
+	TakeByMs int64 `json:"take_by_ms,omitempty"`
+}
+
+// TakeByGuard is how long before its sender gives up waiting for an acknowledgement
+// a job request must have been taken: a quarter of the acknowledgement timeout, at
+// most 5 s. It covers the acknowledgement's way back and the nodes' clocks
+// disagreeing (the deadline is a wall-clock time read on the receiving node).
+func TakeByGuard(ackTimeout time.Duration) time.Duration {
+	return min(ackTimeout/4, 5*time.Second)
+}
+
+// TakeBy is the deadline a job request sent now carries when its sender waits
+// ackTimeout for the acknowledgement.
+func TakeBy(now time.Time, ackTimeout time.Duration) time.Time {
+	return now.Add(ackTimeout - TakeByGuard(ackTimeout))
 }
 
 // Encode marshals an envelope.
@@ -99,6 +127,9 @@ func Decode(b []byte) (*Envelope, error) {
 	}
 	if e.ContextID == 0 {
 		return nil, errors.New("envelope names no context")
+	}
+	if e.TakeByMs < 0 {
+		return nil, fmt.Errorf("envelope's take_by_ms %d is negative", e.TakeByMs)
 	}
 	switch e.Kind {
 	case KindJobRequest, KindJobResult:

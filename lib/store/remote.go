@@ -114,16 +114,36 @@ func (d *DB) ApplyRemoteResult(ctx context.Context, j *model.Job, worker string)
 	return v == 1, nil
 }
 
-// RemoteDue is a request message waiting for an acknowledgement or a result.
+// RemoteDue is a request message waiting for an acknowledgement or a result (on the
+// node that sent it), or, with Ack, the acknowledgement a job from another node is
+// owed unless its result goes back first (on the node that runs it).
 type RemoteDue struct {
 	ContextID uint32
 	MsgKey    string
+	Ack       bool   // an acknowledgement to send for the job JobKey
+	JobKey    string // job:<caller>:<id>, with Ack
 }
+
+// ackDuePrefix marks an acknowledgement's entry in coord:remote_due ("<ctx>|ack|<job
+// key>"); a message key never starts with it.
+const ackDuePrefix = "ack|"
 
 // AddRemoteDue schedules a check of a remote request at a time (in the DB 0 of the
 // context's server, with the rest of its coordination).
 func (s *Store) AddRemoteDue(ctx context.Context, ctxID uint32, msgKey string, at time.Time) error {
 	return s.Coord(ctxID).ZAdd(ctx, keys.RemoteDue, redis.Z{Score: float64(at.UnixMilli()), Member: strconv.FormatUint(uint64(ctxID), 10) + "|" + msgKey}).Err()
+}
+
+// AddAckDue schedules the acknowledgement of a job from another node (jobKey, in
+// context ctxID) at a time: sent then unless CancelAckDue came first (its result
+// went back). Scheduling it again moves it.
+func (s *Store) AddAckDue(ctx context.Context, ctxID uint32, jobKey string, at time.Time) error {
+	return s.AddRemoteDue(ctx, ctxID, ackDuePrefix+jobKey, at)
+}
+
+// CancelAckDue drops the pending acknowledgement of a job from another node.
+func (s *Store) CancelAckDue(ctx context.Context, ctxID uint32, jobKey string) error {
+	return s.Coord(ctxID).ZRem(ctx, keys.RemoteDue, strconv.FormatUint(uint64(ctxID), 10)+"|"+ackDuePrefix+jobKey).Err()
 }
 
 // PopRemoteDue takes the checks that are due, from every server.
@@ -132,9 +152,14 @@ func (s *Store) PopRemoteDue(ctx context.Context, now time.Time, limit int) ([]R
 	var out []RemoteDue
 	for _, m := range s.popDue(ctx, keys.RemoteDue, now, limit, &e) {
 		c, k, ok := strings.Cut(m, "|")
-		if ok {
-			out = append(out, RemoteDue{ContextID: parseU32(c), MsgKey: k})
+		if !ok {
+			continue
 		}
+		if job, ack := strings.CutPrefix(k, ackDuePrefix); ack {
+			out = append(out, RemoteDue{ContextID: parseU32(c), Ack: true, JobKey: job})
+			continue
+		}
+		out = append(out, RemoteDue{ContextID: parseU32(c), MsgKey: k})
 	}
 	if len(out) == 0 && e.first != nil {
 		return nil, e.first

@@ -565,6 +565,9 @@ func (d *DB) exec(ctx context.Context, p redis.Pipeliner, fn func(p redis.Pipeli
 			first = e
 		}
 	}
+	if nd := d.noDatabase(first); nd != nil {
+		first = nd // the SELECT failed: the context's id is beyond the server's databases
+	}
 	// Drop the SELECT (and, in a transaction, MULTI/EXEC that go-redis keeps out).
 	out := cmds
 	for len(out) > 0 {

@@ -39,6 +39,7 @@ type gateway struct {
 	mu        sync.Mutex
 	connected bool
 	self      string // our node's public key
+	lastKey   string // the key the node answered with last (checkIdentity)
 	m         gatewayMetrics
 }
 
@@ -130,21 +131,42 @@ func newGateway(p gatewayParams) *gateway {
 // infoTimeout bounds the readiness check's call to the node.
 const infoTimeout = 3 * time.Second
 
-// check is the readiness check: the Mycelium node answers GET /api/v1/admin. The
-// call goes before the gateway's own long poll (pollGate), so it answers at once
-// rather than after the poll.
+// check is the readiness check: the Mycelium node answers GET /api/v1/admin, with
+// the key it had when the gateway started. The call goes before the gateway's own
+// long poll (pollGate), so it answers at once rather than after the poll.
 func (g *gateway) check(ctx context.Context) error {
 	g.yield(ctx)
 	leave := g.gate.enter()
 	defer leave()
 	ctx, cancel := context.WithTimeout(ctx, infoTimeout)
 	defer cancel()
-	if _, err := g.my.Info(ctx); err != nil {
+	info, err := g.my.Info(ctx)
+	if err != nil {
 		g.setConnected(false)
 		return fmt.Errorf("the Mycelium node at %s does not answer: %v", g.my.BaseURL(), err)
 	}
 	g.setConnected(true)
-	return nil
+	return g.checkIdentity(info.NodePubkey)
+}
+
+// checkIdentity: a node that restarted without its key file has a new key (and
+// address). Its peers still send to the old one, and list it as the allowed source
+// of their contexts and as where their requests went: nothing gets through until an
+// operator restores the key file or gives the peers the new key. Not ready, with
+// what to do, logged once per key.
+func (g *gateway) checkIdentity(pk string) error {
+	g.mu.Lock()
+	self, seen := g.self, g.lastKey
+	g.lastKey = pk
+	g.mu.Unlock()
+	if self == "" || pk == self {
+		return nil
+	}
+	err := fmt.Errorf("the Mycelium node at %s now has the key %s, not %s as when this gateway started: it restarted without its key file, with a new identity, and its peers still send to (and accept results from) the old key; restore the node's key file and restart it, or give the peers the new key (runner pubkey, allowed_sources) and restart this gateway", g.my.BaseURL(), pk, self)
+	if seen != pk {
+		g.log.Error().Str("public_key", self).Str("node_key", pk).Msg("the Mycelium node came back with a new identity")
+	}
+	return err
 }
 
 func (g *gateway) setConnected(ok bool) {
@@ -269,8 +291,9 @@ func (g *gateway) step(ctx, term context.Context, backoff *time.Duration) {
 
 // peek looks at the head of the node's inbox. With no other call in progress it
 // long-polls (up to pollTimeout), and that poll is cancelled as soon as another call
-// enters the gate; with calls in progress it only looks (timeout 0) and then waits for
-// them to end, at most busyPeek. (nil, nil): nothing yet.
+// enters the gate; with calls in progress it only looks (timeout 0: on a v0.7.10 node
+// that look waits for the node's lock behind those calls, then answers at once) and
+// then waits for them to end, at most busyPeek. (nil, nil): nothing yet.
 func (g *gateway) peek(ctx context.Context) (*mycelium.InboundMessage, error) {
 	pctx, end, busy := g.gate.begin(ctx)
 	if pctx == nil {
@@ -299,15 +322,15 @@ func (g *gateway) peek(ctx context.Context) (*mycelium.InboundMessage, error) {
 // remove pops the message just handled (peeked is nil for one that could not be read).
 // The gateway owns its node's inbox, so the head is the message it peeked; should
 // another consumer have taken that one meanwhile, the message popped instead is
-// handled here rather than lost. The pop is not cancelled for other calls (a pop
-// abandoned after the node took the message would lose it); it looks with timeout 0
-// first, and, when a message was peeked but the node answered nothing (a v0.7.10
-// node does so when its lock is busy), once more with a one-second wait.
+// handled here rather than lost (and nothing popped means that consumer took it). The
+// pop is not cancelled for other calls (a pop abandoned after the node took the
+// message would lose it). Its timeout is 0: a v0.7.10 node gives a pop its timeout
+// only once the pop holds the node's lock, so even a pop that waits behind a push
+// (or another client's long poll) looks at the inbox when its turn comes.
 func (g *gateway) remove(ctx context.Context, peeked *mycelium.InboundMessage) {
 	backoff := 200 * time.Millisecond
-	wait := time.Duration(0)
 	for ctx.Err() == nil {
-		msg, err := g.my.Pop(ctx, nil, wait, false)
+		msg, err := g.my.Pop(ctx, nil, 0, false)
 		switch {
 		case errors.Is(err, mycelium.ErrMalformed):
 			if peeked != nil { // not the message peeked: another unreadable one
@@ -320,10 +343,6 @@ func (g *gateway) remove(ctx context.Context, peeked *mycelium.InboundMessage) {
 			return
 		case err != nil:
 			g.fail(ctx, err, &backoff)
-			continue
-		}
-		if msg == nil && peeked != nil && wait == 0 {
-			wait = time.Second
 			continue
 		}
 		if msg != nil && (peeked == nil || msg.ID != peeked.ID) {
@@ -432,7 +451,7 @@ func (g *gateway) receive(ctx context.Context, m *mycelium.InboundMessage) {
 		}
 		msg := env.Message
 		// Mycelium authenticates the source: the origin is its key, not what the payload says.
-		msg.Job[0].Origin = &model.Origin{PK: m.SrcPK, ContextID: env.ContextID, MsgKey: env.MsgKey}
+		msg.Job[0].Origin = &model.Origin{PK: m.SrcPK, ContextID: env.ContextID, MsgKey: env.MsgKey, TakeByMs: env.TakeByMs}
 		res, err := g.deliver(ctx, &herov1.DeliverRequest{ContextId: env.ContextID, Message: protoconv.MessageToPB(msg), Source: m.SrcPK}, log)
 		if err != nil {
 			// The router refuses what it cannot take (e.g. the job conflicts); the origin's
@@ -448,6 +467,10 @@ func (g *gateway) receive(ctx context.Context, m *mycelium.InboundMessage) {
 		g.m.messages.WithLabelValues("in", env.Kind, outcome).Inc()
 	case remote.KindAck, remote.KindJobResult:
 		req, err := db.LoadMessageKey(ctx, env.MsgKey)
+		if nd := (*store.NoDatabaseError)(nil); errors.As(err, &nd) {
+			g.refuse(m, env.Kind, "unknown_context", err.Error())
+			return
+		}
 		if err != nil {
 			g.refuse(m, env.Kind, "unknown_message", err.Error())
 			return

@@ -292,3 +292,75 @@ func TestMessageSurvivesAGatewayDyingMidDelivery(t *testing.T) {
 }
 
 const pk = "ce4095f05bd112dfb3f613d7fa5cc94d3da886b7561ac7ef012c9a1fc7311630"
+
+// A message naming a context beyond the Redis server's databases (context 99 on a
+// server of 64), taken by a gateway whose Redis user may not read CONFIG (so the store
+// cannot check the bound beforehand), is refused with a reason that names the
+// context, not with Redis's "ERR DB index is out of range": a job request and an ack.
+func TestContextBeyondTheDatabasesIsRefusedByName(t *testing.T) {
+	srv.Flush(t)
+	ctx := context.Background()
+	if err := srv.Client(t, 0).Do(ctx, "ACL", "SETUSER", "gw-noconfig", "on", ">gw-pw", "~*", "&*", "+@all", "-config").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Client(t, 0).Do(ctx, "ACL", "DELUSER", "gw-noconfig").Err() })
+	st, err := store.Open(ctx, store.Options{URL: "redis://gw-noconfig:gw-pw@" + srv.Addr + "/0", ConnectTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	nw := myceliumemu.NewForTest(t, "a", "b")
+	ma, mb := nw.Node("a"), nw.Node("b")
+	mc, err := mycelium.New(mycelium.Config{BaseURL: mb.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	g := newGateway(gatewayParams{store: st, log: zerolog.New(logs), reg: prometheus.NewRegistry(), mycelium: mc,
+		router: &routerStub{}, pollTimeout: 10 * time.Second, routerWait: time.Minute})
+	gctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.run(gctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	ca, err := mycelium.New(mycelium.Config{BaseURL: ma.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []*remote.Envelope{
+		{Kind: remote.KindJobRequest, ContextID: 99, MsgKey: "message:1:5", Message: &model.Message{ID: 5, CallerID: 1, ContextID: 99, Kind: model.KindJobRequest,
+			Job: []model.Job{{ID: 50, CallerID: 1, ContextID: 99, Script: "echo hi", ScriptType: "sh", RunnerID: 7}}}},
+		{Kind: remote.KindAck, ContextID: 99, MsgKey: "message:1:5"},
+	} {
+		payload, err := env.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ca.Push(ctx, mycelium.Destination{PK: mb.PK()}, []byte("runner7"), payload, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for {
+		out, written := logs.next()
+		if strings.Count(out, `"reason":"unknown_context"`) == 2 {
+			if strings.Count(out, "context 99 does not exist here") != 2 || strings.Contains(out, "DB index is out of range") {
+				t.Fatalf("the refusals do not name the context:\n%s", out)
+			}
+			break
+		}
+		select {
+		case <-written:
+		case <-deadline.C:
+			t.Fatalf("no refusals for context 99 within a minute:\n%s", out)
+		}
+	}
+	if n := testutil.ToFloat64(g.m.refused.WithLabelValues("unknown_context")); n != 2 {
+		t.Fatalf("unknown_context refusals counted: %v, want 2", n)
+	}
+}

@@ -128,6 +128,36 @@ func TestReadinessFromAdmin(t *testing.T) {
 	}
 }
 
+// A node that restarts without its key file comes back with a new identity: the
+// gateway's readiness fails and says what happened and what to do; a restart with the
+// key file keeps it ready.
+func TestNodeWithANewIdentityIsNotReady(t *testing.T) {
+	srv.Flush(t)
+	nw := myceliumemu.NewForTest(t, "a")
+	a := nw.Node("a")
+	g := startGateway(t, a, &routerStub{})
+	ctx := context.Background()
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := nw.WaitUntil(wctx, func() bool { return nw.Stats().Polling == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	old := a.PK()
+	if err := a.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.check(ctx); err != nil {
+		t.Fatalf("not ready after a restart with the key file: %v", err)
+	}
+	if err := a.RestartWithoutKeyFile(); err != nil {
+		t.Fatal(err)
+	}
+	err := g.check(ctx)
+	if err == nil || !strings.Contains(err.Error(), "new identity") || !strings.Contains(err.Error(), old) || !strings.Contains(err.Error(), a.PK()) {
+		t.Fatalf("readiness after a restart without the key file: %v", err)
+	}
+}
+
 // An envelope larger than a node takes is refused at once with a permanent error
 // (InvalidArgument, which the router does not retry); so are the node's 400, 413 and
 // 422; a 503 is Unavailable (retried).

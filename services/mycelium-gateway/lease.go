@@ -30,8 +30,9 @@ const (
 
 // leaseMargin is how long before its lease could expire in Redis a gateway stops
 // using its node's inbox when renewals fail: a fifth of the lease. It covers the time
-// the node takes to drop a poll the gateway abandoned, and the pop that removes a
-// message already handled (at most one second of waiting, not cancelled).
+// the node takes to drop the requests the gateway abandons then: its poll, and a pop
+// removing a message already handed on (timeout 0; it waits only for the node's
+// lock, and is abandoned too when the lease's term ends).
 func leaseMargin(ttl time.Duration) time.Duration { return ttl / 5 }
 
 // lease makes one gateway replica per Mycelium node the active one: the only one

@@ -37,6 +37,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.DurationVar(&c.Remote.ResultTimeout, "remote-result-timeout", "", 0, "a remote job's result must arrive within this after the acknowledgement, or the job ends with a timeout (a message's timeout_result wins; 0: the job's timeout, or --remote-job-timeout, plus --remote-result-margin)")
 	f.DurationVar(&c.Remote.ResultMargin, "remote-result-margin", "", time.Minute, "added to a remote job's timeout to make its result deadline")
 	f.DurationVar(&c.Remote.JobTimeout, "remote-job-timeout", "", time.Hour, "the timeout assumed, for its result deadline, of a remote job that has none")
+	f.DurationVar(&c.Remote.AckDelay, "remote-ack-delay", "", 2*time.Second, "a job from another node is acknowledged to its origin only if its result has not gone back within this (a quick job costs two Mycelium messages, its request and its result); at the latest by the request's take-by time; 0: acknowledged at once")
 	f.DurationVar(&c.Retention, "retention", "", 7*24*time.Hour, "how long jobs run here for other nodes, and duplicate-delivery records, are kept")
 }
 
@@ -61,6 +62,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Remote.ResultMargin < 0 || c.Remote.JobTimeout <= 0 || c.Remote.ResultTimeout < 0 {
 		return fmt.Errorf("--remote-result-margin and --remote-result-timeout must not be negative, --remote-job-timeout must be positive")
+	}
+	if c.Remote.AckDelay < 0 || c.Remote.AckDelay > time.Minute {
+		return fmt.Errorf("--remote-ack-delay must be between 0 and 1m")
 	}
 	if c.Lease < time.Second {
 		return fmt.Errorf("--lease must be at least 1s")

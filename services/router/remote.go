@@ -22,11 +22,15 @@ import (
 
 // Remote runners (issue: mycelium-gateway). A job pinned to a runner whose record says
 // local=false goes to the gateway, which pushes it to the runner's node (its pubkey, or
-// else its address) on its topic. That node's router queues it for its local runner and
-// acknowledges; when the job ends, its router sends the result back to the origin
-// node's key. Here: message status dispatched → acknowledged → processed | error, and
-// the message's timeout, timeout_ack and timeout_result: a job whose acknowledgement
-// or result does not come in time follows its retry policy.
+// else its address) on its topic, with the time by which that node must take it (its
+// take-by time: a guard before this node gives up waiting for the acknowledgement).
+// That node's router drops a request that comes later, else queues it for its local
+// runner and acknowledges it — unless the job's result goes back first, within
+// --remote-ack-delay: a quick job costs two Mycelium messages. When the job ends, its
+// router sends the result back to the origin node's key. Here: message status
+// dispatched → acknowledged → processed | error, and the message's timeout,
+// timeout_ack and timeout_result: a job whose acknowledgement (or result) does not
+// come in time follows its retry policy.
 
 type remoteConfig struct {
 	Timeout       time.Duration
@@ -36,6 +40,9 @@ type remoteConfig struct {
 	ResultMargin time.Duration
 	// JobTimeout stands for the timeout of a job that has none, for its result deadline.
 	JobTimeout time.Duration
+	// AckDelay: a job from another node is acknowledged only if its result has not
+	// gone back within this (0: at once).
+	AckDelay time.Duration
 }
 
 // resultLimit is how long after the acknowledgement a remote job's result may take:
@@ -102,13 +109,8 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 		out.Nodes = []model.FlowNode{store.RequestNode(&job)}
 	}
 	env := &remote.Envelope{Kind: remote.KindJobRequest, ContextID: db.ContextID, MsgKey: cl.Item, Message: &out}
-	payload, err := env.Encode()
-	if err != nil {
-		r.failMessage(ctx, db, cl, j, "cannot send to remote runner: "+err.Error(), log)
-		return
-	}
 	dst := rn.Pubkey
-	req := &herov1.GatewaySendRequest{DestinationPk: rn.Pubkey, Topic: rn.Topic, Envelope: payload}
+	req := &herov1.GatewaySendRequest{DestinationPk: rn.Pubkey, Topic: rn.Topic}
 	if dst == "" {
 		dst = rn.Address
 		req.DestinationIp = rn.Address
@@ -117,12 +119,21 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 		req.Topic = "runner" + strconv.FormatUint(uint64(rn.ID), 10)
 	}
 	limit := seconds(m.Timeout, r.remote.Timeout)
+	ackLimit := seconds(m.TimeoutAck, r.remote.AckTimeout)
 	deadline := time.UnixMilli(m.CreatedAtMs).Add(limit)
 	backoff := 100 * time.Millisecond
 	dispatched := time.Now()
 	lastExtend := dispatched
 	var transportID string
 	for {
+		// Each attempt's request carries its own take-by time: the acknowledgement's
+		// deadline counts from the push that succeeds.
+		var err error
+		env.TakeByMs = remote.TakeBy(time.Now(), ackLimit).UnixMilli()
+		if req.Envelope, err = env.Encode(); err != nil {
+			r.failMessage(ctx, db, cl, j, "cannot send to remote runner: "+err.Error(), log)
+			return
+		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		res, err := r.gateway.Send(cctx, req)
 		cancel()
@@ -154,7 +165,7 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 		}
 	}
 	now := time.Now()
-	_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, cl.Item, "status", string(model.MessageDispatched), "transport_id", transportID, "transport_dst", dst,
 			"dispatched_at_ms", dispatched.UnixMilli(), "sent_at_ms", now.UnixMilli(), "updated_at", now.Unix())
 		store.AckOn(ctx, p, cl)
@@ -167,7 +178,7 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 	// Checked at the acknowledgement's deadline or, when earlier, at the earliest the
 	// result can be due (the result's limit runs from the acknowledgement, which comes
 	// after now): a check that comes early is put off to the right time.
-	due := min(now.Add(seconds(m.TimeoutAck, r.remote.AckTimeout)).UnixMilli(), now.Add(r.remote.resultLimit(&out)).UnixMilli()) // out: with the job's timeout
+	due := min(now.Add(ackLimit).UnixMilli(), now.Add(r.remote.resultLimit(&out)).UnixMilli()) // out: with the job's timeout
 	if err := r.store.AddRemoteDue(ctx, db.ContextID, cl.Item, time.UnixMilli(due)); err != nil {
 		log.Error().Err(err).Msg("schedule acknowledgement check")
 	}
@@ -184,10 +195,14 @@ func (r *router) poke() {
 }
 
 // materialize takes a job request from another node: the job is written here and
-// queued for the local runner, and the origin gets an acknowledgement.
+// queued for the local runner, and the origin gets an acknowledgement (ackLater). A
+// request that comes after its take-by time is dropped: its origin has given up on it.
 func (r *router) materialize(ctx context.Context, db *store.DB, cl *store.Claim, m *model.Message, log zerolog.Logger) {
 	j := m.Job[0]
 	log = log.With().Uint32(obs.KeyJobID, j.ID).Str("origin", j.Origin.PK).Logger()
+	if r.tooLate(ctx, db, cl, &j, log) {
+		return
+	}
 	target := keys.Queue(j.QueueSuffix())
 	if j.RunnerID != 0 {
 		// The origin's runner id: served here by the local runner of that id, if any.
@@ -227,24 +242,99 @@ func (r *router) materialize(ctx context.Context, db *store.DB, cl *store.Claim,
 		log.Error().Err(err).Msg("queue remote job")
 		return
 	}
-	r.sendAck(ctx, j.Origin, log)
+	r.ackLater(ctx, db.ContextID, &j, log)
 	r.m.messages.WithLabelValues(model.KindJobRequest, "delivered_remote").Inc()
 	log.Info().Str("queue", target).Msg("job from another node queued")
 }
 
-// sendAck tells the origin node its job is queued here (best effort: a lost ack
-// costs the origin a retry after its ack timeout).
-func (r *router) sendAck(ctx context.Context, o *model.Origin, log zerolog.Logger) {
+// tooLate drops, with its reason, a job request that came after its take-by time (a
+// node back from a partition or a restart: Mycelium delivers for 5 minutes). Its
+// origin has given up waiting for the acknowledgement and retried or failed the job
+// itself: run here, its work would run twice, or after its origin called it failed.
+func (r *router) tooLate(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) bool {
+	o := j.Origin
+	now := time.Now()
+	if o.TakeByMs == 0 || now.UnixMilli() < o.TakeByMs {
+		return false
+	}
+	takeBy := time.UnixMilli(o.TakeByMs)
+	reason := fmt.Sprintf("job request from node %s came %v after its take-by time (%s): its origin has given up waiting for the acknowledgement; dropped, not run",
+		o.PK, now.Sub(takeBy).Round(time.Millisecond), takeBy.UTC().Format(time.RFC3339Nano))
+	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, cl.Item, "status", string(model.MessageError), "error", reason, "updated_at", now.Unix())
+		store.AckOn(ctx, p, cl)
+		return nil
+	})
+	if err != nil {
+		log.Error().Err(err).Msg("record a late job request")
+		r.giveBack(ctx, db, cl, err)
+		return true
+	}
+	log.Warn().Str("reason", reason).Msg("late job request dropped")
+	r.m.messages.WithLabelValues(model.KindJobRequest, "too_late").Inc()
+	return true
+}
+
+// ackLater arranges the acknowledgement of a job from another node, queued here: it
+// goes to the origin after --remote-ack-delay, or at the request's take-by time if
+// that is sooner, unless the job's result has gone back first (returnResult cancels
+// it): a job that ends quickly costs its origin two messages, not three. The
+// schedule is kept in Redis (coord:remote_due), so a router that restarts sends it.
+// An origin that set no take-by time (an older node) is acknowledged at once: its
+// acknowledgement timeout is unknown here.
+func (r *router) ackLater(ctx context.Context, ctxID uint32, j *model.Job, log zerolog.Logger) {
+	o := j.Origin
+	if r.remote.AckDelay <= 0 || o.TakeByMs == 0 {
+		_ = r.sendAck(ctx, o, log)
+		return
+	}
+	at := time.UnixMilli(min(time.Now().Add(r.remote.AckDelay).UnixMilli(), o.TakeByMs))
+	if err := r.store.AddAckDue(ctx, ctxID, keys.Job(j.CallerID, j.ID), at); err != nil {
+		log.Warn().Err(err).Msg("schedule the acknowledgement; sending it now")
+		_ = r.sendAck(ctx, o, log)
+		return
+	}
+	r.poke()
+}
+
+// dueAck sends the acknowledgement of a job from another node whose result has not
+// gone back within --remote-ack-delay; one that cannot be sent is tried again every
+// second until the request's take-by time.
+func (r *router) dueAck(ctx context.Context, it store.RemoteDue) {
+	db, err := r.store.Ctx(it.ContextID)
+	if err != nil {
+		return
+	}
+	caller, id, err := keys.ParseJobKey(it.JobKey)
+	if err != nil {
+		return
+	}
+	j, err := db.LoadJob(ctx, caller, id)
+	if err != nil || j.Origin == nil {
+		return // gone (deleted, expired): nobody waits for it
+	}
+	log := r.log.With().Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyJobID, id).Str("origin", j.Origin.PK).Logger()
+	if err := r.sendAck(ctx, j.Origin, log); err != nil && time.Now().UnixMilli() < j.Origin.TakeByMs {
+		_ = r.store.AddAckDue(ctx, it.ContextID, it.JobKey, time.Now().Add(time.Second))
+	}
+}
+
+// sendAck tells the origin node its job is queued here (a lost ack costs the origin a
+// retry after its ack timeout).
+func (r *router) sendAck(ctx context.Context, o *model.Origin, log zerolog.Logger) error {
 	env := &remote.Envelope{Kind: remote.KindAck, ContextID: o.ContextID, MsgKey: o.MsgKey}
 	payload, err := env.Encode()
 	if err != nil || r.gateway == nil {
-		return
+		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := r.gateway.Send(cctx, &herov1.GatewaySendRequest{DestinationPk: o.PK, Envelope: payload}); err != nil {
 		log.Warn().Err(err).Msg("send acknowledgement")
+		return err
 	}
+	r.m.messages.WithLabelValues(remote.KindAck, "sent_remote").Inc()
+	return nil
 }
 
 // sendResult pushes a job's end to its origin node, retrying until the gateway takes
@@ -322,6 +412,10 @@ func (r *router) returnResult(ctx context.Context, db *store.DB, cl *store.Claim
 	log = log.With().Uint32(obs.KeyJobID, j.ID).Str("origin", j.Origin.PK).Logger()
 	if !r.sendResult(ctx, &j, log) {
 		return // stays claimed
+	}
+	// The result answers for the acknowledgement, if that has not gone yet.
+	if err := r.store.CancelAckDue(ctx, db.ContextID, keys.Job(j.CallerID, j.ID)); err != nil {
+		log.Warn().Err(err).Msg("cancel the pending acknowledgement (it goes too, needlessly)")
 	}
 	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		store.AckMessageOn(ctx, p, cl, model.MessageProcessed)
@@ -417,6 +511,10 @@ func (r *router) checkRemoteDue(ctx context.Context) {
 		return
 	}
 	for _, it := range items {
+		if it.Ack {
+			r.dueAck(ctx, it)
+			continue
+		}
 		db, err := r.store.Ctx(it.ContextID)
 		if err != nil {
 			continue

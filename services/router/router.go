@@ -753,7 +753,8 @@ func (e *notAllowedError) Error() string { return e.msg }
 
 // acceptInbound stores a message that came from another node and queues it on
 // msg_in. A job request delivered twice (Mycelium may do that) is accepted once; for
-// the duplicate the router acknowledges again, in case the first ack was lost.
+// the duplicate the router acknowledges again (ackLater), in case the first ack was
+// lost.
 func (r *router) acceptInbound(ctx context.Context, ctxID uint32, m *model.Message, source string) (bool, error) {
 	db, err := r.store.Ctx(ctxID)
 	if err != nil {
@@ -780,6 +781,11 @@ func (r *router) acceptInbound(ctx context.Context, ctxID uint32, m *model.Messa
 		}
 		dedup = store.InboundKey(source, m.Job[0].Origin.MsgKey)
 	case model.KindJobResult:
+		// A context this node has (a read: with an id beyond the Redis server's
+		// databases, nothing is written before the refusal).
+		if _, err := r.store.LoadContext(ctx, ctxID); err != nil {
+			return false, err
+		}
 		dedup = store.InboundKey(source, m.OriginMsg+":result:"+strconv.FormatUint(uint64(m.Job[0].Attempt), 10))
 	default:
 		return false, fmt.Errorf("inbound message kind %q: want job_request or job_result", m.Kind)
@@ -789,8 +795,10 @@ func (r *router) acceptInbound(ctx context.Context, ctxID uint32, m *model.Messa
 	if err != nil {
 		return false, err
 	}
-	if dup && m.Kind == model.KindJobRequest {
-		r.sendAck(ctx, m.Job[0].Origin, r.log)
+	if o := m.Job[0].Origin; dup && m.Kind == model.KindJobRequest && (o.TakeByMs == 0 || time.Now().UnixMilli() < o.TakeByMs) {
+		// In case the first acknowledgement was lost; not for a request too late to
+		// be taken (dropped, as its first copy was).
+		r.ackLater(ctx, ctxID, &m.Job[0], r.log)
 	}
 	return dup, nil
 }

@@ -54,11 +54,12 @@ func TestTwoNodeOversizedJob(t *testing.T) {
 }
 
 // A remote result that never arrives (the nodes are cut apart after the
-// acknowledgement) ends its job with a timeout: its timeout plus the margin.
+// acknowledgement) ends its job with a timeout: its timeout plus the margin. (The job
+// runs longer than B's --remote-ack-delay, 2 s: B acknowledges it.)
 func TestTwoNodeResultNeverArrives(t *testing.T) {
 	net, a, _, ca, _ := twoNodes(t, "--remote-result-margin", "1s")
-	ca.MustCall(t, "job.create", map[string]any{"context_id": 1, "job": map[string]any{"id": 71, "script_type": "python", "runner_id": 7, "timeout": 3,
-		"script": "import time\ntime.sleep(2)"}}, nil)
+	ca.MustCall(t, "job.create", map[string]any{"context_id": 1, "job": map[string]any{"id": 71, "script_type": "python", "runner_id": 7, "timeout": 6,
+		"script": "import time\ntime.sleep(5)"}}, nil)
 	ca.MustCall(t, "flow.create", map[string]any{"context_id": 1, "flow": map[string]any{"id": 7, "jobs": []uint32{71}}}, nil)
 	ca.MustCall(t, "flow.start", map[string]any{"context_id": 1, "id": 7}, nil)
 	// A's gateway says when it wrote the acknowledgement into A's request message.
@@ -76,7 +77,7 @@ func TestTwoNodeResultNeverArrives(t *testing.T) {
 		t.Fatalf("flow %+v, job %+v", f, j)
 	}
 	if el := time.Since(start); el > 15*time.Second {
-		t.Fatalf("the missing result ended its job after %v, want about the job's 3 s timeout plus 1 s", el)
+		t.Fatalf("the missing result ended its job after %v, want about the job's 6 s timeout plus 1 s", el)
 	}
 }
 

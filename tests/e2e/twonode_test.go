@@ -90,6 +90,12 @@ func (n *node) operator() *harness.Client {
 // context 1 on both; B's context allows A's Mycelium key.
 func twoNodes(t testing.TB, routerArgsA ...string) (*myceliumemu.Network, *node, *node, *harness.Client, *harness.Client) {
 	t.Helper()
+	return twoNodesWith(t, routerArgsA, nil)
+}
+
+// twoNodesWith is twoNodes with arguments for each node's router.
+func twoNodesWith(t testing.TB, routerArgsA, routerArgsB []string) (*myceliumemu.Network, *node, *node, *harness.Client, *harness.Client) {
+	t.Helper()
 	var a, b *node
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -112,7 +118,7 @@ func twoNodes(t testing.TB, routerArgsA ...string) (*myceliumemu.Network, *node,
 	net := myceliumemu.NewForTest(t, "a", "b")
 	ma, mb := net.Node("a"), net.Node("b")
 	a = newNode(t, "a", redisSrv, ma, "1", routerArgsA...)
-	b = newNode(t, "b", redistest.Start(t), mb, "7")
+	b = newNode(t, "b", redistest.Start(t), mb, "7", routerArgsB...)
 	for _, n := range []*node{a, b} {
 		n.operator().MustCall(t, "actor.create", map[string]any{"actor": map[string]any{"id": 1, "pubkey": harness.ActorPubkey(1)}}, nil)
 	}

@@ -30,6 +30,10 @@ import (
 // body limit (2 MiB). A larger body is refused with 413 Payload Too Large.
 const MaxBodyBytes = 2 << 20
 
+// MaxTopicLen is the longest topic a node pushes: a longer one gets 400 with an
+// empty body.
+const MaxTopicLen = 255
+
 var b64 = base64.StdEncoding.Strict()
 
 func (nd *Node) handler() http.Handler {
@@ -38,7 +42,7 @@ func (nd *Node) handler() http.Handler {
 	// read, released when it has answered).
 	locked := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			if !nd.lock.acquire(r.Context().Done(), nil) {
+			if !nd.lock.acquire(r.Context().Done()) {
 				return // the client went away while waiting
 			}
 			defer nd.lock.release()
@@ -94,7 +98,7 @@ type wireID struct { // PushMessageResponseId
 
 type wireStatus struct { // MessageStatusResponse
 	Dst      string `json:"dst"`
-	State    string `json:"state"`
+	State    any    `json:"state"` // a string, or {"sending":{…}} while the chunks cross
 	Created  int64  `json:"created"`
 	Deadline int64  `json:"deadline"`
 	MsgLen   int    `json:"msgLen"`
@@ -258,12 +262,15 @@ func (nd *Node) pushMessage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if len(topic) > 255 {
-		writeText(w, http.StatusBadRequest, "topic too large, topic is limited to 255 bytes")
-		return
-	}
-	if !nd.lock.acquire(r.Context().Done(), nil) {
+	if !nd.lock.acquire(r.Context().Done()) {
 		return // the client went away while waiting for the node
+	}
+	if len(topic) > MaxTopicLen {
+		// As a v0.7.10 node: its push_message refuses the topic under the lock, and
+		// the handler answers a bare status (no body).
+		nd.lock.release()
+		writeEmpty(w, http.StatusBadRequest)
+		return
 	}
 	if !wait {
 		id := nd.push(dst, topic, payload, "", nil)
@@ -341,17 +348,14 @@ func (nd *Node) popMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	defer nd.pollClient(r.UserAgent())()
 	n := nd.net
-	timer := time.NewTimer(seconds(secs))
-	defer timer.Stop()
-	// The timeout covers the wait for the node's lock, which is then held until
-	// the pop answers.
-	if !nd.lock.acquire(r.Context().Done(), timer.C) {
-		if r.Context().Err() == nil {
-			writeEmpty(w, http.StatusNoContent)
-		}
-		return
+	// As on a v0.7.10 node: the lock first, however long another call (a long poll)
+	// holds it, and only then the timeout, which covers the wait for a message alone.
+	if !nd.lock.acquire(r.Context().Done()) {
+		return // the client went away while waiting for the lock
 	}
 	defer nd.lock.release()
+	timer := time.NewTimer(seconds(secs))
+	defer timer.Stop()
 	n.mu.Lock()
 	garbage := nd.garbage > 0
 	if garbage {
@@ -386,6 +390,10 @@ func (nd *Node) popMessage(w http.ResponseWriter, r *http.Request) {
 		n.mu.Unlock()
 		if ok {
 			writeJSON(w, http.StatusOK, inbound(m))
+			return
+		}
+		if secs == 0 { // one look, as a tokio Timeout of 0 polls its future once
+			writeEmpty(w, http.StatusNoContent)
 			return
 		}
 		select {
@@ -429,6 +437,11 @@ func (nd *Node) getMessageInfo(w http.ResponseWriter, r *http.Request) {
 	if ok {
 		st = wireStatus{Dst: o.dst.String(), State: o.state, Created: o.created.Unix(),
 			Deadline: o.deadline.Unix(), MsgLen: o.size}
+		if o.state == stateSending {
+			// Every chunk sent, none acknowledged until the DONE: the emulator does not
+			// model the chunks' acknowledgements one by one.
+			st.State = map[string]map[string]int{stateSending: {"pending": 0, "sent": o.chunks, "acked": 0}}
+		}
 	}
 	nd.net.mu.Unlock()
 	if !ok {
@@ -442,10 +455,10 @@ func (nd *Node) getMessageInfo(w http.ResponseWriter, r *http.Request) {
 
 func (nd *Node) getInfo(w http.ResponseWriter, r *http.Request) {
 	nd.net.mu.Lock()
-	started := nd.started.Unix()
+	started, id := nd.started.Unix(), nd.id
 	nd.net.mu.Unlock()
-	writeJSON(w, http.StatusOK, wireInfo{NodeSubnet: nd.id.Subnet.String(), NodeIP: nd.id.IP.String(),
-		NodePubkey: nd.id.PK, NodeStartTime: started})
+	writeJSON(w, http.StatusOK, wireInfo{NodeSubnet: id.Subnet.String(), NodeIP: id.IP.String(),
+		NodePubkey: id.PK, NodeStartTime: started})
 }
 
 // getPublicKeyFromIP answers with the spec's field name, NodePubKey.
@@ -458,12 +471,16 @@ func (nd *Node) getPublicKeyFromIP(w http.ResponseWriter, r *http.Request) {
 	n := nd.net
 	n.mu.Lock()
 	dst := n.nodeForLocked(ip)
+	var pk string
+	if dst != nil {
+		pk = dst.id.PK
+	}
 	n.mu.Unlock()
 	if dst == nil {
 		writeEmpty(w, http.StatusNotFound)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"NodePubKey": dst.id.PK})
+	writeJSON(w, http.StatusOK, map[string]string{"NodePubKey": pk})
 }
 
 // ---- topic configuration ----
@@ -508,7 +525,7 @@ func (nd *Node) addTopic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	topic, err := b64.DecodeString(s)
-	if err != nil || len(topic) > 255 {
+	if err != nil || len(topic) > MaxTopicLen {
 		writeText(w, http.StatusBadRequest, "invalid topic: want base64 of at most 255 bytes")
 		return
 	}

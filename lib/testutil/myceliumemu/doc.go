@@ -39,16 +39,23 @@
 //     v0.7.10's API does, and popMessage holds it for the whole of its long
 //     poll: while a pop waits for a message, every push, reply, status or admin
 //     call on that node waits for the pop to end (or for its client to go
-//     away). A pop's timeout covers its wait for the lock: one that cannot get
-//     the lock in time answers 204 (at once when timeout is 0). A push waiting
-//     for a reply holds the lock only to push.
+//     away). A pop's timeout starts once it holds the lock: a pop with timeout
+//     0 made during another long poll waits for that poll, then looks at the
+//     inbox once (and may answer a message). A push waiting for a reply holds
+//     the lock only to push. A topic over 255 bytes gets 400 with an empty body.
 //   - Request bodies over MaxBodyBytes (2 MiB, axum's default limit) are
 //     refused with 413, before anything is pushed.
 //   - A reply reuses the message's id and has no topic. A push waiting for it
 //     (reply_timeout) receives it as the 200 body; otherwise it goes to the
 //     original sender's inbox (visible only to pops without a topic filter).
-//   - Status moves pending → received (delivered) → read (popped or peeked),
-//     or pending → aborted when the send window (default 5 min, as Mycelium)
+//   - Messages travel in chunks of ChunkSize (1,300) bytes between an INIT and
+//     a DONE. With a transfer time (SetTransferTime) the receiver holds a
+//     message as a pending transfer meanwhile and the sender reports it
+//     "sending"; a receiver that restarts then loses it for good (its sender
+//     resends only chunks, which the restarted node ignores, until its window
+//     ends), as a v0.7.10 node does.
+//   - Status moves pending → (sending →) received (delivered) → read (popped or
+//     peeked), or to aborted when the send window (default 5 min, as Mycelium)
 //     ends without delivery.
 //   - Topic rules are applied on delivery as a node applies them: a
 //     whitelisted topic admits only its source subnets, other topics get the
@@ -58,8 +65,9 @@
 // Switches for tests (on Network): SetDelay, SetDropRate, DropNext, Duplicate,
 // Partition/Heal (messages between partitioned nodes are HELD and delivered
 // on Heal if their send window has not ended, otherwise aborted),
-// SetSendWindow, SetTopicMatch; on Node: StopAPI/StartAPI (API down, node
-// still receiving), Restart (process restart: in-memory state lost),
+// SetSendWindow, SetTopicMatch, SetTransferTime; on Node: StopAPI/StartAPI (API
+// down, node still receiving), Restart (process restart: in-memory state lost),
+// RestartWithoutKeyFile (the same, with a new identity),
 // GarbageNext (popMessage answers 200 with a body that is not JSON), LockWaits
 // (calls that waited for the node's lock), PollClients, MaxPollClients and PollsBy
 // (popMessage requests in progress and made, by client: its User-Agent). Stats

@@ -2,6 +2,7 @@ package myceliumemu_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -721,5 +722,109 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 	if err := a.StartAPI(); err == nil {
 		t.Fatal("StartAPI after Close")
+	}
+}
+
+// As a v0.7.10 node: a topic over 255 bytes is refused with 400 and an empty body
+// (its push_message fails and the handler answers a bare status); nothing is sent.
+func TestTopicOver255BytesIsABare400(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	for _, n := range []int{256, 300} {
+		body := `{"dst":{"pk":"` + e.node("b").PK() + `"},"topic":"` + base64.StdEncoding.EncodeToString(make([]byte, n)) + `","payload":"eA=="}`
+		resp, err := http.Post(e.node("a").URL()+"/api/v1/messages", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || len(b) != 0 {
+			t.Fatalf("a %d-byte topic: %d %q, want 400 with an empty body", n, resp.StatusCode, b)
+		}
+	}
+	e.push("a", "b", strings.Repeat("t", 255), "x") // 255 bytes: taken
+	if st := e.net.Stats(); st.Sent != 1 || e.node("b").InboxLen() != 1 {
+		t.Fatalf("stats %+v, inbox %d: want only the 255-byte topic's message", st, e.node("b").InboxLen())
+	}
+}
+
+// Chunked transfer, as a v0.7.10 node: a message's chunks (1,300 bytes each) cross
+// between the receiver's acknowledgement of its INIT and its DONE; meanwhile the
+// sender reports it "sending". A receiver that restarts then has lost it: the sender
+// (past the INIT) resends only chunks and the DONE, which the restarted node ignores,
+// so the message is aborted when the send window ends and never arrives. One pushed
+// after the restart crosses normally.
+func TestReceiverRestartMidTransferLosesTheMessage(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	e.net.SetSendWindow(2 * time.Second)
+	e.net.SetTransferTime(time.Second)
+	id := e.push("a", "b", "t", strings.Repeat("x", 3*myceliumemu.ChunkSize+1))
+	st, err := e.c["a"].Status(e.ctx, id)
+	if err != nil || st.State.Name != mycelium.StateSending || st.State.Sent != 4 {
+		t.Fatalf("status while the chunks cross: %+v %v, want sending 4 chunks", st, err)
+	}
+	if s := e.net.Stats(); s.Sending != 1 || s.Chunks != 4 {
+		t.Fatalf("stats while sending: %+v", s)
+	}
+	if err := e.node("b").Restart(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitStats(func(s myceliumemu.Stats) bool { return s.Expired == 1 })
+	if s := e.state("a", id); s != mycelium.StateAborted {
+		t.Fatalf("state after the window: %s, want aborted", s)
+	}
+	if s := e.net.Stats(); s.Lost != 1 || s.Delivered != 0 || s.Sending != 0 || e.node("b").InboxLen() != 0 {
+		t.Fatalf("after the window: %+v, inbox %d; want the message lost", s, e.node("b").InboxLen())
+	}
+	// Without a restart, the same transfer completes.
+	id = e.push("a", "b", "t", "y")
+	e.waitStats(func(s myceliumemu.Stats) bool { return s.Delivered == 1 })
+	if s := e.state("a", id); s != mycelium.StateReceived {
+		t.Fatalf("state after the transfer: %s", s)
+	}
+	if m := e.pop("b", "t", 0); m == nil || string(m.Payload) != "y" {
+		t.Fatalf("after the transfer: %+v", m)
+	}
+}
+
+// A node without a saved key file comes back from a restart with a new identity: a
+// new key, address and subnet (its admin answer says so). Messages for its old key
+// find no node and are aborted at the end of their window; messages for the new key
+// arrive; the other nodes' identities are unchanged.
+func TestRestartWithoutKeyFileGivesANewIdentity(t *testing.T) {
+	t.Parallel()
+	e := setup(t, "a", "b")
+	e.net.SetSendWindow(time.Second)
+	b := e.node("b")
+	old, aKey := b.Identity(), e.node("a").PK()
+	if err := b.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if b.Identity() != old {
+		t.Fatal("a restart with the key file changed the identity")
+	}
+	if err := b.RestartWithoutKeyFile(); err != nil {
+		t.Fatal(err)
+	}
+	now := b.Identity()
+	if now.PK == old.PK || now.IP == old.IP || now.Subnet == old.Subnet || now.Name != "b" || e.node("a").PK() != aKey {
+		t.Fatalf("identity after a restart without key file: %+v (was %+v)", now, old)
+	}
+	info, err := e.c["b"].Info(e.ctx)
+	if err != nil || info.NodePubkey != now.PK || info.NodeSubnet != now.Subnet.String() {
+		t.Fatalf("admin after the restart: %+v %v", info, err)
+	}
+	res, err := e.c["a"].Push(e.ctx, mycelium.ToPK(old.PK), []byte("t"), []byte("for the old key"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitStats(func(s myceliumemu.Stats) bool { return s.Expired == 1 })
+	if s := e.state("a", res.ID); s != mycelium.StateAborted {
+		t.Fatalf("a message for the old key: %s, want aborted", s)
+	}
+	e.push("a", "b", "t", "for the new key")
+	if m := e.pop("b", "t", 0); m == nil || string(m.Payload) != "for the new key" {
+		t.Fatalf("a message for the new key: %+v", m)
 	}
 }

@@ -64,12 +64,38 @@ func TestLongPollHoldsTheNodeLock(t *testing.T) {
 	<-polled
 }
 
-// A pop that cannot get the lock within its timeout answers 204 (at once for
-// timeout 0, even with a matching message queued); a long poll whose client goes
-// away releases the lock at once (axum drops the handler's future).
-func TestAbandonedPollReleasesTheLock(t *testing.T) {
+// As a v0.7.10 node (mycelium-api/src/message.rs: the handler awaits the node's lock,
+// then wraps get_message in its timeout): a pop with timeout 0 made while another long
+// poll holds the lock waits for that poll to end, then looks at the inbox and answers
+// 200 with the message queued meanwhile. A long poll whose client goes away releases
+// the lock at once (axum drops the handler's future): the waiting pop goes next.
+func TestShortPopWaitsForTheLongPollFirst(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "a", "b")
+	polled := make(chan error, 1)
+	go func() {
+		_, err := e.c["a"].Pop(e.ctx, []byte("nothing"), 2*time.Second, true)
+		polled <- err
+	}()
+	if err := e.net.WaitUntil(e.ctx, func() bool { return e.net.Stats().Polling == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	e.push("b", "a", "t", "queued") // b's push: a's lock is not needed to deliver
+	start := time.Now()
+	m, err := e.c["a"].Pop(e.ctx, []byte("t"), 0, true)
+	waited := time.Since(start)
+	if err != nil || m == nil || string(m.Payload) != "queued" {
+		t.Fatalf("pop with timeout 0 behind a long poll: %+v %v, want the queued message", m, err)
+	}
+	if waited < time.Second {
+		t.Fatalf("pop with timeout 0 answered after %v, while a 2 s long poll held the lock", waited)
+	}
+	if err := <-polled; err != nil {
+		t.Fatal(err)
+	}
+
+	// A long poll whose client goes away releases the lock: the short pop behind it
+	// answers long before the poll's 30 s.
 	long := e.client(e.node("a"))
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
@@ -81,23 +107,30 @@ func TestAbandonedPollReleasesTheLock(t *testing.T) {
 	if err := e.net.WaitUntil(e.ctx, func() bool { return e.net.Stats().Polling == 1 }); err != nil {
 		t.Fatal(err)
 	}
-	e.push("b", "a", "t", "queued")
-	start := time.Now()
-	if m, err := e.c["a"].Pop(e.ctx, []byte("t"), 0, true); err != nil || m != nil {
-		t.Fatalf("pop with timeout 0 under a held lock: %v %v, want 204", m, err)
+	short := make(chan *mycelium.InboundMessage, 1)
+	go func() {
+		m, err := e.c["a"].Pop(e.ctx, []byte("t"), 0, false)
+		if err != nil {
+			t.Error(err)
+		}
+		short <- m
+	}()
+	if err := e.net.WaitUntil(e.ctx, func() bool { return e.node("a").LockWaits() == 2 }); err != nil {
+		t.Fatal(err)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("pop with timeout 0 waited %v", d)
-	}
+	start = time.Now()
 	cancel()
 	<-done
+	if m := <-short; m == nil || string(m.Payload) != "queued" {
+		t.Fatalf("pop after the poll's client left: %+v", m)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the pop behind an abandoned poll waited %v", d)
+	}
 	start = time.Now()
 	e.push("a", "b", "t", "after")
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("a push after the poll's client left waited %v", d)
-	}
-	if m := e.pop("a", "t", 0); m == nil || string(m.Payload) != "queued" {
-		t.Fatalf("queued message: %+v", m)
 	}
 }
 

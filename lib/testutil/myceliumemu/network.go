@@ -18,6 +18,10 @@ import (
 // before it aborts it: five minutes, as in Mycelium.
 const DefaultSendWindow = 5 * time.Minute
 
+// ChunkSize is the size of a message's data chunks (v0.7.10's AVERAGE_CHUNK_SIZE):
+// a message of n bytes travels as ceil(n/1300) chunks between its INIT and its DONE.
+const ChunkSize = 1300
+
 // TopicMatch is how popMessage's topic filter selects messages.
 type TopicMatch int
 
@@ -48,6 +52,10 @@ type Options struct {
 	TopicMatch TopicMatch
 	// RandSeed seeds the generator behind SetDropRate, for repeatable runs.
 	RandSeed uint64
+	// TransferTime is how long a message's chunks take to cross, from the moment
+	// the receiver acknowledges its INIT to its DONE (see SetTransferTime). Zero:
+	// a message crosses at once.
+	TransferTime time.Duration
 }
 
 // Stats counts what the network did. Counters only grow, except Held and
@@ -62,6 +70,13 @@ type Stats struct {
 	Expired    int // messages aborted after the send window without delivery
 	Popped     int // messages removed from an inbox by popMessage
 	Polling    int // popMessage requests currently waiting for a message
+	Chunks     int // data chunks sent (a message of n bytes is ceil(n/ChunkSize) of them)
+	Lost       int // transfers the receiver lost mid-way (it restarted between INIT and DONE)
+	Sending    int // transfers in progress: INIT acknowledged, DONE not yet
+	// Tasks is how many sender tasks the nodes keep: a v0.7.10 node runs one per
+	// message it pushed, ticking every 100 ms for two send windows (10 minutes) —
+	// the load each message costs a node, whatever becomes of it.
+	Tasks int
 }
 
 // Network is a set of emulated Mycelium nodes that can message each other. It
@@ -78,6 +93,7 @@ type Network struct {
 	match    TopicMatch
 	rng      *mrand.Rand
 	delay    time.Duration
+	transfer time.Duration
 	dropRate float64
 	dropNext int
 	dupNext  int
@@ -97,11 +113,15 @@ type envelope struct {
 	payload  []byte
 	reply    bool
 	copies   int
+	chunks   int
 	deadline time.Time
 	out      *outMsg // the sender's status record
 	done     bool    // delivered or aborted
 	held     bool    // in Network.held
 	expiry   bool    // an abort timer is set
+	// receiver is the node that acknowledged the INIT (its pending set holds the
+	// message until the DONE); nil before.
+	receiver *Node
 }
 
 // outMsg is a sender's record of an outbound message (for getMessageInfo).
@@ -111,7 +131,11 @@ type outMsg struct {
 	created  time.Time
 	deadline time.Time
 	size     int
+	chunks   int
 }
+
+// inFlight reports whether the sender is still trying to deliver the message.
+func (o *outMsg) inFlight() bool { return o.state == statePending || o.state == stateSending }
 
 // NewNetwork returns an empty network. Add nodes with AddNode; Close it when
 // done.
@@ -127,14 +151,15 @@ func NewNetwork(opts Options) *Network {
 		w = DefaultSendWindow
 	}
 	return &Network{
-		seed:    seed,
-		byName:  map[string]*Node{},
-		changed: make(chan struct{}),
-		window:  w,
-		match:   opts.TopicMatch,
-		rng:     mrand.New(mrand.NewPCG(opts.RandSeed, opts.RandSeed^0x9e3779b97f4a7c15)),
-		parts:   map[[2]*Node]bool{},
-		timers:  map[*time.Timer]struct{}{},
+		seed:     seed,
+		byName:   map[string]*Node{},
+		changed:  make(chan struct{}),
+		window:   w,
+		match:    opts.TopicMatch,
+		rng:      mrand.New(mrand.NewPCG(opts.RandSeed, opts.RandSeed^0x9e3779b97f4a7c15)),
+		transfer: max(opts.TransferTime, 0),
+		parts:    map[[2]*Node]bool{},
+		timers:   map[*time.Timer]struct{}{},
 	}
 }
 
@@ -237,6 +262,18 @@ func (n *Network) SetDelay(d time.Duration) {
 	n.mu.Unlock()
 }
 
+// SetTransferTime makes the chunks of every message pushed from now on take d to
+// cross, between the receiver's acknowledgement of the message's INIT and its DONE
+// (0: at once). Meanwhile the sender reports the message as "sending" and the
+// receiver holds it as a pending transfer: a receiver that restarts then loses it,
+// as a v0.7.10 node does (its sender, past the INIT, only resends chunks and the
+// DONE, which the restarted node ignores, until its send window ends: aborted).
+func (n *Network) SetTransferTime(d time.Duration) {
+	n.mu.Lock()
+	n.transfer = max(d, 0)
+	n.mu.Unlock()
+}
+
 // SetDropRate makes every message pushed from now on get lost with
 // probability p (0 ≤ p ≤ 1). A lost message stays "pending" for its sender
 // and is aborted after the send window, as when Mycelium cannot reach the
@@ -281,7 +318,7 @@ func (n *Network) SetTopicMatch(m TopicMatch) {
 }
 
 func pairKey(a, b *Node) [2]*Node {
-	if a.id.Name > b.id.Name {
+	if a.name > b.name {
 		a, b = b, a
 	}
 	return [2]*Node{a, b}
@@ -314,6 +351,15 @@ func (n *Network) Stats() Stats {
 	defer n.mu.Unlock()
 	s := n.stats
 	s.Held = len(n.held)
+	now := time.Now()
+	for _, nd := range n.nodes {
+		s.Sending += len(nd.pending)
+		for _, o := range nd.outbox {
+			if now.Before(o.deadline.Add(o.deadline.Sub(o.created))) {
+				s.Tasks++
+			}
+		}
+	}
 	return s
 }
 
@@ -431,14 +477,19 @@ func (n *Network) abortLocked(e *envelope) {
 			}
 		}
 	}
-	if e.out.state == statePending {
+	if e.receiver != nil && e.receiver.pending[e.id] == e {
+		delete(e.receiver.pending, e.id) // the ABORT the sender sends: the receiver drops it
+	}
+	if e.out.inFlight() {
 		e.out.state = stateAborted
 	}
 	n.stats.Expired++
 	n.notifyLocked()
 }
 
-// deliverLocked hands e to its receiver, or holds it while there is no route
+// deliverLocked moves e on: the INIT to its receiver (which then holds it as a
+// pending transfer while its chunks cross, with a transfer time), or the DONE that
+// completes it into the receiver's inbox. It holds e while there is no route
 // (partition, unknown destination).
 func (n *Network) deliverLocked(e *envelope) {
 	if e.done || n.closed {
@@ -458,21 +509,50 @@ func (n *Network) deliverLocked(e *envelope) {
 		n.notifyLocked()
 		return
 	}
-	if !e.reply && !dst.topics.accepts(e.topic, e.src.id.IP) {
+	switch {
+	case e.receiver == nil && !e.reply && !dst.topics.accepts(e.topic, e.src.id.IP):
 		// The receiver does not acknowledge it; the sender keeps trying until
 		// the deadline, then aborts. Later topic changes do not revive it.
 		n.stats.Rejected++
 		n.expireLocked(e)
 		n.notifyLocked()
 		return
+	case e.receiver == nil && n.transfer > 0:
+		n.initLocked(e, dst)
+		return
+	case e.receiver != nil && (e.receiver != dst || dst.pending[e.id] != e):
+		// The receiver lost the transfer (it restarted after the INIT): it ignores
+		// the chunks and the DONE the sender resends until its window ends.
+		n.stats.Lost++
+		n.expireLocked(e)
+		n.notifyLocked()
+		return
 	}
+	if e.receiver == nil {
+		n.stats.Chunks += e.chunks
+	}
+	delete(dst.pending, e.id)
 	e.done = true
 	for range e.copies {
 		dst.receiveLocked(e)
 	}
-	if e.out.state == statePending {
+	if e.out.inFlight() {
 		e.out.state = stateReceived
 	}
+	n.notifyLocked()
+}
+
+// initLocked: dst acknowledged e's INIT and holds it as a pending transfer; its
+// chunks cross in the network's transfer time, then the DONE completes it.
+func (n *Network) initLocked(e *envelope, dst *Node) {
+	e.receiver = dst
+	dst.pending[e.id] = e
+	if e.out.state == statePending {
+		e.out.state = stateSending
+	}
+	n.stats.Chunks += e.chunks
+	n.expireLocked(e)
+	n.afterLocked(n.transfer, func() { n.deliverLocked(e) })
 	n.notifyLocked()
 }
 

@@ -13,11 +13,13 @@ import (
 )
 
 // Transmission states reported by getMessageInfo. The emulator moves a
-// message from pending to received (delivered) to read (popped or peeked by
-// the receiver), or from pending to aborted (send window over). It never
-// reports the "sending" object: messages are not chunked.
+// message from pending (INIT not acknowledged) to sending (its chunks crossing,
+// with a transfer time: SetTransferTime) to received (delivered) to read (popped
+// or peeked by the receiver), or from pending or sending to aborted (send window
+// over).
 const (
 	statePending  = "pending"
+	stateSending  = "sending"
 	stateReceived = "received"
 	stateRead     = "read"
 	stateAborted  = "aborted"
@@ -44,11 +46,13 @@ type inMsg struct {
 // sent-message records, topic rules, and an HTTP API on its own port.
 type Node struct {
 	net  *Network
-	id   Identity
+	name string
 	addr string // listen address; after the first start, the bound one
 
 	// Guarded by net.mu.
+	id      Identity // changes when the node restarts without its key file
 	inbox   []*inMsg
+	pending map[string]*envelope // transfers in progress to this node (INIT acknowledged, no DONE yet)
 	outbox  map[string]*outMsg
 	waiters map[string]chan Message // pushes waiting for a reply, by message id
 	topics  topicConfig
@@ -64,29 +68,40 @@ type Node struct {
 
 	apiMu  sync.Mutex
 	srv    *http.Server
+	ln     net.Listener
 	cancel context.CancelFunc // ends the current API generation's requests
 	url    string
 }
 
 func newNode(n *Network, id Identity, addr string) *Node {
-	return &Node{net: n, id: id, addr: addr, outbox: map[string]*outMsg{},
+	nd := &Node{net: n, name: id.Name, id: id, addr: addr, outbox: map[string]*outMsg{}, pending: map[string]*envelope{},
 		waiters: map[string]chan Message{}, topics: newTopicConfig(), started: time.Now()}
+	nd.lock.queued = func() {
+		n.mu.Lock()
+		n.notifyLocked()
+		n.mu.Unlock()
+	}
+	return nd
 }
 
 // Name returns the node's name.
-func (nd *Node) Name() string { return nd.id.Name }
+func (nd *Node) Name() string { return nd.name }
 
 // Identity returns the node's name, public key, address and subnet.
-func (nd *Node) Identity() Identity { return nd.id }
+func (nd *Node) Identity() Identity {
+	nd.net.mu.Lock()
+	defer nd.net.mu.Unlock()
+	return nd.id
+}
 
 // PK returns the node's public key (64 hex characters).
-func (nd *Node) PK() string { return nd.id.PK }
+func (nd *Node) PK() string { return nd.Identity().PK }
 
 // IP returns the node's overlay address.
-func (nd *Node) IP() netip.Addr { return nd.id.IP }
+func (nd *Node) IP() netip.Addr { return nd.Identity().IP }
 
 // Subnet returns the node's /64 overlay subnet.
-func (nd *Node) Subnet() netip.Prefix { return nd.id.Subnet }
+func (nd *Node) Subnet() netip.Prefix { return nd.Identity().Subnet }
 
 // URL returns the base URL of the node's API, e.g. "http://127.0.0.1:40123".
 // It stays the same across StopAPI/StartAPI.
@@ -122,7 +137,7 @@ func (nd *Node) StartAPI() error {
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
-	nd.srv, nd.cancel = srv, cancel
+	nd.srv, nd.cancel, nd.ln = srv, cancel, ln
 	go srv.Serve(ln)
 	return nil
 }
@@ -141,8 +156,11 @@ func (nd *Node) StopAPI() {
 	// The connections go first: a long poll cancelled before its connection is
 	// closed would answer (an empty 200) instead of dropping, as a dead API does.
 	_ = nd.srv.Close()
+	// Serve may not have taken the listener yet (then Close does not close it): closed
+	// here, so that the port is free for StartAPI at once.
+	_ = nd.ln.Close()
 	nd.cancel()
-	nd.srv, nd.cancel = nil, nil
+	nd.srv, nd.cancel, nd.ln = nil, nil, nil
 }
 
 // APIRunning reports whether the HTTP API is being served.
@@ -153,18 +171,34 @@ func (nd *Node) APIRunning() bool {
 }
 
 // Restart emulates a restart of the Mycelium process: the API goes down, the
-// inbox, the outbox records, waiting pushes and topic configuration are lost
-// (a node keeps them in memory only), messages this node had not delivered
-// yet are abandoned, and the API comes back on the same port with a new start
-// time. The identity is kept (it comes from the node's key file).
-func (nd *Node) Restart() error {
+// inbox, the outbox records, waiting pushes, topic configuration and transfers in
+// progress to this node are lost (a node keeps them in memory only: a message
+// whose INIT it had acknowledged is lost for good, its sender only resends chunks),
+// messages this node had not delivered yet are abandoned, and the API comes back
+// on the same port with a new start time. The identity is kept: it comes from the
+// node's key file (RestartWithoutKeyFile for a node without one).
+func (nd *Node) Restart() error { return nd.restart(false) }
+
+// RestartWithoutKeyFile is Restart for a node whose key is not saved (no key file,
+// or one on storage that did not survive): it comes back with a new identity — a new
+// key, hence a new overlay address and subnet. Messages for its old key find no
+// node: they are held until their send window ends, then aborted.
+func (nd *Node) RestartWithoutKeyFile() error { return nd.restart(true) }
+
+func (nd *Node) restart(newKey bool) error {
 	nd.StopAPI()
 	n := nd.net
 	n.mu.Lock()
+	if newKey {
+		var b [16]byte
+		rand.Read(b[:])
+		nd.id = DeriveIdentity(hex.EncodeToString(b[:]), nd.name)
+	}
 	nd.inbox = nil
 	nd.outbox = map[string]*outMsg{}
 	nd.waiters = map[string]chan Message{}
 	nd.topics = newTopicConfig()
+	nd.pending = map[string]*envelope{}
 	nd.started = time.Now()
 	kept := n.held[:0]
 	for _, e := range n.held {
@@ -175,6 +209,9 @@ func (nd *Node) Restart() error {
 		kept = append(kept, e)
 	}
 	n.held = kept
+	if newKey {
+		n.retryHeldLocked() // a held message for the new address finds it
+	}
 	n.notifyLocked()
 	n.mu.Unlock()
 	return nd.StartAPI()
@@ -243,7 +280,8 @@ func (nd *Node) PollsBy() map[string]int {
 }
 
 // LockWaits returns how many API calls on this node had to wait for the node's
-// lock (held by a long poll or another call).
+// lock (held by a long poll or another call). A call starting to wait is a change
+// that Network.WaitUntil sees.
 func (nd *Node) LockWaits() int { return nd.lock.waited() }
 
 // Inbox returns a copy of the messages waiting in the node's inbox, oldest
@@ -306,7 +344,7 @@ func (nd *Node) takeLocked(filter []byte, peek bool) (Message, bool) {
 			nd.inbox = append(nd.inbox[:i], nd.inbox[i+1:]...)
 			n.stats.Popped++
 		}
-		if m.out != nil && (m.out.state == stateReceived || m.out.state == statePending) {
+		if m.out != nil && (m.out.state == stateReceived || m.out.inFlight()) {
 			m.out.state = stateRead
 		}
 		n.notifyLocked()
@@ -334,13 +372,14 @@ func (nd *Node) push(dstIP netip.Addr, topic, payload []byte, replyTo string, wa
 			delete(nd.outbox, k)
 		}
 	}
-	out := &outMsg{dst: dstIP, state: statePending, created: now, deadline: now.Add(n.window), size: len(payload)}
+	chunks := (len(payload) + ChunkSize - 1) / ChunkSize
+	out := &outMsg{dst: dstIP, state: statePending, created: now, deadline: now.Add(n.window), size: len(payload), chunks: chunks}
 	nd.outbox[id] = out
 	if waiter != nil {
 		nd.waiters[id] = waiter
 	}
 	e := &envelope{id: id, src: nd, dstIP: dstIP, topic: clone(topic), payload: clone(payload),
-		reply: replyTo != "", deadline: out.deadline, out: out}
+		reply: replyTo != "", chunks: chunks, deadline: out.deadline, out: out}
 	n.mu.Unlock()
 	n.send(e)
 	return id
