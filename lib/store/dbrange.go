@@ -7,9 +7,10 @@ import (
 
 // NoDatabaseError is a context whose database the Redis server does not have: its id
 // is beyond the server's `databases` setting. Ctx refuses such a context before
-// anything is sent when it knows that setting; a store whose Redis user may not read
-// CONFIG learns it only from Redis's refusal to SELECT the database, which this error
-// puts in words that name the context.
+// anything is sent (the store learns the setting at its start, with CONFIG GET or,
+// for a Redis user without CONFIG, with SELECTs: countDatabases); this error is the
+// safety net for a server that has fewer databases than it had then, putting Redis's
+// refusal to SELECT the database in words that name the context.
 type NoDatabaseError struct {
 	ContextID uint32
 	Server    string

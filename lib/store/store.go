@@ -366,7 +366,56 @@ func (srv *Server) connect(ctx context.Context, timeout time.Duration) error {
 			srv.databases = n
 		}
 	}
+	if srv.databases == 0 {
+		// A Redis user without CONFIG (the services' ACL users): the count is found
+		// with SELECTs on the probe's own connection. It must be known: a pipeline's
+		// SELECT that fails leaves the commands after it in the connection's previous
+		// database, another context's.
+		srv.databases = countDatabases(ctx, probe)
+	}
 	return nil
+}
+
+// countDatabases finds a server's number of databases with SELECTs on c's one
+// connection (it leaves DB 0 selected): doubling from 16 until a SELECT is refused as
+// out of range, then halving the gap. 0 when a SELECT fails otherwise.
+func countDatabases(ctx context.Context, c *redis.Client) int {
+	const most = 1 << 30
+	exists := func(n int) (bool, error) {
+		err := c.Do(ctx, "SELECT", n).Err()
+		if err != nil && strings.Contains(err.Error(), "out of range") {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	lo, hi := 0, 16 // DB lo exists; DB hi is still to be tried
+	for {
+		ok, err := exists(hi)
+		if err != nil {
+			return 0
+		}
+		if !ok {
+			break
+		}
+		if lo = hi; hi >= most {
+			return most
+		}
+		hi *= 2
+	}
+	for hi-lo > 1 { // lo exists, hi does not
+		mid := lo + (hi-lo)/2
+		ok, err := exists(mid)
+		if err != nil {
+			return 0
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	_ = c.Do(ctx, "SELECT", 0).Err()
+	return hi
 }
 
 // askSentinels asks each Sentinel of fo for its master's address, as the failover

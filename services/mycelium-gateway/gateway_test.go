@@ -349,7 +349,7 @@ func TestContextBeyondTheDatabasesIsRefusedByName(t *testing.T) {
 	for {
 		out, written := logs.next()
 		if strings.Count(out, `"reason":"unknown_context"`) == 2 {
-			if strings.Count(out, "context 99 does not exist here") != 2 || strings.Contains(out, "DB index is out of range") {
+			if strings.Count(out, "context_id 99 is beyond the databases") != 2 || strings.Contains(out, "DB index is out of range") {
 				t.Fatalf("the refusals do not name the context:\n%s", out)
 			}
 			break
