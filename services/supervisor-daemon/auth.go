@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -119,8 +120,12 @@ type authenticator struct {
 	now     func() time.Time
 
 	// sessions remembers the session signatures verified per connection; one is
-	// verified again (timestamp, the actor's current key) after --auth-session-recheck.
+	// verified again (timestamp, the actor's current key) after --auth-session-recheck,
+	// or at once after a notice that the actor changed (revoke.go).
 	sessions *sessionCache
+	// streams are the streams open on this replica, checked again on a notice of a
+	// credential change (revoke.go).
+	streams *openStreams
 
 	failures *prometheus.CounterVec
 	// hero_api_auth_session_checks_total's two series, resolved once: looking a
@@ -133,6 +138,8 @@ func newAuthenticator(st *store.Store, secrets *operatorSecrets, window, recheck
 	a := &authenticator{
 		store: st, secrets: secrets, window: window, devMode: devMode, log: log, now: time.Now,
 		sessions: newSessionCache(maxSessions, recheck),
+		streams: newOpenStreams(f.NewCounter(prometheus.CounterOpts{Name: "hero_api_streams_revoked_total",
+			Help: "Open streams (Watch, SubmitJobStream) ended because their caller's rights changed: a changed key, a role removed, a context deleted, an operator secret revoked."})),
 		failures: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_auth_failures_total",
 			Help: "Refused authentications by transport (jsonrpc, grpc) and reason (missing_credentials, malformed, stale_timestamp, replayed_nonce, unknown_actor, no_key, bad_signature, bad_secret, revoked_secret, dev_unknown_actor, session_without_tls, session_without_exporter)."},
 			[]string{"transport", "reason"}),
@@ -295,6 +302,7 @@ func (a *authenticator) sessionActor(ctx context.Context, c credentials) (Princi
 		return Principal{}, 0, &authError{reasonMalformed, "authentication failed: " + err.Error()}
 	}
 	now := a.now()
+	epoch := a.sessions.epoch.Load() // a drop from now on keeps this verification out of the cache
 	if a.sessions.fresh(c.binding.exporter, s.Actor, c.session, now) {
 		a.sessionCached.Inc()
 		return Principal{Actor: s.Actor}, s.Actor, nil
@@ -311,7 +319,7 @@ func (a *authenticator) sessionActor(ctx context.Context, c credentials) (Princi
 		a.sessions.drop(c.binding.exporter)
 		return Principal{}, s.Actor, &authError{reason, msgNotVerified}
 	}
-	a.sessions.put(c.binding.exporter, s.Actor, c.session, now)
+	a.sessions.put(c.binding.exporter, s.Actor, c.session, now, epoch)
 	a.sessionVerified.Inc()
 	return Principal{Actor: s.Actor}, s.Actor, nil
 }
@@ -327,6 +335,9 @@ type sessionCache struct {
 	max     int
 	recheck time.Duration
 	entries map[[auth.ExporterLen]byte]sessionEntry
+	// epoch counts the drops of an actor's or every entry: a verification that began
+	// before one (it may have read a key since replaced) is not kept.
+	epoch atomic.Uint64
 }
 
 type sessionEntry struct {
@@ -349,10 +360,14 @@ func (c *sessionCache) fresh(ekm []byte, actor uint32, signature string, now tim
 	return ok && e.actor == actor && e.signature == signature && !now.Before(e.at) && now.Sub(e.at) < c.recheck
 }
 
-func (c *sessionCache) put(ekm []byte, actor uint32, signature string, now time.Time) {
+// put remembers a verification that began at epoch (unless an entry was dropped since).
+func (c *sessionCache) put(ekm []byte, actor uint32, signature string, now time.Time, epoch uint64) {
 	k := [auth.ExporterLen]byte(ekm)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.epoch.Load() != epoch {
+		return
+	}
 	if _, ok := c.entries[k]; !ok && len(c.entries) >= c.max {
 		c.evict(now)
 	}
@@ -379,6 +394,27 @@ func (c *sessionCache) drop(ekm []byte) {
 	k := [auth.ExporterLen]byte(ekm)
 	c.mu.Lock()
 	delete(c.entries, k)
+	c.mu.Unlock()
+}
+
+// dropActor forgets every session of an actor (its key changed): each is verified
+// again at its connection's next call.
+func (c *sessionCache) dropActor(actor uint32) {
+	c.mu.Lock()
+	c.epoch.Add(1)
+	for k, e := range c.entries {
+		if e.actor == actor {
+			delete(c.entries, k)
+		}
+	}
+	c.mu.Unlock()
+}
+
+// dropAll forgets every session (credential changes may have been missed).
+func (c *sessionCache) dropAll() {
+	c.mu.Lock()
+	c.epoch.Add(1)
+	clear(c.entries)
 	c.mu.Unlock()
 }
 
