@@ -61,8 +61,8 @@ func (r Role) String() string {
 	return [...]string{"none", "reader", "executor", "admin"}[r]
 }
 
-// Reasons an authentication fails: the label of hero_api_auth_failures_total and the
-// "reason" of the log line. The client is told less (authError.Msg).
+// Reasons an authentication fails: the "reason" of the log line. The client is told
+// less (authError.Msg), and so is hero_api_auth_failures_total (metricReason).
 const (
 	reasonMissing      = "missing_credentials"
 	reasonMalformed    = "malformed"
@@ -128,6 +128,7 @@ type authenticator struct {
 	streams *openStreams
 
 	failures *prometheus.CounterVec
+	refusals *refusalLog // the log of refusals, counted per source past the first
 	// hero_api_auth_session_checks_total's two series, resolved once: looking a
 	// series up by its label value was 2.5% of supervisor-daemon's CPU per call.
 	sessionCached, sessionVerified prometheus.Counter
@@ -141,8 +142,9 @@ func newAuthenticator(st *store.Store, secrets *operatorSecrets, window, recheck
 		streams: newOpenStreams(f.NewCounter(prometheus.CounterOpts{Name: "hero_api_streams_revoked_total",
 			Help: "Open streams (Watch, SubmitJobStream) ended because their caller's rights changed: a changed key, a role removed, a context deleted, an operator secret revoked."})),
 		failures: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_auth_failures_total",
-			Help: "Refused authentications by transport (jsonrpc, grpc) and reason (missing_credentials, malformed, stale_timestamp, replayed_nonce, unknown_actor, no_key, bad_signature, bad_secret, revoked_secret, dev_unknown_actor, session_without_tls, session_without_exporter)."},
+			Help: "Refused authentications by transport (jsonrpc, grpc) and reason (missing_credentials, malformed, stale_timestamp, replayed_nonce, not_verified, bad_secret, session_without_tls, session_without_exporter); not_verified is an unknown actor, an actor without a key and a bad signature alike, as the API answers them (the log tells them apart)."},
 			[]string{"transport", "reason"}),
+		refusals: newRefusalLog(log, refusalInterval, maxRefusalSources),
 	}
 	sessionChecks := f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_auth_session_checks_total",
 		Help: "Calls authenticated by a session signature (gRPC hero-session), by outcome: verified (the signature checked against the actor's key) or cached (the same signature verified on the same connection less than --auth-session-recheck ago)."},
@@ -157,17 +159,21 @@ func newAuthenticator(st *store.Store, secrets *operatorSecrets, window, recheck
 	return a
 }
 
-// authenticate turns a request's credentials into a principal. Failures are logged
-// with their reason and counted; the error for the client is an *authError.
+// authenticate turns a request's credentials into a principal. Failures are counted
+// (metricReason) and logged with their reason (refusalLog: a source's first of an
+// interval on a line of its own, the others counted); the error for the client is an
+// *authError.
 func (a *authenticator) authenticate(ctx context.Context, c credentials) (Principal, error) {
 	p, actor, err := a.check(ctx, c)
 	if ae, ok := err.(*authError); ok {
-		a.failures.WithLabelValues(c.transport, ae.Reason).Inc()
-		ev := a.log.Warn().Str("transport", c.transport).Str("target", c.target).Str("reason", ae.Reason).Str("peer", c.peer)
-		if actor != 0 {
-			ev = ev.Uint32("actor", actor)
-		}
-		ev.Msg("authentication refused")
+		a.failures.WithLabelValues(c.transport, metricReason(ae.Reason)).Inc()
+		a.refusals.refusal(c.peer, ae.Reason, func(ev *zerolog.Event) *zerolog.Event {
+			ev = ev.Str("transport", c.transport).Str("target", c.target).Str("peer", c.peer)
+			if actor != 0 {
+				ev = ev.Uint32("actor", actor)
+			}
+			return ev
+		})
 	}
 	return p, err
 }
