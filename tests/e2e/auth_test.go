@@ -159,13 +159,7 @@ func checkAuthMetrics(t *testing.T, adminAddr string, transports map[string]bool
 			}
 		}
 	}
-	resp, err := http.Get("http://" + adminAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	page, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(page), "\n") {
+	for _, line := range metricLines(t, adminAddr) {
 		if !strings.HasPrefix(line, "hero_api_auth_failures_total{") {
 			continue
 		}
@@ -327,8 +321,8 @@ func checkSignedGRPC(t *testing.T, s *harness.Stack) {
 	}
 }
 
-// metricValue reads one series from a service's /metrics (0 when absent).
-func metricValue(t *testing.T, adminAddr, series string) float64 {
+// metricLines reads a service's /metrics, line by line.
+func metricLines(t *testing.T, adminAddr string) []string {
 	t.Helper()
 	resp, err := http.Get("http://" + adminAddr + "/metrics")
 	if err != nil {
@@ -336,7 +330,13 @@ func metricValue(t *testing.T, adminAddr, series string) float64 {
 	}
 	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
+	return strings.Split(string(b), "\n")
+}
+
+// metricValue reads one series from a service's /metrics (0 when absent).
+func metricValue(t *testing.T, adminAddr, series string) float64 {
+	t.Helper()
+	for _, line := range metricLines(t, adminAddr) {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			return f
