@@ -241,6 +241,32 @@ func checkSignedJSONRPC(t *testing.T, url string) {
 	if code, msg := rpcErrOf(out); code != -32001 || !strings.Contains(msg, "nonce was used already") {
 		t.Fatalf("replayed request: %v", out)
 	}
+	// Only the canonical forms: a correctly signed request whose timestamp, actor or
+	// signature is spelled otherwise, or whose body repeats a member (readers differ on
+	// which one counts), is refused.
+	for name, tc := range map[string]struct {
+		mod  func(*auth.Credentials)
+		body string
+		code int
+		want string
+	}{
+		"+timestamp":           {func(c *auth.Credentials) { c.Timestamp = "+" + c.Timestamp }, "", -32001, "X-Hero-Timestamp must be the unix time in decimal digits"},
+		"actor 01":             {func(c *auth.Credentials) { c.Actor = "0" + c.Actor }, "", -32001, "X-Hero-Actor must be the actor id in decimal digits"},
+		"upper-case signature": {func(c *auth.Credentials) { c.Signature = strings.ToUpper(c.Signature) }, "", -32001, "X-Hero-Signature must be lowercase hex"},
+		"a repeated member": {func(*auth.Credentials) {}, `{"jsonrpc":"2.0","id":1,"method":"flow.list","params":{"context_id":1},"params":{"context_id":1}}`,
+			-32600, `repeats the member "params"`},
+	} {
+		b := body
+		if tc.body != "" {
+			b = []byte(tc.body)
+		}
+		cr := signAs(1, harness.ActorKey(1), time.Now(), b, auth.JSONRPCTarget)
+		tc.mod(&cr)
+		out, _ := postSigned(t, url, cr, b)
+		if code, msg := rpcErrOf(out); code != tc.code || !strings.Contains(msg, tc.want) {
+			t.Errorf("jsonrpc, %s: %v, want %d %q", name, out, tc.code, tc.want)
+		}
+	}
 	// A batch is one signed request.
 	batch := []byte(`[{"jsonrpc":"2.0","id":1,"method":"flow.list","params":{"context_id":1}},{"jsonrpc":"2.0","id":2,"method":"job.list","params":{"context_id":1}}]`)
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(batch))
