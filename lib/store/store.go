@@ -366,7 +366,53 @@ func (srv *Server) connect(ctx context.Context, timeout time.Duration) error {
 			srv.databases = n
 		}
 	}
+	if srv.databases == 0 {
+		// A service's ACL user may not run CONFIG (@dangerous): find the setting by
+		// what SELECT takes.
+		srv.databases = srv.probeDatabases(ctx)
+	}
 	return nil
+}
+
+// probeDatabases finds the server's number of databases without CONFIG: the first
+// index that SELECT refuses, by doubling then bisecting (a dozen round trips at
+// start, on the mux pool, whose every use selects its database first). 0 when it
+// cannot tell (a fault: the check of context ids is then Redis's own).
+func (srv *Server) probeDatabases(ctx context.Context) int {
+	selects := func(n int) (bool, error) {
+		_, err := srv.mux.Pipelined(ctx, func(p redis.Pipeliner) error { p.Select(ctx, n); return nil })
+		if err != nil && strings.Contains(err.Error(), "DB index is out of range") {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	lo, hi := 1, 16 // SELECT lo works (DB 0 exists); find the first hi it refuses
+	for {
+		ok, err := selects(hi - 1)
+		if err != nil {
+			return 0
+		}
+		if !ok {
+			break
+		}
+		if hi >= 1<<31 {
+			return 0
+		}
+		lo, hi = hi, 2*hi
+	}
+	for lo < hi { // every index below lo works; hi-1 does not
+		mid := lo + (hi-lo)/2
+		ok, err := selects(mid)
+		if err != nil {
+			return 0
+		}
+		if ok {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // askSentinels asks each Sentinel of fo for its master's address, as the failover
