@@ -95,7 +95,8 @@ func (w *watchOf) ends(t *testing.T, code codes.Code) {
 // from the context, an actor whose key is replaced (its Watch signed per call, its
 // SubmitJobStream and its calls on a session connection), an operator secret revoked:
 // each stream ends with the refusal within the bound, and the streams of everyone
-// else stay open and keep receiving events.
+// else stay open and keep receiving events. An actor removed from the executors has
+// each submission of its open stream refused.
 func TestRevocationReachesOpenStreams(t *testing.T) {
 	s, admin := newStack(t, harness.StackOptions{})
 	api2 := harness.Start(t, binDir, "supervisor-daemon", s.RedisURL, harness.Options{
@@ -179,6 +180,17 @@ func TestRevocationReachesOpenStreams(t *testing.T) {
 	// An operator secret revoked.
 	op.MustCall(t, "secret.revoke", map[string]any{"fingerprint": secret.Fingerprint}, nil)
 	byOp.ends(t, codes.Unauthenticated)
+
+	// Actor 3 no longer an executor: each submission on its open stream is refused
+	// (each is authorized on its own, against the context as it is), the stream stays.
+	op.MustCall(t, "context.update", map[string]any{"id": ctx1, "executors": []int{4}}, nil)
+	if err := submit(102); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("a submission after its actor left the executors: %v", err)
+	}
+	op.MustCall(t, "context.update", map[string]any{"id": ctx1, "executors": []int{3, 4}}, nil)
+	if err := submit(103); err != nil {
+		t.Fatalf("a submission once its actor is an executor again: %v", err)
+	}
 
 	// Actor 3's key replaced: its submission stream ends, and its session connection's
 	// next call is verified again (refused) instead of taken from the cache.
