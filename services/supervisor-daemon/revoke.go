@@ -72,6 +72,9 @@ func (e *revokedError) Unwrap() error { return e.err }
 // streamRevoked returns the refusal a stream's context was ended with, nil when it was
 // not ended by a revocation (the client went away, the server stops).
 func streamRevoked(ctx context.Context) error {
+	if ctx.Err() == nil { // the common case, without Cause's walk of the context
+		return nil
+	}
 	var r *revokedError
 	if errors.As(context.Cause(ctx), &r) {
 		return r
