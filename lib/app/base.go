@@ -43,9 +43,10 @@ type Serving struct {
 	// callers authenticate per request (signatures, secrets), not with certificates.
 	API    bool
 	APITLS tlsx.Files
-	// Peers are the services an internal server accepts calls from when mutual TLS
-	// is on ("operator", people's tools, always is).
-	Peers []string
+	// Peers are, by full method name, the services an internal server accepts calls
+	// of that method from when mutual TLS is on ("operator", people's tools, always
+	// is; grpcx.Options.Peers).
+	Peers map[string][]string
 }
 
 // AddListener registers another server of the service (e.g. the JSON-RPC HTTP server):

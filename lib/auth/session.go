@@ -112,17 +112,17 @@ type ParsedSession struct {
 	Signature []byte
 }
 
-// ParseSession checks the shape of a session's credentials (not the signature); its
-// error names the metadata key that is wrong.
+// ParseSession checks the shape of a session's credentials (not the signature), in
+// their canonical forms as Parse does; its error names the metadata key that is wrong.
 func ParseSession(c SessionCredentials) (ParsedSession, error) {
 	var p ParsedSession
 	id, ts, err := actorAndTime([][2]string{{MetadataActor, c.Actor}, {MetadataTimestamp, c.Timestamp}, {MetadataSession, c.Signature}})
 	if err != nil {
 		return p, err
 	}
-	sig, err := hex.DecodeString(c.Signature)
-	if err != nil || len(sig) != ed25519.SignatureSize {
-		return p, &FormatError{MetadataSession + " is not the hex of a 64-byte Ed25519 signature"}
+	sig, err := signatureHex(MetadataSession, c.Signature)
+	if err != nil {
+		return p, err
 	}
 	return ParsedSession{Actor: id, Timestamp: ts, Signature: sig}, nil
 }

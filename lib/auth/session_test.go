@@ -77,6 +77,9 @@ func TestSessionSignVerify(t *testing.T) {
 		{SessionCredentials{Actor: "x", Timestamp: "1", Signature: c.Signature}, "hero-actor is not an actor id"},
 		{SessionCredentials{Actor: "7", Timestamp: "-1", Signature: c.Signature}, "hero-timestamp is not"},
 		{SessionCredentials{Actor: "7", Timestamp: "1", Signature: "zz"}, "hero-session is not the hex"},
+		{SessionCredentials{Actor: "7", Timestamp: "+" + c.Timestamp, Signature: c.Signature}, "hero-timestamp must be the unix time in decimal digits"},
+		{SessionCredentials{Actor: "07", Timestamp: c.Timestamp, Signature: c.Signature}, "hero-actor must be the actor id in decimal digits"},
+		{SessionCredentials{Actor: "7", Timestamp: c.Timestamp, Signature: strings.ToUpper(c.Signature)}, "hero-session must be lowercase hex"},
 	} {
 		if _, err := ParseSession(bad.c); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%+v: %v, want %q", bad.c, err, bad.want)

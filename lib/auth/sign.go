@@ -126,7 +126,11 @@ type FormatError struct{ Msg string }
 
 func (e *FormatError) Error() string { return e.Msg }
 
-// Parse checks the shape of every credential (not the signature).
+// Parse checks the shape of every credential (not the signature). Each must be in
+// the one form the canonical string has (docs/api.md, Signed requests): the actor id
+// and the timestamp decimal digits without a sign or leading zeros, the signature
+// lowercase hex; another spelling of the same value is refused, so that a request's
+// credentials read the same to every reader.
 func Parse(c Credentials) (Parsed, error) {
 	var p Parsed
 	id, ts, err := actorAndTime([][2]string{{HeaderActor, c.Actor}, {HeaderTimestamp, c.Timestamp}, {HeaderNonce, c.Nonce}, {HeaderSignature, c.Signature}})
@@ -136,11 +140,24 @@ func Parse(c Credentials) (Parsed, error) {
 	if !ValidNonce(c.Nonce) {
 		return p, &FormatError{fmt.Sprintf("%s must be %d to %d characters of A-Z a-z 0-9 _ -", HeaderNonce, MinNonceLen, MaxNonceLen)}
 	}
-	sig, err := hex.DecodeString(c.Signature)
-	if err != nil || len(sig) != ed25519.SignatureSize {
-		return p, &FormatError{HeaderSignature + " is not the hex of a 64-byte Ed25519 signature"}
+	sig, err := signatureHex(HeaderSignature, c.Signature)
+	if err != nil {
+		return p, err
 	}
 	return Parsed{Actor: id, Timestamp: ts, Nonce: c.Nonce, Signature: sig}, nil
+}
+
+// signatureHex decodes a signature sent as 128 lowercase hex characters (name is its
+// header, for the error).
+func signatureHex(name, s string) ([]byte, error) {
+	sig, err := hex.DecodeString(s)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return nil, &FormatError{name + " is not the hex of a 64-byte Ed25519 signature"}
+	}
+	if strings.ToLower(s) != s {
+		return nil, &FormatError{name + " must be lowercase hex (as the canonical string's digest)"}
+	}
+	return sig, nil
 }
 
 // ValidNonce reports whether n has a nonce's shape.
@@ -194,9 +211,15 @@ func actorAndTime(kvs [][2]string) (uint32, int64, error) {
 	if err != nil || id == 0 {
 		return 0, 0, &FormatError{kvs[0][0] + " is not an actor id (a number from 1)"}
 	}
+	if strconv.FormatUint(id, 10) != kvs[0][1] {
+		return 0, 0, &FormatError{kvs[0][0] + " must be the actor id in decimal digits, without a sign or leading zeros (as the canonical string has it)"}
+	}
 	ts, err := strconv.ParseInt(kvs[1][1], 10, 64)
 	if err != nil || ts <= 0 {
 		return 0, 0, &FormatError{kvs[1][0] + " is not a unix time in seconds"}
+	}
+	if strconv.FormatInt(ts, 10) != kvs[1][1] {
+		return 0, 0, &FormatError{kvs[1][0] + " must be the unix time in decimal digits, without a sign or leading zeros (as the canonical string has it)"}
 	}
 	return uint32(id), ts, nil
 }

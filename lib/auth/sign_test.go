@@ -86,6 +86,16 @@ func TestDocsWorkedExample(t *testing.T) {
 	if !p.Verify(key.Public().(ed25519.PublicKey), ex["target"], d) {
 		t.Fatal("the example does not verify")
 	}
+	// Its values spelled otherwise (the same numbers, the same bytes) are refused.
+	for name, c := range map[string]Credentials{
+		"+timestamp":           {Actor: ex["actor"], Timestamp: "+" + ex["timestamp"], Nonce: ex["nonce"], Signature: ex["signature"]},
+		"upper-case signature": {Actor: ex["actor"], Timestamp: ex["timestamp"], Nonce: ex["nonce"], Signature: strings.ToUpper(ex["signature"])},
+		"actor 007":            {Actor: "00" + ex["actor"], Timestamp: ex["timestamp"], Nonce: ex["nonce"], Signature: ex["signature"]},
+	} {
+		if _, err := Parse(c); err == nil {
+			t.Errorf("the example with %s was accepted", name)
+		}
+	}
 }
 
 func TestSignVerify(t *testing.T) {
@@ -155,6 +165,14 @@ func TestParseRefusesMalformed(t *testing.T) {
 		"signature hex":  {func(c *Credentials) { c.Signature = strings.Repeat("zz", 64) }, "X-Hero-Signature is not the hex"},
 		"signature size": {func(c *Credentials) { c.Signature = "abcd" }, "X-Hero-Signature is not the hex"},
 		"nothing":        {func(c *Credentials) { *c = Credentials{} }, "missing X-Hero-Actor, X-Hero-Timestamp, X-Hero-Nonce, X-Hero-Signature"},
+		// Another spelling of a value the canonical string spells one way.
+		"+timestamp":            {func(c *Credentials) { c.Timestamp = "+1795600000" }, "X-Hero-Timestamp must be the unix time in decimal digits"},
+		"timestamp zeros":       {func(c *Credentials) { c.Timestamp = "01795600000" }, "X-Hero-Timestamp must be the unix time in decimal digits"},
+		"actor zeros":           {func(c *Credentials) { c.Actor = "01" }, "X-Hero-Actor must be the actor id in decimal digits"},
+		"+actor":                {func(c *Credentials) { c.Actor = "+1" }, "X-Hero-Actor is not an actor id"},
+		"upper-case signature":  {func(c *Credentials) { c.Signature = strings.Repeat("AB", 64) }, "X-Hero-Signature must be lowercase hex"},
+		"mixed-case signature":  {func(c *Credentials) { c.Signature = "Ab" + strings.Repeat("ab", 63) }, "X-Hero-Signature must be lowercase hex"},
+		"space before the time": {func(c *Credentials) { c.Timestamp = " 1795600000" }, "X-Hero-Timestamp is not a unix time"},
 	} {
 		c := good
 		tc.mod(&c)

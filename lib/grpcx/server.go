@@ -101,9 +101,11 @@ type Options struct {
 	// MaxStreams caps concurrent calls per connection (0: 1000).
 	MaxStreams uint32
 	// Peers, with mutual TLS, are the services (named by their certificates,
-	// tlsx.ServiceName) whose calls are accepted; "operator" always is. Health and
+	// tlsx.ServiceName) whose calls each method accepts, by full method name
+	// ("/hero.v1.Scheduler/JobsDone"): a service has no reason to call the others. A
+	// method not named accepts none; "operator" is accepted everywhere. Health and
 	// reflection answer any verified peer. nil: no check.
-	Peers []string
+	Peers map[string][]string
 }
 
 // Keepalive limits every server applies: clients may ping at most every 10 s (more
@@ -220,12 +222,16 @@ func (s *Server) Shutdown(ctx context.Context) {
 	}
 }
 
-// peerCheck admits a call when its peer's verified certificate names an allowed
-// service; every refusal is logged with the peer and the method.
-func peerCheck(allowed []string, log zerolog.Logger) func(ctx context.Context, full string) error {
-	ok := map[string]bool{"operator": true}
-	for _, s := range allowed {
-		ok[s] = true
+// peerCheck admits a call when its peer's verified certificate names a service the
+// method allows (or the operator); every refusal is logged with the peer and the
+// method.
+func peerCheck(allowed map[string][]string, log zerolog.Logger) func(ctx context.Context, full string) error {
+	ok := map[string]map[string]bool{}
+	for method, services := range allowed {
+		ok[method] = map[string]bool{}
+		for _, s := range services {
+			ok[method][s] = true
+		}
 	}
 	return func(ctx context.Context, full string) error {
 		p, _ := peer.FromContext(ctx)
@@ -235,14 +241,14 @@ func peerCheck(allowed []string, log zerolog.Logger) func(ctx context.Context, f
 				svc = tlsx.PeerService(ti.State)
 			}
 		}
-		if svc != "" && (ok[svc] || strings.HasPrefix(full, "/grpc.health.v1.") || strings.HasPrefix(full, "/grpc.reflection.")) {
+		if svc != "" && (svc == "operator" || ok[full][svc] || strings.HasPrefix(full, "/grpc.health.v1.") || strings.HasPrefix(full, "/grpc.reflection.")) {
 			return nil
 		}
 		addr := ""
 		if p != nil && p.Addr != nil {
 			addr = p.Addr.String()
 		}
-		log.Warn().Str("peer", addr).Str("peer_service", svc).Str("method", full).Msg("internal call refused: the caller's certificate names no service allowed here")
+		log.Warn().Str("peer", addr).Str("peer_service", svc).Str("method", full).Msg("internal call refused: the caller's certificate names no service allowed to call this method")
 		if svc == "" {
 			return status.Error(codes.Unauthenticated, "the client certificate names no service of the stack")
 		}

@@ -59,6 +59,7 @@ const (
 	SchedulerSettings = "coord:scheduler"           // hash: the scheduler's retention_ms (its default retention; 0: forever) and sweep_ms (its safety sweep), for the runners that apply job ends themselves
 	JobDone           = "coord:jobdone"             // pub/sub channel: "<ctx>:<caller>:<id>" of jobs that ended, space-separated (for job.run waiters)
 	FlowDone          = "coord:flowdone"            // pub/sub channel: "<ctx>:<flow>" of each flow that ended (for flow.wait waiters)
+	AuthChanged       = "coord:authchanged"         // pub/sub channel: "actor:<id>", "context:<id>" or "secret:<fingerprint>" whose credentials or roles changed (supervisor-daemon re-checks its open streams)
 )
 
 // Nonce marks a signed request's nonce as used by an actor (DB 0, expires after the

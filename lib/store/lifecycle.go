@@ -129,6 +129,7 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 	}
 	if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.FlushDBAsync(ctx)
+		p.Publish(ctx, keys.AuthChanged, keys.Context(ctxID)) // open streams of the context end
 		return nil
 	}); err != nil {
 		return fmt.Errorf("empty the database of context %d: %w", ctxID, err)

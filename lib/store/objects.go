@@ -312,6 +312,9 @@ func (s *Store) UpdateContext(ctx context.Context, c *model.Context, actor strin
 		}
 		p.HSet(ctx, keys.Context(c.ID), keep...)
 		AddEvent(ctx, p, &Event{Type: string(model.EventContextUpdated), Actor: actor, Detail: fmt.Sprintf("context %d", c.ID)})
+		// Its roles may have changed: supervisor-daemon's replicas check their open
+		// streams of the context again (in the transaction: no change goes untold).
+		p.Publish(ctx, keys.AuthChanged, keys.Context(c.ID))
 		return nil
 	})
 	if err != nil {

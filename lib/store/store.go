@@ -367,55 +367,52 @@ func (srv *Server) connect(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	if srv.databases == 0 {
-		// A Redis user without CONFIG (the services' ACL users): the count is found
-		// with SELECTs on the probe's own connection. It must be known: a pipeline's
-		// SELECT that fails leaves the commands after it in the connection's previous
-		// database, another context's.
-		srv.databases = countDatabases(ctx, probe)
+		// A service's ACL user may not run CONFIG (@dangerous): find the setting by
+		// what SELECT takes.
+		srv.databases = srv.probeDatabases(ctx)
 	}
 	return nil
 }
 
-// countDatabases finds a server's number of databases with SELECTs on c's one
-// connection (it leaves DB 0 selected): doubling from 16 until a SELECT is refused as
-// out of range, then halving the gap. 0 when a SELECT fails otherwise.
-func countDatabases(ctx context.Context, c *redis.Client) int {
-	const most = 1 << 30
-	exists := func(n int) (bool, error) {
-		err := c.Do(ctx, "SELECT", n).Err()
-		if err != nil && strings.Contains(err.Error(), "out of range") {
+// probeDatabases finds the server's number of databases without CONFIG: the first
+// index that SELECT refuses, by doubling then bisecting (a dozen round trips at
+// start, on the mux pool, whose every use selects its database first). 0 when it
+// cannot tell (a fault: the check of context ids is then Redis's own).
+func (srv *Server) probeDatabases(ctx context.Context) int {
+	selects := func(n int) (bool, error) {
+		_, err := srv.mux.Pipelined(ctx, func(p redis.Pipeliner) error { p.Select(ctx, n); return nil })
+		if err != nil && strings.Contains(err.Error(), "DB index is out of range") {
 			return false, nil
 		}
 		return err == nil, err
 	}
-	lo, hi := 0, 16 // DB lo exists; DB hi is still to be tried
+	lo, hi := 1, 16 // SELECT lo works (DB 0 exists); find the first hi it refuses
 	for {
-		ok, err := exists(hi)
+		ok, err := selects(hi - 1)
 		if err != nil {
 			return 0
 		}
 		if !ok {
 			break
 		}
-		if lo = hi; hi >= most {
-			return most
+		if hi >= 1<<31 {
+			return 0
 		}
-		hi *= 2
+		lo, hi = hi, 2*hi
 	}
-	for hi-lo > 1 { // lo exists, hi does not
+	for lo < hi { // every index below lo works; hi-1 does not
 		mid := lo + (hi-lo)/2
-		ok, err := exists(mid)
+		ok, err := selects(mid)
 		if err != nil {
 			return 0
 		}
 		if ok {
-			lo = mid
+			lo = mid + 1
 		} else {
 			hi = mid
 		}
 	}
-	_ = c.Do(ctx, "SELECT", 0).Err()
-	return hi
+	return lo
 }
 
 // askSentinels asks each Sentinel of fo for its master's address, as the failover
@@ -613,9 +610,6 @@ func (d *DB) exec(ctx context.Context, p redis.Pipeliner, fn func(p redis.Pipeli
 		if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) && first == nil {
 			first = e
 		}
-	}
-	if nd := d.noDatabase(first); nd != nil {
-		first = nd // the SELECT failed: the context's id is beyond the server's databases
 	}
 	// Drop the SELECT (and, in a transaction, MULTI/EXEC that go-redis keeps out).
 	out := cmds

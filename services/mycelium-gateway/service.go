@@ -9,7 +9,7 @@ import (
 )
 
 func run(ctx context.Context, cfg *Config, env *app.Env) error {
-	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{Peers: []string{"router"}})
+	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{Peers: map[string][]string{herov1.Gateway_Send_FullMethodName: {"router"}}})
 	if err != nil {
 		return err
 	}

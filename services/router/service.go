@@ -9,7 +9,7 @@ import (
 )
 
 func run(ctx context.Context, cfg *Config, env *app.Env) error {
-	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{Peers: []string{"mycelium-gateway"}})
+	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{Peers: map[string][]string{herov1.Router_Deliver_FullMethodName: {"mycelium-gateway"}}})
 	if err != nil {
 		return err
 	}

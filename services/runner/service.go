@@ -13,7 +13,9 @@ import (
 )
 
 func run(ctx context.Context, cfg *Config, env *app.Env) error {
-	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{Peers: []string{"supervisor-daemon", "scheduler"}})
+	// RunnerControl/StopJob is the operator's alone: the services stop jobs through
+	// Redis (coord:ctl:<process>), none calls it.
+	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{Peers: map[string][]string{herov1.RunnerControl_StopJob_FullMethodName: nil}})
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,16 @@ import (
 )
 
 func run(ctx context.Context, cfg *Config, env *app.Env) error {
-	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{Peers: []string{"supervisor-daemon", "router"}})
+	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{Peers: map[string][]string{
+		// The API's: a flow's start, cancel and retry, job.run's dispatch.
+		herov1.Scheduler_StartFlow_FullMethodName:   {"supervisor-daemon"},
+		herov1.Scheduler_CancelFlow_FullMethodName:  {"supervisor-daemon"},
+		herov1.Scheduler_RetryFlow_FullMethodName:   {"supervisor-daemon"},
+		herov1.Scheduler_DispatchJob_FullMethodName: {"supervisor-daemon"},
+		// The router's: the results it read.
+		herov1.Scheduler_JobDone_FullMethodName:  {"router"},
+		herov1.Scheduler_JobsDone_FullMethodName: {"router"},
+	}})
 	if err != nil {
 		return err
 	}

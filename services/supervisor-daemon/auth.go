@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,8 +61,8 @@ func (r Role) String() string {
 	return [...]string{"none", "reader", "executor", "admin"}[r]
 }
 
-// Reasons an authentication fails: the label of hero_api_auth_failures_total and the
-// "reason" of the log line. The client is told less (authError.Msg).
+// Reasons an authentication fails: the "reason" of the log line. The client is told
+// less (authError.Msg), and so is hero_api_auth_failures_total (metricReason).
 const (
 	reasonMissing      = "missing_credentials"
 	reasonMalformed    = "malformed"
@@ -119,10 +120,15 @@ type authenticator struct {
 	now     func() time.Time
 
 	// sessions remembers the session signatures verified per connection; one is
-	// verified again (timestamp, the actor's current key) after --auth-session-recheck.
+	// verified again (timestamp, the actor's current key) after --auth-session-recheck,
+	// or at once after a notice that the actor changed (revoke.go).
 	sessions *sessionCache
+	// streams are the streams open on this replica, checked again on a notice of a
+	// credential change (revoke.go).
+	streams *openStreams
 
 	failures *prometheus.CounterVec
+	refusals *refusalLog // the log of refusals, counted per source past the first
 	// hero_api_auth_session_checks_total's two series, resolved once: looking a
 	// series up by its label value was 2.5% of supervisor-daemon's CPU per call.
 	sessionCached, sessionVerified prometheus.Counter
@@ -133,9 +139,12 @@ func newAuthenticator(st *store.Store, secrets *operatorSecrets, window, recheck
 	a := &authenticator{
 		store: st, secrets: secrets, window: window, devMode: devMode, log: log, now: time.Now,
 		sessions: newSessionCache(maxSessions, recheck),
+		streams: newOpenStreams(f.NewCounter(prometheus.CounterOpts{Name: "hero_api_streams_revoked_total",
+			Help: "Open streams (Watch, SubmitJobStream) ended because their caller's rights changed: a changed key, a role removed, a context deleted, an operator secret revoked."})),
 		failures: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_auth_failures_total",
-			Help: "Refused authentications by transport (jsonrpc, grpc) and reason (missing_credentials, malformed, stale_timestamp, replayed_nonce, unknown_actor, no_key, bad_signature, bad_secret, revoked_secret, dev_unknown_actor, session_without_tls, session_without_exporter)."},
+			Help: "Refused authentications by transport (jsonrpc, grpc) and reason (missing_credentials, malformed, stale_timestamp, replayed_nonce, not_verified, bad_secret, session_without_tls, session_without_exporter); not_verified is an unknown actor, an actor without a key and a bad signature alike, as the API answers them (the log tells them apart)."},
 			[]string{"transport", "reason"}),
+		refusals: newRefusalLog(log, refusalInterval, maxRefusalSources),
 	}
 	sessionChecks := f.NewCounterVec(prometheus.CounterOpts{Name: "hero_api_auth_session_checks_total",
 		Help: "Calls authenticated by a session signature (gRPC hero-session), by outcome: verified (the signature checked against the actor's key) or cached (the same signature verified on the same connection less than --auth-session-recheck ago)."},
@@ -150,17 +159,21 @@ func newAuthenticator(st *store.Store, secrets *operatorSecrets, window, recheck
 	return a
 }
 
-// authenticate turns a request's credentials into a principal. Failures are logged
-// with their reason and counted; the error for the client is an *authError.
+// authenticate turns a request's credentials into a principal. Failures are counted
+// (metricReason) and logged with their reason (refusalLog: a source's first of an
+// interval on a line of its own, the others counted); the error for the client is an
+// *authError.
 func (a *authenticator) authenticate(ctx context.Context, c credentials) (Principal, error) {
 	p, actor, err := a.check(ctx, c)
 	if ae, ok := err.(*authError); ok {
-		a.failures.WithLabelValues(c.transport, ae.Reason).Inc()
-		ev := a.log.Warn().Str("transport", c.transport).Str("target", c.target).Str("reason", ae.Reason).Str("peer", c.peer)
-		if actor != 0 {
-			ev = ev.Uint32("actor", actor)
-		}
-		ev.Msg("authentication refused")
+		a.failures.WithLabelValues(c.transport, metricReason(ae.Reason)).Inc()
+		a.refusals.refusal(c.peer, ae.Reason, func(ev *zerolog.Event) *zerolog.Event {
+			ev = ev.Str("transport", c.transport).Str("target", c.target).Str("peer", c.peer)
+			if actor != 0 {
+				ev = ev.Uint32("actor", actor)
+			}
+			return ev
+		})
 	}
 	return p, err
 }
@@ -295,6 +308,7 @@ func (a *authenticator) sessionActor(ctx context.Context, c credentials) (Princi
 		return Principal{}, 0, &authError{reasonMalformed, "authentication failed: " + err.Error()}
 	}
 	now := a.now()
+	epoch := a.sessions.epoch.Load() // a drop from now on keeps this verification out of the cache
 	if a.sessions.fresh(c.binding.exporter, s.Actor, c.session, now) {
 		a.sessionCached.Inc()
 		return Principal{Actor: s.Actor}, s.Actor, nil
@@ -311,7 +325,7 @@ func (a *authenticator) sessionActor(ctx context.Context, c credentials) (Princi
 		a.sessions.drop(c.binding.exporter)
 		return Principal{}, s.Actor, &authError{reason, msgNotVerified}
 	}
-	a.sessions.put(c.binding.exporter, s.Actor, c.session, now)
+	a.sessions.put(c.binding.exporter, s.Actor, c.session, now, epoch)
 	a.sessionVerified.Inc()
 	return Principal{Actor: s.Actor}, s.Actor, nil
 }
@@ -327,6 +341,9 @@ type sessionCache struct {
 	max     int
 	recheck time.Duration
 	entries map[[auth.ExporterLen]byte]sessionEntry
+	// epoch counts the drops of an actor's or every entry: a verification that began
+	// before one (it may have read a key since replaced) is not kept.
+	epoch atomic.Uint64
 }
 
 type sessionEntry struct {
@@ -349,10 +366,14 @@ func (c *sessionCache) fresh(ekm []byte, actor uint32, signature string, now tim
 	return ok && e.actor == actor && e.signature == signature && !now.Before(e.at) && now.Sub(e.at) < c.recheck
 }
 
-func (c *sessionCache) put(ekm []byte, actor uint32, signature string, now time.Time) {
+// put remembers a verification that began at epoch (unless an entry was dropped since).
+func (c *sessionCache) put(ekm []byte, actor uint32, signature string, now time.Time, epoch uint64) {
 	k := [auth.ExporterLen]byte(ekm)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.epoch.Load() != epoch {
+		return
+	}
 	if _, ok := c.entries[k]; !ok && len(c.entries) >= c.max {
 		c.evict(now)
 	}
@@ -379,6 +400,27 @@ func (c *sessionCache) drop(ekm []byte) {
 	k := [auth.ExporterLen]byte(ekm)
 	c.mu.Lock()
 	delete(c.entries, k)
+	c.mu.Unlock()
+}
+
+// dropActor forgets every session of an actor (its key changed): each is verified
+// again at its connection's next call.
+func (c *sessionCache) dropActor(actor uint32) {
+	c.mu.Lock()
+	c.epoch.Add(1)
+	for k, e := range c.entries {
+		if e.actor == actor {
+			delete(c.entries, k)
+		}
+	}
+	c.mu.Unlock()
+}
+
+// dropAll forgets every session (credential changes may have been missed).
+func (c *sessionCache) dropAll() {
+	c.mu.Lock()
+	c.epoch.Add(1)
+	clear(c.entries)
 	c.mu.Unlock()
 }
 

@@ -7,6 +7,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/protoconv"
+	"github.com/hero-coordinator/hero/lib/store"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -38,10 +41,10 @@ var waitingCalls = map[string]bool{
 // (hero-session). A stream is authenticated with its opening message.
 func authInterceptors(a *authenticator, l *callerLimits, codec *auth.DigestCodec, m *apiMetrics) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	api := func(full string) bool { return strings.HasPrefix(full, "/hero.v1.") }
-	check := func(ctx context.Context, full string, msg any) (context.Context, func(), error) {
+	check := func(ctx context.Context, full string, msg any) (context.Context, func(), credentials, error) {
 		digest, ok := codec.TakeDigest(msg)
 		if !ok {
-			return nil, nil, status.Error(codes.Internal, "authentication: the request's digest is missing")
+			return nil, nil, credentials{}, status.Error(codes.Internal, "authentication: the request's digest is missing")
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
 		get := func(k string) string {
@@ -61,22 +64,22 @@ func authInterceptors(a *authenticator, l *callerLimits, codec *auth.DigestCodec
 		}
 		p, err := a.authenticate(ctx, c)
 		if err != nil {
-			return nil, nil, grpcError(err)
+			return nil, nil, c, grpcError(err)
 		}
 		ctx, tperr := withTraceparent(ctx, md.Get(model.TraceparentHeader))
 		if tperr != nil {
-			return nil, nil, grpcError(tperr)
+			return nil, nil, c, grpcError(tperr)
 		}
 		if err := l.allow(p.key(), 1); err != nil {
-			return nil, nil, grpcError(err)
+			return nil, nil, c, grpcError(err)
 		}
 		release := func() {}
 		if waitingCalls[full] {
 			if release, err = l.wait(p.key()); err != nil {
-				return nil, nil, grpcError(err)
+				return nil, nil, c, grpcError(err)
 			}
 		}
-		return context.WithValue(ctx, principalKey{}, p), release, nil
+		return context.WithValue(ctx, principalKey{}, p), release, c, nil
 	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		if !api(info.FullMethod) {
@@ -85,7 +88,7 @@ func authInterceptors(a *authenticator, l *callerLimits, codec *auth.DigestCodec
 		}
 		start := time.Now()
 		defer func() { m.observe("grpc", path.Base(info.FullMethod), status.Code(err).String(), start) }()
-		ctx, release, err := check(ctx, info.FullMethod, req)
+		ctx, release, _, err := check(ctx, info.FullMethod, req)
 		if err != nil {
 			return nil, err
 		}
@@ -100,13 +103,33 @@ func authInterceptors(a *authenticator, l *callerLimits, codec *auth.DigestCodec
 			start := time.Now()
 			defer func() { m.observe("grpc", path.Base(info.FullMethod), status.Code(err).String(), start) }()
 		}
-		ws := &authStream{ServerStream: ss, ctx: ss.Context(), codec: codec, open: func(ctx context.Context, msg any) (context.Context, func(), error) {
-			return check(ctx, info.FullMethod, msg)
+		ws := &authStream{ServerStream: ss, codec: codec, open: func(ctx context.Context, msg any) (context.Context, func(), error) {
+			return openAuthStream(ctx, a, info.FullMethod, msg, check)
 		}}
+		ws.ctx.Store(ss.Context())
 		defer ws.release()
 		return handler(srv, ws)
 	}
 	return unary, stream
+}
+
+// openAuthStream authenticates a stream's opening message (check) and registers the
+// stream with the authenticator, which ends its context when its caller's rights
+// change (revoke.go).
+func openAuthStream(ctx context.Context, a *authenticator, full string, msg any,
+	check func(ctx context.Context, full string, msg any) (context.Context, func(), credentials, error)) (context.Context, func(), error) {
+	seen := a.streams.changes.Load()
+	ctx, release, c, err := check(ctx, full, msg)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, s, remove := a.streams.add(ctx, principal(ctx), c)
+	if a.streams.changes.Load() != seen {
+		// A change was told while the stream was being authenticated: it may have
+		// been checked against what the change replaced.
+		a.recheck("a change during the stream's opening", []*openStream{s})
+	}
+	return ctx, func() { remove(); release() }, nil
 }
 
 // bindingOf is what binds a session signature to the call's connection: the TLS
@@ -123,17 +146,22 @@ func bindingOf(pr *peer.Peer) connBinding {
 }
 
 // authStream authenticates a stream on its opening message; later messages only
-// have their digests dropped.
+// have their digests dropped. Its context, from the opening on, carries the principal
+// and ends when the caller's rights are revoked (streamRevoked). Its messages may be
+// received in another goroutine than the handler's (SubmitJobStream).
 type authStream struct {
 	grpc.ServerStream
-	ctx      context.Context
-	codec    *auth.DigestCodec
-	open     func(ctx context.Context, msg any) (context.Context, func(), error)
-	opened   bool
-	released func()
+	ctx    atomic.Value // context.Context
+	codec  *auth.DigestCodec
+	open   func(ctx context.Context, msg any) (context.Context, func(), error)
+	opened bool // by the receiving goroutine only
+
+	mu       sync.Mutex
+	released func() // what the opening holds (its registration, a waiting slot)
+	ended    bool   // the handler returned
 }
 
-func (s *authStream) Context() context.Context { return s.ctx }
+func (s *authStream) Context() context.Context { return s.ctx.Load().(context.Context) }
 
 func (s *authStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
@@ -143,17 +171,33 @@ func (s *authStream) RecvMsg(m any) error {
 		s.codec.Forget(m)
 		return nil
 	}
-	ctx, release, err := s.open(s.ctx, m)
+	ctx, release, err := s.open(s.Context(), m)
 	if err != nil {
 		return err
 	}
-	s.ctx, s.released, s.opened = ctx, release, true
+	s.mu.Lock()
+	ended := s.ended
+	if !ended {
+		s.released = release
+	}
+	s.mu.Unlock()
+	if ended { // the handler gave up meanwhile
+		release()
+		return status.Error(codes.Canceled, "the stream has ended")
+	}
+	s.opened = true
+	s.ctx.Store(ctx)
 	return nil
 }
 
+// release lets go of what the opening holds, once the handler has returned.
 func (s *authStream) release() {
-	if s.released != nil {
-		s.released()
+	s.mu.Lock()
+	r := s.released
+	s.released, s.ended = nil, true
+	s.mu.Unlock()
+	if r != nil {
+		r()
 	}
 }
 
@@ -619,10 +663,13 @@ func (c *coordinatorServer) ReadEvents(ctx context.Context, r *herov1.ReadEvents
 
 // Watch follows a context's event stream: from after_id ("" = only new events), every
 // event exactly once and in order; a client that reconnects resumes from the last id
-// it saw.
+// it saw. It ends when the caller is no longer a reader of the context (or its
+// credentials were revoked) with that refusal, at once: the events are read in a
+// goroutine of their own (a blocked read of Redis is not interrupted).
 func (c *coordinatorServer) Watch(r *herov1.WatchRequest, stream grpc.ServerStreamingServer[herov1.WatchResponse]) error {
 	ctx := stream.Context()
 	p := principal(ctx)
+	bindStream(ctx, r.ContextId, RoleReader, "watch") // before the authorization reads the context
 	_, db, err := c.s.authorize(ctx, p, r.ContextId, RoleReader, "watch")
 	if err != nil {
 		return grpcError(err)
@@ -635,36 +682,77 @@ func (c *coordinatorServer) Watch(r *herov1.WatchRequest, stream grpc.ServerStre
 	} else if err := db.CheckEventPosition(ctx, after); err != nil {
 		return grpcError(err)
 	}
+	batches := make(chan eventBatch)
+	go followEvents(ctx, db, after, batches)
+	for {
+		var b eventBatch
+		select {
+		case <-ctx.Done():
+			if err := streamRevoked(ctx); err != nil {
+				return grpcError(err)
+			}
+			return nil
+		case b = <-batches:
+		}
+		if b.err != nil {
+			return grpcError(b.err)
+		}
+		for i := range b.events {
+			if r.FlowId != 0 && b.events[i].FlowID != r.FlowId {
+				continue
+			}
+			if len(r.TypePrefixes) > 0 && !slices.ContainsFunc(r.TypePrefixes, func(p string) bool { return strings.HasPrefix(b.events[i].Type, p) }) {
+				continue
+			}
+			if err := stream.Send(&herov1.WatchResponse{Event: protoconv.EventToPB(&b.events[i])}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// eventBatch is what followEvents read: events, or why it stopped.
+type eventBatch struct {
+	events []store.Event
+	err    error
+}
+
+// followEvents reads a context's events after `after` into out until ctx ends or a
+// read fails (its last batch carries the error).
+func followEvents(ctx context.Context, db *store.DB, after string, out chan<- eventBatch) {
 	const batch = 500
 	reader := db.EventReader()
 	defer func() { _ = reader.Close() }()
+	send := func(b eventBatch) bool {
+		select {
+		case out <- b:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	for ctx.Err() == nil {
 		evs, err := reader.Wait(ctx, after, batch, 5*time.Second)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+			if ctx.Err() == nil {
+				send(eventBatch{err: fmt.Errorf("read events: %w", err)})
 			}
-			return grpcError(fmt.Errorf("read events: %w", err))
+			return
 		}
 		if len(evs) == batch {
 			// A watcher this far behind may fall off the stream's end: say so rather
 			// than skip what was trimmed meanwhile.
 			if err := db.CheckEventPosition(ctx, after); err != nil {
-				return grpcError(err)
+				send(eventBatch{err: err})
+				return
 			}
 		}
-		for i := range evs {
-			after = evs[i].ID
-			if r.FlowId != 0 && evs[i].FlowID != r.FlowId {
-				continue
-			}
-			if len(r.TypePrefixes) > 0 && !slices.ContainsFunc(r.TypePrefixes, func(p string) bool { return strings.HasPrefix(evs[i].Type, p) }) {
-				continue
-			}
-			if err := stream.Send(&herov1.WatchResponse{Event: protoconv.EventToPB(&evs[i])}); err != nil {
-				return err
-			}
+		if len(evs) == 0 {
+			continue
+		}
+		after = evs[len(evs)-1].ID
+		if !send(eventBatch{events: evs}) {
+			return
 		}
 	}
-	return nil
 }

@@ -199,6 +199,11 @@ func (j *jsonrpcServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	digest := auth.Digest(body)
 	trimmed := bytes.TrimSpace(body)
+	if name, dup := duplicateKey(trimmed); dup {
+		writeJSON(w, rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: codeInvalidRequest,
+			Message: fmt.Sprintf("invalid request: the body repeats the member %q in one object; a request must mean one thing to every reader of what was signed (docs/api.md, Signed requests)", name)}})
+		return
+	}
 	var reqs []json.RawMessage
 	batch := len(trimmed) > 0 && trimmed[0] == '['
 	if !batch {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/app"
 	"github.com/hero-coordinator/hero/lib/auth"
+	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/netx"
 	"github.com/hero-coordinator/hero/lib/obs"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
@@ -71,11 +72,25 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	herov1.RegisterCoordinatorServer(b.GRPC.Server, &coordinatorServer{s: svc, limits: limits, batches: batches})
 	herov1.RegisterDispatcherServer(b.GRPC.Server, &dispatcherServer{d: disp})
 
-	// job.run waits on job-done notifications: subscribe before serving.
+	// job.run waits on job-done notifications, and open streams are checked again on
+	// notices of credential changes: subscribe before serving.
 	waitCtx, stopWait := context.WithCancel(context.Background())
 	subscribed := make(chan struct{})
 	waitErr := make(chan error, 1)
-	go func() { waitErr <- svc.waiter.run(waitCtx, b.Store, env.Log, subscribed) }()
+	go func() {
+		waitErr <- followNotices(waitCtx, b.Store, []string{keys.JobDone, keys.FlowDone, keys.AuthChanged}, func(n notice) {
+			switch {
+			case n.channel != keys.AuthChanged:
+				if !n.again { // a missed end is caught by the waiting calls' own checks
+					svc.waiter.received(n.channel, n.payload, env.Log)
+				}
+			case n.again:
+				holder.authNoticesMissed()
+			default:
+				holder.authChanged(n.payload)
+			}
+		}, subscribed)
+	}()
 	select {
 	case <-subscribed:
 	case err := <-waitErr:
@@ -85,7 +100,8 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 		stopWait()
 		return errors.New("subscribe to job notifications: no answer from redis")
 	}
-	b.Add("job-notifications", func() error { return <-waitErr }, func(error) { stopWait() })
+	b.Add("notifications", func() error { return <-waitErr }, func(error) { stopWait() })
+	go holder.streamSweep(waitCtx, cfg.AuthSessionRecheck)
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {

@@ -33,7 +33,9 @@ var itemStreams = map[string]bool{herov1.Coordinator_SubmitJobStream_FullMethodN
 // error and the stream goes on. A request may carry several submissions (batch), each
 // handled as if it came alone; to a client that takes batches, the answers ready
 // while another is being sent go out together. The stream ends when the producer
-// closes its side and every submission read has been answered.
+// closes its side and every submission read has been answered; or, when the caller's
+// credentials are revoked, at once (after the answers of the submissions being
+// stored), with the refusal: its requests are received in a goroutine of their own.
 //
 // The submissions are stored by the stream's workers, started as more submissions
 // wait at once (up to streamInflight) and kept until the stream ends: a goroutine
@@ -58,15 +60,25 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 	}
 	defer wg.Wait()
 	defer close(work)
-	first := true // the opening submission was counted against the rate when the stream opened
+	requests, stop := receive(st)
+	defer stop()
+	ctx := st.Context() // the stream's context once its opening message is authenticated
+	first := true       // the opening submission was counted against the rate when the stream opened
 	for {
-		r, err := st.Recv()
-		if errors.Is(err, io.EOF) {
+		var in streamIn
+		select {
+		case in = <-requests:
+		case <-ctx.Done():
+			return streamEnd(ctx)
+		}
+		if errors.Is(in.err, io.EOF) {
 			return nil
 		}
-		if err != nil {
-			return err
+		if in.err != nil {
+			return in.err
 		}
+		ctx = st.Context()
+		r := in.r
 		items := r.Batch
 		if len(items) > 0 {
 			received(len(items))
@@ -75,7 +87,7 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 			items = append([]*herov1.SubmitJobStreamRequest{{Seq: r.Seq, Submit: r.Submit, Traceparent: r.Traceparent}}, items...)
 		}
 		for _, it := range items {
-			w := streamWork{ctx: st.Context(), r: it, limit: !first} // the context is authenticated by the opening message
+			w := streamWork{ctx: ctx, r: it, limit: !first} // the context is authenticated by the opening message
 			first = false
 			select {
 			case work <- w: // an idle worker took it
@@ -90,11 +102,46 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 			}
 			select {
 			case work <- w:
-			case <-w.ctx.Done():
-				return status.FromContextError(w.ctx.Err()).Err()
+			case <-ctx.Done():
+				return streamEnd(ctx)
 			}
 		}
 	}
+}
+
+// streamIn is one request of a stream, or why none came.
+type streamIn struct {
+	r   *herov1.SubmitJobStreamRequest
+	err error
+}
+
+// receive reads a stream's requests in a goroutine of its own, one ahead of the
+// handler (which reads them from the channel); stop ends it once the handler is done.
+func receive(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse]) (<-chan streamIn, func()) {
+	ch, done := make(chan streamIn), make(chan struct{})
+	go func() {
+		for {
+			r, err := st.Recv()
+			select {
+			case ch <- streamIn{r, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch, func() { close(done) }
+}
+
+// streamEnd is how a stream whose context ended ends: with the refusal of a
+// revocation, or as the client's cancellation.
+func streamEnd(ctx context.Context) error {
+	if err := streamRevoked(ctx); err != nil {
+		return grpcError(err)
+	}
+	return status.FromContextError(ctx.Err()).Err()
 }
 
 // answerSender sends a stream's answers (streambatch.Sender): those ready while one
@@ -160,6 +207,12 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, r *herov1.SubmitJo
 }
 
 func (c *coordinatorServer) streamItem(ctx context.Context, r *herov1.SubmitJobStreamRequest, limit bool) (*herov1.SubmitJobResponse, error) {
+	if err := streamRevoked(ctx); err != nil {
+		return nil, err
+	}
+	// Once begun, a submission is stored and answered as it is, even if the stream's
+	// context ends meanwhile: its answer must not say "refused" of a stored job.
+	ctx = context.WithoutCancel(ctx)
 	p := principal(ctx)
 	if limit && c.limits != nil {
 		if err := c.limits.allow(p.key(), 1); err != nil {

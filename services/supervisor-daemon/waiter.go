@@ -1,23 +1,20 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
-	"github.com/hero-coordinator/hero/lib/store"
 )
 
 // waiter wakes job.run and flow.wait callers when their job or flow ends. One
-// subscription to the coord:jobdone and coord:flowdone channels serves every waiting
-// call; the script that applies a job's end (the scheduler's, or the runner's finish
+// subscription to the coord:jobdone and coord:flowdone channels (per server,
+// followNotices) serves every waiting call; the script that applies a job's end (the scheduler's, or the runner's finish
 // with --apply-ends) publishes the job's reference when the job reaches its final
 // state, and a flow's "<ctx>:<id>" when the flow does.
 //
@@ -120,40 +117,6 @@ func parseFlowDone(s string) (waitKey, error) {
 		return waitKey{}, fmt.Errorf("flow reference %q is not <context>:<flow>", s)
 	}
 	return flowKey(uint32(ctxID), uint32(flowID)), nil
-}
-
-// run follows the channels until ctx ends. It reports when the subscriptions are live.
-// A context's scripts publish on the server that holds it: the channels are followed
-// on every server of the placement (one subscription each).
-func (w *waiter) run(ctx context.Context, st *store.Store, log zerolog.Logger, ready chan<- struct{}) error {
-	ch := make(chan *redis.Message)
-	for _, srv := range st.Servers() {
-		sub := srv.Coord().Subscribe(ctx, keys.JobDone, keys.FlowDone)
-		defer func() { _ = sub.Close() }()
-		for range 2 { // one confirmation per channel
-			if _, err := sub.Receive(ctx); err != nil {
-				return err
-			}
-		}
-		go func() {
-			for m := range sub.Channel() {
-				select {
-				case ch <- m:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	close(ready)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case m := <-ch:
-			w.received(m.Channel, m.Payload, log)
-		}
-	}
 }
 
 // received wakes the waiters of a notice on channel: on coord:flowdone a flow's

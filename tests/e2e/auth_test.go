@@ -29,7 +29,7 @@ import (
 // metadata) for the bytes that will be sent.
 type forged struct {
 	name   string
-	reason string // the logged reason and metric label
+	reason string // the logged reason
 	// sign returns the credentials, given the bytes to send and the target; sent
 	// is what is really sent (nil: the same bytes).
 	sign func(body []byte, target string) (cr auth.Credentials, sent []byte)
@@ -114,15 +114,58 @@ func TestSignedRequests(t *testing.T) {
 		t.Fatal("a signed Watch was refused")
 	}
 
-	// The log names each reason; the metric counts each by transport.
+	// The log names each reason (the first refusal of a source and interval on a line
+	// of its own, the others counted by reason on a line at the interval's end).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.API.WaitLog(ctx, "more from this source"); err != nil {
+		t.Fatalf("no count of the refusals after the first: %v", err)
+	}
+	out := s.API.Output()
 	for _, reason := range []string{"missing_credentials", "bad_signature", "unknown_actor", "no_key", "stale_timestamp", "replayed_nonce", "malformed"} {
-		if !strings.Contains(s.API.Output(), `"reason":"`+reason+`"`) {
-			t.Errorf("no log line with reason %s", reason)
+		if !strings.Contains(out, `"reason":"`+reason+`"`) && !strings.Contains(out, `"`+reason+`":`) {
+			t.Errorf("the log does not name reason %s", reason)
 		}
-		for _, tr := range []string{"jsonrpc", "grpc"} {
+	}
+	checkAuthMetrics(t, s.API.AdminAddr, map[string]bool{"jsonrpc": true, "grpc": true},
+		"missing_credentials", "not_verified", "stale_timestamp", "replayed_nonce", "malformed")
+
+	// A client that keeps failing is not a log line per request: 300 more refusals
+	// from this address add at most a line of their own and a count.
+	lines := func() int { return strings.Count(s.API.Output(), `"message":"authentication refused`) }
+	before := lines()
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"flow.list","params":{"context_id":1}}`)
+	for i := 0; i < 300; i++ {
+		if out, _ := postSigned(t, harness.APIURL(s.API), signAs(77, harness.ActorKey(77), time.Now(), body, auth.JSONRPCTarget), body); out["error"] == nil {
+			t.Fatal("an unknown actor was served")
+		}
+	}
+	if added := lines() - before; added > 2 {
+		t.Errorf("300 refused requests from one address added %d log lines", added)
+	}
+}
+
+// checkAuthMetrics checks hero_api_auth_failures_total on a metrics page that anyone
+// may read: each of want was counted for each transport, and no label tells an
+// unknown actor, an actor without a key and a bad signature apart (one bad request
+// per candidate id would enumerate the actors), nor a revoked secret from a wrong one.
+func checkAuthMetrics(t *testing.T, adminAddr string, transports map[string]bool, want ...string) {
+	t.Helper()
+	for _, reason := range want {
+		for tr := range transports {
 			series := `hero_api_auth_failures_total{reason="` + reason + `",transport="` + tr + `"}`
-			if v := metricValue(t, s.API.AdminAddr, series); v < 1 {
+			if v := metricValue(t, adminAddr, series); v < 1 {
 				t.Errorf("%s = %v", series, v)
+			}
+		}
+	}
+	for _, line := range metricLines(t, adminAddr) {
+		if !strings.HasPrefix(line, "hero_api_auth_failures_total{") {
+			continue
+		}
+		for _, telling := range []string{"unknown_actor", "no_key", "bad_signature", "revoked_secret", "dev_unknown_actor"} {
+			if strings.Contains(line, `"`+telling+`"`) {
+				t.Errorf("the metrics page tells %s apart: %s", telling, line)
 			}
 		}
 	}
@@ -197,6 +240,32 @@ func checkSignedJSONRPC(t *testing.T, url string) {
 	out, _ := postSigned(t, url, good, body) // the same request again: a replay
 	if code, msg := rpcErrOf(out); code != -32001 || !strings.Contains(msg, "nonce was used already") {
 		t.Fatalf("replayed request: %v", out)
+	}
+	// Only the canonical forms: a correctly signed request whose timestamp, actor or
+	// signature is spelled otherwise, or whose body repeats a member (readers differ on
+	// which one counts), is refused.
+	for name, tc := range map[string]struct {
+		mod  func(*auth.Credentials)
+		body string
+		code int
+		want string
+	}{
+		"+timestamp":           {func(c *auth.Credentials) { c.Timestamp = "+" + c.Timestamp }, "", -32001, "X-Hero-Timestamp must be the unix time in decimal digits"},
+		"actor 01":             {func(c *auth.Credentials) { c.Actor = "0" + c.Actor }, "", -32001, "X-Hero-Actor must be the actor id in decimal digits"},
+		"upper-case signature": {func(c *auth.Credentials) { c.Signature = strings.ToUpper(c.Signature) }, "", -32001, "X-Hero-Signature must be lowercase hex"},
+		"a repeated member": {func(*auth.Credentials) {}, `{"jsonrpc":"2.0","id":1,"method":"flow.list","params":{"context_id":1},"params":{"context_id":1}}`,
+			-32600, `repeats the member "params"`},
+	} {
+		b := body
+		if tc.body != "" {
+			b = []byte(tc.body)
+		}
+		cr := signAs(1, harness.ActorKey(1), time.Now(), b, auth.JSONRPCTarget)
+		tc.mod(&cr)
+		out, _ := postSigned(t, url, cr, b)
+		if code, msg := rpcErrOf(out); code != tc.code || !strings.Contains(msg, tc.want) {
+			t.Errorf("jsonrpc, %s: %v, want %d %q", name, out, tc.code, tc.want)
+		}
 	}
 	// A batch is one signed request.
 	batch := []byte(`[{"jsonrpc":"2.0","id":1,"method":"flow.list","params":{"context_id":1}},{"jsonrpc":"2.0","id":2,"method":"job.list","params":{"context_id":1}}]`)
@@ -278,8 +347,8 @@ func checkSignedGRPC(t *testing.T, s *harness.Stack) {
 	}
 }
 
-// metricValue reads one series from a service's /metrics (0 when absent).
-func metricValue(t *testing.T, adminAddr, series string) float64 {
+// metricLines reads a service's /metrics, line by line.
+func metricLines(t *testing.T, adminAddr string) []string {
 	t.Helper()
 	resp, err := http.Get("http://" + adminAddr + "/metrics")
 	if err != nil {
@@ -287,7 +356,13 @@ func metricValue(t *testing.T, adminAddr, series string) float64 {
 	}
 	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
+	return strings.Split(string(b), "\n")
+}
+
+// metricValue reads one series from a service's /metrics (0 when absent).
+func metricValue(t *testing.T, adminAddr, series string) float64 {
+	t.Helper()
+	for _, line := range metricLines(t, adminAddr) {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			return f

@@ -21,9 +21,12 @@ import (
 
 // Acceptance (Trust II 1): each internal gRPC service refuses a plaintext client, a
 // TLS client without a certificate and a certificate from another CA; a certificate
-// of the stack's CA that names a service not allowed to call it is refused too (the
-// forged calls of the issue: JobsDone, CancelFlow, StopJob, Deliver, Send); the
-// services that may call it are served.
+// of the stack's CA that names a service not allowed to call the method is refused too
+// (the forged calls of the issue: JobsDone, CancelFlow, StopJob, Deliver, Send) —
+// per method (Trust IV): the router may report results to the scheduler but not
+// cancel a flow, supervisor-daemon the reverse, and no service stops a job through a
+// runner's RunnerControl (the services stop jobs through Redis; it is the
+// operator's); those allowed are served.
 func TestInternalServicesRequireMutualTLS(t *testing.T) {
 	s, _ := newStack(t, harness.StackOptions{})
 	mnet := myceliumemu.NewForTest(t, "n")
@@ -47,15 +50,15 @@ func TestInternalServicesRequireMutualTLS(t *testing.T) {
 		{"scheduler", s.Scheduler.GRPCAddr, func(cc *grpc.ClientConn) error {
 			_, err := herov1.NewSchedulerClient(cc).JobsDone(ctx, &herov1.JobsDoneRequest{Ends: []*herov1.JobDoneRequest{{ContextId: 1, CallerId: 1, JobId: 999}}})
 			return err
-		}, "router", "runner"},
+		}, "router", "supervisor-daemon"},
 		{"scheduler", s.Scheduler.GRPCAddr, func(cc *grpc.ClientConn) error {
 			_, err := herov1.NewSchedulerClient(cc).CancelFlow(ctx, &herov1.SchedulerCancelFlowRequest{ContextId: 1, FlowId: 999, Actor: "mallory"})
 			return err
-		}, "supervisor-daemon", "mycelium-gateway"},
+		}, "supervisor-daemon", "router"},
 		{"runner", s.Runner.GRPCAddr, func(cc *grpc.ClientConn) error {
 			_, err := herov1.NewRunnerControlClient(cc).StopJob(ctx, &herov1.RunnerStopJobRequest{ContextId: 2, CallerId: 1, JobId: 1})
 			return err
-		}, "scheduler", "router"},
+		}, "operator", "scheduler"},
 		{"router", s.Router.GRPCAddr, func(cc *grpc.ClientConn) error {
 			_, err := herov1.NewRouterClient(cc).Deliver(ctx, &herov1.DeliverRequest{ContextId: 1, Source: "mallory"})
 			return err
