@@ -60,7 +60,7 @@ func (s *Store) UpdateActor(ctx context.Context, id uint32, pubkey *string, addr
 		return nil, err
 	}
 	args := []any{time.Now().Unix(), "pubkey", cur.Pubkey, "address", model.EncodeField(cur.Address)}
-	n, err := updateActorScript.Run(ctx, s.G(), []string{keys.Actor(id)}, args...).Int()
+	n, err := s.primary.run(ctx, updateActorScript, []string{keys.Actor(id)}, args...).Int()
 	if err != nil {
 		return nil, fmt.Errorf("update actor %d: %w", id, err)
 	}
@@ -181,7 +181,7 @@ func (s *Store) RevokeOperatorSecret(ctx context.Context, fingerprint, reason st
 	rec := *ifAbsent
 	rec.RevokedMs, rec.Reason = now, reason
 	b, _ := json.Marshal(rec)
-	n, err := revokeSecretScript.Run(ctx, s.G(), []string{keys.OperatorSecrets}, fingerprint, b, now, reason).Int()
+	n, err := s.primary.run(ctx, revokeSecretScript, []string{keys.OperatorSecrets}, fingerprint, b, now, reason).Int()
 	if err != nil {
 		return false, fmt.Errorf("revoke operator secret %s: %w", fingerprint, err)
 	}

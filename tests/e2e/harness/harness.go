@@ -103,6 +103,9 @@ type Options struct {
 	// Plaintext starts a service without its TLS flags (TLSArgs are the default).
 	Plaintext bool
 	Wrap      []string
+	// NoScripts: the harness does not load the store's Redis functions first
+	// (EnsureScripts); a service other than supervisor-daemon then waits for them.
+	NoScripts bool
 }
 
 // guarded are the secrets no service may ever log (GuardSecret).
@@ -170,6 +173,11 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 		}
 		_ = os.Chmod(ScratchRoot(), 0o1777)
 		args = append(args, "--sandbox-bind", ScratchRoot())
+	}
+	if services[name] && name != "supervisor-daemon" && !opt.NoScripts {
+		if err := EnsureScripts(redisURL); err != nil {
+			return nil, err
+		}
 	}
 	args = append(args, placementArgs(name, redisURL)...)
 	redisURL, redisArgs, err := redisFor(name, redisURL)

@@ -1,18 +1,23 @@
 package harness
 
 import (
+	"context"
 	"crypto/tls"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/hero-coordinator/hero/lib/redisacl"
+	"github.com/hero-coordinator/hero/lib/store"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 	"github.com/hero-coordinator/hero/lib/tlsx"
 )
@@ -187,6 +192,50 @@ func redisFor(name, redisURL string) (string, []string, error) {
 	f := p.Files(name)
 	return u.String(), []string{"--redis-tls-ca", f.CA, "--redis-tls-cert", f.Cert, "--redis-tls-key", f.Key,
 		"--redis-password-file", filepath.Join(p.Dir, redisacl.PasswordFile(name))}, nil
+}
+
+// EnsureScripts loads the store's Redis functions into the servers that services
+// started against redisURL use (its placement map's too), as supervisor-daemon does:
+// every other service waits for them before it starts, and a test may start one
+// before supervisor-daemon or without it (StartStack starts it last).
+// TestServicesWaitForTheLoader shows the wait itself.
+func EnsureScripts(redisURL string) error {
+	opt := store.Options{URL: redisURL, ConnectTimeout: 10 * time.Second, Log: zerolog.Nop()}
+	placement.Lock()
+	if placement.spec != "" && redisURL == placement.primary {
+		opt.Placement = placement.spec
+	}
+	placement.Unlock()
+	secureRedis.Lock()
+	secure := secureRedis.url != "" && redisURL == secureRedis.url
+	secureRedis.Unlock()
+	if secure {
+		p, err := PKI()
+		if err != nil {
+			return err
+		}
+		pw, err := os.ReadFile(filepath.Join(p.Dir, redisacl.PasswordFile("operator")))
+		if err != nil {
+			return err
+		}
+		u, err := url.Parse(redisURL)
+		if err != nil {
+			return err
+		}
+		u.User = url.User("operator")
+		opt.URL, opt.Password = u.String(), strings.TrimSpace(string(pw))
+		if opt.TLS, err = tlsx.ClientConfig(p.Files("operator"), "", "redis", nil); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := store.Open(ctx, opt)
+	if err != nil {
+		return fmt.Errorf("load the store's functions into %s: %w", redisURL, err)
+	}
+	s.Close()
+	return nil
 }
 
 // guardKeyMaterial adds every private key and Redis password of the PKI to the
