@@ -96,7 +96,7 @@ var services = []service{
 // supervisorOwn are the commands supervisor-daemon runs besides every other service's:
 // it loads and deletes the store's functions, empties a deleted context's database
 // (FLUSHDB), and reads what the API serves.
-const supervisorOwn = "flushdb function|load function|delete hsetnx getrange scan xinfo|stream xrange xread xrevrange zrevrangebyscore"
+const supervisorOwn = "flushdb function|load function|delete hsetnx hlen getrange scan xinfo|stream xrange xread xrevrange zrevrangebyscore"
 
 // Users are the deployment's users. supervisor-daemon may run every command any
 // service runs and its own, on every key and channel: it is the most privileged
@@ -176,3 +176,56 @@ func Init(dir string) ([]string, error) {
 	return made, fsx.WriteFile(filepath.Join(dir, ACLFile), []byte(acl.String()), 0o644)
 }
 
+// OperatorKeyFile is the name of the file, in the directory, of the HMAC key under which
+// supervisor-daemon keeps the operator secrets' verifiers (--operator-secret-key-file):
+// hex of 32 random bytes, mode 0600. Out of Redis, it is no Redis user's to read: the
+// verifiers alone do not let anyone mint an accepted secret.
+const OperatorKeyFile = "operator-secret-key"
+
+// InitOperatorKey writes the key file into dir unless it exists; made says whether it
+// did.
+func InitOperatorKey(dir string) (made bool, err error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return false, err
+	}
+	err = WriteOperatorKey(filepath.Join(dir, OperatorKeyFile), key)
+	if errors.Is(err, os.ErrExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// WriteOperatorKey writes key, in hex, to a new file (mode 0600); an existing file is
+// an error (os.ErrExist), never replaced.
+func WriteOperatorKey(path string, key []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, hex.EncodeToString(key))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+	}
+	return err
+}
+
+// ReadOperatorKey reads a key file: hex of at least 16 bytes (os.ErrNotExist when
+// there is no file).
+func ReadOperatorKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	key, err := hex.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(key) < 16 {
+		return nil, fmt.Errorf("%s does not hold an operator secret key (hex of at least 16 bytes)", path)
+	}
+	return key, nil
+}

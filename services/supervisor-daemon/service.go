@@ -38,7 +38,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	if err != nil {
 		return err
 	}
-	secrets, err := loadOperatorSecrets(ctx, b.Store, cfg.secrets(), cfg.AdminSecretFile, env.Log)
+	secrets, err := loadOperatorSecrets(ctx, b.Store, cfg.secrets(), cfg.AdminSecretFile, cfg.OperatorSecretKeyFile, env.Log)
 	if err != nil {
 		return err
 	}
