@@ -150,6 +150,7 @@ func Start(t testing.TB, binDir, name, redisURL string, opt Options) *Proc {
 		if leaked := LeakedSecrets(p.Output()); len(leaked) > 0 {
 			t.Errorf("%s logged secrets: %v", name, leaked)
 		}
+		CheckACLLog(t, redisURL)
 	})
 	return p
 }
