@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/store"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
@@ -392,5 +393,67 @@ func TestAOFSurvivesARestartWithUsers(t *testing.T) {
 	vals, err := u.as("operator", 0).MGet(ctx, "job:1:1", "job:1:2").Result()
 	if err != nil || vals[0] != "1" || vals[1] != "2" {
 		t.Fatalf("after the restart: %v %v", vals, err)
+	}
+}
+
+// The users exist on every server: over a placement map (context 2 on a second server)
+// and a Sentinel group, supervisor-daemon loads the store's functions into every server,
+// the runner waits for them and runs on each; after a failover the promoted replica
+// has the users and the functions (they replicate) and the runner's claims go on.
+func TestUsersOnEveryServerOfPlacementAndSentinel(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Init(dir); err != nil {
+		t.Fatal(err)
+	}
+	u := &users{t: t, dir: dir}
+	opt := redistest.Options{ACLFile: filepath.Join(dir, ACLFile), User: "operator", UserPassword: u.password("operator")}
+	g := redistest.StartGroup(t, 1, opt)
+	placed := redistest.Start(t, opt)
+	ctx := context.Background()
+	open := func(user string, wait bool) *store.Store {
+		su := strings.Replace(g.URL, "redis://", "redis://"+user+"@", 1)
+		s, err := store.Open(ctx, store.Options{URL: su, Placement: "2-2=redis://" + user + "@" + placed.Addr + "/0", Password: u.password(user),
+			ConnectTimeout: 10 * time.Second, Log: zerolog.Nop(), WaitScripts: wait})
+		if err != nil {
+			t.Fatalf("store.Open as %s: %v", user, err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	open("supervisor-daemon", false)
+	runner := open("runner", true)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := runner.WaitScripts(wctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(ctxID uint32) error {
+		db, err := runner.Ctx(ctxID)
+		if err != nil {
+			return err
+		}
+		_, err = db.ClaimStarts(ctx, keys.Queue("sh"), "w", time.Minute, []string{""}, store.Wake{})
+		return err
+	}
+	for _, c := range []uint32{2, 3} {
+		if err := claim(c); err != nil {
+			t.Fatalf("the runner's claim in context %d: %v", c, err)
+		}
+	}
+	if err := g.Master.Down(redistest.DownKill); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; {
+		err := claim(3)
+		if err == nil {
+			break
+		}
+		if !fault.Transient(err) || time.Now().After(deadline) {
+			t.Fatalf("the runner's claim after the failover: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if now, err := g.MasterAddr(ctx); err != nil || now != g.Replica.Addr {
+		t.Fatalf("the master after the failover: %s %v, want the replica %s", now, err, g.Replica.Addr)
 	}
 }
