@@ -10,7 +10,8 @@
 # Redis: $REDIS_URL when set; otherwise a redis-server of its own on 127.0.0.1:6379,
 # with the ACL users of $STATE_DIR/pki (each service its own user; no access without logging in).
 # TLS: `heroctl pki init` makes $STATE_DIR/pki (kept across runs): mutual TLS between
-# the services, TLS at the API (export HERO_TLS_CA=$STATE_DIR/pki/ca.pem).
+# the services, TLS at the API (export HERO_TLS_CA=$STATE_DIR/pki/ca.pem), and the
+# operator secrets' HMAC key (operator-secret-key: kept out of Redis).
 # The operator secret: $HERO_ADMIN_SECRET when set; otherwise the one supervisor-daemon
 # generates at its first start into $STATE_DIR/admin-secret (--admin-secret-file).
 set -euo pipefail
@@ -40,7 +41,8 @@ set_args() {
   fi
   case $s in
     supervisor-daemon) ARGS+=(--http-addr 127.0.0.1:9652 --scheduler-addr 127.0.0.1:9654 --dispatcher-log-dir "$STATE_DIR/dispatcher-logs"
-                              --admin-secret-file "$STATE_DIR/admin-secret" --api-tls-cert "$PKI/api.pem" --api-tls-key "$PKI/api-key.pem") ;;
+                              --admin-secret-file "$STATE_DIR/admin-secret" --api-tls-cert "$PKI/api.pem" --api-tls-key "$PKI/api-key.pem"
+                              --operator-secret-key-file "$PKI/operator-secret-key") ;;
     router) ARGS+=(--scheduler-addr 127.0.0.1:9654 --router-id local-router) ;;
     runner) ARGS+=(--runner-id 1 --contexts '*' --worker-id local-runner
                    --executors "python;cmd=python3 -u $ROOT/sdk/python/examples/example_executor.py;size=2;ro=$ROOT/sdk/python|mailer;cmd=python3 -u $ROOT/sdk/python/examples/mailer_executor.py;ro=$ROOT/sdk/python"

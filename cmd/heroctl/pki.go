@@ -13,7 +13,7 @@ import (
 
 func pkiCommands() []command {
 	return []command{
-		{name: "pki init", summary: "Make the internal CA and certificates (mutual TLS between services, the API's TLS) and the Redis ACL users in a directory; keeps what exists.",
+		{name: "pki init", summary: "Make the internal CA and certificates (mutual TLS between services, the API's TLS), the Redis ACL users and the operator secrets' HMAC key in a directory; keeps what exists.",
 			example: "heroctl pki init --dir ./pki --api-host api.example.com --redis-host redis", define: (*cli).pkiInit},
 		{name: "pki k8s-secrets", summary: "In a Kubernetes pod: make what pki init makes and store it in Secrets of the namespace, creating only the missing ones.",
 			example: "heroctl pki k8s-secrets --prefix hero --label app=hero", define: (*cli).pkiK8s},
@@ -40,8 +40,9 @@ func (h *hostFlags) pki(dir string, renew bool) tlsx.PKI {
 }
 
 // pkiInit runs `heroctl pki init`: the deployment's internal CA and a certificate per
-// service (mutual TLS), for the public API, for Redis and for people's tools, and the
-// Redis ACL users with their password files (lib/redisacl). It keeps what exists;
+// service (mutual TLS), for the public API, for Redis and for people's tools, the
+// Redis ACL users with their password files, and the operator secrets' HMAC key
+// (lib/redisacl). It keeps what exists;
 // --renew reissues the certificates from the existing CA.
 func (c *cli) pkiInit(fs *flag.FlagSet) action {
 	dir := fs.String("dir", "", "the directory to write to (required)")
@@ -62,6 +63,11 @@ func (c *cli) pkiInit(fs *flag.FlagSet) action {
 		}
 		for _, u := range users {
 			wrote = append(wrote, redisacl.PasswordFile(u))
+		}
+		if made, err := redisacl.InitOperatorKey(*dir); err != nil {
+			return fmt.Errorf("pki init: operator key: %v", err)
+		} else if made {
+			wrote = append(wrote, redisacl.OperatorKeyFile)
 		}
 		if len(wrote) == 0 {
 			fmt.Fprintf(c.out, "pki: %s is complete; nothing written (%s rewritten)\n", *dir, redisacl.ACLFile)

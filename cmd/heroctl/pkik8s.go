@@ -51,8 +51,10 @@ type secretSpec struct {
 // secretLayout lists the Secrets, the CA first. Certificates: kubernetes.io/tls
 // Secrets with ca.crt, tls.crt and tls.key (the layout cert-manager writes); the CA's
 // Secret holds its key (tls.key) and is read only to issue certificates. Redis users:
-// one Opaque Secret holding the ACL file (hashes only) and each user's password.
-func secretLayout(certs, users bool) []secretSpec {
+// one Opaque Secret holding the ACL file (hashes only) and each user's password. The
+// operator secrets' HMAC key: one Opaque Secret (supervisor-daemon's
+// --operator-secret-key-file).
+func secretLayout(certs, users, operatorKey bool) []secretSpec {
 	var out []secretSpec
 	if certs {
 		out = append(out, secretSpec{suffix: "ca", typ: "kubernetes.io/tls", files: map[string]string{"tls.crt": "ca.pem", "tls.key": "ca-key.pem", "ca.crt": "ca.pem"}})
@@ -69,6 +71,9 @@ func secretLayout(certs, users bool) []secretSpec {
 			files[redisacl.PasswordFile(u.Name)] = redisacl.PasswordFile(u.Name)
 		}
 		out = append(out, secretSpec{suffix: "redis-users", typ: "Opaque", files: files})
+	}
+	if operatorKey {
+		out = append(out, secretSpec{suffix: "operator-key", typ: "Opaque", files: map[string]string{redisacl.OperatorKeyFile: redisacl.OperatorKeyFile}})
 	}
 	return out
 }
@@ -221,15 +226,17 @@ type k8sSecretsOptions struct {
 	Labels    map[string]string // on every Secret created
 	Certs     bool              // the CA and the certificates
 	Users     bool              // the Redis ACL users
-	PKI       tlsx.PKI          // hosts and validity (Dir is set here)
+	// OperatorKey: the operator secrets' HMAC key (lib/redisacl, OperatorKeyFile).
+	OperatorKey bool
+	PKI         tlsx.PKI // hosts and validity (Dir is set here)
 }
 
 // syncSecrets makes and stores what is missing; it returns the names of the
 // Secrets it created and of those it kept.
 func syncSecrets(ctx context.Context, k *kubeClient, o k8sSecretsOptions) (created, kept []string, err error) {
-	layout := secretLayout(o.Certs, o.Users)
+	layout := secretLayout(o.Certs, o.Users, o.OperatorKey)
 	if len(layout) == 0 {
-		return nil, nil, errors.New("nothing to do: both certificates and Redis users are off")
+		return nil, nil, errors.New("nothing to do: certificates, Redis users and the operator key are all off")
 	}
 	dir, err := os.MkdirTemp("", "hero-pki-")
 	if err != nil {
@@ -327,6 +334,11 @@ func makeMissing(dir string, o k8sSecretsOptions) error {
 			return fmt.Errorf("redis users: %v", err)
 		}
 	}
+	if o.OperatorKey {
+		if _, err := redisacl.InitOperatorKey(dir); err != nil {
+			return fmt.Errorf("operator key: %v", err)
+		}
+	}
 	return nil
 }
 
@@ -360,6 +372,7 @@ func (c *cli) pkiK8s(fs *flag.FlagSet) action {
 	ns := fs.String("namespace", "", "the namespace (default: the pod's)")
 	certs := fs.Bool("certs", true, "make the CA and the certificates")
 	users := fs.Bool("redis-users", true, "make the Redis ACL users")
+	opKey := fs.Bool("operator-key", true, "make the operator secrets' HMAC key (supervisor-daemon's --operator-secret-key-file)")
 	var labels multiFlag
 	fs.Var(&labels, "label", "a label `KEY=VALUE` on every Secret created (repeatable)")
 	hosts := addHostFlags(fs)
@@ -381,7 +394,7 @@ func (c *cli) pkiK8s(fs *flag.FlagSet) action {
 		if *ns == "" {
 			return usageErr("pki k8s-secrets: no --namespace and none in %s/namespace", defaultSADir)
 		}
-		o := k8sSecretsOptions{Namespace: *ns, Prefix: *prefix, Labels: lbl, Certs: *certs, Users: *users, PKI: hosts.pki("", false)}
+		o := k8sSecretsOptions{Namespace: *ns, Prefix: *prefix, Labels: lbl, Certs: *certs, Users: *users, OperatorKey: *opKey, PKI: hosts.pki("", false)}
 		created, kept, err := syncSecrets(ctx, k, o)
 		report(c.out, *ns, created, kept)
 		if err != nil {

@@ -133,13 +133,13 @@ func newFakeCluster(t *testing.T) (*fakeAPI, *kubeClient) {
 }
 
 func testOptions() k8sSecretsOptions {
-	return k8sSecretsOptions{Namespace: "hero", Prefix: "rel", Certs: true, Users: true,
+	return k8sSecretsOptions{Namespace: "hero", Prefix: "rel", Certs: true, Users: true, OperatorKey: true,
 		Labels: map[string]string{"app.kubernetes.io/instance": "rel"},
 		PKI:    tlsx.PKI{APIHosts: []string{"rel-supervisor-daemon", "api.example.com"}, RedisHosts: []string{"rel-redis"}, Validity: 24 * time.Hour}}
 }
 
 var allSecrets = []string{"rel-ca", "rel-api-tls", "rel-mycelium-gateway-tls", "rel-operator-tls", "rel-redis-tls",
-	"rel-router-tls", "rel-runner-tls", "rel-scheduler-tls", "rel-supervisor-daemon-tls", "rel-redis-users"}
+	"rel-router-tls", "rel-runner-tls", "rel-scheduler-tls", "rel-supervisor-daemon-tls", "rel-redis-users", "rel-operator-key"}
 
 func gets(names ...string) []string {
 	var out []string
@@ -395,7 +395,7 @@ func TestK8sSecretsRefusals(t *testing.T) {
 func TestK8sSecretsParts(t *testing.T) {
 	f, k := newFakeCluster(t)
 	o := testOptions()
-	o.Certs = false
+	o.Certs, o.OperatorKey = false, false
 	created, _, err := syncSecrets(context.Background(), k, o)
 	if err != nil || !slices.Equal(created, []string{"rel-redis-users"}) {
 		t.Fatalf("created %v err %v", created, err)
@@ -405,12 +405,22 @@ func TestK8sSecretsParts(t *testing.T) {
 	}
 	f, k = newFakeCluster(t)
 	o = testOptions()
+	o.Certs, o.Users = false, false
+	created, _, err = syncSecrets(context.Background(), k, o)
+	if err != nil || !slices.Equal(created, []string{"rel-operator-key"}) {
+		t.Fatalf("created %v err %v", created, err)
+	}
+	if key, err := hex.DecodeString(strings.TrimSpace(string(f.secrets["rel-operator-key"].Data[redisacl.OperatorKeyFile]))); err != nil || len(key) != 32 {
+		t.Fatalf("rel-operator-key holds no key of 32 bytes in hex: %v", err)
+	}
+	f, k = newFakeCluster(t)
+	o = testOptions()
 	o.Users = false
 	created, _, err = syncSecrets(context.Background(), k, o)
 	if err != nil || slices.Contains(created, "rel-redis-users") || len(created) != len(allSecrets)-1 {
 		t.Fatalf("created %v err %v", created, err)
 	}
-	o.Certs = false
+	o.Certs, o.OperatorKey = false, false
 	if _, _, err := syncSecrets(context.Background(), k, o); err == nil {
 		t.Error("a run with nothing to do did not fail")
 	}

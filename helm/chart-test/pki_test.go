@@ -20,7 +20,7 @@ import (
 
 // The Secrets `heroctl pki k8s-secrets --prefix P` makes (cmd/heroctl/pkik8s.go;
 // its tests check the same names): name → keys.
-func pkiJobSecrets(prefix string, certs, users bool) map[string][]string {
+func pkiJobSecrets(prefix string, certs, users, operatorKey bool) map[string][]string {
 	out := map[string][]string{}
 	tlsKeys := []string{"ca.crt", "tls.crt", "tls.key"}
 	if certs {
@@ -36,15 +36,18 @@ func pkiJobSecrets(prefix string, certs, users bool) map[string][]string {
 		}
 		out[prefix+"-redis-users"] = keys
 	}
+	if operatorKey {
+		out[prefix+"-operator-key"] = []string{"operator-secret-key"}
+	}
 	return out
 }
 
 // pkiJob is what the rendered hook Job says about itself.
 type pkiJob struct {
-	prefix, namespace string
-	certs, users      bool
-	days              int
-	args              map[string][]string // --flag=value → values
+	prefix, namespace   string
+	certs, users, opKey bool
+	days                int
+	args                map[string][]string // --flag=value → values
 }
 
 func (r *release) pkiJob() (*pkiJob, bool) {
@@ -66,7 +69,7 @@ func (r *release) pkiJob() (*pkiJob, bool) {
 		return ""
 	}
 	j.prefix, j.namespace = first("--prefix"), first("--namespace")
-	j.certs, j.users = first("--certs") == "true", first("--redis-users") == "true"
+	j.certs, j.users, j.opKey = first("--certs") == "true", first("--redis-users") == "true", first("--operator-key") == "true"
 	j.days, _ = strconv.Atoi(first("--days"))
 	return j, true
 }
@@ -76,7 +79,7 @@ func (r *release) pkiJob() (*pkiJob, bool) {
 func (r *release) madeSecrets() map[string][]string {
 	out := map[string][]string{}
 	if j, ok := r.pkiJob(); ok {
-		for n, keys := range pkiJobSecrets(j.prefix, j.certs, j.users) {
+		for n, keys := range pkiJobSecrets(j.prefix, j.certs, j.users, j.opKey) {
 			out[n] = keys
 		}
 	}
@@ -122,8 +125,8 @@ func checkPKIJob(t *testing.T, r *release) {
 	jw := hookWeight(t, where, job.ObjectMeta)
 	pod := job.Spec.Template.Spec
 	j, _ := r.pkiJob()
-	if !j.certs && !j.users {
-		t.Errorf("%s: neither --certs nor --redis-users: it has nothing to do", where)
+	if !j.certs && !j.users && !j.opKey {
+		t.Errorf("%s: neither --certs, --redis-users nor --operator-key: it has nothing to do", where)
 	}
 	if j.namespace != job.Namespace || j.prefix == "" {
 		t.Errorf("%s: --prefix %q --namespace %q", where, j.prefix, j.namespace)
@@ -232,7 +235,7 @@ func checkPKIRBAC(t *testing.T, r *release, namespace string, sa *corev1.Service
 // and create on Secrets, nothing else.
 func checkPKIRole(t *testing.T, role *rbacv1.Role, j *pkiJob) {
 	t.Helper()
-	want := keysOf(pkiJobSecrets(j.prefix, j.certs, j.users))
+	want := keysOf(pkiJobSecrets(j.prefix, j.certs, j.users, j.opKey))
 	verbs := map[string]bool{}
 	for i, rule := range role.Rules {
 		if !slices.Equal(rule.APIGroups, []string{""}) || !slices.Equal(rule.Resources, []string{"secrets"}) || len(rule.NonResourceURLs) > 0 {
@@ -302,7 +305,7 @@ func checkCertificates(t *testing.T, r *release, out outside) {
 			got = append(got, c.Spec.SecretName)
 		}
 		sort.Strings(got)
-		want := keysOf(pkiJobSecrets(fullnameOf(r), true, false))
+		want := keysOf(pkiJobSecrets(fullnameOf(r), true, false, false))
 		if !slices.Contains(got, fullnameOf(r)+"-ca") {
 			want = slices.DeleteFunc(want, func(s string) bool { return s == fullnameOf(r)+"-ca" })
 		}

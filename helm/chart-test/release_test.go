@@ -31,7 +31,7 @@ var components = map[string]componentSpec{
 	"supervisor-daemon": {
 		ports:   map[string]int32{"http": 9652, "grpc": 9653, "admin": 9660},
 		addrEnv: map[string]string{"http": "HTTP_ADDR", "grpc": "GRPC_ADDR", "admin": "ADMIN_ADDR"},
-		env:     []string{"HERO_ADMIN_SECRET", "SCHEDULER_ADDR"},
+		env:     []string{"HERO_ADMIN_SECRET", "SCHEDULER_ADDR", "OPERATOR_SECRET_KEY_FILE"},
 		peers:   map[string]string{"SCHEDULER_ADDR": "scheduler"},
 	},
 	"scheduler": {

@@ -92,7 +92,7 @@ func MainIO(fs *config.FlagSet, name string, args []string, cfg Config, run RunF
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, env); err != nil {
+	if err := run(ctx, env); err != nil && (ctx.Err() == nil || !errors.Is(err, context.Canceled)) {
 		_ = logw.Close()
 		fmt.Fprintf(stderr, "%s: %v\n", name, oneLine(err))
 		return 1

@@ -47,6 +47,10 @@ type Serving struct {
 	// of that method from when mutual TLS is on ("operator", people's tools, always
 	// is; grpcx.Options.Peers).
 	Peers map[string][]string
+	// LoadsScripts marks the one service that loads the store's Redis functions
+	// (supervisor-daemon, whose Redis user alone may: lib/store, script.go); every
+	// other one waits for them before it starts.
+	LoadsScripts bool
 }
 
 // AddListener registers another server of the service (e.g. the JSON-RPC HTTP server):
@@ -117,7 +121,7 @@ func NewBase(ctx context.Context, env *Env, c *config.Common, sv Serving, grpcOp
 	b.Store, err = store.Open(ctx, store.Options{
 		URL: c.RedisURL, Placement: c.RedisPlacement, PoolSize: c.RedisPoolSize,
 		ConnectTimeout: c.RedisConnectTimeout, Log: env.Log, TLS: redisTLS, Password: password,
-		SentinelPassword: sentinelPassword,
+		SentinelPassword: sentinelPassword, WaitScripts: !sv.LoadsScripts,
 	})
 	if err != nil {
 		return nil, err
@@ -132,6 +136,19 @@ func NewBase(ctx context.Context, env *Env, c *config.Common, sv Serving, grpcOp
 		return nil, err
 	}
 	env.Probe.AddCheck("redis", b.Store.Ping)
+	if !sv.LoadsScripts {
+		// Until supervisor-daemon of this version has loaded the store's functions, the
+		// probes answer (/readyz: not ready, and what it waits for) and nothing runs.
+		b.Admin.Start()
+		if err := b.Store.WaitScripts(ctx, env.Probe.Starting); err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = b.Admin.Shutdown(sctx)
+			cancel()
+			b.GRPC.Stop()
+			b.Store.Close()
+			return nil, err
+		}
+	}
 	b.group.AddContext(ctx)
 	return b, nil
 }

@@ -62,9 +62,18 @@ const (
 	AuthChanged       = "coord:authchanged"         // pub/sub channel: "actor:<id>", "context:<id>" or "secret:<fingerprint>" whose credentials or roles changed (supervisor-daemon re-checks its open streams)
 )
 
+// Functions is the DB-0 hash, on each server, of the store's Redis function libraries
+// → when (unix ms) a process that calls them last said so: supervisor-daemon, which
+// alone loads them, deletes a library of another version once no process has said so
+// for a day (lib/store, script.go).
+const Functions = "coord:functions"
+
 // Nonce marks a signed request's nonce as used by an actor (DB 0, expires after the
 // timestamp window).
-func Nonce(actor uint32, nonce string) string { return "coord:nonce:" + u(actor) + ":" + nonce }
+func Nonce(actor uint32, nonce string) string { return NoncePrefix + u(actor) + ":" + nonce }
+
+// NoncePrefix starts every Nonce key.
+const NoncePrefix = "coord:nonce:"
 
 // WakeRunner is the DB-0 wake list of one runner id and job queue, on each server:
 // one token (the context id) per job pushed onto that queue of a context of the

@@ -37,6 +37,7 @@ type Probe struct {
 	mu       sync.Mutex
 	ready    bool
 	draining bool
+	starting string // what the start waits for (Starting)
 	checks   map[string]Check
 	details  map[string]string
 }
@@ -74,6 +75,10 @@ func (p *Probe) Details() []string {
 	return out
 }
 
+// Starting says what the start waits for ("" when nothing): /readyz names it while
+// the service is not ready.
+func (p *Probe) Starting(what string) { p.mu.Lock(); p.starting = what; p.mu.Unlock() }
+
 // Ready marks the service as started.
 func (p *Probe) Ready() { p.mu.Lock(); p.ready = true; p.mu.Unlock() }
 
@@ -83,7 +88,7 @@ func (p *Probe) Shutdown() { p.mu.Lock(); p.draining = true; p.mu.Unlock() }
 // Check returns nil when ready, or why not.
 func (p *Probe) Check(ctx context.Context) error {
 	p.mu.Lock()
-	ready, draining := p.ready, p.draining
+	ready, draining, starting := p.ready, p.draining, p.starting
 	checks := make(map[string]Check, len(p.checks))
 	for k, v := range p.checks {
 		checks[k] = v
@@ -91,6 +96,9 @@ func (p *Probe) Check(ctx context.Context) error {
 	p.mu.Unlock()
 	if draining {
 		return errors.New("shutting down")
+	}
+	if !ready && starting != "" {
+		return errors.New("starting: " + starting)
 	}
 	if !ready {
 		return errors.New("starting")
@@ -117,9 +125,11 @@ const (
 // (--pprof). It is plain HTTP and holds nothing secret: Prometheus and probes reach it
 // without credentials.
 type AdminServer struct {
-	srv *http.Server
-	ln  net.Listener
-	log zerolog.Logger
+	srv     *http.Server
+	ln      net.Listener
+	log     zerolog.Logger
+	serving sync.Once
+	done    chan error // Serve's end (Start)
 }
 
 // NewAdminServer binds addr at once (so a port in use is an error at start) and
@@ -174,21 +184,36 @@ func NewAdminServer(addr string, reg *prometheus.Registry, probe *Probe, log zer
 		// A CPU profile or trace streams for its ?seconds= (at most adminWriteTimeout).
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: adminHeaderTimeout, ReadTimeout: 10 * time.Second,
 			WriteTimeout: adminWriteTimeout, IdleTimeout: time.Minute},
-		ln:  ln,
-		log: log,
+		ln:   ln,
+		log:  log,
+		done: make(chan error, 1),
 	}, mux, nil
 }
 
 // Addr returns the bound address.
 func (a *AdminServer) Addr() string { return a.ln.Addr().String() }
 
-// ListenAndServe serves until Shutdown.
+// Start serves in the background (once): the probes answer while a start waits for
+// something (the service not ready yet).
+func (a *AdminServer) Start() {
+	a.serving.Do(func() {
+		a.log.Info().Str("addr", a.Addr()).Msg("admin server listening")
+		go func() {
+			err := a.srv.Serve(a.ln)
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				err = fmt.Errorf("admin server: %w", err)
+			} else {
+				err = nil
+			}
+			a.done <- err
+		}()
+	})
+}
+
+// ListenAndServe serves (unless Start did already) until Shutdown.
 func (a *AdminServer) ListenAndServe() error {
-	a.log.Info().Str("addr", a.Addr()).Msg("admin server listening")
-	if err := a.srv.Serve(a.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("admin server: %w", err)
-	}
-	return nil
+	a.Start()
+	return <-a.done
 }
 
 // Shutdown stops the server.

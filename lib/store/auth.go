@@ -60,7 +60,7 @@ func (s *Store) UpdateActor(ctx context.Context, id uint32, pubkey *string, addr
 		return nil, err
 	}
 	args := []any{time.Now().Unix(), "pubkey", cur.Pubkey, "address", model.EncodeField(cur.Address)}
-	n, err := updateActorScript.Run(ctx, s.G(), []string{keys.Actor(id)}, args...).Int()
+	n, err := s.primary.run(ctx, updateActorScript, []string{keys.Actor(id)}, args...).Int()
 	if err != nil {
 		return nil, fmt.Errorf("update actor %d: %w", id, err)
 	}
@@ -97,8 +97,10 @@ type SecretRecord struct {
 	Reason      string `json:"reason,omitempty"`
 }
 
-// OperatorSecretKey returns the deployment's HMAC key for operator secrets, made at
-// the first start (every replica then reads the same one).
+// OperatorSecretKey returns the deployment's HMAC key for operator secrets kept in
+// Redis, made at the first start (every replica then reads the same one): the way of
+// a supervisor-daemon without --operator-secret-key-file, which keeps it in a file
+// instead (OperatorSecretKeyRecord).
 func (s *Store) OperatorSecretKey(ctx context.Context) ([]byte, error) {
 	buf := make([]byte, 32)
 	if _, err := rand.Read(buf); err != nil {
@@ -116,6 +118,37 @@ func (s *Store) OperatorSecretKey(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("operator secret key: %s is not hex of at least 16 bytes", keys.OperatorSecretKey)
 	}
 	return key, nil
+}
+
+// OperatorSecretKeyRecord returns what coord:operator_secret_key holds ("" when
+// nothing): the HMAC key itself (hex) where a deployment keeps it in Redis, or the
+// mark of a key kept in a file (supervisor-daemon, operatorkey.go).
+func (s *Store) OperatorSecretKeyRecord(ctx context.Context) (string, error) {
+	v, err := s.G().Get(ctx, keys.OperatorSecretKey).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("operator secret key: %w", err)
+	}
+	return v, nil
+}
+
+// SetOperatorSecretKeyRecord replaces what coord:operator_secret_key holds.
+func (s *Store) SetOperatorSecretKeyRecord(ctx context.Context, v string) error {
+	if err := s.G().Set(ctx, keys.OperatorSecretKey, v, 0).Err(); err != nil {
+		return fmt.Errorf("operator secret key: %w", err)
+	}
+	return nil
+}
+
+// OperatorSecretCount is the number of stored records (coord:operator_secrets).
+func (s *Store) OperatorSecretCount(ctx context.Context) (int64, error) {
+	n, err := s.G().HLen(ctx, keys.OperatorSecrets).Result()
+	if err != nil {
+		return 0, fmt.Errorf("count operator secrets: %w", err)
+	}
+	return n, nil
 }
 
 // OperatorSecret loads one record (nil when there is none).
@@ -181,7 +214,7 @@ func (s *Store) RevokeOperatorSecret(ctx context.Context, fingerprint, reason st
 	rec := *ifAbsent
 	rec.RevokedMs, rec.Reason = now, reason
 	b, _ := json.Marshal(rec)
-	n, err := revokeSecretScript.Run(ctx, s.G(), []string{keys.OperatorSecrets}, fingerprint, b, now, reason).Int()
+	n, err := s.primary.run(ctx, revokeSecretScript, []string{keys.OperatorSecrets}, fingerprint, b, now, reason).Int()
 	if err != nil {
 		return false, fmt.Errorf("revoke operator secret %s: %w", fingerprint, err)
 	}

@@ -633,7 +633,7 @@ func (s *Store) popDue(ctx context.Context, key string, now time.Time, limit int
 		if len(out) >= limit {
 			break
 		}
-		res, err := popDueScript.Run(ctx, srv.fixed, []string{key}, now.UnixMilli(), limit-len(out)).Result()
+		res, err := srv.run(ctx, popDueScript, []string{key}, now.UnixMilli(), limit-len(out)).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			e.add(fmt.Errorf("pop %s at %s: %w", key, srv.Name, err))
 			continue

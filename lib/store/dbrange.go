@@ -8,7 +8,7 @@ import (
 // NoDatabaseError is a context whose database the Redis server does not have: its id
 // is beyond the server's `databases` setting. Ctx refuses such a context before
 // anything is sent (the store learns the setting at its start, with CONFIG GET or,
-// for a Redis user without CONFIG, with SELECTs: probeDatabases); this error is the
+// for a Redis user without CONFIG, with SELECTs: countDatabases); this error is the
 // safety net for a server that has fewer databases than it had then, putting Redis's
 // refusal to SELECT the database in words that name the context.
 type NoDatabaseError struct {

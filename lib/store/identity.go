@@ -62,7 +62,7 @@ func (s *Store) HoldIdentity(ctx context.Context, kind, id string, ttl time.Dura
 	replace := ""
 	var bo fault.Backoff
 	for {
-		cur, err := acquireScript.Run(ctx, s.G(), []string{key}, me, ttl.Milliseconds(), replace).Text()
+		cur, err := s.primary.run(ctx, acquireScript, []string{key}, me, ttl.Milliseconds(), replace).Text()
 		switch {
 		case err != nil && fault.Transient(err) && ctx.Err() == nil:
 			if !bo.Sleep(ctx) {
@@ -114,7 +114,7 @@ func (i *Identity) Keep(ctx context.Context) error {
 		case <-t.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, i.ttl/3)
-		cur, err := refreshScript.Run(rctx, i.s.G(), []string{i.key}, i.value, i.ttl.Milliseconds()).Text()
+		cur, err := i.s.primary.run(rctx, refreshScript, []string{i.key}, i.value, i.ttl.Milliseconds()).Text()
 		cancel()
 		if err == nil && cur != i.value {
 			return fmt.Errorf("%w: %s was taken by another process (%q) while this one could not refresh it", ErrIdentityInUse, i.key, cur)
@@ -126,8 +126,17 @@ func (i *Identity) Keep(ctx context.Context) error {
 func (i *Identity) Release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = releaseIdentityScript.Run(ctx, i.s.G(), []string{i.key}, i.value).Err()
+	_ = i.s.primary.run(ctx, releaseIdentityScript, []string{i.key}, i.value).Err()
 }
+
+// The mycelium-gateway's lease of its Mycelium node (services/mycelium-gateway,
+// lease.go), one replica per node: its scripts are the store's so that the loader of
+// the store's functions (supervisor-daemon) has them too.
+var (
+	GatewayLeaseAcquire = luaScript("gateway_lease_acquire.lua")
+	GatewayLeaseExtend  = luaScript("gateway_lease_extend.lua")
+	GatewayLeaseRelease = luaScript("gateway_lease_release.lua")
+)
 
 // procStart is when a process started (field 22 of /proc/<pid>/stat, in clock
 // ticks since boot), which tells a pid reused by another process; "" without /proc.

@@ -39,7 +39,7 @@ func (d *DB) CancelFlow(ctx context.Context, flowID uint32, actor string, retent
 	if strings.HasPrefix(actor, ActorOperator) {
 		reason = "cancelled by " + actor // "operator:<fingerprint>"
 	}
-	res, err := d.Eval(ctx, cancelFlowScript, []string{keys.Flow(flowID), keys.DAG(flowID), keys.FlowResults(flowID), keys.Context(d.ContextID)}, d.ContextID, flowID, actor, now.Unix(), now.UnixMilli(), reason, retention.Milliseconds())
+	res, err := d.Eval(ctx, cancelFlowScript, []string{keys.Flow(flowID), keys.DAG(flowID), keys.FlowResults(flowID)}, d.ContextID, flowID, actor, now.Unix(), now.UnixMilli(), reason, retention.Milliseconds())
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "NOTFOUND") {
 			return nil, false, notFound("flow %d in context %d", flowID, d.ContextID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,9 +13,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/redisacl"
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
@@ -455,5 +458,43 @@ func pathBench(b *testing.B) (*store.Store, int) {
 	if v, err := strconv.Atoi(os.Getenv("HERO_PATH_JOBS")); err == nil && v > 0 {
 		n = v
 	}
-	return open(b), n
+	s := open(b)
+	if os.Getenv("HERO_PATH_ACL") == "" {
+		return s, n
+	}
+	// HERO_PATH_ACL=1: every stage as a Redis user with the key patterns of the runner's
+	// user (the scheduler's and router's, and hero:*; lib/redisacl), contexts writable for
+	// the setup, every command: what checking each key of each command against them costs
+	// Redis (the submission, supervisor-daemon's, has every key and no such cost).
+	var rules []any
+	for _, u := range redisacl.Users() {
+		if u.Name != "runner" {
+			continue
+		}
+		for _, r := range strings.Fields(u.Rules) {
+			if strings.HasPrefix(r, "~") || strings.HasPrefix(r, "%R~") {
+				rules = append(rules, strings.Replace(r, "%R~", "~", 1))
+			}
+		}
+	}
+	// and "" (submit's KEYS hold it for a job without a chosen id or uniqueness key;
+	// supervisor-daemon's user, which submits, has every key)
+	rules = append(rules, "~")
+	ctx := context.Background()
+	if err := srv.Client(b, 0).Do(ctx, append([]any{"ACL", "SETUSER", "bench", "reset", "on", ">bench", "+@all", "&*"}, rules...)...).Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Client(b, 0).Do(ctx, "ACL", "DELUSER", "bench") })
+	s.Close()
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	u.User = url.UserPassword("bench", "bench")
+	as, err := store.Open(ctx, store.Options{URL: u.String(), ConnectTimeout: 2 * time.Second, Log: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(as.Close)
+	return as, n
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
@@ -887,41 +888,131 @@ func TestScriptsAfterFunctionFlush(t *testing.T) {
 	}
 }
 
-// Open loads the store's libraries and deletes those of other versions of its scripts,
-// and leaves the libraries of scripts it does not have alone (another service's).
-func TestOpenReplacesOtherVersionsLibraries(t *testing.T) {
+// The loader (Open without WaitScripts) loads the store's libraries and records them
+// in use; it deletes the libraries of other versions that no process has called for
+// KeepOldScripts, keeps those called since (a waiting service's record) and those it
+// sees for the first time (recorded as in use now), leaves libraries not of the store
+// alone, and forgets the records of libraries that are gone.
+func TestLoaderRetiresOtherVersionsLibraries(t *testing.T) {
 	ctx := context.Background()
 	c := srv.Client(t, 0)
+	srv.Flush(t)
+	old, recent, unseen := "hero_claim_start_000000000000", "hero_claim_start_000000000001", "hero_claim_start_000000000002"
 	t.Cleanup(func() {
-		c.FunctionDelete(ctx, "someone_else")
-		c.FunctionDelete(ctx, "hero_gateway_lease_acquire_000000000000")
+		for _, name := range []string{"someone_else", old, recent, unseen} {
+			c.FunctionDelete(ctx, name)
+		}
 	})
-	for _, name := range []string{"hero_claim_start_000000000000", "someone_else", "hero_gateway_lease_acquire_000000000000"} {
+	for _, name := range []string{old, recent, unseen, "someone_else"} {
 		lib := "#!lua name=" + name + "\nredis.register_function('" + name + "', function() return 1 end)"
 		if err := c.FunctionLoadReplace(ctx, lib).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	open(t)
+	now := time.Now()
+	c.HSet(ctx, keys.Functions, old, now.Add(-2*time.Hour).UnixMilli(), recent, now.Add(-30*time.Minute).UnixMilli(), "hero_gone_000000000000", 1)
+	s, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second, Log: zerolog.Nop(), KeepOldScripts: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
 	libs, err := c.FunctionList(ctx, redis.FunctionListQuery{}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	have := map[string]bool{}
+	claim := 0
 	for _, l := range libs {
 		have[l.Name] = true
-	}
-	if have["hero_claim_start_000000000000"] || !have["someone_else"] || !have["hero_gateway_lease_acquire_000000000000"] {
-		t.Fatalf("libraries after Open: %v", have)
-	}
-	var claim int
-	for name := range have {
-		if strings.HasPrefix(name, "hero_claim_start_") {
+		if strings.HasPrefix(l.Name, "hero_claim_start_") {
 			claim++
 		}
 	}
-	if claim != 1 {
-		t.Fatalf("%d libraries of claim_start, want 1 (this version's): %v", claim, have)
+	if have[old] || !have[recent] || !have[unseen] || !have["someone_else"] || claim != 3 {
+		t.Fatalf("libraries after Open: %v", have)
+	}
+	marks := c.HGetAll(ctx, keys.Functions).Val()
+	if _, ok := marks[old]; ok {
+		t.Errorf("the deleted library %s is still recorded", old)
+	}
+	if _, ok := marks["hero_gone_000000000000"]; ok {
+		t.Error("a library that is gone is still recorded")
+	}
+	if ms, _ := strconv.ParseInt(marks[unseen], 10, 64); time.Since(time.UnixMilli(ms)) > time.Minute {
+		t.Errorf("the library seen for the first time is recorded at %q, want now", marks[unseen])
+	}
+	mine := 0
+	for name, v := range marks {
+		if ms, _ := strconv.ParseInt(v, 10, 64); have[name] && name != recent && name != unseen && time.Since(time.UnixMilli(ms)) < time.Minute {
+			mine++
+		}
+	}
+	if mine != len(libs)-3 {
+		t.Errorf("%d of this version's %d libraries recorded in use now: %v", mine, len(libs)-3, marks)
+	}
+}
+
+// A service that does not load the functions (WaitScripts) waits until the loader has
+// loaded them, and says what it waits for; until then its calls fail with "Function
+// not found" and load nothing. The loader loads a library that went missing again by
+// itself (its checks).
+func TestWaitScriptsUntilTheLoaderLoads(t *testing.T) {
+	ctx := context.Background()
+	c := srv.Client(t, 0)
+	srv.Flush(t)
+	c.FunctionFlush(ctx)
+	waiter, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second, Log: zerolog.Nop(), WaitScripts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(waiter.Close)
+	if n := len(c.FunctionList(ctx, redis.FunctionListQuery{}).Val()); n != 0 {
+		t.Fatalf("a waiting store loaded %d libraries", n)
+	}
+	db, err := waiter.Ctx(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ClaimStarts(ctx, keys.Queue("sh"), "w", time.Minute, []string{""}, store.Wake{}); err == nil || !strings.Contains(err.Error(), "Function not found") {
+		t.Fatalf("a waiting store's call without its function: %v", err)
+	}
+	notes := make(chan string, 100)
+	done := make(chan error, 1)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	go func() {
+		done <- waiter.WaitScripts(wctx, func(s string) {
+			select {
+			case notes <- s:
+			default:
+			}
+		})
+	}()
+	if note := <-notes; !strings.Contains(note, "Redis functions of this version") || !strings.Contains(note, "supervisor-daemon") {
+		t.Fatalf("while waiting: %q", note)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("WaitScripts returned before any loader ran: %v", err)
+	default:
+	}
+	loader, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(loader.Close)
+	if err := <-done; err != nil {
+		t.Fatalf("WaitScripts after the loader ran: %v", err)
+	}
+	if _, err := db.ClaimStarts(ctx, keys.Queue("sh"), "w", time.Minute, []string{""}, store.Wake{}); err != nil {
+		t.Fatalf("a waiting store's call once loaded: %v", err)
+	}
+	c.FunctionFlush(ctx)
+	for deadline := time.Now().Add(time.Minute); len(c.FunctionList(ctx, redis.FunctionListQuery{}).Val()) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the loader did not load the flushed functions again")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

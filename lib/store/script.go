@@ -6,9 +6,15 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/fault"
+	"github.com/hero-coordinator/hero/lib/keys"
 )
 
 // Script is one of the store's Lua scripts. Each runs as a Redis function (FCALL) of a
@@ -17,8 +23,20 @@ import (
 // own file (body) runs on each call. Run as an EVAL script, the whole text runs on
 // every call, and making the libraries' closures anew cost up to 76,000 instructions a
 // call (finish_jobs; submit 42,000, claim_start 18,000): more than a job's own work for
-// small calls. The function's name holds a hash of the text, so that services of two
-// versions (a rolling upgrade) each call their own.
+// small calls. The function's name holds a hash of the library's whole text, so that
+// services of two versions (a rolling upgrade) each call their own, and a name stands
+// for one code.
+//
+// Who loads the libraries: a function runs with the rights of the service that calls
+// it, whoever loaded it. So that no service can change the code another one runs, one
+// service loads them — supervisor-daemon (Options.WaitScripts false), the only one
+// whose Redis user may FUNCTION LOAD and FUNCTION DELETE, and whose rights include
+// every other service's (lib/redisacl) — and the others wait until the libraries of
+// their version are there (Store.WaitScripts). The loader keeps them loaded (after a
+// Redis restarted without its data, a FUNCTION FLUSH: within scriptCheck) and deletes
+// the libraries of other versions once no process has said for KeepOldScripts that it
+// calls them (keys.Functions), so that the services of two versions each run their own
+// during a rolling upgrade.
 type Script struct {
 	src  string // the whole text as an EVAL script (a transaction's: EnqueueManyOn)
 	fn   string // the function's (and its library's) name: hero_<file>_<hash>
@@ -27,34 +45,52 @@ type Script struct {
 	err  error  // why it could not be made (Open reports it)
 }
 
-// scripts are every script made with NewScript or luaScript (package variables, made at
-// init): Open loads them into each server.
+// scripts are every script made with luaScript (package variables, made at init): the
+// loader loads them into each server, a waiting service waits for them.
 var scripts []*Script
 
-// NewScript prepares a script of one piece (all of it runs on each call) named name
-// (letters, digits and "_"; its function is hero_<name>_<hash>).
-func NewScript(name, src string) *Script { return newScript(name, "", src) }
-
 // funcPrefix begins the name of every library and function of the store; the name
-// ends with "_" and hashBytes of its text's SHA-1 in hex.
+// ends with "_" and hashBytes of its library's SHA-1 in hex.
 const (
 	funcPrefix = "hero_"
 	hashBytes  = 6
+)
+
+// How the libraries are kept.
+const (
+	// OldScriptsKept is how long the libraries of another version stay after the last
+	// process that calls them said so (Options.KeepOldScripts): long enough for a
+	// process of that version to come back during an upgrade.
+	OldScriptsKept = 24 * time.Hour
+	// scriptCheck is how often the loader checks that every library is there.
+	scriptCheck = 5 * time.Second
+	// scriptMark is how often a process records that it calls its libraries (and the
+	// loader deletes those of other versions no process called for KeepOldScripts).
+	scriptMark = time.Minute
+	// scriptPoll is how often a waiting process looks again; scriptLog how often it
+	// says in the log what it waits for.
+	scriptPoll = time.Second
+	scriptLog  = 30 * time.Second
 )
 
 // resetName finds the functions a library file defines to reset its per-call state
 // (lib_route's tables of what a call routed): the function calls them first.
 var resetName = regexp.MustCompile(`(?m)^local function ([a-z_]+_reset)\(\)`)
 
-// newScript makes the script name (a file under lua/, or NewScript's name) whose head
-// runs once, when its library is loaded, and whose body runs on each call. The body
-// sees the call's KEYS and ARGV as an EVAL script does; so do the head's functions
-// (through the library's KEYS and ARGV, which each call sets: Redis runs one call at a
-// time).
+// newScript makes the script name (a file under lua/) whose head runs once, when its
+// library is loaded, and whose body runs on each call. The body sees the call's KEYS
+// and ARGV as an EVAL script does; so do the head's functions (through the library's
+// KEYS and ARGV, which each call sets: Redis runs one call at a time).
 func newScript(name, head, body string) *Script {
-	src := head + body
-	sum := sha1.Sum([]byte(src))
+	sum := sha1.Sum([]byte(libText("", head, body)))
 	fn := funcPrefix + strings.NewReplacer(".lua", "", "-", "_").Replace(name) + "_" + hex.EncodeToString(sum[:hashBytes])
+	sc := &Script{src: head + body, fn: fn, lib: libText(fn, head, body), name: name}
+	scripts = append(scripts, sc)
+	return sc
+}
+
+// libText is the code of the library fn of a script.
+func libText(fn, head, body string) string {
 	var lib strings.Builder
 	fmt.Fprintf(&lib, "#!lua name=%s\nlocal KEYS, ARGV\n%s\nredis.register_function('%s', function(keys, args)\nKEYS, ARGV = keys, args\n", fn, head, fn)
 	for _, m := range resetName.FindAllStringSubmatch(head, -1) {
@@ -62,77 +98,287 @@ func newScript(name, head, body string) *Script {
 	}
 	lib.WriteString(body)
 	lib.WriteString("\nend)\n")
-	sc := &Script{src: src, fn: fn, lib: lib.String(), name: name}
-	scripts = append(scripts, sc)
-	return sc
+	return lib.String()
 }
 
-// loadScripts loads every script's library into a server (FUNCTION LOAD), in one round
-// trip, and deletes the libraries of other versions of the same scripts (the services
-// of another version load theirs again when they call: Function not found). Libraries
-// of scripts this process does not have (another service's) are left alone.
-func loadScripts(ctx context.Context, c *redis.Client) error {
-	want := map[string]bool{}
-	mine := map[string]bool{} // the names without their hash: hero_<name>_
+// checkScripts reports a script that could not be made (a file missing from lua/).
+func checkScripts() error {
 	for _, sc := range scripts {
 		if sc.err != nil {
 			return sc.err
 		}
-		want[sc.fn] = true
-		mine[sc.fn[:len(sc.fn)-2*hashBytes]] = true
-	}
-	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, sc := range scripts {
-			p.FunctionLoad(ctx, sc.lib)
-		}
-		return nil
-	})
-	for i, cmd := range cmds {
-		if e := cmd.Err(); e != nil && !isLoaded(e) {
-			if strings.Contains(e.Error(), "unknown command") {
-				return fmt.Errorf("Redis 7.0 or later is needed (FUNCTION LOAD): %w", e)
-			}
-			return fmt.Errorf("load the library of script %s: %w", scripts[i].name, e)
-		}
-	}
-	libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: funcPrefix + "*"}).Result()
-	if err != nil {
-		return err
-	}
-	var stale []string
-	for _, l := range libs {
-		if n := len(l.Name) - 2*hashBytes; n > 0 && mine[l.Name[:n]] && !want[l.Name] {
-			stale = append(stale, l.Name)
-		}
-	}
-	if len(stale) == 0 {
-		return nil
-	}
-	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, name := range stale {
-			p.FunctionDelete(ctx, name)
-		}
-		return nil
-	})
-	if err != nil && !strings.Contains(err.Error(), "not exist") {
-		return fmt.Errorf("delete the libraries of other versions: %w", err)
 	}
 	return nil
 }
 
-// Run runs a script on a client (its DB 0).
+// libraries returns the names of the store's libraries (hero_*) the server has.
+func (srv *Server) libraries(ctx context.Context) (map[string]bool, error) {
+	libs, err := srv.fixed.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: funcPrefix + "*"}).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "unknown command") {
+			return nil, fmt.Errorf("redis at %s: Redis 7.0 or later is needed (FUNCTION): %w", srv.Name, err)
+		}
+		return nil, fmt.Errorf("redis at %s: list the functions: %w", srv.Name, err)
+	}
+	out := make(map[string]bool, len(libs))
+	for _, l := range libs {
+		out[l.Name] = true
+	}
+	return out, nil
+}
+
+// missingScripts are this version's scripts whose library is not in have.
+func missingScripts(have map[string]bool) []*Script {
+	var out []*Script
+	for _, sc := range scripts {
+		if !have[sc.fn] {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// loadScripts loads the libraries of list into the server, in one round trip.
+func (srv *Server) loadScripts(ctx context.Context, list []*Script) error {
+	cmds, err := srv.fixed.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, sc := range list {
+			p.FunctionLoad(ctx, sc.lib)
+		}
+		return nil
+	})
+	if len(cmds) == 0 && err != nil {
+		return fmt.Errorf("redis at %s: load the store's functions: %w", srv.Name, err)
+	}
+	for i, cmd := range cmds {
+		if e := cmd.Err(); e != nil && !isLoaded(e) {
+			return fmt.Errorf("redis at %s: load the library of script %s: %w", srv.Name, list[i].name, e)
+		}
+	}
+	return nil
+}
+
+// markScripts records in keys.Functions that this process calls this version's
+// libraries (now).
+func (srv *Server) markScripts(ctx context.Context) error {
+	now := time.Now().UnixMilli()
+	args := make([]any, 0, 2*len(scripts))
+	for _, sc := range scripts {
+		args = append(args, sc.fn, now)
+	}
+	if err := srv.fixed.HSet(ctx, keys.Functions, args...).Err(); err != nil {
+		return fmt.Errorf("redis at %s: record the functions in use: %w", srv.Name, err)
+	}
+	return nil
+}
+
+// tendScripts is the loader's pass over a server: it loads this version's libraries
+// the server does not have and, with retire, records them as in use and deletes the
+// libraries of other versions no process has called for keep.
+func (s *Store) tendScripts(ctx context.Context, srv *Server, retire bool) error {
+	have, err := srv.libraries(ctx)
+	if err != nil {
+		return err
+	}
+	if missing := missingScripts(have); len(missing) > 0 {
+		if err := srv.loadScripts(ctx, missing); err != nil {
+			return err
+		}
+		s.log.Info().Str("redis", srv.Name).Int("loaded", len(missing)).Msg("loaded this version's Redis functions")
+	}
+	if !retire {
+		return nil
+	}
+	if err := srv.markScripts(ctx); err != nil {
+		return err
+	}
+	return s.retireScripts(ctx, srv, have)
+}
+
+// retireScripts deletes the libraries of have that are of no script of this version
+// and that no process has said it calls for KeepOldScripts; one without a record is
+// recorded as in use now (a library of an earlier version, seen for the first time).
+// Records of libraries the server no longer has are removed.
+func (s *Store) retireScripts(ctx context.Context, srv *Server, have map[string]bool) error {
+	marks, err := srv.fixed.HGetAll(ctx, keys.Functions).Result()
+	if err != nil {
+		return fmt.Errorf("redis at %s: read the functions in use: %w", srv.Name, err)
+	}
+	mine := make(map[string]bool, len(scripts))
+	for _, sc := range scripts {
+		mine[sc.fn] = true
+	}
+	now := time.Now()
+	var stale, forget []string
+	var first []any
+	for name := range have {
+		ms, err := strconv.ParseInt(marks[name], 10, 64)
+		switch {
+		case mine[name]:
+		case err != nil:
+			first = append(first, name, now.UnixMilli())
+		case now.Sub(time.UnixMilli(ms)) > s.keepOld:
+			stale = append(stale, name)
+		}
+	}
+	for name := range marks {
+		if !have[name] && !mine[name] {
+			forget = append(forget, name)
+		}
+	}
+	if len(first)+len(stale)+len(forget) == 0 {
+		return nil
+	}
+	sort.Strings(stale)
+	_, err = srv.fixed.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if len(first) > 0 {
+			p.HSet(ctx, keys.Functions, first...)
+		}
+		for _, name := range stale {
+			p.FunctionDelete(ctx, name)
+		}
+		if gone := append(stale, forget...); len(gone) > 0 {
+			p.HDel(ctx, keys.Functions, gone...)
+		}
+		return nil
+	})
+	if err != nil && !strings.Contains(err.Error(), "not exist") {
+		return fmt.Errorf("redis at %s: delete the functions of other versions: %w", srv.Name, err)
+	}
+	if len(stale) > 0 {
+		s.log.Info().Str("redis", srv.Name).Strs("libraries", stale).Dur("unused_for", s.keepOld).Msg("deleted the Redis functions of another version")
+	}
+	return nil
+}
+
+// WaitScripts waits until every server has the libraries of this version's scripts,
+// which the loader (supervisor-daemon) loads: it says in the log what it waits for
+// (every scriptLog) and calls note with it (a readiness probe's "starting" text; ""
+// once there). It returns at once in the loader, and ctx's error when ctx ends first.
+func (s *Store) WaitScripts(ctx context.Context, note func(string)) error {
+	if s.loader {
+		return nil
+	}
+	var since, logged time.Time
+	for {
+		missing, srv, err := s.missingSomewhere(ctx)
+		switch {
+		case err != nil && !fault.Transient(err):
+			return err
+		case err == nil && len(missing) == 0:
+			if !since.IsZero() {
+				s.log.Info().Dur("waited", time.Since(since)).Msg("this version's Redis functions are loaded; starting")
+			}
+			note("")
+			return nil
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		what := waitingFor(missing, srv, err)
+		note(what)
+		if time.Since(logged) >= scriptLog {
+			logged = time.Now()
+			ev := s.log.Warn()
+			if srv != nil {
+				ev = ev.Str("redis", srv.Name).Int("missing", len(missing)).Strs("functions", missing[:min(3, len(missing))])
+			}
+			ev.Err(err).Msg(what)
+		}
+		if !fault.Sleep(ctx, scriptPoll) {
+			return ctx.Err()
+		}
+	}
+}
+
+// missingSomewhere returns the names of this version's libraries that the first
+// server lacking some lacks (nil when every server has all of them).
+func (s *Store) missingSomewhere(ctx context.Context) ([]string, *Server, error) {
+	if err := checkScripts(); err != nil {
+		return nil, nil, err
+	}
+	for _, srv := range s.servers {
+		have, err := srv.libraries(ctx)
+		if err != nil {
+			return nil, srv, err
+		}
+		if missing := missingScripts(have); len(missing) > 0 {
+			names := make([]string, len(missing))
+			for i, sc := range missing {
+				names[i] = sc.fn
+			}
+			return names, srv, nil
+		}
+	}
+	return nil, nil, nil
+}
+
+// waitingFor says what WaitScripts waits for.
+func waitingFor(missing []string, srv *Server, err error) string {
+	if err != nil {
+		return fmt.Sprintf("waiting for Redis to list its functions: %v", err)
+	}
+	return fmt.Sprintf("waiting for %d Redis functions of this version (%s, …) on redis at %s: supervisor-daemon of this version loads them (only its Redis user may)",
+		len(missing), missing[0], srv.Name)
+}
+
+// tend runs until ctx ends: the loader checks every scriptCheck that each server has
+// its libraries (and every scriptMark retires other versions'); a waiting process
+// records every scriptMark that it calls its libraries. A failed pass is logged and
+// tried again at the next tick.
+func (s *Store) tend(ctx context.Context) {
+	every := scriptMark
+	if s.loader {
+		every = scriptCheck
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	lastMark := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		mark := time.Since(lastMark) >= scriptMark-every/2
+		if mark {
+			lastMark = time.Now()
+		}
+		for _, srv := range s.servers {
+			var err error
+			switch {
+			case s.loader:
+				err = s.tendScripts(ctx, srv, mark)
+			case mark:
+				err = srv.markScripts(ctx)
+			}
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn().Err(err).Str("redis", srv.Name).Msg("keeping the store's Redis functions: retried at the next check")
+			}
+		}
+	}
+}
+
+// Run runs a script on a client (its DB 0). A function the server does not know (a
+// Redis restarted without its data, before the loader's next check) is an error:
+// "Function not found".
 func (sc *Script) Run(ctx context.Context, c redis.Cmdable, keys []string, args ...any) *redis.Cmd {
-	r := c.FCall(ctx, sc.fn, keys, args...)
-	if isNoFunction(r.Err()) {
-		// loaded by another client meanwhile: the call's own error is what counts
-		_ = c.FunctionLoad(ctx, sc.lib).Err()
-		return c.FCall(ctx, sc.fn, keys, args...)
+	return c.FCall(ctx, sc.fn, keys, args...)
+}
+
+// run runs a script in the server's DB 0; in the loader, a function the server does
+// not know is loaded and the call run again.
+func (srv *Server) run(ctx context.Context, sc *Script, keys []string, args ...any) *redis.Cmd {
+	r := sc.Run(ctx, srv.fixed, keys, args...)
+	if srv.loader && isNoFunction(r.Err()) {
+		// loaded by another replica meanwhile: the call's own error is what counts
+		_ = srv.fixed.FunctionLoad(ctx, sc.lib).Err()
+		return sc.Run(ctx, srv.fixed, keys, args...)
 	}
 	return r
 }
 
 // isNoFunction: the server does not know the function (a restart without its data, a
-// FUNCTION FLUSH, or another version's services deleted it).
+// FUNCTION FLUSH, or the loader of another version deleted it).
 func isNoFunction(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "Function not found")
 }

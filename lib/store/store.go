@@ -50,6 +50,14 @@ type Options struct {
 	// (AUTH with the URL's sentinel_user, if any): the Sentinels' requirepass or ACL
 	// user, apart from the master's.
 	SentinelPassword string
+	// WaitScripts: another process loads the store's Redis functions (supervisor-daemon,
+	// whose Redis user alone may; script.go): Open loads none, and WaitScripts waits
+	// for them. Otherwise this process is the loader: Open loads them into every
+	// server, and the store keeps them there and retires other versions'.
+	WaitScripts bool
+	// KeepOldScripts is how long the loader keeps the libraries of another version
+	// after the last process that calls them said so (0: OldScriptsKept).
+	KeepOldScripts time.Duration
 }
 
 // Store is the handle every service holds.
@@ -58,6 +66,10 @@ type Store struct {
 	servers []*Server
 	rules   []rule
 	log     zerolog.Logger
+	loader  bool          // this process loads the Redis functions (Options.WaitScripts)
+	keepOld time.Duration // Options.KeepOldScripts
+	stop    context.CancelFunc
+	tending sync.WaitGroup // tend
 }
 
 type rule struct {
@@ -70,7 +82,8 @@ type Server struct {
 	Name      string // the URL with the password hidden
 	fixed     *redis.Client
 	mux       *redis.Client
-	databases int                         // from CONFIG GET databases; 0 when the server does not say
+	loader    bool                        // the store is the loader of the Redis functions (script.go)
+	databases int                         // how many databases it has (countDatabases); 0 when not known
 	newProbe  func() *redis.Client        // a one-connection client for the start-up probe
 	diagnose  func(context.Context) error // a Sentinel server's: why the probe got no master (askSentinels)
 	lastFault atomic.Int64                // unix ms of the last passing fault a call met (faultHook)
@@ -161,7 +174,13 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	if opt.ConnectTimeout <= 0 {
 		opt.ConnectTimeout = 10 * time.Second
 	}
-	s := &Store{log: opt.Log}
+	if err := checkScripts(); err != nil {
+		return nil, err
+	}
+	s := &Store{log: opt.Log, loader: !opt.WaitScripts, keepOld: opt.KeepOldScripts}
+	if s.keepOld <= 0 {
+		s.keepOld = OldScriptsKept
+	}
 	byURL := map[string]*Server{}
 	get := func(u string) (*Server, error) {
 		if srv, ok := byURL[u]; ok {
@@ -171,6 +190,7 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
+		srv.loader = s.loader
 		byURL[u] = srv
 		s.servers = append(s.servers, srv)
 		return srv, nil
@@ -193,15 +213,25 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
-	for _, srv := range s.servers {
+	if s.loader {
 		// Every script's function is known to the server before the first burst of
 		// calls (else each concurrent first call would load it). A Redis restarted
-		// later without its data is handled per call (Function not found).
-		if err := loadScripts(ctx, srv.fixed); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("redis at %s: load scripts: %w", srv.Name, err)
+		// later without its data is handled by the loader's checks (tend) and per
+		// call of a context's database (EvalBatch).
+		for _, srv := range s.servers {
+			if err := s.tendScripts(ctx, srv, true); err != nil {
+				s.Close()
+				return nil, err
+			}
 		}
 	}
+	tctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.tending.Add(1)
+	go func() {
+		defer s.tending.Done()
+		s.tend(tctx)
+	}()
 	return s, nil
 }
 
@@ -361,58 +391,48 @@ func (srv *Server) connect(ctx context.Context, timeout time.Duration) error {
 		case <-t.C:
 		}
 	}
-	if vals, err := srv.fixed.ConfigGet(ctx, "databases").Result(); err == nil {
-		if n, err := strconv.Atoi(vals["databases"]); err == nil {
-			srv.databases = n
-		}
-	}
-	if srv.databases == 0 {
-		// A service's ACL user may not run CONFIG (@dangerous): find the setting by
-		// what SELECT takes.
-		srv.databases = srv.probeDatabases(ctx)
-	}
+	srv.databases = countDatabases(ctx, probe)
 	return nil
 }
 
-// probeDatabases finds the server's number of databases without CONFIG: the first
-// index that SELECT refuses, by doubling then bisecting (a dozen round trips at
-// start, on the mux pool, whose every use selects its database first). 0 when it
-// cannot tell (a fault: the check of context ids is then Redis's own).
-func (srv *Server) probeDatabases(ctx context.Context) int {
-	selects := func(n int) (bool, error) {
-		_, err := srv.mux.Pipelined(ctx, func(p redis.Pipeliner) error { p.Select(ctx, n); return nil })
-		if err != nil && strings.Contains(err.Error(), "DB index is out of range") {
-			return false, nil
+// countDatabases finds how many databases the server has without CONFIG GET (which no
+// service's Redis user may run: it would show other secrets of the configuration): the
+// highest one SELECT takes, by a binary search (about 20 round trips for 1024). 0 when
+// an answer other than "out of range" leaves it unknown.
+func countDatabases(ctx context.Context, c *redis.Client) int {
+	takes := func(n int) (bool, bool) {
+		err := c.Do(ctx, "SELECT", n).Err()
+		if err != nil && !strings.Contains(err.Error(), "out of range") {
+			return false, false
 		}
-		return err == nil, err
+		return err == nil, true
 	}
-	lo, hi := 1, 16 // SELECT lo works (DB 0 exists); find the first hi it refuses
+	lo, hi := 0, 1 // database lo exists; hi is not known to
 	for {
-		ok, err := selects(hi - 1)
-		if err != nil {
+		ok, known := takes(hi)
+		if !known {
 			return 0
 		}
 		if !ok {
 			break
 		}
-		if hi >= 1<<31 {
+		if lo, hi = hi, 2*hi; hi > 1<<24 {
 			return 0
 		}
-		lo, hi = hi, 2*hi
 	}
-	for lo < hi { // every index below lo works; hi-1 does not
-		mid := lo + (hi-lo)/2
-		ok, err := selects(mid)
-		if err != nil {
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		ok, known := takes(mid)
+		if !known {
 			return 0
 		}
 		if ok {
-			lo = mid + 1
+			lo = mid
 		} else {
 			hi = mid
 		}
 	}
-	return lo
+	return hi
 }
 
 // askSentinels asks each Sentinel of fo for its master's address, as the failover
@@ -506,8 +526,12 @@ func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.log.Debug().Str("component", "go-redis").Msgf(format, v...)
 }
 
-// Close closes every pool.
+// Close stops the store's upkeep of its functions and closes every pool.
 func (s *Store) Close() {
+	if s.stop != nil {
+		s.stop()
+		s.tending.Wait()
+	}
 	for _, srv := range s.servers {
 		_ = srv.fixed.Close()
 		_ = srv.mux.Close()
@@ -626,8 +650,7 @@ func (d *DB) exec(ctx context.Context, p redis.Pipeliner, fn func(p redis.Pipeli
 	return out, first
 }
 
-// Eval runs a script in this database (EvalBatch of one call: a function the server
-// does not know is loaded and the call run again).
+// Eval runs a script in this database (EvalBatch of one call).
 func (d *DB) Eval(ctx context.Context, sc *Script, keys []string, args ...any) (any, error) {
 	return d.EvalBatch(ctx, []Call{{Script: sc, Keys: keys, Args: args}})[0].Result()
 }
@@ -641,9 +664,10 @@ type Call struct {
 
 // EvalBatch runs several scripts in this database in one round trip (a pipeline, not a
 // transaction: each script is atomic on its own) and returns each call's command, whose
-// Err and Result are that call's alone (a lost connection fails every call). A
-// function the server does not know yet is loaded, and the calls that did not run are
-// run again.
+// Err and Result are that call's alone (a lost connection fails every call). In the
+// loader, a function the server does not know (yet) is loaded, and the calls that did
+// not run are run again; elsewhere such a call fails ("Function not found") until the
+// loader's next check.
 func (d *DB) EvalBatch(ctx context.Context, calls []Call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = d.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -652,6 +676,9 @@ func (d *DB) EvalBatch(ctx context.Context, calls []Call) []*redis.Cmd {
 		}
 		return nil
 	})
+	if !d.srv.loader {
+		return cmds
+	}
 	var missing []int
 	var load map[*Script]bool // made only when a function is missing
 	for i, c := range cmds {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	_ "embed"
 	"fmt"
 	"os"
 	"sync"
@@ -134,21 +133,12 @@ func (l *lease) listen(msgs <-chan *redis.Message, pk, key string, released chan
 	}
 }
 
-// The lease's compare-and-set steps, one file each under lua/.
-//
-//go:embed lua/lease_acquire.lua
-var acquireLua string
-
-//go:embed lua/lease_extend.lua
-var extendLua string
-
-//go:embed lua/lease_release.lua
-var releaseLua string
-
+// The lease's compare-and-set steps are lib/store's (lua/gateway_lease_*.lua), so that
+// supervisor-daemon, which alone loads the store's Redis functions, ships them too.
 var (
-	acquireScript = store.NewScript("gateway_lease_acquire", acquireLua)
-	extendScript  = store.NewScript("gateway_lease_extend", extendLua)
-	releaseScript = store.NewScript("gateway_lease_release", releaseLua)
+	acquireScript = store.GatewayLeaseAcquire
+	extendScript  = store.GatewayLeaseExtend
+	releaseScript = store.GatewayLeaseRelease
 )
 
 // run holds or waits for the lease of the node whose public key is pk until ctx

@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
-// Direct tests of the lease's three scripts (lua/lease_*.lua) on a real Redis: their
+// Direct tests of the lease's three scripts (lib/store's lua/gateway_lease_*.lua) on a real Redis: their
 // effect on the lease key (its holder and TTL, the release's publication) and their
 // refusals when another replica's token holds it.
 
@@ -28,6 +29,12 @@ func newLeaseEnv(t *testing.T) *leaseEnv {
 	srv.Flush(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
+	// The store's functions are there once a loader (supervisor-daemon) opened it.
+	st, err := store.Open(ctx, store.Options{URL: srv.URL, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
 	e := &leaseEnv{t: t, ctx: ctx, rdb: srv.Client(t, 0), key: keys.GatewayLease("pk1")}
 	if res := e.acquire("a", 5000); len(res) != 1 || res[0] != 1 {
 		t.Fatalf("acquire of a free lease: %v, want [1]", res)

@@ -17,9 +17,11 @@ type Config struct {
 	SchedulerAddr   string
 	AdminSecret     string
 	AdminSecretFile string
-	RunMargin       time.Duration
-	MaxBodyBytes    int
-	Dispatcher      dispatcher.ClientConfig
+	// OperatorSecretKeyFile holds the operator secrets' HMAC key (operatorkey.go).
+	OperatorSecretKeyFile string
+	RunMargin             time.Duration
+	MaxBodyBytes          int
+	Dispatcher            dispatcher.ClientConfig
 
 	APITLS             tlsx.Files
 	AuthWindow         time.Duration
@@ -43,6 +45,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.StringVar(&c.SchedulerAddr, "scheduler-addr", "", "127.0.0.1:9654", "scheduler gRPC address: host:port (every address the name resolves to), dns:///host:port, or a comma-separated list of host:port; calls go round robin to the replicas whose gRPC health is SERVING")
 	f.StringVar(&c.AdminSecret, "admin-secret", "HERO_ADMIN_SECRET", "", "operator secret(s), comma-separated, each at least 16 characters (prefer --admin-secret-file: a command line and an environment are visible to more than a file)")
 	f.StringVar(&c.AdminSecretFile, "admin-secret-file", "HERO_ADMIN_SECRET_FILE", "", "file of operator secrets, one per line; when no secret is configured anywhere and none is stored yet, one is generated into this file (mode 0600)")
+	f.StringVar(&c.OperatorSecretKeyFile, "operator-secret-key-file", "OPERATOR_SECRET_KEY_FILE", "", "file of the HMAC key under which operator secrets are stored (heroctl pki init makes it, operator-secret-key; made here, mode 0600, when there is none; a key kept in Redis by an earlier version is moved into it); empty: the key is kept in Redis")
 	f.StringVar(&c.APITLS.Cert, "api-tls-cert", "", "", "TLS certificate (PEM) of the public API, JSON-RPC and gRPC (heroctl pki init makes one, api.pem); plaintext when empty")
 	f.StringVar(&c.APITLS.Key, "api-tls-key", "", "", "the private key (PEM) of --api-tls-cert")
 	f.DurationVar(&c.AuthWindow, "auth-window", "", 5*time.Minute, "a signed request's timestamp may be this far from the server's clock; its nonce is remembered twice as long")

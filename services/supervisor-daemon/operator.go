@@ -20,7 +20,8 @@ import (
 )
 
 // operatorSecrets checks operator secrets. A secret is known by its fingerprint, an
-// HMAC of the secret under the deployment's key (coord:operator_secret_key), so that
+// HMAC of the secret under the deployment's key (--operator-secret-key-file, or
+// coord:operator_secret_key without it: operatorkey.go), so that
 // every replica finds the same fingerprint for the same secret and nothing stored
 // reveals a secret:
 //
@@ -81,8 +82,8 @@ func (o *operatorSecrets) check(ctx context.Context, secret string) (fp, reason 
 // (flag or environment, and the file), the retirement of generated ones they
 // replace, and — when none is configured or stored — a generated one, written to
 // secretFile (never to the log).
-func loadOperatorSecrets(ctx context.Context, st *store.Store, configured []string, secretFile string, log zerolog.Logger) (*operatorSecrets, error) {
-	key, err := st.OperatorSecretKey(ctx)
+func loadOperatorSecrets(ctx context.Context, st *store.Store, configured []string, secretFile, keyFile string, log zerolog.Logger) (*operatorSecrets, error) {
+	key, err := operatorSecretKey(ctx, st, keyFile, log)
 	if err != nil {
 		return nil, err
 	}

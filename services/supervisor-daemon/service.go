@@ -35,11 +35,11 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	limits := newCallerLimits(cfg.RateLimit, cfg.RateBurst, cfg.MaxWaits, env.Registry)
 	codec := auth.NewDigestCodec("hero.v1")
 	unary, stream := authInterceptors(holder, limits, codec, metrics)
-	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{API: true, APITLS: cfg.APITLS}, grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+	b, err := app.NewBase(ctx, env, &cfg.Common, app.Serving{API: true, APITLS: cfg.APITLS, LoadsScripts: true}, grpc.ForceServerCodecV2(codec), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
 	if err != nil {
 		return err
 	}
-	secrets, err := loadOperatorSecrets(ctx, b.Store, cfg.secrets(), cfg.AdminSecretFile, env.Log)
+	secrets, err := loadOperatorSecrets(ctx, b.Store, cfg.secrets(), cfg.AdminSecretFile, cfg.OperatorSecretKeyFile, env.Log)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/hero-coordinator/hero/lib/testutil/freeport"
 	"github.com/hero-coordinator/hero/lib/testutil/myceliumemu"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
@@ -190,6 +191,74 @@ func TestServicesServeProbesAndStopOnSIGTERM(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Only supervisor-daemon loads the store's Redis functions (its Redis user alone may):
+// a runner started first, on a Redis without them, waits — its /readyz says for what,
+// its log too — and starts once supervisor-daemon has loaded them.
+func TestServicesWaitForTheLoader(t *testing.T) {
+	rs := redistest.Start(t)
+	port, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := fmt.Sprintf("127.0.0.1:%d", port)
+	started := make(chan *harness.Proc, 1)
+	failed := make(chan error, 1)
+	go func() {
+		p, err := harness.StartProc(binDir, "runner", rs.URL, harness.Options{NoScripts: true,
+			Args: []string{"--admin-addr", admin, "--state-dir", t.TempDir()}})
+		if err != nil {
+			failed <- err
+			return
+		}
+		started <- p
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		body, code := httpGet(admin + "/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for") && strings.Contains(body, "Redis functions of this version") {
+			break
+		}
+		select {
+		case err := <-failed:
+			t.Fatal(err)
+		case p := <-started:
+			p.Kill()
+			t.Fatal("the runner started without the store's functions")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the runner's /readyz does not say it waits: %d %q", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	harness.Start(t, binDir, "supervisor-daemon", rs.URL, harness.Options{Env: []string{"HERO_ADMIN_SECRET=" + harness.AdminSecret}})
+	select {
+	case err := <-failed:
+		t.Fatal(err)
+	case p := <-started:
+		defer p.Kill()
+		if !strings.Contains(p.Output(), "supervisor-daemon of this version loads them") {
+			t.Errorf("the runner's log does not say what it waited for:\n%s", p.Output())
+		}
+		if body, code := httpGet(admin + "/readyz"); code != http.StatusOK {
+			t.Fatalf("the runner once started: %d %q", code, body)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the runner did not start once supervisor-daemon had loaded the functions")
+	}
+}
+
+// httpGet answers an admin port's path (code 0 when it does not answer).
+func httpGet(url string) (string, int) {
+	resp, err := http.Get("http://" + url)
+	if err != nil {
+		return err.Error(), 0
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b), resp.StatusCode
 }
 
 // Acceptance (foundation 5): bad configuration gives one clear line and a non-zero exit.

@@ -345,14 +345,21 @@ the part of every object name before "-<part>" (see hero.partName).
 {{- if and (eq (include "hero.redisMode" .) "bundled") .Values.tls.enabled .Values.redis.bundled.tls.enabled }}true{{ end }}
 {{- end }}
 
-{{/* "true" when the hook Job has something to make: certificates or Redis users. */}}
+{{/* "true" when the hook Job has something to make: certificates, Redis users, or the
+operator secrets' HMAC key (for the supervisor-daemon). */}}
 {{- define "hero.pkiJob" -}}
-{{- if or (and .Values.tls.enabled (not .Values.tls.certManager.enabled)) (include "hero.redisUsers" .) }}true{{ end }}
+{{- if or (and .Values.tls.enabled (not .Values.tls.certManager.enabled)) (include "hero.redisUsers" .) .Values.supervisorDaemon.enabled }}true{{ end }}
 {{- end }}
 
 {{/* Name of a certificate's Secret: include "hero.tlsSecretName" (list $ "scheduler"). */}}
 {{- define "hero.tlsSecretName" -}}
 {{- include "hero.partName" (list (index . 0) (printf "%s-tls" (index . 1))) }}
+{{- end }}
+
+{{/* Name of the Secret of the operator secrets' HMAC key (key operator-secret-key):
+made by the hook Job, mounted by the supervisor-daemon alone. */}}
+{{- define "hero.operatorKeySecretName" -}}
+{{- include "hero.partName" (list . "operator-key") }}
 {{- end }}
 
 {{/* Name of the Redis users' Secret (ACL file and one password per user). */}}

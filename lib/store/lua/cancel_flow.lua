@@ -2,19 +2,22 @@
 -- (their jobs never run); running ones get a stop request in their runner's control
 -- list; when no node is left running the flow ends error (finalize).
 --
--- KEYS: [1] flow:<flow>, [2] coord:dag:<flow>, [3] coord:flowres:<flow>, [4] context:<ctx>.
+-- KEYS: [1] flow:<flow>, [2] coord:dag:<flow>, [3] coord:flowres:<flow>.
 -- ARGV: [1] context id, [2] flow id, [3] actor, [4] now (s), [5] now (ms), [6] reason,
 --   [7] retention (ms; context:<ctx>.retention_seconds wins when set).
 -- Reply: {0, status}: the flow had ended already (nothing changed); {1, status, running
 --   job ids…}: cancelled (status error, or started while jobs are being stopped).
 --   Error NOTFOUND flow.
--- Derives, from the flow's own fields (its job list and caller, its jobs' workers):
---   context DB: job:<caller>:<id> of its jobs, coord:idx:jobs[:<status>],
---   coord:idx:flows[:<status>], coord:events; DB 0 (SELECT 0): coord:flows:active, coord:expire, coord:flowdone
---   (PUBLISH), coord:ctl:<worker> of each running job (the stop request).
+-- Derives, from ARGV[1] and the flow's own fields (its job list and caller, its jobs'
+--   workers): context DB: context:<ctx> (read: its retention; not one of KEYS, which
+--   the caller must be allowed to write, and the scheduler's Redis user may only read
+--   it), job:<caller>:<id> of its jobs, coord:idx:jobs[:<status>],
+--   coord:idx:flows[:<status>], coord:events; DB 0 (SELECT 0): coord:flows:active,
+--   coord:expire, coord:flowdone (PUBLISH), coord:ctl:<worker> of each running job
+--   (the stop request).
 
 local ctx, flow, actor, now_s, now_ms, reason, retention_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-local fk, dag, rk, ck = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local fk, dag, rk = KEYS[1], KEYS[2], KEYS[3]
 local st = redis.call('HGET', fk, 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
 if st == FLOW_FINISHED or st == FLOW_ERROR then return {0, st} end
@@ -31,7 +34,7 @@ if st == FLOW_DISPATCHED then
   end
   set_flow(flow, FLOW_ERROR, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
   event(EV_FLOW_ERROR, actor, now_ms, flow, '0', caller, FLOW_ERROR, reason)
-  local keep = tonumber(redis.call('HGET', ck, 'retention_seconds') or '0') or 0
+  local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
   if keep > 0 then retention_ms = keep * 1000 end
   if tonumber(retention_ms) > 0 then
     redis.call('SELECT', '0')

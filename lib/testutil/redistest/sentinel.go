@@ -61,6 +61,11 @@ func startGroup(t testing.TB, n int, opt ...Options) (*Group, error) {
 	if len(opt) > 0 {
 		o = opt[0]
 	}
+	if o.ACLFile != "" {
+		// With ACL users, a replica replicates (and a Sentinel watches) as the test's
+		// user (User, UserPassword: one with every right, "operator").
+		o.ExtraArgs = append(append([]string(nil), o.ExtraArgs...), "--masteruser", o.User, "--masterauth", o.UserPassword)
+	}
 	g := &Group{Master: Start(t, o), sentinelPassword: o.SentinelPassword}
 	ro := o
 	ro.ExtraArgs = append(append([]string(nil), o.ExtraArgs...), "--replicaof", "127.0.0.1", port(g.Master.Addr))
@@ -77,7 +82,7 @@ func startGroup(t testing.TB, n int, opt ...Options) (*Group, error) {
 	}
 	quorum := n/2 + 1
 	for i := 0; i < n; i++ {
-		s, err := startSentinel(bin, g.Master.Addr, quorum, o.SentinelPassword)
+		s, err := startSentinel(bin, g.Master.Addr, quorum, o)
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +124,8 @@ func (g *Group) MasterAddr(ctx context.Context) (string, error) {
 	return hp[0] + ":" + hp[1], nil
 }
 
-func startSentinel(bin, master string, quorum int, password string) (*Sentinel, error) {
+func startSentinel(bin, master string, quorum int, o Options) (*Sentinel, error) {
+	password := o.SentinelPassword
 	dir, err := os.MkdirTemp("", "redistest-sentinel-")
 	if err != nil {
 		return nil, err
@@ -141,6 +147,9 @@ func startSentinel(bin, master string, quorum int, password string) (*Sentinel, 
 			p, dir, MasterName, port(master), quorum, MasterName, MasterName, MasterName)
 		if password != "" {
 			conf += fmt.Sprintf("requirepass %q\nsentinel sentinel-pass %q\n", password, password)
+		}
+		if o.ACLFile != "" {
+			conf += fmt.Sprintf("sentinel auth-user %s %s\nsentinel auth-pass %s %q\n", MasterName, o.User, MasterName, o.UserPassword)
 		}
 		path := filepath.Join(dir, "sentinel.conf") // Sentinel rewrites it: its own file
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {

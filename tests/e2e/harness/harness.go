@@ -103,6 +103,9 @@ type Options struct {
 	// Plaintext starts a service without its TLS flags (TLSArgs are the default).
 	Plaintext bool
 	Wrap      []string
+	// NoScripts: the harness does not load the store's Redis functions first
+	// (EnsureScripts); a service other than supervisor-daemon then waits for them.
+	NoScripts bool
 }
 
 // guarded are the secrets no service may ever log (GuardSecret).
@@ -147,6 +150,7 @@ func Start(t testing.TB, binDir, name, redisURL string, opt Options) *Proc {
 		if leaked := LeakedSecrets(p.Output()); len(leaked) > 0 {
 			t.Errorf("%s logged secrets: %v", name, leaked)
 		}
+		CheckACLLog(t, redisURL)
 	})
 	return p
 }
@@ -170,6 +174,11 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 		}
 		_ = os.Chmod(ScratchRoot(), 0o1777)
 		args = append(args, "--sandbox-bind", ScratchRoot())
+	}
+	if services[name] && name != "supervisor-daemon" && !opt.NoScripts {
+		if err := EnsureScripts(redisURL); err != nil {
+			return nil, err
+		}
 	}
 	args = append(args, placementArgs(name, redisURL)...)
 	redisURL, redisArgs, err := redisFor(name, redisURL)

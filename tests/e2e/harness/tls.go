@@ -1,18 +1,25 @@
 package harness
 
 import (
+	"context"
 	"crypto/tls"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/hero-coordinator/hero/lib/redisacl"
+	"github.com/hero-coordinator/hero/lib/store"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 	"github.com/hero-coordinator/hero/lib/tlsx"
 )
@@ -35,6 +42,9 @@ func PKI() (*tlsx.PKI, error) {
 			_, pkiOnce.err = redisacl.Init(dir)
 		}
 		if pkiOnce.err == nil {
+			_, pkiOnce.err = redisacl.InitOperatorKey(dir)
+		}
+		if pkiOnce.err == nil {
 			guardKeyMaterial(dir)
 		}
 	})
@@ -55,7 +65,8 @@ func TLSArgs(name string) ([]string, error) {
 	args := []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
 	if name == "supervisor-daemon" {
 		api := p.Files("api")
-		args = append(args, "--api-tls-cert", api.Cert, "--api-tls-key", api.Key)
+		args = append(args, "--api-tls-cert", api.Cert, "--api-tls-key", api.Key,
+			"--operator-secret-key-file", filepath.Join(p.Dir, redisacl.OperatorKeyFile))
 	}
 	return args, nil
 }
@@ -189,6 +200,107 @@ func redisFor(name, redisURL string) (string, []string, error) {
 		"--redis-password-file", filepath.Join(p.Dir, redisacl.PasswordFile(name))}, nil
 }
 
+// isSecure: redisURL is the Redis of HERO_E2E_REDIS=secure (UseSecureRedis).
+func isSecure(redisURL string) bool {
+	secureRedis.Lock()
+	defer secureRedis.Unlock()
+	return secureRedis.url != "" && redisURL == secureRedis.url
+}
+
+// CheckACLLog fails t for each command the services' Redis users were refused on the
+// secure Redis since the last check (ACL LOG, then ACL LOG RESET): a service whose
+// code runs a command or reaches a key its user (lib/redisacl) does not allow. A
+// refused login (reason "auth") is no such thing.
+func CheckACLLog(t testing.TB, redisURL string) {
+	t.Helper()
+	if !isSecure(redisURL) {
+		return
+	}
+	opt, err := operatorOptions(redisURL)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	ro, err := redis.ParseURL(opt.URL)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	ro.Password = opt.Password
+	if ro.TLSConfig != nil && opt.TLS != nil {
+		tc := opt.TLS.Clone()
+		tc.ServerName = ro.TLSConfig.ServerName
+		ro.TLSConfig = tc
+	}
+	client := redis.NewClient(ro)
+	defer func() { _ = client.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	entries, err := client.ACLLog(ctx, 128).Result()
+	if err != nil {
+		t.Errorf("ACL LOG: %v", err)
+		return
+	}
+	for _, e := range entries {
+		if e.Reason != "auth" {
+			t.Errorf("Redis refused user %s: %s %q (context %s, count %d)", e.Username, e.Reason, e.Object, e.Context, e.Count)
+		}
+	}
+	if err := client.ACLLogReset(ctx).Err(); err != nil {
+		t.Errorf("ACL LOG RESET: %v", err)
+	}
+}
+
+// EnsureScripts loads the store's Redis functions into the servers that services
+// started against redisURL use (its placement map's too), as supervisor-daemon does:
+// every other service waits for them before it starts, and a test may start one
+// before supervisor-daemon or without it (StartStack starts it last).
+// TestServicesWaitForTheLoader shows the wait itself.
+func EnsureScripts(redisURL string) error {
+	opt, err := operatorOptions(redisURL)
+	if err != nil {
+		return err
+	}
+	placement.Lock()
+	if placement.spec != "" && redisURL == placement.primary {
+		opt.Placement = placement.spec
+	}
+	placement.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := store.Open(ctx, opt)
+	if err != nil {
+		return fmt.Errorf("load the store's functions into %s: %w", redisURL, err)
+	}
+	s.Close()
+	return nil
+}
+
+// operatorOptions are the store options of the test's own access to redisURL: as the
+// "operator" user, by TLS with its certificate, on the secure Redis.
+func operatorOptions(redisURL string) (store.Options, error) {
+	opt := store.Options{URL: redisURL, ConnectTimeout: 10 * time.Second, Log: zerolog.Nop()}
+	if !isSecure(redisURL) {
+		return opt, nil
+	}
+	p, err := PKI()
+	if err != nil {
+		return opt, err
+	}
+	pw, err := os.ReadFile(filepath.Join(p.Dir, redisacl.PasswordFile("operator")))
+	if err != nil {
+		return opt, err
+	}
+	u, err := url.Parse(redisURL)
+	if err != nil {
+		return opt, err
+	}
+	u.User = url.User("operator")
+	opt.URL, opt.Password = u.String(), strings.TrimSpace(string(pw))
+	opt.TLS, err = tlsx.ClientConfig(p.Files("operator"), "", "redis", nil)
+	return opt, err
+}
+
 // guardKeyMaterial adds every private key and Redis password of the PKI to the
 // secrets no service may log (GuardSecret): each key's base64 body, each password.
 func guardKeyMaterial(dir string) {
@@ -205,7 +317,7 @@ func guardKeyMaterial(dir string) {
 					GuardSecret(line)
 				}
 			}
-		case strings.HasPrefix(e.Name(), redisacl.PasswordFile("")):
+		case strings.HasPrefix(e.Name(), redisacl.PasswordFile("")), e.Name() == redisacl.OperatorKeyFile:
 			GuardSecret(strings.TrimSpace(string(b)))
 		}
 	}

@@ -1,4 +1,4 @@
--- lease_extend: renews a gateway's lease if this replica's token holds it.
+-- gateway_lease_extend: renews a gateway's lease if this replica's token holds it.
 --
 -- KEYS: [1] coord:gateway:<pk> (keys.GatewayLease; primary server, DB 0).
 -- ARGV: [1] this replica's token, [2] TTL (ms).

@@ -1,6 +1,6 @@
--- lease_acquire: takes a gateway's lease when nobody holds it, or extends it when this
--- replica's token still holds it (a holder that stopped because its renewals failed,
--- and whose key survived).
+-- gateway_lease_acquire: takes a mycelium-gateway's lease when nobody holds it, or
+-- extends it when this replica's token still holds it (a holder that stopped because
+-- its renewals failed, and whose key survived).
 --
 -- KEYS: [1] coord:gateway:<pk> (keys.GatewayLease; primary server, DB 0).
 -- ARGV: [1] this replica's token, [2] TTL (ms).

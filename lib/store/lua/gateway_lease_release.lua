@@ -1,5 +1,5 @@
--- lease_release: deletes a gateway's lease if this replica's token holds it and tells
--- the standbys on the channel of the same name.
+-- gateway_lease_release: deletes a gateway's lease if this replica's token holds it
+-- and tells the standbys on the channel of the same name.
 --
 -- KEYS: [1] coord:gateway:<pk> (keys.GatewayLease; primary server, DB 0; also the
 --   pub/sub channel).
