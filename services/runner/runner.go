@@ -65,6 +65,10 @@ type runner struct {
 	// its stack's growth. workersEnd tells the idle ones to end.
 	tasks      chan task
 	workersEnd chan struct{}
+	// holding are the claims of the runs this process has under way, from their start
+	// until their end is written (or dropped): a claim that takes back one of this
+	// worker's swept claims (store.StartRetaken) checks its run goes on here.
+	holding claimSet
 	// claimTurn lets one claim loop at a time wait for a wake token; it claims after
 	// handing the turn on, so claims overlap (each ~3–5 ms under load: one at a time
 	// they capped the rate jobs start) while a burst's tokens still wake one waiting
@@ -95,6 +99,7 @@ type runnerMetrics struct {
 	queueWait  prometheus.Histogram
 	requeued   prometheus.Counter
 	lostLeases prometheus.Counter
+	retaken    *prometheus.CounterVec
 	endRetries prometheus.Counter
 	handedIn   *prometheus.CounterVec
 	wakeKeys   prometheus.Gauge
@@ -109,6 +114,7 @@ func newRunner(p runnerParams) *runner {
 	r := &runner{
 		store: p.store, log: p.log, cfg: p.cfg, sandbox: p.sandbox,
 		core:          execcore.NewTracker[model.JobRef](),
+		holding:       claimSet{ids: map[string]struct{}{}},
 		em:            newExecutorMetrics(p.reg),
 		slots:         make(chan struct{}, p.cfg.Concurrency),
 		tasks:         make(chan task),
@@ -126,7 +132,9 @@ func newRunner(p runnerParams) *runner {
 			queueWait: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_job_queue_wait_seconds", Help: "Time from a job's dispatch to its start.",
 				Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60}}),
 			requeued:   f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_lease_requeues_total", Help: "Jobs of dead runner processes put back on their queue."}),
-			lostLeases: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_lost_leases_total", Help: "Jobs this process stopped because their lease was lost."}),
+			lostLeases: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_lost_leases_total", Help: "Jobs this process stopped because another claim took them after their lease expired."}),
+			retaken: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_runner_leases_retaken_total",
+				Help: "Leases of this process's runs taken back after they expired and were swept while no other claim took the job (the process was stopped or cut off from Redis past the lease), by how (renewal, claim)."}, []string{"how"}),
 			endRetries: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_end_write_retries_total", Help: "Writes of a job's end retried after a passing Redis fault."}),
 			handedIn: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_runner_ends_handed_over_total",
 				Help: "Job ends a previous process of this worker id left in the state directory, by outcome (written, taken_over: another run holds the job now)."}, []string{"outcome"}),
@@ -442,7 +450,7 @@ func (r *runner) recover(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if moved, err := db.RequeueConsumer(ctx, r.cfg.WorkerID); err == nil && len(moved) > 0 {
+		if moved, err := db.RequeueRestarted(ctx, r.cfg.WorkerID); err == nil && len(moved) > 0 {
 			r.log.Info().Uint32(obs.KeyContextID, id).Int("jobs", len(moved)).Msg("took back jobs held before a restart")
 		}
 	}
@@ -601,6 +609,10 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 		if s.Err != nil {
 			r.log.Error().Err(s.Err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
 		}
+		if s.Err == nil && s.Outcome == store.StartRetaken {
+			r.retakenByClaim(ctx, db, s.Claim)
+			continue
+		}
 		if s.Err != nil || s.Outcome == store.StartGone || s.Outcome == store.StartDone {
 			r.log.Debug().Uint32(obs.KeyContextID, ctxID).Str("job_key", s.Claim.Item).Int("outcome", int(s.Outcome)).Msg("nothing to run")
 			continue
@@ -617,6 +629,47 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 		<-r.slots
 	}
 	return started > 0
+}
+
+// retakenByClaim handles a claim that took back one of this worker's claims whose
+// lease had been swept (store.StartRetaken): a run of this process goes on under it
+// (this process was stopped or cut off past the lease, and the sweep queued the job
+// meanwhile); if none does (its run ended and its end could not be written), the
+// claim is released so that the job runs again.
+func (r *runner) retakenByClaim(ctx context.Context, db *store.DB, cl *store.Claim) {
+	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Str("job_key", cl.Item).Logger()
+	if r.holding.has(cl.ID) {
+		r.m.retaken.WithLabelValues("claim").Inc()
+		log.Warn().Msg("job's lease had expired and been swept while it ran here: taken back, the run goes on")
+		return
+	}
+	log.Warn().Msg("job queued again under a claim of this worker that no run here holds: released")
+	r.releaseClaims(ctx, db, []string{cl.ID})
+}
+
+// claimSet is a set of claim ids, safe for concurrent use.
+type claimSet struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+func (s *claimSet) add(id string) {
+	s.mu.Lock()
+	s.ids[id] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *claimSet) remove(id string) {
+	s.mu.Lock()
+	delete(s.ids, id)
+	s.mu.Unlock()
+}
+
+func (s *claimSet) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.ids[id]
+	return ok
 }
 
 // releaseClaims gives back claims that a failed claim call may have made (its
