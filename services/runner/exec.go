@@ -37,8 +37,7 @@ type execution = execcore.Execution[model.JobRef]
 
 // execute runs one claimed and started job to its end.
 func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, outcome store.StartOutcome, j *model.Job) {
-	r.holding.add(cl.ID)
-	defer r.holding.remove(cl.ID)
+	defer r.holding.remove(cl.ID) // claim added it
 	if j.TraceID == "" {
 		j.TraceID = randHex(16) // a claim that stored none: this attempt's own trace
 	}

@@ -69,6 +69,9 @@ type runner struct {
 	// until their end is written (or dropped): a claim that takes back one of this
 	// worker's swept claims (store.StartRetaken) checks its run goes on here.
 	holding claimSet
+	// claimGate is held (read) by each claim call from its script until the runs it
+	// started are in holding; retakenByClaim waits for the calls under way.
+	claimGate sync.RWMutex
 	// claimTurn lets one claim loop at a time wait for a wake token; it claims after
 	// handing the turn on, so claims overlap (each ~3–5 ms under load: one at a time
 	// they capped the rate jobs start) while a burst's tokens still wake one waiting
@@ -596,7 +599,14 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 		traces[i] = randHex(16)
 	}
 	wake := store.Wake{Key: keys.WakeRunner(r.cfg.RunnerID, queue), Token: strconv.FormatUint(uint64(ctxID), 10), Held: held}
+	r.claimGate.RLock()
 	got, err := db.ClaimStarts(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, traces, wake)
+	for _, s := range got {
+		if s.Err == nil && (s.Outcome == store.StartRun || s.Outcome == store.StartStopped) {
+			r.holding.add(s.Claim.ID) // execute removes it
+		}
+	}
+	r.claimGate.RUnlock()
 	if err != nil && ctx.Err() == nil {
 		r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
 		var un *store.UnansweredClaimError
@@ -605,12 +615,13 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 		}
 	}
 	started := 0
+	var retaken []*store.Claim
 	for _, s := range got {
 		if s.Err != nil {
 			r.log.Error().Err(s.Err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
 		}
 		if s.Err == nil && s.Outcome == store.StartRetaken {
-			r.retakenByClaim(ctx, db, s.Claim)
+			retaken = append(retaken, s.Claim)
 			continue
 		}
 		if s.Err != nil || s.Outcome == store.StartGone || s.Outcome == store.StartDone {
@@ -628,23 +639,34 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 	for i := started + keep; i < slots; i++ {
 		<-r.slots
 	}
+	if len(retaken) > 0 {
+		r.retakenByClaim(ctx, db, retaken)
+	}
 	return started > 0
 }
 
-// retakenByClaim handles a claim that took back one of this worker's claims whose
-// lease had been swept (store.StartRetaken): a run of this process goes on under it
-// (this process was stopped or cut off past the lease, and the sweep queued the job
-// meanwhile); if none does (its run ended and its end could not be written), the
-// claim is released so that the job runs again.
-func (r *runner) retakenByClaim(ctx context.Context, db *store.DB, cl *store.Claim) {
-	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Str("job_key", cl.Item).Logger()
-	if r.holding.has(cl.ID) {
-		r.m.retaken.WithLabelValues("claim").Inc()
-		log.Warn().Msg("job's lease had expired and been swept while it ran here: taken back, the run goes on")
-		return
+// retakenByClaim handles claims that took back claims of this worker whose leases had
+// been swept (store.StartRetaken): a run of this process goes on under each (this
+// process was stopped or cut off past the lease, and the sweep queued the job
+// meanwhile); one that no run holds (its run ended and its end could not be written)
+// is released, so that the job runs again. The claim calls under way first register
+// the runs they started (claimGate): a call whose answer came in before the freeze
+// may be read after this one's.
+func (r *runner) retakenByClaim(ctx context.Context, db *store.DB, cls []*store.Claim) {
+	r.claimGate.Lock() // nothing to do under it: taking it waits for the claim calls under way
+	r.claimGate.Unlock()
+	var release []string
+	for _, cl := range cls {
+		log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Str("job_key", cl.Item).Logger()
+		if r.holding.has(cl.ID) {
+			r.m.retaken.WithLabelValues("claim").Inc()
+			log.Warn().Msg("job's lease had expired and been swept while it ran here: taken back, the run goes on")
+			continue
+		}
+		log.Warn().Msg("job queued again under a claim of this worker that no run here holds: released")
+		release = append(release, cl.ID)
 	}
-	log.Warn().Msg("job queued again under a claim of this worker that no run here holds: released")
-	r.releaseClaims(ctx, db, []string{cl.ID})
+	r.releaseClaims(ctx, db, release)
 }
 
 // claimSet is a set of claim ids, safe for concurrent use.
@@ -682,7 +704,7 @@ func (r *runner) releaseClaims(ctx context.Context, db *store.DB, ids []string) 
 		moved, err := db.ReleaseClaims(ctx, r.cfg.WorkerID, ids)
 		if err == nil {
 			if len(moved) > 0 {
-				r.log.Warn().Uint32(obs.KeyContextID, db.ContextID).Int("jobs", len(moved)).Msg("jobs claimed by a call whose answer was lost: back on their queue")
+				r.log.Warn().Uint32(obs.KeyContextID, db.ContextID).Int("jobs", len(moved)).Msg("claims released (none runs here): their jobs back on their queue")
 			}
 			return
 		}
