@@ -599,14 +599,7 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 		traces[i] = randHex(16)
 	}
 	wake := store.Wake{Key: keys.WakeRunner(r.cfg.RunnerID, queue), Token: strconv.FormatUint(uint64(ctxID), 10), Held: held}
-	r.claimGate.RLock()
-	got, err := db.ClaimStarts(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, traces, wake)
-	for _, s := range got {
-		if s.Err == nil && (s.Outcome == store.StartRun || s.Outcome == store.StartStopped) {
-			r.holding.add(s.Claim.ID) // execute removes it
-		}
-	}
-	r.claimGate.RUnlock()
+	got, err := r.claimStarts(ctx, db, queue, traces, wake)
 	if err != nil && ctx.Err() == nil {
 		r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
 		var un *store.UnansweredClaimError
@@ -643,6 +636,20 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 		r.retakenByClaim(ctx, db, retaken)
 	}
 	return started > 0
+}
+
+// claimStarts is db.ClaimStarts under claimGate (read): the runs it started are in
+// holding (execute removes each) before it returns.
+func (r *runner) claimStarts(ctx context.Context, db *store.DB, queue string, traces []string, wake store.Wake) ([]store.Started, error) {
+	r.claimGate.RLock()
+	defer r.claimGate.RUnlock()
+	got, err := db.ClaimStarts(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, traces, wake)
+	for _, s := range got {
+		if s.Err == nil && (s.Outcome == store.StartRun || s.Outcome == store.StartStopped) {
+			r.holding.add(s.Claim.ID)
+		}
+	}
+	return got, err
 }
 
 // retakenByClaim handles claims that took back claims of this worker whose leases had
