@@ -17,11 +17,17 @@ import (
 // worker's own claims never start it a second time; once another claim has taken the
 // job, the frozen run's end and renewal are refused.
 
-// sweptClaim starts one job of a flow under a lease that has expired, and sweeps it:
-// the job is back on the queue, still naming the claim.
-func sweptClaim(t *testing.T, db *store.DB, q string) (*store.Claim, *model.Job) {
+// sweptClaim makes context ctxID with a flow of one job queued on the sh queue, starts
+// it (worker w1) under a lease that has expired, and sweeps it: the job is back on the
+// queue, still naming the claim.
+func sweptClaim(t *testing.T, ctxID uint32) (*store.DB, string, *store.Claim, *model.Job) {
 	t.Helper()
+	s := open(t)
 	ctx := context.Background()
+	db := mustCtx(t, s, ctxID)
+	q := keys.Queue("sh")
+	_, jobs := flowWith(t, s, db, 1)
+	enqueueJobs(t, db, q, jobs)
 	got, err := db.ClaimStarts(ctx, q, "w1", time.Millisecond, make([]string, 1), store.Wake{})
 	if err != nil || len(got) != 1 || got[0].Outcome != store.StartRun {
 		t.Fatalf("claim: %+v %v", got, err)
@@ -30,7 +36,7 @@ func sweptClaim(t *testing.T, db *store.DB, q string) (*store.Claim, *model.Job)
 	if err != nil || len(moved) != 1 || moved[0].Item != got[0].Claim.Item {
 		t.Fatalf("sweep: %+v %v", moved, err)
 	}
-	return got[0].Claim, got[0].Job
+	return db, q, got[0].Claim, got[0].Job
 }
 
 // lateState is what a late end or re-take must leave: the job's queue, the claim's
@@ -45,14 +51,9 @@ func readLateState(t *testing.T, ctxID int, q, worker string) lateState {
 }
 
 func TestLateFinishAfterASweepIsRecorded(t *testing.T) {
-	s := open(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 41)
+	db, q, cl, j := sweptClaim(t, 41)
 	rc := srv.Client(t, 41)
-	q := keys.Queue("sh")
-	_, jobs := flowWith(t, s, db, 1)
-	enqueueJobs(t, db, q, jobs)
-	cl, j := sweptClaim(t, db, q)
 	if st := readLateState(t, 41, q, "w1"); st != (lateState{1, 0, 0}) {
 		t.Fatalf("after the sweep: %+v, want the job queued and nothing held", st)
 	}
@@ -92,13 +93,8 @@ func TestLateFinishAfterASweepIsRecorded(t *testing.T) {
 }
 
 func TestLateFinishAfterAnotherClaimIsRefused(t *testing.T) {
-	s := open(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 42)
-	q := keys.Queue("sh")
-	_, jobs := flowWith(t, s, db, 1)
-	enqueueJobs(t, db, q, jobs)
-	cl, j := sweptClaim(t, db, q)
+	db, q, cl, j := sweptClaim(t, 42)
 	again, err := db.ClaimStarts(ctx, q, "w2", time.Minute, make([]string, 1), store.Wake{})
 	if err != nil || len(again) != 1 || again[0].Outcome != store.StartRun {
 		t.Fatalf("another worker's claim: %+v %v", again, err)
@@ -122,13 +118,8 @@ func TestLateFinishAfterAnotherClaimIsRefused(t *testing.T) {
 }
 
 func TestRenewLeaseTakesASweptClaimBack(t *testing.T) {
-	s := open(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 43)
-	q := keys.Queue("sh")
-	_, jobs := flowWith(t, s, db, 1)
-	enqueueJobs(t, db, q, jobs)
-	cl, j := sweptClaim(t, db, q)
+	db, q, cl, j := sweptClaim(t, 43)
 	srv.Client(t, 0).Del(ctx, keys.Busy) // a tidy sweep found nothing meanwhile
 	if r, err := db.RenewLease(ctx, cl, time.Minute); r != store.LeaseRetaken || err != nil {
 		t.Fatalf("renewal of the swept claim: %v %v, want retaken", r, err)
@@ -169,14 +160,9 @@ func TestRenewLeaseTakesASweptClaimBack(t *testing.T) {
 }
 
 func TestOwnClaimOfASweptJobTakesItBack(t *testing.T) {
-	s := open(t)
 	ctx := context.Background()
-	db := mustCtx(t, s, 44)
+	db, q, cl, j := sweptClaim(t, 44)
 	rc := srv.Client(t, 44)
-	q := keys.Queue("sh")
-	_, jobs := flowWith(t, s, db, 1)
-	enqueueJobs(t, db, q, jobs)
-	cl, j := sweptClaim(t, db, q)
 	before := rc.HGetAll(ctx, cl.Item).Val()
 	evs := rc.XLen(ctx, keys.Events).Val()
 	got, err := db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 1), store.Wake{})
