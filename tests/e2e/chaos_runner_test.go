@@ -68,7 +68,8 @@ func (ch *chaosRun) restartRunner() {
 // runnerFaults does the long mode's runner faults of cycle c: a kill in the middle of
 // a job's start (in turn: after a claim, at a sandbox's spawn, at the job's own start)
 // in each of the first chaosStartKills cycles, and a freeze past the lease in each of
-// the first chaosFreezes. It returns how many cycles still have some.
+// the first chaosFreezes. It returns how many cycles after this one still have some
+// (none: 0 or less).
 func (ch *chaosRun) runnerFaults(c int) int {
 	if c < chaosStartKills {
 		kinds := []chaosFault{

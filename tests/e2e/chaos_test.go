@@ -367,7 +367,7 @@ func (ch *chaosRun) runFaults(target, cycles int, long bool) {
 		ch.mu.Lock()
 		n := len(ch.submitted)
 		ch.mu.Unlock()
-		if target == 0 && c+1 >= cycles || target > 0 && n >= target && extra == 0 {
+		if target == 0 && c+1 >= cycles || target > 0 && n >= target && extra <= 0 {
 			return
 		}
 	}
