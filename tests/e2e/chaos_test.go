@@ -594,7 +594,7 @@ func (r chaosReport) String(long bool, subErrs []string) string {
 		if len(parts) > 6 {
 			parts = append(parts[:6], "…")
 		}
-		fmt.Fprintf(&b, "  %-28s max %-8s %s\n", n, worst.Round(time.Millisecond), strings.Join(parts, " "))
+		fmt.Fprintf(&b, "  %-38s max %-8s %s\n", n, worst.Round(time.Millisecond), strings.Join(parts, " "))
 	}
 	return b.String()
 }
