@@ -131,7 +131,7 @@ func (w *Worker) attempt(s WorkerSpec, ex *execution, j *Job, n int, sinks io.Wr
 	if err != nil {
 		return outcome{status: StatusError, err: startError(err, s.Argv[0]), reason: "start_error"}, false
 	}
-	sv := execcore.Supervise(j.Timeout, func() { run.Kill("timeout") }, 0, nil)
+	sv := execcore.Supervise(j.Timeout, run.OnTimeout(run.Kill), 0, nil)
 	res := run.Wait()
 	sv.Stop()
 	if r := ex.Reason(); r != "" {

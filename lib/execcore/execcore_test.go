@@ -231,3 +231,31 @@ func TestCleanEnvHasNoHostVariables(t *testing.T) {
 		t.Fatalf("clean environment %v", env)
 	}
 }
+
+// A timeout judges the job by its process (issue 43): a process that ended by itself
+// before its timer fired (a runner frozen past the job's timeout collects its end
+// late) is not killed as timed out, and keeps its own end; one still running is killed.
+func TestTimeoutSparesAProcessThatEnded(t *testing.T) {
+	ex := &Execution[string]{Key: "j1"}
+	run := sh(t, ex, "exit 0", 0)
+	deadline := time.Now().Add(time.Minute)
+	for !run.Exited() {
+		if time.Now().After(deadline) {
+			t.Fatal("the process never ended")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the kernel's view, no event to wait on
+	}
+	run.OnTimeout(ex.Kill)() // the timer, late
+	if e := waitEnded(t, run, 10*time.Second); ex.Reason() != "" || e.ExitCode != 0 || e.Killed != "" {
+		t.Fatalf("an ended process was timed out: reason %q, %+v", ex.Reason(), e)
+	}
+
+	ex = &Execution[string]{Key: "j2"}
+	run = sh(t, ex, "sleep 30", 0)
+	sv := Supervise(20*time.Millisecond, run.OnTimeout(ex.Kill), 0, nil)
+	e := waitEnded(t, run, 10*time.Second)
+	sv.Stop()
+	if ex.Reason() != "timeout" || e.Killed != "timeout" {
+		t.Fatalf("a running process past its timeout: reason %q, %+v", ex.Reason(), e)
+	}
+}

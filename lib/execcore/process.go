@@ -121,6 +121,26 @@ func (ex *Execution[K]) Start(p Process) (*Run[K], error) {
 // may retry).
 func (r *Run[K]) Kill(reason string) { r.proc.Kill(reason) }
 
+// Exited reports whether the run's process has ended by itself, whether or not Wait
+// has collected its end yet (lib/procrun: the kernel's view).
+func (r *Run[K]) Exited() bool { return r.proc.Exited() }
+
+// OnTimeout is the action of the run's timeout for Supervise: kill (the execution's
+// Kill, or the run's own) with the reason "timeout" — unless the process has already
+// ended. A timeout is measured by the job's process: from its start to its end. The
+// timer runs in this process's clock, and fires late when this process was stopped
+// (SIGSTOP, a paused VM) or starved; a job that ended meanwhile ended within its time
+// as far as anyone can tell, and its end is recorded as it was (exit code, result),
+// not as a timeout. A process still running when the timer fires has outlived its
+// timeout whatever the delay, and is killed.
+func (r *Run[K]) OnTimeout(kill func(reason string)) func() {
+	return func() {
+		if !r.proc.Exited() {
+			kill("timeout")
+		}
+	}
+}
+
 // Wait waits for the process to end, detaches it from its execution and cleans its
 // sandbox up.
 func (r *Run[K]) Wait() Ended {
@@ -152,7 +172,10 @@ type Supervision struct {
 }
 
 // Supervise calls onTimeout once after timeout (0: never) and renew every period (0
-// or renew nil: never), until Stop.
+// or renew nil: never), until Stop. The timers run in this process's clock: a
+// script's run passes Run.OnTimeout, which judges a late timer by the job's process.
+// A renewal that comes late (this process was stopped past the lease) finds the lease
+// swept; the caller's renew takes it back when no other claim took the job.
 func Supervise(timeout time.Duration, onTimeout func(), period time.Duration, renew func()) *Supervision {
 	s := &Supervision{}
 	s.mu.Lock()

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Spec says what to run.
@@ -39,6 +41,9 @@ type Proc struct {
 	reason string
 	done   chan struct{}
 	res    Result
+	// pidfd refers to the process (-1: none, or closed once it was waited for): it
+	// tells whether the process has ended before this process has collected it.
+	pidfd int
 }
 
 // Result is how the process ended.
@@ -66,7 +71,11 @@ func Start(s Spec) (*Proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &Proc{cmd: cmd, grace: s.KillGrace, done: make(chan struct{})}
+	p := &Proc{cmd: cmd, grace: s.KillGrace, done: make(chan struct{}), pidfd: -1}
+	// Opened before the wait below can reap the process: it names this child.
+	if fd, err := unix.PidfdOpen(cmd.Process.Pid, 0); err == nil {
+		p.pidfd = fd
+	}
 	if p.grace <= 0 {
 		p.grace = 500 * time.Millisecond
 	}
@@ -90,8 +99,38 @@ func (p *Proc) wait() {
 	p.mu.Lock()
 	r.Killed = p.reason
 	p.res = r
+	if p.pidfd >= 0 {
+		_ = unix.Close(p.pidfd)
+		p.pidfd = -1
+	}
+	close(p.done) // under the lock: Exited never sees the pidfd closed and done open
 	p.mu.Unlock()
-	close(p.done)
+}
+
+// Exited reports whether the process has ended, even when this process has not
+// collected its end yet (a wait that has not run: this process was stopped, or
+// starved of CPU, when the process ended). The kernel says, through a pidfd; without
+// one (a kernel before 5.3) only a collected end counts.
+func (p *Proc) Exited() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.done:
+		return true
+	default:
+	}
+	return p.pidfdReadable()
+}
+
+// pidfdReadable: the kernel says the process has ended (its pidfd is readable). The
+// caller holds p.mu.
+func (p *Proc) pidfdReadable() bool {
+	if p.pidfd < 0 {
+		return false
+	}
+	fds := []unix.PollFd{{Fd: int32(p.pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
 }
 
 // Pid is the process (and process group) id.

@@ -79,3 +79,38 @@ func TestStartErrors(t *testing.T) {
 		t.Fatal("missing interpreter must fail")
 	}
 }
+
+// Exited says a process ended before its end is collected (the runner stopped when
+// the job ended: its wait has not run), and not while it runs.
+func TestExitedBeforeTheEndIsCollected(t *testing.T) {
+	release := filepath.Join(t.TempDir(), "go")
+	p, err := Start(Spec{Argv: []string{"/bin/sh"}, Stdin: strings.NewReader(fmt.Sprintf("while [ ! -e %s ]; do sleep 0.01; done; exit 0", release))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Exited() {
+		t.Fatal("a running process is said to have ended")
+	}
+	// Hold the lock the wait needs to record the end: the end stays uncollected.
+	p.mu.Lock()
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !p.pidfdReadable() {
+		if time.Now().After(deadline) {
+			p.mu.Unlock()
+			t.Fatal("the process's end never showed")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the kernel's view, no event to wait on
+	}
+	select {
+	case <-p.done:
+		t.Fatal("the end was collected while the wait was held")
+	default:
+	}
+	p.mu.Unlock()
+	if !p.Exited() || p.Wait().ExitCode != 0 || !p.Exited() {
+		t.Fatal("the ended process: Exited false, or not exit 0")
+	}
+}

@@ -208,17 +208,45 @@ func flatMap(v any) map[string]string {
 }
 
 // extendScript: see lua/extend.lua.
-var extendScript = luaScript("extend.lua")
+var extendScript = luaScript("extend.lua", "lib_busy.lua")
 
-// ExtendLease pushes a held lease's expiry out; false means the lease was lost (the
-// item went back to its queue) and the consumer should stop working on it.
+// Renewal is what a lease's renewal found.
+type Renewal int
+
+const (
+	LeaseLost     Renewal = iota // gone: the item went back to its queue and was taken since, or its job ended
+	LeaseExtended                // held, and extended
+	// LeaseRetaken: a job's lease had expired and been swept (its holder frozen or cut
+	// off from Redis past the lease), but no other claim had taken the job since: the
+	// claim holds it again, its queued copy removed.
+	LeaseRetaken
+)
+
+// ExtendLease pushes a held lease's expiry out (RenewLease); false means the lease was
+// lost and the consumer should stop working on it.
 func (d *DB) ExtendLease(ctx context.Context, c *Claim, lease time.Duration) (bool, error) {
-	res, err := d.Eval(ctx, extendScript, []string{keys.Leases}, c.member(), time.Now().Add(lease).UnixMilli())
+	r, err := d.RenewLease(ctx, c, lease)
+	return r != LeaseLost, err
+}
+
+// RenewLease pushes a held lease's expiry out. A job's claim whose lease expired and
+// was swept, while its job still names the claim and is started (no other claim has
+// taken it: the attempt the claim runs is still the job's latest), is taken back in
+// the same step (LeaseRetaken): its lease and processing list entry return and the
+// job leaves its queue. Any other lease that is gone is lost.
+func (d *DB) RenewLease(ctx context.Context, c *Claim, lease time.Duration) (Renewal, error) {
+	res, err := d.Eval(ctx, extendScript, []string{keys.Leases}, c.member(), time.Now().Add(lease).UnixMilli(), d.ContextID)
 	if err != nil {
-		return false, fmt.Errorf("extend lease of %s: %w", c.Item, err)
+		return LeaseLost, fmt.Errorf("extend lease of %s: %w", c.Item, err)
 	}
 	n, _ := res.(int64)
-	return n == 1, nil
+	switch n {
+	case 1:
+		return LeaseExtended, nil
+	case 2:
+		return LeaseRetaken, nil
+	}
+	return LeaseLost, nil
 }
 
 // routeClaimedScript: see lua/route_claimed.lua.
@@ -283,25 +311,35 @@ type Requeued struct {
 }
 
 // RequeueExpired returns items whose lease expired to their queues (each exactly once).
+// A job keeps naming its claim: its holder, should it come back while no other claim
+// has taken the job, still records the run's end or takes the lease back (RenewLease).
 func (d *DB) RequeueExpired(ctx context.Context, now time.Time, limit int) ([]Requeued, error) {
-	return d.requeue(ctx, now, limit, "")
+	return d.requeue(ctx, now, limit, "", false)
 }
 
 // RequeueConsumer puts every item a consumer holds back on its queue, expired or not:
-// for a consumer that restarts under the same name.
+// a consumer that stops hands back what it holds (its jobs keep naming their claims:
+// an end left for the restart may still be recorded).
 func (d *DB) RequeueConsumer(ctx context.Context, consumer string) ([]Requeued, error) {
-	return d.requeue(ctx, time.Now(), 0, consumer)
+	return d.requeue(ctx, time.Now(), 0, consumer, false)
+}
+
+// RequeueRestarted is RequeueConsumer for a consumer restarted under the same name:
+// the runs of its previous life are gone, so their jobs stop naming their claims.
+func (d *DB) RequeueRestarted(ctx context.Context, consumer string) ([]Requeued, error) {
+	return d.requeue(ctx, time.Now(), 0, consumer, true)
 }
 
 // ReleaseClaims puts the items of some claims of a consumer back on their queues at
 // once: claims made by a call whose answer was lost (the consumer never learnt of
-// them; without this they would wait out their lease). Claims that were never made,
-// or are gone, are skipped.
+// them; without this they would wait out their lease), or whose job the consumer does
+// not run. Their jobs stop naming them. Claims that were never made, or are gone, are
+// skipped.
 func (d *DB) ReleaseClaims(ctx context.Context, consumer string, claimIDs []string) ([]Requeued, error) {
 	if len(claimIDs) == 0 {
 		return nil, nil
 	}
-	return d.requeue(ctx, time.Now(), 0, consumer, claimIDs...)
+	return d.requeue(ctx, time.Now(), 0, consumer, true, claimIDs...)
 }
 
 // UnansweredClaimError is a claim call that failed: if the call reached Redis, the
@@ -314,8 +352,8 @@ type UnansweredClaimError struct {
 func (e *UnansweredClaimError) Error() string { return e.Err.Error() }
 func (e *UnansweredClaimError) Unwrap() error { return e.Err }
 
-func (d *DB) requeue(ctx context.Context, now time.Time, limit int, consumer string, claimIDs ...string) ([]Requeued, error) {
-	args := []any{now.UnixMilli(), limit, d.ContextID, consumer}
+func (d *DB) requeue(ctx context.Context, now time.Time, limit int, consumer string, clear bool, claimIDs ...string) ([]Requeued, error) {
+	args := []any{now.UnixMilli(), limit, d.ContextID, consumer, boolArg(clear)}
 	for _, id := range claimIDs {
 		args = append(args, id)
 	}

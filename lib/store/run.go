@@ -24,6 +24,11 @@ const (
 	StartGone                        // the job hash is gone: acked, nothing to do
 	StartDone                        // already ended (a duplicate delivery): acked
 	StartStopped                     // stop was requested before it started: finish it as stopped
+	// StartRetaken: the job runs under an earlier claim of this consumer, whose lease
+	// expired and was swept while no other claim took the job; that claim (Claim.ID)
+	// holds it again, with a new lease. Nothing to start: the caller checks it still
+	// runs the job under that claim, else releases it (ReleaseClaims).
+	StartRetaken
 )
 
 // claimStartScript: see lua/claim_start.lua.
@@ -112,7 +117,9 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 		code, _ := e[1].(int64)
 		if _, _, err := keys.ParseJobKey(c.Item); err != nil {
 			st.Err = fmt.Errorf("dropped queue item %q of %s: %w", c.Item, queue, err)
-		} else if st.Outcome = StartOutcome(code); st.Outcome == StartRun || st.Outcome == StartStopped {
+		} else if st.Outcome = StartOutcome(code); st.Outcome == StartRetaken && len(e) == 4 {
+			c.ID, _ = e[3].(string) // the earlier claim, which holds the job again
+		} else if st.Outcome == StartRun || st.Outcome == StartStopped {
 			if len(e) == 4 {
 				if inline == nil {
 					inline = map[int]any{}

@@ -37,6 +37,7 @@ type execution = execcore.Execution[model.JobRef]
 
 // execute runs one claimed and started job to its end.
 func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, outcome store.StartOutcome, j *model.Job) {
+	defer r.holding.remove(cl.ID) // claim added it
 	if j.TraceID == "" {
 		j.TraceID = randHex(16) // a claim that stored none: this attempt's own trace
 	}
@@ -67,7 +68,7 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 	if res.reason == "lost_lease" {
 		r.m.lostLeases.Inc()
 		r.m.failed.WithLabelValues(st, "lost_lease").Inc()
-		log.Warn().Msg("lease lost: job stopped here; another runner takes it")
+		log.Warn().Msg("lease lost: another claim took the job after its lease expired; stopped here")
 		return
 	}
 	r.finish(ctx, db, cl, j, res.outcome, res.reason, log)
@@ -210,7 +211,7 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	if j.StopAsked && ex.Reason() == "" {
 		run.Kill("stopped")
 	}
-	sv := r.supervise(ctx, db, cl, j, ex)
+	sv := r.supervise(ctx, db, cl, j, ex, run.OnTimeout(ex.Kill))
 	res := run.Wait()
 	sv.Stop()
 	elapsed := time.Since(start)
@@ -402,13 +403,21 @@ func newLogWriter(ctx context.Context, db *store.DB, caller, id uint32, max int)
 	return procrun.NewBatcher(func(chunk []byte) { _ = db.AppendLog(ctx, caller, id, chunk, max) })
 }
 
-// supervise enforces a run's timeout and keeps its lease while it runs: a lease
-// found lost stops the run (another runner takes the job).
-func (r *runner) supervise(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ex *execution) *execcore.Supervision {
-	return execcore.Supervise(time.Duration(j.Timeout)*time.Second, func() { ex.Kill("timeout") }, r.cfg.Heartbeat, func() {
-		held, err := db.ExtendLease(ctx, cl, r.cfg.Lease)
-		if err == nil && !held {
+// supervise enforces a run's timeout (onTimeout: a script's run.OnTimeout, which
+// spares a process that already ended) and keeps its lease while it runs. A lease
+// that expired and was swept (this process was stopped, or cut off from Redis, past
+// it) is taken back while no other claim has taken the job; only a lease another
+// claim took stops the run (that claim runs the job).
+func (r *runner) supervise(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ex *execution, onTimeout func()) *execcore.Supervision {
+	return execcore.Supervise(time.Duration(j.Timeout)*time.Second, onTimeout, r.cfg.Heartbeat, func() {
+		switch renewal, err := db.RenewLease(ctx, cl, r.cfg.Lease); {
+		case err != nil:
+		case renewal == store.LeaseLost:
 			ex.Kill("lost_lease")
+		case renewal == store.LeaseRetaken:
+			r.m.retaken.WithLabelValues("renewal").Inc()
+			r.log.Warn().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, j.FlowID).Uint32(obs.KeyJobID, j.ID).Uint32(obs.KeyCallerID, j.CallerID).
+				Msg("job's lease had expired and been swept while it ran here: taken back")
 		}
 	})
 }

@@ -670,7 +670,7 @@ func (r *runner) callHandler(ctx context.Context, db *store.DB, cl *store.Claim,
 
 	var res handlerCall
 	start := time.Now()
-	sv := r.supervise(ctx, db, cl, j, ex)
+	sv := r.supervise(ctx, db, cl, j, ex, func() { ex.Kill("timeout") })
 	res.out, res.err = pool.Execute(callCtx, req)
 	sv.Stop()
 	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(time.Since(start).Seconds())

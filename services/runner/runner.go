@@ -65,6 +65,13 @@ type runner struct {
 	// its stack's growth. workersEnd tells the idle ones to end.
 	tasks      chan task
 	workersEnd chan struct{}
+	// holding are the claims of the runs this process has under way, from their start
+	// until their end is written (or dropped): a claim that takes back one of this
+	// worker's swept claims (store.StartRetaken) checks its run goes on here.
+	holding claimSet
+	// claimGate is held (read) by each claim call from its script until the runs it
+	// started are in holding; retakenByClaim waits for the calls under way.
+	claimGate sync.RWMutex
 	// claimTurn lets one claim loop at a time wait for a wake token; it claims after
 	// handing the turn on, so claims overlap (each ~3–5 ms under load: one at a time
 	// they capped the rate jobs start) while a burst's tokens still wake one waiting
@@ -95,6 +102,7 @@ type runnerMetrics struct {
 	queueWait  prometheus.Histogram
 	requeued   prometheus.Counter
 	lostLeases prometheus.Counter
+	retaken    *prometheus.CounterVec
 	endRetries prometheus.Counter
 	handedIn   *prometheus.CounterVec
 	wakeKeys   prometheus.Gauge
@@ -109,6 +117,7 @@ func newRunner(p runnerParams) *runner {
 	r := &runner{
 		store: p.store, log: p.log, cfg: p.cfg, sandbox: p.sandbox,
 		core:          execcore.NewTracker[model.JobRef](),
+		holding:       claimSet{ids: map[string]struct{}{}},
 		em:            newExecutorMetrics(p.reg),
 		slots:         make(chan struct{}, p.cfg.Concurrency),
 		tasks:         make(chan task),
@@ -126,7 +135,9 @@ func newRunner(p runnerParams) *runner {
 			queueWait: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_job_queue_wait_seconds", Help: "Time from a job's dispatch to its start.",
 				Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60}}),
 			requeued:   f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_lease_requeues_total", Help: "Jobs of dead runner processes put back on their queue."}),
-			lostLeases: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_lost_leases_total", Help: "Jobs this process stopped because their lease was lost."}),
+			lostLeases: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_lost_leases_total", Help: "Jobs this process stopped because another claim took them after their lease expired."}),
+			retaken: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_runner_leases_retaken_total",
+				Help: "Leases of this process's runs taken back after they expired and were swept while no other claim took the job (the process was stopped or cut off from Redis past the lease), by how (renewal, claim)."}, []string{"how"}),
 			endRetries: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_end_write_retries_total", Help: "Writes of a job's end retried after a passing Redis fault."}),
 			handedIn: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_runner_ends_handed_over_total",
 				Help: "Job ends a previous process of this worker id left in the state directory, by outcome (written, taken_over: another run holds the job now)."}, []string{"outcome"}),
@@ -442,7 +453,7 @@ func (r *runner) recover(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if moved, err := db.RequeueConsumer(ctx, r.cfg.WorkerID); err == nil && len(moved) > 0 {
+		if moved, err := db.RequeueRestarted(ctx, r.cfg.WorkerID); err == nil && len(moved) > 0 {
 			r.log.Info().Uint32(obs.KeyContextID, id).Int("jobs", len(moved)).Msg("took back jobs held before a restart")
 		}
 	}
@@ -588,7 +599,7 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 		traces[i] = randHex(16)
 	}
 	wake := store.Wake{Key: keys.WakeRunner(r.cfg.RunnerID, queue), Token: strconv.FormatUint(uint64(ctxID), 10), Held: held}
-	got, err := db.ClaimStarts(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, traces, wake)
+	got, err := r.claimStarts(ctx, db, queue, traces, wake)
 	if err != nil && ctx.Err() == nil {
 		r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
 		var un *store.UnansweredClaimError
@@ -597,9 +608,14 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 		}
 	}
 	started := 0
+	var retaken []*store.Claim
 	for _, s := range got {
 		if s.Err != nil {
 			r.log.Error().Err(s.Err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
+		}
+		if s.Err == nil && s.Outcome == store.StartRetaken {
+			retaken = append(retaken, s.Claim)
+			continue
 		}
 		if s.Err != nil || s.Outcome == store.StartGone || s.Outcome == store.StartDone {
 			r.log.Debug().Uint32(obs.KeyContextID, ctxID).Str("job_key", s.Claim.Item).Int("outcome", int(s.Outcome)).Msg("nothing to run")
@@ -616,7 +632,73 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 	for i := started + keep; i < slots; i++ {
 		<-r.slots
 	}
+	if len(retaken) > 0 {
+		r.retakenByClaim(ctx, db, retaken)
+	}
 	return started > 0
+}
+
+// claimStarts is db.ClaimStarts under claimGate (read): the runs it started are in
+// holding (execute removes each) before it returns.
+func (r *runner) claimStarts(ctx context.Context, db *store.DB, queue string, traces []string, wake store.Wake) ([]store.Started, error) {
+	r.claimGate.RLock()
+	defer r.claimGate.RUnlock()
+	got, err := db.ClaimStarts(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, traces, wake)
+	for _, s := range got {
+		if s.Err == nil && (s.Outcome == store.StartRun || s.Outcome == store.StartStopped) {
+			r.holding.add(s.Claim.ID)
+		}
+	}
+	return got, err
+}
+
+// retakenByClaim handles claims that took back claims of this worker whose leases had
+// been swept (store.StartRetaken): a run of this process goes on under each (this
+// process was stopped or cut off past the lease, and the sweep queued the job
+// meanwhile); one that no run holds (its run ended and its end could not be written)
+// is released, so that the job runs again. The claim calls under way first register
+// the runs they started (claimGate): a call whose answer came in before the freeze
+// may be read after this one's.
+func (r *runner) retakenByClaim(ctx context.Context, db *store.DB, cls []*store.Claim) {
+	r.claimGate.Lock() // nothing to do under it: taking it waits for the claim calls under way
+	r.claimGate.Unlock()
+	var release []string
+	for _, cl := range cls {
+		log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Str("job_key", cl.Item).Logger()
+		if r.holding.has(cl.ID) {
+			r.m.retaken.WithLabelValues("claim").Inc()
+			log.Warn().Msg("job's lease had expired and been swept while it ran here: taken back, the run goes on")
+			continue
+		}
+		log.Warn().Msg("job queued again under a claim of this worker that no run here holds: released")
+		release = append(release, cl.ID)
+	}
+	r.releaseClaims(ctx, db, release)
+}
+
+// claimSet is a set of claim ids, safe for concurrent use.
+type claimSet struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+func (s *claimSet) add(id string) {
+	s.mu.Lock()
+	s.ids[id] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *claimSet) remove(id string) {
+	s.mu.Lock()
+	delete(s.ids, id)
+	s.mu.Unlock()
+}
+
+func (s *claimSet) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.ids[id]
+	return ok
 }
 
 // releaseClaims gives back claims that a failed claim call may have made (its
@@ -629,7 +711,7 @@ func (r *runner) releaseClaims(ctx context.Context, db *store.DB, ids []string) 
 		moved, err := db.ReleaseClaims(ctx, r.cfg.WorkerID, ids)
 		if err == nil {
 			if len(moved) > 0 {
-				r.log.Warn().Uint32(obs.KeyContextID, db.ContextID).Int("jobs", len(moved)).Msg("jobs claimed by a call whose answer was lost: back on their queue")
+				r.log.Warn().Uint32(obs.KeyContextID, db.ContextID).Int("jobs", len(moved)).Msg("claims released (none runs here): their jobs back on their queue")
 			}
 			return
 		}

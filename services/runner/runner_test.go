@@ -291,15 +291,16 @@ func TestLeaseIsExtendedWhileTheJobRuns(t *testing.T) {
 	}
 }
 
-// A lease found lost at an extension (the job went back to its queue for another
-// runner) stops the run here: its process group is killed and no end is written.
+// A lease found lost at an extension (it expired, and another claim took the job)
+// stops the run here: its process group is killed and no end is written.
 func TestLostLeaseStopsTheRun(t *testing.T) {
 	h := newHarness(t, "--lease", "1s", "--heartbeat", "200ms")
 	h.start()
 	j := h.submit(h.pidScript("lost", "sleep 30"), 0)
 	h.waitStatus(j.ID, 10*time.Second, model.JobStarted)
 	pid := h.pid("lost")
-	// What a sweep does once a lease expired: the claim is gone.
+	// What a sweep and another runner's claim do once a lease expired: the claim is
+	// gone, and the job names another.
 	rc := srv.Client(t, testCtx)
 	members := rc.ZRange(context.Background(), keys.Leases, 0, -1).Val()
 	if len(members) != 1 {
@@ -308,10 +309,64 @@ func TestLostLeaseStopsTheRun(t *testing.T) {
 	if err := rc.ZRem(context.Background(), keys.Leases, members[0]).Err(); err != nil {
 		t.Fatal(err)
 	}
+	if err := rc.HSet(context.Background(), keys.Job(1, j.ID), "claim", "another-runners-claim").Err(); err != nil {
+		t.Fatal(err)
+	}
 	h.waitFor("the run stops", 10*time.Second, func() bool { return gone(pid) && h.r.core.Len() == 0 })
 	h.waitFor("the lost lease is counted", 5*time.Second, func() bool { return testutil.ToFloat64(h.r.m.lostLeases) == 1 })
 	if got := h.job(j.ID); got.Status != model.JobStarted || got.Error != "" {
 		t.Fatalf("a run whose lease was lost wrote an end: status %s error %q", got.Status, got.Error)
+	}
+}
+
+// A lease that expired and was swept while the job still ran here (the runner was
+// stopped or cut off from Redis past its lease, issue 43), with no other claim on the
+// job since, is taken back: the run goes on, its end is recorded once, and the queued
+// copy the sweep made never starts a second run. With a free slot the runner's claim
+// meets the queued copy first (and takes the claim back); with none, the renewal does.
+func TestSweptLeaseIsTakenBack(t *testing.T) {
+	for _, tc := range []struct{ concurrency, how string }{{"4", ""}, {"1", "renewal"}} {
+		t.Run("concurrency-"+tc.concurrency, func(t *testing.T) { testSweptLeaseIsTakenBack(t, tc.concurrency, tc.how) })
+	}
+}
+
+func testSweptLeaseIsTakenBack(t *testing.T, concurrency, how string) {
+	h := newHarness(t, "--lease", "2s", "--heartbeat", "200ms", "--concurrency", concurrency)
+	h.start()
+	release := filepath.Join(h.dir, "release")
+	j := h.submit(h.pidScript("swept", fmt.Sprintf("sh -c 'while [ ! -e %s ]; do sleep 0.02; done; echo done'", release)), 0)
+	h.waitStatus(j.ID, 10*time.Second, model.JobStarted)
+	pid := h.pid("swept")
+	// What a sweep does to a lease that expired: the job goes back on its queue (with
+	// its wake token), still naming its claim.
+	moved, err := h.db.RequeueExpired(context.Background(), time.Now().Add(time.Hour), 100)
+	if err != nil || len(moved) != 1 {
+		t.Fatalf("sweep: %v %v", moved, err)
+	}
+	h.waitFor("the lease is taken back", 10*time.Second, func() bool {
+		return h.leaseExpiry(j.ID) > 0 && srv.Client(t, testCtx).LLen(context.Background(), keys.Queue("sh")).Val() == 0
+	})
+	retaken := testutil.ToFloat64(h.r.m.retaken.WithLabelValues("renewal")) + testutil.ToFloat64(h.r.m.retaken.WithLabelValues("claim"))
+	if how != "" && testutil.ToFloat64(h.r.m.retaken.WithLabelValues(how)) != 1 {
+		retaken = -1
+	}
+	if gone(pid) || retaken != 1 || testutil.ToFloat64(h.r.m.lostLeases) != 0 {
+		t.Fatalf("after the re-take: run gone %v, leases retaken %v (by %s: %v), lost %v", gone(pid), retaken, how,
+			testutil.ToFloat64(h.r.m.retaken.WithLabelValues(how)), testutil.ToFloat64(h.r.m.lostLeases))
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := h.waitStatus(j.ID, 10*time.Second, model.JobFinished, model.JobError)
+	if got.Status != model.JobFinished || got.Result["output"] != "done\n" || got.Attempt > 1 {
+		t.Fatalf("job after the re-take: status %s error %q result %v attempt %d", got.Status, got.Error, got.Result, got.Attempt)
+	}
+	if n := testutil.ToFloat64(h.r.m.started.WithLabelValues("sh")); n != 1 {
+		t.Fatalf("the job was started %v times, want once", n)
+	}
+	rc := srv.Client(t, testCtx)
+	if q, l := rc.LLen(context.Background(), keys.Queue("sh")).Val(), rc.ZCard(context.Background(), keys.Leases).Val(); q != 0 || l != 0 {
+		t.Fatalf("after the end: %d queued, %d leases", q, l)
 	}
 }
 

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,10 +24,12 @@ import (
 // 20 → fan-in) run while every service is killed with SIGKILL and restarted, and
 // Redis (AOF, appendfsync always) is restarted both ways and stopped with SIGSTOP;
 // every optional worker of the runner is on. Each job appends a start and an end line
-// (with its attempt and the time) to a ledger; at the end the ledger is compared with
-// the final state. The short mode (≤ 90 s) is part of `make test`; HERO_CHAOS=long
-// (`make chaos`) runs fault cycles until at least HERO_CHAOS_FLOWS flows (default
-// 300) have run. docs/chaos.md has the figures.
+// (with its attempt, the time, the life of the runner that launched it and its run's
+// own token) to a ledger; at the end the ledger is compared with the final state. The
+// short mode (≤ 90 s) is part of `make test`; HERO_CHAOS=long (`make chaos`) runs
+// fault cycles until at least HERO_CHAOS_FLOWS flows (default 300) have run, and
+// besides kills the runner 10 times in the middle of a job's start and stops it
+// (SIGSTOP) past its lease 3 times (issue 43). docs/chaos.md has the figures.
 
 // chaosFault is one fault of a cycle.
 type chaosFault struct {
@@ -46,6 +50,14 @@ type chaosReport struct {
 	runnerKills                       []time.Time
 	endedBeforeKill                   int
 	longest                           time.Duration // the longest flow (start to end)
+
+	// issue 43: the runner's processes and its freezes
+	deaths           map[int]time.Time // a killed runner life's death
+	freezes          []chaosFreeze
+	afterDeath       []string // a run that started, or wrote its end, > 100 ms after its runner's death
+	rerunAfterFreeze []string // a job started again after a freeze, with no runner kill between
+	heldByFreeze     int      // runs that ended while their runner was stopped
+	timeouts         []string // a job recorded "timeout" though it exited 0 within its time
 }
 
 func TestChaos(t *testing.T) {
@@ -60,9 +72,11 @@ func TestChaos(t *testing.T) {
 	start := time.Now()
 	rs := redistest.Start(t, aofAlways)
 	s := harness.StartStack(t, binDir, rs.URL, harness.StackOptions{
-		RouterArgs: []string{"--lease", "10s"},
-		RunnerArgs: append([]string{"--lease", "10s", "--heartbeat", "2s", "--concurrency", "16"}, harness.OptionalWorkers(binDir)...),
+		RouterArgs: []string{"--lease", chaosLease.String()},
+		RunnerArgs: append([]string{"--lease", chaosLease.String(), "--heartbeat", "2s", "--concurrency", "16", "--interpreters", chaosInterpreters(1)},
+			harness.OptionalWorkers(binDir)...),
 	})
+	t.Cleanup(func() { _ = s.Runner.Signal(syscall.SIGCONT) }) // never left stopped
 	s.Setup(t, ctx1)
 	dir := harness.ScratchDir(t)
 	starts, err := proctest.NewSignal(dir)
@@ -71,8 +85,8 @@ func TestChaos(t *testing.T) {
 	}
 	defer starts.Close()
 	ch := &chaosRun{t: t, s: s, rs: rs, ledger: filepath.Join(dir, "ledger"), starts: starts,
-		flowJobs: map[uint32][]uint32{}, ended: map[uint32]string{}, nextJob: 1, inflight: make(chan struct{}, 8),
-		rep: chaosReport{recovery: map[string][]time.Duration{}}}
+		flowJobs: map[uint32][]uint32{}, ended: map[uint32]string{}, nextJob: 1, inflight: make(chan struct{}, 8), life: 1,
+		rep: chaosReport{recovery: map[string][]time.Duration{}, deaths: map[int]time.Time{}}}
 	// The API's address changes when it restarts: clients read it here.
 	ch.api.Store(s.Client(1))
 
@@ -81,7 +95,7 @@ func TestChaos(t *testing.T) {
 	if !starts.Wait(1, time.Minute) {
 		t.Fatal("no job started")
 	}
-	ch.runFaults(target, cycles)
+	ch.runFaults(target, cycles, long)
 	ch.stopSub.Store(true)
 	<-subDone
 	ch.waiters.Wait()
@@ -109,7 +123,8 @@ func TestChaos(t *testing.T) {
 	if len(ch.subErrs) > 0 {
 		t.Errorf("submissions failed: %v", ch.subErrs)
 	}
-	if len(rep.exits)+len(rep.lost)+len(rep.stuck)+len(rep.flipped)+len(rep.twice)+len(rep.endsMissing)+len(rep.rerunOther) > 0 {
+	if len(rep.exits)+len(rep.lost)+len(rep.stuck)+len(rep.flipped)+len(rep.twice)+len(rep.endsMissing)+len(rep.rerunOther)+
+		len(rep.afterDeath)+len(rep.rerunAfterFreeze)+len(rep.timeouts) > 0 {
 		t.Errorf("chaos found faults (above)")
 	}
 	for name, ds := range rep.recovery {
@@ -147,6 +162,7 @@ type chaosRun struct {
 	rep      chaosReport
 	old      []*harness.Proc // killed processes: their logs are checked for panics too
 	faultLog []string
+	life     int // the runner's life: 1, then one more at each restart (chaosInterpreters)
 }
 
 // call retries an API call through faults (an API or Redis restart) until it
@@ -169,12 +185,15 @@ func (ch *chaosRun) call(method string, params, out any, within time.Duration) e
 	}
 }
 
-// script is a job that writes its start and end (with its attempt and the time) to
-// the ledger, signals its start, and sleeps in between.
+// script is a job that writes its start and end to the ledger, signals its start, and
+// sleeps in between. A line says the job, its attempt, the time, the life of the
+// runner that launched the run (HERO_CHAOS_LIFE, set by its interpreter:
+// chaosInterpreters) and the run's own token (its TRACEPARENT: a parent id per run).
 func (ch *chaosRun) script(sleep string) string {
 	id := `$HERO_CONTEXT_ID:$HERO_CALLER_ID:$HERO_JOB_ID $HERO_ATTEMPT`
-	return fmt.Sprintf("echo \"start %s $(date +%%s%%3N)\" >> %s\necho x > %s\nsleep %s\necho \"end %s $(date +%%s%%3N)\" >> %s\n",
-		id, ch.ledger, ch.starts.Path, sleep, id, ch.ledger)
+	run := `$HERO_CHAOS_LIFE $TRACEPARENT`
+	return fmt.Sprintf("echo \"start %s $(date +%%s%%3N) %s\" >> %s\necho x > %s\nsleep %s\necho \"end %s $(date +%%s%%3N) %s\" >> %s\n",
+		id, run, ch.ledger, ch.starts.Path, sleep, id, run, ch.ledger)
 }
 
 // shape is the n-th flow's jobs: a chain of 5, a diamond, or a fan-out of 20 and its
@@ -221,7 +240,7 @@ func (ch *chaosRun) shape(n int) (string, []jobSpec) {
 func (ch *chaosRun) submit(flowID uint32, jobs []jobSpec) error {
 	var ids []uint32
 	for _, j := range jobs {
-		job := map[string]any{"id": j.id, "script": j.script, "script_type": j.typ, "depends": j.deps}
+		job := map[string]any{"id": j.id, "script": j.script, "script_type": j.typ, "depends": j.deps, "timeout": chaosJobTimeout}
 		if err := ch.call("job.create", map[string]any{"context_id": ctx1, "job": job}, nil, time.Minute); err != nil {
 			return fmt.Errorf("job.create %d: %v", j.id, err)
 		}
@@ -286,11 +305,12 @@ func (ch *chaosRun) restart(name string) {
 	default:
 		p = ch.s.API
 	}
+	if name == "runner" {
+		ch.restartRunner()
+		return
+	}
 	ch.old = append(ch.old, p)
 	p.Kill()
-	if name == "runner" {
-		ch.rep.runnerKills = append(ch.rep.runnerKills, time.Now())
-	}
 	ch.s.Start(name)
 	if name == "supervisor-daemon" {
 		ch.api.Store(ch.s.Client(1))
@@ -322,9 +342,11 @@ func (ch *chaosRun) redisStop() {
 }
 
 // runFaults runs fault cycles: cycles of them (short mode, target 0), or until
-// target flows were submitted. Each fault is followed by a wait for the next job
-// start: the recovery time.
-func (ch *chaosRun) runFaults(target, cycles int) {
+// target flows were submitted and, in long mode, the runner's extra faults were done
+// (runnerFaults: one kill at a job's start per cycle, 10 in all, and a freeze past
+// its lease in each of the first 3 cycles). Each fault is followed by a wait for the
+// next job start: the recovery time.
+func (ch *chaosRun) runFaults(target, cycles int, long bool) {
 	cycle := []chaosFault{
 		{"kill -9 scheduler", func() { ch.restart("scheduler") }},
 		{"kill -9 router", func() { ch.restart("router") }},
@@ -338,10 +360,14 @@ func (ch *chaosRun) runFaults(target, cycles int) {
 		for _, f := range cycle {
 			ch.fault(f)
 		}
+		extra := 0
+		if long {
+			extra = ch.runnerFaults(c)
+		}
 		ch.mu.Lock()
 		n := len(ch.submitted)
 		ch.mu.Unlock()
-		if target == 0 && c+1 >= cycles || target > 0 && n >= target {
+		if target == 0 && c+1 >= cycles || target > 0 && n >= target && extra <= 0 {
 			return
 		}
 	}
@@ -379,6 +405,7 @@ func (ch *chaosRun) checkFlow(c *harness.Client, id uint32, lines map[string][]c
 		ch.t.Fatalf("flow.load %d: %v", id, err)
 	case f.Status == "error":
 		rep.flipped = append(rep.flipped, id)
+		ch.checkTimeout(c, f, lines)
 	case f.Status != "finished":
 		rep.stuck = append(rep.stuck, id)
 	}
@@ -401,18 +428,23 @@ const chaosLaunchBound = 2 * time.Second
 // run again after a runner kill between its starts, or during the launch of its first
 // run (a run the killed runner launched, which the next runner's start ends), is
 // expected (the process died, maybe after the script ended and before its end was
-// written); any other second run, or a second end without a kill between the starts,
-// is a fault.
+// written); a run again after a freeze of the runner (and no kill) is a fault (the
+// frozen runner still held the run's end, and no other attempt had started), and so is
+// any other second run, or a second end without a kill between the starts.
 func (ch *chaosRun) checkJobLedger(key string, l []chaosLine, flowStatus string) {
 	rep := &ch.rep
 	ends, startTimes := 0, []int64{}
 	for _, x := range l {
 		if x.kind == "end" {
 			ends++
+			if ch.frozenAt(x.ms) {
+				rep.heldByFreeze++
+			}
 		} else {
 			startTimes = append(startTimes, x.ms)
 		}
 	}
+	ch.checkRunsAfterDeath(key, l)
 	killed := false // a runner kill between the job's starts
 	if len(startTimes) > 1 {
 		sort.Slice(startTimes, func(a, b int) bool { return startTimes[a] < startTimes[b] })
@@ -423,9 +455,12 @@ func (ch *chaosRun) checkJobLedger(key string, l []chaosLine, flowStatus string)
 			killed = killed || (ms >= first && ms <= last)
 			atLaunch = atLaunch || (ms < first && ms >= first-chaosLaunchBound.Milliseconds())
 		}
-		if killed || atLaunch {
+		switch {
+		case killed || atLaunch:
 			rep.rerunAfterKill = append(rep.rerunAfterKill, key)
-		} else {
+		case ch.frozenBetween(first, last):
+			rep.rerunAfterFreeze = append(rep.rerunAfterFreeze, key)
+		default:
 			rep.rerunOther = append(rep.rerunOther, key)
 		}
 	}
@@ -446,7 +481,7 @@ func (ch *chaosRun) checkJobLedger(key string, l []chaosLine, flowStatus string)
 // HERO_CHAOS_KEEP, when set and a job ran or ended twice.
 func (ch *chaosRun) keepLogs() {
 	keep := os.Getenv("HERO_CHAOS_KEEP")
-	if keep == "" || len(ch.rep.twice)+len(ch.rep.rerunOther) == 0 {
+	if keep == "" || len(ch.suspects()) == 0 {
 		return
 	}
 	_ = os.MkdirAll(keep, 0o755)
@@ -459,10 +494,27 @@ func (ch *chaosRun) keepLogs() {
 	ch.t.Logf("logs kept in %s", keep)
 }
 
-// logSuspects logs what the ledger and the services' logs say about each job that
-// ran or ended twice.
+// suspects are the jobs at fault: run or ended twice when they should not have been,
+// or with a process alive after its runner's death.
+func (ch *chaosRun) suspects() []string {
+	keys := append(append(append([]string(nil), ch.rep.twice...), ch.rep.rerunOther...), ch.rep.rerunAfterFreeze...)
+	keys = append(keys, ch.rep.timeouts...)
+	for _, d := range ch.rep.afterDeath {
+		keys = append(keys, strings.Fields(d)[0])
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// logSuspects logs what the ledger and the services' logs say about each job at fault.
+// At most 20 of them: each is a scan of every service's log.
 func (ch *chaosRun) logSuspects(lines map[string][]chaosLine) {
-	for _, key := range append(append([]string(nil), ch.rep.twice...), ch.rep.rerunOther...) {
+	keys := ch.suspects()
+	if len(keys) > 20 {
+		ch.t.Logf("%d jobs at fault; the first 20:", len(keys))
+		keys = keys[:20]
+	}
+	for _, key := range keys {
 		ch.t.Logf("job %s ledger: %+v", key, lines[key])
 		id := key[strings.LastIndexByte(key, ':')+1:]
 		for _, p := range append(ch.old, ch.s.Procs()...) {
@@ -479,9 +531,12 @@ type chaosLine struct {
 	kind    string
 	attempt string
 	ms      int64
+	life    int    // the runner life that launched the run
+	run     string // the run's token
 }
 
-// readChaosLedger reads "start|end <ctx:caller:job> <attempt> <ms>" lines by job.
+// readChaosLedger reads "start|end <ctx:caller:job> <attempt> <ms> <life> <run>" lines
+// by job.
 func readChaosLedger(t *testing.T, file string) map[string][]chaosLine {
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -490,11 +545,12 @@ func readChaosLedger(t *testing.T, file string) map[string][]chaosLine {
 	out := map[string][]chaosLine{}
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Fields(l)
-		if len(f) != 4 {
+		if len(f) != 6 {
 			continue
 		}
 		ms, _ := strconv.ParseInt(f[3], 10, 64)
-		out[f[1]] = append(out[f[1]], chaosLine{kind: f[0], attempt: f[2], ms: ms})
+		life, _ := strconv.Atoi(f[4])
+		out[f[1]] = append(out[f[1]], chaosLine{kind: f[0], attempt: f[2], ms: ms, life: life, run: f[5]})
 	}
 	return out
 }
@@ -514,6 +570,11 @@ func (r chaosReport) String(long bool, subErrs []string) string {
 	fmt.Fprintf(&b, "jobs finished with no end line:    %d %v\n", len(r.endsMissing), r.endsMissing)
 	fmt.Fprintf(&b, "re-runs after a runner kill:       %d (expected; %d of them had ended, their end not yet written)\n", len(r.rerunAfterKill), r.endedBeforeKill)
 	fmt.Fprintf(&b, "re-runs without a runner kill:     %d %v\n", len(r.rerunOther), r.rerunOther)
+	fmt.Fprintf(&b, "runner kills, freezes:             %d, %d\n", len(r.runnerKills), len(r.freezes))
+	fmt.Fprintf(&b, "processes after their runner died: %d %v\n", len(r.afterDeath), r.afterDeath)
+	fmt.Fprintf(&b, "re-runs after a freeze:            %d %v\n", len(r.rerunAfterFreeze), r.rerunAfterFreeze)
+	fmt.Fprintf(&b, "runs ended during a freeze:        %d (their ends recorded when the runner went on)\n", r.heldByFreeze)
+	fmt.Fprintf(&b, "timeouts of jobs that exited 0:    %d %v\n", len(r.timeouts), r.timeouts)
 	fmt.Fprintf(&b, "submission errors:                 %d\n", len(subErrs))
 	fmt.Fprintf(&b, "longest flow (start to end, s):    %s\n", r.longest)
 	names := make([]string, 0, len(r.recovery))
@@ -533,7 +594,7 @@ func (r chaosReport) String(long bool, subErrs []string) string {
 		if len(parts) > 6 {
 			parts = append(parts[:6], "…")
 		}
-		fmt.Fprintf(&b, "  %-28s max %-8s %s\n", n, worst.Round(time.Millisecond), strings.Join(parts, " "))
+		fmt.Fprintf(&b, "  %-38s max %-8s %s\n", n, worst.Round(time.Millisecond), strings.Join(parts, " "))
 	}
 	return b.String()
 }

@@ -10,7 +10,12 @@
 -- not busy). An item that is no job key, a job that is gone (code 1),
 -- a job that already ended (code 2) and a job that runs under a claim that still holds
 -- it (a duplicate queue entry: code 2) are taken off the queue and not put on the
--- processing list. A job that has a producer's traceparent keeps that trace. The
+-- processing list. A job started under a claim of this same worker that no longer
+-- holds it (its lease expired and a sweep queued the job again, while the worker was
+-- frozen or cut off from Redis) is not started again: its claim is taken back as it
+-- was (code 4: onto the processing list, with a lease, the job unchanged), and the
+-- caller checks that it still runs the job under that claim (else it releases the
+-- claim: ReleaseClaims). A job that has a producer's traceparent keeps that trace. The
 -- items are taken in one LRANGE and LTRIM, the started ones put on the processing list
 -- and the lease set in one LPUSH and one ZADD, their status indexes and DAG nodes
 -- moved once per call (an LMOVE, a lease, an index move and a node's read and write per
@@ -30,7 +35,8 @@
 --   then n field/value items every start sets, the count of fields a start clears and
 --   those fields, then max pairs (claim id, trace id) (ClaimStarts builds the lists).
 -- Reply: one {item, code, attempt} per item claimed: code 0 started, 1 gone, 2 ended or
---   a duplicate, 3 started with a stop requested; when the call started at most
+--   a duplicate, 3 started with a stop requested, 4 taken back under the job's claim
+--   of this worker (its fourth element: that claim's id); when the call started at most
 --   INLINE_READS jobs, each started one's entry also holds the job's hash as it is
 --   after the start (HGETALL's field/value list): a claim of a few jobs, which is what
 --   a lightly loaded runner makes, saves the caller's read round trip.
@@ -43,7 +49,7 @@ local worker, qname, exp, now_ms, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonu
 local nset = tonumber(ARGV[8])
 local nclear = tonumber(ARGV[9 + nset])
 -- The fields this script reads.
-local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent', 'created_at_ms'}
+local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent', 'created_at_ms', 'claim'}
 local slots = 10 + nset + nclear
 local out = {}
 -- A claim that starts at most this many jobs returns their hashes.
@@ -73,9 +79,20 @@ for n = 1, nitems do
   if seen[item] then
     st = 'duplicate'
   elseif st == JOB_STARTED and v[3] then
-    if redis.call('LPOS', K_PROCESSING .. v[3], item) then st = 'duplicate' end
+    if redis.call('LPOS', K_PROCESSING .. v[3], item) then
+      st = 'duplicate'
+    elseif v[3] == worker and v[10] and v[10] ~= '' then
+      st = 'retake'
+    end
   end
-  if not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
+  if st == 'retake' then
+    -- This worker's claim, swept while the worker lives on: taken back as it was.
+    seen[item] = true
+    kept[#kept + 1] = item
+    leased[#leased + 1] = exp
+    leased[#leased + 1] = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. v[10]
+    out[#out + 1] = {item, 4, tonumber(v[2] or '1') or 1, v[10]}
+  elseif not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
     if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
   else
     seen[item] = true

@@ -1,11 +1,34 @@
--- extend: extends a claim's lease while it is held.
+-- extend: extends a claim's lease while it is held, or takes a job's claim back when
+-- its lease expired while the job still runs under it.
+--
+-- A lease that a sweep took back (its holder was frozen, or cut off from Redis, past
+-- the lease) while no other claim has taken its job since is taken back as it was, in
+-- one step: the job still names this claim and is started (the attempt the holder
+-- runs is the job's latest), so its lease and its copy in the processing list return,
+-- and the copy the sweep queued, not claimed since, leaves its queue. A message's
+-- lease, or a job's under another claim now, stays lost.
 --
 -- KEYS: [1] coord:leases.
--- ARGV: [1] the lease member, [2] the new expiry (ms).
--- Reply: 1 extended, 0 the lease is gone (the claim was taken back).
+-- ARGV: [1] the lease member ("<consumer>\t<queue>\t<item>\t<claim>"), [2] the new
+--   expiry (ms), [3] the context id.
+-- Reply: 1 extended, 2 taken back (it had expired and been swept), 0 the lease is gone
+--   (the claim was taken back, or its job ended or runs under another claim).
+-- Derives, from the lease member: context DB: coord:proc:<consumer>, the queue, the
+--   job's hash; DB 0 (SELECT 0, last): coord:busy.
 
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
   return 1
 end
-return 0
+local consumer, queue, item, claim = string.match(ARGV[1], '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]+)$')
+if not claim or not string.match(item, '^' .. K_JOB .. '%d+:%d+$') then return 0 end
+local cur = redis.call('HMGET', item, 'claim', 'status')
+if cur[1] ~= claim or cur[2] ~= JOB_STARTED then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+local proc = K_PROCESSING .. consumer
+if not redis.call('LPOS', proc, item) then redis.call('LPUSH', proc, item) end
+-- the sweep pushed it at the consuming end (the tail)
+redis.call('LREM', queue, '-1', item)
+redis.call('SELECT', '0')
+mark_busy(ARGV[3])
+return 2

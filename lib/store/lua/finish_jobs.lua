@@ -1,6 +1,9 @@
 -- finish_jobs: records the ends of runs of one context and pushes their result
 -- message(s). Only the run that holds the job's current claim can finish it; a second
--- finish changes nothing but the ack.
+-- finish changes nothing but the ack. A run whose lease expired and was swept (its
+-- runner frozen or cut off past the lease) still holds the job while no other claim
+-- has taken it (the job names its claim and is started: its attempt is the latest):
+-- its end is recorded, and the copy the sweep queued leaves its queue in the same step.
 --
 -- With complete (ARGV[8]), a run of this node's own job that succeeded is also applied
 -- here, as the router's delivery and the scheduler's completion would apply it, so that
@@ -33,6 +36,7 @@
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
 --   here, jobs dispatched, flow status of the flow that ended here or ""}.
 -- Derives: context DB: coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
+--   the job queue of a run's lease member (a late end's queued copy),
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), and what lib_complete, lib_dispatch and
 --   lib_route derive (the flow's jobs, context:<ctx>, the indexes, the job queues);
@@ -92,7 +96,7 @@ for i = runs, #ARGV, 14 do
   -- from the tail, where claims (pushed at the head) are oldest: runs end in about the
   -- order they started, so the entry is near (a scan from the head crossed every run
   -- in flight, ~2% of this script with 256 of them)
-  redis.call('LREM', proc, '-1', jk)
+  local held = redis.call('LREM', proc, '-1', jk)
   unleased[#unleased + 1] = member
   -- cur: claim, status, attempt, created_at_ms (the job's score in the status
   -- indexes), then done_attempt (read for a standalone job) and msgs (for a result
@@ -142,6 +146,9 @@ for i = runs, #ARGV, 14 do
       set[#set + 1] = 'msgs'; set[#set + 1] = n
     end
     redis.call('HSET', jk, unpack(set))
+    -- a late end (the lease was swept, no other claim took the job): the copy the
+    -- sweep queued, at the consuming end, goes
+    if held == 0 then redis.call('LREM', string.match(member, '^[^\t]*\t([^\t]*)\t'), '-1', jk) end
     index_later(caller .. ':' .. id, JOB_STARTED, status, cur[4] or nil)
     if chunk ~= '' then
       local lk = K_JOB_LOG .. caller .. ':' .. id

@@ -5,11 +5,16 @@
 -- the item is still in the consumer's processing list, it is removed from there and
 -- pushed back at the consuming end of its queue, with its wake tokens; the LREM makes
 -- the requeue happen at most once per claim. A job that runs under another claim now
--- (the lease is stale) keeps running and is not queued again.
+-- (the lease is stale) keeps running and is not queued again. With clear, a job taken
+-- back also stops naming its claim (a claim released on purpose: its run never
+-- happened, or its process is gone); without (an expired lease, a shutdown's hand-back),
+-- the job keeps it, so that its holder, should it come back (a runner frozen past its
+-- lease), may still record the run's end or take the lease back while no other claim
+-- has taken the job (finish_jobs, extend, claim_start).
 --
 -- KEYS: [1] coord:leases.
 -- ARGV: [1] now (ms), [2] limit, [3] context id, [4] consumer ("": leases expired by
---   now, of any consumer), [5…] claim ids (only with a consumer).
+--   now, of any consumer), [5] clear (1/0), [6…] claim ids (only with a consumer).
 -- Reply: {queue, item…} of the items requeued.
 -- Derives, from the lease members ("<consumer>\t<queue>\t<item>\t<claim>"): context DB:
 --   coord:proc:<consumer>, the queues, the items' job hashes, coord:wakers:<queue>;
@@ -21,9 +26,9 @@ if ARGV[4] ~= '' then
   expired = {}
   local prefix = ARGV[4] .. '\t'
   local only
-  if #ARGV > 4 then
+  if #ARGV > 5 then
     only = {}
-    for i = 5, #ARGV do only[ARGV[i]] = true end
+    for i = 6, #ARGV do only[ARGV[i]] = true end
   end
   for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     if string.sub(m, 1, #prefix) == prefix and (not only or only[string.match(m, '[^\t]*$')]) then expired[#expired + 1] = m end
@@ -53,6 +58,7 @@ for _, m in ipairs(expired) do
     if cur[2] == JOB_STARTED and cur[1] and cur[1] ~= claim then
       if cur[3] ~= consumer or #redis.call('LPOS', proc, item, 'COUNT', 2) > 1 then redis.call('LREM', proc, '1', item) end
     elseif redis.call('LREM', proc, '1', item) == 1 then
+      if ARGV[5] == '1' and cur[1] == claim then redis.call('HDEL', item, 'claim') end
       redis.call('RPUSH', queue, item)
       moved[#moved + 1] = queue
       moved[#moved + 1] = item
