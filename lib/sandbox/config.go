@@ -19,16 +19,17 @@ type Config struct {
 	Pids     int
 	CPU      int // thousandths of a CPU
 	FileSize string
+	Disk     string
 	// The most a job may ask for: "" (the default) is the default above; 0 no
 	// maximum of the runner's.
-	MemoryMax, FileSizeMax string
-	PidsMax, CPUMax        string
-	Network                string // the jobs' default network: none or outbound
-	NetworkDeny            string // what outbound jobs cannot reach (ParseDeny)
-	limits, max            Limits
-	binds                  []string
-	deny                   []netip.Prefix
-	denyHost               bool
+	MemoryMax, FileSizeMax, DiskMax string
+	PidsMax, CPUMax                 string
+	Network                         string // the jobs' default network: none or outbound
+	NetworkDeny                     string // what outbound jobs cannot reach (ParseDeny)
+	limits, max                     Limits
+	binds                           []string
+	deny                            []netip.Prefix
+	denyHost                        bool
 }
 
 // RegisterFlags adds the --sandbox and --job-* flags.
@@ -41,10 +42,12 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.IntVar(&c.Pids, "job-pids", "", 512, "processes and threads one job may have at once; 0: no limit")
 	f.IntVar(&c.CPU, "job-cpu", "", 0, "CPU one job may use, in thousandths of a CPU (1000: one CPU); 0: no limit")
 	f.StringVar(&c.FileSize, "job-file-size", "", "1GiB", "largest file one job may write; 0: no limit")
+	f.StringVar(&c.Disk, "job-disk", "", "1GiB", "the space one job's files may take: its work directory and /tmp are one filesystem of this size in its sandbox (a tmpfs: memory, charged to the job's memory limit where it has a cgroup); 0: no limit")
 	f.StringVar(&c.MemoryMax, "job-memory-max", "", "", "the most memory a job or its context may ask for; empty: --job-memory (a job may ask for less, not more); 0: no maximum (contexts' job_max may still set one)")
 	f.StringVar(&c.PidsMax, "job-pids-max", "", "", "the most processes a job or its context may ask for; empty: --job-pids; 0: no maximum")
 	f.StringVar(&c.CPUMax, "job-cpu-max", "", "", "the most CPU (thousandths) a job or its context may ask for; empty: --job-cpu; 0: no maximum")
 	f.StringVar(&c.FileSizeMax, "job-file-size-max", "", "", "the largest file size a job or its context may ask for; empty: --job-file-size; 0: no maximum")
+	f.StringVar(&c.DiskMax, "job-disk-max", "", "", "the most disk space a job or its context may ask for; empty: --job-disk; 0: no maximum")
 	f.StringVar(&c.Network, "job-network", "", "none", "jobs' network: none, or outbound (through slirp4netns: never the host, its loopback or --job-network-deny); a context's job_max (operators) can allow outbound where this is none")
 	f.StringVar(&c.NetworkDeny, "job-network-deny", "", DefaultDeny, "what jobs with outbound network cannot reach: IPv4 CIDRs, host (this host's own addresses) and private (RFC 1918, loopback, link-local, CGNAT, multicast), comma-separated")
 }
@@ -65,6 +68,7 @@ func (c *Config) Validate() error {
 	}{
 		{"--job-memory", c.Memory, c.MemoryMax, &c.limits.MemoryBytes, &c.max.MemoryBytes},
 		{"--job-file-size", c.FileSize, c.FileSizeMax, &c.limits.FileSizeBytes, &c.max.FileSizeBytes},
+		{"--job-disk", c.Disk, c.DiskMax, &c.limits.DiskBytes, &c.max.DiskBytes},
 	} {
 		var err error
 		if *l.dst, err = ParseSize(l.def); err != nil {

@@ -13,13 +13,16 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -40,6 +43,7 @@ type Limits struct {
 	Pids          int
 	CPUMillis     int // thousandths of a CPU (cgroup CPU quota)
 	FileSizeBytes int64
+	DiskBytes     int64  // the job's own filesystem: its work directory and /tmp
 	Network       string // model.NetworkNone ("" too) or model.NetworkOutbound
 }
 
@@ -131,22 +135,39 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 			return nil, errors.New("sandbox: bwrap (bubblewrap) is not installed: apt-get install bubblewrap, or run with --sandbox=none")
 		}
 	}
-	dir, err := os.MkdirTemp("", "hero-sandbox-check-")
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if err := s.chownForJob(dir); err != nil {
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, s.opt.Bwrap, s.bwrapArgs(dir, []string{"/bin/sh", "-c", "test \"$(cat /proc/1/comm)\" != systemd && echo ok"}, Extra{})...)
-	cmd.Dir, cmd.Env = dir, []string{"PATH=/usr/bin:/bin"}
-	cmd.SysProcAttr = s.credential()
-	out, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "ok" {
-		return nil, fmt.Errorf("sandbox: bwrap cannot make a sandbox here (%v: %s); in a container it needs namespaces allowed by seccomp and an unmasked /proc (docs/security.md), or run with --sandbox=none", err, strings.TrimSpace(string(out)))
+	if err := s.trial(ctx); err != nil {
+		return nil, fmt.Errorf("sandbox: bwrap cannot make a sandbox here (%v); in a container it needs namespaces allowed by seccomp and an unmasked /proc (docs/security.md), or run with --sandbox=none", err)
 	}
 	return s, nil
+}
+
+// trial runs a job as every job runs — in its own filesystem, under its wrapper,
+// leaving a result file — and checks what it did and what the runner got.
+func (s *Sandbox) trial(ctx context.Context) error {
+	dir, remove, err := s.WorkDir("", "hero-sandbox-check-")
+	if err != nil {
+		return err
+	}
+	defer remove()
+	j, err := s.PrepareWith(dir, []string{"/bin/sh", "-c", `test "$(cat /proc/1/comm)" != systemd && echo ok > result && echo ok`},
+		Limits{DiskBytes: 1 << 20}, Extra{Result: "result", ResultMax: 16})
+	if err != nil {
+		return err
+	}
+	defer j.Cleanup()
+	cmd := exec.CommandContext(ctx, j.Argv[0], j.Argv[1:]...)
+	var out bytes.Buffer
+	cmd.Env, cmd.Stdout, cmd.Stderr = []string{"PATH=/usr/bin:/bin"}, &out, &out
+	waited, err := j.Launch(cmd)
+	if err != nil {
+		return err
+	}
+	err = cmd.Wait()
+	waited()
+	if res := j.Result(); err != nil || strings.TrimSpace(out.String()) != "ok" || string(res.Data) != "ok\n" {
+		return fmt.Errorf("%v: %s (result %q %s)", err, strings.TrimSpace(out.String()), res.Data, res.Problem)
+	}
+	return nil
 }
 
 func defaultString(s, def string) string {
@@ -201,16 +222,42 @@ func (s *Sandbox) chownForJob(dir string) error {
 	return os.Chown(dir, s.opt.UID, s.opt.GID)
 }
 
-// Extra widens one sandbox: more read-only paths (an executor's program), and the
-// host's network (an executor that listens on TCP must be reachable).
+// Extra widens one sandbox, or says more about its job.
 type Extra struct {
+	// ReadOnly are more host paths it sees read-only (an executor's program);
+	// ShareNet gives it the host's network (an executor that listens on TCP must be
+	// reachable).
 	ReadOnly []string
 	ShareNet bool
-	outbound bool // the job's own network namespace served by slirp4netns (network.go)
+	// HostDir: the work directory given to PrepareWith is a host directory, bound
+	// into the sandbox (an executor pool's, whose sockets the runner reaches), not
+	// one of the job's own filesystem (WorkDir).
+	HostDir bool
+	// Result names a file of the work directory that the runner takes after the job
+	// (Job.Result), and ResultMax the most bytes of it.
+	Result    string
+	ResultMax int64
+	outbound  bool // the job's own network namespace served by slirp4netns (network.go)
 }
 
-// bwrapArgs is the bwrap command line for argv run in workDir.
-func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra) []string {
+// WorkDir names a new work directory for one job, pattern its name: with a sandbox,
+// a directory of the job's own filesystem (the sandbox makes it; nothing is made on
+// the host); without one, a new directory under parent on the host. remove undoes
+// what was made.
+func (s *Sandbox) WorkDir(parent, pattern string) (dir string, remove func(), err error) {
+	if s.opt.Mode == ModeBwrap {
+		return workDirIn(pattern), func() {}, nil
+	}
+	if dir, err = os.MkdirTemp(parent, pattern); err != nil {
+		return "", nil, err
+	}
+	return dir, func() { _ = os.RemoveAll(dir) }, nil
+}
+
+// bwrapArgs is the bwrap command line for argv run in workDir: the job's own
+// filesystem (jobFS, of lim's DiskBytes) with workDir in it and the rest of its root
+// read-only, or (x.HostDir) the host's workDir bound and writable tmpfs mounts.
+func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra, lim Limits) []string {
 	net := "--unshare-net"
 	if x.ShareNet {
 		net = "--share-net"
@@ -219,13 +266,53 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra) []string {
 		// --disable-userns: a job cannot make user namespaces of its own (a kernel
 		// surface it has no use for).
 		"--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts", net, "--unshare-cgroup-try",
-		"--die-with-parent", "--new-session", "--hostname", "hero-job",
-		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp",
+		"--die-with-parent", "--new-session", "--hostname", "hero-job", "--proc", "/proc", "--dev", "/dev",
+	}
+	if x.HostDir {
+		a = append(a, "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp")
+	} else {
+		a = append(a, sizeArgs(lim.DiskBytes, "--tmpfs", jobFS)...)
+		a = append(a, sizeArgs(min(lim.DiskBytes, shmMax), "--tmpfs", "/dev/shm")...)
+		a = append(a, "--symlink", jobFS, "/var/tmp", "--symlink", jobFS, "/run")
 	}
 	if os.Geteuid() == 0 && s.opt.UID == 0 {
 		a = append(a, "--cap-drop", "ALL")
 	}
-	for _, p := range append(append([]string(nil), s.opt.ReadOnly...), x.ReadOnly...) {
+	a = append(a, s.readOnlyArgs(x.ReadOnly)...)
+	for _, b := range s.opt.Binds {
+		a = append(a, "--bind", b, b)
+	}
+	if x.outbound {
+		// fd 3 and 4 are the first of the job's files (Launch).
+		a = append(a, "--ro-bind", s.net.resolv, "/etc/resolv.conf", "--info-fd", "3", "--block-fd", "4")
+	}
+	if x.HostDir {
+		a = append(a, "--bind", workDir, workDir, "--chdir", workDir, "--")
+	} else {
+		// The wrapper is the job's PID 1 (--as-pid-1): no process of the job can
+		// signal it. Its root and /dev are read-only: the job writes its own
+		// filesystem (and /dev/shm) only.
+		a = append(a, "--perms", "0700", "--dir", workDir, "--chdir", workDir, "--remount-ro", "/dev", "--remount-ro", "/", "--as-pid-1", "--")
+	}
+	return append(a, argv...)
+}
+
+// sizeArgs is a bwrap mount (mount, dest) of size bytes (0: the kernel's default).
+func sizeArgs(size int64, mount, dest string) []string {
+	if size <= 0 {
+		size = shmMax
+		if dest == jobFS {
+			return []string{mount, dest}
+		}
+	}
+	return []string{"--size", strconv.FormatInt(size, 10), mount, dest}
+}
+
+// readOnlyArgs shows the read-only paths (the sandbox's and more) as they are on the
+// host: a symbolic link as a link, anything else bound read-only.
+func (s *Sandbox) readOnlyArgs(more []string) []string {
+	var a []string
+	for _, p := range append(append([]string(nil), s.opt.ReadOnly...), more...) {
 		fi, err := os.Lstat(p)
 		switch {
 		case err != nil:
@@ -238,44 +325,47 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra) []string {
 			a = append(a, "--ro-bind", p, p)
 		}
 	}
-	for _, b := range s.opt.Binds {
-		a = append(a, "--bind", b, b)
-	}
-	if x.outbound {
-		// fd 3 and 4 are the job's Job.ExtraFiles.
-		a = append(a, "--ro-bind", s.net.resolv, "/etc/resolv.conf", "--info-fd", "3", "--block-fd", "4")
-	}
-	a = append(a, "--bind", workDir, workDir, "--chdir", workDir, "--")
-	return append(a, argv...)
+	return a
 }
 
-// Job is one sandboxed run: the command to start, and what it needs afterwards.
+// Job is one sandboxed job: the command that starts it (Launch), and what it needs
+// afterwards. A job with a host work directory (an executor pool) may start several
+// processes of the same command.
 type Job struct {
-	Argv []string
-	// ExtraFiles go to the process as fd 3 onwards; Started must follow its start.
-	ExtraFiles []*os.File
-	group      *jobGroup
-	net        *jobNet
-	s          *Sandbox
+	Argv    []string
+	workDir string
+	private bool    // the work directory is of the job's own filesystem
+	result  *Extra  // the result file to take (nil: none)
+	report  *report // the wrapper's report (a private job's, once launched)
+	group   *jobGroup
+	net     *jobNet
+	s       *Sandbox
 }
 
-// Prepare makes the work directory the job's, its cgroup, and the command that runs
-// argv in the sandbox with lim. Cleanup must follow the job's end.
+// Prepare makes the job's cgroup and the command that runs argv in the sandbox with
+// lim, in workDir (WorkDir's). Cleanup must follow the job's end.
 func (s *Sandbox) Prepare(workDir string, argv []string, lim Limits) (*Job, error) {
 	return s.PrepareWith(workDir, argv, lim, Extra{})
 }
 
-// PrepareWith is Prepare with a wider sandbox.
+// PrepareWith is Prepare with a wider sandbox, or a result file to take.
 //
 // The trampoline is a shell script: join the cgroup, set the rlimits, then setpriv
 // becomes the job's user, restores the parent-death signal (a change of user clears
 // it) and executes the sandbox. What the script interpolates is the runner's own
 // (cgroup paths, numbers); the job's command comes as arguments.
 func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra) (*Job, error) {
-	if err := s.chownForJob(workDir); err != nil {
+	j := &Job{s: s, workDir: workDir, private: s.opt.Mode == ModeBwrap && !x.HostDir}
+	if j.private {
+		if path.Dir(workDir) != jobFS {
+			return nil, fmt.Errorf("sandbox: work directory %q is not one of the job's own filesystem (WorkDir)", workDir)
+		}
+	} else if err := s.chownForJob(workDir); err != nil {
 		return nil, fmt.Errorf("sandbox: work directory: %v", err)
 	}
-	j := &Job{s: s}
+	if x.Result != "" {
+		j.result = &Extra{Result: x.Result, ResultMax: x.ResultMax}
+	}
 	if lim.Network == model.NetworkOutbound && s.opt.Mode == ModeBwrap && !x.ShareNet {
 		if s.net.err != nil {
 			return nil, s.net.err
@@ -284,17 +374,37 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: network: %v", err)
 		}
-		j.net, j.ExtraFiles, x.outbound = n, n.files(), true
+		j.net, x.outbound = n, true
 	}
 	inner := argv
 	if s.opt.Mode == ModeBwrap {
-		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv, x)...)
+		if j.private {
+			argv = append(wrapper(s.sh, j.reportFD(), x.Result, x.ResultMax), argv...)
+		}
+		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv, x, lim)...)
 	}
+	script, err := s.limitScript(j, lim)
+	if err != nil {
+		j.Cleanup()
+		return nil, err
+	}
+	sp := []string{s.setpriv}
+	if c := s.credential(); c != nil {
+		sp = append(sp, fmt.Sprintf("--reuid=%d", c.Credential.Uid), fmt.Sprintf("--regid=%d", c.Credential.Gid), "--clear-groups")
+	}
+	sp = append(sp, "--pdeathsig=KILL", "--")
+	script = append(script, `exec "$@"`)
+	j.Argv = append([]string{s.sh, "-c", strings.Join(script, " && "), "hero-sandbox"}, append(sp, inner...)...)
+	return j, nil
+}
+
+// limitScript is the trampoline's part that puts the job in its cgroup and sets its
+// rlimits (making the cgroup, j.group).
+func (s *Sandbox) limitScript(j *Job, lim Limits) ([]string, error) {
 	var script []string
 	if s.cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0) {
 		g, err := s.cg.create(fmt.Sprintf("job-%d-%d", os.Getpid(), s.seq.Add(1)), lim)
 		if err != nil {
-			j.Cleanup()
 			return nil, err
 		}
 		j.group = g
@@ -312,17 +422,59 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 	if lim.FileSizeBytes > 0 {
 		script = append(script, fmt.Sprintf("ulimit -f %d", lim.FileSizeBytes/512))
 	}
-	sp := []string{s.setpriv}
-	if c := s.credential(); c != nil {
-		sp = append(sp, fmt.Sprintf("--reuid=%d", c.Credential.Uid), fmt.Sprintf("--regid=%d", c.Credential.Gid), "--clear-groups")
+	return script, nil
+}
+
+// files are the files the job's process gets as fd 3 onwards, in this order: the
+// network's (bwrap's --info-fd and --block-fd), the report's.
+func (j *Job) reportFD() int {
+	if j.net != nil {
+		return 5
 	}
-	sp = append(sp, "--pdeathsig=KILL", "--")
-	script = append(script, `exec "$@"`)
-	j.Argv = append([]string{s.sh, "-c", strings.Join(script, " && "), "hero-sandbox"}, append(sp, inner...)...)
-	return j, nil
+	return 3
 }
 
 func shellQuote(v string) string { return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'" }
+
+// Launch starts cmd, made of j.Argv (its environment and output the caller's): it
+// gives it the job's files and its working directory on the host, and, for a job of
+// its own filesystem, gathers the wrapper's report (Result, Reason). waited is to be
+// called once cmd has been waited for.
+func (j *Job) Launch(cmd *exec.Cmd) (waited func(), err error) {
+	var files []*os.File
+	if j.net != nil {
+		files = append(files, j.net.files()...)
+	}
+	var rw *os.File
+	if j.private {
+		var rr *os.File
+		if rr, rw, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("sandbox: report pipe: %v", err)
+		}
+		max := int64(0)
+		if j.result != nil {
+			max = j.result.ResultMax
+		}
+		j.report = &report{r: rr, max: max, done: make(chan struct{})}
+		files = append(files, rw)
+		cmd.Dir = "/" // the work directory is in the sandbox only
+	}
+	cmd.ExtraFiles = files
+	err = cmd.Start()
+	if rw != nil {
+		_ = rw.Close() // the job's sandbox holds the other copies
+		if err != nil {
+			_ = j.report.r.Close()
+			j.report = nil
+		} else {
+			go j.report.read()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func() {}, nil
+}
 
 // Watch calls over with a limit's reason as soon as the job's cgroup says one was
 // hit (the kernel's file notifications on its events files); it returns a stop func.
@@ -338,18 +490,49 @@ func (j *Job) Watch(over func(reason string)) func() {
 }
 
 // Reason says which limit the ended job went over ("" for none), from its cgroup's
-// counters, and from how it ended: the signal that ended it, or an exit code of
-// 128+SIGXFSZ (a shell whose command was stopped by the file size limit).
+// counters, its own filesystem (full when it ended), and from how it ended: the signal
+// that ended it, or an exit code of 128+SIGXFSZ (a shell whose command was stopped by
+// the file size limit). Its process must have been waited for.
 func (j *Job) Reason(signal string, exitCode int) string {
 	if j.group != nil {
 		if r := j.group.reason(); r != "" {
 			return r
 		}
 	}
+	if full, _, _ := j.collect(); full {
+		return ReasonDisk
+	}
 	if signal == syscall.SIGXFSZ.String() || exitCode == 128+int(syscall.SIGXFSZ) {
 		return ReasonFileSize
 	}
 	return ""
+}
+
+// Result is what the runner takes of the job's result file (Extra.Result) once its
+// process has been waited for: read in the sandbox by the job's own user, or (no
+// sandbox of its own) on the host without following a link or opening what is not a
+// regular file.
+func (j *Job) Result() Result {
+	if j.result == nil {
+		return Result{}
+	}
+	if j.private {
+		_, res, _ := j.collect()
+		return res
+	}
+	uid := -1
+	if c := j.s.credential(); c != nil {
+		uid = int(c.Credential.Uid)
+	}
+	return ReadHostFile(filepath.Join(j.workDir, j.result.Result), uid, j.result.ResultMax)
+}
+
+// collect is the wrapper's report (full: the job's filesystem was full).
+func (j *Job) collect() (full bool, res Result, ok bool) {
+	if j.report == nil {
+		return false, Result{}, false
+	}
+	return parseReport(j.report.wait(), j.report.max)
 }
 
 // Started must be called once the job's process runs: a job with outbound network

@@ -409,7 +409,8 @@ func (r *runner) startPool(ctx context.Context, e *executorConfig, ctxID uint32)
 		lim.Pids *= e.size
 		lim.CPUMillis *= e.size
 		lim.Network = model.NetworkNone // a pool's processes get no network of their own (a TCP pool shares the host's)
-		job, err := r.sandbox.PrepareWith(dir, e.cmd, lim, sandbox.Extra{ReadOnly: ro, ShareNet: transport == rrq.TransportTCP})
+		// The pool's directory is the host's: the runner reaches its sockets there.
+		job, err := r.sandbox.PrepareWith(dir, e.cmd, lim, sandbox.Extra{ReadOnly: ro, ShareNet: transport == rrq.TransportTCP, HostDir: true})
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, nil, err
