@@ -37,15 +37,18 @@ const reportHeaderMax = 256
 
 // wrapperScript is the job's first process in its sandbox: PID 1 of its PID namespace
 // (bwrap --as-pid-1, so that none of the job's processes can signal it), running as
-// the job's user in its work directory. It runs the job's command ("$@") without the
-// report descriptor (%[1]d), then kills whatever the command left running (nothing
-// changes the job's files after that), and writes its report there: "ok" or "full"
+// the job's user in its work directory. It first writes "start" to the report
+// descriptor (%[1]d): the pipe's reader is the runner alone, so the write fails — and
+// nothing of the job starts — when the runner is gone (guard.go). It runs the job's
+// command ("$@") without that descriptor, then kills whatever the command left
+// running (nothing changes the job's files after that), and writes its report: "ok" or "full"
 // (a byte cannot be written to the job's filesystem) and what the result file (%[2]s)
 // is, then, for a regular file, its first %[3]d bytes. It tests the file's type
 // without following a link and reads only a regular file: a symbolic link is reported
 // as one, never followed; a FIFO, socket or device is never opened. It ends with the
 // command's status (128 + the signal's number for a signal).
-const wrapperScript = `"$@" %[1]d>&-
+const wrapperScript = `echo start >&%[1]d || exit 1
+"$@" %[1]d>&-
 rc=$?
 kill -KILL -1 2>/dev/null
 {
@@ -131,6 +134,7 @@ func (rp *report) wait() []byte {
 // its result file. ok is false when there is no report (the wrapper did not end:
 // the job was killed).
 func parseReport(b []byte, max int64) (full bool, res Result, ok bool) {
+	b, _ = bytes.CutPrefix(b, []byte("start\n"))
 	line, data, found := bytes.Cut(b, []byte("\n"))
 	disk, kind, _ := strings.Cut(string(line), " ")
 	if !found || (disk != "ok" && disk != "full") {

@@ -1,15 +1,18 @@
 // Package sandbox runs a job's process in bubblewrap (bwrap, the sandbox Flatpak
-// uses): its own user, PID, mount, IPC, UTS and network namespaces, a new session,
-// dying with its parent, a /proc of its own processes, the system's read-only
-// directories it needs and its private work directory — nothing else of the host:
-// no service's secrets, certificates, configuration or state, no other job's files,
-// no network. Resource limits go to a cgroup of the job's own (memory, processes,
-// CPU) where this process may make cgroups, and to rlimits (file size; address space
-// and processes without cgroups). docs/security.md lists what it guarantees.
+// uses): its own user, PID, mount, IPC, UTS and network namespaces, a session of its
+// own, dying with the runner (guard.go), a /proc of its own processes, the system's
+// read-only directories it needs and a filesystem of its own that holds its work
+// directory (files.go) — nothing else of the host: no service's secrets,
+// certificates, configuration or state, no other job's files, no network. Resource
+// limits go to a cgroup of the job's own (memory, processes, CPU) where this process
+// may make cgroups, to rlimits (file size; address space and processes without
+// cgroups), and to the size of its filesystem (disk). docs/security.md lists what it
+// guarantees.
 //
-// A job starts through a trampoline, a shell and util-linux's setpriv: it joins the
-// job's cgroup and sets the rlimits, becomes the job's user and executes bwrap, so
-// that no process of the job ever runs outside its limits.
+// A job starts through a trampoline, a shell and util-linux's setpriv: it waits at its
+// gate until the runner's guard knows it, joins the job's cgroup and sets the rlimits,
+// becomes the job's user and executes bwrap, so that no process of the job ever runs
+// outside its limits, nor after the runner is gone.
 package sandbox
 
 import (
@@ -70,6 +73,12 @@ type Options struct {
 	NetDeny     []netip.Prefix
 	NetDenyHost bool
 	NeedNetwork bool
+	// Pause, when set, is called at the steps of a job's launch: "spawned" (its
+	// process started, waiting at its gate) and "gated" (the guard knows it; through
+	// its gate), with its process (its group); "network" (its sandbox made, held until
+	// its network is set up), with the sandbox's first process. Tests stop the runner
+	// there to kill it.
+	Pause func(step string, pid int)
 }
 
 // DefaultReadOnly are the host paths a job sees (read-only): programs and
@@ -87,6 +96,7 @@ type Sandbox struct {
 	sh      string   // the trampoline: a shell…
 	setpriv string   // …and setpriv (PrepareWith)
 	cg      *cgroups // nil: no cgroups (rlimits only)
+	guard   *guard   // kills the jobs' process groups when the runner is gone
 	net     netTools // outbound network's programs (net.err: why there is none)
 	seq     atomic.Uint64
 }
@@ -125,21 +135,29 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 	}
 	switch opt.Mode {
 	case ModeNone:
-		return s, nil
 	case ModeBwrap:
+		if s.opt.Bwrap == "" {
+			if s.opt.Bwrap, err = exec.LookPath("bwrap"); err != nil {
+				return nil, errors.New("sandbox: bwrap (bubblewrap) is not installed: apt-get install bubblewrap, or run with --sandbox=none")
+			}
+		}
 	default:
 		return nil, fmt.Errorf("sandbox mode %q: want bwrap or none", opt.Mode)
 	}
-	if s.opt.Bwrap == "" {
-		if s.opt.Bwrap, err = exec.LookPath("bwrap"); err != nil {
-			return nil, errors.New("sandbox: bwrap (bubblewrap) is not installed: apt-get install bubblewrap, or run with --sandbox=none")
-		}
+	if s.guard, err = newGuard(s.sh); err != nil {
+		return nil, err
 	}
-	if err := s.trial(ctx); err != nil {
-		return nil, fmt.Errorf("sandbox: bwrap cannot make a sandbox here (%v); in a container it needs namespaces allowed by seccomp and an unmasked /proc (docs/security.md), or run with --sandbox=none", err)
+	if opt.Mode == ModeBwrap {
+		if err := s.trial(ctx); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("sandbox: bwrap cannot make a sandbox here (%v); in a container it needs namespaces allowed by seccomp and an unmasked /proc (docs/security.md), or run with --sandbox=none", err)
+		}
 	}
 	return s, nil
 }
+
+// Close ends the guard (lib/sandbox/guard.go) once no job runs: it kills what is left.
+func (s *Sandbox) Close() { s.guard.close() }
 
 // trial runs a job as every job runs — in its own filesystem, under its wrapper,
 // leaving a result file — and checks what it did and what the runner got.
@@ -155,6 +173,7 @@ func (s *Sandbox) trial(ctx context.Context) error {
 		return err
 	}
 	defer j.Cleanup()
+	j.trial = true
 	cmd := exec.CommandContext(ctx, j.Argv[0], j.Argv[1:]...)
 	var out bytes.Buffer
 	cmd.Env, cmd.Stdout, cmd.Stderr = []string{"PATH=/usr/bin:/bin"}, &out, &out
@@ -266,7 +285,9 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra, lim Limits) 
 		// --disable-userns: a job cannot make user namespaces of its own (a kernel
 		// surface it has no use for).
 		"--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts", net, "--unshare-cgroup-try",
-		"--die-with-parent", "--new-session", "--hostname", "hero-job", "--proc", "/proc", "--dev", "/dev",
+		// No --new-session: the job's processes stay in its process group (the guard
+		// kills it), a session of its own without a terminal (Launch).
+		"--die-with-parent", "--hostname", "hero-job", "--proc", "/proc", "--dev", "/dev",
 	}
 	if x.HostDir {
 		a = append(a, "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp")
@@ -335,6 +356,7 @@ type Job struct {
 	Argv    []string
 	workDir string
 	private bool    // the work directory is of the job's own filesystem
+	trial   bool    // New's trial job (no Options.Pause)
 	result  *Extra  // the result file to take (nil: none)
 	report  *report // the wrapper's report (a private job's, once launched)
 	group   *jobGroup
@@ -383,17 +405,19 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 		}
 		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv, x, lim)...)
 	}
-	script, err := s.limitScript(j, lim)
+	limits, err := s.limitScript(j, lim)
 	if err != nil {
 		j.Cleanup()
 		return nil, err
 	}
+	// First the gate: nothing happens until the guard knows the job (Launch).
+	script := append([]string{fmt.Sprintf("read -r _ <&%d", j.gateFD())}, limits...)
 	sp := []string{s.setpriv}
 	if c := s.credential(); c != nil {
 		sp = append(sp, fmt.Sprintf("--reuid=%d", c.Credential.Uid), fmt.Sprintf("--regid=%d", c.Credential.Gid), "--clear-groups")
 	}
 	sp = append(sp, "--pdeathsig=KILL", "--")
-	script = append(script, `exec "$@"`)
+	script = append(script, fmt.Sprintf(`exec "$@" %d<&-`, j.gateFD()))
 	j.Argv = append([]string{s.sh, "-c", strings.Join(script, " && "), "hero-sandbox"}, append(sp, inner...)...)
 	return j, nil
 }
@@ -425,8 +449,8 @@ func (s *Sandbox) limitScript(j *Job, lim Limits) ([]string, error) {
 	return script, nil
 }
 
-// files are the files the job's process gets as fd 3 onwards, in this order: the
-// network's (bwrap's --info-fd and --block-fd), the report's.
+// The job's process gets files as fd 3 onwards, in this order: the network's (bwrap's
+// --info-fd and --block-fd), the report's (a job of its own filesystem), the gate's.
 func (j *Job) reportFD() int {
 	if j.net != nil {
 		return 5
@@ -434,12 +458,21 @@ func (j *Job) reportFD() int {
 	return 3
 }
 
+func (j *Job) gateFD() int {
+	if j.private {
+		return j.reportFD() + 1
+	}
+	return j.reportFD()
+}
+
 func shellQuote(v string) string { return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'" }
 
-// Launch starts cmd, made of j.Argv (its environment and output the caller's): it
-// gives it the job's files and its working directory on the host, and, for a job of
-// its own filesystem, gathers the wrapper's report (Result, Reason). waited is to be
-// called once cmd has been waited for.
+// Launch starts cmd, made of j.Argv (its environment and output the caller's): in a
+// session and process group of its own, with the parent-death signal, given the job's
+// files and its working directory on the host; for a job of its own filesystem it
+// gathers the wrapper's report (Result, Reason). Once the guard knows the process's
+// group, the job passes its gate. waited is to be called once cmd has been waited for.
+// A job of a host directory (an executor pool's) may be launched more than once.
 func (j *Job) Launch(cmd *exec.Cmd) (waited func(), err error) {
 	var files []*os.File
 	if j.net != nil {
@@ -459,21 +492,68 @@ func (j *Job) Launch(cmd *exec.Cmd) (waited func(), err error) {
 		files = append(files, rw)
 		cmd.Dir = "/" // the work directory is in the sandbox only
 	}
-	cmd.ExtraFiles = files
-	err = cmd.Start()
-	if rw != nil {
-		_ = rw.Close() // the job's sandbox holds the other copies
-		if err != nil {
-			_ = j.report.r.Close()
-			j.report = nil
-		} else {
-			go j.report.read()
-		}
-	}
+	gateR, gateW, err := os.Pipe()
 	if err != nil {
+		closeAll(rw, j.reportReader())
+		return nil, fmt.Errorf("sandbox: gate pipe: %v", err)
+	}
+	cmd.ExtraFiles = append(files, gateR)
+	// Setsid: no terminal of the runner's reaches the job (bwrap's --new-session did
+	// that before); Pdeathsig: the trampoline ends with the runner until the gate.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	closeAll(rw, gateR) // the job holds its own copies
+	if err != nil {
+		closeAll(gateW, j.reportReader())
 		return nil, err
 	}
-	return func() {}, nil
+	if j.report != nil {
+		go j.report.read()
+	}
+	j.pause("spawned", cmd.Process.Pid)
+	waited, err = j.pass(cmd, gateW)
+	if err == nil {
+		j.pause("gated", cmd.Process.Pid)
+	}
+	return waited, err
+}
+
+// pause calls Options.Pause (not for New's trial job).
+func (j *Job) pause(step string, pid int) {
+	if j.s.opt.Pause != nil && !j.trial {
+		j.s.opt.Pause(step, pid)
+	}
+}
+
+// pass lets a started job through its gate once the guard knows its process group;
+// a job the guard cannot know is ended at its gate and waited for.
+func (j *Job) pass(cmd *exec.Cmd, gate *os.File) (func(), error) {
+	pid := cmd.Process.Pid
+	if err := j.s.guard.add(pid); err != nil {
+		_ = gate.Close() // the job reads the end of the file: it ends there
+		_ = cmd.Wait()
+		return nil, err
+	}
+	_, _ = gate.Write([]byte("\n")) // an error: the job is gone already (its exit status says how)
+	_ = gate.Close()
+	return func() { j.s.guard.remove(pid) }, nil
+}
+
+func (j *Job) reportReader() *os.File {
+	if j.report == nil {
+		return nil
+	}
+	r := j.report.r
+	j.report = nil
+	return r
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
 }
 
 // Watch calls over with a limit's reason as soon as the job's cgroup says one was
@@ -542,7 +622,8 @@ func (j *Job) Started() error {
 	if j.net == nil {
 		return nil
 	}
-	if err := j.net.start(j.s.net, j.s.opt.NetDeny, j.s.opt.NetDenyHost); err != nil {
+	ready := func(pid int) { j.pause("network", pid) }
+	if err := j.net.start(j.s.net, j.s.opt.NetDeny, j.s.opt.NetDenyHost, ready); err != nil {
 		return fmt.Errorf("sandbox: outbound network: %v", err)
 	}
 	return nil

@@ -187,61 +187,6 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-// The sandbox dies with the process that started it (kill -9 of the runner): the
-// trampoline restores the parent-death signal its change of user cleared.
-func TestDiesWithTheRunner(t *testing.T) {
-	s := newSandbox(t)
-	if s.cg == nil {
-		t.Skip("no cgroups here: the job's processes are found by its cgroup")
-	}
-	dir, _, _ := s.WorkDir("", "hero-sbx-test-")
-	up, err := proctest.NewSignal(scratchDir(s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close()
-	j, err := s.Prepare(dir, []string{"/bin/sh", "-c", "echo up > " + up.Path + "; exec sleep 300"}, Limits{Pids: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Cleanup()
-	marker := filepath.Join(t.TempDir(), "runner.sh")
-	// A stand-in for the runner: a shell that starts the sandboxed job (its report
-	// to nowhere) and waits.
-	argv := strings.Join(quoteAll(j.Argv), " ")
-	if err := os.WriteFile(marker, []byte(argv+" 3>/dev/null\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	runner := exec.Command("/bin/sh", marker)
-	runner.Env = []string{"PATH=/usr/bin:/bin"}
-	if err := runner.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if !up.Wait(1, 10*time.Second) {
-		t.Fatal("the job did not start")
-	}
-	pids := j.group.pids() // bwrap, its child and the job's process
-	if len(pids) < 3 {
-		t.Fatalf("the job's cgroup holds %v", pids)
-	}
-	_ = runner.Process.Kill()
-	_ = runner.Wait()
-	if left, err := proctest.WaitExit(pids, time.Second); err != nil || len(left) > 0 {
-		t.Fatalf("job processes alive 1 s after the runner's death: %v (%v)", left, err)
-	}
-	if left := j.group.pids(); len(left) > 0 {
-		t.Fatalf("the job's cgroup still holds %v", left)
-	}
-}
-
-func quoteAll(a []string) []string {
-	out := make([]string, len(a))
-	for i, s := range a {
-		out[i] = "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-	}
-	return out
-}
-
 // A runner starting beside another on the same host removes only the job cgroups of
 // runners that are gone: the other's fresh (still empty) cgroup is about to take a job.
 func TestStartLeavesLiveRunnersCgroups(t *testing.T) {

@@ -41,7 +41,8 @@ type Config struct {
 	Dispatcher     dispatcher.WorkerConfig
 	Sandbox        sandbox.Config
 	types          []model.ScriptType
-	contextIDs     []uint32 // nil: every registered context
+	contextIDs     []uint32                   // nil: every registered context
+	pause          func(step string, pid int) // tests only (pauseHook); nil otherwise
 }
 
 // DefaultInterpreters are used for the script types without an --interpreters entry.

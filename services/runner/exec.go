@@ -61,6 +61,9 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 		r.finish(ctx, db, cl, j, store.JobOutcome{Status: model.JobError, Error: "stopped", ExitCode: -1, Fatal: true}, "stopped", log)
 		return
 	}
+	if r.cfg.pause != nil {
+		r.cfg.pause("claimed", 0)
+	}
 	res := r.runScript(ctx, db, cl, j, log)
 	if res.reason == execcore.ReasonHandedBack {
 		log.Info().Msg("job handed back at shutdown")

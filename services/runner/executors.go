@@ -416,7 +416,8 @@ func (r *runner) startPool(ctx context.Context, e *executorConfig, ctxID uint32)
 			return nil, nil, err
 		}
 		box = &poolSandbox{dir: dir, job: job}
-		cfg.Command, cfg.Dir, cfg.CleanEnv = job.Argv, dir, true
+		// Each process is launched as a job is: it dies with the runner (the guard).
+		cfg.Command, cfg.Dir, cfg.CleanEnv, cfg.Launch = job.Argv, dir, true, job.Launch
 		cfg.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir, "LANG=C.UTF-8"}
 		if transport == rrq.TransportUnix {
 			cfg.SocketDir = dir
