@@ -850,7 +850,7 @@ func (pr *proc) start() (*generation, error) {
 	for {
 		d := net.Dialer{Timeout: time.Until(deadline)}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		nc, err := d.DialContext(ctx, pr.ep.Network, pr.ep.Address)
+		nc, err := pr.ep.Dial(ctx, &d)
 		cancel()
 		if err == nil {
 			select {
