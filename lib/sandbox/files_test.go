@@ -105,7 +105,7 @@ func TestDiskLimit(t *testing.T) {
 	}
 	before := free()
 	lim := Limits{DiskBytes: 16 << 20, FileSizeBytes: 1 << 30}
-	out, res, reason := run(t, s, "head -c 10000000 /dev/zero > a; head -c 10000000 /dev/zero > /var/tmp/b; echo wrote", []string{"PATH=/usr/bin:/bin"}, lim)
+	out, res, reason := run(t, s, "head -c 100000000 /dev/zero > a; head -c 100000000 /dev/zero > /var/tmp/b; echo wrote", []string{"PATH=/usr/bin:/bin"}, lim)
 	if reason != ReasonDisk { // even though the script went on and exited 0
 		t.Fatalf("filling its disk: reason %q, %+v: %s", reason, res, out)
 	}
@@ -125,7 +125,9 @@ rm -f /dev/shm/big; head -c 1000000 /dev/zero > c && echo within`, []string{"PAT
 			t.Errorf("want %q in:\n%s", want, out)
 		}
 	}
-	if after := free(); after+8<<20 < before {
+	// 200 MB written, 16 MiB kept: the host's disk did not take them (other processes
+	// of the host may write meanwhile: a margin).
+	if after := free(); after+64<<20 < before {
 		t.Errorf("the host's free space went from %d to %d bytes", before, after)
 	}
 }

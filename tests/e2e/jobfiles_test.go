@@ -68,7 +68,9 @@ func TestJobFilesTheRunnerDoesNotTake(t *testing.T) {
 	if n := metricValue(t, s.Runner.AdminAddr, `hero_jobs_failed_total{reason="disk_limit",script_type="sh"}`); n != 1 {
 		t.Errorf("hero_jobs_failed_total{reason=disk_limit} = %v, want 1", n)
 	}
-	if after := free(); after+16<<20 < before {
+	// 200 MB written, 32 MiB kept: the host's disk did not take them (other processes
+	// of the host may write meanwhile: a margin).
+	if after := free(); after+64<<20 < before {
 		t.Errorf("the host's free space went from %d to %d bytes", before, after)
 	}
 }
