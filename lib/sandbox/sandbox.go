@@ -318,13 +318,15 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra, lim Limits) 
 	return append(a, argv...)
 }
 
-// sizeArgs is a bwrap mount (mount, dest) of size bytes (0: the kernel's default).
+// sizeArgs is a bwrap mount (mount, dest) of size bytes; 0: the job's filesystem
+// without a bound (the kernel's default, half the memory), /dev/shm of shmMax.
 func sizeArgs(size int64, mount, dest string) []string {
-	if size <= 0 {
+	switch {
+	case size > 0:
+	case dest == jobFS:
+		return []string{mount, dest}
+	default:
 		size = shmMax
-		if dest == jobFS {
-			return []string{mount, dest}
-		}
 	}
 	return []string{"--size", strconv.FormatInt(size, 10), mount, dest}
 }
@@ -372,10 +374,11 @@ func (s *Sandbox) Prepare(workDir string, argv []string, lim Limits) (*Job, erro
 
 // PrepareWith is Prepare with a wider sandbox, or a result file to take.
 //
-// The trampoline is a shell script: join the cgroup, set the rlimits, then setpriv
-// becomes the job's user, restores the parent-death signal (a change of user clears
-// it) and executes the sandbox. What the script interpolates is the runner's own
-// (cgroup paths, numbers); the job's command comes as arguments.
+// The trampoline is a shell script: wait at the gate (Launch), join the cgroup, set
+// the rlimits, then setpriv becomes the job's user, restores the parent-death signal
+// (a change of user clears it) and executes the sandbox, where the wrapper
+// (files.go) runs the job's command. What the scripts interpolate is the runner's own
+// (cgroup paths, numbers, descriptors); the job's command comes as arguments.
 func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra) (*Job, error) {
 	j := &Job{s: s, workDir: workDir, private: s.opt.Mode == ModeBwrap && !x.HostDir}
 	if j.private {
