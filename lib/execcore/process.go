@@ -1,6 +1,7 @@
 package execcore
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -106,6 +107,9 @@ func (ex *Execution[K]) Start(p Process) (*Run[K], error) {
 	})
 	if err != nil {
 		r.cleanup()
+		if errors.Is(err, sandbox.ErrLaunch) {
+			return nil, &StartError{Step: StepSandbox, Err: err}
+		}
 		return nil, &StartError{Step: StepStart, Err: err}
 	}
 	r.proc = proc

@@ -73,7 +73,7 @@ func (g *guard) start() error {
 	_ = r.Close()
 	if err != nil {
 		_ = w.Close()
-		return fmt.Errorf("sandbox: start the guard: %v", err)
+		return fmt.Errorf("start the guard: %v", err)
 	}
 	go g.watch(cmd)
 	g.cmd, g.w = cmd, w
@@ -101,7 +101,7 @@ func (g *guard) watch(cmd *exec.Cmd) {
 // write sends one line to the guard. Called with g.mu.
 func (g *guard) write(op byte, pid int) error {
 	if g.w == nil {
-		return errors.New("sandbox: the guard is not running")
+		return errors.New("the guard is not running")
 	}
 	_, err := g.w.Write(append(strconv.AppendInt([]byte{op}, int64(pid), 10), '\n'))
 	return err

@@ -145,7 +145,7 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox mode %q: want bwrap or none", opt.Mode)
 	}
 	if s.guard, err = newGuard(s.sh); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sandbox: %v", err)
 	}
 	if opt.Mode == ModeBwrap {
 		if err := s.trial(ctx); err != nil {
@@ -470,6 +470,10 @@ func (j *Job) gateFD() int {
 
 func shellQuote(v string) string { return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'" }
 
+// ErrLaunch is the error of a launch that failed in the sandbox's own steps (its
+// pipes, its guard), not in starting the command: errors.Is tells them apart.
+var ErrLaunch = errors.New("sandbox: launch")
+
 // Launch starts cmd, made of j.Argv (its environment and output the caller's): in a
 // session and process group of its own, with the parent-death signal, given the job's
 // files and its working directory on the host; for a job of its own filesystem it
@@ -485,7 +489,7 @@ func (j *Job) Launch(cmd *exec.Cmd) (waited func(), err error) {
 	if j.private {
 		var rr *os.File
 		if rr, rw, err = os.Pipe(); err != nil {
-			return nil, fmt.Errorf("sandbox: report pipe: %v", err)
+			return nil, fmt.Errorf("%w: report pipe: %v", ErrLaunch, err)
 		}
 		max := int64(0)
 		if j.result != nil {
@@ -498,7 +502,7 @@ func (j *Job) Launch(cmd *exec.Cmd) (waited func(), err error) {
 	gateR, gateW, err := os.Pipe()
 	if err != nil {
 		closeAll(rw, j.reportReader())
-		return nil, fmt.Errorf("sandbox: gate pipe: %v", err)
+		return nil, fmt.Errorf("%w: gate pipe: %v", ErrLaunch, err)
 	}
 	cmd.ExtraFiles = append(files, gateR)
 	// Setsid: no terminal of the runner's reaches the job (bwrap's --new-session did
@@ -535,7 +539,7 @@ func (j *Job) pass(cmd *exec.Cmd, gate *os.File) (func(), error) {
 	if err := j.s.guard.add(pid); err != nil {
 		_ = gate.Close() // the job reads the end of the file: it ends there
 		_ = cmd.Wait()
-		return nil, err
+		return nil, fmt.Errorf("%w: %v", ErrLaunch, err)
 	}
 	_, _ = gate.Write([]byte("\n")) // an error: the job is gone already (its exit status says how)
 	_ = gate.Close()
