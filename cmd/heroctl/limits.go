@@ -11,10 +11,11 @@ import (
 )
 
 // limitsUsage names what --limits, --job-defaults and --job-max take.
-const limitsUsage = "memory=512MiB,pids=64,cpu=500,file-size=1GiB,network=none|outbound"
+const limitsUsage = "memory=512MiB,pids=64,cpu=500,file-size=1GiB,disk=1GiB,network=none|outbound"
 
 // parseLimits reads job limits: memory=512MiB,pids=64,cpu=500 (thousandths of a
-// CPU),file-size=1GiB,network=outbound. "" is an empty set (it clears, in an update).
+// CPU),file-size=1GiB,disk=1GiB,network=outbound. "" is an empty set (it clears, in an
+// update).
 func parseLimits(flagName, s string) (*herov1.JobLimits, error) {
 	l := &herov1.JobLimits{}
 	for _, item := range strings.Split(s, ",") {
@@ -32,6 +33,8 @@ func parseLimits(flagName, s string) (*herov1.JobLimits, error) {
 			l.MemoryBytes, err = sandbox.ParseSize(v)
 		case "file-size":
 			l.FileSizeBytes, err = sandbox.ParseSize(v)
+		case "disk":
+			l.DiskBytes, err = sandbox.ParseSize(v)
 		case "pids":
 			l.Pids, err = strconv.ParseInt(v, 10, 64)
 		case "cpu":

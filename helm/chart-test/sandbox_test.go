@@ -105,7 +105,7 @@ func checkRunnerLockedDown(t *testing.T, w workload, c corev1.Container) {
 	if !nonRoot {
 		t.Errorf("%s: runner container may run as root", w)
 	}
-	for _, k := range []string{"JOB_MEMORY", "JOB_PIDS", "JOB_CPU", "JOB_FILE_SIZE"} {
+	for _, k := range []string{"JOB_MEMORY", "JOB_PIDS", "JOB_CPU", "JOB_FILE_SIZE", "JOB_DISK"} {
 		if env[k].Value == "" {
 			t.Errorf("%s: %s not set", w, k)
 		}

@@ -116,11 +116,11 @@ func (w *Worker) attempt(s WorkerSpec, ex *execution, j *Job, n int, sinks io.Wr
 	if r := ex.Reason(); r != "" {
 		return outcome{status: StatusError, err: r, reason: r}, false
 	}
-	dir, err := os.MkdirTemp(w.p.WorkDir, "hero-dispatcher-")
+	dir, remove, err := w.workDir()
 	if err != nil {
 		return outcome{status: StatusError, err: "worker cannot make a scratch directory: " + err.Error(), reason: "start_error"}, false
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	defer remove()
 	// The same sandbox as the runner's jobs (when there is one): seed-000 scripts are
 	// someone's code too.
 	run, err := ex.Start(execcore.Process{
@@ -144,6 +144,19 @@ func (w *Worker) attempt(s WorkerSpec, ex *execution, j *Job, n int, sinks io.Wr
 		return outcome{status: StatusError, output: res.Output, err: res.Describe(), reason: "exit_code"}, true
 	}
 	return outcome{status: StatusFinished, output: res.Output}, false
+}
+
+// workDir is an attempt's work directory: with a sandbox, one of the job's own
+// filesystem (nothing on the host); else a new host directory, removed after it.
+func (w *Worker) workDir() (string, func(), error) {
+	if w.p.Sandbox != nil {
+		return w.p.Sandbox.WorkDir(w.p.WorkDir, "hero-dispatcher-")
+	}
+	dir, err := os.MkdirTemp(w.p.WorkDir, "hero-dispatcher-")
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func() { _ = os.RemoveAll(dir) }, nil
 }
 
 // startError is the error of an attempt that could not start.

@@ -1,9 +1,11 @@
 package execcore
 
 import (
+	"errors"
 	"fmt"
 	"io"
-	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +31,10 @@ type Process struct {
 	// OnLimit is called when the run goes over a sandbox limit (nil: the process is
 	// killed with the limit as its reason).
 	OnLimit func(reason string)
+	// Result names a file of Dir that the run's Ended carries (its first ResultMax
+	// bytes; with a sandbox, read in it: sandbox.Job.Result).
+	Result    string
+	ResultMax int64
 }
 
 // Start steps: where a StartError happened.
@@ -53,6 +59,8 @@ type Run[K comparable] struct {
 	ex        *Execution[K]
 	proc      *procrun.Proc
 	sj        *sandbox.Job
+	result    string // the result file's path (without a sandbox)
+	resultMax int64
 	stdout    *procrun.Capped
 	stderr    *procrun.Tail
 	stopWatch func()
@@ -65,6 +73,8 @@ type Ended struct {
 	Stderr string // the last StderrTail bytes of stderr, trimmed
 	// Limit is the sandbox limit the run went over ("": none; sandbox.Reason*).
 	Limit string
+	// ResultFile is what was taken of the Process's Result file.
+	ResultFile sandbox.Result
 }
 
 // Describe says why a failed run failed, with the tail of its stderr.
@@ -74,26 +84,32 @@ func (e Ended) Describe() string { return e.Result.Describe(e.Stderr) }
 // before (a stop, a hand-back) ends it at once, and a later one ends it too.
 func (ex *Execution[K]) Start(p Process) (*Run[K], error) {
 	argv := p.Argv
-	var extra []*os.File
+	var launch func(*exec.Cmd) (func(), error)
 	var sj *sandbox.Job
 	if p.Sandbox != nil {
 		var err error
-		if sj, err = p.Sandbox.Prepare(p.Dir, p.Argv, p.Limits); err != nil {
+		if sj, err = p.Sandbox.PrepareWith(p.Dir, p.Argv, p.Limits, sandbox.Extra{Result: p.Result, ResultMax: p.ResultMax}); err != nil {
 			return nil, &StartError{Step: StepSandbox, Err: err}
 		}
-		argv, extra = sj.Argv, sj.ExtraFiles
+		argv, launch = sj.Argv, sj.Launch
 	}
-	r := &Run[K]{ex: ex, sj: sj, stdout: &procrun.Capped{Max: p.OutputMax}, stderr: &procrun.Tail{Max: StderrTail}, stopWatch: func() {}}
+	r := &Run[K]{ex: ex, sj: sj, resultMax: p.ResultMax, stdout: &procrun.Capped{Max: p.OutputMax}, stderr: &procrun.Tail{Max: StderrTail}, stopWatch: func() {}}
+	if p.Result != "" {
+		r.result = filepath.Join(p.Dir, p.Result)
+	}
 	stdout, stderr := procrun.Multi{r.stdout}, procrun.Multi{r.stderr}
 	if p.Log != nil {
 		stdout, stderr = append(stdout, p.Log), append(stderr, p.Log)
 	}
 	proc, err := procrun.Start(procrun.Spec{
 		Argv: argv, Dir: p.Dir, Env: p.Env, Stdin: strings.NewReader(p.Script),
-		Stdout: stdout, Stderr: stderr, KillGrace: p.KillGrace, ExtraFiles: extra,
+		Stdout: stdout, Stderr: stderr, KillGrace: p.KillGrace, Launch: launch,
 	})
 	if err != nil {
 		r.cleanup()
+		if errors.Is(err, sandbox.ErrLaunch) {
+			return nil, &StartError{Step: StepSandbox, Err: err}
+		}
 		return nil, &StartError{Step: StepStart, Err: err}
 	}
 	r.proc = proc
@@ -150,6 +166,9 @@ func (r *Run[K]) Wait() Ended {
 	e := Ended{Result: res, Output: r.stdout.String(), Stderr: strings.TrimSpace(r.stderr.String())}
 	if r.sj != nil {
 		e.Limit = r.sj.Reason(res.Signal, res.ExitCode)
+		e.ResultFile = r.sj.Result()
+	} else if r.result != "" {
+		e.ResultFile = sandbox.ReadHostFile(r.result, -1, r.resultMax)
 	}
 	r.cleanup()
 	return e

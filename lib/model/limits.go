@@ -20,6 +20,7 @@ type JobLimits struct {
 	Pids          int64  `json:"pids,omitempty"`            // processes and threads at once
 	CPUMillis     int64  `json:"cpu_millis,omitempty"`      // thousandths of a CPU
 	FileSizeBytes int64  `json:"file_size_bytes,omitempty"` // the largest file it may write
+	DiskBytes     int64  `json:"disk_bytes,omitempty"`      // the space its files may take (work directory and /tmp)
 	Network       string `json:"network,omitempty"`         // none or outbound
 }
 
@@ -27,14 +28,14 @@ type JobLimits struct {
 func (l *JobLimits) IsZero() bool { return l == nil || *l == JobLimits{} }
 
 // LimitNames are the JSON names of the numeric limits, in a fixed order.
-var LimitNames = []string{"memory_bytes", "pids", "cpu_millis", "file_size_bytes"}
+var LimitNames = []string{"memory_bytes", "pids", "cpu_millis", "file_size_bytes", "disk_bytes"}
 
 // Numbers are the numeric limits in LimitNames' order.
 func (l *JobLimits) Numbers() []int64 {
 	if l == nil {
 		return make([]int64, len(LimitNames))
 	}
-	return []int64{l.MemoryBytes, l.Pids, l.CPUMillis, l.FileSizeBytes}
+	return []int64{l.MemoryBytes, l.Pids, l.CPUMillis, l.FileSizeBytes, l.DiskBytes}
 }
 
 // SetNumber sets the numeric limit at index i of LimitNames.
@@ -48,6 +49,8 @@ func (l *JobLimits) SetNumber(i int, v int64) {
 		l.CPUMillis = v
 	case 3:
 		l.FileSizeBytes = v
+	case 4:
+		l.DiskBytes = v
 	}
 }
 
@@ -100,7 +103,7 @@ func (l *JobLimits) Exceeds(max *JobLimits) string {
 }
 
 // String is the short form of logs and heroctl: memory=512MiB,pids=64,cpu=500,
-// file-size=1024MiB,network=outbound ("none" when nothing is set).
+// file-size=1024MiB,disk=1024MiB,network=outbound ("none" when nothing is set).
 func (l *JobLimits) String() string {
 	if l.IsZero() {
 		return "none"
@@ -117,6 +120,9 @@ func (l *JobLimits) String() string {
 	}
 	if l.FileSizeBytes > 0 {
 		parts = append(parts, fmt.Sprintf("file-size=%dMiB", l.FileSizeBytes>>20))
+	}
+	if l.DiskBytes > 0 {
+		parts = append(parts, fmt.Sprintf("disk=%dMiB", l.DiskBytes>>20))
 	}
 	if l.Network != "" {
 		parts = append(parts, "network="+l.Network)

@@ -29,13 +29,18 @@ type Spec struct {
 	KillGrace time.Duration // SIGTERM → SIGKILL (default 500 ms)
 	// Credential runs the process as another user (the sandbox's job uid).
 	Credential *syscall.Credential
-	// ExtraFiles are open as fd 3 onwards in the process (the sandbox's).
+	// ExtraFiles are open as fd 3 onwards in the process.
 	ExtraFiles []*os.File
+	// Launch starts the prepared command in place of its Start (a sandbox's, which
+	// gives it its files; lib/sandbox Job.Launch); waited is called once the process
+	// has been waited for.
+	Launch func(cmd *exec.Cmd) (waited func(), err error)
 }
 
 // Proc is a running process group.
 type Proc struct {
 	cmd    *exec.Cmd
+	waited func()
 	grace  time.Duration
 	mu     sync.Mutex
 	reason string
@@ -68,10 +73,17 @@ func Start(s Spec) (*Proc, error) {
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.Credential}
 	cmd.WaitDelay = 2 * time.Second // children holding the pipes do not hold the job
-	if err := cmd.Start(); err != nil {
+	waited := func() {}
+	var err error
+	if s.Launch != nil {
+		waited, err = s.Launch(cmd)
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
 		return nil, err
 	}
-	p := &Proc{cmd: cmd, grace: s.KillGrace, done: make(chan struct{}), pidfd: -1}
+	p := &Proc{cmd: cmd, waited: waited, grace: s.KillGrace, done: make(chan struct{}), pidfd: -1}
 	// Opened before the wait below can reap the process: it names this child.
 	if fd, err := unix.PidfdOpen(cmd.Process.Pid, 0); err == nil {
 		p.pidfd = fd
@@ -85,6 +97,7 @@ func Start(s Spec) (*Proc, error) {
 
 func (p *Proc) wait() {
 	err := p.cmd.Wait()
+	p.waited()
 	r := Result{ExitCode: -1}
 	if st := p.cmd.ProcessState; st != nil {
 		r.ExitCode = st.ExitCode()

@@ -38,7 +38,7 @@ func LimitsToPB(l *model.JobLimits) *herov1.JobLimits {
 	if l == nil {
 		return nil
 	}
-	return &herov1.JobLimits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CpuMillis: l.CPUMillis, FileSizeBytes: l.FileSizeBytes, Network: l.Network}
+	return &herov1.JobLimits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CpuMillis: l.CPUMillis, FileSizeBytes: l.FileSizeBytes, DiskBytes: l.DiskBytes, Network: l.Network}
 }
 
 // LimitsFromPB converts job limits; an unset or empty message is nil.
@@ -46,7 +46,7 @@ func LimitsFromPB(l *herov1.JobLimits) *model.JobLimits {
 	if l == nil {
 		return nil
 	}
-	out := &model.JobLimits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CpuMillis, FileSizeBytes: l.FileSizeBytes, Network: l.Network}
+	out := &model.JobLimits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUMillis: l.CpuMillis, FileSizeBytes: l.FileSizeBytes, DiskBytes: l.DiskBytes, Network: l.Network}
 	if out.IsZero() {
 		return nil
 	}

@@ -582,7 +582,7 @@ func (c *Client) Adopt(nc net.Conn) error {
 
 func (c *Client) dial(ctx context.Context) (net.Conn, error) {
 	d := net.Dialer{Timeout: c.opt.DialTimeout}
-	nc, err := d.DialContext(ctx, c.ep.Network, c.ep.Address)
+	nc, err := c.ep.Dial(ctx, &d)
 	if err != nil {
 		c.cnt.dialErrors.Add(1)
 		return nil, fmt.Errorf("connect to executor %s: %w", c.ep, err)

@@ -1,11 +1,16 @@
 package rrq
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Endpoint is where one executor process listens: a Unix socket path or a localhost TCP
@@ -39,6 +44,34 @@ func (e Endpoint) Validate() error {
 	default:
 		return fmt.Errorf("rrq: unsupported endpoint network %q (want unix or tcp)", e.Network)
 	}
+}
+
+// Dial connects to e. A Unix socket is reached without following a symbolic link at
+// its path: the executor that made it writes that directory, and could leave a link
+// to another socket there (another context's executor, a service's) for its
+// requests to go to. It is opened as a path only (O_PATH|O_NOFOLLOW: a link is opened
+// as itself), checked to be a socket, and connected to through /proc/self/fd.
+func (e Endpoint) Dial(ctx context.Context, d *net.Dialer) (net.Conn, error) {
+	if e.Network != "unix" {
+		return d.DialContext(ctx, e.Network, e.Address)
+	}
+	fd, err := unix.Open(e.Address, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "unix", Err: &os.PathError{Op: "open", Path: e.Address, Err: err}}
+	}
+	defer func() { _ = unix.Close(fd) }()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFSOCK:
+	case unix.S_IFLNK:
+		return nil, fmt.Errorf("rrq: %s is not a socket (a symbolic link)", e.Address)
+	default:
+		return nil, fmt.Errorf("rrq: %s is not a socket", e.Address)
+	}
+	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
 }
 
 // Env returns the environment variable (NAME=value) that tells an executor to listen on e.

@@ -41,6 +41,11 @@ type PoolConfig struct {
 	// CleanEnv: the processes get Env (and the socket variable) only, nothing of the
 	// caller's environment.
 	CleanEnv bool
+	// Launch starts each prepared process in place of its own start (the runner's
+	// sandbox: lib/sandbox Job.Launch, which makes it die with the runner); waited is
+	// called once the process has been waited for. Default: a process group of its own
+	// with the parent-death signal.
+	Launch func(cmd *exec.Cmd) (waited func(), err error)
 	// Size is the number of processes. Default 1.
 	Size int
 	// Transport: TransportUnix (default) or TransportTCP.
@@ -828,16 +833,15 @@ func (pr *proc) start() (*generation, error) {
 	}
 	cmd.Env = executorEnv(base, cfg.Env, pr.ep)
 	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
-	// Pdeathsig: an executor does not outlive a runner killed with SIGKILL (its own
-	// process group keeps it out of signals meant for the runner's group otherwise).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second // do not hang on output pipes held by stray children
-	if err := cmd.Start(); err != nil {
+	waited, err := launch(cfg, cmd)
+	if err != nil {
 		return nil, fmt.Errorf("start process %d (%s): %w", pr.index, cfg.Command[0], err)
 	}
 	g := &generation{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan struct{})}
 	go func() {
 		g.exitErr = cmd.Wait()
+		waited()
 		close(g.exited)
 	}()
 
@@ -846,7 +850,7 @@ func (pr *proc) start() (*generation, error) {
 	for {
 		d := net.Dialer{Timeout: time.Until(deadline)}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		nc, err := d.DialContext(ctx, pr.ep.Network, pr.ep.Address)
+		nc, err := pr.ep.Dial(ctx, &d)
 		cancel()
 		if err == nil {
 			select {
@@ -880,6 +884,17 @@ func (pr *proc) start() (*generation, error) {
 		}
 		wait = min(2*wait, 100*time.Millisecond)
 	}
+}
+
+// launch starts a process with cfg.Launch, or as a process group of its own: a signal
+// meant for the caller's group does not reach it, and it gets SIGKILL when the caller
+// dies (the parent-death signal).
+func launch(cfg *PoolConfig, cmd *exec.Cmd) (func(), error) {
+	if cfg.Launch != nil {
+		return cfg.Launch(cmd)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return func() {}, cmd.Start()
 }
 
 // executorEnv is base without any inherited RRQ_EXECUTOR_* endpoint, plus extra, plus

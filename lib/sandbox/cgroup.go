@@ -76,12 +76,12 @@ func (c *cgroups) String() string {
 }
 
 // reapOrphans ends what is left in the job cgroups of runners that are gone, then
-// removes those cgroups. A runner killed while a job was being launched can leave the
-// job running: bwrap's inner process, set to die with its parent, loses that setting
-// when it changes to the job's user in its namespace, and outlives the killed runner
-// (and the outer bwrap) if it was still setting up. Every job joins its cgroup before
-// anything else, so what a gone runner left is found there, and ended before this
-// runner takes back the gone runner's jobs (a job must not run twice at once).
+// removes those cgroups. The guard (guard.go) kills a gone runner's jobs the moment
+// it is gone; this is what is left should the guard have gone with it (both killed at
+// once, by a stop of everything): bwrap's process that becomes the job's PID 1 has no
+// parent-death signal while it sets the sandbox up. Every job joins its cgroup before
+// anything of it starts, so what a gone runner left is found there, and ended before
+// this runner takes back the gone runner's jobs (a job must not run twice at once).
 func (c *cgroups) reapOrphans() {
 	orphans := map[string]*jobGroup{} // name → its directories, one per controller in v1
 	roots := map[string]string{"": c.root}

@@ -19,15 +19,17 @@ type Config struct {
 	Pids     int
 	CPU      int // thousandths of a CPU
 	FileSize string
-	// The most a job may ask for (0: no maximum of the runner's).
-	MemoryMax, FileSizeMax string
-	PidsMax, CPUMax        int
-	Network                string // the jobs' default network: none or outbound
-	NetworkDeny            string // what outbound jobs cannot reach (ParseDeny)
-	limits, max            Limits
-	binds                  []string
-	deny                   []netip.Prefix
-	denyHost               bool
+	Disk     string
+	// The most a job may ask for: "" (the default) is the default above; 0 no
+	// maximum of the runner's.
+	MemoryMax, FileSizeMax, DiskMax string
+	PidsMax, CPUMax                 string
+	Network                         string // the jobs' default network: none or outbound
+	NetworkDeny                     string // what outbound jobs cannot reach (ParseDeny)
+	limits, max                     Limits
+	binds                           []string
+	deny                            []netip.Prefix
+	denyHost                        bool
 }
 
 // RegisterFlags adds the --sandbox and --job-* flags.
@@ -40,10 +42,12 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.IntVar(&c.Pids, "job-pids", "", 512, "processes and threads one job may have at once; 0: no limit")
 	f.IntVar(&c.CPU, "job-cpu", "", 0, "CPU one job may use, in thousandths of a CPU (1000: one CPU); 0: no limit")
 	f.StringVar(&c.FileSize, "job-file-size", "", "1GiB", "largest file one job may write; 0: no limit")
-	f.StringVar(&c.MemoryMax, "job-memory-max", "", "0", "the most memory a job or its context may ask for; 0: no maximum (contexts' job_max may still set one)")
-	f.IntVar(&c.PidsMax, "job-pids-max", "", 0, "the most processes a job or its context may ask for; 0: no maximum")
-	f.IntVar(&c.CPUMax, "job-cpu-max", "", 0, "the most CPU (thousandths) a job or its context may ask for; 0: no maximum")
-	f.StringVar(&c.FileSizeMax, "job-file-size-max", "", "0", "the largest file size a job or its context may ask for; 0: no maximum")
+	f.StringVar(&c.Disk, "job-disk", "", "1GiB", "the space one job's files may take: its work directory and /tmp are one filesystem of this size in its sandbox (a tmpfs: memory, charged to the job's memory limit where it has a cgroup); 0: no limit")
+	f.StringVar(&c.MemoryMax, "job-memory-max", "", "", "the most memory a job or its context may ask for; empty: --job-memory (a job may ask for less, not more); 0: no maximum (contexts' job_max may still set one)")
+	f.StringVar(&c.PidsMax, "job-pids-max", "", "", "the most processes a job or its context may ask for; empty: --job-pids; 0: no maximum")
+	f.StringVar(&c.CPUMax, "job-cpu-max", "", "", "the most CPU (thousandths) a job or its context may ask for; empty: --job-cpu; 0: no maximum")
+	f.StringVar(&c.FileSizeMax, "job-file-size-max", "", "", "the largest file size a job or its context may ask for; empty: --job-file-size; 0: no maximum")
+	f.StringVar(&c.DiskMax, "job-disk-max", "", "", "the most disk space a job or its context may ask for; empty: --job-disk; 0: no maximum")
 	f.StringVar(&c.Network, "job-network", "", "none", "jobs' network: none, or outbound (through slirp4netns: never the host, its loopback or --job-network-deny); a context's job_max (operators) can allow outbound where this is none")
 	f.StringVar(&c.NetworkDeny, "job-network-deny", "", DefaultDeny, "what jobs with outbound network cannot reach: IPv4 CIDRs, host (this host's own addresses) and private (RFC 1918, loopback, link-local, CGNAT, multicast), comma-separated")
 }
@@ -53,24 +57,34 @@ func (c *Config) Validate() error {
 	if c.Mode != ModeBwrap && c.Mode != ModeNone {
 		return fmt.Errorf("--sandbox %q: want bwrap or none", c.Mode)
 	}
-	var err error
-	if c.limits.MemoryBytes, err = ParseSize(c.Memory); err != nil {
-		return fmt.Errorf("--job-memory: %v", err)
-	}
-	if c.limits.FileSizeBytes, err = ParseSize(c.FileSize); err != nil {
-		return fmt.Errorf("--job-file-size: %v", err)
-	}
-	if c.max.MemoryBytes, err = ParseSize(c.MemoryMax); err != nil {
-		return fmt.Errorf("--job-memory-max: %v", err)
-	}
-	if c.max.FileSizeBytes, err = ParseSize(c.FileSizeMax); err != nil {
-		return fmt.Errorf("--job-file-size-max: %v", err)
-	}
-	if c.Pids < 0 || c.CPU < 0 || c.PidsMax < 0 || c.CPUMax < 0 || c.UID < 0 || c.GID < 0 {
-		return fmt.Errorf("--job-pids, --job-cpu, their -max, --sandbox-uid and --sandbox-gid must not be negative")
+	if c.Pids < 0 || c.CPU < 0 || c.UID < 0 || c.GID < 0 {
+		return fmt.Errorf("--job-pids, --job-cpu, --sandbox-uid and --sandbox-gid must not be negative")
 	}
 	c.limits.Pids, c.limits.CPUMillis = c.Pids, c.CPU
-	c.max.Pids, c.max.CPUMillis = c.PidsMax, c.CPUMax
+	for _, l := range []struct {
+		flag      string
+		def, max  string
+		dst, mdst *int64
+	}{
+		{"--job-memory", c.Memory, c.MemoryMax, &c.limits.MemoryBytes, &c.max.MemoryBytes},
+		{"--job-file-size", c.FileSize, c.FileSizeMax, &c.limits.FileSizeBytes, &c.max.FileSizeBytes},
+		{"--job-disk", c.Disk, c.DiskMax, &c.limits.DiskBytes, &c.max.DiskBytes},
+	} {
+		var err error
+		if *l.dst, err = ParseSize(l.def); err != nil {
+			return fmt.Errorf("%s: %v", l.flag, err)
+		}
+		if *l.mdst, err = maximum(l.max, *l.dst, ParseSize); err != nil {
+			return fmt.Errorf("%s-max: %v", l.flag, err)
+		}
+	}
+	var err error
+	if c.max.Pids, err = maximumInt(c.PidsMax, c.Pids); err != nil {
+		return fmt.Errorf("--job-pids-max: %v", err)
+	}
+	if c.max.CPUMillis, err = maximumInt(c.CPUMax, c.CPU); err != nil {
+		return fmt.Errorf("--job-cpu-max: %v", err)
+	}
 	if c.Network == "" {
 		c.Network = model.NetworkNone
 	}
@@ -93,10 +107,32 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// maximum reads a --job-*-max flag: "" is the default def (a ceiling by default),
+// else what parse reads (0: no maximum).
+func maximum(v string, def int64, parse func(string) (int64, error)) (int64, error) {
+	if strings.TrimSpace(v) == "" {
+		return def, nil
+	}
+	return parse(v)
+}
+
+// maximumInt is maximum for a count.
+func maximumInt(v string, def int) (int, error) {
+	n, err := maximum(v, int64(def), func(s string) (int64, error) {
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%q is not a count (0 or more)", s)
+		}
+		return n, nil
+	})
+	return int(n), err
+}
+
 // Limits are the per-job default limits of the flags.
 func (c *Config) Limits() Limits { return c.limits }
 
-// Max are the runner's maxima of the flags (zero: none).
+// Max are the runner's maxima of the flags (zero: none); each is its default unless
+// its flag says otherwise.
 func (c *Config) Max() Limits { return c.max }
 
 // Options are the sandbox's options from the flags.

@@ -149,8 +149,8 @@ func (n *jobNet) close() {
 const netSetupTimeout = 10 * time.Second
 
 // start runs once the job's trampoline runs: it finds the job's namespace, serves it
-// with slirp4netns, denies the ranges, then lets the job go.
-func (n *jobNet) start(t netTools, deny []netip.Prefix, denyHost bool) error {
+// with slirp4netns, denies the ranges, then (after ready) lets the job go.
+func (n *jobNet) start(t netTools, deny []netip.Prefix, denyHost bool, ready func(pid int)) error {
 	// The child has its own copies; the parent's write end of info must go for EOF.
 	_ = n.infoW.Close()
 	_ = n.blockR.Close()
@@ -211,6 +211,7 @@ func (n *jobNet) start(t netTools, deny []netip.Prefix, denyHost bool) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("deny routes in the job's network: %v (%s)", err, strings.TrimSpace(string(out)))
 	}
+	ready(pid)
 	if _, err := n.blockW.Write([]byte{'1'}); err != nil {
 		return fmt.Errorf("release the job: %v", err)
 	}

@@ -45,7 +45,7 @@ func Resolve(job, ctxDefaults, ctxMax *model.JobLimits, runner, runnerMax Limits
 		}
 		out.SetNumber(i, v)
 	}
-	l := Limits{MemoryBytes: out.MemoryBytes, Pids: int(out.Pids), CPUMillis: int(out.CPUMillis), FileSizeBytes: out.FileSizeBytes, Network: model.NetworkNone}
+	l := Limits{MemoryBytes: out.MemoryBytes, Pids: int(out.Pids), CPUMillis: int(out.CPUMillis), FileSizeBytes: out.FileSizeBytes, DiskBytes: out.DiskBytes, Network: model.NetworkNone}
 	allowed := runner.network()
 	if ctxMax != nil && ctxMax.Network != "" {
 		allowed = ctxMax.Network
@@ -75,7 +75,7 @@ func pick(job, ctxDefaults *model.JobLimits) string {
 }
 
 func (l Limits) jobLimits() *model.JobLimits {
-	return &model.JobLimits{MemoryBytes: l.MemoryBytes, Pids: int64(l.Pids), CPUMillis: int64(l.CPUMillis), FileSizeBytes: l.FileSizeBytes, Network: l.Network}
+	return &model.JobLimits{MemoryBytes: l.MemoryBytes, Pids: int64(l.Pids), CPUMillis: int64(l.CPUMillis), FileSizeBytes: l.FileSizeBytes, DiskBytes: l.DiskBytes, Network: l.Network}
 }
 
 func (l Limits) network() string {

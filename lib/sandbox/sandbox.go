@@ -1,25 +1,31 @@
 // Package sandbox runs a job's process in bubblewrap (bwrap, the sandbox Flatpak
-// uses): its own user, PID, mount, IPC, UTS and network namespaces, a new session,
-// dying with its parent, a /proc of its own processes, the system's read-only
-// directories it needs and its private work directory — nothing else of the host:
-// no service's secrets, certificates, configuration or state, no other job's files,
-// no network. Resource limits go to a cgroup of the job's own (memory, processes,
-// CPU) where this process may make cgroups, and to rlimits (file size; address space
-// and processes without cgroups). docs/security.md lists what it guarantees.
+// uses): its own user, PID, mount, IPC, UTS and network namespaces, a session of its
+// own, dying with the runner (guard.go), a /proc of its own processes, the system's
+// read-only directories it needs and a filesystem of its own that holds its work
+// directory (files.go) — nothing else of the host: no service's secrets,
+// certificates, configuration or state, no other job's files, no network. Resource
+// limits go to a cgroup of the job's own (memory, processes, CPU) where this process
+// may make cgroups, to rlimits (file size; address space and processes without
+// cgroups), and to the size of its filesystem (disk). docs/security.md lists what it
+// guarantees.
 //
-// A job starts through a trampoline, a shell and util-linux's setpriv: it joins the
-// job's cgroup and sets the rlimits, becomes the job's user and executes bwrap, so
-// that no process of the job ever runs outside its limits.
+// A job starts through a trampoline, a shell and util-linux's setpriv: it waits at its
+// gate until the runner's guard knows it, joins the job's cgroup and sets the rlimits,
+// becomes the job's user and executes bwrap, so that no process of the job ever runs
+// outside its limits, nor after the runner is gone.
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -40,6 +46,7 @@ type Limits struct {
 	Pids          int
 	CPUMillis     int // thousandths of a CPU (cgroup CPU quota)
 	FileSizeBytes int64
+	DiskBytes     int64  // the job's own filesystem: its work directory and /tmp
 	Network       string // model.NetworkNone ("" too) or model.NetworkOutbound
 }
 
@@ -66,6 +73,12 @@ type Options struct {
 	NetDeny     []netip.Prefix
 	NetDenyHost bool
 	NeedNetwork bool
+	// Pause, when set, is called at the steps of a job's launch: "spawned" (its
+	// process started, waiting at its gate) and "gated" (the guard knows it; through
+	// its gate), with its process (its group); "network" (its sandbox made, held until
+	// its network is set up), with the sandbox's first process. Tests stop the runner
+	// there to kill it.
+	Pause func(step string, pid int)
 }
 
 // DefaultReadOnly are the host paths a job sees (read-only): programs and
@@ -83,6 +96,7 @@ type Sandbox struct {
 	sh      string   // the trampoline: a shell…
 	setpriv string   // …and setpriv (PrepareWith)
 	cg      *cgroups // nil: no cgroups (rlimits only)
+	guard   *guard   // kills the jobs' process groups when the runner is gone
 	net     netTools // outbound network's programs (net.err: why there is none)
 	seq     atomic.Uint64
 }
@@ -121,32 +135,58 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 	}
 	switch opt.Mode {
 	case ModeNone:
-		return s, nil
 	case ModeBwrap:
+		if s.opt.Bwrap == "" {
+			if s.opt.Bwrap, err = exec.LookPath("bwrap"); err != nil {
+				return nil, errors.New("sandbox: bwrap (bubblewrap) is not installed: apt-get install bubblewrap, or run with --sandbox=none")
+			}
+		}
 	default:
 		return nil, fmt.Errorf("sandbox mode %q: want bwrap or none", opt.Mode)
 	}
-	if s.opt.Bwrap == "" {
-		if s.opt.Bwrap, err = exec.LookPath("bwrap"); err != nil {
-			return nil, errors.New("sandbox: bwrap (bubblewrap) is not installed: apt-get install bubblewrap, or run with --sandbox=none")
+	if s.guard, err = newGuard(s.sh); err != nil {
+		return nil, fmt.Errorf("sandbox: %v", err)
+	}
+	if opt.Mode == ModeBwrap {
+		if err := s.trial(ctx); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("sandbox: bwrap cannot make a sandbox here (%v); in a container it needs namespaces allowed by seccomp and an unmasked /proc (docs/security.md), or run with --sandbox=none", err)
 		}
 	}
-	dir, err := os.MkdirTemp("", "hero-sandbox-check-")
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if err := s.chownForJob(dir); err != nil {
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, s.opt.Bwrap, s.bwrapArgs(dir, []string{"/bin/sh", "-c", "test \"$(cat /proc/1/comm)\" != systemd && echo ok"}, Extra{})...)
-	cmd.Dir, cmd.Env = dir, []string{"PATH=/usr/bin:/bin"}
-	cmd.SysProcAttr = s.credential()
-	out, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "ok" {
-		return nil, fmt.Errorf("sandbox: bwrap cannot make a sandbox here (%v: %s); in a container it needs namespaces allowed by seccomp and an unmasked /proc (docs/security.md), or run with --sandbox=none", err, strings.TrimSpace(string(out)))
-	}
 	return s, nil
+}
+
+// Close ends the guard (lib/sandbox/guard.go) once no job runs: it kills what is left.
+func (s *Sandbox) Close() { s.guard.close() }
+
+// trial runs a job as every job runs — in its own filesystem, under its wrapper,
+// leaving a result file — and checks what it did and what the runner got.
+func (s *Sandbox) trial(ctx context.Context) error {
+	dir, remove, err := s.WorkDir("", "hero-sandbox-check-")
+	if err != nil {
+		return err
+	}
+	defer remove()
+	j, err := s.PrepareWith(dir, []string{"/bin/sh", "-c", `test "$(cat /proc/1/comm)" != systemd && echo ok > result && echo ok`},
+		Limits{DiskBytes: 1 << 20}, Extra{Result: "result", ResultMax: 16})
+	if err != nil {
+		return err
+	}
+	defer j.Cleanup()
+	j.trial = true
+	cmd := exec.CommandContext(ctx, j.Argv[0], j.Argv[1:]...)
+	var out bytes.Buffer
+	cmd.Env, cmd.Stdout, cmd.Stderr = []string{"PATH=/usr/bin:/bin"}, &out, &out
+	waited, err := j.Launch(cmd)
+	if err != nil {
+		return err
+	}
+	err = cmd.Wait()
+	waited()
+	if res := j.Result(); err != nil || strings.TrimSpace(out.String()) != "ok" || string(res.Data) != "ok\n" {
+		return fmt.Errorf("%v: %s (result %q %s)", err, strings.TrimSpace(out.String()), res.Data, res.Problem)
+	}
+	return nil
 }
 
 func defaultString(s, def string) string {
@@ -201,16 +241,42 @@ func (s *Sandbox) chownForJob(dir string) error {
 	return os.Chown(dir, s.opt.UID, s.opt.GID)
 }
 
-// Extra widens one sandbox: more read-only paths (an executor's program), and the
-// host's network (an executor that listens on TCP must be reachable).
+// Extra widens one sandbox, or says more about its job.
 type Extra struct {
+	// ReadOnly are more host paths it sees read-only (an executor's program);
+	// ShareNet gives it the host's network (an executor that listens on TCP must be
+	// reachable).
 	ReadOnly []string
 	ShareNet bool
-	outbound bool // the job's own network namespace served by slirp4netns (network.go)
+	// HostDir: the work directory given to PrepareWith is a host directory, bound
+	// into the sandbox (an executor pool's, whose sockets the runner reaches), not
+	// one of the job's own filesystem (WorkDir).
+	HostDir bool
+	// Result names a file of the work directory that the runner takes after the job
+	// (Job.Result), and ResultMax the most bytes of it.
+	Result    string
+	ResultMax int64
+	outbound  bool // the job's own network namespace served by slirp4netns (network.go)
 }
 
-// bwrapArgs is the bwrap command line for argv run in workDir.
-func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra) []string {
+// WorkDir names a new work directory for one job, pattern its name: with a sandbox,
+// a directory of the job's own filesystem (the sandbox makes it; nothing is made on
+// the host); without one, a new directory under parent on the host. remove undoes
+// what was made.
+func (s *Sandbox) WorkDir(parent, pattern string) (dir string, remove func(), err error) {
+	if s.opt.Mode == ModeBwrap {
+		return workDirIn(pattern), func() {}, nil
+	}
+	if dir, err = os.MkdirTemp(parent, pattern); err != nil {
+		return "", nil, err
+	}
+	return dir, func() { _ = os.RemoveAll(dir) }, nil
+}
+
+// bwrapArgs is the bwrap command line for argv run in workDir: the job's own
+// filesystem (jobFS, of lim's DiskBytes) with workDir in it and the rest of its root
+// read-only, or (x.HostDir) the host's workDir bound and writable tmpfs mounts.
+func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra, lim Limits) []string {
 	net := "--unshare-net"
 	if x.ShareNet {
 		net = "--share-net"
@@ -219,13 +285,57 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra) []string {
 		// --disable-userns: a job cannot make user namespaces of its own (a kernel
 		// surface it has no use for).
 		"--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts", net, "--unshare-cgroup-try",
-		"--die-with-parent", "--new-session", "--hostname", "hero-job",
-		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp",
+		// No --new-session: the job's processes stay in its process group (the guard
+		// kills it), a session of its own without a terminal (Launch).
+		"--die-with-parent", "--hostname", "hero-job", "--proc", "/proc", "--dev", "/dev",
+	}
+	if x.HostDir {
+		a = append(a, "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp")
+	} else {
+		a = append(a, sizeArgs(lim.DiskBytes, "--tmpfs", jobFS)...)
+		a = append(a, sizeArgs(min(lim.DiskBytes, shmMax), "--tmpfs", "/dev/shm")...)
+		a = append(a, "--symlink", jobFS, "/var/tmp", "--symlink", jobFS, "/run")
 	}
 	if os.Geteuid() == 0 && s.opt.UID == 0 {
 		a = append(a, "--cap-drop", "ALL")
 	}
-	for _, p := range append(append([]string(nil), s.opt.ReadOnly...), x.ReadOnly...) {
+	a = append(a, s.readOnlyArgs(x.ReadOnly)...)
+	for _, b := range s.opt.Binds {
+		a = append(a, "--bind", b, b)
+	}
+	if x.outbound {
+		// fd 3 and 4 are the first of the job's files (Launch).
+		a = append(a, "--ro-bind", s.net.resolv, "/etc/resolv.conf", "--info-fd", "3", "--block-fd", "4")
+	}
+	if x.HostDir {
+		a = append(a, "--bind", workDir, workDir, "--chdir", workDir, "--")
+	} else {
+		// The wrapper is the job's PID 1 (--as-pid-1): no process of the job can
+		// signal it. Its root and /dev are read-only: the job writes its own
+		// filesystem (and /dev/shm) only.
+		a = append(a, "--perms", "0700", "--dir", workDir, "--chdir", workDir, "--remount-ro", "/dev", "--remount-ro", "/", "--as-pid-1", "--")
+	}
+	return append(a, argv...)
+}
+
+// sizeArgs is a bwrap mount (mount, dest) of size bytes; 0: the job's filesystem
+// without a bound (the kernel's default, half the memory), /dev/shm of shmMax.
+func sizeArgs(size int64, mount, dest string) []string {
+	switch {
+	case size > 0:
+	case dest == jobFS:
+		return []string{mount, dest}
+	default:
+		size = shmMax
+	}
+	return []string{"--size", strconv.FormatInt(size, 10), mount, dest}
+}
+
+// readOnlyArgs shows the read-only paths (the sandbox's and more) as they are on the
+// host: a symbolic link as a link, anything else bound read-only.
+func (s *Sandbox) readOnlyArgs(more []string) []string {
+	var a []string
+	for _, p := range append(append([]string(nil), s.opt.ReadOnly...), more...) {
 		fi, err := os.Lstat(p)
 		switch {
 		case err != nil:
@@ -238,44 +348,49 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra) []string {
 			a = append(a, "--ro-bind", p, p)
 		}
 	}
-	for _, b := range s.opt.Binds {
-		a = append(a, "--bind", b, b)
-	}
-	if x.outbound {
-		// fd 3 and 4 are the job's Job.ExtraFiles.
-		a = append(a, "--ro-bind", s.net.resolv, "/etc/resolv.conf", "--info-fd", "3", "--block-fd", "4")
-	}
-	a = append(a, "--bind", workDir, workDir, "--chdir", workDir, "--")
-	return append(a, argv...)
+	return a
 }
 
-// Job is one sandboxed run: the command to start, and what it needs afterwards.
+// Job is one sandboxed job: the command that starts it (Launch), and what it needs
+// afterwards. A job with a host work directory (an executor pool) may start several
+// processes of the same command.
 type Job struct {
-	Argv []string
-	// ExtraFiles go to the process as fd 3 onwards; Started must follow its start.
-	ExtraFiles []*os.File
-	group      *jobGroup
-	net        *jobNet
-	s          *Sandbox
+	Argv    []string
+	workDir string
+	private bool    // the work directory is of the job's own filesystem
+	trial   bool    // New's trial job (no Options.Pause)
+	result  *Extra  // the result file to take (nil: none)
+	report  *report // the wrapper's report (a private job's, once launched)
+	group   *jobGroup
+	net     *jobNet
+	s       *Sandbox
 }
 
-// Prepare makes the work directory the job's, its cgroup, and the command that runs
-// argv in the sandbox with lim. Cleanup must follow the job's end.
+// Prepare makes the job's cgroup and the command that runs argv in the sandbox with
+// lim, in workDir (WorkDir's). Cleanup must follow the job's end.
 func (s *Sandbox) Prepare(workDir string, argv []string, lim Limits) (*Job, error) {
 	return s.PrepareWith(workDir, argv, lim, Extra{})
 }
 
-// PrepareWith is Prepare with a wider sandbox.
+// PrepareWith is Prepare with a wider sandbox, or a result file to take.
 //
-// The trampoline is a shell script: join the cgroup, set the rlimits, then setpriv
-// becomes the job's user, restores the parent-death signal (a change of user clears
-// it) and executes the sandbox. What the script interpolates is the runner's own
-// (cgroup paths, numbers); the job's command comes as arguments.
+// The trampoline is a shell script: wait at the gate (Launch), join the cgroup, set
+// the rlimits, then setpriv becomes the job's user, restores the parent-death signal
+// (a change of user clears it) and executes the sandbox, where the wrapper
+// (files.go) runs the job's command. What the scripts interpolate is the runner's own
+// (cgroup paths, numbers, descriptors); the job's command comes as arguments.
 func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra) (*Job, error) {
-	if err := s.chownForJob(workDir); err != nil {
+	j := &Job{s: s, workDir: workDir, private: s.opt.Mode == ModeBwrap && !x.HostDir}
+	if j.private {
+		if path.Dir(workDir) != jobFS {
+			return nil, fmt.Errorf("sandbox: work directory %q is not one of the job's own filesystem (WorkDir)", workDir)
+		}
+	} else if err := s.chownForJob(workDir); err != nil {
 		return nil, fmt.Errorf("sandbox: work directory: %v", err)
 	}
-	j := &Job{s: s}
+	if x.Result != "" {
+		j.result = &Extra{Result: x.Result, ResultMax: x.ResultMax}
+	}
 	if lim.Network == model.NetworkOutbound && s.opt.Mode == ModeBwrap && !x.ShareNet {
 		if s.net.err != nil {
 			return nil, s.net.err
@@ -284,17 +399,39 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: network: %v", err)
 		}
-		j.net, j.ExtraFiles, x.outbound = n, n.files(), true
+		j.net, x.outbound = n, true
 	}
 	inner := argv
 	if s.opt.Mode == ModeBwrap {
-		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv, x)...)
+		if j.private {
+			argv = append(wrapper(s.sh, j.reportFD(), x.Result, x.ResultMax), argv...)
+		}
+		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv, x, lim)...)
 	}
+	limits, err := s.limitScript(j, lim)
+	if err != nil {
+		j.Cleanup()
+		return nil, err
+	}
+	// First the gate: nothing happens until the guard knows the job (Launch).
+	script := append([]string{fmt.Sprintf("read -r _ <&%d", j.gateFD())}, limits...)
+	sp := []string{s.setpriv}
+	if c := s.credential(); c != nil {
+		sp = append(sp, fmt.Sprintf("--reuid=%d", c.Credential.Uid), fmt.Sprintf("--regid=%d", c.Credential.Gid), "--clear-groups")
+	}
+	sp = append(sp, "--pdeathsig=KILL", "--")
+	script = append(script, fmt.Sprintf(`exec "$@" %d<&-`, j.gateFD()))
+	j.Argv = append([]string{s.sh, "-c", strings.Join(script, " && "), "hero-sandbox"}, append(sp, inner...)...)
+	return j, nil
+}
+
+// limitScript is the trampoline's part that puts the job in its cgroup and sets its
+// rlimits (making the cgroup, j.group).
+func (s *Sandbox) limitScript(j *Job, lim Limits) ([]string, error) {
 	var script []string
 	if s.cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0) {
 		g, err := s.cg.create(fmt.Sprintf("job-%d-%d", os.Getpid(), s.seq.Add(1)), lim)
 		if err != nil {
-			j.Cleanup()
 			return nil, err
 		}
 		j.group = g
@@ -312,17 +449,119 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 	if lim.FileSizeBytes > 0 {
 		script = append(script, fmt.Sprintf("ulimit -f %d", lim.FileSizeBytes/512))
 	}
-	sp := []string{s.setpriv}
-	if c := s.credential(); c != nil {
-		sp = append(sp, fmt.Sprintf("--reuid=%d", c.Credential.Uid), fmt.Sprintf("--regid=%d", c.Credential.Gid), "--clear-groups")
+	return script, nil
+}
+
+// The job's process gets files as fd 3 onwards, in this order: the network's (bwrap's
+// --info-fd and --block-fd), the report's (a job of its own filesystem), the gate's.
+func (j *Job) reportFD() int {
+	if j.net != nil {
+		return 5
 	}
-	sp = append(sp, "--pdeathsig=KILL", "--")
-	script = append(script, `exec "$@"`)
-	j.Argv = append([]string{s.sh, "-c", strings.Join(script, " && "), "hero-sandbox"}, append(sp, inner...)...)
-	return j, nil
+	return 3
+}
+
+func (j *Job) gateFD() int {
+	if j.private {
+		return j.reportFD() + 1
+	}
+	return j.reportFD()
 }
 
 func shellQuote(v string) string { return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'" }
+
+// ErrLaunch is the error of a launch that failed in the sandbox's own steps (its
+// pipes, its guard), not in starting the command: errors.Is tells them apart.
+var ErrLaunch = errors.New("sandbox: launch")
+
+// Launch starts cmd, made of j.Argv (its environment and output the caller's): in a
+// session and process group of its own, with the parent-death signal, given the job's
+// files and its working directory on the host; for a job of its own filesystem it
+// gathers the wrapper's report (Result, Reason). Once the guard knows the process's
+// group, the job passes its gate. waited is to be called once cmd has been waited for.
+// A job of a host directory (an executor pool's) may be launched more than once.
+func (j *Job) Launch(cmd *exec.Cmd) (waited func(), err error) {
+	var files []*os.File
+	if j.net != nil {
+		files = append(files, j.net.files()...)
+	}
+	var rw *os.File
+	if j.private {
+		var rr *os.File
+		if rr, rw, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("%w: report pipe: %v", ErrLaunch, err)
+		}
+		max := int64(0)
+		if j.result != nil {
+			max = j.result.ResultMax
+		}
+		j.report = &report{r: rr, max: max, done: make(chan struct{})}
+		files = append(files, rw)
+		cmd.Dir = "/" // the work directory is in the sandbox only
+	}
+	gateR, gateW, err := os.Pipe()
+	if err != nil {
+		closeAll(rw, j.reportReader())
+		return nil, fmt.Errorf("%w: gate pipe: %v", ErrLaunch, err)
+	}
+	cmd.ExtraFiles = append(files, gateR)
+	// Setsid: no terminal of the runner's reaches the job (bwrap's --new-session did
+	// that before); Pdeathsig: the trampoline ends with the runner until the gate.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	closeAll(rw, gateR) // the job holds its own copies
+	if err != nil {
+		closeAll(gateW, j.reportReader())
+		return nil, err
+	}
+	if j.report != nil {
+		go j.report.read()
+	}
+	j.pause("spawned", cmd.Process.Pid)
+	waited, err = j.pass(cmd, gateW)
+	if err == nil {
+		j.pause("gated", cmd.Process.Pid)
+	}
+	return waited, err
+}
+
+// pause calls Options.Pause (not for New's trial job).
+func (j *Job) pause(step string, pid int) {
+	if j.s.opt.Pause != nil && !j.trial {
+		j.s.opt.Pause(step, pid)
+	}
+}
+
+// pass lets a started job through its gate once the guard knows its process group;
+// a job the guard cannot know is ended at its gate and waited for.
+func (j *Job) pass(cmd *exec.Cmd, gate *os.File) (func(), error) {
+	pid := cmd.Process.Pid
+	if err := j.s.guard.add(pid); err != nil {
+		_ = gate.Close() // the job reads the end of the file: it ends there
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("%w: %v", ErrLaunch, err)
+	}
+	_, _ = gate.Write([]byte("\n")) // an error: the job is gone already (its exit status says how)
+	_ = gate.Close()
+	return func() { j.s.guard.remove(pid) }, nil
+}
+
+func (j *Job) reportReader() *os.File {
+	if j.report == nil {
+		return nil
+	}
+	r := j.report.r
+	j.report = nil
+	return r
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}
 
 // Watch calls over with a limit's reason as soon as the job's cgroup says one was
 // hit (the kernel's file notifications on its events files); it returns a stop func.
@@ -338,18 +577,49 @@ func (j *Job) Watch(over func(reason string)) func() {
 }
 
 // Reason says which limit the ended job went over ("" for none), from its cgroup's
-// counters, and from how it ended: the signal that ended it, or an exit code of
-// 128+SIGXFSZ (a shell whose command was stopped by the file size limit).
+// counters, its own filesystem (full when it ended), and from how it ended: the signal
+// that ended it, or an exit code of 128+SIGXFSZ (a shell whose command was stopped by
+// the file size limit). Its process must have been waited for.
 func (j *Job) Reason(signal string, exitCode int) string {
 	if j.group != nil {
 		if r := j.group.reason(); r != "" {
 			return r
 		}
 	}
+	if full, _, _ := j.collect(); full {
+		return ReasonDisk
+	}
 	if signal == syscall.SIGXFSZ.String() || exitCode == 128+int(syscall.SIGXFSZ) {
 		return ReasonFileSize
 	}
 	return ""
+}
+
+// Result is what the runner takes of the job's result file (Extra.Result) once its
+// process has been waited for: read in the sandbox by the job's own user, or (no
+// sandbox of its own) on the host without following a link or opening what is not a
+// regular file.
+func (j *Job) Result() Result {
+	if j.result == nil {
+		return Result{}
+	}
+	if j.private {
+		_, res, _ := j.collect()
+		return res
+	}
+	uid := -1
+	if c := j.s.credential(); c != nil {
+		uid = int(c.Credential.Uid)
+	}
+	return ReadHostFile(filepath.Join(j.workDir, j.result.Result), uid, j.result.ResultMax)
+}
+
+// collect is the wrapper's report (full: the job's filesystem was full).
+func (j *Job) collect() (full bool, res Result, ok bool) {
+	if j.report == nil {
+		return false, Result{}, false
+	}
+	return parseReport(j.report.wait(), j.report.max)
 }
 
 // Started must be called once the job's process runs: a job with outbound network
@@ -359,7 +629,8 @@ func (j *Job) Started() error {
 	if j.net == nil {
 		return nil
 	}
-	if err := j.net.start(j.s.net, j.s.opt.NetDeny, j.s.opt.NetDenyHost); err != nil {
+	ready := func(pid int) { j.pause("network", pid) }
+	if err := j.net.start(j.s.net, j.s.opt.NetDeny, j.s.opt.NetDenyHost, ready); err != nil {
 		return fmt.Errorf("sandbox: outbound network: %v", err)
 	}
 	return nil

@@ -16,46 +16,55 @@ import (
 	"github.com/hero-coordinator/hero/lib/testutil/proctest"
 )
 
+// newSandbox is a sandbox whose jobs run as uid 61000 and may write one host
+// directory, scratchDir's (to signal the test).
 func newSandbox(t *testing.T) *Sandbox {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bwrap is not installed (apt-get install bubblewrap)")
 	}
-	s, err := New(context.Background(), Options{UID: 61000, GID: 61000})
+	scratch, err := os.MkdirTemp("", "hero-sbx-scratch-") // the job's user reaches it
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(scratch) })
+	if err := os.Chmod(scratch, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Binds: []string{scratch}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
+// scratchDir is the host directory the sandbox's jobs may write.
+func scratchDir(s *Sandbox) string { return s.opt.Binds[0] }
+
 // run runs a shell script in the sandbox and returns its output and result.
 func run(t *testing.T, s *Sandbox, script string, env []string, lim Limits) (string, procrun.Result, string) {
 	t.Helper()
-	return runIn(t, s, workDir(t), script, env, lim)
+	out, res, reason, _ := runJob(t, s, script, env, lim, Extra{})
+	return out, res, reason
 }
 
-// workDir is a job's work directory, removed after the test.
-func workDir(t *testing.T) string {
+// runJob is run with more of the job's settings (its result file); it returns what
+// was taken of its result file too.
+func runJob(t *testing.T, s *Sandbox, script string, env []string, lim Limits, x Extra) (string, procrun.Result, string, Result) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "hero-sbx-test-")
+	dir, remove, err := s.WorkDir(os.TempDir(), "hero-sbx-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
-// runIn is run in a given work directory.
-func runIn(t *testing.T, s *Sandbox, dir, script string, env []string, lim Limits) (string, procrun.Result, string) {
-	t.Helper()
-	j, err := s.Prepare(dir, []string{"/bin/sh", "-s"}, lim)
+	defer remove()
+	j, err := s.PrepareWith(dir, []string{"/bin/sh", "-s"}, lim, x)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer j.Cleanup()
 	var out procrun.Capped
 	out.Max = 1 << 20
-	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Dir: dir, Env: env, Stdin: strings.NewReader(script), Stdout: &out, Stderr: &out, ExtraFiles: j.ExtraFiles})
+	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Dir: dir, Env: env, Stdin: strings.NewReader(script), Stdout: &out, Stderr: &out, Launch: j.Launch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +80,7 @@ func runIn(t *testing.T, s *Sandbox, dir, script string, env []string, lim Limit
 	if res.Killed != "" && reason == "" {
 		reason = res.Killed
 	}
-	return out.String(), res, reason
+	return out.String(), res, reason, j.Result()
 }
 
 // A job sees its own processes only, the environment it was given and nothing of
@@ -112,8 +121,7 @@ echo "uid=$(id -u)"
 		// The job's script runs as `sh ./<marker>.sh` and says it is up; its process is
 		// found by the marker, then killed (which ends the job).
 		marker := fmt.Sprintf("hero-sbx-uid-%d", time.Now().UnixNano())
-		dir := workDir(t)
-		up, err := proctest.NewSignal(dir)
+		up, err := proctest.NewSignal(scratchDir(s))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +129,7 @@ echo "uid=$(id -u)"
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			runIn(t, s, dir, "echo 'echo up > signal; sleep 60' > "+marker+".sh; sh ./"+marker+".sh", []string{"PATH=/usr/bin:/bin"}, Limits{})
+			run(t, s, fmt.Sprintf("echo 'echo up > %s; sleep 60' > %s.sh; sh ./%s.sh", up.Path, marker, marker), []string{"PATH=/usr/bin:/bin"}, Limits{})
 		}()
 		if !up.Wait(1, 10*time.Second) {
 			t.Fatal("the job did not start")
@@ -177,60 +185,6 @@ func TestLimits(t *testing.T) {
 	if reason != "" || res.ExitCode != 0 || strings.TrimSpace(out) != "fine" {
 		t.Errorf("within limits: %q %+v %q", reason, res, out)
 	}
-}
-
-// The sandbox dies with the process that started it (kill -9 of the runner): the
-// trampoline restores the parent-death signal its change of user cleared.
-func TestDiesWithTheRunner(t *testing.T) {
-	s := newSandbox(t)
-	if s.cg == nil {
-		t.Skip("no cgroups here: the job's processes are found by its cgroup")
-	}
-	dir := workDir(t)
-	up, err := proctest.NewSignal(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close()
-	j, err := s.Prepare(dir, []string{"/bin/sh", "-c", "echo up > signal; exec sleep 300"}, Limits{Pids: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Cleanup()
-	marker := filepath.Join(dir, "runner.sh")
-	// A stand-in for the runner: a shell that starts the sandboxed job and waits.
-	argv := strings.Join(quoteAll(j.Argv), " ")
-	if err := os.WriteFile(marker, []byte(argv+"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	runner := exec.Command("/bin/sh", marker)
-	runner.Env = []string{"PATH=/usr/bin:/bin"}
-	if err := runner.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if !up.Wait(1, 10*time.Second) {
-		t.Fatal("the job did not start")
-	}
-	pids := j.group.pids() // bwrap, its child and the job's process
-	if len(pids) < 3 {
-		t.Fatalf("the job's cgroup holds %v", pids)
-	}
-	_ = runner.Process.Kill()
-	_ = runner.Wait()
-	if left, err := proctest.WaitExit(pids, time.Second); err != nil || len(left) > 0 {
-		t.Fatalf("job processes alive 1 s after the runner's death: %v (%v)", left, err)
-	}
-	if left := j.group.pids(); len(left) > 0 {
-		t.Fatalf("the job's cgroup still holds %v", left)
-	}
-}
-
-func quoteAll(a []string) []string {
-	out := make([]string, len(a))
-	for i, s := range a {
-		out[i] = "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-	}
-	return out
 }
 
 // A runner starting beside another on the same host removes only the job cgroups of

@@ -41,7 +41,8 @@ type Config struct {
 	Dispatcher     dispatcher.WorkerConfig
 	Sandbox        sandbox.Config
 	types          []model.ScriptType
-	contextIDs     []uint32 // nil: every registered context
+	contextIDs     []uint32                   // nil: every registered context
+	pause          func(step string, pid int) // tests only (pauseHook); nil otherwise
 }
 
 // DefaultInterpreters are used for the script types without an --interpreters entry.
@@ -64,7 +65,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.DurationVar(&c.KillGrace, "kill-grace", "", 500*time.Millisecond, "time between SIGTERM and SIGKILL when a job is stopped or times out")
 	f.IntVar(&c.OutputMaxBytes, "output-max-bytes", "", 1<<20, "stdout kept as the job's output result")
 	f.IntVar(&c.LogMaxBytes, "log-max-bytes", "", 4<<20, "stdout+stderr kept as the job's log")
-	f.StringVar(&c.WorkDir, "work-dir", "", os.TempDir(), "directory for the jobs' scratch directories (result files)")
+	f.StringVar(&c.WorkDir, "work-dir", "", os.TempDir(), "directory on the host for the executor pools' directories (their sockets), the jobs' work directories under --sandbox=none, and the default --state-dir; a sandboxed job's work directory is in its own filesystem (--job-disk), not here")
 	f.StringVar(&c.Executors, "executors", "", "", "executor pools for handler jobs (RRQ protocol), '|'-separated: name;cmd=<command>[;size=N][;inflight=N][;pipeline=N][;transport=unix|tcp][;shared=true][;ro=DIR:DIR][;sandbox=false] — e.g. python;cmd=python3 -u /app/executor.py;size=2. Each context gets pools of its own, started on demand; shared=true: one pool serves every context. Executors run in the job sandbox, which shows them the directories of cmd's absolute paths and ro= (read-only); sandbox=false runs one unsandboxed")
 	f.DurationVar(&c.ExecutorIdle, "executor-idle", "", 5*time.Minute, "a context's executor pool stops after this long without a call (it starts again on demand); 0: never")
 	f.DurationVar(&c.CancelGrace, "executor-cancel-grace", "", 2*time.Second, "how long an executor has to answer a cancel before its process is killed and restarted")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,8 +26,15 @@ import (
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
-// maxResultValue limits a value written to $HERO_RESULT_FILE.
-const maxResultValue = 32 << 10
+// maxResultValue limits a value written to $HERO_RESULT_FILE, maxResultFile the
+// whole file.
+const (
+	maxResultValue = 32 << 10
+	maxResultFile  = 1 << 20
+)
+
+// resultFileName is $HERO_RESULT_FILE's name in the job's work directory.
+const resultFileName = "result"
 
 var resultKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -53,6 +61,9 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 	if outcome == store.StartStopped {
 		r.finish(ctx, db, cl, j, store.JobOutcome{Status: model.JobError, Error: "stopped", ExitCode: -1, Fatal: true}, "stopped", log)
 		return
+	}
+	if r.cfg.pause != nil {
+		r.cfg.pause("claimed", 0)
 	}
 	res := r.runScript(ctx, db, cl, j, log)
 	if res.reason == execcore.ReasonHandedBack {
@@ -163,12 +174,14 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true,
 			Error: fmt.Sprintf("no interpreter configured for script_type %q", j.ScriptType)}, "no_interpreter"}
 	}
-	dir, err := os.MkdirTemp(r.cfg.WorkDir, fmt.Sprintf("hero-job-%d-%d-%d-", db.ContextID, j.CallerID, j.ID))
+	// With a sandbox, the work directory is in the job's own filesystem (nothing on
+	// the host); without one, a host directory removed after the job.
+	dir, removeDir, err := r.sandbox.WorkDir(r.cfg.WorkDir, fmt.Sprintf("hero-job-%d-%d-%d-", db.ContextID, j.CallerID, j.ID))
 	if err != nil {
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "runner cannot make a scratch directory: " + err.Error()}, "start_error"}
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	resultFile := filepath.Join(dir, "result")
+	defer removeDir()
+	resultFile := filepath.Join(dir, resultFileName)
 	var env []string
 	var bo fault.Backoff
 	for {
@@ -202,6 +215,7 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 		Argv: interp, Dir: dir, Env: env, Script: j.Script, Sandbox: r.sandbox, Limits: lim,
 		Log: logw, OutputMax: r.cfg.OutputMaxBytes, KillGrace: r.cfg.KillGrace,
 		OnLimit: ex.Kill, // a job over a memory or process limit is stopped at once, its whole tree
+		Result:  resultFileName, ResultMax: maxResultFile,
 	})
 	if err != nil {
 		logw.Close()
@@ -219,7 +233,7 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 		Dur("elapsed", elapsed).Msg("job execution")
 	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(elapsed.Seconds())
 	logw.Close()
-	return r.scriptOutcome(ctx, db, j, ex, res, lim, resultFile, log, elapsed)
+	return r.scriptOutcome(ctx, db, j, ex, res, lim, log, elapsed)
 }
 
 // startFailure is the outcome of a script whose process could not start.
@@ -241,9 +255,10 @@ func startFailure(err error, interpreter string, st model.ScriptType) runResult 
 }
 
 // scriptOutcome is the outcome of a script's process that ran: a limit it went over,
-// the reason it was killed, else its exit code and the result file's KEY=VALUE lines
-// (bad lines are warned about in the job's log).
-func (r *runner) scriptOutcome(ctx context.Context, db *store.DB, j *model.Job, ex *execution, res execcore.Ended, lim sandbox.Limits, resultFile string, log zerolog.Logger, elapsed time.Duration) runResult {
+// the reason it was killed, a result file the runner does not take (not a regular
+// file, too large), else its exit code and the result file's KEY=VALUE lines (bad
+// lines are warned about in the job's log).
+func (r *runner) scriptOutcome(ctx context.Context, db *store.DB, j *model.Job, ex *execution, res execcore.Ended, lim sandbox.Limits, log zerolog.Logger, elapsed time.Duration) runResult {
 	output := map[string]string{"output": res.Output}
 	if res.Limit != "" {
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: res.ExitCode, Error: limitError(res.Limit, lim), Result: output}, res.Limit}
@@ -256,8 +271,11 @@ func (r *runner) scriptOutcome(ctx context.Context, db *store.DB, j *model.Job, 
 	case "stopped":
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: res.ExitCode, Error: "stopped", Fatal: true, Result: output}, "stopped"}
 	}
+	if p := res.ResultFile.Problem; p != "" {
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: res.ExitCode, Error: "result file: " + p, Result: output}, "result_file"}
+	}
 	result := map[string]string{}
-	if warnings := parseResultFile(resultFile, result); len(warnings) > 0 {
+	if warnings := parseResult(res.ResultFile.Data, result); len(warnings) > 0 {
 		logw := newLogWriter(ctx, db, j.CallerID, j.ID, r.cfg.LogMaxBytes)
 		for _, w := range warnings {
 			_, _ = logw.Write([]byte("[hero] warning: " + w + "\n"))
@@ -360,15 +378,11 @@ func (r *runner) environment(ctx context.Context, db *store.DB, j *model.Job, re
 	return execcore.EnvList(env), nil
 }
 
-// parseResultFile reads KEY=VALUE lines; bad lines are skipped with a warning.
-func parseResultFile(path string, into map[string]string) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer func() { _ = f.Close() }()
+// parseResult reads the result file's KEY=VALUE lines; bad lines are skipped with a
+// warning.
+func parseResult(data []byte, into map[string]string) []string {
 	var warnings []string
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), maxResultValue+1024)
 	n := 0
 	for sc.Scan() {
@@ -432,6 +446,8 @@ func limitError(reason string, lim sandbox.Limits) string {
 		return fmt.Sprintf("pids_limit: the job tried to have more than %d processes at once and was killed", lim.Pids)
 	case sandbox.ReasonFileSize:
 		return fmt.Sprintf("file_size_limit: the job wrote a file larger than %d MiB", lim.FileSizeBytes>>20)
+	case sandbox.ReasonDisk:
+		return fmt.Sprintf("disk_limit: the job's files filled its %d MiB of disk (its work directory and /tmp)", lim.DiskBytes>>20)
 	}
 	return reason
 }

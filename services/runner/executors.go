@@ -409,13 +409,15 @@ func (r *runner) startPool(ctx context.Context, e *executorConfig, ctxID uint32)
 		lim.Pids *= e.size
 		lim.CPUMillis *= e.size
 		lim.Network = model.NetworkNone // a pool's processes get no network of their own (a TCP pool shares the host's)
-		job, err := r.sandbox.PrepareWith(dir, e.cmd, lim, sandbox.Extra{ReadOnly: ro, ShareNet: transport == rrq.TransportTCP})
+		// The pool's directory is the host's: the runner reaches its sockets there.
+		job, err := r.sandbox.PrepareWith(dir, e.cmd, lim, sandbox.Extra{ReadOnly: ro, ShareNet: transport == rrq.TransportTCP, HostDir: true})
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, nil, err
 		}
 		box = &poolSandbox{dir: dir, job: job}
-		cfg.Command, cfg.Dir, cfg.CleanEnv = job.Argv, dir, true
+		// Each process is launched as a job is: it dies with the runner (the guard).
+		cfg.Command, cfg.Dir, cfg.CleanEnv, cfg.Launch = job.Argv, dir, true, job.Launch
 		cfg.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir, "LANG=C.UTF-8"}
 		if transport == rrq.TransportUnix {
 			cfg.SocketDir = dir

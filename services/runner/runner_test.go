@@ -126,9 +126,16 @@ func (h *harness) waitFor(what string, deadline time.Duration, cond func() bool)
 // submit makes a one-job flow of an sh script, starts it and puts the job on the sh
 // queue with its wake token, as the router does.
 func (h *harness) submit(script string, timeout uint32) *model.Job {
+	return h.submitJob(&model.Job{Script: script, Timeout: timeout})
+}
+
+// submitJob is submit of a job made by the caller (its caller, context and script
+// type are set here).
+func (h *harness) submitJob(j *model.Job) *model.Job {
 	h.t.Helper()
 	ctx := context.Background()
-	j, _, err := h.s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: testCtx, Script: script, ScriptType: "sh", Timeout: timeout}, "1")
+	j.CallerID, j.ContextID, j.ScriptType = 1, testCtx, "sh"
+	j, _, err := h.s.CreateJob(ctx, j, "1")
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -19,10 +20,14 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	if err != nil {
 		return err
 	}
-	sb, err := sandbox.New(ctx, cfg.Sandbox.Options())
+	cfg.pause = pauseHook(os.Getenv)
+	opt := cfg.Sandbox.Options()
+	opt.Pause = cfg.pause
+	sb, err := sandbox.New(ctx, opt)
 	if err != nil {
 		return err
 	}
+	defer sb.Close() // its guard: what is left of the jobs once they are drained
 	sandboxGauge := promauto.With(env.Registry).NewGaugeVec(prometheus.GaugeOpts{Name: "hero_runner_sandbox",
 		Help: "1 for the mode jobs run in: bwrap (sandboxed) or none (--sandbox=none: unsandboxed)."}, []string{"mode"})
 	sandboxGauge.WithLabelValues(sb.Mode()).Set(1)

@@ -17,7 +17,9 @@ import (
 // zombie until the pod's pids limit refuses every job (lib/reaper). Twenty sandboxed
 // jobs run; once their flow has ended, PID 1 holds at most the leftovers of the last
 // jobs still being waited for (a reaper waits for each as it comes: a few at most),
-// not one per job (without lib/reaper: 21).
+// not one per job (without lib/reaper: 21, while script jobs' sandboxes had bwrap's
+// own init; a script job's wrapper is its PID 1 now, and only executors' sandboxes
+// leave one each).
 func TestRunnerAsPID1ReapsWhatSandboxesLeave(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("unshare --pid needs root")

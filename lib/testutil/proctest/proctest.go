@@ -134,6 +134,74 @@ func Stat(pid int) (comm, state string, ppid int, ok bool) {
 	return s[open+1 : end], f[0], ppid, true
 }
 
+// live is every live process (not a zombie): its parent and its process group.
+func live() map[int][2]int {
+	dirs, _ := os.ReadDir("/proc")
+	out := map[int][2]int{}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp …: from the last ')', as Stat does.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 3 || f[0] == "Z" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		pgrp, _ := strconv.Atoi(f[2])
+		out[pid] = [2]int{ppid, pgrp}
+	}
+	return out
+}
+
+// Descendants are the live processes below pid: its children, theirs, and so on.
+func Descendants(pid int) []int {
+	procs := live()
+	var out []int
+	for p := range procs {
+		for a := procs[p][0]; a > 1; a = procs[a][0] {
+			if a == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// WaitGroupExit waits until process group pgid has no live process, at most timeout
+// (its members may be dying when asked, or fork as they die), and returns those
+// still running.
+func WaitGroupExit(pgid int, timeout time.Duration) ([]int, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		members := Group(pgid)
+		if len(members) == 0 {
+			return nil, nil
+		}
+		left, err := WaitExit(members, time.Until(deadline))
+		if err != nil || len(left) > 0 {
+			return left, err
+		}
+	}
+}
+
+// Group are the live processes of process group pgid.
+func Group(pgid int) []int {
+	var out []int
+	for p, v := range live() {
+		if v[1] == pgid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // ZombieChildren lists the children of process parent that are zombies (dead, not yet
 // waited for), as "<pid> <name>".
 func ZombieChildren(parent int) []string {

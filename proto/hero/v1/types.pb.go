@@ -220,7 +220,8 @@ type JobLimits struct {
 	Pids          int64                  `protobuf:"varint,2,opt,name=pids,proto3" json:"pids,omitempty"`
 	CpuMillis     int64                  `protobuf:"varint,3,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"` // thousandths of a CPU
 	FileSizeBytes int64                  `protobuf:"varint,4,opt,name=file_size_bytes,json=fileSizeBytes,proto3" json:"file_size_bytes,omitempty"`
-	Network       string                 `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"` // none or outbound
+	Network       string                 `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"`                       // none or outbound
+	DiskBytes     int64                  `protobuf:"varint,6,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"` // the space its files may take (work directory and /tmp)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -288,6 +289,13 @@ func (x *JobLimits) GetNetwork() string {
 		return x.Network
 	}
 	return ""
+}
+
+func (x *JobLimits) GetDiskBytes() int64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
 }
 
 type RunnerProcess struct {
@@ -1627,14 +1635,16 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\x0fallowed_sources\x18\b \x03(\tR\x0eallowedSources\x125\n" +
 	"\fjob_defaults\x18\t \x01(\v2\x12.hero.v1.JobLimitsR\vjobDefaults\x12+\n" +
 	"\ajob_max\x18\n" +
-	" \x01(\v2\x12.hero.v1.JobLimitsR\x06jobMax\"\xa3\x01\n" +
+	" \x01(\v2\x12.hero.v1.JobLimitsR\x06jobMax\"\xc2\x01\n" +
 	"\tJobLimits\x12!\n" +
 	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x12\n" +
 	"\x04pids\x18\x02 \x01(\x03R\x04pids\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x03 \x01(\x03R\tcpuMillis\x12&\n" +
 	"\x0ffile_size_bytes\x18\x04 \x01(\x03R\rfileSizeBytes\x12\x18\n" +
-	"\anetwork\x18\x05 \x01(\tR\anetwork\"K\n" +
+	"\anetwork\x18\x05 \x01(\tR\anetwork\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\x06 \x01(\x03R\tdiskBytes\"K\n" +
 	"\rRunnerProcess\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12*\n" +
 	"\x11last_heartbeat_ms\x18\x02 \x01(\x03R\x0flastHeartbeatMs\"\xc3\x02\n" +

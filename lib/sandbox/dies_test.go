@@ -1,0 +1,230 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/procrun"
+	"github.com/hero-coordinator/hero/lib/testutil/proctest"
+)
+
+// standInEnv makes the test binary a stand-in runner (standIn).
+const standInEnv = "HERO_SBX_STAND_IN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(standInEnv) != "" {
+		os.Exit(standIn())
+	}
+	os.Exit(m.Run())
+}
+
+// standIn is a runner in miniature: it makes a sandbox, starts one job in it and
+// stops at the step HERO_SBX_STEP names, until it is killed: "spawned" (the job's
+// process started, waiting at its gate), "gated" (through its gate, its sandbox being
+// made), "network" (HERO_SBX_NET: its sandbox made, held until its network is set up)
+// or "begun" (the job's command runs: it says so itself). It writes the job's process
+// group to <scratch>/pgid and says where it stopped through <scratch>/signal; the job
+// writes "start <unix ns>" to <scratch>/ledger and "up" to the signal.
+func standIn() int {
+	step, scratch := os.Getenv("HERO_SBX_STEP"), os.Getenv("HERO_SBX_SCRATCH")
+	stop := func(at string, pid int) {
+		if at == "spawned" {
+			_ = os.WriteFile(filepath.Join(scratch, "pgid"), []byte(strconv.Itoa(pid)), 0o644)
+		}
+		if at != step {
+			return
+		}
+		if f, err := os.OpenFile(filepath.Join(scratch, "signal"), os.O_WRONLY, 0); err == nil {
+			_, _ = f.Write([]byte("paused " + at + "\n"))
+		}
+		for {
+			time.Sleep(time.Hour) // until killed
+		}
+	}
+	opt := Options{UID: 61000, GID: 61000, Binds: []string{scratch}, Pause: stop}
+	lim := Limits{Pids: 64, MemoryBytes: 256 << 20, DiskBytes: 16 << 20}
+	if os.Getenv("HERO_SBX_NET") != "" {
+		opt.NeedNetwork, lim.Network = true, model.NetworkOutbound
+	}
+	s, err := New(context.Background(), opt)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	dir, _, _ := s.WorkDir("", "hero-sbx-stand-in-")
+	script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s/ledger; echo up > %[1]s/signal; exec sleep 300`, scratch)
+	j, err := s.PrepareWith(dir, []string{"/bin/sh", "-c", script}, lim, Extra{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Env: []string{"PATH=/usr/bin:/bin"}, Stdout: os.Stderr, Stderr: os.Stderr, Launch: j.Launch})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := j.Started(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	p.Wait()
+	return 0
+}
+
+// Acceptance (issue 43, "a job's processes never outlive their runner"): kill -9 of
+// the runner at each step of a job's start — its process spawned and waiting at its
+// gate; through the gate, its sandbox being made; its sandbox made but held (for its
+// network, bwrap's --block-fd: the runner's death lets it go on); its command running
+// — leaves no process of the job alive, and the job's command never starts after the
+// runner's death (its own ledger line says when it started). With cgroups (a root
+// runner) and with rlimits only (a runner of uid 10001, as in the containers).
+func TestJobsDieWithTheRunner(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bwrap is not installed")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the stand-in runner runs as root and as uid 10001")
+	}
+	exe := standInBinary(t)
+	for _, mode := range []struct {
+		name string
+		uid  uint32
+	}{{"root", 0}, {"uid-10001", 10001}} {
+		for _, step := range []string{"spawned", "gated", "network", "begun"} {
+			if step == "network" && mode.uid != 0 {
+				continue // outbound network needs a root runner here (slirp4netns's setns)
+			}
+			t.Run(mode.name+"/"+step, func(t *testing.T) { killStandIn(t, exe, mode.uid, step) })
+		}
+	}
+}
+
+// killStandIn runs a stand-in runner as uid that stops at step, kills it (SIGKILL)
+// and checks what its job did.
+func killStandIn(t *testing.T, exe string, uid uint32, step string) {
+	scratch, err := os.MkdirTemp("", "hero-sbx-stand-in-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(scratch) })
+	if err := os.Chmod(scratch, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	sig, err := proctest.NewSignal(scratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sig.Close()
+	var out strings.Builder
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = []string{standInEnv + "=1", "HERO_SBX_STEP=" + step, "HERO_SBX_SCRATCH=" + scratch, "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	if step == "network" {
+		cmd.Env = append(cmd.Env, "HERO_SBX_NET=1")
+	}
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if uid != 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: uid}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if !sig.Wait(1, time.Minute) {
+		t.Fatalf("the stand-in runner did not get to %s: %s", step, out.String())
+	}
+	b, err := os.ReadFile(filepath.Join(scratch, "pgid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgid, _ := strconv.Atoi(string(b))
+	pids := proctest.Group(pgid)
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if left, err := proctest.WaitExit(pids, time.Minute); err != nil || len(left) > 0 {
+		t.Fatalf("job processes alive after the runner's death: %v (%v)", left, err)
+	}
+	t.Logf("the job's %d processes (group %d) gone %v after the runner's death", len(pids), pgid, time.Since(killed).Round(time.Millisecond))
+	if left, err := proctest.WaitGroupExit(pgid, time.Minute); err != nil || len(left) > 0 {
+		t.Fatalf("processes of the job's group alive after the runner's death: %v (%v)", left, err)
+	}
+	starts := ledgerStarts(t, filepath.Join(scratch, "ledger"))
+	for _, at := range starts {
+		if at.After(killed) {
+			t.Errorf("the job's command started %v after the runner's death", at.Sub(killed))
+		}
+	}
+	switch {
+	case (step == "spawned" || step == "network") && len(starts) > 0:
+		t.Errorf("the job's command started though its runner died before its %s step ended: %v", step, starts)
+	case step == "begun" && len(starts) != 1:
+		t.Errorf("the running job's ledger: %v", starts)
+	}
+}
+
+// standInBinary is a copy of the test binary that uid 10001 may run.
+func standInBinary(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "hero-sbx-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = src.Close() }()
+	exe := filepath.Join(dir, "stand-in")
+	dst, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+// ledgerStarts reads the "start <unix ns>" lines of a ledger.
+func ledgerStarts(t *testing.T, file string) []time.Time {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []time.Time
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		ns, err := strconv.ParseInt(strings.TrimPrefix(l, "start "), 10, 64)
+		if err != nil {
+			t.Fatalf("ledger line %q", l)
+		}
+		out = append(out, time.Unix(0, ns))
+	}
+	return out
+}

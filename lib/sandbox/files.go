@@ -1,0 +1,216 @@
+package sandbox
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A sandboxed job's files live in a filesystem of its own: a tmpfs of its DiskBytes
+// mounted at jobFS, which holds its work directory and is its /tmp (/var/tmp and /run
+// lead there); the rest of its root and /dev are read-only, and /dev/shm is a tmpfs of
+// at most shmMax. Nothing of it is on the host, and it is gone with the sandbox. What
+// the runner takes from it — the result file, and whether it was full — is read in the
+// sandbox, as the job's user, by the job's first process (wrapperScript), and comes out
+// through a pipe that the job's own processes do not hold.
+
+// jobFS is where the job's own filesystem is mounted in its sandbox.
+const jobFS = "/tmp"
+
+// shmMax bounds the job's /dev/shm (Docker's default size), DiskBytes if smaller.
+const shmMax = 64 << 20
+
+// ReasonDisk is the limit reason of a job whose own filesystem was full when it ended.
+const ReasonDisk = "disk_limit"
+
+// reportHeaderMax bounds the report's first line.
+const reportHeaderMax = 256
+
+// wrapperScript is the job's first process in its sandbox: PID 1 of its PID namespace
+// (bwrap --as-pid-1, so that none of the job's processes can signal it), running as
+// the job's user in its work directory. It first writes "start" to the report
+// descriptor (%[1]d): the pipe's reader is the runner alone, so the write fails — and
+// nothing of the job starts — when the runner is gone (guard.go). It runs the job's
+// command ("$@") without that descriptor, then kills whatever the command left
+// running (nothing changes the job's files after that), and writes its report: "ok" or "full"
+// (a byte cannot be written to the job's filesystem) and what the result file (%[2]s)
+// is, then, for a regular file, its first %[3]d bytes. It tests the file's type
+// without following a link and reads only a regular file: a symbolic link is reported
+// as one, never followed; a FIFO, socket or device is never opened. It ends with the
+// command's status (128 + the signal's number for a signal).
+const wrapperScript = `echo start >&%[1]d || exit 1
+"$@" %[1]d>&-
+rc=$?
+kill -KILL -1 2>/dev/null
+{
+d=ok
+printf x 2>/dev/null >.hero-disk-probe || d=full
+f=%[2]s
+if [ -z "$f" ]; then k=none
+elif [ -L "$f" ]; then k='a symbolic link'
+elif [ -p "$f" ]; then k='a FIFO'
+elif [ -S "$f" ]; then k='a socket'
+elif [ -b "$f" ] || [ -c "$f" ]; then k='a device'
+elif [ -d "$f" ]; then k='a directory'
+elif [ -f "$f" ]; then k=file
+elif [ -e "$f" ]; then k='another kind of file'
+else k=none
+fi
+echo "$d $k"
+if [ "$k" = file ]; then head -c %[3]d -- "$f"; fi
+} >&%[1]d 2>/dev/null
+exit $rc
+`
+
+// wrapper is the argv that runs argv under wrapperScript.
+func wrapper(sh string, reportFD int, result string, max int64) []string {
+	return []string{sh, "-c", fmt.Sprintf(wrapperScript, reportFD, shellQuote(result), max+1), "hero-job"}
+}
+
+// Result is what the runner took of a job's result file.
+type Result struct {
+	Found   bool   // the file was there (Data, or Problem)
+	Data    []byte // its content (Problem "")
+	Problem string // why it was not taken: "not a regular file (a FIFO)", "larger than 1048576 bytes"
+}
+
+// report gathers the wrapper's report as it comes (a pipe's reader: the wrapper may
+// write more than a pipe holds).
+type report struct {
+	r    *os.File
+	max  int64 // the result's bound
+	done chan struct{}
+	mu   sync.Mutex
+	buf  bytes.Buffer
+}
+
+// read keeps the first reportHeaderMax+max+1 bytes and drains the rest until EOF.
+func (rp *report) read() {
+	defer close(rp.done)
+	defer func() { _ = rp.r.Close() }()
+	b := make([]byte, 32<<10)
+	for {
+		n, err := rp.r.Read(b)
+		rp.mu.Lock()
+		if room := reportHeaderMax + rp.max + 1 - int64(rp.buf.Len()); room > 0 {
+			rp.buf.Write(b[:min(int64(n), room)])
+		}
+		rp.mu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// reportWait bounds the wait for the report's end once the job's process ended (its
+// sandbox holds the pipe's other end until then).
+const reportWait = 2 * time.Second
+
+// wait returns the report once the pipe's writers are gone (or after reportWait).
+func (rp *report) wait() []byte {
+	t := time.NewTimer(reportWait)
+	defer t.Stop()
+	select {
+	case <-rp.done:
+	case <-t.C:
+		_ = rp.r.SetReadDeadline(time.Now())
+		<-rp.done
+	}
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return rp.buf.Bytes()
+}
+
+// parseReport reads a wrapper's report: whether the job's filesystem was full, and
+// its result file. ok is false when there is no report (the wrapper did not end:
+// the job was killed).
+func parseReport(b []byte, max int64) (full bool, res Result, ok bool) {
+	b, _ = bytes.CutPrefix(b, []byte("start\n"))
+	line, data, found := bytes.Cut(b, []byte("\n"))
+	disk, kind, _ := strings.Cut(string(line), " ")
+	if !found || (disk != "ok" && disk != "full") {
+		return false, Result{}, false
+	}
+	full = disk == "full"
+	switch kind {
+	case "none":
+		return full, Result{}, true
+	case "file":
+		return full, fileResult(data, max), true
+	}
+	return full, Result{Found: true, Problem: "not a regular file (" + kind + ")"}, true
+}
+
+func fileResult(data []byte, max int64) Result {
+	if int64(len(data)) > max {
+		return Result{Found: true, Problem: "larger than " + strconv.FormatInt(max, 10) + " bytes"}
+	}
+	return Result{Found: true, Data: data}
+}
+
+// ReadHostFile reads a job's file on the host (a job without a sandbox of its own):
+// never through a symbolic link, never blocking (a FIFO, socket or device is named,
+// not read), a file of the job's uid only (uid >= 0), at most max bytes.
+func ReadHostFile(file string, uid int, max int64) Result {
+	fd, err := unix.Open(file, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return Result{}
+	case errors.Is(err, unix.ELOOP):
+		return Result{Found: true, Problem: "not a regular file (a symbolic link)"}
+	case errors.Is(err, unix.ENXIO):
+		return Result{Found: true, Problem: "not a regular file (a socket)"}
+	case err != nil:
+		return Result{Found: true, Problem: err.Error()}
+	}
+	f := os.NewFile(uintptr(fd), file)
+	defer func() { _ = f.Close() }()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return Result{Found: true, Problem: err.Error()}
+	}
+	if kind := fileKind(st.Mode); kind != "file" {
+		return Result{Found: true, Problem: "not a regular file (" + kind + ")"}
+	}
+	if uid >= 0 && int(st.Uid) != uid {
+		return Result{Found: true, Problem: fmt.Sprintf("not the job's own file (owner uid %d)", st.Uid)}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return Result{Found: true, Problem: err.Error()}
+	}
+	return fileResult(data, max)
+}
+
+// fileKind names a file's type as the wrapper does.
+func fileKind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFLNK:
+		return "a symbolic link"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFBLK, unix.S_IFCHR:
+		return "a device"
+	case unix.S_IFDIR:
+		return "a directory"
+	}
+	return "another kind of file"
+}
+
+// workDirIn names a work directory of the job's own filesystem.
+func workDirIn(pattern string) string {
+	return path.Join(jobFS, strings.TrimRight(pattern, "-"))
+}

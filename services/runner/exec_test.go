@@ -1,0 +1,58 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/model"
+)
+
+// Without --job-*-max the runner's defaults are ceilings: a job asking for more
+// memory or processes than the default ends error, "limits refused", naming the
+// limit, without running; one asking for less runs.
+func TestJobAboveTheDefaultCeilingIsRefused(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	for _, lim := range []*model.JobLimits{{MemoryBytes: 1 << 40}, {Pids: 100000}} {
+		j := h.submitJob(&model.Job{Script: "echo ran", Limits: lim})
+		got := h.waitStatus(j.ID, 15*time.Second, model.JobFinished, model.JobError)
+		if got.Status != model.JobError || !strings.HasPrefix(got.Error, "limits refused: ") || !strings.Contains(got.Error, "above this runner's maximum") ||
+			got.Result["output"] != "" {
+			t.Errorf("job asking %s: status %s error %q result %v", lim, got.Status, got.Error, got.Result)
+		}
+	}
+	j := h.submitJob(&model.Job{Script: "echo ran", Limits: &model.JobLimits{MemoryBytes: 256 << 20, Pids: 64}})
+	if got := h.waitStatus(j.ID, 15*time.Second, model.JobFinished, model.JobError); got.Status != model.JobFinished {
+		t.Errorf("job asking for less than the defaults: status %s error %q", got.Status, got.Error)
+	}
+}
+
+// A result file the runner does not take — a symbolic link (to the runner's own
+// environment), a FIFO, one over maxResultFile — ends its job error, naming why,
+// without the runner reading through the link or waiting on the FIFO; the runner
+// goes on serving: a job after them finishes with its result.
+func TestResultFileTheRunnerDoesNotTake(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	for _, tc := range []struct{ script, want string }{
+		{`ln -sf /proc/self/environ "$HERO_RESULT_FILE"`, "result file: not a regular file (a symbolic link)"},
+		{`mkfifo "$HERO_RESULT_FILE"`, "result file: not a regular file (a FIFO)"},
+		{`head -c 2000000 /dev/zero | tr '\0' 'a' | fold -w 1000 | sed 's/^/K=/' > "$HERO_RESULT_FILE"`, "result file: larger than 1048576 bytes"},
+	} {
+		j := h.submit(tc.script, 0)
+		got := h.waitStatus(j.ID, 15*time.Second, model.JobFinished, model.JobError)
+		if got.Status != model.JobError || got.Error != tc.want {
+			t.Errorf("%s: status %s error %q, want error %q", tc.script, got.Status, got.Error, tc.want)
+		}
+		for k, v := range got.Result {
+			if k != "output" || strings.Contains(v, "PATH=") {
+				t.Errorf("%s: result %q=%q taken", tc.script, k, v)
+			}
+		}
+	}
+	j := h.submit(`echo OK=yes > "$HERO_RESULT_FILE"`, 0)
+	if got := h.waitStatus(j.ID, 15*time.Second, model.JobFinished, model.JobError); got.Status != model.JobFinished || got.Result["OK"] != "yes" {
+		t.Fatalf("a job after them: status %s error %q result %v", got.Status, got.Error, got.Result)
+	}
+}
