@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/ed25519"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hero-coordinator/hero/lib/auth"
+	"github.com/hero-coordinator/hero/lib/redisacl"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
@@ -179,7 +181,8 @@ func TestSessionWithoutTLS(t *testing.T) {
 	f := p.Files("supervisor-daemon")
 	// A second supervisor-daemon whose API is plaintext (its internal mTLS as usual).
 	plain := harness.Start(t, binDir, "supervisor-daemon", redisSrv.URL, harness.Options{Plaintext: true, Env: []string{"HERO_ADMIN_SECRET=" + harness.AdminSecret},
-		Args: []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key, "--scheduler-addr", s.Scheduler.GRPCAddr}})
+		Args: []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key, "--scheduler-addr", s.Scheduler.GRPCAddr,
+			"--operator-secret-key-file", filepath.Join(p.Dir, redisacl.OperatorKeyFile)}})
 	cc, err := grpc.NewClient(plain.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
