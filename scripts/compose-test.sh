@@ -217,10 +217,13 @@ else
     hero_????????????????????????*) ;;
     *) fail "the generated operator secret does not look generated (hero_ and at least 24 more characters)" ;;
   esac
-  if "${DC[@]}" logs --no-color supervisor-daemon 2>&1 | grep -qF "$HERO_ADMIN_SECRET"; then
+  # The log read once: grep -q quits at its first match, and with pipefail the
+  # writer's SIGPIPE would fail the pipeline.
+  api_log=$("${DC[@]}" logs --no-color supervisor-daemon 2>&1)
+  if grep -qF "$HERO_ADMIN_SECRET" <<<"$api_log"; then
     fail "supervisor-daemon logged the operator secret it generated"
   fi
-  "${DC[@]}" logs --no-color supervisor-daemon 2>&1 | grep -q "generated an operator secret" \
+  grep -q "generated an operator secret" <<<"$api_log" \
     || fail "supervisor-daemon did not say that it generated the operator secret"
   say "generated at the first start; read from the stack; not in the log"
 fi
