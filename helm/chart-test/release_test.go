@@ -50,7 +50,7 @@ var components = map[string]componentSpec{
 		ports:   map[string]int32{"grpc": 9656, "admin": 9663},
 		addrEnv: map[string]string{"grpc": "GRPC_ADDR", "admin": "ADMIN_ADDR"},
 		env:     []string{"RUNNER_ID", "RUNNER_CONTEXTS", "SCRIPT_TYPES", "CONCURRENCY"},
-		callers: []string{"scheduler", "supervisor-daemon"},
+		callers: nil, // RunnerControl/StopJob: the operator certificate only
 	},
 	"mycelium-gateway": {
 		ports:   map[string]int32{"grpc": 9657, "admin": 9664},

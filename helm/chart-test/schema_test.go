@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -253,10 +254,12 @@ func kebab(s string) string {
 }
 
 // TestCallersMatchServices: the callers each NetworkPolicy admits are the peers
-// each service's gRPC server admits by certificate (app.Serving{Peers: …} in
+// each service's gRPC server admits by certificate, for any of its methods
+// (app.Serving{Peers: map[string][]string{method: {…}, …}} in
 // services/<name>/service.go).
 func TestCallersMatchServices(t *testing.T) {
-	peers := regexp.MustCompile(`Peers: \[\]string\{([^}]*)\}`)
+	block := regexp.MustCompile(`(?s)Peers: map\[string\]\[\]string\{(.*?)\}\}\)`)
+	list := regexp.MustCompile(`\{([^{}]*)\}`)
 	for name, comp := range components {
 		if name == "supervisor-daemon" {
 			continue // its gRPC port is the public API
@@ -265,15 +268,17 @@ func TestCallersMatchServices(t *testing.T) {
 		if err != nil {
 			t.Skipf("services/%s/service.go not found (%v): module used outside the repository", name, err)
 		}
-		m := peers.FindSubmatch(src)
+		m := block.FindSubmatch(src)
 		if m == nil {
-			t.Errorf("services/%s/service.go: no Peers list", name)
+			t.Errorf("services/%s/service.go: no Peers map", name)
 			continue
 		}
 		var got []string
-		for _, p := range strings.Split(string(m[1]), ",") {
-			if p = strings.Trim(strings.TrimSpace(p), `"`); p != "" {
-				got = append(got, p)
+		for _, l := range list.FindAllSubmatch(m[1], -1) {
+			for _, p := range strings.Split(string(l[1]), ",") {
+				if p = strings.Trim(strings.TrimSpace(p), `"`); p != "" && !slices.Contains(got, p) {
+					got = append(got, p)
+				}
 			}
 		}
 		sort.Strings(got)
