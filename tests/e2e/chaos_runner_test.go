@@ -52,9 +52,14 @@ func chaosInterpreters(life int) string {
 func (ch *chaosRun) restartRunner() {
 	p := ch.s.Runner
 	ch.old = append(ch.old, p)
-	ch.rep.deaths[ch.life] = time.Now()
-	p.Kill()
-	ch.rep.runnerKills = append(ch.rep.runnerKills, time.Now())
+	sent := time.Now()
+	p.Kill() // SIGKILL to its process group, then the wait for its end
+	// Its death is its end (its pipes, the guard's among them, close as it exits), not
+	// the signal: how long the exit took is in the report.
+	dead := time.Now()
+	ch.rep.deaths[ch.life] = dead
+	ch.rep.exitAfterKill = append(ch.rep.exitAfterKill, dead.Sub(sent))
+	ch.rep.runnerKills = append(ch.rep.runnerKills, sent)
 	ch.life++
 	args := ch.s.Args["runner"]
 	for i := range args {

@@ -52,7 +52,8 @@ type chaosReport struct {
 	longest                           time.Duration // the longest flow (start to end)
 
 	// issue 43: the runner's processes and its freezes
-	deaths           map[int]time.Time // a killed runner life's death
+	deaths           map[int]time.Time // a killed runner life's death (its end, as its wait saw it)
+	exitAfterKill    []time.Duration   // each kill -9 of the runner: the signal to the runner's end
 	freezes          []chaosFreeze
 	afterDeath       []string // a run that started, or wrote its end, > 100 ms after its runner's death
 	rerunAfterFreeze []string // a job started again after a freeze, with no runner kill between
@@ -572,6 +573,7 @@ func (r chaosReport) String(long bool, subErrs []string) string {
 	fmt.Fprintf(&b, "re-runs without a runner kill:     %d %v\n", len(r.rerunOther), r.rerunOther)
 	fmt.Fprintf(&b, "runner kills, freezes:             %d, %d\n", len(r.runnerKills), len(r.freezes))
 	fmt.Fprintf(&b, "processes after their runner died: %d %v\n", len(r.afterDeath), r.afterDeath)
+	fmt.Fprintf(&b, "runner's end after its kill -9:    max %v\n", slices.Max(append([]time.Duration{0}, r.exitAfterKill...)).Round(time.Millisecond))
 	fmt.Fprintf(&b, "re-runs after a freeze:            %d %v\n", len(r.rerunAfterFreeze), r.rerunAfterFreeze)
 	fmt.Fprintf(&b, "runs ended during a freeze:        %d (their ends recorded when the runner went on)\n", r.heldByFreeze)
 	fmt.Fprintf(&b, "timeouts of jobs that exited 0:    %d %v\n", len(r.timeouts), r.timeouts)
