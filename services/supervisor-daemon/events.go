@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/hero-coordinator/hero/lib/protoconv"
 	"github.com/hero-coordinator/hero/lib/store"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
@@ -80,7 +79,7 @@ func (c *coordinatorServer) ReadEvents(ctx context.Context, r *herov1.ReadEvents
 		}
 		out := &herov1.ReadEventsResponse{NextAfterId: x.Next}
 		for i := range x.Events {
-			out.Events = append(out.Events, protoconv.EventToPB(&x.Events[i]))
+			out.Events = append(out.Events, eventToPB(&x.Events[i]))
 		}
 		return out, nil
 	})
@@ -129,7 +128,7 @@ func (c *coordinatorServer) Watch(r *herov1.WatchRequest, stream grpc.ServerStre
 			if len(r.TypePrefixes) > 0 && !slices.ContainsFunc(r.TypePrefixes, func(p string) bool { return strings.HasPrefix(b.events[i].Type, p) }) {
 				continue
 			}
-			if err := stream.Send(&herov1.WatchResponse{Event: protoconv.EventToPB(&b.events[i])}); err != nil {
+			if err := stream.Send(&herov1.WatchResponse{Event: eventToPB(&b.events[i])}); err != nil {
 				return err
 			}
 		}
@@ -180,4 +179,10 @@ func followEvents(ctx context.Context, db *store.DB, after string, out chan<- ev
 			return
 		}
 	}
+}
+
+// eventToPB is an event as the gRPC messages carry it.
+func eventToPB(e *store.Event) *herov1.Event {
+	return &herov1.Event{Id: e.ID, TimeMs: e.TimeMs, Type: e.Type, Actor: e.Actor, ContextId: e.ContextID, FlowId: e.FlowID,
+		JobId: e.JobID, CallerId: e.CallerID, Status: e.Status, Detail: e.Detail}
 }
