@@ -18,12 +18,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
 	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/tick"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -738,7 +738,7 @@ func (r *router) callJobsDone(ctx context.Context, ends []*herov1.JobDoneRequest
 // the routers and runners sweeps a server per period.
 func (r *router) sweepLeases(ctx context.Context) {
 	every := r.lease / 3
-	execcore.Every(ctx, every, func() {
+	tick.Every(ctx, every, func() {
 		r.store.SweepBusy(ctx, r.id, every, time.Now(), r.lease, func(id uint32, mv store.Requeued) {
 			r.m.requeued.Inc()
 			r.log.Warn().Uint32(obs.KeyContextID, id).Str("queue", mv.Queue).Str("item", mv.Item).Msg("lease expired; item back on its queue")
