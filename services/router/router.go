@@ -657,14 +657,11 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 			return
 		}
 	}
-	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, cl.Item, "status", string(model.MessageError), "error", reason, "updated_at", now.Unix())
-		if j != nil {
-			store.AddEvent(ctx, p, &store.Event{Type: string(model.EventJobFailed), Actor: store.ActorRouter, FlowID: j.FlowID, JobID: j.ID, CallerID: j.CallerID, Status: string(model.JobError), Detail: reason})
-		}
-		return nil
-	})
-	if err != nil {
+	f := store.MessageFailure{Reason: reason, At: now}
+	if j != nil {
+		f.Event = jobFailed(j, reason)
+	}
+	if err := db.FailMessage(ctx, cl.Item, f); err != nil {
 		log.Error().Err(err).Msg("record undeliverable job")
 		r.giveBack(ctx, db, cl, err)
 		return
@@ -678,6 +675,11 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 	}
 	_ = db.Ack(ctx, cl)
 	r.m.messages.WithLabelValues(model.KindJobRequest, "failed").Inc()
+}
+
+// jobFailed is the event of a job the router failed.
+func jobFailed(j *model.Job, reason string) *store.Event {
+	return &store.Event{Type: string(model.EventJobFailed), Actor: store.ActorRouter, FlowID: j.FlowID, JobID: j.ID, CallerID: j.CallerID, Status: string(model.JobError), Detail: reason}
 }
 
 // reportEnd calls the scheduler until it answers (backing off, keeping the message's
