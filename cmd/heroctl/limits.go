@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hero-coordinator/hero/lib/bytesize"
 	"github.com/hero-coordinator/hero/lib/model"
-	"github.com/hero-coordinator/hero/lib/sandbox"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -30,11 +30,11 @@ func parseLimits(flagName, s string) (*herov1.JobLimits, error) {
 		var err error
 		switch k {
 		case "memory":
-			l.MemoryBytes, err = sandbox.ParseSize(v)
+			l.MemoryBytes, err = bytesize.Parse(v)
 		case "file-size":
-			l.FileSizeBytes, err = sandbox.ParseSize(v)
+			l.FileSizeBytes, err = bytesize.Parse(v)
 		case "disk":
-			l.DiskBytes, err = sandbox.ParseSize(v)
+			l.DiskBytes, err = bytesize.Parse(v)
 		case "pids":
 			l.Pids, err = strconv.ParseInt(v, 10, 64)
 		case "cpu":

@@ -77,7 +77,7 @@ func (c *Client) Close() error {
 
 // NewClient returns a client; an unreadable LogDir is an error.
 func NewClient(rdb *redis.Client, opt ClientOptions) (*Client, error) {
-	dir, err := cleanLogDir(opt.LogDir)
+	dir, err := CleanLogDir(opt.LogDir)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher log directory: %v", err)
 	}

@@ -3,12 +3,9 @@
 // <prefix>stop_queue:<worker_id> and reply lists <prefix>reply:<id>, with the seed's
 // field names and value formats (timestamps ISO 8601, lists and maps JSON).
 //
-// Client is the dispatcher side (create, list, status, logs, stop, run and await).
-// Worker is the worker side: it serves worker ids with an interpreter each, claims
-// jobs reliably (BLMOVE into a per-process processing list), runs them with
-// procrun in a clean environment, honours timeout, retries, env_vars, log_path
-// (confined to a log directory), dependencies and stop requests, and pushes the
-// reply. Its own bookkeeping (heartbeats, claims, waiting jobs, the Redis copy of the
-// output) lives under <prefix>coord:, which no seed key pattern matches.
+// This package is the protocol (Job, Keys, the formats, log_path confinement) and
+// Client, the dispatcher side (create, list, status, logs, stop, run and await): what
+// supervisor-daemon and heroctl use. The worker side, which runs scripts, is
+// lib/dispatcher/worker; nothing here links it, so they link no execution code.
 // docs/dispatcher.md describes every key and choice.
 package dispatcher

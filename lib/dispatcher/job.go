@@ -380,7 +380,8 @@ func FormatTimeout(d time.Duration) string {
 	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
 }
 
-func jsonList(v []string) string {
+// FormatList is a list as the protocol stores it: a JSON array ([] for none).
+func FormatList(v []string) string {
 	if v == nil {
 		v = []string{}
 	}
@@ -410,7 +411,7 @@ func (j *Job) Hash() map[string]string {
 		FieldRetries:      strconv.Itoa(j.Retries),
 		FieldConcurrent:   strconv.FormatBool(j.Concurrent),
 		FieldStatus:       string(j.Status),
-		FieldDependencies: jsonList(j.Dependencies),
+		FieldDependencies: FormatList(j.Dependencies),
 	}
 	if !j.CreatedAt.IsZero() {
 		h[FieldCreatedAt] = FormatTime(j.CreatedAt)
@@ -425,10 +426,10 @@ func (j *Job) Hash() map[string]string {
 		h[FieldEnvVars] = jsonMap(j.EnvVars)
 	}
 	if len(j.Prerequisites) > 0 {
-		h[FieldPrerequisites] = jsonList(j.Prerequisites)
+		h[FieldPrerequisites] = FormatList(j.Prerequisites)
 	}
 	if len(j.Dependents) > 0 {
-		h[FieldDependents] = jsonList(j.Dependents)
+		h[FieldDependents] = FormatList(j.Dependents)
 	}
 	if j.Output != "" {
 		h[FieldOutput] = j.Output

@@ -4,12 +4,16 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
-	"strings"
+	"regexp"
 	"testing"
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/config"
 )
+
+var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+var iso8601 = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$`)
 
 func TestNewJobID(t *testing.T) {
 	seen := map[string]bool{}
@@ -144,54 +148,23 @@ func TestParseStatusCase(t *testing.T) {
 
 func TestResolveLogPath(t *testing.T) {
 	dir := t.TempDir()
-	real, _ := cleanLogDir(dir)
+	real, _ := CleanLogDir(dir)
 	for _, ok := range []string{"a.log", "x/y/z.log", real + "/b.log", "./c.log", "x/../d.log"} {
-		if _, err := resolveLogPath(real, ok); err != nil {
+		if _, err := ResolveLogPath(real, ok); err != nil {
 			t.Errorf("%q refused: %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"../a.log", "/etc/passwd", real, real + "/..", real + "x/a.log", "x/../../a.log", "a\x00b"} {
-		if _, err := resolveLogPath(real, bad); err == nil {
+		if _, err := ResolveLogPath(real, bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	if _, err := resolveLogPath("", "a.log"); err == nil {
+	if _, err := ResolveLogPath("", "a.log"); err == nil {
 		t.Error("accepted without a log directory")
 	}
 }
 
-func TestWorkerConfig(t *testing.T) {
-	specs, err := ParseWorkerSpecs(" local=/bin/sh ; w2=python3 -u;")
-	if err != nil || len(specs) != 2 || specs[1].ID != "w2" || !reflect.DeepEqual(specs[1].Argv, []string{"python3", "-u"}) {
-		t.Fatalf("%v %v", specs, err)
-	}
-	for _, bad := range []string{"local", "=sh", "a=", "a=sh;a=sh", "a b=sh"} {
-		if _, err := ParseWorkerSpecs(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-	var c WorkerConfig
-	fs := config.NewFlagSet("runner", "")
-	c.RegisterFlags(fs)
-	env := map[string]string{"DISPATCHER_WORKERS": "local=/bin/sh", "DISPATCHER_DB": "3", "DISPATCHER_REPLY_TTL": "2h"}
-	fs.SetEnvLookup(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	if err := fs.Parse([]string{"--dispatcher-concurrency", "4"}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if !c.Enabled() || c.DB != 3 || c.Prefix != "hero:" || c.Concurrency != 4 || c.ReplyTTL != 2*time.Hour || len(c.Specs()) != 1 {
-		t.Fatalf("%+v", c)
-	}
-	off := WorkerConfig{Prefix: "hero:", Concurrency: 1}
-	if err := off.Validate(); err != nil || off.Enabled() {
-		t.Fatalf("empty workers: %v", err)
-	}
-	bad := WorkerConfig{Workers: "x=sh", Prefix: "hero:", Concurrency: 1, ReplyTTL: time.Hour, StaleAfter: 15 * time.Second, LogDir: "/does/not/exist"}
-	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "--dispatcher-log-dir") {
-		t.Fatalf("missing log dir: %v", err)
-	}
+func TestClientConfig(t *testing.T) {
 	var cc ClientConfig
 	fs2 := config.NewFlagSet("supervisor", "")
 	cc.RegisterFlags(fs2)

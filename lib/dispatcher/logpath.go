@@ -23,9 +23,9 @@ func (e *LogPathError) Error() string {
 	return fmt.Sprintf("log_path %q refused: %s (log directory %s)", e.Path, e.Reason, e.LogDir)
 }
 
-// cleanLogDir makes a log directory absolute and resolves its symlinks, so that
+// CleanLogDir makes a log directory absolute and resolves its symlinks, so that
 // confinement checks compare real paths. "" stays "" (no log directory).
-func cleanLogDir(dir string) (string, error) {
+func CleanLogDir(dir string) (string, error) {
 	if dir == "" {
 		return "", nil
 	}
@@ -47,10 +47,10 @@ func cleanLogDir(dir string) (string, error) {
 	return real, nil
 }
 
-// resolveLogPath checks that a log_path lies inside logDir (lexically: an absolute
+// ResolveLogPath checks that a log_path lies inside logDir (lexically: an absolute
 // path under it, or a relative path, taken relative to it) and returns it relative to
 // logDir. Symlinks are checked when the file is opened, through os.Root.
-func resolveLogPath(logDir, p string) (string, error) {
+func ResolveLogPath(logDir, p string) (string, error) {
 	if logDir == "" {
 		return "", &LogPathError{Path: p, Reason: "this worker has no log directory configured"}
 	}
@@ -69,10 +69,10 @@ func resolveLogPath(logDir, p string) (string, error) {
 	return rel, nil
 }
 
-// openLogFile creates (truncates) a job's log file inside logDir, making its parent
+// OpenLogFile creates (truncates) a job's log file inside logDir, making its parent
 // directories; a symlink that leads out of logDir is refused (os.Root).
-func openLogFile(logDir, p string) (*os.File, error) {
-	rel, err := resolveLogPath(logDir, p)
+func OpenLogFile(logDir, p string) (*os.File, error) {
+	rel, err := ResolveLogPath(logDir, p)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func openLogFile(logDir, p string) (*os.File, error) {
 
 // readLogFile reads up to max bytes of a log file inside logDir.
 func readLogFile(logDir, p string, max int) (string, bool, error) {
-	rel, err := resolveLogPath(logDir, p)
+	rel, err := ResolveLogPath(logDir, p)
 	if err != nil {
 		return "", false, err
 	}

@@ -212,21 +212,6 @@ func (t *Tracker[K]) Drain(timeout time.Duration) bool {
 	return false
 }
 
-// Every calls fn every period until ctx ends (not at once: the first call is one
-// period in).
-func Every(ctx context.Context, period time.Duration, fn func()) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		fn()
-	}
-}
-
 // CleanEnv is the base of a script's whole environment (nothing of the calling
 // process's leaks in): PATH, HOME (the run's scratch directory) and LANG. The caller
 // adds the job's variables.

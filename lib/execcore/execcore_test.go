@@ -1,7 +1,6 @@
 package execcore
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -198,29 +197,6 @@ func TestSupervise(t *testing.T) {
 	<-time.After(100 * time.Millisecond)
 	if renewals.Load() != n {
 		t.Fatalf("renewals went on after Stop: %d, then %d", n, renewals.Load())
-	}
-}
-
-// Every calls fn each period until its context ends.
-func TestEvery(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	calls := 0
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Every(ctx, time.Millisecond, func() {
-			if calls++; calls == 3 {
-				cancel()
-			}
-		})
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Every did not end with its context")
-	}
-	if calls != 3 {
-		t.Fatalf("%d calls, want 3 (none after the context ended)", calls)
 	}
 }
 

@@ -1,5 +1,6 @@
 // Package protoconv converts between the model (lib/model) and the gRPC messages
-// (hero.v1), both ways, field by field.
+// (hero.v1), both ways, field by field. It links no Redis client: the Go SDK uses
+// it (events, which lib/store defines, are converted where they are served).
 package protoconv
 
 import (
@@ -8,7 +9,6 @@ import (
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 
 	"github.com/hero-coordinator/hero/lib/model"
-	"github.com/hero-coordinator/hero/lib/store"
 )
 
 func ActorToPB(a *model.Actor) *herov1.Actor {
@@ -218,9 +218,4 @@ func MessageFromPB(m *herov1.Message) *model.Message {
 		out.Nodes = append(out.Nodes, model.FlowNode{ID: n.Id, Depends: n.Depends, Prerequisites: n.Prerequisites, SupervisorURL: n.SupervisorUrl, NodeStatus: model.NodeStatus(n.NodeStatus)})
 	}
 	return out
-}
-
-func EventToPB(e *store.Event) *herov1.Event {
-	return &herov1.Event{Id: e.ID, TimeMs: e.TimeMs, Type: e.Type, Actor: e.Actor, ContextId: e.ContextID, FlowId: e.FlowID,
-		JobId: e.JobID, CallerId: e.CallerID, Status: e.Status, Detail: e.Detail}
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hero-coordinator/hero/lib/bytesize"
 	"github.com/hero-coordinator/hero/lib/config"
 	"github.com/hero-coordinator/hero/lib/model"
 )
@@ -71,10 +72,10 @@ func (c *Config) Validate() error {
 		{"--job-disk", c.Disk, c.DiskMax, &c.limits.DiskBytes, &c.max.DiskBytes},
 	} {
 		var err error
-		if *l.dst, err = ParseSize(l.def); err != nil {
+		if *l.dst, err = bytesize.Parse(l.def); err != nil {
 			return fmt.Errorf("%s: %v", l.flag, err)
 		}
-		if *l.mdst, err = maximum(l.max, *l.dst, ParseSize); err != nil {
+		if *l.mdst, err = maximum(l.max, *l.dst, bytesize.Parse); err != nil {
 			return fmt.Errorf("%s-max: %v", l.flag, err)
 		}
 	}
@@ -139,27 +140,4 @@ func (c *Config) Max() Limits { return c.max }
 func (c *Config) Options() Options {
 	return Options{Mode: c.Mode, UID: c.UID, GID: c.GID, Binds: c.binds,
 		NetDeny: c.deny, NetDenyHost: c.denyHost, NeedNetwork: c.Network == model.NetworkOutbound}
-}
-
-// ParseSize reads "512MiB", "2GiB", "64KiB", "1048576" (bytes); "" and "0" are 0.
-func ParseSize(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	if s == "" || s == "0" {
-		return 0, nil
-	}
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		m      int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
-		if v, ok := strings.CutSuffix(s, u.suffix); ok {
-			s, mult = strings.TrimSpace(v), u.m
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%q is not a size (e.g. 512MiB, 2GiB)", s)
-	}
-	return n * mult, nil
 }

@@ -16,11 +16,6 @@ import (
 // job failed for good (ms). The job hash keeps everything else: its last error, its
 // attempt count, and dlq_at_ms. Retention deletes the entries with the jobs.
 
-// DLQPage lists DLQ entries newest first (members "<caller>:<id>").
-func (d *DB) DLQPage(ctx context.Context, cursor string, limit int) ([]string, string, error) {
-	return d.Page(ctx, keys.DLQ, cursor, limit)
-}
-
 // DLQHas reports whether a job is in the DLQ.
 func (d *DB) DLQHas(ctx context.Context, callerID, id uint32) (bool, error) {
 	var cmd *redis.FloatCmd

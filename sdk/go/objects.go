@@ -7,7 +7,6 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/protoconv"
-	"github.com/hero-coordinator/hero/lib/store"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -51,8 +50,20 @@ type DagNode struct {
 	FunctionName string `json:"function_name,omitempty"`
 }
 
-// Event is one entry of a context's event stream.
-type Event = store.Event
+// Event is one entry of a context's event stream (the SDK's own type: it links no
+// Redis client).
+type Event struct {
+	ID        string `json:"id"`
+	TimeMs    int64  `json:"time_ms"`
+	Type      string `json:"type"`  // object.verb: job.created, job.started, flow.finished, …
+	Actor     string `json:"actor"` // acting actor id ("7", or "7 via operator:<fingerprint>"), "operator:<fingerprint>", or a service name
+	ContextID uint32 `json:"context_id"`
+	FlowID    uint32 `json:"flow_id,omitempty"`
+	JobID     uint32 `json:"job_id,omitempty"`
+	CallerID  uint32 `json:"caller_id,omitempty"`
+	Status    string `json:"status,omitempty"`
+	Detail    string `json:"detail,omitempty"`
+}
 
 // Events is a page of events; Next is the position to read after.
 type Events struct {
@@ -66,7 +77,7 @@ type Events struct {
 func jobOf(j *herov1.Job) *model.Job    { return emptyNotNil(protoconv.JobFromPB(j)) }
 func flowOf(f *herov1.Flow) *model.Flow { return emptyNotNil(protoconv.FlowFromPB(f)) }
 func eventOf(e *herov1.Event) Event {
-	return store.Event{ID: e.Id, TimeMs: e.TimeMs, Type: e.Type, Actor: e.Actor, ContextID: e.ContextId, FlowID: e.FlowId, JobID: e.JobId, CallerID: e.CallerId, Status: e.Status, Detail: e.Detail}
+	return Event{ID: e.Id, TimeMs: e.TimeMs, Type: e.Type, Actor: e.Actor, ContextID: e.ContextId, FlowID: e.FlowId, JobID: e.JobId, CallerID: e.CallerId, Status: e.Status, Detail: e.Detail}
 }
 func actorOf(a *herov1.Actor) *model.Actor { return emptyNotNil(protoconv.ActorFromPB(a)) }
 

@@ -2,6 +2,7 @@ package hero
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
@@ -28,5 +29,22 @@ func TestJobOfListsEmptyNotNull(t *testing.T) {
 		if _, ok := m["args"]; ok {
 			t.Errorf("args (omitempty) is in %s", b)
 		}
+	}
+}
+
+// An event from a gRPC answer carries every field of the message into the SDK's own
+// Event (a field added to one and not the other fails here).
+func TestEventOfEveryField(t *testing.T) {
+	pb := &herov1.Event{Id: "1-0", TimeMs: 2, Type: "job.started", Actor: "7", ContextId: 3, FlowId: 4, JobId: 5, CallerId: 6, Status: "started", Detail: "d"}
+	b, err := json.Marshal(eventOf(pb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"id":"1-0","time_ms":2,"type":"job.started","actor":"7","context_id":3,"flow_id":4,"job_id":5,"caller_id":6,"status":"started","detail":"d"}`
+	if string(b) != want {
+		t.Errorf("eventOf = %s, want %s", b, want)
+	}
+	if got, n := reflect.TypeOf(Event{}).NumField(), pb.ProtoReflect().Descriptor().Fields().Len(); got != n {
+		t.Errorf("Event has %d fields, hero.v1.Event %d", got, n)
 	}
 }

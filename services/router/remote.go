@@ -165,13 +165,7 @@ func (r *router) sendRemote(ctx context.Context, db *store.DB, cl *store.Claim, 
 		}
 	}
 	now := time.Now()
-	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, cl.Item, "status", string(model.MessageDispatched), "transport_id", transportID, "transport_dst", dst,
-			"dispatched_at_ms", dispatched.UnixMilli(), "sent_at_ms", now.UnixMilli(), "updated_at", now.Unix())
-		store.AckOn(ctx, p, cl)
-		return nil
-	})
-	if err != nil {
+	if err := db.MessageSent(ctx, cl, transportID, dst, dispatched, now); err != nil {
 		log.Error().Err(err).Msg("record sent message")
 		return
 	}
@@ -260,12 +254,7 @@ func (r *router) tooLate(ctx context.Context, db *store.DB, cl *store.Claim, j *
 	takeBy := time.UnixMilli(o.TakeByMs)
 	reason := fmt.Sprintf("job request from node %s came %v after its take-by time (%s): its origin has given up waiting for the acknowledgement; dropped, not run",
 		o.PK, now.Sub(takeBy).Round(time.Millisecond), takeBy.UTC().Format(time.RFC3339Nano))
-	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, cl.Item, "status", string(model.MessageError), "error", reason, "updated_at", now.Unix())
-		store.AckOn(ctx, p, cl)
-		return nil
-	})
-	if err != nil {
+	if err := db.FailMessage(ctx, cl.Item, store.MessageFailure{Reason: reason, At: now, Release: cl}); err != nil {
 		log.Error().Err(err).Msg("record a late job request")
 		r.giveBack(ctx, db, cl, err)
 		return true
@@ -460,15 +449,7 @@ func (r *router) applyRemoteResult(ctx context.Context, db *store.DB, cl *store.
 	if !r.reportEnd(ctx, db, cl, []*herov1.JobDoneRequest{done}, log) {
 		return
 	}
-	arrived := time.Now()
-	now := arrived.Unix()
-	_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, m.OriginMsg, "status", string(model.MessageProcessed), "result_at_ms", arrived.UnixMilli(), "updated_at", now)
-		p.HSet(ctx, cl.Item, "status", string(model.MessageProcessed), "updated_at", now)
-		store.AckOn(ctx, p, cl)
-		return nil
-	})
-	if err != nil {
+	if err := db.ResultDelivered(ctx, m.OriginMsg, cl, time.Now()); err != nil {
 		log.Error().Err(err).Msg("ack remote result")
 		return
 	}
@@ -566,11 +547,7 @@ func (r *router) failRemote(ctx context.Context, db *store.DB, m *model.Message,
 	if applied, err := db.ApplyRemoteResult(ctx, &fail, "remote:"+m.TransportDst); err != nil || !applied {
 		return
 	}
-	_, _ = db.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, msgKey, "status", string(model.MessageError), "error", reason, "updated_at", now.Unix())
-		store.AddEvent(ctx, p, &store.Event{Type: string(model.EventJobFailed), Actor: store.ActorRouter, FlowID: j.FlowID, JobID: j.ID, CallerID: j.CallerID, Status: string(model.JobError), Detail: reason})
-		return nil
-	})
+	_ = db.FailMessage(ctx, msgKey, store.MessageFailure{Reason: reason, At: now, Event: jobFailed(&j, reason)})
 	log.Warn().Str("reason", reason).Msg("remote job timed out")
 	r.m.messages.WithLabelValues(model.KindJobRequest, "remote_timeout").Inc()
 	for ctx.Err() == nil {

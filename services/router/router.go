@@ -18,12 +18,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
 	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/tick"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -657,14 +657,11 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 			return
 		}
 	}
-	_, err := db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, cl.Item, "status", string(model.MessageError), "error", reason, "updated_at", now.Unix())
-		if j != nil {
-			store.AddEvent(ctx, p, &store.Event{Type: string(model.EventJobFailed), Actor: store.ActorRouter, FlowID: j.FlowID, JobID: j.ID, CallerID: j.CallerID, Status: string(model.JobError), Detail: reason})
-		}
-		return nil
-	})
-	if err != nil {
+	f := store.MessageFailure{Reason: reason, At: now}
+	if j != nil {
+		f.Event = jobFailed(j, reason)
+	}
+	if err := db.FailMessage(ctx, cl.Item, f); err != nil {
 		log.Error().Err(err).Msg("record undeliverable job")
 		r.giveBack(ctx, db, cl, err)
 		return
@@ -678,6 +675,11 @@ func (r *router) failMessage(ctx context.Context, db *store.DB, cl *store.Claim,
 	}
 	_ = db.Ack(ctx, cl)
 	r.m.messages.WithLabelValues(model.KindJobRequest, "failed").Inc()
+}
+
+// jobFailed is the event of a job the router failed.
+func jobFailed(j *model.Job, reason string) *store.Event {
+	return &store.Event{Type: string(model.EventJobFailed), Actor: store.ActorRouter, FlowID: j.FlowID, JobID: j.ID, CallerID: j.CallerID, Status: string(model.JobError), Detail: reason}
 }
 
 // reportEnd calls the scheduler until it answers (backing off, keeping the message's
@@ -738,7 +740,7 @@ func (r *router) callJobsDone(ctx context.Context, ends []*herov1.JobDoneRequest
 // the routers and runners sweeps a server per period.
 func (r *router) sweepLeases(ctx context.Context) {
 	every := r.lease / 3
-	execcore.Every(ctx, every, func() {
+	tick.Every(ctx, every, func() {
 		r.store.SweepBusy(ctx, r.id, every, time.Now(), r.lease, func(id uint32, mv store.Requeued) {
 			r.m.requeued.Inc()
 			r.log.Warn().Uint32(obs.KeyContextID, id).Str("queue", mv.Queue).Str("item", mv.Item).Msg("lease expired; item back on its queue")

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/config"
-	"github.com/hero-coordinator/hero/lib/dispatcher"
+	dispatchworker "github.com/hero-coordinator/hero/lib/dispatcher/worker"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/sandbox"
 )
@@ -38,7 +38,7 @@ type Config struct {
 	ApplyEnds      bool
 	interpreters   map[model.ScriptType][]string
 	executors      []executorConfig
-	Dispatcher     dispatcher.WorkerConfig
+	Dispatcher     dispatchworker.Config
 	Sandbox        sandbox.Config
 	types          []model.ScriptType
 	contextIDs     []uint32                   // nil: every registered context

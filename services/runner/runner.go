@@ -23,6 +23,7 @@ import (
 	"github.com/hero-coordinator/hero/lib/obs"
 	"github.com/hero-coordinator/hero/lib/sandbox"
 	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/tick"
 )
 
 // runner claims jobs from the queues of the contexts it serves and runs them.
@@ -794,7 +795,7 @@ func (r *runner) stop(ref model.JobRef, reason string) bool {
 // heartbeatLoop announces this process on every server that holds a served context
 // (one round trip per server).
 func (r *runner) heartbeatLoop(ctx context.Context) {
-	execcore.Every(ctx, r.cfg.Heartbeat, func() {
+	tick.Every(ctx, r.cfg.Heartbeat, func() {
 		_ = r.store.Heartbeat(ctx, r.cfg.RunnerID, r.cfg.WorkerID, r.servedContexts())
 	})
 }
@@ -804,7 +805,7 @@ func (r *runner) heartbeatLoop(ctx context.Context) {
 // only at the contexts of coord:busy, and one process sweeps a server per period.
 func (r *runner) sweepLoop(ctx context.Context) {
 	every := r.cfg.Lease / 3
-	execcore.Every(ctx, every, func() {
+	tick.Every(ctx, every, func() {
 		r.store.SweepBusy(ctx, r.cfg.WorkerID, every, time.Now(), r.cfg.Lease, func(id uint32, mv store.Requeued) {
 			r.m.requeued.Inc()
 			r.log.Warn().Uint32(obs.KeyContextID, id).Str("queue", mv.Queue).Str("item", mv.Item).Msg("lease expired; job back on its queue")

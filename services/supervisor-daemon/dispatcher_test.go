@@ -14,6 +14,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/config"
 	"github.com/hero-coordinator/hero/lib/dispatcher"
+	dispatchworker "github.com/hero-coordinator/hero/lib/dispatcher/worker"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
@@ -78,12 +79,12 @@ func TestDispatcherAPI(t *testing.T) {
 	checkDispatcherGRPC(t, ctx, d)
 }
 
-// startAPIWorker runs a lib/dispatcher worker ("api", /bin/sh) on DB 2 until the
+// startAPIWorker runs a lib/dispatcher/worker worker ("api", /bin/sh) on DB 2 until the
 // test ends.
 func startAPIWorker(t *testing.T, srv *redistest.Server, logDir string) {
 	t.Helper()
 	ctx := context.Background()
-	wc := &dispatcher.WorkerConfig{Workers: "api=/bin/sh", DB: 2, Prefix: "hero:", LogDir: logDir, Concurrency: 1, ReplyTTL: time.Hour, StaleAfter: 15 * time.Second}
+	wc := &dispatchworker.Config{Workers: "api=/bin/sh", DB: 2, Prefix: "hero:", LogDir: logDir, Concurrency: 1, ReplyTTL: time.Hour, StaleAfter: 15 * time.Second}
 	w, err := wc.Open(ctx, srv.Options(), "api-test", 5*time.Second, 0, zerolog.Nop(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

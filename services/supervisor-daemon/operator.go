@@ -16,7 +16,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
 // operatorSecrets checks operator secrets. A secret is known by its fingerprint, an
@@ -257,4 +259,107 @@ func writeSecretFile(path, secret string) error {
 		return fmt.Errorf("--admin-secret-file: %v", err)
 	}
 	return f.Close()
+}
+
+// ---- the secret.* methods and their gRPC methods ----
+
+// secretView is an operator secret as the API shows it.
+type secretView = model.OperatorSecret
+
+func viewSecret(r store.SecretRecord, p Principal) secretView {
+	return secretView{Fingerprint: r.Fingerprint, Source: r.Source, CreatedAtMs: r.CreatedMs, RevokedAtMs: r.RevokedMs, Reason: r.Reason, Current: r.Fingerprint == p.Fingerprint}
+}
+
+type secretListResult struct {
+	Items []secretView `json:"items"`
+}
+
+func (s *service) secretList(ctx context.Context, p Principal, _ noParams) (*secretListResult, error) {
+	if err := requireOperator(p, "secret.list"); err != nil {
+		return nil, err
+	}
+	recs, err := s.secrets.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &secretListResult{Items: []secretView{}}
+	for _, r := range recs {
+		out.Items = append(out.Items, viewSecret(r, p))
+	}
+	return out, nil
+}
+
+type secretCreateResult struct {
+	Fingerprint string `json:"fingerprint"`
+	Secret      string `json:"secret"`
+}
+
+func (s *service) secretCreate(ctx context.Context, p Principal, _ noParams) (*secretCreateResult, error) {
+	if err := requireOperator(p, "secret.create"); err != nil {
+		return nil, err
+	}
+	secret, fp, err := s.secrets.generate(ctx, store.SecretAPI)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info().Str("fingerprint", fp).Str("by", p.Name()).Msg("operator secret created")
+	return &secretCreateResult{Fingerprint: fp, Secret: secret}, nil
+}
+
+type secretRevokeParams struct {
+	Fingerprint string `json:"fingerprint"`
+}
+
+func (s *service) secretRevoke(ctx context.Context, p Principal, in secretRevokeParams) (*secretView, error) {
+	if err := requireOperator(p, "secret.revoke"); err != nil {
+		return nil, err
+	}
+	if in.Fingerprint == "" {
+		return nil, invalidParams("fingerprint", "fingerprint is required (secret.list lists them)")
+	}
+	rec, err := s.secrets.revoke(ctx, in.Fingerprint, p.Name())
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info().Str("fingerprint", in.Fingerprint).Str("by", p.Name()).Msg("operator secret revoked")
+	v := viewSecret(*rec, p)
+	return &v, nil
+}
+
+func secretToPB(v secretView) *herov1.OperatorSecret {
+	return &herov1.OperatorSecret{Fingerprint: v.Fingerprint, Source: v.Source, CreatedAtMs: v.CreatedAtMs, RevokedAtMs: v.RevokedAtMs, Reason: v.Reason, Current: v.Current}
+}
+
+func (c *coordinatorServer) ListOperatorSecrets(ctx context.Context, _ *herov1.ListOperatorSecretsRequest) (*herov1.ListOperatorSecretsResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.ListOperatorSecretsResponse, error) {
+		res, err := c.s.secretList(ctx, p, noParams{})
+		if err != nil {
+			return nil, err
+		}
+		out := &herov1.ListOperatorSecretsResponse{}
+		for _, v := range res.Items {
+			out.Items = append(out.Items, secretToPB(v))
+		}
+		return out, nil
+	})
+}
+
+func (c *coordinatorServer) CreateOperatorSecret(ctx context.Context, _ *herov1.CreateOperatorSecretRequest) (*herov1.CreateOperatorSecretResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateOperatorSecretResponse, error) {
+		res, err := c.s.secretCreate(ctx, p, noParams{})
+		if err != nil {
+			return nil, err
+		}
+		return &herov1.CreateOperatorSecretResponse{Fingerprint: res.Fingerprint, Secret: res.Secret}, nil
+	})
+}
+
+func (c *coordinatorServer) RevokeOperatorSecret(ctx context.Context, r *herov1.RevokeOperatorSecretRequest) (*herov1.RevokeOperatorSecretResponse, error) {
+	return call(ctx, func(ctx context.Context, p Principal) (*herov1.RevokeOperatorSecretResponse, error) {
+		v, err := c.s.secretRevoke(ctx, p, secretRevokeParams{Fingerprint: r.Fingerprint})
+		if err != nil {
+			return nil, err
+		}
+		return &herov1.RevokeOperatorSecretResponse{Secret: secretToPB(*v)}, nil
+	})
 }

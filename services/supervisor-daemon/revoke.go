@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hero-coordinator/hero/lib/auth"
+	"github.com/hero-coordinator/hero/lib/tick"
 )
 
 // Revocation reaches open streams (docs/security.md, Rotation). A stream (Watch,
@@ -198,18 +199,11 @@ const periodic = "periodic check"
 // hand; there is no actor.delete), with the bound a session connection's calls have
 // (--auth-session-recheck). It costs nothing without open streams.
 func (a *authenticator) streamSweep(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, every, func() {
 		if open := a.streams.matching(func(*openStream) bool { return true }); len(open) > 0 {
 			a.recheck(periodic, open)
 		}
-	}
+	})
 }
 
 // streamAllowed checks a stream again as things are now: its credentials (reauth) and,

@@ -1,10 +1,12 @@
-package dispatcher
+package worker
 
 import (
 	_ "embed"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/dispatcher"
 )
 
 // Every transition of a job that involves more than one key is one Lua script, so that
@@ -45,7 +47,7 @@ var appendLogLua string
 // statusPrelude defines the job statuses (Status*, from lib/model) as the Lua locals
 // ST_DISPATCHED, ST_STARTED, ST_ERROR and ST_FINISHED.
 var statusPrelude = fmt.Sprintf("local ST_DISPATCHED, ST_STARTED, ST_ERROR, ST_FINISHED = '%s', '%s', '%s', '%s'\n",
-	StatusDispatched, StatusStarted, StatusError, StatusFinished)
+	dispatcher.StatusDispatched, dispatcher.StatusStarted, dispatcher.StatusError, dispatcher.StatusFinished)
 
 var (
 	startScript     = redis.NewScript(statusPrelude + endStoppedLua + startLua)

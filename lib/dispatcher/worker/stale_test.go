@@ -1,4 +1,4 @@
-package dispatcher
+package worker
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/dispatcher"
 )
 
 // TestKillNineMidJob: a worker process killed with SIGKILL while it runs a job loses
@@ -38,7 +40,7 @@ func TestKillNineMidJob(t *testing.T) {
 	// with the worker). Second run: finish.
 	marker := filepath.Join(dir, "ran-once")
 	runs := filepath.Join(dir, "runs") // one line per start of the job
-	id := NewJobID()
+	id := dispatcher.NewJobID()
 	script := `echo run >> ` + runs + `
 if [ -e ` + marker + ` ]; then echo "second run"; exit 0; fi
 touch ` + marker + `
@@ -61,7 +63,7 @@ exec sleep 60`
 
 	// Another worker, in this process: it finds the victim's heartbeat stale (1 s) and
 	// requeues its job, which it then runs.
-	w, _ := h.worker(WorkerParams{Workers: sh("k9"), ProcessID: "rescuer", StaleAfter: time.Second})
+	w, _ := h.worker(Params{Workers: sh("k9"), ProcessID: "rescuer", StaleAfter: time.Second})
 	if r := h.reply(id, 30*time.Second); r != "second run\n" {
 		t.Fatalf("reply = %q", r)
 	}
@@ -113,19 +115,19 @@ func TestForeignClaimNotRequeued(t *testing.T) {
 	ctx := context.Background()
 
 	// A foreign worker took job F an hour ago (BLPOP, HSET started) and went silent.
-	f := NewJobID()
+	f := dispatcher.NewJobID()
 	old := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 	h.seedJob(f, "fs", "echo foreign", "status", "started", "updated_at", old)
 
 	// A dead process of ours holds job D.
-	d := NewJobID()
+	d := dispatcher.NewJobID()
 	h.seedJob(d, "fs", "echo requeued", "status", "started")
 	h.rdb.ZAdd(ctx, "hero:coord:procs", redis.Z{Score: float64(time.Now().Add(-time.Hour).UnixMilli()), Member: "dead-one"})
 	h.rdb.HSet(ctx, "hero:coord:proc:dead-one", "worker_ids", `["fs"]`)
 	h.rdb.LPush(ctx, "hero:coord:processing:dead-one:fs", d)
 	h.rdb.HSet(ctx, "hero:coord:claims", d, "dead-one")
 
-	h.worker(WorkerParams{Workers: sh("fs")})
+	h.worker(Params{Workers: sh("fs")})
 	// D's run proves a sweep has happened.
 	if r := h.reply(d, 20*time.Second); r != "requeued\n" {
 		t.Fatalf("reply %q", r)
@@ -148,8 +150,8 @@ func TestHandBackAtShutdown(t *testing.T) {
 	h := newHarness(t)
 	h.needRedisCLI()
 	ctx := context.Background()
-	_, stop := h.worker(WorkerParams{Workers: sh("hb"), ProcessID: "leaving"})
-	id := NewJobID()
+	_, stop := h.worker(Params{Workers: sh("hb"), ProcessID: "leaving"})
+	id := dispatcher.NewJobID()
 	h.seedJob(id, "hb", rc+` LPUSH test:hb-running "$HERO_ATTEMPT" >/dev/null; sleep 60 & wait`)
 	h.push("hb", id)
 	h.signal("hb-running", 20*time.Second)
@@ -166,8 +168,8 @@ func TestHandBackAtShutdown(t *testing.T) {
 	if n := h.rdb.Exists(ctx, "hero:reply:"+id).Val(); n != 0 {
 		t.Error("a handed-back job got a reply")
 	}
-	c, _ := NewClient(h.rdb, ClientOptions{})
-	h.worker(WorkerParams{Workers: sh("hb"), ProcessID: "taking-over"})
+	c, _ := dispatcher.NewClient(h.rdb, dispatcher.ClientOptions{})
+	h.worker(Params{Workers: sh("hb"), ProcessID: "taking-over"})
 	h.signal("hb-running", 20*time.Second)
 	if _, err := c.StopJob(ctx, id); err != nil {
 		t.Fatal(err)

@@ -1,10 +1,12 @@
-package dispatcher
+package worker
 
 import (
 	"context"
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/hero-coordinator/hero/lib/dispatcher"
 )
 
 // iso8601 is what the seed's timestamps look like (RFC 3339 profile of ISO 8601).
@@ -17,7 +19,7 @@ var iso8601 = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z
 func TestConformanceForeignClient(t *testing.T) {
 	h := newHarness(t)
 	h.needRedisCLI()
-	h.worker(WorkerParams{Workers: []WorkerSpec{{ID: "conf", Argv: []string{"/bin/sh"}}}})
+	h.worker(Params{Workers: []Spec{{ID: "conf", Argv: []string{"/bin/sh"}}}})
 	foreignClientSuccess(t, h)
 	foreignClientFailure(t, h)
 	foreignClientUnclaimedReply(t, h)
@@ -36,7 +38,7 @@ func TestConformanceForeignClient(t *testing.T) {
 // foreignClientSuccess: a job that succeeds. Its script reads its own status while it
 // runs: the worker must have written "started" before executing it.
 func foreignClientSuccess(t *testing.T, h *harness) {
-	id := NewJobID()
+	id := dispatcher.NewJobID()
 	script := `printf 'status=%s\n' "$(` + rc + ` HGET hero:job:$HERO_JOB_ID status)"; echo "greeting=$GREETING"`
 	env := `{"RP":"` + h.port + `","GREETING":"hello"}`
 	h.seedJob(id, "conf", script, "env_vars", env)
@@ -60,7 +62,7 @@ func foreignClientSuccess(t *testing.T, h *harness) {
 	if !iso8601.MatchString(after["updated_at"]) {
 		t.Errorf("updated_at = %q, not ISO 8601", after["updated_at"])
 	}
-	if u, err := ParseTime(after["updated_at"]); err != nil || !u.After(time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)) {
+	if u, err := dispatcher.ParseTime(after["updated_at"]); err != nil || !u.After(time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)) {
 		t.Errorf("updated_at %q was not advanced (%v)", after["updated_at"], err)
 	}
 	checkOnlyWorkerFields(t, before, after)
@@ -91,7 +93,7 @@ func checkOnlyWorkerFields(t *testing.T, before, after map[string]string) {
 // foreignClientFailure: a job that fails: status error, error the reason, the reply
 // the error text.
 func foreignClientFailure(t *testing.T, h *harness) {
-	id2 := NewJobID()
+	id2 := dispatcher.NewJobID()
 	h.seedJob(id2, "conf", "echo partial; echo oops >&2; exit 3")
 	h.push("conf", id2)
 	got := h.reply(id2, 20*time.Second)
@@ -113,11 +115,11 @@ func foreignClientFailure(t *testing.T, h *harness) {
 // foreignClientUnclaimedReply: a reply nobody takes expires.
 func foreignClientUnclaimedReply(t *testing.T, h *harness) {
 	ctx := context.Background()
-	id3 := NewJobID()
+	id3 := dispatcher.NewJobID()
 	h.seedJob(id3, "conf", "echo unclaimed")
 	h.push("conf", id3)
 	// Wait for its end through a job queued after it (FIFO, one at a time).
-	id4 := NewJobID()
+	id4 := dispatcher.NewJobID()
 	h.seedJob(id4, "conf", "echo next")
 	h.push("conf", id4)
 	h.reply(id4, 20*time.Second)
@@ -137,12 +139,12 @@ func TestFIFO(t *testing.T) {
 	h.needRedisCLI()
 	var ids []string
 	for i := 0; i < 5; i++ {
-		id := NewJobID()
+		id := dispatcher.NewJobID()
 		ids = append(ids, id)
 		h.seedJob(id, "fifo", rc+" RPUSH test:order "+id+" >/dev/null")
 		h.push("fifo", id)
 	}
-	h.worker(WorkerParams{Workers: []WorkerSpec{{ID: "fifo", Argv: []string{"/bin/sh"}}}})
+	h.worker(Params{Workers: []Spec{{ID: "fifo", Argv: []string{"/bin/sh"}}}})
 	h.reply(ids[len(ids)-1], 20*time.Second)
 	order := h.rdb.LRange(context.Background(), "test:order", 0, -1).Val()
 	if len(order) != len(ids) {

@@ -1,4 +1,4 @@
-package dispatcher
+package worker
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hero-coordinator/hero/lib/dispatcher"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 )
 
@@ -30,7 +31,7 @@ func TestRedisRestartWhileJobsFinish(t *testing.T) {
 				t.Skip("redis-cli not installed: the job scripts of this test use it")
 			}
 			rs := redistest.Start(t, redistest.Options{ExtraArgs: []string{"--appendonly", "yes", "--appendfsync", "always"}})
-			h := &harness{t: t, rdb: rs.Client(t, 0), keys: NewKeys(""), logs: &syncBuffer{}}
+			h := &harness{t: t, rdb: rs.Client(t, 0), keys: dispatcher.NewKeys(""), logs: &syncBuffer{}}
 			h.port = rs.Addr[strings.LastIndex(rs.Addr, ":")+1:]
 			t.Cleanup(func() {
 				if t.Failed() {
@@ -39,12 +40,12 @@ func TestRedisRestartWhileJobsFinish(t *testing.T) {
 			})
 			opt, _ := redis.ParseURL(rs.URL)
 			opt.MaxRetries = -1
-			h.worker(WorkerParams{Redis: redis.NewClient(opt), Workers: sh("ft"), Concurrency: 16, BlockTimeout: time.Second})
+			h.worker(Params{Redis: redis.NewClient(opt), Workers: sh("ft"), Concurrency: 16, BlockTimeout: time.Second})
 			ledger := t.TempDir()
 			const n = 16
 			ids := make([]string, n)
 			for i := range ids {
-				ids[i] = NewJobID()
+				ids[i] = dispatcher.NewJobID()
 				// start line, a signal while Redis is up, then the end comes while it is down
 				script := fmt.Sprintf(`echo start >> %s/$HERO_JOB_ID; %s LPUSH test:started x >/dev/null; %s BLPOP test:go 30 >/dev/null; sleep 1; echo end >> %s/$HERO_JOB_ID`, ledger, rc, rc, ledger)
 				h.seedJob(ids[i], "ft", script, "concurrent", "true")
@@ -77,7 +78,7 @@ func TestRedisRestartWhileJobsFinish(t *testing.T) {
 				}
 			}
 			// The worker still serves.
-			after := NewJobID()
+			after := dispatcher.NewJobID()
 			h.seedJob(after, "ft", "echo after")
 			h.push("ft", after)
 			if r := h.reply(after, 30*time.Second); r != "after\n" {

@@ -1,4 +1,4 @@
-package dispatcher
+package worker
 
 import (
 	"context"
@@ -16,10 +16,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/dispatcher"
 	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/obs"
 	"github.com/hero-coordinator/hero/lib/sandbox"
+	"github.com/hero-coordinator/hero/lib/tick"
 )
 
 // Log keys added by this package (obs has the others).
@@ -28,17 +30,17 @@ const (
 	KeyJobID    = obs.KeyJobID
 )
 
-// WorkerSpec is one worker id served and the interpreter its scripts run under.
-type WorkerSpec struct {
+// Spec is one worker id served and the interpreter its scripts run under.
+type Spec struct {
 	ID   string   // the worker_id: jobs come from <prefix>work_queue:<ID>
 	Argv []string // interpreter command and arguments; the script comes on stdin
 }
 
-// WorkerParams configure a Worker. Zero values take the defaults shown.
-type WorkerParams struct {
+// Params configure a Worker. Zero values take the defaults shown.
+type Params struct {
 	Redis   *redis.Client // on the protocol's DB; its pool needs len(Workers)+4 connections or more
 	Prefix  string        // key prefix (default "hero:")
-	Workers []WorkerSpec  // worker ids served, at least one
+	Workers []Spec        // worker ids served, at least one
 
 	// LogDir confines log_path: a job's log file must lie inside it ("" = jobs with a
 	// log_path are refused).
@@ -91,10 +93,10 @@ func DefaultProcessID() string {
 
 // Worker is the worker side of the protocol: it serves one or more worker ids.
 type Worker struct {
-	p      WorkerParams
+	p      Params
 	rdb    *redis.Client
-	keys   Keys
-	specs  []WorkerSpec
+	keys   dispatcher.Keys
+	specs  []Spec
 	proc   string
 	log    zerolog.Logger
 	m      *workerMetrics
@@ -108,11 +110,11 @@ type Worker struct {
 	core  *execcore.Tracker[string]
 	ready chan struct{}
 
-	ownsRedis bool // opened by WorkerConfig.Open: Run closes it
+	ownsRedis bool // opened by Config.Open: Run closes it
 }
 
-// NewWorker checks the parameters and returns a worker; Run starts it.
-func NewWorker(p WorkerParams) (*Worker, error) {
+// New checks the parameters and returns a worker; Run starts it.
+func New(p Params) (*Worker, error) {
 	if p.Redis == nil {
 		return nil, errors.New("dispatcher worker: no Redis client")
 	}
@@ -175,7 +177,7 @@ func NewWorker(p WorkerParams) (*Worker, error) {
 	if !processIDRE.MatchString(p.ProcessID) {
 		return nil, fmt.Errorf("dispatcher worker: process id %q must be 1-128 characters of [A-Za-z0-9._-]", p.ProcessID)
 	}
-	dir, err := cleanLogDir(p.LogDir)
+	dir, err := dispatcher.CleanLogDir(p.LogDir)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher worker: log directory: %v", err)
 	}
@@ -184,7 +186,7 @@ func NewWorker(p WorkerParams) (*Worker, error) {
 		return nil, fmt.Errorf("dispatcher worker: the Redis pool (%d) must have at least %d connections (one blocking connection per worker id, one for stop requests, the rest for work)", ps, len(p.Workers)+4)
 	}
 	w := &Worker{
-		p: p, rdb: p.Redis, keys: NewKeys(p.Prefix), specs: p.Workers, proc: p.ProcessID,
+		p: p, rdb: p.Redis, keys: dispatcher.NewKeys(p.Prefix), specs: p.Workers, proc: p.ProcessID,
 		log:   p.Log.With().Str(obs.KeyWorker, p.ProcessID).Logger(),
 		slots: map[string]chan struct{}{}, byStop: map[string]string{}, core: execcore.NewTracker[string](),
 	}
@@ -201,7 +203,7 @@ func NewWorker(p WorkerParams) (*Worker, error) {
 func (w *Worker) ProcessID() string { return w.proc }
 
 // Keys returns the worker's key names.
-func (w *Worker) Keys() Keys { return w.keys }
+func (w *Worker) Keys() dispatcher.Keys { return w.keys }
 
 // Ready is closed once Run has registered the process and waits for jobs.
 func (w *Worker) Ready() <-chan struct{} { return w.ready }
@@ -228,7 +230,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var claims, bg sync.WaitGroup
 	for _, s := range w.specs {
 		claims.Add(1)
-		go func(s WorkerSpec) {
+		go func(s Spec) {
 			defer claims.Done()
 			w.claimLoop(ctx, s)
 		}(s)
@@ -280,7 +282,7 @@ func (w *Worker) announce(ctx context.Context) error {
 	}
 	host, _ := os.Hostname()
 	_, err := w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, w.keys.Proc(w.proc), "worker_ids", jsonList(ids), "host", host, "pid", os.Getpid(), "started_at", FormatTime(time.Now()))
+		p.HSet(ctx, w.keys.Proc(w.proc), "worker_ids", dispatcher.FormatList(ids), "host", host, "pid", os.Getpid(), "started_at", dispatcher.FormatTime(time.Now()))
 		p.ZAdd(ctx, w.keys.Procs(), redis.Z{Score: float64(time.Now().UnixMilli()), Member: w.proc})
 		return nil
 	})
@@ -316,7 +318,7 @@ func (w *Worker) requeueProc(ctx context.Context, proc, cutoff string) (int, err
 	for _, id := range workerIDs {
 		keys = append(keys, w.keys.Processing(proc, id), w.keys.WorkQueue(id))
 	}
-	n, err := requeueScript.Run(ctx, w.rdb, keys, proc, cutoff, FormatTime(time.Now()), w.keys.Job("")).Int()
+	n, err := requeueScript.Run(ctx, w.rdb, keys, proc, cutoff, dispatcher.FormatTime(time.Now()), w.keys.Job("")).Int()
 	return n, err
 }
 
@@ -362,7 +364,7 @@ func (w *Worker) procWorkerIDs(ctx context.Context, proc string) ([]string, erro
 // claimLoop takes jobs of one worker id: a free slot, then BLMOVE from the right end
 // of the work queue (clients LPUSH: first in, first out) into this process's
 // processing list, so that a crash never loses a claimed job.
-func (w *Worker) claimLoop(ctx context.Context, s WorkerSpec) {
+func (w *Worker) claimLoop(ctx context.Context, s Spec) {
 	b, release := w.openBlocking(ctx, "claim")
 	if b == nil {
 		return
@@ -415,7 +417,7 @@ func (w *Worker) claimLoop(ctx context.Context, s WorkerSpec) {
 // processing list that this process does not hold: a pop whose answer the broken
 // connection lost moved its job there, and nothing else would ever run it. The claim
 // loop of the worker id calls it, so no claim of that id is under way.
-func (w *Worker) handBackOrphans(ctx context.Context, s WorkerSpec, log zerolog.Logger) {
+func (w *Worker) handBackOrphans(ctx context.Context, s Spec, log zerolog.Logger) {
 	ids, err := w.rdb.LRange(ctx, w.keys.Processing(w.proc, s.ID), 0, -1).Result()
 	if err != nil {
 		return // the next reconnect looks again
@@ -430,7 +432,7 @@ func (w *Worker) handBackOrphans(ctx context.Context, s WorkerSpec, log zerolog.
 
 // claimed prepares a job just moved into the processing list. It owns one slot of
 // the worker id and either passes it on to the job's goroutine or frees it.
-func (w *Worker) claimed(ctx context.Context, s WorkerSpec, id string, log zerolog.Logger) {
+func (w *Worker) claimed(ctx context.Context, s Spec, id string, log zerolog.Logger) {
 	slots := w.slots[s.ID]
 	weight := 1
 	free := func() {
@@ -466,9 +468,9 @@ func (w *Worker) claimed(ctx context.Context, s WorkerSpec, id string, log zerol
 		log.Warn().Msg("job id on the work queue has no job hash: skipped")
 		return
 	}
-	j, derr := ParseJob(id, h)
+	j, derr := dispatcher.ParseJob(id, h)
 	if msg := w.invalid(j, derr); msg != "" {
-		w.finish(s, ex, j, outcome{status: StatusError, err: msg, reason: "invalid"}, log)
+		w.finish(s, ex, j, outcome{status: dispatcher.StatusError, err: msg, reason: "invalid"}, log)
 		return
 	}
 	if deps := j.AllDependencies(); len(deps) > 0 {
@@ -484,7 +486,7 @@ func (w *Worker) claimed(ctx context.Context, s WorkerSpec, id string, log zerol
 			log.Info().Strs("dependencies", deps).Msg("job waits for its dependencies")
 			return
 		case "stopped":
-			w.m.jobs.WithLabelValues(s.ID, string(StatusError)).Inc()
+			w.m.jobs.WithLabelValues(s.ID, string(dispatcher.StatusError)).Inc()
 			w.m.errors.WithLabelValues(s.ID, "stopped").Inc()
 			log.Info().Msg("job stopped before it started")
 			w.ended(id)
@@ -492,7 +494,7 @@ func (w *Worker) claimed(ctx context.Context, s WorkerSpec, id string, log zerol
 		case "failed":
 			i, _ := strconv.Atoi(res[1])
 			d := deps[max(0, min(i-1, len(deps)-1))]
-			w.finish(s, ex, j, outcome{status: StatusError, err: fmt.Sprintf("dependency %s failed", d), reason: "dependency_failed"}, log)
+			w.finish(s, ex, j, outcome{status: dispatcher.StatusError, err: fmt.Sprintf("dependency %s failed", d), reason: "dependency_failed"}, log)
 			return
 		case "dropped":
 			log.Info().Msg("job stopped before it started: dropped from the queue")
@@ -526,13 +528,13 @@ func (w *Worker) claimed(ctx context.Context, s WorkerSpec, id string, log zerol
 }
 
 // invalid says why a job hash cannot run ("" when it can).
-func (w *Worker) invalid(j *Job, derr error) string {
+func (w *Worker) invalid(j *dispatcher.Job, derr error) string {
 	if strings.TrimSpace(j.Script) == "" {
 		return "invalid job: script is missing"
 	}
-	var de DecodeError
+	var de dispatcher.DecodeError
 	if errors.As(derr, &de) {
-		for _, f := range []string{FieldTimeout, FieldRetries, FieldConcurrent, FieldEnvVars, FieldPrerequisites, FieldDependencies} {
+		for _, f := range []string{dispatcher.FieldTimeout, dispatcher.FieldRetries, dispatcher.FieldConcurrent, dispatcher.FieldEnvVars, dispatcher.FieldPrerequisites, dispatcher.FieldDependencies} {
 			if fe := de.Field(f); fe != nil {
 				return "invalid job: " + fe.Error()
 			}
@@ -544,7 +546,7 @@ func (w *Worker) invalid(j *Job, derr error) string {
 		}
 	}
 	if j.LogPath != "" {
-		if _, err := resolveLogPath(w.p.LogDir, j.LogPath); err != nil {
+		if _, err := dispatcher.ResolveLogPath(w.p.LogDir, j.LogPath); err != nil {
 			return err.Error()
 		}
 	}
@@ -552,7 +554,7 @@ func (w *Worker) invalid(j *Job, derr error) string {
 }
 
 // park runs the dependency check (parkScript).
-func (w *Worker) park(s WorkerSpec, j *Job, deps []string) ([]string, error) {
+func (w *Worker) park(s Spec, j *dispatcher.Job, deps []string) ([]string, error) {
 	keys := []string{w.keys.Processing(w.proc, s.ID), w.keys.Job(j.ID), w.keys.StopMark(j.ID), w.keys.Reply(j.ID), w.keys.Waiting(s.ID)}
 	for _, d := range deps {
 		keys = append(keys, w.keys.Job(d))
@@ -562,7 +564,7 @@ func (w *Worker) park(s WorkerSpec, j *Job, deps []string) ([]string, error) {
 	}
 	now := time.Now()
 	ttl := max(w.p.StopMarkTTL, 24*time.Hour)
-	res, err := parkScript.Run(w.core.JobCtx(), w.rdb, keys, j.ID, FormatTime(now), w.p.ReplyTTL.Milliseconds(),
+	res, err := parkScript.Run(w.core.JobCtx(), w.rdb, keys, j.ID, dispatcher.FormatTime(now), w.p.ReplyTTL.Milliseconds(),
 		now.Add(w.p.DependencyRecheck).UnixMilli(), s.ID+"\t"+j.ID, ttl.Milliseconds(), len(deps)).StringSlice()
 	if err != nil {
 		return nil, err
@@ -577,7 +579,7 @@ func (w *Worker) park(s WorkerSpec, j *Job, deps []string) ([]string, error) {
 }
 
 // handBackOne puts one claimed job back at the consuming end of its queue.
-func (w *Worker) handBackOne(s WorkerSpec, id string, log zerolog.Logger) {
+func (w *Worker) handBackOne(s Spec, id string, log zerolog.Logger) {
 	err := w.retryWrite(log, "hand the job back", func(ctx context.Context) error {
 		_, err := w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.LRem(ctx, w.keys.Processing(w.proc, s.ID), 1, id)
@@ -696,7 +698,7 @@ func (w *Worker) handleStop(workerID, id string) {
 	defer cancel()
 	res, err := stopScript.Run(ctx, w.rdb,
 		[]string{w.keys.Job(id), w.keys.Claims(), w.keys.StopMark(id), w.keys.Waiting(workerID), w.keys.Reply(id)},
-		id, FormatTime(time.Now()), w.p.StopMarkTTL.Milliseconds(), w.p.ReplyTTL.Milliseconds()).StringSlice()
+		id, dispatcher.FormatTime(time.Now()), w.p.StopMarkTTL.Milliseconds(), w.p.ReplyTTL.Milliseconds()).StringSlice()
 	if err != nil || len(res) == 0 {
 		log.Error().Err(err).Msg("stop request")
 		return
@@ -722,7 +724,7 @@ func (w *Worker) handleStop(workerID, id string) {
 		}
 		log.Info().Str("owner", owner).Msg("stop request forwarded to the process running the job")
 	case "stopped":
-		w.m.jobs.WithLabelValues(workerID, string(StatusError)).Inc()
+		w.m.jobs.WithLabelValues(workerID, string(dispatcher.StatusError)).Inc()
 		w.m.errors.WithLabelValues(workerID, "stopped").Inc()
 		log.Info().Msg("job stopped before it started")
 		w.ended(id)
@@ -739,7 +741,7 @@ func (w *Worker) handleStop(workerID, id string) {
 
 // heartbeatLoop refreshes this process's heartbeat every Heartbeat period.
 func (w *Worker) heartbeatLoop(ctx context.Context) {
-	execcore.Every(ctx, w.p.Heartbeat, func() { w.heartbeat(ctx) })
+	tick.Every(ctx, w.p.Heartbeat, func() { w.heartbeat(ctx) })
 }
 
 // heartbeat refreshes this process's heartbeat. If another process removed it as

@@ -1,4 +1,4 @@
-package dispatcher
+package worker
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/dispatcher"
 )
 
 // Direct tests of the protocol's scripts (every file of lua/, lib_end_stopped through
@@ -19,7 +21,7 @@ type scriptEnv struct {
 	t    *testing.T
 	ctx  context.Context
 	rdb  *redis.Client
-	k    Keys
+	k    dispatcher.Keys
 	id   string
 	proc string
 }
@@ -29,7 +31,7 @@ func newScriptEnv(t *testing.T) *scriptEnv {
 	srv.Flush(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
-	return &scriptEnv{t: t, ctx: ctx, rdb: srv.Client(t, 0), k: NewKeys("s:"), id: "j1", proc: "p1"}
+	return &scriptEnv{t: t, ctx: ctx, rdb: srv.Client(t, 0), k: dispatcher.NewKeys("s:"), id: "j1", proc: "p1"}
 }
 
 // claimed writes the job's hash (status dispatched) and puts its id on p1's
@@ -55,7 +57,7 @@ func (e *scriptEnv) start() string {
 	return res
 }
 
-func (e *scriptEnv) finish(status Status, output, errText string) int {
+func (e *scriptEnv) finish(status dispatcher.Status, output, errText string) int {
 	e.t.Helper()
 	n, err := finishScript.Run(e.ctx, e.rdb,
 		[]string{e.k.Processing(e.proc, "w"), e.k.Job(e.id), e.k.Claims(), e.k.Reply(e.id), e.k.StopMark(e.id)},
@@ -176,7 +178,7 @@ func TestFinishScript(t *testing.T) {
 	if err := e.rdb.Set(e.ctx, e.k.StopMark(e.id), "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.finish(StatusFinished, "hi\n", ""); n != 1 {
+	if n := e.finish(dispatcher.StatusFinished, "hi\n", ""); n != 1 {
 		t.Fatalf("finish of a held claim: %d, want 1", n)
 	}
 	if e.field("status") != "finished" || e.field("output") != "hi\n" || e.field("error") != "<none>" {
@@ -196,7 +198,7 @@ func TestFinishScript(t *testing.T) {
 	}
 
 	// The claim lost (the id no longer on our processing list): nothing is written.
-	if n := e.finish(StatusError, "", "boom"); n != 0 {
+	if n := e.finish(dispatcher.StatusError, "", "boom"); n != 0 {
 		t.Fatalf("finish without the claim: %d, want 0", n)
 	}
 	if e.field("status") != "finished" || len(e.replies()) != 1 {
@@ -210,7 +212,7 @@ func TestFinishScript(t *testing.T) {
 	if err := e.rdb.RPush(e.ctx, e.k.Processing(e.proc, "w"), e.id).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.finish(StatusError, "partial", "boom"); n != 2 {
+	if n := e.finish(dispatcher.StatusError, "partial", "boom"); n != 2 {
 		t.Fatalf("finish of a job whose hash is gone: %d, want 2", n)
 	}
 	if n, _ := e.rdb.Exists(e.ctx, e.k.Job(e.id)).Result(); n != 0 || len(e.replies()) != 2 {
@@ -222,7 +224,7 @@ func TestFinishScript(t *testing.T) {
 func TestFinishScriptError(t *testing.T) {
 	e := newScriptEnv(t)
 	e.claimed()
-	if n := e.finish(StatusError, "partial", "exit code 3"); n != 1 {
+	if n := e.finish(dispatcher.StatusError, "partial", "exit code 3"); n != 1 {
 		t.Fatalf("finish: %d, want 1", n)
 	}
 	if e.field("status") != "error" || e.field("error") != "exit code 3" || e.field("output") != "partial" {

@@ -1,4 +1,4 @@
-package dispatcher
+package worker
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/dispatcher"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 )
 
@@ -32,8 +33,8 @@ func TestMain(m *testing.M) {
 
 func runTestWorker() int {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("DISPATCHER_TEST_REDIS")})
-	w, err := NewWorker(WorkerParams{
-		Redis: rdb, Workers: []WorkerSpec{{ID: os.Getenv("DISPATCHER_TEST_WORKER"), Argv: []string{"/bin/sh"}}},
+	w, err := New(Params{
+		Redis: rdb, Workers: []Spec{{ID: os.Getenv("DISPATCHER_TEST_WORKER"), Argv: []string{"/bin/sh"}}},
 		ProcessID: os.Getenv("DISPATCHER_TEST_PROC"), Heartbeat: 100 * time.Millisecond, StaleAfter: time.Second,
 		Log: zerolog.New(os.Stderr).With().Str("service", "testworker").Logger(),
 	})
@@ -72,7 +73,7 @@ func (s *syncBuffer) String() string {
 type harness struct {
 	t    *testing.T
 	rdb  *redis.Client
-	keys Keys
+	keys dispatcher.Keys
 	port string
 	logs *syncBuffer
 }
@@ -80,7 +81,7 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	srv.Flush(t)
-	h := &harness{t: t, rdb: srv.Client(t, 0), keys: NewKeys(""), logs: &syncBuffer{}}
+	h := &harness{t: t, rdb: srv.Client(t, 0), keys: dispatcher.NewKeys(""), logs: &syncBuffer{}}
 	h.port = srv.Addr[strings.LastIndex(srv.Addr, ":")+1:]
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -98,7 +99,7 @@ func (h *harness) needRedisCLI() {
 
 // worker starts a worker with test-friendly defaults; it is stopped at the end of
 // the test (or by the returned function).
-func (h *harness) worker(p WorkerParams) (*Worker, func()) {
+func (h *harness) worker(p Params) (*Worker, func()) {
 	h.t.Helper()
 	if p.Redis == nil {
 		p.Redis = srv.Client(h.t, 0)
@@ -113,10 +114,10 @@ func (h *harness) worker(p WorkerParams) (*Worker, func()) {
 		p.KillGrace = 200 * time.Millisecond
 	}
 	if p.ProcessID == "" {
-		p.ProcessID = "test-" + NewJobID()[:8]
+		p.ProcessID = "test-" + dispatcher.NewJobID()[:8]
 	}
 	p.Log = zerolog.New(h.logs).With().Timestamp().Str("service", "test").Logger()
-	w, err := NewWorker(p)
+	w, err := New(p)
 	if err != nil {
 		h.t.Fatal(err)
 	}

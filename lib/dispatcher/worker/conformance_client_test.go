@@ -1,4 +1,4 @@
-package dispatcher
+package worker
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/dispatcher"
 )
 
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
@@ -63,7 +65,7 @@ func foreignWorker(ctx context.Context, rdb *redis.Client, workerID, logDir stri
 // TestConformanceForeignWorker's steps.
 type foreignRig struct {
 	h       *harness
-	c       *Client
+	c       *dispatcher.Client
 	fw      *redis.Client // the foreign worker's connection
 	seen    chan map[string]string
 	started chan string
@@ -78,7 +80,7 @@ func TestConformanceForeignWorker(t *testing.T) {
 	defer cancel()
 	rig := &foreignRig{h: h, fw: srv.Client(t, 0), seen: make(chan map[string]string, 10), started: make(chan string, 10)}
 	go foreignWorker(ctx, rig.fw, "fw", logDir, rig.seen, rig.started)
-	c, err := NewClient(h.rdb, ClientOptions{LogDir: logDir})
+	c, err := dispatcher.NewClient(h.rdb, dispatcher.ClientOptions{LogDir: logDir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,14 +100,14 @@ func TestConformanceForeignWorker(t *testing.T) {
 
 // runAndAwait: run_job_and_await_result (HSET, LPUSH, BLPOP reply); what the foreign
 // worker read is the seed's hash, field by field.
-func (rig *foreignRig) runAndAwait(ctx context.Context, t *testing.T) *Job {
-	job := &Job{CallerID: "caller-1", ContextID: "ctx-9", Script: "hello", Timeout: 30 * time.Second, Retries: 2,
+func (rig *foreignRig) runAndAwait(ctx context.Context, t *testing.T) *dispatcher.Job {
+	job := &dispatcher.Job{CallerID: "caller-1", ContextID: "ctx-9", Script: "hello", Timeout: 30 * time.Second, Retries: 2,
 		LogPath: "fw/hello.log", EnvVars: map[string]string{"A": "1"}, Dependencies: []string{}}
 	res, err := rig.c.RunJobAndAwaitResult(ctx, job, "fw", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Reply != "HELLO" || res.Job.Status != StatusFinished || res.Job.Output != "HELLO" {
+	if res.Reply != "HELLO" || res.Job.Status != dispatcher.StatusFinished || res.Job.Output != "HELLO" {
 		t.Fatalf("run result: reply %q status %q output %q", res.Reply, res.Job.Status, res.Job.Output)
 	}
 	stored := <-rig.seen
@@ -137,21 +139,21 @@ func (rig *foreignRig) runAndAwait(ctx context.Context, t *testing.T) *Job {
 }
 
 // status: get_job_status (HGETALL, parse status).
-func (rig *foreignRig) status(ctx context.Context, t *testing.T, job *Job) {
+func (rig *foreignRig) status(ctx context.Context, t *testing.T, job *dispatcher.Job) {
 	st, err := rig.c.JobStatus(ctx, job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Status != StatusFinished || st.Output != "HELLO" || st.WorkerID != "fw" || st.CallerID != "caller-1" || st.Timeout != 30*time.Second {
+	if st.Status != dispatcher.StatusFinished || st.Output != "HELLO" || st.WorkerID != "fw" || st.CallerID != "caller-1" || st.Timeout != 30*time.Second {
 		t.Errorf("status: %+v", st)
 	}
-	if _, err := rig.c.JobStatus(ctx, "no-such-job"); !errors.Is(err, ErrNotFound) {
+	if _, err := rig.c.JobStatus(ctx, "no-such-job"); !errors.Is(err, dispatcher.ErrNotFound) {
 		t.Errorf("status of an unknown job: %v, want ErrNotFound", err)
 	}
 }
 
 // logs: get_job_logs reads log_path from the file system (inside the log directory).
-func (rig *foreignRig) logs(ctx context.Context, t *testing.T, job *Job) {
+func (rig *foreignRig) logs(ctx context.Context, t *testing.T, job *dispatcher.Job) {
 	logs, err := rig.c.JobLogs(ctx, job.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +165,7 @@ func (rig *foreignRig) logs(ctx context.Context, t *testing.T, job *Job) {
 
 // stop: stop_job (LPUSH hero:stop_queue:<worker_id> <id>); the foreign worker stops it.
 func (rig *foreignRig) stop(ctx context.Context, t *testing.T) {
-	long := &Job{Script: "long"}
+	long := &dispatcher.Job{Script: "long"}
 	if err := rig.c.SubmitJob(ctx, long, "fw"); err != nil {
 		t.Fatal(err)
 	}
@@ -179,10 +181,10 @@ func (rig *foreignRig) stop(ctx context.Context, t *testing.T) {
 		t.Errorf("reply after stop = %q", r)
 	}
 	st, _ := rig.c.JobStatus(ctx, long.ID)
-	if st.Status != StatusError || st.Error != "stopped_by_request" {
+	if st.Status != dispatcher.StatusError || st.Error != "stopped_by_request" {
 		t.Errorf("stopped job: status %q error %q", st.Status, st.Error)
 	}
-	if _, err := rig.c.StopJob(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+	if _, err := rig.c.StopJob(ctx, "nope"); !errors.Is(err, dispatcher.ErrNotFound) {
 		t.Errorf("stop of an unknown job: %v", err)
 	}
 }
@@ -197,19 +199,19 @@ func (rig *foreignRig) failedRun(ctx context.Context, t *testing.T) {
 			rig.fw.LPush(ctx, "hero:reply:"+res[1], "boom")
 		}
 	}()
-	r2, err := rig.c.RunJobAndAwaitResult(ctx, &Job{Script: "anything"}, "none", 10*time.Second)
+	r2, err := rig.c.RunJobAndAwaitResult(ctx, &dispatcher.Job{Script: "anything"}, "none", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r2.Reply != "boom" || r2.Job.Status != StatusError || r2.Job.Error != "boom" {
+	if r2.Reply != "boom" || r2.Job.Status != dispatcher.StatusError || r2.Job.Error != "boom" {
 		t.Errorf("failed run: %+v / %+v", r2, r2.Job)
 	}
 }
 
 // noReply: no reply in time is ErrTimeout, and the job is left as it is.
 func (rig *foreignRig) noReply(ctx context.Context, t *testing.T) {
-	tj := &Job{Script: "never"}
-	if _, err := rig.c.RunJobAndAwaitResult(ctx, tj, "nobody-serves-this", time.Second); !errors.Is(err, ErrTimeout) {
+	tj := &dispatcher.Job{Script: "never"}
+	if _, err := rig.c.RunJobAndAwaitResult(ctx, tj, "nobody-serves-this", time.Second); !errors.Is(err, dispatcher.ErrTimeout) {
 		t.Errorf("run with no worker: %v, want ErrTimeout", err)
 	}
 	if n := rig.h.rdb.LLen(ctx, "hero:work_queue:nobody-serves-this").Val(); n != 1 {
@@ -217,7 +219,7 @@ func (rig *foreignRig) noReply(ctx context.Context, t *testing.T) {
 	}
 }
 
-func listAll(t *testing.T, c *Client) []string {
+func listAll(t *testing.T, c *dispatcher.Client) []string {
 	t.Helper()
 	var ids []string
 	var cursor uint64
@@ -239,11 +241,11 @@ func listAll(t *testing.T, c *Client) []string {
 func TestListJobsScan(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	c, _ := NewClient(h.rdb, ClientOptions{})
+	c, _ := dispatcher.NewClient(h.rdb, dispatcher.ClientOptions{})
 	want := map[string]bool{}
 	p := h.rdb.Pipeline()
 	for i := 0; i < 3000; i++ {
-		id := NewJobID()
+		id := dispatcher.NewJobID()
 		want[id] = true
 		p.HSet(ctx, "hero:job:"+id, "id", id, "status", "dispatched")
 		p.Set(ctx, "other:"+id, "x", 0)
@@ -264,7 +266,7 @@ func TestListJobsScan(t *testing.T) {
 		t.Fatalf("list_jobs found %d of %d jobs", len(got), len(want))
 	}
 	// A custom prefix.
-	c2, _ := NewClient(h.rdb, ClientOptions{Prefix: "herotest:"})
+	c2, _ := dispatcher.NewClient(h.rdb, dispatcher.ClientOptions{Prefix: "herotest:"})
 	h.rdb.HSet(ctx, "herotest:job:one", "status", "dispatched")
 	if ids := listAll(t, c2); len(ids) != 1 || ids[0] != "one" {
 		t.Fatalf("list with prefix herotest: = %v", ids)

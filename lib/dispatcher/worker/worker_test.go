@@ -1,4 +1,4 @@
-package dispatcher
+package worker
 
 import (
 	"context"
@@ -10,18 +10,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hero-coordinator/hero/lib/dispatcher"
 )
 
-func sh(id string) []WorkerSpec { return []WorkerSpec{{ID: id, Argv: []string{"/bin/sh"}}} }
+func sh(id string) []Spec { return []Spec{{ID: id, Argv: []string{"/bin/sh"}}} }
 
 // TestStopRunning: a stop request on the stop queue kills the running job (its whole
 // process group): status error, error stopped_by_request, the reply says so.
 func TestStopRunning(t *testing.T) {
 	h := newHarness(t)
 	h.needRedisCLI()
-	h.worker(WorkerParams{Workers: sh("stop")})
-	c, _ := NewClient(h.rdb, ClientOptions{})
-	id := NewJobID()
+	h.worker(Params{Workers: sh("stop")})
+	c, _ := dispatcher.NewClient(h.rdb, dispatcher.ClientOptions{})
+	id := dispatcher.NewJobID()
 	h.seedJob(id, "stop", rc+" LPUSH test:running x >/dev/null; sleep 60 & wait", "retries", "3")
 	h.push("stop", id)
 	h.signal("running", 20*time.Second)
@@ -46,10 +48,10 @@ func TestStopRunning(t *testing.T) {
 func TestStopBeforeStart(t *testing.T) {
 	h := newHarness(t)
 	h.needRedisCLI()
-	h.worker(WorkerParams{Workers: sh("sb")})
+	h.worker(Params{Workers: sh("sb")})
 	ctx := context.Background()
-	c, _ := NewClient(h.rdb, ClientOptions{})
-	blocker, queued, after := NewJobID(), NewJobID(), NewJobID()
+	c, _ := dispatcher.NewClient(h.rdb, dispatcher.ClientOptions{})
+	blocker, queued, after := dispatcher.NewJobID(), dispatcher.NewJobID(), dispatcher.NewJobID()
 	h.seedJob(blocker, "sb", rc+" LPUSH test:blocker x >/dev/null; "+rc+" BLPOP test:release 30 >/dev/null")
 	h.seedJob(queued, "sb", rc+" LPUSH test:queued-ran x >/dev/null")
 	h.seedJob(after, "sb", "echo after")
@@ -91,22 +93,22 @@ func TestStopForwarded(t *testing.T) {
 	h := newHarness(t)
 	h.needRedisCLI()
 	ctx := context.Background()
-	a, _ := h.worker(WorkerParams{Workers: sh("fwd"), ProcessID: "proc-a"})
-	id := NewJobID()
+	a, _ := h.worker(Params{Workers: sh("fwd"), ProcessID: "proc-a"})
+	id := dispatcher.NewJobID()
 	h.seedJob(id, "fwd", rc+" LPUSH test:running x >/dev/null; sleep 60 & wait")
 	h.push("fwd", id)
 	h.signal("running", 20*time.Second)
 	if owner := h.rdb.HGet(ctx, "hero:coord:claims", id).Val(); owner != a.ProcessID() {
 		t.Fatalf("claim owner %q, want %s", owner, a.ProcessID())
 	}
-	b, _ := h.worker(WorkerParams{Workers: sh("fwd"), ProcessID: "proc-b"})
+	b, _ := h.worker(Params{Workers: sh("fwd"), ProcessID: "proc-b"})
 	b.handleStop("fwd", id)
 	if r := h.reply(id, 20*time.Second); r != "stopped_by_request" {
 		t.Fatalf("reply = %q, want stopped_by_request", r)
 	}
 
-	c, _ := NewClient(h.rdb, ClientOptions{})
-	id2 := NewJobID()
+	c, _ := dispatcher.NewClient(h.rdb, dispatcher.ClientOptions{})
+	id2 := dispatcher.NewJobID()
 	h.seedJob(id2, "fwd", rc+" LPUSH test:running x >/dev/null; sleep 60 & wait")
 	h.push("fwd", id2)
 	h.signal("running", 20*time.Second)
@@ -123,9 +125,9 @@ func TestStopForwarded(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	h := newHarness(t)
 	h.needRedisCLI()
-	h.worker(WorkerParams{Workers: sh("to")})
+	h.worker(Params{Workers: sh("to")})
 	ctx := context.Background()
-	id := NewJobID()
+	id := dispatcher.NewJobID()
 	h.seedJob(id, "to", "echo before; "+rc+" LPUSH test:attempt x >/dev/null; sleep 30", "timeout", "1", "retries", "1")
 	start := time.Now()
 	h.push("to", id)
@@ -153,10 +155,10 @@ func TestTimeout(t *testing.T) {
 func TestRetries(t *testing.T) {
 	h := newHarness(t)
 	h.needRedisCLI()
-	h.worker(WorkerParams{Workers: sh("rt")})
+	h.worker(Params{Workers: sh("rt")})
 	ctx := context.Background()
 	// Fails twice, then succeeds (the attempt number comes from HERO_ATTEMPT).
-	id := NewJobID()
+	id := dispatcher.NewJobID()
 	h.seedJob(id, "rt", `if [ "$HERO_ATTEMPT" -lt 3 ]; then echo "fail $HERO_ATTEMPT" >&2; exit 1; fi; echo "ok on $HERO_ATTEMPT"`, "retries", "2")
 	h.push("rt", id)
 	if r := h.reply(id, 20*time.Second); r != "ok on 3\n" {
@@ -166,7 +168,7 @@ func TestRetries(t *testing.T) {
 		t.Fatalf("status %q", f["status"])
 	}
 	// Not enough retries: the last error stands.
-	id2 := NewJobID()
+	id2 := dispatcher.NewJobID()
 	h.seedJob(id2, "rt", ``+rc+` LPUSH test:tries x >/dev/null; echo "fail $HERO_ATTEMPT" >&2; exit 1`, "retries", "1")
 	h.push("rt", id2)
 	if r := h.reply(id2, 20*time.Second); r != "exit code 1: fail 2" {
@@ -182,8 +184,8 @@ func TestRetries(t *testing.T) {
 func TestEnvVars(t *testing.T) {
 	h := newHarness(t)
 	t.Setenv("DISPATCHER_LEAK_CANARY", "leaked")
-	h.worker(WorkerParams{Workers: sh("env")})
-	id := NewJobID()
+	h.worker(Params{Workers: sh("env")})
+	id := dispatcher.NewJobID()
 	h.seedJob(id, "env", `echo "$GREETING|$COUNT|$FLAG|$EMPTY|$HERO_JOB_ID|$HERO_WORKER_ID"; env | sort`,
 		"env_vars", `{"GREETING":"hello world","COUNT":5,"FLAG":true,"EMPTY":null}`)
 	h.push("env", id)
@@ -220,23 +222,23 @@ func TestLogPath(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(logDir, "escape")); err != nil {
 		t.Fatal(err)
 	}
-	h.worker(WorkerParams{Workers: sh("lp"), LogDir: logDir})
-	c, _ := NewClient(h.rdb, ClientOptions{LogDir: logDir})
+	h.worker(Params{Workers: sh("lp"), LogDir: logDir})
+	c, _ := dispatcher.NewClient(h.rdb, dispatcher.ClientOptions{LogDir: logDir})
 	logPathInside(t, h, c, logDir)
 	logPathOutside(t, h, logDir, outside)
 
 	// A worker without a log directory refuses log_path.
 	srv.Flush(t)
 	h2 := newHarness(t)
-	h2.worker(WorkerParams{Workers: sh("nolog")})
-	id := NewJobID()
+	h2.worker(Params{Workers: sh("nolog")})
+	id := dispatcher.NewJobID()
 	h2.seedJob(id, "nolog", "echo x", "log_path", "a.log")
 	h2.push("nolog", id)
 	if r := h2.reply(id, 20*time.Second); !strings.Contains(r, "no log directory") {
 		t.Errorf("reply %q", r)
 	}
 	// The client reads no file outside its own log directory either.
-	id3 := NewJobID()
+	id3 := dispatcher.NewJobID()
 	h.rawJob(id3, "id", id3, "status", "finished", "log_path", "/etc/passwd", "output", "out")
 	logs, err := c.JobLogs(context.Background(), id3)
 	if err != nil {
@@ -252,9 +254,9 @@ func TestLogPath(t *testing.T) {
 
 // logPathInside: a log_path inside the log directory (relative and absolute) gets
 // stdout and stderr, and the client reads it back, besides the Redis copy.
-func logPathInside(t *testing.T, h *harness, c *Client, logDir string) {
+func logPathInside(t *testing.T, h *harness, c *dispatcher.Client, logDir string) {
 	for _, p := range []string{"jobs/a/one.log", filepath.Join(logDir, "two.log")} {
-		id := NewJobID()
+		id := dispatcher.NewJobID()
 		h.seedJob(id, "lp", "echo to-stdout; echo to-stderr >&2", "log_path", p)
 		h.push("lp", id)
 		if r := h.reply(id, 20*time.Second); r != "to-stdout\n" {
@@ -288,7 +290,7 @@ func logPathInside(t *testing.T, h *harness, c *Client, logDir string) {
 // runs or is written.
 func logPathOutside(t *testing.T, h *harness, logDir, outside string) {
 	for _, p := range []string{filepath.Join(outside, "x.log"), "../x.log", "escape/x.log", "/etc/hero-dispatcher-test.log"} {
-		id := NewJobID()
+		id := dispatcher.NewJobID()
 		h.seedJob(id, "lp", rc+" LPUSH test:ran x >/dev/null; echo ran", "log_path", p)
 		h.push("lp", id)
 		r := h.reply(id, 20*time.Second)
@@ -315,8 +317,8 @@ func TestDependencies(t *testing.T) {
 	h := newHarness(t)
 	h.needRedisCLI()
 	ctx := context.Background()
-	h.worker(WorkerParams{Workers: sh("dep"), DependencyRecheck: time.Hour})
-	a, b, c := NewJobID(), NewJobID(), NewJobID()
+	h.worker(Params{Workers: sh("dep"), DependencyRecheck: time.Hour})
+	a, b, c := dispatcher.NewJobID(), dispatcher.NewJobID(), dispatcher.NewJobID()
 	status := func(id string) string {
 		return `"$(` + rc + ` HGET hero:job:` + id + ` status)"`
 	}
@@ -339,7 +341,7 @@ func TestDependencies(t *testing.T) {
 	}
 
 	// A failed dependency fails the dependent, which never runs.
-	x, y := NewJobID(), NewJobID()
+	x, y := dispatcher.NewJobID(), dispatcher.NewJobID()
 	h.seedJob(y, "dep", rc+" LPUSH test:y-ran x", "dependencies", `["`+x+`"]`)
 	h.push("dep", y)
 	h.seedJob(x, "dep", "exit 4")
@@ -370,8 +372,8 @@ func TestDependencyFinishedElsewhere(t *testing.T) {
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h.worker(WorkerParams{Workers: sh("dep2"), DependencyRecheck: 200 * time.Millisecond})
-	a, b := NewJobID(), NewJobID()
+	h.worker(Params{Workers: sh("dep2"), DependencyRecheck: 200 * time.Millisecond})
+	a, b := dispatcher.NewJobID(), dispatcher.NewJobID()
 	h.rawJob(a, "id", a, "status", "started")
 	h.seedJob(b, "dep2", "echo b", "dependencies", `["`+a+`"]`)
 	h.push("dep2", b)
@@ -395,12 +397,12 @@ func TestDependencyFinishedElsewhere(t *testing.T) {
 func TestConcurrent(t *testing.T) {
 	h := newHarness(t)
 	h.needRedisCLI()
-	h.worker(WorkerParams{Workers: sh("cc"), Concurrency: 2})
+	h.worker(Params{Workers: sh("cc"), Concurrency: 2})
 	// Two jobs that each wait for the other: both finish only if they overlap.
 	meet := func(me, other string) string {
 		return rc + " LPUSH test:" + me + " x >/dev/null; r=$(" + rc + " BLPOP test:" + other + " 5); [ -n \"$r\" ] && echo met"
 	}
-	a, b := NewJobID(), NewJobID()
+	a, b := dispatcher.NewJobID(), dispatcher.NewJobID()
 	h.seedJob(a, "cc", meet("a", "b"), "concurrent", "true")
 	h.seedJob(b, "cc", meet("b", "a"), "concurrent", "true")
 	h.push("cc", a)
@@ -410,7 +412,7 @@ func TestConcurrent(t *testing.T) {
 	}
 	// The same with concurrent=false: the first runs alone and cannot meet the
 	// second (its wait times out), the second then finds the first's signal.
-	c, d := NewJobID(), NewJobID()
+	c, d := dispatcher.NewJobID(), dispatcher.NewJobID()
 	h.seedJob(c, "cc", strings.Replace(meet("c", "d"), " 5)", " 1)", 1), "concurrent", "false")
 	h.seedJob(d, "cc", meet("d", "c"), "concurrent", "false")
 	h.push("cc", c)
@@ -428,7 +430,7 @@ func TestConcurrent(t *testing.T) {
 func TestBadHashes(t *testing.T) {
 	h := newHarness(t)
 	reg := prometheus.NewRegistry()
-	w, _ := h.worker(WorkerParams{Workers: sh("bad"), Registerer: reg})
+	w, _ := h.worker(Params{Workers: sh("bad"), Registerer: reg})
 	ctx := context.Background()
 	cases := []struct {
 		name  string
@@ -445,7 +447,7 @@ func TestBadHashes(t *testing.T) {
 		{"bad dependencies", []string{"dependencies", `["a",`}, `invalid job: dependencies "[\"a\"," is not a JSON array of job ids`},
 	}
 	for _, tc := range cases {
-		id := NewJobID()
+		id := dispatcher.NewJobID()
 		h.seedJob(id, "bad", "echo should-not-run", tc.extra...)
 		h.push("bad", id)
 		r := h.reply(id, 20*time.Second)
@@ -455,9 +457,9 @@ func TestBadHashes(t *testing.T) {
 		}
 	}
 	// An id with no hash: nothing to write, a logged skip, no hash created.
-	ghost := NewJobID()
+	ghost := dispatcher.NewJobID()
 	h.push("bad", ghost)
-	good := NewJobID()
+	good := dispatcher.NewJobID()
 	h.seedJob(good, "bad", "echo still serving")
 	h.push("bad", good)
 	if r := h.reply(good, 20*time.Second); r != "still serving\n" {
@@ -498,9 +500,9 @@ func TestStopWaiting(t *testing.T) {
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h.worker(WorkerParams{Workers: sh("sw"), DependencyRecheck: time.Hour})
-	c, _ := NewClient(h.rdb, ClientOptions{})
-	dep, w := NewJobID(), NewJobID()
+	h.worker(Params{Workers: sh("sw"), DependencyRecheck: time.Hour})
+	c, _ := dispatcher.NewClient(h.rdb, dispatcher.ClientOptions{})
+	dep, w := dispatcher.NewJobID(), dispatcher.NewJobID()
 	h.seedJob(w, "sw", rc+" LPUSH test:w-ran x >/dev/null", "dependencies", `["`+dep+`"]`)
 	h.push("sw", w)
 	select {
@@ -521,7 +523,7 @@ func TestStopWaiting(t *testing.T) {
 	h.seedJob(dep, "sw", "echo dep")
 	h.push("sw", dep)
 	h.reply(dep, 20*time.Second)
-	next := NewJobID()
+	next := dispatcher.NewJobID()
 	h.seedJob(next, "sw", "echo next")
 	h.push("sw", next)
 	h.reply(next, 20*time.Second)

@@ -1,4 +1,4 @@
-package dispatcher
+package worker
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/hero-coordinator/hero/lib/dispatcher"
 	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/procrun"
 )
@@ -28,18 +29,18 @@ type execution = execcore.Execution[string]
 
 // outcome is how a job ends.
 type outcome struct {
-	status Status
+	status dispatcher.Status
 	output string
 	err    string
 	reason string // metrics label for errors
 }
 
 // execute runs a prepared job: start, log file, attempts, finish.
-func (w *Worker) execute(s WorkerSpec, ex *execution, j *Job, log zerolog.Logger) {
+func (w *Worker) execute(s Spec, ex *execution, j *dispatcher.Job, log zerolog.Logger) {
 	ctx := w.core.JobCtx()
 	res, err := startScript.Run(ctx, w.rdb,
 		[]string{w.keys.Processing(w.proc, s.ID), w.keys.Job(j.ID), w.keys.Claims(), w.keys.StopMark(j.ID), w.keys.Reply(j.ID), w.keys.Log(j.ID)},
-		j.ID, w.proc, FormatTime(time.Now()), w.p.ReplyTTL.Milliseconds()).Text()
+		j.ID, w.proc, dispatcher.FormatTime(time.Now()), w.p.ReplyTTL.Milliseconds()).Text()
 	if err != nil {
 		log.Error().Err(err).Msg("start job; handing it back")
 		w.handBackOne(s, j.ID, log)
@@ -48,7 +49,7 @@ func (w *Worker) execute(s WorkerSpec, ex *execution, j *Job, log zerolog.Logger
 	switch res {
 	case "ok":
 	case "stopped":
-		w.m.jobs.WithLabelValues(s.ID, string(StatusError)).Inc()
+		w.m.jobs.WithLabelValues(s.ID, string(dispatcher.StatusError)).Inc()
 		w.m.errors.WithLabelValues(s.ID, "stopped").Inc()
 		log.Info().Msg("job stopped before it started")
 		w.ended(j.ID)
@@ -64,15 +65,15 @@ func (w *Worker) execute(s WorkerSpec, ex *execution, j *Job, log zerolog.Logger
 		log.Warn().Msg("claim lost before the job started (another process took it over)")
 		return
 	}
-	w.m.jobs.WithLabelValues(s.ID, string(StatusStarted)).Inc()
+	w.m.jobs.WithLabelValues(s.ID, string(dispatcher.StatusStarted)).Inc()
 	log.Info().Msg("job started")
 	// log_path was checked lexically before the claim went on; opening it through
 	// os.Root also refuses a symlink that leads out of the log directory.
 	var file *os.File
 	if j.LogPath != "" {
-		f, err := openLogFile(w.p.LogDir, j.LogPath)
+		f, err := dispatcher.OpenLogFile(w.p.LogDir, j.LogPath)
 		if err != nil {
-			w.finish(s, ex, j, outcome{status: StatusError, err: err.Error(), reason: "log_path"}, log)
+			w.finish(s, ex, j, outcome{status: dispatcher.StatusError, err: err.Error(), reason: "log_path"}, log)
 			return
 		}
 		file = f
@@ -94,7 +95,7 @@ func (w *Worker) execute(s WorkerSpec, ex *execution, j *Job, log zerolog.Logger
 		}
 		var retry bool
 		o, retry = w.attempt(s, ex, j, n, sinks)
-		if o.status == StatusFinished || !retry || ex.Reason() != "" {
+		if o.status == dispatcher.StatusFinished || !retry || ex.Reason() != "" {
 			break
 		}
 	}
@@ -112,13 +113,13 @@ func (w *Worker) execute(s WorkerSpec, ex *execution, j *Job, log zerolog.Logger
 }
 
 // attempt runs the script once. retry says whether a failure may be retried.
-func (w *Worker) attempt(s WorkerSpec, ex *execution, j *Job, n int, sinks io.Writer) (outcome, bool) {
+func (w *Worker) attempt(s Spec, ex *execution, j *dispatcher.Job, n int, sinks io.Writer) (outcome, bool) {
 	if r := ex.Reason(); r != "" {
-		return outcome{status: StatusError, err: r, reason: r}, false
+		return outcome{status: dispatcher.StatusError, err: r, reason: r}, false
 	}
 	dir, remove, err := w.workDir()
 	if err != nil {
-		return outcome{status: StatusError, err: "worker cannot make a scratch directory: " + err.Error(), reason: "start_error"}, false
+		return outcome{status: dispatcher.StatusError, err: "worker cannot make a scratch directory: " + err.Error(), reason: "start_error"}, false
 	}
 	defer remove()
 	// The same sandbox as the runner's jobs (when there is one): seed-000 scripts are
@@ -129,21 +130,21 @@ func (w *Worker) attempt(s WorkerSpec, ex *execution, j *Job, n int, sinks io.Wr
 		Log: sinks, OutputMax: w.p.OutputMaxBytes, KillGrace: w.p.KillGrace,
 	})
 	if err != nil {
-		return outcome{status: StatusError, err: startError(err, s.Argv[0]), reason: "start_error"}, false
+		return outcome{status: dispatcher.StatusError, err: startError(err, s.Argv[0]), reason: "start_error"}, false
 	}
 	sv := execcore.Supervise(j.Timeout, run.OnTimeout(run.Kill), 0, nil)
 	res := run.Wait()
 	sv.Stop()
 	if r := ex.Reason(); r != "" {
-		return outcome{status: StatusError, output: res.Output, err: r, reason: r}, false
+		return outcome{status: dispatcher.StatusError, output: res.Output, err: r, reason: r}, false
 	}
 	if res.Killed == "timeout" {
-		return outcome{status: StatusError, output: res.Output, err: "timeout", reason: "timeout"}, true
+		return outcome{status: dispatcher.StatusError, output: res.Output, err: "timeout", reason: "timeout"}, true
 	}
 	if res.Err != nil || res.ExitCode != 0 {
-		return outcome{status: StatusError, output: res.Output, err: res.Describe(), reason: "exit_code"}, true
+		return outcome{status: dispatcher.StatusError, output: res.Output, err: res.Describe(), reason: "exit_code"}, true
 	}
-	return outcome{status: StatusFinished, output: res.Output}, false
+	return outcome{status: dispatcher.StatusFinished, output: res.Output}, false
 }
 
 // workDir is an attempt's work directory: with a sandbox, one of the job's own
@@ -177,7 +178,7 @@ func startError(err error, interpreter string) string {
 // environment is the job's whole environment: nothing of the worker's own leaks in.
 // PATH, HOME (the scratch directory) and LANG; the job's env_vars (which may replace
 // them); HERO_JOB_ID, HERO_WORKER_ID and HERO_ATTEMPT.
-func environment(j *Job, workerID, dir string, attempt int) []string {
+func environment(j *dispatcher.Job, workerID, dir string, attempt int) []string {
 	env := execcore.CleanEnv(dir)
 	for k, v := range j.EnvVars {
 		env[k] = v
@@ -189,9 +190,9 @@ func environment(j *Job, workerID, dir string, attempt int) []string {
 }
 
 // finish writes the job's end, pushes the reply and releases the jobs waiting for it.
-func (w *Worker) finish(s WorkerSpec, ex *execution, j *Job, o outcome, log zerolog.Logger) {
+func (w *Worker) finish(s Spec, ex *execution, j *dispatcher.Job, o outcome, log zerolog.Logger) {
 	reply := o.output
-	if o.status != StatusFinished {
+	if o.status != dispatcher.StatusFinished {
 		reply = o.err
 	}
 	// A passing Redis fault does not lose the end: it is written again, with backoff,
@@ -204,7 +205,7 @@ func (w *Worker) finish(s WorkerSpec, ex *execution, j *Job, o outcome, log zero
 		var err error
 		n, err = finishScript.Run(ctx, w.rdb,
 			[]string{w.keys.Processing(w.proc, s.ID), w.keys.Job(j.ID), w.keys.Claims(), w.keys.Reply(j.ID), w.keys.StopMark(j.ID)},
-			j.ID, w.proc, FormatTime(time.Now()), string(o.status), o.output, o.err, reply, w.p.ReplyTTL.Milliseconds()).Int()
+			j.ID, w.proc, dispatcher.FormatTime(time.Now()), string(o.status), o.output, o.err, reply, w.p.ReplyTTL.Milliseconds()).Int()
 		return err
 	})
 	uncertain := tries > 1
@@ -221,7 +222,7 @@ func (w *Worker) finish(s WorkerSpec, ex *execution, j *Job, o outcome, log zero
 		return
 	}
 	w.m.jobs.WithLabelValues(s.ID, string(o.status)).Inc()
-	if o.status == StatusFinished {
+	if o.status == dispatcher.StatusFinished {
 		log.Info().Msg("job finished")
 	} else {
 		w.m.errors.WithLabelValues(s.ID, o.reason).Inc()
