@@ -34,7 +34,16 @@ var figures = []struct {
 
 // printTable prints each figure's median per side and this stack's ratio to each
 // asynq side, as a Markdown table (docs/benchmarks.md takes it as printed).
-func printTable(sides []side, runs map[string][]map[string]float64, rounds int, p params) {
+func printTable(ran []side, runs map[string][]map[string]float64, rounds int, p params) {
+	// the columns: asynq's two, then this stack
+	var sides []side
+	for _, name := range []string{"asynq", "asynq10", "hero"} {
+		for _, s := range ran {
+			if s.name == name {
+				sides = append(sides, s)
+			}
+		}
+	}
 	fmt.Printf("\nmedians of %d runs each: (a) %d jobs from %d producers after %d to warm up; %d workers a side; GOMAXPROCS %s\n\n",
 		rounds, p.n, p.producers, p.warmup, p.workers, p.procs)
 	fmt.Print("| figure |")
