@@ -26,6 +26,7 @@ func asynqRun(redisPath string, p params, poll time.Duration) (map[string]float6
 		return nil, err
 	}
 	defer w.stop()
+	w.check = rs.checkACLLog
 	c := asynq.NewClient(asynq.RedisClientOpt{Addr: rs.addr, Username: asynqUser, Password: rs.asynqPass})
 	defer func() { _ = c.Close() }()
 	out := map[string]float64{}

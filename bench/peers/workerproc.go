@@ -20,6 +20,9 @@ type worker struct {
 	ctl   chan string // its lines but "done …"
 	mu    sync.Mutex
 	wait  map[string]chan struct{} // (c)'s waiting calls by payload
+	// check, when set, is called every 2 s while expect waits: an error ends the wait
+	// (Redis refused asynq's user something, which asynq retries for ever).
+	check func() error
 }
 
 // startWorker starts this program as asynq's worker process, with GOMAXPROCS=procs
@@ -88,8 +91,16 @@ func (w *worker) await(id string) <-chan struct{} {
 // expect waits for a line that starts with prefix and returns it.
 func (w *worker) expect(prefix string, timeout time.Duration) (string, error) {
 	deadline := time.After(timeout)
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
 	for {
 		select {
+		case <-tick.C:
+			if w.check != nil {
+				if err := w.check(); err != nil {
+					return "", err
+				}
+			}
 		case line, ok := <-w.ctl:
 			switch {
 			case !ok:
