@@ -131,19 +131,27 @@ var secureRedis struct {
 // requires client certificates of the test CA, and has the deployment's ACL users
 // (the test's own clients log in as "operator").
 func SecureRedisOptions() (redistest.Options, error) {
+	o, p, err := aclOptions()
+	if err != nil {
+		return o, err
+	}
+	srv, op := p.Files("redis"), p.Files("operator")
+	o.TLS = &redistest.TLS{CA: srv.CA, Cert: srv.Cert, Key: srv.Key, ClientCert: op.Cert, ClientKey: op.Key}
+	return o, nil
+}
+
+// aclOptions are the redistest options of a Redis with the deployment's ACL users,
+// the test's own clients logged in as "operator", and the PKI they come from.
+func aclOptions() (redistest.Options, *tlsx.PKI, error) {
 	p, err := PKI()
 	if err != nil {
-		return redistest.Options{}, err
+		return redistest.Options{}, nil, err
 	}
 	pw, err := os.ReadFile(filepath.Join(p.Dir, redisacl.PasswordFile("operator")))
 	if err != nil {
-		return redistest.Options{}, err
+		return redistest.Options{}, nil, err
 	}
-	srv, op := p.Files("redis"), p.Files("operator")
-	return redistest.Options{
-		TLS:     &redistest.TLS{CA: srv.CA, Cert: srv.Cert, Key: srv.Key, ClientCert: op.Cert, ClientKey: op.Key},
-		ACLFile: filepath.Join(p.Dir, redisacl.ACLFile), User: "operator", UserPassword: strings.TrimSpace(string(pw)),
-	}, nil
+	return redistest.Options{ACLFile: filepath.Join(p.Dir, redisacl.ACLFile), User: "operator", UserPassword: strings.TrimSpace(string(pw))}, p, nil
 }
 
 // UseSecureRedis marks url (a server started with SecureRedisOptions) so that the
@@ -161,18 +169,9 @@ func UseSecureRedis(url string) {
 // RDB snapshots stay off (redistest's --save ""), so that no fork falls at a random
 // point of a measurement.
 func ACLRedisOptions() (redistest.Options, error) {
-	p, err := PKI()
-	if err != nil {
-		return redistest.Options{}, err
-	}
-	pw, err := os.ReadFile(filepath.Join(p.Dir, redisacl.PasswordFile("operator")))
-	if err != nil {
-		return redistest.Options{}, err
-	}
-	return redistest.Options{
-		ACLFile: filepath.Join(p.Dir, redisacl.ACLFile), User: "operator", UserPassword: strings.TrimSpace(string(pw)),
-		ExtraArgs: []string{"--appendonly", "yes", "--appendfsync", "everysec"},
-	}, nil
+	o, _, err := aclOptions()
+	o.ExtraArgs = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
+	return o, err
 }
 
 // UseACLRedis marks url (a server started with ACLRedisOptions) so that the services
