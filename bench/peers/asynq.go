@@ -35,7 +35,7 @@ func asynqRun(redisPath string, p params, poll time.Duration) (map[string]float6
 	}
 	for _, phase := range []func() error{
 		func() error { return rs.settings(out) },
-		func() error { return asynqIndependent(c, w, p, cpu, out) },
+		func() error { return asynqIndependent(c, w, p, cpu, rs.aofSize, out) },
 		func() error { return asynqAwait(c, w, cpu, out) },
 		func() error { return asynqChainHops(c, w, out) },
 		rs.checkACLLog,
@@ -53,7 +53,8 @@ const asynqChain = 30
 
 // asynqIndependent is (a): a warm-up of p.warmup tasks through the same path, then
 // p.n no-op tasks, each enqueued on its own by p.producers producers, until all ran.
-func asynqIndependent(c *asynq.Client, w *worker, p params, cpu func() map[string]time.Duration, out map[string]float64) error {
+// aofSize reads the append-only file's size (what Redis wrote to it per job).
+func asynqIndependent(c *asynq.Client, w *worker, p params, cpu func() map[string]time.Duration, aofSize func() int64, out map[string]float64) error {
 	enqueue := func(int) error {
 		_, err := c.Enqueue(asynq.NewTask("noop", nil))
 		return err
@@ -66,7 +67,7 @@ func asynqIndependent(c *asynq.Client, w *worker, p params, cpu func() map[strin
 			return err
 		}
 	}
-	cpu0, start := cpu(), time.Now()
+	cpu0, aof0, start := cpu(), aofSize(), time.Now()
 	if _, err := parallel(p.n, p.producers, enqueue); err != nil {
 		return err
 	}
@@ -75,6 +76,9 @@ func asynqIndependent(c *asynq.Client, w *worker, p params, cpu func() map[strin
 		return err
 	}
 	took := time.Since(start)
+	if aof1 := aofSize(); aof0 >= 0 && aof1 >= 0 {
+		out["a_aof_bytes_per_job"] = float64(aof1-aof0) / float64(p.n)
+	}
 	out["a_jobs_per_s"] = float64(p.n) / took.Seconds()
 	out["a_submit_per_s"] = float64(p.n) / submitted.Seconds()
 	cpuPerJob(out, "a_cpu_us_", cpu0, cpu(), p.n)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -122,6 +123,26 @@ func (rs *redisServer) settings(out map[string]float64) error {
 	out["redis_aof"] = map[string]float64{"yes": 1}[aof["appendonly"]]
 	out["redis_users"] = float64(len(users))
 	return nil
+}
+
+// aofSize is the size of the append-only file (-1 when Redis has none).
+func (rs *redisServer) aofSize() int64 {
+	c := rs.client()
+	defer func() { _ = c.Close() }()
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	info, err := c.Info(ctx, "persistence").Result()
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "aof_current_size:"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 func (rs *redisServer) pid() int { return rs.cmd.Process.Pid }

@@ -146,6 +146,27 @@ func reportRedisSettings(b *testing.B, report func(string, float64)) {
 	report("redis_users", float64(len(users)))
 }
 
+// aofSize is the size of Redis's append-only file (-1 when it has none).
+func aofSize(b *testing.B) int64 {
+	info, err := redisSrv.Client(b, 0).Info(context.Background(), "persistence").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return aofSizeOf(info)
+}
+
+// aofSizeOf reads aof_current_size from INFO persistence (-1 when it is absent).
+func aofSizeOf(info string) int64 {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "aof_current_size:"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
 // peersIndependent is figure (a): n independent jobs, each submitted on its own by conc
 // producers, until all ended (done: the jobs that ended before, the warm-up's). With
 // profile, each service's CPU profile is taken over it (HERO_BENCH_PROFILE).
@@ -154,7 +175,7 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 	if profile {
 		profiled = profileServices(b, s)
 	}
-	cpu0 := cpuByPart(s, redisSrv.Pid())
+	cpu0, aof0 := cpuByPart(s, redisSrv.Pid()), aofSize(b)
 	calls0, cmdCPU0 := redisCalls(b), cpuByCommand()
 	start := time.Now()
 	runParallel(b, n, conc, submit)
@@ -162,9 +183,12 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 	calls1, cmdCPU1 := redisCalls(b), cpuByCommand()
 	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(done+n))
 	took := time.Since(start)
-	cpu1 := cpuByPart(s, redisSrv.Pid())
+	cpu1, aof1 := cpuByPart(s, redisSrv.Pid()), aofSize(b)
 	profiled()
 	report("a_jobs_per_s", float64(n)/took.Seconds())
+	if aof0 >= 0 && aof1 >= 0 {
+		report("a_aof_bytes_per_job", float64(aof1-aof0)/float64(n))
+	}
 	report("a_submit_per_s", float64(n)/submitted.Seconds())
 	// CPU per job of each part over (a) (the profiles, when taken, add a little).
 	reportCPU(report, "a_cpu_us_", cpu0, cpu1, n, "redis", "client", "supervisor", "router", "runner", "executor", "scheduler")
