@@ -109,8 +109,9 @@ proto-tools:
 		$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
 .PHONY: bench-peers
-bench-peers: deps ## asynq and this stack side by side, alternating (ROUNDS=3, PEERS_N=20000, PEERS_C=32, PEERS_GOMAXPROCS=1); docs/benchmarks.md
-	@cd bench/peers && GOWORK=off $(GO) run . -rounds $${ROUNDS:-3} -n $${PEERS_N:-20000} -c $${PEERS_C:-32} -gomaxprocs $${PEERS_GOMAXPROCS:-1}
+bench-peers: deps ## asynq (defaults, and tuned: PEERS_POLL=10ms) and this stack side by side, in turn, with equal settings (ROUNDS=3, PEERS_N=20000, PEERS_C=32, PEERS_WORKERS=32, PEERS_WARMUP=1000, PEERS_GOMAXPROCS=1); docs/benchmarks.md
+	@cd bench/peers && GOWORK=off $(GO) run . -rounds $${ROUNDS:-3} -n $${PEERS_N:-20000} -c $${PEERS_C:-32} \
+		-workers $${PEERS_WORKERS:-32} -warmup $${PEERS_WARMUP:-1000} -gomaxprocs $${PEERS_GOMAXPROCS:-1} -poll $${PEERS_POLL:-10ms}
 
 .PHONY: bench
 bench: deps build ## run the benchmarks (not part of make test)

@@ -11,149 +11,136 @@ import (
 	"github.com/hibiken/asynq"
 )
 
-// asynqFigures runs the asynq side of each workload against the Redis at addr with asynq's defaults but a concurrency of workers, and
-// returns its figures by name.
-// cpu reads the CPU time used so far by this process (producers and workers) and by
-// the redis-server.
-func asynqFigures(addr string, n, producers, workers int, cpu func() (self, redis time.Duration)) (map[string]float64, error) {
+// asynqRun runs asynq's side of the workloads once: a redis-server of its own with the
+// same settings as this stack's (redis.go), its workers in a process of their own
+// (worker.go; poll 0: asynq's defaults, else its polls at that interval), and its
+// producers and clients here. It returns the figures by name.
+func asynqRun(redisPath string, p params, poll time.Duration) (map[string]float64, error) {
+	rs, err := startRedis(redisPath)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.stop()
+	w, err := startWorker(workerConfig{addr: rs.addr, user: asynqUser, password: rs.asynqPass, workers: p.workers, poll: poll, chain: asynqChain}, p.procs)
+	if err != nil {
+		return nil, err
+	}
+	defer w.stop()
+	w.check = rs.checkACLLog
+	c := asynq.NewClient(asynq.RedisClientOpt{Addr: rs.addr, Username: asynqUser, Password: rs.asynqPass})
+	defer func() { _ = c.Close() }()
 	out := map[string]float64{}
-	opt := asynq.RedisClientOpt{Addr: addr}
-	// (a) n no-op tasks, each enqueued on its own by the producers, until all ran.
-	var done atomic.Int64
-	all := make(chan struct{})
-	target := int64(n)
-	rate, err := withServer(opt, workers, func(mux *asynq.ServeMux) {
-		mux.HandleFunc("noop", func(context.Context, *asynq.Task) error {
-			if done.Add(1) == target {
-				close(all)
-			}
-			return nil
-		})
-	}, func(c *asynq.Client) (float64, error) {
-		start := time.Now()
-		self0, redis0 := cpu()
-		defer func() {
-			self1, redis1 := cpu()
-			perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
-			out["a_cpu_us_per_job"] = perJob(self1 - self0 + redis1 - redis0)
-			out["a_cpu_us_redis"] = perJob(redis1 - redis0)
-			out["a_cpu_us_client"] = perJob(self1 - self0)
-		}()
-		if _, err := parallel(n, producers, func(int) error {
-			_, err := c.Enqueue(asynq.NewTask("noop", nil))
-			return err
-		}); err != nil {
-			return 0, err
-		}
-		select {
-		case <-all:
-		case <-time.After(10 * time.Minute):
-			return 0, fmt.Errorf("asynq: %d of %d tasks ran in 10 minutes", done.Load(), n)
-		}
-		return float64(n) / time.Since(start).Seconds(), nil
-	})
-	if err != nil {
-		return nil, err
+	cpu := func() map[string]time.Duration {
+		return map[string]time.Duration{"client": selfCPU(), "worker": procCPU(w.pid()), "redis": procCPU(rs.pid())}
 	}
-	out["a_jobs_per_s"] = rate
-
-	// (c) enqueue and wait for the handler's end (signalled in process: asynq has no
-	// run-and-await call), at 16 and at 128 clients.
-	var mu sync.Mutex
-	waiting := map[string]chan struct{}{}
-	_, err = withServer(opt, workers, func(mux *asynq.ServeMux) {
-		mux.HandleFunc("await", func(_ context.Context, t *asynq.Task) error {
-			mu.Lock()
-			ch := waiting[string(t.Payload())]
-			mu.Unlock()
-			if ch != nil {
-				close(ch)
-			}
-			return nil
-		})
-	}, func(c *asynq.Client) (float64, error) {
-		var seq atomic.Int64
-		run := func(int) error {
-			id := fmt.Sprint(seq.Add(1))
-			ch := make(chan struct{})
-			mu.Lock()
-			waiting[id] = ch
-			mu.Unlock()
-			if _, err := c.Enqueue(asynq.NewTask("await", []byte(id))); err != nil {
-				return err
-			}
-			<-ch
-			return nil
+	for _, phase := range []func() error{
+		func() error { return rs.settings(out) },
+		func() error { return asynqIndependent(c, w, p, cpu, rs.aofSize, out) },
+		func() error { return asynqAwait(c, w, cpu, out) },
+		func() error { return asynqChainHops(c, w, out) },
+		rs.checkACLLog,
+	} {
+		if err := phase(); err != nil {
+			return nil, err
 		}
-		lat, err := parallel(4000, 16, run)
-		if err != nil {
-			return 0, err
-		}
-		out["c_run16_p50_ms"], out["c_run16_p99_ms"] = pct(lat, 0.5), pct(lat, 0.99)
-		start := time.Now()
-		if _, err := parallel(10000, 128, run); err != nil {
-			return 0, err
-		}
-		out["c_run128_jobs_per_s"] = 10000 / time.Since(start).Seconds()
-		return 0, nil
-	})
-	if err != nil {
-		return nil, err
 	}
-
-	// (d) a chain of 200: each handler enqueues the next; the hop is the next
-	// handler's start after this one's end (microseconds, one process's clock).
-	const chain = 30 // each hop waits for asynq's idle poll (~1 s): 30 of them take half a minute
-	ends := make([]time.Time, chain)
-	starts := make([]time.Time, chain)
-	last := make(chan struct{})
-	next := asynq.NewClient(opt)
-	defer func() { _ = next.Close() }()
-	_, err = withServer(opt, workers, func(mux *asynq.ServeMux) {
-		mux.HandleFunc("hop", func(_ context.Context, t *asynq.Task) error {
-			var i int
-			_, _ = fmt.Sscan(string(t.Payload()), &i)
-			starts[i] = time.Now()
-			if i+1 == chain {
-				close(last)
-				return nil
-			}
-			_, err := next.Enqueue(asynq.NewTask("hop", []byte(fmt.Sprint(i+1))))
-			ends[i] = time.Now()
-			return err
-		})
-	}, func(c *asynq.Client) (float64, error) {
-		if _, err := c.Enqueue(asynq.NewTask("hop", []byte("0"))); err != nil {
-			return 0, err
-		}
-		select {
-		case <-last:
-		case <-time.After(10 * time.Minute):
-			return 0, fmt.Errorf("asynq: the chain did not end in 10 minutes")
-		}
-		var hops []float64
-		for i := 1; i < chain; i++ {
-			hops = append(hops, float64(starts[i].Sub(ends[i-1]).Microseconds()))
-		}
-		out["d_hop_p50_us"], out["d_hop_p99_us"] = pct(hops, 0.5), pct(hops, 0.99)
-		return 0, nil
-	})
-	return out, err
+	return out, nil
 }
 
-// withServer runs an asynq server with the handlers, calls body with a client, and
-// shuts the server down.
-func withServer(opt asynq.RedisClientOpt, workers int, handlers func(*asynq.ServeMux), body func(*asynq.Client) (float64, error)) (float64, error) {
-	srv := asynq.NewServer(opt, asynq.Config{Concurrency: workers, LogLevel: asynq.WarnLevel})
-	mux := asynq.NewServeMux()
-	handlers(mux)
-	if err := srv.Start(mux); err != nil {
-		return 0, err
+// asynqChain is (d)'s chain length on asynq's side: with asynq's defaults each hop
+// waits for its idle poll (~1 s), so 30 of them take half a minute.
+const asynqChain = 30
+
+// asynqIndependent is (a): a warm-up of p.warmup tasks through the same path, then
+// p.n no-op tasks, each enqueued on its own by p.producers producers, until all ran.
+// aofSize reads the append-only file's size (what Redis wrote to it per job).
+func asynqIndependent(c *asynq.Client, w *worker, p params, cpu func() map[string]time.Duration, aofSize func() int64, out map[string]float64) error {
+	enqueue := func(int) error {
+		_, err := c.Enqueue(asynq.NewTask("noop", nil))
+		return err
 	}
-	defer srv.Shutdown()
-	c := asynq.NewClient(opt)
-	defer func() { _ = c.Close() }()
-	return body(c)
+	if p.warmup > 0 {
+		if _, err := parallel(p.warmup, p.producers, enqueue); err != nil {
+			return err
+		}
+		if err := w.count(p.warmup); err != nil {
+			return err
+		}
+	}
+	cpu0, aof0, start := cpu(), aofSize(), time.Now()
+	if _, err := parallel(p.n, p.producers, enqueue); err != nil {
+		return err
+	}
+	submitted := time.Since(start)
+	if err := w.count(p.warmup + p.n); err != nil {
+		return err
+	}
+	took := time.Since(start)
+	if aof1 := aofSize(); aof0 >= 0 && aof1 >= 0 {
+		out["a_aof_bytes_per_job"] = float64(aof1-aof0) / float64(p.n)
+	}
+	out["a_jobs_per_s"] = float64(p.n) / took.Seconds()
+	out["a_submit_per_s"] = float64(p.n) / submitted.Seconds()
+	cpuPerJob(out, "a_cpu_us_", cpu0, cpu(), p.n)
+	return nil
+}
+
+// asynqAwait is (c): enqueue a task and wait for its handler's signal (asynq has no
+// run-and-await call; the worker process writes the task's payload to its pipe, which
+// this process reads), at 16 clients (latency) and at 128 (throughput).
+func asynqAwait(c *asynq.Client, w *worker, cpu func() map[string]time.Duration, out map[string]float64) error {
+	var seq atomic.Int64
+	run := func(int) error {
+		id := fmt.Sprint(seq.Add(1))
+		ch := w.await(id)
+		if _, err := c.Enqueue(asynq.NewTask("await", []byte(id))); err != nil {
+			return err
+		}
+		select {
+		case <-ch:
+			return nil
+		case <-time.After(10 * time.Minute):
+			return fmt.Errorf("asynq: task %s did not run in 10 minutes", id)
+		}
+	}
+	lat, err := parallel(4000, 16, run)
+	if err != nil {
+		return err
+	}
+	out["c_run16_p50_ms"], out["c_run16_p99_ms"] = pct(lat, 0.5), pct(lat, 0.99)
+	cpu0, start := cpu(), time.Now()
+	if _, err := parallel(10000, 128, run); err != nil {
+		return err
+	}
+	out["c_run128_jobs_per_s"] = 10000 / time.Since(start).Seconds()
+	cpuPerJob(out, "c_run128_cpu_us_", cpu0, cpu(), 10000)
+	return nil
+}
+
+// asynqChainHops is (d): a chain of asynqChain tasks, each enqueued by the one before's
+// handler; the worker process measures each hop.
+func asynqChainHops(c *asynq.Client, w *worker, out map[string]float64) error {
+	if _, err := c.Enqueue(asynq.NewTask("hop", []byte("0"))); err != nil {
+		return err
+	}
+	hops, err := w.chain()
+	if err != nil {
+		return err
+	}
+	out["d_hop_p50_us"], out["d_hop_p99_us"] = pct(hops, 0.5), pct(hops, 0.99)
+	return nil
+}
+
+// cpuPerJob sets <prefix><part> to each part's CPU from cpu0 to cpu1 per job of n, and
+// <prefix>per_job to their sum.
+func cpuPerJob(out map[string]float64, prefix string, cpu0, cpu1 map[string]time.Duration, n int) {
+	var all time.Duration
+	for part := range cpu1 {
+		d := cpu1[part] - cpu0[part]
+		all += d
+		out[prefix+part] = float64(d.Microseconds()) / float64(n)
+	}
+	out[prefix+"per_job"] = float64(all.Microseconds()) / float64(n)
 }
 
 // parallel makes n calls from conc goroutines and returns each call's latency (ms).
@@ -193,4 +180,9 @@ func pct(v []float64, p float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	return s[int(p*float64(len(s)-1))]
+}
+
+// ctxTimeout is a context for one administrative call.
+func ctxTimeout() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 10*time.Second)
 }

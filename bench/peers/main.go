@@ -1,65 +1,67 @@
 // Command peers is `make bench-peers`: the workloads of issue 23 run by asynq
 // (github.com/hibiken/asynq, in this module only) and by this stack (tests/e2e's
-// BenchmarkPeers, through the public API), against the same redis-server build, in
-// alternating runs (asynq, hero, hero, asynq, …), then each figure's median and the
-// ratio hero/asynq (for latencies asynq/hero: above 1 means this stack is ahead).
+// BenchmarkPeers, through the public API), with the same settings on both sides: the
+// same worker count, the same redis-server build and settings (ACL users, an
+// append-only file), a warm-up, the same GOMAXPROCS for the processes that run the
+// jobs. asynq runs twice per round, with its defaults and tuned (its polls at 10 ms).
+// Each round runs the three in turn (asynq, hero, asynq tuned; the next round the
+// other way round), then each figure's median and the ratios of this stack to each
+// asynq (for latencies asynq/hero: above 1 means this stack is ahead), and the machine.
 //
-//	cd bench/peers && go run . -rounds 4
+//	cd bench/peers && go run . -rounds 3
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 )
 
-// figures in the order printed; lower is better for the latencies.
-var figures = []struct {
-	name, what string
-	lower      bool
-}{
-	{"a_jobs_per_s", "(a) independent jobs submitted one by one, until all ended (jobs/s)", false},
-	{"a_submit_per_s", "    of which submission alone (jobs/s)", false},
-	{"a_cpu_us_per_job", "    CPU of every process per job (µs)", true},
-	{"a_cpu_us_redis", "      of which redis-server (µs)", true},
-	{"a_cpu_us_client", "      of which the producers' process (µs)", true},
-	{"a_cpu_us_supervisor", "      of which supervisor-daemon (µs)", true},
-	{"a_cpu_us_router", "      of which router (µs)", true},
-	{"a_cpu_us_runner", "      of which runner (µs)", true},
-	{"a_cpu_us_executor", "      of which the executor processes (µs)", true},
-	{"a_cpu_us_scheduler", "      of which scheduler (µs)", true},
-	{"b_jobs_per_s", "(b) one 10,000-job flow, creation included (jobs/s)", false},
-	{"b_create_s", "    of which creation (s)", true},
-	{"c_run16_p50_ms", "(c) run-and-await at 16 clients, p50 (ms)", true},
-	{"c_run16_p99_ms", "    p99 (ms)", true},
-	{"c_run128_jobs_per_s", "    run-and-await at 128 clients (jobs/s)", false},
-	{"d_hop_p50_us", "(d) dependent hop, p50 (µs)", true},
-	{"d_hop_p99_us", "    p99 (µs)", true},
+// params are a run's settings, the same for every side.
+type params struct {
+	n, producers, workers, warmup int
+	procs                         string
+}
+
+// side is one of the three: this stack, or asynq with a poll (0: its defaults).
+type side struct {
+	name, title string
+	poll        time.Duration
 }
 
 func main() {
-	rounds := flag.Int("rounds", 3, "alternating rounds (each runs asynq and this stack once)")
-	n := flag.Int("n", 20000, "(a): jobs")
-	producers := flag.Int("c", 32, "(a): concurrent producers")
-	workers := flag.Int("workers", 32, "asynq's concurrency")
-	procs := flag.String("gomaxprocs", "1", `Go scheduler threads (GOMAXPROCS) of each of this stack's services, as docker-compose.yml runs them on one machine; "default": Go's own, a thread per core in each process`)
+	rounds := flag.Int("rounds", 3, "rounds (each runs asynq, this stack and tuned asynq once)")
+	var p params
+	flag.IntVar(&p.n, "n", 20000, "(a): jobs")
+	flag.IntVar(&p.producers, "c", 32, "(a): concurrent producers")
+	flag.IntVar(&p.workers, "workers", 32, "jobs run at once on each side: asynq's Concurrency; the runner's --concurrency and its executor pool's calls in flight")
+	flag.IntVar(&p.warmup, "warmup", 1000, "jobs each side runs through (a)'s path before (a) is measured")
+	flag.StringVar(&p.procs, "gomaxprocs", "1", `GOMAXPROCS of the processes that run the jobs: asynq's worker process, each of this stack's services (as docker-compose.yml runs them on one machine); "default": Go's own`)
+	poll := flag.Duration("poll", 10*time.Millisecond, "tuned asynq's TaskCheckInterval and DelayedTaskCheckInterval")
+	only := flag.String("sides", "asynq,hero,asynq10", "the sides to run, of asynq (defaults), hero (this stack) and asynq10 (tuned)")
+	worker := flag.Bool("asynq-worker", false, "(internal) be asynq's worker process")
 	flag.Parse()
-	if err := run(*rounds, *n, *producers, *workers, *procs); err != nil {
+	var err error
+	if *worker {
+		err = runWorker()
+	} else {
+		err = run(*rounds, p, *poll, strings.Split(*only, ","))
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-peers:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rounds, n, producers, workers int, procs string) error {
+func run(rounds int, p params, poll time.Duration, only []string) error {
+	if rounds < 1 || p.n < 1 || p.producers < 1 || p.workers < 1 || p.warmup < 0 || poll <= 0 {
+		return fmt.Errorf("-rounds, -n, -c, -workers and -poll must be positive, -warmup at least 0")
+	}
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		return err
@@ -68,147 +70,61 @@ func run(rounds, n, producers, workers int, procs string) error {
 	if err != nil {
 		return err
 	}
-	ver, _ := exec.Command(redisPath, "--version").Output()
-	fmt.Printf("redis-server: %s (%s)\n", strings.TrimSpace(string(ver)), redisPath)
+	m := describeMachine(root, redisPath)
+	m.print()
+	var sides []side
+	for _, s := range []side{
+		{"asynq", "asynq v0.26 (defaults)", 0},
+		{"hero", "this stack", 0},
+		{"asynq10", fmt.Sprintf("asynq v0.26 (%s polls)", poll), poll},
+	} {
+		if slices.Contains(only, s.name) {
+			sides = append(sides, s)
+		}
+	}
+	if len(sides) == 0 {
+		return fmt.Errorf("-sides %q: none of asynq, hero, asynq10", strings.Join(only, ","))
+	}
 	runs := map[string][]map[string]float64{}
 	for r := 0; r < rounds; r++ {
-		order := []string{"asynq", "hero"}
-		if r%2 == 1 {
-			order = []string{"hero", "asynq"}
-		}
-		for _, who := range order {
+		for k := range sides {
+			s := sides[k]
+			if r%2 == 1 {
+				s = sides[len(sides)-1-k]
+			}
 			t0 := time.Now()
-			var f map[string]float64
-			if who == "asynq" {
-				f, err = asynqRun(redisPath, n, producers, workers)
-			} else {
-				f, err = heroRun(root, n, producers, procs)
-			}
+			f, err := runSide(s, root, redisPath, p)
 			if err != nil {
-				return fmt.Errorf("%s, round %d: %w", who, r+1, err)
+				return fmt.Errorf("%s, round %d: %w", s.name, r+1, err)
 			}
-			runs[who] = append(runs[who], f)
-			fmt.Printf("round %d %s (%.0f s):", r+1, who, time.Since(t0).Seconds())
-			for _, fg := range figures {
-				if v, ok := f[fg.name]; ok {
-					fmt.Printf(" %s=%.1f", fg.name, v)
-				}
-			}
-			fmt.Println()
+			runs[s.name] = append(runs[s.name], f)
+			printRun(r+1, s.name, time.Since(t0), f)
 		}
 	}
-	fmt.Printf("\nmedians of %d alternating runs each (n=%d, producers=%d, asynq concurrency %d, the services' GOMAXPROCS %s)\n", rounds, n, producers, workers, procs)
-	fmt.Printf("%-72s %12s %12s %8s\n", "figure", "asynq", "hero", "ratio")
-	aa := median(runs["asynq"], "a_jobs_per_s")
-	for _, fg := range figures {
-		a, h := median(runs["asynq"], fg.name), median(runs["hero"], fg.name)
-		ratio := "-"
-		switch {
-		case fg.name == "b_jobs_per_s" && aa > 0:
-			ratio = fmt.Sprintf("%.2f", h/aa) + " (vs asynq's (a))"
-		case a > 0 && h > 0 && fg.lower:
-			ratio = fmt.Sprintf("%.2f", a/h)
-		case a > 0 && h > 0:
-			ratio = fmt.Sprintf("%.2f", h/a)
-		}
-		fmt.Printf("%-72s %12s %12.1f %8s\n", fg.what, num(a), h, ratio)
-	}
-	fmt.Println("ratio: hero/asynq for rates, asynq/hero for times (above 1: this stack is ahead)")
+	m.loadAfter = loadAvg()
+	printTable(sides, runs, rounds, p)
+	fmt.Printf("\nload average before %s, after %s\n", m.loadBefore, m.loadAfter)
 	return nil
 }
 
-func num(v float64) string {
-	if v == 0 {
-		return "-"
+func runSide(s side, root, redisPath string, p params) (map[string]float64, error) {
+	if s.name == "hero" {
+		return heroRun(root, p)
 	}
-	return strconv.FormatFloat(v, 'f', 1, 64)
+	return asynqRun(redisPath, p, s.poll)
 }
 
-func median(runs []map[string]float64, name string) float64 {
-	var v []float64
-	for _, r := range runs {
-		if x, ok := r[name]; ok {
-			v = append(v, x)
+func printRun(round int, name string, took time.Duration, f map[string]float64) {
+	fmt.Printf("round %d %s (%.0f s):", round, name, took.Seconds())
+	for _, k := range []string{"redis_aof", "redis_users"} {
+		fmt.Printf(" %s=%.0f", k, f[k])
+	}
+	for _, fg := range figures {
+		if v, ok := f[fg.name]; ok {
+			fmt.Printf(" %s=%.1f", fg.name, v)
 		}
 	}
-	if len(v) == 0 {
-		return 0
-	}
-	sort.Float64s(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
-}
-
-// asynqRun starts a redis-server of its own (no persistence, as the e2e harness
-// starts it) and runs asynq's workloads against it.
-func asynqRun(redisPath string, n, producers, workers int) (map[string]float64, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir, err := os.MkdirTemp("", "bench-peers-redis")
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	srv := exec.Command(redisPath, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	if err := srv.Start(); err != nil {
-		return nil, err
-	}
-	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("redis-server on %s did not answer: %w", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return asynqFigures(addr, n, producers, workers, func() (time.Duration, time.Duration) { return selfCPU(), procCPU(srv.Process.Pid) })
-}
-
-// heroRun runs tests/e2e's BenchmarkPeers (the e2e harness builds and starts the
-// binaries against a redis-server from PATH) and reads its "PEERS hero" lines. procs
-// is the services' GOMAXPROCS ("default": not set).
-func heroRun(root string, n, producers int, procs string) (map[string]float64, error) {
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkPeers$", "-benchtime", "1x", "-timeout", "30m", "./")
-	cmd.Dir = filepath.Join(root, "tests", "e2e")
-	cmd.Env = append(os.Environ(), "HERO_BENCH=1", "HERO_BENCH_PEERS=1",
-		"HERO_PEERS_N="+strconv.Itoa(n), "HERO_PEERS_C="+strconv.Itoa(producers),
-		// 128 run-and-await calls of one actor at once: above the default cap of 100.
-		"HERO_BENCH_API_ARGS=--max-waits-per-caller 0",
-		"GOWORK=") // this module runs with GOWORK=off; tests/e2e is a workspace module
-	if procs != "default" {
-		cmd.Env = append(cmd.Env, "HERO_TEST_GOMAXPROCS="+procs)
-	}
-
-	var outBuf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &outBuf, &outBuf
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, tail(outBuf.String(), 40))
-	}
-	f := map[string]float64{}
-	sc := bufio.NewScanner(&outBuf)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 4 && fields[0] == "PEERS" && fields[1] == "hero" {
-			if v, err := strconv.ParseFloat(fields[3], 64); err == nil {
-				f[fields[2]] = v
-			}
-		}
-	}
-	if len(f) == 0 {
-		return nil, fmt.Errorf("no PEERS lines in the benchmark's output:\n%s", tail(outBuf.String(), 40))
-	}
-	return f, nil
+	fmt.Println()
 }
 
 func tail(s string, n int) string {

@@ -197,12 +197,21 @@ func loadJob2(b *testing.B, c *harness.Client, id uint32) harness.Job {
 }
 
 func handlerBenchStack(b *testing.B) (*harness.Stack, *harness.Client) {
+	return handlerBenchStackOf(b, 256)
+}
+
+// handlerBenchStackOf is handlerBenchStack with a runner that runs up to workers jobs
+// at once (--concurrency), and a Go executor pool of two processes that take as many
+// calls in flight (workers/2 each, up to 32 a connection), unless
+// HERO_BENCH_EXECUTOR_POOL names its settings.
+func handlerBenchStackOf(b *testing.B, workers int) (*harness.Stack, *harness.Client) {
 	goExec := filepath.Join(binDir, harness.ExampleExecutor)
-	pool := "size=2;inflight=128;pipeline=32"
+	inflight := max(1, (workers+1)/2)
+	pool := fmt.Sprintf("size=2;inflight=%d;pipeline=%d", inflight, min(32, inflight))
 	if p := os.Getenv("HERO_BENCH_EXECUTOR_POOL"); p != "" {
 		pool = p
 	}
-	s, c := benchStack(b, "--log-level", "info", "--concurrency", "256",
+	s, c := benchStack(b, "--log-level", "info", "--concurrency", strconv.Itoa(workers),
 		"--executors", "go;cmd="+goExec+";"+pool)
 	c.MustCall(b, "runner.create", map[string]any{"context_id": ctx1, "runner": map[string]any{"id": 2, "script_types": []string{"go"}}}, nil)
 	return s, c

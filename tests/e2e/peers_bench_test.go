@@ -27,21 +27,24 @@ import (
 // half and alternates the two): the workloads of issue 23 through the public API as a
 // producer uses it (signed requests, TLS to the API, mutual TLS between the services),
 // no-op handler jobs of the Go example executor. It prints one "PEERS hero <figure>
-// <value>" line per figure. HERO_PEERS_N (default 20000) and HERO_PEERS_C (32) size (a).
+// <value>" line per figure. HERO_PEERS_N (default 20000) and HERO_PEERS_C (32) size (a);
+// HERO_PEERS_WORKERS (256) is the jobs the runner runs at once (--concurrency, and the
+// executor pool's calls in flight), HERO_PEERS_WARMUP (1000) the jobs run through (a)'s
+// path before it is measured (the executor pool starts on the first).
 func BenchmarkPeers(b *testing.B) {
 	if os.Getenv("HERO_BENCH_PEERS") == "" {
 		b.Skip("set HERO_BENCH_PEERS=1 (make bench-peers)")
 	}
 	n, conc := envInt("HERO_PEERS_N", 20000), envInt("HERO_PEERS_C", 32)
-	s, c := handlerBenchStack(b)
+	s, c := handlerBenchStackOf(b, envInt("HERO_PEERS_WORKERS", 256))
 	// gRPC calls carry the connection's session signature; HERO_PEERS_SIGN_EACH_CALL=1
 	// signs each call instead (to compare the two).
 	c.SignEachCall = os.Getenv("HERO_PEERS_SIGN_EACH_CALL") == "1"
 	api := c.API(b)
 	rdb := redisSrv.Client(b, int(ctx1))
 	report := func(figure string, v float64) { fmt.Printf("PEERS hero %s %.3f\n", figure, v) }
+	reportRedisSettings(b, report)
 
-	// (a) n independent jobs, each submitted on its own by conc producers, until all ended.
 	// HERO_BENCH_PROFILE=<dir>: 4 s, or HERO_BENCH_PROFILE_SECONDS, of each service's
 	// CPU (HERO_BENCH_PROFILE_KIND=trace: its execution trace), over (a) or, with
 	// HERO_BENCH_PROFILE_PHASE=c16 or c128, over (c)'s 16 or 128 clients
@@ -49,33 +52,16 @@ func BenchmarkPeers(b *testing.B) {
 	if phase != "" && phase != "c16" && phase != "c128" {
 		b.Fatalf("HERO_BENCH_PROFILE_PHASE=%q: want c16, c128 or nothing (workload (a))", phase)
 	}
-	profileC128 := phase == "c128"
-	profiled := func() {}
-	if phase == "" {
-		profiled = profileServices(b, s)
-	}
-	cpu0 := cpuByPart(s, redisSrv.Pid())
-	calls0, cmdCPU0 := redisCalls(b), cpuByCommand()
 	submit := producer(b, c, api)
-	start := time.Now()
-	runParallel(b, n, conc, submit)
-	submitted := time.Since(start)
-	calls1, cmdCPU1 := redisCalls(b), cpuByCommand()
-	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(n))
-	took := time.Since(start)
-	cpu1 := cpuByPart(s, redisSrv.Pid())
-	profiled()
-	report("a_jobs_per_s", float64(n)/took.Seconds())
-	report("a_submit_per_s", float64(n)/submitted.Seconds())
-	// CPU per job of each part over (a) (the profiles, when taken, add a little).
-	reportCPU(report, "a_cpu_us_", cpu0, cpu1, n, "redis", "client", "supervisor", "router", "runner", "executor", "scheduler")
-	// jobs per store call of supervisor-daemon's group commit (concurrent submissions)
-	if calls := metric(b, s.API, "hero_api_submit_group_jobs_count"); calls > 0 {
-		report("a_submit_group_jobs_avg", metric(b, s.API, "hero_api_submit_group_jobs_sum")/calls)
+	// The warm-up: jobs through (a)'s path, until they ended (the executor pool's
+	// processes start on the first job; the connections and caches fill).
+	warm := 0
+	if v := os.Getenv("HERO_PEERS_WARMUP"); v != "0" {
+		warm = envInt("HERO_PEERS_WARMUP", 1000)
+		runParallel(b, warm, conc, submit)
+		waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(warm))
 	}
-	if os.Getenv("HERO_BENCH_CMDSTATS") != "" {
-		printSubmitCost(n, calls0, calls1, cmdCPU0, cmdCPU1)
-	}
+	peersIndependent(b, s, rdb, submit, n, conc, warm, phase == "", report)
 
 	// (b) one 10,000-job flow, its creation included.
 	peersFlow(b, c, api, report, func() {})
@@ -100,6 +86,7 @@ func BenchmarkPeers(b *testing.B) {
 		}
 	}
 	stages := make([][3]float64, 4000)
+	profiled := func() {}
 	if phase == "c16" {
 		profiled = profileServices(b, s)
 	}
@@ -114,9 +101,9 @@ func BenchmarkPeers(b *testing.B) {
 		}
 		report("c_run16_p50_"+name+"_ms", percentile(part, 0.50))
 	}
-	start = time.Now()
-	cpu0 = cpuByPart(s, redisSrv.Pid())
-	if profileC128 {
+	start := time.Now()
+	cpu0 := cpuByPart(s, redisSrv.Pid())
+	if phase == "c128" {
 		profiled = profileServices(b, s)
 	}
 	runParallel(b, 10000, 128, runJob(nil))
@@ -140,6 +127,78 @@ func BenchmarkPeers(b *testing.B) {
 	}
 	report("d_hop_p50_us", percentile(hops, 0.50))
 	report("d_hop_p99_us", percentile(hops, 0.99))
+}
+
+// reportRedisSettings reports what make bench-peers holds equal on both sides: Redis's
+// append-only file (redis_aof 1: on, as HERO_E2E_REDIS=stack runs it) and its ACL
+// users (redis_users: besides "default", the services' own).
+func reportRedisSettings(b *testing.B, report func(string, float64)) {
+	rc := redisSrv.Client(b, 0)
+	aof, err := rc.ConfigGet(context.Background(), "appendonly").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	users, err := rc.Do(context.Background(), "ACL", "USERS").StringSlice()
+	if err != nil {
+		b.Fatal(err)
+	}
+	report("redis_aof", map[string]float64{"yes": 1}[aof["appendonly"]])
+	report("redis_users", float64(len(users)))
+}
+
+// aofSize is the size of Redis's append-only file (-1 when it has none).
+func aofSize(b *testing.B) int64 {
+	info, err := redisSrv.Client(b, 0).Info(context.Background(), "persistence").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return aofSizeOf(info)
+}
+
+// aofSizeOf reads aof_current_size from INFO persistence (-1 when it is absent).
+func aofSizeOf(info string) int64 {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "aof_current_size:"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// peersIndependent is figure (a): n independent jobs, each submitted on its own by conc
+// producers, until all ended (done: the jobs that ended before, the warm-up's). With
+// profile, each service's CPU profile is taken over it (HERO_BENCH_PROFILE).
+func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit func(context.Context, int) error, n, conc, done int, profile bool, report func(string, float64)) {
+	profiled := func() {}
+	if profile {
+		profiled = profileServices(b, s)
+	}
+	cpu0, aof0 := cpuByPart(s, redisSrv.Pid()), aofSize(b)
+	calls0, cmdCPU0 := redisCalls(b), cpuByCommand()
+	start := time.Now()
+	runParallel(b, n, conc, submit)
+	submitted := time.Since(start)
+	calls1, cmdCPU1 := redisCalls(b), cpuByCommand()
+	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(done+n))
+	took := time.Since(start)
+	cpu1, aof1 := cpuByPart(s, redisSrv.Pid()), aofSize(b)
+	profiled()
+	report("a_jobs_per_s", float64(n)/took.Seconds())
+	if aof0 >= 0 && aof1 >= 0 {
+		report("a_aof_bytes_per_job", float64(aof1-aof0)/float64(n))
+	}
+	report("a_submit_per_s", float64(n)/submitted.Seconds())
+	// CPU per job of each part over (a) (the profiles, when taken, add a little).
+	reportCPU(report, "a_cpu_us_", cpu0, cpu1, n, "redis", "client", "supervisor", "router", "runner", "executor", "scheduler")
+	// jobs per store call of supervisor-daemon's group commit (concurrent submissions)
+	if calls := metric(b, s.API, "hero_api_submit_group_jobs_count"); calls > 0 {
+		report("a_submit_group_jobs_avg", metric(b, s.API, "hero_api_submit_group_jobs_sum")/calls)
+	}
+	if os.Getenv("HERO_BENCH_CMDSTATS") != "" {
+		printSubmitCost(n, calls0, calls1, cmdCPU0, cmdCPU1)
+	}
 }
 
 // producer is how (a)'s producers submit a job: the Go client's Submit (hero.Client,
@@ -166,14 +225,15 @@ func producer(b *testing.B, c *harness.Client, api herov1.CoordinatorClient) fun
 	}
 }
 
-// BenchmarkPeersFlow runs figure (b) of BenchmarkPeers alone, with per-phase timings
+// BenchmarkPeersFlow runs figure (b) of BenchmarkPeers alone (HERO_PEERS_WORKERS as
+// there), with per-phase timings
 // (HERO_BENCH_PROFILE=<dir>: 4 s, or HERO_BENCH_PROFILE_SECONDS, of each service's CPU from the flow's creation on;
 // HERO_BENCH_PROFILE_RUN=1: from its start on).
 func BenchmarkPeersFlow(b *testing.B) {
 	if os.Getenv("HERO_BENCH_PEERS") == "" {
 		b.Skip("set HERO_BENCH_PEERS=1")
 	}
-	s, c := handlerBenchStack(b)
+	s, c := handlerBenchStackOf(b, envInt("HERO_PEERS_WORKERS", 256))
 	api := c.API(b)
 	report := func(figure string, v float64) { fmt.Printf("PEERS hero %s %.3f\n", figure, v) }
 	profiled, profileRun := func() {}, os.Getenv("HERO_BENCH_PROFILE_RUN") != ""

@@ -68,12 +68,18 @@ func TestMain(m *testing.M) {
 		// HERO_E2E_REDIS=secure: Redis serves TLS only with client certificates and
 		// ACL users, and every service logs in as its own user (make test runs the
 		// core suite so).
+		// HERO_E2E_REDIS=stack: Redis as docker-compose.yml and local-stack.sh run it,
+		// ACL users and an append-only file, without TLS (make bench-peers).
 		var opt redistest.Options
-		if os.Getenv("HERO_E2E_REDIS") == "secure" {
-			if opt, err = harness.SecureRedisOptions(); err != nil {
-				println(err.Error())
-				return 1
-			}
+		switch os.Getenv("HERO_E2E_REDIS") {
+		case "secure":
+			opt, err = harness.SecureRedisOptions()
+		case "stack":
+			opt, err = harness.ACLRedisOptions()
+		}
+		if err != nil {
+			println(err.Error())
+			return 1
 		}
 		srv, err := redistest.StartServer(opt)
 		if err != nil {
@@ -84,6 +90,8 @@ func TestMain(m *testing.M) {
 		redisSrv = srv
 		if opt.TLS != nil {
 			harness.UseSecureRedis(srv.URL)
+		} else if opt.ACLFile != "" {
+			harness.UseACLRedis(srv.URL)
 		}
 		// HERO_E2E_REDIS=placed: a second Redis server, and a placement map that puts
 		// context ctx1 on it (make test runs the core suite so): everything a context

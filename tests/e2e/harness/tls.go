@@ -118,30 +118,40 @@ func DialInternal(addr, service, as string) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(t)))
 }
 
-// secureRedis is the URL of a Redis that serves TLS only, with ACL users
-// (SecureRedisOptions): services started against it log in as their own users.
+// secureRedis is the URL of a Redis with the deployment's ACL users, which services
+// started against it log in as: one that serves TLS only (SecureRedisOptions, tls
+// set) or plaintext (ACLRedisOptions).
 var secureRedis struct {
 	sync.Mutex
 	url string
+	tls bool
 }
 
 // SecureRedisOptions are the redistest options of a Redis that serves TLS only,
 // requires client certificates of the test CA, and has the deployment's ACL users
 // (the test's own clients log in as "operator").
 func SecureRedisOptions() (redistest.Options, error) {
+	o, p, err := aclOptions()
+	if err != nil {
+		return o, err
+	}
+	srv, op := p.Files("redis"), p.Files("operator")
+	o.TLS = &redistest.TLS{CA: srv.CA, Cert: srv.Cert, Key: srv.Key, ClientCert: op.Cert, ClientKey: op.Key}
+	return o, nil
+}
+
+// aclOptions are the redistest options of a Redis with the deployment's ACL users,
+// the test's own clients logged in as "operator", and the PKI they come from.
+func aclOptions() (redistest.Options, *tlsx.PKI, error) {
 	p, err := PKI()
 	if err != nil {
-		return redistest.Options{}, err
+		return redistest.Options{}, nil, err
 	}
 	pw, err := os.ReadFile(filepath.Join(p.Dir, redisacl.PasswordFile("operator")))
 	if err != nil {
-		return redistest.Options{}, err
+		return redistest.Options{}, nil, err
 	}
-	srv, op := p.Files("redis"), p.Files("operator")
-	return redistest.Options{
-		TLS:     &redistest.TLS{CA: srv.CA, Cert: srv.Cert, Key: srv.Key, ClientCert: op.Cert, ClientKey: op.Key},
-		ACLFile: filepath.Join(p.Dir, redisacl.ACLFile), User: "operator", UserPassword: strings.TrimSpace(string(pw)),
-	}, nil
+	return redistest.Options{ACLFile: filepath.Join(p.Dir, redisacl.ACLFile), User: "operator", UserPassword: strings.TrimSpace(string(pw))}, p, nil
 }
 
 // UseSecureRedis marks url (a server started with SecureRedisOptions) so that the
@@ -149,7 +159,26 @@ func SecureRedisOptions() (redistest.Options, error) {
 // certificates.
 func UseSecureRedis(url string) {
 	secureRedis.Lock()
-	secureRedis.url = url
+	secureRedis.url, secureRedis.tls = url, true
+	secureRedis.Unlock()
+}
+
+// ACLRedisOptions are the redistest options of a Redis as docker-compose.yml and
+// scripts/local-stack.sh run it: the deployment's ACL users (the test's own clients
+// log in as "operator"), an append-only file written to disk every second, no TLS.
+// RDB snapshots stay off (redistest's --save ""), so that no fork falls at a random
+// point of a measurement.
+func ACLRedisOptions() (redistest.Options, error) {
+	o, _, err := aclOptions()
+	o.ExtraArgs = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
+	return o, err
+}
+
+// UseACLRedis marks url (a server started with ACLRedisOptions) so that the services
+// started against it log in as their own ACL users, without TLS.
+func UseACLRedis(url string) {
+	secureRedis.Lock()
+	secureRedis.url, secureRedis.tls = url, false
 	secureRedis.Unlock()
 }
 
@@ -181,7 +210,7 @@ func placementArgs(name, redisURL string) []string {
 // redisFor is the URL and flags a service uses for redisURL.
 func redisFor(name, redisURL string) (string, []string, error) {
 	secureRedis.Lock()
-	secure := secureRedis.url != "" && redisURL == secureRedis.url
+	secure, withTLS := secureRedis.url != "" && redisURL == secureRedis.url, secureRedis.tls
 	secureRedis.Unlock()
 	if !secure || !services[name] {
 		return redisURL, nil, nil
@@ -195,12 +224,15 @@ func redisFor(name, redisURL string) (string, []string, error) {
 		return "", nil, err
 	}
 	u.User = url.User(name)
-	f := p.Files(name)
-	return u.String(), []string{"--redis-tls-ca", f.CA, "--redis-tls-cert", f.Cert, "--redis-tls-key", f.Key,
-		"--redis-password-file", filepath.Join(p.Dir, redisacl.PasswordFile(name))}, nil
+	args := []string{"--redis-password-file", filepath.Join(p.Dir, redisacl.PasswordFile(name))}
+	if withTLS {
+		f := p.Files(name)
+		args = append(args, "--redis-tls-ca", f.CA, "--redis-tls-cert", f.Cert, "--redis-tls-key", f.Key)
+	}
+	return u.String(), args, nil
 }
 
-// isSecure: redisURL is the Redis of HERO_E2E_REDIS=secure (UseSecureRedis).
+// isSecure: redisURL is a Redis with ACL users (UseSecureRedis, UseACLRedis).
 func isSecure(redisURL string) bool {
 	secureRedis.Lock()
 	defer secureRedis.Unlock()
@@ -277,7 +309,8 @@ func EnsureScripts(redisURL string) error {
 }
 
 // operatorOptions are the store options of the test's own access to redisURL: as the
-// "operator" user, by TLS with its certificate, on the secure Redis.
+// "operator" user on a Redis with ACL users, by TLS with its certificate on the secure
+// Redis.
 func operatorOptions(redisURL string) (store.Options, error) {
 	opt := store.Options{URL: redisURL, ConnectTimeout: 10 * time.Second, Log: zerolog.Nop()}
 	if !isSecure(redisURL) {
@@ -297,7 +330,12 @@ func operatorOptions(redisURL string) (store.Options, error) {
 	}
 	u.User = url.User("operator")
 	opt.URL, opt.Password = u.String(), strings.TrimSpace(string(pw))
-	opt.TLS, err = tlsx.ClientConfig(p.Files("operator"), "", "redis", nil)
+	secureRedis.Lock()
+	withTLS := secureRedis.tls
+	secureRedis.Unlock()
+	if withTLS {
+		opt.TLS, err = tlsx.ClientConfig(p.Files("operator"), "", "redis", nil)
+	}
 	return opt, err
 }
 
