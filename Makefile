@@ -141,5 +141,9 @@ compose-two-nodes-test: build ## deploy/compose/two-nodes.yml end to end: two no
 	@bash scripts/compose-two-nodes-test.sh
 
 .PHONY: compose-test
-compose-test: build ## docker-compose.yml end to end: build, up, flows, runner kill, Redis restart, Prometheus (needs Docker)
+compose-test: build ## docker-compose.yml end to end: the README's compose quickstart line by line, then flows, runner kill, Redis restart, Prometheus (needs Docker)
 	@bash scripts/compose-test.sh
+
+.PHONY: quickstart-test
+quickstart-test: ## the README's local quickstart, its lines run as they are in a fresh clone (needs the ports of scripts/local-stack.sh free)
+	@bash scripts/quickstart-test.sh
