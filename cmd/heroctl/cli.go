@@ -289,7 +289,7 @@ func (c *cli) tlsConfig() (*tls.Config, error) {
 // check for the credential the call was made with.
 func (c *cli) describe(err error) string {
 	if errors.Is(err, hero.ErrTLS) {
-		return describeTLS(err)
+		return c.describeTLS(err)
 	}
 	if hero.Unreachable(err) {
 		return "cannot reach supervisor-daemon: nothing answers at " + c.where(err) + ": " + dialError(err) +
@@ -383,8 +383,9 @@ func apiAnswered(st *status.Status) (bool, string) {
 	return false, ""
 }
 
-// describeTLS says what a failed TLS handshake with the API means and what to set.
-func describeTLS(err error) string {
+// describeTLS says what a failed TLS handshake with the API means, which CA heroctl
+// checked it against, and what to set.
+func (c *cli) describeTLS(err error) string {
 	msg := err.Error()
 	if i := strings.Index(msg, "x509: "); i >= 0 {
 		// gRPC quotes the handshake's error inside its own message.
@@ -394,7 +395,12 @@ func describeTLS(err error) string {
 	case strings.Contains(msg, "first record does not look like a TLS handshake"):
 		return "the API does not speak TLS: " + msg + " (an API without TLS needs --plaintext, HERO_PLAINTEXT=1)"
 	case strings.Contains(msg, "x509: "):
-		return "the API's certificate is not trusted: " + msg + " (set HERO_TLS_CA (--tls-ca) to the CA that issued it: `docker compose exec -T supervisor-daemon cat /pki/ca.pem`, scripts/local-stack.sh's .local-stack/pki/ca.pem, or the chart's <release>-api-tls Secret)"
+		checked := "HERO_TLS_CA is not set, so heroctl checked it against the system's CAs only"
+		if c.g.tls.CA != "" {
+			checked = "heroctl checked it against HERO_TLS_CA's " + c.g.tls.CA + ", not the CA that issued it"
+		}
+		return "the API's certificate is not trusted: " + msg + " (" + checked + ". Set HERO_TLS_CA (--tls-ca) to the stack's CA: " +
+			"`docker compose exec -T supervisor-daemon cat /pki/ca.pem`, scripts/local-stack.sh's .local-stack/pki/ca.pem, or the chart's <release>-api-tls Secret)"
 	}
 	return "the TLS handshake with the API failed: " + msg + " (check HERO_TLS_CA, HERO_TLS_CERT and HERO_TLS_KEY)"
 }

@@ -96,9 +96,10 @@ func TestHeroctlErrorsNameTheCause(t *testing.T) {
 		maxConns int64
 	}{
 		{"missing CA", append(at, "HERO_TLS_CA=", "HERO_ACTOR=1"), []string{"flow", "list"},
-			[]string{"certificate is not trusted", "unknown authority", "set HERO_TLS_CA"}, []string{"cannot reach"}, 1},
+			[]string{"certificate is not trusted", "unknown authority", "HERO_TLS_CA is not set", "Set HERO_TLS_CA"}, []string{"cannot reach"}, 1},
 		{"wrong CA", append(at, "HERO_TLS_CA="+otherCA.Files("api").CA, "HERO_ACTOR=1"), []string{"flow", "list"},
-			[]string{"certificate is not trusted", "unknown authority", "set HERO_TLS_CA"}, []string{"cannot reach"}, 1},
+			[]string{"certificate is not trusted", "unknown authority", "checked it against HERO_TLS_CA's " + otherCA.Files("api").CA, "Set HERO_TLS_CA"},
+			[]string{"cannot reach"}, 1},
 		{"wrong operator secret", append(at, "HERO_ADMIN_SECRET=not-the-stacks-secret-0123"), []string{"secret", "list"},
 			[]string{"the operator secret is not valid", "HERO_ADMIN_SECRET", "admin-secret"}, []string{"HERO_ACTOR", "signed as actor"}, 1},
 		{"wrong actor key", append(at, "HERO_ACTOR=1", "HERO_KEY="+otherKey), []string{"flow", "list"},
