@@ -28,6 +28,12 @@ PLACED_TESTS := ^(TestDiamondFlow|TestRetryThenFail|TestTimeoutKillsProcessGroup
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# What `heroctl version` prints: the git revision (with -dirty for uncommitted changes)
+# and the build's date. go build records no revision in workspace mode.
+REVISION := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+BUILD_DATE := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+HEROCTL_LDFLAGS := -X main.revision=$(REVISION) -X main.buildDate=$(BUILD_DATE)
+
 .PHONY: build
 build: ## build static binaries into bin/
 	@mkdir -p bin
@@ -35,7 +41,7 @@ build: ## build static binaries into bin/
 		echo "build bin/$$s"; \
 		CGO_ENABLED=0 $(GO) build -trimpath -o bin/$$s ./services/$$s || exit 1; \
 	done
-	@echo "build bin/heroctl"; CGO_ENABLED=0 $(GO) build -trimpath -o bin/heroctl ./cmd/heroctl
+	@echo "build bin/heroctl ($(REVISION))"; CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(HEROCTL_LDFLAGS)' -o bin/heroctl ./cmd/heroctl
 
 .PHONY: deps
 deps: ## install what the tests need (redis-server, redis-sentinel, bubblewrap, slirp4netns, iproute2, python3-cryptography) when missing
@@ -137,5 +143,9 @@ compose-two-nodes-test: build ## deploy/compose/two-nodes.yml end to end: two no
 	@bash scripts/compose-two-nodes-test.sh
 
 .PHONY: compose-test
-compose-test: build ## docker-compose.yml end to end: build, up, flows, runner kill, Redis restart, Prometheus (needs Docker)
+compose-test: build ## docker-compose.yml end to end: the README's compose quickstart line by line, then flows, runner kill, Redis restart, Prometheus (needs Docker)
 	@bash scripts/compose-test.sh
+
+.PHONY: quickstart-test
+quickstart-test: ## the README's local quickstart, its lines run as they are in a fresh clone (needs the ports of scripts/local-stack.sh free)
+	@bash scripts/quickstart-test.sh

@@ -37,6 +37,10 @@ done
 [ -n "$TAG" ] || { echo "build-images: no tag (helm/hero/Chart.yaml has no appVersion?)" >&2; exit 2; }
 command -v docker >/dev/null || { echo "build-images: docker is not installed" >&2; exit 1; }
 
+# heroctl version in the images: the revision and the build's date (one value for all
+# five, so that they share the build's layer)
+REVISION=$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+BUILD_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 images=()
 for svc in supervisor-daemon scheduler router runner mycelium-gateway; do
   img="$REGISTRY/hero-coordinator/$svc:$TAG"
@@ -45,6 +49,7 @@ for svc in supervisor-daemon scheduler router runner mycelium-gateway; do
     --build-arg SERVICE="$svc" \
     --build-arg RUNNER_BASE="${HERO_RUNNER_BASE:-debian:bookworm-slim}" \
     ${GOPROXY:+--build-arg GOPROXY="$GOPROXY"} \
+    --build-arg HERO_REVISION="$REVISION" --build-arg HERO_BUILD_DATE="$BUILD_DATE" \
     -t "$img" . >/dev/null
   images+=("$img")
 done

@@ -3,33 +3,39 @@
 # is, under its own project name, and removes everything it made at the end (also on failure,
 # after printing the services' logs):
 #
-#   1. scripts/offline-images.sh (base images without a registry; as root only),
-#      `docker compose build --build-arg GOPROXY=off`, `docker compose up -d --wait`
-#   2. the operator secret the first start generated (read from the stack as the README says;
-#      the old well-known default is refused; no log holds it); heroctl on the host: actor 1,
-#      context 1, runner 1; examples/diamond.yaml finishes
-#      with the expected results; heroctl inside a container works too; examples/handlers.yaml
-#      (the runner's example executors python and mailer) finishes; the Python SDK's producer example
-#      and the Go client's (sdk/go/example/producer) run against the API, signed (every
-#      example meant for this stack runs: checked at the end against examples/)
+#   1. scripts/offline-images.sh (base images without a registry; as root only); then the
+#      README's compose quickstart (its block marked quickstart:compose, scripts/readme-block.sh),
+#      line by line as it is, in a fresh clone (scripts/fresh-clone.sh) with a HOME of its
+#      own, but its last line (docker compose down, run at the end): the build (with
+#      HERO_GOPROXY=off: it downloads nothing), `up --wait`, heroctl copied out of the image,
+#      the CA and the generated operator secret read from the stack, actor 1, context 1,
+#      runner 1, examples/diamond.yaml and examples/handlers.yaml watched to their end
+#   2. what those lines made: the CA outside the clone and nothing new in it; the operator
+#      secret generated (not in the log; the old well-known default refused); runner create
+#      showed the runner's script types; heroctl version names the revision built;
+#      diamond's and handlers' results; heroctl inside a container works too; the Python
+#      SDK's producer example and the Go client's (sdk/go/example/producer) run against the
+#      API, signed, following HERO_HTTP_PORT/HERO_GRPC_PORT alone (every example meant for
+#      this stack runs: checked at the end against examples/)
 #   3. a flow whose middle job sleeps: while it runs, `docker compose kill runner` and
 #      `docker compose start runner`; the restarted runner (same worker id) takes its job
 #      back at once (within 3 s; the lease is 30 s) and the flow finishes, every job once
 #   4. a failing flow (error, one retry), a cancelled flow, API errors, context 100 (databases > 16)
-#   5. `docker compose restart redis`: flows, jobs and results are all still there (AOF),
+#   5. Redis restarted (`docker compose stop redis`, `start redis`): flows, jobs and results are all still there (AOF),
 #      and a new flow runs
 #   6. Prometheus: every target up, job/flow metrics show the flows above, `promtool check
 #      metrics` on every service's /metrics, every query of the Grafana dashboard returns the
 #      series expected after those flows (its `by` labels; the outcomes, codes, statuses and
 #      script types the flows above made; no OK among the errors)
-#   7. `docker compose down -v`
+#   7. the README's last line (`docker compose down`), then `docker compose down -v`
 #
 # Environment:
 #   COMPOSE_PROJECT_NAME   default hero-compose-test (not the `hero` of a user's stack)
 #   HERO_RUNNER_BASE       default hero-runtime-python:bookworm (made by offline-images.sh);
 #                          set debian:bookworm-slim to test the apt path of the Dockerfile
-#   COMPOSE_TEST_BUILD_ARGS  default "--build-arg GOPROXY=off" (proves the build is offline);
-#                          set it empty where the golang image is the official one
+#   COMPOSE_TEST_GOPROXY   the build's GOPROXY (docker-compose.yml's HERO_GOPROXY): default off
+#                          (proves the build is offline); set it empty where the golang image
+#                          is the official one
 #   COMPOSE_TEST_OFFLINE_IMAGES  1 (default) runs scripts/offline-images.sh; 0 skips it
 #   COMPOSE_TEST_KEEP=1    leave the stack running at the end (for debugging)
 #   HERO_HTTP_PORT, HERO_GRPC_PORT, HERO_PROMETHEUS_PORT  host ports; when unset and the
@@ -40,17 +46,24 @@ ROOT=$(pwd)
 
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-hero-compose-test}
 export HERO_RUNNER_BASE=${HERO_RUNNER_BASE:-hero-runtime-python:bookworm}
-# The operator secret: the one the stack generates at its first start (the default, read
-# from it below), unless the caller sets HERO_ADMIN_SECRET (then the stack takes that one).
-OWN_SECRET=${HERO_ADMIN_SECRET:-}
-BUILD_ARGS=${COMPOSE_TEST_BUILD_ARGS---build-arg GOPROXY=off}
+# The build: no module download (the golang image has them all), and the revision for
+# heroctl version.
+export HERO_GOPROXY=${COMPOSE_TEST_GOPROXY-off}
+export HERO_REVISION=${HERO_REVISION:-$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)}
+# The operator secret: the one the stack generates at its first start, read from it as
+# the README says.
+unset HERO_ADMIN_SECRET HERO_ADDR HERO_API_URL HERO_TLS_CA HERO_ACTOR HERO_CONTEXT HERO_OUTPUT HERO_KEY
 SERVICES=(supervisor-daemon scheduler router runner mycelium-gateway)
 declare -A ADMIN=([supervisor-daemon]=9660 [scheduler]=9661 [router]=9662 [runner]=9663 [mycelium-gateway]=9664)
 
 START=$(date +%s)
 WORK=$(mktemp -d)
-export HERO_CONFIG_DIR=$WORK/heroctl # heroctl's actor keys: never the user's own
-DC=(docker compose -f "$ROOT/docker-compose.yml")
+# The README's lines run in this clone, with this HOME: heroctl's actor keys and the CA
+# go to its ~/.config/hero, never the user's own.
+CLONE=$WORK/clone
+QS_HOME=$WORK/home
+export HERO_CONFIG_DIR=$QS_HOME/.config/hero
+DC=(docker compose -f "$CLONE/docker-compose.yml")
 STACK_UP=
 
 step() { printf '\n=== %s (%ss)\n' "$*" "$(( $(date +%s) - START ))"; }
@@ -146,33 +159,49 @@ for tool in jq curl openssl; do
     fi
   fi
 done
-command -v go >/dev/null || fail "go is missing: it builds bin/heroctl and the Go client's example (sdk/go/example/producer)"
-if [ ! -x bin/heroctl ]; then
-  say "bin/heroctl is missing: make build"
-  make -s build >/dev/null
-fi
+command -v go >/dev/null || fail "go is missing: it builds the Go client's example (sdk/go/example/producer)"
+# The ports: heroctl and the SDKs follow HERO_HTTP_PORT and HERO_GRPC_PORT as the stack does.
 pick_port HERO_HTTP_PORT 9652
 pick_port HERO_GRPC_PORT 9653
 pick_port HERO_PROMETHEUS_PORT 9090
 PROM=http://127.0.0.1:$HERO_PROMETHEUS_PORT
-export HERO_ADDR=127.0.0.1:$HERO_GRPC_PORT
-unset HERO_ACTOR HERO_CONTEXT HERO_OUTPUT
-say "project $COMPOSE_PROJECT_NAME; JSON-RPC :$HERO_HTTP_PORT, gRPC :$HERO_GRPC_PORT, Prometheus :$HERO_PROMETHEUS_PORT; runner base $HERO_RUNNER_BASE"
+say "project $COMPOSE_PROJECT_NAME; JSON-RPC :$HERO_HTTP_PORT, gRPC :$HERO_GRPC_PORT, Prometheus :$HERO_PROMETHEUS_PORT; runner base $HERO_RUNNER_BASE; GOPROXY ${HERO_GOPROXY:-(default)}; revision $HERO_REVISION"
+# The README's block, and its last line: the stack's end, run at the end.
+scripts/readme-block.sh compose > "$WORK/block.sh"
+README_LAST=$(tail -n 1 "$WORK/block.sh")
+case "$README_LAST" in "docker compose down"*) ;; *) fail "the README's compose quickstart should end with docker compose down, not: $README_LAST" ;; esac
+head -n -1 "$WORK/block.sh" > "$WORK/lines.sh"
+say "$(wc -l < "$WORK/block.sh") lines from README.md (quickstart:compose)"
+say "fresh clone: $(scripts/fresh-clone.sh "$CLONE")"
+mkdir -p "$QS_HOME"
 "${DC[@]}" config -q
 "${DC[@]}" --profile observability config -q
 jq -e '.panels | length > 0' deploy/grafana/dashboards/hero.json >/dev/null || fail "deploy/grafana/dashboards/hero.json is not a dashboard"
 docker compose version
 
-# ---------------------------------------------------------------- build and start
-step "docker compose build $BUILD_ARGS"
+# ---------------------------------------------------------------- the README's quickstart
+step "the README's compose quickstart, line by line in the clone (bash -v prints each before it runs)"
 STACK_UP=1
 "${DC[@]}" down -v --remove-orphans --timeout 5 >/dev/null 2>&1 || true # leftovers of an interrupted run
-# shellcheck disable=SC2086 # BUILD_ARGS is a list of arguments
-"${DC[@]}" build $BUILD_ARGS
-
-step "docker compose up -d --wait"
-"${DC[@]}" up -d --wait --wait-timeout 180
+untracked_before=$(git -C "$CLONE" status --porcelain --untracked-files=all | grep '^??' || true)
+# The user's environment: this HOME (its ~/.config/hero), the docker CLI's own config.
+if ! (cd "$CLONE" && env -u HERO_CONFIG_DIR -u XDG_CONFIG_HOME HOME="$QS_HOME" DOCKER_CONFIG="${DOCKER_CONFIG:-$HOME/.docker}" \
+  bash -euo pipefail -v "$WORK/lines.sh") 2>&1 | tee "$WORK/readme.out" | sed 's/^/  | /'; then
+  fail "a line of the README's compose quickstart failed (above)"
+fi
 "${DC[@]}" ps
+
+step "what the README's lines made"
+HEROCTL=$CLONE/bin/heroctl # the one the README copied out of the image
+[ -x "$HEROCTL" ] || fail "no $HEROCTL after the README's lines"
+[ -s "$QS_HOME/.config/hero/ca.pem" ] || fail "the README's lines did not write the CA to ~/.config/hero/ca.pem"
+untracked_after=$(git -C "$CLONE" status --porcelain --untracked-files=all | grep '^??' || true)
+[ "$untracked_before" = "$untracked_after" ] || fail "the README's lines left files in the repository: $(diff <(echo "$untracked_before") <(echo "$untracked_after") | grep '^>' | tr '\n' ' ')"
+say "the CA is in ~/.config/hero/ca.pem, heroctl in bin/ (ignored); nothing new in the repository"
+grep -qE '^script types +bash,python,sh$' "$WORK/readme.out" || fail "runner create did not show the script types the runner serves: $(grep '^script types' "$WORK/readme.out")"
+say "runner create showed: $(grep '^script types' "$WORK/readme.out")"
+version=$("$HEROCTL" version)
+case "$version" in *"revision $HERO_REVISION "*) say "$version" ;; *) fail "the image's heroctl version says '$version', not the revision $HERO_REVISION" ;; esac
 
 # rcli ARGS: redis-cli in the redis container as the `operator` ACL user.
 rcli() {
@@ -207,40 +236,35 @@ curl -fsS --max-time 5 --cacert "$HERO_TLS_CA" "https://127.0.0.1:$HERO_HTTP_POR
 say "every service has mutual TLS; the API answers https only (CA: \$HERO_TLS_CA)"
 
 step "the operator secret"
-if [ -n "$OWN_SECRET" ]; then
-  say "HERO_ADMIN_SECRET was set: the stack uses it"
-else
-  HERO_ADMIN_SECRET=$("${DC[@]}" exec -T supervisor-daemon cat /home/hero/secrets/admin-secret) \
-    || fail "no generated operator secret in supervisor-daemon's /home/hero/secrets/admin-secret"
-  export HERO_ADMIN_SECRET
-  case "$HERO_ADMIN_SECRET" in
-    hero_????????????????????????*) ;;
-    *) fail "the generated operator secret does not look generated (hero_ and at least 24 more characters)" ;;
-  esac
-  # The log read once: grep -q quits at its first match, and with pipefail the
-  # writer's SIGPIPE would fail the pipeline.
-  api_log=$("${DC[@]}" logs --no-color supervisor-daemon 2>&1)
-  if grep -qF "$HERO_ADMIN_SECRET" <<<"$api_log"; then
-    fail "supervisor-daemon logged the operator secret it generated"
-  fi
-  grep -q "generated an operator secret" <<<"$api_log" \
-    || fail "supervisor-daemon did not say that it generated the operator secret"
-  say "generated at the first start; read from the stack; not in the log"
+HERO_ADMIN_SECRET=$("${DC[@]}" exec -T supervisor-daemon cat /home/hero/secrets/admin-secret) \
+  || fail "no generated operator secret in supervisor-daemon's /home/hero/secrets/admin-secret"
+export HERO_ADMIN_SECRET
+case "$HERO_ADMIN_SECRET" in
+  hero_????????????????????????*) ;;
+  *) fail "the generated operator secret does not look generated (hero_ and at least 24 more characters)" ;;
+esac
+# The log read once: grep -q quits at its first match, and with pipefail the
+# writer's SIGPIPE would fail the pipeline.
+api_log=$("${DC[@]}" logs --no-color supervisor-daemon 2>&1)
+if grep -qF "$HERO_ADMIN_SECRET" <<<"$api_log"; then
+  fail "supervisor-daemon logged the operator secret it generated"
 fi
-if out=$(HERO_ADMIN_SECRET=hero-dev-secret-change-me bin/heroctl secret list 2>&1); then
+grep -q "generated an operator secret" <<<"$api_log" \
+  || fail "supervisor-daemon did not say that it generated the operator secret"
+say "generated at the first start; read from the stack; not in the log"
+if out=$(HERO_ADMIN_SECRET=hero-dev-secret-change-me "$HEROCTL" secret list 2>&1); then
   fail "the API accepts the old well-known operator secret hero-dev-secret-change-me"
 fi
 grep -qiE 'authenticat|secret' <<<"$out" || fail "heroctl with the old well-known secret failed for another reason: $out"
 say "the old well-known secret hero-dev-secret-change-me is refused"
 
-hc() { bin/heroctl "$@"; }
-hj() { bin/heroctl -o json "$@"; }
+hc() { "$HEROCTL" "$@"; }
+hj() { "$HEROCTL" -o json "$@"; }
 
-step "heroctl (host, $HERO_ADDR): actor 1, context 1, runner 1"
-hc actor create --id 1 >/dev/null
-hc context create 1 --admins 1 >/dev/null
+step "heroctl (host, 127.0.0.1:\$HERO_GRPC_PORT): actor 1, context 1, runner 1 as the README made them"
 export HERO_ACTOR=1 HERO_CONTEXT=1
-hc runner create 1
+hj actor get 1 | jq -e '.id == 1 and (.pubkey | length) == 64' >/dev/null || fail "actor 1: $(hj actor get 1)"
+hj runner get 1 | jq -e '.script_types | index("sh") != null' >/dev/null || fail "runner 1: $(hj runner get 1)"
 # heroctl in a service image, with the operator secret the container has (its file, or
 # HERO_ADMIN_SECRET when the caller set one)
 "${DC[@]}" exec -T supervisor-daemon heroctl -o json actor get 1 | jq -e '.id == 1' >/dev/null \
@@ -256,7 +280,7 @@ flow_submit() {
 }
 flow_watch() { # FLOW [SECONDS]: returns heroctl flow watch's exit code
   local rc=0
-  timeout "${2:-120}" bin/heroctl flow watch "$1" > "$WORK/watch.$1" 2>&1 || rc=$?
+  timeout "${2:-120}" "$HEROCTL" flow watch "$1" > "$WORK/watch.$1" 2>&1 || rc=$?
   sed 's/^/    /' "$WORK/watch.$1" | tail -n 8
   return "$rc"
 }
@@ -272,9 +296,13 @@ rpc() { # METHOD PARAMS: prints the response; signed as actor 1 with OpenSSL, as
     -H "X-Hero-Nonce: $nonce" -H "X-Hero-Signature: $sig" -d "$body"
 }
 
-step "examples/diamond.yaml"
-DIAMOND=$(flow_submit examples/diamond.yaml)
-flow_watch "$DIAMOND" || fail "flow $DIAMOND (diamond) did not finish"
+# flow_jobs FLOW: the flow's job ids into $WORK/jobs.<flow>
+flow_jobs() { hj flow get "$1" | jq -r '.jobs | map(tostring) | join(" ")' > "$WORK/jobs.$1"; }
+
+step "examples/diamond.yaml: the README's flow 1"
+DIAMOND=1
+flow_jobs "$DIAMOND"
+[ "$(wc -w < "$WORK/jobs.$DIAMOND")" = 4 ] || fail "flow 1 is not the diamond of four jobs: jobs $(cat "$WORK/jobs.$DIAMOND")"
 hj flow get "$DIAMOND" > "$WORK/diamond.json"
 jq -e '.status == "finished" and .result["4.TOTAL"] == "483"' "$WORK/diamond.json" >/dev/null \
   || fail "flow $DIAMOND: $(jq -c '{status, result}' "$WORK/diamond.json")"
@@ -283,10 +311,11 @@ rpc flow.load '{"context_id":1,"id":'"$DIAMOND"'}' | jq -e '.result.result["4.TO
 say "flow $DIAMOND finished: 4.TOTAL=483 (heroctl and JSON-RPC on :$HERO_HTTP_PORT)"
 RAN_EXAMPLES=(diamond.yaml)
 
-step "examples/handlers.yaml: handler jobs on the runner's example executors python and mailer"
-HANDLERS=$(flow_submit examples/handlers.yaml)
+step "examples/handlers.yaml, the README's flow 2: handler jobs on the runner's example executors python and mailer"
+HANDLERS=2
+flow_jobs "$HANDLERS"
 read -r J_MEASURE J_ENRICH J_NOTIFY J_REPORT < "$WORK/jobs.$HANDLERS"
-flow_watch "$HANDLERS" || fail "flow $HANDLERS (handlers) did not finish"
+hj flow get "$HANDLERS" | jq -e '.status == "finished"' >/dev/null || fail "flow $HANDLERS (handlers): $(hj flow get "$HANDLERS" | jq -c '{status, error}')"
 for j in "$J_ENRICH" "$J_NOTIFY"; do
   hj job get "$j" | jq -e '.status == "finished"' >/dev/null || fail "handler job $j: $(hj job get "$j" | jq -c '{status, error}')"
 done
@@ -304,7 +333,8 @@ if [ -z "$PY" ]; then
   scripts/deps.sh python3-cryptography
   PY=/usr/bin/python3
 fi
-HERO_API_URL=https://127.0.0.1:$HERO_HTTP_PORT/ "$PY" sdk/python/examples/producer_example.py > "$WORK/sdk.out" 2>&1 \
+# no HERO_API_URL: the SDK follows HERO_HTTP_PORT, as the stack's published port does
+"$PY" sdk/python/examples/producer_example.py > "$WORK/sdk.out" 2>&1 \
   || { sed 's/^/    /' "$WORK/sdk.out"; fail "the Python SDK example failed against the stack"; }
 grep -q 'producer example: ok' "$WORK/sdk.out" || fail "the Python SDK example did not finish: $(tail -n 3 "$WORK/sdk.out")"
 say "$(grep -c '^event ' "$WORK/sdk.out") events watched; $(grep 'TOTAL=' "$WORK/sdk.out")"
@@ -378,7 +408,7 @@ ls /home/hero/state 2>/dev/null && echo LEAK-state
 (exec 3<>/dev/tcp/redis/6379) 2>/dev/null && echo LEAK-redis
 getent hosts redis >/dev/null 2>&1 && echo LEAK-dns
 echo "env=$(env | cut -d= -f1 | sort | tr "\n" ,)"; true'
-out=$(timeout 60 bin/heroctl -o json job run --type sh --script "$probe") || fail "the sandbox probe job did not run"
+out=$(timeout 60 "$HEROCTL" -o json job run --type sh --script "$probe") || fail "the sandbox probe job did not run"
 seen=$(jq -r .result.output <<<"$out")
 if grep -q LEAK <<<"$seen"; then fail "a job reached what the sandbox should hide: $seen"; fi
 grep -q '^env=HERO_ATTEMPT,' <<<"$seen" || fail "the probe job's environment: $seen"
@@ -410,11 +440,11 @@ hj job get "$J_AFTER" | jq -e '.status == "error" and ((.started_at // 0) | tonu
 say "flow $CANCELLED cancelled while job $J_LONG ran: job $J_AFTER never started"
 hc context create 100 --admins 1 >/dev/null
 hc --context 100 runner create 1 >/dev/null
-out=$(timeout 60 bin/heroctl --context 100 job run --type python --script 'print(6*7)') || fail "job run in context 100"
+out=$(timeout 60 "$HEROCTL" --context 100 job run --type python --script 'print(6*7)') || fail "job run in context 100"
 [ "$(tr -d '[:space:]' <<<"$out")" = 42 ] || fail "job in context 100 printed '$out'"
 say "context 100 (Redis database 100) runs jobs"
 
-step "docker compose restart redis: everything is still there"
+step "Redis restarted (docker compose stop, start): everything is still there"
 snapshot() { # the flows, jobs and results of context 1, one line each
   hj flow list | jq -S -c '(.items // .flows) | sort_by(.id) | .[] | {flow: .id, status, jobs, result, error}'
   local f j ids
@@ -424,9 +454,13 @@ snapshot() { # the flows, jobs and results of context 1, one line each
   done
 }
 snapshot > "$WORK/before.json"
-"${DC[@]}" restart redis
+# stop, then start: `docker restart` fails half the time on this machine's Docker 20.10
+# with fuse-overlayfs ('exec: "docker-entrypoint.sh": executable file not found in $PATH':
+# the container's root is not mounted back in time), for any image; stop and start do not.
+"${DC[@]}" stop redis
+"${DC[@]}" start redis
 wait_for 60 "redis healthy again" healthy redis
-wait_for 60 "flow list answers after the Redis restart" bin/heroctl flow list
+wait_for 60 "flow list answers after the Redis restart" "$HEROCTL" flow list
 snapshot > "$WORK/after.json"
 if ! diff -u "$WORK/before.json" "$WORK/after.json"; then fail "flows/jobs/results changed across the Redis restart"; fi
 say "$(grep -c '"flow":' "$WORK/after.json") flows and $(grep -c '"job":' "$WORK/after.json") jobs (status, results) identical after the restart"
@@ -579,3 +613,14 @@ for f in examples/*.yaml; do
   fail "$f is not run by compose-test: run it here, or say in its header (# Setup: …) that it needs another setup and skip it here"
 done
 say "ran ${RAN_EXAMPLES[*]}; examples/two-nodes.yaml is make compose-two-nodes-test's"
+
+if [ "${COMPOSE_TEST_KEEP:-0}" != 1 ]; then
+  step "the README's last line: $README_LAST"
+  if ! (cd "$CLONE" && env -u HERO_CONFIG_DIR HOME="$QS_HOME" DOCKER_CONFIG="${DOCKER_CONFIG:-$HOME/.docker}" \
+    bash -euo pipefail -v -c "$README_LAST") 2>&1 | sed 's/^/  | /'; then
+    fail "$README_LAST failed"
+  fi
+  left=$("${DC[@]}" ps -q)
+  [ -z "$left" ] || fail "containers still run after $README_LAST: $left"
+  say "no container of the stack is left (its volumes are: down -v below)"
+fi

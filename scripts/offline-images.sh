@@ -19,7 +19,10 @@
 # Idempotent: an image that is present is left alone (an image of the same name that this
 # script did not make is never touched); --force rebuilds the ones this script makes.
 # The debootstrap result is cached (see --cache-dir), so a forced rebuild does not
-# debootstrap again (use --refresh for that).
+# debootstrap again (use --refresh for that); so are the plugins, by version, and the
+# compiled packages of their build (an interrupted build resumes where it was).
+# Every step prints its elapsed time; a long one (debootstrap, apt, a plugin's build)
+# prints a line of progress every $HERO_OFFLINE_HEARTBEAT seconds (default 15).
 set -euo pipefail
 
 usage() {
@@ -105,11 +108,45 @@ if [ -z "$CACHE_DIR" ]; then
 fi
 
 T0=$(date +%s)
+HEARTBEAT=${HERO_OFFLINE_HEARTBEAT:-15}
 log() { printf '[offline-images %4ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
 die() { printf 'offline-images: error: %s\n' "$*" >&2; exit 1; }
 SUMMARY=()
 REPLACED=() # ids of images being rebuilt: removed at the end if nothing uses them any more
 did() { SUMMARY+=("$*"); log "$*"; }
+# begin DESC: a step starts (took says how long it has run since).
+STEP_T0=$T0
+begin() { STEP_T0=$(date +%s); log "--> $*"; }
+took() { echo "$(($(date +%s) - STEP_T0))s"; }
+
+# run_watched DESC LOG COUNTER CMD...: runs CMD with its output in LOG and, while it runs,
+# prints a line every $HEARTBEAT s: DESC, its elapsed time, what the function COUNTER
+# says of LOG (or nothing for -) and LOG's last line. Returns CMD's status.
+WATCHED=
+run_watched() {
+	local desc=$1 logf=$2 counter=$3 t0 n=0 rc=0 last count
+	shift 3
+	t0=$(date +%s)
+	"$@" >"$logf" 2>&1 &
+	WATCHED=$!
+	while kill -0 "$WATCHED" 2>/dev/null; do
+		sleep 1
+		n=$((n + 1))
+		if [ $((n % HEARTBEAT)) = 0 ] && kill -0 "$WATCHED" 2>/dev/null; then
+			count=
+			[ "$counter" = - ] || count=", $("$counter" "$logf")"
+			last=$(tail -n 1 "$logf" 2>/dev/null | tr -d '\r' | cut -c1-60)
+			log "       $desc: $(($(date +%s) - t0))s$count${last:+ (last: $last)}"
+		fi
+	done
+	wait "$WATCHED" || rc=$?
+	WATCHED=
+	return "$rc"
+}
+# stop_watched ends a watched command the script leaves (interrupted): a background
+# command of a script ignores the terminal's Ctrl-C.
+stop_watched() { if [ -n "$WATCHED" ]; then kill "$WATCHED" 2>/dev/null || true; fi; }
+trap stop_watched EXIT
 
 # ---------------------------------------------------------------- preflight
 [ -n "$GO_FULL" ] || die "no Go toolchain found (set HERO_GOROOT); need Go at $GOROOT_HOST"
@@ -162,29 +199,51 @@ need_build() {
 # ---------------------------------------------------------------- CLI plugins
 if [ "$(id -u)" = 0 ]; then PLUGIN_DIR=/usr/local/lib/docker/cli-plugins; else PLUGIN_DIR=$HOME/.docker/cli-plugins; fi
 
-# build_plugin NAME MODULE VERSION PKG LDFLAGS
+# The plugins' builds: the Go build cache of their compiled packages lives in the cache
+# directory (whatever HOME sudo gives), so that a build interrupted half way resumes.
+PLUGIN_GOCACHE=$CACHE_DIR/go-build
+
+# plugin_go SRC PKG OUT LDFLAGS: go build -v of PKG in the module copy SRC (-v names
+# each package as it is compiled: the progress lines count them).
+plugin_go() {
+	(cd "$1" && GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local GOCACHE=$PLUGIN_GOCACHE \
+		go build -v -trimpath -ldflags "-s -w $4" -o "$3" "$2")
+}
+
+# compiled LOG: how many packages go build -v has compiled so far, of PLUGIN_PKGS.
+compiled() { echo "$(grep -c . "$1" || true) of $PLUGIN_PKGS packages compiled (those compiled by an earlier run are not)"; }
+
+# build_plugin NAME MODULE VERSION PKG LDFLAGS: the plugin from the cache (by name and
+# version), else built from the Go module proxy into the cache.
 build_plugin() {
 	local name=$1 mod=$2 ver=$3 pkg=$4 ldflags=$5 cached=$CACHE_DIR/bin/docker-$1-$3 dir src
-	mkdir -p "$PLUGIN_DIR" "$CACHE_DIR/bin"
-	if [ ! -x "$cached" ]; then
-		log "       building docker-$name $ver from the Go module proxy (a few minutes, once)"
+	mkdir -p "$PLUGIN_DIR" "$CACHE_DIR/bin" "$PLUGIN_GOCACHE"
+	if [ -x "$cached" ]; then
+		did "plugin docker-$name $ver from the cache ($cached)"
+	else
+		begin "docker-$name $ver: download its module (go mod download)"
 		# `go install mod/pkg@ver` refuses modules whose go.mod has replace/exclude
 		# directives (both do), so build inside a copy of the module.
 		dir=$(go mod download -json "$mod@$ver" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 		[ -d "$dir" ] || die "go mod download $mod@$ver failed"
 		src=$(mktemp -d)
 		cp -r "$dir/." "$src/" && chmod -R u+w "$src"
-		(cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local \
-			go build -trimpath -ldflags "-s -w $ldflags" -o "$cached.tmp" "$pkg") >"$cached.log" 2>&1 ||
+		PLUGIN_PKGS=$(cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local go list -deps "$pkg" 2>/dev/null | grep -c . || true)
+		log "       downloaded in $(took); $PLUGIN_PKGS packages to build"
+		begin "docker-$name $ver: go build (about 2-5 minutes on 2 cores the first time; log: $cached.log)"
+		run_watched "docker-$name" "$cached.log" compiled plugin_go "$src" "$pkg" "$cached.tmp" "$ldflags" ||
 			{ rm -rf "$src"; tail -n 30 "$cached.log" >&2; die "building docker-$name failed (log: $cached.log)"; }
 		rm -rf "$src"
 		mv "$cached.tmp" "$cached"
+		did "built  docker-$name $ver in $(took) ($(grep -c . "$cached.log" || true) packages compiled; cached: $cached)"
+		built_plugins=$((built_plugins + 1))
 	fi
 	install -m 0755 "$cached" "$PLUGIN_DIR/docker-$name"
 	did "plugin docker-$name $ver -> $PLUGIN_DIR/docker-$name"
 }
 
 if [ "$PLUGINS" = 1 ]; then
+	built_plugins=0
 	if docker compose version >/dev/null 2>&1; then
 		did "keep   docker compose ($(docker compose version --short 2>/dev/null))"
 	else
@@ -199,6 +258,11 @@ if [ "$PLUGINS" = 1 ]; then
 				"-X github.com/docker/buildx/version.Version=$BUILDX_VERSION -X github.com/docker/buildx/version.Package=github.com/docker/buildx"
 		fi
 	fi
+	# Both built: their compiled packages (1.5 GB) served only to resume an interrupted build.
+	if [ -d "$PLUGIN_GOCACHE" ]; then
+		rm -rf "$PLUGIN_GOCACHE"
+		[ "$built_plugins" = 0 ] || log "       removed the plugins' Go build cache ($PLUGIN_GOCACHE)"
+	fi
 fi
 
 # ---------------------------------------------------------------- rootfs work
@@ -206,6 +270,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/hero-offline.XXXXXX")
 MOUNTS=()
 cleanup() {
 	local m i
+	stop_watched
 	for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
 		m=${MOUNTS[$i]}
 		umount -l "$m" 2>/dev/null || true
@@ -285,17 +350,17 @@ ensure_base_tar() {
 			die "cannot install debootstrap"
 	fi
 	local r=$WORK/debootstrap
-	log "       debootstrap --variant=minbase $SUITE from $MIRROR (about 1-2 minutes)"
+	begin "debootstrap --variant=minbase $SUITE from $MIRROR (about 1-2 minutes)"
 	mkdir -p "$CACHE_DIR/debootstrap-debs" "$(dirname "$BASE_TAR")"
-	debootstrap --variant=minbase --cache-dir="$CACHE_DIR/debootstrap-debs" \
-		"$SUITE" "$r" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 ||
+	run_watched debootstrap "$WORK/debootstrap.log" - debootstrap --variant=minbase --cache-dir="$CACHE_DIR/debootstrap-debs" \
+		"$SUITE" "$r" "$MIRROR" ||
 		{ tail -n 30 "$WORK/debootstrap.log" >&2; die "debootstrap failed (log above)"; }
 	slim_config "$r"
 	slim_clean "$r"
 	tar -C "$r" --numeric-owner -cf "$BASE_TAR.tmp" .
 	mv "$BASE_TAR.tmp" "$BASE_TAR"
 	rm -rf --one-file-system "$r"
-	did "cache  $BASE_TAR ($(du -h "$BASE_TAR" | cut -f1))"
+	did "cache  $BASE_TAR ($(du -h "$BASE_TAR" | cut -f1)) in $(took)"
 }
 
 # new_rootfs NAME -> prints a fresh directory holding the cached base rootfs
@@ -328,7 +393,7 @@ apt_install() {
 	local r=$1
 	shift
 	in_chroot "$r" apt-get update -qq >/dev/null
-	in_chroot "$r" apt-get install -y -qq --no-install-recommends "$@" >"$WORK/apt.log" 2>&1 ||
+	run_watched "apt-get install $*" "$WORK/apt.log" - in_chroot "$r" apt-get install -y --no-install-recommends "$@" ||
 		{ tail -n 30 "$WORK/apt.log" >&2; die "apt-get install $* failed in chroot"; }
 }
 
@@ -352,11 +417,12 @@ import_rootfs() {
 			--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
 			"$@" - "$img" >/dev/null
 	rm -rf --one-file-system "$r"
-	did "built  $img ($(docker image inspect --format '{{.Size}}' "$img" | awk '{printf "%d MB", $1/1000000}'))"
+	did "built  $img ($(docker image inspect --format '{{.Size}}' "$img" | awk '{printf "%d MB", $1/1000000}')) in $(took)"
 }
 
 # ---------------------------------------------------------------- debian:bookworm-slim
 if need_build "$IMG_DEBIAN" "$R_DEBIAN"; then
+	begin "$IMG_DEBIAN (the minbase rootfs)"
 	ensure_base_tar
 	r=$(new_rootfs debian)
 	import_rootfs "$r" "$IMG_DEBIAN" "$R_DEBIAN" --change 'CMD ["bash"]'
@@ -364,6 +430,7 @@ fi
 
 # ---------------------------------------------------------------- hero-runtime-python:bookworm
 if need_build "$IMG_PYTHON" "$R_PYTHON"; then
+	begin "$IMG_PYTHON (+ python3, bubblewrap)"
 	ensure_base_tar
 	r=$(new_rootfs python)
 	apt_install "$r" python3 bubblewrap
@@ -373,6 +440,7 @@ fi
 
 # ---------------------------------------------------------------- redis:7-bookworm
 if need_build "$IMG_REDIS" "$R_REDIS"; then
+	begin "$IMG_REDIS (+ redis-server)"
 	ensure_base_tar
 	r=$(new_rootfs redis)
 	# uid/gid 999 as in the official image (the package's postinst keeps an existing user)
@@ -418,6 +486,7 @@ fi
 
 # ---------------------------------------------------------------- prom/prometheus:v2.42.0
 if need_build "$IMG_PROM" "$R_PROM"; then
+	begin "$IMG_PROM (+ prometheus, busybox)"
 	ensure_base_tar
 	r=$(new_rootfs prometheus)
 	# busybox for `wget` (the official image is busybox-based; healthchecks use wget)
@@ -467,6 +536,7 @@ if [ "$FORCE" = 1 ] || ! img_exists "$IMG_GOLANG_BASE" || [ "$(img_label "$IMG_G
 		:
 	else
 		REPLACED+=("$(img_id "$IMG_GOLANG_BASE")")
+		begin "$IMG_GOLANG_BASE (gcc, git, the host's Go)"
 		ensure_base_tar
 		r=$(new_rootfs golang)
 		apt_install "$r" ca-certificates curl git gcc libc6-dev make pkg-config
@@ -501,6 +571,7 @@ else
 		{ [ "$have_mod" = "$want_mod" ] || [ "$GOMOD" = 0 ]; }; then
 		did "keep   $IMG_GOLANG (present, modules $have_mod)"
 	else
+		begin "$IMG_GOLANG (the workspace's Go modules)"
 		modroot=$WORK/gomod
 		mkdir -p "$modroot/go/pkg/mod"
 		if [ "$want_mod" != none ]; then
@@ -526,7 +597,7 @@ else
 		docker rm "$cid" >/dev/null
 		nmods=$(find "$modroot/go/pkg/mod/cache/download" -name '*.zip' 2>/dev/null | wc -l)
 		rm -rf "$modroot"
-		did "built  $IMG_GOLANG (Go $GO_FULL + $nmods Go modules, set $want_mod)"
+		did "built  $IMG_GOLANG (Go $GO_FULL + $nmods Go modules, set $want_mod) in $(took)"
 	fi
 fi
 

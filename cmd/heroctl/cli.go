@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
@@ -61,7 +62,11 @@ func parseGlobal(args []string, stderr io.Writer) (*globals, []string, error) {
 	fs.SetOutput(io.Discard)
 	actor := fs.String("actor", envOr("HERO_ACTOR", ""), "")
 	ctxID := fs.String("context", envOr("HERO_CONTEXT", "1"), "")
-	fs.StringVar(&g.addr, "addr", envOr("HERO_ADDR", "127.0.0.1:9653"), "")
+	addr, err := hero.EnvAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	fs.StringVar(&g.addr, "addr", cmp.Or(addr, "127.0.0.1:9653"), "")
 	fs.StringVar(&g.apiURL, "api-url", envOr("HERO_API_URL", ""), "")
 	fs.StringVar(&g.secret, "admin-secret", envOr("HERO_ADMIN_SECRET", ""), "")
 	fs.StringVar(&g.secretFile, "admin-secret-file", envOr("HERO_ADMIN_SECRET_FILE", ""), "")
@@ -80,7 +85,12 @@ func parseGlobal(args []string, stderr io.Writer) (*globals, []string, error) {
 		}
 		return nil, nil, err
 	}
-	var err error
+	if g.apiURL == "" {
+		// HERO_HTTP_PORT, on the host of --addr
+		if g.apiURL, err = hero.EnvAPIURL(g.addr, g.plain); err != nil {
+			return nil, nil, err
+		}
+	}
 	if *actor != "" {
 		if g.actor, err = parseID("--actor/HERO_ACTOR", *actor); err != nil {
 			return nil, nil, err
@@ -127,6 +137,10 @@ type cli struct {
 	// secret …, dispatcher …); otherwise heroctl signs as HERO_ACTOR when it has the
 	// actor's key, and uses the secret only without one.
 	operator bool
+	// cred is the credential the client was made with: an error's hint names it.
+	cred credential
+	// secretFrom says where the operator secret came from (the flag, the file).
+	secretFrom string
 }
 
 // close closes the client's connection, if one was made.
@@ -136,12 +150,13 @@ func (c *cli) close() {
 	}
 }
 
-// credential is how a command authenticates: an actor's key, or an operator secret
-// (with the actor it acts for, if any).
+// credential is how a command authenticates: an actor's key (and its file), or an
+// operator secret (with the actor it acts for, if any).
 type credential struct {
-	key    ed25519.PrivateKey
-	secret string
-	actor  uint32
+	key     ed25519.PrivateKey
+	keyFile string
+	secret  string
+	actor   uint32
 }
 
 // credential picks the command's credential (see cli.operator).
@@ -175,8 +190,12 @@ func (c *cli) credential() (credential, error) {
 // actor's key needs no secret); one that cannot be read, or holds none, is an error.
 func (c *cli) readSecretFile() error {
 	if c.g.secret != "" || c.g.secretFile == "" {
+		if c.secretFrom == "" {
+			c.secretFrom = "HERO_ADMIN_SECRET (--admin-secret)"
+		}
 		return nil
 	}
+	c.secretFrom = c.g.secretFile + " (HERO_ADMIN_SECRET_FILE)"
 	b, err := os.ReadFile(c.g.secretFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -210,7 +229,7 @@ func (c *cli) actorKey() (credential, bool, error) {
 	}
 	switch {
 	case err == nil:
-		return credential{key: key, actor: c.g.actor}, true, nil
+		return credential{key: key, keyFile: path, actor: c.g.actor}, true, nil
 	case explicit || (path != "" && !errors.Is(err, os.ErrNotExist)):
 		return credential{}, false, fmt.Errorf("actor %d's key: %v", c.g.actor, err)
 	case c.g.secret == "":
@@ -240,12 +259,13 @@ func (c *cli) client() (*hero.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A user who runs heroctl while the daemon is not running learns it at once.
 	hc, err := hero.Dial(hero.Config{Addr: c.g.addr, APIURL: c.g.apiURL, Actor: cred.actor, Key: cred.key, AdminSecret: cred.secret,
-		Context: c.g.context, TLS: t, Plaintext: t == nil, SignEachCall: c.g.each, CallTimeout: c.g.timeout})
+		Context: c.g.context, TLS: t, Plaintext: t == nil, SignEachCall: c.g.each, CallTimeout: c.g.timeout, FailFastUnreachable: true})
 	if err != nil {
 		return nil, err
 	}
-	c.hc = hc
+	c.hc, c.cred = hc, cred
 	return hc, nil
 }
 
@@ -265,10 +285,19 @@ func (c *cli) tlsConfig() (*tls.Config, error) {
 	return tlsx.ClientConfig(c.g.tls, "", "api", nil)
 }
 
-// describe turns an API error into one line for the user.
-func describe(err error) string {
+// describe turns an API error into one line for the user: its cause, and what to
+// check for the credential the call was made with.
+func (c *cli) describe(err error) string {
 	if errors.Is(err, hero.ErrTLS) {
-		return describeTLS(err)
+		return c.describeTLS(err)
+	}
+	if hero.Unreachable(err) {
+		return "cannot reach supervisor-daemon: nothing answers at " + c.where(err) + ": " + dialError(err) +
+			" (is it running? HERO_ADDR (--addr) and HERO_API_URL, or HERO_GRPC_PORT and HERO_HTTP_PORT, say where it listens)"
+	}
+	var re *hero.RPCError
+	if errors.As(err, &re) && re.Code == rpcUnauthenticated {
+		return err.Error() + c.authHint()
 	}
 	st, ok := status.FromError(err)
 	if !ok {
@@ -279,15 +308,62 @@ func describe(err error) string {
 		if answered, after := apiAnswered(st); answered {
 			return "supervisor-daemon answered that it cannot serve the call now: " + st.Message() + " (" + after + ")"
 		}
-		return "cannot reach supervisor-daemon (is it running? set HERO_ADDR): " + st.Message()
+		return "cannot reach supervisor-daemon at " + c.g.addr + " (is it running? set HERO_ADDR): " + st.Message()
 	case codes.PermissionDenied:
 		return st.Message() + " (set HERO_ACTOR, or HERO_ADMIN_SECRET for operator commands)"
 	case codes.Unauthenticated:
-		return st.Message() + " (is HERO_ACTOR's key the one registered? heroctl key pubkey shows it)"
+		return st.Message() + c.authHint()
 	case codes.DeadlineExceeded:
 		return "timed out: " + st.Message()
 	}
 	return st.Message()
+}
+
+// rpcUnauthenticated is the JSON-RPC API's error code for a refused authentication.
+const rpcUnauthenticated = -32001
+
+// authHint says which credential the API refused and what to compare it with.
+func (c *cli) authHint() string {
+	switch {
+	case c.cred.key != nil:
+		a := c.cred.actor
+		return fmt.Sprintf(" (heroctl signed as actor %d (HERO_ACTOR) with the key %s: is it the key registered for actor %d? "+
+			"`heroctl key pubkey` prints this key's public key, and an operator sees the registered one with `heroctl actor get %d`)", a, c.cred.keyFile, a, a)
+	case c.cred.secret != "":
+		return " (heroctl sent the operator secret of " + c.secretFrom + ": it is not one the stack accepts. The stack's generated secret: " +
+			"`docker compose exec -T supervisor-daemon cat /home/hero/secrets/admin-secret`, or scripts/local-stack.sh's .local-stack/admin-secret)"
+	}
+	return ""
+}
+
+// where is the address a call could not reach: the JSON-RPC URL of `api call`, else
+// the gRPC address.
+func (c *cli) where(err error) string {
+	if strings.Contains(err.Error(), "JSON-RPC API") && c.hc != nil {
+		if u, uerr := c.hc.APIURL(); uerr == nil {
+			return u
+		}
+	}
+	return c.g.addr
+}
+
+// dialError is the end of a failed dial's message: "connection refused",
+// "lookup nowhere.invalid: no such host".
+func dialError(err error) string {
+	msg := err.Error()
+	if st, ok := status.FromError(err); ok {
+		msg = st.Message()
+	}
+	msg = strings.TrimRight(msg, `"`)
+	if strings.HasPrefix(msg, "name resolver error") {
+		return "its host name does not resolve (" + msg + ")"
+	}
+	for _, cut := range []string{"connect: ", "dial tcp: "} {
+		if i := strings.LastIndex(msg, cut); i >= 0 {
+			return msg[i+len(cut):]
+		}
+	}
+	return msg
 }
 
 // apiAnswered says whether an Unavailable status is supervisor-daemon's own answer
@@ -307,8 +383,9 @@ func apiAnswered(st *status.Status) (bool, string) {
 	return false, ""
 }
 
-// describeTLS says what a failed TLS handshake with the API means and what to set.
-func describeTLS(err error) string {
+// describeTLS says what a failed TLS handshake with the API means, which CA heroctl
+// checked it against, and what to set.
+func (c *cli) describeTLS(err error) string {
 	msg := err.Error()
 	if i := strings.Index(msg, "x509: "); i >= 0 {
 		// gRPC quotes the handshake's error inside its own message.
@@ -318,7 +395,12 @@ func describeTLS(err error) string {
 	case strings.Contains(msg, "first record does not look like a TLS handshake"):
 		return "the API does not speak TLS: " + msg + " (an API without TLS needs --plaintext, HERO_PLAINTEXT=1)"
 	case strings.Contains(msg, "x509: "):
-		return "the API's certificate is not trusted: " + msg + " (set HERO_TLS_CA (--tls-ca) to the CA that issued it: `docker compose exec -T supervisor-daemon cat /pki/ca.pem`, scripts/local-stack.sh's .local-stack/pki/ca.pem, or the chart's <release>-api-tls Secret)"
+		checked := "HERO_TLS_CA is not set, so heroctl checked it against the system's CAs only"
+		if c.g.tls.CA != "" {
+			checked = "heroctl checked it against HERO_TLS_CA's " + c.g.tls.CA + ", not the CA that issued it"
+		}
+		return "the API's certificate is not trusted: " + msg + " (" + checked + ". Set HERO_TLS_CA (--tls-ca) to the stack's CA: " +
+			"`docker compose exec -T supervisor-daemon cat /pki/ca.pem`, scripts/local-stack.sh's .local-stack/pki/ca.pem, or the chart's <release>-api-tls Secret)"
 	}
 	return "the TLS handshake with the API failed: " + msg + " (check HERO_TLS_CA, HERO_TLS_CERT and HERO_TLS_KEY)"
 }

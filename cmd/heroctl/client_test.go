@@ -110,3 +110,32 @@ func TestSignEachCallFlag(t *testing.T) {
 		}
 	}
 }
+
+// HERO_GRPC_PORT and HERO_HTTP_PORT, which move docker-compose.yml's published ports,
+// move heroctl's addresses too (gRPC and `api call`'s JSON-RPC); --addr and
+// --api-url still say them exactly.
+func TestPortsFromEnv(t *testing.T) {
+	clearHeroEnv(t)
+	t.Setenv("HERO_GRPC_PORT", "19653")
+	t.Setenv("HERO_HTTP_PORT", "19652")
+	for _, tc := range []struct {
+		args         []string
+		addr, apiURL string
+	}{
+		{nil, "127.0.0.1:19653", "https://127.0.0.1:19652/"},
+		{[]string{"--addr", "api.example:443"}, "api.example:443", "https://api.example:19652/"},
+		{[]string{"--api-url", "https://api/"}, "127.0.0.1:19653", "https://api/"},
+	} {
+		g, _, err := parseGlobal(append(tc.args, "version"), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.addr != tc.addr || g.apiURL != tc.apiURL {
+			t.Errorf("%v: addr %q, JSON-RPC %q; want %q, %q", tc.args, g.addr, g.apiURL, tc.addr, tc.apiURL)
+		}
+	}
+	t.Setenv("HERO_GRPC_PORT", "x")
+	if _, _, err := parseGlobal([]string{"version"}, io.Discard); err == nil || !strings.Contains(err.Error(), "HERO_GRPC_PORT") {
+		t.Errorf("HERO_GRPC_PORT=x: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -180,7 +181,7 @@ func printUsage(w io.Writer) {
 
 func toolCommands() []command {
 	return []command{
-		{name: "version", summary: "Print heroctl's version (its module version and VCS revision).", example: "heroctl version",
+		{name: "version", summary: "Print heroctl's version: its git revision and build date.", example: "heroctl version",
 			define: (*cli).versionCmd},
 		{name: "completion", args: "bash|zsh|fish", summary: "Print a shell completion script.",
 			example: "heroctl completion bash > ~/.local/share/bash-completion/completions/heroctl\nheroctl completion fish > ~/.config/fish/completions/heroctl.fish",
@@ -188,30 +189,43 @@ func toolCommands() []command {
 	}
 }
 
-// version is the build's module version and revision (go build records them).
+// The build's revision and date, set by the linker: the Makefile's and the
+// Dockerfile's -ldflags "-X main.revision=… -X main.buildDate=…". Empty when the build
+// did not say (go build, go install): version then reads what Go recorded.
+var (
+	revision  string
+	buildDate string
+)
+
+// version is heroctl's module version, revision and build date.
 func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "heroctl (unknown version)"
+	info, _ := debug.ReadBuildInfo()
+	return versionOf(revision, buildDate, info)
+}
+
+// versionOf says "heroctl <module version> revision <rev> built <date> <go version>":
+// the revision and date the linker was given, else the VCS revision and commit time
+// go build recorded (it records none in workspace mode or without .git), else
+// "unknown".
+func versionOf(rev, date string, info *debug.BuildInfo) string {
+	mod, goVersion := "(devel)", "unknown"
+	if info != nil {
+		mod, goVersion = cmp.Or(info.Main.Version, mod), info.GoVersion
 	}
-	v := info.Main.Version
-	rev, dirty := "", false
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
+	if rev == "" && info != nil {
+		vcs := map[string]string{}
+		for _, s := range info.Settings {
+			vcs[s.Key] = s.Value
+		}
+		rev = vcs["vcs.revision"]
+		if rev != "" && vcs["vcs.modified"] == "true" {
+			rev += "-dirty"
+		}
+		if date == "" && vcs["vcs.time"] != "" {
+			date = vcs["vcs.time"] + " (its commit's time)"
 		}
 	}
-	out := "heroctl " + v
-	if rev != "" {
-		out += " " + rev
-		if dirty {
-			out += "+dirty"
-		}
-	}
-	return out + " " + info.GoVersion
+	return fmt.Sprintf("heroctl %s revision %s built %s %s", mod, cmp.Or(rev, "unknown"), cmp.Or(date, "unknown"), goVersion)
 }
 
 func (c *cli) versionCmd(fs *flag.FlagSet) action {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -74,6 +75,35 @@ func TestVersion(t *testing.T) {
 	out, _, code := heroctl(t, "version")
 	if code != 0 || !strings.HasPrefix(out, "heroctl ") || !strings.Contains(out, "go1.") {
 		t.Errorf("version: exit %d %q", code, out)
+	}
+	vcs := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-12-01T10:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
+	for _, tc := range []struct {
+		rev, date string
+		info      *debug.BuildInfo
+		want      string
+	}{
+		{"v1-3-gabc", "2026-12-06T00:00:00Z", vcs, "heroctl (devel) revision v1-3-gabc built 2026-12-06T00:00:00Z go1.26.8"},
+		{"", "", vcs, "heroctl (devel) revision 0123abcd-dirty built 2026-12-01T10:00:00Z (its commit's time) go1.26.8"},
+		{"", "", &debug.BuildInfo{GoVersion: "go1.26.8"}, "heroctl (devel) revision unknown built unknown go1.26.8"},
+		{"", "", nil, "heroctl (devel) revision unknown built unknown unknown"},
+	} {
+		if got := versionOf(tc.rev, tc.date, tc.info); got != tc.want {
+			t.Errorf("versionOf(%q, %q, …) = %q, want %q", tc.rev, tc.date, got, tc.want)
+		}
+	}
+}
+
+// The linker's -X flags of the Makefile and the Dockerfile name heroctl's variables.
+func TestVersionFromLinkerFlags(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "heroctl")
+	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X main.revision=abc123def456 -X main.buildDate=2026-12-06T01:02:03Z", ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || !strings.Contains(string(out), "revision abc123def456 built 2026-12-06T01:02:03Z go1.") {
+		t.Errorf("heroctl version of a build with -ldflags -X: %q, %v", out, err)
 	}
 }
 

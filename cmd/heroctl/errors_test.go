@@ -94,7 +94,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // clearHeroEnv unsets heroctl's environment for the test.
 func clearHeroEnv(t *testing.T) {
 	for _, k := range []string{"HERO_ADDR", "HERO_API_URL", "HERO_ACTOR", "HERO_CONTEXT", "HERO_ADMIN_SECRET", "HERO_ADMIN_SECRET_FILE", "HERO_KEY",
-		"HERO_TLS_CA", "HERO_TLS_CERT", "HERO_TLS_KEY", "HERO_PLAINTEXT", "HERO_SIGN_EACH_CALL", "HERO_OUTPUT"} {
+		"HERO_TLS_CA", "HERO_TLS_CERT", "HERO_TLS_KEY", "HERO_PLAINTEXT", "HERO_SIGN_EACH_CALL", "HERO_OUTPUT", "HERO_GRPC_PORT", "HERO_HTTP_PORT"} {
 		t.Setenv(k, "")
 	}
 	t.Setenv("HERO_CONFIG_DIR", t.TempDir())

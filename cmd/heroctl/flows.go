@@ -220,7 +220,7 @@ func printFlow(w *tabwriter.Writer, f *model.Flow) {
 	}
 	fmt.Fprintf(w, "created\t%s\nstarted\t%s\nfinished\t%s\n", ts(f.CreatedAt), ts(f.StartedAt), ts(f.FinishedAt))
 	kvLines(w, "env", f.EnvVars)
-	kvLines(w, "result", f.Result)
+	flowResultLines(w, f.Result)
 }
 
 // dagHeader labels the columns of a flow's jobs (flow dag, flow watch).

@@ -298,7 +298,7 @@ func (c *cli) apiCall(fs *flag.FlagSet) action {
 		res, err := hc.Call(ctx, method, params)
 		var rpcErr *hero.RPCError
 		if errors.As(err, &rpcErr) {
-			return &exitError{code: 1, msg: rpcErr.Error()}
+			return &exitError{code: 1, msg: c.describe(rpcErr)}
 		}
 		if err != nil {
 			return err

@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "heroctl: %v\n", err)
 		return 2
 	}
-	fmt.Fprintf(stderr, "heroctl: %s\n", describe(err))
+	fmt.Fprintf(stderr, "heroctl: %s\n", cli.describe(err))
 	return 1
 }
 
@@ -75,8 +75,8 @@ Usage: heroctl [global flags] <command> [flags] [args]
        heroctl <command> --help   (its flags with their defaults, and an example)
 
 Global flags (each with an environment twin):
-  --addr ADDR        supervisor-daemon gRPC address   $HERO_ADDR (default 127.0.0.1:9653)
-  --api-url URL      JSON-RPC URL (api call)          $HERO_API_URL (default https://<HERO_ADDR host>:9652/)
+  --addr ADDR        supervisor-daemon gRPC address   $HERO_ADDR (default 127.0.0.1:$HERO_GRPC_PORT, 127.0.0.1:9653)
+  --api-url URL      JSON-RPC URL (api call)          $HERO_API_URL (default https://<HERO_ADDR host>:$HERO_HTTP_PORT/, port 9652)
   --actor ID         the actor you act as              $HERO_ACTOR
   --key FILE         the actor's private key (PEM)     $HERO_KEY (default <config dir>/keys/actor-<ID>.pem)
   --context ID       the context to work in            $HERO_CONTEXT (default 1)
@@ -94,14 +94,15 @@ Every call as an actor is signed with its Ed25519 key (docs/api.md): over TLS th
 connection is signed once (a session signature), else each call. Operator
 commands (actor create, context create, secret, dispatcher) use the operator secret;
 other commands use it only when HERO_ACTOR has no key. The config directory is
-$HERO_CONFIG_DIR, else $XDG_CONFIG_HOME/hero or ~/.config/hero.
+$HERO_CONFIG_DIR, else $XDG_CONFIG_HOME/hero or ~/.config/hero. HERO_GRPC_PORT and
+HERO_HTTP_PORT, which move docker-compose.yml's published ports, move heroctl's too.
 
 Commands:
 `
 
 const usageTail = `
 Examples:
-  export HERO_ADDR=127.0.0.1:9653 HERO_ADMIN_SECRET=…
+  export HERO_ADDR=127.0.0.1:9653 HERO_TLS_CA=~/.config/hero/ca.pem HERO_ADMIN_SECRET=…   # HERO_TLS_CA: the stack's CA (README, Quickstart)
   heroctl actor create --id 1 && heroctl context create 1 --admins 1
   export HERO_ACTOR=1 HERO_CONTEXT=1
   heroctl runner create 1

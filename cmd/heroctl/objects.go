@@ -293,7 +293,11 @@ func printRunner(w *tabwriter.Writer, r *model.Runner) {
 	for _, t := range r.ScriptTypes {
 		types = append(types, string(t))
 	}
-	fmt.Fprintf(w, "runner\t%d\nlocal\t%v\ntopic\t%s\npubkey\t%s\naddress\t%s\nscript types\t%s\n", r.ID, r.Local, r.Topic, dash(r.Pubkey), dash(r.Address), dash(strings.Join(types, ",")))
+	served := dash(strings.Join(types, ","))
+	if r.Local && len(types) == 0 {
+		served += " (none announced: no runner process serves it yet)"
+	}
+	fmt.Fprintf(w, "runner\t%d\nlocal\t%v\ntopic\t%s\npubkey\t%s\naddress\t%s\nscript types\t%s\n", r.ID, r.Local, r.Topic, dash(r.Pubkey), dash(r.Address), served)
 	for _, p := range r.Processes {
 		fmt.Fprintf(w, "process\t%s (heartbeat %s ago)\n", p.ID, time.Since(time.UnixMilli(p.LastHeartbeat)).Round(time.Second))
 	}
@@ -330,8 +334,39 @@ func (c *cli) runnerCreate(fs *flag.FlagSet) action {
 			if err != nil {
 				return err
 			}
+			if r.Runner.Local && len(r.Runner.ScriptTypes) == 0 {
+				r.Runner = c.awaitScriptTypes(ctx, hc, r.Runner)
+			}
 			return c.showRunner(r.Runner)
 		})
+	}
+}
+
+// announceWait bounds how long runner create waits for a runner process to announce
+// the script types it serves.
+const announceWait = 5 * time.Second
+
+// awaitScriptTypes reads a new local runner again until a runner process serving it
+// announced its script types (at once when one runs: the record's creation wakes it),
+// for at most announceWait; without one it is shown as it was created.
+func (c *cli) awaitScriptTypes(ctx context.Context, hc *hero.Client, r *herov1.Runner) *herov1.Runner {
+	ctx, cancel := context.WithTimeout(ctx, announceWait)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return r
+		case <-tick.C:
+		}
+		got, err := hc.API().GetRunner(ctx, &herov1.GetRunnerRequest{ContextId: c.g.context, Id: r.Id})
+		if err != nil {
+			return r
+		}
+		if len(got.Runner.ScriptTypes) > 0 {
+			return got.Runner
+		}
 	}
 }
 

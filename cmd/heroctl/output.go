@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -75,14 +78,46 @@ func ts(sec int64) string {
 }
 
 func kvLines(w *tabwriter.Writer, title string, m map[string]string) {
-	if len(m) == 0 {
-		return
-	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	writeKV(w, title, keys, m)
+}
+
+// flowResultLines prints a flow's result map ("<job id>.<KEY>"), in the order of its
+// jobs (job 10's keys after job 8's) and without the empty output of a job that
+// printed nothing.
+func flowResultLines(w *tabwriter.Writer, m map[string]string) {
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		if _, key, _ := strings.Cut(k, "."); key == "output" && strings.TrimSpace(v) == "" {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareResultKeys)
+	writeKV(w, "result", keys, m)
+}
+
+// compareResultKeys orders "<job id>.<KEY>" by job id as a number, then by key.
+func compareResultKeys(a, b string) int {
+	ja, ka, _ := strings.Cut(a, ".")
+	jb, kb, _ := strings.Cut(b, ".")
+	na, errA := strconv.ParseUint(ja, 10, 64)
+	nb, errB := strconv.ParseUint(jb, 10, 64)
+	if errA == nil && errB == nil && na != nb {
+		return cmp.Compare(na, nb)
+	}
+	return cmp.Or(strings.Compare(ja, jb), strings.Compare(ka, kb))
+}
+
+// writeKV prints the keys of m in the given order under a title.
+func writeKV(w *tabwriter.Writer, title string, keys []string, m map[string]string) {
+	if len(keys) == 0 {
+		return
+	}
 	fmt.Fprintf(w, "%s:\t\n", title)
 	for _, k := range keys {
 		v := strings.TrimRight(m[k], "\n")

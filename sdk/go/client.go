@@ -19,6 +19,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"path"
 	"strconv"
@@ -67,6 +68,13 @@ type Config struct {
 	// CallTimeout bounds each call that has no deadline of its own; default 30s.
 	// Waits (RunJob, WaitFlow, WaitJob, WatchFlow) are bounded by their own arguments.
 	CallTimeout time.Duration
+	// FailFastUnreachable: while the client has not reached the API yet, a call that
+	// cannot reach it at all (nothing listens at the address: connection refused; its
+	// host name does not resolve) fails at once instead of being retried until its
+	// deadline. A command line's user learns at once that the daemon is not running;
+	// once the API was reached, such a fault is retried as any other (a restart).
+	// Default false: a program started with its API waits for it.
+	FailFastUnreachable bool
 }
 
 // Client is a connection to the coordinator. It is safe for concurrent use.
@@ -83,13 +91,16 @@ type Client struct {
 	// streams carries Submit's submissions (nil: each is a call, as with a signature
 	// per call).
 	streams *submitStreams
+	// reached: a call reached the API (an answer, or a fault other than
+	// unreachable); see Config.FailFastUnreachable.
+	reached atomic.Bool
 }
 
 // Dial checks the configuration and opens a client (the connection itself is made at
 // the first call).
 func Dial(cfg Config) (*Client, error) {
 	if cfg.Addr == "" {
-		cfg.Addr = "127.0.0.1:9653"
+		cfg.Addr = net.JoinHostPort("127.0.0.1", defaultGRPCPort)
 	}
 	if cfg.Context == 0 {
 		cfg.Context = 1
@@ -114,7 +125,7 @@ func Dial(cfg Config) (*Client, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		// Typed errors outermost, then retries; each attempt is signed anew (a new
 		// nonce) or carries its connection's session signature.
-		grpc.WithChainUnaryInterceptor(typedErrors, retryUnary)}
+		grpc.WithChainUnaryInterceptor(typedErrors, c.retryUnary)}
 	switch {
 	case c.signer != nil && !cfg.Plaintext && !cfg.SignEachCall:
 		opts = append(opts, auth.SessionDialOptions(c.signer, creds)...)
@@ -230,18 +241,27 @@ func Retryable(err error) bool {
 // server refused before doing anything (rate limited: ResourceExhausted with a retry
 // hint), with backoff from 100 ms to 2 s (or the server's retry hint), until the call's
 // deadline.
-func retryUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+func (c *Client) retryUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	again := idempotentCalls[path.Base(method)] || ctx.Value(retryableKey{}) != nil
-	return retrying(ctx, again, func() error { return invoker(ctx, method, req, reply, cc, opts...) })
+	return c.retrying(ctx, again, func() error { return invoker(ctx, method, req, reply, cc, opts...) })
 }
 
 // retrying makes call until it succeeds or fails for good: again says it may be sent
 // again after a transient fault; a refusal with a retry hint is always sent again.
-func retrying(ctx context.Context, again bool, call func() error) error {
+// With Config.FailFastUnreachable, an API that was never reached and cannot be
+// (Unreachable) is not tried again.
+func (c *Client) retrying(ctx context.Context, again bool, call func() error) error {
 	backoff := 100 * time.Millisecond
 	for {
 		err := call()
+		unreachable := Unreachable(err)
+		if !unreachable {
+			c.reached.Store(true)
+		}
 		if err == nil || !(again && Retryable(err) || refusedUntil(err)) {
+			return err
+		}
+		if unreachable && c.cfg.FailFastUnreachable && !c.reached.Load() {
 			return err
 		}
 		wait := retryDelay(err, backoff)

@@ -4,7 +4,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"net"
 	"strings"
+	"syscall"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -115,4 +117,29 @@ func tlsRefused(err error) bool {
 		}
 	}
 	return false
+}
+
+// Unreachable says whether a call failed because the API could not be reached at all:
+// nothing listens at its address (connection refused), or its host name does not
+// resolve. A daemon that is not running, or the wrong address; one that restarts
+// gives the same for a moment (see Config.FailFastUnreachable).
+func Unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var dns *net.DNSError
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &dns) && dns.IsNotFound {
+		return true
+	}
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	// gRPC gives the dial's error as text only: `connection error: desc = "transport:
+	// Error while dialing: dial tcp 127.0.0.1:9653: connect: connection refused"`, and
+	// a name that does not resolve as "name resolver error: produced zero addresses".
+	msg := st.Message()
+	_, dial, found := strings.Cut(msg, "Error while dialing")
+	return found && (strings.Contains(dial, "connection refused") || strings.Contains(dial, "no such host")) ||
+		strings.HasPrefix(msg, "name resolver error: produced zero addresses")
 }

@@ -68,11 +68,7 @@ func (c *Client) APIURL() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("address %q is not host:port (or set the API URL)", c.cfg.Addr)
 	}
-	scheme := "https"
-	if c.cfg.Plaintext {
-		scheme = "http"
-	}
-	return scheme + "://" + net.JoinHostPort(host, "9652") + "/", nil
+	return apiURL(host, defaultHTTPPort, c.cfg.Plaintext), nil
 }
 
 // Call calls any JSON-RPC method (signed like every call of the client) and returns
@@ -96,7 +92,7 @@ func (c *Client) Call(ctx context.Context, method string, params any) (json.RawM
 	ctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	var res json.RawMessage
-	err = retrying(ctx, idempotentMethods[method], func() error {
+	err = c.retrying(ctx, idempotentMethods[method], func() error {
 		var err error
 		res, err = c.callOnce(ctx, url, method, body)
 		return err
@@ -119,7 +115,7 @@ func (c *Client) callOnce(ctx context.Context, url, method string, body []byte) 
 		return nil, fmt.Errorf("%w: %s: %v", ErrTLS, url, errors.Unwrap(err))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: cannot reach the JSON-RPC API at %s: %v", ErrUnavailable, url, err)
+		return nil, fmt.Errorf("%w: cannot reach the JSON-RPC API at %s: %w", ErrUnavailable, url, errors.Unwrap(err))
 	}
 	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

@@ -50,7 +50,7 @@ func (c *Client) Submit(ctx context.Context, j *model.Job, o SubmitOptions) (*Su
 	var r *herov1.SubmitJobResponse
 	err := errNoStream
 	if c.streams != nil {
-		err = retrying(ctx, o.UniqueKey != "", func() error {
+		err = c.retrying(ctx, o.UniqueKey != "", func() error {
 			var err error
 			r, err = c.streams.submit(ctx, req)
 			return err

@@ -250,6 +250,25 @@ def _config_dir() -> str:
     return os.path.join(base, "hero")
 
 
+def env_api_url(env: Any = None) -> str:
+    """The JSON-RPC endpoint the environment names, as heroctl reads it: HERO_API_URL,
+    else https:// (http:// with HERO_PLAINTEXT=1) on the host of HERO_ADDR (default
+    127.0.0.1) and the port HERO_HTTP_PORT (default 9652): the port docker-compose.yml
+    publishes the API on, so that moving it moves the clients too."""
+    env = os.environ if env is None else env
+    if env.get("HERO_API_URL"):
+        return env["HERO_API_URL"]
+    host = "127.0.0.1"
+    addr = env.get("HERO_ADDR")
+    if addr:
+        host = addr.rsplit(":", 1)[0] if ":" in addr else addr
+    port = env.get("HERO_HTTP_PORT") or "9652"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"HERO_HTTP_PORT={port!r} is not a port (a number from 1 to 65535)")
+    scheme = "http" if env.get("HERO_PLAINTEXT") == "1" else "https"
+    return f"{scheme}://{host}:{port}/"
+
+
 # ---------------------------------------------------------------- client
 
 class Client:
@@ -286,13 +305,14 @@ class Client:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> "Client":
-        """A client configured as heroctl is: HERO_API_URL (default
-        https://127.0.0.1:9652/), HERO_ACTOR, HERO_CONTEXT (default 1), HERO_KEY (default
+        """A client configured as heroctl is: HERO_API_URL (default: the host of
+        HERO_ADDR, else 127.0.0.1, on the port HERO_HTTP_PORT, else 9652: see
+        env_api_url), HERO_ACTOR, HERO_CONTEXT (default 1), HERO_KEY (default
         $HERO_CONFIG_DIR/keys/actor-<id>.pem, else ~/.config/hero/keys/…),
         HERO_TLS_CA, HERO_ADMIN_SECRET (used when no actor key is found)."""
         env = os.environ
         kw: Dict[str, Any] = {
-            "url": env.get("HERO_API_URL") or "https://127.0.0.1:9652/",
+            "url": env_api_url(env),
             "context": int(env.get("HERO_CONTEXT") or "1"),
             "ca_file": env.get("HERO_TLS_CA") or None,
         }

@@ -32,6 +32,22 @@ class SigningTest(unittest.TestCase):
         self.assertEqual(headers["X-Hero-Timestamp"], "1795600000")
 
 
+class EnvTest(unittest.TestCase):
+    def test_api_url_follows_the_published_port(self):
+        cases = [
+            ({}, "https://127.0.0.1:9652/"),
+            ({"HERO_HTTP_PORT": "19652"}, "https://127.0.0.1:19652/"),
+            ({"HERO_ADDR": "api.example:9653", "HERO_HTTP_PORT": "8443"}, "https://api.example:8443/"),
+            ({"HERO_ADDR": "[::1]:9653"}, "https://[::1]:9652/"),
+            ({"HERO_HTTP_PORT": "19652", "HERO_PLAINTEXT": "1"}, "http://127.0.0.1:19652/"),
+            ({"HERO_HTTP_PORT": "19652", "HERO_API_URL": "https://api/"}, "https://api/"),
+        ]
+        for env, want in cases:
+            self.assertEqual(hc.env_api_url(env), want, env)
+        with self.assertRaisesRegex(ValueError, "HERO_HTTP_PORT='x' is not a port"):
+            hc.env_api_url({"HERO_HTTP_PORT": "x"})
+
+
 class FakeAPI(http.server.BaseHTTPRequestHandler):
     """Answers each POST with the next of ``answers`` (a JSON-RPC error or result) and
     records the request's headers and body."""

@@ -4,7 +4,8 @@ every request signed by the actor's Ed25519 key (hero_client, docs/sdk-python.md
 
 Configured as heroctl is, from the environment:
 
-    export HERO_API_URL=https://127.0.0.1:9652/ HERO_TLS_CA=$PWD/hero-ca.pem
+    export HERO_TLS_CA=~/.config/hero/ca.pem      # the stack's CA (README, Quickstart); the URL: HERO_API_URL,
+                                                  # else https://127.0.0.1:$HERO_HTTP_PORT (9652)/
     export HERO_ACTOR=1 HERO_CONTEXT=1      # the key: ~/.config/hero/keys/actor-1.pem, or HERO_KEY
     python3 sdk/python/examples/producer_example.py
 
