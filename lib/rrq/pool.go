@@ -74,7 +74,8 @@ type PoolConfig struct {
 	// on the first connection and, once the process has read it, on a second one; a
 	// process that refuses the second connection, or has not read its frame within
 	// AcceptWait, fails its start with ErrOneConnection instead of leaving requests
-	// waiting for ever on a connection it will not accept. Default 2s.
+	// waiting for ever on a connection it will not accept. Default 5s: an executor that
+	// serves many connections reads it within milliseconds, even on a loaded host.
 	AcceptWait time.Duration
 	// StopGrace is the time between SIGTERM and SIGKILL on Close. Default 5s.
 	StopGrace time.Duration
@@ -263,7 +264,7 @@ func (cfg *PoolConfig) setDefaults() error {
 		cfg.ReadyWait = cfg.StartupTimeout
 	}
 	if cfg.AcceptWait <= 0 {
-		cfg.AcceptWait = 2 * time.Second
+		cfg.AcceptWait = 5 * time.Second
 	}
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 5 * time.Second
