@@ -39,6 +39,15 @@ var (
 	// (KillRequest, KillProcess) while the request was in flight. Comes together with
 	// ErrConnectionLost.
 	ErrExecutorKilled = errors.New("rrq: executor process killed by the orchestrator while request in flight")
+	// ErrNotReady (Pool): no process of the pool became ready to take the request —
+	// the pool is unhealthy after a failed start, or none was ready within
+	// PoolConfig.ReadyWait. Comes together with ErrUnavailable: the request was not
+	// delivered.
+	ErrNotReady = errors.New("rrq: no executor process ready")
+	// ErrOneConnection (Pool): a process refused a second connection while its first
+	// was open, or did not read it (see PoolConfig.AcceptWait): the executor accepts
+	// one connection at a time and needs ClientOptions.Connections 1.
+	ErrOneConnection = errors.New("rrq: the executor serves one connection at a time (it needs Connections 1)")
 )
 
 // ViolationKind names a protocol violation seen by a Client.

@@ -59,8 +59,24 @@ type PoolConfig struct {
 	// Client configures each process's Client; Client.MaxInFlight is the per-process
 	// in-flight limit (default 4).
 	Client ClientOptions
-	// StartupTimeout bounds the wait for a process to accept connections. Default 10s.
+	// StartupTimeout bounds the wait for a process to accept connections (and, with
+	// Connections 0, to serve a second one: AcceptWait). Default 10s.
 	StartupTimeout time.Duration
+	// ReadyWait bounds how long Execute waits for a ready process while the pool has
+	// none (each is starting, or waiting to restart): the call then fails with
+	// ErrNotReady. A call finding the pool unhealthy after a failed start fails at
+	// once. Waits for a free slot of a ready process are not bounded. Default
+	// StartupTimeout.
+	ReadyWait time.Duration
+	// AcceptWait: with Client.Connections 0 (a connection per request in flight, cancels
+	// on connections of their own) a process must serve a second connection while its
+	// first is open. At each start the pool sends a cancel frame for no job (a no-op)
+	// on the first connection and, once the process has read it, on a second one; a
+	// process that refuses the second connection, or has not read its frame within
+	// AcceptWait, fails its start with ErrOneConnection instead of leaving requests
+	// waiting for ever on a connection it will not accept. Default 5s: an executor that
+	// serves many connections reads it within milliseconds, even on a loaded host.
+	AcceptWait time.Duration
 	// StopGrace is the time between SIGTERM and SIGKILL on Close. Default 5s.
 	StopGrace time.Duration
 	// RestartBackoff is the first delay before restarting a process that died; it
@@ -107,6 +123,7 @@ type Pool struct {
 	want     chan struct{} // closed and replaced when a request finds no ready process
 	crashes  int           // crashes in a row (see PoolConfig.CrashLoop)
 	lastErr  error         // the last crash
+	startErr error         // the last failed start; nil once a process started since
 }
 
 type reqEntry struct {
@@ -243,6 +260,12 @@ func (cfg *PoolConfig) setDefaults() error {
 	if cfg.StartupTimeout <= 0 {
 		cfg.StartupTimeout = 10 * time.Second
 	}
+	if cfg.ReadyWait <= 0 {
+		cfg.ReadyWait = cfg.StartupTimeout
+	}
+	if cfg.AcceptWait <= 0 {
+		cfg.AcceptWait = 5 * time.Second
+	}
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 5 * time.Second
 	}
@@ -357,13 +380,18 @@ func (p *Pool) answered() {
 	}
 }
 
-// crashed counts a crash; past CrashLoop in a row the pool is unhealthy.
-func (p *Pool) crashed(reason error) {
+// crashed counts a crash (start says it was a failed start); past CrashLoop in a row
+// the pool is unhealthy. Calls waiting for a ready process look again.
+func (p *Pool) crashed(reason error, start bool) {
 	p.mu.Lock()
 	p.crashes++
 	p.lastErr = reason
+	if start {
+		p.startErr = reason
+	}
 	now := p.crashes == p.cfg.CrashLoop
 	p.mu.Unlock()
+	p.notify()
 	if now {
 		p.log.Error("rrq executor pool crash-looping: unhealthy", "crashes", p.cfg.CrashLoop, "err", reason.Error())
 		if p.cfg.OnHealth != nil {
@@ -445,6 +473,7 @@ func (p *Pool) Execute(ctx context.Context, req ExecutionRequest) (ExecutionOutc
 
 func (p *Pool) executeOnce(ctx context.Context, req ExecutionRequest) (ExecutionOutcome, reqEntry, error) {
 	var ent reqEntry
+	var noneSince time.Time // when the wait for a ready process began
 	for {
 		if err := ctx.Err(); err != nil {
 			return ExecutionOutcome{}, ent, err
@@ -458,7 +487,8 @@ func (p *Pool) executeOnce(ctx context.Context, req ExecutionRequest) (Execution
 			p.mu.Unlock()
 			return ExecutionOutcome{}, ent, fmt.Errorf("%w: request_id %s is already in flight", ErrInvalidRequest, req.RequestID)
 		}
-		ent = p.pick()
+		var ready bool
+		ent, ready = p.pick()
 		if ent.pr != nil {
 			p.requests[req.RequestID] = ent
 			p.mu.Unlock()
@@ -467,11 +497,10 @@ func (p *Pool) executeOnce(ctx context.Context, req ExecutionRequest) (Execution
 		ch, want := p.changed, p.want
 		close(want) // a cleanly exited process is started again: it is needed
 		p.want = make(chan struct{})
+		cannot := p.cannotStart()
 		p.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ExecutionOutcome{}, ent, ctx.Err()
+		if err := p.waitCapacity(ctx, ch, ready, cannot, &noneSince); err != nil {
+			return ExecutionOutcome{}, ent, err
 		}
 	}
 	out, err := ent.pr.client.executeAcquired(ctx, req)
@@ -484,10 +513,66 @@ func (p *Pool) executeOnce(ctx context.Context, req ExecutionRequest) (Execution
 	return out, ent, err
 }
 
+// cannotStart is why the pool cannot start a process — it is unhealthy and its last
+// start failed — or nil. Called with p.mu held.
+func (p *Pool) cannotStart() error {
+	if p.crashes >= p.cfg.CrashLoop && p.startErr != nil {
+		return p.startErr
+	}
+	return nil
+}
+
+// waitCapacity waits until the pool's capacity may have changed (ch closes). While a
+// process is ready (all busy) the wait is the caller's (ctx); while none is, the call
+// fails at once when the pool cannot start one (cannot), and once none has been ready
+// for ReadyWait since *since: a call never waits silently for a pool that does not
+// come back.
+func (p *Pool) waitCapacity(ctx context.Context, ch <-chan struct{}, ready bool, cannot error, since *time.Time) error {
+	var bound <-chan time.Time
+	if ready {
+		*since = time.Time{}
+	} else {
+		if cannot != nil {
+			return fmt.Errorf("%w: %w: executor %s cannot start a process: %w", ErrUnavailable, ErrNotReady, p.cfg.Name, cannot)
+		}
+		if since.IsZero() {
+			*since = time.Now()
+		}
+		left := p.cfg.ReadyWait - time.Since(*since)
+		if left <= 0 {
+			return p.notReadyError()
+		}
+		t := time.NewTimer(left)
+		defer t.Stop()
+		bound = t.C
+	}
+	select {
+	case <-ch:
+	case <-bound: // the caller picks again, then fails
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// notReadyError says that no process became ready within ReadyWait, and the pool's
+// last crash or failed start when there is one.
+func (p *Pool) notReadyError() error {
+	p.mu.Lock()
+	last := p.lastErr
+	p.mu.Unlock()
+	if last != nil {
+		return fmt.Errorf("%w: %w: executor %s: no process ready within %v (last: %w)", ErrUnavailable, ErrNotReady, p.cfg.Name, p.cfg.ReadyWait, last)
+	}
+	return fmt.Errorf("%w: %w: executor %s: no process ready within %v", ErrUnavailable, ErrNotReady, p.cfg.Name, p.cfg.ReadyWait)
+}
+
 // pick reserves a slot on the ready process with the most spare capacity (ties: round
-// robin). Called with p.mu held.
-func (p *Pool) pick() reqEntry {
+// robin), and says whether any process is ready (a busy one too). Called with p.mu
+// held.
+func (p *Pool) pick() (reqEntry, bool) {
 	best, bestSpare := -1, 0
+	ready := false
 	n := len(p.procs)
 	for k := range n {
 		i := (p.rr + k) % n
@@ -495,19 +580,20 @@ func (p *Pool) pick() reqEntry {
 		if pr.gen == nil || pr.gen.killed.Load() || pr.gen.hasExited() {
 			continue
 		}
+		ready = true
 		if s := pr.client.spare(); s > bestSpare {
 			best, bestSpare = i, s
 		}
 	}
 	if best < 0 {
-		return reqEntry{}
+		return reqEntry{}, ready
 	}
 	pr := p.procs[best]
 	if !pr.client.tryAcquire() {
-		return reqEntry{}
+		return reqEntry{}, ready
 	}
 	p.rr = (best + 1) % n
-	return reqEntry{pr: pr, gen: pr.gen}
+	return reqEntry{pr: pr, gen: pr.gen}, ready
 }
 
 // errCleanExit marks a request left unanswered by a process that exited with status 0.
@@ -750,6 +836,7 @@ func (pr *proc) supervise(first chan<- error) {
 			started := time.Now()
 			p.mu.Lock()
 			pr.gen = g
+			p.startErr = nil
 			p.mu.Unlock()
 			p.notify()
 			p.log.Info("rrq executor process ready", "index", pr.index, "pid", g.pid, "endpoint", pr.ep.String())
@@ -787,7 +874,7 @@ func (pr *proc) supervise(first chan<- error) {
 		}
 		pr.restarts.Add(1)
 		if crash {
-			p.crashed(reason)
+			p.crashed(reason, err != nil)
 		}
 		if f := p.cfg.OnRestart; f != nil {
 			f(pr.index, reason, crash)
@@ -859,8 +946,15 @@ func (pr *proc) start() (*generation, error) {
 				return nil, fmt.Errorf("process %d (pid %d) exited during startup: %s", pr.index, g.pid, exitDesc(g.exitErr))
 			default:
 			}
-			// No connection only to probe: the one that found the process accepting
-			// carries its requests (an executor may accept one connection at a time).
+			// The connection that found the process accepting carries its requests
+			// (with Connections 1, an executor that accepts one connection at a time).
+			if cfg.Client.Connections != 1 {
+				if err := pr.checkSecondConnection(nc, g, deadline); err != nil {
+					nc.Close()
+					g.stop(0)
+					return nil, err
+				}
+			}
 			if err := pr.client.Adopt(nc); err != nil {
 				g.stop(0)
 				return nil, err

@@ -40,7 +40,7 @@ var goExample struct {
 }
 
 // goExampleBinary builds lib/rrq/executor/example once per test run.
-func goExampleBinary(t *testing.T) string {
+func goExampleBinary(t testing.TB) string {
 	t.Helper()
 	goExample.once.Do(func() {
 		goTool, err := exec.LookPath("go")
@@ -61,7 +61,7 @@ func goExampleBinary(t *testing.T) string {
 	return goExample.path
 }
 
-func pythonExample(t *testing.T) []string {
+func pythonExample(t testing.TB) []string {
 	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -86,7 +86,7 @@ type executorKind struct {
 
 var executorKinds = []executorKind{
 	{name: "go", command: func(t *testing.T) []string { return []string{goExampleBinary(t)} }, failType: "example_failure"},
-	{name: "python", command: pythonExample, failType: "ValueError", asyncName: "async_sleep"},
+	{name: "python", command: func(t *testing.T) []string { return pythonExample(t) }, failType: "ValueError", asyncName: "async_sleep"},
 }
 
 func startTestPool(t *testing.T, kind executorKind, transport Transport, size, maxInFlight int) *Pool {

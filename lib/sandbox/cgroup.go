@@ -155,6 +155,9 @@ func (c *cgroups) create(name string, lim Limits) (*jobGroup, error) {
 		if lim.CPUMillis > 0 {
 			err = errors.Join(err, write(dir, "cpu.max", fmt.Sprintf("%d 100000", lim.CPUMillis*100)))
 		}
+		if lim.CPUWeight > 0 {
+			err = errors.Join(err, write(dir, "cpu.weight", strconv.Itoa(min(lim.CPUWeight, 10000))))
+		}
 		if err != nil {
 			g.remove()
 			return nil, err
@@ -183,6 +186,9 @@ func (c *cgroups) create(name string, lim Limits) (*jobGroup, error) {
 	}
 	if lim.CPUMillis > 0 {
 		err = errors.Join(err, write(g.dirs["cpu"], "cpu.cfs_period_us", "100000"), write(g.dirs["cpu"], "cpu.cfs_quota_us", strconv.Itoa(lim.CPUMillis*100)))
+	}
+	if lim.CPUWeight > 0 {
+		err = errors.Join(err, write(g.dirs["cpu"], "cpu.shares", strconv.Itoa(min(lim.CPUWeight, 10000)*1024/100)))
 	}
 	if err != nil {
 		g.remove()

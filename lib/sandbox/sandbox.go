@@ -48,6 +48,11 @@ type Limits struct {
 	FileSizeBytes int64
 	DiskBytes     int64  // the job's own filesystem: its work directory and /tmp
 	Network       string // model.NetworkNone ("" too) or model.NetworkOutbound
+	// CPUWeight is the cgroup's share of the CPU against its siblings (the other jobs'
+	// cgroups, each 100) when the CPU is contended: cgroup v2 cpu.weight (1-10000), v1
+	// cpu.shares (weight × 10.24). 0: the default, 100. An executor pool's (the runner):
+	// its start and its calls are not starved by the jobs running beside it.
+	CPUWeight int
 }
 
 // String names the limits for the audit log (model.JobLimits' form).
@@ -429,7 +434,7 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 // rlimits (making the cgroup, j.group).
 func (s *Sandbox) limitScript(j *Job, lim Limits) ([]string, error) {
 	var script []string
-	if s.cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0) {
+	if s.cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0 || lim.CPUWeight > 0) {
 		g, err := s.cg.create(fmt.Sprintf("job-%d-%d", os.Getpid(), s.seq.Add(1)), lim)
 		if err != nil {
 			return nil, err

@@ -66,8 +66,8 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.IntVar(&c.OutputMaxBytes, "output-max-bytes", "", 1<<20, "stdout kept as the job's output result")
 	f.IntVar(&c.LogMaxBytes, "log-max-bytes", "", 4<<20, "stdout+stderr kept as the job's log")
 	f.StringVar(&c.WorkDir, "work-dir", "", os.TempDir(), "directory on the host for the executor pools' directories (their sockets), the jobs' work directories under --sandbox=none, and the default --state-dir; a sandboxed job's work directory is in its own filesystem (--job-disk), not here")
-	f.StringVar(&c.Executors, "executors", "", "", "executor pools for handler jobs (RRQ protocol), '|'-separated: name;cmd=<command>[;size=N][;inflight=N][;pipeline=N][;transport=unix|tcp][;shared=true][;ro=DIR:DIR][;sandbox=false] — e.g. python;cmd=python3 -u /app/executor.py;size=2. Each context gets pools of its own, started on demand; shared=true: one pool serves every context. Executors run in the job sandbox, which shows them the directories of cmd's absolute paths and ro= (read-only); sandbox=false runs one unsandboxed")
-	f.DurationVar(&c.ExecutorIdle, "executor-idle", "", 5*time.Minute, "a context's executor pool stops after this long without a call (it starts again on demand); 0: never")
+	f.StringVar(&c.Executors, "executors", "", "", executorsUsage)
+	f.DurationVar(&c.ExecutorIdle, "executor-idle", "", 5*time.Minute, "a context's executor pool of start=demand stops after this long without a call (it starts again on demand); 0: never")
 	f.DurationVar(&c.CancelGrace, "executor-cancel-grace", "", 2*time.Second, "how long an executor has to answer a cancel before its process is killed and restarted")
 	f.BoolVar(&c.ApplyEnds, "apply-ends", "", true, "apply a successful run's end of this node's job in the same Redis script that records it (its flow's dependents dispatched, or its waiters told), as the router and the scheduler would; false: every end goes through the router to the scheduler")
 	f.IntVar(&c.MaxFrameBytes, "executor-max-frame-bytes", "", 16<<20, "largest RRQ frame accepted from an executor")
@@ -234,10 +234,27 @@ type executorConfig struct {
 	pipeline  int // requests in flight per connection
 	conns     int // 1: one persistent connection per process carries requests and cancels
 	transport string
-	shared    bool     // one pool for every context (else one per context)
-	readOnly  []string // more host paths its sandbox shows it, read-only
-	noSandbox bool     // explicitly unsandboxed (sandbox=false)
+	shared    bool          // one pool for every context (else one per context)
+	readOnly  []string      // more host paths its sandbox shows it, read-only
+	noSandbox bool          // explicitly unsandboxed (sandbox=false)
+	demand    bool          // start=demand: a context's pool starts with its first job, stops when idle
+	startup   time.Duration // a process's start-up limit (0: rrq's default, 10 s)
+	wait      time.Duration // a call's wait for a ready process (0: the start-up limit)
 }
+
+// executorKeys are the settings of an --executors entry, as --help lists them.
+var executorKeys = []string{"cmd=<command>", "size=N", "inflight=N", "pipeline=N", "connections=1", "transport=unix|tcp",
+	"shared=true", "start=ahead|demand", "startup=DURATION", "wait=DURATION", "ro=DIR:DIR", "sandbox=false"}
+
+// executorsUsage is --executors' help: every key of an entry.
+var executorsUsage = "executor pools for handler jobs (RRQ protocol), '|'-separated: name;" + executorKeys[0] + "[;" + strings.Join(executorKeys[1:], "][;") + "]" +
+	" — e.g. python;cmd=python3 -u /app/executor.py;size=2. size: processes (1); inflight: calls in flight per process (4);" +
+	" pipeline: calls per connection (1); connections=1: one persistent connection per process, for an executor that accepts one connection at a time" +
+	" (without it such an executor fails its start, saying so); transport (unix). Each context served gets pools of its own, started as the runner" +
+	" starts serving it (start=ahead, the default) or with its first job and stopped after --executor-idle (start=demand); shared=true: one pool" +
+	" serves every context. startup: how long a process may take to accept connections (10s); wait: how long a call waits for a process of its pool" +
+	" when none is ready before it fails (the startup limit). Executors run in the job sandbox, which shows them the directories of cmd's absolute" +
+	" paths and ro= (read-only); sandbox=false runs one unsandboxed"
 
 // parseExecutors reads --executors: '|'-separated entries, each
 // name;key=value;… (parseExecutor).
@@ -311,10 +328,37 @@ func (e *executorConfig) set(k, v string) error {
 			err = fmt.Errorf("must be unix or tcp")
 		}
 		e.transport = v
+	case "start":
+		if v != "ahead" && v != "demand" {
+			err = fmt.Errorf("must be ahead or demand")
+		}
+		e.demand = v == "demand"
+	case "startup":
+		e.startup, err = durationIn(v, 100*time.Millisecond, time.Hour)
+	case "wait":
+		e.wait, err = durationIn(v, 100*time.Millisecond, time.Hour)
 	default:
-		err = fmt.Errorf("unknown key (cmd, size, inflight, pipeline, connections, transport, shared, sandbox, ro)")
+		err = fmt.Errorf("unknown key (%s)", keyNames())
 	}
 	return err
+}
+
+// keyNames lists the keys of an --executors entry.
+func keyNames() string {
+	names := make([]string, len(executorKeys))
+	for i, k := range executorKeys {
+		names[i], _, _ = strings.Cut(k, "=")
+	}
+	return strings.Join(names, ", ")
+}
+
+// durationIn reads a duration from lo to hi.
+func durationIn(v string, lo, hi time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err == nil && (d < lo || d > hi) {
+		err = fmt.Errorf("must be %v-%v", lo, hi)
+	}
+	return d, err
 }
 
 // intIn reads a whole number from lo to hi.

@@ -3,8 +3,10 @@ package main
 import (
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hero-coordinator/hero/lib/config"
 	"github.com/hero-coordinator/hero/lib/model"
@@ -54,6 +56,10 @@ func TestConfigRefusesBadSettings(t *testing.T) {
 		{[]string{"--executors", "py;cmd=a;transport=udp"}, "transport=udp: must be unix or tcp"},
 		{[]string{"--executors", "py;cmd=a;colour=red"}, "colour=red: unknown key"},
 		{[]string{"--executors", "py;cmd=a;size"}, `--executors: executor py: "size" is not key=value`},
+		{[]string{"--executors", "py;cmd=a;start=later"}, "start=later: must be ahead or demand"},
+		{[]string{"--executors", "py;cmd=a;startup=soon"}, `startup=soon: time: invalid duration "soon"`},
+		{[]string{"--executors", "py;cmd=a;startup=1ms"}, "startup=1ms: must be 100ms-1h0m0s"},
+		{[]string{"--executors", "py;cmd=a;wait=2h"}, "wait=2h: must be 100ms-1h0m0s"},
 	} {
 		_, err := parseConfig(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -67,7 +73,7 @@ func TestConfigRefusesBadSettings(t *testing.T) {
 // executors' settings and the defaults derived from others.
 func TestConfigReadsSettings(t *testing.T) {
 	cfg, err := parseConfig(t, "--runner-id", "7", "--contexts", "3, 9", "--interpreters", "sh=/bin/sh -e,bash=bash",
-		"--executors", "python;cmd=python3 -u x.py;size=2;inflight=8;pipeline=2;connections=1;transport=tcp;shared=true;sandbox=false;ro=/a:/b")
+		"--executors", "python;cmd=python3 -u x.py;size=2;inflight=8;pipeline=2;connections=1;transport=tcp;shared=true;sandbox=false;ro=/a:/b;start=demand;startup=30s;wait=45s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +87,7 @@ func TestConfigReadsSettings(t *testing.T) {
 		t.Fatalf("sh interpreter %v, want %v", cfg.interpreters["sh"], want)
 	}
 	want := executorConfig{name: "python", cmd: []string{"python3", "-u", "x.py"}, size: 2, inflight: 8, pipeline: 2, conns: 1,
-		transport: "tcp", shared: true, readOnly: []string{"/a", "/b"}, noSandbox: true}
+		transport: "tcp", shared: true, readOnly: []string{"/a", "/b"}, noSandbox: true, demand: true, startup: 30 * time.Second, wait: 45 * time.Second}
 	if len(cfg.executors) != 1 || !reflect.DeepEqual(cfg.executors[0], want) {
 		t.Fatalf("executors %+v, want [%+v]", cfg.executors, want)
 	}
@@ -91,5 +97,28 @@ func TestConfigReadsSettings(t *testing.T) {
 	cfg, err = parseConfig(t, "--contexts", "*", "--script-types", "sh")
 	if err != nil || cfg.contextIDs != nil || !reflect.DeepEqual(cfg.types, []model.ScriptType{"sh"}) {
 		t.Fatalf("--contexts * --script-types sh: contexts %v types %v, %v", cfg.contextIDs, cfg.types, err)
+	}
+}
+
+// runner --help lists every key of an --executors entry (connections among them),
+// and an unknown key's error names them all.
+func TestExecutorsHelpListsEveryKey(t *testing.T) {
+	fs := config.NewFlagSet("runner", summary)
+	(&Config{}).RegisterFlags(fs)
+	var help strings.Builder
+	fs.PrintUsage(&help)
+	_, err := parseConfig(t, "--executors", "py;cmd=a;colour=red")
+	if err == nil {
+		t.Fatal("an unknown key was accepted")
+	}
+	_, listed, _ := strings.Cut(err.Error(), "unknown key (")
+	named := strings.Split(strings.TrimSuffix(listed, ")"), ", ")
+	for _, k := range []string{"cmd", "size", "inflight", "pipeline", "connections", "transport", "shared", "start", "startup", "wait", "ro", "sandbox"} {
+		if !strings.Contains(help.String(), ";"+k+"=") {
+			t.Errorf("runner --help does not list the --executors key %s", k)
+		}
+		if !slices.Contains(named, k) {
+			t.Errorf("the unknown key's error does not name %s: %v", k, err)
+		}
 	}
 }

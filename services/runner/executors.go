@@ -9,11 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +24,6 @@ import (
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
 	"github.com/hero-coordinator/hero/lib/rrq"
-	"github.com/hero-coordinator/hero/lib/sandbox"
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
@@ -45,6 +40,8 @@ type executorMetrics struct {
 	violations *prometheus.CounterVec
 	calls      *prometheus.CounterVec
 	healthy    *prometheus.GaugeVec
+	// startSeconds: how long pools took to start (their processes accepting connections)
+	startSeconds *prometheus.HistogramVec
 }
 
 func newExecutorMetrics(reg prometheus.Registerer) executorMetrics {
@@ -58,16 +55,13 @@ func newExecutorMetrics(reg prometheus.Registerer) executorMetrics {
 			Help: "1 while the executor's pools work here; 0 while one crash-loops or cannot start (the runner then leaves the executor's jobs to other runners)."}, []string{"executor"}),
 		violations: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_executor_protocol_violations_total",
 			Help: "Bad frames and responses from executors (dropped; the runner stays healthy), by executor and kind."}, []string{"executor", "kind"}),
+		startSeconds: f.NewHistogramVec(prometheus.HistogramOpts{Name: "hero_executor_pool_start_seconds",
+			Help:    "Time an executor pool took to start, from its first process's launch until every process accepts connections (sandbox included), by executor.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"executor"}),
 		calls: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_handler_calls_total",
 			Help: "Handler calls by executor and outcome (success, retry, timeout, error, failed: no outcome)."}, []string{"executor", "outcome"}),
 	}
 }
-
-// Executor pools belong to one context each: a pool starts when a handler job of its
-// context first needs it and stops after --executor-idle without calls, so that jobs
-// of different contexts never share an executor process — unless the operator marks
-// an executor shared (`shared=true` in --executors): then one pool serves every
-// context and starts with the runner.
 
 // execHealth holds the executors whose pools crash-loop or cannot start here. While
 // one is unhealthy the runner claims none of its handler jobs when another live
@@ -99,8 +93,13 @@ func (r *runner) markUnhealthy(name string, ctxID uint32, err error) {
 	if r.exh.bad == nil {
 		r.exh.bad = map[string]unhealthy{}
 	}
-	u := r.exh.bad[name]
+	u, was := r.exh.bad[name]
 	u.err, u.since = err, time.Now()
+	if !was {
+		// Its jobs are still claimed, until one finds another live runner with the
+		// executor healthy (unhealthyHere): none may be left waiting in the queue.
+		u.alone = true
+	}
 	r.exh.bad[name] = u
 	r.exh.mu.Unlock()
 	r.em.healthy.WithLabelValues(name).Set(0)
@@ -182,8 +181,18 @@ func (r *runner) unhealthyHere(ctx context.Context, db *store.DB, execName strin
 		return runResult{reason: "executor_unhealthy"}
 	}
 	r.em.calls.WithLabelValues(execName, "failed").Inc()
-	return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1,
+	// A retry goes when this runner tries its pool again, not at once: the job's
+	// retries are not all spent while the pool is down.
+	return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, RetryAfter: r.untilRetried(execName),
 		Error: fmt.Sprintf("executor %s cannot run in context %d: no live runner has a healthy pool of it (on %s: %v)", execName, db.ContextID, r.cfg.WorkerID, why)}, "executor"}
+}
+
+// untilRetried is how long until this runner tries an unhealthy executor's pool again
+// (executorRetryAfter after it was found unhealthy), at least a second.
+func (r *runner) untilRetried(name string) time.Duration {
+	r.exh.mu.Lock()
+	defer r.exh.mu.Unlock()
+	return max(time.Second, time.Until(r.exh.bad[name].since.Add(executorRetryAfter)))
 }
 
 // executorsReady is the runner's /readyz check: an error naming every unhealthy executor.
@@ -198,261 +207,6 @@ func (r *runner) executorsReady(context.Context) error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
-}
-
-// poolKey names a pool: an executor, and the context it serves (0: shared).
-type poolKey struct {
-	name string
-	ctx  uint32
-}
-
-// poolEntry is a pool (ready closes once it started, or failed with err), its calls
-// in flight, its idle timer, and its sandbox (nil: unsandboxed).
-type poolEntry struct {
-	ready chan struct{}
-	pool  *rrq.Pool
-	box   *poolSandbox
-	err   error
-	calls int
-	idle  *time.Timer
-}
-
-// poolSandbox is a pool's sandbox: its directory (sockets, the processes' work
-// directory) and its cgroup.
-type poolSandbox struct {
-	dir string
-	job *sandbox.Job
-}
-
-func (b *poolSandbox) close() {
-	if b == nil {
-		return
-	}
-	b.job.Cleanup()
-	_ = os.RemoveAll(b.dir)
-}
-
-// startExecutors starts the shared pools and waits until each accepts connections;
-// a shared pool that cannot start is an error at start-up. Per-context pools start on
-// demand.
-func (r *runner) startExecutors(ctx context.Context) error {
-	r.pools = map[poolKey]*poolEntry{}
-	for _, e := range r.cfg.executors {
-		r.em.healthy.WithLabelValues(e.name).Set(1)
-	}
-	for _, e := range r.cfg.executors {
-		if !e.shared {
-			continue
-		}
-		if _, err := r.acquirePool(ctx, e.name, 0); err != nil {
-			r.stopExecutors()
-			return fmt.Errorf("executor %s: %v", e.name, err)
-		}
-		r.releasePool(poolKey{e.name, 0})
-	}
-	return nil
-}
-
-func (r *runner) executorConfig(name string) *executorConfig {
-	for i := range r.cfg.executors {
-		if r.cfg.executors[i].name == name {
-			return &r.cfg.executors[i]
-		}
-	}
-	return nil
-}
-
-// acquirePool returns the pool of an executor for a context (starting it when it
-// does not run) and counts a call on it; releasePool ends the call.
-func (r *runner) acquirePool(ctx context.Context, name string, ctxID uint32) (*rrq.Pool, error) {
-	e := r.executorConfig(name)
-	if e == nil {
-		return nil, errNoExecutor
-	}
-	key := poolKey{name, ctxID}
-	if e.shared {
-		key.ctx = 0
-	}
-	r.poolMu.Lock()
-	pe := r.pools[key]
-	starting := pe == nil
-	if starting {
-		// Started outside the lock: other contexts' calls do not wait for it.
-		pe = &poolEntry{ready: make(chan struct{})}
-		r.pools[key] = pe
-	}
-	pe.calls++
-	if pe.idle != nil {
-		pe.idle.Stop()
-		pe.idle = nil
-	}
-	r.poolMu.Unlock()
-	if starting {
-		pe.pool, pe.box, pe.err = r.startPool(ctx, e, key.ctx)
-		if pe.err != nil {
-			r.poolMu.Lock()
-			delete(r.pools, key) // the next call tries again
-			r.poolMu.Unlock()
-		}
-		close(pe.ready)
-	}
-	select {
-	case <-pe.ready:
-	case <-ctx.Done():
-		r.releasePool(key)
-		return nil, ctx.Err()
-	}
-	if pe.err != nil {
-		return nil, pe.err
-	}
-	return pe.pool, nil
-}
-
-var errNoExecutor = errors.New("no such executor")
-
-func (r *runner) releasePool(key poolKey) {
-	if e := r.executorConfig(key.name); e != nil && e.shared {
-		key.ctx = 0
-	}
-	r.poolMu.Lock()
-	defer r.poolMu.Unlock()
-	pe := r.pools[key]
-	if pe == nil {
-		return
-	}
-	pe.calls--
-	if pe.calls > 0 || key.ctx == 0 || r.cfg.ExecutorIdle <= 0 || pe.pool == nil {
-		return
-	}
-	pe.idle = time.AfterFunc(r.cfg.ExecutorIdle, func() {
-		r.poolMu.Lock()
-		if cur := r.pools[key]; cur != pe || pe.calls > 0 {
-			r.poolMu.Unlock()
-			return
-		}
-		delete(r.pools, key)
-		r.poolMu.Unlock()
-		if err := pe.pool.Close(); err != nil {
-			r.log.Warn().Err(err).Str("executor", key.name).Uint32(obs.KeyContextID, key.ctx).Msg("stop idle executor pool")
-		}
-		pe.box.close()
-		r.log.Info().Str("executor", key.name).Uint32(obs.KeyContextID, key.ctx).Msg("executor pool stopped: idle")
-	})
-}
-
-// coreShare is the GOMAXPROCS=<n> setting of each process of a pool of size
-// processes on a runner that has cores of its own (its GOMAXPROCS, which follows its
-// cgroup's CPU limit): the cores divided among the processes, at least one each; ""
-// for a pool of one process (Go's default then, as for any program). A Go executor
-// (the Go SDK's) runs its scheduler on its share: several processes that each spread
-// over every core wake each other's idle threads for every call (the example
-// executor's CPU per no-op call fell by a quarter at GOMAXPROCS=1 in a pool of two on
-// two cores); an executor in another language ignores it.
-func coreShare(cores, size int) string {
-	if size <= 1 {
-		return ""
-	}
-	return "GOMAXPROCS=" + strconv.Itoa(max(1, cores/size))
-}
-
-// startPool starts one pool's processes (for context ctxID; 0: shared) and waits
-// until they accept connections. Its processes run in the job sandbox — one
-// directory and one cgroup for the pool (limits: a job's, times its size), a clean
-// environment, no network for a Unix-socket pool (a TCP pool shares the host's, to
-// be reachable) — unless the runner or the executor says otherwise.
-func (r *runner) startPool(ctx context.Context, e *executorConfig, ctxID uint32) (*rrq.Pool, *poolSandbox, error) {
-	transport := rrq.TransportUnix
-	if e.transport == "tcp" {
-		transport = rrq.TransportTCP
-	}
-	log := r.log.With().Str("executor", e.name).Uint32(obs.KeyContextID, ctxID).Logger()
-	cfg := rrq.PoolConfig{
-		Name: e.name, Command: e.cmd, Size: e.size, Transport: transport,
-		Client: rrq.ClientOptions{MaxInFlight: e.inflight, Pipeline: e.pipeline, Connections: e.conns, MaxFrameSize: r.cfg.MaxFrameBytes,
-			OnViolation: func(v rrq.Violation) {
-				r.em.violations.WithLabelValues(e.name, string(v.Kind)).Inc()
-				log.Warn().Str("kind", string(v.Kind)).Str("request_id", v.RequestID).Err(v.Err).Msg("executor protocol violation")
-			}},
-		Stdout: logLines{log, "stdout"}, Stderr: logLines{log, "stderr"},
-		Logger: obs.Slog(r.log), // the pool adds "executor"
-		OnRestart: func(index int, reason error, crash bool) {
-			r.em.restarts.WithLabelValues(e.name).Inc()
-			if crash {
-				r.em.crashes.WithLabelValues(e.name).Inc()
-			}
-			log.Warn().Int("process", index).Str("reason", reason.Error()).Bool("crash", crash).Msg("executor process restarting")
-		},
-		OnHealth: func(healthy bool, reason error) {
-			if healthy {
-				r.markHealthy(e.name)
-			} else {
-				r.markUnhealthy(e.name, ctxID, reason)
-			}
-		},
-	}
-	var box *poolSandbox
-	if r.sandbox.Mode() == sandbox.ModeBwrap && !e.noSandbox {
-		dir, err := os.MkdirTemp(r.cfg.WorkDir, fmt.Sprintf("hero-exec-%s-%d-", e.name, ctxID))
-		if err != nil {
-			return nil, nil, err
-		}
-		ro := append([]string(nil), e.readOnly...)
-		for _, a := range e.cmd {
-			if filepath.IsAbs(a) {
-				if _, err := os.Stat(a); err == nil {
-					ro = append(ro, filepath.Dir(a))
-				}
-			}
-		}
-		lim := r.cfg.Sandbox.Limits()
-		lim.MemoryBytes *= int64(e.size)
-		lim.Pids *= e.size
-		lim.CPUMillis *= e.size
-		lim.Network = model.NetworkNone // a pool's processes get no network of their own (a TCP pool shares the host's)
-		// The pool's directory is the host's: the runner reaches its sockets there.
-		job, err := r.sandbox.PrepareWith(dir, e.cmd, lim, sandbox.Extra{ReadOnly: ro, ShareNet: transport == rrq.TransportTCP, HostDir: true})
-		if err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, nil, err
-		}
-		box = &poolSandbox{dir: dir, job: job}
-		// Each process is launched as a job is: it dies with the runner (the guard).
-		cfg.Command, cfg.Dir, cfg.CleanEnv, cfg.Launch = job.Argv, dir, true, job.Launch
-		cfg.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir, "LANG=C.UTF-8"}
-		if transport == rrq.TransportUnix {
-			cfg.SocketDir = dir
-		}
-	}
-	if v := coreShare(runtime.GOMAXPROCS(0), e.size); v != "" {
-		cfg.Env = append(cfg.Env, v)
-	}
-	pool, err := rrq.StartPool(ctx, cfg)
-	if err != nil {
-		box.close()
-		return nil, nil, err
-	}
-	log.Info().Int("processes", e.size).Str("transport", e.transport).Bool("shared", e.shared).Bool("sandboxed", box != nil).Msg("executor pool ready")
-	return pool, box, nil
-}
-
-func (r *runner) stopExecutors() {
-	r.poolMu.Lock()
-	pools := r.pools
-	r.pools = map[poolKey]*poolEntry{}
-	r.poolMu.Unlock()
-	for key, pe := range pools {
-		if pe.idle != nil {
-			pe.idle.Stop()
-		}
-		<-pe.ready
-		if pe.pool == nil {
-			continue
-		}
-		if err := pe.pool.Close(); err != nil {
-			r.log.Warn().Err(err).Str("executor", key.name).Msg("stop executor pool")
-		}
-		pe.box.close()
-	}
 }
 
 // executorNames lists the configured executors.
@@ -574,9 +328,14 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 		r.em.calls.WithLabelValues(execName, "error").Inc()
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "stopped", Fatal: true}, "stopped"}
 	}
+	if res.err != nil && errors.Is(res.err, rrq.ErrNotReady) {
+		// No process of the pool became ready (it cannot start, or not within the
+		// executor's wait=): unhealthy here, as a pool that cannot start.
+		r.markUnhealthy(execName, db.ContextID, res.err)
+	}
 	if res.err != nil && fromExecQueue && errors.Is(res.err, rrq.ErrUnavailable) {
 		// Never delivered: while the pool is unhealthy here, another runner takes the
-		// job, or it fails when none can.
+		// job, or it fails when none can — as a new job would.
 		if herr := r.executorHealth(execName); herr != nil {
 			return r.unhealthyHere(ctx, db, execName, herr, hlog())
 		}
@@ -652,6 +411,11 @@ func (r *runner) callHandler(ctx context.Context, db *store.DB, cl *store.Claim,
 	callCtx, cancelCall := context.WithCancel(ctx)
 	defer cancelCall()
 	cancel := func(reason string) {
+		// A call still waiting for a process of its pool (none ready) has reached no
+		// executor: it ends now (a job's timeout bounds that wait too).
+		if _, running := pool.ProcessOf(req.RequestID); !running {
+			cancelCall()
+		}
 		// Cancel frames first; an executor that has not answered within the grace
 		// period is killed (and restarted by its pool); the call then fails.
 		go func() {

@@ -36,6 +36,12 @@ type runner struct {
 	em      executorMetrics
 	pools   map[poolKey]*poolEntry // executor pools by executor and context
 	poolMu  sync.Mutex
+	// poolsClosed: the pools were stopped (the runner ends); none starts any more.
+	poolsClosed bool
+	// poolCtx is the context pools start under (run's): not a job's, whose end would
+	// abort a start that others wait for. warm bounds the pools started ahead at once.
+	poolCtx context.Context
+	warm    chan struct{}
 	exh     execHealth // executors whose pools crash-loop or cannot start here
 
 	mu     sync.Mutex
@@ -121,6 +127,7 @@ func newRunner(p runnerParams) *runner {
 		holding:       claimSet{ids: map[string]struct{}{}},
 		em:            newExecutorMetrics(p.reg),
 		slots:         make(chan struct{}, p.cfg.Concurrency),
+		warm:          make(chan struct{}, poolStarts),
 		tasks:         make(chan task),
 		workersEnd:    make(chan struct{}),
 		servedChanged: make(chan struct{}),
@@ -185,6 +192,9 @@ func (r *runner) countApplied(a store.Applied) {
 
 func (r *runner) run(ctx context.Context) error {
 	defer r.stopExecutors()
+	r.poolMu.Lock()
+	r.poolCtx = ctx
+	r.poolMu.Unlock()
 	r.refreshServed(ctx)
 	r.writeHandedOver(ctx)
 	r.recover(ctx)
@@ -259,7 +269,7 @@ func (r *runner) refreshServed(ctx context.Context) {
 			served = append(served, id)
 		}
 	}
-	r.setServed(served)
+	r.setServed(ctx, served)
 	if err := r.store.Heartbeat(ctx, r.cfg.RunnerID, r.cfg.WorkerID, served); err != nil {
 		r.log.Error().Err(err).Msg("heartbeat")
 	}
@@ -310,7 +320,7 @@ func (r *runner) refreshContext(ctx context.Context, id uint32) {
 	default:
 		return
 	}
-	r.setServed(served)
+	r.setServed(ctx, served)
 	if ok {
 		if err := r.store.Heartbeat(ctx, r.cfg.RunnerID, r.cfg.WorkerID, []uint32{id}); err != nil {
 			r.log.Error().Err(err).Msg("heartbeat")
@@ -343,13 +353,14 @@ func (r *runner) refreshFromIndex(ctx context.Context) {
 	}
 }
 
-// setServed replaces the served contexts (sorted) and wakes the claim loops when
-// they changed.
-func (r *runner) setServed(served []uint32) {
+// setServed replaces the served contexts (sorted) and, when they changed, wakes the
+// claim loops and starts the executor pools of the contexts added (servePools).
+func (r *runner) setServed(ctx context.Context, served []uint32) {
 	slices.Sort(served)
 	servers := r.store.ServersOf(served)
 	r.mu.Lock()
 	changed := !slices.Equal(served, r.served)
+	added, removed := sortedDiff(served, r.served), sortedDiff(r.served, served)
 	r.served = served
 	r.servers = servers
 	if changed {
@@ -358,12 +369,24 @@ func (r *runner) setServed(served []uint32) {
 	}
 	r.mu.Unlock()
 	if changed {
+		r.servePools(ctx, added, removed)
 		ev := r.log.Info().Uint32(obs.KeyRunnerID, r.cfg.RunnerID).Int("contexts", len(served)).Interface("script_types", r.cfg.types)
 		if len(served) <= 32 {
 			ev = ev.Interface("context_ids", served)
 		}
 		ev.Msg("serving")
 	}
+}
+
+// sortedDiff is the ids of a that are not in b (both sorted).
+func sortedDiff(a, b []uint32) []uint32 {
+	var out []uint32
+	for _, id := range a {
+		if _, ok := slices.BinarySearch(b, id); !ok {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func (r *runner) servedContexts() []uint32 {

@@ -50,6 +50,20 @@ func specExecutor(crash bool) string {
 	return "spec;cmd=" + cmd + ";connections=1"
 }
 
+// waitUnready waits until p's /readyz fails saying want, within d, and returns its body.
+func waitUnready(t *testing.T, p *harness.Proc, d time.Duration, want string) string {
+	t.Helper()
+	var body string
+	if !waitUntil(d, func() bool {
+		code, b := readyzBody(t, p)
+		body = b
+		return code != http.StatusOK && strings.Contains(b, want)
+	}) {
+		t.Fatalf("/readyz within %v, want it failing with %q: %s", d, want, body)
+	}
+	return body
+}
+
 func readyzBody(t *testing.T, p *harness.Proc) (int, string) {
 	t.Helper()
 	resp, err := http.Get("http://" + p.AdminAddr + "/readyz")
@@ -112,14 +126,7 @@ func TestCrashingExecutorJobsGoToHealthyRunner(t *testing.T) {
 	job := map[string]any{"id": 1, "function_name": "spec#echo", "args": []any{"x"}}
 	go func() { _ = c.Call("job.run", map[string]any{"context_id": ctx1, "job": job, "timeout": 60}, nil) }()
 	start := time.Now()
-	var body string
-	if !waitUntil(10*time.Second, func() bool {
-		code, b := readyzBody(t, s.Runner)
-		body = b
-		return code != http.StatusOK && strings.Contains(b, "executor spec unhealthy")
-	}) {
-		t.Fatalf("/readyz within 10s: %s", body)
-	}
+	body := waitUnready(t, s.Runner, 10*time.Second, "executor spec unhealthy")
 	t.Logf("unhealthy after %v: %s", time.Since(start), body)
 	if v := metric(t, s.Runner, `hero_executor_pool_healthy{executor="spec"}`); v != 0 {
 		t.Fatalf("hero_executor_pool_healthy %v", v)

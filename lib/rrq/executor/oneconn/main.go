@@ -13,6 +13,10 @@
 //	bye    answers, then closes the connection (so the process exits)
 //
 // With the argument "crash" it exits with status 3 before binding (a broken executor).
+// With "serial" it accepts connections one at a time, serving each until it closes,
+// and never exits by itself: the executor of docs/executors.md §8, which a pool
+// without Connections 1 would leave a request waiting on a connection it does not
+// accept yet.
 package main
 
 import (
@@ -45,13 +49,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "oneconn:", err)
 		os.Exit(2)
 	}
-	c, err := ln.Accept()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "oneconn:", err)
-		os.Exit(2)
+	serial := len(os.Args) > 1 && os.Args[1] == "serial"
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "oneconn:", err)
+			os.Exit(2)
+		}
+		if !serial {
+			_ = ln.Close() // exactly one connection
+		}
+		serve(c)
+		if !serial {
+			break
+		}
 	}
-	_ = ln.Close() // exactly one connection
-	serve(c)
 	fmt.Fprintln(os.Stderr, "oneconn: connection closed; exiting")
 }
 
