@@ -67,6 +67,19 @@ test: deps ## every module's tests (with -race, against a real redis-server) and
 		'e2e secure: cd tests/e2e && HERO_E2E_REDIS=secure $(GO) test -json $(TEST_FLAGS) -run "$$CORE_TESTS" ./' \
 		'e2e placed: cd tests/e2e && HERO_E2E_REDIS=placed $(GO) test -json $(TEST_FLAGS) -run "$$PLACED_TESTS" ./'
 
+.PHONY: test-quick
+test-quick: deps ## unit and store tests while you work: every module but tests/e2e, -short (the few long ones skip), without -race
+	@$(TESTRUN) $(foreach m,$(filter-out tests/e2e,$(MODULES)),'$(m): cd $(m) && $(GO) test -json -count=1 -short -timeout 10m -p $(TEST_P) ./...')
+
+# The heavy scale and soak tests, kept out of make test (they skip there): each
+# checks a property of many flows or many contexts at once, not one behaviour.
+LONG_TESTS := ^(TestChaos|TestIdleCostFlat|TestReplicasKillOneOfEach)$$
+
+.PHONY: test-long
+test-long: deps ## heavy scale and soak tests kept out of make test (HERO_LONG=1: the chaos suite's short mode, 200 idle contexts, replicas killed under load); make chaos is the chaos suite's long mode
+	@LONG_TESTS='$(LONG_TESTS)' $(TESTRUN) \
+		'tests/e2e long: cd tests/e2e && HERO_LONG=1 $(GO) test -json $(TEST_FLAGS) -run "$$LONG_TESTS" ./'
+
 .PHONY: fuzz
 fuzz: ## short bounded fuzz runs of the RRQ frame decoder and of its payload decoders against encoding/json
 	@# A count, not a duration: Go 1.26's fuzz coordinator can report a spurious

@@ -403,6 +403,9 @@ func TestAOFSurvivesARestartWithUsers(t *testing.T) {
 // the runner waits for them and runs on each; after a failover the promoted replica
 // has the users and the functions (they replicate) and the runner's claims go on.
 func TestUsersOnEveryServerOfPlacementAndSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short (make test-quick): this test starts a Sentinel group and a placed server; make test runs it")
+	}
 	dir := t.TempDir()
 	if _, err := Init(dir); err != nil {
 		t.Fatal(err)

@@ -25,6 +25,9 @@ import (
 // a write (READONLY, also from inside a script) and to a blocked pop it cut short
 // (UNBLOCKED) is a passing fault too, so that a service retries it.
 func TestSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short (make test-quick): this test waits for a Sentinel failover; make test runs it")
+	}
 	g := redistest.StartGroup(t, 1)
 	ctx := context.Background()
 	s, err := store.Open(ctx, store.Options{URL: g.URL, ConnectTimeout: time.Minute, Log: zerolog.Nop()})

@@ -22,6 +22,9 @@ import (
 // fix, the claim loop's blocking pop dereferenced a nil connection after a failed
 // reconnect, and an end that could not be written was left claimed.
 func TestRedisRestartWhileJobsFinish(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short (make test-quick): this test takes Redis down for seconds, twice; make test runs it")
+	}
 	for _, tc := range []struct {
 		how  string
 		down time.Duration
