@@ -101,6 +101,7 @@ lint: ## gofmt, go vet, protos current, each module builds on its own (GOWORK=of
 		(cd $$m && $(GO) mod tidy -diff >/dev/null || { echo "$$m: go.mod/go.sum not tidy; run go mod tidy there"; exit 1; }; \
 		 GOWORK=off $(GO) build ./...); done
 	@$(MAKE) --no-print-directory proto-check
+	@$(MAKE) --no-print-directory lua-gen-check
 	@bash scripts/lua-check-test.sh
 	@bash scripts/lua-check.sh
 	@bash scripts/deps-check.sh
@@ -133,6 +134,21 @@ proto-check: proto-tools ## fail when the committed generated code is not what `
 	for f in $$(cd $$tmp && find . -name '*.go'); do \
 		diff -q $$tmp/$$f $$f >/dev/null || { echo "proto: $$f is stale; run make proto"; exit 1; }; \
 	done; echo "proto: generated code is current"
+
+# LUAGEN runs the generator of the Lua scripts' typed calls (lib/internal/luagen) on a
+# package's lua/ directory: the prologue in each script file and the package's lua_gen.go.
+LUAGEN = cd lib && $(GO) run ./internal/luagen/cmd/luagen -legacy ../scripts/lua-legacy.txt
+LUAGEN_PKGS = store/lua:store/lua_gen.go:store
+
+.PHONY: lua-gen
+lua-gen: ## regenerate, from each Lua script's declared header, its Lua prologue and the typed Go calls (lib/store/lua_gen.go, lib/dispatcher/worker/lua_gen.go)
+	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg); done
+	@echo "lua-gen: generated"
+
+.PHONY: lua-gen-check
+lua-gen-check: ## fail when a Lua script's prologue or the typed Go calls are not what `make lua-gen` makes
+	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg -check); done
+	@echo "lua-gen: generated code is current"
 
 .PHONY: proto-tools
 proto-tools:
