@@ -270,6 +270,15 @@ func ranBefore(j *model.Job) bool {
 		j.StartedAtMs != 0 || j.FinishedAtMs != 0 || j.StartedAtUs != 0 || j.FinishedAtUs != 0 || j.DispatchedMs != 0 || j.Attempt != 0 || j.StopAsked || j.Fatal
 }
 
+// u32s converts the ids of a script's decoded reply.
+func u32s(ids []int64) []uint32 {
+	out := make([]uint32, len(ids))
+	for i, id := range ids {
+		out[i] = uint32(id)
+	}
+	return out
+}
+
 func parseIDs(vals []any) []uint32 {
 	out := make([]uint32, 0, len(vals))
 	for _, v := range vals {
@@ -697,26 +706,22 @@ func (s *Store) ActiveFlowCount(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// splitRequestScript: see lua/split_request.lua.
-var splitRequestScript = stateScript("split_request.lua")
-
 // SplitRequest replaces a claimed job request message of several jobs (m, claimed by c)
 // by one request message each, on msg_out, and releases the claim: for a request the
 // claim script could not route whole (one of its jobs is pinned, gone, or of a type no
 // local runner serves), so that each job goes its own way.
 func (d *DB) SplitRequest(ctx context.Context, c *Claim, m *model.Message) (int, error) {
 	now := time.Now()
-	args := []any{d.ContextID, m.CallerID, now.Unix(), now.UnixMilli(), c.Item, c.member(), m.FlowID}
+	a := &splitRequestArgs{MsgOutKey: keys.MsgOut, ProcKey: keys.Processing(c.Consumer), LeasesKey: keys.Leases,
+		Ctx: int64(d.ContextID), Caller: int64(m.CallerID), NowS: now.Unix(), NowMs: now.UnixMilli(), Item: c.Item, Member: c.member(),
+		Flow: int64(m.FlowID), Jobs: make([]splitRequestPart, len(m.Job))}
 	for i := range m.Job {
 		j := m.Job[i]
-		fields := requestFields(d.ContextID, m.FlowID, &j, now, m.Timeout)
-		args = append(args, j.ID, len(fields))
-		args = append(args, fields...)
+		a.Jobs[i] = splitRequestPart{ID: int64(j.ID), Fields: requestFields(d.ContextID, m.FlowID, &j, now, m.Timeout)}
 	}
-	res, err := d.Eval(ctx, splitRequestScript, []string{keys.MsgOut, keys.Processing(c.Consumer), keys.Leases}, args...)
+	n, err := a.run(ctx, d)
 	if err != nil {
 		return 0, fmt.Errorf("split request %s of context %d: %w", c.Item, d.ContextID, err)
 	}
-	n, _ := res.(int64)
 	return int(n), nil
 }

@@ -140,7 +140,7 @@ for i = runs, #ARGV, 14 do
     -- also records it (its number in msgs, as track_msg would).
     local mk
     if not grouped then
-      mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id}, here and MSG_PROCESSED or nil)
+      mk = store_message(caller, {unpack(ARGV, first, last)}, now_ms, {'job', '[' .. ARGV[i + 13] .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id}, here and MSG_PROCESSED or nil)
       local n = string.sub(mk, #K_MESSAGE + #caller + 2)
       if cur[6] and cur[6] ~= '' then n = cur[6] .. ' ' .. n end
       set[#set + 1] = 'msgs'; set[#set + 1] = n
@@ -189,7 +189,7 @@ local function group_message(spans, gids, total, processed)
     end
     list = '[' .. table.concat(js, ',') .. ']'
   end
-  local mk = store_message(caller, first, now_ms, last, {'job', list}, processed and MSG_PROCESSED or nil)
+  local mk = store_message(caller, {unpack(ARGV, first, last)}, now_ms, {'job', list}, processed and MSG_PROCESSED or nil)
   track_msg(caller, gids[1], mk, gflow)
   if not processed then push(mk) end
 end
@@ -212,7 +212,7 @@ if #ready > 0 then
     end
   end
   if #gids > 0 then
-    local mk, p = route_store(caller, rfirst, now_ms, rlast, {'job', '[' .. table.concat(refs, ',') .. ']', 'job_ids', table.concat(gids, ' ')}, jks, mo)
+    local mk, p = route_store(caller, {unpack(ARGV, rfirst, rlast)}, now_ms, {'job', '[' .. table.concat(refs, ',') .. ']', 'job_ids', table.concat(gids, ' ')}, jks, mo)
     track_msg(caller, gids[1], mk, flow)
     pushed = pushed + p
     dispatched = #gids
