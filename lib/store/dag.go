@@ -488,9 +488,6 @@ type EndResult struct {
 	FlowStatus   model.FlowStatus
 }
 
-// completeScript: see lua/complete.lua.
-var completeScript = stateScript("complete.lua", "lib_finalize.lua", "lib_complete.lua")
-
 // CompleteNode applies a job's end to its flow's DAG.
 func (d *DB) CompleteNode(ctx context.Context, e JobEnd) (EndResult, error) {
 	res, errs := d.CompleteNodes(ctx, []JobEnd{e})
@@ -516,19 +513,24 @@ func (d *DB) CompleteNodes(ctx context.Context, ends []JobEnd) ([]EndResult, []e
 	for g, k := range order {
 		idx := groups[k]
 		first := ends[idx[0]]
-		args := make([]any, 0, 7+7*len(idx))
-		args = append(args, d.ContextID, k.flow, k.caller, now.Unix(), now.UnixMilli(), first.Actor, first.Retention.Milliseconds())
-		for _, i := range idx {
+		a := &completeArgs{DagKey: keys.DAG(k.flow), FlowKey: keys.Flow(k.flow), ResultsKey: keys.FlowResults(k.flow), EventsKey: keys.Events,
+			Ctx: int64(d.ContextID), Flow: int64(k.flow), Caller: int64(k.caller), NowS: now.Unix(), NowMs: now.UnixMilli(),
+			Actor: first.Actor, RetentionMs: first.Retention.Milliseconds(), Ends: make([]completeEnd, len(idx))}
+		for n, i := range idx {
 			e := ends[i]
-			args = append(args, e.JobID, e.Attempt, string(e.Status), e.Error, boolArg(e.Fatal), e.Retries, e.Backoff.Milliseconds())
+			a.Ends[n] = completeEnd{ID: int64(e.JobID), Attempt: int64(e.Attempt), Status: string(e.Status), Err: e.Error, Fatal: e.Fatal,
+				Retries: int64(e.Retries), Backoff: e.Backoff.Milliseconds()}
 		}
-		calls[g] = Call{Script: completeScript, Keys: []string{keys.DAG(k.flow), keys.Flow(k.flow), keys.FlowResults(k.flow), keys.Events}, Args: args}
+		calls[g] = a.call()
 	}
 	out, errs := make([]EndResult, len(ends)), make([]error, len(ends))
 	for g, cmd := range d.EvalBatch(ctx, calls) {
 		idx := groups[order[g]]
 		res, err := cmd.Result()
-		list, _ := res.([]any)
+		var list []completeDone
+		if err == nil {
+			list, err = decodeCompleteReply(res)
+		}
 		if err == nil && len(list) != len(idx) {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
@@ -537,33 +539,24 @@ func (d *DB) CompleteNodes(ctx context.Context, ends []JobEnd) ([]EndResult, []e
 				errs[i] = fmt.Errorf("complete job %d:%d:%d: %w", d.ContextID, ends[i].CallerID, ends[i].JobID, err)
 				continue
 			}
-			vals, _ := list[k].([]any)
-			if len(vals) < 3 {
-				errs[i] = fmt.Errorf("complete job %d:%d:%d: unexpected reply %v", d.ContextID, ends[i].CallerID, ends[i].JobID, list[k])
-				continue
-			}
-			out[i] = parseEnd(vals)
+			r := list[k]
+			out[i] = endResult(r.Code, r.Status, r.Due, r.Ready)
 		}
 	}
 	return out, errs
 }
 
-func parseEnd(vals []any) EndResult {
-	code, _ := vals[0].(int64)
-	r := EndResult{Applied: code != 0}
-	if st, _ := vals[1].(string); st != "" {
-		r.FlowFinished, r.FlowStatus = true, model.FlowStatus(st)
+// endResult is what a completion script's reply for one end says.
+func endResult(code int64, status string, due int64, ready []int64) EndResult {
+	r := EndResult{Applied: code != 0, Ready: u32s(ready)}
+	if status != "" {
+		r.FlowFinished, r.FlowStatus = true, model.FlowStatus(status)
 	}
 	if code == 2 {
-		due, _ := vals[2].(int64)
 		r.RetryAt = time.UnixMilli(due)
 	}
-	r.Ready = parseIDs(vals[3:])
 	return r
 }
-
-// standaloneDoneScript: see lua/standalone_done.lua.
-var standaloneDoneScript = stateScript("standalone_done.lua", "lib_finalize.lua", "lib_complete.lua")
 
 // CompleteStandalone applies the end of a job that belongs to no flow.
 func (d *DB) CompleteStandalone(ctx context.Context, e JobEnd) (EndResult, error) {
@@ -578,22 +571,23 @@ func (d *DB) CompleteStandalones(ctx context.Context, ends []JobEnd) ([]EndResul
 	now := time.Now()
 	calls := make([]Call, len(ends))
 	for i, e := range ends {
-		calls[i] = Call{Script: standaloneDoneScript, Keys: []string{keys.Job(e.CallerID, e.JobID), keys.Events},
-			Args: []any{d.ContextID, e.CallerID, e.JobID, e.Attempt, string(e.Status), e.Error, boolArg(e.Fatal), e.Retries, e.Backoff.Milliseconds(),
-				now.Unix(), now.UnixMilli(), e.Actor, e.Retention.Milliseconds()}}
+		calls[i] = (&standaloneDoneArgs{JobKey: keys.Job(e.CallerID, e.JobID), EventsKey: keys.Events,
+			Ctx: int64(d.ContextID), Caller: int64(e.CallerID), ID: int64(e.JobID), Attempt: int64(e.Attempt), Status: string(e.Status),
+			Err: e.Error, Fatal: e.Fatal, Retries: int64(e.Retries), Backoff: e.Backoff.Milliseconds(),
+			NowS: now.Unix(), NowMs: now.UnixMilli(), Actor: e.Actor, RetentionMs: e.Retention.Milliseconds()}).call()
 	}
 	out, errs := make([]EndResult, len(ends)), make([]error, len(ends))
 	for i, cmd := range d.EvalBatch(ctx, calls) {
 		res, err := cmd.Result()
-		vals, _ := res.([]any)
-		if err == nil && len(vals) < 3 {
-			err = fmt.Errorf("unexpected reply %v", res)
+		var r standaloneDoneDone
+		if err == nil {
+			r, err = decodeStandaloneDoneReply(res)
 		}
 		if err != nil {
 			errs[i] = fmt.Errorf("complete job %d:%d:%d: %w", d.ContextID, ends[i].CallerID, ends[i].JobID, err)
 			continue
 		}
-		out[i] = parseEnd(vals)
+		out[i] = endResult(r.Code, r.Status, r.Due, nil)
 	}
 	return out, errs
 }

@@ -472,6 +472,117 @@ func decodeClaimReply(v any) (out string, err error) {
 	return out, nil
 }
 
+// completeScript is lua/complete.lua (its header declares its interface).
+var completeScript = luaScript("complete.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua")
+
+// completeArgs are the KEYS and ARGV of lua/complete.lua.
+type completeArgs struct {
+	DagKey      string // KEYS
+	FlowKey     string // KEYS
+	ResultsKey  string // KEYS
+	EventsKey   string // KEYS
+	Ctx         int64
+	Flow        int64
+	Caller      int64
+	NowS        int64
+	NowMs       int64
+	Actor       string
+	RetentionMs int64
+	Ends        []completeEnd
+}
+
+// completeEnd is a record of lua/complete.lua.
+type completeEnd struct {
+	ID      int64
+	Attempt int64
+	Status  string
+	Err     string
+	Fatal   bool
+	Retries int64
+	Backoff int64
+}
+
+// call is the run of lua/complete.lua with a's KEYS and ARGV.
+func (a *completeArgs) call() Call {
+	keys := make([]string, 0, 4)
+	keys = append(keys, a.DagKey, a.FlowKey, a.ResultsKey, a.EventsKey)
+	args := make([]any, 0, 8)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Caller)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Actor)
+	args = append(args, a.RetentionMs)
+	args = append(args, len(a.Ends))
+	for _, x1 := range a.Ends {
+		args = append(args, x1.ID)
+		args = append(args, x1.Attempt)
+		args = append(args, x1.Status)
+		args = append(args, x1.Err)
+		args = append(args, luaBool(x1.Fatal))
+		args = append(args, x1.Retries)
+		args = append(args, x1.Backoff)
+	}
+	return Call{Script: completeScript, Keys: keys, Args: args}
+}
+
+// run runs lua/complete.lua and decodes its reply.
+func (a *completeArgs) run(ctx context.Context, r luaRunner) ([]completeDone, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero []completeDone
+		return zero, err
+	}
+	return decodeCompleteReply(res)
+}
+
+// completeDone is a record of lua/complete.lua.
+type completeDone struct {
+	Code   int64
+	Status string
+	Due    int64
+	Ready  []int64
+}
+
+// decodeCompleteReply decodes the reply of lua/complete.lua.
+func decodeCompleteReply(v any) (out []completeDone, err error) {
+	l1, err := luaList(v)
+	if err != nil {
+		return out, fmt.Errorf("lua/complete.lua: reply: %w", err)
+	}
+	out = make([]completeDone, len(l1))
+	for i1 := range l1 {
+		r2, err := luaList(l1[i1])
+		if err == nil && len(r2) < 3 {
+			err = fmt.Errorf("%d items, want 3", len(r2))
+		}
+		if err != nil {
+			return out, fmt.Errorf("lua/complete.lua: reply[]: %w", err)
+		}
+		if out[i1].Code, err = luaInt(r2[0]); err != nil {
+			return out, fmt.Errorf("lua/complete.lua: reply[].code: %w", err)
+		}
+		if out[i1].Status, err = luaString(r2[1]); err != nil {
+			return out, fmt.Errorf("lua/complete.lua: reply[].status: %w", err)
+		}
+		if out[i1].Due, err = luaInt(r2[2]); err != nil {
+			return out, fmt.Errorf("lua/complete.lua: reply[].due: %w", err)
+		}
+		l2, err := luaList(any(r2[3:]))
+		if err != nil {
+			return out, fmt.Errorf("lua/complete.lua: reply[].ready: %w", err)
+		}
+		out[i1].Ready = make([]int64, len(l2))
+		for i2 := range l2 {
+			if out[i1].Ready[i2], err = luaInt(l2[i2]); err != nil {
+				return out, fmt.Errorf("lua/complete.lua: reply[].ready[]: %w", err)
+			}
+		}
+	}
+	return out, nil
+}
+
 // deleteFlowScript is lua/delete_flow.lua (its header declares its interface).
 var deleteFlowScript = luaScript("delete_flow.lua", "lib_busy.lua", "lib_state.lua", "lib_delete_job.lua")
 
@@ -1344,6 +1455,87 @@ func (a *splitRequestArgs) run(ctx context.Context, r luaRunner) (int64, error) 
 func decodeSplitRequestReply(v any) (out int64, err error) {
 	if out, err = luaInt(v); err != nil {
 		return out, fmt.Errorf("lua/split_request.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// standaloneDoneScript is lua/standalone_done.lua (its header declares its interface).
+var standaloneDoneScript = luaScript("standalone_done.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua")
+
+// standaloneDoneArgs are the KEYS and ARGV of lua/standalone_done.lua.
+type standaloneDoneArgs struct {
+	JobKey      string // KEYS
+	EventsKey   string // KEYS
+	Ctx         int64
+	Caller      int64
+	ID          int64
+	Attempt     int64
+	Status      string
+	Err         string
+	Fatal       bool
+	Retries     int64
+	Backoff     int64
+	NowS        int64
+	NowMs       int64
+	Actor       string
+	RetentionMs int64
+}
+
+// call is the run of lua/standalone_done.lua with a's KEYS and ARGV.
+func (a *standaloneDoneArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.JobKey, a.EventsKey)
+	args := make([]any, 0, 13)
+	args = append(args, a.Ctx)
+	args = append(args, a.Caller)
+	args = append(args, a.ID)
+	args = append(args, a.Attempt)
+	args = append(args, a.Status)
+	args = append(args, a.Err)
+	args = append(args, luaBool(a.Fatal))
+	args = append(args, a.Retries)
+	args = append(args, a.Backoff)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Actor)
+	args = append(args, a.RetentionMs)
+	return Call{Script: standaloneDoneScript, Keys: keys, Args: args}
+}
+
+// run runs lua/standalone_done.lua and decodes its reply.
+func (a *standaloneDoneArgs) run(ctx context.Context, r luaRunner) (standaloneDoneDone, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero standaloneDoneDone
+		return zero, err
+	}
+	return decodeStandaloneDoneReply(res)
+}
+
+// standaloneDoneDone is a record of lua/standalone_done.lua.
+type standaloneDoneDone struct {
+	Code   int64
+	Status string
+	Due    int64
+}
+
+// decodeStandaloneDoneReply decodes the reply of lua/standalone_done.lua.
+func decodeStandaloneDoneReply(v any) (out standaloneDoneDone, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 3 {
+		err = fmt.Errorf("%d items, want 3", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/standalone_done.lua: reply: %w", err)
+	}
+	if out.Code, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/standalone_done.lua: reply.code: %w", err)
+	}
+	if out.Status, err = luaString(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/standalone_done.lua: reply.status: %w", err)
+	}
+	if out.Due, err = luaInt(r1[2]); err != nil {
+		return out, fmt.Errorf("lua/standalone_done.lua: reply.due: %w", err)
 	}
 	return out, nil
 }

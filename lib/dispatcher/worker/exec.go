@@ -14,6 +14,7 @@ import (
 	"github.com/hero-coordinator/hero/lib/dispatcher"
 	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/procrun"
+	"github.com/hero-coordinator/hero/lib/retry"
 )
 
 // Reasons a job is killed by the worker rather than by its own timeout.
@@ -93,9 +94,12 @@ func (w *Worker) execute(s Spec, ex *execution, j *dispatcher.Job, log zerolog.L
 			_, _ = fmt.Fprintf(sinks, "--- attempt %d of %d ---\n", n, attempts)
 			log.Info().Int("attempt", n).Str("error", o.err).Msg("retrying job")
 		}
-		var retry bool
-		o, retry = w.attempt(s, ex, j, n, sinks)
-		if o.status == dispatcher.StatusFinished || !retry || ex.Reason() != "" {
+		var retryable bool
+		o, retryable = w.attempt(s, ex, j, n, sinks)
+		// lib/retry's rules, with no backoff: a worker retries at once, in place
+		next := retry.Decide(retry.Attempt{Number: n, Retries: j.Retries, Succeeded: o.status == dispatcher.StatusFinished,
+			Fatal: !retryable, StopRequested: ex.Reason() != ""}, 0)
+		if next.Outcome != retry.Retry {
 			break
 		}
 	}
