@@ -804,6 +804,111 @@ func decodeExtendReply(v any) (out int64, err error) {
 	return out, nil
 }
 
+// finishJobsScript is lua/finish_jobs.lua (its header declares its interface).
+var finishJobsScript = luaScript("finish_jobs.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua", "lib_wake.lua", "lib_route.lua", "lib_dispatch.lua")
+
+// finishJobsArgs are the KEYS and ARGV of lua/finish_jobs.lua.
+type finishJobsArgs struct {
+	ProcKey    string // KEYS
+	LeasesKey  string // KEYS
+	MsgOutKey  string // KEYS
+	EventsKey  string // KEYS
+	DagKey     string // KEYS: optional (left out when it and the keys after it are empty)
+	FlowKey    string // KEYS: optional (left out when it and the keys after it are empty)
+	ResultsKey string // KEYS: optional (left out when it and the keys after it are empty)
+	NowS       int64
+	NowMs      int64
+	Ctx        int64
+	Caller     int64
+	Logmax     int64
+	Grouped    bool
+	NowUs      int64
+	Apply      bool
+	Request    []any
+	Result     []any
+	Glist      any
+	Runs       []finishJobsRun
+}
+
+// finishJobsRun is a record of lua/finish_jobs.lua.
+type finishJobsRun struct {
+	JobKey     string
+	Member     string
+	Claim      string
+	ID         int64
+	Flow       int64
+	Status     string
+	Err        string
+	Code       int64
+	Result     string
+	Rjson      string
+	Fatal      bool
+	RetryAfter int64
+	Chunk      any
+	Entry      any
+}
+
+// call is the run of lua/finish_jobs.lua with a's KEYS and ARGV.
+func (a *finishJobsArgs) call() Call {
+	keys := make([]string, 0, 7)
+	keys = append(keys, a.ProcKey, a.LeasesKey, a.MsgOutKey, a.EventsKey, a.DagKey, a.FlowKey, a.ResultsKey)
+	for len(keys) > 4 && keys[len(keys)-1] == "" {
+		keys = keys[:len(keys)-1]
+	}
+	args := make([]any, 0, 12)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Ctx)
+	args = append(args, a.Caller)
+	args = append(args, a.Logmax)
+	args = append(args, luaBool(a.Grouped))
+	args = append(args, a.NowUs)
+	args = append(args, luaBool(a.Apply))
+	args = append(args, len(a.Request))
+	for _, x1 := range a.Request {
+		args = append(args, x1)
+	}
+	args = append(args, len(a.Result))
+	for _, x1 := range a.Result {
+		args = append(args, x1)
+	}
+	args = append(args, a.Glist)
+	args = append(args, len(a.Runs))
+	for _, x1 := range a.Runs {
+		args = append(args, x1.JobKey)
+		args = append(args, x1.Member)
+		args = append(args, x1.Claim)
+		args = append(args, x1.ID)
+		args = append(args, x1.Flow)
+		args = append(args, x1.Status)
+		args = append(args, x1.Err)
+		args = append(args, x1.Code)
+		args = append(args, x1.Result)
+		args = append(args, x1.Rjson)
+		args = append(args, luaBool(x1.Fatal))
+		args = append(args, x1.RetryAfter)
+		args = append(args, x1.Chunk)
+		args = append(args, x1.Entry)
+	}
+	return Call{Script: finishJobsScript, Keys: keys, Args: args}
+}
+
+// run runs lua/finish_jobs.lua and decodes its reply.
+func (a *finishJobsArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeFinishJobsReply(res)
+}
+
+// decodeFinishJobsReply decodes the reply of lua/finish_jobs.lua.
+func decodeFinishJobsReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
 // gatewayLeaseAcquireScript is lua/gateway_lease_acquire.lua (its header declares its interface).
 var gatewayLeaseAcquireScript = luaScript("gateway_lease_acquire.lua")
 
