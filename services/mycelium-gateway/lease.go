@@ -230,7 +230,7 @@ func (l *lease) hold(ctx context.Context, key string, sent time.Time) {
 	// Renewals run beside this loop, so that a Redis that stops answering (whose
 	// calls block until their read timeouts and retries) cannot hold back the expiry.
 	type renewal struct {
-		at  time.Time
+		at   time.Time
 		held bool
 		err  error
 	}

@@ -27,7 +27,7 @@ type leaseEnv struct {
 func newLeaseEnv(t *testing.T) *leaseEnv {
 	t.Helper()
 	srv.Flush(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	// The store's functions are there once a loader (supervisor-daemon) opened it.
 	st, err := store.Open(ctx, store.Options{URL: srv.URL, Log: zerolog.Nop()})
