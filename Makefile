@@ -136,18 +136,19 @@ proto-check: proto-tools ## fail when the committed generated code is not what `
 	done; echo "proto: generated code is current"
 
 # LUAGEN runs the generator of the Lua scripts' typed calls (lib/internal/luagen) on a
-# package's lua/ directory: the prologue in each script file and the package's lua_gen.go.
+# package's lua/ directory: the prologue in each script file and the package's lua_gen.go
+# (LUAGEN_PKGS: <lua dir>:<Go file>:<package>:<its type of one script run>).
 LUAGEN = cd lib && $(GO) run ./internal/luagen/cmd/luagen -legacy ../scripts/lua-legacy.txt
-LUAGEN_PKGS = store/lua:store/lua_gen.go:store
+LUAGEN_PKGS = store/lua:store/lua_gen.go:store:Call dispatcher/worker/lua:dispatcher/worker/lua_gen.go:worker:luaCall
 
 .PHONY: lua-gen
 lua-gen: ## regenerate, from each Lua script's declared header, its Lua prologue and the typed Go calls (lib/store/lua_gen.go, lib/dispatcher/worker/lua_gen.go)
-	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg); done
+	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg call <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg -call $$call); done
 	@echo "lua-gen: generated"
 
 .PHONY: lua-gen-check
 lua-gen-check: ## fail when a Lua script's prologue or the typed Go calls are not what `make lua-gen` makes
-	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg -check); done
+	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg call <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg -call $$call -check); done
 	@echo "lua-gen: generated code is current"
 
 .PHONY: proto-tools
