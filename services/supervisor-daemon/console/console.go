@@ -151,7 +151,7 @@ func (c *Console) routes() {
 	m.HandleFunc("/ui/api/", func(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, "no such console endpoint: "+r.Method+" "+r.URL.Path)
 	})
-	m.HandleFunc("GET /ui/{file...}", c.static)
+	m.HandleFunc("/ui/", c.static)
 }
 
 // ServeHTTP serves /ui/ with the headers every answer carries: nothing from another
@@ -171,7 +171,12 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) static(w http.ResponseWriter, r *http.Request) {
-	f := r.PathValue("file")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		fail(w, http.StatusMethodNotAllowed, "the console's pages are read with GET")
+		return
+	}
+	f := strings.TrimPrefix(r.URL.Path, Prefix)
 	if f == "" || !strings.Contains(f, ".") {
 		r.URL.Path = Prefix // the page's routes are in its fragment; any other path is the page
 	}
