@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/hero-coordinator/hero/lib/auth"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
@@ -135,10 +136,18 @@ func (b *browser) text(sel string) string {
 	return s
 }
 
-func (b *browser) loginActor(id uint32) {
+// loginActor signs in with the actor's key: as hex, or (pem) as heroctl keeps it.
+func (b *browser) loginActor(id uint32, pem bool) {
 	b.t.Helper()
 	b.open("#/login")
 	seed := hex.EncodeToString(harness.ActorKey(id).Seed())
+	if pem {
+		p, err := auth.MarshalPrivateKeyPEM(harness.ActorKey(id))
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		seed = strings.ReplaceAll(string(p), "\n", " ") // typed, a newline would be Enter
+	}
 	b.run("sign in as an actor", chromedp.SendKeys(chromedp.CSS(`#actor-id`), fmt.Sprint(id)), chromedp.SendKeys(chromedp.CSS(`#actor-key`), seed),
 		chromedp.Click(chromedp.CSS(`#actor-submit`)), chromedp.WaitVisible(chromedp.CSS(`#whoami`)))
 	if got := b.text("#whoami"); !strings.Contains(got, fmt.Sprintf("actor %d", id)) {
@@ -199,310 +208,334 @@ func TestConsoleInTheBrowser(t *testing.T) {
 	s, c, base := consoleStack(t)
 	_, newB := newBrowser(t, base)
 	gate := filepath.Join(harness.ScratchDir(t), "gate")
-	var admin, reader *browser
+	r := &consoleRun{s: s, c: c, base: base, gate: gate, newB: newB}
 
-	t.Run("operator sign-in", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		b := newB().with(t)
-		b.open("#/login")
-		b.run("sign in as operator", chromedp.SendKeys(chromedp.CSS(`#operator-secret`), harness.AdminSecret),
-			chromedp.Click(chromedp.CSS(`#operator-submit`)), chromedp.WaitVisible(chromedp.CSS(`#contexts`)))
-		if got := b.text("#whoami"); !strings.Contains(got, "operator op_") {
-			t.Fatalf("whoami %q", got)
-		}
-		if got := b.text("#contexts"); !strings.Contains(got, "Context 1") || !strings.Contains(got, "Context 2") {
-			t.Fatalf("the operator's contexts: %q", got)
-		}
-		b = newB().with(t)
-		b.open("#/login")
-		b.run("a wrong secret", chromedp.SendKeys(chromedp.CSS(`#operator-secret`), "not-the-operator-secret-at-all"),
-			chromedp.Click(chromedp.CSS(`#operator-submit`)))
-		b.waitJS("the refusal shown", `document.querySelector('#login-error').textContent.includes('not valid')`)
-	})
+	t.Run("operator sign-in", r.consoleOperatorSignin)
 
-	admin = newB()
-	admin.loginActor(1)
+	r.admin = newB()
+	r.admin.loginActor(1, false)
 
-	t.Run("diamond live", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		createFlow(t, c, 10, map[string]string{"GREETING": "hi"},
-			jobSpec{id: 101, typ: "sh", script: "echo a"},
-			jobSpec{id: 102, typ: "sh", script: "echo b", deps: []uint32{101}},
-			jobSpec{id: 103, typ: "sh", script: "echo c", deps: []uint32{101}},
-			jobSpec{id: 104, typ: "sh", script: "echo d", deps: []uint32{102, 103}})
-		admin.open("#/c/1/flow/10")
-		admin.waitJS("the DAG drawn, pending", `['101','102','103','104'].every(j => document.querySelector('#n-j' + j)?.dataset.status === 'pending')`)
-		// Record every state each node shows, and mark the page: a reload would lose both.
-		admin.eval(`(() => { window.seen = {}; window.marker = 'kept';
-			for (const g of document.querySelectorAll('#dag g.node')) {
-				window.seen[g.id] = [g.dataset.status];
-				new MutationObserver(() => window.seen[g.id].push(g.dataset.status)).observe(g, {attributes: true, attributeFilter: ['data-status']});
-			} return true; })()`, nil)
-		c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 10}, nil)
-		admin.waitJS("the flow finished on the page", `document.querySelector('#flow-status')?.dataset.status === 'finished'`)
-		admin.waitJS("every node completed", `['101','102','103','104'].every(j => document.querySelector('#n-j' + j).dataset.status === 'completed')`)
-		var seen map[string][]string
-		admin.eval(`window.marker === 'kept' ? window.seen : null`, &seen)
-		if seen == nil {
-			t.Fatal("the page was reloaded: the updates were not live")
+	t.Run("diamond live", r.consoleDiamondLive)
+
+	t.Run("log tails and stop", r.consoleLogTailsAndStop)
+
+	t.Run("retry a failed flow", r.consoleRetryAFailedFlow)
+
+	t.Run("bulk cancel 50 by filter", r.consoleBulkCancel50ByFilter)
+
+	t.Run("requeue a DLQ entry", r.consoleRequeueADLQEntry)
+
+	t.Run("submit a flow file", r.consoleSubmitAFlowFile)
+
+	t.Run("jobs list filtered to failures", r.consoleJobsListFilteredToFailures)
+
+	r.reader = newB()
+	r.reader.loginActor(2, true)
+
+	t.Run("reader has no action controls", r.consoleReaderHasNoActionControls)
+
+	t.Run("forged requests refused", r.consoleForgedRequestsRefused)
+
+	t.Run("unknown ids and foreign context", r.consoleUnknownIdsAndForeignContext)
+
+	t.Run("390 px wide", r.consoleNarrow390)
+
+	t.Run("tab reaches every action", r.consoleTabReachesEveryAction)
+
+	t.Run("revoked key ends the session", r.consoleRevokedKeyEndsTheSession)
+}
+
+// consoleRun is what the steps of TestConsoleInTheBrowser share: the stack, actor
+// 1's client, the console's address, a gate file, and the signed-in browsers.
+type consoleRun struct {
+	s             *harness.Stack
+	c             *harness.Client
+	base, gate    string
+	newB          func() *browser
+	admin, reader *browser
+}
+
+func (r *consoleRun) consoleOperatorSignin(t *testing.T) {
+	newB := r.newB
+	b := newB().with(t)
+	b.open("#/login")
+	b.run("sign in as operator", chromedp.SendKeys(chromedp.CSS(`#operator-secret`), harness.AdminSecret),
+		chromedp.Click(chromedp.CSS(`#operator-submit`)), chromedp.WaitVisible(chromedp.CSS(`#contexts`)))
+	if got := b.text("#whoami"); !strings.Contains(got, "operator op_") {
+		t.Fatalf("whoami %q", got)
+	}
+	if got := b.text("#contexts"); !strings.Contains(got, "Context 1") || !strings.Contains(got, "Context 2") {
+		t.Fatalf("the operator's contexts: %q", got)
+	}
+	b = newB().with(t)
+	b.open("#/login")
+	b.run("a wrong secret", chromedp.SendKeys(chromedp.CSS(`#operator-secret`), "not-the-operator-secret-at-all"),
+		chromedp.Click(chromedp.CSS(`#operator-submit`)))
+	b.waitJS("the refusal shown", `document.querySelector('#login-error').textContent.includes('not valid')`)
+}
+
+func (r *consoleRun) consoleDiamondLive(t *testing.T) {
+	admin, c := r.admin.with(t), r.c
+	createFlow(t, c, 10, map[string]string{"GREETING": "hi"},
+		jobSpec{id: 101, typ: "sh", script: "echo a"},
+		jobSpec{id: 102, typ: "sh", script: "echo b", deps: []uint32{101}},
+		jobSpec{id: 103, typ: "sh", script: "echo c", deps: []uint32{101}},
+		jobSpec{id: 104, typ: "sh", script: "echo d", deps: []uint32{102, 103}})
+	admin.open("#/c/1/flow/10")
+	admin.waitJS("the DAG drawn, pending", `['101','102','103','104'].every(j => document.querySelector('#n-j' + j)?.dataset.status === 'pending')`)
+	// Record every state each node shows, and mark the page: a reload would lose both.
+	admin.eval(`(() => { window.seen = {}; window.marker = 'kept';
+		for (const g of document.querySelectorAll('#dag g.node')) {
+			window.seen[g.id] = [g.dataset.status];
+			new MutationObserver(() => window.seen[g.id].push(g.dataset.status)).observe(g, {attributes: true, attributeFilter: ['data-status']});
+		} return true; })()`, nil)
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 10}, nil)
+	admin.waitJS("the flow finished on the page", `document.querySelector('#flow-status')?.dataset.status === 'finished'`)
+	admin.waitJS("every node completed", `['101','102','103','104'].every(j => document.querySelector('#n-j' + j).dataset.status === 'completed')`)
+	var seen map[string][]string
+	admin.eval(`window.marker === 'kept' ? window.seen : null`, &seen)
+	if seen == nil {
+		t.Fatal("the page was reloaded: the updates were not live")
+	}
+	for _, j := range []string{"n-j101", "n-j102", "n-j103", "n-j104"} {
+		if got := strings.Join(seen[j], ","); !strings.Contains(got, "running") || !strings.HasSuffix(got, "completed") {
+			t.Errorf("%s went through %s, want running then completed", j, got)
 		}
-		for _, j := range []string{"n-j101", "n-j102", "n-j103", "n-j104"} {
-			if got := strings.Join(seen[j], ","); !strings.Contains(got, "running") || !strings.HasSuffix(got, "completed") {
-				t.Errorf("%s went through %s, want running then completed", j, got)
+	}
+	admin.screenshot("console-flow.png")
+}
+
+func (r *consoleRun) consoleLogTailsAndStop(t *testing.T) {
+	admin, c, gate := r.admin.with(t), r.c, r.gate
+	script := fmt.Sprintf(`echo line 1; while [ ! -e %s ]; do sleep 0.05; done; echo line 2; while :; do sleep 0.05; done`, gate)
+	c.MustCall(t, "job.submit", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 200, "script_type": "sh", "script": script, "timeout": 120}}, nil)
+	admin.open("#/c/1/job/1/200")
+	admin.waitJS("line 1 in the log", `document.querySelector('#job-log')?.textContent.includes('line 1')`)
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	admin.waitJS("line 2 in the log while the job runs", `document.querySelector('#job-log').textContent.includes('line 2')`)
+	if j := loadJob(t, c, 200); j.Status != "started" {
+		t.Fatalf("the job is %s; the tail was to be seen while it runs", j.Status)
+	}
+	admin.open("#/c/1/job/1/200") // its buttons as of now
+	admin.run("stop the job", chromedp.WaitVisible(chromedp.CSS(`#job-stop`)), chromedp.Click(chromedp.CSS(`#job-stop`)))
+	admin.waitJS("the log ends", `document.querySelector('#job-log').dataset.complete === '1'`)
+	if j := loadJob(t, c, 200); j.Status != "error" {
+		t.Fatalf("stopped job: %+v", j)
+	}
+}
+
+func (r *consoleRun) consoleRetryAFailedFlow(t *testing.T) {
+	admin, c := r.admin.with(t), r.c
+	flag := filepath.Join(harness.ScratchDir(t), "fixed")
+	createFlow(t, c, 11, nil,
+		jobSpec{id: 111, typ: "sh", script: "echo ok"},
+		jobSpec{id: 112, typ: "sh", script: "test -f " + flag, deps: []uint32{111}})
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 11}, nil)
+	if f := c.WaitFlow(t, ctx1, 11, time.Minute); f.Status != "error" {
+		t.Fatalf("flow 11: %+v", f)
+	}
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	admin.open("#/c/1/flow/11")
+	admin.waitJS("failed node shown", `document.querySelector('#n-j112')?.dataset.status === 'failed'`)
+	admin.run("retry", chromedp.Click(chromedp.CSS(`#flow-retry`)))
+	admin.waitJS("the retried flow finished on the page", `document.querySelector('#flow-status')?.dataset.status === 'finished' && document.querySelector('#n-j112').dataset.status === 'completed'`)
+	if f := c.WaitFlow(t, ctx1, 11, time.Minute); f.Status != "finished" {
+		t.Fatalf("flow 11 after retry: %+v", f)
+	}
+}
+
+func (r *consoleRun) consoleBulkCancel50ByFilter(t *testing.T) {
+	admin, c, gate := r.admin.with(t), r.c, r.gate
+	since := time.Now().Add(-time.Second).Truncate(time.Second)
+	for i := uint32(0); i < 50; i++ {
+		createFlow(t, c, 300+i, nil, jobSpec{id: 3000 + i, typ: "sh", script: "while [ ! -e " + gate + ".never ]; do sleep 1; done"})
+		c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 300 + i}, nil)
+	}
+	admin.open("#/c/1/flows?status=started&since=" + since.Local().Format("2006-01-02T15:04:05"))
+	admin.waitJS("the filtered list", `document.querySelectorAll('#flows-table tbody tr').length >= 50`)
+	admin.screenshot("console-flows.png")
+	admin.run("count", chromedp.Click(chromedp.CSS(`#bulk-flow-cancel`)))
+	admin.waitJS("50 matched", `document.querySelector('#bulk-flow-cancel').textContent.includes('50')`)
+	admin.run("confirm", chromedp.Click(chromedp.CSS(`#bulk-flow-cancel`)))
+	admin.waitJS("50 cancelled", `document.querySelector('#bulk-result')?.textContent === 'flow.cancel: 50 of 50 done'`)
+	for i := uint32(0); i < 50; i++ {
+		if f := c.WaitFlow(t, ctx1, 300+i, time.Minute); f.Status != "error" {
+			t.Fatalf("flow %d after the bulk cancel: %+v", 300+i, f)
+		}
+	}
+}
+
+func (r *consoleRun) consoleRequeueADLQEntry(t *testing.T) {
+	admin, c := r.admin.with(t), r.c
+	flag := filepath.Join(harness.ScratchDir(t), "dlqfixed")
+	var j harness.Job
+	c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 400, "script_type": "sh", "script": "test -f " + flag}}, &j)
+	if j.Status != "error" || !dlqHas(t, c, 400) {
+		t.Fatalf("job 400: %+v", j)
+	}
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	admin.open("#/c/1/dlq")
+	admin.run("requeue", chromedp.Click(chromedp.CSS(`#dlq-table tr[data-id="400"] button`)))
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, c, 400).Status == "finished" }) {
+		t.Fatalf("requeued job: %+v", loadJob(t, c, 400))
+	}
+	if dlqHas(t, c, 400) {
+		t.Error("the requeued job is still in the DLQ")
+	}
+}
+
+func (r *consoleRun) consoleSubmitAFlowFile(t *testing.T) {
+	admin := r.admin.with(t)
+	admin.open("#/c/1/submit")
+	file := "name: pasted\nenv:\n  WHO: console\njobs:\n  - name: a\n    type: sh\n    script: echo A=$WHO > \"$HERO_RESULT_FILE\"\n  - name: b\n    type: sh\n    depends: [a]\n    script: echo got $HERO_DEP_A_A\n"
+	admin.run("paste and submit", chromedp.SetValue(chromedp.CSS(`#flow-file`), file), chromedp.Click(chromedp.CSS(`#submit-flow`)),
+		chromedp.WaitVisible(chromedp.CSS(`#submitted-flow`)), chromedp.Click(chromedp.CSS(`#submitted-flow`)))
+	admin.waitJS("the submitted flow finished", `document.querySelector('#flow-status')?.dataset.status === 'finished'`)
+	admin.open("#/c/1/submit")
+	admin.run("a bad file", chromedp.SetValue(chromedp.CSS(`#flow-file`), "jobs:\n  - name: a\n    type: sh\n    script: x\n    depends: [zz]\n"),
+		chromedp.Click(chromedp.CSS(`#submit-flow`)))
+	admin.waitJS("the refusal named", `document.querySelector('#submit-result').textContent.includes('depends on "zz"')`)
+}
+
+func (r *consoleRun) consoleJobsListFilteredToFailures(t *testing.T) {
+	admin := r.admin.with(t)
+	admin.open("#/c/1/jobs?status=error")
+	admin.waitJS("failed jobs only", `(() => { const rows = [...document.querySelectorAll('#jobs-table tbody tr')];
+		return rows.length > 0 && rows.every(r => r.querySelector('.badge').textContent === 'error'); })()`)
+	admin.screenshot("console-jobs.png")
+}
+
+func (r *consoleRun) consoleReaderHasNoActionControls(t *testing.T) {
+	reader := r.reader.with(t)
+	for route, ready := range map[string]string{"#/c/1/flows": "#count", "#/c/1/flow/11": "#flow-status", "#/c/1/dlq": "#count", "#/c/1/jobs": "#count"} {
+		reader.open(route)
+		reader.waitJS("page shown "+route, fmt.Sprintf(`document.querySelector(%q)?.textContent.length > 0`, ready))
+		var n int
+		reader.eval(`document.querySelectorAll('#main button:not(#f-apply):not(#more)').length`, &n)
+		if n != 0 {
+			var names []string
+			reader.eval(`[...document.querySelectorAll('#main button:not(#f-apply):not(#more)')].map(b => b.textContent)`, &names)
+			t.Errorf("%s: the reader sees action controls %v", route, names)
+		}
+	}
+}
+
+func (r *consoleRun) consoleForgedRequestsRefused(t *testing.T) {
+	admin, reader, c, base := r.admin.with(t), r.reader.with(t), r.c, r.base
+	cancel := `{"method":"flow.cancel","params":{"context_id":1,"id":10}}`
+	tok := reader.csrf()
+	if st, body := reader.fetch("call", "POST", cancel, map[string]string{"X-CSRF-Token": tok}); st != 403 || !strings.Contains(body, "needs executor") {
+		t.Errorf("a reader's cancel: %s", body)
+	}
+	if st, body := admin.fetch("call", "POST", cancel, nil); st != 403 || !strings.Contains(body, "CSRF") {
+		t.Errorf("no CSRF token: %s", body)
+	}
+	if st, body := admin.fetch("call", "POST", cancel, map[string]string{"X-CSRF-Token": tok}); st != 403 || !strings.Contains(body, "CSRF") {
+		t.Errorf("another session's CSRF token: %s", body)
+	}
+	adminTok := admin.csrf()
+	if st, body := admin.fetch("call", "POST", `{"method":"flow.list","params":{"context_id":2}}`, map[string]string{"X-CSRF-Token": adminTok}); st != 403 || !strings.Contains(body, "not a member") {
+		t.Errorf("another context: %s", body)
+	}
+	if st, body := admin.fetch("list?kind=flows&context_id=2", "GET", "", nil); st != 403 {
+		t.Errorf("another context's list: %s", body)
+	}
+	if st, body := admin.fetch("call", "POST", `{"method":"flow.load","params":{"context_id":1,"id":99999}}`, map[string]string{"X-CSRF-Token": adminTok}); st != 404 {
+		t.Errorf("an unknown flow: %s", body)
+	}
+	if st, body := admin.fetch("call", "POST", `{"method":"actor.create","params":{}}`, map[string]string{"X-CSRF-Token": adminTok}); st != 400 {
+		t.Errorf("a method the console does not call: %s", body)
+	}
+	if f := loadFlowStatus(t, c, 10); f != "finished" {
+		t.Errorf("flow 10 is %s after the refused requests", f)
+	}
+	// Another site's page: the browser's Origin and Sec-Fetch-Site say so.
+	cookie := consoleCookie(t, admin)
+	req, _ := http.NewRequest("POST", base+"api/call", strings.NewReader(cancel))
+	req.Header.Set("Cookie", "hero_console="+cookie)
+	req.Header.Set("X-CSRF-Token", adminTok)
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	if resp, err := harness.HTTPClient().Do(req); err != nil || resp.StatusCode != 403 {
+		t.Errorf("a cross-site request: %v %v", resp, err)
+	} else {
+		_ = resp.Body.Close()
+	}
+	// A forged cookie: another payload (actor 3, far expiry) under the real cookie's MAC.
+	parts := strings.Split(cookie, ".")
+	req, _ = http.NewRequest("GET", base+"api/me", nil)
+	req.Header.Set("Cookie", "hero_console=v1.eyJrIjoiYWN0b3IiLCJhIjozLCJjIjoieCIsImUiOjk5OTk5OTk5OTksInMiOiJ4In0."+parts[2])
+	if resp, err := harness.HTTPClient().Do(req); err != nil || resp.StatusCode != 401 {
+		t.Errorf("a forged session: %v %v", resp, err)
+	} else {
+		_ = resp.Body.Close()
+	}
+}
+
+func (r *consoleRun) consoleUnknownIdsAndForeignContext(t *testing.T) {
+	admin := r.admin.with(t)
+	admin.open("#/c/1/flow/99999")
+	admin.waitJS("not found", `document.querySelector('#page-error')?.textContent.includes('not found')`)
+	admin.open("#/c/2/flows")
+	admin.waitJS("not a member", `document.querySelector('#page-error')?.textContent.includes('not a member of context 2')`)
+}
+
+func (r *consoleRun) consoleNarrow390(t *testing.T) {
+	admin := r.admin.with(t)
+	admin.run("narrow", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	for _, route := range []string{"#/", "#/c/1/flows", "#/c/1/jobs", "#/c/1/flow/10", "#/c/1/dlq", "#/c/1/submit", "#/c/1/events", "#/c/1/job/1/200", "#/c/1/runners"} {
+		admin.open(route)
+		admin.waitJS("page shown "+route, `document.querySelector('h1') !== null`)
+		var over int
+		admin.eval(`document.documentElement.scrollWidth - document.documentElement.clientWidth`, &over)
+		if over > 0 {
+			t.Errorf("%s scrolls sideways by %d px at 390 px", route, over)
+		}
+	}
+	admin.run("wide again", chromedp.ResetViewport())
+}
+
+func (r *consoleRun) consoleTabReachesEveryAction(t *testing.T) {
+	admin, c := r.admin.with(t), r.c
+	createFlow(t, c, 12, nil, jobSpec{id: 121, typ: "sh", script: "exit 3"})
+	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 12}, nil)
+	c.WaitFlow(t, ctx1, 12, time.Minute)
+	for _, route := range []string{"#/c/1/flows", "#/c/1/flow/12", "#/c/1/dlq", "#/c/1/submit"} {
+		admin.open(route)
+		admin.waitJS("controls shown "+route, `document.querySelectorAll('#main button').length > 0 && (document.querySelector('#count')?.textContent.length > 0 || document.querySelector('#flow-status')?.dataset.status || document.querySelector('#flow-file'))`)
+		var total int
+		admin.eval(`(() => { document.activeElement?.blur(); window.reached = new Set();
+			document.addEventListener('focusin', e => window.reached.add(e.target));
+			return document.querySelectorAll('button, a[href], input, select, textarea, [tabindex="0"]').length; })()`, &total)
+		missedJS := `[...document.querySelectorAll('#main button, #main g.node')].filter(b => b.getClientRects().length > 0 && !window.reached.has(b)).map(b => b.id || b.textContent)`
+		var missed []string
+		// Tab on until every action was focused, or twice round the page.
+		for i := 0; i < 2*total+20; i++ {
+			admin.run("tab", chromedp.KeyEvent(kb.Tab))
+			if admin.eval(missedJS, &missed); len(missed) == 0 {
+				break
 			}
 		}
-		admin.screenshot("console-flow.png")
-	})
+		if len(missed) > 0 {
+			t.Errorf("%s: Tab does not reach %v", route, missed)
+		}
+	}
+}
 
-	t.Run("log tails and stop", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		script := fmt.Sprintf(`echo line 1; while [ ! -e %s ]; do sleep 0.05; done; echo line 2; while :; do sleep 0.05; done`, gate)
-		c.MustCall(t, "job.submit", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 200, "script_type": "sh", "script": script, "timeout": 120}}, nil)
-		admin.open("#/c/1/job/1/200")
-		admin.waitJS("line 1 in the log", `document.querySelector('#job-log')?.textContent.includes('line 1')`)
-		if err := os.WriteFile(gate, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		admin.waitJS("line 2 in the log while the job runs", `document.querySelector('#job-log').textContent.includes('line 2')`)
-		if j := loadJob(t, c, 200); j.Status != "started" {
-			t.Fatalf("the job is %s; the tail was to be seen while it runs", j.Status)
-		}
-		admin.open("#/c/1/job/1/200") // its buttons as of now
-		admin.run("stop the job", chromedp.WaitVisible(chromedp.CSS(`#job-stop`)), chromedp.Click(chromedp.CSS(`#job-stop`)))
-		admin.waitJS("the log ends", `document.querySelector('#job-log').dataset.complete === '1'`)
-		if j := loadJob(t, c, 200); j.Status != "error" {
-			t.Fatalf("stopped job: %+v", j)
-		}
-	})
-
-	t.Run("retry a failed flow", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		flag := filepath.Join(harness.ScratchDir(t), "fixed")
-		createFlow(t, c, 11, nil,
-			jobSpec{id: 111, typ: "sh", script: "echo ok"},
-			jobSpec{id: 112, typ: "sh", script: "test -f " + flag, deps: []uint32{111}})
-		c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 11}, nil)
-		if f := c.WaitFlow(t, ctx1, 11, time.Minute); f.Status != "error" {
-			t.Fatalf("flow 11: %+v", f)
-		}
-		if err := os.WriteFile(flag, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		admin.open("#/c/1/flow/11")
-		admin.waitJS("failed node shown", `document.querySelector('#n-j112')?.dataset.status === 'failed'`)
-		admin.run("retry", chromedp.Click(chromedp.CSS(`#flow-retry`)))
-		admin.waitJS("the retried flow finished on the page", `document.querySelector('#flow-status')?.dataset.status === 'finished' && document.querySelector('#n-j112').dataset.status === 'completed'`)
-		if f := c.WaitFlow(t, ctx1, 11, time.Minute); f.Status != "finished" {
-			t.Fatalf("flow 11 after retry: %+v", f)
-		}
-	})
-
-	t.Run("bulk cancel 50 by filter", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		since := time.Now().Add(-time.Second).Truncate(time.Second)
-		for i := uint32(0); i < 50; i++ {
-			createFlow(t, c, 300+i, nil, jobSpec{id: 3000 + i, typ: "sh", script: "while [ ! -e " + gate + ".never ]; do sleep 1; done"})
-			c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 300 + i}, nil)
-		}
-		admin.open("#/c/1/flows?status=started&since=" + since.Local().Format("2006-01-02T15:04:05"))
-		admin.waitJS("the filtered list", `document.querySelectorAll('#flows-table tbody tr').length >= 50`)
-		admin.screenshot("console-flows.png")
-		admin.run("count", chromedp.Click(chromedp.CSS(`#bulk-flow-cancel`)))
-		admin.waitJS("50 matched", `document.querySelector('#bulk-flow-cancel').textContent.includes('50')`)
-		admin.run("confirm", chromedp.Click(chromedp.CSS(`#bulk-flow-cancel`)))
-		admin.waitJS("50 cancelled", `document.querySelector('#bulk-result')?.textContent === 'flow.cancel: 50 of 50 done'`)
-		for i := uint32(0); i < 50; i++ {
-			if f := c.WaitFlow(t, ctx1, 300+i, time.Minute); f.Status != "error" {
-				t.Fatalf("flow %d after the bulk cancel: %+v", 300+i, f)
-			}
-		}
-	})
-
-	t.Run("requeue a DLQ entry", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		flag := filepath.Join(harness.ScratchDir(t), "dlqfixed")
-		var j harness.Job
-		c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 400, "script_type": "sh", "script": "test -f " + flag}}, &j)
-		if j.Status != "error" || !dlqHas(t, c, 400) {
-			t.Fatalf("job 400: %+v", j)
-		}
-		if err := os.WriteFile(flag, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		admin.open("#/c/1/dlq")
-		admin.run("requeue", chromedp.Click(chromedp.CSS(`#dlq-table tr[data-id="400"] button`)))
-		if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, c, 400).Status == "finished" }) {
-			t.Fatalf("requeued job: %+v", loadJob(t, c, 400))
-		}
-		if dlqHas(t, c, 400) {
-			t.Error("the requeued job is still in the DLQ")
-		}
-	})
-
-	t.Run("submit a flow file", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		admin.open("#/c/1/submit")
-		file := "name: pasted\nenv:\n  WHO: console\njobs:\n  - name: a\n    type: sh\n    script: echo A=$WHO > \"$HERO_RESULT_FILE\"\n  - name: b\n    type: sh\n    depends: [a]\n    script: echo got $HERO_DEP_A_A\n"
-		admin.run("paste and submit", chromedp.SetValue(chromedp.CSS(`#flow-file`), file), chromedp.Click(chromedp.CSS(`#submit-flow`)),
-			chromedp.WaitVisible(chromedp.CSS(`#submitted-flow`)), chromedp.Click(chromedp.CSS(`#submitted-flow`)))
-		admin.waitJS("the submitted flow finished", `document.querySelector('#flow-status')?.dataset.status === 'finished'`)
-		admin.open("#/c/1/submit")
-		admin.run("a bad file", chromedp.SetValue(chromedp.CSS(`#flow-file`), "jobs:\n  - name: a\n    type: sh\n    script: x\n    depends: [zz]\n"),
-			chromedp.Click(chromedp.CSS(`#submit-flow`)))
-		admin.waitJS("the refusal named", `document.querySelector('#submit-result').textContent.includes('depends on "zz"')`)
-	})
-
-	t.Run("jobs list filtered to failures", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		admin.open("#/c/1/jobs?status=error")
-		admin.waitJS("failed jobs only", `(() => { const rows = [...document.querySelectorAll('#jobs-table tbody tr')];
-			return rows.length > 0 && rows.every(r => r.querySelector('.badge').textContent === 'error'); })()`)
-		admin.screenshot("console-jobs.png")
-	})
-
-	reader = newB()
-	reader.loginActor(2)
-
-	t.Run("reader has no action controls", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		for route, ready := range map[string]string{"#/c/1/flows": "#count", "#/c/1/flow/11": "#flow-status", "#/c/1/dlq": "#count", "#/c/1/jobs": "#count"} {
-			reader.open(route)
-			reader.waitJS("page shown "+route, fmt.Sprintf(`document.querySelector(%q)?.textContent.length > 0`, ready))
-			var n int
-			reader.eval(`document.querySelectorAll('#main button:not(#f-apply):not(#more)').length`, &n)
-			if n != 0 {
-				var names []string
-				reader.eval(`[...document.querySelectorAll('#main button:not(#f-apply):not(#more)')].map(b => b.textContent)`, &names)
-				t.Errorf("%s: the reader sees action controls %v", route, names)
-			}
-		}
-	})
-
-	t.Run("forged requests refused", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		cancel := `{"method":"flow.cancel","params":{"context_id":1,"id":10}}`
-		tok := reader.csrf()
-		if st, body := reader.fetch("call", "POST", cancel, map[string]string{"X-CSRF-Token": tok}); st != 403 || !strings.Contains(body, "needs executor") {
-			t.Errorf("a reader's cancel: %s", body)
-		}
-		if st, body := admin.fetch("call", "POST", cancel, nil); st != 403 || !strings.Contains(body, "CSRF") {
-			t.Errorf("no CSRF token: %s", body)
-		}
-		if st, body := admin.fetch("call", "POST", cancel, map[string]string{"X-CSRF-Token": tok}); st != 403 || !strings.Contains(body, "CSRF") {
-			t.Errorf("another session's CSRF token: %s", body)
-		}
-		adminTok := admin.csrf()
-		if st, body := admin.fetch("call", "POST", `{"method":"flow.list","params":{"context_id":2}}`, map[string]string{"X-CSRF-Token": adminTok}); st != 403 || !strings.Contains(body, "not a member") {
-			t.Errorf("another context: %s", body)
-		}
-		if st, body := admin.fetch("list?kind=flows&context_id=2", "GET", "", nil); st != 403 {
-			t.Errorf("another context's list: %s", body)
-		}
-		if st, body := admin.fetch("call", "POST", `{"method":"flow.load","params":{"context_id":1,"id":99999}}`, map[string]string{"X-CSRF-Token": adminTok}); st != 404 {
-			t.Errorf("an unknown flow: %s", body)
-		}
-		if st, body := admin.fetch("call", "POST", `{"method":"actor.create","params":{}}`, map[string]string{"X-CSRF-Token": adminTok}); st != 400 {
-			t.Errorf("a method the console does not call: %s", body)
-		}
-		if f := loadFlowStatus(t, c, 10); f != "finished" {
-			t.Errorf("flow 10 is %s after the refused requests", f)
-		}
-		// Another site's page: the browser's Origin and Sec-Fetch-Site say so.
-		cookie := consoleCookie(t, admin)
-		req, _ := http.NewRequest("POST", base+"api/call", strings.NewReader(cancel))
-		req.Header.Set("Cookie", "hero_console="+cookie)
-		req.Header.Set("X-CSRF-Token", adminTok)
-		req.Header.Set("Origin", "https://evil.example")
-		req.Header.Set("Sec-Fetch-Site", "cross-site")
-		if resp, err := harness.HTTPClient().Do(req); err != nil || resp.StatusCode != 403 {
-			t.Errorf("a cross-site request: %v %v", resp, err)
-		} else {
-			_ = resp.Body.Close()
-		}
-		// A forged cookie: another payload (actor 3, far expiry) under the real cookie's MAC.
-		parts := strings.Split(cookie, ".")
-		req, _ = http.NewRequest("GET", base+"api/me", nil)
-		req.Header.Set("Cookie", "hero_console=v1.eyJrIjoiYWN0b3IiLCJhIjozLCJjIjoieCIsImUiOjk5OTk5OTk5OTksInMiOiJ4In0."+parts[2])
-		if resp, err := harness.HTTPClient().Do(req); err != nil || resp.StatusCode != 401 {
-			t.Errorf("a forged session: %v %v", resp, err)
-		} else {
-			_ = resp.Body.Close()
-		}
-	})
-
-	t.Run("unknown ids and foreign context", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		admin.open("#/c/1/flow/99999")
-		admin.waitJS("not found", `document.querySelector('#page-error')?.textContent.includes('not found')`)
-		admin.open("#/c/2/flows")
-		admin.waitJS("not a member", `document.querySelector('#page-error')?.textContent.includes('not a member of context 2')`)
-	})
-
-	t.Run("390 px wide", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		admin.run("narrow", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
-		for _, route := range []string{"#/", "#/c/1/flows", "#/c/1/jobs", "#/c/1/flow/10", "#/c/1/dlq", "#/c/1/submit", "#/c/1/events", "#/c/1/job/1/200", "#/c/1/runners"} {
-			admin.open(route)
-			admin.waitJS("page shown "+route, `document.querySelector('h1') !== null`)
-			var over int
-			admin.eval(`document.documentElement.scrollWidth - document.documentElement.clientWidth`, &over)
-			if over > 0 {
-				t.Errorf("%s scrolls sideways by %d px at 390 px", route, over)
-			}
-		}
-		admin.run("wide again", chromedp.ResetViewport())
-	})
-
-	t.Run("tab reaches every action", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		createFlow(t, c, 12, nil, jobSpec{id: 121, typ: "sh", script: "exit 3"})
-		c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 12}, nil)
-		c.WaitFlow(t, ctx1, 12, time.Minute)
-		for _, route := range []string{"#/c/1/flows", "#/c/1/flow/12", "#/c/1/dlq", "#/c/1/submit"} {
-			admin.open(route)
-			admin.waitJS("controls shown "+route, `document.querySelectorAll('#main button').length > 0 && (document.querySelector('#count')?.textContent.length > 0 || document.querySelector('#flow-status')?.dataset.status || document.querySelector('#flow-file'))`)
-			var total int
-			admin.eval(`(() => { document.activeElement?.blur(); window.reached = new Set();
-				document.addEventListener('focusin', e => window.reached.add(e.target));
-				return document.querySelectorAll('button, a[href], input, select, textarea, [tabindex="0"]').length; })()`, &total)
-			missedJS := `[...document.querySelectorAll('#main button, #main g.node')].filter(b => b.getClientRects().length > 0 && !window.reached.has(b)).map(b => b.id || b.textContent)`
-			var missed []string
-			// Tab on until every action was focused, or twice round the page.
-			for i := 0; i < 2*total+20; i++ {
-				admin.run("tab", chromedp.KeyEvent(kb.Tab))
-				if admin.eval(missedJS, &missed); len(missed) == 0 {
-					break
-				}
-			}
-			if len(missed) > 0 {
-				t.Errorf("%s: Tab does not reach %v", route, missed)
-			}
-		}
-	})
-
-	t.Run("revoked key ends the session", func(t *testing.T) {
-		admin, reader := admin.with(t), reader.with(t)
-		_, _ = admin, reader
-		s.Operator().MustCall(t, "actor.update", map[string]any{"id": 2, "pubkey": harness.ActorPubkey(99)}, nil)
-		if st, body := reader.fetch("me", "GET", "", nil); st != 401 || !strings.Contains(body, "revoked") {
-			t.Errorf("the reader's session after a new key: %s", body)
-		}
-		reader.open("#/c/1/flows")
-		reader.waitJS("back to sign-in", `document.querySelector('#actor-login') !== null`)
-	})
+func (r *consoleRun) consoleRevokedKeyEndsTheSession(t *testing.T) {
+	reader, s := r.reader.with(t), r.s
+	s.Operator().MustCall(t, "actor.update", map[string]any{"id": 2, "pubkey": harness.ActorPubkey(99)}, nil)
+	if st, body := reader.fetch("me", "GET", "", nil); st != 401 || !strings.Contains(body, "revoked") {
+		t.Errorf("the reader's session after a new key: %s", body)
+	}
+	reader.open("#/c/1/flows")
+	reader.waitJS("back to sign-in", `document.querySelector('#actor-login') !== null`)
 }
 
 func loadFlowStatus(t *testing.T, c *harness.Client, id uint32) string {

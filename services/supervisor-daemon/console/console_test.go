@@ -356,3 +356,30 @@ func TestDAGCollapsesFanOuts(t *testing.T) {
 		t.Fatalf("render: %v %.300s", err, svg)
 	}
 }
+
+func TestDAGBandsALongChain(t *testing.T) {
+	var nodes []dagNode
+	for i := uint32(1); i <= 10000; i++ {
+		n := dagNode{ID: i, NodeStatus: "pending"}
+		if i > 1 {
+			n.Depends = []uint32{i - 1}
+		}
+		nodes = append(nodes, n)
+	}
+	grp := groups(nodes)
+	if len(grp) > maxLayoutNodes || len(grp) < maxLayoutNodes/2 {
+		t.Fatalf("%d bands for a chain of 10000, want at most %d", len(grp), maxLayoutNodes)
+	}
+	total := 0
+	for _, ids := range grp {
+		total += len(ids)
+	}
+	src, _ := dot(nodes, grp)
+	if total != 10000 || strings.Count(src, "->") != len(grp)-1 {
+		t.Fatalf("%d jobs in bands, %d edges between %d bands", total, strings.Count(src, "->"), len(grp))
+	}
+	c := &Console{}
+	if _, err := c.render(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -22,6 +22,11 @@ import (
 
 const collapseAt = 8
 
+// maxLayoutNodes bounds the nodes given to the layout: a graph still larger after the
+// fan-outs are collapsed (a long chain, many small fan-outs) is drawn as bands of
+// consecutive levels, each one node with counts.
+const maxLayoutNodes = 300
+
 type dagNode struct {
 	ID           uint32   `json:"id"`
 	Depends      []uint32 `json:"depends"`
@@ -58,8 +63,64 @@ func statusOf(n *dagNode) string {
 	return "pending"
 }
 
-// groups finds the collapsed fan-outs: group name → members.
+// groups finds the nodes drawn as one: the fan-outs, or the bands of levels when that
+// leaves more than maxLayoutNodes. group name → members.
 func groups(nodes []dagNode) map[string][]uint32 {
+	out := fanOuts(nodes)
+	visible := len(nodes)
+	for _, ids := range out {
+		visible -= len(ids) - 1
+	}
+	if visible <= maxLayoutNodes {
+		return out
+	}
+	return bands(nodes)
+}
+
+// bands groups the nodes by their level (the longest path from a root), consecutive
+// levels together so that there are at most maxLayoutNodes bands.
+func bands(nodes []dagNode) map[string][]uint32 {
+	level := map[uint32]int{}
+	var depth func(id uint32, seen map[uint32]bool) int
+	deps := map[uint32][]uint32{}
+	for i := range nodes {
+		deps[nodes[i].ID] = nodes[i].Depends
+	}
+	depth = func(id uint32, seen map[uint32]bool) int {
+		if l, ok := level[id]; ok {
+			return l
+		}
+		if seen[id] { // a cycle: flow.start refuses them; drawn flat
+			return 0
+		}
+		seen[id] = true
+		l := 0
+		for _, d := range deps[id] {
+			if _, known := deps[d]; known {
+				l = max(l, depth(d, seen)+1)
+			}
+		}
+		level[id] = l
+		return l
+	}
+	top := 0
+	for i := range nodes {
+		top = max(top, depth(nodes[i].ID, map[uint32]bool{}))
+	}
+	per := top/maxLayoutNodes + 1 // levels per band
+	out := map[string][]uint32{}
+	for i := range nodes {
+		b := "b" + strconv.Itoa(level[nodes[i].ID]/per)
+		out[b] = append(out[b], nodes[i].ID)
+	}
+	for _, ids := range out {
+		slices.Sort(ids)
+	}
+	return out
+}
+
+// fanOuts finds the collapsed fan-outs: group name → members.
+func fanOuts(nodes []dagNode) map[string][]uint32 {
 	bySig := map[string][]uint32{}
 	for i := range nodes {
 		n := &nodes[i]
@@ -123,7 +184,7 @@ func dot(nodes []dagNode, grp map[string][]uint32) (string, map[uint32]*nodeView
 		}
 		for _, d := range n.Depends {
 			e := name(d) + " -> " + name(n.ID)
-			if !edges[e] {
+			if name(d) != name(n.ID) && !edges[e] {
 				edges[e] = true
 				b.WriteString(e + ";\n")
 			}

@@ -71,13 +71,21 @@ function hexToBytes(hex) {
 }
 const bytesToHex = b => Array.from(new Uint8Array(b), x => x.toString(16).padStart(2, '0')).join('');
 
-// signChallenge signs with an Ed25519 seed (32 bytes, or the 64-byte key whose first
-// half is the seed) in the browser: the key never leaves the page.
-async function signChallenge(keyHex, challenge) {
-  let seed = hexToBytes(keyHex);
+// pkcs8Of reads a key as heroctl keeps it (PKCS#8 PEM, <config dir>/keys/actor-N.pem)
+// or as hex (the 32-byte seed, or the 64-byte key whose first half is the seed).
+function pkcs8Of(key) {
+  const pem = key.match(/-----BEGIN PRIVATE KEY-----([A-Za-z0-9+/=\s]+)-----END PRIVATE KEY-----/);
+  if (pem) return Uint8Array.from(atob(pem[1].replace(/\s+/g, '')), c => c.charCodeAt(0));
+  let seed = hexToBytes(key);
   if (seed.length === 64) seed = seed.slice(0, 32);
-  if (seed.length !== 32) throw new Error('an Ed25519 private key is 32 bytes (64 hex characters) or 64 bytes');
-  const pkcs8 = new Uint8Array([0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20, ...seed]);
+  if (seed.length !== 32) throw new Error('an Ed25519 private key is a PKCS#8 PEM file, or 32 bytes (64 hex characters)');
+  return new Uint8Array([0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20, ...seed]);
+}
+
+// signChallenge signs the challenge in the browser (WebCrypto): the key never leaves
+// the page.
+async function signChallenge(keyText, challenge) {
+  const pkcs8 = pkcs8Of(keyText);
   const key = await crypto.subtle.importKey('pkcs8', pkcs8, {name: 'Ed25519'}, false, ['sign']);
   return bytesToHex(await crypto.subtle.sign({name: 'Ed25519'}, key, new TextEncoder().encode(challenge)));
 }
@@ -99,7 +107,12 @@ function loginPage() {
     } catch (err) { msg.textContent = err.message; }
   }},
   h('label', {}, 'Actor id', h('input', {name: 'actor', id: 'actor-id', inputmode: 'numeric', required: true, autocomplete: 'username'})),
-  h('label', {}, 'Private key (hex, stays in this browser)', h('input', {name: 'key', id: 'actor-key', type: 'password', required: true, autocomplete: 'off'})),
+  h('label', {}, 'Private key (PEM or hex; it stays in this browser)', h('input', {name: 'key', id: 'actor-key', type: 'password', required: true, autocomplete: 'off'})),
+  h('label', {}, 'or its file (actor-N.pem)', h('input', {type: 'file', id: 'actor-key-file', accept: '.pem', onchange: async e => {
+    const f = e.target.files[0];
+    if (f) actorForm.elements.key.value = (await f.text()).replace(/\n/g, ' ');
+    e.target.value = '';
+  }})),
   h('button', {class: 'primary', type: 'submit', id: 'actor-submit'}, 'Sign in'));
   const opForm = h('form', {id: 'operator-login', onsubmit: async e => {
     e.preventDefault();
