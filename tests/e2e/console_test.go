@@ -38,7 +38,7 @@ import (
 const browserDeadline = time.Minute
 
 type browser struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	base string // https://host:port/ui/
 }
@@ -47,7 +47,7 @@ type browser struct {
 var pageLoads atomic.Int64
 
 // newBrowser starts headless Chromium, or skips the test when there is none.
-func newBrowser(t *testing.T, base string) (context.Context, func() *browser) {
+func newBrowser(t testing.TB, base string) (context.Context, func() *browser) {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {

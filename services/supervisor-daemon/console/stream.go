@@ -17,7 +17,11 @@ func sseStart(w http.ResponseWriter) (http.Flusher, bool) {
 		fail(w, http.StatusInternalServerError, "streaming is not supported on this connection")
 		return nil, false
 	}
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	// A stream lasts: no write deadline, and no read deadline (--http-read-timeout),
+	// whose passing would cancel the request's context under HTTP/1.1.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	_ = rc.SetReadDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("X-Accel-Buffering", "no")
