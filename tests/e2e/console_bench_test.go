@@ -40,7 +40,7 @@ func BenchmarkConsole(b *testing.B) {
 	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": flowID, "jobs": ids}}, nil)
 	var failing []any
 	for i := 0; i < 50; i++ {
-		failing = append(failing, map[string]any{"script_type": "sh", "script": "exit 1"})
+		failing = append(failing, map[string]any{"job": map[string]any{"script_type": "sh", "script": "exit 1"}})
 	}
 	c.MustCall(b, "job.submit_batch", map[string]any{"context_id": ctx1, "jobs": failing}, nil)
 	var failed struct {

@@ -363,16 +363,23 @@ async function flowPage(ctx, id) {
     renderFlow(d.flow);
   };
   try { await load(); } catch (err) { main.replaceChildren(h('h1', {}, `Flow ${id}`), h('p', {class: 'err', id: 'page-error'}, err.message)); return; }
-  let reloading = null;
-  follow(ctx, id, async ev => {
+  // A flow's own change (started, finished, failed, retried): its state again, the
+  // layout kept. Changes during a reload make one more reload after it.
+  let reloading = false, again = false;
+  const reload = () => {
+    if (reloading) { again = true; return; }
+    reloading = true;
+    call('flow.dag', {context_id: ctx, id}).then(d => {
+      for (const n of d.nodes) setNode(n.id, n.node_status || 'pending');
+      renderFlow(d.flow);
+    }).catch(err => toast(err.message, true)).finally(() => {
+      reloading = false;
+      if (again) { again = false; reload(); }
+    });
+  };
+  follow(ctx, id, ev => {
     if (ev.job_id && eventStatus[ev.type]) setNode(ev.job_id, eventStatus[ev.type]);
-    if (ev.type.startsWith('flow.')) {
-      // A flow's own change (finished, failed, retried): its state again, the layout kept.
-      if (!reloading) reloading = call('flow.dag', {context_id: ctx, id}).then(d => {
-        for (const n of d.nodes) setNode(n.id, n.node_status || 'pending');
-        renderFlow(d.flow);
-      }).catch(err => toast(err.message, true)).finally(() => { reloading = null; });
-    }
+    if (ev.type.startsWith('flow.')) reload();
   });
   window.heroLive = (window.heroLive || 0) + 1;
 }
