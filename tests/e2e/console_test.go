@@ -229,6 +229,8 @@ func TestConsoleInTheBrowser(t *testing.T) {
 
 	t.Run("jobs list filtered to failures", r.consoleJobsListFilteredToFailures)
 
+	t.Run("runners and events", r.consoleRunnersAndEvents)
+
 	r.reader = newB()
 	r.reader.loginActor(2, true)
 
@@ -536,6 +538,17 @@ func (r *consoleRun) consoleRevokedKeyEndsTheSession(t *testing.T) {
 	}
 	reader.open("#/c/1/flows")
 	reader.waitJS("back to sign-in", `document.querySelector('#actor-login') !== null`)
+}
+
+func (r *consoleRun) consoleRunnersAndEvents(t *testing.T) {
+	admin := r.admin.with(t)
+	admin.open("#/c/1/runners")
+	admin.waitJS("runner 1 with its script types", `document.querySelector('#runners-table tr[data-id="1"]')?.textContent.includes('python, sh, bash')`)
+	admin.open("#/c/1/events")
+	admin.waitJS("the feed open", `document.querySelector('#events-feed') !== null && window.heroFeed === true`)
+	var j harness.Job
+	r.c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 500, "script_type": "sh", "script": "true"}}, &j)
+	admin.waitJS("the job's events in the feed", `document.querySelector('#events-feed').textContent.includes('job.finished job 500')`)
 }
 
 func loadFlowStatus(t *testing.T, c *harness.Client, id uint32) string {

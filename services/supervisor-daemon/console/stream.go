@@ -91,9 +91,22 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	id := s.identity()
 	// The authorization and the position are checked before the stream starts, so
 	// that a refusal is an HTTP error the page can show.
-	if _, err := c.b.Call(r.Context(), id, "events.read", map[string]any{"context_id": ctxID, "after": orNow(after), "limit": 1}); err != nil {
+	// "From now" is the newest event id read here, before the stream answers: an
+	// event after the page sees the stream open is never missed.
+	pos, err := c.b.Call(r.Context(), id, "events.read", map[string]any{"context_id": ctxID, "after": orNow(after), "limit": 1})
+	if err != nil {
 		failAPI(w, err)
 		return
+	}
+	if after == "" {
+		var now struct {
+			Next string `json:"next"`
+		}
+		if err := json.Unmarshal(pos, &now); err != nil {
+			fail(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		after = now.Next
 	}
 	fl, ok := sseStart(w)
 	if !ok {

@@ -252,7 +252,7 @@ async function listPage(ctx, kind, q) {
   };
   more.addEventListener('click', () => load(false));
   const heads = {flows: ['Flow', 'Status', 'Jobs', 'Created', 'Error', ''], jobs: ['Job', 'Status', 'Type', 'Flow', 'Created', 'Error', ''],
-    dlq: ['Job', 'Flow', 'Error', 'Attempt', 'When', ''], runners: ['Runner', 'Script types', 'Executors', 'Live', '']}[kind];
+    dlq: ['Job', 'Flow', 'Error', 'Attempt', 'When', ''], runners: ['Runner', 'Script types', 'Executors', 'Live processes (last heartbeat)', '']}[kind];
   const bulk = {flows: [['flow.cancel', 'Cancel', 'executor'], ['flow.retry', 'Retry', 'executor'], ['flow.delete', 'Delete', 'admin']],
     jobs: [['job.stop', 'Stop', 'executor']], dlq: [['dlq.requeue', 'Requeue', 'executor'], ['dlq.purge', 'Purge', 'admin']], runners: []}[kind];
   main.replaceChildren(h('h1', {}, `${title} · context ${ctx}`), kind !== 'runners' ? filterForm(kind, q, rerender) : null,
@@ -282,8 +282,9 @@ function rowOf(ctx, kind, it, reload) {
       return h('tr', {'data-id': it.id}, h('td', {}, h('a', {href: `#/c/${ctx}/job/${it.caller_id}/${it.id}`}, `job ${it.id}`)), h('td', {}, it.flow_id || ''),
         h('td', {}, it.error || ''), h('td', {}, it.attempt || 0), h('td', {}, it.dlq_at_ms ? fmtTime(it.dlq_at_ms / 1000) : ''), acts);
     default:
-      return h('tr', {'data-id': it.id}, h('td', {}, `runner ${it.id}`), h('td', {}, (it.script_types || []).join(', ')),
-        h('td', {}, (it.executors || []).map(e => e.name || e).join(', ')), h('td', {}, it.live ? 'yes' : (it.processes ? String((it.processes || []).length) : '')), acts);
+      return h('tr', {'data-id': it.id}, h('td', {}, `runner ${it.id}` + (it.local ? ' (local)' : '')), h('td', {}, (it.script_types || []).join(', ')),
+        h('td', {}, (it.executors || []).join(', ') || '—'),
+        h('td', {}, (it.processes || []).map(p => `${p.id} (${Math.max(0, Math.round((Date.now() - p.last_heartbeat_ms) / 1000))} s ago)`).join(', ') || '—'), acts);
   }
 }
 
@@ -438,7 +439,7 @@ function eventsPage(ctx) {
     list.prepend(h('li', {}, `${new Date(ev.time_ms).toISOString().slice(11, 23)} ${ev.type}`, ev.flow_id ? ` flow ${ev.flow_id}` : '', ev.job_id ? ` job ${ev.job_id}` : '',
       ev.status ? ` ${ev.status}` : '', ` by ${ev.actor}`, ev.detail ? ` — ${ev.detail}` : ''));
     while (list.children.length > 500) list.lastChild.remove();
-  });
+  }).addEventListener('open', () => { window.heroFeed = true; });
 }
 
 function submitPage(ctx) {
