@@ -44,8 +44,8 @@ build: ## build static binaries into bin/
 	@echo "build bin/heroctl ($(REVISION))"; CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(HEROCTL_LDFLAGS)' -o bin/heroctl ./cmd/heroctl
 
 .PHONY: deps
-deps: ## install what the tests need (redis-server, redis-sentinel, bubblewrap, slirp4netns, iproute2, python3-cryptography) when missing
-	@scripts/deps.sh redis-server redis-sentinel bwrap slirp4netns ip python3-cryptography
+deps: ## install what the tests need (redis-server, redis-sentinel, bubblewrap, slirp4netns, iproute2, python3-cryptography, chromium for the console's browser test) when missing
+	@scripts/deps.sh redis-server redis-sentinel bwrap slirp4netns ip python3-cryptography chromium
 
 # The suite runs through testrun (lib/testutil/cmd/testrun): every command to its end
 # even when one fails, a line per package as it ends, a failed test's output when it
