@@ -191,7 +191,7 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 // Expired is an object whose retention ended.
 type Expired struct {
 	ContextID uint32
-	Kind      string // "flow" or "job"
+	Kind      string // "flow", "job" or "stage" (a flow's creation: SweepFlowStageAll)
 	FlowID    uint32
 	CallerID  uint32
 	JobID     uint32
@@ -208,6 +208,8 @@ func (s *Store) PopExpired(ctx context.Context, now time.Time, limit int) ([]Exp
 		switch {
 		case len(parts) == 3 && parts[1] == "flow":
 			out = append(out, Expired{ContextID: parseU32(parts[0]), Kind: "flow", FlowID: parseU32(parts[2]), member: m})
+		case len(parts) == 3 && parts[1] == "stage":
+			out = append(out, Expired{ContextID: parseU32(parts[0]), Kind: "stage", FlowID: parseU32(parts[2]), member: m})
 		case len(parts) == 4 && parts[1] == "job":
 			out = append(out, Expired{ContextID: parseU32(parts[0]), Kind: "job", CallerID: parseU32(parts[2]), JobID: parseU32(parts[3]), member: m})
 		}
