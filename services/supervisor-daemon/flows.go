@@ -63,6 +63,9 @@ func (s *service) flowCreate(ctx context.Context, p Principal, in flowCreatePara
 	if in.Flow.ContextID != 0 && in.Flow.ContextID != in.ContextID {
 		return nil, invalidParams("flow.context_id", "flow.context_id %d is not the request's context_id %d", in.Flow.ContextID, in.ContextID)
 	}
+	if len(in.Flow.Jobs) > s.maxFlowJobs {
+		return nil, invalidParams("flow.jobs", "a flow of %d jobs is more than this server's limit of %d (--max-flow-jobs)", len(in.Flow.Jobs), s.maxFlowJobs)
+	}
 	caller, err := callerFor(p, in.Flow.CallerID, "flow")
 	if err != nil {
 		return nil, err
