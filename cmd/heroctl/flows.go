@@ -57,6 +57,8 @@ func (c *cli) flowSubmit(fs *flag.FlagSet) action {
 	watch := fs.Bool("watch", false, "follow the flow's jobs live until it ends")
 	wait := fs.Bool("wait", false, "wait until the flow ends and show it (exit 1 when it fails)")
 	maxWait := fs.Uint("max-wait", 0, "with --wait: seconds to wait at most (0: the server's default, 300)")
+	ttl := fs.Uint("creation-ttl", 0, "seconds the server keeps an unfinished creation between two calls before it deletes its jobs (0: the server's default, 60; 5 to 3600)")
+	quiet := fs.Bool("quiet", false, "no progress lines while the jobs are created")
 	var set multiFlag
 	fs.Var(&set, "set", "a parameter `KEY=VALUE` into the flow's env (repeatable; over the file's env)")
 	return func(ctx context.Context, pos []string) error {
@@ -84,6 +86,10 @@ func (c *cli) flowSubmit(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
+		spec.CreationTTL = time.Duration(*ttl) * time.Second
+		if !*quiet {
+			spec.Progress = c.creationProgress(len(spec.Jobs))
+		}
 		sub, err := hc.SubmitFlow(ctx, *spec)
 		if err != nil {
 			return err
@@ -105,6 +111,22 @@ func (c *cli) flowSubmit(fs *flag.FlagSet) action {
 	}
 }
 
+// creationProgress prints, on stderr, how many of a flow's jobs are created: for a
+// flow of more than one batch, a line a second at most and one at the end.
+func (c *cli) creationProgress(total int) func(created, total int) {
+	if total <= 500 {
+		return nil
+	}
+	var last time.Time
+	return func(created, total int) {
+		if created < total && time.Since(last) < time.Second {
+			return
+		}
+		last = time.Now()
+		fmt.Fprintf(c.errw, "created %d of %d jobs (%d%%)\n", created, total, created*100/total)
+	}
+}
+
 // startedLine is "flow 3 started in context 1 (a=job 1, b=job 2)".
 func startedLine(sub *hero.SubmittedFlow, ctxID uint32) string {
 	names := make([]string, 0, len(sub.Jobs))
@@ -112,9 +134,14 @@ func startedLine(sub *hero.SubmittedFlow, ctxID uint32) string {
 		names = append(names, n)
 	}
 	sort.Slice(names, func(a, b int) bool { return sub.Jobs[names[a]] < sub.Jobs[names[b]] })
-	parts := make([]string, len(names))
+	const shown = 20 // a big flow's line names its first jobs only
+	parts := make([]string, 0, min(len(names), shown+1))
 	for i, n := range names {
-		parts[i] = fmt.Sprintf("%s=job %d", n, sub.Jobs[n])
+		if i == shown {
+			parts = append(parts, fmt.Sprintf("… %d more", len(names)-shown))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s=job %d", n, sub.Jobs[n]))
 	}
 	return fmt.Sprintf("flow %d started in context %d (%s)", sub.Flow.ID, ctxID, strings.Join(parts, ", "))
 }
