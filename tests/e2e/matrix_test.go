@@ -70,6 +70,7 @@ var matrixCases = []matrixCase{
 	{"job.delete", "/hero.v1.Coordinator/DeleteJob", needAdmin, `{"context_id":1,"caller_id":1,"id":99999}`, ""},
 	{"flow.create", "/hero.v1.Coordinator/CreateFlow", needAdmin, `{"context_id":1,"flow":{"id":{{N}},"caller_id":1,"jobs":[99999]}}`, ""},
 	{"flow.begin", "/hero.v1.Coordinator/BeginFlow", needAdmin, `{"context_id":1,"jobs":0}`, ""},
+	{"flow.counts", "/hero.v1.Coordinator/GetFlowCounts", needReader, `{"context_id":1,"id":60}`, ""},
 	{"flow.abort", "/hero.v1.Coordinator/AbortFlow", needAdmin, `{"context_id":1,"id":99999}`, ""},
 	{"flow.load", "/hero.v1.Coordinator/GetFlow", needReader, `{"context_id":1,"id":60}`, ""},
 	{"flow.list", "/hero.v1.Coordinator/ListFlows", needReader, `{"context_id":1}`, ""},

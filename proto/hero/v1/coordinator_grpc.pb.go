@@ -49,6 +49,7 @@ const (
 	Coordinator_ListFlows_FullMethodName            = "/hero.v1.Coordinator/ListFlows"
 	Coordinator_StartFlow_FullMethodName            = "/hero.v1.Coordinator/StartFlow"
 	Coordinator_GetFlowDag_FullMethodName           = "/hero.v1.Coordinator/GetFlowDag"
+	Coordinator_GetFlowCounts_FullMethodName        = "/hero.v1.Coordinator/GetFlowCounts"
 	Coordinator_WaitFlow_FullMethodName             = "/hero.v1.Coordinator/WaitFlow"
 	Coordinator_CancelFlow_FullMethodName           = "/hero.v1.Coordinator/CancelFlow"
 	Coordinator_RetryFlow_FullMethodName            = "/hero.v1.Coordinator/RetryFlow"
@@ -132,7 +133,12 @@ type CoordinatorClient interface {
 	GetFlow(ctx context.Context, in *GetFlowRequest, opts ...grpc.CallOption) (*GetFlowResponse, error)
 	ListFlows(ctx context.Context, in *ListFlowsRequest, opts ...grpc.CallOption) (*ListFlowsResponse, error)
 	StartFlow(ctx context.Context, in *StartFlowRequest, opts ...grpc.CallOption) (*StartFlowResponse, error)
+	// GetFlowDag is a flow's DAG (flow.dag); with limit (or for a flow of more than
+	// 10,000 jobs) one page of it from offset: next_offset is where the next page
+	// starts (0: none), and the flow comes without its job list.
 	GetFlowDag(ctx context.Context, in *GetFlowDagRequest, opts ...grpc.CallOption) (*GetFlowDagResponse, error)
+	// GetFlowCounts is a flow's node counts (flow.counts), O(1) whatever its size.
+	GetFlowCounts(ctx context.Context, in *GetFlowRequest, opts ...grpc.CallOption) (*FlowCounts, error)
 	// WaitFlow returns a flow once it has ended (finished or error), waiting at most
 	// timeout seconds (0: 300).
 	WaitFlow(ctx context.Context, in *WaitFlowRequest, opts ...grpc.CallOption) (*WaitFlowResponse, error)
@@ -466,6 +472,16 @@ func (c *coordinatorClient) GetFlowDag(ctx context.Context, in *GetFlowDagReques
 	return out, nil
 }
 
+func (c *coordinatorClient) GetFlowCounts(ctx context.Context, in *GetFlowRequest, opts ...grpc.CallOption) (*FlowCounts, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FlowCounts)
+	err := c.cc.Invoke(ctx, Coordinator_GetFlowCounts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coordinatorClient) WaitFlow(ctx context.Context, in *WaitFlowRequest, opts ...grpc.CallOption) (*WaitFlowResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(WaitFlowResponse)
@@ -691,7 +707,12 @@ type CoordinatorServer interface {
 	GetFlow(context.Context, *GetFlowRequest) (*GetFlowResponse, error)
 	ListFlows(context.Context, *ListFlowsRequest) (*ListFlowsResponse, error)
 	StartFlow(context.Context, *StartFlowRequest) (*StartFlowResponse, error)
+	// GetFlowDag is a flow's DAG (flow.dag); with limit (or for a flow of more than
+	// 10,000 jobs) one page of it from offset: next_offset is where the next page
+	// starts (0: none), and the flow comes without its job list.
 	GetFlowDag(context.Context, *GetFlowDagRequest) (*GetFlowDagResponse, error)
+	// GetFlowCounts is a flow's node counts (flow.counts), O(1) whatever its size.
+	GetFlowCounts(context.Context, *GetFlowRequest) (*FlowCounts, error)
 	// WaitFlow returns a flow once it has ended (finished or error), waiting at most
 	// timeout seconds (0: 300).
 	WaitFlow(context.Context, *WaitFlowRequest) (*WaitFlowResponse, error)
@@ -811,6 +832,9 @@ func (UnimplementedCoordinatorServer) StartFlow(context.Context, *StartFlowReque
 }
 func (UnimplementedCoordinatorServer) GetFlowDag(context.Context, *GetFlowDagRequest) (*GetFlowDagResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetFlowDag not implemented")
+}
+func (UnimplementedCoordinatorServer) GetFlowCounts(context.Context, *GetFlowRequest) (*FlowCounts, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFlowCounts not implemented")
 }
 func (UnimplementedCoordinatorServer) WaitFlow(context.Context, *WaitFlowRequest) (*WaitFlowResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WaitFlow not implemented")
@@ -1407,6 +1431,24 @@ func _Coordinator_GetFlowDag_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_GetFlowCounts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFlowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).GetFlowCounts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_GetFlowCounts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).GetFlowCounts(ctx, req.(*GetFlowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Coordinator_WaitFlow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(WaitFlowRequest)
 	if err := dec(in); err != nil {
@@ -1792,6 +1834,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetFlowDag",
 			Handler:    _Coordinator_GetFlowDag_Handler,
+		},
+		{
+			MethodName: "GetFlowCounts",
+			Handler:    _Coordinator_GetFlowCounts_Handler,
 		},
 		{
 			MethodName: "WaitFlow",
