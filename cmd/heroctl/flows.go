@@ -27,6 +27,7 @@ func flowCommands() []command {
 		{name: "flow get", args: "ID", summary: "Show a flow; while it runs, its result map so far.", example: "heroctl flow get 3", define: flowByID("flow get", (*hero.Client).GetFlow)},
 		{name: "flow list", summary: "List the context's flows, newest first.", example: "heroctl flow list --status error", define: (*cli).flowList},
 		{name: "flow dag", args: "ID", summary: "Show a flow's jobs with their dependencies and states.", example: "heroctl flow dag 3", define: (*cli).flowDAG},
+		{name: "flow counts", args: "ID", summary: "Count a flow's jobs by state (from counters: as fast for 100,000 jobs as for 10).", example: "heroctl flow counts 3", define: (*cli).flowCounts},
 		{name: "flow watch", args: "ID", summary: "Follow a flow's jobs live until it ends; exits 1 when it fails.", example: "heroctl flow watch 3", define: (*cli).flowWatch},
 		{name: "flow wait", args: "ID", summary: "Wait until a flow ends and show it; exits 1 when it failed.", example: "heroctl flow wait 3 --wait 600", define: (*cli).flowWait},
 		{name: "flow logs", args: "ID", summary: "Print every job's log of a flow, in the flow's order; -f follows them.", example: "heroctl flow logs 3 -f", define: (*cli).flowLogs},
@@ -230,7 +231,29 @@ func (c *cli) flowDAG(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
+		for next := d.NextOffset; next != 0; {
+			// a flow of more than 10,000 jobs comes a page at a time
+			page, err := hc.FlowDAGPage(ctx, id, next, 10000)
+			if err != nil {
+				return err
+			}
+			d.Nodes, next = append(d.Nodes, page.Nodes...), page.NextOffset
+		}
+		d.NextOffset = 0
 		return c.show(d, func(w *tabwriter.Writer) { printDAG(w, d) })
+	})
+}
+
+func (c *cli) flowCounts(fs *flag.FlagSet) action {
+	return c.byID("flow counts", "flow id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		n, err := hc.FlowCounts(ctx, id)
+		if err != nil {
+			return err
+		}
+		return c.show(n, func(w *tabwriter.Writer) {
+			fmt.Fprintf(w, "started\t%v\ntotal\t%d\nended\t%d\ncompleted\t%d\nfailed\t%d\ncancelled\t%d\nnot ended\t%d\n",
+				n.Started, n.Total, n.Ended, n.Completed, n.Failed, n.Cancelled, n.NotEnded)
+		})
 	})
 }
 

@@ -109,6 +109,30 @@ func (c *Client) FlowDAG(ctx context.Context, id uint32) (*DAG, error) {
 	return dagOf(r), nil
 }
 
+// FlowDAGPage is one page of a flow's DAG: up to limit nodes (at most 10,000) from
+// offset in the flow's order; the page's NextOffset is where the next starts (0:
+// none), its Counts the flow's node counts.
+func (c *Client) FlowDAGPage(ctx context.Context, id, offset, limit uint32) (*DAG, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	r, err := c.api.GetFlowDag(ctx, &herov1.GetFlowDagRequest{ContextId: c.cfg.Context, Id: id, Offset: offset, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	return dagOf(r), nil
+}
+
+// FlowCounts is a flow's nodes counted by state, in O(1) whatever its size.
+func (c *Client) FlowCounts(ctx context.Context, id uint32) (*FlowCounts, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	r, err := c.api.GetFlowCounts(ctx, &herov1.GetFlowRequest{ContextId: c.cfg.Context, Id: id})
+	if err != nil {
+		return nil, err
+	}
+	return countsOf(r), nil
+}
+
 // WaitFlow waits up to wait (0: the server's default, 5 minutes; at most an hour)
 // until a flow ends, and returns it: look at its Status (model.FlowFinished or
 // model.FlowError) and Error. A flow still running then is ErrTimeout.

@@ -717,8 +717,32 @@ class Client:
     def load_flow(self, id: int, context_id: Optional[int] = None) -> dict:
         return self.call("flow.load", {"context_id": self._ctx(context_id), "id": id})
 
-    def flow_dag(self, id: int, context_id: Optional[int] = None) -> dict:
-        return self.call("flow.dag", {"context_id": self._ctx(context_id), "id": id})
+    def flow_dag(self, id: int, context_id: Optional[int] = None, *, offset: int = 0,
+                 limit: Optional[int] = None) -> dict:
+        """``flow.dag``: ``{flow, nodes}``; with ``limit`` (at most 10,000), or for a flow of
+        more than 10,000 jobs, one page from ``offset`` with ``next_offset`` (0: the last)
+        and ``counts``, the flow without its job list (flow_dag_pages reads them all)."""
+        params: Dict[str, Any] = {"context_id": self._ctx(context_id), "id": id}
+        if offset:
+            params["offset"] = offset
+        if limit is not None:
+            params["limit"] = limit
+        return self.call("flow.dag", params)
+
+    def flow_dag_pages(self, id: int, limit: int = 5000, context_id: Optional[int] = None) -> Iterator[dict]:
+        """Yields a flow's DAG nodes a page (``limit``) at a time, in the flow's order."""
+        offset = 0
+        while True:
+            page = self.flow_dag(id, context_id, offset=offset, limit=limit)
+            yield from page["nodes"]
+            offset = page.get("next_offset") or 0
+            if not offset:
+                return
+
+    def flow_counts(self, id: int, context_id: Optional[int] = None) -> dict:
+        """``flow.counts``: the flow's nodes by state (``started, total, ended, completed,
+        failed, cancelled, not_ended``), O(1) whatever its size."""
+        return self.call("flow.counts", {"context_id": self._ctx(context_id), "id": id})
 
     def cancel_flow(self, id: int, context_id: Optional[int] = None) -> dict:
         return self.call("flow.cancel", {"context_id": self._ctx(context_id), "id": id})

@@ -253,7 +253,7 @@ except hc.InvalidParams as e:
 	if _, err := fmt.Sscanf(string(pyOut), "flow %d", &pyFlow); err != nil {
 		t.Fatalf("python output: %s", pyOut)
 	}
-	if !strings.Contains(string(pyOut), "refused: a flow of 20001 jobs is more than this server's limit of 20000 (--max-flow-jobs)") {
+	if !strings.Contains(string(pyOut), "a flow of 20001 jobs is more than this server's limit of 20000 (--max-flow-jobs)") {
 		t.Errorf("a flow over the limit, python output:\n%s", pyOut)
 	}
 	cancelAndCount(t, c, pyFlow, 3*bigFlowJobs)
