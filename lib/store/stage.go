@@ -27,13 +27,6 @@ const StageSweepChunk = 500
 // leaves the stage to be taken up after it.
 const stageHold = 2 * time.Minute
 
-var (
-	stageBeginScript  = luaScript("flow_stage_begin.lua")
-	stageTouchScript  = luaScript("flow_stage_touch.lua")
-	stageCommitScript = luaScript("flow_stage_commit.lua")
-	stageSweepScript  = luaScript("flow_stage_sweep.lua")
-)
-
 // Stage is a flow's creation in progress: its flow id, the range of its jobs' ids
 // (FirstJob to LastJob, all of its caller) and when it expires unless renewed.
 type Stage struct {
@@ -56,31 +49,23 @@ func (d *DB) BeginFlow(ctx context.Context, callerID uint32, n int, ttl time.Dur
 	if n < 1 || n > model.MaxFlowJobs {
 		return Stage{}, &model.ValidationError{Object: "flow", Field: "jobs", Msg: fmt.Sprintf("jobs must be 1 to %d, got %d", model.MaxFlowJobs, n)}
 	}
-	res, err := d.Eval(ctx, stageBeginScript, []string{keys.FlowSeq, keys.JobSeq(callerID)},
-		d.ContextID, callerID, n, ttl.Milliseconds(), time.Now().UnixMilli())
+	r, err := (&flowStageBeginArgs{FlowSeqKey: keys.FlowSeq, JobSeqKey: keys.JobSeq(callerID), Ctx: idArg(d.ContextID), Caller: idArg(callerID),
+		N: int64(n), TTLMs: ttl.Milliseconds(), NowMs: time.Now().UnixMilli()}).run(ctx, d)
 	if err != nil {
 		return Stage{}, scriptErr(err, "begin flow")
 	}
-	v, err := int64s(res, 4)
-	if err != nil {
-		return Stage{}, fmt.Errorf("begin flow: %w", err)
-	}
-	return Stage{FlowID: uint32(v[0]), CallerID: callerID, FirstJob: uint32(v[1]), LastJob: uint32(v[2]), ExpiresAtMs: v[3]}, nil
+	return Stage{FlowID: uint32(r.Flow), CallerID: callerID, FirstJob: uint32(r.First), LastJob: uint32(r.Last), ExpiresAtMs: r.Expires}, nil
 }
 
 // TouchFlowStage checks that a flow's stage is open and the caller's, renews its
 // expiry, and returns it (the range the jobs' ids must be in). ErrNotFound: no such
 // stage (never begun, or expired and swept).
 func (d *DB) TouchFlowStage(ctx context.Context, flowID, callerID uint32) (Stage, error) {
-	res, err := d.Eval(ctx, stageTouchScript, []string{keys.FlowStage(flowID)}, d.ContextID, flowID, callerID, time.Now().UnixMilli())
+	r, err := (&flowStageTouchArgs{StageKey: keys.FlowStage(flowID), Ctx: idArg(d.ContextID), Flow: idArg(flowID), Caller: idArg(callerID), NowMs: time.Now().UnixMilli()}).run(ctx, d)
 	if err != nil {
 		return Stage{}, scriptErr(err, fmt.Sprintf("flow %d begun with flow.begin in context %d (none, or it expired)", flowID, d.ContextID))
 	}
-	v, err := int64s(res, 2)
-	if err != nil {
-		return Stage{}, fmt.Errorf("flow %d's stage: %w", flowID, err)
-	}
-	return Stage{FlowID: flowID, CallerID: callerID, FirstJob: uint32(v[0]), LastJob: uint32(v[1])}, nil
+	return Stage{FlowID: flowID, CallerID: callerID, FirstJob: uint32(r.First), LastJob: uint32(r.Last)}, nil
 }
 
 // stageCommit marks a flow's stage as being stored (open=false) or opens it again
@@ -90,34 +75,30 @@ func (d *DB) stageCommit(ctx context.Context, flowID, callerID uint32, open bool
 	if open {
 		op = "open"
 	}
-	res, err := d.Eval(ctx, stageCommitScript, []string{keys.FlowStage(flowID)}, d.ContextID, flowID, callerID, time.Now().UnixMilli(), op, stageHold.Milliseconds())
+	r, err := (&flowStageCommitArgs{StageKey: keys.FlowStage(flowID), Ctx: idArg(d.ContextID), Flow: idArg(flowID), Caller: idArg(callerID),
+		NowMs: time.Now().UnixMilli(), Op: op, HoldMs: stageHold.Milliseconds()}).run(ctx, d)
 	if err != nil {
 		return Stage{}, false, scriptErr(err, fmt.Sprintf("flow %d's stage", flowID))
 	}
-	v, err := int64s(res, 1)
-	if err != nil || v[0] == 0 {
-		return Stage{}, false, err
+	if r.Staged == 0 {
+		return Stage{}, false, nil
 	}
-	if v, err = int64s(res, 3); err != nil {
-		return Stage{}, false, fmt.Errorf("flow %d's stage: %w", flowID, err)
+	if len(r.IDs) != 2 {
+		return Stage{}, false, fmt.Errorf("flow %d's stage: a range of %d ids", flowID, len(r.IDs))
 	}
-	return Stage{FlowID: flowID, CallerID: callerID, FirstJob: uint32(v[1]), LastJob: uint32(v[2])}, true, nil
+	return Stage{FlowID: flowID, CallerID: callerID, FirstJob: uint32(r.IDs[0]), LastJob: uint32(r.IDs[1])}, true, nil
 }
 
 // SweepFlowStage goes through the next chunk of a flow's stage (flow_stage_sweep.lua):
 // an expired stage's jobs are deleted, a stored flow's stage dropped, a renewed one
 // left; force (flow.abort) sweeps an open stage now. more: call again.
 func (d *DB) SweepFlowStage(ctx context.Context, flowID uint32, force bool) (more bool, deleted int, err error) {
-	res, err := d.Eval(ctx, stageSweepScript, []string{keys.FlowStage(flowID), keys.Flow(flowID)},
-		d.ContextID, flowID, time.Now().UnixMilli(), boolArg(force), StageSweepChunk, stageHold.Milliseconds())
+	r, err := (&flowStageSweepArgs{StageKey: keys.FlowStage(flowID), FlowKey: keys.Flow(flowID), Ctx: idArg(d.ContextID), FlowID: idArg(flowID),
+		NowMs: time.Now().UnixMilli(), Force: force, Chunk: StageSweepChunk, HoldMs: stageHold.Milliseconds()}).run(ctx, d)
 	if err != nil {
 		return false, 0, scriptErr(err, fmt.Sprintf("flow %d's stage", flowID))
 	}
-	v, err := int64s(res, 2)
-	if err != nil {
-		return false, 0, fmt.Errorf("sweep flow %d's stage: %w", flowID, err)
-	}
-	return v[0] == 1, int(v[1]), nil
+	return r.More == 1, int(r.Deleted), nil
 }
 
 // SweepFlowStageAll calls SweepFlowStage until the stage is done with; it returns the
@@ -134,22 +115,8 @@ func (d *DB) SweepFlowStageAll(ctx context.Context, flowID uint32, force bool) (
 	}
 }
 
-// int64s reads a script's reply of at least n integers.
-func int64s(res any, n int) ([]int64, error) {
-	arr, ok := res.([]any)
-	if !ok || len(arr) < n {
-		return nil, fmt.Errorf("unexpected reply %v", res)
-	}
-	out := make([]int64, len(arr))
-	for i, x := range arr {
-		v, ok := x.(int64)
-		if !ok {
-			return nil, fmt.Errorf("unexpected reply %v", res)
-		}
-		out[i] = v
-	}
-	return out, nil
-}
+// idArg is an id as a script's string argument.
+func idArg(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
 
 // CreateStagedJobs creates jobs of a flow begun with BeginFlow (all of one context and
 // caller, the stage's): the stage is renewed, each job gets the flow's id and must

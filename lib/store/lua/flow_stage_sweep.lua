@@ -1,20 +1,37 @@
 -- flow_stage_sweep: removes a staged flow's leftovers a chunk at a time. A stage
 -- whose flow was stored is dropped (its jobs are the flow's). One that expired (or,
--- with force, flow.abort, one still open) is marked swept and loses up to ARGV[5] of its
+-- with force, flow.abort, one still open) is marked swept and loses up to chunk of its
 -- job ids per call, from where the last call stopped: each id's job is deleted when it
 -- names this flow (flow_id), with its index entries; the stage goes after the last.
 -- A stage whose expiry was renewed is left, its expiry entry put back.
 --
--- KEYS: [1] coord:flowstage:<flow>, [2] flow:<flow>.
--- ARGV: [1] context id, [2] flow id, [3] now (ms), [4] force (1/0), [5] chunk (ids a
---   call), [6] the hold while swept (ms: the entry that takes up an interrupted sweep).
--- Reply: {more (1: call again), jobs deleted by this call}. Error: CONFLICT with force,
---   a stage being stored.
--- Derives: context DB: job:<caller>:<id> of the stage's range, coord:idx:jobs[:<status>];
---   DB 0 (SELECT 0): coord:expire (member <ctx>:stage:<flow>).
+-- KEYS:
+--   stage  coord:flowstage:<flow>
+--   flow   flow:<flow>
+-- ARGV:
+--   ctx      string  the context id
+--   flow_id  string  the flow id
+--   now_ms   num     now (ms)
+--   force    bool    sweep an open stage now (flow.abort)
+--   chunk    num     job ids a call
+--   hold_ms  num     the hold while swept (ms: the entry that takes up an interrupted sweep)
+-- Reply: record what the call did (error CONFLICT: with force, a stage being stored)
+--   more     int  1: call again
+--   deleted  int  jobs deleted by this call
+-- Derives: context DB: job:<caller>:<id> of the stage's range, coord:log:<caller>:<id>,
+--   coord:idx:jobs[:<status>]; DB 0 (SELECT 0): coord:expire (member <ctx>:stage:<flow>).
+
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local flow_id = ARGV[2]
+local now_ms = tonumber(ARGV[3])
+local force = ARGV[4] == '1'
+local chunk = tonumber(ARGV[5])
+local hold_ms = tonumber(ARGV[6])
+-- luagen: end of the prologue
 
 local sk, fk = KEYS[1], KEYS[2]
-local ctx, flow, now, force, chunk = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1', tonumber(ARGV[5])
+local flow, now = flow_id, now_ms
 local member = ctx .. ':stage:' .. flow
 local st = redis.call('HMGET', sk, 'caller', 'first', 'last', 'expires_ms', 'state', 'next')
 if not st[1] then return {0, 0} end
@@ -58,5 +75,5 @@ if to >= last then
 end
 redis.call('HSET', sk, 'state', 'swept', 'next', string.format('%d', to + 1))
 redis.call('SELECT', '0')
-redis.call('ZADD', K_EXPIRE, string.format('%d', now + tonumber(ARGV[6])), member)
+redis.call('ZADD', K_EXPIRE, string.format('%d', now + hold_ms), member)
 return {1, deleted}
