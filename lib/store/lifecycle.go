@@ -70,6 +70,9 @@ var deleteFlowScript = stateScript("delete_flow.lua", "lib_delete_job.lua")
 // DeleteFlow removes a flow with its jobs, their logs and messages, its DAG state and
 // results. A running flow is refused unless force.
 func (d *DB) DeleteFlow(ctx context.Context, flowID uint32, force bool, actor string) error {
+	if err := d.deleteFlowJobs(ctx, flowID, force); err != nil {
+		return err
+	}
 	_, err := d.Eval(ctx, deleteFlowScript, []string{keys.Flow(flowID), keys.DAG(flowID), keys.FlowResults(flowID), keys.FlowMessages(flowID)}, d.ContextID, flowID, boolArg(force), actor, time.Now().UnixMilli())
 	return scriptErr(err, fmt.Sprintf("flow %d in context %d", flowID, d.ContextID))
 }

@@ -255,6 +255,72 @@ func decodeExtendReply(v any) (out int64, err error) {
 	return out, nil
 }
 
+// flowDeleteChunkScript is lua/flow_delete_chunk.lua (its header declares its interface).
+var flowDeleteChunkScript = luaScript("flow_delete_chunk.lua", "lib_delete_job.lua")
+
+// flowDeleteChunkArgs are the KEYS and ARGV of lua/flow_delete_chunk.lua.
+type flowDeleteChunkArgs struct {
+	FlowKey string // KEYS
+	MsgsKey string // KEYS
+	Ctx     string
+	FlowID  string
+	Force   bool
+	Caller  string
+	Nmsgs   int64
+	IDs     []string
+}
+
+// call is the run of lua/flow_delete_chunk.lua with a's KEYS and ARGV.
+func (a *flowDeleteChunkArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.FlowKey, a.MsgsKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.FlowID)
+	args = append(args, luaBool(a.Force))
+	args = append(args, a.Caller)
+	args = append(args, a.Nmsgs)
+	args = append(args, len(a.IDs))
+	for _, x1 := range a.IDs {
+		args = append(args, x1)
+	}
+	return Call{Script: flowDeleteChunkScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_delete_chunk.lua and decodes its reply.
+func (a *flowDeleteChunkArgs) run(ctx context.Context, r luaRunner) (flowDeleteChunkRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowDeleteChunkRecord
+		return zero, err
+	}
+	return decodeFlowDeleteChunkReply(res)
+}
+
+// flowDeleteChunkRecord is a record of lua/flow_delete_chunk.lua.
+type flowDeleteChunkRecord struct {
+	Deleted  int64
+	MsgsLeft int64
+}
+
+// decodeFlowDeleteChunkReply decodes the reply of lua/flow_delete_chunk.lua.
+func decodeFlowDeleteChunkReply(v any) (out flowDeleteChunkRecord, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply: %w", err)
+	}
+	if out.Deleted, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply.deleted: %w", err)
+	}
+	if out.MsgsLeft, err = luaInt(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply.msgs_left: %w", err)
+	}
+	return out, nil
+}
+
 // flowStageBeginScript is lua/flow_stage_begin.lua (its header declares its interface).
 var flowStageBeginScript = luaScript("flow_stage_begin.lua")
 

@@ -33,7 +33,7 @@ local now_ms = tonumber(ARGV[5])
 
 local last = redis.call('INCRBY', KEYS[2], n)
 if last > 4294967295 then
-  redis.call('DECRBY', KEYS[2], n)
+  redis.call('INCRBY', KEYS[2], -n)
   return redis.error_reply('CONFLICT the job ids of caller ' .. caller .. ' are exhausted')
 end
 local flow
