@@ -109,33 +109,11 @@ func TestStageSweptWhenItsClientIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for from := st.FirstJob; from <= st.LastJob; from += 1000 {
-		var ids []uint32
-		for id := from; id < from+1000 && id <= st.LastJob; id++ {
-			ids = append(ids, id)
-		}
-		for _, r := range stageJobs(t, s, st.FlowID, ids...) {
-			if r.Err != nil {
-				t.Fatal(r.Err)
-			}
-		}
-	}
+	stageAll(t, s, st)
 	if got := countJobs(t); got != n+1 {
 		t.Fatalf("%d jobs, want %d", got, n+1)
 	}
-	deadline := time.Now().Add(time.Minute)
-	var popped []store.Expired
-	for len(popped) == 0 && time.Now().Before(deadline) {
-		items, err := s.PopExpired(ctx, time.Now(), 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		popped = items
-		if len(items) == 0 {
-			next, _ := s.NextExpiry(ctx)
-			time.Sleep(time.Until(next) + time.Millisecond)
-		}
-	}
+	popped := popExpired(t, s)
 	if len(popped) != 1 || popped[0].Kind != "stage" || popped[0].FlowID != st.FlowID {
 		t.Fatalf("popped %+v", popped)
 	}
@@ -165,8 +143,14 @@ func TestStageSweptWhenItsClientIsGone(t *testing.T) {
 		t.Fatalf("coord:expire holds %d entries", c)
 	}
 
-	// a stage that has not expired is left by the sweep; flow.abort (force) sweeps it
-	st, err = db.BeginFlow(ctx, 12, 2, time.Hour)
+}
+
+// A stage that has not expired is left by the sweep; flow.abort (force) sweeps it.
+func TestStageAborted(t *testing.T) {
+	s := open(t)
+	db := mustCtx(t, s, 3)
+	ctx := context.Background()
+	st, err := db.BeginFlow(ctx, 12, 2, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,13 +158,50 @@ func TestStageSweptWhenItsClientIsGone(t *testing.T) {
 	if more, del, err := db.SweepFlowStage(ctx, st.FlowID, false); err != nil || more || del != 0 {
 		t.Fatalf("sweep of a live stage: %v %d %v", more, del, err)
 	}
-	if got := countJobs(t); got != 3 {
-		t.Fatalf("%d jobs after the sweep of a live stage, want 3", got)
+	if got := countJobs(t); got != 2 {
+		t.Fatalf("%d jobs after the sweep of a live stage, want 2", got)
 	}
 	if del, err := db.SweepFlowStageAll(ctx, st.FlowID, true); err != nil || del != 2 {
 		t.Fatalf("abort: %d deleted, %v", del, err)
 	}
-	if got := countJobs(t); got != 1 {
+	if got := countJobs(t); got != 0 {
 		t.Fatalf("%d jobs left after the abort", got)
 	}
+}
+
+// stageAll creates every job of a stage, 1,000 a call.
+func stageAll(t *testing.T, s *store.Store, st store.Stage) {
+	t.Helper()
+	for from := st.FirstJob; from <= st.LastJob; from += 1000 {
+		var ids []uint32
+		for id := from; id < from+1000 && id <= st.LastJob; id++ {
+			ids = append(ids, id)
+		}
+		for _, r := range stageJobs(t, s, st.FlowID, ids...) {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+	}
+}
+
+// popExpired waits (a minute at most) until an entry of coord:expire falls due and
+// pops it.
+func popExpired(t *testing.T, s *store.Store) []store.Expired {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		items, err := s.PopExpired(ctx, time.Now(), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(items) > 0 {
+			return items
+		}
+		next, _ := s.NextExpiry(ctx)
+		time.Sleep(time.Until(next) + time.Millisecond) // until the next entry's due time
+	}
+	t.Fatal("no entry of coord:expire fell due within a minute")
+	return nil
 }
