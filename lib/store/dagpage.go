@@ -103,3 +103,55 @@ func (d *DB) LoadDAGJobs(ctx context.Context, callerID uint32, ids []uint32) ([]
 func (d *DB) LoadJobDependencies(ctx context.Context, callerID uint32, ids []uint32) ([]*model.Job, error) {
 	return d.loadJobFields(ctx, callerID, ids, []string{"id", "dependends"})
 }
+
+// flowHeadFields are a flow's hash fields but its job list.
+var flowHeadFields = func() []string {
+	var out []string
+	for _, f := range model.HashFieldNames(&model.Flow{}) {
+		if f != "jobs" {
+			out = append(out, f)
+		}
+	}
+	return out
+}()
+
+// LoadFlowHead reads a flow without its job list (and without the results of a
+// running flow): for a large flow, a small read where LoadFlow reads every job id.
+func (d *DB) LoadFlowHead(ctx context.Context, flowID uint32) (*model.Flow, error) {
+	v, err := d.hmget(ctx, keys.Flow(flowID), flowHeadFields...)
+	if err != nil {
+		return nil, fmt.Errorf("load flow %d: %w", flowID, err)
+	}
+	found := false
+	for _, x := range v {
+		found = found || x != nil
+	}
+	if !found {
+		return nil, notFound("flow %d in context %d", flowID, d.ContextID)
+	}
+	f := model.Flow{ID: flowID, ContextID: d.ContextID}
+	if err := model.FromFields(keys.Flow(flowID), flowHeadFields, v, &f); err != nil {
+		return nil, err
+	}
+	if f.ContextID == 0 {
+		f.ContextID = d.ContextID
+	}
+	return &f, nil
+}
+
+// LoadFlowJobs reads a flow's job list alone.
+func (d *DB) LoadFlowJobs(ctx context.Context, flowID uint32) ([]uint32, error) {
+	v, err := d.hmget(ctx, keys.Flow(flowID), "jobs")
+	if err != nil {
+		return nil, fmt.Errorf("load flow %d: %w", flowID, err)
+	}
+	s, _ := v[0].(string)
+	if s == "" {
+		return nil, notFound("flow %d in context %d", flowID, d.ContextID)
+	}
+	var ids []uint32
+	if err := json.Unmarshal([]byte(s), &ids); err != nil {
+		return nil, fmt.Errorf("flow %d: its jobs: %w", flowID, err)
+	}
+	return ids, nil
+}

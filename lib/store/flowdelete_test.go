@@ -2,12 +2,15 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
 )
 
 // fcalls is how many FCALLs the server ran so far (INFO commandstats).
@@ -76,5 +79,40 @@ func TestBigFlowDeletedInChunks(t *testing.T) {
 	}
 	if srv.Client(t, 3).Exists(ctx, keys.Flow(st.FlowID)).Val() != 0 {
 		t.Fatal("the flow is left")
+	}
+}
+
+// A flow's head is the flow as LoadFlow reads it but its job list, which
+// LoadFlowJobs reads alone (flow.dag's pages read the two apart).
+func TestFlowHeadAndJobs(t *testing.T) {
+	s := open(t)
+	db := mustCtx(t, s, 3)
+	ctx := context.Background()
+	var ids []uint32
+	for range 3 {
+		j, _, err := s.CreateJob(ctx, &model.Job{CallerID: 12, ContextID: 3, Script: "true", ScriptType: "sh"}, "12")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	f, _, err := s.CreateFlow(ctx, &model.Flow{ID: 40, CallerID: 12, ContextID: 3, Jobs: ids, EnvVars: map[string]string{"A": "b"}}, "12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := db.LoadFlowHead(ctx, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := db.LoadFlowJobs(ctx, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head.Jobs = jobs
+	if !reflect.DeepEqual(head, f) {
+		t.Fatalf("head and jobs:\n%+v\nthe flow:\n%+v", head, f)
+	}
+	if _, err := db.LoadFlowHead(ctx, 41); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a missing flow's head: %v", err)
 	}
 }

@@ -37,6 +37,7 @@ type service struct {
 	// maxFlowJobs is --max-flow-jobs: the most jobs of one flow (flow.begin,
 	// flow.create), checked before anything is stored.
 	maxFlowJobs int
+	jobLists    *jobListCache // flow.dag's pages: the job lists of large flows; nil: read each time
 }
 
 type idParams struct {

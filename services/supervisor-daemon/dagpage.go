@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"sync"
 
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
@@ -119,4 +121,49 @@ func (c *coordinatorServer) GetFlowCounts(ctx context.Context, r *herov1.GetFlow
 		}
 		return countsToPB(x), nil
 	})
+}
+
+// jobListCache keeps the job lists of the last few large flows read page by page: a
+// flow's job list never changes once it is stored, so a page after the first reads
+// only the flow's head and its page (a 100,000-job flow's list is 0.7 MB of JSON).
+// An entry is known by its context, flow id and creation time (a flow deleted and
+// created again under its id has another).
+type jobListCache struct {
+	mu    sync.Mutex
+	lists map[string][]uint32
+	order []string // oldest first
+}
+
+// jobListCacheSize is how many flows' job lists the cache keeps.
+const jobListCacheSize = 8
+
+func newJobListCache() *jobListCache { return &jobListCache{lists: map[string][]uint32{}} }
+
+// jobs returns a flow's job list (f: its head), from the cache or read and kept.
+func (c *jobListCache) jobs(ctx context.Context, db *store.DB, f *model.Flow) ([]uint32, error) {
+	if c == nil {
+		return db.LoadFlowJobs(ctx, f.ID)
+	}
+	key := fmt.Sprintf("%d/%d/%d", f.ContextID, f.ID, f.CreatedAtMs)
+	c.mu.Lock()
+	ids, ok := c.lists[key]
+	c.mu.Unlock()
+	if ok {
+		return ids, nil
+	}
+	ids, err := db.LoadFlowJobs(ctx, f.ID)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.lists[key]; !ok {
+		c.lists[key] = ids
+		c.order = append(c.order, key)
+		if len(c.order) > jobListCacheSize {
+			delete(c.lists, c.order[0])
+			c.order = c.order[1:]
+		}
+	}
+	return ids, nil
 }

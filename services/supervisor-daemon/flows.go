@@ -166,11 +166,22 @@ func (s *service) flowDAG(ctx context.Context, p Principal, in dagParams) (*dagR
 	if in.Limit != nil && (*in.Limit == 0 || *in.Limit > maxDAGPage) {
 		return nil, invalidParams("limit", "limit must be 1 to %d, got %d", maxDAGPage, *in.Limit)
 	}
+	if in.Limit != nil || in.Offset != 0 {
+		// a page: the flow's head, and its job list kept from the first page
+		f, err := db.LoadFlowHead(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		if f.Jobs, err = s.jobLists.jobs(ctx, db, f); err != nil {
+			return nil, err
+		}
+		return dagPage(ctx, db, f, in)
+	}
 	f, err := db.LoadFlow(ctx, in.ID)
 	if err != nil {
 		return nil, err
 	}
-	if in.Limit != nil || in.Offset != 0 || len(f.Jobs) > maxDAGPage {
+	if len(f.Jobs) > maxDAGPage {
 		return dagPage(ctx, db, f, in)
 	}
 	jobs, err := db.LoadJobs(ctx, f.CallerID, f.Jobs)
