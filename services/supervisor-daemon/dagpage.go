@@ -28,7 +28,7 @@ type dagParams struct {
 // flow without its job list, and its counts. A flow not started yet has no DAG: its
 // nodes are pending, and their dependents come from every job's dependencies (one
 // read of one field each).
-func dagPage(ctx context.Context, db *store.DB, f *model.Flow, in dagParams) (*dagResult, error) {
+func (s *service) dagPage(ctx context.Context, db *store.DB, f *model.Flow, in dagParams) (*dagResult, error) {
 	limit := uint32(maxDAGPage)
 	if in.Limit != nil {
 		limit = *in.Limit
@@ -46,15 +46,8 @@ func dagPage(ctx context.Context, db *store.DB, f *model.Flow, in dagParams) (*d
 	}
 	var dependents map[uint32][]uint32
 	if !started {
-		all, err := db.LoadJobDependencies(ctx, f.CallerID, f.Jobs)
-		if err != nil {
+		if dependents, err = s.jobLists.dependents(ctx, db, f); err != nil {
 			return nil, err
-		}
-		dependents = map[uint32][]uint32{}
-		for _, j := range all {
-			for _, d := range j.Dependends {
-				dependents[d] = append(dependents[d], j.ID)
-			}
 		}
 	}
 	counts, err := db.LoadFlowCounts(ctx, f.ID)
@@ -130,40 +123,83 @@ func (c *coordinatorServer) GetFlowCounts(ctx context.Context, r *herov1.GetFlow
 // created again under its id has another).
 type jobListCache struct {
 	mu    sync.Mutex
-	lists map[string][]uint32
+	lists map[string]*jobList
 	order []string // oldest first
 }
 
-// jobListCacheSize is how many flows' job lists the cache keeps.
-const jobListCacheSize = 8
+// jobList is a flow's job list and, once a page of it was read before its start,
+// each job's dependents (from every job's dependencies: a flow not started has no DAG
+// that lists them).
+type jobList struct {
+	jobs       []uint32
+	dependents map[uint32][]uint32
+}
 
-func newJobListCache() *jobListCache { return &jobListCache{lists: map[string][]uint32{}} }
+// jobListCacheSize is how many flows' job lists the cache keeps (a 100,000-job
+// flow's: 0.4 MB, and some MB with its dependents).
+const jobListCacheSize = 4
 
-// jobs returns a flow's job list (f: its head), from the cache or read and kept.
-func (c *jobListCache) jobs(ctx context.Context, db *store.DB, f *model.Flow) ([]uint32, error) {
-	if c == nil {
-		return db.LoadFlowJobs(ctx, f.ID)
-	}
-	key := fmt.Sprintf("%d/%d/%d", f.ContextID, f.ID, f.CreatedAtMs)
-	c.mu.Lock()
-	ids, ok := c.lists[key]
-	c.mu.Unlock()
-	if ok {
-		return ids, nil
-	}
-	ids, err := db.LoadFlowJobs(ctx, f.ID)
-	if err != nil {
-		return nil, err
-	}
+func newJobListCache() *jobListCache { return &jobListCache{lists: map[string]*jobList{}} }
+
+func listKey(f *model.Flow) string { return fmt.Sprintf("%d/%d/%d", f.ContextID, f.ID, f.CreatedAtMs) }
+
+// get returns a flow's cached entry, or nil.
+func (c *jobListCache) get(f *model.Flow) *jobList {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.lists[listKey(f)]
+}
+
+// put keeps a flow's entry, dropping the oldest beyond jobListCacheSize.
+func (c *jobListCache) put(f *model.Flow, l *jobList) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := listKey(f)
 	if _, ok := c.lists[key]; !ok {
-		c.lists[key] = ids
 		c.order = append(c.order, key)
 		if len(c.order) > jobListCacheSize {
 			delete(c.lists, c.order[0])
 			c.order = c.order[1:]
 		}
 	}
+	c.lists[key] = l
+}
+
+// jobs returns a flow's job list (f: its head), from the cache or read and kept.
+func (c *jobListCache) jobs(ctx context.Context, db *store.DB, f *model.Flow) ([]uint32, error) {
+	if c != nil {
+		if l := c.get(f); l != nil {
+			return l.jobs, nil
+		}
+	}
+	ids, err := db.LoadFlowJobs(ctx, f.ID)
+	if err != nil || c == nil {
+		return ids, err
+	}
+	c.put(f, &jobList{jobs: ids})
 	return ids, nil
+}
+
+// dependents returns each job's dependents of a flow not started (f with its job
+// list), from the cache or read (one field of every job) and kept.
+func (c *jobListCache) dependents(ctx context.Context, db *store.DB, f *model.Flow) (map[uint32][]uint32, error) {
+	if c != nil {
+		if l := c.get(f); l != nil && l.dependents != nil {
+			return l.dependents, nil
+		}
+	}
+	all, err := db.LoadJobDependencies(ctx, f.CallerID, f.Jobs)
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint32][]uint32{}
+	for _, j := range all {
+		for _, d := range j.Dependends {
+			out[d] = append(out[d], j.ID)
+		}
+	}
+	if c != nil {
+		c.put(f, &jobList{jobs: f.Jobs, dependents: out})
+	}
+	return out, nil
 }

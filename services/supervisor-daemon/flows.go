@@ -175,14 +175,14 @@ func (s *service) flowDAG(ctx context.Context, p Principal, in dagParams) (*dagR
 		if f.Jobs, err = s.jobLists.jobs(ctx, db, f); err != nil {
 			return nil, err
 		}
-		return dagPage(ctx, db, f, in)
+		return s.dagPage(ctx, db, f, in)
 	}
 	f, err := db.LoadFlow(ctx, in.ID)
 	if err != nil {
 		return nil, err
 	}
 	if len(f.Jobs) > maxDAGPage {
-		return dagPage(ctx, db, f, in)
+		return s.dagPage(ctx, db, f, in)
 	}
 	jobs, err := db.LoadJobs(ctx, f.CallerID, f.Jobs)
 	if err != nil {
