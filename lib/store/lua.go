@@ -124,6 +124,7 @@ var luaKeys = []struct{ name, key string }{
 	{"K_MSG_IN", keys.MsgIn},
 	{"K_DAG", keys.DAGPrefix},
 	{"K_FLOW_RESULTS", keys.FlowResultsPrefix},
+	{"K_FLOW_STAGE", keys.FlowStagePrefix},
 	{"K_JOB_LOG", keys.JobLogPrefix},
 	{"K_JOB_MESSAGES", keys.JobMessagesPrefix},
 	{"K_FLOW_MESSAGES", keys.FlowMessagesPrefix},

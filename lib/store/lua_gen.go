@@ -909,6 +909,331 @@ func decodeFinishJobsReply(v any) (out any, err error) {
 	return out, nil
 }
 
+// flowDeleteChunkScript is lua/flow_delete_chunk.lua (its header declares its interface).
+var flowDeleteChunkScript = luaScript("flow_delete_chunk.lua", "lib_delete_job.lua")
+
+// flowDeleteChunkArgs are the KEYS and ARGV of lua/flow_delete_chunk.lua.
+type flowDeleteChunkArgs struct {
+	FlowKey string // KEYS
+	MsgsKey string // KEYS
+	Ctx     string
+	FlowID  string
+	Force   bool
+	Caller  string
+	Nmsgs   int64
+	IDs     []string
+}
+
+// call is the run of lua/flow_delete_chunk.lua with a's KEYS and ARGV.
+func (a *flowDeleteChunkArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.FlowKey, a.MsgsKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.FlowID)
+	args = append(args, luaBool(a.Force))
+	args = append(args, a.Caller)
+	args = append(args, a.Nmsgs)
+	args = append(args, len(a.IDs))
+	for _, x1 := range a.IDs {
+		args = append(args, x1)
+	}
+	return Call{Script: flowDeleteChunkScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_delete_chunk.lua and decodes its reply.
+func (a *flowDeleteChunkArgs) run(ctx context.Context, r luaRunner) (flowDeleteChunkRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowDeleteChunkRecord
+		return zero, err
+	}
+	return decodeFlowDeleteChunkReply(res)
+}
+
+// flowDeleteChunkRecord is a record of lua/flow_delete_chunk.lua.
+type flowDeleteChunkRecord struct {
+	Deleted  int64
+	MsgsLeft int64
+}
+
+// decodeFlowDeleteChunkReply decodes the reply of lua/flow_delete_chunk.lua.
+func decodeFlowDeleteChunkReply(v any) (out flowDeleteChunkRecord, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply: %w", err)
+	}
+	if out.Deleted, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply.deleted: %w", err)
+	}
+	if out.MsgsLeft, err = luaInt(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply.msgs_left: %w", err)
+	}
+	return out, nil
+}
+
+// flowStageBeginScript is lua/flow_stage_begin.lua (its header declares its interface).
+var flowStageBeginScript = luaScript("flow_stage_begin.lua")
+
+// flowStageBeginArgs are the KEYS and ARGV of lua/flow_stage_begin.lua.
+type flowStageBeginArgs struct {
+	FlowSeqKey string // KEYS
+	JobSeqKey  string // KEYS
+	Ctx        string
+	Caller     string
+	N          int64
+	TTLMs      int64
+	NowMs      int64
+}
+
+// call is the run of lua/flow_stage_begin.lua with a's KEYS and ARGV.
+func (a *flowStageBeginArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.FlowSeqKey, a.JobSeqKey)
+	args := make([]any, 0, 5)
+	args = append(args, a.Ctx)
+	args = append(args, a.Caller)
+	args = append(args, a.N)
+	args = append(args, a.TTLMs)
+	args = append(args, a.NowMs)
+	return Call{Script: flowStageBeginScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_stage_begin.lua and decodes its reply.
+func (a *flowStageBeginArgs) run(ctx context.Context, r luaRunner) (flowStageBeginRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowStageBeginRecord
+		return zero, err
+	}
+	return decodeFlowStageBeginReply(res)
+}
+
+// flowStageBeginRecord is a record of lua/flow_stage_begin.lua.
+type flowStageBeginRecord struct {
+	Flow    int64
+	First   int64
+	Last    int64
+	Expires int64
+}
+
+// decodeFlowStageBeginReply decodes the reply of lua/flow_stage_begin.lua.
+func decodeFlowStageBeginReply(v any) (out flowStageBeginRecord, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 4 {
+		err = fmt.Errorf("%d items, want 4", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply: %w", err)
+	}
+	if out.Flow, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply.flow: %w", err)
+	}
+	if out.First, err = luaInt(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply.first: %w", err)
+	}
+	if out.Last, err = luaInt(r1[2]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply.last: %w", err)
+	}
+	if out.Expires, err = luaInt(r1[3]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply.expires: %w", err)
+	}
+	return out, nil
+}
+
+// flowStageCommitScript is lua/flow_stage_commit.lua (its header declares its interface).
+var flowStageCommitScript = luaScript("flow_stage_commit.lua")
+
+// flowStageCommitArgs are the KEYS and ARGV of lua/flow_stage_commit.lua.
+type flowStageCommitArgs struct {
+	StageKey string // KEYS
+	Ctx      string
+	Flow     string
+	Caller   string
+	NowMs    int64
+	Op       string
+	HoldMs   int64
+}
+
+// call is the run of lua/flow_stage_commit.lua with a's KEYS and ARGV.
+func (a *flowStageCommitArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.StageKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Caller)
+	args = append(args, a.NowMs)
+	args = append(args, a.Op)
+	args = append(args, a.HoldMs)
+	return Call{Script: flowStageCommitScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_stage_commit.lua and decodes its reply.
+func (a *flowStageCommitArgs) run(ctx context.Context, r luaRunner) (flowStageCommitRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowStageCommitRecord
+		return zero, err
+	}
+	return decodeFlowStageCommitReply(res)
+}
+
+// flowStageCommitRecord is a record of lua/flow_stage_commit.lua.
+type flowStageCommitRecord struct {
+	Staged int64
+	IDs    []int64
+}
+
+// decodeFlowStageCommitReply decodes the reply of lua/flow_stage_commit.lua.
+func decodeFlowStageCommitReply(v any) (out flowStageCommitRecord, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 1 {
+		err = fmt.Errorf("%d items, want 1", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_stage_commit.lua: reply: %w", err)
+	}
+	if out.Staged, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_commit.lua: reply.staged: %w", err)
+	}
+	l1, err := luaList(any(r1[1:]))
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_stage_commit.lua: reply.ids: %w", err)
+	}
+	out.IDs = make([]int64, len(l1))
+	for i1 := range l1 {
+		if out.IDs[i1], err = luaInt(l1[i1]); err != nil {
+			return out, fmt.Errorf("lua/flow_stage_commit.lua: reply.ids[]: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// flowStageSweepScript is lua/flow_stage_sweep.lua (its header declares its interface).
+var flowStageSweepScript = luaScript("flow_stage_sweep.lua")
+
+// flowStageSweepArgs are the KEYS and ARGV of lua/flow_stage_sweep.lua.
+type flowStageSweepArgs struct {
+	StageKey string // KEYS
+	FlowKey  string // KEYS
+	Ctx      string
+	FlowID   string
+	NowMs    int64
+	Force    bool
+	Chunk    int64
+	HoldMs   int64
+}
+
+// call is the run of lua/flow_stage_sweep.lua with a's KEYS and ARGV.
+func (a *flowStageSweepArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.StageKey, a.FlowKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.FlowID)
+	args = append(args, a.NowMs)
+	args = append(args, luaBool(a.Force))
+	args = append(args, a.Chunk)
+	args = append(args, a.HoldMs)
+	return Call{Script: flowStageSweepScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_stage_sweep.lua and decodes its reply.
+func (a *flowStageSweepArgs) run(ctx context.Context, r luaRunner) (flowStageSweepRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowStageSweepRecord
+		return zero, err
+	}
+	return decodeFlowStageSweepReply(res)
+}
+
+// flowStageSweepRecord is a record of lua/flow_stage_sweep.lua.
+type flowStageSweepRecord struct {
+	More    int64
+	Deleted int64
+}
+
+// decodeFlowStageSweepReply decodes the reply of lua/flow_stage_sweep.lua.
+func decodeFlowStageSweepReply(v any) (out flowStageSweepRecord, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_stage_sweep.lua: reply: %w", err)
+	}
+	if out.More, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_sweep.lua: reply.more: %w", err)
+	}
+	if out.Deleted, err = luaInt(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_sweep.lua: reply.deleted: %w", err)
+	}
+	return out, nil
+}
+
+// flowStageTouchScript is lua/flow_stage_touch.lua (its header declares its interface).
+var flowStageTouchScript = luaScript("flow_stage_touch.lua")
+
+// flowStageTouchArgs are the KEYS and ARGV of lua/flow_stage_touch.lua.
+type flowStageTouchArgs struct {
+	StageKey string // KEYS
+	Ctx      string
+	Flow     string
+	Caller   string
+	NowMs    int64
+}
+
+// call is the run of lua/flow_stage_touch.lua with a's KEYS and ARGV.
+func (a *flowStageTouchArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.StageKey)
+	args := make([]any, 0, 4)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Caller)
+	args = append(args, a.NowMs)
+	return Call{Script: flowStageTouchScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_stage_touch.lua and decodes its reply.
+func (a *flowStageTouchArgs) run(ctx context.Context, r luaRunner) (flowStageTouchRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowStageTouchRecord
+		return zero, err
+	}
+	return decodeFlowStageTouchReply(res)
+}
+
+// flowStageTouchRecord is a record of lua/flow_stage_touch.lua.
+type flowStageTouchRecord struct {
+	First int64
+	Last  int64
+}
+
+// decodeFlowStageTouchReply decodes the reply of lua/flow_stage_touch.lua.
+func decodeFlowStageTouchReply(v any) (out flowStageTouchRecord, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_stage_touch.lua: reply: %w", err)
+	}
+	if out.First, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_touch.lua: reply.first: %w", err)
+	}
+	if out.Last, err = luaInt(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_touch.lua: reply.last: %w", err)
+	}
+	return out, nil
+}
+
 // gatewayLeaseAcquireScript is lua/gateway_lease_acquire.lua (its header declares its interface).
 var gatewayLeaseAcquireScript = luaScript("gateway_lease_acquire.lua")
 

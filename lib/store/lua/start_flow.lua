@@ -19,7 +19,7 @@ local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[
 local dag = KEYS[2]
 redis.call('DEL', dag, KEYS[3])
 local total = (#ARGV - 6) / 5
-redis.call('HSET', dag, 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0)
+redis.call('HSET', dag, 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0, 'completed', 0, 'cancelled', 0)
 -- The nodes' fields go into the DAG hash a few hundred at a time (unpack's limit).
 -- Attempt counters (a:) and a ready node's count of dependencies left (r:) start
 -- absent, read as 0; so do empty dependency and dependent lists (p:, d:), read as []
