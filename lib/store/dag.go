@@ -234,20 +234,19 @@ func jsonIDs(ids []uint32) string {
 	return string(b)
 }
 
-// startFlowScript: see lua/start_flow.lua.
-var startFlowScript = stateScript("start_flow.lua")
-
 // StartFlow writes the DAG state of a planned flow and marks it started. It returns
 // the ids of the nodes ready to dispatch, whose jobs it leaves as they are: their
 // dispatch (DispatchStarted) marks them. A flow that is not in status dispatched is
 // not touched; its status is returned with started=false.
 func (d *DB) StartFlow(ctx context.Context, f *model.Flow, jobs []*model.Job, dependents map[uint32][]uint32, actor string) (ready []uint32, status string, started bool, err error) {
 	now := time.Now()
-	args := []any{d.ContextID, f.ID, f.CallerID, now.Unix(), now.UnixMilli(), actor}
-	for _, j := range jobs {
-		args = append(args, j.ID, jsonIDs(j.Dependends), jsonIDs(dependents[j.ID]), len(j.Dependends), boolArg(ranBefore(j)))
+	a := &startFlowArgs{FlowKey: keys.Flow(f.ID), DagKey: keys.DAG(f.ID), ResultsKey: keys.FlowResults(f.ID), EventsKey: keys.Events,
+		Ctx: int64(d.ContextID), Flow: int64(f.ID), Caller: int64(f.CallerID), NowS: now.Unix(), NowMs: now.UnixMilli(), Actor: actor,
+		Nodes: make([]startFlowNode, len(jobs))}
+	for i, j := range jobs {
+		a.Nodes[i] = startFlowNode{ID: int64(j.ID), Deps: jsonIDs(j.Dependends), Dependents: jsonIDs(dependents[j.ID]), N: int64(len(j.Dependends)), Ran: ranBefore(j)}
 	}
-	res, err := d.Eval(ctx, startFlowScript, []string{keys.Flow(f.ID), keys.DAG(f.ID), keys.FlowResults(f.ID), keys.Events}, args...)
+	res, err := a.run(ctx, d)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "NOTFOUND") {
 			return nil, "", false, notFound("flow %d in context %d", f.ID, d.ContextID)

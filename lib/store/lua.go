@@ -20,7 +20,7 @@ const WakeCap = 10000
 // their queue, puts on a runner's wake list for one context: enough for the claim
 // loops of a few processes to claim side by side (a runner process has up to 4), few
 // enough that a burst of thousands of jobs pushes, and a claim moves, a handful of
-// tokens. Each claim renews them while jobs are left (claimStartScript).
+// tokens. Each claim renews them while jobs are left (lua/claim_start.lua).
 const WakeSpread = 8
 
 // The store's atomic transitions are Lua scripts, one file each under lua/: each file
