@@ -291,9 +291,6 @@ func parseIDs(vals []any) []uint32 {
 	return out
 }
 
-// dispatchScript: see lua/dispatch.lua.
-var dispatchScript = stateScript("dispatch.lua", "lib_wake.lua", "lib_route.lua", "lib_dispatch.lua")
-
 // listSep is what goes before the next item of a JSON list being built: its opening
 // bracket, then commas.
 func listSep(b []byte) byte {
@@ -396,37 +393,29 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 			n++
 		}
 	}
-	args := []any{d.ContextID, flowID, callerID, now.Unix(), now.UnixMilli(), actor, readyMs}
+	a := &dispatchArgs{MsgOutKey: keys.MsgOut, Ctx: int64(d.ContextID), Flow: int64(flowID), Caller: int64(callerID), NowS: now.Unix(),
+		NowMs: now.UnixMilli(), Actor: actor, ReadyMs: readyMs, Gjson: "", Jobs: make([]dispatchJob, 0, len(jobs))}
+	if flowID != 0 {
+		a.DagKey = keys.DAG(flowID)
+	}
 	var list []byte // the group's job list (jobRefs), built as the jobs are added
 	if n > 1 {
-		g := groupFields(d.ContextID, flowID, callerID, now, msgTimeout)
-		args = append(args, len(g))
-		args = append(args, g...)
-		args = append(args, nil) // the list, set below
-	} else {
-		args = append(args, 0)
+		a.Group = groupFields(d.ContextID, flowID, callerID, now, msgTimeout)
 	}
 	for _, j := range jobs {
 		if n > 1 && groupable(j) {
 			js := requestRef(j)
 			list = append(append(list, listSep(list)), js...)
 			// 1-based inclusive span, as Lua's string.sub takes it
-			args = append(args, j.ID, 1, 2, len(list)-len(js)+1, len(list))
+			a.Jobs = append(a.Jobs, dispatchJob{ID: int64(j.ID), Grouped: true, Items: []any{len(list) - len(js) + 1, len(list)}})
 			continue
 		}
-		fields := requestFields(d.ContextID, flowID, j, now, msgTimeout)
-		args = append(args, j.ID, 0, len(fields))
-		args = append(args, fields...)
+		a.Jobs = append(a.Jobs, dispatchJob{ID: int64(j.ID), Items: requestFields(d.ContextID, flowID, j, now, msgTimeout)})
 	}
 	if n > 1 {
-		g := args[7].(int)
-		args[8+g] = append(list, ']')
+		a.Gjson = append(list, ']')
 	}
-	ks := []string{keys.MsgOut}
-	if flowID != 0 {
-		ks = append(ks, keys.DAG(flowID))
-	}
-	res, err := d.Eval(ctx, dispatchScript, ks, args...)
+	res, err := a.run(ctx, d)
 	if err != nil {
 		return nil, fmt.Errorf("dispatch %d job(s) of context %d: %w", len(jobs), d.ContextID, err)
 	}

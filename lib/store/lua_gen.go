@@ -853,6 +853,80 @@ func decodeDeleteRunnerReply(v any) (out int64, err error) {
 	return out, nil
 }
 
+// dispatchScript is lua/dispatch.lua (its header declares its interface).
+var dispatchScript = luaScript("dispatch.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_route.lua", "lib_dispatch.lua")
+
+// dispatchArgs are the KEYS and ARGV of lua/dispatch.lua.
+type dispatchArgs struct {
+	MsgOutKey string // KEYS
+	DagKey    string // KEYS: optional (left out when it and the keys after it are empty)
+	Ctx       int64
+	Flow      int64
+	Caller    int64
+	NowS      int64
+	NowMs     int64
+	Actor     string
+	ReadyMs   string
+	Group     []any
+	Gjson     any
+	Jobs      []dispatchJob
+}
+
+// dispatchJob is a record of lua/dispatch.lua.
+type dispatchJob struct {
+	ID      int64
+	Grouped bool
+	Items   []any
+}
+
+// call is the run of lua/dispatch.lua with a's KEYS and ARGV.
+func (a *dispatchArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.MsgOutKey, a.DagKey)
+	for len(keys) > 1 && keys[len(keys)-1] == "" {
+		keys = keys[:len(keys)-1]
+	}
+	args := make([]any, 0, 10)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Caller)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Actor)
+	args = append(args, a.ReadyMs)
+	args = append(args, len(a.Group))
+	for _, x1 := range a.Group {
+		args = append(args, x1)
+	}
+	args = append(args, a.Gjson)
+	args = append(args, len(a.Jobs))
+	for _, x1 := range a.Jobs {
+		args = append(args, x1.ID)
+		args = append(args, luaBool(x1.Grouped))
+		args = append(args, len(x1.Items))
+		for _, x2 := range x1.Items {
+			args = append(args, x2)
+		}
+	}
+	return Call{Script: dispatchScript, Keys: keys, Args: args}
+}
+
+// run runs lua/dispatch.lua and decodes its reply.
+func (a *dispatchArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeDispatchReply(res)
+}
+
+// decodeDispatchReply decodes the reply of lua/dispatch.lua.
+func decodeDispatchReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
 // enqueueScript is lua/enqueue.lua (its header declares its interface).
 var enqueueScript = luaScript("enqueue.lua", "lib_busy.lua", "lib_wake.lua")
 
