@@ -69,11 +69,11 @@ local held = ARGV[7]
 local argi = 8
 local set = {}
 local n_set = tonumber(ARGV[argi])
-for k = 1, n_set do set[k] = ARGV[argi + k] end
+if n_set <= 7000 then set = {unpack(ARGV, argi + 1, argi + n_set)} else for k = 1, n_set do set[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_set
 local clears = {}
 local n_clears = tonumber(ARGV[argi])
-for k = 1, n_clears do clears[k] = ARGV[argi + k] end
+if n_clears <= 7000 then clears = {unpack(ARGV, argi + 1, argi + n_clears)} else for k = 1, n_clears do clears[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_clears
 local starts = {}
 local n_starts = tonumber(ARGV[argi])

@@ -52,7 +52,7 @@ local ready_ms = ARGV[7]
 local argi = 8
 local group = {}
 local n_group = tonumber(ARGV[argi])
-for k = 1, n_group do group[k] = ARGV[argi + k] end
+if n_group <= 7000 then group = {unpack(ARGV, argi + 1, argi + n_group)} else for k = 1, n_group do group[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_group
 local gjson = ARGV[argi]
 argi = argi + 1
@@ -65,7 +65,7 @@ for k = 1, n_jobs do
 argi = argi + 2
   e_jobs.items = {}
   local n_e_jobs_items = tonumber(ARGV[argi])
-  for k = 1, n_e_jobs_items do e_jobs.items[k] = ARGV[argi + k] end
+  if n_e_jobs_items <= 7000 then e_jobs.items = {unpack(ARGV, argi + 1, argi + n_e_jobs_items)} else for k = 1, n_e_jobs_items do e_jobs.items[k] = ARGV[argi + k] end end
   argi = argi + 1 + n_e_jobs_items
   jobs[k] = e_jobs
 end

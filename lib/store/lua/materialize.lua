@@ -27,7 +27,7 @@ local now_ms = ARGV[5]
 local argi = 6
 local job_fields = {}
 local n_job_fields = tonumber(ARGV[argi])
-for k = 1, n_job_fields do job_fields[k] = ARGV[argi + k] end
+if n_job_fields <= 7000 then job_fields = {unpack(ARGV, argi + 1, argi + n_job_fields)} else for k = 1, n_job_fields do job_fields[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_job_fields
 -- luagen: end of the prologue
 
