@@ -472,6 +472,136 @@ func decodeClaimReply(v any) (out string, err error) {
 	return out, nil
 }
 
+// claimMessageScript is lua/claim_message.lua (its header declares its interface).
+var claimMessageScript = luaScript("claim_message.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_route.lua")
+
+// claimMessageArgs are the KEYS and ARGV of lua/claim_message.lua.
+type claimMessageArgs struct {
+	QueueKey  string // KEYS
+	ProcKey   string // KEYS
+	LeasesKey string // KEYS
+	WakeKey   string // KEYS
+	Consumer  string
+	QueueName string
+	ExpiryMs  int64
+	Max       int64
+	Token     string
+	Held      string
+	Route     bool
+	Ctx       int64
+	NowS      int64
+	Claims    []string
+}
+
+// call is the run of lua/claim_message.lua with a's KEYS and ARGV.
+func (a *claimMessageArgs) call() Call {
+	keys := make([]string, 0, 4)
+	keys = append(keys, a.QueueKey, a.ProcKey, a.LeasesKey, a.WakeKey)
+	args := make([]any, 0, 10)
+	args = append(args, a.Consumer)
+	args = append(args, a.QueueName)
+	args = append(args, a.ExpiryMs)
+	args = append(args, a.Max)
+	args = append(args, a.Token)
+	args = append(args, a.Held)
+	args = append(args, luaBool(a.Route))
+	args = append(args, a.Ctx)
+	args = append(args, a.NowS)
+	args = append(args, len(a.Claims))
+	for _, x1 := range a.Claims {
+		args = append(args, x1)
+	}
+	return Call{Script: claimMessageScript, Keys: keys, Args: args}
+}
+
+// run runs lua/claim_message.lua and decodes its reply.
+func (a *claimMessageArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeClaimMessageReply(res)
+}
+
+// decodeClaimMessageReply decodes the reply of lua/claim_message.lua.
+func decodeClaimMessageReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
+// claimStartScript is lua/claim_start.lua (its header declares its interface).
+var claimStartScript = luaScript("claim_start.lua", "lib_busy.lua", "lib_state.lua")
+
+// claimStartArgs are the KEYS and ARGV of lua/claim_start.lua.
+type claimStartArgs struct {
+	QueueKey  string // KEYS
+	ProcKey   string // KEYS
+	LeasesKey string // KEYS
+	EventsKey string // KEYS
+	WakeKey   string // KEYS
+	Worker    string
+	Qname     string
+	Exp       int64
+	NowMs     int64
+	Max       int64
+	Token     string
+	Held      string
+	Set       []string
+	Clears    []string
+	Starts    []claimStartStart
+}
+
+// claimStartStart is a record of lua/claim_start.lua.
+type claimStartStart struct {
+	Claim string
+	Trace string
+}
+
+// call is the run of lua/claim_start.lua with a's KEYS and ARGV.
+func (a *claimStartArgs) call() Call {
+	keys := make([]string, 0, 5)
+	keys = append(keys, a.QueueKey, a.ProcKey, a.LeasesKey, a.EventsKey, a.WakeKey)
+	args := make([]any, 0, 10)
+	args = append(args, a.Worker)
+	args = append(args, a.Qname)
+	args = append(args, a.Exp)
+	args = append(args, a.NowMs)
+	args = append(args, a.Max)
+	args = append(args, a.Token)
+	args = append(args, a.Held)
+	args = append(args, len(a.Set))
+	for _, x1 := range a.Set {
+		args = append(args, x1)
+	}
+	args = append(args, len(a.Clears))
+	for _, x1 := range a.Clears {
+		args = append(args, x1)
+	}
+	args = append(args, len(a.Starts))
+	for _, x1 := range a.Starts {
+		args = append(args, x1.Claim)
+		args = append(args, x1.Trace)
+	}
+	return Call{Script: claimStartScript, Keys: keys, Args: args}
+}
+
+// run runs lua/claim_start.lua and decodes its reply.
+func (a *claimStartArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeClaimStartReply(res)
+}
+
+// decodeClaimStartReply decodes the reply of lua/claim_start.lua.
+func decodeClaimStartReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
 // completeScript is lua/complete.lua (its header declares its interface).
 var completeScript = luaScript("complete.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua")
 
@@ -720,6 +850,80 @@ func decodeDeleteRunnerReply(v any) (out int64, err error) {
 	if out, err = luaInt(v); err != nil {
 		return out, fmt.Errorf("lua/delete_runner.lua: reply: %w", err)
 	}
+	return out, nil
+}
+
+// dispatchScript is lua/dispatch.lua (its header declares its interface).
+var dispatchScript = luaScript("dispatch.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_route.lua", "lib_dispatch.lua")
+
+// dispatchArgs are the KEYS and ARGV of lua/dispatch.lua.
+type dispatchArgs struct {
+	MsgOutKey string // KEYS
+	DagKey    string // KEYS: optional (left out when it and the keys after it are empty)
+	Ctx       int64
+	Flow      int64
+	Caller    int64
+	NowS      int64
+	NowMs     int64
+	Actor     string
+	ReadyMs   string
+	Group     []any
+	Gjson     any
+	Jobs      []dispatchJob
+}
+
+// dispatchJob is a record of lua/dispatch.lua.
+type dispatchJob struct {
+	ID      int64
+	Grouped bool
+	Items   []any
+}
+
+// call is the run of lua/dispatch.lua with a's KEYS and ARGV.
+func (a *dispatchArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.MsgOutKey, a.DagKey)
+	for len(keys) > 1 && keys[len(keys)-1] == "" {
+		keys = keys[:len(keys)-1]
+	}
+	args := make([]any, 0, 10)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Caller)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Actor)
+	args = append(args, a.ReadyMs)
+	args = append(args, len(a.Group))
+	for _, x1 := range a.Group {
+		args = append(args, x1)
+	}
+	args = append(args, a.Gjson)
+	args = append(args, len(a.Jobs))
+	for _, x1 := range a.Jobs {
+		args = append(args, x1.ID)
+		args = append(args, luaBool(x1.Grouped))
+		args = append(args, len(x1.Items))
+		for _, x2 := range x1.Items {
+			args = append(args, x2)
+		}
+	}
+	return Call{Script: dispatchScript, Keys: keys, Args: args}
+}
+
+// run runs lua/dispatch.lua and decodes its reply.
+func (a *dispatchArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeDispatchReply(res)
+}
+
+// decodeDispatchReply decodes the reply of lua/dispatch.lua.
+func decodeDispatchReply(v any) (out any, err error) {
+	out = v
 	return out, nil
 }
 
@@ -1353,6 +1557,55 @@ func decodeGatewayLeaseReleaseReply(v any) (out int64, err error) {
 	return out, nil
 }
 
+// materializeScript is lua/materialize.lua (its header declares its interface).
+var materializeScript = luaScript("materialize.lua", "lib_busy.lua", "lib_state.lua")
+
+// materializeArgs are the KEYS and ARGV of lua/materialize.lua.
+type materializeArgs struct {
+	JobKey    string // KEYS
+	Caller    int64
+	ID        int64
+	OriginMsg string
+	NowS      int64
+	NowMs     int64
+	JobFields []any
+}
+
+// call is the run of lua/materialize.lua with a's KEYS and ARGV.
+func (a *materializeArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.JobKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Caller)
+	args = append(args, a.ID)
+	args = append(args, a.OriginMsg)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, len(a.JobFields))
+	for _, x1 := range a.JobFields {
+		args = append(args, x1)
+	}
+	return Call{Script: materializeScript, Keys: keys, Args: args}
+}
+
+// run runs lua/materialize.lua and decodes its reply.
+func (a *materializeArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeMaterializeReply(res)
+}
+
+// decodeMaterializeReply decodes the reply of lua/materialize.lua.
+func decodeMaterializeReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/materialize.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
 // popDueScript is lua/pop_due.lua (its header declares its interface).
 var popDueScript = luaScript("pop_due.lua")
 
@@ -1967,6 +2220,71 @@ func decodeStandaloneDoneReply(v any) (out standaloneDoneDone, err error) {
 	if out.Due, err = luaInt(r1[2]); err != nil {
 		return out, fmt.Errorf("lua/standalone_done.lua: reply.due: %w", err)
 	}
+	return out, nil
+}
+
+// startFlowScript is lua/start_flow.lua (its header declares its interface).
+var startFlowScript = luaScript("start_flow.lua", "lib_busy.lua", "lib_state.lua")
+
+// startFlowArgs are the KEYS and ARGV of lua/start_flow.lua.
+type startFlowArgs struct {
+	FlowKey    string // KEYS
+	DagKey     string // KEYS
+	ResultsKey string // KEYS
+	EventsKey  string // KEYS
+	Ctx        int64
+	Flow       int64
+	Caller     int64
+	NowS       int64
+	NowMs      int64
+	Actor      string
+	Nodes      []startFlowNode
+}
+
+// startFlowNode is a record of lua/start_flow.lua.
+type startFlowNode struct {
+	ID         int64
+	Deps       string
+	Dependents string
+	N          int64
+	Ran        bool
+}
+
+// call is the run of lua/start_flow.lua with a's KEYS and ARGV.
+func (a *startFlowArgs) call() Call {
+	keys := make([]string, 0, 4)
+	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey, a.EventsKey)
+	args := make([]any, 0, 7)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Caller)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Actor)
+	args = append(args, len(a.Nodes))
+	for _, x1 := range a.Nodes {
+		args = append(args, x1.ID)
+		args = append(args, x1.Deps)
+		args = append(args, x1.Dependents)
+		args = append(args, x1.N)
+		args = append(args, luaBool(x1.Ran))
+	}
+	return Call{Script: startFlowScript, Keys: keys, Args: args}
+}
+
+// run runs lua/start_flow.lua and decodes its reply.
+func (a *startFlowArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeStartFlowReply(res)
+}
+
+// decodeStartFlowReply decodes the reply of lua/start_flow.lua.
+func decodeStartFlowReply(v any) (out any, err error) {
+	out = v
 	return out, nil
 }
 

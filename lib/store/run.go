@@ -31,9 +31,6 @@ const (
 	StartRetaken
 )
 
-// claimStartScript: see lua/claim_start.lua.
-var claimStartScript = stateScript("claim_start.lua")
-
 // Started is one job a ClaimStarts took.
 type Started struct {
 	Claim   *Claim
@@ -85,20 +82,14 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 	set := []string{"status", string(model.JobStarted), "worker", consumer, "started_at_us", strconv.FormatInt(now.UnixMicro(), 10), "updated_at", secs}
 	claimIDs := make([]string, len(traceIDs))
 	wkey, wtoken, held := w.args()
-	args := make([]any, 0, 10+len(set)+len(startClears)+2*len(traceIDs))
-	args = append(args, consumer, queue, now.Add(lease).UnixMilli(), now.UnixMilli(), len(traceIDs), wtoken, held, len(set))
-	for _, v := range set {
-		args = append(args, v)
-	}
-	args = append(args, len(startClears))
-	for _, v := range startClears {
-		args = append(args, v)
-	}
+	a := &claimStartArgs{QueueKey: queue, ProcKey: keys.Processing(consumer), LeasesKey: keys.Leases, EventsKey: keys.Events, WakeKey: wkey,
+		Worker: consumer, Qname: queue, Exp: now.Add(lease).UnixMilli(), NowMs: now.UnixMilli(), Max: int64(len(traceIDs)), Token: wtoken,
+		Held: held, Set: set, Clears: startClears, Starts: make([]claimStartStart, len(traceIDs))}
 	for i, t := range traceIDs {
 		claimIDs[i] = newClaimID()
-		args = append(args, claimIDs[i], t)
+		a.Starts[i] = claimStartStart{Claim: claimIDs[i], Trace: t}
 	}
-	res, err := d.Eval(ctx, claimStartScript, []string{queue, keys.Processing(consumer), keys.Leases, keys.Events, wkey}, args...)
+	res, err := a.run(ctx, d)
 	if err != nil && err != redis.Nil {
 		return nil, &UnansweredClaimError{ClaimIDs: claimIDs, Err: fmt.Errorf("claim and start from %s of context %d: %w", queue, d.ContextID, err)}
 	}

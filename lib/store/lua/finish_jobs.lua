@@ -83,11 +83,11 @@ local apply = ARGV[8] == '1'
 local argi = 9
 local request = {}
 local n_request = tonumber(ARGV[argi])
-for k = 1, n_request do request[k] = ARGV[argi + k] end
+if n_request <= 7000 then request = {unpack(ARGV, argi + 1, argi + n_request)} else for k = 1, n_request do request[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_request
 local result = {}
 local n_result = tonumber(ARGV[argi])
-for k = 1, n_result do result[k] = ARGV[argi + k] end
+if n_result <= 7000 then result = {unpack(ARGV, argi + 1, argi + n_result)} else for k = 1, n_result do result[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_result
 local glist = ARGV[argi]
 argi = argi + 1
@@ -138,7 +138,8 @@ end
 -- each run's own result message (not grouped): their ids in one INCRBY (a run
 -- whose claim is not the job's any more leaves its id unused)
 if not grouped then message_reserve(#runs) end
-for _, run in ipairs(runs) do
+for r = 1, #runs do
+  local run = runs[r]
   local jk, member, claim, id, flow, status, err = run.job_key, run.member, run.claim, run.id, run.flow, run.status, run.err
   local code, rresult, rjson, fatal, retry_after, chunk = run.code, run.result, run.rjson, run.fatal, tonumber(run.retry_after), run.chunk
   -- from the tail, where claims (pushed at the head) are oldest: runs end in about the

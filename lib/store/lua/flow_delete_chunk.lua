@@ -30,7 +30,7 @@ local nmsgs = tonumber(ARGV[5])
 local argi = 6
 local ids = {}
 local n_ids = tonumber(ARGV[argi])
-for k = 1, n_ids do ids[k] = ARGV[argi + k] end
+if n_ids <= 7000 then ids = {unpack(ARGV, argi + 1, argi + n_ids)} else for k = 1, n_ids do ids[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_ids
 -- luagen: end of the prologue
 
