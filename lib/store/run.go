@@ -204,6 +204,9 @@ type JobOutcome struct {
 	Fatal      bool            // no retry (stopped, no interpreter, …)
 	RetryAfter time.Duration   // an executor asked to be retried after this long
 	Log        []byte          // appended to the job's log with the end (e.g. a handler call's header)
+	// StartedAt is when the run's process was about to run (zero: the claim's start,
+	// started_at_us, stays): the job's started_at_us becomes it.
+	StartedAt time.Time
 	LogMax     int             // the log's cap in bytes (0: MaxLogBytes)
 }
 
@@ -380,7 +383,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 	if apply && j0.FlowID != 0 {
 		request = groupFields(d.ContextID, j0.FlowID, j0.CallerID, now, 0)
 	}
-	args := make([]any, 0, 11+len(request)+len(msg)+14*len(idx))
+	args := make([]any, 0, 11+len(request)+len(msg)+15*len(idx))
 	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, now.UnixMicro(), boolArg(apply), len(request))
 	args = append(args, request...)
 	args = append(args, len(msg))
@@ -408,7 +411,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 			item = strconv.Itoa(len(list)-len(js)+1) + " " + strconv.Itoa(len(list))
 		}
 		args = append(args, keys.Job(j.CallerID, j.ID), c.member(), c.ID, j.ID, j.FlowID, string(o.Status), o.Error, o.ExitCode,
-			model.EncodeField(result), string(o.ResultJSON), fatal, o.RetryAfter.Milliseconds(), o.Log, item)
+			model.EncodeField(result), string(o.ResultJSON), fatal, o.RetryAfter.Milliseconds(), o.Log, item, startedArg(o.StartedAt))
 	}
 	if shared {
 		args[at] = append(list, ']')
@@ -420,6 +423,14 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 	return Call{Script: finishJobsScript, Keys: ks, Args: args}
 }
 
+// startedArg is a run's process start for the finish script ("": none).
+func startedArg(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMicro(), 10)
+}
+
 // finishedJSON is what a result message lists for the run of j that ended with o: a
 // jobRef with the end when named, else the finished job (without its script).
 func finishedJSON(j *model.Job, o JobOutcome, result map[string]string, now time.Time, named bool) []byte {
@@ -429,6 +440,9 @@ func finishedJSON(j *model.Job, o JobOutcome, result map[string]string, now time
 	final := *j
 	final.Status, final.Error, final.ExitCode, final.Result, final.ResultJSON, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.ResultJSON, o.Fatal
 	final.FinishedAt, final.FinishedAtMs, final.FinishedAtUs = now.Unix(), now.UnixMilli(), now.UnixMicro()
+	if !o.StartedAt.IsZero() {
+		final.StartedAt, final.StartedAtMs, final.StartedAtUs = o.StartedAt.Unix(), o.StartedAt.UnixMilli(), o.StartedAt.UnixMicro()
+	}
 	final.Script = "" // the result message does not need to carry the source again
 	js, err := json.Marshal(&final)
 	if err != nil {

@@ -25,13 +25,14 @@
 --   complete (1/0), [9] r, then r field/value items of the job request message of the
 --   dependents made ready (all but id, job and job_ids), then n, then n field/value items
 --   of the result message(s) (all but id, job and, when not grouped, message),
---   then, when grouped, the message's job list (a JSON array), then per run 14 items:
+--   then, when grouped, the message's job list (a JSON array), then per run 15 items:
 --   job key, lease member, claim id, job id, flow id, status, error, exit code, result
 --   JSON (the string map), the handler's result_json ("": none, the field is removed),
 --   fatal, retry-after (ms), log chunk, and the run's entry of the message's job list
 --   (for a job of this node a reference with the run's end — the result fields carry
 --   job_ref "1" —, for a job from another node the finished job) for its own message
---   or, grouped, where it starts and ends in the list ("<start> <end>", 1-based).
+--   or, grouped, where it starts and ends in the list ("<start> <end>", 1-based), and
+--   when the run's process was about to run (µs; "": the claim's start stays).
 -- Reply: per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
 --   here, jobs dispatched, flow status of the flow that ended here or ""}.
@@ -89,8 +90,8 @@ local function apply_here(jk, id, flow, attempt, result)
 end
 -- each run's own result message (not grouped): their ids in one INCRBY (a run
 -- whose claim is not the job's any more leaves its id unused)
-if not grouped then message_reserve((#ARGV - runs + 1) / 14) end
-for i = runs, #ARGV, 14 do
+if not grouped then message_reserve((#ARGV - runs + 1) / 15) end
+for i = runs, #ARGV, 15 do
   local jk, member, claim, id, flow, status, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local code, result, rjson, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], tonumber(ARGV[i + 11]), ARGV[i + 12]
   -- from the tail, where claims (pushed at the head) are oldest: runs end in about the
@@ -119,6 +120,7 @@ for i = runs, #ARGV, 14 do
     -- when read: each field the end adds is a scan of the job's listpack)
     local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at_us', now_us, 'updated_at', now_s}
     if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson end
+    if ARGV[i + 14] ~= '' then set[#set + 1] = 'started_at_us'; set[#set + 1] = ARGV[i + 14] end
     if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err end
     if fatal == '1' then set[#set + 1] = 'fatal'; set[#set + 1] = '1' end
     if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = ARGV[i + 11] end
@@ -195,7 +197,7 @@ local function group_message(spans, gids, total, processed)
 end
 call_each('ZREM', leases, unleased)
 index_flush()
-local nruns = (#ARGV - runs + 1) / 14
+local nruns = (#ARGV - runs + 1) / 15
 if #hdone > 0 then group_message(hdone, hids, nruns, true) end
 if #done > 0 then group_message(done, ids, nruns, false) end
 -- The dependents made ready: dispatched in one request message.
