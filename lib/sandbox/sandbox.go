@@ -467,6 +467,7 @@ func (s *Sandbox) limitScript(j *Job, lim Limits) ([]string, error) {
 			return nil, err
 		}
 		j.group = g
+		s.guard.addDirs(g.directories())
 		for _, f := range g.procsFiles() {
 			script = append(script, "echo $$ > "+shellQuote(f))
 		}
@@ -695,4 +696,5 @@ func (j *Job) Cleanup() {
 	}
 	j.group.kill(5 * time.Second)
 	j.group.remove()
+	j.s.guard.removeDirs(j.group.directories())
 }
