@@ -297,6 +297,15 @@ func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration) (*Prepared, error
 		j.Cleanup()
 		return nil, fmt.Errorf("%w: spec pipe: %v", ErrLaunch, err)
 	}
+	// The job's user reads its spec as a file (/dev/fd: the shell's own reading of
+	// its commands, no process of its own), which a pipe of the runner's (root) is not.
+	if c := s.credential(); c != nil {
+		if err := specR.Chown(int(c.Credential.Uid), int(c.Credential.Gid)); err != nil {
+			closeAll(specR, specW)
+			j.Cleanup()
+			return nil, fmt.Errorf("%w: spec pipe: %v", ErrLaunch, err)
+		}
+	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		closeAll(specR, specW)

@@ -41,8 +41,9 @@ const reportHeaderMax = 256
 // descriptor (%[1]d): the pipe's reader is the runner alone, so the write fails — and
 // nothing of the job starts — when the runner is gone (guard.go). Its prologue (a
 // job's own: coldPrologue; a sandbox made ahead of its job: aheadPrologue) sets the
-// result file's name (f), the most bytes of it to read (m), the work directory and the
-// command ("$@"). It runs the command without the report's descriptor, then kills
+// result file's name (__hero_f), the most bytes of it to read (__hero_m), and, made
+// ahead, the work directory, the environment and the command ("$@"). It runs the
+// command without the report's descriptor, then kills
 // whatever the command left running (nothing changes the job's files after that), and
 // writes its report: "ok" or "full" (a byte cannot be written to the job's filesystem)
 // and what the result file is, then, for a regular file, its first m bytes. It tests
@@ -52,7 +53,7 @@ const reportHeaderMax = 256
 const wrapperScript = `echo start >&%[1]d || exit 1
 %[2]s
 "$@" %[1]d>&-
-rc=$?
+rc=$? f=$__hero_f m=$__hero_m PATH=/usr/bin:/bin
 kill -KILL -1 2>/dev/null
 {
 d=ok
@@ -75,18 +76,16 @@ exit $rc
 
 // coldPrologue: the job's command came with the sandbox (bwrap put it in its work
 // directory); the result file's name (%[1]s, quoted) and bound (%[2]d) too.
-const coldPrologue = `f=%[1]s m=%[2]d`
+const coldPrologue = `__hero_f=%[1]s __hero_m=%[2]d`
 
 // aheadPrologue: a sandbox made ahead of its job (ahead.go) waits here, having said
-// "start", for its job's spec on descriptor %[1]d (read whole: a pipe the runner
-// made is not the job's user's to open by /dev/fd): the runner writes it (handSpec)
-// and closes the pipe. A spec cut short (the runner gone) is a syntax error or lacks
-// its last line (ok=1): nothing runs. The spec sets the work directory (w), made here, of
-// the job's own filesystem, f, m and the command with its whole environment (env -i).
-const aheadPrologue = `spec=$(cat <&%[1]d) && exec %[1]d<&- || exit 1
-eval "$spec" || exit 1
-[ "$ok" = 1 ] || exit 1
-mkdir -m 0700 -- "$w" && cd -- "$w" || exit 1`
+// "start", for its job's spec on descriptor %[1]d: the runner writes it (handSpec) and
+// closes the pipe; the shell runs it as it reads it (a pipe the job's user may open:
+// Prepared gives it that user). A spec cut short (the runner gone) is a syntax error
+// or lacks its last line (__hero_ok=1): the job's command does not run.
+const aheadPrologue = `. /dev/fd/%[1]d || exit 1
+exec %[1]d<&-
+[ "$__hero_ok" = 1 ] || exit 1`
 
 // wrapper is the argv that runs argv under wrapperScript.
 func wrapper(sh string, reportFD int, result string, max int64) []string {
@@ -100,19 +99,38 @@ func aheadWrapper(sh string, reportFD, specFD int) []string {
 	return []string{sh, "-c", fmt.Sprintf(wrapperScript, reportFD, fmt.Sprintf(aheadPrologue, specFD)), "hero-job"}
 }
 
-// handSpec is what a sandbox made ahead of its job reads (aheadPrologue): shell
-// assignments of the runner's own making, every value quoted.
+// handSpec is what a sandbox made ahead of its job runs to start it (aheadPrologue):
+// shell commands of the runner's own making, every value quoted. It makes the work
+// directory (of the job's own filesystem) and goes there, leaves of the wrapper's own
+// environment nothing (PATH, and the OLDPWD its cd set), exports the job's whole
+// environment and sets the command. A name no shell can hold is left out, as the
+// wrapper's shell leaves it out of a job's environment made for it (the API refuses
+// such names).
 func handSpec(dir, result string, max int64, env, argv []string) []byte {
 	var b strings.Builder
-	fmt.Fprintf(&b, "w=%s f=%s m=%d\nset -- env -i --", shellQuote(dir), shellQuote(result), max+1)
+	fmt.Fprintf(&b, "__hero_w=%s __hero_f=%s __hero_m=%d\n", shellQuote(dir), shellQuote(result), max+1)
+	b.WriteString("mkdir -m 0700 -- \"$__hero_w\" && cd \"$__hero_w\" || exit 1\nunset PATH OLDPWD\n")
 	for _, e := range env {
-		b.WriteString(" " + shellQuote(e))
+		if k, _, _ := strings.Cut(e, "="); shellName(k) {
+			b.WriteString("export " + shellQuote(e) + "\n")
+		}
 	}
+	b.WriteString("set --")
 	for _, a := range argv {
 		b.WriteString(" " + shellQuote(a))
 	}
-	b.WriteString("\nok=1\n")
+	b.WriteString("\n__hero_ok=1\n")
 	return []byte(b.String())
+}
+
+// shellName: k is a name a POSIX shell can export.
+func shellName(k string) bool {
+	for i, c := range k {
+		if c != '_' && (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return k != ""
 }
 
 // Result is what the runner took of a job's result file.
