@@ -207,7 +207,7 @@ type JobOutcome struct {
 	// StartedAt is when the run's process was about to run (zero: the claim's start,
 	// started_at_us, stays): the job's started_at_us becomes it.
 	StartedAt time.Time
-	LogMax     int             // the log's cap in bytes (0: MaxLogBytes)
+	LogMax    int // the log's cap in bytes (0: MaxLogBytes)
 }
 
 // finishJobsScript: see lua/finish_jobs.lua.
