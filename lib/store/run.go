@@ -204,10 +204,10 @@ type JobOutcome struct {
 	Fatal      bool            // no retry (stopped, no interpreter, …)
 	RetryAfter time.Duration   // an executor asked to be retried after this long
 	Log        []byte          // appended to the job's log with the end (e.g. a handler call's header)
+	LogMax     int             // the log's cap in bytes (0: MaxLogBytes)
 	// StartedAt is when the run's process was about to run (zero: the claim's start,
 	// started_at_us, stays): the job's started_at_us becomes it.
 	StartedAt time.Time
-	LogMax    int // the log's cap in bytes (0: MaxLogBytes)
 }
 
 // finishJobsScript: see lua/finish_jobs.lua.
