@@ -165,9 +165,20 @@ func chainLatencies(b *testing.B, c *harness.Client, ctxID, flowID uint32) []flo
 	return lat
 }
 
-// BenchmarkIndependentJobs: a flow of 2,000 independent `true` jobs, one runner.
+// BenchmarkIndependentJobs: a flow of 2,000 independent `true` jobs, one runner: with
+// its defaults (sandboxes made ahead), and with each job's sandbox made when it starts
+// (--sandbox-ahead 0). It reports the jobs per second and the CPU per job.
 func BenchmarkIndependentJobs(b *testing.B) {
-	s, c := benchStack(b, "--log-level", "info", "--concurrency", "8")
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{{"sandbox", nil}, {"sandbox-made-per-job", []string{"--sandbox-ahead", "0"}}} {
+		b.Run(tc.name, func(b *testing.B) { independentJobs(b, tc.name, tc.args) })
+	}
+}
+
+func independentJobs(b *testing.B, name string, args []string) {
+	s, c := benchStack(b, append([]string{"--log-level", "info", "--concurrency", "8"}, args...)...)
 	ids := createJobs(b, c, 2000, false)
 	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
 	var started harness.Flow
@@ -190,8 +201,8 @@ func BenchmarkIndependentJobs(b *testing.B) {
 	b.ReportMetric(secs, "flow-s")
 	b.ReportMetric(2000/secs, "jobs/s")
 	b.ReportMetric(float64(cpu.Microseconds())/2000/1000, "cpu-ms/job")
-	fmt.Printf("2,000 independent sh jobs, one runner (concurrency 8): %.2f s (%.0f jobs/s), %.1f ms of CPU per job (the stack's processes, its Redis and their children)\n",
-		secs, 2000/secs, float64(cpu.Microseconds())/2000/1000)
+	fmt.Printf("2,000 independent sh jobs, one runner (concurrency 8, %s): %.2f s (%.0f jobs/s), %.1f ms of CPU per job (the stack's processes, its Redis and their children)\n",
+		name, secs, 2000/secs, float64(cpu.Microseconds())/2000/1000)
 }
 
 func loadJob2(b *testing.B, c *harness.Client, id uint32) harness.Job {
