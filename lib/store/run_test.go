@@ -615,9 +615,14 @@ func TestFinishJobFields(t *testing.T) {
 	claimed := j.StartedAtUs
 	ran := time.Now().Add(time.Hour) // later than any claim of this test
 	j = run(store.JobOutcome{Status: model.JobFinished, StartedAt: ran})
-	if j.StartedAtUs != ran.UnixMicro() || j.StartedAtMs != ran.UnixMilli() || j.StartedAtUs == claimed {
+	if !startedAt(j, ran, claimed) {
 		t.Errorf("started_at_us %d, want the process's start %d (claimed at %d)", j.StartedAtUs, ran.UnixMicro(), claimed)
 	}
+}
+
+// startedAt: the loaded job's start is the run's process start ran, not its claim.
+func startedAt(j *model.Job, ran time.Time, claimed int64) bool {
+	return j.StartedAtUs == ran.UnixMicro() && j.StartedAtMs == ran.UnixMilli() && j.StartedAtUs != claimed
 }
 
 // A job's entry in each per-status index has the score of its entry in coord:idx:jobs,
