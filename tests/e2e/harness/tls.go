@@ -33,10 +33,20 @@ var pkiOnce struct {
 	err error
 }
 
-// PKI returns the test binary's PKI, made on first use.
+// PKI returns the test binary's PKI, made on first use in a directory of its own:
+// make test runs the e2e package as several test binaries at once, and two of them
+// making one shared directory's CA at the same moment would each sign with their
+// own (RemovePKI removes it at the end of the run).
 func PKI() (*tlsx.PKI, error) {
 	pkiOnce.Do(func() {
-		dir := filepath.Join(os.TempDir(), "hero-e2e-pki")
+		dir, err := os.MkdirTemp("", "hero-e2e-pki-")
+		if err == nil {
+			err = os.Chmod(dir, 0o755) // jobs run as another uid read the CA
+		}
+		if err != nil {
+			pkiOnce.err = err
+			return
+		}
 		pkiOnce.pki = &tlsx.PKI{Dir: dir}
 		if _, pkiOnce.err = pkiOnce.pki.Init(); pkiOnce.err == nil {
 			_, pkiOnce.err = redisacl.Init(dir)
@@ -49,6 +59,14 @@ func PKI() (*tlsx.PKI, error) {
 		}
 	})
 	return pkiOnce.pki, pkiOnce.err
+}
+
+// RemovePKI removes the directory of the PKI made by PKI, if any (TestMain, once
+// every test has ended).
+func RemovePKI() {
+	if pkiOnce.pki != nil {
+		_ = os.RemoveAll(pkiOnce.pki.Dir)
+	}
 }
 
 // services are the binaries that take the TLS flags.
@@ -266,7 +284,7 @@ func CheckACLLog(t testing.TB, redisURL string) {
 	}
 	client := redis.NewClient(ro)
 	defer func() { _ = client.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	entries, err := client.ACLLog(ctx, 128).Result()
 	if err != nil {
@@ -298,7 +316,7 @@ func EnsureScripts(redisURL string) error {
 		opt.Placement = placement.spec
 	}
 	placement.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := store.Open(ctx, opt)
 	if err != nil {
@@ -312,7 +330,7 @@ func EnsureScripts(redisURL string) error {
 // "operator" user on a Redis with ACL users, by TLS with its certificate on the secure
 // Redis.
 func operatorOptions(redisURL string) (store.Options, error) {
-	opt := store.Options{URL: redisURL, ConnectTimeout: 10 * time.Second, Log: zerolog.Nop()}
+	opt := store.Options{URL: redisURL, ConnectTimeout: time.Minute, Log: zerolog.Nop()}
 	if !isSecure(redisURL) {
 		return opt, nil
 	}
