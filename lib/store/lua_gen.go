@@ -1050,6 +1050,7 @@ type finishJobsRun struct {
 	RetryAfter int64
 	Chunk      any
 	Entry      any
+	Started    string
 }
 
 // call is the run of lua/finish_jobs.lua with a's KEYS and ARGV.
@@ -1093,6 +1094,7 @@ func (a *finishJobsArgs) call() Call {
 		args = append(args, x1.RetryAfter)
 		args = append(args, x1.Chunk)
 		args = append(args, x1.Entry)
+		args = append(args, x1.Started)
 	}
 	return Call{Script: finishJobsScript, Keys: keys, Args: args}
 }

@@ -196,6 +196,9 @@ type JobOutcome struct {
 	RetryAfter time.Duration   // an executor asked to be retried after this long
 	Log        []byte          // appended to the job's log with the end (e.g. a handler call's header)
 	LogMax     int             // the log's cap in bytes (0: MaxLogBytes)
+	// StartedAt is when the run's process was about to run (zero: the claim's start,
+	// started_at_us, stays): the job's started_at_us becomes it.
+	StartedAt time.Time
 }
 
 // FinishJob records a run's end, acks the claim and pushes the result message
@@ -386,12 +389,20 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 		}
 		a.Runs = append(a.Runs, finishJobsRun{JobKey: keys.Job(j.CallerID, j.ID), Member: c.member(), Claim: c.ID, ID: int64(j.ID), Flow: int64(j.FlowID),
 			Status: string(o.Status), Err: o.Error, Code: int64(o.ExitCode), Result: model.EncodeField(result), Rjson: string(o.ResultJSON),
-			Fatal: o.Fatal, RetryAfter: o.RetryAfter.Milliseconds(), Chunk: o.Log, Entry: item})
+			Fatal: o.Fatal, RetryAfter: o.RetryAfter.Milliseconds(), Chunk: o.Log, Entry: item, Started: startedArg(o.StartedAt)})
 	}
 	if shared {
 		a.Glist = append(list, ']')
 	}
 	return a.call()
+}
+
+// startedArg is a run's process start for the finish script ("": none).
+func startedArg(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMicro(), 10)
 }
 
 // finishedJSON is what a result message lists for the run of j that ended with o: a
@@ -403,6 +414,9 @@ func finishedJSON(j *model.Job, o JobOutcome, result map[string]string, now time
 	final := *j
 	final.Status, final.Error, final.ExitCode, final.Result, final.ResultJSON, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.ResultJSON, o.Fatal
 	final.FinishedAt, final.FinishedAtMs, final.FinishedAtUs = now.Unix(), now.UnixMilli(), now.UnixMicro()
+	if !o.StartedAt.IsZero() {
+		final.StartedAt, final.StartedAtMs, final.StartedAtUs = o.StartedAt.Unix(), o.StartedAt.UnixMilli(), o.StartedAt.UnixMicro()
+	}
 	final.Script = "" // the result message does not need to carry the source again
 	js, err := json.Marshal(&final)
 	if err != nil {

@@ -58,6 +58,8 @@
 --                          carry job_ref "1" —, for a job from another node the
 --                          finished job) for its own message or, grouped, where it
 --                          starts and ends in the list ("<start> <end>", 1-based)
+--     started      string  when the run's process was about to run (µs), its start;
+--                          "": the claim's start (started_at_us) stays
 -- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_route lib_dispatch
 -- Reply: raw per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
@@ -95,8 +97,8 @@ local runs = {}
 local n_runs = tonumber(ARGV[argi])
 argi = argi + 1
 for k = 1, n_runs do
-  runs[k] = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], err = ARGV[argi + 6], code = ARGV[argi + 7], result = ARGV[argi + 8], rjson = ARGV[argi + 9], fatal = ARGV[argi + 10] == '1', retry_after = ARGV[argi + 11], chunk = ARGV[argi + 12], entry = ARGV[argi + 13]}
-  argi = argi + 14
+  runs[k] = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], err = ARGV[argi + 6], code = ARGV[argi + 7], result = ARGV[argi + 8], rjson = ARGV[argi + 9], fatal = ARGV[argi + 10] == '1', retry_after = ARGV[argi + 11], chunk = ARGV[argi + 12], entry = ARGV[argi + 13], started = ARGV[argi + 14]}
+  argi = argi + 15
 end
 -- luagen: end of the prologue
 
@@ -168,6 +170,7 @@ for r = 1, #runs do
     -- when read: each field the end adds is a scan of the job's listpack)
     local set = {'status', status, 'exit_code', code, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s}
     if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson end
+    if run.started ~= '' then set[#set + 1] = 'started_at_us'; set[#set + 1] = run.started end
     if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err end
     if fatal then set[#set + 1] = 'fatal'; set[#set + 1] = '1' end
     if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = run.retry_after end

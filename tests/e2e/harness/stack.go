@@ -324,6 +324,8 @@ type Job struct {
 	StartedAtMs  int64             `json:"started_at_ms"`
 	FinishedAtMs int64             `json:"finished_at_ms"`
 	ReadyAtMs    int64             `json:"ready_at_ms"`
+	StartedAtUs  int64             `json:"started_at_us"`
+	FinishedAtUs int64             `json:"finished_at_us"`
 	FlowID       uint32            `json:"flow_id"`
 	Limits       map[string]any    `json:"limits"`
 }
