@@ -208,10 +208,16 @@ func (ch *chaosRun) checkRunsAfterDeath(key string, l []chaosLine) {
 // script ended (exit 0) within its time, goes to the report's timeouts.
 func (ch *chaosRun) checkTimeout(c *harness.Client, f harness.Flow, lines map[string][]chaosLine) {
 	var j harness.Job
-	if f.FailedJob == 0 || c.Call("job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": f.FailedJob}, &j) != nil || j.Error != "timeout" {
+	if f.FailedJob == 0 || c.Call("job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": f.FailedJob}, &j) != nil {
 		return
 	}
 	key := fmt.Sprintf("%d:1:%d", ctx1, f.FailedJob)
+	// Every flipped flow's failed job is a suspect: its ledger and log lines are shown.
+	ch.rep.flippedJobs = append(ch.rep.flippedJobs, key)
+	ch.t.Logf("flow %d ended in error: job %s: %q", f.ID, key, j.Error)
+	if j.Error != "timeout" {
+		return
+	}
 	starts := map[string]int64{}
 	for _, x := range lines[key] {
 		if x.kind == "start" {

@@ -44,6 +44,7 @@ type chaosReport struct {
 	lost, stuck, flipped              []uint32
 	twice, rerunAfterKill, rerunOther []string
 	endsMissing                       []string
+	flippedJobs                       []string // the failed job of each flipped flow
 	recovery                          map[string][]time.Duration
 	faults                            int
 	elapsed                           time.Duration
@@ -502,7 +503,7 @@ func (ch *chaosRun) keepLogs() {
 // or with a process alive after its runner's death.
 func (ch *chaosRun) suspects() []string {
 	keys := append(append(append([]string(nil), ch.rep.twice...), ch.rep.rerunOther...), ch.rep.rerunAfterFreeze...)
-	keys = append(keys, ch.rep.timeouts...)
+	keys = append(append(keys, ch.rep.timeouts...), ch.rep.flippedJobs...)
 	for _, d := range ch.rep.afterDeath {
 		keys = append(keys, strings.Fields(d)[0])
 	}
