@@ -101,6 +101,17 @@ const WakersPrefix = "coord:wakers:"
 // of the executor only when no other live process of the context has it healthy.
 func ExecUnhealthy(executor string) string { return "coord:exec_unhealthy:" + executor }
 
+// Priority is the zset, in a context's DB, of the queued jobs of job queue queue
+// (queue:<type>, queue:exec:<executor>) that have a priority other than the default →
+// their claim order score (ms: when queued + (priority − 3) × the context's priority
+// age). A claim merges it with the queue's list (whose jobs score their
+// dispatched_at_ms); while no job has a priority it does not exist, and a claim's
+// only cost is one read of it (docs/scheduling.md).
+func Priority(queue string) string { return PriorityPrefix + queue }
+
+// PriorityPrefix starts every Priority zset.
+const PriorityPrefix = "coord:prio:"
+
 // WakeStop is a private DB-0 list that one WaitWake call also waits on: a token there
 // ends the wait when the caller's context ends (BLPOP does not watch the context).
 func WakeStop(id string) string { return "coord:wakestop:" + id }

@@ -43,6 +43,7 @@ func (j *Job) hashFields() []any {
 	raw("kwargs", j.Kwargs)
 	raw("result_json", j.ResultJSON)
 	num("runner_id", int64(j.RunnerID))
+	num("priority", int64(j.Priority))
 	num("flow_id", int64(j.FlowID))
 	str("error", j.Error)
 	num("exit_code", int64(j.ExitCode))

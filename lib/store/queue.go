@@ -107,7 +107,7 @@ var claimMessageScript = stateScript("claim_message.lua", "lib_wake.lua", "lib_r
 
 // RoutingJobFields are the fields of a job that ClaimMessages reads for a job request:
 // what routing it needs (a remote runner's request needs the whole job: load it).
-var RoutingJobFields = []string{"id", "caller_id", "context_id", "flow_id", "script_type", "runner_id", "attempt", "status", "function_name"}
+var RoutingJobFields = []string{"id", "caller_id", "context_id", "flow_id", "script_type", "runner_id", "attempt", "status", "function_name", "priority"}
 
 // ClaimedMessage is a claimed message with what routing it needs.
 type ClaimedMessage struct {

@@ -22,11 +22,12 @@
 --   the fields its queue depends on read) and the routed jobs. Of a job
 --   result only the fields kind and job are returned (partial = 1). false: nothing taken.
 -- Derives: context DB: the messages' jobs job:<caller>:<id> (named in the messages),
---   coord:script_types, coord:executors, queue:<type>, queue:exec:<executor> and
+--   coord:script_types, coord:executors, queue:<type>, queue:exec:<executor>,
+--   coord:prio:<queue> and context:<ctx> (lib_route: a job with a priority) and
 --   coord:wakers:<queue>; DB 0 (SELECT 0, last):
 --   the runners' wake lists coord:wake:runner:<id>:<queue> and coord:busy.
 
-local JOB_FIELDS = {'id', 'caller_id', 'context_id', 'flow_id', 'script_type', 'runner_id', 'attempt', 'status', 'function_name'} -- RoutingJobFields (a test checks)
+local JOB_FIELDS = {'id', 'caller_id', 'context_id', 'flow_id', 'script_type', 'runner_id', 'attempt', 'status', 'function_name', 'priority'} -- RoutingJobFields (a test checks)
 local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]
 local out = {}
 local taken = 0

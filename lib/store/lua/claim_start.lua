@@ -40,9 +40,43 @@
 --   INLINE_READS jobs, each started one's entry also holds the job's hash as it is
 --   after the start (HGETALL's field/value list): a claim of a few jobs, which is what
 --   a lightly loaded runner makes, saves the caller's read round trip.
--- Derives (context DB): the claimed jobs' coord:dag:<flow> (its node goes running) and
+-- Derives (context DB): coord:prio:<queue> (keys.Priority: the queue's jobs with a
+--   priority, merged by score; read once per call), the claimed jobs' coord:dag:<flow> (its node goes running) and
 --   coord:idx:jobs:<status>; coord:proc:<worker> of the job's previous worker (to tell
 --   a duplicate entry): all named by the claimed items.
+
+-- prio_merge takes up to max items of queue q and of its priority set pk (whose first
+-- max members and scores are pz) by score (µs), the lowest first: a queued job's score
+-- is its dispatched_at_ms × 1000, a prioritised one's its set's (lib_route: queued +
+-- (priority − 3) × age).
+-- It returns them as LRANGE would (the first claimed last), each taken off its list
+-- or set.
+local function prio_merge(q, pk, pz, max)
+  local li = redis.call('LRANGE', q, -max, -1)
+  local picked, ztaken = {}, {}
+  local l, z, lt = #li, 1, nil
+  while #picked < max and (l >= 1 or z <= #pz) do
+    if l >= 1 and not lt then
+      lt = 0
+      if string.match(li[l], '^' .. K_JOB .. '%d+:%d+$') then
+        lt = (tonumber(redis.call('HGET', li[l], 'dispatched_at_ms') or '') or 0) * 1000
+      end
+    end
+    if z > #pz or (l >= 1 and lt <= tonumber(pz[z + 1])) then
+      picked[#picked + 1] = li[l]
+      l, lt = l - 1, nil
+    else
+      picked[#picked + 1] = pz[z]
+      ztaken[#ztaken + 1] = pz[z]
+      z = z + 2
+    end
+  end
+  if l < #li then redis.call('LTRIM', q, 0, l - #li - 1) end
+  if #ztaken > 0 then redis.call('ZREM', pk, unpack(ztaken)) end
+  local items = {}
+  for k = #picked, 1, -1 do items[#items + 1] = picked[k] end
+  return items
+end
 
 local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
 local worker, qname, exp, now_ms, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
@@ -58,9 +92,17 @@ local INLINE_READS = 4
 -- read: each goes onto the processing list, with its lease, only when it starts (one
 -- LPUSH and one ZADD for them all, in claim order, as an LMOVE each would leave them).
 local items = {}
-if max >= 1 then items = redis.call('LRANGE', KEYS[1], -max, -1) end
+-- The queue's jobs with a priority (keys.Priority): none, unless a producer gave one.
+local pk = K_PRIO .. KEYS[1]
+local pz = {}
+if max >= 1 then pz = redis.call('ZRANGE', pk, 0, max - 1, 'WITHSCORES') end
+if #pz > 0 then
+  items = prio_merge(KEYS[1], pk, pz, max)
+elseif max >= 1 then
+  items = redis.call('LRANGE', KEYS[1], -max, -1)
+  if #items > 0 then redis.call('LTRIM', KEYS[1], 0, -#items - 1) end
+end
 local nitems = #items
-if nitems > 0 then redis.call('LTRIM', KEYS[1], 0, -nitems - 1) end
 local kept, leased, seen, started = {}, {}, {}, {}
 -- the DAG nodes of the jobs that start, per flow: their state is read and set once
 -- per flow (a flow's jobs are claimed together)
@@ -153,6 +195,7 @@ if #started <= INLINE_READS then
 end
 if ARGV[7] ~= '-' then
   local left = redis.call('LLEN', KEYS[1])
+  if #pz > 0 then left = left + redis.call('ZCARD', pk) end
   redis.call('SELECT', '0')
   local have = redis.call('LREM', KEYS[5], '0', ARGV[6])
   local keep = math.min(left, math.max(have + tonumber(ARGV[7]) - #out, 1), WAKE_SPREAD)

@@ -25,7 +25,8 @@
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:idx:jobs:<status>, coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), coord:events,
 --   and lib_route's coord:executors, coord:script_types, queue:<type>,
---   queue:exec:<executor>, coord:wakers:<queue>; DB 0 (SELECT 0, last):
+--   queue:exec:<executor>, coord:prio:<queue>, context:<ctx> (its priority_age_ms,
+--   read when a job has a priority), coord:wakers:<queue>; DB 0 (SELECT 0, last):
 --   coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
 --   coord:busy.
 
