@@ -185,7 +185,7 @@ type Job struct {
 	RunnerID uint32 `hash:"runner_id,omitempty" json:"runner_id,omitempty"`
 	// Priority orders the job within its queue: 1 first … 5 last (0: PriorityDefault),
 	// with ageing (Context.PriorityAgeMs; docs/scheduling.md).
-	Priority uint8 `hash:"priority,omitempty" json:"priority,omitempty"`
+	Priority uint8  `hash:"priority,omitempty" json:"priority,omitempty"`
 	FlowID   uint32 `hash:"flow_id,omitempty" json:"flow_id,omitempty"`
 	Error    string `hash:"error,omitempty" json:"error,omitempty"`
 	ExitCode int    `hash:"exit_code,omitempty" json:"exit_code,omitempty"`
