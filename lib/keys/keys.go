@@ -112,6 +112,12 @@ func Priority(queue string) string { return PriorityPrefix + queue }
 // PriorityPrefix starts every Priority zset.
 const PriorityPrefix = "coord:prio:"
 
+// Turns is the hash, in a context's DB, of the claims the context made in the
+// current round of each runner wake list (keys.WakeRunner → count): a context whose
+// weight is w > 1 claims w times per round (docs/scheduling.md). It exists only for a
+// context with a weight.
+const Turns = "coord:turns"
+
 // WakeStop is a private DB-0 list that one WaitWake call also waits on: a token there
 // ends the wait when the caller's context ends (BLPOP does not watch the context).
 func WakeStop(id string) string { return "coord:wakestop:" + id }

@@ -129,6 +129,7 @@ var luaKeys = []struct{ name, key string }{
 	{"K_FLOW_MESSAGES", keys.FlowMessagesPrefix},
 	{"K_PINNED_QUEUE", keys.PinnedQueuePrefix},
 	{"K_PRIO", keys.PriorityPrefix},
+	{"K_TURNS", keys.Turns},
 	{"K_PROCESSING", keys.ProcessingPrefix},
 	{"K_STOP_LIST", keys.StopListPrefix},
 	{"K_WAKERS", keys.WakersPrefix},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -162,5 +163,94 @@ func TestPriorityValidation(t *testing.T) {
 	c = &model.Context{ID: 1, Admins: []uint32{1}, Weight: model.MaxWeight + 1}
 	if err := c.Validate(); err == nil || !errors.As(err, &ve) || ve.Field != "weight" {
 		t.Fatalf("weight %d: %v", c.Weight, err)
+	}
+}
+
+// serveRounds plays a runner on runner 1's wake list of queue:sh: it pops a token (a
+// context id), claims one job of that context holding it, and returns the contexts in
+// the order they were served, n claims long.
+func serveRounds(t *testing.T, s *store.Store, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	wk := keys.WakeRunner(1, "queue:sh")
+	var order []string
+	for len(order) < n {
+		tok, err := srv.Client(t, 0).LPop(ctx, wk).Result()
+		if err != nil {
+			t.Fatalf("wake list %s after %v: %v", wk, order, err)
+		}
+		id, _ := strconv.ParseUint(tok, 10, 32)
+		db, err := s.Ctx(uint32(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.ClaimStarts(ctx, "queue:sh", "w1", time.Minute, make([]string, 1), store.Wake{Key: wk, Token: tok, Held: true})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("claim of context %s: %v, %v", tok, got, err)
+		}
+		order = append(order, tok)
+	}
+	return order
+}
+
+// Fairness between contexts on one runner: with a deep backlog in context 1, a job of
+// context 2 is claimed at the next turn (round-robin by the wake list); with weights
+// 3 and 1 the runner serves them 3:1, in rounds (1 1 1 2 1 1 1 2 …). Without the
+// weight's head token the order stays 1 2 1 2.
+func TestFairnessWeights(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	for _, id := range []uint32{1, 2} {
+		db := mustCtx(t, s, id)
+		if _, _, err := s.CreateRunner(ctx, id, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub := func(id uint32, n int) {
+		subs := make([]store.Submission, n)
+		for i := range subs {
+			subs[i] = store.Submission{Job: &model.Job{CallerID: 1, Script: "true", ScriptType: "sh"}}
+		}
+		if _, err := s.SubmitJobs(ctx, id, subs, "actor:1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub(1, 200)
+	if got := serveRounds(t, s, 3); !slices.Equal(got, []string{"1", "1", "1"}) {
+		t.Fatalf("context 1 alone: %v", got)
+	}
+	sub(2, 1)
+	// context 1 keeps up to 8 tokens at the list's tail: context 2's one is behind
+	// them until context 1's next claim moves them behind it
+	got := serveRounds(t, s, 3)
+	if !slices.Contains(got[:2], "2") {
+		t.Fatalf("context 2's job was not claimed within 2 claims of context 1's backlog: %v", got)
+	}
+	sub(2, 100)
+	c, err := s.LoadContext(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Weight = 3
+	if _, err := s.UpdateContext(ctx, c, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	got = serveRounds(t, s, 40)
+	n1 := 0
+	for _, g := range got[8:] { // after the first rounds settle
+		if g == "1" {
+			n1++
+		}
+	}
+	if n1 != 24 {
+		t.Fatalf("weights 3:1: context 1 served %d of 32 claims, want 24: %v", n1, got)
+	}
+	for i := 8; i+3 < len(got); i++ {
+		if got[i] == "2" && got[i+1] == "2" {
+			t.Fatalf("context 2 served twice in a row under weights 3:1: %v", got)
+		}
 	}
 }

@@ -25,7 +25,11 @@
 -- context's tokens on the wake list are set anew: none when the queue is empty, else as
 -- many as were left uncovered by the items claimed, at least one and at most
 -- WAKE_SPREAD, at the list's tail: a context with jobs left always keeps a token, and
--- goes behind the other contexts waiting on the list.
+-- goes behind the other contexts waiting on the list (round-robin between the
+-- contexts of a runner). A context of weight w (context:<ctx>'s weight, an operator's
+-- setting; none: 1) makes w claims per round: while it has turns left in the round
+-- (coord:turns, its claims this round per wake list) one of its tokens goes to the
+-- head instead (docs/scheduling.md).
 --
 -- KEYS: [1] the job queue, [2] the processing list (coord:proc:<worker>), [3] coord:leases,
 --   [4] coord:events, [5] the queue's wake list of the claiming runner id
@@ -40,7 +44,9 @@
 --   INLINE_READS jobs, each started one's entry also holds the job's hash as it is
 --   after the start (HGETALL's field/value list): a claim of a few jobs, which is what
 --   a lightly loaded runner makes, saves the caller's read round trip.
--- Derives (context DB): coord:prio:<queue> (keys.Priority: the queue's jobs with a
+-- Derives (context DB): context:<ctx> (its weight, read when the claim sets the
+--   tokens: ctx is ARGV[6]), coord:turns (a weighted context's claims this round,
+--   by wake list), coord:prio:<queue> (keys.Priority: the queue's jobs with a
 --   priority, merged by score; read once per call), the claimed jobs' coord:dag:<flow> (its node goes running) and
 --   coord:idx:jobs:<status>; coord:proc:<worker> of the job's previous worker (to tell
 --   a duplicate entry): all named by the claimed items.
@@ -196,9 +202,21 @@ end
 if ARGV[7] ~= '-' then
   local left = redis.call('LLEN', KEYS[1])
   if #pz > 0 then left = left + redis.call('ZCARD', pk) end
+  -- A context's weight (an operator's setting): its claims per round of the list.
+  local w = tonumber(redis.call('HGET', K_CONTEXT .. ARGV[6], 'weight') or '') or 1
+  local again = false
+  if w > 1 and left > 0 then
+    -- the claims it made this round (coord:turns: wake list → claims): one token
+    -- goes to the list's head while it has turns left
+    if redis.call('HINCRBY', K_TURNS, KEYS[5], 1) < w then again = true else redis.call('HDEL', K_TURNS, KEYS[5]) end
+  end
   redis.call('SELECT', '0')
   local have = redis.call('LREM', KEYS[5], '0', ARGV[6])
   local keep = math.min(left, math.max(have + tonumber(ARGV[7]) - #out, 1), WAKE_SPREAD)
+  if again then
+    redis.call('LPUSH', KEYS[5], ARGV[6])
+    keep = keep - 1
+  end
   if keep > 0 then
     local t = {}
     for i = 1, keep do t[i] = ARGV[6] end
