@@ -112,6 +112,25 @@ func Priority(queue string) string { return PriorityPrefix + queue }
 // PriorityPrefix starts every Priority zset.
 const PriorityPrefix = "coord:prio:"
 
+// ConcurrencyRunning is the set, in a context's DB, of the job keys that run now
+// under concurrency key k (a job's concurrency_key): a claim starts a job of the key
+// only while the set is below the job's concurrency_limit. A run's end or its lease's
+// sweep removes its job; a claim that finds the set full first drops the members that
+// no longer run (docs/scheduling.md).
+func ConcurrencyRunning(k string) string { return ConcurrencyRunningPrefix + k }
+
+// ConcurrencyRunningPrefix starts every ConcurrencyRunning set.
+const ConcurrencyRunningPrefix = "coord:ckrun:"
+
+// ConcurrencyHeld is the list, in a context's DB, of the jobs of concurrency key k
+// that a claim held back at the key's limit ("<queue>\t<job key>", the newest at the
+// head): each end of a run of the key puts the oldest back at its queue's consuming
+// end.
+func ConcurrencyHeld(k string) string { return ConcurrencyHeldPrefix + k }
+
+// ConcurrencyHeldPrefix starts every ConcurrencyHeld list.
+const ConcurrencyHeldPrefix = "coord:ckheld:"
+
 // Turns is the hash, in a context's DB, of the claims the context made in the
 // current round of each runner wake list (keys.WakeRunner → count): a context whose
 // weight is w > 1 claims w times per round (docs/scheduling.md). It exists only for a

@@ -142,5 +142,12 @@ const (
 	PriorityAgeMaxMs = 86_400_000
 )
 
+// Concurrency keys (Job.ConcurrencyKey): at most MaxConcurrencyKeyLen bytes, a limit
+// of at most MaxConcurrencyLimit running jobs per key.
+const (
+	MaxConcurrencyKeyLen = 200
+	MaxConcurrencyLimit  = 10000
+)
+
 // MaxWeight bounds Context.Weight, a context's claims per round on a shared runner.
 const MaxWeight = 100

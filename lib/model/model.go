@@ -185,7 +185,15 @@ type Job struct {
 	RunnerID uint32 `hash:"runner_id,omitempty" json:"runner_id,omitempty"`
 	// Priority orders the job within its queue: 1 first … 5 last (0: PriorityDefault),
 	// with ageing (Context.PriorityAgeMs; docs/scheduling.md).
-	Priority uint8  `hash:"priority,omitempty" json:"priority,omitempty"`
+	Priority uint8 `hash:"priority,omitempty" json:"priority,omitempty"`
+	// ConcurrencyKey groups jobs of the context (any string the producer sets, e.g. a
+	// customer id): at most ConcurrencyLimit of them (0: 1) run at once; the others
+	// wait, held, in order, and the keys take turns (docs/scheduling.md).
+	ConcurrencyKey   string `hash:"concurrency_key,omitempty" json:"concurrency_key,omitempty"`
+	ConcurrencyLimit uint32 `hash:"concurrency_limit,omitempty" json:"concurrency_limit,omitempty"`
+	// Held says why a claim held the job back (a limit it met) until it goes back to
+	// its queue.
+	Held     string `hash:"held,omitempty" json:"held,omitempty"`
 	FlowID   uint32 `hash:"flow_id,omitempty" json:"flow_id,omitempty"`
 	Error    string `hash:"error,omitempty" json:"error,omitempty"`
 	ExitCode int    `hash:"exit_code,omitempty" json:"exit_code,omitempty"`

@@ -242,6 +242,12 @@ func (j *Job) Validate() error {
 	if len(j.Prerequisites) > MaxListLen {
 		return verr("job", j.ID, "prerequisites", "has more than %d entries", MaxListLen)
 	}
+	if len(j.ConcurrencyKey) > MaxConcurrencyKeyLen || strings.ContainsAny(j.ConcurrencyKey, "\t\n\r") {
+		return verr("job", j.ID, "concurrency_key", "must be at most %d bytes, without tabs or line breaks", MaxConcurrencyKeyLen)
+	}
+	if j.ConcurrencyLimit > MaxConcurrencyLimit || (j.ConcurrencyLimit != 0 && j.ConcurrencyKey == "") {
+		return verr("job", j.ID, "concurrency_limit", "must be at most %d, and needs a concurrency_key", MaxConcurrencyLimit)
+	}
 	if j.Priority > PriorityLowest {
 		return verr("job", j.ID, "priority", "%d is not a priority (1 first … %d last; 0 or none: %d)", j.Priority, PriorityLowest, PriorityDefault)
 	}

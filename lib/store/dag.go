@@ -284,7 +284,7 @@ func parseIDs(vals []any) []uint32 {
 }
 
 // dispatchScript: see lua/dispatch.lua.
-var dispatchScript = stateScript("dispatch.lua", "lib_wake.lua", "lib_route.lua", "lib_dispatch.lua")
+var dispatchScript = stateScript("dispatch.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua")
 
 // listSep is what goes before the next item of a JSON list being built: its opening
 // bracket, then commas.

@@ -103,7 +103,7 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 }
 
 // claimMessageScript: see lua/claim_message.lua.
-var claimMessageScript = stateScript("claim_message.lua", "lib_wake.lua", "lib_route.lua") // lib_route needs lib_state
+var claimMessageScript = stateScript("claim_message.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua") // lib_route needs lib_state
 
 // RoutingJobFields are the fields of a job that ClaimMessages reads for a job request:
 // what routing it needs (a remote runner's request needs the whole job: load it).

@@ -32,7 +32,7 @@ const (
 )
 
 // claimStartScript: see lua/claim_start.lua.
-var claimStartScript = stateScript("claim_start.lua")
+var claimStartScript = stateScript("claim_start.lua", "lib_wake.lua", "lib_ck.lua")
 
 // Started is one job a ClaimStarts took.
 type Started struct {
@@ -208,7 +208,7 @@ type JobOutcome struct {
 }
 
 // finishJobsScript: see lua/finish_jobs.lua.
-var finishJobsScript = stateScript("finish_jobs.lua", "lib_finalize.lua", "lib_complete.lua", "lib_wake.lua", "lib_route.lua", "lib_dispatch.lua")
+var finishJobsScript = stateScript("finish_jobs.lua", "lib_finalize.lua", "lib_complete.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua")
 
 // FinishJob records a run's end, acks the claim and pushes the result message
 // (kind job_result) on msg_out, in one step. false: the job was not held by this
@@ -380,7 +380,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 	if apply && j0.FlowID != 0 {
 		request = groupFields(d.ContextID, j0.FlowID, j0.CallerID, now, 0)
 	}
-	args := make([]any, 0, 11+len(request)+len(msg)+14*len(idx))
+	args := make([]any, 0, 11+len(request)+len(msg)+15*len(idx))
 	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, now.UnixMicro(), boolArg(apply), len(request))
 	args = append(args, request...)
 	args = append(args, len(msg))
@@ -408,7 +408,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 			item = strconv.Itoa(len(list)-len(js)+1) + " " + strconv.Itoa(len(list))
 		}
 		args = append(args, keys.Job(j.CallerID, j.ID), c.member(), c.ID, j.ID, j.FlowID, string(o.Status), o.Error, o.ExitCode,
-			model.EncodeField(result), string(o.ResultJSON), fatal, o.RetryAfter.Milliseconds(), o.Log, item)
+			model.EncodeField(result), string(o.ResultJSON), fatal, o.RetryAfter.Milliseconds(), o.Log, item, j.ConcurrencyKey)
 	}
 	if shared {
 		args[at] = append(list, ']')

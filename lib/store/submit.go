@@ -13,7 +13,7 @@ import (
 )
 
 // submitScript: see lua/submit.lua.
-var submitScript = stateScript("submit.lua", "lib_wake.lua", "lib_route.lua")
+var submitScript = stateScript("submit.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua")
 
 // Submission is one standalone job for SubmitJobs, with its optional uniqueness key.
 type Submission struct {

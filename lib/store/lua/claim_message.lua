@@ -23,7 +23,8 @@
 --   result only the fields kind and job are returned (partial = 1). false: nothing taken.
 -- Derives: context DB: the messages' jobs job:<caller>:<id> (named in the messages),
 --   coord:script_types, coord:executors, queue:<type>, queue:exec:<executor>,
---   coord:prio:<queue> and context:<ctx> (lib_route: a job with a priority) and
+--   coord:prio:<queue> and context:<ctx> (lib_route: a job with a priority),
+--   coord:ckrun:<key>, coord:ckheld:<key> and the held jobs' hashes (lib_ck) and
 --   coord:wakers:<queue>; DB 0 (SELECT 0, last):
 --   the runners' wake lists coord:wake:runner:<id>:<queue> and coord:busy.
 

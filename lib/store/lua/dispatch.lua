@@ -26,7 +26,8 @@
 --   coord:idx:jobs:<status>, coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), coord:events,
 --   and lib_route's coord:executors, coord:script_types, queue:<type>,
 --   queue:exec:<executor>, coord:prio:<queue>, context:<ctx> (its priority_age_ms,
---   read when a job has a priority), coord:wakers:<queue>; DB 0 (SELECT 0, last):
+--   read when a job has a priority), lib_ck's coord:ckrun:<key>, coord:ckheld:<key>
+--   and the held jobs' hashes, coord:wakers:<queue>; DB 0 (SELECT 0, last):
 --   coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
 --   coord:busy.
 

@@ -25,17 +25,19 @@
 --   complete (1/0), [9] r, then r field/value items of the job request message of the
 --   dependents made ready (all but id, job and job_ids), then n, then n field/value items
 --   of the result message(s) (all but id, job and, when not grouped, message),
---   then, when grouped, the message's job list (a JSON array), then per run 14 items:
+--   then, when grouped, the message's job list (a JSON array), then per run 15 items:
 --   job key, lease member, claim id, job id, flow id, status, error, exit code, result
 --   JSON (the string map), the handler's result_json ("": none, the field is removed),
 --   fatal, retry-after (ms), log chunk, and the run's entry of the message's job list
 --   (for a job of this node a reference with the run's end — the result fields carry
 --   job_ref "1" —, for a job from another node the finished job) for its own message
---   or, grouped, where it starts and ends in the list ("<start> <end>", 1-based).
+--   or, grouped, where it starts and ends in the list ("<start> <end>", 1-based),
+--   and the job's concurrency key ("": none; lib_ck's ck_end gives its slot back).
 -- Reply: per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
 --   here, jobs dispatched, flow status of the flow that ended here or ""}.
 -- Derives: context DB: coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
+--   coord:ckrun:<key>, coord:ckheld:<key> and the held jobs' queues (lib_ck),
 --   the job queue of a run's lease member (a late end's queued copy),
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), and what lib_complete, lib_dispatch and
@@ -89,8 +91,8 @@ local function apply_here(jk, id, flow, attempt, result)
 end
 -- each run's own result message (not grouped): their ids in one INCRBY (a run
 -- whose claim is not the job's any more leaves its id unused)
-if not grouped then message_reserve((#ARGV - runs + 1) / 14) end
-for i = runs, #ARGV, 14 do
+if not grouped then message_reserve((#ARGV - runs + 1) / 15) end
+for i = runs, #ARGV, 15 do
   local jk, member, claim, id, flow, status, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local code, result, rjson, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], tonumber(ARGV[i + 11]), ARGV[i + 12]
   -- from the tail, where claims (pushed at the head) are oldest: runs end in about the
@@ -158,6 +160,8 @@ for i = runs, #ARGV, 14 do
         redis.call('APPEND', lk, chunk)
       end
     end
+    -- its concurrency key's slot: given back, and the key's oldest held job queued
+    if ARGV[i + 14] ~= '' then ck_end(ARGV[i + 14], jk, now_ms) end
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
@@ -195,7 +199,7 @@ local function group_message(spans, gids, total, processed)
 end
 call_each('ZREM', leases, unleased)
 index_flush()
-local nruns = (#ARGV - runs + 1) / 14
+local nruns = (#ARGV - runs + 1) / 15
 if #hdone > 0 then group_message(hdone, hids, nruns, true) end
 if #done > 0 then group_message(done, ids, nruns, false) end
 -- The dependents made ready: dispatched in one request message.
@@ -231,6 +235,7 @@ if #jobdone > 0 then
   redis.call('PUBLISH', K_JOB_DONE, table.concat(jobdone, ' '))
   redis.call('SELECT', ctx)
 end
+ck_wake(ctx)
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
 return out

@@ -13,13 +13,17 @@
 --     priority other than the default is noted for route_add).
 --   - route_priority(jk, p): notes job key jk's priority p (a string "1"…"5"; nil, ""
 --     or "3": the default, noted as none) for route_push.
+--   - route_concurrency(jk, ck, limit): notes job key jk's concurrency key ck (nil or
+--     "": none) and limit (a string; none or 0: 1) for route_push.
 --   - route_add(jk, q): records job key jk for queue q (pushed by route_push, in order).
 --   - route_push(ctx): in the context's DB: LPUSHes the recorded jobs onto their queues
 --     and reads their wake targets (lib_wake). A job with a priority other than the
 --     default goes to the queue's priority set instead (coord:prio:<queue>, score in
 --     µs: now + (priority − 3) × the context's priority_age_ms, default
 --     PRIORITY_AGE_MS; the claim merges it with the queue, whose jobs score their
---     dispatched_at_ms, docs/scheduling.md). Returns the number of queues.
+--     dispatched_at_ms, docs/scheduling.md). A job with a concurrency key whose
+--     limit is in flight is held instead (lib_ck's ck_route). Returns the number of
+--     queues.
 --   - route_wake(ctx): in DB 0, after route_push: the runners' wake tokens and
 --     coord:busy.
 --   - route_flush(ctx): after the script's last write in the context's DB: route_push,
@@ -32,18 +36,27 @@
 --     (route_choose; the message stored acknowledged, as the router's claim would
 --     leave it; the jobs recorded for route_push), else pushed on the list mo
 --     (msg_out) for the router. Returns its key and 1 when pushed, 0 when routed.
--- Needs lib_state (store_message), lib_wake and lib_busy. route_types (the coord:script_types hash as read, or
+-- Needs lib_state (store_message), lib_wake, lib_busy and lib_ck. route_types (the coord:script_types hash as read, or
 -- nil) and route_routed ({job key, queue, …}, in order) are there for the caller.
 
 local route_types, route_served
 local route_routed, route_targets, route_pending, route_tokens, route_wakers
 -- route_prio: job key → its priority when not the default; route_prios: how many
 local route_prio, route_prios
+-- route_ck: job key → {its concurrency key, its limit}; route_cks: how many
+local route_ck, route_cks
 -- route_reset: the state of one call, set anew by each (lib/store Script).
 local function route_reset()
   route_types, route_served = nil, {}
   route_routed, route_targets, route_pending, route_tokens, route_wakers = {}, {}, {}, {}, {}
   route_prio, route_prios = {}, 0
+  route_ck, route_cks = {}, 0
+end
+local function route_concurrency(jk, ck, limit)
+  if ck and ck ~= '' then
+    if not route_ck[jk] then route_cks = route_cks + 1 end
+    route_ck[jk] = {ck, math.max(tonumber(limit or '') or 1, 1)}
+  end
 end
 local function route_priority(jk, p)
   if p and p ~= '' and p ~= PRIORITY_DEFAULT then
@@ -68,9 +81,12 @@ local function route_queue(id, runner, stype, fn)
   return nil
 end
 local function route_target(jk)
-  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name', 'priority')
+  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name', 'priority', 'concurrency_key', 'concurrency_limit')
   local q = route_queue(v[1], v[2], v[3], v[4])
-  if q then route_priority(jk, v[5]) end
+  if q then
+    route_priority(jk, v[5])
+    route_concurrency(jk, v[6], v[7])
+  end
   return q
 end
 local function route_add(jk, q)
@@ -101,6 +117,18 @@ local function route_split(q, vs, age)
   call_each('ZADD', K_PRIO .. q, scored, 2)
   return plain
 end
+-- route_limit: the jobs of vs (of queue q) that may go to q now (lib_ck's ck_route:
+-- the others of a concurrency key at its limit are held).
+local function route_limit(q, vs)
+  local t = redis.call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local out = {}
+  for _, jk in ipairs(vs) do
+    local c = route_ck[jk]
+    if not c or ck_route(c[1], c[2], q, jk, now_ms) then out[#out + 1] = jk end
+  end
+  return out
+end
 local function route_push(ctx)
   local age
   if route_prios > 0 then
@@ -110,10 +138,12 @@ local function route_push(ctx)
   -- of 256 jobs.
   for _, q in ipairs(route_targets) do
     local vs = route_pending[q]
+    if route_cks > 0 then vs = route_limit(q, vs) end
     if age then vs = route_split(q, vs, age) end
     for i = 1, #vs, 1000 do redis.call('LPUSH', q, unpack(vs, i, math.min(i + 999, #vs))) end
     route_wakers[q] = wake_targets(q)
   end
+  if route_cks > 0 then ck_wake(ctx) end
   return #route_targets
 end
 local function route_wake(ctx)

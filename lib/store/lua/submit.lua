@@ -32,6 +32,7 @@
 --   coord:idx:jobs[:status], coord:seq:message, message:<caller>:<n>,
 --   the job's msgs, msg_out), lib_route's (coord:executors,
 --   coord:script_types, queue:<type>, queue:exec:<executor>, coord:prio:<queue>,
+--   lib_ck's coord:ckrun:<key> and coord:ckheld:<key> and the held jobs' hashes,
 --   coord:wakers:<queue>); DB
 --   0: coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
 --   coord:busy.
@@ -87,7 +88,9 @@ for n, j in ipairs(jobs) do
     if name == 'runner_id' then runner = ARGV[k + 1]
     elseif name == 'script_type' then stype = ARGV[k + 1]
     elseif name == 'function_name' then fn = ARGV[k + 1]
-    elseif name == 'priority' then j.prio = ARGV[k + 1] end
+    elseif name == 'priority' then j.prio = ARGV[k + 1]
+    elseif name == 'concurrency_key' then j.ck = ARGV[k + 1]
+    elseif name == 'concurrency_limit' then j.cl = ARGV[k + 1] end
   end
   j.q = route_queue(j.caller, runner, stype, fn)
   if not j.q and (runner or '0') == '0' then return {'unserved', n} end
@@ -191,6 +194,7 @@ for _, j in ipairs(jobs) do
       'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}, q and MSG_ACKNOWLEDGED or nil, mid)
     if q then
       route_priority(j.key, j.prio)
+      route_concurrency(j.key, j.ck, j.cl)
       route_add(j.key, q)
     else
       redis.call('LPUSH', K_MSG_OUT, mk)

@@ -537,15 +537,18 @@ type Job struct {
 	// beside result, the seed's string map made from it.
 	ResultJson string `protobuf:"bytes,36,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
 	// The producer's W3C traceparent: every attempt continues its trace (trace_id).
-	Traceparent   string `protobuf:"bytes,37,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
-	Fatal         bool   `protobuf:"varint,38,opt,name=fatal,proto3" json:"fatal,omitempty"`                                      // the last error is not worth a retry
-	StopRequested bool   `protobuf:"varint,39,opt,name=stop_requested,json=stopRequested,proto3" json:"stop_requested,omitempty"` // job.stop was called
-	RetryAfterMs  int64  `protobuf:"varint,40,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`  // an executor's requested retry delay
-	StartedAtUs   int64  `protobuf:"varint,41,opt,name=started_at_us,json=startedAtUs,proto3" json:"started_at_us,omitempty"`     // the start in microseconds (sub-millisecond latencies)
-	FinishedAtUs  int64  `protobuf:"varint,42,opt,name=finished_at_us,json=finishedAtUs,proto3" json:"finished_at_us,omitempty"`  // the end in microseconds
-	Priority      uint32 `protobuf:"varint,43,opt,name=priority,proto3" json:"priority,omitempty"`                                // 1 first … 5 last within its queue; 0: 3 (docs/scheduling.md)
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Traceparent      string `protobuf:"bytes,37,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Fatal            bool   `protobuf:"varint,38,opt,name=fatal,proto3" json:"fatal,omitempty"`                                               // the last error is not worth a retry
+	StopRequested    bool   `protobuf:"varint,39,opt,name=stop_requested,json=stopRequested,proto3" json:"stop_requested,omitempty"`          // job.stop was called
+	RetryAfterMs     int64  `protobuf:"varint,40,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`           // an executor's requested retry delay
+	StartedAtUs      int64  `protobuf:"varint,41,opt,name=started_at_us,json=startedAtUs,proto3" json:"started_at_us,omitempty"`              // the start in microseconds (sub-millisecond latencies)
+	FinishedAtUs     int64  `protobuf:"varint,42,opt,name=finished_at_us,json=finishedAtUs,proto3" json:"finished_at_us,omitempty"`           // the end in microseconds
+	Priority         uint32 `protobuf:"varint,43,opt,name=priority,proto3" json:"priority,omitempty"`                                         // 1 first … 5 last within its queue; 0: 3 (docs/scheduling.md)
+	ConcurrencyKey   string `protobuf:"bytes,44,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`        // at most concurrency_limit jobs of the key run at once
+	ConcurrencyLimit uint32 `protobuf:"varint,45,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"` // 0: 1
+	Held             string `protobuf:"bytes,46,opt,name=held,proto3" json:"held,omitempty"`                                                  // why a claim held it back (a limit it met)
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -877,6 +880,27 @@ func (x *Job) GetPriority() uint32 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *Job) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *Job) GetConcurrencyLimit() uint32 {
+	if x != nil {
+		return x.ConcurrencyLimit
+	}
+	return 0
+}
+
+func (x *Job) GetHeld() string {
+	if x != nil {
+		return x.Held
+	}
+	return ""
 }
 
 type Flow struct {
@@ -1688,7 +1712,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\tprocesses\x18\t \x03(\v2\x16.hero.v1.RunnerProcessR\tprocesses\x12\x16\n" +
 	"\x06secret\x18\n" +
 	" \x01(\tR\x06secret\x12\x1c\n" +
-	"\texecutors\x18\v \x03(\tR\texecutors\"\xc5\v\n" +
+	"\texecutors\x18\v \x03(\tR\texecutors\"\xaf\f\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1743,7 +1767,10 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\x0eretry_after_ms\x18( \x01(\x03R\fretryAfterMs\x12\"\n" +
 	"\rstarted_at_us\x18) \x01(\x03R\vstartedAtUs\x12$\n" +
 	"\x0efinished_at_us\x18* \x01(\x03R\ffinishedAtUs\x12\x1a\n" +
-	"\bpriority\x18+ \x01(\rR\bpriority\x1a:\n" +
+	"\bpriority\x18+ \x01(\rR\bpriority\x12'\n" +
+	"\x0fconcurrency_key\x18, \x01(\tR\x0econcurrencyKey\x12+\n" +
+	"\x11concurrency_limit\x18- \x01(\rR\x10concurrencyLimit\x12\x12\n" +
+	"\x04held\x18. \x01(\tR\x04held\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +

@@ -1,0 +1,158 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+)
+
+// Concurrency keys: 3 keys × 30 jobs (submitted key by key) with a limit of 2 per key,
+// claimed by a runner with 8 slots that ends its oldest run after each claim: at no
+// time do more than 2 jobs of a key run, every job runs once, and the keys take turns
+// from the first claim on (a key's 30 jobs do not all run first). A held job says why
+// in its held field and a job.held event; its release removes the field and records
+// job.released. Without lib_ck the first claim starts 8 jobs of key a.
+func TestConcurrencyKeyLimit(t *testing.T) {
+	s, db := priorityCtx(t)
+	ctx := context.Background()
+	var subs []store.Submission
+	for _, k := range []string{"a", "b", "c"} {
+		for range 30 {
+			subs = append(subs, store.Submission{Job: &model.Job{CallerID: 1, Script: "true", ScriptType: "sh", ConcurrencyKey: k, ConcurrencyLimit: 2}})
+		}
+	}
+	if _, err := s.SubmitJobs(ctx, 1, subs, "actor:1"); err != nil {
+		t.Fatal(err)
+	}
+	type run struct {
+		c *store.Claim
+		j *model.Job
+	}
+	var running []run
+	perKey := map[string]int{}
+	ran := map[uint32]bool{}
+	var order []string
+	// a held job says why
+	if j, err := db.LoadJob(ctx, 1, 30); err != nil || j.Held == "" || j.Status != model.JobDispatched {
+		t.Fatalf("job 30 (key a, beyond its limit): %+v, %v", j, err)
+	}
+	for step := 0; len(ran) < len(subs) || len(running) > 0; step++ {
+		if step > 1000 {
+			t.Fatalf("stuck: %d of %d jobs ran, running %d", len(ran), len(subs), len(running))
+		}
+		free := 8 - len(running)
+		if free > 0 {
+			got, err := db.ClaimStarts(ctx, "queue:sh", "w1", time.Minute, make([]string, free), store.Wake{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range got {
+				switch x.Outcome {
+				case store.StartRun:
+					k := x.Job.ConcurrencyKey
+					perKey[k]++
+					if perKey[k] > 2 {
+						t.Fatalf("key %s runs %d jobs at once", k, perKey[k])
+					}
+					if ran[x.Job.ID] {
+						t.Fatalf("job %d ran twice", x.Job.ID)
+					}
+					ran[x.Job.ID] = true
+					order = append(order, k)
+					running = append(running, run{x.Claim, x.Job})
+				default:
+					t.Fatalf("claim %s: outcome %v, %v", x.Claim.Item, x.Outcome, x.Err)
+				}
+			}
+		}
+		if len(running) == 0 {
+			continue
+		}
+		r := running[0]
+		running = running[1:]
+		if ok, err := db.FinishJob(ctx, r.c, r.j, store.JobOutcome{Status: model.JobFinished}); !ok || err != nil {
+			t.Fatalf("finish %d: %v %v", r.j.ID, ok, err)
+		}
+		perKey[r.j.ConcurrencyKey]--
+	}
+	// the keys take turns: each 6 starts in a row hold every key
+	for i := 0; i+6 <= 60; i++ {
+		seen := map[string]bool{}
+		for _, k := range order[i : i+6] {
+			seen[k] = true
+		}
+		if len(seen) != 3 {
+			t.Fatalf("starts %d…%d were of keys %v: %v", i, i+5, seen, order)
+		}
+	}
+	rdb := srv.Client(t, 1)
+	for _, k := range []string{"a", "b", "c"} {
+		if n := rdb.Exists(ctx, keys.ConcurrencyRunning(k), keys.ConcurrencyHeld(k)).Val(); n != 0 {
+			t.Errorf("key %s: its running set %v or held list %v is left after every job ran", k, rdb.SMembers(ctx, keys.ConcurrencyRunning(k)).Val(), rdb.LRange(ctx, keys.ConcurrencyHeld(k), 0, -1).Val())
+		}
+	}
+	evs, err := rdb.XRange(ctx, keys.Events, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, released := 0, 0
+	for _, e := range evs {
+		switch e.Values["type"] {
+		case string(model.EventJobHeld):
+			held++
+		case string(model.EventJobReleased):
+			released++
+		}
+	}
+	if held != 84 || released != 84 {
+		t.Errorf("job.held events %d, job.released %d: want 84 each (28 of each key)", held, released)
+	}
+	j, err := db.LoadJob(ctx, 1, 90)
+	if err != nil || j.Held != "" {
+		t.Errorf("a released job keeps its held field: %q, %v", j.Held, err)
+	}
+}
+
+// A run whose lease is swept (its process killed, kill -9) keeps its key's place: its
+// job is queued first and runs again, and the key's held job runs after its end.
+func TestConcurrencyKeyLeaseExpiry(t *testing.T) {
+	s, db := priorityCtx(t)
+	ctx := context.Background()
+	var subs []store.Submission
+	for range 2 {
+		subs = append(subs, store.Submission{Job: &model.Job{CallerID: 1, Script: "true", ScriptType: "sh", ConcurrencyKey: "k"}})
+	}
+	if _, err := s.SubmitJobs(ctx, 1, subs, "actor:1"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.ClaimStarts(ctx, "queue:sh", "dead", 10*time.Millisecond, make([]string, 2), store.Wake{})
+	if err != nil || len(got) != 1 || got[0].Outcome != store.StartRun {
+		t.Fatalf("first claim: %+v %v (want one job: the other is held)", got, err)
+	}
+	first := got[0].Job.ID
+	// the lease expires; the sweep takes it back (wait for the clock to pass it)
+	var moved []store.Requeued
+	for deadline := time.Now().Add(time.Minute); len(moved) == 0; {
+		if moved, err = db.RequeueExpired(ctx, time.Now(), 100); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lease was never swept")
+		}
+	}
+	got, err = db.ClaimStarts(ctx, "queue:sh", "w2", time.Minute, make([]string, 2), store.Wake{})
+	if err != nil || len(got) != 1 || got[0].Outcome != store.StartRun || got[0].Job.ID != first {
+		t.Fatalf("after the sweep: %+v %v (want job %d started again, alone)", got, err, first)
+	}
+	if ok, err := db.FinishJob(ctx, got[0].Claim, got[0].Job, store.JobOutcome{Status: model.JobFinished}); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	got, err = db.ClaimStarts(ctx, "queue:sh", "w2", time.Minute, make([]string, 2), store.Wake{})
+	if err != nil || len(got) != 1 || got[0].Outcome != store.StartRun || got[0].Job.ID == first || got[0].Job.Held != "" {
+		t.Fatalf("the held job after the end: %+v %v", got, err)
+	}
+}
