@@ -47,16 +47,38 @@ build: ## build static binaries into bin/
 deps: ## install what the tests need (redis-server, redis-sentinel, bubblewrap, slirp4netns, iproute2, python3-cryptography) when missing
 	@scripts/deps.sh redis-server redis-sentinel bwrap slirp4netns ip python3-cryptography
 
+# The suite runs through testrun (lib/testutil/cmd/testrun): every command to its end
+# even when one fails, a line per package as it ends, a failed test's output when it
+# fails, and a closing summary (what failed, the slowest tests, the time); exit 1 when
+# anything failed. docs/testing.md describes the suite.
+TEST_J ?= 3#              testrun commands at once
+TEST_P ?= 2#              packages at once within a command (go test -p)
+TEST_JSON ?=#             a directory: keep each command's go test -json stream there
+TESTRUN = $(GO) run ./lib/testutil/cmd/testrun -j $(TEST_J) $(if $(TEST_JSON),-json-dir $(TEST_JSON))
+# 'LABEL: COMMAND' for testrun: module $(1)'s tests with extra go test arguments $(2).
+test_module = '$(1): cd $(1) && $(GO) test -json $(TEST_FLAGS) -p $(TEST_P) $(2) ./...'
+# The e2e suite first: it is the longest, the modules run beside it.
+TEST_MODULES := tests/e2e $(filter-out tests/e2e,$(MODULES))
+
 .PHONY: test
-test: deps ## run every module's tests (with -race) against a real redis-server
-	@set -e; for m in $(MODULES); do \
-		echo "== test $$m"; \
-		(cd $$m && $(GO) test $(TEST_FLAGS) ./...); \
-	done
-	@echo "== test tests/e2e core suite against Redis over TLS (client certificates) with ACL users"
-	@cd tests/e2e && HERO_E2E_REDIS=secure $(GO) test $(TEST_FLAGS) -run '$(CORE_TESTS)' ./
-	@echo "== test tests/e2e core and lifecycle suites for a context placed on a second Redis server"
-	@cd tests/e2e && HERO_E2E_REDIS=placed $(GO) test $(TEST_FLAGS) -run '$(PLACED_TESTS)' ./
+test: deps ## every module's tests (with -race, against a real redis-server) and the e2e suite again over TLS with ACL users and on two Redis servers; a line per package, a summary at the end
+	@CORE_TESTS='$(CORE_TESTS)' PLACED_TESTS='$(PLACED_TESTS)' $(TESTRUN) \
+		$(foreach m,$(TEST_MODULES),$(call test_module,$(m))) \
+		'e2e secure: cd tests/e2e && HERO_E2E_REDIS=secure $(GO) test -json $(TEST_FLAGS) -run "$$CORE_TESTS" ./' \
+		'e2e placed: cd tests/e2e && HERO_E2E_REDIS=placed $(GO) test -json $(TEST_FLAGS) -run "$$PLACED_TESTS" ./'
+
+.PHONY: test-quick
+test-quick: deps ## unit and store tests while you work: every module but tests/e2e, -short (the few long ones skip), without -race
+	@$(TESTRUN) $(foreach m,$(filter-out tests/e2e,$(MODULES)),'$(m): cd $(m) && $(GO) test -json -count=1 -short -timeout 10m -p $(TEST_P) ./...')
+
+# The heavy scale and soak tests, kept out of make test (they skip there): each
+# checks a property of many flows or many contexts at once, not one behaviour.
+LONG_TESTS := ^(TestChaos|TestIdleCostFlat|TestReplicasKillOneOfEach)$$
+
+.PHONY: test-long
+test-long: deps ## heavy scale and soak tests kept out of make test (HERO_LONG=1: the chaos suite's short mode, 200 idle contexts, replicas killed under load); make chaos is the chaos suite's long mode
+	@LONG_TESTS='$(LONG_TESTS)' $(TESTRUN) \
+		'tests/e2e long: cd tests/e2e && HERO_LONG=1 $(GO) test -json $(TEST_FLAGS) -run "$$LONG_TESTS" ./'
 
 .PHONY: fuzz
 fuzz: ## short bounded fuzz runs of the RRQ frame decoder and of its payload decoders against encoding/json
@@ -73,6 +95,7 @@ lint: ## gofmt, go vet, protos current, each module builds on its own (GOWORK=of
 		(cd $$m && $(GO) mod tidy -diff >/dev/null || { echo "$$m: go.mod/go.sum not tidy; run go mod tidy there"; exit 1; }; \
 		 GOWORK=off $(GO) build ./...); done
 	@$(MAKE) --no-print-directory proto-check
+	@$(MAKE) --no-print-directory lua-gen-check
 	@bash scripts/lua-check-test.sh
 	@bash scripts/lua-check.sh
 	@bash scripts/deps-check.sh
@@ -105,6 +128,21 @@ proto-check: proto-tools ## fail when the committed generated code is not what `
 	for f in $$(cd $$tmp && find . -name '*.go'); do \
 		diff -q $$tmp/$$f $$f >/dev/null || { echo "proto: $$f is stale; run make proto"; exit 1; }; \
 	done; echo "proto: generated code is current"
+
+# LUAGEN runs the generator of the Lua scripts' typed calls (lib/internal/luagen) on a
+# package's lua/ directory: the prologue in each script file and the package's lua_gen.go.
+LUAGEN = cd lib && $(GO) run ./internal/luagen/cmd/luagen -legacy ../scripts/lua-legacy.txt
+LUAGEN_PKGS = store/lua:store/lua_gen.go:store
+
+.PHONY: lua-gen
+lua-gen: ## regenerate, from each Lua script's declared header, its Lua prologue and the typed Go calls (lib/store/lua_gen.go, lib/dispatcher/worker/lua_gen.go)
+	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg); done
+	@echo "lua-gen: generated"
+
+.PHONY: lua-gen-check
+lua-gen-check: ## fail when a Lua script's prologue or the typed Go calls are not what `make lua-gen` makes
+	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg -check); done
+	@echo "lua-gen: generated code is current"
 
 .PHONY: proto-tools
 proto-tools:

@@ -22,13 +22,21 @@ lua() { # lua name "part ..." code
   } >"$tmp/lua/$name.lua"
 }
 all="KEYS ARGV Reply Derives"
-move="if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end -- 'job:' in a comment is fine
-redis.call('XADD', K_EVENTS, '*', 'id', ARGV[1])"
+prologue="-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local id = ARGV[1]
+-- luagen: end of the prologue"
+move="$prologue
+if redis.call('LREM', KEYS[1], 1, id) == 0 then return 0 end -- 'job:' in a comment is fine
+redis.call('XADD', K_EVENTS, '*', 'id', id) -- ARGV[1] in a comment is fine"
 
 # The clean tree.
 lua move "$all" "$move"
 lua plain "KEYS ARGV Reply" "return redis.call('GET', KEYS[1])"
 printf -- '-- lib_util: defines noop.\nlocal function noop() end\n' >"$tmp/lua/lib_util.lua"
+# a script not declared yet, on the legacy list: it may read ARGV, and be called by hand
+lua legacy "KEYS ARGV Reply" "return redis.call('GET', ARGV[1])"
+printf '# not declared yet\nlua/legacy.lua\n' >"$tmp/scripts/lua-legacy.txt"
+printf 'package x\n\nvar legacyCall = legacyScript // on the legacy list\n' >"$tmp/legacy.go"
 printf 'package x\n\nimport _ "embed"\n\n//go:embed lua/move.lua\nvar moveLua string\n' >"$tmp/x.go"
 printf 'package x\n\nvar snippet = `return redis.call(1)` // a test may hold Lua\n' >"$tmp/x_test.go"
 failures=0
@@ -63,6 +71,13 @@ for part in KEYS ARGV Reply Derives; do
 done
 printf -- '-- lib_other: defines nothing.\n' >"$tmp/lua/lib_misnamed.lua"
 bad+=("lua/lib_misnamed.lua:")
+# ARGV read by position outside the prologue
+lua by_position "KEYS ARGV Reply" "$prologue
+return redis.call('GET', ARGV[2])"
+bad+=("lua/by_position.lua:")
+# a declared script called by hand, not through its generated Args
+printf 'package x\n\nvar hand = moveScript\n' >"$tmp/handcall.go"
+bad+=("handcall.go:")
 
 rc=0
 out=$(bash "$tmp/scripts/lua-check.sh" 2>&1) || rc=$?
@@ -76,7 +91,7 @@ for b in "${bad[@]}"; do
     failures=$((failures + 1))
   fi
 done
-for good in lua/move.lua lua/plain.lua lua/lib_util.lua x.go x_test.go; do
+for good in lua/move.lua lua/plain.lua lua/lib_util.lua lua/legacy.lua legacy.go x.go x_test.go; do
   if grep -qF "$good" <<<"$out"; then
     echo "lua-check-test: lua-check named $good, which is clean:"
     grep -F "$good" <<<"$out"

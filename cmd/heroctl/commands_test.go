@@ -96,6 +96,9 @@ func TestVersion(t *testing.T) {
 
 // The linker's -X flags of the Makefile and the Dockerfile name heroctl's variables.
 func TestVersionFromLinkerFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short (make test-quick): this test builds heroctl; make test runs it")
+	}
 	bin := filepath.Join(t.TempDir(), "heroctl")
 	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X main.revision=abc123def456 -X main.buildDate=2026-12-06T01:02:03Z", ".")
 	if out, err := build.CombinedOutput(); err != nil {

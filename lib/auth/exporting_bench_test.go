@@ -51,7 +51,7 @@ func BenchmarkSessionMetadata(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer cside.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			_, ai, err := tc.creds.ClientHandshake(ctx, "localhost", cside)
 			if err != nil {

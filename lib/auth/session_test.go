@@ -130,7 +130,7 @@ func TestSessionAuthOverTLS(t *testing.T) {
 	addr := serve(credentials.NewTLS(scfg))
 	exporting := serve(ExportingTLS(credentials.NewTLS(scfg)))
 	sa := NewSessionAuth(&Signer{Actor: 9, Key: priv}, time.Hour)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dial := func(addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
 		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithPerRPCCredentials(sa))

@@ -39,7 +39,7 @@ func waitEnded(t *testing.T, run *Run[string], deadline time.Duration) Ended {
 func TestRunEnds(t *testing.T) {
 	ex := &Execution[string]{Key: "j1"}
 	run := sh(t, ex, `echo "$LANG $HOME" | grep -q "C.UTF-8 /" && printf 0123456789; echo oops >&2; exit 3`, 4)
-	e := waitEnded(t, run, 10*time.Second)
+	e := waitEnded(t, run, time.Minute)
 	if e.ExitCode != 3 || e.Output != "0123" || e.Stderr != "oops" || e.Describe() != "exit code 3: oops" || e.Killed != "" || e.Limit != "" {
 		t.Fatalf("ended %+v (%q)", e, e.Describe())
 	}
@@ -55,13 +55,13 @@ func TestKillEndsTheProcessGroup(t *testing.T) {
 	run := sh(t, ex, "sleep 30 & wait", 0)
 	ex.Kill("stopped")
 	ex.Kill("timeout") // the first reason stays
-	if e := waitEnded(t, run, 10*time.Second); e.Killed != "stopped" || ex.Reason() != "stopped" {
+	if e := waitEnded(t, run, time.Minute); e.Killed != "stopped" || ex.Reason() != "stopped" {
 		t.Fatalf("killed run: %+v, reason %q", e, ex.Reason())
 	}
 	early := &Execution[string]{Key: "j2"}
 	early.Kill(ReasonHandedBack)
 	run = sh(t, early, "sleep 30", 0)
-	if e := waitEnded(t, run, 10*time.Second); e.Killed != ReasonHandedBack {
+	if e := waitEnded(t, run, time.Minute); e.Killed != ReasonHandedBack {
 		t.Fatalf("run of an execution killed before its start: %+v", e)
 	}
 }
@@ -72,10 +72,10 @@ func TestRunKillLeavesTheExecution(t *testing.T) {
 	ex := &Execution[string]{Key: "j1"}
 	run := sh(t, ex, "sleep 30", 0)
 	run.Kill("timeout")
-	if e := waitEnded(t, run, 10*time.Second); e.Killed != "timeout" || ex.Reason() != "" {
+	if e := waitEnded(t, run, time.Minute); e.Killed != "timeout" || ex.Reason() != "" {
 		t.Fatalf("run killed alone: %+v, execution reason %q", e, ex.Reason())
 	}
-	if e := waitEnded(t, sh(t, ex, "echo again", 100), 10*time.Second); e.Output != "again\n" {
+	if e := waitEnded(t, sh(t, ex, "echo again", 100), time.Minute); e.Output != "again\n" {
 		t.Fatalf("next attempt: %+v", e)
 	}
 }
@@ -149,7 +149,7 @@ func TestDrain(t *testing.T) {
 	tr.Begin()
 	go func() {
 		defer tr.Done()
-		run, err := ex.Start(Process{Argv: []string{"/bin/sh"}, Dir: t.TempDir(), Script: "sleep 30", KillGrace: 100 * time.Millisecond})
+		run, err := ex.Start(Process{Argv: []string{"/bin/sh"}, Dir: t.TempDir(), Script: "sleep 600", KillGrace: 100 * time.Millisecond})
 		if err == nil {
 			run.Wait()
 		}
@@ -158,7 +158,7 @@ func TestDrain(t *testing.T) {
 	if tr.Drain(100 * time.Millisecond) {
 		t.Fatal("drain of a run that does not end said it ended")
 	}
-	if ex.Reason() != ReasonHandedBack || tr.EndCtx().Err() == nil || time.Since(start) > 10*time.Second {
+	if ex.Reason() != ReasonHandedBack || tr.EndCtx().Err() == nil || time.Since(start) > time.Minute {
 		t.Fatalf("after the drain gave up: reason %q, end context %v, %s", ex.Reason(), tr.EndCtx().Err(), time.Since(start))
 	}
 	if tr.JobCtx().Err() != nil {
@@ -180,10 +180,10 @@ func TestSupervise(t *testing.T) {
 	})
 	select {
 	case <-timedOut:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the timeout did not fire")
 	}
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(time.Minute)
 	for n := 0; n < 3; n++ {
 		select {
 		case <-renewed:
@@ -222,14 +222,14 @@ func TestTimeoutSparesAProcessThatEnded(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // polling the kernel's view, no event to wait on
 	}
 	run.OnTimeout(ex.Kill)() // the timer, late
-	if e := waitEnded(t, run, 10*time.Second); ex.Reason() != "" || e.ExitCode != 0 || e.Killed != "" {
+	if e := waitEnded(t, run, time.Minute); ex.Reason() != "" || e.ExitCode != 0 || e.Killed != "" {
 		t.Fatalf("an ended process was timed out: reason %q, %+v", ex.Reason(), e)
 	}
 
 	ex = &Execution[string]{Key: "j2"}
 	run = sh(t, ex, "sleep 30", 0)
 	sv := Supervise(20*time.Millisecond, run.OnTimeout(ex.Kill), 0, nil)
-	e := waitEnded(t, run, 10*time.Second)
+	e := waitEnded(t, run, time.Minute)
 	sv.Stop()
 	if ex.Reason() != "timeout" || e.Killed != "timeout" {
 		t.Fatalf("a running process past its timeout: reason %q, %+v", ex.Reason(), e)

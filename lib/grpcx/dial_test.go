@@ -48,7 +48,7 @@ func TestDialReplicas(t *testing.T) {
 	}
 	defer func() { _ = cc.Close() }()
 	hc := healthpb.NewHealthClient(cc)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	call := func() error {
 		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
@@ -116,7 +116,7 @@ func TestDialDNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cc.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
 		t.Fatal(err)

@@ -52,7 +52,7 @@ func TestLimitRefusesOverTheCapAndFreesSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = second.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = second.SetReadDeadline(time.Now().Add(time.Minute))
 	line, err := bufio.NewReader(second).ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 503") {
 		t.Fatalf("over the cap: %q %v", line, err)
@@ -68,7 +68,7 @@ func TestLimitRefusesOverTheCapAndFreesSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 1)
-	_ = served.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = served.SetReadDeadline(time.Now().Add(time.Minute))
 	if _, err := served.Read(buf); err != nil || buf[0] != 'x' {
 		t.Fatalf("served connection: %v", err)
 	}
@@ -86,7 +86,7 @@ func TestLimitRefusesOverTheCapAndFreesSlots(t *testing.T) {
 	select {
 	case c := <-accepted:
 		_ = c.Close()
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("a connection after the slot was freed was not accepted")
 	}
 	_ = first.Close()
@@ -108,7 +108,7 @@ func dialFrom(t *testing.T, src, addr string) net.Conn {
 
 // closedAtOnce says whether the server closed c without a word.
 func closedAtOnce(c net.Conn) bool {
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
 	_, err := c.Read(make([]byte, 1))
 	return err == io.EOF
 }
@@ -136,7 +136,7 @@ func TestLimitBoundsEachSource(t *testing.T) {
 	select {
 	case c := <-accepted:
 		defer func() { _ = c.Close() }()
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("127.0.0.2 was not accepted while 127.0.0.1 was over its bound")
 	}
 	if lim.Open() != 4 {
@@ -147,7 +147,7 @@ func TestLimitBoundsEachSource(t *testing.T) {
 	select {
 	case c := <-accepted:
 		defer func() { _ = c.Close() }()
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("127.0.0.1 was not accepted again after one of its connections closed")
 	}
 	for _, c := range held[1:] {

@@ -158,7 +158,7 @@ func TestBatchWriterBackPressure(t *testing.T) {
 	close(g.gate)
 	select {
 	case <-blocked:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the waiting write did not go on once the writer caught up")
 	}
 	if err := b.Close(); err != nil {
@@ -197,7 +197,7 @@ func awaitWrite(t *testing.T, g *gateWriter, failure string) {
 	t.Helper()
 	select {
 	case <-g.entered:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal(failure)
 	}
 }

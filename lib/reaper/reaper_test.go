@@ -47,7 +47,7 @@ func exitCode(t *testing.T, err error) int {
 // to itself alone (its check gives up after 10 s: exit 9), and the reaper ends with
 // the service's status.
 func TestOrphansAreReaped(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	script := `( sh -c 'exit 0' & )
 i=0
@@ -67,7 +67,7 @@ exit 9`
 // A signal to the reaper goes to the service; a service ended by a signal makes the
 // reaper exit 128 + its number.
 func TestSignalsArePassedOn(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := reaperCmd(t, ctx, `trap 'kill $!; exit 5' TERM; echo ready; sleep 30 & wait`)
 	stdout, err := cmd.StdoutPipe()

@@ -306,7 +306,7 @@ func TestStoreOpensAsEachUser(t *testing.T) {
 	ctx := context.Background()
 	open := func(user string, wait bool) *store.Store {
 		s, err := store.Open(ctx, store.Options{URL: "redis://" + user + "@" + u.srv.Addr + "/0", Password: u.password(user),
-			ConnectTimeout: 5 * time.Second, Log: zerolog.Nop(), WaitScripts: wait})
+			ConnectTimeout: time.Minute, Log: zerolog.Nop(), WaitScripts: wait})
 		if err != nil {
 			t.Fatalf("store.Open as %s: %v", user, err)
 		}
@@ -314,7 +314,7 @@ func TestStoreOpensAsEachUser(t *testing.T) {
 		return s
 	}
 	if _, err := store.Open(ctx, store.Options{URL: "redis://runner@" + u.srv.Addr + "/0", Password: u.password("runner"),
-		ConnectTimeout: 5 * time.Second, Log: zerolog.Nop()}); !refused(err) {
+		ConnectTimeout: time.Minute, Log: zerolog.Nop()}); !refused(err) {
 		t.Fatalf("the runner's user loaded the store's functions: %v", err)
 	}
 	runner := open("runner", true)
@@ -403,6 +403,9 @@ func TestAOFSurvivesARestartWithUsers(t *testing.T) {
 // the runner waits for them and runs on each; after a failover the promoted replica
 // has the users and the functions (they replicate) and the runner's claims go on.
 func TestUsersOnEveryServerOfPlacementAndSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short (make test-quick): this test starts a Sentinel group and a placed server; make test runs it")
+	}
 	dir := t.TempDir()
 	if _, err := Init(dir); err != nil {
 		t.Fatal(err)
@@ -415,7 +418,7 @@ func TestUsersOnEveryServerOfPlacementAndSentinel(t *testing.T) {
 	open := func(user string, wait bool) *store.Store {
 		su := strings.Replace(g.URL, "redis://", "redis://"+user+"@", 1)
 		s, err := store.Open(ctx, store.Options{URL: su, Placement: "2-2=redis://" + user + "@" + placed.Addr + "/0", Password: u.password(user),
-			ConnectTimeout: 10 * time.Second, Log: zerolog.Nop(), WaitScripts: wait})
+			ConnectTimeout: time.Minute, Log: zerolog.Nop(), WaitScripts: wait})
 		if err != nil {
 			t.Fatalf("store.Open as %s: %v", user, err)
 		}

@@ -211,7 +211,7 @@ func waitViolation(t *testing.T, ch chan Violation, kind ViolationKind) Violatio
 // eventually waits (with a deadline) until cond holds.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
@@ -230,7 +230,7 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 
 func mustEcho(t *testing.T, c *Client) {
 	t.Helper()
-	out, err := c.Execute(testCtx(t, 10*time.Second), NewRequest("job-echo", "echo", nil, nil))
+	out, err := c.Execute(testCtx(t, time.Minute), NewRequest("job-echo", "echo", nil, nil))
 	if err != nil || out.Status != StatusSuccess || string(out.Result) != `{"fn":"echo"}` {
 		t.Fatalf("follow-up request: %+v, %v", out, err)
 	}
@@ -240,7 +240,7 @@ func TestClientRoundTrip(t *testing.T) {
 	f := startFake(t)
 	c, _ := newTestClient(t, f.ep, ClientOptions{})
 	req := NewRequest("job-1", "echo", []any{1}, nil)
-	out, err := c.Execute(testCtx(t, 10*time.Second), req)
+	out, err := c.Execute(testCtx(t, time.Minute), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestClientProtocolViolations(t *testing.T) {
 			// A request in flight on another connection must not be affected.
 			other := make(chan error, 1)
 			go func() {
-				out, err := c.Execute(testCtx(t, 10*time.Second), NewRequest("job-other", "hang", nil, nil))
+				out, err := c.Execute(testCtx(t, time.Minute), NewRequest("job-other", "hang", nil, nil))
 				if err == nil && out.Status != StatusSuccess {
 					err = errors.New("bad status " + string(out.Status))
 				}
@@ -294,7 +294,7 @@ func TestClientProtocolViolations(t *testing.T) {
 			}
 
 			req := NewRequest("job-bad", tc.fn, nil, nil)
-			out, err := c.Execute(testCtx(t, 10*time.Second), req)
+			out, err := c.Execute(testCtx(t, time.Minute), req)
 			if tc.wantErr == nil {
 				if err != nil || out.Status != StatusSuccess || out.RequestID != req.RequestID {
 					t.Fatalf("want success, got %+v, %v", out, err)
@@ -333,7 +333,7 @@ func TestClientProtocolViolations(t *testing.T) {
 func TestClientConnectionClosedByExecutor(t *testing.T) {
 	f := startFake(t)
 	c, _ := newTestClient(t, f.ep, ClientOptions{})
-	_, err := c.Execute(testCtx(t, 10*time.Second), NewRequest("job", "close", nil, nil))
+	_, err := c.Execute(testCtx(t, time.Minute), NewRequest("job", "close", nil, nil))
 	if !errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrProtocolViolation) {
 		t.Fatalf("err = %v", err)
 	}
@@ -349,7 +349,7 @@ func TestClientMaxInFlight(t *testing.T) {
 	errs := make(chan error, 3)
 	for range 3 {
 		go func() {
-			_, err := c.Execute(testCtx(t, 10*time.Second), NewRequest("job", "hang", nil, nil))
+			_, err := c.Execute(testCtx(t, time.Minute), NewRequest("job", "hang", nil, nil))
 			errs <- err
 		}()
 	}
@@ -382,7 +382,7 @@ func TestClientPipeline(t *testing.T) {
 	errs := make(chan error, 4)
 	for i := range 4 {
 		go func() {
-			out, err := c.Execute(testCtx(t, 10*time.Second), NewRequest("job", "hang", nil, nil))
+			out, err := c.Execute(testCtx(t, time.Minute), NewRequest("job", "hang", nil, nil))
 			if err == nil && string(out.Result) != `{"fn":"hang"}` {
 				err = fmt.Errorf("outcome %+v", out)
 			}
@@ -427,7 +427,7 @@ func TestClientWritesRequestsMadeTogetherAtOnce(t *testing.T) {
 		go func() {
 			ready.Done()
 			<-start
-			_, err := c.Execute(testCtx(t, 10*time.Second), NewRequest("job", "echo", nil, nil))
+			_, err := c.Execute(testCtx(t, time.Minute), NewRequest("job", "echo", nil, nil))
 			errs <- err
 		}()
 	}
@@ -451,7 +451,7 @@ func TestClientPipelineConnectionLost(t *testing.T) {
 	c, _ := newTestClient(t, f.ep, ClientOptions{MaxInFlight: 3, Pipeline: 3})
 	errs := make(chan error, 3)
 	run := func(fn string) {
-		_, err := c.Execute(testCtx(t, 10*time.Second), NewRequest("job", fn, nil, nil))
+		_, err := c.Execute(testCtx(t, time.Minute), NewRequest("job", fn, nil, nil))
 		errs <- err
 	}
 	go run("hangclose")
@@ -524,9 +524,9 @@ func TestClientCancel(t *testing.T) {
 	c, _ := newTestClient(t, f.ep, ClientOptions{})
 	req := NewRequest("job-c", "hang", nil, nil)
 	done := make(chan error, 1)
-	go func() { _, err := c.Execute(testCtx(t, 10*time.Second), req); done <- err }()
+	go func() { _, err := c.Execute(testCtx(t, time.Minute), req); done <- err }()
 	<-f.received
-	if err := c.Cancel(testCtx(t, 5*time.Second), "job-c", req.RequestID, true); err != nil {
+	if err := c.Cancel(testCtx(t, time.Minute), "job-c", req.RequestID, true); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -534,7 +534,7 @@ func TestClientCancel(t *testing.T) {
 		if cr.JobID != "job-c" || cr.RequestID != req.RequestID || !cr.HardKill || cr.ProtocolVersion != "1" {
 			t.Fatalf("cancel frame %+v", cr)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("no cancel frame")
 	}
 	if f.conns.Load() != 2 {
@@ -551,14 +551,14 @@ func TestClientCancel(t *testing.T) {
 
 func TestClientUnavailable(t *testing.T) {
 	c, _ := newTestClient(t, UnixEndpoint(filepath.Join(shortTempDir(t), "none.sock")), ClientOptions{})
-	_, err := c.Execute(testCtx(t, 5*time.Second), NewRequest("job", "echo", nil, nil))
+	_, err := c.Execute(testCtx(t, time.Minute), NewRequest("job", "echo", nil, nil))
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v", err)
 	}
 	if s := c.Stats(); s.InFlight != 0 || s.NotDelivered != 1 {
 		t.Fatalf("stats %+v", s)
 	}
-	if err := c.Cancel(testCtx(t, 5*time.Second), "job", "", false); !errors.Is(err, ErrUnavailable) {
+	if err := c.Cancel(testCtx(t, time.Minute), "job", "", false); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("cancel err = %v", err)
 	}
 }
@@ -568,7 +568,7 @@ func TestClientCloseFailsInFlight(t *testing.T) {
 	c, _ := newTestClient(t, f.ep, ClientOptions{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Execute(testCtx(t, 10*time.Second), NewRequest("job", "hang", nil, nil))
+		_, err := c.Execute(testCtx(t, time.Minute), NewRequest("job", "hang", nil, nil))
 		done <- err
 	}()
 	<-f.received

@@ -25,7 +25,7 @@ func TestExecutorConformance(t *testing.T) {
 						t.Fatal(err)
 					}
 					t.Cleanup(func() { nc.Close() })
-					_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
+					_ = nc.SetDeadline(time.Now().Add(time.Minute))
 					return nc
 				}
 				write := func(nc net.Conn, payload any) {

@@ -43,7 +43,7 @@ func oneConnBinary(t *testing.T) string {
 func startOneConnPool(t *testing.T, transport Transport, args ...string) (*Pool, *restartLog, error) {
 	t.Helper()
 	rl := &restartLog{}
-	p, err := StartPool(testCtx(t, 30*time.Second), PoolConfig{
+	p, err := StartPool(testCtx(t, time.Minute), PoolConfig{
 		Name: "oneconn", Command: append([]string{oneConnBinary(t)}, args...), Transport: transport,
 		Client:         ClientOptions{MaxInFlight: 4, Connections: 1},
 		StartupTimeout: 10 * time.Second, StopGrace: 2 * time.Second, RestartBackoff: 20 * time.Millisecond,
@@ -100,13 +100,13 @@ func TestPoolOneConnection(t *testing.T) {
 						close(done)
 					}()
 					// The cancel goes on the request's connection, behind the request.
-					if !started.Wait(1, 10*time.Second) {
+					if !started.Wait(1, time.Minute) {
 						t.Fatal("the sleep call did not start")
 					}
 					if killed := p.Stop(req.JobID, req.RequestID, 5*time.Second, done, func(err error) { t.Errorf("cancel: %v", err) }); killed {
 						t.Fatal("the cancel was not delivered: process killed")
 					}
-					r := await(t, ch, 10*time.Second)
+					r := await(t, ch, time.Minute)
 					if r.err != nil || r.out.Status != StatusError || r.out.Error == nil || r.out.Error.Type != "cancelled" {
 						t.Fatalf("cancelled call: %+v %v", r.out, r.err)
 					}
@@ -149,9 +149,9 @@ func TestPoolOneConnectionCancelUndeliverable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testCtx(t, time.Minute)
 	started := newStarted(t)
-	req := NewRequest("job-sleep", "sleep", nil, map[string]any{"seconds": 30, "started": started.Path})
+	req := NewRequest("job-sleep", "sleep", nil, map[string]any{"seconds": 600, "started": started.Path})
 	if err := PrepareRequest(&req); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestPoolOneConnectionCancelUndeliverable(t *testing.T) {
 		ch <- execResult{out, err}
 		close(done)
 	}()
-	if !started.Wait(1, 10*time.Second) {
+	if !started.Wait(1, time.Minute) {
 		t.Fatal("the sleep call did not start")
 	}
 	// Take the connection away from the client: the cancel has nothing to travel on.
@@ -171,13 +171,14 @@ func TestPoolOneConnectionCancelUndeliverable(t *testing.T) {
 	p.procs[0].client.single = nil
 	p.procs[0].client.mu.Unlock()
 	start := time.Now()
-	if !p.Stop(req.JobID, req.RequestID, 20*time.Second, done, nil) {
+	// A grace of 2 minutes: killed within the test's minute is "at once", not after it.
+	if !p.Stop(req.JobID, req.RequestID, 2*time.Minute, done, nil) {
 		t.Fatal("not killed")
 	}
-	if time.Since(start) > 5*time.Second {
-		t.Fatalf("killed after %v, not at once", time.Since(start))
+	if time.Since(start) > time.Minute {
+		t.Fatalf("killed after %v, not at once (the grace is 2 minutes)", time.Since(start))
 	}
-	r := await(t, ch, 10*time.Second)
+	r := await(t, ch, time.Minute)
 	if !errors.Is(r.err, ErrExecutorKilled) {
 		t.Fatalf("want ErrExecutorKilled, got %v", r.err)
 	}
@@ -194,7 +195,7 @@ func TestPoolCrashLoopUnhealthy(t *testing.T) {
 	var mu sync.Mutex
 	var health []bool
 	changes := make(chan bool, 8)
-	p, err := StartPool(testCtx(t, 30*time.Second), PoolConfig{
+	p, err := StartPool(testCtx(t, time.Minute), PoolConfig{
 		Name: "crashy", Command: []string{goExampleBinary(t)}, RestartBackoff: 10 * time.Millisecond,
 		OnHealth: func(h bool, _ error) { mu.Lock(); health = append(health, h); mu.Unlock(); changes <- h },
 	})
@@ -216,8 +217,8 @@ func TestPoolCrashLoopUnhealthy(t *testing.T) {
 		if h || p.Healthy() == nil {
 			t.Fatalf("the first health change after 3 crashes: healthy=%v", h)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("not unhealthy 10 s after 3 crashes")
+	case <-time.After(time.Minute):
+		t.Fatal("not unhealthy a minute after 3 crashes")
 	}
 	if out, err := p.Execute(ctx, NewRequest("job-ok", "noop", nil, nil)); err != nil || out.Status != StatusSuccess {
 		t.Fatalf("noop: %+v %v", out, err)

@@ -29,7 +29,7 @@ func onceThen(t *testing.T, later string) []string {
 // it does not wait for ever (before: it waited on the pool's capacity with no bound,
 // here until the test's 60 s deadline).
 func TestPoolCallWaitingForAPoolThatCannotStartFails(t *testing.T) {
-	p, err := StartPool(testCtx(t, 30*time.Second), PoolConfig{
+	p, err := StartPool(testCtx(t, time.Minute), PoolConfig{
 		Name: "once", Command: onceThen(t, "exit 3"), RestartBackoff: 10 * time.Millisecond,
 		ReadyWait: 10 * time.Minute, // the unhealthy pool ends the wait, not this bound
 	})
@@ -54,7 +54,7 @@ func TestPoolCallWaitingForAPoolThatCannotStartFails(t *testing.T) {
 // restart never listens: its start-up limit is far longer); before, it waited for
 // ever.
 func TestPoolReadyWaitBoundsTheWaitForAProcess(t *testing.T) {
-	p, err := StartPool(testCtx(t, 30*time.Second), PoolConfig{
+	p, err := StartPool(testCtx(t, time.Minute), PoolConfig{
 		Name: "hangs", Command: onceThen(t, "exec sleep 600"), StartupTimeout: 10 * time.Minute,
 		ReadyWait: time.Second, StopGrace: 100 * time.Millisecond,
 	})
@@ -84,14 +84,14 @@ func TestPoolOneConnectionExecutorWithoutConnections1(t *testing.T) {
 				if mode == "serial" {
 					cmd = append(cmd, "serial")
 				}
-				p, err := StartPool(testCtx(t, 30*time.Second), PoolConfig{
+				p, err := StartPool(testCtx(t, time.Minute), PoolConfig{
 					Name: "oneconn", Command: cmd, Transport: transport, AcceptWait: 500 * time.Millisecond,
 				})
 				if err == nil {
 					defer p.Close()
-					ctx := testCtx(t, 10*time.Second)
+					ctx := testCtx(t, time.Minute)
 					a, b := goExecute(ctx, p, NewRequest("job-a", "sleep", nil, map[string]any{"seconds": 1})), goExecute(ctx, p, NewRequest("job-b", "echo", nil, nil))
-					ra, rb := await(t, a, 20*time.Second), await(t, b, 20*time.Second)
+					ra, rb := await(t, a, time.Minute), await(t, b, time.Minute)
 					t.Fatalf("the pool started; two concurrent calls: %s %v / %s %v", ra.out.Status, ra.err, rb.out.Status, rb.err)
 				}
 				if !errors.Is(err, ErrOneConnection) || !strings.Contains(err.Error(), "Connections 1") {

@@ -88,6 +88,9 @@ func standIn() int {
 // runner's death (its own ledger line says when it started). With cgroups (a root
 // runner) and with rlimits only (a runner of uid 10001, as in the containers).
 func TestJobsDieWithTheRunner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short (make test-quick): this test kills a runner with its jobs in the sandbox and waits for their end; make test runs it")
+	}
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bwrap is not installed")
 	}

@@ -131,7 +131,7 @@ echo "uid=$(id -u)"
 			defer close(done)
 			run(t, s, fmt.Sprintf("echo 'echo up > %s; sleep 60' > %s.sh; sh ./%s.sh", up.Path, marker, marker), []string{"PATH=/usr/bin:/bin"}, Limits{})
 		}()
-		if !up.Wait(1, 10*time.Second) {
+		if !up.Wait(1, time.Minute) {
 			t.Fatal("the job did not start")
 		}
 		pids := proctest.Pgrep(marker)
@@ -158,7 +158,7 @@ func TestNothingOutlivesTheJob(t *testing.T) {
 		t.Fatalf("exit %d: %s", res.ExitCode, out)
 	}
 	pids := proctest.Pgrep(marker)
-	if left, err := proctest.WaitExit(pids, 5*time.Second); err != nil || len(left) > 0 {
+	if left, err := proctest.WaitExit(pids, time.Minute); err != nil || len(left) > 0 {
 		t.Fatalf("the job's setsid child is alive after the job: pids %v (%v)", left, err)
 	}
 }
@@ -231,7 +231,7 @@ func TestStartEndsGoneRunnersJobs(t *testing.T) {
 	newSandbox(t) // a runner's start
 	select {
 	case <-ended:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the gone runner's job still runs after a runner started")
 	}
 	for _, d := range dead.dirs {

@@ -271,7 +271,7 @@ func TestFinishAppliesFlowAndStandaloneEnds(t *testing.T) {
 	}
 	got := map[string]bool{}
 	for len(got) < 2 {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
 		m, err := sub.ReceiveMessage(rctx)
 		cancel()
 		if err != nil {
@@ -314,7 +314,7 @@ func TestFinishAppliesStandaloneKeptForever(t *testing.T) {
 	if n := c0.ZCard(ctx, keys.Expire).Val(); n != 0 {
 		t.Fatalf("coord:expire holds %d entries for a job kept forever", n)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if m, err := sub.ReceiveMessage(rctx); err != nil || m.Payload != "32:1:"+itoa(j.ID) {
 		t.Fatalf("notice %v, %v", m, err)

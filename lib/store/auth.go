@@ -41,9 +41,6 @@ func (s *Store) ActorExists(ctx context.Context, id uint32) (bool, error) {
 	return n == 1, nil
 }
 
-// updateActorScript: see lua/update_actor.lua.
-var updateActorScript = luaScript("update_actor.lua")
-
 // UpdateActor replaces an actor's pubkey and/or addresses (nil: unchanged).
 func (s *Store) UpdateActor(ctx context.Context, id uint32, pubkey *string, address *[]string) (*model.Actor, error) {
 	cur, err := s.LoadActor(ctx, id)
@@ -59,8 +56,8 @@ func (s *Store) UpdateActor(ctx context.Context, id uint32, pubkey *string, addr
 	if err := cur.Validate(); err != nil {
 		return nil, err
 	}
-	args := []any{time.Now().Unix(), "pubkey", cur.Pubkey, "address", model.EncodeField(cur.Address)}
-	n, err := s.primary.run(ctx, updateActorScript, []string{keys.Actor(id)}, args...).Int()
+	n, err := (&updateActorArgs{ActorKey: keys.Actor(id), UpdatedAt: time.Now().Unix(),
+		Fields: []string{"pubkey", cur.Pubkey, "address", model.EncodeField(cur.Address)}}).run(ctx, s.primary)
 	if err != nil {
 		return nil, fmt.Errorf("update actor %d: %w", id, err)
 	}
@@ -194,9 +191,6 @@ func (s *Store) AddOperatorSecret(ctx context.Context, r SecretRecord) (added bo
 	return added, nil
 }
 
-// revokeSecretScript: see lua/revoke_secret.lua.
-var revokeSecretScript = luaScript("revoke_secret.lua")
-
 // RevokeOperatorSecret revokes a secret by fingerprint. ifAbsent is the record stored
 // when none exists (a configured secret); nil: only an existing record is revoked.
 func (s *Store) RevokeOperatorSecret(ctx context.Context, fingerprint, reason string, ifAbsent *SecretRecord) (revoked bool, err error) {
@@ -214,7 +208,7 @@ func (s *Store) RevokeOperatorSecret(ctx context.Context, fingerprint, reason st
 	rec := *ifAbsent
 	rec.RevokedMs, rec.Reason = now, reason
 	b, _ := json.Marshal(rec)
-	n, err := s.primary.run(ctx, revokeSecretScript, []string{keys.OperatorSecrets}, fingerprint, b, now, reason).Int()
+	n, err := (&revokeSecretArgs{SecretsKey: keys.OperatorSecrets, Fingerprint: fingerprint, Record: b, RevokedMs: now, Reason: reason}).run(ctx, s.primary)
 	if err != nil {
 		return false, fmt.Errorf("revoke operator secret %s: %w", fingerprint, err)
 	}

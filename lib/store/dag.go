@@ -594,9 +594,6 @@ type DueItem struct {
 	ContextID, FlowID, CallerID, JobID uint32
 }
 
-// popDueScript: see lua/pop_due.lua.
-var popDueScript = luaScript("pop_due.lua")
-
 // PopDue removes and returns the delayed work that is due, from the coord:due of every
 // server (each holds the delayed work of its own contexts).
 func (s *Store) PopDue(ctx context.Context, now time.Time, limit int) ([]DueItem, error) {
@@ -633,17 +630,12 @@ func (s *Store) popDue(ctx context.Context, key string, now time.Time, limit int
 		if len(out) >= limit {
 			break
 		}
-		res, err := srv.run(ctx, popDueScript, []string{key}, now.UnixMilli(), limit-len(out)).Result()
+		due, err := (&popDueArgs{DueKey: key, NowMs: now.UnixMilli(), Limit: int64(limit - len(out))}).run(ctx, srv)
 		if err != nil && !errors.Is(err, redis.Nil) {
 			e.add(fmt.Errorf("pop %s at %s: %w", key, srv.Name, err))
 			continue
 		}
-		vals, _ := res.([]any)
-		for _, v := range vals {
-			if m, ok := v.(string); ok {
-				out = append(out, m)
-			}
-		}
+		out = append(out, due...)
 	}
 	return out
 }

@@ -21,7 +21,7 @@ import (
 func TestContextBeyondTheDatabasesWithoutConfig(t *testing.T) {
 	r := redistest.Start(t, redistest.Options{Databases: 12, ExtraArgs: []string{"--user", "svc", "on", ">svc-password-0123", "~*", "&*", "+@all", "-@dangerous"}})
 	url := strings.Replace(r.URL, "redis://", "redis://svc:svc-password-0123@", 1)
-	s, err := store.Open(context.Background(), store.Options{URL: url, ConnectTimeout: 5 * time.Second, Log: zerolog.Nop()})
+	s, err := store.Open(context.Background(), store.Options{URL: url, ConnectTimeout: time.Minute, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

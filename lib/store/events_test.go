@@ -85,11 +85,11 @@ func TestEventReaderFollowsItsContext(t *testing.T) {
 	}
 	got := make(chan []store.Event, 1)
 	go func() {
-		evs, _ := r.Wait(ctx, after, 100, 10*time.Second)
+		evs, _ := r.Wait(ctx, after, 100, time.Minute)
 		got <- evs
 	}()
-	// The wait blocks until this event (or its 10 s timeout, which fails the test).
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(srv.Client(t, 0).Info(ctx, "clients").Val(), "blocked_clients:1"); {
+	// The wait blocks until this event (or its 1-minute bound, which fails the test).
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(srv.Client(t, 0).Info(ctx, "clients").Val(), "blocked_clients:1"); {
 		if time.Now().After(deadline) {
 			t.Fatal("the wait never blocked")
 		}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
 )
@@ -36,15 +38,6 @@ type Identity struct {
 	ttl        time.Duration
 }
 
-// acquireScript: see lua/acquire.lua.
-var acquireScript = luaScript("acquire.lua")
-
-// refreshScript: see lua/refresh.lua.
-var refreshScript = luaScript("refresh.lua")
-
-// releaseIdentityScript: see lua/release_identity.lua.
-var releaseIdentityScript = luaScript("release_identity.lua")
-
 // HoldIdentity takes id of kind for this process. A free id is taken at once; so is
 // one held by an earlier life of this process slot (same host, and its process is
 // gone: a crash and restart). One held by a process elsewhere is waited for until its
@@ -62,7 +55,7 @@ func (s *Store) HoldIdentity(ctx context.Context, kind, id string, ttl time.Dura
 	replace := ""
 	var bo fault.Backoff
 	for {
-		cur, err := s.primary.run(ctx, acquireScript, []string{key}, me, ttl.Milliseconds(), replace).Text()
+		cur, err := (&acquireArgs{IdentityKey: key, Value: me, TTLMs: ttl.Milliseconds(), Replace: replace}).run(ctx, s.primary)
 		switch {
 		case err != nil && fault.Transient(err) && ctx.Err() == nil:
 			if !bo.Sleep(ctx) {
@@ -114,7 +107,7 @@ func (i *Identity) Keep(ctx context.Context) error {
 		case <-t.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, i.ttl/3)
-		cur, err := i.s.primary.run(rctx, refreshScript, []string{i.key}, i.value, i.ttl.Milliseconds()).Text()
+		cur, err := (&refreshArgs{IdentityKey: i.key, Value: i.value, TTLMs: i.ttl.Milliseconds()}).run(rctx, i.s.primary)
 		cancel()
 		if err == nil && cur != i.value {
 			return fmt.Errorf("%w: %s was taken by another process (%q) while this one could not refresh it", ErrIdentityInUse, i.key, cur)
@@ -126,17 +119,47 @@ func (i *Identity) Keep(ctx context.Context) error {
 func (i *Identity) Release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = i.s.primary.run(ctx, releaseIdentityScript, []string{i.key}, i.value).Err()
+	// best effort: the key's TTL ends a hold that is not released
+	_, _ = (&releaseIdentityArgs{IdentityKey: i.key, Value: i.value}).run(ctx, i.s.primary)
 }
 
 // The mycelium-gateway's lease of its Mycelium node (services/mycelium-gateway,
 // lease.go), one replica per node: its scripts are the store's so that the loader of
-// the store's functions (supervisor-daemon) has them too.
-var (
-	GatewayLeaseAcquire = luaScript("gateway_lease_acquire.lua")
-	GatewayLeaseExtend  = luaScript("gateway_lease_extend.lua")
-	GatewayLeaseRelease = luaScript("gateway_lease_release.lua")
-)
+// the store's functions (supervisor-daemon) has them too. Each runs on c (the primary
+// server's DB 0) with lease, the key keys.GatewayLease.
+
+// GatewayLeaseAcquire takes the lease when nobody holds it, or extends it when token
+// still holds it: held, else the key's PTTL in ms (-2: it expired meanwhile; see
+// lua/gateway_lease_acquire.lua).
+func GatewayLeaseAcquire(ctx context.Context, c redis.Cmdable, lease, token string, ttl time.Duration) (held bool, pttlMs int64, err error) {
+	r, err := (&gatewayLeaseAcquireArgs{LeaseKey: lease, Token: token, TTLMs: ttl.Milliseconds()}).run(ctx, cmdRunner{c})
+	if err == nil && len(r) == 0 {
+		err = fmt.Errorf("lua/gateway_lease_acquire.lua: an empty reply")
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	if r[0] == 1 {
+		return true, 0, nil
+	}
+	if len(r) > 1 {
+		pttlMs = r[1]
+	}
+	return false, pttlMs, nil
+}
+
+// GatewayLeaseExtend renews the lease if token holds it (lua/gateway_lease_extend.lua).
+func GatewayLeaseExtend(ctx context.Context, c redis.Cmdable, lease, token string, ttl time.Duration) (bool, error) {
+	n, err := (&gatewayLeaseExtendArgs{LeaseKey: lease, Token: token, TTLMs: ttl.Milliseconds()}).run(ctx, cmdRunner{c})
+	return n == 1, err
+}
+
+// GatewayLeaseRelease deletes the lease if token holds it and tells the standbys
+// (lua/gateway_lease_release.lua).
+func GatewayLeaseRelease(ctx context.Context, c redis.Cmdable, lease, token string) (bool, error) {
+	n, err := (&gatewayLeaseReleaseArgs{LeaseKey: lease, Token: token}).run(ctx, cmdRunner{c})
+	return n == 1, err
+}
 
 // procStart is when a process started (field 22 of /proc/<pid>/stat, in clock
 // ticks since boot), which tells a pid reused by another process; "" without /proc.

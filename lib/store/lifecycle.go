@@ -230,13 +230,10 @@ func (s *Store) ExpireAt(ctx context.Context, ctxID uint32, member string, at ti
 		Member: strconv.FormatUint(uint64(ctxID), 10) + ":" + member}).Err()
 }
 
-// trimEventsScript: see lua/trim_events.lua.
-var trimEventsScript = luaScript("trim_events.lua")
-
 // TrimEvents drops a context's events older than the cutoff, except those of the
-// flows and jobs it still keeps (see trimEventsScript).
+// flows and jobs it still keeps (see lua/trim_events.lua).
 func (d *DB) TrimEvents(ctx context.Context, before time.Time) error {
-	_, err := d.Eval(ctx, trimEventsScript, []string{keys.Events, keys.FlowIndex, keys.JobIndex}, before.UnixMilli())
+	_, err := (&trimEventsArgs{EventsKey: keys.Events, FlowsKey: keys.FlowIndex, JobsKey: keys.JobIndex, Cutoff: before.UnixMilli()}).run(ctx, d)
 	return err
 }
 

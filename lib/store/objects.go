@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -450,7 +451,8 @@ func (d *DB) LoadRunner(ctx context.Context, id uint32) (*model.Runner, error) {
 
 // AnnounceScriptTypes records that a runner serves these script types.
 func (d *DB) AnnounceScriptTypes(ctx context.Context, runnerID uint32, types []model.ScriptType) error {
-	_, err := d.Eval(ctx, announceScript, []string{keys.Runner(runnerID), keys.ScriptTypes}, model.EncodeField(types), time.Now().Unix(), "script_types", keys.Queue(""), runnerID)
+	_, err := (&announceArgs{RunnerKey: keys.Runner(runnerID), CountsKey: keys.ScriptTypes, Names: json.RawMessage(model.EncodeField(types)),
+		NowS: time.Now().Unix(), Field: "script_types", Prefix: keys.Queue(""), RunnerID: int64(runnerID)}).run(ctx, d)
 	if err != nil {
 		return fmt.Errorf("announce script types of runner %d: %w", runnerID, err)
 	}
@@ -464,7 +466,8 @@ func (d *DB) AnnounceExecutors(ctx context.Context, runnerID uint32, names []str
 	if len(names) == 0 {
 		return nil
 	}
-	_, err := d.Eval(ctx, announceScript, []string{keys.Runner(runnerID), keys.Executors}, model.EncodeField(names), time.Now().Unix(), "executors", keys.Queue(model.ExecQueueSuffix("")), runnerID)
+	_, err := (&announceArgs{RunnerKey: keys.Runner(runnerID), CountsKey: keys.Executors, Names: json.RawMessage(model.EncodeField(names)),
+		NowS: time.Now().Unix(), Field: "executors", Prefix: keys.Queue(model.ExecQueueSuffix("")), RunnerID: int64(runnerID)}).run(ctx, d)
 	if err != nil {
 		return fmt.Errorf("announce executors of runner %d: %w", runnerID, err)
 	}
@@ -483,9 +486,6 @@ func (d *DB) ExecutorServed(ctx context.Context, name string) (bool, error) {
 	n, _ := strconv.Atoi(cmd.Val())
 	return n > 0, nil
 }
-
-// announceScript: see lua/announce.lua.
-var announceScript = luaScript("announce.lua")
 
 // ScriptTypeServed reports whether any runner of the context ever announced the type.
 func (d *DB) ScriptTypeServed(ctx context.Context, t model.ScriptType) (bool, error) {
@@ -540,17 +540,13 @@ func (s *Store) serversOf(ctxIDs []uint32) []*Server {
 	return out
 }
 
-// runnerHereScript: see lua/runner_here.lua.
-var runnerHereScript = luaScript("runner_here.lua")
-
 // RunnerHere says whether runner:<id> exists in the context, and adds the context to
 // (or removes it from) keys.RunnerContexts on its server accordingly.
 func (d *DB) RunnerHere(ctx context.Context, runnerID uint32) (bool, error) {
-	res, err := d.Eval(ctx, runnerHereScript, []string{keys.Runner(runnerID), keys.RunnerContexts(runnerID)}, runnerID, d.ContextID)
+	n, err := (&runnerHereArgs{RunnerKey: keys.Runner(runnerID), ContextsKey: keys.RunnerContexts(runnerID), RunnerID: int64(runnerID), Ctx: int64(d.ContextID)}).run(ctx, d)
 	if err != nil {
 		return false, fmt.Errorf("look for runner %d in context %d: %w", runnerID, d.ContextID, err)
 	}
-	n, _ := res.(int64)
 	return n == 1, nil
 }
 

@@ -491,7 +491,7 @@ func pathBench(b *testing.B) (*store.Store, int) {
 		b.Fatal(err)
 	}
 	u.User = url.UserPassword("bench", "bench")
-	as, err := store.Open(ctx, store.Options{URL: u.String(), ConnectTimeout: 2 * time.Second, Log: zerolog.Nop()})
+	as, err := store.Open(ctx, store.Options{URL: u.String(), ConnectTimeout: time.Minute, Log: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
 	}

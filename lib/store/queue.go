@@ -83,22 +83,20 @@ func EnqueueManyOn(ctx context.Context, p redis.Pipeliner, ctxID uint32, queue s
 	p.Eval(ctx, enqueueScript.src, []string{queue}, args...)
 }
 
-// claimScript: see lua/claim.lua.
-var claimScript = luaScript("claim.lua")
-
 // Claim moves the oldest item of a queue into the consumer's processing list under a
 // lease. It returns nil when the queue is empty.
 func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Duration) (*Claim, error) {
 	exp := time.Now().Add(lease).UnixMilli()
 	c := &Claim{Queue: queue, Consumer: consumer, ID: newClaimID()}
-	res, err := d.Eval(ctx, claimScript, []string{queue, keys.Processing(consumer), keys.Leases}, consumer, queue, exp, c.ID)
+	item, err := (&claimArgs{QueueKey: queue, ProcKey: keys.Processing(consumer), LeasesKey: keys.Leases,
+		Consumer: consumer, QueueName: queue, ExpiryMs: exp, Claim: c.ID}).run(ctx, d)
 	if err == redis.Nil {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim from %s of context %d: %w", queue, d.ContextID, err)
 	}
-	c.Item, _ = res.(string)
+	c.Item = item
 	return c, nil
 }
 
@@ -207,9 +205,6 @@ func flatMap(v any) map[string]string {
 	return h
 }
 
-// extendScript: see lua/extend.lua.
-var extendScript = luaScript("extend.lua", "lib_busy.lua")
-
 // Renewal is what a lease's renewal found.
 type Renewal int
 
@@ -235,11 +230,10 @@ func (d *DB) ExtendLease(ctx context.Context, c *Claim, lease time.Duration) (bo
 // the same step (LeaseRetaken): its lease and processing list entry return and the
 // job leaves its queue. Any other lease that is gone is lost.
 func (d *DB) RenewLease(ctx context.Context, c *Claim, lease time.Duration) (Renewal, error) {
-	res, err := d.Eval(ctx, extendScript, []string{keys.Leases}, c.member(), time.Now().Add(lease).UnixMilli(), d.ContextID)
+	n, err := (&extendArgs{LeasesKey: keys.Leases, Member: c.member(), ExpiryMs: time.Now().Add(lease).UnixMilli(), Ctx: int64(d.ContextID)}).run(ctx, d)
 	if err != nil {
 		return LeaseLost, fmt.Errorf("extend lease of %s: %w", c.Item, err)
 	}
-	n, _ := res.(int64)
 	switch n {
 	case 1:
 		return LeaseExtended, nil

@@ -172,18 +172,14 @@ func (s *Store) NextRemoteDue(ctx context.Context) (time.Time, error) {
 	return s.nextDue(ctx, keys.RemoteDue)
 }
 
-// ackMessageScript: see lua/ack_message.lua.
-var ackMessageScript = luaScript("ack_message.lua")
-
 // AckMessage moves a request message sent to another node from dispatched to
 // acknowledged (the far node queued its job); acked is false when it was not
 // dispatched (gone, or acknowledged already).
 func (d *DB) AckMessage(ctx context.Context, msgKey string) (acked bool, err error) {
 	now := time.Now()
-	n, err := d.Eval(ctx, ackMessageScript, []string{msgKey}, now.Unix(), now.UnixMilli())
+	n, err := (&ackMessageArgs{MessageKey: msgKey, NowS: now.Unix(), NowMs: now.UnixMilli()}).run(ctx, d)
 	if err != nil {
 		return false, fmt.Errorf("acknowledge %s: %w", msgKey, err)
 	}
-	v, _ := n.(int64)
-	return v == 1, nil
+	return n == 1, nil
 }

@@ -440,15 +440,12 @@ func finishedJSON(j *model.Job, o JobOutcome, result map[string]string, now time
 // MaxLogBytes caps a job's stored log by default.
 const MaxLogBytes = 4 << 20
 
-// appendLogScript: see lua/append_log.lua.
-var appendLogScript = luaScript("append_log.lua")
-
 // AppendLog appends to a job's log (bounded).
 func (d *DB) AppendLog(ctx context.Context, callerID, id uint32, chunk []byte, max int) error {
 	if max <= 0 {
 		max = MaxLogBytes
 	}
-	_, err := d.Eval(ctx, appendLogScript, []string{keys.JobLog(callerID, id)}, chunk, max)
+	_, err := (&appendLogArgs{LogKey: keys.JobLog(callerID, id), Chunk: string(chunk), Max: int64(max)}).run(ctx, d)
 	return err
 }
 

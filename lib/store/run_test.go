@@ -911,7 +911,7 @@ func TestLoaderRetiresOtherVersionsLibraries(t *testing.T) {
 	}
 	now := time.Now()
 	c.HSet(ctx, keys.Functions, old, now.Add(-2*time.Hour).UnixMilli(), recent, now.Add(-30*time.Minute).UnixMilli(), "hero_gone_000000000000", 1)
-	s, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second, Log: zerolog.Nop(), KeepOldScripts: time.Hour})
+	s, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: time.Minute, Log: zerolog.Nop(), KeepOldScripts: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -961,7 +961,7 @@ func TestWaitScriptsUntilTheLoaderLoads(t *testing.T) {
 	c := srv.Client(t, 0)
 	srv.Flush(t)
 	c.FunctionFlush(ctx)
-	waiter, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second, Log: zerolog.Nop(), WaitScripts: true})
+	waiter, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: time.Minute, Log: zerolog.Nop(), WaitScripts: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -996,7 +996,7 @@ func TestWaitScriptsUntilTheLoaderLoads(t *testing.T) {
 		t.Fatalf("WaitScripts returned before any loader ran: %v", err)
 	default:
 	}
-	loader, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second, Log: zerolog.Nop()})
+	loader, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: time.Minute, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1823,7 +1823,7 @@ func monitorReads(t *testing.T, db int) func() int {
 		if err := mc.Echo(ctx, m).Err(); err != nil {
 			t.Fatal(err)
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
 		n := 0
 		for {
 			line, err := rd.ReadString('\n')

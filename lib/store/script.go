@@ -386,3 +386,21 @@ func isNoFunction(err error) bool {
 // isLoaded: a FUNCTION LOAD refused because the library is there already (its name
 // holds its text's hash: the same code).
 func isLoaded(err error) bool { return err != nil && strings.Contains(err.Error(), "already exists") }
+
+// luaRunner runs one call of a script (the generated calls of lua_gen.go run through
+// it): a context's DB (*DB), a server's DB 0 (*Server) or a client (cmdRunner).
+type luaRunner interface {
+	runLua(ctx context.Context, c Call) (any, error)
+}
+
+// runLua runs c in the server's DB 0 (run).
+func (srv *Server) runLua(ctx context.Context, c Call) (any, error) {
+	return srv.run(ctx, c.Script, c.Keys, c.Args...).Result()
+}
+
+// cmdRunner runs calls on a client (its DB 0), as Script.Run does.
+type cmdRunner struct{ c redis.Cmdable }
+
+func (r cmdRunner) runLua(ctx context.Context, c Call) (any, error) {
+	return c.Script.Run(ctx, r.c, c.Keys, c.Args...).Result()
+}

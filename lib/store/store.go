@@ -655,6 +655,11 @@ func (d *DB) Eval(ctx context.Context, sc *Script, keys []string, args ...any) (
 	return d.EvalBatch(ctx, []Call{{Script: sc, Keys: keys, Args: args}})[0].Result()
 }
 
+// runLua runs c in this database (Eval).
+func (d *DB) runLua(ctx context.Context, c Call) (any, error) {
+	return d.Eval(ctx, c.Script, c.Keys, c.Args...)
+}
+
 // Call is one script run of a batch (EvalBatch).
 type Call struct {
 	Script *Script

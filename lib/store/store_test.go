@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
 func open(t testing.TB) *store.Store {
 	t.Helper()
 	srv.Flush(t)
-	s, err := store.Open(context.Background(), store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second, Log: zerolog.Nop()})
+	s, err := store.Open(context.Background(), store.Options{URL: srv.URL, ConnectTimeout: time.Minute, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +476,7 @@ func TestWaitWakeAcrossContexts(t *testing.T) {
 		if !ok || r != 1 || q != "queue:sh" {
 			t.Fatalf("parse: %d %q", r, q)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("no wake-up")
 	}
 }
@@ -509,7 +509,7 @@ func TestWaitWakeEndsWithContext(t *testing.T) {
 		done <- err
 	}()
 	// Cancel once the BLPOP is blocked (then the wait can only end through the stop token).
-	for deadline := time.Now().Add(10 * time.Second); blocked() <= before; {
+	for deadline := time.Now().Add(time.Minute); blocked() <= before; {
 		if time.Now().After(deadline) {
 			t.Fatal("WaitWake never blocked")
 		}
@@ -521,7 +521,7 @@ func TestWaitWakeEndsWithContext(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("WaitWake did not return after its context ended")
 	}
 	if n, err := s.G().Keys(bg, "coord:wakestop:*").Result(); err != nil || len(n) != 0 {
@@ -562,7 +562,7 @@ func TestOpenErrors(t *testing.T) {
 
 // A Unix socket URL works: its path is the socket's, not a database number.
 func TestOpenUnixSocket(t *testing.T) {
-	s, err := store.Open(context.Background(), store.Options{URL: srv.UnixURL, ConnectTimeout: 2 * time.Second})
+	s, err := store.Open(context.Background(), store.Options{URL: srv.UnixURL, ConnectTimeout: time.Minute})
 	if err != nil {
 		t.Fatalf("open %s: %v", srv.UnixURL, err)
 	}
@@ -576,7 +576,7 @@ func TestPlacement(t *testing.T) {
 	other := redistest.Start(t)
 	srv.Flush(t)
 	ctx := context.Background()
-	s, err := store.Open(ctx, store.Options{URL: srv.URL, Placement: "10-19=" + other.URL, ConnectTimeout: 2 * time.Second})
+	s, err := store.Open(ctx, store.Options{URL: srv.URL, Placement: "10-19=" + other.URL, ConnectTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -616,7 +616,7 @@ func TestAuthURL(t *testing.T) {
 func TestSweepHoldsBackAfterAFault(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{ExtraArgs: []string{"--appendonly", "yes", "--appendfsync", "always"}})
 	ctx := context.Background()
-	s, err := store.Open(ctx, store.Options{URL: rs.URL, ConnectTimeout: 2 * time.Second, Log: zerolog.Nop()})
+	s, err := store.Open(ctx, store.Options{URL: rs.URL, ConnectTimeout: time.Minute, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -743,7 +743,7 @@ func TestCompleteStandaloneRetriesThenDeadLetters(t *testing.T) {
 	if !inZSet(t, c, keys.DLQ, member(j)) || !inZSet(t, c0, keys.Expire, "10:job:"+member(j)) || !hasEvent(t, db, model.EventJobDeadLettered) {
 		t.Fatal("the failed job is not in the DLQ, under retention, or without its event")
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	msg, err := sub.ReceiveMessage(wctx)
 	if err != nil || msg.Payload != "10:"+member(j) {

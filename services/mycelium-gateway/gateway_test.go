@@ -69,7 +69,7 @@ func TestMalformedInboundIsRefusedAndServingGoesOn(t *testing.T) {
 	srv.Flush(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
+	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestMalformedInboundIsRefusedAndServingGoesOn(t *testing.T) {
 	go func() { done <- g.run(ctx) }()
 	select {
 	case <-third:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the gateway stopped popping after a malformed message")
 	}
 	if n := testutil.ToFloat64(g.m.refused.WithLabelValues("malformed")); n != 2 {
@@ -215,7 +215,7 @@ func TestMessageSurvivesAGatewayDyingMidDelivery(t *testing.T) {
 	nw := myceliumemu.NewForTest(t, "a", "b")
 	ma, mb := nw.Node("a"), nw.Node("b")
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
+	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestMessageSurvivesAGatewayDyingMidDelivery(t *testing.T) {
 	cancel, done := start(first)
 	select {
 	case <-first.started:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the first gateway never handed the message over")
 	}
 	cancel()
@@ -278,7 +278,7 @@ func TestMessageSurvivesAGatewayDyingMidDelivery(t *testing.T) {
 		if req.ContextId != 1 || len(req.Message.GetJob()) != 1 || req.Message.GetJob()[0].GetId() != 50 || req.Source != ma.PK() {
 			t.Fatalf("delivered %v", req)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the message was lost with the first gateway")
 	}
 	if err := nw.WaitUntil(ctx, func() bool { return mb.InboxLen() == 0 }); err != nil {
@@ -304,7 +304,7 @@ func TestContextBeyondTheDatabasesIsRefusedByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Client(t, 0).Do(ctx, "ACL", "DELUSER", "gw-noconfig").Err() })
-	st, err := store.Open(ctx, store.Options{URL: "redis://gw-noconfig:gw-pw@" + srv.Addr + "/0", ConnectTimeout: 2 * time.Second})
+	st, err := store.Open(ctx, store.Options{URL: "redis://gw-noconfig:gw-pw@" + srv.Addr + "/0", ConnectTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,11 +26,12 @@ import (
 )
 
 // startGateway runs a gateway on node nd (a v0.7.10-like emulated node) with a
-// 10-second long poll, until the test ends.
+// 2-minute long poll, until the test ends: longer than a test's 1-minute safety net,
+// so a call that waited behind the poll fails the test whatever the machine's speed.
 func startGateway(t *testing.T, nd *myceliumemu.Node, router herov1.RouterClient) *gateway {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
+	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func startGateway(t *testing.T, nd *myceliumemu.Node, router herov1.RouterClient
 		t.Fatal(err)
 	}
 	g := newGateway(gatewayParams{store: st, log: zerolog.Nop(), reg: prometheus.NewRegistry(), mycelium: mc,
-		router: router, pollTimeout: 10 * time.Second, routerWait: time.Minute})
+		router: router, pollTimeout: 2 * time.Minute, routerWait: time.Minute})
 	done := make(chan error, 1)
 	go func() { done <- g.run(ctx) }()
 	t.Cleanup(func() {
@@ -52,7 +53,7 @@ func startGateway(t *testing.T, nd *myceliumemu.Node, router herov1.RouterClient
 	return g
 }
 
-// The node holds its lock for a whole long poll, and the gateway long-polls for 10 s:
+// The node holds its lock for a whole long poll, and the gateway long-polls for 2 minutes:
 // still, its pushes do not wait for its poll. Each push below is made while the
 // gateway's poll is pending on the node; the bound asserted is generous for a loaded
 // 2-core machine, the figures measured are logged (docs/benchmarks.md).
@@ -66,7 +67,7 @@ func TestPushesDoNotWaitBehindTheGatewaysPoll(t *testing.T) {
 	var took []time.Duration
 	for i := range n {
 		// Wait (with a deadline) until the gateway's long poll holds the node's lock.
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		err := nw.WaitUntil(wctx, func() bool { return nw.Stats().Polling == 1 })
 		cancel()
 		if err != nil {
@@ -80,8 +81,8 @@ func TestPushesDoNotWaitBehindTheGatewaysPoll(t *testing.T) {
 	}
 	slices.Sort(took)
 	p50, p99, worst := took[n/2], took[n*99/100], took[n-1]
-	t.Logf("push while the gateway's 10 s poll is pending: p50 %v, p99 %v, max %v over %d pushes", p50, p99, worst, n)
-	if worst > 500*time.Millisecond {
+	t.Logf("push while the gateway's 2-minute poll is pending: p50 %v, p99 %v, max %v over %d pushes", p50, p99, worst, n)
+	if worst > time.Minute {
 		t.Fatalf("a push waited %v behind the gateway's own poll (p50 %v)", worst, p50)
 	}
 	// Each push met a pending poll (waited for above): the yields counted below say
@@ -92,7 +93,7 @@ func TestPushesDoNotWaitBehindTheGatewaysPoll(t *testing.T) {
 	}
 	// The last yield is counted by the poll loop after the push went through: once
 	// the gateway polls again it has been.
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := nw.WaitUntil(wctx, func() bool { return nw.Stats().Polling == 1 }); err != nil {
 		t.Fatalf("the gateway did not poll again: %v", err)
@@ -103,14 +104,14 @@ func TestPushesDoNotWaitBehindTheGatewaysPoll(t *testing.T) {
 }
 
 // Readiness asks GET /api/v1/admin, ahead of the poll: ready at once after start,
-// not after the first 10 s poll; not ready while the node's API is down.
+// not after the first (2-minute) poll; not ready while the node's API is down.
 func TestReadinessFromAdmin(t *testing.T) {
 	srv.Flush(t)
 	nw := myceliumemu.NewForTest(t, "a")
 	a := nw.Node("a")
 	g := startGateway(t, a, &routerStub{})
 	ctx := context.Background()
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := nw.WaitUntil(wctx, func() bool { return nw.Stats().Polling == 1 }); err != nil {
 		t.Fatal(err)
@@ -119,8 +120,8 @@ func TestReadinessFromAdmin(t *testing.T) {
 	if err := g.check(ctx); err != nil {
 		t.Fatalf("not ready while the node answers: %v", err)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("the readiness check took %v: it waited for the poll", d)
+	if d := time.Since(start); d > time.Minute {
+		t.Fatalf("the readiness check took %v: it waited for the 2-minute poll", d)
 	}
 	a.StopAPI()
 	if err := g.check(ctx); err == nil || !strings.Contains(err.Error(), "does not answer") {
@@ -182,7 +183,7 @@ func TestOversizedAndRefusedSendsArePermanent(t *testing.T) {
 	}
 	start := time.Now()
 	_, err = h.Send(context.Background(), &herov1.GatewaySendRequest{DestinationPk: pk, Topic: "runner7", Envelope: big})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "larger than") || time.Since(start) > time.Second {
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "larger than") || time.Since(start) > time.Minute {
 		t.Fatalf("a 3 MiB envelope: %v", err)
 	}
 	small, err := (&remote.Envelope{Kind: remote.KindAck, ContextID: 1, MsgKey: "message:1:1"}).Encode()
@@ -204,7 +205,7 @@ func TestNotJSONAnswersArePassedOver(t *testing.T) {
 	nw := myceliumemu.NewForTest(t, "a", "b")
 	ma, mb := nw.Node("a"), nw.Node("b")
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
+	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestNotJSONAnswersArePassedOver(t *testing.T) {
 		if req.Message.GetJob()[0].GetId() != 50 {
 			t.Fatalf("delivered %v", req)
 		}
-	case <-time.After(15 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the message behind the garbage answers was not delivered")
 	}
 	if n := testutil.ToFloat64(g.m.notJSON); n != 3 {
@@ -246,7 +247,7 @@ func TestNotJSONAnswersArePassedOver(t *testing.T) {
 	if err := g.check(ctx); err != nil {
 		t.Fatalf("not ready after garbage answers: %v", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := nw.WaitUntil(wctx, func() bool { return mb.InboxLen() == 0 }); err != nil {
 		t.Fatalf("the delivered message stayed in the inbox: %v", err)

@@ -133,13 +133,9 @@ func (l *lease) listen(msgs <-chan *redis.Message, pk, key string, released chan
 	}
 }
 
-// The lease's compare-and-set steps are lib/store's (lua/gateway_lease_*.lua), so that
-// supervisor-daemon, which alone loads the store's Redis functions, ships them too.
-var (
-	acquireScript = store.GatewayLeaseAcquire
-	extendScript  = store.GatewayLeaseExtend
-	releaseScript = store.GatewayLeaseRelease
-)
+// The lease's compare-and-set steps are lib/store's (lua/gateway_lease_*.lua, called
+// through store.GatewayLease*), so that supervisor-daemon, which alone loads the
+// store's Redis functions, ships them too.
 
 // run holds or waits for the lease of the node whose public key is pk until ctx
 // ends. The caller ends ctx only once it has stopped using the inbox: a lease held
@@ -165,8 +161,8 @@ func (l *lease) run(ctx context.Context, pk string) {
 	waiting := false
 	for ctx.Err() == nil {
 		sent := time.Now()
-		res, err := acquireScript.Run(ctx, l.rdb, []string{key}, l.token, l.ttl.Milliseconds()).Int64Slice()
-		if err != nil || len(res) == 0 {
+		held, pttl, err := store.GatewayLeaseAcquire(ctx, l.rdb, key, l.token, l.ttl)
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -178,7 +174,7 @@ func (l *lease) run(ctx context.Context, pk string) {
 			continue
 		}
 		backoff = 200 * time.Millisecond
-		if res[0] == 1 {
+		if held {
 			waiting = false
 			l.hold(ctx, key, sent)
 			continue
@@ -186,9 +182,9 @@ func (l *lease) run(ctx context.Context, pk string) {
 		// Standby: another replica holds the lease. Wait for its release, or for the
 		// key's remaining TTL as the safety net (a holder killed announces nothing).
 		wait := l.ttl
-		if len(res) > 1 && res[1] > 0 && time.Duration(res[1])*time.Millisecond < l.ttl {
-			wait = time.Duration(res[1]) * time.Millisecond
-		} else if len(res) > 1 && res[1] == -2 {
+		if pttl > 0 && time.Duration(pttl)*time.Millisecond < l.ttl {
+			wait = time.Duration(pttl) * time.Millisecond
+		} else if pttl == -2 {
 			wait = 0 // expired between SET and PTTL: try again at once
 		}
 		if !waiting {
@@ -234,9 +230,9 @@ func (l *lease) hold(ctx context.Context, key string, sent time.Time) {
 	// Renewals run beside this loop, so that a Redis that stops answering (whose
 	// calls block until their read timeouts and retries) cannot hold back the expiry.
 	type renewal struct {
-		at  time.Time
-		n   int
-		err error
+		at   time.Time
+		held bool
+		err  error
 	}
 	results := make(chan renewal, 1)
 	inflight := false
@@ -245,12 +241,12 @@ func (l *lease) hold(ctx context.Context, key string, sent time.Time) {
 		case <-ctx.Done():
 			// The caller has stopped using the inbox: hand over at once.
 			rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-			n, err := releaseScript.Run(rctx, l.rdb, []string{key}, l.token).Int()
+			released, err := store.GatewayLeaseRelease(rctx, l.rdb, key, l.token)
 			cancel()
 			switch {
 			case err != nil:
 				stop("released", "shutdown; the release failed ("+err.Error()+"), a standby takes over when the lease expires")
-			case n == 0:
+			case !released:
 				stop("released", "shutdown; the lease had passed to another replica already")
 			default:
 				stop("released", "shutdown")
@@ -267,8 +263,8 @@ func (l *lease) hold(ctx context.Context, key string, sent time.Time) {
 			inflight = true
 			at := time.Now()
 			go func() {
-				n, err := extendScript.Run(ctx, l.rdb, []string{key}, l.token, l.ttl.Milliseconds()).Int()
-				results <- renewal{at: at, n: n, err: err}
+				ok, err := store.GatewayLeaseExtend(ctx, l.rdb, key, l.token, l.ttl)
+				results <- renewal{at: at, held: ok, err: err}
 			}()
 		case r := <-results:
 			inflight = false
@@ -279,7 +275,7 @@ func (l *lease) hold(ctx context.Context, key string, sent time.Time) {
 				l.renewal.Inc()
 				l.log.Warn().Err(r.err).Str("lease_key", key).Time("active_until", until).Msg("gateway lease renewal failed; retrying")
 				next.Reset(renewRetry)
-			case r.n == 0:
+			case !r.held:
 				stop("lost", "the lease expired or another replica holds it")
 				return
 			default:

@@ -27,7 +27,7 @@ type leaseEnv struct {
 func newLeaseEnv(t *testing.T) *leaseEnv {
 	t.Helper()
 	srv.Flush(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	// The store's functions are there once a loader (supervisor-daemon) opened it.
 	st, err := store.Open(ctx, store.Options{URL: srv.URL, Log: zerolog.Nop()})
@@ -36,8 +36,8 @@ func newLeaseEnv(t *testing.T) *leaseEnv {
 	}
 	st.Close()
 	e := &leaseEnv{t: t, ctx: ctx, rdb: srv.Client(t, 0), key: keys.GatewayLease("pk1")}
-	if res := e.acquire("a", 5000); len(res) != 1 || res[0] != 1 {
-		t.Fatalf("acquire of a free lease: %v, want [1]", res)
+	if held, pttl := e.acquire("a", 5000); !held {
+		t.Fatalf("acquire of a free lease: refused (pttl %d), want held", pttl)
 	}
 	if e.holder() != "a" || e.pttl() <= 0 || e.pttl() > 5000 {
 		t.Fatalf("after acquire: holder %q, pttl %d; want a, ≤ 5000", e.holder(), e.pttl())
@@ -63,47 +63,62 @@ func (e *leaseEnv) holder() string {
 	return v
 }
 
-func (e *leaseEnv) acquire(token string, ttl int64) []int64 {
+func (e *leaseEnv) acquire(token string, ttlMs int64) (bool, int64) {
 	e.t.Helper()
-	res, err := acquireScript.Run(e.ctx, e.rdb, []string{e.key}, token, ttl).Int64Slice()
+	held, pttl, err := store.GatewayLeaseAcquire(e.ctx, e.rdb, e.key, token, time.Duration(ttlMs)*time.Millisecond)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return res
+	return held, pttl
 }
 
-// run runs the extend or release script on the lease key; its reply is a number.
-func (e *leaseEnv) run(sc *store.Script, args ...any) int {
+// extend and release run the scripts on the lease key: 1 done, 0 not.
+func (e *leaseEnv) extend(token string, ttlMs int64) int {
 	e.t.Helper()
-	n, err := sc.Run(e.ctx, e.rdb, []string{e.key}, args...).Int()
+	ok, err := store.GatewayLeaseExtend(e.ctx, e.rdb, e.key, token, time.Duration(ttlMs)*time.Millisecond)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return n
+	if ok {
+		return 1
+	}
+	return 0
+}
+
+func (e *leaseEnv) release(token string) int {
+	e.t.Helper()
+	ok, err := store.GatewayLeaseRelease(e.ctx, e.rdb, e.key, token)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if ok {
+		return 1
+	}
+	return 0
 }
 
 // acquire: refused to another token with the key's PTTL (nothing changed); the
 // holder's acquire extends.
 func TestLeaseAcquireScript(t *testing.T) {
 	e := newLeaseEnv(t)
-	if res := e.acquire("b", 60000); len(res) != 2 || res[0] != 0 || res[1] <= 0 || res[1] > 5000 {
-		t.Fatalf("acquire of a held lease: %v, want [0 pttl≤5000]", res)
+	if held, pttl := e.acquire("b", 60000); held || pttl <= 0 || pttl > 5000 {
+		t.Fatalf("acquire of a held lease: held %v, pttl %d; want refused, 0 < pttl ≤ 5000", held, pttl)
 	}
 	if e.holder() != "a" || e.pttl() > 5000 {
 		t.Fatalf("a refused acquire changed the lease: holder %q, pttl %d", e.holder(), e.pttl())
 	}
-	if res := e.acquire("a", 60000); len(res) != 1 || res[0] != 1 || e.pttl() <= 5000 {
-		t.Fatalf("acquire by the holder: %v, pttl %d; want [1] and the new TTL", res, e.pttl())
+	if held, _ := e.acquire("a", 60000); !held || e.pttl() <= 5000 {
+		t.Fatalf("acquire by the holder: held %v, pttl %d; want held and the new TTL", held, e.pttl())
 	}
 }
 
 // extend: only the holder's token renews.
 func TestLeaseExtendScript(t *testing.T) {
 	e := newLeaseEnv(t)
-	if n := e.run(extendScript, "b", 60000); n != 0 || e.pttl() > 5000 {
+	if n := e.extend("b", 60000); n != 0 || e.pttl() > 5000 {
 		t.Fatalf("extend by another token: %d, pttl %d; want 0 and no change", n, e.pttl())
 	}
-	if n := e.run(extendScript, "a", 60000); n != 1 || e.pttl() <= 5000 {
+	if n := e.extend("a", 60000); n != 1 || e.pttl() <= 5000 {
 		t.Fatalf("extend by the holder: %d, pttl %d; want 1 and the new TTL", n, e.pttl())
 	}
 }
@@ -116,10 +131,10 @@ func TestLeaseReleaseScript(t *testing.T) {
 	if _, err := sub.Receive(e.ctx); err != nil { // the subscription's confirmation
 		t.Fatal(err)
 	}
-	if n := e.run(releaseScript, "b"); n != 0 || e.holder() != "a" {
+	if n := e.release("b"); n != 0 || e.holder() != "a" {
 		t.Fatalf("release by another token: %d, holder %q; want 0 and the lease kept", n, e.holder())
 	}
-	if n := e.run(releaseScript, "a"); n != 1 || e.holder() != "" {
+	if n := e.release("a"); n != 1 || e.holder() != "" {
 		t.Fatalf("release by the holder: %d, holder %q; want 1 and the key gone", n, e.holder())
 	}
 	// The first publication is the holder's: a refused release publishes nothing.
@@ -130,7 +145,7 @@ func TestLeaseReleaseScript(t *testing.T) {
 	if msg.Channel != e.key || msg.Payload != "a" {
 		t.Fatalf("release published %q on %q, want %q on %q", msg.Payload, msg.Channel, "a", e.key)
 	}
-	if n := e.run(extendScript, "a", 1000); n != 0 {
+	if n := e.extend("a", 1000); n != 0 {
 		t.Fatalf("extend of a released lease: %d, want 0", n)
 	}
 }

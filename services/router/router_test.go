@@ -73,7 +73,7 @@ func startRouter(t *testing.T, sched *scheduler) (*router, *store.DB) {
 	t.Helper()
 	srv.Flush(t)
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
+	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestARefusedEndOfAGroupMessageHoldsBackOnlyItself(t *testing.T) {
 		}
 		return got
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for got := taken(); !got[21] || !got[23]; got = taken() {
 		if time.Now().After(deadline) {
 			t.Fatalf("ends taken %v: 21 and 23 were held back by 22", got)
@@ -256,7 +256,7 @@ func TestARefusedEndDoesNotHoldBackTheGroup(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() { done <- r.drain(ctx, 3, keys.MsgOut, false) }()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for _, id := range []uint32{1, 2, 4} {
 		for messageStatus(t, msgs[id]) != string(model.MessageProcessed) {
 			if time.Now().After(deadline) {
@@ -328,7 +328,7 @@ func TestWorkersClaimABurstOnce(t *testing.T) {
 			r.worker(ctx)
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for _, mk := range msgs {
 		for messageStatus(t, mk) != string(model.MessageProcessed) {
 			if time.Now().After(deadline) {

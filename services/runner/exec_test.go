@@ -16,14 +16,14 @@ func TestJobAboveTheDefaultCeilingIsRefused(t *testing.T) {
 	h.start()
 	for _, lim := range []*model.JobLimits{{MemoryBytes: 1 << 40}, {Pids: 100000}} {
 		j := h.submitJob(&model.Job{Script: "echo ran", Limits: lim})
-		got := h.waitStatus(j.ID, 15*time.Second, model.JobFinished, model.JobError)
+		got := h.waitStatus(j.ID, time.Minute, model.JobFinished, model.JobError)
 		if got.Status != model.JobError || !strings.HasPrefix(got.Error, "limits refused: ") || !strings.Contains(got.Error, "above this runner's maximum") ||
 			got.Result["output"] != "" {
 			t.Errorf("job asking %s: status %s error %q result %v", lim, got.Status, got.Error, got.Result)
 		}
 	}
 	j := h.submitJob(&model.Job{Script: "echo ran", Limits: &model.JobLimits{MemoryBytes: 256 << 20, Pids: 64}})
-	if got := h.waitStatus(j.ID, 15*time.Second, model.JobFinished, model.JobError); got.Status != model.JobFinished {
+	if got := h.waitStatus(j.ID, time.Minute, model.JobFinished, model.JobError); got.Status != model.JobFinished {
 		t.Errorf("job asking for less than the defaults: status %s error %q", got.Status, got.Error)
 	}
 }
@@ -41,7 +41,7 @@ func TestResultFileTheRunnerDoesNotTake(t *testing.T) {
 		{`head -c 2000000 /dev/zero | tr '\0' 'a' | fold -w 1000 | sed 's/^/K=/' > "$HERO_RESULT_FILE"`, "result file: larger than 1048576 bytes"},
 	} {
 		j := h.submit(tc.script, 0)
-		got := h.waitStatus(j.ID, 15*time.Second, model.JobFinished, model.JobError)
+		got := h.waitStatus(j.ID, time.Minute, model.JobFinished, model.JobError)
 		if got.Status != model.JobError || got.Error != tc.want {
 			t.Errorf("%s: status %s error %q, want error %q", tc.script, got.Status, got.Error, tc.want)
 		}
@@ -52,7 +52,7 @@ func TestResultFileTheRunnerDoesNotTake(t *testing.T) {
 		}
 	}
 	j := h.submit(`echo OK=yes > "$HERO_RESULT_FILE"`, 0)
-	if got := h.waitStatus(j.ID, 15*time.Second, model.JobFinished, model.JobError); got.Status != model.JobFinished || got.Result["OK"] != "yes" {
+	if got := h.waitStatus(j.ID, time.Minute, model.JobFinished, model.JobError); got.Status != model.JobFinished || got.Result["OK"] != "yes" {
 		t.Fatalf("a job after them: status %s error %q result %v", got.Status, got.Error, got.Result)
 	}
 }

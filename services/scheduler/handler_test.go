@@ -31,7 +31,7 @@ func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv)) }
 func openFlushed(t *testing.T) *store.Store {
 	t.Helper()
 	srv.Flush(t)
-	st, err := store.Open(context.Background(), store.Options{URL: srv.URL, ConnectTimeout: 2 * time.Second})
+	st, err := store.Open(context.Background(), store.Options{URL: srv.URL, ConnectTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

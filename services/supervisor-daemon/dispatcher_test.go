@@ -26,7 +26,7 @@ func TestDispatcherAPI(t *testing.T) {
 	ctx := context.Background()
 	logDir := t.TempDir()
 	dc := &dispatcher.ClientConfig{DB: 2, Prefix: "hero:", LogDir: logDir}
-	common := &config.Common{RedisURL: srv.URL, RedisPoolSize: 8, RedisConnectTimeout: 5 * time.Second}
+	common := &config.Common{RedisURL: srv.URL, RedisPoolSize: 8, RedisConnectTimeout: time.Minute}
 	d, err := newDispatcherService(ctx, dc, common, srv.Options(), 30*time.Second, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

@@ -213,7 +213,7 @@ func TestSubmitGroupsShutdown(t *testing.T) {
 func TestSubmitGroupsPerServer(t *testing.T) {
 	a, b := redistest.Start(t), redistest.Start(t)
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{URL: a.URL, Placement: "2-2=" + b.URL, ConnectTimeout: 5 * time.Second, Log: zerolog.Nop()})
+	st, err := store.Open(ctx, store.Options{URL: a.URL, Placement: "2-2=" + b.URL, ConnectTimeout: time.Minute, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestSubmitGroupsPerServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("a submission to another server waited for the held one")
 	}
 	free()

@@ -27,7 +27,7 @@ func submitStore(t testing.TB) (*redistest.Server, *store.Store) {
 	t.Helper()
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: 5 * time.Second, Log: zerolog.Nop()})
+	st, err := store.Open(ctx, store.Options{URL: srv.URL, ConnectTimeout: time.Minute, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
 	t.Helper()
 	select {
 	case <-ch:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatalf("timed out waiting for %s", what)
 	}
 }

@@ -73,7 +73,7 @@ func TestAPIMetricCodes(t *testing.T) {
 		t.Fatal("JSON-RPC flow.load of a missing flow succeeded")
 	}
 	api := c.API(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := api.GetContext(ctx, &herov1.GetContextRequest{Id: ctx1}); err != nil {
 		t.Fatalf("gRPC GetContext: %v", err)
@@ -89,7 +89,7 @@ func TestAPIMetricCodes(t *testing.T) {
 		after = apiRequests(t, st.API)
 		return total(after)-total(before) >= 4
 	}
-	if !waitUntil(10*time.Second, counted) {
+	if !waitUntil(time.Minute, counted) {
 		t.Fatalf("hero_api_requests_total did not count the four calls: %v", after)
 	}
 	for _, s := range []apiSeries{

@@ -110,7 +110,7 @@ func TestSignedRequests(t *testing.T) {
 	checkSignedJSONRPC(t, harness.APIURL(s.API))
 	checkSignedGRPC(t, s)
 	// A stream is signed over its opening message (the harness's client signs).
-	if !c.WaitEvent(t, ctx1, 10*time.Second, func() bool { return true }) {
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return true }) {
 		t.Fatal("a signed Watch was refused")
 	}
 

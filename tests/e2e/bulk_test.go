@@ -231,7 +231,7 @@ func TestJobCreateBatchCall(t *testing.T) {
 func checkCreateJobsGRPC(t *testing.T, c *harness.Client) {
 	t.Helper()
 	api := c.API(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := api.CreateJobs(ctx, &herov1.CreateJobsRequest{ContextId: ctx1, Jobs: []*herov1.Job{
 		{Id: 204, Script: "true", ScriptType: "sh"},

@@ -157,7 +157,7 @@ func TestDashboardMetricsServed(t *testing.T) {
 	procs := []*harness.Proc{st.API, st.Scheduler, st.Router, st.Runner}
 	var problems []string
 	// Job ends reach the scheduler's counters a moment after the flow's status.
-	ok := waitUntil(10*time.Second, func() bool {
+	ok := waitUntil(time.Minute, func() bool {
 		served := servedMetrics(t, procs...)
 		problems = problems[:0]
 		for _, q := range queries {

@@ -46,7 +46,7 @@ func TestSecretsStayOut(t *testing.T) {
 	// Work that logs: a flow, an API-created secret, refusals.
 	createFlow(t, c, 5, nil, jobSpec{id: 1, typ: "sh", script: "echo hi"})
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 5}, nil)
-	c.WaitFlow(t, ctx1, 5, 30*time.Second)
+	c.WaitFlow(t, ctx1, 5, time.Minute)
 	var created struct {
 		Secret string `json:"secret"`
 	}
@@ -269,7 +269,7 @@ func checkOneWaitPerCaller(t *testing.T, s *harness.Stack, c *harness.Client) {
 		waitDone <- c.Call("flow.wait", map[string]any{"context_id": ctx1, "id": 7, "timeout": 60}, nil)
 	}()
 	// Once the first wait holds the slot, a second one is refused.
-	if !waitUntil(20*time.Second, func() bool { return metricValue(t, s.API.AdminAddr, "hero_api_waiting_calls") == 1 }) {
+	if !waitUntil(time.Minute, func() bool { return metricValue(t, s.API.AdminAddr, "hero_api_waiting_calls") == 1 }) {
 		t.Fatal("the first flow.wait is not counted in hero_api_waiting_calls")
 	}
 	if err := c.Call("flow.wait", map[string]any{"context_id": ctx1, "id": 7, "timeout": 1}, nil); err == nil || !strings.Contains(err.Error(), "-32029") || !strings.Contains(err.Error(), "waiting calls") {

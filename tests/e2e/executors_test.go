@@ -53,7 +53,7 @@ func servingStack(t *testing.T, opt harness.StackOptions) (*harness.Stack, *harn
 	redisSrv.Flush(t)
 	s := harness.StartStack(t, binDir, redisSrv.URL, opt)
 	c := s.Setup(t, ctx1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := s.Runner.WaitLog(ctx, `"context_ids":[1]`, `"message":"serving"`); err != nil {
 		t.Fatal(err)
@@ -210,8 +210,10 @@ func TestHandlerOutcomeRetryHonoursRetryAfter(t *testing.T) {
 			restarted = e["time_ms"].(float64)
 		}
 	}
+	// Not before retry_after (the scheduler's 100 ms would be); the upper bound is the
+	// safety net, not a measurement.
 	gap := restarted - ended
-	if gap < 1400 || gap > 5000 {
+	if gap < 1400 || gap > 60000 {
 		t.Fatalf("second attempt %v ms after the first ended; want about 1500", gap)
 	}
 }
@@ -219,11 +221,11 @@ func TestHandlerOutcomeRetryHonoursRetryAfter(t *testing.T) {
 func TestHandlerOutcomeTimeout(t *testing.T) {
 	_, c := executorStack(t)
 	start := time.Now()
-	j := runStandalone(t, c, map[string]any{"id": 1, "function_name": "go#sleep", "kwargs": map[string]any{"seconds": 30}, "timeout": 1})
+	j := runStandalone(t, c, map[string]any{"id": 1, "function_name": "go#sleep", "kwargs": map[string]any{"seconds": 600}, "timeout": 1})
 	if j.Status != "error" || j.Error != "timeout" {
 		t.Fatalf("%+v", j)
 	}
-	if el := time.Since(start); el > 10*time.Second {
+	if el := time.Since(start); el > time.Minute {
 		t.Fatalf("the timeout took %v", el)
 	}
 }
@@ -263,11 +265,11 @@ func TestHandlerCancel(t *testing.T) {
 		createHandler(t, c, handlerSpec{id: id, function: function, kwargs: kwargs})
 		c.MustCall(t, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": id, "jobs": []uint32{id}}}, nil)
 		c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": id}, nil)
-		if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, id).Status == "started" }) {
+		if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, c, id).Status == "started" }) {
 			t.Fatalf("job %d never started", id)
 		}
 		if begun != "" {
-			deadline := time.Now().Add(30 * time.Second)
+			deadline := time.Now().Add(time.Minute)
 			for _, err := os.Stat(begun); err != nil; _, err = os.Stat(begun) {
 				if time.Now().After(deadline) {
 					t.Fatalf("handler of job %d never began", id)
@@ -277,7 +279,7 @@ func TestHandlerCancel(t *testing.T) {
 		}
 		start := time.Now()
 		c.MustCall(t, "job.stop", map[string]any{"context_id": ctx1, "caller_id": 1, "id": id}, nil)
-		c.WaitFlow(t, ctx1, id, 30*time.Second)
+		c.WaitFlow(t, ctx1, id, time.Minute)
 		j := loadJob(t, c, id)
 		if j.Status != "error" || j.Error != "stopped" {
 			t.Fatalf("stopped handler job %d: %+v", id, j)
@@ -285,16 +287,17 @@ func TestHandlerCancel(t *testing.T) {
 		return time.Since(start)
 	}
 	before := metric(t, s.Runner, "hero_executor_restarts_total")
-	if d := stop(1, "go#sleep", ""); d > 900*time.Millisecond {
-		t.Errorf("a cooperative handler took %v to stop: the cancel frame did not reach it", d)
-	}
+	// Stopped by the cancel frame, not killed after the grace: the process was not
+	// restarted (its latency is logged, not asserted: no clock decides the test).
+	d := stop(1, "go#sleep", "")
+	t.Logf("a cooperative handler stopped in %v", d)
 	if got := metric(t, s.Runner, "hero_executor_restarts_total"); got != before {
-		t.Errorf("a cooperative executor was restarted (%v → %v)", before, got)
+		t.Errorf("a cooperative executor was restarted (%v → %v): the cancel frame did not reach it", before, got)
 	}
 	if d := stop(2, "python#stubborn", filepath.Join(harness.ScratchDir(t), "begun")); d < time.Second {
 		t.Errorf("a handler that ignores the cancel ended after %v, before the 1 s grace", d)
 	}
-	if !c.WaitEvent(t, ctx1, 10*time.Second, func() bool { return metric(t, s.Runner, "hero_executor_restarts_total") > before }) {
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return metric(t, s.Runner, "hero_executor_restarts_total") > before }) {
 		t.Error("the stubborn executor process was not killed and restarted")
 	}
 	// The pool serves again.
@@ -342,7 +345,7 @@ func TestHandlerExecutorCrash(t *testing.T) {
 	}
 	// The runner's warning names the call; the job's log marks both attempts (the
 	// first did not succeed, the second is a retry).
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := s.Runner.WaitLog(ctx, "handler call failed", `"executor":"python"`, `"function":"flaky"`, `"request_id":"`, `"job_id":1`); err != nil {
 		t.Errorf("the failed call in the runner's log: %v", err)
@@ -369,7 +372,7 @@ func TestDLQAndFlowRetry(t *testing.T) {
 		jobSpec{id: 3, typ: "sh", script: "echo third $HERO_DEP_2_B", deps: []uint32{2}},
 	)
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 60}, nil)
-	if f := c.WaitFlow(t, ctx1, 60, 30*time.Second); f.Status != "error" {
+	if f := c.WaitFlow(t, ctx1, 60, time.Minute); f.Status != "error" {
 		t.Fatalf("flow: %+v", f)
 	}
 	// A standalone job that fails until the gate exists.
@@ -387,7 +390,7 @@ func TestDLQAndFlowRetry(t *testing.T) {
 	if _, errOut, code := s.Heroctl(t, me, "dlq", "requeue", "9"); code != 0 {
 		t.Fatalf("heroctl dlq requeue: %s", errOut)
 	}
-	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, 9).Status == "finished" }) {
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, c, 9).Status == "finished" }) {
 		t.Fatalf("requeued job: %+v", loadJob(t, c, 9))
 	}
 	if j := loadJob(t, c, 9); j.Attempt != 1 {
@@ -397,7 +400,7 @@ func TestDLQAndFlowRetry(t *testing.T) {
 	if _, errOut, code := s.Heroctl(t, me, "flow", "retry", "60"); code != 0 {
 		t.Fatalf("heroctl flow retry: %s", errOut)
 	}
-	f := c.WaitFlow(t, ctx1, 60, 30*time.Second)
+	f := c.WaitFlow(t, ctx1, 60, time.Minute)
 	if f.Status != "finished" || f.Result["1.A"] != "1" || f.Result["2.B"] != "2" || f.Result["3.output"] != "third 2\n" {
 		t.Fatalf("retried flow: %+v", f)
 	}
@@ -458,7 +461,7 @@ func TestExecutorsDieWithTheirRunner(t *testing.T) {
 			t.Fatalf("%s: %+v", fn, j)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pidRE := regexp.MustCompile(`"pid":(\d+)`)
 	var pids []int
@@ -481,7 +484,7 @@ func TestExecutorsDieWithTheirRunner(t *testing.T) {
 	}
 	s.Runner.Kill()
 	for _, p := range pids {
-		waitGone(t, p, 10*time.Second)
+		waitGone(t, p, time.Minute)
 	}
 }
 
@@ -529,7 +532,7 @@ func TestExecutorPoolsPerContext(t *testing.T) {
 		var j harness.Job
 		// A new context is served once the runner has announced its types there.
 		var err error
-		waitUntil(20*time.Second, func() bool {
+		waitUntil(time.Minute, func() bool {
 			err = c.Call("job.run", map[string]any{"context_id": ctxID, "job": map[string]any{"function_name": fn}}, &j)
 			return err == nil || !strings.Contains(err.Error(), "no runner in context")
 		})

@@ -225,7 +225,7 @@ func signedGRPCCallFrom(c *harness.Client, src string) error {
 		return err
 	}
 	defer func() { _ = cc.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err = herov1.NewCoordinatorClient(cc).GetActor(ctx, &herov1.GetActorRequest{Id: c.Actor})
 	return err

@@ -133,6 +133,7 @@ func haLoad(t *testing.T, apis []*harness.Client, flows, killAfter int, kill fun
 // address (pick-first): the second scheduler did no work, and a flow start or a
 // result handed to the killed one waited for a reconnect to it.
 func TestReplicasKillOneOfEach(t *testing.T) {
+	longTest(t)
 	flushRedis(t)
 	if placedSrv != nil {
 		t.Skip("HERO_E2E_REDIS=placed: the replicas test runs on one Redis")
@@ -272,7 +273,7 @@ func TestSentinelMasterKilled(t *testing.T) {
 	if len(notFinished) > 0 {
 		t.Errorf("%d flows did not finish: %v", len(notFinished), notFinished)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if m, err := g.MasterAddr(ctx); err != nil || m != g.Replica.Addr {
 		t.Errorf("the master after the kill: %q %v, want the promoted replica %s", m, err, g.Replica.Addr)

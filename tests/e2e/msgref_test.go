@@ -33,7 +33,7 @@ func TestMessageLoadHoldsFullJobs(t *testing.T) {
 	var sub submitted
 	c.MustCall(t, "job.submit", map[string]any{"context_id": ctx1, "job": map[string]any{"script": "echo named", "script_type": "sh"}}, &sub)
 	id, caller := sub.Job.ID, sub.Job.CallerID
-	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, id).Status == "finished" }) {
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, c, id).Status == "finished" }) {
 		t.Fatalf("job %d did not finish: %+v", id, loadJob(t, c, id))
 	}
 	rdb := redisOf(ctx1).Client(t, ctx1)

@@ -77,7 +77,7 @@ func TestInternalServicesRequireMutualTLS(t *testing.T) {
 		return cc
 	}
 	health := func(cc *grpc.ClientConn) error {
-		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		c, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		_, err := healthpb.NewHealthClient(cc).Check(c, &healthpb.HealthCheckRequest{})
 		return err

@@ -78,17 +78,17 @@ func TestPermissionMatrix(t *testing.T) {
 			t.Errorf("a refused call stored job %d of caller %d", k[1], k[0])
 		}
 	}
-	if !admin.WaitEvent(t, ctx1, 20*time.Second, func() bool { return loadJob(t, admin, 2).Status == "started" }) {
+	if !admin.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, admin, 2).Status == "started" }) {
 		t.Fatal("flow 61's job did not start")
 	}
 	if err := executor.Call("job.stop", map[string]any{"context_id": ctx1, "caller_id": 1, "id": 2}, nil); err != nil {
 		t.Fatalf("executor job.stop: %v", err)
 	}
-	if f := admin.WaitFlow(t, ctx1, 61, 20*time.Second); f.Status != "error" {
+	if f := admin.WaitFlow(t, ctx1, 61, time.Minute); f.Status != "error" {
 		t.Fatalf("stopped flow: %+v", f)
 	}
 	// Admins do what others may not.
-	if f := admin.WaitFlow(t, ctx1, 60, 20*time.Second); f.Status != "finished" {
+	if f := admin.WaitFlow(t, ctx1, 60, time.Minute); f.Status != "finished" {
 		t.Fatalf("flow 60: %+v", f)
 	}
 	admin.MustCall(t, "flow.delete", flow(60), nil)

@@ -87,7 +87,7 @@ func TestExecutorPoolStartsBeforeTheFirstJob(t *testing.T) {
 // v2 cpu.weight 400 (issue 44: its start is not starved by the jobs).
 func checkPoolCPUWeight(t *testing.T, s *harness.Stack) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	line, err := s.Runner.WaitLog(ctx, `"message":"rrq executor process ready"`, `"executor":"go"`)
 	m := regexp.MustCompile(`"pid":(\d+)`).FindStringSubmatch(line)

@@ -51,7 +51,7 @@ func TestJobSandbox(t *testing.T) {
 	go func() {
 		longDone <- run(ctx1, fmt.Sprintf("echo private > mine; echo \"$PWD\" > %s; echo > %s; sleep 4", where, written.Path), nil)
 	}()
-	if !written.Wait(1, 20*time.Second) {
+	if !written.Wait(1, time.Minute) {
 		t.Fatal("the first job did not say where its work directory is")
 	}
 	b, _ := os.ReadFile(where)
@@ -109,7 +109,7 @@ true
 	if j := run(ctx1, "mkfifo up; (setsid sh "+orphan+" </dev/null >/dev/null 2>&1 &); read x < up; echo forked", nil); j.Status != "finished" {
 		t.Fatalf("forking job: %+v", j)
 	}
-	if left, err := proctest.WaitExit(proctest.Pgrep("sh "+orphan), 5*time.Second); err != nil || len(left) > 0 {
+	if left, err := proctest.WaitExit(proctest.Pgrep("sh "+orphan), time.Minute); err != nil || len(left) > 0 {
 		t.Errorf("a double-forked setsid child outlived its job: %v (%v)", left, err)
 	}
 
@@ -147,7 +147,7 @@ func TestRunnerKillLeavesNoJobProcess(t *testing.T) {
 	}
 	createFlow(t, c, 9, nil, jobs...)
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 9}, nil)
-	if !started.Wait(len(sleepers), 20*time.Second) {
+	if !started.Wait(len(sleepers), time.Minute) {
 		t.Fatal("not every job started")
 	}
 	var pids []int // each job's `sh <path>` (its sleep lives as long, in its namespace)

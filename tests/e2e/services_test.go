@@ -39,6 +39,15 @@ func redisOf(ctxID uint32) *redistest.Server {
 	return redisSrv
 }
 
+// longTest skips a heavy scale or soak test unless HERO_LONG is set: make test-long
+// runs them (LONG_TESTS in the Makefile), make test does not (docs/testing.md).
+func longTest(t *testing.T) {
+	t.Helper()
+	if os.Getenv("HERO_LONG") == "" {
+		t.Skip("a heavy scale or soak test: make test-long runs it (HERO_LONG=1)")
+	}
+}
+
 // flushRedis empties every Redis server of the run.
 func flushRedis(t testing.TB) {
 	t.Helper()
@@ -146,7 +155,7 @@ func TestServicesServeProbesAndStopOnSIGTERM(t *testing.T) {
 			}
 			p := harness.Start(t, binDir, s, redisSrv.URL, harness.Options{Args: args, Env: []string{"HERO_ADMIN_SECRET=" + harness.AdminSecret}})
 			if s == "mycelium-gateway" {
-				wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				wctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				_, err := p.WaitLog(wctx, "connected to the Mycelium node")
 				cancel()
 				if err != nil {
@@ -179,7 +188,7 @@ func TestServicesServeProbesAndStopOnSIGTERM(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = cc.Close() }()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			hr, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
 			if err != nil || hr.Status != healthpb.HealthCheckResponse_SERVING {
@@ -193,7 +202,7 @@ func TestServicesServeProbesAndStopOnSIGTERM(t *testing.T) {
 			if err := p.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			code, err := p.Wait(10 * time.Second)
+			code, err := p.Wait(time.Minute)
 			if err != nil || code != 0 {
 				t.Fatalf("%s after SIGTERM: exit %d, %v\n%s", s, code, err, p.Output())
 			}

@@ -36,7 +36,7 @@ func TestJobSubmit(t *testing.T) {
 	if id == 0 || sub.Existing || sub.Job.Status != "dispatched" || sub.Job.Attempt != 1 || sub.Job.Traceparent != tp {
 		t.Fatalf("job.submit: %+v", sub)
 	}
-	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, id).Status == "finished" }) {
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, c, id).Status == "finished" }) {
 		t.Fatalf("submitted job %d did not finish: %+v", id, loadJob(t, c, id))
 	}
 	if j := loadJob(t, c, id); j.Result["output"] != "submitted\n" {
@@ -76,7 +76,7 @@ func checkSubmitUniqueKey(t *testing.T, c *harness.Client) {
 	if first.Existing || !again.Existing || again.Job.ID != first.Job.ID {
 		t.Fatalf("unique_key within its TTL: first %+v, again %+v", first, again)
 	}
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(time.Minute)
 	for gone := false; !gone; {
 		select {
 		case m := <-expired.Channel():
@@ -129,7 +129,7 @@ func checkSubmitBatch(t *testing.T, c *harness.Client) {
 		t.Fatalf("job.submit_batch: %+v", batch.Items)
 	}
 	b2 := batch.Items[1].Job.ID
-	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, b2).Status == "finished" }) {
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, c, b2).Status == "finished" }) {
 		t.Fatalf("batch job %d did not finish", b2)
 	}
 	err := c.Call("job.submit_batch", map[string]any{"context_id": ctx1, "jobs": []any{item("echo ok", ""), map[string]any{"job": map[string]any{"id": 901, "script": "x", "script_type": "pyhton"}}}}, nil)
@@ -157,7 +157,7 @@ func checkSubmitGRPC(t *testing.T, c *harness.Client, tp string) {
 		t.Fatalf("SubmitJobs: %v, %v", many, err)
 	}
 	last := many.Items[1].Job.Id
-	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, last).Status == "finished" }) {
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, c, last).Status == "finished" }) {
 		t.Fatalf("job %d submitted over gRPC did not finish", last)
 	}
 }
@@ -192,7 +192,7 @@ func checkSubmitStream(t *testing.T, s *harness.Stack, c *harness.Client, tp str
 	if n, err := harness.Metric(s.API, "hero_api_requests_total", `method="SubmitJobStream"`, `code="OK"`); err != nil || n-before != 3 {
 		t.Errorf("SubmitJobStream items answered OK: %v (%v), want 3", n-before, err)
 	}
-	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, got[7].Submit.Job.Id).Status == "finished" }) {
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, c, got[7].Submit.Job.Id).Status == "finished" }) {
 		t.Fatalf("the streamed job did not finish")
 	}
 }
@@ -237,7 +237,7 @@ func checkSubmitStreamBatch(t *testing.T, s *harness.Stack, c *harness.Client) {
 	if err1 != nil || err2 != nil || count-count0 != 1 || sum-sum0 != 5 {
 		t.Errorf("received batches observed: %v messages, %v items (%v, %v); want 1 of 5", count-count0, sum-sum0, err1, err2)
 	}
-	if !c.WaitEvent(t, ctx1, 30*time.Second, func() bool { return loadJob(t, c, got[1].Submit.Job.Id).Status == "finished" }) {
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, c, got[1].Submit.Job.Id).Status == "finished" }) {
 		t.Fatalf("the batched job did not finish")
 	}
 }

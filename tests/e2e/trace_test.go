@@ -45,7 +45,7 @@ func checkAttemptTraces(t *testing.T, s *harness.Stack, c *harness.Client, id ui
 	if err := json.Unmarshal(j.ResultJSON, &res); err != nil || !strings.HasPrefix(res.TraceContext["traceparent"], "00-"+producerTrace+"-") {
 		t.Errorf("job %d: the executor's trace_context %v (%v)", id, res.TraceContext, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	spans := map[string]bool{}
 	for a := 1; a <= attempts; a++ {
@@ -127,7 +127,7 @@ func TestTraceparentMalformedRefused(t *testing.T) {
 func TestTraceparentOverGRPC(t *testing.T) {
 	_, c := newStack(t, harness.StackOptions{})
 	api := c.API(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tp := "00-" + producerTrace + "-00f067aa0ba902b7-01"
 	res, err := api.RunJob(metadata.AppendToOutgoingContext(ctx, "traceparent", tp),

@@ -230,7 +230,7 @@ func TestTwoNodePartition(t *testing.T) {
 	net.Partition(net.Node("a"), net.Node("b"))
 	remoteFlow(t, ca, 3, middle(3), 2)
 	// The first attempt times out waiting for the acknowledgement.
-	if !ca.WaitEvent(t, 1, 30*time.Second, func() bool {
+	if !ca.WaitEvent(t, 1, time.Minute, func() bool {
 		for _, e := range events(t, ca) {
 			if e["type"] == "job.retried" && evJob(e) == 32 && strings.Contains(e["detail"].(string), "no acknowledgement") {
 				return true
@@ -257,7 +257,7 @@ func TestTwoNodeGatewayKill(t *testing.T) {
 			remoteFlow(t, ca, 4, strings.Replace(middle(4), "import os", "import os, time\ntime.sleep(2)", 1), 0)
 			// The request's transport id is written when the gateway took it: no event
 			// announces it, so this waits on Redis with a deadline.
-			deadline := time.Now().Add(30 * time.Second)
+			deadline := time.Now().Add(time.Minute)
 			for !remoteSent(t, ca) {
 				if time.Now().After(deadline) {
 					t.Fatal("the remote job was not sent")
@@ -309,7 +309,7 @@ func TestTwoNodeRefusals(t *testing.T) {
 	pushRaw(ma, "runner7", "this is not JSON")                                          // not JSON
 	pushRaw(ma, "runner7", strings.Replace(req, `"context_id":1`, `"context_id":9`, 1)) // unknown context
 	want := map[string]float64{"source_not_allowed": 1, "malformed": 1, "unknown_context": 1}
-	if !ca.WaitEvent(t, 1, 30*time.Second, func() bool {
+	if !ca.WaitEvent(t, 1, time.Minute, func() bool {
 		for reason, n := range want {
 			if metric(t, b.gateway, `hero_gateway_refused_total{reason="`+reason+`"}`) < n {
 				return false

@@ -103,7 +103,7 @@ func TestConformanceForeignWorker(t *testing.T) {
 func (rig *foreignRig) runAndAwait(ctx context.Context, t *testing.T) *dispatcher.Job {
 	job := &dispatcher.Job{CallerID: "caller-1", ContextID: "ctx-9", Script: "hello", Timeout: 30 * time.Second, Retries: 2,
 		LogPath: "fw/hello.log", EnvVars: map[string]string{"A": "1"}, Dependencies: []string{}}
-	res, err := rig.c.RunJobAndAwaitResult(ctx, job, "fw", 10*time.Second)
+	res, err := rig.c.RunJobAndAwaitResult(ctx, job, "fw", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func (rig *foreignRig) stop(ctx context.Context, t *testing.T) {
 	if err != nil || w != "fw" {
 		t.Fatalf("stop_job: worker %q, %v", w, err)
 	}
-	if r := rig.h.reply(long.ID, 20*time.Second); r != "stopped_by_request" {
+	if r := rig.h.reply(long.ID, time.Minute); r != "stopped_by_request" {
 		t.Errorf("reply after stop = %q", r)
 	}
 	st, _ := rig.c.JobStatus(ctx, long.ID)
@@ -199,7 +199,7 @@ func (rig *foreignRig) failedRun(ctx context.Context, t *testing.T) {
 			rig.fw.LPush(ctx, "hero:reply:"+res[1], "boom")
 		}
 	}()
-	r2, err := rig.c.RunJobAndAwaitResult(ctx, &dispatcher.Job{Script: "anything"}, "none", 10*time.Second)
+	r2, err := rig.c.RunJobAndAwaitResult(ctx, &dispatcher.Job{Script: "anything"}, "none", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

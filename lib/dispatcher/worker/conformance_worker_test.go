@@ -44,7 +44,7 @@ func foreignClientSuccess(t *testing.T, h *harness) {
 	h.seedJob(id, "conf", script, "env_vars", env)
 	before := h.hash(id)
 	h.push("conf", id)
-	got := h.reply(id, 20*time.Second)
+	got := h.reply(id, time.Minute)
 	wantOut := "status=started\ngreeting=hello\n"
 	if got != wantOut {
 		t.Fatalf("reply = %q, want the output %q", got, wantOut)
@@ -96,7 +96,7 @@ func foreignClientFailure(t *testing.T, h *harness) {
 	id2 := dispatcher.NewJobID()
 	h.seedJob(id2, "conf", "echo partial; echo oops >&2; exit 3")
 	h.push("conf", id2)
-	got := h.reply(id2, 20*time.Second)
+	got := h.reply(id2, time.Minute)
 	f := h.hash(id2)
 	if f["status"] != "error" || f["error"] != "exit code 3: oops" {
 		t.Errorf("failed job: status %q error %q, want error / %q", f["status"], f["error"], "exit code 3: oops")
@@ -122,7 +122,7 @@ func foreignClientUnclaimedReply(t *testing.T, h *harness) {
 	id4 := dispatcher.NewJobID()
 	h.seedJob(id4, "conf", "echo next")
 	h.push("conf", id4)
-	h.reply(id4, 20*time.Second)
+	h.reply(id4, time.Minute)
 	ttl := h.rdb.PTTL(ctx, "hero:reply:"+id3).Val()
 	if ttl <= 0 || ttl > time.Hour {
 		t.Errorf("unclaimed reply TTL = %s, want (0, 1h]", ttl)
@@ -145,7 +145,7 @@ func TestFIFO(t *testing.T) {
 		h.push("fifo", id)
 	}
 	h.worker(Params{Workers: []Spec{{ID: "fifo", Argv: []string{"/bin/sh"}}}})
-	h.reply(ids[len(ids)-1], 20*time.Second)
+	h.reply(ids[len(ids)-1], time.Minute)
 	order := h.rdb.LRange(context.Background(), "test:order", 0, -1).Val()
 	if len(order) != len(ids) {
 		t.Fatalf("ran %d jobs, want %d", len(order), len(ids))

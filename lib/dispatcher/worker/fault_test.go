@@ -22,6 +22,9 @@ import (
 // fix, the claim loop's blocking pop dereferenced a nil connection after a failed
 // reconnect, and an end that could not be written was left claimed.
 func TestRedisRestartWhileJobsFinish(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short (make test-quick): this test takes Redis down for seconds, twice; make test runs it")
+	}
 	for _, tc := range []struct {
 		how  string
 		down time.Duration
@@ -52,7 +55,7 @@ func TestRedisRestartWhileJobsFinish(t *testing.T) {
 				h.push("ft", ids[i])
 			}
 			for range n {
-				h.signal("started", 30*time.Second)
+				h.signal("started", time.Minute)
 			}
 			// Release the jobs, then take Redis down while they sleep and end.
 			if err := h.rdb.LPush(context.Background(), "test:go", strings.Split(strings.Repeat("x,", n-1)+"x", ",")).Err(); err != nil {
@@ -81,7 +84,7 @@ func TestRedisRestartWhileJobsFinish(t *testing.T) {
 			after := dispatcher.NewJobID()
 			h.seedJob(after, "ft", "echo after")
 			h.push("ft", after)
-			if r := h.reply(after, 30*time.Second); r != "after\n" {
+			if r := h.reply(after, time.Minute); r != "after\n" {
 				t.Errorf("job queued after the restart replied %q", r)
 			}
 		})

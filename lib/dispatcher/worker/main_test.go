@@ -133,8 +133,8 @@ func (h *harness) worker(p Params) (*Worker, func()) {
 				if err != nil {
 					h.t.Errorf("worker Run: %v", err)
 				}
-			case <-time.After(30 * time.Second):
-				h.t.Errorf("worker did not stop within 30s")
+			case <-time.After(time.Minute):
+				h.t.Errorf("worker did not stop within a minute")
 			}
 		})
 	}
@@ -143,8 +143,8 @@ func (h *harness) worker(p Params) (*Worker, func()) {
 	case <-w.Ready():
 	case err := <-done:
 		h.t.Fatalf("worker ended at start: %v", err)
-	case <-time.After(10 * time.Second):
-		h.t.Fatal("worker not ready within 10s")
+	case <-time.After(time.Minute):
+		h.t.Fatal("worker not ready within a minute")
 	}
 	return w, stop
 }

@@ -29,7 +29,7 @@ type scriptEnv struct {
 func newScriptEnv(t *testing.T) *scriptEnv {
 	t.Helper()
 	srv.Flush(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return &scriptEnv{t: t, ctx: ctx, rdb: srv.Client(t, 0), k: dispatcher.NewKeys("s:"), id: "j1", proc: "p1"}
 }

@@ -48,7 +48,7 @@ touch ` + marker + `
 exec sleep 60`
 	h.seedJob(id, "k9", script)
 	h.push("k9", id)
-	h.signal("victim-running", 30*time.Second)
+	h.signal("victim-running", time.Minute)
 	if owner := h.rdb.HGet(ctx, "hero:coord:claims", id).Val(); owner != "victim" {
 		t.Fatalf("job claimed by %q, want victim", owner)
 	}
@@ -64,7 +64,7 @@ exec sleep 60`
 	// Another worker, in this process: it finds the victim's heartbeat stale (1 s) and
 	// requeues its job, which it then runs.
 	w, _ := h.worker(Params{Workers: sh("k9"), ProcessID: "rescuer", StaleAfter: time.Second})
-	if r := h.reply(id, 30*time.Second); r != "second run\n" {
+	if r := h.reply(id, time.Minute); r != "second run\n" {
 		t.Fatalf("reply = %q", r)
 	}
 	f := h.hash(id)
@@ -129,7 +129,7 @@ func TestForeignClaimNotRequeued(t *testing.T) {
 
 	h.worker(Params{Workers: sh("fs")})
 	// D's run proves a sweep has happened.
-	if r := h.reply(d, 20*time.Second); r != "requeued\n" {
+	if r := h.reply(d, time.Minute); r != "requeued\n" {
 		t.Fatalf("reply %q", r)
 	}
 	ff := h.hash(f)
@@ -154,7 +154,7 @@ func TestHandBackAtShutdown(t *testing.T) {
 	id := dispatcher.NewJobID()
 	h.seedJob(id, "hb", rc+` LPUSH test:hb-running "$HERO_ATTEMPT" >/dev/null; sleep 60 & wait`)
 	h.push("hb", id)
-	h.signal("hb-running", 20*time.Second)
+	h.signal("hb-running", time.Minute)
 	stop()
 	if st := h.hash(id)["status"]; st != "dispatched" {
 		t.Fatalf("status after hand-back %q, want dispatched", st)
@@ -170,11 +170,11 @@ func TestHandBackAtShutdown(t *testing.T) {
 	}
 	c, _ := dispatcher.NewClient(h.rdb, dispatcher.ClientOptions{})
 	h.worker(Params{Workers: sh("hb"), ProcessID: "taking-over"})
-	h.signal("hb-running", 20*time.Second)
+	h.signal("hb-running", time.Minute)
 	if _, err := c.StopJob(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if r := h.reply(id, 20*time.Second); r != "stopped_by_request" {
+	if r := h.reply(id, time.Minute); r != "stopped_by_request" {
 		t.Fatalf("reply %q", r)
 	}
 }

@@ -26,11 +26,11 @@ func TestStopRunning(t *testing.T) {
 	id := dispatcher.NewJobID()
 	h.seedJob(id, "stop", rc+" LPUSH test:running x >/dev/null; sleep 60 & wait", "retries", "3")
 	h.push("stop", id)
-	h.signal("running", 20*time.Second)
+	h.signal("running", time.Minute)
 	if _, err := c.StopJob(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
-	if r := h.reply(id, 20*time.Second); r != "stopped_by_request" {
+	if r := h.reply(id, time.Minute); r != "stopped_by_request" {
 		t.Fatalf("reply = %q, want stopped_by_request", r)
 	}
 	f := h.hash(id)
@@ -56,21 +56,21 @@ func TestStopBeforeStart(t *testing.T) {
 	h.seedJob(queued, "sb", rc+" LPUSH test:queued-ran x >/dev/null")
 	h.seedJob(after, "sb", "echo after")
 	h.push("sb", blocker)
-	h.signal("blocker", 20*time.Second) // the worker (concurrency 1) is busy
+	h.signal("blocker", time.Minute) // the worker (concurrency 1) is busy
 	h.push("sb", queued)
 	h.push("sb", after)
 	if _, err := c.StopJob(ctx, queued); err != nil {
 		t.Fatal(err)
 	}
-	if r := h.reply(queued, 20*time.Second); r != "stopped" {
+	if r := h.reply(queued, time.Minute); r != "stopped" {
 		t.Fatalf("reply = %q, want stopped", r)
 	}
 	if f := h.hash(queued); f["status"] != "error" || f["error"] != "stopped" {
 		t.Fatalf("status %q error %q", f["status"], f["error"])
 	}
 	h.rdb.LPush(ctx, "test:release", "go")
-	h.reply(blocker, 20*time.Second)
-	if r := h.reply(after, 20*time.Second); r != "after\n" {
+	h.reply(blocker, time.Minute)
+	if r := h.reply(after, time.Minute); r != "after\n" {
 		t.Fatalf("next job's reply %q", r)
 	}
 	if n := h.rdb.LLen(ctx, "test:queued-ran").Val(); n != 0 {
@@ -97,13 +97,13 @@ func TestStopForwarded(t *testing.T) {
 	id := dispatcher.NewJobID()
 	h.seedJob(id, "fwd", rc+" LPUSH test:running x >/dev/null; sleep 60 & wait")
 	h.push("fwd", id)
-	h.signal("running", 20*time.Second)
+	h.signal("running", time.Minute)
 	if owner := h.rdb.HGet(ctx, "hero:coord:claims", id).Val(); owner != a.ProcessID() {
 		t.Fatalf("claim owner %q, want %s", owner, a.ProcessID())
 	}
 	b, _ := h.worker(Params{Workers: sh("fwd"), ProcessID: "proc-b"})
 	b.handleStop("fwd", id)
-	if r := h.reply(id, 20*time.Second); r != "stopped_by_request" {
+	if r := h.reply(id, time.Minute); r != "stopped_by_request" {
 		t.Fatalf("reply = %q, want stopped_by_request", r)
 	}
 
@@ -111,11 +111,11 @@ func TestStopForwarded(t *testing.T) {
 	id2 := dispatcher.NewJobID()
 	h.seedJob(id2, "fwd", rc+" LPUSH test:running x >/dev/null; sleep 60 & wait")
 	h.push("fwd", id2)
-	h.signal("running", 20*time.Second)
+	h.signal("running", time.Minute)
 	if _, err := c.StopJob(ctx, id2); err != nil {
 		t.Fatal(err)
 	}
-	if r := h.reply(id2, 20*time.Second); r != "stopped_by_request" {
+	if r := h.reply(id2, time.Minute); r != "stopped_by_request" {
 		t.Fatalf("reply = %q, want stopped_by_request", r)
 	}
 }
@@ -128,21 +128,23 @@ func TestTimeout(t *testing.T) {
 	h.worker(Params{Workers: sh("to")})
 	ctx := context.Background()
 	id := dispatcher.NewJobID()
-	h.seedJob(id, "to", "echo before; "+rc+" LPUSH test:attempt x >/dev/null; sleep 30", "timeout", "1", "retries", "1")
+	h.seedJob(id, "to", "echo before; "+rc+" LPUSH test:attempt x >/dev/null; sleep 300", "timeout", "1", "retries", "1")
 	start := time.Now()
 	h.push("to", id)
-	if r := h.reply(id, 30*time.Second); r != "timeout" {
+	if r := h.reply(id, time.Minute); r != "timeout" {
 		t.Fatalf("reply = %q, want timeout", r)
 	}
 	f := h.hash(id)
 	if f["status"] != "error" || f["error"] != "timeout" {
 		t.Fatalf("status %q error %q", f["status"], f["error"])
 	}
-	if n := h.rdb.LLen(ctx, "test:attempt").Val(); n != 2 {
+	// Each attempt marks its start, unless its 1 s ends first on a loaded machine:
+	// never more than 2 (the log's separator below says the second one ran).
+	if n := h.rdb.LLen(ctx, "test:attempt").Val(); n > 2 {
 		t.Errorf("%d attempts, want 2 (retries 1)", n)
 	}
-	if el := time.Since(start); el > 15*time.Second {
-		t.Errorf("two 1s attempts took %s", el)
+	if el := time.Since(start); el > time.Minute {
+		t.Errorf("two 1s attempts of a 300 s sleep took %s", el)
 	}
 	log := h.rdb.Get(ctx, "hero:coord:log:"+id).Val()
 	if !strings.Contains(log, "--- attempt 2 of 2 ---") {
@@ -161,7 +163,7 @@ func TestRetries(t *testing.T) {
 	id := dispatcher.NewJobID()
 	h.seedJob(id, "rt", `if [ "$HERO_ATTEMPT" -lt 3 ]; then echo "fail $HERO_ATTEMPT" >&2; exit 1; fi; echo "ok on $HERO_ATTEMPT"`, "retries", "2")
 	h.push("rt", id)
-	if r := h.reply(id, 20*time.Second); r != "ok on 3\n" {
+	if r := h.reply(id, time.Minute); r != "ok on 3\n" {
 		t.Fatalf("reply = %q", r)
 	}
 	if f := h.hash(id); f["status"] != "finished" {
@@ -171,7 +173,7 @@ func TestRetries(t *testing.T) {
 	id2 := dispatcher.NewJobID()
 	h.seedJob(id2, "rt", ``+rc+` LPUSH test:tries x >/dev/null; echo "fail $HERO_ATTEMPT" >&2; exit 1`, "retries", "1")
 	h.push("rt", id2)
-	if r := h.reply(id2, 20*time.Second); r != "exit code 1: fail 2" {
+	if r := h.reply(id2, time.Minute); r != "exit code 1: fail 2" {
 		t.Fatalf("reply = %q", r)
 	}
 	if n := h.rdb.LLen(ctx, "test:tries").Val(); n != 2 {
@@ -189,7 +191,7 @@ func TestEnvVars(t *testing.T) {
 	h.seedJob(id, "env", `echo "$GREETING|$COUNT|$FLAG|$EMPTY|$HERO_JOB_ID|$HERO_WORKER_ID"; env | sort`,
 		"env_vars", `{"GREETING":"hello world","COUNT":5,"FLAG":true,"EMPTY":null}`)
 	h.push("env", id)
-	out := h.reply(id, 20*time.Second)
+	out := h.reply(id, time.Minute)
 	first, rest, _ := strings.Cut(out, "\n")
 	if want := "hello world|5|true||" + id + "|env"; first != want {
 		t.Fatalf("first line %q, want %q", first, want)
@@ -259,7 +261,7 @@ func logPathInside(t *testing.T, h *harness, c *dispatcher.Client, logDir string
 		id := dispatcher.NewJobID()
 		h.seedJob(id, "lp", "echo to-stdout; echo to-stderr >&2", "log_path", p)
 		h.push("lp", id)
-		if r := h.reply(id, 20*time.Second); r != "to-stdout\n" {
+		if r := h.reply(id, time.Minute); r != "to-stdout\n" {
 			t.Fatalf("reply %q", r)
 		}
 		full := p
@@ -293,7 +295,7 @@ func logPathOutside(t *testing.T, h *harness, logDir, outside string) {
 		id := dispatcher.NewJobID()
 		h.seedJob(id, "lp", rc+" LPUSH test:ran x >/dev/null; echo ran", "log_path", p)
 		h.push("lp", id)
-		r := h.reply(id, 20*time.Second)
+		r := h.reply(id, time.Minute)
 		f := h.hash(id)
 		if f["status"] != "error" || !strings.Contains(f["error"], "log_path") || r != f["error"] {
 			t.Errorf("log_path %q: status %q error %q reply %q", p, f["status"], f["error"], r)
@@ -327,7 +329,7 @@ func TestDependencies(t *testing.T) {
 	h.push("dep", c)
 	h.seedJob(a, "dep", "echo a")
 	h.push("dep", a)
-	h.reply(a, 20*time.Second)
+	h.reply(a, time.Minute)
 	if f := h.hash(c); f["status"] != "dispatched" {
 		t.Fatalf("c ran with b missing: %v", f)
 	}
@@ -335,8 +337,8 @@ func TestDependencies(t *testing.T) {
 	// and its next claim parked it again.)
 	h.seedJob(b, "dep", "echo b")
 	h.push("dep", b)
-	h.reply(b, 20*time.Second)
-	if r := h.reply(c, 20*time.Second); r != "a=finished b=finished\n" {
+	h.reply(b, time.Minute)
+	if r := h.reply(c, time.Minute); r != "a=finished b=finished\n" {
 		t.Fatalf("c saw %q", r)
 	}
 
@@ -346,7 +348,7 @@ func TestDependencies(t *testing.T) {
 	h.push("dep", y)
 	h.seedJob(x, "dep", "exit 4")
 	h.push("dep", x)
-	if r := h.reply(y, 20*time.Second); r != "dependency "+x+" failed" {
+	if r := h.reply(y, time.Minute); r != "dependency "+x+" failed" {
 		t.Fatalf("dependent of a failed job: %q", r)
 	}
 	if n := h.rdb.LLen(ctx, "test:y-ran").Val(); n != 0 {
@@ -382,12 +384,12 @@ func TestDependencyFinishedElsewhere(t *testing.T) {
 		if m.Payload != "zadd" {
 			t.Fatalf("event %q", m.Payload)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("b was not parked")
 	}
 	// Finished by someone else, with a spelling of the status read tolerantly.
 	h.rdb.HSet(ctx, "hero:job:"+a, "status", "Finished")
-	if r := h.reply(b, 20*time.Second); r != "b\n" {
+	if r := h.reply(b, time.Minute); r != "b\n" {
 		t.Fatalf("reply %q", r)
 	}
 }
@@ -407,7 +409,7 @@ func TestConcurrent(t *testing.T) {
 	h.seedJob(b, "cc", meet("b", "a"), "concurrent", "true")
 	h.push("cc", a)
 	h.push("cc", b)
-	if ra, rb := h.reply(a, 20*time.Second), h.reply(b, 20*time.Second); ra != "met\n" || rb != "met\n" {
+	if ra, rb := h.reply(a, time.Minute), h.reply(b, time.Minute); ra != "met\n" || rb != "met\n" {
 		t.Fatalf("concurrent jobs: %q %q", ra, rb)
 	}
 	// The same with concurrent=false: the first runs alone and cannot meet the
@@ -417,10 +419,10 @@ func TestConcurrent(t *testing.T) {
 	h.seedJob(d, "cc", meet("d", "c"), "concurrent", "false")
 	h.push("cc", c)
 	h.push("cc", d)
-	if rc := h.reply(c, 20*time.Second); !strings.HasPrefix(rc, "exit code 1") {
+	if rc := h.reply(c, time.Minute); !strings.HasPrefix(rc, "exit code 1") {
 		t.Fatalf("non-concurrent job overlapped another: %q", rc)
 	}
-	if rd := h.reply(d, 20*time.Second); rd != "met\n" {
+	if rd := h.reply(d, time.Minute); rd != "met\n" {
 		t.Fatalf("second job: %q", rd)
 	}
 }
@@ -450,7 +452,7 @@ func TestBadHashes(t *testing.T) {
 		id := dispatcher.NewJobID()
 		h.seedJob(id, "bad", "echo should-not-run", tc.extra...)
 		h.push("bad", id)
-		r := h.reply(id, 20*time.Second)
+		r := h.reply(id, time.Minute)
 		f := h.hash(id)
 		if f["status"] != "error" || f["error"] != tc.want || r != tc.want {
 			t.Errorf("%s: status %q error %q reply %q, want error %q", tc.name, f["status"], f["error"], r, tc.want)
@@ -462,7 +464,7 @@ func TestBadHashes(t *testing.T) {
 	good := dispatcher.NewJobID()
 	h.seedJob(good, "bad", "echo still serving")
 	h.push("bad", good)
-	if r := h.reply(good, 20*time.Second); r != "still serving\n" {
+	if r := h.reply(good, time.Minute); r != "still serving\n" {
 		t.Fatalf("worker stopped serving: %q", r)
 	}
 	if n := h.rdb.Exists(ctx, "hero:job:"+ghost, "hero:reply:"+ghost).Val(); n != 0 {
@@ -507,13 +509,13 @@ func TestStopWaiting(t *testing.T) {
 	h.push("sw", w)
 	select {
 	case <-sub.Channel(): // parked
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the job was not parked")
 	}
 	if _, err := c.StopJob(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if r := h.reply(w, 20*time.Second); r != "stopped" {
+	if r := h.reply(w, time.Minute); r != "stopped" {
 		t.Fatalf("reply %q", r)
 	}
 	if n := h.rdb.ZCard(ctx, "hero:coord:waiting:sw").Val(); n != 0 {
@@ -522,11 +524,11 @@ func TestStopWaiting(t *testing.T) {
 	// The dependency finishing later does not bring it back.
 	h.seedJob(dep, "sw", "echo dep")
 	h.push("sw", dep)
-	h.reply(dep, 20*time.Second)
+	h.reply(dep, time.Minute)
 	next := dispatcher.NewJobID()
 	h.seedJob(next, "sw", "echo next")
 	h.push("sw", next)
-	h.reply(next, 20*time.Second)
+	h.reply(next, time.Minute)
 	if n := h.rdb.LLen(ctx, "test:w-ran").Val(); n != 0 {
 		t.Fatal("the stopped waiting job ran")
 	}

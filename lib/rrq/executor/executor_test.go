@@ -83,7 +83,7 @@ func startExecutor(t testing.TB, opt executor.Options) *harness {
 }
 
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -180,7 +180,7 @@ func dialRaw(t *testing.T, ep rrq.Endpoint) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = nc.SetDeadline(time.Now().Add(time.Minute))
 	return nc
 }
 

@@ -1,17 +1,31 @@
 -- announce: merges names into a field of a runner record (script_types or executors)
 -- and counts each name once per runner.
 --
--- KEYS: [1] runner:<id>, [2] the count hash (coord:script_types or coord:executors).
--- ARGV: [1] the names (JSON list), [2] now (s), [3] the field, [4] the prefix of the
---   names' queues (queue: or queue:exec:), [5] the runner id.
--- Reply: 1 when a name was new, else 0. Error: ERR runner does not exist.
+-- KEYS:
+--   runner  runner:<id>
+--   counts  the count hash (coord:script_types or coord:executors)
+-- ARGV:
+--   names      json    the names (a JSON list)
+--   now_s      int     now (s)
+--   field      string  the field
+--   prefix     string  the prefix of the names' queues (queue: or queue:exec:)
+--   runner_id  int     the runner's id
+-- Reply: int 1 when a name was new, else 0. Error: ERR runner does not exist.
 -- Derives: coord:wakers:<prefix><name> (context DB) for every name the runner has: the
 --   runner id joins the wakers set of each of its queues, so that every job pushed there
 --   wakes it; each announce does so again, so a set lost or older than the runner record
 --   is whole again at the runner's next start.
 
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local names = ARGV[1]
+local now_s = ARGV[2]
+local field = ARGV[3]
+local prefix = ARGV[4]
+local runner_id = ARGV[5]
+-- luagen: end of the prologue
+
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('ERR runner does not exist') end
-local have = redis.call('HGET', KEYS[1], ARGV[3])
+local have = redis.call('HGET', KEYS[1], field)
 local cur = {}
 if have and have ~= '' then
   local ok, v = pcall(cjson.decode, have)
@@ -20,7 +34,7 @@ end
 local set = {}
 for _, t in ipairs(cur) do set[t] = true end
 local changed = false
-for _, t in ipairs(cjson.decode(ARGV[1])) do
+for _, t in ipairs(cjson.decode(names)) do
   if not set[t] then
     set[t] = true
     cur[#cur + 1] = t
@@ -29,7 +43,7 @@ for _, t in ipairs(cjson.decode(ARGV[1])) do
   end
 end
 if changed then
-  redis.call('HSET', KEYS[1], ARGV[3], cjson.encode(cur), 'updated_at', ARGV[2])
+  redis.call('HSET', KEYS[1], field, cjson.encode(cur), 'updated_at', now_s)
 end
-for _, t in ipairs(cur) do redis.call('SADD', K_WAKERS .. ARGV[4] .. t, ARGV[5]) end
+for _, t in ipairs(cur) do redis.call('SADD', K_WAKERS .. prefix .. t, runner_id) end
 return changed and 1 or 0

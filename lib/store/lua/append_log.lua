@@ -1,13 +1,19 @@
 -- append_log: appends a chunk to a job's log within a size cap.
 --
--- KEYS: [1] coord:log:<caller>:<id>.
--- ARGV: [1] the chunk, [2] the cap (bytes).
--- Reply: the log's new length. Past the cap one truncation note is written, then nothing.
+-- KEYS:
+--   log  coord:log:<caller>:<id>
+-- ARGV:
+--   chunk  string  the chunk
+--   max    num     the cap (bytes)
+-- Reply: int the log's new length. Past the cap one truncation note is written, then nothing.
+
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local chunk = ARGV[1]
+local max = tonumber(ARGV[2])
+-- luagen: end of the prologue
 
 local len = redis.call('STRLEN', KEYS[1])
-local max = tonumber(ARGV[2])
 if len >= max then return len end
-local chunk = ARGV[1]
 if len + #chunk > max then
   chunk = string.sub(chunk, 1, max - len) .. '\n[log truncated at ' .. max .. ' bytes]\n'
 end

@@ -8,27 +8,37 @@
 -- and the copy the sweep queued, not claimed since, leaves its queue. A message's
 -- lease, or a job's under another claim now, stays lost.
 --
--- KEYS: [1] coord:leases.
--- ARGV: [1] the lease member ("<consumer>\t<queue>\t<item>\t<claim>"), [2] the new
---   expiry (ms), [3] the context id.
--- Reply: 1 extended, 2 taken back (it had expired and been swept), 0 the lease is gone
+-- KEYS:
+--   leases  coord:leases
+-- ARGV:
+--   member     string  the lease member ("<consumer>\t<queue>\t<item>\t<claim>")
+--   expiry_ms  int     the new expiry (ms)
+--   ctx        int     the context id
+-- Libs: lib_busy
+-- Reply: int 1 extended, 2 taken back (it had expired and been swept), 0 the lease is gone
 --   (the claim was taken back, or its job ended or runs under another claim).
 -- Derives, from the lease member: context DB: coord:proc:<consumer>, the queue, the
 --   job's hash; DB 0 (SELECT 0, last): coord:busy.
 
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local member = ARGV[1]
+local expiry_ms = ARGV[2]
+local ctx = ARGV[3]
+-- luagen: end of the prologue
+
+if redis.call('ZSCORE', KEYS[1], member) then
+  redis.call('ZADD', KEYS[1], expiry_ms, member)
   return 1
 end
-local consumer, queue, item, claim = string.match(ARGV[1], '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]+)$')
+local consumer, queue, item, claim = string.match(member, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]+)$')
 if not claim or not string.match(item, '^' .. K_JOB .. '%d+:%d+$') then return 0 end
 local cur = redis.call('HMGET', item, 'claim', 'status')
 if cur[1] ~= claim or cur[2] ~= JOB_STARTED then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[1], expiry_ms, member)
 local proc = K_PROCESSING .. consumer
 if not redis.call('LPOS', proc, item) then redis.call('LPUSH', proc, item) end
 -- the sweep pushed it at the consuming end (the tail)
 redis.call('LREM', queue, '-1', item)
 redis.call('SELECT', '0')
-mark_busy(ARGV[3])
+mark_busy(ctx)
 return 2

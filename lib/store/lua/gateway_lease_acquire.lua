@@ -2,15 +2,23 @@
 -- extends it when this replica's token still holds it (a holder that stopped because
 -- its renewals failed, and whose key survived).
 --
--- KEYS: [1] coord:gateway:<pk> (keys.GatewayLease; primary server, DB 0).
--- ARGV: [1] this replica's token, [2] TTL (ms).
--- Reply: {1} held, or {0, the key's PTTL in ms}.
+-- KEYS:
+--   lease  coord:gateway:<pk> (keys.GatewayLease; primary server, DB 0)
+-- ARGV:
+--   token   string  this replica's token
+--   ttl_ms  int     TTL (ms)
+-- Reply: []int {1} held, or {0, the key's PTTL in ms}.
 
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local token = ARGV[1]
+local ttl_ms = ARGV[2]
+-- luagen: end of the prologue
+
+if redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl_ms) then
   return {1}
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('GET', KEYS[1]) == token then
+  redis.call('PEXPIRE', KEYS[1], ttl_ms)
   return {1}
 end
 return {0, redis.call('PTTL', KEYS[1])}

@@ -1,9 +1,17 @@
 -- pop_due: removes and returns the members of a due-time zset that are due.
 --
--- KEYS: [1] a due-time zset of DB 0 (coord:due, coord:expire or coord:remote_due).
--- ARGV: [1] now (ms), [2] limit.
--- Reply: the members due by now (at most limit), earliest first.
+-- KEYS:
+--   due  a due-time zset of DB 0 (coord:due, coord:expire or coord:remote_due)
+-- ARGV:
+--   now_ms  int  now (ms)
+--   limit   num  the most members returned
+-- Reply: []string the members due by now (at most limit), earliest first.
 
-local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local now_ms = ARGV[1]
+local limit = tonumber(ARGV[2])
+-- luagen: end of the prologue
+
+local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, limit)
 for _, m in ipairs(items) do redis.call('ZREM', KEYS[1], m) end
 return items

@@ -1,8 +1,14 @@
 -- release_identity: deletes a replica's identity key if it is still ours.
 --
--- KEYS: [1] the identity key.
--- ARGV: [1] value.
--- Reply: 1 deleted, 0 not ours.
+-- KEYS:
+--   identity  the identity key
+-- ARGV:
+--   value  string  this replica's value
+-- Reply: int 1 deleted, 0 not ours.
 
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local value = ARGV[1]
+-- luagen: end of the prologue
+
+if redis.call('GET', KEYS[1]) == value then return redis.call('DEL', KEYS[1]) end
 return 0

@@ -2,23 +2,34 @@
 -- record (a configured secret, which is stored only once revoked), and tells
 -- supervisor-daemon's replicas (their open streams of that secret end).
 --
--- KEYS: [1] coord:operator_secrets (primary server, DB 0).
--- ARGV: [1] fingerprint, [2] the record to store when there is none, [3] revoked_ms,
---   [4] reason.
--- Reply: 1 revoked now, 0 revoked already.
+-- KEYS:
+--   secrets  coord:operator_secrets (primary server, DB 0)
+-- ARGV:
+--   fingerprint  string  the secret's fingerprint
+--   record       json    the record to store when there is none
+--   revoked_ms   num     when it is revoked (ms)
+--   reason       string  why
+-- Reply: int 1 revoked now, 0 revoked already.
 -- Derives: K_AUTH_CHANGED, the pub/sub channel of credential changes; its message is
 --   "secret:<fingerprint>".
 
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local fingerprint = ARGV[1]
+local record = ARGV[2]
+local revoked_ms = tonumber(ARGV[3])
+local reason = ARGV[4]
+-- luagen: end of the prologue
+
+local cur = redis.call('HGET', KEYS[1], fingerprint)
 if not cur then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-  redis.call('PUBLISH', K_AUTH_CHANGED, 'secret:' .. ARGV[1])
+  redis.call('HSET', KEYS[1], fingerprint, record)
+  redis.call('PUBLISH', K_AUTH_CHANGED, 'secret:' .. fingerprint)
   return 1
 end
 local r = cjson.decode(cur)
 if r.revoked_ms and r.revoked_ms > 0 then return 0 end
-r.revoked_ms = tonumber(ARGV[3])
-r.reason = ARGV[4]
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(r))
-redis.call('PUBLISH', K_AUTH_CHANGED, 'secret:' .. ARGV[1])
+r.revoked_ms = revoked_ms
+r.reason = reason
+redis.call('HSET', KEYS[1], fingerprint, cjson.encode(r))
+redis.call('PUBLISH', K_AUTH_CHANGED, 'secret:' .. fingerprint)
 return 1

@@ -3,11 +3,18 @@
 -- job in the indexes (a shortened retention must not take the events of flows retained
 -- under the longer one).
 --
--- KEYS: [1] coord:events, [2] coord:idx:flows, [3] coord:idx:jobs.
--- ARGV: [1] cutoff (ms).
--- Reply: the number of events dropped.
+-- KEYS:
+--   events  coord:events
+--   flows   coord:idx:flows
+--   jobs    coord:idx:jobs
+-- ARGV:
+--   cutoff  num  cutoff (ms)
+-- Reply: int the number of events dropped.
 
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local cutoff = tonumber(ARGV[1])
+-- luagen: end of the prologue
+
 for i = 2, 3 do
   local oldest = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
   if oldest[2] and tonumber(oldest[2]) < cutoff then cutoff = tonumber(oldest[2]) end

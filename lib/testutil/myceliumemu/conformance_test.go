@@ -126,7 +126,7 @@ func TestEmulatorConformsToSpec(t *testing.T) {
 	s := mustSpec(t)
 	netw := myceliumemu.NewForTest(t, "a", "b")
 	rec := &recorder{next: http.DefaultTransport}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := &conformance{t: t, ctx: ctx, a: netw.Node("a"), b: netw.Node("b"), hc: &http.Client{Transport: rec},
 		topic:    []byte("hero.conformance."),
@@ -233,11 +233,11 @@ func (c *conformance) replies() {
 	}
 	done := make(chan result, 1)
 	go func() {
-		d := 10 * time.Second
+		d := time.Minute
 		r, err := c.ca.Push(c.ctx, mycelium.ToPK(c.b.PK()), c.topic, []byte("ping"), &d)
 		done <- result{r, err}
 	}()
-	m, err := c.cb.Pop(c.ctx, c.topic, 10*time.Second, false)
+	m, err := c.cb.Pop(c.ctx, c.topic, time.Minute, false)
 	c.must(err)
 	if m == nil {
 		c.t.Fatal("request not received")

@@ -13,55 +13,104 @@ import (
 	"github.com/hero-coordinator/hero/lib/testutil/myceliumemu"
 )
 
+// popResult is a pop's outcome.
+type popResult struct {
+	m   *mycelium.InboundMessage
+	err error
+}
+
+// longPoll starts a pop on node `at` for topic that would wait 10 minutes, far past
+// the test's 1-minute deadline, and returns once it holds the node's lock: only a
+// message on that topic, or its client going away, ends it. No clock is read in
+// the tests below: a call is seen waiting behind the poll (LockWaits) and answering
+// after it, whatever the machine's speed.
+func (e *env) longPoll(ctx context.Context, at, topic string) <-chan popResult {
+	e.t.Helper()
+	polling := e.net.Stats().Polling
+	got := make(chan popResult, 1)
+	go func() {
+		m, err := e.c[at].Pop(ctx, []byte(topic), 10*time.Minute, false)
+		got <- popResult{m, err}
+	}()
+	e.waitStats(func(s myceliumemu.Stats) bool { return s.Polling == polling+1 })
+	return got
+}
+
+// waitLockWaits waits until n calls on node `at` have had to wait for its lock.
+func (e *env) waitLockWaits(at string, n int) {
+	e.t.Helper()
+	if err := e.net.WaitUntil(e.ctx, func() bool { return e.node(at).LockWaits() == n }); err != nil {
+		e.t.Fatalf("waiting for %d calls on %s to wait for its lock: %v (%d did)", n, at, err, e.node(at).LockWaits())
+	}
+}
+
+// notYet fails the test when ch already has an answer.
+func notYet[T any](t *testing.T, ch <-chan T, what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Fatalf("%s answered (%+v) while a long poll held its node's lock", what, v)
+	default:
+	}
+}
+
 // As a v0.7.10 node: a long poll holds the node's lock, so a push, a status call and
 // an admin call on that node wait until the poll ends; on another node they do not.
 func TestLongPollHoldsTheNodeLock(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "a", "b")
-	polled := make(chan error, 1)
+	poll := e.longPoll(e.ctx, "a", "end")
+	type pushResult struct {
+		res *mycelium.PushResult
+		err error
+	}
+	pushed := make(chan pushResult, 1)
 	go func() {
-		_, err := e.c["a"].Pop(e.ctx, []byte("nothing"), 2*time.Second, true)
-		polled <- err
+		res, err := e.c["a"].Push(e.ctx, mycelium.ToPK(e.node("b").PK()), []byte("t"), []byte("x"), nil)
+		pushed <- pushResult{res, err}
 	}()
-	if err := e.net.WaitUntil(e.ctx, func() bool { return e.net.Stats().Polling == 1 }); err != nil {
-		t.Fatal(err)
+	e.waitLockWaits("a", 1)
+	// A call on the other node is not held up by a's poll: it answers while the poll
+	// still holds a's lock (else it would wait past the test's deadline).
+	if _, err := e.c["b"].Info(e.ctx); err != nil {
+		t.Fatalf("b's admin call while a polled: %v", err)
 	}
-	start := time.Now()
-	id := e.push("a", "b", "t", "x")
-	waited := time.Since(start)
-	if waited < time.Second {
-		t.Fatalf("a push waited %v behind a pending 2 s long poll on its node, want the poll's end", waited)
+	if n := e.node("b").LockWaits(); n != 0 {
+		t.Fatalf("b's admin call waited for b's lock (%d waits) while a polled", n)
 	}
-	if err := <-polled; err != nil {
-		t.Fatal(err)
+	notYet(t, pushed, "a push on a")
+	// b's message on the poll's topic ends the poll (b's push needs no lock of a's).
+	e.push("b", "a", "end", "poll over")
+	if r := <-poll; r.err != nil || r.m == nil || string(r.m.Payload) != "poll over" {
+		t.Fatalf("the long poll: %+v %v", r.m, r.err)
+	}
+	p := <-pushed
+	if p.err != nil {
+		t.Fatalf("the push behind the poll: %v", p.err)
 	}
 	if e.node("a").LockWaits() != 1 {
 		t.Fatalf("lock waits %d, want 1", e.node("a").LockWaits())
 	}
-	// A call on the other node is not held up by a's poll.
-	go func() {
-		_, err := e.c["a"].Pop(e.ctx, []byte("nothing"), 2*time.Second, true)
-		polled <- err
-	}()
-	if err := e.net.WaitUntil(e.ctx, func() bool { return e.net.Stats().Polling == 1 }); err != nil {
-		t.Fatal(err)
-	}
-	start = time.Now()
-	if _, err := e.c["b"].Info(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("b's admin call took %v while a polled", d)
-	}
 	// The same node's status and admin calls wait.
-	start = time.Now()
-	if st := e.state("a", id); st != "received" {
+	poll = e.longPoll(e.ctx, "a", "end")
+	state := make(chan string, 1)
+	go func() {
+		st, err := e.c["a"].Status(e.ctx, p.res.ID)
+		if err != nil {
+			state <- err.Error()
+			return
+		}
+		state <- st.State.Name
+	}()
+	e.waitLockWaits("a", 2)
+	notYet(t, state, "a status call on a")
+	e.push("b", "a", "end", "poll over")
+	if r := <-poll; r.err != nil || r.m == nil {
+		t.Fatalf("the second long poll: %+v %v", r.m, r.err)
+	}
+	if st := <-state; st != "received" {
 		t.Fatalf("state %q", st)
 	}
-	if d := time.Since(start); d < 500*time.Millisecond {
-		t.Fatalf("a status call took %v during a's long poll, want it to wait", d)
-	}
-	<-polled
 }
 
 // As a v0.7.10 node (mycelium-api/src/message.rs: the handler awaits the node's lock,
@@ -72,65 +121,44 @@ func TestLongPollHoldsTheNodeLock(t *testing.T) {
 func TestShortPopWaitsForTheLongPollFirst(t *testing.T) {
 	t.Parallel()
 	e := setup(t, "a", "b")
-	polled := make(chan error, 1)
-	go func() {
-		_, err := e.c["a"].Pop(e.ctx, []byte("nothing"), 2*time.Second, true)
-		polled <- err
-	}()
-	if err := e.net.WaitUntil(e.ctx, func() bool { return e.net.Stats().Polling == 1 }); err != nil {
-		t.Fatal(err)
-	}
+	poll := e.longPoll(e.ctx, "a", "end")
 	e.push("b", "a", "t", "queued") // b's push: a's lock is not needed to deliver
-	start := time.Now()
-	m, err := e.c["a"].Pop(e.ctx, []byte("t"), 0, true)
-	waited := time.Since(start)
-	if err != nil || m == nil || string(m.Payload) != "queued" {
-		t.Fatalf("pop with timeout 0 behind a long poll: %+v %v, want the queued message", m, err)
+	short := make(chan popResult, 1)
+	go func() {
+		m, err := e.c["a"].Pop(e.ctx, []byte("t"), 0, true)
+		short <- popResult{m, err}
+	}()
+	e.waitLockWaits("a", 1)
+	notYet(t, short, "a pop with timeout 0")
+	e.push("b", "a", "end", "poll over")
+	if r := <-poll; r.err != nil || r.m == nil {
+		t.Fatalf("the long poll: %+v %v", r.m, r.err)
 	}
-	if waited < time.Second {
-		t.Fatalf("pop with timeout 0 answered after %v, while a 2 s long poll held the lock", waited)
-	}
-	if err := <-polled; err != nil {
-		t.Fatal(err)
+	if r := <-short; r.err != nil || r.m == nil || string(r.m.Payload) != "queued" {
+		t.Fatalf("pop with timeout 0 behind a long poll: %+v %v, want the queued message", r.m, r.err)
 	}
 
 	// A long poll whose client goes away releases the lock: the short pop behind it
-	// answers long before the poll's 30 s.
-	long := e.client(e.node("a"))
+	// answers, although the poll would have waited 10 minutes (the message is still
+	// there: the pop above only peeked).
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := long.Pop(ctx, []byte("nothing"), 30*time.Second, true)
-		done <- err
-	}()
-	if err := e.net.WaitUntil(e.ctx, func() bool { return e.net.Stats().Polling == 1 }); err != nil {
-		t.Fatal(err)
-	}
-	short := make(chan *mycelium.InboundMessage, 1)
+	poll = e.longPoll(ctx, "a", "nothing")
 	go func() {
 		m, err := e.c["a"].Pop(e.ctx, []byte("t"), 0, false)
-		if err != nil {
-			t.Error(err)
-		}
-		short <- m
+		short <- popResult{m, err}
 	}()
-	if err := e.net.WaitUntil(e.ctx, func() bool { return e.node("a").LockWaits() == 2 }); err != nil {
-		t.Fatal(err)
-	}
-	start = time.Now()
+	e.waitLockWaits("a", 2)
+	notYet(t, short, "a pop with timeout 0")
 	cancel()
-	<-done
-	if m := <-short; m == nil || string(m.Payload) != "queued" {
-		t.Fatalf("pop after the poll's client left: %+v", m)
+	<-poll
+	if r := <-short; r.err != nil || r.m == nil || string(r.m.Payload) != "queued" {
+		t.Fatalf("pop after the poll's client left: %+v %v", r.m, r.err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("the pop behind an abandoned poll waited %v", d)
-	}
-	start = time.Now()
+	// And the node's lock is free: a push does not wait.
 	e.push("a", "b", "t", "after")
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("a push after the poll's client left waited %v", d)
+	if n := e.node("a").LockWaits(); n != 2 {
+		t.Fatalf("a push after the poll's client left waited for the lock (%d waits, want 2)", n)
 	}
 }
 

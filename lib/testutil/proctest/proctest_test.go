@@ -32,8 +32,8 @@ func TestWaitExit(t *testing.T) {
 	_ = stdin.Close()
 	// The exited process is a zombie (not reaped yet): it counts as exited.
 	start := time.Now()
-	left, err := WaitExit(pids[:1], 10*time.Second)
-	if err != nil || len(left) != 0 || time.Since(start) > 5*time.Second {
+	left, err := WaitExit(pids[:1], time.Minute)
+	if err != nil || len(left) != 0 {
 		t.Fatalf("after its exit: left %v, %v (%v)", left, err, time.Since(start))
 	}
 	if left, err := WaitExit(pids, 100*time.Millisecond); err != nil || !slices.Equal(left, pids[1:]) {
@@ -57,13 +57,13 @@ func TestSignal(t *testing.T) {
 	if err := exec.Command("sh", "-c", "echo a > "+s.Path+"; echo b > "+s.Path).Run(); err != nil {
 		t.Fatal(err)
 	}
-	if !s.Wait(2, 10*time.Second) {
+	if !s.Wait(2, time.Minute) {
 		t.Fatal("two lines written, not seen")
 	}
 	if err := exec.Command("sh", "-c", "echo c > "+s.Path).Run(); err != nil {
 		t.Fatal(err)
 	}
-	if !s.Wait(1, 10*time.Second) {
+	if !s.Wait(1, time.Minute) {
 		t.Fatal("the third line not seen")
 	}
 	if s.Wait(1, 50*time.Millisecond) {

@@ -243,7 +243,7 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 		return p, nil
 	case <-p.done:
 		return nil, fmt.Errorf("%s exited before it started (%v): %s", name, p.exit, p.Output())
-	case <-time.After(30 * time.Second):
+	case <-time.After(time.Minute):
 		p.Kill()
 		return nil, fmt.Errorf("%s did not start within 30s: %s", name, p.Output())
 	}

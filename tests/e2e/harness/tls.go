@@ -266,7 +266,7 @@ func CheckACLLog(t testing.TB, redisURL string) {
 	}
 	client := redis.NewClient(ro)
 	defer func() { _ = client.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	entries, err := client.ACLLog(ctx, 128).Result()
 	if err != nil {
@@ -298,7 +298,7 @@ func EnsureScripts(redisURL string) error {
 		opt.Placement = placement.spec
 	}
 	placement.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := store.Open(ctx, opt)
 	if err != nil {
@@ -312,7 +312,7 @@ func EnsureScripts(redisURL string) error {
 // "operator" user on a Redis with ACL users, by TLS with its certificate on the secure
 // Redis.
 func operatorOptions(redisURL string) (store.Options, error) {
-	opt := store.Options{URL: redisURL, ConnectTimeout: 10 * time.Second, Log: zerolog.Nop()}
+	opt := store.Options{URL: redisURL, ConnectTimeout: time.Minute, Log: zerolog.Nop()}
 	if !isSecure(redisURL) {
 		return opt, nil
 	}

@@ -42,7 +42,7 @@ func TestRunServesAndStops(t *testing.T) {
 	a, b := out.Nodes[0], out.Nodes[1]
 	ca, _ := mycelium.New(mycelium.Config{BaseURL: a.URL})
 	cb, _ := mycelium.New(mycelium.Config{BaseURL: b.URL})
-	tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
+	tctx, tcancel := context.WithTimeout(ctx, time.Minute)
 	defer tcancel()
 	if info, err := cb.Info(tctx); err != nil || info.NodePubkey != b.PK {
 		t.Fatalf("info %+v %v", info, err)
@@ -59,7 +59,7 @@ func TestRunServesAndStops(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("run did not return after cancellation")
 	}
 	if _, err := cb.Info(context.Background()); err == nil {

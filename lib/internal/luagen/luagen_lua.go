@@ -1,0 +1,193 @@
+package luagen
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The prologue's markers in a script file: the generator writes the prologue between
+// them, right after the header (and nothing else reads ARGV: scripts/lua-check.sh).
+const (
+	PrologueBegin = "-- luagen: the prologue, generated from the header by make lua-gen (do not edit)"
+	PrologueEnd   = "-- luagen: end of the prologue"
+)
+
+// luaGen writes a prologue.
+type luaGen struct {
+	b       strings.Builder
+	dynamic bool // past a list: positions are counted in argi
+	pos     int  // the next ARGV index while not dynamic
+}
+
+func (l *luaGen) p(format string, a ...any) { fmt.Fprintf(&l.b, format+"\n", a...) }
+
+// at is the Lua expression of the ARGV index off items after the current one.
+func (l *luaGen) at(off int) string {
+	if !l.dynamic {
+		return fmt.Sprint(l.pos + off)
+	}
+	if off == 0 {
+		return "argi"
+	}
+	return fmt.Sprintf("argi + %d", off)
+}
+
+// Prologue is the Lua code that unpacks a script's ARGV into locals named as
+// declared: a scalar as sent (int, string, json), a number (num, float), a boolean
+// (bool: "1"), a list as a table, a record as a table of its named fields.
+func Prologue(sc *Script) string {
+	l := &luaGen{pos: 1}
+	l.p("%s", PrologueBegin)
+	for _, f := range sc.Args {
+		l.arg(f)
+	}
+	l.p("%s", PrologueEnd)
+	return l.b.String()
+}
+
+// scalar is the Lua expression of a scalar of type t at index expression idx.
+func scalar(t Type, idx string) string {
+	switch t.Kind {
+	case Num, Float:
+		return "tonumber(ARGV[" + idx + "])"
+	case Bool:
+		return "ARGV[" + idx + "] == '1'"
+	}
+	return "ARGV[" + idx + "]"
+}
+
+// advance moves past n fixed items.
+func (l *luaGen) advance(n int) {
+	if l.dynamic {
+		l.p("argi = argi + %d", n)
+	} else {
+		l.pos += n
+	}
+}
+
+// begin makes positions dynamic (at the first list).
+func (l *luaGen) begin() {
+	if !l.dynamic {
+		l.p("local argi = %d", l.pos)
+		l.dynamic = true
+	}
+}
+
+func (l *luaGen) arg(f Field) {
+	if f.Type.Kind != List {
+		// a record as an argument is its fields in turn
+		if f.Type.Kind == Record {
+			l.p("local %s = {}", f.Name)
+			l.fields(f.Name, f.Type.Fields, "")
+			return
+		}
+		if l.dynamic {
+			l.p("local %s = %s", f.Name, scalar(f.Type, "argi"))
+			l.p("argi = argi + 1")
+		} else {
+			l.p("local %s = %s", f.Name, scalar(f.Type, l.at(0)))
+			l.pos++
+		}
+		return
+	}
+	l.begin()
+	l.p("local %s = {}", f.Name)
+	l.list(f.Name, *f.Type.Elem, "")
+}
+
+// list reads a list's count and items into the table named dst.
+func (l *luaGen) list(dst string, elem Type, ind string) {
+	n := "n_" + strings.ReplaceAll(dst, ".", "_")
+	l.p("%slocal %s = tonumber(ARGV[argi])", ind, n)
+	if elem.Kind != Record && elem.Kind != List {
+		l.p("%sfor k = 1, %s do %s[k] = %s end", ind, n, dst, scalar(elem, "argi + k"))
+		l.p("%sargi = argi + 1 + %s", ind, n)
+		return
+	}
+	l.p("%sargi = argi + 1", ind)
+	l.p("%sfor k = 1, %s do", ind, n)
+	if flat(elem) {
+		// one table constructor: its size known at once
+		parts := make([]string, len(elem.Fields))
+		for i, f := range elem.Fields {
+			parts[i] = fmt.Sprintf("%s = %s", f.Name, scalar(f.Type, l.at(i)))
+		}
+		l.p("%s  %s[k] = {%s}", ind, dst, strings.Join(parts, ", "))
+		l.p("%s  argi = argi + %d", ind, len(parts))
+		l.p("%send", ind)
+		return
+	}
+	item := "e_" + strings.ReplaceAll(dst, ".", "_")
+	if elem.Kind == List {
+		l.p("%s  local %s = {}", ind, item)
+		l.list(item, *elem.Elem, ind+"  ")
+	} else {
+		l.p("%s  local %s = {}", ind, item)
+		l.fields(item, elem.Fields, ind+"  ")
+	}
+	l.p("%s  %s[k] = %s", ind, dst, item)
+	l.p("%send", ind)
+}
+
+// fields reads a record's fields into the table dst.
+func (l *luaGen) fields(dst string, fs []Field, ind string) {
+	var run []string
+	flush := func() {
+		if len(run) > 0 {
+			l.p("%s%s", ind, strings.Join(run, "; "))
+			l.advance(len(run))
+			run = nil
+		}
+	}
+	for _, f := range fs {
+		switch f.Type.Kind {
+		case List:
+			flush()
+			l.begin()
+			l.p("%s%s.%s = {}", ind, dst, f.Name)
+			l.list(dst+"."+f.Name, *f.Type.Elem, ind)
+		case Record:
+			flush()
+			l.p("%s%s.%s = {}", ind, dst, f.Name)
+			l.fields(dst+"."+f.Name, f.Type.Fields, ind)
+		default:
+			run = append(run, fmt.Sprintf("%s.%s = %s", dst, f.Name, scalar(f.Type, l.at(len(run)))))
+		}
+	}
+	flush()
+}
+
+// WithPrologue returns the script file's text with its prologue (re)written: between
+// the markers if it has them, else right after the header.
+func WithPrologue(src, prologue string) string {
+	if b := strings.Index(src, PrologueBegin); b >= 0 {
+		if e := strings.Index(src[b:], PrologueEnd); e >= 0 {
+			end := b + e + len(PrologueEnd)
+			if end < len(src) && src[end] == '\n' {
+				end++
+			}
+			return src[:b] + prologue + src[end:]
+		}
+	}
+	lines := strings.SplitAfter(src, "\n")
+	i := 0
+	for i < len(lines) && strings.HasPrefix(lines[i], "--") {
+		i++
+	}
+	head := strings.Join(lines[:i], "")
+	rest := strings.TrimLeft(strings.Join(lines[i:], ""), "\n")
+	return head + "\n" + prologue + "\n" + rest
+}
+
+// flat: a record of scalars only.
+func flat(t Type) bool {
+	if t.Kind != Record {
+		return false
+	}
+	for _, f := range t.Fields {
+		if f.Type.Kind == List || f.Type.Kind == Record {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,263 @@
+package luagen
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/testutil/redistest"
+)
+
+// finishHeader declares what finish_jobs-like scripts need: fixed keys and optional
+// ones, scalars of each type, a list, records with a list inside, a record reply
+// with a rest field.
+const finishHeader = `-- ends: records the ends of runs.
+--
+-- KEYS:
+--   proc     the processing list
+--   leases   coord:leases
+--   dag?     coord:dag:<flow>, with complete
+-- ARGV:
+--   now_ms   int     now (ms)
+--   logmax   num     the log cap
+--            (a continuation line of prose)
+--   ratio    float   a number
+--   grouped  bool    one message for all
+--   meta     json    a JSON text
+--   fields   []string  field/value pairs
+--   runs     []run   the runs
+--     job_key  string  the job's key
+--     status   string  its status
+--     fatal    bool    no retry
+--     chunk    []string  log chunks
+-- Reply: ends what happened
+--   applied  int     runs applied
+--   status   string  the flow's status
+--   ...ids   []int   the jobs made ready
+-- Libs: lib_busy lib_state
+-- Derives: nothing.
+
+return 1
+`
+
+func TestParseDeclaredHeader(t *testing.T) {
+	sc, err := Parse("ends.lua", finishHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys := []Key{{Name: "proc"}, {Name: "leases"}, {Name: "dag", Optional: true}}
+	if !reflect.DeepEqual(sc.Keys, wantKeys) {
+		t.Errorf("keys %+v, want %+v", sc.Keys, wantKeys)
+	}
+	var names []string
+	for _, a := range sc.Args {
+		names = append(names, a.Name+":"+kindName(a.Type))
+	}
+	if got := strings.Join(names, " "); got != "now_ms:int logmax:num ratio:float grouped:bool meta:json fields:[]string runs:[]run" {
+		t.Errorf("args %s", got)
+	}
+	run := sc.Args[6].Type.Elem
+	if len(run.Fields) != 4 || run.Fields[3].Name != "chunk" || run.Fields[3].Type.Kind != List {
+		t.Errorf("record run: %+v", run.Fields)
+	}
+	if sc.Reply.Kind != Record || len(sc.Reply.Fields) != 3 || !sc.Reply.Fields[2].Rest {
+		t.Errorf("reply %+v", sc.Reply)
+	}
+	if !reflect.DeepEqual(sc.Libs, []string{"lib_busy.lua", "lib_state.lua"}) {
+		t.Errorf("libs %v", sc.Libs)
+	}
+}
+
+func kindName(t Type) string {
+	switch t.Kind {
+	case List:
+		return "[]" + kindName(*t.Elem)
+	case Record:
+		return t.Name
+	}
+	for n, k := range scalars {
+		if k == t.Kind {
+			return n
+		}
+	}
+	return "?"
+}
+
+// Each bad header is refused with an error that says what is wrong.
+func TestParseRefusesBadHeaders(t *testing.T) {
+	ok := "-- x: does x.\n--\n-- KEYS:\n--   a  the key\n-- ARGV:\n--   n  int  a number\n-- Reply: int the result\n"
+	cases := []struct{ name, src, want string }{
+		{"no keys", strings.Replace(ok, "-- KEYS:\n--   a  the key\n", "", 1), "declares no KEYS"},
+		{"no argv", strings.Replace(ok, "-- ARGV:\n--   n  int  a number\n", "", 1), "declares no ARGV"},
+		{"no reply", strings.Replace(ok, "-- Reply: int the result\n", "", 1), "declares no Reply"},
+		{"positional keys", strings.Replace(ok, "-- KEYS:\n--   a  the key", "-- KEYS: [1] the key", 1), "one key a line"},
+		{"positional argv", strings.Replace(ok, "-- ARGV:\n--   n  int  a number", "-- ARGV: [1] a number", 1), "one item a line"},
+		{"bad type", strings.Replace(ok, "n  int", "n  Integer", 1), `unknown type "Integer"`},
+		{"no type", strings.Replace(ok, "n  int  a number", "n", 1), `"n" has no type`},
+		{"repeated", strings.Replace(ok, "--   n  int  a number\n", "--   n  int  a number\n--   n  int  again\n", 1), `repeated name "n"`},
+		{"record without fields", strings.Replace(ok, "n  int", "n  []run", 1), "record run declares no fields"},
+		{"rest in argv", strings.Replace(ok, "n  int", "...n  []int", 1), "only a reply record's last field"},
+		{"key after optional", strings.Replace(ok, "--   a  the key\n", "--   a?  the key\n--   b  another\n", 1), "follows an optional key"},
+		{"bad lib", ok + "-- Libs: busy\n", `"busy" is not a library file's name`},
+		{"reply without type", strings.Replace(ok, "-- Reply: int the result", "-- Reply:", 1), "declare the reply's type first"},
+	}
+	for _, c := range cases {
+		_, err := Parse("x.lua", c.src)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one saying %q", c.name, err, c.want)
+		}
+	}
+	if _, err := Parse("x.lua", ok); err != nil {
+		t.Errorf("the good header: %v", err)
+	}
+	if sc, err := Parse("lib_x.lua", "-- lib_x: a library.\n"); sc != nil || err != nil {
+		t.Errorf("a library file: %v, %v; want none", sc, err)
+	}
+}
+
+// WithPrologue puts the prologue after the header and, run again, replaces it in
+// place (so the file is stable).
+func TestWithPrologueReplacesInPlace(t *testing.T) {
+	sc, err := Parse("ends.lua", finishHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	once := WithPrologue(finishHeader, Prologue(sc))
+	if !strings.Contains(once, "-- Derives: nothing.\n\n"+PrologueBegin) || !strings.HasSuffix(once, PrologueEnd+"\n\nreturn 1\n") {
+		t.Fatalf("prologue not after the header:\n%s", once)
+	}
+	if twice := WithPrologue(once, Prologue(sc)); twice != once {
+		t.Fatalf("regenerating changed the file:\n%s", twice)
+	}
+}
+
+// The prologue, run by a real Redis on ARGV as the Go side encodes it (counts before
+// lists), unpacks every declared argument under its name.
+func TestPrologueUnpacksWhatGoSends(t *testing.T) {
+	sc, err := Parse("ends.lua", finishHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.Start(t)
+	rdb := srv.Client(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	script := Prologue(sc) + `return cjson.encode({now_ms = now_ms, logmax = logmax + 1, ratio = ratio * 2, grouped = grouped,
+  meta = meta, fields = fields, runs = runs})`
+	// the encoding of the generated call(): scalars, then each list's count and items
+	args := []any{"1700", "5", "1.25", "1", `{"a":1}`, 2, "f", "v", 2,
+		"job:1", "finished", "0", 1, "hello",
+		"job:2", "error", "1", 0}
+	out, err := rdb.Eval(ctx, script, []string{"p", "l"}, args...).Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"now_ms": "1700", "logmax": 6.0, "ratio": 2.5, "grouped": true, "meta": `{"a":1}`,
+		"fields": []any{"f", "v"},
+		"runs": []any{
+			map[string]any{"job_key": "job:1", "status": "finished", "fatal": false, "chunk": []any{"hello"}},
+			map[string]any{"job_key": "job:2", "status": "error", "fatal": true, "chunk": map[string]any{}},
+		}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("unpacked %v\nwant     %v", got, want)
+	}
+}
+
+// stub is the package around the generated code of the test module: its Call, its
+// script maker and its runner.
+const stub = `package m
+
+import "context"
+
+type Script struct{ name string; libs []string }
+
+type Call struct {
+	Script *Script
+	Keys   []string
+	Args   []any
+}
+
+func luaScript(name string, libs ...string) *Script { return &Script{name, libs} }
+
+type luaRunner interface {
+	runLua(ctx context.Context, c Call) (any, error)
+}
+`
+
+// A changed declaration changes both sides: the Lua prologue names the new argument,
+// and the Go call written against the old declaration no longer compiles.
+func TestChangedDeclarationBreaksTheOldCall(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	dir := t.TempDir()
+	write := func(name, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module m\n\ngo 1.22\n")
+	write("stub.go", stub)
+	// the caller, written against the first declaration
+	write("caller.go", `package m
+
+import "context"
+
+func claim(ctx context.Context, r luaRunner) (string, error) {
+	return (&claimArgs{QueueKey: "q", Consumer: "c", ExpiryMs: 5}).run(ctx, r)
+}
+`)
+	gen := func(header string) string {
+		t.Helper()
+		src := header + "\nreturn redis.call('LMOVE', KEYS[1], 'x', 'RIGHT', 'LEFT')\n"
+		sc, err := Parse("claim.lua", src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, err := Go(GoOptions{Package: "m", Call: "Call", NewScript: "luaScript", Runner: "luaRunner", Command: "test"}, []*Script{sc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		write("lua_gen.go", string(code))
+		lua := WithPrologue(src, Prologue(sc))
+		write("lua/claim.lua", lua)
+		return lua
+	}
+	build := func() (string, error) {
+		cmd := exec.Command("go", "build", "./...")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	before := gen("-- claim: takes an item.\n--\n-- KEYS:\n--   queue  the queue\n-- ARGV:\n--   consumer   string  who\n--   expiry_ms  int     until when\n-- Reply: string the item\n")
+	if out, err := build(); err != nil {
+		t.Fatalf("the first declaration's call does not build: %v\n%s", err, out)
+	}
+	// expiry_ms becomes lease_ms, and a new argument
+	after := gen("-- claim: takes an item.\n--\n-- KEYS:\n--   queue  the queue\n-- ARGV:\n--   consumer  string  who\n--   lease_ms  num     for how long\n--   claim     string  the claim\n-- Reply: string the item\n")
+	if !strings.Contains(before, "local expiry_ms = ARGV[2]") || !strings.Contains(after, "local lease_ms = tonumber(ARGV[2])") || !strings.Contains(after, "local claim = ARGV[3]") {
+		t.Fatalf("the Lua prologue did not follow the declaration:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	out, err := build()
+	if err == nil {
+		t.Fatal("the call of the old declaration still builds")
+	}
+	if !strings.Contains(out, "unknown field ExpiryMs") {
+		t.Fatalf("the build failed, but not on the old field:\n%s", out)
+	}
+}
