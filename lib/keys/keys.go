@@ -131,6 +131,13 @@ func ConcurrencyHeld(k string) string { return ConcurrencyHeldPrefix + k }
 // ConcurrencyHeldPrefix starts every ConcurrencyHeld list.
 const ConcurrencyHeldPrefix = "coord:ckheld:"
 
+// OrderFeatures is the set, in a context's DB, of the claim-order features its jobs
+// have used ("priority", "concurrency"): routing reads a job's priority and
+// concurrency fields only in a context that has (one read of this set per script
+// call, instead of fields missing from every job's hash). Written when such a job is
+// created or submitted; never removed.
+const OrderFeatures = "coord:features"
+
 // Turns is the hash, in a context's DB, of the claims the context made in the
 // current round of each runner wake list (keys.WakeRunner → count): a context whose
 // weight is w > 1 claims w times per round (docs/scheduling.md). It exists only for a

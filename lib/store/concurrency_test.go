@@ -156,3 +156,84 @@ func TestConcurrencyKeyLeaseExpiry(t *testing.T) {
 		t.Fatalf("the held job after the end: %+v %v", got, err)
 	}
 }
+
+// dispatchFlow creates a flow of one job per spec (no dependencies) and dispatches
+// every job, as the scheduler does: the dispatch routes them (lib_route's
+// route_target reads their fields, coord:features says which).
+func dispatchFlow(t *testing.T, s *store.Store, db *store.DB, specs []model.Job) *model.Flow {
+	t.Helper()
+	ctx := context.Background()
+	var ids []uint32
+	for _, sp := range specs {
+		sp.CallerID, sp.ContextID, sp.Script, sp.ScriptType = 1, 1, "true", "sh"
+		j, _, err := s.CreateJob(ctx, &sp, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 1, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := db.LoadJobs(ctx, 1, f.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := db.StartFlow(ctx, f, jobs, deps, "1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if _, _, ok, why, err := db.Dispatch(ctx, f.ID, j, "scheduler", 0); err != nil || !ok {
+			t.Fatalf("dispatch %d: %s %v", j.ID, why, err)
+		}
+	}
+	return f
+}
+
+// A flow's jobs (created, then dispatched: lib_route reads their fields because the
+// context's coord:features names the features) keep their priorities and their
+// concurrency key's limit; cancelling the flow gives the places of its queued jobs of
+// a key back, and the key's held job of another flow is queued. Without coord:features
+// the dispatch would read no priority and hold nothing.
+func TestOrderFeaturesOnTheDispatchPath(t *testing.T) {
+	s, db := priorityCtx(t)
+	ctx := context.Background()
+	pf := dispatchFlow(t, s, db, []model.Job{{Priority: 5}, {}, {Priority: 1}})
+	if got := claimAll(t, db, 3); len(got) != 3 || got[0] != pf.Jobs[2] || got[1] != pf.Jobs[1] || got[2] != pf.Jobs[0] {
+		t.Fatalf("claim order %v, want %v", got, []uint32{pf.Jobs[2], pf.Jobs[1], pf.Jobs[0]})
+	}
+	f := dispatchFlow(t, s, db, []model.Job{{ConcurrencyKey: "k"}, {ConcurrencyKey: "k"}})
+	other := dispatchFlow(t, s, db, []model.Job{{ConcurrencyKey: "k"}})
+	rdb := srv.Client(t, 1)
+	if got := rdb.SMembers(ctx, keys.OrderFeatures).Val(); len(got) != 2 {
+		t.Fatalf("coord:features: %v", got)
+	}
+	for _, id := range []uint32{f.Jobs[1], other.Jobs[0]} {
+		if j, err := db.LoadJob(ctx, 1, id); err != nil || j.Held == "" {
+			t.Fatalf("job %d of key k (limit 1) is not held: %+v %v", id, j, err)
+		}
+	}
+	// cancel the first flow: its queued job of key k gives its place back, its own
+	// held job has ended, and the other flow's held job is queued
+	if _, _, err := db.CancelFlow(ctx, f.ID, "t", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.ClaimStarts(ctx, "queue:sh", "w1", time.Minute, make([]string, 8), store.Wake{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run []uint32
+	for _, x := range got {
+		if x.Outcome == store.StartRun {
+			run = append(run, x.Job.ID)
+		}
+	}
+	if len(run) != 1 || run[0] != other.Jobs[0] {
+		t.Fatalf("after the cancel the claim ran %v, want the other flow's job %d of key k", run, other.Jobs[0])
+	}
+}

@@ -27,7 +27,7 @@ func (e *ConflictError) Is(t error) bool { return t == ErrConflict }
 // ---- cancel ----
 
 // cancelFlowScript: see lua/cancel_flow.lua.
-var cancelFlowScript = stateScript("cancel_flow.lua", "lib_finalize.lua")
+var cancelFlowScript = stateScript("cancel_flow.lua", "lib_finalize.lua", "lib_wake.lua", "lib_ck.lua")
 
 // CancelFlow cancels a flow: jobs not started never start, running ones are stopped
 // (their runners get a stop request at once), and the flow ends error with the

@@ -130,6 +130,7 @@ var luaKeys = []struct{ name, key string }{
 	{"K_PINNED_QUEUE", keys.PinnedQueuePrefix},
 	{"K_PRIO", keys.PriorityPrefix},
 	{"K_TURNS", keys.Turns},
+	{"K_FEATURES", keys.OrderFeatures},
 	{"K_CK_RUN", keys.ConcurrencyRunningPrefix},
 	{"K_CK_HELD", keys.ConcurrencyHeldPrefix},
 	{"K_PROCESSING", keys.ProcessingPrefix},

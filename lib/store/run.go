@@ -32,7 +32,7 @@ const (
 )
 
 // claimStartScript: see lua/claim_start.lua.
-var claimStartScript = stateScript("claim_start.lua", "lib_wake.lua", "lib_ck.lua")
+var claimStartScript = stateScript("claim_start.lua")
 
 // Started is one job a ClaimStarts took.
 type Started struct {

@@ -103,6 +103,13 @@ var submitWrites = []string{"status", "attempt", "result", "created_at", "update
 // submit runs lua/submit.lua once; a created job whose caller chose no id gets the
 // one the script reserved.
 func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard, now time.Time) ([]Submitted, error) {
+	js := make([]*model.Job, len(subs))
+	for i, sb := range subs {
+		js[i] = sb.Job
+	}
+	if err := d.markOrderFeatures(ctx, js); err != nil {
+		return nil, err
+	}
 	ks := make([]string, 0, 2*len(subs))
 	args := []any{d.ContextID, now.Unix(), now.UnixMilli(), EventsMaxLen, 0}
 	if guard != nil {

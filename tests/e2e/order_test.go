@@ -195,3 +195,94 @@ func TestFairnessBetweenContexts(t *testing.T) {
 	}
 	t.Logf("context 1's jobs started while context 2's waited: %d; its wait %.1f ms", passed, float64(b.StartedAtUs-b.Dispatched*1000)/1000)
 }
+
+// Acceptance 2 (keys): 3 concurrency keys × 1,000 jobs with a limit of 2 per key on
+// one runner (8 slots): from the jobs' own start and end stamps, at most 2 jobs of a
+// key ever run at once (each key reaches 2), and the keys interleave (no key's jobs
+// all start before another key's start).
+func TestConcurrencyKeysEndToEnd(t *testing.T) {
+	_, c := newStack(t, harness.StackOptions{RunnerArgs: []string{"--concurrency", "8"}})
+	const perKey = 1000
+	keys := []string{"a", "b", "c"}
+	var jobs []map[string]any
+	for k, key := range keys {
+		for i := range perKey {
+			jobs = append(jobs, map[string]any{"id": 1 + k*perKey + i, "script": "true", "script_type": "sh", "concurrency_key": key, "concurrency_limit": 2})
+		}
+	}
+	submitBatch(t, c, ctx1, jobs)
+	last := uint32(len(jobs))
+	rdb := redisSrv.Client(t, ctx1)
+	if placedSrv != nil {
+		rdb = placedSrv.Client(t, ctx1)
+	}
+	// wait for every job's end
+	if !c.WaitEvent(t, ctx1, 5*time.Minute, func() bool {
+		return rdb.ZCard(context.Background(), "coord:idx:jobs:finished").Val() >= int64(last)
+	}) {
+		t.Fatalf("the jobs did not all end")
+	}
+	type span struct{ start, end int64 }
+	spans := map[string][]span{}
+	bg := context.Background()
+	p := rdb.Pipeline()
+	cmds := make([]interface{ Val() []any }, last)
+	for i := range last {
+		cmds[i] = p.HMGet(bg, "job:1:"+strconv.Itoa(int(i)+1), "concurrency_key", "started_at_us", "finished_at_us", "status")
+	}
+	if _, err := p.Exec(bg); err != nil {
+		t.Fatal(err)
+	}
+	type start struct {
+		at  int64
+		key string
+	}
+	var starts []start
+	for i, cmd := range cmds {
+		v := cmd.Val()
+		key, _ := v[0].(string)
+		s, _ := v[1].(string)
+		e, _ := v[2].(string)
+		st, _ := v[3].(string)
+		a, _ := strconv.ParseInt(s, 10, 64)
+		b, _ := strconv.ParseInt(e, 10, 64)
+		if st != "finished" || a == 0 || b < a {
+			t.Fatalf("job %d: status %q, start %d, end %d", i+1, st, a, b)
+		}
+		spans[key] = append(spans[key], span{a, b})
+		starts = append(starts, start{a, key})
+	}
+	for _, key := range keys {
+		// the most that ran at once: a sweep over the starts (+1) and ends (−1)
+		var evs [][2]int64
+		for _, s := range spans[key] {
+			evs = append(evs, [2]int64{s.start, 1}, [2]int64{s.end, -1})
+		}
+		slices.SortFunc(evs, func(x, y [2]int64) int {
+			if x[0] != y[0] {
+				return int(x[0] - y[0])
+			}
+			return int(x[1] - y[1]) // an end before a start at the same µs
+		})
+		most, now := 0, 0
+		for _, e := range evs {
+			now += int(e[1])
+			most = max(most, now)
+		}
+		if most != 2 {
+			t.Errorf("key %s: at most %d of its jobs ran at once, want 2", key, most)
+		}
+	}
+	slices.SortFunc(starts, func(x, y start) int { return int(x.at - y.at) })
+	// interleaved: in the first tenth of the starts every key has started, and each
+	// key's share of it is near a third
+	n := map[string]int{}
+	for _, s := range starts[:len(starts)/10] {
+		n[s.key]++
+	}
+	for _, key := range keys {
+		if n[key] < len(starts)/10/6 {
+			t.Errorf("key %s: %d of the first %d starts, want about a third: %v", key, n[key], len(starts)/10, n)
+		}
+	}
+}

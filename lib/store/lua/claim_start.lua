@@ -44,9 +44,7 @@
 --   INLINE_READS jobs, each started one's entry also holds the job's hash as it is
 --   after the start (HGETALL's field/value list): a claim of a few jobs, which is what
 --   a lightly loaded runner makes, saves the caller's read round trip.
--- Derives (context DB): coord:ckrun:<key>, coord:ckheld:<key> and the held jobs'
---   queues of the concurrency keys of jobs that ended while queued (lib_ck; their
---   wake lists in DB 0), context:<ctx> (its weight, read when the claim sets the
+-- Derives (context DB): context:<ctx> (its weight, read when the claim sets the
 --   tokens: ctx is ARGV[6]), coord:turns (a weighted context's claims this round,
 --   by wake list), coord:prio:<queue> (keys.Priority: the queue's jobs with a
 --   priority, merged by score; read once per call), the claimed jobs' coord:dag:<flow> (its node goes running) and
@@ -91,7 +89,7 @@ local worker, qname, exp, now_ms, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonu
 local nset = tonumber(ARGV[8])
 local nclear = tonumber(ARGV[9 + nset])
 -- The fields this script reads.
-local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent', 'created_at_ms', 'claim', 'concurrency_key'}
+local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent', 'created_at_ms', 'claim'}
 local slots = 10 + nset + nclear
 local out = {}
 -- A claim that starts at most this many jobs returns their hashes.
@@ -144,9 +142,6 @@ for n = 1, nitems do
     out[#out + 1] = {item, 4, tonumber(v[2] or '1') or 1, v[10]}
   elseif not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
     if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
-    -- a job that ended while queued (its flow cancelled) gives its concurrency key's
-    -- place back (lib_ck)
-    if (st == JOB_FINISHED or st == JOB_ERROR) and v[11] and v[11] ~= '' then ck_end(v[11], item, now_ms) end
   else
     seen[item] = true
     kept[#kept + 1] = item
@@ -200,7 +195,6 @@ for _, flow in ipairs(flows) do
   if #set > 0 then redis.call('HSET', dag, unpack(set)) end
 end
 index_flush()
-if ARGV[6] ~= '' then ck_wake(ARGV[6]) end
 -- The few started jobs' hashes, read after every change of this start.
 if #started <= INLINE_READS then
   for _, e in ipairs(started) do e[4] = redis.call('HGETALL', e[1]) end

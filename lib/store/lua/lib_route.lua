@@ -9,8 +9,10 @@
 --     script type (queue:<type>, coord:script_types); nil: the router decides (a pinned
 --     or remote job, or one nobody here can take: the router refuses it with the
 --     reason). Reads coord:executors and coord:script_types once per call of the script.
---   - route_target(jk): route_queue for the job at key jk (one HMGET of 5 fields; a
---     priority other than the default is noted for route_add).
+--   - route_target(jk): route_queue for the job at key jk (one HMGET of 4 fields; of 7
+--     in a context whose jobs use priorities or concurrency keys, coord:features, read
+--     once per call: a priority other than the default and a concurrency key are noted
+--     for route_push).
 --   - route_priority(jk, p): notes job key jk's priority p (a string "1"…"5"; nil, ""
 --     or "3": the default, noted as none) for route_push.
 --   - route_concurrency(jk, ck, limit): notes job key jk's concurrency key ck (nil or
@@ -45,12 +47,16 @@ local route_routed, route_targets, route_pending, route_tokens, route_wakers
 local route_prio, route_prios
 -- route_ck: job key → {its concurrency key, its limit}; route_cks: how many
 local route_ck, route_cks
+-- route_ordered: whether the context's jobs use priorities or concurrency keys
+-- (coord:features; nil: not read yet in this call)
+local route_ordered
 -- route_reset: the state of one call, set anew by each (lib/store Script).
 local function route_reset()
   route_types, route_served = nil, {}
   route_routed, route_targets, route_pending, route_tokens, route_wakers = {}, {}, {}, {}, {}
   route_prio, route_prios = {}, 0
   route_ck, route_cks = {}, 0
+  route_ordered = nil
 end
 local function route_concurrency(jk, ck, limit)
   if ck and ck ~= '' then
@@ -81,6 +87,11 @@ local function route_queue(id, runner, stype, fn)
   return nil
 end
 local function route_target(jk)
+  if route_ordered == nil then route_ordered = redis.call('SCARD', K_FEATURES) > 0 end
+  if not route_ordered then
+    local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name')
+    return route_queue(v[1], v[2], v[3], v[4])
+  end
   local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name', 'priority', 'concurrency_key', 'concurrency_limit')
   local q = route_queue(v[1], v[2], v[3], v[4])
   if q then
