@@ -28,11 +28,7 @@ func TestConcurrencyKeyLimit(t *testing.T) {
 	if _, err := s.SubmitJobs(ctx, 1, subs, "actor:1"); err != nil {
 		t.Fatal(err)
 	}
-	type run struct {
-		c *store.Claim
-		j *model.Job
-	}
-	var running []run
+	var running []ckRun
 	perKey := map[string]int{}
 	ran := map[uint32]bool{}
 	var order []string
@@ -44,30 +40,15 @@ func TestConcurrencyKeyLimit(t *testing.T) {
 		if step > 1000 {
 			t.Fatalf("stuck: %d of %d jobs ran, running %d", len(ran), len(subs), len(running))
 		}
-		free := 8 - len(running)
-		if free > 0 {
-			got, err := db.ClaimStarts(ctx, "queue:sh", "w1", time.Minute, make([]string, free), store.Wake{})
-			if err != nil {
-				t.Fatal(err)
+		for _, r := range claimFree(t, db, 8-len(running)) {
+			k := r.j.ConcurrencyKey
+			perKey[k]++
+			if perKey[k] > 2 || ran[r.j.ID] {
+				t.Fatalf("key %s runs %d jobs at once, or job %d ran twice", k, perKey[k], r.j.ID)
 			}
-			for _, x := range got {
-				switch x.Outcome {
-				case store.StartRun:
-					k := x.Job.ConcurrencyKey
-					perKey[k]++
-					if perKey[k] > 2 {
-						t.Fatalf("key %s runs %d jobs at once", k, perKey[k])
-					}
-					if ran[x.Job.ID] {
-						t.Fatalf("job %d ran twice", x.Job.ID)
-					}
-					ran[x.Job.ID] = true
-					order = append(order, k)
-					running = append(running, run{x.Claim, x.Job})
-				default:
-					t.Fatalf("claim %s: outcome %v, %v", x.Claim.Item, x.Outcome, x.Err)
-				}
-			}
+			ran[r.j.ID] = true
+			order = append(order, k)
+			running = append(running, r)
 		}
 		if len(running) == 0 {
 			continue
@@ -89,28 +70,7 @@ func TestConcurrencyKeyLimit(t *testing.T) {
 			t.Fatalf("starts %d…%d were of keys %v: %v", i, i+5, seen, order)
 		}
 	}
-	rdb := srv.Client(t, 1)
-	for _, k := range []string{"a", "b", "c"} {
-		if n := rdb.Exists(ctx, keys.ConcurrencyRunning(k), keys.ConcurrencyHeld(k)).Val(); n != 0 {
-			t.Errorf("key %s: its running set %v or held list %v is left after every job ran", k, rdb.SMembers(ctx, keys.ConcurrencyRunning(k)).Val(), rdb.LRange(ctx, keys.ConcurrencyHeld(k), 0, -1).Val())
-		}
-	}
-	evs, err := rdb.XRange(ctx, keys.Events, "-", "+").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, released := 0, 0
-	for _, e := range evs {
-		switch e.Values["type"] {
-		case string(model.EventJobHeld):
-			held++
-		case string(model.EventJobReleased):
-			released++
-		}
-	}
-	if held != 84 || released != 84 {
-		t.Errorf("job.held events %d, job.released %d: want 84 each (28 of each key)", held, released)
-	}
+	checkKeysDone(t, []string{"a", "b", "c"}, 84)
 	j, err := db.LoadJob(ctx, 1, 90)
 	if err != nil || j.Held != "" {
 		t.Errorf("a released job keeps its held field: %q, %v", j.Held, err)
@@ -155,6 +115,61 @@ func TestConcurrencyKeyLeaseExpiry(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Outcome != store.StartRun || got[0].Job.ID == first || got[0].Job.Held != "" {
 		t.Fatalf("the held job after the end: %+v %v", got, err)
 	}
+}
+
+// checkKeysDone checks that the keys' running sets and held lists are gone and that
+// the context's events hold held job.held and as many job.released events.
+func checkKeysDone(t *testing.T, ks []string, held int) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	for _, k := range ks {
+		if n := rdb.Exists(ctx, keys.ConcurrencyRunning(k), keys.ConcurrencyHeld(k)).Val(); n != 0 {
+			t.Errorf("key %s: its running set %v or held list %v is left after every job ran", k, rdb.SMembers(ctx, keys.ConcurrencyRunning(k)).Val(), rdb.LRange(ctx, keys.ConcurrencyHeld(k), 0, -1).Val())
+		}
+	}
+	evs, err := rdb.XRange(ctx, keys.Events, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nh, released := 0, 0
+	for _, e := range evs {
+		switch e.Values["type"] {
+		case string(model.EventJobHeld):
+			nh++
+		case string(model.EventJobReleased):
+			released++
+		}
+	}
+	if nh != held || released != held {
+		t.Errorf("job.held events %d, job.released %d: want %d each", nh, released, held)
+	}
+}
+
+// ckRun is a run the concurrency tests hold.
+type ckRun struct {
+	c *store.Claim
+	j *model.Job
+}
+
+// claimFree claims up to free jobs of queue:sh and returns the runs (each must start).
+func claimFree(t *testing.T, db *store.DB, free int) []ckRun {
+	t.Helper()
+	if free <= 0 {
+		return nil
+	}
+	got, err := db.ClaimStarts(context.Background(), "queue:sh", "w1", time.Minute, make([]string, free), store.Wake{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]ckRun, 0, len(got))
+	for _, x := range got {
+		if x.Outcome != store.StartRun {
+			t.Fatalf("claim %s: outcome %v, %v", x.Claim.Item, x.Outcome, x.Err)
+		}
+		out = append(out, ckRun{x.Claim, x.Job})
+	}
+	return out
 }
 
 // dispatchFlow creates a flow of one job per spec (no dependencies) and dispatches

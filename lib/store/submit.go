@@ -103,11 +103,7 @@ var submitWrites = []string{"status", "attempt", "result", "created_at", "update
 // submit runs lua/submit.lua once; a created job whose caller chose no id gets the
 // one the script reserved.
 func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard, now time.Time) ([]Submitted, error) {
-	js := make([]*model.Job, len(subs))
-	for i, sb := range subs {
-		js[i] = sb.Job
-	}
-	if err := d.markOrderFeatures(ctx, js); err != nil {
+	if err := d.markOrderFeatures(ctx, submittedJobs(subs)); err != nil {
 		return nil, err
 	}
 	ks := make([]string, 0, 2*len(subs))
@@ -220,4 +216,13 @@ func (d *DB) jobFromPairs(member string, pairs []any) (*model.Job, error) {
 		return nil, fmt.Errorf("submit jobs: %q is not <caller>:<id>", member)
 	}
 	return d.JobFromHash(parseU32(c), parseU32(id), flatMap(pairs))
+}
+
+// submittedJobs are the jobs of subs.
+func submittedJobs(subs []Submission) []*model.Job {
+	js := make([]*model.Job, len(subs))
+	for i, sb := range subs {
+		js[i] = sb.Job
+	}
+	return js
 }

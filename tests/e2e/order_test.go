@@ -156,6 +156,18 @@ func TestPriorityOrderOnABusyRunner(t *testing.T) {
 func TestFairnessBetweenContexts(t *testing.T) {
 	st, c := newStack(t, harness.StackOptions{RunnerArgs: []string{"--concurrency", "2"}})
 	st.Operator().MustCall(t, "context.create", map[string]any{"context": map[string]any{"id": 2, "admins": []int{1}}}, nil)
+	// a context's weight is the operators' to set, not its admins'
+	err := c.Call("context.update", map[string]any{"id": 2, "weight": 5}, nil)
+	if re, ok := err.(*harness.RPCError); !ok || re.Code != -32003 {
+		t.Fatalf("an admin set its context's weight: %v", err)
+	}
+	var ctx2 struct {
+		Weight uint32 `json:"weight"`
+	}
+	st.Operator().MustCall(t, "context.update", map[string]any{"id": 2, "weight": 2}, &ctx2)
+	if ctx2.Weight != 2 {
+		t.Fatalf("context.update weight 2 by the operator: %+v", ctx2)
+	}
 	c.MustCall(t, "runner.create", map[string]any{"context_id": 2, "runner": map[string]any{"id": 1, "script_types": []string{"sh"}}}, nil)
 	const n = 10000
 	jobs := make([]map[string]any, n)
