@@ -44,28 +44,34 @@ build: ## build static binaries into bin/
 	@echo "build bin/heroctl ($(REVISION))"; CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(HEROCTL_LDFLAGS)' -o bin/heroctl ./cmd/heroctl
 
 .PHONY: deps
-deps: ## install what the tests need (redis-server, redis-sentinel, bubblewrap, slirp4netns, iproute2, python3-cryptography) when missing
-	@scripts/deps.sh redis-server redis-sentinel bwrap slirp4netns ip python3-cryptography
+deps: ## install what the tests need (redis-server, redis-sentinel, bubblewrap, slirp4netns, iproute2, python3-cryptography, chromium for the console's browser test) when missing
+	@scripts/deps.sh redis-server redis-sentinel bwrap slirp4netns ip python3-cryptography chromium
 
 # The suite runs through testrun (lib/testutil/cmd/testrun): every command to its end
 # even when one fails, a line per package as it ends, a failed test's output when it
-# fails, and a closing summary (what failed, the slowest tests, the time); exit 1 when
-# anything failed. docs/testing.md describes the suite.
+# fails, a progress line a minute for a package still running, and a closing summary
+# (what failed, the slowest tests, the time); exit 1 when anything failed.
+# docs/testing.md describes the suite.
 TEST_J ?= 3#              testrun commands at once
 TEST_P ?= 2#              packages at once within a command (go test -p)
 TEST_JSON ?=#             a directory: keep each command's go test -json stream there
 TESTRUN = $(GO) run ./lib/testutil/cmd/testrun -j $(TEST_J) $(if $(TEST_JSON),-json-dir $(TEST_JSON))
-# 'LABEL: COMMAND' for testrun: module $(1)'s tests with extra go test arguments $(2).
-test_module = '$(1): cd $(1) && $(GO) test -json $(TEST_FLAGS) -p $(TEST_P) $(2) ./...'
-# The e2e suite first: it is the longest, the modules run beside it.
-TEST_MODULES := tests/e2e $(filter-out tests/e2e,$(MODULES))
+# 'LABEL: COMMAND' for testrun: module $(1)'s tests.
+test_module = '$(1): cd $(1) && $(GO) test -json $(TEST_FLAGS) -p $(TEST_P) ./...'
+# The e2e package runs as two commands side by side, its tests split by name into
+# halves of about the same time (docs/testing.md); the rest of the modules and the
+# e2e suite's other Redis modes run beside them, the longest first.
+E2E_HALF := ^Test[A-O]
 
 .PHONY: test
 test: deps ## every module's tests (with -race, against a real redis-server) and the e2e suite again over TLS with ACL users and on two Redis servers; a line per package, a summary at the end
-	@CORE_TESTS='$(CORE_TESTS)' PLACED_TESTS='$(PLACED_TESTS)' $(TESTRUN) \
-		$(foreach m,$(TEST_MODULES),$(call test_module,$(m))) \
+	@CORE_TESTS='$(CORE_TESTS)' PLACED_TESTS='$(PLACED_TESTS)' E2E_HALF='$(E2E_HALF)' $(TESTRUN) \
+		'e2e A-O: cd tests/e2e && $(GO) test -json $(TEST_FLAGS) -run "$$E2E_HALF" ./' \
+		'e2e P-Z: cd tests/e2e && $(GO) test -json $(TEST_FLAGS) -skip "$$E2E_HALF" ./' \
+		$(call test_module,lib) \
+		'e2e placed: cd tests/e2e && HERO_E2E_REDIS=placed $(GO) test -json $(TEST_FLAGS) -run "$$PLACED_TESTS" ./' \
 		'e2e secure: cd tests/e2e && HERO_E2E_REDIS=secure $(GO) test -json $(TEST_FLAGS) -run "$$CORE_TESTS" ./' \
-		'e2e placed: cd tests/e2e && HERO_E2E_REDIS=placed $(GO) test -json $(TEST_FLAGS) -run "$$PLACED_TESTS" ./'
+		$(foreach m,$(filter-out lib tests/e2e,$(MODULES)),$(call test_module,$(m)))
 
 .PHONY: test-quick
 test-quick: deps ## unit and store tests while you work: every module but tests/e2e, -short (the few long ones skip), without -race
@@ -130,18 +136,19 @@ proto-check: proto-tools ## fail when the committed generated code is not what `
 	done; echo "proto: generated code is current"
 
 # LUAGEN runs the generator of the Lua scripts' typed calls (lib/internal/luagen) on a
-# package's lua/ directory: the prologue in each script file and the package's lua_gen.go.
+# package's lua/ directory: the prologue in each script file and the package's lua_gen.go
+# (LUAGEN_PKGS: <lua dir>:<Go file>:<package>:<its type of one script run>).
 LUAGEN = cd lib && $(GO) run ./internal/luagen/cmd/luagen -legacy ../scripts/lua-legacy.txt
-LUAGEN_PKGS = store/lua:store/lua_gen.go:store
+LUAGEN_PKGS = store/lua:store/lua_gen.go:store:Call dispatcher/worker/lua:dispatcher/worker/lua_gen.go:worker:luaCall
 
 .PHONY: lua-gen
 lua-gen: ## regenerate, from each Lua script's declared header, its Lua prologue and the typed Go calls (lib/store/lua_gen.go, lib/dispatcher/worker/lua_gen.go)
-	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg); done
+	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg call <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg -call $$call); done
 	@echo "lua-gen: generated"
 
 .PHONY: lua-gen-check
 lua-gen-check: ## fail when a Lua script's prologue or the typed Go calls are not what `make lua-gen` makes
-	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg -check); done
+	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg call <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg -call $$call -check); done
 	@echo "lua-gen: generated code is current"
 
 .PHONY: proto-tools

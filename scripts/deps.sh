@@ -41,6 +41,7 @@ for tool in "$@"; do
     bwrap) need bwrap bubblewrap ;;
     slirp4netns) need slirp4netns slirp4netns ;;
     ip) need ip iproute2 ;;
+    chromium) need chromium chromium ;;
     python3-cryptography) need python3 python3; need_cryptography ;;
     *) echo "deps: unknown tool $tool" >&2; exit 2 ;;
   esac

@@ -270,6 +270,15 @@ func ranBefore(j *model.Job) bool {
 		j.StartedAtMs != 0 || j.FinishedAtMs != 0 || j.StartedAtUs != 0 || j.FinishedAtUs != 0 || j.DispatchedMs != 0 || j.Attempt != 0 || j.StopAsked || j.Fatal
 }
 
+// u32s converts the ids of a script's decoded reply.
+func u32s(ids []int64) []uint32 {
+	out := make([]uint32, len(ids))
+	for i, id := range ids {
+		out[i] = uint32(id)
+	}
+	return out
+}
+
 func parseIDs(vals []any) []uint32 {
 	out := make([]uint32, 0, len(vals))
 	for _, v := range vals {
@@ -479,9 +488,6 @@ type EndResult struct {
 	FlowStatus   model.FlowStatus
 }
 
-// completeScript: see lua/complete.lua.
-var completeScript = stateScript("complete.lua", "lib_finalize.lua", "lib_complete.lua")
-
 // CompleteNode applies a job's end to its flow's DAG.
 func (d *DB) CompleteNode(ctx context.Context, e JobEnd) (EndResult, error) {
 	res, errs := d.CompleteNodes(ctx, []JobEnd{e})
@@ -507,19 +513,24 @@ func (d *DB) CompleteNodes(ctx context.Context, ends []JobEnd) ([]EndResult, []e
 	for g, k := range order {
 		idx := groups[k]
 		first := ends[idx[0]]
-		args := make([]any, 0, 7+7*len(idx))
-		args = append(args, d.ContextID, k.flow, k.caller, now.Unix(), now.UnixMilli(), first.Actor, first.Retention.Milliseconds())
-		for _, i := range idx {
+		a := &completeArgs{DagKey: keys.DAG(k.flow), FlowKey: keys.Flow(k.flow), ResultsKey: keys.FlowResults(k.flow), EventsKey: keys.Events,
+			Ctx: int64(d.ContextID), Flow: int64(k.flow), Caller: int64(k.caller), NowS: now.Unix(), NowMs: now.UnixMilli(),
+			Actor: first.Actor, RetentionMs: first.Retention.Milliseconds(), Ends: make([]completeEnd, len(idx))}
+		for n, i := range idx {
 			e := ends[i]
-			args = append(args, e.JobID, e.Attempt, string(e.Status), e.Error, boolArg(e.Fatal), e.Retries, e.Backoff.Milliseconds())
+			a.Ends[n] = completeEnd{ID: int64(e.JobID), Attempt: int64(e.Attempt), Status: string(e.Status), Err: e.Error, Fatal: e.Fatal,
+				Retries: int64(e.Retries), Backoff: e.Backoff.Milliseconds()}
 		}
-		calls[g] = Call{Script: completeScript, Keys: []string{keys.DAG(k.flow), keys.Flow(k.flow), keys.FlowResults(k.flow), keys.Events}, Args: args}
+		calls[g] = a.call()
 	}
 	out, errs := make([]EndResult, len(ends)), make([]error, len(ends))
 	for g, cmd := range d.EvalBatch(ctx, calls) {
 		idx := groups[order[g]]
 		res, err := cmd.Result()
-		list, _ := res.([]any)
+		var list []completeDone
+		if err == nil {
+			list, err = decodeCompleteReply(res)
+		}
 		if err == nil && len(list) != len(idx) {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
@@ -528,33 +539,24 @@ func (d *DB) CompleteNodes(ctx context.Context, ends []JobEnd) ([]EndResult, []e
 				errs[i] = fmt.Errorf("complete job %d:%d:%d: %w", d.ContextID, ends[i].CallerID, ends[i].JobID, err)
 				continue
 			}
-			vals, _ := list[k].([]any)
-			if len(vals) < 3 {
-				errs[i] = fmt.Errorf("complete job %d:%d:%d: unexpected reply %v", d.ContextID, ends[i].CallerID, ends[i].JobID, list[k])
-				continue
-			}
-			out[i] = parseEnd(vals)
+			r := list[k]
+			out[i] = endResult(r.Code, r.Status, r.Due, r.Ready)
 		}
 	}
 	return out, errs
 }
 
-func parseEnd(vals []any) EndResult {
-	code, _ := vals[0].(int64)
-	r := EndResult{Applied: code != 0}
-	if st, _ := vals[1].(string); st != "" {
-		r.FlowFinished, r.FlowStatus = true, model.FlowStatus(st)
+// endResult is what a completion script's reply for one end says.
+func endResult(code int64, status string, due int64, ready []int64) EndResult {
+	r := EndResult{Applied: code != 0, Ready: u32s(ready)}
+	if status != "" {
+		r.FlowFinished, r.FlowStatus = true, model.FlowStatus(status)
 	}
 	if code == 2 {
-		due, _ := vals[2].(int64)
 		r.RetryAt = time.UnixMilli(due)
 	}
-	r.Ready = parseIDs(vals[3:])
 	return r
 }
-
-// standaloneDoneScript: see lua/standalone_done.lua.
-var standaloneDoneScript = stateScript("standalone_done.lua", "lib_finalize.lua", "lib_complete.lua")
 
 // CompleteStandalone applies the end of a job that belongs to no flow.
 func (d *DB) CompleteStandalone(ctx context.Context, e JobEnd) (EndResult, error) {
@@ -569,22 +571,23 @@ func (d *DB) CompleteStandalones(ctx context.Context, ends []JobEnd) ([]EndResul
 	now := time.Now()
 	calls := make([]Call, len(ends))
 	for i, e := range ends {
-		calls[i] = Call{Script: standaloneDoneScript, Keys: []string{keys.Job(e.CallerID, e.JobID), keys.Events},
-			Args: []any{d.ContextID, e.CallerID, e.JobID, e.Attempt, string(e.Status), e.Error, boolArg(e.Fatal), e.Retries, e.Backoff.Milliseconds(),
-				now.Unix(), now.UnixMilli(), e.Actor, e.Retention.Milliseconds()}}
+		calls[i] = (&standaloneDoneArgs{JobKey: keys.Job(e.CallerID, e.JobID), EventsKey: keys.Events,
+			Ctx: int64(d.ContextID), Caller: int64(e.CallerID), ID: int64(e.JobID), Attempt: int64(e.Attempt), Status: string(e.Status),
+			Err: e.Error, Fatal: e.Fatal, Retries: int64(e.Retries), Backoff: e.Backoff.Milliseconds(),
+			NowS: now.Unix(), NowMs: now.UnixMilli(), Actor: e.Actor, RetentionMs: e.Retention.Milliseconds()}).call()
 	}
 	out, errs := make([]EndResult, len(ends)), make([]error, len(ends))
 	for i, cmd := range d.EvalBatch(ctx, calls) {
 		res, err := cmd.Result()
-		vals, _ := res.([]any)
-		if err == nil && len(vals) < 3 {
-			err = fmt.Errorf("unexpected reply %v", res)
+		var r standaloneDoneDone
+		if err == nil {
+			r, err = decodeStandaloneDoneReply(res)
 		}
 		if err != nil {
 			errs[i] = fmt.Errorf("complete job %d:%d:%d: %w", d.ContextID, ends[i].CallerID, ends[i].JobID, err)
 			continue
 		}
-		out[i] = parseEnd(vals)
+		out[i] = endResult(r.Code, r.Status, r.Due, nil)
 	}
 	return out, errs
 }
@@ -697,26 +700,22 @@ func (s *Store) ActiveFlowCount(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// splitRequestScript: see lua/split_request.lua.
-var splitRequestScript = stateScript("split_request.lua")
-
 // SplitRequest replaces a claimed job request message of several jobs (m, claimed by c)
 // by one request message each, on msg_out, and releases the claim: for a request the
 // claim script could not route whole (one of its jobs is pinned, gone, or of a type no
 // local runner serves), so that each job goes its own way.
 func (d *DB) SplitRequest(ctx context.Context, c *Claim, m *model.Message) (int, error) {
 	now := time.Now()
-	args := []any{d.ContextID, m.CallerID, now.Unix(), now.UnixMilli(), c.Item, c.member(), m.FlowID}
+	a := &splitRequestArgs{MsgOutKey: keys.MsgOut, ProcKey: keys.Processing(c.Consumer), LeasesKey: keys.Leases,
+		Ctx: int64(d.ContextID), Caller: int64(m.CallerID), NowS: now.Unix(), NowMs: now.UnixMilli(), Item: c.Item, Member: c.member(),
+		Flow: int64(m.FlowID), Jobs: make([]splitRequestPart, len(m.Job))}
 	for i := range m.Job {
 		j := m.Job[i]
-		fields := requestFields(d.ContextID, m.FlowID, &j, now, m.Timeout)
-		args = append(args, j.ID, len(fields))
-		args = append(args, fields...)
+		a.Jobs[i] = splitRequestPart{ID: int64(j.ID), Fields: requestFields(d.ContextID, m.FlowID, &j, now, m.Timeout)}
 	}
-	res, err := d.Eval(ctx, splitRequestScript, []string{keys.MsgOut, keys.Processing(c.Consumer), keys.Leases}, args...)
+	n, err := a.run(ctx, d)
 	if err != nil {
 		return 0, fmt.Errorf("split request %s of context %d: %w", c.Item, d.ContextID, err)
 	}
-	n, _ := res.(int64)
 	return int(n), nil
 }

@@ -52,27 +52,22 @@ func (d *DB) DLQPurge(ctx context.Context, members []string, actor string) (int6
 	return n.Val(), nil
 }
 
-// requeueJobScript: see lua/requeue_job.lua.
-var requeueJobScript = stateScript("requeue_job.lua")
-
 // ResetJob readies an ended standalone job to run again with a fresh attempt count.
 func (d *DB) ResetJob(ctx context.Context, callerID, id uint32, actor string) error {
 	now := time.Now()
-	_, err := d.Eval(ctx, requeueJobScript, []string{keys.Job(callerID, id)}, d.ContextID, callerID, id, actor, now.Unix(), now.UnixMilli())
+	_, err := (&requeueJobArgs{JobKey: keys.Job(callerID, id), Ctx: int64(d.ContextID), Caller: int64(callerID), ID: int64(id),
+		Actor: actor, NowS: now.Unix(), NowMs: now.UnixMilli()}).run(ctx, d)
 	return scriptErr(err, fmt.Sprintf("job %d of caller %d in context %d", id, callerID, d.ContextID))
 }
-
-// retryFlowScript: see lua/retry_flow.lua.
-var retryFlowScript = stateScript("retry_flow.lua")
 
 // RetryFlow re-runs a failed flow's failed and cancelled jobs; it returns the ids of
 // the nodes ready to dispatch.
 func (d *DB) RetryFlow(ctx context.Context, flowID uint32, actor string) ([]uint32, error) {
 	now := time.Now()
-	res, err := d.Eval(ctx, retryFlowScript, []string{keys.Flow(flowID), keys.DAG(flowID), keys.FlowResults(flowID)}, d.ContextID, flowID, actor, now.Unix(), now.UnixMilli())
+	r, err := (&retryFlowArgs{FlowKey: keys.Flow(flowID), DagKey: keys.DAG(flowID), ResultsKey: keys.FlowResults(flowID),
+		Ctx: int64(d.ContextID), Flow: int64(flowID), Actor: actor, NowS: now.Unix(), NowMs: now.UnixMilli()}).run(ctx, d)
 	if err != nil {
 		return nil, scriptErr(err, fmt.Sprintf("flow %d in context %d", flowID, d.ContextID))
 	}
-	vals := res.([]any)
-	return parseIDs(vals[1:]), nil
+	return u32s(r.Ready), nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -26,9 +27,6 @@ func (e *ConflictError) Is(t error) bool { return t == ErrConflict }
 
 // ---- cancel ----
 
-// cancelFlowScript: see lua/cancel_flow.lua.
-var cancelFlowScript = stateScript("cancel_flow.lua", "lib_finalize.lua", "lib_wake.lua", "lib_ck.lua")
-
 // CancelFlow cancels a flow: jobs not started never start, running ones are stopped
 // (their runners get a stop request at once), and the flow ends error with the
 // reason. It returns the ids of the jobs being stopped. ended=true: the flow had
@@ -39,43 +37,37 @@ func (d *DB) CancelFlow(ctx context.Context, flowID uint32, actor string, retent
 	if strings.HasPrefix(actor, ActorOperator) {
 		reason = "cancelled by " + actor // "operator:<fingerprint>"
 	}
-	res, err := d.Eval(ctx, cancelFlowScript, []string{keys.Flow(flowID), keys.DAG(flowID), keys.FlowResults(flowID)}, d.ContextID, flowID, actor, now.Unix(), now.UnixMilli(), reason, retention.Milliseconds())
+	r, err := (&cancelFlowArgs{FlowKey: keys.Flow(flowID), DagKey: keys.DAG(flowID), ResultsKey: keys.FlowResults(flowID),
+		Ctx: int64(d.ContextID), Flow: int64(flowID), Actor: actor, NowS: now.Unix(), NowMs: now.UnixMilli(), Reason: reason,
+		RetentionMs: retention.Milliseconds()}).run(ctx, d)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "NOTFOUND") {
 			return nil, false, notFound("flow %d in context %d", flowID, d.ContextID)
 		}
 		return nil, false, fmt.Errorf("cancel flow %d: %w", flowID, err)
 	}
-	vals := res.([]any)
-	if n, _ := vals[0].(int64); n == 0 {
+	if r.Cancelled == 0 {
 		return nil, true, nil
 	}
-	return parseIDs(vals[2:]), false, nil
+	return u32s(r.Stopping), false, nil
 }
 
 // ---- delete ----
 
-// deleteJobScript: see lua/delete_job.lua.
-var deleteJobScript = stateScript("delete_job.lua", "lib_delete_job.lua")
-
 // DeleteJob removes a job that belongs to no flow, with its log and messages.
 func (d *DB) DeleteJob(ctx context.Context, callerID, id uint32, force bool, actor string) error {
-	_, err := d.Eval(ctx, deleteJobScript, []string{keys.Job(callerID, id)}, d.ContextID, callerID, id, boolArg(force), actor, time.Now().UnixMilli())
+	_, err := (&deleteJobArgs{JobKey: keys.Job(callerID, id), Ctx: int64(d.ContextID), Caller: int64(callerID), ID: int64(id),
+		Force: force, Actor: actor, NowMs: time.Now().UnixMilli()}).run(ctx, d)
 	return scriptErr(err, fmt.Sprintf("job %d of caller %d in context %d", id, callerID, d.ContextID))
 }
-
-// deleteFlowScript: see lua/delete_flow.lua.
-var deleteFlowScript = stateScript("delete_flow.lua", "lib_delete_job.lua")
 
 // DeleteFlow removes a flow with its jobs, their logs and messages, its DAG state and
 // results. A running flow is refused unless force.
 func (d *DB) DeleteFlow(ctx context.Context, flowID uint32, force bool, actor string) error {
-	_, err := d.Eval(ctx, deleteFlowScript, []string{keys.Flow(flowID), keys.DAG(flowID), keys.FlowResults(flowID), keys.FlowMessages(flowID)}, d.ContextID, flowID, boolArg(force), actor, time.Now().UnixMilli())
+	_, err := (&deleteFlowArgs{FlowKey: keys.Flow(flowID), DagKey: keys.DAG(flowID), ResultsKey: keys.FlowResults(flowID), MessagesKey: keys.FlowMessages(flowID),
+		Ctx: int64(d.ContextID), Flow: int64(flowID), Force: force, Actor: actor, NowMs: time.Now().UnixMilli()}).run(ctx, d)
 	return scriptErr(err, fmt.Sprintf("flow %d in context %d", flowID, d.ContextID))
 }
-
-// deleteRunnerScript: see lua/delete_runner.lua.
-var deleteRunnerScript = stateScript("delete_runner.lua")
 
 func allTypesJSON() string {
 	var parts []string
@@ -88,7 +80,8 @@ func allTypesJSON() string {
 // DeleteRunner removes a runner record, its process heartbeats and its pinned queues.
 // Jobs waiting in its pinned queues refuse the delete unless force.
 func (d *DB) DeleteRunner(ctx context.Context, runnerID uint32, force bool, actor string) error {
-	_, err := d.Eval(ctx, deleteRunnerScript, []string{keys.Runner(runnerID), keys.RunnerProcs(runnerID)}, d.ContextID, runnerID, boolArg(force), actor, time.Now().UnixMilli(), allTypesJSON())
+	_, err := (&deleteRunnerArgs{RunnerKey: keys.Runner(runnerID), ProcsKey: keys.RunnerProcs(runnerID), Ctx: int64(d.ContextID), ID: int64(runnerID),
+		Force: force, Actor: actor, NowMs: time.Now().UnixMilli(), Types: json.RawMessage(allTypesJSON())}).run(ctx, d)
 	return scriptErr(err, fmt.Sprintf("runner %d in context %d", runnerID, d.ContextID))
 }
 
@@ -261,14 +254,10 @@ func scriptErr(err error, what string) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// setJobStatusScript: see lua/set_job_status.lua.
-var setJobStatusScript = stateScript("set_job_status.lua")
-
 // SetJobStatus changes a job's status (and other fields), keeping the status
 // indexes right.
 func (d *DB) SetJobStatus(ctx context.Context, callerID, id uint32, st model.JobStatus, fields ...any) error {
-	args := append([]any{callerID, id, string(st)}, fields...)
-	_, err := d.Eval(ctx, setJobStatusScript, []string{keys.Job(callerID, id)}, args...)
+	_, err := (&setJobStatusArgs{JobKey: keys.Job(callerID, id), Caller: int64(callerID), ID: int64(id), St: string(st), Fields: fields}).run(ctx, d)
 	return err
 }
 

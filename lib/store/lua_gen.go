@@ -6,9 +6,74 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 )
 
-var _ json.RawMessage // a script may take none
+// acceptInboundScript is lua/accept_inbound.lua (its header declares its interface).
+var acceptInboundScript = luaScript("accept_inbound.lua", "lib_busy.lua", "lib_state.lua")
+
+// acceptInboundArgs are the KEYS and ARGV of lua/accept_inbound.lua.
+type acceptInboundArgs struct {
+	MsgInKey  string // KEYS
+	WakeInKey string // KEYS
+	Ctx       int64
+	Dedup     string
+	TTL       int64
+	Caller    int64
+	NowMs     int64
+	Fields    []any
+}
+
+// call is the run of lua/accept_inbound.lua with a's KEYS and ARGV.
+func (a *acceptInboundArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.MsgInKey, a.WakeInKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.Dedup)
+	args = append(args, a.TTL)
+	args = append(args, a.Caller)
+	args = append(args, a.NowMs)
+	args = append(args, len(a.Fields))
+	for _, x1 := range a.Fields {
+		args = append(args, x1)
+	}
+	return Call{Script: acceptInboundScript, Keys: keys, Args: args}
+}
+
+// run runs lua/accept_inbound.lua and decodes its reply.
+func (a *acceptInboundArgs) run(ctx context.Context, r luaRunner) (acceptInboundAccepted, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero acceptInboundAccepted
+		return zero, err
+	}
+	return decodeAcceptInboundReply(res)
+}
+
+// acceptInboundAccepted is a record of lua/accept_inbound.lua.
+type acceptInboundAccepted struct {
+	Stored int64
+	Key    string
+}
+
+// decodeAcceptInboundReply decodes the reply of lua/accept_inbound.lua.
+func decodeAcceptInboundReply(v any) (out acceptInboundAccepted, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/accept_inbound.lua: reply: %w", err)
+	}
+	if out.Stored, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/accept_inbound.lua: reply.stored: %w", err)
+	}
+	if out.Key, err = luaString(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/accept_inbound.lua: reply.key: %w", err)
+	}
+	return out, nil
+}
 
 // ackMessageScript is lua/ack_message.lua (its header declares its interface).
 var ackMessageScript = luaScript("ack_message.lua")
@@ -171,6 +236,198 @@ func decodeAppendLogReply(v any) (out int64, err error) {
 	return out, nil
 }
 
+// applyRemoteResultScript is lua/apply_remote_result.lua (its header declares its interface).
+var applyRemoteResultScript = luaScript("apply_remote_result.lua", "lib_busy.lua", "lib_state.lua")
+
+// applyRemoteResultArgs are the KEYS and ARGV of lua/apply_remote_result.lua.
+type applyRemoteResultArgs struct {
+	JobKey  string // KEYS
+	Caller  int64
+	ID      int64
+	Attempt int64
+	St      string
+	Fields  []any
+}
+
+// call is the run of lua/apply_remote_result.lua with a's KEYS and ARGV.
+func (a *applyRemoteResultArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.JobKey)
+	args := make([]any, 0, 5)
+	args = append(args, a.Caller)
+	args = append(args, a.ID)
+	args = append(args, a.Attempt)
+	args = append(args, a.St)
+	args = append(args, len(a.Fields))
+	for _, x1 := range a.Fields {
+		args = append(args, x1)
+	}
+	return Call{Script: applyRemoteResultScript, Keys: keys, Args: args}
+}
+
+// run runs lua/apply_remote_result.lua and decodes its reply.
+func (a *applyRemoteResultArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeApplyRemoteResultReply(res)
+}
+
+// decodeApplyRemoteResultReply decodes the reply of lua/apply_remote_result.lua.
+func decodeApplyRemoteResultReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/apply_remote_result.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// cancelFlowScript is lua/cancel_flow.lua (its header declares its interface).
+var cancelFlowScript = luaScript("cancel_flow.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_wake.lua", "lib_ck.lua")
+
+// cancelFlowArgs are the KEYS and ARGV of lua/cancel_flow.lua.
+type cancelFlowArgs struct {
+	FlowKey     string // KEYS
+	DagKey      string // KEYS
+	ResultsKey  string // KEYS
+	Ctx         int64
+	Flow        int64
+	Actor       string
+	NowS        int64
+	NowMs       int64
+	Reason      string
+	RetentionMs int64
+}
+
+// call is the run of lua/cancel_flow.lua with a's KEYS and ARGV.
+func (a *cancelFlowArgs) call() Call {
+	keys := make([]string, 0, 3)
+	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey)
+	args := make([]any, 0, 7)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Actor)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Reason)
+	args = append(args, a.RetentionMs)
+	return Call{Script: cancelFlowScript, Keys: keys, Args: args}
+}
+
+// run runs lua/cancel_flow.lua and decodes its reply.
+func (a *cancelFlowArgs) run(ctx context.Context, r luaRunner) (cancelFlowCancel, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero cancelFlowCancel
+		return zero, err
+	}
+	return decodeCancelFlowReply(res)
+}
+
+// cancelFlowCancel is a record of lua/cancel_flow.lua.
+type cancelFlowCancel struct {
+	Cancelled int64
+	Status    string
+	Stopping  []int64
+}
+
+// decodeCancelFlowReply decodes the reply of lua/cancel_flow.lua.
+func decodeCancelFlowReply(v any) (out cancelFlowCancel, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/cancel_flow.lua: reply: %w", err)
+	}
+	if out.Cancelled, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/cancel_flow.lua: reply.cancelled: %w", err)
+	}
+	if out.Status, err = luaString(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/cancel_flow.lua: reply.status: %w", err)
+	}
+	l1, err := luaList(any(r1[2:]))
+	if err != nil {
+		return out, fmt.Errorf("lua/cancel_flow.lua: reply.stopping: %w", err)
+	}
+	out.Stopping = make([]int64, len(l1))
+	for i1 := range l1 {
+		if out.Stopping[i1], err = luaInt(l1[i1]); err != nil {
+			return out, fmt.Errorf("lua/cancel_flow.lua: reply.stopping[]: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// checkBusyScript is lua/check_busy.lua (its header declares its interface).
+var checkBusyScript = luaScript("check_busy.lua")
+
+// checkBusyArgs are the KEYS and ARGV of lua/check_busy.lua.
+type checkBusyArgs struct {
+	MsgOutKey  string // KEYS
+	MsgInKey   string // KEYS
+	LeasesKey  string // KEYS
+	RunnersKey string // KEYS
+	BusyKey    string // KEYS
+	Ctx        int64
+	Tidy       bool
+	Types      []string
+}
+
+// call is the run of lua/check_busy.lua with a's KEYS and ARGV.
+func (a *checkBusyArgs) call() Call {
+	keys := make([]string, 0, 5)
+	keys = append(keys, a.MsgOutKey, a.MsgInKey, a.LeasesKey, a.RunnersKey, a.BusyKey)
+	args := make([]any, 0, 3)
+	args = append(args, a.Ctx)
+	args = append(args, luaBool(a.Tidy))
+	args = append(args, len(a.Types))
+	for _, x1 := range a.Types {
+		args = append(args, x1)
+	}
+	return Call{Script: checkBusyScript, Keys: keys, Args: args}
+}
+
+// run runs lua/check_busy.lua and decodes its reply.
+func (a *checkBusyArgs) run(ctx context.Context, r luaRunner) (checkBusyBusy, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero checkBusyBusy
+		return zero, err
+	}
+	return decodeCheckBusyReply(res)
+}
+
+// checkBusyBusy is a record of lua/check_busy.lua.
+type checkBusyBusy struct {
+	Leases int64
+	Lists  []any
+}
+
+// decodeCheckBusyReply decodes the reply of lua/check_busy.lua.
+func decodeCheckBusyReply(v any) (out checkBusyBusy, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/check_busy.lua: reply: %w", err)
+	}
+	if out.Leases, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/check_busy.lua: reply.leases: %w", err)
+	}
+	l1, err := luaList(r1[1])
+	if err != nil {
+		return out, fmt.Errorf("lua/check_busy.lua: reply.lists: %w", err)
+	}
+	out.Lists = make([]any, len(l1))
+	for i1 := range l1 {
+		out.Lists[i1] = l1[i1]
+	}
+	return out, nil
+}
+
 // claimScript is lua/claim.lua (its header declares its interface).
 var claimScript = luaScript("claim.lua")
 
@@ -215,6 +472,298 @@ func decodeClaimReply(v any) (out string, err error) {
 	return out, nil
 }
 
+// completeScript is lua/complete.lua (its header declares its interface).
+var completeScript = luaScript("complete.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua")
+
+// completeArgs are the KEYS and ARGV of lua/complete.lua.
+type completeArgs struct {
+	DagKey      string // KEYS
+	FlowKey     string // KEYS
+	ResultsKey  string // KEYS
+	EventsKey   string // KEYS
+	Ctx         int64
+	Flow        int64
+	Caller      int64
+	NowS        int64
+	NowMs       int64
+	Actor       string
+	RetentionMs int64
+	Ends        []completeEnd
+}
+
+// completeEnd is a record of lua/complete.lua.
+type completeEnd struct {
+	ID      int64
+	Attempt int64
+	Status  string
+	Err     string
+	Fatal   bool
+	Retries int64
+	Backoff int64
+}
+
+// call is the run of lua/complete.lua with a's KEYS and ARGV.
+func (a *completeArgs) call() Call {
+	keys := make([]string, 0, 4)
+	keys = append(keys, a.DagKey, a.FlowKey, a.ResultsKey, a.EventsKey)
+	args := make([]any, 0, 8)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Caller)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Actor)
+	args = append(args, a.RetentionMs)
+	args = append(args, len(a.Ends))
+	for _, x1 := range a.Ends {
+		args = append(args, x1.ID)
+		args = append(args, x1.Attempt)
+		args = append(args, x1.Status)
+		args = append(args, x1.Err)
+		args = append(args, luaBool(x1.Fatal))
+		args = append(args, x1.Retries)
+		args = append(args, x1.Backoff)
+	}
+	return Call{Script: completeScript, Keys: keys, Args: args}
+}
+
+// run runs lua/complete.lua and decodes its reply.
+func (a *completeArgs) run(ctx context.Context, r luaRunner) ([]completeDone, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero []completeDone
+		return zero, err
+	}
+	return decodeCompleteReply(res)
+}
+
+// completeDone is a record of lua/complete.lua.
+type completeDone struct {
+	Code   int64
+	Status string
+	Due    int64
+	Ready  []int64
+}
+
+// decodeCompleteReply decodes the reply of lua/complete.lua.
+func decodeCompleteReply(v any) (out []completeDone, err error) {
+	l1, err := luaList(v)
+	if err != nil {
+		return out, fmt.Errorf("lua/complete.lua: reply: %w", err)
+	}
+	out = make([]completeDone, len(l1))
+	for i1 := range l1 {
+		r2, err := luaList(l1[i1])
+		if err == nil && len(r2) < 3 {
+			err = fmt.Errorf("%d items, want 3", len(r2))
+		}
+		if err != nil {
+			return out, fmt.Errorf("lua/complete.lua: reply[]: %w", err)
+		}
+		if out[i1].Code, err = luaInt(r2[0]); err != nil {
+			return out, fmt.Errorf("lua/complete.lua: reply[].code: %w", err)
+		}
+		if out[i1].Status, err = luaString(r2[1]); err != nil {
+			return out, fmt.Errorf("lua/complete.lua: reply[].status: %w", err)
+		}
+		if out[i1].Due, err = luaInt(r2[2]); err != nil {
+			return out, fmt.Errorf("lua/complete.lua: reply[].due: %w", err)
+		}
+		l2, err := luaList(any(r2[3:]))
+		if err != nil {
+			return out, fmt.Errorf("lua/complete.lua: reply[].ready: %w", err)
+		}
+		out[i1].Ready = make([]int64, len(l2))
+		for i2 := range l2 {
+			if out[i1].Ready[i2], err = luaInt(l2[i2]); err != nil {
+				return out, fmt.Errorf("lua/complete.lua: reply[].ready[]: %w", err)
+			}
+		}
+	}
+	return out, nil
+}
+
+// deleteFlowScript is lua/delete_flow.lua (its header declares its interface).
+var deleteFlowScript = luaScript("delete_flow.lua", "lib_busy.lua", "lib_state.lua", "lib_delete_job.lua")
+
+// deleteFlowArgs are the KEYS and ARGV of lua/delete_flow.lua.
+type deleteFlowArgs struct {
+	FlowKey     string // KEYS
+	DagKey      string // KEYS
+	ResultsKey  string // KEYS
+	MessagesKey string // KEYS
+	Ctx         int64
+	Flow        int64
+	Force       bool
+	Actor       string
+	NowMs       int64
+}
+
+// call is the run of lua/delete_flow.lua with a's KEYS and ARGV.
+func (a *deleteFlowArgs) call() Call {
+	keys := make([]string, 0, 4)
+	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey, a.MessagesKey)
+	args := make([]any, 0, 5)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, luaBool(a.Force))
+	args = append(args, a.Actor)
+	args = append(args, a.NowMs)
+	return Call{Script: deleteFlowScript, Keys: keys, Args: args}
+}
+
+// run runs lua/delete_flow.lua and decodes its reply.
+func (a *deleteFlowArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeDeleteFlowReply(res)
+}
+
+// decodeDeleteFlowReply decodes the reply of lua/delete_flow.lua.
+func decodeDeleteFlowReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/delete_flow.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// deleteJobScript is lua/delete_job.lua (its header declares its interface).
+var deleteJobScript = luaScript("delete_job.lua", "lib_busy.lua", "lib_state.lua", "lib_delete_job.lua")
+
+// deleteJobArgs are the KEYS and ARGV of lua/delete_job.lua.
+type deleteJobArgs struct {
+	JobKey string // KEYS
+	Ctx    int64
+	Caller int64
+	ID     int64
+	Force  bool
+	Actor  string
+	NowMs  int64
+}
+
+// call is the run of lua/delete_job.lua with a's KEYS and ARGV.
+func (a *deleteJobArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.JobKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.Caller)
+	args = append(args, a.ID)
+	args = append(args, luaBool(a.Force))
+	args = append(args, a.Actor)
+	args = append(args, a.NowMs)
+	return Call{Script: deleteJobScript, Keys: keys, Args: args}
+}
+
+// run runs lua/delete_job.lua and decodes its reply.
+func (a *deleteJobArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeDeleteJobReply(res)
+}
+
+// decodeDeleteJobReply decodes the reply of lua/delete_job.lua.
+func decodeDeleteJobReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/delete_job.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// deleteRunnerScript is lua/delete_runner.lua (its header declares its interface).
+var deleteRunnerScript = luaScript("delete_runner.lua", "lib_busy.lua", "lib_state.lua")
+
+// deleteRunnerArgs are the KEYS and ARGV of lua/delete_runner.lua.
+type deleteRunnerArgs struct {
+	RunnerKey string // KEYS
+	ProcsKey  string // KEYS
+	Ctx       int64
+	ID        int64
+	Force     bool
+	Actor     string
+	NowMs     int64
+	Types     json.RawMessage
+}
+
+// call is the run of lua/delete_runner.lua with a's KEYS and ARGV.
+func (a *deleteRunnerArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.RunnerKey, a.ProcsKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.ID)
+	args = append(args, luaBool(a.Force))
+	args = append(args, a.Actor)
+	args = append(args, a.NowMs)
+	args = append(args, string(a.Types))
+	return Call{Script: deleteRunnerScript, Keys: keys, Args: args}
+}
+
+// run runs lua/delete_runner.lua and decodes its reply.
+func (a *deleteRunnerArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeDeleteRunnerReply(res)
+}
+
+// decodeDeleteRunnerReply decodes the reply of lua/delete_runner.lua.
+func decodeDeleteRunnerReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/delete_runner.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// enqueueScript is lua/enqueue.lua (its header declares its interface).
+var enqueueScript = luaScript("enqueue.lua", "lib_busy.lua", "lib_wake.lua")
+
+// enqueueArgs are the KEYS and ARGV of lua/enqueue.lua.
+type enqueueArgs struct {
+	QueueKey string // KEYS
+	Ctx      int64
+	Items    []any
+}
+
+// call is the run of lua/enqueue.lua with a's KEYS and ARGV.
+func (a *enqueueArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.QueueKey)
+	args := make([]any, 0, 2)
+	args = append(args, a.Ctx)
+	args = append(args, len(a.Items))
+	for _, x1 := range a.Items {
+		args = append(args, x1)
+	}
+	return Call{Script: enqueueScript, Keys: keys, Args: args}
+}
+
+// run runs lua/enqueue.lua and decodes its reply.
+func (a *enqueueArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeEnqueueReply(res)
+}
+
+// decodeEnqueueReply decodes the reply of lua/enqueue.lua.
+func decodeEnqueueReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/enqueue.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
 // extendScript is lua/extend.lua (its header declares its interface).
 var extendScript = luaScript("extend.lua", "lib_busy.lua")
 
@@ -252,6 +801,113 @@ func decodeExtendReply(v any) (out int64, err error) {
 	if out, err = luaInt(v); err != nil {
 		return out, fmt.Errorf("lua/extend.lua: reply: %w", err)
 	}
+	return out, nil
+}
+
+// finishJobsScript is lua/finish_jobs.lua (its header declares its interface).
+var finishJobsScript = luaScript("finish_jobs.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua")
+
+// finishJobsArgs are the KEYS and ARGV of lua/finish_jobs.lua.
+type finishJobsArgs struct {
+	ProcKey    string // KEYS
+	LeasesKey  string // KEYS
+	MsgOutKey  string // KEYS
+	EventsKey  string // KEYS
+	DagKey     string // KEYS: optional (left out when it and the keys after it are empty)
+	FlowKey    string // KEYS: optional (left out when it and the keys after it are empty)
+	ResultsKey string // KEYS: optional (left out when it and the keys after it are empty)
+	NowS       int64
+	NowMs      int64
+	Ctx        int64
+	Caller     int64
+	Logmax     int64
+	Grouped    bool
+	NowUs      int64
+	Apply      bool
+	Request    []any
+	Result     []any
+	Glist      any
+	Runs       []finishJobsRun
+}
+
+// finishJobsRun is a record of lua/finish_jobs.lua.
+type finishJobsRun struct {
+	JobKey     string
+	Member     string
+	Claim      string
+	ID         int64
+	Flow       int64
+	Status     string
+	Err        string
+	Code       int64
+	Result     string
+	Rjson      string
+	Fatal      bool
+	RetryAfter int64
+	Chunk      any
+	Entry      any
+	Ck         string
+}
+
+// call is the run of lua/finish_jobs.lua with a's KEYS and ARGV.
+func (a *finishJobsArgs) call() Call {
+	keys := make([]string, 0, 7)
+	keys = append(keys, a.ProcKey, a.LeasesKey, a.MsgOutKey, a.EventsKey, a.DagKey, a.FlowKey, a.ResultsKey)
+	for len(keys) > 4 && keys[len(keys)-1] == "" {
+		keys = keys[:len(keys)-1]
+	}
+	args := make([]any, 0, 12)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Ctx)
+	args = append(args, a.Caller)
+	args = append(args, a.Logmax)
+	args = append(args, luaBool(a.Grouped))
+	args = append(args, a.NowUs)
+	args = append(args, luaBool(a.Apply))
+	args = append(args, len(a.Request))
+	for _, x1 := range a.Request {
+		args = append(args, x1)
+	}
+	args = append(args, len(a.Result))
+	for _, x1 := range a.Result {
+		args = append(args, x1)
+	}
+	args = append(args, a.Glist)
+	args = append(args, len(a.Runs))
+	for _, x1 := range a.Runs {
+		args = append(args, x1.JobKey)
+		args = append(args, x1.Member)
+		args = append(args, x1.Claim)
+		args = append(args, x1.ID)
+		args = append(args, x1.Flow)
+		args = append(args, x1.Status)
+		args = append(args, x1.Err)
+		args = append(args, x1.Code)
+		args = append(args, x1.Result)
+		args = append(args, x1.Rjson)
+		args = append(args, luaBool(x1.Fatal))
+		args = append(args, x1.RetryAfter)
+		args = append(args, x1.Chunk)
+		args = append(args, x1.Entry)
+		args = append(args, x1.Ck)
+	}
+	return Call{Script: finishJobsScript, Keys: keys, Args: args}
+}
+
+// run runs lua/finish_jobs.lua and decodes its reply.
+func (a *finishJobsArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeFinishJobsReply(res)
+}
+
+// decodeFinishJobsReply decodes the reply of lua/finish_jobs.lua.
+func decodeFinishJobsReply(v any) (out any, err error) {
+	out = v
 	return out, nil
 }
 
@@ -493,6 +1149,177 @@ func decodeReleaseIdentityReply(v any) (out int64, err error) {
 	return out, nil
 }
 
+// requeueScript is lua/requeue.lua (its header declares its interface).
+var requeueScript = luaScript("requeue.lua", "lib_busy.lua", "lib_wake.lua")
+
+// requeueArgs are the KEYS and ARGV of lua/requeue.lua.
+type requeueArgs struct {
+	LeasesKey string // KEYS
+	NowMs     int64
+	Limit     int64
+	Ctx       int64
+	Consumer  string
+	Clear     bool
+	Claims    []string
+}
+
+// call is the run of lua/requeue.lua with a's KEYS and ARGV.
+func (a *requeueArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.LeasesKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.NowMs)
+	args = append(args, a.Limit)
+	args = append(args, a.Ctx)
+	args = append(args, a.Consumer)
+	args = append(args, luaBool(a.Clear))
+	args = append(args, len(a.Claims))
+	for _, x1 := range a.Claims {
+		args = append(args, x1)
+	}
+	return Call{Script: requeueScript, Keys: keys, Args: args}
+}
+
+// run runs lua/requeue.lua and decodes its reply.
+func (a *requeueArgs) run(ctx context.Context, r luaRunner) ([]string, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero []string
+		return zero, err
+	}
+	return decodeRequeueReply(res)
+}
+
+// decodeRequeueReply decodes the reply of lua/requeue.lua.
+func decodeRequeueReply(v any) (out []string, err error) {
+	l1, err := luaList(v)
+	if err != nil {
+		return out, fmt.Errorf("lua/requeue.lua: reply: %w", err)
+	}
+	out = make([]string, len(l1))
+	for i1 := range l1 {
+		if out[i1], err = luaString(l1[i1]); err != nil {
+			return out, fmt.Errorf("lua/requeue.lua: reply[]: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// requeueJobScript is lua/requeue_job.lua (its header declares its interface).
+var requeueJobScript = luaScript("requeue_job.lua", "lib_busy.lua", "lib_state.lua")
+
+// requeueJobArgs are the KEYS and ARGV of lua/requeue_job.lua.
+type requeueJobArgs struct {
+	JobKey string // KEYS
+	Ctx    int64
+	Caller int64
+	ID     int64
+	Actor  string
+	NowS   int64
+	NowMs  int64
+}
+
+// call is the run of lua/requeue_job.lua with a's KEYS and ARGV.
+func (a *requeueJobArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.JobKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.Caller)
+	args = append(args, a.ID)
+	args = append(args, a.Actor)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	return Call{Script: requeueJobScript, Keys: keys, Args: args}
+}
+
+// run runs lua/requeue_job.lua and decodes its reply.
+func (a *requeueJobArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeRequeueJobReply(res)
+}
+
+// decodeRequeueJobReply decodes the reply of lua/requeue_job.lua.
+func decodeRequeueJobReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/requeue_job.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// retryFlowScript is lua/retry_flow.lua (its header declares its interface).
+var retryFlowScript = luaScript("retry_flow.lua", "lib_busy.lua", "lib_state.lua")
+
+// retryFlowArgs are the KEYS and ARGV of lua/retry_flow.lua.
+type retryFlowArgs struct {
+	FlowKey    string // KEYS
+	DagKey     string // KEYS
+	ResultsKey string // KEYS
+	Ctx        int64
+	Flow       int64
+	Actor      string
+	NowS       int64
+	NowMs      int64
+}
+
+// call is the run of lua/retry_flow.lua with a's KEYS and ARGV.
+func (a *retryFlowArgs) call() Call {
+	keys := make([]string, 0, 3)
+	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey)
+	args := make([]any, 0, 5)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Actor)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	return Call{Script: retryFlowScript, Keys: keys, Args: args}
+}
+
+// run runs lua/retry_flow.lua and decodes its reply.
+func (a *retryFlowArgs) run(ctx context.Context, r luaRunner) (retryFlowRetried, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero retryFlowRetried
+		return zero, err
+	}
+	return decodeRetryFlowReply(res)
+}
+
+// retryFlowRetried is a record of lua/retry_flow.lua.
+type retryFlowRetried struct {
+	One   int64
+	Ready []int64
+}
+
+// decodeRetryFlowReply decodes the reply of lua/retry_flow.lua.
+func decodeRetryFlowReply(v any) (out retryFlowRetried, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 1 {
+		err = fmt.Errorf("%d items, want 1", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/retry_flow.lua: reply: %w", err)
+	}
+	if out.One, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/retry_flow.lua: reply.one: %w", err)
+	}
+	l1, err := luaList(any(r1[1:]))
+	if err != nil {
+		return out, fmt.Errorf("lua/retry_flow.lua: reply.ready: %w", err)
+	}
+	out.Ready = make([]int64, len(l1))
+	for i1 := range l1 {
+		if out.Ready[i1], err = luaInt(l1[i1]); err != nil {
+			return out, fmt.Errorf("lua/retry_flow.lua: reply.ready[]: %w", err)
+		}
+	}
+	return out, nil
+}
+
 // revokeSecretScript is lua/revoke_secret.lua (its header declares its interface).
 var revokeSecretScript = luaScript("revoke_secret.lua")
 
@@ -535,6 +1362,61 @@ func decodeRevokeSecretReply(v any) (out int64, err error) {
 	return out, nil
 }
 
+// routeClaimedScript is lua/route_claimed.lua (its header declares its interface).
+var routeClaimedScript = luaScript("route_claimed.lua", "lib_busy.lua", "lib_wake.lua")
+
+// routeClaimedArgs are the KEYS and ARGV of lua/route_claimed.lua.
+type routeClaimedArgs struct {
+	ProcKey   string // KEYS
+	LeasesKey string // KEYS
+	Ctx       int64
+	NowS      int64
+	Messages  []routeClaimedClaimed
+}
+
+// routeClaimedClaimed is a record of lua/route_claimed.lua.
+type routeClaimedClaimed struct {
+	Key    string
+	Member string
+	Target string
+	Job    string
+}
+
+// call is the run of lua/route_claimed.lua with a's KEYS and ARGV.
+func (a *routeClaimedArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.ProcKey, a.LeasesKey)
+	args := make([]any, 0, 3)
+	args = append(args, a.Ctx)
+	args = append(args, a.NowS)
+	args = append(args, len(a.Messages))
+	for _, x1 := range a.Messages {
+		args = append(args, x1.Key)
+		args = append(args, x1.Member)
+		args = append(args, x1.Target)
+		args = append(args, x1.Job)
+	}
+	return Call{Script: routeClaimedScript, Keys: keys, Args: args}
+}
+
+// run runs lua/route_claimed.lua and decodes its reply.
+func (a *routeClaimedArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeRouteClaimedReply(res)
+}
+
+// decodeRouteClaimedReply decodes the reply of lua/route_claimed.lua.
+func decodeRouteClaimedReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/route_claimed.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
 // runnerHereScript is lua/runner_here.lua (its header declares its interface).
 var runnerHereScript = luaScript("runner_here.lua")
 
@@ -570,6 +1452,197 @@ func (a *runnerHereArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 func decodeRunnerHereReply(v any) (out int64, err error) {
 	if out, err = luaInt(v); err != nil {
 		return out, fmt.Errorf("lua/runner_here.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// setJobStatusScript is lua/set_job_status.lua (its header declares its interface).
+var setJobStatusScript = luaScript("set_job_status.lua", "lib_busy.lua", "lib_state.lua")
+
+// setJobStatusArgs are the KEYS and ARGV of lua/set_job_status.lua.
+type setJobStatusArgs struct {
+	JobKey string // KEYS
+	Caller int64
+	ID     int64
+	St     string
+	Fields []any
+}
+
+// call is the run of lua/set_job_status.lua with a's KEYS and ARGV.
+func (a *setJobStatusArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.JobKey)
+	args := make([]any, 0, 4)
+	args = append(args, a.Caller)
+	args = append(args, a.ID)
+	args = append(args, a.St)
+	args = append(args, len(a.Fields))
+	for _, x1 := range a.Fields {
+		args = append(args, x1)
+	}
+	return Call{Script: setJobStatusScript, Keys: keys, Args: args}
+}
+
+// run runs lua/set_job_status.lua and decodes its reply.
+func (a *setJobStatusArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeSetJobStatusReply(res)
+}
+
+// decodeSetJobStatusReply decodes the reply of lua/set_job_status.lua.
+func decodeSetJobStatusReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/set_job_status.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// splitRequestScript is lua/split_request.lua (its header declares its interface).
+var splitRequestScript = luaScript("split_request.lua", "lib_busy.lua", "lib_state.lua")
+
+// splitRequestArgs are the KEYS and ARGV of lua/split_request.lua.
+type splitRequestArgs struct {
+	MsgOutKey string // KEYS
+	ProcKey   string // KEYS
+	LeasesKey string // KEYS
+	Ctx       int64
+	Caller    int64
+	NowS      int64
+	NowMs     int64
+	Item      string
+	Member    string
+	Flow      int64
+	Jobs      []splitRequestPart
+}
+
+// splitRequestPart is a record of lua/split_request.lua.
+type splitRequestPart struct {
+	ID     int64
+	Fields []any
+}
+
+// call is the run of lua/split_request.lua with a's KEYS and ARGV.
+func (a *splitRequestArgs) call() Call {
+	keys := make([]string, 0, 3)
+	keys = append(keys, a.MsgOutKey, a.ProcKey, a.LeasesKey)
+	args := make([]any, 0, 8)
+	args = append(args, a.Ctx)
+	args = append(args, a.Caller)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Item)
+	args = append(args, a.Member)
+	args = append(args, a.Flow)
+	args = append(args, len(a.Jobs))
+	for _, x1 := range a.Jobs {
+		args = append(args, x1.ID)
+		args = append(args, len(x1.Fields))
+		for _, x2 := range x1.Fields {
+			args = append(args, x2)
+		}
+	}
+	return Call{Script: splitRequestScript, Keys: keys, Args: args}
+}
+
+// run runs lua/split_request.lua and decodes its reply.
+func (a *splitRequestArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeSplitRequestReply(res)
+}
+
+// decodeSplitRequestReply decodes the reply of lua/split_request.lua.
+func decodeSplitRequestReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/split_request.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// standaloneDoneScript is lua/standalone_done.lua (its header declares its interface).
+var standaloneDoneScript = luaScript("standalone_done.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua")
+
+// standaloneDoneArgs are the KEYS and ARGV of lua/standalone_done.lua.
+type standaloneDoneArgs struct {
+	JobKey      string // KEYS
+	EventsKey   string // KEYS
+	Ctx         int64
+	Caller      int64
+	ID          int64
+	Attempt     int64
+	Status      string
+	Err         string
+	Fatal       bool
+	Retries     int64
+	Backoff     int64
+	NowS        int64
+	NowMs       int64
+	Actor       string
+	RetentionMs int64
+}
+
+// call is the run of lua/standalone_done.lua with a's KEYS and ARGV.
+func (a *standaloneDoneArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.JobKey, a.EventsKey)
+	args := make([]any, 0, 13)
+	args = append(args, a.Ctx)
+	args = append(args, a.Caller)
+	args = append(args, a.ID)
+	args = append(args, a.Attempt)
+	args = append(args, a.Status)
+	args = append(args, a.Err)
+	args = append(args, luaBool(a.Fatal))
+	args = append(args, a.Retries)
+	args = append(args, a.Backoff)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Actor)
+	args = append(args, a.RetentionMs)
+	return Call{Script: standaloneDoneScript, Keys: keys, Args: args}
+}
+
+// run runs lua/standalone_done.lua and decodes its reply.
+func (a *standaloneDoneArgs) run(ctx context.Context, r luaRunner) (standaloneDoneDone, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero standaloneDoneDone
+		return zero, err
+	}
+	return decodeStandaloneDoneReply(res)
+}
+
+// standaloneDoneDone is a record of lua/standalone_done.lua.
+type standaloneDoneDone struct {
+	Code   int64
+	Status string
+	Due    int64
+}
+
+// decodeStandaloneDoneReply decodes the reply of lua/standalone_done.lua.
+func decodeStandaloneDoneReply(v any) (out standaloneDoneDone, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 3 {
+		err = fmt.Errorf("%d items, want 3", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/standalone_done.lua: reply: %w", err)
+	}
+	if out.Code, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/standalone_done.lua: reply.code: %w", err)
+	}
+	if out.Status, err = luaString(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/standalone_done.lua: reply.status: %w", err)
+	}
+	if out.Due, err = luaInt(r1[2]); err != nil {
+		return out, fmt.Errorf("lua/standalone_done.lua: reply.due: %w", err)
 	}
 	return out, nil
 }
@@ -672,13 +1745,19 @@ func luaString(v any) (string, error) {
 	return "", fmt.Errorf("%T %v, want a string", v, v)
 }
 
-// luaInt reads an integer of a reply (nil: 0).
+// luaInt reads an integer of a reply, or its decimal string (nil: 0).
 func luaInt(v any) (int64, error) {
 	switch x := v.(type) {
 	case nil:
 		return 0, nil
 	case int64:
 		return x, nil
+	case string:
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%q, want an integer", x)
+		}
+		return n, nil
 	}
 	return 0, fmt.Errorf("%T %v, want an integer", v, v)
 }

@@ -65,9 +65,6 @@ func (d *DB) Enqueue(ctx context.Context, queue, item string) error {
 	return nil
 }
 
-// enqueueScript: see lua/enqueue.lua.
-var enqueueScript = luaScript("enqueue.lua", "lib_busy.lua", "lib_wake.lua")
-
 // EnqueueOn queues Enqueue on a pipeline (or transaction) of the context's DB: one
 // script, sent whole as an EVAL script (a transaction cannot load a function the
 // server does not know and call it again), which leaves the connection's DB as it was.
@@ -78,9 +75,8 @@ func EnqueueOn(ctx context.Context, p redis.Pipeliner, ctxID uint32, queue, item
 // EnqueueManyOn is EnqueueOn for several items of one queue (in this order), with one
 // wake token each.
 func EnqueueManyOn(ctx context.Context, p redis.Pipeliner, ctxID uint32, queue string, items []any) {
-	args := make([]any, 0, 1+len(items))
-	args = append(append(args, ctxID), items...)
-	p.Eval(ctx, enqueueScript.src, []string{queue}, args...)
+	c := (&enqueueArgs{QueueKey: queue, Ctx: int64(ctxID), Items: items}).call()
+	p.Eval(ctx, c.Script.src, c.Keys, c.Args...)
 }
 
 // Claim moves the oldest item of a queue into the consumer's processing list under a
@@ -243,9 +239,6 @@ func (d *DB) RenewLease(ctx context.Context, c *Claim, lease time.Duration) (Ren
 	return LeaseLost, nil
 }
 
-// routeClaimedScript: see lua/route_claimed.lua.
-var routeClaimedScript = luaScript("route_claimed.lua", "lib_busy.lua", "lib_wake.lua")
-
 // RoutedJob is a claimed job request and where its job goes.
 type RoutedJob struct {
 	Claim  *Claim
@@ -261,16 +254,15 @@ func (d *DB) RouteClaimed(ctx context.Context, jobs []RoutedJob) (int, error) {
 	if len(jobs) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, 2+4*len(jobs))
-	args = append(args, d.ContextID, time.Now().Unix())
-	for _, j := range jobs {
-		args = append(args, j.Claim.Item, j.Claim.member(), j.Target, j.Job)
+	a := &routeClaimedArgs{ProcKey: keys.Processing(jobs[0].Claim.Consumer), LeasesKey: keys.Leases, Ctx: int64(d.ContextID), NowS: time.Now().Unix(),
+		Messages: make([]routeClaimedClaimed, len(jobs))}
+	for i, j := range jobs {
+		a.Messages[i] = routeClaimedClaimed{Key: j.Claim.Item, Member: j.Claim.member(), Target: j.Target, Job: j.Job}
 	}
-	n, err := d.Eval(ctx, routeClaimedScript, []string{keys.Processing(jobs[0].Claim.Consumer), keys.Leases}, args...)
+	routed, err := a.run(ctx, d)
 	if err != nil {
 		return 0, fmt.Errorf("route claimed job requests of context %d: %w", d.ContextID, err)
 	}
-	routed, _ := n.(int64)
 	return int(routed), nil
 }
 
@@ -295,9 +287,6 @@ func (d *DB) Ack(ctx context.Context, c *Claim) error {
 	})
 	return err
 }
-
-// requeueScript: see lua/requeue.lua.
-var requeueScript = luaScript("requeue.lua", "lib_busy.lua", "lib_wake.lua")
 
 // Requeued is an item that went back to its queue after its lease expired.
 type Requeued struct {
@@ -347,20 +336,14 @@ func (e *UnansweredClaimError) Error() string { return e.Err.Error() }
 func (e *UnansweredClaimError) Unwrap() error { return e.Err }
 
 func (d *DB) requeue(ctx context.Context, now time.Time, limit int, consumer string, clear bool, claimIDs ...string) ([]Requeued, error) {
-	args := []any{now.UnixMilli(), limit, d.ContextID, consumer, boolArg(clear)}
-	for _, id := range claimIDs {
-		args = append(args, id)
-	}
-	res, err := d.Eval(ctx, requeueScript, []string{keys.Leases}, args...)
+	vals, err := (&requeueArgs{LeasesKey: keys.Leases, NowMs: now.UnixMilli(), Limit: int64(limit), Ctx: int64(d.ContextID),
+		Consumer: consumer, Clear: clear, Claims: claimIDs}).run(ctx, d)
 	if err != nil {
 		return nil, fmt.Errorf("requeue leases of context %d: %w", d.ContextID, err)
 	}
-	vals, _ := res.([]any)
 	out := make([]Requeued, 0, len(vals)/2)
 	for i := 0; i+1 < len(vals); i += 2 {
-		q, _ := vals[i].(string)
-		it, _ := vals[i+1].(string)
-		out = append(out, Requeued{q, it})
+		out = append(out, Requeued{vals[i], vals[i+1]})
 	}
 	return out, nil
 }
@@ -607,9 +590,6 @@ func (s *Store) SweepLeases(ctx context.Context, ctxIDs []uint32, now time.Time,
 	return true
 }
 
-// checkBusyScript: see lua/check_busy.lua.
-var checkBusyScript = luaScript("check_busy.lua")
-
 // BusyState is what a context has waiting (the lengths of its lists that are not
 // empty, by name) and held (its leases).
 type BusyState struct {
@@ -622,21 +602,17 @@ type BusyState struct {
 // written before the index existed) when it has something. The check and the change
 // are one script: an item pushed meanwhile marks the context again after it.
 func (d *DB) CheckBusy(ctx context.Context, tidy bool) (BusyState, error) {
-	args := []any{d.ContextID, boolArg(tidy)}
+	a := &checkBusyArgs{MsgOutKey: keys.MsgOut, MsgInKey: keys.MsgIn, LeasesKey: keys.Leases, RunnersKey: keys.RunnerIndex, BusyKey: keys.Busy,
+		Ctx: int64(d.ContextID), Tidy: tidy}
 	for _, t := range model.ScriptTypes() {
-		args = append(args, string(t))
+		a.Types = append(a.Types, string(t))
 	}
-	res, err := d.Eval(ctx, checkBusyScript, []string{keys.MsgOut, keys.MsgIn, keys.Leases, keys.RunnerIndex, keys.Busy}, args...)
+	r, err := a.run(ctx, d)
 	if err != nil {
 		return BusyState{}, fmt.Errorf("check the queues of context %d: %w", d.ContextID, err)
 	}
-	vals, _ := res.([]any)
-	if len(vals) != 2 {
-		return BusyState{}, fmt.Errorf("check the queues of context %d: unexpected reply %v", d.ContextID, res)
-	}
-	st := BusyState{Lists: map[string]int64{}}
-	st.Leases, _ = vals[0].(int64)
-	flat, _ := vals[1].([]any)
+	st := BusyState{Lists: map[string]int64{}, Leases: r.Leases}
+	flat := r.Lists
 	for i := 0; i+1 < len(flat); i += 2 {
 		q, _ := flat[i].(string)
 		n, _ := flat[i+1].(int64)

@@ -17,9 +17,6 @@ import (
 
 // Remote execution (mycelium-gateway): what the router of each node keeps in Redis.
 
-// acceptInboundScript: see lua/accept_inbound.lua.
-var acceptInboundScript = stateScript("accept_inbound.lua")
-
 // AcceptInbound stores a message from another node and queues it on msg_in. dedup
 // names the message across deliveries (the origin's key and message): a second
 // delivery within ttl changes nothing and reports duplicate.
@@ -34,24 +31,22 @@ func (d *DB) AcceptInbound(ctx context.Context, m *model.Message, dedup string, 
 	if ttl <= 0 {
 		ttl = 7 * 24 * time.Hour
 	}
-	args := []any{d.ContextID, dedup, int64(ttl.Seconds()), m.CallerID, now.UnixMilli()}
+	a := &acceptInboundArgs{MsgInKey: keys.MsgIn, WakeInKey: keys.WakeMsgIn, Ctx: int64(d.ContextID), Dedup: dedup,
+		TTL: int64(ttl.Seconds()), Caller: int64(m.CallerID), NowMs: now.UnixMilli()}
 	fields := model.HashFields(m)
 	for i := 0; i < len(fields); i += 2 {
-		if fields[i] == "id" {
-			continue
+		if fields[i] != "id" {
+			a.Fields = append(a.Fields, fields[i], fields[i+1])
 		}
-		args = append(args, fields[i], fields[i+1])
 	}
-	res, err := d.Eval(ctx, acceptInboundScript, []string{keys.MsgIn, keys.WakeMsgIn}, args...)
+	r, err := a.run(ctx, d)
 	if err != nil {
 		return "", false, fmt.Errorf("accept inbound message: %w", err)
 	}
-	vals := res.([]any)
-	if n, _ := vals[0].(int64); n == 0 {
+	if r.Stored == 0 {
 		return "", true, nil
 	}
-	mk, _ := vals[1].(string)
-	return mk, false, nil
+	return r.Key, false, nil
 }
 
 // InboundKey is the dedup key of a message that came from another node.
@@ -82,36 +77,32 @@ func (d *DB) MaterializeJob(ctx context.Context, j *model.Job) (created bool, er
 	return n == 1, nil
 }
 
-// applyRemoteResultScript: see lua/apply_remote_result.lua.
-var applyRemoteResultScript = stateScript("apply_remote_result.lua")
-
 // ApplyRemoteResult records, on the origin node, the end of a job that ran elsewhere.
 func (d *DB) ApplyRemoteResult(ctx context.Context, j *model.Job, worker string) (bool, error) {
 	res, _ := json.Marshal(j.Result)
 	if j.Result == nil {
 		res = []byte("{}")
 	}
-	args := []any{j.CallerID, j.ID, max(j.Attempt, 1), string(j.Status),
-		"result", string(res), "error", j.Error, "exit_code", j.ExitCode, "worker", worker,
+	a := &applyRemoteResultArgs{JobKey: keys.Job(j.CallerID, j.ID), Caller: int64(j.CallerID), ID: int64(j.ID), Attempt: int64(max(j.Attempt, 1)), St: string(j.Status)}
+	a.Fields = []any{"result", string(res), "error", j.Error, "exit_code", j.ExitCode, "worker", worker,
 		"started_at", j.StartedAt, "finished_at", j.FinishedAt, "started_at_ms", j.StartedAtMs, "finished_at_ms", j.FinishedAtMs,
 		"updated_at", time.Now().Unix(), "fatal", boolArg(j.Fatal)}
 	if len(j.ResultJSON) > 0 {
-		args = append(args, "result_json", string(j.ResultJSON))
+		a.Fields = append(a.Fields, "result_json", string(j.ResultJSON))
 	}
 	// The µs times, when the far node gave them: a read derives the s and ms ones
 	// from them (without, it keeps those written here).
 	if j.StartedAtUs != 0 {
-		args = append(args, "started_at_us", j.StartedAtUs)
+		a.Fields = append(a.Fields, "started_at_us", j.StartedAtUs)
 	}
 	if j.FinishedAtUs != 0 {
-		args = append(args, "finished_at_us", j.FinishedAtUs)
+		a.Fields = append(a.Fields, "finished_at_us", j.FinishedAtUs)
 	}
-	n, err := d.Eval(ctx, applyRemoteResultScript, []string{keys.Job(j.CallerID, j.ID)}, args...)
+	n, err := a.run(ctx, d)
 	if err != nil {
 		return false, fmt.Errorf("record remote result of job %d:%d: %w", j.CallerID, j.ID, err)
 	}
-	v, _ := n.(int64)
-	return v == 1, nil
+	return n == 1, nil
 }
 
 // RemoteDue is a request message waiting for an acknowledgement or a result (on the

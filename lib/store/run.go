@@ -207,9 +207,6 @@ type JobOutcome struct {
 	LogMax     int             // the log's cap in bytes (0: MaxLogBytes)
 }
 
-// finishJobsScript: see lua/finish_jobs.lua.
-var finishJobsScript = stateScript("finish_jobs.lua", "lib_finalize.lua", "lib_complete.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua")
-
 // FinishJob records a run's end, acks the claim and pushes the result message
 // (kind job_result) on msg_out, in one step. false: the job was not held by this
 // worker any more (its lease was lost), nothing but the ack happened. Finishing again
@@ -371,25 +368,18 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 	if logMax <= 0 {
 		logMax = MaxLogBytes
 	}
-	grouped := "0"
-	if shared {
-		grouped = "1"
-	}
 	apply := applies(fs, idx)
 	var request []any // the dependents' request message, when the script applies a flow's ends
 	if apply && j0.FlowID != 0 {
 		request = groupFields(d.ContextID, j0.FlowID, j0.CallerID, now, 0)
 	}
-	args := make([]any, 0, 11+len(request)+len(msg)+15*len(idx))
-	args = append(args, now.Unix(), now.UnixMilli(), d.ContextID, j0.CallerID, logMax, grouped, now.UnixMicro(), boolArg(apply), len(request))
-	args = append(args, request...)
-	args = append(args, len(msg))
-	args = append(args, msg...)
-	at := len(args) // where a grouped message's job list goes
-	var list []byte // grouped: the message's job list, built as the runs are added
-	if shared {
-		args = append(args, nil) // set below
+	a := &finishJobsArgs{ProcKey: keys.Processing(c0.Consumer), LeasesKey: keys.Leases, MsgOutKey: keys.MsgOut, EventsKey: keys.Events,
+		NowS: now.Unix(), NowMs: now.UnixMilli(), Ctx: int64(d.ContextID), Caller: int64(j0.CallerID), Logmax: int64(logMax), Grouped: shared,
+		NowUs: now.UnixMicro(), Apply: apply, Request: request, Result: msg, Glist: "", Runs: make([]finishJobsRun, 0, len(idx))}
+	if apply && j0.FlowID != 0 {
+		a.DagKey, a.FlowKey, a.ResultsKey = keys.DAG(j0.FlowID), keys.Flow(j0.FlowID), keys.FlowResults(j0.FlowID)
 	}
+	var list []byte // grouped: the message's job list, built as the runs are added
 	for _, i := range idx {
 		f := fs[i]
 		j, c, o := f.Job, f.Claim, f.Outcome
@@ -398,26 +388,19 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 			result = map[string]string{}
 		}
 		js := finishedJSON(j, o, result, now, named)
-		fatal := "0"
-		if o.Fatal {
-			fatal = "1"
-		}
 		var item any = js
 		if shared {
 			list = append(append(list, listSep(list)), js...)
 			item = strconv.Itoa(len(list)-len(js)+1) + " " + strconv.Itoa(len(list))
 		}
-		args = append(args, keys.Job(j.CallerID, j.ID), c.member(), c.ID, j.ID, j.FlowID, string(o.Status), o.Error, o.ExitCode,
-			model.EncodeField(result), string(o.ResultJSON), fatal, o.RetryAfter.Milliseconds(), o.Log, item, j.ConcurrencyKey)
+		a.Runs = append(a.Runs, finishJobsRun{JobKey: keys.Job(j.CallerID, j.ID), Member: c.member(), Claim: c.ID, ID: int64(j.ID), Flow: int64(j.FlowID),
+			Status: string(o.Status), Err: o.Error, Code: int64(o.ExitCode), Result: model.EncodeField(result), Rjson: string(o.ResultJSON),
+			Fatal: o.Fatal, RetryAfter: o.RetryAfter.Milliseconds(), Chunk: o.Log, Entry: item, Ck: j.ConcurrencyKey})
 	}
 	if shared {
-		args[at] = append(list, ']')
+		a.Glist = append(list, ']')
 	}
-	ks := []string{keys.Processing(c0.Consumer), keys.Leases, keys.MsgOut, keys.Events}
-	if apply && j0.FlowID != 0 {
-		ks = append(ks, keys.DAG(j0.FlowID), keys.Flow(j0.FlowID), keys.FlowResults(j0.FlowID))
-	}
-	return Call{Script: finishJobsScript, Keys: ks, Args: args}
+	return a.call()
 }
 
 // finishedJSON is what a result message lists for the run of j that ended with o: a

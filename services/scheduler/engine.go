@@ -16,6 +16,7 @@ import (
 	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/obs"
+	"github.com/hero-coordinator/hero/lib/retry"
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
@@ -245,18 +246,11 @@ func (e *engine) redispatch(db *store.DB, flowID, callerID uint32, jobs []*model
 	}
 }
 
-// backoff returns the delay before the attempt after `attempt` failed: exponential
-// from retryBase, capped, with equal jitter.
+// backoff returns the delay before the attempt after `attempt` failed (lib/retry's
+// Policy: exponential from retryBase, capped, with equal jitter); the completion
+// scripts apply it by retry.Decide's rules.
 func (e *engine) backoff(attempt uint32) time.Duration {
-	d := e.retryBase
-	for i := uint32(1); i < attempt && d < e.retryCap; i++ {
-		d *= 2
-	}
-	if d > e.retryCap {
-		d = e.retryCap
-	}
-	half := d / 2
-	return half + time.Duration(rand.Int64N(int64(half)+1))
+	return retry.Policy{Base: e.retryBase, Cap: e.retryCap}.Backoff(attempt, rand.Int64N)
 }
 
 // jobDone applies a job's end: the DAG moves on at once.

@@ -35,6 +35,10 @@ type Config struct {
 	RateLimit        float64
 	RateBurst        int
 	MaxWaits         int
+
+	Console           bool
+	ConsoleReadOnly   bool
+	ConsoleSessionTTL time.Duration
 }
 
 // RegisterFlags adds every flag.
@@ -60,6 +64,9 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.IntVar(&c.MaxWaits, "max-waits-per-caller", "", 100, "waiting calls (job.run, flow.wait, Watch, dispatcher.run_job) one actor may hold open at once, per replica (0: no cap)")
 	f.DurationVar(&c.RunMargin, "run-margin", "", 30*time.Second, "job.run waits the job's timeout plus this margin when no timeout is given")
 	f.IntVar(&c.MaxBodyBytes, "max-body-bytes", "", 4<<20, "largest JSON-RPC request body accepted")
+	f.BoolVar(&c.Console, "console", "HERO_CONSOLE", true, "serve the web console under /ui/ on --http-addr (docs/console.md); its session cookie is Secure: use it over TLS (--api-tls-cert) or on localhost")
+	f.BoolVar(&c.ConsoleReadOnly, "console-read-only", "HERO_CONSOLE_READ_ONLY", false, "the web console shows everything and refuses every action, for every role")
+	f.DurationVar(&c.ConsoleSessionTTL, "console-session-ttl", "", 12*time.Hour, "a web console session's life (a changed key or revoked secret ends it sooner)")
 }
 
 // Validate checks the configuration before anything starts.
@@ -95,6 +102,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTPReadTimeout <= 0 || c.HTTPWriteTimeout <= 0 || c.HTTPIdleTimeout <= 0 {
 		return fmt.Errorf("--http-read-timeout, --http-write-timeout and --http-idle-timeout must be positive")
+	}
+	if c.ConsoleSessionTTL < time.Minute || c.ConsoleSessionTTL > 30*24*time.Hour {
+		return fmt.Errorf("--console-session-ttl: %v is not between 1m and 720h", c.ConsoleSessionTTL)
 	}
 	if c.MaxBatch < 1 {
 		return fmt.Errorf("--max-batch: must be at least 1")

@@ -120,10 +120,20 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	}
 	ln = netx.Limit(ln, door)
 	rpc := newJSONRPCServer(svc, holder, limits, env.Log, metrics, cfg)
+	var handler http.Handler = rpc
+	if cfg.Console {
+		cons, err := newConsole(svc, holder, limits, rpc.methods, cfg)
+		if err != nil {
+			stopWait()
+			_ = ln.Close()
+			return err
+		}
+		handler = withConsole(rpc, cons)
+	}
 	// WriteTimeout stays 0: each request sets its own write deadline (waiting methods
 	// are exempt), which the server's would override. ReadHeaderTimeout bounds a new
 	// connection's TLS handshake, and then its first request's headers.
-	httpSrv := &http.Server{Handler: rpc, ReadHeaderTimeout: cfg.HandshakeTimeout, ReadTimeout: cfg.HTTPReadTimeout,
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: cfg.HandshakeTimeout, ReadTimeout: cfg.HTTPReadTimeout,
 		IdleTimeout: cfg.HTTPIdleTimeout, MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(obs.Slog(env.Log).Handler(), slog.LevelDebug)}
 	b.AddListener("http", ln.Addr().String(), func() error {
 		if b.APITLS != nil {

@@ -3,6 +3,8 @@ module github.com/hero-coordinator/hero/tests/e2e
 go 1.26.0
 
 require (
+	github.com/chromedp/cdproto v0.160.1
+	github.com/chromedp/chromedp v0.23.1
 	github.com/hero-coordinator/hero/lib v0.0.0
 	github.com/hero-coordinator/hero/proto v0.0.0-00010101000000-000000000000
 	github.com/hero-coordinator/hero/sdk/go v0.0.0-00010101000000-000000000000
@@ -15,6 +17,7 @@ require (
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect

@@ -64,6 +64,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		defer func() { _ = os.RemoveAll(dir) }()
+		defer harness.RemovePKI()
 		// Jobs and executors run as another uid: the binaries (the example executor)
 		// must be readable to it.
 		if err := os.Chmod(dir, 0o755); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/hero-coordinator/hero/lib/dispatcher"
 	"github.com/hero-coordinator/hero/lib/execcore"
 	"github.com/hero-coordinator/hero/lib/procrun"
+	"github.com/hero-coordinator/hero/lib/retry"
 )
 
 // Reasons a job is killed by the worker rather than by its own timeout.
@@ -38,9 +39,9 @@ type outcome struct {
 // execute runs a prepared job: start, log file, attempts, finish.
 func (w *Worker) execute(s Spec, ex *execution, j *dispatcher.Job, log zerolog.Logger) {
 	ctx := w.core.JobCtx()
-	res, err := startScript.Run(ctx, w.rdb,
-		[]string{w.keys.Processing(w.proc, s.ID), w.keys.Job(j.ID), w.keys.Claims(), w.keys.StopMark(j.ID), w.keys.Reply(j.ID), w.keys.Log(j.ID)},
-		j.ID, w.proc, dispatcher.FormatTime(time.Now()), w.p.ReplyTTL.Milliseconds()).Text()
+	res, err := (&startArgs{ProcKey: w.keys.Processing(w.proc, s.ID), JobKey: w.keys.Job(j.ID), ClaimsKey: w.keys.Claims(), StopKey: w.keys.StopMark(j.ID),
+		ReplyKey: w.keys.Reply(j.ID), LogKey: w.keys.Log(j.ID),
+		ID: j.ID, Process: w.proc, Now: dispatcher.FormatTime(time.Now()), ReplyTTLMs: w.p.ReplyTTL.Milliseconds()}).run(ctx, clientRunner{w.rdb})
 	if err != nil {
 		log.Error().Err(err).Msg("start job; handing it back")
 		w.handBackOne(s, j.ID, log)
@@ -93,9 +94,12 @@ func (w *Worker) execute(s Spec, ex *execution, j *dispatcher.Job, log zerolog.L
 			_, _ = fmt.Fprintf(sinks, "--- attempt %d of %d ---\n", n, attempts)
 			log.Info().Int("attempt", n).Str("error", o.err).Msg("retrying job")
 		}
-		var retry bool
-		o, retry = w.attempt(s, ex, j, n, sinks)
-		if o.status == dispatcher.StatusFinished || !retry || ex.Reason() != "" {
+		var retryable bool
+		o, retryable = w.attempt(s, ex, j, n, sinks)
+		// lib/retry's rules, with no backoff: a worker retries at once, in place
+		next := retry.Decide(retry.Attempt{Number: n, Retries: j.Retries, Succeeded: o.status == dispatcher.StatusFinished,
+			Fatal: !retryable, StopRequested: ex.Reason() != ""}, 0)
+		if next.Outcome != retry.Retry {
 			break
 		}
 	}
@@ -202,10 +206,10 @@ func (w *Worker) finish(s Spec, ex *execution, j *dispatcher.Job, o outcome, log
 	var n, tries int
 	err := w.retryWrite(log, "write the job's end", func(ctx context.Context) error {
 		tries++
-		var err error
-		n, err = finishScript.Run(ctx, w.rdb,
-			[]string{w.keys.Processing(w.proc, s.ID), w.keys.Job(j.ID), w.keys.Claims(), w.keys.Reply(j.ID), w.keys.StopMark(j.ID)},
-			j.ID, w.proc, dispatcher.FormatTime(time.Now()), string(o.status), o.output, o.err, reply, w.p.ReplyTTL.Milliseconds()).Int()
+		r, err := (&finishArgs{ProcKey: w.keys.Processing(w.proc, s.ID), JobKey: w.keys.Job(j.ID), ClaimsKey: w.keys.Claims(), ReplyKey: w.keys.Reply(j.ID),
+			StopKey: w.keys.StopMark(j.ID), ID: j.ID, Process: w.proc, Now: dispatcher.FormatTime(time.Now()), Status: string(o.status),
+			Output: o.output, Err: o.err, Payload: reply, ReplyTTLMs: w.p.ReplyTTL.Milliseconds()}).run(ctx, clientRunner{w.rdb})
+		n = int(r)
 		return err
 	})
 	uncertain := tries > 1
@@ -238,6 +242,7 @@ func newRedisLog(ctx context.Context, w *Worker, id string) *procrun.Batcher {
 	return procrun.NewBatcher(func(chunk []byte) {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		_ = appendLogScript.Run(cctx, w.rdb, []string{key}, chunk, w.p.LogMaxBytes, w.p.LogTTL.Milliseconds()).Err()
+		// best effort: the output's file and its end are what count
+		_, _ = (&appendLogArgs{LogKey: key, Chunk: string(chunk), Max: int64(w.p.LogMaxBytes), TTLMs: w.p.LogTTL.Milliseconds()}).run(cctx, clientRunner{w.rdb})
 	})
 }

@@ -314,12 +314,13 @@ func (w *Worker) requeueProc(ctx context.Context, proc, cutoff string) (int, err
 	if err != nil {
 		return 0, err
 	}
-	keys := []string{w.keys.Procs(), w.keys.Proc(proc), w.keys.Ctl(proc), w.keys.Claims()}
+	a := &requeueArgs{ProcsKey: w.keys.Procs(), ProcessKey: w.keys.Proc(proc), ControlKey: w.keys.Ctl(proc), ClaimsKey: w.keys.Claims(),
+		Process: proc, Cutoff: cutoff, Now: dispatcher.FormatTime(time.Now()), Prefix: w.keys.Job("")}
 	for _, id := range workerIDs {
-		keys = append(keys, w.keys.Processing(proc, id), w.keys.WorkQueue(id))
+		a.ListsKeys = append(a.ListsKeys, w.keys.Processing(proc, id), w.keys.WorkQueue(id))
 	}
-	n, err := requeueScript.Run(ctx, w.rdb, keys, proc, cutoff, dispatcher.FormatTime(time.Now()), w.keys.Job("")).Int()
-	return n, err
+	n, err := a.run(ctx, clientRunner{w.rdb})
+	return int(n), err
 }
 
 // procWorkerIDs finds the worker ids a process served: its record, plus (for a
@@ -553,19 +554,20 @@ func (w *Worker) invalid(j *dispatcher.Job, derr error) string {
 	return ""
 }
 
-// park runs the dependency check (parkScript).
+// park runs the dependency check (lua/park.lua).
 func (w *Worker) park(s Spec, j *dispatcher.Job, deps []string) ([]string, error) {
-	keys := []string{w.keys.Processing(w.proc, s.ID), w.keys.Job(j.ID), w.keys.StopMark(j.ID), w.keys.Reply(j.ID), w.keys.Waiting(s.ID)}
-	for _, d := range deps {
-		keys = append(keys, w.keys.Job(d))
-	}
-	for _, d := range deps {
-		keys = append(keys, w.keys.Dependents(d))
-	}
 	now := time.Now()
 	ttl := max(w.p.StopMarkTTL, 24*time.Hour)
-	res, err := parkScript.Run(w.core.JobCtx(), w.rdb, keys, j.ID, dispatcher.FormatTime(now), w.p.ReplyTTL.Milliseconds(),
-		now.Add(w.p.DependencyRecheck).UnixMilli(), s.ID+"\t"+j.ID, ttl.Milliseconds(), len(deps)).StringSlice()
+	a := &parkArgs{ProcKey: w.keys.Processing(w.proc, s.ID), JobKey: w.keys.Job(j.ID), StopKey: w.keys.StopMark(j.ID), ReplyKey: w.keys.Reply(j.ID),
+		WaitingKey: w.keys.Waiting(s.ID), ID: j.ID, Now: dispatcher.FormatTime(now), ReplyTTLMs: w.p.ReplyTTL.Milliseconds(),
+		RecheckMs: now.Add(w.p.DependencyRecheck).UnixMilli(), Member: s.ID + "\t" + j.ID, DependentsTTLMs: ttl.Milliseconds(), N: int64(len(deps))}
+	for _, d := range deps {
+		a.DepsKeys = append(a.DepsKeys, w.keys.Job(d))
+	}
+	for _, d := range deps {
+		a.DepsKeys = append(a.DepsKeys, w.keys.Dependents(d))
+	}
+	res, err := a.run(w.core.JobCtx(), clientRunner{w.rdb})
 	if err != nil {
 		return nil, err
 	}
@@ -631,7 +633,7 @@ func (w *Worker) ended(id string) {
 		if !ok {
 			continue
 		}
-		if n, err := releaseScript.Run(ctx, w.rdb, []string{w.keys.Waiting(wid), w.keys.WorkQueue(wid)}, jid).Int(); err == nil && n == 1 {
+		if n, err := (&releaseArgs{WaitingKey: w.keys.Waiting(wid), QueueKey: w.keys.WorkQueue(wid), ID: jid}).run(ctx, clientRunner{w.rdb}); err == nil && n == 1 {
 			w.log.Debug().Str(KeyJobID, jid).Str("dependency", id).Msg("dependency ended: waiting job back on its queue")
 		}
 	}
@@ -696,9 +698,9 @@ func (w *Worker) handleStop(workerID, id string) {
 	}
 	ctx, cancel := context.WithTimeout(w.core.JobCtx(), 5*time.Second)
 	defer cancel()
-	res, err := stopScript.Run(ctx, w.rdb,
-		[]string{w.keys.Job(id), w.keys.Claims(), w.keys.StopMark(id), w.keys.Waiting(workerID), w.keys.Reply(id)},
-		id, dispatcher.FormatTime(time.Now()), w.p.StopMarkTTL.Milliseconds(), w.p.ReplyTTL.Milliseconds()).StringSlice()
+	res, err := (&stopArgs{JobKey: w.keys.Job(id), ClaimsKey: w.keys.Claims(), StopKey: w.keys.StopMark(id), WaitingKey: w.keys.Waiting(workerID),
+		ReplyKey: w.keys.Reply(id), ID: id, Now: dispatcher.FormatTime(time.Now()), StopTTLMs: w.p.StopMarkTTL.Milliseconds(),
+		ReplyTTLMs: w.p.ReplyTTL.Milliseconds()}).run(ctx, clientRunner{w.rdb})
 	if err != nil || len(res) == 0 {
 		log.Error().Err(err).Msg("stop request")
 		return
@@ -749,7 +751,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 // the process announces itself again.
 func (w *Worker) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, w.p.Heartbeat)
-	ok, err := heartbeatScript.Run(hctx, w.rdb, []string{w.keys.Procs()}, w.proc, time.Now().UnixMilli()).Int()
+	ok, err := (&heartbeatArgs{ProcsKey: w.keys.Procs(), Process: w.proc, NowMs: time.Now().UnixMilli()}).run(hctx, clientRunner{w.rdb})
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -831,7 +833,8 @@ func (w *Worker) recheckWaiting(ctx context.Context) {
 			continue
 		}
 		for _, id := range ids {
-			_ = releaseScript.Run(ctx, w.rdb, []string{w.keys.Waiting(s.ID), w.keys.WorkQueue(s.ID)}, id).Err()
+			// best effort: the dependency's end or the recheck releases it again
+			_, _ = (&releaseArgs{WaitingKey: w.keys.Waiting(s.ID), QueueKey: w.keys.WorkQueue(s.ID), ID: id}).run(ctx, clientRunner{w.rdb})
 		}
 	}
 }

@@ -71,9 +71,9 @@ func Go(opt GoOptions, scripts []*Script) ([]byte, error) {
 	g.p("\t\"context\"")
 	g.p("\t\"encoding/json\"")
 	g.p("\t\"fmt\"")
+	g.p("\t\"strconv\"")
 	g.p(")")
 	g.p("")
-	g.p("var _ json.RawMessage // a script may take none")
 	sorted := append([]*Script(nil), scripts...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for _, sc := range sorted {
@@ -219,7 +219,7 @@ func (g *goGen) keys() {
 // encode appends the ARGV items of value v (of type t) to args.
 func (g *goGen) encode(v string, t Type, ind string) {
 	switch t.Kind {
-	case String, Int, Num, Float:
+	case String, Int, Num, Float, Raw:
 		g.p("%sargs = append(args, %s)", ind, v)
 	case JSON:
 		g.p("%sargs = append(args, string(%s))", ind, v)
@@ -333,13 +333,19 @@ func luaString(v any) (string, error) {
 	return "", fmt.Errorf("%T %v, want a string", v, v)
 }
 
-// luaInt reads an integer of a reply (nil: 0).
+// luaInt reads an integer of a reply, or its decimal string (nil: 0).
 func luaInt(v any) (int64, error) {
 	switch x := v.(type) {
 	case nil:
 		return 0, nil
 	case int64:
 		return x, nil
+	case string:
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%q, want an integer", x)
+		}
+		return n, nil
 	}
 	return 0, fmt.Errorf("%T %v, want an integer", v, v)
 }

@@ -47,7 +47,7 @@ const (
 	Float              // Go float64; Lua a number (tonumber)
 	Bool               // Go bool, sent "1"/"0"; Lua a boolean
 	JSON               // Go json.RawMessage; Lua the JSON text
-	Raw                // reply only: Go any, the reply as go-redis gives it
+	Raw                // Go any: a reply as go-redis gives it; an argument go-redis formats (Lua a string)
 	None               // reply only: nothing read
 	List               // a count, then its items (Elem); Lua a table
 	Record             // a record of Fields; Lua a table with named fields

@@ -2,13 +2,25 @@
 -- (their jobs never run); running ones get a stop request in their runner's control
 -- list; when no node is left running the flow ends error (finalize).
 --
--- KEYS: [1] flow:<flow>, [2] coord:dag:<flow>, [3] coord:flowres:<flow>.
--- ARGV: [1] context id, [2] flow id, [3] actor, [4] now (s), [5] now (ms), [6] reason,
---   [7] retention (ms; context:<ctx>.retention_seconds wins when set).
--- Reply: {0, status}: the flow had ended already (nothing changed); {1, status, running
---   job ids…}: cancelled (status error, or started while jobs are being stopped).
---   Error NOTFOUND flow.
--- Derives, from ARGV[1] and the flow's own fields (its job list and caller, its jobs'
+-- KEYS:
+--   flow     flow:<flow>
+--   dag      coord:dag:<flow>
+--   results  coord:flowres:<flow>
+-- ARGV:
+--   ctx           int     the context id
+--   flow          int     the flow id
+--   actor         string  who cancels
+--   now_s         int     now (s)
+--   now_ms        int     now (ms)
+--   reason        string  why
+--   retention_ms  int     retention (ms; context:<ctx>.retention_seconds wins when set)
+-- Libs: lib_busy lib_state lib_finalize lib_wake lib_ck
+-- Reply: cancel {cancelled, status, stopping…}; error NOTFOUND flow
+--   cancelled    int     1 cancelled now; 0 the flow had ended already (nothing changed)
+--   status       string  the flow's status (error, or started while jobs are being
+--                        stopped)
+--   ...stopping  []int   the running jobs being stopped
+-- Derives, from ctx and the flow's own fields (its job list and caller, its jobs'
 --   workers): context DB: context:<ctx> (read: its retention; not one of KEYS, which
 --   the caller must be allowed to write, and the scheduler's Redis user may only read
 --   it), job:<caller>:<id> of its jobs, coord:idx:jobs[:<status>],
@@ -18,7 +30,16 @@
 --   coord:expire, coord:flowdone (PUBLISH), coord:ctl:<worker> of each running job
 --   (the stop request).
 
-local ctx, flow, actor, now_s, now_ms, reason, retention_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local flow = ARGV[2]
+local actor = ARGV[3]
+local now_s = ARGV[4]
+local now_ms = ARGV[5]
+local reason = ARGV[6]
+local retention_ms = ARGV[7]
+-- luagen: end of the prologue
+
 local fk, dag, rk = KEYS[1], KEYS[2], KEYS[3]
 local st = redis.call('HGET', fk, 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end

@@ -1,16 +1,34 @@
 -- check_busy: reads what a context has waiting or held, and with tidy keeps its
 -- entry in coord:busy true.
 --
--- KEYS: [1] msg_out, [2] msg_in, [3] coord:leases, [4] coord:idx:runners, [5] coord:busy
---   (DB 0, SELECT 0).
--- ARGV: [1] context id, [2] tidy (1: remove the context from coord:busy when it has
---   nothing waiting and no lease, add it when it has), [3…] the script types.
--- Reply: {lease count, {list, length}…} of the lists that are not empty.
--- Derives (context DB): queue:<type> of the script types of ARGV (and its
+-- KEYS:
+--   msg_out  msg_out
+--   msg_in   msg_in
+--   leases   coord:leases
+--   runners  coord:idx:runners
+--   busy     coord:busy (DB 0, SELECT 0)
+-- ARGV:
+--   ctx    int       the context id
+--   tidy   bool      remove the context from coord:busy when it has nothing waiting
+--                    and no lease, add it when it has
+--   types  []string  the script types
+-- Reply: busy {lease count, {list, length…}} of the lists that are not empty
+--   leases  int  the number of leases
+--   lists   []raw  list, length, … of the lists that are not empty
+-- Derives (context DB): queue:<type> of the script types (and its
 --   coord:prio:queue:<type>, keys.Priority, counted with it) and the pinned queues
 --   coord:rq:<runner>:<type> of the runners of coord:idx:runners (read here).
 
-local ctx, tidy = ARGV[1], ARGV[2] == '1'
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local tidy = ARGV[2] == '1'
+local argi = 3
+local types = {}
+local n_types = tonumber(ARGV[argi])
+for k = 1, n_types do types[k] = ARGV[argi + k] end
+argi = argi + 1 + n_types
+-- luagen: end of the prologue
+
 local out = {}
 local function look(q, prio)
   local n = redis.call('LLEN', q)
@@ -20,9 +38,9 @@ end
 look(KEYS[1])
 look(KEYS[2])
 local runners = redis.call('ZRANGE', KEYS[4], 0, -1)
-for i = 3, #ARGV do
-  look(K_QUEUE .. ARGV[i], true)
-  for _, r in ipairs(runners) do look(K_PINNED_QUEUE .. r .. ':' .. ARGV[i]) end
+for _, t in ipairs(types) do
+  look(K_QUEUE .. t, true)
+  for _, r in ipairs(runners) do look(K_PINNED_QUEUE .. r .. ':' .. t) end
 end
 local leases = redis.call('ZCARD', KEYS[3])
 if tidy then

@@ -4,22 +4,60 @@
 -- fails, its job goes to the DLQ and its transitive dependents that have not run are
 -- cancelled). The flow ends (finalize) when every node is final.
 --
--- KEYS: [1] coord:dag:<flow>, [2] flow:<flow>, [3] coord:flowres:<flow>, [4] coord:events.
--- ARGV: [1] context id, [2] flow id, [3] caller id, [4] now (s), [5] now (ms), [6] actor,
---   [7] retention (ms), then per end 7 items: job id, attempt, status, error, fatal (1/0),
---   retries (-1: the job's own), backoff (ms).
--- Reply: per end {code, flow status or "", retry due (ms), ready job ids…}: code 0
---   nothing changed (a stale or repeated end), 1 applied, 2 retry scheduled.
+-- KEYS:
+--   dag      coord:dag:<flow>
+--   flow     flow:<flow>
+--   results  coord:flowres:<flow>
+--   events   coord:events
+-- ARGV:
+--   ctx           int     the context id
+--   flow          int     the flow id
+--   caller        int     the caller id
+--   now_s         int     now (s)
+--   now_ms        int     now (ms)
+--   actor         string  who applies the ends
+--   retention_ms  int     retention (ms)
+--   ends          []end   the ends, applied in order
+--     id       int     the job id
+--     attempt  num     the attempt that ended
+--     status   string  its status
+--     err      string  its error
+--     fatal    bool    no retry
+--     retries  num     retries (-1: the job's own; lib/retry decides)
+--     backoff  num     the delay of a retry (ms; lib/retry's Policy)
+-- Libs: lib_busy lib_state lib_finalize lib_complete
+-- Reply: []done per end (code 0 nothing changed: a stale or repeated end, 1 applied, 2 retry scheduled)
+--   code      int     0, 1 or 2
+--   status    string  the flow's status when it ended, else ""
+--   due       int     when the retry is due (ms)
+--   ...ready  []int   the dependents made ready
 -- Derives, from the DAG: context DB: job:<caller>:<id> of the flow's jobs, context:<ctx>,
 --   coord:idx:jobs[:<status>], coord:idx:flows[:<status>], coord:dlq; DB 0 (SELECT 0, then
 --   back to the context's DB): coord:due (a retry), coord:flows:active, coord:expire,
 --   coord:flowdone (PUBLISH).
 
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local flow = ARGV[2]
+local caller = ARGV[3]
+local now_s = ARGV[4]
+local now_ms = ARGV[5]
+local actor = ARGV[6]
+local retention_ms = ARGV[7]
+local argi = 8
+local ends = {}
+local n_ends = tonumber(ARGV[argi])
+argi = argi + 1
+for k = 1, n_ends do
+  ends[k] = {id = ARGV[argi], attempt = tonumber(ARGV[argi + 1]), status = ARGV[argi + 2], err = ARGV[argi + 3], fatal = ARGV[argi + 4] == '1', retries = tonumber(ARGV[argi + 5]), backoff = tonumber(ARGV[argi + 6])}
+  argi = argi + 7
+end
+-- luagen: end of the prologue
+
 local dag, fk, rk, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local ctx, flow, caller, now_s, now_ms, actor, retention_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local res = {}
-for i = 8, #ARGV, 7 do
-  res[#res + 1] = complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms,
-    ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], ARGV[i + 4] == '1', tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]))
+for i, e in ipairs(ends) do
+  res[i] = complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms,
+    e.id, e.attempt, e.status, e.err, e.fatal, e.retries, e.backoff)
 end
 return res

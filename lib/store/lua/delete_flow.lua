@@ -2,15 +2,31 @@
 -- results. A started flow is refused (cancel it first) unless force; retention of an
 -- ended flow uses it too.
 --
--- KEYS: [1] flow:<flow>, [2] coord:dag:<flow>, [3] coord:flowres:<flow>,
---   [4] coord:flowmsgs:<flow>.
--- ARGV: [1] context id, [2] flow id, [3] force (1/0), [4] actor, [5] now (ms).
--- Reply: 1. Errors: NOTFOUND flow; CONFLICT flow <id> is running.
+-- KEYS:
+--   flow      flow:<flow>
+--   dag       coord:dag:<flow>
+--   results   coord:flowres:<flow>
+--   messages  coord:flowmsgs:<flow>
+-- ARGV:
+--   ctx     int     the context id
+--   flow    int     the flow id
+--   force   bool    even a started flow
+--   actor   string  who deletes
+--   now_ms  int     now (ms)
+-- Libs: lib_busy lib_state lib_delete_job
+-- Reply: int 1. Errors: NOTFOUND flow; CONFLICT flow <id> is running.
 -- Derives, from the flow's job list: context DB: the messages of coord:flowmsgs:<flow>,
 --   and per job what delete_job (lib_delete_job) removes; coord:idx:flows[:<status>], coord:events;
 --   DB 0 (SELECT 0): coord:flows:active, coord:expire, coord:due (the jobs' retries).
 
-local ctx, flow, force, actor, now_ms = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4], ARGV[5]
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local flow = ARGV[2]
+local force = ARGV[3] == '1'
+local actor = ARGV[4]
+local now_ms = ARGV[5]
+-- luagen: end of the prologue
+
 local fk, dag, rk, fm = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local st = redis.call('HGET', fk, 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end

@@ -1,14 +1,29 @@
 -- delete_job: removes a job that belongs to no flow, with its log and messages.
 --
--- KEYS: [1] job:<caller>:<id>.
--- ARGV: [1] context id, [2] caller id, [3] job id, [4] force (1: even a started job),
---   [5] actor, [6] now (ms).
--- Reply: 1. Errors: NOTFOUND job; CONFLICT the job belongs to a flow, or is running.
+-- KEYS:
+--   job  job:<caller>:<id>
+-- ARGV:
+--   ctx     int     the context id
+--   caller  int     the caller id
+--   id      int     the job id
+--   force   bool    even a started job
+--   actor   string  who deletes
+--   now_ms  int     now (ms)
+-- Libs: lib_busy lib_state lib_delete_job
+-- Reply: int 1. Errors: NOTFOUND job; CONFLICT the job belongs to a flow, or is running.
 -- Derives: context DB: what lib_delete_job removes with the job,
 --   flow:<flow> (is its flow still there?), coord:events; DB 0 (SELECT 0): coord:expire,
 --   coord:due (its retry).
 
-local ctx, caller, id, force, actor, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[5], ARGV[6]
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local caller = ARGV[2]
+local id = ARGV[3]
+local force = ARGV[4] == '1'
+local actor = ARGV[5]
+local now_ms = ARGV[6]
+-- luagen: end of the prologue
+
 local jk = KEYS[1]
 local st = redis.call('HGET', jk, 'status')
 if not st then return redis.error_reply('NOTFOUND job') end

@@ -2,19 +2,35 @@
 -- queues. The runner leaves the context's wakers sets of every script type and of the
 -- executors it announced, and its wake lists lose the context's tokens.
 --
--- KEYS: [1] runner:<id>, [2] coord:runner:<id>:procs.
--- ARGV: [1] context id, [2] runner id, [3] force (1: even with jobs waiting in its pinned
---   queues), [4] actor, [5] now (ms), [6] every known script type (JSON list).
--- Reply: 1. Errors: NOTFOUND runner; CONFLICT jobs are pinned to it.
+-- KEYS:
+--   runner  runner:<id>
+--   procs   coord:runner:<id>:procs
+-- ARGV:
+--   ctx     int     the context id
+--   id      int     the runner id
+--   force   bool    even with jobs waiting in its pinned queues
+--   actor   string  who deletes
+--   now_ms  int     now (ms)
+--   types   json    every known script type (a JSON list)
+-- Libs: lib_busy lib_state
+-- Reply: int 1. Errors: NOTFOUND runner; CONFLICT jobs are pinned to it.
 -- Derives, from the script types and the runner's executors: context DB: coord:rq:<id>:<type>,
 --   coord:script_types, coord:wakers:<queue>, coord:idx:runners, coord:events; DB 0
 --   (SELECT 0; the lists are shared with the server's other contexts):
 --   coord:wake:runner:<id>:<queue>, coord:runner:<id>:contexts, coord:control (PUBLISH).
 
-local ctx, id, force, actor, now_ms = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4], ARGV[5]
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local id = ARGV[2]
+local force = ARGV[3] == '1'
+local actor = ARGV[4]
+local now_ms = ARGV[5]
+local types = ARGV[6]
+-- luagen: end of the prologue
+
 local rk = KEYS[1]
 if redis.call('EXISTS', rk) == 0 then return redis.error_reply('NOTFOUND runner') end
-local all = cjson.decode(ARGV[6])
+local all = cjson.decode(types)
 if not force then
   for _, t in ipairs(all) do
     local n = redis.call('LLEN', K_PINNED_QUEUE .. id .. ':' .. t)

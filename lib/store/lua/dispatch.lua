@@ -58,7 +58,7 @@ while i <= #ARGV do
       out[#out + 1] = {'', tonumber(attempt)}
       gslots[#gslots + 1] = #out
     else
-      local mk, p = route_store(caller, first, now_ms, last, nil, {K_JOB .. caller .. ':' .. id}, KEYS[1])
+      local mk, p = route_store(caller, {unpack(ARGV, first, last)}, now_ms, nil, {K_JOB .. caller .. ':' .. id}, KEYS[1])
       track_msg(caller, id, mk)
       pushed = pushed + p
       out[#out + 1] = {mk, tonumber(attempt)}
@@ -76,7 +76,7 @@ if #gids > 0 then
   end
   local jks = {}
   for k, id in ipairs(gids) do jks[k] = K_JOB .. caller .. ':' .. id end
-  local mk, p = route_store(caller, gfirst, now_ms, glast, {'job', gjson, 'job_ids', table.concat(gids, ' ')}, jks, KEYS[1])
+  local mk, p = route_store(caller, {unpack(ARGV, gfirst, glast)}, now_ms, {'job', gjson, 'job_ids', table.concat(gids, ' ')}, jks, KEYS[1])
   track_msg(caller, gids[1], mk, flow)
   for _, n in ipairs(gslots) do out[n][1] = mk end
   pushed = pushed + p

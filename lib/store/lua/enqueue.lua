@@ -1,16 +1,29 @@
 -- enqueue: pushes items onto a job queue with their wake tokens.
 --
--- KEYS: [1] the job queue (queue:<type>, queue:exec:<executor> or coord:rq:<runner>:<type>).
--- ARGV: [1] context id, [2…] the items (LPUSHed in this order).
--- Reply: the number of items pushed.
+-- KEYS:
+--   queue  the job queue (queue:<type>, queue:exec:<executor> or coord:rq:<runner>:<type>)
+-- ARGV:
+--   ctx    int    the context id
+--   items  []raw  the items (LPUSHed in this order)
+-- Libs: lib_busy lib_wake
+-- Reply: int the number of items pushed.
 -- Derives: coord:wakers:<queue> (context DB), then in DB 0 (SELECT 0) the wake lists
 --   coord:wake:runner:<id>:<queue> of each runner id that may take the items, and
 --   coord:busy (lib_wake, lib_busy).
 
-local n = #ARGV - 1
-for i = 2, #ARGV, 1000 do redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV))) end
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local argi = 2
+local items = {}
+local n_items = tonumber(ARGV[argi])
+for k = 1, n_items do items[k] = ARGV[argi + k] end
+argi = argi + 1 + n_items
+-- luagen: end of the prologue
+
+local n = #items
+for i = 1, n, 1000 do redis.call('LPUSH', KEYS[1], unpack(items, i, math.min(i + 999, n))) end
 local ids = wake_targets(KEYS[1])
 redis.call('SELECT', '0')
-wake_runners(ARGV[1], KEYS[1], ids, n)
-mark_busy(ARGV[1])
+wake_runners(ctx, KEYS[1], ids, n)
+mark_busy(ctx)
 return n

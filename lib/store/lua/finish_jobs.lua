@@ -5,7 +5,7 @@
 -- has taken it (the job names its claim and is started: its attempt is the latest):
 -- its end is recorded, and the copy the sweep queued leaves its queue in the same step.
 --
--- With complete (ARGV[8]), a run of this node's own job that succeeded is also applied
+-- With apply (complete), a run of this node's own job that succeeded is also applied
 -- here, as the router's delivery and the scheduler's completion would apply it, so that
 -- no process stands between a job's end and its dependents' start: its flow node
 -- completes (lib_complete; the dependents it makes ready are dispatched in one job
@@ -16,24 +16,52 @@
 -- retention is 0 or at least the sweep interval: else every run goes the router's way.
 -- A failed run always does (retries, DLQ and cascades are the scheduler's).
 --
--- KEYS: [1] the processing list, [2] coord:leases, [3] msg_out, [4] coord:events, and
---   for runs of a flow with complete: [5] coord:dag:<flow>, [6] flow:<flow>, [7]
---   coord:flowres:<flow>.
--- ARGV: [1] now (s), [2] now (ms), [3] context id, [4] caller id, [5] log cap (bytes),
---   [6] grouped (1: one result message for all the runs that end here, runs of one flow;
---   0: one each, its text "result of job <ctx>:<caller>:<id>"), [7] now (µs), [8]
---   complete (1/0), [9] r, then r field/value items of the job request message of the
---   dependents made ready (all but id, job and job_ids), then n, then n field/value items
---   of the result message(s) (all but id, job and, when not grouped, message),
---   then, when grouped, the message's job list (a JSON array), then per run 15 items:
---   job key, lease member, claim id, job id, flow id, status, error, exit code, result
---   JSON (the string map), the handler's result_json ("": none, the field is removed),
---   fatal, retry-after (ms), log chunk, and the run's entry of the message's job list
---   (for a job of this node a reference with the run's end — the result fields carry
---   job_ref "1" —, for a job from another node the finished job) for its own message
---   or, grouped, where it starts and ends in the list ("<start> <end>", 1-based),
---   and the job's concurrency key ("": none; lib_ck's ck_end gives its slot back).
--- Reply: per run 1 written, 2 written before by this claim (a retry after a lost
+-- KEYS:
+--   proc      the processing list
+--   leases    coord:leases
+--   msg_out   msg_out
+--   events    coord:events
+--   dag?      coord:dag:<flow> (runs of a flow, with complete)
+--   flow?     flow:<flow> (with complete)
+--   results?  coord:flowres:<flow> (with complete)
+-- ARGV:
+--   now_s     int     now (s)
+--   now_ms    int     now (ms)
+--   ctx       int     the context id
+--   caller    int     the caller id
+--   logmax    num     the log's cap (bytes)
+--   grouped   bool    one result message for all the runs that end here, runs of one
+--                     flow; else one each, its text "result of job <ctx>:<caller>:<id>"
+--   now_us    int     now (µs)
+--   apply     bool    complete: apply a successful run of this node's own job here
+--   request   []raw   field/value items of the job request message of the dependents
+--                     made ready (all but id, job and job_ids)
+--   result    []raw   field/value items of the result message(s) (all but id, job and,
+--                     when not grouped, message)
+--   glist     raw     grouped: the message's job list (a JSON array); else ""
+--   runs      []run   the runs that end
+--     job_key      string  the job's key
+--     member       string  its lease member
+--     claim        string  the claim id
+--     id           int     the job id
+--     flow         int     the flow id
+--     status       string  the run's status
+--     err          string  its error
+--     code         int     its exit code
+--     result       string  its result (the string map's JSON)
+--     rjson        string  the handler's result_json ("": none, the field is removed)
+--     fatal        bool    no retry
+--     retry_after  int     retry-after (ms)
+--     chunk        raw     a log chunk
+--     entry        raw     the run's entry of the message's job list (for a job of this
+--                          node a reference with the run's end — the result fields
+--                          carry job_ref "1" —, for a job from another node the
+--                          finished job) for its own message or, grouped, where it
+--                          starts and ends in the list ("<start> <end>", 1-based)
+--     ck           string  the job's concurrency key ("": none; lib_ck's ck_end gives
+--                          its place back)
+-- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_ck lib_route lib_dispatch
+-- Reply: raw per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
 --   here, jobs dispatched, flow status of the flow that ended here or ""}.
 -- Derives: context DB: coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
@@ -46,16 +74,37 @@
 --   coord:jobdone, coord:flowdone, the runners' wake lists, and, last,
 --   coord:wake:msg_out and coord:busy.
 
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local now_s = ARGV[1]
+local now_ms = ARGV[2]
+local ctx = ARGV[3]
+local caller = ARGV[4]
+local logmax = tonumber(ARGV[5])
+local grouped = ARGV[6] == '1'
+local now_us = ARGV[7]
+local apply = ARGV[8] == '1'
+local argi = 9
+local request = {}
+local n_request = tonumber(ARGV[argi])
+for k = 1, n_request do request[k] = ARGV[argi + k] end
+argi = argi + 1 + n_request
+local result = {}
+local n_result = tonumber(ARGV[argi])
+for k = 1, n_result do result[k] = ARGV[argi + k] end
+argi = argi + 1 + n_result
+local glist = ARGV[argi]
+argi = argi + 1
+local runs = {}
+local n_runs = tonumber(ARGV[argi])
+argi = argi + 1
+for k = 1, n_runs do
+  runs[k] = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], err = ARGV[argi + 6], code = ARGV[argi + 7], result = ARGV[argi + 8], rjson = ARGV[argi + 9], fatal = ARGV[argi + 10] == '1', retry_after = ARGV[argi + 11], chunk = ARGV[argi + 12], entry = ARGV[argi + 13], ck = ARGV[argi + 14]}
+  argi = argi + 15
+end
+-- luagen: end of the prologue
+
 local proc, leases, mo, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local now_s, now_ms, ctx, caller, logmax, grouped, now_us = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1', ARGV[7]
-local here_ok = ARGV[8] == '1'
-local nr = tonumber(ARGV[9])
-local rfirst, rlast = 10, 9 + nr
-local nf = tonumber(ARGV[rlast + 1])
-local first, last = rlast + 2, rlast + 1 + nf
-local runs = last + 1
-local glist = ''
-if grouped then glist = ARGV[runs]; runs = runs + 1 end
+local here_ok = apply
 -- The scheduler's default retention and sweep interval: ends are applied here only
 -- when the scheduler has written them and the retention of what ends is 0 (forever) or
 -- at least the sweep's interval (the longest its expiry timer waits).
@@ -91,10 +140,10 @@ local function apply_here(jk, id, flow, attempt, result)
 end
 -- each run's own result message (not grouped): their ids in one INCRBY (a run
 -- whose claim is not the job's any more leaves its id unused)
-if not grouped then message_reserve((#ARGV - runs + 1) / 15) end
-for i = runs, #ARGV, 15 do
-  local jk, member, claim, id, flow, status, err = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
-  local code, result, rjson, fatal, retry_after, chunk = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], tonumber(ARGV[i + 11]), ARGV[i + 12]
+if not grouped then message_reserve(#runs) end
+for _, run in ipairs(runs) do
+  local jk, member, claim, id, flow, status, err = run.job_key, run.member, run.claim, run.id, run.flow, run.status, run.err
+  local code, rresult, rjson, fatal, retry_after, chunk = run.code, run.result, run.rjson, run.fatal, tonumber(run.retry_after), run.chunk
   -- from the tail, where claims (pushed at the head) are oldest: runs end in about the
   -- order they started, so the entry is near (a scan from the head crossed every run
   -- in flight, ~2% of this script with 256 of them)
@@ -119,11 +168,11 @@ for i = runs, #ARGV, 15 do
   else
     -- the end in microseconds only (finished_at and finished_at_ms are derived from it
     -- when read: each field the end adds is a scan of the job's listpack)
-    local set = {'status', status, 'exit_code', code, 'result', result, 'finished_at_us', now_us, 'updated_at', now_s}
+    local set = {'status', status, 'exit_code', code, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s}
     if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson end
     if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err end
-    if fatal == '1' then set[#set + 1] = 'fatal'; set[#set + 1] = '1' end
-    if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = ARGV[i + 11] end
+    if fatal then set[#set + 1] = 'fatal'; set[#set + 1] = '1' end
+    if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = run.retry_after end
     local here = here_ok and status == JOB_FINISHED
     -- A standalone job's successful end, applied here as standalone_end would: once
     -- per attempt (done_attempt); the failure branches (retries, DLQ) are the
@@ -142,7 +191,7 @@ for i = runs, #ARGV, 15 do
     -- also records it (its number in msgs, as track_msg would).
     local mk
     if not grouped then
-      mk = store_message(caller, first, now_ms, last, {'job', '[' .. ARGV[i + 13] .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id}, here and MSG_PROCESSED or nil)
+      mk = store_message(caller, result, now_ms, {'job', '[' .. run.entry .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id}, here and MSG_PROCESSED or nil)
       local n = string.sub(mk, #K_MESSAGE + #caller + 2)
       if cur[6] and cur[6] ~= '' then n = cur[6] .. ' ' .. n end
       set[#set + 1] = 'msgs'; set[#set + 1] = n
@@ -160,18 +209,18 @@ for i = runs, #ARGV, 15 do
         redis.call('APPEND', lk, chunk)
       end
     end
-    -- its concurrency key's slot: given back, and the key's oldest held job queued
-    if ARGV[i + 14] ~= '' then ck_end(ARGV[i + 14], jk, now_ms) end
+    -- its concurrency key's place: given back, and the key's oldest held job queued
+    if run.ck ~= '' then ck_end(run.ck, jk, now_ms) end
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
-    if here and not alone then apply_here(jk, id, flow, tonumber(cur[3] or '0'), result) end
+    if here and not alone then apply_here(jk, id, flow, tonumber(cur[3] or '0'), rresult) end
     if grouped then
       if here then
-        hdone[#hdone + 1] = ARGV[i + 13]
+        hdone[#hdone + 1] = run.entry
         hids[#hids + 1] = id
       else
-        done[#done + 1] = ARGV[i + 13]
+        done[#done + 1] = run.entry
         ids[#ids + 1] = id
       end
       gflow = flow
@@ -193,19 +242,19 @@ local function group_message(spans, gids, total, processed)
     end
     list = '[' .. table.concat(js, ',') .. ']'
   end
-  local mk = store_message(caller, first, now_ms, last, {'job', list}, processed and MSG_PROCESSED or nil)
+  local mk = store_message(caller, result, now_ms, {'job', list}, processed and MSG_PROCESSED or nil)
   track_msg(caller, gids[1], mk, gflow)
   if not processed then push(mk) end
 end
 call_each('ZREM', leases, unleased)
 index_flush()
-local nruns = (#ARGV - runs + 1) / 15
+local nruns = #runs
 if #hdone > 0 then group_message(hdone, hids, nruns, true) end
 if #done > 0 then group_message(done, ids, nruns, false) end
 -- The dependents made ready: dispatched in one request message.
 local dispatched = 0
 if #ready > 0 then
-  local flow = ARGV[runs + 4]
+  local flow = runs[1].flow
   local gids, jks, refs = {}, {}, {}
   for _, d in ipairs(ready) do
     local attempt = dispatch_job(caller, flow, KEYS[5], d, now_s, now_ms, nil, 'runner')
@@ -216,13 +265,13 @@ if #ready > 0 then
     end
   end
   if #gids > 0 then
-    local mk, p = route_store(caller, rfirst, now_ms, rlast, {'job', '[' .. table.concat(refs, ',') .. ']', 'job_ids', table.concat(gids, ' ')}, jks, mo)
+    local mk, p = route_store(caller, request, now_ms, {'job', '[' .. table.concat(refs, ',') .. ']', 'job_ids', table.concat(gids, ' ')}, jks, mo)
     track_msg(caller, gids[1], mk, flow)
     pushed = pushed + p
     dispatched = #gids
   end
 end
-if ARGV[8] == '1' then out[#out + 1] = {applied, dispatched, fstatus} end
+if apply then out[#out + 1] = {applied, dispatched, fstatus} end
 if #jobdone > 0 then
   redis.call('SELECT', '0')
   if #expire > 0 then

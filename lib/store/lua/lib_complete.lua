@@ -25,6 +25,18 @@
 
 -- (A flow's jobs are not published on coord:jobdone one by one: a client waits for the
 -- flow, whose end finalize publishes on coord:flowdone.)
+
+-- retry_decide is lib/retry's Decide, the one set of rules (and its examples test
+-- this copy: lib/store TestRetryDecideMatchesThePolicy): after a failed attempt
+-- (attempt, from 1), the delay (ms) of the retry, or nil when the job fails: a fatal
+-- end or a stop request fails it; else it is retried while attempt <= retries, after
+-- the run's own retry_after (ms, when > 0), else after backoff (the scheduler's
+-- retry.Policy, passed in as an argument).
+local function retry_decide(succeeded, attempt, retries, fatal, stop, retry_after, backoff)
+  if succeeded or fatal or stop or attempt > retries then return nil end
+  if retry_after and retry_after > 0 then return retry_after end
+  return backoff
+end
 local function complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff, result, finished_ms)
 local maxlen = EVENTS_MAXLEN
 local jk = K_JOB .. caller .. ':' .. id
@@ -87,10 +99,10 @@ if status == JOB_FINISHED then
 else
   local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'retry_after_ms')
   if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
-  if jf[2] == '1' or jf[3] == '1' then fatal = true end
-  if (not fatal) and a <= retries then
-    local ra = tonumber(jf[4] or '')
-    if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
+  local delay = retry_decide(false, a, retries, fatal or jf[3] == '1', jf[2] == '1', tonumber(jf[4] or ''), backoff)
+  if delay then
+    if jf[4] then redis.call('HDEL', jk, 'retry_after_ms') end
+    backoff = delay
     local due = tonumber(now_ms) + backoff
     redis.call('HSET', dag, 's:' .. id, NODE_READY, 'due:' .. id, due, 'e:' .. id, err)
     redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
@@ -139,17 +151,17 @@ return out
 end
 local function standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fatal, retries, backoff, now_s, now_ms, actor, retention_ms)
   -- What the end depends on, in one read of the job.
-  local cur = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'attempt', 'done_attempt')
+  local cur = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'attempt', 'done_attempt', 'retry_after_ms')
   if retries < 0 then retries = tonumber(cur[1] or '0') or 0 end
-  if cur[2] == '1' or cur[3] == '1' then fatal = true end
   local a = tonumber(cur[4] or '0')
   if a ~= attempt then return {0, '', 0} end
   local as = int(a)
   if cur[5] == as then return {0, '', 0} end
   redis.call('HSET', jk, 'done_attempt', as)
-  if status ~= JOB_FINISHED and (not fatal) and a <= retries then
-    local ra = tonumber(redis.call('HGET', jk, 'retry_after_ms') or '')
-    if ra then backoff = ra; redis.call('HDEL', jk, 'retry_after_ms') end
+  local delay = retry_decide(status == JOB_FINISHED, a, retries, fatal or cur[3] == '1', cur[2] == '1', tonumber(cur[6] or ''), backoff)
+  if delay then
+    if cur[6] then redis.call('HDEL', jk, 'retry_after_ms') end
+    backoff = delay
     local due = tonumber(now_ms) + backoff
     redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'time_ms', now_ms, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
       'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')

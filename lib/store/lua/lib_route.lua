@@ -32,7 +32,7 @@
 --     then, when it pushed any, route_wake in DB 0 (where it leaves the script).
 --   - route_choose(jks): the queues (route_target) of the jobs at keys jks, in order,
 --     when a runner of this node can take every one of them; else nil.
---   - route_store(caller, first, now_ms, last, extra, jks, mo): stores a job request
+--   - route_store(caller, fields, now_ms, extra, jks, mo): stores a job request
 --     message for the jobs at keys jks (lib_state's store_message) and sends it:
 --     routed here when a runner of this node can take every one of them
 --     (route_choose; the message stored acknowledged, as the router's claim would
@@ -175,9 +175,9 @@ local function route_choose(jks)
   end
   return qs
 end
-local function route_store(caller, first, now_ms, last, extra, jks, mo)
+local function route_store(caller, fields, now_ms, extra, jks, mo)
   local qs = route_choose(jks)
-  local mk = store_message(caller, first, now_ms, last, extra, qs and MSG_ACKNOWLEDGED or nil)
+  local mk = store_message(caller, fields, now_ms, extra, qs and MSG_ACKNOWLEDGED or nil)
   if not qs then
     redis.call('LPUSH', mo, mk)
     return mk, 1

@@ -110,40 +110,40 @@ local function message_reserve(n)
   msg_last = redis.call('INCRBY', K_MESSAGE_SEQ, n)
   msg_next = msg_last - n + 1
 end
--- store_message stores a message from ARGV[first..last] (field/value pairs; last
--- defaults to #ARGV) and, if given, the field/value pairs of the table extra, under
--- the id mid (message_id's) or a fresh one, and returns its key. With st its status is st
--- instead of the one in ARGV, whose items must then start with the status (as the
--- store's local messages do: lib/store localMessageFields). A job message is found
--- through its job's or flow's message set (track_msg), not through
--- coord:idx:messages (which indexes the messages made with message.create).
-local function store_message(caller, first, now_ms, last, extra, st, mid)
-  if st and ARGV[first] ~= 'status' then error('store_message: a status given for fields that do not start with one') end
+-- store_message stores a message from the table fields (field/value pairs) and, if
+-- given, the field/value pairs of the table extra, under the id mid (message_id's) or
+-- a fresh one, and returns its key. With st its status is st instead of the one in
+-- fields, whose items must then start with the status (as the store's local messages
+-- do: lib/store localMessageFields). A job message is found through its job's or
+-- flow's message set (track_msg), not through coord:idx:messages (which indexes the
+-- messages made with message.create).
+local function store_message(caller, fields, now_ms, extra, st, mid)
+  if st and fields[1] ~= 'status' then error('store_message: a status given for fields that do not start with one') end
   local mk
   if mid then mk = K_MESSAGE .. caller .. ':' .. mid else mid, mk = message_id(caller) end
-  last = last or #ARGV
+  local first = 1
   if st then
-    first = first + 2
+    first = 3
     extra = extra or {}
     extra[#extra + 1] = 'status'
     extra[#extra + 1] = st
   end
-  -- the usual sizes of extra in one HSET with the ARGV items, without copying them
+  -- the usual sizes of extra in one HSET with the fields, without copying them
   local n = extra and #extra or 0
   if n == 0 then
-    redis.call('HSET', mk, 'id', mid, unpack(ARGV, first, last))
+    redis.call('HSET', mk, 'id', mid, unpack(fields, first))
   elseif n == 2 then
-    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], unpack(ARGV, first, last))
+    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], unpack(fields, first))
   elseif n == 4 then
-    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], unpack(ARGV, first, last))
+    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], unpack(fields, first))
   elseif n == 6 then
-    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], unpack(ARGV, first, last))
+    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], unpack(fields, first))
   elseif n == 8 then
-    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], extra[7], extra[8], unpack(ARGV, first, last))
+    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], extra[7], extra[8], unpack(fields, first))
   else
     local kv = {'id', mid}
     for i = 1, n do kv[#kv + 1] = extra[i] end
-    for i = first, last do kv[#kv + 1] = ARGV[i] end
+    for i = first, #fields do kv[#kv + 1] = fields[i] end
     redis.call('HSET', mk, unpack(kv))
   end
   return mk

@@ -12,29 +12,49 @@
 -- lease), may still record the run's end or take the lease back while no other claim
 -- has taken the job (finish_jobs, extend, claim_start).
 --
--- KEYS: [1] coord:leases.
--- ARGV: [1] now (ms), [2] limit, [3] context id, [4] consumer ("": leases expired by
---   now, of any consumer), [5] clear (1/0), [6…] claim ids (only with a consumer).
--- Reply: {queue, item…} of the items requeued.
+-- KEYS:
+--   leases  coord:leases
+-- ARGV:
+--   now_ms    int       now (ms)
+--   limit     num       the most leases taken back
+--   ctx       int       the context id
+--   consumer  string    the consumer ("": leases expired by now, of any consumer)
+--   clear     bool      the jobs taken back stop naming their claims
+--   claims    []string  only these claims (only with a consumer; none: all)
+-- Libs: lib_busy lib_wake
+-- Reply: []string {queue, item…} of the items requeued.
 -- Derives, from the lease members ("<consumer>\t<queue>\t<item>\t<claim>"): context DB:
 --   coord:proc:<consumer>, the queues, the items' job hashes, coord:wakers:<queue>;
 --   DB 0 (SELECT 0, last): coord:wake:msg_out / coord:wake:msg_in for a message,
 --   coord:wake:runner:<id>:<queue> for a job (lib_wake), coord:busy.
 
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local now_ms = ARGV[1]
+local limit = tonumber(ARGV[2])
+local ctx = ARGV[3]
+local consumer = ARGV[4]
+local clear = ARGV[5] == '1'
+local argi = 6
+local claims = {}
+local n_claims = tonumber(ARGV[argi])
+for k = 1, n_claims do claims[k] = ARGV[argi + k] end
+argi = argi + 1 + n_claims
+-- luagen: end of the prologue
+
 local expired
-if ARGV[4] ~= '' then
+if consumer ~= '' then
   expired = {}
-  local prefix = ARGV[4] .. '\t'
+  local prefix = consumer .. '\t'
   local only
-  if #ARGV > 5 then
+  if #claims > 0 then
     only = {}
-    for i = 6, #ARGV do only[ARGV[i]] = true end
+    for _, c in ipairs(claims) do only[c] = true end
   end
   for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     if string.sub(m, 1, #prefix) == prefix and (not only or only[string.match(m, '[^\t]*$')]) then expired[#expired + 1] = m end
   end
 else
-  expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+  expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, limit)
 end
 local moved = {}
 for _, m in ipairs(expired) do
@@ -42,13 +62,13 @@ for _, m in ipairs(expired) do
   local t1 = string.find(m, '\t', 1, true)
   local t2 = t1 and string.find(m, '\t', t1 + 1, true)
   if t2 then
-    local consumer = string.sub(m, 1, t1 - 1)
+    local holder = string.sub(m, 1, t1 - 1)
     local queue = string.sub(m, t1 + 1, t2 - 1)
     local item = string.sub(m, t2 + 1)
     local claim = ''
     local t3 = string.find(item, '\t', 1, true)
     if t3 then claim = string.sub(item, t3 + 1); item = string.sub(item, 1, t3 - 1) end
-    local proc = K_PROCESSING .. consumer
+    local proc = K_PROCESSING .. holder
     -- A job that runs under another claim now (this lease is stale: its claim's
     -- answer was lost, and the job was queued and claimed again since) keeps running:
     -- only this lease's copy in the processing list goes, never the running claim's,
@@ -56,9 +76,9 @@ for _, m in ipairs(expired) do
     local cur = {}
     if claim ~= '' and string.match(item, '^' .. K_JOB .. '%d+:%d+$') then cur = redis.call('HMGET', item, 'claim', 'status', 'worker') end
     if cur[2] == JOB_STARTED and cur[1] and cur[1] ~= claim then
-      if cur[3] ~= consumer or #redis.call('LPOS', proc, item, 'COUNT', 2) > 1 then redis.call('LREM', proc, '1', item) end
+      if cur[3] ~= holder or #redis.call('LPOS', proc, item, 'COUNT', 2) > 1 then redis.call('LREM', proc, '1', item) end
     elseif redis.call('LREM', proc, '1', item) == 1 then
-      if ARGV[5] == '1' and cur[1] == claim then redis.call('HDEL', item, 'claim') end
+      if clear and cur[1] == claim then redis.call('HDEL', item, 'claim') end
       redis.call('RPUSH', queue, item)
       moved[#moved + 1] = queue
       moved[#moved + 1] = item
@@ -75,11 +95,11 @@ if #moved > 0 then
   for i = 1, #moved, 2 do
     local q = moved[i]
     if q == K_MSG_OUT or q == K_MSG_IN then
-      redis.call('LPUSH', q == K_MSG_OUT and K_WAKE_MSG_OUT or K_WAKE_MSG_IN, ARGV[3]) -- the routers' wake lists
+      redis.call('LPUSH', q == K_MSG_OUT and K_WAKE_MSG_OUT or K_WAKE_MSG_IN, ctx) -- the routers' wake lists
     else
-      wake_runners(ARGV[3], q, wakers[q], 1)
+      wake_runners(ctx, q, wakers[q], 1)
     end
   end
-  mark_busy(ARGV[3])
+  mark_busy(ctx)
 end
 return moved

@@ -1,13 +1,29 @@
 -- requeue_job: resets a standalone job that ended for a fresh run (attempts from 1)
 -- and takes it out of the DLQ.
 --
--- KEYS: [1] job:<caller>:<id>.
--- ARGV: [1] context id, [2] caller id, [3] job id, [4] actor, [5] now (s), [6] now (ms).
--- Reply: 1. Errors: NOTFOUND job; CONFLICT the job is started or dispatched.
+-- KEYS:
+--   job  job:<caller>:<id>
+-- ARGV:
+--   ctx     int     the context id
+--   caller  int     the caller id
+--   id      int     the job id
+--   actor   string  who requeues
+--   now_s   int     now (s)
+--   now_ms  int     now (ms)
+-- Libs: lib_busy lib_state
+-- Reply: int 1. Errors: NOTFOUND job; CONFLICT the job is started or dispatched.
 -- Derives (the prelude's keys): context DB: coord:idx:jobs:<status> (set_job), coord:dlq,
 --   coord:events; DB 0 (SELECT 0): coord:expire.
 
-local ctx, caller, id, actor, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local caller = ARGV[2]
+local id = ARGV[3]
+local actor = ARGV[4]
+local now_s = ARGV[5]
+local now_ms = ARGV[6]
+-- luagen: end of the prologue
+
 local jk = KEYS[1]
 local st = redis.call('HGET', jk, 'status')
 if not st then return redis.error_reply('NOTFOUND job') end

@@ -1,15 +1,32 @@
 -- retry_flow: re-runs a failed flow's failed and cancelled nodes (fresh attempts),
 -- keeping the completed ones and their results.
 --
--- KEYS: [1] flow:<flow>, [2] coord:dag:<flow>, [3] coord:flowres:<flow>.
--- ARGV: [1] context id, [2] flow id, [3] actor, [4] now (s), [5] now (ms).
--- Reply: {1, ready job ids…} (the caller dispatches them). Errors: NOTFOUND flow;
---   CONFLICT the flow did not fail, or never started.
+-- KEYS:
+--   flow     flow:<flow>
+--   dag      coord:dag:<flow>
+--   results  coord:flowres:<flow>
+-- ARGV:
+--   ctx     int     the context id
+--   flow    int     the flow id
+--   actor   string  who retries
+--   now_s   int     now (s)
+--   now_ms  int     now (ms)
+-- Libs: lib_busy lib_state
+-- Reply: retried {1, ready job ids…}; errors NOTFOUND flow, CONFLICT (not failed, or never started)
+--   one       int    1
+--   ...ready  []int  the jobs ready to run again (the caller dispatches them)
 -- Derives, from the flow's job list: context DB: job:<caller>:<id> of its jobs, coord:dlq,
 --   coord:idx:jobs[:<status>], coord:idx:flows[:<status>], coord:events; DB 0
 --   (SELECT 0): coord:flows:active, coord:expire.
 
-local ctx, flow, actor, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local flow = ARGV[2]
+local actor = ARGV[3]
+local now_s = ARGV[4]
+local now_ms = ARGV[5]
+-- luagen: end of the prologue
+
 local fk, dag, rk = KEYS[1], KEYS[2], KEYS[3]
 local st = redis.call('HGET', fk, 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end

@@ -3,19 +3,40 @@
 -- it (LREM from the processing list): a second run (a retry after a lost answer) or a
 -- claim lost meanwhile queues no job twice.
 --
--- KEYS: [1] the processing list, [2] coord:leases.
--- ARGV: [1] context id, [2] now (s), then per message 4 items: its key, its lease
---   member, the target queue, the job key.
--- Reply: the number of messages routed.
+-- KEYS:
+--   proc    the processing list
+--   leases  coord:leases
+-- ARGV:
+--   ctx       int      the context id
+--   now_s     int      now (s)
+--   messages  []claimed  the claimed messages
+--     key     string   the message's key
+--     member  string   its lease member
+--     target  string   the target queue
+--     job     string   the job's key
+-- Libs: lib_busy lib_wake
+-- Reply: int the number of messages routed.
 -- Derives: the messages, target queues and coord:wakers:<queue> (named in ARGV; context
 --   DB), then in DB 0 (SELECT 0) coord:wake:runner:<id>:<queue> and coord:busy.
 
-local proc, leases = KEYS[1], KEYS[2]
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
 local now_s = ARGV[2]
+local argi = 3
+local messages = {}
+local n_messages = tonumber(ARGV[argi])
+argi = argi + 1
+for k = 1, n_messages do
+  messages[k] = {key = ARGV[argi], member = ARGV[argi + 1], target = ARGV[argi + 2], job = ARGV[argi + 3]}
+  argi = argi + 4
+end
+-- luagen: end of the prologue
+
+local proc, leases = KEYS[1], KEYS[2]
 local tokens, targets = {}, {}
 local n = 0
-for i = 3, #ARGV, 4 do
-  local mk, member, target, jk = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+for _, m in ipairs(messages) do
+  local mk, member, target, jk = m.key, m.member, m.target, m.job
   if redis.call('LREM', proc, '-1', mk) == 1 then -- from the tail: the oldest claims
     redis.call('ZREM', leases, member)
     redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
@@ -29,7 +50,7 @@ if #targets > 0 then
   local wakers = {}
   for _, t in ipairs(targets) do wakers[t] = wake_targets(t) end
   redis.call('SELECT', '0')
-  for _, t in ipairs(targets) do wake_runners(ARGV[1], t, wakers[t], tokens[t]) end
-  mark_busy(ARGV[1])
+  for _, t in ipairs(targets) do wake_runners(ctx, t, wakers[t], tokens[t]) end
+  mark_busy(ctx)
 end
 return n

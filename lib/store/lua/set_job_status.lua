@@ -1,14 +1,28 @@
 -- set_job_status: changes a job's status (and other fields), keeping the status
 -- indexes right.
 --
--- KEYS: [1] job:<caller>:<id>.
--- ARGV: [1] caller id, [2] job id, [3] status, [4…] field/value pairs.
--- Reply: 1 set, 0 no such job.
+-- KEYS:
+--   job  job:<caller>:<id>
+-- ARGV:
+--   caller  int    the caller id
+--   id      int    the job id
+--   st      string  the new status
+--   fields  []raw  field/value pairs
+-- Libs: lib_busy lib_state
+-- Reply: int 1 set, 0 no such job.
 -- Derives (context DB): coord:idx:jobs:<status> (set_job).
 
-local caller, id, st = ARGV[1], ARGV[2], ARGV[3]
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local caller = ARGV[1]
+local id = ARGV[2]
+local st = ARGV[3]
+local argi = 4
 local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+local n_fields = tonumber(ARGV[argi])
+for k = 1, n_fields do fields[k] = ARGV[argi + k] end
+argi = argi + 1 + n_fields
+-- luagen: end of the prologue
+
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 set_job(caller, id, st, unpack(fields))
 return 1

@@ -2,27 +2,59 @@
 -- The new messages go on msg_out (a wake token each); the claimed one is marked
 -- processed and its claim released, only while the claim holds it.
 --
--- KEYS: [1] msg_out, [2] the processing list, [3] coord:leases.
--- ARGV: [1] context id, [2] caller id, [3] now (s), [4] now (ms), [5] the claimed
---   message's key, [6] its lease member, [7] the flow id, then per job: its id, the
---   number n of its message's field/value items and those n items.
--- Reply: the number of messages pushed (0: the claim no longer held the message).
+-- KEYS:
+--   msg_out  msg_out
+--   proc     the processing list
+--   leases   coord:leases
+-- ARGV:
+--   ctx     int     the context id
+--   caller  int     the caller id
+--   now_s   int     now (s)
+--   now_ms  int     now (ms)
+--   item    string  the claimed message's key
+--   member  string  its lease member
+--   flow    int     the flow id
+--   jobs    []part  one request each
+--     id      int    the job id
+--     fields  []raw  its message's field/value pairs
+-- Libs: lib_busy lib_state
+-- Reply: int the number of messages pushed (0: the claim no longer held the message).
 -- Derives: context DB: message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:flowmsgs:<flow>; DB 0 (SELECT 0, last): coord:wake:msg_out,
 --   coord:busy.
 
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local caller = ARGV[2]
+local now_s = ARGV[3]
+local now_ms = ARGV[4]
+local item = ARGV[5]
+local member = ARGV[6]
+local flow = ARGV[7]
+local argi = 8
+local jobs = {}
+local n_jobs = tonumber(ARGV[argi])
+argi = argi + 1
+for k = 1, n_jobs do
+  local e_jobs = {}
+  e_jobs.id = ARGV[argi]
+argi = argi + 1
+  e_jobs.fields = {}
+  local n_e_jobs_fields = tonumber(ARGV[argi])
+  for k = 1, n_e_jobs_fields do e_jobs.fields[k] = ARGV[argi + k] end
+  argi = argi + 1 + n_e_jobs_fields
+  jobs[k] = e_jobs
+end
+-- luagen: end of the prologue
+
 local mo, proc, leases = KEYS[1], KEYS[2], KEYS[3]
-local ctx, caller, now_s, now_ms, item, member, flow = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 -- Only while the claim holds the message: a second run of this script (a retry after
 -- a lost answer) or a claim lost meanwhile splits nothing again.
 if redis.call('LREM', proc, '1', item) == 0 then return 0 end
-local i, pushed = 8, 0
-while i <= #ARGV do
-  local id, nf = ARGV[i], tonumber(ARGV[i + 1])
-  local first, last = i + 2, i + 1 + nf
-  i = last + 1
-  local mk = store_message(caller, first, now_ms, last)
-  track_msg(caller, id, mk, flow)
+local pushed = 0
+for _, j in ipairs(jobs) do
+  local mk = store_message(caller, j.fields, now_ms)
+  track_msg(caller, j.id, mk, flow)
   redis.call('LPUSH', mo, mk)
   pushed = pushed + 1
 end

@@ -190,7 +190,7 @@ for _, j in ipairs(jobs) do
     -- lib/store's requestRef writes a standalone job's, its text as requestFields'),
     -- acknowledged and the job queued when a runner here takes it (as lib_route's
     -- route_store), else dispatched on msg_out for the router
-    store_message(j.caller, mfirst, now_ms, mlast, {'caller_id', j.caller, 'message', 'job ' .. ctx .. ':' .. member,
+    store_message(j.caller, {unpack(ARGV, mfirst, mlast)}, now_ms, {'caller_id', j.caller, 'message', 'job ' .. ctx .. ':' .. member,
       'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}, q and MSG_ACKNOWLEDGED or nil, mid)
     if q then
       route_priority(j.key, j.prio)

@@ -245,7 +245,7 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 		return nil, fmt.Errorf("%s exited before it started (%v): %s", name, p.exit, p.Output())
 	case <-time.After(time.Minute):
 		p.Kill()
-		return nil, fmt.Errorf("%s did not start within 30s: %s", name, p.Output())
+		return nil, fmt.Errorf("%s did not start within a minute: %s", name, p.Output())
 	}
 }
 

@@ -33,10 +33,20 @@ var pkiOnce struct {
 	err error
 }
 
-// PKI returns the test binary's PKI, made on first use.
+// PKI returns the test binary's PKI, made on first use in a directory of its own:
+// make test runs the e2e package as several test binaries at once, and two of them
+// making one shared directory's CA at the same moment would each sign with their
+// own (RemovePKI removes it at the end of the run).
 func PKI() (*tlsx.PKI, error) {
 	pkiOnce.Do(func() {
-		dir := filepath.Join(os.TempDir(), "hero-e2e-pki")
+		dir, err := os.MkdirTemp("", "hero-e2e-pki-")
+		if err == nil {
+			err = os.Chmod(dir, 0o755) // jobs run as another uid read the CA
+		}
+		if err != nil {
+			pkiOnce.err = err
+			return
+		}
 		pkiOnce.pki = &tlsx.PKI{Dir: dir}
 		if _, pkiOnce.err = pkiOnce.pki.Init(); pkiOnce.err == nil {
 			_, pkiOnce.err = redisacl.Init(dir)
@@ -49,6 +59,14 @@ func PKI() (*tlsx.PKI, error) {
 		}
 	})
 	return pkiOnce.pki, pkiOnce.err
+}
+
+// RemovePKI removes the directory of the PKI made by PKI, if any (TestMain, once
+// every test has ended).
+func RemovePKI() {
+	if pkiOnce.pki != nil {
+		_ = os.RemoveAll(pkiOnce.pki.Dir)
+	}
 }
 
 // services are the binaries that take the TLS flags.

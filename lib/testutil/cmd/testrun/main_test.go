@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // jsonCmd is a command that prints the given go test -json lines and exits with code.
@@ -197,4 +198,23 @@ func TestCappedKeepsHeadAndTail(t *testing.T) {
 	if strings.Count(out, "\n") != headLines+tailLines+1 {
 		t.Errorf("%d lines written", strings.Count(out, "\n"))
 	}
+}
+
+// A package that runs long gets a progress line: its tests so far and the one running.
+func TestProgressNamesTheRunningTest(t *testing.T) {
+	var out bytes.Buffer
+	now := time.Unix(1000, 0)
+	rep := newReporter(&out, now)
+	rep.now = func() time.Time { return now }
+	rep.started("e2e", "go test")
+	for _, l := range []string{
+		`{"Action":"run","Package":"` + modulePrefix + `tests/e2e","Test":"TestFast"}`,
+		`{"Action":"pass","Package":"` + modulePrefix + `tests/e2e","Test":"TestFast","Elapsed":1}`,
+		`{"Action":"run","Package":"` + modulePrefix + `tests/e2e","Test":"TestSlow"}`,
+	} {
+		rep.line("e2e", l)
+	}
+	now = now.Add(95 * time.Second)
+	rep.progress()
+	mustContain(t, out.String(), "[  1m35s] ...   tests/e2e [e2e]", "1 passed, 0 failed so far; running TestSlow (1m35s)")
 }

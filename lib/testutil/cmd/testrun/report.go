@@ -33,6 +33,7 @@ type pkgKey struct{ label, pkg string }
 // pkgRun is what is known of a package while it runs.
 type pkgRun struct {
 	tests       map[string]*capped
+	since       map[string]time.Time // when each running test started
 	output      capped
 	passed      int
 	failed      []string
@@ -167,7 +168,7 @@ func (r *reporter) pkg(label, name string) *pkgRun {
 	k := pkgKey{label, name}
 	p := r.pkgs[k]
 	if p == nil {
-		p = &pkgRun{tests: map[string]*capped{}}
+		p = &pkgRun{tests: map[string]*capped{}, since: map[string]time.Time{}}
 		r.pkgs[k] = p
 	}
 	return p
@@ -178,6 +179,7 @@ func (r *reporter) testEvent(label string, ev event) {
 	switch ev.Action {
 	case "run":
 		p.tests[ev.Test] = &capped{}
+		p.since[ev.Test] = r.now()
 	case "output":
 		if o := p.tests[ev.Test]; o != nil {
 			o.add(ev.Output)
@@ -191,6 +193,7 @@ func (r *reporter) testEvent(label string, ev event) {
 			r.skipped++
 		}
 		delete(p.tests, ev.Test)
+		delete(p.since, ev.Test)
 		if ev.Action == "pass" {
 			r.times = append(r.times, testTime{label: label, pkg: ev.Package, test: ev.Test, elapsed: ev.Elapsed})
 		}
@@ -202,7 +205,40 @@ func (r *reporter) testEvent(label string, ev event) {
 			o.write(r.out, "    ")
 		}
 		delete(p.tests, ev.Test)
+		delete(p.since, ev.Test)
 		r.times = append(r.times, testTime{label: label, pkg: ev.Package, test: ev.Test, elapsed: ev.Elapsed})
+	}
+}
+
+// progress prints a line for each package still running: how many of its tests
+// ended, and its longest-running test (a long package, e2e's, is not silent).
+func (r *reporter) progress() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]pkgKey, 0, len(r.pkgs))
+	for k := range r.pkgs {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].label+keys[i].pkg < keys[j].label+keys[j].pkg })
+	for _, k := range keys {
+		p := r.pkgs[k]
+		if len(p.since) == 0 {
+			continue // building, or between tests
+		}
+		var oldest string
+		for name, at := range p.since {
+			if strings.Contains(name, "/") {
+				continue
+			}
+			if oldest == "" || at.Before(p.since[oldest]) {
+				oldest = name
+			}
+		}
+		if oldest == "" {
+			continue
+		}
+		r.printf("%s ...   %-44s %d passed, %d failed so far; running %s (%s)\n", r.stamp(), r.where(k.label, k.pkg),
+			p.passed, len(p.failed), oldest, r.now().Sub(p.since[oldest]).Round(time.Second))
 	}
 }
 
