@@ -27,6 +27,7 @@ func flowCommands() []command {
 		{name: "flow get", args: "ID", summary: "Show a flow; while it runs, its result map so far.", example: "heroctl flow get 3", define: flowByID("flow get", (*hero.Client).GetFlow)},
 		{name: "flow list", summary: "List the context's flows, newest first.", example: "heroctl flow list --status error", define: (*cli).flowList},
 		{name: "flow dag", args: "ID", summary: "Show a flow's jobs with their dependencies and states.", example: "heroctl flow dag 3", define: (*cli).flowDAG},
+		{name: "flow counts", args: "ID", summary: "Count a flow's jobs by state (from counters: as fast for 100,000 jobs as for 10).", example: "heroctl flow counts 3", define: (*cli).flowCounts},
 		{name: "flow watch", args: "ID", summary: "Follow a flow's jobs live until it ends; exits 1 when it fails.", example: "heroctl flow watch 3", define: (*cli).flowWatch},
 		{name: "flow wait", args: "ID", summary: "Wait until a flow ends and show it; exits 1 when it failed.", example: "heroctl flow wait 3 --wait 600", define: (*cli).flowWait},
 		{name: "flow logs", args: "ID", summary: "Print every job's log of a flow, in the flow's order; -f follows them.", example: "heroctl flow logs 3 -f", define: (*cli).flowLogs},
@@ -57,6 +58,8 @@ func (c *cli) flowSubmit(fs *flag.FlagSet) action {
 	watch := fs.Bool("watch", false, "follow the flow's jobs live until it ends")
 	wait := fs.Bool("wait", false, "wait until the flow ends and show it (exit 1 when it fails)")
 	maxWait := fs.Uint("max-wait", 0, "with --wait: seconds to wait at most (0: the server's default, 300)")
+	ttl := fs.Uint("creation-ttl", 0, "seconds the server keeps an unfinished creation between two calls before it deletes its jobs (0: the server's default, 60; 5 to 3600)")
+	quiet := fs.Bool("quiet", false, "no progress lines while the jobs are created")
 	var set multiFlag
 	fs.Var(&set, "set", "a parameter `KEY=VALUE` into the flow's env (repeatable; over the file's env)")
 	return func(ctx context.Context, pos []string) error {
@@ -84,6 +87,10 @@ func (c *cli) flowSubmit(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
+		spec.CreationTTL = time.Duration(*ttl) * time.Second
+		if !*quiet {
+			spec.Progress = c.creationProgress(len(spec.Jobs))
+		}
 		sub, err := hc.SubmitFlow(ctx, *spec)
 		if err != nil {
 			return err
@@ -105,6 +112,22 @@ func (c *cli) flowSubmit(fs *flag.FlagSet) action {
 	}
 }
 
+// creationProgress prints, on stderr, how many of a flow's jobs are created: for a
+// flow of more than one batch, a line a second at most and one at the end.
+func (c *cli) creationProgress(total int) func(created, total int) {
+	if total <= 500 {
+		return nil
+	}
+	var last time.Time
+	return func(created, total int) {
+		if created < total && time.Since(last) < time.Second {
+			return
+		}
+		last = time.Now()
+		fmt.Fprintf(c.errw, "created %d of %d jobs (%d%%)\n", created, total, created*100/total)
+	}
+}
+
 // startedLine is "flow 3 started in context 1 (a=job 1, b=job 2)".
 func startedLine(sub *hero.SubmittedFlow, ctxID uint32) string {
 	names := make([]string, 0, len(sub.Jobs))
@@ -112,9 +135,14 @@ func startedLine(sub *hero.SubmittedFlow, ctxID uint32) string {
 		names = append(names, n)
 	}
 	sort.Slice(names, func(a, b int) bool { return sub.Jobs[names[a]] < sub.Jobs[names[b]] })
-	parts := make([]string, len(names))
+	const shown = 20 // a big flow's line names its first jobs only
+	parts := make([]string, 0, min(len(names), shown+1))
 	for i, n := range names {
-		parts[i] = fmt.Sprintf("%s=job %d", n, sub.Jobs[n])
+		if i == shown {
+			parts = append(parts, fmt.Sprintf("… %d more", len(names)-shown))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s=job %d", n, sub.Jobs[n]))
 	}
 	return fmt.Sprintf("flow %d started in context %d (%s)", sub.Flow.ID, ctxID, strings.Join(parts, ", "))
 }
@@ -203,7 +231,29 @@ func (c *cli) flowDAG(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
+		for next := d.NextOffset; next != 0; {
+			// a flow of more than 10,000 jobs comes a page at a time
+			page, err := hc.FlowDAGPage(ctx, id, next, 10000)
+			if err != nil {
+				return err
+			}
+			d.Nodes, next = append(d.Nodes, page.Nodes...), page.NextOffset
+		}
+		d.NextOffset = 0
 		return c.show(d, func(w *tabwriter.Writer) { printDAG(w, d) })
+	})
+}
+
+func (c *cli) flowCounts(fs *flag.FlagSet) action {
+	return c.byID("flow counts", "flow id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		n, err := hc.FlowCounts(ctx, id)
+		if err != nil {
+			return err
+		}
+		return c.show(n, func(w *tabwriter.Writer) {
+			fmt.Fprintf(w, "started\t%v\ntotal\t%d\nended\t%d\ncompleted\t%d\nfailed\t%d\ncancelled\t%d\nnot ended\t%d\n",
+				n.Started, n.Total, n.Ended, n.Completed, n.Failed, n.Cancelled, n.NotEnded)
+		})
 	})
 }
 

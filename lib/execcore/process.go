@@ -1,6 +1,7 @@
 package execcore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -64,7 +65,12 @@ type Run[K comparable] struct {
 	stdout    *procrun.Capped
 	stderr    *procrun.Tail
 	stopWatch func()
+	started   time.Time // when its process was about to run
 }
+
+// StartedAt is when the run's process was about to run: its command launched, or its
+// job handed to a sandbox made ahead.
+func (r *Run[K]) StartedAt() time.Time { return r.started }
 
 // Ended is how a run ended.
 type Ended struct {
@@ -81,8 +87,13 @@ type Ended struct {
 func (e Ended) Describe() string { return e.Result.Describe(e.Stderr) }
 
 // Start prepares the sandbox and starts the process, attached to ex: a kill that came
-// before (a stop, a hand-back) ends it at once, and a later one ends it too.
+// before (a stop, a hand-back) ends it at once, and a later one ends it too. A job
+// whose limits have sandboxes made ahead (sandbox.Sandbox.Ahead) takes one and hands
+// it the job, else its sandbox is made now.
 func (ex *Execution[K]) Start(p Process) (*Run[K], error) {
+	if p.Sandbox != nil && p.Sandbox.Ahead(p.Limits) {
+		return ex.startAhead(p)
+	}
 	argv := p.Argv
 	var launch func(*exec.Cmd) (func(), error)
 	var sj *sandbox.Job
@@ -101,6 +112,7 @@ func (ex *Execution[K]) Start(p Process) (*Run[K], error) {
 	if p.Log != nil {
 		stdout, stderr = append(stdout, p.Log), append(stderr, p.Log)
 	}
+	r.started = time.Now()
 	proc, err := procrun.Start(procrun.Spec{
 		Argv: argv, Dir: p.Dir, Env: p.Env, Stdin: strings.NewReader(p.Script),
 		Stdout: stdout, Stderr: stderr, KillGrace: p.KillGrace, Launch: launch,
@@ -112,6 +124,34 @@ func (ex *Execution[K]) Start(p Process) (*Run[K], error) {
 		}
 		return nil, &StartError{Step: StepStart, Err: err}
 	}
+	return r.attach(p, proc)
+}
+
+// startAhead starts the process in a sandbox made ahead of it.
+func (ex *Execution[K]) startAhead(p Process) (*Run[K], error) {
+	sb, err := p.Sandbox.Take(context.Background(), p.Limits)
+	if err != nil {
+		return nil, &StartError{Step: StepSandbox, Err: err}
+	}
+	r := &Run[K]{ex: ex, resultMax: p.ResultMax, stdout: &procrun.Capped{Max: p.OutputMax}, stderr: &procrun.Tail{Max: StderrTail}, stopWatch: func() {}}
+	stdout, stderr := procrun.Multi{r.stdout}, procrun.Multi{r.stderr}
+	if p.Log != nil {
+		stdout, stderr = append(stdout, p.Log), append(stderr, p.Log)
+	}
+	r.started = time.Now()
+	cmd, sj, waited, err := sb.Hand(sandbox.Handoff{Argv: p.Argv, Env: p.Env, Dir: p.Dir, Script: p.Script,
+		Result: p.Result, ResultMax: p.ResultMax, Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		return nil, &StartError{Step: StepSandbox, Err: err}
+	}
+	r.sj = sj
+	return r.attach(p, procrun.Adopt(cmd, waited, p.KillGrace))
+}
+
+// attach makes proc the run's process: its sandbox told it started, its limits
+// watched, its execution's kills ending it.
+func (r *Run[K]) attach(p Process, proc *procrun.Proc) (*Run[K], error) {
+	ex, sj := r.ex, r.sj
 	r.proc = proc
 	if sj != nil {
 		if err := sj.Started(); err != nil {

@@ -222,8 +222,12 @@ const StopListPrefix = "coord:ctl:"
 
 // Coordinator keys in a context's DB.
 
-func DAG(flowID uint32) string           { return DAGPrefix + u(flowID) }
-func FlowResults(flowID uint32) string   { return FlowResultsPrefix + u(flowID) }
+func DAG(flowID uint32) string         { return DAGPrefix + u(flowID) }
+func FlowResults(flowID uint32) string { return FlowResultsPrefix + u(flowID) }
+
+// FlowStage is a flow's creation in progress (flow.begin until flow.create): its
+// caller, its range of job ids, its expiry and state (lib/store/stage.go).
+func FlowStage(flowID uint32) string     { return FlowStagePrefix + u(flowID) }
 func JobLog(callerID, id uint32) string  { return JobLogPrefix + u(callerID) + ":" + u(id) }
 func RunnerProcs(runnerID uint32) string { return RunnerCoordPrefix + u(runnerID) + ":procs" }
 
@@ -231,6 +235,7 @@ func RunnerProcs(runnerID uint32) string { return RunnerCoordPrefix + u(runnerID
 const (
 	DAGPrefix          = "coord:dag:"
 	FlowResultsPrefix  = "coord:flowres:"
+	FlowStagePrefix    = "coord:flowstage:"
 	JobLogPrefix       = "coord:log:"
 	JobMessagesPrefix  = "coord:jobmsgs:"
 	FlowMessagesPrefix = "coord:flowmsgs:"

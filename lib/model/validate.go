@@ -51,6 +51,12 @@ const (
 	MaxEnvValueBytes = 32 << 10
 	MaxListLen       = 10000
 	MaxStringBytes   = 4096
+	// MaxFlowJobs is the ceiling of a flow's job list: the supervisor's own setting
+	// (--max-flow-jobs, DefaultMaxFlowJobs unless set) is the limit a flow meets, checked
+	// before anything of the flow is stored; MaxListLen bounds one job's dependencies.
+	MaxFlowJobs = 1000000
+	// DefaultMaxFlowJobs is --max-flow-jobs when not set.
+	DefaultMaxFlowJobs = 100000
 )
 
 var (
@@ -87,9 +93,9 @@ func validateEnv(object string, id uint32, field string, env map[string]string) 
 	return nil
 }
 
-func validateIDs(object string, id uint32, field string, ids []uint32) error {
-	if len(ids) > MaxListLen {
-		return verr(object, id, field, "has %d entries, more than %d", len(ids), MaxListLen)
+func validateIDs(object string, id uint32, field string, ids []uint32, limit int) error {
+	if len(ids) > limit {
+		return verr(object, id, field, "has %d entries, more than %d", len(ids), limit)
 	}
 	seen := make(map[uint32]bool, len(ids))
 	for _, x := range ids {
@@ -139,7 +145,7 @@ func (c *Context) Validate() error {
 		name string
 		ids  []uint32
 	}{{"admins", c.Admins}, {"readers", c.Readers}, {"executors", c.Executors}} {
-		if err := validateIDs("context", c.ID, l.name, l.ids); err != nil {
+		if err := validateIDs("context", c.ID, l.name, l.ids, MaxListLen); err != nil {
 			return err
 		}
 	}
@@ -231,7 +237,7 @@ func (j *Job) Validate() error {
 	if err := validateEnv("job", j.ID, "env_vars", j.EnvVars); err != nil {
 		return err
 	}
-	if err := validateIDs("job", j.ID, "dependends", j.Dependends); err != nil {
+	if err := validateIDs("job", j.ID, "dependends", j.Dependends, MaxListLen); err != nil {
 		return err
 	}
 	for _, d := range j.Dependends {
@@ -265,7 +271,7 @@ func (f *Flow) Validate() error {
 	if len(f.Jobs) == 0 {
 		return verr("flow", f.ID, "jobs", "must list at least one job")
 	}
-	if err := validateIDs("flow", f.ID, "jobs", f.Jobs); err != nil {
+	if err := validateIDs("flow", f.ID, "jobs", f.Jobs, MaxFlowJobs); err != nil {
 		return err
 	}
 	return validateEnv("flow", f.ID, "env_vars", f.EnvVars)

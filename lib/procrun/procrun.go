@@ -83,7 +83,17 @@ func Start(s Spec) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proc{cmd: cmd, waited: waited, grace: s.KillGrace, done: make(chan struct{}), pidfd: -1}
+	return Adopt(cmd, waited, s.KillGrace), nil
+}
+
+// Adopt makes a Proc of a command started elsewhere (a sandbox made ahead of its job:
+// lib/sandbox Prepared.Hand), its own process group, not waited for yet; waited is
+// called once it has been (nil: nothing).
+func Adopt(cmd *exec.Cmd, waited func(), grace time.Duration) *Proc {
+	if waited == nil {
+		waited = func() {}
+	}
+	p := &Proc{cmd: cmd, waited: waited, grace: grace, done: make(chan struct{}), pidfd: -1}
 	// Opened before the wait below can reap the process: it names this child.
 	if fd, err := unix.PidfdOpen(cmd.Process.Pid, 0); err == nil {
 		p.pidfd = fd
@@ -92,7 +102,7 @@ func Start(s Spec) (*Proc, error) {
 		p.grace = 500 * time.Millisecond
 	}
 	go p.wait()
-	return p, nil
+	return p
 }
 
 func (p *Proc) wait() {

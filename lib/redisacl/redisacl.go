@@ -79,7 +79,7 @@ type service struct {
 // checked by the end-to-end suite against a Redis with these users (ACL LOG).
 var services = []service{
 	{"scheduler",
-		"del exists expire hdel hget hgetall hincrby hmget incr incrby llen lpos lpush lrem multi exec publish rpush sadd scard smembers srem time unlink xadd xtrim zadd zcard zrange zrangebyscore zrem zscore",
+		"del exists expire hdel hget hgetall hincrby hmget incr incrby llen lpos lpush lrem multi exec publish rpush sadd scard smembers spop srem time unlink xadd xtrim zadd zcard zrange zrangebyscore zrem zscore",
 		dataKeys + " " + contextsRead, "&" + keys.JobDone + " &" + keys.FlowDone},
 	{"router",
 		"blpop del eval exists expire hget hgetall hmget incr incrby llen lpos lpush lrem multi exec rpop rpush sadd smembers time xadd zadd zcard zrange zrangebyscore zrem zscore",

@@ -197,6 +197,15 @@ func (c *cgroups) create(name string, lim Limits) (*jobGroup, error) {
 	return g, nil
 }
 
+// directories are the cgroup's directories (one per controller in v1).
+func (g *jobGroup) directories() []string {
+	out := make([]string, 0, len(g.dirs))
+	for _, d := range g.dirs {
+		out = append(out, d)
+	}
+	return out
+}
+
 // procsFiles are the cgroup.procs files a process writes its pid into to join.
 func (g *jobGroup) procsFiles() []string {
 	var out []string

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hero-coordinator/hero/lib/bytesize"
 	"github.com/hero-coordinator/hero/lib/config"
@@ -25,8 +26,10 @@ type Config struct {
 	// maximum of the runner's.
 	MemoryMax, FileSizeMax, DiskMax string
 	PidsMax, CPUMax                 string
-	Network                         string // the jobs' default network: none or outbound
-	NetworkDeny                     string // what outbound jobs cannot reach (ParseDeny)
+	Network                         string        // the jobs' default network: none or outbound
+	NetworkDeny                     string        // what outbound jobs cannot reach (ParseDeny)
+	Ahead                           int           // sandboxes made ahead of need (AheadOptions.Max)
+	AheadTTL                        time.Duration // AheadOptions.TTL
 	limits, max                     Limits
 	binds                           []string
 	deny                            []netip.Prefix
@@ -50,6 +53,8 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.StringVar(&c.FileSizeMax, "job-file-size-max", "", "", "the largest file size a job or its context may ask for; empty: --job-file-size; 0: no maximum")
 	f.StringVar(&c.DiskMax, "job-disk-max", "", "", "the most disk space a job or its context may ask for; empty: --job-disk; 0: no maximum")
 	f.StringVar(&c.Network, "job-network", "", "none", "jobs' network: none, or outbound (through slirp4netns: never the host, its loopback or --job-network-deny); a context's job_max (operators) can allow outbound where this is none")
+	f.IntVar(&c.Ahead, "sandbox-ahead", "", 8, "sandboxes made ahead of need: up to this many, for the limits jobs asked for within --sandbox-ahead-ttl, each made before its job comes and used by that one job alone (a job without network); 0: each job's sandbox is made when it starts")
+	f.DurationVar(&c.AheadTTL, "sandbox-ahead-ttl", "", time.Minute, "how long after the last job of some limits sandboxes are still made ahead for them (those made and not used are destroyed then)")
 	f.StringVar(&c.NetworkDeny, "job-network-deny", "", DefaultDeny, "what jobs with outbound network cannot reach: IPv4 CIDRs, host (this host's own addresses) and private (RFC 1918, loopback, link-local, CGNAT, multicast), comma-separated")
 }
 
@@ -60,6 +65,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Pids < 0 || c.CPU < 0 || c.UID < 0 || c.GID < 0 {
 		return fmt.Errorf("--job-pids, --job-cpu, --sandbox-uid and --sandbox-gid must not be negative")
+	}
+	if c.Ahead < 0 || c.Ahead > 1024 {
+		return fmt.Errorf("--sandbox-ahead %d: want 0 to 1024", c.Ahead)
+	}
+	if c.AheadTTL <= 0 {
+		return fmt.Errorf("--sandbox-ahead-ttl %s: want a positive duration", c.AheadTTL)
 	}
 	c.limits.Pids, c.limits.CPUMillis = c.Pids, c.CPU
 	for _, l := range []struct {
@@ -139,5 +150,6 @@ func (c *Config) Max() Limits { return c.max }
 // Options are the sandbox's options from the flags.
 func (c *Config) Options() Options {
 	return Options{Mode: c.Mode, UID: c.UID, GID: c.GID, Binds: c.binds,
-		NetDeny: c.deny, NetDenyHost: c.denyHost, NeedNetwork: c.Network == model.NetworkOutbound}
+		NetDeny: c.deny, NetDenyHost: c.denyHost, NeedNetwork: c.Network == model.NetworkOutbound,
+		Ahead: AheadOptions{Max: c.Ahead, TTL: c.AheadTTL}}
 }

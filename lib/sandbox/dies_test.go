@@ -56,10 +56,16 @@ func standIn() int {
 	if os.Getenv("HERO_SBX_NET") != "" {
 		opt.NeedNetwork, lim.Network = true, model.NetworkOutbound
 	}
+	if step == "ahead" {
+		opt.Ahead = AheadOptions{Max: 2}
+	}
 	s, err := New(context.Background(), opt)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	if step == "ahead" {
+		return standInAhead(s, lim, scratch, stop)
 	}
 	dir, _, _ := s.WorkDir("", "hero-sbx-stand-in-")
 	script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s/ledger; echo up > %[1]s/signal; exec sleep 300`, scratch)
@@ -78,6 +84,106 @@ func standIn() int {
 	}
 	p.Wait()
 	return 0
+}
+
+// standInAhead makes sandboxes ahead for lim (one taken, not handed a job, and two
+// more), writes their process groups to <scratch>/pgids and stops at "ahead".
+func standInAhead(s *Sandbox, lim Limits, scratch string, stop func(string, int)) int {
+	taken, err := s.Take(context.Background(), lim)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for ready, making := s.AheadCounts(); ready < 2 || making > 0; ready, making = s.AheadCounts() {
+		time.Sleep(5 * time.Millisecond) // a stand-in's own wait, not a test's
+	}
+	pgids := []string{strconv.Itoa(taken.cmd.Process.Pid)}
+	s.ahead.mu.Lock()
+	for _, k := range s.ahead.keys {
+		for _, p := range k.ready {
+			pgids = append(pgids, strconv.Itoa(p.cmd.Process.Pid))
+		}
+	}
+	s.ahead.mu.Unlock()
+	_ = os.WriteFile(filepath.Join(scratch, "pgids"), []byte(strings.Join(pgids, " ")), 0o644)
+	stop("ahead", 0)
+	return 0
+}
+
+// Acceptance (issue 44): a runner killed (kill -9) with sandboxes made ahead of their
+// jobs — one taken for a job, not handed it yet, two ready — leaves none: no process
+// of them, and (a root runner: cgroups) none of their cgroups.
+func TestAheadSandboxesDieWithTheRunner(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bwrap is not installed")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the stand-in runner runs as root")
+	}
+	exe := standInBinary(t)
+	scratch, err := os.MkdirTemp("", "hero-sbx-stand-in-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(scratch) })
+	if err := os.Chmod(scratch, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	sig, err := proctest.NewSignal(scratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sig.Close()
+	var out strings.Builder
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = []string{standInEnv + "=1", "HERO_SBX_STEP=ahead", "HERO_SBX_SCRATCH=" + scratch, "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if !sig.Wait(1, time.Minute) {
+		t.Fatalf("the stand-in runner did not make its sandboxes ahead: %s", out.String())
+	}
+	b, err := os.ReadFile(filepath.Join(scratch, "pgids"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pgids, pids []int
+	for _, f := range strings.Fields(string(b)) {
+		pgid, _ := strconv.Atoi(f)
+		pgids = append(pgids, pgid)
+		pids = append(pids, proctest.Group(pgid)...)
+	}
+	if len(pgids) != 3 || len(pids) < 3 {
+		t.Fatalf("sandboxes made ahead: groups %v, processes %v", pgids, pids)
+	}
+	cgroups, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/hero-jobs/job-%d-*", cmd.Process.Pid))
+	v2, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/hero-jobs/job-%d-*", cmd.Process.Pid))
+	cgroups = append(cgroups, v2...)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if left, err := proctest.WaitExit(pids, time.Minute); err != nil || len(left) > 0 {
+		t.Fatalf("processes of sandboxes made ahead alive after the runner's death: %v (%v)", left, err)
+	}
+	for _, pgid := range pgids {
+		if left, err := proctest.WaitGroupExit(pgid, time.Minute); err != nil || len(left) > 0 {
+			t.Fatalf("processes of group %d alive after the runner's death: %v (%v)", pgid, left, err)
+		}
+	}
+	t.Logf("%d processes of 3 sandboxes made ahead gone; their cgroups: %v", len(pids), cgroups)
+	deadline := time.Now().Add(time.Minute)
+	for _, d := range cgroups {
+		for _, err := os.Stat(d); err == nil; _, err = os.Stat(d) {
+			if time.Now().After(deadline) {
+				t.Fatalf("cgroup %s of a sandbox made ahead is left after the runner's death", d)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
 
 // Acceptance (issue 43, "a job's processes never outlive their runner"): kill -9 of

@@ -39,22 +39,25 @@ const reportHeaderMax = 256
 // (bwrap --as-pid-1, so that none of the job's processes can signal it), running as
 // the job's user in its work directory. It first writes "start" to the report
 // descriptor (%[1]d): the pipe's reader is the runner alone, so the write fails — and
-// nothing of the job starts — when the runner is gone (guard.go). It runs the job's
-// command ("$@") without that descriptor, then kills whatever the command left
-// running (nothing changes the job's files after that), and writes its report: "ok" or "full"
-// (a byte cannot be written to the job's filesystem) and what the result file (%[2]s)
-// is, then, for a regular file, its first %[3]d bytes. It tests the file's type
-// without following a link and reads only a regular file: a symbolic link is reported
-// as one, never followed; a FIFO, socket or device is never opened. It ends with the
-// command's status (128 + the signal's number for a signal).
+// nothing of the job starts — when the runner is gone (guard.go). Its prologue (a
+// job's own: coldPrologue; a sandbox made ahead of its job: aheadPrologue) sets the
+// result file's name (__hero_f), the most bytes of it to read (__hero_m), and, made
+// ahead, the work directory, the environment and the command ("$@"). It runs the
+// command without the report's descriptor, then kills
+// whatever the command left running (nothing changes the job's files after that), and
+// writes its report: "ok" or "full" (a byte cannot be written to the job's filesystem)
+// and what the result file is, then, for a regular file, its first m bytes. It tests
+// the file's type without following a link and reads only a regular file: a symbolic
+// link is reported as one, never followed; a FIFO, socket or device is never opened.
+// It ends with the command's status (128 + the signal's number for a signal).
 const wrapperScript = `echo start >&%[1]d || exit 1
+%[2]s
 "$@" %[1]d>&-
-rc=$?
+rc=$? f=$__hero_f m=$__hero_m PATH=/usr/bin:/bin
 kill -KILL -1 2>/dev/null
 {
 d=ok
 printf x 2>/dev/null >.hero-disk-probe || d=full
-f=%[2]s
 if [ -z "$f" ]; then k=none
 elif [ -L "$f" ]; then k='a symbolic link'
 elif [ -p "$f" ]; then k='a FIFO'
@@ -66,14 +69,68 @@ elif [ -e "$f" ]; then k='another kind of file'
 else k=none
 fi
 echo "$d $k"
-if [ "$k" = file ]; then head -c %[3]d -- "$f"; fi
+if [ "$k" = file ]; then head -c "$m" -- "$f"; fi
 } >&%[1]d 2>/dev/null
 exit $rc
 `
 
+// coldPrologue: the job's command came with the sandbox (bwrap put it in its work
+// directory); the result file's name (%[1]s, quoted) and bound (%[2]d) too.
+const coldPrologue = `__hero_f=%[1]s __hero_m=%[2]d`
+
+// aheadPrologue: a sandbox made ahead of its job (ahead.go) waits here, having said
+// "start", for its job's spec on descriptor %[1]d: the runner writes it (handSpec) and
+// closes the pipe; the shell runs it as it reads it (a pipe the job's user may open:
+// Prepared gives it that user). A spec cut short (the runner gone) is a syntax error
+// or lacks its last line (__hero_ok=1): the job's command does not run.
+const aheadPrologue = `. /dev/fd/%[1]d || exit 1
+exec %[1]d<&-
+[ "$__hero_ok" = 1 ] || exit 1`
+
 // wrapper is the argv that runs argv under wrapperScript.
 func wrapper(sh string, reportFD int, result string, max int64) []string {
-	return []string{sh, "-c", fmt.Sprintf(wrapperScript, reportFD, shellQuote(result), max+1), "hero-job"}
+	prologue := fmt.Sprintf(coldPrologue, shellQuote(result), max+1)
+	return []string{sh, "-c", fmt.Sprintf(wrapperScript, reportFD, prologue), "hero-job"}
+}
+
+// aheadWrapper is wrapperScript for a sandbox made ahead of its job, its spec read
+// from specFD.
+func aheadWrapper(sh string, reportFD, specFD int) []string {
+	return []string{sh, "-c", fmt.Sprintf(wrapperScript, reportFD, fmt.Sprintf(aheadPrologue, specFD)), "hero-job"}
+}
+
+// handSpec is what a sandbox made ahead of its job runs to start it (aheadPrologue):
+// shell commands of the runner's own making, every value quoted. It makes the work
+// directory (of the job's own filesystem) and goes there, leaves of the wrapper's own
+// environment nothing (PATH, and the OLDPWD its cd set), exports the job's whole
+// environment and sets the command. A name no shell can hold is left out, as the
+// wrapper's shell leaves it out of a job's environment made for it (the API refuses
+// such names).
+func handSpec(dir, result string, max int64, env, argv []string) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "__hero_w=%s __hero_f=%s __hero_m=%d\n", shellQuote(dir), shellQuote(result), max+1)
+	b.WriteString("mkdir -m 0700 -- \"$__hero_w\" && cd \"$__hero_w\" || exit 1\nunset PATH OLDPWD\n")
+	for _, e := range env {
+		if k, _, _ := strings.Cut(e, "="); shellName(k) {
+			b.WriteString("export " + shellQuote(e) + "\n")
+		}
+	}
+	b.WriteString("set --")
+	for _, a := range argv {
+		b.WriteString(" " + shellQuote(a))
+	}
+	b.WriteString("\n__hero_ok=1\n")
+	return []byte(b.String())
+}
+
+// shellName: k is a name a POSIX shell can export.
+func shellName(k string) bool {
+	for i, c := range k {
+		if c != '_' && (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return k != ""
 }
 
 // Result is what the runner took of a job's result file.
@@ -89,8 +146,12 @@ type report struct {
 	r    *os.File
 	max  int64 // the result's bound
 	done chan struct{}
-	mu   sync.Mutex
-	buf  bytes.Buffer
+	// started is closed once the wrapper said "start": its sandbox is made (a sandbox
+	// made ahead of its job is ready for it).
+	started   chan struct{}
+	saidStart bool
+	mu        sync.Mutex
+	buf       bytes.Buffer
 }
 
 // read keeps the first reportHeaderMax+max+1 bytes and drains the rest until EOF.
@@ -103,6 +164,10 @@ func (rp *report) read() {
 		rp.mu.Lock()
 		if room := reportHeaderMax + rp.max + 1 - int64(rp.buf.Len()); room > 0 {
 			rp.buf.Write(b[:min(int64(n), room)])
+		}
+		if !rp.saidStart && rp.started != nil && bytes.HasPrefix(rp.buf.Bytes(), []byte("start\n")) {
+			close(rp.started)
+			rp.saidStart = true
 		}
 		rp.mu.Unlock()
 		if err != nil {

@@ -41,8 +41,9 @@ func secretFile(t *testing.T) string {
 
 // A sandboxed job's result file is read in its sandbox: what the runner takes of each
 // kind of file it may leave, the job ending at once (a FIFO does not hold it).
-func TestResultFileInTheSandbox(t *testing.T) {
-	s := newSandbox(t)
+func TestResultFileInTheSandbox(t *testing.T) { eachWay(t, testResultFileInTheSandbox) }
+
+func testResultFileInTheSandbox(t *testing.T, s *Sandbox) {
 	secret := secretFile(t)
 	for _, tc := range resultCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -94,8 +95,9 @@ func checkResult(t *testing.T, got Result, data, problem string) {
 // read-only, /dev/shm is bounded too. A job that fills its filesystem ends with the
 // reason disk_limit, one that stays within it with none; nothing of it reaches the
 // host's disk, and its space is free again after it.
-func TestDiskLimit(t *testing.T) {
-	s := newSandbox(t)
+func TestDiskLimit(t *testing.T) { eachWay(t, testDiskLimit) }
+
+func testDiskLimit(t *testing.T, s *Sandbox) {
 	free := func() uint64 {
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(os.TempDir(), &st); err != nil {

@@ -28,17 +28,30 @@ import (
 // start after its death); a change of user clears the signal until it is armed again.
 
 // guardScript keeps the groups the runner names on its standard input ("+<group>" when
-// one starts, "-<group>" once it has ended and been waited for) and kills those left
-// when the input ends. Signals for the runner's terminal or its stop do not end it.
+// one starts, "-<group>" once it has ended and been waited for) and the job cgroups
+// ("c<directory>" once made, "d<directory>" once removed), and when the input ends
+// kills the groups left, then empties and removes the cgroups left (a sandbox made
+// ahead of its job, or a job, leaves no cgroup behind either; each is tried for about
+// five seconds). Signals for the runner's terminal or its stop do not end it.
 const guardScript = `trap '' HUP INT TERM
-l=' '
+l=' ' c=' '
 while read -r a; do
 	case $a in
 	+*) l="$l${a#+} " ;;
 	-*) case $l in *" ${a#-} "*) l="${l%% ${a#-} *} ${l#* ${a#-} }" ;; esac ;;
+	c*) c="$c${a#c} " ;;
+	d*) case $c in *" ${a#d} "*) c="${c%% ${a#d} *} ${c#* ${a#d} }" ;; esac ;;
 	esac
 done
 for p in $l; do kill -KILL -"$p" 2>/dev/null; done
+for d in $c; do
+	n=0
+	while [ -d "$d" ] && ! rmdir "$d" 2>/dev/null && [ $n -lt 100 ]; do
+		kill -KILL $(cat "$d/cgroup.procs" 2>/dev/null) 2>/dev/null
+		n=$((n + 1))
+		sleep 0.05
+	done
+done
 `
 
 // guard is the runner's side of its guard process.
@@ -46,13 +59,14 @@ type guard struct {
 	sh     string
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	w      *os.File     // the guard's input (nil: not running)
-	live   map[int]bool // the groups it is to kill, for a guard started again
+	w      *os.File        // the guard's input (nil: not running)
+	live   map[int]bool    // the groups it is to kill, for a guard started again
+	dirs   map[string]bool // the cgroups it is to remove, likewise
 	closed bool
 }
 
 func newGuard(sh string) (*guard, error) {
-	g := &guard{sh: sh, live: map[int]bool{}}
+	g := &guard{sh: sh, live: map[int]bool{}, dirs: map[string]bool{}}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g, g.start()
@@ -82,6 +96,11 @@ func (g *guard) start() error {
 			return err
 		}
 	}
+	for d := range g.dirs {
+		if err := g.writeLine('c', d); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -105,6 +124,36 @@ func (g *guard) write(op byte, pid int) error {
 	}
 	_, err := g.w.Write(append(strconv.AppendInt([]byte{op}, int64(pid), 10), '\n'))
 	return err
+}
+
+// writeLine sends one line naming a cgroup directory. Called with g.mu.
+func (g *guard) writeLine(op byte, dir string) error {
+	if g.w == nil {
+		return errors.New("the guard is not running")
+	}
+	_, err := g.w.Write([]byte(string(op) + dir + "\n"))
+	return err
+}
+
+// addDirs tells the guard of a job's cgroup (its directories), to be removed if the
+// runner dies; a guard gone hears of it when it is started again.
+func (g *guard) addDirs(dirs []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, d := range dirs {
+		g.dirs[d] = true
+		_ = g.writeLine('c', d)
+	}
+}
+
+// removeDirs tells the guard a job's cgroup is gone.
+func (g *guard) removeDirs(dirs []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, d := range dirs {
+		delete(g.dirs, d)
+		_ = g.writeLine('d', d)
+	}
 }
 
 // add tells the guard of a new group: when it returns nil, the guard kills the group

@@ -84,6 +84,8 @@ type Options struct {
 	// its network is set up), with the sandbox's first process. Tests stop the runner
 	// there to kill it.
 	Pause func(step string, pid int)
+	// Ahead: sandboxes made ahead of need (ahead.go; Max 0: none).
+	Ahead AheadOptions
 }
 
 // DefaultReadOnly are the host paths a job sees (read-only): programs and
@@ -103,6 +105,7 @@ type Sandbox struct {
 	cg      *cgroups // nil: no cgroups (rlimits only)
 	guard   *guard   // kills the jobs' process groups when the runner is gone
 	net     netTools // outbound network's programs (net.err: why there is none)
+	ahead   *ahead   // sandboxes made ahead of need (nil: none)
 	seq     atomic.Uint64
 }
 
@@ -157,12 +160,20 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 			s.Close()
 			return nil, fmt.Errorf("sandbox: bwrap cannot make a sandbox here (%v); in a container it needs namespaces allowed by seccomp and an unmasked /proc (docs/security.md), or run with --sandbox=none", err)
 		}
+		if opt.Ahead.Max > 0 {
+			s.ahead = newAhead(s, opt.Ahead)
+		}
 	}
 	return s, nil
 }
 
 // Close ends the guard (lib/sandbox/guard.go) once no job runs: it kills what is left.
-func (s *Sandbox) Close() { s.guard.close() }
+func (s *Sandbox) Close() {
+	if s.ahead != nil {
+		s.ahead.close()
+	}
+	s.guard.close()
+}
 
 // trial runs a job as every job runs — in its own filesystem, under its wrapper,
 // leaving a result file — and checks what it did and what the runner got.
@@ -262,6 +273,9 @@ type Extra struct {
 	Result    string
 	ResultMax int64
 	outbound  bool // the job's own network namespace served by slirp4netns (network.go)
+	// ahead: a sandbox made ahead of its job (ahead.go): its command, work directory
+	// and result file come later, on its spec's descriptor.
+	ahead bool
 }
 
 // WorkDir names a new work directory for one job, pattern its name: with a sandbox,
@@ -312,9 +326,13 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra, lim Limits) 
 		// fd 3 and 4 are the first of the job's files (Launch).
 		a = append(a, "--ro-bind", s.net.resolv, "/etc/resolv.conf", "--info-fd", "3", "--block-fd", "4")
 	}
-	if x.HostDir {
+	switch {
+	case x.HostDir:
 		a = append(a, "--bind", workDir, workDir, "--chdir", workDir, "--")
-	} else {
+	case x.ahead:
+		// The work directory is made by the wrapper once the job is known.
+		a = append(a, "--chdir", jobFS, "--remount-ro", "/dev", "--remount-ro", "/", "--as-pid-1", "--")
+	default:
 		// The wrapper is the job's PID 1 (--as-pid-1): no process of the job can
 		// signal it. Its root and /dev are read-only: the job writes its own
 		// filesystem (and /dev/shm) only.
@@ -363,6 +381,7 @@ type Job struct {
 	Argv    []string
 	workDir string
 	private bool    // the work directory is of the job's own filesystem
+	ahead   bool    // made ahead of its job: its spec comes on a descriptor of its own
 	trial   bool    // New's trial job (no Options.Pause)
 	result  *Extra  // the result file to take (nil: none)
 	report  *report // the wrapper's report (a private job's, once launched)
@@ -385,8 +404,13 @@ func (s *Sandbox) Prepare(workDir string, argv []string, lim Limits) (*Job, erro
 // (files.go) runs the job's command. What the scripts interpolate is the runner's own
 // (cgroup paths, numbers, descriptors); the job's command comes as arguments.
 func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra) (*Job, error) {
-	j := &Job{s: s, workDir: workDir, private: s.opt.Mode == ModeBwrap && !x.HostDir}
-	if j.private {
+	j := &Job{s: s, workDir: workDir, private: s.opt.Mode == ModeBwrap && !x.HostDir, ahead: x.ahead}
+	if j.ahead && (!j.private || lim.Network == model.NetworkOutbound) {
+		return nil, errors.New("sandbox: only a job of its own filesystem without network is made ahead")
+	}
+	if j.ahead {
+		// its work directory comes with its spec
+	} else if j.private {
 		if path.Dir(workDir) != jobFS {
 			return nil, fmt.Errorf("sandbox: work directory %q is not one of the job's own filesystem (WorkDir)", workDir)
 		}
@@ -408,7 +432,10 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 	}
 	inner := argv
 	if s.opt.Mode == ModeBwrap {
-		if j.private {
+		switch {
+		case j.ahead:
+			argv = aheadWrapper(s.sh, j.reportFD(), j.specFD())
+		case j.private:
 			argv = append(wrapper(s.sh, j.reportFD(), x.Result, x.ResultMax), argv...)
 		}
 		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv, x, lim)...)
@@ -440,6 +467,7 @@ func (s *Sandbox) limitScript(j *Job, lim Limits) ([]string, error) {
 			return nil, err
 		}
 		j.group = g
+		s.guard.addDirs(g.directories())
 		for _, f := range g.procsFiles() {
 			script = append(script, "echo $$ > "+shellQuote(f))
 		}
@@ -458,7 +486,8 @@ func (s *Sandbox) limitScript(j *Job, lim Limits) ([]string, error) {
 }
 
 // The job's process gets files as fd 3 onwards, in this order: the network's (bwrap's
-// --info-fd and --block-fd), the report's (a job of its own filesystem), the gate's.
+// --info-fd and --block-fd), the report's (a job of its own filesystem), the spec's (a
+// sandbox made ahead of its job), the gate's.
 func (j *Job) reportFD() int {
 	if j.net != nil {
 		return 5
@@ -466,8 +495,13 @@ func (j *Job) reportFD() int {
 	return 3
 }
 
+func (j *Job) specFD() int { return j.reportFD() + 1 }
+
 func (j *Job) gateFD() int {
-	if j.private {
+	switch {
+	case j.ahead:
+		return j.specFD() + 1
+	case j.private:
 		return j.reportFD() + 1
 	}
 	return j.reportFD()
@@ -486,6 +520,14 @@ var ErrLaunch = errors.New("sandbox: launch")
 // group, the job passes its gate. waited is to be called once cmd has been waited for.
 // A job of a host directory (an executor pool's) may be launched more than once.
 func (j *Job) Launch(cmd *exec.Cmd) (waited func(), err error) {
+	if j.ahead {
+		return nil, fmt.Errorf("%w: a sandbox made ahead of its job starts through Sandbox.Take", ErrLaunch)
+	}
+	return j.launch(cmd, nil)
+}
+
+// launch is Launch, giving a sandbox made ahead of its job its spec's descriptor.
+func (j *Job) launch(cmd *exec.Cmd, spec *os.File) (waited func(), err error) {
 	var files []*os.File
 	if j.net != nil {
 		files = append(files, j.net.files()...)
@@ -500,8 +542,11 @@ func (j *Job) Launch(cmd *exec.Cmd) (waited func(), err error) {
 		if j.result != nil {
 			max = j.result.ResultMax
 		}
-		j.report = &report{r: rr, max: max, done: make(chan struct{})}
+		j.report = &report{r: rr, max: max, done: make(chan struct{}), started: make(chan struct{})}
 		files = append(files, rw)
+		if spec != nil {
+			files = append(files, spec)
+		}
 		cmd.Dir = "/" // the work directory is in the sandbox only
 	}
 	gateR, gateW, err := os.Pipe()
@@ -651,4 +696,5 @@ func (j *Job) Cleanup() {
 	}
 	j.group.kill(5 * time.Second)
 	j.group.remove()
+	j.s.guard.removeDirs(j.group.directories())
 }

@@ -234,20 +234,19 @@ func jsonIDs(ids []uint32) string {
 	return string(b)
 }
 
-// startFlowScript: see lua/start_flow.lua.
-var startFlowScript = stateScript("start_flow.lua")
-
 // StartFlow writes the DAG state of a planned flow and marks it started. It returns
 // the ids of the nodes ready to dispatch, whose jobs it leaves as they are: their
 // dispatch (DispatchStarted) marks them. A flow that is not in status dispatched is
 // not touched; its status is returned with started=false.
 func (d *DB) StartFlow(ctx context.Context, f *model.Flow, jobs []*model.Job, dependents map[uint32][]uint32, actor string) (ready []uint32, status string, started bool, err error) {
 	now := time.Now()
-	args := []any{d.ContextID, f.ID, f.CallerID, now.Unix(), now.UnixMilli(), actor}
-	for _, j := range jobs {
-		args = append(args, j.ID, jsonIDs(j.Dependends), jsonIDs(dependents[j.ID]), len(j.Dependends), boolArg(ranBefore(j)))
+	a := &startFlowArgs{FlowKey: keys.Flow(f.ID), DagKey: keys.DAG(f.ID), ResultsKey: keys.FlowResults(f.ID), EventsKey: keys.Events,
+		Ctx: int64(d.ContextID), Flow: int64(f.ID), Caller: int64(f.CallerID), NowS: now.Unix(), NowMs: now.UnixMilli(), Actor: actor,
+		Nodes: make([]startFlowNode, len(jobs))}
+	for i, j := range jobs {
+		a.Nodes[i] = startFlowNode{ID: int64(j.ID), Deps: jsonIDs(j.Dependends), Dependents: jsonIDs(dependents[j.ID]), N: int64(len(j.Dependends)), Ran: ranBefore(j)}
 	}
-	res, err := d.Eval(ctx, startFlowScript, []string{keys.Flow(f.ID), keys.DAG(f.ID), keys.FlowResults(f.ID), keys.Events}, args...)
+	res, err := a.run(ctx, d)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "NOTFOUND") {
 			return nil, "", false, notFound("flow %d in context %d", f.ID, d.ContextID)
@@ -291,9 +290,6 @@ func parseIDs(vals []any) []uint32 {
 	}
 	return out
 }
-
-// dispatchScript: see lua/dispatch.lua.
-var dispatchScript = stateScript("dispatch.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua")
 
 // listSep is what goes before the next item of a JSON list being built: its opening
 // bracket, then commas.
@@ -397,37 +393,29 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 			n++
 		}
 	}
-	args := []any{d.ContextID, flowID, callerID, now.Unix(), now.UnixMilli(), actor, readyMs}
+	a := &dispatchArgs{MsgOutKey: keys.MsgOut, Ctx: int64(d.ContextID), Flow: int64(flowID), Caller: int64(callerID), NowS: now.Unix(),
+		NowMs: now.UnixMilli(), Actor: actor, ReadyMs: readyMs, Gjson: "", Jobs: make([]dispatchJob, 0, len(jobs))}
+	if flowID != 0 {
+		a.DagKey = keys.DAG(flowID)
+	}
 	var list []byte // the group's job list (jobRefs), built as the jobs are added
 	if n > 1 {
-		g := groupFields(d.ContextID, flowID, callerID, now, msgTimeout)
-		args = append(args, len(g))
-		args = append(args, g...)
-		args = append(args, nil) // the list, set below
-	} else {
-		args = append(args, 0)
+		a.Group = groupFields(d.ContextID, flowID, callerID, now, msgTimeout)
 	}
 	for _, j := range jobs {
 		if n > 1 && groupable(j) {
 			js := requestRef(j)
 			list = append(append(list, listSep(list)), js...)
 			// 1-based inclusive span, as Lua's string.sub takes it
-			args = append(args, j.ID, 1, 2, len(list)-len(js)+1, len(list))
+			a.Jobs = append(a.Jobs, dispatchJob{ID: int64(j.ID), Grouped: true, Items: []any{len(list) - len(js) + 1, len(list)}})
 			continue
 		}
-		fields := requestFields(d.ContextID, flowID, j, now, msgTimeout)
-		args = append(args, j.ID, 0, len(fields))
-		args = append(args, fields...)
+		a.Jobs = append(a.Jobs, dispatchJob{ID: int64(j.ID), Items: requestFields(d.ContextID, flowID, j, now, msgTimeout)})
 	}
 	if n > 1 {
-		g := args[7].(int)
-		args[8+g] = append(list, ']')
+		a.Gjson = append(list, ']')
 	}
-	ks := []string{keys.MsgOut}
-	if flowID != 0 {
-		ks = append(ks, keys.DAG(flowID))
-	}
-	res, err := d.Eval(ctx, dispatchScript, ks, args...)
+	res, err := a.run(ctx, d)
 	if err != nil {
 		return nil, fmt.Errorf("dispatch %d job(s) of context %d: %w", len(jobs), d.ContextID, err)
 	}

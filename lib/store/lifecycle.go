@@ -64,6 +64,9 @@ func (d *DB) DeleteJob(ctx context.Context, callerID, id uint32, force bool, act
 // DeleteFlow removes a flow with its jobs, their logs and messages, its DAG state and
 // results. A running flow is refused unless force.
 func (d *DB) DeleteFlow(ctx context.Context, flowID uint32, force bool, actor string) error {
+	if err := d.deleteFlowJobs(ctx, flowID, force); err != nil {
+		return err
+	}
 	_, err := (&deleteFlowArgs{FlowKey: keys.Flow(flowID), DagKey: keys.DAG(flowID), ResultsKey: keys.FlowResults(flowID), MessagesKey: keys.FlowMessages(flowID),
 		Ctx: int64(d.ContextID), Flow: int64(flowID), Force: force, Actor: actor, NowMs: time.Now().UnixMilli()}).run(ctx, d)
 	return scriptErr(err, fmt.Sprintf("flow %d in context %d", flowID, d.ContextID))
@@ -184,7 +187,7 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 // Expired is an object whose retention ended.
 type Expired struct {
 	ContextID uint32
-	Kind      string // "flow" or "job"
+	Kind      string // "flow", "job" or "stage" (a flow's creation: SweepFlowStageAll)
 	FlowID    uint32
 	CallerID  uint32
 	JobID     uint32
@@ -201,6 +204,8 @@ func (s *Store) PopExpired(ctx context.Context, now time.Time, limit int) ([]Exp
 		switch {
 		case len(parts) == 3 && parts[1] == "flow":
 			out = append(out, Expired{ContextID: parseU32(parts[0]), Kind: "flow", FlowID: parseU32(parts[2]), member: m})
+		case len(parts) == 3 && parts[1] == "stage":
+			out = append(out, Expired{ContextID: parseU32(parts[0]), Kind: "stage", FlowID: parseU32(parts[2]), member: m})
 		case len(parts) == 4 && parts[1] == "job":
 			out = append(out, Expired{ContextID: parseU32(parts[0]), Kind: "job", CallerID: parseU32(parts[2]), JobID: parseU32(parts[3]), member: m})
 		}

@@ -20,14 +20,16 @@ const WakeCap = 10000
 // their queue, puts on a runner's wake list for one context: enough for the claim
 // loops of a few processes to claim side by side (a runner process has up to 4), few
 // enough that a burst of thousands of jobs pushes, and a claim moves, a handful of
-// tokens. Each claim renews them while jobs are left (claimStartScript).
+// tokens. Each claim renews them while jobs are left (lua/claim_start.lua).
 const WakeSpread = 8
 
 // The store's atomic transitions are Lua scripts, one file each under lua/: each file
-// opens with a header that says what it does, its KEYS, its ARGV, its reply and the
-// keys it derives itself. A script is the prelude (below), then the library files it
-// names (lua/lib_*.lua), then its own file: a Redis function (script.go), whose own
-// file runs on each call, the rest once, when loaded. A library file keeps no state
+// opens with a header that says what it does, declares its KEYS, its ARGV, its reply
+// and the library files it needs (lua_gen.go is generated from it: make lua-gen), and
+// names the keys it derives itself. A script is the prelude (below), then the
+// library files it names (lua/lib_*.lua), then its own file (its generated prologue
+// first): a Redis function (script.go), whose own file runs on each call, the rest
+// once, when loaded. A library file keeps no state
 // from one call to the next but in tables that a function <name>_reset() sets anew
 // (each call runs it first).
 //
@@ -124,6 +126,7 @@ var luaKeys = []struct{ name, key string }{
 	{"K_MSG_IN", keys.MsgIn},
 	{"K_DAG", keys.DAGPrefix},
 	{"K_FLOW_RESULTS", keys.FlowResultsPrefix},
+	{"K_FLOW_STAGE", keys.FlowStagePrefix},
 	{"K_JOB_LOG", keys.JobLogPrefix},
 	{"K_JOB_MESSAGES", keys.JobMessagesPrefix},
 	{"K_FLOW_MESSAGES", keys.FlowMessagesPrefix},

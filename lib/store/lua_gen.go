@@ -472,6 +472,136 @@ func decodeClaimReply(v any) (out string, err error) {
 	return out, nil
 }
 
+// claimMessageScript is lua/claim_message.lua (its header declares its interface).
+var claimMessageScript = luaScript("claim_message.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua")
+
+// claimMessageArgs are the KEYS and ARGV of lua/claim_message.lua.
+type claimMessageArgs struct {
+	QueueKey  string // KEYS
+	ProcKey   string // KEYS
+	LeasesKey string // KEYS
+	WakeKey   string // KEYS
+	Consumer  string
+	QueueName string
+	ExpiryMs  int64
+	Max       int64
+	Token     string
+	Held      string
+	Route     bool
+	Ctx       int64
+	NowS      int64
+	Claims    []string
+}
+
+// call is the run of lua/claim_message.lua with a's KEYS and ARGV.
+func (a *claimMessageArgs) call() Call {
+	keys := make([]string, 0, 4)
+	keys = append(keys, a.QueueKey, a.ProcKey, a.LeasesKey, a.WakeKey)
+	args := make([]any, 0, 10)
+	args = append(args, a.Consumer)
+	args = append(args, a.QueueName)
+	args = append(args, a.ExpiryMs)
+	args = append(args, a.Max)
+	args = append(args, a.Token)
+	args = append(args, a.Held)
+	args = append(args, luaBool(a.Route))
+	args = append(args, a.Ctx)
+	args = append(args, a.NowS)
+	args = append(args, len(a.Claims))
+	for _, x1 := range a.Claims {
+		args = append(args, x1)
+	}
+	return Call{Script: claimMessageScript, Keys: keys, Args: args}
+}
+
+// run runs lua/claim_message.lua and decodes its reply.
+func (a *claimMessageArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeClaimMessageReply(res)
+}
+
+// decodeClaimMessageReply decodes the reply of lua/claim_message.lua.
+func decodeClaimMessageReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
+// claimStartScript is lua/claim_start.lua (its header declares its interface).
+var claimStartScript = luaScript("claim_start.lua", "lib_busy.lua", "lib_state.lua")
+
+// claimStartArgs are the KEYS and ARGV of lua/claim_start.lua.
+type claimStartArgs struct {
+	QueueKey  string // KEYS
+	ProcKey   string // KEYS
+	LeasesKey string // KEYS
+	EventsKey string // KEYS
+	WakeKey   string // KEYS
+	Worker    string
+	Qname     string
+	Exp       int64
+	NowMs     int64
+	Max       int64
+	Token     string
+	Held      string
+	Set       []string
+	Clears    []string
+	Starts    []claimStartStart
+}
+
+// claimStartStart is a record of lua/claim_start.lua.
+type claimStartStart struct {
+	Claim string
+	Trace string
+}
+
+// call is the run of lua/claim_start.lua with a's KEYS and ARGV.
+func (a *claimStartArgs) call() Call {
+	keys := make([]string, 0, 5)
+	keys = append(keys, a.QueueKey, a.ProcKey, a.LeasesKey, a.EventsKey, a.WakeKey)
+	args := make([]any, 0, 10)
+	args = append(args, a.Worker)
+	args = append(args, a.Qname)
+	args = append(args, a.Exp)
+	args = append(args, a.NowMs)
+	args = append(args, a.Max)
+	args = append(args, a.Token)
+	args = append(args, a.Held)
+	args = append(args, len(a.Set))
+	for _, x1 := range a.Set {
+		args = append(args, x1)
+	}
+	args = append(args, len(a.Clears))
+	for _, x1 := range a.Clears {
+		args = append(args, x1)
+	}
+	args = append(args, len(a.Starts))
+	for _, x1 := range a.Starts {
+		args = append(args, x1.Claim)
+		args = append(args, x1.Trace)
+	}
+	return Call{Script: claimStartScript, Keys: keys, Args: args}
+}
+
+// run runs lua/claim_start.lua and decodes its reply.
+func (a *claimStartArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeClaimStartReply(res)
+}
+
+// decodeClaimStartReply decodes the reply of lua/claim_start.lua.
+func decodeClaimStartReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
 // completeScript is lua/complete.lua (its header declares its interface).
 var completeScript = luaScript("complete.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua")
 
@@ -723,6 +853,80 @@ func decodeDeleteRunnerReply(v any) (out int64, err error) {
 	return out, nil
 }
 
+// dispatchScript is lua/dispatch.lua (its header declares its interface).
+var dispatchScript = luaScript("dispatch.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua")
+
+// dispatchArgs are the KEYS and ARGV of lua/dispatch.lua.
+type dispatchArgs struct {
+	MsgOutKey string // KEYS
+	DagKey    string // KEYS: optional (left out when it and the keys after it are empty)
+	Ctx       int64
+	Flow      int64
+	Caller    int64
+	NowS      int64
+	NowMs     int64
+	Actor     string
+	ReadyMs   string
+	Group     []any
+	Gjson     any
+	Jobs      []dispatchJob
+}
+
+// dispatchJob is a record of lua/dispatch.lua.
+type dispatchJob struct {
+	ID      int64
+	Grouped bool
+	Items   []any
+}
+
+// call is the run of lua/dispatch.lua with a's KEYS and ARGV.
+func (a *dispatchArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.MsgOutKey, a.DagKey)
+	for len(keys) > 1 && keys[len(keys)-1] == "" {
+		keys = keys[:len(keys)-1]
+	}
+	args := make([]any, 0, 10)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Caller)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Actor)
+	args = append(args, a.ReadyMs)
+	args = append(args, len(a.Group))
+	for _, x1 := range a.Group {
+		args = append(args, x1)
+	}
+	args = append(args, a.Gjson)
+	args = append(args, len(a.Jobs))
+	for _, x1 := range a.Jobs {
+		args = append(args, x1.ID)
+		args = append(args, luaBool(x1.Grouped))
+		args = append(args, len(x1.Items))
+		for _, x2 := range x1.Items {
+			args = append(args, x2)
+		}
+	}
+	return Call{Script: dispatchScript, Keys: keys, Args: args}
+}
+
+// run runs lua/dispatch.lua and decodes its reply.
+func (a *dispatchArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeDispatchReply(res)
+}
+
+// decodeDispatchReply decodes the reply of lua/dispatch.lua.
+func decodeDispatchReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
 // enqueueScript is lua/enqueue.lua (its header declares its interface).
 var enqueueScript = luaScript("enqueue.lua", "lib_busy.lua", "lib_wake.lua")
 
@@ -846,6 +1050,7 @@ type finishJobsRun struct {
 	RetryAfter int64
 	Chunk      any
 	Entry      any
+	Started    string
 	Ck         string
 }
 
@@ -890,6 +1095,7 @@ func (a *finishJobsArgs) call() Call {
 		args = append(args, x1.RetryAfter)
 		args = append(args, x1.Chunk)
 		args = append(args, x1.Entry)
+		args = append(args, x1.Started)
 		args = append(args, x1.Ck)
 	}
 	return Call{Script: finishJobsScript, Keys: keys, Args: args}
@@ -908,6 +1114,331 @@ func (a *finishJobsArgs) run(ctx context.Context, r luaRunner) (any, error) {
 // decodeFinishJobsReply decodes the reply of lua/finish_jobs.lua.
 func decodeFinishJobsReply(v any) (out any, err error) {
 	out = v
+	return out, nil
+}
+
+// flowDeleteChunkScript is lua/flow_delete_chunk.lua (its header declares its interface).
+var flowDeleteChunkScript = luaScript("flow_delete_chunk.lua", "lib_delete_job.lua")
+
+// flowDeleteChunkArgs are the KEYS and ARGV of lua/flow_delete_chunk.lua.
+type flowDeleteChunkArgs struct {
+	FlowKey string // KEYS
+	MsgsKey string // KEYS
+	Ctx     string
+	FlowID  string
+	Force   bool
+	Caller  string
+	Nmsgs   int64
+	IDs     []string
+}
+
+// call is the run of lua/flow_delete_chunk.lua with a's KEYS and ARGV.
+func (a *flowDeleteChunkArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.FlowKey, a.MsgsKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.FlowID)
+	args = append(args, luaBool(a.Force))
+	args = append(args, a.Caller)
+	args = append(args, a.Nmsgs)
+	args = append(args, len(a.IDs))
+	for _, x1 := range a.IDs {
+		args = append(args, x1)
+	}
+	return Call{Script: flowDeleteChunkScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_delete_chunk.lua and decodes its reply.
+func (a *flowDeleteChunkArgs) run(ctx context.Context, r luaRunner) (flowDeleteChunkRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowDeleteChunkRecord
+		return zero, err
+	}
+	return decodeFlowDeleteChunkReply(res)
+}
+
+// flowDeleteChunkRecord is a record of lua/flow_delete_chunk.lua.
+type flowDeleteChunkRecord struct {
+	Deleted  int64
+	MsgsLeft int64
+}
+
+// decodeFlowDeleteChunkReply decodes the reply of lua/flow_delete_chunk.lua.
+func decodeFlowDeleteChunkReply(v any) (out flowDeleteChunkRecord, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply: %w", err)
+	}
+	if out.Deleted, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply.deleted: %w", err)
+	}
+	if out.MsgsLeft, err = luaInt(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply.msgs_left: %w", err)
+	}
+	return out, nil
+}
+
+// flowStageBeginScript is lua/flow_stage_begin.lua (its header declares its interface).
+var flowStageBeginScript = luaScript("flow_stage_begin.lua")
+
+// flowStageBeginArgs are the KEYS and ARGV of lua/flow_stage_begin.lua.
+type flowStageBeginArgs struct {
+	FlowSeqKey string // KEYS
+	JobSeqKey  string // KEYS
+	Ctx        string
+	Caller     string
+	N          int64
+	TTLMs      int64
+	NowMs      int64
+}
+
+// call is the run of lua/flow_stage_begin.lua with a's KEYS and ARGV.
+func (a *flowStageBeginArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.FlowSeqKey, a.JobSeqKey)
+	args := make([]any, 0, 5)
+	args = append(args, a.Ctx)
+	args = append(args, a.Caller)
+	args = append(args, a.N)
+	args = append(args, a.TTLMs)
+	args = append(args, a.NowMs)
+	return Call{Script: flowStageBeginScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_stage_begin.lua and decodes its reply.
+func (a *flowStageBeginArgs) run(ctx context.Context, r luaRunner) (flowStageBeginRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowStageBeginRecord
+		return zero, err
+	}
+	return decodeFlowStageBeginReply(res)
+}
+
+// flowStageBeginRecord is a record of lua/flow_stage_begin.lua.
+type flowStageBeginRecord struct {
+	Flow    int64
+	First   int64
+	Last    int64
+	Expires int64
+}
+
+// decodeFlowStageBeginReply decodes the reply of lua/flow_stage_begin.lua.
+func decodeFlowStageBeginReply(v any) (out flowStageBeginRecord, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 4 {
+		err = fmt.Errorf("%d items, want 4", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply: %w", err)
+	}
+	if out.Flow, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply.flow: %w", err)
+	}
+	if out.First, err = luaInt(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply.first: %w", err)
+	}
+	if out.Last, err = luaInt(r1[2]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply.last: %w", err)
+	}
+	if out.Expires, err = luaInt(r1[3]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply.expires: %w", err)
+	}
+	return out, nil
+}
+
+// flowStageCommitScript is lua/flow_stage_commit.lua (its header declares its interface).
+var flowStageCommitScript = luaScript("flow_stage_commit.lua")
+
+// flowStageCommitArgs are the KEYS and ARGV of lua/flow_stage_commit.lua.
+type flowStageCommitArgs struct {
+	StageKey string // KEYS
+	Ctx      string
+	Flow     string
+	Caller   string
+	NowMs    int64
+	Op       string
+	HoldMs   int64
+}
+
+// call is the run of lua/flow_stage_commit.lua with a's KEYS and ARGV.
+func (a *flowStageCommitArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.StageKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Caller)
+	args = append(args, a.NowMs)
+	args = append(args, a.Op)
+	args = append(args, a.HoldMs)
+	return Call{Script: flowStageCommitScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_stage_commit.lua and decodes its reply.
+func (a *flowStageCommitArgs) run(ctx context.Context, r luaRunner) (flowStageCommitRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowStageCommitRecord
+		return zero, err
+	}
+	return decodeFlowStageCommitReply(res)
+}
+
+// flowStageCommitRecord is a record of lua/flow_stage_commit.lua.
+type flowStageCommitRecord struct {
+	Staged int64
+	IDs    []int64
+}
+
+// decodeFlowStageCommitReply decodes the reply of lua/flow_stage_commit.lua.
+func decodeFlowStageCommitReply(v any) (out flowStageCommitRecord, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 1 {
+		err = fmt.Errorf("%d items, want 1", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_stage_commit.lua: reply: %w", err)
+	}
+	if out.Staged, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_commit.lua: reply.staged: %w", err)
+	}
+	l1, err := luaList(any(r1[1:]))
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_stage_commit.lua: reply.ids: %w", err)
+	}
+	out.IDs = make([]int64, len(l1))
+	for i1 := range l1 {
+		if out.IDs[i1], err = luaInt(l1[i1]); err != nil {
+			return out, fmt.Errorf("lua/flow_stage_commit.lua: reply.ids[]: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// flowStageSweepScript is lua/flow_stage_sweep.lua (its header declares its interface).
+var flowStageSweepScript = luaScript("flow_stage_sweep.lua")
+
+// flowStageSweepArgs are the KEYS and ARGV of lua/flow_stage_sweep.lua.
+type flowStageSweepArgs struct {
+	StageKey string // KEYS
+	FlowKey  string // KEYS
+	Ctx      string
+	FlowID   string
+	NowMs    int64
+	Force    bool
+	Chunk    int64
+	HoldMs   int64
+}
+
+// call is the run of lua/flow_stage_sweep.lua with a's KEYS and ARGV.
+func (a *flowStageSweepArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.StageKey, a.FlowKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.FlowID)
+	args = append(args, a.NowMs)
+	args = append(args, luaBool(a.Force))
+	args = append(args, a.Chunk)
+	args = append(args, a.HoldMs)
+	return Call{Script: flowStageSweepScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_stage_sweep.lua and decodes its reply.
+func (a *flowStageSweepArgs) run(ctx context.Context, r luaRunner) (flowStageSweepRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowStageSweepRecord
+		return zero, err
+	}
+	return decodeFlowStageSweepReply(res)
+}
+
+// flowStageSweepRecord is a record of lua/flow_stage_sweep.lua.
+type flowStageSweepRecord struct {
+	More    int64
+	Deleted int64
+}
+
+// decodeFlowStageSweepReply decodes the reply of lua/flow_stage_sweep.lua.
+func decodeFlowStageSweepReply(v any) (out flowStageSweepRecord, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_stage_sweep.lua: reply: %w", err)
+	}
+	if out.More, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_sweep.lua: reply.more: %w", err)
+	}
+	if out.Deleted, err = luaInt(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_sweep.lua: reply.deleted: %w", err)
+	}
+	return out, nil
+}
+
+// flowStageTouchScript is lua/flow_stage_touch.lua (its header declares its interface).
+var flowStageTouchScript = luaScript("flow_stage_touch.lua")
+
+// flowStageTouchArgs are the KEYS and ARGV of lua/flow_stage_touch.lua.
+type flowStageTouchArgs struct {
+	StageKey string // KEYS
+	Ctx      string
+	Flow     string
+	Caller   string
+	NowMs    int64
+}
+
+// call is the run of lua/flow_stage_touch.lua with a's KEYS and ARGV.
+func (a *flowStageTouchArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.StageKey)
+	args := make([]any, 0, 4)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Caller)
+	args = append(args, a.NowMs)
+	return Call{Script: flowStageTouchScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_stage_touch.lua and decodes its reply.
+func (a *flowStageTouchArgs) run(ctx context.Context, r luaRunner) (flowStageTouchRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowStageTouchRecord
+		return zero, err
+	}
+	return decodeFlowStageTouchReply(res)
+}
+
+// flowStageTouchRecord is a record of lua/flow_stage_touch.lua.
+type flowStageTouchRecord struct {
+	First int64
+	Last  int64
+}
+
+// decodeFlowStageTouchReply decodes the reply of lua/flow_stage_touch.lua.
+func decodeFlowStageTouchReply(v any) (out flowStageTouchRecord, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_stage_touch.lua: reply: %w", err)
+	}
+	if out.First, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_touch.lua: reply.first: %w", err)
+	}
+	if out.Last, err = luaInt(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_stage_touch.lua: reply.last: %w", err)
+	}
 	return out, nil
 }
 
@@ -1026,6 +1557,55 @@ func (a *gatewayLeaseReleaseArgs) run(ctx context.Context, r luaRunner) (int64, 
 func decodeGatewayLeaseReleaseReply(v any) (out int64, err error) {
 	if out, err = luaInt(v); err != nil {
 		return out, fmt.Errorf("lua/gateway_lease_release.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// materializeScript is lua/materialize.lua (its header declares its interface).
+var materializeScript = luaScript("materialize.lua", "lib_busy.lua", "lib_state.lua")
+
+// materializeArgs are the KEYS and ARGV of lua/materialize.lua.
+type materializeArgs struct {
+	JobKey    string // KEYS
+	Caller    int64
+	ID        int64
+	OriginMsg string
+	NowS      int64
+	NowMs     int64
+	JobFields []any
+}
+
+// call is the run of lua/materialize.lua with a's KEYS and ARGV.
+func (a *materializeArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.JobKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Caller)
+	args = append(args, a.ID)
+	args = append(args, a.OriginMsg)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, len(a.JobFields))
+	for _, x1 := range a.JobFields {
+		args = append(args, x1)
+	}
+	return Call{Script: materializeScript, Keys: keys, Args: args}
+}
+
+// run runs lua/materialize.lua and decodes its reply.
+func (a *materializeArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeMaterializeReply(res)
+}
+
+// decodeMaterializeReply decodes the reply of lua/materialize.lua.
+func decodeMaterializeReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/materialize.lua: reply: %w", err)
 	}
 	return out, nil
 }
@@ -1644,6 +2224,71 @@ func decodeStandaloneDoneReply(v any) (out standaloneDoneDone, err error) {
 	if out.Due, err = luaInt(r1[2]); err != nil {
 		return out, fmt.Errorf("lua/standalone_done.lua: reply.due: %w", err)
 	}
+	return out, nil
+}
+
+// startFlowScript is lua/start_flow.lua (its header declares its interface).
+var startFlowScript = luaScript("start_flow.lua", "lib_busy.lua", "lib_state.lua")
+
+// startFlowArgs are the KEYS and ARGV of lua/start_flow.lua.
+type startFlowArgs struct {
+	FlowKey    string // KEYS
+	DagKey     string // KEYS
+	ResultsKey string // KEYS
+	EventsKey  string // KEYS
+	Ctx        int64
+	Flow       int64
+	Caller     int64
+	NowS       int64
+	NowMs      int64
+	Actor      string
+	Nodes      []startFlowNode
+}
+
+// startFlowNode is a record of lua/start_flow.lua.
+type startFlowNode struct {
+	ID         int64
+	Deps       string
+	Dependents string
+	N          int64
+	Ran        bool
+}
+
+// call is the run of lua/start_flow.lua with a's KEYS and ARGV.
+func (a *startFlowArgs) call() Call {
+	keys := make([]string, 0, 4)
+	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey, a.EventsKey)
+	args := make([]any, 0, 7)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Caller)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Actor)
+	args = append(args, len(a.Nodes))
+	for _, x1 := range a.Nodes {
+		args = append(args, x1.ID)
+		args = append(args, x1.Deps)
+		args = append(args, x1.Dependents)
+		args = append(args, x1.N)
+		args = append(args, luaBool(x1.Ran))
+	}
+	return Call{Script: startFlowScript, Keys: keys, Args: args}
+}
+
+// run runs lua/start_flow.lua and decodes its reply.
+func (a *startFlowArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeStartFlowReply(res)
+}
+
+// decodeStartFlowReply decodes the reply of lua/start_flow.lua.
+func decodeStartFlowReply(v any) (out any, err error) {
+	out = v
 	return out, nil
 }
 

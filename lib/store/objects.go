@@ -850,7 +850,20 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 	if err != nil {
 		return nil, false, err
 	}
-	flows, err := db.jobFlows(ctx, f.CallerID, f.Jobs)
+	done, err := db.commitStage(ctx, f)
+	if err != nil {
+		return nil, false, err
+	}
+	out, created, err := db.createFlow(ctx, f, actor)
+	if done != nil {
+		done(err == nil)
+	}
+	return out, created, err
+}
+
+// createFlow is CreateFlow once the flow is checked (and its stage, if any, held).
+func (d *DB) createFlow(ctx context.Context, f *model.Flow, actor string) (*model.Flow, bool, error) {
+	flows, err := d.jobFlows(ctx, f.CallerID, f.Jobs)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs %v", err)}
@@ -868,7 +881,7 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 	f.Result, f.Error, f.FailedJob = nil, "", 0
 	cmp, ini := splitFields(f, flowInitialOnly)
 	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
-		return db.Eval(ctx, sc, k, args...)
+		return d.Eval(ctx, sc, k, args...)
 	}, createSpec{object: "flow", prefix: "flow:", seq: keys.FlowSeq, index: keys.FlowIndex, id: f.ID, compare: cmp, initial: ini, eventType: string(model.EventFlowCreated), eventActor: actor, events: true, statusIdx: keys.FlowIndex})
 	if err != nil {
 		return nil, false, err
@@ -876,7 +889,7 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 	{
 		// The jobs learn their flow (for results, logs and retention); repeated on a
 		// retried create so that a crash in between heals.
-		if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, id := range f.Jobs {
 				p.HSet(ctx, keys.Job(f.CallerID, id), "flow_id", res.id)
 			}
@@ -885,7 +898,7 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 			return nil, false, err
 		}
 	}
-	out, err := db.LoadFlow(ctx, res.id)
+	out, err := d.LoadFlow(ctx, res.id)
 	return out, res.created, err
 }
 

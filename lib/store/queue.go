@@ -96,9 +96,6 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 	return c, nil
 }
 
-// claimMessageScript: see lua/claim_message.lua.
-var claimMessageScript = stateScript("claim_message.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua") // lib_route needs lib_state
-
 // RoutingJobFields are the fields of a job that ClaimMessages reads for a job request:
 // what routing it needs (a remote runner's request needs the whole job: load it).
 var RoutingJobFields = []string{"id", "caller_id", "context_id", "flow_id", "script_type", "runner_id", "attempt", "status", "function_name", "priority"}
@@ -147,14 +144,13 @@ func (d *DB) ClaimMessages(ctx context.Context, queue, consumer string, lease ti
 	now := time.Now()
 	exp := now.Add(lease).UnixMilli()
 	wkey, wtoken, held := w.args()
-	args := make([]any, 0, 9+max)
-	args = append(args, consumer, queue, exp, max, wtoken, held, boolArg(route), d.ContextID, now.Unix())
 	ids := make([]string, max)
 	for i := range ids {
 		ids[i] = newClaimID()
-		args = append(args, ids[i])
 	}
-	res, err := d.Eval(ctx, claimMessageScript, []string{queue, keys.Processing(consumer), keys.Leases, wkey}, args...)
+	res, err := (&claimMessageArgs{QueueKey: queue, ProcKey: keys.Processing(consumer), LeasesKey: keys.Leases, WakeKey: wkey,
+		Consumer: consumer, QueueName: queue, ExpiryMs: exp, Max: int64(max), Token: wtoken, Held: held, Route: route,
+		Ctx: int64(d.ContextID), NowS: now.Unix(), Claims: ids}).run(ctx, d)
 	if err == redis.Nil {
 		return nil, nil, nil
 	}

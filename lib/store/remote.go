@@ -54,9 +54,6 @@ func InboundKey(sourcePK, originMsg string) string {
 	return keys.Inbound(sourcePK, originMsg)
 }
 
-// materializeScript: see lua/materialize.lua.
-var materializeScript = stateScript("materialize.lua")
-
 // MaterializeJob writes a job that another node sent, ready to queue.
 func (d *DB) MaterializeJob(ctx context.Context, j *model.Job) (created bool, err error) {
 	if j.Origin == nil {
@@ -67,13 +64,11 @@ func (d *DB) MaterializeJob(ctx context.Context, j *model.Job) (created bool, er
 	j.Status = model.JobDispatched
 	j.CreatedAt, j.UpdatedAt, j.CreatedAtMs = now.Unix(), now.Unix(), now.UnixMilli()
 	j.Worker, j.Error, j.ExitCode, j.Result, j.StartedAt, j.FinishedAt, j.StartedAtMs, j.FinishedAtMs = "", "", 0, map[string]string{}, 0, 0, 0, 0
-	args := []any{j.CallerID, j.ID, j.Origin.MsgKey, now.Unix(), now.UnixMilli()}
-	args = append(args, model.HashFields(j)...)
-	res, err := d.Eval(ctx, materializeScript, []string{keys.Job(j.CallerID, j.ID)}, args...)
+	n, err := (&materializeArgs{JobKey: keys.Job(j.CallerID, j.ID), Caller: int64(j.CallerID), ID: int64(j.ID), OriginMsg: j.Origin.MsgKey,
+		NowS: now.Unix(), NowMs: now.UnixMilli(), JobFields: model.HashFields(j)}).run(ctx, d)
 	if err != nil {
 		return false, scriptErr(err, fmt.Sprintf("materialize job %d:%d", j.CallerID, j.ID))
 	}
-	n, _ := res.(int64)
 	return n == 1, nil
 }
 

@@ -31,9 +31,6 @@ const (
 	StartRetaken
 )
 
-// claimStartScript: see lua/claim_start.lua.
-var claimStartScript = stateScript("claim_start.lua")
-
 // Started is one job a ClaimStarts took.
 type Started struct {
 	Claim   *Claim
@@ -85,20 +82,14 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 	set := []string{"status", string(model.JobStarted), "worker", consumer, "started_at_us", strconv.FormatInt(now.UnixMicro(), 10), "updated_at", secs}
 	claimIDs := make([]string, len(traceIDs))
 	wkey, wtoken, held := w.args()
-	args := make([]any, 0, 10+len(set)+len(startClears)+2*len(traceIDs))
-	args = append(args, consumer, queue, now.Add(lease).UnixMilli(), now.UnixMilli(), len(traceIDs), wtoken, held, len(set))
-	for _, v := range set {
-		args = append(args, v)
-	}
-	args = append(args, len(startClears))
-	for _, v := range startClears {
-		args = append(args, v)
-	}
+	a := &claimStartArgs{QueueKey: queue, ProcKey: keys.Processing(consumer), LeasesKey: keys.Leases, EventsKey: keys.Events, WakeKey: wkey,
+		Worker: consumer, Qname: queue, Exp: now.Add(lease).UnixMilli(), NowMs: now.UnixMilli(), Max: int64(len(traceIDs)), Token: wtoken,
+		Held: held, Set: set, Clears: startClears, Starts: make([]claimStartStart, len(traceIDs))}
 	for i, t := range traceIDs {
 		claimIDs[i] = newClaimID()
-		args = append(args, claimIDs[i], t)
+		a.Starts[i] = claimStartStart{Claim: claimIDs[i], Trace: t}
 	}
-	res, err := d.Eval(ctx, claimStartScript, []string{queue, keys.Processing(consumer), keys.Leases, keys.Events, wkey}, args...)
+	res, err := a.run(ctx, d)
 	if err != nil && err != redis.Nil {
 		return nil, &UnansweredClaimError{ClaimIDs: claimIDs, Err: fmt.Errorf("claim and start from %s of context %d: %w", queue, d.ContextID, err)}
 	}
@@ -205,6 +196,9 @@ type JobOutcome struct {
 	RetryAfter time.Duration   // an executor asked to be retried after this long
 	Log        []byte          // appended to the job's log with the end (e.g. a handler call's header)
 	LogMax     int             // the log's cap in bytes (0: MaxLogBytes)
+	// StartedAt is when the run's process was about to run (zero: the claim's start,
+	// started_at_us, stays): the job's started_at_us becomes it.
+	StartedAt time.Time
 }
 
 // FinishJob records a run's end, acks the claim and pushes the result message
@@ -395,12 +389,20 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 		}
 		a.Runs = append(a.Runs, finishJobsRun{JobKey: keys.Job(j.CallerID, j.ID), Member: c.member(), Claim: c.ID, ID: int64(j.ID), Flow: int64(j.FlowID),
 			Status: string(o.Status), Err: o.Error, Code: int64(o.ExitCode), Result: model.EncodeField(result), Rjson: string(o.ResultJSON),
-			Fatal: o.Fatal, RetryAfter: o.RetryAfter.Milliseconds(), Chunk: o.Log, Entry: item, Ck: j.ConcurrencyKey})
+			Fatal: o.Fatal, RetryAfter: o.RetryAfter.Milliseconds(), Chunk: o.Log, Entry: item, Started: startedArg(o.StartedAt), Ck: j.ConcurrencyKey})
 	}
 	if shared {
 		a.Glist = append(list, ']')
 	}
 	return a.call()
+}
+
+// startedArg is a run's process start for the finish script ("": none).
+func startedArg(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMicro(), 10)
 }
 
 // finishedJSON is what a result message lists for the run of j that ended with o: a
@@ -412,6 +414,9 @@ func finishedJSON(j *model.Job, o JobOutcome, result map[string]string, now time
 	final := *j
 	final.Status, final.Error, final.ExitCode, final.Result, final.ResultJSON, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.ResultJSON, o.Fatal
 	final.FinishedAt, final.FinishedAtMs, final.FinishedAtUs = now.Unix(), now.UnixMilli(), now.UnixMicro()
+	if !o.StartedAt.IsZero() {
+		final.StartedAt, final.StartedAtMs, final.StartedAtUs = o.StartedAt.Unix(), o.StartedAt.UnixMilli(), o.StartedAt.UnixMicro()
+	}
 	final.Script = "" // the result message does not need to carry the source again
 	js, err := json.Marshal(&final)
 	if err != nil {

@@ -610,6 +610,19 @@ func TestFinishJobFields(t *testing.T) {
 		j.FinishedAtUs < j.StartedAtUs || j.FinishedAtMs != j.FinishedAtUs/1000 || j.FinishedAt != j.FinishedAtUs/1_000_000 {
 		t.Errorf("times of the loaded job: %d/%d/%d µs/ms/s started, %d/%d/%d finished", j.StartedAtUs, j.StartedAtMs, j.StartedAt, j.FinishedAtUs, j.FinishedAtMs, j.FinishedAt)
 	}
+	// A run that says when its process was about to run (after its claim: its sandbox
+	// was made) stores that as its start (issue 44).
+	claimed := j.StartedAtUs
+	ran := time.Now().Add(time.Hour) // later than any claim of this test
+	j = run(store.JobOutcome{Status: model.JobFinished, StartedAt: ran})
+	if !startedAt(j, ran, claimed) {
+		t.Errorf("started_at_us %d, want the process's start %d (claimed at %d)", j.StartedAtUs, ran.UnixMicro(), claimed)
+	}
+}
+
+// startedAt: the loaded job's start is the run's process start ran, not its claim.
+func startedAt(j *model.Job, ran time.Time, claimed int64) bool {
+	return j.StartedAtUs == ran.UnixMicro() && j.StartedAtMs == ran.UnixMilli() && j.StartedAtUs != claimed
 }
 
 // A job's entry in each per-status index has the score of its entry in coord:idx:jobs,

@@ -7,6 +7,15 @@
 // "mux" pool serves every context: each use is a pipeline that starts with SELECT <db>
 // in the same round trip, so 10,000 contexts share one pool (docs/architecture.md
 // has the measurements).
+//
+// Transitions: each is a script under lua/ whose header declares its interface (its
+// KEYS, its ARGV with names and types, its reply, the library files it needs).
+// make lua-gen (lib/internal/luagen) writes from it the script's Lua prologue and its
+// typed call in lua_gen.go: a struct <name>Args of its keys and arguments whose run
+// method builds KEYS and ARGV, runs the script (a Redis function, script.go) through
+// a luaRunner (*DB, *Server, a client) and decodes its reply; call() gives the Call
+// for a batch (EvalBatch). Nothing else builds a script's arguments
+// (scripts/lua-check.sh). CONTRIBUTING.md describes the declaration.
 package store
 
 import (

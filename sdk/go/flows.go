@@ -109,6 +109,30 @@ func (c *Client) FlowDAG(ctx context.Context, id uint32) (*DAG, error) {
 	return dagOf(r), nil
 }
 
+// FlowDAGPage is one page of a flow's DAG: up to limit nodes (at most 10,000) from
+// offset in the flow's order; the page's NextOffset is where the next starts (0:
+// none), its Counts the flow's node counts.
+func (c *Client) FlowDAGPage(ctx context.Context, id, offset, limit uint32) (*DAG, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	r, err := c.api.GetFlowDag(ctx, &herov1.GetFlowDagRequest{ContextId: c.cfg.Context, Id: id, Offset: offset, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	return dagOf(r), nil
+}
+
+// FlowCounts is a flow's nodes counted by state, in O(1) whatever its size.
+func (c *Client) FlowCounts(ctx context.Context, id uint32) (*FlowCounts, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	r, err := c.api.GetFlowCounts(ctx, &herov1.GetFlowRequest{ContextId: c.cfg.Context, Id: id})
+	if err != nil {
+		return nil, err
+	}
+	return countsOf(r), nil
+}
+
 // WaitFlow waits up to wait (0: the server's default, 5 minutes; at most an hour)
 // until a flow ends, and returns it: look at its Status (model.FlowFinished or
 // model.FlowError) and Error. A flow still running then is ErrTimeout.
@@ -132,6 +156,13 @@ type FlowSpec struct {
 	ID   uint32            // 0: the server picks it
 	Env  map[string]string // the flow's environment, given to every job
 	Jobs []FlowJob
+	// CreationTTL is how long SubmitFlow's creation lives on the server between two
+	// of its calls before the server deletes what it made (0: the server's default,
+	// 60 s; 5 s to 1 h).
+	CreationTTL time.Duration
+	// Progress, when set, is called after each batch of jobs SubmitFlow created, with
+	// the jobs created so far and their total.
+	Progress func(created, total int)
 }
 
 // FlowJob is one job of a FlowSpec; Job.Dependends is filled in from Depends.
@@ -213,13 +244,18 @@ const submitFlowCalls = 16
 // SubmitFlow creates the spec's jobs (dependencies first), the flow, and starts it.
 // First the server checks every job as it would create it (CheckJobs): a job it would
 // refuse — one naming an executor no runner of the context announced, say — refuses
-// the flow, naming the job, before anything is stored. Then the jobs are created
-// level by level (a job's level is one more than its
+// the flow, naming the job, before anything is stored. Then, with the server's id
+// (spec.ID 0), the flow is created as a unit (BeginFlow: the server checks its size
+// against its limit first and gives every id at once; the jobs in CreateFlowJobs calls
+// of 500, a few at once, spec.Progress told after each; then CreateFlow): a failure
+// deletes what was made (AbortFlow), and a client that dies midway leaves it to the
+// server, which deletes it once spec.CreationTTL passes. With a chosen spec.ID, or from
+// a server without BeginFlow, the jobs are created level by level (a job's level is one more than its
 // dependencies' highest: each needs its dependencies' ids, which the server picks),
 // those of one level in CreateJobs calls of up to 500, up to submitFlowCalls at once
 // (one CreateJob call per job from a server without CreateJobs); the flow lists them in the spec's
-// dependency order (Order). Jobs made before a later failure stay (delete them, or
-// submit again with their ids).
+// dependency order (Order); there, jobs made before a later failure stay (delete
+// them, or submit again with their ids).
 func (c *Client) SubmitFlow(ctx context.Context, spec FlowSpec) (*SubmittedFlow, error) {
 	order, err := spec.Order()
 	if err != nil {
@@ -232,22 +268,39 @@ func (c *Client) SubmitFlow(ctx context.Context, spec FlowSpec) (*SubmittedFlow,
 	for i, fj := range spec.Jobs {
 		byName[fj.Name] = i
 	}
+	if spec.ID == 0 {
+		f, ids, err := c.submitStaged(ctx, spec, order, byName)
+		if err == nil {
+			return c.startSubmitted(ctx, spec, f, ids)
+		}
+		if !errors.Is(err, errNoBeginFlow) {
+			return nil, err
+		}
+	}
 	ids := make([]uint32, len(spec.Jobs)) // by the spec's index
 	for _, level := range flowLevels(spec.Jobs, byName, order) {
 		if err := c.createLevel(ctx, spec.Jobs, byName, level, ids); err != nil {
 			return nil, err
 		}
 	}
-	out := &SubmittedFlow{Jobs: make(map[string]uint32, len(spec.Jobs))}
 	flowIDs := make([]uint32, 0, len(order))
 	for _, i := range order {
-		out.Jobs[spec.Jobs[i].Name] = ids[i]
 		flowIDs = append(flowIDs, ids[i])
 	}
 	f, err := c.CreateFlow(ctx, &model.Flow{ID: spec.ID, Jobs: flowIDs, EnvVars: spec.Env})
 	if err != nil {
 		return nil, fmt.Errorf("create flow: %w", err)
 	}
+	return c.startSubmitted(ctx, spec, f, ids)
+}
+
+// startSubmitted starts a flow SubmitFlow created (ids: its jobs' by the spec's index).
+func (c *Client) startSubmitted(ctx context.Context, spec FlowSpec, f *model.Flow, ids []uint32) (*SubmittedFlow, error) {
+	out := &SubmittedFlow{Jobs: make(map[string]uint32, len(spec.Jobs))}
+	for i, fj := range spec.Jobs {
+		out.Jobs[fj.Name] = ids[i]
+	}
+	var err error
 	if out.Flow, err = c.StartFlow(ctx, f.ID); err != nil {
 		return nil, fmt.Errorf("start flow %d: %w", f.ID, err)
 	}

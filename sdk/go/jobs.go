@@ -50,7 +50,7 @@ const MaxCreateJobs = 1000
 // call's own failure (malformed, not allowed, or a server without the call:
 // codes.Unimplemented), and nothing was stored.
 func (c *Client) CreateJobs(ctx context.Context, jobs []*model.Job) (made []*model.Job, errs []error, err error) {
-	return c.jobsCall(ctx, jobs, c.api.CreateJobs)
+	return c.jobsCall(ctx, 0, jobs, c.api.CreateJobs)
 }
 
 // CheckJobs checks up to MaxCreateJobs jobs as CreateJobs would and stores nothing
@@ -58,15 +58,16 @@ func (c *Client) CreateJobs(ctx context.Context, jobs []*model.Job) (made []*mod
 // nil when it would store it. err is the call's own failure (a server without the
 // call: codes.Unimplemented). SubmitFlow checks a flow's jobs so before it creates any.
 func (c *Client) CheckJobs(ctx context.Context, jobs []*model.Job) (errs []error, err error) {
-	_, errs, err = c.jobsCall(ctx, jobs, c.api.CheckJobs)
+	_, errs, err = c.jobsCall(ctx, 0, jobs, c.api.CheckJobs)
 	return errs, err
 }
 
-// jobsCall makes a CreateJobs or a CheckJobs call (rpc) of jobs and reads its items.
-func (c *Client) jobsCall(ctx context.Context, jobs []*model.Job, rpc func(context.Context, *herov1.CreateJobsRequest, ...grpc.CallOption) (*herov1.CreateJobsResponse, error)) (made []*model.Job, errs []error, err error) {
+// jobsCall makes a CreateJobs or a CheckJobs call (rpc) of jobs (of the flow begun
+// as flowID, when not 0) and reads its items.
+func (c *Client) jobsCall(ctx context.Context, flowID uint32, jobs []*model.Job, rpc func(context.Context, *herov1.CreateJobsRequest, ...grpc.CallOption) (*herov1.CreateJobsResponse, error)) (made []*model.Job, errs []error, err error) {
 	ctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	req := &herov1.CreateJobsRequest{ContextId: c.cfg.Context, Jobs: make([]*herov1.Job, len(jobs))}
+	req := &herov1.CreateJobsRequest{ContextId: c.cfg.Context, Jobs: make([]*herov1.Job, len(jobs)), FlowId: flowID}
 	for i, j := range jobs {
 		req.Jobs[i] = c.jobPB(j)
 	}

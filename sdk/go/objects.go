@@ -34,6 +34,29 @@ type Logs struct {
 type DAG struct {
 	Flow  *model.Flow `json:"flow"`
 	Nodes []*DagNode  `json:"nodes"`
+	// NextOffset (a page: FlowDAGPage, or FlowDAG of a flow over 10,000 jobs) is
+	// where the next page starts; 0: none. The flow of a page comes without its jobs.
+	NextOffset uint32 `json:"next_offset,omitempty"`
+	// Counts (a page) are the flow's node counts.
+	Counts *FlowCounts `json:"counts,omitempty"`
+}
+
+// FlowCounts are a flow's nodes by state, from counters the server keeps (O(1)).
+type FlowCounts struct {
+	Started   bool   `json:"started"`
+	Total     uint32 `json:"total"`
+	Ended     uint32 `json:"ended"`
+	Completed uint32 `json:"completed"`
+	Failed    uint32 `json:"failed"`
+	Cancelled uint32 `json:"cancelled"`
+	NotEnded  uint32 `json:"not_ended"`
+}
+
+func countsOf(c *herov1.FlowCounts) *FlowCounts {
+	if c == nil {
+		return nil
+	}
+	return &FlowCounts{Started: c.Started, Total: c.Total, Ended: c.Ended, Completed: c.Completed, Failed: c.Failed, Cancelled: c.Cancelled, NotEnded: c.NotEnded}
 }
 
 // DagNode is one job of a DAG.
@@ -103,7 +126,7 @@ func RunnerOf(r *herov1.Runner) *model.Runner {
 }
 
 func dagOf(d *herov1.GetFlowDagResponse) *DAG {
-	out := &DAG{Flow: flowOf(d.Flow), Nodes: []*DagNode{}}
+	out := &DAG{Flow: flowOf(d.Flow), Nodes: []*DagNode{}, NextOffset: d.NextOffset, Counts: countsOf(d.Counts)}
 	for _, n := range d.Nodes {
 		out.Nodes = append(out.Nodes, &DagNode{ID: n.Id, Depends: nonNil(n.Depends), Dependents: nonNil(n.Dependents),
 			NodeStatus: model.NodeStatus(n.NodeStatus), JobStatus: model.JobStatus(n.JobStatus), Attempt: n.Attempt, Error: n.Error, ScriptType: n.ScriptType, FunctionName: n.FunctionName})

@@ -584,8 +584,38 @@ class Client:
     def start_flow(self, id: int, context_id: Optional[int] = None) -> dict:
         return self.call("flow.start", {"context_id": self._ctx(context_id), "id": id})
 
+    def begin_flow(self, jobs: int, *, ttl_seconds: Optional[int] = None, caller_id: Optional[int] = None,
+                   context_id: Optional[int] = None) -> dict:
+        """Begins a flow of ``jobs`` jobs created as a unit (``flow.begin``; admins): the
+        server checks the size against its limit before anything is stored and
+        reserves the flow's id and its jobs' ids. Returns ``{flow_id, caller_id,
+        first_job_id, last_job_id, expires_at_ms, ttl_seconds, max_jobs}``; create the
+        jobs with create_flow_jobs (ids first_job_id..last_job_id), then create_flow
+        with ``id=flow_id`` and every job. Not renewed within ``ttl_seconds`` (each
+        create_flow_jobs renews it; default 60), the creation is deleted with its jobs;
+        abort_flow deletes it at once."""
+        params: Dict[str, Any] = {"context_id": self._ctx(context_id), "jobs": jobs}
+        if ttl_seconds:
+            params["ttl_seconds"] = ttl_seconds
+        if caller_id:
+            params["caller_id"] = caller_id
+        return self.call("flow.begin", params)
+
+    def create_flow_jobs(self, flow_id: int, jobs: List[dict], context_id: Optional[int] = None) -> List[Any]:
+        """``job.create_batch`` of the jobs of a flow begun with begin_flow (each with its
+        ``id`` from the range it gave): each Job or its error."""
+        made = self.call("job.create_batch", {"context_id": self._ctx(context_id), "jobs": jobs, "flow_id": flow_id})
+        return [_error("job.create_batch", item["error"]) if item.get("error") else item["job"]
+                for item in made["items"]]
+
+    def abort_flow(self, id: int, context_id: Optional[int] = None) -> int:
+        """Deletes the jobs of a flow begun with begin_flow and not created (``flow.abort``);
+        returns how many."""
+        return self.call("flow.abort", {"context_id": self._ctx(context_id), "id": id})["deleted"]
+
     def submit_flow(self, jobs: List[dict], *, env: Optional[Dict[str, str]] = None, start: bool = True,
-                    context_id: Optional[int] = None) -> dict:
+                    context_id: Optional[int] = None, ttl_seconds: Optional[int] = None,
+                    progress: Optional[Callable[[int, int], None]] = None) -> dict:
         """Creates and starts a flow from job specs, as a flow file lists them (heroctl
         flow submit): each a dict with ``name``, ``type`` and ``script`` (or
         ``function``, ``args``, ``kwargs``), optional ``depends`` (names), ``env``,
@@ -598,9 +628,56 @@ class Client:
         say — raises its error, naming it, and nothing is stored (a server without
         ``job.check_batch`` checks each job as it is created: the jobs made before a
         refused one stay). Returns the Flow (its ``jobs`` are the job ids, in the order
-        of ``jobs``)."""
+        of ``jobs``).
+
+        A server with ``flow.begin`` gets the flow as a unit: begin_flow (the size
+        checked first, every id given at once), the jobs in dependency order in
+        ``job.create_batch`` calls of BATCH with ``flow_id`` (``progress(created,
+        total)`` after each), then ``flow.create``; an error deletes what was made
+        (abort_flow), and a process killed midway leaves it to the server, which deletes
+        it once ``ttl_seconds`` (default 60) pass without a call."""
         order = _topological(jobs)
         self._check_flow(order, context_id)
+        try:
+            flow = self._submit_staged(jobs, order, env, context_id, ttl_seconds, progress)
+        except MethodNotFound:
+            flow = self._submit_levels(jobs, order, env, context_id)
+        if start:
+            flow = self.start_flow(flow["id"], context_id)
+        return flow
+
+    def _submit_staged(self, jobs: List[dict], order: List[dict], env: Optional[Dict[str, str]],
+                       context_id: Optional[int], ttl_seconds: Optional[int],
+                       progress: Optional[Callable[[int, int], None]]) -> dict:
+        """submit_flow's creation as a unit (flow.begin); the flow, not started."""
+        stage = self.begin_flow(len(jobs), ttl_seconds=ttl_seconds, context_id=context_id)
+        ids = {spec["name"]: stage["first_job_id"] + k for k, spec in enumerate(order)}
+        try:
+            for at in range(0, len(order), self.BATCH):
+                part = order[at:at + self.BATCH]
+                batch = []
+                for spec in part:
+                    job = _flow_job(spec, [ids[d] for d in spec.get("depends", [])])
+                    job["id"] = ids[spec["name"]]
+                    batch.append(job)
+                for spec, job in zip(part, self.create_flow_jobs(stage["flow_id"], batch, context_id)):
+                    if isinstance(job, HeroError):
+                        job.message = f"job {spec['name']!r} of the flow: {job.message}"
+                        raise job
+                if progress:
+                    progress(at + len(part), len(order))
+            return self.create_flow([ids[s["name"]] for s in jobs], id=stage["flow_id"], env=env, context_id=context_id)
+        except BaseException:
+            try:
+                self.abort_flow(stage["flow_id"], context_id)
+            except HeroError:
+                pass  # the server deletes it when its ttl passes
+            raise
+
+    def _submit_levels(self, jobs: List[dict], order: List[dict], env: Optional[Dict[str, str]],
+                       context_id: Optional[int]) -> dict:
+        """submit_flow's creation against a server without flow.begin: the jobs level by
+        level, then the flow (not started); jobs made before a failure stay."""
         ids: Dict[str, int] = {}
         batched = True  # job.create_batch, until the server does not know it
         for level in _levels(order):
@@ -623,10 +700,7 @@ class Client:
                         job.message = f"job {spec['name']!r} of the flow: {job.message}"
                         raise job
                     ids[spec["name"]] = job["id"]
-        flow = self.create_flow([ids[s["name"]] for s in jobs], env=env, context_id=context_id)
-        if start:
-            flow = self.start_flow(flow["id"], context_id)
-        return flow
+        return self.create_flow([ids[s["name"]] for s in jobs], env=env, context_id=context_id)
 
     def _check_flow(self, specs: List[dict], context_id: Optional[int]) -> None:
         """Has the server check a flow's job specs as it would create them
@@ -649,8 +723,32 @@ class Client:
     def load_flow(self, id: int, context_id: Optional[int] = None) -> dict:
         return self.call("flow.load", {"context_id": self._ctx(context_id), "id": id})
 
-    def flow_dag(self, id: int, context_id: Optional[int] = None) -> dict:
-        return self.call("flow.dag", {"context_id": self._ctx(context_id), "id": id})
+    def flow_dag(self, id: int, context_id: Optional[int] = None, *, offset: int = 0,
+                 limit: Optional[int] = None) -> dict:
+        """``flow.dag``: ``{flow, nodes}``; with ``limit`` (at most 10,000), or for a flow of
+        more than 10,000 jobs, one page from ``offset`` with ``next_offset`` (0: the last)
+        and ``counts``, the flow without its job list (flow_dag_pages reads them all)."""
+        params: Dict[str, Any] = {"context_id": self._ctx(context_id), "id": id}
+        if offset:
+            params["offset"] = offset
+        if limit is not None:
+            params["limit"] = limit
+        return self.call("flow.dag", params)
+
+    def flow_dag_pages(self, id: int, limit: int = 5000, context_id: Optional[int] = None) -> Iterator[dict]:
+        """Yields a flow's DAG nodes a page (``limit``) at a time, in the flow's order."""
+        offset = 0
+        while True:
+            page = self.flow_dag(id, context_id, offset=offset, limit=limit)
+            yield from page["nodes"]
+            offset = page.get("next_offset") or 0
+            if not offset:
+                return
+
+    def flow_counts(self, id: int, context_id: Optional[int] = None) -> dict:
+        """``flow.counts``: the flow's nodes by state (``started, total, ended, completed,
+        failed, cancelled, not_ended``), O(1) whatever its size."""
+        return self.call("flow.counts", {"context_id": self._ctx(context_id), "id": id})
 
     def cancel_flow(self, id: int, context_id: Optional[int] = None) -> dict:
         return self.call("flow.cancel", {"context_id": self._ctx(context_id), "id": id})

@@ -182,6 +182,32 @@ class FlowAPI(http.server.BaseHTTPRequestHandler):
             if r["method"] == "job.create_batch" and not srv.has_create_batch:
                 out.append({"jsonrpc": "2.0", "id": r["id"], "error": {"code": -32601, "message": "method not found"}})
                 continue
+            if r["method"] in ("flow.begin", "flow.abort") and not srv.has_begin:
+                out.append({"jsonrpc": "2.0", "id": r["id"], "error": {"code": -32601, "message": "method not found"}})
+                continue
+            if r["method"] == "flow.begin":
+                srv.begun = p["jobs"]
+                res = {"flow_id": 9, "caller_id": 3, "first_job_id": 100, "last_job_id": 100 + p["jobs"] - 1,
+                       "expires_at_ms": 0, "ttl_seconds": p.get("ttl_seconds", 60), "max_jobs": 100000}
+                out.append({"jsonrpc": "2.0", "id": r["id"], "result": res})
+                continue
+            if r["method"] == "flow.abort":
+                srv.aborted.append(p["id"])
+                out.append({"jsonrpc": "2.0", "id": r["id"], "result": {"deleted": len(srv.staged)}})
+                continue
+            if r["method"] == "job.create_batch" and p.get("flow_id"):
+                items = []
+                for job in p["jobs"]:
+                    if job.get("script") == "refuse":
+                        items.append({"error": {"code": -32602, "message": "refused", "data": {"field": "script"}}})
+                        continue
+                    for d in job.get("depends", []):
+                        if not 100 <= d < 100 + srv.begun:
+                            srv.bad.append((job["script"], d))
+                    srv.staged.append(job["id"])
+                    items.append({"job": dict(job, flow_id=p["flow_id"])})
+                out.append({"jsonrpc": "2.0", "id": r["id"], "result": {"items": items}})
+                continue
             if r["method"] == "job.check_batch" and not srv.has_check_batch:
                 out.append({"jsonrpc": "2.0", "id": r["id"], "error": {"code": -32601, "message": "method not found"}})
                 continue
@@ -222,6 +248,7 @@ class SubmitFlowTest(unittest.TestCase):
         self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FlowAPI)
         self.srv.batches, self.srv.made, self.srv.bad, self.srv.limited, self.srv.flow_jobs = [], [], [], 0, None
         self.srv.has_create_batch, self.srv.has_check_batch, self.srv.checked = True, True, []
+        self.srv.has_begin, self.srv.begun, self.srv.staged, self.srv.aborted = False, 0, [], []
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
         self.client = hc.Client(f"http://127.0.0.1:{self.srv.server_address[1]}/", actor=3, key=Ed25519PrivateKey.generate())
         self.slept = []
@@ -255,6 +282,28 @@ class SubmitFlowTest(unittest.TestCase):
         creates = [b for b in self.srv.batches if b[0] == "job.create"]
         self.assertEqual([len(b) for b in creates], [20, 10, 1, 1], "the 30 independent jobs in batches of 20, then b, then c")
         self.assertEqual([b for b in self.srv.batches if b[0] == "job.create_batch"], [["job.create_batch"]], "asked once")
+
+    def test_a_flow_created_as_a_unit(self):
+        self.srv.has_begin = True
+        self.client.BATCH = 20
+        seen = []
+        flow = self.client.submit_flow(self.wide(), ttl_seconds=7, progress=lambda n, total: seen.append((n, total)))
+        self.assertEqual(flow["status"], "started")
+        self.assertEqual(self.srv.begun, 32, "flow.begin sizes the flow first")
+        self.assertEqual(self.srv.bad, [], "a dependency outside the begun ids")
+        self.assertEqual(sorted(self.srv.staged), list(range(100, 132)), "every job gets an id flow.begin gave")
+        self.assertEqual(sorted(self.srv.flow_jobs), list(range(100, 132)))
+        self.assertEqual(self.srv.flow_jobs[0], 131, "the flow lists the jobs in the order given (c, last in dependency order)")
+        self.assertEqual(seen, [(20, 32), (32, 32)])
+        self.assertEqual(self.srv.aborted, [])
+
+    def test_a_refused_job_aborts_the_creation(self):
+        self.srv.has_begin = True
+        with self.assertRaises(hc.InvalidParams) as e:
+            self.client.submit_flow([{"name": "ok", "type": "sh", "script": "a"}, {"name": "bad", "type": "sh", "script": "refuse"}])
+        self.assertIn("job 'bad' of the flow: refused", str(e.exception))
+        self.assertEqual(self.srv.aborted, [9], "flow.abort deletes what was made")
+        self.assertIsNone(self.srv.flow_jobs, "no flow made")
 
     def test_a_refused_job_names_itself(self):
         with self.assertRaises(hc.InvalidParams) as e:

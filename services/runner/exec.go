@@ -65,7 +65,7 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 	if r.cfg.pause != nil {
 		r.cfg.pause("claimed", 0)
 	}
-	res := r.runScript(ctx, db, cl, j, log)
+	res := r.kinds[r.kindOf(j)].run(ctx, r, db, cl, j, log)
 	if res.reason == execcore.ReasonHandedBack {
 		log.Info().Msg("job handed back at shutdown")
 		return
@@ -166,9 +166,6 @@ type runResult struct {
 
 // runScript runs the job's script under its interpreter with a clean environment.
 func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) runResult {
-	if j.IsHandler() {
-		return r.runHandler(ctx, db, cl, j, log)
-	}
 	interp, ok := r.cfg.interpreters[j.ScriptType]
 	if !ok {
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true,
@@ -210,7 +207,6 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 		logw.Close()
 		return *refused
 	}
-	start := time.Now()
 	run, err := ex.Start(execcore.Process{
 		Argv: interp, Dir: dir, Env: env, Script: j.Script, Sandbox: r.sandbox, Limits: lim,
 		Log: logw, OutputMax: r.cfg.OutputMaxBytes, KillGrace: r.cfg.KillGrace,
@@ -228,12 +224,15 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	sv := r.supervise(ctx, db, cl, j, ex, run.OnTimeout(ex.Kill))
 	res := run.Wait()
 	sv.Stop()
+	start := run.StartedAt()
 	elapsed := time.Since(start)
 	log.Info().Str("sandbox", r.sandbox.Mode()).Str("limits", lim.String()).Int("exit_code", res.ExitCode).Str("signal", res.Signal).
 		Dur("elapsed", elapsed).Msg("job execution")
 	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(elapsed.Seconds())
 	logw.Close()
-	return r.scriptOutcome(ctx, db, j, ex, res, lim, log, elapsed)
+	rr := r.scriptOutcome(ctx, db, j, ex, res, lim, log, elapsed)
+	rr.outcome.StartedAt = start // its started_at_us: when its process was about to run, not its claim
+	return rr
 }
 
 // startFailure is the outcome of a script whose process could not start.

@@ -34,7 +34,8 @@ type runner struct {
 	sandbox *sandbox.Sandbox
 	m       runnerMetrics
 	em      executorMetrics
-	pools   map[poolKey]*poolEntry // executor pools by executor and context
+	kinds   map[string]executionKind // how each kind of job runs (kinds.go)
+	pools   map[poolKey]*poolEntry   // executor pools by executor and context
 	poolMu  sync.Mutex
 	// poolsClosed: the pools were stopped (the runner ends); none starts any more.
 	poolsClosed bool
@@ -124,6 +125,7 @@ func newRunner(p runnerParams) *runner {
 	r := &runner{
 		store: p.store, log: p.log, cfg: p.cfg, sandbox: p.sandbox,
 		core:          execcore.NewTracker[model.JobRef](),
+		kinds:         executionKinds(),
 		holding:       claimSet{ids: map[string]struct{}{}},
 		em:            newExecutorMetrics(p.reg),
 		slots:         make(chan struct{}, p.cfg.Concurrency),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -12,6 +13,20 @@ import (
 	"github.com/hero-coordinator/hero/lib/sandbox"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
+
+// sandboxMadeMetric observes how long each sandbox made ahead took to make.
+func sandboxMadeMetric(reg prometheus.Registerer) func(time.Duration, error) {
+	h := promauto.With(reg).NewHistogramVec(prometheus.HistogramOpts{Name: "hero_runner_sandbox_make_seconds",
+		Help:    "Time to make a job's sandbox ahead of its job (its namespaces, mounts and cgroup, until its first process waits for the job), by outcome (ok, error).",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10}}, []string{"outcome"})
+	return func(d time.Duration, err error) {
+		outcome := "ok"
+		if err != nil {
+			outcome = "error"
+		}
+		h.WithLabelValues(outcome).Observe(d.Seconds())
+	}
+}
 
 func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	// RunnerControl/StopJob is the operator's alone: the services stop jobs through
@@ -23,9 +38,21 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	cfg.pause = pauseHook(os.Getenv)
 	opt := cfg.Sandbox.Options()
 	opt.Pause = cfg.pause
+	opt.Ahead.Made = sandboxMadeMetric(env.Registry)
 	sb, err := sandbox.New(ctx, opt)
 	if err != nil {
 		return err
+	}
+	for _, state := range []string{"ready", "making"} {
+		promauto.With(env.Registry).NewGaugeFunc(prometheus.GaugeOpts{Name: "hero_runner_sandboxes_ahead",
+			Help:        "Sandboxes made ahead of their jobs (--sandbox-ahead), by state: ready for a job, or being made.",
+			ConstLabels: prometheus.Labels{"state": state}}, func() float64 {
+			ready, making := sb.AheadCounts()
+			if state == "ready" {
+				return float64(ready)
+			}
+			return float64(making)
+		})
 	}
 	defer sb.Close() // its guard: what is left of the jobs once they are drained
 	sandboxGauge := promauto.With(env.Registry).NewGaugeVec(prometheus.GaugeOpts{Name: "hero_runner_sandbox",

@@ -77,7 +77,7 @@ func newEngine(p engineParams) *engine {
 			retried:       f.NewCounter(prometheus.CounterOpts{Name: "hero_jobs_retried_total", Help: "Failed job runs scheduled for another attempt."}),
 			jobsEnded:     f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricJobEnds, Help: obs.MetricJobEndsHelp}, []string{"outcome"}),
 			recovered:     f.NewCounter(prometheus.CounterOpts{Name: "hero_scheduler_recovered_total", Help: "Nodes the safety sweep had to dispatch or complete (lost wake-ups)."}),
-			expired:       f.NewCounterVec(prometheus.CounterOpts{Name: "hero_retention_deleted_total", Help: "Ended flows and standalone jobs deleted when their retention ended, by kind (flow, job)."}, []string{"kind"}),
+			expired:       f.NewCounterVec(prometheus.CounterOpts{Name: "hero_retention_deleted_total", Help: "Ended flows and standalone jobs deleted when their retention ended, and flow creations that expired unfinished (flow.begin without flow.create), by kind (flow, job, stage)."}, []string{"kind"}),
 			cancelled:     f.NewCounter(prometheus.CounterOpts{Name: "hero_flows_cancelled_total", Help: "Flows cancelled."}),
 			writeRetries:  f.NewCounter(prometheus.CounterOpts{Name: "hero_scheduler_dispatch_retries_total", Help: "Dispatches of ready jobs retried after a passing Redis fault."}),
 		},
@@ -648,13 +648,12 @@ func (e *engine) runExpired(ctx context.Context) {
 			if err != nil {
 				continue
 			}
-			if it.Kind == "flow" {
-				err = db.DeleteFlow(ctx, it.FlowID, true, "retention")
-			} else {
-				err = db.DeleteJob(ctx, it.CallerID, it.JobID, true, "retention")
-			}
+			deleted, err := e.deleteExpired(ctx, db, it)
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Str("kind", it.Kind).Msg("delete expired object")
+				continue
+			}
+			if !deleted {
 				continue
 			}
 			e.m.expired.WithLabelValues(it.Kind).Inc()
@@ -663,6 +662,25 @@ func (e *engine) runExpired(ctx context.Context) {
 		if len(items) < 100 {
 			return
 		}
+	}
+}
+
+// deleteExpired deletes one object whose retention ended: a flow, a standalone job,
+// or a flow's creation (a stage) whose client went away — its jobs, a chunk a call;
+// a stage whose flow was stored, or that was renewed, is dropped or left (deleted
+// false).
+func (e *engine) deleteExpired(ctx context.Context, db *store.DB, it store.Expired) (bool, error) {
+	switch it.Kind {
+	case "flow":
+		return true, db.DeleteFlow(ctx, it.FlowID, true, "retention")
+	case "stage":
+		n, err := db.SweepFlowStageAll(ctx, it.FlowID, false)
+		if n > 0 {
+			e.log.Info().Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Int("jobs", n).Msg("a flow's creation expired unfinished; its jobs deleted")
+		}
+		return n > 0, err
+	default:
+		return true, db.DeleteJob(ctx, it.CallerID, it.JobID, true, "retention")
 	}
 }
 

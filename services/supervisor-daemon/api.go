@@ -34,6 +34,10 @@ type service struct {
 	contexts   *contextCache // the submissions' authorizations (guarded: contextCache)
 	groups     *submitGroups // the group commit of single submissions; nil: none
 	loads      *endedLoads   // job.run's reads of ended jobs, grouped; nil: one read each
+	// maxFlowJobs is --max-flow-jobs: the most jobs of one flow (flow.begin,
+	// flow.create), checked before anything is stored.
+	maxFlowJobs int
+	jobLists    *jobListCache // flow.dag's pages: the job lists of large flows; nil: read each time
 }
 
 type idParams struct {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/config"
 	"github.com/hero-coordinator/hero/lib/dispatcher"
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/tlsx"
 )
 
@@ -35,6 +36,7 @@ type Config struct {
 	RateLimit        float64
 	RateBurst        int
 	MaxWaits         int
+	MaxFlowJobs      int
 
 	Console           bool
 	ConsoleReadOnly   bool
@@ -63,6 +65,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.IntVar(&c.RateBurst, "rate-burst", "", 2000, "calls an actor may make at once above --rate-limit (at least --max-batch)")
 	f.IntVar(&c.MaxWaits, "max-waits-per-caller", "", 100, "waiting calls (job.run, flow.wait, Watch, dispatcher.run_job) one actor may hold open at once, per replica (0: no cap)")
 	f.DurationVar(&c.RunMargin, "run-margin", "", 30*time.Second, "job.run waits the job's timeout plus this margin when no timeout is given")
+	f.IntVar(&c.MaxFlowJobs, "max-flow-jobs", "", model.DefaultMaxFlowJobs, fmt.Sprintf("most jobs of one flow (flow.begin, flow.create), checked before anything of the flow is stored; at most %d", model.MaxFlowJobs))
 	f.IntVar(&c.MaxBodyBytes, "max-body-bytes", "", 4<<20, "largest JSON-RPC request body accepted")
 	f.BoolVar(&c.Console, "console", "HERO_CONSOLE", true, "serve the web console under /ui/ on --http-addr (docs/console.md); its session cookie is Secure: use it over TLS (--api-tls-cert) or on localhost")
 	f.BoolVar(&c.ConsoleReadOnly, "console-read-only", "HERO_CONSOLE_READ_ONLY", false, "the web console shows everything and refuses every action, for every role")
@@ -105,6 +108,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ConsoleSessionTTL < time.Minute || c.ConsoleSessionTTL > 30*24*time.Hour {
 		return fmt.Errorf("--console-session-ttl: %v is not between 1m and 720h", c.ConsoleSessionTTL)
+	}
+	if c.MaxFlowJobs < 1 || c.MaxFlowJobs > model.MaxFlowJobs {
+		return fmt.Errorf("--max-flow-jobs: %d is not between 1 and %d", c.MaxFlowJobs, model.MaxFlowJobs)
 	}
 	if c.MaxBatch < 1 {
 		return fmt.Errorf("--max-batch: must be at least 1")

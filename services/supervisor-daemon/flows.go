@@ -51,6 +51,10 @@ type dagNode struct {
 type dagResult struct {
 	Flow  *model.Flow `json:"flow"`
 	Nodes []dagNode   `json:"nodes"`
+	// NextOffset (a page of a large flow) is where the next page starts; 0: none.
+	NextOffset uint32 `json:"next_offset,omitempty"`
+	// Counts (a page) are the flow's node counts, as flow.counts gives them.
+	Counts *store.FlowCounts `json:"counts,omitempty"`
 }
 
 func (s *service) flowCreate(ctx context.Context, p Principal, in flowCreateParams) (*model.Flow, error) {
@@ -62,6 +66,9 @@ func (s *service) flowCreate(ctx context.Context, p Principal, in flowCreatePara
 	}
 	if in.Flow.ContextID != 0 && in.Flow.ContextID != in.ContextID {
 		return nil, invalidParams("flow.context_id", "flow.context_id %d is not the request's context_id %d", in.Flow.ContextID, in.ContextID)
+	}
+	if len(in.Flow.Jobs) > s.maxFlowJobs {
+		return nil, invalidParams("flow.jobs", "a flow of %d jobs is more than this server's limit of %d (--max-flow-jobs)", len(in.Flow.Jobs), s.maxFlowJobs)
 	}
 	caller, err := callerFor(p, in.Flow.CallerID, "flow")
 	if err != nil {
@@ -151,14 +158,31 @@ func (s *service) flowStart(ctx context.Context, p Principal, in ctxIDParams) (*
 	return db.LoadFlow(ctx, in.ID)
 }
 
-func (s *service) flowDAG(ctx context.Context, p Principal, in ctxIDParams) (*dagResult, error) {
+func (s *service) flowDAG(ctx context.Context, p Principal, in dagParams) (*dagResult, error) {
 	_, db, err := s.authorize(ctx, p, in.ContextID, RoleReader, "flow.dag")
 	if err != nil {
 		return nil, err
 	}
+	if in.Limit != nil && (*in.Limit == 0 || *in.Limit > maxDAGPage) {
+		return nil, invalidParams("limit", "limit must be 1 to %d, got %d", maxDAGPage, *in.Limit)
+	}
+	if in.Limit != nil || in.Offset != 0 {
+		// a page: the flow's head, and its job list kept from the first page
+		f, err := db.LoadFlowHead(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		if f.Jobs, err = s.jobLists.jobs(ctx, db, f); err != nil {
+			return nil, err
+		}
+		return s.dagPage(ctx, db, f, in)
+	}
 	f, err := db.LoadFlow(ctx, in.ID)
 	if err != nil {
 		return nil, err
+	}
+	if len(f.Jobs) > maxDAGPage {
+		return s.dagPage(ctx, db, f, in)
 	}
 	jobs, err := db.LoadJobs(ctx, f.CallerID, f.Jobs)
 	if err != nil {
@@ -291,11 +315,15 @@ func (c *coordinatorServer) StartFlow(ctx context.Context, r *herov1.StartFlowRe
 
 func (c *coordinatorServer) GetFlowDag(ctx context.Context, r *herov1.GetFlowDagRequest) (*herov1.GetFlowDagResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.GetFlowDagResponse, error) {
-		x, err := c.s.flowDAG(ctx, p, ctxIDParams{ContextID: r.ContextId, ID: r.Id})
+		in := dagParams{ContextID: r.ContextId, ID: r.Id, Offset: r.Offset}
+		if r.Limit != 0 {
+			in.Limit = &r.Limit
+		}
+		x, err := c.s.flowDAG(ctx, p, in)
 		if err != nil {
 			return nil, err
 		}
-		out := &herov1.GetFlowDagResponse{Flow: protoconv.FlowToPB(x.Flow)}
+		out := &herov1.GetFlowDagResponse{Flow: protoconv.FlowToPB(x.Flow), NextOffset: x.NextOffset, Counts: countsToPB(x.Counts)}
 		for _, n := range x.Nodes {
 			out.Nodes = append(out.Nodes, &herov1.DagNode{Id: n.ID, Depends: n.Depends, Dependents: n.Dependents, NodeStatus: n.NodeStatus,
 				JobStatus: n.JobStatus, Attempt: n.Attempt, Error: n.Error, ScriptType: n.ScriptType, FunctionName: n.FunctionName})

@@ -111,6 +111,8 @@ const maxCreateBatch = 1000
 type jobCreateManyParams struct {
 	ContextID uint32   `json:"context_id"`
 	Jobs      []*jobIn `json:"jobs"`
+	// FlowID: the jobs of a flow begun with flow.begin (flowstage.go).
+	FlowID uint32 `json:"flow_id,omitempty"`
 }
 
 // createdItem is one job of a job.create_batch, in the request's order: the job as
@@ -143,6 +145,12 @@ func (s *service) jobCreateMany(ctx context.Context, p Principal, in jobCreateMa
 		return nil, err
 	}
 	answers := make([]batchAnswer, len(reqs))
+	if in.FlowID != 0 {
+		if err := s.createStagedJobs(ctx, p, in, reqs, answers, cc); err != nil {
+			return nil, err
+		}
+		return batchItems(answers), nil
+	}
 	s.createJobs(ctx, p, reqs, answers, cc)
 	return batchItems(answers), nil
 }
@@ -274,7 +282,7 @@ func (c *coordinatorServer) CheckJobs(ctx context.Context, r *herov1.CreateJobsR
 // jobsCall answers CreateJobs or CheckJobs with do (jobCreateMany or jobCheckMany).
 func (c *coordinatorServer) jobsCall(ctx context.Context, r *herov1.CreateJobsRequest, do func(context.Context, Principal, jobCreateManyParams) (*createBatchResult, error)) (*herov1.CreateJobsResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.CreateJobsResponse, error) {
-		in := jobCreateManyParams{ContextID: r.ContextId, Jobs: make([]*jobIn, len(r.Jobs))}
+		in := jobCreateManyParams{ContextID: r.ContextId, Jobs: make([]*jobIn, len(r.Jobs)), FlowID: r.FlowId}
 		for i, j := range r.Jobs {
 			in.Jobs[i] = jobInFromPB(j)
 		}

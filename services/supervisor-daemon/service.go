@@ -65,7 +65,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	loads := newEndedLoads(b.Store)
 	defer loads.shutdown()
 	svc := &service{store: b.Store, scheduler: herov1.NewSchedulerClient(sc), waiter: newWaiter(), log: env.Log, runMargin: cfg.RunMargin, dispatcher: disp, secrets: secrets, metrics: metrics,
-		contexts: newContextCache(b.Store, contextMaxAge), groups: groups, loads: loads}
+		contexts: newContextCache(b.Store, contextMaxAge), groups: groups, loads: loads, maxFlowJobs: cfg.MaxFlowJobs, jobLists: newJobListCache()}
 	batches := promauto.With(env.Registry).NewHistogramVec(prometheus.HistogramOpts{
 		Name: "hero_api_stream_batch_items", Help: "Submissions (received) or answers (sent) per batch message of a SubmitJobStream.",
 		Buckets: prometheus.ExponentialBuckets(2, 2, 8)}, []string{"direction"})

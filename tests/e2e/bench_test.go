@@ -165,12 +165,24 @@ func chainLatencies(b *testing.B, c *harness.Client, ctxID, flowID uint32) []flo
 	return lat
 }
 
-// BenchmarkIndependentJobs: a flow of 2,000 independent `true` jobs, one runner.
+// BenchmarkIndependentJobs: a flow of 2,000 independent `true` jobs, one runner: with
+// its defaults (sandboxes made ahead), and with each job's sandbox made when it starts
+// (--sandbox-ahead 0). It reports the jobs per second and the CPU per job.
 func BenchmarkIndependentJobs(b *testing.B) {
-	_, c := benchStack(b, "--log-level", "info", "--concurrency", "8")
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{{"sandbox", nil}, {"sandbox-made-per-job", []string{"--sandbox-ahead", "0"}}} {
+		b.Run(tc.name, func(b *testing.B) { independentJobs(b, tc.name, tc.args) })
+	}
+}
+
+func independentJobs(b *testing.B, name string, args []string) {
+	s, c := benchStack(b, append([]string{"--log-level", "info", "--concurrency", "8"}, args...)...)
 	ids := createJobs(b, c, 2000, false)
 	c.MustCall(b, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": 1, "jobs": ids}}, nil)
 	var started harness.Flow
+	cpu0 := stackTreeCPU(s)
 	b.ResetTimer()
 	c.MustCall(b, "flow.start", map[string]any{"context_id": ctx1, "id": 1}, &started)
 	var f struct {
@@ -180,6 +192,7 @@ func BenchmarkIndependentJobs(b *testing.B) {
 	}
 	c.WaitFlow(b, ctx1, 1, 10*time.Minute)
 	b.StopTimer()
+	cpu := stackTreeCPU(s) - cpu0
 	c.MustCall(b, "flow.load", map[string]any{"context_id": ctx1, "id": 1}, &f)
 	if f.Status != "finished" {
 		b.Fatalf("flow: %+v", f)
@@ -187,7 +200,9 @@ func BenchmarkIndependentJobs(b *testing.B) {
 	secs := float64(f.FinishedAtMs-f.StartedAtMs) / 1000
 	b.ReportMetric(secs, "flow-s")
 	b.ReportMetric(2000/secs, "jobs/s")
-	fmt.Printf("2,000 independent sh jobs, one runner (concurrency 8): %.2f s (%.0f jobs/s)\n", secs, 2000/secs)
+	b.ReportMetric(float64(cpu.Microseconds())/2000/1000, "cpu-ms/job")
+	fmt.Printf("2,000 independent sh jobs, one runner (concurrency 8, %s): %.2f s (%.0f jobs/s), %.1f ms of CPU per job (the stack's processes, its Redis and their children)\n",
+		name, secs, 2000/secs, float64(cpu.Microseconds())/2000/1000)
 }
 
 func loadJob2(b *testing.B, c *harness.Client, id uint32) harness.Job {
@@ -417,6 +432,28 @@ func cpuByCommand() map[string]procCPU {
 		out[d.Name()] = procCPU{s[open+1 : end], time.Duration(ut+st) * 10 * time.Millisecond} // USER_HZ 100
 	}
 	return out
+}
+
+// stackTreeCPU is the CPU the stack's services and its Redis used so far, with their
+// children that ended (the jobs: utime, stime, cutime and cstime of /proc/<pid>/stat).
+func stackTreeCPU(s *harness.Stack) time.Duration {
+	var sum time.Duration
+	for _, pid := range []int{s.Scheduler.Cmd.Process.Pid, s.Router.Cmd.Process.Pid, s.Runner.Cmd.Process.Pid, s.API.Cmd.Process.Pid, redisSrv.Pid()} {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err != nil {
+			continue
+		}
+		st := string(b)
+		f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
+		for _, k := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+			var v int64
+			if k < len(f) {
+				_, _ = fmt.Sscan(f[k], &v)
+			}
+			sum += time.Duration(v) * 10 * time.Millisecond // USER_HZ 100
+		}
+	}
+	return sum
 }
 
 // printCPU prints the CPU each command used between two readings, summed over its

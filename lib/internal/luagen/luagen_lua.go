@@ -100,7 +100,12 @@ func (l *luaGen) list(dst string, elem Type, ind string) {
 	n := "n_" + strings.ReplaceAll(dst, ".", "_")
 	l.p("%slocal %s = tonumber(ARGV[argi])", ind, n)
 	if elem.Kind != Record && elem.Kind != List {
-		l.p("%sfor k = 1, %s do %s[k] = %s end", ind, n, dst, scalar(elem, "argi + k"))
+		if scalar(elem, "x") == "ARGV[x]" {
+			// copied by unpack (in C) below Lua's C stack limit (8000), else item by item
+			l.p("%sif %s <= 7000 then %s = {unpack(ARGV, argi + 1, argi + %s)} else for k = 1, %s do %s[k] = ARGV[argi + k] end end", ind, n, dst, n, n, dst)
+		} else {
+			l.p("%sfor k = 1, %s do %s[k] = %s end", ind, n, dst, scalar(elem, "argi + k"))
+		}
 		l.p("%sargi = argi + 1 + %s", ind, n)
 		return
 	}

@@ -75,6 +75,7 @@ for _, id in ipairs(jobs) do
     redis.call('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, reason)
     redis.call('HDEL', dag, 'due:' .. id)
     redis.call('HINCRBY', dag, 'terminal', '1')
+    redis.call('HINCRBY', dag, 'cancelled', '1')
     set_job(caller, id, JOB_ERROR, 'error', reason, 'stop_requested', '1', 'updated_at', now_s)
     event(EV_JOB_CANCELLED, actor, now_ms, flow, id, caller, JOB_ERROR, reason)
     -- a queued job of a concurrency key gives its place back (lib_ck)

@@ -11,12 +11,24 @@
 -- whole, for the router to split (split_request). Every other message is claimed:
 -- moved to the processing list under a lease.
 --
--- KEYS: [1] the queue (msg_out or msg_in), [2] the processing list, [3] coord:leases,
---   [4] the queue's wake list (DB 0: coord:wake:msg_out or coord:wake:msg_in).
--- ARGV: [1] consumer, [2] queue name, [3] lease expiry (ms), [4] max, [5] wake token,
---   [6] tokens held (as for claim_start; "-": leave the tokens alone), [7] route (1: route
---   plain job requests here), [8] context id, [9] now (s), [10…] max claim ids.
--- Reply: {script types hash, {{item, message hash, job fields, claim id, partial}…},
+-- KEYS:
+--   queue   the queue (msg_out or msg_in)
+--   proc    the processing list
+--   leases  coord:leases
+--   wake    the queue's wake list (DB 0: coord:wake:msg_out or coord:wake:msg_in)
+-- ARGV:
+--   consumer    string    the consumer
+--   queue_name  string    the queue's name
+--   expiry_ms   int       the leases' expiry (ms)
+--   max         num       the most messages claimed
+--   token       string    the wake token
+--   held        string    tokens held (as for claim_start; "-": leave the tokens alone)
+--   route       bool      route plain job requests here
+--   ctx         int       the context id
+--   now_s       int       now (s)
+--   claims      []string  max claim ids
+-- Libs: lib_busy lib_state lib_wake lib_ck lib_route
+-- Reply: raw {script types hash, {{item, message hash, job fields, claim id, partial}…},
 --   {job key, queue…}}: the claimed messages (for a job request the routing fields of
 --   its job, and the coord:script_types counts, read once; a job routed here has only
 --   the fields its queue depends on read) and the routed jobs. Of a job
@@ -28,8 +40,24 @@
 --   coord:wakers:<queue>; DB 0 (SELECT 0, last):
 --   the runners' wake lists coord:wake:runner:<id>:<queue> and coord:busy.
 
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local consumer = ARGV[1]
+local queue_name = ARGV[2]
+local expiry_ms = ARGV[3]
+local max = tonumber(ARGV[4])
+local token = ARGV[5]
+local held = ARGV[6]
+local route = ARGV[7] == '1'
+local ctx = ARGV[8]
+local now_s = ARGV[9]
+local argi = 10
+local claims = {}
+local n_claims = tonumber(ARGV[argi])
+if n_claims <= 7000 then claims = {unpack(ARGV, argi + 1, argi + n_claims)} else for k = 1, n_claims do claims[k] = ARGV[argi + k] end end
+argi = argi + 1 + n_claims
+-- luagen: end of the prologue
+
 local JOB_FIELDS = {'id', 'caller_id', 'context_id', 'flow_id', 'script_type', 'runner_id', 'attempt', 'status', 'function_name', 'priority'} -- RoutingJobFields (a test checks)
-local max, route, now_s = tonumber(ARGV[4]), ARGV[7] == '1', ARGV[9]
 local out = {}
 local taken = 0
 -- routing is the queue a job goes to (routed here, lib_route), or else (nil) the job's
@@ -91,22 +119,22 @@ for n = 1, max do
     redis.call('HSET', item, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
   else
     redis.call('LPUSH', KEYS[2], item)
-    redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1] .. '\t' .. ARGV[2] .. '\t' .. item .. '\t' .. ARGV[9 + n])
+    redis.call('ZADD', KEYS[3], expiry_ms, consumer .. '\t' .. queue_name .. '\t' .. item .. '\t' .. claims[n])
     if kind == 'job_result' then
       -- what a job result for this node's scheduler needs; the rest is read if needed
-      out[#out + 1] = {item, {'kind', kind, 'job', job or ''}, jh, ARGV[9 + n], 1}
+      out[#out + 1] = {item, {'kind', kind, 'job', job or ''}, jh, claims[n], 1}
     else
-      out[#out + 1] = {item, redis.call('HGETALL', item), jh, ARGV[9 + n], 0}
+      out[#out + 1] = {item, redis.call('HGETALL', item), jh, claims[n], 0}
     end
   end
 end
 if taken == 0 then return false end
 -- The routed jobs, in the order they were routed.
-route_flush(ARGV[8])
+route_flush(ctx)
 local extra = 0
-if ARGV[6] ~= '-' then extra = taken - tonumber(ARGV[6]) end
+if held ~= '-' then extra = taken - tonumber(held) end
 if extra > 0 then
   redis.call('SELECT', '0')
-  redis.call('LREM', KEYS[4], extra, ARGV[5])
+  redis.call('LREM', KEYS[4], extra, token)
 end
 return {route_types or {}, out, route_routed}

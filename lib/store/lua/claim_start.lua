@@ -31,25 +31,65 @@
 -- (coord:turns, its claims this round per wake list) one of its tokens goes to the
 -- head instead (docs/scheduling.md).
 --
--- KEYS: [1] the job queue, [2] the processing list (coord:proc:<worker>), [3] coord:leases,
---   [4] coord:events, [5] the queue's wake list of the claiming runner id
---   (coord:wake:runner:<id>:<queue>, DB 0).
--- ARGV: [1] worker, [2] queue name, [3] lease expiry (ms), [4] now (ms), [5] max, [6] wake
---   token (the context id), [7] tokens held (0 or 1; "-": leave the tokens alone), [8] n,
---   then n field/value items every start sets, the count of fields a start clears and
---   those fields, then max pairs (claim id, trace id) (ClaimStarts builds the lists).
--- Reply: one {item, code, attempt} per item claimed: code 0 started, 1 gone, 2 ended or
+-- KEYS:
+--   queue   the job queue
+--   proc    the processing list (coord:proc:<worker>)
+--   leases  coord:leases
+--   events  coord:events
+--   wake    the queue's wake list of the claiming runner id
+--           (coord:wake:runner:<id>:<queue>, DB 0)
+-- ARGV:
+--   worker  string    the worker
+--   qname   string    the queue's name
+--   exp     int       the leases' expiry (ms)
+--   now_ms  int       now (ms)
+--   max     num       the most jobs claimed
+--   token   string    the wake token (the context id)
+--   held    string    tokens held (0 or 1; "-": leave the tokens alone)
+--   set     []string  field/value items every start sets
+--   clears  []string  the fields a start clears
+--   starts  []start   max claims (ClaimStarts builds the lists)
+--     claim  string  the claim id
+--     trace  string  the trace id ("": none)
+-- Libs: lib_busy lib_state
+-- Reply: raw one {item, code, attempt} per item claimed: code 0 started, 1 gone, 2 ended or
 --   a duplicate, 3 started with a stop requested, 4 taken back under the job's claim
 --   of this worker (its fourth element: that claim's id); when the call started at most
 --   INLINE_READS jobs, each started one's entry also holds the job's hash as it is
 --   after the start (HGETALL's field/value list): a claim of a few jobs, which is what
 --   a lightly loaded runner makes, saves the caller's read round trip.
 -- Derives (context DB): context:<ctx> (its weight, read when the claim sets the
---   tokens: ctx is ARGV[6]), coord:turns (a weighted context's claims this round,
+--   tokens: ctx is the token), coord:turns (a weighted context's claims this round,
 --   by wake list), coord:prio:<queue> (keys.Priority: the queue's jobs with a
 --   priority, merged by score; read once per call), the claimed jobs' coord:dag:<flow> (its node goes running) and
 --   coord:idx:jobs:<status>; coord:proc:<worker> of the job's previous worker (to tell
 --   a duplicate entry): all named by the claimed items.
+
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local worker = ARGV[1]
+local qname = ARGV[2]
+local exp = ARGV[3]
+local now_ms = ARGV[4]
+local max = tonumber(ARGV[5])
+local token = ARGV[6]
+local held = ARGV[7]
+local argi = 8
+local set = {}
+local n_set = tonumber(ARGV[argi])
+if n_set <= 7000 then set = {unpack(ARGV, argi + 1, argi + n_set)} else for k = 1, n_set do set[k] = ARGV[argi + k] end end
+argi = argi + 1 + n_set
+local clears = {}
+local n_clears = tonumber(ARGV[argi])
+if n_clears <= 7000 then clears = {unpack(ARGV, argi + 1, argi + n_clears)} else for k = 1, n_clears do clears[k] = ARGV[argi + k] end end
+argi = argi + 1 + n_clears
+local starts = {}
+local n_starts = tonumber(ARGV[argi])
+argi = argi + 1
+for k = 1, n_starts do
+  starts[k] = {claim = ARGV[argi], trace = ARGV[argi + 1]}
+  argi = argi + 2
+end
+-- luagen: end of the prologue
 
 -- prio_merge takes up to max items of queue q and of its priority set pk (whose first
 -- max members and scores are pz) by score (µs), the lowest first: a queued job's score
@@ -85,12 +125,9 @@ local function prio_merge(q, pk, pz, max)
 end
 
 local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
-local worker, qname, exp, now_ms, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local nset = tonumber(ARGV[8])
-local nclear = tonumber(ARGV[9 + nset])
+local nclear = #clears
 -- The fields this script reads.
 local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent', 'created_at_ms', 'claim'}
-local slots = 10 + nset + nclear
 local out = {}
 -- A claim that starts at most this many jobs returns their hashes.
 local INLINE_READS = 4
@@ -115,7 +152,7 @@ local kept, leased, seen, started = {}, {}, {}, {}
 local nodes, flows = {}, {}
 for n = 1, nitems do
   local item = items[nitems - n + 1]
-  local claim, trace = ARGV[slots + 2 * (n - 1)], ARGV[slots + 2 * (n - 1) + 1]
+  local claim, trace = starts[n].claim, starts[n].trace
   local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
   local v = {}
   if string.match(item, '^' .. K_JOB .. '%d+:%d+$') then v = redis.call('HMGET', item, unpack(want)) end
@@ -153,12 +190,12 @@ for n = 1, nitems do
     local id = v[5] or ''
     local caller = v[6] or ''
     if v[8] and #v[8] == 55 then trace = string.sub(v[8], 4, 35) end -- the producer's trace
-    -- the fields every start sets straight from ARGV (a Lua table built per job cost
-    -- this script a twentieth of its instructions)
+    -- the fields every start sets, from the one table of the call (a Lua table built
+    -- per job cost this script a twentieth of its instructions)
     if trace ~= '' then
-      redis.call('HSET', item, 'claim', claim, 'trace_id', trace, unpack(ARGV, 9, 8 + nset))
+      redis.call('HSET', item, 'claim', claim, 'trace_id', trace, unpack(set))
     else
-      redis.call('HSET', item, 'claim', claim, unpack(ARGV, 9, 8 + nset))
+      redis.call('HSET', item, 'claim', claim, unpack(set))
     end
     index_later(caller .. ':' .. id, st, JOB_STARTED, v[9] or nil)
     -- An earlier run's end is removed at the start of any attempt but the first (or
@@ -167,7 +204,7 @@ for n = 1, nitems do
     -- requeue_job), and a run ends only as its claim's (a requeued claim of the same
     -- attempt never wrote one). So neither this start nor the run's end reads them
     -- (each a scan of the hash).
-    if nclear > 0 and v[2] ~= '1' then redis.call('HDEL', item, unpack(ARGV, 10 + nset, 9 + nset + nclear)) end
+    if nclear > 0 and v[2] ~= '1' then redis.call('HDEL', item, unpack(clears)) end
     if flow ~= '0' and flow ~= '' then
       local ns = nodes[flow]
       if not ns then ns = {}; nodes[flow] = ns; flows[#flows + 1] = flow end
@@ -188,22 +225,22 @@ call_each('ZADD', leases, leased, 2)
 for _, flow in ipairs(flows) do
   local dag, ns = K_DAG .. flow, nodes[flow]
   local cur = redis.call('HMGET', dag, unpack(ns))
-  local set = {}
+  local running = {}
   for k, f in ipairs(ns) do
-    if cur[k] == NODE_DISPATCHED then set[#set + 1] = f; set[#set + 1] = NODE_RUNNING end
+    if cur[k] == NODE_DISPATCHED then running[#running + 1] = f; running[#running + 1] = NODE_RUNNING end
   end
-  if #set > 0 then redis.call('HSET', dag, unpack(set)) end
+  if #running > 0 then redis.call('HSET', dag, unpack(running)) end
 end
 index_flush()
 -- The few started jobs' hashes, read after every change of this start.
 if #started <= INLINE_READS then
   for _, e in ipairs(started) do e[4] = redis.call('HGETALL', e[1]) end
 end
-if ARGV[7] ~= '-' then
+if held ~= '-' then
   local left = redis.call('LLEN', KEYS[1])
   if #pz > 0 then left = left + redis.call('ZCARD', pk) end
   -- A context's weight (an operator's setting): its claims per round of the list.
-  local w = tonumber(redis.call('HGET', K_CONTEXT .. ARGV[6], 'weight') or '') or 1
+  local w = tonumber(redis.call('HGET', K_CONTEXT .. token, 'weight') or '') or 1
   local again = false
   if w > 1 and left > 0 then
     -- the claims it made this round (coord:turns: wake list → claims): one token
@@ -211,15 +248,15 @@ if ARGV[7] ~= '-' then
     if redis.call('HINCRBY', K_TURNS, KEYS[5], 1) < w then again = true else redis.call('HDEL', K_TURNS, KEYS[5]) end
   end
   redis.call('SELECT', '0')
-  local have = redis.call('LREM', KEYS[5], '0', ARGV[6])
-  local keep = math.min(left, math.max(have + tonumber(ARGV[7]) - #out, 1), WAKE_SPREAD)
+  local have = redis.call('LREM', KEYS[5], '0', token)
+  local keep = math.min(left, math.max(have + tonumber(held) - #out, 1), WAKE_SPREAD)
   if again then
-    redis.call('LPUSH', KEYS[5], ARGV[6])
+    redis.call('LPUSH', KEYS[5], token)
     keep = keep - 1
   end
   if keep > 0 then
     local t = {}
-    for i = 1, keep do t[i] = ARGV[6] end
+    for i = 1, keep do t[i] = token end
     redis.call('RPUSH', KEYS[5], unpack(t))
   end
 end

@@ -10,18 +10,30 @@
 -- names its jobs (ids only, field job_ref "1"; lib/store's msgref.go) and stores no
 -- nodes: readers get both from the jobs' hashes.
 --
--- KEYS: [1] msg_out, [2] coord:dag:<flow> (not given for a standalone job).
--- ARGV: [1] context id, [2] flow id (0: a standalone job), [3] caller id, [4] now (s),
---   [5] now (ms), [6] actor, [7] the start time (ms) of the flow whose start found these
---   nodes ready ("": nodes made ready since; see DispatchStarted), [8] g, the number of
---   field/value items of a group message (0: none), then those g items (all but its id,
---   job and job_ids), then, when g > 0, the group's job list as a JSON array, then per
---   job: its id, 1 when it goes in the group message (0: a message of its own), the
---   number n of items that follow, and those n items: a message of its own's field/value
---   items, or for the group where its job's JSON starts and ends in the list (2
---   positions, 1-based, inclusive).
--- Reply: per job {message key, attempt}, or {"", why it was not dispatched}.
--- Derives: context DB: job:<caller>:<id> of the jobs named in ARGV,
+-- KEYS:
+--   msg_out  msg_out
+--   dag?     coord:dag:<flow> (not given for a standalone job)
+-- ARGV:
+--   ctx       int     the context id
+--   flow      int     the flow id (0: a standalone job)
+--   caller    int     the caller id
+--   now_s     int     now (s)
+--   now_ms    int     now (ms)
+--   actor     string  who dispatches
+--   ready_ms  string  the start time (ms) of the flow whose start found these nodes
+--                     ready ("": nodes made ready since; see DispatchStarted)
+--   group     []raw   field/value items of a group message (none: no group; all but
+--                     its id, job and job_ids)
+--   gjson     raw     the group's job list as a JSON array ("": no group)
+--   jobs      []job   the jobs
+--     id       int    the job id
+--     grouped  bool   it goes in the group message (else a message of its own)
+--     items    []raw  a message of its own's field/value items, or for the group
+--                     where its job's JSON starts and ends in the list (2 positions,
+--                     1-based, inclusive)
+-- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch
+-- Reply: raw per job {message key, attempt}, or {"", why it was not dispatched}.
+-- Derives: context DB: job:<caller>:<id> of the jobs named in the arguments,
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:idx:jobs:<status>, coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), coord:events,
 --   and lib_route's coord:executors, coord:script_types, queue:<type>,
@@ -31,34 +43,55 @@
 --   coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
 --   coord:busy.
 
-local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local flow = ARGV[2]
+local caller = ARGV[3]
+local now_s = ARGV[4]
+local now_ms = ARGV[5]
+local actor = ARGV[6]
 local ready_ms = ARGV[7]
+local argi = 8
+local group = {}
+local n_group = tonumber(ARGV[argi])
+if n_group <= 7000 then group = {unpack(ARGV, argi + 1, argi + n_group)} else for k = 1, n_group do group[k] = ARGV[argi + k] end end
+argi = argi + 1 + n_group
+local gjson = ARGV[argi]
+argi = argi + 1
+local jobs = {}
+local n_jobs = tonumber(ARGV[argi])
+argi = argi + 1
+for k = 1, n_jobs do
+  local e_jobs = {}
+  e_jobs.id = ARGV[argi]; e_jobs.grouped = ARGV[argi + 1] == '1'
+argi = argi + 2
+  e_jobs.items = {}
+  local n_e_jobs_items = tonumber(ARGV[argi])
+  if n_e_jobs_items <= 7000 then e_jobs.items = {unpack(ARGV, argi + 1, argi + n_e_jobs_items)} else for k = 1, n_e_jobs_items do e_jobs.items[k] = ARGV[argi + k] end end
+  argi = argi + 1 + n_e_jobs_items
+  jobs[k] = e_jobs
+end
+-- luagen: end of the prologue
+
 if ready_ms == '' then ready_ms = nil end
-local ng = tonumber(ARGV[8])
-local gfirst, glast = 9, 8 + ng
-local gjson = ''
-local i = glast + 1
-if ng > 0 then gjson = ARGV[i]; i = i + 1 end
 local dag = KEYS[2] or ''
 local out, pushed = {}, 0
 local gspans, gids, gslots = {}, {}, {}
 local ngrouped = 0
-while i <= #ARGV do
-  local id, grouped, nf = ARGV[i], ARGV[i + 1] == '1', tonumber(ARGV[i + 2])
-  local first, last = i + 3, i + 2 + nf
-  i = last + 1
+for _, j in ipairs(jobs) do
+  local id, grouped = j.id, j.grouped
   if grouped then ngrouped = ngrouped + 1 end
   local attempt, why = dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor)
   if why then
     out[#out + 1] = {'', why}
   else
     if grouped then
-      gspans[#gspans + 1] = first
+      gspans[#gspans + 1] = j.items
       gids[#gids + 1] = id
       out[#out + 1] = {'', tonumber(attempt)}
       gslots[#gslots + 1] = #out
     else
-      local mk, p = route_store(caller, {unpack(ARGV, first, last)}, now_ms, nil, {K_JOB .. caller .. ':' .. id}, KEYS[1])
+      local mk, p = route_store(caller, j.items, now_ms, nil, {K_JOB .. caller .. ':' .. id}, KEYS[1])
       track_msg(caller, id, mk)
       pushed = pushed + p
       out[#out + 1] = {mk, tonumber(attempt)}
@@ -69,14 +102,14 @@ if #gids > 0 then
   if #gids < ngrouped then
     -- Some grouped jobs were not dispatched: the list of those that were.
     local js = {}
-    for k, f in ipairs(gspans) do
-      js[k] = string.sub(gjson, tonumber(ARGV[f]), tonumber(ARGV[f + 1]))
+    for k, span in ipairs(gspans) do
+      js[k] = string.sub(gjson, tonumber(span[1]), tonumber(span[2]))
     end
     gjson = '[' .. table.concat(js, ',') .. ']'
   end
   local jks = {}
   for k, id in ipairs(gids) do jks[k] = K_JOB .. caller .. ':' .. id end
-  local mk, p = route_store(caller, {unpack(ARGV, gfirst, glast)}, now_ms, {'job', gjson, 'job_ids', table.concat(gids, ' ')}, jks, KEYS[1])
+  local mk, p = route_store(caller, group, now_ms, {'job', gjson, 'job_ids', table.concat(gids, ' ')}, jks, KEYS[1])
   track_msg(caller, gids[1], mk, flow)
   for _, n in ipairs(gslots) do out[n][1] = mk end
   pushed = pushed + p

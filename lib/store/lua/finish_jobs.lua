@@ -58,6 +58,8 @@
 --                          carry job_ref "1" —, for a job from another node the
 --                          finished job) for its own message or, grouped, where it
 --                          starts and ends in the list ("<start> <end>", 1-based)
+--     started      string  when the run's process was about to run (µs), its start;
+--                          "": the claim's start (started_at_us) stays
 --     ck           string  the job's concurrency key ("": none; lib_ck's ck_end gives
 --                          its place back)
 -- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_ck lib_route lib_dispatch
@@ -86,11 +88,11 @@ local apply = ARGV[8] == '1'
 local argi = 9
 local request = {}
 local n_request = tonumber(ARGV[argi])
-for k = 1, n_request do request[k] = ARGV[argi + k] end
+if n_request <= 7000 then request = {unpack(ARGV, argi + 1, argi + n_request)} else for k = 1, n_request do request[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_request
 local result = {}
 local n_result = tonumber(ARGV[argi])
-for k = 1, n_result do result[k] = ARGV[argi + k] end
+if n_result <= 7000 then result = {unpack(ARGV, argi + 1, argi + n_result)} else for k = 1, n_result do result[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_result
 local glist = ARGV[argi]
 argi = argi + 1
@@ -98,8 +100,8 @@ local runs = {}
 local n_runs = tonumber(ARGV[argi])
 argi = argi + 1
 for k = 1, n_runs do
-  runs[k] = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], err = ARGV[argi + 6], code = ARGV[argi + 7], result = ARGV[argi + 8], rjson = ARGV[argi + 9], fatal = ARGV[argi + 10] == '1', retry_after = ARGV[argi + 11], chunk = ARGV[argi + 12], entry = ARGV[argi + 13], ck = ARGV[argi + 14]}
-  argi = argi + 15
+  runs[k] = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], err = ARGV[argi + 6], code = ARGV[argi + 7], result = ARGV[argi + 8], rjson = ARGV[argi + 9], fatal = ARGV[argi + 10] == '1', retry_after = ARGV[argi + 11], chunk = ARGV[argi + 12], entry = ARGV[argi + 13], started = ARGV[argi + 14], ck = ARGV[argi + 15]}
+  argi = argi + 16
 end
 -- luagen: end of the prologue
 
@@ -141,7 +143,8 @@ end
 -- each run's own result message (not grouped): their ids in one INCRBY (a run
 -- whose claim is not the job's any more leaves its id unused)
 if not grouped then message_reserve(#runs) end
-for _, run in ipairs(runs) do
+for r = 1, #runs do
+  local run = runs[r]
   local jk, member, claim, id, flow, status, err = run.job_key, run.member, run.claim, run.id, run.flow, run.status, run.err
   local code, rresult, rjson, fatal, retry_after, chunk = run.code, run.result, run.rjson, run.fatal, tonumber(run.retry_after), run.chunk
   -- from the tail, where claims (pushed at the head) are oldest: runs end in about the
@@ -170,6 +173,7 @@ for _, run in ipairs(runs) do
     -- when read: each field the end adds is a scan of the job's listpack)
     local set = {'status', status, 'exit_code', code, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s}
     if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson end
+    if run.started ~= '' then set[#set + 1] = 'started_at_us'; set[#set + 1] = run.started end
     if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err end
     if fatal then set[#set + 1] = 'fatal'; set[#set + 1] = '1' end
     if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = run.retry_after end

@@ -72,6 +72,7 @@ if status == JOB_FINISHED then
     if not fin then fin = redis.call('HGET', jk, 'finished_at_ms') or now_ms end
   end
   redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
+  redis.call('HINCRBY', dag, 'completed', '1')
   terminal = redis.call('HINCRBY', dag, 'terminal', '1')
   if res and res ~= '' and res ~= '{}' then
     local ok, m = pcall(cjson.decode, res)
@@ -116,6 +117,7 @@ else
   if redis.call('HGET', fk, 'cancelled_by') then
     -- the flow was cancelled: this is one of the running jobs it stopped
     redis.call('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, redis.call('HGET', fk, 'error') or err)
+    redis.call('HINCRBY', dag, 'cancelled', '1')
   else
     redis.call('HSET', dag, 's:' .. id, NODE_FAILED, 'e:' .. id, err)
     redis.call('HINCRBY', dag, 'failed', '1')
@@ -135,6 +137,7 @@ else
     if ds == NODE_PENDING or ds == NODE_READY then
       redis.call('HSET', dag, 's:' .. d, NODE_CANCELLED, 'e:' .. d, reason)
       redis.call('HDEL', dag, 'due:' .. d)
+      redis.call('HINCRBY', dag, 'cancelled', '1')
       terminal = redis.call('HINCRBY', dag, 'terminal', '1')
       set_job(caller, d, JOB_ERROR, 'error', reason, 'updated_at', now_s)
       redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CANCELLED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', JOB_ERROR, 'detail', reason)

@@ -2,15 +2,35 @@
 -- node. A job of the same origin is replaced (the origin retried it); a local job with
 -- that key is a conflict.
 --
--- KEYS: [1] job:<caller>:<id>.
--- ARGV: [1] caller id, [2] job id, [3] the origin's message key, [4] now (s), [5] now (ms),
---   [6…] the job's field/value pairs (with origin, a JSON object holding msg_key and pk).
--- Reply: 1 created, 0 a duplicate of the same request. Error: CONFLICT the key belongs to
+-- KEYS:
+--   job  job:<caller>:<id>
+-- ARGV:
+--   caller      int     the caller id
+--   id          int     the job id
+--   origin_msg  string  the origin's message key
+--   now_s       int     now (s)
+--   now_ms      int     now (ms)
+--   job_fields  []raw   the job's field/value pairs (with origin, a JSON object holding
+--                       msg_key and pk)
+-- Libs: lib_busy lib_state
+-- Reply: int 1 created, 0 a duplicate of the same request. Error: CONFLICT the key belongs to
 --   a local job of this context.
 -- Derives (the prelude's keys; context DB): coord:idx:jobs[:<status>], coord:events. A
 --   replaced job keeps its msgs (this node's messages about it, deleted with it).
 
-local caller, id, origin_msg, now_s, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local caller = ARGV[1]
+local id = ARGV[2]
+local origin_msg = ARGV[3]
+local now_s = ARGV[4]
+local now_ms = ARGV[5]
+local argi = 6
+local job_fields = {}
+local n_job_fields = tonumber(ARGV[argi])
+if n_job_fields <= 7000 then job_fields = {unpack(ARGV, argi + 1, argi + n_job_fields)} else for k = 1, n_job_fields do job_fields[k] = ARGV[argi + k] end end
+argi = argi + 1 + n_job_fields
+-- luagen: end of the prologue
+
 local jk = KEYS[1]
 local prev = redis.call('HGET', jk, 'origin')
 local kept
@@ -26,10 +46,10 @@ if redis.call('EXISTS', jk) == 1 then
   redis.call('DEL', jk)
 end
 local fields = {}
-for i = 6, #ARGV, 2 do
-  if ARGV[i] ~= 'msgs' then -- this node's own record, never the origin's to set
-    fields[#fields + 1] = ARGV[i]
-    fields[#fields + 1] = ARGV[i + 1]
+for i = 1, #job_fields, 2 do
+  if job_fields[i] ~= 'msgs' then -- this node's own record, never the origin's to set
+    fields[#fields + 1] = job_fields[i]
+    fields[#fields + 1] = job_fields[i + 1]
   end
 end
 if kept then fields[#fields + 1] = 'msgs'; fields[#fields + 1] = kept end

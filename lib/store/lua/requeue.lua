@@ -37,7 +37,7 @@ local clear = ARGV[5] == '1'
 local argi = 6
 local claims = {}
 local n_claims = tonumber(ARGV[argi])
-for k = 1, n_claims do claims[k] = ARGV[argi + k] end
+if n_claims <= 7000 then claims = {unpack(ARGV, argi + 1, argi + n_claims)} else for k = 1, n_claims do claims[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_claims
 -- luagen: end of the prologue
 

@@ -77,7 +77,7 @@ for _, id in ipairs(jobs) do
     terminal = terminal + 1
   end
 end
-redis.call('HSET', dag, 'terminal', terminal, 'failed', 0)
+redis.call('HSET', dag, 'terminal', terminal, 'failed', 0, 'cancelled', 0)
 set_flow(flow, FLOW_STARTED, 'updated_at', now_s)
 redis.call('HDEL', fk, 'error', 'failed_job', 'cancelled_by', 'finished_at', 'finished_at_ms', 'result')
 event(EV_FLOW_RETRIED, actor, now_ms, flow, '0', caller, FLOW_STARTED, (#out - 1) .. ' job(s) ready to run again')

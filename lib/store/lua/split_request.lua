@@ -41,7 +41,7 @@ for k = 1, n_jobs do
 argi = argi + 1
   e_jobs.fields = {}
   local n_e_jobs_fields = tonumber(ARGV[argi])
-  for k = 1, n_e_jobs_fields do e_jobs.fields[k] = ARGV[argi + k] end
+  if n_e_jobs_fields <= 7000 then e_jobs.fields = {unpack(ARGV, argi + 1, argi + n_e_jobs_fields)} else for k = 1, n_e_jobs_fields do e_jobs.fields[k] = ARGV[argi + k] end end
   argi = argi + 1 + n_e_jobs_fields
   jobs[k] = e_jobs
 end

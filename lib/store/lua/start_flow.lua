@@ -3,23 +3,54 @@
 -- dispatch, which follows at once (the start holds Redis for the whole flow, so it does
 -- only what must be atomic).
 --
--- KEYS: [1] flow:<flow>, [2] coord:dag:<flow>, [3] coord:flowres:<flow>, [4] coord:events.
--- ARGV: [1] context id, [2] flow id, [3] caller id, [4] now (s), [5] now (ms), [6] actor,
---   then per node 5 items: job id, depends (JSON), dependents (JSON), dependency count,
---   1 when the job holds fields of an earlier run to clear (0: a fresh job).
--- Reply: {1, ready job ids…} started; {0, status} the flow was not dispatched.
+-- KEYS:
+--   flow     flow:<flow>
+--   dag      coord:dag:<flow>
+--   results  coord:flowres:<flow>
+--   events   coord:events
+-- ARGV:
+--   ctx     int     the context id
+--   flow    int     the flow id
+--   caller  int     the caller id
+--   now_s   int     now (s)
+--   now_ms  int     now (ms)
+--   actor   string  who starts it
+--   nodes   []node  the flow's nodes
+--     id          int     the job id
+--     deps        string  its dependencies (JSON)
+--     dependents  string  its dependents (JSON)
+--     n           int     its dependency count
+--     ran         bool    the job holds fields of an earlier run to clear (false: a fresh job)
+-- Libs: lib_busy lib_state
+-- Reply: raw {1, ready job ids…} started; {0, status} the flow was not dispatched.
 --   Error NOTFOUND flow.
 -- Derives: context DB: job:<caller>:<id> of the nodes, coord:idx:jobs[:<status>],
 --   coord:idx:flows[:<status>]; DB 0 (SELECT 0): coord:flows:active.
 
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local flow = ARGV[2]
+local caller = ARGV[3]
+local now_s = ARGV[4]
+local now_ms = ARGV[5]
+local actor = ARGV[6]
+local argi = 7
+local nodes = {}
+local n_nodes = tonumber(ARGV[argi])
+argi = argi + 1
+for k = 1, n_nodes do
+  nodes[k] = {id = ARGV[argi], deps = ARGV[argi + 1], dependents = ARGV[argi + 2], n = ARGV[argi + 3], ran = ARGV[argi + 4] == '1'}
+  argi = argi + 5
+end
+-- luagen: end of the prologue
+
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
 if st ~= FLOW_DISPATCHED then return {0, st} end
-local ctx, flow, caller, now_s, now_ms, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local dag = KEYS[2]
 redis.call('DEL', dag, KEYS[3])
-local total = (#ARGV - 6) / 5
-redis.call('HSET', dag, 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0)
+local total = #nodes
+redis.call('HSET', dag, 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0, 'completed', 0, 'cancelled', 0)
 -- The nodes' fields go into the DAG hash a few hundred at a time (unpack's limit).
 -- Attempt counters (a:) and a ready node's count of dependencies left (r:) start
 -- absent, read as 0; so do empty dependency and dependent lists (p:, d:), read as []
@@ -30,10 +61,10 @@ local function put(...)
   if #kv >= 400 then redis.call('HSET', dag, unpack(kv)); kv = {} end
 end
 local out = {1}
-for i = 7, #ARGV, 5 do
-  local id, deps, dependents, n = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+for _, node in ipairs(nodes) do
+  local id, deps, dependents, n = node.id, node.deps, node.dependents, tonumber(node.n)
   local jk = K_JOB .. caller .. ':' .. id
-  if ARGV[i + 4] == '1' then
+  if node.ran then
     redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us',
       'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal', 'retry_after_ms', 'result_json')
   end
@@ -44,10 +75,10 @@ for i = 7, #ARGV, 5 do
     -- dispatched, which its dispatch would take as marked).
     put('s:' .. id, NODE_READY)
     if dependents ~= '[]' then put('d:' .. id, dependents) end
-    if ARGV[i + 4] == '1' then set_job(caller, id, JOB_DISPATCHED, 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms) end
+    if node.ran then set_job(caller, id, JOB_DISPATCHED, 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms) end
     out[#out + 1] = id
   else
-    put('s:' .. id, NODE_PENDING, 'r:' .. id, ARGV[i + 3], 'p:' .. id, deps)
+    put('s:' .. id, NODE_PENDING, 'r:' .. id, node.n, 'p:' .. id, deps)
     if dependents ~= '[]' then put('d:' .. id, dependents) end
     set_job(caller, id, JOB_WAITING_FOR_PREREQUISITES, 'result', '{}', 'updated_at', now_s)
   end

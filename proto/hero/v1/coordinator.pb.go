@@ -1470,10 +1470,12 @@ func (x *CreateJobResponse) GetJob() *Job {
 	return nil
 }
 
+// flow_id: the jobs of a flow begun with BeginFlow (their ids among those it gave).
 type CreateJobsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
 	Jobs          []*Job                 `protobuf:"bytes,2,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	FlowId        uint32                 `protobuf:"varint,3,opt,name=flow_id,json=flowId,proto3" json:"flow_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1520,6 +1522,13 @@ func (x *CreateJobsRequest) GetJobs() []*Job {
 		return x.Jobs
 	}
 	return nil
+}
+
+func (x *CreateJobsRequest) GetFlowId() uint32 {
+	if x != nil {
+		return x.FlowId
+	}
+	return 0
 }
 
 // One job of CreateJobs, in the request's order: the job as stored (created, or found
@@ -2824,6 +2833,254 @@ func (x *CreateFlowResponse) GetFlow() *Flow {
 	return nil
 }
 
+type BeginFlowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	Jobs          uint32                 `protobuf:"varint,2,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	CallerId      uint32                 `protobuf:"varint,3,opt,name=caller_id,json=callerId,proto3" json:"caller_id,omitempty"`
+	TtlSeconds    uint32                 `protobuf:"varint,4,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginFlowRequest) Reset() {
+	*x = BeginFlowRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginFlowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginFlowRequest) ProtoMessage() {}
+
+func (x *BeginFlowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginFlowRequest.ProtoReflect.Descriptor instead.
+func (*BeginFlowRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *BeginFlowRequest) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+func (x *BeginFlowRequest) GetJobs() uint32 {
+	if x != nil {
+		return x.Jobs
+	}
+	return 0
+}
+
+func (x *BeginFlowRequest) GetCallerId() uint32 {
+	if x != nil {
+		return x.CallerId
+	}
+	return 0
+}
+
+func (x *BeginFlowRequest) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type BeginFlowResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FlowId        uint32                 `protobuf:"varint,1,opt,name=flow_id,json=flowId,proto3" json:"flow_id,omitempty"`
+	FirstJobId    uint32                 `protobuf:"varint,2,opt,name=first_job_id,json=firstJobId,proto3" json:"first_job_id,omitempty"`
+	LastJobId     uint32                 `protobuf:"varint,3,opt,name=last_job_id,json=lastJobId,proto3" json:"last_job_id,omitempty"`
+	ExpiresAtMs   int64                  `protobuf:"varint,4,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	MaxJobs       uint32                 `protobuf:"varint,5,opt,name=max_jobs,json=maxJobs,proto3" json:"max_jobs,omitempty"`
+	TtlSeconds    uint32                 `protobuf:"varint,6,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginFlowResponse) Reset() {
+	*x = BeginFlowResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginFlowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginFlowResponse) ProtoMessage() {}
+
+func (x *BeginFlowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginFlowResponse.ProtoReflect.Descriptor instead.
+func (*BeginFlowResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *BeginFlowResponse) GetFlowId() uint32 {
+	if x != nil {
+		return x.FlowId
+	}
+	return 0
+}
+
+func (x *BeginFlowResponse) GetFirstJobId() uint32 {
+	if x != nil {
+		return x.FirstJobId
+	}
+	return 0
+}
+
+func (x *BeginFlowResponse) GetLastJobId() uint32 {
+	if x != nil {
+		return x.LastJobId
+	}
+	return 0
+}
+
+func (x *BeginFlowResponse) GetExpiresAtMs() int64 {
+	if x != nil {
+		return x.ExpiresAtMs
+	}
+	return 0
+}
+
+func (x *BeginFlowResponse) GetMaxJobs() uint32 {
+	if x != nil {
+		return x.MaxJobs
+	}
+	return 0
+}
+
+func (x *BeginFlowResponse) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type AbortFlowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	Id            uint32                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortFlowRequest) Reset() {
+	*x = AbortFlowRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortFlowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortFlowRequest) ProtoMessage() {}
+
+func (x *AbortFlowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortFlowRequest.ProtoReflect.Descriptor instead.
+func (*AbortFlowRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *AbortFlowRequest) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+func (x *AbortFlowRequest) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type AbortFlowResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deleted       uint32                 `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortFlowResponse) Reset() {
+	*x = AbortFlowResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortFlowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortFlowResponse) ProtoMessage() {}
+
+func (x *AbortFlowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortFlowResponse.ProtoReflect.Descriptor instead.
+func (*AbortFlowResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *AbortFlowResponse) GetDeleted() uint32 {
+	if x != nil {
+		return x.Deleted
+	}
+	return 0
+}
+
 type GetFlowRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
@@ -2834,7 +3091,7 @@ type GetFlowRequest struct {
 
 func (x *GetFlowRequest) Reset() {
 	*x = GetFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2846,7 +3103,7 @@ func (x *GetFlowRequest) String() string {
 func (*GetFlowRequest) ProtoMessage() {}
 
 func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2859,7 +3116,7 @@ func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetFlowRequest) GetContextId() uint32 {
@@ -2885,7 +3142,7 @@ type GetFlowResponse struct {
 
 func (x *GetFlowResponse) Reset() {
 	*x = GetFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3154,7 @@ func (x *GetFlowResponse) String() string {
 func (*GetFlowResponse) ProtoMessage() {}
 
 func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3167,7 @@ func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetFlowResponse) GetFlow() *Flow {
@@ -2931,7 +3188,7 @@ type WaitFlowRequest struct {
 
 func (x *WaitFlowRequest) Reset() {
 	*x = WaitFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3200,7 @@ func (x *WaitFlowRequest) String() string {
 func (*WaitFlowRequest) ProtoMessage() {}
 
 func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3213,7 @@ func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowRequest.ProtoReflect.Descriptor instead.
 func (*WaitFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WaitFlowRequest) GetContextId() uint32 {
@@ -2989,7 +3246,7 @@ type WaitFlowResponse struct {
 
 func (x *WaitFlowResponse) Reset() {
 	*x = WaitFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3258,7 @@ func (x *WaitFlowResponse) String() string {
 func (*WaitFlowResponse) ProtoMessage() {}
 
 func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3271,7 @@ func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowResponse.ProtoReflect.Descriptor instead.
 func (*WaitFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *WaitFlowResponse) GetFlow() *Flow {
@@ -3036,7 +3293,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3305,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3318,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListFlowsRequest) GetContextId() uint32 {
@@ -3102,7 +3359,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3114,7 +3371,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3127,7 +3384,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -3154,7 +3411,7 @@ type StartFlowRequest struct {
 
 func (x *StartFlowRequest) Reset() {
 	*x = StartFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3423,7 @@ func (x *StartFlowRequest) String() string {
 func (*StartFlowRequest) ProtoMessage() {}
 
 func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3436,7 @@ func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowRequest.ProtoReflect.Descriptor instead.
 func (*StartFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *StartFlowRequest) GetContextId() uint32 {
@@ -3205,7 +3462,7 @@ type StartFlowResponse struct {
 
 func (x *StartFlowResponse) Reset() {
 	*x = StartFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3217,7 +3474,7 @@ func (x *StartFlowResponse) String() string {
 func (*StartFlowResponse) ProtoMessage() {}
 
 func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3230,7 +3487,7 @@ func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowResponse.ProtoReflect.Descriptor instead.
 func (*StartFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *StartFlowResponse) GetFlow() *Flow {
@@ -3244,13 +3501,15 @@ type GetFlowDagRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
 	Id            uint32                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Offset        uint32                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Limit         uint32                 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetFlowDagRequest) Reset() {
 	*x = GetFlowDagRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3521,7 @@ func (x *GetFlowDagRequest) String() string {
 func (*GetFlowDagRequest) ProtoMessage() {}
 
 func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3534,7 @@ func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowDagRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetFlowDagRequest) GetContextId() uint32 {
@@ -3292,17 +3551,33 @@ func (x *GetFlowDagRequest) GetId() uint32 {
 	return 0
 }
 
+func (x *GetFlowDagRequest) GetOffset() uint32 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *GetFlowDagRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type GetFlowDagResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Flow          *Flow                  `protobuf:"bytes,1,opt,name=flow,proto3" json:"flow,omitempty"`
 	Nodes         []*DagNode             `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	NextOffset    uint32                 `protobuf:"varint,3,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	Counts        *FlowCounts            `protobuf:"bytes,4,opt,name=counts,proto3" json:"counts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetFlowDagResponse) Reset() {
 	*x = GetFlowDagResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3314,7 +3589,7 @@ func (x *GetFlowDagResponse) String() string {
 func (*GetFlowDagResponse) ProtoMessage() {}
 
 func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3327,7 +3602,7 @@ func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowDagResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GetFlowDagResponse) GetFlow() *Flow {
@@ -3344,6 +3619,113 @@ func (x *GetFlowDagResponse) GetNodes() []*DagNode {
 	return nil
 }
 
+func (x *GetFlowDagResponse) GetNextOffset() uint32 {
+	if x != nil {
+		return x.NextOffset
+	}
+	return 0
+}
+
+func (x *GetFlowDagResponse) GetCounts() *FlowCounts {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+// FlowCounts: a flow's nodes by state, from the counters its transitions keep.
+type FlowCounts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Started       bool                   `protobuf:"varint,1,opt,name=started,proto3" json:"started,omitempty"`
+	Total         uint32                 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	Ended         uint32                 `protobuf:"varint,3,opt,name=ended,proto3" json:"ended,omitempty"`
+	Completed     uint32                 `protobuf:"varint,4,opt,name=completed,proto3" json:"completed,omitempty"`
+	Failed        uint32                 `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	Cancelled     uint32                 `protobuf:"varint,6,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	NotEnded      uint32                 `protobuf:"varint,7,opt,name=not_ended,json=notEnded,proto3" json:"not_ended,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowCounts) Reset() {
+	*x = FlowCounts{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowCounts) ProtoMessage() {}
+
+func (x *FlowCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowCounts.ProtoReflect.Descriptor instead.
+func (*FlowCounts) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *FlowCounts) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
+func (x *FlowCounts) GetTotal() uint32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *FlowCounts) GetEnded() uint32 {
+	if x != nil {
+		return x.Ended
+	}
+	return 0
+}
+
+func (x *FlowCounts) GetCompleted() uint32 {
+	if x != nil {
+		return x.Completed
+	}
+	return 0
+}
+
+func (x *FlowCounts) GetFailed() uint32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *FlowCounts) GetCancelled() uint32 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *FlowCounts) GetNotEnded() uint32 {
+	if x != nil {
+		return x.NotEnded
+	}
+	return 0
+}
+
 type CancelFlowRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
@@ -3354,7 +3736,7 @@ type CancelFlowRequest struct {
 
 func (x *CancelFlowRequest) Reset() {
 	*x = CancelFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3748,7 @@ func (x *CancelFlowRequest) String() string {
 func (*CancelFlowRequest) ProtoMessage() {}
 
 func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3761,7 @@ func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowRequest.ProtoReflect.Descriptor instead.
 func (*CancelFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CancelFlowRequest) GetContextId() uint32 {
@@ -3405,7 +3787,7 @@ type CancelFlowResponse struct {
 
 func (x *CancelFlowResponse) Reset() {
 	*x = CancelFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3799,7 @@ func (x *CancelFlowResponse) String() string {
 func (*CancelFlowResponse) ProtoMessage() {}
 
 func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3812,7 @@ func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowResponse.ProtoReflect.Descriptor instead.
 func (*CancelFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CancelFlowResponse) GetFlow() *Flow {
@@ -3450,7 +3832,7 @@ type RetryFlowRequest struct {
 
 func (x *RetryFlowRequest) Reset() {
 	*x = RetryFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3844,7 @@ func (x *RetryFlowRequest) String() string {
 func (*RetryFlowRequest) ProtoMessage() {}
 
 func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3857,7 @@ func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowRequest.ProtoReflect.Descriptor instead.
 func (*RetryFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RetryFlowRequest) GetContextId() uint32 {
@@ -3501,7 +3883,7 @@ type RetryFlowResponse struct {
 
 func (x *RetryFlowResponse) Reset() {
 	*x = RetryFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3513,7 +3895,7 @@ func (x *RetryFlowResponse) String() string {
 func (*RetryFlowResponse) ProtoMessage() {}
 
 func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3526,7 +3908,7 @@ func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowResponse.ProtoReflect.Descriptor instead.
 func (*RetryFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RetryFlowResponse) GetFlow() *Flow {
@@ -3552,7 +3934,7 @@ type DLQEntry struct {
 
 func (x *DLQEntry) Reset() {
 	*x = DLQEntry{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3564,7 +3946,7 @@ func (x *DLQEntry) String() string {
 func (*DLQEntry) ProtoMessage() {}
 
 func (x *DLQEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3577,7 +3959,7 @@ func (x *DLQEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DLQEntry.ProtoReflect.Descriptor instead.
 func (*DLQEntry) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DLQEntry) GetCallerId() uint32 {
@@ -3647,7 +4029,7 @@ type ListDLQRequest struct {
 
 func (x *ListDLQRequest) Reset() {
 	*x = ListDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +4041,7 @@ func (x *ListDLQRequest) String() string {
 func (*ListDLQRequest) ProtoMessage() {}
 
 func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +4054,7 @@ func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQRequest.ProtoReflect.Descriptor instead.
 func (*ListDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListDLQRequest) GetContextId() uint32 {
@@ -3706,7 +4088,7 @@ type ListDLQResponse struct {
 
 func (x *ListDLQResponse) Reset() {
 	*x = ListDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3718,7 +4100,7 @@ func (x *ListDLQResponse) String() string {
 func (*ListDLQResponse) ProtoMessage() {}
 
 func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3731,7 +4113,7 @@ func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQResponse.ProtoReflect.Descriptor instead.
 func (*ListDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListDLQResponse) GetEntries() []*DLQEntry {
@@ -3759,7 +4141,7 @@ type ShowDLQRequest struct {
 
 func (x *ShowDLQRequest) Reset() {
 	*x = ShowDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3771,7 +4153,7 @@ func (x *ShowDLQRequest) String() string {
 func (*ShowDLQRequest) ProtoMessage() {}
 
 func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3784,7 +4166,7 @@ func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQRequest.ProtoReflect.Descriptor instead.
 func (*ShowDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ShowDLQRequest) GetContextId() uint32 {
@@ -3818,7 +4200,7 @@ type ShowDLQResponse struct {
 
 func (x *ShowDLQResponse) Reset() {
 	*x = ShowDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +4212,7 @@ func (x *ShowDLQResponse) String() string {
 func (*ShowDLQResponse) ProtoMessage() {}
 
 func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +4225,7 @@ func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQResponse.ProtoReflect.Descriptor instead.
 func (*ShowDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ShowDLQResponse) GetEntry() *DLQEntry {
@@ -3871,7 +4253,7 @@ type RequeueDLQRequest struct {
 
 func (x *RequeueDLQRequest) Reset() {
 	*x = RequeueDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3883,7 +4265,7 @@ func (x *RequeueDLQRequest) String() string {
 func (*RequeueDLQRequest) ProtoMessage() {}
 
 func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3896,7 +4278,7 @@ func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RequeueDLQRequest) GetContextId() uint32 {
@@ -3929,7 +4311,7 @@ type RequeueDLQResponse struct {
 
 func (x *RequeueDLQResponse) Reset() {
 	*x = RequeueDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3941,7 +4323,7 @@ func (x *RequeueDLQResponse) String() string {
 func (*RequeueDLQResponse) ProtoMessage() {}
 
 func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3954,7 +4336,7 @@ func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RequeueDLQResponse) GetJob() *Job {
@@ -3975,7 +4357,7 @@ type PurgeDLQRequest struct {
 
 func (x *PurgeDLQRequest) Reset() {
 	*x = PurgeDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3987,7 +4369,7 @@ func (x *PurgeDLQRequest) String() string {
 func (*PurgeDLQRequest) ProtoMessage() {}
 
 func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4000,7 +4382,7 @@ func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *PurgeDLQRequest) GetContextId() uint32 {
@@ -4033,7 +4415,7 @@ type PurgeDLQResponse struct {
 
 func (x *PurgeDLQResponse) Reset() {
 	*x = PurgeDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4045,7 +4427,7 @@ func (x *PurgeDLQResponse) String() string {
 func (*PurgeDLQResponse) ProtoMessage() {}
 
 func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4058,7 +4440,7 @@ func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *PurgeDLQResponse) GetPurged() int64 {
@@ -4080,7 +4462,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4092,7 +4474,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4105,7 +4487,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *DeleteJobRequest) GetContextId() uint32 {
@@ -4147,7 +4529,7 @@ type DeleteFlowRequest struct {
 
 func (x *DeleteFlowRequest) Reset() {
 	*x = DeleteFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4159,7 +4541,7 @@ func (x *DeleteFlowRequest) String() string {
 func (*DeleteFlowRequest) ProtoMessage() {}
 
 func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4172,7 +4554,7 @@ func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFlowRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{77}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *DeleteFlowRequest) GetContextId() uint32 {
@@ -4207,7 +4589,7 @@ type DeleteRunnerRequest struct {
 
 func (x *DeleteRunnerRequest) Reset() {
 	*x = DeleteRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4219,7 +4601,7 @@ func (x *DeleteRunnerRequest) String() string {
 func (*DeleteRunnerRequest) ProtoMessage() {}
 
 func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4232,7 +4614,7 @@ func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunnerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{78}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *DeleteRunnerRequest) GetContextId() uint32 {
@@ -4266,7 +4648,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4278,7 +4660,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4291,7 +4673,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{79}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *DeleteContextRequest) GetId() uint32 {
@@ -4317,7 +4699,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4329,7 +4711,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4342,7 +4724,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{80}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -4362,7 +4744,7 @@ type CreateMessageRequest struct {
 
 func (x *CreateMessageRequest) Reset() {
 	*x = CreateMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4374,7 +4756,7 @@ func (x *CreateMessageRequest) String() string {
 func (*CreateMessageRequest) ProtoMessage() {}
 
 func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4387,7 +4769,7 @@ func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageRequest.ProtoReflect.Descriptor instead.
 func (*CreateMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{81}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *CreateMessageRequest) GetContextId() uint32 {
@@ -4413,7 +4795,7 @@ type CreateMessageResponse struct {
 
 func (x *CreateMessageResponse) Reset() {
 	*x = CreateMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4425,7 +4807,7 @@ func (x *CreateMessageResponse) String() string {
 func (*CreateMessageResponse) ProtoMessage() {}
 
 func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4438,7 +4820,7 @@ func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageResponse.ProtoReflect.Descriptor instead.
 func (*CreateMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{82}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *CreateMessageResponse) GetMessage() *Message {
@@ -4459,7 +4841,7 @@ type GetMessageRequest struct {
 
 func (x *GetMessageRequest) Reset() {
 	*x = GetMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4471,7 +4853,7 @@ func (x *GetMessageRequest) String() string {
 func (*GetMessageRequest) ProtoMessage() {}
 
 func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4484,7 +4866,7 @@ func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{83}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *GetMessageRequest) GetContextId() uint32 {
@@ -4517,7 +4899,7 @@ type GetMessageResponse struct {
 
 func (x *GetMessageResponse) Reset() {
 	*x = GetMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4529,7 +4911,7 @@ func (x *GetMessageResponse) String() string {
 func (*GetMessageResponse) ProtoMessage() {}
 
 func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4542,7 +4924,7 @@ func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageResponse.ProtoReflect.Descriptor instead.
 func (*GetMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{84}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *GetMessageResponse) GetMessage() *Message {
@@ -4566,7 +4948,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4578,7 +4960,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4591,7 +4973,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{85}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *WatchRequest) GetContextId() uint32 {
@@ -4631,7 +5013,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4643,7 +5025,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4656,7 +5038,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{86}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -4678,7 +5060,7 @@ type ReadEventsRequest struct {
 
 func (x *ReadEventsRequest) Reset() {
 	*x = ReadEventsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4690,7 +5072,7 @@ func (x *ReadEventsRequest) String() string {
 func (*ReadEventsRequest) ProtoMessage() {}
 
 func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4703,7 +5085,7 @@ func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReadEventsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{87}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ReadEventsRequest) GetContextId() uint32 {
@@ -4744,7 +5126,7 @@ type ReadEventsResponse struct {
 
 func (x *ReadEventsResponse) Reset() {
 	*x = ReadEventsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4756,7 +5138,7 @@ func (x *ReadEventsResponse) String() string {
 func (*ReadEventsResponse) ProtoMessage() {}
 
 func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4769,7 +5151,7 @@ func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReadEventsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{88}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *ReadEventsResponse) GetEvents() []*Event {
@@ -4880,11 +5262,12 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x1e\n" +
 	"\x03job\x18\x02 \x01(\v2\f.hero.v1.JobR\x03job\"3\n" +
 	"\x11CreateJobResponse\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\"T\n" +
+	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\"m\n" +
 	"\x11CreateJobsRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12 \n" +
-	"\x04jobs\x18\x02 \x03(\v2\f.hero.v1.JobR\x04jobs\"Z\n" +
+	"\x04jobs\x18\x02 \x03(\v2\f.hero.v1.JobR\x04jobs\x12\x17\n" +
+	"\aflow_id\x18\x03 \x01(\rR\x06flowId\"Z\n" +
 	"\x0eCreateJobsItem\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\x12(\n" +
 	"\x05error\x18\x02 \x01(\v2\x12.hero.v1.ItemErrorR\x05error\"C\n" +
@@ -4976,7 +5359,29 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12!\n" +
 	"\x04flow\x18\x02 \x01(\v2\r.hero.v1.FlowR\x04flow\"7\n" +
 	"\x12CreateFlowResponse\x12!\n" +
-	"\x04flow\x18\x01 \x01(\v2\r.hero.v1.FlowR\x04flow\"?\n" +
+	"\x04flow\x18\x01 \x01(\v2\r.hero.v1.FlowR\x04flow\"\x83\x01\n" +
+	"\x10BeginFlowRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x12\n" +
+	"\x04jobs\x18\x02 \x01(\rR\x04jobs\x12\x1b\n" +
+	"\tcaller_id\x18\x03 \x01(\rR\bcallerId\x12\x1f\n" +
+	"\vttl_seconds\x18\x04 \x01(\rR\n" +
+	"ttlSeconds\"\xce\x01\n" +
+	"\x11BeginFlowResponse\x12\x17\n" +
+	"\aflow_id\x18\x01 \x01(\rR\x06flowId\x12 \n" +
+	"\ffirst_job_id\x18\x02 \x01(\rR\n" +
+	"firstJobId\x12\x1e\n" +
+	"\vlast_job_id\x18\x03 \x01(\rR\tlastJobId\x12\"\n" +
+	"\rexpires_at_ms\x18\x04 \x01(\x03R\vexpiresAtMs\x12\x19\n" +
+	"\bmax_jobs\x18\x05 \x01(\rR\amaxJobs\x12\x1f\n" +
+	"\vttl_seconds\x18\x06 \x01(\rR\n" +
+	"ttlSeconds\"A\n" +
+	"\x10AbortFlowRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\rR\x02id\"-\n" +
+	"\x11AbortFlowResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\rR\adeleted\"?\n" +
 	"\x0eGetFlowRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
@@ -5005,14 +5410,28 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\rR\x02id\"6\n" +
 	"\x11StartFlowResponse\x12!\n" +
-	"\x04flow\x18\x01 \x01(\v2\r.hero.v1.FlowR\x04flow\"B\n" +
+	"\x04flow\x18\x01 \x01(\v2\r.hero.v1.FlowR\x04flow\"p\n" +
 	"\x11GetFlowDagRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\rR\x02id\"_\n" +
+	"\x02id\x18\x02 \x01(\rR\x02id\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\rR\x06offset\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"\xad\x01\n" +
 	"\x12GetFlowDagResponse\x12!\n" +
 	"\x04flow\x18\x01 \x01(\v2\r.hero.v1.FlowR\x04flow\x12&\n" +
-	"\x05nodes\x18\x02 \x03(\v2\x10.hero.v1.DagNodeR\x05nodes\"B\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x10.hero.v1.DagNodeR\x05nodes\x12\x1f\n" +
+	"\vnext_offset\x18\x03 \x01(\rR\n" +
+	"nextOffset\x12+\n" +
+	"\x06counts\x18\x04 \x01(\v2\x13.hero.v1.FlowCountsR\x06counts\"\xc3\x01\n" +
+	"\n" +
+	"FlowCounts\x12\x18\n" +
+	"\astarted\x18\x01 \x01(\bR\astarted\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\rR\x05total\x12\x14\n" +
+	"\x05ended\x18\x03 \x01(\rR\x05ended\x12\x1c\n" +
+	"\tcompleted\x18\x04 \x01(\rR\tcompleted\x12\x16\n" +
+	"\x06failed\x18\x05 \x01(\rR\x06failed\x12\x1c\n" +
+	"\tcancelled\x18\x06 \x01(\rR\tcancelled\x12\x1b\n" +
+	"\tnot_ended\x18\a \x01(\rR\bnotEnded\"B\n" +
 	"\x11CancelFlowRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
@@ -5116,7 +5535,7 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\aflow_id\x18\x04 \x01(\rR\x06flowId\"`\n" +
 	"\x12ReadEventsResponse\x12&\n" +
 	"\x06events\x18\x01 \x03(\v2\x0e.hero.v1.EventR\x06events\x12\"\n" +
-	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\x92\x18\n" +
+	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xd9\x19\n" +
 	"\vCoordinator\x12H\n" +
 	"\vCreateActor\x12\x1b.hero.v1.CreateActorRequest\x1a\x1c.hero.v1.CreateActorResponse\x12?\n" +
 	"\bGetActor\x12\x18.hero.v1.GetActorRequest\x1a\x19.hero.v1.GetActorResponse\x12H\n" +
@@ -5146,12 +5565,15 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"GetJobLogs\x12\x1a.hero.v1.GetJobLogsRequest\x1a\x1b.hero.v1.GetJobLogsResponse\x12E\n" +
 	"\n" +
-	"CreateFlow\x12\x1a.hero.v1.CreateFlowRequest\x1a\x1b.hero.v1.CreateFlowResponse\x12<\n" +
+	"CreateFlow\x12\x1a.hero.v1.CreateFlowRequest\x1a\x1b.hero.v1.CreateFlowResponse\x12B\n" +
+	"\tBeginFlow\x12\x19.hero.v1.BeginFlowRequest\x1a\x1a.hero.v1.BeginFlowResponse\x12B\n" +
+	"\tAbortFlow\x12\x19.hero.v1.AbortFlowRequest\x1a\x1a.hero.v1.AbortFlowResponse\x12<\n" +
 	"\aGetFlow\x12\x17.hero.v1.GetFlowRequest\x1a\x18.hero.v1.GetFlowResponse\x12B\n" +
 	"\tListFlows\x12\x19.hero.v1.ListFlowsRequest\x1a\x1a.hero.v1.ListFlowsResponse\x12B\n" +
 	"\tStartFlow\x12\x19.hero.v1.StartFlowRequest\x1a\x1a.hero.v1.StartFlowResponse\x12E\n" +
 	"\n" +
-	"GetFlowDag\x12\x1a.hero.v1.GetFlowDagRequest\x1a\x1b.hero.v1.GetFlowDagResponse\x12?\n" +
+	"GetFlowDag\x12\x1a.hero.v1.GetFlowDagRequest\x1a\x1b.hero.v1.GetFlowDagResponse\x12=\n" +
+	"\rGetFlowCounts\x12\x17.hero.v1.GetFlowRequest\x1a\x13.hero.v1.FlowCounts\x12?\n" +
 	"\bWaitFlow\x12\x18.hero.v1.WaitFlowRequest\x1a\x19.hero.v1.WaitFlowResponse\x12E\n" +
 	"\n" +
 	"CancelFlow\x12\x1a.hero.v1.CancelFlowRequest\x1a\x1b.hero.v1.CancelFlowResponse\x12B\n" +
@@ -5185,7 +5607,7 @@ func file_hero_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_hero_v1_coordinator_proto_rawDescData
 }
 
-var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
+var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 94)
 var file_hero_v1_coordinator_proto_goTypes = []any{
 	(*CreateActorRequest)(nil),           // 0: hero.v1.CreateActorRequest
 	(*CreateActorResponse)(nil),          // 1: hero.v1.CreateActorResponse
@@ -5240,87 +5662,92 @@ var file_hero_v1_coordinator_proto_goTypes = []any{
 	(*GetJobLogsResponse)(nil),           // 50: hero.v1.GetJobLogsResponse
 	(*CreateFlowRequest)(nil),            // 51: hero.v1.CreateFlowRequest
 	(*CreateFlowResponse)(nil),           // 52: hero.v1.CreateFlowResponse
-	(*GetFlowRequest)(nil),               // 53: hero.v1.GetFlowRequest
-	(*GetFlowResponse)(nil),              // 54: hero.v1.GetFlowResponse
-	(*WaitFlowRequest)(nil),              // 55: hero.v1.WaitFlowRequest
-	(*WaitFlowResponse)(nil),             // 56: hero.v1.WaitFlowResponse
-	(*ListFlowsRequest)(nil),             // 57: hero.v1.ListFlowsRequest
-	(*ListFlowsResponse)(nil),            // 58: hero.v1.ListFlowsResponse
-	(*StartFlowRequest)(nil),             // 59: hero.v1.StartFlowRequest
-	(*StartFlowResponse)(nil),            // 60: hero.v1.StartFlowResponse
-	(*GetFlowDagRequest)(nil),            // 61: hero.v1.GetFlowDagRequest
-	(*GetFlowDagResponse)(nil),           // 62: hero.v1.GetFlowDagResponse
-	(*CancelFlowRequest)(nil),            // 63: hero.v1.CancelFlowRequest
-	(*CancelFlowResponse)(nil),           // 64: hero.v1.CancelFlowResponse
-	(*RetryFlowRequest)(nil),             // 65: hero.v1.RetryFlowRequest
-	(*RetryFlowResponse)(nil),            // 66: hero.v1.RetryFlowResponse
-	(*DLQEntry)(nil),                     // 67: hero.v1.DLQEntry
-	(*ListDLQRequest)(nil),               // 68: hero.v1.ListDLQRequest
-	(*ListDLQResponse)(nil),              // 69: hero.v1.ListDLQResponse
-	(*ShowDLQRequest)(nil),               // 70: hero.v1.ShowDLQRequest
-	(*ShowDLQResponse)(nil),              // 71: hero.v1.ShowDLQResponse
-	(*RequeueDLQRequest)(nil),            // 72: hero.v1.RequeueDLQRequest
-	(*RequeueDLQResponse)(nil),           // 73: hero.v1.RequeueDLQResponse
-	(*PurgeDLQRequest)(nil),              // 74: hero.v1.PurgeDLQRequest
-	(*PurgeDLQResponse)(nil),             // 75: hero.v1.PurgeDLQResponse
-	(*DeleteJobRequest)(nil),             // 76: hero.v1.DeleteJobRequest
-	(*DeleteFlowRequest)(nil),            // 77: hero.v1.DeleteFlowRequest
-	(*DeleteRunnerRequest)(nil),          // 78: hero.v1.DeleteRunnerRequest
-	(*DeleteContextRequest)(nil),         // 79: hero.v1.DeleteContextRequest
-	(*DeleteResponse)(nil),               // 80: hero.v1.DeleteResponse
-	(*CreateMessageRequest)(nil),         // 81: hero.v1.CreateMessageRequest
-	(*CreateMessageResponse)(nil),        // 82: hero.v1.CreateMessageResponse
-	(*GetMessageRequest)(nil),            // 83: hero.v1.GetMessageRequest
-	(*GetMessageResponse)(nil),           // 84: hero.v1.GetMessageResponse
-	(*WatchRequest)(nil),                 // 85: hero.v1.WatchRequest
-	(*WatchResponse)(nil),                // 86: hero.v1.WatchResponse
-	(*ReadEventsRequest)(nil),            // 87: hero.v1.ReadEventsRequest
-	(*ReadEventsResponse)(nil),           // 88: hero.v1.ReadEventsResponse
-	(*Actor)(nil),                        // 89: hero.v1.Actor
-	(*Context)(nil),                      // 90: hero.v1.Context
-	(*JobLimits)(nil),                    // 91: hero.v1.JobLimits
-	(*Runner)(nil),                       // 92: hero.v1.Runner
-	(*Job)(nil),                          // 93: hero.v1.Job
-	(*Flow)(nil),                         // 94: hero.v1.Flow
-	(*DagNode)(nil),                      // 95: hero.v1.DagNode
-	(*Message)(nil),                      // 96: hero.v1.Message
-	(*Event)(nil),                        // 97: hero.v1.Event
+	(*BeginFlowRequest)(nil),             // 53: hero.v1.BeginFlowRequest
+	(*BeginFlowResponse)(nil),            // 54: hero.v1.BeginFlowResponse
+	(*AbortFlowRequest)(nil),             // 55: hero.v1.AbortFlowRequest
+	(*AbortFlowResponse)(nil),            // 56: hero.v1.AbortFlowResponse
+	(*GetFlowRequest)(nil),               // 57: hero.v1.GetFlowRequest
+	(*GetFlowResponse)(nil),              // 58: hero.v1.GetFlowResponse
+	(*WaitFlowRequest)(nil),              // 59: hero.v1.WaitFlowRequest
+	(*WaitFlowResponse)(nil),             // 60: hero.v1.WaitFlowResponse
+	(*ListFlowsRequest)(nil),             // 61: hero.v1.ListFlowsRequest
+	(*ListFlowsResponse)(nil),            // 62: hero.v1.ListFlowsResponse
+	(*StartFlowRequest)(nil),             // 63: hero.v1.StartFlowRequest
+	(*StartFlowResponse)(nil),            // 64: hero.v1.StartFlowResponse
+	(*GetFlowDagRequest)(nil),            // 65: hero.v1.GetFlowDagRequest
+	(*GetFlowDagResponse)(nil),           // 66: hero.v1.GetFlowDagResponse
+	(*FlowCounts)(nil),                   // 67: hero.v1.FlowCounts
+	(*CancelFlowRequest)(nil),            // 68: hero.v1.CancelFlowRequest
+	(*CancelFlowResponse)(nil),           // 69: hero.v1.CancelFlowResponse
+	(*RetryFlowRequest)(nil),             // 70: hero.v1.RetryFlowRequest
+	(*RetryFlowResponse)(nil),            // 71: hero.v1.RetryFlowResponse
+	(*DLQEntry)(nil),                     // 72: hero.v1.DLQEntry
+	(*ListDLQRequest)(nil),               // 73: hero.v1.ListDLQRequest
+	(*ListDLQResponse)(nil),              // 74: hero.v1.ListDLQResponse
+	(*ShowDLQRequest)(nil),               // 75: hero.v1.ShowDLQRequest
+	(*ShowDLQResponse)(nil),              // 76: hero.v1.ShowDLQResponse
+	(*RequeueDLQRequest)(nil),            // 77: hero.v1.RequeueDLQRequest
+	(*RequeueDLQResponse)(nil),           // 78: hero.v1.RequeueDLQResponse
+	(*PurgeDLQRequest)(nil),              // 79: hero.v1.PurgeDLQRequest
+	(*PurgeDLQResponse)(nil),             // 80: hero.v1.PurgeDLQResponse
+	(*DeleteJobRequest)(nil),             // 81: hero.v1.DeleteJobRequest
+	(*DeleteFlowRequest)(nil),            // 82: hero.v1.DeleteFlowRequest
+	(*DeleteRunnerRequest)(nil),          // 83: hero.v1.DeleteRunnerRequest
+	(*DeleteContextRequest)(nil),         // 84: hero.v1.DeleteContextRequest
+	(*DeleteResponse)(nil),               // 85: hero.v1.DeleteResponse
+	(*CreateMessageRequest)(nil),         // 86: hero.v1.CreateMessageRequest
+	(*CreateMessageResponse)(nil),        // 87: hero.v1.CreateMessageResponse
+	(*GetMessageRequest)(nil),            // 88: hero.v1.GetMessageRequest
+	(*GetMessageResponse)(nil),           // 89: hero.v1.GetMessageResponse
+	(*WatchRequest)(nil),                 // 90: hero.v1.WatchRequest
+	(*WatchResponse)(nil),                // 91: hero.v1.WatchResponse
+	(*ReadEventsRequest)(nil),            // 92: hero.v1.ReadEventsRequest
+	(*ReadEventsResponse)(nil),           // 93: hero.v1.ReadEventsResponse
+	(*Actor)(nil),                        // 94: hero.v1.Actor
+	(*Context)(nil),                      // 95: hero.v1.Context
+	(*JobLimits)(nil),                    // 96: hero.v1.JobLimits
+	(*Runner)(nil),                       // 97: hero.v1.Runner
+	(*Job)(nil),                          // 98: hero.v1.Job
+	(*Flow)(nil),                         // 99: hero.v1.Flow
+	(*DagNode)(nil),                      // 100: hero.v1.DagNode
+	(*Message)(nil),                      // 101: hero.v1.Message
+	(*Event)(nil),                        // 102: hero.v1.Event
 }
 var file_hero_v1_coordinator_proto_depIdxs = []int32{
-	89,  // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
-	89,  // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
-	89,  // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
+	94,  // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
+	94,  // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
+	94,  // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
 	20,  // 3: hero.v1.UpdateActorRequest.address:type_name -> hero.v1.StringList
-	89,  // 4: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
+	94,  // 4: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
 	6,   // 5: hero.v1.ListOperatorSecretsResponse.items:type_name -> hero.v1.OperatorSecret
 	6,   // 6: hero.v1.RevokeOperatorSecretResponse.secret:type_name -> hero.v1.OperatorSecret
-	90,  // 7: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
-	90,  // 8: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
-	90,  // 9: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
+	95,  // 7: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
+	95,  // 8: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
+	95,  // 9: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
 	19,  // 10: hero.v1.UpdateContextRequest.admins:type_name -> hero.v1.IdList
 	19,  // 11: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
 	19,  // 12: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
 	20,  // 13: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
-	91,  // 14: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
-	91,  // 15: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
-	90,  // 16: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
-	92,  // 17: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
-	92,  // 18: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
-	92,  // 19: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
-	92,  // 20: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
-	93,  // 21: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
-	93,  // 22: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
-	93,  // 23: hero.v1.CreateJobsRequest.jobs:type_name -> hero.v1.Job
-	93,  // 24: hero.v1.CreateJobsItem.job:type_name -> hero.v1.Job
+	96,  // 14: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
+	96,  // 15: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
+	95,  // 16: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
+	97,  // 17: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
+	97,  // 18: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
+	97,  // 19: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
+	97,  // 20: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
+	98,  // 21: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
+	98,  // 22: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
+	98,  // 23: hero.v1.CreateJobsRequest.jobs:type_name -> hero.v1.Job
+	98,  // 24: hero.v1.CreateJobsItem.job:type_name -> hero.v1.Job
 	32,  // 25: hero.v1.CreateJobsItem.error:type_name -> hero.v1.ItemError
 	30,  // 26: hero.v1.CreateJobsResponse.items:type_name -> hero.v1.CreateJobsItem
-	93,  // 27: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
-	93,  // 28: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
-	93,  // 29: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
-	93,  // 30: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
-	93,  // 31: hero.v1.SubmitJobRequest.job:type_name -> hero.v1.Job
-	93,  // 32: hero.v1.SubmitJobResponse.job:type_name -> hero.v1.Job
-	93,  // 33: hero.v1.SubmitJobItem.job:type_name -> hero.v1.Job
+	98,  // 27: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
+	98,  // 28: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
+	98,  // 29: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
+	98,  // 30: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
+	98,  // 31: hero.v1.SubmitJobRequest.job:type_name -> hero.v1.Job
+	98,  // 32: hero.v1.SubmitJobResponse.job:type_name -> hero.v1.Job
+	98,  // 33: hero.v1.SubmitJobItem.job:type_name -> hero.v1.Job
 	41,  // 34: hero.v1.SubmitJobsRequest.jobs:type_name -> hero.v1.SubmitJobItem
 	40,  // 35: hero.v1.SubmitJobsResponse.items:type_name -> hero.v1.SubmitJobResponse
 	39,  // 36: hero.v1.SubmitJobStreamRequest.submit:type_name -> hero.v1.SubmitJobRequest
@@ -5328,117 +5755,124 @@ var file_hero_v1_coordinator_proto_depIdxs = []int32{
 	40,  // 38: hero.v1.SubmitJobStreamResponse.submit:type_name -> hero.v1.SubmitJobResponse
 	46,  // 39: hero.v1.SubmitJobStreamResponse.error:type_name -> hero.v1.StreamError
 	45,  // 40: hero.v1.SubmitJobStreamResponse.batch:type_name -> hero.v1.SubmitJobStreamResponse
-	93,  // 41: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
-	94,  // 42: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
-	94,  // 43: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
-	94,  // 44: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
-	94,  // 45: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
-	94,  // 46: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
-	94,  // 47: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
-	94,  // 48: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
-	95,  // 49: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
-	94,  // 50: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
-	94,  // 51: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
-	67,  // 52: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
-	67,  // 53: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
-	93,  // 54: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
-	93,  // 55: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
-	96,  // 56: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
-	96,  // 57: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
-	96,  // 58: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
-	97,  // 59: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
-	97,  // 60: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
-	0,   // 61: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
-	2,   // 62: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
-	4,   // 63: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
-	7,   // 64: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
-	9,   // 65: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
-	11,  // 66: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
-	13,  // 67: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
-	15,  // 68: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
-	17,  // 69: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
-	21,  // 70: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
-	23,  // 71: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
-	25,  // 72: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
-	27,  // 73: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
-	29,  // 74: hero.v1.Coordinator.CreateJobs:input_type -> hero.v1.CreateJobsRequest
-	29,  // 75: hero.v1.Coordinator.CheckJobs:input_type -> hero.v1.CreateJobsRequest
-	33,  // 76: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
-	35,  // 77: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
-	37,  // 78: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
-	39,  // 79: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
-	42,  // 80: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
-	44,  // 81: hero.v1.Coordinator.SubmitJobStream:input_type -> hero.v1.SubmitJobStreamRequest
-	47,  // 82: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
-	49,  // 83: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
-	51,  // 84: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
-	53,  // 85: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
-	57,  // 86: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
-	59,  // 87: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
-	61,  // 88: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
-	55,  // 89: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
-	63,  // 90: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
-	65,  // 91: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
-	68,  // 92: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
-	70,  // 93: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
-	72,  // 94: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
-	74,  // 95: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
-	76,  // 96: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
-	77,  // 97: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
-	78,  // 98: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
-	79,  // 99: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
-	81,  // 100: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
-	83,  // 101: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
-	85,  // 102: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
-	87,  // 103: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
-	1,   // 104: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
-	3,   // 105: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
-	5,   // 106: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
-	8,   // 107: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
-	10,  // 108: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
-	12,  // 109: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
-	14,  // 110: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
-	16,  // 111: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
-	18,  // 112: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
-	22,  // 113: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
-	24,  // 114: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
-	26,  // 115: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
-	28,  // 116: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
-	31,  // 117: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
-	31,  // 118: hero.v1.Coordinator.CheckJobs:output_type -> hero.v1.CreateJobsResponse
-	34,  // 119: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
-	36,  // 120: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
-	38,  // 121: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
-	40,  // 122: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
-	43,  // 123: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
-	45,  // 124: hero.v1.Coordinator.SubmitJobStream:output_type -> hero.v1.SubmitJobStreamResponse
-	48,  // 125: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
-	50,  // 126: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
-	52,  // 127: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
-	54,  // 128: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
-	58,  // 129: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
-	60,  // 130: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
-	62,  // 131: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
-	56,  // 132: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
-	64,  // 133: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
-	66,  // 134: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
-	69,  // 135: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
-	71,  // 136: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
-	73,  // 137: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
-	75,  // 138: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
-	80,  // 139: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
-	80,  // 140: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
-	80,  // 141: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
-	80,  // 142: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
-	82,  // 143: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
-	84,  // 144: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
-	86,  // 145: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
-	88,  // 146: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
-	104, // [104:147] is the sub-list for method output_type
-	61,  // [61:104] is the sub-list for method input_type
-	61,  // [61:61] is the sub-list for extension type_name
-	61,  // [61:61] is the sub-list for extension extendee
-	0,   // [0:61] is the sub-list for field type_name
+	98,  // 41: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
+	99,  // 42: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
+	99,  // 43: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
+	99,  // 44: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
+	99,  // 45: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
+	99,  // 46: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
+	99,  // 47: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
+	99,  // 48: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
+	100, // 49: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
+	67,  // 50: hero.v1.GetFlowDagResponse.counts:type_name -> hero.v1.FlowCounts
+	99,  // 51: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
+	99,  // 52: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
+	72,  // 53: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
+	72,  // 54: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
+	98,  // 55: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
+	98,  // 56: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
+	101, // 57: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
+	101, // 58: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
+	101, // 59: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
+	102, // 60: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
+	102, // 61: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
+	0,   // 62: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
+	2,   // 63: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
+	4,   // 64: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
+	7,   // 65: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
+	9,   // 66: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
+	11,  // 67: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
+	13,  // 68: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
+	15,  // 69: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
+	17,  // 70: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
+	21,  // 71: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
+	23,  // 72: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
+	25,  // 73: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
+	27,  // 74: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
+	29,  // 75: hero.v1.Coordinator.CreateJobs:input_type -> hero.v1.CreateJobsRequest
+	29,  // 76: hero.v1.Coordinator.CheckJobs:input_type -> hero.v1.CreateJobsRequest
+	33,  // 77: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
+	35,  // 78: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
+	37,  // 79: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
+	39,  // 80: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
+	42,  // 81: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
+	44,  // 82: hero.v1.Coordinator.SubmitJobStream:input_type -> hero.v1.SubmitJobStreamRequest
+	47,  // 83: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
+	49,  // 84: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
+	51,  // 85: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
+	53,  // 86: hero.v1.Coordinator.BeginFlow:input_type -> hero.v1.BeginFlowRequest
+	55,  // 87: hero.v1.Coordinator.AbortFlow:input_type -> hero.v1.AbortFlowRequest
+	57,  // 88: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
+	61,  // 89: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
+	63,  // 90: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
+	65,  // 91: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
+	57,  // 92: hero.v1.Coordinator.GetFlowCounts:input_type -> hero.v1.GetFlowRequest
+	59,  // 93: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
+	68,  // 94: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
+	70,  // 95: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
+	73,  // 96: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
+	75,  // 97: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
+	77,  // 98: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
+	79,  // 99: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
+	81,  // 100: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
+	82,  // 101: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
+	83,  // 102: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
+	84,  // 103: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
+	86,  // 104: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
+	88,  // 105: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
+	90,  // 106: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
+	92,  // 107: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
+	1,   // 108: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
+	3,   // 109: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
+	5,   // 110: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
+	8,   // 111: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
+	10,  // 112: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
+	12,  // 113: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
+	14,  // 114: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
+	16,  // 115: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
+	18,  // 116: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
+	22,  // 117: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
+	24,  // 118: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
+	26,  // 119: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
+	28,  // 120: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
+	31,  // 121: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
+	31,  // 122: hero.v1.Coordinator.CheckJobs:output_type -> hero.v1.CreateJobsResponse
+	34,  // 123: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
+	36,  // 124: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
+	38,  // 125: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
+	40,  // 126: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
+	43,  // 127: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
+	45,  // 128: hero.v1.Coordinator.SubmitJobStream:output_type -> hero.v1.SubmitJobStreamResponse
+	48,  // 129: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
+	50,  // 130: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
+	52,  // 131: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
+	54,  // 132: hero.v1.Coordinator.BeginFlow:output_type -> hero.v1.BeginFlowResponse
+	56,  // 133: hero.v1.Coordinator.AbortFlow:output_type -> hero.v1.AbortFlowResponse
+	58,  // 134: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
+	62,  // 135: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
+	64,  // 136: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
+	66,  // 137: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
+	67,  // 138: hero.v1.Coordinator.GetFlowCounts:output_type -> hero.v1.FlowCounts
+	60,  // 139: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
+	69,  // 140: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
+	71,  // 141: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
+	74,  // 142: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
+	76,  // 143: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
+	78,  // 144: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
+	80,  // 145: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
+	85,  // 146: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
+	85,  // 147: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
+	85,  // 148: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
+	85,  // 149: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
+	87,  // 150: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
+	89,  // 151: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
+	91,  // 152: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
+	93,  // 153: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
+	108, // [108:154] is the sub-list for method output_type
+	62,  // [62:108] is the sub-list for method input_type
+	62,  // [62:62] is the sub-list for extension type_name
+	62,  // [62:62] is the sub-list for extension extendee
+	0,   // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_hero_v1_coordinator_proto_init() }
@@ -5455,7 +5889,7 @@ func file_hero_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hero_v1_coordinator_proto_rawDesc), len(file_hero_v1_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   89,
+			NumMessages:   94,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

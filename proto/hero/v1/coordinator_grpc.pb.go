@@ -43,10 +43,13 @@ const (
 	Coordinator_StopJob_FullMethodName              = "/hero.v1.Coordinator/StopJob"
 	Coordinator_GetJobLogs_FullMethodName           = "/hero.v1.Coordinator/GetJobLogs"
 	Coordinator_CreateFlow_FullMethodName           = "/hero.v1.Coordinator/CreateFlow"
+	Coordinator_BeginFlow_FullMethodName            = "/hero.v1.Coordinator/BeginFlow"
+	Coordinator_AbortFlow_FullMethodName            = "/hero.v1.Coordinator/AbortFlow"
 	Coordinator_GetFlow_FullMethodName              = "/hero.v1.Coordinator/GetFlow"
 	Coordinator_ListFlows_FullMethodName            = "/hero.v1.Coordinator/ListFlows"
 	Coordinator_StartFlow_FullMethodName            = "/hero.v1.Coordinator/StartFlow"
 	Coordinator_GetFlowDag_FullMethodName           = "/hero.v1.Coordinator/GetFlowDag"
+	Coordinator_GetFlowCounts_FullMethodName        = "/hero.v1.Coordinator/GetFlowCounts"
 	Coordinator_WaitFlow_FullMethodName             = "/hero.v1.Coordinator/WaitFlow"
 	Coordinator_CancelFlow_FullMethodName           = "/hero.v1.Coordinator/CancelFlow"
 	Coordinator_RetryFlow_FullMethodName            = "/hero.v1.Coordinator/RetryFlow"
@@ -120,10 +123,22 @@ type CoordinatorClient interface {
 	StopJob(ctx context.Context, in *StopJobRequest, opts ...grpc.CallOption) (*StopJobResponse, error)
 	GetJobLogs(ctx context.Context, in *GetJobLogsRequest, opts ...grpc.CallOption) (*GetJobLogsResponse, error)
 	CreateFlow(ctx context.Context, in *CreateFlowRequest, opts ...grpc.CallOption) (*CreateFlowResponse, error)
+	// BeginFlow begins a flow created as a unit (flow.begin): it reserves the flow's
+	// id and the ids of its jobs, which CreateJobs with flow_id creates; CreateFlow of
+	// that id stores the flow. A creation not renewed within ttl_seconds (each
+	// CreateJobs renews it) is swept with its jobs; AbortFlow sweeps it at once.
+	BeginFlow(ctx context.Context, in *BeginFlowRequest, opts ...grpc.CallOption) (*BeginFlowResponse, error)
+	// AbortFlow deletes an unfinished creation's jobs (flow.abort).
+	AbortFlow(ctx context.Context, in *AbortFlowRequest, opts ...grpc.CallOption) (*AbortFlowResponse, error)
 	GetFlow(ctx context.Context, in *GetFlowRequest, opts ...grpc.CallOption) (*GetFlowResponse, error)
 	ListFlows(ctx context.Context, in *ListFlowsRequest, opts ...grpc.CallOption) (*ListFlowsResponse, error)
 	StartFlow(ctx context.Context, in *StartFlowRequest, opts ...grpc.CallOption) (*StartFlowResponse, error)
+	// GetFlowDag is a flow's DAG (flow.dag); with limit (or for a flow of more than
+	// 10,000 jobs) one page of it from offset: next_offset is where the next page
+	// starts (0: none), and the flow comes without its job list.
 	GetFlowDag(ctx context.Context, in *GetFlowDagRequest, opts ...grpc.CallOption) (*GetFlowDagResponse, error)
+	// GetFlowCounts is a flow's node counts (flow.counts), O(1) whatever its size.
+	GetFlowCounts(ctx context.Context, in *GetFlowRequest, opts ...grpc.CallOption) (*FlowCounts, error)
 	// WaitFlow returns a flow once it has ended (finished or error), waiting at most
 	// timeout seconds (0: 300).
 	WaitFlow(ctx context.Context, in *WaitFlowRequest, opts ...grpc.CallOption) (*WaitFlowResponse, error)
@@ -397,6 +412,26 @@ func (c *coordinatorClient) CreateFlow(ctx context.Context, in *CreateFlowReques
 	return out, nil
 }
 
+func (c *coordinatorClient) BeginFlow(ctx context.Context, in *BeginFlowRequest, opts ...grpc.CallOption) (*BeginFlowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BeginFlowResponse)
+	err := c.cc.Invoke(ctx, Coordinator_BeginFlow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) AbortFlow(ctx context.Context, in *AbortFlowRequest, opts ...grpc.CallOption) (*AbortFlowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AbortFlowResponse)
+	err := c.cc.Invoke(ctx, Coordinator_AbortFlow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coordinatorClient) GetFlow(ctx context.Context, in *GetFlowRequest, opts ...grpc.CallOption) (*GetFlowResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetFlowResponse)
@@ -431,6 +466,16 @@ func (c *coordinatorClient) GetFlowDag(ctx context.Context, in *GetFlowDagReques
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetFlowDagResponse)
 	err := c.cc.Invoke(ctx, Coordinator_GetFlowDag_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) GetFlowCounts(ctx context.Context, in *GetFlowRequest, opts ...grpc.CallOption) (*FlowCounts, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FlowCounts)
+	err := c.cc.Invoke(ctx, Coordinator_GetFlowCounts_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -652,10 +697,22 @@ type CoordinatorServer interface {
 	StopJob(context.Context, *StopJobRequest) (*StopJobResponse, error)
 	GetJobLogs(context.Context, *GetJobLogsRequest) (*GetJobLogsResponse, error)
 	CreateFlow(context.Context, *CreateFlowRequest) (*CreateFlowResponse, error)
+	// BeginFlow begins a flow created as a unit (flow.begin): it reserves the flow's
+	// id and the ids of its jobs, which CreateJobs with flow_id creates; CreateFlow of
+	// that id stores the flow. A creation not renewed within ttl_seconds (each
+	// CreateJobs renews it) is swept with its jobs; AbortFlow sweeps it at once.
+	BeginFlow(context.Context, *BeginFlowRequest) (*BeginFlowResponse, error)
+	// AbortFlow deletes an unfinished creation's jobs (flow.abort).
+	AbortFlow(context.Context, *AbortFlowRequest) (*AbortFlowResponse, error)
 	GetFlow(context.Context, *GetFlowRequest) (*GetFlowResponse, error)
 	ListFlows(context.Context, *ListFlowsRequest) (*ListFlowsResponse, error)
 	StartFlow(context.Context, *StartFlowRequest) (*StartFlowResponse, error)
+	// GetFlowDag is a flow's DAG (flow.dag); with limit (or for a flow of more than
+	// 10,000 jobs) one page of it from offset: next_offset is where the next page
+	// starts (0: none), and the flow comes without its job list.
 	GetFlowDag(context.Context, *GetFlowDagRequest) (*GetFlowDagResponse, error)
+	// GetFlowCounts is a flow's node counts (flow.counts), O(1) whatever its size.
+	GetFlowCounts(context.Context, *GetFlowRequest) (*FlowCounts, error)
 	// WaitFlow returns a flow once it has ended (finished or error), waiting at most
 	// timeout seconds (0: 300).
 	WaitFlow(context.Context, *WaitFlowRequest) (*WaitFlowResponse, error)
@@ -758,6 +815,12 @@ func (UnimplementedCoordinatorServer) GetJobLogs(context.Context, *GetJobLogsReq
 func (UnimplementedCoordinatorServer) CreateFlow(context.Context, *CreateFlowRequest) (*CreateFlowResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateFlow not implemented")
 }
+func (UnimplementedCoordinatorServer) BeginFlow(context.Context, *BeginFlowRequest) (*BeginFlowResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BeginFlow not implemented")
+}
+func (UnimplementedCoordinatorServer) AbortFlow(context.Context, *AbortFlowRequest) (*AbortFlowResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbortFlow not implemented")
+}
 func (UnimplementedCoordinatorServer) GetFlow(context.Context, *GetFlowRequest) (*GetFlowResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetFlow not implemented")
 }
@@ -769,6 +832,9 @@ func (UnimplementedCoordinatorServer) StartFlow(context.Context, *StartFlowReque
 }
 func (UnimplementedCoordinatorServer) GetFlowDag(context.Context, *GetFlowDagRequest) (*GetFlowDagResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetFlowDag not implemented")
+}
+func (UnimplementedCoordinatorServer) GetFlowCounts(context.Context, *GetFlowRequest) (*FlowCounts, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFlowCounts not implemented")
 }
 func (UnimplementedCoordinatorServer) WaitFlow(context.Context, *WaitFlowRequest) (*WaitFlowResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WaitFlow not implemented")
@@ -1257,6 +1323,42 @@ func _Coordinator_CreateFlow_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_BeginFlow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BeginFlowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).BeginFlow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_BeginFlow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).BeginFlow(ctx, req.(*BeginFlowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_AbortFlow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbortFlowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).AbortFlow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_AbortFlow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).AbortFlow(ctx, req.(*AbortFlowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Coordinator_GetFlow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetFlowRequest)
 	if err := dec(in); err != nil {
@@ -1325,6 +1427,24 @@ func _Coordinator_GetFlowDag_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CoordinatorServer).GetFlowDag(ctx, req.(*GetFlowDagRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_GetFlowCounts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFlowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).GetFlowCounts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_GetFlowCounts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).GetFlowCounts(ctx, req.(*GetFlowRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1692,6 +1812,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Coordinator_CreateFlow_Handler,
 		},
 		{
+			MethodName: "BeginFlow",
+			Handler:    _Coordinator_BeginFlow_Handler,
+		},
+		{
+			MethodName: "AbortFlow",
+			Handler:    _Coordinator_AbortFlow_Handler,
+		},
+		{
 			MethodName: "GetFlow",
 			Handler:    _Coordinator_GetFlow_Handler,
 		},
@@ -1706,6 +1834,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetFlowDag",
 			Handler:    _Coordinator_GetFlowDag_Handler,
+		},
+		{
+			MethodName: "GetFlowCounts",
+			Handler:    _Coordinator_GetFlowCounts_Handler,
 		},
 		{
 			MethodName: "WaitFlow",

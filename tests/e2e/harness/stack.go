@@ -324,6 +324,8 @@ type Job struct {
 	StartedAtMs  int64             `json:"started_at_ms"`
 	FinishedAtMs int64             `json:"finished_at_ms"`
 	ReadyAtMs    int64             `json:"ready_at_ms"`
+	StartedAtUs  int64             `json:"started_at_us"`
+	FinishedAtUs int64             `json:"finished_at_us"`
 	FlowID       uint32            `json:"flow_id"`
 	Limits       map[string]any    `json:"limits"`
 }
@@ -422,24 +424,7 @@ func (c *Client) watchEvents(t testing.TB, ctxID, flowID uint32, types []string,
 // Heroctl runs the CLI with the stack's address and returns stdout, stderr, exit code.
 func (s *Stack) Heroctl(t testing.TB, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	if s.ConfigDir == "" {
-		// heroctl keeps actor keys there (HERO_CONFIG_DIR): the test keys of the
-		// actors the tests register (ActorKey), as `heroctl key generate` would.
-		s.ConfigDir = t.TempDir()
-		for id := uint32(1); id <= 9; id++ {
-			path := filepath.Join(s.ConfigDir, "keys", fmt.Sprintf("actor-%d.pem", id))
-			if err := auth.WritePrivateKey(path, ActorKey(id), false); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	cmd := exec.Command(filepath.Join(s.BinDir, "heroctl"), args...)
-	p, err := PKI()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HERO_ADDR=" + s.API.GRPCAddr, "HERO_API_URL=" + APIURL(s.API),
-		"HERO_CONFIG_DIR=" + s.ConfigDir, "HERO_TLS_CA=" + p.Files("api").CA}, env...)
+	cmd := s.HeroctlCmd(t, env, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -463,4 +448,29 @@ func (s *Stack) Heroctl(t testing.TB, env []string, args ...string) (string, str
 		t.Fatalf("heroctl %v did not end", args)
 	}
 	return "", "", -1
+}
+
+// HeroctlCmd is the command Heroctl runs (not started): the CLI with the stack's
+// address, its CA and the test actors' keys.
+func (s *Stack) HeroctlCmd(t testing.TB, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	if s.ConfigDir == "" {
+		// heroctl keeps actor keys there (HERO_CONFIG_DIR): the test keys of the
+		// actors the tests register (ActorKey), as `heroctl key generate` would.
+		s.ConfigDir = t.TempDir()
+		for id := uint32(1); id <= 9; id++ {
+			path := filepath.Join(s.ConfigDir, "keys", fmt.Sprintf("actor-%d.pem", id))
+			if err := auth.WritePrivateKey(path, ActorKey(id), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cmd := exec.Command(filepath.Join(s.BinDir, "heroctl"), args...)
+	p, err := PKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HERO_ADDR=" + s.API.GRPCAddr, "HERO_API_URL=" + APIURL(s.API),
+		"HERO_CONFIG_DIR=" + s.ConfigDir, "HERO_TLS_CA=" + p.Files("api").CA}, env...)
+	return cmd
 }

@@ -1,0 +1,125 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/procrun"
+	"github.com/hero-coordinator/hero/lib/testutil/proctest"
+)
+
+// newAheadSandbox is newSandbox with sandboxes made ahead (max of them).
+func newAheadSandbox(t *testing.T, max int) *Sandbox {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bwrap is not installed (apt-get install bubblewrap)")
+	}
+	scratch, err := os.MkdirTemp("", "hero-sbx-scratch-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(scratch) })
+	if err := os.Chmod(scratch, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Binds: []string{scratch}, Ahead: AheadOptions{Max: max}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// eachWay runs a test of jobs with sandboxes made for them (cold) and made ahead.
+func eachWay(t *testing.T, f func(t *testing.T, s *Sandbox)) {
+	t.Run("cold", func(t *testing.T) { f(t, newSandbox(t)) })
+	t.Run("ahead", func(t *testing.T) { f(t, newAheadSandbox(t, 2)) })
+}
+
+// runAhead runs a job in a sandbox made ahead (runJob's way for such a sandbox).
+func runAhead(t *testing.T, s *Sandbox, script string, env []string, lim Limits, x Extra) (string, procrun.Result, string, Result) {
+	t.Helper()
+	dir, _, err := s.WorkDir("", "hero-sbx-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Take(context.Background(), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out procrun.Capped
+	out.Max = 1 << 20
+	cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: script, Result: x.Result, ResultMax: x.ResultMax, Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Cleanup()
+	proc := procrun.Adopt(cmd, waited, 0)
+	stop := j.Watch(func(reason string) { proc.Kill(reason) })
+	res := proc.Wait()
+	stop()
+	reason := j.Reason(res.Signal, res.ExitCode)
+	if res.Killed != "" && reason == "" {
+		reason = res.Killed
+	}
+	return out.String(), res, reason, j.Result()
+}
+
+// A sandbox made ahead runs its job as a sandbox made for it does: its environment
+// exactly, its script on stdin, its work directory, its result file.
+func TestAheadRunsTheJob(t *testing.T) {
+	s := newAheadSandbox(t, 2)
+	lim := Limits{MemoryBytes: 256 << 20, Pids: 64, DiskBytes: 16 << 20}
+	script := `echo "pwd=$PWD home=$HOME env=$(env | cut -d= -f1 | sort | tr '\n' ,)"; echo "x=$FOO" > result; echo oops >&2; exit 3`
+	out, res, reason, r := runAhead(t, s, script, []string{"PATH=/usr/bin:/bin", "HOME=/tmp/hero-job-1-1-7", "FOO=b'a r"}, lim, Extra{Result: "result", ResultMax: 100})
+	if res.ExitCode != 3 || reason != "" || string(r.Data) != "x=b'a r\n" {
+		t.Fatalf("exit %d reason %q result %+v:\n%s", res.ExitCode, reason, r, out)
+	}
+	for _, want := range []string{"pwd=/tmp/hero-sbx-test home=/tmp/hero-job-1-1-7 env=FOO,HOME,PATH,PWD,", "oops"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("want %q in:\n%s", want, out)
+		}
+	}
+	// A name no shell can hold is left out, as the wrapper's shell leaves it out of a
+	// sandbox made for its job (the API refuses such names).
+	out, res, _, _ = runAhead(t, s, `env | cut -d= -f1 | sort | tr '\n' ,`, []string{"PATH=/usr/bin:/bin", "odd-name=1"}, lim, Extra{})
+	if res.ExitCode != 0 || out != "PATH,PWD," {
+		t.Fatalf("environment with an odd name: exit %d: %q", res.ExitCode, out)
+	}
+	// The next jobs of these limits find one ready (made while the first ran).
+	deadline := time.Now().Add(time.Minute)
+	for ready, _ := s.AheadCounts(); ready < 2; ready, _ = s.AheadCounts() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sandboxes ready a minute after the first job, want 2", ready)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Acceptance (issue 44): a sandbox made ahead serves one job. A job leaves a file in
+// its /tmp, a process in the background and a file in /dev/shm; the next job of the
+// same limits (in a sandbox made ahead too) sees none of them.
+func TestAheadSandboxServesOneJob(t *testing.T) {
+	s := newAheadSandbox(t, 1)
+	lim := Limits{Pids: 64, DiskBytes: 16 << 20}
+	marker := fmt.Sprintf("hero-sbx-leftover-%d", time.Now().UnixNano())
+	env := []string{"PATH=/usr/bin:/bin"}
+	out, res, _, _ := runAhead(t, s, fmt.Sprintf(`echo one > /tmp/left; echo one > /dev/shm/left; echo one > left
+(exec -a %s sleep 300) & echo "pid=$!"`, marker), env, lim, Extra{})
+	if res.ExitCode != 0 {
+		t.Fatalf("job 1: exit %d: %s", res.ExitCode, out)
+	}
+	out, res, _, _ = runAhead(t, s, `ls -a /tmp /dev/shm; cat /tmp/left /dev/shm/left 2>/dev/null && echo LEAK-file
+ps -eo comm= 2>/dev/null | grep -q sleep && echo LEAK-process; ls /proc | grep -c '^[0-9]' `, env, lim, Extra{})
+	if res.ExitCode != 0 || strings.Contains(out, "LEAK") || strings.Contains(out, "left") {
+		t.Fatalf("job 2 saw job 1's leftovers: exit %d:\n%s", res.ExitCode, out)
+	}
+	if pids := proctest.Pgrep(marker); len(pids) > 0 {
+		t.Fatalf("job 1's background process outlived it: %v", pids)
+	}
+}

@@ -1,0 +1,71 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+)
+
+// deleteFlowChunk is how many jobs (and messages) of a flow one call of DeleteFlow's
+// chunked deletion removes: a large flow's deletion (flow.delete, retention) is many
+// short Redis calls, never one that holds Redis for the whole flow.
+const deleteFlowChunk = 500
+
+// deleteFlowJobs deletes the jobs and messages of a flow of more than deleteFlowChunk
+// jobs a chunk a call (flow_delete_chunk.lua), then empties its job list, so that the
+// delete_flow call that follows removes only the flow's own keys. A smaller flow is
+// left to delete_flow whole. A call that fails stops it: what was deleted stays
+// deleted, and the next DeleteFlow goes on with the rest.
+func (d *DB) deleteFlowJobs(ctx context.Context, flowID uint32, force bool) error {
+	v, err := d.hmget(ctx, keys.Flow(flowID), "jobs", "caller_id")
+	if err != nil {
+		return fmt.Errorf("flow %d in context %d: %w", flowID, d.ContextID, err)
+	}
+	raw, _ := v[0].(string)
+	caller, _ := v[1].(string)
+	if len(raw) < deleteFlowChunk*2 { // fewer than deleteFlowChunk ids, at once
+		return nil
+	}
+	var jobs []uint32
+	if err := json.Unmarshal([]byte(raw), &jobs); err != nil {
+		return fmt.Errorf("flow %d in context %d: its jobs: %w", flowID, d.ContextID, err)
+	}
+	if len(jobs) <= deleteFlowChunk {
+		return nil
+	}
+	what := fmt.Sprintf("flow %d in context %d", flowID, d.ContextID)
+	for from := 0; from < len(jobs); from += deleteFlowChunk {
+		part := jobs[from:min(from+deleteFlowChunk, len(jobs))]
+		ids := make([]string, len(part))
+		for i, id := range part {
+			ids[i] = strconv.FormatUint(uint64(id), 10)
+		}
+		if _, err := (&flowDeleteChunkArgs{FlowKey: keys.Flow(flowID), MsgsKey: keys.FlowMessages(flowID), Ctx: idArg(d.ContextID), FlowID: idArg(flowID),
+			Force: force, Caller: caller, Nmsgs: deleteFlowChunk, IDs: ids}).run(ctx, d); err != nil {
+			return scriptErr(err, what)
+		}
+	}
+	for {
+		r, err := (&flowDeleteChunkArgs{FlowKey: keys.Flow(flowID), MsgsKey: keys.FlowMessages(flowID), Ctx: idArg(d.ContextID), FlowID: idArg(flowID),
+			Force: force, Caller: caller, Nmsgs: deleteFlowChunk}).run(ctx, d)
+		if err != nil {
+			return scriptErr(err, what)
+		}
+		if r.MsgsLeft == 0 {
+			break
+		}
+	}
+	// The jobs are gone: delete_flow has only the flow's own keys to remove.
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, keys.Flow(flowID), "jobs", "[]")
+		return nil
+	}); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
