@@ -72,6 +72,17 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.DurationVar(&c.ConsoleSessionTTL, "console-session-ttl", "", 12*time.Hour, "a web console session's life (a changed key or revoked secret ends it sooner)")
 }
 
+// validateBounds checks the settings that are a number within a range.
+func (c *Config) validateBounds() error {
+	if c.ConsoleSessionTTL < time.Minute || c.ConsoleSessionTTL > 30*24*time.Hour {
+		return fmt.Errorf("--console-session-ttl: %v is not between 1m and 720h", c.ConsoleSessionTTL)
+	}
+	if c.MaxFlowJobs < 1 || c.MaxFlowJobs > model.MaxFlowJobs {
+		return fmt.Errorf("--max-flow-jobs: %d is not between 1 and %d", c.MaxFlowJobs, model.MaxFlowJobs)
+	}
+	return nil
+}
+
 // Validate checks the configuration before anything starts.
 func (c *Config) Validate() error {
 	if err := c.Common.Validate(); err != nil {
@@ -106,11 +117,8 @@ func (c *Config) Validate() error {
 	if c.HTTPReadTimeout <= 0 || c.HTTPWriteTimeout <= 0 || c.HTTPIdleTimeout <= 0 {
 		return fmt.Errorf("--http-read-timeout, --http-write-timeout and --http-idle-timeout must be positive")
 	}
-	if c.ConsoleSessionTTL < time.Minute || c.ConsoleSessionTTL > 30*24*time.Hour {
-		return fmt.Errorf("--console-session-ttl: %v is not between 1m and 720h", c.ConsoleSessionTTL)
-	}
-	if c.MaxFlowJobs < 1 || c.MaxFlowJobs > model.MaxFlowJobs {
-		return fmt.Errorf("--max-flow-jobs: %d is not between 1 and %d", c.MaxFlowJobs, model.MaxFlowJobs)
+	if err := c.validateBounds(); err != nil {
+		return err
 	}
 	if c.MaxBatch < 1 {
 		return fmt.Errorf("--max-batch: must be at least 1")
