@@ -36,6 +36,8 @@ func jobCommands() []command {
 // jobFlags are the flags that describe a job.
 type jobFlags struct {
 	id, runner, timeout, retries *uint
+	priority, concurrencyLimit   *uint
+	concurrencyKey               *string
 	typ, script, file, depends   *string
 	function, args, kwargs       *string
 	limits                       *string
@@ -48,6 +50,9 @@ func addJobFlags(fs *flag.FlagSet) *jobFlags {
 	f.runner = fs.Uint("runner", 0, "pin the job to this runner (0: any)")
 	f.timeout = fs.Uint("timeout", 0, "seconds the job may run (0: the runner's default)")
 	f.retries = fs.Uint("retries", 0, "attempts after a failure")
+	f.priority = fs.Uint("priority", 0, "its order in its queue: 1 first … 5 last (0: 3)")
+	f.concurrencyKey = fs.String("concurrency-key", "", "at most --concurrency-limit jobs of this key run at once (e.g. a customer id)")
+	f.concurrencyLimit = fs.Uint("concurrency-limit", 0, "the most jobs of its --concurrency-key in flight (0: 1)")
 	f.typ = fs.String("type", "", "the script type: python, sh, bash, …")
 	f.script = fs.String("script", "", "the script")
 	f.file = fs.String("file", "", "read the script from this file")
@@ -66,6 +71,14 @@ func (f *jobFlags) job() (*model.Job, error) {
 		return nil, usageErr("--retries %d: at most 255", *f.retries)
 	}
 	j.Retries = uint8(*f.retries)
+	if *f.priority > model.PriorityLowest {
+		return nil, usageErr("--priority %d: 1 (first) … %d (last), or 0 for %d", *f.priority, model.PriorityLowest, model.PriorityDefault)
+	}
+	j.Priority = uint8(*f.priority)
+	if *f.concurrencyLimit > model.MaxConcurrencyLimit || (*f.concurrencyLimit != 0 && *f.concurrencyKey == "") {
+		return nil, usageErr("--concurrency-limit %d: at most %d, with a --concurrency-key", *f.concurrencyLimit, model.MaxConcurrencyLimit)
+	}
+	j.ConcurrencyKey, j.ConcurrencyLimit = *f.concurrencyKey, uint32(*f.concurrencyLimit)
 	var err error
 	if j.EnvVars, err = parseEnv(f.env); err != nil {
 		return nil, err
@@ -354,6 +367,15 @@ func printJob(w *tabwriter.Writer, j *model.Job) {
 	fmt.Fprintf(w, "script type\t%s\ndepends\t%s\ntimeout\t%ds\nretries\t%d\nattempt\t%d\n", j.ScriptType, ids(j.Dependends), j.Timeout, j.Retries, j.Attempt)
 	if j.FunctionName != "" {
 		fmt.Fprintf(w, "function\t%s\nargs\t%s\nkwargs\t%s\n", j.FunctionName, dash(string(j.Args)), dash(string(j.Kwargs)))
+	}
+	if j.Priority != 0 {
+		fmt.Fprintf(w, "priority\t%d\n", j.Priority)
+	}
+	if j.ConcurrencyKey != "" {
+		fmt.Fprintf(w, "concurrency key\t%s (limit %d)\n", j.ConcurrencyKey, max(j.ConcurrencyLimit, 1))
+	}
+	if j.Held != "" {
+		fmt.Fprintf(w, "held\t%s\n", j.Held)
 	}
 	if j.TraceID != "" {
 		fmt.Fprintf(w, "trace id\t%s\n", j.TraceID)

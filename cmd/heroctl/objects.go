@@ -97,8 +97,8 @@ func contextCommands() []command {
 	return []command{
 		{name: "context create", args: "ID", summary: "Create a context (its id is its Redis database) with its permission lists.",
 			example: "heroctl context create 1 --admins 1 --executors 2 --job-defaults memory=512MiB,pids=64", operator: true, define: (*cli).contextCreate},
-		{name: "context update", args: "[ID]", summary: "Change a context's lists, retention, allowed sources or job limits (a flag given empty clears it; --job-max: operators).",
-			example: "heroctl context update 1 --readers 3,4 --retention 24h", define: (*cli).contextUpdate},
+		{name: "context update", args: "[ID]", summary: "Change a context's lists, retention, allowed sources, job limits or claim order (a flag given empty clears it; --job-max, --weight: operators).",
+			example: "heroctl context update 1 --readers 3,4 --retention 24h --priority-age 5s", define: (*cli).contextUpdate},
 		{name: "context get", args: "[ID]", summary: "Show a context (default: HERO_CONTEXT).", example: "heroctl context get 1", define: (*cli).contextGet},
 		{name: "context delete", args: "ID", summary: "Delete a context and everything in it; refused while flows run unless --force.",
 			example: "heroctl context delete 7 --force", define: (*cli).contextDelete},
@@ -108,7 +108,8 @@ func contextCommands() []command {
 // contextFlags are the flags that describe a context.
 type contextFlags struct {
 	admins, readers, executors, sources, jobDefaults, jobMax *string
-	retention                                                *time.Duration
+	retention, priorityAge                                   *time.Duration
+	weight                                                   *uint
 }
 
 func addContextFlags(fs *flag.FlagSet) *contextFlags {
@@ -120,11 +121,16 @@ func addContextFlags(fs *flag.FlagSet) *contextFlags {
 		sources:     fs.String("allowed-sources", "", "Mycelium public keys allowed to send jobs in (comma-separated)"),
 		jobDefaults: fs.String("job-defaults", "", "limits a job gets unless it asks ("+limitsUsage+")"),
 		jobMax:      fs.String("job-max", "", "the most a job may ask for (operators only)"),
+		priorityAge: fs.Duration("priority-age", 0, "a job's wait per step of a better priority (0: 10s; docs/scheduling.md)"),
+		weight:      fs.Uint("weight", 0, "its claims per round on a runner it shares (0 or 1: one; operators only)"),
 	}
 }
 
 func (f *contextFlags) context(id uint32) (*herov1.Context, error) {
-	x := &herov1.Context{Id: id, RetentionSeconds: int64(f.retention.Seconds())}
+	if *f.weight > model.MaxWeight {
+		return nil, usageErr("--weight %d: at most %d", *f.weight, model.MaxWeight)
+	}
+	x := &herov1.Context{Id: id, RetentionSeconds: int64(f.retention.Seconds()), PriorityAgeMs: f.priorityAge.Milliseconds(), Weight: uint32(*f.weight)}
 	if *f.sources != "" {
 		x.AllowedSources = strings.Split(*f.sources, ",")
 	}
@@ -157,6 +163,12 @@ func printContext(w *tabwriter.Writer, x *model.Context) {
 	}
 	if t := limitsText(x.JobMax); t != "" {
 		fmt.Fprintf(w, "job max\t%s\n", t)
+	}
+	if x.PriorityAgeMs != 0 {
+		fmt.Fprintf(w, "priority age\t%s\n", time.Duration(x.PriorityAgeMs)*time.Millisecond)
+	}
+	if x.Weight > 1 {
+		fmt.Fprintf(w, "weight\t%d\n", x.Weight)
 	}
 }
 
@@ -196,12 +208,12 @@ func (c *cli) contextUpdate(fs *flag.FlagSet) action {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		if len(set) == 0 {
-			return usageErr("context update: nothing to change; give --admins, --readers, --executors, --retention, --allowed-sources, --job-defaults or --job-max")
+			return usageErr("context update: nothing to change; give --admins, --readers, --executors, --retention, --allowed-sources, --job-defaults, --job-max, --priority-age or --weight")
 		}
 		if err := f.update(req, set); err != nil {
 			return err
 		}
-		c.operator = set["job-max"]
+		c.operator = set["job-max"] || set["weight"]
 		return c.withClient(ctx, perCall, func(ctx context.Context, hc *hero.Client) error {
 			r, err := hc.API().UpdateContext(ctx, req)
 			if err != nil {
@@ -238,6 +250,12 @@ func (f *contextFlags) update(req *herov1.UpdateContextRequest, set map[string]b
 	}
 	if set["job-max"] {
 		req.JobMax = x.JobMax
+	}
+	if set["priority-age"] {
+		req.PriorityAgeMs = &x.PriorityAgeMs
+	}
+	if set["weight"] {
+		req.Weight = &x.Weight
 	}
 	return nil
 }

@@ -101,6 +101,49 @@ const WakersPrefix = "coord:wakers:"
 // of the executor only when no other live process of the context has it healthy.
 func ExecUnhealthy(executor string) string { return "coord:exec_unhealthy:" + executor }
 
+// Priority is the zset, in a context's DB, of the queued jobs of job queue queue
+// (queue:<type>, queue:exec:<executor>) that have a priority other than the default →
+// their claim order score (ms: when queued + (priority − 3) × the context's priority
+// age). A claim merges it with the queue's list (whose jobs score their
+// dispatched_at_ms); while no job has a priority it does not exist, and a claim's
+// only cost is one read of it (docs/scheduling.md).
+func Priority(queue string) string { return PriorityPrefix + queue }
+
+// PriorityPrefix starts every Priority zset.
+const PriorityPrefix = "coord:prio:"
+
+// ConcurrencyRunning is the set, in a context's DB, of the job keys that run now
+// under concurrency key k (a job's concurrency_key): a claim starts a job of the key
+// only while the set is below the job's concurrency_limit. A run's end or its lease's
+// sweep removes its job; a claim that finds the set full first drops the members that
+// no longer run (docs/scheduling.md).
+func ConcurrencyRunning(k string) string { return ConcurrencyRunningPrefix + k }
+
+// ConcurrencyRunningPrefix starts every ConcurrencyRunning set.
+const ConcurrencyRunningPrefix = "coord:ckrun:"
+
+// ConcurrencyHeld is the list, in a context's DB, of the jobs of concurrency key k
+// that a claim held back at the key's limit ("<queue>\t<job key>", the newest at the
+// head): each end of a run of the key puts the oldest back at its queue's consuming
+// end.
+func ConcurrencyHeld(k string) string { return ConcurrencyHeldPrefix + k }
+
+// ConcurrencyHeldPrefix starts every ConcurrencyHeld list.
+const ConcurrencyHeldPrefix = "coord:ckheld:"
+
+// OrderFeatures is the set, in a context's DB, of the claim-order features its jobs
+// have used ("priority", "concurrency"): routing reads a job's priority and
+// concurrency fields only in a context that has (one read of this set per script
+// call, instead of fields missing from every job's hash). Written when such a job is
+// created or submitted; never removed.
+const OrderFeatures = "coord:features"
+
+// Turns is the hash, in a context's DB, of the claims the context made in the
+// current round of each runner wake list (keys.WakeRunner → count): a context whose
+// weight is w > 1 claims w times per round (docs/scheduling.md). It exists only for a
+// context with a weight.
+const Turns = "coord:turns"
+
 // WakeStop is a private DB-0 list that one WaitWake call also waits on: a token there
 // ends the wait when the caller's context ends (BLPOP does not watch the context).
 func WakeStop(id string) string { return "coord:wakestop:" + id }

@@ -28,6 +28,8 @@ const (
 	EventJobDeadLettered  EventType = "job.dead_lettered"
 	EventJobRequeued      EventType = "job.requeued"
 	EventJobDeleted       EventType = "job.deleted"
+	EventJobHeld          EventType = "job.held" // a claim held it back at a limit (its detail says which)
+	EventJobReleased      EventType = "job.released"
 	EventDLQPurged        EventType = "dlq.purged"
 )
 
@@ -36,6 +38,7 @@ var eventTypes = []EventType{
 	EventFlowCreated, EventFlowStarted, EventFlowFinished, EventFlowError, EventFlowCancelled, EventFlowRetried, EventFlowDeleted,
 	EventJobCreated, EventJobDispatched, EventJobStarted, EventJobFinished, EventJobFailed, EventJobRetried, EventJobCancelled,
 	EventJobStopRequested, EventJobDeadLettered, EventJobRequeued, EventJobDeleted, EventDLQPurged,
+	EventJobHeld, EventJobReleased,
 }
 
 // EventTypes lists every EventType value.

@@ -129,3 +129,25 @@ func (l *JobLimits) String() string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// Job priorities (Job.Priority): 1 is claimed first, PriorityLowest last; a job
+// without one has PriorityDefault. A job's wait counts against a better priority by
+// Context.PriorityAgeMs (default PriorityAgeMs) per step (docs/scheduling.md).
+const (
+	PriorityHighest = 1
+	PriorityDefault = 3
+	PriorityLowest  = 5
+	PriorityAgeMs   = 10000
+	// PriorityAgeMaxMs bounds Context.PriorityAgeMs (a day).
+	PriorityAgeMaxMs = 86_400_000
+)
+
+// Concurrency keys (Job.ConcurrencyKey): at most MaxConcurrencyKeyLen bytes, a limit
+// of at most MaxConcurrencyLimit running jobs per key.
+const (
+	MaxConcurrencyKeyLen = 200
+	MaxConcurrencyLimit  = 10000
+)
+
+// MaxWeight bounds Context.Weight, a context's claims per round on a shared runner.
+const MaxWeight = 100

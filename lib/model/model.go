@@ -37,6 +37,15 @@ type Context struct {
 	// them), and the most a job of it may ask for (operators only).
 	JobDefaults *JobLimits `hash:"job_defaults,omitempty" json:"job_defaults,omitempty"`
 	JobMax      *JobLimits `hash:"job_max,omitempty" json:"job_max,omitempty"`
+	// Extension: how much a job's wait counts against a better priority (ms per step
+	// of priority; 0: PriorityAgeMs): a job is passed only by jobs of a better
+	// priority queued less than (their priority's steps over its) × this after it
+	// (docs/scheduling.md).
+	PriorityAgeMs int64 `hash:"priority_age_ms,omitempty" json:"priority_age_ms,omitempty"`
+	// Extension: the context's share of a runner it shares with other contexts (its
+	// claims per round of the runner's wake list: 0 or 1 one, up to MaxWeight;
+	// operators only; docs/scheduling.md).
+	Weight uint32 `hash:"weight,omitempty" json:"weight,omitempty"`
 }
 
 // Flow is a DAG workflow of jobs (seed 002 §3). Its DAG edges live in each job's
@@ -174,6 +183,17 @@ type Job struct {
 
 	// Extensions beyond the seed.
 	RunnerID uint32 `hash:"runner_id,omitempty" json:"runner_id,omitempty"`
+	// Priority orders the job within its queue: 1 first … 5 last (0: PriorityDefault),
+	// with ageing (Context.PriorityAgeMs; docs/scheduling.md).
+	Priority uint8 `hash:"priority,omitempty" json:"priority,omitempty"`
+	// ConcurrencyKey groups jobs of the context (any string the producer sets, e.g. a
+	// customer id): at most ConcurrencyLimit of them (0: 1) run at once; the others
+	// wait, held, in order, and the keys take turns (docs/scheduling.md).
+	ConcurrencyKey   string `hash:"concurrency_key,omitempty" json:"concurrency_key,omitempty"`
+	ConcurrencyLimit uint32 `hash:"concurrency_limit,omitempty" json:"concurrency_limit,omitempty"`
+	// Held says why a claim held the job back (a limit it met) until it goes back to
+	// its queue.
+	Held     string `hash:"held,omitempty" json:"held,omitempty"`
 	FlowID   uint32 `hash:"flow_id,omitempty" json:"flow_id,omitempty"`
 	Error    string `hash:"error,omitempty" json:"error,omitempty"`
 	ExitCode int    `hash:"exit_code,omitempty" json:"exit_code,omitempty"`

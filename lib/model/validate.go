@@ -155,6 +155,12 @@ func (c *Context) Validate() error {
 	if c.RetentionSeconds < 0 {
 		return verr("context", c.ID, "retention_seconds", "must not be negative")
 	}
+	if c.PriorityAgeMs < 0 || c.PriorityAgeMs > PriorityAgeMaxMs {
+		return verr("context", c.ID, "priority_age_ms", "%d is not between 0 (the default, %d) and %d", c.PriorityAgeMs, PriorityAgeMs, PriorityAgeMaxMs)
+	}
+	if c.Weight > MaxWeight {
+		return verr("context", c.ID, "weight", "%d is more than %d (0 or 1: one claim per round)", c.Weight, MaxWeight)
+	}
 	if err := c.JobDefaults.Validate("context", c.ID, "job_defaults"); err != nil {
 		return err
 	}
@@ -241,6 +247,15 @@ func (j *Job) Validate() error {
 	}
 	if len(j.Prerequisites) > MaxListLen {
 		return verr("job", j.ID, "prerequisites", "has more than %d entries", MaxListLen)
+	}
+	if len(j.ConcurrencyKey) > MaxConcurrencyKeyLen || strings.ContainsAny(j.ConcurrencyKey, "\t\n\r") {
+		return verr("job", j.ID, "concurrency_key", "must be at most %d bytes, without tabs or line breaks", MaxConcurrencyKeyLen)
+	}
+	if j.ConcurrencyLimit > MaxConcurrencyLimit || (j.ConcurrencyLimit != 0 && j.ConcurrencyKey == "") {
+		return verr("job", j.ID, "concurrency_limit", "must be at most %d, and needs a concurrency_key", MaxConcurrencyLimit)
+	}
+	if j.Priority > PriorityLowest {
+		return verr("job", j.ID, "priority", "%d is not a priority (1 first … %d last; 0 or none: %d)", j.Priority, PriorityLowest, PriorityDefault)
 	}
 	return j.Limits.Validate("job", j.ID, "limits")
 }

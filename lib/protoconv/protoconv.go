@@ -30,7 +30,7 @@ func ContextToPB(c *model.Context) *herov1.Context {
 		return nil
 	}
 	return &herov1.Context{Id: c.ID, Admins: c.Admins, Readers: c.Readers, Executors: c.Executors, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, RetentionSeconds: c.RetentionSeconds, AllowedSources: c.AllowedSources,
-		JobDefaults: LimitsToPB(c.JobDefaults), JobMax: LimitsToPB(c.JobMax)}
+		JobDefaults: LimitsToPB(c.JobDefaults), JobMax: LimitsToPB(c.JobMax), PriorityAgeMs: c.PriorityAgeMs, Weight: c.Weight}
 }
 
 // LimitsToPB converts job limits (nil stays nil).
@@ -58,7 +58,7 @@ func ContextFromPB(c *herov1.Context) *model.Context {
 		return &model.Context{}
 	}
 	return &model.Context{ID: c.Id, Admins: c.Admins, Readers: c.Readers, Executors: c.Executors, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, RetentionSeconds: c.RetentionSeconds, AllowedSources: c.AllowedSources,
-		JobDefaults: LimitsFromPB(c.JobDefaults), JobMax: LimitsFromPB(c.JobMax)}
+		JobDefaults: LimitsFromPB(c.JobDefaults), JobMax: LimitsFromPB(c.JobMax), PriorityAgeMs: c.PriorityAgeMs, Weight: c.Weight}
 }
 
 func RunnerToPB(r *model.Runner) *herov1.Runner {
@@ -101,7 +101,8 @@ func JobToPB(j *model.Job) *herov1.Job {
 		DispatchedAtMs: j.DispatchedMs, StartedAtMs: j.StartedAtMs, FinishedAtMs: j.FinishedAtMs,
 		FunctionName: j.FunctionName, Args: string(j.Args), Kwargs: string(j.Kwargs), TraceId: j.TraceID, DlqAtMs: j.DLQAtMs,
 		ResultJson: string(j.ResultJSON), Traceparent: j.Traceparent, Fatal: j.Fatal, StopRequested: j.StopAsked, RetryAfterMs: j.RetryAfterMs, StartedAtUs: j.StartedAtUs, FinishedAtUs: j.FinishedAtUs,
-		Origin: jsonOrEmpty(j.Origin), DepResults: jsonOrEmpty(j.DepResults), Limits: LimitsToPB(j.Limits),
+		Origin: jsonOrEmpty(j.Origin), DepResults: jsonOrEmpty(j.DepResults), Limits: LimitsToPB(j.Limits), Priority: uint32(j.Priority),
+		ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, Held: j.Held,
 	}
 }
 
@@ -132,6 +133,7 @@ func JobFromPB(j *herov1.Job) *model.Job {
 		FunctionName: j.FunctionName, TraceID: j.TraceId, DLQAtMs: j.DlqAtMs,
 		Args: rawOrNil(j.Args), Kwargs: rawOrNil(j.Kwargs), Limits: LimitsFromPB(j.Limits), ResultJSON: rawOrNil(j.ResultJson), Traceparent: j.Traceparent,
 		Fatal: j.Fatal, StopAsked: j.StopRequested, RetryAfterMs: j.RetryAfterMs, StartedAtUs: j.StartedAtUs, FinishedAtUs: j.FinishedAtUs,
+		Priority: uint8(min(j.Priority, 255)), ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, Held: j.Held,
 	}
 	if j.Origin != "" {
 		var o model.Origin

@@ -131,6 +131,11 @@ var luaKeys = []struct{ name, key string }{
 	{"K_JOB_MESSAGES", keys.JobMessagesPrefix},
 	{"K_FLOW_MESSAGES", keys.FlowMessagesPrefix},
 	{"K_PINNED_QUEUE", keys.PinnedQueuePrefix},
+	{"K_PRIO", keys.PriorityPrefix},
+	{"K_TURNS", keys.Turns},
+	{"K_FEATURES", keys.OrderFeatures},
+	{"K_CK_RUN", keys.ConcurrencyRunningPrefix},
+	{"K_CK_HELD", keys.ConcurrencyHeldPrefix},
 	{"K_PROCESSING", keys.ProcessingPrefix},
 	{"K_STOP_LIST", keys.StopListPrefix},
 	{"K_WAKERS", keys.WakersPrefix},
@@ -194,5 +199,7 @@ func buildPrelude() string {
 	fmt.Fprintf(&b, "local EVENTS_MAXLEN = '%s'\n", strconv.Itoa(EventsMaxLen))
 	fmt.Fprintf(&b, "local WAKE_SPREAD = %s\n", strconv.Itoa(WakeSpread))
 	fmt.Fprintf(&b, "local WAKE_CAP = %s\n", strconv.Itoa(WakeCap))
+	fmt.Fprintf(&b, "local PRIORITY_AGE_MS = %s\n", strconv.Itoa(model.PriorityAgeMs))
+	fmt.Fprintf(&b, "local PRIORITY_DEFAULT = '%s'\n", strconv.Itoa(model.PriorityDefault))
 	return b.String()
 }

@@ -284,7 +284,7 @@ func decodeApplyRemoteResultReply(v any) (out int64, err error) {
 }
 
 // cancelFlowScript is lua/cancel_flow.lua (its header declares its interface).
-var cancelFlowScript = luaScript("cancel_flow.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua")
+var cancelFlowScript = luaScript("cancel_flow.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_wake.lua", "lib_ck.lua")
 
 // cancelFlowArgs are the KEYS and ARGV of lua/cancel_flow.lua.
 type cancelFlowArgs struct {
@@ -473,7 +473,7 @@ func decodeClaimReply(v any) (out string, err error) {
 }
 
 // claimMessageScript is lua/claim_message.lua (its header declares its interface).
-var claimMessageScript = luaScript("claim_message.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_route.lua")
+var claimMessageScript = luaScript("claim_message.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua")
 
 // claimMessageArgs are the KEYS and ARGV of lua/claim_message.lua.
 type claimMessageArgs struct {
@@ -854,7 +854,7 @@ func decodeDeleteRunnerReply(v any) (out int64, err error) {
 }
 
 // dispatchScript is lua/dispatch.lua (its header declares its interface).
-var dispatchScript = luaScript("dispatch.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_route.lua", "lib_dispatch.lua")
+var dispatchScript = luaScript("dispatch.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua")
 
 // dispatchArgs are the KEYS and ARGV of lua/dispatch.lua.
 type dispatchArgs struct {
@@ -1009,7 +1009,7 @@ func decodeExtendReply(v any) (out int64, err error) {
 }
 
 // finishJobsScript is lua/finish_jobs.lua (its header declares its interface).
-var finishJobsScript = luaScript("finish_jobs.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua", "lib_wake.lua", "lib_route.lua", "lib_dispatch.lua")
+var finishJobsScript = luaScript("finish_jobs.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua")
 
 // finishJobsArgs are the KEYS and ARGV of lua/finish_jobs.lua.
 type finishJobsArgs struct {
@@ -1051,6 +1051,7 @@ type finishJobsRun struct {
 	Chunk      any
 	Entry      any
 	Started    string
+	Ck         string
 }
 
 // call is the run of lua/finish_jobs.lua with a's KEYS and ARGV.
@@ -1095,6 +1096,7 @@ func (a *finishJobsArgs) call() Call {
 		args = append(args, x1.Chunk)
 		args = append(args, x1.Entry)
 		args = append(args, x1.Started)
+		args = append(args, x1.Ck)
 	}
 	return Call{Script: finishJobsScript, Keys: keys, Args: args}
 }

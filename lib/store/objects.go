@@ -648,6 +648,16 @@ const createBatch = 256
 // back those that existed already, filling out. Consecutive jobs of one caller share a
 // script call, up to createBatch of them, each stored on its own in the order given.
 func (d *DB) createJobs(ctx context.Context, jobs []*model.Job, specs []createSpec, idx []int, out []JobCreated) {
+	these := make([]*model.Job, len(idx))
+	for k, i := range idx {
+		these[k] = jobs[i]
+	}
+	if err := d.markOrderFeatures(ctx, these); err != nil {
+		for _, i := range idx {
+			out[i].Err = err
+		}
+		return
+	}
 	var groups [][]int
 	for _, i := range idx {
 		if g := len(groups) - 1; g < 0 || len(groups[g]) == createBatch || !sameCreateCall(specs[groups[g][0]], specs[i]) {
@@ -1115,4 +1125,29 @@ func (d *DB) ExecutorHealthyElsewhere(ctx context.Context, executor, worker stri
 		}
 	}
 	return false, nil
+}
+
+// markOrderFeatures records in the context the claim-order features the jobs use
+// (keys.OrderFeatures: a priority other than the default, a concurrency key), before
+// they are stored: routing reads those fields only in a context that uses them.
+func (d *DB) markOrderFeatures(ctx context.Context, jobs []*model.Job) error {
+	var fs []any
+	for _, j := range jobs {
+		if j.Priority != 0 && j.Priority != model.PriorityDefault && !slices.Contains(fs, any("priority")) {
+			fs = append(fs, "priority")
+		}
+		if j.ConcurrencyKey != "" && !slices.Contains(fs, any("concurrency")) {
+			fs = append(fs, "concurrency")
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, keys.OrderFeatures, fs...)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("record the order features of context %d: %w", d.ContextID, err)
+	}
+	return nil
 }

@@ -98,7 +98,7 @@ func (d *DB) Claim(ctx context.Context, queue, consumer string, lease time.Durat
 
 // RoutingJobFields are the fields of a job that ClaimMessages reads for a job request:
 // what routing it needs (a remote runner's request needs the whole job: load it).
-var RoutingJobFields = []string{"id", "caller_id", "context_id", "flow_id", "script_type", "runner_id", "attempt", "status", "function_name"}
+var RoutingJobFields = []string{"id", "caller_id", "context_id", "flow_id", "script_type", "runner_id", "attempt", "status", "function_name", "priority"}
 
 // ClaimedMessage is a claimed message with what routing it needs.
 type ClaimedMessage struct {

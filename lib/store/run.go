@@ -389,7 +389,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 		}
 		a.Runs = append(a.Runs, finishJobsRun{JobKey: keys.Job(j.CallerID, j.ID), Member: c.member(), Claim: c.ID, ID: int64(j.ID), Flow: int64(j.FlowID),
 			Status: string(o.Status), Err: o.Error, Code: int64(o.ExitCode), Result: model.EncodeField(result), Rjson: string(o.ResultJSON),
-			Fatal: o.Fatal, RetryAfter: o.RetryAfter.Milliseconds(), Chunk: o.Log, Entry: item, Started: startedArg(o.StartedAt)})
+			Fatal: o.Fatal, RetryAfter: o.RetryAfter.Milliseconds(), Chunk: o.Log, Entry: item, Started: startedArg(o.StartedAt), Ck: j.ConcurrencyKey})
 	}
 	if shared {
 		a.Glist = append(list, ']')

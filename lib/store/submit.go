@@ -13,7 +13,7 @@ import (
 )
 
 // submitScript: see lua/submit.lua.
-var submitScript = stateScript("submit.lua", "lib_wake.lua", "lib_route.lua")
+var submitScript = stateScript("submit.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua")
 
 // Submission is one standalone job for SubmitJobs, with its optional uniqueness key.
 type Submission struct {
@@ -103,6 +103,9 @@ var submitWrites = []string{"status", "attempt", "result", "created_at", "update
 // submit runs lua/submit.lua once; a created job whose caller chose no id gets the
 // one the script reserved.
 func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard, now time.Time) ([]Submitted, error) {
+	if err := d.markOrderFeatures(ctx, submittedJobs(subs)); err != nil {
+		return nil, err
+	}
 	ks := make([]string, 0, 2*len(subs))
 	args := []any{d.ContextID, now.Unix(), now.UnixMilli(), EventsMaxLen, 0}
 	if guard != nil {
@@ -213,4 +216,13 @@ func (d *DB) jobFromPairs(member string, pairs []any) (*model.Job, error) {
 		return nil, fmt.Errorf("submit jobs: %q is not <caller>:<id>", member)
 	}
 	return d.JobFromHash(parseU32(c), parseU32(id), flatMap(pairs))
+}
+
+// submittedJobs are the jobs of subs.
+func submittedJobs(subs []Submission) []*model.Job {
+	js := make([]*model.Job, len(subs))
+	for i, sb := range subs {
+		js[i] = sb.Job
+	}
+	return js
 }

@@ -458,18 +458,22 @@ class Client:
                    depends: Optional[List[int]] = None, env: Optional[Dict[str, str]] = None,
                    timeout: int = 0, retries: int = 0, runner_id: Optional[int] = None,
                    function: Optional[str] = None, args: Optional[list] = None, kwargs: Optional[dict] = None,
-                   context_id: Optional[int] = None) -> dict:
+                   priority: Optional[int] = None, concurrency_key: Optional[str] = None,
+                   concurrency_limit: Optional[int] = None, context_id: Optional[int] = None) -> dict:
         """Creates a job (``job.create``; admins): a script, or a handler job when
-        ``function`` (``executor#handler``) is given. Returns the Job."""
+        ``function`` (``executor#handler``) is given. ``priority`` orders it in its queue:
+        1 first … 5 last (none: 3); at most ``concurrency_limit`` (none: 1) jobs of its
+        ``concurrency_key`` are in flight at once (docs/scheduling.md). Returns the Job."""
         return self.call("job.create", {"context_id": self._ctx(context_id),
                                         "job": _job(script, script_type, id, depends, env, timeout, retries,
-                                                    runner_id, function, args, kwargs)})
+                                                    runner_id, function, args, kwargs, priority,
+                                                    concurrency_key, concurrency_limit)})
 
     def create_jobs(self, jobs: List[dict], context_id: Optional[int] = None) -> List[Any]:
         """Creates up to 1000 jobs in one call (``job.create_batch``; admins), each on
         its own: each a dict of create_job's keywords (``script``, ``script_type``,
         ``id``, ``depends``, ``env``, ``timeout``, ``retries``, ``runner_id``,
-        ``function``, ``args``, ``kwargs``). Returns, in order, for each job the Job
+        ``function``, ``args``, ``kwargs``, ``priority``). Returns, in order, for each job the Job
         (created, or found: the same job under an ``id`` given before), or the error
         that refused it: a HeroError instance, returned, not raised (the other jobs are
         stored). Raises when the call is refused as a whole (malformed, or the caller
@@ -477,7 +481,9 @@ class Client:
         return self._create_batch([_job(
             spec.get("script", ""), spec.get("script_type", "python"), spec.get("id"), spec.get("depends"),
             spec.get("env"), spec.get("timeout", 0), spec.get("retries", 0), spec.get("runner_id"),
-            function=spec.get("function"), args=spec.get("args"), kwargs=spec.get("kwargs")) for spec in jobs], context_id)
+            function=spec.get("function"), args=spec.get("args"), kwargs=spec.get("kwargs"),
+            priority=spec.get("priority"), concurrency_key=spec.get("concurrency_key"),
+            concurrency_limit=spec.get("concurrency_limit")) for spec in jobs], context_id)
 
     def _create_batch(self, jobs: List[dict], context_id: Optional[int]) -> List[Any]:
         """job.create_batch of jobs as the API takes them (_job): each Job or its error."""
@@ -841,7 +847,8 @@ def _job_from(script: str, script_type: str, kw: Dict[str, Any]) -> dict:
     kw = dict(kw)
     job = _job(script, script_type, kw.pop("id", None), None, kw.pop("env", None), kw.pop("timeout", 0),
                kw.pop("retries", 0), kw.pop("runner_id", None), kw.pop("function", None), kw.pop("args", None),
-               kw.pop("kwargs", None))
+               kw.pop("kwargs", None), kw.pop("priority", None), kw.pop("concurrency_key", None),
+               kw.pop("concurrency_limit", None))
     if kw:
         raise TypeError(f"unknown job arguments {sorted(kw)}")
     return job
@@ -857,8 +864,16 @@ def _unique(key: Optional[str], ttl: Optional[int]) -> Dict[str, Any]:
 
 def _job(script: str, script_type: str, id: Optional[int], depends: Optional[List[int]],
          env: Optional[Dict[str, str]], timeout: int, retries: int, runner_id: Optional[int],
-         function: Optional[str], args: Optional[list], kwargs: Optional[dict]) -> dict:
+         function: Optional[str], args: Optional[list], kwargs: Optional[dict],
+         priority: Optional[int] = None, concurrency_key: Optional[str] = None,
+         concurrency_limit: Optional[int] = None) -> dict:
     job: Dict[str, Any] = {"timeout": timeout, "retries": retries}
+    if priority is not None:
+        job["priority"] = int(priority)
+    if concurrency_key is not None:
+        job["concurrency_key"] = str(concurrency_key)
+    if concurrency_limit is not None:
+        job["concurrency_limit"] = int(concurrency_limit)
     if function:
         job.update({"function_name": function, "args": list(args or []), "kwargs": dict(kwargs or {})})
     else:
@@ -878,7 +893,8 @@ def _flow_job(spec: dict, depends: List[int]) -> dict:
     """A job spec of submit_flow as the API takes it (_job), with its dependencies' ids."""
     return _job(spec.get("script", ""), spec.get("type", "python"), None, depends, spec.get("env"),
                 spec.get("timeout", 0), spec.get("retries", 0), spec.get("runner"), function=spec.get("function"),
-                args=spec.get("args"), kwargs=spec.get("kwargs"))
+                args=spec.get("args"), kwargs=spec.get("kwargs"), priority=spec.get("priority"),
+                concurrency_key=spec.get("concurrency_key"), concurrency_limit=spec.get("concurrency_limit"))
 
 
 def _levels(order: List[dict]) -> List[List[dict]]:

@@ -114,6 +114,17 @@ class RetryTest(unittest.TestCase):
             self.client.submit_job("print(1)")
         self.assertEqual(len(self.srv.seen), 3)
 
+    def test_priority_sent_as_given(self):
+        self.srv.answers = [{"result": {"job": {"id": 4}, "existing": False}}, {"result": {"items": []}}]
+        self.client.submit_job("print(1)", priority=1)
+        self.assertEqual(json.loads(self.srv.seen[0][1])["params"]["job"]["priority"], 1)
+        self.client.submit_jobs([{"script": "print(2)", "priority": 5, "concurrency_key": "cust-7", "concurrency_limit": 2},
+                                 {"script": "print(3)"}])
+        jobs = json.loads(self.srv.seen[1][1])["params"]["jobs"]
+        self.assertEqual([j["job"].get("priority") for j in jobs], [5, None])
+        self.assertEqual((jobs[0]["job"]["concurrency_key"], jobs[0]["job"]["concurrency_limit"]), ("cust-7", 2))
+        self.assertNotIn("concurrency_key", jobs[1]["job"])
+
     def test_rate_limit_retried_for_any_call(self):
         self.srv.answers = [{"error": {"code": -32029, "message": "too many", "data": {"retry_after_ms": 10}}},
                             {"result": {"id": 9}}]

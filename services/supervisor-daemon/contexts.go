@@ -38,6 +38,9 @@ type contextUpdateParams struct {
 	// Set: replaces them ({} clears them). job_max is the operators'.
 	JobDefaults *model.JobLimits `json:"job_defaults"`
 	JobMax      *model.JobLimits `json:"job_max"`
+	// The claim order (docs/scheduling.md): priority_age_ms its admins', weight the operators'.
+	PriorityAgeMs *int64  `json:"priority_age_ms"`
+	Weight        *uint32 `json:"weight"`
 }
 
 type deleteContextParams struct {
@@ -112,6 +115,16 @@ func (s *service) contextUpdate(ctx context.Context, p Principal, in contextUpda
 	if in.JobDefaults != nil {
 		c.JobDefaults = nilIfZero(in.JobDefaults)
 	}
+	if in.PriorityAgeMs != nil {
+		c.PriorityAgeMs = *in.PriorityAgeMs
+	}
+	if in.Weight != nil {
+		// A context's share of the runners it shares with other tenants is not its own to set.
+		if err := requireOperator(p, "context.update of weight"); err != nil {
+			return nil, err
+		}
+		c.Weight = *in.Weight
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -158,7 +171,7 @@ func (c *coordinatorServer) GetContext(ctx context.Context, r *herov1.GetContext
 
 func (c *coordinatorServer) UpdateContext(ctx context.Context, r *herov1.UpdateContextRequest) (*herov1.UpdateContextResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.UpdateContextResponse, error) {
-		in := contextUpdateParams{ID: r.Id, RetentionSeconds: r.RetentionSeconds}
+		in := contextUpdateParams{ID: r.Id, RetentionSeconds: r.RetentionSeconds, PriorityAgeMs: r.PriorityAgeMs, Weight: r.Weight}
 		ids := func(l *herov1.IdList) *[]uint32 {
 			if l == nil {
 				return nil

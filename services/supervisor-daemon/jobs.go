@@ -36,6 +36,10 @@ type jobIn struct {
 	Args          json.RawMessage   `json:"args"`
 	Kwargs        json.RawMessage   `json:"kwargs"`
 	Limits        *model.JobLimits  `json:"limits"`
+	Priority      uint32            `json:"priority"` // 1 first … 5 last; 0: 3 (toModel checks)
+	// at most concurrency_limit (0: 1) jobs of the concurrency key run at once
+	ConcurrencyKey   string `json:"concurrency_key"`
+	ConcurrencyLimit uint32 `json:"concurrency_limit"`
 }
 
 func (in *jobIn) toModel(ctxID uint32) (*model.Job, error) {
@@ -51,6 +55,9 @@ func (in *jobIn) toModel(ctxID uint32) (*model.Job, error) {
 	if in.Retries > 255 {
 		return nil, invalidParams("job.retries", "job.retries %d is more than 255", in.Retries)
 	}
+	if in.Priority > model.PriorityLowest {
+		return nil, invalidParams("job.priority", "job.priority %d is not a priority (%d first … %d last; 0 or none: %d)", in.Priority, model.PriorityHighest, model.PriorityLowest, model.PriorityDefault)
+	}
 	if in.ContextID != 0 && in.ContextID != ctxID {
 		return nil, invalidParams("job.context_id", "job.context_id %d is not the request's context_id %d", in.ContextID, ctxID)
 	}
@@ -63,7 +70,8 @@ func (in *jobIn) toModel(ctxID uint32) (*model.Job, error) {
 	}
 	j := &model.Job{ID: in.ID, CallerID: in.CallerID, ContextID: ctxID, Script: in.Script, ScriptType: st, Timeout: in.Timeout,
 		Retries: uint8(in.Retries), EnvVars: in.EnvVars, Prerequisites: in.Prerequisites, Dependends: deps, RunnerID: in.RunnerID,
-		FunctionName: in.FunctionName, Args: nullToNil(in.Args), Kwargs: nullToNil(in.Kwargs), Limits: nilIfZero(in.Limits)}
+		FunctionName: in.FunctionName, Args: nullToNil(in.Args), Kwargs: nullToNil(in.Kwargs), Limits: nilIfZero(in.Limits), Priority: uint8(in.Priority),
+		ConcurrencyKey: in.ConcurrencyKey, ConcurrencyLimit: in.ConcurrencyLimit}
 	if j.FunctionName == "" && (len(j.Args) > 0 || len(j.Kwargs) > 0) {
 		return nil, invalidParams("job.function_name", "job.args and job.kwargs need job.function_name (a handler job)")
 	}
@@ -333,7 +341,8 @@ func jobInFromPB(j *herov1.Job) *jobIn {
 	}
 	return &jobIn{ID: j.Id, CallerID: j.CallerId, ContextID: j.ContextId, Script: j.Script, ScriptType: j.ScriptType, Timeout: j.Timeout,
 		Retries: j.Retries, EnvVars: j.EnvVars, Prerequisites: j.Prerequisites, Dependends: j.Dependends, RunnerID: j.RunnerId,
-		FunctionName: j.FunctionName, Args: json.RawMessage(j.Args), Kwargs: json.RawMessage(j.Kwargs), Limits: protoconv.LimitsFromPB(j.Limits)}
+		FunctionName: j.FunctionName, Args: json.RawMessage(j.Args), Kwargs: json.RawMessage(j.Kwargs), Limits: protoconv.LimitsFromPB(j.Limits), Priority: j.Priority,
+		ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit}
 }
 
 func (c *coordinatorServer) GetJob(ctx context.Context, r *herov1.GetJobRequest) (*herov1.GetJobResponse, error) {

@@ -66,7 +66,7 @@ func (s *service) methods() map[string]method {
 		"secret.revoke":    rpcMethod("Revoke an operator secret by fingerprint; the last accepted one cannot be (operator only).", "OperatorSecret", s.secretRevoke),
 		"context.create":   rpcMethod("Create a context (operator only); its id is its Redis DB.", "Context", s.contextCreate),
 		"context.load":     rpcMethod("Load a context.", "Context", s.contextLoad),
-		"context.update":   rpcMethod("Change a context's admins, readers, executors, retention_seconds or allowed_sources (admins).", "Context", s.contextUpdate),
+		"context.update":   rpcMethod("Change a context's admins, readers, executors, retention_seconds, allowed_sources, job_defaults or priority_age_ms (admins), job_max or weight (operators).", "Context", s.contextUpdate),
 		"runner.create":    rpcMethod("Register a runner in a context (admins).", "Runner", s.runnerCreate),
 		"runner.load":      rpcMethod("Load a runner with its live processes.", "Runner", s.runnerLoad),
 		"runner.list":      rpcMethod("List runners, newest first.", "{items: [Runner], next_cursor}", s.runnerList),

@@ -14,7 +14,7 @@
 --   now_ms        int     now (ms)
 --   reason        string  why
 --   retention_ms  int     retention (ms; context:<ctx>.retention_seconds wins when set)
--- Libs: lib_busy lib_state lib_finalize
+-- Libs: lib_busy lib_state lib_finalize lib_wake lib_ck
 -- Reply: cancel {cancelled, status, stopping…}; error NOTFOUND flow
 --   cancelled    int     1 cancelled now; 0 the flow had ended already (nothing changed)
 --   status       string  the flow's status (error, or started while jobs are being
@@ -24,7 +24,9 @@
 --   workers): context DB: context:<ctx> (read: its retention; not one of KEYS, which
 --   the caller must be allowed to write, and the scheduler's Redis user may only read
 --   it), job:<caller>:<id> of its jobs, coord:idx:jobs[:<status>],
---   coord:idx:flows[:<status>], coord:events; DB 0 (SELECT 0): coord:flows:active,
+--   coord:idx:flows[:<status>], coord:events, coord:ckrun:<key>, coord:ckheld:<key>
+--   and the held jobs' queues of its queued jobs' concurrency keys (lib_ck); DB 0
+--   (SELECT 0): the runners' wake lists of the released jobs, coord:flows:active,
 --   coord:expire, coord:flowdone (PUBLISH), coord:ctl:<worker> of each running job
 --   (the stop request).
 
@@ -76,6 +78,11 @@ for _, id in ipairs(jobs) do
     redis.call('HINCRBY', dag, 'cancelled', '1')
     set_job(caller, id, JOB_ERROR, 'error', reason, 'stop_requested', '1', 'updated_at', now_s)
     event(EV_JOB_CANCELLED, actor, now_ms, flow, id, caller, JOB_ERROR, reason)
+    -- a queued job of a concurrency key gives its place back (lib_ck)
+    if s == NODE_DISPATCHED then
+      local ck = redis.call('HGET', jk, 'concurrency_key')
+      if ck then ck_end(ck, jk, now_ms) end
+    end
   elseif s == NODE_RUNNING then
     redis.call('HSET', jk, 'stop_requested', '1')
     local w = redis.call('HGET', jk, 'worker')
@@ -83,6 +90,7 @@ for _, id in ipairs(jobs) do
     out[#out + 1] = id
   end
 end
+ck_wake(ctx)
 if tonumber(redis.call('HGET', dag, 'terminal')) >= tonumber(redis.call('HGET', dag, 'total')) then
   out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
 end

@@ -15,7 +15,8 @@
 -- Reply: busy {lease count, {list, length…}} of the lists that are not empty
 --   leases  int  the number of leases
 --   lists   []raw  list, length, … of the lists that are not empty
--- Derives (context DB): queue:<type> of the script types and the pinned queues
+-- Derives (context DB): queue:<type> of the script types (and its
+--   coord:prio:queue:<type>, keys.Priority, counted with it) and the pinned queues
 --   coord:rq:<runner>:<type> of the runners of coord:idx:runners (read here).
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
@@ -29,15 +30,16 @@ argi = argi + 1 + n_types
 -- luagen: end of the prologue
 
 local out = {}
-local function look(q)
+local function look(q, prio)
   local n = redis.call('LLEN', q)
+  if prio then n = n + redis.call('ZCARD', K_PRIO .. q) end
   if n > 0 then out[#out + 1] = q; out[#out + 1] = n end
 end
 look(KEYS[1])
 look(KEYS[2])
 local runners = redis.call('ZRANGE', KEYS[4], 0, -1)
 for _, t in ipairs(types) do
-  look(K_QUEUE .. t)
+  look(K_QUEUE .. t, true)
   for _, r in ipairs(runners) do look(K_PINNED_QUEUE .. r .. ':' .. t) end
 end
 local leases = redis.call('ZCARD', KEYS[3])

@@ -27,14 +27,16 @@
 --   ctx         int       the context id
 --   now_s       int       now (s)
 --   claims      []string  max claim ids
--- Libs: lib_busy lib_state lib_wake lib_route
+-- Libs: lib_busy lib_state lib_wake lib_ck lib_route
 -- Reply: raw {script types hash, {{item, message hash, job fields, claim id, partial}…},
 --   {job key, queue…}}: the claimed messages (for a job request the routing fields of
 --   its job, and the coord:script_types counts, read once; a job routed here has only
 --   the fields its queue depends on read) and the routed jobs. Of a job
 --   result only the fields kind and job are returned (partial = 1). false: nothing taken.
 -- Derives: context DB: the messages' jobs job:<caller>:<id> (named in the messages),
---   coord:script_types, coord:executors, queue:<type>, queue:exec:<executor> and
+--   coord:script_types, coord:executors, queue:<type>, queue:exec:<executor>,
+--   coord:prio:<queue> and context:<ctx> (lib_route: a job with a priority),
+--   coord:ckrun:<key>, coord:ckheld:<key> and the held jobs' hashes (lib_ck) and
 --   coord:wakers:<queue>; DB 0 (SELECT 0, last):
 --   the runners' wake lists coord:wake:runner:<id>:<queue> and coord:busy.
 
@@ -55,7 +57,7 @@ if n_claims <= 7000 then claims = {unpack(ARGV, argi + 1, argi + n_claims)} else
 argi = argi + 1 + n_claims
 -- luagen: end of the prologue
 
-local JOB_FIELDS = {'id', 'caller_id', 'context_id', 'flow_id', 'script_type', 'runner_id', 'attempt', 'status', 'function_name'} -- RoutingJobFields (a test checks)
+local JOB_FIELDS = {'id', 'caller_id', 'context_id', 'flow_id', 'script_type', 'runner_id', 'attempt', 'status', 'function_name', 'priority'} -- RoutingJobFields (a test checks)
 local out = {}
 local taken = 0
 -- routing is the queue a job goes to (routed here, lib_route), or else (nil) the job's

@@ -25,7 +25,11 @@
 -- context's tokens on the wake list are set anew: none when the queue is empty, else as
 -- many as were left uncovered by the items claimed, at least one and at most
 -- WAKE_SPREAD, at the list's tail: a context with jobs left always keeps a token, and
--- goes behind the other contexts waiting on the list.
+-- goes behind the other contexts waiting on the list (round-robin between the
+-- contexts of a runner). A context of weight w (context:<ctx>'s weight, an operator's
+-- setting; none: 1) makes w claims per round: while it has turns left in the round
+-- (coord:turns, its claims this round per wake list) one of its tokens goes to the
+-- head instead (docs/scheduling.md).
 --
 -- KEYS:
 --   queue   the job queue
@@ -54,7 +58,10 @@
 --   INLINE_READS jobs, each started one's entry also holds the job's hash as it is
 --   after the start (HGETALL's field/value list): a claim of a few jobs, which is what
 --   a lightly loaded runner makes, saves the caller's read round trip.
--- Derives (context DB): the claimed jobs' coord:dag:<flow> (its node goes running) and
+-- Derives (context DB): context:<ctx> (its weight, read when the claim sets the
+--   tokens: ctx is the token), coord:turns (a weighted context's claims this round,
+--   by wake list), coord:prio:<queue> (keys.Priority: the queue's jobs with a
+--   priority, merged by score; read once per call), the claimed jobs' coord:dag:<flow> (its node goes running) and
 --   coord:idx:jobs:<status>; coord:proc:<worker> of the job's previous worker (to tell
 --   a duplicate entry): all named by the claimed items.
 
@@ -84,6 +91,39 @@ for k = 1, n_starts do
 end
 -- luagen: end of the prologue
 
+-- prio_merge takes up to max items of queue q and of its priority set pk (whose first
+-- max members and scores are pz) by score (µs), the lowest first: a queued job's score
+-- is its dispatched_at_ms × 1000, a prioritised one's its set's (lib_route: queued +
+-- (priority − 3) × age).
+-- It returns them as LRANGE would (the first claimed last), each taken off its list
+-- or set.
+local function prio_merge(q, pk, pz, max)
+  local li = redis.call('LRANGE', q, -max, -1)
+  local picked, ztaken = {}, {}
+  local l, z, lt = #li, 1, nil
+  while #picked < max and (l >= 1 or z <= #pz) do
+    if l >= 1 and not lt then
+      lt = 0
+      if string.match(li[l], '^' .. K_JOB .. '%d+:%d+$') then
+        lt = (tonumber(redis.call('HGET', li[l], 'dispatched_at_ms') or '') or 0) * 1000
+      end
+    end
+    if z > #pz or (l >= 1 and lt <= tonumber(pz[z + 1])) then
+      picked[#picked + 1] = li[l]
+      l, lt = l - 1, nil
+    else
+      picked[#picked + 1] = pz[z]
+      ztaken[#ztaken + 1] = pz[z]
+      z = z + 2
+    end
+  end
+  if l < #li then redis.call('LTRIM', q, 0, l - #li - 1) end
+  if #ztaken > 0 then redis.call('ZREM', pk, unpack(ztaken)) end
+  local items = {}
+  for k = #picked, 1, -1 do items[#items + 1] = picked[k] end
+  return items
+end
+
 local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
 local nclear = #clears
 -- The fields this script reads.
@@ -95,9 +135,17 @@ local INLINE_READS = 4
 -- read: each goes onto the processing list, with its lease, only when it starts (one
 -- LPUSH and one ZADD for them all, in claim order, as an LMOVE each would leave them).
 local items = {}
-if max >= 1 then items = redis.call('LRANGE', KEYS[1], -max, -1) end
+-- The queue's jobs with a priority (keys.Priority): none, unless a producer gave one.
+local pk = K_PRIO .. KEYS[1]
+local pz = {}
+if max >= 1 then pz = redis.call('ZRANGE', pk, 0, max - 1, 'WITHSCORES') end
+if #pz > 0 then
+  items = prio_merge(KEYS[1], pk, pz, max)
+elseif max >= 1 then
+  items = redis.call('LRANGE', KEYS[1], -max, -1)
+  if #items > 0 then redis.call('LTRIM', KEYS[1], 0, -#items - 1) end
+end
 local nitems = #items
-if nitems > 0 then redis.call('LTRIM', KEYS[1], 0, -nitems - 1) end
 local kept, leased, seen, started = {}, {}, {}, {}
 -- the DAG nodes of the jobs that start, per flow: their state is read and set once
 -- per flow (a flow's jobs are claimed together)
@@ -190,9 +238,22 @@ if #started <= INLINE_READS then
 end
 if held ~= '-' then
   local left = redis.call('LLEN', KEYS[1])
+  if #pz > 0 then left = left + redis.call('ZCARD', pk) end
+  -- A context's weight (an operator's setting): its claims per round of the list.
+  local w = tonumber(redis.call('HGET', K_CONTEXT .. token, 'weight') or '') or 1
+  local again = false
+  if w > 1 and left > 0 then
+    -- the claims it made this round (coord:turns: wake list → claims): one token
+    -- goes to the list's head while it has turns left
+    if redis.call('HINCRBY', K_TURNS, KEYS[5], 1) < w then again = true else redis.call('HDEL', K_TURNS, KEYS[5]) end
+  end
   redis.call('SELECT', '0')
   local have = redis.call('LREM', KEYS[5], '0', token)
   local keep = math.min(left, math.max(have + tonumber(held) - #out, 1), WAKE_SPREAD)
+  if again then
+    redis.call('LPUSH', KEYS[5], token)
+    keep = keep - 1
+  end
   if keep > 0 then
     local t = {}
     for i = 1, keep do t[i] = token end

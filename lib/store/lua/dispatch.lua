@@ -31,13 +31,15 @@
 --     items    []raw  a message of its own's field/value items, or for the group
 --                     where its job's JSON starts and ends in the list (2 positions,
 --                     1-based, inclusive)
--- Libs: lib_busy lib_state lib_wake lib_route lib_dispatch
+-- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch
 -- Reply: raw per job {message key, attempt}, or {"", why it was not dispatched}.
 -- Derives: context DB: job:<caller>:<id> of the jobs named in the arguments,
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:idx:jobs:<status>, coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), coord:events,
 --   and lib_route's coord:executors, coord:script_types, queue:<type>,
---   queue:exec:<executor>, coord:wakers:<queue>; DB 0 (SELECT 0, last):
+--   queue:exec:<executor>, coord:prio:<queue>, context:<ctx> (its priority_age_ms,
+--   read when a job has a priority), lib_ck's coord:ckrun:<key>, coord:ckheld:<key>
+--   and the held jobs' hashes, coord:wakers:<queue>; DB 0 (SELECT 0, last):
 --   coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
 --   coord:busy.
 

@@ -60,11 +60,14 @@
 --                          starts and ends in the list ("<start> <end>", 1-based)
 --     started      string  when the run's process was about to run (µs), its start;
 --                          "": the claim's start (started_at_us) stays
--- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_route lib_dispatch
+--     ck           string  the job's concurrency key ("": none; lib_ck's ck_end gives
+--                          its place back)
+-- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_ck lib_route lib_dispatch
 -- Reply: raw per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
 --   here, jobs dispatched, flow status of the flow that ended here or ""}.
 -- Derives: context DB: coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
+--   coord:ckrun:<key>, coord:ckheld:<key> and the held jobs' queues (lib_ck),
 --   the job queue of a run's lease member (a late end's queued copy),
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), and what lib_complete, lib_dispatch and
@@ -97,8 +100,8 @@ local runs = {}
 local n_runs = tonumber(ARGV[argi])
 argi = argi + 1
 for k = 1, n_runs do
-  runs[k] = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], err = ARGV[argi + 6], code = ARGV[argi + 7], result = ARGV[argi + 8], rjson = ARGV[argi + 9], fatal = ARGV[argi + 10] == '1', retry_after = ARGV[argi + 11], chunk = ARGV[argi + 12], entry = ARGV[argi + 13], started = ARGV[argi + 14]}
-  argi = argi + 15
+  runs[k] = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], err = ARGV[argi + 6], code = ARGV[argi + 7], result = ARGV[argi + 8], rjson = ARGV[argi + 9], fatal = ARGV[argi + 10] == '1', retry_after = ARGV[argi + 11], chunk = ARGV[argi + 12], entry = ARGV[argi + 13], started = ARGV[argi + 14], ck = ARGV[argi + 15]}
+  argi = argi + 16
 end
 -- luagen: end of the prologue
 
@@ -210,6 +213,8 @@ for r = 1, #runs do
         redis.call('APPEND', lk, chunk)
       end
     end
+    -- its concurrency key's place: given back, and the key's oldest held job queued
+    if run.ck ~= '' then ck_end(run.ck, jk, now_ms) end
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
@@ -283,6 +288,7 @@ if #jobdone > 0 then
   redis.call('PUBLISH', K_JOB_DONE, table.concat(jobdone, ' '))
   redis.call('SELECT', ctx)
 end
+ck_wake(ctx)
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
 return out

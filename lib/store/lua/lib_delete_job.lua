@@ -37,6 +37,7 @@ local function delete_job(caller, id)
   if exec then stype = 'exec:' .. exec end -- an executor's handler job: its queue
   if stype then
     redis.call('LREM', K_QUEUE .. stype, '0', jk)
+    redis.call('ZREM', K_PRIO .. K_QUEUE .. stype, jk)
     if runner and runner ~= '0' then redis.call('LREM', K_PINNED_QUEUE .. runner .. ':' .. stype, '0', jk) end
   end
   redis.call('UNLINK', jk, K_JOB_LOG .. m)

@@ -9,10 +9,23 @@
 --     script type (queue:<type>, coord:script_types); nil: the router decides (a pinned
 --     or remote job, or one nobody here can take: the router refuses it with the
 --     reason). Reads coord:executors and coord:script_types once per call of the script.
---   - route_target(jk): route_queue for the job at key jk (one HMGET of 4 fields).
+--   - route_target(jk): route_queue for the job at key jk (one HMGET of 4 fields; of 7
+--     in a context whose jobs use priorities or concurrency keys, coord:features, read
+--     once per call: a priority other than the default and a concurrency key are noted
+--     for route_push).
+--   - route_priority(jk, p): notes job key jk's priority p (a string "1"…"5"; nil, ""
+--     or "3": the default, noted as none) for route_push.
+--   - route_concurrency(jk, ck, limit): notes job key jk's concurrency key ck (nil or
+--     "": none) and limit (a string; none or 0: 1) for route_push.
 --   - route_add(jk, q): records job key jk for queue q (pushed by route_push, in order).
---   - route_push(): in the context's DB: LPUSHes the recorded jobs onto their queues
---     and reads their wake targets (lib_wake). Returns the number of queues.
+--   - route_push(ctx): in the context's DB: LPUSHes the recorded jobs onto their queues
+--     and reads their wake targets (lib_wake). A job with a priority other than the
+--     default goes to the queue's priority set instead (coord:prio:<queue>, score in
+--     µs: now + (priority − 3) × the context's priority_age_ms, default
+--     PRIORITY_AGE_MS; the claim merges it with the queue, whose jobs score their
+--     dispatched_at_ms, docs/scheduling.md). A job with a concurrency key whose
+--     limit is in flight is held instead (lib_ck's ck_route). Returns the number of
+--     queues.
 --   - route_wake(ctx): in DB 0, after route_push: the runners' wake tokens and
 --     coord:busy.
 --   - route_flush(ctx): after the script's last write in the context's DB: route_push,
@@ -25,15 +38,37 @@
 --     (route_choose; the message stored acknowledged, as the router's claim would
 --     leave it; the jobs recorded for route_push), else pushed on the list mo
 --     (msg_out) for the router. Returns its key and 1 when pushed, 0 when routed.
--- Needs lib_state (store_message), lib_wake and lib_busy. route_types (the coord:script_types hash as read, or
+-- Needs lib_state (store_message), lib_wake, lib_busy and lib_ck. route_types (the coord:script_types hash as read, or
 -- nil) and route_routed ({job key, queue, …}, in order) are there for the caller.
 
 local route_types, route_served
 local route_routed, route_targets, route_pending, route_tokens, route_wakers
+-- route_prio: job key → its priority when not the default; route_prios: how many
+local route_prio, route_prios
+-- route_ck: job key → {its concurrency key, its limit}; route_cks: how many
+local route_ck, route_cks
+-- route_ordered: whether the context's jobs use priorities or concurrency keys
+-- (coord:features; nil: not read yet in this call)
+local route_ordered
 -- route_reset: the state of one call, set anew by each (lib/store Script).
 local function route_reset()
   route_types, route_served = nil, {}
   route_routed, route_targets, route_pending, route_tokens, route_wakers = {}, {}, {}, {}, {}
+  route_prio, route_prios = {}, 0
+  route_ck, route_cks = {}, 0
+  route_ordered = nil
+end
+local function route_concurrency(jk, ck, limit)
+  if ck and ck ~= '' then
+    if not route_ck[jk] then route_cks = route_cks + 1 end
+    route_ck[jk] = {ck, math.max(tonumber(limit or '') or 1, 1)}
+  end
+end
+local function route_priority(jk, p)
+  if p and p ~= '' and p ~= PRIORITY_DEFAULT then
+    if not route_prio[jk] then route_prios = route_prios + 1 end
+    route_prio[jk] = p
+  end
 end
 local function route_queue(id, runner, stype, fn)
   if not id or (runner or '0') ~= '0' then return nil end
@@ -52,8 +87,18 @@ local function route_queue(id, runner, stype, fn)
   return nil
 end
 local function route_target(jk)
-  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name')
-  return route_queue(v[1], v[2], v[3], v[4])
+  if route_ordered == nil then route_ordered = redis.call('SCARD', K_FEATURES) > 0 end
+  if not route_ordered then
+    local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name')
+    return route_queue(v[1], v[2], v[3], v[4])
+  end
+  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name', 'priority', 'concurrency_key', 'concurrency_limit')
+  local q = route_queue(v[1], v[2], v[3], v[4])
+  if q then
+    route_priority(jk, v[5])
+    route_concurrency(jk, v[6], v[7])
+  end
+  return q
 end
 local function route_add(jk, q)
   if not route_tokens[q] then route_tokens[q] = 0; route_targets[#route_targets + 1] = q; route_pending[q] = {} end
@@ -63,14 +108,53 @@ local function route_add(jk, q)
   route_routed[#route_routed + 1] = jk
   route_routed[#route_routed + 1] = q
 end
-local function route_push()
+-- route_split: the jobs of vs (of queue q) with a priority go to q's priority set,
+-- scored in µs: now + (priority − 3) × age (ms) + their rank in the call (lower claims
+-- first; a job's rank keeps the jobs of a priority in their order, as ZRANGE orders
+-- equal scores by member); returns the others.
+local function route_split(q, vs, age)
+  local plain, scored = {}, {}
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  for k, jk in ipairs(vs) do
+    local p = route_prio[jk]
+    if p then
+      scored[#scored + 1] = string.format('%d', now + (tonumber(p) - 3) * age * 1000 + k)
+      scored[#scored + 1] = jk
+    else
+      plain[#plain + 1] = jk
+    end
+  end
+  call_each('ZADD', K_PRIO .. q, scored, 2)
+  return plain
+end
+-- route_limit: the jobs of vs (of queue q) that may go to q now (lib_ck's ck_route:
+-- the others of a concurrency key at its limit are held).
+local function route_limit(q, vs)
+  local t = redis.call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local out = {}
+  for _, jk in ipairs(vs) do
+    local c = route_ck[jk]
+    if not c or ck_route(c[1], c[2], q, jk, now_ms) then out[#out + 1] = jk end
+  end
+  return out
+end
+local function route_push(ctx)
+  local age
+  if route_prios > 0 then
+    age = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'priority_age_ms') or '') or PRIORITY_AGE_MS
+  end
   -- in chunks: unpack fails beyond ~8,000 values, and one claim can route 64 groups
   -- of 256 jobs.
   for _, q in ipairs(route_targets) do
     local vs = route_pending[q]
+    if route_cks > 0 then vs = route_limit(q, vs) end
+    if age then vs = route_split(q, vs, age) end
     for i = 1, #vs, 1000 do redis.call('LPUSH', q, unpack(vs, i, math.min(i + 999, #vs))) end
     route_wakers[q] = wake_targets(q)
   end
+  if route_cks > 0 then ck_wake(ctx) end
   return #route_targets
 end
 local function route_wake(ctx)
@@ -78,7 +162,7 @@ local function route_wake(ctx)
   if #route_targets > 0 then mark_busy(ctx) end
 end
 local function route_flush(ctx)
-  if route_push() > 0 then
+  if route_push(ctx) > 0 then
     redis.call('SELECT', '0')
     route_wake(ctx)
   end

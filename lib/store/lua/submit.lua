@@ -9,7 +9,7 @@
 -- submissions into one call): each job carries its actor, and the jobs are taken in
 -- order, each seeing what the ones before it wrote (a uniqueness key, a chosen id).
 -- Runs after the prelude, lib_state (event, message_id, store_message, wake_msg_out,
--- int), lib_wake and lib_route (route_queue, route_add, route_flush).
+-- int), lib_wake and lib_route (route_queue, route_priority, route_add, route_flush).
 --
 -- KEYS: per job i (1-based), KEYS[2i-1] the job's key (job:<caller>:<id>) when its
 --   caller chose its id ("" when the script reserves one) and KEYS[2i] its uniqueness
@@ -31,7 +31,9 @@
 --   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
 --   coord:idx:jobs[:status], coord:seq:message, message:<caller>:<n>,
 --   the job's msgs, msg_out), lib_route's (coord:executors,
---   coord:script_types, queue:<type>, queue:exec:<executor>, coord:wakers:<queue>); DB
+--   coord:script_types, queue:<type>, queue:exec:<executor>, coord:prio:<queue>,
+--   lib_ck's coord:ckrun:<key> and coord:ckheld:<key> and the held jobs' hashes,
+--   coord:wakers:<queue>); DB
 --   0: coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
 --   coord:busy.
 -- Reply: {'ok', per job {1, "<caller>:<id>"} created and dispatched, or {2,
@@ -85,7 +87,10 @@ for n, j in ipairs(jobs) do
     local name = ARGV[k]
     if name == 'runner_id' then runner = ARGV[k + 1]
     elseif name == 'script_type' then stype = ARGV[k + 1]
-    elseif name == 'function_name' then fn = ARGV[k + 1] end
+    elseif name == 'function_name' then fn = ARGV[k + 1]
+    elseif name == 'priority' then j.prio = ARGV[k + 1]
+    elseif name == 'concurrency_key' then j.ck = ARGV[k + 1]
+    elseif name == 'concurrency_limit' then j.cl = ARGV[k + 1] end
   end
   j.q = route_queue(j.caller, runner, stype, fn)
   if not j.q and (runner or '0') == '0' then return {'unserved', n} end
@@ -188,6 +193,8 @@ for _, j in ipairs(jobs) do
     store_message(j.caller, {unpack(ARGV, mfirst, mlast)}, now_ms, {'caller_id', j.caller, 'message', 'job ' .. ctx .. ':' .. member,
       'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}, q and MSG_ACKNOWLEDGED or nil, mid)
     if q then
+      route_priority(j.key, j.prio)
+      route_concurrency(j.key, j.ck, j.cl)
       route_add(j.key, q)
     else
       redis.call('LPUSH', K_MSG_OUT, mk)

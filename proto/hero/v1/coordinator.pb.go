@@ -830,8 +830,10 @@ type UpdateContextRequest struct {
 	Executors        *IdList                `protobuf:"bytes,4,opt,name=executors,proto3" json:"executors,omitempty"`
 	RetentionSeconds *int64                 `protobuf:"varint,5,opt,name=retention_seconds,json=retentionSeconds,proto3,oneof" json:"retention_seconds,omitempty"`
 	AllowedSources   *StringList            `protobuf:"bytes,6,opt,name=allowed_sources,json=allowedSources,proto3" json:"allowed_sources,omitempty"`
-	JobDefaults      *JobLimits             `protobuf:"bytes,7,opt,name=job_defaults,json=jobDefaults,proto3" json:"job_defaults,omitempty"` // set: replaces them (an empty message clears them)
-	JobMax           *JobLimits             `protobuf:"bytes,8,opt,name=job_max,json=jobMax,proto3" json:"job_max,omitempty"`                // operators only
+	JobDefaults      *JobLimits             `protobuf:"bytes,7,opt,name=job_defaults,json=jobDefaults,proto3" json:"job_defaults,omitempty"`                // set: replaces them (an empty message clears them)
+	JobMax           *JobLimits             `protobuf:"bytes,8,opt,name=job_max,json=jobMax,proto3" json:"job_max,omitempty"`                               // operators only
+	PriorityAgeMs    *int64                 `protobuf:"varint,9,opt,name=priority_age_ms,json=priorityAgeMs,proto3,oneof" json:"priority_age_ms,omitempty"` // a job's wait per step of a better priority (0: the default)
+	Weight           *uint32                `protobuf:"varint,10,opt,name=weight,proto3,oneof" json:"weight,omitempty"`                                     // claims per round on a shared runner (operators only)
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -920,6 +922,20 @@ func (x *UpdateContextRequest) GetJobMax() *JobLimits {
 		return x.JobMax
 	}
 	return nil
+}
+
+func (x *UpdateContextRequest) GetPriorityAgeMs() int64 {
+	if x != nil && x.PriorityAgeMs != nil {
+		return *x.PriorityAgeMs
+	}
+	return 0
+}
+
+func (x *UpdateContextRequest) GetWeight() uint32 {
+	if x != nil && x.Weight != nil {
+		return *x.Weight
+	}
+	return 0
 }
 
 type UpdateContextResponse struct {
@@ -5197,7 +5213,7 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\x11GetContextRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\"@\n" +
 	"\x12GetContextResponse\x12*\n" +
-	"\acontext\x18\x01 \x01(\v2\x10.hero.v1.ContextR\acontext\"\x93\x03\n" +
+	"\acontext\x18\x01 \x01(\v2\x10.hero.v1.ContextR\acontext\"\xfc\x03\n" +
 	"\x14UpdateContextRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12'\n" +
 	"\x06admins\x18\x02 \x01(\v2\x0f.hero.v1.IdListR\x06admins\x12)\n" +
@@ -5206,8 +5222,13 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\x11retention_seconds\x18\x05 \x01(\x03H\x00R\x10retentionSeconds\x88\x01\x01\x12<\n" +
 	"\x0fallowed_sources\x18\x06 \x01(\v2\x13.hero.v1.StringListR\x0eallowedSources\x125\n" +
 	"\fjob_defaults\x18\a \x01(\v2\x12.hero.v1.JobLimitsR\vjobDefaults\x12+\n" +
-	"\ajob_max\x18\b \x01(\v2\x12.hero.v1.JobLimitsR\x06jobMaxB\x14\n" +
-	"\x12_retention_seconds\"C\n" +
+	"\ajob_max\x18\b \x01(\v2\x12.hero.v1.JobLimitsR\x06jobMax\x12+\n" +
+	"\x0fpriority_age_ms\x18\t \x01(\x03H\x01R\rpriorityAgeMs\x88\x01\x01\x12\x1b\n" +
+	"\x06weight\x18\n" +
+	" \x01(\rH\x02R\x06weight\x88\x01\x01B\x14\n" +
+	"\x12_retention_secondsB\x12\n" +
+	"\x10_priority_age_msB\t\n" +
+	"\a_weight\"C\n" +
 	"\x15UpdateContextResponse\x12*\n" +
 	"\acontext\x18\x01 \x01(\v2\x10.hero.v1.ContextR\acontext\"\x1a\n" +
 	"\x06IdList\x12\x10\n" +

@@ -106,9 +106,11 @@ type Context struct {
 	CreatedAt        int64                  `protobuf:"varint,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt        int64                  `protobuf:"varint,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	RetentionSeconds int64                  `protobuf:"varint,7,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
-	AllowedSources   []string               `protobuf:"bytes,8,rep,name=allowed_sources,json=allowedSources,proto3" json:"allowed_sources,omitempty"` // Mycelium keys of the nodes that may send jobs here
-	JobDefaults      *JobLimits             `protobuf:"bytes,9,opt,name=job_defaults,json=jobDefaults,proto3" json:"job_defaults,omitempty"`          // what its jobs get unless they ask (its admins set them)
-	JobMax           *JobLimits             `protobuf:"bytes,10,opt,name=job_max,json=jobMax,proto3" json:"job_max,omitempty"`                        // the most a job of it may ask for (operators only)
+	AllowedSources   []string               `protobuf:"bytes,8,rep,name=allowed_sources,json=allowedSources,proto3" json:"allowed_sources,omitempty"`  // Mycelium keys of the nodes that may send jobs here
+	JobDefaults      *JobLimits             `protobuf:"bytes,9,opt,name=job_defaults,json=jobDefaults,proto3" json:"job_defaults,omitempty"`           // what its jobs get unless they ask (its admins set them)
+	JobMax           *JobLimits             `protobuf:"bytes,10,opt,name=job_max,json=jobMax,proto3" json:"job_max,omitempty"`                         // the most a job of it may ask for (operators only)
+	PriorityAgeMs    int64                  `protobuf:"varint,11,opt,name=priority_age_ms,json=priorityAgeMs,proto3" json:"priority_age_ms,omitempty"` // a job's wait per step of a better priority (0: 10,000; docs/scheduling.md)
+	Weight           uint32                 `protobuf:"varint,12,opt,name=weight,proto3" json:"weight,omitempty"`                                      // claims per round on a shared runner (0 or 1: one; operators only)
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -211,6 +213,20 @@ func (x *Context) GetJobMax() *JobLimits {
 		return x.JobMax
 	}
 	return nil
+}
+
+func (x *Context) GetPriorityAgeMs() int64 {
+	if x != nil {
+		return x.PriorityAgeMs
+	}
+	return 0
+}
+
+func (x *Context) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
 }
 
 // JobLimits bound one job's run; 0 or "": not set at this level (docs/security.md).
@@ -521,14 +537,18 @@ type Job struct {
 	// beside result, the seed's string map made from it.
 	ResultJson string `protobuf:"bytes,36,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
 	// The producer's W3C traceparent: every attempt continues its trace (trace_id).
-	Traceparent   string `protobuf:"bytes,37,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
-	Fatal         bool   `protobuf:"varint,38,opt,name=fatal,proto3" json:"fatal,omitempty"`                                      // the last error is not worth a retry
-	StopRequested bool   `protobuf:"varint,39,opt,name=stop_requested,json=stopRequested,proto3" json:"stop_requested,omitempty"` // job.stop was called
-	RetryAfterMs  int64  `protobuf:"varint,40,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`  // an executor's requested retry delay
-	StartedAtUs   int64  `protobuf:"varint,41,opt,name=started_at_us,json=startedAtUs,proto3" json:"started_at_us,omitempty"`     // the start in microseconds (sub-millisecond latencies)
-	FinishedAtUs  int64  `protobuf:"varint,42,opt,name=finished_at_us,json=finishedAtUs,proto3" json:"finished_at_us,omitempty"`  // the end in microseconds
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Traceparent      string `protobuf:"bytes,37,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Fatal            bool   `protobuf:"varint,38,opt,name=fatal,proto3" json:"fatal,omitempty"`                                               // the last error is not worth a retry
+	StopRequested    bool   `protobuf:"varint,39,opt,name=stop_requested,json=stopRequested,proto3" json:"stop_requested,omitempty"`          // job.stop was called
+	RetryAfterMs     int64  `protobuf:"varint,40,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`           // an executor's requested retry delay
+	StartedAtUs      int64  `protobuf:"varint,41,opt,name=started_at_us,json=startedAtUs,proto3" json:"started_at_us,omitempty"`              // the start in microseconds (sub-millisecond latencies)
+	FinishedAtUs     int64  `protobuf:"varint,42,opt,name=finished_at_us,json=finishedAtUs,proto3" json:"finished_at_us,omitempty"`           // the end in microseconds
+	Priority         uint32 `protobuf:"varint,43,opt,name=priority,proto3" json:"priority,omitempty"`                                         // 1 first … 5 last within its queue; 0: 3 (docs/scheduling.md)
+	ConcurrencyKey   string `protobuf:"bytes,44,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`        // at most concurrency_limit jobs of the key run at once
+	ConcurrencyLimit uint32 `protobuf:"varint,45,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"` // 0: 1
+	Held             string `protobuf:"bytes,46,opt,name=held,proto3" json:"held,omitempty"`                                                  // why a claim held it back (a limit it met)
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -853,6 +873,34 @@ func (x *Job) GetFinishedAtUs() int64 {
 		return x.FinishedAtUs
 	}
 	return 0
+}
+
+func (x *Job) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Job) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *Job) GetConcurrencyLimit() uint32 {
+	if x != nil {
+		return x.ConcurrencyLimit
+	}
+	return 0
+}
+
+func (x *Job) GetHeld() string {
+	if x != nil {
+		return x.Held
+	}
+	return ""
 }
 
 type Flow struct {
@@ -1621,7 +1669,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x04 \x01(\x03R\tcreatedAt\x12\x1d\n" +
 	"\n" +
-	"updated_at\x18\x05 \x01(\x03R\tupdatedAt\"\xe1\x02\n" +
+	"updated_at\x18\x05 \x01(\x03R\tupdatedAt\"\xa1\x03\n" +
 	"\aContext\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06admins\x18\x02 \x03(\rR\x06admins\x12\x18\n" +
@@ -1635,7 +1683,9 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\x0fallowed_sources\x18\b \x03(\tR\x0eallowedSources\x125\n" +
 	"\fjob_defaults\x18\t \x01(\v2\x12.hero.v1.JobLimitsR\vjobDefaults\x12+\n" +
 	"\ajob_max\x18\n" +
-	" \x01(\v2\x12.hero.v1.JobLimitsR\x06jobMax\"\xc2\x01\n" +
+	" \x01(\v2\x12.hero.v1.JobLimitsR\x06jobMax\x12&\n" +
+	"\x0fpriority_age_ms\x18\v \x01(\x03R\rpriorityAgeMs\x12\x16\n" +
+	"\x06weight\x18\f \x01(\rR\x06weight\"\xc2\x01\n" +
 	"\tJobLimits\x12!\n" +
 	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x12\n" +
 	"\x04pids\x18\x02 \x01(\x03R\x04pids\x12\x1d\n" +
@@ -1662,7 +1712,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\tprocesses\x18\t \x03(\v2\x16.hero.v1.RunnerProcessR\tprocesses\x12\x16\n" +
 	"\x06secret\x18\n" +
 	" \x01(\tR\x06secret\x12\x1c\n" +
-	"\texecutors\x18\v \x03(\tR\texecutors\"\xa9\v\n" +
+	"\texecutors\x18\v \x03(\tR\texecutors\"\xaf\f\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1716,7 +1766,11 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\x0estop_requested\x18' \x01(\bR\rstopRequested\x12$\n" +
 	"\x0eretry_after_ms\x18( \x01(\x03R\fretryAfterMs\x12\"\n" +
 	"\rstarted_at_us\x18) \x01(\x03R\vstartedAtUs\x12$\n" +
-	"\x0efinished_at_us\x18* \x01(\x03R\ffinishedAtUs\x1a:\n" +
+	"\x0efinished_at_us\x18* \x01(\x03R\ffinishedAtUs\x12\x1a\n" +
+	"\bpriority\x18+ \x01(\rR\bpriority\x12'\n" +
+	"\x0fconcurrency_key\x18, \x01(\tR\x0econcurrencyKey\x12+\n" +
+	"\x11concurrency_limit\x18- \x01(\rR\x10concurrencyLimit\x12\x12\n" +
+	"\x04held\x18. \x01(\tR\x04held\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
