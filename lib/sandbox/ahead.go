@@ -57,6 +57,9 @@ type ahead struct {
 	total  int // made and being made, all keys
 	closed bool
 	wg     sync.WaitGroup // makings and destructions under way
+	// changed is closed, and replaced, when the counts of ready and making change
+	// (WaitAhead).
+	changed chan struct{}
 }
 
 // aheadKey is the sandboxes of one set of limits.
@@ -109,6 +112,7 @@ func (s *Sandbox) Take(ctx context.Context, lim Limits) (*Prepared, error) {
 		p := k.ready[0]
 		k.ready = k.ready[1:]
 		a.total--
+		a.changedLocked()
 		if p.alive() {
 			a.fillLocked(k)
 			a.mu.Unlock()
@@ -169,6 +173,7 @@ func (a *ahead) fillLocked(k *aheadKey) {
 // makeLocked starts making one sandbox for k. Called with a.mu.
 func (a *ahead) makeLocked(k *aheadKey) {
 	k.making++
+	a.changedLocked()
 	a.total++
 	a.wg.Add(1)
 	go func() {
@@ -188,6 +193,7 @@ func (a *ahead) made(k *aheadKey, p *Prepared, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	k.making--
+	defer a.changedLocked()
 	switch {
 	case len(k.waiters) > 0:
 		a.total--
@@ -225,6 +231,7 @@ func (a *ahead) expire(k *aheadKey) {
 	}
 	a.total -= len(k.ready)
 	k.ready = nil
+	a.changedLocked()
 }
 
 // destroyLater destroys p in the background (counted: close waits). Called with a.mu.
@@ -257,19 +264,61 @@ func (a *ahead) close() {
 	a.wg.Wait()
 }
 
-// AheadCounts are the sandboxes made ahead now: ready for a job, and being made.
-func (s *Sandbox) AheadCounts() (ready, making int) {
-	if s.ahead == nil {
-		return 0, 0
+// changedLocked wakes the WaitAhead calls: the counts changed. Called with a.mu.
+func (a *ahead) changedLocked() {
+	if a.changed != nil {
+		close(a.changed)
+		a.changed = nil
 	}
-	a := s.ahead
-	a.mu.Lock()
-	defer a.mu.Unlock()
+}
+
+// countsLocked are the sandboxes ready for a job and being made. Called with a.mu.
+func (a *ahead) countsLocked() (ready, making int) {
 	for _, k := range a.keys {
 		ready += len(k.ready)
 		making += k.making
 	}
 	return ready, making
+}
+
+// AheadCounts are the sandboxes made ahead now: ready for a job, and being made.
+func (s *Sandbox) AheadCounts() (ready, making int) {
+	if s.ahead == nil {
+		return 0, 0
+	}
+	s.ahead.mu.Lock()
+	defer s.ahead.mu.Unlock()
+	return s.ahead.countsLocked()
+}
+
+// WaitAhead waits until done holds of the counts of sandboxes made ahead (ready,
+// being made), checked at once and at each change, or until ctx ends (its error).
+func (s *Sandbox) WaitAhead(ctx context.Context, done func(ready, making int) bool) error {
+	if s.ahead == nil {
+		if done(0, 0) {
+			return nil
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	a := s.ahead
+	for {
+		a.mu.Lock()
+		if done(a.countsLocked()) {
+			a.mu.Unlock()
+			return nil
+		}
+		if a.changed == nil {
+			a.changed = make(chan struct{})
+		}
+		ch := a.changed
+		a.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Prepared is a sandbox made ahead of its job, waiting for it.

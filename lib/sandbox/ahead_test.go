@@ -92,12 +92,11 @@ func TestAheadRunsTheJob(t *testing.T) {
 		t.Fatalf("environment with an odd name: exit %d: %q", res.ExitCode, out)
 	}
 	// The next jobs of these limits find one ready (made while the first ran).
-	deadline := time.Now().Add(time.Minute)
-	for ready, _ := s.AheadCounts(); ready < 2; ready, _ = s.AheadCounts() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sandboxes ready a minute after the first job, want 2", ready)
-		}
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.WaitAhead(ctx, func(ready, _ int) bool { return ready >= 2 }); err != nil {
+		ready, _ := s.AheadCounts()
+		t.Fatalf("%d sandboxes ready a minute after the first job, want 2", ready)
 	}
 }
 

@@ -94,8 +94,9 @@ func standInAhead(s *Sandbox, lim Limits, scratch string, stop func(string, int)
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	for ready, making := s.AheadCounts(); ready < 2 || making > 0; ready, making = s.AheadCounts() {
-		time.Sleep(5 * time.Millisecond) // a stand-in's own wait, not a test's
+	if err := s.WaitAhead(context.Background(), func(ready, making int) bool { return ready >= 2 && making == 0 }); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	pgids := []string{strconv.Itoa(taken.cmd.Process.Pid)}
 	s.ahead.mu.Lock()
