@@ -18,7 +18,7 @@ MAX_CYCLO := 25
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 # The e2e core suite, run a second time against a Redis that serves TLS only, with
 # client certificates and ACL users (tests/e2e/services_test.go: HERO_E2E_REDIS).
-CORE_TESTS := ^(TestDiamondFlow|TestRetryThenFail|TestTimeoutKillsProcessGroup|TestStopRunningJob|TestJobRun|TestFlowWait|TestResultFileLogsAndDiscover|TestPermissionMatrix|TestDispatcher.*)$$
+CORE_TESTS := ^(TestDiamondFlow|TestRetryThenFail|TestTimeoutKillsProcessGroup|TestStopRunningJob|TestJobRun|TestFlowWait|TestResultFileLogsAndDiscover|TestPermissionMatrix|TestDispatcher.*|TestDelayedJob)$$
 # The core suite and the lifecycle tests (cancel, flow.retry, retention, events,
 # delete), run once more with two Redis servers and a placement map that puts the
 # tests' context on the second one (HERO_E2E_REDIS=placed).

@@ -23,7 +23,7 @@ func flowCommands() []command {
 			example: "heroctl flow submit examples/diamond.yaml --set GREETING=hi --wait", define: (*cli).flowSubmit},
 		{name: "flow create", summary: "Create a flow of existing jobs (flow start runs it).",
 			example: "heroctl flow create --jobs 1,2,3 --env STAGE=test", define: (*cli).flowCreate},
-		{name: "flow start", args: "ID", summary: "Check a flow's DAG and start it.", example: "heroctl flow start 3", define: flowByID("flow start", (*hero.Client).StartFlow)},
+		{name: "flow start", args: "ID", summary: "Check a flow's DAG and start it (--run-at/--delay: schedule its start).", example: "heroctl flow start 3\nheroctl flow start 3 --run-at 2026-12-24T18:00:00Z", define: (*cli).flowStart},
 		{name: "flow get", args: "ID", summary: "Show a flow; while it runs, its result map so far.", example: "heroctl flow get 3", define: flowByID("flow get", (*hero.Client).GetFlow)},
 		{name: "flow list", summary: "List the context's flows, newest first.", example: "heroctl flow list --status error", define: (*cli).flowList},
 		{name: "flow dag", args: "ID", summary: "Show a flow's jobs with their dependencies and states.", example: "heroctl flow dag 3", define: (*cli).flowDAG},
@@ -52,6 +52,29 @@ func flowByID(name string, call func(*hero.Client, context.Context, uint32) (*mo
 			return c.showFlow(f)
 		})
 	}
+}
+
+func (c *cli) flowStart(fs *flag.FlagSet) action {
+	runAt, delay := addDelayFlags(fs, "flow")
+	return c.byID("flow start", "flow id", perCall, func(ctx context.Context, hc *hero.Client, id uint32) error {
+		at, err := runAt.time("flow start")
+		if err != nil {
+			return err
+		}
+		if *delay > 0 {
+			at = time.Now().Add(*delay)
+		}
+		var f *model.Flow
+		if at.IsZero() {
+			f, err = hc.StartFlow(ctx, id)
+		} else {
+			f, err = hc.StartFlowAt(ctx, id, at)
+		}
+		if err != nil {
+			return err
+		}
+		return c.showFlow(f)
+	})
 }
 
 func (c *cli) flowSubmit(fs *flag.FlagSet) action {

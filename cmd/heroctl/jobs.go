@@ -24,7 +24,7 @@ func jobCommands() []command {
 		{name: "job run", summary: "Run a standalone job, wait for its end and print its output (a handler job: --function).",
 			example: "heroctl job run --type python --script 'print(6*7)'\nheroctl job run --function myexec#add --args '[1,2]'", define: (*cli).jobRun},
 		{name: "job submit", summary: "Submit a standalone job and return at once (--wait: then wait for its end and print its output).",
-			example: "heroctl job submit --type sh --script 'echo hi' --unique-key nightly-report --unique-ttl 24h", define: (*cli).jobSubmit},
+			example: "heroctl job submit --type sh --script 'echo hi' --unique-key nightly-report --unique-ttl 24h\nheroctl job submit --type sh --script 'echo later' --delay 10m", define: (*cli).jobSubmit},
 		{name: "job wait", args: "ID", summary: "Wait until a job has ended for good and show it; exits 1 when it failed.",
 			example: "heroctl job wait 7", define: (*cli).jobWait},
 		{name: "job logs", args: "ID", summary: "Print a job's log; -f follows it until the job ends.", example: "heroctl job logs 7 -f", define: (*cli).jobLogs},
@@ -230,12 +230,17 @@ func (c *cli) jobSubmit(fs *flag.FlagSet) action {
 	key := fs.String("unique-key", "", "while it lasts, a submission with this key returns the job it names")
 	ttl := fs.Duration("unique-ttl", 24*time.Hour, "how long the key lasts (1s to 720h)")
 	wait := fs.Bool("wait", false, "wait for the job's end and print its output (exit 1 when it failed)")
+	runAt, delay := addDelayFlags(fs, "job")
 	return c.noArgs("job submit", waits, func(ctx context.Context, hc *hero.Client) error {
 		j, err := jf.job()
 		if err != nil {
 			return err
 		}
-		sub, err := hc.Submit(ctx, j, hero.SubmitOptions{UniqueKey: *key, UniqueTTL: *ttl})
+		at, err := runAt.time("job submit")
+		if err != nil {
+			return err
+		}
+		sub, err := hc.Submit(ctx, j, hero.SubmitOptions{UniqueKey: *key, UniqueTTL: *ttl, RunAt: at, Delay: *delay})
 		if err != nil {
 			return err
 		}

@@ -54,6 +54,9 @@ const (
 	ActiveFlows       = "coord:flows:active"        // set: "<ctx>:<flow>" of every started, unfinished flow
 	Due               = "coord:due"                 // zset: due-time queue (ms) of delayed work, e.g. retries
 	Control           = "coord:control"             // pub/sub channel: runner and context changes
+	Delayed           = "coord:delayed"             // zset: "<ctx>:job:<caller>:<id>" of scheduled jobs and "<ctx>:flow:<id>" of scheduled flows → when they are due (ms; docs/scheduling.md)
+	ScheduleDue       = "coord:sched_due"           // zset: "<ctx>:<schedule id>" of each active schedule → when it is next due (ms): its next tick with jitter, sooner while a run is pending or buffered
+	DelayedWake       = "coord:delayedwake"         // pub/sub channel: the due time (ms) of work just added to coord:delayed (the schedulers' due loops re-arm their timers)
 	RemoteDue         = "coord:remote_due"          // zset: "<ctx>|<message key>" of remote requests → when their ack or result is due (ms); "<ctx>|ack|<job key>" of jobs from another node → when their ack is sent unless their result went first
 	Expire            = "coord:expire"              // zset: "<ctx>:flow:<id>" or "<ctx>:job:<caller>:<id>" → when retention deletes it (ms)
 	SchedulerSettings = "coord:scheduler"           // hash: the scheduler's retention_ms (its default retention; 0: forever) and sweep_ms (its safety sweep), for the runners that apply job ends themselves
@@ -337,3 +340,12 @@ func ParseMessageKey(k string) (callerID, id uint32, err error) {
 // Unique is a context's uniqueness key for job.submit's unique_key (a string holding
 // "<caller>:<id>" of the job submitted with it, expiring after its unique_ttl_seconds).
 func Unique(key string) string { return "coord:unique:" + key }
+
+// SchedulePrefix starts every Schedule key.
+const SchedulePrefix = "coord:sched:"
+
+// Schedule is a schedule's hash in its context's DB (docs/scheduling.md).
+func Schedule(id string) string { return SchedulePrefix + id }
+
+// Schedules is a context's index of its schedules: id → creation time (ms).
+const Schedules = "coord:scheds"

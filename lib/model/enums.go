@@ -14,16 +14,20 @@ type FlowStatus string
 
 const (
 	FlowDispatched FlowStatus = "dispatched"
-	FlowStarted    FlowStatus = "started"
-	FlowError      FlowStatus = "error"
-	FlowFinished   FlowStatus = "finished"
+	// FlowScheduled (ext): flow.start with run_at or delay; it starts at run_at_ms.
+	FlowScheduled FlowStatus = "scheduled"
+	FlowStarted   FlowStatus = "started"
+	FlowError     FlowStatus = "error"
+	FlowFinished  FlowStatus = "finished"
 )
 
 // JobStatus is the lifecycle of a RunnerJob (seed 002).
 type JobStatus string
 
 const (
-	JobDispatched              JobStatus = "dispatched"
+	JobDispatched JobStatus = "dispatched"
+	// JobScheduled (ext): job.submit with run_at or delay; dispatched at run_at_ms.
+	JobScheduled               JobStatus = "scheduled"
 	JobWaitingForPrerequisites JobStatus = "waiting_for_prerequisites"
 	JobStarted                 JobStatus = "started"
 	JobError                   JobStatus = "error"
@@ -117,8 +121,8 @@ func (s JobStatus) Terminal() bool { return s == JobFinished || s == JobError }
 func (s FlowStatus) Terminal() bool { return s == FlowFinished || s == FlowError }
 
 var (
-	flowStatuses    = []FlowStatus{FlowDispatched, FlowStarted, FlowError, FlowFinished}
-	jobStatuses     = []JobStatus{JobDispatched, JobWaitingForPrerequisites, JobStarted, JobError, JobFinished}
+	flowStatuses    = []FlowStatus{FlowDispatched, FlowScheduled, FlowStarted, FlowError, FlowFinished}
+	jobStatuses     = []JobStatus{JobScheduled, JobDispatched, JobWaitingForPrerequisites, JobStarted, JobError, JobFinished}
 	messageStatuses = []MessageStatus{MessageDispatched, MessageAcknowledged, MessageError, MessageProcessed}
 	messageTypes    = []MessageType{MessageTypeJob, MessageTypeChat, MessageTypeMail}
 	formatTypes     = []MessageFormatType{FormatHTML, FormatText, FormatMD}

@@ -11,6 +11,9 @@ const (
 	EventRunnerCreated    EventType = "runner.created"
 	EventRunnerDeleted    EventType = "runner.deleted"
 	EventFlowCreated      EventType = "flow.created"
+	EventFlowScheduled    EventType = "flow.scheduled"
+	EventFlowPaused       EventType = "flow.paused"
+	EventFlowResumed      EventType = "flow.resumed"
 	EventFlowStarted      EventType = "flow.started"
 	EventFlowFinished     EventType = "flow.finished"
 	EventFlowError        EventType = "flow.error"
@@ -35,7 +38,7 @@ const (
 
 var eventTypes = []EventType{
 	EventContextCreated, EventContextUpdated, EventRunnerCreated, EventRunnerDeleted,
-	EventFlowCreated, EventFlowStarted, EventFlowFinished, EventFlowError, EventFlowCancelled, EventFlowRetried, EventFlowDeleted,
+	EventFlowCreated, EventFlowScheduled, EventFlowPaused, EventFlowResumed, EventFlowStarted, EventFlowFinished, EventFlowError, EventFlowCancelled, EventFlowRetried, EventFlowDeleted,
 	EventJobCreated, EventJobDispatched, EventJobStarted, EventJobFinished, EventJobFailed, EventJobRetried, EventJobCancelled,
 	EventJobStopRequested, EventJobDeadLettered, EventJobRequeued, EventJobDeleted, EventDLQPurged,
 	EventJobHeld, EventJobReleased,

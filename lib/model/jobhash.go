@@ -74,6 +74,9 @@ func (j *Job) hashFields() []any {
 	num("dispatched_at_ms", j.DispatchedMs)
 	num("started_at_ms", j.StartedAtMs)
 	num("finished_at_ms", j.FinishedAtMs)
+	num("run_at_ms", j.RunAtMs)
+	str("schedule_id", j.ScheduleID)
+	num("schedule_tick_ms", j.ScheduleTickMs)
 	num("started_at_us", j.StartedAtUs)
 	num("finished_at_us", j.FinishedAtUs)
 	return out

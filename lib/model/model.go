@@ -70,6 +70,11 @@ type Flow struct {
 	CreatedAtMs int64  `hash:"created_at_ms,omitempty" json:"created_at_ms,omitempty"`
 	StartedAtMs int64  `hash:"started_at_ms,omitempty" json:"started_at_ms,omitempty"`
 	EndedAtMs   int64  `hash:"finished_at_ms,omitempty" json:"finished_at_ms,omitempty"`
+	// RunAtMs is when a scheduled flow starts (flow.start with run_at or delay).
+	RunAtMs int64 `hash:"run_at_ms,omitempty" json:"run_at_ms,omitempty"`
+	// Paused: flow.pause; no new job of the flow is dispatched until flow.resume.
+	Paused    bool   `hash:"paused,omitempty" json:"paused,omitempty"`
+	PauseNote string `hash:"pause_note,omitempty" json:"pause_note,omitempty"`
 	// Traceparent is the producer's W3C traceparent (flow.create's or flow.start's
 	// header): the trace of every job of the flow.
 	Traceparent string `hash:"traceparent,omitempty" json:"traceparent,omitempty"`
@@ -222,6 +227,11 @@ type Job struct {
 	DispatchedMs int64                        `hash:"dispatched_at_ms,omitempty" json:"dispatched_at_ms,omitempty"`
 	StartedAtMs  int64                        `hash:"started_at_ms,omitempty" json:"started_at_ms,omitempty"`
 	FinishedAtMs int64                        `hash:"finished_at_ms,omitempty" json:"finished_at_ms,omitempty"`
+	// RunAtMs is when a delayed job is dispatched (job.submit with run_at or delay).
+	RunAtMs int64 `hash:"run_at_ms,omitempty" json:"run_at_ms,omitempty"`
+	// A schedule's run: the schedule and the tick (its nominal time, ms) that made it.
+	ScheduleID     string `hash:"schedule_id,omitempty" json:"schedule_id,omitempty"`
+	ScheduleTickMs int64  `hash:"schedule_tick_ms,omitempty" json:"schedule_tick_ms,omitempty"`
 	// Microsecond times of the last start and end (the runner's clock), for latencies
 	// below a millisecond (the dependent hop: started_at_us − the dependency's finished_at_us).
 	StartedAtUs  int64 `hash:"started_at_us,omitempty" json:"started_at_us,omitempty"`

@@ -100,7 +100,7 @@ func JobToPB(j *model.Job) *herov1.Job {
 		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt, CreatedAtMs: j.CreatedAtMs, ReadyAtMs: j.ReadyAtMs,
 		DispatchedAtMs: j.DispatchedMs, StartedAtMs: j.StartedAtMs, FinishedAtMs: j.FinishedAtMs,
 		FunctionName: j.FunctionName, Args: string(j.Args), Kwargs: string(j.Kwargs), TraceId: j.TraceID, DlqAtMs: j.DLQAtMs,
-		ResultJson: string(j.ResultJSON), Traceparent: j.Traceparent, Fatal: j.Fatal, StopRequested: j.StopAsked, RetryAfterMs: j.RetryAfterMs, StartedAtUs: j.StartedAtUs, FinishedAtUs: j.FinishedAtUs,
+		ResultJson: string(j.ResultJSON), Traceparent: j.Traceparent, Fatal: j.Fatal, StopRequested: j.StopAsked, RetryAfterMs: j.RetryAfterMs, StartedAtUs: j.StartedAtUs, FinishedAtUs: j.FinishedAtUs, RunAtMs: j.RunAtMs,
 		Origin: jsonOrEmpty(j.Origin), DepResults: jsonOrEmpty(j.DepResults), Limits: LimitsToPB(j.Limits), Priority: uint32(j.Priority),
 		ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, Held: j.Held,
 	}
@@ -132,7 +132,7 @@ func JobFromPB(j *herov1.Job) *model.Job {
 		DispatchedMs: j.DispatchedAtMs, StartedAtMs: j.StartedAtMs, FinishedAtMs: j.FinishedAtMs,
 		FunctionName: j.FunctionName, TraceID: j.TraceId, DLQAtMs: j.DlqAtMs,
 		Args: rawOrNil(j.Args), Kwargs: rawOrNil(j.Kwargs), Limits: LimitsFromPB(j.Limits), ResultJSON: rawOrNil(j.ResultJson), Traceparent: j.Traceparent,
-		Fatal: j.Fatal, StopAsked: j.StopRequested, RetryAfterMs: j.RetryAfterMs, StartedAtUs: j.StartedAtUs, FinishedAtUs: j.FinishedAtUs,
+		Fatal: j.Fatal, StopAsked: j.StopRequested, RetryAfterMs: j.RetryAfterMs, StartedAtUs: j.StartedAtUs, FinishedAtUs: j.FinishedAtUs, RunAtMs: j.RunAtMs,
 		Priority: uint8(min(j.Priority, 255)), ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, Held: j.Held,
 	}
 	if j.Origin != "" {
@@ -162,7 +162,7 @@ func FlowToPB(f *model.Flow) *herov1.Flow {
 		Id: f.ID, CallerId: f.CallerID, ContextId: f.ContextID, Jobs: f.Jobs, EnvVars: f.EnvVars, Result: f.Result,
 		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, Status: string(f.Status), Error: f.Error, FailedJob: f.FailedJob,
 		StartedAt: f.StartedAt, FinishedAt: f.FinishedAt, CancelledBy: f.CancelledBy, Traceparent: f.Traceparent,
-		CreatedAtMs: f.CreatedAtMs, StartedAtMs: f.StartedAtMs, FinishedAtMs: f.EndedAtMs,
+		CreatedAtMs: f.CreatedAtMs, StartedAtMs: f.StartedAtMs, FinishedAtMs: f.EndedAtMs, RunAtMs: f.RunAtMs,
 	}
 }
 
@@ -174,7 +174,7 @@ func FlowFromPB(f *herov1.Flow) *model.Flow {
 		ID: f.Id, CallerID: f.CallerId, ContextID: f.ContextId, Jobs: f.Jobs, EnvVars: f.EnvVars, Result: f.Result,
 		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, Status: model.FlowStatus(f.Status), Error: f.Error, FailedJob: f.FailedJob,
 		StartedAt: f.StartedAt, FinishedAt: f.FinishedAt, CancelledBy: f.CancelledBy, Traceparent: f.Traceparent,
-		CreatedAtMs: f.CreatedAtMs, StartedAtMs: f.StartedAtMs, EndedAtMs: f.FinishedAtMs,
+		CreatedAtMs: f.CreatedAtMs, StartedAtMs: f.StartedAtMs, EndedAtMs: f.FinishedAtMs, RunAtMs: f.RunAtMs,
 	}
 }
 

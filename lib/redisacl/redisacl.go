@@ -79,8 +79,8 @@ type service struct {
 // checked by the end-to-end suite against a Redis with these users (ACL LOG).
 var services = []service{
 	{"scheduler",
-		"del exists expire hdel hget hgetall hincrby hmget incr incrby llen lpos lpush lrange lrem ltrim multi exec publish rpop rpush sadd scard sismember smembers spop srem time unlink xadd xtrim zadd zcard zrange zrangebyscore zrem zscore",
-		dataKeys + " " + contextsRead, "&" + keys.JobDone + " &" + keys.FlowDone},
+		"del exists expire hdel hget hgetall hincrby hmget incr incrby llen lpos lpush lrange lrem ltrim multi exec publish punsubscribe rpop rpush sadd scard sismember smembers spop srem subscribe time unlink unsubscribe xadd xtrim zadd zcard zrange zrangebyscore zrem zscore",
+		dataKeys + " " + contextsRead, "&" + keys.JobDone + " &" + keys.FlowDone + " &" + keys.DelayedWake},
 	{"router",
 		"blpop del eval exists expire hdel hget hgetall hincrby hmget incr incrby llen lpos lpush lrange lrem ltrim multi exec rpop rpush sadd scard sismember smembers srem time xadd zadd zcard zrange zrangebyscore zrem zscore",
 		dataKeys + " " + contextsRead, ""},

@@ -373,16 +373,18 @@ func withoutFields(fields []any, names ...string) []any {
 // standalone job (flowID = 0) to the router in one round trip: a Message of kind
 // job_request each, on msg_out.
 func (d *DB) DispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, msgTimeout uint32) ([]Dispatched, error) {
-	return d.dispatchMany(ctx, flowID, callerID, jobs, actor, msgTimeout, "")
+	return d.dispatchMany(ctx, flowID, callerID, jobs, actor, msgTimeout, "", "")
 }
 
 // DispatchStarted is DispatchMany for the nodes a flow's start found ready (StartFlow
 // leaves their jobs to their dispatch): readyAt, the start's time, is their ready time.
 func (d *DB) DispatchStarted(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, readyAt time.Time) ([]Dispatched, error) {
-	return d.dispatchMany(ctx, flowID, callerID, jobs, actor, 0, strconv.FormatInt(readyAt.UnixMilli(), 10))
+	return d.dispatchMany(ctx, flowID, callerID, jobs, actor, 0, strconv.FormatInt(readyAt.UnixMilli(), 10), "")
 }
 
-func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, msgTimeout uint32, readyMs string) ([]Dispatched, error) {
+// delayedKey, for standalone jobs, makes the dispatch a release of delayed jobs
+// (lua/dispatch.lua; "": any other).
+func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, msgTimeout uint32, readyMs, delayedKey string) ([]Dispatched, error) {
 	now := time.Now()
 	// The jobs of a flow that name no runner share one message (the router routes each
 	// of its jobs); a job pinned to a runner, or a job of no flow, has one of its own.
@@ -397,6 +399,8 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 		NowMs: now.UnixMilli(), Actor: actor, ReadyMs: readyMs, Gjson: "", Jobs: make([]dispatchJob, 0, len(jobs))}
 	if flowID != 0 {
 		a.DagKey = keys.DAG(flowID)
+	} else if delayedKey != "" {
+		a.DagKey = delayedKey // a standalone job's release (the script's dag? key)
 	}
 	var list []byte // the group's job list (jobRefs), built as the jobs are added
 	if n > 1 {

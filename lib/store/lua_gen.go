@@ -360,6 +360,52 @@ func decodeCancelFlowReply(v any) (out cancelFlowCancel, err error) {
 	return out, nil
 }
 
+// cancelScheduledScript is lua/cancel_scheduled.lua (its header declares its interface).
+var cancelScheduledScript = luaScript("cancel_scheduled.lua", "lib_busy.lua", "lib_state.lua")
+
+// cancelScheduledArgs are the KEYS and ARGV of lua/cancel_scheduled.lua.
+type cancelScheduledArgs struct {
+	JobKey string // KEYS
+	Ctx    string
+	Caller string
+	ID     string
+	Actor  string
+	NowS   string
+	NowMs  string
+	Reason string
+}
+
+// call is the run of lua/cancel_scheduled.lua with a's KEYS and ARGV.
+func (a *cancelScheduledArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.JobKey)
+	args := make([]any, 0, 7)
+	args = append(args, a.Ctx)
+	args = append(args, a.Caller)
+	args = append(args, a.ID)
+	args = append(args, a.Actor)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Reason)
+	return Call{Script: cancelScheduledScript, Keys: keys, Args: args}
+}
+
+// run runs lua/cancel_scheduled.lua and decodes its reply.
+func (a *cancelScheduledArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeCancelScheduledReply(res)
+}
+
+// decodeCancelScheduledReply decodes the reply of lua/cancel_scheduled.lua.
+func decodeCancelScheduledReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
 // checkBusyScript is lua/check_busy.lua (its header declares its interface).
 var checkBusyScript = luaScript("check_busy.lua")
 
@@ -1610,6 +1656,51 @@ func decodeMaterializeReply(v any) (out int64, err error) {
 	return out, nil
 }
 
+// pauseFlowScript is lua/pause_flow.lua (its header declares its interface).
+var pauseFlowScript = luaScript("pause_flow.lua", "lib_busy.lua", "lib_state.lua")
+
+// pauseFlowArgs are the KEYS and ARGV of lua/pause_flow.lua.
+type pauseFlowArgs struct {
+	FlowKey string // KEYS
+	DagKey  string // KEYS
+	Ctx     string
+	Flow    string
+	Op      string
+	Actor   string
+	NowMs   int64
+	Note    string
+}
+
+// call is the run of lua/pause_flow.lua with a's KEYS and ARGV.
+func (a *pauseFlowArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.FlowKey, a.DagKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Op)
+	args = append(args, a.Actor)
+	args = append(args, a.NowMs)
+	args = append(args, a.Note)
+	return Call{Script: pauseFlowScript, Keys: keys, Args: args}
+}
+
+// run runs lua/pause_flow.lua and decodes its reply.
+func (a *pauseFlowArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodePauseFlowReply(res)
+}
+
+// decodePauseFlowReply decodes the reply of lua/pause_flow.lua.
+func decodePauseFlowReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
 // popDueScript is lua/pop_due.lua (its header declares its interface).
 var popDueScript = luaScript("pop_due.lua")
 
@@ -2033,6 +2124,96 @@ func decodeRunnerHereReply(v any) (out int64, err error) {
 	if out, err = luaInt(v); err != nil {
 		return out, fmt.Errorf("lua/runner_here.lua: reply: %w", err)
 	}
+	return out, nil
+}
+
+// schedScript is lua/sched.lua (its header declares its interface).
+var schedScript = luaScript("sched.lua", "lib_busy.lua", "lib_state.lua")
+
+// schedArgs are the KEYS and ARGV of lua/sched.lua.
+type schedArgs struct {
+	SchedKey string // KEYS
+	IndexKey string // KEYS
+	Ctx      string
+	ID       string
+	Op       string
+	Now      int64
+	Args     []string
+}
+
+// call is the run of lua/sched.lua with a's KEYS and ARGV.
+func (a *schedArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.SchedKey, a.IndexKey)
+	args := make([]any, 0, 5)
+	args = append(args, a.Ctx)
+	args = append(args, a.ID)
+	args = append(args, a.Op)
+	args = append(args, a.Now)
+	args = append(args, len(a.Args))
+	for _, x1 := range a.Args {
+		args = append(args, x1)
+	}
+	return Call{Script: schedScript, Keys: keys, Args: args}
+}
+
+// run runs lua/sched.lua and decodes its reply.
+func (a *schedArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeSchedReply(res)
+}
+
+// decodeSchedReply decodes the reply of lua/sched.lua.
+func decodeSchedReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
+// scheduleFlowScript is lua/schedule_flow.lua (its header declares its interface).
+var scheduleFlowScript = luaScript("schedule_flow.lua", "lib_busy.lua", "lib_state.lua")
+
+// scheduleFlowArgs are the KEYS and ARGV of lua/schedule_flow.lua.
+type scheduleFlowArgs struct {
+	FlowKey string // KEYS
+	Ctx     string
+	Flow    string
+	Actor   string
+	NowS    string
+	NowMs   string
+	RunAt   string
+}
+
+// call is the run of lua/schedule_flow.lua with a's KEYS and ARGV.
+func (a *scheduleFlowArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.FlowKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Actor)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.RunAt)
+	return Call{Script: scheduleFlowScript, Keys: keys, Args: args}
+}
+
+// run runs lua/schedule_flow.lua and decodes its reply.
+func (a *scheduleFlowArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeScheduleFlowReply(res)
+}
+
+// decodeScheduleFlowReply decodes the reply of lua/schedule_flow.lua.
+func decodeScheduleFlowReply(v any) (out any, err error) {
+	out = v
 	return out, nil
 }
 

@@ -21,6 +21,9 @@ type Submission struct {
 	UniqueKey string        // "": none
 	UniqueTTL time.Duration // how long UniqueKey names the job (> 0 with a key)
 	Actor     string        // who submits it (its events' actor); "": SubmitJobs' actor
+	// RunAt, when after the submission's time, delays the job: it is stored
+	// scheduled (no message yet) and the scheduler dispatches it then (coord:delayed).
+	RunAt time.Time
 }
 
 // ContextGuard holds fields of a context's hash (context:<id>) with the values an
@@ -89,7 +92,10 @@ func (s *Store) SubmitGuarded(ctx context.Context, ctxID uint32, subs []Submissi
 			return nil, &model.ValidationError{Object: "job", ID: strconv.Itoa(i), Field: "unique_ttl_seconds", Msg: "a unique_key needs a unique_ttl_seconds above 0"}
 		}
 		j.CreatedAt, j.UpdatedAt, j.CreatedAtMs = now.Unix(), now.Unix(), now.UnixMilli()
-		j.Status, j.Attempt, j.DispatchedMs = model.JobDispatched, 1, now.UnixMilli()
+		j.Status, j.Attempt, j.DispatchedMs, j.RunAtMs = model.JobDispatched, 1, now.UnixMilli(), 0
+		if sb.RunAt.After(now) {
+			j.Status, j.Attempt, j.DispatchedMs, j.RunAtMs = model.JobScheduled, 0, 0, sb.RunAt.UnixMilli()
+		}
 		j.Result, j.Error, j.ExitCode, j.Worker, j.Fatal, j.StopAsked = nil, "", 0, "", false, false
 	}
 	return db.submit(ctx, subs, guard, now)
@@ -98,7 +104,7 @@ func (s *Store) SubmitGuarded(ctx context.Context, ctxID uint32, subs []Submissi
 // submitWrites are the fields lua/submit.lua writes into every job it creates, with
 // the values SubmitGuarded gives them (its dispatched state and its times): they are
 // not sent with each job.
-var submitWrites = []string{"status", "attempt", "result", "created_at", "updated_at", "created_at_ms", "dispatched_at_ms"}
+var submitWrites = []string{"status", "attempt", "result", "created_at", "updated_at", "created_at_ms", "dispatched_at_ms", "run_at_ms"}
 
 // submit runs lua/submit.lua once; a created job whose caller chose no id gets the
 // one the script reserved.
@@ -132,7 +138,7 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		ks = append(ks, jk, uk)
 		cmp, ini := splitFields(j, jobInitialOnly)
 		ini = withoutFields(ini, submitWrites...)
-		args = append(args, boolArg(j.ID != 0), j.CallerID, j.ID, sb.UniqueTTL.Milliseconds(), sb.Actor, len(cmp)/2, len(cmp)+len(ini))
+		args = append(args, boolArg(j.ID != 0), j.CallerID, j.ID, sb.UniqueTTL.Milliseconds(), sb.Actor, j.RunAtMs, len(cmp)/2, len(cmp)+len(ini))
 		args = append(args, cmp...)
 		args = append(args, ini...)
 	}

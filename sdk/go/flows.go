@@ -50,6 +50,15 @@ func (c *Client) StartFlow(ctx context.Context, id uint32) (*model.Flow, error) 
 	})
 }
 
+// StartFlowAt checks a flow's DAG now and schedules its start at runAt (status
+// scheduled until then; CancelFlow before then cancels it). A time past starts it now.
+func (c *Client) StartFlowAt(ctx context.Context, id uint32, runAt time.Time) (*model.Flow, error) {
+	return c.flowCall(ctx, id, func(ctx context.Context, id uint32) (*herov1.Flow, error) {
+		r, err := c.api.StartFlow(ctx, &herov1.StartFlowRequest{ContextId: c.cfg.Context, Id: id, RunAt: timeField(runAt)})
+		return r.GetFlow(), err
+	})
+}
+
 // GetFlow loads a flow; while it runs, its result map so far.
 func (c *Client) GetFlow(ctx context.Context, id uint32) (*model.Flow, error) {
 	return c.flowCall(ctx, id, func(ctx context.Context, id uint32) (*herov1.Flow, error) {

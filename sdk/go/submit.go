@@ -16,6 +16,29 @@ import (
 type SubmitOptions struct {
 	UniqueKey string
 	UniqueTTL time.Duration
+	// RunAt or Delay (one of them) delays the job: it is stored scheduled and
+	// dispatched then; Stop before then cancels it (docs/scheduling.md).
+	RunAt time.Time
+	Delay time.Duration
+}
+
+// delayFields are o's run_at and delay as the API takes them ("" when unset).
+func (o SubmitOptions) delayFields() (runAt, delay string) {
+	return timeField(o.RunAt), durationField(o.Delay)
+}
+
+func timeField(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func durationField(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return d.String()
 }
 
 // Submitted is a submitted job; Existing says the unique key (or the job's chosen id)
@@ -45,8 +68,9 @@ func (c *Client) Submit(ctx context.Context, j *model.Job, o SubmitOptions) (*Su
 	}
 	ctx, cancel := c.callCtx(ctx)
 	defer cancel()
+	runAt, delay := o.delayFields()
 	req := &herov1.SubmitJobRequest{ContextId: c.cfg.Context, Job: c.jobPB(j),
-		UniqueKey: o.UniqueKey, UniqueTtlSeconds: uint32(o.UniqueTTL / time.Second)}
+		UniqueKey: o.UniqueKey, UniqueTtlSeconds: uint32(o.UniqueTTL / time.Second), RunAt: runAt, Delay: delay}
 	var r *herov1.SubmitJobResponse
 	err := errNoStream
 	if c.streams != nil {
@@ -71,7 +95,9 @@ func (c *Client) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submitt
 	req := &herov1.SubmitJobsRequest{ContextId: c.cfg.Context}
 	unique := true
 	for _, it := range items {
-		req.Jobs = append(req.Jobs, &herov1.SubmitJobItem{Job: c.jobPB(it.Job), UniqueKey: it.UniqueKey, UniqueTtlSeconds: uint32(it.UniqueTTL / time.Second)})
+		runAt, delay := it.delayFields()
+		req.Jobs = append(req.Jobs, &herov1.SubmitJobItem{Job: c.jobPB(it.Job), UniqueKey: it.UniqueKey, UniqueTtlSeconds: uint32(it.UniqueTTL / time.Second),
+			RunAt: runAt, Delay: delay})
 		unique = unique && it.UniqueKey != ""
 	}
 	if unique {

@@ -510,14 +510,19 @@ class Client:
         return out
 
     def submit_job(self, script: str = "", script_type: str = "python", *, unique_key: Optional[str] = None,
-                   unique_ttl: Optional[int] = None, context_id: Optional[int] = None, **job: Any) -> dict:
+                   unique_ttl: Optional[int] = None, run_at: Any = None, delay: Any = None,
+                   context_id: Optional[int] = None, **job: Any) -> dict:
         """Submits a standalone job and returns at once (``job.submit``; executors): the
         job is created and dispatched in one step. Returns ``{job, existing}``;
         ``existing`` is true when ``unique_key`` (kept ``unique_ttl`` seconds) or the
         job's ``id`` named a job submitted before, which is returned instead of a new
-        one. Follow it with wait_job or events. Other keywords as create_job."""
+        one. ``run_at`` (a datetime or an RFC 3339 string) or ``delay`` (seconds, or a
+        duration string such as ``"90s"``) delays the job: it is stored ``scheduled``
+        and dispatched then; stop_job before then cancels it. Follow it with wait_job or
+        events. Other keywords as create_job."""
         params = {"context_id": self._ctx(context_id), "job": _job_from(script, script_type, job)}
         params.update(_unique(unique_key, unique_ttl))
+        params.update(_delay(run_at, delay))
         return self.call("job.submit", params)
 
     def submit_jobs(self, jobs: List[dict], context_id: Optional[int] = None) -> List[dict]:
@@ -529,6 +534,7 @@ class Client:
         for spec in jobs:
             spec = dict(spec)
             item: Dict[str, Any] = _unique(spec.pop("unique_key", None), spec.pop("unique_ttl", None))
+            item.update(_delay(spec.pop("run_at", None), spec.pop("delay", None)))
             item["job"] = _job_from(spec.pop("script", ""), spec.pop("script_type", "python"), spec)
             items.append(item)
         return self.call("job.submit_batch", {"context_id": self._ctx(context_id), "jobs": items})["items"]
@@ -581,8 +587,13 @@ class Client:
             flow["env_vars"] = dict(env)
         return self.call("flow.create", {"context_id": self._ctx(context_id), "flow": flow})
 
-    def start_flow(self, id: int, context_id: Optional[int] = None) -> dict:
-        return self.call("flow.start", {"context_id": self._ctx(context_id), "id": id})
+    def start_flow(self, id: int, context_id: Optional[int] = None, *, run_at: Any = None, delay: Any = None) -> dict:
+        """Checks a flow's DAG and starts it (``flow.start``); with ``run_at`` (a
+        datetime or an RFC 3339 string) or ``delay`` (seconds or ``"90s"``) schedules
+        its start then (status ``scheduled``; cancel_flow before then cancels it)."""
+        params = {"context_id": self._ctx(context_id), "id": id}
+        params.update(_delay(run_at, delay))
+        return self.call("flow.start", params)
 
     def begin_flow(self, jobs: int, *, ttl_seconds: Optional[int] = None, caller_id: Optional[int] = None,
                    context_id: Optional[int] = None) -> dict:
@@ -852,6 +863,21 @@ def _job_from(script: str, script_type: str, kw: Dict[str, Any]) -> dict:
     if kw:
         raise TypeError(f"unknown job arguments {sorted(kw)}")
     return job
+
+
+def _delay(run_at: Any, delay: Any) -> Dict[str, Any]:
+    """The API's run_at (RFC 3339) and delay (a duration string) from a datetime or a
+    string, and seconds or a string."""
+    out: Dict[str, Any] = {}
+    if run_at is not None:
+        if hasattr(run_at, "isoformat"):
+            if getattr(run_at, "tzinfo", None) is None:
+                raise ValueError("run_at needs a time zone (datetime.now(timezone.utc) + …)")
+            run_at = run_at.isoformat()
+        out["run_at"] = str(run_at)
+    if delay is not None:
+        out["delay"] = f"{float(delay):g}s" if isinstance(delay, (int, float)) else str(delay)
+    return out
 
 
 def _unique(key: Optional[str], ttl: Optional[int]) -> Dict[str, Any]:

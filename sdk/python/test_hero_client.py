@@ -103,6 +103,22 @@ class RetryTest(unittest.TestCase):
             self.client.create_job("print(1)")
         self.assertEqual(len(self.srv.seen), 1)
 
+    def test_delayed_submit_and_start_send_run_at_or_delay(self):
+        import datetime
+        self.srv.answers = [{"result": {"job": {"id": 5, "status": "scheduled"}, "existing": False}},
+                            {"result": {"job": {"id": 6}, "existing": False}},
+                            {"result": {"id": 2, "status": "scheduled"}}]
+        at = datetime.datetime(2026, 12, 24, 18, 0, tzinfo=datetime.timezone.utc)
+        self.assertEqual(self.client.submit_job("print(1)", run_at=at)["job"]["status"], "scheduled")
+        self.client.submit_job("print(1)", delay=90)
+        self.client.start_flow(2, delay="10m")
+        sent = [json.loads(body)["params"] for _, body in self.srv.seen]
+        self.assertEqual(sent[0]["run_at"], "2026-12-24T18:00:00+00:00")
+        self.assertEqual(sent[1]["delay"], "90s")
+        self.assertEqual(sent[2]["delay"], "10m")
+        with self.assertRaises(ValueError):
+            self.client.submit_job("print(1)", run_at=datetime.datetime(2026, 12, 24))
+
     def test_submit_retried_only_when_it_names_its_job(self):
         self.srv.answers = [self.unavailable, {"result": {"job": {"id": 4}, "existing": False}}]
         self.assertEqual(self.client.submit_job("print(1)", unique_key="k", unique_ttl=60)["job"]["id"], 4)

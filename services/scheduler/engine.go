@@ -37,6 +37,8 @@ type engine struct {
 	trimTicks  int   // its ticks per pass (trimTicks)
 	trimCount  int64 // the contexts there were at its last page
 	m          metrics
+	dm         delayedMetrics
+	sm         schedMetrics
 	// life ends with the process: dispatches retried through a Redis fault outlive
 	// the call (a JobsDone) that made their nodes ready.
 	life context.Context
@@ -81,6 +83,8 @@ func newEngine(p engineParams) *engine {
 			cancelled:     f.NewCounter(prometheus.CounterOpts{Name: "hero_flows_cancelled_total", Help: "Flows cancelled."}),
 			writeRetries:  f.NewCounter(prometheus.CounterOpts{Name: "hero_scheduler_dispatch_retries_total", Help: "Dispatches of ready jobs retried after a passing Redis fault."}),
 		},
+		dm:   newDelayedMetrics(p.reg),
+		sm:   newSchedMetrics(p.reg),
 		life: p.life,
 	}
 	if e.life == nil {
@@ -98,8 +102,9 @@ func newEngine(p engineParams) *engine {
 	return e
 }
 
-// startFlow validates the flow's DAG and starts it.
-func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor string) (*model.Flow, error) {
+// startFlow validates the flow's DAG and starts it, or with runAt after now schedules
+// its start then (the scheduler that finds it due starts it: runDelayed).
+func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor string, runAt time.Time) (*model.Flow, error) {
 	db, err := e.store.Ctx(ctxID)
 	if err != nil {
 		return nil, &model.ValidationError{Object: "flow", Field: "context_id", Msg: err.Error()}
@@ -124,6 +129,14 @@ func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 	dependents, err := store.PlanDAG(f, jobs)
 	if err != nil {
 		return nil, err
+	}
+	if runAt.After(time.Now()) {
+		if err := db.ScheduleFlow(ctx, flowID, runAt, actor); err != nil {
+			return nil, err
+		}
+		e.pokeDue()
+		e.log.Info().Uint32(obs.KeyContextID, ctxID).Uint32(obs.KeyFlowID, flowID).Time("run_at", runAt).Str("actor", actor).Msg("flow scheduled")
+		return db.LoadFlow(ctx, flowID)
 	}
 	startedAt := time.Now()
 	ready, st, started, err := db.StartFlow(ctx, f, jobs, dependents, actor)
@@ -458,10 +471,12 @@ func (e *engine) run(ctx context.Context) error {
 		case <-e.wakeDue:
 		case <-timer.C:
 			e.runDue(ctx)
+			e.runDelayed(ctx)
+			e.runSchedules(ctx)
 			e.runExpired(ctx)
 		}
 		wait := e.sweepEvery
-		for _, next := range []func(context.Context) (time.Time, error){e.store.NextDue, e.store.NextExpiry} {
+		for _, next := range []func(context.Context) (time.Time, error){e.store.NextDue, e.store.NextDelayed, e.store.NextSchedule, e.store.NextExpiry} {
 			t, err := next(ctx)
 			if err == nil && !t.IsZero() {
 				if w := time.Until(t); w < wait {

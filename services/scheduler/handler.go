@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,7 +23,11 @@ type handler struct {
 }
 
 func (h *handler) StartFlow(ctx context.Context, req *herov1.SchedulerStartFlowRequest) (*herov1.SchedulerStartFlowResponse, error) {
-	f, err := h.eng.startFlow(ctx, req.ContextId, req.FlowId, req.Actor)
+	var runAt time.Time
+	if req.RunAtMs > 0 {
+		runAt = time.UnixMilli(req.RunAtMs)
+	}
+	f, err := h.eng.startFlow(ctx, req.ContextId, req.FlowId, req.Actor, runAt)
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -70,7 +70,7 @@ func TestJobsDone(t *testing.T) {
 	st, f, ids := withFlow(t, 4, 3)
 	e := newEngine(engineParams{store: st, log: zerolog.Nop(), reg: prometheus.NewRegistry(), retryBase: time.Second, retryCap: time.Second, sweepEvery: time.Minute})
 	h := &handler{eng: e}
-	if _, err := e.startFlow(ctx, 4, f.ID, "1"); err != nil {
+	if _, err := e.startFlow(ctx, 4, f.ID, "1", time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	rc := srv.Client(t, 4)
@@ -116,14 +116,14 @@ func TestStartRetriedAfterTheEnd(t *testing.T) {
 	st, f, ids := withFlow(t, 4, 1)
 	e := newEngine(engineParams{store: st, log: zerolog.Nop(), reg: prometheus.NewRegistry(), retryBase: time.Second, retryCap: time.Second, sweepEvery: time.Minute})
 	h := &handler{eng: e}
-	if _, err := e.startFlow(ctx, 4, f.ID, "1"); err != nil {
+	if _, err := e.startFlow(ctx, 4, f.ID, "1", time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	end := &herov1.JobDoneRequest{ContextId: 4, FlowId: f.ID, CallerId: 1, JobId: ids[0], Attempt: 1, Status: "finished"}
 	if _, err := h.JobsDone(ctx, &herov1.JobsDoneRequest{Ends: []*herov1.JobDoneRequest{end}}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.startFlow(ctx, 4, f.ID, "1")
+	got, err := e.startFlow(ctx, 4, f.ID, "1", time.Time{})
 	if err != nil || got.Status != model.FlowFinished {
 		t.Fatalf("a start retried after the end: %+v %v", got, err)
 	}
@@ -143,7 +143,7 @@ func TestStartRetriedAfterTheEnd(t *testing.T) {
 	if _, _, err := db.CancelFlow(ctx, never.ID, "1", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.startFlow(ctx, 4, never.ID, "1"); !errors.Is(err, errAlreadyEnded) {
+	if _, err := e.startFlow(ctx, 4, never.ID, "1", time.Time{}); !errors.Is(err, errAlreadyEnded) {
 		t.Fatalf("starting a flow cancelled before its start: %v", err)
 	}
 }
@@ -216,7 +216,7 @@ func TestFlowOfHandlerJobsWithoutScriptType(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEngine(engineParams{store: st, log: zerolog.Nop(), reg: prometheus.NewRegistry(), retryBase: time.Millisecond, retryCap: time.Millisecond, sweepEvery: time.Minute})
-	if _, err := e.startFlow(ctx, 6, f.ID, "1"); err != nil {
+	if _, err := e.startFlow(ctx, 6, f.ID, "1", time.Time{}); err != nil {
 		t.Fatalf("start a flow of handler jobs without script_type: %v", err)
 	}
 	rc := srv.Client(t, 6)

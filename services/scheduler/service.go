@@ -29,5 +29,8 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	})
 	herov1.RegisterSchedulerServer(b.GRPC.Server, &handler{eng: eng})
 	b.Add("engine", func() error { return eng.run(loopCtx) }, func(error) { stop() })
+	wakeCtx, stopWake := context.WithCancel(context.Background())
+	wake := &delayedWake{store: b.Store, poke: eng.pokeDue}
+	b.Add("delayed-wake", func() error { return wake.run(wakeCtx) }, func(error) { stopWake() })
 	return b.Run(herov1.Scheduler_ServiceDesc.ServiceName)
 }

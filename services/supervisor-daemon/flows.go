@@ -138,10 +138,25 @@ func (s *service) flowList(ctx context.Context, p Principal, in listParams) (*li
 	return listPage(ctx, s, p, in, "flow.list", byStatus(keys.FlowIndex, in.Status, model.ParseFlowStatus), (*store.DB).LoadFlowMembers)
 }
 
-func (s *service) flowStart(ctx context.Context, p Principal, in ctxIDParams) (*model.Flow, error) {
+// flowStartParams: flow.start's, with run_at or delay to schedule the start.
+type flowStartParams struct {
+	ContextID uint32 `json:"context_id"`
+	ID        uint32 `json:"id"`
+	delayParams
+}
+
+func (s *service) flowStart(ctx context.Context, p Principal, in flowStartParams) (*model.Flow, error) {
 	_, db, err := s.authorize(ctx, p, in.ContextID, RoleExecutor, "flow.start")
 	if err != nil {
 		return nil, err
+	}
+	runAt, err := in.when("", time.Now())
+	if err != nil {
+		return nil, err
+	}
+	var runAtMs int64
+	if !runAt.IsZero() {
+		runAtMs = runAt.UnixMilli()
 	}
 	f, err := db.LoadFlow(ctx, in.ID)
 	if err != nil {
@@ -150,7 +165,7 @@ func (s *service) flowStart(ctx context.Context, p Principal, in ctxIDParams) (*
 	if err := traceFlow(ctx, db, f); err != nil {
 		return nil, err
 	}
-	res, err := s.scheduler.StartFlow(ctx, &herov1.SchedulerStartFlowRequest{ContextId: in.ContextID, FlowId: in.ID, Actor: p.Name()})
+	res, err := s.scheduler.StartFlow(ctx, &herov1.SchedulerStartFlowRequest{ContextId: in.ContextID, FlowId: in.ID, Actor: p.Name(), RunAtMs: runAtMs})
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +323,7 @@ func (c *coordinatorServer) ListFlows(ctx context.Context, r *herov1.ListFlowsRe
 
 func (c *coordinatorServer) StartFlow(ctx context.Context, r *herov1.StartFlowRequest) (*herov1.StartFlowResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.StartFlowResponse, error) {
-		x, err := c.s.flowStart(ctx, p, ctxIDParams{ContextID: r.ContextId, ID: r.Id})
+		x, err := c.s.flowStart(ctx, p, flowStartParams{ContextID: r.ContextId, ID: r.Id, delayParams: delayParams{RunAt: r.RunAt, Delay: r.Delay}})
 		return &herov1.StartFlowResponse{Flow: protoconv.FlowToPB(x)}, err
 	})
 }

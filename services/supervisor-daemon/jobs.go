@@ -293,6 +293,12 @@ func (s *service) jobStop(ctx context.Context, p Principal, in jobRefParams) (*m
 	if in.CallerID == 0 || in.ID == 0 {
 		return nil, invalidParams("id", "caller_id and id are required")
 	}
+	// A delayed job not yet dispatched ends at once, never run (store.CancelScheduled).
+	if ok, _, err := db.CancelScheduled(ctx, in.CallerID, in.ID, p.Name()); err != nil {
+		return nil, err
+	} else if ok {
+		return db.LoadJob(ctx, in.CallerID, in.ID)
+	}
 	if _, _, err := db.RequestStop(ctx, in.CallerID, in.ID, p.Name()); err != nil {
 		return nil, err
 	}

@@ -19,9 +19,7 @@ func openRPCDocument(methods map[string]method) []byte {
 	for _, n := range names {
 		m := methods[n]
 		var params []map[string]any
-		t := reflect.TypeOf(m.params)
-		for i := 0; t != nil && i < t.NumField(); i++ {
-			f := t.Field(i)
+		for _, f := range jsonFields(reflect.TypeOf(m.params)) {
 			name := jsonName(f)
 			if name == "" {
 				continue
@@ -43,6 +41,24 @@ func openRPCDocument(methods map[string]method) []byte {
 	}
 	b, _ := json.Marshal(doc)
 	return b
+}
+
+// jsonFields are the fields of struct t as encoding/json sees them: an embedded
+// struct's fields in its place (nil when t is not a struct).
+func jsonFields(t reflect.Type) []reflect.StructField {
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []reflect.StructField
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct && f.Tag.Get("json") == "" {
+			out = append(out, jsonFields(f.Type)...)
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 func jsonName(f reflect.StructField) string {
@@ -81,8 +97,7 @@ func schemaOf(t reflect.Type, depth int) map[string]any {
 			return map[string]any{"type": "object"}
 		}
 		props := map[string]any{}
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
+		for _, f := range jsonFields(t) {
 			if !f.IsExported() {
 				continue
 			}

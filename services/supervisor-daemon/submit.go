@@ -23,6 +23,7 @@ type submitItem struct {
 	Job              *jobIn `json:"job"`
 	UniqueKey        string `json:"unique_key,omitempty"`
 	UniqueTTLSeconds uint32 `json:"unique_ttl_seconds,omitempty"`
+	delayParams
 }
 
 type jobSubmitParams struct {
@@ -30,6 +31,7 @@ type jobSubmitParams struct {
 	Job              *jobIn `json:"job"`
 	UniqueKey        string `json:"unique_key,omitempty"`
 	UniqueTTLSeconds uint32 `json:"unique_ttl_seconds,omitempty"`
+	delayParams
 }
 
 type jobSubmitBatchParams struct {
@@ -49,7 +51,7 @@ type submitBatchResult struct {
 }
 
 func (s *service) jobSubmit(ctx context.Context, p Principal, in jobSubmitParams) (*submitResult, error) {
-	out, err := s.submit(ctx, p, in.ContextID, []submitItem{{Job: in.Job, UniqueKey: in.UniqueKey, UniqueTTLSeconds: in.UniqueTTLSeconds}}, "job.submit", "")
+	out, err := s.submit(ctx, p, in.ContextID, []submitItem{{Job: in.Job, UniqueKey: in.UniqueKey, UniqueTTLSeconds: in.UniqueTTLSeconds, delayParams: in.delayParams}}, "job.submit", "")
 	if err != nil {
 		return nil, err
 	}
@@ -150,6 +152,10 @@ func (s *service) submissions(ctx context.Context, p Principal, c *model.Context
 		if len(it.UniqueKey) > 256 {
 			return nil, invalidParams(where+"unique_key", "%sunique_key (item %d) is %d bytes; at most 256", where, i, len(it.UniqueKey))
 		}
+		runAt, err := it.when(where, time.Now())
+		if err != nil {
+			return nil, err
+		}
 		j, err := standaloneJob(ctx, p, c, db, it.Job, ctxID)
 		if err != nil {
 			return nil, err
@@ -157,7 +163,7 @@ func (s *service) submissions(ctx context.Context, p Principal, c *model.Context
 		if tp != "" {
 			j.Traceparent = tp
 		}
-		subs[i] = store.Submission{Job: j, UniqueKey: it.UniqueKey, UniqueTTL: time.Duration(it.UniqueTTLSeconds) * time.Second, Actor: p.Name()}
+		subs[i] = store.Submission{Job: j, UniqueKey: it.UniqueKey, UniqueTTL: time.Duration(it.UniqueTTLSeconds) * time.Second, Actor: p.Name(), RunAt: runAt}
 	}
 	return subs, nil
 }
@@ -174,8 +180,8 @@ func (s *service) countSubmitted(res []store.Submitted) {
 	}
 }
 
-func submitItemFromPB(j *herov1.Job, key string, ttl uint32) submitItem {
-	return submitItem{Job: jobInFromPB(j), UniqueKey: key, UniqueTTLSeconds: ttl}
+func submitItemFromPB(j *herov1.Job, key string, ttl uint32, runAt, delay string) submitItem {
+	return submitItem{Job: jobInFromPB(j), UniqueKey: key, UniqueTTLSeconds: ttl, delayParams: delayParams{RunAt: runAt, Delay: delay}}
 }
 
 func submitResultToPB(r submitResult) *herov1.SubmitJobResponse {
@@ -184,8 +190,8 @@ func submitResultToPB(r submitResult) *herov1.SubmitJobResponse {
 
 func (c *coordinatorServer) SubmitJob(ctx context.Context, r *herov1.SubmitJobRequest) (*herov1.SubmitJobResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.SubmitJobResponse, error) {
-		it := submitItemFromPB(r.Job, r.UniqueKey, r.UniqueTtlSeconds)
-		x, err := c.s.jobSubmit(ctx, p, jobSubmitParams{ContextID: r.ContextId, Job: it.Job, UniqueKey: it.UniqueKey, UniqueTTLSeconds: it.UniqueTTLSeconds})
+		it := submitItemFromPB(r.Job, r.UniqueKey, r.UniqueTtlSeconds, r.RunAt, r.Delay)
+		x, err := c.s.jobSubmit(ctx, p, jobSubmitParams{ContextID: r.ContextId, Job: it.Job, UniqueKey: it.UniqueKey, UniqueTTLSeconds: it.UniqueTTLSeconds, delayParams: it.delayParams})
 		if err != nil {
 			return nil, err
 		}
@@ -197,7 +203,7 @@ func (c *coordinatorServer) SubmitJobs(ctx context.Context, r *herov1.SubmitJobs
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.SubmitJobsResponse, error) {
 		in := jobSubmitBatchParams{ContextID: r.ContextId, Jobs: make([]submitItem, len(r.Jobs))}
 		for i, it := range r.Jobs {
-			in.Jobs[i] = submitItemFromPB(it.Job, it.UniqueKey, it.UniqueTtlSeconds)
+			in.Jobs[i] = submitItemFromPB(it.Job, it.UniqueKey, it.UniqueTtlSeconds, it.RunAt, it.Delay)
 		}
 		x, err := c.s.jobSubmitBatch(ctx, p, in)
 		if err != nil {

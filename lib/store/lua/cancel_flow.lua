@@ -27,7 +27,8 @@
 --   coord:idx:flows[:<status>], coord:events, coord:ckrun:<key>, coord:ckheld:<key>
 --   and the held jobs' queues of its queued jobs' concurrency keys (lib_ck); DB 0
 --   (SELECT 0): the runners' wake lists of the released jobs, coord:flows:active,
---   coord:expire, coord:flowdone (PUBLISH), coord:ctl:<worker> of each running job
+--   coord:expire, coord:delayed (a scheduled flow's entry), coord:flowdone (PUBLISH),
+--   coord:ctl:<worker> of each running job
 --   (the stop request).
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
@@ -48,7 +49,7 @@ local caller = redis.call('HGET', fk, 'caller_id') or '0'
 redis.call('HSET', fk, 'cancelled_by', actor, 'error', reason, 'updated_at', now_s)
 event(EV_FLOW_CANCELLED, actor, now_ms, flow, '0', caller, st, reason)
 local jobs = cjson.decode(redis.call('HGET', fk, 'jobs') or '[]')
-if st == FLOW_DISPATCHED then
+if st == FLOW_DISPATCHED or st == FLOW_SCHEDULED then
   for _, id in ipairs(jobs) do
     id = tostring(id)
     if redis.call('EXISTS', K_JOB .. caller .. ':' .. id) == 1 then
@@ -59,10 +60,11 @@ if st == FLOW_DISPATCHED then
   event(EV_FLOW_ERROR, actor, now_ms, flow, '0', caller, FLOW_ERROR, reason)
   local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
   if keep > 0 then retention_ms = keep * 1000 end
+  redis.call('SELECT', '0')
   if tonumber(retention_ms) > 0 then
-    redis.call('SELECT', '0')
     redis.call('ZADD', K_EXPIRE, tonumber(now_ms) + tonumber(retention_ms), ctx .. ':flow:' .. flow)
   end
+  if st == FLOW_SCHEDULED then redis.call('ZREM', K_DELAYED, ctx .. ':flow:' .. flow) end
   return {1, FLOW_ERROR}
 end
 local out = {1, FLOW_STARTED}

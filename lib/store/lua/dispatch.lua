@@ -10,9 +10,15 @@
 -- names its jobs (ids only, field job_ref "1"; lib/store's msgref.go) and stores no
 -- nodes: readers get both from the jobs' hashes.
 --
+-- A standalone job released by the scheduler when it falls due (a delayed job.submit)
+-- is dispatched only while it is still scheduled, and leaves coord:delayed in the same
+-- step: of two schedulers that release it, the second changes nothing, and a job
+-- stopped (cancelled) before is never dispatched.
+--
 -- KEYS:
 --   msg_out  msg_out
---   dag?     coord:dag:<flow> (not given for a standalone job)
+--   dag?     coord:dag:<flow>; for a standalone job, coord:delayed when the call is a
+--            release of delayed jobs (DB 0; not given for any other standalone job)
 -- ARGV:
 --   ctx       int     the context id
 --   flow      int     the flow id (0: a standalone job)
@@ -32,7 +38,8 @@
 --                     where its job's JSON starts and ends in the list (2 positions,
 --                     1-based, inclusive)
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch
--- Reply: raw per job {message key, attempt}, or {"", why it was not dispatched}.
+-- Reply: raw per job {message key, attempt}, or {"", why it was not dispatched} (a
+--   release: its status when not scheduled, or "not due").
 -- Derives: context DB: job:<caller>:<id> of the jobs named in the arguments,
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:idx:jobs:<status>, coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), coord:events,
@@ -41,7 +48,7 @@
 --   read when a job has a priority), lib_ck's coord:ckrun:<key>, coord:ckheld:<key>
 --   and the held jobs' hashes, coord:wakers:<queue>; DB 0 (SELECT 0, last):
 --   coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
---   coord:busy.
+--   coord:busy, and a release's coord:delayed (KEYS[2]).
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local ctx = ARGV[1]
@@ -75,13 +82,28 @@ end
 
 if ready_ms == '' then ready_ms = nil end
 local dag = KEYS[2] or ''
+local delayed, released = '', {}
+if flow == '0' and dag ~= '' then delayed, dag = dag, '' end
+-- release_check: why a delayed job is not released now (nil: it is).
+local function release_check(id)
+  local h = redis.call('HMGET', K_JOB .. caller .. ':' .. id, 'status', 'run_at_ms')
+  if h[1] ~= JOB_SCHEDULED then
+    released[#released + 1] = ctx .. ':job:' .. caller .. ':' .. id
+    return h[1] or 'job missing'
+  elseif tonumber(h[2] or '0') > tonumber(now_ms) then
+    return 'not due'
+  end
+  released[#released + 1] = ctx .. ':job:' .. caller .. ':' .. id
+end
 local out, pushed = {}, 0
 local gspans, gids, gslots = {}, {}, {}
 local ngrouped = 0
 for _, j in ipairs(jobs) do
   local id, grouped = j.id, j.grouped
   if grouped then ngrouped = ngrouped + 1 end
-  local attempt, why = dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor)
+  local attempt, why
+  if delayed ~= '' then why = release_check(id) end
+  if not why then attempt, why = dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor) end
   if why then
     out[#out + 1] = {'', why}
   else
@@ -116,4 +138,8 @@ if #gids > 0 then
 end
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
+if #released > 0 then
+  redis.call('SELECT', '0')
+  redis.call('ZREM', delayed, unpack(released))
+end
 return out

@@ -4,8 +4,9 @@
 --
 --   - dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor), in the
 --     context's DB: checks that job id (of flow flow, its DAG at key dag; dag "": a
---     standalone job) can be dispatched (its node ready and its retry due; a standalone
---     job not started or finished), then marks node and job dispatched (attempt + 1;
+--     standalone job) can be dispatched (its node ready and its retry due, its flow
+--     not paused: the field paused of the DAG hash; a standalone job not started or
+--     finished), then marks node and job dispatched (attempt + 1;
 --     ready_ms, when not nil, is its ready time: a node ready at its flow's start) and
 --     records the event. Returns the attempt (a string), or nil and why not.
 -- Needs lib_state.
@@ -17,12 +18,14 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
   if not jst then
     return nil, 'job missing'
   elseif dag ~= '' then
-    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id)
+    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id, 'paused')
     local s, due = node[1], node[2]
     if s ~= NODE_READY then
       return nil, s or 'no node'
     elseif due and tonumber(due) > tonumber(now_ms) then
       return nil, 'not due'
+    elseif node[3] then
+      return nil, 'paused' -- flow.pause: the node stays ready; flow.resume dispatches it
     end
     attempt = int(redis.call('HINCRBY', dag, 'a:' .. id, '1'))
     redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED)

@@ -1,4 +1,4 @@
--- start_flow: starts a dispatched flow: writes its DAG state, marks the nodes with
+-- start_flow: starts a dispatched (or scheduled: its time came) flow: writes its DAG state, marks the nodes with
 -- no dependency ready and the others waiting. The ready ones' jobs are marked by their
 -- dispatch, which follows at once (the start holds Redis for the whole flow, so it does
 -- only what must be atomic).
@@ -22,7 +22,7 @@
 --     n           int     its dependency count
 --     ran         bool    the job holds fields of an earlier run to clear (false: a fresh job)
 -- Libs: lib_busy lib_state
--- Reply: raw {1, ready job ids…} started; {0, status} the flow was not dispatched.
+-- Reply: raw {1, ready job ids…} started; {0, status} the flow was not dispatched (or scheduled).
 --   Error NOTFOUND flow.
 -- Derives: context DB: job:<caller>:<id> of the nodes, coord:idx:jobs[:<status>],
 --   coord:idx:flows[:<status>]; DB 0 (SELECT 0): coord:flows:active.
@@ -46,7 +46,7 @@ end
 
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
-if st ~= FLOW_DISPATCHED then return {0, st} end
+if st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return {0, st} end
 local dag = KEYS[2]
 redis.call('DEL', dag, KEYS[3])
 local total = #nodes

@@ -22,7 +22,9 @@
 --   status first), then per job:
 --   chosen (1: the caller chose the id, 0: the script reserves one from
 --   coord:seq:job:<caller>), caller, id (0 when reserved), unique ttl ms, actor (of its
---   events), ncompare, nfields, then nfields job field/value items (the first ncompare
+--   events), run_at ms (0: dispatch now; else the job is stored scheduled, with no
+--   message, and entered in coord:delayed for the scheduler to dispatch then),
+--   ncompare, nfields, then nfields job field/value items (the first ncompare
 --   are compared against an existing job of a chosen id); the script writes the rest of
 --   a new job's fields itself (its id, its dispatched status, attempt 1, result {} and
 --   its times: now_s, now_ms).
@@ -35,7 +37,8 @@
 --   lib_ck's coord:ckrun:<key> and coord:ckheld:<key> and the held jobs' hashes,
 --   coord:wakers:<queue>); DB
 --   0: coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
---   coord:busy.
+--   coord:busy, coord:delayed and coord:delayedwake (PUBLISH: the earliest run_at of
+--   the call's scheduled jobs).
 -- Reply: {'ok', per job {1, "<caller>:<id>"} created and dispatched, or {2,
 --   "<caller>:<id>", the existing job's hash as field/value items} the job a uniqueness
 --   key or a chosen id (by a job before it in the call, too) already names}; nothing is
@@ -58,9 +61,9 @@ local mlast = mfirst + tonumber(ARGV[6 + 2 * nguard]) - 1
 local jobs = {}
 local i = mlast + 1
 while i <= #ARGV do
-  local nf = tonumber(ARGV[i + 6])
+  local nf = tonumber(ARGV[i + 7])
   local j = {chosen = ARGV[i] == '1', caller = ARGV[i + 1], id = ARGV[i + 2], ttl = ARGV[i + 3],
-    actor = ARGV[i + 4], ncmp = tonumber(ARGV[i + 5]), nf = nf, ffirst = i + 7, flast = i + 6 + nf}
+    actor = ARGV[i + 4], run_at = ARGV[i + 5], ncmp = tonumber(ARGV[i + 6]), nf = nf, ffirst = i + 8, flast = i + 7 + nf}
   j.key, j.ukey = KEYS[2 * #jobs + 1], KEYS[2 * #jobs + 2]
   jobs[#jobs + 1] = j
   i = j.flast + 1
@@ -160,10 +163,10 @@ local out, pushed = {'ok'}, 0
 -- (a job a uniqueness key finds created leaves its message id unused)
 local fresh = 0
 for _, j in ipairs(jobs) do
-  if not j.exists and not j.again then fresh = fresh + 1 end
+  if not j.exists and not j.again and j.run_at == '0' then fresh = fresh + 1 end
 end
 message_reserve(fresh)
-local indexed = {}
+local indexed, scheduled, delayed, first_due = {}, {}, {}, nil
 for _, j in ipairs(jobs) do
   local member = j.caller .. ':' .. j.id
   local prev = false
@@ -172,6 +175,20 @@ for _, j in ipairs(jobs) do
     out[#out + 1] = existing(prev)
   elseif j.exists or (j.again and redis.call('EXISTS', j.key) == 1) then
     out[#out + 1] = existing(member)
+  elseif j.run_at ~= '0' then
+    -- A delayed job: stored scheduled (attempt 0: its dispatch makes it 1), its request
+    -- message left to that dispatch (lua/dispatch.lua, when coord:delayed says it is due).
+    redis.call('HSET', j.key, 'id', j.id, 'status', JOB_SCHEDULED, 'attempt', '0', 'result', '{}', 'created_at', now_s,
+      'updated_at', now_s, 'created_at_ms', now_ms, 'run_at_ms', j.run_at, unpack(ARGV, j.ffirst, j.flast))
+    scheduled[#scheduled + 1] = now_ms
+    scheduled[#scheduled + 1] = member
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor, 'time_ms', now_ms,
+      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', JOB_SCHEDULED, 'detail', 'run_at_ms ' .. j.run_at)
+    delayed[#delayed + 1] = j.run_at
+    delayed[#delayed + 1] = ctx .. ':job:' .. member
+    if not first_due or tonumber(j.run_at) < tonumber(first_due) then first_due = j.run_at end
+    if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
+    out[#out + 1] = {1, member}
   else
     -- Its request message's id, which its hash holds from the start (msgs, as
     -- track_msg would write it).
@@ -206,6 +223,13 @@ for _, j in ipairs(jobs) do
 end
 call_each('ZADD', K_JOB_INDEX, indexed, 2)
 call_each('ZADD', K_JOB_INDEX .. ':' .. JOB_DISPATCHED, indexed, 2)
+call_each('ZADD', K_JOB_INDEX, scheduled, 2)
+call_each('ZADD', K_JOB_INDEX .. ':' .. JOB_SCHEDULED, scheduled, 2)
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
+if first_due then
+  redis.call('SELECT', '0')
+  call_each('ZADD', K_DELAYED, delayed, 2)
+  redis.call('PUBLISH', K_DELAYED_WAKE, first_due)
+end
 return out

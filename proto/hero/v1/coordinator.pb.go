@@ -2022,12 +2022,16 @@ func (x *RunJobResponse) GetJob() *Job {
 
 // unique_key (with unique_ttl_seconds): while the key lasts, a submission with it
 // returns the job it names (existing) instead of a new one.
+// run_at (RFC 3339) or delay (a duration: "90s", "1h30m") delays the job: it is stored
+// scheduled and dispatched then (docs/scheduling.md).
 type SubmitJobRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	ContextId        uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
 	Job              *Job                   `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
 	UniqueKey        string                 `protobuf:"bytes,3,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
 	UniqueTtlSeconds uint32                 `protobuf:"varint,4,opt,name=unique_ttl_seconds,json=uniqueTtlSeconds,proto3" json:"unique_ttl_seconds,omitempty"`
+	RunAt            string                 `protobuf:"bytes,5,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	Delay            string                 `protobuf:"bytes,6,opt,name=delay,proto3" json:"delay,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -2090,6 +2094,20 @@ func (x *SubmitJobRequest) GetUniqueTtlSeconds() uint32 {
 	return 0
 }
 
+func (x *SubmitJobRequest) GetRunAt() string {
+	if x != nil {
+		return x.RunAt
+	}
+	return ""
+}
+
+func (x *SubmitJobRequest) GetDelay() string {
+	if x != nil {
+		return x.Delay
+	}
+	return ""
+}
+
 type SubmitJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -2147,6 +2165,8 @@ type SubmitJobItem struct {
 	Job              *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	UniqueKey        string                 `protobuf:"bytes,2,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
 	UniqueTtlSeconds uint32                 `protobuf:"varint,3,opt,name=unique_ttl_seconds,json=uniqueTtlSeconds,proto3" json:"unique_ttl_seconds,omitempty"`
+	RunAt            string                 `protobuf:"bytes,4,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	Delay            string                 `protobuf:"bytes,5,opt,name=delay,proto3" json:"delay,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -2200,6 +2220,20 @@ func (x *SubmitJobItem) GetUniqueTtlSeconds() uint32 {
 		return x.UniqueTtlSeconds
 	}
 	return 0
+}
+
+func (x *SubmitJobItem) GetRunAt() string {
+	if x != nil {
+		return x.RunAt
+	}
+	return ""
+}
+
+func (x *SubmitJobItem) GetDelay() string {
+	if x != nil {
+		return x.Delay
+	}
+	return ""
 }
 
 type SubmitJobsRequest struct {
@@ -3401,10 +3435,13 @@ func (x *ListFlowsResponse) GetNextCursor() string {
 	return ""
 }
 
+// run_at (RFC 3339) or delay (a duration) schedules the flow's start instead.
 type StartFlowRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
 	Id            uint32                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	RunAt         string                 `protobuf:"bytes,3,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	Delay         string                 `protobuf:"bytes,4,opt,name=delay,proto3" json:"delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3451,6 +3488,20 @@ func (x *StartFlowRequest) GetId() uint32 {
 		return x.Id
 	}
 	return 0
+}
+
+func (x *StartFlowRequest) GetRunAt() string {
+	if x != nil {
+		return x.RunAt
+	}
+	return ""
+}
+
+func (x *StartFlowRequest) GetDelay() string {
+	if x != nil {
+		return x.Delay
+	}
+	return ""
 }
 
 type StartFlowResponse struct {
@@ -5300,22 +5351,26 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\x03job\x18\x02 \x01(\v2\f.hero.v1.JobR\x03job\x12\x18\n" +
 	"\atimeout\x18\x03 \x01(\rR\atimeout\"0\n" +
 	"\x0eRunJobResponse\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\"\x9e\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\"\xcb\x01\n" +
 	"\x10SubmitJobRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x1e\n" +
 	"\x03job\x18\x02 \x01(\v2\f.hero.v1.JobR\x03job\x12\x1d\n" +
 	"\n" +
 	"unique_key\x18\x03 \x01(\tR\tuniqueKey\x12,\n" +
-	"\x12unique_ttl_seconds\x18\x04 \x01(\rR\x10uniqueTtlSeconds\"O\n" +
+	"\x12unique_ttl_seconds\x18\x04 \x01(\rR\x10uniqueTtlSeconds\x12\x15\n" +
+	"\x06run_at\x18\x05 \x01(\tR\x05runAt\x12\x14\n" +
+	"\x05delay\x18\x06 \x01(\tR\x05delay\"O\n" +
 	"\x11SubmitJobResponse\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\x12\x1a\n" +
-	"\bexisting\x18\x02 \x01(\bR\bexisting\"|\n" +
+	"\bexisting\x18\x02 \x01(\bR\bexisting\"\xa9\x01\n" +
 	"\rSubmitJobItem\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\x12\x1d\n" +
 	"\n" +
 	"unique_key\x18\x02 \x01(\tR\tuniqueKey\x12,\n" +
-	"\x12unique_ttl_seconds\x18\x03 \x01(\rR\x10uniqueTtlSeconds\"^\n" +
+	"\x12unique_ttl_seconds\x18\x03 \x01(\rR\x10uniqueTtlSeconds\x12\x15\n" +
+	"\x06run_at\x18\x04 \x01(\tR\x05runAt\x12\x14\n" +
+	"\x05delay\x18\x05 \x01(\tR\x05delay\"^\n" +
 	"\x11SubmitJobsRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12*\n" +
@@ -5404,11 +5459,13 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\x11ListFlowsResponse\x12#\n" +
 	"\x05flows\x18\x01 \x03(\v2\r.hero.v1.FlowR\x05flows\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor\"A\n" +
+	"nextCursor\"n\n" +
 	"\x10StartFlowRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\rR\x02id\"6\n" +
+	"\x02id\x18\x02 \x01(\rR\x02id\x12\x15\n" +
+	"\x06run_at\x18\x03 \x01(\tR\x05runAt\x12\x14\n" +
+	"\x05delay\x18\x04 \x01(\tR\x05delay\"6\n" +
 	"\x11StartFlowResponse\x12!\n" +
 	"\x04flow\x18\x01 \x01(\v2\r.hero.v1.FlowR\x04flow\"p\n" +
 	"\x11GetFlowDagRequest\x12\x1d\n" +

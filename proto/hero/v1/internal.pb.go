@@ -357,11 +357,13 @@ func (x *DispatchJobResponse) GetJob() *Job {
 	return nil
 }
 
+// run_at_ms > 0: schedule the flow's start then (the DAG checked now) instead of starting it.
 type SchedulerStartFlowRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
 	FlowId        uint32                 `protobuf:"varint,2,opt,name=flow_id,json=flowId,proto3" json:"flow_id,omitempty"`
 	Actor         string                 `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	RunAtMs       int64                  `protobuf:"varint,4,opt,name=run_at_ms,json=runAtMs,proto3" json:"run_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -415,6 +417,13 @@ func (x *SchedulerStartFlowRequest) GetActor() string {
 		return x.Actor
 	}
 	return ""
+}
+
+func (x *SchedulerStartFlowRequest) GetRunAtMs() int64 {
+	if x != nil {
+		return x.RunAtMs
+	}
+	return 0
 }
 
 type SchedulerStartFlowResponse struct {
@@ -1033,12 +1042,13 @@ const file_hero_v1_internal_proto_rawDesc = "" +
 	"\x06job_id\x18\x03 \x01(\rR\x05jobId\x12\x14\n" +
 	"\x05actor\x18\x04 \x01(\tR\x05actor\"5\n" +
 	"\x13DispatchJobResponse\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\"i\n" +
+	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\"\x85\x01\n" +
 	"\x19SchedulerStartFlowRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x17\n" +
 	"\aflow_id\x18\x02 \x01(\rR\x06flowId\x12\x14\n" +
-	"\x05actor\x18\x03 \x01(\tR\x05actor\"?\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x1a\n" +
+	"\trun_at_ms\x18\x04 \x01(\x03R\arunAtMs\"?\n" +
 	"\x1aSchedulerStartFlowResponse\x12!\n" +
 	"\x04flow\x18\x01 \x01(\v2\r.hero.v1.FlowR\x04flow\"\xda\x01\n" +
 	"\x0eJobDoneRequest\x12\x1d\n" +

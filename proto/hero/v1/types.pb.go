@@ -547,6 +547,7 @@ type Job struct {
 	ConcurrencyKey   string `protobuf:"bytes,44,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`        // at most concurrency_limit jobs of the key run at once
 	ConcurrencyLimit uint32 `protobuf:"varint,45,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"` // 0: 1
 	Held             string `protobuf:"bytes,46,opt,name=held,proto3" json:"held,omitempty"`                                                  // why a claim held it back (a limit it met)
+	RunAtMs          int64  `protobuf:"varint,47,opt,name=run_at_ms,json=runAtMs,proto3" json:"run_at_ms,omitempty"`                          // a delayed job: when it is dispatched (status scheduled until then)
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -903,6 +904,13 @@ func (x *Job) GetHeld() string {
 	return ""
 }
 
+func (x *Job) GetRunAtMs() int64 {
+	if x != nil {
+		return x.RunAtMs
+	}
+	return 0
+}
+
 type Flow struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -923,6 +931,7 @@ type Flow struct {
 	CreatedAtMs   int64                  `protobuf:"varint,16,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	StartedAtMs   int64                  `protobuf:"varint,17,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
 	FinishedAtMs  int64                  `protobuf:"varint,18,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
+	RunAtMs       int64                  `protobuf:"varint,19,opt,name=run_at_ms,json=runAtMs,proto3" json:"run_at_ms,omitempty"` // a scheduled flow: when it starts
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1079,6 +1088,13 @@ func (x *Flow) GetStartedAtMs() int64 {
 func (x *Flow) GetFinishedAtMs() int64 {
 	if x != nil {
 		return x.FinishedAtMs
+	}
+	return 0
+}
+
+func (x *Flow) GetRunAtMs() int64 {
+	if x != nil {
+		return x.RunAtMs
 	}
 	return 0
 }
@@ -1712,7 +1728,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\tprocesses\x18\t \x03(\v2\x16.hero.v1.RunnerProcessR\tprocesses\x12\x16\n" +
 	"\x06secret\x18\n" +
 	" \x01(\tR\x06secret\x12\x1c\n" +
-	"\texecutors\x18\v \x03(\tR\texecutors\"\xaf\f\n" +
+	"\texecutors\x18\v \x03(\tR\texecutors\"\xcb\f\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1770,13 +1786,14 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\bpriority\x18+ \x01(\rR\bpriority\x12'\n" +
 	"\x0fconcurrency_key\x18, \x01(\tR\x0econcurrencyKey\x12+\n" +
 	"\x11concurrency_limit\x18- \x01(\rR\x10concurrencyLimit\x12\x12\n" +
-	"\x04held\x18. \x01(\tR\x04held\x1a:\n" +
+	"\x04held\x18. \x01(\tR\x04held\x12\x1a\n" +
+	"\trun_at_ms\x18/ \x01(\x03R\arunAtMs\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vResultEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc5\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe1\x05\n" +
 	"\x04Flow\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1802,7 +1819,8 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\vtraceparent\x18\x0f \x01(\tR\vtraceparent\x12\"\n" +
 	"\rcreated_at_ms\x18\x10 \x01(\x03R\vcreatedAtMs\x12\"\n" +
 	"\rstarted_at_ms\x18\x11 \x01(\x03R\vstartedAtMs\x12$\n" +
-	"\x0efinished_at_ms\x18\x12 \x01(\x03R\ffinishedAtMs\x1a:\n" +
+	"\x0efinished_at_ms\x18\x12 \x01(\x03R\ffinishedAtMs\x12\x1a\n" +
+	"\trun_at_ms\x18\x13 \x01(\x03R\arunAtMs\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +

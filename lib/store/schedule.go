@@ -1,0 +1,228 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+)
+
+// Schedules (docs/scheduling.md): a schedule is the hash coord:sched:<id> of its
+// context, indexed in coord:scheds; while active it has an entry in coord:sched_due
+// (DB 0 of its server) at its next fire time, which wakes the schedulers' due loop as
+// coord:delayed does. Every change is lua/sched.lua.
+
+// RunUniqueTTL is how long a run's uniqueness key (its schedule and tick) is kept: in
+// that time a tick's run is made once however often it is tried (a scheduler that
+// died before recording it, a second scheduler, a backfill of the same tick).
+const RunUniqueTTL = time.Hour
+
+// RunUniqueKey names the run of a schedule's tick.
+func RunUniqueKey(ctxID uint32, id string, tick time.Time) string {
+	return fmt.Sprintf("sched:%d:%s:%d", ctxID, id, tick.UnixMilli())
+}
+
+// TickOutcome is what a tick did (lua/sched.lua, op tick).
+type TickOutcome string
+
+const (
+	TickFired    TickOutcome = "fired"
+	TickSkipped  TickOutcome = "skipped"
+	TickBuffered TickOutcome = "buffered"
+	TickMissed   TickOutcome = "missed"
+	TickStale    TickOutcome = "stale" // another scheduler handled it
+	TickPaused   TickOutcome = "paused"
+	TickGone     TickOutcome = "gone"
+)
+
+func (d *DB) sched(ctx context.Context, id, op string, args ...any) ([]any, error) {
+	sargs := make([]string, len(args))
+	for i, a := range args {
+		sargs[i] = fmt.Sprint(a)
+	}
+	res, err := (&schedArgs{SchedKey: keys.Schedule(id), IndexKey: keys.Schedules, Ctx: u32str(d.ContextID), ID: id, Op: op,
+		Now: time.Now().UnixMilli(), Args: sargs}).run(ctx, d)
+	if err != nil {
+		return nil, fmt.Errorf("schedule %s: %s: %w", id, op, err)
+	}
+	vals, _ := res.([]any)
+	if len(vals) == 0 {
+		return nil, fmt.Errorf("schedule %s: %s: unexpected reply %v", id, op, res)
+	}
+	return vals, nil
+}
+
+func str(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	}
+	return ""
+}
+
+// PutSchedule creates (create) or replaces the settings of a schedule, with its next
+// tick: an ExistsError when a created one exists, ErrNotFound when an updated one does not.
+func (d *DB) PutSchedule(ctx context.Context, s *model.Schedule, create bool, next, fire time.Time) error {
+	fields := []any{"id", s.ID, "context_id", d.ContextID, "caller_id", s.CallerID, "spec", model.EncodeField(s.Spec),
+		"job", string(s.Job), "overlap", string(s.Overlap), "catchup_window", s.CatchupWindow}
+	vals, err := d.sched(ctx, s.ID, "put", append([]any{boolArg(create), next.UnixMilli(), fire.UnixMilli()}, fields...)...)
+	if err != nil {
+		return err
+	}
+	switch str(vals[0]) {
+	case "exists":
+		return &ExistsError{What: "schedule " + s.ID}
+	case "gone":
+		return notFound("schedule %s", s.ID)
+	}
+	return nil
+}
+
+// LoadSchedule reads a schedule; ErrNotFound when there is none.
+func (d *DB) LoadSchedule(ctx context.Context, id string) (*model.Schedule, error) {
+	h, err := d.HGetAll(ctx, keys.Schedule(id))
+	if err != nil {
+		return nil, fmt.Errorf("load schedule %s: %w", id, err)
+	}
+	if len(h) == 0 {
+		return nil, notFound("schedule %s", id)
+	}
+	var s model.Schedule
+	if err := model.FromHash(keys.Schedule(id), h, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// ScheduleIDs lists the context's schedules by creation.
+func (d *DB) ScheduleIDs(ctx context.Context) ([]string, error) {
+	var cmd *redis.StringSliceCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.ZRange(ctx, keys.Schedules, 0, -1)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("list schedules: %w", err)
+	}
+	return cmd.Val(), nil
+}
+
+// Tick handles one tick of a schedule: fire (or missed, outside its catch-up window)
+// when tick is still its next tick; next and fire are the tick after it and that
+// one's fire time. prev, for a fired tick under cancel_previous, is the run to stop;
+// fired is the tick whose run is to be made (under buffer_one, the buffered one when
+// its wait is over: tick is buffered in its place).
+func (d *DB) Tick(ctx context.Context, id string, tick, next, fire time.Time, missed bool) (out TickOutcome, prev string, fired time.Time, err error) {
+	mode := "fire"
+	if missed {
+		mode = "missed"
+	}
+	vals, err := d.sched(ctx, id, "tick", tick.UnixMilli(), next.UnixMilli(), fire.UnixMilli(), mode)
+	if err != nil {
+		return "", "", time.Time{}, err
+	}
+	if len(vals) > 2 {
+		prev = str(vals[1])
+		ms, _ := strconv.ParseInt(str(vals[2]), 10, 64)
+		fired = time.UnixMilli(ms)
+	}
+	return TickOutcome(str(vals[0])), prev, fired, nil
+}
+
+// TickRan records the run a fired tick made ("<caller>:<id>"; "" with why when it
+// could not be made). false: the tick is no longer pending (recorded already).
+func (d *DB) TickRan(ctx context.Context, id string, tick time.Time, run, why string) (bool, error) {
+	vals, err := d.sched(ctx, id, "ran", tick.UnixMilli(), run, why)
+	if err != nil {
+		return false, err
+	}
+	return str(vals[0]) == "ok", nil
+}
+
+// FireBuffered fires a schedule's buffered tick once its last run has ended: the tick,
+// or zero when there is none or the run goes on.
+func (d *DB) FireBuffered(ctx context.Context, id string) (time.Time, error) {
+	vals, err := d.sched(ctx, id, "buffer")
+	if err != nil || str(vals[0]) != "fired" || len(vals) < 2 {
+		return time.Time{}, err
+	}
+	ms, _ := strconv.ParseInt(str(vals[1]), 10, 64)
+	return time.UnixMilli(ms), nil
+}
+
+// PauseSchedule pauses a schedule with a note: no tick fires until it is resumed.
+func (d *DB) PauseSchedule(ctx context.Context, id, note string) error {
+	vals, err := d.sched(ctx, id, "pause", note)
+	if err == nil && str(vals[0]) == "gone" {
+		return notFound("schedule %s", id)
+	}
+	return err
+}
+
+// ResumeSchedule resumes a paused schedule from its next tick after now (the ticks
+// of the pause are not caught up).
+func (d *DB) ResumeSchedule(ctx context.Context, id, note string, next, fire time.Time) error {
+	vals, err := d.sched(ctx, id, "resume", note, next.UnixMilli(), fire.UnixMilli())
+	if err == nil && str(vals[0]) == "gone" {
+		return notFound("schedule %s", id)
+	}
+	return err
+}
+
+// DeleteSchedule deletes a schedule (its runs stay).
+func (d *DB) DeleteSchedule(ctx context.Context, id string) error {
+	vals, err := d.sched(ctx, id, "delete")
+	if err != nil {
+		return err
+	}
+	if n, _ := vals[0].(int64); n == 0 {
+		return notFound("schedule %s", id)
+	}
+	return nil
+}
+
+// DueSchedule is an entry of coord:sched_due that is due.
+type DueSchedule struct {
+	ContextID uint32
+	ID        string
+}
+
+// DueSchedules returns up to limit schedules due by now, from every server (it
+// removes none: each tick is taken by lua/sched.lua).
+func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]DueSchedule, error) {
+	var out []DueSchedule
+	var e errs
+	for _, srv := range s.servers {
+		if len(out) >= limit {
+			break
+		}
+		ms, err := srv.fixed.ZRangeArgs(ctx, redis.ZRangeArgs{Key: keys.ScheduleDue, ByScore: true, Start: "-inf",
+			Stop: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(limit - len(out))}).Result()
+		if err != nil {
+			e.add(fmt.Errorf("read %s at %s: %w", keys.ScheduleDue, srv.Name, err))
+			continue
+		}
+		for _, m := range ms {
+			c, id, ok := strings.Cut(m, ":")
+			if ctxID := parseU32(c); ok && ctxID != 0 {
+				out = append(out, DueSchedule{ctxID, id})
+			}
+		}
+	}
+	if len(out) == 0 && e.first != nil {
+		return nil, e.first
+	}
+	return out, nil
+}
+
+// NextSchedule is when the earliest schedule is due (zero if none).
+func (s *Store) NextSchedule(ctx context.Context) (time.Time, error) {
+	return s.nextDue(ctx, keys.ScheduleDue)
+}
