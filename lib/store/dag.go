@@ -657,6 +657,35 @@ func (s *Store) nextDue(ctx context.Context, key string) (time.Time, error) {
 	return next, nil
 }
 
+// dueEach calls take with each member of the sorted set key due by now (its score a
+// time in ms), earliest first per server, from every server until limit members were
+// taken (take returns whether it took one). An error reading one server is returned
+// only when nothing was taken.
+func (s *Store) dueEach(ctx context.Context, key string, now time.Time, limit int, take func(srv *Server, member string, score int64) bool) error {
+	n := 0
+	var e errs
+	for _, srv := range s.servers {
+		if n >= limit {
+			break
+		}
+		z, err := srv.fixed.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, ByScore: true, Start: "-inf",
+			Stop: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(limit - n)}).Result()
+		if err != nil {
+			e.add(fmt.Errorf("read %s at %s: %w", key, srv.Name, err))
+			continue
+		}
+		for _, m := range z {
+			if name, _ := m.Member.(string); take(srv, name, int64(m.Score)) {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return e.first
+	}
+	return nil
+}
+
 // NextDue returns when the earliest delayed work is due (zero time if none).
 func (s *Store) NextDue(ctx context.Context) (time.Time, error) { return s.nextDue(ctx, keys.Due) }
 

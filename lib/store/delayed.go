@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 )
@@ -57,31 +55,16 @@ func parseDelayed(m string, due int64) (DelayedItem, bool) {
 // readable is removed.
 func (s *Store) DueDelayed(ctx context.Context, now time.Time, limit int) ([]DelayedItem, error) {
 	var out []DelayedItem
-	var e errs
-	for _, srv := range s.servers {
-		if len(out) >= limit {
-			break
+	err := s.dueEach(ctx, keys.Delayed, now, limit, func(srv *Server, name string, score int64) bool {
+		it, ok := parseDelayed(name, score)
+		if !ok {
+			srv.fixed.ZRem(ctx, keys.Delayed, name)
+			return false
 		}
-		z, err := srv.fixed.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: keys.Delayed, ByScore: true, Start: "-inf",
-			Stop: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(limit - len(out))}).Result()
-		if err != nil {
-			e.add(fmt.Errorf("read %s at %s: %w", keys.Delayed, srv.Name, err))
-			continue
-		}
-		for _, m := range z {
-			name, _ := m.Member.(string)
-			it, ok := parseDelayed(name, int64(m.Score))
-			if !ok {
-				srv.fixed.ZRem(ctx, keys.Delayed, name)
-				continue
-			}
-			out = append(out, it)
-		}
-	}
-	if len(out) == 0 && e.first != nil {
-		return nil, e.first
-	}
-	return out, nil
+		out = append(out, it)
+		return true
+	})
+	return out, err
 }
 
 // NextDelayed returns when the earliest delayed work is due (zero time if none).

@@ -198,28 +198,15 @@ type DueSchedule struct {
 // removes none: each tick is taken by lua/sched.lua).
 func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]DueSchedule, error) {
 	var out []DueSchedule
-	var e errs
-	for _, srv := range s.servers {
-		if len(out) >= limit {
-			break
+	err := s.dueEach(ctx, keys.ScheduleDue, now, limit, func(_ *Server, m string, _ int64) bool {
+		c, id, ok := strings.Cut(m, ":")
+		if ctxID := parseU32(c); ok && ctxID != 0 {
+			out = append(out, DueSchedule{ctxID, id})
+			return true
 		}
-		ms, err := srv.fixed.ZRangeArgs(ctx, redis.ZRangeArgs{Key: keys.ScheduleDue, ByScore: true, Start: "-inf",
-			Stop: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(limit - len(out))}).Result()
-		if err != nil {
-			e.add(fmt.Errorf("read %s at %s: %w", keys.ScheduleDue, srv.Name, err))
-			continue
-		}
-		for _, m := range ms {
-			c, id, ok := strings.Cut(m, ":")
-			if ctxID := parseU32(c); ok && ctxID != 0 {
-				out = append(out, DueSchedule{ctxID, id})
-			}
-		}
-	}
-	if len(out) == 0 && e.first != nil {
-		return nil, e.first
-	}
-	return out, nil
+		return false
+	})
+	return out, err
 }
 
 // NextSchedule is when the earliest schedule is due (zero if none).
