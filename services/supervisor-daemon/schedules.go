@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -101,12 +102,7 @@ func (s *service) scheduleCreate(ctx context.Context, p Principal, in schedulePa
 	if err := s.scheduleJob(ctx, p, c, db, sc, in.Job); err != nil {
 		return nil, err
 	}
-	tk, err := checkSchedule(sc)
-	if err != nil {
-		return nil, err
-	}
-	next := tk.Next(time.Now())
-	if err := db.PutSchedule(ctx, sc, true, next, tk.Fire(sc.ID, next)); err != nil {
+	if err := putSchedule(ctx, db, sc, true); err != nil {
 		return nil, err
 	}
 	if in.Paused {
@@ -158,15 +154,20 @@ func (s *service) scheduleUpdate(ctx context.Context, p Principal, in schedulePa
 			return nil, err
 		}
 	}
-	tk, err := checkSchedule(sc)
-	if err != nil {
-		return nil, err
-	}
-	next := tk.Next(time.Now())
-	if err := db.PutSchedule(ctx, sc, false, next, tk.Fire(sc.ID, next)); err != nil {
+	if err := putSchedule(ctx, db, sc, false); err != nil {
 		return nil, err
 	}
 	return db.LoadSchedule(ctx, sc.ID)
+}
+
+// putSchedule checks sc and stores it (created: a new one) with its next tick from now.
+func putSchedule(ctx context.Context, db *store.DB, sc *model.Schedule, created bool) error {
+	tk, err := checkSchedule(sc)
+	if err != nil {
+		return err
+	}
+	next := tk.Next(time.Now())
+	return db.PutSchedule(ctx, sc, created, next, tk.Fire(sc.ID, next))
 }
 
 func (s *service) scheduleLoad(ctx context.Context, p Principal, in scheduleRefParams) (*model.Schedule, error) {
@@ -188,7 +189,12 @@ func (s *service) scheduleList(ctx context.Context, p Principal, in scheduleList
 	}
 	out := &listResult[*model.Schedule]{Items: []*model.Schedule{}}
 	for _, id := range ids {
-		if sc, err := db.LoadSchedule(ctx, id); err == nil {
+		sc, err := db.LoadSchedule(ctx, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound): // deleted since the list was read
+		case err != nil:
+			return nil, err
+		default:
 			out.Items = append(out.Items, sc)
 		}
 	}
