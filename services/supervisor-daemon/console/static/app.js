@@ -378,10 +378,13 @@ async function flowPage(ctx, id) {
       if (again) { again = false; reload(); }
     });
   };
-  follow(ctx, id, ev => {
+  const es = follow(ctx, id, ev => {
     if (ev.job_id && eventStatus[ev.type]) setNode(ev.job_id, eventStatus[ev.type]);
     if (ev.type.startsWith('flow.')) reload();
   });
+  // The graph was read before the stream opened: what changed in between is read
+  // again once it is open (the stream itself starts at its opening, stream.go).
+  es.addEventListener('open', reload);
   window.heroLive = (window.heroLive || 0) + 1;
 }
 
