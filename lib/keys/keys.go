@@ -349,3 +349,10 @@ func Schedule(id string) string { return SchedulePrefix + id }
 
 // Schedules is a context's index of its schedules: id → creation time (ms).
 const Schedules = "coord:scheds"
+
+// QueuePause is the hash, in a context's DB, of its paused job queues (queue.pause):
+// the queue's key (queue:<type>, queue:exec:<executor>) → "<ms>\t<actor>\t<note>". A
+// claim of a queue in it takes nothing (a job pinned to a runner, on
+// coord:rq:<runner>:<suffix>, waits with its queue); while no queue is paused it does
+// not exist, and a claim's only cost is one HEXISTS of it (docs/scheduling.md).
+const QueuePause = "coord:qpause"

@@ -167,6 +167,7 @@ var luaKeys = []struct{ name, key string }{
 	{"K_MESSAGE_INDEX", keys.MessageIndex},
 	{"K_EVENTS", keys.Events},
 	{"K_DLQ", keys.DLQ},
+	{"K_QPAUSE", keys.QueuePause},
 }
 
 // buildPrelude writes the prelude: JOB_<STATUS>, FLOW_<STATUS>, MSG_<STATUS> and

@@ -577,7 +577,7 @@ func decodeClaimMessageReply(v any) (out any, err error) {
 }
 
 // claimStartScript is lua/claim_start.lua (its header declares its interface).
-var claimStartScript = luaScript("claim_start.lua", "lib_busy.lua", "lib_state.lua")
+var claimStartScript = luaScript("claim_start.lua", "lib_busy.lua", "lib_state.lua", "lib_qpause.lua")
 
 // claimStartArgs are the KEYS and ARGV of lua/claim_start.lua.
 type claimStartArgs struct {
@@ -1796,6 +1796,53 @@ func (a *pauseFlowArgs) run(ctx context.Context, r luaRunner) (any, error) {
 // decodePauseFlowReply decodes the reply of lua/pause_flow.lua.
 func decodePauseFlowReply(v any) (out any, err error) {
 	out = v
+	return out, nil
+}
+
+// pauseQueueScript is lua/pause_queue.lua (its header declares its interface).
+var pauseQueueScript = luaScript("pause_queue.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua")
+
+// pauseQueueArgs are the KEYS and ARGV of lua/pause_queue.lua.
+type pauseQueueArgs struct {
+	PauseKey string // KEYS
+	QueueKey string // KEYS
+	Ctx      string
+	Op       string
+	Actor    string
+	NowMs    int64
+	Note     string
+	Suffix   string
+}
+
+// call is the run of lua/pause_queue.lua with a's KEYS and ARGV.
+func (a *pauseQueueArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.PauseKey, a.QueueKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.Op)
+	args = append(args, a.Actor)
+	args = append(args, a.NowMs)
+	args = append(args, a.Note)
+	args = append(args, a.Suffix)
+	return Call{Script: pauseQueueScript, Keys: keys, Args: args}
+}
+
+// run runs lua/pause_queue.lua and decodes its reply.
+func (a *pauseQueueArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodePauseQueueReply(res)
+}
+
+// decodePauseQueueReply decodes the reply of lua/pause_queue.lua.
+func decodePauseQueueReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/pause_queue.lua: reply: %w", err)
+	}
 	return out, nil
 }
 
