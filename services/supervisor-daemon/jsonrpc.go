@@ -112,6 +112,7 @@ func (s *service) methods() map[string]method {
 		"schedule.resume":   rpcMethod("Resume a paused schedule from its next tick after now; the ticks of the pause are not caught up (executors).", "Schedule", s.scheduleResume),
 		"schedule.delete":   rpcMethod("Delete a schedule; its runs stay (admins).", "{deleted}", s.scheduleDelete),
 		"schedule.trigger":  rpcMethod("Make a run of a schedule now, whatever its spec or pause (executors).", "{job: Job, existing}", s.scheduleTrigger),
+		"console.link":      rpcMethod("A one-time link that signs a browser in to the web console as the caller (valid 2 minutes, once; heroctl console login).", "{token, path, expires_at_ms}", s.consoleLink),
 		"schedule.backfill": rpcMethod("Make the runs of a schedule's ticks from FROM (included) to TO (excluded), at most 10,000; a tick whose run exists is not made again (admins).", "{runs, existing}", s.scheduleBackfill),
 	}
 	jc := m["job.create"]
