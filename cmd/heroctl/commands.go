@@ -34,7 +34,7 @@ func commands() []command {
 	var all []command
 	for _, group := range [][]command{keyCommands(), actorCommands(), secretCommands(), apiCommands(), pkiCommands(),
 		contextCommands(), runnerCommands(), jobCommands(), flowCommands(), dlqCommands(), scheduleCommands(), queueCommands(), eventsCommands(),
-		dispatcherCommands(), toolCommands()} {
+		dispatcherCommands(), consoleCommands(), toolCommands()} {
 		all = append(all, group...)
 	}
 	return all

@@ -86,7 +86,7 @@ var services = []service{
 		dataKeys + " " + contextsRead, ""},
 	{"runner",
 		"append blmove blpop client|unblock del eval evalsha exists expire hdel hexists hget hgetall hincrby hmget incr incrby llen lpop lpos lpush lrange lrem ltrim multi exec pexpire publish rpop rpush sadd scan scard sismember smembers srem strlen subscribe unsubscribe punsubscribe time xadd zadd zcard zcount zrange zrangebyscore zrem zremrangebyscore zscore",
-		dataKeys + " " + heroKeys + " " + contextsRead, "&" + keys.Control + " &" + keys.JobDone + " &" + keys.FlowDone},
+		dataKeys + " " + heroKeys + " " + contextsRead, "&" + keys.Control + " &" + keys.JobDone + " &" + keys.FlowDone + " &" + keys.LogAppended},
 	{"mycelium-gateway",
 		"del hget hgetall multi exec pexpire pttl publish subscribe unsubscribe punsubscribe",
 		"~coord:gateway:* ~" + keys.MessagePrefix + "* ~" + keys.SchemaVersion + " ~" + keys.Functions + " %R~" + keys.JobPrefix + "* " + contextsRead,

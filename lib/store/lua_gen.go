@@ -203,18 +203,21 @@ var appendLogScript = luaScript("append_log.lua")
 
 // appendLogArgs are the KEYS and ARGV of lua/append_log.lua.
 type appendLogArgs struct {
-	LogKey string // KEYS
-	Chunk  string
-	Max    int64
+	LogKey   string // KEYS
+	WatchKey string // KEYS
+	Chunk    string
+	Max      int64
+	Ref      string
 }
 
 // call is the run of lua/append_log.lua with a's KEYS and ARGV.
 func (a *appendLogArgs) call() Call {
-	keys := make([]string, 0, 1)
-	keys = append(keys, a.LogKey)
-	args := make([]any, 0, 2)
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.LogKey, a.WatchKey)
+	args := make([]any, 0, 3)
 	args = append(args, a.Chunk)
 	args = append(args, a.Max)
+	args = append(args, a.Ref)
 	return Call{Script: appendLogScript, Keys: keys, Args: args}
 }
 

@@ -115,6 +115,7 @@ func (s *service) methods() map[string]method {
 		"queue.list":        rpcMethod("List a context's job queues (each script type's and executor's its runners serve, and the paused ones) with their depth and pause.", "{items: [Queue]}", s.queueList),
 		"queue.pause":       rpcMethod("Pause a context's job queue (script_type or executor) with a note: no job of it starts until queue.resume; running jobs go on (executors).", "Queue", s.queuePause),
 		"queue.resume":      rpcMethod("Resume a paused job queue: its jobs start again (executors).", "Queue", s.queueResume),
+		"console.link":      rpcMethod("A one-time link that signs a browser in to the web console as the caller (valid 2 minutes, once; heroctl console login).", "{token, path, expires_at_ms}", s.consoleLink),
 		"schedule.backfill": rpcMethod("Make the runs of a schedule's ticks from FROM (included) to TO (excluded), at most 10,000; a tick whose run exists is not made again (admins).", "{runs, existing}", s.scheduleBackfill),
 	}
 	jc := m["job.create"]
