@@ -103,6 +103,7 @@ type Sandbox struct {
 	sh      string   // the trampoline: a shell…
 	setpriv string   // …and setpriv (PrepareWith)
 	cg      *cgroups // nil: no cgroups (rlimits only)
+	own     *owner   // names its job cgroups and proves it alive (cgroup.go); with cg
 	guard   *guard   // kills the jobs' process groups when the runner is gone
 	net     netTools // outbound network's programs (net.err: why there is none)
 	ahead   *ahead   // sandboxes made ahead of need (nil: none)
@@ -129,10 +130,17 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 	if s.setpriv, err = exec.LookPath("setpriv"); err != nil {
 		return nil, errors.New("sandbox: setpriv is not installed (Debian: util-linux; Alpine: setpriv): jobs start through it")
 	}
+	made := false
+	defer func() {
+		if !made && s.own != nil {
+			s.own.release()
+		}
+	}()
 	if os.Geteuid() == 0 || writable(filepath.Join(defaultString(opt.CgroupBase, "/sys/fs/cgroup"), "cgroup.procs")) {
 		s.cg = detectCgroups(opt.CgroupBase, opt.CgroupParent)
 		if s.cg != nil {
-			s.cg.reapOrphans() // what a killed runner left in its job cgroups
+			s.own = newOwner(ownersDir())
+			s.cg.reapOrphans(s.own) // what a killed runner left in its job cgroups
 		}
 	}
 	if opt.Mode == ModeBwrap {
@@ -164,6 +172,7 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 			s.ahead = newAhead(s, opt.Ahead)
 		}
 	}
+	made = true
 	return s, nil
 }
 
@@ -172,7 +181,12 @@ func (s *Sandbox) Close() {
 	if s.ahead != nil {
 		s.ahead.close()
 	}
-	s.guard.close()
+	if s.guard != nil {
+		s.guard.close()
+	}
+	if s.own != nil {
+		s.own.release()
+	}
 }
 
 // trial runs a job as every job runs — in its own filesystem, under its wrapper,
@@ -462,7 +476,7 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 func (s *Sandbox) limitScript(j *Job, lim Limits) ([]string, error) {
 	var script []string
 	if s.cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0 || lim.CPUWeight > 0) {
-		g, err := s.cg.create(fmt.Sprintf("job-%d-%d", os.Getpid(), s.seq.Add(1)), lim)
+		g, err := s.cg.create(s.own.cgroupName(s.seq.Add(1)), lim)
 		if err != nil {
 			return nil, err
 		}
