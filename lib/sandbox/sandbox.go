@@ -686,6 +686,24 @@ func (j *Job) collect() (full bool, res Result, ok bool) {
 	return parseReport(j.report.wait(), j.report.max)
 }
 
+// Begun says when the job's own command began (ok false: not yet): its wrapper said
+// so once its sandbox was made, its prologue done (a sandbox made ahead: its job
+// handed to it), right before the command runs. Its time is counted from then — its
+// timeout, its started_at_us — not from its launch: the making of its sandbox is not
+// the job's. As the runner read it: a runner stopped meanwhile reads it late, never
+// early. A job without a wrapper of its own (no sandbox of its own: Measured false)
+// has no such moment.
+func (j *Job) Begun() (at time.Time, ok bool) {
+	if j.report == nil {
+		return time.Time{}, false
+	}
+	return j.report.begun()
+}
+
+// Measured says whether the job has a wrapper that says when its command began
+// (Begun): one of its own filesystem, once launched.
+func (j *Job) Measured() bool { return j.report != nil }
+
 // Started must be called once the job's process runs: a job with outbound network
 // waits in bwrap until its network is set up here. An error leaves the job held (kill
 // it).
