@@ -131,10 +131,11 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		if sb.UniqueKey != "" {
 			uk = keys.Unique(sb.UniqueKey)
 		}
-		jk := ""
-		if j.ID != 0 {
-			jk = keys.Job(j.CallerID, j.ID)
-		}
+		// A job whose id the script reserves names job:<caller>:0, which it does not
+		// use: Redis checks every key of an FCALL against the caller's ACL user, and
+		// an empty key matches none of a restricted user's patterns (the scheduler's
+		// runs of schedules were refused: lib/redisacl).
+		jk := keys.Job(j.CallerID, j.ID)
 		ks = append(ks, jk, uk)
 		cmp, ini := splitFields(j, jobInitialOnly)
 		ini = withoutFields(ini, submitWrites...)

@@ -12,7 +12,7 @@
 -- int), lib_wake and lib_route (route_queue, route_priority, route_add, route_flush).
 --
 -- KEYS: per job i (1-based), KEYS[2i-1] the job's key (job:<caller>:<id>) when its
---   caller chose its id ("" when the script reserves one) and KEYS[2i] its uniqueness
+--   caller chose its id (job:<caller>:0, unused, when the script reserves one) and KEYS[2i] its uniqueness
 --   key (keys.Unique, coord:unique:<unique_key>; "" for none).
 -- ARGV: ctx, now_s, now_ms, events maxlen, nguard, then nguard field names of the
 --   context hash and the nguard values an authorization read from them (the guard:
