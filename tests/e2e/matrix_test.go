@@ -92,6 +92,7 @@ var matrixCases = []matrixCase{
 	{"flow.pause", "", needExecutor, `{"context_id":1,"id":99999}`, ""},
 	{"flow.resume", "", needExecutor, `{"context_id":1,"id":99999}`, ""},
 	{"schedule.create", "", needAdmin, `{"context_id":1,"id":"m{{N}}","spec":{"every":"0s"},"job":{"script":"true","script_type":"sh"}}`, ""},
+	{"console.link", "", needAny, `{}`, ""},
 	{"schedule.load", "", needReader, `{"context_id":1,"id":"none"}`, ""},
 	{"schedule.list", "", needReader, `{"context_id":1}`, ""},
 	{"schedule.update", "", needAdmin, `{"context_id":1,"id":"none"}`, ""},
