@@ -103,6 +103,7 @@ var matrixCases = []matrixCase{
 	{"queue.list", "", needReader, `{"context_id":1}`, ""},
 	{"queue.pause", "", needExecutor, `{"context_id":1,"script_type":"no-such-type"}`, ""},
 	{"queue.resume", "", needExecutor, `{"context_id":1,"executor":"no-such-executor"}`, ""},
+	{"console.link", "", needAny, `{}`, ""},
 	{"dispatcher.list_jobs", "/hero.v1.Dispatcher/ListJobs", needOperator, `{}`, ""},
 	{"dispatcher.job_status", "/hero.v1.Dispatcher/JobStatus", needOperator, `{"id":"no-such-job"}`, ""},
 	{"dispatcher.job_logs", "/hero.v1.Dispatcher/JobLogs", needOperator, `{"id":"no-such-job"}`, ""},
