@@ -16,6 +16,11 @@ import (
 // context, instead of more with every push forever.
 const WakeCap = 10000
 
+// ReleaseChunk is the most dependents of a completed node that one call makes ready
+// (lib_complete.lua's release): a node of more is released in several calls
+// (release_dependents.lua), never all in one.
+const ReleaseChunk = 256
+
 // WakeSpread is the most wake tokens a push of jobs, or a claim that leaves jobs on
 // their queue, puts on a runner's wake list for one context: enough for the claim
 // loops of a few processes to claim side by side (a runner process has up to 4), few
@@ -197,9 +202,13 @@ func buildPrelude() string {
 	for _, k := range luaKeys {
 		fmt.Fprintf(&b, "local %s = '%s'\n", k.name, k.key)
 	}
-	// A string: a Lua number passed to redis.call is formatted with "%.17g" (Redis
-	// 7.0), thousands of instructions for every XADD.
-	fmt.Fprintf(&b, "local EVENTS_MAXLEN = '%s'\n", strconv.Itoa(EventsMaxLen))
+	// The event stream's cap (XADD MAXLEN ~), which scales with the jobs the context
+	// keeps (EventsCap), in the context's DB. A string: a Lua number passed to
+	// redis.call is formatted with "%.17g" (Redis 7.0), thousands of instructions for
+	// every XADD.
+	fmt.Fprintf(&b, "local EVENTS_CAP = function() local n = redis.call('ZCARD', '%s') * %d; if n < %d then n = %d end; return string.format('%%d', n) end\n",
+		keys.JobIndex, EventsPerJob, EventsMaxLen, EventsMaxLen)
+	fmt.Fprintf(&b, "local RELEASE_CHUNK = %s\n", strconv.Itoa(ReleaseChunk))
 	fmt.Fprintf(&b, "local WAKE_SPREAD = %s\n", strconv.Itoa(WakeSpread))
 	fmt.Fprintf(&b, "local WAKE_CAP = %s\n", strconv.Itoa(WakeCap))
 	fmt.Fprintf(&b, "local PRIORITY_AGE_MS = %s\n", strconv.Itoa(model.PriorityAgeMs))

@@ -14,7 +14,7 @@
 -- KEYS: per job i (1-based), KEYS[2i-1] the job's key (job:<caller>:<id>) when its
 --   caller chose its id ("" when the script reserves one) and KEYS[2i] its uniqueness
 --   key (keys.Unique, coord:unique:<unique_key>; "" for none).
--- ARGV: ctx, now_s, now_ms, events maxlen, nguard, then nguard field names of the
+-- ARGV: ctx, now_s, now_ms, the events' cap's floor, nguard, then nguard field names of the
 --   context hash and the nguard values an authorization read from them (the guard:
 --   nothing is written unless the context holds them still; a missing field reads ""),
 --   then nmsg, then nmsg field/value items of the job request message every job of the
@@ -50,6 +50,9 @@
 --   ids are used up) comes after its counter moved.
 
 local ctx, now_s, now_ms, maxlen, nguard = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+-- the events' cap scales with the jobs the context keeps (EVENTS_CAP); ARGV[4] is its floor
+local cap = EVENTS_CAP()
+if tonumber(cap) > tonumber(maxlen) then maxlen = cap end
 if nguard > 0 then
   local have = redis.call('HMGET', K_CONTEXT .. ctx, unpack(ARGV, 6, 5 + nguard))
   for g = 1, nguard do
