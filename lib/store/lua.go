@@ -76,14 +76,25 @@ func luaScript(name string, libs ...string) *Script {
 	return newScript(name, preludeFor(head.String()+string(own))+head.String(), string(own))
 }
 
-// preludeFor returns the prelude's first line and the definitions that the code uses.
+// preludeFor returns the prelude's first line and the definitions that the code uses,
+// and those that these use in turn (EVENTS_CAP's constants), in the prelude's order.
 func preludeFor(code string) string {
 	lines := strings.SplitAfter(luaPrelude, "\n")
+	taken := make([]bool, len(lines))
+	for more := true; more; {
+		more = false
+		for i, l := range lines[1:] {
+			name, _, _ := strings.Cut(strings.TrimPrefix(l, "local "), " ")
+			if !taken[i+1] && name != "" && usesName(code, name) {
+				taken[i+1], more = true, true
+				code += "\n" + l
+			}
+		}
+	}
 	var b strings.Builder
 	b.WriteString(lines[0])
-	for _, l := range lines[1:] {
-		name, _, _ := strings.Cut(strings.TrimPrefix(l, "local "), " ")
-		if name != "" && usesName(code, name) {
+	for i, l := range lines[1:] {
+		if taken[i+1] {
 			b.WriteString(l)
 		}
 	}
@@ -203,11 +214,16 @@ func buildPrelude() string {
 		fmt.Fprintf(&b, "local %s = '%s'\n", k.name, k.key)
 	}
 	// The event stream's cap (XADD MAXLEN ~), which scales with the jobs the context
-	// keeps (EventsCap), in the context's DB. A string: a Lua number passed to
-	// redis.call is formatted with "%.17g" (Redis 7.0), thousands of instructions for
-	// every XADD.
-	fmt.Fprintf(&b, "local EVENTS_CAP = function() local n = redis.call('ZCARD', '%s') * %d; if n < %d then n = %d end; return string.format('%%d', n) end\n",
-		keys.JobIndex, EventsPerJob, EventsMaxLen, EventsMaxLen)
+	// keeps: EVENTS_CAP() of lua/lib_events.lua, its one line of code.
+	fmt.Fprintf(&b, "local EVENTS_MAXLEN = %d\n", EventsMaxLen)
+	fmt.Fprintf(&b, "local EVENTS_PER_JOB = %d\n", EventsPerJob)
+	if src, err := luaFiles.ReadFile("lua/lib_events.lua"); err == nil {
+		for _, l := range strings.SplitAfter(string(src), "\n") {
+			if strings.HasPrefix(l, "local ") {
+				b.WriteString(l)
+			}
+		}
+	}
 	fmt.Fprintf(&b, "local RELEASE_CHUNK = %s\n", strconv.Itoa(ReleaseChunk))
 	fmt.Fprintf(&b, "local WAKE_SPREAD = %s\n", strconv.Itoa(WakeSpread))
 	fmt.Fprintf(&b, "local WAKE_CAP = %s\n", strconv.Itoa(WakeCap))
