@@ -21,7 +21,9 @@ import (
 //
 //	caller, total, terminal, failed   the flow's caller and node counters
 //	s:<id>   node status (seed 003's NodeStatus)
-//	r:<id>   dependencies not yet completed
+//	r:<id>   dependencies not yet completed (absent: none; removed once the node is ready)
+//	rel:<id> dependents of a completed node left to release ("<done> <end ms>")
+//	starting a large flow's start in chunks under way (its token)
 //	a:<id>   attempts dispatched so far
 //	p:<id>   the node's dependencies (JSON list)
 //	d:<id>   the node's dependents (JSON list)
@@ -238,7 +240,13 @@ func jsonIDs(ids []uint32) string {
 // the ids of the nodes ready to dispatch, whose jobs it leaves as they are: their
 // dispatch (DispatchStarted) marks them. A flow that is not in status dispatched is
 // not touched; its status is returned with started=false.
+//
+// A flow of more than startChunk jobs is started in chunks (startFlowChunked): no
+// call holds Redis for the whole flow.
 func (d *DB) StartFlow(ctx context.Context, f *model.Flow, jobs []*model.Job, dependents map[uint32][]uint32, actor string) (ready []uint32, status string, started bool, err error) {
+	if len(jobs) > startChunk {
+		return d.startFlowChunked(ctx, f, jobs, dependents, actor)
+	}
 	now := time.Now()
 	a := &startFlowArgs{FlowKey: keys.Flow(f.ID), DagKey: keys.DAG(f.ID), ResultsKey: keys.FlowResults(f.ID), EventsKey: keys.Events,
 		Ctx: int64(d.ContextID), Flow: int64(f.ID), Caller: int64(f.CallerID), NowS: now.Unix(), NowMs: now.UnixMilli(), Actor: actor,
@@ -587,6 +595,9 @@ func (d *DB) CompleteStandalones(ctx context.Context, ends []JobEnd) ([]EndResul
 // DueItem is delayed work taken from coord:due.
 type DueItem struct {
 	ContextID, FlowID, CallerID, JobID uint32
+	// Release: not a retry but the dependents of completed node JobID left to
+	// release (ReleaseDependents).
+	Release bool
 }
 
 // PopDue removes and returns the delayed work that is due, from the coord:due of every
@@ -596,10 +607,10 @@ func (s *Store) PopDue(ctx context.Context, now time.Time, limit int) ([]DueItem
 	var out []DueItem
 	for _, m := range s.popDue(ctx, keys.Due, now, limit, &e) {
 		parts := strings.Split(m, ":")
-		if len(parts) != 5 || parts[0] != "retry" {
+		if len(parts) != 5 || parts[0] != "retry" && parts[0] != "release" {
 			continue
 		}
-		out = append(out, DueItem{parseU32(parts[1]), parseU32(parts[2]), parseU32(parts[3]), parseU32(parts[4])})
+		out = append(out, DueItem{parseU32(parts[1]), parseU32(parts[2]), parseU32(parts[3]), parseU32(parts[4]), parts[0] == "release"})
 	}
 	if len(out) == 0 && e.first != nil {
 		return nil, fmt.Errorf("pop due work: %w", e.first)
@@ -739,4 +750,16 @@ func (d *DB) SplitRequest(ctx context.Context, c *Claim, m *model.Message) (int,
 		return 0, fmt.Errorf("split request %s of context %d: %w", c.Item, d.ContextID, err)
 	}
 	return int(n), nil
+}
+
+// ReleaseDependents makes ready the next ReleaseChunk dependents of completed node id
+// of a flow, of the many its completion left to release (lua/release_dependents.lua):
+// the ones whose dependencies are all completed, for the caller to dispatch; more
+// says whether another call has some left.
+func (d *DB) ReleaseDependents(ctx context.Context, flowID, callerID, id uint32) (ready []uint32, more bool, err error) {
+	r, err := (&releaseDependentsArgs{DagKey: keys.DAG(flowID), Caller: int64(callerID), ID: int64(id), NowS: time.Now().Unix()}).run(ctx, d)
+	if err != nil {
+		return nil, false, fmt.Errorf("release the dependents of job %d of flow %d in context %d: %w", id, flowID, d.ContextID, err)
+	}
+	return u32s(r.Ready), r.More == 1, nil
 }

@@ -13,8 +13,15 @@ import (
 	"github.com/hero-coordinator/hero/lib/keys"
 )
 
-// EventsMaxLen caps each context's event stream (approximately, MAXLEN ~).
-const EventsMaxLen = 100000
+// The cap of a context's event stream (approximately, XADD MAXLEN ~) is
+// EventsPerJob events for each job the context keeps (coord:idx:jobs), and never less
+// than EventsMaxLen: a flow of 100,000 jobs writes about four events a job, which a
+// fixed cap would cut while its watchers still read them. The retention's trim
+// (trim_events.lua) drops the events of what is no longer kept.
+const (
+	EventsMaxLen = 100000
+	EventsPerJob = 16
+)
 
 // Event is one state change in a context, appended to its stream coord:events.
 type Event struct {
@@ -62,9 +69,11 @@ func (e *Event) Fields() []any {
 	return f
 }
 
-// AddEvent queues the XADD of an event on a pipeline of the context's DB.
+// AddEvent queues the XADD of an event on a pipeline of the context's DB. It trims
+// nothing: a fixed cap here would cut the events of a large flow; the scripts' XADDs
+// cap the stream (EventsPerJob) and the retention trims it.
 func AddEvent(ctx context.Context, p redis.Pipeliner, e *Event) {
-	p.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, MaxLen: EventsMaxLen, Approx: true, Values: e.Fields()})
+	p.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, Values: e.Fields()})
 }
 
 // eventFromMessage decodes a stream entry.

@@ -14,7 +14,7 @@ import (
 // deleteFlowChunk is how many jobs (and messages) of a flow one call of DeleteFlow's
 // chunked deletion removes: a large flow's deletion (flow.delete, retention) is many
 // short Redis calls, never one that holds Redis for the whole flow.
-const deleteFlowChunk = 500
+const deleteFlowChunk = 250
 
 // deleteFlowJobs deletes the jobs and messages of a flow of more than deleteFlowChunk
 // jobs a chunk a call (flow_delete_chunk.lua), then empties its job list, so that the

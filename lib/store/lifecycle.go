@@ -146,7 +146,7 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 			p.SRem(ctx, keys.ActiveFlows, a)
 		}
 		for _, m := range due {
-			if strings.HasPrefix(m, "retry:"+prefix) {
+			if strings.HasPrefix(m, "retry:"+prefix) || strings.HasPrefix(m, "release:"+prefix) {
 				p.ZRem(ctx, keys.Due, m)
 			}
 		}

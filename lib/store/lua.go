@@ -16,6 +16,11 @@ import (
 // context, instead of more with every push forever.
 const WakeCap = 10000
 
+// ReleaseChunk is the most dependents of a completed node that one call makes ready
+// (lib_complete.lua's release): a node of more is released in several calls
+// (release_dependents.lua), never all in one.
+const ReleaseChunk = 256
+
 // WakeSpread is the most wake tokens a push of jobs, or a claim that leaves jobs on
 // their queue, puts on a runner's wake list for one context: enough for the claim
 // loops of a few processes to claim side by side (a runner process has up to 4), few
@@ -71,14 +76,25 @@ func luaScript(name string, libs ...string) *Script {
 	return newScript(name, preludeFor(head.String()+string(own))+head.String(), string(own))
 }
 
-// preludeFor returns the prelude's first line and the definitions that the code uses.
+// preludeFor returns the prelude's first line and the definitions that the code uses,
+// and those that these use in turn (EVENTS_CAP's constants), in the prelude's order.
 func preludeFor(code string) string {
 	lines := strings.SplitAfter(luaPrelude, "\n")
+	taken := make([]bool, len(lines))
+	for more := true; more; {
+		more = false
+		for i, l := range lines[1:] {
+			name, _, _ := strings.Cut(strings.TrimPrefix(l, "local "), " ")
+			if !taken[i+1] && name != "" && usesName(code, name) {
+				taken[i+1], more = true, true
+				code += "\n" + l
+			}
+		}
+	}
 	var b strings.Builder
 	b.WriteString(lines[0])
-	for _, l := range lines[1:] {
-		name, _, _ := strings.Cut(strings.TrimPrefix(l, "local "), " ")
-		if name != "" && usesName(code, name) {
+	for i, l := range lines[1:] {
+		if taken[i+1] {
 			b.WriteString(l)
 		}
 	}
@@ -199,9 +215,18 @@ func buildPrelude() string {
 	for _, k := range luaKeys {
 		fmt.Fprintf(&b, "local %s = '%s'\n", k.name, k.key)
 	}
-	// A string: a Lua number passed to redis.call is formatted with "%.17g" (Redis
-	// 7.0), thousands of instructions for every XADD.
-	fmt.Fprintf(&b, "local EVENTS_MAXLEN = '%s'\n", strconv.Itoa(EventsMaxLen))
+	// The event stream's cap (XADD MAXLEN ~), which scales with the jobs the context
+	// keeps: EVENTS_CAP() of lua/lib_events.lua, its one line of code.
+	fmt.Fprintf(&b, "local EVENTS_MAXLEN = %d\n", EventsMaxLen)
+	fmt.Fprintf(&b, "local EVENTS_PER_JOB = %d\n", EventsPerJob)
+	if src, err := luaFiles.ReadFile("lua/lib_events.lua"); err == nil {
+		for _, l := range strings.SplitAfter(string(src), "\n") {
+			if strings.HasPrefix(l, "local ") {
+				b.WriteString(l)
+			}
+		}
+	}
+	fmt.Fprintf(&b, "local RELEASE_CHUNK = %s\n", strconv.Itoa(ReleaseChunk))
 	fmt.Fprintf(&b, "local WAKE_SPREAD = %s\n", strconv.Itoa(WakeSpread))
 	fmt.Fprintf(&b, "local WAKE_CAP = %s\n", strconv.Itoa(WakeCap))
 	fmt.Fprintf(&b, "local PRIORITY_AGE_MS = %s\n", strconv.Itoa(model.PriorityAgeMs))

@@ -1589,6 +1589,155 @@ func decodeFlowStageTouchReply(v any) (out flowStageTouchRecord, err error) {
 	return out, nil
 }
 
+// flowStartBeginScript is lua/flow_start_begin.lua (its header declares its interface).
+var flowStartBeginScript = luaScript("flow_start_begin.lua")
+
+// flowStartBeginArgs are the KEYS and ARGV of lua/flow_start_begin.lua.
+type flowStartBeginArgs struct {
+	FlowKey    string // KEYS
+	DagKey     string // KEYS
+	ResultsKey string // KEYS
+	Caller     int64
+	Total      int64
+	Token      string
+}
+
+// call is the run of lua/flow_start_begin.lua with a's KEYS and ARGV.
+func (a *flowStartBeginArgs) call() Call {
+	keys := make([]string, 0, 3)
+	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey)
+	args := make([]any, 0, 3)
+	args = append(args, a.Caller)
+	args = append(args, a.Total)
+	args = append(args, a.Token)
+	return Call{Script: flowStartBeginScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_start_begin.lua and decodes its reply.
+func (a *flowStartBeginArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeFlowStartBeginReply(res)
+}
+
+// decodeFlowStartBeginReply decodes the reply of lua/flow_start_begin.lua.
+func decodeFlowStartBeginReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
+// flowStartChunkScript is lua/flow_start_chunk.lua (its header declares its interface).
+var flowStartChunkScript = luaScript("flow_start_chunk.lua", "lib_busy.lua", "lib_state.lua")
+
+// flowStartChunkArgs are the KEYS and ARGV of lua/flow_start_chunk.lua.
+type flowStartChunkArgs struct {
+	FlowKey string // KEYS
+	DagKey  string // KEYS
+	Caller  int64
+	NowS    int64
+	NowMs   int64
+	Token   string
+	Nodes   []flowStartChunkNode
+}
+
+// flowStartChunkNode is a record of lua/flow_start_chunk.lua.
+type flowStartChunkNode struct {
+	ID         int64
+	Deps       string
+	Dependents string
+	N          int64
+	Ran        bool
+}
+
+// call is the run of lua/flow_start_chunk.lua with a's KEYS and ARGV.
+func (a *flowStartChunkArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.FlowKey, a.DagKey)
+	args := make([]any, 0, 5)
+	args = append(args, a.Caller)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Token)
+	args = append(args, len(a.Nodes))
+	for _, x1 := range a.Nodes {
+		args = append(args, x1.ID)
+		args = append(args, x1.Deps)
+		args = append(args, x1.Dependents)
+		args = append(args, x1.N)
+		args = append(args, luaBool(x1.Ran))
+	}
+	return Call{Script: flowStartChunkScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_start_chunk.lua and decodes its reply.
+func (a *flowStartChunkArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeFlowStartChunkReply(res)
+}
+
+// decodeFlowStartChunkReply decodes the reply of lua/flow_start_chunk.lua.
+func decodeFlowStartChunkReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/flow_start_chunk.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// flowStartCommitScript is lua/flow_start_commit.lua (its header declares its interface).
+var flowStartCommitScript = luaScript("flow_start_commit.lua", "lib_busy.lua", "lib_state.lua")
+
+// flowStartCommitArgs are the KEYS and ARGV of lua/flow_start_commit.lua.
+type flowStartCommitArgs struct {
+	FlowKey   string // KEYS
+	DagKey    string // KEYS
+	EventsKey string // KEYS
+	Ctx       int64
+	Flow      int64
+	Caller    int64
+	NowS      int64
+	NowMs     int64
+	Actor     string
+	Token     string
+}
+
+// call is the run of lua/flow_start_commit.lua with a's KEYS and ARGV.
+func (a *flowStartCommitArgs) call() Call {
+	keys := make([]string, 0, 3)
+	keys = append(keys, a.FlowKey, a.DagKey, a.EventsKey)
+	args := make([]any, 0, 7)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Caller)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Actor)
+	args = append(args, a.Token)
+	return Call{Script: flowStartCommitScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_start_commit.lua and decodes its reply.
+func (a *flowStartCommitArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeFlowStartCommitReply(res)
+}
+
+// decodeFlowStartCommitReply decodes the reply of lua/flow_start_commit.lua.
+func decodeFlowStartCommitReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
 // gatewayLeaseAcquireScript is lua/gateway_lease_acquire.lua (its header declares its interface).
 var gatewayLeaseAcquireScript = luaScript("gateway_lease_acquire.lua")
 
@@ -1928,6 +2077,69 @@ func (a *refreshArgs) run(ctx context.Context, r luaRunner) (string, error) {
 func decodeRefreshReply(v any) (out string, err error) {
 	if out, err = luaString(v); err != nil {
 		return out, fmt.Errorf("lua/refresh.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// releaseDependentsScript is lua/release_dependents.lua (its header declares its interface).
+var releaseDependentsScript = luaScript("release_dependents.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua")
+
+// releaseDependentsArgs are the KEYS and ARGV of lua/release_dependents.lua.
+type releaseDependentsArgs struct {
+	DagKey string // KEYS
+	Caller int64
+	ID     int64
+	NowS   int64
+}
+
+// call is the run of lua/release_dependents.lua with a's KEYS and ARGV.
+func (a *releaseDependentsArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.DagKey)
+	args := make([]any, 0, 3)
+	args = append(args, a.Caller)
+	args = append(args, a.ID)
+	args = append(args, a.NowS)
+	return Call{Script: releaseDependentsScript, Keys: keys, Args: args}
+}
+
+// run runs lua/release_dependents.lua and decodes its reply.
+func (a *releaseDependentsArgs) run(ctx context.Context, r luaRunner) (releaseDependentsRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero releaseDependentsRecord
+		return zero, err
+	}
+	return decodeReleaseDependentsReply(res)
+}
+
+// releaseDependentsRecord is a record of lua/release_dependents.lua.
+type releaseDependentsRecord struct {
+	More  int64
+	Ready []int64
+}
+
+// decodeReleaseDependentsReply decodes the reply of lua/release_dependents.lua.
+func decodeReleaseDependentsReply(v any) (out releaseDependentsRecord, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 1 {
+		err = fmt.Errorf("%d items, want 1", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/release_dependents.lua: reply: %w", err)
+	}
+	if out.More, err = luaInt(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/release_dependents.lua: reply.more: %w", err)
+	}
+	l1, err := luaList(any(r1[1:]))
+	if err != nil {
+		return out, fmt.Errorf("lua/release_dependents.lua: reply.ready: %w", err)
+	}
+	out.Ready = make([]int64, len(l1))
+	for i1 := range l1 {
+		if out.Ready[i1], err = luaInt(l1[i1]); err != nil {
+			return out, fmt.Errorf("lua/release_dependents.lua: reply.ready[]: %w", err)
+		}
 	}
 	return out, nil
 }

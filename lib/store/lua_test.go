@@ -72,7 +72,7 @@ func TestPreludeNames(t *testing.T) {
 	if len(seen) > 120 {
 		t.Fatalf("the prelude defines %d locals; a Lua chunk has 200", len(seen))
 	}
-	for _, want := range []string{"JOB_WAITING_FOR_PREREQUISITES", "FLOW_FINISHED", "NODE_CANCELLED", "MSG_ACKNOWLEDGED", "EV_JOB_DEAD_LETTERED", "K_JOB", "EVENTS_MAXLEN"} {
+	for _, want := range []string{"JOB_WAITING_FOR_PREREQUISITES", "FLOW_FINISHED", "NODE_CANCELLED", "MSG_ACKNOWLEDGED", "EV_JOB_DEAD_LETTERED", "K_JOB", "EVENTS_CAP"} {
 		if !seen[want] {
 			t.Errorf("the prelude has no %s", want)
 		}
@@ -87,7 +87,7 @@ func TestPreludeForTakesWhatTheCodeUses(t *testing.T) {
 			t.Errorf("prelude for the code lacks %q:\n%s", want, got)
 		}
 	}
-	for _, not := range []string{"local K_JOB = ", "local JOB_FINISHED = ", "local EVENTS_MAXLEN = "} {
+	for _, not := range []string{"local K_JOB = ", "local JOB_FINISHED = ", "local EVENTS_CAP = "} {
 		if strings.Contains(got, not) {
 			t.Errorf("prelude for the code holds %q, which it does not use:\n%s", not, got)
 		}

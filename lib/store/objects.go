@@ -1015,20 +1015,32 @@ func (d *DB) MessageFromHash(key string, h map[string]string) (*model.Message, e
 }
 
 // SetFlowTraceparent stores a producer's W3C traceparent (validated by the caller) on
-// a flow and on each of its jobs, in one transaction: the jobs' attempts continue
-// that trace (the claim stores its trace id as theirs).
+// each of a flow's jobs and then on the flow, in transactions of traceChunk jobs (one
+// transaction over a 100,000-job flow would hold Redis for tens of milliseconds): the
+// jobs' attempts continue that trace (the claim stores its trace id as theirs). A
+// failure midway leaves the flow without it; the start's next try sets it again.
 func (d *DB) SetFlowTraceparent(ctx context.Context, f *model.Flow, tp string) error {
-	_, err := d.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, keys.Flow(f.ID), "traceparent", tp)
-		for _, id := range f.Jobs {
-			p.HSet(ctx, keys.Job(f.CallerID, id), "traceparent", tp)
+	const traceChunk = 1000
+	jobs := f.Jobs
+	for {
+		part := jobs[:min(len(jobs), traceChunk)]
+		jobs = jobs[len(part):]
+		_, err := d.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for _, id := range part {
+				p.HSet(ctx, keys.Job(f.CallerID, id), "traceparent", tp)
+			}
+			if len(jobs) == 0 {
+				p.HSet(ctx, keys.Flow(f.ID), "traceparent", tp)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("store the traceparent of flow %d: %w", f.ID, err)
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("store the traceparent of flow %d: %w", f.ID, err)
+		if len(jobs) == 0 {
+			return nil
+		}
 	}
-	return nil
 }
 
 // execUnhealthyTTL bounds how long an executor's unhealthy marks outlive their last

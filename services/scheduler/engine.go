@@ -151,6 +151,9 @@ func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 		if model.FlowStatus(st) == model.FlowStarted || now.StartedAt != 0 || now.StartedAtMs != 0 {
 			return now, nil // started by a concurrent call
 		}
+		if st := model.FlowStatus(st); st == model.FlowDispatched || st == model.FlowScheduled {
+			return now, nil // a large flow's start in chunks that a concurrent call took over, which goes on
+		}
 		return nil, fmt.Errorf("%w: flow %d is %s", errAlreadyEnded, flowID, st)
 	}
 	e.m.flowsStarted.Inc()
@@ -521,6 +524,10 @@ func (e *engine) runDue(ctx context.Context) {
 			if err != nil {
 				continue
 			}
+			if it.Release {
+				e.releaseDependents(ctx, db, it)
+				continue
+			}
 			if it.FlowID == 0 {
 				if _, err := e.dispatchStandalone(ctx, it.ContextID, it.CallerID, it.JobID, store.ActorScheduler); err != nil {
 					e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyJobID, it.JobID).Msg("retry standalone job")
@@ -535,9 +542,44 @@ func (e *engine) runDue(ctx context.Context) {
 	}
 }
 
+// releaseDependents releases the dependents of a completed node that its completion
+// left (more than store.ReleaseChunk), a chunk a call, one call after the other, while
+// a goroutine dispatches each chunk's ready ones (the releases do not wait for the
+// dispatches). A call that fails stops it: the node's rel: field stays, and the
+// safety sweep takes it up again. It returns once every chunk released is dispatched.
+func (e *engine) releaseDependents(ctx context.Context, db *store.DB, it store.DueItem) {
+	chunks := make(chan []uint32, 64)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ready := range chunks {
+			e.dispatchNodes(ctx, db, it.FlowID, it.CallerID, ready, nil, time.Time{})
+		}
+	}()
+	defer func() {
+		close(chunks)
+		<-done
+	}()
+	for {
+		ready, more, err := db.ReleaseDependents(ctx, it.FlowID, it.CallerID, it.JobID)
+		if err != nil {
+			e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Uint32(obs.KeyJobID, it.JobID).Msg("release dependents (the safety sweep tries again)")
+			return
+		}
+		if len(ready) > 0 {
+			chunks <- ready
+		}
+		if !more {
+			return
+		}
+	}
+}
+
 // sweep reconciles every active flow with its jobs: ready nodes that were never
-// dispatched (a crash between the DAG update and the dispatch) are dispatched, and
-// nodes whose job ended without the end reaching the scheduler are completed.
+// dispatched (a crash between the DAG update and the dispatch) are dispatched, the
+// dependents a completion left to release (rel:<id>) are released, and nodes whose
+// job ended without the end reaching the scheduler are completed. The DAG is read in
+// bounded pages (store.SweepDAG), whatever the flow's size.
 func (e *engine) sweep(ctx context.Context) {
 	flows, err := e.store.ActiveFlows(ctx)
 	if err != nil {
@@ -555,12 +597,21 @@ func (e *engine) sweep(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		g, err := db.LoadDAG(ctx, cf[1])
+		g, err := db.SweepDAG(ctx, cf[1])
 		if err != nil {
 			continue
 		}
+		for _, id := range g.Releases {
+			// dependents left to release (a release the scheduler did not finish)
+			e.releaseDependents(ctx, db, store.DueItem{ContextID: cf[0], FlowID: cf[1], CallerID: g.CallerID, JobID: id, Release: true})
+		}
 		var ready, atStart []uint32
-		for _, id := range g.IDs() {
+		ids := make([]uint32, 0, len(g.Nodes))
+		for id := range g.Nodes {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
 			n := g.Nodes[id]
 			switch n.Status {
 			case model.NodeReady:

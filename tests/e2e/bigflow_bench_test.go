@@ -10,19 +10,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	hero "github.com/hero-coordinator/hero/sdk/go"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
-// layeredFlow is the acceptance's flow shape: layers of width jobs, each job of a
-// layer after the first depending on two jobs of the layer before.
+// layeredFlow is the acceptance's flow shape: layers of width no-op handler jobs
+// (go#noop), each job of a layer after the first depending on two jobs of the layer
+// before.
 func layeredFlow(layers, width int) hero.FlowSpec {
 	var spec hero.FlowSpec
 	name := func(l, i int) string { return "l" + strconv.Itoa(l) + "." + strconv.Itoa(i) }
 	for l := range layers {
 		for i := range width {
-			fj := hero.FlowJob{Name: name(l, i), Job: model.Job{ScriptType: "sh", Script: "true"}}
+			fj := hero.FlowJob{Name: name(l, i), Job: model.Job{FunctionName: "go#noop"}}
 			if l > 0 {
 				fj.Depends = []string{name(l-1, i), name(l-1, (i+1)%width)}
 			}
@@ -71,14 +73,18 @@ func usedMemory(b *testing.B, rc *redis.Client) int64 {
 }
 
 // BenchmarkBigFlowLifecycle (issue 49): flows of 100 layers × 100 and 1,000 layers ×
-// 100 jobs (each depending on two of the layer before), through the public API with
-// signed calls: created as a unit (flow.begin, job.create_batch of 500 with flow_id,
-// four at once, flow.create), read page by page (flow.dag, 10,000 a page) and counted
-// (flow.counts), then deleted (flow.delete, chunks of 500). Each phase reports its
-// time per job, the Redis memory per job after the creation, and Redis's slowest
-// command (SLOWLOG, threshold 10 ms). The flows are not run here.
+// 100 no-op handler jobs (each depending on two of the layer before), through the
+// public API with signed calls: created as a unit (flow.begin, job.create_batch of 500
+// with flow_id, four at once, flow.create), read page by page (flow.dag, 10,000 a
+// page) and counted (flow.counts), started and run to their end (flow.start,
+// flow.wait), then deleted (flow.delete, chunks of 500). Each phase reports its time
+// per job, the Redis memory per job after the creation and after the run, and Redis's
+// slowest command (SLOWLOG, threshold 10 ms). It fails (after printing the figures)
+// when the 100,000-job flow's creation or run costs more than 1.3 times the 10,000-job
+// flow's per job, a finished job holds more than 1 KiB of Redis, or a Redis command
+// of the creation, the run or the deletion took more than 10 ms.
 func BenchmarkBigFlowLifecycle(b *testing.B) {
-	s, c := benchStack(b)
+	s, c := handlerBenchStackOf(b, 256)
 	_ = s
 	rc := redisOf(ctx1).Client(b, 0)
 	sc, err := hero.Dial(hero.Config{Addr: c.GRPCAddr, Actor: c.Actor, Key: c.Key, Context: ctx1, TLS: harness.APITLS()})
@@ -87,6 +93,8 @@ func BenchmarkBigFlowLifecycle(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = sc.Close() })
 	ctx := context.Background()
+	type cost struct{ create, run float64 }
+	var costs []cost
 	for _, layers := range []int{100, 1000} {
 		spec := layeredFlow(layers, 100)
 		n := len(spec.Jobs)
@@ -126,15 +134,117 @@ func BenchmarkBigFlowLifecycle(b *testing.B) {
 
 		slow = slowest(b, rc)
 		t0 = time.Now()
+		if _, err := sc.StartFlow(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Since(t0)
+		f, err := sc.WaitFlow(ctx, id, time.Hour)
+		if err != nil || f.Status != model.FlowFinished {
+			b.Fatalf("flow %d: %+v, %v", id, f, err)
+		}
+		run := time.Since(t0)
+		uw, uwhat, un := slow()
+		finished := float64(usedMemory(b, rc)-mem0) / float64(n)
+
+		slow = slowest(b, rc)
+		t0 = time.Now()
 		if err := sc.DeleteFlow(ctx, id, false); err != nil {
 			b.Fatal(err)
 		}
 		del := time.Since(t0)
 		dw, dwhat, dn := slow()
-		fmt.Printf("BIGFLOW %d jobs: create %.1f µs/job (%.2f s), %.0f B/job in Redis; dag read %.1f µs/job (%d pages), counts %.2f ms; delete %.1f µs/job\n",
-			n, us(create, n), create.Seconds(), perJob, us(read, n), (n+9999)/10000, float64(count.Microseconds())/1000, us(del, n))
-		fmt.Printf("BIGFLOW %d jobs: slowest Redis command: create %v (%s; %d over 10 ms), read %v (%s; %d), delete %v (%s; %d)\n",
-			n, cw, cwhat, cn, rw, rwhat, rn, dw, dwhat, dn)
+		fmt.Printf("BIGFLOW %d jobs: create %.1f µs/job (%.2f s), %.0f B/job in Redis; dag read %.1f µs/job (%d pages), counts %.2f ms; start %.2f s; run %.1f µs/job (%.2f s), %.0f B/finished job; delete %.1f µs/job\n",
+			n, us(create, n), create.Seconds(), perJob, us(read, n), (n+9999)/10000, float64(count.Microseconds())/1000, start.Seconds(), us(run, n), run.Seconds(), finished, us(del, n))
+		fmt.Printf("BIGFLOW %d jobs: slowest Redis command: create %v (%s; %d over 10 ms), read %v (%s; %d), run %v (%s; %d), delete %v (%s; %d)\n",
+			n, cw, cwhat, cn, rw, rwhat, rn, uw, uwhat, un, dw, dwhat, dn)
+		costs = append(costs, cost{us(create, n), us(run, n)})
+		if finished > 1024 {
+			b.Errorf("%d jobs: %.0f B of Redis per finished job, more than 1 KiB", n, finished)
+		}
+		if cn+un+dn > 0 {
+			b.Errorf("%d jobs: Redis commands over 10 ms: %d in the creation, %d in the run, %d in the deletion", n, cn, un, dn)
+		}
+	}
+	if r := costs[1].create / costs[0].create; r > 1.3 {
+		b.Errorf("creation: %.2f times the 10,000-job flow's cost per job (at most 1.3)", r)
+	}
+	if r := costs[1].run / costs[0].run; r > 1.3 {
+		b.Errorf("run: %.2f times the 10,000-job flow's cost per job (at most 1.3)", r)
+	}
+	fmt.Printf("BIGFLOW 100,000 against 10,000 jobs, per job: create %.2f×, run %.2f×\n", costs[1].create/costs[0].create, costs[1].run/costs[0].run)
+}
+
+// BenchmarkFanOutFanIn10k (issue 49, acceptance 3): a flow of a root, 10,000 no-op
+// handler jobs that depend on it and a join that depends on all 10,000, run through
+// the public API. Fan-out: from the root's end to the last of its 10,000 dependents
+// dispatched (dispatched_at_ms; they are made ready store.ReleaseChunk a call, the
+// first ones by the root's completion, the others by the scheduler). Fan-in: from the
+// last dependency's end to the join's start. And the slowest Redis command of the
+// run (SLOWLOG, threshold 10 ms). It fails when the fan-out takes more than 50 ms, the
+// join starts more than 5 ms after, or a command took more than 10 ms.
+func BenchmarkFanOutFanIn10k(b *testing.B) {
+	_, c := handlerBenchStackOf(b, 256)
+	rc := redisOf(ctx1).Client(b, 0)
+	rcx := redisOf(ctx1).Client(b, ctx1)
+	sc, err := hero.Dial(hero.Config{Addr: c.GRPCAddr, Actor: c.Actor, Key: c.Key, Context: ctx1, TLS: harness.APITLS()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = sc.Close() })
+	ctx := context.Background()
+	const width = 10000
+	spec := hero.FlowSpec{Jobs: []hero.FlowJob{{Name: "root", Job: model.Job{FunctionName: "go#noop"}}}}
+	mids := make([]string, width)
+	for i := range mids {
+		mids[i] = "m" + strconv.Itoa(i)
+		spec.Jobs = append(spec.Jobs, hero.FlowJob{Name: mids[i], Depends: []string{"root"}, Job: model.Job{FunctionName: "go#noop"}})
+	}
+	spec.Jobs = append(spec.Jobs, hero.FlowJob{Name: "join", Depends: mids, Job: model.Job{FunctionName: "go#noop"}})
+	order, err := spec.Order()
+	if err != nil {
+		b.Fatal(err)
+	}
+	id := createLayered(b, sc, spec, order)
+	fl, err := sc.GetFlow(ctx, id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	slow := slowest(b, rc)
+	if _, err := sc.StartFlow(ctx, id); err != nil {
+		b.Fatal(err)
+	}
+	if f, err := sc.WaitFlow(ctx, id, 30*time.Minute); err != nil || f.Status != model.FlowFinished {
+		b.Fatalf("flow %d: %+v, %v", id, f, err)
+	}
+	worst, what, over := slow()
+	// the flow's jobs in creation order: the root first, the join last
+	jobs := fl.Jobs
+	field := func(jid uint32, name string) int64 {
+		v, err := rcx.HGet(ctx, keys.Job(fl.CallerID, jid), name).Int64()
+		if err != nil {
+			b.Fatalf("job %d: %s: %v", jid, name, err)
+		}
+		return v
+	}
+	root, join := jobs[0], jobs[len(jobs)-1]
+	rootEnd := field(root, "finished_at_us") / 1000
+	var lastDispatched, lastEnd int64
+	for _, jid := range jobs[1 : len(jobs)-1] {
+		lastDispatched = max(lastDispatched, field(jid, "dispatched_at_ms"))
+		lastEnd = max(lastEnd, field(jid, "finished_at_us"))
+	}
+	fanOut := lastDispatched - rootEnd
+	fanIn := float64(field(join, "started_at_us")-lastEnd) / 1000
+	fmt.Printf("FANOUT 10,000 dependents: all dispatched %d ms after the root's end; FANIN 10,000 dependencies: the join started %.2f ms after the last one's end; slowest Redis command %v (%s; %d over 10 ms)\n",
+		fanOut, fanIn, worst, what, over)
+	if fanOut > 50 {
+		b.Errorf("fan-out: the last dependent dispatched %d ms after the root's end (at most 50)", fanOut)
+	}
+	if fanIn > 5 {
+		b.Errorf("fan-in: the join started %.2f ms after its last dependency's end (at most 5)", fanIn)
+	}
+	if over > 0 {
+		b.Errorf("%d Redis commands over 10 ms, the slowest %v (%s)", over, worst, what)
 	}
 }
 

@@ -222,7 +222,7 @@ for n = 1, nitems do
     end
     local detail = 'attempt ' .. attempt .. ' on ' .. worker
     if st == JOB_STARTED and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
-    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_STARTED, 'detail', detail)
+    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_STARTED, 'detail', detail)
     local code = 0
     if v[7] == '1' then code = 3 end
     out[#out + 1] = {item, code, tonumber(attempt) or 1}

@@ -33,7 +33,8 @@
 --   ...ready  []int   the dependents made ready
 -- Derives, from the DAG: context DB: job:<caller>:<id> of the flow's jobs, context:<ctx>,
 --   coord:idx:jobs[:<status>], coord:idx:flows[:<status>], coord:dlq; DB 0 (SELECT 0, then
---   back to the context's DB): coord:due (a retry), coord:flows:active, coord:expire,
+--   back to the context's DB): coord:due (a retry; dependents left to release, with a
+--   PUBLISH on coord:delayedwake), coord:flows:active, coord:expire,
 --   coord:flowdone (PUBLISH).
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)

@@ -73,7 +73,8 @@
 --   coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), and what lib_complete, lib_dispatch and
 --   lib_route derive (the flow's jobs, context:<ctx>, the indexes, the job queues);
 --   DB 0 (SELECT 0): coord:scheduler (read), coord:expire, coord:flows:active,
---   coord:jobdone, coord:flowdone, the runners' wake lists, and, last,
+--   coord:jobdone, coord:flowdone, coord:due and coord:delayedwake (dependents
+--   past the first RELEASE_CHUNK left to the scheduler), the runners' wake lists, and, last,
 --   coord:wake:msg_out and coord:busy.
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
@@ -217,7 +218,7 @@ for r = 1, #runs do
     if run.ck ~= '' then ck_end(run.ck, jk, now_ms) end
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
-    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
+    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
     if here and not alone then apply_here(jk, id, flow, tonumber(cur[3] or '0'), rresult) end
     if grouped then
       if here then

@@ -38,7 +38,7 @@ local function ck_release(ck, now_ms)
         redis.call('RPUSH', q, jk)
         if not ck_woken[q] then ck_woken[q] = 0; ck_order[#ck_order + 1] = q end
         ck_woken[q] = ck_woken[q] + 1
-        redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', EV_JOB_RELEASED, 'actor', 'coordinator', 'time_ms', now_ms, 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', 'concurrency_key ' .. ck .. ': queued')
+        redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RELEASED, 'actor', 'coordinator', 'time_ms', now_ms, 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', 'concurrency_key ' .. ck .. ': queued')
         return true
       end
     end
@@ -64,7 +64,7 @@ local function ck_route(ck, limit, q, jk, now_ms)
   redis.call('LPUSH', hk, q .. '\t' .. jk)
   redis.call('HSET', jk, 'held', why)
   local v = redis.call('HMGET', jk, 'flow_id', 'id', 'caller_id')
-  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'time_ms', now_ms, 'flow_id', v[1] or '0', 'job_id', v[2] or '', 'caller_id', v[3] or '', 'status', JOB_DISPATCHED, 'detail', why)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'time_ms', now_ms, 'flow_id', v[1] or '0', 'job_id', v[2] or '', 'caller_id', v[3] or '', 'status', JOB_DISPATCHED, 'detail', why)
   -- slots the drop above freed go to the oldest held jobs
   while n < limit and ck_release(ck, now_ms) do n = n + 1 end
   return false

@@ -14,6 +14,8 @@
 --     (ms), ready job ids…}: code 0 nothing changed (a stale or repeated end; for a
 --     repeated success, the node's dependents still ready, which its first report's
 --     caller may have died before it dispatched them), 1 applied, 2 retry scheduled.
+--     A node of more than RELEASE_CHUNK dependents releases its first RELEASE_CHUNK
+--     here and leaves the others to release_dependents (release_later).
 --     Leaves the script in the context's DB.
 --   - standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fatal, retries,
 --     backoff, now_s, now_ms, actor, retention_ms): the same for a job of no flow (jk:
@@ -37,8 +39,35 @@ local function retry_decide(succeeded, attempt, retries, fatal, stop, retry_afte
   if retry_after and retry_after > 0 then return retry_after end
   return backoff
 end
+-- release makes ready the dependents deps[from..to] of a node completed at fin (ms)
+-- whose dependencies are now all completed (their count r: reaches 0: the field goes,
+-- read as 0, a field less per node of a big flow kept), appending their ids to out.
+local function release(dag, caller, deps, from, to, fin, now_s, out)
+  for i = from, to do
+    local d = int(deps[i])
+    local r = redis.call('HINCRBY', dag, 'r:' .. d, -1)
+    if r <= 0 and redis.call('HGET', dag, 's:' .. d) == NODE_PENDING then
+      redis.call('HSET', dag, 's:' .. d, NODE_READY)
+      redis.call('HDEL', dag, 'r:' .. d)
+      set_job(caller, d, JOB_DISPATCHED, 'ready_at_ms', fin, 'updated_at', now_s)
+      out[#out + 1] = d
+    end
+  end
+end
+-- release_later records that a node's dependents after the first `done` are left to
+-- release_dependents calls (rel:<id> "<done> <fin>" in the DAG hash), which the
+-- scheduler makes at once: coord:due's member release:<ctx>:<flow>:<caller>:<id>, due
+-- now, and a wake on coord:delayedwake. A node of many dependents is so released a
+-- RELEASE_CHUNK at a time, never all in one call.
+local function release_later(dag, ctx, flow, caller, id, done, fin, now_ms)
+  redis.call('HSET', dag, 'rel:' .. id, done .. ' ' .. fin)
+  redis.call('SELECT', '0')
+  redis.call('ZADD', K_DUE, now_ms, 'release:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
+  redis.call('PUBLISH', K_DELAYED_WAKE, now_ms)
+  redis.call('SELECT', ctx)
+end
 local function complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff, result, finished_ms)
-local maxlen = EVENTS_MAXLEN
+local maxlen = EVENTS_CAP()
 local jk = K_JOB .. caller .. ':' .. id
 local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total')
 local s = node[1]
@@ -49,8 +78,9 @@ if s == NODE_COMPLETED and status == JOB_FINISHED and attempt == tonumber(node[2
   -- ready come back for this caller to dispatch (a dispatch of a node no longer ready
   -- changes nothing), instead of waiting for the scheduler's safety sweep.
   local out = {0, '', 0}
-  for _, d in ipairs(cjson.decode(node[3] or '[]')) do
-    d = int(d)
+  local deps = cjson.decode(node[3] or '[]')
+  for i = 1, math.min(#deps, RELEASE_CHUNK) do -- the later ones: release_dependents'
+    local d = int(deps[i])
     if redis.call('HGET', dag, 's:' .. d) == NODE_READY then out[#out + 1] = d end
   end
   return out
@@ -88,15 +118,9 @@ if status == JOB_FINISHED then
     end
   end
   local deps = cjson.decode(node[3] or '[]')
-  for _, d in ipairs(deps) do
-    d = int(d)
-    local r = redis.call('HINCRBY', dag, 'r:' .. d, -1)
-    if r <= 0 and redis.call('HGET', dag, 's:' .. d) == NODE_PENDING then
-      redis.call('HSET', dag, 's:' .. d, NODE_READY)
-      set_job(caller, d, JOB_DISPATCHED, 'ready_at_ms', fin, 'updated_at', now_s)
-      out[#out + 1] = d
-    end
-  end
+  local last = math.min(#deps, RELEASE_CHUNK)
+  release(dag, caller, deps, 1, last, fin, now_s, out)
+  if #deps > last then release_later(dag, ctx, flow, caller, id, last, fin, now_ms) end
 else
   local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'retry_after_ms')
   if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
@@ -166,7 +190,7 @@ local function standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fat
     if cur[6] then redis.call('HDEL', jk, 'retry_after_ms') end
     backoff = delay
     local due = tonumber(now_ms) + backoff
-    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'time_ms', now_ms, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
+    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'time_ms', now_ms, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
       'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
     redis.call('SELECT', '0')
     redis.call('ZADD', K_DUE, due, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)

@@ -77,7 +77,7 @@ local function set_flow(id, st, ...)
   return old
 end
 local function event(typ, actor, now_ms, flow, job, caller, st, detail)
-  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', typ, 'actor', actor, 'time_ms', now_ms,
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', typ, 'actor', actor, 'time_ms', now_ms,
     'flow_id', flow or '0', 'job_id', job or '0', 'caller_id', caller or '0', 'status', st or '', 'detail', detail or '')
 end
 -- dead_letter puts a job that failed for good into the context's DLQ (coord:dlq), unless

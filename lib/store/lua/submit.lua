@@ -19,7 +19,8 @@
 --   ctx           int       the context id
 --   now_s         int       now (s)
 --   now_ms        int       now (ms)
---   maxlen        int       the events stream's cap
+--   maxlen        int       the events' cap's floor (EVENTS_CAP scales it with
+--                           the jobs the context keeps)
 --   guard_fields  []string  field names of the context hash (the guard: nothing is
 --                           written unless the context holds guard_values in them
 --                           still; a missing field reads "")
@@ -102,6 +103,10 @@ argi = argi + 7
   jobs[k] = e_jobs
 end
 -- luagen: end of the prologue
+
+-- the events' cap scales with the jobs the context keeps (EVENTS_CAP); maxlen is its floor
+local cap = EVENTS_CAP()
+if tonumber(cap) > tonumber(maxlen) then maxlen = cap end
 
 for n, j in ipairs(jobs) do
   j.key, j.ukey = KEYS[2 * n - 1], KEYS[2 * n]

@@ -1,0 +1,250 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+	"github.com/hero-coordinator/hero/lib/testutil/storetest"
+)
+
+// createLayers creates a flow of caller 1 in context ctxID of layers × width sh jobs,
+// each job of a layer after the first depending on two of the layer before (widths[l]
+// overrides width for layer l when given), and returns the flow and its jobs' ids by
+// layer.
+func createLayers(t *testing.T, s *store.Store, ctxID uint32, widths ...int) (*model.Flow, [][]uint32) {
+	t.Helper()
+	ctx := context.Background()
+	var layers [][]uint32
+	var all []uint32
+	for l, w := range widths {
+		jobs := make([]*model.Job, w)
+		for i := range jobs {
+			jobs[i] = &model.Job{CallerID: 1, ContextID: ctxID, Script: "true", ScriptType: "sh"}
+			if l > 0 {
+				prev := layers[l-1]
+				jobs[i].Dependends = []uint32{prev[i%len(prev)], prev[(i+1)%len(prev)]}
+				if len(prev) == 1 {
+					jobs[i].Dependends = prev
+				}
+			}
+		}
+		var ids []uint32
+		for _, r := range s.CreateJobs(ctx, jobs, "1") {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			ids = append(ids, r.Job.ID)
+		}
+		layers = append(layers, ids)
+		all = append(all, ids...)
+	}
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: ctxID, Jobs: all}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, layers
+}
+
+// checkStarted checks a started flow's DAG and jobs: every node of the first layer
+// ready, every other pending with its job waiting for its prerequisites, the counters
+// and no start token left; and that the flow is started and active.
+func checkStarted(t *testing.T, db *store.DB, f *model.Flow, layers [][]uint32) {
+	t.Helper()
+	ctx := context.Background()
+	rc := srv.Client(t, int(db.ContextID))
+	dag := rc.HGetAll(ctx, keys.DAG(f.ID)).Val()
+	if dag["total"] != fmt.Sprint(len(f.Jobs)) || dag["terminal"] != "0" || dag["starting"] != "" {
+		t.Fatalf("the DAG's counters: total %q terminal %q starting %q", dag["total"], dag["terminal"], dag["starting"])
+	}
+	for l, ids := range layers {
+		for _, id := range ids {
+			st, js := dag[fmt.Sprint("s:", id)], rc.HGet(ctx, keys.Job(1, id), "status").Val()
+			if l == 0 && st != string(model.NodeReady) || l > 0 && (st != string(model.NodePending) || js != string(model.JobWaitingForPrerequisites)) {
+				t.Fatalf("layer %d, job %d: node %q, job %q", l, id, st, js)
+			}
+		}
+	}
+	if g, err := db.LoadFlow(ctx, f.ID); err != nil || g.Status != model.FlowStarted {
+		t.Fatalf("the flow after its start: %+v, %v", g, err)
+	}
+	if !srv.Client(t, 0).SIsMember(ctx, keys.ActiveFlows, fmt.Sprintf("%d:%d", db.ContextID, f.ID)).Val() {
+		t.Fatal("the started flow is not active")
+	}
+}
+
+// A flow of more than StartChunk jobs is started in chunks: one call to begin, one per
+// StartChunk nodes, one to mark it started; never one call over the whole flow. A
+// start interrupted midway leaves the flow dispatched, and starting it again starts
+// it whole; a call of a start that another start took over changes nothing.
+func TestBigFlowStartedInChunks(t *testing.T) {
+	s := open(t)
+	db := mustCtx(t, s, 31)
+	ctx := context.Background()
+	widths := []int{store.StartChunk, store.StartChunk, store.StartChunk, store.StartChunk/2 + 1}
+	f, layers := createLayers(t, s, 31, widths...)
+	n := len(f.Jobs)
+
+	// interrupted after its first chunk
+	jobs, err := db.LoadStartJobs(ctx, 1, f.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := db.StartPart(ctx, f, jobs, deps, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := db.LoadFlow(ctx, f.ID); g.Status != model.FlowDispatched {
+		t.Fatalf("a start interrupted midway: the flow is %s, want dispatched", g.Status)
+	}
+
+	before := fcalls(t)
+	_, ready := storetest.StartFlow(t, db, f)
+	chunks := (n + store.StartChunk - 1) / store.StartChunk
+	if calls := fcalls(t) - before; calls != chunks+2 {
+		t.Errorf("%d script calls to start a flow of %d jobs, want %d (begin, %d chunks, commit)", calls, n, chunks+2, chunks)
+	}
+	if !slices.Equal(ready, layers[0]) {
+		t.Fatalf("ready at the start: %d nodes, want the first layer's %d", len(ready), len(layers[0]))
+	}
+	checkStarted(t, db, f, layers)
+
+	// the interrupted start's late chunk changes nothing
+	if ok, err := late(); err != nil || ok != 0 {
+		t.Fatalf("a chunk of a start taken over: %d, %v", ok, err)
+	}
+	checkStarted(t, db, f, layers)
+}
+
+// A node with more than ReleaseChunk dependents makes the first ReleaseChunk ready at
+// its completion and leaves the others to ReleaseDependents calls of ReleaseChunk
+// each, which the scheduler is asked for (coord:due's release member); the last call
+// says none is left and removes the node's rel: field.
+func TestManyDependentsReleasedInChunks(t *testing.T) {
+	s := open(t)
+	db := mustCtx(t, s, 32)
+	ctx := context.Background()
+	n := 2*store.ReleaseChunk + 88
+	f, layers := createLayers(t, s, 32, 1, n)
+	jobs, ready := storetest.StartFlow(t, db, f)
+	if !slices.Equal(ready, layers[0]) {
+		t.Fatalf("ready at the start: %v", ready)
+	}
+	if _, err := db.DispatchStarted(ctx, f.ID, 1, jobs[:1], "scheduler", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	root := layers[0][0]
+	res, errs := db.CompleteNodes(ctx, []store.JobEnd{{FlowID: f.ID, CallerID: 1, JobID: root, Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler"}})
+	if errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	got := res[0].Ready
+	if !res[0].Applied || !slices.Equal(got, layers[1][:store.ReleaseChunk]) {
+		t.Fatalf("the completion made %d ready, want the first %d", len(got), store.ReleaseChunk)
+	}
+	due := srv.Client(t, 0).ZRange(ctx, keys.Due, 0, -1).Val()
+	if want := fmt.Sprintf("release:32:%d:1:%d", f.ID, root); !slices.Contains(due, want) {
+		t.Fatalf("coord:due %v, want %s", due, want)
+	}
+	calls := 0
+	for more := true; more; {
+		var part []uint32
+		var err error
+		part, more, err = db.ReleaseDependents(ctx, f.ID, 1, root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(part) > store.ReleaseChunk {
+			t.Fatalf("one release made %d ready, more than %d", len(part), store.ReleaseChunk)
+		}
+		got = append(got, part...)
+		calls++
+	}
+	if calls != 2 || !slices.Equal(got, layers[1]) {
+		t.Fatalf("%d releases made %d ready, want 2 making the other %d", calls, len(got), n-store.ReleaseChunk)
+	}
+	rc := srv.Client(t, 32)
+	if rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("rel:", root)).Val() {
+		t.Fatal("rel: left once every dependent is released")
+	}
+	for _, id := range layers[1] {
+		if st := rc.HGet(ctx, keys.DAG(f.ID), fmt.Sprint("s:", id)).Val(); st != string(model.NodeReady) {
+			t.Fatalf("dependent %d: %s", id, st)
+		}
+	}
+	if part, more, err := db.ReleaseDependents(ctx, f.ID, 1, root); err != nil || more || len(part) != 0 {
+		t.Fatalf("a release with none left: %v %v %v", part, more, err)
+	}
+}
+
+// The event stream's cap scales with the jobs the context keeps: with more events
+// than the old fixed cap (EventsMaxLen) written, the events the scripts add keep
+// them all, and a reader that resumes from an id in the middle reads every event
+// after it, none trimmed.
+func TestEventsCapScalesWithTheJobs(t *testing.T) {
+	s := open(t)
+	db := mustCtx(t, s, 33)
+	ctx := context.Background()
+	rc := srv.Client(t, 33)
+	// jobs enough for a cap of EventsPerJob each over EventsMaxLen + 1,500; the stream
+	// filled to EventsMaxLen + 500, past the old cap by five stream nodes of 100
+	target := store.EventsMaxLen + 500
+	n := (target+1000)/store.EventsPerJob + 1
+	for from := 0; from < n; from += 1000 {
+		jobs := make([]*model.Job, min(1000, n-from))
+		for i := range jobs {
+			jobs[i] = &model.Job{CallerID: 1, ContextID: 33, Script: "true", ScriptType: "sh"}
+		}
+		for _, r := range s.CreateJobs(ctx, jobs, "1") {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+	}
+	// as many events as the old cap, then a flow's
+	for sent := int(rc.XLen(ctx, keys.Events).Val()); sent < target; sent += 5000 {
+		p := rc.Pipeline()
+		for range min(5000, target-sent) {
+			store.AddEvent(ctx, p, &store.Event{Type: "job.started", Actor: "test"})
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// the 10th: the old cap trimmed whole stream nodes of 100 events from the start
+	mid := rc.XRangeN(ctx, keys.Events, "-", "+", 10).Val()[9].ID
+	total := rc.XLen(ctx, keys.Events).Val()
+	f, layers := createLayers(t, s, 33, 20, 20)
+	storetest.StartFlow(t, db, f)
+	after := rc.XLen(ctx, keys.Events).Val()
+	if after < total+int64(len(layers[1])) {
+		t.Fatalf("the stream holds %d events after %d and the flow's, want them all", after, total)
+	}
+	if err := db.CheckEventPosition(ctx, mid); err != nil {
+		t.Fatalf("a reader at the 10th event: %v", err)
+	}
+	read := 0
+	for pos := mid; ; {
+		evs, err := db.ReadEvents(ctx, pos, 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		read += len(evs)
+		pos = evs[len(evs)-1].ID
+	}
+	if int64(read) != after-10 {
+		t.Fatalf("read %d events after the 10th, want %d", read, after-10)
+	}
+}

@@ -1,0 +1,32 @@
+-- flow_start_begin: the first call of a large flow's start in chunks (StartFlow: a
+-- flow of more than startChunk jobs; a smaller one is started whole by start_flow):
+-- checks that the flow is dispatched (or scheduled: its time came), empties its DAG
+-- state and results (UNLINK: what an earlier, interrupted start wrote), and writes the
+-- DAG's counters with the start's token (starting), which each flow_start_chunk and the
+-- flow_start_commit check: a start begun again by another call takes the token over,
+-- and the calls of the first one then change nothing. The flow stays dispatched (its
+-- DAG not yet read by anyone) until flow_start_commit marks it started.
+--
+-- KEYS:
+--   flow     flow:<flow>
+--   dag      coord:dag:<flow>
+--   results  coord:flowres:<flow>
+-- ARGV:
+--   caller  int     the caller id
+--   total   int     the flow's number of jobs
+--   token   string  this start's token
+-- Reply: raw {1} begun; {0, status} the flow was not dispatched (or scheduled).
+--   Error NOTFOUND flow.
+
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local caller = ARGV[1]
+local total = ARGV[2]
+local token = ARGV[3]
+-- luagen: end of the prologue
+
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return redis.error_reply('NOTFOUND flow') end
+if st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return {0, st} end
+redis.call('UNLINK', KEYS[2], KEYS[3])
+redis.call('HSET', KEYS[2], 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0, 'completed', 0, 'cancelled', 0, 'starting', token)
+return {1}
