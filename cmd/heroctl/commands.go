@@ -33,7 +33,7 @@ type action func(ctx context.Context, pos []string) error
 func commands() []command {
 	var all []command
 	for _, group := range [][]command{keyCommands(), actorCommands(), secretCommands(), apiCommands(), pkiCommands(),
-		contextCommands(), runnerCommands(), jobCommands(), flowCommands(), dlqCommands(), scheduleCommands(), eventsCommands(),
+		contextCommands(), runnerCommands(), jobCommands(), flowCommands(), dlqCommands(), scheduleCommands(), limitCommands(), eventsCommands(),
 		dispatcherCommands(), toolCommands()} {
 		all = append(all, group...)
 	}

@@ -254,6 +254,14 @@ func (j *Job) Validate() error {
 	if j.ConcurrencyLimit > MaxConcurrencyLimit || (j.ConcurrencyLimit != 0 && j.ConcurrencyKey == "") {
 		return verr("job", j.ID, "concurrency_limit", "must be at most %d, and needs a concurrency_key", MaxConcurrencyLimit)
 	}
+	switch j.ConcurrencyPolicy {
+	case "", ConcurrencyQueue, ConcurrencyCancelNewest, ConcurrencyCancelOldest:
+		if j.ConcurrencyPolicy != "" && j.ConcurrencyKey == "" {
+			return verr("job", j.ID, "concurrency_policy", "needs a concurrency_key")
+		}
+	default:
+		return verr("job", j.ID, "concurrency_policy", "%q is not a policy (%s, %s or %s)", j.ConcurrencyPolicy, ConcurrencyQueue, ConcurrencyCancelNewest, ConcurrencyCancelOldest)
+	}
 	if j.Priority > PriorityLowest {
 		return verr("job", j.ID, "priority", "%d is not a priority (1 first … %d last; 0 or none: %d)", j.Priority, PriorityLowest, PriorityDefault)
 	}

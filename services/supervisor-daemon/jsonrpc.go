@@ -113,6 +113,9 @@ func (s *service) methods() map[string]method {
 		"schedule.delete":   rpcMethod("Delete a schedule; its runs stay (admins).", "{deleted}", s.scheduleDelete),
 		"schedule.trigger":  rpcMethod("Make a run of a schedule now, whatever its spec or pause (executors).", "{job: Job, existing}", s.scheduleTrigger),
 		"schedule.backfill": rpcMethod("Make the runs of a schedule's ticks from FROM (included) to TO (excluded), at most 10,000; a tick whose run exists is not made again (admins).", "{runs, existing}", s.scheduleBackfill),
+		"limit.set":         rpcMethod("Set a run or rate limit of a context: scope (context, type:<script type>, executor:<name>, key:<concurrency key>), max_running, rate per per (\"1s\", \"1m\"), burst; it holds from the next claim (admins).", "Limit", s.limitSet),
+		"limit.list":        rpcMethod("List a context's limits, each with the runs it counts now.", "{items: [Limit]}", s.limitList),
+		"limit.delete":      rpcMethod("Remove a limit of a context by scope (admins).", "{deleted}", s.limitDelete),
 	}
 	jc := m["job.create"]
 	jc.batch = s.jobCreateBatch

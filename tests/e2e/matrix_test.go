@@ -100,6 +100,11 @@ var matrixCases = []matrixCase{
 	{"schedule.delete", "", needAdmin, `{"context_id":1,"id":"none"}`, ""},
 	{"schedule.trigger", "", needExecutor, `{"context_id":1,"id":"none"}`, ""},
 	{"schedule.backfill", "", needAdmin, `{"context_id":1,"id":"none","from":"x","to":"y"}`, ""},
+	// Limits: JSON-RPC only (docs/scheduling.md); a scope that is none is refused
+	// after the permission check, so the matrix sets no limit.
+	{"limit.set", "", needAdmin, `{"context_id":1,"scope":"none","max_running":1}`, ""},
+	{"limit.list", "", needReader, `{"context_id":1}`, ""},
+	{"limit.delete", "", needAdmin, `{"context_id":1,"scope":"none"}`, ""},
 	{"dispatcher.list_jobs", "/hero.v1.Dispatcher/ListJobs", needOperator, `{}`, ""},
 	{"dispatcher.job_status", "/hero.v1.Dispatcher/JobStatus", needOperator, `{"id":"no-such-job"}`, ""},
 	{"dispatcher.job_logs", "/hero.v1.Dispatcher/JobLogs", needOperator, `{"id":"no-such-job"}`, ""},
