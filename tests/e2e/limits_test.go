@@ -15,10 +15,11 @@ import (
 
 // Run limits end to end (docs/scheduling.md): limit.set of type:sh with max_running
 // 2 on a runner of 8 slots: of 40 jobs at most 2 run at once (in the order Redis
-// recorded the starts and ends: the events' stream), a waiting job says why in
-// job.load while the limit holds, limit.list counts the runs, and raising the limit
-// at run time (no restart) lets 4 run at once for the next 40. Bad limits are refused
-// naming the field.
+// recorded the starts and ends: the events' stream), the waiting jobs said why
+// (job.held events) and lose it once started, limit.list counts the runs; raising
+// the limit at run time (no restart) lets 4 run at once for the next 40; a rate of
+// 20/s set then spreads 11 jobs' starts over at least 450 ms. Bad limits are refused
+// naming the field, changing nothing.
 func TestRunLimitEndToEnd(t *testing.T) {
 	_, c := newStack(t, harness.StackOptions{RunnerArgs: []string{"--concurrency", "8"}})
 	c.MustCall(t, "limit.set", map[string]any{"context_id": ctx1, "scope": "type:sh", "max_running": 2}, nil)
@@ -91,6 +92,23 @@ func TestRunLimitEndToEnd(t *testing.T) {
 	if most := run(41, 40); most > 4 || most < 3 {
 		t.Errorf("under max_running 4: at most %d jobs ran at once", most)
 	}
+	// a rate at run time: 20 jobs/s, burst 1, instead of the max: 11 jobs start no
+	// faster (the scheduler's due loop wakes the parked queue at each next token)
+	c.MustCall(t, "limit.set", map[string]any{"context_id": ctx1, "scope": "type:sh", "rate": 20, "per": "1s", "burst": 1}, nil)
+	run(81, 11)
+	var first, last int64
+	for id := 81; id <= 91; id++ {
+		us, _ := strconv.ParseInt(rdb.HGet(bg, "job:1:"+strconv.Itoa(id), "started_at_us").Val(), 10, 64)
+		if first == 0 || us < first {
+			first = us
+		}
+		last = max(last, us)
+	}
+	// 10 tokens after the first start at 20/s: 500 ms (less a few ms: a start stamp is
+	// the process's, after its claim)
+	if span := time.Duration(last-first) * time.Microsecond; span < 450*time.Millisecond {
+		t.Errorf("11 jobs under 20/s (burst 1) started within %s", span)
+	}
 	for _, bad := range []struct {
 		params map[string]any
 		field  string
@@ -106,8 +124,9 @@ func TestRunLimitEndToEnd(t *testing.T) {
 			t.Errorf("limit.set %v: %v (want a refusal naming %s)", bad.params, err, bad.field)
 		}
 	}
+	list.Items = nil
 	c.MustCall(t, "limit.list", map[string]any{"context_id": ctx1}, &list)
-	if len(list.Items) != 1 || list.Items[0].MaxRunning != 4 {
+	if len(list.Items) != 1 || list.Items[0].MaxRunning != 0 {
 		t.Errorf("a refused limit.set changed the limits: %+v", list)
 	}
 }
