@@ -248,6 +248,17 @@ func (j *Job) Validate() error {
 	if len(j.Prerequisites) > MaxListLen {
 		return verr("job", j.ID, "prerequisites", "has more than %d entries", MaxListLen)
 	}
+	if err := j.validateConcurrency(); err != nil {
+		return err
+	}
+	if j.Priority > PriorityLowest {
+		return verr("job", j.ID, "priority", "%d is not a priority (1 first … %d last; 0 or none: %d)", j.Priority, PriorityLowest, PriorityDefault)
+	}
+	return j.Limits.Validate("job", j.ID, "limits")
+}
+
+// validateConcurrency checks a job's concurrency key, limit and policy.
+func (j *Job) validateConcurrency() error {
 	if len(j.ConcurrencyKey) > MaxConcurrencyKeyLen || strings.ContainsAny(j.ConcurrencyKey, "\t\n\r") {
 		return verr("job", j.ID, "concurrency_key", "must be at most %d bytes, without tabs or line breaks", MaxConcurrencyKeyLen)
 	}
@@ -262,10 +273,7 @@ func (j *Job) Validate() error {
 	default:
 		return verr("job", j.ID, "concurrency_policy", "%q is not a policy (%s, %s or %s)", j.ConcurrencyPolicy, ConcurrencyQueue, ConcurrencyCancelNewest, ConcurrencyCancelOldest)
 	}
-	if j.Priority > PriorityLowest {
-		return verr("job", j.ID, "priority", "%d is not a priority (1 first … %d last; 0 or none: %d)", j.Priority, PriorityLowest, PriorityDefault)
-	}
-	return j.Limits.Validate("job", j.ID, "limits")
+	return nil
 }
 
 // Validate checks a Flow's own fields; the DAG is checked when the flow starts.

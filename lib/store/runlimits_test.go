@@ -96,13 +96,7 @@ func TestRunLimitMaxRunning(t *testing.T) {
 			if n := claim(); n != 0 {
 				t.Fatalf("a claim at the limit started %d", n)
 			}
-			if n := coord.LLen(ctx, wk).Val(); n != 0 {
-				t.Fatalf("a claim stopped by the limit left %d wake tokens", n)
-			}
-			next := jobs[len(ran)]
-			if h, err := db.LoadJob(ctx, 1, next.ID); err != nil || h.Held != "limit type:sh: 3 running" {
-				t.Fatalf("the oldest waiting job (%d): held %q, %v", next.ID, h.Held, err)
-			}
+			checkParked(t, db, wk, jobs[len(ran)].ID, "limit type:sh: 3 running")
 		}
 		if len(running) == 0 {
 			continue
@@ -125,6 +119,19 @@ func TestRunLimitMaxRunning(t *testing.T) {
 	ls, err := db.Limits(ctx)
 	if err != nil || len(ls) != 1 || ls[0].Scope != "type:sh" || ls[0].MaxRunning != 3 || ls[0].Running != 0 {
 		t.Fatalf("limit.list: %+v %v", ls, err)
+	}
+}
+
+// checkParked checks that a claim stopped by a limit left no wake token on wk and
+// that the oldest waiting job, id, says why.
+func checkParked(t *testing.T, db *store.DB, wk string, id uint32, why string) {
+	t.Helper()
+	ctx := context.Background()
+	if n := srv.Client(t, 0).LLen(ctx, wk).Val(); n != 0 {
+		t.Fatalf("a claim stopped by the limit left %d wake tokens", n)
+	}
+	if h, err := db.LoadJob(ctx, 1, id); err != nil || h.Held != why {
+		t.Fatalf("the oldest waiting job (%d): held %q, %v (want %q)", id, h.Held, err, why)
 	}
 }
 

@@ -92,23 +92,39 @@ func TestRunLimitEndToEnd(t *testing.T) {
 	if most := run(41, 40); most > 4 || most < 3 {
 		t.Errorf("under max_running 4: at most %d jobs ran at once", most)
 	}
-	// a rate at run time: 20 jobs/s, burst 1, instead of the max: 11 jobs start no
-	// faster (the scheduler's due loop wakes the parked queue at each next token)
+	// a rate at run time: 20 jobs/s, burst 1, instead of the max
 	c.MustCall(t, "limit.set", map[string]any{"context_id": ctx1, "scope": "type:sh", "rate": 20, "per": "1s", "burst": 1}, nil)
 	run(81, 11)
-	var first, last int64
-	for id := 81; id <= 91; id++ {
-		us, _ := strconv.ParseInt(rdb.HGet(bg, "job:1:"+strconv.Itoa(id), "started_at_us").Val(), 10, 64)
-		if first == 0 || us < first {
-			first = us
+	checkRateSpread(t, rdb, 81, 11)
+	checkBadLimits(t, c)
+	list.Items = nil
+	c.MustCall(t, "limit.list", map[string]any{"context_id": ctx1}, &list)
+	if len(list.Items) != 1 || list.Items[0].MaxRunning != 0 {
+		t.Errorf("a refused limit.set changed the limits: %+v", list)
+	}
+}
+
+// checkRateSpread checks that n jobs from first, started under 20/s with a burst of
+// 1, started no faster: 10 tokens after the first start take 500 ms (less a few ms:
+// a start stamp is its process's, after its claim).
+func checkRateSpread(t *testing.T, rdb *redis.Client, first, n int) {
+	t.Helper()
+	var lo, hi int64
+	for id := first; id < first+n; id++ {
+		us, _ := strconv.ParseInt(rdb.HGet(context.Background(), "job:1:"+strconv.Itoa(id), "started_at_us").Val(), 10, 64)
+		if lo == 0 || us < lo {
+			lo = us
 		}
-		last = max(last, us)
+		hi = max(hi, us)
 	}
-	// 10 tokens after the first start at 20/s: 500 ms (less a few ms: a start stamp is
-	// the process's, after its claim)
-	if span := time.Duration(last-first) * time.Microsecond; span < 450*time.Millisecond {
-		t.Errorf("11 jobs under 20/s (burst 1) started within %s", span)
+	if span := time.Duration(hi-lo) * time.Microsecond; span < 450*time.Millisecond {
+		t.Errorf("%d jobs under 20/s (burst 1) started within %s", n, span)
 	}
+}
+
+// checkBadLimits checks that bad limits are refused naming the field.
+func checkBadLimits(t *testing.T, c *harness.Client) {
+	t.Helper()
 	for _, bad := range []struct {
 		params map[string]any
 		field  string
@@ -123,11 +139,6 @@ func TestRunLimitEndToEnd(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), bad.field) {
 			t.Errorf("limit.set %v: %v (want a refusal naming %s)", bad.params, err, bad.field)
 		}
-	}
-	list.Items = nil
-	c.MustCall(t, "limit.list", map[string]any{"context_id": ctx1}, &list)
-	if len(list.Items) != 1 || list.Items[0].MaxRunning != 0 {
-		t.Errorf("a refused limit.set changed the limits: %+v", list)
 	}
 }
 
