@@ -108,6 +108,7 @@ type Sandbox struct {
 	setpriv string   // …and setpriv (PrepareWith)
 	cg      *cgroups // nil: no cgroups (rlimits only)
 	ecg     *cgroups // executor pools' (nil: cg's)
+	own     *owner   // names its job cgroups and proves it alive (cgroup.go); with cg
 	guard   *guard   // kills the jobs' process groups when the runner is gone
 	net     netTools // outbound network's programs (net.err: why there is none)
 	ahead   *ahead   // sandboxes made ahead of need (nil: none)
@@ -137,6 +138,12 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 	if s.setpriv, err = exec.LookPath("setpriv"); err != nil {
 		return nil, errors.New("sandbox: setpriv is not installed (Debian: util-linux; Alpine: setpriv): jobs start through it")
 	}
+	made := false
+	defer func() {
+		if !made && s.own != nil {
+			s.own.release()
+		}
+	}()
 	s.detectCgroups()
 	if opt.Mode == ModeBwrap {
 		s.net = findNetTools()
@@ -167,6 +174,7 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 			s.ahead = newAhead(s, opt.Ahead)
 		}
 	}
+	made = true
 	return s, nil
 }
 
@@ -180,11 +188,14 @@ func (s *Sandbox) detectCgroups() {
 	if s.cg = detectCgroups(opt.CgroupBase, opt.CgroupParent); s.cg == nil {
 		return
 	}
-	s.cg.reapOrphans() // what a killed runner left in its job cgroups
+	s.own = newOwner(ownersDir())
 	if opt.ExecutorCgroupParent != opt.CgroupParent {
-		if s.ecg = detectCgroups(opt.CgroupBase, opt.ExecutorCgroupParent); s.ecg != nil {
-			s.ecg.reapOrphans() // and in its executor pools' cgroups
-		}
+		s.ecg = detectCgroups(opt.CgroupBase, opt.ExecutorCgroupParent)
+	}
+	if s.ecg != nil {
+		reapOrphans(s.own, s.cg, s.ecg) // what a killed runner left in its job and pool cgroups
+	} else {
+		reapOrphans(s.own, s.cg) // what a killed runner left in its job cgroups
 	}
 }
 
@@ -193,7 +204,12 @@ func (s *Sandbox) Close() {
 	if s.ahead != nil {
 		s.ahead.close()
 	}
-	s.guard.close()
+	if s.guard != nil {
+		s.guard.close()
+	}
+	if s.own != nil {
+		s.own.release()
+	}
 }
 
 // trial runs a job as every job runs — in its own filesystem, under its wrapper,
@@ -491,7 +507,7 @@ func (s *Sandbox) limitScript(j *Job, lim Limits, executor bool) ([]string, erro
 		cg = s.ecg
 	}
 	if cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0 || lim.CPUWeight > 0) {
-		g, err := cg.create(fmt.Sprintf("job-%d-%d", os.Getpid(), s.seq.Add(1)), lim)
+		g, err := cg.create(s.own.cgroupName(s.seq.Add(1)), lim)
 		if err != nil {
 			return nil, err
 		}
@@ -700,6 +716,24 @@ func (j *Job) collect() (full bool, res Result, ok bool) {
 	}
 	return parseReport(j.report.wait(), j.report.max)
 }
+
+// Begun says when the job's own command began (ok false: not yet): its wrapper said
+// so once its sandbox was made, its prologue done (a sandbox made ahead: its job
+// handed to it), right before the command runs. Its time is counted from then — its
+// timeout, its started_at_us — not from its launch: the making of its sandbox is not
+// the job's. As the runner read it: a runner stopped meanwhile reads it late, never
+// early. A job without a wrapper of its own (no sandbox of its own: Measured false)
+// has no such moment.
+func (j *Job) Begun() (at time.Time, ok bool) {
+	if j.report == nil {
+		return time.Time{}, false
+	}
+	return j.report.begun()
+}
+
+// Measured says whether the job has a wrapper that says when its command began
+// (Begun): one of its own filesystem, once launched.
+func (j *Job) Measured() bool { return j.report != nil }
 
 // Started must be called once the job's process runs: a job with outbound network
 // waits in bwrap until its network is set up here. An error leaves the job held (kill

@@ -45,17 +45,30 @@ func TestExecutorPoolCgroupBesideTheJobs(t *testing.T) {
 		t.Skip("cgroups are made by a root runner")
 	}
 	base := t.TempDir()
-	left := filepath.Join(base, "cpu", "hero-executors", "job-2147483646-1") // its runner gone
-	if err := os.MkdirAll(left, 0o755); err != nil {
-		t.Fatal(err)
+	gone := newOwner(ownersDir()) // a runner that died: the kernel let its lock go
+	if gone.dir == "" {
+		t.Skip("no directory for runners' lock files here")
+	}
+	_ = gone.lock.Close()
+	lockFile := filepath.Join(gone.dir, gone.instance+".lock")
+	t.Cleanup(func() { _ = os.Remove(lockFile) })
+	// Its cgroups under both parents: the lock file goes only once both are reaped.
+	left := filepath.Join(base, "cpu", "hero-executors", gone.cgroupName(2))
+	leftJob := filepath.Join(base, "cpu", "hero-jobs", gone.cgroupName(1))
+	for _, d := range []string{left, leftJob} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s, err := New(context.Background(), Options{Mode: ModeNone, CgroupBase: base})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := os.Stat(left); !os.IsNotExist(err) {
-		t.Errorf("a gone runner's pool cgroup %s is left after the start (%v)", left, err)
+	for _, d := range []string{left, leftJob, lockFile} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("a gone runner's %s is left after the start (%v)", d, err)
+		}
 	}
 	for _, tc := range []struct {
 		x      Extra

@@ -41,19 +41,7 @@ func TestPausedQueueClaimsNothing(t *testing.T) {
 	if n := rc.LLen(ctx, q).Val(); n != 3 {
 		t.Fatalf("the paused queue holds %d jobs, not 3", n)
 	}
-	qs, err := db.Queues(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v model.Queue
-	for _, x := range qs {
-		if x.Queue == q {
-			v = x
-		}
-	}
-	if v.Queue != q || v.ScriptType != "sh" || !v.Paused || v.Depth != 3 || v.PausedBy != "7" || v.PauseNote != "hold" || v.PausedAtMs == 0 {
-		t.Fatalf("the paused queue: %+v", v)
-	}
+	checkPausedView(t, db, q)
 	if changed, err := db.PauseQueue(ctx, "sh", "resume", "7", "go"); err != nil || !changed {
 		t.Fatalf("resume: %v %v", changed, err)
 	}
@@ -69,5 +57,23 @@ func TestPausedQueueClaimsNothing(t *testing.T) {
 	}
 	if q, err := db.Queue(ctx, "sh"); err != nil || q.Paused || q.Depth != 0 {
 		t.Fatalf("the resumed queue: %+v %v", q, err)
+	}
+}
+
+// checkPausedView: Queues shows queue q of db paused by 7 ("hold") with its 3 jobs.
+func checkPausedView(t *testing.T, db *store.DB, q string) {
+	t.Helper()
+	qs, err := db.Queues(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v model.Queue
+	for _, x := range qs {
+		if x.Queue == q {
+			v = x
+		}
+	}
+	if v.Queue != q || v.ScriptType != "sh" || !v.Paused || v.Depth != 3 || v.PausedBy != "7" || v.PauseNote != "hold" || v.PausedAtMs == 0 {
+		t.Fatalf("the paused queue: %+v", v)
 	}
 }

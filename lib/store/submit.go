@@ -120,11 +120,11 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		if sb.UniqueKey != "" {
 			uk = keys.Unique(sb.UniqueKey)
 		}
-		jk := ""
-		if j.ID != 0 {
-			jk = keys.Job(j.CallerID, j.ID)
-		}
-		a.JobsKeys = append(a.JobsKeys, jk, uk)
+		// A job whose id the script reserves names job:<caller>:0, which it does not
+		// use: Redis checks every key of an FCALL against the caller's ACL user, and
+		// an empty key matches none of a restricted user's patterns (the scheduler's
+		// runs of schedules were refused: lib/redisacl).
+		a.JobsKeys = append(a.JobsKeys, keys.Job(j.CallerID, j.ID), uk)
 		cmp, ini := splitFields(j, jobInitialOnly)
 		ini = withoutFields(ini, submitWrites...)
 		a.Jobs[i] = submitJob{Chosen: j.ID != 0, Caller: int64(j.CallerID), ID: int64(j.ID), TTL: sb.UniqueTTL.Milliseconds(),

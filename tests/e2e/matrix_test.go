@@ -108,6 +108,7 @@ var matrixCases = []matrixCase{
 	{"limit.set", "", needAdmin, `{"context_id":1,"scope":"none","max_running":1}`, ""},
 	{"limit.list", "", needReader, `{"context_id":1}`, ""},
 	{"limit.delete", "", needAdmin, `{"context_id":1,"scope":"none"}`, ""},
+	{"console.link", "", needAny, `{}`, ""},
 	{"dispatcher.list_jobs", "/hero.v1.Dispatcher/ListJobs", needOperator, `{}`, ""},
 	{"dispatcher.job_status", "/hero.v1.Dispatcher/JobStatus", needOperator, `{"id":"no-such-job"}`, ""},
 	{"dispatcher.job_logs", "/hero.v1.Dispatcher/JobLogs", needOperator, `{"id":"no-such-job"}`, ""},

@@ -70,15 +70,43 @@ func TestQueuePauseResume(t *testing.T) {
 	if other := submit("bash", "true"); !c.WaitEvent(t, ctx1, time.Minute, func() bool { return finished(other) }) {
 		t.Fatalf("a job of a queue not paused did not run: %+v", loadJob(t, c, other))
 	}
-	// kill -9 of every service while paused changes nothing.
+	killAllServices(s, c) // kill -9 of every service while paused changes nothing
+	if other := submit("bash", "true"); !c.WaitEvent(t, ctx1, time.Minute, func() bool { return finished(other) }) {
+		t.Fatalf("a job of a queue not paused did not run after the restarts: %+v", loadJob(t, c, other))
+	}
+	checkStillHeld(t, c, held)
+	// Pausing again keeps the first pause's note; bad input is named and stores nothing.
+	c.MustCall(t, "queue.pause", map[string]any{"context_id": ctx1, "script_type": "sh", "note": "again"}, &q)
+	if q.PauseNote != "maintenance" {
+		t.Fatalf("a second pause changed the note: %+v", q)
+	}
+	checkQueueBadInput(t, c)
+
+	c.MustCall(t, "queue.resume", map[string]any{"context_id": ctx1, "script_type": "sh", "note": "done"}, &q)
+	if q.Paused {
+		t.Fatalf("resumed queue: %+v", q)
+	}
+	for _, id := range held {
+		if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return finished(id) }) {
+			t.Fatalf("job %d of the resumed queue did not finish: %+v", id, loadJob(t, c, id))
+		}
+	}
+}
+
+// killAllServices kill -9s every service of the stack and starts it again; c follows
+// the API's new address.
+func killAllServices(s *harness.Stack, c *harness.Client) {
 	for _, name := range []string{"scheduler", "router", "runner", "supervisor-daemon"} {
 		map[string]*harness.Proc{"scheduler": s.Scheduler, "router": s.Router, "runner": s.Runner, "supervisor-daemon": s.API}[name].Kill()
 		s.Start(name)
 	}
 	c.URL, c.GRPCAddr = harness.APIURL(s.API), s.API.GRPCAddr
-	if other := submit("bash", "true"); !c.WaitEvent(t, ctx1, time.Minute, func() bool { return finished(other) }) {
-		t.Fatalf("a job of a queue not paused did not run after the restarts: %+v", loadJob(t, c, other))
-	}
+}
+
+// checkStillHeld: the jobs of the paused sh queue are queued, none started, and
+// queue.list shows the queue paused with them.
+func checkStillHeld(t *testing.T, c *harness.Client, held []uint32) {
+	t.Helper()
 	for _, id := range held {
 		if j := loadJob(t, c, id); j.Status != "dispatched" || j.StartedAtMs != 0 {
 			t.Fatalf("job %d of the paused queue: %+v", id, j)
@@ -91,11 +119,13 @@ func TestQueuePauseResume(t *testing.T) {
 	if q := qs["queue:bash"]; q.Paused || q.Depth != 0 || q.Runners != 1 {
 		t.Fatalf("queue.list's bash queue: %+v", q)
 	}
-	// Pausing again keeps the first pause's note; bad input is named and stores nothing.
-	c.MustCall(t, "queue.pause", map[string]any{"context_id": ctx1, "script_type": "sh", "note": "again"}, &q)
-	if q.PauseNote != "maintenance" {
-		t.Fatalf("a second pause changed the note: %+v", q)
-	}
+}
+
+// checkQueueBadInput: a queue.pause with bad input is refused naming its field and
+// changes no queue.
+func checkQueueBadInput(t *testing.T, c *harness.Client) {
+	t.Helper()
+	before := listQueues(t, c)
 	for _, bad := range []struct {
 		params map[string]any
 		field  string
@@ -111,17 +141,7 @@ func TestQueuePauseResume(t *testing.T) {
 			t.Errorf("queue.pause %v: %v (want invalid params naming %s)", bad.params, err, bad.field)
 		}
 	}
-	if n := len(listQueues(t, c)); n != len(qs) || listQueues(t, c)["queue:bash"].Paused {
-		t.Fatalf("refused pauses changed the queues: %v", listQueues(t, c))
-	}
-
-	c.MustCall(t, "queue.resume", map[string]any{"context_id": ctx1, "script_type": "sh", "note": "done"}, &q)
-	if q.Paused {
-		t.Fatalf("resumed queue: %+v", q)
-	}
-	for _, id := range held {
-		if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return finished(id) }) {
-			t.Fatalf("job %d of the resumed queue did not finish: %+v", id, loadJob(t, c, id))
-		}
+	if after := listQueues(t, c); len(after) != len(before) || after["queue:bash"].Paused {
+		t.Fatalf("refused pauses changed the queues: %v", after)
 	}
 }

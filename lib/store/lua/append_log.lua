@@ -9,6 +9,7 @@
 --   max    num     the cap (bytes)
 --   ref    string  the job's "<ctx>:<caller>:<id>" (the notice's payload)
 -- Reply: int the log's new length. Past the cap one truncation note is written, then nothing.
+-- Derives: coord:logappend (a channel) where ref is published while the watch key exists.
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local chunk = ARGV[1]

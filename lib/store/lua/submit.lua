@@ -13,7 +13,7 @@
 --
 -- KEYS:
 --   ...jobs  per job i (1-based), KEYS[2i-1] the job's key (job:<caller>:<id>) when
---            its caller chose its id ("" when the script reserves one) and KEYS[2i]
+--            its caller chose its id (job:<caller>:0, unused, when the script reserves one) and KEYS[2i]
 --            its uniqueness key (keys.Unique, coord:unique:<unique_key>; "" for none)
 -- ARGV:
 --   ctx           int       the context id
