@@ -33,7 +33,7 @@ type action func(ctx context.Context, pos []string) error
 func commands() []command {
 	var all []command
 	for _, group := range [][]command{keyCommands(), actorCommands(), secretCommands(), apiCommands(), pkiCommands(),
-		contextCommands(), runnerCommands(), jobCommands(), flowCommands(), dlqCommands(), scheduleCommands(), queueCommands(), eventsCommands(),
+		contextCommands(), runnerCommands(), jobCommands(), flowCommands(), dlqCommands(), scheduleCommands(), queueCommands(), limitCommands(), eventsCommands(),
 		dispatcherCommands(), consoleCommands(), toolCommands()} {
 		all = append(all, group...)
 	}

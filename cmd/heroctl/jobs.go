@@ -38,6 +38,7 @@ type jobFlags struct {
 	id, runner, timeout, retries *uint
 	priority, concurrencyLimit   *uint
 	concurrencyKey               *string
+	concurrencyPolicy            *string
 	typ, script, file, depends   *string
 	function, args, kwargs       *string
 	limits                       *string
@@ -53,6 +54,7 @@ func addJobFlags(fs *flag.FlagSet) *jobFlags {
 	f.priority = fs.Uint("priority", 0, "its order in its queue: 1 first … 5 last (0: 3)")
 	f.concurrencyKey = fs.String("concurrency-key", "", "at most --concurrency-limit jobs of this key run at once (e.g. a customer id)")
 	f.concurrencyLimit = fs.Uint("concurrency-limit", 0, "the most jobs of its --concurrency-key in flight (0: 1)")
+	f.concurrencyPolicy = fs.String("concurrency-policy", "", "at its key's limit: queue (default: wait), cancel_newest (this job), cancel_oldest (the key's oldest in flight)")
 	f.typ = fs.String("type", "", "the script type: python, sh, bash, …")
 	f.script = fs.String("script", "", "the script")
 	f.file = fs.String("file", "", "read the script from this file")
@@ -78,7 +80,7 @@ func (f *jobFlags) job() (*model.Job, error) {
 	if *f.concurrencyLimit > model.MaxConcurrencyLimit || (*f.concurrencyLimit != 0 && *f.concurrencyKey == "") {
 		return nil, usageErr("--concurrency-limit %d: at most %d, with a --concurrency-key", *f.concurrencyLimit, model.MaxConcurrencyLimit)
 	}
-	j.ConcurrencyKey, j.ConcurrencyLimit = *f.concurrencyKey, uint32(*f.concurrencyLimit)
+	j.ConcurrencyKey, j.ConcurrencyLimit, j.ConcurrencyPolicy = *f.concurrencyKey, uint32(*f.concurrencyLimit), *f.concurrencyPolicy
 	var err error
 	if j.EnvVars, err = parseEnv(f.env); err != nil {
 		return nil, err
@@ -377,7 +379,11 @@ func printJob(w *tabwriter.Writer, j *model.Job) {
 		fmt.Fprintf(w, "priority\t%d\n", j.Priority)
 	}
 	if j.ConcurrencyKey != "" {
-		fmt.Fprintf(w, "concurrency key\t%s (limit %d)\n", j.ConcurrencyKey, max(j.ConcurrencyLimit, 1))
+		policy := j.ConcurrencyPolicy
+		if policy == "" {
+			policy = model.ConcurrencyQueue
+		}
+		fmt.Fprintf(w, "concurrency key\t%s (limit %d, %s)\n", j.ConcurrencyKey, max(j.ConcurrencyLimit, 1), policy)
 	}
 	if j.Held != "" {
 		fmt.Fprintf(w, "held\t%s\n", j.Held)

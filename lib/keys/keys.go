@@ -136,11 +136,45 @@ func ConcurrencyHeld(k string) string { return ConcurrencyHeldPrefix + k }
 const ConcurrencyHeldPrefix = "coord:ckheld:"
 
 // OrderFeatures is the set, in a context's DB, of the claim-order features its jobs
-// have used ("priority", "concurrency"): routing reads a job's priority and
-// concurrency fields only in a context that has (one read of this set per script
-// call, instead of fields missing from every job's hash). Written when such a job is
-// created or submitted; never removed.
+// have used ("priority", "concurrency") and its limits ("limit": limit.set): routing
+// reads a job's priority and concurrency fields, and a claim the priority sets and
+// the limits, only in a context that has one (one read of this set per script call,
+// instead of fields missing from every job's hash). Written when such a job is
+// created or submitted, or a limit set; never removed.
 const OrderFeatures = "coord:features"
+
+// Limits is the hash, in a context's DB, of its run and rate limits (limit.set) by
+// scope ("context", "type:<script type>", "executor:<name>", "key:<concurrency key>")
+// → "<max running> <rate> <per ms> <burst>" (0: none). The claim reads it while the
+// context's OrderFeatures hold "limit" (docs/scheduling.md).
+const Limits = "coord:limits"
+
+// LimitRunning is the set, in a context's DB, of the claims (their coord:leases
+// members) that run under the max-running limit of scope s: a claim starts jobs
+// only while it holds fewer than the limit; a run's end removes its member, and a
+// claim at the limit first drops the members whose lease is gone or expired.
+func LimitRunning(s string) string { return LimitRunningPrefix + s }
+
+// LimitRunningPrefix starts every LimitRunning set.
+const LimitRunningPrefix = "coord:limrun:"
+
+// LimitBucket is the hash, in a context's DB, of the token bucket of the rate limit
+// of scope s: tokens (a number) and at_ms (Redis's time of its last refill).
+func LimitBucket(s string) string { return LimitBucketPrefix + s }
+
+// LimitBucketPrefix starts every LimitBucket hash.
+const LimitBucketPrefix = "coord:limbucket:"
+
+// LimitParked is the set, in a context's DB, of the job queues whose claims a
+// max-running limit stopped (their wake tokens removed): the end of a run that
+// frees a slot wakes them and empties it.
+const LimitParked = "coord:limpark"
+
+// Debounce is the string, in a context's DB, that names the pending job of debounce
+// key k ("<caller>:<id>": the last job submitted with the key, scheduled at the end of
+// its window); a later submission with the key replaces it and cancels that job while
+// it still waits (lua/debounce.lua). It expires a while after the window.
+func Debounce(k string) string { return "coord:debounce:" + k }
 
 // Turns is the hash, in a context's DB, of the claims the context made in the
 // current round of each runner wake list (keys.WakeRunner → count): a context whose

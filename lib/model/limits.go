@@ -149,5 +149,12 @@ const (
 	MaxConcurrencyLimit  = 10000
 )
 
+// The policies of a concurrency key at its limit (Job.ConcurrencyPolicy).
+const (
+	ConcurrencyQueue        = "queue"
+	ConcurrencyCancelNewest = "cancel_newest"
+	ConcurrencyCancelOldest = "cancel_oldest"
+)
+
 // MaxWeight bounds Context.Weight, a context's claims per round on a shared runner.
 const MaxWeight = 100

@@ -196,9 +196,19 @@ type Job struct {
 	// wait, held, in order, and the keys take turns (docs/scheduling.md).
 	ConcurrencyKey   string `hash:"concurrency_key,omitempty" json:"concurrency_key,omitempty"`
 	ConcurrencyLimit uint32 `hash:"concurrency_limit,omitempty" json:"concurrency_limit,omitempty"`
+	// ConcurrencyPolicy says what happens to a job of a key at its limit:
+	// ConcurrencyQueue (none: the default) holds it, ConcurrencyCancelNewest cancels
+	// it, ConcurrencyCancelOldest cancels the key's oldest job in flight instead.
+	ConcurrencyPolicy string `hash:"concurrency_policy,omitempty" json:"concurrency_policy,omitempty"`
 	// Held says why a claim held the job back (a limit it met) until it goes back to
 	// its queue.
-	Held     string `hash:"held,omitempty" json:"held,omitempty"`
+	Held string `hash:"held,omitempty" json:"held,omitempty"`
+	// DebounceKey is the submission's debounce key: of the jobs submitted with it
+	// within the window, only the last runs (docs/scheduling.md).
+	DebounceKey string `hash:"debounce_key,omitempty" json:"debounce_key,omitempty"`
+	// Limited: its last claim started it under its context's run or rate limits
+	// (limit.set): the end of its run gives its slot back.
+	Limited  bool   `hash:"limited,omitempty" json:"-"`
 	FlowID   uint32 `hash:"flow_id,omitempty" json:"flow_id,omitempty"`
 	Error    string `hash:"error,omitempty" json:"error,omitempty"`
 	ExitCode int    `hash:"exit_code,omitempty" json:"exit_code,omitempty"`

@@ -248,16 +248,32 @@ func (j *Job) Validate() error {
 	if len(j.Prerequisites) > MaxListLen {
 		return verr("job", j.ID, "prerequisites", "has more than %d entries", MaxListLen)
 	}
+	if err := j.validateConcurrency(); err != nil {
+		return err
+	}
+	if j.Priority > PriorityLowest {
+		return verr("job", j.ID, "priority", "%d is not a priority (1 first … %d last; 0 or none: %d)", j.Priority, PriorityLowest, PriorityDefault)
+	}
+	return j.Limits.Validate("job", j.ID, "limits")
+}
+
+// validateConcurrency checks a job's concurrency key, limit and policy.
+func (j *Job) validateConcurrency() error {
 	if len(j.ConcurrencyKey) > MaxConcurrencyKeyLen || strings.ContainsAny(j.ConcurrencyKey, "\t\n\r") {
 		return verr("job", j.ID, "concurrency_key", "must be at most %d bytes, without tabs or line breaks", MaxConcurrencyKeyLen)
 	}
 	if j.ConcurrencyLimit > MaxConcurrencyLimit || (j.ConcurrencyLimit != 0 && j.ConcurrencyKey == "") {
 		return verr("job", j.ID, "concurrency_limit", "must be at most %d, and needs a concurrency_key", MaxConcurrencyLimit)
 	}
-	if j.Priority > PriorityLowest {
-		return verr("job", j.ID, "priority", "%d is not a priority (1 first … %d last; 0 or none: %d)", j.Priority, PriorityLowest, PriorityDefault)
+	switch j.ConcurrencyPolicy {
+	case "", ConcurrencyQueue, ConcurrencyCancelNewest, ConcurrencyCancelOldest:
+		if j.ConcurrencyPolicy != "" && j.ConcurrencyKey == "" {
+			return verr("job", j.ID, "concurrency_policy", "needs a concurrency_key")
+		}
+	default:
+		return verr("job", j.ID, "concurrency_policy", "%q is not a policy (%s, %s or %s)", j.ConcurrencyPolicy, ConcurrencyQueue, ConcurrencyCancelNewest, ConcurrencyCancelOldest)
 	}
-	return j.Limits.Validate("job", j.ID, "limits")
+	return nil
 }
 
 // Validate checks a Flow's own fields; the DAG is checked when the flow starts.

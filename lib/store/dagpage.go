@@ -90,7 +90,7 @@ func (d *DB) hmget(ctx context.Context, key string, fields ...string) ([]any, er
 }
 
 // dagJobFields are the job fields a page of flow.dag shows.
-var dagJobFields = []string{"id", "status", "script_type", "dependends", "attempt", "function_name"}
+var dagJobFields = []string{"id", "status", "script_type", "dependends", "attempt", "function_name", "held"}
 
 // LoadDAGJobs reads of each job of one caller what a page of flow.dag shows of it
 // (dagJobFields), one HMGET each in one round trip; a missing job is ErrNotFound.

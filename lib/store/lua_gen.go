@@ -580,7 +580,7 @@ func decodeClaimMessageReply(v any) (out any, err error) {
 }
 
 // claimStartScript is lua/claim_start.lua (its header declares its interface).
-var claimStartScript = luaScript("claim_start.lua", "lib_busy.lua", "lib_state.lua", "lib_qpause.lua")
+var claimStartScript = luaScript("claim_start.lua", "lib_busy.lua", "lib_state.lua", "lib_qpause.lua", "lib_limit.lua")
 
 // claimStartArgs are the KEYS and ARGV of lua/claim_start.lua.
 type claimStartArgs struct {
@@ -596,6 +596,7 @@ type claimStartArgs struct {
 	Max       int64
 	Token     string
 	Held      string
+	Ctx       string
 	Set       []string
 	Clears    []string
 	Starts    []claimStartStart
@@ -611,7 +612,7 @@ type claimStartStart struct {
 func (a *claimStartArgs) call() Call {
 	keys := make([]string, 0, 5)
 	keys = append(keys, a.QueueKey, a.ProcKey, a.LeasesKey, a.EventsKey, a.WakeKey)
-	args := make([]any, 0, 10)
+	args := make([]any, 0, 11)
 	args = append(args, a.Worker)
 	args = append(args, a.Qname)
 	args = append(args, a.Exp)
@@ -619,6 +620,7 @@ func (a *claimStartArgs) call() Call {
 	args = append(args, a.Max)
 	args = append(args, a.Token)
 	args = append(args, a.Held)
+	args = append(args, a.Ctx)
 	args = append(args, len(a.Set))
 	for _, x1 := range a.Set {
 		args = append(args, x1)
@@ -857,6 +859,54 @@ func decodeCreateReply(v any) (out []createOutcome, err error) {
 			return out, fmt.Errorf("lua/create.lua: reply[].field: %w", err)
 		}
 	}
+	return out, nil
+}
+
+// debounceScript is lua/debounce.lua (its header declares its interface).
+var debounceScript = luaScript("debounce.lua", "lib_busy.lua", "lib_state.lua")
+
+// debounceArgs are the KEYS and ARGV of lua/debounce.lua.
+type debounceArgs struct {
+	PendingKey string // KEYS
+	Ctx        string
+	Caller     string
+	ID         string
+	Dkey       string
+	TTLMs      int64
+	Actor      string
+	NowS       string
+	NowMs      string
+}
+
+// call is the run of lua/debounce.lua with a's KEYS and ARGV.
+func (a *debounceArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.PendingKey)
+	args := make([]any, 0, 8)
+	args = append(args, a.Ctx)
+	args = append(args, a.Caller)
+	args = append(args, a.ID)
+	args = append(args, a.Dkey)
+	args = append(args, a.TTLMs)
+	args = append(args, a.Actor)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	return Call{Script: debounceScript, Keys: keys, Args: args}
+}
+
+// run runs lua/debounce.lua and decodes its reply.
+func (a *debounceArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeDebounceReply(res)
+}
+
+// decodeDebounceReply decodes the reply of lua/debounce.lua.
+func decodeDebounceReply(v any) (out any, err error) {
+	out = v
 	return out, nil
 }
 
@@ -1156,7 +1206,7 @@ func decodeExtendReply(v any) (out int64, err error) {
 }
 
 // finishJobsScript is lua/finish_jobs.lua (its header declares its interface).
-var finishJobsScript = luaScript("finish_jobs.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua")
+var finishJobsScript = luaScript("finish_jobs.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua", "lib_limit.lua")
 
 // finishJobsArgs are the KEYS and ARGV of lua/finish_jobs.lua.
 type finishJobsArgs struct {
@@ -1199,6 +1249,7 @@ type finishJobsRun struct {
 	Entry      any
 	Started    string
 	Ck         string
+	Lim        bool
 }
 
 // call is the run of lua/finish_jobs.lua with a's KEYS and ARGV.
@@ -1244,6 +1295,7 @@ func (a *finishJobsArgs) call() Call {
 		args = append(args, x1.Entry)
 		args = append(args, x1.Started)
 		args = append(args, x1.Ck)
+		args = append(args, luaBool(x1.Lim))
 	}
 	return Call{Script: finishJobsScript, Keys: keys, Args: args}
 }
@@ -1853,6 +1905,86 @@ func (a *gatewayLeaseReleaseArgs) run(ctx context.Context, r luaRunner) (int64, 
 func decodeGatewayLeaseReleaseReply(v any) (out int64, err error) {
 	if out, err = luaInt(v); err != nil {
 		return out, fmt.Errorf("lua/gateway_lease_release.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// limitSetScript is lua/limit_set.lua (its header declares its interface).
+var limitSetScript = luaScript("limit_set.lua", "lib_busy.lua", "lib_wake.lua")
+
+// limitSetArgs are the KEYS and ARGV of lua/limit_set.lua.
+type limitSetArgs struct {
+	LimitsKey string // KEYS
+	Ctx       string
+	Scope     string
+	Spec      string
+}
+
+// call is the run of lua/limit_set.lua with a's KEYS and ARGV.
+func (a *limitSetArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.LimitsKey)
+	args := make([]any, 0, 3)
+	args = append(args, a.Ctx)
+	args = append(args, a.Scope)
+	args = append(args, a.Spec)
+	return Call{Script: limitSetScript, Keys: keys, Args: args}
+}
+
+// run runs lua/limit_set.lua and decodes its reply.
+func (a *limitSetArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeLimitSetReply(res)
+}
+
+// decodeLimitSetReply decodes the reply of lua/limit_set.lua.
+func decodeLimitSetReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/limit_set.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
+// limitWakeScript is lua/limit_wake.lua (its header declares its interface).
+var limitWakeScript = luaScript("limit_wake.lua", "lib_busy.lua", "lib_wake.lua")
+
+// limitWakeArgs are the KEYS and ARGV of lua/limit_wake.lua.
+type limitWakeArgs struct {
+	QueueKey string // KEYS
+	Ctx      string
+	Member   string
+	NowMs    int64
+}
+
+// call is the run of lua/limit_wake.lua with a's KEYS and ARGV.
+func (a *limitWakeArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.QueueKey)
+	args := make([]any, 0, 3)
+	args = append(args, a.Ctx)
+	args = append(args, a.Member)
+	args = append(args, a.NowMs)
+	return Call{Script: limitWakeScript, Keys: keys, Args: args}
+}
+
+// run runs lua/limit_wake.lua and decodes its reply.
+func (a *limitWakeArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeLimitWakeReply(res)
+}
+
+// decodeLimitWakeReply decodes the reply of lua/limit_wake.lua.
+func decodeLimitWakeReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/limit_wake.lua: reply: %w", err)
 	}
 	return out, nil
 }

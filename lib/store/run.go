@@ -84,7 +84,7 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 	wkey, wtoken, held := w.args()
 	a := &claimStartArgs{QueueKey: queue, ProcKey: keys.Processing(consumer), LeasesKey: keys.Leases, EventsKey: keys.Events, WakeKey: wkey,
 		Worker: consumer, Qname: queue, Exp: now.Add(lease).UnixMilli(), NowMs: now.UnixMilli(), Max: int64(len(traceIDs)), Token: wtoken,
-		Held: held, Set: set, Clears: startClears, Starts: make([]claimStartStart, len(traceIDs))}
+		Held: held, Ctx: u32str(d.ContextID), Set: set, Clears: startClears, Starts: make([]claimStartStart, len(traceIDs))}
 	for i, t := range traceIDs {
 		claimIDs[i] = newClaimID()
 		a.Starts[i] = claimStartStart{Claim: claimIDs[i], Trace: t}
@@ -389,7 +389,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 		}
 		a.Runs = append(a.Runs, finishJobsRun{JobKey: keys.Job(j.CallerID, j.ID), Member: c.member(), Claim: c.ID, ID: int64(j.ID), Flow: int64(j.FlowID),
 			Status: string(o.Status), Err: o.Error, Code: int64(o.ExitCode), Result: model.EncodeField(result), Rjson: string(o.ResultJSON),
-			Fatal: o.Fatal, RetryAfter: o.RetryAfter.Milliseconds(), Chunk: o.Log, Entry: item, Started: startedArg(o.StartedAt), Ck: j.ConcurrencyKey})
+			Fatal: o.Fatal, RetryAfter: o.RetryAfter.Milliseconds(), Chunk: o.Log, Entry: item, Started: startedArg(o.StartedAt), Ck: j.ConcurrencyKey, Lim: j.Limited})
 	}
 	if shared {
 		a.Glist = append(list, ']')

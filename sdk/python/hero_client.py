@@ -511,6 +511,7 @@ class Client:
 
     def submit_job(self, script: str = "", script_type: str = "python", *, unique_key: Optional[str] = None,
                    unique_ttl: Optional[int] = None, run_at: Any = None, delay: Any = None,
+                   debounce_key: Optional[str] = None, debounce: Any = None,
                    context_id: Optional[int] = None, **job: Any) -> dict:
         """Submits a standalone job and returns at once (``job.submit``; executors): the
         job is created and dispatched in one step. Returns ``{job, existing}``;
@@ -518,10 +519,15 @@ class Client:
         job's ``id`` named a job submitted before, which is returned instead of a new
         one. ``run_at`` (a datetime or an RFC 3339 string) or ``delay`` (seconds, or a
         duration string such as ``"90s"``) delays the job: it is stored ``scheduled``
-        and dispatched then; stop_job before then cancels it. Follow it with wait_job or
-        events. Other keywords as create_job."""
+        and dispatched then; stop_job before then cancels it. ``debounce_key`` with a
+        ``debounce`` window (seconds, or ``"5s"``): of the submissions with the key within
+        the window only the last runs, at the window's end; the others end cancelled.
+        Follow it with wait_job or events. Other keywords as create_job."""
         params = {"context_id": self._ctx(context_id), "job": _job_from(script, script_type, job)}
         params.update(_unique(unique_key, unique_ttl))
+        if debounce_key is not None or debounce is not None:
+            params["debounce_key"] = "" if debounce_key is None else str(debounce_key)
+            params["debounce"] = f"{float(debounce):g}s" if isinstance(debounce, (int, float)) else str(debounce or "")
         params.update(_delay(run_at, delay))
         return self.call("job.submit", params)
 
@@ -872,6 +878,32 @@ class Client:
         """Resumes a paused job queue (``queue.resume``): its jobs start again."""
         return self.call("queue.resume", _queue_ref(self._ctx(context_id), script_type, executor, note))
 
+    # ------------------------------------------------------------ limits
+
+    def set_limit(self, scope: str, *, max_running: Optional[int] = None, rate: Optional[int] = None,
+                  per: Optional[str] = None, burst: Optional[int] = None, context_id: Optional[int] = None) -> dict:
+        """Sets a run or rate limit of the context (``limit.set``; admins): ``scope`` is
+        ``context``, ``type:<script type>``, ``executor:<name>`` or ``key:<concurrency
+        key>``; at most ``max_running`` of its jobs run at once, at most ``rate`` start
+        per ``per`` (``"1s"``, ``"1m"``; none: a second), ``burst`` at once after a quiet
+        time. It replaces the scope's limit and holds from the next claim
+        (docs/scheduling.md). Returns the Limit."""
+        p: Dict[str, Any] = {"context_id": self._ctx(context_id), "scope": scope}
+        for k, v in (("max_running", max_running), ("rate", rate), ("per", per), ("burst", burst)):
+            if v is not None:
+                p[k] = v
+        return self.call("limit.set", p)
+
+    def list_limits(self, context_id: Optional[int] = None) -> List[dict]:
+        """The context's limits (``limit.list``), each with ``running``: the runs its
+        ``max_running`` counts now."""
+        return self.call("limit.list", {"context_id": self._ctx(context_id)})["items"]
+
+    def delete_limit(self, scope: str, context_id: Optional[int] = None) -> bool:
+        """Removes a limit of the context (``limit.delete``; admins); False when there
+        was none."""
+        return bool(self.call("limit.delete", {"context_id": self._ctx(context_id), "scope": scope})["deleted"])
+
     # ------------------------------------------------------------ events
 
     def read_events(self, after: str = "0", flow_id: Optional[int] = None, limit: int = 100,
@@ -940,7 +972,7 @@ def _job_from(script: str, script_type: str, kw: Dict[str, Any]) -> dict:
     job = _job(script, script_type, kw.pop("id", None), None, kw.pop("env", None), kw.pop("timeout", 0),
                kw.pop("retries", 0), kw.pop("runner_id", None), kw.pop("function", None), kw.pop("args", None),
                kw.pop("kwargs", None), kw.pop("priority", None), kw.pop("concurrency_key", None),
-               kw.pop("concurrency_limit", None))
+               kw.pop("concurrency_limit", None), kw.pop("concurrency_policy", None))
     if kw:
         raise TypeError(f"unknown job arguments {sorted(kw)}")
     return job
@@ -1010,8 +1042,10 @@ def _job(script: str, script_type: str, id: Optional[int], depends: Optional[Lis
          env: Optional[Dict[str, str]], timeout: int, retries: int, runner_id: Optional[int],
          function: Optional[str], args: Optional[list], kwargs: Optional[dict],
          priority: Optional[int] = None, concurrency_key: Optional[str] = None,
-         concurrency_limit: Optional[int] = None) -> dict:
+         concurrency_limit: Optional[int] = None, concurrency_policy: Optional[str] = None) -> dict:
     job: Dict[str, Any] = {"timeout": timeout, "retries": retries}
+    if concurrency_policy is not None:
+        job["concurrency_policy"] = str(concurrency_policy)
     if priority is not None:
         job["priority"] = int(priority)
     if concurrency_key is not None:
@@ -1038,7 +1072,8 @@ def _flow_job(spec: dict, depends: List[int]) -> dict:
     return _job(spec.get("script", ""), spec.get("type", "python"), None, depends, spec.get("env"),
                 spec.get("timeout", 0), spec.get("retries", 0), spec.get("runner"), function=spec.get("function"),
                 args=spec.get("args"), kwargs=spec.get("kwargs"), priority=spec.get("priority"),
-                concurrency_key=spec.get("concurrency_key"), concurrency_limit=spec.get("concurrency_limit"))
+                concurrency_key=spec.get("concurrency_key"), concurrency_limit=spec.get("concurrency_limit"),
+                concurrency_policy=spec.get("concurrency_policy"))
 
 
 def _levels(order: List[dict]) -> List[List[dict]]:

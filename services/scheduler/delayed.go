@@ -21,7 +21,7 @@ const delayedBatch = 256
 
 // delayedMetrics count the delayed work released (docs/scheduling.md).
 type delayedMetrics struct {
-	released *prometheus.CounterVec // by kind: job, flow
+	released *prometheus.CounterVec // by kind: job, flow, limit
 	late     prometheus.Histogram
 }
 
@@ -29,7 +29,7 @@ func newDelayedMetrics(reg prometheus.Registerer) delayedMetrics {
 	f := promauto.With(reg)
 	return delayedMetrics{
 		released: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_delayed_released_total",
-			Help: "Delayed jobs dispatched and scheduled flows started when their time came, by kind (job, flow)."}, []string{"kind"}),
+			Help: "Delayed jobs dispatched, scheduled flows started and rate-limited queues woken when their time came, by kind (job, flow, limit)."}, []string{"kind"}),
 		late: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_delayed_lateness_seconds",
 			Help:    "How long after its run_at a delayed job was dispatched or a scheduled flow started.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30}}),
@@ -51,8 +51,12 @@ func (e *engine) runDelayed(ctx context.Context) {
 		jobs := map[group][]store.DelayedItem{}
 		var order []group
 		for _, it := range items {
-			if it.Kind == "flow" {
+			switch it.Kind {
+			case "flow":
 				e.releaseFlow(ctx, it)
+				continue
+			case "limit":
+				e.wakeLimited(ctx, it)
 				continue
 			}
 			g := group{it.ContextID, it.CallerID}
@@ -67,6 +71,24 @@ func (e *engine) runDelayed(ctx context.Context) {
 		if len(items) < delayedBatch {
 			return
 		}
+	}
+}
+
+// wakeLimited releases a job queue that a rate limit parked until its next token
+// (store.WakeLimited): its runners claim again.
+func (e *engine) wakeLimited(ctx context.Context, it store.DelayedItem) {
+	db, err := e.store.Ctx(it.ContextID)
+	if err != nil {
+		_ = e.store.DropDelayed(ctx, it)
+		return
+	}
+	ok, err := db.WakeLimited(ctx, it)
+	if err != nil {
+		e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Str("queue", it.Queue).Msg("wake a rate-limited queue (the next wake-up tries again)")
+		return
+	}
+	if ok {
+		e.dm.released.WithLabelValues("limit").Inc()
 	}
 }
 

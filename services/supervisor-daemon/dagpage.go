@@ -60,7 +60,7 @@ func (s *service) dagPage(ctx context.Context, db *store.DB, f *model.Flow, in d
 	out := &dagResult{Nodes: make([]dagNode, 0, len(ids)), Counts: &counts}
 	for _, j := range jobs {
 		n := dagNode{ID: j.ID, Depends: nonNil(j.Dependends), Dependents: nonNil(dependents[j.ID]), NodeStatus: string(model.NodePending),
-			JobStatus: string(j.Status), Attempt: j.Attempt, ScriptType: string(j.ScriptType), FunctionName: j.FunctionName}
+			JobStatus: string(j.Status), Attempt: j.Attempt, ScriptType: string(j.ScriptType), FunctionName: j.FunctionName, Held: j.Held}
 		if gn := g[j.ID]; gn != nil {
 			n.NodeStatus, n.Attempt, n.Error, n.Dependents = string(gn.Status), gn.Attempt, gn.Error, nonNil(gn.Dependents)
 			if n.NodeStatus == "" {

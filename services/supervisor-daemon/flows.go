@@ -46,6 +46,8 @@ type dagNode struct {
 	ScriptType string   `json:"script_type"`
 	// FunctionName is a handler job's executor#handler.
 	FunctionName string `json:"function_name,omitempty"`
+	// Held says why its job waits (a concurrency key or a limit it met).
+	Held string `json:"held,omitempty"`
 }
 
 type dagResult struct {
@@ -216,7 +218,7 @@ func (s *service) flowDAG(ctx context.Context, p Principal, in dagParams) (*dagR
 	}
 	for _, j := range jobs {
 		n := dagNode{ID: j.ID, Depends: nonNil(j.Dependends), Dependents: nonNil(dependents[j.ID]), NodeStatus: string(model.NodePending),
-			JobStatus: string(j.Status), Attempt: j.Attempt, ScriptType: string(j.ScriptType), FunctionName: j.FunctionName}
+			JobStatus: string(j.Status), Attempt: j.Attempt, ScriptType: string(j.ScriptType), FunctionName: j.FunctionName, Held: j.Held}
 		if g != nil {
 			if gn := g.Nodes[j.ID]; gn != nil {
 				n.NodeStatus, n.Attempt, n.Error = string(gn.Status), gn.Attempt, gn.Error

@@ -40,6 +40,8 @@ type jobIn struct {
 	// at most concurrency_limit (0: 1) jobs of the concurrency key run at once
 	ConcurrencyKey   string `json:"concurrency_key"`
 	ConcurrencyLimit uint32 `json:"concurrency_limit"`
+	// at the limit: queue (the default), cancel_newest or cancel_oldest
+	ConcurrencyPolicy string `json:"concurrency_policy"`
 }
 
 func (in *jobIn) toModel(ctxID uint32) (*model.Job, error) {
@@ -71,7 +73,7 @@ func (in *jobIn) toModel(ctxID uint32) (*model.Job, error) {
 	j := &model.Job{ID: in.ID, CallerID: in.CallerID, ContextID: ctxID, Script: in.Script, ScriptType: st, Timeout: in.Timeout,
 		Retries: uint8(in.Retries), EnvVars: in.EnvVars, Prerequisites: in.Prerequisites, Dependends: deps, RunnerID: in.RunnerID,
 		FunctionName: in.FunctionName, Args: nullToNil(in.Args), Kwargs: nullToNil(in.Kwargs), Limits: nilIfZero(in.Limits), Priority: uint8(in.Priority),
-		ConcurrencyKey: in.ConcurrencyKey, ConcurrencyLimit: in.ConcurrencyLimit}
+		ConcurrencyKey: in.ConcurrencyKey, ConcurrencyLimit: in.ConcurrencyLimit, ConcurrencyPolicy: in.ConcurrencyPolicy}
 	if j.FunctionName == "" && (len(j.Args) > 0 || len(j.Kwargs) > 0) {
 		return nil, invalidParams("job.function_name", "job.args and job.kwargs need job.function_name (a handler job)")
 	}
@@ -348,7 +350,7 @@ func jobInFromPB(j *herov1.Job) *jobIn {
 	return &jobIn{ID: j.Id, CallerID: j.CallerId, ContextID: j.ContextId, Script: j.Script, ScriptType: j.ScriptType, Timeout: j.Timeout,
 		Retries: j.Retries, EnvVars: j.EnvVars, Prerequisites: j.Prerequisites, Dependends: j.Dependends, RunnerID: j.RunnerId,
 		FunctionName: j.FunctionName, Args: json.RawMessage(j.Args), Kwargs: json.RawMessage(j.Kwargs), Limits: protoconv.LimitsFromPB(j.Limits), Priority: j.Priority,
-		ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit}
+		ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, ConcurrencyPolicy: j.ConcurrencyPolicy}
 }
 
 func (c *coordinatorServer) GetJob(ctx context.Context, r *herov1.GetJobRequest) (*herov1.GetJobResponse, error) {

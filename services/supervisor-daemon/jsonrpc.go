@@ -117,6 +117,9 @@ func (s *service) methods() map[string]method {
 		"queue.resume":      rpcMethod("Resume a paused job queue: its jobs start again (executors).", "Queue", s.queueResume),
 		"console.link":      rpcMethod("A one-time link that signs a browser in to the web console as the caller (valid 2 minutes, once; heroctl console login).", "{token, path, expires_at_ms}", s.consoleLink),
 		"schedule.backfill": rpcMethod("Make the runs of a schedule's ticks from FROM (included) to TO (excluded), at most 10,000; a tick whose run exists is not made again (admins).", "{runs, existing}", s.scheduleBackfill),
+		"limit.set":         rpcMethod("Set a run or rate limit of a context: scope (context, type:<script type>, executor:<name>, key:<concurrency key>), max_running, rate per per (\"1s\", \"1m\"), burst; it holds from the next claim (admins).", "Limit", s.limitSet),
+		"limit.list":        rpcMethod("List a context's limits, each with the runs it counts now.", "{items: [Limit]}", s.limitList),
+		"limit.delete":      rpcMethod("Remove a limit of a context by scope (admins).", "{deleted}", s.limitDelete),
 	}
 	jc := m["job.create"]
 	jc.batch = s.jobCreateBatch

@@ -24,6 +24,7 @@ type submitItem struct {
 	UniqueKey        string `json:"unique_key,omitempty"`
 	UniqueTTLSeconds uint32 `json:"unique_ttl_seconds,omitempty"`
 	delayParams
+	debounceParams
 }
 
 type jobSubmitParams struct {
@@ -32,6 +33,7 @@ type jobSubmitParams struct {
 	UniqueKey        string `json:"unique_key,omitempty"`
 	UniqueTTLSeconds uint32 `json:"unique_ttl_seconds,omitempty"`
 	delayParams
+	debounceParams
 }
 
 type jobSubmitBatchParams struct {
@@ -51,7 +53,7 @@ type submitBatchResult struct {
 }
 
 func (s *service) jobSubmit(ctx context.Context, p Principal, in jobSubmitParams) (*submitResult, error) {
-	out, err := s.submit(ctx, p, in.ContextID, []submitItem{{Job: in.Job, UniqueKey: in.UniqueKey, UniqueTTLSeconds: in.UniqueTTLSeconds, delayParams: in.delayParams}}, "job.submit", "")
+	out, err := s.submit(ctx, p, in.ContextID, []submitItem{{Job: in.Job, UniqueKey: in.UniqueKey, UniqueTTLSeconds: in.UniqueTTLSeconds, delayParams: in.delayParams, debounceParams: in.debounceParams}}, "job.submit", "")
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +119,9 @@ func (s *service) submit(ctx context.Context, p Principal, ctxID uint32, items [
 		if err != nil {
 			return nil, err
 		}
+		if err := s.debounce(ctx, db, items, res, p.Name()); err != nil {
+			return nil, err
+		}
 		s.countSubmitted(res)
 		out := make([]submitResult, len(res))
 		for i, r := range res {
@@ -156,6 +161,13 @@ func (s *service) submissions(ctx context.Context, p Principal, c *model.Context
 		if err != nil {
 			return nil, err
 		}
+		window, err := it.window(where, it.RunAt != "" || it.Delay != "")
+		if err != nil {
+			return nil, err
+		}
+		if window > 0 {
+			runAt = time.Now().Add(window)
+		}
 		j, err := standaloneJob(ctx, p, c, db, it.Job, ctxID)
 		if err != nil {
 			return nil, err
@@ -163,6 +175,7 @@ func (s *service) submissions(ctx context.Context, p Principal, c *model.Context
 		if tp != "" {
 			j.Traceparent = tp
 		}
+		j.DebounceKey = it.DebounceKey
 		subs[i] = store.Submission{Job: j, UniqueKey: it.UniqueKey, UniqueTTL: time.Duration(it.UniqueTTLSeconds) * time.Second, Actor: p.Name(), RunAt: runAt}
 	}
 	return subs, nil

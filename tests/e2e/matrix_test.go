@@ -103,6 +103,11 @@ var matrixCases = []matrixCase{
 	{"queue.list", "", needReader, `{"context_id":1}`, ""},
 	{"queue.pause", "", needExecutor, `{"context_id":1,"script_type":"no-such-type"}`, ""},
 	{"queue.resume", "", needExecutor, `{"context_id":1,"executor":"no-such-executor"}`, ""},
+	// Limits: JSON-RPC only (docs/scheduling.md); a scope that is none is refused
+	// after the permission check, so the matrix sets no limit.
+	{"limit.set", "", needAdmin, `{"context_id":1,"scope":"none","max_running":1}`, ""},
+	{"limit.list", "", needReader, `{"context_id":1}`, ""},
+	{"limit.delete", "", needAdmin, `{"context_id":1,"scope":"none"}`, ""},
 	{"console.link", "", needAny, `{}`, ""},
 	{"dispatcher.list_jobs", "/hero.v1.Dispatcher/ListJobs", needOperator, `{}`, ""},
 	{"dispatcher.job_status", "/hero.v1.Dispatcher/JobStatus", needOperator, `{"id":"no-such-job"}`, ""},

@@ -25,7 +25,7 @@ type orderJob struct {
 	Dispatched  int64  `json:"dispatched_at_ms"`
 }
 
-func loadOrderJob(t *testing.T, c *harness.Client, ctxID, id uint32) orderJob {
+func loadOrderJob(t testing.TB, c *harness.Client, ctxID, id uint32) orderJob {
 	t.Helper()
 	var j orderJob
 	c.MustCall(t, "job.load", map[string]any{"context_id": ctxID, "caller_id": 1, "id": id}, &j)

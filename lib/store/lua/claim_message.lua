@@ -57,6 +57,9 @@ if n_claims <= 7000 then claims = {unpack(ARGV, argi + 1, argi + n_claims)} else
 argi = argi + 1 + n_claims
 -- luagen: end of the prologue
 
+-- The router may not publish job ends (coord:jobdone): a job at its concurrency
+-- key's limit is held here whatever its policy (lib_ck).
+ck_policies = false
 local JOB_FIELDS = {'id', 'caller_id', 'context_id', 'flow_id', 'script_type', 'runner_id', 'attempt', 'status', 'function_name', 'priority'} -- RoutingJobFields (a test checks)
 local out = {}
 local taken = 0

@@ -46,25 +46,31 @@
 --   max     num       the most jobs claimed
 --   token   string    the wake token (the context id)
 --   held    string    tokens held (0 or 1; "-": leave the tokens alone)
+--   ctx     string    the context id
 --   set     []string  field/value items every start sets
 --   clears  []string  the fields a start clears
 --   starts  []start   max claims (ClaimStarts builds the lists)
 --     claim  string  the claim id
 --     trace  string  the trace id ("": none)
--- Libs: lib_busy lib_state lib_qpause
+-- Libs: lib_busy lib_state lib_qpause lib_limit
 -- Reply: raw one {item, code, attempt} per item claimed: code 0 started, 1 gone, 2 ended or
 --   a duplicate, 3 started with a stop requested, 4 taken back under the job's claim
 --   of this worker (its fourth element: that claim's id); when the call started at most
 --   INLINE_READS jobs, each started one's entry also holds the job's hash as it is
 --   after the start (HGETALL's field/value list): a claim of a few jobs, which is what
 --   a lightly loaded runner makes, saves the caller's read round trip.
--- Derives (context DB): context:<ctx> (its weight, read when the claim sets the
+-- Derives (context DB): coord:features (what the context uses: none, and the claim
+--   reads neither the priority set nor the limits), coord:limits, coord:limrun:<scope>,
+--   coord:limbucket:<scope>, coord:limpark, coord:leases (lib_limit: a context with
+--   limits), context:<ctx> (its weight, read when the claim sets the
 --   tokens: ctx is the token), coord:turns (a weighted context's claims this round,
 --   by wake list), coord:prio:<queue> (keys.Priority: the queue's jobs with a
 --   priority, merged by score; read once per call), the claimed jobs' coord:dag:<flow> (its node goes running) and
 --   coord:idx:jobs:<status>; coord:proc:<worker> of the job's previous worker (to tell
 --   a duplicate entry): all named by the claimed items; coord:qpause (lib_qpause: a paused
---   queue's claim takes nothing and removes the context's tokens of the wake list).
+--   queue's claim takes nothing and removes the context's tokens of the wake list); DB 0:
+--   coord:delayed and coord:delayedwake (a queue parked until its rate limit's next
+--   token, lib_limit).
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local worker = ARGV[1]
@@ -74,7 +80,8 @@ local now_ms = ARGV[4]
 local max = tonumber(ARGV[5])
 local token = ARGV[6]
 local held = ARGV[7]
-local argi = 8
+local ctx = ARGV[8]
+local argi = 9
 local set = {}
 local n_set = tonumber(ARGV[argi])
 if n_set <= 7000 then set = {unpack(ARGV, argi + 1, argi + n_set)} else for k = 1, n_set do set[k] = ARGV[argi + k] end end
@@ -145,11 +152,27 @@ if queue_paused(KEYS[1]) then
   end
   return {}
 end
--- The queue's jobs with a priority (keys.Priority): none, unless a producer gave one.
+-- What the context uses (coord:features): nothing, unless a producer gave a job a
+-- priority or a concurrency key or an admin set a limit; then the queue's jobs with a
+-- priority (keys.Priority) and the limits (lib_limit: how many may start now).
 local pk = K_PRIO .. KEYS[1]
 local pz = {}
-if max >= 1 then pz = redis.call('ZRANGE', pk, 0, max - 1, 'WITHSCORES') end
-if #pz > 0 then
+local limited = false
+if max >= 1 then
+  local feats = redis.call('SMEMBERS', K_FEATURES)
+  if #feats > 0 then pz = redis.call('ZRANGE', pk, 0, max - 1, 'WITHSCORES') end
+  for _, f in ipairs(feats) do
+    if f == 'limit' then limited = true end
+  end
+  if limited then
+    local n = lim_allow(qname, max, now_ms)
+    if n < max then
+      max = n
+      if #pz > 2 * max then pz = {unpack(pz, 1, 2 * max)} end
+    end
+  end
+end
+if #pz > 0 and max >= 1 then
   items = prio_merge(KEYS[1], pk, pz, max)
 elseif max >= 1 then
   items = redis.call('LRANGE', KEYS[1], -max, -1)
@@ -202,7 +225,13 @@ for n = 1, nitems do
     if v[8] and #v[8] == 55 then trace = string.sub(v[8], 4, 35) end -- the producer's trace
     -- the fields every start sets, from the one table of the call (a Lua table built
     -- per job cost this script a twentieth of its instructions)
-    if trace ~= '' then
+    if limited then
+      -- under limits: counted until its end (finish_jobs reads limited), no longer held
+      lim_join(member)
+      redis.call('HSET', item, 'claim', claim, 'limited', 'true', unpack(set))
+      redis.call('HDEL', item, 'held')
+      if trace ~= '' then redis.call('HSET', item, 'trace_id', trace) end
+    elseif trace ~= '' then
       redis.call('HSET', item, 'claim', claim, 'trace_id', trace, unpack(set))
     else
       redis.call('HSET', item, 'claim', claim, unpack(set))
@@ -231,6 +260,16 @@ for n = 1, nitems do
 end
 call_each('LPUSH', proc, kept)
 call_each('ZADD', leases, leased, 2)
+-- A limit that let none start while jobs wait parks the queue (its tokens go below).
+local parked = false
+if limited then
+  lim_flush()
+  if max < 1 and (redis.call('LLEN', KEYS[1]) > 0 or redis.call('ZCARD', pk) > 0) then
+    parked = true
+    lim_mark(KEYS[1], pk, now_ms)
+    lim_park(ctx, qname)
+  end
+end
 -- A node dispatched goes running (one that is not, e.g. cancelled since, stays as it is).
 for _, flow in ipairs(flows) do
   local dag, ns = K_DAG .. flow, nodes[flow]
@@ -252,6 +291,7 @@ if held ~= '-' then
   -- A context's weight (an operator's setting): its claims per round of the list.
   local w = tonumber(redis.call('HGET', K_CONTEXT .. token, 'weight') or '') or 1
   local again = false
+  if parked then left = 0 end
   if w > 1 and left > 0 then
     -- the claims it made this round (coord:turns: wake list → claims): one token
     -- goes to the list's head while it has turns left

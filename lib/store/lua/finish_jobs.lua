@@ -62,12 +62,15 @@
 --                          "": the claim's start (started_at_us) stays
 --     ck           string  the job's concurrency key ("": none; lib_ck's ck_end gives
 --                          its place back)
--- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_ck lib_route lib_dispatch
+--     lim          bool    the run started under limits (lib_limit's lim_end gives its
+--                          slot back and wakes the queues parked for one)
+-- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_ck lib_route lib_dispatch lib_limit
 -- Reply: raw per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
 --   here, jobs dispatched, flow status of the flow that ended here or ""}.
 -- Derives: context DB: coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
 --   coord:ckrun:<key>, coord:ckheld:<key> and the held jobs' queues (lib_ck),
+--   coord:limrun:<scope> and coord:limpark (lib_limit),
 --   the job queue of a run's lease member (a late end's queued copy),
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), and what lib_complete, lib_dispatch and
@@ -101,8 +104,8 @@ local runs = {}
 local n_runs = tonumber(ARGV[argi])
 argi = argi + 1
 for k = 1, n_runs do
-  runs[k] = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], err = ARGV[argi + 6], code = ARGV[argi + 7], result = ARGV[argi + 8], rjson = ARGV[argi + 9], fatal = ARGV[argi + 10] == '1', retry_after = ARGV[argi + 11], chunk = ARGV[argi + 12], entry = ARGV[argi + 13], started = ARGV[argi + 14], ck = ARGV[argi + 15]}
-  argi = argi + 16
+  runs[k] = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], err = ARGV[argi + 6], code = ARGV[argi + 7], result = ARGV[argi + 8], rjson = ARGV[argi + 9], fatal = ARGV[argi + 10] == '1', retry_after = ARGV[argi + 11], chunk = ARGV[argi + 12], entry = ARGV[argi + 13], started = ARGV[argi + 14], ck = ARGV[argi + 15], lim = ARGV[argi + 16] == '1'}
+  argi = argi + 17
 end
 -- luagen: end of the prologue
 
@@ -153,6 +156,10 @@ for r = 1, #runs do
   -- in flight, ~2% of this script with 256 of them)
   local held = redis.call('LREM', proc, '-1', jk)
   unleased[#unleased + 1] = member
+  -- its slot under limits: given back, the queues parked for one woken (ck_wake)
+  if run.lim then
+    for _, pq in ipairs(lim_end(member)) do ck_later(pq, 1) end
+  end
   -- cur: claim, status, attempt, created_at_ms (the job's score in the status
   -- indexes), then done_attempt (read for a standalone job) and msgs (for a result
   -- message of its own), both left out for a flow's grouped runs (misses there, a

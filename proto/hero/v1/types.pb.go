@@ -548,8 +548,11 @@ type Job struct {
 	ConcurrencyLimit uint32 `protobuf:"varint,45,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"` // 0: 1
 	Held             string `protobuf:"bytes,46,opt,name=held,proto3" json:"held,omitempty"`                                                  // why a claim held it back (a limit it met)
 	RunAtMs          int64  `protobuf:"varint,47,opt,name=run_at_ms,json=runAtMs,proto3" json:"run_at_ms,omitempty"`                          // a delayed job: when it is dispatched (status scheduled until then)
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// At its concurrency key's limit: "queue" ("": the default), "cancel_newest",
+	// "cancel_oldest" (docs/scheduling.md).
+	ConcurrencyPolicy string `protobuf:"bytes,60,opt,name=concurrency_policy,json=concurrencyPolicy,proto3" json:"concurrency_policy,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -909,6 +912,13 @@ func (x *Job) GetRunAtMs() int64 {
 		return x.RunAtMs
 	}
 	return 0
+}
+
+func (x *Job) GetConcurrencyPolicy() string {
+	if x != nil {
+		return x.ConcurrencyPolicy
+	}
+	return ""
 }
 
 type Flow struct {
@@ -1728,7 +1738,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\tprocesses\x18\t \x03(\v2\x16.hero.v1.RunnerProcessR\tprocesses\x12\x16\n" +
 	"\x06secret\x18\n" +
 	" \x01(\tR\x06secret\x12\x1c\n" +
-	"\texecutors\x18\v \x03(\tR\texecutors\"\xcb\f\n" +
+	"\texecutors\x18\v \x03(\tR\texecutors\"\xfa\f\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1787,7 +1797,8 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\x0fconcurrency_key\x18, \x01(\tR\x0econcurrencyKey\x12+\n" +
 	"\x11concurrency_limit\x18- \x01(\rR\x10concurrencyLimit\x12\x12\n" +
 	"\x04held\x18. \x01(\tR\x04held\x12\x1a\n" +
-	"\trun_at_ms\x18/ \x01(\x03R\arunAtMs\x1a:\n" +
+	"\trun_at_ms\x18/ \x01(\x03R\arunAtMs\x12-\n" +
+	"\x12concurrency_policy\x18< \x01(\tR\x11concurrencyPolicy\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +

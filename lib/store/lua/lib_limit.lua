@@ -1,0 +1,139 @@
+-- lib_limit: run and rate limits (limit.set: coord:limits, docs/scheduling.md), for
+-- the claim (claim_start) and the end of a run (finish_jobs). A claim from job queue
+-- q of a context that has limits (coord:features holds "limit") counts against the
+-- scope "context" and the queue's scope ("type:<script type>" for queue:<type>,
+-- "executor:<name>" for queue:exec:<name>); a scope's limit is "<max running> <rate>
+-- <per ms> <burst>" (0: none). Max running: the claims that run under the scope are
+-- the members of coord:limrun:<scope> (their coord:leases members); a claim at the
+-- limit first drops the members whose lease is gone or expired (a run whose runner
+-- was killed gives its slot back when its lease ends). Rate: a token bucket per scope
+-- (coord:limbucket:<scope>: tokens, at_ms), refilled at rate/per by Redis's clock up
+-- to burst; each job started takes one token. A claim that may start none parks its
+-- queue: its wake tokens go, and it enters coord:limpark, which the end of a run that
+-- frees a slot and a change of the limits (lua/limit_set.lua) wake; waiting for a
+-- token, it also enters coord:delayed as "<ctx>:limit:<queue>" at the time the next
+-- token comes (a scheduler's due loop wakes it: lua/limit_wake.lua). The queue's
+-- oldest job says why in its held field (a job.held event).
+--
+--   - lim_queue_scope(q): the scope of job queue q (nil: a pinned queue).
+--   - lim_allow(q, want, now_ms): how many of want jobs a claim from q may start now
+--     (reads the limits and the scopes' running sets and buckets; notes what the
+--     starts join for lim_join and lim_flush). When none, lim_why says why, and
+--     lim_retry (Redis time, ms) when the next token comes if a rate stopped it.
+--   - lim_join(member): a job started under lease member member: it joins the running
+--     sets of the scopes with a max.
+--   - lim_flush(): after the claim's starts: the buckets pay one token per start.
+--   - lim_park(ctx, q): after a claim that started nothing while q has jobs: q waits
+--     in coord:limpark and, for a token, in coord:delayed (published on
+--     coord:delayedwake); leaves the script in the context's DB.
+--   - lim_mark(q, pk, now_ms): the oldest job of q (or of its priority set pk) says why it
+--     waits (held; a job.held event when that changed).
+--   - lim_end(member): the end of a run that started under limits (its lease member):
+--     it leaves the running sets; when it held a slot, returns the parked queues (to
+--     wake: lib_ck's ck_later, then ck_wake), else an empty table.
+-- Needs nothing else.
+
+local lim_runs, lim_buckets, lim_starts, lim_why, lim_retry
+-- lim_reset: the state of one call, set anew by each (lib/store Script).
+local function lim_reset()
+  lim_runs, lim_buckets, lim_starts, lim_why, lim_retry = nil, nil, 0, nil, nil
+end
+local function lim_queue_scope(q)
+  if string.sub(q, 1, #K_EXEC_QUEUE) == K_EXEC_QUEUE then return 'executor:' .. string.sub(q, #K_EXEC_QUEUE + 1) end
+  if string.sub(q, 1, #K_QUEUE) == K_QUEUE then return 'type:' .. string.sub(q, #K_QUEUE + 1) end
+  return nil
+end
+-- lim_max: how many of n more runs scope's max mx allows (its running set purged of
+-- the claims whose lease ended when it looks full).
+local function lim_max(scope, mx, n, now_ms)
+  local rk = K_LIM_RUN .. scope
+  local c = redis.call('SCARD', rk)
+  if c + n > mx then
+    for _, m in ipairs(redis.call('SMEMBERS', rk)) do
+      local e = tonumber(redis.call('ZSCORE', K_LEASES, m) or '')
+      if not e or e < now_ms then
+        redis.call('SREM', rk, m)
+        c = c - 1
+      end
+    end
+  end
+  lim_runs[#lim_runs + 1] = rk
+  if c + n <= mx then return n end
+  if c >= mx then lim_why = 'limit ' .. scope .. ': ' .. mx .. ' running' end
+  return math.max(mx - c, 0)
+end
+-- lim_rate: how many of n more starts scope's bucket allows now (Redis time t, ms).
+local function lim_rate(scope, rate, per, burst, n, t)
+  local bk = K_LIM_BUCKET .. scope
+  local b = redis.call('HMGET', bk, 'tokens', 'at_ms')
+  local tokens, at = tonumber(b[1] or ''), tonumber(b[2] or '')
+  if not tokens or not at then tokens, at = burst, t end
+  if t > at then tokens = math.min(burst, tokens + (t - at) * rate / per) end
+  lim_buckets[#lim_buckets + 1] = {bk, tokens, t}
+  local whole = math.floor(tokens + 1e-9)
+  if whole >= n then return n end
+  if whole < 1 then
+    lim_why = 'limit ' .. scope .. ': ' .. rate .. ' per ' .. per .. ' ms'
+    local at1 = t + math.ceil((1 - tokens) * per / rate)
+    if not lim_retry or at1 > lim_retry then lim_retry = at1 end
+  end
+  return math.max(whole, 0)
+end
+local function lim_allow(q, want, now_ms)
+  local qs = lim_queue_scope(q)
+  local scopes = {'context', qs}
+  local v = redis.call('HMGET', K_LIMITS, 'context', qs or 'context')
+  local n, now, t = want, tonumber(now_ms), nil
+  lim_runs, lim_buckets = {}, {}
+  for i = 1, #scopes do
+    local mx, rate, per, burst = string.match(v[i] or '', '^(%d+) (%d+) (%d+) (%d+)$')
+    mx, rate, per, burst = tonumber(mx), tonumber(rate), tonumber(per), tonumber(burst)
+    if mx and mx > 0 then n = lim_max(scopes[i], mx, n, now) end
+    if rate and rate > 0 and per and per > 0 then
+      if not t then
+        local tt = redis.call('TIME')
+        t = tonumber(tt[1]) * 1000 + math.floor(tonumber(tt[2]) / 1000)
+      end
+      n = lim_rate(scopes[i], rate, per, math.max(burst or 1, 1), n, t)
+    end
+  end
+  return n
+end
+local function lim_join(member)
+  for _, rk in ipairs(lim_runs) do redis.call('SADD', rk, member) end
+  lim_starts = lim_starts + 1
+end
+local function lim_flush()
+  if lim_starts == 0 then return end
+  for _, b in ipairs(lim_buckets) do
+    redis.call('HSET', b[1], 'tokens', string.format('%.6f', b[2] - lim_starts), 'at_ms', string.format('%d', b[3]))
+  end
+end
+local function lim_mark(q, pk, now_ms)
+  local jk = redis.call('LINDEX', q, -1)
+  if not jk then jk = redis.call('ZRANGE', pk, 0, 0)[1] end
+  if not jk or not lim_why or not string.match(jk, '^' .. K_JOB .. '%d+:%d+$') then return end
+  local v = redis.call('HMGET', jk, 'held', 'flow_id', 'id', 'caller_id', 'status')
+  if v[1] == lim_why or v[5] ~= JOB_DISPATCHED then return end
+  redis.call('HSET', jk, 'held', lim_why)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'time_ms', now_ms, 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', lim_why)
+end
+local function lim_park(ctx, q)
+  redis.call('SADD', K_LIM_PARK, q)
+  if lim_retry then
+    redis.call('SELECT', '0')
+    redis.call('ZADD', K_DELAYED, 'LT', lim_retry, ctx .. ':limit:' .. q)
+    redis.call('PUBLISH', K_DELAYED_WAKE, lim_retry)
+    redis.call('SELECT', ctx)
+  end
+end
+local function lim_end(member)
+  local q = string.match(member, '^[^\t]*\t([^\t]*)\t')
+  local freed = redis.call('SREM', K_LIM_RUN .. 'context', member)
+  local qs = q and lim_queue_scope(q)
+  if qs then freed = freed + redis.call('SREM', K_LIM_RUN .. qs, member) end
+  if freed == 0 then return {} end
+  local parked = redis.call('SMEMBERS', K_LIM_PARK)
+  if #parked > 0 then redis.call('DEL', K_LIM_PARK) end
+  return parked
+end
