@@ -406,8 +406,9 @@ func (r *runner) startPool(ctx context.Context, e *executorConfig, ctxID uint32)
 
 // poolSandbox prepares a pool's sandbox and sets cfg to launch its processes there:
 // one directory and one cgroup for the pool (limits: a job's, times its size; beside
-// the jobs' cgroups, not among them, with a CPU weight of its own), a clean environment, no network for a Unix-socket pool (a TCP
-// pool shares the host's, to be reachable).
+// the jobs' cgroups, not among them, with a CPU weight of its own), a clean
+// environment, no network for a Unix-socket pool (a TCP pool shares the host's, to be
+// reachable).
 func (r *runner) poolSandbox(e *executorConfig, ctxID uint32, cfg *rrq.PoolConfig) (*poolSandbox, error) {
 	dir, err := os.MkdirTemp(r.cfg.WorkDir, fmt.Sprintf("hero-exec-%s-%d-", e.name, ctxID))
 	if err != nil {
