@@ -9,6 +9,8 @@
 --   max    num     the cap (bytes)
 --   ref    string  the job's "<ctx>:<caller>:<id>" (the notice's payload)
 -- Reply: int the log's new length. Past the cap one truncation note is written, then nothing.
+-- Derives: K_LOG_APPENDED, the pub/sub channel of tailed logs' appends; its message is
+--   ref.
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local chunk = ARGV[1]
