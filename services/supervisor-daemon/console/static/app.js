@@ -532,9 +532,12 @@ async function queuesPage(ctx) {
       (d.complete ? '' : ` — the charts show the newest ${d.events} events`);
     tbody.replaceChildren(...d.queues.map(q => {
       const acts = h('td', {class: 'row-actions'});
-      if (d.queue_actions && can(ctx, 'executor')) {
+      if (d.queue_actions && can(ctx, 'executor') && q.queue.startsWith('queue:')) {
         const m = q.paused ? 'queue.resume' : 'queue.pause';
-        acts.append(actionButton(q.paused ? 'Resume' : 'Pause', q.paused ? 'primary' : '', async () => { await call(m, {context_id: ctx, queue: q.queue}); await load(); }));
+        // queue.pause names a queue by its script type or executor (queue:<type>, queue:exec:<executor>).
+        const name = q.queue.slice('queue:'.length);
+        const ref = name.startsWith('exec:') ? {executor: name.slice('exec:'.length)} : {script_type: name};
+        acts.append(actionButton(q.paused ? 'Resume' : 'Pause', q.paused ? 'primary' : '', async () => { await call(m, {context_id: ctx, ...ref}); await load(); }));
       }
       return h('tr', {'data-queue': q.queue}, h('td', {}, q.queue), h('td', {class: 'depth'}, q.depth),
         h('td', {}, q.paused === undefined ? '—' : (q.paused ? 'paused' : 'no')), acts);
