@@ -518,10 +518,9 @@ func (r *consoleRun) consoleTabReachesEveryAction(t *testing.T) {
 	createFlow(t, c, 12, nil, jobSpec{id: 121, typ: "sh", script: "exit 3"})
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 12}, nil)
 	c.WaitFlow(t, ctx1, 12, time.Minute)
-	// The queues page has actions once the API has queue.pause and queue.resume.
-	for _, route := range []string{"#/c/1/flows", "#/c/1/flow/12", "#/c/1/dlq", "#/c/1/submit", "#/c/1/schedules"} {
+	for _, route := range []string{"#/c/1/flows", "#/c/1/flow/12", "#/c/1/dlq", "#/c/1/submit", "#/c/1/schedules", "#/c/1/queues"} {
 		admin.open(route)
-		admin.waitJS("controls shown "+route, `document.querySelectorAll('#main button').length > 0 && (document.querySelector('#count')?.textContent.length > 0 || document.querySelector('#flow-status')?.dataset.status || document.querySelector('#flow-file') || document.body.dataset.schedules > 0)`)
+		admin.waitJS("controls shown "+route, `document.querySelectorAll('#main button').length > 0 && (document.querySelector('#count')?.textContent.length > 0 || document.querySelector('#flow-status')?.dataset.status || document.querySelector('#flow-file') || document.body.dataset.schedules > 0 || document.querySelector('#queues-table button'))`)
 		var total int
 		admin.eval(`(() => { document.activeElement?.blur(); window.reached = new Set();
 			document.addEventListener('focusin', e => window.reached.add(e.target));
@@ -574,6 +573,44 @@ func (r *consoleRun) consoleQueuesAndCharts(t *testing.T) {
 	admin.eval(`window.heroStats`, &before)
 	r.c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 510, "script_type": "sh", "script": "true"}}, nil)
 	admin.waitJS("read again on the job's events", fmt.Sprintf(`window.heroStats > %d`, before))
+
+	// Pause the sh queue from the page: a job submitted meanwhile starts only after
+	// Resume (its start is after the click), and both states show on the page and in
+	// queue.list.
+	row := `#queues-table tr[data-queue="queue:sh"]`
+	paused := func() bool {
+		var l struct {
+			Items []struct {
+				Queue  string `json:"queue"`
+				Paused bool   `json:"paused"`
+			} `json:"items"`
+		}
+		r.c.MustCall(t, "queue.list", map[string]any{"context_id": ctx1}, &l)
+		for _, q := range l.Items {
+			if q.Queue == "queue:sh" {
+				return q.Paused
+			}
+		}
+		return false
+	}
+	admin.run("pause the queue", chromedp.Click(chromedp.CSS(row+` button`)))
+	admin.waitJS("paused on the page", fmt.Sprintf(`document.querySelector('%s .paused')?.textContent === 'paused'`, row))
+	if !paused() {
+		t.Fatal("queue:sh is not paused after Pause")
+	}
+	r.c.MustCall(t, "job.submit", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 511, "script_type": "sh", "script": "true"}}, nil)
+	resumed := time.Now().UnixMilli()
+	admin.run("resume the queue", chromedp.Click(chromedp.CSS(row+` button`)))
+	admin.waitJS("resumed on the page", fmt.Sprintf(`document.querySelector('%s .paused')?.textContent === 'no'`, row))
+	if paused() {
+		t.Fatal("queue:sh is still paused after Resume")
+	}
+	if !r.c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, r.c, 511).Status == "finished" }) {
+		t.Fatalf("job 511 after Resume: %+v", loadJob(t, r.c, 511))
+	}
+	if j := loadJob(t, r.c, 511); j.StartedAtMs < resumed {
+		t.Errorf("job 511 started at %d, before the queue was resumed (%d)", j.StartedAtMs, resumed)
+	}
 }
 
 func (r *consoleRun) consoleSchedules(t *testing.T) {

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"encoding/json"
 	"net/http"
 	"slices"
 	"sort"
@@ -106,6 +107,10 @@ func (c *Console) stats(w http.ResponseWriter, r *http.Request) {
 		failAPI(w, err)
 		return
 	}
+	if queues, err = c.withPauses(r, id, ctxID, queues); err != nil {
+		failAPI(w, err)
+		return
+	}
 	sort.Slice(queues, func(i, j int) bool { return queues[i].Queue < queues[j].Queue })
 	var waiting int64
 	for _, q := range queues {
@@ -127,4 +132,42 @@ func (c *Console) stats(w http.ResponseWriter, r *http.Request) {
 		"from_ms": from.UnixMilli(), "now_ms": now.UnixMilli(), "complete": full, "events": len(evs),
 		"bucket_s": strconv.Itoa(int(statsBucket / time.Second)), "series": series(evs, from, now, waiting),
 		"queue_actions": c.b.Has("queue.pause") && c.b.Has("queue.resume")})
+}
+
+// withPauses marks each queue paused or not from queue.list (when the API has it),
+// and adds the paused queues that hold no job: a paused queue is shown whatever its
+// depth, so that it can be resumed from the page.
+func (c *Console) withPauses(r *http.Request, id Identity, ctxID uint32, queues []QueueDepth) ([]QueueDepth, error) {
+	if !c.b.Has("queue.list") {
+		return queues, nil
+	}
+	raw, err := c.b.Call(r.Context(), id, "queue.list", map[string]any{"context_id": ctxID})
+	if err != nil {
+		return nil, err
+	}
+	var list struct {
+		Items []struct {
+			Queue  string `json:"queue"`
+			Paused bool   `json:"paused"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, err
+	}
+	paused := map[string]bool{}
+	for _, q := range list.Items {
+		paused[q.Queue] = q.Paused
+	}
+	for i := range queues {
+		p := paused[queues[i].Queue]
+		queues[i].Paused = &p
+		delete(paused, queues[i].Queue)
+	}
+	for q, p := range paused {
+		if p {
+			t := true
+			queues = append(queues, QueueDepth{Queue: q, Paused: &t})
+		}
+	}
+	return queues, nil
 }

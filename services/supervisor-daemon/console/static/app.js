@@ -540,7 +540,7 @@ async function queuesPage(ctx) {
         acts.append(actionButton(q.paused ? 'Resume' : 'Pause', q.paused ? 'primary' : '', async () => { await call(m, {context_id: ctx, ...ref}); await load(); }));
       }
       return h('tr', {'data-queue': q.queue}, h('td', {}, q.queue), h('td', {class: 'depth'}, q.depth),
-        h('td', {}, q.paused === undefined ? '—' : (q.paused ? 'paused' : 'no')), acts);
+        h('td', {class: 'paused'}, q.paused === undefined ? '—' : (q.paused ? 'paused' : 'no')), acts);
     }));
     const s = d.series;
     charts.replaceChildren(
