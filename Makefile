@@ -94,7 +94,7 @@ fuzz: ## short bounded fuzz runs of the RRQ frame decoder and of its payload dec
 	@cd lib && $(GO) test -run '^$$' -fuzz FuzzFastDecode -fuzztime $${FUZZTIME:-500000x} -fuzzminimizetime 1000x ./rrq
 
 .PHONY: lint
-lint: ## gofmt, go vet, protos current, each module builds on its own (GOWORK=off), Lua scripts in .lua files with headers (scripts/lua-check.sh, itself tested by scripts/lua-check-test.sh), dependencies where they belong (scripts/deps-check.sh), no function over MAX_CYCLO
+lint: ## gofmt, go vet, protos current, each module builds on its own (GOWORK=off), Lua scripts in .lua files with headers (scripts/lua-check.sh, itself tested by scripts/lua-check-test.sh), dependencies where they belong (scripts/deps-check.sh), no file of services/supervisor-daemon over 600 lines (scripts/size-check.sh), no function over MAX_CYCLO
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
 	@set -e; for m in $(MODULES); do echo "== tidy, GOWORK=off build $$m"; \
@@ -105,6 +105,7 @@ lint: ## gofmt, go vet, protos current, each module builds on its own (GOWORK=of
 	@bash scripts/lua-check-test.sh
 	@bash scripts/lua-check.sh
 	@bash scripts/deps-check.sh
+	@bash scripts/size-check.sh
 	@$(MAKE) --no-print-directory cyclo
 
 .PHONY: cyclo

@@ -12,6 +12,10 @@
 # BenchmarkStandalonePathRedis a standalone handler job through every step with its
 # submission, and prints the memory a finished one holds.
 #
+# COMMANDS_ONLY=1 counts only the instructions of the commands Redis runs (its call():
+# the scripts and every command they and the clients send, no network I/O, no
+# serverCron): the totals move by 10% and more on a loaded machine, where a stage
+# takes longer and the timers run more often; these do not;
 # KEEP_CALLGRIND=1 keeps the dumps (one per stage) for callgrind_annotate;
 # HERO_PATH_VIA_SCHEDULER=1 has the ends go through the router and the scheduler (a
 # runner's --apply-ends=false) instead of being applied by the finish.
@@ -34,7 +38,7 @@ fi
 # The test harness starts "redis-server" from PATH: this one runs the real one under callgrind.
 cat >"$work/redis-server" <<EOF
 #!/bin/sh
-exec valgrind --tool=callgrind --callgrind-out-file=$work/cg.out.%p $(command -v redis-server) "\$@"
+exec valgrind --tool=callgrind ${COMMANDS_ONLY:+--toggle-collect=call} --callgrind-out-file=$work/cg.out.%p $(command -v redis-server) "\$@"
 EOF
 chmod +x "$work/redis-server"
 (cd lib && PATH="$work:$PATH" HERO_BENCH=1 HERO_PATH_JOBS="$jobs" HERO_PATH_CALLGRIND=1 \

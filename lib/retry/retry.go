@@ -116,5 +116,9 @@ func Examples() []Example {
 		{"retry-after with no attempt left", Attempt{Number: 3, Retries: 2, RetryAfter: 7 * ms}, 100 * ms, Decision{Outcome: Failed}},
 		{"retry-after of a fatal failure", Attempt{Number: 1, Retries: 2, Fatal: true, RetryAfter: 7 * ms}, 100 * ms, Decision{Outcome: Failed}},
 		{"no backoff: retried at once", Attempt{Number: 1, Retries: 1}, 0, Decision{Outcome: Retry}},
+		{"success of a run marked fatal", Attempt{Number: 1, Retries: 2, Succeeded: true, Fatal: true}, 100 * ms, Decision{Outcome: Done}},
+		{"success with a stop requested", Attempt{Number: 1, Retries: 2, Succeeded: true, StopRequested: true}, 100 * ms, Decision{Outcome: Done}},
+		{"stop requested with a retry-after", Attempt{Number: 1, Retries: 2, StopRequested: true, RetryAfter: 7 * ms}, 100 * ms, Decision{Outcome: Failed}},
+		{"stop requested past the retries", Attempt{Number: 3, Retries: 2, StopRequested: true}, 100 * ms, Decision{Outcome: Failed}},
 	}
 }

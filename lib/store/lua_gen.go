@@ -6,7 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
+
+	"github.com/hero-coordinator/hero/lib/internal/luagen/luaconv"
 )
 
 // acceptInboundScript is lua/accept_inbound.lua (its header declares its interface).
@@ -59,17 +60,17 @@ type acceptInboundAccepted struct {
 
 // decodeAcceptInboundReply decodes the reply of lua/accept_inbound.lua.
 func decodeAcceptInboundReply(v any) (out acceptInboundAccepted, err error) {
-	r1, err := luaList(v)
+	r1, err := luaconv.List(v)
 	if err == nil && len(r1) < 2 {
 		err = fmt.Errorf("%d items, want 2", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/accept_inbound.lua: reply: %w", err)
 	}
-	if out.Stored, err = luaInt(r1[0]); err != nil {
+	if out.Stored, err = luaconv.Int(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/accept_inbound.lua: reply.stored: %w", err)
 	}
-	if out.Key, err = luaString(r1[1]); err != nil {
+	if out.Key, err = luaconv.String(r1[1]); err != nil {
 		return out, fmt.Errorf("lua/accept_inbound.lua: reply.key: %w", err)
 	}
 	return out, nil
@@ -107,7 +108,7 @@ func (a *ackMessageArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeAckMessageReply decodes the reply of lua/ack_message.lua.
 func decodeAckMessageReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/ack_message.lua: reply: %w", err)
 	}
 	return out, nil
@@ -147,7 +148,7 @@ func (a *acquireArgs) run(ctx context.Context, r luaRunner) (string, error) {
 
 // decodeAcquireReply decodes the reply of lua/acquire.lua.
 func decodeAcquireReply(v any) (out string, err error) {
-	if out, err = luaString(v); err != nil {
+	if out, err = luaconv.String(v); err != nil {
 		return out, fmt.Errorf("lua/acquire.lua: reply: %w", err)
 	}
 	return out, nil
@@ -192,7 +193,7 @@ func (a *announceArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeAnnounceReply decodes the reply of lua/announce.lua.
 func decodeAnnounceReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/announce.lua: reply: %w", err)
 	}
 	return out, nil
@@ -233,7 +234,7 @@ func (a *appendLogArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeAppendLogReply decodes the reply of lua/append_log.lua.
 func decodeAppendLogReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/append_log.lua: reply: %w", err)
 	}
 	return out, nil
@@ -280,7 +281,7 @@ func (a *applyRemoteResultArgs) run(ctx context.Context, r luaRunner) (int64, er
 
 // decodeApplyRemoteResultReply decodes the reply of lua/apply_remote_result.lua.
 func decodeApplyRemoteResultReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/apply_remote_result.lua: reply: %w", err)
 	}
 	return out, nil
@@ -337,26 +338,26 @@ type cancelFlowCancel struct {
 
 // decodeCancelFlowReply decodes the reply of lua/cancel_flow.lua.
 func decodeCancelFlowReply(v any) (out cancelFlowCancel, err error) {
-	r1, err := luaList(v)
+	r1, err := luaconv.List(v)
 	if err == nil && len(r1) < 2 {
 		err = fmt.Errorf("%d items, want 2", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/cancel_flow.lua: reply: %w", err)
 	}
-	if out.Cancelled, err = luaInt(r1[0]); err != nil {
+	if out.Cancelled, err = luaconv.Int(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/cancel_flow.lua: reply.cancelled: %w", err)
 	}
-	if out.Status, err = luaString(r1[1]); err != nil {
+	if out.Status, err = luaconv.String(r1[1]); err != nil {
 		return out, fmt.Errorf("lua/cancel_flow.lua: reply.status: %w", err)
 	}
-	l1, err := luaList(any(r1[2:]))
+	l1, err := luaconv.List(any(r1[2:]))
 	if err != nil {
 		return out, fmt.Errorf("lua/cancel_flow.lua: reply.stopping: %w", err)
 	}
 	out.Stopping = make([]int64, len(l1))
 	for i1 := range l1 {
-		if out.Stopping[i1], err = luaInt(l1[i1]); err != nil {
+		if out.Stopping[i1], err = luaconv.Int(l1[i1]); err != nil {
 			return out, fmt.Errorf("lua/cancel_flow.lua: reply.stopping[]: %w", err)
 		}
 	}
@@ -430,7 +431,7 @@ func (a *checkBusyArgs) call() Call {
 	keys = append(keys, a.MsgOutKey, a.MsgInKey, a.LeasesKey, a.RunnersKey, a.BusyKey)
 	args := make([]any, 0, 3)
 	args = append(args, a.Ctx)
-	args = append(args, luaBool(a.Tidy))
+	args = append(args, luaconv.Bool(a.Tidy))
 	args = append(args, len(a.Types))
 	for _, x1 := range a.Types {
 		args = append(args, x1)
@@ -456,17 +457,17 @@ type checkBusyBusy struct {
 
 // decodeCheckBusyReply decodes the reply of lua/check_busy.lua.
 func decodeCheckBusyReply(v any) (out checkBusyBusy, err error) {
-	r1, err := luaList(v)
+	r1, err := luaconv.List(v)
 	if err == nil && len(r1) < 2 {
 		err = fmt.Errorf("%d items, want 2", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/check_busy.lua: reply: %w", err)
 	}
-	if out.Leases, err = luaInt(r1[0]); err != nil {
+	if out.Leases, err = luaconv.Int(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/check_busy.lua: reply.leases: %w", err)
 	}
-	l1, err := luaList(r1[1])
+	l1, err := luaconv.List(r1[1])
 	if err != nil {
 		return out, fmt.Errorf("lua/check_busy.lua: reply.lists: %w", err)
 	}
@@ -515,7 +516,7 @@ func (a *claimArgs) run(ctx context.Context, r luaRunner) (string, error) {
 
 // decodeClaimReply decodes the reply of lua/claim.lua.
 func decodeClaimReply(v any) (out string, err error) {
-	if out, err = luaString(v); err != nil {
+	if out, err = luaconv.String(v); err != nil {
 		return out, fmt.Errorf("lua/claim.lua: reply: %w", err)
 	}
 	return out, nil
@@ -553,7 +554,7 @@ func (a *claimMessageArgs) call() Call {
 	args = append(args, a.Max)
 	args = append(args, a.Token)
 	args = append(args, a.Held)
-	args = append(args, luaBool(a.Route))
+	args = append(args, luaconv.Bool(a.Route))
 	args = append(args, a.Ctx)
 	args = append(args, a.NowS)
 	args = append(args, len(a.Claims))
@@ -701,7 +702,7 @@ func (a *completeArgs) call() Call {
 		args = append(args, x1.Attempt)
 		args = append(args, x1.Status)
 		args = append(args, x1.Err)
-		args = append(args, luaBool(x1.Fatal))
+		args = append(args, luaconv.Bool(x1.Fatal))
 		args = append(args, x1.Retries)
 		args = append(args, x1.Backoff)
 	}
@@ -728,35 +729,35 @@ type completeDone struct {
 
 // decodeCompleteReply decodes the reply of lua/complete.lua.
 func decodeCompleteReply(v any) (out []completeDone, err error) {
-	l1, err := luaList(v)
+	l1, err := luaconv.List(v)
 	if err != nil {
 		return out, fmt.Errorf("lua/complete.lua: reply: %w", err)
 	}
 	out = make([]completeDone, len(l1))
 	for i1 := range l1 {
-		r2, err := luaList(l1[i1])
+		r2, err := luaconv.List(l1[i1])
 		if err == nil && len(r2) < 3 {
 			err = fmt.Errorf("%d items, want 3", len(r2))
 		}
 		if err != nil {
 			return out, fmt.Errorf("lua/complete.lua: reply[]: %w", err)
 		}
-		if out[i1].Code, err = luaInt(r2[0]); err != nil {
+		if out[i1].Code, err = luaconv.Int(r2[0]); err != nil {
 			return out, fmt.Errorf("lua/complete.lua: reply[].code: %w", err)
 		}
-		if out[i1].Status, err = luaString(r2[1]); err != nil {
+		if out[i1].Status, err = luaconv.String(r2[1]); err != nil {
 			return out, fmt.Errorf("lua/complete.lua: reply[].status: %w", err)
 		}
-		if out[i1].Due, err = luaInt(r2[2]); err != nil {
+		if out[i1].Due, err = luaconv.Int(r2[2]); err != nil {
 			return out, fmt.Errorf("lua/complete.lua: reply[].due: %w", err)
 		}
-		l2, err := luaList(any(r2[3:]))
+		l2, err := luaconv.List(any(r2[3:]))
 		if err != nil {
 			return out, fmt.Errorf("lua/complete.lua: reply[].ready: %w", err)
 		}
 		out[i1].Ready = make([]int64, len(l2))
 		for i2 := range l2 {
-			if out[i1].Ready[i2], err = luaInt(l2[i2]); err != nil {
+			if out[i1].Ready[i2], err = luaconv.Int(l2[i2]); err != nil {
 				return out, fmt.Errorf("lua/complete.lua: reply[].ready[]: %w", err)
 			}
 		}
@@ -836,26 +837,26 @@ type createOutcome struct {
 
 // decodeCreateReply decodes the reply of lua/create.lua.
 func decodeCreateReply(v any) (out []createOutcome, err error) {
-	l1, err := luaList(v)
+	l1, err := luaconv.List(v)
 	if err != nil {
 		return out, fmt.Errorf("lua/create.lua: reply: %w", err)
 	}
 	out = make([]createOutcome, len(l1))
 	for i1 := range l1 {
-		r2, err := luaList(l1[i1])
+		r2, err := luaconv.List(l1[i1])
 		if err == nil && len(r2) < 3 {
 			err = fmt.Errorf("%d items, want 3", len(r2))
 		}
 		if err != nil {
 			return out, fmt.Errorf("lua/create.lua: reply[]: %w", err)
 		}
-		if out[i1].Status, err = luaInt(r2[0]); err != nil {
+		if out[i1].Status, err = luaconv.Int(r2[0]); err != nil {
 			return out, fmt.Errorf("lua/create.lua: reply[].status: %w", err)
 		}
-		if out[i1].ID, err = luaInt(r2[1]); err != nil {
+		if out[i1].ID, err = luaconv.Int(r2[1]); err != nil {
 			return out, fmt.Errorf("lua/create.lua: reply[].id: %w", err)
 		}
-		if out[i1].Field, err = luaString(r2[2]); err != nil {
+		if out[i1].Field, err = luaconv.String(r2[2]); err != nil {
 			return out, fmt.Errorf("lua/create.lua: reply[].field: %w", err)
 		}
 	}
@@ -933,7 +934,7 @@ func (a *deleteFlowArgs) call() Call {
 	args := make([]any, 0, 5)
 	args = append(args, a.Ctx)
 	args = append(args, a.Flow)
-	args = append(args, luaBool(a.Force))
+	args = append(args, luaconv.Bool(a.Force))
 	args = append(args, a.Actor)
 	args = append(args, a.NowMs)
 	return Call{Script: deleteFlowScript, Keys: keys, Args: args}
@@ -951,7 +952,7 @@ func (a *deleteFlowArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeDeleteFlowReply decodes the reply of lua/delete_flow.lua.
 func decodeDeleteFlowReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/delete_flow.lua: reply: %w", err)
 	}
 	return out, nil
@@ -979,7 +980,7 @@ func (a *deleteJobArgs) call() Call {
 	args = append(args, a.Ctx)
 	args = append(args, a.Caller)
 	args = append(args, a.ID)
-	args = append(args, luaBool(a.Force))
+	args = append(args, luaconv.Bool(a.Force))
 	args = append(args, a.Actor)
 	args = append(args, a.NowMs)
 	return Call{Script: deleteJobScript, Keys: keys, Args: args}
@@ -997,7 +998,7 @@ func (a *deleteJobArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeDeleteJobReply decodes the reply of lua/delete_job.lua.
 func decodeDeleteJobReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/delete_job.lua: reply: %w", err)
 	}
 	return out, nil
@@ -1025,7 +1026,7 @@ func (a *deleteRunnerArgs) call() Call {
 	args := make([]any, 0, 6)
 	args = append(args, a.Ctx)
 	args = append(args, a.ID)
-	args = append(args, luaBool(a.Force))
+	args = append(args, luaconv.Bool(a.Force))
 	args = append(args, a.Actor)
 	args = append(args, a.NowMs)
 	args = append(args, string(a.Types))
@@ -1044,7 +1045,7 @@ func (a *deleteRunnerArgs) run(ctx context.Context, r luaRunner) (int64, error) 
 
 // decodeDeleteRunnerReply decodes the reply of lua/delete_runner.lua.
 func decodeDeleteRunnerReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/delete_runner.lua: reply: %w", err)
 	}
 	return out, nil
@@ -1099,7 +1100,7 @@ func (a *dispatchArgs) call() Call {
 	args = append(args, len(a.Jobs))
 	for _, x1 := range a.Jobs {
 		args = append(args, x1.ID)
-		args = append(args, luaBool(x1.Grouped))
+		args = append(args, luaconv.Bool(x1.Grouped))
 		args = append(args, len(x1.Items))
 		for _, x2 := range x1.Items {
 			args = append(args, x2)
@@ -1159,7 +1160,7 @@ func (a *enqueueArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeEnqueueReply decodes the reply of lua/enqueue.lua.
 func decodeEnqueueReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/enqueue.lua: reply: %w", err)
 	}
 	return out, nil
@@ -1199,7 +1200,7 @@ func (a *extendArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeExtendReply decodes the reply of lua/extend.lua.
 func decodeExtendReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/extend.lua: reply: %w", err)
 	}
 	return out, nil
@@ -1265,9 +1266,9 @@ func (a *finishJobsArgs) call() Call {
 	args = append(args, a.Ctx)
 	args = append(args, a.Caller)
 	args = append(args, a.Logmax)
-	args = append(args, luaBool(a.Grouped))
+	args = append(args, luaconv.Bool(a.Grouped))
 	args = append(args, a.NowUs)
-	args = append(args, luaBool(a.Apply))
+	args = append(args, luaconv.Bool(a.Apply))
 	args = append(args, len(a.Request))
 	for _, x1 := range a.Request {
 		args = append(args, x1)
@@ -1289,13 +1290,13 @@ func (a *finishJobsArgs) call() Call {
 		args = append(args, x1.Code)
 		args = append(args, x1.Result)
 		args = append(args, x1.Rjson)
-		args = append(args, luaBool(x1.Fatal))
+		args = append(args, luaconv.Bool(x1.Fatal))
 		args = append(args, x1.RetryAfter)
 		args = append(args, x1.Chunk)
 		args = append(args, x1.Entry)
 		args = append(args, x1.Started)
 		args = append(args, x1.Ck)
-		args = append(args, luaBool(x1.Lim))
+		args = append(args, luaconv.Bool(x1.Lim))
 	}
 	return Call{Script: finishJobsScript, Keys: keys, Args: args}
 }
@@ -1338,7 +1339,7 @@ func (a *flowDeleteChunkArgs) call() Call {
 	args := make([]any, 0, 6)
 	args = append(args, a.Ctx)
 	args = append(args, a.FlowID)
-	args = append(args, luaBool(a.Force))
+	args = append(args, luaconv.Bool(a.Force))
 	args = append(args, a.Caller)
 	args = append(args, a.Nmsgs)
 	args = append(args, len(a.IDs))
@@ -1366,17 +1367,17 @@ type flowDeleteChunkRecord struct {
 
 // decodeFlowDeleteChunkReply decodes the reply of lua/flow_delete_chunk.lua.
 func decodeFlowDeleteChunkReply(v any) (out flowDeleteChunkRecord, err error) {
-	r1, err := luaList(v)
+	r1, err := luaconv.List(v)
 	if err == nil && len(r1) < 2 {
 		err = fmt.Errorf("%d items, want 2", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply: %w", err)
 	}
-	if out.Deleted, err = luaInt(r1[0]); err != nil {
+	if out.Deleted, err = luaconv.Int(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply.deleted: %w", err)
 	}
-	if out.MsgsLeft, err = luaInt(r1[1]); err != nil {
+	if out.MsgsLeft, err = luaconv.Int(r1[1]); err != nil {
 		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply.msgs_left: %w", err)
 	}
 	return out, nil
@@ -1429,23 +1430,23 @@ type flowStageBeginRecord struct {
 
 // decodeFlowStageBeginReply decodes the reply of lua/flow_stage_begin.lua.
 func decodeFlowStageBeginReply(v any) (out flowStageBeginRecord, err error) {
-	r1, err := luaList(v)
+	r1, err := luaconv.List(v)
 	if err == nil && len(r1) < 4 {
 		err = fmt.Errorf("%d items, want 4", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply: %w", err)
 	}
-	if out.Flow, err = luaInt(r1[0]); err != nil {
+	if out.Flow, err = luaconv.Int(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply.flow: %w", err)
 	}
-	if out.First, err = luaInt(r1[1]); err != nil {
+	if out.First, err = luaconv.Int(r1[1]); err != nil {
 		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply.first: %w", err)
 	}
-	if out.Last, err = luaInt(r1[2]); err != nil {
+	if out.Last, err = luaconv.Int(r1[2]); err != nil {
 		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply.last: %w", err)
 	}
-	if out.Expires, err = luaInt(r1[3]); err != nil {
+	if out.Expires, err = luaconv.Int(r1[3]); err != nil {
 		return out, fmt.Errorf("lua/flow_stage_begin.lua: reply.expires: %w", err)
 	}
 	return out, nil
@@ -1497,23 +1498,23 @@ type flowStageCommitRecord struct {
 
 // decodeFlowStageCommitReply decodes the reply of lua/flow_stage_commit.lua.
 func decodeFlowStageCommitReply(v any) (out flowStageCommitRecord, err error) {
-	r1, err := luaList(v)
+	r1, err := luaconv.List(v)
 	if err == nil && len(r1) < 1 {
 		err = fmt.Errorf("%d items, want 1", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/flow_stage_commit.lua: reply: %w", err)
 	}
-	if out.Staged, err = luaInt(r1[0]); err != nil {
+	if out.Staged, err = luaconv.Int(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/flow_stage_commit.lua: reply.staged: %w", err)
 	}
-	l1, err := luaList(any(r1[1:]))
+	l1, err := luaconv.List(any(r1[1:]))
 	if err != nil {
 		return out, fmt.Errorf("lua/flow_stage_commit.lua: reply.ids: %w", err)
 	}
 	out.IDs = make([]int64, len(l1))
 	for i1 := range l1 {
-		if out.IDs[i1], err = luaInt(l1[i1]); err != nil {
+		if out.IDs[i1], err = luaconv.Int(l1[i1]); err != nil {
 			return out, fmt.Errorf("lua/flow_stage_commit.lua: reply.ids[]: %w", err)
 		}
 	}
@@ -1543,7 +1544,7 @@ func (a *flowStageSweepArgs) call() Call {
 	args = append(args, a.Ctx)
 	args = append(args, a.FlowID)
 	args = append(args, a.NowMs)
-	args = append(args, luaBool(a.Force))
+	args = append(args, luaconv.Bool(a.Force))
 	args = append(args, a.Chunk)
 	args = append(args, a.HoldMs)
 	return Call{Script: flowStageSweepScript, Keys: keys, Args: args}
@@ -1567,17 +1568,17 @@ type flowStageSweepRecord struct {
 
 // decodeFlowStageSweepReply decodes the reply of lua/flow_stage_sweep.lua.
 func decodeFlowStageSweepReply(v any) (out flowStageSweepRecord, err error) {
-	r1, err := luaList(v)
+	r1, err := luaconv.List(v)
 	if err == nil && len(r1) < 2 {
 		err = fmt.Errorf("%d items, want 2", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/flow_stage_sweep.lua: reply: %w", err)
 	}
-	if out.More, err = luaInt(r1[0]); err != nil {
+	if out.More, err = luaconv.Int(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/flow_stage_sweep.lua: reply.more: %w", err)
 	}
-	if out.Deleted, err = luaInt(r1[1]); err != nil {
+	if out.Deleted, err = luaconv.Int(r1[1]); err != nil {
 		return out, fmt.Errorf("lua/flow_stage_sweep.lua: reply.deleted: %w", err)
 	}
 	return out, nil
@@ -1625,17 +1626,17 @@ type flowStageTouchRecord struct {
 
 // decodeFlowStageTouchReply decodes the reply of lua/flow_stage_touch.lua.
 func decodeFlowStageTouchReply(v any) (out flowStageTouchRecord, err error) {
-	r1, err := luaList(v)
+	r1, err := luaconv.List(v)
 	if err == nil && len(r1) < 2 {
 		err = fmt.Errorf("%d items, want 2", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/flow_stage_touch.lua: reply: %w", err)
 	}
-	if out.First, err = luaInt(r1[0]); err != nil {
+	if out.First, err = luaconv.Int(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/flow_stage_touch.lua: reply.first: %w", err)
 	}
-	if out.Last, err = luaInt(r1[1]); err != nil {
+	if out.Last, err = luaconv.Int(r1[1]); err != nil {
 		return out, fmt.Errorf("lua/flow_stage_touch.lua: reply.last: %w", err)
 	}
 	return out, nil
@@ -1719,7 +1720,7 @@ func (a *flowStartChunkArgs) call() Call {
 		args = append(args, x1.Deps)
 		args = append(args, x1.Dependents)
 		args = append(args, x1.N)
-		args = append(args, luaBool(x1.Ran))
+		args = append(args, luaconv.Bool(x1.Ran))
 	}
 	return Call{Script: flowStartChunkScript, Keys: keys, Args: args}
 }
@@ -1736,7 +1737,7 @@ func (a *flowStartChunkArgs) run(ctx context.Context, r luaRunner) (int64, error
 
 // decodeFlowStartChunkReply decodes the reply of lua/flow_start_chunk.lua.
 func decodeFlowStartChunkReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/flow_start_chunk.lua: reply: %w", err)
 	}
 	return out, nil
@@ -1822,13 +1823,13 @@ func (a *gatewayLeaseAcquireArgs) run(ctx context.Context, r luaRunner) ([]int64
 
 // decodeGatewayLeaseAcquireReply decodes the reply of lua/gateway_lease_acquire.lua.
 func decodeGatewayLeaseAcquireReply(v any) (out []int64, err error) {
-	l1, err := luaList(v)
+	l1, err := luaconv.List(v)
 	if err != nil {
 		return out, fmt.Errorf("lua/gateway_lease_acquire.lua: reply: %w", err)
 	}
 	out = make([]int64, len(l1))
 	for i1 := range l1 {
-		if out[i1], err = luaInt(l1[i1]); err != nil {
+		if out[i1], err = luaconv.Int(l1[i1]); err != nil {
 			return out, fmt.Errorf("lua/gateway_lease_acquire.lua: reply[]: %w", err)
 		}
 	}
@@ -1867,7 +1868,7 @@ func (a *gatewayLeaseExtendArgs) run(ctx context.Context, r luaRunner) (int64, e
 
 // decodeGatewayLeaseExtendReply decodes the reply of lua/gateway_lease_extend.lua.
 func decodeGatewayLeaseExtendReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/gateway_lease_extend.lua: reply: %w", err)
 	}
 	return out, nil
@@ -1903,7 +1904,7 @@ func (a *gatewayLeaseReleaseArgs) run(ctx context.Context, r luaRunner) (int64, 
 
 // decodeGatewayLeaseReleaseReply decodes the reply of lua/gateway_lease_release.lua.
 func decodeGatewayLeaseReleaseReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/gateway_lease_release.lua: reply: %w", err)
 	}
 	return out, nil
@@ -1943,7 +1944,7 @@ func (a *limitSetArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeLimitSetReply decodes the reply of lua/limit_set.lua.
 func decodeLimitSetReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/limit_set.lua: reply: %w", err)
 	}
 	return out, nil
@@ -1983,7 +1984,7 @@ func (a *limitWakeArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeLimitWakeReply decodes the reply of lua/limit_wake.lua.
 func decodeLimitWakeReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/limit_wake.lua: reply: %w", err)
 	}
 	return out, nil
@@ -2032,7 +2033,7 @@ func (a *materializeArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeMaterializeReply decodes the reply of lua/materialize.lua.
 func decodeMaterializeReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/materialize.lua: reply: %w", err)
 	}
 	return out, nil
@@ -2124,7 +2125,7 @@ func (a *pauseQueueArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodePauseQueueReply decodes the reply of lua/pause_queue.lua.
 func decodePauseQueueReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/pause_queue.lua: reply: %w", err)
 	}
 	return out, nil
@@ -2162,13 +2163,13 @@ func (a *popDueArgs) run(ctx context.Context, r luaRunner) ([]string, error) {
 
 // decodePopDueReply decodes the reply of lua/pop_due.lua.
 func decodePopDueReply(v any) (out []string, err error) {
-	l1, err := luaList(v)
+	l1, err := luaconv.List(v)
 	if err != nil {
 		return out, fmt.Errorf("lua/pop_due.lua: reply: %w", err)
 	}
 	out = make([]string, len(l1))
 	for i1 := range l1 {
-		if out[i1], err = luaString(l1[i1]); err != nil {
+		if out[i1], err = luaconv.String(l1[i1]); err != nil {
 			return out, fmt.Errorf("lua/pop_due.lua: reply[]: %w", err)
 		}
 	}
@@ -2207,7 +2208,7 @@ func (a *refreshArgs) run(ctx context.Context, r luaRunner) (string, error) {
 
 // decodeRefreshReply decodes the reply of lua/refresh.lua.
 func decodeRefreshReply(v any) (out string, err error) {
-	if out, err = luaString(v); err != nil {
+	if out, err = luaconv.String(v); err != nil {
 		return out, fmt.Errorf("lua/refresh.lua: reply: %w", err)
 	}
 	return out, nil
@@ -2253,23 +2254,23 @@ type releaseDependentsRecord struct {
 
 // decodeReleaseDependentsReply decodes the reply of lua/release_dependents.lua.
 func decodeReleaseDependentsReply(v any) (out releaseDependentsRecord, err error) {
-	r1, err := luaList(v)
+	r1, err := luaconv.List(v)
 	if err == nil && len(r1) < 1 {
 		err = fmt.Errorf("%d items, want 1", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/release_dependents.lua: reply: %w", err)
 	}
-	if out.More, err = luaInt(r1[0]); err != nil {
+	if out.More, err = luaconv.Int(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/release_dependents.lua: reply.more: %w", err)
 	}
-	l1, err := luaList(any(r1[1:]))
+	l1, err := luaconv.List(any(r1[1:]))
 	if err != nil {
 		return out, fmt.Errorf("lua/release_dependents.lua: reply.ready: %w", err)
 	}
 	out.Ready = make([]int64, len(l1))
 	for i1 := range l1 {
-		if out.Ready[i1], err = luaInt(l1[i1]); err != nil {
+		if out.Ready[i1], err = luaconv.Int(l1[i1]); err != nil {
 			return out, fmt.Errorf("lua/release_dependents.lua: reply.ready[]: %w", err)
 		}
 	}
@@ -2306,7 +2307,7 @@ func (a *releaseIdentityArgs) run(ctx context.Context, r luaRunner) (int64, erro
 
 // decodeReleaseIdentityReply decodes the reply of lua/release_identity.lua.
 func decodeReleaseIdentityReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/release_identity.lua: reply: %w", err)
 	}
 	return out, nil
@@ -2335,7 +2336,7 @@ func (a *requeueArgs) call() Call {
 	args = append(args, a.Limit)
 	args = append(args, a.Ctx)
 	args = append(args, a.Consumer)
-	args = append(args, luaBool(a.Clear))
+	args = append(args, luaconv.Bool(a.Clear))
 	args = append(args, len(a.Claims))
 	for _, x1 := range a.Claims {
 		args = append(args, x1)
@@ -2355,13 +2356,13 @@ func (a *requeueArgs) run(ctx context.Context, r luaRunner) ([]string, error) {
 
 // decodeRequeueReply decodes the reply of lua/requeue.lua.
 func decodeRequeueReply(v any) (out []string, err error) {
-	l1, err := luaList(v)
+	l1, err := luaconv.List(v)
 	if err != nil {
 		return out, fmt.Errorf("lua/requeue.lua: reply: %w", err)
 	}
 	out = make([]string, len(l1))
 	for i1 := range l1 {
-		if out[i1], err = luaString(l1[i1]); err != nil {
+		if out[i1], err = luaconv.String(l1[i1]); err != nil {
 			return out, fmt.Errorf("lua/requeue.lua: reply[]: %w", err)
 		}
 	}
@@ -2408,7 +2409,7 @@ func (a *requeueJobArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeRequeueJobReply decodes the reply of lua/requeue_job.lua.
 func decodeRequeueJobReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/requeue_job.lua: reply: %w", err)
 	}
 	return out, nil
@@ -2460,23 +2461,23 @@ type retryFlowRetried struct {
 
 // decodeRetryFlowReply decodes the reply of lua/retry_flow.lua.
 func decodeRetryFlowReply(v any) (out retryFlowRetried, err error) {
-	r1, err := luaList(v)
+	r1, err := luaconv.List(v)
 	if err == nil && len(r1) < 1 {
 		err = fmt.Errorf("%d items, want 1", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/retry_flow.lua: reply: %w", err)
 	}
-	if out.One, err = luaInt(r1[0]); err != nil {
+	if out.One, err = luaconv.Int(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/retry_flow.lua: reply.one: %w", err)
 	}
-	l1, err := luaList(any(r1[1:]))
+	l1, err := luaconv.List(any(r1[1:]))
 	if err != nil {
 		return out, fmt.Errorf("lua/retry_flow.lua: reply.ready: %w", err)
 	}
 	out.Ready = make([]int64, len(l1))
 	for i1 := range l1 {
-		if out.Ready[i1], err = luaInt(l1[i1]); err != nil {
+		if out.Ready[i1], err = luaconv.Int(l1[i1]); err != nil {
 			return out, fmt.Errorf("lua/retry_flow.lua: reply.ready[]: %w", err)
 		}
 	}
@@ -2519,7 +2520,7 @@ func (a *revokeSecretArgs) run(ctx context.Context, r luaRunner) (int64, error) 
 
 // decodeRevokeSecretReply decodes the reply of lua/revoke_secret.lua.
 func decodeRevokeSecretReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/revoke_secret.lua: reply: %w", err)
 	}
 	return out, nil
@@ -2574,7 +2575,7 @@ func (a *routeClaimedArgs) run(ctx context.Context, r luaRunner) (int64, error) 
 
 // decodeRouteClaimedReply decodes the reply of lua/route_claimed.lua.
 func decodeRouteClaimedReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/route_claimed.lua: reply: %w", err)
 	}
 	return out, nil
@@ -2613,7 +2614,7 @@ func (a *runnerHereArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeRunnerHereReply decodes the reply of lua/runner_here.lua.
 func decodeRunnerHereReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/runner_here.lua: reply: %w", err)
 	}
 	return out, nil
@@ -2748,7 +2749,7 @@ func (a *setJobStatusArgs) run(ctx context.Context, r luaRunner) (int64, error) 
 
 // decodeSetJobStatusReply decodes the reply of lua/set_job_status.lua.
 func decodeSetJobStatusReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/set_job_status.lua: reply: %w", err)
 	}
 	return out, nil
@@ -2813,7 +2814,7 @@ func (a *splitRequestArgs) run(ctx context.Context, r luaRunner) (int64, error) 
 
 // decodeSplitRequestReply decodes the reply of lua/split_request.lua.
 func decodeSplitRequestReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/split_request.lua: reply: %w", err)
 	}
 	return out, nil
@@ -2852,7 +2853,7 @@ func (a *standaloneDoneArgs) call() Call {
 	args = append(args, a.Attempt)
 	args = append(args, a.Status)
 	args = append(args, a.Err)
-	args = append(args, luaBool(a.Fatal))
+	args = append(args, luaconv.Bool(a.Fatal))
 	args = append(args, a.Retries)
 	args = append(args, a.Backoff)
 	args = append(args, a.NowS)
@@ -2881,20 +2882,20 @@ type standaloneDoneDone struct {
 
 // decodeStandaloneDoneReply decodes the reply of lua/standalone_done.lua.
 func decodeStandaloneDoneReply(v any) (out standaloneDoneDone, err error) {
-	r1, err := luaList(v)
+	r1, err := luaconv.List(v)
 	if err == nil && len(r1) < 3 {
 		err = fmt.Errorf("%d items, want 3", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/standalone_done.lua: reply: %w", err)
 	}
-	if out.Code, err = luaInt(r1[0]); err != nil {
+	if out.Code, err = luaconv.Int(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/standalone_done.lua: reply.code: %w", err)
 	}
-	if out.Status, err = luaString(r1[1]); err != nil {
+	if out.Status, err = luaconv.String(r1[1]); err != nil {
 		return out, fmt.Errorf("lua/standalone_done.lua: reply.status: %w", err)
 	}
-	if out.Due, err = luaInt(r1[2]); err != nil {
+	if out.Due, err = luaconv.Int(r1[2]); err != nil {
 		return out, fmt.Errorf("lua/standalone_done.lua: reply.due: %w", err)
 	}
 	return out, nil
@@ -2944,7 +2945,7 @@ func (a *startFlowArgs) call() Call {
 		args = append(args, x1.Deps)
 		args = append(args, x1.Dependents)
 		args = append(args, x1.N)
-		args = append(args, luaBool(x1.Ran))
+		args = append(args, luaconv.Bool(x1.Ran))
 	}
 	return Call{Script: startFlowScript, Keys: keys, Args: args}
 }
@@ -3016,7 +3017,7 @@ func (a *submitArgs) call() Call {
 	}
 	args = append(args, len(a.Jobs))
 	for _, x1 := range a.Jobs {
-		args = append(args, luaBool(x1.Chosen))
+		args = append(args, luaconv.Bool(x1.Chosen))
 		args = append(args, x1.Caller)
 		args = append(args, x1.ID)
 		args = append(args, x1.TTL)
@@ -3058,48 +3059,48 @@ type submitDone struct {
 
 // decodeSubmitReply decodes the reply of lua/submit.lua.
 func decodeSubmitReply(v any) (out submitOutcome, err error) {
-	r1, err := luaList(v)
+	r1, err := luaconv.List(v)
 	if err == nil && len(r1) < 3 {
 		err = fmt.Errorf("%d items, want 3", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/submit.lua: reply: %w", err)
 	}
-	if out.Status, err = luaString(r1[0]); err != nil {
+	if out.Status, err = luaconv.String(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/submit.lua: reply.status: %w", err)
 	}
-	if out.Index, err = luaInt(r1[1]); err != nil {
+	if out.Index, err = luaconv.Int(r1[1]); err != nil {
 		return out, fmt.Errorf("lua/submit.lua: reply.index: %w", err)
 	}
-	if out.Detail, err = luaString(r1[2]); err != nil {
+	if out.Detail, err = luaconv.String(r1[2]); err != nil {
 		return out, fmt.Errorf("lua/submit.lua: reply.detail: %w", err)
 	}
-	l1, err := luaList(any(r1[3:]))
+	l1, err := luaconv.List(any(r1[3:]))
 	if err != nil {
 		return out, fmt.Errorf("lua/submit.lua: reply.jobs: %w", err)
 	}
 	out.Jobs = make([]submitDone, len(l1))
 	for i1 := range l1 {
-		r2, err := luaList(l1[i1])
+		r2, err := luaconv.List(l1[i1])
 		if err == nil && len(r2) < 3 {
 			err = fmt.Errorf("%d items, want 3", len(r2))
 		}
 		if err != nil {
 			return out, fmt.Errorf("lua/submit.lua: reply.jobs[]: %w", err)
 		}
-		if out.Jobs[i1].Code, err = luaInt(r2[0]); err != nil {
+		if out.Jobs[i1].Code, err = luaconv.Int(r2[0]); err != nil {
 			return out, fmt.Errorf("lua/submit.lua: reply.jobs[].code: %w", err)
 		}
-		if out.Jobs[i1].Member, err = luaString(r2[1]); err != nil {
+		if out.Jobs[i1].Member, err = luaconv.String(r2[1]); err != nil {
 			return out, fmt.Errorf("lua/submit.lua: reply.jobs[].member: %w", err)
 		}
-		l2, err := luaList(r2[2])
+		l2, err := luaconv.List(r2[2])
 		if err != nil {
 			return out, fmt.Errorf("lua/submit.lua: reply.jobs[].hash: %w", err)
 		}
 		out.Jobs[i1].Hash = make([]string, len(l2))
 		for i2 := range l2 {
-			if out.Jobs[i1].Hash[i2], err = luaString(l2[i2]); err != nil {
+			if out.Jobs[i1].Hash[i2], err = luaconv.String(l2[i2]); err != nil {
 				return out, fmt.Errorf("lua/submit.lua: reply.jobs[].hash[]: %w", err)
 			}
 		}
@@ -3139,7 +3140,7 @@ func (a *trimEventsArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeTrimEventsReply decodes the reply of lua/trim_events.lua.
 func decodeTrimEventsReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/trim_events.lua: reply: %w", err)
 	}
 	return out, nil
@@ -3180,92 +3181,8 @@ func (a *updateActorArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeUpdateActorReply decodes the reply of lua/update_actor.lua.
 func decodeUpdateActorReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/update_actor.lua: reply: %w", err)
 	}
 	return out, nil
-}
-
-// luaBool is a bool as a script's argument.
-func luaBool(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
-// luaString reads a string of a reply (nil: "").
-func luaString(v any) (string, error) {
-	switch x := v.(type) {
-	case nil:
-		return "", nil
-	case string:
-		return x, nil
-	}
-	return "", fmt.Errorf("%T %v, want a string", v, v)
-}
-
-// luaInt reads an integer of a reply, or its decimal string (nil: 0).
-func luaInt(v any) (int64, error) {
-	switch x := v.(type) {
-	case nil:
-		return 0, nil
-	case int64:
-		return x, nil
-	case string:
-		n, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%q, want an integer", x)
-		}
-		return n, nil
-	}
-	return 0, fmt.Errorf("%T %v, want an integer", v, v)
-}
-
-// luaFloat reads a number of a reply, sent as a string (nil: 0).
-func luaFloat(v any) (float64, error) {
-	switch x := v.(type) {
-	case nil:
-		return 0, nil
-	case int64:
-		return float64(x), nil
-	case string:
-		var f float64
-		if _, err := fmt.Sscan(x, &f); err != nil {
-			return 0, fmt.Errorf("%q, want a number", x)
-		}
-		return f, nil
-	}
-	return 0, fmt.Errorf("%T %v, want a number", v, v)
-}
-
-// luaBoolReply reads a boolean of a reply (Lua true is 1; false and nil are nil).
-func luaBoolReply(v any) (bool, error) {
-	switch x := v.(type) {
-	case nil:
-		return false, nil
-	case int64:
-		return x != 0, nil
-	}
-	return false, fmt.Errorf("%T %v, want a boolean", v, v)
-}
-
-// luaJSON reads a JSON text of a reply (nil: none).
-func luaJSON(v any) (json.RawMessage, error) {
-	s, err := luaString(v)
-	if err != nil || s == "" {
-		return nil, err
-	}
-	return json.RawMessage(s), nil
-}
-
-// luaList reads a list of a reply (nil: empty).
-func luaList(v any) ([]any, error) {
-	switch x := v.(type) {
-	case nil:
-		return nil, nil
-	case []any:
-		return x, nil
-	}
-	return nil, fmt.Errorf("%T %v, want a list", v, v)
 }

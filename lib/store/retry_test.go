@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hero-coordinator/hero/lib/internal/luagen/luaconv"
 	"github.com/hero-coordinator/hero/lib/retry"
 	"github.com/hero-coordinator/hero/lib/testutil/redistest"
 )
@@ -34,7 +35,7 @@ func TestRetryDecideMatchesThePolicy(t *testing.T) {
 		if a.RetryAfter > 0 {
 			ra = a.RetryAfter.Milliseconds()
 		}
-		got, err := rdb.Eval(ctx, script, nil, luaBool(a.Succeeded), a.Number, a.Retries, luaBool(a.Fatal), luaBool(a.StopRequested), ra, e.Backoff.Milliseconds()).Int64()
+		got, err := rdb.Eval(ctx, script, nil, luaconv.Bool(a.Succeeded), a.Number, a.Retries, luaconv.Bool(a.Fatal), luaconv.Bool(a.StopRequested), ra, e.Backoff.Milliseconds()).Int64()
 		retried := err == nil
 		if err != nil && err != redis.Nil {
 			t.Fatalf("%s: %v", e.Name, err)

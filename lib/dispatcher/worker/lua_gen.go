@@ -4,9 +4,9 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
+
+	"github.com/hero-coordinator/hero/lib/internal/luagen/luaconv"
 )
 
 // appendLogScript is lua/append_log.lua (its header declares its interface).
@@ -43,7 +43,7 @@ func (a *appendLogArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeAppendLogReply decodes the reply of lua/append_log.lua.
 func decodeAppendLogReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/append_log.lua: reply: %w", err)
 	}
 	return out, nil
@@ -97,7 +97,7 @@ func (a *finishArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeFinishReply decodes the reply of lua/finish.lua.
 func decodeFinishReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/finish.lua: reply: %w", err)
 	}
 	return out, nil
@@ -135,7 +135,7 @@ func (a *heartbeatArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeHeartbeatReply decodes the reply of lua/heartbeat.lua.
 func decodeHeartbeatReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/heartbeat.lua: reply: %w", err)
 	}
 	return out, nil
@@ -189,13 +189,13 @@ func (a *parkArgs) run(ctx context.Context, r luaRunner) ([]string, error) {
 
 // decodeParkReply decodes the reply of lua/park.lua.
 func decodeParkReply(v any) (out []string, err error) {
-	l1, err := luaList(v)
+	l1, err := luaconv.List(v)
 	if err != nil {
 		return out, fmt.Errorf("lua/park.lua: reply: %w", err)
 	}
 	out = make([]string, len(l1))
 	for i1 := range l1 {
-		if out[i1], err = luaString(l1[i1]); err != nil {
+		if out[i1], err = luaconv.String(l1[i1]); err != nil {
 			return out, fmt.Errorf("lua/park.lua: reply[]: %w", err)
 		}
 	}
@@ -233,7 +233,7 @@ func (a *releaseArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeReleaseReply decodes the reply of lua/release.lua.
 func decodeReleaseReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/release.lua: reply: %w", err)
 	}
 	return out, nil
@@ -280,7 +280,7 @@ func (a *requeueArgs) run(ctx context.Context, r luaRunner) (int64, error) {
 
 // decodeRequeueReply decodes the reply of lua/requeue.lua.
 func decodeRequeueReply(v any) (out int64, err error) {
-	if out, err = luaInt(v); err != nil {
+	if out, err = luaconv.Int(v); err != nil {
 		return out, fmt.Errorf("lua/requeue.lua: reply: %w", err)
 	}
 	return out, nil
@@ -327,7 +327,7 @@ func (a *startArgs) run(ctx context.Context, r luaRunner) (string, error) {
 
 // decodeStartReply decodes the reply of lua/start.lua.
 func decodeStartReply(v any) (out string, err error) {
-	if out, err = luaString(v); err != nil {
+	if out, err = luaconv.String(v); err != nil {
 		return out, fmt.Errorf("lua/start.lua: reply: %w", err)
 	}
 	return out, nil
@@ -373,99 +373,15 @@ func (a *stopArgs) run(ctx context.Context, r luaRunner) ([]string, error) {
 
 // decodeStopReply decodes the reply of lua/stop.lua.
 func decodeStopReply(v any) (out []string, err error) {
-	l1, err := luaList(v)
+	l1, err := luaconv.List(v)
 	if err != nil {
 		return out, fmt.Errorf("lua/stop.lua: reply: %w", err)
 	}
 	out = make([]string, len(l1))
 	for i1 := range l1 {
-		if out[i1], err = luaString(l1[i1]); err != nil {
+		if out[i1], err = luaconv.String(l1[i1]); err != nil {
 			return out, fmt.Errorf("lua/stop.lua: reply[]: %w", err)
 		}
 	}
 	return out, nil
-}
-
-// luaBool is a bool as a script's argument.
-func luaBool(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
-// luaString reads a string of a reply (nil: "").
-func luaString(v any) (string, error) {
-	switch x := v.(type) {
-	case nil:
-		return "", nil
-	case string:
-		return x, nil
-	}
-	return "", fmt.Errorf("%T %v, want a string", v, v)
-}
-
-// luaInt reads an integer of a reply, or its decimal string (nil: 0).
-func luaInt(v any) (int64, error) {
-	switch x := v.(type) {
-	case nil:
-		return 0, nil
-	case int64:
-		return x, nil
-	case string:
-		n, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%q, want an integer", x)
-		}
-		return n, nil
-	}
-	return 0, fmt.Errorf("%T %v, want an integer", v, v)
-}
-
-// luaFloat reads a number of a reply, sent as a string (nil: 0).
-func luaFloat(v any) (float64, error) {
-	switch x := v.(type) {
-	case nil:
-		return 0, nil
-	case int64:
-		return float64(x), nil
-	case string:
-		var f float64
-		if _, err := fmt.Sscan(x, &f); err != nil {
-			return 0, fmt.Errorf("%q, want a number", x)
-		}
-		return f, nil
-	}
-	return 0, fmt.Errorf("%T %v, want a number", v, v)
-}
-
-// luaBoolReply reads a boolean of a reply (Lua true is 1; false and nil are nil).
-func luaBoolReply(v any) (bool, error) {
-	switch x := v.(type) {
-	case nil:
-		return false, nil
-	case int64:
-		return x != 0, nil
-	}
-	return false, fmt.Errorf("%T %v, want a boolean", v, v)
-}
-
-// luaJSON reads a JSON text of a reply (nil: none).
-func luaJSON(v any) (json.RawMessage, error) {
-	s, err := luaString(v)
-	if err != nil || s == "" {
-		return nil, err
-	}
-	return json.RawMessage(s), nil
-}
-
-// luaList reads a list of a reply (nil: empty).
-func luaList(v any) ([]any, error) {
-	switch x := v.(type) {
-	case nil:
-		return nil, nil
-	case []any:
-		return x, nil
-	}
-	return nil, fmt.Errorf("%T %v, want a list", v, v)
 }

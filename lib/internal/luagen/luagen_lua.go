@@ -57,9 +57,9 @@ func scalar(t Type, idx string) string {
 }
 
 // advance moves past n fixed items.
-func (l *luaGen) advance(n int) {
+func (l *luaGen) advance(n int, ind string) {
 	if l.dynamic {
-		l.p("argi = argi + %d", n)
+		l.p("%sargi = argi + %d", ind, n)
 	} else {
 		l.pos += n
 	}
@@ -74,13 +74,15 @@ func (l *luaGen) begin() {
 }
 
 func (l *luaGen) arg(f Field) {
-	if f.Type.Kind != List {
+	switch f.Type.Kind {
+	case Record:
 		// a record as an argument is its fields in turn
-		if f.Type.Kind == Record {
-			l.p("local %s = {}", f.Name)
-			l.fields(f.Name, f.Type.Fields, "")
-			return
-		}
+		l.record("local "+f.Name, f.Name, f.Type.Fields, "")
+	case List:
+		l.begin()
+		l.p("local %s", f.Name)
+		l.list(f.Name, *f.Type.Elem, "")
+	default:
 		if l.dynamic {
 			l.p("local %s = %s", f.Name, scalar(f.Type, "argi"))
 			l.p("argi = argi + 1")
@@ -88,27 +90,25 @@ func (l *luaGen) arg(f Field) {
 			l.p("local %s = %s", f.Name, scalar(f.Type, l.at(0)))
 			l.pos++
 		}
-		return
 	}
-	l.begin()
-	l.p("local %s = {}", f.Name)
-	l.list(f.Name, *f.Type.Elem, "")
 }
 
-// list reads a list's count and items into the table named dst.
+// list reads a list's count and items into a new table it assigns to dst.
 func (l *luaGen) list(dst string, elem Type, ind string) {
 	n := "n_" + strings.ReplaceAll(dst, ".", "_")
 	l.p("%slocal %s = tonumber(ARGV[argi])", ind, n)
 	if elem.Kind != Record && elem.Kind != List {
 		if scalar(elem, "x") == "ARGV[x]" {
 			// copied by unpack (in C) below Lua's C stack limit (8000), else item by item
-			l.p("%sif %s <= 7000 then %s = {unpack(ARGV, argi + 1, argi + %s)} else for k = 1, %s do %s[k] = ARGV[argi + k] end end", ind, n, dst, n, n, dst)
+			l.p("%sif %s <= 7000 then %s = {unpack(ARGV, argi + 1, argi + %s)} else %s = {}; for k = 1, %s do %s[k] = ARGV[argi + k] end end", ind, n, dst, n, dst, n, dst)
 		} else {
+			l.p("%s%s = {}", ind, dst)
 			l.p("%sfor k = 1, %s do %s[k] = %s end", ind, n, dst, scalar(elem, "argi + k"))
 		}
 		l.p("%sargi = argi + 1 + %s", ind, n)
 		return
 	}
+	l.p("%s%s = {}", ind, dst)
 	l.p("%sargi = argi + 1", ind)
 	l.p("%sfor k = 1, %s do", ind, n)
 	if flat(elem) {
@@ -124,37 +124,53 @@ func (l *luaGen) list(dst string, elem Type, ind string) {
 	}
 	item := "e_" + strings.ReplaceAll(dst, ".", "_")
 	if elem.Kind == List {
-		l.p("%s  local %s = {}", ind, item)
+		l.p("%s  local %s", ind, item)
 		l.list(item, *elem.Elem, ind+"  ")
 	} else {
-		l.p("%s  local %s = {}", ind, item)
-		l.fields(item, elem.Fields, ind+"  ")
+		l.record("local "+item, item, elem.Fields, ind+"  ")
 	}
 	l.p("%s  %s[k] = %s", ind, dst, item)
 	l.p("%send", ind)
 }
 
-// fields reads a record's fields into the table dst.
-func (l *luaGen) fields(dst string, fs []Field, ind string) {
+// record reads a record's fields into a new table, made by one constructor that
+// names every field (so its size is known at once, not grown field by field): the
+// scalars before its first list or record read there, the others false until read
+// below it. decl is what the constructor is assigned to ("local e" or dst).
+func (l *luaGen) record(decl, dst string, fs []Field, ind string) {
+	lead := 0
+	for lead < len(fs) && fs[lead].Type.Kind != List && fs[lead].Type.Kind != Record {
+		lead++
+	}
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		if i < lead {
+			parts[i] = fmt.Sprintf("%s = %s", f.Name, scalar(f.Type, l.at(i)))
+		} else {
+			parts[i] = f.Name + " = false"
+		}
+	}
+	l.p("%s%s = {%s}", ind, decl, strings.Join(parts, ", "))
+	if lead > 0 {
+		l.advance(lead, ind)
+	}
 	var run []string
 	flush := func() {
 		if len(run) > 0 {
 			l.p("%s%s", ind, strings.Join(run, "; "))
-			l.advance(len(run))
+			l.advance(len(run), ind)
 			run = nil
 		}
 	}
-	for _, f := range fs {
+	for _, f := range fs[lead:] {
 		switch f.Type.Kind {
 		case List:
 			flush()
 			l.begin()
-			l.p("%s%s.%s = {}", ind, dst, f.Name)
 			l.list(dst+"."+f.Name, *f.Type.Elem, ind)
 		case Record:
 			flush()
-			l.p("%s%s.%s = {}", ind, dst, f.Name)
-			l.fields(dst+"."+f.Name, f.Type.Fields, ind)
+			l.record(dst+"."+f.Name, dst+"."+f.Name, f.Type.Fields, ind)
 		default:
 			run = append(run, fmt.Sprintf("%s.%s = %s", dst, f.Name, scalar(f.Type, l.at(len(run)))))
 		}

@@ -194,8 +194,12 @@ type luaRunner interface {
 }
 `
 
-// A changed declaration changes both sides: the Lua prologue names the new argument,
-// and the Go call written against the old declaration no longer compiles.
+// A changed declaration changes both sides, through the command make lua-gen runs:
+// -check (make lint) finds the prologue and lua_gen.go stale; regenerated, the Lua
+// prologue names the new arguments, the Go call written against the old declaration
+// no longer compiles, and one written against the new one does. The module "m"
+// holds the generated code, a stub of its package and a copy of package luaconv (the
+// conversions every generated file shares).
 func TestChangedDeclarationBreaksTheOldCall(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command")
@@ -210,8 +214,45 @@ func TestChangedDeclarationBreaksTheOldCall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	read := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	goCmd := func(wd string, args ...string) (string, error) {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = wd
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	luagen := filepath.Join(t.TempDir(), "luagen")
+	if out, err := exec.Command("go", "build", "-o", luagen, "./cmd/luagen").CombinedOutput(); err != nil {
+		t.Fatalf("build the luagen command: %v\n%s", err, out)
+	}
+	// gen runs the command as make lua-gen does (with -check: as make lint does).
+	gen := func(extra ...string) (string, error) {
+		cmd := exec.Command(luagen, append([]string{"-dir", "lua", "-out", "lua_gen.go", "-package", "m", "-conv", "m/luaconv"}, extra...)...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
 	write("go.mod", "module m\n\ngo 1.22\n")
 	write("stub.go", stub)
+	conv, err := filepath.Glob("luaconv/*.go")
+	if err != nil || len(conv) == 0 {
+		t.Fatalf("package luaconv's files: %v %v", conv, err)
+	}
+	for _, f := range conv {
+		if !strings.HasSuffix(f, "_test.go") {
+			write(filepath.Join("luaconv", filepath.Base(f)), mustRead(t, f))
+		}
+	}
+	body := "\nreturn redis.call('LMOVE', KEYS[1], 'x', 'RIGHT', 'LEFT')\n"
+	write("lua/claim.lua", "-- claim: takes an item.\n--\n-- KEYS:\n--   queue  the queue\n-- ARGV:\n--   consumer   string  who\n--   expiry_ms  int     until when\n-- Reply: string the item\n"+body)
 	// the caller, written against the first declaration
 	write("caller.go", `package m
 
@@ -221,43 +262,54 @@ func claim(ctx context.Context, r luaRunner) (string, error) {
 	return (&claimArgs{QueueKey: "q", Consumer: "c", ExpiryMs: 5}).run(ctx, r)
 }
 `)
-	gen := func(header string) string {
-		t.Helper()
-		src := header + "\nreturn redis.call('LMOVE', KEYS[1], 'x', 'RIGHT', 'LEFT')\n"
-		sc, err := Parse("claim.lua", src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		code, err := Go(GoOptions{Package: "m", Call: "Call", NewScript: "luaScript", Runner: "luaRunner", Command: "test"}, []*Script{sc})
-		if err != nil {
-			t.Fatal(err)
-		}
-		write("lua_gen.go", string(code))
-		lua := WithPrologue(src, Prologue(sc))
-		write("lua/claim.lua", lua)
-		return lua
+	if out, err := gen(); err != nil {
+		t.Fatalf("luagen: %v\n%s", err, out)
 	}
-	build := func() (string, error) {
-		cmd := exec.Command("go", "build", "./...")
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	before := gen("-- claim: takes an item.\n--\n-- KEYS:\n--   queue  the queue\n-- ARGV:\n--   consumer   string  who\n--   expiry_ms  int     until when\n-- Reply: string the item\n")
-	if out, err := build(); err != nil {
+	before := read("lua/claim.lua")
+	if out, err := goCmd(dir, "build", "./..."); err != nil {
 		t.Fatalf("the first declaration's call does not build: %v\n%s", err, out)
 	}
-	// expiry_ms becomes lease_ms, and a new argument
-	after := gen("-- claim: takes an item.\n--\n-- KEYS:\n--   queue  the queue\n-- ARGV:\n--   consumer  string  who\n--   lease_ms  num     for how long\n--   claim     string  the claim\n-- Reply: string the item\n")
-	if !strings.Contains(before, "local expiry_ms = ARGV[2]") || !strings.Contains(after, "local lease_ms = tonumber(ARGV[2])") || !strings.Contains(after, "local claim = ARGV[3]") {
+	if out, err := gen("-check"); err != nil {
+		t.Fatalf("luagen -check right after luagen: %v\n%s", err, out)
+	}
+
+	// expiry_ms becomes lease_ms, and a new argument: the header alone is edited
+	write("lua/claim.lua", strings.Replace(before, "--   consumer   string  who\n--   expiry_ms  int     until when\n",
+		"--   consumer  string  who\n--   lease_ms  num     for how long\n--   claim     string  the claim\n", 1))
+	out, err := gen("-check")
+	if err == nil || !strings.Contains(out, "lua/claim.lua") || !strings.Contains(out, "lua_gen.go") {
+		t.Fatalf("luagen -check after the header changed: %v, want both sides named stale:\n%s", err, out)
+	}
+	if out, err := gen(); err != nil {
+		t.Fatalf("luagen: %v\n%s", err, out)
+	}
+	after := read("lua/claim.lua")
+	if !strings.Contains(before, "local expiry_ms = ARGV[2]") || !strings.Contains(after, "local lease_ms = tonumber(ARGV[2])") ||
+		!strings.Contains(after, "local claim = ARGV[3]") || strings.Contains(after, "expiry_ms") {
 		t.Fatalf("the Lua prologue did not follow the declaration:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
-	out, err := build()
+	if !strings.Contains(read("lua_gen.go"), "LeaseMs") {
+		t.Fatalf("lua_gen.go did not follow the declaration:\n%s", read("lua_gen.go"))
+	}
+	out, err = goCmd(dir, "build", "./...")
 	if err == nil {
 		t.Fatal("the call of the old declaration still builds")
 	}
 	if !strings.Contains(out, "unknown field ExpiryMs") {
 		t.Fatalf("the build failed, but not on the old field:\n%s", out)
 	}
+	// the caller brought to the new declaration builds
+	write("caller.go", strings.Replace(read("caller.go"), "ExpiryMs: 5", `LeaseMs: 5, Claim: "k"`, 1))
+	if out, err := goCmd(dir, "build", "./..."); err != nil {
+		t.Fatalf("the call of the new declaration does not build: %v\n%s", err, out)
+	}
+}
+
+func mustRead(t *testing.T, f string) string {
+	t.Helper()
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

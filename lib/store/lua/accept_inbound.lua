@@ -26,9 +26,9 @@ local ttl = tonumber(ARGV[3])
 local caller = ARGV[4]
 local now_ms = ARGV[5]
 local argi = 6
-local fields = {}
+local fields
 local n_fields = tonumber(ARGV[argi])
-if n_fields <= 7000 then fields = {unpack(ARGV, argi + 1, argi + n_fields)} else for k = 1, n_fields do fields[k] = ARGV[argi + k] end end
+if n_fields <= 7000 then fields = {unpack(ARGV, argi + 1, argi + n_fields)} else fields = {}; for k = 1, n_fields do fields[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_fields
 -- luagen: end of the prologue
 

@@ -19,9 +19,9 @@ local id = ARGV[2]
 local attempt = ARGV[3]
 local st = ARGV[4]
 local argi = 5
-local fields = {}
+local fields
 local n_fields = tonumber(ARGV[argi])
-if n_fields <= 7000 then fields = {unpack(ARGV, argi + 1, argi + n_fields)} else for k = 1, n_fields do fields[k] = ARGV[argi + k] end end
+if n_fields <= 7000 then fields = {unpack(ARGV, argi + 1, argi + n_fields)} else fields = {}; for k = 1, n_fields do fields[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_fields
 -- luagen: end of the prologue
 

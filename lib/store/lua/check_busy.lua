@@ -23,9 +23,9 @@
 local ctx = ARGV[1]
 local tidy = ARGV[2] == '1'
 local argi = 3
-local types = {}
+local types
 local n_types = tonumber(ARGV[argi])
-if n_types <= 7000 then types = {unpack(ARGV, argi + 1, argi + n_types)} else for k = 1, n_types do types[k] = ARGV[argi + k] end end
+if n_types <= 7000 then types = {unpack(ARGV, argi + 1, argi + n_types)} else types = {}; for k = 1, n_types do types[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_types
 -- luagen: end of the prologue
 

@@ -51,9 +51,9 @@ local route = ARGV[7] == '1'
 local ctx = ARGV[8]
 local now_s = ARGV[9]
 local argi = 10
-local claims = {}
+local claims
 local n_claims = tonumber(ARGV[argi])
-if n_claims <= 7000 then claims = {unpack(ARGV, argi + 1, argi + n_claims)} else for k = 1, n_claims do claims[k] = ARGV[argi + k] end end
+if n_claims <= 7000 then claims = {unpack(ARGV, argi + 1, argi + n_claims)} else claims = {}; for k = 1, n_claims do claims[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_claims
 -- luagen: end of the prologue
 

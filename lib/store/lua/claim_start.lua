@@ -82,16 +82,17 @@ local token = ARGV[6]
 local held = ARGV[7]
 local ctx = ARGV[8]
 local argi = 9
-local set = {}
+local set
 local n_set = tonumber(ARGV[argi])
-if n_set <= 7000 then set = {unpack(ARGV, argi + 1, argi + n_set)} else for k = 1, n_set do set[k] = ARGV[argi + k] end end
+if n_set <= 7000 then set = {unpack(ARGV, argi + 1, argi + n_set)} else set = {}; for k = 1, n_set do set[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_set
-local clears = {}
+local clears
 local n_clears = tonumber(ARGV[argi])
-if n_clears <= 7000 then clears = {unpack(ARGV, argi + 1, argi + n_clears)} else for k = 1, n_clears do clears[k] = ARGV[argi + k] end end
+if n_clears <= 7000 then clears = {unpack(ARGV, argi + 1, argi + n_clears)} else clears = {}; for k = 1, n_clears do clears[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_clears
-local starts = {}
+local starts
 local n_starts = tonumber(ARGV[argi])
+starts = {}
 argi = argi + 1
 for k = 1, n_starts do
   starts[k] = {claim = ARGV[argi], trace = ARGV[argi + 1]}

@@ -46,8 +46,9 @@ local now_ms = ARGV[5]
 local actor = ARGV[6]
 local retention_ms = ARGV[7]
 local argi = 8
-local ends = {}
+local ends
 local n_ends = tonumber(ARGV[argi])
+ends = {}
 argi = argi + 1
 for k = 1, n_ends do
   ends[k] = {id = ARGV[argi], attempt = tonumber(ARGV[argi + 1]), status = ARGV[argi + 2], err = ARGV[argi + 3], fatal = ARGV[argi + 4] == '1', retries = tonumber(ARGV[argi + 5]), backoff = tonumber(ARGV[argi + 6])}

@@ -43,16 +43,15 @@ local ev_actor = ARGV[6]
 local reg = ARGV[7]
 local reg_member = ARGV[8]
 local argi = 9
-local objects = {}
+local objects
 local n_objects = tonumber(ARGV[argi])
+objects = {}
 argi = argi + 1
 for k = 1, n_objects do
-  local e_objects = {}
-  e_objects.id = ARGV[argi]; e_objects.now_ms = ARGV[argi + 1]; e_objects.ncmp = tonumber(ARGV[argi + 2]); e_objects.stidx = ARGV[argi + 3]
-argi = argi + 4
-  e_objects.fields = {}
+  local e_objects = {id = ARGV[argi], now_ms = ARGV[argi + 1], ncmp = tonumber(ARGV[argi + 2]), stidx = ARGV[argi + 3], fields = false}
+  argi = argi + 4
   local n_e_objects_fields = tonumber(ARGV[argi])
-  if n_e_objects_fields <= 7000 then e_objects.fields = {unpack(ARGV, argi + 1, argi + n_e_objects_fields)} else for k = 1, n_e_objects_fields do e_objects.fields[k] = ARGV[argi + k] end end
+  if n_e_objects_fields <= 7000 then e_objects.fields = {unpack(ARGV, argi + 1, argi + n_e_objects_fields)} else e_objects.fields = {}; for k = 1, n_e_objects_fields do e_objects.fields[k] = ARGV[argi + k] end end
   argi = argi + 1 + n_e_objects_fields
   objects[k] = e_objects
 end

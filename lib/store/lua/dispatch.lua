@@ -59,22 +59,21 @@ local now_ms = ARGV[5]
 local actor = ARGV[6]
 local ready_ms = ARGV[7]
 local argi = 8
-local group = {}
+local group
 local n_group = tonumber(ARGV[argi])
-if n_group <= 7000 then group = {unpack(ARGV, argi + 1, argi + n_group)} else for k = 1, n_group do group[k] = ARGV[argi + k] end end
+if n_group <= 7000 then group = {unpack(ARGV, argi + 1, argi + n_group)} else group = {}; for k = 1, n_group do group[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_group
 local gjson = ARGV[argi]
 argi = argi + 1
-local jobs = {}
+local jobs
 local n_jobs = tonumber(ARGV[argi])
+jobs = {}
 argi = argi + 1
 for k = 1, n_jobs do
-  local e_jobs = {}
-  e_jobs.id = ARGV[argi]; e_jobs.grouped = ARGV[argi + 1] == '1'
-argi = argi + 2
-  e_jobs.items = {}
+  local e_jobs = {id = ARGV[argi], grouped = ARGV[argi + 1] == '1', items = false}
+  argi = argi + 2
   local n_e_jobs_items = tonumber(ARGV[argi])
-  if n_e_jobs_items <= 7000 then e_jobs.items = {unpack(ARGV, argi + 1, argi + n_e_jobs_items)} else for k = 1, n_e_jobs_items do e_jobs.items[k] = ARGV[argi + k] end end
+  if n_e_jobs_items <= 7000 then e_jobs.items = {unpack(ARGV, argi + 1, argi + n_e_jobs_items)} else e_jobs.items = {}; for k = 1, n_e_jobs_items do e_jobs.items[k] = ARGV[argi + k] end end
   argi = argi + 1 + n_e_jobs_items
   jobs[k] = e_jobs
 end

@@ -14,9 +14,9 @@
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local ctx = ARGV[1]
 local argi = 2
-local items = {}
+local items
 local n_items = tonumber(ARGV[argi])
-if n_items <= 7000 then items = {unpack(ARGV, argi + 1, argi + n_items)} else for k = 1, n_items do items[k] = ARGV[argi + k] end end
+if n_items <= 7000 then items = {unpack(ARGV, argi + 1, argi + n_items)} else items = {}; for k = 1, n_items do items[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_items
 -- luagen: end of the prologue
 

@@ -90,18 +90,19 @@ local grouped = ARGV[6] == '1'
 local now_us = ARGV[7]
 local apply = ARGV[8] == '1'
 local argi = 9
-local request = {}
+local request
 local n_request = tonumber(ARGV[argi])
-if n_request <= 7000 then request = {unpack(ARGV, argi + 1, argi + n_request)} else for k = 1, n_request do request[k] = ARGV[argi + k] end end
+if n_request <= 7000 then request = {unpack(ARGV, argi + 1, argi + n_request)} else request = {}; for k = 1, n_request do request[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_request
-local result = {}
+local result
 local n_result = tonumber(ARGV[argi])
-if n_result <= 7000 then result = {unpack(ARGV, argi + 1, argi + n_result)} else for k = 1, n_result do result[k] = ARGV[argi + k] end end
+if n_result <= 7000 then result = {unpack(ARGV, argi + 1, argi + n_result)} else result = {}; for k = 1, n_result do result[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_result
 local glist = ARGV[argi]
 argi = argi + 1
-local runs = {}
+local runs
 local n_runs = tonumber(ARGV[argi])
+runs = {}
 argi = argi + 1
 for k = 1, n_runs do
   runs[k] = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], err = ARGV[argi + 6], code = ARGV[argi + 7], result = ARGV[argi + 8], rjson = ARGV[argi + 9], fatal = ARGV[argi + 10] == '1', retry_after = ARGV[argi + 11], chunk = ARGV[argi + 12], entry = ARGV[argi + 13], started = ARGV[argi + 14], ck = ARGV[argi + 15], lim = ARGV[argi + 16] == '1'}

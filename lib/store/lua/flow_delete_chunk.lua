@@ -28,9 +28,9 @@ local force = ARGV[3] == '1'
 local caller = ARGV[4]
 local nmsgs = tonumber(ARGV[5])
 local argi = 6
-local ids = {}
+local ids
 local n_ids = tonumber(ARGV[argi])
-if n_ids <= 7000 then ids = {unpack(ARGV, argi + 1, argi + n_ids)} else for k = 1, n_ids do ids[k] = ARGV[argi + k] end end
+if n_ids <= 7000 then ids = {unpack(ARGV, argi + 1, argi + n_ids)} else ids = {}; for k = 1, n_ids do ids[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_ids
 -- luagen: end of the prologue
 

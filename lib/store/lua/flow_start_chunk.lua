@@ -30,8 +30,9 @@ local now_s = ARGV[2]
 local now_ms = ARGV[3]
 local token = ARGV[4]
 local argi = 5
-local nodes = {}
+local nodes
 local n_nodes = tonumber(ARGV[argi])
+nodes = {}
 argi = argi + 1
 for k = 1, n_nodes do
   nodes[k] = {id = ARGV[argi], deps = ARGV[argi + 1], dependents = ARGV[argi + 2], n = ARGV[argi + 3], ran = ARGV[argi + 4] == '1'}

@@ -25,9 +25,9 @@ local origin_msg = ARGV[3]
 local now_s = ARGV[4]
 local now_ms = ARGV[5]
 local argi = 6
-local job_fields = {}
+local job_fields
 local n_job_fields = tonumber(ARGV[argi])
-if n_job_fields <= 7000 then job_fields = {unpack(ARGV, argi + 1, argi + n_job_fields)} else for k = 1, n_job_fields do job_fields[k] = ARGV[argi + k] end end
+if n_job_fields <= 7000 then job_fields = {unpack(ARGV, argi + 1, argi + n_job_fields)} else job_fields = {}; for k = 1, n_job_fields do job_fields[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_job_fields
 -- luagen: end of the prologue
 

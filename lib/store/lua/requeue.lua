@@ -35,9 +35,9 @@ local ctx = ARGV[3]
 local consumer = ARGV[4]
 local clear = ARGV[5] == '1'
 local argi = 6
-local claims = {}
+local claims
 local n_claims = tonumber(ARGV[argi])
-if n_claims <= 7000 then claims = {unpack(ARGV, argi + 1, argi + n_claims)} else for k = 1, n_claims do claims[k] = ARGV[argi + k] end end
+if n_claims <= 7000 then claims = {unpack(ARGV, argi + 1, argi + n_claims)} else claims = {}; for k = 1, n_claims do claims[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_claims
 -- luagen: end of the prologue
 

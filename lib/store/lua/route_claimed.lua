@@ -23,8 +23,9 @@
 local ctx = ARGV[1]
 local now_s = ARGV[2]
 local argi = 3
-local messages = {}
+local messages
 local n_messages = tonumber(ARGV[argi])
+messages = {}
 argi = argi + 1
 for k = 1, n_messages do
   messages[k] = {key = ARGV[argi], member = ARGV[argi + 1], target = ARGV[argi + 2], job = ARGV[argi + 3]}

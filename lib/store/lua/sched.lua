@@ -43,9 +43,9 @@ local id = ARGV[2]
 local op = ARGV[3]
 local now = tonumber(ARGV[4])
 local argi = 5
-local args = {}
+local args
 local n_args = tonumber(ARGV[argi])
-if n_args <= 7000 then args = {unpack(ARGV, argi + 1, argi + n_args)} else for k = 1, n_args do args[k] = ARGV[argi + k] end end
+if n_args <= 7000 then args = {unpack(ARGV, argi + 1, argi + n_args)} else args = {}; for k = 1, n_args do args[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_args
 -- luagen: end of the prologue
 

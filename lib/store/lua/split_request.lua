@@ -32,16 +32,15 @@ local item = ARGV[5]
 local member = ARGV[6]
 local flow = ARGV[7]
 local argi = 8
-local jobs = {}
+local jobs
 local n_jobs = tonumber(ARGV[argi])
+jobs = {}
 argi = argi + 1
 for k = 1, n_jobs do
-  local e_jobs = {}
-  e_jobs.id = ARGV[argi]
-argi = argi + 1
-  e_jobs.fields = {}
+  local e_jobs = {id = ARGV[argi], fields = false}
+  argi = argi + 1
   local n_e_jobs_fields = tonumber(ARGV[argi])
-  if n_e_jobs_fields <= 7000 then e_jobs.fields = {unpack(ARGV, argi + 1, argi + n_e_jobs_fields)} else for k = 1, n_e_jobs_fields do e_jobs.fields[k] = ARGV[argi + k] end end
+  if n_e_jobs_fields <= 7000 then e_jobs.fields = {unpack(ARGV, argi + 1, argi + n_e_jobs_fields)} else e_jobs.fields = {}; for k = 1, n_e_jobs_fields do e_jobs.fields[k] = ARGV[argi + k] end end
   argi = argi + 1 + n_e_jobs_fields
   jobs[k] = e_jobs
 end

@@ -35,8 +35,9 @@ local now_s = ARGV[4]
 local now_ms = ARGV[5]
 local actor = ARGV[6]
 local argi = 7
-local nodes = {}
+local nodes
 local n_nodes = tonumber(ARGV[argi])
+nodes = {}
 argi = argi + 1
 for k = 1, n_nodes do
   nodes[k] = {id = ARGV[argi], deps = ARGV[argi + 1], dependents = ARGV[argi + 2], n = ARGV[argi + 3], ran = ARGV[argi + 4] == '1'}

@@ -77,28 +77,27 @@ local now_s = ARGV[2]
 local now_ms = ARGV[3]
 local maxlen = ARGV[4]
 local argi = 5
-local guard_fields = {}
+local guard_fields
 local n_guard_fields = tonumber(ARGV[argi])
-if n_guard_fields <= 7000 then guard_fields = {unpack(ARGV, argi + 1, argi + n_guard_fields)} else for k = 1, n_guard_fields do guard_fields[k] = ARGV[argi + k] end end
+if n_guard_fields <= 7000 then guard_fields = {unpack(ARGV, argi + 1, argi + n_guard_fields)} else guard_fields = {}; for k = 1, n_guard_fields do guard_fields[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_guard_fields
-local guard_values = {}
+local guard_values
 local n_guard_values = tonumber(ARGV[argi])
-if n_guard_values <= 7000 then guard_values = {unpack(ARGV, argi + 1, argi + n_guard_values)} else for k = 1, n_guard_values do guard_values[k] = ARGV[argi + k] end end
+if n_guard_values <= 7000 then guard_values = {unpack(ARGV, argi + 1, argi + n_guard_values)} else guard_values = {}; for k = 1, n_guard_values do guard_values[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_guard_values
-local msg = {}
+local msg
 local n_msg = tonumber(ARGV[argi])
-if n_msg <= 7000 then msg = {unpack(ARGV, argi + 1, argi + n_msg)} else for k = 1, n_msg do msg[k] = ARGV[argi + k] end end
+if n_msg <= 7000 then msg = {unpack(ARGV, argi + 1, argi + n_msg)} else msg = {}; for k = 1, n_msg do msg[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_msg
-local jobs = {}
+local jobs
 local n_jobs = tonumber(ARGV[argi])
+jobs = {}
 argi = argi + 1
 for k = 1, n_jobs do
-  local e_jobs = {}
-  e_jobs.chosen = ARGV[argi] == '1'; e_jobs.caller = ARGV[argi + 1]; e_jobs.id = ARGV[argi + 2]; e_jobs.ttl = ARGV[argi + 3]; e_jobs.actor = ARGV[argi + 4]; e_jobs.run_at = ARGV[argi + 5]; e_jobs.ncmp = tonumber(ARGV[argi + 6])
-argi = argi + 7
-  e_jobs.fields = {}
+  local e_jobs = {chosen = ARGV[argi] == '1', caller = ARGV[argi + 1], id = ARGV[argi + 2], ttl = ARGV[argi + 3], actor = ARGV[argi + 4], run_at = ARGV[argi + 5], ncmp = tonumber(ARGV[argi + 6]), fields = false}
+  argi = argi + 7
   local n_e_jobs_fields = tonumber(ARGV[argi])
-  if n_e_jobs_fields <= 7000 then e_jobs.fields = {unpack(ARGV, argi + 1, argi + n_e_jobs_fields)} else for k = 1, n_e_jobs_fields do e_jobs.fields[k] = ARGV[argi + k] end end
+  if n_e_jobs_fields <= 7000 then e_jobs.fields = {unpack(ARGV, argi + 1, argi + n_e_jobs_fields)} else e_jobs.fields = {}; for k = 1, n_e_jobs_fields do e_jobs.fields[k] = ARGV[argi + k] end end
   argi = argi + 1 + n_e_jobs_fields
   jobs[k] = e_jobs
 end

@@ -13,9 +13,9 @@
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local updated_at = ARGV[1]
 local argi = 2
-local fields = {}
+local fields
 local n_fields = tonumber(ARGV[argi])
-if n_fields <= 7000 then fields = {unpack(ARGV, argi + 1, argi + n_fields)} else for k = 1, n_fields do fields[k] = ARGV[argi + k] end end
+if n_fields <= 7000 then fields = {unpack(ARGV, argi + 1, argi + n_fields)} else fields = {}; for k = 1, n_fields do fields[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_fields
 -- luagen: end of the prologue
 

@@ -32,6 +32,7 @@ func run(argv []string) error {
 	fs.StringVar(&opt.Call, "call", "Call", "the package's type of one script run (fields Script, Keys, Args)")
 	fs.StringVar(&opt.NewScript, "new", "luaScript", "the package's func(name string, libs ...string) that makes a script")
 	fs.StringVar(&opt.Runner, "runner", "luaRunner", "the package's interface with runLua(context.Context, <call>) (any, error)")
+	fs.StringVar(&opt.Conv, "conv", luagen.ConvPath, "the import path of the conversions the generated code uses (package luaconv)")
 	check := fs.Bool("check", false, "change nothing; fail when a generated part is stale")
 	if err := fs.Parse(argv); err != nil {
 		return err
