@@ -138,6 +138,11 @@ func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 		e.log.Info().Uint32(obs.KeyContextID, ctxID).Uint32(obs.KeyFlowID, flowID).Time("run_at", runAt).Str("actor", actor).Msg("flow scheduled")
 		return db.LoadFlow(ctx, flowID)
 	}
+	// A large flow's start is many calls (store.StartFlow's chunks): a caller that
+	// gives up midway (its deadline, a client gone) must not cut it short, which would
+	// leave it to begin again. It has its own bound.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
 	startedAt := time.Now()
 	ready, st, started, err := db.StartFlow(ctx, f, jobs, dependents, actor)
 	if err != nil {
