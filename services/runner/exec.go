@@ -172,8 +172,14 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 			Error: fmt.Sprintf("no interpreter configured for script_type %q", j.ScriptType)}, "no_interpreter"}
 	}
 	// With a sandbox, the work directory is in the job's own filesystem (nothing on
-	// the host); without one, a host directory removed after the job.
-	dir, removeDir, err := r.sandbox.WorkDir(r.cfg.WorkDir, fmt.Sprintf("hero-job-%d-%d-%d-", db.ContextID, j.CallerID, j.ID))
+	// the host), the one a sandbox made ahead has made already (sandbox.JobDir: the
+	// job starts without a program run to make it); without one, a host directory
+	// removed after the job.
+	pattern := fmt.Sprintf("hero-job-%d-%d-%d-", db.ContextID, j.CallerID, j.ID)
+	if r.sandbox.Mode() == sandbox.ModeBwrap {
+		pattern = sandbox.JobDir
+	}
+	dir, removeDir, err := r.sandbox.WorkDir(r.cfg.WorkDir, pattern)
 	if err != nil {
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "runner cannot make a scratch directory: " + err.Error()}, "start_error"}
 	}
