@@ -687,6 +687,12 @@ func (j *Job) Started() error {
 	return nil
 }
 
+// Contained says whether the job runs in a PID namespace of its own whose PID 1 is
+// its wrapper (a job of its own filesystem): once that process has ended by itself,
+// the kernel has ended every other process of the job (Cleanup then only removes what
+// held them: its cgroup, its network).
+func (j *Job) Contained() bool { return j.private }
+
 // Cleanup kills whatever of the job is left, its network stack and its cgroup.
 func (j *Job) Cleanup() {
 	if j.net != nil {
