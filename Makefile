@@ -138,7 +138,7 @@ proto-check: proto-tools ## fail when the committed generated code is not what `
 # LUAGEN runs the generator of the Lua scripts' typed calls (lib/internal/luagen) on a
 # package's lua/ directory: the prologue in each script file and the package's lua_gen.go
 # (LUAGEN_PKGS: <lua dir>:<Go file>:<package>:<its type of one script run>).
-LUAGEN = cd lib && $(GO) run ./internal/luagen/cmd/luagen -legacy ../scripts/lua-legacy.txt
+LUAGEN = cd lib && $(GO) run ./internal/luagen/cmd/luagen
 LUAGEN_PKGS = store/lua:store/lua_gen.go:store:Call dispatcher/worker/lua:dispatcher/worker/lua_gen.go:worker:luaCall
 
 .PHONY: lua-gen

@@ -33,10 +33,6 @@ redis.call('XADD', K_EVENTS, '*', 'id', id) -- ARGV[1] in a comment is fine"
 lua move "$all" "$move"
 lua plain "KEYS ARGV Reply" "return redis.call('GET', KEYS[1])"
 printf -- '-- lib_util: defines noop.\nlocal function noop() end\n' >"$tmp/lua/lib_util.lua"
-# a script not declared yet, on the legacy list: it may read ARGV, and be called by hand
-lua legacy "KEYS ARGV Reply" "return redis.call('GET', ARGV[1])"
-printf '# not declared yet\nlua/legacy.lua\n' >"$tmp/scripts/lua-legacy.txt"
-printf 'package x\n\nvar legacyCall = legacyScript // on the legacy list\n' >"$tmp/legacy.go"
 printf 'package x\n\nimport _ "embed"\n\n//go:embed lua/move.lua\nvar moveLua string\n' >"$tmp/x.go"
 printf 'package x\n\nvar snippet = `return redis.call(1)` // a test may hold Lua\n' >"$tmp/x_test.go"
 failures=0
@@ -75,6 +71,14 @@ bad+=("lua/lib_misnamed.lua:")
 lua by_position "KEYS ARGV Reply" "$prologue
 return redis.call('GET', ARGV[2])"
 bad+=("lua/by_position.lua:")
+# a script with no prologue that reads ARGV: no file is exempt, not even one listed
+# where an exceptions list used to be
+lua undeclared "KEYS ARGV Reply" "return redis.call('GET', ARGV[1])"
+printf '# not declared yet\nlua/undeclared.lua\n' >"$tmp/scripts/lua-legacy.txt"
+bad+=("lua/undeclared.lua:")
+# a library that reads ARGV
+printf -- "-- lib_argv: defines first.\nlocal function first() return ARGV[1] end\n" >"$tmp/lua/lib_argv.lua"
+bad+=("lua/lib_argv.lua:")
 # a declared script called by hand, not through its generated Args
 printf 'package x\n\nvar hand = moveScript\n' >"$tmp/handcall.go"
 bad+=("handcall.go:")
@@ -91,7 +95,7 @@ for b in "${bad[@]}"; do
     failures=$((failures + 1))
   fi
 done
-for good in lua/move.lua lua/plain.lua lua/lib_util.lua lua/legacy.lua legacy.go x.go x_test.go; do
+for good in lua/move.lua lua/plain.lua lua/lib_util.lua x.go x_test.go; do
   if grep -qF "$good" <<<"$out"; then
     echo "lua-check-test: lua-check named $good, which is clean:"
     grep -F "$good" <<<"$out"

@@ -10,14 +10,13 @@
 #   - a Lua string literal that starts with a key prefix of lib/keys (job:, flow:,
 #     message:, runner:, context:, actor:, queue:, msg_, coord:): keys come as KEYS or
 #     from the prelude that lib/store generates from lib/keys (K_*);
-#   - a script (not a lib_*.lua library) that reads ARGV outside the prologue that
-#     make lua-gen writes from its declared header (lib/internal/luagen): scripts read
-#     named locals (run.status, not ARGV[i + 5]);
-#   - Go code beside a declared script's lua/ directory that names the script's
-#     variable (<name>Script) anywhere but the generated lua_gen.go: a call goes
-#     through the generated <name>Args, never hand-built KEYS and ARGV.
-# Scripts listed in scripts/lua-legacy.txt (not declared yet) are exempt from the
-# last two.
+#   - a .lua file (a script or a lib_*.lua library) that reads ARGV outside the
+#     prologue that make lua-gen writes from a script's declared header
+#     (lib/internal/luagen): scripts read named locals (run.status, not ARGV[i + 5]),
+#     libraries what the scripts hand them; there is no list of exceptions;
+#   - Go code beside a script's lua/ directory that names the script's variable
+#     (<name>Script) anywhere but the generated lua_gen.go: a call goes through the
+#     generated <name>Args, never hand-built KEYS and ARGV.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -31,9 +30,6 @@ if [ -n "$gofiles" ]; then
   fi
 fi
 
-legacy=""
-[ -f scripts/lua-legacy.txt ] && legacy=$(grep -v '^#' scripts/lua-legacy.txt || true)
-is_legacy() { grep -qxF "$1" <<<"$legacy"; }
 # camel: finish_jobs -> finishJobsScript, the generated variable of a script.
 camel() { awk -F_ '{ s = $1; for (i = 2; i <= NF; i++) s = s toupper(substr($i, 1, 1)) substr($i, 2); print s "Script" }' <<<"$1"; }
 
@@ -43,25 +39,23 @@ for f in $(git ls-files --cached --others --exclude-standard '*.lua'); do
     echo "lua-check: $f: the header's first line must be \"-- $name: <what it does>\""
     fail=1
   fi
+  # ARGV is read only between the prologue's markers (a library has none).
+  if out=$(awk '/^-- luagen: the prologue/ {in_p = 1} /^-- luagen: end of the prologue/ {in_p = 0; next}
+      !in_p { line = $0; sub(/--.*/, "", line); if (line ~ /ARGV/) print FILENAME ":" FNR ": " $0 }' "$f"); [ -n "$out" ]; then
+    echo "lua-check: ARGV read outside the generated prologue (declare the argument in the header, run make lua-gen, use its name):"
+    echo "$out"
+    fail=1
+  fi
   case "$name" in
   lib_*) ;;
   *)
-    if ! is_legacy "$f"; then
-      # ARGV is read only between the prologue's markers.
-      if out=$(awk '/^-- luagen: the prologue/ {in_p = 1} /^-- luagen: end of the prologue/ {in_p = 0; next}
-          !in_p { line = $0; sub(/--.*/, "", line); if (line ~ /ARGV/) print FILENAME ":" FNR ": " $0 }' "$f"); [ -n "$out" ]; then
-        echo "lua-check: ARGV read outside the generated prologue (declare the argument in the header, run make lua-gen, use its name):"
-        echo "$out"
-        fail=1
-      fi
-      dir=$(dirname "$(dirname "$f")")
-      var=$(camel "$name")
-      gofiles_here=$(git ls-files --cached --others --exclude-standard "$dir/*.go" | grep -v -e '_test\.go$' -e '/lua_gen\.go$' || true)
-      if [ -n "$gofiles_here" ] && out=$(grep -nw "$var" $gofiles_here); then
-        echo "lua-check: $var is called by hand (call the script through the generated ${var%Script}Args of lua_gen.go):"
-        echo "$out"
-        fail=1
-      fi
+    dir=$(dirname "$(dirname "$f")")
+    var=$(camel "$name")
+    gofiles_here=$(git ls-files --cached --others --exclude-standard "$dir/*.go" | grep -v -e '_test\.go$' -e '/lua_gen\.go$' || true)
+    if [ -n "$gofiles_here" ] && out=$(grep -nw "$var" $gofiles_here); then
+      echo "lua-check: $var is called by hand (call the script through the generated ${var%Script}Args of lua_gen.go):"
+      echo "$out"
+      fail=1
     fi
     header=$(awk '/^--/ {print; next} {exit}' "$f")
     parts="KEYS ARGV Reply"

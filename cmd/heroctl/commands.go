@@ -33,8 +33,8 @@ type action func(ctx context.Context, pos []string) error
 func commands() []command {
 	var all []command
 	for _, group := range [][]command{keyCommands(), actorCommands(), secretCommands(), apiCommands(), pkiCommands(),
-		contextCommands(), runnerCommands(), jobCommands(), flowCommands(), dlqCommands(), scheduleCommands(), eventsCommands(),
-		dispatcherCommands(), toolCommands()} {
+		contextCommands(), runnerCommands(), jobCommands(), flowCommands(), dlqCommands(), scheduleCommands(), queueCommands(), eventsCommands(),
+		dispatcherCommands(), consoleCommands(), toolCommands()} {
 		all = append(all, group...)
 	}
 	return all

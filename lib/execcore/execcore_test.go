@@ -171,7 +171,7 @@ func TestSupervise(t *testing.T) {
 	timedOut := make(chan struct{})
 	var renewals atomic.Int32
 	renewed := make(chan struct{}, 64)
-	sv := Supervise(50*time.Millisecond, func() { close(timedOut) }, 10*time.Millisecond, func() {
+	sv := Supervise(50*time.Millisecond, func() time.Duration { close(timedOut); return 0 }, 10*time.Millisecond, func() {
 		renewals.Add(1)
 		select {
 		case renewed <- struct{}{}:
@@ -221,14 +221,14 @@ func TestTimeoutSparesAProcessThatEnded(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling the kernel's view, no event to wait on
 	}
-	run.OnTimeout(ex.Kill)() // the timer, late
+	run.OnTimeout(time.Millisecond, ex.Kill)() // the timer, late
 	if e := waitEnded(t, run, time.Minute); ex.Reason() != "" || e.ExitCode != 0 || e.Killed != "" {
 		t.Fatalf("an ended process was timed out: reason %q, %+v", ex.Reason(), e)
 	}
 
 	ex = &Execution[string]{Key: "j2"}
 	run = sh(t, ex, "sleep 30", 0)
-	sv := Supervise(20*time.Millisecond, run.OnTimeout(ex.Kill), 0, nil)
+	sv := Supervise(20*time.Millisecond, run.OnTimeout(20*time.Millisecond, ex.Kill), 0, nil)
 	e := waitEnded(t, run, time.Minute)
 	sv.Stop()
 	if ex.Reason() != "timeout" || e.Killed != "timeout" {

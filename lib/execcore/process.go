@@ -69,9 +69,29 @@ type Run[K comparable] struct {
 	release   sync.Once // its sandbox's teardown
 }
 
-// StartedAt is when the run's process was about to run: its command launched, or its
-// job handed to a sandbox made ahead.
-func (r *Run[K]) StartedAt() time.Time { return r.started }
+// StartedAt is when the run's job began: in a sandbox of its own, when its command
+// was about to run, its sandbox made (sandbox.Job.Begun); else (or, killed before it
+// began) when its process was launched.
+func (r *Run[K]) StartedAt() time.Time {
+	if at, ok := r.begun(); ok {
+		return at
+	}
+	return r.started
+}
+
+// begun is when the run's job began (ok false: not yet): its sandbox's word, or its
+// launch for a process without one.
+func (r *Run[K]) begun() (time.Time, bool) {
+	if r.sj != nil && r.sj.Measured() {
+		return r.sj.Begun()
+	}
+	return r.started, true
+}
+
+// BeginWait bounds the time from a run's launch to its job's begin (its sandbox's
+// making) beyond its timeout: a run whose job has not begun by then is killed as timed
+// out.
+const BeginWait = time.Minute
 
 // Ended is how a run ended.
 type Ended struct {
@@ -183,18 +203,34 @@ func (r *Run[K]) Kill(reason string) { r.proc.Kill(reason) }
 func (r *Run[K]) Exited() bool { return r.proc.Exited() }
 
 // OnTimeout is the action of the run's timeout for Supervise: kill (the execution's
-// Kill, or the run's own) with the reason "timeout" — unless the process has already
-// ended. A timeout is measured by the job's process: from its start to its end. The
-// timer runs in this process's clock, and fires late when this process was stopped
-// (SIGSTOP, a paused VM) or starved; a job that ended meanwhile ended within its time
-// as far as anyone can tell, and its end is recorded as it was (exit code, result),
-// not as a timeout. A process still running when the timer fires has outlived its
-// timeout whatever the delay, and is killed.
-func (r *Run[K]) OnTimeout(kill func(reason string)) func() {
-	return func() {
-		if !r.proc.Exited() {
-			kill("timeout")
+// Kill, or the run's own) with the reason "timeout" once the job has run for timeout —
+// unless the process has already ended. A timeout is measured by the job: from when
+// its command began (sandbox.Job.Begun, the moment of its started_at_us; the making of
+// its sandbox is not its time) to its end. It returns how much longer to wait when the
+// job's time is not up (Supervise sets the timer again): the timer counts from the
+// supervision's start, and the job began later, or has not begun (its sandbox is
+// still being made; BeginWait beyond timeout at most). The timer runs in this
+// process's clock and fires late when this process was stopped (SIGSTOP, a paused
+// VM) or starved; a job that ended meanwhile ended within its time as far as anyone
+// can tell, and its end is recorded as it was (exit code, result), not as a timeout.
+// A process still running when its time is up has outlived its timeout whatever the
+// delay, and is killed.
+func (r *Run[K]) OnTimeout(timeout time.Duration, kill func(reason string)) func() time.Duration {
+	return func() time.Duration {
+		if r.proc.Exited() {
+			return 0
 		}
+		at, ok := r.begun()
+		switch {
+		case ok:
+			if left := timeout - time.Since(at); left > 0 {
+				return left
+			}
+		case time.Since(r.started) < timeout+BeginWait:
+			return min(timeout, timeout+BeginWait-time.Since(r.started))
+		}
+		kill("timeout")
+		return 0
 	}
 }
 
@@ -243,6 +279,15 @@ func (r *Run[K]) cleanup() {
 	})
 }
 
+// Kills is Supervise's onTimeout that calls kill once, with the reason "timeout" (a
+// run that is no process: a handler's call).
+func Kills(kill func(reason string)) func() time.Duration {
+	return func() time.Duration {
+		kill("timeout")
+		return 0
+	}
+}
+
 // Supervision enforces a run's timeout and renews its lease while it runs, on timers:
 // nothing waits beside the run (a handler call often ends within a millisecond, and a
 // goroutine and a ticker per call cost more than the call).
@@ -253,12 +298,13 @@ type Supervision struct {
 	renew   *time.Timer
 }
 
-// Supervise calls onTimeout once after timeout (0: never) and renew every period (0
-// or renew nil: never), until Stop. The timers run in this process's clock: a
-// script's run passes Run.OnTimeout, which judges a late timer by the job's process.
+// Supervise calls onTimeout after timeout (0: never) — again after the time it
+// returns, while that is more than 0 — and renew every period (0 or renew nil:
+// never), until Stop. The timers run in this process's clock: a script's run passes
+// Run.OnTimeout, which judges the timer by the job's own begin and end.
 // A renewal that comes late (this process was stopped past the lease) finds the lease
 // swept; the caller's renew takes it back when no other claim took the job.
-func Supervise(timeout time.Duration, onTimeout func(), period time.Duration, renew func()) *Supervision {
+func Supervise(timeout time.Duration, onTimeout func() time.Duration, period time.Duration, renew func()) *Supervision {
 	s := &Supervision{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -266,8 +312,11 @@ func Supervise(timeout time.Duration, onTimeout func(), period time.Duration, re
 		s.timeout = time.AfterFunc(timeout, func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if !s.stopped {
-				onTimeout()
+			if s.stopped {
+				return
+			}
+			if more := onTimeout(); more > 0 {
+				s.timeout.Reset(more)
 			}
 		})
 	}

@@ -63,6 +63,7 @@ const (
 	JobDone           = "coord:jobdone"             // pub/sub channel: "<ctx>:<caller>:<id>" of jobs that ended, space-separated (for job.run waiters)
 	FlowDone          = "coord:flowdone"            // pub/sub channel: "<ctx>:<flow>" of each flow that ended (for flow.wait waiters)
 	AuthChanged       = "coord:authchanged"         // pub/sub channel: "actor:<id>", "context:<id>" or "secret:<fingerprint>" whose credentials or roles changed (supervisor-daemon re-checks its open streams)
+	LogAppended       = "coord:logappend"           // pub/sub channel: "<ctx>:<caller>:<id>" of a job whose log grew while someone tails it (its JobLogWatch key exists)
 )
 
 // Functions is the DB-0 hash, on each server, of the store's Redis function libraries
@@ -230,9 +231,13 @@ func FlowResults(flowID uint32) string { return FlowResultsPrefix + u(flowID) }
 
 // FlowStage is a flow's creation in progress (flow.begin until flow.create): its
 // caller, its range of job ids, its expiry and state (lib/store/stage.go).
-func FlowStage(flowID uint32) string     { return FlowStagePrefix + u(flowID) }
-func JobLog(callerID, id uint32) string  { return JobLogPrefix + u(callerID) + ":" + u(id) }
-func RunnerProcs(runnerID uint32) string { return RunnerCoordPrefix + u(runnerID) + ":procs" }
+func FlowStage(flowID uint32) string    { return FlowStagePrefix + u(flowID) }
+func JobLog(callerID, id uint32) string { return JobLogPrefix + u(callerID) + ":" + u(id) }
+
+// JobLogWatch exists (with a TTL) while a console tails the job's log: an append to
+// the log then publishes on LogAppended.
+func JobLogWatch(callerID, id uint32) string { return JobLogWatchPrefix + u(callerID) + ":" + u(id) }
+func RunnerProcs(runnerID uint32) string     { return RunnerCoordPrefix + u(runnerID) + ":procs" }
 
 // Prefixes of the coordinator keys of a context's DB that carry ids.
 const (
@@ -240,6 +245,7 @@ const (
 	FlowResultsPrefix  = "coord:flowres:"
 	FlowStagePrefix    = "coord:flowstage:"
 	JobLogPrefix       = "coord:log:"
+	JobLogWatchPrefix  = "coord:logwatch:"
 	JobMessagesPrefix  = "coord:jobmsgs:"
 	FlowMessagesPrefix = "coord:flowmsgs:"
 	PinnedQueuePrefix  = "coord:rq:"
@@ -349,3 +355,10 @@ func Schedule(id string) string { return SchedulePrefix + id }
 
 // Schedules is a context's index of its schedules: id → creation time (ms).
 const Schedules = "coord:scheds"
+
+// QueuePause is the hash, in a context's DB, of its paused job queues (queue.pause):
+// the queue's key (queue:<type>, queue:exec:<executor>) → "<ms>\t<actor>\t<note>". A
+// claim of a queue in it takes nothing (a job pinned to a runner, on
+// coord:rq:<runner>:<suffix>, waits with its queue); while no queue is paused it does
+// not exist, and a claim's only cost is one HEXISTS of it (docs/scheduling.md).
+const QueuePause = "coord:qpause"

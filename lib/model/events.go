@@ -34,6 +34,8 @@ const (
 	EventJobHeld          EventType = "job.held" // a claim held it back at a limit (its detail says which)
 	EventJobReleased      EventType = "job.released"
 	EventDLQPurged        EventType = "dlq.purged"
+	EventQueuePaused      EventType = "queue.paused" // queue.pause (its detail: the queue and the note)
+	EventQueueResumed     EventType = "queue.resumed"
 )
 
 var eventTypes = []EventType{
@@ -42,6 +44,7 @@ var eventTypes = []EventType{
 	EventJobCreated, EventJobDispatched, EventJobStarted, EventJobFinished, EventJobFailed, EventJobRetried, EventJobCancelled,
 	EventJobStopRequested, EventJobDeadLettered, EventJobRequeued, EventJobDeleted, EventDLQPurged,
 	EventJobHeld, EventJobReleased,
+	EventQueuePaused, EventQueueResumed,
 }
 
 // EventTypes lists every EventType value.

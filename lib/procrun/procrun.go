@@ -40,6 +40,7 @@ type Spec struct {
 // Proc is a running process group.
 type Proc struct {
 	cmd    *exec.Cmd
+	group  Group // its process group, told from a later one of the same id
 	waited func()
 	grace  time.Duration
 	mu     sync.Mutex
@@ -93,7 +94,7 @@ func Adopt(cmd *exec.Cmd, waited func(), grace time.Duration) *Proc {
 	if waited == nil {
 		waited = func() {}
 	}
-	p := &Proc{cmd: cmd, waited: waited, grace: grace, done: make(chan struct{}), pidfd: -1}
+	p := &Proc{cmd: cmd, group: GroupOf(cmd.Process.Pid), waited: waited, grace: grace, done: make(chan struct{}), pidfd: -1}
 	// Opened before the wait below can reap the process: it names this child.
 	if fd, err := unix.PidfdOpen(cmd.Process.Pid, 0); err == nil {
 		p.pidfd = fd
@@ -180,14 +181,14 @@ func (p *Proc) Kill(reason string) {
 	}
 	p.reason = reason
 	p.mu.Unlock()
-	pgid := p.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	_ = p.group.Signal(syscall.SIGTERM)
 	go func() {
 		t := time.NewTimer(p.grace)
 		defer t.Stop()
 		<-t.C
-		// Even after the leader exited, children may remain in the group.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		// Even after the leader exited, children may remain in the group; a group
+		// ended meanwhile is not signalled (its id may be another's by now: Group).
+		_ = p.group.Signal(syscall.SIGKILL)
 	}()
 }
 

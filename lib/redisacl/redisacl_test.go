@@ -120,7 +120,7 @@ func sampleKeys(t *testing.T) []string {
 	return append(out, "hero:job:1", keys.WakeRunner(1, "queue:sh"), keys.ExecUnhealthy("python"), keys.WakeStop("x"),
 		keys.RunnerContexts(1), keys.RunnerProcsOf(1), keys.GatewayLease("pk"), keys.Owner("runner", "r1"),
 		keys.Inbound("pk", "message:1:1"), keys.Processing("w"), keys.StopList("w"), keys.DAG(1), keys.FlowResults(1),
-		keys.JobLog(1, 1), keys.RunnerProcs(1), keys.JobMessages(1, 1), keys.FlowMessages(1), keys.StatusIndex(keys.JobIndex, "started"),
+		keys.JobLog(1, 1), keys.JobLogWatch(1, 1), keys.RunnerProcs(1), keys.JobMessages(1, 1), keys.FlowMessages(1), keys.StatusIndex(keys.JobIndex, "started"),
 		keys.StatusIndex(keys.FlowIndex, "started"), keys.PinnedQueue(1, "sh"), keys.JobSeq(1), keys.Unique("u"), keys.Nonce(1, "n"))
 }
 
@@ -263,6 +263,7 @@ func TestWhatEachServiceMayDo(t *testing.T) {
 		"runner: read a context":            runner.HGetAll(ctx, "context:2").Err(),
 		"runner: the dispatcher protocol":   runner.LPush(ctx, "hero:work_queue:w", "1").Err(),
 		"runner: the control channel":       subscribe(ctx, runner, keys.Control),
+		"runner: a tailed log's append":     runner.Publish(ctx, keys.LogAppended, "2:1:1").Err(),
 		"scheduler: publish a flow's end":   sched.Publish(ctx, keys.FlowDone, "2:1").Err(),
 		"scheduler: the due queue":          sched.ZAdd(ctx, keys.Due, redis.Z{Score: 1, Member: "x"}).Err(),
 		"mycelium-gateway: acknowledge":     gw.HSet(ctx, "message:1:1", "status", "acknowledged").Err(),

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -146,5 +147,50 @@ ps -eo comm= 2>/dev/null | grep -q sleep && echo LEAK-process; ls /proc | grep -
 	}
 	if pids := proctest.Pgrep(marker); len(pids) > 0 {
 		t.Fatalf("job 1's background process outlived it: %v", pids)
+	}
+}
+
+// Acceptance (issue 44, 3): a sandbox made ahead is used by one job, never by
+// another. Once handed a job, handing it a second one is refused (ErrLaunch) and runs
+// nothing in it, even while its first job runs; each job of the same limits takes a
+// sandbox of its own (another process group, another cgroup), never one used before —
+// with at most one made ahead at a time.
+func TestAheadSandboxIsHandedOnce(t *testing.T) {
+	s := newAheadSandbox(t, 1)
+	lim := Limits{Pids: 64, MemoryBytes: 256 << 20}
+	env := []string{"PATH=/usr/bin:/bin"}
+	groups, cgroups := map[int]bool{}, map[string]bool{}
+	for i := 0; i < 3; i++ {
+		p, err := s.Take(context.Background(), lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pgid := p.cmd.Process.Pid
+		if groups[pgid] {
+			t.Fatalf("job %d took the sandbox (group %d) of a job before it", i+1, pgid)
+		}
+		groups[pgid] = true
+		dir, _, _ := s.WorkDir("", "hero-sbx-test-")
+		var out procrun.Capped
+		out.Max = 1 << 20
+		cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: "echo first", Stdout: &out, Stderr: &out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: "echo SECOND"}); !errors.Is(err, ErrLaunch) {
+			t.Fatalf("job %d: a second job handed to its sandbox: %v, want ErrLaunch", i+1, err)
+		}
+		if res := procrun.Adopt(cmd, waited, 0).Wait(); res.ExitCode != 0 || out.String() != "first\n" {
+			t.Fatalf("job %d: exit %d: %q", i+1, res.ExitCode, out.String())
+		}
+		if j.group != nil {
+			for _, d := range j.group.directories() {
+				if cgroups[d] {
+					t.Fatalf("job %d's cgroup %s was a job's before it", i+1, d)
+				}
+				cgroups[d] = true
+			}
+		}
+		j.Cleanup()
 	}
 }

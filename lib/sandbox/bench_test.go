@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hero-coordinator/hero/lib/procrun"
 )
@@ -51,33 +52,45 @@ func BenchmarkJobStart(b *testing.B) {
 		})
 	}
 	// A job in a sandbox made ahead (issue 44): from its handoff to its end, its
-	// cgroup removed; the sandbox's making (in the background) is left out.
-	b.Run("bwrap+cgroup-ahead", func(b *testing.B) {
-		s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Ahead: AheadOptions{Max: 1}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
-		lim := Limits{MemoryBytes: 1 << 30, Pids: 512}
-		for i := 0; i < b.N; i++ {
-			b.StopTimer()
-			p, err := s.Take(context.Background(), lim)
+	// cgroup removed; the sandbox's making (in the background) is left out. With a
+	// cgroup (the runner's default limits: memory and processes) and without one (no
+	// such limit: none is made), and cleanup_ms, what of it is the sandbox's cleanup
+	// after the job's end (its cgroup emptied and removed): what a cgroup of its own
+	// still costs on a job's path once the sandbox is made ahead.
+	for _, tc := range []struct {
+		name string
+		lim  Limits
+	}{{"bwrap+cgroup-ahead", Limits{MemoryBytes: 1 << 30, Pids: 512}}, {"bwrap-ahead", Limits{}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Ahead: AheadOptions{Max: 1}})
 			if err != nil {
 				b.Fatal(err)
 			}
-			dir, _, _ := s.WorkDir("", "hero-sbx-bench-")
-			b.StartTimer()
-			cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Script: "true", Result: "result", ResultMax: 1 << 20})
-			if err != nil {
-				b.Fatal(err)
+			defer s.Close()
+			var cleanup time.Duration
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				p, err := s.Take(context.Background(), tc.lim)
+				if err != nil {
+					b.Fatal(err)
+				}
+				dir, _, _ := s.WorkDir("", "hero-sbx-bench-")
+				b.StartTimer()
+				cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Script: "true", Result: "result", ResultMax: 1 << 20})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if r := procrun.Adopt(cmd, waited, 0).Wait(); r.ExitCode != 0 {
+					b.Fatalf("%+v", r)
+				}
+				j.Result()
+				t0 := time.Now()
+				j.Cleanup()
+				cleanup += time.Since(t0)
 			}
-			if r := procrun.Adopt(cmd, waited, 0).Wait(); r.ExitCode != 0 {
-				b.Fatalf("%+v", r)
-			}
-			j.Result()
-			j.Cleanup()
-		}
-	})
+			b.ReportMetric(float64(cleanup.Microseconds())/1000/float64(b.N), "cleanup_ms")
+		})
+	}
 	b.Run("plain", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			p, err := procrun.Start(procrun.Spec{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Stdin: strings.NewReader("true")})

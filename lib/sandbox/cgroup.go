@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -75,6 +77,134 @@ func (c *cgroups) String() string {
 	return "cgroup v1 under " + c.roots["memory"] + " (memory, pids, cpu)"
 }
 
+// Who owns a job cgroup. A cgroup is named job-<pid>-<instance>-<n>: instance is a
+// random id of the Sandbox that made it (newOwner), n its count; the pid (the runner's,
+// in its own PID namespace) is for runners of an earlier version on the same host,
+// which read job-<pid>-… and ask kill(pid, 0), and say nothing here. The owner holds an exclusive
+// flock on <owners>/<instance>.lock for as long as it lives; the kernel lets the lock
+// go when the process is gone, however it ended. Whether a cgroup's owner is alive is
+// asked of that lock (LOCK_EX|LOCK_NB), never of a pid: runners in different PID
+// namespaces share the host's cgroups (a runner that is PID 1 of its container, or
+// under unshare --pid), and a pid names another process — or none — in another
+// namespace; nor do a process's pid and its name's pid agree once pids are reused.
+// The lock file is made under a temporary name, locked, then renamed into place, so
+// that no other runner ever finds it unlocked while its owner lives. A cgroup whose
+// lock file is missing (another owners directory, a name of another form) is left
+// alone: only a lock file found unlocked proves its owner gone.
+
+// owner is this Sandbox's claim on its job cgroups: its instance id and, held while it
+// lives, the lock on its lock file (nil: no owners directory could be had; the guard
+// alone then removes what a killed runner leaves).
+type owner struct {
+	instance string
+	dir      string
+	lock     *os.File
+}
+
+// ownersDir is the directory of the owners' lock files: one every runner of this host
+// sees (a PID namespace of its own keeps the mounts), writable by its user only. Root:
+// /run/hero-jobs; another user: hero-jobs-<uid> in $XDG_RUNTIME_DIR or the temporary
+// directory. "" when none is safe (another user's, or writable by others).
+func ownersDir() string {
+	uid := os.Geteuid()
+	var cands []string
+	if uid == 0 {
+		cands = append(cands, "/run/hero-jobs")
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		cands = append(cands, filepath.Join(d, "hero-jobs"))
+	}
+	cands = append(cands, filepath.Join(os.TempDir(), fmt.Sprintf("hero-jobs-%d", uid)))
+	for _, d := range cands {
+		_ = os.Mkdir(d, 0o700)
+		fi, err := os.Lstat(d)
+		if err != nil || !fi.IsDir() || fi.Mode().Perm()&0o022 != 0 {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != uid {
+			continue
+		}
+		return d
+	}
+	return ""
+}
+
+// newOwner makes this Sandbox's instance id and, in dir, its lock file, locked.
+func newOwner(dir string) *owner {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	o := &owner{instance: hex.EncodeToString(b)}
+	if dir == "" {
+		return o
+	}
+	tmp := filepath.Join(dir, ".new-"+o.instance)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return o
+	}
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil || os.Rename(tmp, filepath.Join(dir, o.instance+".lock")) != nil {
+		_ = f.Close()
+		_ = os.Remove(tmp)
+		return o
+	}
+	o.dir, o.lock = dir, f
+	return o
+}
+
+// cgroupName is the name of this Sandbox's n-th job cgroup.
+func (o *owner) cgroupName(n uint64) string {
+	return fmt.Sprintf("job-%d-%s-%d", os.Getpid(), o.instance, n)
+}
+
+// release removes the lock file and lets the lock go (the Sandbox closed: none of its
+// jobs runs any more).
+func (o *owner) release() {
+	if o.lock == nil {
+		return
+	}
+	_ = os.Remove(filepath.Join(o.dir, o.instance+".lock"))
+	_ = o.lock.Close()
+	o.lock = nil
+}
+
+// instanceOf is the instance id of a job cgroup's name ("" for another form, such as
+// an earlier version's job-<pid>-<n>: left to its guard).
+func instanceOf(name string) string {
+	f := strings.Split(name, "-")
+	if len(f) != 4 || f[0] != "job" || len(f[2]) != 16 {
+		return ""
+	}
+	if _, err := hex.DecodeString(f[2]); err != nil {
+		return ""
+	}
+	return f[2]
+}
+
+// ownerGone says whether the owner of instance is gone: its lock file is there and
+// nobody holds its lock. The lock is then held until unlock, which removes the file
+// too when remove (every cgroup of the gone owner reaped: a cgroup left, of processes
+// this runner cannot see from its PID namespace, keeps it for a runner that can).
+func (o *owner) ownerGone(instance string) (gone bool, unlock func(remove bool)) {
+	if o.dir == "" || instance == "" || instance == o.instance {
+		return false, nil
+	}
+	path := filepath.Join(o.dir, instance+".lock")
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return false, nil // no lock file: not ours to judge
+	}
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		_ = f.Close()
+		return false, nil // its owner holds it: alive (maybe stopped, never dead)
+	}
+	return true, func(remove bool) {
+		if remove {
+			_ = os.Remove(path)
+		}
+		_ = f.Close()
+	}
+}
+
 // reapOrphans ends what is left in the job cgroups of runners that are gone, then
 // removes those cgroups. The guard (guard.go) kills a gone runner's jobs the moment
 // it is gone; this is what is left should the guard have gone with it (both killed at
@@ -82,46 +212,76 @@ func (c *cgroups) String() string {
 // parent-death signal while it sets the sandbox up. Every job joins its cgroup before
 // anything of it starts, so what a gone runner left is found there, and ended before
 // this runner takes back the gone runner's jobs (a job must not run twice at once).
-func (c *cgroups) reapOrphans() {
-	orphans := map[string]*jobGroup{} // name → its directories, one per controller in v1
-	roots := map[string]string{"": c.root}
-	if !c.v2 {
-		roots = c.roots
+// A gone runner is one whose lock file is unlocked (owner above): a runner in another
+// PID namespace is as alive as it is, and a cgroup made a moment ago by a live runner,
+// its job about to join it, stays. Lock files of gone runners are removed too.
+//
+// Every parent (the jobs', the executor pools') is reaped in one pass: a gone
+// runner's lock file goes only once none of its cgroups is left under any of them.
+func reapOrphans(o *owner, parents ...*cgroups) {
+	if o.dir == "" {
+		return
 	}
-	for ctl, r := range roots {
-		entries, _ := os.ReadDir(r)
-		for _, e := range entries {
-			if !e.IsDir() || !strings.HasPrefix(e.Name(), "job-") || ownerAlive(e.Name()) {
-				continue
+	type orphan struct {
+		parent int
+		name   string
+	}
+	orphans := map[orphan]*jobGroup{} // its directories, one per controller in v1
+	unlocks := map[string]func(bool){}
+	left := map[string]bool{} // instances with a cgroup that could not be removed
+	judged := map[string]bool{}
+	gone := func(instance string) bool {
+		if g, ok := judged[instance]; ok {
+			return g
+		}
+		g, unlock := o.ownerGone(instance)
+		judged[instance] = g
+		if unlock != nil {
+			unlocks[instance] = unlock
+		}
+		return g
+	}
+	for i, c := range parents {
+		roots := map[string]string{"": c.root}
+		if !c.v2 {
+			roots = c.roots
+		}
+		for ctl, r := range roots {
+			entries, _ := os.ReadDir(r)
+			for _, e := range entries {
+				if !e.IsDir() || !gone(instanceOf(e.Name())) {
+					continue
+				}
+				k := orphan{i, e.Name()}
+				g := orphans[k]
+				if g == nil {
+					g = &jobGroup{v2: c.v2, dirs: map[string]string{}}
+					orphans[k] = g
+				}
+				g.dirs[ctl] = filepath.Join(r, e.Name())
 			}
-			g := orphans[e.Name()]
-			if g == nil {
-				g = &jobGroup{v2: c.v2, dirs: map[string]string{}}
-				orphans[e.Name()] = g
-			}
-			g.dirs[ctl] = filepath.Join(r, e.Name())
 		}
 	}
-	for _, g := range orphans {
+	for k, g := range orphans {
 		g.kill(5 * time.Second)
-		g.remove()
+		if !g.remove() {
+			left[instanceOf(k.name)] = true
+		}
 	}
-}
-
-// ownerAlive says whether the runner that made a job cgroup (job-<pid>-<n>) still
-// runs: another runner on this host may have made it a moment ago, and its job is
-// about to join it.
-func ownerAlive(name string) bool {
-	f := strings.SplitN(name, "-", 3)
-	if len(f) != 3 {
-		return false
+	for inst, unlock := range unlocks {
+		unlock(!left[inst])
 	}
-	pid, err := strconv.Atoi(f[1])
-	if err != nil || pid <= 0 {
-		return false
+	// Lock files of gone runners that left no cgroup.
+	entries, _ := os.ReadDir(o.dir)
+	for _, e := range entries {
+		inst, ok := strings.CutSuffix(e.Name(), ".lock")
+		if !ok || judged[inst] {
+			continue
+		}
+		if g, unlock := o.ownerGone(inst); g {
+			unlock(true)
+		}
 	}
-	err = syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // jobGroup is one job's cgroup (one directory per controller in v1).
@@ -285,7 +445,9 @@ func (g *jobGroup) pids() []int {
 			continue
 		}
 		for _, l := range strings.Fields(string(b)) {
-			if p, err := strconv.Atoi(l); err == nil && !seen[p] {
+			// A process outside this PID namespace shows as 0 in cgroup v2 (v1 leaves it
+			// out): never a pid to signal (kill(0) is this process's own group).
+			if p, err := strconv.Atoi(l); err == nil && p > 0 && !seen[p] {
 				seen[p] = true
 				out = append(out, p)
 			}
@@ -294,9 +456,13 @@ func (g *jobGroup) pids() []int {
 	return out
 }
 
-// remove deletes the job's cgroup (empty by then).
-func (g *jobGroup) remove() {
+// remove deletes the job's cgroup (empty by then); false when a directory stayed.
+func (g *jobGroup) remove() bool {
+	ok := true
 	for _, d := range g.dirs {
-		_ = os.Remove(d)
+		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+			ok = false
+		}
 	}
+	return ok
 }

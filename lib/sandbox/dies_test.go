@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -74,6 +75,9 @@ func standIn() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if j.group != nil {
+		_ = os.WriteFile(filepath.Join(scratch, "cgroups"), []byte(strings.Join(j.group.directories(), "\n")), 0o644)
+	}
 	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Env: []string{"PATH=/usr/bin:/bin"}, Stdout: os.Stderr, Stderr: os.Stderr, Launch: j.Launch})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -107,6 +111,9 @@ func standInAhead(s *Sandbox, lim Limits, scratch string, stop func(string, int)
 	}
 	s.ahead.mu.Unlock()
 	_ = os.WriteFile(filepath.Join(scratch, "pgids"), []byte(strings.Join(pgids, " ")), 0o644)
+	if s.own != nil {
+		_ = os.WriteFile(filepath.Join(scratch, "instance"), []byte(s.own.instance), 0o644)
+	}
 	stop("ahead", 0)
 	return 0
 }
@@ -160,9 +167,12 @@ func TestAheadSandboxesDieWithTheRunner(t *testing.T) {
 	if len(pgids) != 3 || len(pids) < 3 {
 		t.Fatalf("sandboxes made ahead: groups %v, processes %v", pgids, pids)
 	}
-	cgroups, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/hero-jobs/job-%d-*", cmd.Process.Pid))
-	v2, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/hero-jobs/job-%d-*", cmd.Process.Pid))
-	cgroups = append(cgroups, v2...)
+	var cgroups []string
+	if inst, err := os.ReadFile(filepath.Join(scratch, "instance")); err == nil {
+		cgroups, _ = filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/hero-jobs/job-*-%s-*", inst))
+		v2, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/hero-jobs/job-*-%s-*", inst))
+		cgroups = append(cgroups, v2...)
+	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -337,4 +347,130 @@ func ledgerStarts(t *testing.T, file string) []time.Time {
 		out = append(out, time.Unix(0, ns))
 	}
 	return out
+}
+
+// Acceptance (the CI failure of TestRunnerAsPID1ReapsWhatSandboxesLeave): job cgroups
+// are owned across PID namespaces. Runners in PID namespaces of their own (a runner
+// that is PID 1 of its container, or under unshare --pid) share the host's cgroups
+// with the runners outside. A runner on the host has a job at its gate (its cgroup
+// made, empty: the job is about to join it); two runners, each PID 1 of a namespace of
+// its own (the same pid), start and run a job each. The host runner's cgroup stays and
+// both namespaced jobs run. Before, a cgroup's owner was the pid in its name
+// (job-<pid>-<n>), asked with kill(pid, 0) in the asker's namespace: the namespaced
+// runners took the host runner's fresh cgroup for an orphan's (its pid is none of
+// theirs there) and removed it, and both named their first job's cgroup job-1-1 (the
+// second one's job could not be made: "cgroup: mkdir …/job-1-1: file exists"; so did a
+// namespaced runner's next life, finding its last life's cgroups its own); and a host
+// runner, asking after pid 1 or 2, asked after whatever process has that pid on the
+// host.
+func TestRunnersInPIDNamespacesKeepTheirJobs(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bwrap is not installed")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("unshare (util-linux) is not installed")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the stand-in runners run as root (cgroups, unshare --pid)")
+	}
+	exe := standInBinary(t)
+	host := startStandIn(t, exe, "spawned", nil)
+	host.waitSignal(t, "get its job to its gate")
+	b, err := os.ReadFile(filepath.Join(host.scratch, "cgroups"))
+	if err != nil {
+		t.Skip("no job cgroups here")
+	}
+	hostCgroups := strings.Fields(string(b))
+	ns := []string{unshare, "--pid", "--fork", "--kill-child", "--mount-proc"}
+	for _, name := range []string{"first", "second"} {
+		r := startStandIn(t, exe, "begun", ns)
+		r.waitSignal(t, "run its job (the "+name+" runner in a PID namespace)")
+	}
+	for _, d := range hostCgroups {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("the host runner's job cgroup, its job at its gate, was removed by a runner in a PID namespace: %v", err)
+		}
+	}
+}
+
+// standInRun is a stand-in runner started by startStandIn.
+type standInRun struct {
+	scratch string
+	sig     *proctest.Signal
+	out     *syncWriter
+	ended   chan struct{}
+}
+
+// startStandIn starts a stand-in runner (root) that stops at step, under wrap (a
+// command and its arguments, or nil); it is killed when the test ends.
+func startStandIn(t *testing.T, exe, step string, wrap []string) *standInRun {
+	t.Helper()
+	scratch, err := os.MkdirTemp("", "hero-sbx-stand-in-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(scratch) })
+	if err := os.Chmod(scratch, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	sig, err := proctest.NewSignal(scratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sig.Close)
+	r := &standInRun{scratch: scratch, sig: sig, out: &syncWriter{}, ended: make(chan struct{})}
+	argv := append(append([]string(nil), wrap...), exe, "-test.run=^$")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = []string{standInEnv + "=1", "HERO_SBX_STEP=" + step, "HERO_SBX_SCRATCH=" + scratch, "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Stdout, cmd.Stderr = r.out, r.out
+	cmd.WaitDelay = 5 * time.Second // its jobs hold its output until its guard ends them
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(r.ended) }()
+	t.Cleanup(func() {
+		select {
+		case <-r.ended:
+		default:
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-r.ended
+		}
+	})
+	return r
+}
+
+// waitSignal waits for the stand-in's first signal (it stopped at its step, or its job
+// runs); the test fails if the stand-in ends first.
+func (r *standInRun) waitSignal(t *testing.T, what string) {
+	t.Helper()
+	got := make(chan bool, 1)
+	go func() { got <- r.sig.Wait(1, time.Minute) }()
+	select {
+	case ok := <-got:
+		if ok {
+			return
+		}
+	case <-r.ended:
+	}
+	t.Fatalf("the stand-in runner did not %s: %s", what, r.out.String())
+}
+
+// syncWriter is a process's output, written by two goroutines (stdout and stderr).
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

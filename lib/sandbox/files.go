@@ -39,7 +39,10 @@ const reportHeaderMax = 256
 // (bwrap --as-pid-1, so that none of the job's processes can signal it), running as
 // the job's user in its work directory. It first writes "start" to the report
 // descriptor (%[1]d): the pipe's reader is the runner alone, so the write fails — and
-// nothing of the job starts — when the runner is gone (guard.go). Its prologue (a
+// nothing of the job starts — when the runner is gone (guard.go); and "begun" right
+// before the job's command runs (its prologue done: a sandbox made ahead has its job),
+// which is when the job's time starts (Job.Begun: its timeout, its started_at_us) and
+// which fails likewise when the runner is gone. Its prologue (a
 // job's own: coldPrologue; a sandbox made ahead of its job: aheadPrologue) sets the
 // result file's name (__hero_f), the most bytes of it to read (__hero_m), and, made
 // ahead, the work directory, the environment and the command ("$@"). It runs the
@@ -52,6 +55,7 @@ const reportHeaderMax = 256
 // It ends with the command's status (128 + the signal's number for a signal).
 const wrapperScript = `echo start >&%[1]d || exit 1
 %[2]s
+echo begun >&%[1]d || exit 1
 "$@" %[1]d>&-
 rc=$? f=$__hero_f m=$__hero_m PATH=/usr/bin:/bin
 kill -KILL -1 2>/dev/null
@@ -154,8 +158,11 @@ type report struct {
 	// made ahead of its job is ready for it).
 	started   chan struct{}
 	saidStart bool
-	mu        sync.Mutex
-	buf       bytes.Buffer
+	// begunAt is when the wrapper said "begun" (zero before): the job's command is
+	// about to run. As this process read it: late, never early, when it was stopped.
+	begunAt time.Time
+	mu      sync.Mutex
+	buf     bytes.Buffer
 }
 
 // read keeps the first reportHeaderMax+max+1 bytes and drains the rest until EOF.
@@ -173,11 +180,21 @@ func (rp *report) read() {
 			close(rp.started)
 			rp.saidStart = true
 		}
+		if rp.begunAt.IsZero() && bytes.HasPrefix(rp.buf.Bytes(), []byte("start\nbegun\n")) {
+			rp.begunAt = time.Now()
+		}
 		rp.mu.Unlock()
 		if err != nil {
 			return
 		}
 	}
+}
+
+// begun is when the wrapper said "begun" (ok false: not yet).
+func (rp *report) begun() (time.Time, bool) {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return rp.begunAt, !rp.begunAt.IsZero()
 }
 
 // reportWait bounds the wait for the report's end once the job's process ended (its
@@ -204,6 +221,7 @@ func (rp *report) wait() []byte {
 // the job was killed).
 func parseReport(b []byte, max int64) (full bool, res Result, ok bool) {
 	b, _ = bytes.CutPrefix(b, []byte("start\n"))
+	b, _ = bytes.CutPrefix(b, []byte("begun\n"))
 	line, data, found := bytes.Cut(b, []byte("\n"))
 	disk, kind, _ := strings.Cut(string(line), " ")
 	if !found || (disk != "ok" && disk != "full") {

@@ -32,7 +32,9 @@ import (
 // ("c<directory>" once made, "d<directory>" once removed), and when the input ends
 // kills the groups left, then empties and removes the cgroups left (a sandbox made
 // ahead of its job, or a job, leaves no cgroup behind either; each is tried for about
-// five seconds). Signals for the runner's terminal or its stop do not end it.
+// five seconds; a process of another PID namespace shows as 0 in cgroup v2, and kill 0
+// would be the guard's own group). Signals for the runner's terminal or its stop do
+// not end it.
 const guardScript = `trap '' HUP INT TERM
 l=' ' c=' '
 while read -r a; do
@@ -47,7 +49,7 @@ for p in $l; do kill -KILL -"$p" 2>/dev/null; done
 for d in $c; do
 	n=0
 	while [ -d "$d" ] && ! rmdir "$d" 2>/dev/null && [ $n -lt 100 ]; do
-		kill -KILL $(cat "$d/cgroup.procs" 2>/dev/null) 2>/dev/null
+		for p in $(cat "$d/cgroup.procs" 2>/dev/null); do [ "$p" = 0 ] || kill -KILL "$p" 2>/dev/null; done
 		n=$((n + 1))
 		sleep 0.05
 	done

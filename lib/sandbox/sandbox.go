@@ -66,8 +66,12 @@ type Options struct {
 	// root (0: the runner's own). Use an id no service uses.
 	UID, GID int
 	// CgroupBase is the cgroup mount (default /sys/fs/cgroup); CgroupParent the
-	// cgroup under which each job gets its own (default hero-jobs).
-	CgroupBase, CgroupParent string
+	// cgroup under which each job gets its own (default hero-jobs);
+	// ExecutorCgroupParent the one under which each executor pool (Extra.Executor)
+	// gets its own (default hero-executors): beside the jobs' parent, not in it, so
+	// that the jobs, however many, weigh one share of the CPU against the pools', and
+	// the pools' start and calls are not starved by them.
+	CgroupBase, CgroupParent, ExecutorCgroupParent string
 	// ReadOnly are the host paths a job sees read-only (default DefaultReadOnly).
 	ReadOnly []string
 	// Binds are host directories every job may read and write (none by default).
@@ -103,6 +107,8 @@ type Sandbox struct {
 	sh      string   // the trampoline: a shell…
 	setpriv string   // …and setpriv (PrepareWith)
 	cg      *cgroups // nil: no cgroups (rlimits only)
+	ecg     *cgroups // executor pools' (nil: cg's)
+	own     *owner   // names its job cgroups and proves it alive (cgroup.go); with cg
 	guard   *guard   // kills the jobs' process groups when the runner is gone
 	net     netTools // outbound network's programs (net.err: why there is none)
 	ahead   *ahead   // sandboxes made ahead of need (nil: none)
@@ -118,6 +124,9 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 	if opt.CgroupParent == "" {
 		opt.CgroupParent = "hero-jobs"
 	}
+	if opt.ExecutorCgroupParent == "" {
+		opt.ExecutorCgroupParent = "hero-executors"
+	}
 	if opt.ReadOnly == nil {
 		opt.ReadOnly = DefaultReadOnly
 	}
@@ -129,12 +138,13 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 	if s.setpriv, err = exec.LookPath("setpriv"); err != nil {
 		return nil, errors.New("sandbox: setpriv is not installed (Debian: util-linux; Alpine: setpriv): jobs start through it")
 	}
-	if os.Geteuid() == 0 || writable(filepath.Join(defaultString(opt.CgroupBase, "/sys/fs/cgroup"), "cgroup.procs")) {
-		s.cg = detectCgroups(opt.CgroupBase, opt.CgroupParent)
-		if s.cg != nil {
-			s.cg.reapOrphans() // what a killed runner left in its job cgroups
+	made := false
+	defer func() {
+		if !made && s.own != nil {
+			s.own.release()
 		}
-	}
+	}()
+	s.detectCgroups()
 	if opt.Mode == ModeBwrap {
 		s.net = findNetTools()
 		if opt.NeedNetwork && s.net.err != nil {
@@ -164,7 +174,29 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 			s.ahead = newAhead(s, opt.Ahead)
 		}
 	}
+	made = true
 	return s, nil
+}
+
+// detectCgroups finds the cgroups of jobs and of executor pools this process may
+// make, and ends what a killed runner left in them.
+func (s *Sandbox) detectCgroups() {
+	opt := s.opt
+	if os.Geteuid() != 0 && !writable(filepath.Join(defaultString(opt.CgroupBase, "/sys/fs/cgroup"), "cgroup.procs")) {
+		return
+	}
+	if s.cg = detectCgroups(opt.CgroupBase, opt.CgroupParent); s.cg == nil {
+		return
+	}
+	s.own = newOwner(ownersDir())
+	if opt.ExecutorCgroupParent != opt.CgroupParent {
+		s.ecg = detectCgroups(opt.CgroupBase, opt.ExecutorCgroupParent)
+	}
+	if s.ecg != nil {
+		reapOrphans(s.own, s.cg, s.ecg) // what a killed runner left in its job and pool cgroups
+	} else {
+		reapOrphans(s.own, s.cg) // what a killed runner left in its job cgroups
+	}
 }
 
 // Close ends the guard (lib/sandbox/guard.go) once no job runs: it kills what is left.
@@ -172,7 +204,12 @@ func (s *Sandbox) Close() {
 	if s.ahead != nil {
 		s.ahead.close()
 	}
-	s.guard.close()
+	if s.guard != nil {
+		s.guard.close()
+	}
+	if s.own != nil {
+		s.own.release()
+	}
 }
 
 // trial runs a job as every job runs — in its own filesystem, under its wrapper,
@@ -268,6 +305,9 @@ type Extra struct {
 	// into the sandbox (an executor pool's, whose sockets the runner reaches), not
 	// one of the job's own filesystem (WorkDir).
 	HostDir bool
+	// Executor: an executor pool's sandbox, whose cgroup is made under
+	// Options.ExecutorCgroupParent (the jobs' parent where that cannot be made).
+	Executor bool
 	// Result names a file of the work directory that the runner takes after the job
 	// (Job.Result), and ResultMax the most bytes of it.
 	Result    string
@@ -441,7 +481,7 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 		}
 		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv, x, lim)...)
 	}
-	limits, err := s.limitScript(j, lim)
+	limits, err := s.limitScript(j, lim, x.Executor)
 	if err != nil {
 		j.Cleanup()
 		return nil, err
@@ -459,11 +499,16 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 }
 
 // limitScript is the trampoline's part that puts the job in its cgroup and sets its
-// rlimits (making the cgroup, j.group).
-func (s *Sandbox) limitScript(j *Job, lim Limits) ([]string, error) {
+// rlimits (making the cgroup, j.group): under the executors' parent for an executor
+// pool's sandbox (executor), else under the jobs'.
+func (s *Sandbox) limitScript(j *Job, lim Limits, executor bool) ([]string, error) {
 	var script []string
-	if s.cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0 || lim.CPUWeight > 0) {
-		g, err := s.cg.create(fmt.Sprintf("job-%d-%d", os.Getpid(), s.seq.Add(1)), lim)
+	cg := s.cg
+	if executor && s.ecg != nil {
+		cg = s.ecg
+	}
+	if cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0 || lim.CPUWeight > 0) {
+		g, err := cg.create(s.own.cgroupName(s.seq.Add(1)), lim)
 		if err != nil {
 			return nil, err
 		}
@@ -672,6 +717,24 @@ func (j *Job) collect() (full bool, res Result, ok bool) {
 	}
 	return parseReport(j.report.wait(), j.report.max)
 }
+
+// Begun says when the job's own command began (ok false: not yet): its wrapper said
+// so once its sandbox was made, its prologue done (a sandbox made ahead: its job
+// handed to it), right before the command runs. Its time is counted from then — its
+// timeout, its started_at_us — not from its launch: the making of its sandbox is not
+// the job's. As the runner read it: a runner stopped meanwhile reads it late, never
+// early. A job without a wrapper of its own (no sandbox of its own: Measured false)
+// has no such moment.
+func (j *Job) Begun() (at time.Time, ok bool) {
+	if j.report == nil {
+		return time.Time{}, false
+	}
+	return j.report.begun()
+}
+
+// Measured says whether the job has a wrapper that says when its command began
+// (Begun): one of its own filesystem, once launched.
+func (j *Job) Measured() bool { return j.report != nil }
 
 // Started must be called once the job's process runs: a job with outbound network
 // waits in bwrap until its network is set up here. An error leaves the job held (kill

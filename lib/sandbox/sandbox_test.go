@@ -251,30 +251,26 @@ func TestStartEndsGoneRunnersJobs(t *testing.T) {
 }
 
 // twoRunnersCgroups is a sandbox with cgroups (the test is skipped without them), a
-// job cgroup of a live runner (another process, running until the test ends) and one
-// of a runner that is gone (a process that ended); both are emptied and removed when
-// the test ends.
+// job cgroup of a live runner (an owner whose lock this test holds until it ends) and
+// one of a runner that is gone (an owner whose lock file is left unlocked, as a killed
+// runner leaves it); both are emptied and removed when the test ends.
 func twoRunnersCgroups(t *testing.T) (s *Sandbox, live, dead *jobGroup) {
 	t.Helper()
 	s = newSandbox(t)
-	if s.cg == nil {
+	if s.cg == nil || s.own.dir == "" {
 		t.Skip("no cgroups here")
 	}
-	other := exec.Command("sleep", "30") // stands for another runner process
-	if err := other.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
-	gone := exec.Command("true")
-	if err := gone.Run(); err != nil {
-		t.Fatal(err)
-	}
+	other := newOwner(s.own.dir) // stands for another runner process
+	t.Cleanup(other.release)
+	gone := newOwner(s.own.dir)
+	_ = gone.lock.Close() // its runner died: the kernel let the lock go
+	t.Cleanup(func() { _ = os.Remove(filepath.Join(gone.dir, gone.instance+".lock")) })
 	var err error
-	if live, err = s.cg.create(fmt.Sprintf("job-%d-1", other.Process.Pid), Limits{Pids: 10}); err != nil {
+	if live, err = s.cg.create(other.cgroupName(1), Limits{Pids: 10}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { live.kill(time.Second); live.remove() })
-	if dead, err = s.cg.create(fmt.Sprintf("job-%d-1", gone.Process.Pid), Limits{Pids: 10}); err != nil {
+	if dead, err = s.cg.create(gone.cgroupName(1), Limits{Pids: 10}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dead.kill(time.Second); dead.remove() })

@@ -108,6 +108,24 @@ func (d *DB) ReadEvents(ctx context.Context, after string, limit int64) ([]Event
 	return out, nil
 }
 
+// NewestEvents returns the newest events (at most limit) written at or after since,
+// oldest first: XREVRANGE, one command however long the stream.
+func (d *DB) NewestEvents(ctx context.Context, since time.Time, limit int64) ([]Event, error) {
+	var cmd *redis.XMessageSliceCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.XRevRangeN(ctx, keys.Events, "+", strconv.FormatInt(since.UnixMilli(), 10)+"-0", limit)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read events of context %d: %w", d.ContextID, err)
+	}
+	msgs := cmd.Val()
+	out := make([]Event, len(msgs))
+	for i, m := range msgs {
+		out[len(msgs)-1-i] = eventFromMessage(d.ContextID, m)
+	}
+	return out, nil
+}
+
 // WaitEvents blocks up to block for events after the id and returns them (none on
 // timeout). It holds one connection of the context's server while it waits. A
 // follower that waits again and again uses an EventReader instead.

@@ -152,6 +152,7 @@ var luaKeys = []struct{ name, key string }{
 	{"K_JOB_DONE", keys.JobDone},
 	{"K_FLOW_DONE", keys.FlowDone},
 	{"K_AUTH_CHANGED", keys.AuthChanged},
+	{"K_LOG_APPENDED", keys.LogAppended},
 	{"K_WAKE_MSG_OUT", keys.WakeMsgOut},
 	{"K_WAKE_MSG_IN", keys.WakeMsgIn},
 	{"K_BUSY", keys.Busy},
@@ -167,6 +168,7 @@ var luaKeys = []struct{ name, key string }{
 	{"K_MESSAGE_INDEX", keys.MessageIndex},
 	{"K_EVENTS", keys.Events},
 	{"K_DLQ", keys.DLQ},
+	{"K_QPAUSE", keys.QueuePause},
 }
 
 // buildPrelude writes the prelude: JOB_<STATUS>, FLOW_<STATUS>, MSG_<STATUS> and

@@ -203,18 +203,21 @@ var appendLogScript = luaScript("append_log.lua")
 
 // appendLogArgs are the KEYS and ARGV of lua/append_log.lua.
 type appendLogArgs struct {
-	LogKey string // KEYS
-	Chunk  string
-	Max    int64
+	LogKey   string // KEYS
+	WatchKey string // KEYS
+	Chunk    string
+	Max      int64
+	Ref      string
 }
 
 // call is the run of lua/append_log.lua with a's KEYS and ARGV.
 func (a *appendLogArgs) call() Call {
-	keys := make([]string, 0, 1)
-	keys = append(keys, a.LogKey)
-	args := make([]any, 0, 2)
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.LogKey, a.WatchKey)
+	args := make([]any, 0, 3)
 	args = append(args, a.Chunk)
 	args = append(args, a.Max)
+	args = append(args, a.Ref)
 	return Call{Script: appendLogScript, Keys: keys, Args: args}
 }
 
@@ -577,7 +580,7 @@ func decodeClaimMessageReply(v any) (out any, err error) {
 }
 
 // claimStartScript is lua/claim_start.lua (its header declares its interface).
-var claimStartScript = luaScript("claim_start.lua", "lib_busy.lua", "lib_state.lua")
+var claimStartScript = luaScript("claim_start.lua", "lib_busy.lua", "lib_state.lua", "lib_qpause.lua")
 
 // claimStartArgs are the KEYS and ARGV of lua/claim_start.lua.
 type claimStartArgs struct {
@@ -754,6 +757,104 @@ func decodeCompleteReply(v any) (out []completeDone, err error) {
 			if out[i1].Ready[i2], err = luaInt(l2[i2]); err != nil {
 				return out, fmt.Errorf("lua/complete.lua: reply[].ready[]: %w", err)
 			}
+		}
+	}
+	return out, nil
+}
+
+// createScript is lua/create.lua (its header declares its interface).
+var createScript = luaScript("create.lua")
+
+// createArgs are the KEYS and ARGV of lua/create.lua.
+type createArgs struct {
+	EventsKey    string // KEYS
+	Prefix       string
+	Seqkey       string
+	Idxkey       string
+	MemberPrefix string
+	EvType       string
+	EvActor      string
+	Reg          string
+	RegMember    string
+	Objects      []createObject
+}
+
+// createObject is a record of lua/create.lua.
+type createObject struct {
+	ID     int64
+	NowMs  int64
+	Ncmp   int64
+	Stidx  string
+	Fields []any
+}
+
+// call is the run of lua/create.lua with a's KEYS and ARGV.
+func (a *createArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.EventsKey)
+	args := make([]any, 0, 9)
+	args = append(args, a.Prefix)
+	args = append(args, a.Seqkey)
+	args = append(args, a.Idxkey)
+	args = append(args, a.MemberPrefix)
+	args = append(args, a.EvType)
+	args = append(args, a.EvActor)
+	args = append(args, a.Reg)
+	args = append(args, a.RegMember)
+	args = append(args, len(a.Objects))
+	for _, x1 := range a.Objects {
+		args = append(args, x1.ID)
+		args = append(args, x1.NowMs)
+		args = append(args, x1.Ncmp)
+		args = append(args, x1.Stidx)
+		args = append(args, len(x1.Fields))
+		for _, x2 := range x1.Fields {
+			args = append(args, x2)
+		}
+	}
+	return Call{Script: createScript, Keys: keys, Args: args}
+}
+
+// run runs lua/create.lua and decodes its reply.
+func (a *createArgs) run(ctx context.Context, r luaRunner) ([]createOutcome, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero []createOutcome
+		return zero, err
+	}
+	return decodeCreateReply(res)
+}
+
+// createOutcome is a record of lua/create.lua.
+type createOutcome struct {
+	Status int64
+	ID     int64
+	Field  string
+}
+
+// decodeCreateReply decodes the reply of lua/create.lua.
+func decodeCreateReply(v any) (out []createOutcome, err error) {
+	l1, err := luaList(v)
+	if err != nil {
+		return out, fmt.Errorf("lua/create.lua: reply: %w", err)
+	}
+	out = make([]createOutcome, len(l1))
+	for i1 := range l1 {
+		r2, err := luaList(l1[i1])
+		if err == nil && len(r2) < 3 {
+			err = fmt.Errorf("%d items, want 3", len(r2))
+		}
+		if err != nil {
+			return out, fmt.Errorf("lua/create.lua: reply[]: %w", err)
+		}
+		if out[i1].Status, err = luaInt(r2[0]); err != nil {
+			return out, fmt.Errorf("lua/create.lua: reply[].status: %w", err)
+		}
+		if out[i1].ID, err = luaInt(r2[1]); err != nil {
+			return out, fmt.Errorf("lua/create.lua: reply[].id: %w", err)
+		}
+		if out[i1].Field, err = luaString(r2[2]); err != nil {
+			return out, fmt.Errorf("lua/create.lua: reply[].field: %w", err)
 		}
 	}
 	return out, nil
@@ -1701,6 +1802,53 @@ func decodePauseFlowReply(v any) (out any, err error) {
 	return out, nil
 }
 
+// pauseQueueScript is lua/pause_queue.lua (its header declares its interface).
+var pauseQueueScript = luaScript("pause_queue.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua")
+
+// pauseQueueArgs are the KEYS and ARGV of lua/pause_queue.lua.
+type pauseQueueArgs struct {
+	PauseKey string // KEYS
+	QueueKey string // KEYS
+	Ctx      string
+	Op       string
+	Actor    string
+	NowMs    int64
+	Note     string
+	Suffix   string
+}
+
+// call is the run of lua/pause_queue.lua with a's KEYS and ARGV.
+func (a *pauseQueueArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.PauseKey, a.QueueKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.Op)
+	args = append(args, a.Actor)
+	args = append(args, a.NowMs)
+	args = append(args, a.Note)
+	args = append(args, a.Suffix)
+	return Call{Script: pauseQueueScript, Keys: keys, Args: args}
+}
+
+// run runs lua/pause_queue.lua and decodes its reply.
+func (a *pauseQueueArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodePauseQueueReply(res)
+}
+
+// decodePauseQueueReply decodes the reply of lua/pause_queue.lua.
+func decodePauseQueueReply(v any) (out int64, err error) {
+	if out, err = luaInt(v); err != nil {
+		return out, fmt.Errorf("lua/pause_queue.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
 // popDueScript is lua/pop_due.lua (its header declares its interface).
 var popDueScript = luaScript("pop_due.lua")
 
@@ -2470,6 +2618,148 @@ func (a *startFlowArgs) run(ctx context.Context, r luaRunner) (any, error) {
 // decodeStartFlowReply decodes the reply of lua/start_flow.lua.
 func decodeStartFlowReply(v any) (out any, err error) {
 	out = v
+	return out, nil
+}
+
+// submitScript is lua/submit.lua (its header declares its interface).
+var submitScript = luaScript("submit.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua")
+
+// submitArgs are the KEYS and ARGV of lua/submit.lua.
+type submitArgs struct {
+	JobsKeys    []string // KEYS: the remaining keys
+	Ctx         int64
+	NowS        int64
+	NowMs       int64
+	Maxlen      int64
+	GuardFields []string
+	GuardValues []string
+	Msg         []any
+	Jobs        []submitJob
+}
+
+// submitJob is a record of lua/submit.lua.
+type submitJob struct {
+	Chosen bool
+	Caller int64
+	ID     int64
+	TTL    int64
+	Actor  string
+	RunAt  int64
+	Ncmp   int64
+	Fields []any
+}
+
+// call is the run of lua/submit.lua with a's KEYS and ARGV.
+func (a *submitArgs) call() Call {
+	keys := make([]string, 0, 0+len(a.JobsKeys))
+	keys = append(keys, a.JobsKeys...)
+	args := make([]any, 0, 8)
+	args = append(args, a.Ctx)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Maxlen)
+	args = append(args, len(a.GuardFields))
+	for _, x1 := range a.GuardFields {
+		args = append(args, x1)
+	}
+	args = append(args, len(a.GuardValues))
+	for _, x1 := range a.GuardValues {
+		args = append(args, x1)
+	}
+	args = append(args, len(a.Msg))
+	for _, x1 := range a.Msg {
+		args = append(args, x1)
+	}
+	args = append(args, len(a.Jobs))
+	for _, x1 := range a.Jobs {
+		args = append(args, luaBool(x1.Chosen))
+		args = append(args, x1.Caller)
+		args = append(args, x1.ID)
+		args = append(args, x1.TTL)
+		args = append(args, x1.Actor)
+		args = append(args, x1.RunAt)
+		args = append(args, x1.Ncmp)
+		args = append(args, len(x1.Fields))
+		for _, x2 := range x1.Fields {
+			args = append(args, x2)
+		}
+	}
+	return Call{Script: submitScript, Keys: keys, Args: args}
+}
+
+// run runs lua/submit.lua and decodes its reply.
+func (a *submitArgs) run(ctx context.Context, r luaRunner) (submitOutcome, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero submitOutcome
+		return zero, err
+	}
+	return decodeSubmitReply(res)
+}
+
+// submitOutcome is a record of lua/submit.lua.
+type submitOutcome struct {
+	Status string
+	Index  int64
+	Detail string
+	Jobs   []submitDone
+}
+
+// submitDone is a record of lua/submit.lua.
+type submitDone struct {
+	Code   int64
+	Member string
+	Hash   []string
+}
+
+// decodeSubmitReply decodes the reply of lua/submit.lua.
+func decodeSubmitReply(v any) (out submitOutcome, err error) {
+	r1, err := luaList(v)
+	if err == nil && len(r1) < 3 {
+		err = fmt.Errorf("%d items, want 3", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/submit.lua: reply: %w", err)
+	}
+	if out.Status, err = luaString(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/submit.lua: reply.status: %w", err)
+	}
+	if out.Index, err = luaInt(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/submit.lua: reply.index: %w", err)
+	}
+	if out.Detail, err = luaString(r1[2]); err != nil {
+		return out, fmt.Errorf("lua/submit.lua: reply.detail: %w", err)
+	}
+	l1, err := luaList(any(r1[3:]))
+	if err != nil {
+		return out, fmt.Errorf("lua/submit.lua: reply.jobs: %w", err)
+	}
+	out.Jobs = make([]submitDone, len(l1))
+	for i1 := range l1 {
+		r2, err := luaList(l1[i1])
+		if err == nil && len(r2) < 3 {
+			err = fmt.Errorf("%d items, want 3", len(r2))
+		}
+		if err != nil {
+			return out, fmt.Errorf("lua/submit.lua: reply.jobs[]: %w", err)
+		}
+		if out.Jobs[i1].Code, err = luaInt(r2[0]); err != nil {
+			return out, fmt.Errorf("lua/submit.lua: reply.jobs[].code: %w", err)
+		}
+		if out.Jobs[i1].Member, err = luaString(r2[1]); err != nil {
+			return out, fmt.Errorf("lua/submit.lua: reply.jobs[].member: %w", err)
+		}
+		l2, err := luaList(r2[2])
+		if err != nil {
+			return out, fmt.Errorf("lua/submit.lua: reply.jobs[].hash: %w", err)
+		}
+		out.Jobs[i1].Hash = make([]string, len(l2))
+		for i2 := range l2 {
+			if out.Jobs[i1].Hash[i2], err = luaString(l2[i2]); err != nil {
+				return out, fmt.Errorf("lua/submit.lua: reply.jobs[].hash[]: %w", err)
+			}
+		}
+	}
 	return out, nil
 }
 

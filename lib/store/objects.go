@@ -15,9 +15,6 @@ import (
 	"github.com/hero-coordinator/hero/lib/model"
 )
 
-// createScript: see lua/create.lua.
-var createScript = luaScript("create.lua")
-
 type createSpec struct {
 	what       string // "job 12" for errors, filled with the id
 	object     string // "job"
@@ -46,50 +43,42 @@ type createResult struct {
 	created bool
 }
 
-func runCreate(ctx context.Context, eval func(*Script, []string, ...any) (any, error), c createSpec) (createResult, error) {
-	call := createCall(c)
-	res, err := eval(call.Script, call.Keys, call.Args...)
+// runCreate creates the object c in one run of lua/create.lua on r.
+func runCreate(ctx context.Context, r luaRunner, c createSpec) (createResult, error) {
+	a := createCall(c)
+	res, err := a.run(ctx, r)
 	if err != nil {
 		return createResult{}, fmt.Errorf("create %s: %w", c.object, err)
 	}
-	return createReply(c, objectReply(res, 0))
+	return createReply(c, res, 0)
 }
 
 // createCall is one run of the create script for the objects cs, which share their
 // kind and caller (prefix, counter, indexes, event, registry: cs[0]'s).
-func createCall(cs ...createSpec) Call {
+func createCall(cs ...createSpec) *createArgs {
 	c := cs[0]
 	evType := c.eventType
 	if !c.events {
 		evType = ""
 	}
-	args := []any{c.prefix, c.seq, c.index, c.member, evType, c.eventActor, c.registry, c.registryMember}
-	for _, o := range cs {
+	a := &createArgs{EventsKey: keys.Events, Prefix: c.prefix, Seqkey: c.seq, Idxkey: c.index, MemberPrefix: c.member,
+		EvType: evType, EvActor: c.eventActor, Reg: c.registry, RegMember: c.registryMember, Objects: make([]createObject, len(cs))}
+	for i, o := range cs {
 		nowMs := o.createdMs
 		if nowMs == 0 {
 			nowMs = time.Now().UnixMilli()
 		}
-		args = append(args, strconv.FormatUint(uint64(o.id), 10), strconv.FormatInt(nowMs, 10), len(o.compare)/2, statusIndex(o), len(o.compare)+len(o.initial))
-		args = append(args, o.compare...)
-		args = append(args, o.initial...)
+		fields := make([]any, 0, len(o.compare)+len(o.initial))
+		a.Objects[i] = createObject{ID: int64(o.id), NowMs: nowMs, Ncmp: int64(len(o.compare) / 2), Stidx: statusIndex(o),
+			Fields: append(append(fields, o.compare...), o.initial...)}
 	}
-	return Call{Script: createScript, Keys: []string{keys.Events}, Args: args}
+	return a
 }
 
 // sameCreateCall reports whether the objects a and b can share a create call.
 func sameCreateCall(a, b createSpec) bool {
 	return a.prefix == b.prefix && a.seq == b.seq && a.index == b.index && a.member == b.member && a.eventType == b.eventType &&
 		a.eventActor == b.eventActor && a.events == b.events && a.registry == b.registry && a.registryMember == b.registryMember
-}
-
-// objectReply is the reply for the k-th object of a create call's reply (nil when the
-// reply has none: createReply says so).
-func objectReply(res any, k int) any {
-	vals, _ := res.([]any)
-	if k < len(vals) {
-		return vals[k]
-	}
-	return nil
 }
 
 // statusIndex is the per-status index key that the object c creates enters (its
@@ -110,25 +99,24 @@ func statusIndex(c createSpec) string {
 	return ""
 }
 
-// createReply reads the create script's reply for the object c.
-func createReply(c createSpec, res any) (createResult, error) {
-	vals, ok := res.([]any)
-	if !ok || len(vals) != 3 {
-		return createResult{}, fmt.Errorf("create %s: unexpected reply %v", c.object, res)
+// createReply reads the create script's outcome for the object c, the k-th of the
+// call (res, its decoded reply).
+func createReply(c createSpec, res []createOutcome, k int) (createResult, error) {
+	if k >= len(res) {
+		return createResult{}, fmt.Errorf("create %s: %d outcomes in the reply, none for object %d", c.object, len(res), k+1)
 	}
-	status, _ := vals[0].(int64)
-	id, _ := vals[1].(int64)
-	field, _ := vals[2].(string)
-	switch status {
+	o := res[k]
+	switch o.Status {
 	case 1:
-		return createResult{uint32(id), true}, nil
+		return createResult{uint32(o.ID), true}, nil
 	case 2:
-		return createResult{uint32(id), false}, nil
+		return createResult{uint32(o.ID), false}, nil
 	case 3:
-		return createResult{}, fmt.Errorf("create %s: %s", c.object, field)
-	default:
-		return createResult{}, &ExistsError{What: fmt.Sprintf("%s %d", c.object, id), Field: field}
+		return createResult{}, fmt.Errorf("create %s: %s", c.object, o.Field)
+	case 0:
+		return createResult{}, &ExistsError{What: fmt.Sprintf("%s %d", c.object, o.ID), Field: o.Field}
 	}
+	return createResult{}, fmt.Errorf("create %s: unexpected status %d in the reply", c.object, o.Status)
 }
 
 // splitFields separates an object's hash fields into the compared content and the
@@ -177,9 +165,7 @@ func (s *Store) CreateActor(ctx context.Context, a *model.Actor) (*model.Actor, 
 	}
 	stamp(&a.CreatedAt, &a.UpdatedAt)
 	cmp, ini := splitFields(a, timestampFields)
-	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
-		return sc.Run(ctx, s.G(), k, args...).Result()
-	}, createSpec{object: "actor", prefix: "actor:", seq: keys.ActorSeq, index: keys.ActorIndex, id: a.ID, compare: cmp, initial: ini})
+	res, err := runCreate(ctx, cmdRunner{s.G()}, createSpec{object: "actor", prefix: "actor:", seq: keys.ActorSeq, index: keys.ActorIndex, id: a.ID, compare: cmp, initial: ini})
 	if err != nil {
 		return nil, false, err
 	}
@@ -219,9 +205,7 @@ func (s *Store) CreateContext(ctx context.Context, c *model.Context, actor strin
 	}
 	stamp(&c.CreatedAt, &c.UpdatedAt)
 	cmp, ini := splitFields(c, timestampFields)
-	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
-		return db.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "context", prefix: "context:", id: c.ID, compare: cmp, initial: ini, eventType: string(model.EventContextCreated), eventActor: actor, events: true})
+	res, err := runCreate(ctx, db, createSpec{object: "context", prefix: "context:", id: c.ID, compare: cmp, initial: ini, eventType: string(model.EventContextCreated), eventActor: actor, events: true})
 	if err != nil {
 		return nil, false, err
 	}
@@ -379,9 +363,7 @@ func (s *Store) CreateRunner(ctx context.Context, ctxID uint32, r *model.Runner,
 	declared, declaredExecs := r.ScriptTypes, r.Executors
 	r.ScriptTypes, r.Executors = nil, nil // announced below, so that coord:script_types and coord:executors count them
 	cmp, ini := splitFields(r, withFields(timestampFields, "script_types", "executors"))
-	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
-		return db.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "runner", prefix: "runner:", seq: keys.RunnerSeq, index: keys.RunnerIndex, id: r.ID, compare: cmp, initial: ini, eventType: string(model.EventRunnerCreated), eventActor: actor, events: true,
+	res, err := runCreate(ctx, db, createSpec{object: "runner", prefix: "runner:", seq: keys.RunnerSeq, index: keys.RunnerIndex, id: r.ID, compare: cmp, initial: ini, eventType: string(model.EventRunnerCreated), eventActor: actor, events: true,
 		registry: keys.RunnerContextsFormat, registryMember: strconv.FormatUint(uint64(ctxID), 10)})
 	if err != nil {
 		return nil, false, err
@@ -671,18 +653,22 @@ func (d *DB) createJobs(ctx context.Context, jobs []*model.Job, specs []createSp
 		for k, i := range group {
 			cs[k] = specs[i]
 		}
-		calls[g] = createCall(cs...)
+		calls[g] = createCall(cs...).call()
 	}
 	cmds := d.EvalBatch(ctx, calls)
 	var made []int
 	ids := map[int]uint32{}
 	for g, group := range groups {
+		outcomes, err := decodeCreateReply(cmds[g].Val())
+		if cmds[g].Err() != nil {
+			err = cmds[g].Err()
+		}
 		for k, i := range group {
-			if err := cmds[g].Err(); err != nil {
+			if err != nil {
 				out[i].Err = fmt.Errorf("create %s: %w", specs[i].object, err)
 				continue
 			}
-			res, err := createReply(specs[i], objectReply(cmds[g].Val(), k))
+			res, err := createReply(specs[i], outcomes, k)
 			if err != nil {
 				out[i].Err = err
 				continue
@@ -880,9 +866,7 @@ func (d *DB) createFlow(ctx context.Context, f *model.Flow, actor string) (*mode
 	f.Status = model.FlowDispatched
 	f.Result, f.Error, f.FailedJob = nil, "", 0
 	cmp, ini := splitFields(f, flowInitialOnly)
-	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
-		return d.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "flow", prefix: "flow:", seq: keys.FlowSeq, index: keys.FlowIndex, id: f.ID, compare: cmp, initial: ini, eventType: string(model.EventFlowCreated), eventActor: actor, events: true, statusIdx: keys.FlowIndex})
+	res, err := runCreate(ctx, d, createSpec{object: "flow", prefix: "flow:", seq: keys.FlowSeq, index: keys.FlowIndex, id: f.ID, compare: cmp, initial: ini, eventType: string(model.EventFlowCreated), eventActor: actor, events: true, statusIdx: keys.FlowIndex})
 	if err != nil {
 		return nil, false, err
 	}
@@ -983,9 +967,7 @@ func (d *DB) CreateMessage(ctx context.Context, m *model.Message, actor string) 
 	}
 	cmp, ini := splitFields(m, messageInitialOnly)
 	caller := strconv.FormatUint(uint64(m.CallerID), 10)
-	res, err := runCreate(ctx, func(sc *Script, k []string, args ...any) (any, error) {
-		return d.Eval(ctx, sc, k, args...)
-	}, createSpec{object: "message", prefix: "message:" + caller + ":", seq: keys.MessageSeq, index: keys.MessageIndex, member: caller + ":", id: m.ID, compare: cmp, initial: ini, eventType: "", eventActor: actor, events: true})
+	res, err := runCreate(ctx, d, createSpec{object: "message", prefix: "message:" + caller + ":", seq: keys.MessageSeq, index: keys.MessageIndex, member: caller + ":", id: m.ID, compare: cmp, initial: ini, eventType: "", eventActor: actor, events: true})
 	if err != nil {
 		return nil, false, err
 	}

@@ -433,8 +433,22 @@ func (d *DB) AppendLog(ctx context.Context, callerID, id uint32, chunk []byte, m
 	if max <= 0 {
 		max = MaxLogBytes
 	}
-	_, err := (&appendLogArgs{LogKey: keys.JobLog(callerID, id), Chunk: string(chunk), Max: int64(max)}).run(ctx, d)
+	ref := model.JobRef{ContextID: d.ContextID, CallerID: callerID, ID: id}.String()
+	_, err := (&appendLogArgs{LogKey: keys.JobLog(callerID, id), WatchKey: keys.JobLogWatch(callerID, id), Chunk: string(chunk), Max: int64(max), Ref: ref}).run(ctx, d)
 	return err
+}
+
+// WatchLog marks a job's log as tailed for ttl: until then each append to it
+// publishes the job's reference on keys.LogAppended (AppendLog). A tail renews it
+// before it passes.
+func (d *DB) WatchLog(ctx context.Context, callerID, id uint32, ttl time.Duration) error {
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, keys.JobLogWatch(callerID, id), "1", ttl)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("watch the log of job %d:%d: %w", callerID, id, err)
+	}
+	return nil
 }
 
 // ReadLog returns a job's log from offset (at most limit bytes) and the next offset.

@@ -1852,3 +1852,43 @@ func monitorReads(t *testing.T, db int) func() int {
 		}
 	}
 }
+
+// An append to a job's log publishes the job on coord:logappend only while its log is
+// watched (WatchLog): the unwatched job's append, made first, is never told.
+func TestAppendLogTellsOnlyAWatchedLog(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db, err := s.Ctx(9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := srv.Client(t, 0).Subscribe(ctx, keys.LogAppended)
+	defer func() { _ = sub.Close() }()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AppendLog(ctx, 1, 41, []byte("not watched\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.WatchLog(ctx, 1, 42, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := srv.Client(t, 9).TTL(ctx, keys.JobLogWatch(1, 42)).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("the watch's TTL is %v", ttl)
+	}
+	if err := db.AppendLog(ctx, 1, 42, []byte("watched\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	msg, err := sub.ReceiveMessage(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Payload != "9:1:42" {
+		t.Fatalf("the first notice is %q, want the watched job's 9:1:42", msg.Payload)
+	}
+	if b, _, _ := db.ReadLog(ctx, 1, 42, 0, 0); string(b) != "watched\n" {
+		t.Fatalf("log %q", b)
+	}
+}

@@ -12,9 +12,6 @@ import (
 	"github.com/hero-coordinator/hero/lib/model"
 )
 
-// submitScript: see lua/submit.lua.
-var submitScript = stateScript("submit.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua")
-
 // Submission is one standalone job for SubmitJobs, with its optional uniqueness key.
 type Submission struct {
 	Job       *model.Job
@@ -112,96 +109,88 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 	if err := d.markOrderFeatures(ctx, submittedJobs(subs)); err != nil {
 		return nil, err
 	}
-	ks := make([]string, 0, 2*len(subs))
-	args := []any{d.ContextID, now.Unix(), now.UnixMilli(), EventsMaxLen, 0}
+	a := &submitArgs{JobsKeys: make([]string, 0, 2*len(subs)), Ctx: int64(d.ContextID), NowS: now.Unix(), NowMs: now.UnixMilli(),
+		Maxlen: EventsMaxLen, Msg: requestTemplate(d.ContextID, now), Jobs: make([]submitJob, len(subs))}
 	if guard != nil {
-		args[4] = len(guard.Fields)
-		for _, f := range guard.Fields {
-			args = append(args, f)
-		}
-		for _, v := range guard.Values {
-			args = append(args, v)
-		}
+		a.GuardFields, a.GuardValues = guard.Fields, guard.Values
 	}
-	msg := requestTemplate(d.ContextID, now)
-	args = append(append(args, len(msg)), msg...)
-	for _, sb := range subs {
+	for i, sb := range subs {
 		j := sb.Job
 		uk := ""
 		if sb.UniqueKey != "" {
 			uk = keys.Unique(sb.UniqueKey)
 		}
-		jk := ""
-		if j.ID != 0 {
-			jk = keys.Job(j.CallerID, j.ID)
-		}
-		ks = append(ks, jk, uk)
+		// A job whose id the script reserves names job:<caller>:0, which it does not
+		// use: Redis checks every key of an FCALL against the caller's ACL user, and
+		// an empty key matches none of a restricted user's patterns (the scheduler's
+		// runs of schedules were refused: lib/redisacl).
+		a.JobsKeys = append(a.JobsKeys, keys.Job(j.CallerID, j.ID), uk)
 		cmp, ini := splitFields(j, jobInitialOnly)
 		ini = withoutFields(ini, submitWrites...)
-		args = append(args, boolArg(j.ID != 0), j.CallerID, j.ID, sb.UniqueTTL.Milliseconds(), sb.Actor, j.RunAtMs, len(cmp)/2, len(cmp)+len(ini))
-		args = append(args, cmp...)
-		args = append(args, ini...)
+		a.Jobs[i] = submitJob{Chosen: j.ID != 0, Caller: int64(j.CallerID), ID: int64(j.ID), TTL: sb.UniqueTTL.Milliseconds(),
+			Actor: sb.Actor, RunAt: j.RunAtMs, Ncmp: int64(len(cmp) / 2), Fields: append(cmp, ini...)}
 	}
-	res, err := d.Eval(ctx, submitScript, ks, args...)
+	res, err := a.run(ctx, d)
 	if err != nil {
 		return nil, fmt.Errorf("submit %d job(s) to context %d: %w", len(subs), d.ContextID, err)
 	}
-	vals, _ := res.([]any)
-	if len(vals) == 0 {
-		return nil, fmt.Errorf("submit jobs: unexpected reply %v", res)
+	if err := d.submitRefused(subs, res); err != nil {
+		return nil, err
 	}
-	switch vals[0] {
-	case "changed":
-		return nil, ErrContextChanged
-	case "unserved":
-		n, _ := vals[1].(int64)
-		if n < 1 || int(n) > len(subs) {
-			return nil, fmt.Errorf("submit jobs: unexpected reply %v", res)
-		}
-		return nil, d.unserved(subs[n-1].Job)
-	case "exhausted":
-		c, _ := vals[1].(string)
-		return nil, fmt.Errorf("reserve job ids of caller %s: id space exhausted", c)
-	case "conflict":
-		n, _ := vals[1].(int64)
-		field, _ := vals[2].(string)
-		if n < 1 || int(n) > len(subs) {
-			return nil, fmt.Errorf("submit jobs: unexpected reply %v", res)
-		}
-		j := subs[n-1].Job
-		return nil, &ExistsError{What: "job " + keys.Job(j.CallerID, j.ID), Field: field}
-	}
-	if len(vals) != len(subs)+1 {
-		return nil, fmt.Errorf("submit jobs: %d replies for %d jobs", len(vals)-1, len(subs))
+	if len(res.Jobs) != len(subs) {
+		return nil, fmt.Errorf("submit jobs: %d replies for %d jobs", len(res.Jobs), len(subs))
 	}
 	out := make([]Submitted, len(subs))
-	for i, v := range vals[1:] {
-		r, _ := v.([]any)
-		if len(r) < 2 {
-			return nil, fmt.Errorf("submit jobs: unexpected reply %v", v)
-		}
-		member, _ := r[1].(string)
-		if code, _ := r[0].(int64); code == 1 {
+	for i, r := range res.Jobs {
+		if r.Code == 1 {
 			// created: its id, reserved by the script when the caller chose none
 			j := subs[i].Job
-			_, id, _ := strings.Cut(member, ":")
+			_, id, _ := strings.Cut(r.Member, ":")
 			if j.ID = parseU32(id); j.ID == 0 {
-				return nil, fmt.Errorf("submit jobs: unexpected reply %v", v)
+				return nil, fmt.Errorf("submit jobs: unexpected reply %+v", r)
 			}
 			out[i] = Submitted{Job: j}
 			continue
 		}
-		var hash []any
-		if len(r) > 2 {
-			hash, _ = r[2].([]any)
-		}
-		j, err := d.jobFromPairs(member, hash)
+		j, err := d.jobFromPairs(r.Member, r.Hash)
 		if err != nil {
 			return nil, err
 		}
 		out[i] = Submitted{Job: j, Existing: true}
 	}
 	return out, nil
+}
+
+// submitRefused is the error of a submit call that wrote nothing (or, for
+// "exhausted", moved only a counter): nil when its status is "ok".
+func (d *DB) submitRefused(subs []Submission, res submitOutcome) error {
+	job := func() (*model.Job, error) {
+		if res.Index < 1 || int(res.Index) > len(subs) {
+			return nil, fmt.Errorf("submit jobs: unexpected reply %q for job %d of %d", res.Status, res.Index, len(subs))
+		}
+		return subs[res.Index-1].Job, nil
+	}
+	switch res.Status {
+	case "ok":
+		return nil
+	case "changed":
+		return ErrContextChanged
+	case "unserved":
+		j, err := job()
+		if err != nil {
+			return err
+		}
+		return d.unserved(j)
+	case "exhausted":
+		return fmt.Errorf("reserve job ids of caller %s: id space exhausted", res.Detail)
+	case "conflict":
+		j, err := job()
+		if err != nil {
+			return err
+		}
+		return &ExistsError{What: "job " + keys.Job(j.CallerID, j.ID), Field: res.Detail}
+	}
+	return fmt.Errorf("submit jobs: unexpected reply status %q", res.Status)
 }
 
 // unserved is the refusal of job j, which names no runner, when no runner of the
@@ -216,12 +205,16 @@ func (d *DB) unserved(j *model.Job) error {
 
 // jobFromPairs decodes a job hash that a script returned as field/value items, the job
 // named by its index member "<caller>:<id>".
-func (d *DB) jobFromPairs(member string, pairs []any) (*model.Job, error) {
+func (d *DB) jobFromPairs(member string, pairs []string) (*model.Job, error) {
 	c, id, ok := strings.Cut(member, ":")
 	if !ok {
 		return nil, fmt.Errorf("submit jobs: %q is not <caller>:<id>", member)
 	}
-	return d.JobFromHash(parseU32(c), parseU32(id), flatMap(pairs))
+	h := make(map[string]string, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		h[pairs[i]] = pairs[i+1]
+	}
+	return d.JobFromHash(parseU32(c), parseU32(id), h)
 }
 
 // submittedJobs are the jobs of subs.

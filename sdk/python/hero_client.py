@@ -791,6 +791,87 @@ class Client:
         flow = self.submit_flow(jobs, env=env, context_id=context_id)
         return self.wait_flow(flow["id"], timeout=timeout, check=check, context_id=context_id)
 
+    # ------------------------------------------------------------ schedules
+
+    def create_schedule(self, id: str, script: str = "", script_type: str = "python", *, cron: Optional[str] = None,
+                        every: Any = None, timezone: Optional[str] = None, jitter: Any = None,
+                        overlap: Optional[str] = None, catchup_window: Any = None, paused: bool = False,
+                        note: str = "", context_id: Optional[int] = None, **job: Any) -> dict:
+        """Creates schedule ``id`` of a job (``schedule.create``; admins): ``cron`` (5
+        fields, or 6 with seconds; ``@daily``, …) in ``timezone``, or ``every`` (seconds
+        or ``"30s"``); ``jitter``; ``overlap`` (``skip``, ``buffer_one``, ``allow_all``,
+        ``cancel_previous``); ``catchup_window`` (default ``"1m"``; 0: every missed tick
+        runs); ``paused`` with ``note``. Each run is a submit_job of the job (keywords as
+        submit_job's) as the creator's, with ``schedule_id`` and ``schedule_tick_ms``."""
+        params = {"context_id": self._ctx(context_id), "id": id, "spec": _spec(cron, every, timezone, jitter),
+                  "job": _job_from(script, script_type, job)}
+        params.update(_schedule_opts(overlap, catchup_window))
+        if paused:
+            params.update({"paused": True, "note": note})
+        return self.call("schedule.create", params)
+
+    def update_schedule(self, id: str, *, cron: Optional[str] = None, every: Any = None, timezone: Optional[str] = None,
+                        jitter: Any = None, overlap: Optional[str] = None, catchup_window: Any = None,
+                        job: Optional[dict] = None, context_id: Optional[int] = None) -> dict:
+        """Changes what is given of a schedule (``schedule.update``; admins): its spec
+        (``cron`` or ``every``, with ``timezone``, ``jitter``), ``overlap``,
+        ``catchup_window``, ``job`` (a dict of submit_job's keywords)."""
+        params: Dict[str, Any] = {"context_id": self._ctx(context_id), "id": id}
+        if cron is not None or every is not None:
+            params["spec"] = _spec(cron, every, timezone, jitter)
+        if job is not None:
+            job = dict(job)
+            params["job"] = _job_from(job.pop("script", ""), job.pop("script_type", "python"), job)
+        params.update(_schedule_opts(overlap, catchup_window))
+        return self.call("schedule.update", params)
+
+    def load_schedule(self, id: str, context_id: Optional[int] = None) -> dict:
+        """A schedule with its next tick and its counts (``fired``, ``skipped``, ``missed``)."""
+        return self.call("schedule.load", {"context_id": self._ctx(context_id), "id": id})
+
+    def list_schedules(self, context_id: Optional[int] = None) -> List[dict]:
+        return self.call("schedule.list", {"context_id": self._ctx(context_id)})["items"]
+
+    def pause_schedule(self, id: str, note: str = "", context_id: Optional[int] = None) -> dict:
+        """Pauses a schedule with a note: no tick fires until resume_schedule (executors)."""
+        return self.call("schedule.pause", {"context_id": self._ctx(context_id), "id": id, "note": note})
+
+    def resume_schedule(self, id: str, note: str = "", context_id: Optional[int] = None) -> dict:
+        """Resumes a schedule from its next tick after now (executors)."""
+        return self.call("schedule.resume", {"context_id": self._ctx(context_id), "id": id, "note": note})
+
+    def delete_schedule(self, id: str, context_id: Optional[int] = None) -> dict:
+        """Deletes a schedule; its runs stay (admins)."""
+        return self.call("schedule.delete", {"context_id": self._ctx(context_id), "id": id})
+
+    def trigger_schedule(self, id: str, context_id: Optional[int] = None) -> dict:
+        """Makes a run of a schedule now, whatever its spec or pause: ``{job, existing}``."""
+        return self.call("schedule.trigger", {"context_id": self._ctx(context_id), "id": id})
+
+    def backfill_schedule(self, id: str, start: Any, end: Any, context_id: Optional[int] = None) -> dict:
+        """Makes the runs of a schedule's ticks from ``start`` (included) to ``end``
+        (excluded), datetimes or RFC 3339 strings, at most 10,000 (admins); a tick whose
+        run exists is not made again: ``{runs, existing}``."""
+        return self.call("schedule.backfill", {"context_id": self._ctx(context_id), "id": id,
+                                               "from": _delay(start, None)["run_at"], "to": _delay(end, None)["run_at"]})
+
+    # ------------------------------------------------------------ queues
+
+    def list_queues(self, context_id: Optional[int] = None) -> List[dict]:
+        """The context's job queues with their ``depth``, ``runners`` and pause (``queue.list``)."""
+        return self.call("queue.list", {"context_id": self._ctx(context_id)})["items"]
+
+    def pause_queue(self, script_type: Optional[str] = None, *, executor: Optional[str] = None, note: str = "",
+                    context_id: Optional[int] = None) -> dict:
+        """Pauses a job queue, a script type's or an executor's (``queue.pause``;
+        executors): none of its jobs starts until resume_queue; running jobs go on."""
+        return self.call("queue.pause", _queue_ref(self._ctx(context_id), script_type, executor, note))
+
+    def resume_queue(self, script_type: Optional[str] = None, *, executor: Optional[str] = None, note: str = "",
+                     context_id: Optional[int] = None) -> dict:
+        """Resumes a paused job queue (``queue.resume``): its jobs start again."""
+        return self.call("queue.resume", _queue_ref(self._ctx(context_id), script_type, executor, note))
+
     # ------------------------------------------------------------ events
 
     def read_events(self, after: str = "0", flow_id: Optional[int] = None, limit: int = 100,
@@ -877,6 +958,43 @@ def _delay(run_at: Any, delay: Any) -> Dict[str, Any]:
         out["run_at"] = str(run_at)
     if delay is not None:
         out["delay"] = f"{float(delay):g}s" if isinstance(delay, (int, float)) else str(delay)
+    return out
+
+
+def _spec(cron: Optional[str], every: Any, timezone: Optional[str], jitter: Any) -> Dict[str, Any]:
+    """A schedule's spec: cron (with a time zone) or every (seconds or a duration string)."""
+    if (cron is None) == (every is None):
+        raise ValueError("give cron or every (not both)")
+    spec: Dict[str, Any] = {"cron": cron} if cron is not None else {"every": _duration(every)}
+    if timezone:
+        spec["timezone"] = timezone
+    if jitter is not None:
+        spec["jitter"] = _duration(jitter)
+    return spec
+
+
+def _duration(v: Any) -> str:
+    return f"{float(v):g}s" if isinstance(v, (int, float)) else str(v)
+
+
+def _schedule_opts(overlap: Optional[str], catchup_window: Any) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    if overlap is not None:
+        out["overlap"] = overlap
+    if catchup_window is not None:
+        out["catchup_window"] = _duration(catchup_window)
+    return out
+
+
+def _queue_ref(context_id: int, script_type: Optional[str], executor: Optional[str], note: str) -> Dict[str, Any]:
+    """queue.pause's and queue.resume's params: the queue by its script type or its executor."""
+    if (script_type is None) == (executor is None):
+        raise ValueError("give the queue's script_type or executor (not both)")
+    out: Dict[str, Any] = {"context_id": context_id, "note": note}
+    if script_type is not None:
+        out["script_type"] = script_type
+    else:
+        out["executor"] = executor
     return out
 
 

@@ -232,7 +232,7 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	if j.StopAsked && ex.Reason() == "" {
 		run.Kill("stopped")
 	}
-	sv := r.supervise(ctx, db, cl, j, ex, run.OnTimeout(ex.Kill))
+	sv := r.supervise(ctx, db, cl, j, ex, run.OnTimeout(time.Duration(j.Timeout)*time.Second, ex.Kill))
 	res := run.WaitKept()
 	sv.Stop()
 	start := run.StartedAt()
@@ -429,11 +429,12 @@ func newLogWriter(ctx context.Context, db *store.DB, caller, id uint32, max int)
 }
 
 // supervise enforces a run's timeout (onTimeout: a script's run.OnTimeout, which
-// spares a process that already ended) and keeps its lease while it runs. A lease
+// counts from the job's own begin and spares a process that already ended; a
+// handler's execcore.Kills) and keeps its lease while it runs. A lease
 // that expired and was swept (this process was stopped, or cut off from Redis, past
 // it) is taken back while no other claim has taken the job; only a lease another
 // claim took stops the run (that claim runs the job).
-func (r *runner) supervise(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ex *execution, onTimeout func()) *execcore.Supervision {
+func (r *runner) supervise(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ex *execution, onTimeout func() time.Duration) *execcore.Supervision {
 	return execcore.Supervise(time.Duration(j.Timeout)*time.Second, onTimeout, r.cfg.Heartbeat, func() {
 		switch renewal, err := db.RenewLease(ctx, cl, r.cfg.Lease); {
 		case err != nil:

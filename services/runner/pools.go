@@ -405,8 +405,8 @@ func (r *runner) startPool(ctx context.Context, e *executorConfig, ctxID uint32)
 }
 
 // poolSandbox prepares a pool's sandbox and sets cfg to launch its processes there:
-// one directory and one cgroup for the pool (limits: a job's, times its size; a CPU
-// weight of its own), a clean environment, no network for a Unix-socket pool (a TCP
+// one directory and one cgroup for the pool (limits: a job's, times its size; beside
+// the jobs' cgroups, not among them, with a CPU weight of its own), a clean environment, no network for a Unix-socket pool (a TCP
 // pool shares the host's, to be reachable).
 func (r *runner) poolSandbox(e *executorConfig, ctxID uint32, cfg *rrq.PoolConfig) (*poolSandbox, error) {
 	dir, err := os.MkdirTemp(r.cfg.WorkDir, fmt.Sprintf("hero-exec-%s-%d-", e.name, ctxID))
@@ -426,12 +426,16 @@ func (r *runner) poolSandbox(e *executorConfig, ctxID uint32, cfg *rrq.PoolConfi
 	lim.Pids *= e.size
 	lim.CPUMillis *= e.size
 	lim.Network = model.NetworkNone // a pool's processes get no network of their own (a TCP pool shares the host's)
-	// The jobs' cgroups weigh 100 each: a pool weighs as much as every job the runner
-	// may run beside it, so that its start (a Python executor's imports) and its calls
-	// get half the CPU at least when the jobs contend for it, not 1/(jobs+1).
+	// The pool's cgroup is not among the jobs' (hero-jobs) but beside it, under the
+	// executors' own parent (hero-executors, sandbox.Extra.Executor): the jobs
+	// together weigh one share of the CPU against the pools', so that however many
+	// run, a pool's start (a Python executor's imports) and its calls are not starved
+	// by them. Its weight there is as much as every job the runner may run (each 100):
+	// where the executors' parent cannot be made, the pool is among the jobs and gets
+	// half the CPU at least when they contend for it, not 1/(jobs+1).
 	lim.CPUWeight = 100 * r.cfg.Concurrency
 	// The pool's directory is the host's: the runner reaches its sockets there.
-	job, err := r.sandbox.PrepareWith(dir, e.cmd, lim, sandbox.Extra{ReadOnly: ro, ShareNet: cfg.Transport == rrq.TransportTCP, HostDir: true})
+	job, err := r.sandbox.PrepareWith(dir, e.cmd, lim, sandbox.Extra{ReadOnly: ro, ShareNet: cfg.Transport == rrq.TransportTCP, HostDir: true, Executor: true})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err

@@ -26,6 +26,7 @@ type service struct {
 	store      *store.Store
 	scheduler  herov1.SchedulerClient
 	waiter     *waiter
+	logs       *waiter // appends to the logs the console tails (coord:logappend)
 	log        zerolog.Logger
 	runMargin  time.Duration
 	dispatcher *dispatcherService

@@ -112,6 +112,10 @@ func (s *service) methods() map[string]method {
 		"schedule.resume":   rpcMethod("Resume a paused schedule from its next tick after now; the ticks of the pause are not caught up (executors).", "Schedule", s.scheduleResume),
 		"schedule.delete":   rpcMethod("Delete a schedule; its runs stay (admins).", "{deleted}", s.scheduleDelete),
 		"schedule.trigger":  rpcMethod("Make a run of a schedule now, whatever its spec or pause (executors).", "{job: Job, existing}", s.scheduleTrigger),
+		"queue.list":        rpcMethod("List a context's job queues (each script type's and executor's its runners serve, and the paused ones) with their depth and pause.", "{items: [Queue]}", s.queueList),
+		"queue.pause":       rpcMethod("Pause a context's job queue (script_type or executor) with a note: no job of it starts until queue.resume; running jobs go on (executors).", "Queue", s.queuePause),
+		"queue.resume":      rpcMethod("Resume a paused job queue: its jobs start again (executors).", "Queue", s.queueResume),
+		"console.link":      rpcMethod("A one-time link that signs a browser in to the web console as the caller (valid 2 minutes, once; heroctl console login).", "{token, path, expires_at_ms}", s.consoleLink),
 		"schedule.backfill": rpcMethod("Make the runs of a schedule's ticks from FROM (included) to TO (excluded), at most 10,000; a tick whose run exists is not made again (admins).", "{runs, existing}", s.scheduleBackfill),
 	}
 	jc := m["job.create"]
@@ -148,6 +152,8 @@ type apiMetrics struct {
 	requests  *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	submitted prometheus.Counter
+	// queuePauses counts queue.pause and queue.resume calls that changed a queue.
+	queuePauses *prometheus.CounterVec
 }
 
 func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
@@ -159,6 +165,8 @@ func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 300}}, []string{"transport", "method"}),
 		submitted: f.NewCounter(prometheus.CounterOpts{Name: "hero_jobs_submitted_total",
 			Help: "Standalone jobs created and dispatched by job.submit, job.submit_batch and job.run (not those a unique_key or a chosen id found existing)."}),
+		queuePauses: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_queue_pauses_total",
+			Help: "Job queues paused (op=pause) and resumed (op=resume) by queue.pause and queue.resume (calls that found the queue so already not counted)."}, []string{"op"}),
 	}
 }
 

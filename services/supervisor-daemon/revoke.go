@@ -31,6 +31,7 @@ import (
 type openStream struct {
 	p      Principal
 	creds  credentials
+	check  func(context.Context) error // the credentials' check when not reauth's (a console session)
 	cancel context.CancelCauseFunc
 
 	mu     sync.Mutex
@@ -104,8 +105,13 @@ func newOpenStreams(revoked prometheus.Counter) *openStreams {
 // add registers a stream authenticated as p with c; its context is ended (with a
 // revokedError) when a check fails. remove unregisters it.
 func (o *openStreams) add(ctx context.Context, p Principal, c credentials) (sctx context.Context, s *openStream, remove func()) {
+	return o.addChecked(ctx, p, c, nil)
+}
+
+// addChecked is add for a stream whose credentials check is check (nil: reauth of c).
+func (o *openStreams) addChecked(ctx context.Context, p Principal, c credentials, check func(context.Context) error) (sctx context.Context, s *openStream, remove func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	s = &openStream{p: p, creds: c, cancel: cancel}
+	s = &openStream{p: p, creds: c, check: check, cancel: cancel}
 	o.mu.Lock()
 	o.next++
 	id := o.next
@@ -210,7 +216,11 @@ func (a *authenticator) streamSweep(ctx context.Context, every time.Duration) {
 // when it follows a context, the caller's role there. A Redis fault fails the check
 // too: the stream ends with it, and its client opens it again.
 func (a *authenticator) streamAllowed(ctx context.Context, s *openStream) error {
-	if err := a.reauth(ctx, s.creds); err != nil {
+	check := s.check
+	if check == nil {
+		check = func(ctx context.Context) error { return a.reauth(ctx, s.creds) }
+	}
+	if err := check(ctx); err != nil {
 		return err
 	}
 	ctxID, need, method := s.bound()

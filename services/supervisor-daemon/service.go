@@ -64,7 +64,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	defer groups.shutdown()
 	loads := newEndedLoads(b.Store)
 	defer loads.shutdown()
-	svc := &service{store: b.Store, scheduler: herov1.NewSchedulerClient(sc), waiter: newWaiter(), log: env.Log, runMargin: cfg.RunMargin, dispatcher: disp, secrets: secrets, metrics: metrics,
+	svc := &service{store: b.Store, scheduler: herov1.NewSchedulerClient(sc), waiter: newWaiter(), logs: newWaiter(), log: env.Log, runMargin: cfg.RunMargin, dispatcher: disp, secrets: secrets, metrics: metrics,
 		contexts: newContextCache(b.Store, contextMaxAge), groups: groups, loads: loads, maxFlowJobs: cfg.MaxFlowJobs, jobLists: newJobListCache()}
 	batches := promauto.With(env.Registry).NewHistogramVec(prometheus.HistogramOpts{
 		Name: "hero_api_stream_batch_items", Help: "Submissions (received) or answers (sent) per batch message of a SubmitJobStream.",
@@ -78,8 +78,12 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	subscribed := make(chan struct{})
 	waitErr := make(chan error, 1)
 	go func() {
-		waitErr <- followNotices(waitCtx, b.Store, []string{keys.JobDone, keys.FlowDone, keys.AuthChanged}, func(n notice) {
+		waitErr <- followNotices(waitCtx, b.Store, []string{keys.JobDone, keys.FlowDone, keys.AuthChanged, keys.LogAppended}, func(n notice) {
 			switch {
+			case n.channel == keys.LogAppended:
+				if !n.again { // a missed append is caught by the tail's renewal (console)
+					svc.logs.received(n.channel, n.payload, env.Log)
+				}
 			case n.channel != keys.AuthChanged:
 				if !n.again { // a missed end is caught by the waiting calls' own checks
 					svc.waiter.received(n.channel, n.payload, env.Log)

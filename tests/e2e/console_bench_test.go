@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/hero-coordinator/hero/lib/keys"
 )
 
 // BenchmarkConsole (issue 50, scale; make bench, HERO_BENCH=1, needs chromium): in
@@ -88,4 +91,77 @@ func idsPlus(deps []uint32) []uint32 {
 		out[i] = 100000 + d
 	}
 	return out
+}
+
+// millionJobsLoader writes jobs ARGV[2]..ARGV[3] of caller 1 in the script's DB as a
+// finished job each (every 1000th failed), with the jobs' index and its status
+// indexes, as the store writes them: a benchmark's data, made in Redis in one script
+// per 5,000 jobs (short enough that Redis answers the others between them) rather than
+// through the API.
+const millionJobsLoader = `
+local base_s, from, to, base_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+for i = from, to do
+  local st = 'finished'
+  if i % 1000 == 0 then st = 'error' end
+  local score = base_ms + math.floor(i / 25)
+  redis.call('HSET', 'job:1:' .. i, 'id', i, 'caller_id', 1, 'context_id', 1, 'script', 'true', 'script_type', 'sh',
+    'status', st, 'created_at', base_s, 'updated_at', base_s, 'error', st == 'error' and 'exit status 1' or '')
+  redis.call('ZADD', KEYS[1], score, '1:' .. i)
+  redis.call('ZADD', KEYS[1] .. ':' .. st, score, '1:' .. i)
+end
+return to - from + 1`
+
+// BenchmarkConsoleMillionJobs (issue 50, scale; make bench, HERO_BENCH=1, needs
+// chromium): the jobs list filtered to failures in headless Chromium at 1,000,000
+// jobs of a context (1,000 of them failed), loaded by millionJobsLoader:
+//   - failed_list_ms: /ui/api/list?kind=jobs&status=error, one page of 50, timed in
+//     the page (fetch to parsed answer), the mean of 5 loads per iteration;
+//   - failed_page_ms: from navigation to #/c/1/jobs?status=error until its 50 rows
+//     are shown, per load;
+//   - all_list_ms: the unfiltered first page of 50, for comparison.
+func BenchmarkConsoleMillionJobs(b *testing.B) {
+	s, _ := benchStack(b)
+	rc := redisSrv.Client(b, int(ctx1))
+	ctx := context.Background()
+	const n, batch, loads = 1_000_000, 5_000, 5
+	now := time.Now()
+	t0 := time.Now()
+	for from := 1; from <= n; from += batch {
+		if err := rc.Eval(ctx, millionJobsLoader, []string{keys.JobIndex}, now.Unix(), from, min(from+batch-1, n), now.UnixMilli()).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("1,000,000 jobs loaded in %v", time.Since(t0).Round(time.Millisecond))
+	br := newBrowserFor(b, "https://"+s.API.HTTPAddr+"/ui/")
+	br.loginActor(1, false)
+	timeList := func(query string) float64 {
+		var ms float64
+		br.eval(`(async () => { const t = performance.now(); const r = await fetch('/ui/api/list?kind=jobs&context_id=1&limit=50`+query+`');
+			const d = await r.json(); if (!d.items || d.items.length !== 50) throw new Error(JSON.stringify(d).slice(0, 200)); return performance.now() - t; })()`, &ms)
+		return ms
+	}
+	var listMs, pageMs, allMs float64
+	b.ResetTimer()
+	for i := 0; i < b.N*loads; i++ {
+		start := time.Now()
+		br.open("#/c/1/jobs?status=error")
+		br.waitJS("the failed jobs shown", `document.querySelectorAll('#jobs-table tbody tr').length === 50`)
+		pageMs += float64(time.Since(start).Microseconds()) / 1000
+		listMs += timeList("&status=error")
+		allMs += timeList("")
+	}
+	b.StopTimer()
+	b.ReportMetric(listMs/float64(b.N*loads), "failed_list_ms")
+	b.ReportMetric(pageMs/float64(b.N*loads), "failed_page_ms")
+	b.ReportMetric(allMs/float64(b.N*loads), "all_list_ms")
+	// A million keys take longer to free than a call waits: freed in the background.
+	if err := rc.FlushDBAsync(ctx).Err(); err != nil {
+		b.Logf("flush the loaded jobs: %v", err)
+	}
+}
+
+// newBrowserFor is one signed-out browser of a new Chromium.
+func newBrowserFor(b *testing.B, base string) *browser {
+	_, newB := newBrowser(b, base)
+	return newB()
 }

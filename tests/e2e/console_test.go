@@ -196,7 +196,8 @@ func (b *browser) screenshot(name string) {
 // consoleStack starts the services, actor 1 (admin of context 1), actor 2 (reader of
 // context 1) and context 2 (actor 1 not a member).
 func consoleStack(t *testing.T) (*harness.Stack, *harness.Client, string) {
-	s, c := newStack(t, harness.StackOptions{})
+	// The open streams' periodic check far off: a revocation reaches them by its notice.
+	s, c := newStack(t, harness.StackOptions{APIArgs: []string{"--auth-session-recheck", "10m"}})
 	s.CreateActor(t, 2)
 	op := s.Operator()
 	op.MustCall(t, "context.update", map[string]any{"id": ctx1, "readers": []int{2}}, nil)
@@ -231,6 +232,12 @@ func TestConsoleInTheBrowser(t *testing.T) {
 
 	t.Run("runners and events", r.consoleRunnersAndEvents)
 
+	t.Run("queues and charts", r.consoleQueuesAndCharts)
+
+	t.Run("schedules", r.consoleSchedules)
+
+	t.Run("one-time link from heroctl", r.consoleLinkFromHeroctl)
+
 	r.reader = newB()
 	r.reader.loginActor(2, true)
 
@@ -243,6 +250,8 @@ func TestConsoleInTheBrowser(t *testing.T) {
 	t.Run("390 px wide", r.consoleNarrow390)
 
 	t.Run("tab reaches every action", r.consoleTabReachesEveryAction)
+
+	t.Run("revocations end open streams", r.consoleRevocationsEndOpenStreams)
 
 	t.Run("revoked key ends the session", r.consoleRevokedKeyEndsTheSession)
 }
@@ -415,7 +424,8 @@ func (r *consoleRun) consoleJobsListFilteredToFailures(t *testing.T) {
 
 func (r *consoleRun) consoleReaderHasNoActionControls(t *testing.T) {
 	reader := r.reader.with(t)
-	for route, ready := range map[string]string{"#/c/1/flows": "#count", "#/c/1/flow/11": "#flow-status", "#/c/1/dlq": "#count", "#/c/1/jobs": "#count"} {
+	for route, ready := range map[string]string{"#/c/1/flows": "#count", "#/c/1/flow/11": "#flow-status", "#/c/1/dlq": "#count", "#/c/1/jobs": "#count",
+		"#/c/1/schedules": "#schedules-table tbody", "#/c/1/queues": "#queues-summary"} {
 		reader.open(route)
 		reader.waitJS("page shown "+route, fmt.Sprintf(`document.querySelector(%q)?.textContent.length > 0`, ready))
 		var n int
@@ -491,7 +501,7 @@ func (r *consoleRun) consoleUnknownIdsAndForeignContext(t *testing.T) {
 func (r *consoleRun) consoleNarrow390(t *testing.T) {
 	admin := r.admin.with(t)
 	admin.run("narrow", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
-	for _, route := range []string{"#/", "#/c/1/flows", "#/c/1/jobs", "#/c/1/flow/10", "#/c/1/dlq", "#/c/1/submit", "#/c/1/events", "#/c/1/job/1/200", "#/c/1/runners"} {
+	for _, route := range []string{"#/", "#/c/1/flows", "#/c/1/jobs", "#/c/1/flow/10", "#/c/1/dlq", "#/c/1/submit", "#/c/1/events", "#/c/1/job/1/200", "#/c/1/runners", "#/c/1/queues", "#/c/1/schedules"} {
 		admin.open(route)
 		admin.waitJS("page shown "+route, `document.querySelector('h1') !== null`)
 		var over int
@@ -508,9 +518,10 @@ func (r *consoleRun) consoleTabReachesEveryAction(t *testing.T) {
 	createFlow(t, c, 12, nil, jobSpec{id: 121, typ: "sh", script: "exit 3"})
 	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 12}, nil)
 	c.WaitFlow(t, ctx1, 12, time.Minute)
-	for _, route := range []string{"#/c/1/flows", "#/c/1/flow/12", "#/c/1/dlq", "#/c/1/submit"} {
+	// The queues page has actions once the API has queue.pause and queue.resume.
+	for _, route := range []string{"#/c/1/flows", "#/c/1/flow/12", "#/c/1/dlq", "#/c/1/submit", "#/c/1/schedules"} {
 		admin.open(route)
-		admin.waitJS("controls shown "+route, `document.querySelectorAll('#main button').length > 0 && (document.querySelector('#count')?.textContent.length > 0 || document.querySelector('#flow-status')?.dataset.status || document.querySelector('#flow-file'))`)
+		admin.waitJS("controls shown "+route, `document.querySelectorAll('#main button').length > 0 && (document.querySelector('#count')?.textContent.length > 0 || document.querySelector('#flow-status')?.dataset.status || document.querySelector('#flow-file') || document.body.dataset.schedules > 0)`)
 		var total int
 		admin.eval(`(() => { document.activeElement?.blur(); window.reached = new Set();
 			document.addEventListener('focusin', e => window.reached.add(e.target));
@@ -549,6 +560,87 @@ func (r *consoleRun) consoleRunnersAndEvents(t *testing.T) {
 	var j harness.Job
 	r.c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 500, "script_type": "sh", "script": "true"}}, &j)
 	admin.waitJS("the job's events in the feed", `document.querySelector('#events-feed').textContent.includes('job.finished job 500')`)
+}
+
+func (r *consoleRun) consoleQueuesAndCharts(t *testing.T) {
+	admin := r.admin.with(t)
+	admin.open("#/c/1/queues")
+	admin.waitJS("the queues and the four charts", `document.querySelector('#queues-table tr[data-queue="queue:sh"]') !== null &&
+		['throughput', 'failures', 'depth', 'hop'].every(c => document.querySelector('#chart-' + c + ' title'))`)
+	// The earlier steps' jobs are in the last hour's charts.
+	admin.waitJS("finished and failed jobs counted", `!document.querySelector('#chart-throughput-summary').textContent.startsWith('0 ') &&
+		!document.querySelector('#chart-failures-summary').textContent.startsWith('0 ') && document.querySelector('#chart-hop path') !== null`)
+	var before int
+	admin.eval(`window.heroStats`, &before)
+	r.c.MustCall(t, "job.run", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 510, "script_type": "sh", "script": "true"}}, nil)
+	admin.waitJS("read again on the job's events", fmt.Sprintf(`window.heroStats > %d`, before))
+}
+
+func (r *consoleRun) consoleSchedules(t *testing.T) {
+	admin, c := r.admin.with(t), r.c
+	c.MustCall(t, "schedule.create", map[string]any{"context_id": ctx1, "id": "nightly", "spec": map[string]any{"every": "24h"},
+		"job": map[string]any{"script_type": "sh", "script": "echo from the schedule"}}, nil)
+	admin.open("#/c/1/schedules")
+	row := `#schedules-table tr[data-id="nightly"]`
+	admin.waitJS("the schedule listed", fmt.Sprintf(`document.querySelector('%s .state')?.textContent.includes('active')`, row))
+	state := func() bool {
+		var sc struct {
+			Paused bool `json:"paused"`
+		}
+		c.MustCall(t, "schedule.load", map[string]any{"context_id": ctx1, "id": "nightly"}, &sc)
+		return sc.Paused
+	}
+	admin.run("pause", chromedp.Click(chromedp.CSS(row+` button`)))
+	admin.waitJS("paused on the page", fmt.Sprintf(`document.querySelector('%s .state').textContent.includes('paused')`, row))
+	if !state() {
+		t.Error("the schedule is not paused after Pause")
+	}
+	admin.run("resume", chromedp.Click(chromedp.CSS(row+` button`)))
+	admin.waitJS("active again", fmt.Sprintf(`document.querySelector('%s .state').textContent.includes('active')`, row))
+	if state() {
+		t.Error("the schedule is still paused after Resume")
+	}
+	admin.run("trigger", chromedp.Click(chromedp.CSS(row+` button:nth-of-type(2)`)))
+	admin.waitJS("the run named", `document.querySelector('#triggered-job') !== null`)
+	admin.run("open the run", chromedp.Click(chromedp.CSS(`#triggered-job`)))
+	admin.waitJS("the run's log", `document.querySelector('#job-log')?.textContent.includes('from the schedule')`)
+}
+
+func (r *consoleRun) consoleLinkFromHeroctl(t *testing.T) {
+	out, errOut, code := r.s.Heroctl(t, []string{"HERO_ACTOR=1", "HERO_CONTEXT=1"}, "console", "login")
+	if code != 0 {
+		t.Fatalf("heroctl console login: exit %d: %s", code, errOut)
+	}
+	link, _, _ := strings.Cut(out, "\n")
+	if !strings.Contains(link, "/ui/#/link/l1.") {
+		t.Fatalf("heroctl console login printed %q", out)
+	}
+	for i, want := range []string{"signed in", "used already"} {
+		b := r.newB().with(t)
+		b.run("open the link", chromedp.Navigate(link), chromedp.WaitReady(chromedp.CSS(`body[data-ready]`)))
+		if i == 0 {
+			b.waitJS("signed in as actor 1 by the link", `document.querySelector('#whoami')?.textContent === 'actor 1' && !location.hash.includes('link')`)
+			continue
+		}
+		b.waitJS("the link refused the second time", `document.querySelector('#login-error')?.textContent.includes('`+want+`')`)
+	}
+}
+
+// A reader removed from the context, then a new key: each ends the reader's open
+// event stream by its notice (the stack's periodic check is 10 minutes off).
+func (r *consoleRun) consoleRevocationsEndOpenStreams(t *testing.T) {
+	reader, op := r.reader.with(t), r.s.Operator()
+	reader.open("#/c/1/events")
+	reader.waitJS("the feed open", `window.heroFeed === true`)
+	op.MustCall(t, "context.update", map[string]any{"id": ctx1, "readers": []int{}}, nil)
+	reader.waitJS("the stream ended: no longer a member", `(document.body.dataset.liveEnded || '').includes('not a member')`)
+	op.MustCall(t, "context.update", map[string]any{"id": ctx1, "readers": []int{2}}, nil)
+	reader.open("#/c/1/job/1/200") // a log view is a stream too (the job ended: it ends by itself)
+	reader.waitJS("the log read", `document.querySelector('#job-log')?.dataset.complete === '1'`)
+	reader.open("#/c/1/events")
+	reader.waitJS("the feed open again", `window.heroFeed === true && !document.body.dataset.liveEnded`)
+	op.MustCall(t, "actor.update", map[string]any{"id": 2, "pubkey": harness.ActorPubkey(98)}, nil)
+	reader.waitJS("the stream ended: a new key", `(document.body.dataset.liveEnded || '').includes('revoked')`)
 }
 
 func loadFlowStatus(t *testing.T, c *harness.Client, id uint32) string {

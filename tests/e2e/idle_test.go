@@ -230,7 +230,8 @@ func chainP50(b *testing.B, c *harness.Client, flowID uint32) float64 {
 // window), the connections as many as a one-context stack's, /metrics of each service
 // under 50 ms, and the dependent-start p50 of a 200-job chain within 1.2× of a
 // one-context stack's. HERO_BENCH_IDLE_CONTEXTS and HERO_BENCH_IDLE_WINDOW change the
-// 4,000 and the 60 s.
+// 4,000 and the 60 s; HERO_BENCH_IDLE_SCHEDULES the contexts with a daily schedule
+// (100; 0: none, the comparison).
 func BenchmarkIdleContexts(b *testing.B) {
 	if os.Getenv("HERO_BENCH") == "" {
 		b.Skip("set HERO_BENCH=1 (make bench) to run the end-to-end benchmarks")
@@ -241,6 +242,10 @@ func BenchmarkIdleContexts(b *testing.B) {
 	}
 	if v, err := time.ParseDuration(os.Getenv("HERO_BENCH_IDLE_WINDOW")); err == nil && v > 0 {
 		window = v
+	}
+	nsched := 100
+	if v, err := strconv.Atoi(os.Getenv("HERO_BENCH_IDLE_SCHEDULES")); err == nil && v >= 0 {
+		nsched = v
 	}
 	opt := harness.StackOptions{APIArgs: []string{"--rate-limit", "0", "--log-level", "info"}, RunnerArgs: []string{"--log-level", "info"},
 		RouterArgs: []string{"--log-level", "info"}, SchedulerArgs: []string{"--log-level", "info"}}
@@ -259,12 +264,14 @@ func BenchmarkIdleContexts(b *testing.B) {
 	// A schedule in each of 100 contexts (issue 47): a daily one, due outside the
 	// window; the schedules' timer must cost nothing meanwhile.
 	var scheds []map[string]any
-	for id := 1; id <= min(n, 100); id++ {
+	for id := 1; id <= min(n, nsched); id++ {
 		scheds = append(scheds, map[string]any{"jsonrpc": "2.0", "id": id, "method": "schedule.create",
 			"params": map[string]any{"context_id": id, "id": "nightly", "spec": map[string]any{"cron": "0 3 * * *"},
 				"job": map[string]any{"script": "true", "script_type": "sh"}}})
 	}
-	batchCall(b, c, scheds)
+	if len(scheds) > 0 {
+		batchCall(b, c, scheds)
+	}
 	setup := time.Since(start)
 	rc := srv.Client(b, 0)
 	b.ResetTimer()
@@ -279,7 +286,7 @@ func BenchmarkIdleContexts(b *testing.B) {
 	time.Sleep(window) // the measuring window
 	cmds := redisInfo(b, rc, "stats", "total_commands_processed") - cmds0 - 1
 	elapsed := time.Since(t0)
-	fmt.Printf("idle contexts: %d contexts (set up and served in %.0f s), idle window %.0f s\n", n, setup.Seconds(), elapsed.Seconds())
+	fmt.Printf("idle contexts: %d contexts, %d with a schedule (set up and served in %.0f s), idle window %.0f s\n", n, len(scheds), setup.Seconds(), elapsed.Seconds())
 	for i, p := range procs {
 		share := float64(pidCPU(b, p.Cmd.Process.Pid)-cpu0[i]) / float64(elapsed)
 		b.ReportMetric(100*share, p.Name+"-cpu-%")

@@ -82,9 +82,11 @@ func TestExecutorPoolStartsBeforeTheFirstJob(t *testing.T) {
 	checkPoolCPUWeight(t, s)
 }
 
-// checkPoolCPUWeight: an executor pool's cgroup weighs as much as the jobs the runner
-// may run beside it (--concurrency 4 here, each job 100): cgroup v1 cpu.shares 4096,
-// v2 cpu.weight 400 (issue 44: its start is not starved by the jobs).
+// checkPoolCPUWeight: an executor pool's cgroup is beside the jobs' (under
+// hero-executors, not hero-jobs: the jobs together weigh one share against it) and
+// weighs as much as the jobs the runner may run (--concurrency 4 here, each job 100):
+// cgroup v1 cpu.shares 4096, v2 cpu.weight 400 (issue 44: its start is not starved by
+// the jobs).
 func checkPoolCPUWeight(t *testing.T, s *harness.Stack) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -110,6 +112,9 @@ func checkPoolCPUWeight(t *testing.T, s *harness.Stack) {
 	}
 	if file == "" || !strings.Contains(file, "/job-") {
 		t.Skipf("the pool's process is in no job cgroup of the runner (%q): no cgroups here", b)
+	}
+	if !strings.Contains(file, "/hero-executors/job-") {
+		t.Errorf("the pool's cgroup %s is not under hero-executors", file)
 	}
 	if got, err := os.ReadFile(file); err != nil || strings.TrimSpace(string(got)) != want {
 		t.Errorf("%s = %q (%v), want %s", file, got, err, want)

@@ -202,9 +202,11 @@ func TestJobNetworkOutbound(t *testing.T) {
 		"api-gw": net.JoinHostPort("10.0.2.2", port(s.API.GRPCAddr)), "api-host": net.JoinHostPort(hostIP, port(s.API.GRPCAddr)),
 	}
 	script := "grep -q tap0 /proc/net/dev && echo has-tap\ngrep -q 10.0.2.3 /etc/resolv.conf && echo has-dns\n"
+	// Each probe ends on the connection's own answer (connected, refused, or the
+	// prohibit route's error at once); timeout 60 is a safety net, never the answer.
 	for tag, addr := range targets {
 		h, p, _ := net.SplitHostPort(addr)
-		script += fmt.Sprintf("timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%s && echo %s-ok $(head -n1 <&3)' 2>/dev/null || echo %s-refused\n", h, p, tag, tag)
+		script += fmt.Sprintf("timeout 60 bash -c 'exec 3<>/dev/tcp/%s/%s && echo %s-ok $(head -n1 <&3)' 2>/dev/null || echo %s-refused\n", h, p, tag, tag)
 	}
 	run := func() string {
 		var j harness.Job

@@ -136,7 +136,7 @@ func (w *Worker) attempt(s Spec, ex *execution, j *dispatcher.Job, n int, sinks 
 	if err != nil {
 		return outcome{status: dispatcher.StatusError, err: startError(err, s.Argv[0]), reason: "start_error"}, false
 	}
-	sv := execcore.Supervise(j.Timeout, run.OnTimeout(run.Kill), 0, nil)
+	sv := execcore.Supervise(j.Timeout, run.OnTimeout(j.Timeout, run.Kill), 0, nil)
 	res := run.Wait()
 	sv.Stop()
 	if r := ex.Reason(); r != "" {

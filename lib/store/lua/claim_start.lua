@@ -51,7 +51,7 @@
 --   starts  []start   max claims (ClaimStarts builds the lists)
 --     claim  string  the claim id
 --     trace  string  the trace id ("": none)
--- Libs: lib_busy lib_state
+-- Libs: lib_busy lib_state lib_qpause
 -- Reply: raw one {item, code, attempt} per item claimed: code 0 started, 1 gone, 2 ended or
 --   a duplicate, 3 started with a stop requested, 4 taken back under the job's claim
 --   of this worker (its fourth element: that claim's id); when the call started at most
@@ -63,7 +63,8 @@
 --   by wake list), coord:prio:<queue> (keys.Priority: the queue's jobs with a
 --   priority, merged by score; read once per call), the claimed jobs' coord:dag:<flow> (its node goes running) and
 --   coord:idx:jobs:<status>; coord:proc:<worker> of the job's previous worker (to tell
---   a duplicate entry): all named by the claimed items.
+--   a duplicate entry): all named by the claimed items; coord:qpause (lib_qpause: a paused
+--   queue's claim takes nothing and removes the context's tokens of the wake list).
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local worker = ARGV[1]
@@ -135,6 +136,15 @@ local INLINE_READS = 4
 -- read: each goes onto the processing list, with its lease, only when it starts (one
 -- LPUSH and one ZADD for them all, in claim order, as an LMOVE each would leave them).
 local items = {}
+-- A paused queue (queue.pause) gives nothing; the context's tokens of the wake list go
+-- (queue.resume sets them anew).
+if queue_paused(KEYS[1]) then
+  if held ~= '-' then
+    redis.call('SELECT', '0')
+    redis.call('LREM', KEYS[5], '0', token)
+  end
+  return {}
+end
 -- The queue's jobs with a priority (keys.Priority): none, unless a producer gave one.
 local pk = K_PRIO .. KEYS[1]
 local pz = {}

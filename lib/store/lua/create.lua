@@ -5,32 +5,65 @@
 -- fields hold the same values, the stored object is kept and reported as such (a
 -- retried create); otherwise the first differing field is returned.
 --
--- KEYS: [1] coord:events (the context's; written only with an event type).
--- ARGV: [1] the objects' key prefix, [2] their id counter, [3] their index ("": none),
---   [4] the index member's prefix, [5] event type ("": none), [6] event actor, [7] a
---   DB-0 set ("": none; "%d" in it stands for the id), [8] that set's member, then per
---   object: its id (0: the next free one), now (ms), ncompare, the per-status index of
---   the status it is created with (coord:idx:jobs:<status>; "": none), n, then n
---   field/value items (the first ncompare pairs compared).
--- Reply: per object {status, id, field}: status 1 created, 2 the same content existed,
---   0 conflict (field names the first that differs), 3 the id space is exhausted.
+-- KEYS:
+--   events   coord:events (the context's; written only with an event type)
+-- ARGV:
+--   prefix         string  the objects' key prefix
+--   seqkey         string  their id counter
+--   idxkey         string  their index ("": none)
+--   member_prefix  string  the index member's prefix
+--   ev_type        string  the event type ("": none)
+--   ev_actor       string  the event's actor
+--   reg            string  a DB-0 set ("": none; "%d" in it stands for the id)
+--   reg_member     string  that set's member
+--   objects        []object  the objects, in order
+--     id      int     its id (0: the next free one)
+--     now_ms  int     now (ms): its index entries' score
+--     ncmp    num     how many of its field/value pairs (the first) are compared
+--     stidx   string  the per-status index of the status it is created with
+--                     (coord:idx:jobs:<status>; "": none)
+--     fields  []raw   its field/value items
+-- Reply: []outcome per object, in order
+--   status  int     1 created, 2 the same content existed, 0 conflict, 3 the id space
+--                   is exhausted
+--   id      int     its id
+--   field   string  a conflict's first differing field; why, for 3
 -- Derives: the object keys <prefix><id>, the counter, the indexes and the DB-0 set are
 --   named by the caller (lib/keys) in ARGV, because the ids are only known here; the
 --   DB-0 set (SELECT 0, the server's, after every object: the script ends there) gets
 --   the member of each object that exists after the call.
 
-local prefix, seqkey, idxkey, member_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local ev_type, ev_actor = ARGV[5], ARGV[6]
-local reg, reg_member = ARGV[7], ARGV[8]
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local prefix = ARGV[1]
+local seqkey = ARGV[2]
+local idxkey = ARGV[3]
+local member_prefix = ARGV[4]
+local ev_type = ARGV[5]
+local ev_actor = ARGV[6]
+local reg = ARGV[7]
+local reg_member = ARGV[8]
+local argi = 9
+local objects = {}
+local n_objects = tonumber(ARGV[argi])
+argi = argi + 1
+for k = 1, n_objects do
+  local e_objects = {}
+  e_objects.id = ARGV[argi]; e_objects.now_ms = ARGV[argi + 1]; e_objects.ncmp = tonumber(ARGV[argi + 2]); e_objects.stidx = ARGV[argi + 3]
+argi = argi + 4
+  e_objects.fields = {}
+  local n_e_objects_fields = tonumber(ARGV[argi])
+  if n_e_objects_fields <= 7000 then e_objects.fields = {unpack(ARGV, argi + 1, argi + n_e_objects_fields)} else for k = 1, n_e_objects_fields do e_objects.fields[k] = ARGV[argi + k] end end
+  argi = argi + 1 + n_e_objects_fields
+  objects[k] = e_objects
+end
+-- luagen: end of the prologue
+
 local out, registered = {}, nil
 if reg ~= '' then registered = {} end
-local i, nargs = 9, #ARGV
-while i <= nargs do
+for _, o in ipairs(objects) do
   -- The id as a string: a Lua number in a key or an argument is formatted with
   -- sprintf("%.14g") at each use (a twentieth of this script's instructions).
-  local id, now_ms, ncmp, stidx = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
-  local first, last = i + 5, i + 4 + tonumber(ARGV[i + 4])
-  i = last + 1
+  local id, now_ms, fields = o.id, o.now_ms, o.fields
   local r -- this object's reply, once known
   if id == '0' then
     local n
@@ -42,12 +75,12 @@ while i <= nargs do
   elseif redis.call('EXISTS', prefix .. id) == 1 then
     local key = prefix .. id
     r = {2, tonumber(id), ''}
-    for k = first, first + 2 * ncmp - 1, 2 do
-      local v = redis.call('HGET', key, ARGV[k])
+    for k = 1, 2 * o.ncmp - 1, 2 do
+      local v = redis.call('HGET', key, fields[k])
       if v == false then v = '' end
-      local want = ARGV[k + 1]
+      local want = fields[k + 1]
       if v ~= want and not ((v == '' or v == '[]' or v == '{}') and (want == '' or want == '[]' or want == '{}')) then
-        r = {0, tonumber(id), ARGV[k]}
+        r = {0, tonumber(id), fields[k]}
         break
       end
     end
@@ -55,13 +88,11 @@ while i <= nargs do
   end
   if not r then
     local key = prefix .. id
-    -- straight from ARGV: copying ~30 field/value pairs into a Lua table first cost an
-    -- eighth of the script
-    redis.call('HSET', key, 'id', id, unpack(ARGV, first, last))
+    redis.call('HSET', key, 'id', id, unpack(fields))
     if idxkey ~= '' then
       local member = member_prefix .. id
       redis.call('ZADD', idxkey, now_ms, member)
-      if stidx ~= '' then redis.call('ZADD', stidx, now_ms, member) end
+      if o.stidx ~= '' then redis.call('ZADD', o.stidx, now_ms, member) end
     end
     if ev_type ~= '' then
       redis.call('XADD', KEYS[1], 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', ev_type, 'actor', ev_actor, 'time_ms', now_ms, 'detail', key)

@@ -11,23 +11,53 @@
 -- Runs after the prelude, lib_state (event, message_id, store_message, wake_msg_out,
 -- int), lib_wake and lib_route (route_queue, route_priority, route_add, route_flush).
 --
--- KEYS: per job i (1-based), KEYS[2i-1] the job's key (job:<caller>:<id>) when its
---   caller chose its id ("" when the script reserves one) and KEYS[2i] its uniqueness
---   key (keys.Unique, coord:unique:<unique_key>; "" for none).
--- ARGV: ctx, now_s, now_ms, events maxlen, nguard, then nguard field names of the
---   context hash and the nguard values an authorization read from them (the guard:
---   nothing is written unless the context holds them still; a missing field reads ""),
---   then nmsg, then nmsg field/value items of the job request message every job of the
---   call gets (all but id, caller_id, message and job, which are written per job;
---   status first), then per job:
---   chosen (1: the caller chose the id, 0: the script reserves one from
---   coord:seq:job:<caller>), caller, id (0 when reserved), unique ttl ms, actor (of its
---   events), run_at ms (0: dispatch now; else the job is stored scheduled, with no
---   message, and entered in coord:delayed for the scheduler to dispatch then),
---   ncompare, nfields, then nfields job field/value items (the first ncompare
---   are compared against an existing job of a chosen id); the script writes the rest of
---   a new job's fields itself (its id, its dispatched status, attempt 1, result {} and
---   its times: now_s, now_ms).
+-- KEYS:
+--   ...jobs  per job i (1-based), KEYS[2i-1] the job's key (job:<caller>:<id>) when
+--            its caller chose its id (job:<caller>:0, unused, when the script reserves one) and KEYS[2i]
+--            its uniqueness key (keys.Unique, coord:unique:<unique_key>; "" for none)
+-- ARGV:
+--   ctx           int       the context id
+--   now_s         int       now (s)
+--   now_ms        int       now (ms)
+--   maxlen        int       the events stream's cap
+--   guard_fields  []string  field names of the context hash (the guard: nothing is
+--                           written unless the context holds guard_values in them
+--                           still; a missing field reads "")
+--   guard_values  []string  the values an authorization read from them
+--   msg           []raw     field/value items of the job request message every job
+--                           of the call gets (all but id, caller_id, message and
+--                           job, which are written per job; status first)
+--   jobs          []job     the jobs, in order
+--     chosen  bool    the caller chose the id (else the script reserves one from
+--                     coord:seq:job:<caller>)
+--     caller  int     the caller id
+--     id      int     the job id (0 when reserved)
+--     ttl     int     its uniqueness key's ttl (ms)
+--     actor   string  who submits it (its events' actor)
+--     run_at  int     when it runs (ms; 0: dispatch now; else the job is stored
+--                     scheduled, with no message, and entered in coord:delayed for
+--                     the scheduler to dispatch then)
+--     ncmp    num     how many of its field/value pairs (the first) are compared
+--                     against an existing job of a chosen id
+--     fields  []raw   its field/value items; the script writes the rest of a new
+--                     job's fields itself (its id, its dispatched status, attempt 1,
+--                     result {} and its times: now_s, now_ms)
+-- Libs: lib_busy lib_state lib_wake lib_ck lib_route
+-- Reply: outcome nothing is written unless status is 'ok' (but for 'exhausted')
+--   status  string  'ok'; 'changed' (the context's guarded fields differ: authorize
+--                   again); 'unserved' (the job names no runner, and no runner here
+--                   has its executor or serves its script type); 'conflict' (a
+--                   chosen id names a job with different content, or a job before
+--                   it in the call chose the same id with different content);
+--                   'exhausted' (the caller's ids are used up: comes after its
+--                   counter moved)
+--   index   int     the refused job's index (1-based; unserved, conflict; else 0)
+--   detail  string  the conflict's field, or the caller whose ids are used up
+--   ...jobs []done  with 'ok', per job:
+--     code     int     1 created and dispatched; 2 the job a uniqueness key or a
+--                      chosen id (by a job before it in the call, too) already names
+--     member   string  the job, "<caller>:<id>"
+--     hash     []string  with 2: the existing job's hash as field/value items
 -- Derives: context:<ctx> (the guard), coord:seq:job:<caller> and job:<caller>:<id> of
 --   the reserved ids, job:<caller>:<id> of the job a uniqueness
 --   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
@@ -39,34 +69,49 @@
 --   0: coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
 --   coord:busy, coord:delayed and coord:delayedwake (PUBLISH: the earliest run_at of
 --   the call's scheduled jobs).
--- Reply: {'ok', per job {1, "<caller>:<id>"} created and dispatched, or {2,
---   "<caller>:<id>", the existing job's hash as field/value items} the job a uniqueness
---   key or a chosen id (by a job before it in the call, too) already names}; nothing is
---   written when the reply is {'changed'} (the context's guarded fields differ:
---   authorize again), {'unserved', job index} (the job names no runner, and no runner
---   here has its executor or serves its script type) or {'conflict', job index, field}
---   (a chosen id names a job with different content, or a job before it in the call
---   chose the same id with different content); {'exhausted', caller} (the caller's
---   ids are used up) comes after its counter moved.
 
-local ctx, now_s, now_ms, maxlen, nguard = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-if nguard > 0 then
-  local have = redis.call('HMGET', K_CONTEXT .. ctx, unpack(ARGV, 6, 5 + nguard))
-  for g = 1, nguard do
-    if (have[g] or '') ~= ARGV[5 + nguard + g] then return {'changed'} end
-  end
-end
-local mfirst = 7 + 2 * nguard
-local mlast = mfirst + tonumber(ARGV[6 + 2 * nguard]) - 1
+-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local ctx = ARGV[1]
+local now_s = ARGV[2]
+local now_ms = ARGV[3]
+local maxlen = ARGV[4]
+local argi = 5
+local guard_fields = {}
+local n_guard_fields = tonumber(ARGV[argi])
+if n_guard_fields <= 7000 then guard_fields = {unpack(ARGV, argi + 1, argi + n_guard_fields)} else for k = 1, n_guard_fields do guard_fields[k] = ARGV[argi + k] end end
+argi = argi + 1 + n_guard_fields
+local guard_values = {}
+local n_guard_values = tonumber(ARGV[argi])
+if n_guard_values <= 7000 then guard_values = {unpack(ARGV, argi + 1, argi + n_guard_values)} else for k = 1, n_guard_values do guard_values[k] = ARGV[argi + k] end end
+argi = argi + 1 + n_guard_values
+local msg = {}
+local n_msg = tonumber(ARGV[argi])
+if n_msg <= 7000 then msg = {unpack(ARGV, argi + 1, argi + n_msg)} else for k = 1, n_msg do msg[k] = ARGV[argi + k] end end
+argi = argi + 1 + n_msg
 local jobs = {}
-local i = mlast + 1
-while i <= #ARGV do
-  local nf = tonumber(ARGV[i + 7])
-  local j = {chosen = ARGV[i] == '1', caller = ARGV[i + 1], id = ARGV[i + 2], ttl = ARGV[i + 3],
-    actor = ARGV[i + 4], run_at = ARGV[i + 5], ncmp = tonumber(ARGV[i + 6]), nf = nf, ffirst = i + 8, flast = i + 7 + nf}
-  j.key, j.ukey = KEYS[2 * #jobs + 1], KEYS[2 * #jobs + 2]
-  jobs[#jobs + 1] = j
-  i = j.flast + 1
+local n_jobs = tonumber(ARGV[argi])
+argi = argi + 1
+for k = 1, n_jobs do
+  local e_jobs = {}
+  e_jobs.chosen = ARGV[argi] == '1'; e_jobs.caller = ARGV[argi + 1]; e_jobs.id = ARGV[argi + 2]; e_jobs.ttl = ARGV[argi + 3]; e_jobs.actor = ARGV[argi + 4]; e_jobs.run_at = ARGV[argi + 5]; e_jobs.ncmp = tonumber(ARGV[argi + 6])
+argi = argi + 7
+  e_jobs.fields = {}
+  local n_e_jobs_fields = tonumber(ARGV[argi])
+  if n_e_jobs_fields <= 7000 then e_jobs.fields = {unpack(ARGV, argi + 1, argi + n_e_jobs_fields)} else for k = 1, n_e_jobs_fields do e_jobs.fields[k] = ARGV[argi + k] end end
+  argi = argi + 1 + n_e_jobs_fields
+  jobs[k] = e_jobs
+end
+-- luagen: end of the prologue
+
+for n, j in ipairs(jobs) do
+  j.key, j.ukey = KEYS[2 * n - 1], KEYS[2 * n]
+end
+local nguard = #guard_fields
+if nguard > 0 then
+  local have = redis.call('HMGET', K_CONTEXT .. ctx, unpack(guard_fields))
+  for g = 1, nguard do
+    if (have[g] or '') ~= guard_values[g] then return {'changed', 0, ''} end
+  end
 end
 
 local function existing(member)
@@ -86,17 +131,18 @@ end
 -- per job, cost more than the rest of this loop.)
 for n, j in ipairs(jobs) do
   local runner, stype, fn
-  for k = j.ffirst, j.flast, 2 do
-    local name = ARGV[k]
-    if name == 'runner_id' then runner = ARGV[k + 1]
-    elseif name == 'script_type' then stype = ARGV[k + 1]
-    elseif name == 'function_name' then fn = ARGV[k + 1]
-    elseif name == 'priority' then j.prio = ARGV[k + 1]
-    elseif name == 'concurrency_key' then j.ck = ARGV[k + 1]
-    elseif name == 'concurrency_limit' then j.cl = ARGV[k + 1] end
+  local fs = j.fields
+  for k = 1, #fs, 2 do
+    local name = fs[k]
+    if name == 'runner_id' then runner = fs[k + 1]
+    elseif name == 'script_type' then stype = fs[k + 1]
+    elseif name == 'function_name' then fn = fs[k + 1]
+    elseif name == 'priority' then j.prio = fs[k + 1]
+    elseif name == 'concurrency_key' then j.ck = fs[k + 1]
+    elseif name == 'concurrency_limit' then j.cl = fs[k + 1] end
   end
   j.q = route_queue(j.caller, runner, stype, fn)
-  if not j.q and (runner or '0') == '0' then return {'unserved', n} end
+  if not j.q and (runner or '0') == '0' then return {'unserved', n, ''} end
 end
 
 -- The first job of the call that chose each id.
@@ -111,18 +157,20 @@ for n, j in ipairs(jobs) do
   if not j.chosen then
     -- an id is reserved below
   elseif redis.call('EXISTS', j.key) == 1 then
-    for f = j.ffirst, j.ffirst + 2 * j.ncmp - 1, 2 do
-      if not same(redis.call('HGET', j.key, ARGV[f]) or '', ARGV[f + 1]) then
-        return {'conflict', n, ARGV[f]}
+    local fs = j.fields
+    for f = 1, 2 * j.ncmp - 1, 2 do
+      if not same(redis.call('HGET', j.key, fs[f]) or '', fs[f + 1]) then
+        return {'conflict', n, fs[f]}
       end
     end
     j.exists = true
   elseif first ~= n then
     -- An earlier job of the call chose this id: the same content is that job.
     local was, e = {}, jobs[first]
-    for f = e.ffirst, e.flast, 2 do was[ARGV[f]] = ARGV[f + 1] end
-    for f = j.ffirst, j.ffirst + 2 * j.ncmp - 1, 2 do
-      if not same(was[ARGV[f]] or '', ARGV[f + 1]) then return {'conflict', n, ARGV[f]} end
+    local efs, fs = e.fields, j.fields
+    for f = 1, #efs, 2 do was[efs[f]] = efs[f + 1] end
+    for f = 1, 2 * j.ncmp - 1, 2 do
+      if not same(was[fs[f]] or '', fs[f + 1]) then return {'conflict', n, fs[f]} end
     end
     j.again = true
   end
@@ -148,7 +196,7 @@ for _, j in ipairs(jobs) do
         id = redis.call('INCR', K_JOB_SEQ .. c)
         last_id[c] = id
       end
-      if id > 4294967295 then return {'exhausted', c} end
+      if id > 4294967295 then return {'exhausted', 0, c} end
       next_id[c] = id + 1
       j.id = int(id)
       j.key = K_JOB .. c .. ':' .. j.id
@@ -158,7 +206,7 @@ end
 
 -- Pass 2: create and dispatch (a uniqueness key is read here, after the jobs before
 -- it in the batch set theirs).
-local out, pushed = {'ok'}, 0
+local out, pushed, none = {'ok', 0, ''}, 0, {}
 -- the new jobs' message ids in one INCRBY, their index entries in one ZADD per index
 -- (a job a uniqueness key finds created leaves its message id unused)
 local fresh = 0
@@ -179,7 +227,7 @@ for _, j in ipairs(jobs) do
     -- A delayed job: stored scheduled (attempt 0: its dispatch makes it 1), its request
     -- message left to that dispatch (lua/dispatch.lua, when coord:delayed says it is due).
     redis.call('HSET', j.key, 'id', j.id, 'status', JOB_SCHEDULED, 'attempt', '0', 'result', '{}', 'created_at', now_s,
-      'updated_at', now_s, 'created_at_ms', now_ms, 'run_at_ms', j.run_at, unpack(ARGV, j.ffirst, j.flast))
+      'updated_at', now_s, 'created_at_ms', now_ms, 'run_at_ms', j.run_at, unpack(j.fields))
     scheduled[#scheduled + 1] = now_ms
     scheduled[#scheduled + 1] = member
     redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor, 'time_ms', now_ms,
@@ -188,14 +236,14 @@ for _, j in ipairs(jobs) do
     delayed[#delayed + 1] = ctx .. ':job:' .. member
     if not first_due or tonumber(j.run_at) < tonumber(first_due) then first_due = j.run_at end
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
-    out[#out + 1] = {1, member}
+    out[#out + 1] = {1, member, none}
   else
     -- Its request message's id, which its hash holds from the start (msgs, as
     -- track_msg would write it).
     local q = j.q
     local mid, mk = message_id(j.caller)
     redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
-      'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid, unpack(ARGV, j.ffirst, j.flast))
+      'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid, unpack(j.fields))
     indexed[#indexed + 1] = now_ms
     indexed[#indexed + 1] = member
     -- The fields every job event has, in their order: a stream stores the names of an
@@ -207,7 +255,7 @@ for _, j in ipairs(jobs) do
     -- lib/store's requestRef writes a standalone job's, its text as requestFields'),
     -- acknowledged and the job queued when a runner here takes it (as lib_route's
     -- route_store), else dispatched on msg_out for the router
-    store_message(j.caller, {unpack(ARGV, mfirst, mlast)}, now_ms, {'caller_id', j.caller, 'message', 'job ' .. ctx .. ':' .. member,
+    store_message(j.caller, msg, now_ms, {'caller_id', j.caller, 'message', 'job ' .. ctx .. ':' .. member,
       'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}, q and MSG_ACKNOWLEDGED or nil, mid)
     if q then
       route_priority(j.key, j.prio)
@@ -218,7 +266,7 @@ for _, j in ipairs(jobs) do
       pushed = pushed + 1
     end
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
-    out[#out + 1] = {1, member}
+    out[#out + 1] = {1, member, none}
   end
 end
 call_each('ZADD', K_JOB_INDEX, indexed, 2)

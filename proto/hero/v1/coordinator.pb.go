@@ -21,6 +21,627 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ScheduleSpec: a cron expression (5 fields, or 6 with seconds; @daily, …) in a time
+// zone, or an interval (every: "30s"); jitter delays each tick's run by up to that much.
+type ScheduleSpec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cron          string                 `protobuf:"bytes,1,opt,name=cron,proto3" json:"cron,omitempty"`
+	Every         string                 `protobuf:"bytes,2,opt,name=every,proto3" json:"every,omitempty"`
+	Timezone      string                 `protobuf:"bytes,3,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	Jitter        string                 `protobuf:"bytes,4,opt,name=jitter,proto3" json:"jitter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleSpec) Reset() {
+	*x = ScheduleSpec{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleSpec) ProtoMessage() {}
+
+func (x *ScheduleSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleSpec.ProtoReflect.Descriptor instead.
+func (*ScheduleSpec) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ScheduleSpec) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetEvery() string {
+	if x != nil {
+		return x.Every
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *ScheduleSpec) GetJitter() string {
+	if x != nil {
+		return x.Jitter
+	}
+	return ""
+}
+
+// Schedule is schedule.load's answer (docs/api.md).
+type Schedule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ContextId     uint32                 `protobuf:"varint,2,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	CallerId      uint32                 `protobuf:"varint,3,opt,name=caller_id,json=callerId,proto3" json:"caller_id,omitempty"`
+	Spec          *ScheduleSpec          `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	Job           *Job                   `protobuf:"bytes,5,opt,name=job,proto3" json:"job,omitempty"`
+	Overlap       string                 `protobuf:"bytes,6,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	CatchupWindow string                 `protobuf:"bytes,7,opt,name=catchup_window,json=catchupWindow,proto3" json:"catchup_window,omitempty"`
+	Paused        bool                   `protobuf:"varint,8,opt,name=paused,proto3" json:"paused,omitempty"`
+	Note          string                 `protobuf:"bytes,9,opt,name=note,proto3" json:"note,omitempty"`
+	NextTickMs    int64                  `protobuf:"varint,10,opt,name=next_tick_ms,json=nextTickMs,proto3" json:"next_tick_ms,omitempty"`
+	LastTickMs    int64                  `protobuf:"varint,11,opt,name=last_tick_ms,json=lastTickMs,proto3" json:"last_tick_ms,omitempty"`
+	LastRun       string                 `protobuf:"bytes,12,opt,name=last_run,json=lastRun,proto3" json:"last_run,omitempty"`
+	Fired         int64                  `protobuf:"varint,13,opt,name=fired,proto3" json:"fired,omitempty"`
+	Skipped       int64                  `protobuf:"varint,14,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Missed        int64                  `protobuf:"varint,15,opt,name=missed,proto3" json:"missed,omitempty"`
+	LastError     string                 `protobuf:"bytes,16,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	CreatedAtMs   int64                  `protobuf:"varint,17,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	UpdatedAtMs   int64                  `protobuf:"varint,18,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schedule) Reset() {
+	*x = Schedule{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schedule) ProtoMessage() {}
+
+func (x *Schedule) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
+func (*Schedule) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Schedule) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Schedule) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+func (x *Schedule) GetCallerId() uint32 {
+	if x != nil {
+		return x.CallerId
+	}
+	return 0
+}
+
+func (x *Schedule) GetSpec() *ScheduleSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *Schedule) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *Schedule) GetOverlap() string {
+	if x != nil {
+		return x.Overlap
+	}
+	return ""
+}
+
+func (x *Schedule) GetCatchupWindow() string {
+	if x != nil {
+		return x.CatchupWindow
+	}
+	return ""
+}
+
+func (x *Schedule) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Schedule) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *Schedule) GetNextTickMs() int64 {
+	if x != nil {
+		return x.NextTickMs
+	}
+	return 0
+}
+
+func (x *Schedule) GetLastTickMs() int64 {
+	if x != nil {
+		return x.LastTickMs
+	}
+	return 0
+}
+
+func (x *Schedule) GetLastRun() string {
+	if x != nil {
+		return x.LastRun
+	}
+	return ""
+}
+
+func (x *Schedule) GetFired() int64 {
+	if x != nil {
+		return x.Fired
+	}
+	return 0
+}
+
+func (x *Schedule) GetSkipped() int64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *Schedule) GetMissed() int64 {
+	if x != nil {
+		return x.Missed
+	}
+	return 0
+}
+
+func (x *Schedule) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *Schedule) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *Schedule) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+// ScheduleRequest creates a schedule, or updates the fields it sets (spec, job,
+// overlap, catchup_window); paused and note only on creation.
+type ScheduleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Spec          *ScheduleSpec          `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	Job           *Job                   `protobuf:"bytes,4,opt,name=job,proto3" json:"job,omitempty"`
+	Overlap       string                 `protobuf:"bytes,5,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	CatchupWindow *string                `protobuf:"bytes,6,opt,name=catchup_window,json=catchupWindow,proto3,oneof" json:"catchup_window,omitempty"`
+	Paused        bool                   `protobuf:"varint,7,opt,name=paused,proto3" json:"paused,omitempty"`
+	Note          string                 `protobuf:"bytes,8,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleRequest) Reset() {
+	*x = ScheduleRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleRequest) ProtoMessage() {}
+
+func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
+func (*ScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ScheduleRequest) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+func (x *ScheduleRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ScheduleRequest) GetSpec() *ScheduleSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *ScheduleRequest) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *ScheduleRequest) GetOverlap() string {
+	if x != nil {
+		return x.Overlap
+	}
+	return ""
+}
+
+func (x *ScheduleRequest) GetCatchupWindow() string {
+	if x != nil && x.CatchupWindow != nil {
+		return *x.CatchupWindow
+	}
+	return ""
+}
+
+func (x *ScheduleRequest) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *ScheduleRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+type ScheduleRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Note          string                 `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleRef) Reset() {
+	*x = ScheduleRef{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleRef) ProtoMessage() {}
+
+func (x *ScheduleRef) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleRef.ProtoReflect.Descriptor instead.
+func (*ScheduleRef) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ScheduleRef) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+func (x *ScheduleRef) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ScheduleRef) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+type ListSchedulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesRequest) Reset() {
+	*x = ListSchedulesRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesRequest) ProtoMessage() {}
+
+func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
+func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListSchedulesRequest) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+type ListSchedulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*Schedule            `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesResponse) Reset() {
+	*x = ListSchedulesResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesResponse) ProtoMessage() {}
+
+func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
+func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListSchedulesResponse) GetItems() []*Schedule {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type BackfillScheduleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	From          string                 `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackfillScheduleRequest) Reset() {
+	*x = BackfillScheduleRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackfillScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackfillScheduleRequest) ProtoMessage() {}
+
+func (x *BackfillScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackfillScheduleRequest.ProtoReflect.Descriptor instead.
+func (*BackfillScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *BackfillScheduleRequest) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+func (x *BackfillScheduleRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BackfillScheduleRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *BackfillScheduleRequest) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+type BackfillScheduleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Runs          uint32                 `protobuf:"varint,1,opt,name=runs,proto3" json:"runs,omitempty"`
+	Existing      uint32                 `protobuf:"varint,2,opt,name=existing,proto3" json:"existing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackfillScheduleResponse) Reset() {
+	*x = BackfillScheduleResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackfillScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackfillScheduleResponse) ProtoMessage() {}
+
+func (x *BackfillScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackfillScheduleResponse.ProtoReflect.Descriptor instead.
+func (*BackfillScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BackfillScheduleResponse) GetRuns() uint32 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *BackfillScheduleResponse) GetExisting() uint32 {
+	if x != nil {
+		return x.Existing
+	}
+	return 0
+}
+
 type CreateActorRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Actor         *Actor                 `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
@@ -30,7 +651,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[0]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -42,7 +663,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[0]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -55,7 +676,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{0}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -74,7 +695,7 @@ type CreateActorResponse struct {
 
 func (x *CreateActorResponse) Reset() {
 	*x = CreateActorResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[1]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -86,7 +707,7 @@ func (x *CreateActorResponse) String() string {
 func (*CreateActorResponse) ProtoMessage() {}
 
 func (x *CreateActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[1]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -99,7 +720,7 @@ func (x *CreateActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorResponse.ProtoReflect.Descriptor instead.
 func (*CreateActorResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{1}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateActorResponse) GetActor() *Actor {
@@ -118,7 +739,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[2]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -130,7 +751,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[2]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -143,7 +764,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{2}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetActorRequest) GetId() uint32 {
@@ -162,7 +783,7 @@ type GetActorResponse struct {
 
 func (x *GetActorResponse) Reset() {
 	*x = GetActorResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[3]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +795,7 @@ func (x *GetActorResponse) String() string {
 func (*GetActorResponse) ProtoMessage() {}
 
 func (x *GetActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[3]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +808,7 @@ func (x *GetActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorResponse.ProtoReflect.Descriptor instead.
 func (*GetActorResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{3}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetActorResponse) GetActor() *Actor {
@@ -209,7 +830,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[4]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -221,7 +842,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[4]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -234,7 +855,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{4}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateActorRequest) GetId() uint32 {
@@ -267,7 +888,7 @@ type UpdateActorResponse struct {
 
 func (x *UpdateActorResponse) Reset() {
 	*x = UpdateActorResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[5]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -279,7 +900,7 @@ func (x *UpdateActorResponse) String() string {
 func (*UpdateActorResponse) ProtoMessage() {}
 
 func (x *UpdateActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[5]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -292,7 +913,7 @@ func (x *UpdateActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorResponse.ProtoReflect.Descriptor instead.
 func (*UpdateActorResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{5}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateActorResponse) GetActor() *Actor {
@@ -318,7 +939,7 @@ type OperatorSecret struct {
 
 func (x *OperatorSecret) Reset() {
 	*x = OperatorSecret{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[6]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +951,7 @@ func (x *OperatorSecret) String() string {
 func (*OperatorSecret) ProtoMessage() {}
 
 func (x *OperatorSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[6]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +964,7 @@ func (x *OperatorSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperatorSecret.ProtoReflect.Descriptor instead.
 func (*OperatorSecret) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{6}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OperatorSecret) GetFingerprint() string {
@@ -396,7 +1017,7 @@ type ListOperatorSecretsRequest struct {
 
 func (x *ListOperatorSecretsRequest) Reset() {
 	*x = ListOperatorSecretsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[7]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +1029,7 @@ func (x *ListOperatorSecretsRequest) String() string {
 func (*ListOperatorSecretsRequest) ProtoMessage() {}
 
 func (x *ListOperatorSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[7]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +1042,7 @@ func (x *ListOperatorSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperatorSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperatorSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{7}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 type ListOperatorSecretsResponse struct {
@@ -433,7 +1054,7 @@ type ListOperatorSecretsResponse struct {
 
 func (x *ListOperatorSecretsResponse) Reset() {
 	*x = ListOperatorSecretsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[8]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +1066,7 @@ func (x *ListOperatorSecretsResponse) String() string {
 func (*ListOperatorSecretsResponse) ProtoMessage() {}
 
 func (x *ListOperatorSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[8]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +1079,7 @@ func (x *ListOperatorSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperatorSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperatorSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{8}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListOperatorSecretsResponse) GetItems() []*OperatorSecret {
@@ -476,7 +1097,7 @@ type CreateOperatorSecretRequest struct {
 
 func (x *CreateOperatorSecretRequest) Reset() {
 	*x = CreateOperatorSecretRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[9]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +1109,7 @@ func (x *CreateOperatorSecretRequest) String() string {
 func (*CreateOperatorSecretRequest) ProtoMessage() {}
 
 func (x *CreateOperatorSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[9]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +1122,7 @@ func (x *CreateOperatorSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOperatorSecretRequest.ProtoReflect.Descriptor instead.
 func (*CreateOperatorSecretRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{9}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{17}
 }
 
 // CreateOperatorSecretResponse carries the new secret: shown this once, never again.
@@ -515,7 +1136,7 @@ type CreateOperatorSecretResponse struct {
 
 func (x *CreateOperatorSecretResponse) Reset() {
 	*x = CreateOperatorSecretResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[10]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +1148,7 @@ func (x *CreateOperatorSecretResponse) String() string {
 func (*CreateOperatorSecretResponse) ProtoMessage() {}
 
 func (x *CreateOperatorSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[10]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +1161,7 @@ func (x *CreateOperatorSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOperatorSecretResponse.ProtoReflect.Descriptor instead.
 func (*CreateOperatorSecretResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{10}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateOperatorSecretResponse) GetFingerprint() string {
@@ -566,7 +1187,7 @@ type RevokeOperatorSecretRequest struct {
 
 func (x *RevokeOperatorSecretRequest) Reset() {
 	*x = RevokeOperatorSecretRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[11]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +1199,7 @@ func (x *RevokeOperatorSecretRequest) String() string {
 func (*RevokeOperatorSecretRequest) ProtoMessage() {}
 
 func (x *RevokeOperatorSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[11]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +1212,7 @@ func (x *RevokeOperatorSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOperatorSecretRequest.ProtoReflect.Descriptor instead.
 func (*RevokeOperatorSecretRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{11}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RevokeOperatorSecretRequest) GetFingerprint() string {
@@ -610,7 +1231,7 @@ type RevokeOperatorSecretResponse struct {
 
 func (x *RevokeOperatorSecretResponse) Reset() {
 	*x = RevokeOperatorSecretResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[12]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +1243,7 @@ func (x *RevokeOperatorSecretResponse) String() string {
 func (*RevokeOperatorSecretResponse) ProtoMessage() {}
 
 func (x *RevokeOperatorSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[12]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +1256,7 @@ func (x *RevokeOperatorSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOperatorSecretResponse.ProtoReflect.Descriptor instead.
 func (*RevokeOperatorSecretResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevokeOperatorSecretResponse) GetSecret() *OperatorSecret {
@@ -654,7 +1275,7 @@ type CreateContextRequest struct {
 
 func (x *CreateContextRequest) Reset() {
 	*x = CreateContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[13]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +1287,7 @@ func (x *CreateContextRequest) String() string {
 func (*CreateContextRequest) ProtoMessage() {}
 
 func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[13]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +1300,7 @@ func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
 func (*CreateContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateContextRequest) GetContext() *Context {
@@ -698,7 +1319,7 @@ type CreateContextResponse struct {
 
 func (x *CreateContextResponse) Reset() {
 	*x = CreateContextResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[14]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +1331,7 @@ func (x *CreateContextResponse) String() string {
 func (*CreateContextResponse) ProtoMessage() {}
 
 func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[14]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +1344,7 @@ func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
 func (*CreateContextResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateContextResponse) GetContext() *Context {
@@ -742,7 +1363,7 @@ type GetContextRequest struct {
 
 func (x *GetContextRequest) Reset() {
 	*x = GetContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[15]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +1375,7 @@ func (x *GetContextRequest) String() string {
 func (*GetContextRequest) ProtoMessage() {}
 
 func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[15]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +1388,7 @@ func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextRequest.ProtoReflect.Descriptor instead.
 func (*GetContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetContextRequest) GetId() uint32 {
@@ -786,7 +1407,7 @@ type GetContextResponse struct {
 
 func (x *GetContextResponse) Reset() {
 	*x = GetContextResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[16]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +1419,7 @@ func (x *GetContextResponse) String() string {
 func (*GetContextResponse) ProtoMessage() {}
 
 func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[16]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +1432,7 @@ func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextResponse.ProtoReflect.Descriptor instead.
 func (*GetContextResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetContextResponse) GetContext() *Context {
@@ -840,7 +1461,7 @@ type UpdateContextRequest struct {
 
 func (x *UpdateContextRequest) Reset() {
 	*x = UpdateContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[17]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +1473,7 @@ func (x *UpdateContextRequest) String() string {
 func (*UpdateContextRequest) ProtoMessage() {}
 
 func (x *UpdateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[17]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +1486,7 @@ func (x *UpdateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateContextRequest.ProtoReflect.Descriptor instead.
 func (*UpdateContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateContextRequest) GetId() uint32 {
@@ -947,7 +1568,7 @@ type UpdateContextResponse struct {
 
 func (x *UpdateContextResponse) Reset() {
 	*x = UpdateContextResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[18]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1580,7 @@ func (x *UpdateContextResponse) String() string {
 func (*UpdateContextResponse) ProtoMessage() {}
 
 func (x *UpdateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[18]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1593,7 @@ func (x *UpdateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateContextResponse.ProtoReflect.Descriptor instead.
 func (*UpdateContextResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UpdateContextResponse) GetContext() *Context {
@@ -991,7 +1612,7 @@ type IdList struct {
 
 func (x *IdList) Reset() {
 	*x = IdList{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[19]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1624,7 @@ func (x *IdList) String() string {
 func (*IdList) ProtoMessage() {}
 
 func (x *IdList) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[19]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1637,7 @@ func (x *IdList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdList.ProtoReflect.Descriptor instead.
 func (*IdList) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *IdList) GetIds() []uint32 {
@@ -1035,7 +1656,7 @@ type StringList struct {
 
 func (x *StringList) Reset() {
 	*x = StringList{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[20]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1668,7 @@ func (x *StringList) String() string {
 func (*StringList) ProtoMessage() {}
 
 func (x *StringList) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[20]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1681,7 @@ func (x *StringList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StringList.ProtoReflect.Descriptor instead.
 func (*StringList) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StringList) GetValues() []string {
@@ -1080,7 +1701,7 @@ type CreateRunnerRequest struct {
 
 func (x *CreateRunnerRequest) Reset() {
 	*x = CreateRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[21]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1713,7 @@ func (x *CreateRunnerRequest) String() string {
 func (*CreateRunnerRequest) ProtoMessage() {}
 
 func (x *CreateRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[21]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1726,7 @@ func (x *CreateRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunnerRequest.ProtoReflect.Descriptor instead.
 func (*CreateRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateRunnerRequest) GetContextId() uint32 {
@@ -1131,7 +1752,7 @@ type CreateRunnerResponse struct {
 
 func (x *CreateRunnerResponse) Reset() {
 	*x = CreateRunnerResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[22]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1764,7 @@ func (x *CreateRunnerResponse) String() string {
 func (*CreateRunnerResponse) ProtoMessage() {}
 
 func (x *CreateRunnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[22]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1777,7 @@ func (x *CreateRunnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunnerResponse.ProtoReflect.Descriptor instead.
 func (*CreateRunnerResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateRunnerResponse) GetRunner() *Runner {
@@ -1176,7 +1797,7 @@ type GetRunnerRequest struct {
 
 func (x *GetRunnerRequest) Reset() {
 	*x = GetRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[23]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1809,7 @@ func (x *GetRunnerRequest) String() string {
 func (*GetRunnerRequest) ProtoMessage() {}
 
 func (x *GetRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[23]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1822,7 @@ func (x *GetRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunnerRequest.ProtoReflect.Descriptor instead.
 func (*GetRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetRunnerRequest) GetContextId() uint32 {
@@ -1227,7 +1848,7 @@ type GetRunnerResponse struct {
 
 func (x *GetRunnerResponse) Reset() {
 	*x = GetRunnerResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[24]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1860,7 @@ func (x *GetRunnerResponse) String() string {
 func (*GetRunnerResponse) ProtoMessage() {}
 
 func (x *GetRunnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[24]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1873,7 @@ func (x *GetRunnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunnerResponse.ProtoReflect.Descriptor instead.
 func (*GetRunnerResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{24}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetRunnerResponse) GetRunner() *Runner {
@@ -1273,7 +1894,7 @@ type ListRunnersRequest struct {
 
 func (x *ListRunnersRequest) Reset() {
 	*x = ListRunnersRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[25]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1906,7 @@ func (x *ListRunnersRequest) String() string {
 func (*ListRunnersRequest) ProtoMessage() {}
 
 func (x *ListRunnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[25]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1919,7 @@ func (x *ListRunnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunnersRequest.ProtoReflect.Descriptor instead.
 func (*ListRunnersRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{25}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListRunnersRequest) GetContextId() uint32 {
@@ -1332,7 +1953,7 @@ type ListRunnersResponse struct {
 
 func (x *ListRunnersResponse) Reset() {
 	*x = ListRunnersResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[26]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1965,7 @@ func (x *ListRunnersResponse) String() string {
 func (*ListRunnersResponse) ProtoMessage() {}
 
 func (x *ListRunnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[26]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1978,7 @@ func (x *ListRunnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunnersResponse.ProtoReflect.Descriptor instead.
 func (*ListRunnersResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{26}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListRunnersResponse) GetRunners() []*Runner {
@@ -1384,7 +2005,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[27]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +2017,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[27]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +2030,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateJobRequest) GetContextId() uint32 {
@@ -1435,7 +2056,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[28]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +2068,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[28]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +2081,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -1482,7 +2103,7 @@ type CreateJobsRequest struct {
 
 func (x *CreateJobsRequest) Reset() {
 	*x = CreateJobsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +2115,7 @@ func (x *CreateJobsRequest) String() string {
 func (*CreateJobsRequest) ProtoMessage() {}
 
 func (x *CreateJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +2128,7 @@ func (x *CreateJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobsRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateJobsRequest) GetContextId() uint32 {
@@ -1543,7 +2164,7 @@ type CreateJobsItem struct {
 
 func (x *CreateJobsItem) Reset() {
 	*x = CreateJobsItem{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +2176,7 @@ func (x *CreateJobsItem) String() string {
 func (*CreateJobsItem) ProtoMessage() {}
 
 func (x *CreateJobsItem) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +2189,7 @@ func (x *CreateJobsItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobsItem.ProtoReflect.Descriptor instead.
 func (*CreateJobsItem) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateJobsItem) GetJob() *Job {
@@ -1594,7 +2215,7 @@ type CreateJobsResponse struct {
 
 func (x *CreateJobsResponse) Reset() {
 	*x = CreateJobsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +2227,7 @@ func (x *CreateJobsResponse) String() string {
 func (*CreateJobsResponse) ProtoMessage() {}
 
 func (x *CreateJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +2240,7 @@ func (x *CreateJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobsResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateJobsResponse) GetItems() []*CreateJobsItem {
@@ -1643,7 +2264,7 @@ type ItemError struct {
 
 func (x *ItemError) Reset() {
 	*x = ItemError{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +2276,7 @@ func (x *ItemError) String() string {
 func (*ItemError) ProtoMessage() {}
 
 func (x *ItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +2289,7 @@ func (x *ItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
 func (*ItemError) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ItemError) GetCode() string {
@@ -1703,7 +2324,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +2336,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +2349,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetJobRequest) GetContextId() uint32 {
@@ -1761,7 +2382,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +2394,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +2407,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1808,7 +2429,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2441,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2454,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListJobsRequest) GetContextId() uint32 {
@@ -1874,7 +2495,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2507,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2520,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1927,7 +2548,7 @@ type RunJobRequest struct {
 
 func (x *RunJobRequest) Reset() {
 	*x = RunJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2560,7 @@ func (x *RunJobRequest) String() string {
 func (*RunJobRequest) ProtoMessage() {}
 
 func (x *RunJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2573,7 @@ func (x *RunJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJobRequest.ProtoReflect.Descriptor instead.
 func (*RunJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RunJobRequest) GetContextId() uint32 {
@@ -1985,7 +2606,7 @@ type RunJobResponse struct {
 
 func (x *RunJobResponse) Reset() {
 	*x = RunJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2618,7 @@ func (x *RunJobResponse) String() string {
 func (*RunJobResponse) ProtoMessage() {}
 
 func (x *RunJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2631,7 @@ func (x *RunJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJobResponse.ProtoReflect.Descriptor instead.
 func (*RunJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RunJobResponse) GetJob() *Job {
@@ -2038,7 +2659,7 @@ type SubmitJobRequest struct {
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2671,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2684,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SubmitJobRequest) GetContextId() uint32 {
@@ -2118,7 +2739,7 @@ type SubmitJobResponse struct {
 
 func (x *SubmitJobResponse) Reset() {
 	*x = SubmitJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2751,7 @@ func (x *SubmitJobResponse) String() string {
 func (*SubmitJobResponse) ProtoMessage() {}
 
 func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2764,7 @@ func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SubmitJobResponse) GetJob() *Job {
@@ -2173,7 +2794,7 @@ type SubmitJobItem struct {
 
 func (x *SubmitJobItem) Reset() {
 	*x = SubmitJobItem{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2806,7 @@ func (x *SubmitJobItem) String() string {
 func (*SubmitJobItem) ProtoMessage() {}
 
 func (x *SubmitJobItem) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2819,7 @@ func (x *SubmitJobItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobItem.ProtoReflect.Descriptor instead.
 func (*SubmitJobItem) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SubmitJobItem) GetJob() *Job {
@@ -2246,7 +2867,7 @@ type SubmitJobsRequest struct {
 
 func (x *SubmitJobsRequest) Reset() {
 	*x = SubmitJobsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2879,7 @@ func (x *SubmitJobsRequest) String() string {
 func (*SubmitJobsRequest) ProtoMessage() {}
 
 func (x *SubmitJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2892,7 @@ func (x *SubmitJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobsRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{42}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SubmitJobsRequest) GetContextId() uint32 {
@@ -2297,7 +2918,7 @@ type SubmitJobsResponse struct {
 
 func (x *SubmitJobsResponse) Reset() {
 	*x = SubmitJobsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2930,7 @@ func (x *SubmitJobsResponse) String() string {
 func (*SubmitJobsResponse) ProtoMessage() {}
 
 func (x *SubmitJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2943,7 @@ func (x *SubmitJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobsResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{43}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SubmitJobsResponse) GetItems() []*SubmitJobResponse {
@@ -2349,7 +2970,7 @@ type SubmitJobStreamRequest struct {
 
 func (x *SubmitJobStreamRequest) Reset() {
 	*x = SubmitJobStreamRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2982,7 @@ func (x *SubmitJobStreamRequest) String() string {
 func (*SubmitJobStreamRequest) ProtoMessage() {}
 
 func (x *SubmitJobStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2995,7 @@ func (x *SubmitJobStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobStreamRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobStreamRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SubmitJobStreamRequest) GetSeq() uint64 {
@@ -2421,7 +3042,7 @@ type SubmitJobStreamResponse struct {
 
 func (x *SubmitJobStreamResponse) Reset() {
 	*x = SubmitJobStreamResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +3054,7 @@ func (x *SubmitJobStreamResponse) String() string {
 func (*SubmitJobStreamResponse) ProtoMessage() {}
 
 func (x *SubmitJobStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +3067,7 @@ func (x *SubmitJobStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobStreamResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobStreamResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SubmitJobStreamResponse) GetSeq() uint64 {
@@ -2490,7 +3111,7 @@ type StreamError struct {
 
 func (x *StreamError) Reset() {
 	*x = StreamError{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +3123,7 @@ func (x *StreamError) String() string {
 func (*StreamError) ProtoMessage() {}
 
 func (x *StreamError) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +3136,7 @@ func (x *StreamError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamError.ProtoReflect.Descriptor instead.
 func (*StreamError) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StreamError) GetCode() uint32 {
@@ -2550,7 +3171,7 @@ type StopJobRequest struct {
 
 func (x *StopJobRequest) Reset() {
 	*x = StopJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +3183,7 @@ func (x *StopJobRequest) String() string {
 func (*StopJobRequest) ProtoMessage() {}
 
 func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +3196,7 @@ func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobRequest.ProtoReflect.Descriptor instead.
 func (*StopJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *StopJobRequest) GetContextId() uint32 {
@@ -2608,7 +3229,7 @@ type StopJobResponse struct {
 
 func (x *StopJobResponse) Reset() {
 	*x = StopJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +3241,7 @@ func (x *StopJobResponse) String() string {
 func (*StopJobResponse) ProtoMessage() {}
 
 func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +3254,7 @@ func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobResponse.ProtoReflect.Descriptor instead.
 func (*StopJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StopJobResponse) GetJob() *Job {
@@ -2655,7 +3276,7 @@ type GetJobLogsRequest struct {
 
 func (x *GetJobLogsRequest) Reset() {
 	*x = GetJobLogsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +3288,7 @@ func (x *GetJobLogsRequest) String() string {
 func (*GetJobLogsRequest) ProtoMessage() {}
 
 func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +3301,7 @@ func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetJobLogsRequest) GetContextId() uint32 {
@@ -2722,7 +3343,7 @@ type GetJobLogsResponse struct {
 
 func (x *GetJobLogsResponse) Reset() {
 	*x = GetJobLogsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +3355,7 @@ func (x *GetJobLogsResponse) String() string {
 func (*GetJobLogsResponse) ProtoMessage() {}
 
 func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +3368,7 @@ func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetJobLogsResponse) GetLogs() string {
@@ -2781,7 +3402,7 @@ type CreateFlowRequest struct {
 
 func (x *CreateFlowRequest) Reset() {
 	*x = CreateFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +3414,7 @@ func (x *CreateFlowRequest) String() string {
 func (*CreateFlowRequest) ProtoMessage() {}
 
 func (x *CreateFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +3427,7 @@ func (x *CreateFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFlowRequest.ProtoReflect.Descriptor instead.
 func (*CreateFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CreateFlowRequest) GetContextId() uint32 {
@@ -2832,7 +3453,7 @@ type CreateFlowResponse struct {
 
 func (x *CreateFlowResponse) Reset() {
 	*x = CreateFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2844,7 +3465,7 @@ func (x *CreateFlowResponse) String() string {
 func (*CreateFlowResponse) ProtoMessage() {}
 
 func (x *CreateFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2857,7 +3478,7 @@ func (x *CreateFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFlowResponse.ProtoReflect.Descriptor instead.
 func (*CreateFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateFlowResponse) GetFlow() *Flow {
@@ -2879,7 +3500,7 @@ type BeginFlowRequest struct {
 
 func (x *BeginFlowRequest) Reset() {
 	*x = BeginFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3512,7 @@ func (x *BeginFlowRequest) String() string {
 func (*BeginFlowRequest) ProtoMessage() {}
 
 func (x *BeginFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3525,7 @@ func (x *BeginFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginFlowRequest.ProtoReflect.Descriptor instead.
 func (*BeginFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BeginFlowRequest) GetContextId() uint32 {
@@ -2949,7 +3570,7 @@ type BeginFlowResponse struct {
 
 func (x *BeginFlowResponse) Reset() {
 	*x = BeginFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3582,7 @@ func (x *BeginFlowResponse) String() string {
 func (*BeginFlowResponse) ProtoMessage() {}
 
 func (x *BeginFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3595,7 @@ func (x *BeginFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginFlowResponse.ProtoReflect.Descriptor instead.
 func (*BeginFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BeginFlowResponse) GetFlowId() uint32 {
@@ -3029,7 +3650,7 @@ type AbortFlowRequest struct {
 
 func (x *AbortFlowRequest) Reset() {
 	*x = AbortFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3662,7 @@ func (x *AbortFlowRequest) String() string {
 func (*AbortFlowRequest) ProtoMessage() {}
 
 func (x *AbortFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3675,7 @@ func (x *AbortFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortFlowRequest.ProtoReflect.Descriptor instead.
 func (*AbortFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AbortFlowRequest) GetContextId() uint32 {
@@ -3080,7 +3701,7 @@ type AbortFlowResponse struct {
 
 func (x *AbortFlowResponse) Reset() {
 	*x = AbortFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3713,7 @@ func (x *AbortFlowResponse) String() string {
 func (*AbortFlowResponse) ProtoMessage() {}
 
 func (x *AbortFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3726,7 @@ func (x *AbortFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortFlowResponse.ProtoReflect.Descriptor instead.
 func (*AbortFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AbortFlowResponse) GetDeleted() uint32 {
@@ -3125,7 +3746,7 @@ type GetFlowRequest struct {
 
 func (x *GetFlowRequest) Reset() {
 	*x = GetFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3137,7 +3758,7 @@ func (x *GetFlowRequest) String() string {
 func (*GetFlowRequest) ProtoMessage() {}
 
 func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3150,7 +3771,7 @@ func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetFlowRequest) GetContextId() uint32 {
@@ -3176,7 +3797,7 @@ type GetFlowResponse struct {
 
 func (x *GetFlowResponse) Reset() {
 	*x = GetFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3809,7 @@ func (x *GetFlowResponse) String() string {
 func (*GetFlowResponse) ProtoMessage() {}
 
 func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3822,7 @@ func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GetFlowResponse) GetFlow() *Flow {
@@ -3222,7 +3843,7 @@ type WaitFlowRequest struct {
 
 func (x *WaitFlowRequest) Reset() {
 	*x = WaitFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3855,7 @@ func (x *WaitFlowRequest) String() string {
 func (*WaitFlowRequest) ProtoMessage() {}
 
 func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3868,7 @@ func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowRequest.ProtoReflect.Descriptor instead.
 func (*WaitFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *WaitFlowRequest) GetContextId() uint32 {
@@ -3280,7 +3901,7 @@ type WaitFlowResponse struct {
 
 func (x *WaitFlowResponse) Reset() {
 	*x = WaitFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +3913,7 @@ func (x *WaitFlowResponse) String() string {
 func (*WaitFlowResponse) ProtoMessage() {}
 
 func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +3926,7 @@ func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowResponse.ProtoReflect.Descriptor instead.
 func (*WaitFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *WaitFlowResponse) GetFlow() *Flow {
@@ -3327,7 +3948,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3339,7 +3960,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3352,7 +3973,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListFlowsRequest) GetContextId() uint32 {
@@ -3393,7 +4014,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3405,7 +4026,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3418,7 +4039,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -3448,7 +4069,7 @@ type StartFlowRequest struct {
 
 func (x *StartFlowRequest) Reset() {
 	*x = StartFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3460,7 +4081,7 @@ func (x *StartFlowRequest) String() string {
 func (*StartFlowRequest) ProtoMessage() {}
 
 func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3473,7 +4094,7 @@ func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowRequest.ProtoReflect.Descriptor instead.
 func (*StartFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *StartFlowRequest) GetContextId() uint32 {
@@ -3513,7 +4134,7 @@ type StartFlowResponse struct {
 
 func (x *StartFlowResponse) Reset() {
 	*x = StartFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3525,7 +4146,7 @@ func (x *StartFlowResponse) String() string {
 func (*StartFlowResponse) ProtoMessage() {}
 
 func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3538,7 +4159,7 @@ func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowResponse.ProtoReflect.Descriptor instead.
 func (*StartFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *StartFlowResponse) GetFlow() *Flow {
@@ -3560,7 +4181,7 @@ type GetFlowDagRequest struct {
 
 func (x *GetFlowDagRequest) Reset() {
 	*x = GetFlowDagRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3572,7 +4193,7 @@ func (x *GetFlowDagRequest) String() string {
 func (*GetFlowDagRequest) ProtoMessage() {}
 
 func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3585,7 +4206,7 @@ func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowDagRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetFlowDagRequest) GetContextId() uint32 {
@@ -3628,7 +4249,7 @@ type GetFlowDagResponse struct {
 
 func (x *GetFlowDagResponse) Reset() {
 	*x = GetFlowDagResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3640,7 +4261,7 @@ func (x *GetFlowDagResponse) String() string {
 func (*GetFlowDagResponse) ProtoMessage() {}
 
 func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3653,7 +4274,7 @@ func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowDagResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetFlowDagResponse) GetFlow() *Flow {
@@ -3700,7 +4321,7 @@ type FlowCounts struct {
 
 func (x *FlowCounts) Reset() {
 	*x = FlowCounts{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3712,7 +4333,7 @@ func (x *FlowCounts) String() string {
 func (*FlowCounts) ProtoMessage() {}
 
 func (x *FlowCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3725,7 +4346,7 @@ func (x *FlowCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowCounts.ProtoReflect.Descriptor instead.
 func (*FlowCounts) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *FlowCounts) GetStarted() bool {
@@ -3787,7 +4408,7 @@ type CancelFlowRequest struct {
 
 func (x *CancelFlowRequest) Reset() {
 	*x = CancelFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3799,7 +4420,7 @@ func (x *CancelFlowRequest) String() string {
 func (*CancelFlowRequest) ProtoMessage() {}
 
 func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3812,7 +4433,7 @@ func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowRequest.ProtoReflect.Descriptor instead.
 func (*CancelFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *CancelFlowRequest) GetContextId() uint32 {
@@ -3838,7 +4459,7 @@ type CancelFlowResponse struct {
 
 func (x *CancelFlowResponse) Reset() {
 	*x = CancelFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3850,7 +4471,7 @@ func (x *CancelFlowResponse) String() string {
 func (*CancelFlowResponse) ProtoMessage() {}
 
 func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3863,7 +4484,7 @@ func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowResponse.ProtoReflect.Descriptor instead.
 func (*CancelFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CancelFlowResponse) GetFlow() *Flow {
@@ -3883,7 +4504,7 @@ type RetryFlowRequest struct {
 
 func (x *RetryFlowRequest) Reset() {
 	*x = RetryFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3895,7 +4516,7 @@ func (x *RetryFlowRequest) String() string {
 func (*RetryFlowRequest) ProtoMessage() {}
 
 func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3908,7 +4529,7 @@ func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowRequest.ProtoReflect.Descriptor instead.
 func (*RetryFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RetryFlowRequest) GetContextId() uint32 {
@@ -3934,7 +4555,7 @@ type RetryFlowResponse struct {
 
 func (x *RetryFlowResponse) Reset() {
 	*x = RetryFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3946,7 +4567,7 @@ func (x *RetryFlowResponse) String() string {
 func (*RetryFlowResponse) ProtoMessage() {}
 
 func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3959,7 +4580,7 @@ func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowResponse.ProtoReflect.Descriptor instead.
 func (*RetryFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RetryFlowResponse) GetFlow() *Flow {
@@ -3985,7 +4606,7 @@ type DLQEntry struct {
 
 func (x *DLQEntry) Reset() {
 	*x = DLQEntry{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4618,7 @@ func (x *DLQEntry) String() string {
 func (*DLQEntry) ProtoMessage() {}
 
 func (x *DLQEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4631,7 @@ func (x *DLQEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DLQEntry.ProtoReflect.Descriptor instead.
 func (*DLQEntry) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DLQEntry) GetCallerId() uint32 {
@@ -4080,7 +4701,7 @@ type ListDLQRequest struct {
 
 func (x *ListDLQRequest) Reset() {
 	*x = ListDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4092,7 +4713,7 @@ func (x *ListDLQRequest) String() string {
 func (*ListDLQRequest) ProtoMessage() {}
 
 func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4105,7 +4726,7 @@ func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQRequest.ProtoReflect.Descriptor instead.
 func (*ListDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListDLQRequest) GetContextId() uint32 {
@@ -4139,7 +4760,7 @@ type ListDLQResponse struct {
 
 func (x *ListDLQResponse) Reset() {
 	*x = ListDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4151,7 +4772,7 @@ func (x *ListDLQResponse) String() string {
 func (*ListDLQResponse) ProtoMessage() {}
 
 func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4164,7 +4785,7 @@ func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQResponse.ProtoReflect.Descriptor instead.
 func (*ListDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListDLQResponse) GetEntries() []*DLQEntry {
@@ -4192,7 +4813,7 @@ type ShowDLQRequest struct {
 
 func (x *ShowDLQRequest) Reset() {
 	*x = ShowDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4204,7 +4825,7 @@ func (x *ShowDLQRequest) String() string {
 func (*ShowDLQRequest) ProtoMessage() {}
 
 func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4217,7 +4838,7 @@ func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQRequest.ProtoReflect.Descriptor instead.
 func (*ShowDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ShowDLQRequest) GetContextId() uint32 {
@@ -4251,7 +4872,7 @@ type ShowDLQResponse struct {
 
 func (x *ShowDLQResponse) Reset() {
 	*x = ShowDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4263,7 +4884,7 @@ func (x *ShowDLQResponse) String() string {
 func (*ShowDLQResponse) ProtoMessage() {}
 
 func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4276,7 +4897,7 @@ func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQResponse.ProtoReflect.Descriptor instead.
 func (*ShowDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ShowDLQResponse) GetEntry() *DLQEntry {
@@ -4304,7 +4925,7 @@ type RequeueDLQRequest struct {
 
 func (x *RequeueDLQRequest) Reset() {
 	*x = RequeueDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4316,7 +4937,7 @@ func (x *RequeueDLQRequest) String() string {
 func (*RequeueDLQRequest) ProtoMessage() {}
 
 func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4329,7 +4950,7 @@ func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{77}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *RequeueDLQRequest) GetContextId() uint32 {
@@ -4362,7 +4983,7 @@ type RequeueDLQResponse struct {
 
 func (x *RequeueDLQResponse) Reset() {
 	*x = RequeueDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4374,7 +4995,7 @@ func (x *RequeueDLQResponse) String() string {
 func (*RequeueDLQResponse) ProtoMessage() {}
 
 func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4387,7 +5008,7 @@ func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{78}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *RequeueDLQResponse) GetJob() *Job {
@@ -4408,7 +5029,7 @@ type PurgeDLQRequest struct {
 
 func (x *PurgeDLQRequest) Reset() {
 	*x = PurgeDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4420,7 +5041,7 @@ func (x *PurgeDLQRequest) String() string {
 func (*PurgeDLQRequest) ProtoMessage() {}
 
 func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4433,7 +5054,7 @@ func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{79}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *PurgeDLQRequest) GetContextId() uint32 {
@@ -4466,7 +5087,7 @@ type PurgeDLQResponse struct {
 
 func (x *PurgeDLQResponse) Reset() {
 	*x = PurgeDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4478,7 +5099,7 @@ func (x *PurgeDLQResponse) String() string {
 func (*PurgeDLQResponse) ProtoMessage() {}
 
 func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4491,7 +5112,7 @@ func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{80}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *PurgeDLQResponse) GetPurged() int64 {
@@ -4513,7 +5134,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4525,7 +5146,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4538,7 +5159,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{81}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *DeleteJobRequest) GetContextId() uint32 {
@@ -4580,7 +5201,7 @@ type DeleteFlowRequest struct {
 
 func (x *DeleteFlowRequest) Reset() {
 	*x = DeleteFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4592,7 +5213,7 @@ func (x *DeleteFlowRequest) String() string {
 func (*DeleteFlowRequest) ProtoMessage() {}
 
 func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4605,7 +5226,7 @@ func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFlowRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{82}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *DeleteFlowRequest) GetContextId() uint32 {
@@ -4640,7 +5261,7 @@ type DeleteRunnerRequest struct {
 
 func (x *DeleteRunnerRequest) Reset() {
 	*x = DeleteRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4652,7 +5273,7 @@ func (x *DeleteRunnerRequest) String() string {
 func (*DeleteRunnerRequest) ProtoMessage() {}
 
 func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4665,7 +5286,7 @@ func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunnerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{83}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *DeleteRunnerRequest) GetContextId() uint32 {
@@ -4699,7 +5320,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4711,7 +5332,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4724,7 +5345,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{84}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *DeleteContextRequest) GetId() uint32 {
@@ -4750,7 +5371,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4762,7 +5383,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4775,7 +5396,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{85}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -4795,7 +5416,7 @@ type CreateMessageRequest struct {
 
 func (x *CreateMessageRequest) Reset() {
 	*x = CreateMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4807,7 +5428,7 @@ func (x *CreateMessageRequest) String() string {
 func (*CreateMessageRequest) ProtoMessage() {}
 
 func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4820,7 +5441,7 @@ func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageRequest.ProtoReflect.Descriptor instead.
 func (*CreateMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{86}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *CreateMessageRequest) GetContextId() uint32 {
@@ -4846,7 +5467,7 @@ type CreateMessageResponse struct {
 
 func (x *CreateMessageResponse) Reset() {
 	*x = CreateMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4858,7 +5479,7 @@ func (x *CreateMessageResponse) String() string {
 func (*CreateMessageResponse) ProtoMessage() {}
 
 func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4871,7 +5492,7 @@ func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageResponse.ProtoReflect.Descriptor instead.
 func (*CreateMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{87}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *CreateMessageResponse) GetMessage() *Message {
@@ -4892,7 +5513,7 @@ type GetMessageRequest struct {
 
 func (x *GetMessageRequest) Reset() {
 	*x = GetMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4904,7 +5525,7 @@ func (x *GetMessageRequest) String() string {
 func (*GetMessageRequest) ProtoMessage() {}
 
 func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4917,7 +5538,7 @@ func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{88}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *GetMessageRequest) GetContextId() uint32 {
@@ -4950,7 +5571,7 @@ type GetMessageResponse struct {
 
 func (x *GetMessageResponse) Reset() {
 	*x = GetMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[89]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4962,7 +5583,7 @@ func (x *GetMessageResponse) String() string {
 func (*GetMessageResponse) ProtoMessage() {}
 
 func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[89]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4975,7 +5596,7 @@ func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageResponse.ProtoReflect.Descriptor instead.
 func (*GetMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{89}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *GetMessageResponse) GetMessage() *Message {
@@ -4999,7 +5620,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[90]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5011,7 +5632,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[90]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5024,7 +5645,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{90}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *WatchRequest) GetContextId() uint32 {
@@ -5064,7 +5685,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[91]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5076,7 +5697,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[91]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5089,7 +5710,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{91}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -5111,7 +5732,7 @@ type ReadEventsRequest struct {
 
 func (x *ReadEventsRequest) Reset() {
 	*x = ReadEventsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[92]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5123,7 +5744,7 @@ func (x *ReadEventsRequest) String() string {
 func (*ReadEventsRequest) ProtoMessage() {}
 
 func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[92]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5136,7 +5757,7 @@ func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReadEventsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{92}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ReadEventsRequest) GetContextId() uint32 {
@@ -5177,7 +5798,7 @@ type ReadEventsResponse struct {
 
 func (x *ReadEventsResponse) Reset() {
 	*x = ReadEventsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[93]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5189,7 +5810,7 @@ func (x *ReadEventsResponse) String() string {
 func (*ReadEventsResponse) ProtoMessage() {}
 
 func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[93]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5202,7 +5823,7 @@ func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReadEventsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{93}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *ReadEventsResponse) GetEvents() []*Event {
@@ -5223,7 +5844,66 @@ var File_hero_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x19hero/v1/coordinator.proto\x12\ahero.v1\x1a\x13hero/v1/types.proto\":\n" +
+	"\x19hero/v1/coordinator.proto\x12\ahero.v1\x1a\x13hero/v1/types.proto\"l\n" +
+	"\fScheduleSpec\x12\x12\n" +
+	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x14\n" +
+	"\x05every\x18\x02 \x01(\tR\x05every\x12\x1a\n" +
+	"\btimezone\x18\x03 \x01(\tR\btimezone\x12\x16\n" +
+	"\x06jitter\x18\x04 \x01(\tR\x06jitter\"\x9c\x04\n" +
+	"\bSchedule\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x02 \x01(\rR\tcontextId\x12\x1b\n" +
+	"\tcaller_id\x18\x03 \x01(\rR\bcallerId\x12)\n" +
+	"\x04spec\x18\x04 \x01(\v2\x15.hero.v1.ScheduleSpecR\x04spec\x12\x1e\n" +
+	"\x03job\x18\x05 \x01(\v2\f.hero.v1.JobR\x03job\x12\x18\n" +
+	"\aoverlap\x18\x06 \x01(\tR\aoverlap\x12%\n" +
+	"\x0ecatchup_window\x18\a \x01(\tR\rcatchupWindow\x12\x16\n" +
+	"\x06paused\x18\b \x01(\bR\x06paused\x12\x12\n" +
+	"\x04note\x18\t \x01(\tR\x04note\x12 \n" +
+	"\fnext_tick_ms\x18\n" +
+	" \x01(\x03R\n" +
+	"nextTickMs\x12 \n" +
+	"\flast_tick_ms\x18\v \x01(\x03R\n" +
+	"lastTickMs\x12\x19\n" +
+	"\blast_run\x18\f \x01(\tR\alastRun\x12\x14\n" +
+	"\x05fired\x18\r \x01(\x03R\x05fired\x12\x18\n" +
+	"\askipped\x18\x0e \x01(\x03R\askipped\x12\x16\n" +
+	"\x06missed\x18\x0f \x01(\x03R\x06missed\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x10 \x01(\tR\tlastError\x12\"\n" +
+	"\rcreated_at_ms\x18\x11 \x01(\x03R\vcreatedAtMs\x12\"\n" +
+	"\rupdated_at_ms\x18\x12 \x01(\x03R\vupdatedAtMs\"\x90\x02\n" +
+	"\x0fScheduleRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12)\n" +
+	"\x04spec\x18\x03 \x01(\v2\x15.hero.v1.ScheduleSpecR\x04spec\x12\x1e\n" +
+	"\x03job\x18\x04 \x01(\v2\f.hero.v1.JobR\x03job\x12\x18\n" +
+	"\aoverlap\x18\x05 \x01(\tR\aoverlap\x12*\n" +
+	"\x0ecatchup_window\x18\x06 \x01(\tH\x00R\rcatchupWindow\x88\x01\x01\x12\x16\n" +
+	"\x06paused\x18\a \x01(\bR\x06paused\x12\x12\n" +
+	"\x04note\x18\b \x01(\tR\x04noteB\x11\n" +
+	"\x0f_catchup_window\"P\n" +
+	"\vScheduleRef\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"5\n" +
+	"\x14ListSchedulesRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\rR\tcontextId\"@\n" +
+	"\x15ListSchedulesResponse\x12'\n" +
+	"\x05items\x18\x01 \x03(\v2\x11.hero.v1.ScheduleR\x05items\"l\n" +
+	"\x17BackfillScheduleRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\tR\x02to\"J\n" +
+	"\x18BackfillScheduleResponse\x12\x12\n" +
+	"\x04runs\x18\x01 \x01(\rR\x04runs\x12\x1a\n" +
+	"\bexisting\x18\x02 \x01(\rR\bexisting\":\n" +
 	"\x12CreateActorRequest\x12$\n" +
 	"\x05actor\x18\x01 \x01(\v2\x0e.hero.v1.ActorR\x05actor\";\n" +
 	"\x13CreateActorResponse\x12$\n" +
@@ -5592,7 +6272,7 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\aflow_id\x18\x04 \x01(\rR\x06flowId\"`\n" +
 	"\x12ReadEventsResponse\x12&\n" +
 	"\x06events\x18\x01 \x03(\v2\x0e.hero.v1.EventR\x06events\x12\"\n" +
-	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xd9\x19\n" +
+	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xb3\x1e\n" +
 	"\vCoordinator\x12H\n" +
 	"\vCreateActor\x12\x1b.hero.v1.CreateActorRequest\x1a\x1c.hero.v1.CreateActorResponse\x12?\n" +
 	"\bGetActor\x12\x18.hero.v1.GetActorRequest\x1a\x19.hero.v1.GetActorResponse\x12H\n" +
@@ -5650,7 +6330,16 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"GetMessage\x12\x1a.hero.v1.GetMessageRequest\x1a\x1b.hero.v1.GetMessageResponse\x128\n" +
 	"\x05Watch\x12\x15.hero.v1.WatchRequest\x1a\x16.hero.v1.WatchResponse0\x01\x12E\n" +
 	"\n" +
-	"ReadEvents\x12\x1a.hero.v1.ReadEventsRequest\x1a\x1b.hero.v1.ReadEventsResponseB7Z5github.com/hero-coordinator/hero/proto/hero/v1;herov1b\x06proto3"
+	"ReadEvents\x12\x1a.hero.v1.ReadEventsRequest\x1a\x1b.hero.v1.ReadEventsResponse\x12=\n" +
+	"\x0eCreateSchedule\x12\x18.hero.v1.ScheduleRequest\x1a\x11.hero.v1.Schedule\x12=\n" +
+	"\x0eUpdateSchedule\x12\x18.hero.v1.ScheduleRequest\x1a\x11.hero.v1.Schedule\x126\n" +
+	"\vGetSchedule\x12\x14.hero.v1.ScheduleRef\x1a\x11.hero.v1.Schedule\x12N\n" +
+	"\rListSchedules\x12\x1d.hero.v1.ListSchedulesRequest\x1a\x1e.hero.v1.ListSchedulesResponse\x128\n" +
+	"\rPauseSchedule\x12\x14.hero.v1.ScheduleRef\x1a\x11.hero.v1.Schedule\x129\n" +
+	"\x0eResumeSchedule\x12\x14.hero.v1.ScheduleRef\x1a\x11.hero.v1.Schedule\x12?\n" +
+	"\x0eDeleteSchedule\x12\x14.hero.v1.ScheduleRef\x1a\x17.hero.v1.DeleteResponse\x12C\n" +
+	"\x0fTriggerSchedule\x12\x14.hero.v1.ScheduleRef\x1a\x1a.hero.v1.SubmitJobResponse\x12W\n" +
+	"\x10BackfillSchedule\x12 .hero.v1.BackfillScheduleRequest\x1a!.hero.v1.BackfillScheduleResponseB7Z5github.com/hero-coordinator/hero/proto/hero/v1;herov1b\x06proto3"
 
 var (
 	file_hero_v1_coordinator_proto_rawDescOnce sync.Once
@@ -5664,272 +6353,303 @@ func file_hero_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_hero_v1_coordinator_proto_rawDescData
 }
 
-var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 94)
+var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
 var file_hero_v1_coordinator_proto_goTypes = []any{
-	(*CreateActorRequest)(nil),           // 0: hero.v1.CreateActorRequest
-	(*CreateActorResponse)(nil),          // 1: hero.v1.CreateActorResponse
-	(*GetActorRequest)(nil),              // 2: hero.v1.GetActorRequest
-	(*GetActorResponse)(nil),             // 3: hero.v1.GetActorResponse
-	(*UpdateActorRequest)(nil),           // 4: hero.v1.UpdateActorRequest
-	(*UpdateActorResponse)(nil),          // 5: hero.v1.UpdateActorResponse
-	(*OperatorSecret)(nil),               // 6: hero.v1.OperatorSecret
-	(*ListOperatorSecretsRequest)(nil),   // 7: hero.v1.ListOperatorSecretsRequest
-	(*ListOperatorSecretsResponse)(nil),  // 8: hero.v1.ListOperatorSecretsResponse
-	(*CreateOperatorSecretRequest)(nil),  // 9: hero.v1.CreateOperatorSecretRequest
-	(*CreateOperatorSecretResponse)(nil), // 10: hero.v1.CreateOperatorSecretResponse
-	(*RevokeOperatorSecretRequest)(nil),  // 11: hero.v1.RevokeOperatorSecretRequest
-	(*RevokeOperatorSecretResponse)(nil), // 12: hero.v1.RevokeOperatorSecretResponse
-	(*CreateContextRequest)(nil),         // 13: hero.v1.CreateContextRequest
-	(*CreateContextResponse)(nil),        // 14: hero.v1.CreateContextResponse
-	(*GetContextRequest)(nil),            // 15: hero.v1.GetContextRequest
-	(*GetContextResponse)(nil),           // 16: hero.v1.GetContextResponse
-	(*UpdateContextRequest)(nil),         // 17: hero.v1.UpdateContextRequest
-	(*UpdateContextResponse)(nil),        // 18: hero.v1.UpdateContextResponse
-	(*IdList)(nil),                       // 19: hero.v1.IdList
-	(*StringList)(nil),                   // 20: hero.v1.StringList
-	(*CreateRunnerRequest)(nil),          // 21: hero.v1.CreateRunnerRequest
-	(*CreateRunnerResponse)(nil),         // 22: hero.v1.CreateRunnerResponse
-	(*GetRunnerRequest)(nil),             // 23: hero.v1.GetRunnerRequest
-	(*GetRunnerResponse)(nil),            // 24: hero.v1.GetRunnerResponse
-	(*ListRunnersRequest)(nil),           // 25: hero.v1.ListRunnersRequest
-	(*ListRunnersResponse)(nil),          // 26: hero.v1.ListRunnersResponse
-	(*CreateJobRequest)(nil),             // 27: hero.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),            // 28: hero.v1.CreateJobResponse
-	(*CreateJobsRequest)(nil),            // 29: hero.v1.CreateJobsRequest
-	(*CreateJobsItem)(nil),               // 30: hero.v1.CreateJobsItem
-	(*CreateJobsResponse)(nil),           // 31: hero.v1.CreateJobsResponse
-	(*ItemError)(nil),                    // 32: hero.v1.ItemError
-	(*GetJobRequest)(nil),                // 33: hero.v1.GetJobRequest
-	(*GetJobResponse)(nil),               // 34: hero.v1.GetJobResponse
-	(*ListJobsRequest)(nil),              // 35: hero.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),             // 36: hero.v1.ListJobsResponse
-	(*RunJobRequest)(nil),                // 37: hero.v1.RunJobRequest
-	(*RunJobResponse)(nil),               // 38: hero.v1.RunJobResponse
-	(*SubmitJobRequest)(nil),             // 39: hero.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),            // 40: hero.v1.SubmitJobResponse
-	(*SubmitJobItem)(nil),                // 41: hero.v1.SubmitJobItem
-	(*SubmitJobsRequest)(nil),            // 42: hero.v1.SubmitJobsRequest
-	(*SubmitJobsResponse)(nil),           // 43: hero.v1.SubmitJobsResponse
-	(*SubmitJobStreamRequest)(nil),       // 44: hero.v1.SubmitJobStreamRequest
-	(*SubmitJobStreamResponse)(nil),      // 45: hero.v1.SubmitJobStreamResponse
-	(*StreamError)(nil),                  // 46: hero.v1.StreamError
-	(*StopJobRequest)(nil),               // 47: hero.v1.StopJobRequest
-	(*StopJobResponse)(nil),              // 48: hero.v1.StopJobResponse
-	(*GetJobLogsRequest)(nil),            // 49: hero.v1.GetJobLogsRequest
-	(*GetJobLogsResponse)(nil),           // 50: hero.v1.GetJobLogsResponse
-	(*CreateFlowRequest)(nil),            // 51: hero.v1.CreateFlowRequest
-	(*CreateFlowResponse)(nil),           // 52: hero.v1.CreateFlowResponse
-	(*BeginFlowRequest)(nil),             // 53: hero.v1.BeginFlowRequest
-	(*BeginFlowResponse)(nil),            // 54: hero.v1.BeginFlowResponse
-	(*AbortFlowRequest)(nil),             // 55: hero.v1.AbortFlowRequest
-	(*AbortFlowResponse)(nil),            // 56: hero.v1.AbortFlowResponse
-	(*GetFlowRequest)(nil),               // 57: hero.v1.GetFlowRequest
-	(*GetFlowResponse)(nil),              // 58: hero.v1.GetFlowResponse
-	(*WaitFlowRequest)(nil),              // 59: hero.v1.WaitFlowRequest
-	(*WaitFlowResponse)(nil),             // 60: hero.v1.WaitFlowResponse
-	(*ListFlowsRequest)(nil),             // 61: hero.v1.ListFlowsRequest
-	(*ListFlowsResponse)(nil),            // 62: hero.v1.ListFlowsResponse
-	(*StartFlowRequest)(nil),             // 63: hero.v1.StartFlowRequest
-	(*StartFlowResponse)(nil),            // 64: hero.v1.StartFlowResponse
-	(*GetFlowDagRequest)(nil),            // 65: hero.v1.GetFlowDagRequest
-	(*GetFlowDagResponse)(nil),           // 66: hero.v1.GetFlowDagResponse
-	(*FlowCounts)(nil),                   // 67: hero.v1.FlowCounts
-	(*CancelFlowRequest)(nil),            // 68: hero.v1.CancelFlowRequest
-	(*CancelFlowResponse)(nil),           // 69: hero.v1.CancelFlowResponse
-	(*RetryFlowRequest)(nil),             // 70: hero.v1.RetryFlowRequest
-	(*RetryFlowResponse)(nil),            // 71: hero.v1.RetryFlowResponse
-	(*DLQEntry)(nil),                     // 72: hero.v1.DLQEntry
-	(*ListDLQRequest)(nil),               // 73: hero.v1.ListDLQRequest
-	(*ListDLQResponse)(nil),              // 74: hero.v1.ListDLQResponse
-	(*ShowDLQRequest)(nil),               // 75: hero.v1.ShowDLQRequest
-	(*ShowDLQResponse)(nil),              // 76: hero.v1.ShowDLQResponse
-	(*RequeueDLQRequest)(nil),            // 77: hero.v1.RequeueDLQRequest
-	(*RequeueDLQResponse)(nil),           // 78: hero.v1.RequeueDLQResponse
-	(*PurgeDLQRequest)(nil),              // 79: hero.v1.PurgeDLQRequest
-	(*PurgeDLQResponse)(nil),             // 80: hero.v1.PurgeDLQResponse
-	(*DeleteJobRequest)(nil),             // 81: hero.v1.DeleteJobRequest
-	(*DeleteFlowRequest)(nil),            // 82: hero.v1.DeleteFlowRequest
-	(*DeleteRunnerRequest)(nil),          // 83: hero.v1.DeleteRunnerRequest
-	(*DeleteContextRequest)(nil),         // 84: hero.v1.DeleteContextRequest
-	(*DeleteResponse)(nil),               // 85: hero.v1.DeleteResponse
-	(*CreateMessageRequest)(nil),         // 86: hero.v1.CreateMessageRequest
-	(*CreateMessageResponse)(nil),        // 87: hero.v1.CreateMessageResponse
-	(*GetMessageRequest)(nil),            // 88: hero.v1.GetMessageRequest
-	(*GetMessageResponse)(nil),           // 89: hero.v1.GetMessageResponse
-	(*WatchRequest)(nil),                 // 90: hero.v1.WatchRequest
-	(*WatchResponse)(nil),                // 91: hero.v1.WatchResponse
-	(*ReadEventsRequest)(nil),            // 92: hero.v1.ReadEventsRequest
-	(*ReadEventsResponse)(nil),           // 93: hero.v1.ReadEventsResponse
-	(*Actor)(nil),                        // 94: hero.v1.Actor
-	(*Context)(nil),                      // 95: hero.v1.Context
-	(*JobLimits)(nil),                    // 96: hero.v1.JobLimits
-	(*Runner)(nil),                       // 97: hero.v1.Runner
-	(*Job)(nil),                          // 98: hero.v1.Job
-	(*Flow)(nil),                         // 99: hero.v1.Flow
-	(*DagNode)(nil),                      // 100: hero.v1.DagNode
-	(*Message)(nil),                      // 101: hero.v1.Message
-	(*Event)(nil),                        // 102: hero.v1.Event
+	(*ScheduleSpec)(nil),                 // 0: hero.v1.ScheduleSpec
+	(*Schedule)(nil),                     // 1: hero.v1.Schedule
+	(*ScheduleRequest)(nil),              // 2: hero.v1.ScheduleRequest
+	(*ScheduleRef)(nil),                  // 3: hero.v1.ScheduleRef
+	(*ListSchedulesRequest)(nil),         // 4: hero.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),        // 5: hero.v1.ListSchedulesResponse
+	(*BackfillScheduleRequest)(nil),      // 6: hero.v1.BackfillScheduleRequest
+	(*BackfillScheduleResponse)(nil),     // 7: hero.v1.BackfillScheduleResponse
+	(*CreateActorRequest)(nil),           // 8: hero.v1.CreateActorRequest
+	(*CreateActorResponse)(nil),          // 9: hero.v1.CreateActorResponse
+	(*GetActorRequest)(nil),              // 10: hero.v1.GetActorRequest
+	(*GetActorResponse)(nil),             // 11: hero.v1.GetActorResponse
+	(*UpdateActorRequest)(nil),           // 12: hero.v1.UpdateActorRequest
+	(*UpdateActorResponse)(nil),          // 13: hero.v1.UpdateActorResponse
+	(*OperatorSecret)(nil),               // 14: hero.v1.OperatorSecret
+	(*ListOperatorSecretsRequest)(nil),   // 15: hero.v1.ListOperatorSecretsRequest
+	(*ListOperatorSecretsResponse)(nil),  // 16: hero.v1.ListOperatorSecretsResponse
+	(*CreateOperatorSecretRequest)(nil),  // 17: hero.v1.CreateOperatorSecretRequest
+	(*CreateOperatorSecretResponse)(nil), // 18: hero.v1.CreateOperatorSecretResponse
+	(*RevokeOperatorSecretRequest)(nil),  // 19: hero.v1.RevokeOperatorSecretRequest
+	(*RevokeOperatorSecretResponse)(nil), // 20: hero.v1.RevokeOperatorSecretResponse
+	(*CreateContextRequest)(nil),         // 21: hero.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),        // 22: hero.v1.CreateContextResponse
+	(*GetContextRequest)(nil),            // 23: hero.v1.GetContextRequest
+	(*GetContextResponse)(nil),           // 24: hero.v1.GetContextResponse
+	(*UpdateContextRequest)(nil),         // 25: hero.v1.UpdateContextRequest
+	(*UpdateContextResponse)(nil),        // 26: hero.v1.UpdateContextResponse
+	(*IdList)(nil),                       // 27: hero.v1.IdList
+	(*StringList)(nil),                   // 28: hero.v1.StringList
+	(*CreateRunnerRequest)(nil),          // 29: hero.v1.CreateRunnerRequest
+	(*CreateRunnerResponse)(nil),         // 30: hero.v1.CreateRunnerResponse
+	(*GetRunnerRequest)(nil),             // 31: hero.v1.GetRunnerRequest
+	(*GetRunnerResponse)(nil),            // 32: hero.v1.GetRunnerResponse
+	(*ListRunnersRequest)(nil),           // 33: hero.v1.ListRunnersRequest
+	(*ListRunnersResponse)(nil),          // 34: hero.v1.ListRunnersResponse
+	(*CreateJobRequest)(nil),             // 35: hero.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),            // 36: hero.v1.CreateJobResponse
+	(*CreateJobsRequest)(nil),            // 37: hero.v1.CreateJobsRequest
+	(*CreateJobsItem)(nil),               // 38: hero.v1.CreateJobsItem
+	(*CreateJobsResponse)(nil),           // 39: hero.v1.CreateJobsResponse
+	(*ItemError)(nil),                    // 40: hero.v1.ItemError
+	(*GetJobRequest)(nil),                // 41: hero.v1.GetJobRequest
+	(*GetJobResponse)(nil),               // 42: hero.v1.GetJobResponse
+	(*ListJobsRequest)(nil),              // 43: hero.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),             // 44: hero.v1.ListJobsResponse
+	(*RunJobRequest)(nil),                // 45: hero.v1.RunJobRequest
+	(*RunJobResponse)(nil),               // 46: hero.v1.RunJobResponse
+	(*SubmitJobRequest)(nil),             // 47: hero.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),            // 48: hero.v1.SubmitJobResponse
+	(*SubmitJobItem)(nil),                // 49: hero.v1.SubmitJobItem
+	(*SubmitJobsRequest)(nil),            // 50: hero.v1.SubmitJobsRequest
+	(*SubmitJobsResponse)(nil),           // 51: hero.v1.SubmitJobsResponse
+	(*SubmitJobStreamRequest)(nil),       // 52: hero.v1.SubmitJobStreamRequest
+	(*SubmitJobStreamResponse)(nil),      // 53: hero.v1.SubmitJobStreamResponse
+	(*StreamError)(nil),                  // 54: hero.v1.StreamError
+	(*StopJobRequest)(nil),               // 55: hero.v1.StopJobRequest
+	(*StopJobResponse)(nil),              // 56: hero.v1.StopJobResponse
+	(*GetJobLogsRequest)(nil),            // 57: hero.v1.GetJobLogsRequest
+	(*GetJobLogsResponse)(nil),           // 58: hero.v1.GetJobLogsResponse
+	(*CreateFlowRequest)(nil),            // 59: hero.v1.CreateFlowRequest
+	(*CreateFlowResponse)(nil),           // 60: hero.v1.CreateFlowResponse
+	(*BeginFlowRequest)(nil),             // 61: hero.v1.BeginFlowRequest
+	(*BeginFlowResponse)(nil),            // 62: hero.v1.BeginFlowResponse
+	(*AbortFlowRequest)(nil),             // 63: hero.v1.AbortFlowRequest
+	(*AbortFlowResponse)(nil),            // 64: hero.v1.AbortFlowResponse
+	(*GetFlowRequest)(nil),               // 65: hero.v1.GetFlowRequest
+	(*GetFlowResponse)(nil),              // 66: hero.v1.GetFlowResponse
+	(*WaitFlowRequest)(nil),              // 67: hero.v1.WaitFlowRequest
+	(*WaitFlowResponse)(nil),             // 68: hero.v1.WaitFlowResponse
+	(*ListFlowsRequest)(nil),             // 69: hero.v1.ListFlowsRequest
+	(*ListFlowsResponse)(nil),            // 70: hero.v1.ListFlowsResponse
+	(*StartFlowRequest)(nil),             // 71: hero.v1.StartFlowRequest
+	(*StartFlowResponse)(nil),            // 72: hero.v1.StartFlowResponse
+	(*GetFlowDagRequest)(nil),            // 73: hero.v1.GetFlowDagRequest
+	(*GetFlowDagResponse)(nil),           // 74: hero.v1.GetFlowDagResponse
+	(*FlowCounts)(nil),                   // 75: hero.v1.FlowCounts
+	(*CancelFlowRequest)(nil),            // 76: hero.v1.CancelFlowRequest
+	(*CancelFlowResponse)(nil),           // 77: hero.v1.CancelFlowResponse
+	(*RetryFlowRequest)(nil),             // 78: hero.v1.RetryFlowRequest
+	(*RetryFlowResponse)(nil),            // 79: hero.v1.RetryFlowResponse
+	(*DLQEntry)(nil),                     // 80: hero.v1.DLQEntry
+	(*ListDLQRequest)(nil),               // 81: hero.v1.ListDLQRequest
+	(*ListDLQResponse)(nil),              // 82: hero.v1.ListDLQResponse
+	(*ShowDLQRequest)(nil),               // 83: hero.v1.ShowDLQRequest
+	(*ShowDLQResponse)(nil),              // 84: hero.v1.ShowDLQResponse
+	(*RequeueDLQRequest)(nil),            // 85: hero.v1.RequeueDLQRequest
+	(*RequeueDLQResponse)(nil),           // 86: hero.v1.RequeueDLQResponse
+	(*PurgeDLQRequest)(nil),              // 87: hero.v1.PurgeDLQRequest
+	(*PurgeDLQResponse)(nil),             // 88: hero.v1.PurgeDLQResponse
+	(*DeleteJobRequest)(nil),             // 89: hero.v1.DeleteJobRequest
+	(*DeleteFlowRequest)(nil),            // 90: hero.v1.DeleteFlowRequest
+	(*DeleteRunnerRequest)(nil),          // 91: hero.v1.DeleteRunnerRequest
+	(*DeleteContextRequest)(nil),         // 92: hero.v1.DeleteContextRequest
+	(*DeleteResponse)(nil),               // 93: hero.v1.DeleteResponse
+	(*CreateMessageRequest)(nil),         // 94: hero.v1.CreateMessageRequest
+	(*CreateMessageResponse)(nil),        // 95: hero.v1.CreateMessageResponse
+	(*GetMessageRequest)(nil),            // 96: hero.v1.GetMessageRequest
+	(*GetMessageResponse)(nil),           // 97: hero.v1.GetMessageResponse
+	(*WatchRequest)(nil),                 // 98: hero.v1.WatchRequest
+	(*WatchResponse)(nil),                // 99: hero.v1.WatchResponse
+	(*ReadEventsRequest)(nil),            // 100: hero.v1.ReadEventsRequest
+	(*ReadEventsResponse)(nil),           // 101: hero.v1.ReadEventsResponse
+	(*Job)(nil),                          // 102: hero.v1.Job
+	(*Actor)(nil),                        // 103: hero.v1.Actor
+	(*Context)(nil),                      // 104: hero.v1.Context
+	(*JobLimits)(nil),                    // 105: hero.v1.JobLimits
+	(*Runner)(nil),                       // 106: hero.v1.Runner
+	(*Flow)(nil),                         // 107: hero.v1.Flow
+	(*DagNode)(nil),                      // 108: hero.v1.DagNode
+	(*Message)(nil),                      // 109: hero.v1.Message
+	(*Event)(nil),                        // 110: hero.v1.Event
 }
 var file_hero_v1_coordinator_proto_depIdxs = []int32{
-	94,  // 0: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
-	94,  // 1: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
-	94,  // 2: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
-	20,  // 3: hero.v1.UpdateActorRequest.address:type_name -> hero.v1.StringList
-	94,  // 4: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
-	6,   // 5: hero.v1.ListOperatorSecretsResponse.items:type_name -> hero.v1.OperatorSecret
-	6,   // 6: hero.v1.RevokeOperatorSecretResponse.secret:type_name -> hero.v1.OperatorSecret
-	95,  // 7: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
-	95,  // 8: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
-	95,  // 9: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
-	19,  // 10: hero.v1.UpdateContextRequest.admins:type_name -> hero.v1.IdList
-	19,  // 11: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
-	19,  // 12: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
-	20,  // 13: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
-	96,  // 14: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
-	96,  // 15: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
-	95,  // 16: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
-	97,  // 17: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
-	97,  // 18: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
-	97,  // 19: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
-	97,  // 20: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
-	98,  // 21: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
-	98,  // 22: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
-	98,  // 23: hero.v1.CreateJobsRequest.jobs:type_name -> hero.v1.Job
-	98,  // 24: hero.v1.CreateJobsItem.job:type_name -> hero.v1.Job
-	32,  // 25: hero.v1.CreateJobsItem.error:type_name -> hero.v1.ItemError
-	30,  // 26: hero.v1.CreateJobsResponse.items:type_name -> hero.v1.CreateJobsItem
-	98,  // 27: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
-	98,  // 28: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
-	98,  // 29: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
-	98,  // 30: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
-	98,  // 31: hero.v1.SubmitJobRequest.job:type_name -> hero.v1.Job
-	98,  // 32: hero.v1.SubmitJobResponse.job:type_name -> hero.v1.Job
-	98,  // 33: hero.v1.SubmitJobItem.job:type_name -> hero.v1.Job
-	41,  // 34: hero.v1.SubmitJobsRequest.jobs:type_name -> hero.v1.SubmitJobItem
-	40,  // 35: hero.v1.SubmitJobsResponse.items:type_name -> hero.v1.SubmitJobResponse
-	39,  // 36: hero.v1.SubmitJobStreamRequest.submit:type_name -> hero.v1.SubmitJobRequest
-	44,  // 37: hero.v1.SubmitJobStreamRequest.batch:type_name -> hero.v1.SubmitJobStreamRequest
-	40,  // 38: hero.v1.SubmitJobStreamResponse.submit:type_name -> hero.v1.SubmitJobResponse
-	46,  // 39: hero.v1.SubmitJobStreamResponse.error:type_name -> hero.v1.StreamError
-	45,  // 40: hero.v1.SubmitJobStreamResponse.batch:type_name -> hero.v1.SubmitJobStreamResponse
-	98,  // 41: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
-	99,  // 42: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
-	99,  // 43: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
-	99,  // 44: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
-	99,  // 45: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
-	99,  // 46: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
-	99,  // 47: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
-	99,  // 48: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
-	100, // 49: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
-	67,  // 50: hero.v1.GetFlowDagResponse.counts:type_name -> hero.v1.FlowCounts
-	99,  // 51: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
-	99,  // 52: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
-	72,  // 53: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
-	72,  // 54: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
-	98,  // 55: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
-	98,  // 56: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
-	101, // 57: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
-	101, // 58: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
-	101, // 59: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
-	102, // 60: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
-	102, // 61: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
-	0,   // 62: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
-	2,   // 63: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
-	4,   // 64: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
-	7,   // 65: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
-	9,   // 66: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
-	11,  // 67: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
-	13,  // 68: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
-	15,  // 69: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
-	17,  // 70: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
-	21,  // 71: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
-	23,  // 72: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
-	25,  // 73: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
-	27,  // 74: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
-	29,  // 75: hero.v1.Coordinator.CreateJobs:input_type -> hero.v1.CreateJobsRequest
-	29,  // 76: hero.v1.Coordinator.CheckJobs:input_type -> hero.v1.CreateJobsRequest
-	33,  // 77: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
-	35,  // 78: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
-	37,  // 79: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
-	39,  // 80: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
-	42,  // 81: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
-	44,  // 82: hero.v1.Coordinator.SubmitJobStream:input_type -> hero.v1.SubmitJobStreamRequest
-	47,  // 83: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
-	49,  // 84: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
-	51,  // 85: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
-	53,  // 86: hero.v1.Coordinator.BeginFlow:input_type -> hero.v1.BeginFlowRequest
-	55,  // 87: hero.v1.Coordinator.AbortFlow:input_type -> hero.v1.AbortFlowRequest
-	57,  // 88: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
-	61,  // 89: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
-	63,  // 90: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
-	65,  // 91: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
-	57,  // 92: hero.v1.Coordinator.GetFlowCounts:input_type -> hero.v1.GetFlowRequest
-	59,  // 93: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
-	68,  // 94: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
-	70,  // 95: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
-	73,  // 96: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
-	75,  // 97: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
-	77,  // 98: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
-	79,  // 99: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
-	81,  // 100: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
-	82,  // 101: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
-	83,  // 102: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
-	84,  // 103: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
-	86,  // 104: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
-	88,  // 105: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
-	90,  // 106: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
-	92,  // 107: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
-	1,   // 108: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
-	3,   // 109: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
-	5,   // 110: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
-	8,   // 111: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
-	10,  // 112: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
-	12,  // 113: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
-	14,  // 114: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
-	16,  // 115: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
-	18,  // 116: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
-	22,  // 117: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
-	24,  // 118: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
-	26,  // 119: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
-	28,  // 120: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
-	31,  // 121: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
-	31,  // 122: hero.v1.Coordinator.CheckJobs:output_type -> hero.v1.CreateJobsResponse
-	34,  // 123: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
-	36,  // 124: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
-	38,  // 125: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
-	40,  // 126: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
-	43,  // 127: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
-	45,  // 128: hero.v1.Coordinator.SubmitJobStream:output_type -> hero.v1.SubmitJobStreamResponse
-	48,  // 129: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
-	50,  // 130: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
-	52,  // 131: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
-	54,  // 132: hero.v1.Coordinator.BeginFlow:output_type -> hero.v1.BeginFlowResponse
-	56,  // 133: hero.v1.Coordinator.AbortFlow:output_type -> hero.v1.AbortFlowResponse
-	58,  // 134: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
-	62,  // 135: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
-	64,  // 136: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
-	66,  // 137: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
-	67,  // 138: hero.v1.Coordinator.GetFlowCounts:output_type -> hero.v1.FlowCounts
-	60,  // 139: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
-	69,  // 140: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
-	71,  // 141: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
-	74,  // 142: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
-	76,  // 143: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
-	78,  // 144: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
-	80,  // 145: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
-	85,  // 146: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
-	85,  // 147: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
-	85,  // 148: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
-	85,  // 149: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
-	87,  // 150: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
-	89,  // 151: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
-	91,  // 152: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
-	93,  // 153: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
-	108, // [108:154] is the sub-list for method output_type
-	62,  // [62:108] is the sub-list for method input_type
-	62,  // [62:62] is the sub-list for extension type_name
-	62,  // [62:62] is the sub-list for extension extendee
-	0,   // [0:62] is the sub-list for field type_name
+	0,   // 0: hero.v1.Schedule.spec:type_name -> hero.v1.ScheduleSpec
+	102, // 1: hero.v1.Schedule.job:type_name -> hero.v1.Job
+	0,   // 2: hero.v1.ScheduleRequest.spec:type_name -> hero.v1.ScheduleSpec
+	102, // 3: hero.v1.ScheduleRequest.job:type_name -> hero.v1.Job
+	1,   // 4: hero.v1.ListSchedulesResponse.items:type_name -> hero.v1.Schedule
+	103, // 5: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
+	103, // 6: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
+	103, // 7: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
+	28,  // 8: hero.v1.UpdateActorRequest.address:type_name -> hero.v1.StringList
+	103, // 9: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
+	14,  // 10: hero.v1.ListOperatorSecretsResponse.items:type_name -> hero.v1.OperatorSecret
+	14,  // 11: hero.v1.RevokeOperatorSecretResponse.secret:type_name -> hero.v1.OperatorSecret
+	104, // 12: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
+	104, // 13: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
+	104, // 14: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
+	27,  // 15: hero.v1.UpdateContextRequest.admins:type_name -> hero.v1.IdList
+	27,  // 16: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
+	27,  // 17: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
+	28,  // 18: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
+	105, // 19: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
+	105, // 20: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
+	104, // 21: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
+	106, // 22: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
+	106, // 23: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
+	106, // 24: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
+	106, // 25: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
+	102, // 26: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
+	102, // 27: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
+	102, // 28: hero.v1.CreateJobsRequest.jobs:type_name -> hero.v1.Job
+	102, // 29: hero.v1.CreateJobsItem.job:type_name -> hero.v1.Job
+	40,  // 30: hero.v1.CreateJobsItem.error:type_name -> hero.v1.ItemError
+	38,  // 31: hero.v1.CreateJobsResponse.items:type_name -> hero.v1.CreateJobsItem
+	102, // 32: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
+	102, // 33: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
+	102, // 34: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
+	102, // 35: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
+	102, // 36: hero.v1.SubmitJobRequest.job:type_name -> hero.v1.Job
+	102, // 37: hero.v1.SubmitJobResponse.job:type_name -> hero.v1.Job
+	102, // 38: hero.v1.SubmitJobItem.job:type_name -> hero.v1.Job
+	49,  // 39: hero.v1.SubmitJobsRequest.jobs:type_name -> hero.v1.SubmitJobItem
+	48,  // 40: hero.v1.SubmitJobsResponse.items:type_name -> hero.v1.SubmitJobResponse
+	47,  // 41: hero.v1.SubmitJobStreamRequest.submit:type_name -> hero.v1.SubmitJobRequest
+	52,  // 42: hero.v1.SubmitJobStreamRequest.batch:type_name -> hero.v1.SubmitJobStreamRequest
+	48,  // 43: hero.v1.SubmitJobStreamResponse.submit:type_name -> hero.v1.SubmitJobResponse
+	54,  // 44: hero.v1.SubmitJobStreamResponse.error:type_name -> hero.v1.StreamError
+	53,  // 45: hero.v1.SubmitJobStreamResponse.batch:type_name -> hero.v1.SubmitJobStreamResponse
+	102, // 46: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
+	107, // 47: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
+	107, // 48: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
+	107, // 49: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
+	107, // 50: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
+	107, // 51: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
+	107, // 52: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
+	107, // 53: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
+	108, // 54: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
+	75,  // 55: hero.v1.GetFlowDagResponse.counts:type_name -> hero.v1.FlowCounts
+	107, // 56: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
+	107, // 57: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
+	80,  // 58: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
+	80,  // 59: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
+	102, // 60: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
+	102, // 61: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
+	109, // 62: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
+	109, // 63: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
+	109, // 64: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
+	110, // 65: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
+	110, // 66: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
+	8,   // 67: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
+	10,  // 68: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
+	12,  // 69: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
+	15,  // 70: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
+	17,  // 71: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
+	19,  // 72: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
+	21,  // 73: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
+	23,  // 74: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
+	25,  // 75: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
+	29,  // 76: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
+	31,  // 77: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
+	33,  // 78: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
+	35,  // 79: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
+	37,  // 80: hero.v1.Coordinator.CreateJobs:input_type -> hero.v1.CreateJobsRequest
+	37,  // 81: hero.v1.Coordinator.CheckJobs:input_type -> hero.v1.CreateJobsRequest
+	41,  // 82: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
+	43,  // 83: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
+	45,  // 84: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
+	47,  // 85: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
+	50,  // 86: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
+	52,  // 87: hero.v1.Coordinator.SubmitJobStream:input_type -> hero.v1.SubmitJobStreamRequest
+	55,  // 88: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
+	57,  // 89: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
+	59,  // 90: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
+	61,  // 91: hero.v1.Coordinator.BeginFlow:input_type -> hero.v1.BeginFlowRequest
+	63,  // 92: hero.v1.Coordinator.AbortFlow:input_type -> hero.v1.AbortFlowRequest
+	65,  // 93: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
+	69,  // 94: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
+	71,  // 95: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
+	73,  // 96: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
+	65,  // 97: hero.v1.Coordinator.GetFlowCounts:input_type -> hero.v1.GetFlowRequest
+	67,  // 98: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
+	76,  // 99: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
+	78,  // 100: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
+	81,  // 101: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
+	83,  // 102: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
+	85,  // 103: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
+	87,  // 104: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
+	89,  // 105: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
+	90,  // 106: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
+	91,  // 107: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
+	92,  // 108: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
+	94,  // 109: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
+	96,  // 110: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
+	98,  // 111: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
+	100, // 112: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
+	2,   // 113: hero.v1.Coordinator.CreateSchedule:input_type -> hero.v1.ScheduleRequest
+	2,   // 114: hero.v1.Coordinator.UpdateSchedule:input_type -> hero.v1.ScheduleRequest
+	3,   // 115: hero.v1.Coordinator.GetSchedule:input_type -> hero.v1.ScheduleRef
+	4,   // 116: hero.v1.Coordinator.ListSchedules:input_type -> hero.v1.ListSchedulesRequest
+	3,   // 117: hero.v1.Coordinator.PauseSchedule:input_type -> hero.v1.ScheduleRef
+	3,   // 118: hero.v1.Coordinator.ResumeSchedule:input_type -> hero.v1.ScheduleRef
+	3,   // 119: hero.v1.Coordinator.DeleteSchedule:input_type -> hero.v1.ScheduleRef
+	3,   // 120: hero.v1.Coordinator.TriggerSchedule:input_type -> hero.v1.ScheduleRef
+	6,   // 121: hero.v1.Coordinator.BackfillSchedule:input_type -> hero.v1.BackfillScheduleRequest
+	9,   // 122: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
+	11,  // 123: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
+	13,  // 124: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
+	16,  // 125: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
+	18,  // 126: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
+	20,  // 127: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
+	22,  // 128: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
+	24,  // 129: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
+	26,  // 130: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
+	30,  // 131: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
+	32,  // 132: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
+	34,  // 133: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
+	36,  // 134: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
+	39,  // 135: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
+	39,  // 136: hero.v1.Coordinator.CheckJobs:output_type -> hero.v1.CreateJobsResponse
+	42,  // 137: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
+	44,  // 138: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
+	46,  // 139: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
+	48,  // 140: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
+	51,  // 141: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
+	53,  // 142: hero.v1.Coordinator.SubmitJobStream:output_type -> hero.v1.SubmitJobStreamResponse
+	56,  // 143: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
+	58,  // 144: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
+	60,  // 145: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
+	62,  // 146: hero.v1.Coordinator.BeginFlow:output_type -> hero.v1.BeginFlowResponse
+	64,  // 147: hero.v1.Coordinator.AbortFlow:output_type -> hero.v1.AbortFlowResponse
+	66,  // 148: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
+	70,  // 149: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
+	72,  // 150: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
+	74,  // 151: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
+	75,  // 152: hero.v1.Coordinator.GetFlowCounts:output_type -> hero.v1.FlowCounts
+	68,  // 153: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
+	77,  // 154: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
+	79,  // 155: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
+	82,  // 156: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
+	84,  // 157: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
+	86,  // 158: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
+	88,  // 159: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
+	93,  // 160: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
+	93,  // 161: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
+	93,  // 162: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
+	93,  // 163: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
+	95,  // 164: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
+	97,  // 165: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
+	99,  // 166: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
+	101, // 167: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
+	1,   // 168: hero.v1.Coordinator.CreateSchedule:output_type -> hero.v1.Schedule
+	1,   // 169: hero.v1.Coordinator.UpdateSchedule:output_type -> hero.v1.Schedule
+	1,   // 170: hero.v1.Coordinator.GetSchedule:output_type -> hero.v1.Schedule
+	5,   // 171: hero.v1.Coordinator.ListSchedules:output_type -> hero.v1.ListSchedulesResponse
+	1,   // 172: hero.v1.Coordinator.PauseSchedule:output_type -> hero.v1.Schedule
+	1,   // 173: hero.v1.Coordinator.ResumeSchedule:output_type -> hero.v1.Schedule
+	93,  // 174: hero.v1.Coordinator.DeleteSchedule:output_type -> hero.v1.DeleteResponse
+	48,  // 175: hero.v1.Coordinator.TriggerSchedule:output_type -> hero.v1.SubmitJobResponse
+	7,   // 176: hero.v1.Coordinator.BackfillSchedule:output_type -> hero.v1.BackfillScheduleResponse
+	122, // [122:177] is the sub-list for method output_type
+	67,  // [67:122] is the sub-list for method input_type
+	67,  // [67:67] is the sub-list for extension type_name
+	67,  // [67:67] is the sub-list for extension extendee
+	0,   // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_hero_v1_coordinator_proto_init() }
@@ -5938,15 +6658,16 @@ func file_hero_v1_coordinator_proto_init() {
 		return
 	}
 	file_hero_v1_types_proto_init()
-	file_hero_v1_coordinator_proto_msgTypes[4].OneofWrappers = []any{}
-	file_hero_v1_coordinator_proto_msgTypes[17].OneofWrappers = []any{}
+	file_hero_v1_coordinator_proto_msgTypes[2].OneofWrappers = []any{}
+	file_hero_v1_coordinator_proto_msgTypes[12].OneofWrappers = []any{}
+	file_hero_v1_coordinator_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hero_v1_coordinator_proto_rawDesc), len(file_hero_v1_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   94,
+			NumMessages:   102,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -65,6 +65,15 @@ const (
 	Coordinator_GetMessage_FullMethodName           = "/hero.v1.Coordinator/GetMessage"
 	Coordinator_Watch_FullMethodName                = "/hero.v1.Coordinator/Watch"
 	Coordinator_ReadEvents_FullMethodName           = "/hero.v1.Coordinator/ReadEvents"
+	Coordinator_CreateSchedule_FullMethodName       = "/hero.v1.Coordinator/CreateSchedule"
+	Coordinator_UpdateSchedule_FullMethodName       = "/hero.v1.Coordinator/UpdateSchedule"
+	Coordinator_GetSchedule_FullMethodName          = "/hero.v1.Coordinator/GetSchedule"
+	Coordinator_ListSchedules_FullMethodName        = "/hero.v1.Coordinator/ListSchedules"
+	Coordinator_PauseSchedule_FullMethodName        = "/hero.v1.Coordinator/PauseSchedule"
+	Coordinator_ResumeSchedule_FullMethodName       = "/hero.v1.Coordinator/ResumeSchedule"
+	Coordinator_DeleteSchedule_FullMethodName       = "/hero.v1.Coordinator/DeleteSchedule"
+	Coordinator_TriggerSchedule_FullMethodName      = "/hero.v1.Coordinator/TriggerSchedule"
+	Coordinator_BackfillSchedule_FullMethodName     = "/hero.v1.Coordinator/BackfillSchedule"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -159,6 +168,23 @@ type CoordinatorClient interface {
 	// "0" = from the start), optionally only one flow's events.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 	ReadEvents(ctx context.Context, in *ReadEventsRequest, opts ...grpc.CallOption) (*ReadEventsResponse, error)
+	// Schedules (docs/scheduling.md), as schedule.* on JSON-RPC: a schedule makes a run
+	// of its job (a job.submit as its creator's) on each tick of its spec.
+	// CreateSchedule and UpdateSchedule (only the fields set), DeleteSchedule and
+	// BackfillSchedule: admins; PauseSchedule, ResumeSchedule, TriggerSchedule:
+	// executors; GetSchedule, ListSchedules: readers.
+	CreateSchedule(ctx context.Context, in *ScheduleRequest, opts ...grpc.CallOption) (*Schedule, error)
+	UpdateSchedule(ctx context.Context, in *ScheduleRequest, opts ...grpc.CallOption) (*Schedule, error)
+	GetSchedule(ctx context.Context, in *ScheduleRef, opts ...grpc.CallOption) (*Schedule, error)
+	ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error)
+	PauseSchedule(ctx context.Context, in *ScheduleRef, opts ...grpc.CallOption) (*Schedule, error)
+	ResumeSchedule(ctx context.Context, in *ScheduleRef, opts ...grpc.CallOption) (*Schedule, error)
+	DeleteSchedule(ctx context.Context, in *ScheduleRef, opts ...grpc.CallOption) (*DeleteResponse, error)
+	// TriggerSchedule makes a run now, whatever the spec and the pause.
+	TriggerSchedule(ctx context.Context, in *ScheduleRef, opts ...grpc.CallOption) (*SubmitJobResponse, error)
+	// BackfillSchedule makes the runs of the ticks from `from` (included) to `to`
+	// (excluded), RFC 3339, at most 10,000; a tick whose run exists is not made again.
+	BackfillSchedule(ctx context.Context, in *BackfillScheduleRequest, opts ...grpc.CallOption) (*BackfillScheduleResponse, error)
 }
 
 type coordinatorClient struct {
@@ -641,6 +667,96 @@ func (c *coordinatorClient) ReadEvents(ctx context.Context, in *ReadEventsReques
 	return out, nil
 }
 
+func (c *coordinatorClient) CreateSchedule(ctx context.Context, in *ScheduleRequest, opts ...grpc.CallOption) (*Schedule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Schedule)
+	err := c.cc.Invoke(ctx, Coordinator_CreateSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) UpdateSchedule(ctx context.Context, in *ScheduleRequest, opts ...grpc.CallOption) (*Schedule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Schedule)
+	err := c.cc.Invoke(ctx, Coordinator_UpdateSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) GetSchedule(ctx context.Context, in *ScheduleRef, opts ...grpc.CallOption) (*Schedule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Schedule)
+	err := c.cc.Invoke(ctx, Coordinator_GetSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSchedulesResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ListSchedules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) PauseSchedule(ctx context.Context, in *ScheduleRef, opts ...grpc.CallOption) (*Schedule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Schedule)
+	err := c.cc.Invoke(ctx, Coordinator_PauseSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) ResumeSchedule(ctx context.Context, in *ScheduleRef, opts ...grpc.CallOption) (*Schedule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Schedule)
+	err := c.cc.Invoke(ctx, Coordinator_ResumeSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) DeleteSchedule(ctx context.Context, in *ScheduleRef, opts ...grpc.CallOption) (*DeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteResponse)
+	err := c.cc.Invoke(ctx, Coordinator_DeleteSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) TriggerSchedule(ctx context.Context, in *ScheduleRef, opts ...grpc.CallOption) (*SubmitJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitJobResponse)
+	err := c.cc.Invoke(ctx, Coordinator_TriggerSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) BackfillSchedule(ctx context.Context, in *BackfillScheduleRequest, opts ...grpc.CallOption) (*BackfillScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BackfillScheduleResponse)
+	err := c.cc.Invoke(ctx, Coordinator_BackfillSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -733,6 +849,23 @@ type CoordinatorServer interface {
 	// "0" = from the start), optionally only one flow's events.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	ReadEvents(context.Context, *ReadEventsRequest) (*ReadEventsResponse, error)
+	// Schedules (docs/scheduling.md), as schedule.* on JSON-RPC: a schedule makes a run
+	// of its job (a job.submit as its creator's) on each tick of its spec.
+	// CreateSchedule and UpdateSchedule (only the fields set), DeleteSchedule and
+	// BackfillSchedule: admins; PauseSchedule, ResumeSchedule, TriggerSchedule:
+	// executors; GetSchedule, ListSchedules: readers.
+	CreateSchedule(context.Context, *ScheduleRequest) (*Schedule, error)
+	UpdateSchedule(context.Context, *ScheduleRequest) (*Schedule, error)
+	GetSchedule(context.Context, *ScheduleRef) (*Schedule, error)
+	ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error)
+	PauseSchedule(context.Context, *ScheduleRef) (*Schedule, error)
+	ResumeSchedule(context.Context, *ScheduleRef) (*Schedule, error)
+	DeleteSchedule(context.Context, *ScheduleRef) (*DeleteResponse, error)
+	// TriggerSchedule makes a run now, whatever the spec and the pause.
+	TriggerSchedule(context.Context, *ScheduleRef) (*SubmitJobResponse, error)
+	// BackfillSchedule makes the runs of the ticks from `from` (included) to `to`
+	// (excluded), RFC 3339, at most 10,000; a tick whose run exists is not made again.
+	BackfillSchedule(context.Context, *BackfillScheduleRequest) (*BackfillScheduleResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -880,6 +1013,33 @@ func (UnimplementedCoordinatorServer) Watch(*WatchRequest, grpc.ServerStreamingS
 }
 func (UnimplementedCoordinatorServer) ReadEvents(context.Context, *ReadEventsRequest) (*ReadEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadEvents not implemented")
+}
+func (UnimplementedCoordinatorServer) CreateSchedule(context.Context, *ScheduleRequest) (*Schedule, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSchedule not implemented")
+}
+func (UnimplementedCoordinatorServer) UpdateSchedule(context.Context, *ScheduleRequest) (*Schedule, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateSchedule not implemented")
+}
+func (UnimplementedCoordinatorServer) GetSchedule(context.Context, *ScheduleRef) (*Schedule, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSchedule not implemented")
+}
+func (UnimplementedCoordinatorServer) ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSchedules not implemented")
+}
+func (UnimplementedCoordinatorServer) PauseSchedule(context.Context, *ScheduleRef) (*Schedule, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseSchedule not implemented")
+}
+func (UnimplementedCoordinatorServer) ResumeSchedule(context.Context, *ScheduleRef) (*Schedule, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeSchedule not implemented")
+}
+func (UnimplementedCoordinatorServer) DeleteSchedule(context.Context, *ScheduleRef) (*DeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSchedule not implemented")
+}
+func (UnimplementedCoordinatorServer) TriggerSchedule(context.Context, *ScheduleRef) (*SubmitJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TriggerSchedule not implemented")
+}
+func (UnimplementedCoordinatorServer) BackfillSchedule(context.Context, *BackfillScheduleRequest) (*BackfillScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BackfillSchedule not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -1712,6 +1872,168 @@ func _Coordinator_ReadEvents_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_CreateSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).CreateSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_CreateSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).CreateSchedule(ctx, req.(*ScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_UpdateSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).UpdateSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_UpdateSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).UpdateSchedule(ctx, req.(*ScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_GetSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScheduleRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).GetSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_GetSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).GetSchedule(ctx, req.(*ScheduleRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_ListSchedules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSchedulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ListSchedules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ListSchedules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ListSchedules(ctx, req.(*ListSchedulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_PauseSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScheduleRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).PauseSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_PauseSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).PauseSchedule(ctx, req.(*ScheduleRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_ResumeSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScheduleRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ResumeSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ResumeSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ResumeSchedule(ctx, req.(*ScheduleRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_DeleteSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScheduleRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).DeleteSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_DeleteSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).DeleteSchedule(ctx, req.(*ScheduleRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_TriggerSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScheduleRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).TriggerSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_TriggerSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).TriggerSchedule(ctx, req.(*ScheduleRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_BackfillSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BackfillScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).BackfillSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_BackfillSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).BackfillSchedule(ctx, req.(*BackfillScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1894,6 +2216,42 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadEvents",
 			Handler:    _Coordinator_ReadEvents_Handler,
+		},
+		{
+			MethodName: "CreateSchedule",
+			Handler:    _Coordinator_CreateSchedule_Handler,
+		},
+		{
+			MethodName: "UpdateSchedule",
+			Handler:    _Coordinator_UpdateSchedule_Handler,
+		},
+		{
+			MethodName: "GetSchedule",
+			Handler:    _Coordinator_GetSchedule_Handler,
+		},
+		{
+			MethodName: "ListSchedules",
+			Handler:    _Coordinator_ListSchedules_Handler,
+		},
+		{
+			MethodName: "PauseSchedule",
+			Handler:    _Coordinator_PauseSchedule_Handler,
+		},
+		{
+			MethodName: "ResumeSchedule",
+			Handler:    _Coordinator_ResumeSchedule_Handler,
+		},
+		{
+			MethodName: "DeleteSchedule",
+			Handler:    _Coordinator_DeleteSchedule_Handler,
+		},
+		{
+			MethodName: "TriggerSchedule",
+			Handler:    _Coordinator_TriggerSchedule_Handler,
+		},
+		{
+			MethodName: "BackfillSchedule",
+			Handler:    _Coordinator_BackfillSchedule_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

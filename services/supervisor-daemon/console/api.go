@@ -45,6 +45,7 @@ type loginRequest struct {
 	Challenge string `json:"challenge"`
 	Signature string `json:"signature"` // hex Ed25519 signature of the challenge's bytes
 	Secret    string `json:"secret"`    // an operator secret instead
+	Link      string `json:"link"`      // or a one-time link's token (heroctl console login)
 }
 
 // login makes a session: an actor's signature of a challenge (the private key stays
@@ -74,6 +75,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) verifyLogin(ctx context.Context, in *loginRequest) (*session, int, string) {
+	if in.Link != "" {
+		if in.Secret != "" || in.Actor != 0 || in.Signature != "" {
+			return nil, http.StatusBadRequest, "sign in with one of a link, an operator secret or an actor's signature"
+		}
+		return c.verifyLink(ctx, in.Link)
+	}
 	if in.Secret != "" {
 		if in.Actor != 0 || in.Signature != "" {
 			return nil, http.StatusBadRequest, "sign in with either an operator secret or an actor's signature, not both"
@@ -115,6 +122,30 @@ func (c *Console) verifyLogin(ctx context.Context, in *loginRequest) (*session, 
 	return &session{Kind: kindActor, Actor: in.Actor, Cred: keyHash(pub)}, 0, ""
 }
 
+// verifyLink makes the session a one-time link names, once, while its credential
+// is still the identity's.
+func (c *Console) verifyLink(ctx context.Context, tok string) (*session, int, string) {
+	cl, err := c.seal.openLink(tok, c.now())
+	if err != nil {
+		return nil, http.StatusUnauthorized, "sign-in failed: " + err.Error()
+	}
+	s := &session{Kind: cl.Kind, Actor: cl.Actor, Cred: cl.Cred}
+	if err := c.stillValid(ctx, s); err != nil {
+		if errors.Is(err, errRevoked) {
+			return nil, http.StatusUnauthorized, "sign-in failed: the link's key or secret was replaced or revoked since it was made"
+		}
+		return nil, http.StatusServiceUnavailable, "sign-in failed: " + err.Error()
+	}
+	fresh, err := c.b.UseNonce(ctx, cl.Actor, "console-link:"+cl.Nonce, 2*LinkTTL)
+	if err != nil {
+		return nil, http.StatusServiceUnavailable, "sign-in failed: " + err.Error()
+	}
+	if !fresh {
+		return nil, http.StatusUnauthorized, "sign-in failed: this link was used already (a link signs in once): run heroctl console login again"
+	}
+	return s, 0, ""
+}
+
 func (c *Console) logout(w http.ResponseWriter, _ *http.Request) {
 	clearCookie(w)
 	writeJSON(w, http.StatusOK, map[string]any{"signed_in": false})
@@ -146,10 +177,13 @@ func (c *Console) me(w http.ResponseWriter, r *http.Request) {
 var readMethods = map[string]bool{
 	"context.load": true, "runner.list": true, "runner.load": true, "job.list": true, "job.load": true, "job.logs": true,
 	"flow.list": true, "flow.load": true, "flow.dag": true, "dlq.list": true, "dlq.show": true, "events.read": true,
+	"schedule.list": true, "schedule.load": true, "queue.list": true,
 }
 
 var writeMethods = map[string]bool{
 	"flow.cancel": true, "flow.retry": true, "flow.delete": true, "job.stop": true, "dlq.requeue": true, "dlq.purge": true,
+	"flow.pause": true, "flow.resume": true, "schedule.pause": true, "schedule.resume": true, "schedule.trigger": true,
+	"queue.pause": true, "queue.resume": true,
 }
 
 type callRequest struct {

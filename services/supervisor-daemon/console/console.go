@@ -82,6 +82,25 @@ type Backend interface {
 	// Follow sends a context's events after an id (as events.read authorizes them)
 	// until ctx ends or send fails.
 	Follow(ctx context.Context, id Identity, ctxID uint32, after string, send func([]Event) error) error
+	// Guard makes a stream of id one of the API's open streams: the returned context
+	// ends, with the refusal as its cause, as soon as a change of the credential or of
+	// id's role in ctxID (0: none) takes the right away — check is the session's own
+	// check of its credential, run again at each notice of such a change. remove
+	// unregisters it.
+	Guard(ctx context.Context, id Identity, ctxID uint32, method, peer string, check func(context.Context) error) (context.Context, func())
+	// MarkLog marks a job's log as tailed for ttl (as job.logs authorizes it): its
+	// appends are then told to LogAppends.
+	MarkLog(ctx context.Context, id Identity, ctxID, callerID, jobID uint32, ttl time.Duration) error
+	// LogAppends receives when a marked job's log grew; stop ends the watch.
+	LogAppends(ctxID, callerID, jobID uint32) (appended <-chan struct{}, stop func())
+	// Queues are a context's queues with the items waiting in each, and the items
+	// held (running), as a reader of the context may see them.
+	Queues(ctx context.Context, id Identity, ctxID uint32) ([]QueueDepth, int64, error)
+	// EventsSince are the newest events (at most max) of a context since a time,
+	// oldest first, as events.read authorizes them.
+	EventsSince(ctx context.Context, id Identity, ctxID uint32, since time.Time, max int) ([]StatEvent, error)
+	// Has says whether the API has a method (queue.pause came later than the console).
+	Has(method string) bool
 }
 
 // Options configure the console.
@@ -90,7 +109,6 @@ type Options struct {
 	Key        []byte        // the sessions' MAC key, the same on every replica
 	ReadOnly   bool          // no actions for anyone
 	SessionTTL time.Duration // a session's life
-	Recheck    time.Duration // an open stream checks its session again this often
 	Log        zerolog.Logger
 	Now        func() time.Time
 }
@@ -101,7 +119,6 @@ type Console struct {
 	seal     sealer
 	readOnly bool
 	ttl      time.Duration
-	recheck  time.Duration
 	log      zerolog.Logger
 	now      func() time.Time
 	mux      *http.ServeMux
@@ -122,14 +139,11 @@ func New(o Options) (*Console, error) {
 	if o.SessionTTL <= 0 {
 		o.SessionTTL = 12 * time.Hour
 	}
-	if o.Recheck <= 0 {
-		o.Recheck = 30 * time.Second
-	}
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{b: o.Backend, seal: sealer{key: o.Key}, readOnly: o.ReadOnly, ttl: o.SessionTTL, recheck: o.Recheck, log: o.Log, now: o.Now,
+	c := &Console{b: o.Backend, seal: sealer{key: o.Key}, readOnly: o.ReadOnly, ttl: o.SessionTTL, log: o.Log, now: o.Now,
 		mux: http.NewServeMux(), files: http.StripPrefix("/ui/", http.FileServerFS(sub))}
 	c.routes()
 	return c, nil
@@ -148,6 +162,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /ui/api/dag", c.signedIn(c.dag))
 	m.HandleFunc("GET /ui/api/events", c.signedIn(c.events))
 	m.HandleFunc("GET /ui/api/log", c.signedIn(c.logStream))
+	m.HandleFunc("GET /ui/api/stats", c.signedIn(c.stats))
 	m.HandleFunc("/ui/api/", func(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, "no such console endpoint: "+r.Method+" "+r.URL.Path)
 	})

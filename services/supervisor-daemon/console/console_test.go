@@ -24,14 +24,25 @@ type backend struct {
 	revoked bool
 	nonces  map[string]bool
 	calls   []string
+
+	guards  []func()      // the open streams' checks, run by notice
+	log     string        // job 1:5's log
+	ended   bool          // job 1:5 ended
+	marked  int           // MarkLog calls
+	appends chan struct{} // LogAppends
+	events  chan Event    // what Follow sends
 }
 
 const secret = "the-operator-secret-0123"
 
-func (b *backend) Call(_ context.Context, id Identity, method string, _ any) (json.RawMessage, error) {
+func (b *backend) Call(_ context.Context, id Identity, method string, params any) (json.RawMessage, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.calls = append(b.calls, method)
+	if method == "job.logs" {
+		off := params.(map[string]any)["offset"].(int64)
+		return json.Marshal(logChunk{Logs: b.log[off:], NextOffset: int64(len(b.log)), Complete: b.ended})
+	}
 	if !id.Operator && method == "flow.cancel" {
 		return nil, &APIError{Code: CodePermission, Message: "actor 7 is a reader in context 1; flow.cancel needs executor"}
 	}
@@ -72,8 +83,60 @@ func (b *backend) Contexts(context.Context, Identity) ([]ContextRole, error) {
 	return []ContextRole{{ID: 1, Role: "reader"}}, nil
 }
 
-func (b *backend) Follow(context.Context, Identity, uint32, string, func([]Event) error) error {
+func (b *backend) Follow(ctx context.Context, _ Identity, _ uint32, _ string, send func([]Event) error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e := <-b.events:
+			if err := send([]Event{e}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (b *backend) Guard(ctx context.Context, _ Identity, _ uint32, _, _ string, check func(context.Context) error) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	b.mu.Lock()
+	b.guards = append(b.guards, func() {
+		if err := check(context.Background()); err != nil {
+			cancel(err)
+		}
+	})
+	b.mu.Unlock()
+	return ctx, func() { cancel(nil) }
+}
+
+// notice checks the open streams again, as a notice of coord:authchanged does.
+func (b *backend) notice() {
+	b.mu.Lock()
+	guards := b.guards
+	b.mu.Unlock()
+	for _, g := range guards {
+		g()
+	}
+}
+
+func (b *backend) MarkLog(context.Context, Identity, uint32, uint32, uint32, time.Duration) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.marked++
 	return nil
+}
+
+func (b *backend) Queues(context.Context, Identity, uint32) ([]QueueDepth, int64, error) {
+	return []QueueDepth{{Queue: "queue:sh", Depth: 3}, {Queue: "msg_out", Depth: 0}}, 2, nil
+}
+
+func (b *backend) EventsSince(context.Context, Identity, uint32, time.Time, int) ([]StatEvent, error) {
+	return nil, nil
+}
+
+func (b *backend) Has(string) bool { return false }
+
+func (b *backend) LogAppends(uint32, uint32, uint32) (<-chan struct{}, func()) {
+	return b.appends, func() {}
 }
 
 type fixture struct {
@@ -91,7 +154,7 @@ func newFixture(t *testing.T, readOnly bool) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, b: &backend{pub: pub, nonces: map[string]bool{}}, key: key, now: time.Unix(1_800_000_000, 0)}
+	f := &fixture{t: t, b: &backend{pub: pub, nonces: map[string]bool{}, appends: make(chan struct{}, 1), events: make(chan Event, 1)}, key: key, now: time.Unix(1_800_000_000, 0)}
 	f.cons, err = New(Options{Backend: f.b, Key: []byte("0123456789abcdef0123456789abcdef"), ReadOnly: readOnly, SessionTTL: time.Hour,
 		Log: zerolog.Nop(), Now: func() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }})
 	if err != nil {

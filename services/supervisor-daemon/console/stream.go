@@ -44,30 +44,25 @@ func sseSend(w http.ResponseWriter, id, event string, v any) error {
 	return err
 }
 
-// guard ends ctx when the session's credential is revoked (checked every recheck)
-// or the session expires.
-func (c *Console) guard(ctx context.Context, s *session) (context.Context, func() error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		t := time.NewTicker(c.recheck)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if c.now().Unix() >= s.Exp {
-					cancel(errExpiredSession)
-					return
-				}
-				if err := c.stillValid(ctx, s); err == errRevoked {
-					cancel(err)
-					return
-				}
-			}
+// guard ends ctx when the session's credential or its role in ctxID is taken away,
+// or the session expires. The stream is one of the API's open streams (Backend.Guard):
+// the notice of the change (a new key, a revoked secret, a context's roles changed)
+// ends it at once, and the API's periodic check of open streams is its safety net.
+// stop returns why the stream was ended (nil: it was not).
+func (c *Console) guard(r *http.Request, s *session, ctxID uint32, method string) (context.Context, func() error) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	gctx, remove := c.b.Guard(ctx, s.identity(), ctxID, method, r.RemoteAddr, func(ctx context.Context) error { return c.stillValid(ctx, s) })
+	expiry := time.AfterFunc(time.Unix(s.Exp, 0).Sub(c.now()), func() { cancel(errExpiredSession) })
+	return gctx, func() error {
+		expiry.Stop()
+		var cause error
+		if gctx.Err() != nil && r.Context().Err() == nil {
+			cause = context.Cause(gctx)
 		}
-	}()
-	return ctx, func() error { cancel(nil); return context.Cause(ctx) }
+		remove()
+		cancel(nil)
+		return cause
+	}
 }
 
 // events streams a context's events (flow_id: one flow's) from after, or from
@@ -112,7 +107,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, stop := c.guard(r.Context(), s)
+	ctx, stop := c.guard(r, s, ctxID, "events.read")
 	err = c.b.Follow(ctx, id, ctxID, after, func(evs []Event) error {
 		for _, e := range evs {
 			if flowID != 0 && e.FlowID != flowID {
@@ -140,9 +135,10 @@ func orNow(after string) string {
 	return after
 }
 
-// logTail is how often an open log view reads on while its job runs (the runner
-// appends to the log without an event per line).
-const logTail = 300 * time.Millisecond
+// logWatchTTL is how long a tail's mark on a job's log lasts (Backend.MarkLog); an
+// open tail renews it at half of it, and reads the log again then: the safety net
+// for an append notice missed (supervisor-daemon's subscription made again).
+const logWatchTTL = 30 * time.Second
 
 type logChunk struct {
 	Logs       string `json:"logs"`
@@ -151,7 +147,9 @@ type logChunk struct {
 }
 
 // logStream streams a job's log from offset until the job ended and all of it was
-// sent.
+// sent. It reads on when the log grows (the runner's append tells supervisor-daemon
+// while the log is marked as tailed) and when an event of the job arrives (its end),
+// not on a timer.
 func (c *Console) logStream(w http.ResponseWriter, r *http.Request) {
 	var ids [3]uint32
 	for i, name := range []string{"context_id", "caller_id", "id"} {
@@ -163,16 +161,20 @@ func (c *Console) logStream(w http.ResponseWriter, r *http.Request) {
 		ids[i] = v
 	}
 	s := sessionOf(r)
-	id := s.identity()
-	read := func(ctx context.Context, off int64) (*logChunk, error) {
-		out, err := c.b.Call(ctx, id, "job.logs", map[string]any{"context_id": ids[0], "caller_id": ids[1], "id": ids[2], "offset": off})
-		if err != nil {
-			return nil, err
-		}
-		var ch logChunk
-		return &ch, json.Unmarshal(out, &ch)
+	t := &logTail{c: c, id: s.identity(), ctxID: ids[0], caller: ids[1], job: ids[2]}
+	// Watched before the first read: what is appended or happens after it is told.
+	appends, unwatch := c.b.LogAppends(t.ctxID, t.caller, t.job)
+	defer unwatch()
+	if err := c.b.MarkLog(r.Context(), t.id, t.ctxID, t.caller, t.job, logWatchTTL); err != nil {
+		failAPI(w, err)
+		return
 	}
-	first, err := read(r.Context(), 0)
+	pos, err := c.eventsNow(r.Context(), t.id, t.ctxID)
+	if err != nil {
+		failAPI(w, err)
+		return
+	}
+	first, err := t.read(r.Context(), 0)
 	if err != nil {
 		failAPI(w, err)
 		return
@@ -181,31 +183,109 @@ func (c *Console) logStream(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, stop := c.guard(r.Context(), s)
-	defer func() { _ = stop() }()
-	t := time.NewTicker(logTail)
-	defer t.Stop()
+	ctx, stop := c.guard(r, s, t.ctxID, "job.logs")
+	err = t.run(ctx, w, fl, first, appends, c.jobEvents(ctx, t.id, t.ctxID, t.job, pos))
+	if cause := stop(); cause != nil {
+		err = cause
+	}
+	if err != nil && r.Context().Err() == nil {
+		_ = sseSend(w, "", "end", map[string]string{"error": err.Error()})
+		fl.Flush()
+	}
+}
+
+// logTail is an open log view's job.
+type logTail struct {
+	c                  *Console
+	id                 Identity
+	ctxID, caller, job uint32
+}
+
+func (t *logTail) read(ctx context.Context, off int64) (*logChunk, error) {
+	out, err := t.c.b.Call(ctx, t.id, "job.logs", map[string]any{"context_id": t.ctxID, "caller_id": t.caller, "id": t.job, "offset": off})
+	if err != nil {
+		return nil, err
+	}
+	var ch logChunk
+	return &ch, json.Unmarshal(out, &ch)
+}
+
+// run sends the log from first on, reading on at each append and event, until the
+// job ended and its log was sent (nil), ctx ends (nil) or a read fails.
+func (t *logTail) run(ctx context.Context, w http.ResponseWriter, fl http.Flusher, first *logChunk, appends <-chan struct{}, events <-chan struct{}) error {
+	renew := time.NewTicker(logWatchTTL / 2)
+	defer renew.Stop()
 	for ch := first; ; {
 		if ch.Logs != "" || ch.Complete {
 			if sseSend(w, "", "log", ch) != nil {
-				return
+				return nil
 			}
 			fl.Flush()
 		}
 		if ch.Complete {
-			return
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return
-		case <-t.C:
+			return nil
+		case <-appends:
+		case <-events:
+		case <-renew.C:
+			if err := t.c.b.MarkLog(ctx, t.id, t.ctxID, t.caller, t.job, logWatchTTL); err != nil {
+				return ctxErr(ctx, err)
+			}
 		}
-		next, err := read(ctx, ch.NextOffset)
+		next, err := t.read(ctx, ch.NextOffset)
 		if err != nil {
-			_ = sseSend(w, "", "end", map[string]string{"error": err.Error()})
-			fl.Flush()
-			return
+			return ctxErr(ctx, err)
 		}
 		ch = next
 	}
+}
+
+// ctxErr is err unless ctx ended (then the end is not an error).
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// jobEvents receives at each event of job jobID in context ctxID after pos, until ctx
+// ends.
+func (c *Console) jobEvents(ctx context.Context, id Identity, ctxID, jobID uint32, pos string) <-chan struct{} {
+	events := make(chan struct{}, 1)
+	go func() {
+		_ = c.b.Follow(ctx, id, ctxID, pos, func(evs []Event) error {
+			for _, e := range evs {
+				if e.JobID == jobID {
+					wake(events)
+				}
+			}
+			return nil
+		})
+	}()
+	return events
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// eventsNow is the id of a context's newest event, as id may read it.
+func (c *Console) eventsNow(ctx context.Context, id Identity, ctxID uint32) (string, error) {
+	out, err := c.b.Call(ctx, id, "events.read", map[string]any{"context_id": ctxID, "after": "$", "limit": 1})
+	if err != nil {
+		return "", err
+	}
+	var now struct {
+		Next string `json:"next"`
+	}
+	if err := json.Unmarshal(out, &now); err != nil {
+		return "", err
+	}
+	return now.Next, nil
 }

@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hero-coordinator/hero/lib/procrun"
 )
 
 // Binaries lists what Build builds: the five services, heroctl, and the example Go
@@ -87,6 +89,7 @@ type Proc struct {
 	AdminAddr string
 	HTTPAddr  string
 
+	group  procrun.Group // its process group (Setpgid), told from a later one of its id
 	mu     sync.Mutex
 	lines  []string
 	done   chan struct{}
@@ -202,7 +205,7 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &Proc{Name: name, Cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, Cmd: cmd, group: procrun.GroupOf(cmd.Process.Pid), done: make(chan struct{})}
 	started := make(chan map[string]any, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -311,12 +314,15 @@ func (p *Proc) Wait(timeout time.Duration) (int, error) {
 	return -1, p.exit
 }
 
-// Kill sends SIGKILL to the process group (kill -9) and waits for the exit.
+// Kill sends SIGKILL to the process group (kill -9) and waits for the exit. A group
+// that ended before (the process was killed or stopped earlier in the test) is not
+// signalled again: its id may be another process's by now (procrun.Group), say a job
+// of another test's runner.
 func (p *Proc) Kill() {
 	if p.Cmd.Process == nil {
 		return
 	}
-	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	_ = p.group.Signal(syscall.SIGKILL)
 	<-p.done
 }
 

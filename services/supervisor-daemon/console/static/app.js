@@ -134,7 +134,7 @@ function loginPage() {
 
 // ---------- shell ----------
 
-const pages = [['flows', 'Flows'], ['jobs', 'Jobs'], ['runners', 'Runners'], ['dlq', 'DLQ'], ['events', 'Events'], ['submit', 'Submit']];
+const pages = [['flows', 'Flows'], ['jobs', 'Jobs'], ['queues', 'Queues'], ['schedules', 'Schedules'], ['runners', 'Runners'], ['dlq', 'DLQ'], ['events', 'Events'], ['submit', 'Submit']];
 
 function shell(ctx, page) {
   nav.replaceChildren();
@@ -294,12 +294,20 @@ function rowOf(ctx, kind, it, reload) {
 const eventStatus = {'job.dispatched': 'dispatched', 'job.started': 'running', 'job.finished': 'completed', 'job.failed': 'failed',
   'job.cancelled': 'cancelled', 'job.retried': 'ready', 'job.requeued': 'ready', 'job.dead_lettered': 'failed'};
 
+// flowEventStatus is a flow's status after an event of it.
+const flowEventStatus = {'flow.started': 'started', 'flow.finished': 'finished', 'flow.error': 'error'};
+
 function follow(ctx, flow, onEvent) {
   const p = new URLSearchParams({context_id: ctx});
   if (flow) p.set('flow_id', flow);
   const es = new EventSource('/ui/api/events?' + p);
   es.addEventListener('ev', e => onEvent(JSON.parse(e.data)));
-  es.addEventListener('end', e => { toast('live updates ended: ' + JSON.parse(e.data).error, true); es.close(); });
+  es.addEventListener('end', e => {
+    const why = JSON.parse(e.data).error;
+    document.body.dataset.liveEnded = why;
+    toast('live updates ended: ' + why, true);
+    es.close();
+  });
   closers.push(() => es.close());
   return es;
 }
@@ -338,12 +346,14 @@ async function flowPage(ctx, id) {
     el.setAttribute('aria-label', `${view.groups[g].length} jobs: ${parts}`);
   };
   const renderFlow = f => {
-    status.replaceChildren(badge(f.status));
+    status.replaceChildren(badge(f.status), f.paused ? h('span', {class: 'badge st-paused', id: 'flow-paused'}, 'paused') : null);
     status.dataset.status = f.status;
     info.replaceChildren(...[['Status', f.status], ['Jobs', (f.jobs || []).length], ['Created', fmtTime(f.created_at)], ['Error', f.error || '—'],
       ['Result', Object.entries(f.result || {}).map(([k, v]) => `${k}=${v}`).join(', ') || '—']].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
     acts.replaceChildren();
     if ((f.status === 'started' || f.status === 'dispatched') && can(ctx, 'executor')) acts.append(actionButton('Cancel flow', 'danger', () => call('flow.cancel', {context_id: ctx, id}).then(renderFlow)));
+    if (f.status === 'started' && !f.paused && can(ctx, 'executor')) acts.append(actionButton('Pause flow', '', () => call('flow.pause', {context_id: ctx, id, note: 'paused from the console'}).then(renderFlow)));
+    if (f.paused && can(ctx, 'executor')) acts.append(actionButton('Resume flow', 'primary', () => call('flow.resume', {context_id: ctx, id}).then(renderFlow)));
     if (f.status === 'error' && can(ctx, 'executor')) acts.append(h('span', {}, actionButton('Retry failed steps', 'primary', async () => { renderFlow(await call('flow.retry', {context_id: ctx, id})); })));
     if ((f.status === 'finished' || f.status === 'error') && can(ctx, 'admin')) acts.append(actionButton('Delete flow', 'danger', async () => { await call('flow.delete', {context_id: ctx, id}); location.hash = `#/c/${ctx}/flows`; }));
     for (const b of acts.querySelectorAll('button')) b.id = 'flow-' + b.textContent.split(' ')[0].toLowerCase();
@@ -378,10 +388,16 @@ async function flowPage(ctx, id) {
       if (again) { again = false; reload(); }
     });
   };
-  follow(ctx, id, ev => {
+  const es = follow(ctx, id, ev => {
     if (ev.job_id && eventStatus[ev.type]) setNode(ev.job_id, eventStatus[ev.type]);
-    if (ev.type.startsWith('flow.')) reload();
+    if (!ev.type.startsWith('flow.')) return;
+    const st = flowEventStatus[ev.type];
+    if (st) { status.replaceChildren(badge(st)); status.dataset.status = st; } // at once; the reload brings the rest
+    reload();
   });
+  // The graph was read before the stream opened: what changed in between is read
+  // again once it is open (the stream itself starts at its opening, stream.go).
+  es.addEventListener('open', reload);
   window.heroLive = (window.heroLive || 0) + 1;
 }
 
@@ -459,6 +475,123 @@ function submitPage(ctx) {
   main.replaceChildren(h('h1', {}, `Submit a flow · context ${ctx}`), can(ctx, 'admin') ? form : h('p', {}, 'Submitting a flow needs the admin role in this context.'), out);
 }
 
+// ---------- queues and charts ----------
+
+const svgNS = 'http://www.w3.org/2000/svg';
+function sv(tag, attrs = {}, ...kids) {
+  const el = document.createElementNS(svgNS, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  for (const k of kids) el.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return el;
+}
+
+// chart draws one series of a value per minute as a small SVG (bars or a line; null:
+// no value), with its summary as text for those who do not see it.
+function chart(id, title, unit, series, value, kind, fromMs) {
+  const W = 320, H = 120, L = 34, B = 18, T = 8;
+  const vals = series.map(value);
+  const known = vals.filter(v => v !== null);
+  const top = Math.max(1, ...known);
+  const x = i => L + (i * (W - L - 4)) / Math.max(1, vals.length);
+  const y = v => H - B - (v / top) * (H - B - T);
+  const last = known.length ? known[known.length - 1] : null;
+  const total = known.reduce((a, b) => a + b, 0);
+  const summary = kind === 'bars' ? `${total} ${unit} in the last ${vals.length} minutes; ${last ?? 0} in the last` :
+    (last === null ? 'no value yet' : `now ${last} ${unit}; highest ${Math.max(...known)}`);
+  const svg = sv('svg', {viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-labelledby': id + '-t', class: 'chart', id},
+    sv('title', {id: id + '-t'}, `${title}: ${summary}`),
+    sv('line', {x1: L, y1: H - B, x2: W, y2: H - B, class: 'axis'}), sv('line', {x1: L, y1: T, x2: L, y2: H - B, class: 'axis'}),
+    sv('text', {x: L - 4, y: T + 8, 'text-anchor': 'end', class: 'tick'}, top), sv('text', {x: L - 4, y: H - B, 'text-anchor': 'end', class: 'tick'}, 0),
+    sv('text', {x: L, y: H - 4, class: 'tick'}, new Date(fromMs).toISOString().slice(11, 16)), sv('text', {x: W, y: H - 4, 'text-anchor': 'end', class: 'tick'}, 'now'));
+  if (kind === 'bars') {
+    const w = Math.max(1, (W - L - 4) / Math.max(1, vals.length) - 1);
+    vals.forEach((v, i) => { if (v) svg.append(sv('rect', {x: x(i), y: y(v), width: w, height: H - B - y(v), class: 'bar'})); });
+  } else {
+    let d = '';
+    vals.forEach((v, i) => { if (v !== null) d += (d && vals[i - 1] !== null ? ' L' : ' M') + ` ${x(i).toFixed(1)} ${y(v).toFixed(1)}`; });
+    if (d) svg.append(sv('path', {d, class: 'line'}));
+  }
+  return h('figure', {class: 'chart-box'}, h('figcaption', {}, title), svg, h('p', {class: 'note', id: id + '-summary'}, summary));
+}
+
+async function queuesPage(ctx) {
+  shell(ctx, 'queues');
+  const tbody = h('tbody');
+  const summary = h('p', {id: 'queues-summary', role: 'status'});
+  const charts = h('div', {class: 'charts', id: 'charts'});
+  main.replaceChildren(h('h1', {}, `Queues · context ${ctx}`), summary,
+    h('div', {class: 'table-wrap'}, h('table', {id: 'queues-table'}, h('thead', {}, h('tr', {}, ['Queue', 'Waiting', 'Paused', ''].map(x => h('th', {}, x)))), tbody)),
+    h('h2', {}, 'The last hour, per minute'), charts);
+  let loads = 0;
+  const load = async () => {
+    let d;
+    try { d = await api(`stats?context_id=${ctx}`); } catch (err) { summary.textContent = err.message; summary.className = 'err'; return; }
+    const recent = d.series.slice(-5);
+    const rate = recent.reduce((a, b) => a + b.started, 0) / Math.max(1, recent.length);
+    summary.textContent = `${d.waiting} waiting, ${d.running} running; ${rate.toFixed(1)} jobs started per minute (last ${recent.length} min)` +
+      (d.complete ? '' : ` — the charts show the newest ${d.events} events`);
+    tbody.replaceChildren(...d.queues.map(q => {
+      const acts = h('td', {class: 'row-actions'});
+      if (d.queue_actions && can(ctx, 'executor')) {
+        const m = q.paused ? 'queue.resume' : 'queue.pause';
+        acts.append(actionButton(q.paused ? 'Resume' : 'Pause', q.paused ? 'primary' : '', async () => { await call(m, {context_id: ctx, queue: q.queue}); await load(); }));
+      }
+      return h('tr', {'data-queue': q.queue}, h('td', {}, q.queue), h('td', {class: 'depth'}, q.depth),
+        h('td', {}, q.paused === undefined ? '—' : (q.paused ? 'paused' : 'no')), acts);
+    }));
+    const s = d.series;
+    charts.replaceChildren(
+      chart('chart-throughput', 'Throughput (jobs finished)', 'jobs', s, b => b.finished, 'bars', d.from_ms),
+      chart('chart-failures', 'Failures (jobs failed)', 'failures', s, b => b.failed, 'bars', d.from_ms),
+      chart('chart-depth', 'Queue depth (waiting)', 'waiting', s, b => b.depth, 'line', d.from_ms),
+      chart('chart-hop', 'Hop latency (dispatch to start, median ms)', 'ms', s, b => (b.hop_ms < 0 ? null : b.hop_ms), 'line', d.from_ms));
+    window.heroStats = ++loads;
+  };
+  await load();
+  // Live: the context's events bring a new reading, at most one per 3 s.
+  let timer = null;
+  follow(ctx, 0, () => { if (!timer) timer = setTimeout(() => { timer = null; load(); }, 3000); });
+  closers.push(() => clearTimeout(timer));
+}
+
+const fmtMs = ms => ms ? new Date(ms).toISOString().replace('T', ' ').slice(0, 19) : '—';
+
+async function schedulesPage(ctx) {
+  shell(ctx, 'schedules');
+  const tbody = h('tbody');
+  const out = h('p', {id: 'schedule-result', role: 'status'});
+  main.replaceChildren(h('h1', {}, `Schedules · context ${ctx}`), out,
+    h('div', {class: 'table-wrap'}, h('table', {id: 'schedules-table'}, h('thead', {}, h('tr', {},
+      ['Schedule', 'When', 'State', 'Next', 'Last run', 'Fired / skipped / missed', 'Last error', ''].map(x => h('th', {}, x)))), tbody)));
+  const load = async () => {
+    let d;
+    try { d = await call('schedule.list', {context_id: ctx}); } catch (err) { out.textContent = err.message; out.className = 'err'; return; }
+    tbody.replaceChildren(...(d.items || []).map(sc => {
+      const acts = h('td', {class: 'row-actions'});
+      if (can(ctx, 'executor')) {
+        acts.append(sc.paused ? actionButton('Resume', 'primary', async () => { await call('schedule.resume', {context_id: ctx, id: sc.id}); await load(); })
+          : actionButton('Pause', '', async () => { await call('schedule.pause', {context_id: ctx, id: sc.id, note: 'paused from the console'}); await load(); }));
+        acts.append(actionButton('Trigger', '', async () => {
+          const r = await call('schedule.trigger', {context_id: ctx, id: sc.id});
+          out.className = '';
+          out.replaceChildren(`${sc.id}: run `, h('a', {href: `#/c/${ctx}/job/${r.job.caller_id}/${r.job.id}`, id: 'triggered-job'}, `job ${r.job.id}`), r.existing ? ' (existing)' : '');
+          await load();
+        }));
+      }
+      const spec = sc.spec.cron ? `cron ${sc.spec.cron}` + (sc.spec.timezone ? ` (${sc.spec.timezone})` : '') : `every ${sc.spec.every}`;
+      const [lc, lj] = (sc.last_run || '').split(':');
+      return h('tr', {'data-id': sc.id}, h('td', {}, sc.id), h('td', {}, spec + (sc.spec.jitter ? `, jitter ${sc.spec.jitter}` : '')),
+        h('td', {class: 'state'}, sc.paused ? h('span', {class: 'badge st-paused'}, 'paused') : badge('active'), sc.paused && sc.note ? ` ${sc.note}` : ''),
+        h('td', {}, sc.paused ? '—' : fmtMs(sc.next_fire_ms || sc.next_tick_ms)),
+        h('td', {}, lj ? h('a', {href: `#/c/${ctx}/job/${lc}/${lj}`}, `job ${lj}`) : '—'),
+        h('td', {}, `${sc.fired} / ${sc.skipped} / ${sc.missed}`), h('td', {}, sc.last_error || ''), acts);
+    }));
+    if (!(d.items || []).length) tbody.append(h('tr', {}, h('td', {colspan: 8}, 'No schedules in this context (heroctl schedule create makes one).')));
+    document.body.dataset.schedules = String((d.items || []).length);
+  };
+  await load();
+}
+
 // ---------- router ----------
 
 async function route() {
@@ -479,12 +612,31 @@ async function route() {
     case 'job': return jobPage(ctx, Number(parts[3]), Number(parts[4]));
     case 'events': return eventsPage(ctx);
     case 'submit': return submitPage(ctx);
+    case 'queues': return queuesPage(ctx);
+    case 'schedules': return schedulesPage(ctx);
     case 'jobs': case 'runners': case 'dlq': return listPage(ctx, parts[2], q);
     default: return listPage(ctx, 'flows', q);
   }
 }
 
+// linkSignIn signs in with a one-time link (heroctl console login): its token is in
+// the fragment, which no server sees; it is dropped from the address and history.
+async function linkSignIn() {
+  const link = location.hash.slice('#/link/'.length);
+  history.replaceState(null, '', location.pathname + location.search + '#/');
+  try {
+    await api('login', {method: 'POST', body: {link}});
+  } catch (err) {
+    loginPage();
+    document.getElementById('login-error').textContent = err.message;
+    document.body.dataset.ready = 'signed-out';
+    return false;
+  }
+  return true;
+}
+
 async function start() {
+  if (location.hash.startsWith('#/link/') && !(await linkSignIn())) return;
   try { me = await api('me'); } catch (_) { me = null; }
   if (me && (location.hash === '' || location.hash.startsWith('#/login'))) location.hash = '#/';
   else await route();

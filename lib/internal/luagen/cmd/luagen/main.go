@@ -32,7 +32,6 @@ func run(argv []string) error {
 	fs.StringVar(&opt.Call, "call", "Call", "the package's type of one script run (fields Script, Keys, Args)")
 	fs.StringVar(&opt.NewScript, "new", "luaScript", "the package's func(name string, libs ...string) that makes a script")
 	fs.StringVar(&opt.Runner, "runner", "luaRunner", "the package's interface with runLua(context.Context, <call>) (any, error)")
-	legacy := fs.String("legacy", "", "a file listing scripts (paths) not declared yet, which are skipped")
 	check := fs.Bool("check", false, "change nothing; fail when a generated part is stale")
 	if err := fs.Parse(argv); err != nil {
 		return err
@@ -45,16 +44,9 @@ func run(argv []string) error {
 		return err
 	}
 	sort.Strings(files)
-	skip, err := readLegacy(*legacy)
-	if err != nil {
-		return err
-	}
 	var scripts []*luagen.Script
 	writes := map[string][]byte{}
 	for _, f := range files {
-		if legacyFile(skip, f) {
-			continue
-		}
 		src, err := os.ReadFile(f)
 		if err != nil {
 			return err
@@ -101,38 +93,4 @@ func apply(writes map[string][]byte, check bool) error {
 		return fmt.Errorf("generated code is stale (run make lua-gen): %s", strings.Join(stale, ", "))
 	}
 	return nil
-}
-
-// readLegacy reads the names of the scripts not declared yet (one path a line; #
-// comments).
-func readLegacy(file string) (map[string]bool, error) {
-	out := map[string]bool{}
-	if file == "" {
-		return out, nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-			out[filepath.ToSlash(l)] = true
-		}
-	}
-	return out, nil
-}
-
-// legacyFile: the file f is on the list (whose paths are from the repository's root).
-func legacyFile(list map[string]bool, f string) bool {
-	abs, err := filepath.Abs(f)
-	if err != nil {
-		return false
-	}
-	abs = filepath.ToSlash(abs)
-	for l := range list {
-		if strings.HasSuffix(abs, "/"+l) {
-			return true
-		}
-	}
-	return false
 }
