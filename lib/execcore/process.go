@@ -66,6 +66,7 @@ type Run[K comparable] struct {
 	stderr    *procrun.Tail
 	stopWatch func()
 	started   time.Time // when its process was about to run
+	release   sync.Once // its sandbox's teardown
 }
 
 // StartedAt is when the run's job began: in a sandbox of its own, when its command
@@ -233,9 +234,24 @@ func (r *Run[K]) OnTimeout(timeout time.Duration, kill func(reason string)) func
 	}
 }
 
-// Wait waits for the process to end, detaches it from its execution and cleans its
-// sandbox up.
+// Wait waits for the process to end, detaches it from its execution and tears its
+// sandbox down (WaitKept, then Release).
 func (r *Run[K]) Wait() Ended {
+	e := r.WaitKept()
+	r.Release()
+	return e
+}
+
+// WaitKept is Wait that leaves the sandbox's teardown to Release, called once the
+// caller has written the run's end — removing the job's cgroup and network is then
+// off the time from its end to its dependents' start — when nothing of the run can
+// run by then: its first process, PID 1 of its sandbox's PID namespace
+// (sandbox.Job.Contained), ended by itself, and the kernel ends every other process
+// of a namespace before its first one's end is seen. A run without a namespace of its
+// own, or ended by a kill (whose namespace may still be ending), is torn down here, as
+// by Wait. What its sandbox says of it (a limit it went over, its result file) is
+// read here.
+func (r *Run[K]) WaitKept() Ended {
 	res := r.proc.Wait()
 	r.stopWatch()
 	r.ex.setProc(nil)
@@ -246,14 +262,21 @@ func (r *Run[K]) Wait() Ended {
 	} else if r.result != "" {
 		e.ResultFile = sandbox.ReadHostFile(r.result, -1, r.resultMax)
 	}
-	r.cleanup()
+	if r.sj == nil || !r.sj.Contained() || res.Signal != "" || res.Killed != "" {
+		r.cleanup()
+	}
 	return e
 }
 
+// Release tears the run's sandbox down after WaitKept (once; Wait does it itself).
+func (r *Run[K]) Release() { r.cleanup() }
+
 func (r *Run[K]) cleanup() {
-	if r.sj != nil {
-		r.sj.Cleanup()
-	}
+	r.release.Do(func() {
+		if r.sj != nil {
+			r.sj.Cleanup()
+		}
+	})
 }
 
 // Kills is Supervise's onTimeout that calls kill once, with the reason "timeout" (a

@@ -336,7 +336,7 @@ type Prepared struct {
 // prepareAhead makes a sandbox of lim and waits until it is ready (its wrapper said
 // "start"), at most wait.
 func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration) (*Prepared, error) {
-	j, err := s.PrepareWith(workDirIn("hero-job-"), nil, lim, Extra{ahead: true})
+	j, err := s.PrepareWith(workDirIn(JobDir), nil, lim, Extra{ahead: true})
 	if err != nil {
 		return nil, err
 	}
@@ -426,6 +426,7 @@ func (p *Prepared) Hand(h Handoff) (cmd *exec.Cmd, j *Job, waited func(), err er
 		return nil, nil, nil, fmt.Errorf("%w: the sandbox was handed a job or destroyed already", ErrLaunch)
 	}
 	j = p.job
+	made := h.Dir == j.workDir // made with the sandbox (bwrapArgs)
 	j.workDir = h.Dir
 	j.result = &Extra{Result: h.Result, ResultMax: h.ResultMax}
 	j.report.mu.Lock()
@@ -433,7 +434,7 @@ func (p *Prepared) Hand(h Handoff) (cmd *exec.Cmd, j *Job, waited func(), err er
 	j.report.mu.Unlock()
 	p.stdout.set(h.Stdout)
 	p.stderr.set(h.Stderr)
-	_, err = p.spec.Write(handSpec(h.Dir, h.Result, h.ResultMax, h.Env, h.Argv))
+	_, err = p.spec.Write(handSpec(h.Dir, made, h.Result, h.ResultMax, h.Env, h.Argv))
 	_ = p.spec.Close()
 	if err != nil {
 		// Gone meanwhile: its end says how (Wait).

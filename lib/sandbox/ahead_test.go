@@ -45,7 +45,13 @@ func eachWay(t *testing.T, f func(t *testing.T, s *Sandbox)) {
 // runAhead runs a job in a sandbox made ahead (runJob's way for such a sandbox).
 func runAhead(t *testing.T, s *Sandbox, script string, env []string, lim Limits, x Extra) (string, procrun.Result, string, Result) {
 	t.Helper()
-	dir, _, err := s.WorkDir("", "hero-sbx-test-")
+	return runAheadIn(t, s, "hero-sbx-test-", script, env, lim, x)
+}
+
+// runAheadIn is runAhead in the work directory of pattern (WorkDir's).
+func runAheadIn(t *testing.T, s *Sandbox, pattern, script string, env []string, lim Limits, x Extra) (string, procrun.Result, string, Result) {
+	t.Helper()
+	dir, _, err := s.WorkDir("", pattern)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +104,26 @@ func TestAheadRunsTheJob(t *testing.T) {
 	if err := s.WaitAhead(ctx, func(ready, _ int) bool { return ready >= 2 }); err != nil {
 		ready, _ := s.AheadCounts()
 		t.Fatalf("%d sandboxes ready a minute after the first job, want 2", ready)
+	}
+}
+
+// A job given the work directory a sandbox made ahead has made already (JobDir, the
+// runner's) starts there with no program run before it (issue 44: each is a dependent
+// step's time): the wrapper is PID 1 of its sandbox and the job's interpreter PID 2,
+// where a directory made at the handoff has a mkdir run first. The directory is the
+// job's alone (0700) and empty; another name is made at the handoff as before.
+func TestAheadJobDirMadeWithTheSandbox(t *testing.T) {
+	s := newAheadSandbox(t, 1)
+	lim := Limits{Pids: 64, DiskBytes: 16 << 20}
+	env := []string{"PATH=/usr/bin:/bin"}
+	script := `echo "pid=$$ pwd=$PWD mode=$(stat -c %a .) files=$(ls -A | wc -l)"`
+	out, res, _, _ := runAheadIn(t, s, JobDir, script, env, lim, Extra{})
+	if want := "pid=2 pwd=/tmp/hero-job mode=700 files=0"; res.ExitCode != 0 || strings.TrimSpace(out) != want {
+		t.Fatalf("job in JobDir: exit %d: %q, want %q", res.ExitCode, out, want)
+	}
+	out, res, _, _ = runAheadIn(t, s, "hero-sbx-test-", script, env, lim, Extra{})
+	if want := "pid=3 pwd=/tmp/hero-sbx-test mode=700 files=0"; res.ExitCode != 0 || strings.TrimSpace(out) != want {
+		t.Fatalf("job in a directory of another name: exit %d: %q, want %q", res.ExitCode, out, want)
 	}
 }
 

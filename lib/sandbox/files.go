@@ -104,16 +104,20 @@ func aheadWrapper(sh string, reportFD, specFD int) []string {
 }
 
 // handSpec is what a sandbox made ahead of its job runs to start it (aheadPrologue):
-// shell commands of the runner's own making, every value quoted. It makes the work
-// directory (of the job's own filesystem) and goes there, leaves of the wrapper's own
+// shell commands of the runner's own making, every value quoted. It goes to the work
+// directory (of the job's own filesystem: made with the sandbox when made is set,
+// else made now), leaves of the wrapper's own
 // environment nothing (PATH, and the OLDPWD its cd set), exports the job's whole
 // environment and sets the command. A name no shell can hold is left out, as the
 // wrapper's shell leaves it out of a job's environment made for it (the API refuses
 // such names).
-func handSpec(dir, result string, max int64, env, argv []string) []byte {
+func handSpec(dir string, made bool, result string, max int64, env, argv []string) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "__hero_w=%s __hero_f=%s __hero_m=%d\n", shellQuote(dir), shellQuote(result), max+1)
-	b.WriteString("mkdir -m 0700 -- \"$__hero_w\" && cd \"$__hero_w\" || exit 1\nunset PATH OLDPWD\n")
+	if !made {
+		b.WriteString("mkdir -m 0700 -- \"$__hero_w\" && ")
+	}
+	b.WriteString("cd \"$__hero_w\" || exit 1\nunset PATH OLDPWD\n")
 	for _, e := range env {
 		if k, _, _ := strings.Cut(e, "="); shellName(k) {
 			b.WriteString("export " + shellQuote(e) + "\n")
@@ -292,6 +296,12 @@ func fileKind(mode uint32) string {
 	}
 	return "another kind of file"
 }
+
+// JobDir is the pattern (WorkDir's) of the work directory a sandbox made ahead has
+// made already, with its sandbox (bwrap), for its job: a job given it starts without
+// the wrapper making one (a program run: the time of a dependent step). Every job's
+// filesystem is its own, so every sandboxed job may have the same name.
+const JobDir = "hero-job-"
 
 // workDirIn names a work directory of the job's own filesystem.
 func workDirIn(pattern string) string {

@@ -370,8 +370,9 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra, lim Limits) 
 	case x.HostDir:
 		a = append(a, "--bind", workDir, workDir, "--chdir", workDir, "--")
 	case x.ahead:
-		// The work directory is made by the wrapper once the job is known.
-		a = append(a, "--chdir", jobFS, "--remount-ro", "/dev", "--remount-ro", "/", "--as-pid-1", "--")
+		// The work directory (JobDir's) is made now, for the job to come: it starts
+		// there without a program run to make it (the wrapper makes another name).
+		a = append(a, "--perms", "0700", "--dir", workDir, "--chdir", jobFS, "--remount-ro", "/dev", "--remount-ro", "/", "--as-pid-1", "--")
 	default:
 		// The wrapper is the job's PID 1 (--as-pid-1): no process of the job can
 		// signal it. Its root and /dev are read-only: the job writes its own
@@ -748,6 +749,12 @@ func (j *Job) Started() error {
 	}
 	return nil
 }
+
+// Contained says whether the job runs in a PID namespace of its own whose PID 1 is
+// its wrapper (a job of its own filesystem): once that process has ended by itself,
+// the kernel has ended every other process of the job (Cleanup then only removes what
+// held them: its cgroup, its network).
+func (j *Job) Contained() bool { return j.private }
 
 // Cleanup kills whatever of the job is left, its network stack and its cgroup.
 func (j *Job) Cleanup() {

@@ -65,7 +65,10 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 	if r.cfg.pause != nil {
 		r.cfg.pause("claimed", 0)
 	}
-	res := r.kinds[r.kindOf(j)].run(ctx, r, db, cl, j, log)
+	res, release := r.kinds[r.kindOf(j)].run(ctx, r, db, cl, j, log)
+	if release != nil {
+		defer release() // its sandbox's teardown, once its end is written
+	}
 	if res.reason == execcore.ReasonHandedBack {
 		log.Info().Msg("job handed back at shutdown")
 		return
@@ -164,16 +167,24 @@ type runResult struct {
 	reason  string
 }
 
-// runScript runs the job's script under its interpreter with a clean environment.
-func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) runResult {
+// runScript runs the job's script under its interpreter with a clean environment. It
+// sets release to its sandbox's teardown when that is left for after the job's end is
+// written (execcore.Run.WaitKept).
+func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger, release *func()) runResult {
 	interp, ok := r.cfg.interpreters[j.ScriptType]
 	if !ok {
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Fatal: true,
 			Error: fmt.Sprintf("no interpreter configured for script_type %q", j.ScriptType)}, "no_interpreter"}
 	}
 	// With a sandbox, the work directory is in the job's own filesystem (nothing on
-	// the host); without one, a host directory removed after the job.
-	dir, removeDir, err := r.sandbox.WorkDir(r.cfg.WorkDir, fmt.Sprintf("hero-job-%d-%d-%d-", db.ContextID, j.CallerID, j.ID))
+	// the host), the one a sandbox made ahead has made already (sandbox.JobDir: the
+	// job starts without a program run to make it); without one, a host directory
+	// removed after the job.
+	pattern := fmt.Sprintf("hero-job-%d-%d-%d-", db.ContextID, j.CallerID, j.ID)
+	if r.sandbox.Mode() == sandbox.ModeBwrap {
+		pattern = sandbox.JobDir
+	}
+	dir, removeDir, err := r.sandbox.WorkDir(r.cfg.WorkDir, pattern)
 	if err != nil {
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "runner cannot make a scratch directory: " + err.Error()}, "start_error"}
 	}
@@ -222,7 +233,7 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 		run.Kill("stopped")
 	}
 	sv := r.supervise(ctx, db, cl, j, ex, run.OnTimeout(time.Duration(j.Timeout)*time.Second, ex.Kill))
-	res := run.Wait()
+	res := run.WaitKept()
 	sv.Stop()
 	start := run.StartedAt()
 	elapsed := time.Since(start)
@@ -232,6 +243,7 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	logw.Close()
 	rr := r.scriptOutcome(ctx, db, j, ex, res, lim, log, elapsed)
 	rr.outcome.StartedAt = start // its started_at_us: when its process was about to run, not its claim
+	*release = run.Release
 	return rr
 }
 

@@ -14,8 +14,10 @@ import (
 // container) is one more implementation, registered by name in executionKinds, and a
 // case in kindOf — not another branch at the top of every run.
 type executionKind interface {
-	// run runs the claimed and started job j to its end (or hands it back).
-	run(ctx context.Context, r *runner, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) runResult
+	// run runs the claimed and started job j to its end (or hands it back). release
+	// (nil: none) is what is left to do once the job's end is written: its sandbox's
+	// teardown, off the time from its end to its dependents' start.
+	run(ctx context.Context, r *runner, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) (res runResult, release func())
 }
 
 // Execution kinds' names (logs and the executionKinds registry).
@@ -50,13 +52,15 @@ func (r *runner) kindOf(j *model.Job) string {
 // one for the job's limits).
 type scriptKind struct{}
 
-func (scriptKind) run(ctx context.Context, r *runner, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) runResult {
-	return r.runScript(ctx, db, cl, j, log)
+func (scriptKind) run(ctx context.Context, r *runner, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) (runResult, func()) {
+	var release func()
+	res := r.runScript(ctx, db, cl, j, log, &release)
+	return res, release
 }
 
 // handlerKind calls a handler job's function in its executor's pool.
 type handlerKind struct{}
 
-func (handlerKind) run(ctx context.Context, r *runner, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) runResult {
-	return r.runHandler(ctx, db, cl, j, log)
+func (handlerKind) run(ctx context.Context, r *runner, db *store.DB, cl *store.Claim, j *model.Job, log zerolog.Logger) (runResult, func()) {
+	return r.runHandler(ctx, db, cl, j, log), nil
 }
