@@ -34,6 +34,16 @@ func TestEveryLuaFileIsUsed(t *testing.T) {
 		for _, sc := range scripts {
 			included = included || strings.Contains(sc.src, string(src))
 		}
+		// A library of the prelude's (lib_events.lua): its code lines are the prelude's.
+		code := 0
+		inPrelude := true
+		for _, l := range strings.SplitAfter(string(src), "\n") {
+			if strings.HasPrefix(l, "local ") {
+				code++
+				inPrelude = inPrelude && strings.Contains(luaPrelude, l)
+			}
+		}
+		included = included || (code > 0 && inPrelude)
 		if !included {
 			t.Errorf("library lua/%s is included by no script", name)
 		}
