@@ -349,11 +349,16 @@ async function flowPage(ctx, id) {
     el.dataset.counts = parts;
     el.setAttribute('aria-label', `${view.groups[g].length} jobs: ${parts}`);
   };
+  let shown = '';
   const renderFlow = f => {
-    status.replaceChildren(badge(f.status), f.paused ? h('span', {class: 'badge st-paused', id: 'flow-paused'}, 'paused') : null);
-    status.dataset.status = f.status;
     info.replaceChildren(...[['Status', f.status], ['Jobs', (f.jobs || []).length], ['Created', fmtTime(f.created_at)], ['Error', f.error || '—'],
       ['Result', Object.entries(f.result || {}).map(([k, v]) => `${k}=${v}`).join(', ') || '—']].flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+    // The state and its actions are drawn again only when they change: a reload must
+    // not swap a button under the user's (or a test's) click.
+    if (shown === `${f.status} ${!!f.paused}`) return;
+    shown = `${f.status} ${!!f.paused}`;
+    status.replaceChildren(...[badge(f.status), f.paused ? h('span', {class: 'badge st-paused', id: 'flow-paused'}, 'paused') : null].filter(Boolean));
+    status.dataset.status = f.status;
     acts.replaceChildren();
     if ((f.status === 'started' || f.status === 'dispatched') && can(ctx, 'executor')) acts.append(actionButton('Cancel flow', 'danger', () => call('flow.cancel', {context_id: ctx, id}).then(renderFlow)));
     if (f.status === 'started' && !f.paused && can(ctx, 'executor')) acts.append(actionButton('Pause flow', '', () => call('flow.pause', {context_id: ctx, id, note: 'paused from the console'}).then(renderFlow)));
