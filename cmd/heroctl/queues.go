@@ -53,19 +53,7 @@ func queueRef(method string) func(*cli, *flag.FlagSet) action {
 }
 
 func (c *cli) queueList(fs *flag.FlagSet) action {
-	return c.noArgs("queue list", perCall, func(ctx context.Context, hc *hero.Client) error {
-		raw, err := hc.Call(ctx, "queue.list", map[string]any{"context_id": c.g.context})
-		if err != nil {
-			return err
-		}
-		var page struct {
-			Items []model.Queue `json:"items"`
-		}
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return err
-		}
-		return c.show(&page, func(w *tabwriter.Writer) { printQueues(w, page.Items) })
-	})
+	return contextList(c, "queue list", "queue.list", printQueues)
 }
 
 func printQueues(w *tabwriter.Writer, items []model.Queue) {
@@ -78,4 +66,22 @@ func printQueues(w *tabwriter.Writer, items []model.Queue) {
 		}
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", q.Queue, q.Depth, q.Pinned, q.Runners, state, since, q.PausedBy, firstLine(q.PauseNote))
 	}
+}
+
+// contextList is a "<resource> list" command: method's {items} of the context, shown
+// as JSON or by print as a table.
+func contextList[T any](c *cli, name, method string, print func(*tabwriter.Writer, []T)) action {
+	return c.noArgs(name, perCall, func(ctx context.Context, hc *hero.Client) error {
+		raw, err := hc.Call(ctx, method, map[string]any{"context_id": c.g.context})
+		if err != nil {
+			return err
+		}
+		var page struct {
+			Items []T `json:"items"`
+		}
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return err
+		}
+		return c.show(&page, func(w *tabwriter.Writer) { print(w, page.Items) })
+	})
 }

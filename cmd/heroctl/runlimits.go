@@ -73,19 +73,7 @@ func (c *cli) limitSet(fs *flag.FlagSet) action {
 }
 
 func (c *cli) limitList(fs *flag.FlagSet) action {
-	return c.noArgs("limit list", perCall, func(ctx context.Context, hc *hero.Client) error {
-		raw, err := hc.Call(ctx, "limit.list", map[string]any{"context_id": c.g.context})
-		if err != nil {
-			return err
-		}
-		var page struct {
-			Items []model.RunLimit `json:"items"`
-		}
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return err
-		}
-		return c.show(&page, func(w *tabwriter.Writer) { printRunLimits(w, page.Items) })
-	})
+	return contextList(c, "limit list", "limit.list", printRunLimits)
 }
 
 func (c *cli) limitDelete(fs *flag.FlagSet) action {

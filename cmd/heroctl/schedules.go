@@ -133,19 +133,7 @@ func scheduleRef(method string, withNote bool) func(*cli, *flag.FlagSet) action 
 }
 
 func (c *cli) scheduleList(fs *flag.FlagSet) action {
-	return c.noArgs("schedule list", perCall, func(ctx context.Context, hc *hero.Client) error {
-		raw, err := hc.Call(ctx, "schedule.list", map[string]any{"context_id": c.g.context})
-		if err != nil {
-			return err
-		}
-		var page struct {
-			Items []model.Schedule `json:"items"`
-		}
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return err
-		}
-		return c.show(&page, func(w *tabwriter.Writer) { printSchedules(w, page.Items) })
-	})
+	return contextList(c, "schedule list", "schedule.list", printSchedules)
 }
 
 func (c *cli) scheduleBackfill(fs *flag.FlagSet) action {
