@@ -2975,7 +2975,6 @@ type submitArgs struct {
 	Ctx         int64
 	NowS        int64
 	NowMs       int64
-	Maxlen      int64
 	GuardFields []string
 	GuardValues []string
 	Msg         []any
@@ -2998,11 +2997,10 @@ type submitJob struct {
 func (a *submitArgs) call() Call {
 	keys := make([]string, 0, 0+len(a.JobsKeys))
 	keys = append(keys, a.JobsKeys...)
-	args := make([]any, 0, 8)
+	args := make([]any, 0, 7)
 	args = append(args, a.Ctx)
 	args = append(args, a.NowS)
 	args = append(args, a.NowMs)
-	args = append(args, a.Maxlen)
 	args = append(args, len(a.GuardFields))
 	for _, x1 := range a.GuardFields {
 		args = append(args, x1)

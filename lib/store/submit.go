@@ -110,7 +110,7 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		return nil, err
 	}
 	a := &submitArgs{JobsKeys: make([]string, 0, 2*len(subs)), Ctx: int64(d.ContextID), NowS: now.Unix(), NowMs: now.UnixMilli(),
-		Maxlen: EventsMaxLen, Msg: requestTemplate(d.ContextID, now), Jobs: make([]submitJob, len(subs))}
+		Msg: requestTemplate(d.ContextID, now), Jobs: make([]submitJob, len(subs))}
 	if guard != nil {
 		a.GuardFields, a.GuardValues = guard.Fields, guard.Values
 	}

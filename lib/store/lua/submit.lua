@@ -19,8 +19,6 @@
 --   ctx           int       the context id
 --   now_s         int       now (s)
 --   now_ms        int       now (ms)
---   maxlen        int       the events' cap's floor (EVENTS_CAP scales it with
---                           the jobs the context keeps)
 --   guard_fields  []string  field names of the context hash (the guard: nothing is
 --                           written unless the context holds guard_values in them
 --                           still; a missing field reads "")
@@ -75,8 +73,7 @@
 local ctx = ARGV[1]
 local now_s = ARGV[2]
 local now_ms = ARGV[3]
-local maxlen = ARGV[4]
-local argi = 5
+local argi = 4
 local guard_fields
 local n_guard_fields = tonumber(ARGV[argi])
 if n_guard_fields <= 7000 then guard_fields = {unpack(ARGV, argi + 1, argi + n_guard_fields)} else guard_fields = {}; for k = 1, n_guard_fields do guard_fields[k] = ARGV[argi + k] end end
@@ -103,9 +100,8 @@ for k = 1, n_jobs do
 end
 -- luagen: end of the prologue
 
--- the events' cap scales with the jobs the context keeps (EVENTS_CAP); maxlen is its floor
-local cap = EVENTS_CAP()
-if tonumber(cap) > tonumber(maxlen) then maxlen = cap end
+-- the events' cap, which scales with the jobs the context keeps: read once a call
+local maxlen = EVENTS_CAP()
 
 for n, j in ipairs(jobs) do
   j.key, j.ukey = KEYS[2 * n - 1], KEYS[2 * n]
