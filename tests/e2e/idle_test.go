@@ -307,8 +307,12 @@ func BenchmarkIdleContexts(b *testing.B) {
 	conns := redisInfo(b, rc, "clients", "connected_clients") - 1
 	fmt.Printf("  connections        %d (one context: %d)\n", conns, conns1)
 	b.ReportMetric(float64(conns), "connections")
-	if conns > conns1 {
-		b.Errorf("%d Redis connections with %d contexts, %d with one", conns, n, conns1)
+	// The services' pools keep the connections their busiest moment opened (go-redis
+	// closes idle ones after 30 minutes): setting up 4,000 contexts at once may open a
+	// few more than one context did. A connection per context would be thousands; a
+	// few more than one context's is the pools' concurrency, not the contexts.
+	if conns > conns1+4 {
+		b.Errorf("%d Redis connections with %d contexts, %d with one (at most 4 more)", conns, n, conns1)
 	}
 	for _, p := range procs {
 		d := metricsLatency(b, p)
