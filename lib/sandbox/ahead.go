@@ -150,6 +150,22 @@ func (s *Sandbox) Take(ctx context.Context, lim Limits) (*Prepared, error) {
 	return nil, ctx.Err()
 }
 
+// Warm starts making sandboxes for jobs of lim before any job asked, as if one just
+// had (the runner's default limits, at its start): the first jobs then find theirs
+// made instead of waiting for it while the rest are made beside them. What is made and
+// not taken within the TTL is destroyed, as for any limits.
+func (s *Sandbox) Warm(lim Limits) {
+	if !s.Ahead(lim) {
+		return
+	}
+	a := s.ahead
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.closed {
+		a.fillLocked(a.keyLocked(lim))
+	}
+}
+
 // keyLocked is lim's key, made when new; its TTL starts again. Called with a.mu.
 func (a *ahead) keyLocked(lim Limits) *aheadKey {
 	k := a.keys[lim]

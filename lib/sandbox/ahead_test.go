@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/procrun"
 	"github.com/hero-coordinator/hero/lib/testutil/proctest"
 )
@@ -192,5 +193,32 @@ func TestAheadSandboxIsHandedOnce(t *testing.T) {
 			}
 		}
 		j.Cleanup()
+	}
+}
+
+// Warm makes sandboxes for limits no job asked for yet (the runner's defaults at its
+// start): they are ready before the first job, which takes one without another being
+// made for it; limits the sandboxes are not made ahead for (outbound network) get none.
+func TestAheadWarmBeforeTheFirstJob(t *testing.T) {
+	s := newAheadSandbox(t, 2)
+	lim := Limits{Pids: 64, DiskBytes: 16 << 20}
+	s.Warm(Limits{Pids: 64, Network: model.NetworkOutbound})
+	if ready, making := s.AheadCounts(); ready+making != 0 {
+		t.Fatalf("outbound limits warmed: %d ready, %d making", ready, making)
+	}
+	s.Warm(lim)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.WaitAhead(ctx, func(ready, making int) bool { return ready == 2 && making == 0 }); err != nil {
+		ready, making := s.AheadCounts()
+		t.Fatalf("warmed sandboxes not ready: %d ready, %d making: %v", ready, making, err)
+	}
+	p, err := s.Take(ctx, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Destroy()
+	if ready, _ := s.AheadCounts(); ready != 1 {
+		t.Fatalf("after the first job took one: %d ready, want the other warmed one", ready)
 	}
 }

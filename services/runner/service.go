@@ -64,6 +64,11 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	} else {
 		env.Log.Info().Str("sandbox", sb.Describe()).Str("limits", cfg.Sandbox.Limits().String()).Msg("jobs run sandboxed")
 		env.Probe.AddDetail("sandbox", sb.Describe())
+		// The first jobs (of contexts without limits of their own) find their sandboxes
+		// made (--sandbox-ahead), instead of waiting while the rest are made beside them.
+		if lim, err := sandbox.Resolve(nil, nil, nil, cfg.Sandbox.Limits(), cfg.Sandbox.Max()); err == nil {
+			sb.Warm(lim)
+		}
 	}
 	r := newRunner(runnerParams{store: b.Store, log: env.Log, reg: env.Registry, cfg: cfg, sandbox: sb})
 	if err := r.startExecutors(ctx); err != nil {
