@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
@@ -30,10 +32,19 @@ func flowSchedule(id string, overlap model.OverlapPolicy) *model.Schedule {
 func TestScheduleFlowRunOnce(t *testing.T) {
 	s := open(t)
 	db := mustCtx(t, s, 1)
-	ctx := context.Background()
 	rdb := srv.Client(t, 1)
 	sc := flowSchedule("etl", model.OverlapSkip)
 	t0 := time.UnixMilli(time.Now().UnixMilli()).Truncate(time.Second)
+	checkFlowRunMade(t, s, db, sc, t0)
+	last := checkCutCreation(t, s, db, sc, t0.Add(time.Second))
+	checkRefusedRun(t, s, rdb, t0, last)
+}
+
+// checkFlowRunMade: the run of tick t0 is a created flow of the template's jobs that
+// records its schedule and tick, as do its jobs; made again, it is found.
+func checkFlowRunMade(t *testing.T, s *store.Store, db *store.DB, sc *model.Schedule, t0 time.Time) {
+	t.Helper()
+	ctx := context.Background()
 	run, err := s.MakeFlowRun(ctx, sc, t0, "schedule:etl")
 	if err != nil || run.Flow == nil || run.Existing || run.UnderWay || run.Flow.Status != model.FlowDispatched {
 		t.Fatalf("first run: %+v, %v", run, err)
@@ -55,9 +66,13 @@ func TestScheduleFlowRunOnce(t *testing.T) {
 	if err != nil || !again.Existing || again.Flow == nil || again.Flow.ID != f.ID {
 		t.Fatalf("the same tick again: %+v, %v (want flow %d, existing)", again, err, f.ID)
 	}
+}
 
-	// A creation cut short: under way, then swept, then made anew.
-	t1 := t0.Add(time.Second)
+// checkCutCreation: a tick whose run's creation was cut short is under way (nothing
+// made), then, its stage swept, made anew; it returns the last job id made.
+func checkCutCreation(t *testing.T, s *store.Store, db *store.DB, sc *model.Schedule, t1 time.Time) uint32 {
+	t.Helper()
+	ctx := context.Background()
 	state, cut, err := s.BeginFlowRun(ctx, sc, t1)
 	if err != nil || state != "begun" {
 		t.Fatalf("begin: %s %d, %v", state, cut, err)
@@ -72,8 +87,14 @@ func TestScheduleFlowRunOnce(t *testing.T) {
 	if err != nil || r.Existing || r.UnderWay || r.Flow == nil || r.Flow.ID == cut || r.Flow.ScheduleTickMs != t1.UnixMilli() {
 		t.Fatalf("the tick after its cut creation was swept: %+v, %v", r, err)
 	}
+	return r.Flow.Jobs[1]
+}
 
-	// A refused job: nothing of the run stays.
+// checkRefusedRun: a run with a job the store refuses leaves nothing: no flow, no
+// stage, none of its jobs (the two ids after last).
+func checkRefusedRun(t *testing.T, s *store.Store, rdb *redis.Client, t0 time.Time, last uint32) {
+	t.Helper()
+	ctx := context.Background()
 	bad := flowSchedule("bad", model.OverlapSkip)
 	bad.Flow.Jobs[0].Job.ScriptType = ""
 	if r, err := s.MakeFlowRun(ctx, bad, t0, "schedule:bad"); err == nil {
@@ -84,8 +105,7 @@ func TestScheduleFlowRunOnce(t *testing.T) {
 	if err != nil || rdb.Exists(ctx, keys.Flow(uint32(id)), keys.FlowStage(uint32(id))).Val() != 0 {
 		t.Fatalf("a refused run left its flow or its stage (%q): %v", v, err)
 	}
-	// its jobs' ids were the two after the last run's
-	if n := rdb.Exists(ctx, keys.Job(1, r.Flow.Jobs[1]+1), keys.Job(1, r.Flow.Jobs[1]+2)).Val(); n != 0 {
+	if n := rdb.Exists(ctx, keys.Job(1, last+1), keys.Job(1, last+2)).Val(); n != 0 {
 		t.Fatalf("a refused run left %d of its jobs", n)
 	}
 	st, err := s.MakeFlowRun(ctx, bad, t0, "schedule:bad")
