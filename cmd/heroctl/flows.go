@@ -291,6 +291,12 @@ func printFlow(w *tabwriter.Writer, f *model.Flow) {
 	if f.Error != "" {
 		fmt.Fprintf(w, "error\t%s\n", f.Error)
 	}
+	if f.Paused {
+		fmt.Fprintf(w, "paused\t%s\n", dash(f.PauseNote))
+	}
+	if f.ScheduleID != "" {
+		fmt.Fprintf(w, "schedule\t%s (tick %s)\n", f.ScheduleID, time.UnixMilli(f.ScheduleTickMs).UTC().Format(time.RFC3339Nano))
+	}
 	fmt.Fprintf(w, "created\t%s\nstarted\t%s\nfinished\t%s\n", ts(f.CreatedAt), ts(f.StartedAt), ts(f.FinishedAt))
 	kvLines(w, "env", f.EnvVars)
 	flowResultLines(w, f.Result)

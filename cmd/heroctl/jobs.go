@@ -371,6 +371,9 @@ func printJob(w *tabwriter.Writer, j *model.Job) {
 	if j.FlowID != 0 {
 		fmt.Fprintf(w, "flow\t%d\n", j.FlowID)
 	}
+	if j.ScheduleID != "" {
+		fmt.Fprintf(w, "schedule\t%s (tick %s)\n", j.ScheduleID, time.UnixMilli(j.ScheduleTickMs).UTC().Format(time.RFC3339Nano))
+	}
 	fmt.Fprintf(w, "script type\t%s\ndepends\t%s\ntimeout\t%ds\nretries\t%d\nattempt\t%d\n", j.ScriptType, ids(j.Dependends), j.Timeout, j.Retries, j.Attempt)
 	if j.FunctionName != "" {
 		fmt.Fprintf(w, "function\t%s\nargs\t%s\nkwargs\t%s\n", j.FunctionName, dash(string(j.Args)), dash(string(j.Kwargs)))

@@ -78,6 +78,9 @@ type Flow struct {
 	// Traceparent is the producer's W3C traceparent (flow.create's or flow.start's
 	// header): the trace of every job of the flow.
 	Traceparent string `hash:"traceparent,omitempty" json:"traceparent,omitempty"`
+	// A schedule's run: the schedule and the tick (its nominal time, ms) that made it.
+	ScheduleID     string `hash:"schedule_id,omitempty" json:"schedule_id,omitempty"`
+	ScheduleTickMs int64  `hash:"schedule_tick_ms,omitempty" json:"schedule_tick_ms,omitempty"`
 }
 
 // Log is one line of a Message's log stream.

@@ -39,27 +39,30 @@ type ScheduleSpec struct {
 
 // Schedule is a schedule of a context: coord:sched:<id> (docs/scheduling.md).
 type Schedule struct {
-	ID            string          `hash:"id" json:"id"`
-	ContextID     uint32          `hash:"context_id" json:"context_id"`
-	CallerID      uint32          `hash:"caller_id" json:"caller_id"` // its runs are this caller's jobs
-	Spec          ScheduleSpec    `hash:"spec" json:"spec"`
-	Job           json.RawMessage `hash:"job" json:"job"` // the template of each run (job.submit's job)
-	Overlap       OverlapPolicy   `hash:"overlap" json:"overlap"`
-	CatchupWindow string          `hash:"catchup_window,omitempty" json:"catchup_window,omitempty"` // a duration; 0: every missed tick runs
-	Paused        bool            `hash:"paused,omitempty" json:"paused"`
-	Note          string          `hash:"note,omitempty" json:"note,omitempty"` // why it was paused (or resumed)
-	NextTickMs    int64           `hash:"next_tick_ms,omitempty" json:"next_tick_ms,omitempty"`
-	NextFireMs    int64           `hash:"next_fire_ms,omitempty" json:"next_fire_ms,omitempty"` // the next tick with its jitter
-	LastTickMs    int64           `hash:"last_tick_ms,omitempty" json:"last_tick_ms,omitempty"`
-	LastRun       string          `hash:"last_run,omitempty" json:"last_run,omitempty"` // "<caller>:<id>" of the last run's job
-	PendingTickMs int64           `hash:"pending_tick_ms,omitempty" json:"pending_tick_ms,omitempty"`
-	BufferedTick  int64           `hash:"buffered_tick_ms,omitempty" json:"buffered_tick_ms,omitempty"`
-	Fired         int64           `hash:"fired,omitempty" json:"fired"`
-	Skipped       int64           `hash:"skipped,omitempty" json:"skipped"`
-	Missed        int64           `hash:"missed,omitempty" json:"missed"`
-	LastError     string          `hash:"last_error,omitempty" json:"last_error,omitempty"`
-	CreatedAtMs   int64           `hash:"created_at_ms" json:"created_at_ms"`
-	UpdatedAtMs   int64           `hash:"updated_at_ms" json:"updated_at_ms"`
+	ID        string          `hash:"id" json:"id"`
+	ContextID uint32          `hash:"context_id" json:"context_id"`
+	CallerID  uint32          `hash:"caller_id" json:"caller_id"` // its runs are this caller's jobs
+	Spec      ScheduleSpec    `hash:"spec" json:"spec"`
+	Job       json.RawMessage `hash:"job" json:"job"` // the template of each run (job.submit's job); none for a flow's schedule
+	// Flow, instead of Job: each run creates and starts a flow of the template's jobs.
+	Flow          *FlowTemplate `hash:"flow,omitempty" json:"flow,omitempty"`
+	Overlap       OverlapPolicy `hash:"overlap" json:"overlap"`
+	CatchupWindow string        `hash:"catchup_window,omitempty" json:"catchup_window,omitempty"` // a duration; 0: every missed tick runs
+	Paused        bool          `hash:"paused,omitempty" json:"paused"`
+	Note          string        `hash:"note,omitempty" json:"note,omitempty"` // why it was paused (or resumed)
+	NextTickMs    int64         `hash:"next_tick_ms,omitempty" json:"next_tick_ms,omitempty"`
+	NextFireMs    int64         `hash:"next_fire_ms,omitempty" json:"next_fire_ms,omitempty"` // the next tick with its jitter
+	LastTickMs    int64         `hash:"last_tick_ms,omitempty" json:"last_tick_ms,omitempty"`
+	LastRun       string        `hash:"last_run,omitempty" json:"last_run,omitempty"`   // "<caller>:<id>" of the last run's job
+	LastFlow      uint32        `hash:"last_flow,omitempty" json:"last_flow,omitempty"` // the last run's flow (a flow's schedule)
+	PendingTickMs int64         `hash:"pending_tick_ms,omitempty" json:"pending_tick_ms,omitempty"`
+	BufferedTick  int64         `hash:"buffered_tick_ms,omitempty" json:"buffered_tick_ms,omitempty"`
+	Fired         int64         `hash:"fired,omitempty" json:"fired"`
+	Skipped       int64         `hash:"skipped,omitempty" json:"skipped"`
+	Missed        int64         `hash:"missed,omitempty" json:"missed"`
+	LastError     string        `hash:"last_error,omitempty" json:"last_error,omitempty"`
+	CreatedAtMs   int64         `hash:"created_at_ms" json:"created_at_ms"`
+	UpdatedAtMs   int64         `hash:"updated_at_ms" json:"updated_at_ms"`
 }
 
 var scheduleID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)

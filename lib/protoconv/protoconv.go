@@ -103,6 +103,7 @@ func JobToPB(j *model.Job) *herov1.Job {
 		ResultJson: string(j.ResultJSON), Traceparent: j.Traceparent, Fatal: j.Fatal, StopRequested: j.StopAsked, RetryAfterMs: j.RetryAfterMs, StartedAtUs: j.StartedAtUs, FinishedAtUs: j.FinishedAtUs, RunAtMs: j.RunAtMs,
 		Origin: jsonOrEmpty(j.Origin), DepResults: jsonOrEmpty(j.DepResults), Limits: LimitsToPB(j.Limits), Priority: uint32(j.Priority),
 		ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, ConcurrencyPolicy: j.ConcurrencyPolicy, Held: j.Held,
+		ScheduleId: j.ScheduleID, ScheduleTickMs: j.ScheduleTickMs,
 	}
 }
 
@@ -134,6 +135,7 @@ func JobFromPB(j *herov1.Job) *model.Job {
 		Args: rawOrNil(j.Args), Kwargs: rawOrNil(j.Kwargs), Limits: LimitsFromPB(j.Limits), ResultJSON: rawOrNil(j.ResultJson), Traceparent: j.Traceparent,
 		Fatal: j.Fatal, StopAsked: j.StopRequested, RetryAfterMs: j.RetryAfterMs, StartedAtUs: j.StartedAtUs, FinishedAtUs: j.FinishedAtUs, RunAtMs: j.RunAtMs,
 		Priority: uint8(min(j.Priority, 255)), ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, ConcurrencyPolicy: j.ConcurrencyPolicy, Held: j.Held,
+		ScheduleID: j.ScheduleId, ScheduleTickMs: j.ScheduleTickMs,
 	}
 	if j.Origin != "" {
 		var o model.Origin
@@ -163,6 +165,7 @@ func FlowToPB(f *model.Flow) *herov1.Flow {
 		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, Status: string(f.Status), Error: f.Error, FailedJob: f.FailedJob,
 		StartedAt: f.StartedAt, FinishedAt: f.FinishedAt, CancelledBy: f.CancelledBy, Traceparent: f.Traceparent,
 		CreatedAtMs: f.CreatedAtMs, StartedAtMs: f.StartedAtMs, FinishedAtMs: f.EndedAtMs, RunAtMs: f.RunAtMs,
+		ScheduleId: f.ScheduleID, ScheduleTickMs: f.ScheduleTickMs, Paused: f.Paused, PauseNote: f.PauseNote,
 	}
 }
 
@@ -175,6 +178,7 @@ func FlowFromPB(f *herov1.Flow) *model.Flow {
 		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, Status: model.FlowStatus(f.Status), Error: f.Error, FailedJob: f.FailedJob,
 		StartedAt: f.StartedAt, FinishedAt: f.FinishedAt, CancelledBy: f.CancelledBy, Traceparent: f.Traceparent,
 		CreatedAtMs: f.CreatedAtMs, StartedAtMs: f.StartedAtMs, EndedAtMs: f.FinishedAtMs, RunAtMs: f.RunAtMs,
+		ScheduleID: f.ScheduleId, ScheduleTickMs: f.ScheduleTickMs, Paused: f.Paused, PauseNote: f.PauseNote,
 	}
 }
 

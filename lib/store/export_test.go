@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
@@ -29,4 +30,18 @@ func (d *DB) StartPart(ctx context.Context, f *model.Flow, jobs []*model.Job, de
 	chunk = func() (int64, error) { return a.run(ctx, d) }
 	_, err = chunk()
 	return chunk, err
+}
+
+// BeginFlowRun begins the creation of a flow's schedule's run for a tick as
+// MakeFlowRun does (lua/sched_flow.lua) and goes no further, as a scheduler killed
+// right after leaves it: the state ("begun", …) and the flow's id.
+func (s *Store) BeginFlowRun(ctx context.Context, sc *model.Schedule, tick time.Time) (string, uint32, error) {
+	db, err := s.Ctx(sc.ContextID)
+	if err != nil {
+		return "", 0, err
+	}
+	r, err := (&schedFlowArgs{UniqueKey: keys.Unique(RunUniqueKey(sc.ContextID, sc.ID, tick)), FlowSeqKey: keys.FlowSeq, JobSeqKey: keys.JobSeq(sc.CallerID),
+		Ctx: idArg(sc.ContextID), Caller: idArg(sc.CallerID), N: int64(len(sc.Flow.Jobs)), TTLMs: scheduleStageTTL.Milliseconds(), NowMs: time.Now().UnixMilli(),
+		UniqueTTLMs: RunUniqueTTL.Milliseconds()}).run(ctx, db)
+	return r.State, parseU32(r.Run), err
 }

@@ -1384,7 +1384,7 @@ func decodeFlowDeleteChunkReply(v any) (out flowDeleteChunkRecord, err error) {
 }
 
 // flowStageBeginScript is lua/flow_stage_begin.lua (its header declares its interface).
-var flowStageBeginScript = luaScript("flow_stage_begin.lua")
+var flowStageBeginScript = luaScript("flow_stage_begin.lua", "lib_stage.lua")
 
 // flowStageBeginArgs are the KEYS and ARGV of lua/flow_stage_begin.lua.
 type flowStageBeginArgs struct {
@@ -2663,6 +2663,78 @@ func (a *schedArgs) run(ctx context.Context, r luaRunner) (any, error) {
 // decodeSchedReply decodes the reply of lua/sched.lua.
 func decodeSchedReply(v any) (out any, err error) {
 	out = v
+	return out, nil
+}
+
+// schedFlowScript is lua/sched_flow.lua (its header declares its interface).
+var schedFlowScript = luaScript("sched_flow.lua", "lib_stage.lua")
+
+// schedFlowArgs are the KEYS and ARGV of lua/sched_flow.lua.
+type schedFlowArgs struct {
+	UniqueKey   string // KEYS
+	FlowSeqKey  string // KEYS
+	JobSeqKey   string // KEYS
+	Ctx         string
+	Caller      string
+	N           int64
+	TTLMs       int64
+	NowMs       int64
+	UniqueTTLMs int64
+}
+
+// call is the run of lua/sched_flow.lua with a's KEYS and ARGV.
+func (a *schedFlowArgs) call() Call {
+	keys := make([]string, 0, 3)
+	keys = append(keys, a.UniqueKey, a.FlowSeqKey, a.JobSeqKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.Caller)
+	args = append(args, a.N)
+	args = append(args, a.TTLMs)
+	args = append(args, a.NowMs)
+	args = append(args, a.UniqueTTLMs)
+	return Call{Script: schedFlowScript, Keys: keys, Args: args}
+}
+
+// run runs lua/sched_flow.lua and decodes its reply.
+func (a *schedFlowArgs) run(ctx context.Context, r luaRunner) (schedFlowRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero schedFlowRecord
+		return zero, err
+	}
+	return decodeSchedFlowReply(res)
+}
+
+// schedFlowRecord is a record of lua/sched_flow.lua.
+type schedFlowRecord struct {
+	State string
+	Run   string
+	First int64
+	Last  int64
+}
+
+// decodeSchedFlowReply decodes the reply of lua/sched_flow.lua.
+func decodeSchedFlowReply(v any) (out schedFlowRecord, err error) {
+	r1, err := luaconv.List(v)
+	if err == nil && len(r1) < 4 {
+		err = fmt.Errorf("%d items, want 4", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/sched_flow.lua: reply: %w", err)
+	}
+	if out.State, err = luaconv.String(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/sched_flow.lua: reply.state: %w", err)
+	}
+	if out.Run, err = luaconv.String(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/sched_flow.lua: reply.run: %w", err)
+	}
+	if out.First, err = luaconv.Int(r1[2]); err != nil {
+		return out, fmt.Errorf("lua/sched_flow.lua: reply.first: %w", err)
+	}
+	if out.Last, err = luaconv.Int(r1[3]); err != nil {
+		return out, fmt.Errorf("lua/sched_flow.lua: reply.last: %w", err)
+	}
 	return out, nil
 }
 

@@ -71,8 +71,12 @@ func str(v any) string {
 // PutSchedule creates (create) or replaces the settings of a schedule, with its next
 // tick: an ExistsError when a created one exists, ErrNotFound when an updated one does not.
 func (d *DB) PutSchedule(ctx context.Context, s *model.Schedule, create bool, next, fire time.Time) error {
+	flow := ""
+	if s.Flow != nil {
+		flow = model.EncodeField(s.Flow)
+	}
 	fields := []any{"id", s.ID, "context_id", d.ContextID, "caller_id", s.CallerID, "spec", model.EncodeField(s.Spec),
-		"job", string(s.Job), "overlap", string(s.Overlap), "catchup_window", s.CatchupWindow}
+		"job", string(s.Job), "flow", flow, "overlap", string(s.Overlap), "catchup_window", s.CatchupWindow}
 	vals, err := d.sched(ctx, s.ID, "put", append([]any{boolArg(create), next.UnixMilli(), fire.UnixMilli()}, fields...)...)
 	if err != nil {
 		return err
@@ -114,32 +118,54 @@ func (d *DB) ScheduleIDs(ctx context.Context) ([]string, error) {
 	return cmd.Val(), nil
 }
 
+// TickResult is what Tick did: its outcome; for a fired tick the tick whose run is to
+// be made (Fired: under buffer_one, the buffered one when its wait is over, the tick
+// given being buffered in its place) and, under cancel_previous, the previous run to
+// stop (its job "<caller>:<id>", or its flow).
+type TickResult struct {
+	Outcome  TickOutcome
+	Fired    time.Time
+	PrevJob  string
+	PrevFlow uint32
+}
+
 // Tick handles one tick of a schedule: fire (or missed, outside its catch-up window)
 // when tick is still its next tick; next and fire are the tick after it and that
-// one's fire time. prev, for a fired tick under cancel_previous, is the run to stop;
-// fired is the tick whose run is to be made (under buffer_one, the buffered one when
-// its wait is over: tick is buffered in its place).
-func (d *DB) Tick(ctx context.Context, id string, tick, next, fire time.Time, missed bool) (out TickOutcome, prev string, fired time.Time, err error) {
+// one's fire time.
+func (d *DB) Tick(ctx context.Context, id string, tick, next, fire time.Time, missed bool) (TickResult, error) {
 	mode := "fire"
 	if missed {
 		mode = "missed"
 	}
 	vals, err := d.sched(ctx, id, "tick", tick.UnixMilli(), next.UnixMilli(), fire.UnixMilli(), mode)
 	if err != nil {
-		return "", "", time.Time{}, err
+		return TickResult{}, err
 	}
+	out := TickResult{Outcome: TickOutcome(str(vals[0]))}
 	if len(vals) > 2 {
-		prev = str(vals[1])
+		out.PrevJob = str(vals[1])
 		ms, _ := strconv.ParseInt(str(vals[2]), 10, 64)
-		fired = time.UnixMilli(ms)
+		out.Fired = time.UnixMilli(ms)
 	}
-	return TickOutcome(str(vals[0])), prev, fired, nil
+	if len(vals) > 3 {
+		out.PrevFlow = parseU32(str(vals[3]))
+	}
+	return out, nil
 }
 
 // TickRan records the run a fired tick made ("<caller>:<id>"; "" with why when it
 // could not be made). false: the tick is no longer pending (recorded already).
 func (d *DB) TickRan(ctx context.Context, id string, tick time.Time, run, why string) (bool, error) {
-	vals, err := d.sched(ctx, id, "ran", tick.UnixMilli(), run, why)
+	vals, err := d.sched(ctx, id, "ran", tick.UnixMilli(), run, why, "")
+	if err != nil {
+		return false, err
+	}
+	return str(vals[0]) == "ok", nil
+}
+
+// TickRanFlow records the flow a fired tick of a flow's schedule made (TickRan's).
+func (d *DB) TickRanFlow(ctx context.Context, id string, tick time.Time, flowID uint32) (bool, error) {
+	vals, err := d.sched(ctx, id, "ran", tick.UnixMilli(), "", "", flowID)
 	if err != nil {
 		return false, err
 	}

@@ -33,12 +33,12 @@ func TestScheduleTickOnce(t *testing.T) {
 		t.Fatalf("due schedules: %+v, %v", due, err)
 	}
 	t1 := t0.Add(time.Second)
-	out, _, fired, err := db.Tick(ctx, "s1", t0, t1, t1, false)
-	if err != nil || out != store.TickFired || !fired.Equal(t0) {
-		t.Fatalf("first tick: %s %v, %v", out, fired, err)
+	res, err := db.Tick(ctx, "s1", t0, t1, t1, false)
+	if err != nil || res.Outcome != store.TickFired || !res.Fired.Equal(t0) {
+		t.Fatalf("first tick: %+v, %v", res, err)
 	}
-	if out, _, _, _ := db.Tick(ctx, "s1", t0, t1, t1, false); out != store.TickStale {
-		t.Fatalf("the same tick again: %s, want stale", out)
+	if res, _ := db.Tick(ctx, "s1", t0, t1, t1, false); res.Outcome != store.TickStale {
+		t.Fatalf("the same tick again: %+v, want stale", res)
 	}
 	got, _ := db.LoadSchedule(ctx, "s1")
 	if got.Fired != 1 || got.PendingTickMs != t0.UnixMilli() || got.NextTickMs != t1.UnixMilli() {
@@ -53,8 +53,8 @@ func TestScheduleTickOnce(t *testing.T) {
 		t.Fatal("a run recorded twice")
 	}
 	t2 := t1.Add(time.Second)
-	if out, _, _, _ := db.Tick(ctx, "s1", t1, t2, t2, false); out != store.TickSkipped {
-		t.Fatalf("a tick while the run goes on, under skip: %s", out)
+	if res, _ := db.Tick(ctx, "s1", t1, t2, t2, false); res.Outcome != store.TickSkipped {
+		t.Fatalf("a tick while the run goes on, under skip: %+v", res)
 	}
 	if score := coord.ZScore(ctx, keys.ScheduleDue, "1:s1").Val(); int64(score) != t2.UnixMilli() {
 		t.Fatalf("due at %v, want the next tick %d", score, t2.UnixMilli())
@@ -74,8 +74,8 @@ func checkPauseResumeDelete(t *testing.T, db *store.DB, t2 time.Time) {
 	if n := coord.ZCard(ctx, keys.ScheduleDue).Val(); n != 0 {
 		t.Fatal("a paused schedule is still due")
 	}
-	if out, _, _, _ := db.Tick(ctx, "s1", t2, t2.Add(time.Second), t2.Add(time.Second), false); out != store.TickPaused {
-		t.Fatalf("a tick of a paused schedule: %s", out)
+	if res, _ := db.Tick(ctx, "s1", t2, t2.Add(time.Second), t2.Add(time.Second), false); res.Outcome != store.TickPaused {
+		t.Fatalf("a tick of a paused schedule: %+v", res)
 	}
 	next := time.Now().Add(time.Second).Truncate(time.Second)
 	if err := db.ResumeSchedule(ctx, "s1", "", next, next); err != nil {

@@ -10,13 +10,19 @@ import (
 )
 
 // Schedules (docs/scheduling.md): a schedule makes a run of its job (a Submit as its
-// creator's) on each tick of its spec, once however many schedulers run.
+// creator's), or of its flow (a flow of the template's jobs, created as a unit and
+// started), on each tick of its spec, once however many schedulers run.
 
-// ScheduleSettings are a schedule's settings: all of them for CreateSchedule (Spec
-// and Job required), the ones to change for UpdateSchedule (nil or empty: unchanged).
+// ScheduleSettings are a schedule's settings: all of them for CreateSchedule (Spec,
+// and Job or Flow, required), the ones to change for UpdateSchedule (nil or empty:
+// unchanged; Job or Flow replaces the schedule's job or flow).
 type ScheduleSettings struct {
-	Spec          *model.ScheduleSpec // a cron expression (with a time zone) or an interval; jitter
-	Job           *model.Job          // the template of each run (no id)
+	Spec *model.ScheduleSpec // a cron expression (with a time zone) or an interval; jitter
+	Job  *model.Job          // the template of each run (no id)
+	// Flow, instead of Job: each run creates a flow of its jobs (by name, each naming
+	// the ones it depends on; a flow file's, as `heroctl flow submit` reads it) with
+	// its Env, and starts it. Its ID, CreationTTL and Progress are not used.
+	Flow          *FlowSpec
 	Overlap       model.OverlapPolicy // skip (the default), buffer_one, allow_all, cancel_previous
 	CatchupWindow *time.Duration      // missed ticks within it run after an outage (default 1 min; 0: all)
 	Paused        bool                // CreateSchedule only: create it paused, with Note
@@ -30,6 +36,13 @@ func (c *Client) scheduleRequest(id string, s ScheduleSettings) *herov1.Schedule
 	}
 	if s.Job != nil {
 		r.Job = c.jobPB(s.Job)
+	}
+	if s.Flow != nil {
+		r.Flow = &herov1.FlowTemplate{EnvVars: s.Flow.Env, Jobs: make([]*herov1.TemplateJob, len(s.Flow.Jobs))}
+		for i := range s.Flow.Jobs {
+			fj := &s.Flow.Jobs[i]
+			r.Flow.Jobs[i] = &herov1.TemplateJob{Name: fj.Name, Depends: fj.Depends, Job: c.jobPB(&fj.Job)}
+		}
 	}
 	if s.CatchupWindow != nil {
 		w := s.CatchupWindow.String()
@@ -108,7 +121,8 @@ func (c *Client) DeleteSchedule(ctx context.Context, id string) error {
 	return err
 }
 
-// TriggerSchedule makes a run of the schedule now, whatever its spec or pause.
+// TriggerSchedule makes a run of the schedule now, whatever its spec or pause: its
+// job, or (a flow's schedule) its flow, Submitted.Flow.
 func (c *Client) TriggerSchedule(ctx context.Context, id string) (*Submitted, error) {
 	ctx, cancel := c.callCtx(ctx)
 	defer cancel()
@@ -116,7 +130,14 @@ func (c *Client) TriggerSchedule(ctx context.Context, id string) (*Submitted, er
 	if err != nil {
 		return nil, err
 	}
-	return &Submitted{Job: jobOf(r.Job), Existing: r.Existing}, nil
+	out := &Submitted{Existing: r.Existing}
+	if r.Job != nil {
+		out.Job = jobOf(r.Job)
+	}
+	if r.Flow != nil {
+		out.Flow = flowOf(r.Flow)
+	}
+	return out, nil
 }
 
 // BackfillSchedule makes the runs of the schedule's ticks in [from, to) (at most

@@ -46,6 +46,8 @@ func durationField(d time.Duration) string {
 type Submitted struct {
 	Job      *model.Job `json:"job"`
 	Existing bool       `json:"existing"`
+	// Flow is the run of a flow's schedule (TriggerSchedule), whose Job is nil.
+	Flow *model.Flow `json:"flow,omitempty"`
 }
 
 // SubmitItem is one job of SubmitBatch.

@@ -802,15 +802,26 @@ class Client:
     def create_schedule(self, id: str, script: str = "", script_type: str = "python", *, cron: Optional[str] = None,
                         every: Any = None, timezone: Optional[str] = None, jitter: Any = None,
                         overlap: Optional[str] = None, catchup_window: Any = None, paused: bool = False,
-                        note: str = "", context_id: Optional[int] = None, **job: Any) -> dict:
-        """Creates schedule ``id`` of a job (``schedule.create``; admins): ``cron`` (5
-        fields, or 6 with seconds; ``@daily``, …) in ``timezone``, or ``every`` (seconds
-        or ``"30s"``); ``jitter``; ``overlap`` (``skip``, ``buffer_one``, ``allow_all``,
-        ``cancel_previous``); ``catchup_window`` (default ``"1m"``; 0: every missed tick
+                        note: str = "", flow: Optional[List[dict]] = None, env: Optional[Dict[str, str]] = None,
+                        context_id: Optional[int] = None, **job: Any) -> dict:
+        """Creates schedule ``id`` of a job, or of a flow (``schedule.create``; admins):
+        ``cron`` (5 fields, or 6 with seconds; ``@daily``, …) in ``timezone``, or
+        ``every`` (seconds or ``"30s"``); ``jitter``; ``overlap`` (``skip``,
+        ``buffer_one``, ``allow_all``, ``cancel_previous``; for a flow, judged by the
+        last run's flow); ``catchup_window`` (default ``"1m"``; 0: every missed tick
         runs); ``paused`` with ``note``. Each run is a submit_job of the job (keywords as
-        submit_job's) as the creator's, with ``schedule_id`` and ``schedule_tick_ms``."""
-        params = {"context_id": self._ctx(context_id), "id": id, "spec": _spec(cron, every, timezone, jitter),
-                  "job": _job_from(script, script_type, job)}
+        submit_job's) as the creator's, with ``schedule_id`` and ``schedule_tick_ms``; or,
+        with ``flow`` (job specs as submit_flow takes them: ``name``, ``type``,
+        ``script``, ``depends``, …) and its ``env``, a flow of those jobs created as a
+        unit and started, the flow (and its jobs) with ``schedule_id`` and
+        ``schedule_tick_ms``."""
+        params = {"context_id": self._ctx(context_id), "id": id, "spec": _spec(cron, every, timezone, jitter)}
+        if flow is not None:
+            if script or job:
+                raise ValueError("a flow's schedule takes flow (its jobs), not a job's script or keywords")
+            params["flow"] = _flow_template(flow, env)
+        else:
+            params["job"] = _job_from(script, script_type, job)
         params.update(_schedule_opts(overlap, catchup_window))
         if paused:
             params.update({"paused": True, "note": note})
@@ -818,16 +829,20 @@ class Client:
 
     def update_schedule(self, id: str, *, cron: Optional[str] = None, every: Any = None, timezone: Optional[str] = None,
                         jitter: Any = None, overlap: Optional[str] = None, catchup_window: Any = None,
-                        job: Optional[dict] = None, context_id: Optional[int] = None) -> dict:
+                        job: Optional[dict] = None, flow: Optional[List[dict]] = None,
+                        env: Optional[Dict[str, str]] = None, context_id: Optional[int] = None) -> dict:
         """Changes what is given of a schedule (``schedule.update``; admins): its spec
         (``cron`` or ``every``, with ``timezone``, ``jitter``), ``overlap``,
-        ``catchup_window``, ``job`` (a dict of submit_job's keywords)."""
+        ``catchup_window``, ``job`` (a dict of submit_job's keywords) or ``flow`` (job
+        specs as create_schedule's, with ``env``)."""
         params: Dict[str, Any] = {"context_id": self._ctx(context_id), "id": id}
         if cron is not None or every is not None:
             params["spec"] = _spec(cron, every, timezone, jitter)
         if job is not None:
             job = dict(job)
             params["job"] = _job_from(job.pop("script", ""), job.pop("script_type", "python"), job)
+        if flow is not None:
+            params["flow"] = _flow_template(flow, env)
         params.update(_schedule_opts(overlap, catchup_window))
         return self.call("schedule.update", params)
 
@@ -851,7 +866,8 @@ class Client:
         return self.call("schedule.delete", {"context_id": self._ctx(context_id), "id": id})
 
     def trigger_schedule(self, id: str, context_id: Optional[int] = None) -> dict:
-        """Makes a run of a schedule now, whatever its spec or pause: ``{job, existing}``."""
+        """Makes a run of a schedule now, whatever its spec or pause: ``{job, existing}``
+        (a flow's schedule: ``{flow, existing}``, the flow started)."""
         return self.call("schedule.trigger", {"context_id": self._ctx(context_id), "id": id})
 
     def backfill_schedule(self, id: str, start: Any, end: Any, context_id: Optional[int] = None) -> dict:
@@ -1015,6 +1031,17 @@ def _schedule_opts(overlap: Optional[str], catchup_window: Any) -> Dict[str, Any
         out["overlap"] = overlap
     if catchup_window is not None:
         out["catchup_window"] = _duration(catchup_window)
+    return out
+
+
+def _flow_template(jobs: List[dict], env: Optional[Dict[str, str]]) -> Dict[str, Any]:
+    """A flow's schedule's flow as schedule.create takes it: the job specs (as
+    submit_flow's, checked as it checks them) by name, each naming its dependencies."""
+    _topological(jobs)
+    out: Dict[str, Any] = {"jobs": [{"name": spec["name"], "depends": list(spec.get("depends", [])), "job": _flow_job(spec, [])}
+                                    for spec in jobs]}
+    if env:
+        out["env_vars"] = dict(env)
     return out
 
 

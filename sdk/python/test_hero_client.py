@@ -119,6 +119,24 @@ class RetryTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             self.client.submit_job("print(1)", run_at=datetime.datetime(2026, 12, 24))
 
+    def test_flow_schedule_sends_its_template(self):
+        self.srv.answers = [{"result": {"id": "etl"}}, {"result": {"id": "etl"}}]
+        jobs = [{"name": "load", "type": "sh", "script": "echo L", "depends": ["extract"]},
+                {"name": "extract", "type": "sh", "script": "echo E", "timeout": 30}]
+        self.client.create_schedule("etl", every="1m", overlap="skip", flow=jobs, env={"DAY": "mon"})
+        self.client.update_schedule("etl", flow=jobs[1:])
+        sent = [json.loads(body)["params"] for _, body in self.srv.seen]
+        self.assertNotIn("job", sent[0])
+        self.assertEqual(sent[0]["flow"]["env_vars"], {"DAY": "mon"})
+        self.assertEqual([(j["name"], j["depends"]) for j in sent[0]["flow"]["jobs"]], [("load", ["extract"]), ("extract", [])])
+        self.assertEqual(sent[0]["flow"]["jobs"][1]["job"], {"script": "echo E", "script_type": "sh", "timeout": 30, "retries": 0})
+        self.assertEqual([j["name"] for j in sent[1]["flow"]["jobs"]], ["extract"])
+        with self.assertRaises(ValueError):  # a cycle: refused before anything is sent
+            self.client.create_schedule("x", every="1m", flow=[{"name": "a", "type": "sh", "script": "true", "depends": ["a"]}])
+        with self.assertRaises(ValueError):  # a job's script with a flow
+            self.client.create_schedule("x", "true", every="1m", flow=jobs)
+        self.assertEqual(len(self.srv.seen), 2)
+
     def test_submit_retried_only_when_it_names_its_job(self):
         self.srv.answers = [self.unavailable, {"result": {"job": {"id": 4}, "existing": False}}]
         self.assertEqual(self.client.submit_job("print(1)", unique_key="k", unique_ttl=60)["job"]["id"], 4)

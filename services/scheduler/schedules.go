@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/rs/zerolog"
 
 	"github.com/hero-coordinator/hero/lib/fault"
 	"github.com/hero-coordinator/hero/lib/keys"
@@ -86,27 +87,25 @@ func (e *engine) handleSchedule(ctx context.Context, d store.DueSchedule) {
 		next := tk.Next(tick)
 		nfire := tk.Fire(s.ID, next)
 		missed := window > 0 && now.Sub(tick) > window
-		out, prev, fired, err := db.Tick(ctx, s.ID, tick, next, nfire, missed)
+		res, err := db.Tick(ctx, s.ID, tick, next, nfire, missed)
 		if err != nil {
 			log.Error().Err(err).Msg("schedule tick (the next wake-up tries again)")
 			return
 		}
-		switch out {
+		switch res.Outcome {
 		case store.TickStale, store.TickGone, store.TickPaused:
 			return
 		case store.TickFired:
-			if prev != "" {
-				e.stopRun(ctx, db, prev, s.ID)
-			}
-			if !fired.Equal(tick) {
+			e.stopRun(ctx, db, res, s.ID)
+			if !res.Fired.Equal(tick) {
 				buffered = true // this tick took the buffered one's place
 			}
-			e.makeRun(ctx, db, s, fired)
+			e.makeRun(ctx, db, s, res.Fired)
 		case store.TickBuffered:
 			buffered = true
 		}
-		e.sm.ticks.WithLabelValues(string(out)).Inc()
-		log.Debug().Time("tick", tick).Str("outcome", string(out)).Msg("schedule tick")
+		e.sm.ticks.WithLabelValues(string(res.Outcome)).Inc()
+		log.Debug().Time("tick", tick).Str("outcome", string(res.Outcome)).Msg("schedule tick")
 		tick, fire = next, nfire
 	}
 	if buffered {
@@ -128,6 +127,10 @@ func (e *engine) handleSchedule(ctx context.Context, d store.DueSchedule) {
 // schedule's last_error; a passing fault leaves the tick pending (tried again soon).
 func (e *engine) makeRun(ctx context.Context, db *store.DB, s *model.Schedule, tick time.Time) {
 	log := e.log.With().Uint32(obs.KeyContextID, db.ContextID).Str("schedule", s.ID).Time("tick", tick).Logger()
+	if s.Flow != nil {
+		e.makeFlowRun(ctx, db, s, tick, log)
+		return
+	}
 	var j model.Job
 	if err := json.Unmarshal(s.Job, &j); err != nil {
 		_, _ = db.TickRan(ctx, s.ID, tick, "", "the schedule's job does not decode: "+err.Error())
@@ -154,8 +157,18 @@ func (e *engine) makeRun(ctx context.Context, db *store.DB, s *model.Schedule, t
 	log.Info().Str("run", run).Bool("existing", res[0].Existing).Msg("schedule fired")
 }
 
-// stopRun stops a schedule's previous run (cancel_previous).
-func (e *engine) stopRun(ctx context.Context, db *store.DB, run, id string) {
+// stopRun stops a schedule's previous run (cancel_previous): its job, or its flow.
+func (e *engine) stopRun(ctx context.Context, db *store.DB, res store.TickResult, id string) {
+	if res.PrevFlow != 0 {
+		if _, _, err := e.cancelFlow(ctx, db.ContextID, res.PrevFlow, "schedule:"+id); err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, errAlreadyEnded) {
+			e.log.Warn().Err(err).Uint32(obs.KeyContextID, db.ContextID).Str("schedule", id).Uint32(obs.KeyFlowID, res.PrevFlow).Msg("cancel a schedule's previous flow")
+		}
+		return
+	}
+	run := res.PrevJob
+	if run == "" {
+		return
+	}
 	c, n, _ := strings.Cut(run, ":")
 	caller, _ := strconv.ParseUint(c, 10, 32)
 	job, _ := strconv.ParseUint(n, 10, 32)
@@ -165,5 +178,43 @@ func (e *engine) stopRun(ctx context.Context, db *store.DB, run, id string) {
 	}
 	if _, _, err := db.RequestStop(ctx, uint32(caller), uint32(job), actor); err != nil && !errors.Is(err, store.ErrNotFound) {
 		e.log.Warn().Err(err).Uint32(obs.KeyContextID, db.ContextID).Str("schedule", id).Str("run", run).Msg("stop a schedule's previous run")
+	}
+}
+
+// makeFlowRun makes the run of a fired tick of a flow's schedule: its flow, created as
+// a unit under the tick's uniqueness key (store.MakeFlowRun) and started, then
+// recorded (op ran). A creation under way elsewhere, or a passing fault, leaves the
+// tick pending (tried again soon); a flow that cannot be made or started for good is
+// recorded as the schedule's last_error.
+func (e *engine) makeFlowRun(ctx context.Context, db *store.DB, s *model.Schedule, tick time.Time, log zerolog.Logger) {
+	actor := "schedule:" + s.ID
+	run, err := e.store.MakeFlowRun(ctx, s, tick, actor)
+	if err == nil && run.Flow != nil && !run.UnderWay && run.Flow.Status == model.FlowDispatched {
+		_, err = e.startFlow(ctx, db.ContextID, run.Flow.ID, actor, time.Time{})
+	}
+	switch {
+	case err != nil && (fault.Transient(err) || ctx.Err() != nil):
+		log.Warn().Err(err).Msg("make a schedule's flow (tried again soon)")
+		return
+	case err != nil:
+		log.Warn().Err(err).Msg("a schedule's flow cannot be made")
+		if _, err := db.TickRan(ctx, s.ID, tick, "", err.Error()); err != nil {
+			log.Error().Err(err).Msg("record a schedule's run")
+		}
+		return
+	case run.UnderWay:
+		log.Info().Uint32(obs.KeyFlowID, run.Flow.ID).Msg("a schedule's flow is being made elsewhere (recorded when it is done)")
+		return
+	case run.Job != "":
+		_, err = db.TickRan(ctx, s.ID, tick, run.Job, "")
+	default:
+		_, err = db.TickRanFlow(ctx, s.ID, tick, run.Flow.ID)
+	}
+	if err != nil {
+		log.Error().Err(err).Msg("record a schedule's run (found again, the same flow, when it is due)")
+		return
+	}
+	if run.Flow != nil {
+		log.Info().Uint32(obs.KeyFlowID, run.Flow.ID).Bool("existing", run.Existing).Msg("schedule fired a flow")
 	}
 }

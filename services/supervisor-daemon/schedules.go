@@ -13,13 +13,15 @@ import (
 
 // Schedules (docs/scheduling.md): schedule.create|load|list|update|pause|resume|
 // delete|trigger|backfill. A schedule's runs are job.submit's of its job as the
-// creator's; the scheduler fires the ticks (services/scheduler, schedules.go).
+// creator's, or flows of its flow template (scheduleflow.go); the scheduler fires the
+// ticks (services/scheduler, schedules.go).
 
 type scheduleParams struct {
 	ContextID     uint32              `json:"context_id"`
 	ID            string              `json:"id"`
 	Spec          *model.ScheduleSpec `json:"spec,omitempty"`
 	Job           *jobIn              `json:"job,omitempty"`
+	Flow          *flowTemplateIn     `json:"flow,omitempty"`
 	Overlap       string              `json:"overlap,omitempty"`
 	CatchupWindow *string             `json:"catchup_window,omitempty"`
 	Paused        bool                `json:"paused,omitempty"`
@@ -92,14 +94,17 @@ func (s *service) scheduleCreate(ctx context.Context, p Principal, in schedulePa
 	if err != nil {
 		return nil, err
 	}
-	if in.Spec == nil || in.Job == nil {
-		return nil, invalidParams("spec", "schedule.create needs spec ({cron} or {every}) and job")
+	if in.Spec == nil {
+		return nil, invalidParams("spec", "schedule.create needs spec ({cron} or {every}) and job or flow")
+	}
+	if (in.Job == nil) == (in.Flow == nil) {
+		return nil, invalidParams("job", "schedule.create needs one of job (a job's schedule) and flow (a flow's schedule)")
 	}
 	sc := &model.Schedule{ID: in.ID, ContextID: in.ContextID, Spec: *in.Spec, Overlap: model.OverlapPolicy(in.Overlap), CatchupWindow: defaultCatchup}
 	if in.CatchupWindow != nil {
 		sc.CatchupWindow = *in.CatchupWindow
 	}
-	if err := s.scheduleJob(ctx, p, c, db, sc, in.Job); err != nil {
+	if err := s.scheduleRun(ctx, p, c, db, sc, in); err != nil {
 		return nil, err
 	}
 	if err := putSchedule(ctx, db, sc, true); err != nil {
@@ -113,8 +118,21 @@ func (s *service) scheduleCreate(ctx context.Context, p Principal, in schedulePa
 	return db.LoadSchedule(ctx, sc.ID)
 }
 
+// scheduleRun keeps what in gives of a schedule's runs: its job, or its flow.
+func (s *service) scheduleRun(ctx context.Context, p Principal, c *model.Context, db *store.DB, sc *model.Schedule, in scheduleParams) error {
+	switch {
+	case in.Job != nil && in.Flow != nil:
+		return invalidParams("job", "give a schedule's job or its flow, not both")
+	case in.Flow != nil:
+		return s.scheduleFlow(ctx, p, c, db, sc, in.Flow)
+	case in.Job != nil:
+		return s.scheduleJob(ctx, p, c, db, sc, in.Job)
+	}
+	return nil
+}
+
 // scheduleJob checks a schedule's job as job.submit would and keeps it as the
-// schedule's template (its caller the runs' caller).
+// schedule's template (its caller the runs' caller); a flow it had goes.
 func (s *service) scheduleJob(ctx context.Context, p Principal, c *model.Context, db *store.DB, sc *model.Schedule, in *jobIn) error {
 	j, err := standaloneJob(ctx, p, c, db, in, sc.ContextID)
 	if err != nil {
@@ -127,7 +145,7 @@ func (s *service) scheduleJob(ctx context.Context, p Principal, c *model.Context
 	if err != nil {
 		return err
 	}
-	sc.Job, sc.CallerID = b, j.CallerID
+	sc.Job, sc.Flow, sc.CallerID = b, nil, j.CallerID
 	return nil
 }
 
@@ -149,10 +167,8 @@ func (s *service) scheduleUpdate(ctx context.Context, p Principal, in schedulePa
 	if in.CatchupWindow != nil {
 		sc.CatchupWindow = *in.CatchupWindow
 	}
-	if in.Job != nil {
-		if err := s.scheduleJob(ctx, p, c, db, sc, in.Job); err != nil {
-			return nil, err
-		}
+	if err := s.scheduleRun(ctx, p, c, db, sc, in); err != nil {
+		return nil, err
 	}
 	if err := putSchedule(ctx, db, sc, false); err != nil {
 		return nil, err
@@ -244,7 +260,7 @@ func (s *service) scheduleDelete(ctx context.Context, p Principal, in scheduleRe
 }
 
 // scheduleTrigger makes a run now, whatever the spec and the pause (its tick: now).
-func (s *service) scheduleTrigger(ctx context.Context, p Principal, in scheduleRefParams) (*submitResult, error) {
+func (s *service) scheduleTrigger(ctx context.Context, p Principal, in scheduleRefParams) (*scheduleRunResult, error) {
 	_, db, err := s.scheduleDB(ctx, p, in.ContextID, in.ID, RoleExecutor, "schedule.trigger")
 	if err != nil {
 		return nil, err
@@ -253,11 +269,19 @@ func (s *service) scheduleTrigger(ctx context.Context, p Principal, in scheduleR
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.scheduleRuns(ctx, sc, []time.Time{time.Now()})
+	now := []time.Time{time.Now()}
+	if sc.Flow != nil {
+		res, err := s.scheduleFlowRuns(ctx, sc, now)
+		if err != nil {
+			return nil, err
+		}
+		return &res[0], nil
+	}
+	res, err := s.scheduleRuns(ctx, sc, now)
 	if err != nil {
 		return nil, err
 	}
-	return &submitResult{Job: res[0].Job, Existing: res[0].Existing}, nil
+	return &scheduleRunResult{Job: res[0].Job, Existing: res[0].Existing}, nil
 }
 
 // scheduleBackfill makes the runs of the ticks from FROM (included) to TO (excluded),
@@ -289,17 +313,30 @@ func (s *service) scheduleBackfill(ctx context.Context, p Principal, in backfill
 		ticks = append(ticks, t)
 	}
 	out := &backfillResult{}
+	count := func(existing bool) {
+		if existing {
+			out.Existing++
+		} else {
+			out.Runs++
+		}
+	}
 	for len(ticks) > 0 {
 		n := min(len(ticks), maxSubmitBatch)
-		res, err := s.scheduleRuns(ctx, sc, ticks[:n])
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range res {
-			if r.Existing {
-				out.Existing++
-			} else {
-				out.Runs++
+		if sc.Flow != nil {
+			res, err := s.scheduleFlowRuns(ctx, sc, ticks[:n])
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range res {
+				count(r.Existing)
+			}
+		} else {
+			res, err := s.scheduleRuns(ctx, sc, ticks[:n])
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range res {
+				count(r.Existing)
 			}
 		}
 		ticks = ticks[n:]

@@ -15,6 +15,12 @@ func scheduleParamsFromPB(r *herov1.ScheduleRequest) scheduleParams {
 	if r.Job != nil {
 		in.Job = jobInFromPB(r.Job)
 	}
+	if r.Flow != nil {
+		in.Flow = &flowTemplateIn{EnvVars: r.Flow.EnvVars, Jobs: make([]templateJobIn, len(r.Flow.Jobs))}
+		for i, j := range r.Flow.Jobs {
+			in.Flow.Jobs[i] = templateJobIn{Name: j.Name, Depends: j.Depends, Job: jobInFromPB(j.Job)}
+		}
+	}
 	return in
 }
 
@@ -84,7 +90,7 @@ func (c *coordinatorServer) TriggerSchedule(ctx context.Context, r *herov1.Sched
 		if err != nil {
 			return nil, err
 		}
-		return submitResultToPB(*x), nil
+		return &herov1.SubmitJobResponse{Job: protoconv.JobToPB(x.Job), Flow: protoconv.FlowToPB(x.Flow), Existing: x.Existing}, nil
 	})
 }
 

@@ -8,9 +8,9 @@ import (
 )
 
 // flow.pause: the running job finishes, its dependent is not dispatched while the
-// flow is paused (also across a kill -9 of the scheduler and of the runner: 2.5 s of a
-// delayed job's wait show the time went by), and runs after flow.resume; the flow
-// then finishes.
+// flow is paused (also across a kill -9 of every service: 2.5 s of a delayed job's
+// wait show the time went by; the flow still shows its pause), and runs after
+// flow.resume; the flow then finishes.
 func TestFlowPauseResume(t *testing.T) {
 	s, c := newStack(t, harness.StackOptions{})
 	createFlow(t, c, 1, nil, jobSpec{id: 1, typ: "sh", script: "sleep 1; echo A=1 >> \"$HERO_RESULT_FILE\""},
@@ -28,10 +28,7 @@ func TestFlowPauseResume(t *testing.T) {
 	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return loadJob(t, c, 1).Status == "finished" }) {
 		t.Fatalf("the running job did not finish while its flow was paused: %+v", loadJob(t, c, 1))
 	}
-	s.Scheduler.Kill()
-	s.Scheduler = s.Start("scheduler")
-	s.Runner.Kill()
-	s.Runner = s.Start("runner")
+	killAllServices(s, c) // kill -9 of every service while paused changes nothing
 	var sub struct {
 		Job delayedJob `json:"job"`
 	}
@@ -44,6 +41,14 @@ func TestFlowPauseResume(t *testing.T) {
 	}
 	if j := loadJob(t, c, 2); j.Attempt != 0 {
 		t.Fatalf("a job of a paused flow was dispatched: %+v", j)
+	}
+	var still struct {
+		Paused    bool   `json:"paused"`
+		PauseNote string `json:"pause_note"`
+	}
+	c.MustCall(t, "flow.load", map[string]any{"context_id": ctx1, "id": 1}, &still)
+	if !still.Paused || still.PauseNote != "hold on" {
+		t.Fatalf("the flow after the restarts: %+v (want paused, its note)", still)
 	}
 	f.Paused = false // the answer leaves out a false paused
 	c.MustCall(t, "flow.resume", map[string]any{"context_id": ctx1, "id": 1, "note": "go"}, &f)

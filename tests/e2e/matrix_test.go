@@ -88,7 +88,7 @@ var matrixCases = []matrixCase{
 	{"message.load", "/hero.v1.Coordinator/GetMessage", needReader, `{"context_id":1,"caller_id":1,"id":99999}`, ""},
 	{"events.read", "/hero.v1.Coordinator/ReadEvents", needReader, `{"context_id":1,"after":"$"}`, `{"context_id":1,"after_id":"$"}`},
 	{"", "/hero.v1.Coordinator/Watch", needReader, "", `{"context_id":1,"after_id":"0"}`},
-	// Flow pause and schedules: JSON-RPC only (docs/scheduling.md).
+	// Flow pause: JSON-RPC only (docs/scheduling.md).
 	{"flow.pause", "", needExecutor, `{"context_id":1,"id":99999}`, ""},
 	{"flow.resume", "", needExecutor, `{"context_id":1,"id":99999}`, ""},
 	{"schedule.create", "/hero.v1.Coordinator/CreateSchedule", needAdmin, `{"context_id":1,"id":"m{{N}}","spec":{"every":"0s"},"job":{"script":"true","script_type":"sh"}}`, ""},
@@ -100,9 +100,9 @@ var matrixCases = []matrixCase{
 	{"schedule.delete", "/hero.v1.Coordinator/DeleteSchedule", needAdmin, `{"context_id":1,"id":"none"}`, ""},
 	{"schedule.trigger", "/hero.v1.Coordinator/TriggerSchedule", needExecutor, `{"context_id":1,"id":"none"}`, ""},
 	{"schedule.backfill", "/hero.v1.Coordinator/BackfillSchedule", needAdmin, `{"context_id":1,"id":"none","from":"x","to":"y"}`, ""},
-	{"queue.list", "", needReader, `{"context_id":1}`, ""},
-	{"queue.pause", "", needExecutor, `{"context_id":1,"script_type":"no-such-type"}`, ""},
-	{"queue.resume", "", needExecutor, `{"context_id":1,"executor":"no-such-executor"}`, ""},
+	{"queue.list", "/hero.v1.Coordinator/ListQueues", needReader, `{"context_id":1}`, ""},
+	{"queue.pause", "/hero.v1.Coordinator/PauseQueue", needExecutor, `{"context_id":1,"script_type":"no-such-type"}`, ""},
+	{"queue.resume", "/hero.v1.Coordinator/ResumeQueue", needExecutor, `{"context_id":1,"executor":"no-such-executor"}`, ""},
 	// Limits: JSON-RPC only (docs/scheduling.md); a scope that is none is refused
 	// after the permission check, so the matrix sets no limit.
 	{"limit.set", "", needAdmin, `{"context_id":1,"scope":"none","max_running":1}`, ""},

@@ -1,10 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hero-coordinator/hero/lib/model"
+	hero "github.com/hero-coordinator/hero/sdk/go"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
@@ -90,6 +96,49 @@ func TestQueuePauseResume(t *testing.T) {
 		if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return finished(id) }) {
 			t.Fatalf("job %d of the resumed queue did not finish: %+v", id, loadJob(t, c, id))
 		}
+	}
+	checkQueueGRPC(t, c, submit, finished)
+}
+
+// checkQueueGRPC: the queues' gRPC methods (the Go SDK's PauseQueue, ListQueues,
+// ResumeQueue) do what queue.pause, queue.list and queue.resume do: a job of the
+// paused queue stays queued (ListQueues shows it, the queue paused with its note),
+// bad input is InvalidArgument, and the job finishes after ResumeQueue.
+func checkQueueGRPC(t *testing.T, c *harness.Client, submit func(typ, script string) uint32, finished func(uint32) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sc, err := hero.Dial(hero.Config{Addr: c.GRPCAddr, Actor: c.Actor, Key: c.Key, Context: ctx1, TLS: harness.APITLS()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sc.Close() }()
+	q, err := sc.PauseQueue(ctx, model.QueueRef{ScriptType: "bash"}, "over grpc")
+	if err != nil || q.Queue != "queue:bash" || !q.Paused || q.PauseNote != "over grpc" || q.PausedBy == "" {
+		t.Fatalf("PauseQueue: %+v, %v", q, err)
+	}
+	if _, err := sc.PauseQueue(ctx, model.QueueRef{ScriptType: "cobol"}, ""); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "script_type") {
+		t.Fatalf("PauseQueue of no such type: %v (want InvalidArgument naming script_type)", err)
+	}
+	id := submit("bash", "true")
+	qs, err := sc.ListQueues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, q := range qs {
+		if q.Queue == "queue:bash" {
+			found = q.Paused && q.Depth == 1 && q.PauseNote == "over grpc"
+		}
+	}
+	if !found || loadJob(t, c, id).StartedAtMs != 0 {
+		t.Fatalf("ListQueues with a job of the paused bash queue: %+v (job %+v)", qs, loadJob(t, c, id))
+	}
+	if q, err := sc.ResumeQueue(ctx, model.QueueRef{ScriptType: "bash"}, ""); err != nil || q.Paused {
+		t.Fatalf("ResumeQueue: %+v, %v", q, err)
+	}
+	if !c.WaitEvent(t, ctx1, time.Minute, func() bool { return finished(id) }) {
+		t.Fatalf("the job of the queue resumed over gRPC did not finish: %+v", loadJob(t, c, id))
 	}
 }
 

@@ -19,6 +19,7 @@
 --   first    int  the first job id
 --   last     int  the last job id
 --   expires  int  the stage's expiry (ms)
+-- Libs: lib_stage
 -- Derives: context DB: flow:<flow> (a free id), coord:flowstage:<flow> (the stage:
 --   caller, first, last, ttl_ms, expires_ms, state open); DB 0 (SELECT 0): coord:expire
 --   (member <ctx>:stage:<flow> at the expiry).
@@ -31,19 +32,7 @@ local ttl_ms = ARGV[4]
 local now_ms = tonumber(ARGV[5])
 -- luagen: end of the prologue
 
-local last = redis.call('INCRBY', KEYS[2], n)
-if last > 4294967295 then
-  redis.call('INCRBY', KEYS[2], -n)
-  return redis.error_reply('CONFLICT the job ids of caller ' .. caller .. ' are exhausted')
-end
-local flow
-repeat
-  flow = string.format('%d', redis.call('INCR', KEYS[1]))
-until redis.call('EXISTS', K_FLOW .. flow) == 0 and redis.call('EXISTS', K_FLOW_STAGE .. flow) == 0
-local first = last - n + 1
-local expires = string.format('%d', now_ms + tonumber(ttl_ms))
-redis.call('HSET', K_FLOW_STAGE .. flow, 'caller', caller, 'first', string.format('%d', first), 'last', string.format('%d', last),
-  'ttl_ms', ttl_ms, 'expires_ms', expires, 'state', 'open')
-redis.call('SELECT', '0')
-redis.call('ZADD', K_EXPIRE, expires, ctx .. ':stage:' .. flow)
-return {tonumber(flow), first, last, tonumber(expires)}
+local flow, first, last, expires = stage_begin(KEYS[1], KEYS[2], caller, n, ttl_ms, now_ms)
+if not flow then return redis.error_reply(first) end
+stage_expire(ctx, flow, expires)
+return {tonumber(flow), first, last, expires}

@@ -3,8 +3,9 @@
 -- schedule's next_tick_ms, and moves next_tick_ms on in the same step, so a second
 -- scheduler's attempt at the same (schedule, tick) finds it stale and changes nothing.
 -- A fired tick stays pending (pending_tick_ms) until its run is created (op ran: the
--- run is a job.submit with the unique key of the (schedule, tick), created once
--- however often it is tried); while a tick is pending or buffered the schedule is due
+-- run is a job.submit with the unique key of the (schedule, tick), or a flow's schedule's
+-- flow begun under that key (sched_flow.lua), created once however often it is
+-- tried); while a tick is pending or buffered the schedule is due
 -- again soon (10 s, 1 s), so a scheduler that died before the run was made is
 -- replaced. Every op ends by setting the schedule's entry in coord:sched_due (its next
 -- fire time; none while paused).
@@ -21,19 +22,21 @@
 --     tick: the tick (ms), the next tick (ms), its fire time (ms, with jitter),
 --       "fire" or "missed" (outside the catch-up window);
 --     ran: the tick (ms), the run's job "<caller>:<id>" ("" when it could not be
---       made), why not;
+--       made, or the run is a flow), why not, the run's flow id ("" or absent: none);
 --     buffer: none (fires the buffered tick if the last run has ended);
 --     put: 1 to create (0: update), next tick (ms), its fire time, then field/value
 --       items of the schedule;
 --     pause: the note; resume: the note, the next tick, its fire time; delete: none.
--- Reply: raw tick: {"fired", the previous run to stop ("" none), the tick that fired: this
---   one, or under buffer_one the buffered one (this one is buffered then)}, {"skipped"},
+-- Reply: raw tick: {"fired", the previous run's job to stop ("" none), the tick that fired:
+--   this one, or under buffer_one the buffered one (this one is buffered then), the
+--   previous run's flow to stop ("" none)}, {"skipped"},
 --   {"buffered"}, {"missed"}, {"stale"} (another scheduler took it), {"paused"},
 --   {"gone"}; ran: {"ok"} or {"stale"}; buffer: {"fired", tick}, {"wait"}, {"none"};
 --   put: {"ok"}, {"exists"} (create) or {"gone"} (update); pause, resume: {"ok"} or
 --   {"gone"}; delete: {1} or {0}.
 -- Libs: lib_busy lib_state
--- Derives: context DB: job:<caller>:<id> of the last run (read: its status); DB 0
+-- Derives: context DB: job:<caller>:<id> or flow:<id> of the last run (read: its
+--   status); DB 0
 --   (SELECT 0, last): coord:sched_due, coord:delayedwake (PUBLISH: the fire time of a
 --   created, updated or resumed schedule).
 
@@ -67,9 +70,14 @@ local function rearm()
   return score
 end
 
--- busy says whether the schedule's last run has not ended (or is not made yet).
-local function busy(last, pending)
+-- busy says whether the schedule's last run (its job, or its flow) has not ended (or
+-- is not made yet).
+local function busy(last, last_flow, pending)
   if pending then return true end
+  if last_flow then
+    local st = redis.call('HGET', K_FLOW .. last_flow, 'status')
+    return st ~= false and st ~= FLOW_FINISHED and st ~= FLOW_ERROR
+  end
   if not last then return false end
   local st = redis.call('HGET', K_JOB .. last, 'status')
   return st ~= false and st ~= JOB_FINISHED and st ~= JOB_ERROR
@@ -77,7 +85,7 @@ end
 
 if op == 'tick' then
   local tick, next_tick, next_fire, mode = args[1], args[2], args[3], args[4]
-  local h = redis.call('HMGET', key, 'next_tick_ms', 'paused', 'overlap', 'last_run', 'pending_tick_ms', 'buffered_tick_ms')
+  local h = redis.call('HMGET', key, 'next_tick_ms', 'paused', 'overlap', 'last_run', 'pending_tick_ms', 'buffered_tick_ms', 'last_flow')
   if not h[1] then return {'gone'} end
   if h[1] ~= tick then return {'stale'} end
   if h[2] == '1' then return {'paused'} end
@@ -87,14 +95,14 @@ if op == 'tick' then
     redis.call('HINCRBY', key, 'missed', 1)
     out = {'missed'}
   else
-    local running = busy(h[4], h[5])
+    local running = busy(h[4], h[7], h[5])
     if not running and h[6] then
       -- buffer_one: the run the buffered tick waited for has ended; the buffered tick
       -- runs first, and this one waits in its place.
       redis.call('HSET', key, 'pending_tick_ms', h[6], 'last_tick_ms', h[6], 'buffered_tick_ms', tick)
       redis.call('HINCRBY', key, 'fired', 1)
       rearm()
-      return {'fired', '', h[6]}
+      return {'fired', '', h[6], ''}
     end
     if running and h[3] == 'skip' then
       redis.call('HINCRBY', key, 'skipped', 1)
@@ -108,31 +116,34 @@ if op == 'tick' then
         out = {'buffered'}
       end
     else
-      local prev = ''
-      if running and h[3] == 'cancel_previous' then prev = h[4] or '' end
+      local prev, prev_flow = '', ''
+      if running and h[3] == 'cancel_previous' then prev, prev_flow = h[4] or '', h[7] or '' end
       redis.call('HSET', key, 'pending_tick_ms', tick, 'last_tick_ms', tick)
       redis.call('HINCRBY', key, 'fired', 1)
-      out = {'fired', prev, tick}
+      out = {'fired', prev, tick, prev_flow}
     end
   end
   rearm()
   return out
 elseif op == 'ran' then
-  local tick, run, why = args[1], args[2], args[3]
+  local tick, run, why, flow = args[1], args[2], args[3], args[4] or ''
   if redis.call('HGET', key, 'pending_tick_ms') ~= tick then return {'stale'} end
   redis.call('HDEL', key, 'pending_tick_ms')
-  if run ~= '' then
+  if flow ~= '' then
+    redis.call('HSET', key, 'last_flow', flow)
+    redis.call('HDEL', key, 'last_run', 'last_error')
+  elseif run ~= '' then
     redis.call('HSET', key, 'last_run', run)
-    redis.call('HDEL', key, 'last_error')
+    redis.call('HDEL', key, 'last_flow', 'last_error')
   else
     redis.call('HSET', key, 'last_error', why)
   end
   rearm()
   return {'ok'}
 elseif op == 'buffer' then
-  local h = redis.call('HMGET', key, 'buffered_tick_ms', 'last_run', 'pending_tick_ms', 'paused')
+  local h = redis.call('HMGET', key, 'buffered_tick_ms', 'last_run', 'pending_tick_ms', 'paused', 'last_flow')
   if not h[1] or h[4] == '1' then return {'none'} end
-  if busy(h[2], h[3]) then
+  if busy(h[2], h[5], h[3]) then
     rearm()
     return {'wait'}
   end

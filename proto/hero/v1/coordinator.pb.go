@@ -112,6 +112,8 @@ type Schedule struct {
 	LastError     string                 `protobuf:"bytes,16,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	CreatedAtMs   int64                  `protobuf:"varint,17,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	UpdatedAtMs   int64                  `protobuf:"varint,18,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	Flow          *FlowTemplate          `protobuf:"bytes,30,opt,name=flow,proto3" json:"flow,omitempty"`                          // a flow's schedule: its template (job is unset)
+	LastFlow      uint32                 `protobuf:"varint,31,opt,name=last_flow,json=lastFlow,proto3" json:"last_flow,omitempty"` // a flow's schedule: the last run's flow
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -272,8 +274,22 @@ func (x *Schedule) GetUpdatedAtMs() int64 {
 	return 0
 }
 
-// ScheduleRequest creates a schedule, or updates the fields it sets (spec, job,
-// overlap, catchup_window); paused and note only on creation.
+func (x *Schedule) GetFlow() *FlowTemplate {
+	if x != nil {
+		return x.Flow
+	}
+	return nil
+}
+
+func (x *Schedule) GetLastFlow() uint32 {
+	if x != nil {
+		return x.LastFlow
+	}
+	return 0
+}
+
+// ScheduleRequest creates a schedule, or updates the fields it sets (spec, job or
+// flow, overlap, catchup_window); paused and note only on creation.
 type ScheduleRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
@@ -284,6 +300,7 @@ type ScheduleRequest struct {
 	CatchupWindow *string                `protobuf:"bytes,6,opt,name=catchup_window,json=catchupWindow,proto3,oneof" json:"catchup_window,omitempty"`
 	Paused        bool                   `protobuf:"varint,7,opt,name=paused,proto3" json:"paused,omitempty"`
 	Note          string                 `protobuf:"bytes,8,opt,name=note,proto3" json:"note,omitempty"`
+	Flow          *FlowTemplate          `protobuf:"bytes,30,opt,name=flow,proto3" json:"flow,omitempty"` // instead of job: each run creates and starts a flow of it
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,6 +391,403 @@ func (x *ScheduleRequest) GetNote() string {
 	return ""
 }
 
+func (x *ScheduleRequest) GetFlow() *FlowTemplate {
+	if x != nil {
+		return x.Flow
+	}
+	return nil
+}
+
+// FlowTemplate is a flow's schedule's flow (a flow file's jobs): each run creates a
+// flow of these jobs, as a unit, and starts it.
+type FlowTemplate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EnvVars       map[string]string      `protobuf:"bytes,1,rep,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Jobs          []*TemplateJob         `protobuf:"bytes,2,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowTemplate) Reset() {
+	*x = FlowTemplate{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowTemplate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowTemplate) ProtoMessage() {}
+
+func (x *FlowTemplate) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowTemplate.ProtoReflect.Descriptor instead.
+func (*FlowTemplate) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *FlowTemplate) GetEnvVars() map[string]string {
+	if x != nil {
+		return x.EnvVars
+	}
+	return nil
+}
+
+func (x *FlowTemplate) GetJobs() []*TemplateJob {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+// TemplateJob is one job of a FlowTemplate: its name, the names of the jobs it
+// depends on, and the job (as SubmitJob's, without id or dependencies).
+type TemplateJob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Depends       []string               `protobuf:"bytes,2,rep,name=depends,proto3" json:"depends,omitempty"`
+	Job           *Job                   `protobuf:"bytes,3,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateJob) Reset() {
+	*x = TemplateJob{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateJob) ProtoMessage() {}
+
+func (x *TemplateJob) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateJob.ProtoReflect.Descriptor instead.
+func (*TemplateJob) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TemplateJob) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TemplateJob) GetDepends() []string {
+	if x != nil {
+		return x.Depends
+	}
+	return nil
+}
+
+func (x *TemplateJob) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+// Queue is a context's job queue (queue.list's item).
+type Queue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"` // queue:<type> or queue:exec:<executor>
+	ScriptType    string                 `protobuf:"bytes,2,opt,name=script_type,json=scriptType,proto3" json:"script_type,omitempty"`
+	Executor      string                 `protobuf:"bytes,3,opt,name=executor,proto3" json:"executor,omitempty"`
+	Depth         int64                  `protobuf:"varint,4,opt,name=depth,proto3" json:"depth,omitempty"`     // jobs queued on it
+	Pinned        int64                  `protobuf:"varint,5,opt,name=pinned,proto3" json:"pinned,omitempty"`   // its jobs queued for one runner
+	Runners       int64                  `protobuf:"varint,6,opt,name=runners,proto3" json:"runners,omitempty"` // runners of the context that serve it
+	Paused        bool                   `protobuf:"varint,7,opt,name=paused,proto3" json:"paused,omitempty"`
+	PausedAtMs    int64                  `protobuf:"varint,8,opt,name=paused_at_ms,json=pausedAtMs,proto3" json:"paused_at_ms,omitempty"`
+	PausedBy      string                 `protobuf:"bytes,9,opt,name=paused_by,json=pausedBy,proto3" json:"paused_by,omitempty"`
+	PauseNote     string                 `protobuf:"bytes,10,opt,name=pause_note,json=pauseNote,proto3" json:"pause_note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Queue) Reset() {
+	*x = Queue{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Queue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Queue) ProtoMessage() {}
+
+func (x *Queue) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Queue.ProtoReflect.Descriptor instead.
+func (*Queue) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Queue) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *Queue) GetScriptType() string {
+	if x != nil {
+		return x.ScriptType
+	}
+	return ""
+}
+
+func (x *Queue) GetExecutor() string {
+	if x != nil {
+		return x.Executor
+	}
+	return ""
+}
+
+func (x *Queue) GetDepth() int64 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *Queue) GetPinned() int64 {
+	if x != nil {
+		return x.Pinned
+	}
+	return 0
+}
+
+func (x *Queue) GetRunners() int64 {
+	if x != nil {
+		return x.Runners
+	}
+	return 0
+}
+
+func (x *Queue) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Queue) GetPausedAtMs() int64 {
+	if x != nil {
+		return x.PausedAtMs
+	}
+	return 0
+}
+
+func (x *Queue) GetPausedBy() string {
+	if x != nil {
+		return x.PausedBy
+	}
+	return ""
+}
+
+func (x *Queue) GetPauseNote() string {
+	if x != nil {
+		return x.PauseNote
+	}
+	return ""
+}
+
+// QueueRequest names a queue by its script type or its executor (one of them).
+type QueueRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	ScriptType    string                 `protobuf:"bytes,2,opt,name=script_type,json=scriptType,proto3" json:"script_type,omitempty"`
+	Executor      string                 `protobuf:"bytes,3,opt,name=executor,proto3" json:"executor,omitempty"`
+	Note          string                 `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueRequest) Reset() {
+	*x = QueueRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueRequest) ProtoMessage() {}
+
+func (x *QueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueRequest.ProtoReflect.Descriptor instead.
+func (*QueueRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *QueueRequest) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+func (x *QueueRequest) GetScriptType() string {
+	if x != nil {
+		return x.ScriptType
+	}
+	return ""
+}
+
+func (x *QueueRequest) GetExecutor() string {
+	if x != nil {
+		return x.Executor
+	}
+	return ""
+}
+
+func (x *QueueRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+type ListQueuesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQueuesRequest) Reset() {
+	*x = ListQueuesRequest{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQueuesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQueuesRequest) ProtoMessage() {}
+
+func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
+func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListQueuesRequest) GetContextId() uint32 {
+	if x != nil {
+		return x.ContextId
+	}
+	return 0
+}
+
+type ListQueuesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*Queue               `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQueuesResponse) Reset() {
+	*x = ListQueuesResponse{}
+	mi := &file_hero_v1_coordinator_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQueuesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQueuesResponse) ProtoMessage() {}
+
+func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hero_v1_coordinator_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
+func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListQueuesResponse) GetItems() []*Queue {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
 type ScheduleRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ContextId     uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
@@ -385,7 +799,7 @@ type ScheduleRef struct {
 
 func (x *ScheduleRef) Reset() {
 	*x = ScheduleRef{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[3]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -397,7 +811,7 @@ func (x *ScheduleRef) String() string {
 func (*ScheduleRef) ProtoMessage() {}
 
 func (x *ScheduleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[3]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -410,7 +824,7 @@ func (x *ScheduleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRef.ProtoReflect.Descriptor instead.
 func (*ScheduleRef) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{3}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ScheduleRef) GetContextId() uint32 {
@@ -443,7 +857,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[4]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +869,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[4]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +882,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{4}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSchedulesRequest) GetContextId() uint32 {
@@ -487,7 +901,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[5]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +913,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[5]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +926,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{5}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListSchedulesResponse) GetItems() []*Schedule {
@@ -534,7 +948,7 @@ type BackfillScheduleRequest struct {
 
 func (x *BackfillScheduleRequest) Reset() {
 	*x = BackfillScheduleRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[6]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +960,7 @@ func (x *BackfillScheduleRequest) String() string {
 func (*BackfillScheduleRequest) ProtoMessage() {}
 
 func (x *BackfillScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[6]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +973,7 @@ func (x *BackfillScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillScheduleRequest.ProtoReflect.Descriptor instead.
 func (*BackfillScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{6}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BackfillScheduleRequest) GetContextId() uint32 {
@@ -600,7 +1014,7 @@ type BackfillScheduleResponse struct {
 
 func (x *BackfillScheduleResponse) Reset() {
 	*x = BackfillScheduleResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[7]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +1026,7 @@ func (x *BackfillScheduleResponse) String() string {
 func (*BackfillScheduleResponse) ProtoMessage() {}
 
 func (x *BackfillScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[7]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +1039,7 @@ func (x *BackfillScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillScheduleResponse.ProtoReflect.Descriptor instead.
 func (*BackfillScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{7}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BackfillScheduleResponse) GetRuns() uint32 {
@@ -651,7 +1065,7 @@ type CreateActorRequest struct {
 
 func (x *CreateActorRequest) Reset() {
 	*x = CreateActorRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[8]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +1077,7 @@ func (x *CreateActorRequest) String() string {
 func (*CreateActorRequest) ProtoMessage() {}
 
 func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[8]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +1090,7 @@ func (x *CreateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorRequest.ProtoReflect.Descriptor instead.
 func (*CreateActorRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{8}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateActorRequest) GetActor() *Actor {
@@ -695,7 +1109,7 @@ type CreateActorResponse struct {
 
 func (x *CreateActorResponse) Reset() {
 	*x = CreateActorResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[9]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +1121,7 @@ func (x *CreateActorResponse) String() string {
 func (*CreateActorResponse) ProtoMessage() {}
 
 func (x *CreateActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[9]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +1134,7 @@ func (x *CreateActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateActorResponse.ProtoReflect.Descriptor instead.
 func (*CreateActorResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{9}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateActorResponse) GetActor() *Actor {
@@ -739,7 +1153,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[10]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +1165,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[10]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +1178,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{10}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetActorRequest) GetId() uint32 {
@@ -783,7 +1197,7 @@ type GetActorResponse struct {
 
 func (x *GetActorResponse) Reset() {
 	*x = GetActorResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[11]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +1209,7 @@ func (x *GetActorResponse) String() string {
 func (*GetActorResponse) ProtoMessage() {}
 
 func (x *GetActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[11]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +1222,7 @@ func (x *GetActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorResponse.ProtoReflect.Descriptor instead.
 func (*GetActorResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{11}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetActorResponse) GetActor() *Actor {
@@ -830,7 +1244,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[12]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +1256,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[12]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +1269,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateActorRequest) GetId() uint32 {
@@ -888,7 +1302,7 @@ type UpdateActorResponse struct {
 
 func (x *UpdateActorResponse) Reset() {
 	*x = UpdateActorResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[13]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1314,7 @@ func (x *UpdateActorResponse) String() string {
 func (*UpdateActorResponse) ProtoMessage() {}
 
 func (x *UpdateActorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[13]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1327,7 @@ func (x *UpdateActorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorResponse.ProtoReflect.Descriptor instead.
 func (*UpdateActorResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateActorResponse) GetActor() *Actor {
@@ -939,7 +1353,7 @@ type OperatorSecret struct {
 
 func (x *OperatorSecret) Reset() {
 	*x = OperatorSecret{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[14]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1365,7 @@ func (x *OperatorSecret) String() string {
 func (*OperatorSecret) ProtoMessage() {}
 
 func (x *OperatorSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[14]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1378,7 @@ func (x *OperatorSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperatorSecret.ProtoReflect.Descriptor instead.
 func (*OperatorSecret) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OperatorSecret) GetFingerprint() string {
@@ -1017,7 +1431,7 @@ type ListOperatorSecretsRequest struct {
 
 func (x *ListOperatorSecretsRequest) Reset() {
 	*x = ListOperatorSecretsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[15]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1443,7 @@ func (x *ListOperatorSecretsRequest) String() string {
 func (*ListOperatorSecretsRequest) ProtoMessage() {}
 
 func (x *ListOperatorSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[15]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1456,7 @@ func (x *ListOperatorSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperatorSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperatorSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 type ListOperatorSecretsResponse struct {
@@ -1054,7 +1468,7 @@ type ListOperatorSecretsResponse struct {
 
 func (x *ListOperatorSecretsResponse) Reset() {
 	*x = ListOperatorSecretsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[16]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1480,7 @@ func (x *ListOperatorSecretsResponse) String() string {
 func (*ListOperatorSecretsResponse) ProtoMessage() {}
 
 func (x *ListOperatorSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[16]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1493,7 @@ func (x *ListOperatorSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperatorSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperatorSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListOperatorSecretsResponse) GetItems() []*OperatorSecret {
@@ -1097,7 +1511,7 @@ type CreateOperatorSecretRequest struct {
 
 func (x *CreateOperatorSecretRequest) Reset() {
 	*x = CreateOperatorSecretRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[17]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1523,7 @@ func (x *CreateOperatorSecretRequest) String() string {
 func (*CreateOperatorSecretRequest) ProtoMessage() {}
 
 func (x *CreateOperatorSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[17]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1536,7 @@ func (x *CreateOperatorSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOperatorSecretRequest.ProtoReflect.Descriptor instead.
 func (*CreateOperatorSecretRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 // CreateOperatorSecretResponse carries the new secret: shown this once, never again.
@@ -1136,7 +1550,7 @@ type CreateOperatorSecretResponse struct {
 
 func (x *CreateOperatorSecretResponse) Reset() {
 	*x = CreateOperatorSecretResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[18]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1562,7 @@ func (x *CreateOperatorSecretResponse) String() string {
 func (*CreateOperatorSecretResponse) ProtoMessage() {}
 
 func (x *CreateOperatorSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[18]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1575,7 @@ func (x *CreateOperatorSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOperatorSecretResponse.ProtoReflect.Descriptor instead.
 func (*CreateOperatorSecretResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateOperatorSecretResponse) GetFingerprint() string {
@@ -1187,7 +1601,7 @@ type RevokeOperatorSecretRequest struct {
 
 func (x *RevokeOperatorSecretRequest) Reset() {
 	*x = RevokeOperatorSecretRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[19]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1613,7 @@ func (x *RevokeOperatorSecretRequest) String() string {
 func (*RevokeOperatorSecretRequest) ProtoMessage() {}
 
 func (x *RevokeOperatorSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[19]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1626,7 @@ func (x *RevokeOperatorSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOperatorSecretRequest.ProtoReflect.Descriptor instead.
 func (*RevokeOperatorSecretRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RevokeOperatorSecretRequest) GetFingerprint() string {
@@ -1231,7 +1645,7 @@ type RevokeOperatorSecretResponse struct {
 
 func (x *RevokeOperatorSecretResponse) Reset() {
 	*x = RevokeOperatorSecretResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[20]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1657,7 @@ func (x *RevokeOperatorSecretResponse) String() string {
 func (*RevokeOperatorSecretResponse) ProtoMessage() {}
 
 func (x *RevokeOperatorSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[20]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1670,7 @@ func (x *RevokeOperatorSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOperatorSecretResponse.ProtoReflect.Descriptor instead.
 func (*RevokeOperatorSecretResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RevokeOperatorSecretResponse) GetSecret() *OperatorSecret {
@@ -1275,7 +1689,7 @@ type CreateContextRequest struct {
 
 func (x *CreateContextRequest) Reset() {
 	*x = CreateContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[21]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1701,7 @@ func (x *CreateContextRequest) String() string {
 func (*CreateContextRequest) ProtoMessage() {}
 
 func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[21]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1714,7 @@ func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
 func (*CreateContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateContextRequest) GetContext() *Context {
@@ -1319,7 +1733,7 @@ type CreateContextResponse struct {
 
 func (x *CreateContextResponse) Reset() {
 	*x = CreateContextResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[22]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1745,7 @@ func (x *CreateContextResponse) String() string {
 func (*CreateContextResponse) ProtoMessage() {}
 
 func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[22]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1758,7 @@ func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
 func (*CreateContextResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateContextResponse) GetContext() *Context {
@@ -1363,7 +1777,7 @@ type GetContextRequest struct {
 
 func (x *GetContextRequest) Reset() {
 	*x = GetContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[23]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1789,7 @@ func (x *GetContextRequest) String() string {
 func (*GetContextRequest) ProtoMessage() {}
 
 func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[23]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1802,7 @@ func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextRequest.ProtoReflect.Descriptor instead.
 func (*GetContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetContextRequest) GetId() uint32 {
@@ -1407,7 +1821,7 @@ type GetContextResponse struct {
 
 func (x *GetContextResponse) Reset() {
 	*x = GetContextResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[24]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1833,7 @@ func (x *GetContextResponse) String() string {
 func (*GetContextResponse) ProtoMessage() {}
 
 func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[24]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1846,7 @@ func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextResponse.ProtoReflect.Descriptor instead.
 func (*GetContextResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{24}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetContextResponse) GetContext() *Context {
@@ -1461,7 +1875,7 @@ type UpdateContextRequest struct {
 
 func (x *UpdateContextRequest) Reset() {
 	*x = UpdateContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[25]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1887,7 @@ func (x *UpdateContextRequest) String() string {
 func (*UpdateContextRequest) ProtoMessage() {}
 
 func (x *UpdateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[25]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1900,7 @@ func (x *UpdateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateContextRequest.ProtoReflect.Descriptor instead.
 func (*UpdateContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{25}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UpdateContextRequest) GetId() uint32 {
@@ -1568,7 +1982,7 @@ type UpdateContextResponse struct {
 
 func (x *UpdateContextResponse) Reset() {
 	*x = UpdateContextResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[26]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1994,7 @@ func (x *UpdateContextResponse) String() string {
 func (*UpdateContextResponse) ProtoMessage() {}
 
 func (x *UpdateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[26]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +2007,7 @@ func (x *UpdateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateContextResponse.ProtoReflect.Descriptor instead.
 func (*UpdateContextResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{26}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UpdateContextResponse) GetContext() *Context {
@@ -1612,7 +2026,7 @@ type IdList struct {
 
 func (x *IdList) Reset() {
 	*x = IdList{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[27]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +2038,7 @@ func (x *IdList) String() string {
 func (*IdList) ProtoMessage() {}
 
 func (x *IdList) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[27]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +2051,7 @@ func (x *IdList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdList.ProtoReflect.Descriptor instead.
 func (*IdList) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *IdList) GetIds() []uint32 {
@@ -1656,7 +2070,7 @@ type StringList struct {
 
 func (x *StringList) Reset() {
 	*x = StringList{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[28]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +2082,7 @@ func (x *StringList) String() string {
 func (*StringList) ProtoMessage() {}
 
 func (x *StringList) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[28]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +2095,7 @@ func (x *StringList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StringList.ProtoReflect.Descriptor instead.
 func (*StringList) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StringList) GetValues() []string {
@@ -1701,7 +2115,7 @@ type CreateRunnerRequest struct {
 
 func (x *CreateRunnerRequest) Reset() {
 	*x = CreateRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +2127,7 @@ func (x *CreateRunnerRequest) String() string {
 func (*CreateRunnerRequest) ProtoMessage() {}
 
 func (x *CreateRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[29]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +2140,7 @@ func (x *CreateRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunnerRequest.ProtoReflect.Descriptor instead.
 func (*CreateRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateRunnerRequest) GetContextId() uint32 {
@@ -1752,7 +2166,7 @@ type CreateRunnerResponse struct {
 
 func (x *CreateRunnerResponse) Reset() {
 	*x = CreateRunnerResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +2178,7 @@ func (x *CreateRunnerResponse) String() string {
 func (*CreateRunnerResponse) ProtoMessage() {}
 
 func (x *CreateRunnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[30]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +2191,7 @@ func (x *CreateRunnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRunnerResponse.ProtoReflect.Descriptor instead.
 func (*CreateRunnerResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateRunnerResponse) GetRunner() *Runner {
@@ -1797,7 +2211,7 @@ type GetRunnerRequest struct {
 
 func (x *GetRunnerRequest) Reset() {
 	*x = GetRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +2223,7 @@ func (x *GetRunnerRequest) String() string {
 func (*GetRunnerRequest) ProtoMessage() {}
 
 func (x *GetRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[31]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +2236,7 @@ func (x *GetRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunnerRequest.ProtoReflect.Descriptor instead.
 func (*GetRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetRunnerRequest) GetContextId() uint32 {
@@ -1848,7 +2262,7 @@ type GetRunnerResponse struct {
 
 func (x *GetRunnerResponse) Reset() {
 	*x = GetRunnerResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +2274,7 @@ func (x *GetRunnerResponse) String() string {
 func (*GetRunnerResponse) ProtoMessage() {}
 
 func (x *GetRunnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[32]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +2287,7 @@ func (x *GetRunnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunnerResponse.ProtoReflect.Descriptor instead.
 func (*GetRunnerResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetRunnerResponse) GetRunner() *Runner {
@@ -1894,7 +2308,7 @@ type ListRunnersRequest struct {
 
 func (x *ListRunnersRequest) Reset() {
 	*x = ListRunnersRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2320,7 @@ func (x *ListRunnersRequest) String() string {
 func (*ListRunnersRequest) ProtoMessage() {}
 
 func (x *ListRunnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[33]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2333,7 @@ func (x *ListRunnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunnersRequest.ProtoReflect.Descriptor instead.
 func (*ListRunnersRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListRunnersRequest) GetContextId() uint32 {
@@ -1953,7 +2367,7 @@ type ListRunnersResponse struct {
 
 func (x *ListRunnersResponse) Reset() {
 	*x = ListRunnersResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2379,7 @@ func (x *ListRunnersResponse) String() string {
 func (*ListRunnersResponse) ProtoMessage() {}
 
 func (x *ListRunnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[34]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2392,7 @@ func (x *ListRunnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunnersResponse.ProtoReflect.Descriptor instead.
 func (*ListRunnersResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListRunnersResponse) GetRunners() []*Runner {
@@ -2005,7 +2419,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2431,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[35]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2444,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreateJobRequest) GetContextId() uint32 {
@@ -2056,7 +2470,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2482,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[36]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2495,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -2103,7 +2517,7 @@ type CreateJobsRequest struct {
 
 func (x *CreateJobsRequest) Reset() {
 	*x = CreateJobsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2529,7 @@ func (x *CreateJobsRequest) String() string {
 func (*CreateJobsRequest) ProtoMessage() {}
 
 func (x *CreateJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[37]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2542,7 @@ func (x *CreateJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobsRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateJobsRequest) GetContextId() uint32 {
@@ -2164,7 +2578,7 @@ type CreateJobsItem struct {
 
 func (x *CreateJobsItem) Reset() {
 	*x = CreateJobsItem{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2590,7 @@ func (x *CreateJobsItem) String() string {
 func (*CreateJobsItem) ProtoMessage() {}
 
 func (x *CreateJobsItem) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[38]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2603,7 @@ func (x *CreateJobsItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobsItem.ProtoReflect.Descriptor instead.
 func (*CreateJobsItem) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateJobsItem) GetJob() *Job {
@@ -2215,7 +2629,7 @@ type CreateJobsResponse struct {
 
 func (x *CreateJobsResponse) Reset() {
 	*x = CreateJobsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2641,7 @@ func (x *CreateJobsResponse) String() string {
 func (*CreateJobsResponse) ProtoMessage() {}
 
 func (x *CreateJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[39]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2654,7 @@ func (x *CreateJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobsResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreateJobsResponse) GetItems() []*CreateJobsItem {
@@ -2264,7 +2678,7 @@ type ItemError struct {
 
 func (x *ItemError) Reset() {
 	*x = ItemError{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2690,7 @@ func (x *ItemError) String() string {
 func (*ItemError) ProtoMessage() {}
 
 func (x *ItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[40]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2703,7 @@ func (x *ItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
 func (*ItemError) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ItemError) GetCode() string {
@@ -2324,7 +2738,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2750,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[41]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2763,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetJobRequest) GetContextId() uint32 {
@@ -2382,7 +2796,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2808,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[42]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2821,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{42}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2429,7 +2843,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2855,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[43]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2868,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{43}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListJobsRequest) GetContextId() uint32 {
@@ -2495,7 +2909,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2921,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[44]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2934,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2548,7 +2962,7 @@ type RunJobRequest struct {
 
 func (x *RunJobRequest) Reset() {
 	*x = RunJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2974,7 @@ func (x *RunJobRequest) String() string {
 func (*RunJobRequest) ProtoMessage() {}
 
 func (x *RunJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[45]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2987,7 @@ func (x *RunJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJobRequest.ProtoReflect.Descriptor instead.
 func (*RunJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RunJobRequest) GetContextId() uint32 {
@@ -2606,7 +3020,7 @@ type RunJobResponse struct {
 
 func (x *RunJobResponse) Reset() {
 	*x = RunJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2618,7 +3032,7 @@ func (x *RunJobResponse) String() string {
 func (*RunJobResponse) ProtoMessage() {}
 
 func (x *RunJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[46]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2631,7 +3045,7 @@ func (x *RunJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJobResponse.ProtoReflect.Descriptor instead.
 func (*RunJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RunJobResponse) GetJob() *Job {
@@ -2659,7 +3073,7 @@ type SubmitJobRequest struct {
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +3085,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[47]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +3098,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SubmitJobRequest) GetContextId() uint32 {
@@ -2729,17 +3143,19 @@ func (x *SubmitJobRequest) GetDelay() string {
 	return ""
 }
 
+// (TriggerSchedule of a flow's schedule answers its run's flow in flow, not job.)
 type SubmitJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	Existing      bool                   `protobuf:"varint,2,opt,name=existing,proto3" json:"existing,omitempty"`
+	Flow          *Flow                  `protobuf:"bytes,30,opt,name=flow,proto3" json:"flow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitJobResponse) Reset() {
 	*x = SubmitJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +3167,7 @@ func (x *SubmitJobResponse) String() string {
 func (*SubmitJobResponse) ProtoMessage() {}
 
 func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[48]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +3180,7 @@ func (x *SubmitJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SubmitJobResponse) GetJob() *Job {
@@ -2781,6 +3197,13 @@ func (x *SubmitJobResponse) GetExisting() bool {
 	return false
 }
 
+func (x *SubmitJobResponse) GetFlow() *Flow {
+	if x != nil {
+		return x.Flow
+	}
+	return nil
+}
+
 type SubmitJobItem struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Job              *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -2794,7 +3217,7 @@ type SubmitJobItem struct {
 
 func (x *SubmitJobItem) Reset() {
 	*x = SubmitJobItem{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +3229,7 @@ func (x *SubmitJobItem) String() string {
 func (*SubmitJobItem) ProtoMessage() {}
 
 func (x *SubmitJobItem) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[49]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +3242,7 @@ func (x *SubmitJobItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobItem.ProtoReflect.Descriptor instead.
 func (*SubmitJobItem) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SubmitJobItem) GetJob() *Job {
@@ -2867,7 +3290,7 @@ type SubmitJobsRequest struct {
 
 func (x *SubmitJobsRequest) Reset() {
 	*x = SubmitJobsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +3302,7 @@ func (x *SubmitJobsRequest) String() string {
 func (*SubmitJobsRequest) ProtoMessage() {}
 
 func (x *SubmitJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[50]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +3315,7 @@ func (x *SubmitJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobsRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SubmitJobsRequest) GetContextId() uint32 {
@@ -2918,7 +3341,7 @@ type SubmitJobsResponse struct {
 
 func (x *SubmitJobsResponse) Reset() {
 	*x = SubmitJobsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3353,7 @@ func (x *SubmitJobsResponse) String() string {
 func (*SubmitJobsResponse) ProtoMessage() {}
 
 func (x *SubmitJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[51]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3366,7 @@ func (x *SubmitJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobsResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{51}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SubmitJobsResponse) GetItems() []*SubmitJobResponse {
@@ -2970,7 +3393,7 @@ type SubmitJobStreamRequest struct {
 
 func (x *SubmitJobStreamRequest) Reset() {
 	*x = SubmitJobStreamRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3405,7 @@ func (x *SubmitJobStreamRequest) String() string {
 func (*SubmitJobStreamRequest) ProtoMessage() {}
 
 func (x *SubmitJobStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[52]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3418,7 @@ func (x *SubmitJobStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobStreamRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobStreamRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{52}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SubmitJobStreamRequest) GetSeq() uint64 {
@@ -3042,7 +3465,7 @@ type SubmitJobStreamResponse struct {
 
 func (x *SubmitJobStreamResponse) Reset() {
 	*x = SubmitJobStreamResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3477,7 @@ func (x *SubmitJobStreamResponse) String() string {
 func (*SubmitJobStreamResponse) ProtoMessage() {}
 
 func (x *SubmitJobStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[53]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3490,7 @@ func (x *SubmitJobStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobStreamResponse.ProtoReflect.Descriptor instead.
 func (*SubmitJobStreamResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{53}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SubmitJobStreamResponse) GetSeq() uint64 {
@@ -3111,7 +3534,7 @@ type StreamError struct {
 
 func (x *StreamError) Reset() {
 	*x = StreamError{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3123,7 +3546,7 @@ func (x *StreamError) String() string {
 func (*StreamError) ProtoMessage() {}
 
 func (x *StreamError) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[54]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3136,7 +3559,7 @@ func (x *StreamError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamError.ProtoReflect.Descriptor instead.
 func (*StreamError) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{54}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *StreamError) GetCode() uint32 {
@@ -3171,7 +3594,7 @@ type StopJobRequest struct {
 
 func (x *StopJobRequest) Reset() {
 	*x = StopJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3183,7 +3606,7 @@ func (x *StopJobRequest) String() string {
 func (*StopJobRequest) ProtoMessage() {}
 
 func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[55]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3196,7 +3619,7 @@ func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobRequest.ProtoReflect.Descriptor instead.
 func (*StopJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{55}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *StopJobRequest) GetContextId() uint32 {
@@ -3229,7 +3652,7 @@ type StopJobResponse struct {
 
 func (x *StopJobResponse) Reset() {
 	*x = StopJobResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3664,7 @@ func (x *StopJobResponse) String() string {
 func (*StopJobResponse) ProtoMessage() {}
 
 func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[56]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3677,7 @@ func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobResponse.ProtoReflect.Descriptor instead.
 func (*StopJobResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{56}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *StopJobResponse) GetJob() *Job {
@@ -3276,7 +3699,7 @@ type GetJobLogsRequest struct {
 
 func (x *GetJobLogsRequest) Reset() {
 	*x = GetJobLogsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3711,7 @@ func (x *GetJobLogsRequest) String() string {
 func (*GetJobLogsRequest) ProtoMessage() {}
 
 func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[57]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3724,7 @@ func (x *GetJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{57}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetJobLogsRequest) GetContextId() uint32 {
@@ -3343,7 +3766,7 @@ type GetJobLogsResponse struct {
 
 func (x *GetJobLogsResponse) Reset() {
 	*x = GetJobLogsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3778,7 @@ func (x *GetJobLogsResponse) String() string {
 func (*GetJobLogsResponse) ProtoMessage() {}
 
 func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[58]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3791,7 @@ func (x *GetJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{58}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetJobLogsResponse) GetLogs() string {
@@ -3402,7 +3825,7 @@ type CreateFlowRequest struct {
 
 func (x *CreateFlowRequest) Reset() {
 	*x = CreateFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3414,7 +3837,7 @@ func (x *CreateFlowRequest) String() string {
 func (*CreateFlowRequest) ProtoMessage() {}
 
 func (x *CreateFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[59]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3427,7 +3850,7 @@ func (x *CreateFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFlowRequest.ProtoReflect.Descriptor instead.
 func (*CreateFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{59}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CreateFlowRequest) GetContextId() uint32 {
@@ -3453,7 +3876,7 @@ type CreateFlowResponse struct {
 
 func (x *CreateFlowResponse) Reset() {
 	*x = CreateFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3888,7 @@ func (x *CreateFlowResponse) String() string {
 func (*CreateFlowResponse) ProtoMessage() {}
 
 func (x *CreateFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[60]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3901,7 @@ func (x *CreateFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFlowResponse.ProtoReflect.Descriptor instead.
 func (*CreateFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{60}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CreateFlowResponse) GetFlow() *Flow {
@@ -3500,7 +3923,7 @@ type BeginFlowRequest struct {
 
 func (x *BeginFlowRequest) Reset() {
 	*x = BeginFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +3935,7 @@ func (x *BeginFlowRequest) String() string {
 func (*BeginFlowRequest) ProtoMessage() {}
 
 func (x *BeginFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[61]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +3948,7 @@ func (x *BeginFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginFlowRequest.ProtoReflect.Descriptor instead.
 func (*BeginFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{61}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *BeginFlowRequest) GetContextId() uint32 {
@@ -3570,7 +3993,7 @@ type BeginFlowResponse struct {
 
 func (x *BeginFlowResponse) Reset() {
 	*x = BeginFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3582,7 +4005,7 @@ func (x *BeginFlowResponse) String() string {
 func (*BeginFlowResponse) ProtoMessage() {}
 
 func (x *BeginFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[62]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3595,7 +4018,7 @@ func (x *BeginFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginFlowResponse.ProtoReflect.Descriptor instead.
 func (*BeginFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{62}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *BeginFlowResponse) GetFlowId() uint32 {
@@ -3650,7 +4073,7 @@ type AbortFlowRequest struct {
 
 func (x *AbortFlowRequest) Reset() {
 	*x = AbortFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3662,7 +4085,7 @@ func (x *AbortFlowRequest) String() string {
 func (*AbortFlowRequest) ProtoMessage() {}
 
 func (x *AbortFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[63]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3675,7 +4098,7 @@ func (x *AbortFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortFlowRequest.ProtoReflect.Descriptor instead.
 func (*AbortFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{63}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AbortFlowRequest) GetContextId() uint32 {
@@ -3701,7 +4124,7 @@ type AbortFlowResponse struct {
 
 func (x *AbortFlowResponse) Reset() {
 	*x = AbortFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3713,7 +4136,7 @@ func (x *AbortFlowResponse) String() string {
 func (*AbortFlowResponse) ProtoMessage() {}
 
 func (x *AbortFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[64]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3726,7 +4149,7 @@ func (x *AbortFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortFlowResponse.ProtoReflect.Descriptor instead.
 func (*AbortFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{64}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AbortFlowResponse) GetDeleted() uint32 {
@@ -3746,7 +4169,7 @@ type GetFlowRequest struct {
 
 func (x *GetFlowRequest) Reset() {
 	*x = GetFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3758,7 +4181,7 @@ func (x *GetFlowRequest) String() string {
 func (*GetFlowRequest) ProtoMessage() {}
 
 func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[65]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3771,7 +4194,7 @@ func (x *GetFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{65}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetFlowRequest) GetContextId() uint32 {
@@ -3797,7 +4220,7 @@ type GetFlowResponse struct {
 
 func (x *GetFlowResponse) Reset() {
 	*x = GetFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3809,7 +4232,7 @@ func (x *GetFlowResponse) String() string {
 func (*GetFlowResponse) ProtoMessage() {}
 
 func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[66]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3822,7 +4245,7 @@ func (x *GetFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{66}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetFlowResponse) GetFlow() *Flow {
@@ -3843,7 +4266,7 @@ type WaitFlowRequest struct {
 
 func (x *WaitFlowRequest) Reset() {
 	*x = WaitFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3855,7 +4278,7 @@ func (x *WaitFlowRequest) String() string {
 func (*WaitFlowRequest) ProtoMessage() {}
 
 func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[67]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3868,7 +4291,7 @@ func (x *WaitFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowRequest.ProtoReflect.Descriptor instead.
 func (*WaitFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{67}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *WaitFlowRequest) GetContextId() uint32 {
@@ -3901,7 +4324,7 @@ type WaitFlowResponse struct {
 
 func (x *WaitFlowResponse) Reset() {
 	*x = WaitFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3913,7 +4336,7 @@ func (x *WaitFlowResponse) String() string {
 func (*WaitFlowResponse) ProtoMessage() {}
 
 func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[68]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3926,7 +4349,7 @@ func (x *WaitFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitFlowResponse.ProtoReflect.Descriptor instead.
 func (*WaitFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{68}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *WaitFlowResponse) GetFlow() *Flow {
@@ -3948,7 +4371,7 @@ type ListFlowsRequest struct {
 
 func (x *ListFlowsRequest) Reset() {
 	*x = ListFlowsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3960,7 +4383,7 @@ func (x *ListFlowsRequest) String() string {
 func (*ListFlowsRequest) ProtoMessage() {}
 
 func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[69]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3973,7 +4396,7 @@ func (x *ListFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{69}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListFlowsRequest) GetContextId() uint32 {
@@ -4014,7 +4437,7 @@ type ListFlowsResponse struct {
 
 func (x *ListFlowsResponse) Reset() {
 	*x = ListFlowsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +4449,7 @@ func (x *ListFlowsResponse) String() string {
 func (*ListFlowsResponse) ProtoMessage() {}
 
 func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[70]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +4462,7 @@ func (x *ListFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{70}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListFlowsResponse) GetFlows() []*Flow {
@@ -4069,7 +4492,7 @@ type StartFlowRequest struct {
 
 func (x *StartFlowRequest) Reset() {
 	*x = StartFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4504,7 @@ func (x *StartFlowRequest) String() string {
 func (*StartFlowRequest) ProtoMessage() {}
 
 func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[71]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4517,7 @@ func (x *StartFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowRequest.ProtoReflect.Descriptor instead.
 func (*StartFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{71}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *StartFlowRequest) GetContextId() uint32 {
@@ -4134,7 +4557,7 @@ type StartFlowResponse struct {
 
 func (x *StartFlowResponse) Reset() {
 	*x = StartFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4146,7 +4569,7 @@ func (x *StartFlowResponse) String() string {
 func (*StartFlowResponse) ProtoMessage() {}
 
 func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[72]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4159,7 +4582,7 @@ func (x *StartFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartFlowResponse.ProtoReflect.Descriptor instead.
 func (*StartFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{72}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *StartFlowResponse) GetFlow() *Flow {
@@ -4181,7 +4604,7 @@ type GetFlowDagRequest struct {
 
 func (x *GetFlowDagRequest) Reset() {
 	*x = GetFlowDagRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4193,7 +4616,7 @@ func (x *GetFlowDagRequest) String() string {
 func (*GetFlowDagRequest) ProtoMessage() {}
 
 func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[73]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4206,7 +4629,7 @@ func (x *GetFlowDagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowDagRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{73}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GetFlowDagRequest) GetContextId() uint32 {
@@ -4249,7 +4672,7 @@ type GetFlowDagResponse struct {
 
 func (x *GetFlowDagResponse) Reset() {
 	*x = GetFlowDagResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4261,7 +4684,7 @@ func (x *GetFlowDagResponse) String() string {
 func (*GetFlowDagResponse) ProtoMessage() {}
 
 func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[74]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4274,7 +4697,7 @@ func (x *GetFlowDagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowDagResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowDagResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{74}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetFlowDagResponse) GetFlow() *Flow {
@@ -4321,7 +4744,7 @@ type FlowCounts struct {
 
 func (x *FlowCounts) Reset() {
 	*x = FlowCounts{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4333,7 +4756,7 @@ func (x *FlowCounts) String() string {
 func (*FlowCounts) ProtoMessage() {}
 
 func (x *FlowCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[75]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4346,7 +4769,7 @@ func (x *FlowCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowCounts.ProtoReflect.Descriptor instead.
 func (*FlowCounts) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{75}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *FlowCounts) GetStarted() bool {
@@ -4408,7 +4831,7 @@ type CancelFlowRequest struct {
 
 func (x *CancelFlowRequest) Reset() {
 	*x = CancelFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4420,7 +4843,7 @@ func (x *CancelFlowRequest) String() string {
 func (*CancelFlowRequest) ProtoMessage() {}
 
 func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[76]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4433,7 +4856,7 @@ func (x *CancelFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowRequest.ProtoReflect.Descriptor instead.
 func (*CancelFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{76}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CancelFlowRequest) GetContextId() uint32 {
@@ -4459,7 +4882,7 @@ type CancelFlowResponse struct {
 
 func (x *CancelFlowResponse) Reset() {
 	*x = CancelFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4471,7 +4894,7 @@ func (x *CancelFlowResponse) String() string {
 func (*CancelFlowResponse) ProtoMessage() {}
 
 func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[77]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4484,7 +4907,7 @@ func (x *CancelFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelFlowResponse.ProtoReflect.Descriptor instead.
 func (*CancelFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{77}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *CancelFlowResponse) GetFlow() *Flow {
@@ -4504,7 +4927,7 @@ type RetryFlowRequest struct {
 
 func (x *RetryFlowRequest) Reset() {
 	*x = RetryFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4516,7 +4939,7 @@ func (x *RetryFlowRequest) String() string {
 func (*RetryFlowRequest) ProtoMessage() {}
 
 func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[78]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4529,7 +4952,7 @@ func (x *RetryFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowRequest.ProtoReflect.Descriptor instead.
 func (*RetryFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{78}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *RetryFlowRequest) GetContextId() uint32 {
@@ -4555,7 +4978,7 @@ type RetryFlowResponse struct {
 
 func (x *RetryFlowResponse) Reset() {
 	*x = RetryFlowResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4567,7 +4990,7 @@ func (x *RetryFlowResponse) String() string {
 func (*RetryFlowResponse) ProtoMessage() {}
 
 func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[79]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4580,7 +5003,7 @@ func (x *RetryFlowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFlowResponse.ProtoReflect.Descriptor instead.
 func (*RetryFlowResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{79}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *RetryFlowResponse) GetFlow() *Flow {
@@ -4606,7 +5029,7 @@ type DLQEntry struct {
 
 func (x *DLQEntry) Reset() {
 	*x = DLQEntry{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4618,7 +5041,7 @@ func (x *DLQEntry) String() string {
 func (*DLQEntry) ProtoMessage() {}
 
 func (x *DLQEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[80]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4631,7 +5054,7 @@ func (x *DLQEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DLQEntry.ProtoReflect.Descriptor instead.
 func (*DLQEntry) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{80}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *DLQEntry) GetCallerId() uint32 {
@@ -4701,7 +5124,7 @@ type ListDLQRequest struct {
 
 func (x *ListDLQRequest) Reset() {
 	*x = ListDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4713,7 +5136,7 @@ func (x *ListDLQRequest) String() string {
 func (*ListDLQRequest) ProtoMessage() {}
 
 func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[81]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4726,7 +5149,7 @@ func (x *ListDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQRequest.ProtoReflect.Descriptor instead.
 func (*ListDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{81}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListDLQRequest) GetContextId() uint32 {
@@ -4760,7 +5183,7 @@ type ListDLQResponse struct {
 
 func (x *ListDLQResponse) Reset() {
 	*x = ListDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +5195,7 @@ func (x *ListDLQResponse) String() string {
 func (*ListDLQResponse) ProtoMessage() {}
 
 func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[82]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +5208,7 @@ func (x *ListDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDLQResponse.ProtoReflect.Descriptor instead.
 func (*ListDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{82}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListDLQResponse) GetEntries() []*DLQEntry {
@@ -4813,7 +5236,7 @@ type ShowDLQRequest struct {
 
 func (x *ShowDLQRequest) Reset() {
 	*x = ShowDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4825,7 +5248,7 @@ func (x *ShowDLQRequest) String() string {
 func (*ShowDLQRequest) ProtoMessage() {}
 
 func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[83]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4838,7 +5261,7 @@ func (x *ShowDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQRequest.ProtoReflect.Descriptor instead.
 func (*ShowDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{83}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ShowDLQRequest) GetContextId() uint32 {
@@ -4872,7 +5295,7 @@ type ShowDLQResponse struct {
 
 func (x *ShowDLQResponse) Reset() {
 	*x = ShowDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4884,7 +5307,7 @@ func (x *ShowDLQResponse) String() string {
 func (*ShowDLQResponse) ProtoMessage() {}
 
 func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[84]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4897,7 +5320,7 @@ func (x *ShowDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowDLQResponse.ProtoReflect.Descriptor instead.
 func (*ShowDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{84}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ShowDLQResponse) GetEntry() *DLQEntry {
@@ -4925,7 +5348,7 @@ type RequeueDLQRequest struct {
 
 func (x *RequeueDLQRequest) Reset() {
 	*x = RequeueDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4937,7 +5360,7 @@ func (x *RequeueDLQRequest) String() string {
 func (*RequeueDLQRequest) ProtoMessage() {}
 
 func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[85]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4950,7 +5373,7 @@ func (x *RequeueDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{85}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *RequeueDLQRequest) GetContextId() uint32 {
@@ -4983,7 +5406,7 @@ type RequeueDLQResponse struct {
 
 func (x *RequeueDLQResponse) Reset() {
 	*x = RequeueDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4995,7 +5418,7 @@ func (x *RequeueDLQResponse) String() string {
 func (*RequeueDLQResponse) ProtoMessage() {}
 
 func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[86]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5008,7 +5431,7 @@ func (x *RequeueDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDLQResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{86}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *RequeueDLQResponse) GetJob() *Job {
@@ -5029,7 +5452,7 @@ type PurgeDLQRequest struct {
 
 func (x *PurgeDLQRequest) Reset() {
 	*x = PurgeDLQRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5041,7 +5464,7 @@ func (x *PurgeDLQRequest) String() string {
 func (*PurgeDLQRequest) ProtoMessage() {}
 
 func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[87]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5054,7 +5477,7 @@ func (x *PurgeDLQRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDLQRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{87}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *PurgeDLQRequest) GetContextId() uint32 {
@@ -5087,7 +5510,7 @@ type PurgeDLQResponse struct {
 
 func (x *PurgeDLQResponse) Reset() {
 	*x = PurgeDLQResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5099,7 +5522,7 @@ func (x *PurgeDLQResponse) String() string {
 func (*PurgeDLQResponse) ProtoMessage() {}
 
 func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[88]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5112,7 +5535,7 @@ func (x *PurgeDLQResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDLQResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDLQResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{88}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *PurgeDLQResponse) GetPurged() int64 {
@@ -5134,7 +5557,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[89]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5146,7 +5569,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[89]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5159,7 +5582,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{89}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *DeleteJobRequest) GetContextId() uint32 {
@@ -5201,7 +5624,7 @@ type DeleteFlowRequest struct {
 
 func (x *DeleteFlowRequest) Reset() {
 	*x = DeleteFlowRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[90]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5213,7 +5636,7 @@ func (x *DeleteFlowRequest) String() string {
 func (*DeleteFlowRequest) ProtoMessage() {}
 
 func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[90]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5226,7 +5649,7 @@ func (x *DeleteFlowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFlowRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFlowRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{90}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *DeleteFlowRequest) GetContextId() uint32 {
@@ -5261,7 +5684,7 @@ type DeleteRunnerRequest struct {
 
 func (x *DeleteRunnerRequest) Reset() {
 	*x = DeleteRunnerRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[91]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5273,7 +5696,7 @@ func (x *DeleteRunnerRequest) String() string {
 func (*DeleteRunnerRequest) ProtoMessage() {}
 
 func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[91]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5286,7 +5709,7 @@ func (x *DeleteRunnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRunnerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRunnerRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{91}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *DeleteRunnerRequest) GetContextId() uint32 {
@@ -5320,7 +5743,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[92]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5332,7 +5755,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[92]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5345,7 +5768,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{92}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *DeleteContextRequest) GetId() uint32 {
@@ -5371,7 +5794,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[93]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5383,7 +5806,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[93]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5396,7 +5819,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{93}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *DeleteResponse) GetDeleted() bool {
@@ -5416,7 +5839,7 @@ type CreateMessageRequest struct {
 
 func (x *CreateMessageRequest) Reset() {
 	*x = CreateMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[94]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5428,7 +5851,7 @@ func (x *CreateMessageRequest) String() string {
 func (*CreateMessageRequest) ProtoMessage() {}
 
 func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[94]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5441,7 +5864,7 @@ func (x *CreateMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageRequest.ProtoReflect.Descriptor instead.
 func (*CreateMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{94}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *CreateMessageRequest) GetContextId() uint32 {
@@ -5467,7 +5890,7 @@ type CreateMessageResponse struct {
 
 func (x *CreateMessageResponse) Reset() {
 	*x = CreateMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[95]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5479,7 +5902,7 @@ func (x *CreateMessageResponse) String() string {
 func (*CreateMessageResponse) ProtoMessage() {}
 
 func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[95]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5492,7 +5915,7 @@ func (x *CreateMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMessageResponse.ProtoReflect.Descriptor instead.
 func (*CreateMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{95}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *CreateMessageResponse) GetMessage() *Message {
@@ -5513,7 +5936,7 @@ type GetMessageRequest struct {
 
 func (x *GetMessageRequest) Reset() {
 	*x = GetMessageRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[96]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5525,7 +5948,7 @@ func (x *GetMessageRequest) String() string {
 func (*GetMessageRequest) ProtoMessage() {}
 
 func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[96]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5538,7 +5961,7 @@ func (x *GetMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetMessageRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{96}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *GetMessageRequest) GetContextId() uint32 {
@@ -5571,7 +5994,7 @@ type GetMessageResponse struct {
 
 func (x *GetMessageResponse) Reset() {
 	*x = GetMessageResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[97]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5583,7 +6006,7 @@ func (x *GetMessageResponse) String() string {
 func (*GetMessageResponse) ProtoMessage() {}
 
 func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[97]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5596,7 +6019,7 @@ func (x *GetMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMessageResponse.ProtoReflect.Descriptor instead.
 func (*GetMessageResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{97}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *GetMessageResponse) GetMessage() *Message {
@@ -5620,7 +6043,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[98]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5632,7 +6055,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[98]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5645,7 +6068,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{98}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *WatchRequest) GetContextId() uint32 {
@@ -5685,7 +6108,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[99]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5697,7 +6120,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[99]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5710,7 +6133,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{99}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -5732,7 +6155,7 @@ type ReadEventsRequest struct {
 
 func (x *ReadEventsRequest) Reset() {
 	*x = ReadEventsRequest{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[100]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5744,7 +6167,7 @@ func (x *ReadEventsRequest) String() string {
 func (*ReadEventsRequest) ProtoMessage() {}
 
 func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[100]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5757,7 +6180,7 @@ func (x *ReadEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReadEventsRequest) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{100}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *ReadEventsRequest) GetContextId() uint32 {
@@ -5798,7 +6221,7 @@ type ReadEventsResponse struct {
 
 func (x *ReadEventsResponse) Reset() {
 	*x = ReadEventsResponse{}
-	mi := &file_hero_v1_coordinator_proto_msgTypes[101]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5810,7 +6233,7 @@ func (x *ReadEventsResponse) String() string {
 func (*ReadEventsResponse) ProtoMessage() {}
 
 func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hero_v1_coordinator_proto_msgTypes[101]
+	mi := &file_hero_v1_coordinator_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5823,7 +6246,7 @@ func (x *ReadEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReadEventsResponse) Descriptor() ([]byte, []int) {
-	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{101}
+	return file_hero_v1_coordinator_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ReadEventsResponse) GetEvents() []*Event {
@@ -5849,7 +6272,7 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x14\n" +
 	"\x05every\x18\x02 \x01(\tR\x05every\x12\x1a\n" +
 	"\btimezone\x18\x03 \x01(\tR\btimezone\x12\x16\n" +
-	"\x06jitter\x18\x04 \x01(\tR\x06jitter\"\x9c\x04\n" +
+	"\x06jitter\x18\x04 \x01(\tR\x06jitter\"\xe4\x04\n" +
 	"\bSchedule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -5873,7 +6296,9 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x10 \x01(\tR\tlastError\x12\"\n" +
 	"\rcreated_at_ms\x18\x11 \x01(\x03R\vcreatedAtMs\x12\"\n" +
-	"\rupdated_at_ms\x18\x12 \x01(\x03R\vupdatedAtMs\"\x90\x02\n" +
+	"\rupdated_at_ms\x18\x12 \x01(\x03R\vupdatedAtMs\x12)\n" +
+	"\x04flow\x18\x1e \x01(\v2\x15.hero.v1.FlowTemplateR\x04flow\x12\x1b\n" +
+	"\tlast_flow\x18\x1f \x01(\rR\blastFlow\"\xbb\x02\n" +
 	"\x0fScheduleRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
@@ -5883,8 +6308,46 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\aoverlap\x18\x05 \x01(\tR\aoverlap\x12*\n" +
 	"\x0ecatchup_window\x18\x06 \x01(\tH\x00R\rcatchupWindow\x88\x01\x01\x12\x16\n" +
 	"\x06paused\x18\a \x01(\bR\x06paused\x12\x12\n" +
-	"\x04note\x18\b \x01(\tR\x04noteB\x11\n" +
-	"\x0f_catchup_window\"P\n" +
+	"\x04note\x18\b \x01(\tR\x04note\x12)\n" +
+	"\x04flow\x18\x1e \x01(\v2\x15.hero.v1.FlowTemplateR\x04flowB\x11\n" +
+	"\x0f_catchup_window\"\xb3\x01\n" +
+	"\fFlowTemplate\x12=\n" +
+	"\benv_vars\x18\x01 \x03(\v2\".hero.v1.FlowTemplate.EnvVarsEntryR\aenvVars\x12(\n" +
+	"\x04jobs\x18\x02 \x03(\v2\x14.hero.v1.TemplateJobR\x04jobs\x1a:\n" +
+	"\fEnvVarsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"[\n" +
+	"\vTemplateJob\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\adepends\x18\x02 \x03(\tR\adepends\x12\x1e\n" +
+	"\x03job\x18\x03 \x01(\v2\f.hero.v1.JobR\x03job\"\x98\x02\n" +
+	"\x05Queue\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
+	"\vscript_type\x18\x02 \x01(\tR\n" +
+	"scriptType\x12\x1a\n" +
+	"\bexecutor\x18\x03 \x01(\tR\bexecutor\x12\x14\n" +
+	"\x05depth\x18\x04 \x01(\x03R\x05depth\x12\x16\n" +
+	"\x06pinned\x18\x05 \x01(\x03R\x06pinned\x12\x18\n" +
+	"\arunners\x18\x06 \x01(\x03R\arunners\x12\x16\n" +
+	"\x06paused\x18\a \x01(\bR\x06paused\x12 \n" +
+	"\fpaused_at_ms\x18\b \x01(\x03R\n" +
+	"pausedAtMs\x12\x1b\n" +
+	"\tpaused_by\x18\t \x01(\tR\bpausedBy\x12\x1d\n" +
+	"\n" +
+	"pause_note\x18\n" +
+	" \x01(\tR\tpauseNote\"~\n" +
+	"\fQueueRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x1f\n" +
+	"\vscript_type\x18\x02 \x01(\tR\n" +
+	"scriptType\x12\x1a\n" +
+	"\bexecutor\x18\x03 \x01(\tR\bexecutor\x12\x12\n" +
+	"\x04note\x18\x04 \x01(\tR\x04note\"2\n" +
+	"\x11ListQueuesRequest\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\rR\tcontextId\":\n" +
+	"\x12ListQueuesResponse\x12$\n" +
+	"\x05items\x18\x01 \x03(\v2\x0e.hero.v1.QueueR\x05items\"P\n" +
 	"\vScheduleRef\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x0e\n" +
@@ -6040,10 +6503,11 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"unique_key\x18\x03 \x01(\tR\tuniqueKey\x12,\n" +
 	"\x12unique_ttl_seconds\x18\x04 \x01(\rR\x10uniqueTtlSeconds\x12\x15\n" +
 	"\x06run_at\x18\x05 \x01(\tR\x05runAt\x12\x14\n" +
-	"\x05delay\x18\x06 \x01(\tR\x05delay\"O\n" +
+	"\x05delay\x18\x06 \x01(\tR\x05delay\"r\n" +
 	"\x11SubmitJobResponse\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\x12\x1a\n" +
-	"\bexisting\x18\x02 \x01(\bR\bexisting\"\xa9\x01\n" +
+	"\bexisting\x18\x02 \x01(\bR\bexisting\x12!\n" +
+	"\x04flow\x18\x1e \x01(\v2\r.hero.v1.FlowR\x04flow\"\xa9\x01\n" +
 	"\rSubmitJobItem\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\x12\x1d\n" +
 	"\n" +
@@ -6272,7 +6736,7 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\aflow_id\x18\x04 \x01(\rR\x06flowId\"`\n" +
 	"\x12ReadEventsResponse\x12&\n" +
 	"\x06events\x18\x01 \x03(\v2\x0e.hero.v1.EventR\x06events\x12\"\n" +
-	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xb3\x1e\n" +
+	"\rnext_after_id\x18\x02 \x01(\tR\vnextAfterId2\xe5\x1f\n" +
 	"\vCoordinator\x12H\n" +
 	"\vCreateActor\x12\x1b.hero.v1.CreateActorRequest\x1a\x1c.hero.v1.CreateActorResponse\x12?\n" +
 	"\bGetActor\x12\x18.hero.v1.GetActorRequest\x1a\x19.hero.v1.GetActorResponse\x12H\n" +
@@ -6339,7 +6803,12 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\x0eResumeSchedule\x12\x14.hero.v1.ScheduleRef\x1a\x11.hero.v1.Schedule\x12?\n" +
 	"\x0eDeleteSchedule\x12\x14.hero.v1.ScheduleRef\x1a\x17.hero.v1.DeleteResponse\x12C\n" +
 	"\x0fTriggerSchedule\x12\x14.hero.v1.ScheduleRef\x1a\x1a.hero.v1.SubmitJobResponse\x12W\n" +
-	"\x10BackfillSchedule\x12 .hero.v1.BackfillScheduleRequest\x1a!.hero.v1.BackfillScheduleResponseB7Z5github.com/hero-coordinator/hero/proto/hero/v1;herov1b\x06proto3"
+	"\x10BackfillSchedule\x12 .hero.v1.BackfillScheduleRequest\x1a!.hero.v1.BackfillScheduleResponse\x12E\n" +
+	"\n" +
+	"ListQueues\x12\x1a.hero.v1.ListQueuesRequest\x1a\x1b.hero.v1.ListQueuesResponse\x123\n" +
+	"\n" +
+	"PauseQueue\x12\x15.hero.v1.QueueRequest\x1a\x0e.hero.v1.Queue\x124\n" +
+	"\vResumeQueue\x12\x15.hero.v1.QueueRequest\x1a\x0e.hero.v1.QueueB7Z5github.com/hero-coordinator/hero/proto/hero/v1;herov1b\x06proto3"
 
 var (
 	file_hero_v1_coordinator_proto_rawDescOnce sync.Once
@@ -6353,303 +6822,323 @@ func file_hero_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_hero_v1_coordinator_proto_rawDescData
 }
 
-var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
+var file_hero_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 109)
 var file_hero_v1_coordinator_proto_goTypes = []any{
 	(*ScheduleSpec)(nil),                 // 0: hero.v1.ScheduleSpec
 	(*Schedule)(nil),                     // 1: hero.v1.Schedule
 	(*ScheduleRequest)(nil),              // 2: hero.v1.ScheduleRequest
-	(*ScheduleRef)(nil),                  // 3: hero.v1.ScheduleRef
-	(*ListSchedulesRequest)(nil),         // 4: hero.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),        // 5: hero.v1.ListSchedulesResponse
-	(*BackfillScheduleRequest)(nil),      // 6: hero.v1.BackfillScheduleRequest
-	(*BackfillScheduleResponse)(nil),     // 7: hero.v1.BackfillScheduleResponse
-	(*CreateActorRequest)(nil),           // 8: hero.v1.CreateActorRequest
-	(*CreateActorResponse)(nil),          // 9: hero.v1.CreateActorResponse
-	(*GetActorRequest)(nil),              // 10: hero.v1.GetActorRequest
-	(*GetActorResponse)(nil),             // 11: hero.v1.GetActorResponse
-	(*UpdateActorRequest)(nil),           // 12: hero.v1.UpdateActorRequest
-	(*UpdateActorResponse)(nil),          // 13: hero.v1.UpdateActorResponse
-	(*OperatorSecret)(nil),               // 14: hero.v1.OperatorSecret
-	(*ListOperatorSecretsRequest)(nil),   // 15: hero.v1.ListOperatorSecretsRequest
-	(*ListOperatorSecretsResponse)(nil),  // 16: hero.v1.ListOperatorSecretsResponse
-	(*CreateOperatorSecretRequest)(nil),  // 17: hero.v1.CreateOperatorSecretRequest
-	(*CreateOperatorSecretResponse)(nil), // 18: hero.v1.CreateOperatorSecretResponse
-	(*RevokeOperatorSecretRequest)(nil),  // 19: hero.v1.RevokeOperatorSecretRequest
-	(*RevokeOperatorSecretResponse)(nil), // 20: hero.v1.RevokeOperatorSecretResponse
-	(*CreateContextRequest)(nil),         // 21: hero.v1.CreateContextRequest
-	(*CreateContextResponse)(nil),        // 22: hero.v1.CreateContextResponse
-	(*GetContextRequest)(nil),            // 23: hero.v1.GetContextRequest
-	(*GetContextResponse)(nil),           // 24: hero.v1.GetContextResponse
-	(*UpdateContextRequest)(nil),         // 25: hero.v1.UpdateContextRequest
-	(*UpdateContextResponse)(nil),        // 26: hero.v1.UpdateContextResponse
-	(*IdList)(nil),                       // 27: hero.v1.IdList
-	(*StringList)(nil),                   // 28: hero.v1.StringList
-	(*CreateRunnerRequest)(nil),          // 29: hero.v1.CreateRunnerRequest
-	(*CreateRunnerResponse)(nil),         // 30: hero.v1.CreateRunnerResponse
-	(*GetRunnerRequest)(nil),             // 31: hero.v1.GetRunnerRequest
-	(*GetRunnerResponse)(nil),            // 32: hero.v1.GetRunnerResponse
-	(*ListRunnersRequest)(nil),           // 33: hero.v1.ListRunnersRequest
-	(*ListRunnersResponse)(nil),          // 34: hero.v1.ListRunnersResponse
-	(*CreateJobRequest)(nil),             // 35: hero.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),            // 36: hero.v1.CreateJobResponse
-	(*CreateJobsRequest)(nil),            // 37: hero.v1.CreateJobsRequest
-	(*CreateJobsItem)(nil),               // 38: hero.v1.CreateJobsItem
-	(*CreateJobsResponse)(nil),           // 39: hero.v1.CreateJobsResponse
-	(*ItemError)(nil),                    // 40: hero.v1.ItemError
-	(*GetJobRequest)(nil),                // 41: hero.v1.GetJobRequest
-	(*GetJobResponse)(nil),               // 42: hero.v1.GetJobResponse
-	(*ListJobsRequest)(nil),              // 43: hero.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),             // 44: hero.v1.ListJobsResponse
-	(*RunJobRequest)(nil),                // 45: hero.v1.RunJobRequest
-	(*RunJobResponse)(nil),               // 46: hero.v1.RunJobResponse
-	(*SubmitJobRequest)(nil),             // 47: hero.v1.SubmitJobRequest
-	(*SubmitJobResponse)(nil),            // 48: hero.v1.SubmitJobResponse
-	(*SubmitJobItem)(nil),                // 49: hero.v1.SubmitJobItem
-	(*SubmitJobsRequest)(nil),            // 50: hero.v1.SubmitJobsRequest
-	(*SubmitJobsResponse)(nil),           // 51: hero.v1.SubmitJobsResponse
-	(*SubmitJobStreamRequest)(nil),       // 52: hero.v1.SubmitJobStreamRequest
-	(*SubmitJobStreamResponse)(nil),      // 53: hero.v1.SubmitJobStreamResponse
-	(*StreamError)(nil),                  // 54: hero.v1.StreamError
-	(*StopJobRequest)(nil),               // 55: hero.v1.StopJobRequest
-	(*StopJobResponse)(nil),              // 56: hero.v1.StopJobResponse
-	(*GetJobLogsRequest)(nil),            // 57: hero.v1.GetJobLogsRequest
-	(*GetJobLogsResponse)(nil),           // 58: hero.v1.GetJobLogsResponse
-	(*CreateFlowRequest)(nil),            // 59: hero.v1.CreateFlowRequest
-	(*CreateFlowResponse)(nil),           // 60: hero.v1.CreateFlowResponse
-	(*BeginFlowRequest)(nil),             // 61: hero.v1.BeginFlowRequest
-	(*BeginFlowResponse)(nil),            // 62: hero.v1.BeginFlowResponse
-	(*AbortFlowRequest)(nil),             // 63: hero.v1.AbortFlowRequest
-	(*AbortFlowResponse)(nil),            // 64: hero.v1.AbortFlowResponse
-	(*GetFlowRequest)(nil),               // 65: hero.v1.GetFlowRequest
-	(*GetFlowResponse)(nil),              // 66: hero.v1.GetFlowResponse
-	(*WaitFlowRequest)(nil),              // 67: hero.v1.WaitFlowRequest
-	(*WaitFlowResponse)(nil),             // 68: hero.v1.WaitFlowResponse
-	(*ListFlowsRequest)(nil),             // 69: hero.v1.ListFlowsRequest
-	(*ListFlowsResponse)(nil),            // 70: hero.v1.ListFlowsResponse
-	(*StartFlowRequest)(nil),             // 71: hero.v1.StartFlowRequest
-	(*StartFlowResponse)(nil),            // 72: hero.v1.StartFlowResponse
-	(*GetFlowDagRequest)(nil),            // 73: hero.v1.GetFlowDagRequest
-	(*GetFlowDagResponse)(nil),           // 74: hero.v1.GetFlowDagResponse
-	(*FlowCounts)(nil),                   // 75: hero.v1.FlowCounts
-	(*CancelFlowRequest)(nil),            // 76: hero.v1.CancelFlowRequest
-	(*CancelFlowResponse)(nil),           // 77: hero.v1.CancelFlowResponse
-	(*RetryFlowRequest)(nil),             // 78: hero.v1.RetryFlowRequest
-	(*RetryFlowResponse)(nil),            // 79: hero.v1.RetryFlowResponse
-	(*DLQEntry)(nil),                     // 80: hero.v1.DLQEntry
-	(*ListDLQRequest)(nil),               // 81: hero.v1.ListDLQRequest
-	(*ListDLQResponse)(nil),              // 82: hero.v1.ListDLQResponse
-	(*ShowDLQRequest)(nil),               // 83: hero.v1.ShowDLQRequest
-	(*ShowDLQResponse)(nil),              // 84: hero.v1.ShowDLQResponse
-	(*RequeueDLQRequest)(nil),            // 85: hero.v1.RequeueDLQRequest
-	(*RequeueDLQResponse)(nil),           // 86: hero.v1.RequeueDLQResponse
-	(*PurgeDLQRequest)(nil),              // 87: hero.v1.PurgeDLQRequest
-	(*PurgeDLQResponse)(nil),             // 88: hero.v1.PurgeDLQResponse
-	(*DeleteJobRequest)(nil),             // 89: hero.v1.DeleteJobRequest
-	(*DeleteFlowRequest)(nil),            // 90: hero.v1.DeleteFlowRequest
-	(*DeleteRunnerRequest)(nil),          // 91: hero.v1.DeleteRunnerRequest
-	(*DeleteContextRequest)(nil),         // 92: hero.v1.DeleteContextRequest
-	(*DeleteResponse)(nil),               // 93: hero.v1.DeleteResponse
-	(*CreateMessageRequest)(nil),         // 94: hero.v1.CreateMessageRequest
-	(*CreateMessageResponse)(nil),        // 95: hero.v1.CreateMessageResponse
-	(*GetMessageRequest)(nil),            // 96: hero.v1.GetMessageRequest
-	(*GetMessageResponse)(nil),           // 97: hero.v1.GetMessageResponse
-	(*WatchRequest)(nil),                 // 98: hero.v1.WatchRequest
-	(*WatchResponse)(nil),                // 99: hero.v1.WatchResponse
-	(*ReadEventsRequest)(nil),            // 100: hero.v1.ReadEventsRequest
-	(*ReadEventsResponse)(nil),           // 101: hero.v1.ReadEventsResponse
-	(*Job)(nil),                          // 102: hero.v1.Job
-	(*Actor)(nil),                        // 103: hero.v1.Actor
-	(*Context)(nil),                      // 104: hero.v1.Context
-	(*JobLimits)(nil),                    // 105: hero.v1.JobLimits
-	(*Runner)(nil),                       // 106: hero.v1.Runner
-	(*Flow)(nil),                         // 107: hero.v1.Flow
-	(*DagNode)(nil),                      // 108: hero.v1.DagNode
-	(*Message)(nil),                      // 109: hero.v1.Message
-	(*Event)(nil),                        // 110: hero.v1.Event
+	(*FlowTemplate)(nil),                 // 3: hero.v1.FlowTemplate
+	(*TemplateJob)(nil),                  // 4: hero.v1.TemplateJob
+	(*Queue)(nil),                        // 5: hero.v1.Queue
+	(*QueueRequest)(nil),                 // 6: hero.v1.QueueRequest
+	(*ListQueuesRequest)(nil),            // 7: hero.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),           // 8: hero.v1.ListQueuesResponse
+	(*ScheduleRef)(nil),                  // 9: hero.v1.ScheduleRef
+	(*ListSchedulesRequest)(nil),         // 10: hero.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),        // 11: hero.v1.ListSchedulesResponse
+	(*BackfillScheduleRequest)(nil),      // 12: hero.v1.BackfillScheduleRequest
+	(*BackfillScheduleResponse)(nil),     // 13: hero.v1.BackfillScheduleResponse
+	(*CreateActorRequest)(nil),           // 14: hero.v1.CreateActorRequest
+	(*CreateActorResponse)(nil),          // 15: hero.v1.CreateActorResponse
+	(*GetActorRequest)(nil),              // 16: hero.v1.GetActorRequest
+	(*GetActorResponse)(nil),             // 17: hero.v1.GetActorResponse
+	(*UpdateActorRequest)(nil),           // 18: hero.v1.UpdateActorRequest
+	(*UpdateActorResponse)(nil),          // 19: hero.v1.UpdateActorResponse
+	(*OperatorSecret)(nil),               // 20: hero.v1.OperatorSecret
+	(*ListOperatorSecretsRequest)(nil),   // 21: hero.v1.ListOperatorSecretsRequest
+	(*ListOperatorSecretsResponse)(nil),  // 22: hero.v1.ListOperatorSecretsResponse
+	(*CreateOperatorSecretRequest)(nil),  // 23: hero.v1.CreateOperatorSecretRequest
+	(*CreateOperatorSecretResponse)(nil), // 24: hero.v1.CreateOperatorSecretResponse
+	(*RevokeOperatorSecretRequest)(nil),  // 25: hero.v1.RevokeOperatorSecretRequest
+	(*RevokeOperatorSecretResponse)(nil), // 26: hero.v1.RevokeOperatorSecretResponse
+	(*CreateContextRequest)(nil),         // 27: hero.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),        // 28: hero.v1.CreateContextResponse
+	(*GetContextRequest)(nil),            // 29: hero.v1.GetContextRequest
+	(*GetContextResponse)(nil),           // 30: hero.v1.GetContextResponse
+	(*UpdateContextRequest)(nil),         // 31: hero.v1.UpdateContextRequest
+	(*UpdateContextResponse)(nil),        // 32: hero.v1.UpdateContextResponse
+	(*IdList)(nil),                       // 33: hero.v1.IdList
+	(*StringList)(nil),                   // 34: hero.v1.StringList
+	(*CreateRunnerRequest)(nil),          // 35: hero.v1.CreateRunnerRequest
+	(*CreateRunnerResponse)(nil),         // 36: hero.v1.CreateRunnerResponse
+	(*GetRunnerRequest)(nil),             // 37: hero.v1.GetRunnerRequest
+	(*GetRunnerResponse)(nil),            // 38: hero.v1.GetRunnerResponse
+	(*ListRunnersRequest)(nil),           // 39: hero.v1.ListRunnersRequest
+	(*ListRunnersResponse)(nil),          // 40: hero.v1.ListRunnersResponse
+	(*CreateJobRequest)(nil),             // 41: hero.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),            // 42: hero.v1.CreateJobResponse
+	(*CreateJobsRequest)(nil),            // 43: hero.v1.CreateJobsRequest
+	(*CreateJobsItem)(nil),               // 44: hero.v1.CreateJobsItem
+	(*CreateJobsResponse)(nil),           // 45: hero.v1.CreateJobsResponse
+	(*ItemError)(nil),                    // 46: hero.v1.ItemError
+	(*GetJobRequest)(nil),                // 47: hero.v1.GetJobRequest
+	(*GetJobResponse)(nil),               // 48: hero.v1.GetJobResponse
+	(*ListJobsRequest)(nil),              // 49: hero.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),             // 50: hero.v1.ListJobsResponse
+	(*RunJobRequest)(nil),                // 51: hero.v1.RunJobRequest
+	(*RunJobResponse)(nil),               // 52: hero.v1.RunJobResponse
+	(*SubmitJobRequest)(nil),             // 53: hero.v1.SubmitJobRequest
+	(*SubmitJobResponse)(nil),            // 54: hero.v1.SubmitJobResponse
+	(*SubmitJobItem)(nil),                // 55: hero.v1.SubmitJobItem
+	(*SubmitJobsRequest)(nil),            // 56: hero.v1.SubmitJobsRequest
+	(*SubmitJobsResponse)(nil),           // 57: hero.v1.SubmitJobsResponse
+	(*SubmitJobStreamRequest)(nil),       // 58: hero.v1.SubmitJobStreamRequest
+	(*SubmitJobStreamResponse)(nil),      // 59: hero.v1.SubmitJobStreamResponse
+	(*StreamError)(nil),                  // 60: hero.v1.StreamError
+	(*StopJobRequest)(nil),               // 61: hero.v1.StopJobRequest
+	(*StopJobResponse)(nil),              // 62: hero.v1.StopJobResponse
+	(*GetJobLogsRequest)(nil),            // 63: hero.v1.GetJobLogsRequest
+	(*GetJobLogsResponse)(nil),           // 64: hero.v1.GetJobLogsResponse
+	(*CreateFlowRequest)(nil),            // 65: hero.v1.CreateFlowRequest
+	(*CreateFlowResponse)(nil),           // 66: hero.v1.CreateFlowResponse
+	(*BeginFlowRequest)(nil),             // 67: hero.v1.BeginFlowRequest
+	(*BeginFlowResponse)(nil),            // 68: hero.v1.BeginFlowResponse
+	(*AbortFlowRequest)(nil),             // 69: hero.v1.AbortFlowRequest
+	(*AbortFlowResponse)(nil),            // 70: hero.v1.AbortFlowResponse
+	(*GetFlowRequest)(nil),               // 71: hero.v1.GetFlowRequest
+	(*GetFlowResponse)(nil),              // 72: hero.v1.GetFlowResponse
+	(*WaitFlowRequest)(nil),              // 73: hero.v1.WaitFlowRequest
+	(*WaitFlowResponse)(nil),             // 74: hero.v1.WaitFlowResponse
+	(*ListFlowsRequest)(nil),             // 75: hero.v1.ListFlowsRequest
+	(*ListFlowsResponse)(nil),            // 76: hero.v1.ListFlowsResponse
+	(*StartFlowRequest)(nil),             // 77: hero.v1.StartFlowRequest
+	(*StartFlowResponse)(nil),            // 78: hero.v1.StartFlowResponse
+	(*GetFlowDagRequest)(nil),            // 79: hero.v1.GetFlowDagRequest
+	(*GetFlowDagResponse)(nil),           // 80: hero.v1.GetFlowDagResponse
+	(*FlowCounts)(nil),                   // 81: hero.v1.FlowCounts
+	(*CancelFlowRequest)(nil),            // 82: hero.v1.CancelFlowRequest
+	(*CancelFlowResponse)(nil),           // 83: hero.v1.CancelFlowResponse
+	(*RetryFlowRequest)(nil),             // 84: hero.v1.RetryFlowRequest
+	(*RetryFlowResponse)(nil),            // 85: hero.v1.RetryFlowResponse
+	(*DLQEntry)(nil),                     // 86: hero.v1.DLQEntry
+	(*ListDLQRequest)(nil),               // 87: hero.v1.ListDLQRequest
+	(*ListDLQResponse)(nil),              // 88: hero.v1.ListDLQResponse
+	(*ShowDLQRequest)(nil),               // 89: hero.v1.ShowDLQRequest
+	(*ShowDLQResponse)(nil),              // 90: hero.v1.ShowDLQResponse
+	(*RequeueDLQRequest)(nil),            // 91: hero.v1.RequeueDLQRequest
+	(*RequeueDLQResponse)(nil),           // 92: hero.v1.RequeueDLQResponse
+	(*PurgeDLQRequest)(nil),              // 93: hero.v1.PurgeDLQRequest
+	(*PurgeDLQResponse)(nil),             // 94: hero.v1.PurgeDLQResponse
+	(*DeleteJobRequest)(nil),             // 95: hero.v1.DeleteJobRequest
+	(*DeleteFlowRequest)(nil),            // 96: hero.v1.DeleteFlowRequest
+	(*DeleteRunnerRequest)(nil),          // 97: hero.v1.DeleteRunnerRequest
+	(*DeleteContextRequest)(nil),         // 98: hero.v1.DeleteContextRequest
+	(*DeleteResponse)(nil),               // 99: hero.v1.DeleteResponse
+	(*CreateMessageRequest)(nil),         // 100: hero.v1.CreateMessageRequest
+	(*CreateMessageResponse)(nil),        // 101: hero.v1.CreateMessageResponse
+	(*GetMessageRequest)(nil),            // 102: hero.v1.GetMessageRequest
+	(*GetMessageResponse)(nil),           // 103: hero.v1.GetMessageResponse
+	(*WatchRequest)(nil),                 // 104: hero.v1.WatchRequest
+	(*WatchResponse)(nil),                // 105: hero.v1.WatchResponse
+	(*ReadEventsRequest)(nil),            // 106: hero.v1.ReadEventsRequest
+	(*ReadEventsResponse)(nil),           // 107: hero.v1.ReadEventsResponse
+	nil,                                  // 108: hero.v1.FlowTemplate.EnvVarsEntry
+	(*Job)(nil),                          // 109: hero.v1.Job
+	(*Actor)(nil),                        // 110: hero.v1.Actor
+	(*Context)(nil),                      // 111: hero.v1.Context
+	(*JobLimits)(nil),                    // 112: hero.v1.JobLimits
+	(*Runner)(nil),                       // 113: hero.v1.Runner
+	(*Flow)(nil),                         // 114: hero.v1.Flow
+	(*DagNode)(nil),                      // 115: hero.v1.DagNode
+	(*Message)(nil),                      // 116: hero.v1.Message
+	(*Event)(nil),                        // 117: hero.v1.Event
 }
 var file_hero_v1_coordinator_proto_depIdxs = []int32{
 	0,   // 0: hero.v1.Schedule.spec:type_name -> hero.v1.ScheduleSpec
-	102, // 1: hero.v1.Schedule.job:type_name -> hero.v1.Job
-	0,   // 2: hero.v1.ScheduleRequest.spec:type_name -> hero.v1.ScheduleSpec
-	102, // 3: hero.v1.ScheduleRequest.job:type_name -> hero.v1.Job
-	1,   // 4: hero.v1.ListSchedulesResponse.items:type_name -> hero.v1.Schedule
-	103, // 5: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
-	103, // 6: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
-	103, // 7: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
-	28,  // 8: hero.v1.UpdateActorRequest.address:type_name -> hero.v1.StringList
-	103, // 9: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
-	14,  // 10: hero.v1.ListOperatorSecretsResponse.items:type_name -> hero.v1.OperatorSecret
-	14,  // 11: hero.v1.RevokeOperatorSecretResponse.secret:type_name -> hero.v1.OperatorSecret
-	104, // 12: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
-	104, // 13: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
-	104, // 14: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
-	27,  // 15: hero.v1.UpdateContextRequest.admins:type_name -> hero.v1.IdList
-	27,  // 16: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
-	27,  // 17: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
-	28,  // 18: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
-	105, // 19: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
-	105, // 20: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
-	104, // 21: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
-	106, // 22: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
-	106, // 23: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
-	106, // 24: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
-	106, // 25: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
-	102, // 26: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
-	102, // 27: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
-	102, // 28: hero.v1.CreateJobsRequest.jobs:type_name -> hero.v1.Job
-	102, // 29: hero.v1.CreateJobsItem.job:type_name -> hero.v1.Job
-	40,  // 30: hero.v1.CreateJobsItem.error:type_name -> hero.v1.ItemError
-	38,  // 31: hero.v1.CreateJobsResponse.items:type_name -> hero.v1.CreateJobsItem
-	102, // 32: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
-	102, // 33: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
-	102, // 34: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
-	102, // 35: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
-	102, // 36: hero.v1.SubmitJobRequest.job:type_name -> hero.v1.Job
-	102, // 37: hero.v1.SubmitJobResponse.job:type_name -> hero.v1.Job
-	102, // 38: hero.v1.SubmitJobItem.job:type_name -> hero.v1.Job
-	49,  // 39: hero.v1.SubmitJobsRequest.jobs:type_name -> hero.v1.SubmitJobItem
-	48,  // 40: hero.v1.SubmitJobsResponse.items:type_name -> hero.v1.SubmitJobResponse
-	47,  // 41: hero.v1.SubmitJobStreamRequest.submit:type_name -> hero.v1.SubmitJobRequest
-	52,  // 42: hero.v1.SubmitJobStreamRequest.batch:type_name -> hero.v1.SubmitJobStreamRequest
-	48,  // 43: hero.v1.SubmitJobStreamResponse.submit:type_name -> hero.v1.SubmitJobResponse
-	54,  // 44: hero.v1.SubmitJobStreamResponse.error:type_name -> hero.v1.StreamError
-	53,  // 45: hero.v1.SubmitJobStreamResponse.batch:type_name -> hero.v1.SubmitJobStreamResponse
-	102, // 46: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
-	107, // 47: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
-	107, // 48: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
-	107, // 49: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
-	107, // 50: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
-	107, // 51: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
-	107, // 52: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
-	107, // 53: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
-	108, // 54: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
-	75,  // 55: hero.v1.GetFlowDagResponse.counts:type_name -> hero.v1.FlowCounts
-	107, // 56: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
-	107, // 57: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
-	80,  // 58: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
-	80,  // 59: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
-	102, // 60: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
-	102, // 61: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
-	109, // 62: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
-	109, // 63: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
-	109, // 64: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
-	110, // 65: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
-	110, // 66: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
-	8,   // 67: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
-	10,  // 68: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
-	12,  // 69: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
-	15,  // 70: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
-	17,  // 71: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
-	19,  // 72: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
-	21,  // 73: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
-	23,  // 74: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
-	25,  // 75: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
-	29,  // 76: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
-	31,  // 77: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
-	33,  // 78: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
-	35,  // 79: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
-	37,  // 80: hero.v1.Coordinator.CreateJobs:input_type -> hero.v1.CreateJobsRequest
-	37,  // 81: hero.v1.Coordinator.CheckJobs:input_type -> hero.v1.CreateJobsRequest
-	41,  // 82: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
-	43,  // 83: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
-	45,  // 84: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
-	47,  // 85: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
-	50,  // 86: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
-	52,  // 87: hero.v1.Coordinator.SubmitJobStream:input_type -> hero.v1.SubmitJobStreamRequest
-	55,  // 88: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
-	57,  // 89: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
-	59,  // 90: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
-	61,  // 91: hero.v1.Coordinator.BeginFlow:input_type -> hero.v1.BeginFlowRequest
-	63,  // 92: hero.v1.Coordinator.AbortFlow:input_type -> hero.v1.AbortFlowRequest
-	65,  // 93: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
-	69,  // 94: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
-	71,  // 95: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
-	73,  // 96: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
-	65,  // 97: hero.v1.Coordinator.GetFlowCounts:input_type -> hero.v1.GetFlowRequest
-	67,  // 98: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
-	76,  // 99: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
-	78,  // 100: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
-	81,  // 101: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
-	83,  // 102: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
-	85,  // 103: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
-	87,  // 104: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
-	89,  // 105: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
-	90,  // 106: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
-	91,  // 107: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
-	92,  // 108: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
-	94,  // 109: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
-	96,  // 110: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
-	98,  // 111: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
-	100, // 112: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
-	2,   // 113: hero.v1.Coordinator.CreateSchedule:input_type -> hero.v1.ScheduleRequest
-	2,   // 114: hero.v1.Coordinator.UpdateSchedule:input_type -> hero.v1.ScheduleRequest
-	3,   // 115: hero.v1.Coordinator.GetSchedule:input_type -> hero.v1.ScheduleRef
-	4,   // 116: hero.v1.Coordinator.ListSchedules:input_type -> hero.v1.ListSchedulesRequest
-	3,   // 117: hero.v1.Coordinator.PauseSchedule:input_type -> hero.v1.ScheduleRef
-	3,   // 118: hero.v1.Coordinator.ResumeSchedule:input_type -> hero.v1.ScheduleRef
-	3,   // 119: hero.v1.Coordinator.DeleteSchedule:input_type -> hero.v1.ScheduleRef
-	3,   // 120: hero.v1.Coordinator.TriggerSchedule:input_type -> hero.v1.ScheduleRef
-	6,   // 121: hero.v1.Coordinator.BackfillSchedule:input_type -> hero.v1.BackfillScheduleRequest
-	9,   // 122: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
-	11,  // 123: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
-	13,  // 124: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
-	16,  // 125: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
-	18,  // 126: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
-	20,  // 127: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
-	22,  // 128: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
-	24,  // 129: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
-	26,  // 130: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
-	30,  // 131: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
-	32,  // 132: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
-	34,  // 133: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
-	36,  // 134: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
-	39,  // 135: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
-	39,  // 136: hero.v1.Coordinator.CheckJobs:output_type -> hero.v1.CreateJobsResponse
-	42,  // 137: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
-	44,  // 138: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
-	46,  // 139: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
-	48,  // 140: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
-	51,  // 141: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
-	53,  // 142: hero.v1.Coordinator.SubmitJobStream:output_type -> hero.v1.SubmitJobStreamResponse
-	56,  // 143: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
-	58,  // 144: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
-	60,  // 145: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
-	62,  // 146: hero.v1.Coordinator.BeginFlow:output_type -> hero.v1.BeginFlowResponse
-	64,  // 147: hero.v1.Coordinator.AbortFlow:output_type -> hero.v1.AbortFlowResponse
-	66,  // 148: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
-	70,  // 149: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
-	72,  // 150: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
-	74,  // 151: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
-	75,  // 152: hero.v1.Coordinator.GetFlowCounts:output_type -> hero.v1.FlowCounts
-	68,  // 153: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
-	77,  // 154: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
-	79,  // 155: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
-	82,  // 156: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
-	84,  // 157: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
-	86,  // 158: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
-	88,  // 159: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
-	93,  // 160: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
-	93,  // 161: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
-	93,  // 162: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
-	93,  // 163: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
-	95,  // 164: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
-	97,  // 165: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
-	99,  // 166: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
-	101, // 167: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
-	1,   // 168: hero.v1.Coordinator.CreateSchedule:output_type -> hero.v1.Schedule
-	1,   // 169: hero.v1.Coordinator.UpdateSchedule:output_type -> hero.v1.Schedule
-	1,   // 170: hero.v1.Coordinator.GetSchedule:output_type -> hero.v1.Schedule
-	5,   // 171: hero.v1.Coordinator.ListSchedules:output_type -> hero.v1.ListSchedulesResponse
-	1,   // 172: hero.v1.Coordinator.PauseSchedule:output_type -> hero.v1.Schedule
-	1,   // 173: hero.v1.Coordinator.ResumeSchedule:output_type -> hero.v1.Schedule
-	93,  // 174: hero.v1.Coordinator.DeleteSchedule:output_type -> hero.v1.DeleteResponse
-	48,  // 175: hero.v1.Coordinator.TriggerSchedule:output_type -> hero.v1.SubmitJobResponse
-	7,   // 176: hero.v1.Coordinator.BackfillSchedule:output_type -> hero.v1.BackfillScheduleResponse
-	122, // [122:177] is the sub-list for method output_type
-	67,  // [67:122] is the sub-list for method input_type
-	67,  // [67:67] is the sub-list for extension type_name
-	67,  // [67:67] is the sub-list for extension extendee
-	0,   // [0:67] is the sub-list for field type_name
+	109, // 1: hero.v1.Schedule.job:type_name -> hero.v1.Job
+	3,   // 2: hero.v1.Schedule.flow:type_name -> hero.v1.FlowTemplate
+	0,   // 3: hero.v1.ScheduleRequest.spec:type_name -> hero.v1.ScheduleSpec
+	109, // 4: hero.v1.ScheduleRequest.job:type_name -> hero.v1.Job
+	3,   // 5: hero.v1.ScheduleRequest.flow:type_name -> hero.v1.FlowTemplate
+	108, // 6: hero.v1.FlowTemplate.env_vars:type_name -> hero.v1.FlowTemplate.EnvVarsEntry
+	4,   // 7: hero.v1.FlowTemplate.jobs:type_name -> hero.v1.TemplateJob
+	109, // 8: hero.v1.TemplateJob.job:type_name -> hero.v1.Job
+	5,   // 9: hero.v1.ListQueuesResponse.items:type_name -> hero.v1.Queue
+	1,   // 10: hero.v1.ListSchedulesResponse.items:type_name -> hero.v1.Schedule
+	110, // 11: hero.v1.CreateActorRequest.actor:type_name -> hero.v1.Actor
+	110, // 12: hero.v1.CreateActorResponse.actor:type_name -> hero.v1.Actor
+	110, // 13: hero.v1.GetActorResponse.actor:type_name -> hero.v1.Actor
+	34,  // 14: hero.v1.UpdateActorRequest.address:type_name -> hero.v1.StringList
+	110, // 15: hero.v1.UpdateActorResponse.actor:type_name -> hero.v1.Actor
+	20,  // 16: hero.v1.ListOperatorSecretsResponse.items:type_name -> hero.v1.OperatorSecret
+	20,  // 17: hero.v1.RevokeOperatorSecretResponse.secret:type_name -> hero.v1.OperatorSecret
+	111, // 18: hero.v1.CreateContextRequest.context:type_name -> hero.v1.Context
+	111, // 19: hero.v1.CreateContextResponse.context:type_name -> hero.v1.Context
+	111, // 20: hero.v1.GetContextResponse.context:type_name -> hero.v1.Context
+	33,  // 21: hero.v1.UpdateContextRequest.admins:type_name -> hero.v1.IdList
+	33,  // 22: hero.v1.UpdateContextRequest.readers:type_name -> hero.v1.IdList
+	33,  // 23: hero.v1.UpdateContextRequest.executors:type_name -> hero.v1.IdList
+	34,  // 24: hero.v1.UpdateContextRequest.allowed_sources:type_name -> hero.v1.StringList
+	112, // 25: hero.v1.UpdateContextRequest.job_defaults:type_name -> hero.v1.JobLimits
+	112, // 26: hero.v1.UpdateContextRequest.job_max:type_name -> hero.v1.JobLimits
+	111, // 27: hero.v1.UpdateContextResponse.context:type_name -> hero.v1.Context
+	113, // 28: hero.v1.CreateRunnerRequest.runner:type_name -> hero.v1.Runner
+	113, // 29: hero.v1.CreateRunnerResponse.runner:type_name -> hero.v1.Runner
+	113, // 30: hero.v1.GetRunnerResponse.runner:type_name -> hero.v1.Runner
+	113, // 31: hero.v1.ListRunnersResponse.runners:type_name -> hero.v1.Runner
+	109, // 32: hero.v1.CreateJobRequest.job:type_name -> hero.v1.Job
+	109, // 33: hero.v1.CreateJobResponse.job:type_name -> hero.v1.Job
+	109, // 34: hero.v1.CreateJobsRequest.jobs:type_name -> hero.v1.Job
+	109, // 35: hero.v1.CreateJobsItem.job:type_name -> hero.v1.Job
+	46,  // 36: hero.v1.CreateJobsItem.error:type_name -> hero.v1.ItemError
+	44,  // 37: hero.v1.CreateJobsResponse.items:type_name -> hero.v1.CreateJobsItem
+	109, // 38: hero.v1.GetJobResponse.job:type_name -> hero.v1.Job
+	109, // 39: hero.v1.ListJobsResponse.jobs:type_name -> hero.v1.Job
+	109, // 40: hero.v1.RunJobRequest.job:type_name -> hero.v1.Job
+	109, // 41: hero.v1.RunJobResponse.job:type_name -> hero.v1.Job
+	109, // 42: hero.v1.SubmitJobRequest.job:type_name -> hero.v1.Job
+	109, // 43: hero.v1.SubmitJobResponse.job:type_name -> hero.v1.Job
+	114, // 44: hero.v1.SubmitJobResponse.flow:type_name -> hero.v1.Flow
+	109, // 45: hero.v1.SubmitJobItem.job:type_name -> hero.v1.Job
+	55,  // 46: hero.v1.SubmitJobsRequest.jobs:type_name -> hero.v1.SubmitJobItem
+	54,  // 47: hero.v1.SubmitJobsResponse.items:type_name -> hero.v1.SubmitJobResponse
+	53,  // 48: hero.v1.SubmitJobStreamRequest.submit:type_name -> hero.v1.SubmitJobRequest
+	58,  // 49: hero.v1.SubmitJobStreamRequest.batch:type_name -> hero.v1.SubmitJobStreamRequest
+	54,  // 50: hero.v1.SubmitJobStreamResponse.submit:type_name -> hero.v1.SubmitJobResponse
+	60,  // 51: hero.v1.SubmitJobStreamResponse.error:type_name -> hero.v1.StreamError
+	59,  // 52: hero.v1.SubmitJobStreamResponse.batch:type_name -> hero.v1.SubmitJobStreamResponse
+	109, // 53: hero.v1.StopJobResponse.job:type_name -> hero.v1.Job
+	114, // 54: hero.v1.CreateFlowRequest.flow:type_name -> hero.v1.Flow
+	114, // 55: hero.v1.CreateFlowResponse.flow:type_name -> hero.v1.Flow
+	114, // 56: hero.v1.GetFlowResponse.flow:type_name -> hero.v1.Flow
+	114, // 57: hero.v1.WaitFlowResponse.flow:type_name -> hero.v1.Flow
+	114, // 58: hero.v1.ListFlowsResponse.flows:type_name -> hero.v1.Flow
+	114, // 59: hero.v1.StartFlowResponse.flow:type_name -> hero.v1.Flow
+	114, // 60: hero.v1.GetFlowDagResponse.flow:type_name -> hero.v1.Flow
+	115, // 61: hero.v1.GetFlowDagResponse.nodes:type_name -> hero.v1.DagNode
+	81,  // 62: hero.v1.GetFlowDagResponse.counts:type_name -> hero.v1.FlowCounts
+	114, // 63: hero.v1.CancelFlowResponse.flow:type_name -> hero.v1.Flow
+	114, // 64: hero.v1.RetryFlowResponse.flow:type_name -> hero.v1.Flow
+	86,  // 65: hero.v1.ListDLQResponse.entries:type_name -> hero.v1.DLQEntry
+	86,  // 66: hero.v1.ShowDLQResponse.entry:type_name -> hero.v1.DLQEntry
+	109, // 67: hero.v1.ShowDLQResponse.job:type_name -> hero.v1.Job
+	109, // 68: hero.v1.RequeueDLQResponse.job:type_name -> hero.v1.Job
+	116, // 69: hero.v1.CreateMessageRequest.message:type_name -> hero.v1.Message
+	116, // 70: hero.v1.CreateMessageResponse.message:type_name -> hero.v1.Message
+	116, // 71: hero.v1.GetMessageResponse.message:type_name -> hero.v1.Message
+	117, // 72: hero.v1.WatchResponse.event:type_name -> hero.v1.Event
+	117, // 73: hero.v1.ReadEventsResponse.events:type_name -> hero.v1.Event
+	14,  // 74: hero.v1.Coordinator.CreateActor:input_type -> hero.v1.CreateActorRequest
+	16,  // 75: hero.v1.Coordinator.GetActor:input_type -> hero.v1.GetActorRequest
+	18,  // 76: hero.v1.Coordinator.UpdateActor:input_type -> hero.v1.UpdateActorRequest
+	21,  // 77: hero.v1.Coordinator.ListOperatorSecrets:input_type -> hero.v1.ListOperatorSecretsRequest
+	23,  // 78: hero.v1.Coordinator.CreateOperatorSecret:input_type -> hero.v1.CreateOperatorSecretRequest
+	25,  // 79: hero.v1.Coordinator.RevokeOperatorSecret:input_type -> hero.v1.RevokeOperatorSecretRequest
+	27,  // 80: hero.v1.Coordinator.CreateContext:input_type -> hero.v1.CreateContextRequest
+	29,  // 81: hero.v1.Coordinator.GetContext:input_type -> hero.v1.GetContextRequest
+	31,  // 82: hero.v1.Coordinator.UpdateContext:input_type -> hero.v1.UpdateContextRequest
+	35,  // 83: hero.v1.Coordinator.CreateRunner:input_type -> hero.v1.CreateRunnerRequest
+	37,  // 84: hero.v1.Coordinator.GetRunner:input_type -> hero.v1.GetRunnerRequest
+	39,  // 85: hero.v1.Coordinator.ListRunners:input_type -> hero.v1.ListRunnersRequest
+	41,  // 86: hero.v1.Coordinator.CreateJob:input_type -> hero.v1.CreateJobRequest
+	43,  // 87: hero.v1.Coordinator.CreateJobs:input_type -> hero.v1.CreateJobsRequest
+	43,  // 88: hero.v1.Coordinator.CheckJobs:input_type -> hero.v1.CreateJobsRequest
+	47,  // 89: hero.v1.Coordinator.GetJob:input_type -> hero.v1.GetJobRequest
+	49,  // 90: hero.v1.Coordinator.ListJobs:input_type -> hero.v1.ListJobsRequest
+	51,  // 91: hero.v1.Coordinator.RunJob:input_type -> hero.v1.RunJobRequest
+	53,  // 92: hero.v1.Coordinator.SubmitJob:input_type -> hero.v1.SubmitJobRequest
+	56,  // 93: hero.v1.Coordinator.SubmitJobs:input_type -> hero.v1.SubmitJobsRequest
+	58,  // 94: hero.v1.Coordinator.SubmitJobStream:input_type -> hero.v1.SubmitJobStreamRequest
+	61,  // 95: hero.v1.Coordinator.StopJob:input_type -> hero.v1.StopJobRequest
+	63,  // 96: hero.v1.Coordinator.GetJobLogs:input_type -> hero.v1.GetJobLogsRequest
+	65,  // 97: hero.v1.Coordinator.CreateFlow:input_type -> hero.v1.CreateFlowRequest
+	67,  // 98: hero.v1.Coordinator.BeginFlow:input_type -> hero.v1.BeginFlowRequest
+	69,  // 99: hero.v1.Coordinator.AbortFlow:input_type -> hero.v1.AbortFlowRequest
+	71,  // 100: hero.v1.Coordinator.GetFlow:input_type -> hero.v1.GetFlowRequest
+	75,  // 101: hero.v1.Coordinator.ListFlows:input_type -> hero.v1.ListFlowsRequest
+	77,  // 102: hero.v1.Coordinator.StartFlow:input_type -> hero.v1.StartFlowRequest
+	79,  // 103: hero.v1.Coordinator.GetFlowDag:input_type -> hero.v1.GetFlowDagRequest
+	71,  // 104: hero.v1.Coordinator.GetFlowCounts:input_type -> hero.v1.GetFlowRequest
+	73,  // 105: hero.v1.Coordinator.WaitFlow:input_type -> hero.v1.WaitFlowRequest
+	82,  // 106: hero.v1.Coordinator.CancelFlow:input_type -> hero.v1.CancelFlowRequest
+	84,  // 107: hero.v1.Coordinator.RetryFlow:input_type -> hero.v1.RetryFlowRequest
+	87,  // 108: hero.v1.Coordinator.ListDLQ:input_type -> hero.v1.ListDLQRequest
+	89,  // 109: hero.v1.Coordinator.ShowDLQ:input_type -> hero.v1.ShowDLQRequest
+	91,  // 110: hero.v1.Coordinator.RequeueDLQ:input_type -> hero.v1.RequeueDLQRequest
+	93,  // 111: hero.v1.Coordinator.PurgeDLQ:input_type -> hero.v1.PurgeDLQRequest
+	95,  // 112: hero.v1.Coordinator.DeleteJob:input_type -> hero.v1.DeleteJobRequest
+	96,  // 113: hero.v1.Coordinator.DeleteFlow:input_type -> hero.v1.DeleteFlowRequest
+	97,  // 114: hero.v1.Coordinator.DeleteRunner:input_type -> hero.v1.DeleteRunnerRequest
+	98,  // 115: hero.v1.Coordinator.DeleteContext:input_type -> hero.v1.DeleteContextRequest
+	100, // 116: hero.v1.Coordinator.CreateMessage:input_type -> hero.v1.CreateMessageRequest
+	102, // 117: hero.v1.Coordinator.GetMessage:input_type -> hero.v1.GetMessageRequest
+	104, // 118: hero.v1.Coordinator.Watch:input_type -> hero.v1.WatchRequest
+	106, // 119: hero.v1.Coordinator.ReadEvents:input_type -> hero.v1.ReadEventsRequest
+	2,   // 120: hero.v1.Coordinator.CreateSchedule:input_type -> hero.v1.ScheduleRequest
+	2,   // 121: hero.v1.Coordinator.UpdateSchedule:input_type -> hero.v1.ScheduleRequest
+	9,   // 122: hero.v1.Coordinator.GetSchedule:input_type -> hero.v1.ScheduleRef
+	10,  // 123: hero.v1.Coordinator.ListSchedules:input_type -> hero.v1.ListSchedulesRequest
+	9,   // 124: hero.v1.Coordinator.PauseSchedule:input_type -> hero.v1.ScheduleRef
+	9,   // 125: hero.v1.Coordinator.ResumeSchedule:input_type -> hero.v1.ScheduleRef
+	9,   // 126: hero.v1.Coordinator.DeleteSchedule:input_type -> hero.v1.ScheduleRef
+	9,   // 127: hero.v1.Coordinator.TriggerSchedule:input_type -> hero.v1.ScheduleRef
+	12,  // 128: hero.v1.Coordinator.BackfillSchedule:input_type -> hero.v1.BackfillScheduleRequest
+	7,   // 129: hero.v1.Coordinator.ListQueues:input_type -> hero.v1.ListQueuesRequest
+	6,   // 130: hero.v1.Coordinator.PauseQueue:input_type -> hero.v1.QueueRequest
+	6,   // 131: hero.v1.Coordinator.ResumeQueue:input_type -> hero.v1.QueueRequest
+	15,  // 132: hero.v1.Coordinator.CreateActor:output_type -> hero.v1.CreateActorResponse
+	17,  // 133: hero.v1.Coordinator.GetActor:output_type -> hero.v1.GetActorResponse
+	19,  // 134: hero.v1.Coordinator.UpdateActor:output_type -> hero.v1.UpdateActorResponse
+	22,  // 135: hero.v1.Coordinator.ListOperatorSecrets:output_type -> hero.v1.ListOperatorSecretsResponse
+	24,  // 136: hero.v1.Coordinator.CreateOperatorSecret:output_type -> hero.v1.CreateOperatorSecretResponse
+	26,  // 137: hero.v1.Coordinator.RevokeOperatorSecret:output_type -> hero.v1.RevokeOperatorSecretResponse
+	28,  // 138: hero.v1.Coordinator.CreateContext:output_type -> hero.v1.CreateContextResponse
+	30,  // 139: hero.v1.Coordinator.GetContext:output_type -> hero.v1.GetContextResponse
+	32,  // 140: hero.v1.Coordinator.UpdateContext:output_type -> hero.v1.UpdateContextResponse
+	36,  // 141: hero.v1.Coordinator.CreateRunner:output_type -> hero.v1.CreateRunnerResponse
+	38,  // 142: hero.v1.Coordinator.GetRunner:output_type -> hero.v1.GetRunnerResponse
+	40,  // 143: hero.v1.Coordinator.ListRunners:output_type -> hero.v1.ListRunnersResponse
+	42,  // 144: hero.v1.Coordinator.CreateJob:output_type -> hero.v1.CreateJobResponse
+	45,  // 145: hero.v1.Coordinator.CreateJobs:output_type -> hero.v1.CreateJobsResponse
+	45,  // 146: hero.v1.Coordinator.CheckJobs:output_type -> hero.v1.CreateJobsResponse
+	48,  // 147: hero.v1.Coordinator.GetJob:output_type -> hero.v1.GetJobResponse
+	50,  // 148: hero.v1.Coordinator.ListJobs:output_type -> hero.v1.ListJobsResponse
+	52,  // 149: hero.v1.Coordinator.RunJob:output_type -> hero.v1.RunJobResponse
+	54,  // 150: hero.v1.Coordinator.SubmitJob:output_type -> hero.v1.SubmitJobResponse
+	57,  // 151: hero.v1.Coordinator.SubmitJobs:output_type -> hero.v1.SubmitJobsResponse
+	59,  // 152: hero.v1.Coordinator.SubmitJobStream:output_type -> hero.v1.SubmitJobStreamResponse
+	62,  // 153: hero.v1.Coordinator.StopJob:output_type -> hero.v1.StopJobResponse
+	64,  // 154: hero.v1.Coordinator.GetJobLogs:output_type -> hero.v1.GetJobLogsResponse
+	66,  // 155: hero.v1.Coordinator.CreateFlow:output_type -> hero.v1.CreateFlowResponse
+	68,  // 156: hero.v1.Coordinator.BeginFlow:output_type -> hero.v1.BeginFlowResponse
+	70,  // 157: hero.v1.Coordinator.AbortFlow:output_type -> hero.v1.AbortFlowResponse
+	72,  // 158: hero.v1.Coordinator.GetFlow:output_type -> hero.v1.GetFlowResponse
+	76,  // 159: hero.v1.Coordinator.ListFlows:output_type -> hero.v1.ListFlowsResponse
+	78,  // 160: hero.v1.Coordinator.StartFlow:output_type -> hero.v1.StartFlowResponse
+	80,  // 161: hero.v1.Coordinator.GetFlowDag:output_type -> hero.v1.GetFlowDagResponse
+	81,  // 162: hero.v1.Coordinator.GetFlowCounts:output_type -> hero.v1.FlowCounts
+	74,  // 163: hero.v1.Coordinator.WaitFlow:output_type -> hero.v1.WaitFlowResponse
+	83,  // 164: hero.v1.Coordinator.CancelFlow:output_type -> hero.v1.CancelFlowResponse
+	85,  // 165: hero.v1.Coordinator.RetryFlow:output_type -> hero.v1.RetryFlowResponse
+	88,  // 166: hero.v1.Coordinator.ListDLQ:output_type -> hero.v1.ListDLQResponse
+	90,  // 167: hero.v1.Coordinator.ShowDLQ:output_type -> hero.v1.ShowDLQResponse
+	92,  // 168: hero.v1.Coordinator.RequeueDLQ:output_type -> hero.v1.RequeueDLQResponse
+	94,  // 169: hero.v1.Coordinator.PurgeDLQ:output_type -> hero.v1.PurgeDLQResponse
+	99,  // 170: hero.v1.Coordinator.DeleteJob:output_type -> hero.v1.DeleteResponse
+	99,  // 171: hero.v1.Coordinator.DeleteFlow:output_type -> hero.v1.DeleteResponse
+	99,  // 172: hero.v1.Coordinator.DeleteRunner:output_type -> hero.v1.DeleteResponse
+	99,  // 173: hero.v1.Coordinator.DeleteContext:output_type -> hero.v1.DeleteResponse
+	101, // 174: hero.v1.Coordinator.CreateMessage:output_type -> hero.v1.CreateMessageResponse
+	103, // 175: hero.v1.Coordinator.GetMessage:output_type -> hero.v1.GetMessageResponse
+	105, // 176: hero.v1.Coordinator.Watch:output_type -> hero.v1.WatchResponse
+	107, // 177: hero.v1.Coordinator.ReadEvents:output_type -> hero.v1.ReadEventsResponse
+	1,   // 178: hero.v1.Coordinator.CreateSchedule:output_type -> hero.v1.Schedule
+	1,   // 179: hero.v1.Coordinator.UpdateSchedule:output_type -> hero.v1.Schedule
+	1,   // 180: hero.v1.Coordinator.GetSchedule:output_type -> hero.v1.Schedule
+	11,  // 181: hero.v1.Coordinator.ListSchedules:output_type -> hero.v1.ListSchedulesResponse
+	1,   // 182: hero.v1.Coordinator.PauseSchedule:output_type -> hero.v1.Schedule
+	1,   // 183: hero.v1.Coordinator.ResumeSchedule:output_type -> hero.v1.Schedule
+	99,  // 184: hero.v1.Coordinator.DeleteSchedule:output_type -> hero.v1.DeleteResponse
+	54,  // 185: hero.v1.Coordinator.TriggerSchedule:output_type -> hero.v1.SubmitJobResponse
+	13,  // 186: hero.v1.Coordinator.BackfillSchedule:output_type -> hero.v1.BackfillScheduleResponse
+	8,   // 187: hero.v1.Coordinator.ListQueues:output_type -> hero.v1.ListQueuesResponse
+	5,   // 188: hero.v1.Coordinator.PauseQueue:output_type -> hero.v1.Queue
+	5,   // 189: hero.v1.Coordinator.ResumeQueue:output_type -> hero.v1.Queue
+	132, // [132:190] is the sub-list for method output_type
+	74,  // [74:132] is the sub-list for method input_type
+	74,  // [74:74] is the sub-list for extension type_name
+	74,  // [74:74] is the sub-list for extension extendee
+	0,   // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_hero_v1_coordinator_proto_init() }
@@ -6659,15 +7148,15 @@ func file_hero_v1_coordinator_proto_init() {
 	}
 	file_hero_v1_types_proto_init()
 	file_hero_v1_coordinator_proto_msgTypes[2].OneofWrappers = []any{}
-	file_hero_v1_coordinator_proto_msgTypes[12].OneofWrappers = []any{}
-	file_hero_v1_coordinator_proto_msgTypes[25].OneofWrappers = []any{}
+	file_hero_v1_coordinator_proto_msgTypes[18].OneofWrappers = []any{}
+	file_hero_v1_coordinator_proto_msgTypes[31].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hero_v1_coordinator_proto_rawDesc), len(file_hero_v1_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   102,
+			NumMessages:   109,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

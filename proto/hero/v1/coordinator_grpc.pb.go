@@ -74,6 +74,9 @@ const (
 	Coordinator_DeleteSchedule_FullMethodName       = "/hero.v1.Coordinator/DeleteSchedule"
 	Coordinator_TriggerSchedule_FullMethodName      = "/hero.v1.Coordinator/TriggerSchedule"
 	Coordinator_BackfillSchedule_FullMethodName     = "/hero.v1.Coordinator/BackfillSchedule"
+	Coordinator_ListQueues_FullMethodName           = "/hero.v1.Coordinator/ListQueues"
+	Coordinator_PauseQueue_FullMethodName           = "/hero.v1.Coordinator/PauseQueue"
+	Coordinator_ResumeQueue_FullMethodName          = "/hero.v1.Coordinator/ResumeQueue"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -185,6 +188,12 @@ type CoordinatorClient interface {
 	// BackfillSchedule makes the runs of the ticks from `from` (included) to `to`
 	// (excluded), RFC 3339, at most 10,000; a tick whose run exists is not made again.
 	BackfillSchedule(ctx context.Context, in *BackfillScheduleRequest, opts ...grpc.CallOption) (*BackfillScheduleResponse, error)
+	// A context's job queues (docs/scheduling.md, "Pause and resume"), as queue.* on
+	// JSON-RPC: ListQueues (readers) shows each with its depth and pause; PauseQueue
+	// and ResumeQueue (executors) pause one, a script type's or an executor's.
+	ListQueues(ctx context.Context, in *ListQueuesRequest, opts ...grpc.CallOption) (*ListQueuesResponse, error)
+	PauseQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*Queue, error)
+	ResumeQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*Queue, error)
 }
 
 type coordinatorClient struct {
@@ -757,6 +766,36 @@ func (c *coordinatorClient) BackfillSchedule(ctx context.Context, in *BackfillSc
 	return out, nil
 }
 
+func (c *coordinatorClient) ListQueues(ctx context.Context, in *ListQueuesRequest, opts ...grpc.CallOption) (*ListQueuesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListQueuesResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ListQueues_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) PauseQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*Queue, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Queue)
+	err := c.cc.Invoke(ctx, Coordinator_PauseQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) ResumeQueue(ctx context.Context, in *QueueRequest, opts ...grpc.CallOption) (*Queue, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Queue)
+	err := c.cc.Invoke(ctx, Coordinator_ResumeQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -866,6 +905,12 @@ type CoordinatorServer interface {
 	// BackfillSchedule makes the runs of the ticks from `from` (included) to `to`
 	// (excluded), RFC 3339, at most 10,000; a tick whose run exists is not made again.
 	BackfillSchedule(context.Context, *BackfillScheduleRequest) (*BackfillScheduleResponse, error)
+	// A context's job queues (docs/scheduling.md, "Pause and resume"), as queue.* on
+	// JSON-RPC: ListQueues (readers) shows each with its depth and pause; PauseQueue
+	// and ResumeQueue (executors) pause one, a script type's or an executor's.
+	ListQueues(context.Context, *ListQueuesRequest) (*ListQueuesResponse, error)
+	PauseQueue(context.Context, *QueueRequest) (*Queue, error)
+	ResumeQueue(context.Context, *QueueRequest) (*Queue, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -1040,6 +1085,15 @@ func (UnimplementedCoordinatorServer) TriggerSchedule(context.Context, *Schedule
 }
 func (UnimplementedCoordinatorServer) BackfillSchedule(context.Context, *BackfillScheduleRequest) (*BackfillScheduleResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BackfillSchedule not implemented")
+}
+func (UnimplementedCoordinatorServer) ListQueues(context.Context, *ListQueuesRequest) (*ListQueuesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListQueues not implemented")
+}
+func (UnimplementedCoordinatorServer) PauseQueue(context.Context, *QueueRequest) (*Queue, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseQueue not implemented")
+}
+func (UnimplementedCoordinatorServer) ResumeQueue(context.Context, *QueueRequest) (*Queue, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeQueue not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -2034,6 +2088,60 @@ func _Coordinator_BackfillSchedule_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_ListQueues_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListQueuesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ListQueues(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ListQueues_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ListQueues(ctx, req.(*ListQueuesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_PauseQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).PauseQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_PauseQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).PauseQueue(ctx, req.(*QueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_ResumeQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ResumeQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ResumeQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ResumeQueue(ctx, req.(*QueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2252,6 +2360,18 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BackfillSchedule",
 			Handler:    _Coordinator_BackfillSchedule_Handler,
+		},
+		{
+			MethodName: "ListQueues",
+			Handler:    _Coordinator_ListQueues_Handler,
+		},
+		{
+			MethodName: "PauseQueue",
+			Handler:    _Coordinator_PauseQueue_Handler,
+		},
+		{
+			MethodName: "ResumeQueue",
+			Handler:    _Coordinator_ResumeQueue_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

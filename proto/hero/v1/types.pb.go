@@ -551,8 +551,12 @@ type Job struct {
 	// At its concurrency key's limit: "queue" ("": the default), "cancel_newest",
 	// "cancel_oldest" (docs/scheduling.md).
 	ConcurrencyPolicy string `protobuf:"bytes,60,opt,name=concurrency_policy,json=concurrencyPolicy,proto3" json:"concurrency_policy,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A schedule's run: the schedule and the tick (its nominal time, ms) that made it
+	// (a job of a flow's schedule's run carries its flow's).
+	ScheduleId     string `protobuf:"bytes,70,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	ScheduleTickMs int64  `protobuf:"varint,71,opt,name=schedule_tick_ms,json=scheduleTickMs,proto3" json:"schedule_tick_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -921,27 +925,47 @@ func (x *Job) GetConcurrencyPolicy() string {
 	return ""
 }
 
+func (x *Job) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *Job) GetScheduleTickMs() int64 {
+	if x != nil {
+		return x.ScheduleTickMs
+	}
+	return 0
+}
+
 type Flow struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	CallerId      uint32                 `protobuf:"varint,2,opt,name=caller_id,json=callerId,proto3" json:"caller_id,omitempty"`
-	ContextId     uint32                 `protobuf:"varint,3,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
-	Jobs          []uint32               `protobuf:"varint,4,rep,packed,name=jobs,proto3" json:"jobs,omitempty"`
-	EnvVars       map[string]string      `protobuf:"bytes,5,rep,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Result        map[string]string      `protobuf:"bytes,6,rep,name=result,proto3" json:"result,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	CreatedAt     int64                  `protobuf:"varint,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     int64                  `protobuf:"varint,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	Status        string                 `protobuf:"bytes,9,opt,name=status,proto3" json:"status,omitempty"`
-	Error         string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
-	FailedJob     uint32                 `protobuf:"varint,11,opt,name=failed_job,json=failedJob,proto3" json:"failed_job,omitempty"`
-	StartedAt     int64                  `protobuf:"varint,12,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	FinishedAt    int64                  `protobuf:"varint,13,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	CancelledBy   string                 `protobuf:"bytes,14,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
-	Traceparent   string                 `protobuf:"bytes,15,opt,name=traceparent,proto3" json:"traceparent,omitempty"` // the producer's W3C traceparent, the trace of the flow's jobs
-	CreatedAtMs   int64                  `protobuf:"varint,16,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
-	StartedAtMs   int64                  `protobuf:"varint,17,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
-	FinishedAtMs  int64                  `protobuf:"varint,18,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
-	RunAtMs       int64                  `protobuf:"varint,19,opt,name=run_at_ms,json=runAtMs,proto3" json:"run_at_ms,omitempty"` // a scheduled flow: when it starts
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	CallerId     uint32                 `protobuf:"varint,2,opt,name=caller_id,json=callerId,proto3" json:"caller_id,omitempty"`
+	ContextId    uint32                 `protobuf:"varint,3,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	Jobs         []uint32               `protobuf:"varint,4,rep,packed,name=jobs,proto3" json:"jobs,omitempty"`
+	EnvVars      map[string]string      `protobuf:"bytes,5,rep,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Result       map[string]string      `protobuf:"bytes,6,rep,name=result,proto3" json:"result,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	CreatedAt    int64                  `protobuf:"varint,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt    int64                  `protobuf:"varint,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	Status       string                 `protobuf:"bytes,9,opt,name=status,proto3" json:"status,omitempty"`
+	Error        string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	FailedJob    uint32                 `protobuf:"varint,11,opt,name=failed_job,json=failedJob,proto3" json:"failed_job,omitempty"`
+	StartedAt    int64                  `protobuf:"varint,12,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt   int64                  `protobuf:"varint,13,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	CancelledBy  string                 `protobuf:"bytes,14,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
+	Traceparent  string                 `protobuf:"bytes,15,opt,name=traceparent,proto3" json:"traceparent,omitempty"` // the producer's W3C traceparent, the trace of the flow's jobs
+	CreatedAtMs  int64                  `protobuf:"varint,16,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	StartedAtMs  int64                  `protobuf:"varint,17,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	FinishedAtMs int64                  `protobuf:"varint,18,opt,name=finished_at_ms,json=finishedAtMs,proto3" json:"finished_at_ms,omitempty"`
+	RunAtMs      int64                  `protobuf:"varint,19,opt,name=run_at_ms,json=runAtMs,proto3" json:"run_at_ms,omitempty"` // a scheduled flow: when it starts
+	// A flow's schedule's run: the schedule and the tick (its nominal time, ms) that made it.
+	ScheduleId     string `protobuf:"bytes,30,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	ScheduleTickMs int64  `protobuf:"varint,31,opt,name=schedule_tick_ms,json=scheduleTickMs,proto3" json:"schedule_tick_ms,omitempty"`
+	// flow.pause: none of its jobs is dispatched until flow.resume; the pause's note.
+	Paused        bool   `protobuf:"varint,32,opt,name=paused,proto3" json:"paused,omitempty"`
+	PauseNote     string `protobuf:"bytes,33,opt,name=pause_note,json=pauseNote,proto3" json:"pause_note,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1107,6 +1131,34 @@ func (x *Flow) GetRunAtMs() int64 {
 		return x.RunAtMs
 	}
 	return 0
+}
+
+func (x *Flow) GetScheduleId() string {
+	if x != nil {
+		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *Flow) GetScheduleTickMs() int64 {
+	if x != nil {
+		return x.ScheduleTickMs
+	}
+	return 0
+}
+
+func (x *Flow) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Flow) GetPauseNote() string {
+	if x != nil {
+		return x.PauseNote
+	}
+	return ""
 }
 
 type Log struct {
@@ -1738,7 +1790,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\tprocesses\x18\t \x03(\v2\x16.hero.v1.RunnerProcessR\tprocesses\x12\x16\n" +
 	"\x06secret\x18\n" +
 	" \x01(\tR\x06secret\x12\x1c\n" +
-	"\texecutors\x18\v \x03(\tR\texecutors\"\xfa\f\n" +
+	"\texecutors\x18\v \x03(\tR\texecutors\"\xc5\r\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1798,13 +1850,16 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\x11concurrency_limit\x18- \x01(\rR\x10concurrencyLimit\x12\x12\n" +
 	"\x04held\x18. \x01(\tR\x04held\x12\x1a\n" +
 	"\trun_at_ms\x18/ \x01(\x03R\arunAtMs\x12-\n" +
-	"\x12concurrency_policy\x18< \x01(\tR\x11concurrencyPolicy\x1a:\n" +
+	"\x12concurrency_policy\x18< \x01(\tR\x11concurrencyPolicy\x12\x1f\n" +
+	"\vschedule_id\x18F \x01(\tR\n" +
+	"scheduleId\x12(\n" +
+	"\x10schedule_tick_ms\x18G \x01(\x03R\x0escheduleTickMs\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vResultEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe1\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x06\n" +
 	"\x04Flow\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1831,7 +1886,13 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\rcreated_at_ms\x18\x10 \x01(\x03R\vcreatedAtMs\x12\"\n" +
 	"\rstarted_at_ms\x18\x11 \x01(\x03R\vstartedAtMs\x12$\n" +
 	"\x0efinished_at_ms\x18\x12 \x01(\x03R\ffinishedAtMs\x12\x1a\n" +
-	"\trun_at_ms\x18\x13 \x01(\x03R\arunAtMs\x1a:\n" +
+	"\trun_at_ms\x18\x13 \x01(\x03R\arunAtMs\x12\x1f\n" +
+	"\vschedule_id\x18\x1e \x01(\tR\n" +
+	"scheduleId\x12(\n" +
+	"\x10schedule_tick_ms\x18\x1f \x01(\x03R\x0escheduleTickMs\x12\x16\n" +
+	"\x06paused\x18  \x01(\bR\x06paused\x12\x1d\n" +
+	"\n" +
+	"pause_note\x18! \x01(\tR\tpauseNote\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +

@@ -107,7 +107,9 @@ async function schedulesPage(ctx) {
         acts.append(actionButton('Trigger', '', async () => {
           const r = await call('schedule.trigger', {context_id: ctx, id: sc.id});
           out.className = '';
-          out.replaceChildren(`${sc.id}: run `, h('a', {href: `#/c/${ctx}/job/${r.job.caller_id}/${r.job.id}`, id: 'triggered-job'}, `job ${r.job.id}`), r.existing ? ' (existing)' : '');
+          const run = r.flow ? h('a', {href: `#/c/${ctx}/flow/${r.flow.id}`, id: 'triggered-flow'}, `flow ${r.flow.id}`)
+            : h('a', {href: `#/c/${ctx}/job/${r.job.caller_id}/${r.job.id}`, id: 'triggered-job'}, `job ${r.job.id}`);
+          out.replaceChildren(`${sc.id}: run `, run, r.existing ? ' (existing)' : '');
           await load();
         }));
       }
@@ -116,7 +118,8 @@ async function schedulesPage(ctx) {
       return h('tr', {'data-id': sc.id}, h('td', {}, sc.id), h('td', {}, spec + (sc.spec.jitter ? `, jitter ${sc.spec.jitter}` : '')),
         h('td', {class: 'state'}, sc.paused ? h('span', {class: 'badge st-paused'}, 'paused') : badge('active'), sc.paused && sc.note ? ` ${sc.note}` : ''),
         h('td', {}, sc.paused ? '—' : fmtMs(sc.next_fire_ms || sc.next_tick_ms)),
-        h('td', {}, lj ? h('a', {href: `#/c/${ctx}/job/${lc}/${lj}`}, `job ${lj}`) : '—'),
+        h('td', {}, sc.last_flow ? h('a', {href: `#/c/${ctx}/flow/${sc.last_flow}`}, `flow ${sc.last_flow}`)
+          : lj ? h('a', {href: `#/c/${ctx}/job/${lc}/${lj}`}, `job ${lj}`) : '—'),
         h('td', {}, `${sc.fired} / ${sc.skipped} / ${sc.missed}`), h('td', {}, sc.last_error || ''), acts);
     }));
     if (!(d.items || []).length) tbody.append(h('tr', {}, h('td', {colspan: 8}, 'No schedules in this context (heroctl schedule create makes one).')));
