@@ -53,17 +53,14 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 		received = c.observeBatch("received")
 		work     = make(chan streamWork)
 		workers  int
-		// the submissions being stored; the workers tell how many they answered
-		inflight int
-		answered = make(chan int, streamInflight)
+		inflight = newInflight(streamInflight)
 	)
 	worker := func(w streamWork) {
 		defer wg.Done()
 		for ok := true; ok; w, ok = <-work {
 			// a failed send ends the stream: the client learns it so
 			_ = out.SendAll(c.streamSubmit(w.ctx, w.items))
-			// never waits: at most streamInflight works are counted in inflight
-			answered <- len(w.items)
+			inflight.answered(len(w.items))
 		}
 	}
 	defer wg.Wait()
@@ -105,23 +102,9 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 				first = false
 			}
 			items = items[n:]
-			for more := true; more; { // what was answered meanwhile
-				select {
-				case k := <-answered:
-					inflight -= k
-				default:
-					more = false
-				}
+			if !inflight.take(ctx, n) {
+				return streamEnd(ctx)
 			}
-			for inflight > 0 && inflight+n > streamInflight {
-				select {
-				case k := <-answered:
-					inflight -= k
-				case <-ctx.Done():
-					return streamEnd(ctx)
-				}
-			}
-			inflight += n
 			select {
 			case work <- w: // an idle worker took it
 				continue
@@ -141,6 +124,43 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 		}
 	}
 }
+
+// inflight counts the submissions of a stream being stored, up to max: the stream's
+// handler takes room for them (take), its workers give it back once they are
+// answered (answered).
+type inflight struct {
+	max, n int      // n: the handler's count, which it alone reads and writes
+	done   chan int // the submissions answered since, from the workers
+}
+
+func newInflight(max int) *inflight { return &inflight{max: max, done: make(chan int, max)} }
+
+// take waits until n more submissions fit (or none is being stored: n ≤ max) and
+// counts them; false when ctx ended first.
+func (f *inflight) take(ctx context.Context, n int) bool {
+	for more := true; more; { // what was answered meanwhile
+		select {
+		case k := <-f.done:
+			f.n -= k
+		default:
+			more = false
+		}
+	}
+	for f.n > 0 && f.n+n > f.max {
+		select {
+		case k := <-f.done:
+			f.n -= k
+		case <-ctx.Done():
+			return false
+		}
+	}
+	f.n += n
+	return true
+}
+
+// answered gives back the room of k submissions answered. It never waits: the
+// submissions counted are at most max, each of them in one send at most.
+func (f *inflight) answered(k int) { f.done <- k }
 
 // streamIn is one request of a stream, or why none came.
 type streamIn struct {

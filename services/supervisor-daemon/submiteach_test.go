@@ -144,3 +144,29 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// A stream's count of submissions being stored: room beyond its bound is taken only
+// once enough were answered; alone, a request as large as the bound fits; a context
+// that ends stops the wait.
+func TestInflightBoundsTheSubmissionsStored(t *testing.T) {
+	f := newInflight(4)
+	ctx := context.Background()
+	if !f.take(ctx, 4) {
+		t.Fatal("4 submissions of a bound of 4, none stored: refused")
+	}
+	f.answered(4)
+	if !f.take(ctx, 3) {
+		t.Fatal("3 submissions once the 4 were answered: refused")
+	}
+	got := make(chan bool, 1)
+	go func() { got <- f.take(ctx, 2) }() // 3 + 2 > 4: waits for an answer
+	f.answered(1)
+	if !<-got || f.n != 4 {
+		t.Fatalf("2 more after 1 of 3 was answered: counted %d; want 4 (the answer taken before the room)", f.n)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if f.take(cctx, 1) {
+		t.Errorf("room taken beyond the bound by a stream whose context ended")
+	}
+}
