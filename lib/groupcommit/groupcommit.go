@@ -11,6 +11,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrClosed is returned by Do after Close.
@@ -41,7 +42,26 @@ type request[T, R any] struct {
 	item T
 	res  R
 	err  error
+	done chan struct{} // closed when handled; nil for an item of DoMany (many)
+	many *manyWait
+}
+
+// manyWait is what the items of one DoMany wait on together: the last one handled
+// closes done.
+type manyWait struct {
+	left atomic.Int64
 	done chan struct{}
+}
+
+// handled marks r handled: its waiter (DoMany's once all its items are) may go on.
+func (r *request[T, R]) handled() {
+	if r.many == nil {
+		close(r.done)
+		return
+	}
+	if r.many.left.Add(-1) == 0 {
+		close(r.many.done)
+	}
 }
 
 // New starts a Committer.
@@ -76,6 +96,58 @@ func (c *Committer[T, R]) Do(ctx context.Context, item T) (R, error) {
 	<-r.done
 	return r.res, r.err
 }
+
+// DoMany is Do for several items at once, each with its own result and error, in
+// order: they are handed in together, so that they join the same group (or, beyond
+// Max, the next ones), and their caller waits once for them all instead of once per
+// item. ctx bounds the wait to be taken into a group: an item not handed in when it
+// ends gets its error; those handed in are awaited.
+func (c *Committer[T, R]) DoMany(ctx context.Context, items []T) ([]R, []error) {
+	res, errs := make([]R, len(items)), make([]error, len(items))
+	if len(items) == 0 {
+		return res, errs
+	}
+	reqs := make([]request[T, R], len(items))
+	w := &manyWait{done: make(chan struct{})}
+	w.left.Store(int64(len(items)))
+	sent := 0
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
+		for i := range errs {
+			errs[i] = ErrClosed
+		}
+		return res, errs
+	}
+send:
+	for i := range reqs {
+		reqs[i].item, reqs[i].many = items[i], w
+		select {
+		case c.ch <- &reqs[i]:
+			sent++
+		case <-ctx.Done():
+			break send
+		}
+	}
+	c.mu.RUnlock()
+	if sent < len(items) {
+		for i := sent; i < len(items); i++ {
+			errs[i] = ctx.Err()
+		}
+		if w.left.Add(int64(sent-len(items))) == 0 {
+			close(w.done)
+		}
+	}
+	<-w.done
+	for i := range sent {
+		res[i], errs[i] = reqs[i].res, reqs[i].err
+	}
+	return res, errs
+}
+
+// Queued is the number of items handed in that wait for a group (a group being
+// handled holds none of them).
+func (c *Committer[T, R]) Queued() int { return len(c.ch) }
 
 // Close handles what was submitted and stops the goroutine. Call it after the last Do.
 func (c *Committer[T, R]) Close() {
@@ -138,6 +210,6 @@ func (c *Committer[T, R]) run(group []*request[T, R]) {
 		default:
 			r.err = errors.New("groupcommit: no result for the item")
 		}
-		close(r.done)
+		r.handled()
 	}
 }

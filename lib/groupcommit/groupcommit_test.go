@@ -234,3 +234,109 @@ func TestCloseAndContext(t *testing.T) {
 		t.Fatalf("Do after Close: %v", err)
 	}
 }
+
+// DoMany's items go in one group when they fit (with the items queued before them),
+// beyond Max in the next ones, each result and error to its own item, in order.
+func TestDoManyGroupsItsItemsTogether(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var groups [][]int
+	c := New(Params[int, int]{Max: 8, Fn: func(_ context.Context, items []int) ([]int, []error) {
+		mu.Lock()
+		groups = append(groups, append([]int(nil), items...))
+		first := len(groups) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		out, errs := make([]int, len(items)), make([]error, len(items))
+		for i, v := range items {
+			out[i] = v * 10
+			if v%5 == 0 {
+				errs[i] = fmt.Errorf("five %d", v)
+			}
+		}
+		return out, errs
+	}})
+	defer c.Close()
+	go func() { _, _ = c.Do(context.Background(), -1) }()
+	waitFor(t, "the first group", func() bool { mu.Lock(); defer mu.Unlock(); return len(groups) == 1 })
+	items := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	type answer struct {
+		res  []int
+		errs []error
+	}
+	done := make(chan answer, 1)
+	go func() { res, errs := c.DoMany(context.Background(), items); done <- answer{res, errs} }()
+	waitFor(t, "twelve queued items", func() bool { return len(c.ch) == 12 })
+	close(release)
+	a := <-done
+	for i, v := range items {
+		if v%5 == 0 {
+			if a.errs[i] == nil || a.errs[i].Error() != fmt.Sprintf("five %d", v) {
+				t.Errorf("item %d: error %v, want its own", v, a.errs[i])
+			}
+			continue
+		}
+		if a.errs[i] != nil || a.res[i] != v*10 {
+			t.Errorf("item %d: %d %v, want %d", v, a.res[i], a.errs[i], v*10)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(groups) != "[[-1] [1 2 3 4 5 6 7 8] [9 10 11 12]]" {
+		t.Errorf("groups %v: want the twelve in two groups of at most 8, in order", groups)
+	}
+}
+
+// A DoMany whose context ended while the queue is full hands nothing in: each item
+// gets the context's error at once (nothing is left waiting); after Close, ErrClosed.
+func TestDoManyContextAndClose(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	var mu sync.Mutex
+	var handled []int
+	c := New(Params[int, int]{Max: 1, Fn: func(_ context.Context, items []int) ([]int, []error) {
+		select {
+		case started <- struct{}{}:
+			<-release
+		default:
+		}
+		mu.Lock()
+		handled = append(handled, items...)
+		mu.Unlock()
+		return items, make([]error, len(items))
+	}})
+	go func() { _, _ = c.Do(context.Background(), 0) }()
+	<-started
+	queued := make(chan error, cap(c.ch))
+	for range cap(c.ch) {
+		go func() { _, err := c.Do(context.Background(), 1); queued <- err }()
+	}
+	waitFor(t, "a full queue", func() bool { return len(c.ch) == cap(c.ch) })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, errs := c.DoMany(ctx, []int{7, 8, 9})
+	for i, err := range errs {
+		if !errors.Is(err, context.Canceled) || res[i] != 0 {
+			t.Errorf("item %d of a DoMany whose context ended: %d %v, want the context's error", i, res[i], err)
+		}
+	}
+	close(release)
+	for range cap(c.ch) {
+		if err := <-queued; err != nil {
+			t.Fatalf("queued item: %v", err)
+		}
+	}
+	c.Close()
+	mu.Lock()
+	for _, v := range handled {
+		if v > 1 {
+			t.Errorf("handled %v: an item of the DoMany that gave up was handled", handled)
+		}
+	}
+	mu.Unlock()
+	if _, errs := c.DoMany(context.Background(), []int{1, 2}); !errors.Is(errs[0], ErrClosed) || !errors.Is(errs[1], ErrClosed) {
+		t.Errorf("DoMany after Close: %v", errs)
+	}
+}

@@ -124,6 +124,22 @@ const (
 	streamWorkers = 128
 )
 
+// StreamWindow and ConnWindow are the HTTP/2 flow-control windows of every server
+// and client of the stack (a stream's, a connection's): fixed, as large as gRPC's own
+// estimate could grow them for these messages. Without them gRPC estimates the
+// bandwidth-delay product, which costs a PING and a WINDOW_UPDATE from the receiving
+// end, each a write of its own (a TLS record, a system call), for about every message
+// of a stream of small ones (a SubmitJobStream's submissions and answers).
+const (
+	StreamWindow = 1 << 20
+	ConnWindow   = 4 << 20
+)
+
+// WindowDialOptions are a client's flow-control windows (StreamWindow, ConnWindow).
+func WindowDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithInitialWindowSize(StreamWindow), grpc.WithInitialConnWindowSize(ConnWindow)}
+}
+
 // NewServer binds addr at once (a port in use is an error at start) and returns a
 // server with health and reflection registered.
 func NewServer(addr string, reg prometheus.Registerer, log zerolog.Logger, o Options, extra ...grpc.ServerOption) (*Server, error) {
@@ -157,6 +173,8 @@ func NewServer(addr string, reg prometheus.Registerer, log zerolog.Logger, o Opt
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinPing, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: keepaliveMaxIdle, Time: keepaliveProbe, Timeout: keepaliveTimeout}),
 		grpc.ConnectionTimeout(o.HandshakeTimeout),
+		grpc.InitialWindowSize(StreamWindow),
+		grpc.InitialConnWindowSize(ConnWindow),
 	}
 	if o.TLS != nil {
 		// Each connection's TLS exporter value is derived at its handshake, for the
@@ -322,6 +340,7 @@ func Dial(target string, tlsConf *tls.Config) (*grpc.ClientConn, error) {
 		// 10 s (keepaliveMinPing).
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveMinPing, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 	}
+	opts = append(opts, WindowDialOptions()...)
 	dialTarget := target
 	if strings.Contains(target, ",") {
 		var addrs []resolver.Address

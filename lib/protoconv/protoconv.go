@@ -101,10 +101,27 @@ func JobToPB(j *model.Job) *herov1.Job {
 		DispatchedAtMs: j.DispatchedMs, StartedAtMs: j.StartedAtMs, FinishedAtMs: j.FinishedAtMs,
 		FunctionName: j.FunctionName, Args: string(j.Args), Kwargs: string(j.Kwargs), TraceId: j.TraceID, DlqAtMs: j.DLQAtMs,
 		ResultJson: string(j.ResultJSON), Traceparent: j.Traceparent, Fatal: j.Fatal, StopRequested: j.StopAsked, RetryAfterMs: j.RetryAfterMs, StartedAtUs: j.StartedAtUs, FinishedAtUs: j.FinishedAtUs, RunAtMs: j.RunAtMs,
-		Origin: jsonOrEmpty(j.Origin), DepResults: jsonOrEmpty(j.DepResults), Limits: LimitsToPB(j.Limits), Priority: uint32(j.Priority),
+		Origin: originToPB(j.Origin), DepResults: depResultsToPB(j.DepResults), Limits: LimitsToPB(j.Limits), Priority: uint32(j.Priority),
 		ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, ConcurrencyPolicy: j.ConcurrencyPolicy, Held: j.Held,
 		ScheduleId: j.ScheduleID, ScheduleTickMs: j.ScheduleTickMs,
 	}
+}
+
+// originToPB and depResultsToPB are jsonOrEmpty of a job's origin and dependencies'
+// results without the encoder for the usual job, which has neither (each Submit's
+// job, and its answer, is converted).
+func originToPB(o *model.Origin) string {
+	if o == nil {
+		return ""
+	}
+	return jsonOrEmpty(o)
+}
+
+func depResultsToPB(d map[string]map[string]string) string {
+	if d == nil {
+		return ""
+	}
+	return jsonOrEmpty(d)
 }
 
 func jsonOrEmpty[T any](v T) string {

@@ -49,13 +49,17 @@ type Sender[T any] struct {
 
 // Send queues item and, unless another Send is sending, sends the queue. It returns
 // the error of a Write this call made (or an earlier one's).
-func (s *Sender[T]) Send(item T) error {
+func (s *Sender[T]) Send(item T) error { return s.SendAll([]T{item}) }
+
+// SendAll is Send for several items at once: they are queued together, in order (a
+// Write takes them in one call, with what waited before them).
+func (s *Sender[T]) SendAll(items []T) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failed != nil {
 		return s.failed
 	}
-	s.queue = append(s.queue, item)
+	s.queue = append(s.queue, items...)
 	if s.sending {
 		return nil // the sender sends it next
 	}

@@ -58,6 +58,32 @@ func TestSenderJoinsWhatWaits(t *testing.T) {
 	}
 }
 
+// SendAll's items go in one Write, in order, with what waited before them; alone, at
+// once.
+func TestSendAll(t *testing.T) {
+	h := &held{entered: make(chan struct{}), release: make(chan struct{})}
+	s := &Sender[string]{Write: h.write}
+	first := make(chan error, 1)
+	go func() { first <- s.SendAll([]string{"1", "2"}) }()
+	<-h.entered
+	if err := s.Send("3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendAll([]string{"4", "5", "6"}); err != nil { // queued: returns at once
+		t.Fatal(err)
+	}
+	close(h.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendAll([]string{"7", "8"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(h.writes); got != "[[1 2] [3 4 5 6] [7 8]]" {
+		t.Errorf("writes %s; want [[1 2] [3 4 5 6] [7 8]]", got)
+	}
+}
+
 // A Write's error goes to the Send that wrote, drops what waited, and sticks.
 func TestSenderFailure(t *testing.T) {
 	h := &held{entered: make(chan struct{}), release: make(chan struct{}), err: errors.New("broken")}

@@ -125,7 +125,12 @@ func Dial(cfg Config) (*Client, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		// Typed errors outermost, then retries; each attempt is signed anew (a new
 		// nonce) or carries its connection's session signature.
-		grpc.WithChainUnaryInterceptor(typedErrors, c.retryUnary)}
+		grpc.WithChainUnaryInterceptor(typedErrors, c.retryUnary),
+		// Fixed flow-control windows, as the server's (lib/grpcx StreamWindow,
+		// ConnWindow): gRPC's estimate of the bandwidth-delay product otherwise costs a
+		// PING and a WINDOW_UPDATE, each a write of its own, for about every answer of
+		// the submission stream.
+		grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(connWindow)}
 	switch {
 	case c.signer != nil && !cfg.Plaintext && !cfg.SignEachCall:
 		opts = append(opts, auth.SessionDialOptions(c.signer, creds)...)
@@ -144,6 +149,12 @@ func Dial(cfg Config) (*Client, error) {
 	}
 	return c, nil
 }
+
+// The client's HTTP/2 flow-control windows (a stream's, the connection's).
+const (
+	streamWindow = 1 << 20
+	connWindow   = 4 << 20
+)
 
 func (c *Client) loadKey() error {
 	key := c.cfg.Key

@@ -64,6 +64,43 @@ func (g *submitGroups) add(ctx context.Context, ctxID uint32, guard *store.Conte
 	return g.commits.do(ctx, g.serverOf(ctxID), &groupedSub{ctxID: ctxID, guard: guard, sub: sub, chosen: sub.Job.ID != 0})
 }
 
+// groupEntry is one job of addMany: a submission of context ctxID under guard.
+type groupEntry struct {
+	ctxID uint32
+	guard *store.ContextGuard
+	sub   store.Submission
+}
+
+// addMany is add for several jobs at once (a stream's batch message): they join the
+// next group together, each with its own outcome, in order; the jobs of several Redis
+// servers go to each server's group commit side by side.
+func (g *submitGroups) addMany(ctx context.Context, in []groupEntry) ([]store.Submitted, []error) {
+	out, errs := make([]store.Submitted, len(in)), make([]error, len(in))
+	byServer := partsBy(len(in), func(i int) *store.Server { return g.serverOf(in[i].ctxID) })
+	one := func(idx []int) {
+		items := make([]*groupedSub, len(idx))
+		for n, i := range idx {
+			e := in[i]
+			items[n] = &groupedSub{ctxID: e.ctxID, guard: e.guard, sub: e.sub, chosen: e.sub.Job.ID != 0}
+		}
+		res, rerrs := g.commits.doMany(ctx, g.serverOf(in[idx[0]].ctxID), items)
+		for n, i := range idx {
+			out[i], errs[i] = res[n], rerrs[n]
+		}
+	}
+	if len(byServer) == 1 {
+		one(byServer[0])
+		return out, errs
+	}
+	var wg sync.WaitGroup
+	for _, idx := range byServer {
+		wg.Add(1)
+		go func() { defer wg.Done(); one(idx) }()
+	}
+	wg.Wait()
+	return out, errs
+}
+
 // store stores a group: one store call per context and guard, those of several
 // contexts side by side.
 func (g *submitGroups) store(ctx context.Context, items []*groupedSub) ([]store.Submitted, []error) {

@@ -178,6 +178,25 @@ func (m *apiMetrics) observe(transport, method, code string, start time.Time) {
 	m.duration.WithLabelValues(transport, method).Observe(time.Since(start).Seconds())
 }
 
+// observeAll is observe for requests of one method that began at start and end now
+// together (a stream's batch), codes each one's result: each label set is looked up
+// once.
+func (m *apiMetrics) observeAll(transport, method string, codes []string, start time.Time) {
+	if len(codes) == 0 {
+		return
+	}
+	took := time.Since(start).Seconds()
+	d := m.duration.WithLabelValues(transport, method)
+	n := 0
+	for i, code := range codes {
+		d.Observe(took)
+		if i+1 == len(codes) || codes[i+1] != code {
+			m.requests.WithLabelValues(transport, method, code).Add(float64(i + 1 - n))
+			n = i + 1
+		}
+	}
+}
+
 // jsonrpcServer serves JSON-RPC 2.0 over HTTP: POST / with one request or a batch.
 // The whole body is one signed request (a batch is signed once).
 type jsonrpcServer struct {

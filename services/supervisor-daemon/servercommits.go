@@ -31,22 +31,51 @@ func newServerCommits[T, R any](fn groupcommit.Func[T, R], max int) *serverCommi
 // the wait to join a group; once in one, its result is awaited.
 func (s *serverCommits[T, R]) do(ctx context.Context, srv *store.Server, item T) (R, error) {
 	var zero R
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	c := s.committer(srv)
+	if c == nil {
 		return zero, errShuttingDown
+	}
+	out, err := c.Do(ctx, item)
+	if errors.Is(err, groupcommit.ErrClosed) {
+		return zero, errShuttingDown
+	}
+	return out, err
+}
+
+// doMany is do for several items of server srv at once (groupcommit's DoMany: they
+// join the same group, and their caller waits once): each its own result and error.
+func (s *serverCommits[T, R]) doMany(ctx context.Context, srv *store.Server, items []T) ([]R, []error) {
+	c := s.committer(srv)
+	if c == nil {
+		errs := make([]error, len(items))
+		for i := range errs {
+			errs[i] = errShuttingDown
+		}
+		return make([]R, len(items)), errs
+	}
+	out, errs := c.DoMany(ctx, items)
+	for i, err := range errs {
+		if errors.Is(err, groupcommit.ErrClosed) {
+			errs[i] = errShuttingDown
+		}
+	}
+	return out, errs
+}
+
+// committer is the group commit of server srv, started at its first item; nil after
+// shutdown.
+func (s *serverCommits[T, R]) committer(srv *store.Server) *groupcommit.Committer[T, R] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
 	}
 	c := s.byServer[srv]
 	if c == nil {
 		c = groupcommit.New(groupcommit.Params[T, R]{Fn: s.fn, Max: s.max})
 		s.byServer[srv] = c
 	}
-	s.mu.Unlock()
-	out, err := c.Do(ctx, item)
-	if errors.Is(err, groupcommit.ErrClosed) {
-		return zero, errShuttingDown
-	}
-	return out, err
+	return c
 }
 
 func (s *serverCommits[T, R]) shutdown() {

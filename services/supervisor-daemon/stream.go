@@ -17,9 +17,8 @@ import (
 )
 
 // streamInflight bounds the submissions of one SubmitJobStream being stored at once
-// (and so its workers; a group commit stores up to maxGroupJobs at once anyway):
-// beyond it the stream is not read until one is answered (the producer's sends wait on
-// HTTP/2 flow control).
+// (a group commit stores up to maxGroupJobs at once anyway): beyond it the stream is
+// not read until some are answered (the producer's sends wait on HTTP/2 flow control).
 const streamInflight = maxGroupJobs
 
 // itemStreams are the streaming methods whose items are observed one by one
@@ -31,15 +30,18 @@ var itemStreams = map[string]bool{herov1.Coordinator_SubmitJobStream_FullMethodN
 // its own (the same checks, rate limit and group commit as a SubmitJob call),
 // answered when stored, in any order, by its seq; a refused one is answered with its
 // error and the stream goes on. A request may carry several submissions (batch), each
-// handled as if it came alone; to a client that takes batches, the answers ready
-// while another is being sent go out together. The stream ends when the producer
-// closes its side and every submission read has been answered; or, when the caller's
-// credentials are revoked, at once (after the answers of the submissions being
-// stored), with the refusal: its requests are received in a goroutine of their own.
+// handled as if it came alone, but together: their context is authorized once, their
+// jobs join the group commit together and their answers go in one message (to a
+// client that takes batches; the answers ready while another is being sent go
+// together too). The stream ends when the producer closes its side and every
+// submission read has been answered; or, when the caller's credentials are revoked,
+// at once (after the answers of the submissions being stored), with the refusal: its
+// requests are received in a goroutine of their own.
 //
-// The submissions are stored by the stream's workers, started as more submissions
-// wait at once (up to streamInflight) and kept until the stream ends: a goroutine
-// per submission would grow a new stack through the store call every time.
+// The requests are stored by the stream's workers, each a request's submissions (up
+// to streamInflight) at a time, started as more requests wait at once and kept until
+// the stream ends: a goroutine per request would grow a new stack through the store
+// call every time.
 func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse]) error {
 	md, _ := metadata.FromIncomingContext(st.Context())
 	if err := st.SendHeader(metadata.Pairs(streambatch.Metadata, "1")); err != nil {
@@ -51,11 +53,14 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 		received = c.observeBatch("received")
 		work     = make(chan streamWork)
 		workers  int
+		inflight = newInflight(streamInflight)
 	)
 	worker := func(w streamWork) {
 		defer wg.Done()
 		for ok := true; ok; w, ok = <-work {
-			_ = out.Send(c.streamSubmit(w.ctx, w.r, w.limit)) // a failed send ends the stream: the client learns it so
+			// a failed send ends the stream: the client learns it so
+			_ = out.SendAll(c.streamSubmit(w.ctx, w.items))
+			inflight.answered(len(w.items))
 		}
 	}
 	defer wg.Wait()
@@ -83,12 +88,23 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 		if len(items) > 0 {
 			received(len(items))
 		}
-		if len(items) == 0 || r.Submit != nil { // a submission of its own (with a batch too: first)
+		switch {
+		case len(items) == 0: // a submission of its own
+			items = []*herov1.SubmitJobStreamRequest{r}
+		case r.Submit != nil: // with a batch too: first
 			items = append([]*herov1.SubmitJobStreamRequest{{Seq: r.Seq, Submit: r.Submit, Traceparent: r.Traceparent}}, items...)
 		}
-		for _, it := range items {
-			w := streamWork{ctx: ctx, r: it, limit: !first} // the context is authenticated by the opening message
-			first = false
+		for len(items) > 0 {
+			n := min(len(items), streamInflight)
+			w := streamWork{ctx: ctx, items: make([]streamItem, n)}
+			for i, it := range items[:n] {
+				w.items[i] = streamItem{r: it, limit: !first} // the context is authenticated by the opening message
+				first = false
+			}
+			items = items[n:]
+			if !inflight.take(ctx, n) {
+				return streamEnd(ctx)
+			}
 			select {
 			case work <- w: // an idle worker took it
 				continue
@@ -108,6 +124,43 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 		}
 	}
 }
+
+// inflight counts the submissions of a stream being stored, up to max: the stream's
+// handler takes room for them (take), its workers give it back once they are
+// answered (answered).
+type inflight struct {
+	max, n int      // n: the handler's count, which it alone reads and writes
+	done   chan int // the submissions answered since, from the workers
+}
+
+func newInflight(max int) *inflight { return &inflight{max: max, done: make(chan int, max)} }
+
+// take waits until n more submissions fit (or none is being stored: n ≤ max) and
+// counts them; false when ctx ended first.
+func (f *inflight) take(ctx context.Context, n int) bool {
+	for more := true; more; { // what was answered meanwhile
+		select {
+		case k := <-f.done:
+			f.n -= k
+		default:
+			more = false
+		}
+	}
+	for f.n > 0 && f.n+n > f.max {
+		select {
+		case k := <-f.done:
+			f.n -= k
+		case <-ctx.Done():
+			return false
+		}
+	}
+	f.n += n
+	return true
+}
+
+// answered gives back the room of k submissions answered. It never waits: the
+// submissions counted are at most max, each of them in one send at most.
+func (f *inflight) answered(k int) { f.done <- k }
 
 // streamIn is one request of a stream, or why none came.
 type streamIn struct {
@@ -178,67 +231,95 @@ func (c *coordinatorServer) observeBatch(direction string) func(items int) {
 	return func(items int) { h.Observe(float64(items)) }
 }
 
-// streamWork is one submission of a stream for its workers.
+// streamWork is what a worker of a stream stores at once: the submissions of one
+// request (or streamInflight of them).
 type streamWork struct {
 	ctx   context.Context
+	items []streamItem
+}
+
+// streamItem is one submission of a stream. limit: count it against the caller's rate
+// (the opening one was counted when the stream was opened).
+type streamItem struct {
 	r     *herov1.SubmitJobStreamRequest
 	limit bool
 }
 
-// streamSubmit stores one submission of a stream and makes its answer. limit: count it
-// against the caller's rate (the opening one was counted when the stream was opened).
-func (c *coordinatorServer) streamSubmit(ctx context.Context, r *herov1.SubmitJobStreamRequest, limit bool) *herov1.SubmitJobStreamResponse {
+// streamSubmit stores submissions of a stream (submitEach: each as if it came alone)
+// and makes their answers, in order.
+func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem) []*herov1.SubmitJobStreamResponse {
 	start := time.Now()
-	out := &herov1.SubmitJobStreamResponse{Seq: r.Seq}
-	res, err := c.streamItem(ctx, r, limit)
-	if err == nil {
-		out.Submit = res
-	} else {
-		out.Error = streamError(grpcError(err))
-	}
-	if c.s.metrics != nil {
-		code := codes.OK
-		if out.Error != nil {
-			code = codes.Code(out.Error.Code)
-		}
-		c.s.metrics.observe("grpc", "SubmitJobStream", code.String(), start)
-	}
-	return out
-}
-
-func (c *coordinatorServer) streamItem(ctx context.Context, r *herov1.SubmitJobStreamRequest, limit bool) (*herov1.SubmitJobResponse, error) {
-	if err := streamRevoked(ctx); err != nil {
-		return nil, err
-	}
+	out := make([]*herov1.SubmitJobStreamResponse, len(items))
+	errs := make([]error, len(items))
+	revoked := streamRevoked(ctx)
 	// Once begun, a submission is stored and answered as it is, even if the stream's
 	// context ends meanwhile: its answer must not say "refused" of a stored job.
 	ctx = context.WithoutCancel(ctx)
 	p := principal(ctx)
-	if limit && c.limits != nil {
+	subs := make([]eachSubmit, 0, len(items))
+	at := make([]int, 0, len(items)) // the item of each of subs
+	for i, it := range items {
+		out[i] = &herov1.SubmitJobStreamResponse{Seq: it.r.Seq}
+		if revoked != nil {
+			errs[i] = revoked
+			continue
+		}
+		sub, err := c.checkStreamItem(ctx, p, it)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		subs = append(subs, sub)
+		at = append(at, i)
+	}
+	if len(subs) > 0 {
+		res, serrs := c.s.submitEach(ctx, p, subs, "job.submit")
+		for n, i := range at {
+			if serrs[n] != nil {
+				errs[i] = serrs[n]
+				continue
+			}
+			out[i].Submit = submitResultToPB(*res[n])
+		}
+	}
+	results := make([]string, len(items)) // each item's code
+	for i, err := range errs {
+		results[i] = codes.OK.String()
+		if err != nil {
+			out[i].Error = streamError(grpcError(err))
+			results[i] = codes.Code(out[i].Error.Code).String()
+		}
+	}
+	if c.s.metrics != nil {
+		c.s.metrics.observeAll("grpc", "SubmitJobStream", results, start)
+	}
+	return out
+}
+
+// checkStreamItem checks one submission of a stream (its rate, its traceparent, its form)
+// and makes it a submission for submitEach.
+func (c *coordinatorServer) checkStreamItem(ctx context.Context, p Principal, it streamItem) (eachSubmit, error) {
+	r := it.r
+	if it.limit && c.limits != nil {
 		if err := c.limits.allow(p.key(), 1); err != nil {
-			return nil, err
+			return eachSubmit{}, err
 		}
 	}
 	if r.Traceparent != "" {
 		tctx, err := withTraceparent(ctx, []string{r.Traceparent})
 		if err != nil {
-			return nil, err
+			return eachSubmit{}, err
 		}
 		ctx = tctx
 	}
 	if len(r.Batch) > 0 {
-		return nil, invalidParams("batch", "the stream item (seq %d) holds a batch: a batch's items are submissions", r.Seq)
+		return eachSubmit{}, invalidParams("batch", "the stream item (seq %d) holds a batch: a batch's items are submissions", r.Seq)
 	}
 	sr := r.Submit
 	if sr == nil {
-		return nil, invalidParams("submit", "the stream item (seq %d) has no submission", r.Seq)
+		return eachSubmit{}, invalidParams("submit", "the stream item (seq %d) has no submission", r.Seq)
 	}
-	it := submitItemFromPB(sr.Job, sr.UniqueKey, sr.UniqueTtlSeconds, sr.RunAt, sr.Delay)
-	x, err := c.s.jobSubmit(ctx, p, jobSubmitParams{ContextID: sr.ContextId, Job: it.Job, UniqueKey: it.UniqueKey, UniqueTTLSeconds: it.UniqueTTLSeconds, delayParams: it.delayParams})
-	if err != nil {
-		return nil, err
-	}
-	return submitResultToPB(*x), nil
+	return eachSubmit{ctx: ctx, ctxID: sr.ContextId, item: submitItemFromPB(sr.Job, sr.UniqueKey, sr.UniqueTtlSeconds, sr.RunAt, sr.Delay)}, nil
 }
 
 // streamError is a refused item's status as the stream carries it.

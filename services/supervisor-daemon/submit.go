@@ -113,8 +113,7 @@ func (s *service) submit(ctx context.Context, p Principal, ctxID uint32, items [
 			if try < submitTries {
 				continue
 			}
-			return nil, &apiError{Code: codeUnavailable, Msg: fmt.Sprintf("unavailable: context %d changed during the submission %d times; retry", ctxID, try),
-				Data: map[string]any{"retry_after_ms": int64(100)}}
+			return nil, contextChanged(ctxID, try)
 		}
 		if err != nil {
 			return nil, err
@@ -129,6 +128,12 @@ func (s *service) submit(ctx context.Context, p Principal, ctxID uint32, items [
 		}
 		return out, nil
 	}
+}
+
+// contextChanged refuses a submission whose context changed under each of its tries.
+func contextChanged(ctxID uint32, tries int) error {
+	return &apiError{Code: codeUnavailable, Msg: fmt.Sprintf("unavailable: context %d changed during the submission %d times; retry", ctxID, tries),
+		Data: map[string]any{"retry_after_ms": int64(100)}}
 }
 
 // storeSubmissions stores subs: one job through the group commit, several in one call.

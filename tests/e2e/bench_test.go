@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -314,7 +315,8 @@ func BenchmarkHandlerChain(b *testing.B) {
 
 // profileServices fetches a CPU profile of each service over the first seconds of a
 // run into $HERO_BENCH_PROFILE/<service>.pprof when that is set (go tool pprof reads
-// them). The returned func waits for the profiles.
+// them), and one of the benchmark's own process (its clients: client.pprof). The
+// returned func waits for the profiles.
 func profileServices(b *testing.B, s *harness.Stack) func() {
 	dir := os.Getenv("HERO_BENCH_PROFILE")
 	if dir == "" {
@@ -322,6 +324,15 @@ func profileServices(b *testing.B, s *harness.Stack) func() {
 	}
 	secs := envInt("HERO_BENCH_PROFILE_SECONDS", 4)
 	var wg sync.WaitGroup
+	if os.Getenv("HERO_BENCH_PROFILE_KIND") != "trace" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := profileSelf(filepath.Join(dir, "client.pprof"), time.Duration(secs)*time.Second); err != nil {
+				b.Errorf("profile the clients: %v", err)
+			}
+		}()
+	}
 	for _, p := range []*harness.Proc{s.Scheduler, s.Router, s.Runner, s.API} {
 		wg.Add(1)
 		go func(p *harness.Proc) {
@@ -551,4 +562,19 @@ func BenchmarkRemoteHop(b *testing.B) {
 	if perJob > 2 {
 		b.Fatalf("a remote job cost %.2f node messages on the success path, want at most 2 (its request and its result)", perJob)
 	}
+}
+
+// profileSelf writes a CPU profile of this process over d into path.
+func profileSelf(path string, d time.Duration) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	<-time.After(d)
+	pprof.StopCPUProfile()
+	return f.Close()
 }

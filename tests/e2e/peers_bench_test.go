@@ -30,7 +30,8 @@ import (
 // <value>" line per figure. HERO_PEERS_N (default 20000) and HERO_PEERS_C (32) size (a);
 // HERO_PEERS_WORKERS (256) is the jobs the runner runs at once (--concurrency, and the
 // executor pool's calls in flight), HERO_PEERS_WARMUP (1000) the jobs run through (a)'s
-// path before it is measured (the executor pool starts on the first).
+// path before it is measured (the executor pool starts on the first); HERO_PEERS_ONLY_A=1
+// stops after (a).
 func BenchmarkPeers(b *testing.B) {
 	if os.Getenv("HERO_BENCH_PEERS") == "" {
 		b.Skip("set HERO_BENCH_PEERS=1 (make bench-peers)")
@@ -62,6 +63,9 @@ func BenchmarkPeers(b *testing.B) {
 		waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(warm))
 	}
 	peersIndependent(b, s, rdb, submit, n, conc, warm, phase == "", report)
+	if os.Getenv("HERO_PEERS_ONLY_A") == "1" { // (a) alone: the submission's cost
+		return
+	}
 
 	// (b) one 10,000-job flow, its creation included.
 	peersFlow(b, c, api, report, func() {})
@@ -180,6 +184,7 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 	start := time.Now()
 	runParallel(b, n, conc, submit)
 	submitted := time.Since(start)
+	cpuSubmitted := cpuByPart(s, redisSrv.Pid())
 	calls1, cmdCPU1 := redisCalls(b), cpuByCommand()
 	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(done+n))
 	took := time.Since(start)
@@ -192,6 +197,9 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 	report("a_submit_per_s", float64(n)/submitted.Seconds())
 	// CPU per job of each part over (a) (the profiles, when taken, add a little).
 	reportCPU(report, "a_cpu_us_", cpu0, cpu1, n, "redis", "client", "supervisor", "router", "runner", "executor", "scheduler")
+	// the same over the submission alone (until the last producer's answer; the runner
+	// runs the jobs meanwhile, so its share and Redis's hold some of their runs)
+	reportCPU(report, "a_submit_cpu_us_", cpu0, cpuSubmitted, n, "redis", "client", "supervisor", "runner", "executor")
 	// jobs per store call of supervisor-daemon's group commit (concurrent submissions)
 	if calls := metric(b, s.API, "hero_api_submit_group_jobs_count"); calls > 0 {
 		report("a_submit_group_jobs_avg", metric(b, s.API, "hero_api_submit_group_jobs_sum")/calls)

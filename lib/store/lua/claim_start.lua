@@ -184,6 +184,8 @@ local kept, leased, seen, started = {}, {}, {}, {}
 -- the DAG nodes of the jobs that start, per flow: their state is read and set once
 -- per flow (a flow's jobs are claimed together)
 local nodes, flows = {}, {}
+-- the events' cap, read at the first event of the call (EVENTS_CAP: a ZCARD), not at each
+local ecap
 for n = 1, nitems do
   local item = items[nitems - n + 1]
   local claim, trace = starts[n].claim, starts[n].trace
@@ -252,7 +254,8 @@ for n = 1, nitems do
     end
     local detail = 'attempt ' .. attempt .. ' on ' .. worker
     if st == JOB_STARTED and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
-    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_STARTED, 'detail', detail)
+    ecap = ecap or EVENTS_CAP()
+    redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_STARTED, 'detail', detail)
     local code = 0
     if v[7] == '1' then code = 3 end
     out[#out + 1] = {item, code, tonumber(attempt) or 1}

@@ -148,6 +148,8 @@ end
 -- each run's own result message (not grouped): their ids in one INCRBY (a run
 -- whose claim is not the job's any more leaves its id unused)
 if not grouped then message_reserve(#runs) end
+-- the events' cap, read at the first event of the call (EVENTS_CAP: a ZCARD), not at each
+local ecap
 for r = 1, #runs do
   local run = runs[r]
   local jk, member, claim, id, flow, status, err = run.job_key, run.member, run.claim, run.id, run.flow, run.status, run.err
@@ -226,7 +228,8 @@ for r = 1, #runs do
     if run.ck ~= '' then ck_end(run.ck, jk, now_ms) end
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
-    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
+    ecap = ecap or EVENTS_CAP()
+    redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
     if here and not alone then apply_here(jk, id, flow, tonumber(cur[3] or '0'), rresult) end
     if grouped then
       if here then

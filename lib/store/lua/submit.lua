@@ -8,7 +8,7 @@
 -- of one call may come from several callers (supervisor-daemon groups concurrent
 -- submissions into one call): each job carries its actor, and the jobs are taken in
 -- order, each seeing what the ones before it wrote (a uniqueness key, a chosen id).
--- Runs after the prelude, lib_state (event, message_id, store_message, wake_msg_out,
+-- Runs after the prelude, lib_state (message_id, store_message, wake_msg_out,
 -- int), lib_wake and lib_route (route_queue, route_priority, route_add, route_flush).
 --
 -- KEYS:
@@ -248,9 +248,11 @@ for _, j in ipairs(jobs) do
     indexed[#indexed + 1] = member
     -- The fields every job event has, in their order: a stream stores the names of an
     -- entry's fields only when they differ from its node's first entry's.
+    -- (both with the call's cap: lib_state's event would read it again, a ZCARD a job)
     redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor, 'time_ms', now_ms,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', j.key)
-    event(EV_JOB_DISPATCHED, j.actor, now_ms, '0', j.id, j.caller, JOB_DISPATCHED, 'attempt 1')
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_DISPATCHED, 'actor', j.actor, 'time_ms', now_ms,
+      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', JOB_DISPATCHED, 'detail', 'attempt 1')
     -- its request message: the call's fields, and the job's own (its list as
     -- lib/store's requestRef writes a standalone job's, its text as requestFields'),
     -- acknowledged and the job queued when a runner here takes it (as lib_route's

@@ -1,0 +1,78 @@
+package hero
+
+import (
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
+)
+
+// The client's connection announces fixed flow-control windows (streamWindow in its
+// SETTINGS, connWindow through a WINDOW_UPDATE of the connection) instead of gRPC's
+// 64 KiB start, from which it would estimate the bandwidth-delay product with a PING
+// for about every answer it receives.
+func TestDialFixesFlowControlWindows(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	c, err := Dial(Config{Addr: ln.Addr().String(), AdminSecret: "secret", Plaintext: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	called := make(chan struct{})
+	go func() { // the call that makes the client connect
+		defer close(called)
+		_, _ = c.API().GetContext(ctx, &herov1.GetContextRequest{Id: 1})
+	}()
+	defer func() { cancel(); <-called }()
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	if err := conn.SetDeadline(time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(conn, preface); err != nil || string(preface) != http2.ClientPreface {
+		t.Fatalf("the client's preface %q: %v", preface, err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	var gotStream, gotConn uint32
+	for gotStream == 0 || gotConn == 0 {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("read the client's frames (stream window %d, connection window update %d so far): %v", gotStream, gotConn, err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if f.IsAck() {
+				continue
+			}
+			v, ok := f.Value(http2.SettingInitialWindowSize)
+			if !ok {
+				t.Fatalf("the client's SETTINGS hold no initial window size (gRPC's default, with its estimate)")
+			}
+			gotStream = v
+		case *http2.WindowUpdateFrame:
+			if f.StreamID == 0 {
+				gotConn = f.Increment
+			}
+		}
+	}
+	if gotStream != streamWindow {
+		t.Errorf("stream window %d; want %d", gotStream, streamWindow)
+	}
+	if gotConn != connWindow-65535 {
+		t.Errorf("connection window raised by %d; want %d (to %d)", gotConn, connWindow-65535, connWindow)
+	}
+}
