@@ -1699,7 +1699,6 @@ type flowStartChunkArgs struct {
 // flowStartChunkNode is a record of lua/flow_start_chunk.lua.
 type flowStartChunkNode struct {
 	ID         int64
-	Deps       string
 	Dependents string
 	N          int64
 	Ran        bool
@@ -1717,7 +1716,6 @@ func (a *flowStartChunkArgs) call() Call {
 	args = append(args, len(a.Nodes))
 	for _, x1 := range a.Nodes {
 		args = append(args, x1.ID)
-		args = append(args, x1.Deps)
 		args = append(args, x1.Dependents)
 		args = append(args, x1.N)
 		args = append(args, luaconv.Bool(x1.Ran))
@@ -2922,7 +2920,6 @@ type startFlowArgs struct {
 // startFlowNode is a record of lua/start_flow.lua.
 type startFlowNode struct {
 	ID         int64
-	Deps       string
 	Dependents string
 	N          int64
 	Ran        bool
@@ -2942,7 +2939,6 @@ func (a *startFlowArgs) call() Call {
 	args = append(args, len(a.Nodes))
 	for _, x1 := range a.Nodes {
 		args = append(args, x1.ID)
-		args = append(args, x1.Deps)
 		args = append(args, x1.Dependents)
 		args = append(args, x1.N)
 		args = append(args, luaconv.Bool(x1.Ran))
