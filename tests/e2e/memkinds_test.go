@@ -118,5 +118,5 @@ func memorySamples(b *testing.B, rc *redis.Client, flow uint32) {
 			break
 		}
 	}
-	fmt.Println("SAMPLE DAG fields of node 5000:", rc.HMGet(ctx, fmt.Sprintf("coord:dag:%d", flow), "s:5000", "a:5000", "p:5000", "d:5000", "e:5000").Val())
+	fmt.Println("SAMPLE DAG fields of node 5000:", rc.HMGet(ctx, fmt.Sprintf("coord:dag:%d", flow), "s:5000", "a:5000", "d:5000", "e:5000").Val())
 }
