@@ -25,7 +25,8 @@ import (
 //	rel:<id> dependents of a completed node left to release ("<done> <end ms>")
 //	starting a large flow's start in chunks under way (its token)
 //	a:<id>   attempts dispatched so far
-//	p:<id>   the node's dependencies (JSON list)
+//	p:<id>   the node's dependencies (JSON list): written by earlier versions only; a
+//	         node's dependencies are its job's dependends (LoadDAG, SweepDAG read them)
 //	d:<id>   the node's dependents (JSON list)
 //	e:<id>   why the node failed or was cancelled
 //	due:<id> when a retry is due (ms), while the node waits for it
@@ -115,6 +116,18 @@ func (d *DB) LoadDAG(ctx context.Context, flowID uint32) (*DAG, error) {
 			n.DueMs, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
+	// A node's dependencies are its job's (p: in a DAG of an earlier version): read for
+	// the nodes not ended, the ones whose dependencies decide something (a ready node
+	// never dispatched is a start's only when it has none).
+	var unread []*DAGNode
+	for _, n := range g.Nodes {
+		if n.Depends == nil && !n.Status.Terminal() {
+			unread = append(unread, n)
+		}
+	}
+	if err := d.readDepends(ctx, g.CallerID, unread); err != nil {
+		return nil, fmt.Errorf("load dag of flow %d: %w", flowID, err)
+	}
 	// The start leaves empty lists out of the hash (lua/start_flow.lua).
 	for _, n := range g.Nodes {
 		if n.Depends == nil {
@@ -125,6 +138,31 @@ func (d *DB) LoadDAG(ctx context.Context, flowID uint32) (*DAG, error) {
 		}
 	}
 	return g, nil
+}
+
+// readDepends sets the dependencies of nodes (of a flow of caller) from their jobs'
+// dependends, in one round trip; a job gone or whose list does not read leaves its
+// node's empty.
+func (d *DB) readDepends(ctx context.Context, caller uint32, nodes []*DAGNode) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.StringCmd, len(nodes))
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, n := range nodes {
+			cmds[i] = p.HGet(ctx, keys.Job(caller, n.ID), "dependends")
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for i, n := range nodes {
+		n.Depends = []uint32{}
+		if v := cmds[i].Val(); v != "" {
+			_ = json.Unmarshal([]byte(v), &n.Depends)
+		}
+	}
+	return nil
 }
 
 // PlanError is a DAG that cannot run, with the reason.
@@ -252,7 +290,7 @@ func (d *DB) StartFlow(ctx context.Context, f *model.Flow, jobs []*model.Job, de
 		Ctx: int64(d.ContextID), Flow: int64(f.ID), Caller: int64(f.CallerID), NowS: now.Unix(), NowMs: now.UnixMilli(), Actor: actor,
 		Nodes: make([]startFlowNode, len(jobs))}
 	for i, j := range jobs {
-		a.Nodes[i] = startFlowNode{ID: int64(j.ID), Deps: jsonIDs(j.Dependends), Dependents: jsonIDs(dependents[j.ID]), N: int64(len(j.Dependends)), Ran: ranBefore(j)}
+		a.Nodes[i] = startFlowNode{ID: int64(j.ID), Dependents: jsonIDs(dependents[j.ID]), N: int64(len(j.Dependends)), Ran: ranBefore(j)}
 	}
 	res, err := a.run(ctx, d)
 	if err != nil {

@@ -45,7 +45,8 @@ func (d *DB) LoadFlowCounts(ctx context.Context, flowID uint32) (FlowCounts, err
 
 // LoadDAGNodes reads the DAG state of some nodes of a started flow (one HMGET of
 // their fields, never the whole hash): a page of flow.dag. ok false: the flow was
-// never started (no DAG).
+// never started (no DAG). Depends holds only what a DAG of an earlier version copied
+// (p:): a page takes its nodes' dependencies from their jobs (LoadDAGJobs).
 func (d *DB) LoadDAGNodes(ctx context.Context, flowID uint32, ids []uint32) (nodes map[uint32]*DAGNode, ok bool, err error) {
 	const per = 5 // s:, a:, e:, p:, d:
 	fields := make([]string, 0, 1+per*len(ids))

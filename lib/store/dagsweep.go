@@ -71,6 +71,7 @@ func (d *DB) SweepDAG(ctx context.Context, flowID uint32) (*SweptDAG, error) {
 		}); err != nil {
 			return nil, fmt.Errorf("sweep dag of flow %d: %w", flowID, err)
 		}
+		var unread []*DAGNode // their dependencies: their jobs' (p: an earlier version's)
 		for i, id := range part {
 			n, v := g.Nodes[id], cmds[i].Val()
 			if a, ok := v[0].(string); ok {
@@ -79,10 +80,15 @@ func (d *DB) SweepDAG(ctx context.Context, flowID uint32) (*SweptDAG, error) {
 			if due, ok := v[1].(string); ok {
 				n.DueMs, _ = strconv.ParseInt(due, 10, 64)
 			}
-			n.Depends = []uint32{}
 			if deps, ok := v[2].(string); ok {
+				n.Depends = []uint32{}
 				_ = json.Unmarshal([]byte(deps), &n.Depends)
+			} else {
+				unread = append(unread, n)
 			}
+		}
+		if err := d.readDepends(ctx, g.CallerID, unread); err != nil {
+			return nil, fmt.Errorf("sweep dag of flow %d: %w", flowID, err)
 		}
 	}
 	return g, nil

@@ -25,7 +25,7 @@ func (d *DB) StartPart(ctx context.Context, f *model.Flow, jobs []*model.Job, de
 	}
 	a := &flowStartChunkArgs{FlowKey: keys.Flow(f.ID), DagKey: keys.DAG(f.ID), Caller: int64(f.CallerID), NowS: 1, NowMs: 1000, Token: token}
 	for _, j := range jobs[:startChunk] {
-		a.Nodes = append(a.Nodes, flowStartChunkNode{ID: int64(j.ID), Deps: jsonIDs(j.Dependends), Dependents: jsonIDs(dependents[j.ID]), N: int64(len(j.Dependends))})
+		a.Nodes = append(a.Nodes, flowStartChunkNode{ID: int64(j.ID), Dependents: jsonIDs(dependents[j.ID]), N: int64(len(j.Dependends))})
 	}
 	chunk = func() (int64, error) { return a.run(ctx, d) }
 	_, err = chunk()

@@ -45,7 +45,7 @@ func (d *DB) startFlowChunked(ctx context.Context, f *model.Flow, jobs []*model.
 		a := &flowStartChunkArgs{FlowKey: keys.Flow(f.ID), DagKey: keys.DAG(f.ID), Caller: int64(f.CallerID), NowS: now.Unix(), NowMs: now.UnixMilli(),
 			Token: token, Nodes: make([]flowStartChunkNode, len(part))}
 		for i, j := range part {
-			a.Nodes[i] = flowStartChunkNode{ID: int64(j.ID), Deps: jsonIDs(j.Dependends), Dependents: jsonIDs(dependents[j.ID]), N: int64(len(j.Dependends)), Ran: ranBefore(j)}
+			a.Nodes[i] = flowStartChunkNode{ID: int64(j.ID), Dependents: jsonIDs(dependents[j.ID]), N: int64(len(j.Dependends)), Ran: ranBefore(j)}
 			if len(j.Dependends) == 0 {
 				ready = append(ready, j.ID)
 			}

@@ -1699,7 +1699,6 @@ type flowStartChunkArgs struct {
 // flowStartChunkNode is a record of lua/flow_start_chunk.lua.
 type flowStartChunkNode struct {
 	ID         int64
-	Deps       string
 	Dependents string
 	N          int64
 	Ran        bool
@@ -1717,7 +1716,6 @@ func (a *flowStartChunkArgs) call() Call {
 	args = append(args, len(a.Nodes))
 	for _, x1 := range a.Nodes {
 		args = append(args, x1.ID)
-		args = append(args, x1.Deps)
 		args = append(args, x1.Dependents)
 		args = append(args, x1.N)
 		args = append(args, luaconv.Bool(x1.Ran))
@@ -2994,7 +2992,6 @@ type startFlowArgs struct {
 // startFlowNode is a record of lua/start_flow.lua.
 type startFlowNode struct {
 	ID         int64
-	Deps       string
 	Dependents string
 	N          int64
 	Ran        bool
@@ -3014,7 +3011,6 @@ func (a *startFlowArgs) call() Call {
 	args = append(args, len(a.Nodes))
 	for _, x1 := range a.Nodes {
 		args = append(args, x1.ID)
-		args = append(args, x1.Deps)
 		args = append(args, x1.Dependents)
 		args = append(args, x1.N)
 		args = append(args, luaconv.Bool(x1.Ran))

@@ -191,15 +191,16 @@ func TestLoadStartJobs(t *testing.T) {
 	}
 }
 
-// A start stores a node's lists only when they hold something (a flow of independent
-// jobs keeps one field per node), and LoadDAG reads the ones left out as empty.
+// A start stores a node's dependents only when it has some (a flow of independent
+// jobs keeps one field per node) and never its dependencies (its job's dependends),
+// and LoadDAG reads the ones left out as empty, the dependencies from the jobs.
 func TestStartFlowStoresOnlyNonEmptyLists(t *testing.T) {
 	ctx := context.Background()
 	db, f, ids, _, _ := startFanOut(t, 25)
 	h := srv.Client(t, 25).HGetAll(ctx, keys.DAG(f.ID)).Val()
 	for field, want := range map[string]string{
 		fmt.Sprintf("p:%d", ids[0]): "", fmt.Sprintf("d:%d", ids[0]): fmt.Sprintf("[%d,%d]", ids[1], ids[2]),
-		fmt.Sprintf("p:%d", ids[1]): fmt.Sprintf("[%d]", ids[0]), fmt.Sprintf("d:%d", ids[1]): "",
+		fmt.Sprintf("p:%d", ids[1]): "", fmt.Sprintf("d:%d", ids[1]): "",
 	} {
 		if h[field] != want {
 			t.Errorf("DAG field %s = %q, want %q (hash %v)", field, h[field], want, h)
@@ -210,7 +211,7 @@ func TestStartFlowStoresOnlyNonEmptyLists(t *testing.T) {
 		t.Fatal(err)
 	}
 	root, leaf := g.Nodes[ids[0]], g.Nodes[ids[1]]
-	if root.Depends == nil || len(root.Depends) != 0 || len(root.Dependents) != 2 || leaf.Dependents == nil || len(leaf.Dependents) != 0 || len(leaf.Depends) != 1 {
+	if root.Depends == nil || len(root.Depends) != 0 || len(root.Dependents) != 2 || leaf.Dependents == nil || len(leaf.Dependents) != 0 || len(leaf.Depends) != 1 || leaf.Depends[0] != ids[0] {
 		t.Fatalf("loaded nodes: root %+v, leaf %+v", root, leaf)
 	}
 }

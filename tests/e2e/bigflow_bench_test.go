@@ -80,10 +80,13 @@ func usedMemory(b *testing.B, rc *redis.Client) int64 {
 // page) and counted (flow.counts), started and run to their end (flow.start,
 // flow.wait), then deleted (flow.delete, chunks of 500). Each phase reports its time
 // per job, the Redis memory per job after the creation and after the run, and Redis's
-// slowest command (SLOWLOG, threshold 10 ms). It fails (after printing the figures)
-// when the 100,000-job flow's creation or run costs more than 1.3 times the 10,000-job
-// flow's per job, a finished job holds more than 1 KiB of Redis, or a Redis command
-// of the creation, the run or the deletion took more than 10 ms.
+// slowest command (SLOWLOG, threshold 10 ms), and, after the run, where a finished
+// job's bytes are: MEMORY USAGE of the context's keys summed by kind (memoryByKind;
+// HERO_BENCH_BIGFLOW_SAMPLES=1 prints a few keys of each kind too). It fails (after
+// printing the figures) when the 100,000-job flow's creation or run costs more than
+// 1.3 times the 10,000-job flow's per job, a finished job holds more than 1 KiB of
+// Redis, or a Redis command of the creation, the run or the deletion took more than
+// 10 ms.
 func BenchmarkBigFlowLifecycle(b *testing.B) {
 	s, c := handlerBenchStackOf(b, 256)
 	_ = s
@@ -157,6 +160,11 @@ func BenchmarkBigFlowLifecycle(b *testing.B) {
 		run := time.Since(t0)
 		uw, uwhat, un := slow()
 		finished := float64(usedMemory(b, rc)-mem0) / float64(n)
+		rcx := redisOf(ctx1).Client(b, int(ctx1))
+		fmt.Printf("BIGFLOW %d jobs: Redis memory per finished job by key kind (MEMORY USAGE): %s\n", n, memoryByKind(b, rcx, n))
+		if os.Getenv("HERO_BENCH_BIGFLOW_SAMPLES") != "" {
+			memorySamples(b, rcx, id)
+		}
 
 		slow = slowest(b, rc)
 		t0 = time.Now()

@@ -15,7 +15,6 @@
 --   token   string  the start's token (flow_start_begin's)
 --   nodes   []node  the chunk's nodes
 --     id          int     the job id
---     deps        string  its dependencies (JSON)
 --     dependents  string  its dependents (JSON)
 --     n           int     its dependency count
 --     ran         bool    the job holds fields of an earlier run to clear (false: a fresh job)
@@ -35,8 +34,8 @@ local n_nodes = tonumber(ARGV[argi])
 nodes = {}
 argi = argi + 1
 for k = 1, n_nodes do
-  nodes[k] = {id = ARGV[argi], deps = ARGV[argi + 1], dependents = ARGV[argi + 2], n = ARGV[argi + 3], ran = ARGV[argi + 4] == '1'}
-  argi = argi + 5
+  nodes[k] = {id = ARGV[argi], dependents = ARGV[argi + 1], n = ARGV[argi + 2], ran = ARGV[argi + 3] == '1'}
+  argi = argi + 4
 end
 -- luagen: end of the prologue
 
@@ -61,7 +60,7 @@ for _, node in ipairs(nodes) do
     put('s:' .. id, NODE_READY)
     if node.ran then set = {JOB_DISPATCHED, 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms} end
   else
-    put('s:' .. id, NODE_PENDING, 'r:' .. id, node.n, 'p:' .. id, node.deps)
+    put('s:' .. id, NODE_PENDING, 'r:' .. id, node.n)
     set = {JOB_WAITING_FOR_PREREQUISITES, 'result', '{}', 'updated_at', now_s}
   end
   if dependents ~= '[]' then put('d:' .. id, dependents) end

@@ -57,10 +57,14 @@ for _, id in ipairs(jobs) do
   id = tostring(id)
   if rerun[id] then
     local remaining = 0
-    for _, d in ipairs(cjson.decode(redis.call('HGET', dag, 'p:' .. id) or '[]')) do
+    local jk = K_JOB .. caller .. ':' .. id
+    -- its dependencies: its job's (a DAG of an earlier version also copied them, p:)
+    local deps = redis.call('HGET', dag, 'p:' .. id) or redis.call('HGET', jk, 'dependends') or ''
+    local ok, list = pcall(cjson.decode, deps)
+    if not ok or type(list) ~= 'table' then list = {} end
+    for _, d in ipairs(list) do
       if redis.call('HGET', dag, 's:' .. tostring(d)) ~= NODE_COMPLETED then remaining = remaining + 1 end
     end
-    local jk = K_JOB .. caller .. ':' .. id
     redis.call('HDEL', dag, 'e:' .. id, 'due:' .. id)
     redis.call('HDEL', jk, 'result_json', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms', 'attempt',
       'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us', 'dispatched_at_ms')

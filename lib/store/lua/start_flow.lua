@@ -17,7 +17,6 @@
 --   actor   string  who starts it
 --   nodes   []node  the flow's nodes
 --     id          int     the job id
---     deps        string  its dependencies (JSON)
 --     dependents  string  its dependents (JSON)
 --     n           int     its dependency count
 --     ran         bool    the job holds fields of an earlier run to clear (false: a fresh job)
@@ -40,8 +39,8 @@ local n_nodes = tonumber(ARGV[argi])
 nodes = {}
 argi = argi + 1
 for k = 1, n_nodes do
-  nodes[k] = {id = ARGV[argi], deps = ARGV[argi + 1], dependents = ARGV[argi + 2], n = ARGV[argi + 3], ran = ARGV[argi + 4] == '1'}
-  argi = argi + 5
+  nodes[k] = {id = ARGV[argi], dependents = ARGV[argi + 1], n = ARGV[argi + 2], ran = ARGV[argi + 3] == '1'}
+  argi = argi + 4
 end
 -- luagen: end of the prologue
 
@@ -54,8 +53,10 @@ local total = #nodes
 redis.call('HSET', dag, 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0, 'completed', 0, 'cancelled', 0)
 -- The nodes' fields go into the DAG hash a few hundred at a time (unpack's limit).
 -- Attempt counters (a:) and a ready node's count of dependencies left (r:) start
--- absent, read as 0; so do empty dependency and dependent lists (p:, d:), read as []
--- (a flow of independent jobs holds one field per node, not three).
+-- absent, read as 0; so do empty dependent lists (d:), read as [] (a flow of
+-- independent jobs holds one field per node, not three). A node's dependencies are
+-- its job's dependends, not copied here (a field of a big flow's DAG hash, a hash
+-- table, is ~60 B of Redis a node; docs/data-model.md).
 local kv = {}
 local function put(...)
   for _, v in ipairs({...}) do kv[#kv + 1] = v end
@@ -63,7 +64,7 @@ local function put(...)
 end
 local out = {1}
 for _, node in ipairs(nodes) do
-  local id, deps, dependents, n = node.id, node.deps, node.dependents, tonumber(node.n)
+  local id, dependents, n = node.id, node.dependents, tonumber(node.n)
   local jk = K_JOB .. caller .. ':' .. id
   if node.ran then
     redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us',
@@ -79,7 +80,7 @@ for _, node in ipairs(nodes) do
     if node.ran then set_job(caller, id, JOB_DISPATCHED, 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms) end
     out[#out + 1] = id
   else
-    put('s:' .. id, NODE_PENDING, 'r:' .. id, node.n, 'p:' .. id, deps)
+    put('s:' .. id, NODE_PENDING, 'r:' .. id, node.n)
     if dependents ~= '[]' then put('d:' .. id, dependents) end
     set_job(caller, id, JOB_WAITING_FOR_PREREQUISITES, 'result', '{}', 'updated_at', now_s)
   end
