@@ -9,10 +9,13 @@
 // cgroups), and to the size of its filesystem (disk). docs/security.md lists what it
 // guarantees.
 //
-// A job starts through a trampoline, a shell and util-linux's setpriv: it waits at its
-// gate until the runner's guard knows it, joins the job's cgroup and sets the rlimits,
-// becomes the job's user and executes bwrap, so that no process of the job ever runs
-// outside its limits, nor after the runner is gone.
+// A job starts through a trampoline, a shell: it waits at its gate until the runner's
+// guard knows it and the runner has put it in the job's cgroup, sets the rlimits and
+// executes bwrap, so that no process of the job ever runs outside its limits, nor
+// after the runner is gone. With bwrap it is started as the job's user already, with
+// its parent-death signal (the runner's fork does both: no program of its own);
+// without a sandbox it joins its cgroup itself and util-linux's setpriv makes it the
+// job's user.
 package sandbox
 
 import (
@@ -105,7 +108,7 @@ var DefaultReadOnly = []string{
 type Sandbox struct {
 	opt     Options
 	sh      string   // the trampoline: a shell…
-	setpriv string   // …and setpriv (PrepareWith)
+	setpriv string   // …and, without a sandbox, setpriv (PrepareWith)
 	cg      *cgroups // nil: no cgroups (rlimits only)
 	ecg     *cgroups // executor pools' (nil: cg's)
 	own     *owner   // names its job cgroups and proves it alive (cgroup.go); with cg
@@ -135,7 +138,7 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 	if s.sh, err = exec.LookPath("sh"); err != nil {
 		return nil, errors.New("sandbox: no shell (sh) on PATH: jobs start through one")
 	}
-	if s.setpriv, err = exec.LookPath("setpriv"); err != nil {
+	if s.setpriv, err = exec.LookPath("setpriv"); err != nil && opt.Mode == ModeNone {
 		return nil, errors.New("sandbox: setpriv is not installed (Debian: util-linux; Alpine: setpriv): jobs start through it")
 	}
 	made := false
@@ -429,6 +432,9 @@ type Job struct {
 	group   *jobGroup
 	net     *jobNet
 	s       *Sandbox
+	// joins: the runner puts the job's process in its cgroup while it waits at its
+	// gate (bwrap: the trampoline runs as the job's user), not the trampoline itself.
+	joins bool
 }
 
 // Prepare makes the job's cgroup and the command that runs argv in the sandbox with
@@ -439,10 +445,12 @@ func (s *Sandbox) Prepare(workDir string, argv []string, lim Limits) (*Job, erro
 
 // PrepareWith is Prepare with a wider sandbox, or a result file to take.
 //
-// The trampoline is a shell script: wait at the gate (Launch), join the cgroup, set
-// the rlimits, then setpriv becomes the job's user, restores the parent-death signal
-// (a change of user clears it) and executes the sandbox, where the wrapper
-// (files.go) runs the job's command. What the scripts interpolate is the runner's own
+// The trampoline is a shell script: wait at the gate (Launch), set the rlimits, then
+// execute the sandbox, where the wrapper (files.go) runs the job's command. With
+// bwrap it runs as the job's user from its start and the runner puts it in its cgroup
+// at its gate (Job.join); without a sandbox it joins the cgroup itself, then setpriv
+// becomes the job's user and restores the parent-death signal (a change of user
+// clears it). What the scripts interpolate is the runner's own
 // (cgroup paths, numbers, descriptors); the job's command comes as arguments.
 func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra) (*Job, error) {
 	j := &Job{s: s, workDir: workDir, private: s.opt.Mode == ModeBwrap && !x.HostDir, ahead: x.ahead}
@@ -481,6 +489,7 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 		}
 		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv, x, lim)...)
 	}
+	j.joins = s.opt.Mode == ModeBwrap
 	limits, err := s.limitScript(j, lim, x.Executor)
 	if err != nil {
 		j.Cleanup()
@@ -488,12 +497,15 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 	}
 	// First the gate: nothing happens until the guard knows the job (Launch).
 	script := append([]string{fmt.Sprintf("read -r _ <&%d", j.gateFD())}, limits...)
-	sp := []string{s.setpriv}
-	if c := s.credential(); c != nil {
-		sp = append(sp, fmt.Sprintf("--reuid=%d", c.Credential.Uid), fmt.Sprintf("--regid=%d", c.Credential.Gid), "--clear-groups")
-	}
-	sp = append(sp, "--pdeathsig=KILL", "--")
 	script = append(script, fmt.Sprintf(`exec "$@" %d<&-`, j.gateFD()))
+	var sp []string
+	if !j.joins {
+		sp = []string{s.setpriv}
+		if c := s.credential(); c != nil {
+			sp = append(sp, fmt.Sprintf("--reuid=%d", c.Credential.Uid), fmt.Sprintf("--regid=%d", c.Credential.Gid), "--clear-groups")
+		}
+		sp = append(sp, "--pdeathsig=KILL", "--")
+	}
 	j.Argv = append([]string{s.sh, "-c", strings.Join(script, " && "), "hero-sandbox"}, append(sp, inner...)...)
 	return j, nil
 }
@@ -514,8 +526,10 @@ func (s *Sandbox) limitScript(j *Job, lim Limits, executor bool) ([]string, erro
 		}
 		j.group = g
 		s.guard.addDirs(g.directories())
-		for _, f := range g.procsFiles() {
-			script = append(script, "echo $$ > "+shellQuote(f))
+		if !j.joins {
+			for _, f := range g.procsFiles() {
+				script = append(script, "echo $$ > "+shellQuote(f))
+			}
 		}
 	} else {
 		if lim.MemoryBytes > 0 {
@@ -602,8 +616,15 @@ func (j *Job) launch(cmd *exec.Cmd, spec *os.File) (waited func(), err error) {
 	}
 	cmd.ExtraFiles = append(files, gateR)
 	// Setsid: no terminal of the runner's reaches the job (bwrap's --new-session did
-	// that before); Pdeathsig: the trampoline ends with the runner until the gate.
+	// that before); Pdeathsig: the trampoline ends with the runner until the gate —
+	// and after it, bwrap (a program of no set-user-id) keeps it. A trampoline that
+	// does not change its user itself (setpriv) is started as the job's user, its
+	// groups cleared: the kernel sets the parent-death signal after the change of
+	// user (Go's fork does it in that order), which would clear it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if c := j.s.credential(); c != nil && j.joins {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.Credential.Uid, Gid: c.Credential.Gid, Groups: []uint32{}}
+	}
 	err = cmd.Start()
 	closeAll(rw, gateR) // the job holds its own copies
 	if err != nil {
@@ -632,7 +653,11 @@ func (j *Job) pause(step string, pid int) {
 // a job the guard cannot know is ended at its gate and waited for.
 func (j *Job) pass(cmd *exec.Cmd, gate *os.File) (func(), error) {
 	pid := cmd.Process.Pid
-	if err := j.s.guard.add(pid); err != nil {
+	err := j.join(pid)
+	if err == nil {
+		err = j.s.guard.add(pid)
+	}
+	if err != nil {
 		_ = gate.Close() // the job reads the end of the file: it ends there
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("%w: %v", ErrLaunch, err)
@@ -640,6 +665,21 @@ func (j *Job) pass(cmd *exec.Cmd, gate *os.File) (func(), error) {
 	_, _ = gate.Write([]byte("\n")) // an error: the job is gone already (its exit status says how)
 	_ = gate.Close()
 	return func() { j.s.guard.remove(pid) }, nil
+}
+
+// join puts the job's process, waiting at its gate, in its cgroup (Job.joins): the
+// processes it starts from there are in it from their start.
+func (j *Job) join(pid int) error {
+	if !j.joins || j.group == nil {
+		return nil
+	}
+	b := []byte(strconv.Itoa(pid))
+	for _, f := range j.group.procsFiles() {
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			return fmt.Errorf("join the job's cgroup: %v", err)
+		}
+	}
+	return nil
 }
 
 func (j *Job) reportReader() *os.File {
