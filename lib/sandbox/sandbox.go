@@ -453,13 +453,14 @@ func (s *Sandbox) Prepare(workDir string, argv []string, lim Limits) (*Job, erro
 
 // PrepareWith is Prepare with a wider sandbox, or a result file to take.
 //
-// The trampoline is a shell script: wait at the gate (Launch), set the rlimits, then
-// execute the sandbox, where the wrapper (files.go) runs the job's command. With
-// bwrap it runs as the job's user from its start and the runner puts it in its cgroup
-// at its gate (Job.join); without a sandbox it joins the cgroup itself, then setpriv
-// becomes the job's user and restores the parent-death signal (a change of user
-// clears it). What the scripts interpolate is the runner's own
-// (cgroup paths, numbers, descriptors); the job's command comes as arguments.
+// With bwrap the command is bwrap itself, started as the job's user: it waits at its
+// gate for its options (--args, Launch), the runner having put it in its cgroup
+// (Job.join), then makes the sandbox, where the wrapper (files.go) sets the rlimits
+// and runs the job's command. Without a sandbox it is the trampoline, a shell script:
+// wait at the gate, join the cgroup, set the rlimits, then setpriv becomes the job's
+// user and restores the parent-death signal (a change of user clears it). What the
+// scripts interpolate is the runner's own (cgroup paths, numbers, descriptors); the
+// job's command comes as arguments.
 func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra) (*Job, error) {
 	j := &Job{s: s, workDir: workDir, private: s.opt.Mode == ModeBwrap && !x.HostDir, ahead: x.ahead}
 	if j.ahead && (!j.private || lim.Network == model.NetworkOutbound) {
@@ -510,6 +511,14 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 		j.Argv = append([]string{s.opt.Bwrap, "--args", strconv.Itoa(j.gateFD())}, command...)
 		return j, nil
 	}
+	j.Argv = s.trampoline(j, argv)
+	return j, nil
+}
+
+// trampoline is the command that runs argv without a sandbox: a shell that waits at
+// the job's gate, joins its cgroup and sets its rlimits, then setpriv, which becomes
+// the job's user and restores the parent-death signal.
+func (s *Sandbox) trampoline(j *Job, argv []string) []string {
 	// First the gate: nothing happens until the guard knows the job (Launch).
 	script := []string{fmt.Sprintf("read -r _ <&%d", j.gateFD())}
 	if j.group != nil {
@@ -526,8 +535,7 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 		sp = append(sp, fmt.Sprintf("--reuid=%d", c.Credential.Uid), fmt.Sprintf("--regid=%d", c.Credential.Gid), "--clear-groups")
 	}
 	sp = append(sp, "--pdeathsig=KILL", "--")
-	j.Argv = append([]string{s.sh, "-c", strings.Join(script, " && "), "hero-sandbox"}, append(sp, argv...)...)
-	return j, nil
+	return append([]string{s.sh, "-c", strings.Join(script, " && "), "hero-sandbox"}, append(sp, argv...)...)
 }
 
 // rlimit is one resource limit of a job, as the shell's ulimit -<flag> n sets it (soft
