@@ -18,8 +18,8 @@ import (
 )
 
 // Sandboxes made ahead of need. Making a job's sandbox — bwrap's namespaces and
-// mounts, its cgroup, the trampoline's steps — takes tens of milliseconds, most of it
-// waiting on the kernel; a job that waits for it has that much added to its start.
+// mounts, its cgroup, the programs it starts — takes tens of milliseconds of CPU on a
+// small VM; a job that waits for it has that much added to its start.
 // Ahead keeps a few sandboxes made before their jobs, by limits (the sandbox's
 // filesystem size and cgroup are made with them), for the limits jobs asked for
 // recently: each is the whole sandbox of one job, started as a job starts (its gate,

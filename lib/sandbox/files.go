@@ -37,7 +37,8 @@ const reportHeaderMax = 256
 
 // wrapperScript is the job's first process in its sandbox: PID 1 of its PID namespace
 // (bwrap --as-pid-1, so that none of the job's processes can signal it), running as
-// the job's user in its work directory. It first writes "start" to the report
+// the job's user in its work directory. Its job's rlimits set (ulimits, put before it:
+// a shell that cannot set one ends there), it first writes "start" to the report
 // descriptor (%[1]d): the pipe's reader is the runner alone, so the write fails — and
 // nothing of the job starts — when the runner is gone (guard.go); and "begun" right
 // before the job's command runs (its prologue done: a sandbox made ahead has its job),
@@ -91,16 +92,17 @@ const aheadPrologue = `. /dev/fd/%[1]d || exit 1
 exec %[1]d<&-
 [ "$__hero_ok" = 1 ] || exit 1`
 
-// wrapper is the argv that runs argv under wrapperScript.
-func wrapper(sh string, reportFD int, result string, max int64) []string {
+// wrapper is the argv that runs argv under wrapperScript, after ulimits (the job's
+// rlimits: ulimits' command).
+func wrapper(sh string, reportFD int, result string, max int64, ulimits string) []string {
 	prologue := fmt.Sprintf(coldPrologue, shellQuote(result), max+1)
-	return []string{sh, "-c", fmt.Sprintf(wrapperScript, reportFD, prologue), "hero-job"}
+	return []string{sh, "-c", ulimits + fmt.Sprintf(wrapperScript, reportFD, prologue), "hero-job"}
 }
 
 // aheadWrapper is wrapperScript for a sandbox made ahead of its job, its spec read
-// from specFD.
-func aheadWrapper(sh string, reportFD, specFD int) []string {
-	return []string{sh, "-c", fmt.Sprintf(wrapperScript, reportFD, fmt.Sprintf(aheadPrologue, specFD)), "hero-job"}
+// from specFD, after ulimits.
+func aheadWrapper(sh string, reportFD, specFD int, ulimits string) []string {
+	return []string{sh, "-c", ulimits + fmt.Sprintf(wrapperScript, reportFD, fmt.Sprintf(aheadPrologue, specFD)), "hero-job"}
 }
 
 // handSpec is what a sandbox made ahead of its job runs to start it (aheadPrologue):

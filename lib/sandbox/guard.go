@@ -18,9 +18,10 @@ import (
 // group of every job (and executor) running: when the pipe closes — the runner is
 // gone, however it ended — it kills every one of them (kill -KILL -<group>, from
 // outside their PID namespaces, so that their first process dies too). A job waits
-// at its gate, the first thing its trampoline does, until the guard knows its group:
-// a runner that dies before that leaves the gate's pipe closed, and the job ends
-// there, having started nothing.
+// at its gate, before it makes anything (bwrap reading its options; the trampoline's
+// first step without a sandbox), until the guard knows its group: a runner that dies
+// before that leaves the gate's pipe closed, and the job ends there, having started
+// nothing.
 //
 // This holds where the kernel's parent-death signals do not: bwrap's process that
 // becomes the job's PID 1 has none while it sets the sandbox up, and arms it only

@@ -112,7 +112,7 @@ func findNetTools() netTools {
 
 // jobNet is one job's network set-up.
 type jobNet struct {
-	infoR, infoW   *os.File // bwrap's --info-fd (fd 3 in the job's trampoline)
+	infoR, infoW   *os.File // bwrap's --info-fd (fd 3 in the job's first process)
 	blockR, blockW *os.File // bwrap's --block-fd (fd 4)
 	slirp          *exec.Cmd
 	slirpExit      *os.File // closing it ends slirp4netns (--exit-fd)
@@ -148,8 +148,8 @@ func (n *jobNet) close() {
 
 const netSetupTimeout = 10 * time.Second
 
-// start runs once the job's trampoline runs: it finds the job's namespace, serves it
-// with slirp4netns, denies the ranges, then (after ready) lets the job go.
+// start runs once the job's first process (bwrap) runs: it finds the job's namespace,
+// serves it with slirp4netns, denies the ranges, then (after ready) lets the job go.
 func (n *jobNet) start(t netTools, deny []netip.Prefix, denyHost bool, ready func(pid int)) error {
 	// The child has its own copies; the parent's write end of info must go for EOF.
 	_ = n.infoW.Close()

@@ -9,10 +9,15 @@
 // cgroups), and to the size of its filesystem (disk). docs/security.md lists what it
 // guarantees.
 //
-// A job starts through a trampoline, a shell and util-linux's setpriv: it waits at its
-// gate until the runner's guard knows it, joins the job's cgroup and sets the rlimits,
-// becomes the job's user and executes bwrap, so that no process of the job ever runs
-// outside its limits, nor after the runner is gone.
+// A job waits at its gate, before anything of it is made, until the runner's guard
+// knows it and it is in the job's cgroup with its rlimits, so that no process of the
+// job ever runs outside its limits, nor after the runner is gone. With bwrap, bwrap
+// itself is the job's first process, started as the job's user with its parent-death
+// signal (the runner's fork does both): its gate is its options, which it reads from
+// a pipe (--args) before it makes anything, and which the runner writes once it has
+// put the process in its cgroup and set its rlimits. Without a sandbox the job starts
+// through a trampoline, a shell and util-linux's setpriv: it waits at its gate, joins
+// the job's cgroup, sets the rlimits, becomes the job's user and executes the job.
 package sandbox
 
 import (
@@ -104,7 +109,7 @@ var DefaultReadOnly = []string{
 // Sandbox makes job commands.
 type Sandbox struct {
 	opt     Options
-	sh      string   // the trampoline: a shell…
+	sh      string   // the wrapper's shell, and without a sandbox the trampoline's…
 	setpriv string   // …and setpriv (PrepareWith)
 	cg      *cgroups // nil: no cgroups (rlimits only)
 	ecg     *cgroups // executor pools' (nil: cg's)
@@ -135,7 +140,7 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 	if s.sh, err = exec.LookPath("sh"); err != nil {
 		return nil, errors.New("sandbox: no shell (sh) on PATH: jobs start through one")
 	}
-	if s.setpriv, err = exec.LookPath("setpriv"); err != nil {
+	if s.setpriv, err = exec.LookPath("setpriv"); err != nil && opt.Mode == ModeNone {
 		return nil, errors.New("sandbox: setpriv is not installed (Debian: util-linux; Alpine: setpriv): jobs start through it")
 	}
 	made := false
@@ -334,8 +339,11 @@ func (s *Sandbox) WorkDir(parent, pattern string) (dir string, remove func(), er
 
 // bwrapArgs is the bwrap command line for argv run in workDir: the job's own
 // filesystem (jobFS, of lim's DiskBytes) with workDir in it and the rest of its root
-// read-only, or (x.HostDir) the host's workDir bound and writable tmpfs mounts.
-func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra, lim Limits) []string {
+// read-only, or (x.HostDir) the host's workDir bound and writable tmpfs mounts. gated
+// are the options bwrap reads at its gate (--args), command the rest of its command
+// line: --hostname, which bwrap refuses without the gate's --unshare-uts (a gate that
+// closes empty — the runner gone — makes nothing), then argv.
+func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra, lim Limits) (gated, command []string) {
 	net := "--unshare-net"
 	if x.ShareNet {
 		net = "--share-net"
@@ -346,7 +354,7 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra, lim Limits) 
 		"--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts", net, "--unshare-cgroup-try",
 		// No --new-session: the job's processes stay in its process group (the guard
 		// kills it), a session of its own without a terminal (Launch).
-		"--die-with-parent", "--hostname", "hero-job", "--proc", "/proc", "--dev", "/dev",
+		"--die-with-parent", "--proc", "/proc", "--dev", "/dev",
 	}
 	if x.HostDir {
 		a = append(a, "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp")
@@ -368,18 +376,18 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra, lim Limits) 
 	}
 	switch {
 	case x.HostDir:
-		a = append(a, "--bind", workDir, workDir, "--chdir", workDir, "--")
+		a = append(a, "--bind", workDir, workDir, "--chdir", workDir)
 	case x.ahead:
 		// The work directory (JobDir's) is made now, for the job to come: it starts
 		// there without a program run to make it (the wrapper makes another name).
-		a = append(a, "--perms", "0700", "--dir", workDir, "--chdir", jobFS, "--remount-ro", "/dev", "--remount-ro", "/", "--as-pid-1", "--")
+		a = append(a, "--perms", "0700", "--dir", workDir, "--chdir", jobFS, "--remount-ro", "/dev", "--remount-ro", "/", "--as-pid-1")
 	default:
 		// The wrapper is the job's PID 1 (--as-pid-1): no process of the job can
 		// signal it. Its root and /dev are read-only: the job writes its own
 		// filesystem (and /dev/shm) only.
-		a = append(a, "--perms", "0700", "--dir", workDir, "--chdir", workDir, "--remount-ro", "/dev", "--remount-ro", "/", "--as-pid-1", "--")
+		a = append(a, "--perms", "0700", "--dir", workDir, "--chdir", workDir, "--remount-ro", "/dev", "--remount-ro", "/", "--as-pid-1")
 	}
-	return append(a, argv...)
+	return a, append([]string{"--hostname", "hero-job", "--"}, argv...)
 }
 
 // sizeArgs is a bwrap mount (mount, dest) of size bytes; 0: the job's filesystem
@@ -429,6 +437,12 @@ type Job struct {
 	group   *jobGroup
 	net     *jobNet
 	s       *Sandbox
+	// direct: bwrap is the job's first process (no trampoline); the runner puts it in
+	// its cgroup while it waits at its gate, and lets it through by writing gate, its
+	// options (bwrap --args); its rlimits are set in the sandbox (ulimits).
+	direct  bool
+	rlimits []rlimit
+	gate    []byte
 }
 
 // Prepare makes the job's cgroup and the command that runs argv in the sandbox with
@@ -439,11 +453,14 @@ func (s *Sandbox) Prepare(workDir string, argv []string, lim Limits) (*Job, erro
 
 // PrepareWith is Prepare with a wider sandbox, or a result file to take.
 //
-// The trampoline is a shell script: wait at the gate (Launch), join the cgroup, set
-// the rlimits, then setpriv becomes the job's user, restores the parent-death signal
-// (a change of user clears it) and executes the sandbox, where the wrapper
-// (files.go) runs the job's command. What the scripts interpolate is the runner's own
-// (cgroup paths, numbers, descriptors); the job's command comes as arguments.
+// With bwrap the command is bwrap itself, started as the job's user: it waits at its
+// gate for its options (--args, Launch), the runner having put it in its cgroup
+// (Job.join), then makes the sandbox, where the wrapper (files.go) sets the rlimits
+// and runs the job's command. Without a sandbox it is the trampoline, a shell script:
+// wait at the gate, join the cgroup, set the rlimits, then setpriv becomes the job's
+// user and restores the parent-death signal (a change of user clears it). What the
+// scripts interpolate is the runner's own (cgroup paths, numbers, descriptors); the
+// job's command comes as arguments.
 func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra) (*Job, error) {
 	j := &Job{s: s, workDir: workDir, private: s.opt.Mode == ModeBwrap && !x.HostDir, ahead: x.ahead}
 	if j.ahead && (!j.private || lim.Network == model.NetworkOutbound) {
@@ -471,64 +488,125 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 		}
 		j.net, x.outbound = n, true
 	}
-	inner := argv
-	if s.opt.Mode == ModeBwrap {
-		switch {
-		case j.ahead:
-			argv = aheadWrapper(s.sh, j.reportFD(), j.specFD())
-		case j.private:
-			argv = append(wrapper(s.sh, j.reportFD(), x.Result, x.ResultMax), argv...)
-		}
-		inner = append([]string{s.opt.Bwrap}, s.bwrapArgs(workDir, argv, x, lim)...)
-	}
-	limits, err := s.limitScript(j, lim, x.Executor)
-	if err != nil {
+	j.direct = s.opt.Mode == ModeBwrap
+	if err := s.makeGroup(j, lim, x.Executor); err != nil {
 		j.Cleanup()
 		return nil, err
 	}
+	j.rlimits = rlimits(lim, j.group != nil)
+	if j.direct {
+		// The rlimits are set in the sandbox, by its first process (as the job's user,
+		// which may lower them): the runner may not set another user's.
+		ul := ulimits(j.rlimits)
+		switch {
+		case j.ahead:
+			argv = aheadWrapper(s.sh, j.reportFD(), j.specFD(), ul)
+		case j.private:
+			argv = append(wrapper(s.sh, j.reportFD(), x.Result, x.ResultMax, ul), argv...)
+		case ul != "":
+			argv = append([]string{s.sh, "-c", ul + `exec "$@"`, "hero-limits"}, argv...)
+		}
+		gated, command := s.bwrapArgs(workDir, argv, x, lim)
+		j.gate = []byte(strings.Join(gated, "\x00") + "\x00")
+		j.Argv = append([]string{s.opt.Bwrap, "--args", strconv.Itoa(j.gateFD())}, command...)
+		return j, nil
+	}
+	j.Argv = s.trampoline(j, argv)
+	return j, nil
+}
+
+// trampoline is the command that runs argv without a sandbox: a shell that waits at
+// the job's gate, joins its cgroup and sets its rlimits, then setpriv, which becomes
+// the job's user and restores the parent-death signal.
+func (s *Sandbox) trampoline(j *Job, argv []string) []string {
 	// First the gate: nothing happens until the guard knows the job (Launch).
-	script := append([]string{fmt.Sprintf("read -r _ <&%d", j.gateFD())}, limits...)
+	script := []string{fmt.Sprintf("read -r _ <&%d", j.gateFD())}
+	if j.group != nil {
+		for _, f := range j.group.procsFiles() {
+			script = append(script, "echo $$ > "+shellQuote(f))
+		}
+	}
+	for _, l := range j.rlimits {
+		script = append(script, fmt.Sprintf("ulimit -%c %d", l.flag, l.n))
+	}
+	script = append(script, fmt.Sprintf(`exec "$@" %d<&-`, j.gateFD()))
 	sp := []string{s.setpriv}
 	if c := s.credential(); c != nil {
 		sp = append(sp, fmt.Sprintf("--reuid=%d", c.Credential.Uid), fmt.Sprintf("--regid=%d", c.Credential.Gid), "--clear-groups")
 	}
 	sp = append(sp, "--pdeathsig=KILL", "--")
-	script = append(script, fmt.Sprintf(`exec "$@" %d<&-`, j.gateFD()))
-	j.Argv = append([]string{s.sh, "-c", strings.Join(script, " && "), "hero-sandbox"}, append(sp, inner...)...)
-	return j, nil
+	return append([]string{s.sh, "-c", strings.Join(script, " && "), "hero-sandbox"}, append(sp, argv...)...)
 }
 
-// limitScript is the trampoline's part that puts the job in its cgroup and sets its
-// rlimits (making the cgroup, j.group): under the executors' parent for an executor
-// pool's sandbox (executor), else under the jobs'.
-func (s *Sandbox) limitScript(j *Job, lim Limits, executor bool) ([]string, error) {
-	var script []string
+// rlimit is one resource limit of a job, as the shell's ulimit -<flag> n sets it (soft
+// and hard).
+type rlimit struct {
+	flag byte
+	n    int64
+}
+
+// ulimits is the shell command that sets rls, ending the shell when one cannot be set
+// ("" for none).
+func ulimits(rls []rlimit) string {
+	if len(rls) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for i, l := range rls {
+		if i > 0 {
+			b.WriteString(" && ")
+		}
+		fmt.Fprintf(&b, "ulimit -%c %d", l.flag, l.n)
+	}
+	b.WriteString(" || exit 1\n")
+	return b.String()
+}
+
+// groupFor is the cgroups a job of lim gets one of (nil: none, rlimits instead): under
+// the executors' parent for an executor pool's sandbox (executor), else under the
+// jobs'.
+func (s *Sandbox) groupFor(lim Limits, executor bool) *cgroups {
 	cg := s.cg
 	if executor && s.ecg != nil {
 		cg = s.ecg
 	}
 	if cg != nil && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUMillis > 0 || lim.CPUWeight > 0) {
-		g, err := cg.create(s.own.cgroupName(s.seq.Add(1)), lim)
-		if err != nil {
-			return nil, err
-		}
-		j.group = g
-		s.guard.addDirs(g.directories())
-		for _, f := range g.procsFiles() {
-			script = append(script, "echo $$ > "+shellQuote(f))
-		}
-	} else {
+		return cg
+	}
+	return nil
+}
+
+// rlimits are the rlimits of a job of lim: its file size, and its memory (address
+// space) and processes when it has no cgroup (group false).
+func rlimits(lim Limits, group bool) []rlimit {
+	var out []rlimit
+	if !group {
 		if lim.MemoryBytes > 0 {
-			script = append(script, fmt.Sprintf("ulimit -v %d", lim.MemoryBytes>>10))
+			out = append(out, rlimit{'v', lim.MemoryBytes >> 10})
 		}
 		if lim.Pids > 0 {
-			script = append(script, fmt.Sprintf("ulimit -p %d", lim.Pids))
+			out = append(out, rlimit{'p', int64(lim.Pids)})
 		}
 	}
 	if lim.FileSizeBytes > 0 {
-		script = append(script, fmt.Sprintf("ulimit -f %d", lim.FileSizeBytes/512))
+		out = append(out, rlimit{'f', lim.FileSizeBytes / 512})
 	}
-	return script, nil
+	return out
+}
+
+// makeGroup makes the job's cgroup (j.group), if it gets one, and tells the guard.
+func (s *Sandbox) makeGroup(j *Job, lim Limits, executor bool) error {
+	cg := s.groupFor(lim, executor)
+	if cg == nil {
+		return nil
+	}
+	g, err := cg.create(s.own.cgroupName(s.seq.Add(1)), lim)
+	if err != nil {
+		return err
+	}
+	j.group = g
+	s.guard.addDirs(g.directories())
+	return nil
 }
 
 // The job's process gets files as fd 3 onwards, in this order: the network's (bwrap's
@@ -602,8 +680,14 @@ func (j *Job) launch(cmd *exec.Cmd, spec *os.File) (waited func(), err error) {
 	}
 	cmd.ExtraFiles = append(files, gateR)
 	// Setsid: no terminal of the runner's reaches the job (bwrap's --new-session did
-	// that before); Pdeathsig: the trampoline ends with the runner until the gate.
+	// that before); Pdeathsig: the job's first process ends with the runner, at its
+	// gate and after it (bwrap, a program of no set-user-id, keeps it). bwrap started
+	// directly is started as the job's user, its groups cleared: Go's fork sets the
+	// parent-death signal after the change of user, which would clear it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if c := j.s.credential(); c != nil && j.direct {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.Credential.Uid, Gid: c.Credential.Gid, Groups: []uint32{}}
+	}
 	err = cmd.Start()
 	closeAll(rw, gateR) // the job holds its own copies
 	if err != nil {
@@ -632,14 +716,37 @@ func (j *Job) pause(step string, pid int) {
 // a job the guard cannot know is ended at its gate and waited for.
 func (j *Job) pass(cmd *exec.Cmd, gate *os.File) (func(), error) {
 	pid := cmd.Process.Pid
-	if err := j.s.guard.add(pid); err != nil {
+	err := j.join(pid)
+	if err == nil {
+		err = j.s.guard.add(pid)
+	}
+	if err != nil {
 		_ = gate.Close() // the job reads the end of the file: it ends there
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("%w: %v", ErrLaunch, err)
 	}
-	_, _ = gate.Write([]byte("\n")) // an error: the job is gone already (its exit status says how)
+	open := []byte("\n")
+	if j.direct {
+		open = j.gate
+	}
+	_, _ = gate.Write(open) // an error: the job is gone already (its exit status says how)
 	_ = gate.Close()
 	return func() { j.s.guard.remove(pid) }, nil
+}
+
+// join puts bwrap started directly (Job.direct), waiting at its gate, in the job's
+// cgroup: the processes it starts from there are in it from their start.
+func (j *Job) join(pid int) error {
+	if !j.direct || j.group == nil {
+		return nil
+	}
+	b := []byte(strconv.Itoa(pid))
+	for _, f := range j.group.procsFiles() {
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			return fmt.Errorf("join the job's cgroup: %v", err)
+		}
+	}
+	return nil
 }
 
 func (j *Job) reportReader() *os.File {

@@ -276,3 +276,65 @@ func twoRunnersCgroups(t *testing.T) (s *Sandbox, live, dead *jobGroup) {
 	t.Cleanup(func() { dead.kill(time.Second); dead.remove() })
 	return s, live, dead
 }
+
+// Issue 44: a sandbox costs two programs, bwrap and the wrapper, no trampoline. The
+// job's first process is bwrap itself, waiting at its gate (its options, --args) as
+// the job's user already, in no cgroup of the job's yet; at its gate's pass it is in
+// the job's cgroup, and the job runs with its rlimits (set in the sandbox).
+func TestFirstProcessIsBwrapAtItsGate(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bwrap is not installed")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the job's uid is the runner's own unless the runner is root")
+	}
+	type seen struct {
+		exe, status, cgroup string
+	}
+	at := map[string]seen{}
+	pause := func(step string, pid int) {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		at[step] = seen{exe, string(st), string(cg)}
+	}
+	s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Pause: pause})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dir, _, _ := s.WorkDir("", "hero-sbx-test-")
+	lim := Limits{Pids: 64, MemoryBytes: 256 << 20, FileSizeBytes: 1 << 20}
+	j, err := s.PrepareWith(dir, []string{"/bin/sh", "-s"}, lim, Extra{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Cleanup()
+	var out procrun.Capped
+	out.Max = 1 << 20
+	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Stdin: strings.NewReader("ulimit -f; id -G"), Stdout: &out, Stderr: &out, Launch: j.Launch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := p.Wait(); res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", res.ExitCode, out.String())
+	}
+	spawned, gated := at["spawned"], at["gated"]
+	if want, _ := filepath.EvalSymlinks(s.opt.Bwrap); spawned.exe != want {
+		t.Errorf("the job's first process at its gate runs %q, want bwrap (%s)", spawned.exe, want)
+	}
+	_, groups, _ := strings.Cut(spawned.status, "\nGroups:")
+	groups, _, _ = strings.Cut(groups, "\n")
+	if !strings.Contains(spawned.status, "\nUid:\t61000\t61000\t61000\t61000\n") || strings.TrimSpace(groups) != "" {
+		t.Errorf("the job's first process at its gate is not the job's user without groups:\n%s", spawned.status)
+	}
+	if j.group != nil {
+		name := filepath.Base(j.group.directories()[0])
+		if strings.Contains(spawned.cgroup, name) || !strings.Contains(gated.cgroup, name) {
+			t.Errorf("cgroup %s: at the gate %q, through it %q; want it joined at the gate's pass", name, spawned.cgroup, gated.cgroup)
+		}
+	}
+	if got := strings.Fields(out.String()); len(got) != 2 || got[0] != "2048" || got[1] != "61000" {
+		t.Errorf("the job's file size limit (512-byte blocks) and groups: %q, want 2048 61000", out.String())
+	}
+}
