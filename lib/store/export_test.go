@@ -11,6 +11,9 @@ import (
 // messages themselves.
 var RequestFields = requestFields
 
+// ReleaseBatch is releaseBatch, for the tests of a big fan-out's release.
+const ReleaseBatch = releaseBatch
+
 // StartChunk is startChunk, for the tests of a large flow's start.
 const StartChunk = startChunk
 
@@ -30,3 +33,4 @@ func (d *DB) StartPart(ctx context.Context, f *model.Flow, jobs []*model.Job, de
 	_, err = chunk()
 	return chunk, err
 }
+

@@ -2215,24 +2215,38 @@ func decodeRefreshReply(v any) (out string, err error) {
 }
 
 // releaseDependentsScript is lua/release_dependents.lua (its header declares its interface).
-var releaseDependentsScript = luaScript("release_dependents.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua")
+var releaseDependentsScript = luaScript("release_dependents.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua")
 
 // releaseDependentsArgs are the KEYS and ARGV of lua/release_dependents.lua.
 type releaseDependentsArgs struct {
-	DagKey string // KEYS
-	Caller int64
-	ID     int64
-	NowS   int64
+	MsgOutKey string // KEYS
+	DagKey    string // KEYS
+	Ctx       int64
+	Flow      int64
+	Caller    int64
+	ID        int64
+	Max       int64
+	NowS      int64
+	NowMs     int64
+	Request   []any
 }
 
 // call is the run of lua/release_dependents.lua with a's KEYS and ARGV.
 func (a *releaseDependentsArgs) call() Call {
-	keys := make([]string, 0, 1)
-	keys = append(keys, a.DagKey)
-	args := make([]any, 0, 3)
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.MsgOutKey, a.DagKey)
+	args := make([]any, 0, 8)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
 	args = append(args, a.Caller)
 	args = append(args, a.ID)
+	args = append(args, a.Max)
 	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, len(a.Request))
+	for _, x1 := range a.Request {
+		args = append(args, x1)
+	}
 	return Call{Script: releaseDependentsScript, Keys: keys, Args: args}
 }
 
@@ -2248,23 +2262,27 @@ func (a *releaseDependentsArgs) run(ctx context.Context, r luaRunner) (releaseDe
 
 // releaseDependentsRecord is a record of lua/release_dependents.lua.
 type releaseDependentsRecord struct {
-	More  int64
-	Ready []int64
+	Left       int64
+	Dispatched int64
+	Ready      []int64
 }
 
 // decodeReleaseDependentsReply decodes the reply of lua/release_dependents.lua.
 func decodeReleaseDependentsReply(v any) (out releaseDependentsRecord, err error) {
 	r1, err := luaconv.List(v)
-	if err == nil && len(r1) < 1 {
-		err = fmt.Errorf("%d items, want 1", len(r1))
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/release_dependents.lua: reply: %w", err)
 	}
-	if out.More, err = luaconv.Int(r1[0]); err != nil {
-		return out, fmt.Errorf("lua/release_dependents.lua: reply.more: %w", err)
+	if out.Left, err = luaconv.Int(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/release_dependents.lua: reply.left: %w", err)
 	}
-	l1, err := luaconv.List(any(r1[1:]))
+	if out.Dispatched, err = luaconv.Int(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/release_dependents.lua: reply.dispatched: %w", err)
+	}
+	l1, err := luaconv.List(any(r1[2:]))
 	if err != nil {
 		return out, fmt.Errorf("lua/release_dependents.lua: reply.ready: %w", err)
 	}

@@ -548,36 +548,19 @@ func (e *engine) runDue(ctx context.Context) {
 }
 
 // releaseDependents releases the dependents of a completed node that its completion
-// left (more than store.ReleaseChunk), a chunk a call, one call after the other, while
-// a goroutine dispatches each chunk's ready ones (the releases do not wait for the
-// dispatches). A call that fails stops it: the node's rel: field stays, and the
-// safety sweep takes it up again. It returns once every chunk released is dispatched.
+// left (more than store.ReleaseChunk): the store makes them ready and dispatches them
+// in a few short script calls, the later ones pipelined (store.ReleaseDependents). A
+// call that fails stops it: the node's rel: field stays, and the safety sweep takes it
+// up again.
 func (e *engine) releaseDependents(ctx context.Context, db *store.DB, it store.DueItem) {
-	chunks := make(chan []uint32, 64)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ready := range chunks {
-			e.dispatchNodes(ctx, db, it.FlowID, it.CallerID, ready, nil, time.Time{})
-		}
-	}()
-	defer func() {
-		close(chunks)
-		<-done
-	}()
-	for {
-		ready, more, err := db.ReleaseDependents(ctx, it.FlowID, it.CallerID, it.JobID)
-		if err != nil {
-			e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Uint32(obs.KeyJobID, it.JobID).Msg("release dependents (the safety sweep tries again)")
-			return
-		}
-		if len(ready) > 0 {
-			chunks <- ready
-		}
-		if !more {
-			return
-		}
+	r, err := db.ReleaseDependents(ctx, it.FlowID, it.CallerID, it.JobID)
+	e.m.dispatched.Add(float64(r.Dispatched))
+	if err != nil {
+		e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Uint32(obs.KeyJobID, it.JobID).Msg("release dependents (the safety sweep tries again)")
+		return
 	}
+	e.log.Debug().Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Uint32(obs.KeyJobID, it.JobID).Int("ready", len(r.Ready)).
+		Int("dispatched", r.Dispatched).Int("calls", r.Calls).Msg("dependents released")
 }
 
 // sweep reconciles every active flow with its jobs: ready nodes that were never

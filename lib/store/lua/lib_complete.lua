@@ -57,8 +57,8 @@ end
 -- release_later records that a node's dependents after the first `done` are left to
 -- release_dependents calls (rel:<id> "<done> <fin>" in the DAG hash), which the
 -- scheduler makes at once: coord:due's member release:<ctx>:<flow>:<caller>:<id>, due
--- now, and a wake on coord:delayedwake. A node of many dependents is so released a
--- RELEASE_CHUNK at a time, never all in one call.
+-- now, and a wake on coord:delayedwake. A node of many dependents is so released in
+-- calls of up to 1,000 (lib/store's releaseBatch), never all in one call.
 local function release_later(dag, ctx, flow, caller, id, done, fin, now_ms)
   redis.call('HSET', dag, 'rel:' .. id, done .. ' ' .. fin)
   redis.call('SELECT', '0')
