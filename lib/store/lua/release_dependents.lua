@@ -58,15 +58,35 @@ argi = argi + 1 + n_request
 local dag = KEYS[2]
 local rel = redis.call('HGET', dag, 'rel:' .. id)
 if not rel then return {0, 0} end
-local done, fin = string.match(rel, '^(%d+) (%d+)$')
-done = tonumber(done)
-local deps = cjson.decode(redis.call('HGET', dag, 'd:' .. id) or '[]')
-local last = math.min(#deps, done + max)
+-- rel: "<done> <fin>" as the completion left it, then "<done> <fin> <pos> <total>":
+-- where the next dependent starts in the node's d: list (its JSON), and how many it
+-- lists. The list is read from pos, not decoded whole: the chunk's ids only.
+local done, fin, pos, total = string.match(rel, '^(%d+) (%d+) ?(%d*) ?(%d*)$')
+done, pos, total = tonumber(done), tonumber(pos), tonumber(total)
+local dj = redis.call('HGET', dag, 'd:' .. id) or '[]'
+if not pos then
+  pos = 1
+  for _ = 1, done do
+    local _, e = string.find(dj, '%d+', pos)
+    if not e then break end
+    pos = e + 1
+  end
+  local _, commas = string.gsub(dj, ',', '')
+  total = 0
+  if string.find(dj, '%d') then total = commas + 1 end
+end
+local chunk = {}
+while #chunk < max do
+  local s, e = string.find(dj, '%d+', pos)
+  if not s then break end
+  chunk[#chunk + 1] = string.sub(dj, s, e)
+  pos = e + 1
+end
+local last = done + #chunk
 -- The chunk's remaining-dependency counts and states, in one read; kept in cur as
 -- they change (a dependent listed twice is counted down twice, as one HINCRBY each).
 local fields = {}
-for i = done + 1, last do
-  local d = int(deps[i])
+for _, d in ipairs(chunk) do
   fields[#fields + 1] = 'r:' .. d
   fields[#fields + 1] = 's:' .. d
 end
@@ -78,8 +98,7 @@ for i = 1, #fields, 1000 do
   end
 end
 local ready, counts, gone = {}, {}, {}
-for i = done + 1, last do
-  local d = int(deps[i])
+for _, d in ipairs(chunk) do
   local rk, sk = 'r:' .. d, 's:' .. d
   local r = (tonumber(cur[rk]) or 0) - 1
   cur[rk] = r
@@ -103,7 +122,7 @@ call_each('HDEL', dag, gone)
 -- retry in chunks under way).
 local flag = redis.call('HMGET', dag, 'paused', 'hold')
 local go = not flag[1] and not flag[2]
-local out = {last < #deps and #deps - last or 0, 0}
+local out = {math.max(total - last, 0), 0}
 local attempts = {}
 if go and #ready > 0 then
   local af = {}
@@ -143,8 +162,8 @@ for k, d in ipairs(ready) do
 end
 call_each('HSET', dag, set, 2)
 index_flush()
-if last < #deps then
-  redis.call('HSET', dag, 'rel:' .. id, last .. ' ' .. fin)
+if last < total then
+  redis.call('HSET', dag, 'rel:' .. id, int(last) .. ' ' .. fin .. ' ' .. int(pos) .. ' ' .. int(total))
 else
   redis.call('HDEL', dag, 'rel:' .. id)
 end
