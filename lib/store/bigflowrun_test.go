@@ -133,12 +133,15 @@ func TestBigFlowStartedInChunks(t *testing.T) {
 // none left changes nothing. A paused flow's dependents are made ready, not dispatched.
 func TestManyDependentsReleasedInChunks(t *testing.T) {
 	s := open(t)
+	releaseMany(t, s, 32, false)
+	releaseMany(t, s, 34, true)
+}
+
+// releaseMany is TestManyDependentsReleasedInChunks in context ctxID, its flow paused
+// or not.
+func releaseMany(t *testing.T, s *store.Store, ctxID uint32, paused bool) {
 	ctx := context.Background()
-	for _, paused := range []bool{false, true} {
-		ctxID := uint32(32)
-		if paused {
-			ctxID = 34
-		}
+	{
 		db := mustCtx(t, s, ctxID)
 		rc := srv.Client(t, int(ctxID))
 		n := store.ReleaseChunk + 2*store.ReleaseBatch + 88
@@ -182,7 +185,21 @@ func TestManyDependentsReleasedInChunks(t *testing.T) {
 		if rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("rel:", root)).Val() {
 			t.Fatal("rel: left once every dependent is released")
 		}
-		wantNode, wantDispatched, wantMsgs := model.NodeDispatched, n-store.ReleaseChunk, int64(3)
+		checkReleased(t, db, f, r, paused, msgs0)
+		if r, err := db.ReleaseDependents(ctx, f.ID, 1, root); err != nil || r.Calls != 1 || len(r.Ready) != 0 || r.Dispatched != 0 {
+			t.Fatalf("a release with none left: %+v %v", r, err)
+		}
+	}
+}
+
+// checkReleased checks what ReleaseDependents did (r) to releaseMany's flow: every
+// dependent released dispatched (its node and job, attempt 1), in one request message
+// a call (msgs0: the flow's messages before), or, paused, ready and not dispatched.
+func checkReleased(t *testing.T, db *store.DB, f *model.Flow, r store.Released, paused bool, msgs0 int64) {
+	ctx := context.Background()
+	rc := srv.Client(t, int(db.ContextID))
+	{
+		wantNode, wantDispatched, wantMsgs := model.NodeDispatched, len(r.Ready), int64(3)
 		if paused {
 			wantNode, wantDispatched, wantMsgs = model.NodeReady, 0, 0
 		}
@@ -199,9 +216,6 @@ func TestManyDependentsReleasedInChunks(t *testing.T) {
 			if st != string(wantNode) || j[0] != string(model.JobDispatched) || !paused && (j[1] == nil || j[2] != "1") || paused && j[1] != nil {
 				t.Fatalf("paused %v: dependent %d: node %s, job %v", paused, id, st, j)
 			}
-		}
-		if r, err := db.ReleaseDependents(ctx, f.ID, 1, root); err != nil || r.Calls != 1 || len(r.Ready) != 0 || r.Dispatched != 0 {
-			t.Fatalf("a release with none left: %+v %v", r, err)
 		}
 	}
 }

@@ -598,6 +598,9 @@ type DueItem struct {
 	// Release: not a retry but the dependents of completed node JobID left to
 	// release (ReleaseDependents).
 	Release bool
+	// Cascade: not a retry but the flow's nodes left to cancel after a failure
+	// (CascadeFlow); JobID 0.
+	Cascade bool
 }
 
 // PopDue removes and returns the delayed work that is due, from the coord:due of every
@@ -607,10 +610,10 @@ func (s *Store) PopDue(ctx context.Context, now time.Time, limit int) ([]DueItem
 	var out []DueItem
 	for _, m := range s.popDue(ctx, keys.Due, now, limit, &e) {
 		parts := strings.Split(m, ":")
-		if len(parts) != 5 || parts[0] != "retry" && parts[0] != "release" {
+		if len(parts) != 5 || parts[0] != "retry" && parts[0] != "release" && parts[0] != "cascade" {
 			continue
 		}
-		out = append(out, DueItem{parseU32(parts[1]), parseU32(parts[2]), parseU32(parts[3]), parseU32(parts[4]), parts[0] == "release"})
+		out = append(out, DueItem{parseU32(parts[1]), parseU32(parts[2]), parseU32(parts[3]), parseU32(parts[4]), parts[0] == "release", parts[0] == "cascade"})
 	}
 	if len(out) == 0 && e.first != nil {
 		return nil, fmt.Errorf("pop due work: %w", e.first)
