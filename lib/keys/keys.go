@@ -263,6 +263,11 @@ const StopListPrefix = "coord:ctl:"
 func DAG(flowID uint32) string         { return DAGPrefix + u(flowID) }
 func FlowResults(flowID uint32) string { return FlowResultsPrefix + u(flowID) }
 
+// FlowCascade is the list of a flow's nodes left to examine by the cancel of a failed
+// node's transitive dependents (items "<node> <failed node>"), while more are left
+// than one call examines (lib/store's lua/flow_cascade_chunk.lua); gone when none is.
+func FlowCascade(flowID uint32) string { return FlowCascadePrefix + u(flowID) }
+
 // FlowStage is a flow's creation in progress (flow.begin until flow.create): its
 // caller, its range of job ids, its expiry and state (lib/store/stage.go).
 func FlowStage(flowID uint32) string    { return FlowStagePrefix + u(flowID) }
@@ -277,6 +282,7 @@ func RunnerProcs(runnerID uint32) string     { return RunnerCoordPrefix + u(runn
 const (
 	DAGPrefix          = "coord:dag:"
 	FlowResultsPrefix  = "coord:flowres:"
+	FlowCascadePrefix  = "coord:cascade:"
 	FlowStagePrefix    = "coord:flowstage:"
 	JobLogPrefix       = "coord:log:"
 	JobLogWatchPrefix  = "coord:logwatch:"

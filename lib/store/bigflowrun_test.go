@@ -126,63 +126,97 @@ func TestBigFlowStartedInChunks(t *testing.T) {
 }
 
 // A node with more than ReleaseChunk dependents makes the first ReleaseChunk ready at
-// its completion and leaves the others to ReleaseDependents calls of ReleaseChunk
-// each, which the scheduler is asked for (coord:due's release member); the last call
-// says none is left and removes the node's rel: field.
+// its completion and leaves the others to ReleaseDependents, which the scheduler is
+// asked for (coord:due's release member): it makes them ready and dispatches them, a
+// ReleaseBatch a call (the first call alone, the others in one round trip), each
+// chunk's jobs in one request message; the node's rel: field goes, and a release with
+// none left changes nothing. A paused flow's dependents are made ready, not dispatched.
 func TestManyDependentsReleasedInChunks(t *testing.T) {
 	s := open(t)
-	db := mustCtx(t, s, 32)
+	releaseMany(t, s, 32, false)
+	releaseMany(t, s, 34, true)
+}
+
+// releaseMany is TestManyDependentsReleasedInChunks in context ctxID, its flow paused
+// or not.
+func releaseMany(t *testing.T, s *store.Store, ctxID uint32, paused bool) {
 	ctx := context.Background()
-	n := 2*store.ReleaseChunk + 88
-	f, layers := createLayers(t, s, 32, 1, n)
-	jobs, ready := storetest.StartFlow(t, db, f)
-	if !slices.Equal(ready, layers[0]) {
-		t.Fatalf("ready at the start: %v", ready)
-	}
-	if _, err := db.DispatchStarted(ctx, f.ID, 1, jobs[:1], "scheduler", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	root := layers[0][0]
-	res, errs := db.CompleteNodes(ctx, []store.JobEnd{{FlowID: f.ID, CallerID: 1, JobID: root, Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler"}})
-	if errs[0] != nil {
-		t.Fatal(errs[0])
-	}
-	got := res[0].Ready
-	if !res[0].Applied || !slices.Equal(got, layers[1][:store.ReleaseChunk]) {
-		t.Fatalf("the completion made %d ready, want the first %d", len(got), store.ReleaseChunk)
-	}
-	due := srv.Client(t, 0).ZRange(ctx, keys.Due, 0, -1).Val()
-	if want := fmt.Sprintf("release:32:%d:1:%d", f.ID, root); !slices.Contains(due, want) {
-		t.Fatalf("coord:due %v, want %s", due, want)
-	}
-	calls := 0
-	for more := true; more; {
-		var part []uint32
-		var err error
-		part, more, err = db.ReleaseDependents(ctx, f.ID, 1, root)
+	{
+		db := mustCtx(t, s, ctxID)
+		rc := srv.Client(t, int(ctxID))
+		n := store.ReleaseChunk + 2*store.ReleaseBatch + 88
+		f, layers := createLayers(t, s, ctxID, 1, n)
+		jobs, ready := storetest.StartFlow(t, db, f)
+		if !slices.Equal(ready, layers[0]) {
+			t.Fatalf("ready at the start: %v", ready)
+		}
+		if _, err := db.DispatchStarted(ctx, f.ID, 1, jobs[:1], "scheduler", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if paused {
+			if _, err := db.PauseFlow(ctx, f.ID, "pause", "op", ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		root := layers[0][0]
+		res, errs := db.CompleteNodes(ctx, []store.JobEnd{{FlowID: f.ID, CallerID: 1, JobID: root, Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler"}})
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		if got := res[0].Ready; !res[0].Applied || !slices.Equal(got, layers[1][:store.ReleaseChunk]) {
+			t.Fatalf("the completion made %d ready, want the first %d", len(got), store.ReleaseChunk)
+		}
+		due := srv.Client(t, 0).ZRange(ctx, keys.Due, 0, -1).Val()
+		if want := fmt.Sprintf("release:%d:%d:1:%d", ctxID, f.ID, root); !slices.Contains(due, want) {
+			t.Fatalf("coord:due %v, want %s", due, want)
+		}
+		msgs0 := rc.SCard(ctx, keys.FlowMessages(f.ID)).Val()
+		before := fcalls(t)
+		r, err := db.ReleaseDependents(ctx, f.ID, 1, root)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(part) > store.ReleaseChunk {
-			t.Fatalf("one release made %d ready, more than %d", len(part), store.ReleaseChunk)
+		if calls := fcalls(t) - before; calls != 3 || r.Calls != 3 {
+			t.Errorf("%d script calls (%d reported) released %d dependents, want 3 of at most %d", calls, r.Calls, n-store.ReleaseChunk, store.ReleaseBatch)
 		}
-		got = append(got, part...)
-		calls++
-	}
-	if calls != 2 || !slices.Equal(got, layers[1]) {
-		t.Fatalf("%d releases made %d ready, want 2 making the other %d", calls, len(got), n-store.ReleaseChunk)
-	}
-	rc := srv.Client(t, 32)
-	if rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("rel:", root)).Val() {
-		t.Fatal("rel: left once every dependent is released")
-	}
-	for _, id := range layers[1] {
-		if st := rc.HGet(ctx, keys.DAG(f.ID), fmt.Sprint("s:", id)).Val(); st != string(model.NodeReady) {
-			t.Fatalf("dependent %d: %s", id, st)
+		if !slices.Equal(r.Ready, layers[1][store.ReleaseChunk:]) {
+			t.Fatalf("the releases made %d ready, want the other %d in order", len(r.Ready), n-store.ReleaseChunk)
+		}
+		if rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("rel:", root)).Val() {
+			t.Fatal("rel: left once every dependent is released")
+		}
+		checkReleased(t, db, f, r, paused, msgs0)
+		if r, err := db.ReleaseDependents(ctx, f.ID, 1, root); err != nil || r.Calls != 1 || len(r.Ready) != 0 || r.Dispatched != 0 {
+			t.Fatalf("a release with none left: %+v %v", r, err)
 		}
 	}
-	if part, more, err := db.ReleaseDependents(ctx, f.ID, 1, root); err != nil || more || len(part) != 0 {
-		t.Fatalf("a release with none left: %v %v %v", part, more, err)
+}
+
+// checkReleased checks what ReleaseDependents did (r) to releaseMany's flow: every
+// dependent released dispatched (its node and job, attempt 1), in one request message
+// a call (msgs0: the flow's messages before), or, paused, ready and not dispatched.
+func checkReleased(t *testing.T, db *store.DB, f *model.Flow, r store.Released, paused bool, msgs0 int64) {
+	ctx := context.Background()
+	rc := srv.Client(t, int(db.ContextID))
+	{
+		wantNode, wantDispatched, wantMsgs := model.NodeDispatched, len(r.Ready), int64(3)
+		if paused {
+			wantNode, wantDispatched, wantMsgs = model.NodeReady, 0, 0
+		}
+		if r.Dispatched != wantDispatched {
+			t.Fatalf("paused %v: %d dispatched, want %d", paused, r.Dispatched, wantDispatched)
+		}
+		// one request message a call, of at most ReleaseBatch jobs
+		if got := rc.SCard(ctx, keys.FlowMessages(f.ID)).Val() - msgs0; got != wantMsgs {
+			t.Fatalf("paused %v: %d request messages, want %d", paused, got, wantMsgs)
+		}
+		for _, id := range r.Ready {
+			st := rc.HGet(ctx, keys.DAG(f.ID), fmt.Sprint("s:", id)).Val()
+			j := rc.HMGet(ctx, keys.Job(1, id), "status", "dispatched_at_ms", "attempt").Val()
+			if st != string(wantNode) || j[0] != string(model.JobDispatched) || !paused && (j[1] == nil || j[2] != "1") || paused && j[1] != nil {
+				t.Fatalf("paused %v: dependent %d: node %s, job %v", paused, id, st, j)
+			}
+		}
 	}
 }
 

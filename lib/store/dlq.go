@@ -61,8 +61,16 @@ func (d *DB) ResetJob(ctx context.Context, callerID, id uint32, actor string) er
 }
 
 // RetryFlow re-runs a failed flow's failed and cancelled jobs; it returns the ids of
-// the nodes ready to dispatch.
+// the nodes ready to dispatch. A flow of more than cancelChunk jobs is retried in
+// chunks (retryFlowChunked), each call short.
 func (d *DB) RetryFlow(ctx context.Context, flowID uint32, actor string) ([]uint32, error) {
+	w, err := d.loadFlowWork(ctx, flowID, false)
+	if err != nil {
+		return nil, err
+	}
+	if w.chunked {
+		return d.retryFlowChunked(ctx, flowID, w, actor)
+	}
 	now := time.Now()
 	r, err := (&retryFlowArgs{FlowKey: keys.Flow(flowID), DagKey: keys.DAG(flowID), ResultsKey: keys.FlowResults(flowID),
 		Ctx: int64(d.ContextID), Flow: int64(flowID), Actor: actor, NowS: now.Unix(), NowMs: now.UnixMilli()}).run(ctx, d)

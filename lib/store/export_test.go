@@ -12,6 +12,9 @@ import (
 // messages themselves.
 var RequestFields = requestFields
 
+// ReleaseBatch is releaseBatch, for the tests of a big fan-out's release.
+const ReleaseBatch = releaseBatch
+
 // StartChunk is startChunk, for the tests of a large flow's start.
 const StartChunk = startChunk
 
@@ -44,4 +47,64 @@ func (s *Store) BeginFlowRun(ctx context.Context, sc *model.Schedule, tick time.
 		Ctx: idArg(sc.ContextID), Caller: idArg(sc.CallerID), N: int64(len(sc.Flow.Jobs)), TTLMs: scheduleStageTTL.Milliseconds(), NowMs: time.Now().UnixMilli(),
 		UniqueTTLMs: RunUniqueTTL.Milliseconds()}).run(ctx, db)
 	return r.State, parseU32(r.Run), err
+}
+
+// CancelChunk is cancelChunk, for the tests of a large flow's cancel and retry in
+// chunks.
+const CancelChunk = cancelChunk
+
+// CancelPart begins a large flow's cancel in chunks and does its first n chunks, as a
+// cancel interrupted after them (its process stopped) leaves it.
+func (d *DB) CancelPart(ctx context.Context, flowID uint32, actor string, n int) error {
+	w, err := d.loadFlowWork(ctx, flowID, false)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if _, err := (&flowCancelBeginArgs{FlowKey: keys.Flow(flowID), DagKey: keys.DAG(flowID), Ctx: int64(d.ContextID), Flow: int64(flowID),
+		Actor: actor, NowS: now.Unix(), NowMs: now.UnixMilli(), Reason: "cancelled by actor " + actor}).run(ctx, d); err != nil {
+		return err
+	}
+	for c := range n {
+		from := c * cancelChunk
+		if _, err := (&flowCancelChunkArgs{FlowKey: keys.Flow(flowID), DagKey: keys.DAG(flowID), ResultsKey: keys.FlowResults(flowID),
+			Ctx: int64(d.ContextID), Flow: int64(flowID), NowS: now.Unix(), NowMs: now.UnixMilli(), From: int64(from),
+			IDs: idStrings(w.jobs[from : from+cancelChunk])}).run(ctx, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RetryPart begins a large failed flow's retry in chunks and does its first n chunks,
+// as a retry interrupted after them leaves it; it returns the nodes they made ready.
+func (d *DB) RetryPart(ctx context.Context, flowID uint32, n int) ([]uint32, error) {
+	w, err := d.loadFlowWork(ctx, flowID, false)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := (&flowRetryBeginArgs{FlowKey: keys.Flow(flowID), DagKey: keys.DAG(flowID), Ctx: int64(d.ContextID), Flow: int64(flowID)}).run(ctx, d); err != nil {
+		return nil, err
+	}
+	var ready []uint32
+	for c := range n {
+		from := c * cancelChunk
+		now := time.Now()
+		r, err := (&flowRetryChunkArgs{FlowKey: keys.Flow(flowID), DagKey: keys.DAG(flowID), ResultsKey: keys.FlowResults(flowID),
+			NowS: now.Unix(), NowMs: now.UnixMilli(), From: int64(from), IDs: idStrings(w.jobs[from : from+cancelChunk])}).run(ctx, d)
+		if err != nil {
+			return nil, err
+		}
+		ready = append(ready, u32s(r.Ready)...)
+	}
+	return ready, nil
+}
+
+// CascadeOnce makes one call of a flow's cascade (lua/flow_cascade_chunk.lua), as a
+// scheduler that stopped after it leaves the flow; it returns the items left.
+func (d *DB) CascadeOnce(ctx context.Context, flowID uint32) (int64, error) {
+	now := time.Now()
+	r, err := (&flowCascadeChunkArgs{DagKey: keys.DAG(flowID), FlowKey: keys.Flow(flowID), ResultsKey: keys.FlowResults(flowID), EventsKey: keys.Events,
+		Ctx: int64(d.ContextID), Flow: int64(flowID), Actor: "scheduler", NowS: now.Unix(), NowMs: now.UnixMilli()}).run(ctx, d)
+	return r.Left, err
 }

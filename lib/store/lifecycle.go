@@ -30,12 +30,21 @@ func (e *ConflictError) Is(t error) bool { return t == ErrConflict }
 // CancelFlow cancels a flow: jobs not started never start, running ones are stopped
 // (their runners get a stop request at once), and the flow ends error with the
 // reason. It returns the ids of the jobs being stopped. ended=true: the flow had
-// ended already and nothing changed.
+// ended already and nothing changed. A flow of more than cancelChunk jobs is
+// cancelled in chunks (cancelFlowChunked), each call short; a cancel in chunks left
+// under way is finished by the next CancelFlow or ResumeFlowWork.
 func (d *DB) CancelFlow(ctx context.Context, flowID uint32, actor string, retention time.Duration) (stopping []uint32, ended bool, err error) {
 	now := time.Now()
 	reason := "cancelled by actor " + actor
 	if strings.HasPrefix(actor, ActorOperator) {
 		reason = "cancelled by " + actor // "operator:<fingerprint>"
+	}
+	w, err := d.loadFlowWork(ctx, flowID, false)
+	if err != nil {
+		return nil, false, err
+	}
+	if w.chunked {
+		return d.cancelFlowChunked(ctx, flowID, w, actor, reason, retention)
 	}
 	r, err := (&cancelFlowArgs{FlowKey: keys.Flow(flowID), DagKey: keys.DAG(flowID), ResultsKey: keys.FlowResults(flowID),
 		Ctx: int64(d.ContextID), Flow: int64(flowID), Actor: actor, NowS: now.Unix(), NowMs: now.UnixMilli(), Reason: reason,

@@ -21,6 +21,12 @@ const WakeCap = 10000
 // (release_dependents.lua), never all in one.
 const ReleaseChunk = 256
 
+// CascadeChunk is the most nodes one call examines of the transitive dependents of a
+// failed node that it cancels (lib_complete.lua's cascade): a flow whose failure
+// reaches more is cancelled in several calls (flow_cascade_chunk.lua), never all in
+// one.
+const CascadeChunk = 500
+
 // WakeSpread is the most wake tokens a push of jobs, or a claim that leaves jobs on
 // their queue, puts on a runner's wake list for one context: enough for the claim
 // loops of a few processes to claim side by side (a runner process has up to 4), few
@@ -142,6 +148,7 @@ var luaKeys = []struct{ name, key string }{
 	{"K_MSG_IN", keys.MsgIn},
 	{"K_DAG", keys.DAGPrefix},
 	{"K_FLOW_RESULTS", keys.FlowResultsPrefix},
+	{"K_FLOW_CASCADE", keys.FlowCascadePrefix},
 	{"K_FLOW_STAGE", keys.FlowStagePrefix},
 	{"K_JOB_LOG", keys.JobLogPrefix},
 	{"K_JOB_MESSAGES", keys.JobMessagesPrefix},
@@ -231,6 +238,7 @@ func buildPrelude() string {
 		}
 	}
 	fmt.Fprintf(&b, "local RELEASE_CHUNK = %s\n", strconv.Itoa(ReleaseChunk))
+	fmt.Fprintf(&b, "local CASCADE_CHUNK = %s\n", strconv.Itoa(CascadeChunk))
 	fmt.Fprintf(&b, "local WAKE_SPREAD = %s\n", strconv.Itoa(WakeSpread))
 	fmt.Fprintf(&b, "local WAKE_CAP = %s\n", strconv.Itoa(WakeCap))
 	fmt.Fprintf(&b, "local PRIORITY_AGE_MS = %s\n", strconv.Itoa(model.PriorityAgeMs))

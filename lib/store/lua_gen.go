@@ -1317,6 +1317,198 @@ func decodeFinishJobsReply(v any) (out any, err error) {
 	return out, nil
 }
 
+// flowCancelBeginScript is lua/flow_cancel_begin.lua (its header declares its interface).
+var flowCancelBeginScript = luaScript("flow_cancel_begin.lua", "lib_busy.lua", "lib_state.lua")
+
+// flowCancelBeginArgs are the KEYS and ARGV of lua/flow_cancel_begin.lua.
+type flowCancelBeginArgs struct {
+	FlowKey string // KEYS
+	DagKey  string // KEYS
+	Ctx     int64
+	Flow    int64
+	Actor   string
+	NowS    int64
+	NowMs   int64
+	Reason  string
+}
+
+// call is the run of lua/flow_cancel_begin.lua with a's KEYS and ARGV.
+func (a *flowCancelBeginArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.FlowKey, a.DagKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Actor)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Reason)
+	return Call{Script: flowCancelBeginScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_cancel_begin.lua and decodes its reply.
+func (a *flowCancelBeginArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeFlowCancelBeginReply(res)
+}
+
+// decodeFlowCancelBeginReply decodes the reply of lua/flow_cancel_begin.lua.
+func decodeFlowCancelBeginReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
+// flowCancelChunkScript is lua/flow_cancel_chunk.lua (its header declares its interface).
+var flowCancelChunkScript = luaScript("flow_cancel_chunk.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_wake.lua", "lib_ck.lua")
+
+// flowCancelChunkArgs are the KEYS and ARGV of lua/flow_cancel_chunk.lua.
+type flowCancelChunkArgs struct {
+	FlowKey     string // KEYS
+	DagKey      string // KEYS
+	ResultsKey  string // KEYS
+	Ctx         int64
+	Flow        int64
+	NowS        int64
+	NowMs       int64
+	RetentionMs int64
+	From        int64
+	Last        bool
+	IDs         []string
+}
+
+// call is the run of lua/flow_cancel_chunk.lua with a's KEYS and ARGV.
+func (a *flowCancelChunkArgs) call() Call {
+	keys := make([]string, 0, 3)
+	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey)
+	args := make([]any, 0, 8)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.RetentionMs)
+	args = append(args, a.From)
+	args = append(args, luaconv.Bool(a.Last))
+	args = append(args, len(a.IDs))
+	for _, x1 := range a.IDs {
+		args = append(args, x1)
+	}
+	return Call{Script: flowCancelChunkScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_cancel_chunk.lua and decodes its reply.
+func (a *flowCancelChunkArgs) run(ctx context.Context, r luaRunner) (flowCancelChunkCancel, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowCancelChunkCancel
+		return zero, err
+	}
+	return decodeFlowCancelChunkReply(res)
+}
+
+// flowCancelChunkCancel is a record of lua/flow_cancel_chunk.lua.
+type flowCancelChunkCancel struct {
+	Done     int64
+	Status   string
+	Stopping []int64
+}
+
+// decodeFlowCancelChunkReply decodes the reply of lua/flow_cancel_chunk.lua.
+func decodeFlowCancelChunkReply(v any) (out flowCancelChunkCancel, err error) {
+	r1, err := luaconv.List(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_cancel_chunk.lua: reply: %w", err)
+	}
+	if out.Done, err = luaconv.Int(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_cancel_chunk.lua: reply.done: %w", err)
+	}
+	if out.Status, err = luaconv.String(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_cancel_chunk.lua: reply.status: %w", err)
+	}
+	l1, err := luaconv.List(any(r1[2:]))
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_cancel_chunk.lua: reply.stopping: %w", err)
+	}
+	out.Stopping = make([]int64, len(l1))
+	for i1 := range l1 {
+		if out.Stopping[i1], err = luaconv.Int(l1[i1]); err != nil {
+			return out, fmt.Errorf("lua/flow_cancel_chunk.lua: reply.stopping[]: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// flowCascadeChunkScript is lua/flow_cascade_chunk.lua (its header declares its interface).
+var flowCascadeChunkScript = luaScript("flow_cascade_chunk.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua")
+
+// flowCascadeChunkArgs are the KEYS and ARGV of lua/flow_cascade_chunk.lua.
+type flowCascadeChunkArgs struct {
+	DagKey      string // KEYS
+	FlowKey     string // KEYS
+	ResultsKey  string // KEYS
+	EventsKey   string // KEYS
+	Ctx         int64
+	Flow        int64
+	Actor       string
+	NowS        int64
+	NowMs       int64
+	RetentionMs int64
+}
+
+// call is the run of lua/flow_cascade_chunk.lua with a's KEYS and ARGV.
+func (a *flowCascadeChunkArgs) call() Call {
+	keys := make([]string, 0, 4)
+	keys = append(keys, a.DagKey, a.FlowKey, a.ResultsKey, a.EventsKey)
+	args := make([]any, 0, 6)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Actor)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.RetentionMs)
+	return Call{Script: flowCascadeChunkScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_cascade_chunk.lua and decodes its reply.
+func (a *flowCascadeChunkArgs) run(ctx context.Context, r luaRunner) (flowCascadeChunkRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowCascadeChunkRecord
+		return zero, err
+	}
+	return decodeFlowCascadeChunkReply(res)
+}
+
+// flowCascadeChunkRecord is a record of lua/flow_cascade_chunk.lua.
+type flowCascadeChunkRecord struct {
+	Left   int64
+	Status string
+}
+
+// decodeFlowCascadeChunkReply decodes the reply of lua/flow_cascade_chunk.lua.
+func decodeFlowCascadeChunkReply(v any) (out flowCascadeChunkRecord, err error) {
+	r1, err := luaconv.List(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_cascade_chunk.lua: reply: %w", err)
+	}
+	if out.Left, err = luaconv.Int(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_cascade_chunk.lua: reply.left: %w", err)
+	}
+	if out.Status, err = luaconv.String(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_cascade_chunk.lua: reply.status: %w", err)
+	}
+	return out, nil
+}
+
 // flowDeleteChunkScript is lua/flow_delete_chunk.lua (its header declares its interface).
 var flowDeleteChunkScript = luaScript("flow_delete_chunk.lua", "lib_delete_job.lua")
 
@@ -1379,6 +1571,167 @@ func decodeFlowDeleteChunkReply(v any) (out flowDeleteChunkRecord, err error) {
 	}
 	if out.MsgsLeft, err = luaconv.Int(r1[1]); err != nil {
 		return out, fmt.Errorf("lua/flow_delete_chunk.lua: reply.msgs_left: %w", err)
+	}
+	return out, nil
+}
+
+// flowRetryBeginScript is lua/flow_retry_begin.lua (its header declares its interface).
+var flowRetryBeginScript = luaScript("flow_retry_begin.lua")
+
+// flowRetryBeginArgs are the KEYS and ARGV of lua/flow_retry_begin.lua.
+type flowRetryBeginArgs struct {
+	FlowKey string // KEYS
+	DagKey  string // KEYS
+	Ctx     int64
+	Flow    int64
+}
+
+// call is the run of lua/flow_retry_begin.lua with a's KEYS and ARGV.
+func (a *flowRetryBeginArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.FlowKey, a.DagKey)
+	args := make([]any, 0, 2)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	return Call{Script: flowRetryBeginScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_retry_begin.lua and decodes its reply.
+func (a *flowRetryBeginArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeFlowRetryBeginReply(res)
+}
+
+// decodeFlowRetryBeginReply decodes the reply of lua/flow_retry_begin.lua.
+func decodeFlowRetryBeginReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
+// flowRetryChunkScript is lua/flow_retry_chunk.lua (its header declares its interface).
+var flowRetryChunkScript = luaScript("flow_retry_chunk.lua", "lib_busy.lua", "lib_state.lua")
+
+// flowRetryChunkArgs are the KEYS and ARGV of lua/flow_retry_chunk.lua.
+type flowRetryChunkArgs struct {
+	FlowKey    string // KEYS
+	DagKey     string // KEYS
+	ResultsKey string // KEYS
+	NowS       int64
+	NowMs      int64
+	From       int64
+	IDs        []string
+	Results    []any
+}
+
+// call is the run of lua/flow_retry_chunk.lua with a's KEYS and ARGV.
+func (a *flowRetryChunkArgs) call() Call {
+	keys := make([]string, 0, 3)
+	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey)
+	args := make([]any, 0, 5)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.From)
+	args = append(args, len(a.IDs))
+	for _, x1 := range a.IDs {
+		args = append(args, x1)
+	}
+	args = append(args, len(a.Results))
+	for _, x1 := range a.Results {
+		args = append(args, x1)
+	}
+	return Call{Script: flowRetryChunkScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_retry_chunk.lua and decodes its reply.
+func (a *flowRetryChunkArgs) run(ctx context.Context, r luaRunner) (flowRetryChunkRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowRetryChunkRecord
+		return zero, err
+	}
+	return decodeFlowRetryChunkReply(res)
+}
+
+// flowRetryChunkRecord is a record of lua/flow_retry_chunk.lua.
+type flowRetryChunkRecord struct {
+	Done  int64
+	Ready []int64
+}
+
+// decodeFlowRetryChunkReply decodes the reply of lua/flow_retry_chunk.lua.
+func decodeFlowRetryChunkReply(v any) (out flowRetryChunkRecord, err error) {
+	r1, err := luaconv.List(v)
+	if err == nil && len(r1) < 1 {
+		err = fmt.Errorf("%d items, want 1", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_retry_chunk.lua: reply: %w", err)
+	}
+	if out.Done, err = luaconv.Int(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_retry_chunk.lua: reply.done: %w", err)
+	}
+	l1, err := luaconv.List(any(r1[1:]))
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_retry_chunk.lua: reply.ready: %w", err)
+	}
+	out.Ready = make([]int64, len(l1))
+	for i1 := range l1 {
+		if out.Ready[i1], err = luaconv.Int(l1[i1]); err != nil {
+			return out, fmt.Errorf("lua/flow_retry_chunk.lua: reply.ready[]: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// flowRetryCommitScript is lua/flow_retry_commit.lua (its header declares its interface).
+var flowRetryCommitScript = luaScript("flow_retry_commit.lua", "lib_busy.lua", "lib_state.lua")
+
+// flowRetryCommitArgs are the KEYS and ARGV of lua/flow_retry_commit.lua.
+type flowRetryCommitArgs struct {
+	FlowKey string // KEYS
+	DagKey  string // KEYS
+	Ctx     int64
+	Flow    int64
+	Actor   string
+	NowS    int64
+	NowMs   int64
+	Total   int64
+	Nready  int64
+}
+
+// call is the run of lua/flow_retry_commit.lua with a's KEYS and ARGV.
+func (a *flowRetryCommitArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.FlowKey, a.DagKey)
+	args := make([]any, 0, 7)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
+	args = append(args, a.Actor)
+	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, a.Total)
+	args = append(args, a.Nready)
+	return Call{Script: flowRetryCommitScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_retry_commit.lua and decodes its reply.
+func (a *flowRetryCommitArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeFlowRetryCommitReply(res)
+}
+
+// decodeFlowRetryCommitReply decodes the reply of lua/flow_retry_commit.lua.
+func decodeFlowRetryCommitReply(v any) (out int64, err error) {
+	if out, err = luaconv.Int(v); err != nil {
+		return out, fmt.Errorf("lua/flow_retry_commit.lua: reply: %w", err)
 	}
 	return out, nil
 }
@@ -2213,24 +2566,38 @@ func decodeRefreshReply(v any) (out string, err error) {
 }
 
 // releaseDependentsScript is lua/release_dependents.lua (its header declares its interface).
-var releaseDependentsScript = luaScript("release_dependents.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua")
+var releaseDependentsScript = luaScript("release_dependents.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua")
 
 // releaseDependentsArgs are the KEYS and ARGV of lua/release_dependents.lua.
 type releaseDependentsArgs struct {
-	DagKey string // KEYS
-	Caller int64
-	ID     int64
-	NowS   int64
+	MsgOutKey string // KEYS
+	DagKey    string // KEYS
+	Ctx       int64
+	Flow      int64
+	Caller    int64
+	ID        int64
+	Max       int64
+	NowS      int64
+	NowMs     int64
+	Request   []any
 }
 
 // call is the run of lua/release_dependents.lua with a's KEYS and ARGV.
 func (a *releaseDependentsArgs) call() Call {
-	keys := make([]string, 0, 1)
-	keys = append(keys, a.DagKey)
-	args := make([]any, 0, 3)
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.MsgOutKey, a.DagKey)
+	args := make([]any, 0, 8)
+	args = append(args, a.Ctx)
+	args = append(args, a.Flow)
 	args = append(args, a.Caller)
 	args = append(args, a.ID)
+	args = append(args, a.Max)
 	args = append(args, a.NowS)
+	args = append(args, a.NowMs)
+	args = append(args, len(a.Request))
+	for _, x1 := range a.Request {
+		args = append(args, x1)
+	}
 	return Call{Script: releaseDependentsScript, Keys: keys, Args: args}
 }
 
@@ -2246,23 +2613,27 @@ func (a *releaseDependentsArgs) run(ctx context.Context, r luaRunner) (releaseDe
 
 // releaseDependentsRecord is a record of lua/release_dependents.lua.
 type releaseDependentsRecord struct {
-	More  int64
-	Ready []int64
+	Left       int64
+	Dispatched int64
+	Ready      []int64
 }
 
 // decodeReleaseDependentsReply decodes the reply of lua/release_dependents.lua.
 func decodeReleaseDependentsReply(v any) (out releaseDependentsRecord, err error) {
 	r1, err := luaconv.List(v)
-	if err == nil && len(r1) < 1 {
-		err = fmt.Errorf("%d items, want 1", len(r1))
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/release_dependents.lua: reply: %w", err)
 	}
-	if out.More, err = luaconv.Int(r1[0]); err != nil {
-		return out, fmt.Errorf("lua/release_dependents.lua: reply.more: %w", err)
+	if out.Left, err = luaconv.Int(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/release_dependents.lua: reply.left: %w", err)
 	}
-	l1, err := luaconv.List(any(r1[1:]))
+	if out.Dispatched, err = luaconv.Int(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/release_dependents.lua: reply.dispatched: %w", err)
+	}
+	l1, err := luaconv.List(any(r1[2:]))
 	if err != nil {
 		return out, fmt.Errorf("lua/release_dependents.lua: reply.ready: %w", err)
 	}

@@ -403,14 +403,11 @@ func (e *engine) countCascade(ctxID uint32, end store.JobEnd) {
 // cancelledNodes counts a flow's cancelled nodes; started=false: its DAG was never
 // made (a flow cancelled before it started has no nodes).
 func cancelledNodes(ctx context.Context, db *store.DB, flowID uint32) (n int, started bool, err error) {
-	g, err := db.LoadDAG(ctx, flowID)
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, false, nil
-	}
+	c, err := db.LoadFlowCounts(ctx, flowID)
 	if err != nil {
 		return 0, false, err
 	}
-	return countNodes(g, func(nd *store.DAGNode) bool { return nd.Status == model.NodeCancelled }), true, nil
+	return c.Cancelled, c.Started, nil
 }
 
 func countNodes(g *store.DAG, match func(*store.DAGNode) bool) int {
@@ -533,6 +530,10 @@ func (e *engine) runDue(ctx context.Context) {
 				e.releaseDependents(ctx, db, it)
 				continue
 			}
+			if it.Cascade {
+				e.cascade(ctx, db, it)
+				continue
+			}
 			if it.FlowID == 0 {
 				if _, err := e.dispatchStandalone(ctx, it.ContextID, it.CallerID, it.JobID, store.ActorScheduler); err != nil {
 					e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyJobID, it.JobID).Msg("retry standalone job")
@@ -548,39 +549,53 @@ func (e *engine) runDue(ctx context.Context) {
 }
 
 // releaseDependents releases the dependents of a completed node that its completion
-// left (more than store.ReleaseChunk), a chunk a call, one call after the other, while
-// a goroutine dispatches each chunk's ready ones (the releases do not wait for the
-// dispatches). A call that fails stops it: the node's rel: field stays, and the
-// safety sweep takes it up again. It returns once every chunk released is dispatched.
+// left (more than store.ReleaseChunk): the store makes them ready and dispatches them
+// in a few short script calls, the later ones pipelined (store.ReleaseDependents). A
+// call that fails stops it: the node's rel: field stays, and the safety sweep takes it
+// up again.
 func (e *engine) releaseDependents(ctx context.Context, db *store.DB, it store.DueItem) {
-	chunks := make(chan []uint32, 64)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ready := range chunks {
-			e.dispatchNodes(ctx, db, it.FlowID, it.CallerID, ready, nil, time.Time{})
-		}
-	}()
-	defer func() {
-		close(chunks)
-		<-done
-	}()
-	for {
-		ready, more, err := db.ReleaseDependents(ctx, it.FlowID, it.CallerID, it.JobID)
-		if err != nil {
-			e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Uint32(obs.KeyJobID, it.JobID).Msg("release dependents (the safety sweep tries again)")
-			return
-		}
-		if len(ready) > 0 {
-			chunks <- ready
-		}
-		if !more {
-			return
-		}
+	r, err := db.ReleaseDependents(ctx, it.FlowID, it.CallerID, it.JobID)
+	e.m.dispatched.Add(float64(r.Dispatched))
+	if err != nil {
+		e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Uint32(obs.KeyJobID, it.JobID).Msg("release dependents (the safety sweep tries again)")
+		return
 	}
+	e.log.Debug().Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Uint32(obs.KeyJobID, it.JobID).Int("ready", len(r.Ready)).
+		Int("dispatched", r.Dispatched).Int("calls", r.Calls).Msg("dependents released")
 }
 
-// sweep reconciles every active flow with its jobs: ready nodes that were never
+// cascade goes on with the cancel of the nodes after a failed one that its completion
+// left (more than store.CascadeChunk to examine), a chunk a call until none is left
+// (store.CascadeFlow). A call that fails stops it: the flow's cascade list keeps what
+// is left, and the safety sweep goes on with it.
+func (e *engine) cascade(ctx context.Context, db *store.DB, it store.DueItem) {
+	st, calls, err := db.CascadeFlow(ctx, it.FlowID, store.ActorScheduler, e.retention)
+	if err != nil {
+		e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Msg("cancel the jobs after a failed one (the safety sweep tries again)")
+		return
+	}
+	e.log.Debug().Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Int("calls", calls).Str("flow_status", st).Msg("jobs after a failed one cancelled")
+}
+
+// resumeWork finishes a cancel, a retry or a failure's cancel of the nodes after it,
+// in chunks, that its caller left under way on a flow (a restart): the sweep then
+// dispatches the retried flow's ready nodes. false: it failed (the next sweep tries
+// again).
+func (e *engine) resumeWork(ctx context.Context, db *store.DB, flowID uint32) bool {
+	w, err := db.ResumeFlowWork(ctx, flowID, store.ActorScheduler, e.retention)
+	if err != nil {
+		e.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, flowID).Msg("finish a flow's cancel or retry (the next sweep tries again)")
+		return false
+	}
+	if w.Cancelled || w.Retried || w.Cascaded {
+		e.log.Warn().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, flowID).Bool("cancel", w.Cancelled).Bool("retry", w.Retried).Bool("cascade", w.Cascaded).
+			Msg("a flow's cancel, retry or cascade had been left under way; finished")
+	}
+	return true
+}
+
+// sweep reconciles every active flow with its jobs: a cancel, a retry or a failure's
+// cancel of the nodes after it, in chunks, left under way is finished, ready nodes that were never
 // dispatched (a crash between the DAG update and the dispatch) are dispatched, the
 // dependents a completion left to release (rel:<id>) are released, and nodes whose
 // job ended without the end reaching the scheduler are completed. The DAG is read in
@@ -600,6 +615,9 @@ func (e *engine) sweep(ctx context.Context) {
 		}
 		db, err := e.store.Ctx(cf[0])
 		if err != nil {
+			continue
+		}
+		if !e.resumeWork(ctx, db, cf[1]) {
 			continue
 		}
 		g, err := db.SweepDAG(ctx, cf[1])

@@ -367,8 +367,8 @@ func printSlowlog(b *testing.B, rc *redis.Client) {
 		b.Fatal(err)
 	}
 	type agg struct {
-		n   int
-		dur time.Duration
+		n        int
+		dur, max time.Duration
 	}
 	sum := map[string]*agg{}
 	var total time.Duration
@@ -395,6 +395,7 @@ func printSlowlog(b *testing.B, rc *redis.Client) {
 		}
 		a.n++
 		a.dur += e.Duration
+		a.max = max(a.max, e.Duration)
 		total += e.Duration
 	}
 	names := make([]string, 0, len(sum))
@@ -405,7 +406,7 @@ func printSlowlog(b *testing.B, rc *redis.Client) {
 	fmt.Printf("slowlog: %d entries, %v in commands\n", len(entries), total)
 	for _, k := range names[:min(25, len(names))] {
 		a := sum[k]
-		fmt.Printf("%10v %8d %8.1fµs  %s\n", a.dur.Round(time.Millisecond), a.n, float64(a.dur.Microseconds())/float64(a.n), k)
+		fmt.Printf("%10v %8d %8.1fµs (max %8.1fµs)  %s\n", a.dur.Round(time.Millisecond), a.n, float64(a.dur.Microseconds())/float64(a.n), float64(a.max.Microseconds()), k)
 	}
 }
 

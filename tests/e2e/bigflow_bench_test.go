@@ -36,28 +36,45 @@ func layeredFlow(layers, width int) hero.FlowSpec {
 }
 
 // slowest resets Redis's slow log (threshold 10 ms) and returns a function that gives
-// the slowest command logged since, and how many passed the threshold.
+// the slowest command logged since, and how many passed 10 ms. With
+// HERO_BENCH_REDIS_STATS set, every command is logged (threshold 0) and the function
+// also prints where Redis's time went, by command and script (printSlowlog).
 func slowest(b *testing.B, rc *redis.Client) func() (time.Duration, string, int) {
 	ctx := context.Background()
-	if err := rc.ConfigSet(ctx, "slowlog-log-slower-than", "10000").Err(); err != nil {
+	stats := os.Getenv("HERO_BENCH_REDIS_STATS") != ""
+	threshold, fetch := "10000", int64(128)
+	if stats {
+		threshold, fetch = "0", -1
+		if err := rc.ConfigSet(ctx, "slowlog-max-len", "2000000").Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := rc.ConfigSet(ctx, "slowlog-log-slower-than", threshold).Err(); err != nil {
 		b.Fatal(err)
 	}
 	if err := rc.Do(ctx, "SLOWLOG", "RESET").Err(); err != nil {
 		b.Fatal(err)
 	}
 	return func() (time.Duration, string, int) {
-		logs, err := rc.SlowLogGet(ctx, 128).Result()
+		logs, err := rc.SlowLogGet(ctx, fetch).Result()
 		if err != nil {
 			b.Fatal(err)
 		}
 		var worst time.Duration
 		var what string
+		over := 0
 		for _, l := range logs {
+			if l.Duration > 10*time.Millisecond {
+				over++
+			}
 			if l.Duration > worst {
 				worst, what = l.Duration, strings.Join(l.Args[:min(2, len(l.Args))], " ")
 			}
 		}
-		return worst, what, len(logs)
+		if stats {
+			printSlowlog(b, rc)
+		}
+		return worst, what, over
 	}
 }
 

@@ -127,17 +127,18 @@ func firstErr(errs []error) error {
 	return nil
 }
 
-// A job with more dependents than one call releases (lib/store's ReleaseChunk, 256):
-// its completion, applied by the runner that ran it, makes the first 256 ready and
-// wakes the scheduler for the others (coord:due, coord:delayedwake), which it releases
-// 256 a call and dispatches; every dependent runs, then a join of all of them. No-op
-// handler jobs (the Go example executor): 602 jobs in seconds.
+// A job with more dependents than its completion releases (lib/store's ReleaseChunk,
+// 256): its completion, applied by the runner that ran it, makes the first 256 ready
+// and wakes the scheduler for the others (coord:due, coord:delayedwake), whose store
+// calls make them ready and dispatch them 1,000 a call (the first call alone, the rest
+// pipelined); every dependent runs, then a join of all of them. No-op handler jobs
+// (the Go example executor): 1,502 jobs in seconds.
 func TestManyDependentsAllRun(t *testing.T) {
 	// the safety sweep every 2 s: it reads the flow's DAG in pages (HSCAN) meanwhile
 	_, c := newStack(t, harness.StackOptions{SchedulerArgs: []string{"--safety-sweep", "2s"}, RunnerArgs: []string{"--concurrency", "64",
 		"--executors", "go;cmd=" + filepath.Join(binDir, harness.ExampleExecutor) + ";size=2;inflight=32;pipeline=32"}})
 	c.MustCall(t, "runner.create", map[string]any{"context_id": ctx1, "runner": map[string]any{"id": 2, "script_types": []string{"go"}}}, nil)
-	const fan = 600
+	const fan = 1500
 	create := func(id uint32, deps []uint32) {
 		c.MustCall(t, "job.create", map[string]any{"context_id": ctx1, "job": map[string]any{"id": id, "function_name": "go#noop", "depends": deps}}, nil)
 	}
@@ -156,7 +157,7 @@ func TestManyDependentsAllRun(t *testing.T) {
 	if f := c.WaitFlow(t, ctx1, 96, time.Minute); f.Status != "finished" {
 		t.Fatalf("flow 96: %+v", f)
 	}
-	for _, id := range []uint32{2, 2 + 255, 2 + 256, 1 + fan, 2 + fan} {
+	for _, id := range []uint32{2, 2 + 255, 2 + 256, 2 + 1255, 2 + 1256, 1 + fan, 2 + fan} {
 		if j := loadJob(t, c, id); j.Status != "finished" {
 			t.Fatalf("job %d: %s", id, j.Status)
 		}

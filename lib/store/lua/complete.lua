@@ -32,9 +32,10 @@
 --   due       int     when the retry is due (ms)
 --   ...ready  []int   the dependents made ready
 -- Derives, from the DAG: context DB: job:<caller>:<id> of the flow's jobs, context:<ctx>,
---   coord:idx:jobs[:<status>], coord:idx:flows[:<status>], coord:dlq; DB 0 (SELECT 0, then
---   back to the context's DB): coord:due (a retry; dependents left to release, with a
---   PUBLISH on coord:delayedwake), coord:flows:active, coord:expire,
+--   coord:idx:jobs[:<status>], coord:idx:flows[:<status>], coord:dlq, coord:cascade:<flow>
+--   (a failure's cancel past CASCADE_CHUNK nodes); DB 0 (SELECT 0, then back to the
+--   context's DB): coord:due (a retry; dependents left to release, or nodes left to
+--   cancel, with a PUBLISH on coord:delayedwake), coord:flows:active, coord:expire,
 --   coord:flowdone (PUBLISH).
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)

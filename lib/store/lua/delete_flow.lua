@@ -15,7 +15,7 @@
 --   now_ms  int     now (ms)
 -- Libs: lib_busy lib_state lib_delete_job
 -- Reply: int 1. Errors: NOTFOUND flow; CONFLICT flow <id> is running.
--- Derives, from the flow's job list: context DB: the messages of coord:flowmsgs:<flow>,
+-- Derives, from the flow's job list: context DB: coord:cascade:<flow>, the messages of coord:flowmsgs:<flow>,
 --   and per job what delete_job (lib_delete_job) removes; coord:idx:flows[:<status>], coord:events;
 --   DB 0 (SELECT 0): coord:flows:active, coord:expire, coord:due (the jobs' retries).
 
@@ -40,7 +40,7 @@ for _, id in ipairs(jobs) do
   if redis.call('HGET', K_JOB .. caller .. ':' .. id, 'flow_id') == flow then delete_job(caller, id) end
 end
 delete_messages(fm)
-redis.call('UNLINK', fk, dag, rk)
+redis.call('UNLINK', fk, dag, rk, K_FLOW_CASCADE .. flow)
 redis.call('ZREM', K_FLOW_INDEX, flow)
 redis.call('ZREM', K_FLOW_INDEX .. ':' .. st, flow)
 event(EV_FLOW_DELETED, actor, now_ms, flow, '0', caller, st, '')

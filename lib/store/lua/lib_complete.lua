@@ -15,7 +15,9 @@
 --     repeated success, the node's dependents still ready, which its first report's
 --     caller may have died before it dispatched them), 1 applied, 2 retry scheduled.
 --     A node of more than RELEASE_CHUNK dependents releases its first RELEASE_CHUNK
---     here and leaves the others to release_dependents (release_later).
+--     here and leaves the others to release_dependents (release_later); a failure
+--     whose cancel reaches more than CASCADE_CHUNK nodes leaves the others to
+--     flow_cascade_chunk (cascade).
 --     Leaves the script in the context's DB.
 --   - standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fatal, retries,
 --     backoff, now_s, now_ms, actor, retention_ms): the same for a job of no flow (jk:
@@ -57,14 +59,56 @@ end
 -- release_later records that a node's dependents after the first `done` are left to
 -- release_dependents calls (rel:<id> "<done> <fin>" in the DAG hash), which the
 -- scheduler makes at once: coord:due's member release:<ctx>:<flow>:<caller>:<id>, due
--- now, and a wake on coord:delayedwake. A node of many dependents is so released a
--- RELEASE_CHUNK at a time, never all in one call.
+-- now, and a wake on coord:delayedwake. A node of many dependents is so released in
+-- calls of up to 1,000 (lib/store's releaseBatch), never all in one call.
 local function release_later(dag, ctx, flow, caller, id, done, fin, now_ms)
   redis.call('HSET', dag, 'rel:' .. id, done .. ' ' .. fin)
   redis.call('SELECT', '0')
   redis.call('ZADD', K_DUE, now_ms, 'release:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
   redis.call('PUBLISH', K_DELAYED_WAKE, now_ms)
   redis.call('SELECT', ctx)
+end
+-- cascade cancels the nodes of the queue (qd[k], a node of the flow reached from
+-- failed node qo[k]) that have not run (pending or ready), and queues their
+-- dependents in turn (breadth first): the transitive dependents of failed nodes. It
+-- examines at most CASCADE_CHUNK items; those left go onto the flow's cascade list
+-- (coord:cascade:<flow>, "<node> <failed node>" each), for flow_cascade_chunk calls;
+-- with wake, the scheduler is asked to make them at once (coord:due's member
+-- cascade:<ctx>:<flow>:<caller>:0, due now, and a wake on coord:delayedwake). Returns
+-- the DAG's terminal count after its last cancel (nil: it cancelled none). Leaves the
+-- script in the context's DB.
+local function cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms, maxlen, wake)
+  local terminal
+  local i = 1
+  while i <= #qd and i <= CASCADE_CHUNK do
+    local d, origin = qd[i], qo[i]
+    i = i + 1
+    local ds = redis.call('HGET', dag, 's:' .. d)
+    if ds == NODE_PENDING or ds == NODE_READY then
+      local reason = 'cancelled: job ' .. origin .. ' failed'
+      redis.call('HSET', dag, 's:' .. d, NODE_CANCELLED, 'e:' .. d, reason)
+      redis.call('HDEL', dag, 'due:' .. d)
+      redis.call('HINCRBY', dag, 'cancelled', '1')
+      terminal = redis.call('HINCRBY', dag, 'terminal', '1')
+      set_job(caller, d, JOB_ERROR, 'error', reason, 'updated_at', now_s)
+      redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CANCELLED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', JOB_ERROR, 'detail', reason)
+      for _, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. d) or '[]')) do
+        qd[#qd + 1] = int(x)
+        qo[#qo + 1] = origin
+      end
+    end
+  end
+  if i <= #qd then
+    local left = {}
+    for k = i, #qd do left[#left + 1] = qd[k] .. ' ' .. qo[k] end
+    call_each('RPUSH', K_FLOW_CASCADE .. flow, left)
+    if not wake then return terminal end
+    redis.call('SELECT', '0')
+    redis.call('ZADD', K_DUE, now_ms, 'cascade:' .. ctx .. ':' .. flow .. ':' .. caller .. ':0')
+    redis.call('PUBLISH', K_DELAYED_WAKE, now_ms)
+    redis.call('SELECT', ctx)
+  end
+  return terminal
 end
 local function complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff, result, finished_ms)
 local maxlen = EVENTS_CAP()
@@ -150,26 +194,14 @@ else
     end
     dead_letter(caller, id, flow, now_ms, actor, err)
   end
-  -- Cancel the transitive dependents that have not run.
-  local queue = cjson.decode(redis.call('HGET', dag, 'd:' .. id) or '[]')
-  local reason = 'cancelled: job ' .. id .. ' failed'
-  local i = 1
-  while i <= #queue do
-    local d = int(queue[i])
-    i = i + 1
-    local ds = redis.call('HGET', dag, 's:' .. d)
-    if ds == NODE_PENDING or ds == NODE_READY then
-      redis.call('HSET', dag, 's:' .. d, NODE_CANCELLED, 'e:' .. d, reason)
-      redis.call('HDEL', dag, 'due:' .. d)
-      redis.call('HINCRBY', dag, 'cancelled', '1')
-      terminal = redis.call('HINCRBY', dag, 'terminal', '1')
-      set_job(caller, d, JOB_ERROR, 'error', reason, 'updated_at', now_s)
-      redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CANCELLED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', JOB_ERROR, 'detail', reason)
-      for _, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. d) or '[]')) do
-        queue[#queue + 1] = x
-      end
-    end
+  -- Cancel the transitive dependents that have not run (CASCADE_CHUNK of them here,
+  -- the others by flow_cascade_chunk calls).
+  local qd, qo = {}, {}
+  for k, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. id) or '[]')) do
+    qd[k] = int(x)
+    qo[k] = id
   end
+  terminal = cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms, maxlen, true) or terminal
 end
 if terminal >= tonumber(node[4]) then
   out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)

@@ -8,7 +8,9 @@
 --     not paused: the field paused of the DAG hash; a standalone job not started or
 --     finished), then marks node and job dispatched (attempt + 1;
 --     ready_ms, when not nil, is its ready time: a node ready at its flow's start) and
---     records the event. Returns the attempt (a string), or nil and why not.
+--     records the event. A node of a flow held (the DAG's hold: a cancel or a retry in
+--     chunks under way) stays ready: the cancel cancels it, the retry's end dispatches
+--     it. Returns the attempt (a string), or nil and why not.
 -- Needs lib_state.
 
 local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor)
@@ -18,7 +20,7 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
   if not jst then
     return nil, 'job missing'
   elseif dag ~= '' then
-    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id, 'paused')
+    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id, 'paused', 'hold')
     local s, due = node[1], node[2]
     if s ~= NODE_READY then
       return nil, s or 'no node'
@@ -26,6 +28,8 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
       return nil, 'not due'
     elseif node[3] then
       return nil, 'paused' -- flow.pause: the node stays ready; flow.resume dispatches it
+    elseif node[4] then
+      return nil, 'held' -- a cancel or a retry in chunks under way
     end
     attempt = int(redis.call('HINCRBY', dag, 'a:' .. id, '1'))
     redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED)

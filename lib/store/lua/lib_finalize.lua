@@ -1,6 +1,7 @@
 -- lib_finalize: defines finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor,
 -- retention_ms), which ends a flow whose nodes are all final: result map, status
--- (finished, or error when a node failed or the flow was cancelled), event, then in
+-- (finished, or error when a node failed or the flow was cancelled), event, the
+-- flow's cascade list gone (coord:cascade:<flow>: what it held is final), then in
 -- DB 0 (SELECT 0) its leaving coord:flows:active, its retention (coord:expire) and the
 -- waiters' notice (coord:flowdone), and back to the context's DB. Needs lib_state.
 
@@ -16,7 +17,7 @@ local function finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, re
     result = cjson.encode(m)
   end
   set_flow(flow, fst, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
-  redis.call('DEL', rk)
+  redis.call('DEL', rk, K_FLOW_CASCADE .. flow) -- every node final: nothing left to cancel
   event(ev, actor, now_ms, flow, '0', caller, fst, redis.call('HGET', fk, 'error') or '')
   local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
   if keep > 0 then retention_ms = keep * 1000 end
