@@ -103,6 +103,7 @@ func JobToPB(j *model.Job) *herov1.Job {
 		ResultJson: string(j.ResultJSON), Traceparent: j.Traceparent, Fatal: j.Fatal, StopRequested: j.StopAsked, RetryAfterMs: j.RetryAfterMs, StartedAtUs: j.StartedAtUs, FinishedAtUs: j.FinishedAtUs, RunAtMs: j.RunAtMs,
 		Origin: jsonOrEmpty(j.Origin), DepResults: jsonOrEmpty(j.DepResults), Limits: LimitsToPB(j.Limits), Priority: uint32(j.Priority),
 		ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, ConcurrencyPolicy: j.ConcurrencyPolicy, Held: j.Held,
+		DebounceKey: j.DebounceKey,
 	}
 }
 
@@ -134,6 +135,7 @@ func JobFromPB(j *herov1.Job) *model.Job {
 		Args: rawOrNil(j.Args), Kwargs: rawOrNil(j.Kwargs), Limits: LimitsFromPB(j.Limits), ResultJSON: rawOrNil(j.ResultJson), Traceparent: j.Traceparent,
 		Fatal: j.Fatal, StopAsked: j.StopRequested, RetryAfterMs: j.RetryAfterMs, StartedAtUs: j.StartedAtUs, FinishedAtUs: j.FinishedAtUs, RunAtMs: j.RunAtMs,
 		Priority: uint8(min(j.Priority, 255)), ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, ConcurrencyPolicy: j.ConcurrencyPolicy, Held: j.Held,
+		DebounceKey: j.DebounceKey,
 	}
 	if j.Origin != "" {
 		var o model.Origin

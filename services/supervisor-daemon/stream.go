@@ -233,8 +233,8 @@ func (c *coordinatorServer) streamItem(ctx context.Context, r *herov1.SubmitJobS
 	if sr == nil {
 		return nil, invalidParams("submit", "the stream item (seq %d) has no submission", r.Seq)
 	}
-	it := submitItemFromPB(sr.Job, sr.UniqueKey, sr.UniqueTtlSeconds, sr.RunAt, sr.Delay)
-	x, err := c.s.jobSubmit(ctx, p, jobSubmitParams{ContextID: sr.ContextId, Job: it.Job, UniqueKey: it.UniqueKey, UniqueTTLSeconds: it.UniqueTTLSeconds, delayParams: it.delayParams})
+	it := submitItemFromPB(sr.Job, sr.UniqueKey, sr.UniqueTtlSeconds, sr.RunAt, sr.Delay, debounceParams{DebounceKey: sr.DebounceKey, Debounce: sr.Debounce})
+	x, err := c.s.jobSubmit(ctx, p, jobSubmitParams{ContextID: sr.ContextId, Job: it.Job, UniqueKey: it.UniqueKey, UniqueTTLSeconds: it.UniqueTTLSeconds, delayParams: it.delayParams, debounceParams: it.debounceParams})
 	if err != nil {
 		return nil, err
 	}
