@@ -233,6 +233,8 @@ func (c *cli) jobSubmit(fs *flag.FlagSet) action {
 	ttl := fs.Duration("unique-ttl", 24*time.Hour, "how long the key lasts (1s to 720h)")
 	wait := fs.Bool("wait", false, "wait for the job's end and print its output (exit 1 when it failed)")
 	runAt, delay := addDelayFlags(fs, "job")
+	debounceKey := fs.String("debounce-key", "", "of the submissions with this key within the --debounce window only the last runs; the others end cancelled")
+	debounce := fs.Duration("debounce", 0, "the --debounce-key's window (1ms to 24h): the job runs at its end unless a later submission of the key replaces it")
 	return c.noArgs("job submit", waits, func(ctx context.Context, hc *hero.Client) error {
 		j, err := jf.job()
 		if err != nil {
@@ -242,7 +244,10 @@ func (c *cli) jobSubmit(fs *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		sub, err := hc.Submit(ctx, j, hero.SubmitOptions{UniqueKey: *key, UniqueTTL: *ttl, RunAt: at, Delay: *delay})
+		if (*debounceKey == "") != (*debounce == 0) {
+			return usageErr("job submit: --debounce-key and --debounce go together (the key and its window)")
+		}
+		sub, err := hc.Submit(ctx, j, hero.SubmitOptions{UniqueKey: *key, UniqueTTL: *ttl, RunAt: at, Delay: *delay, DebounceKey: *debounceKey, Debounce: *debounce})
 		if err != nil {
 			return err
 		}
@@ -390,6 +395,9 @@ func printJob(w *tabwriter.Writer, j *model.Job) {
 	}
 	if j.Held != "" {
 		fmt.Fprintf(w, "held\t%s\n", j.Held)
+	}
+	if j.DebounceKey != "" {
+		fmt.Fprintf(w, "debounce key\t%s\n", j.DebounceKey)
 	}
 	if j.TraceID != "" {
 		fmt.Fprintf(w, "trace id\t%s\n", j.TraceID)

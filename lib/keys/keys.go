@@ -135,8 +135,19 @@ func ConcurrencyHeld(k string) string { return ConcurrencyHeldPrefix + k }
 // ConcurrencyHeldPrefix starts every ConcurrencyHeld list.
 const ConcurrencyHeldPrefix = "coord:ckheld:"
 
+// ConcurrencyRateHeld is the list, in a context's DB, of the jobs of concurrency key
+// k that a claim held back at the key's rate (limit.set "key:<k>" with a rate;
+// "<queue>\t<job key>", the newest at the head): a scheduler's release at the key's
+// next token (lua/key_rate_wake.lua) puts the oldest back at their queue's consuming
+// end, their tokens paid.
+func ConcurrencyRateHeld(k string) string { return ConcurrencyRateHeldPrefix + k }
+
+// ConcurrencyRateHeldPrefix starts every ConcurrencyRateHeld list.
+const ConcurrencyRateHeldPrefix = "coord:ckrate:"
+
 // OrderFeatures is the set, in a context's DB, of the claim-order features its jobs
-// have used ("priority", "concurrency") and its limits ("limit": limit.set): routing
+// have used ("priority", "concurrency") and its limits ("limit": limit.set; "keyrate": a rate per
+// concurrency key, which makes the claim read its jobs' keys): routing
 // reads a job's priority and concurrency fields, and a claim the priority sets and
 // the limits, only in a context that has one (one read of this set per script call,
 // instead of fields missing from every job's hash). Written when such a job is

@@ -14,7 +14,8 @@ import (
 type RunLimit struct {
 	// Scope is "context" (every job of the context), "type:<script type>",
 	// "executor:<name>" (a handler job's executor) or "key:<concurrency key>" (a
-	// concurrency key: max_running replaces its jobs' concurrency_limit; no rate).
+	// concurrency key: max_running replaces its jobs' concurrency_limit; a rate holds
+	// its jobs back from the claim until their token comes).
 	Scope      string `json:"scope"`
 	MaxRunning uint32 `json:"max_running,omitempty"`
 	Rate       uint32 `json:"rate,omitempty"`
@@ -57,9 +58,6 @@ func (l *RunLimit) Check() error {
 	}
 	if l.Rate > MaxRunLimitRate {
 		return bad("rate", "%d is more than %d", l.Rate, MaxRunLimitRate)
-	}
-	if strings.HasPrefix(l.Scope, "key:") && (l.Rate != 0 || l.Per != "" || l.Burst != 0) {
-		return bad("rate", "a concurrency key's limit is max_running only (no rate per key)")
 	}
 	if l.Rate == 0 {
 		if l.Per != "" || l.Burst != 0 {

@@ -104,6 +104,7 @@ func JobToPB(j *model.Job) *herov1.Job {
 		Origin: originToPB(j.Origin), DepResults: depResultsToPB(j.DepResults), Limits: LimitsToPB(j.Limits), Priority: uint32(j.Priority),
 		ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, ConcurrencyPolicy: j.ConcurrencyPolicy, Held: j.Held,
 		ScheduleId: j.ScheduleID, ScheduleTickMs: j.ScheduleTickMs,
+		DebounceKey: j.DebounceKey,
 	}
 }
 
@@ -153,6 +154,7 @@ func JobFromPB(j *herov1.Job) *model.Job {
 		Fatal: j.Fatal, StopAsked: j.StopRequested, RetryAfterMs: j.RetryAfterMs, StartedAtUs: j.StartedAtUs, FinishedAtUs: j.FinishedAtUs, RunAtMs: j.RunAtMs,
 		Priority: uint8(min(j.Priority, 255)), ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, ConcurrencyPolicy: j.ConcurrencyPolicy, Held: j.Held,
 		ScheduleID: j.ScheduleId, ScheduleTickMs: j.ScheduleTickMs,
+		DebounceKey: j.DebounceKey,
 	}
 	if j.Origin != "" {
 		var o model.Origin

@@ -26,23 +26,27 @@ import (
 // DelayedItem is an entry of coord:delayed that is due.
 type DelayedItem struct {
 	ContextID uint32
-	Kind      string // "job", "flow" or "limit"
+	Kind      string // "job", "flow", "limit" or "keyrate"
 	CallerID  uint32 // a job's
 	JobID     uint32 // a job's
 	FlowID    uint32 // a flow's
 	Queue     string // a job queue's that a rate limit parked (kind "limit")
+	Key       string // a concurrency key's whose rate held jobs back (kind "keyrate")
 	DueMs     int64
 	Member    string
 }
 
 // parseDelayed reads an entry of coord:delayed: "<ctx>:job:<caller>:<id>",
-// "<ctx>:flow:<id>" or "<ctx>:limit:<queue>" (lua/lib_limit.lua).
+// "<ctx>:flow:<id>", "<ctx>:limit:<queue>" or "<ctx>:keyrate:<key>"
+// (lua/lib_limit.lua).
 func parseDelayed(m string, due int64) (DelayedItem, bool) {
 	parts := strings.Split(m, ":")
 	it := DelayedItem{Member: m, DueMs: due}
 	switch {
 	case len(parts) >= 3 && parts[1] == "limit":
 		it.Kind, it.ContextID, it.Queue = "limit", parseU32(parts[0]), strings.Join(parts[2:], ":")
+	case len(parts) >= 3 && parts[1] == "keyrate":
+		it.Kind, it.ContextID, it.Key = "keyrate", parseU32(parts[0]), strings.Join(parts[2:], ":")
 	case len(parts) == 4 && parts[1] == "job":
 		it.Kind, it.ContextID, it.CallerID, it.JobID = "job", parseU32(parts[0]), parseU32(parts[2]), parseU32(parts[3])
 	case len(parts) == 3 && parts[1] == "flow":
@@ -98,8 +102,17 @@ func (s *Store) DropDelayed(ctx context.Context, it DelayedItem) error {
 
 // WakeLimited releases a job queue that a rate limit parked (an entry of kind
 // "limit", lua/limit_wake.lua): while the entry is due it goes, and the queue's
-// runners get a wake token. It reports whether this call released it.
+// runners get a wake token. An entry of kind "keyrate" releases the jobs that a
+// concurrency key's rate held back, one per token the key's bucket has
+// (lua/key_rate_wake.lua). It reports whether this call released it.
 func (d *DB) WakeLimited(ctx context.Context, it DelayedItem) (bool, error) {
+	if it.Kind == "keyrate" {
+		n, err := (&keyRateWakeArgs{HeldKey: keys.ConcurrencyRateHeld(it.Key), Ctx: u32str(d.ContextID), Key: it.Key, Member: it.Member, NowMs: time.Now().UnixMilli()}).run(ctx, d)
+		if err != nil {
+			return false, fmt.Errorf("release the jobs of concurrency key %s of context %d held by its rate: %w", it.Key, d.ContextID, err)
+		}
+		return n >= 0, nil
+	}
 	n, err := (&limitWakeArgs{QueueKey: it.Queue, Ctx: u32str(d.ContextID), Member: it.Member, NowMs: time.Now().UnixMilli()}).run(ctx, d)
 	if err != nil {
 		return false, fmt.Errorf("wake %s of context %d after its rate limit: %w", it.Queue, d.ContextID, err)

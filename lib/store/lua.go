@@ -159,6 +159,7 @@ var luaKeys = []struct{ name, key string }{
 	{"K_FEATURES", keys.OrderFeatures},
 	{"K_CK_RUN", keys.ConcurrencyRunningPrefix},
 	{"K_CK_HELD", keys.ConcurrencyHeldPrefix},
+	{"K_CK_RATE", keys.ConcurrencyRateHeldPrefix},
 	{"K_LIMITS", keys.Limits},
 	{"K_LIM_RUN", keys.LimitRunningPrefix},
 	{"K_LIM_BUCKET", keys.LimitBucketPrefix},

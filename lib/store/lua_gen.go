@@ -2261,6 +2261,48 @@ func decodeGatewayLeaseReleaseReply(v any) (out int64, err error) {
 	return out, nil
 }
 
+// keyRateWakeScript is lua/key_rate_wake.lua (its header declares its interface).
+var keyRateWakeScript = luaScript("key_rate_wake.lua", "lib_busy.lua", "lib_wake.lua", "lib_limit.lua")
+
+// keyRateWakeArgs are the KEYS and ARGV of lua/key_rate_wake.lua.
+type keyRateWakeArgs struct {
+	HeldKey string // KEYS
+	Ctx     string
+	Key     string
+	Member  string
+	NowMs   int64
+}
+
+// call is the run of lua/key_rate_wake.lua with a's KEYS and ARGV.
+func (a *keyRateWakeArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.HeldKey)
+	args := make([]any, 0, 4)
+	args = append(args, a.Ctx)
+	args = append(args, a.Key)
+	args = append(args, a.Member)
+	args = append(args, a.NowMs)
+	return Call{Script: keyRateWakeScript, Keys: keys, Args: args}
+}
+
+// run runs lua/key_rate_wake.lua and decodes its reply.
+func (a *keyRateWakeArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeKeyRateWakeReply(res)
+}
+
+// decodeKeyRateWakeReply decodes the reply of lua/key_rate_wake.lua.
+func decodeKeyRateWakeReply(v any) (out int64, err error) {
+	if out, err = luaconv.Int(v); err != nil {
+		return out, fmt.Errorf("lua/key_rate_wake.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
 // limitSetScript is lua/limit_set.lua (its header declares its interface).
 var limitSetScript = luaScript("limit_set.lua", "lib_busy.lua", "lib_wake.lua")
 

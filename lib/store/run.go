@@ -29,6 +29,9 @@ const (
 	// holds it again, with a new lease. Nothing to start: the caller checks it still
 	// runs the job under that claim, else releases it (ReleaseClaims).
 	StartRetaken
+	// StartHeld: held back by its concurrency key's rate (lua/lib_limit.lua): off the
+	// queue, on the key's held list until its token comes; nothing to run.
+	StartHeld
 )
 
 // Started is one job a ClaimStarts took.

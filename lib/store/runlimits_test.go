@@ -230,7 +230,7 @@ func TestRunLimitRefused(t *testing.T) {
 		{model.RunLimit{Scope: "queue:sh", MaxRunning: 1}, "scope"},
 		{model.RunLimit{Scope: "type:no-such-type", MaxRunning: 1}, "scope"},
 		{model.RunLimit{Scope: "context"}, "max_running"},
-		{model.RunLimit{Scope: "key:k", Rate: 5}, "rate"},
+		{model.RunLimit{Scope: "key:k", Rate: model.MaxRunLimitRate + 1}, "rate"},
 		{model.RunLimit{Scope: "context", Rate: 5, Per: "soon"}, "per"},
 		{model.RunLimit{Scope: "context", MaxRunning: 1, Per: "1s"}, "per"},
 	} {
@@ -432,5 +432,94 @@ func TestConcurrencyKeys3x1000(t *testing.T) {
 		if n[k] < 80 {
 			t.Errorf("key %s: %d of the first 300 starts, want about a third: %v", k, n[k], n)
 		}
+	}
+}
+
+// A rate per concurrency key: a key at 1 job a minute with a burst of 2 lets a claim
+// of 8 start 2 of its 5 jobs beside the 3 jobs of no key; the key's other 3 are held
+// (StartHeld: on coord:ckrate:k, the oldest says why, job.held events) and the key's
+// release is due about a minute ahead (a release before then changes nothing). A
+// raised rate at run time makes the release due now: the held jobs go back to their
+// queue with their tokens paid and the next claim starts them, oldest first, taking
+// no token again; nothing is left held. Without the key's rate the first claim starts
+// all 8.
+func TestRunLimitKeyRate(t *testing.T) {
+	s, db := priorityCtx(t)
+	ctx := context.Background()
+	if err := db.SetLimit(ctx, &model.RunLimit{Scope: "key:k", Rate: 1, Per: "1m", Burst: 2}); err != nil {
+		t.Fatal(err)
+	}
+	keyed := submitN(t, s, 5, "k", 10, "")
+	submitN(t, s, 3, "", 0, "")
+	got, err := db.ClaimStarts(ctx, "queue:sh", "w1", time.Minute, make([]string, 8), store.Wake{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started, held []uint32
+	for _, x := range got {
+		id, _ := strconv.ParseUint(x.Claim.Item[strings.LastIndexByte(x.Claim.Item, ':')+1:], 10, 32)
+		switch x.Outcome {
+		case store.StartRun:
+			started = append(started, uint32(id))
+		case store.StartHeld:
+			held = append(held, uint32(id))
+		default:
+			t.Fatalf("claim %s: outcome %v %v", x.Claim.Item, x.Outcome, x.Err)
+		}
+	}
+	want := []uint32{keyed[2].ID, keyed[3].ID, keyed[4].ID}
+	if len(started) != 5 || !slices.Equal(held, want) {
+		t.Fatalf("first claim: started %v, held %v (want 5 started: 2 of the key and the 3 others; held %v)", started, held, want)
+	}
+	c1 := srv.Client(t, 1)
+	if n := c1.LLen(ctx, keys.ConcurrencyRateHeld("k")).Val(); n != 3 {
+		t.Fatalf("%d jobs on the key's held list (want 3)", n)
+	}
+	if j, err := db.LoadJob(ctx, 1, keyed[2].ID); err != nil || j.Held != "limit key:k: 1 per 60000 ms" {
+		t.Fatalf("a held job's held field: %q %v", j.Held, err)
+	}
+	if n := countEvents(t, model.EventJobHeld, "limit key:k"); n != 3 {
+		t.Errorf("%d job.held events name the key's rate (want 3)", n)
+	}
+	member := "1:keyrate:k"
+	due, err := srv.Client(t, 0).ZScore(ctx, keys.Delayed, member).Result()
+	if err != nil || time.UnixMilli(int64(due)).Before(time.Now().Add(30*time.Second)) {
+		t.Fatalf("the key's release: %v %v (want about a minute ahead)", due, err)
+	}
+	it := store.DelayedItem{ContextID: 1, Kind: "keyrate", Key: "k", Member: member}
+	if ok, err := db.WakeLimited(ctx, it); ok || err != nil {
+		t.Fatalf("a release before the next token: %v %v", ok, err)
+	}
+	// raised at run time: the release is due now and pays the held jobs' tokens, one
+	// per token as they come (the bucket keeps its tokens across the change)
+	if err := db.SetLimit(ctx, &model.RunLimit{Scope: "key:k", Rate: 1000, Per: "1s", Burst: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := db.WakeLimited(ctx, it); !ok || err != nil {
+		t.Fatalf("the release after the raise: %v %v", ok, err)
+	}
+	for deadline := time.Now().Add(time.Minute); c1.LLen(ctx, keys.ConcurrencyRateHeld("k")).Val() > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d jobs left held a minute after the raise", c1.LLen(ctx, keys.ConcurrencyRateHeld("k")).Val())
+		}
+		if _, err := db.WakeLimited(ctx, it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tokens, _ := strconv.ParseFloat(c1.HGet(ctx, keys.LimitBucket("key:k"), "tokens").Val(), 64)
+	runs := claimFree(t, db, 8)
+	if len(runs) != 3 || runs[0].j.ID != want[0] || runs[1].j.ID != want[1] || runs[2].j.ID != want[2] {
+		t.Fatalf("after the release: %d runs (want the 3 held, oldest first)", len(runs))
+	}
+	for _, r := range runs {
+		if v := c1.HMGet(ctx, keys.Job(1, r.j.ID), "held", "rate_paid").Val(); v[0] != nil || v[1] != nil {
+			t.Errorf("job %d started with held/rate_paid %v", r.j.ID, v)
+		}
+	}
+	if after, _ := strconv.ParseFloat(c1.HGet(ctx, keys.LimitBucket("key:k"), "tokens").Val(), 64); after != tokens {
+		t.Errorf("the paid jobs' claim took tokens again: %.3f -> %.3f", tokens, after)
+	}
+	if n := countEvents(t, model.EventJobReleased, "limit key:k"); n != 3 {
+		t.Errorf("%d job.released events name the key's rate (want 3)", n)
 	}
 }

@@ -20,6 +20,11 @@ type SubmitOptions struct {
 	// dispatched then; Stop before then cancels it (docs/scheduling.md).
 	RunAt time.Time
 	Delay time.Duration
+	// DebounceKey with Debounce (a window, 1 ms to 24 h): of the submissions with the
+	// key within the window only the last runs, at the window's end; the others end
+	// error, cancelled, naming the debounce. Not with RunAt or Delay.
+	DebounceKey string
+	Debounce    time.Duration
 }
 
 // delayFields are o's run_at and delay as the API takes them ("" when unset).
@@ -72,7 +77,8 @@ func (c *Client) Submit(ctx context.Context, j *model.Job, o SubmitOptions) (*Su
 	defer cancel()
 	runAt, delay := o.delayFields()
 	req := &herov1.SubmitJobRequest{ContextId: c.cfg.Context, Job: c.jobPB(j),
-		UniqueKey: o.UniqueKey, UniqueTtlSeconds: uint32(o.UniqueTTL / time.Second), RunAt: runAt, Delay: delay}
+		UniqueKey: o.UniqueKey, UniqueTtlSeconds: uint32(o.UniqueTTL / time.Second), RunAt: runAt, Delay: delay,
+		DebounceKey: o.DebounceKey, Debounce: durationField(o.Debounce)}
 	var r *herov1.SubmitJobResponse
 	err := errNoStream
 	if c.streams != nil {
@@ -99,7 +105,7 @@ func (c *Client) SubmitBatch(ctx context.Context, items []SubmitItem) ([]Submitt
 	for _, it := range items {
 		runAt, delay := it.delayFields()
 		req.Jobs = append(req.Jobs, &herov1.SubmitJobItem{Job: c.jobPB(it.Job), UniqueKey: it.UniqueKey, UniqueTtlSeconds: uint32(it.UniqueTTL / time.Second),
-			RunAt: runAt, Delay: delay})
+			RunAt: runAt, Delay: delay, DebounceKey: it.DebounceKey, Debounce: durationField(it.Debounce)})
 		unique = unique && it.UniqueKey != ""
 	}
 	if unique {

@@ -459,21 +459,25 @@ class Client:
                    timeout: int = 0, retries: int = 0, runner_id: Optional[int] = None,
                    function: Optional[str] = None, args: Optional[list] = None, kwargs: Optional[dict] = None,
                    priority: Optional[int] = None, concurrency_key: Optional[str] = None,
-                   concurrency_limit: Optional[int] = None, context_id: Optional[int] = None) -> dict:
+                   concurrency_limit: Optional[int] = None, concurrency_policy: Optional[str] = None,
+                   context_id: Optional[int] = None) -> dict:
         """Creates a job (``job.create``; admins): a script, or a handler job when
         ``function`` (``executor#handler``) is given. ``priority`` orders it in its queue:
         1 first … 5 last (none: 3); at most ``concurrency_limit`` (none: 1) jobs of its
-        ``concurrency_key`` are in flight at once (docs/scheduling.md). Returns the Job."""
+        ``concurrency_key`` are in flight at once, and ``concurrency_policy`` (``queue``,
+        ``cancel_newest``, ``cancel_oldest``) says what happens to one that meets the
+        limit (docs/scheduling.md). Returns the Job."""
         return self.call("job.create", {"context_id": self._ctx(context_id),
                                         "job": _job(script, script_type, id, depends, env, timeout, retries,
                                                     runner_id, function, args, kwargs, priority,
-                                                    concurrency_key, concurrency_limit)})
+                                                    concurrency_key, concurrency_limit, concurrency_policy)})
 
     def create_jobs(self, jobs: List[dict], context_id: Optional[int] = None) -> List[Any]:
         """Creates up to 1000 jobs in one call (``job.create_batch``; admins), each on
         its own: each a dict of create_job's keywords (``script``, ``script_type``,
         ``id``, ``depends``, ``env``, ``timeout``, ``retries``, ``runner_id``,
-        ``function``, ``args``, ``kwargs``, ``priority``). Returns, in order, for each job the Job
+        ``function``, ``args``, ``kwargs``, ``priority``, ``concurrency_key``,
+        ``concurrency_limit``, ``concurrency_policy``). Returns, in order, for each job the Job
         (created, or found: the same job under an ``id`` given before), or the error
         that refused it: a HeroError instance, returned, not raised (the other jobs are
         stored). Raises when the call is refused as a whole (malformed, or the caller
@@ -483,7 +487,8 @@ class Client:
             spec.get("env"), spec.get("timeout", 0), spec.get("retries", 0), spec.get("runner_id"),
             function=spec.get("function"), args=spec.get("args"), kwargs=spec.get("kwargs"),
             priority=spec.get("priority"), concurrency_key=spec.get("concurrency_key"),
-            concurrency_limit=spec.get("concurrency_limit")) for spec in jobs], context_id)
+            concurrency_limit=spec.get("concurrency_limit"), concurrency_policy=spec.get("concurrency_policy"))
+            for spec in jobs], context_id)
 
     def _create_batch(self, jobs: List[dict], context_id: Optional[int]) -> List[Any]:
         """job.create_batch of jobs as the API takes them (_job): each Job or its error."""
@@ -525,22 +530,22 @@ class Client:
         Follow it with wait_job or events. Other keywords as create_job."""
         params = {"context_id": self._ctx(context_id), "job": _job_from(script, script_type, job)}
         params.update(_unique(unique_key, unique_ttl))
-        if debounce_key is not None or debounce is not None:
-            params["debounce_key"] = "" if debounce_key is None else str(debounce_key)
-            params["debounce"] = f"{float(debounce):g}s" if isinstance(debounce, (int, float)) else str(debounce or "")
+        params.update(_debounce(debounce_key, debounce))
         params.update(_delay(run_at, delay))
         return self.call("job.submit", params)
 
     def submit_jobs(self, jobs: List[dict], context_id: Optional[int] = None) -> List[dict]:
         """Submits up to 1000 standalone jobs in one call and one step
         (``job.submit_batch``): each a dict of submit_job's keywords (``script``,
-        ``script_type``, ``unique_key``, ``unique_ttl``, ``env``, …). One bad job refuses
+        ``script_type``, ``unique_key``, ``unique_ttl``, ``debounce_key``, ``debounce``,
+        ``env``, …). One bad job refuses
         them all. Returns ``[{job, existing}]`` in order."""
         items = []
         for spec in jobs:
             spec = dict(spec)
             item: Dict[str, Any] = _unique(spec.pop("unique_key", None), spec.pop("unique_ttl", None))
             item.update(_delay(spec.pop("run_at", None), spec.pop("delay", None)))
+            item.update(_debounce(spec.pop("debounce_key", None), spec.pop("debounce", None)))
             item["job"] = _job_from(spec.pop("script", ""), spec.pop("script_type", "python"), spec)
             items.append(item)
         return self.call("job.submit_batch", {"context_id": self._ctx(context_id), "jobs": items})["items"]
@@ -980,6 +985,15 @@ def _names_itself(item: dict) -> bool:
     repeated, instead of submitting another."""
     job = item.get("job") or {}
     return bool(item.get("unique_key")) or bool(job.get("id"))
+
+
+def _debounce(key: Optional[str], window: Any) -> Dict[str, Any]:
+    """A submission's debounce_key and debounce window (seconds, or "5s") as job.submit
+    takes them; none when neither is given (the server refuses one without the other)."""
+    if key is None and window is None:
+        return {}
+    return {"debounce_key": "" if key is None else str(key),
+            "debounce": f"{float(window):g}s" if isinstance(window, (int, float)) else str(window or "")}
 
 
 def _job_from(script: str, script_type: str, kw: Dict[str, Any]) -> dict:

@@ -137,6 +137,18 @@ class RetryTest(unittest.TestCase):
             self.client.create_schedule("x", "true", every="1m", flow=jobs)
         self.assertEqual(len(self.srv.seen), 2)
 
+    def test_debounce_and_policy_sent_by_submit_batch_and_create(self):
+        self.srv.answers = [{"result": {"items": [{"job": {"id": 1}, "existing": False}, {"job": {"id": 2}, "existing": False}]}},
+                            {"result": {"id": 3}}]
+        self.client.submit_jobs([{"script": "print(1)", "debounce_key": "doc-42", "debounce": 5},
+                                 {"script": "print(2)"}])
+        self.client.create_job("print(3)", concurrency_key="c", concurrency_policy="cancel_newest")
+        sent = [json.loads(body)["params"] for _, body in self.srv.seen]
+        first, second = sent[0]["jobs"]
+        self.assertEqual((first["debounce_key"], first["debounce"]), ("doc-42", "5s"))
+        self.assertNotIn("debounce_key", second)
+        self.assertEqual(sent[1]["job"]["concurrency_policy"], "cancel_newest")
+
     def test_submit_retried_only_when_it_names_its_job(self):
         self.srv.answers = [self.unavailable, {"result": {"job": {"id": 4}, "existing": False}}]
         self.assertEqual(self.client.submit_job("print(1)", unique_key="k", unique_ttl=60)["job"]["id"], 4)

@@ -46,6 +46,13 @@ type execution = execcore.Execution[model.JobRef]
 // execute runs one claimed and started job to its end.
 func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, outcome store.StartOutcome, j *model.Job) {
 	defer r.holding.remove(cl.ID) // claim added it
+	// The lease is kept from the claim until the end is written, not only while the
+	// process runs: a start (a sandbox made, the environment read) or an end's write
+	// slower than the lease would otherwise let it expire under a live run, and a
+	// claim would take its slot under a run limit (lua/lib_limit.lua) or a sweep
+	// queue the job again.
+	lease := r.keepLease(ctx, db, cl, j)
+	defer lease.Stop()
 	if j.TraceID == "" {
 		j.TraceID = randHex(16) // a claim that stored none: this attempt's own trace
 	}
@@ -232,7 +239,7 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	if j.StopAsked && ex.Reason() == "" {
 		run.Kill("stopped")
 	}
-	sv := r.supervise(ctx, db, cl, j, ex, run.OnTimeout(time.Duration(j.Timeout)*time.Second, ex.Kill))
+	sv := supervise(j, run.OnTimeout(time.Duration(j.Timeout)*time.Second, ex.Kill))
 	res := run.WaitKept()
 	sv.Stop()
 	start := run.StartedAt()
@@ -430,16 +437,23 @@ func newLogWriter(ctx context.Context, db *store.DB, caller, id uint32, max int)
 
 // supervise enforces a run's timeout (onTimeout: a script's run.OnTimeout, which
 // counts from the job's own begin and spares a process that already ended; a
-// handler's execcore.Kills) and keeps its lease while it runs. A lease
-// that expired and was swept (this process was stopped, or cut off from Redis, past
-// it) is taken back while no other claim has taken the job; only a lease another
-// claim took stops the run (that claim runs the job).
-func (r *runner) supervise(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, ex *execution, onTimeout func() time.Duration) *execcore.Supervision {
-	return execcore.Supervise(time.Duration(j.Timeout)*time.Second, onTimeout, r.cfg.Heartbeat, func() {
+// handler's execcore.Kills). Its lease is kept by keepLease, from the claim on.
+func supervise(j *model.Job, onTimeout func() time.Duration) *execcore.Supervision {
+	return execcore.Supervise(time.Duration(j.Timeout)*time.Second, onTimeout, 0, nil)
+}
+
+// keepLease renews a claimed job's lease every heartbeat until Stop (after its end
+// is written). A lease that expired and was swept (this process was stopped, or cut
+// off from Redis, past it) is taken back while no other claim has taken the job; only
+// a lease another claim took stops the run (that claim runs the job): its execution
+// is killed ("lost_lease").
+func (r *runner) keepLease(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job) *execcore.Supervision {
+	ref := model.JobRef{ContextID: db.ContextID, CallerID: j.CallerID, ID: j.ID}
+	return execcore.Supervise(0, nil, r.cfg.Heartbeat, func() {
 		switch renewal, err := db.RenewLease(ctx, cl, r.cfg.Lease); {
 		case err != nil:
 		case renewal == store.LeaseLost:
-			ex.Kill("lost_lease")
+			r.core.Stop(ref, "lost_lease")
 		case renewal == store.LeaseRetaken:
 			r.m.retaken.WithLabelValues("renewal").Inc()
 			r.log.Warn().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, j.FlowID).Uint32(obs.KeyJobID, j.ID).Uint32(obs.KeyCallerID, j.CallerID).

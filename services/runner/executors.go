@@ -436,7 +436,7 @@ func (r *runner) callHandler(ctx context.Context, db *store.DB, cl *store.Claim,
 
 	var res handlerCall
 	start := time.Now()
-	sv := r.supervise(ctx, db, cl, j, ex, execcore.Kills(ex.Kill))
+	sv := supervise(j, execcore.Kills(ex.Kill))
 	res.out, res.err = pool.Execute(callCtx, req)
 	sv.Stop()
 	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(time.Since(start).Seconds())

@@ -114,6 +114,7 @@ type runnerMetrics struct {
 	endRetries prometheus.Counter
 	handedIn   *prometheus.CounterVec
 	wakeKeys   prometheus.Gauge
+	keyHeld    prometheus.Counter
 	// what the finish script applied itself (--apply-ends), under the scheduler's names
 	jobEnds    *prometheus.CounterVec
 	dispatched prometheus.Counter
@@ -153,6 +154,8 @@ func newRunner(p runnerParams) *runner {
 				Help: "Job ends a previous process of this worker id left in the state directory, by outcome (written, taken_over: another run holds the job now)."}, []string{"outcome"}),
 			wakeKeys: f.NewGauge(prometheus.GaugeOpts{Name: "hero_runner_wake_keys",
 				Help: "Wake lists named by this process's last wait for jobs, summed over the servers (the stop lists of the waits aside)."}),
+			keyHeld: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_jobs_rate_held_total",
+				Help: "Jobs this process's claims held back at their concurrency key's rate (limit.set key:<k> with a rate; released when their token comes)."}),
 			jobEnds:    f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricJobEnds, Help: obs.MetricJobEndsHelp}, []string{"outcome"}),
 			dispatched: f.NewCounter(prometheus.CounterOpts{Name: obs.MetricJobsDispatched, Help: obs.MetricJobsDispatchedHelp}),
 			flowsEnded: f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricFlowsEnded, Help: obs.MetricFlowsEndedHelp}, []string{"status"}),
@@ -643,7 +646,10 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 			retaken = append(retaken, s.Claim)
 			continue
 		}
-		if s.Err != nil || s.Outcome == store.StartGone || s.Outcome == store.StartDone {
+		if s.Err == nil && s.Outcome == store.StartHeld {
+			r.m.keyHeld.Inc()
+		}
+		if s.Err != nil || s.Outcome == store.StartGone || s.Outcome == store.StartDone || s.Outcome == store.StartHeld {
 			r.log.Debug().Uint32(obs.KeyContextID, ctxID).Str("job_key", s.Claim.Item).Int("outcome", int(s.Outcome)).Msg("nothing to run")
 			continue
 		}

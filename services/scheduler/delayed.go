@@ -21,7 +21,7 @@ const delayedBatch = 256
 
 // delayedMetrics count the delayed work released (docs/scheduling.md).
 type delayedMetrics struct {
-	released *prometheus.CounterVec // by kind: job, flow, limit
+	released *prometheus.CounterVec // by kind: job, flow, limit, keyrate
 	late     prometheus.Histogram
 }
 
@@ -29,7 +29,7 @@ func newDelayedMetrics(reg prometheus.Registerer) delayedMetrics {
 	f := promauto.With(reg)
 	return delayedMetrics{
 		released: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_delayed_released_total",
-			Help: "Delayed jobs dispatched, scheduled flows started and rate-limited queues woken when their time came, by kind (job, flow, limit)."}, []string{"kind"}),
+			Help: "Delayed jobs dispatched, scheduled flows started, rate-limited queues woken and concurrency keys' rate-held jobs released when their time came, by kind (job, flow, limit, keyrate)."}, []string{"kind"}),
 		late: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_delayed_lateness_seconds",
 			Help:    "How long after its run_at a delayed job was dispatched or a scheduled flow started.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30}}),
@@ -55,7 +55,7 @@ func (e *engine) runDelayed(ctx context.Context) {
 			case "flow":
 				e.releaseFlow(ctx, it)
 				continue
-			case "limit":
+			case "limit", "keyrate":
 				e.wakeLimited(ctx, it)
 				continue
 			}
@@ -74,8 +74,8 @@ func (e *engine) runDelayed(ctx context.Context) {
 	}
 }
 
-// wakeLimited releases a job queue that a rate limit parked until its next token
-// (store.WakeLimited): its runners claim again.
+// wakeLimited releases a job queue that a rate limit parked until its next token, or
+// the jobs a concurrency key's rate held back (store.WakeLimited): runners claim again.
 func (e *engine) wakeLimited(ctx context.Context, it store.DelayedItem) {
 	db, err := e.store.Ctx(it.ContextID)
 	if err != nil {
@@ -84,11 +84,11 @@ func (e *engine) wakeLimited(ctx context.Context, it store.DelayedItem) {
 	}
 	ok, err := db.WakeLimited(ctx, it)
 	if err != nil {
-		e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Str("queue", it.Queue).Msg("wake a rate-limited queue (the next wake-up tries again)")
+		e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Str("queue", it.Queue).Str("key", it.Key).Msg("wake a rate-limited queue or key (the next wake-up tries again)")
 		return
 	}
 	if ok {
-		e.dm.released.WithLabelValues("limit").Inc()
+		e.dm.released.WithLabelValues(it.Kind).Inc()
 	}
 }
 

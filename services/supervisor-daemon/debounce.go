@@ -49,8 +49,12 @@ func (s *service) debounce(ctx context.Context, db *store.DB, items []submitItem
 			continue
 		}
 		w, _ := items[i].window("", false)
-		if _, err := db.Debounce(ctx, items[i].DebounceKey, r.Job, w, actor); err != nil {
+		prev, err := db.Debounce(ctx, items[i].DebounceKey, r.Job, w, actor)
+		if err != nil {
 			return err
+		}
+		if prev != "" && s.metrics != nil {
+			s.metrics.debounced.Inc()
 		}
 	}
 	return nil

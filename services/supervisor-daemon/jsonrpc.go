@@ -157,6 +157,10 @@ type apiMetrics struct {
 	submitted prometheus.Counter
 	// queuePauses counts queue.pause and queue.resume calls that changed a queue.
 	queuePauses *prometheus.CounterVec
+	// debounced counts the jobs a later submission of their debounce key cancelled;
+	// limitChanges the limits set and removed (limit.set, limit.delete).
+	debounced    prometheus.Counter
+	limitChanges *prometheus.CounterVec
 }
 
 func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
@@ -170,6 +174,10 @@ func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
 			Help: "Standalone jobs created and dispatched by job.submit, job.submit_batch and job.run (not those a unique_key or a chosen id found existing)."}),
 		queuePauses: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_queue_pauses_total",
 			Help: "Job queues paused (op=pause) and resumed (op=resume) by queue.pause and queue.resume (calls that found the queue so already not counted)."}, []string{"op"}),
+		debounced: f.NewCounter(prometheus.CounterOpts{Name: "hero_jobs_debounced_total",
+			Help: "Jobs ended cancelled, never run, because a later submission of their debounce_key came within the window."}),
+		limitChanges: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_limit_changes_total",
+			Help: "Run and rate limits set (op=set) and removed (op=delete) by limit.set and limit.delete (a delete that found none not counted)."}, []string{"op"}),
 	}
 }
 

@@ -37,6 +37,9 @@ func (s *service) limitSet(ctx context.Context, p Principal, in limitSetParams) 
 	if err := db.SetLimit(ctx, l); err != nil {
 		return nil, err
 	}
+	if s.metrics != nil {
+		s.metrics.limitChanges.WithLabelValues("set").Inc()
+	}
 	return l, nil
 }
 
@@ -60,6 +63,9 @@ func (s *service) limitDelete(ctx context.Context, p Principal, in limitRefParam
 	ok, err := db.DeleteLimit(ctx, in.Scope)
 	if err != nil {
 		return nil, err
+	}
+	if ok && s.metrics != nil {
+		s.metrics.limitChanges.WithLabelValues("delete").Inc()
 	}
 	return &deleteResult{Deleted: ok}, nil
 }

@@ -319,7 +319,7 @@ func (c *coordinatorServer) checkStreamItem(ctx context.Context, p Principal, it
 	if sr == nil {
 		return eachSubmit{}, invalidParams("submit", "the stream item (seq %d) has no submission", r.Seq)
 	}
-	return eachSubmit{ctx: ctx, ctxID: sr.ContextId, item: submitItemFromPB(sr.Job, sr.UniqueKey, sr.UniqueTtlSeconds, sr.RunAt, sr.Delay)}, nil
+	return eachSubmit{ctx: ctx, ctxID: sr.ContextId, item: submitItemFromPB(sr.Job, sr.UniqueKey, sr.UniqueTtlSeconds, sr.RunAt, sr.Delay, debounceParams{DebounceKey: sr.DebounceKey, Debounce: sr.Debounce})}, nil
 }
 
 // streamError is a refused item's status as the stream carries it.

@@ -198,8 +198,10 @@ func (s *service) countSubmitted(res []store.Submitted) {
 	}
 }
 
-func submitItemFromPB(j *herov1.Job, key string, ttl uint32, runAt, delay string) submitItem {
-	return submitItem{Job: jobInFromPB(j), UniqueKey: key, UniqueTTLSeconds: ttl, delayParams: delayParams{RunAt: runAt, Delay: delay}}
+// submitItemFromPB is a gRPC submission as job.submit takes it (debounce: the
+// debounce key and window).
+func submitItemFromPB(j *herov1.Job, key string, ttl uint32, runAt, delay string, debounce debounceParams) submitItem {
+	return submitItem{Job: jobInFromPB(j), UniqueKey: key, UniqueTTLSeconds: ttl, delayParams: delayParams{RunAt: runAt, Delay: delay}, debounceParams: debounce}
 }
 
 func submitResultToPB(r submitResult) *herov1.SubmitJobResponse {
@@ -208,8 +210,8 @@ func submitResultToPB(r submitResult) *herov1.SubmitJobResponse {
 
 func (c *coordinatorServer) SubmitJob(ctx context.Context, r *herov1.SubmitJobRequest) (*herov1.SubmitJobResponse, error) {
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.SubmitJobResponse, error) {
-		it := submitItemFromPB(r.Job, r.UniqueKey, r.UniqueTtlSeconds, r.RunAt, r.Delay)
-		x, err := c.s.jobSubmit(ctx, p, jobSubmitParams{ContextID: r.ContextId, Job: it.Job, UniqueKey: it.UniqueKey, UniqueTTLSeconds: it.UniqueTTLSeconds, delayParams: it.delayParams})
+		it := submitItemFromPB(r.Job, r.UniqueKey, r.UniqueTtlSeconds, r.RunAt, r.Delay, debounceParams{DebounceKey: r.DebounceKey, Debounce: r.Debounce})
+		x, err := c.s.jobSubmit(ctx, p, jobSubmitParams{ContextID: r.ContextId, Job: it.Job, UniqueKey: it.UniqueKey, UniqueTTLSeconds: it.UniqueTTLSeconds, delayParams: it.delayParams, debounceParams: it.debounceParams})
 		if err != nil {
 			return nil, err
 		}
@@ -221,7 +223,7 @@ func (c *coordinatorServer) SubmitJobs(ctx context.Context, r *herov1.SubmitJobs
 	return call(ctx, func(ctx context.Context, p Principal) (*herov1.SubmitJobsResponse, error) {
 		in := jobSubmitBatchParams{ContextID: r.ContextId, Jobs: make([]submitItem, len(r.Jobs))}
 		for i, it := range r.Jobs {
-			in.Jobs[i] = submitItemFromPB(it.Job, it.UniqueKey, it.UniqueTtlSeconds, it.RunAt, it.Delay)
+			in.Jobs[i] = submitItemFromPB(it.Job, it.UniqueKey, it.UniqueTtlSeconds, it.RunAt, it.Delay, debounceParams{DebounceKey: it.DebounceKey, Debounce: it.Debounce})
 		}
 		x, err := c.s.jobSubmitBatch(ctx, p, in)
 		if err != nil {

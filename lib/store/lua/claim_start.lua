@@ -55,7 +55,8 @@
 -- Libs: lib_busy lib_state lib_qpause lib_limit
 -- Reply: raw one {item, code, attempt} per item claimed: code 0 started, 1 gone, 2 ended or
 --   a duplicate, 3 started with a stop requested, 4 taken back under the job's claim
---   of this worker (its fourth element: that claim's id); when the call started at most
+--   of this worker (its fourth element: that claim's id), 5 held back by its
+--   concurrency key's rate (lib_limit: on coord:ckrate:<key>); when the call started at most
 --   INLINE_READS jobs, each started one's entry also holds the job's hash as it is
 --   after the start (HGETALL's field/value list): a claim of a few jobs, which is what
 --   a lightly loaded runner makes, saves the caller's read round trip.
@@ -70,7 +71,9 @@
 --   a duplicate entry): all named by the claimed items; coord:qpause (lib_qpause: a paused
 --   queue's claim takes nothing and removes the context's tokens of the wake list); DB 0:
 --   coord:delayed and coord:delayedwake (a queue parked until its rate limit's next
---   token, lib_limit).
+--   token, and a concurrency key's release at its rate's next token, lib_limit);
+--   with a rate per concurrency key (coord:features "keyrate"): coord:ckrate:<key> and
+--   coord:limbucket:key:<key> of the claimed jobs' keys.
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local worker = ARGV[1]
@@ -159,11 +162,18 @@ end
 local pk = K_PRIO .. KEYS[1]
 local pz = {}
 local limited = false
+-- keyrate: a rate per concurrency key is set (lib_limit): the jobs' keys are read,
+-- for a claim of a shared queue (a pinned job is not limited by its key)
+local keyrate = false
 if max >= 1 then
   local feats = redis.call('SMEMBERS', K_FEATURES)
   if #feats > 0 then pz = redis.call('ZRANGE', pk, 0, max - 1, 'WITHSCORES') end
   for _, f in ipairs(feats) do
-    if f == 'limit' then limited = true end
+    if f == 'limit' then limited = true elseif f == 'keyrate' then keyrate = lim_queue_scope(qname) ~= nil end
+  end
+  if keyrate then
+    want[#want + 1] = 'concurrency_key'
+    want[#want + 1] = 'rate_paid'
   end
   if limited then
     local n = lim_allow(qname, max, now_ms)
@@ -215,6 +225,9 @@ for n = 1, nitems do
     out[#out + 1] = {item, 4, tonumber(v[2] or '1') or 1, v[10]}
   elseif not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
     if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
+  elseif keyrate and (v[11] or '') ~= '' and not lim_key_take(v[11], item, KEYS[1], v[12] == '1', now_ms) then
+    -- held back by its key's rate (lib_limit): off the queue, nothing to run
+    out[#out + 1] = {item, 5, 0}
   else
     seen[item] = true
     kept[#kept + 1] = item
@@ -228,6 +241,7 @@ for n = 1, nitems do
     if v[8] and #v[8] == 55 then trace = string.sub(v[8], 4, 35) end -- the producer's trace
     -- the fields every start sets, from the one table of the call (a Lua table built
     -- per job cost this script a twentieth of its instructions)
+    if keyrate and v[12] then redis.call('HDEL', item, 'rate_paid') end
     if limited then
       -- under limits: counted until its end (finish_jobs reads limited), no longer held
       lim_join(member)
@@ -264,6 +278,7 @@ for n = 1, nitems do
 end
 call_each('LPUSH', proc, kept)
 call_each('ZADD', leases, leased, 2)
+if keyrate then lim_key_flush(ctx) end
 -- A limit that let none start while jobs wait parks the queue (its tokens go below).
 local parked = false
 if limited then

@@ -31,12 +31,50 @@
 --   - lim_end(member): the end of a run that started under limits (its lease member):
 --     it leaves the running sets; when it held a slot, returns the parked queues (to
 --     wake: lib_ck's ck_later, then ck_wake), else an empty table.
+--
+-- A rate per concurrency key (limit.set "key:<k>" with a rate; coord:features
+-- "keyrate"): the claim reads the key of each job it would start from a shared queue.
+-- A job of a key with a rate starts while the key's bucket (coord:limbucket:key:<k>)
+-- has a token and no job of the key waits for one; else it is held on
+-- coord:ckrate:<k> ("<queue>\t<job key>", the newest at the head; its held field
+-- says why, a job.held event) and the key's release enters coord:delayed as
+-- "<ctx>:keyrate:<k>" at the time of its next token. The release
+-- (lua/key_rate_wake.lua, a scheduler's due loop) pays the tokens of the oldest held
+-- jobs and queues them at their queue's consuming end with rate_paid set: their claim
+-- takes no token again.
+--
+--   - lim_key_take(ck, jk, q, paid, now_ms): job jk of key ck, claimed from queue q
+--     (paid: its rate_paid field is set): true when it may start (it takes a token,
+--     or had it paid); else it is held as above, and false.
+--   - lim_key_flush(ctx): after the claim's starts: the keys' buckets pay their
+--     tokens, and the keys whose jobs were held are due for release (coord:delayed,
+--     published on coord:delayedwake); leaves the script in the context's DB.
 -- Needs nothing else.
 
 local lim_runs, lim_buckets, lim_starts, lim_why, lim_retry
+-- lim_keys: key → its rate's state in this call (false: no rate); lim_key_order: the
+-- keys read, in order
+local lim_keys, lim_key_order, lim_t
 -- lim_reset: the state of one call, set anew by each (lib/store Script).
 local function lim_reset()
   lim_runs, lim_buckets, lim_starts, lim_why, lim_retry = nil, nil, 0, nil, nil
+  lim_keys, lim_key_order, lim_t = {}, {}, nil
+end
+-- lim_time: Redis's time (ms), read once per call.
+local function lim_time()
+  if not lim_t then
+    local tt = redis.call('TIME')
+    lim_t = tonumber(tt[1]) * 1000 + math.floor(tonumber(tt[2]) / 1000)
+  end
+  return lim_t
+end
+-- lim_refill: the tokens of bucket bk (rate per per ms, up to burst) at Redis time t.
+local function lim_refill(bk, rate, per, burst, t)
+  local b = redis.call('HMGET', bk, 'tokens', 'at_ms')
+  local tokens, at = tonumber(b[1] or ''), tonumber(b[2] or '')
+  if not tokens or not at then tokens, at = burst, t end
+  if t > at then tokens = math.min(burst, tokens + (t - at) * rate / per) end
+  return tokens
 end
 local function lim_queue_scope(q)
   if string.sub(q, 1, #K_EXEC_QUEUE) == K_EXEC_QUEUE then return 'executor:' .. string.sub(q, #K_EXEC_QUEUE + 1) end
@@ -65,10 +103,7 @@ end
 -- lim_rate: how many of n more starts scope's bucket allows now (Redis time t, ms).
 local function lim_rate(scope, rate, per, burst, n, t)
   local bk = K_LIM_BUCKET .. scope
-  local b = redis.call('HMGET', bk, 'tokens', 'at_ms')
-  local tokens, at = tonumber(b[1] or ''), tonumber(b[2] or '')
-  if not tokens or not at then tokens, at = burst, t end
-  if t > at then tokens = math.min(burst, tokens + (t - at) * rate / per) end
+  local tokens = lim_refill(bk, rate, per, burst, t)
   lim_buckets[#lim_buckets + 1] = {bk, tokens, t}
   local whole = math.floor(tokens + 1e-9)
   if whole >= n then return n end
@@ -83,18 +118,14 @@ local function lim_allow(q, want, now_ms)
   local qs = lim_queue_scope(q)
   local scopes = {'context', qs}
   local v = redis.call('HMGET', K_LIMITS, 'context', qs or 'context')
-  local n, now, t = want, tonumber(now_ms), nil
+  local n, now = want, tonumber(now_ms)
   lim_runs, lim_buckets = {}, {}
   for i = 1, #scopes do
     local mx, rate, per, burst = string.match(v[i] or '', '^(%d+) (%d+) (%d+) (%d+)$')
     mx, rate, per, burst = tonumber(mx), tonumber(rate), tonumber(per), tonumber(burst)
     if mx and mx > 0 then n = lim_max(scopes[i], mx, n, now) end
     if rate and rate > 0 and per and per > 0 then
-      if not t then
-        local tt = redis.call('TIME')
-        t = tonumber(tt[1]) * 1000 + math.floor(tonumber(tt[2]) / 1000)
-      end
-      n = lim_rate(scopes[i], rate, per, math.max(burst or 1, 1), n, t)
+      n = lim_rate(scopes[i], rate, per, math.max(burst or 1, 1), n, lim_time())
     end
   end
   return n
@@ -136,4 +167,57 @@ local function lim_end(member)
   local parked = redis.call('SMEMBERS', K_LIM_PARK)
   if #parked > 0 then redis.call('DEL', K_LIM_PARK) end
   return parked
+end
+
+local function lim_key_take(ck, jk, q, paid, now_ms)
+  local k = lim_keys[ck]
+  if k == nil then
+    local _, rate, per, burst = string.match(redis.call('HGET', K_LIMITS, 'key:' .. ck) or '', '^(%d+) (%d+) (%d+) (%d+)$')
+    rate, per, burst = tonumber(rate), tonumber(per), math.max(tonumber(burst) or 1, 1)
+    k = false
+    if rate and rate > 0 and per and per > 0 then
+      local t = lim_time()
+      local bk = K_LIM_BUCKET .. 'key:' .. ck
+      k = {bk = bk, tokens = lim_refill(bk, rate, per, burst, t), t = t, rate = rate, per = per,
+           waiting = redis.call('LLEN', K_CK_RATE .. ck), taken = 0}
+      lim_key_order[#lim_key_order + 1] = ck
+    end
+    lim_keys[ck] = k
+  end
+  if not k or paid then return true end
+  local left = k.tokens - k.taken
+  if k.waiting == 0 and left >= 1 - 1e-9 then
+    k.taken = k.taken + 1
+    return true
+  end
+  -- held: it waits for a token behind the key's jobs held before it
+  redis.call('LPUSH', K_CK_RATE .. ck, q .. '\t' .. jk)
+  k.waiting = k.waiting + 1
+  local due = k.t
+  if left < 1 then due = k.t + math.ceil((1 - left) * k.per / k.rate) end
+  if not k.due or due < k.due then k.due = due end
+  local why = 'limit key:' .. ck .. ': ' .. k.rate .. ' per ' .. k.per .. ' ms'
+  local v = redis.call('HMGET', jk, 'held', 'flow_id', 'id', 'caller_id')
+  if v[1] ~= why then
+    redis.call('HSET', jk, 'held', why)
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'time_ms', now_ms, 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', why)
+  end
+  return false
+end
+local function lim_key_flush(ctx)
+  local due = {}
+  for _, ck in ipairs(lim_key_order) do
+    local k = lim_keys[ck]
+    if k.taken > 0 then
+      redis.call('HSET', k.bk, 'tokens', string.format('%.6f', k.tokens - k.taken), 'at_ms', string.format('%d', k.t))
+    end
+    if k.due then due[#due + 1] = {ck, k.due} end
+  end
+  if #due == 0 then return end
+  redis.call('SELECT', '0')
+  for _, d in ipairs(due) do
+    redis.call('ZADD', K_DELAYED, 'LT', d[2], ctx .. ':keyrate:' .. d[1])
+    redis.call('PUBLISH', K_DELAYED_WAKE, d[2])
+  end
+  redis.call('SELECT', ctx)
 end

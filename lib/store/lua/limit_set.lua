@@ -3,7 +3,9 @@
 -- queues that limits parked (coord:limpark) are woken at once, so that a limit
 -- raised or removed holds from the next claim (one still limited parks anew). A limit
 -- set marks the context as using limits (coord:features "limit": its claims read
--- them). A rate's bucket keeps its tokens across a change (capped at the new burst
+-- them); a concurrency key's rate adds "keyrate" (its claims read the jobs' keys), and
+-- a change of a key's limit makes the jobs its rate held due for release now
+-- (coord:delayed "<ctx>:keyrate:<key>": lua/key_rate_wake.lua). A rate's bucket keeps its tokens across a change (capped at the new burst
 -- at its next refill); a removed limit's bucket goes.
 --
 -- KEYS:
@@ -15,8 +17,9 @@
 -- Libs: lib_busy lib_wake
 -- Reply: int 1 stored, or removed; 0 there was none to remove.
 -- Derives: context DB: coord:features, coord:limbucket:<scope>, coord:limpark,
---   coord:wakers:<queue> of the parked queues (lib_wake); DB 0 (SELECT 0, last): their
---   runners' wake lists, coord:busy.
+--   coord:ckrate:<key> (a key's scope), coord:wakers:<queue> of the parked queues
+--   (lib_wake); DB 0 (SELECT 0, last): coord:delayed and coord:delayedwake (a key's
+--   held jobs), their runners' wake lists, coord:busy.
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local ctx = ARGV[1]
@@ -31,6 +34,23 @@ if spec == '' then
 else
   redis.call('HSET', KEYS[1], scope, spec)
   redis.call('SADD', K_FEATURES, 'limit')
+end
+-- a concurrency key's rate: its claims read the jobs' keys; a change releases the
+-- jobs its rate held at once (key_rate_wake, by the new rate)
+local ck = string.match(scope, '^key:(.+)$')
+local release
+if ck then
+  if string.match(spec, '^%d+ [1-9]') then redis.call('SADD', K_FEATURES, 'keyrate') end
+  if redis.call('LLEN', K_CK_RATE .. ck) > 0 then
+    local tt = redis.call('TIME')
+    release = tonumber(tt[1]) * 1000 + math.floor(tonumber(tt[2]) / 1000)
+  end
+end
+if release then
+  redis.call('SELECT', '0')
+  redis.call('ZADD', K_DELAYED, 'LT', release, ctx .. ':keyrate:' .. ck)
+  redis.call('PUBLISH', K_DELAYED_WAKE, release)
+  redis.call('SELECT', ctx)
 end
 local qs = redis.call('SMEMBERS', K_LIM_PARK)
 if #qs == 0 then return n end

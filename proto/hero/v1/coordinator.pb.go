@@ -3059,6 +3059,8 @@ func (x *RunJobResponse) GetJob() *Job {
 // returns the job it names (existing) instead of a new one.
 // run_at (RFC 3339) or delay (a duration: "90s", "1h30m") delays the job: it is stored
 // scheduled and dispatched then (docs/scheduling.md).
+// debounce_key with debounce (a window, "5s"): of the submissions with the key within
+// the window only the last runs, at its end; the others end cancelled (docs/scheduling.md).
 type SubmitJobRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	ContextId        uint32                 `protobuf:"varint,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
@@ -3067,6 +3069,8 @@ type SubmitJobRequest struct {
 	UniqueTtlSeconds uint32                 `protobuf:"varint,4,opt,name=unique_ttl_seconds,json=uniqueTtlSeconds,proto3" json:"unique_ttl_seconds,omitempty"`
 	RunAt            string                 `protobuf:"bytes,5,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
 	Delay            string                 `protobuf:"bytes,6,opt,name=delay,proto3" json:"delay,omitempty"`
+	DebounceKey      string                 `protobuf:"bytes,7,opt,name=debounce_key,json=debounceKey,proto3" json:"debounce_key,omitempty"`
+	Debounce         string                 `protobuf:"bytes,8,opt,name=debounce,proto3" json:"debounce,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -3143,6 +3147,20 @@ func (x *SubmitJobRequest) GetDelay() string {
 	return ""
 }
 
+func (x *SubmitJobRequest) GetDebounceKey() string {
+	if x != nil {
+		return x.DebounceKey
+	}
+	return ""
+}
+
+func (x *SubmitJobRequest) GetDebounce() string {
+	if x != nil {
+		return x.Debounce
+	}
+	return ""
+}
+
 // (TriggerSchedule of a flow's schedule answers its run's flow in flow, not job.)
 type SubmitJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3211,6 +3229,8 @@ type SubmitJobItem struct {
 	UniqueTtlSeconds uint32                 `protobuf:"varint,3,opt,name=unique_ttl_seconds,json=uniqueTtlSeconds,proto3" json:"unique_ttl_seconds,omitempty"`
 	RunAt            string                 `protobuf:"bytes,4,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
 	Delay            string                 `protobuf:"bytes,5,opt,name=delay,proto3" json:"delay,omitempty"`
+	DebounceKey      string                 `protobuf:"bytes,6,opt,name=debounce_key,json=debounceKey,proto3" json:"debounce_key,omitempty"`
+	Debounce         string                 `protobuf:"bytes,7,opt,name=debounce,proto3" json:"debounce,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -3276,6 +3296,20 @@ func (x *SubmitJobItem) GetRunAt() string {
 func (x *SubmitJobItem) GetDelay() string {
 	if x != nil {
 		return x.Delay
+	}
+	return ""
+}
+
+func (x *SubmitJobItem) GetDebounceKey() string {
+	if x != nil {
+		return x.DebounceKey
+	}
+	return ""
+}
+
+func (x *SubmitJobItem) GetDebounce() string {
+	if x != nil {
+		return x.Debounce
 	}
 	return ""
 }
@@ -6494,7 +6528,7 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"\x03job\x18\x02 \x01(\v2\f.hero.v1.JobR\x03job\x12\x18\n" +
 	"\atimeout\x18\x03 \x01(\rR\atimeout\"0\n" +
 	"\x0eRunJobResponse\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\"\xcb\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\"\x8a\x02\n" +
 	"\x10SubmitJobRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12\x1e\n" +
@@ -6503,18 +6537,22 @@ const file_hero_v1_coordinator_proto_rawDesc = "" +
 	"unique_key\x18\x03 \x01(\tR\tuniqueKey\x12,\n" +
 	"\x12unique_ttl_seconds\x18\x04 \x01(\rR\x10uniqueTtlSeconds\x12\x15\n" +
 	"\x06run_at\x18\x05 \x01(\tR\x05runAt\x12\x14\n" +
-	"\x05delay\x18\x06 \x01(\tR\x05delay\"r\n" +
+	"\x05delay\x18\x06 \x01(\tR\x05delay\x12!\n" +
+	"\fdebounce_key\x18\a \x01(\tR\vdebounceKey\x12\x1a\n" +
+	"\bdebounce\x18\b \x01(\tR\bdebounce\"r\n" +
 	"\x11SubmitJobResponse\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\x12\x1a\n" +
 	"\bexisting\x18\x02 \x01(\bR\bexisting\x12!\n" +
-	"\x04flow\x18\x1e \x01(\v2\r.hero.v1.FlowR\x04flow\"\xa9\x01\n" +
+	"\x04flow\x18\x1e \x01(\v2\r.hero.v1.FlowR\x04flow\"\xe8\x01\n" +
 	"\rSubmitJobItem\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.hero.v1.JobR\x03job\x12\x1d\n" +
 	"\n" +
 	"unique_key\x18\x02 \x01(\tR\tuniqueKey\x12,\n" +
 	"\x12unique_ttl_seconds\x18\x03 \x01(\rR\x10uniqueTtlSeconds\x12\x15\n" +
 	"\x06run_at\x18\x04 \x01(\tR\x05runAt\x12\x14\n" +
-	"\x05delay\x18\x05 \x01(\tR\x05delay\"^\n" +
+	"\x05delay\x18\x05 \x01(\tR\x05delay\x12!\n" +
+	"\fdebounce_key\x18\x06 \x01(\tR\vdebounceKey\x12\x1a\n" +
+	"\bdebounce\x18\a \x01(\tR\bdebounce\"^\n" +
 	"\x11SubmitJobsRequest\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x01 \x01(\rR\tcontextId\x12*\n" +

@@ -551,6 +551,9 @@ type Job struct {
 	// At its concurrency key's limit: "queue" ("": the default), "cancel_newest",
 	// "cancel_oldest" (docs/scheduling.md).
 	ConcurrencyPolicy string `protobuf:"bytes,60,opt,name=concurrency_policy,json=concurrencyPolicy,proto3" json:"concurrency_policy,omitempty"`
+	// Submitted with a debounce: of the submissions with the key within the window
+	// only the last runs (docs/scheduling.md).
+	DebounceKey string `protobuf:"bytes,61,opt,name=debounce_key,json=debounceKey,proto3" json:"debounce_key,omitempty"`
 	// A schedule's run: the schedule and the tick (its nominal time, ms) that made it
 	// (a job of a flow's schedule's run carries its flow's).
 	ScheduleId     string `protobuf:"bytes,70,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
@@ -921,6 +924,13 @@ func (x *Job) GetRunAtMs() int64 {
 func (x *Job) GetConcurrencyPolicy() string {
 	if x != nil {
 		return x.ConcurrencyPolicy
+	}
+	return ""
+}
+
+func (x *Job) GetDebounceKey() string {
+	if x != nil {
+		return x.DebounceKey
 	}
 	return ""
 }
@@ -1790,7 +1800,7 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\tprocesses\x18\t \x03(\v2\x16.hero.v1.RunnerProcessR\tprocesses\x12\x16\n" +
 	"\x06secret\x18\n" +
 	" \x01(\tR\x06secret\x12\x1c\n" +
-	"\texecutors\x18\v \x03(\tR\texecutors\"\xc5\r\n" +
+	"\texecutors\x18\v \x03(\tR\texecutors\"\xe8\r\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tcaller_id\x18\x02 \x01(\rR\bcallerId\x12\x1d\n" +
@@ -1850,7 +1860,8 @@ const file_hero_v1_types_proto_rawDesc = "" +
 	"\x11concurrency_limit\x18- \x01(\rR\x10concurrencyLimit\x12\x12\n" +
 	"\x04held\x18. \x01(\tR\x04held\x12\x1a\n" +
 	"\trun_at_ms\x18/ \x01(\x03R\arunAtMs\x12-\n" +
-	"\x12concurrency_policy\x18< \x01(\tR\x11concurrencyPolicy\x12\x1f\n" +
+	"\x12concurrency_policy\x18< \x01(\tR\x11concurrencyPolicy\x12!\n" +
+	"\fdebounce_key\x18= \x01(\tR\vdebounceKey\x12\x1f\n" +
 	"\vschedule_id\x18F \x01(\tR\n" +
 	"scheduleId\x12(\n" +
 	"\x10schedule_tick_ms\x18G \x01(\x03R\x0escheduleTickMs\x1a:\n" +
