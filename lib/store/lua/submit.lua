@@ -57,7 +57,8 @@
 --     code     int     1 created and dispatched; 2 the job a uniqueness key or a
 --                      chosen id (by a job before it in the call, too) already names
 --     member   string  the job, "<caller>:<id>"
---     hash     []string  with 2: the existing job's hash as field/value items
+--     ...hash  []string  with 2: the existing job's hash as field/value items (with 1
+--                        none: no empty table per job to convert into the reply)
 -- Derives: context:<ctx> (the guard), coord:seq:job:<caller> and job:<caller>:<id> of
 --   the reserved ids, job:<caller>:<id> of the job a uniqueness
 --   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
@@ -110,7 +111,7 @@ if guard_fields_n > 0 then
 end
 
 local function existing(member)
-  return {2, member, redis.call('HGETALL', K_JOB .. member)}
+  return {2, member, unpack(redis.call('HGETALL', K_JOB .. member))}
 end
 
 -- same: two stored values of a compared field that mean the same (empty lists and maps
@@ -202,7 +203,7 @@ end
 
 -- Pass 2: create and dispatch (a uniqueness key is read here, after the jobs before
 -- it in the batch set theirs).
-local out, pushed, none = {'ok', 0, ''}, 0, {}
+local out, pushed = {'ok', 0, ''}, 0
 -- the new jobs' message ids in one INCRBY, their index entries in one ZADD per index
 -- (a job a uniqueness key finds created leaves its message id unused)
 local fresh = 0
@@ -233,7 +234,7 @@ for _, j in ipairs(jobs) do
     delayed[#delayed + 1] = ctx .. ':job:' .. member
     if not first_due or tonumber(j.run_at) < tonumber(first_due) then first_due = j.run_at end
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
-    out[#out + 1] = {1, member, none}
+    out[#out + 1] = {1, member}
   else
     -- Its request message's id, which its hash holds from the start (msgs, as
     -- track_msg would write it).
@@ -264,7 +265,7 @@ for _, j in ipairs(jobs) do
       pushed = pushed + 1
     end
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
-    out[#out + 1] = {1, member, none}
+    out[#out + 1] = {1, member}
   end
 end
 call_each('ZADD', K_JOB_INDEX, indexed, 2)
