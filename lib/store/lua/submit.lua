@@ -39,7 +39,7 @@
 --     ncmp    num     how many of its field/value pairs (the first) are compared
 --                     against an existing job of a chosen id
 --     fields  view[]raw  its field/value items, read in place (a table of them per
---                     job cost ~1.5% of a submission); the script writes the rest of
+--                     job cost ~2% of a submission); the script writes the rest of
 --                     a new job's fields itself (its id, its dispatched status,
 --                     attempt 1, result {} and its times: now_s, now_ms)
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route
