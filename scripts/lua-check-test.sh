@@ -29,9 +29,20 @@ move="$prologue
 if redis.call('LREM', KEYS[1], 1, id) == 0 then return 0 end -- 'job:' in a comment is fine
 redis.call('XADD', K_EVENTS, '*', 'id', id) -- ARGV[1] in a comment is fine"
 
+# a script that reads a view (view[]) in place, at its offset
+viewprologue="-- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local views = ARGV -- the view[] arguments' items
+local items_n = tonumber(ARGV[1])
+local items_at = 1
+-- luagen: end of the prologue"
+viewed="$viewprologue
+redis.call('HSET', KEYS[1], unpack(views, items_at + 1, items_at + items_n))
+return views[items_at + 1] -- views[3] in a comment is fine"
+
 # The clean tree.
 lua move "$all" "$move"
 lua plain "KEYS ARGV Reply" "return redis.call('GET', KEYS[1])"
+lua viewed "KEYS ARGV Reply" "$viewed"
 printf -- '-- lib_util: defines noop.\nlocal function noop() end\n' >"$tmp/lua/lib_util.lua"
 printf 'package x\n\nimport _ "embed"\n\n//go:embed lua/move.lua\nvar moveLua string\n' >"$tmp/x.go"
 printf 'package x\n\nvar snippet = `return redis.call(1)` // a test may hold Lua\n' >"$tmp/x_test.go"
@@ -79,6 +90,14 @@ bad+=("lua/undeclared.lua:")
 # a library that reads ARGV
 printf -- "-- lib_argv: defines first.\nlocal function first() return ARGV[1] end\n" >"$tmp/lua/lib_argv.lua"
 bad+=("lua/lib_argv.lua:")
+# a view read other than at its offset: by position, or handed on whole
+lua view_by_position "KEYS ARGV Reply" "$viewprologue
+return views[3]"
+bad+=("lua/view_by_position.lua:")
+lua view_aliased "KEYS ARGV Reply" "$viewprologue
+local all = views
+return all[items_at + 1]"
+bad+=("lua/view_aliased.lua:")
 # a declared script called by hand, not through its generated Args
 printf 'package x\n\nvar hand = moveScript\n' >"$tmp/handcall.go"
 bad+=("handcall.go:")
@@ -95,7 +114,7 @@ for b in "${bad[@]}"; do
     failures=$((failures + 1))
   fi
 done
-for good in lua/move.lua lua/plain.lua lua/lib_util.lua x.go x_test.go; do
+for good in lua/move.lua lua/plain.lua lua/viewed.lua lua/lib_util.lua x.go x_test.go; do
   if grep -qF "$good" <<<"$out"; then
     echo "lua-check-test: lua-check named $good, which is clean:"
     grep -F "$good" <<<"$out"

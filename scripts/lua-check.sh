@@ -14,6 +14,9 @@
 #     prologue that make lua-gen writes from a script's declared header
 #     (lib/internal/luagen): scripts read named locals (run.status, not ARGV[i + 5]),
 #     libraries what the scripts hand them; there is no list of exceptions;
+#   - a .lua file that reads the prologue's views (the items of view[] arguments, left
+#     in ARGV) other than at a view's offset: views[<name>_at + k] or
+#     unpack(views, <name>_at + 1, <name>_at + <name>_n);
 #   - Go code beside a script's lua/ directory that names the script's variable
 #     (<name>Script) anywhere but the generated lua_gen.go: a call goes through the
 #     generated <name>Args, never hand-built KEYS and ARGV.
@@ -43,6 +46,16 @@ for f in $(git ls-files --cached --others --exclude-standard '*.lua'); do
   if out=$(awk '/^-- luagen: the prologue/ {in_p = 1} /^-- luagen: end of the prologue/ {in_p = 0; next}
       !in_p { line = $0; sub(/--.*/, "", line); if (line ~ /ARGV/) print FILENAME ":" FNR ": " $0 }' "$f"); [ -n "$out" ]; then
     echo "lua-check: ARGV read outside the generated prologue (declare the argument in the header, run make lua-gen, use its name):"
+    echo "$out"
+    fail=1
+  fi
+  # A view (a view[] argument, its items left in ARGV: lib/internal/luagen) is read
+  # only at its offset: views[<name>_at + k] or unpack(views, <name>_at + 1, …).
+  if out=$(awk '/^-- luagen: the prologue/ {in_p = 1} /^-- luagen: end of the prologue/ {in_p = 0; next}
+      !in_p { line = $0; sub(/--.*/, "", line)
+        gsub(/views\[[A-Za-z_][A-Za-z0-9_.]*_at \+ /, "", line); gsub(/unpack\(views, [A-Za-z_][A-Za-z0-9_.]*_at \+ /, "", line)
+        if (line ~ /(^|[^A-Za-z0-9_])views([^A-Za-z0-9_]|$)/) print FILENAME ":" FNR ": " $0 }' "$f"); [ -n "$out" ]; then
+    echo "lua-check: views read but at a view's offset (views[<name>_at + k], unpack(views, <name>_at + 1, <name>_at + <name>_n)):"
     echo "$out"
     fail=1
   fi

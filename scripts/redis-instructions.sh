@@ -16,6 +16,10 @@
 # the scripts and every command they and the clients send, no network I/O, no
 # serverCron): the totals move by 10% and more on a loaded machine, where a stage
 # takes longer and the timers run more often; these do not;
+# SCRIPTS_ONLY=1 (instead of COMMANDS_ONLY) counts only the scripts' calls (FCALL:
+# a script and the commands it calls, none the clients send themselves): what a
+# script's change moves, by ~1% between runs where COMMANDS_ONLY's totals move by
+# ±4% on a loaded machine;
 # KEEP_CALLGRIND=1 keeps the dumps (one per stage) for callgrind_annotate;
 # HERO_PATH_VIA_SCHEDULER=1 has the ends go through the router and the scheduler (a
 # runner's --apply-ends=false) instead of being applied by the finish.
@@ -35,10 +39,12 @@ if [ -n "${KEEP_CALLGRIND:-}" ]; then
 else
 	trap 'rm -rf "$work"' EXIT
 fi
+toggle="${COMMANDS_ONLY:+--toggle-collect=call}"
+if [ -n "${SCRIPTS_ONLY:-}" ]; then toggle="--toggle-collect=fcallCommand"; fi
 # The test harness starts "redis-server" from PATH: this one runs the real one under callgrind.
 cat >"$work/redis-server" <<EOF
 #!/bin/sh
-exec valgrind --tool=callgrind ${COMMANDS_ONLY:+--toggle-collect=call} --callgrind-out-file=$work/cg.out.%p $(command -v redis-server) "\$@"
+exec valgrind --tool=callgrind $toggle --callgrind-out-file=$work/cg.out.%p $(command -v redis-server) "\$@"
 EOF
 chmod +x "$work/redis-server"
 (cd lib && PATH="$work:$PATH" HERO_BENCH=1 HERO_PATH_JOBS="$jobs" HERO_PATH_CALLGRIND=1 \

@@ -3561,8 +3561,8 @@ func decodeSubmitReply(v any) (out submitOutcome, err error) {
 	out.Jobs = make([]submitDone, len(l1))
 	for i1 := range l1 {
 		r2, err := luaconv.List(l1[i1])
-		if err == nil && len(r2) < 3 {
-			err = fmt.Errorf("%d items, want 3", len(r2))
+		if err == nil && len(r2) < 2 {
+			err = fmt.Errorf("%d items, want 2", len(r2))
 		}
 		if err != nil {
 			return out, fmt.Errorf("lua/submit.lua: reply.jobs[]: %w", err)
@@ -3573,7 +3573,7 @@ func decodeSubmitReply(v any) (out submitOutcome, err error) {
 		if out.Jobs[i1].Member, err = luaconv.String(r2[1]); err != nil {
 			return out, fmt.Errorf("lua/submit.lua: reply.jobs[].member: %w", err)
 		}
-		l2, err := luaconv.List(r2[2])
+		l2, err := luaconv.List(any(r2[2:]))
 		if err != nil {
 			return out, fmt.Errorf("lua/submit.lua: reply.jobs[].hash: %w", err)
 		}

@@ -12,6 +12,12 @@ const (
 	PrologueEnd   = "-- luagen: end of the prologue"
 )
 
+// ViewsLine names, in the prologue of a script that declares a view[] argument, the
+// table its views' items are read from in place: item k (1 … <name>_n) of a view is
+// views[<name>_at + k], all of them unpack(views, <name>_at + 1, <name>_at +
+// <name>_n). scripts/lua-check.sh lets a script index views only at a view's _at.
+const ViewsLine = "local views = ARGV -- the view[] arguments' items, in place: views[<name>_at + k], k = 1 … <name>_n"
+
 // luaGen writes a prologue.
 type luaGen struct {
 	b       strings.Builder
@@ -34,10 +40,14 @@ func (l *luaGen) at(off int) string {
 
 // Prologue is the Lua code that unpacks a script's ARGV into locals named as
 // declared: a scalar as sent (int, string, json), a number (num, float), a boolean
-// (bool: "1"), a list as a table, a record as a table of its named fields.
+// (bool: "1"), a list as a table, a record as a table of its named fields, a view
+// (view[]) as its count and offset, its items left in ARGV.
 func Prologue(sc *Script) string {
 	l := &luaGen{pos: 1}
 	l.p("%s", PrologueBegin)
+	if hasView(sc.Args) {
+		l.p("%s", ViewsLine)
+	}
 	for _, f := range sc.Args {
 		l.arg(f)
 	}
@@ -79,6 +89,10 @@ func (l *luaGen) arg(f Field) {
 		// a record as an argument is its fields in turn
 		l.record("local "+f.Name, f.Name, f.Type.Fields, "")
 	case List:
+		if f.Type.View {
+			l.view(f.Name)
+			return
+		}
 		l.begin()
 		l.p("local %s", f.Name)
 		l.list(f.Name, *f.Type.Elem, "")
@@ -91,6 +105,36 @@ func (l *luaGen) arg(f Field) {
 			l.pos++
 		}
 	}
+}
+
+// view reads an argument declared view[]<type>: its count into <name>_n and its
+// offset into <name>_at, its items left where they are (views[<name>_at + k], k from
+// 1 to <name>_n), not copied into a table.
+func (l *luaGen) view(name string) {
+	if !l.dynamic {
+		l.p("local %s_n = tonumber(ARGV[%d])", name, l.pos)
+		l.p("local %s_at = %d", name, l.pos)
+		l.p("local argi = %d + %s_n", l.pos+1, name)
+		l.dynamic = true
+		return
+	}
+	l.p("local %s_n = tonumber(ARGV[argi])", name)
+	l.p("local %s_at = argi", name)
+	l.p("argi = argi + 1 + %s_n", name)
+}
+
+// hasView: a script declares a view[] argument (or record field).
+func hasView(fs []Field) bool {
+	for _, f := range fs {
+		t := f.Type
+		for t.Kind == List && !t.View {
+			t = *t.Elem
+		}
+		if t.View || t.Kind == Record && hasView(t.Fields) {
+			return true
+		}
+	}
+	return false
 }
 
 // list reads a list's count and items into a new table it assigns to dst.
@@ -137,21 +181,39 @@ func (l *luaGen) list(dst string, elem Type, ind string) {
 // names every field (so its size is known at once, not grown field by field): the
 // scalars before its first list or record read there, the others false until read
 // below it. decl is what the constructor is assigned to ("local e" or dst).
+//
+// A view (view[]) is two fields, <name>_n and <name>_at: right after those scalars,
+// the constructor reads them too.
 func (l *luaGen) record(decl, dst string, fs []Field, ind string) {
 	lead := 0
 	for lead < len(fs) && fs[lead].Type.Kind != List && fs[lead].Type.Kind != Record {
 		lead++
 	}
-	parts := make([]string, len(fs))
+	leadView := lead < len(fs) && fs[lead].Type.View
+	parts := make([]string, 0, len(fs)+1)
 	for i, f := range fs {
-		if i < lead {
-			parts[i] = fmt.Sprintf("%s = %s", f.Name, scalar(f.Type, l.at(i)))
-		} else {
-			parts[i] = f.Name + " = false"
+		switch {
+		case i < lead:
+			parts = append(parts, fmt.Sprintf("%s = %s", f.Name, scalar(f.Type, l.at(i))))
+		case i == lead && leadView:
+			parts = append(parts, fmt.Sprintf("%s_n = tonumber(ARGV[%s]), %s_at = %s", f.Name, l.at(i), f.Name, l.at(i)))
+		case f.Type.View:
+			parts = append(parts, f.Name+"_n = false, "+f.Name+"_at = false")
+		default:
+			parts = append(parts, f.Name+" = false")
 		}
 	}
 	l.p("%s%s = {%s}", ind, decl, strings.Join(parts, ", "))
-	if lead > 0 {
+	rest := fs[lead:]
+	switch {
+	case leadView && l.dynamic:
+		l.p("%sargi = %s + %s.%s_n", ind, l.at(lead+1), dst, fs[lead].Name)
+		rest = fs[lead+1:]
+	case leadView:
+		l.p("%slocal argi = %s + %s.%s_n", ind, l.at(lead+1), dst, fs[lead].Name)
+		l.dynamic = true
+		rest = fs[lead+1:]
+	case lead > 0:
 		l.advance(lead, ind)
 	}
 	var run []string
@@ -162,11 +224,16 @@ func (l *luaGen) record(decl, dst string, fs []Field, ind string) {
 			run = nil
 		}
 	}
-	for _, f := range fs[lead:] {
+	for _, f := range rest {
 		switch f.Type.Kind {
 		case List:
 			flush()
 			l.begin()
+			if f.Type.View {
+				l.p("%s%s.%s_n = tonumber(ARGV[argi]); %s.%s_at = argi", ind, dst, f.Name, dst, f.Name)
+				l.p("%sargi = argi + 1 + %s.%s_n", ind, dst, f.Name)
+				continue
+			}
 			l.list(dst+"."+f.Name, *f.Type.Elem, ind)
 		case Record:
 			flush()

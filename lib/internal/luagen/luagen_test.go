@@ -106,6 +106,11 @@ func TestParseRefusesBadHeaders(t *testing.T) {
 		{"key after optional", strings.Replace(ok, "--   a  the key\n", "--   a?  the key\n--   b  another\n", 1), "follows an optional key"},
 		{"bad lib", ok + "-- Libs: busy\n", `"busy" is not a library file's name`},
 		{"reply without type", strings.Replace(ok, "-- Reply: int the result", "-- Reply:", 1), "declare the reply's type first"},
+		{"view of numbers", strings.Replace(ok, "n  int", "n  view[]num", 1), "a view's items are read as sent"},
+		{"view of records", strings.Replace(ok, "n  int", "n  view[]run", 1), "a view's items are read as sent"},
+		{"list of views", strings.Replace(ok, "n  int", "n  []view[]string", 1), "not a list's items"},
+		{"view in a reply", strings.Replace(ok, "-- Reply: int the result", "-- Reply: view[]string the result", 1), "not a reply"},
+		{"view's names taken", strings.Replace(ok, "--   n  int  a number\n", "--   n  view[]raw  items\n--   n_at  int  taken\n", 1), "n_at is declared too"},
 	}
 	for _, c := range cases {
 		_, err := Parse("x.lua", c.src)
@@ -170,6 +175,83 @@ func TestPrologueUnpacksWhatGoSends(t *testing.T) {
 		}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("unpacked %v\nwant     %v", got, want)
+	}
+}
+
+// viewHeader declares views (view[]) in each place the prologue reads one: a record
+// argument's first list (its position still fixed), a top-level argument past a
+// list, a record field right after the record's scalars, and one after a list.
+const viewHeader = `-- put: writes items.
+--
+-- KEYS:
+--   h  the hash
+-- ARGV:
+--   conf   conf  a record argument
+--     a     int          a scalar
+--     head  view[]string  a view at a fixed position
+--     b     string       after it
+--   tags   []string  a list
+--   mid    view[]raw  a view past a list
+--   objs   []obj  the objects
+--     id      int        its id
+--     fields  view[]raw  its field/value items
+--     more    []string   a list after it
+--     tail    view[]int  a view after a list
+--   last   string  the last argument
+-- Reply: raw what was read
+`
+
+// A view's items stay in ARGV: the prologue gives its count (<name>_n) and offset
+// (<name>_at), and the script reads views[<name>_at + k] and unpacks them in place,
+// wherever the view is declared; the arguments after a view are read right.
+func TestPrologueViewsReadInPlace(t *testing.T) {
+	sc, err := Parse("put.lua", viewHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pro := Prologue(sc)
+	if strings.Contains(pro, "{unpack") && strings.Contains(pro, "fields = {") {
+		t.Fatalf("a view copied into a table:\n%s", pro)
+	}
+	srv := redistest.Start(t)
+	rdb := srv.Client(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	script := pro + `
+local function items(at, n) local out = {} for k = 1, n do out[k] = views[at + k] end return out end
+local o = {conf = {a = conf.a, b = conf.b, head = items(conf.head_at, conf.head_n)}, tags = tags, last = last,
+  mid = {unpack(views, mid_at + 1, mid_at + mid_n)}, objs = {}}
+for k, e in ipairs(objs) do
+  o.objs[k] = {id = e.id, fields = items(e.fields_at, e.fields_n), more = e.more, tail = items(e.tail_at, e.tail_n),
+    pairs = e.fields_n / 2}
+end
+redis.call('HSET', KEYS[1], unpack(views, objs[1].fields_at + 1, objs[1].fields_at + objs[1].fields_n))
+return cjson.encode(o)`
+	// the encoding of the generated call(): scalars, then each list's count and items
+	args := []any{"7", 2, "h1", "h2", "b!", 1, "t", 3, "m1", "m2", "m3", 2,
+		"11", 4, "f", "v", "g", "w", 1, "x", 2, "5", "6",
+		"12", 0, 0, 1, "9",
+		"end"}
+	out, err := rdb.Eval(ctx, script, []string{"h"}, args...).Text()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, pro)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"conf": map[string]any{"a": "7", "b": "b!", "head": []any{"h1", "h2"}},
+		"tags": []any{"t"}, "mid": []any{"m1", "m2", "m3"}, "last": "end",
+		"objs": []any{
+			map[string]any{"id": "11", "fields": []any{"f", "v", "g", "w"}, "more": []any{"x"}, "tail": []any{"5", "6"}, "pairs": 2.0},
+			map[string]any{"id": "12", "fields": map[string]any{}, "more": map[string]any{}, "tail": []any{"9"}, "pairs": 0.0},
+		}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("read %v\nwant %v\nprologue:\n%s", got, want, pro)
+	}
+	if h := rdb.HGetAll(ctx, "h").Val(); !reflect.DeepEqual(h, map[string]string{"f": "v", "g": "w"}) {
+		t.Fatalf("HSET of a view's items unpacked in place: %v", h)
 	}
 }
 

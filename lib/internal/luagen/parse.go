@@ -57,6 +57,7 @@ const (
 type Type struct {
 	Kind   Kind
 	Elem   *Type   // List: the items' type
+	View   bool    // List (view[]<type>, an argument): read in place in ARGV, not copied
 	Name   string  // Record: its name (Go type <script><Name>)
 	Fields []Field // Record: its fields
 }
@@ -65,9 +66,21 @@ var scalars = map[string]Kind{"string": String, "int": Int, "num": Num, "float":
 
 var identRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
-// parseType reads a type: a scalar, "[]" then a type, or a record's name (a
-// lower-case identifier not a scalar), whose fields follow.
+// parseType reads a type: a scalar, "[]" then a type, "view[]" then a scalar that Lua
+// gets as sent (string, int, json, raw), or a record's name (a lower-case identifier
+// not a scalar), whose fields follow.
 func parseType(s string) (Type, error) {
+	if v, ok := strings.CutPrefix(s, "view[]"); ok {
+		e, err := parseType(v)
+		if err != nil {
+			return Type{}, err
+		}
+		switch e.Kind {
+		case String, Int, JSON, Raw:
+			return Type{Kind: List, Elem: &e, View: true}, nil
+		}
+		return Type{}, fmt.Errorf("view[]%s: a view's items are read as sent (string, int, json or raw)", v)
+	}
 	if strings.HasPrefix(s, "[]") {
 		e, err := parseType(s[2:])
 		if err != nil {
@@ -263,9 +276,39 @@ func parseFields(rest string, body []line, reply bool) ([]Field, error) {
 		if f.Rest && f.Type.Kind != List {
 			return nil, fmt.Errorf("line %d: ...%s must be a list", it.no, f.Name)
 		}
+		if err := viewPlace(f.Type, reply); err != nil {
+			return nil, fmt.Errorf("line %d: %s: %w", it.no, f.Name, err)
+		}
 		out = append(out, f)
 	}
+	// a view's names in Lua (<name>_at, <name>_n) are no other item's
+	for _, f := range out {
+		if f.Type.View {
+			for _, n := range []string{f.Name + "_at", f.Name + "_n"} {
+				if names[n] {
+					return nil, fmt.Errorf("%s: the view %s is read through %s_at and %s_n, and %s is declared too", n, f.Name, f.Name, f.Name, n)
+				}
+			}
+		}
+	}
 	return out, nil
+}
+
+// viewPlace refuses a view where it cannot be read in place: in a reply, or as the
+// items of a list (a view is an argument or a record's field).
+func viewPlace(t Type, reply bool) error {
+	if t.View && reply {
+		return fmt.Errorf("a view (view[]) is an argument, not a reply")
+	}
+	for e := t.Elem; t.Kind == List && e != nil; e = e.Elem {
+		if e.View {
+			return fmt.Errorf("a view (view[]) is an argument or a record's field, not a list's items")
+		}
+		if e.Kind != List {
+			break
+		}
+	}
+	return nil
 }
 
 // typeWithFields reads an item's type and, for a record (or a list of them), its
@@ -307,7 +350,11 @@ func parseReply(rest string, body []line) (Type, error) {
 	if len(w) == 0 {
 		return Type{}, fmt.Errorf("declare the reply's type first: \"-- Reply: <type> <what it is>\"")
 	}
-	return typeWithFields(item{head: []string{"reply", w[0]}, sub: body}, true)
+	t, err := typeWithFields(item{head: []string{"reply", w[0]}, sub: body}, true)
+	if err == nil {
+		err = viewPlace(t, true)
+	}
+	return t, err
 }
 
 func parseLibs(rest string) ([]string, error) {

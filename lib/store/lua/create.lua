@@ -22,7 +22,7 @@
 --     ncmp    num     how many of its field/value pairs (the first) are compared
 --     stidx   string  the per-status index of the status it is created with
 --                     (coord:idx:jobs:<status>; "": none)
---     fields  []raw   its field/value items
+--     fields  view[]raw  its field/value items (read in place, not copied)
 -- Reply: []outcome per object, in order
 --   status  int     1 created, 2 the same content existed, 0 conflict, 3 the id space
 --                   is exhausted
@@ -34,6 +34,7 @@
 --   the member of each object that exists after the call.
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local views = ARGV -- the view[] arguments' items, in place: views[<name>_at + k], k = 1 … <name>_n
 local prefix = ARGV[1]
 local seqkey = ARGV[2]
 local idxkey = ARGV[3]
@@ -48,11 +49,8 @@ local n_objects = tonumber(ARGV[argi])
 objects = {}
 argi = argi + 1
 for k = 1, n_objects do
-  local e_objects = {id = ARGV[argi], now_ms = ARGV[argi + 1], ncmp = tonumber(ARGV[argi + 2]), stidx = ARGV[argi + 3], fields = false}
-  argi = argi + 4
-  local n_e_objects_fields = tonumber(ARGV[argi])
-  if n_e_objects_fields <= 7000 then e_objects.fields = {unpack(ARGV, argi + 1, argi + n_e_objects_fields)} else e_objects.fields = {}; for k = 1, n_e_objects_fields do e_objects.fields[k] = ARGV[argi + k] end end
-  argi = argi + 1 + n_e_objects_fields
+  local e_objects = {id = ARGV[argi], now_ms = ARGV[argi + 1], ncmp = tonumber(ARGV[argi + 2]), stidx = ARGV[argi + 3], fields_n = tonumber(ARGV[argi + 4]), fields_at = argi + 4}
+  argi = argi + 5 + e_objects.fields_n
   objects[k] = e_objects
 end
 -- luagen: end of the prologue
@@ -62,7 +60,7 @@ if reg ~= '' then registered = {} end
 for _, o in ipairs(objects) do
   -- The id as a string: a Lua number in a key or an argument is formatted with
   -- sprintf("%.14g") at each use (a twentieth of this script's instructions).
-  local id, now_ms, fields = o.id, o.now_ms, o.fields
+  local id, now_ms, fields_at = o.id, o.now_ms, o.fields_at
   local r -- this object's reply, once known
   if id == '0' then
     local n
@@ -75,11 +73,11 @@ for _, o in ipairs(objects) do
     local key = prefix .. id
     r = {2, tonumber(id), ''}
     for k = 1, 2 * o.ncmp - 1, 2 do
-      local v = redis.call('HGET', key, fields[k])
+      local v = redis.call('HGET', key, views[fields_at + k])
       if v == false then v = '' end
-      local want = fields[k + 1]
+      local want = views[fields_at + k + 1]
       if v ~= want and not ((v == '' or v == '[]' or v == '{}') and (want == '' or want == '[]' or want == '{}')) then
-        r = {0, tonumber(id), fields[k]}
+        r = {0, tonumber(id), views[fields_at + k]}
         break
       end
     end
@@ -87,7 +85,7 @@ for _, o in ipairs(objects) do
   end
   if not r then
     local key = prefix .. id
-    redis.call('HSET', key, 'id', id, unpack(fields))
+    redis.call('HSET', key, 'id', id, unpack(views, fields_at + 1, fields_at + o.fields_n))
     if idxkey ~= '' then
       local member = member_prefix .. id
       redis.call('ZADD', idxkey, now_ms, member)

@@ -19,10 +19,10 @@
 --   ctx           int       the context id
 --   now_s         int       now (s)
 --   now_ms        int       now (ms)
---   guard_fields  []string  field names of the context hash (the guard: nothing is
---                           written unless the context holds guard_values in them
+--   guard_fields  view[]string  field names of the context hash (the guard: nothing
+--                           is written unless the context holds guard_values in them
 --                           still; a missing field reads "")
---   guard_values  []string  the values an authorization read from them
+--   guard_values  view[]string  the values an authorization read from them
 --   msg           []raw     field/value items of the job request message every job
 --                           of the call gets (all but id, caller_id, message and
 --                           job, which are written per job; status first)
@@ -38,9 +38,10 @@
 --                     the scheduler to dispatch then)
 --     ncmp    num     how many of its field/value pairs (the first) are compared
 --                     against an existing job of a chosen id
---     fields  []raw   its field/value items; the script writes the rest of a new
---                     job's fields itself (its id, its dispatched status, attempt 1,
---                     result {} and its times: now_s, now_ms)
+--     fields  view[]raw  its field/value items, read in place (a table of them per
+--                     job cost ~2% of a submission); the script writes the rest of
+--                     a new job's fields itself (its id, its dispatched status,
+--                     attempt 1, result {} and its times: now_s, now_ms)
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route
 -- Reply: outcome nothing is written unless status is 'ok' (but for 'exhausted')
 --   status  string  'ok'; 'changed' (the context's guarded fields differ: authorize
@@ -56,7 +57,8 @@
 --     code     int     1 created and dispatched; 2 the job a uniqueness key or a
 --                      chosen id (by a job before it in the call, too) already names
 --     member   string  the job, "<caller>:<id>"
---     hash     []string  with 2: the existing job's hash as field/value items
+--     ...hash  []string  with 2: the existing job's hash as field/value items (with 1
+--                        none: no empty table per job to convert into the reply)
 -- Derives: context:<ctx> (the guard), coord:seq:job:<caller> and job:<caller>:<id> of
 --   the reserved ids, job:<caller>:<id> of the job a uniqueness
 --   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
@@ -70,18 +72,16 @@
 --   the call's scheduled jobs).
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local views = ARGV -- the view[] arguments' items, in place: views[<name>_at + k], k = 1 … <name>_n
 local ctx = ARGV[1]
 local now_s = ARGV[2]
 local now_ms = ARGV[3]
-local argi = 4
-local guard_fields
-local n_guard_fields = tonumber(ARGV[argi])
-if n_guard_fields <= 7000 then guard_fields = {unpack(ARGV, argi + 1, argi + n_guard_fields)} else guard_fields = {}; for k = 1, n_guard_fields do guard_fields[k] = ARGV[argi + k] end end
-argi = argi + 1 + n_guard_fields
-local guard_values
-local n_guard_values = tonumber(ARGV[argi])
-if n_guard_values <= 7000 then guard_values = {unpack(ARGV, argi + 1, argi + n_guard_values)} else guard_values = {}; for k = 1, n_guard_values do guard_values[k] = ARGV[argi + k] end end
-argi = argi + 1 + n_guard_values
+local guard_fields_n = tonumber(ARGV[4])
+local guard_fields_at = 4
+local argi = 5 + guard_fields_n
+local guard_values_n = tonumber(ARGV[argi])
+local guard_values_at = argi
+argi = argi + 1 + guard_values_n
 local msg
 local n_msg = tonumber(ARGV[argi])
 if n_msg <= 7000 then msg = {unpack(ARGV, argi + 1, argi + n_msg)} else msg = {}; for k = 1, n_msg do msg[k] = ARGV[argi + k] end end
@@ -91,11 +91,8 @@ local n_jobs = tonumber(ARGV[argi])
 jobs = {}
 argi = argi + 1
 for k = 1, n_jobs do
-  local e_jobs = {chosen = ARGV[argi] == '1', caller = ARGV[argi + 1], id = ARGV[argi + 2], ttl = ARGV[argi + 3], actor = ARGV[argi + 4], run_at = ARGV[argi + 5], ncmp = tonumber(ARGV[argi + 6]), fields = false}
-  argi = argi + 7
-  local n_e_jobs_fields = tonumber(ARGV[argi])
-  if n_e_jobs_fields <= 7000 then e_jobs.fields = {unpack(ARGV, argi + 1, argi + n_e_jobs_fields)} else e_jobs.fields = {}; for k = 1, n_e_jobs_fields do e_jobs.fields[k] = ARGV[argi + k] end end
-  argi = argi + 1 + n_e_jobs_fields
+  local e_jobs = {chosen = ARGV[argi] == '1', caller = ARGV[argi + 1], id = ARGV[argi + 2], ttl = ARGV[argi + 3], actor = ARGV[argi + 4], run_at = ARGV[argi + 5], ncmp = tonumber(ARGV[argi + 6]), fields_n = tonumber(ARGV[argi + 7]), fields_at = argi + 7}
+  argi = argi + 8 + e_jobs.fields_n
   jobs[k] = e_jobs
 end
 -- luagen: end of the prologue
@@ -106,16 +103,15 @@ local maxlen = EVENTS_CAP()
 for n, j in ipairs(jobs) do
   j.key, j.ukey = KEYS[2 * n - 1], KEYS[2 * n]
 end
-local nguard = #guard_fields
-if nguard > 0 then
-  local have = redis.call('HMGET', K_CONTEXT .. ctx, unpack(guard_fields))
-  for g = 1, nguard do
-    if (have[g] or '') ~= guard_values[g] then return {'changed', 0, ''} end
+if guard_fields_n > 0 then
+  local have = redis.call('HMGET', K_CONTEXT .. ctx, unpack(views, guard_fields_at + 1, guard_fields_at + guard_fields_n))
+  for g = 1, guard_fields_n do
+    if (have[g] or '') ~= views[guard_values_at + g] then return {'changed', 0, ''} end
   end
 end
 
 local function existing(member)
-  return {2, member, redis.call('HGETALL', K_JOB .. member)}
+  return {2, member, unpack(redis.call('HGETALL', K_JOB .. member))}
 end
 
 -- same: two stored values of a compared field that mean the same (empty lists and maps
@@ -131,15 +127,15 @@ end
 -- per job, cost more than the rest of this loop.)
 for n, j in ipairs(jobs) do
   local runner, stype, fn
-  local fs = j.fields
-  for k = 1, #fs, 2 do
-    local name = fs[k]
-    if name == 'runner_id' then runner = fs[k + 1]
-    elseif name == 'script_type' then stype = fs[k + 1]
-    elseif name == 'function_name' then fn = fs[k + 1]
-    elseif name == 'priority' then j.prio = fs[k + 1]
-    elseif name == 'concurrency_key' then j.ck = fs[k + 1]
-    elseif name == 'concurrency_limit' then j.cl = fs[k + 1] end
+  local fields_at = j.fields_at
+  for k = 1, j.fields_n, 2 do
+    local name = views[fields_at + k]
+    if name == 'runner_id' then runner = views[fields_at + k + 1]
+    elseif name == 'script_type' then stype = views[fields_at + k + 1]
+    elseif name == 'function_name' then fn = views[fields_at + k + 1]
+    elseif name == 'priority' then j.prio = views[fields_at + k + 1]
+    elseif name == 'concurrency_key' then j.ck = views[fields_at + k + 1]
+    elseif name == 'concurrency_limit' then j.cl = views[fields_at + k + 1] end
   end
   j.q = route_queue(j.caller, runner, stype, fn)
   if not j.q and (runner or '0') == '0' then return {'unserved', n, ''} end
@@ -157,20 +153,21 @@ for n, j in ipairs(jobs) do
   if not j.chosen then
     -- an id is reserved below
   elseif redis.call('EXISTS', j.key) == 1 then
-    local fs = j.fields
+    local fields_at = j.fields_at
     for f = 1, 2 * j.ncmp - 1, 2 do
-      if not same(redis.call('HGET', j.key, fs[f]) or '', fs[f + 1]) then
-        return {'conflict', n, fs[f]}
+      if not same(redis.call('HGET', j.key, views[fields_at + f]) or '', views[fields_at + f + 1]) then
+        return {'conflict', n, views[fields_at + f]}
       end
     end
     j.exists = true
   elseif first ~= n then
     -- An earlier job of the call chose this id: the same content is that job.
     local was, e = {}, jobs[first]
-    local efs, fs = e.fields, j.fields
-    for f = 1, #efs, 2 do was[efs[f]] = efs[f + 1] end
+    local e_fields_at, fields_at = e.fields_at, j.fields_at
+    for f = 1, e.fields_n, 2 do was[views[e_fields_at + f]] = views[e_fields_at + f + 1] end
     for f = 1, 2 * j.ncmp - 1, 2 do
-      if not same(was[fs[f]] or '', fs[f + 1]) then return {'conflict', n, fs[f]} end
+      local name = views[fields_at + f]
+      if not same(was[name] or '', views[fields_at + f + 1]) then return {'conflict', n, name} end
     end
     j.again = true
   end
@@ -206,7 +203,7 @@ end
 
 -- Pass 2: create and dispatch (a uniqueness key is read here, after the jobs before
 -- it in the batch set theirs).
-local out, pushed, none = {'ok', 0, ''}, 0, {}
+local out, pushed = {'ok', 0, ''}, 0
 -- the new jobs' message ids in one INCRBY, their index entries in one ZADD per index
 -- (a job a uniqueness key finds created leaves its message id unused)
 local fresh = 0
@@ -227,7 +224,8 @@ for _, j in ipairs(jobs) do
     -- A delayed job: stored scheduled (attempt 0: its dispatch makes it 1), its request
     -- message left to that dispatch (lua/dispatch.lua, when coord:delayed says it is due).
     redis.call('HSET', j.key, 'id', j.id, 'status', JOB_SCHEDULED, 'attempt', '0', 'result', '{}', 'created_at', now_s,
-      'updated_at', now_s, 'created_at_ms', now_ms, 'run_at_ms', j.run_at, unpack(j.fields))
+      'updated_at', now_s, 'created_at_ms', now_ms, 'run_at_ms', j.run_at,
+      unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     scheduled[#scheduled + 1] = now_ms
     scheduled[#scheduled + 1] = member
     redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor, 'time_ms', now_ms,
@@ -236,14 +234,15 @@ for _, j in ipairs(jobs) do
     delayed[#delayed + 1] = ctx .. ':job:' .. member
     if not first_due or tonumber(j.run_at) < tonumber(first_due) then first_due = j.run_at end
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
-    out[#out + 1] = {1, member, none}
+    out[#out + 1] = {1, member}
   else
     -- Its request message's id, which its hash holds from the start (msgs, as
     -- track_msg would write it).
     local q = j.q
     local mid, mk = message_id(j.caller)
     redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
-      'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid, unpack(j.fields))
+      'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid,
+      unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     indexed[#indexed + 1] = now_ms
     indexed[#indexed + 1] = member
     -- The fields every job event has, in their order: a stream stores the names of an
@@ -268,7 +267,7 @@ for _, j in ipairs(jobs) do
       pushed = pushed + 1
     end
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
-    out[#out + 1] = {1, member, none}
+    out[#out + 1] = {1, member}
   end
 end
 call_each('ZADD', K_JOB_INDEX, indexed, 2)
