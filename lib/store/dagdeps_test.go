@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
@@ -64,8 +66,22 @@ func TestDAGDependenciesReadFromTheJobs(t *testing.T) {
 		}
 	}
 
-	// the first middle job fails: the join is cancelled; the retry makes the failed
-	// job ready (its dependency completed) and leaves the join pending on both
+	dagRetryCountsFromTheJobs(t, db, rc, f, jobs, mids, join)
+	dagChunkedStartKeepsNoCopy(t, s, db, rc)
+
+	// a DAG of an earlier version: p: holds the dependencies, read as they are
+	rc.HSet(ctx, keys.DAG(f.ID), fmt.Sprint("p:", join), fmt.Sprintf("[%d]", mids[1]))
+	if g, err = db.LoadDAG(ctx, f.ID); err != nil || !slices.Equal(g.Nodes[join].Depends, mids[1:]) {
+		t.Fatalf("LoadDAG of a DAG with p:: the join's dependencies %v, %v", g.Nodes[join].Depends, err)
+	}
+}
+
+// dagRetryCountsFromTheJobs: the first middle job fails, the join is cancelled; the
+// retry makes the failed job ready (its dependency completed) and leaves the join
+// pending on both, counted from the jobs' dependends.
+func dagRetryCountsFromTheJobs(t *testing.T, db *store.DB, rc *redis.Client, f *model.Flow, jobs []*model.Job, mids []uint32, join uint32) {
+	t.Helper()
+	ctx := context.Background()
 	var midJobs []*model.Job
 	for _, j := range jobs {
 		if slices.Contains(mids, j.ID) {
@@ -91,7 +107,13 @@ func TestDAGDependenciesReadFromTheJobs(t *testing.T) {
 		t.Fatalf("the join after the retry: %s with %s dependencies left, want pending with 1", st, r)
 	}
 
-	// a flow started in chunks (flow_start_chunk) keeps no copy either
+}
+
+// dagChunkedStartKeepsNoCopy: a flow started in chunks (flow_start_chunk) keeps no
+// copy of its nodes' dependencies either.
+func dagChunkedStartKeepsNoCopy(t *testing.T, s *store.Store, db *store.DB, rc *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
 	big, blayers := createLayers(t, s, 47, store.StartChunk, 1)
 	storetest.StartFlow(t, db, big)
 	if n := len(rc.HKeys(ctx, keys.DAG(big.ID)).Val()); n > 6+2*len(big.Jobs) {
@@ -101,9 +123,4 @@ func TestDAGDependenciesReadFromTheJobs(t *testing.T) {
 		t.Fatal("the chunked start: the last job's node has no r:, or a p:")
 	}
 
-	// a DAG of an earlier version: p: holds the dependencies, read as they are
-	rc.HSet(ctx, keys.DAG(f.ID), fmt.Sprint("p:", join), fmt.Sprintf("[%d]", mids[1]))
-	if g, err = db.LoadDAG(ctx, f.ID); err != nil || !slices.Equal(g.Nodes[join].Depends, mids[1:]) {
-		t.Fatalf("LoadDAG of a DAG with p:: the join's dependencies %v, %v", g.Nodes[join].Depends, err)
-	}
 }

@@ -137,17 +137,14 @@ var luaPrelude = buildPrelude()
 // luaKeys are the keys (and the prefixes of the keys that carry ids) the scripts use,
 // by their Lua name.
 var luaKeys = []struct{ name, key string }{
-	{"K_ACTOR", keys.ActorPrefix},
 	{"K_CONTEXT", keys.ContextPrefix},
 	{"K_FLOW", keys.FlowPrefix},
 	{"K_MESSAGE", keys.MessagePrefix},
-	{"K_RUNNER", keys.RunnerPrefix},
 	{"K_JOB", keys.JobPrefix},
 	{"K_QUEUE", keys.QueuePrefix},
 	{"K_MSG_OUT", keys.MsgOut},
 	{"K_MSG_IN", keys.MsgIn},
 	{"K_DAG", keys.DAGPrefix},
-	{"K_FLOW_RESULTS", keys.FlowResultsPrefix},
 	{"K_FLOW_CASCADE", keys.FlowCascadePrefix},
 	{"K_FLOW_STAGE", keys.FlowStagePrefix},
 	{"K_JOB_LOG", keys.JobLogPrefix},

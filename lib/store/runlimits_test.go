@@ -490,6 +490,16 @@ func TestRunLimitKeyRate(t *testing.T) {
 	if ok, err := db.WakeLimited(ctx, it); ok || err != nil {
 		t.Fatalf("a release before the next token: %v %v", ok, err)
 	}
+	keyRateRaisedReleases(t, db, it, want)
+}
+
+// keyRateRaisedReleases: the key's rate raised at run time makes its release due now,
+// paying the held jobs' tokens one per token as they come (the bucket keeps its tokens
+// across the change); the next claim starts them, oldest first, taking no token again.
+func keyRateRaisedReleases(t *testing.T, db *store.DB, it store.DelayedItem, want []uint32) {
+	t.Helper()
+	ctx := context.Background()
+	c1 := srv.Client(t, 1)
 	// raised at run time: the release is due now and pays the held jobs' tokens, one
 	// per token as they come (the bucket keeps its tokens across the change)
 	if err := db.SetLimit(ctx, &model.RunLimit{Scope: "key:k", Rate: 1000, Per: "1s", Burst: 10}); err != nil {
