@@ -226,7 +226,12 @@ func TestConcurrencyKeysEndToEnd(t *testing.T) {
 			jobs = append(jobs, map[string]any{"id": 1 + k*perKey + i, "function_name": "go#noop", "concurrency_key": key, "concurrency_limit": 2})
 		}
 	}
+	// The executor's queue paused while the 3,000 are submitted (key a's first, then
+	// b's, then c's): every key's jobs wait before the first starts, so that the keys'
+	// interleaving is the claims' round robin, not the submission's order.
+	c.MustCall(t, "queue.pause", map[string]any{"context_id": ctx1, "executor": "go"}, nil)
 	submitBatch(t, c, ctx1, jobs)
+	c.MustCall(t, "queue.resume", map[string]any{"context_id": ctx1, "executor": "go"}, nil)
 	last := uint32(len(jobs))
 	rdb := redisSrv.Client(t, ctx1)
 	if placedSrv != nil {
