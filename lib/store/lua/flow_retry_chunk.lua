@@ -50,27 +50,7 @@ for _, id in ipairs(ids) do
   local s = redis.call('HGET', dag, 's:' .. id)
   if s == NODE_FAILED or s == NODE_CANCELLED then
     if s == NODE_FAILED then failed = failed + 1 else cancelled = cancelled + 1 end
-    local remaining = 0
-    local jk = K_JOB .. caller .. ':' .. id
-    -- its dependencies: its job's (a DAG of an earlier version also copied them, p:)
-    local deps = redis.call('HGET', dag, 'p:' .. id) or redis.call('HGET', jk, 'dependends') or ''
-    local ok, list = pcall(cjson.decode, deps)
-    if not ok or type(list) ~= 'table' then list = {} end
-    for _, d in ipairs(list) do
-      if redis.call('HGET', dag, 's:' .. tostring(d)) ~= NODE_COMPLETED then remaining = remaining + 1 end
-    end
-    redis.call('HDEL', dag, 'e:' .. id, 'due:' .. id)
-    redis.call('HDEL', jk, 'result_json', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms', 'attempt',
-      'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us', 'dispatched_at_ms')
-    redis.call('ZREM', K_DLQ, caller .. ':' .. id)
-    if remaining == 0 then
-      redis.call('HSET', dag, 's:' .. id, NODE_READY, 'r:' .. id, 0, 'a:' .. id, 0)
-      set_job(caller, id, JOB_DISPATCHED, 'updated_at', now_s, 'ready_at_ms', now_ms, 'result', '{}')
-      out[#out + 1] = id
-    else
-      redis.call('HSET', dag, 's:' .. id, NODE_PENDING, 'r:' .. id, remaining, 'a:' .. id, 0)
-      set_job(caller, id, JOB_WAITING_FOR_PREREQUISITES, 'updated_at', now_s, 'result', '{}')
-    end
+    if retry_node(dag, caller, id, now_s, now_ms) then out[#out + 1] = id end
   end
 end
 if failed + cancelled > 0 then

@@ -176,3 +176,31 @@ local function track_msg(caller, id, mk, flow, fresh)
   if had and had ~= '' then n = had .. ' ' .. n end
   redis.call('HSET', jk, 'msgs', n)
 end
+
+-- retry_node resets a failed or cancelled node of a flow's DAG dag for its retry
+-- (retry_flow, flow_retry_chunk): a fresh attempt, its job's fields of the last run
+-- cleared and its DLQ entry removed; ready (its job dispatched) when its dependencies
+-- (its job's dependends; a DAG of an earlier version also copied them, p:) are all
+-- completed, else pending. It returns true when the node is ready.
+local function retry_node(dag, caller, id, now_s, now_ms)
+  local remaining = 0
+  local jk = K_JOB .. caller .. ':' .. id
+  local deps = redis.call('HGET', dag, 'p:' .. id) or redis.call('HGET', jk, 'dependends') or ''
+  local ok, list = pcall(cjson.decode, deps)
+  if not ok or type(list) ~= 'table' then list = {} end
+  for _, d in ipairs(list) do
+    if redis.call('HGET', dag, 's:' .. tostring(d)) ~= NODE_COMPLETED then remaining = remaining + 1 end
+  end
+  redis.call('HDEL', dag, 'e:' .. id, 'due:' .. id)
+  redis.call('HDEL', jk, 'result_json', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms', 'attempt',
+    'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us', 'dispatched_at_ms')
+  redis.call('ZREM', K_DLQ, caller .. ':' .. id)
+  if remaining == 0 then
+    redis.call('HSET', dag, 's:' .. id, NODE_READY, 'r:' .. id, 0, 'a:' .. id, 0)
+    set_job(caller, id, JOB_DISPATCHED, 'updated_at', now_s, 'ready_at_ms', now_ms, 'result', '{}')
+    return true
+  end
+  redis.call('HSET', dag, 's:' .. id, NODE_PENDING, 'r:' .. id, remaining, 'a:' .. id, 0)
+  set_job(caller, id, JOB_WAITING_FOR_PREREQUISITES, 'updated_at', now_s, 'result', '{}')
+  return false
+end
