@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"golang.org/x/net/http2"
+
+	"github.com/hero-coordinator/hero/lib/testutil/h2frames"
 )
 
 // A server announces the fixed flow-control windows (StreamWindow in its SETTINGS,
@@ -37,27 +39,9 @@ func TestServerAnnouncesFixedWindows(t *testing.T) {
 	if err := fr.WriteSettings(); err != nil {
 		t.Fatal(err)
 	}
-	var window, connWindow uint32
-	for window == 0 || connWindow == 0 {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			t.Fatalf("read the server's frames (stream window %d, connection window update %d so far): %v", window, connWindow, err)
-		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if f.IsAck() {
-				continue
-			}
-			v, ok := f.Value(http2.SettingInitialWindowSize)
-			if !ok {
-				t.Fatalf("the server's SETTINGS hold no initial window size (gRPC's default, with its estimate)")
-			}
-			window = v
-		case *http2.WindowUpdateFrame:
-			if f.StreamID == 0 {
-				connWindow = f.Increment
-			}
-		}
+	window, connWindow, err := h2frames.Windows(fr)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if window != StreamWindow {
 		t.Errorf("stream window %d; want %d", window, StreamWindow)

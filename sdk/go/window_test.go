@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/hero-coordinator/hero/lib/testutil/h2frames"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -47,27 +48,9 @@ func TestDialFixesFlowControlWindows(t *testing.T) {
 		t.Fatalf("the client's preface %q: %v", preface, err)
 	}
 	fr := http2.NewFramer(conn, conn)
-	var gotStream, gotConn uint32
-	for gotStream == 0 || gotConn == 0 {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			t.Fatalf("read the client's frames (stream window %d, connection window update %d so far): %v", gotStream, gotConn, err)
-		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if f.IsAck() {
-				continue
-			}
-			v, ok := f.Value(http2.SettingInitialWindowSize)
-			if !ok {
-				t.Fatalf("the client's SETTINGS hold no initial window size (gRPC's default, with its estimate)")
-			}
-			gotStream = v
-		case *http2.WindowUpdateFrame:
-			if f.StreamID == 0 {
-				gotConn = f.Increment
-			}
-		}
+	gotStream, gotConn, err := h2frames.Windows(fr)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if gotStream != streamWindow {
 		t.Errorf("stream window %d; want %d", gotStream, streamWindow)
