@@ -32,31 +32,38 @@ type schedView struct {
 	LastError  string `json:"last_error"`
 }
 
-// runsOf lists the runs of a schedule (the context's jobs that name it), by tick.
-func runsOf(t *testing.T, c *harness.Client, id string) []schedRun {
+// listAll reads every page of a context's list method (job.list, flow.list) and keeps
+// the items keep accepts.
+func listAll[T any](t *testing.T, c *harness.Client, method string, keep func(T) bool) []T {
 	t.Helper()
-	var out []schedRun
+	var out []T
 	cursor := ""
 	for {
 		var page struct {
-			Items      []schedRun `json:"items"`
-			NextCursor string     `json:"next_cursor"`
+			Items      []T    `json:"items"`
+			NextCursor string `json:"next_cursor"`
 		}
 		p := map[string]any{"context_id": ctx1, "limit": 1000}
 		if cursor != "" {
 			p["cursor"] = cursor
 		}
-		c.MustCall(t, "job.list", p, &page)
-		for _, j := range page.Items {
-			if j.ScheduleID == id {
-				out = append(out, j)
+		c.MustCall(t, method, p, &page)
+		for _, it := range page.Items {
+			if keep(it) {
+				out = append(out, it)
 			}
 		}
 		if page.NextCursor == "" {
-			break
+			return out
 		}
 		cursor = page.NextCursor
 	}
+}
+
+// runsOf lists the runs of a schedule (the context's jobs that name it), by tick.
+func runsOf(t *testing.T, c *harness.Client, id string) []schedRun {
+	t.Helper()
+	out := listAll(t, c, "job.list", func(j schedRun) bool { return j.ScheduleID == id })
 	slices.SortFunc(out, func(a, b schedRun) int { return int(a.ScheduleTickMs - b.ScheduleTickMs) })
 	return out
 }

@@ -35,28 +35,7 @@ func (f flowRun) ended() bool { return f.Status == "finished" || f.Status == "er
 // flowRunsOf lists the runs of a flow's schedule (the context's flows that name it), by tick.
 func flowRunsOf(t *testing.T, c *harness.Client, id string) []flowRun {
 	t.Helper()
-	var out []flowRun
-	cursor := ""
-	for {
-		var page struct {
-			Items      []flowRun `json:"items"`
-			NextCursor string    `json:"next_cursor"`
-		}
-		p := map[string]any{"context_id": ctx1, "limit": 1000}
-		if cursor != "" {
-			p["cursor"] = cursor
-		}
-		c.MustCall(t, "flow.list", p, &page)
-		for _, f := range page.Items {
-			if f.ScheduleID == id {
-				out = append(out, f)
-			}
-		}
-		if page.NextCursor == "" {
-			break
-		}
-		cursor = page.NextCursor
-	}
+	out := listAll(t, c, "flow.list", func(f flowRun) bool { return f.ScheduleID == id })
 	slices.SortFunc(out, func(a, b flowRun) int { return int(a.ScheduleTickMs - b.ScheduleTickMs) })
 	return out
 }
