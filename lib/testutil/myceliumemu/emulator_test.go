@@ -37,7 +37,7 @@ func setup(t *testing.T, names ...string) *env {
 }
 
 func (e *env) client(nd *myceliumemu.Node) *mycelium.Client {
-	c, err := mycelium.New(mycelium.Config{BaseURL: nd.URL(), RequestTimeout: time.Minute, LongPollGrace: 2 * time.Second})
+	c, err := mycelium.New(mycelium.Config{BaseURL: nd.URL(), RequestTimeout: time.Minute, LongPollGrace: time.Minute})
 	if err != nil {
 		e.t.Fatal(err)
 	}

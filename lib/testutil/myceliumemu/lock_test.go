@@ -213,7 +213,7 @@ func TestPollClientsCountsDistinctClientsAtOnce(t *testing.T) {
 	e := setup(t, "a")
 	nd := e.node("a")
 	client := func(ua string) *mycelium.Client {
-		c, err := mycelium.New(mycelium.Config{BaseURL: nd.URL(), UserAgent: ua, LongPollGrace: 2 * time.Second})
+		c, err := mycelium.New(mycelium.Config{BaseURL: nd.URL(), UserAgent: ua, LongPollGrace: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
