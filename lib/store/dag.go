@@ -524,6 +524,9 @@ type EndResult struct {
 	RetryAt      time.Time
 	FlowFinished bool
 	FlowStatus   model.FlowStatus
+	// Cancelled: the nodes a failure's cascade cancelled in this call (its transitive
+	// dependents that had not run; those past CascadeChunk are CascadeFlow's)
+	Cancelled int
 }
 
 // CompleteNode applies a job's end to its flow's DAG.
@@ -579,6 +582,7 @@ func (d *DB) CompleteNodes(ctx context.Context, ends []JobEnd) ([]EndResult, []e
 			}
 			r := list[k]
 			out[i] = endResult(r.Code, r.Status, r.Due, r.Ready)
+			out[i].Cancelled = int(r.Cancelled)
 		}
 	}
 	return out, errs
