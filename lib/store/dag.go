@@ -524,6 +524,9 @@ type EndResult struct {
 	RetryAt      time.Time
 	FlowFinished bool
 	FlowStatus   model.FlowStatus
+	// Cancelled: the nodes a failure's cascade cancelled in this call (its transitive
+	// dependents that had not run; those past CascadeChunk are CascadeFlow's)
+	Cancelled int
 }
 
 // CompleteNode applies a job's end to its flow's DAG.
@@ -579,6 +582,7 @@ func (d *DB) CompleteNodes(ctx context.Context, ends []JobEnd) ([]EndResult, []e
 			}
 			r := list[k]
 			out[i] = endResult(r.Code, r.Status, r.Due, r.Ready)
+			out[i].Cancelled = int(r.Cancelled)
 		}
 	}
 	return out, errs
@@ -794,11 +798,11 @@ func (d *DB) SplitRequest(ctx context.Context, c *Claim, m *model.Message) (int,
 }
 
 // releaseBatch is the most dependents of a completed node one release_dependents call
-// makes ready and dispatches: about 5 ms of Redis on an idle T40, so that a call stays
-// under 10 ms while the released jobs run beside it (1,000 a call took 23 ms); the
-// 10,000 dependents of one node are 40 calls, pipelined, all dispatched within 20–40
-// ms of the node's end (BenchmarkFanOutFanIn10k).
-const releaseBatch = 250
+// makes ready and dispatches: as many as the completion's (ReleaseChunk), about 2 ms of
+// Redis on an idle T40 (250 took about 5 ms, 1,000 took 23 ms), so that a call stays
+// well under 10 ms while the released jobs run beside it; the 10,000 dependents of one
+// node are 100 calls, pipelined (BenchmarkFanOutFanIn10k).
+const releaseBatch = ReleaseChunk
 
 // Released is what ReleaseDependents did.
 type Released struct {

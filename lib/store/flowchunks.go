@@ -16,8 +16,11 @@ import (
 
 // cancelChunk is how many jobs of a flow one call of a chunked cancel or retry
 // handles: a flow of more is cancelled (CancelFlow) and retried (RetryFlow) in many
-// short Redis calls, never one that walks the whole flow; a smaller one in one call.
-const cancelChunk = 250
+// short Redis calls, never one that walks the whole flow; a smaller one in one call
+// (cancel_flow, retry_flow). A node costs a cancel about as much as a start (its DAG
+// fields, its job's status and index, and an event), so both take the start's chunk
+// (startChunk): a call stays well under the 10 ms that no Redis command may take.
+const cancelChunk = startChunk
 
 // flowWork is what the chunked cancel and retry read of a flow: its job list, and the
 // work under way (the flow's cancelling and retrying fields, "" when none).
@@ -219,36 +222,45 @@ func (d *DB) retryChunks(ctx context.Context, flowID uint32, w flowWork, at, act
 	return ready, nil
 }
 
+// Cascaded is what CascadeFlow did.
+type Cascaded struct {
+	Status    string // the flow's status when one of the calls ended it, else ""
+	Calls     int    // the script calls it took
+	Cancelled int    // the nodes its calls cancelled (counted by the calls, not read)
+}
+
 // CascadeFlow goes on with the cancel of a flow's nodes that a failure left
 // (lib_complete's cascade: the flow's cascade list, coord:cascade:<flow>), a
-// CascadeChunk items a call (lua/flow_cascade_chunk.lua), until none is left. It
-// returns the flow's status when one of the calls ended it ("" else) and the calls
-// it took. A call that fails stops it: the list keeps what is left (the scheduler's
-// safety sweep goes on with it).
-func (d *DB) CascadeFlow(ctx context.Context, flowID uint32, actor string, retention time.Duration) (status string, calls int, err error) {
+// CascadeChunk items a call (lua/flow_cascade_chunk.lua), until none is left. A call
+// that fails stops it: the list keeps what is left (the scheduler's safety sweep goes
+// on with it), and what the calls before it did is returned with the error.
+func (d *DB) CascadeFlow(ctx context.Context, flowID uint32, actor string, retention time.Duration) (Cascaded, error) {
+	var out Cascaded
 	for {
 		now := time.Now()
 		r, err := (&flowCascadeChunkArgs{DagKey: keys.DAG(flowID), FlowKey: keys.Flow(flowID), ResultsKey: keys.FlowResults(flowID), EventsKey: keys.Events,
 			Ctx: int64(d.ContextID), Flow: int64(flowID), Actor: actor, NowS: now.Unix(), NowMs: now.UnixMilli(), RetentionMs: retention.Milliseconds()}).run(ctx, d)
-		calls++
+		out.Calls++
 		if err != nil {
-			return "", calls, fmt.Errorf("cancel the dependents of failed jobs of flow %d in context %d: %w", flowID, d.ContextID, err)
+			return out, fmt.Errorf("cancel the dependents of failed jobs of flow %d in context %d: %w", flowID, d.ContextID, err)
 		}
+		out.Cancelled += int(r.Cancelled)
 		if r.Status != "" {
-			status = r.Status
+			out.Status = r.Status
 		}
 		if r.Left == 0 {
-			return status, calls, nil
+			return out, nil
 		}
 	}
 }
 
 // FlowWork is what ResumeFlowWork did.
 type FlowWork struct {
-	Cancelled bool     // a cancel under way was finished
-	Retried   bool     // a retry under way was finished
-	Cascaded  bool     // a failure's cancel of the nodes after it was finished
-	Ready     []uint32 // the nodes the finished retry's calls made ready, to dispatch
+	Cancelled        bool     // a cancel under way was finished
+	Retried          bool     // a retry under way was finished
+	Cascaded         bool     // a failure's cancel of the nodes after it was finished
+	CascadeCancelled int      // the nodes that cascade's calls cancelled
+	Ready            []uint32 // the nodes the finished retry's calls made ready, to dispatch
 }
 
 // ResumeFlowWork finishes a cancel or a retry in chunks that its caller left under way
@@ -263,7 +275,9 @@ func (d *DB) ResumeFlowWork(ctx context.Context, flowID uint32, actor string, re
 	var out FlowWork
 	if w.cascade {
 		out.Cascaded = true
-		if _, _, err := d.CascadeFlow(ctx, flowID, actor, retention); err != nil {
+		c, err := d.CascadeFlow(ctx, flowID, actor, retention)
+		out.CascadeCancelled = c.Cancelled
+		if err != nil {
 			return out, err
 		}
 	}

@@ -298,7 +298,7 @@ func checkCascaded(t *testing.T, db *store.DB, f *model.Flow, layers [][]uint32)
 		t.Fatalf("resume with nothing left: %+v, %v", w, err)
 	}
 	// the due member left for the scheduler finds nothing to do
-	if st, calls, err := db.CascadeFlow(ctx, f.ID, "scheduler", 0); err != nil || st != "" || calls != 1 {
-		t.Fatalf("a cascade with nothing left: %q, %d calls, %v", st, calls, err)
+	if c, err := db.CascadeFlow(ctx, f.ID, "scheduler", 0); err != nil || c.Status != "" || c.Calls != 1 || c.Cancelled != 0 {
+		t.Fatalf("a cascade with nothing left: %+v, %v", c, err)
 	}
 }

@@ -13,8 +13,10 @@ import (
 
 // deleteFlowChunk is how many jobs (and messages) of a flow one call of DeleteFlow's
 // chunked deletion removes: a large flow's deletion (flow.delete, retention) is many
-// short Redis calls, never one that holds Redis for the whole flow.
-const deleteFlowChunk = 250
+// short Redis calls, never one that holds Redis for the whole flow. A job costs a call
+// ~15 Redis commands (its keys, its messages, its queue and index entries), as many as
+// a cancel's node: the cancel's and the start's chunk (startChunk) bounds it too.
+const deleteFlowChunk = startChunk
 
 // deleteFlowJobs deletes the jobs and messages of a flow of more than deleteFlowChunk
 // jobs a chunk a call (flow_delete_chunk.lua), then empties its job list, so that the

@@ -32,7 +32,7 @@ func fcalls(t *testing.T) int {
 	return 0
 }
 
-// A flow of 1,207 jobs is deleted in chunks of 250 jobs a Redis call (five, then
+// A flow of 1,207 jobs is deleted in chunks of 100 jobs a Redis call (13, then
 // one for its messages and the last that removes the flow), never one call over the
 // whole flow; every job and the flow go, another flow's job stays.
 func TestBigFlowDeletedInChunks(t *testing.T) {
@@ -68,8 +68,8 @@ func TestBigFlowDeletedInChunks(t *testing.T) {
 	if err := db.DeleteFlow(ctx, st.FlowID, false, "12"); err != nil {
 		t.Fatal(err)
 	}
-	if calls := fcalls(t) - before; calls != 7 {
-		t.Errorf("%d script calls to delete a flow of %d jobs, want 7 (5 chunks, the messages, the flow)", calls, n)
+	if calls := fcalls(t) - before; calls != 15 {
+		t.Errorf("%d script calls to delete a flow of %d jobs, want 15 (13 chunks, the messages, the flow)", calls, n)
 	}
 	if got := countJobs(t); got != 1 {
 		t.Fatalf("%d jobs left, want 1 (another flow's)", got)

@@ -15,8 +15,16 @@ import (
 // startChunk is the most nodes one call of a large flow's start writes: a flow of more
 // jobs is started in chunks (flow_start_begin, flow_start_chunk per startChunk nodes,
 // flow_start_commit), so that no call holds Redis for the whole flow; a smaller one
-// by one start_flow call.
-const startChunk = 250
+// by one start_flow call. A call of 250 nodes took 6–13 ms of Redis (T40, idle:
+// BenchmarkBigFlowLifecycle), against the 10 ms that no Redis command may take (issue
+// 49): a call of 100 stays near 3 ms, with room for a loaded machine.
+const startChunk = 100
+
+// startPipeline is how many chunk calls of a large flow's start go in one round trip
+// (pipelined, as ReleaseDependents' calls: each call atomic and short, and other
+// clients' commands run between them): the smaller chunks take no more round trips
+// than before.
+const startPipeline = 4
 
 // startFlowChunked is StartFlow for a flow of more than startChunk jobs. The flow
 // stays dispatched (or scheduled) until the last call marks it started: a start
@@ -40,6 +48,26 @@ func (d *DB) startFlowChunked(ctx context.Context, f *model.Flow, jobs []*model.
 		return nil, st, false, nil
 	}
 	now := time.Now()
+	calls := make([]Call, 0, startPipeline)
+	// send runs the calls gathered; false when one changed nothing (the flow is not
+	// dispatched any more, or another start took over: the commit says which)
+	send := func() (bool, error) {
+		for _, cmd := range d.EvalBatch(ctx, calls) {
+			res, err := cmd.Result()
+			var ok int64
+			if err == nil {
+				ok, err = decodeFlowStartChunkReply(res)
+			}
+			if err != nil {
+				return false, startErr(err, what)
+			}
+			if ok == 0 {
+				return false, nil
+			}
+		}
+		calls = calls[:0]
+		return true, nil
+	}
 	for from := 0; from < len(jobs); from += startChunk {
 		part := jobs[from:min(from+startChunk, len(jobs))]
 		a := &flowStartChunkArgs{FlowKey: keys.Flow(f.ID), DagKey: keys.DAG(f.ID), Caller: int64(f.CallerID), NowS: now.Unix(), NowMs: now.UnixMilli(),
@@ -50,11 +78,14 @@ func (d *DB) startFlowChunked(ctx context.Context, f *model.Flow, jobs []*model.
 				ready = append(ready, j.ID)
 			}
 		}
-		ok, err := a.run(ctx, d)
-		if err != nil {
-			return nil, "", false, startErr(err, what)
+		if calls = append(calls, a.call()); len(calls) < startPipeline && from+startChunk < len(jobs) {
+			continue
 		}
-		if ok == 0 {
+		more, err := send()
+		if err != nil {
+			return nil, "", false, err
+		}
+		if !more {
 			break // the commit says why
 		}
 	}

@@ -18,14 +18,20 @@ const WakeCap = 10000
 
 // ReleaseChunk is the most dependents of a completed node that one call makes ready
 // (lib_complete.lua's release): a node of more is released in several calls
-// (release_dependents.lua), never all in one.
-const ReleaseChunk = 256
+// (release_dependents.lua), never all in one. A dependent released and dispatched in
+// the same call (finish_jobs) costs it ~15 Redis commands: 256 of them made the run's
+// finish the slowest call of BenchmarkFanOutFanIn10k (10.5–12.5 ms, past the 10 ms
+// that no Redis command may take); 100 keep it near 4 ms.
+const ReleaseChunk = 100
 
 // CascadeChunk is the most nodes one call examines of the transitive dependents of a
 // failed node that it cancels (lib_complete.lua's cascade): a flow whose failure
 // reaches more is cancelled in several calls (flow_cascade_chunk.lua), never all in
-// one.
-const CascadeChunk = 500
+// one. A node cancelled costs a call a dozen Redis commands (its DAG fields, its job,
+// its index, its event, its dependents read): 500 a call were ~3,000 commands, as
+// many as a start's call of 1,000 nodes; 100 stay under the start's chunk's cost
+// (startChunk), well under the 10 ms that no Redis command may take (issue 49).
+const CascadeChunk = 100
 
 // WakeSpread is the most wake tokens a push of jobs, or a claim that leaves jobs on
 // their queue, puts on a runner's wake list for one context: enough for the claim

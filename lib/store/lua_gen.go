@@ -288,7 +288,7 @@ func decodeApplyRemoteResultReply(v any) (out int64, err error) {
 }
 
 // cancelFlowScript is lua/cancel_flow.lua (its header declares its interface).
-var cancelFlowScript = luaScript("cancel_flow.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_wake.lua", "lib_ck.lua")
+var cancelFlowScript = luaScript("cancel_flow.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_wake.lua", "lib_ck.lua", "lib_cancel.lua")
 
 // cancelFlowArgs are the KEYS and ARGV of lua/cancel_flow.lua.
 type cancelFlowArgs struct {
@@ -721,10 +721,11 @@ func (a *completeArgs) run(ctx context.Context, r luaRunner) ([]completeDone, er
 
 // completeDone is a record of lua/complete.lua.
 type completeDone struct {
-	Code   int64
-	Status string
-	Due    int64
-	Ready  []int64
+	Code      int64
+	Status    string
+	Due       int64
+	Cancelled int64
+	Ready     []int64
 }
 
 // decodeCompleteReply decodes the reply of lua/complete.lua.
@@ -736,8 +737,8 @@ func decodeCompleteReply(v any) (out []completeDone, err error) {
 	out = make([]completeDone, len(l1))
 	for i1 := range l1 {
 		r2, err := luaconv.List(l1[i1])
-		if err == nil && len(r2) < 3 {
-			err = fmt.Errorf("%d items, want 3", len(r2))
+		if err == nil && len(r2) < 4 {
+			err = fmt.Errorf("%d items, want 4", len(r2))
 		}
 		if err != nil {
 			return out, fmt.Errorf("lua/complete.lua: reply[]: %w", err)
@@ -751,7 +752,10 @@ func decodeCompleteReply(v any) (out []completeDone, err error) {
 		if out[i1].Due, err = luaconv.Int(r2[2]); err != nil {
 			return out, fmt.Errorf("lua/complete.lua: reply[].due: %w", err)
 		}
-		l2, err := luaconv.List(any(r2[3:]))
+		if out[i1].Cancelled, err = luaconv.Int(r2[3]); err != nil {
+			return out, fmt.Errorf("lua/complete.lua: reply[].cancelled: %w", err)
+		}
+		l2, err := luaconv.List(any(r2[4:]))
 		if err != nil {
 			return out, fmt.Errorf("lua/complete.lua: reply[].ready: %w", err)
 		}
@@ -1363,7 +1367,7 @@ func decodeFlowCancelBeginReply(v any) (out any, err error) {
 }
 
 // flowCancelChunkScript is lua/flow_cancel_chunk.lua (its header declares its interface).
-var flowCancelChunkScript = luaScript("flow_cancel_chunk.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_wake.lua", "lib_ck.lua")
+var flowCancelChunkScript = luaScript("flow_cancel_chunk.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_wake.lua", "lib_ck.lua", "lib_cancel.lua")
 
 // flowCancelChunkArgs are the KEYS and ARGV of lua/flow_cancel_chunk.lua.
 type flowCancelChunkArgs struct {
@@ -1487,15 +1491,16 @@ func (a *flowCascadeChunkArgs) run(ctx context.Context, r luaRunner) (flowCascad
 
 // flowCascadeChunkRecord is a record of lua/flow_cascade_chunk.lua.
 type flowCascadeChunkRecord struct {
-	Left   int64
-	Status string
+	Left      int64
+	Status    string
+	Cancelled int64
 }
 
 // decodeFlowCascadeChunkReply decodes the reply of lua/flow_cascade_chunk.lua.
 func decodeFlowCascadeChunkReply(v any) (out flowCascadeChunkRecord, err error) {
 	r1, err := luaconv.List(v)
-	if err == nil && len(r1) < 2 {
-		err = fmt.Errorf("%d items, want 2", len(r1))
+	if err == nil && len(r1) < 3 {
+		err = fmt.Errorf("%d items, want 3", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/flow_cascade_chunk.lua: reply: %w", err)
@@ -1505,6 +1510,9 @@ func decodeFlowCascadeChunkReply(v any) (out flowCascadeChunkRecord, err error) 
 	}
 	if out.Status, err = luaconv.String(r1[1]); err != nil {
 		return out, fmt.Errorf("lua/flow_cascade_chunk.lua: reply.status: %w", err)
+	}
+	if out.Cancelled, err = luaconv.Int(r1[2]); err != nil {
+		return out, fmt.Errorf("lua/flow_cascade_chunk.lua: reply.cancelled: %w", err)
 	}
 	return out, nil
 }
@@ -2036,7 +2044,7 @@ func decodeFlowStartBeginReply(v any) (out any, err error) {
 }
 
 // flowStartChunkScript is lua/flow_start_chunk.lua (its header declares its interface).
-var flowStartChunkScript = luaScript("flow_start_chunk.lua", "lib_busy.lua", "lib_state.lua")
+var flowStartChunkScript = luaScript("flow_start_chunk.lua", "lib_busy.lua", "lib_state.lua", "lib_start.lua")
 
 // flowStartChunkArgs are the KEYS and ARGV of lua/flow_start_chunk.lua.
 type flowStartChunkArgs struct {
@@ -3385,7 +3393,7 @@ func decodeStandaloneDoneReply(v any) (out standaloneDoneDone, err error) {
 }
 
 // startFlowScript is lua/start_flow.lua (its header declares its interface).
-var startFlowScript = luaScript("start_flow.lua", "lib_busy.lua", "lib_state.lua")
+var startFlowScript = luaScript("start_flow.lua", "lib_busy.lua", "lib_state.lua", "lib_start.lua")
 
 // startFlowArgs are the KEYS and ARGV of lua/start_flow.lua.
 type startFlowArgs struct {

@@ -202,38 +202,22 @@ func (w *delayedWake) run(ctx context.Context) error {
 }
 
 // dispatchReady dispatches a started flow's ready nodes (a resumed flow's: the ones
-// its pause held back), as the safety sweep would.
+// its pause held back), as the safety sweep would, reading the DAG as the sweep does
+// (store.SweepDAG: HSCAN pages, never one command over the whole hash, which for a
+// 100,000-job flow would hold Redis tens of milliseconds).
 func (e *engine) dispatchReady(ctx context.Context, ctxID, flowID uint32) error {
 	db, err := e.store.Ctx(ctxID)
 	if err != nil {
 		return nil
 	}
-	g, err := db.LoadDAG(ctx, flowID)
+	g, err := db.SweepDAG(ctx, flowID)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}
 		return err
 	}
-	now := time.Now().UnixMilli()
-	var ready, atStart []uint32
-	for _, id := range g.IDs() {
-		n := g.Nodes[id]
-		switch {
-		case n.Status != model.NodeReady, n.DueMs > now:
-		case n.Attempt == 0 && len(n.Depends) == 0:
-			atStart = append(atStart, id)
-		default:
-			ready = append(ready, id)
-		}
-	}
-	if len(atStart) > 0 {
-		startedAt := time.Now()
-		if f, err := db.LoadFlow(ctx, flowID); err == nil && f.StartedAtMs > 0 {
-			startedAt = time.UnixMilli(f.StartedAtMs)
-		}
-		e.dispatchNodes(ctx, db, flowID, g.CallerID, atStart, nil, startedAt)
-	}
-	e.dispatchNodes(ctx, db, flowID, g.CallerID, ready, nil, time.Time{})
+	atStart, ready := readyNodes(g, time.Now().UnixMilli())
+	e.dispatchReadyNodes(ctx, db, flowID, g.CallerID, atStart, ready)
 	return nil
 }

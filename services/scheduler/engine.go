@@ -365,7 +365,11 @@ func (e *engine) ended(ctxID uint32, end store.JobEnd, res store.EndResult) {
 		e.m.jobsEnded.WithLabelValues("failed").Inc()
 		l := log()
 		l.Info().Str("error", end.Error).Msg("job failed")
-		e.countCascade(ctxID, end)
+		// the dependents its failure cancelled in the same call, as the script counted
+		// them (those past store.CascadeChunk are counted by cascade)
+		if res.Cancelled > 0 {
+			e.m.jobsEnded.WithLabelValues("cancelled").Add(float64(res.Cancelled))
+		}
 	}
 	if res.FlowFinished {
 		e.m.flowsFinished.WithLabelValues(string(res.FlowStatus)).Inc()
@@ -377,29 +381,6 @@ func (e *engine) ended(ctxID uint32, end store.JobEnd, res store.EndResult) {
 	}
 }
 
-// countCascade counts, as cancelled ends, the dependents a failed job's end
-// cancelled (the complete script gives each the error "cancelled: job <id> failed").
-// A failure of a Redis read leaves them uncounted: a metric is not worth a retry.
-func (e *engine) countCascade(ctxID uint32, end store.JobEnd) {
-	if end.FlowID == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(e.life, 2*time.Second)
-	defer cancel()
-	db, err := e.store.Ctx(ctxID)
-	if err != nil {
-		return
-	}
-	g, err := db.LoadDAG(ctx, end.FlowID)
-	if err != nil {
-		return
-	}
-	reason := fmt.Sprintf("cancelled: job %d failed", end.JobID)
-	if n := countNodes(g, func(nd *store.DAGNode) bool { return nd.Status == model.NodeCancelled && nd.Error == reason }); n > 0 {
-		e.m.jobsEnded.WithLabelValues("cancelled").Add(float64(n))
-	}
-}
-
 // cancelledNodes counts a flow's cancelled nodes; started=false: its DAG was never
 // made (a flow cancelled before it started has no nodes).
 func cancelledNodes(ctx context.Context, db *store.DB, flowID uint32) (n int, started bool, err error) {
@@ -408,16 +389,6 @@ func cancelledNodes(ctx context.Context, db *store.DB, flowID uint32) (n int, st
 		return 0, false, err
 	}
 	return c.Cancelled, c.Started, nil
-}
-
-func countNodes(g *store.DAG, match func(*store.DAGNode) bool) int {
-	n := 0
-	for _, nd := range g.Nodes {
-		if match(nd) {
-			n++
-		}
-	}
-	return n
 }
 
 // pokeDue makes the due loop recompute its timer (new delayed work or a new expiry).
@@ -569,12 +540,21 @@ func (e *engine) releaseDependents(ctx context.Context, db *store.DB, it store.D
 // (store.CascadeFlow). A call that fails stops it: the flow's cascade list keeps what
 // is left, and the safety sweep goes on with it.
 func (e *engine) cascade(ctx context.Context, db *store.DB, it store.DueItem) {
-	st, calls, err := db.CascadeFlow(ctx, it.FlowID, store.ActorScheduler, e.retention)
+	c, err := db.CascadeFlow(ctx, it.FlowID, store.ActorScheduler, e.retention)
+	e.countCascaded(c.Cancelled)
 	if err != nil {
 		e.log.Error().Err(err).Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Msg("cancel the jobs after a failed one (the safety sweep tries again)")
 		return
 	}
-	e.log.Debug().Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Int("calls", calls).Str("flow_status", st).Msg("jobs after a failed one cancelled")
+	e.log.Debug().Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Int("calls", c.Calls).Int("cancelled", c.Cancelled).Str("flow_status", c.Status).Msg("jobs after a failed one cancelled")
+}
+
+// countCascaded counts, as cancelled ends, the nodes a failure's cascade cancelled
+// (the scripts count them as they cancel them: the DAG is not read).
+func (e *engine) countCascaded(n int) {
+	if n > 0 {
+		e.m.jobsEnded.WithLabelValues("cancelled").Add(float64(n))
+	}
 }
 
 // resumeWork finishes a cancel, a retry or a failure's cancel of the nodes after it,
@@ -583,6 +563,7 @@ func (e *engine) cascade(ctx context.Context, db *store.DB, it store.DueItem) {
 // again).
 func (e *engine) resumeWork(ctx context.Context, db *store.DB, flowID uint32) bool {
 	w, err := db.ResumeFlowWork(ctx, flowID, store.ActorScheduler, e.retention)
+	e.countCascaded(w.CascadeCancelled)
 	if err != nil {
 		e.log.Error().Err(err).Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, flowID).Msg("finish a flow's cancel or retry (the next sweep tries again)")
 		return false
@@ -628,23 +609,11 @@ func (e *engine) sweep(ctx context.Context) {
 			// dependents left to release (a release the scheduler did not finish)
 			e.releaseDependents(ctx, db, store.DueItem{ContextID: cf[0], FlowID: cf[1], CallerID: g.CallerID, JobID: id, Release: true})
 		}
-		var ready, atStart []uint32
-		ids := make([]uint32, 0, len(g.Nodes))
-		for id := range g.Nodes {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		for _, id := range ids {
+		// a retry is the due loop's: the sweep lets a second pass first
+		atStart, ready := readyNodes(g, now-1000)
+		for _, id := range sweptIDs(g) {
 			n := g.Nodes[id]
 			switch n.Status {
-			case model.NodeReady:
-				switch {
-				case n.DueMs != 0 && n.DueMs > now-1000:
-				case n.Attempt == 0 && len(n.Depends) == 0:
-					atStart = append(atStart, id) // ready since the start, never dispatched
-				default:
-					ready = append(ready, id)
-				}
 			case model.NodeDispatched, model.NodeRunning:
 				j, err := db.LoadJob(ctx, g.CallerID, id)
 				if err != nil || !j.Status.Terminal() || j.Attempt != n.Attempt {
@@ -655,20 +624,51 @@ func (e *engine) sweep(ctx context.Context) {
 				_ = e.jobDone(ctx, cf[0], store.JobEnd{FlowID: cf[1], CallerID: g.CallerID, JobID: id, Attempt: n.Attempt, Status: j.Status, Error: j.Error, Fatal: j.Fatal})
 			}
 		}
-		if len(atStart) > 0 {
-			// The start left these nodes' jobs to their dispatch, which marks them
-			// ready as of the flow's start.
-			e.m.recovered.Add(float64(len(atStart)))
-			startedAt := time.Now()
-			if f, err := db.LoadFlow(ctx, cf[1]); err == nil && f.StartedAtMs > 0 {
-				startedAt = time.UnixMilli(f.StartedAtMs)
-			}
-			e.dispatchNodes(ctx, db, cf[1], g.CallerID, atStart, nil, startedAt)
+		e.m.recovered.Add(float64(len(atStart) + len(ready)))
+		e.dispatchReadyNodes(ctx, db, cf[1], g.CallerID, atStart, ready)
+	}
+}
+
+// sweptIDs are the ids of a swept flow's nodes in flight, in order.
+func sweptIDs(g *store.SweptDAG) []uint32 {
+	ids := make([]uint32, 0, len(g.Nodes))
+	for id := range g.Nodes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// readyNodes are a swept flow's ready nodes whose retry, if one waits, was due by
+// dueBy (ms), in order: atStart those ready since the flow's start and never
+// dispatched (no dependency, no attempt), ready the others.
+func readyNodes(g *store.SweptDAG, dueBy int64) (atStart, ready []uint32) {
+	for _, id := range sweptIDs(g) {
+		n := g.Nodes[id]
+		switch {
+		case n.Status != model.NodeReady, n.DueMs != 0 && n.DueMs > dueBy:
+		case n.Attempt == 0 && len(n.Depends) == 0:
+			atStart = append(atStart, id)
+		default:
+			ready = append(ready, id)
 		}
-		if len(ready) > 0 {
-			e.m.recovered.Add(float64(len(ready)))
-			e.dispatchNodes(ctx, db, cf[1], g.CallerID, ready, nil, time.Time{})
+	}
+	return atStart, ready
+}
+
+// dispatchReadyNodes dispatches a flow's ready nodes (readyNodes'): those ready since
+// the start have their jobs marked ready as of the flow's start, as the start's own
+// dispatch would have (the start left them to it).
+func (e *engine) dispatchReadyNodes(ctx context.Context, db *store.DB, flowID, callerID uint32, atStart, ready []uint32) {
+	if len(atStart) > 0 {
+		startedAt := time.Now()
+		if f, err := db.LoadFlow(ctx, flowID); err == nil && f.StartedAtMs > 0 {
+			startedAt = time.UnixMilli(f.StartedAtMs)
 		}
+		e.dispatchNodes(ctx, db, flowID, callerID, atStart, nil, startedAt)
+	}
+	if len(ready) > 0 {
+		e.dispatchNodes(ctx, db, flowID, callerID, ready, nil, time.Time{})
 	}
 }
 

@@ -128,9 +128,9 @@ func firstErr(errs []error) error {
 }
 
 // A job with more dependents than its completion releases (lib/store's ReleaseChunk,
-// 256): its completion, applied by the runner that ran it, makes the first 256 ready
+// 100): its completion, applied by the runner that ran it, makes the first 100 ready
 // and wakes the scheduler for the others (coord:due, coord:delayedwake), whose store
-// calls make them ready and dispatch them 1,000 a call (the first call alone, the rest
+// calls make them ready and dispatch them 100 a call (the first call alone, the rest
 // pipelined); every dependent runs, then a join of all of them. No-op handler jobs
 // (the Go example executor): 1,502 jobs in seconds.
 func TestManyDependentsAllRun(t *testing.T) {
@@ -157,7 +157,7 @@ func TestManyDependentsAllRun(t *testing.T) {
 	if f := c.WaitFlow(t, ctx1, 96, time.Minute); f.Status != "finished" {
 		t.Fatalf("flow 96: %+v", f)
 	}
-	for _, id := range []uint32{2, 2 + 255, 2 + 256, 2 + 1255, 2 + 1256, 1 + fan, 2 + fan} {
+	for _, id := range []uint32{2, 2 + 99, 2 + 100, 2 + 199, 2 + 200, 1 + fan, 2 + fan} {
 		if j := loadJob(t, c, id); j.Status != "finished" {
 			t.Fatalf("job %d: %s", id, j.Status)
 		}

@@ -1,6 +1,9 @@
 -- cancel_flow: cancels a flow. Nodes that have not started are cancelled at once
 -- (their jobs never run); running ones get a stop request in their runner's control
--- list; when no node is left running the flow ends error (finalize).
+-- list; when no node is left running the flow ends error (finalize). The jobs are
+-- cancelled as flow_cancel_chunk cancels a chunk of a larger flow's (lib_cancel). Only
+-- for a flow of at most cancelChunk jobs (lib/store): a larger one is cancelled in
+-- chunks.
 --
 -- KEYS:
 --   flow     flow:<flow>
@@ -14,7 +17,7 @@
 --   now_ms        int     now (ms)
 --   reason        string  why
 --   retention_ms  int     retention (ms; context:<ctx>.retention_seconds wins when set)
--- Libs: lib_busy lib_state lib_finalize lib_wake lib_ck
+-- Libs: lib_busy lib_state lib_finalize lib_wake lib_ck lib_cancel
 -- Reply: cancel {cancelled, status, stopping…}; error NOTFOUND flow
 --   cancelled    int     1 cancelled now; 0 the flow had ended already (nothing changed)
 --   status       string  the flow's status (error, or started while jobs are being
@@ -48,14 +51,11 @@ if st == FLOW_FINISHED or st == FLOW_ERROR then return {0, st} end
 local caller = redis.call('HGET', fk, 'caller_id') or '0'
 redis.call('HSET', fk, 'cancelled_by', actor, 'error', reason, 'updated_at', now_s)
 event(EV_FLOW_CANCELLED, actor, now_ms, flow, '0', caller, st, reason)
-local jobs = cjson.decode(redis.call('HGET', fk, 'jobs') or '[]')
+-- the job ids as strings (cjson decodes numbers, which Lua would format as floats)
+local jobs = {}
+for id in string.gmatch(redis.call('HGET', fk, 'jobs') or '', '%d+') do jobs[#jobs + 1] = id end
 if st == FLOW_DISPATCHED or st == FLOW_SCHEDULED then
-  for _, id in ipairs(jobs) do
-    id = tostring(id)
-    if redis.call('EXISTS', K_JOB .. caller .. ':' .. id) == 1 then
-      set_job(caller, id, JOB_ERROR, 'error', reason, 'updated_at', now_s)
-    end
-  end
+  cancel_jobs(caller, jobs, reason, now_s)
   set_flow(flow, FLOW_ERROR, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
   event(EV_FLOW_ERROR, actor, now_ms, flow, '0', caller, FLOW_ERROR, reason)
   local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
@@ -68,39 +68,9 @@ if st == FLOW_DISPATCHED or st == FLOW_SCHEDULED then
   return {1, FLOW_ERROR}
 end
 local out = {1, FLOW_STARTED}
-local stops = {}
-for _, id in ipairs(jobs) do
-  id = tostring(id)
-  local s = redis.call('HGET', dag, 's:' .. id)
-  local jk = K_JOB .. caller .. ':' .. id
-  if s == NODE_PENDING or s == NODE_READY or s == NODE_DISPATCHED then
-    redis.call('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, reason)
-    redis.call('HDEL', dag, 'due:' .. id)
-    redis.call('HINCRBY', dag, 'terminal', '1')
-    redis.call('HINCRBY', dag, 'cancelled', '1')
-    set_job(caller, id, JOB_ERROR, 'error', reason, 'stop_requested', '1', 'updated_at', now_s)
-    event(EV_JOB_CANCELLED, actor, now_ms, flow, id, caller, JOB_ERROR, reason)
-    -- a queued job of a concurrency key gives its place back (lib_ck)
-    if s == NODE_DISPATCHED then
-      local ck = redis.call('HGET', jk, 'concurrency_key')
-      if ck then ck_end(ck, jk, now_ms) end
-    end
-  elseif s == NODE_RUNNING then
-    redis.call('HSET', jk, 'stop_requested', '1')
-    local w = redis.call('HGET', jk, 'worker')
-    if w then stops[#stops + 1] = {w, ctx .. ':' .. caller .. ':' .. id} end
-    out[#out + 1] = id
-  end
-end
-ck_wake(ctx)
+local stops = cancel_nodes(dag, ctx, flow, caller, jobs, actor, reason, now_s, now_ms, out)
 if tonumber(redis.call('HGET', dag, 'terminal')) >= tonumber(redis.call('HGET', dag, 'total')) then
   out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
 end
-if #stops > 0 then
-  redis.call('SELECT', '0')
-  for _, s in ipairs(stops) do
-    redis.call('LPUSH', K_STOP_LIST .. s[1], s[2])
-    redis.call('EXPIRE', K_STOP_LIST .. s[1], 3600)
-  end
-end
+push_stops(stops)
 return out

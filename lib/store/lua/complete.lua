@@ -27,10 +27,12 @@
 --     backoff  num     the delay of a retry (ms; lib/retry's Policy)
 -- Libs: lib_busy lib_state lib_finalize lib_complete
 -- Reply: []done per end (code 0 nothing changed: a stale or repeated end, 1 applied, 2 retry scheduled)
---   code      int     0, 1 or 2
---   status    string  the flow's status when it ended, else ""
---   due       int     when the retry is due (ms)
---   ...ready  []int   the dependents made ready
+--   code       int     0, 1 or 2
+--   status     string  the flow's status when it ended, else ""
+--   due        int     when the retry is due (ms)
+--   cancelled  int     the nodes the failure cancelled (its transitive dependents that
+--                      had not run; those past CASCADE_CHUNK are flow_cascade_chunk's)
+--   ...ready   []int   the dependents made ready
 -- Derives, from the DAG: context DB: job:<caller>:<id> of the flow's jobs, context:<ctx>,
 --   coord:idx:jobs[:<status>], coord:idx:flows[:<status>], coord:dlq, coord:cascade:<flow>
 --   (a failure's cancel past CASCADE_CHUNK nodes); DB 0 (SELECT 0, then back to the
@@ -60,7 +62,9 @@ end
 local dag, fk, rk, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local res = {}
 for i, e in ipairs(ends) do
-  res[i] = complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms,
+  local r, cancelled = complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms,
     e.id, e.attempt, e.status, e.err, e.fatal, e.retries, e.backoff)
+  table.insert(r, 4, cancelled or 0) -- the reply's cancelled, before the ready ids
+  res[i] = r
 end
 return res

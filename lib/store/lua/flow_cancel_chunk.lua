@@ -1,5 +1,5 @@
 -- flow_cancel_chunk: cancels a chunk of a large flow's jobs, as cancel_flow cancels a
--- whole flow (flow_cancel_begin came first): for a started flow (mode nodes) the
+-- whole flow, with the same code (lib_cancel; flow_cancel_begin came first): for a started flow (mode nodes) the
 -- chunk's nodes that have not started are cancelled (their jobs never run; a queued
 -- job of a concurrency key gives its place back) and its running ones get a stop
 -- request; for a flow not started (mode jobs) its jobs end error. The chunk is the
@@ -25,7 +25,7 @@
 --   from          int       where the chunk starts in the flow's job list (0-based)
 --   last          bool      the flow's last chunk
 --   ids           []string  the chunk's job ids
--- Libs: lib_busy lib_state lib_finalize lib_wake lib_ck
+-- Libs: lib_busy lib_state lib_finalize lib_wake lib_ck lib_cancel
 -- Reply: cancel {done, status, stopping…}
 --   done         int     1 the chunk was done; 0 not: the cancel is not where from says
 --                        (or not under way)
@@ -71,35 +71,9 @@ end
 local out = {1, st}
 local stops = {}
 if mode == 'jobs' then
-  for _, id in ipairs(ids) do
-    if redis.call('EXISTS', K_JOB .. caller .. ':' .. id) == 1 then
-      set_job(caller, id, JOB_ERROR, 'error', reason, 'updated_at', now_s)
-    end
-  end
+  cancel_jobs(caller, ids, reason, now_s)
 else
-  for _, id in ipairs(ids) do
-    local s = redis.call('HGET', dag, 's:' .. id)
-    local jk = K_JOB .. caller .. ':' .. id
-    if s == NODE_PENDING or s == NODE_READY or s == NODE_DISPATCHED then
-      redis.call('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, reason)
-      redis.call('HDEL', dag, 'due:' .. id)
-      redis.call('HINCRBY', dag, 'terminal', '1')
-      redis.call('HINCRBY', dag, 'cancelled', '1')
-      set_job(caller, id, JOB_ERROR, 'error', reason, 'stop_requested', '1', 'updated_at', now_s)
-      event(EV_JOB_CANCELLED, actor, now_ms, flow, id, caller, JOB_ERROR, reason)
-      -- a queued job of a concurrency key gives its place back (lib_ck)
-      if s == NODE_DISPATCHED then
-        local ck = redis.call('HGET', jk, 'concurrency_key')
-        if ck then ck_end(ck, jk, now_ms) end
-      end
-    elseif s == NODE_RUNNING then
-      redis.call('HSET', jk, 'stop_requested', '1')
-      local w = redis.call('HGET', jk, 'worker')
-      if w then stops[#stops + 1] = {w, ctx .. ':' .. caller .. ':' .. id} end
-      out[#out + 1] = id
-    end
-  end
-  ck_wake(ctx)
+  stops = cancel_nodes(dag, ctx, flow, caller, ids, actor, reason, now_s, now_ms, out)
 end
 if not last then
   redis.call('HSET', fk, 'cancelling', int(tonumber(done) + #ids) .. ' ' .. mode)
@@ -120,11 +94,5 @@ else
     redis.call('SELECT', ctx)
   end
 end
-if #stops > 0 then
-  redis.call('SELECT', '0')
-  for _, s in ipairs(stops) do
-    redis.call('LPUSH', K_STOP_LIST .. s[1], s[2])
-    redis.call('EXPIRE', K_STOP_LIST .. s[1], 3600)
-  end
-end
+push_stops(stops)
 return out

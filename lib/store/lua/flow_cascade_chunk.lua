@@ -21,8 +21,9 @@
 --   retention_ms  int     retention (ms)
 -- Libs: lib_busy lib_state lib_finalize lib_complete
 -- Reply: record what the call did
---   left    int     the items left in the flow's cascade list
---   status  string  the flow's status when it ended in this call, else ""
+--   left       int     the items left in the flow's cascade list
+--   status     string  the flow's status when it ended in this call, else ""
+--   cancelled  int     the nodes this call cancelled
 -- Derives: context DB: coord:cascade:<flow>, job:<caller>:<id> of the nodes
 --   cancelled, coord:idx:jobs[:<status>], coord:idx:flows[:<status>], context:<ctx>;
 --   DB 0 (SELECT 0, when the flow ends): coord:flows:active, coord:expire,
@@ -42,19 +43,19 @@ local lk = K_FLOW_CASCADE .. flow
 local h = redis.call('HMGET', fk, 'status', 'caller_id')
 if h[1] ~= FLOW_STARTED then
   redis.call('DEL', lk)
-  return {0, ''}
+  return {0, '', 0}
 end
 local caller = h[2] or '0'
 local items = redis.call('LPOP', lk, CASCADE_CHUNK)
-if not items then return {0, ''} end
+if not items then return {0, '', 0} end
 local qd, qo = {}, {}
 for k, it in ipairs(items) do
   qd[k], qo[k] = string.match(it, '^(%d+) (%d+)$')
 end
 -- the popped items are examined here (CASCADE_CHUNK at most); the dependents of the
 -- nodes cancelled go to the list's end (cascade queues those past CASCADE_CHUNK)
-cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms, EVENTS_CAP(), false)
-local out = {redis.call('LLEN', lk), ''}
+local _, cancelled = cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms, EVENTS_CAP(), false)
+local out = {redis.call('LLEN', lk), '', cancelled}
 local c = redis.call('HMGET', dag, 'terminal', 'total')
 if tonumber(c[1] or '0') >= tonumber(c[2] or '0') then
   out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)

@@ -1,8 +1,9 @@
 -- flow_start_chunk: writes the DAG state of a chunk of a large flow's nodes, as
 -- start_flow does for a whole flow (flow_start_begin came first; flow_start_commit
--- follows): the nodes with no dependency ready, the others waiting (their jobs
--- waiting_for_prerequisites). A fresh ready job is marked by its dispatch, after the
--- commit; one that ran before is marked dispatched here. Changes nothing when the flow
+-- follows), with start_flow's node loop (lib_start's start_nodes): the nodes with no
+-- dependency ready, the others waiting (their jobs waiting_for_prerequisites). A fresh
+-- ready job is marked by its dispatch, after the commit; one that ran before is marked
+-- dispatched here. Changes nothing when the flow
 -- is no longer dispatched (or scheduled) or another start took the token over.
 --
 -- KEYS:
@@ -18,7 +19,7 @@
 --     dependents  string  its dependents (JSON)
 --     n           int     its dependency count
 --     ran         bool    the job holds fields of an earlier run to clear (false: a fresh job)
--- Libs: lib_busy lib_state
+-- Libs: lib_busy lib_state lib_start
 -- Reply: int 1 written; 0 not: the flow is not dispatched any more, or another start
 --   took over.
 -- Derives: context DB: job:<caller>:<id> of the nodes, coord:idx:jobs[:<status>].
@@ -43,34 +44,6 @@ local st = redis.call('HGET', KEYS[1], 'status')
 if st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return 0 end
 local dag = KEYS[2]
 if redis.call('HGET', dag, 'starting') ~= token then return 0 end
-local kv = {}
-local function put(...)
-  for _, v in ipairs({...}) do kv[#kv + 1] = v end
-  if #kv >= 400 then redis.call('HSET', dag, unpack(kv)); kv = {} end
-end
-for _, node in ipairs(nodes) do
-  local id, dependents = node.id, node.dependents
-  local jk = K_JOB .. caller .. ':' .. id
-  if node.ran then
-    redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us',
-      'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal', 'retry_after_ms', 'result_json')
-  end
-  local set
-  if node.n == '0' then
-    put('s:' .. id, NODE_READY)
-    if node.ran then set = {JOB_DISPATCHED, 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms} end
-  else
-    put('s:' .. id, NODE_PENDING, 'r:' .. id, node.n)
-    set = {JOB_WAITING_FOR_PREREQUISITES, 'result', '{}', 'updated_at', now_s}
-  end
-  if dependents ~= '[]' then put('d:' .. id, dependents) end
-  if set then
-    -- set_job's, with the index moves of the chunk made together (index_flush)
-    local cur = redis.call('HMGET', jk, 'status', 'created_at_ms')
-    redis.call('HSET', jk, 'status', unpack(set))
-    index_later(caller .. ':' .. id, cur[1] or nil, set[1], cur[2] or nil)
-  end
-end
-if #kv > 0 then redis.call('HSET', dag, unpack(kv)) end
-index_flush()
+-- the chunk's nodes and their jobs: start_flow's loop (lib_start's start_nodes)
+start_nodes(dag, caller, nodes, now_s, now_ms, nil)
 return 1

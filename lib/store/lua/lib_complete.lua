@@ -13,7 +13,9 @@
 --     (finalize) when every node is final. Returns {code, flow status or "", retry due
 --     (ms), ready job ids…}: code 0 nothing changed (a stale or repeated end; for a
 --     repeated success, the node's dependents still ready, which its first report's
---     caller may have died before it dispatched them), 1 applied, 2 retry scheduled.
+--     caller may have died before it dispatched them), 1 applied, 2 retry scheduled;
+--     and, a second value, how many nodes a failure's cascade cancelled in this call
+--     (0 else; a caller that wants the first value only takes it alone).
 --     A node of more than RELEASE_CHUNK dependents releases its first RELEASE_CHUNK
 --     here and leaves the others to release_dependents (release_later); a failure
 --     whose cancel reaches more than CASCADE_CHUNK nodes leaves the others to
@@ -75,10 +77,12 @@ end
 -- (coord:cascade:<flow>, "<node> <failed node>" each), for flow_cascade_chunk calls;
 -- with wake, the scheduler is asked to make them at once (coord:due's member
 -- cascade:<ctx>:<flow>:<caller>:0, due now, and a wake on coord:delayedwake). Returns
--- the DAG's terminal count after its last cancel (nil: it cancelled none). Leaves the
--- script in the context's DB.
+-- the DAG's terminal count after its last cancel (nil: it cancelled none) and how many
+-- nodes it cancelled (the scheduler counts them as cancelled ends, without reading the
+-- DAG). Leaves the script in the context's DB.
 local function cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms, maxlen, wake)
   local terminal
+  local n = 0
   local i = 1
   while i <= #qd and i <= CASCADE_CHUNK do
     local d, origin = qd[i], qo[i]
@@ -90,6 +94,7 @@ local function cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms,
       redis.call('HDEL', dag, 'due:' .. d)
       redis.call('HINCRBY', dag, 'cancelled', '1')
       terminal = redis.call('HINCRBY', dag, 'terminal', '1')
+      n = n + 1
       set_job(caller, d, JOB_ERROR, 'error', reason, 'updated_at', now_s)
       redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CANCELLED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', JOB_ERROR, 'detail', reason)
       for _, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. d) or '[]')) do
@@ -102,13 +107,13 @@ local function cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms,
     local left = {}
     for k = i, #qd do left[#left + 1] = qd[k] .. ' ' .. qo[k] end
     call_each('RPUSH', K_FLOW_CASCADE .. flow, left)
-    if not wake then return terminal end
+    if not wake then return terminal, n end
     redis.call('SELECT', '0')
     redis.call('ZADD', K_DUE, now_ms, 'cascade:' .. ctx .. ':' .. flow .. ':' .. caller .. ':0')
     redis.call('PUBLISH', K_DELAYED_WAKE, now_ms)
     redis.call('SELECT', ctx)
   end
-  return terminal
+  return terminal, n
 end
 local function complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff, result, finished_ms)
 local maxlen = EVENTS_CAP()
@@ -134,6 +139,7 @@ local a = tonumber(node[2] or '0')
 if attempt ~= a then return {0, '', 0} end
 local out = {1, '', 0}
 local terminal
+local cancelled = 0 -- the nodes a failure's cascade cancelled in this call
 if status == JOB_FINISHED then
   -- a success reads only the result and the end time, which a caller that has just
   -- written them passes (the finish: a read of six fields, half of them misses, less)
@@ -201,12 +207,14 @@ else
     qd[k] = int(x)
     qo[k] = id
   end
-  terminal = cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms, maxlen, true) or terminal
+  local t
+  t, cancelled = cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms, maxlen, true)
+  terminal = t or terminal
 end
 if terminal >= tonumber(node[4]) then
   out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
 end
-return out
+return out, cancelled
 end
 local function standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fatal, retries, backoff, now_s, now_ms, actor, retention_ms)
   -- What the end depends on, in one read of the job.

@@ -1,0 +1,117 @@
+package store_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/testutil/storetest"
+)
+
+// maxChunk is the most nodes (or jobs) one call of a large flow's start, cancel or
+// retry may carry, as docs/architecture.md and docs/api.md say: a call of 250 took up
+// to 13 ms of Redis (BenchmarkBigFlowLifecycle), past the 10 ms no command may take.
+const maxChunk = 100
+
+// logged runs fn with every Redis command logged (SLOWLOG, threshold 0) and returns
+// the commands, each as its arguments (SLOWLOG keeps a command's first 32).
+func logged(t *testing.T, fn func()) [][]string {
+	t.Helper()
+	ctx := context.Background()
+	rc := srv.Client(t, 0)
+	for _, kv := range [][2]string{{"slowlog-max-len", "1000000"}, {"slowlog-log-slower-than", "0"}} {
+		if err := rc.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() { _ = rc.ConfigSet(ctx, "slowlog-log-slower-than", "10000").Err() }()
+	if err := rc.Do(ctx, "SLOWLOG", "RESET").Err(); err != nil {
+		t.Fatal(err)
+	}
+	fn()
+	logs, err := rc.SlowLogGet(ctx, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([][]string, len(logs))
+	for i, l := range logs {
+		out[len(logs)-1-i] = l.Args // oldest first
+	}
+	return out
+}
+
+// chunkSizes are the sizes of the lists that the calls of the script file (lua/<file>.lua,
+// the function hero_<file>_<hash>) carry at argument index at (FCALL, the function,
+// the number of keys, the keys, then the script's ARGV as its header declares them).
+func chunkSizes(t *testing.T, cmds [][]string, file string, at int) []int {
+	t.Helper()
+	var out []int
+	for _, c := range cmds {
+		if len(c) < 2 || !strings.EqualFold(c[0], "fcall") || !strings.HasPrefix(c[1], "hero_"+file+"_") {
+			continue
+		}
+		if len(c) <= at {
+			t.Fatalf("a call of %s: %v", file, c)
+		}
+		n, err := strconv.Atoi(c[at])
+		if err != nil {
+			t.Fatalf("a call of %s: argument %d is %q, not a count", file, at, c[at])
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// checkChunks fails unless the calls carried every one of n items, none more than
+// maxChunk.
+func checkChunks(t *testing.T, what string, sizes []int, n int) {
+	t.Helper()
+	sum := 0
+	for _, k := range sizes {
+		if k > maxChunk {
+			t.Errorf("%s: a call of %d, more than %d", what, k, maxChunk)
+		}
+		sum += k
+	}
+	if sum != n {
+		t.Errorf("%s: the calls carried %d items in all (%v), want the flow's %d", what, sum, sizes, n)
+	}
+}
+
+// A large flow's start, cancel and retry go in calls of at most maxChunk nodes each,
+// all of the flow's nodes carried once, and none reads the flow's DAG hash whole.
+func TestBigFlowCallsCarryAtMostAChunk(t *testing.T) {
+	s := open(t)
+	db := mustCtx(t, s, 37)
+	ctx := context.Background()
+	f, _ := createLayers(t, s, 37, 300, 300, 300, 100)
+	n := len(f.Jobs)
+	// flow_start_chunk: FCALL, fn, 2, flow, dag, caller, now_s, now_ms, token, nodes
+	cmds := logged(t, func() { storetest.StartFlow(t, db, f) })
+	checkChunks(t, "start", chunkSizes(t, cmds, "flow_start_chunk", 9), n)
+	// flow_cancel_chunk: FCALL, fn, 3, flow, dag, results, ctx, flow, now_s, now_ms,
+	// retention_ms, from, last, ids
+	all := cmds
+	cmds = logged(t, func() {
+		if _, _, err := db.CancelFlow(ctx, f.ID, "op", 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	checkChunks(t, "cancel", chunkSizes(t, cmds, "flow_cancel_chunk", 13), n)
+	all = append(all, cmds...)
+	// flow_retry_chunk: FCALL, fn, 3, flow, dag, results, now_s, now_ms, from, ids
+	cmds = logged(t, func() {
+		if _, err := db.RetryFlow(ctx, f.ID, "op"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	checkChunks(t, "retry", chunkSizes(t, cmds, "flow_retry_chunk", 9), n)
+	all = append(all, cmds...)
+	for _, c := range all {
+		if len(c) > 1 && c[1] == keys.DAG(f.ID) && strings.EqualFold(c[0], "hgetall") {
+			t.Fatalf("%v: the DAG read whole", c)
+		}
+	}
+}
