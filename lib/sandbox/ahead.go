@@ -71,9 +71,6 @@ type aheadKey struct {
 	last      time.Time          // the last job that asked
 	timer     *time.Timer        // the TTL's
 	forgotten bool
-	// started are the first processes (their groups) of the sandboxes being made, once
-	// started: raised to the runner's priority when a job waits (priority.go).
-	started map[int]bool
 }
 
 type madeSandbox struct {
@@ -125,9 +122,6 @@ func (s *Sandbox) Take(ctx context.Context, lim Limits) (*Prepared, error) {
 	}
 	ch := make(chan madeSandbox, 1)
 	k.waiters = append(k.waiters, ch)
-	for pgid := range k.started {
-		_ = a.s.prio.raiseGroup(pgid) // on this job's path now (should it race with a fork, Hand raises all again)
-	}
 	if k.making < len(k.waiters) {
 		a.makeLocked(k) // the job's own, beyond Max if need be
 	}
@@ -176,7 +170,7 @@ func (s *Sandbox) Warm(lim Limits) {
 func (a *ahead) keyLocked(lim Limits) *aheadKey {
 	k := a.keys[lim]
 	if k == nil {
-		k = &aheadKey{lim: lim, started: map[int]bool{}}
+		k = &aheadKey{lim: lim}
 		a.keys[lim] = k
 		k.timer = time.AfterFunc(a.opt.TTL, func() { a.expire(k) })
 	}
@@ -201,36 +195,20 @@ func (a *ahead) makeLocked(k *aheadKey) {
 	go func() {
 		defer a.wg.Done()
 		start := time.Now()
-		pgid := 0
-		p, err := a.s.prepareAhead(k.lim, a.opt.ReadyWait, func(pid int) {
-			pgid = pid
-			a.startedMaking(k, pid)
-		})
+		p, err := a.s.prepareAhead(k.lim, a.opt.ReadyWait)
 		if a.opt.Made != nil {
 			a.opt.Made(time.Since(start), err)
 		}
-		a.made(k, pgid, p, err)
+		a.made(k, p, err)
 	}()
-}
-
-// startedMaking notes the first process of a sandbox being made for k, waiting at its
-// gate, and lowers its priority unless a job waits for k's (priority.go).
-func (a *ahead) startedMaking(k *aheadKey, pid int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	k.started[pid] = true
-	if len(k.waiters) == 0 {
-		a.s.prio.lowerProcess(pid)
-	}
 }
 
 // made places a sandbox made for k (or its failure): the first job waiting, else the
 // ready ones; destroyed when k or the whole was given up meanwhile.
-func (a *ahead) made(k *aheadKey, pgid int, p *Prepared, err error) {
+func (a *ahead) made(k *aheadKey, p *Prepared, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	k.making--
-	delete(k.started, pgid)
 	defer a.changedLocked()
 	switch {
 	case len(k.waiters) > 0:
@@ -372,13 +350,12 @@ type Prepared struct {
 }
 
 // prepareAhead makes a sandbox of lim and waits until it is ready (its wrapper said
-// "start"), at most wait. onStart is called with its first process once started.
-func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration, onStart func(pid int)) (*Prepared, error) {
+// "start"), at most wait.
+func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration) (*Prepared, error) {
 	j, err := s.PrepareWith(workDirIn(JobDir), nil, lim, Extra{ahead: true})
 	if err != nil {
 		return nil, err
 	}
-	j.onStart = onStart
 	p := &Prepared{job: j, stdout: &lateWriter{}, stderr: &lateWriter{}}
 	specR, specW, err := os.Pipe()
 	if err != nil {
@@ -473,12 +450,6 @@ func (p *Prepared) Hand(h Handoff) (cmd *exec.Cmd, j *Job, waited func(), err er
 	j.report.mu.Unlock()
 	p.stdout.set(h.Stdout)
 	p.stderr.set(h.Stderr)
-	// Its processes wait for the spec (none forks meanwhile): all of them, and so all
-	// that its job starts, run at the runner's priority from here (priority.go).
-	if err := j.s.prio.raiseGroup(p.cmd.Process.Pid); err != nil {
-		p.destroy()
-		return nil, nil, nil, fmt.Errorf("%w: the sandbox's priority: %v", ErrLaunch, err)
-	}
 	_, err = p.spec.Write(handSpec(h.Dir, made, h.Result, h.ResultMax, h.Env, h.Argv))
 	_ = p.spec.Close()
 	if err != nil {
@@ -496,16 +467,13 @@ func (p *Prepared) Hand(h Handoff) (cmd *exec.Cmd, j *Job, waited func(), err er
 // Destroy ends a sandbox that was not handed a job: its processes killed and waited
 // for, its cgroup removed.
 func (p *Prepared) Destroy() {
-	p.once.Do(p.destroy)
-}
-
-// destroy is Destroy's work (once).
-func (p *Prepared) destroy() {
-	closeAll(p.spec, p.stdin) // the wrapper ends at its spec's end of file
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	_ = p.cmd.Wait()
-	p.waited()
-	p.job.Cleanup()
+	p.once.Do(func() {
+		closeAll(p.spec, p.stdin) // the wrapper ends at its spec's end of file
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		_ = p.cmd.Wait()
+		p.waited()
+		p.job.Cleanup()
+	})
 }
 
 // lateWriter is a sandbox's output before its job has one: kept (a little, to say

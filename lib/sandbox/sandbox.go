@@ -117,7 +117,6 @@ type Sandbox struct {
 	guard *guard   // kills the jobs' process groups when the runner is gone
 	net   netTools // outbound network's programs (net.err: why there is none)
 	ahead *ahead   // sandboxes made ahead of need (nil: none)
-	prio  priority // the priority sandboxes made ahead wait at (priority.go)
 	seq   atomic.Uint64
 }
 
@@ -175,7 +174,6 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 		}
 		if opt.Ahead.Max > 0 {
 			s.ahead = newAhead(s, opt.Ahead)
-			s.prio = runnerPriority()
 		}
 	}
 	made = true
@@ -442,9 +440,6 @@ type Job struct {
 	direct  bool
 	rlimits []rlimit
 	gate    []byte
-	// onStart, when set, is called with the job's first process once it is started,
-	// waiting at its gate (a sandbox made ahead: its priority, priority.go).
-	onStart func(pid int)
 }
 
 // Prepare makes the job's cgroup and the command that runs argv in the sandbox with
@@ -692,9 +687,6 @@ func (j *Job) launch(cmd *exec.Cmd, spec *os.File) (waited func(), err error) {
 	}
 	if j.report != nil {
 		go j.report.read()
-	}
-	if j.onStart != nil {
-		j.onStart(cmd.Process.Pid)
 	}
 	j.pause("spawned", cmd.Process.Pid)
 	waited, err = j.pass(cmd, gateW)
