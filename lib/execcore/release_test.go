@@ -46,6 +46,16 @@ func TestWaitKeptLeavesTheTeardownToRelease(t *testing.T) {
 	parent := fmt.Sprintf("hero-execcore-test-%d", os.Getpid())
 	lim := sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64, DiskBytes: 16 << 20}
 	marker := fmt.Sprintf("hero-execcore-left-%d", time.Now().UnixNano())
+	// The job's user reaches its work directory under --sandbox none (its first process
+	// starts as that user): a parent it may pass through, as the runner's --work-dir.
+	parentDir, err := os.MkdirTemp("", "hero-execcore-work-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(parentDir) })
+	if err := os.Chmod(parentDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, mode := range []string{sandbox.ModeBwrap, sandbox.ModeNone} {
 		s, err := sandbox.New(context.Background(), sandbox.Options{Mode: mode, UID: 61000, GID: 61000, CgroupParent: parent})
 		if err != nil {
@@ -57,7 +67,7 @@ func TestWaitKeptLeavesTheTeardownToRelease(t *testing.T) {
 		}
 		start := func(script string) *Run[string] {
 			t.Helper()
-			dir, remove, err := s.WorkDir(t.TempDir(), "hero-execcore-")
+			dir, remove, err := s.WorkDir(parentDir, "hero-execcore-")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,8 +16,9 @@
 // signal (the runner's fork does both): its gate is its options, which it reads from
 // a pipe (--args) before it makes anything, and which the runner writes once it has
 // put the process in its cgroup and set its rlimits. Without a sandbox the job starts
-// through a trampoline, a shell and util-linux's setpriv: it waits at its gate, joins
-// the job's cgroup, sets the rlimits, becomes the job's user and executes the job.
+// through a trampoline, a shell started likewise as the job's user with its
+// parent-death signal: it waits at its gate while the runner puts it in the job's
+// cgroup, then sets the rlimits and executes the job.
 package sandbox
 
 import (
@@ -108,16 +109,15 @@ var DefaultReadOnly = []string{
 
 // Sandbox makes job commands.
 type Sandbox struct {
-	opt     Options
-	sh      string   // the wrapper's shell, and without a sandbox the trampoline's…
-	setpriv string   // …and setpriv (PrepareWith)
-	cg      *cgroups // nil: no cgroups (rlimits only)
-	ecg     *cgroups // executor pools' (nil: cg's)
-	own     *owner   // names its job cgroups and proves it alive (cgroup.go); with cg
-	guard   *guard   // kills the jobs' process groups when the runner is gone
-	net     netTools // outbound network's programs (net.err: why there is none)
-	ahead   *ahead   // sandboxes made ahead of need (nil: none)
-	seq     atomic.Uint64
+	opt   Options
+	sh    string   // the wrapper's shell, and without a sandbox the trampoline's
+	cg    *cgroups // nil: no cgroups (rlimits only)
+	ecg   *cgroups // executor pools' (nil: cg's)
+	own   *owner   // names its job cgroups and proves it alive (cgroup.go); with cg
+	guard *guard   // kills the jobs' process groups when the runner is gone
+	net   netTools // outbound network's programs (net.err: why there is none)
+	ahead *ahead   // sandboxes made ahead of need (nil: none)
+	seq   atomic.Uint64
 }
 
 // New checks that the sandbox works here (a trial run of bwrap) and finds the
@@ -139,9 +139,6 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 	var err error
 	if s.sh, err = exec.LookPath("sh"); err != nil {
 		return nil, errors.New("sandbox: no shell (sh) on PATH: jobs start through one")
-	}
-	if s.setpriv, err = exec.LookPath("setpriv"); err != nil && opt.Mode == ModeNone {
-		return nil, errors.New("sandbox: setpriv is not installed (Debian: util-linux; Alpine: setpriv): jobs start through it")
 	}
 	made := false
 	defer func() {
@@ -437,9 +434,9 @@ type Job struct {
 	group   *jobGroup
 	net     *jobNet
 	s       *Sandbox
-	// direct: bwrap is the job's first process (no trampoline); the runner puts it in
-	// its cgroup while it waits at its gate, and lets it through by writing gate, its
-	// options (bwrap --args); its rlimits are set in the sandbox (ulimits).
+	// direct: bwrap is the job's first process (no trampoline); the runner lets it
+	// through its gate by writing gate, its options (bwrap --args); its rlimits are set
+	// in the sandbox (ulimits).
 	direct  bool
 	rlimits []rlimit
 	gate    []byte
@@ -456,11 +453,11 @@ func (s *Sandbox) Prepare(workDir string, argv []string, lim Limits) (*Job, erro
 // With bwrap the command is bwrap itself, started as the job's user: it waits at its
 // gate for its options (--args, Launch), the runner having put it in its cgroup
 // (Job.join), then makes the sandbox, where the wrapper (files.go) sets the rlimits
-// and runs the job's command. Without a sandbox it is the trampoline, a shell script:
-// wait at the gate, join the cgroup, set the rlimits, then setpriv becomes the job's
-// user and restores the parent-death signal (a change of user clears it). What the
-// scripts interpolate is the runner's own (cgroup paths, numbers, descriptors); the
-// job's command comes as arguments.
+// and runs the job's command. Without a sandbox it is the trampoline, a shell script
+// started as the job's user likewise: wait at the gate (the runner having put it in
+// its cgroup), set the rlimits, execute the job's command. What the scripts
+// interpolate is the runner's own (numbers, descriptors); the job's command comes as
+// arguments.
 func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra) (*Job, error) {
 	j := &Job{s: s, workDir: workDir, private: s.opt.Mode == ModeBwrap && !x.HostDir, ahead: x.ahead}
 	if j.ahead && (!j.private || lim.Network == model.NetworkOutbound) {
@@ -515,27 +512,20 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 	return j, nil
 }
 
-// trampoline is the command that runs argv without a sandbox: a shell that waits at
-// the job's gate, joins its cgroup and sets its rlimits, then setpriv, which becomes
-// the job's user and restores the parent-death signal.
+// trampoline is the command that runs argv without a sandbox: a shell, started as the
+// job's user with its parent-death signal (Launch), that waits at the job's gate while
+// the runner puts it in its cgroup, sets its rlimits and executes argv — one program
+// before the job's (a shell, then util-linux's setpriv to become the job's user and
+// restore the parent-death signal, before: each program started costs milliseconds of
+// CPU on a small VM).
 func (s *Sandbox) trampoline(j *Job, argv []string) []string {
 	// First the gate: nothing happens until the guard knows the job (Launch).
 	script := []string{fmt.Sprintf("read -r _ <&%d", j.gateFD())}
-	if j.group != nil {
-		for _, f := range j.group.procsFiles() {
-			script = append(script, "echo $$ > "+shellQuote(f))
-		}
-	}
 	for _, l := range j.rlimits {
 		script = append(script, fmt.Sprintf("ulimit -%c %d", l.flag, l.n))
 	}
 	script = append(script, fmt.Sprintf(`exec "$@" %d<&-`, j.gateFD()))
-	sp := []string{s.setpriv}
-	if c := s.credential(); c != nil {
-		sp = append(sp, fmt.Sprintf("--reuid=%d", c.Credential.Uid), fmt.Sprintf("--regid=%d", c.Credential.Gid), "--clear-groups")
-	}
-	sp = append(sp, "--pdeathsig=KILL", "--")
-	return append([]string{s.sh, "-c", strings.Join(script, " && "), "hero-sandbox"}, append(sp, argv...)...)
+	return append([]string{s.sh, "-c", strings.Join(script, " && "), "hero-sandbox"}, argv...)
 }
 
 // rlimit is one resource limit of a job, as the shell's ulimit -<flag> n sets it (soft
@@ -681,11 +671,12 @@ func (j *Job) launch(cmd *exec.Cmd, spec *os.File) (waited func(), err error) {
 	cmd.ExtraFiles = append(files, gateR)
 	// Setsid: no terminal of the runner's reaches the job (bwrap's --new-session did
 	// that before); Pdeathsig: the job's first process ends with the runner, at its
-	// gate and after it (bwrap, a program of no set-user-id, keeps it). bwrap started
-	// directly is started as the job's user, its groups cleared: Go's fork sets the
-	// parent-death signal after the change of user, which would clear it.
+	// gate and after it (bwrap, the trampoline's shell and the job's program, of no
+	// set-user-id, keep it). The first process is started as the job's user, its groups
+	// cleared: Go's fork sets the parent-death signal after the change of user, which
+	// would clear it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	if c := j.s.credential(); c != nil && j.direct {
+	if c := j.s.credential(); c != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.Credential.Uid, Gid: c.Credential.Gid, Groups: []uint32{}}
 	}
 	err = cmd.Start()
@@ -734,10 +725,10 @@ func (j *Job) pass(cmd *exec.Cmd, gate *os.File) (func(), error) {
 	return func() { j.s.guard.remove(pid) }, nil
 }
 
-// join puts bwrap started directly (Job.direct), waiting at its gate, in the job's
-// cgroup: the processes it starts from there are in it from their start.
+// join puts the job's first process (bwrap, or the trampoline), waiting at its gate,
+// in the job's cgroup: the processes it starts from there are in it from their start.
 func (j *Job) join(pid int) error {
-	if !j.direct || j.group == nil {
+	if j.group == nil {
 		return nil
 	}
 	b := []byte(strconv.Itoa(pid))

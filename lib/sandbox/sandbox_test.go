@@ -338,3 +338,64 @@ func TestFirstProcessIsBwrapAtItsGate(t *testing.T) {
 		t.Errorf("the job's file size limit (512-byte blocks) and groups: %q, want 2048 61000", out.String())
 	}
 }
+
+// Issue 44: without a sandbox (--sandbox none) a job costs one program before its own,
+// the trampoline's shell, started as the job's user without groups (no setpriv after
+// it to change the user: each program started costs milliseconds of CPU on a small
+// VM). At its gate it runs as the job's user already, in no cgroup of the job's; at
+// its gate's pass it is in the job's cgroup (the runner put it there), and the job
+// runs with its rlimits.
+func TestTrampolineIsTheJobsUserAtItsGate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the job's uid is the runner's own unless the runner is root")
+	}
+	type seen struct {
+		status, cgroup string
+	}
+	at := map[string]seen{}
+	pause := func(step string, pid int) {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		at[step] = seen{string(st), string(cg)}
+	}
+	s, err := New(context.Background(), Options{Mode: ModeNone, UID: 61000, GID: 61000, Pause: pause})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dir, remove, err := s.WorkDir("", "hero-sbx-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remove()
+	lim := Limits{Pids: 64, MemoryBytes: 256 << 20, FileSizeBytes: 1 << 20}
+	j, err := s.PrepareWith(dir, []string{"/bin/sh", "-s"}, lim, Extra{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Cleanup()
+	var out procrun.Capped
+	out.Max = 1 << 20
+	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Stdin: strings.NewReader("ulimit -f; id -u; id -G; pwd"), Stdout: &out, Stderr: &out, Launch: j.Launch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := p.Wait(); res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", res.ExitCode, out.String())
+	}
+	spawned, gated := at["spawned"], at["gated"]
+	_, groups, _ := strings.Cut(spawned.status, "\nGroups:")
+	groups, _, _ = strings.Cut(groups, "\n")
+	if !strings.Contains(spawned.status, "\nUid:\t61000\t61000\t61000\t61000\n") || strings.TrimSpace(groups) != "" {
+		t.Errorf("the trampoline at its gate is not the job's user without groups:\n%s", spawned.status)
+	}
+	if j.group != nil {
+		name := filepath.Base(j.group.directories()[0])
+		if strings.Contains(spawned.cgroup, name) || !strings.Contains(gated.cgroup, name) {
+			t.Errorf("cgroup %s: at the gate %q, through it %q; want it joined at the gate's pass", name, spawned.cgroup, gated.cgroup)
+		}
+	}
+	if got := strings.Fields(out.String()); len(got) != 4 || got[0] != "2048" || got[1] != "61000" || got[2] != "61000" || got[3] != dir {
+		t.Errorf("the job's file size limit (512-byte blocks), uid, groups and directory: %q, want 2048 61000 61000 %s", out.String(), dir)
+	}
+}

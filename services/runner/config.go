@@ -65,7 +65,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.DurationVar(&c.KillGrace, "kill-grace", "", 500*time.Millisecond, "time between SIGTERM and SIGKILL when a job is stopped or times out")
 	f.IntVar(&c.OutputMaxBytes, "output-max-bytes", "", 1<<20, "stdout kept as the job's output result")
 	f.IntVar(&c.LogMaxBytes, "log-max-bytes", "", 4<<20, "stdout+stderr kept as the job's log")
-	f.StringVar(&c.WorkDir, "work-dir", "", os.TempDir(), "directory on the host for the executor pools' directories (their sockets), the jobs' work directories under --sandbox=none, and the default --state-dir; a sandboxed job's work directory is in its own filesystem (--job-disk), not here")
+	f.StringVar(&c.WorkDir, "work-dir", "", os.TempDir(), "directory on the host for the executor pools' directories (their sockets), the jobs' work directories under --sandbox=none, and the default --state-dir; a sandboxed job's work directory is in its own filesystem (--job-disk), not here; the jobs' user (--sandbox-uid) must be able to pass through it (the pools' and, under --sandbox=none, the jobs' first processes start as that user in their directories)")
 	f.StringVar(&c.Executors, "executors", "", "", executorsUsage)
 	f.DurationVar(&c.ExecutorIdle, "executor-idle", "", 5*time.Minute, "a context's executor pool of start=demand stops after this long without a call (it starts again on demand); 0: never")
 	f.DurationVar(&c.CancelGrace, "executor-cancel-grace", "", 2*time.Second, "how long an executor has to answer a cancel before its process is killed and restarted")
