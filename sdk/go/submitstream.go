@@ -184,6 +184,9 @@ func (s *submitStreams) close() {
 // submit sends one submission and waits for its answer (or ctx). errNoStream: the
 // server has no such method and nothing was submitted.
 func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest) (*herov1.SubmitJobResponse, error) {
+	if err := ctx.Err(); err != nil { // as a call: nothing is sent for a caller that gave up
+		return nil, status.FromContextError(err).Err()
+	}
 	ss, err := s.stream()
 	if err != nil {
 		return nil, err
@@ -228,8 +231,14 @@ func newSubmitStream(st grpc.BidiStreamingClient[herov1.SubmitJobStreamRequest, 
 }
 
 // write sends submissions: one a message, or, when the server takes batches, in as few
-// batch messages as streamBatchItems and streambatch.MaxBytes allow.
+// batch messages as streamBatchItems and streambatch.MaxBytes allow. A submission
+// whose caller gave up while it waited to be sent (its context ended: it is no longer
+// pending) is left out, as a call cancelled before it is sent stores nothing.
 func (ss *submitStream) write(out []*herov1.SubmitJobStreamRequest) error {
+	out = ss.stillWaited(out)
+	if len(out) == 0 {
+		return nil
+	}
 	ss.sendMu.Lock()
 	defer ss.sendMu.Unlock()
 	wrap := func(b []*herov1.SubmitJobStreamRequest) *herov1.SubmitJobStreamRequest {
@@ -241,6 +250,31 @@ func (ss *submitStream) write(out []*herov1.SubmitJobStreamRequest) error {
 		}
 	}
 	return nil
+}
+
+// stillWaited are the submissions of out whose callers still wait for them, in order.
+func (ss *submitStream) stillWaited(out []*herov1.SubmitJobStreamRequest) []*herov1.SubmitJobStreamRequest {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.pending == nil { // the stream ended: its end answered them all
+		return out
+	}
+	n := 0
+	for _, r := range out {
+		if _, ok := ss.pending[r.Seq]; ok {
+			n++
+		}
+	}
+	if n == len(out) {
+		return out
+	}
+	kept := make([]*herov1.SubmitJobStreamRequest, 0, n)
+	for _, r := range out {
+		if _, ok := ss.pending[r.Seq]; ok {
+			kept = append(kept, r)
+		}
+	}
+	return kept
 }
 
 func (ss *submitStream) forget(seq uint64) {
