@@ -77,6 +77,13 @@ func (s *streamServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.Submit
 				return err
 			}
 		}
+		// A client that takes batches sends more only when its answers came (its
+		// group commit): a batch message's submissions are answered at its end.
+		if batched && len(held) > 0 {
+			if err := s.answerHeld(st, &held, batched); err != nil {
+				return err
+			}
+		}
 	}
 }
 
@@ -101,9 +108,18 @@ func (s *streamServer) take(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRe
 	if len(*held) < s.batch {
 		return nil
 	}
+	return s.answerHeld(st, held, batched)
+}
+
+// answerHeld answers the submissions held, in reverse order.
+func (s *streamServer) answerHeld(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], held *[]*herov1.SubmitJobStreamRequest, batched bool) error {
 	var out []*herov1.SubmitJobStreamResponse
 	for i := len(*held) - 1; i >= 0; i-- {
-		out = append(out, s.answer((*held)[i], n))
+		r := (*held)[i]
+		s.mu.Lock()
+		n := s.seen[r.Submit.GetJob().GetScript()]
+		s.mu.Unlock()
+		out = append(out, s.answer(r, n))
 	}
 	*held = (*held)[:0]
 	if batched {
@@ -247,7 +263,7 @@ func TestSubmitWithoutStream(t *testing.T) {
 // that shared its batch get their own answers.
 func TestSubmitStreamCancelled(t *testing.T) {
 	received := make(chan string, 8)
-	s := &streamServer{batch: 3, batches: true, seen: map[string]int{}, received: received}
+	s := &streamServer{batch: 3, seen: map[string]int{}, received: received} // answers when three came
 	c := serve(t, s)
 	sh := func(script string) *model.Job { return &model.Job{ScriptType: model.ScriptSh, Script: script} }
 	gone, stop := context.WithCancel(context.Background())
@@ -312,11 +328,13 @@ type heldStream struct {
 	answers          chan *herov1.SubmitJobStreamResponse
 	mu               sync.Mutex
 	sent             []uint64
+	msgs             int
 }
 
 func (h *heldStream) Send(m *herov1.SubmitJobStreamRequest) error {
 	h.mu.Lock()
 	first := len(h.sent) == 0
+	h.msgs++
 	if len(m.Batch) == 0 {
 		h.sent = append(h.sent, m.Seq)
 	}
@@ -392,5 +410,99 @@ func TestSubmitStreamDropsWhatNobodyWaitsFor(t *testing.T) {
 	defer h.mu.Unlock()
 	if fmt.Sprint(h.sent) != "[1]" {
 		t.Errorf("sent %v; want [1] (not the submission its caller gave up)", h.sent)
+	}
+}
+
+// The client's group commit with a server that takes batches: a submission made
+// while none is out goes at once, alone; those made while a message's answers are
+// awaited are held and go together, in one message, when they came.
+func TestSubmitStreamGroupCommit(t *testing.T) {
+	h := &heldStream{entered: make(chan struct{}), release: make(chan struct{}), answers: make(chan *herov1.SubmitJobStreamResponse, 8)}
+	close(h.release) // sends return at once
+	ss := newSubmitStream(h, func() {})
+	ss.batches.Store(true)
+	s := &submitStreams{cur: ss}
+	ss.owner = s
+	go s.receive(ss)
+	defer close(h.answers)
+	req := func(script string) *herov1.SubmitJobRequest {
+		return &herov1.SubmitJobRequest{Job: &herov1.Job{Script: script}}
+	}
+	type result struct {
+		id  uint32
+		err error
+	}
+	results := make(chan result, 4)
+	submit := func(script string) {
+		r, err := s.submit(context.Background(), req(script))
+		if err != nil {
+			results <- result{err: err}
+			return
+		}
+		results <- result{id: r.Job.Id}
+	}
+	go submit("a")
+	<-h.entered // a went at once, alone
+	for _, script := range []string{"b", "c", "d"} {
+		go submit(script)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for { // b, c and d are held while a's answer is awaited
+		ss.mu.Lock()
+		held := len(ss.held)
+		ss.mu.Unlock()
+		if held == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d submissions held; want 3", held)
+		}
+		runtime.Gosched()
+	}
+	h.mu.Lock()
+	if fmt.Sprint(h.sent) != "[1]" {
+		t.Errorf("sent %v while a's answer was awaited; want [1]", h.sent)
+	}
+	h.mu.Unlock()
+	h.answers <- &herov1.SubmitJobStreamResponse{Seq: 1, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 101}}}
+	if r := <-results; r.err != nil || r.id != 101 {
+		t.Fatalf("a: %+v", r)
+	}
+	for { // a's answer sends the three held, in one message
+		h.mu.Lock()
+		n := len(h.sent)
+		h.mu.Unlock()
+		if n == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the held submissions were not sent after the answer")
+		}
+		runtime.Gosched()
+	}
+	h.answers <- &herov1.SubmitJobStreamResponse{Batch: []*herov1.SubmitJobStreamResponse{
+		{Seq: 2, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 102}}},
+		{Seq: 3, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 103}}},
+		{Seq: 4, Error: &herov1.StreamError{Code: uint32(codes.InvalidArgument), Message: "job.script: refused"}},
+	}}
+	ids, refused := map[uint32]bool{}, 0
+	for range 3 {
+		r := <-results
+		switch {
+		case errors.Is(r.err, ErrInvalidArgument) || status.Code(r.err) == codes.InvalidArgument:
+			refused++
+		case r.err != nil:
+			t.Errorf("a held submission: %v", r.err)
+		default:
+			ids[r.id] = true
+		}
+	}
+	if len(ids) != 2 || !ids[102] || !ids[103] || refused != 1 {
+		t.Errorf("held submissions answered with jobs %v and %d refusals; want 102, 103 and one refusal", ids, refused)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.msgs != 2 {
+		t.Errorf("%d messages for 4 submissions; want 2 (a alone, then the three held)", h.msgs)
 	}
 }
