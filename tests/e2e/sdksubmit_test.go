@@ -34,23 +34,7 @@ func TestGoClientSubmitCoalesced(t *testing.T) {
 	const goroutines, each = 16, 40
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// the bad ones: every 10th of goroutine 3 has an unknown script type, every 10th of
-	// goroutine 5 one that no runner of the context serves
-	bad := func(g, k int) model.ScriptType {
-		switch {
-		case g == 3 && k%10 == 0:
-			return "no-such-type"
-		case g == 5 && k%10 == 0:
-			return model.ScriptRust
-		}
-		return ""
-	}
-	type outcome struct {
-		script string
-		job    *model.Job
-		err    error
-	}
-	got := make([][]outcome, goroutines)
+	got := make([][]coalescedOutcome, goroutines)
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Add(1)
@@ -58,12 +42,12 @@ func TestGoClientSubmitCoalesced(t *testing.T) {
 			defer wg.Done()
 			for k := range each {
 				st := model.ScriptSh
-				if b := bad(g, k); b != "" {
+				if b := coalescedBad(g, k); b != "" {
 					st = b
 				}
 				script := fmt.Sprintf("echo %d-%d", g, k)
 				r, err := sc.Submit(ctx, &model.Job{ScriptType: st, Script: script}, hero.SubmitOptions{})
-				o := outcome{script: script, err: err}
+				o := coalescedOutcome{script: script, err: err}
 				if err == nil {
 					o.job = r.Job
 				}
@@ -72,10 +56,51 @@ func TestGoClientSubmitCoalesced(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	ids := checkCoalescedOutcomes(t, got)
+	if want := goroutines*each - 2*(each/10); len(ids) != want {
+		t.Fatalf("%d jobs for %d good submissions", len(ids), want)
+	}
+	// each job holds what its caller submitted (the store's copy, not only the answer)
+	for id, script := range ids {
+		if j, err := sc.GetJob(ctx, 0, id); err != nil || j.Script != script {
+			t.Fatalf("job %d: %+v %v; want the script %q", id, j, err, script)
+		}
+	}
+	if n, err := harness.Metric(s.API, "hero_api_stream_batch_items_sum", `direction="received"`); err != nil || n <= batches0 {
+		t.Errorf("submissions received in batch messages: %v (%v); want some (the Submits were not coalesced)", n-batches0, err)
+	}
+	checkCancelledSubmit(t, ctx, sc)
+}
+
+// coalescedBad is the script type of TestGoClientSubmitCoalesced's bad submissions
+// (every 10th of goroutine 3: an unknown one; of goroutine 5: one no runner of the
+// context serves), "" for the others.
+func coalescedBad(g, k int) model.ScriptType {
+	switch {
+	case g == 3 && k%10 == 0:
+		return "no-such-type"
+	case g == 5 && k%10 == 0:
+		return model.ScriptRust
+	}
+	return ""
+}
+
+// coalescedOutcome is one Submit of TestGoClientSubmitCoalesced.
+type coalescedOutcome struct {
+	script string
+	job    *model.Job
+	err    error
+}
+
+// checkCoalescedOutcomes checks each goroutine's Submits (got[g][k]): the bad ones
+// refused with their own error, the others each with a job of its own holding its
+// script. It returns the jobs' scripts by id.
+func checkCoalescedOutcomes(t *testing.T, got [][]coalescedOutcome) map[uint32]string {
+	t.Helper()
 	ids := map[uint32]string{}
 	for g, outs := range got {
 		for k, o := range outs {
-			switch b := bad(g, k); {
+			switch b := coalescedBad(g, k); {
 			case b == "no-such-type":
 				if !errors.Is(o.err, hero.ErrInvalidArgument) || !strings.Contains(o.err.Error(), "script_type") {
 					t.Errorf("%s (unknown script type): %v; want an invalid argument naming script_type", o.script, o.err)
@@ -95,19 +120,13 @@ func TestGoClientSubmitCoalesced(t *testing.T) {
 			}
 		}
 	}
-	if want := goroutines*each - 2*(each/10); len(ids) != want {
-		t.Fatalf("%d jobs for %d good submissions", len(ids), want)
-	}
-	// each job holds what its caller submitted (the store's copy, not only the answer)
-	for id, script := range ids {
-		if j, err := sc.GetJob(ctx, 0, id); err != nil || j.Script != script {
-			t.Fatalf("job %d: %+v %v; want the script %q", id, j, err, script)
-		}
-	}
-	if n, err := harness.Metric(s.API, "hero_api_stream_batch_items_sum", `direction="received"`); err != nil || n <= batches0 {
-		t.Errorf("submissions received in batch messages: %v (%v); want some (the Submits were not coalesced)", n-batches0, err)
-	}
-	// A Submit whose context ended is not sent: no job.
+	return ids
+}
+
+// checkCancelledSubmit: a Submit whose context ended is not sent (no job), and the
+// client goes on.
+func checkCancelledSubmit(t *testing.T, ctx context.Context, sc *hero.Client) {
+	t.Helper()
 	before := jobCount(t)
 	gone, stop := context.WithCancel(context.Background())
 	stop()
