@@ -103,6 +103,35 @@ func (s *Store) SubmitGuarded(ctx context.Context, ctxID uint32, subs []Submissi
 // not sent with each job.
 var submitWrites = []string{"status", "attempt", "result", "created_at", "updated_at", "created_at_ms", "dispatched_at_ms", "run_at_ms"}
 
+// submitDefaults are the fields model.Job's hash always holds with the value
+// lua/submit.lua writes for them when a job (whose id it reserves) is sent without
+// them (the header's "defaults"): caller_id and context_id are the job's caller and the
+// call's context.
+var submitDefaults = map[string]string{"script": "", "script_type": "", "timeout": "0", "retries": "0",
+	"env_vars": "{}", "prerequisites": "[]", "dependends": "[]"}
+
+// withoutDefaults drops from fields (field/value items) those at the value the script
+// writes for them without them (submitDefaults, the caller, the context), in place.
+func withoutDefaults(fields []any, ctxID, caller uint32) []any {
+	out := fields[:0]
+	for i := 0; i+1 < len(fields); i += 2 {
+		name, _ := fields[i].(string)
+		v, _ := fields[i+1].(string)
+		def, ok := submitDefaults[name]
+		switch {
+		case name == "caller_id":
+			ok, def = true, strconv.FormatUint(uint64(caller), 10)
+		case name == "context_id":
+			ok, def = true, strconv.FormatUint(uint64(ctxID), 10)
+		}
+		if ok && v == def {
+			continue
+		}
+		out = append(out, fields[i], fields[i+1])
+	}
+	return out
+}
+
 // submit runs lua/submit.lua once; a created job whose caller chose no id gets the
 // one the script reserved.
 func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard, now time.Time) ([]Submitted, error) {
@@ -127,8 +156,12 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		a.JobsKeys = append(a.JobsKeys, keys.Job(j.CallerID, j.ID), uk)
 		cmp, ini := splitFields(j, jobInitialOnly)
 		ini = withoutFields(ini, submitWrites...)
+		fields := append(cmp, ini...)
+		if j.ID == 0 { // nothing to compare: the fields at their defaults go without (the script writes them)
+			fields, cmp = withoutDefaults(fields, d.ContextID, j.CallerID), nil
+		}
 		a.Jobs[i] = submitJob{Chosen: j.ID != 0, Caller: int64(j.CallerID), ID: int64(j.ID), TTL: sb.UniqueTTL.Milliseconds(),
-			Actor: sb.Actor, RunAt: j.RunAtMs, Ncmp: int64(len(cmp) / 2), Fields: append(cmp, ini...)}
+			Actor: sb.Actor, RunAt: j.RunAtMs, Ncmp: int64(len(cmp) / 2), Fields: fields}
 	}
 	res, err := a.run(ctx, d)
 	if err != nil {

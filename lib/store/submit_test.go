@@ -301,6 +301,38 @@ func TestSubmitStoresTheModelsFields(t *testing.T) {
 	}
 }
 
+// A job whose id the script reserves is sent without the fields at their defaults
+// (caller_id, context_id, an empty script, timeout 0, …), which the script writes
+// itself: each stored hash is still HashFields of the job, for a job at the defaults,
+// one with other values, one of a chosen id (sent whole) and a delayed one (stored
+// scheduled, in the other HSET).
+func TestSubmitWritesTheDefaults(t *testing.T) {
+	s, _ := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	subs := []store.Submission{
+		{Job: &model.Job{CallerID: 3, Script: "echo a", ScriptType: "sh"}},
+		{Job: &model.Job{CallerID: 3, Script: "echo b", ScriptType: "sh", Timeout: 9, Retries: 1, EnvVars: map[string]string{"B": "2"}, Prerequisites: []string{"x"}}},
+		{Job: &model.Job{ID: 77, CallerID: 3, Script: "echo c", ScriptType: "sh"}},
+		{Job: &model.Job{CallerID: 3, Script: "echo d", ScriptType: "sh"}, RunAt: time.Now().Add(time.Hour)},
+	}
+	out, err := s.SubmitJobs(ctx, 1, subs, "actor:3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range out {
+		j := o.Job
+		h := rdb.HGetAll(ctx, keys.Job(j.CallerID, j.ID)).Val()
+		delete(h, "msgs")
+		if j.Status == model.JobScheduled && h["attempt"] == "0" { // as before: a delayed job's attempt 0 is written
+			delete(h, "attempt")
+		}
+		if want := model.HashMap(j); !maps.Equal(h, want) {
+			t.Errorf("job %d:%d (%s) stored\n%v\nwant\n%v", j.CallerID, j.ID, j.Script, h, want)
+		}
+	}
+}
+
 // Ids reserved in the script: the jobs of one caller take the next ids of its counter,
 // skipping every id a job holds (two in a row, past the block the call took), and a
 // caller whose ids are used up is refused with nothing created.

@@ -53,12 +53,20 @@ type submitStream struct {
 	cancel  context.CancelFunc
 	sendMu  sync.Mutex  // one Send or CloseSend at a time (the stream's rule)
 	batches atomic.Bool // the server takes batch messages (its stream header said so)
-	out     streambatch.Sender[*herov1.SubmitJobStreamRequest]
+	sender  streambatch.Sender[*herov1.SubmitJobStreamRequest]
 	mu      sync.Mutex
 	seq     uint64
 	pending map[uint64]chan streamAnswer
 	err     error         // set when the stream ended: what its waiting submissions got
 	done    chan struct{} // closed when the stream ended
+	// The client's group commit (with a server that takes batches): a submission
+	// made while sent ones wait for their answers (out of them) is held, and the
+	// held ones go in one message when the last answer came (flushing: one is on its
+	// way) or when they fill a batch; with none out, a submission goes at once.
+	out      int
+	held     []*herov1.SubmitJobStreamRequest
+	flushing bool
+	owner    *submitStreams // ends the stream when a flush's send fails
 }
 
 type streamAnswer struct {
@@ -83,6 +91,7 @@ func (s *submitStreams) stream() (*submitStream, error) {
 		return nil, err
 	}
 	ss := newSubmitStream(st, cancel)
+	ss.owner = s
 	s.cur = ss
 	go s.receive(ss)
 	return ss, nil
@@ -112,14 +121,56 @@ func (s *submitStreams) receive(ss *submitStream) {
 	}
 }
 
-// answer hands an answer to the submission waiting for it.
+// answer hands an answer to the submission waiting for it; the last of those out
+// sends what was held meanwhile.
 func (ss *submitStream) answer(r *herov1.SubmitJobStreamResponse) {
 	ss.mu.Lock()
 	ch := ss.pending[r.Seq]
 	delete(ss.pending, r.Seq)
+	if ss.out > 0 {
+		ss.out--
+	}
+	flush := ss.out == 0 && len(ss.held) > 0 && !ss.flushing
+	if flush {
+		ss.flushing = true
+	}
 	ss.mu.Unlock()
 	if ch != nil {
 		ch <- answerOf(r)
+	}
+	if flush {
+		// not from this goroutine: a send that waits on flow control must not hold
+		// up the answers; and the producers woken meanwhile join the message
+		go ss.flushHeld()
+	}
+}
+
+// hold takes a new submission (ss.mu held): it returns what to send now, itself
+// with what was held before it, or nil when it is held (sent with the next
+// message: when the answers out came, or when the held fill a batch). Without batch
+// messages nothing is held.
+func (ss *submitStream) hold(item *herov1.SubmitJobStreamRequest) []*herov1.SubmitJobStreamRequest {
+	if !ss.batches.Load() || (ss.out == 0 && !ss.flushing) || len(ss.held)+1 >= streamBatchItems {
+		batch := append(ss.held, item)
+		ss.held = nil
+		return batch
+	}
+	ss.held = append(ss.held, item)
+	return nil
+}
+
+// flushHeld sends what was held, in one message.
+func (ss *submitStream) flushHeld() {
+	ss.mu.Lock()
+	batch := ss.held
+	ss.held, ss.flushing = nil, false
+	ended := ss.pending == nil
+	ss.mu.Unlock()
+	if len(batch) == 0 || ended {
+		return
+	}
+	if err := ss.sender.SendAll(batch); err != nil && !errors.Is(err, io.EOF) {
+		ss.owner.end(ss, err) // fails the submissions waiting on it
 	}
 }
 
@@ -147,7 +198,7 @@ func (s *submitStreams) end(ss *submitStream, err error) {
 	}
 	ss.err = err
 	waiting := ss.pending
-	ss.pending = nil
+	ss.pending, ss.held = nil, nil
 	close(ss.done)
 	ss.mu.Unlock()
 	for _, ch := range waiting {
@@ -184,6 +235,9 @@ func (s *submitStreams) close() {
 // submit sends one submission and waits for its answer (or ctx). errNoStream: the
 // server has no such method and nothing was submitted.
 func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest) (*herov1.SubmitJobResponse, error) {
+	if err := ctx.Err(); err != nil { // as a call: nothing is sent for a caller that gave up
+		return nil, status.FromContextError(err).Err()
+	}
 	ss, err := s.stream()
 	if err != nil {
 		return nil, err
@@ -198,8 +252,11 @@ func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest
 	ss.seq++
 	item := &herov1.SubmitJobStreamRequest{Seq: ss.seq, Submit: req, Traceparent: traceparentOf(ctx)}
 	ss.pending[item.Seq] = ch
+	batch := ss.hold(item)
 	ss.mu.Unlock()
-	err = ss.out.Send(item)
+	if batch != nil {
+		err = ss.sender.SendAll(batch)
+	}
 	if err != nil && !errors.Is(err, io.EOF) { // io.EOF: the stream ended; its status comes to ch
 		// (the submissions it held wait on the stream, which end fails)
 		ss.forget(item.Seq)
@@ -222,14 +279,20 @@ func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest
 // the submission that made it; the others it held wait on the stream, which fails.
 func newSubmitStream(st grpc.BidiStreamingClient[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], cancel context.CancelFunc) *submitStream {
 	ss := &submitStream{st: st, cancel: cancel, pending: map[uint64]chan streamAnswer{}, done: make(chan struct{})}
-	ss.out.Yield = ss.batches.Load
-	ss.out.Write = ss.write
+	ss.sender.Yield = ss.batches.Load
+	ss.sender.Write = ss.write
 	return ss
 }
 
 // write sends submissions: one a message, or, when the server takes batches, in as few
-// batch messages as streamBatchItems and streambatch.MaxBytes allow.
+// batch messages as streamBatchItems and streambatch.MaxBytes allow. A submission
+// whose caller gave up while it waited to be sent (its context ended: it is no longer
+// pending) is left out, as a call cancelled before it is sent stores nothing.
 func (ss *submitStream) write(out []*herov1.SubmitJobStreamRequest) error {
+	out = ss.stillWaited(out)
+	if len(out) == 0 {
+		return nil
+	}
 	ss.sendMu.Lock()
 	defer ss.sendMu.Unlock()
 	wrap := func(b []*herov1.SubmitJobStreamRequest) *herov1.SubmitJobStreamRequest {
@@ -241,6 +304,32 @@ func (ss *submitStream) write(out []*herov1.SubmitJobStreamRequest) error {
 		}
 	}
 	return nil
+}
+
+// stillWaited are the submissions of out whose callers still wait for them, in order.
+func (ss *submitStream) stillWaited(out []*herov1.SubmitJobStreamRequest) []*herov1.SubmitJobStreamRequest {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.pending == nil { // the stream ended: its end answered them all
+		return out
+	}
+	n := 0
+	for _, r := range out {
+		if _, ok := ss.pending[r.Seq]; ok {
+			n++
+		}
+	}
+	ss.out += n // sent, their answers awaited
+	if n == len(out) {
+		return out
+	}
+	kept := make([]*herov1.SubmitJobStreamRequest, 0, n)
+	for _, r := range out {
+		if _, ok := ss.pending[r.Seq]; ok {
+			kept = append(kept, r)
+		}
+	}
+	return kept
 }
 
 func (ss *submitStream) forget(seq uint64) {

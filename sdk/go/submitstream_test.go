@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +39,8 @@ type streamServer struct {
 	seen    map[string]int // script → submissions received
 	tps     []string
 	ended   chan error // the error that ended each stream's reading (io.EOF: the client closed its side)
+	// received, when set, is told each submission's script as it arrives
+	received chan string
 }
 
 func (s *streamServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse]) error {
@@ -74,6 +77,13 @@ func (s *streamServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.Submit
 				return err
 			}
 		}
+		// A client that takes batches sends more only when its answers came (its
+		// group commit): a batch message's submissions are answered at its end.
+		if batched && len(held) > 0 {
+			if err := s.answerHeld(st, &held, batched); err != nil {
+				return err
+			}
+		}
 	}
 }
 
@@ -88,6 +98,9 @@ func (s *streamServer) take(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRe
 		s.tps = append(s.tps, r.Traceparent)
 	}
 	s.mu.Unlock()
+	if s.received != nil {
+		s.received <- script
+	}
 	if script == "break" && n == 1 {
 		return status.Error(codes.Unavailable, "the server went away")
 	}
@@ -95,9 +108,18 @@ func (s *streamServer) take(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRe
 	if len(*held) < s.batch {
 		return nil
 	}
+	return s.answerHeld(st, held, batched)
+}
+
+// answerHeld answers the submissions held, in reverse order.
+func (s *streamServer) answerHeld(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], held *[]*herov1.SubmitJobStreamRequest, batched bool) error {
 	var out []*herov1.SubmitJobStreamResponse
 	for i := len(*held) - 1; i >= 0; i-- {
-		out = append(out, s.answer((*held)[i], n))
+		r := (*held)[i]
+		s.mu.Lock()
+		n := s.seen[r.Submit.GetJob().GetScript()]
+		s.mu.Unlock()
+		out = append(out, s.answer(r, n))
 	}
 	*held = (*held)[:0]
 	if batched {
@@ -233,5 +255,254 @@ func TestSubmitWithoutStream(t *testing.T) {
 	}
 	if f.calls["SubmitJob"] != 2 || !c.streams.unsupported {
 		t.Errorf("%d SubmitJob calls, stream unsupported %v", f.calls["SubmitJob"], c.streams.unsupported)
+	}
+}
+
+// A Submit whose context ended before it was sent sends nothing, as a call would not;
+// one cancelled while it waits for its answer returns at once, and the submissions
+// that shared its batch get their own answers.
+func TestSubmitStreamCancelled(t *testing.T) {
+	received := make(chan string, 8)
+	s := &streamServer{batch: 3, seen: map[string]int{}, received: received} // answers when three came
+	c := serve(t, s)
+	sh := func(script string) *model.Job { return &model.Job{ScriptType: model.ScriptSh, Script: script} }
+	gone, stop := context.WithCancel(context.Background())
+	stop()
+	if _, err := c.Submit(gone, sh("never"), SubmitOptions{}); !errors.Is(err, ErrCancelled) {
+		t.Errorf("Submit with a cancelled context: %v; want ErrCancelled", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Submit(ctx, sh("a"), SubmitOptions{})
+		first <- err
+	}()
+	waitReceived(t, received, "a")
+	cancel() // the server holds its answer until three submissions came
+	select {
+	case err := <-first:
+		if !errors.Is(err, ErrCancelled) {
+			t.Errorf("the cancelled Submit: %v; want ErrCancelled", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a Submit cancelled while it waited for its answer did not return")
+	}
+	var wg sync.WaitGroup
+	for _, script := range []string{"b", "c"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r, err := c.Submit(context.Background(), sh(script), SubmitOptions{}); err != nil || r.Job.Script != script {
+				t.Errorf("Submit %q after a cancelled one: %+v %v", script, r, err)
+			}
+		}()
+	}
+	wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen["never"] != 0 || s.seen["a"] != 1 {
+		t.Errorf("the server received %v; want nothing of the Submit cancelled before it was sent", s.seen)
+	}
+}
+
+func waitReceived(t *testing.T, received chan string, want string) {
+	t.Helper()
+	for {
+		select {
+		case got := <-received:
+			if got == want {
+				return
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("the server did not receive %q", want)
+		}
+	}
+}
+
+// heldStream is a SubmitJobStream's client end whose first Send waits until release is
+// closed (entered is closed when it is in it); it keeps what was sent, and its Recv
+// returns what answers holds.
+type heldStream struct {
+	grpc.ClientStream
+	entered, release chan struct{}
+	answers          chan *herov1.SubmitJobStreamResponse
+	mu               sync.Mutex
+	sent             []uint64
+	msgs             int
+}
+
+func (h *heldStream) Send(m *herov1.SubmitJobStreamRequest) error {
+	h.mu.Lock()
+	first := len(h.sent) == 0
+	h.msgs++
+	if len(m.Batch) == 0 {
+		h.sent = append(h.sent, m.Seq)
+	}
+	for _, b := range m.Batch {
+		h.sent = append(h.sent, b.Seq)
+	}
+	h.mu.Unlock()
+	if first {
+		close(h.entered)
+		<-h.release
+	}
+	return nil
+}
+
+func (h *heldStream) Recv() (*herov1.SubmitJobStreamResponse, error) {
+	if a, ok := <-h.answers; ok {
+		return a, nil
+	}
+	return nil, io.EOF
+}
+
+func (h *heldStream) Header() (metadata.MD, error) {
+	return metadata.Pairs("hero-stream-batch", "1"), nil
+}
+func (h *heldStream) CloseSend() error { return nil }
+
+// A submission whose caller gave up while it waited to be sent (another's send was in
+// progress) is not sent.
+func TestSubmitStreamDropsWhatNobodyWaitsFor(t *testing.T) {
+	h := &heldStream{entered: make(chan struct{}), release: make(chan struct{}), answers: make(chan *herov1.SubmitJobStreamResponse, 2)}
+	ss := newSubmitStream(h, func() {})
+	s := &submitStreams{cur: ss}
+	go s.receive(ss)
+	defer close(h.answers)
+	req := func(script string) *herov1.SubmitJobRequest {
+		return &herov1.SubmitJobRequest{Job: &herov1.Job{Script: script}}
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.submit(context.Background(), req("a"))
+		first <- err
+	}()
+	<-h.entered // a's send is in progress
+	ctx, cancel := context.WithCancel(context.Background())
+	second := make(chan error, 1)
+	go func() {
+		_, err := s.submit(ctx, req("b"))
+		second <- err
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for { // b waits (queued behind a's send)
+		ss.mu.Lock()
+		_, waiting := ss.pending[2]
+		ss.mu.Unlock()
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second submission never waited")
+		}
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-second; status.Code(err) != codes.Canceled {
+		t.Fatalf("the cancelled submission: %v; want Canceled", err)
+	}
+	close(h.release) // a's send ends; what was queued behind it is written next
+	h.answers <- &herov1.SubmitJobStreamResponse{Seq: 1, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 1}}}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if fmt.Sprint(h.sent) != "[1]" {
+		t.Errorf("sent %v; want [1] (not the submission its caller gave up)", h.sent)
+	}
+}
+
+// The client's group commit with a server that takes batches: a submission made
+// while none is out goes at once, alone; those made while a message's answers are
+// awaited are held and go together, in one message, when they came.
+func TestSubmitStreamGroupCommit(t *testing.T) {
+	h := &heldStream{entered: make(chan struct{}), release: make(chan struct{}), answers: make(chan *herov1.SubmitJobStreamResponse, 8)}
+	close(h.release) // sends return at once
+	ss := newSubmitStream(h, func() {})
+	ss.batches.Store(true)
+	s := &submitStreams{cur: ss}
+	ss.owner = s
+	go s.receive(ss)
+	defer close(h.answers)
+	req := func(script string) *herov1.SubmitJobRequest {
+		return &herov1.SubmitJobRequest{Job: &herov1.Job{Script: script}}
+	}
+	type result struct {
+		id  uint32
+		err error
+	}
+	results := make(chan result, 4)
+	submit := func(script string) {
+		r, err := s.submit(context.Background(), req(script))
+		if err != nil {
+			results <- result{err: err}
+			return
+		}
+		results <- result{id: r.Job.Id}
+	}
+	go submit("a")
+	<-h.entered // a went at once, alone
+	for _, script := range []string{"b", "c", "d"} {
+		go submit(script)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for { // b, c and d are held while a's answer is awaited
+		ss.mu.Lock()
+		held := len(ss.held)
+		ss.mu.Unlock()
+		if held == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d submissions held; want 3", held)
+		}
+		runtime.Gosched()
+	}
+	h.mu.Lock()
+	if fmt.Sprint(h.sent) != "[1]" {
+		t.Errorf("sent %v while a's answer was awaited; want [1]", h.sent)
+	}
+	h.mu.Unlock()
+	h.answers <- &herov1.SubmitJobStreamResponse{Seq: 1, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 101}}}
+	if r := <-results; r.err != nil || r.id != 101 {
+		t.Fatalf("a: %+v", r)
+	}
+	for { // a's answer sends the three held, in one message
+		h.mu.Lock()
+		n := len(h.sent)
+		h.mu.Unlock()
+		if n == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the held submissions were not sent after the answer")
+		}
+		runtime.Gosched()
+	}
+	h.answers <- &herov1.SubmitJobStreamResponse{Batch: []*herov1.SubmitJobStreamResponse{
+		{Seq: 2, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 102}}},
+		{Seq: 3, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 103}}},
+		{Seq: 4, Error: &herov1.StreamError{Code: uint32(codes.InvalidArgument), Message: "job.script: refused"}},
+	}}
+	ids, refused := map[uint32]bool{}, 0
+	for range 3 {
+		r := <-results
+		switch {
+		case errors.Is(r.err, ErrInvalidArgument) || status.Code(r.err) == codes.InvalidArgument:
+			refused++
+		case r.err != nil:
+			t.Errorf("a held submission: %v", r.err)
+		default:
+			ids[r.id] = true
+		}
+	}
+	if len(ids) != 2 || !ids[102] || !ids[103] || refused != 1 {
+		t.Errorf("held submissions answered with jobs %v and %d refusals; want 102, 103 and one refusal", ids, refused)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.msgs != 2 {
+		t.Errorf("%d messages for 4 submissions; want 2 (a alone, then the three held)", h.msgs)
 	}
 }

@@ -41,7 +41,16 @@
 --     fields  view[]raw  its field/value items, read in place (a table of them per
 --                     job cost ~2% of a submission); the script writes the rest of
 --                     a new job's fields itself (its id, its dispatched status,
---                     attempt 1, result {} and its times: now_s, now_ms)
+--                     attempt 1, result {} and its times: now_s, now_ms). A job
+--                     whose id the script reserves is sent without the fields at
+--                     their defaults, which the script writes for every new job
+--                     first (lib/store submitDefaults): caller_id (caller),
+--                     context_id (ctx), script '', script_type '', timeout '0',
+--                     retries '0', env_vars '{}', prerequisites '[]', dependends
+--                     '[]' (after its state and times, as the job's own items came
+--                     before: the fields the runner reads keep their places in the
+--                     listpack); a job's own items (all of them, for a chosen id)
+--                     follow them in the same HSET, so that they win
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route
 -- Reply: outcome nothing is written unless status is 'ok' (but for 'exhausted')
 --   status  string  'ok'; 'changed' (the context's guarded fields differ: authorize
@@ -225,6 +234,8 @@ for _, j in ipairs(jobs) do
     -- message left to that dispatch (lua/dispatch.lua, when coord:delayed says it is due).
     redis.call('HSET', j.key, 'id', j.id, 'status', JOB_SCHEDULED, 'attempt', '0', 'result', '{}', 'created_at', now_s,
       'updated_at', now_s, 'created_at_ms', now_ms, 'run_at_ms', j.run_at,
+      'caller_id', j.caller, 'context_id', ctx, 'script', '', 'script_type', '', 'timeout', '0', 'retries', '0',
+      'env_vars', '{}', 'prerequisites', '[]', 'dependends', '[]',
       unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     scheduled[#scheduled + 1] = now_ms
     scheduled[#scheduled + 1] = member
@@ -242,6 +253,8 @@ for _, j in ipairs(jobs) do
     local mid, mk = message_id(j.caller)
     redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
       'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid,
+      'caller_id', j.caller, 'context_id', ctx, 'script', '', 'script_type', '', 'timeout', '0', 'retries', '0',
+      'env_vars', '{}', 'prerequisites', '[]', 'dependends', '[]',
       unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     indexed[#indexed + 1] = now_ms
     indexed[#indexed + 1] = member
