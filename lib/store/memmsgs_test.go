@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
@@ -21,52 +23,70 @@ func TestGroupMessagesStayListpacks(t *testing.T) {
 	s, db, rc := applyContext(t, 51)
 	ctx := context.Background()
 	const n = 30
-	check := func(mk string, kind string, ids []uint32, status model.JobStatus) {
-		t.Helper()
-		if enc := rc.ObjectEncoding(ctx, mk).Val(); enc != "listpack" {
-			t.Fatalf("%s (%s of %d jobs) is a %s", mk, kind, n, enc)
-		}
-		m, err := db.LoadMessageKey(ctx, mk)
-		if err != nil || m.Kind != kind || len(m.Job) != len(ids) {
-			t.Fatalf("%s loaded: %+v, %v", mk, m, err)
-		}
-		for i, j := range m.Job {
-			if !slices.Contains(ids, j.ID) || j.CallerID != 1 || j.FlowID != m.FlowID || m.FlowID == 0 || (status != "" && j.Status != status) {
-				t.Fatalf("%s: job %d listed as %+v", mk, i, j)
-			}
-		}
-	}
-	group := func(f *model.Flow) (req, res string) {
-		t.Helper()
-		for _, mk := range rc.SMembers(ctx, keys.FlowMessages(f.ID)).Val() {
-			switch rc.HGet(ctx, mk, "kind").Val() {
-			case model.KindJobRequest:
-				req = mk
-			case model.KindJobResult:
-				res = mk
-			}
-		}
-		return req, res
-	}
 	// applied by the finish: the request routed here, the result stored processed
 	f, jobs := dagFlow(t, s, db, n, nil)
-	ids := make([]uint32, n)
-	for i, j := range jobs {
-		ids[i] = j.ID
-	}
-	req, _ := group(f)
+	ids := jobIDs(jobs)
+	req, _ := groupMessages(t, rc, f)
 	if req == "" || rc.HExists(ctx, req, "job").Val() || rc.HGet(ctx, req, "job_ids.n").Val() == "" {
 		t.Fatalf("the group's request %s: %v", req, rc.HGetAll(ctx, req).Val())
 	}
-	check(req, model.KindJobRequest, ids, "")
+	checkListpackGroup(t, db, rc, req, model.KindJobRequest, ids, "")
 	finishApplied(t, db, claimSh(t, db, n))
-	_, res := group(f)
+	_, res := groupMessages(t, rc, f)
 	if res == "" || rc.HGet(ctx, res, "job.n").Val() == "" {
 		t.Fatalf("the group's result %s: %v", res, rc.HGetAll(ctx, res).Val())
 	}
-	check(res, model.KindJobResult, ids, model.JobFinished)
+	checkListpackGroup(t, db, rc, res, model.KindJobResult, ids, model.JobFinished)
+	claimedResultIsWhole(t, s, db, n)
+}
 
-	// the router's way: the result on msg_out, claimed with its whole list
+func jobIDs(jobs []*model.Job) []uint32 {
+	ids := make([]uint32, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	return ids
+}
+
+// checkListpackGroup: message mk (of kind, listing the jobs ids, each with status when
+// given) is a listpack, and loads with every job, of caller 1 and the message's flow.
+func checkListpackGroup(t *testing.T, db *store.DB, rc *redis.Client, mk, kind string, ids []uint32, status model.JobStatus) {
+	t.Helper()
+	ctx := context.Background()
+	if enc := rc.ObjectEncoding(ctx, mk).Val(); enc != "listpack" {
+		t.Fatalf("%s (%s of %d jobs) is a %s", mk, kind, len(ids), enc)
+	}
+	m, err := db.LoadMessageKey(ctx, mk)
+	if err != nil || m.Kind != kind || len(m.Job) != len(ids) || m.FlowID == 0 {
+		t.Fatalf("%s loaded: %+v, %v", mk, m, err)
+	}
+	for i, j := range m.Job {
+		if !slices.Contains(ids, j.ID) || j.CallerID != 1 || j.FlowID != m.FlowID || (status != "" && j.Status != status) {
+			t.Fatalf("%s: job %d listed as %+v", mk, i, j)
+		}
+	}
+}
+
+// groupMessages is flow f's request and result messages shared by its jobs.
+func groupMessages(t *testing.T, rc *redis.Client, f *model.Flow) (req, res string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, mk := range rc.SMembers(ctx, keys.FlowMessages(f.ID)).Val() {
+		switch rc.HGet(ctx, mk, "kind").Val() {
+		case model.KindJobRequest:
+			req = mk
+		case model.KindJobResult:
+			res = mk
+		}
+	}
+	return req, res
+}
+
+// claimedResultIsWhole: the result of n runs of a flow, on msg_out for the router, is
+// claimed with its whole list (joined from its parts) and its caller and flow.
+func claimedResultIsWhole(t *testing.T, s *store.Store, db *store.DB, n int) {
+	t.Helper()
+	ctx := context.Background()
 	f2, jobs2 := dagFlow(t, s, db, n, nil)
 	runs := claimSh(t, db, n)
 	fs := make([]store.Finish, len(runs))
@@ -87,10 +107,7 @@ func TestGroupMessagesStayListpacks(t *testing.T) {
 	if err := json.Unmarshal([]byte(cms[0].Msg["job"]), &ends); err != nil || len(ends) != n || cms[0].Msg["caller_id"] != "1" || cms[0].Msg["flow_id"] != fmt.Sprint(f2.ID) {
 		t.Fatalf("the claimed result: %v (%v)", cms[0].Msg, err)
 	}
-	ids2 := make([]uint32, n)
-	for i, j := range jobs2 {
-		ids2[i] = j.ID
-	}
+	ids2 := jobIDs(jobs2)
 	for i, e := range ends {
 		if !slices.Contains(ids2, e.ID) || e.Status != string(model.JobFinished) {
 			t.Fatalf("the claimed result's job %d: %+v", i, e)
