@@ -218,6 +218,7 @@ func decodeField(key string, v reflect.Value, f fieldInfo, s string) error {
 func decoded(obj any) {
 	if j, ok := obj.(*Job); ok {
 		j.deriveTimes()
+		j.defaultLists()
 	}
 }
 

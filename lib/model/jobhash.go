@@ -91,11 +91,33 @@ func (j *Job) hashFields() []any {
 // when there are none, the times stored (an older version's, a remote node's result)
 // stay as read.
 func (j *Job) deriveTimes() {
+	if j.CreatedAt == 0 && j.CreatedAtMs != 0 {
+		j.CreatedAt = j.CreatedAtMs / 1_000 // a job created without created_at (lib/store CreateJobs)
+	}
 	if us := j.StartedAtUs; us != 0 {
 		j.StartedAt, j.StartedAtMs = us/1_000_000, us/1_000
 	}
 	if us := j.FinishedAtUs; us != 0 {
 		j.FinishedAt, j.FinishedAtMs = us/1_000_000, us/1_000
+	}
+}
+
+// defaultLists gives a job read from its hash the empty maps and lists of the seed's
+// fields its hash leaves out (a job created holding their defaults stores none of
+// them: lib/store's jobDefaults), as their stored "{}" and "[]" decode: a job reads,
+// and shows in the API (`{}`, `[]`, never null), the same with or without them.
+func (j *Job) defaultLists() {
+	if j.EnvVars == nil {
+		j.EnvVars = map[string]string{}
+	}
+	if j.Result == nil {
+		j.Result = map[string]string{}
+	}
+	if j.Prerequisites == nil {
+		j.Prerequisites = []string{}
+	}
+	if j.Dependends == nil {
+		j.Dependends = []uint32{}
 	}
 }
 

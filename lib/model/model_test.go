@@ -146,6 +146,7 @@ func TestDecodeShortcutsAgreeWithJSON(t *testing.T) {
 				t.Errorf("%s = %q: decoder error %v, json.Unmarshal error %v", field, in, gotErr, wantErr)
 				continue
 			}
+			want.defaultLists() // as a decode gives a job's absent lists and maps
 			if gotErr == nil && !reflect.DeepEqual(got, want) {
 				t.Errorf("%s = %q: decoded %+v, json.Unmarshal %+v", field, in, got, want)
 			}

@@ -24,10 +24,11 @@ import (
 //	r:<id>   dependencies not yet completed (absent: none; removed once the node is ready)
 //	rel:<id> dependents of a completed node left to release ("<done> <end ms>")
 //	starting a large flow's start in chunks under way (its token)
-//	a:<id>   attempts dispatched so far
+//	a:<id>   attempts dispatched so far (gone once the node completed: its job's attempt)
 //	p:<id>   the node's dependencies (JSON list): written by earlier versions only; a
 //	         node's dependencies are its job's dependends (LoadDAG, SweepDAG read them)
-//	d:<id>   the node's dependents (JSON list)
+//	d:<id>   the node's dependents (JSON list); a completed node's are moved to its
+//	         job's field dependents (but while release_dependents has some to release)
 //	e:<id>   why the node failed or was cancelled
 //	due:<id> when a retry is due (ms), while the node waits for it
 //
@@ -126,6 +127,17 @@ func (d *DB) LoadDAG(ctx context.Context, flowID uint32) (*DAG, error) {
 		}
 	}
 	if err := d.readDepends(ctx, g.CallerID, unread); err != nil {
+		return nil, fmt.Errorf("load dag of flow %d: %w", flowID, err)
+	}
+	// A completed node's attempt and dependents are its job's (a completed node was
+	// dispatched: an attempt of 0 is one its completion moved; lib_complete.lua).
+	var moved []*DAGNode
+	for _, n := range g.Nodes {
+		if n.Status == model.NodeCompleted && n.Attempt == 0 {
+			moved = append(moved, n)
+		}
+	}
+	if err := d.readMovedNodes(ctx, g.CallerID, moved); err != nil {
 		return nil, fmt.Errorf("load dag of flow %d: %w", flowID, err)
 	}
 	// The start leaves empty lists out of the hash (lua/start_flow.lua).
@@ -381,8 +393,9 @@ func requestMessage(ctxID, flowID uint32, now time.Time, msgTimeout uint32) mode
 }
 
 // groupFields are the field/value pairs of a job request message for several jobs of a
-// flow, without its id, job and job_ids (the dispatch script writes those; the job
-// list names the jobs, and the nodes are left to LoadMessageKey).
+// flow, without its id and job_ids (the dispatch script writes those; its job list is
+// made from job_ids when it is read, MessageFromHash, and its nodes by
+// LoadMessageKey).
 func groupFields(ctxID, flowID, callerID uint32, now time.Time, msgTimeout uint32) []any {
 	m := model.Message{
 		CallerID: callerID, ContextID: ctxID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
@@ -442,28 +455,23 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 		}
 	}
 	a := &dispatchArgs{MsgOutKey: keys.MsgOut, Ctx: int64(d.ContextID), Flow: int64(flowID), Caller: int64(callerID), NowS: now.Unix(),
-		NowMs: now.UnixMilli(), Actor: actor, ReadyMs: readyMs, Gjson: "", Jobs: make([]dispatchJob, 0, len(jobs))}
+		NowMs: now.UnixMilli(), Actor: actor, ReadyMs: readyMs, Jobs: make([]dispatchJob, 0, len(jobs))}
 	if flowID != 0 {
 		a.DagKey = keys.DAG(flowID)
 	} else if delayedKey != "" {
 		a.DagKey = delayedKey // a standalone job's release (the script's dag? key)
 	}
-	var list []byte // the group's job list (jobRefs), built as the jobs are added
 	if n > 1 {
 		a.Group = groupFields(d.ContextID, flowID, callerID, now, msgTimeout)
 	}
 	for _, j := range jobs {
 		if n > 1 && groupable(j) {
-			js := requestRef(j)
-			list = append(append(list, listSep(list)), js...)
-			// 1-based inclusive span, as Lua's string.sub takes it
-			a.Jobs = append(a.Jobs, dispatchJob{ID: int64(j.ID), Grouped: true, Items: []any{len(list) - len(js) + 1, len(list)}})
+			// the group's message lists its jobs by their ids (job_ids), which the
+			// script writes
+			a.Jobs = append(a.Jobs, dispatchJob{ID: int64(j.ID), Grouped: true})
 			continue
 		}
 		a.Jobs = append(a.Jobs, dispatchJob{ID: int64(j.ID), Items: requestFields(d.ContextID, flowID, j, now, msgTimeout)})
-	}
-	if n > 1 {
-		a.Gjson = append(list, ']')
 	}
 	res, err := a.run(ctx, d)
 	if err != nil {

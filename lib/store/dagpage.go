@@ -64,6 +64,7 @@ func (d *DB) LoadDAGNodes(ctx context.Context, flowID uint32, ids []uint32) (nod
 	}
 	str := func(i int) string { s, _ := v[i].(string); return s }
 	nodes = make(map[uint32]*DAGNode, len(ids))
+	var moved []*DAGNode
 	for k, id := range ids {
 		at := 1 + per*k
 		n := &DAGNode{ID: id, Status: model.NodeStatus(str(at)), Attempt: parseU32(str(at + 1)), Error: str(at + 2), Depends: []uint32{}, Dependents: []uint32{}}
@@ -73,9 +74,46 @@ func (d *DB) LoadDAGNodes(ctx context.Context, flowID uint32, ids []uint32) (nod
 		if s := str(at + 4); s != "" {
 			_ = json.Unmarshal([]byte(s), &n.Dependents)
 		}
+		if n.Status == model.NodeCompleted && v[at+1] == nil {
+			moved = append(moved, n)
+		}
 		nodes[id] = n
 	}
+	if err := d.readMovedNodes(ctx, parseU32(str(0)), moved); err != nil {
+		return nil, false, fmt.Errorf("load dag of flow %d: %w", flowID, err)
+	}
 	return nodes, true, nil
+}
+
+// readMovedNodes fills the attempt and dependents of completed nodes (of a flow of
+// caller) from their jobs, where their completion moved them (lib_complete.lua: the
+// DAG hash keeps a completed node's status alone), in one round trip.
+func (d *DB) readMovedNodes(ctx context.Context, caller uint32, nodes []*DAGNode) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.SliceCmd, len(nodes))
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, n := range nodes {
+			cmds[i] = p.HMGet(ctx, keys.Job(caller, n.ID), "attempt", "dependents")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for i, n := range nodes {
+		v := cmds[i].Val()
+		if len(v) < 2 {
+			continue
+		}
+		if a, ok := v[0].(string); ok {
+			n.Attempt = parseU32(a)
+		}
+		if s, ok := v[1].(string); ok && s != "" {
+			_ = json.Unmarshal([]byte(s), &n.Dependents)
+		}
+	}
+	return nil
 }
 
 // hmget is one HMGET in this database.

@@ -1070,7 +1070,6 @@ type dispatchArgs struct {
 	Actor     string
 	ReadyMs   string
 	Group     []any
-	Gjson     any
 	Jobs      []dispatchJob
 }
 
@@ -1088,7 +1087,7 @@ func (a *dispatchArgs) call() Call {
 	for len(keys) > 1 && keys[len(keys)-1] == "" {
 		keys = keys[:len(keys)-1]
 	}
-	args := make([]any, 0, 10)
+	args := make([]any, 0, 9)
 	args = append(args, a.Ctx)
 	args = append(args, a.Flow)
 	args = append(args, a.Caller)
@@ -1100,7 +1099,6 @@ func (a *dispatchArgs) call() Call {
 	for _, x1 := range a.Group {
 		args = append(args, x1)
 	}
-	args = append(args, a.Gjson)
 	args = append(args, len(a.Jobs))
 	for _, x1 := range a.Jobs {
 		args = append(args, x1.ID)

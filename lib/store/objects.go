@@ -36,6 +36,9 @@ type createSpec struct {
 	// registry, when set, is a DB-0 set ("%d" stands for the id) that gets
 	// registryMember in the same step (keys.RunnerContexts for runners).
 	registry, registryMember string
+	// defaults are the compared fields left out of a job's hash as default
+	// (withoutDefaults), compared in Go with an existing job's (defaultsDiffer).
+	defaults []string
 }
 
 type createResult struct {
@@ -587,11 +590,13 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*model.Job, actor string)
 		}
 		stamp(&j.CreatedAt, &j.UpdatedAt)
 		j.CreatedAtMs = time.Now().UnixMilli()
+		j.CreatedAt = j.CreatedAtMs / 1000 // one clock reading: created_at is derived from it (withoutDefaults)
 		j.Status = model.JobDispatched
 		j.Result, j.Error, j.ExitCode, j.Attempt, j.Worker, j.Fatal, j.StopAsked = nil, "", 0, 0, "", false, false
 		cmp, ini := splitFields(j, jobInitialOnly)
+		cmp, ini, defaults := withoutDefaults(cmp, ini)
 		caller := strconv.FormatUint(uint64(j.CallerID), 10)
-		specs[i] = createSpec{object: "job", prefix: "job:" + caller + ":", seq: keys.JobSeq(j.CallerID), index: keys.JobIndex, member: caller + ":", id: j.ID, compare: cmp, initial: ini, eventType: string(model.EventJobCreated), eventActor: actor, events: true, statusIdx: keys.JobIndex, createdMs: j.CreatedAtMs}
+		specs[i] = createSpec{object: "job", prefix: "job:" + caller + ":", seq: keys.JobSeq(j.CallerID), index: keys.JobIndex, member: caller + ":", id: j.ID, compare: cmp, initial: ini, eventType: string(model.EventJobCreated), eventActor: actor, events: true, statusIdx: keys.JobIndex, createdMs: j.CreatedAtMs, defaults: defaults}
 		if _, ok := byCtx[j.ContextID]; !ok {
 			order = append(order, j.ContextID)
 		}
@@ -707,7 +712,56 @@ func (d *DB) createJobs(ctx context.Context, jobs []*model.Job, specs []createSp
 			continue
 		}
 		out[i].Job, out[i].Err = d.JobFromHash(jobs[i].CallerID, ids[i], hashes[k].Val())
+		if out[i].Err == nil {
+			out[i].Err = defaultsDiffer(specs[i], hashes[k].Val(), ids[i])
+		}
 	}
+}
+
+// jobDefaults are the seed's job fields a created job's hash leaves out when they hold
+// their default (issue 49: ~90 B of a job's listpack, which took it out of jemalloc's
+// 448 B class): a read gives an absent field its default (model's decode: "", 0, {},
+// []; the scripts read it with an `or`). The value is the one HashFields writes.
+var jobDefaults = map[string]string{"script": "", "script_type": "", "timeout": "0", "retries": "0",
+	"env_vars": "{}", "result": "{}", "prerequisites": "[]", "dependends": "[]"}
+
+// withoutDefaults drops from a job's compared and initial field/value pairs those of
+// jobDefaults that hold their default, and created_at (a read derives it from
+// created_at_ms, which CreateJobs makes of the same clock reading: model's
+// deriveTimes), and returns the compared ones it dropped: the create script does not
+// compare them with an existing job's, defaultsDiffer does.
+func withoutDefaults(cmp, ini []any) (outCmp, outIni []any, dropped []string) {
+	keep := func(kv []any, note bool) []any {
+		out := kv[:0:0]
+		for i := 0; i+1 < len(kv); i += 2 {
+			name, _ := kv[i].(string)
+			if name == "created_at" {
+				continue
+			}
+			if v, ok := jobDefaults[name]; ok && kv[i+1] == v {
+				if note {
+					dropped = append(dropped, name)
+				}
+				continue
+			}
+			out = append(out, kv[i], kv[i+1])
+		}
+		return out
+	}
+	return keep(cmp, true), keep(ini, false), dropped
+}
+
+// defaultsDiffer is the conflict the create script could not see for the existing job
+// of c (its hash h): a field c left out as default (withoutDefaults) that the job holds
+// with another value, as the script's comparison would have named it. Nothing was
+// written for the job either way.
+func defaultsDiffer(c createSpec, h map[string]string, id uint32) error {
+	for _, name := range c.defaults {
+		if v, ok := h[name]; ok && v != "" && v != jobDefaults[name] && !(jobDefaults[name] == "{}" && v == "[]") && !(jobDefaults[name] == "[]" && v == "{}") {
+			return &ExistsError{What: fmt.Sprintf("%s %d", c.object, id), Field: name}
+		}
+	}
+	return nil
 }
 
 // LoadJob reads job:<caller_id>:<id>.
@@ -777,8 +831,10 @@ func (d *DB) LoadJobRefs(ctx context.Context, refs []model.JobRef) ([]*model.Job
 // executor has no script type), its flow and pinned runner (the dispatch),
 // and the fields that tell whether a run left fields to clear (ranBefore): every run
 // is dispatched first, which writes attempt, and what ends a job without a run (a
-// cancel, an undeliverable request) writes error, stop_requested or fatal.
-var startFields = []string{"script_type", "dependends", "flow_id", "runner_id", "attempt", "error", "stop_requested", "fatal", "function_name"}
+// cancel, an undeliverable request) writes error, stop_requested or fatal. The id
+// first: it tells a job that exists (a job created holding the defaults stores no
+// script_type, nor dependends).
+var startFields = []string{"id", "script_type", "dependends", "flow_id", "runner_id", "attempt", "error", "stop_requested", "fatal", "function_name"}
 
 // LoadStartJobs reads what a flow's start needs of its jobs (startFields), all of one
 // caller, in one round trip: for a large flow a third of reading the jobs whole, and
@@ -1008,12 +1064,25 @@ func (d *DB) MessageFromHash(key string, h map[string]string) (*model.Message, e
 	if len(h) == 0 {
 		return nil, notFound("%s in context %d", key, d.ContextID)
 	}
+	h = joinParts(h)
 	var m model.Message
 	if err := model.FromHash(key, h, &m); err != nil {
 		return nil, err
 	}
 	if m.ContextID == 0 {
 		m.ContextID = d.ContextID
+	}
+	if h[fieldJobRef] == "1" {
+		// a local job message's jobs are of its caller and flow (a result's list
+		// leaves them out: resultJobRef)
+		for i := range m.Job {
+			if m.Job[i].CallerID == 0 {
+				m.Job[i].CallerID = m.CallerID
+			}
+			if m.Job[i].FlowID == 0 {
+				m.Job[i].FlowID = m.FlowID
+			}
+		}
 	}
 	return &m, nil
 }

@@ -110,9 +110,9 @@ var submitWrites = []string{"status", "attempt", "result", "created_at", "update
 var submitDefaults = map[string]string{"script": "", "script_type": "", "timeout": "0", "retries": "0",
 	"env_vars": "{}", "prerequisites": "[]", "dependends": "[]"}
 
-// withoutDefaults drops from fields (field/value items) those at the value the script
+// withoutSubmitDefaults drops from fields (field/value items) those at the value the script
 // writes for them without them (submitDefaults, the caller, the context), in place.
-func withoutDefaults(fields []any, ctxID, caller uint32) []any {
+func withoutSubmitDefaults(fields []any, ctxID, caller uint32) []any {
 	out := fields[:0]
 	for i := 0; i+1 < len(fields); i += 2 {
 		name, _ := fields[i].(string)
@@ -158,7 +158,7 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		ini = withoutFields(ini, submitWrites...)
 		fields := append(cmp, ini...)
 		if j.ID == 0 { // nothing to compare: the fields at their defaults go without (the script writes them)
-			fields, cmp = withoutDefaults(fields, d.ContextID, j.CallerID), nil
+			fields, cmp = withoutSubmitDefaults(fields, d.ContextID, j.CallerID), nil
 		}
 		a.Jobs[i] = submitJob{Chosen: j.ID != 0, Caller: int64(j.CallerID), ID: int64(j.ID), TTL: sb.UniqueTTL.Milliseconds(),
 			Actor: sb.Actor, RunAt: j.RunAtMs, Ncmp: int64(len(cmp) / 2), Fields: fields}

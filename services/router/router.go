@@ -521,9 +521,18 @@ func (r *router) quickResult(db *store.DB, cm *store.ClaimedMessage, b *batch) b
 		return false
 	}
 	m := resultMsg{claim: cm.Claim, ends: make([]*herov1.JobDoneRequest, 0, len(jobs))}
+	// a local result's list leaves its jobs' caller and flow to the message's
+	caller, _ := strconv.ParseUint(cm.Msg["caller_id"], 10, 32)
+	flow, _ := strconv.ParseUint(cm.Msg["flow_id"], 10, 32)
 	for _, j := range jobs {
 		if len(j.Origin) > 0 && string(j.Origin) != "null" {
 			return false // it ran here for another node: its result goes back there
+		}
+		if j.CallerID == 0 {
+			j.CallerID = uint32(caller)
+		}
+		if j.FlowID == 0 {
+			j.FlowID = uint32(flow)
 		}
 		m.ends = append(m.ends, &herov1.JobDoneRequest{ContextId: db.ContextID, FlowId: j.FlowID, CallerId: j.CallerID, JobId: j.ID,
 			Attempt: j.Attempt, Status: string(j.Status), Error: j.Error, Fatal: j.Fatal})

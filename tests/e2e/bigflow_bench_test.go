@@ -99,7 +99,8 @@ func usedMemory(b *testing.B, rc *redis.Client) int64 {
 // per job, the Redis memory per job after the creation and after the run, and Redis's
 // slowest command (SLOWLOG, threshold 10 ms), and, after the run, where a finished
 // job's bytes are: MEMORY USAGE of the context's keys summed by kind (memoryByKind;
-// HERO_BENCH_BIGFLOW_SAMPLES=1 prints a few keys of each kind too). It fails (after
+// HERO_BENCH_BIGFLOW_SAMPLES=1 prints a few keys of each kind too), and what else grew
+// (MEMORY STATS: the keyspace's table, the clients' buffers; memoryStatsGrowth). It fails (after
 // printing the figures) when the 100,000-job flow's creation or run costs more than
 // 1.3 times the 10,000-job flow's per job, a finished job holds more than 1 KiB of
 // Redis, or a Redis command of the creation, the run or the deletion took more than
@@ -132,6 +133,7 @@ func BenchmarkBigFlowLifecycle(b *testing.B) {
 			b.Fatal(err)
 		}
 		mem0 := usedMemory(b, rc)
+		stats0 := memoryStats(b, rc)
 		slow := slowest(b, rc)
 		t0 := time.Now()
 		id := createLayered(b, sc, spec, order)
@@ -179,6 +181,7 @@ func BenchmarkBigFlowLifecycle(b *testing.B) {
 		finished := float64(usedMemory(b, rc)-mem0) / float64(n)
 		rcx := redisOf(ctx1).Client(b, int(ctx1))
 		fmt.Printf("BIGFLOW %d jobs: Redis memory per finished job by key kind (MEMORY USAGE): %s\n", n, memoryByKind(b, rcx, n))
+		fmt.Printf("BIGFLOW %d jobs: used_memory's growth per finished job by MEMORY STATS item: %s\n", n, memoryStatsGrowth(stats0, memoryStats(b, rc), n))
 		if os.Getenv("HERO_BENCH_BIGFLOW_SAMPLES") != "" {
 			memorySamples(b, rcx, id)
 		}

@@ -120,3 +120,50 @@ func memorySamples(b *testing.B, rc *redis.Client, flow uint32) {
 	}
 	fmt.Println("SAMPLE DAG fields of node 5000:", rc.HMGet(ctx, fmt.Sprintf("coord:dag:%d", flow), "s:5000", "a:5000", "d:5000", "e:5000").Val())
 }
+
+// memoryStats is MEMORY STATS's numeric items (the top-level ones and db.N's), by name.
+func memoryStats(b *testing.B, rc *redis.Client) map[string]int64 {
+	out := map[string]int64{}
+	v, err := rc.Do(context.Background(), "MEMORY", "STATS").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var add func(prefix string, v any)
+	add = func(prefix string, v any) {
+		switch x := v.(type) {
+		case int64:
+			out[prefix] = x
+		case map[any]any: // RESP3
+			for k, val := range x {
+				add(strings.TrimPrefix(prefix+"."+fmt.Sprint(k), "."), val)
+			}
+		case []any: // RESP2: name, value, …
+			for k := 0; k+1 < len(x); k += 2 {
+				add(strings.TrimPrefix(prefix+"."+fmt.Sprint(x[k]), "."), x[k+1])
+			}
+		}
+	}
+	add("", v)
+	return out
+}
+
+// memoryStatsGrowth gives the items of MEMORY STATS that grew between before and after
+// by more than a byte per job, per job: where used_memory's growth went beyond the
+// keys' own MEMORY USAGE (the keyspace's tables, client buffers, the slow log, …).
+func memoryStatsGrowth(before, after map[string]int64, n int) string {
+	var parts []string
+	for _, k := range []string{"total.allocated", "dataset.bytes", "overhead.total", "keys.count", "clients.normal", "clients.slaves", "replication.backlog", "aof.buffer", "lua.caches", "functions.caches"} {
+		if d := after[k] - before[k]; k == "keys.count" || d > int64(n) || -d > int64(n) {
+			parts = append(parts, fmt.Sprintf("%s %+.0f", k, float64(d)/float64(n)))
+		}
+	}
+	for k, v := range after {
+		if strings.HasPrefix(k, "db.") {
+			if d := v - before[k]; d > int64(n) {
+				parts = append(parts, fmt.Sprintf("%s %+.0f", k, float64(d)/float64(n)))
+			}
+		}
+	}
+	sort.Strings(parts[min(len(parts), 4):])
+	return strings.Join(parts, ", ")
+}

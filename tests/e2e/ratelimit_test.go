@@ -2,9 +2,9 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,7 +41,7 @@ func TestRateLimitEndToEnd(t *testing.T) {
 		var out []int64
 		for _, e := range evs {
 			if e.Values["type"] == "job.started" {
-				ms, _ := strconv.ParseInt(fmt.Sprint(e.Values["time_ms"]), 10, 64)
+				ms, _ := strconv.ParseInt(strings.SplitN(e.ID, "-", 2)[0], 10, 64) // the entry's id: <ms>-<seq>
 				out = append(out, ms)
 			}
 		}

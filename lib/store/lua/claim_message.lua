@@ -32,7 +32,8 @@
 --   {job key, queue…}}: the claimed messages (for a job request the routing fields of
 --   its job, and the coord:script_types counts, read once; a job routed here has only
 --   the fields its queue depends on read) and the routed jobs. Of a job
---   result only the fields kind and job are returned (partial = 1). false: nothing taken.
+--   result only the fields kind, job (joined from its parts), caller_id and flow_id are
+--   returned (partial = 1). false: nothing taken.
 -- Derives: context DB: the messages' jobs job:<caller>:<id> (named in the messages),
 --   coord:script_types, coord:executors, queue:<type>, queue:exec:<executor>,
 --   coord:prio:<queue> and context:<ctx> (lib_route: a job with a priority),
@@ -80,8 +81,9 @@ for n = 1, max do
   local item = redis.call('RPOP', KEYS[1])
   if not item then break end
   taken = taken + 1
-  local kj = redis.call('HMGET', item, 'kind', 'job', 'job_ids', 'caller_id')
-  local kind, job, ids = kj[1], kj[2], kj[3]
+  -- (job and job_ids may be stored in parts: lib_state's part_fields)
+  local kj = redis.call('HMGET', item, 'kind', 'job', 'job_ids', 'caller_id', 'job.n', 'job_ids.n', 'flow_id')
+  local kind, job, ids = kj[1], read_parts(item, 'job', kj[2], kj[5]), read_parts(item, 'job_ids', kj[3], kj[6])
   local jh, done = {}, false
   if kind == 'job_request' and ids then
     -- Several jobs of a flow: routed here if every one of them is plain, else the
@@ -124,8 +126,9 @@ for n = 1, max do
     redis.call('LPUSH', KEYS[2], item)
     redis.call('ZADD', KEYS[3], expiry_ms, consumer .. '\t' .. queue_name .. '\t' .. item .. '\t' .. claims[n])
     if kind == 'job_result' then
-      -- what a job result for this node's scheduler needs; the rest is read if needed
-      out[#out + 1] = {item, {'kind', kind, 'job', job or ''}, jh, claims[n], 1}
+      -- what a job result for this node's scheduler needs (its list's jobs are of
+      -- its caller and flow); the rest is read if needed
+      out[#out + 1] = {item, {'kind', kind, 'job', job or '', 'caller_id', kj[4] or '', 'flow_id', kj[7] or ''}, jh, claims[n], 1}
     else
       out[#out + 1] = {item, redis.call('HGETALL', item), jh, claims[n], 0}
     end

@@ -269,7 +269,7 @@ for n = 1, nitems do
     local detail = 'attempt ' .. attempt .. ' on ' .. worker
     if st == JOB_STARTED and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
     ecap = ecap or EVENTS_CAP()
-    redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_STARTED, 'detail', detail)
+    redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', '', 'detail', detail) -- status: the type's (lib/store impliedStatus)
     local code = 0
     if v[7] == '1' then code = 3 end
     out[#out + 1] = {item, code, tonumber(attempt) or 1}

@@ -92,7 +92,7 @@ for _, o in ipairs(objects) do
       if o.stidx ~= '' then redis.call('ZADD', o.stidx, now_ms, member) end
     end
     if ev_type ~= '' then
-      redis.call('XADD', KEYS[1], 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', ev_type, 'actor', ev_actor, 'time_ms', now_ms, 'detail', key)
+      redis.call('XADD', KEYS[1], 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', ev_type, 'actor', ev_actor, 'detail', key)
     end
     if registered then registered[#registered + 1] = id end
     r = {1, tonumber(id), ''}

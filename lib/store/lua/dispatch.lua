@@ -1,8 +1,9 @@
 -- dispatch: sends ready nodes of a flow (or one standalone job) on their way. For each
 -- job it checks the node is ready (and its retry due), marks node and job dispatched and
 -- records the event; a job of its own gets its message stored at once; the group's jobs
--- share one message (its job list names the jobs dispatched: the list given when that
--- is every grouped job, else cut from it; job_ids their ids), stored after them. A
+-- share one message (job_ids: the ids of the jobs dispatched, in parts of at most 64
+-- bytes: lib_state's part_fields; its job list is made from them when it is read),
+-- stored after them. A
 -- message whose jobs a runner of this node can take (lib_route) is routed here, as the
 -- router's claim would: acknowledged, its jobs pushed onto their queues with the
 -- runners' wake tokens; any other is pushed on msg_out for the router, one wake token
@@ -29,14 +30,11 @@
 --   ready_ms  string  the start time (ms) of the flow whose start found these nodes
 --                     ready ("": nodes made ready since; see DispatchStarted)
 --   group     []raw   field/value items of a group message (none: no group; all but
---                     its id, job and job_ids)
---   gjson     raw     the group's job list as a JSON array ("": no group)
+--                     its id and job_ids)
 --   jobs      []job   the jobs
 --     id       int    the job id
 --     grouped  bool   it goes in the group message (else a message of its own)
---     items    []raw  a message of its own's field/value items, or for the group
---                     where its job's JSON starts and ends in the list (2 positions,
---                     1-based, inclusive)
+--     items    []raw  a message of its own's field/value items (none for the group's)
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch
 -- Reply: raw per job {message key, attempt}, or {"", why it was not dispatched} (a
 --   release: its status when not scheduled, or "not due").
@@ -63,8 +61,6 @@ local group
 local n_group = tonumber(ARGV[argi])
 if n_group <= 7000 then group = {unpack(ARGV, argi + 1, argi + n_group)} else group = {}; for k = 1, n_group do group[k] = ARGV[argi + k] end end
 argi = argi + 1 + n_group
-local gjson = ARGV[argi]
-argi = argi + 1
 local jobs
 local n_jobs = tonumber(ARGV[argi])
 jobs = {}
@@ -95,11 +91,9 @@ local function release_check(id)
   released[#released + 1] = ctx .. ':job:' .. caller .. ':' .. id
 end
 local out, pushed = {}, 0
-local gspans, gids, gslots = {}, {}, {}
-local ngrouped = 0
+local gids, gslots = {}, {}
 for _, j in ipairs(jobs) do
   local id, grouped = j.id, j.grouped
-  if grouped then ngrouped = ngrouped + 1 end
   local attempt, why
   if delayed ~= '' then why = release_check(id) end
   if not why then attempt, why = dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor) end
@@ -107,7 +101,6 @@ for _, j in ipairs(jobs) do
     out[#out + 1] = {'', why}
   else
     if grouped then
-      gspans[#gspans + 1] = j.items
       gids[#gids + 1] = id
       out[#out + 1] = {'', tonumber(attempt)}
       gslots[#gslots + 1] = #out
@@ -120,17 +113,12 @@ for _, j in ipairs(jobs) do
   end
 end
 if #gids > 0 then
-  if #gids < ngrouped then
-    -- Some grouped jobs were not dispatched: the list of those that were.
-    local js = {}
-    for k, span in ipairs(gspans) do
-      js[k] = string.sub(gjson, tonumber(span[1]), tonumber(span[2]))
-    end
-    gjson = '[' .. table.concat(js, ',') .. ']'
-  end
   local jks = {}
   for k, id in ipairs(gids) do jks[k] = K_JOB .. caller .. ':' .. id end
-  local mk, p = route_store(caller, group, now_ms, {'job', gjson, 'job_ids', table.concat(gids, ' ')}, jks, KEYS[1])
+  -- its jobs by their ids alone (job_ids, in parts: part_fields), which are what its
+  -- job list held with the message's caller and flow (lib/store's MessageFromHash
+  -- makes the list from them)
+  local mk, p = route_store(caller, group, now_ms, part_fields({}, 'job_ids', table.concat(gids, ' ')), jks, KEYS[1])
   track_msg(caller, gids[1], mk, flow)
   for _, n in ipairs(gslots) do out[n][1] = mk end
   pushed = pushed + p

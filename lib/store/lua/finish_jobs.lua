@@ -182,7 +182,11 @@ for r = 1, #runs do
   else
     -- the end in microseconds only (finished_at and finished_at_ms are derived from it
     -- when read: each field the end adds is a scan of the job's listpack)
-    local set = {'status', status, 'exit_code', code, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s}
+    local set = {'status', status, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s}
+    -- an exit code of 0 is the field's absence (its read: 0), as for the other ends'
+    -- fields below: a start removes an earlier run's (issue 49: 13 B of a finished
+    -- job's listpack)
+    if code ~= '0' then set[#set + 1] = 'exit_code'; set[#set + 1] = code end
     if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson end
     if run.started ~= '' then set[#set + 1] = 'started_at_us'; set[#set + 1] = run.started end
     if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err end
@@ -206,7 +210,7 @@ for r = 1, #runs do
     -- also records it (its number in msgs, as track_msg would).
     local mk
     if not grouped then
-      mk = store_message(caller, result, now_ms, {'job', '[' .. run.entry .. ']', 'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id}, here and MSG_PROCESSED or nil)
+      mk = store_message(caller, result, now_ms, part_fields({'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id}, 'job', '[' .. run.entry .. ']'), here and MSG_PROCESSED or nil)
       local n = string.sub(mk, #K_MESSAGE + #caller + 2)
       if cur[6] and cur[6] ~= '' then n = cur[6] .. ' ' .. n end
       set[#set + 1] = 'msgs'; set[#set + 1] = n
@@ -229,7 +233,8 @@ for r = 1, #runs do
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     ecap = ecap or EVENTS_CAP()
-    redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', ev, 'actor', 'runner', 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', status, 'detail', err)
+    -- (its status, finished or error, is its type's: stored empty, lib/store impliedStatus)
+    redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', ev, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', '', 'detail', err)
     if here and not alone then apply_here(jk, id, flow, tonumber(cur[3] or '0'), rresult) end
     if grouped then
       if here then
@@ -258,7 +263,7 @@ local function group_message(spans, gids, total, processed)
     end
     list = '[' .. table.concat(js, ',') .. ']'
   end
-  local mk = store_message(caller, result, now_ms, {'job', list}, processed and MSG_PROCESSED or nil)
+  local mk = store_message(caller, result, now_ms, part_fields({}, 'job', list), processed and MSG_PROCESSED or nil)
   track_msg(caller, gids[1], mk, gflow)
   if not processed then push(mk) end
 end
@@ -271,17 +276,17 @@ if #done > 0 then group_message(done, ids, nruns, false) end
 local dispatched = 0
 if #ready > 0 then
   local flow = runs[1].flow
-  local gids, jks, refs = {}, {}, {}
+  local gids, jks = {}, {}
   for _, d in ipairs(ready) do
     local attempt = dispatch_job(caller, flow, KEYS[5], d, now_s, now_ms, nil, 'runner')
     if attempt then
       gids[#gids + 1] = d
       jks[#jks + 1] = K_JOB .. caller .. ':' .. d
-      refs[#refs + 1] = '{"id":' .. d .. ',"caller_id":' .. caller .. ',"flow_id":' .. flow .. '}'
     end
   end
   if #gids > 0 then
-    local mk, p = route_store(caller, request, now_ms, {'job', '[' .. table.concat(refs, ',') .. ']', 'job_ids', table.concat(gids, ' ')}, jks, mo)
+    -- its jobs by their ids alone, in parts (lib_state's part_fields)
+    local mk, p = route_store(caller, request, now_ms, part_fields({}, 'job_ids', table.concat(gids, ' ')), jks, mo)
     track_msg(caller, gids[1], mk, flow)
     pushed = pushed + p
     dispatched = #gids

@@ -39,7 +39,7 @@ if redis.call('HGET', KEYS[2], 'starting') ~= token then return {2, st} end
 redis.call('HDEL', KEYS[2], 'starting')
 set_flow(flow, FLOW_STARTED, 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
 redis.call('HDEL', KEYS[1], 'error', 'failed_job', 'finished_at', 'finished_at_ms', 'cancelled_by')
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_FLOW_STARTED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'caller_id', caller, 'status', FLOW_STARTED)
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_FLOW_STARTED, 'actor', actor, 'flow_id', flow, 'caller_id', caller, 'status', FLOW_STARTED)
 redis.call('SELECT', '0')
 redis.call('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
 return {1}

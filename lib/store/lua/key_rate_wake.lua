@@ -60,7 +60,7 @@ while released < n do
       if not counts[q] then counts[q] = {}; queues[#queues + 1] = q end
       counts[q][#counts[q] + 1] = jk
       released = released + 1
-      redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RELEASED, 'actor', 'coordinator', 'time_ms', now_ms, 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', 'limit key:' .. key .. ': queued')
+      redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RELEASED, 'actor', 'coordinator', 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', 'limit key:' .. key .. ': queued')
     end
   end
 end

@@ -57,7 +57,7 @@ local function ck_release(ck, now_ms)
         redis.call('SADD', K_CK_RUN .. ck, jk)
         redis.call('RPUSH', q, jk)
         ck_later(q, 1)
-        redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RELEASED, 'actor', 'coordinator', 'time_ms', now_ms, 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', 'concurrency_key ' .. ck .. ': queued')
+        redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RELEASED, 'actor', 'coordinator', 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', 'concurrency_key ' .. ck .. ': queued')
         return true
       end
     end
@@ -81,7 +81,7 @@ local function ck_cancel(jk, ck, limit, policy, now_ms)
     return false
   end
   ck_now = now_ms
-  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_CANCELLED, 'actor', 'coordinator', 'time_ms', string.format('%d', now_ms), 'flow_id', '0', 'job_id', v[3], 'caller_id', v[4], 'status', v[1] == JOB_DISPATCHED and JOB_ERROR or JOB_STARTED, 'detail', why)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_CANCELLED, 'actor', 'coordinator', 'flow_id', '0', 'job_id', v[3], 'caller_id', v[4], 'status', v[1] == JOB_DISPATCHED and JOB_ERROR or JOB_STARTED, 'detail', why)
   return true
 end
 -- ck_oldest: the member of the key's set rk dispatched first (nil: none).
@@ -129,7 +129,7 @@ local function ck_route(ck, limit, q, jk, now_ms)
   redis.call('LPUSH', hk, q .. '\t' .. jk)
   redis.call('HSET', jk, 'held', why)
   local v = redis.call('HMGET', jk, 'flow_id', 'id', 'caller_id')
-  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'time_ms', now_ms, 'flow_id', v[1] or '0', 'job_id', v[2] or '', 'caller_id', v[3] or '', 'status', JOB_DISPATCHED, 'detail', why)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'flow_id', v[1] or '0', 'job_id', v[2] or '', 'caller_id', v[3] or '', 'status', JOB_DISPATCHED, 'detail', why)
   -- slots the drop above freed go to the oldest held jobs
   while n < limit and ck_release(ck, now_ms) do n = n + 1 end
   return false

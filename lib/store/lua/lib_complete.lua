@@ -96,7 +96,7 @@ local function cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms,
       terminal = redis.call('HINCRBY', dag, 'terminal', '1')
       n = n + 1
       set_job(caller, d, JOB_ERROR, 'error', reason, 'updated_at', now_s)
-      redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CANCELLED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', JOB_ERROR, 'detail', reason)
+      redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CANCELLED, 'actor', actor, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', JOB_ERROR, 'detail', reason)
       for _, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. d) or '[]')) do
         qd[#qd + 1] = int(x)
         qo[#qo + 1] = origin
@@ -121,6 +121,12 @@ local jk = K_JOB .. caller .. ':' .. id
 local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total')
 local s = node[1]
 if not s then return {0, '', 0} end
+-- A completed node's attempt and dependents are its job's (its a: and d: moved there
+-- at its completion: see below), unless its dependents are still being released.
+if s == NODE_COMPLETED and not node[2] then
+  local jv = redis.call('HMGET', jk, 'attempt', 'dependents')
+  node[2], node[3] = node[2] or jv[1], node[3] or jv[2]
+end
 if s == NODE_COMPLETED and status == JOB_FINISHED and attempt == tonumber(node[2] or '0') then
   -- The same success again: its first report's caller may have died after this
   -- completion and before it dispatched the dependents it made ready. Those still
@@ -170,7 +176,20 @@ if status == JOB_FINISHED then
   local deps = cjson.decode(node[3] or '[]')
   local last = math.min(#deps, RELEASE_CHUNK)
   release(dag, caller, deps, 1, last, fin, now_s, out)
-  if #deps > last then release_later(dag, ctx, flow, caller, id, last, fin, now_ms) end
+  if #deps > last then
+    release_later(dag, ctx, flow, caller, id, last, fin, now_ms)
+  else
+    -- Issue 49, memory: a completed node's attempt (a:, which its job's attempt
+    -- equals) and dependents (d:) leave the DAG hash, a table entry each (~70 B) per
+    -- node of a big flow kept; its dependents go to its job's listpack (~25 B), where
+    -- flow.dag's pages and a repeated success (above) read them. Nothing else reads
+    -- them of a completed node: the cascades and cancels walk the d: of nodes that
+    -- have not run, a retry resets failed and cancelled ones (their a: and d: stay),
+    -- and a node whose dependents past RELEASE_CHUNK are left to release_dependents
+    -- keeps both (that script reads its d:).
+    redis.call('HDEL', dag, 'a:' .. id, 'd:' .. id)
+    if node[3] then redis.call('HSET', jk, 'dependents', node[3]) end
+  end
 else
   local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'retry_after_ms')
   if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
@@ -180,7 +199,7 @@ else
     backoff = delay
     local due = tonumber(now_ms) + backoff
     redis.call('HSET', dag, 's:' .. id, NODE_READY, 'due:' .. id, due, 'e:' .. id, err)
-    redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'time_ms', now_ms, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
+    redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
       'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
     redis.call('SELECT', '0')
     redis.call('ZADD', K_DUE, due, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
@@ -230,7 +249,7 @@ local function standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fat
     if cur[6] then redis.call('HDEL', jk, 'retry_after_ms') end
     backoff = delay
     local due = tonumber(now_ms) + backoff
-    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'time_ms', now_ms, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
+    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
       'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
     redis.call('SELECT', '0')
     redis.call('ZADD', K_DUE, due, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)

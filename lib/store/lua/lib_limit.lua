@@ -147,7 +147,7 @@ local function lim_mark(q, pk, now_ms)
   local v = redis.call('HMGET', jk, 'held', 'flow_id', 'id', 'caller_id', 'status')
   if v[1] == lim_why or v[5] ~= JOB_DISPATCHED then return end
   redis.call('HSET', jk, 'held', lim_why)
-  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'time_ms', now_ms, 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', lim_why)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', lim_why)
 end
 local function lim_park(ctx, q)
   redis.call('SADD', K_LIM_PARK, q)
@@ -200,7 +200,7 @@ local function lim_key_take(ck, jk, q, paid, now_ms)
   local v = redis.call('HMGET', jk, 'held', 'flow_id', 'id', 'caller_id')
   if v[1] ~= why then
     redis.call('HSET', jk, 'held', why)
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'time_ms', now_ms, 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', why)
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', why)
   end
   return false
 end

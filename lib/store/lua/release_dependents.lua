@@ -132,7 +132,7 @@ if go and #ready > 0 then
     for k, v in ipairs(part) do attempts[i + k - 1] = int((tonumber(v) or 0) + 1) end
   end
 end
-local set, gids, jks, refs = {}, {}, {}, {}
+local set, gids, jks = {}, {}, {}
 local cap -- the events' cap, read once
 for k, d in ipairs(ready) do
   local jk = K_JOB .. caller .. ':' .. d
@@ -145,11 +145,10 @@ for k, d in ipairs(ready) do
     set[#set + 1] = a
     redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'ready_at_ms', fin, 'attempt', a, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
     cap = cap or EVENTS_CAP()
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', cap, '*', 'type', EV_JOB_DISPATCHED, 'actor', 'scheduler', 'time_ms', now_ms,
-      'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', JOB_DISPATCHED, 'detail', 'attempt ' .. a)
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', cap, '*', 'type', EV_JOB_DISPATCHED, 'actor', 'scheduler',
+      'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', '', 'detail', 'attempt ' .. a) -- status: the type's (lib/store impliedStatus)
     gids[#gids + 1] = d
     jks[#jks + 1] = jk
-    refs[#refs + 1] = '{"id":' .. d .. ',"caller_id":' .. caller .. ',"flow_id":' .. flow .. '}'
   else
     -- ready, its job marked so (dispatched, with its ready time), as lib_complete's
     -- release leaves it: its dispatch comes later
@@ -169,7 +168,8 @@ else
 end
 local pushed = 0
 if #gids > 0 then
-  local mk, p = route_store(caller, request, now_ms, {'job', '[' .. table.concat(refs, ',') .. ']', 'job_ids', table.concat(gids, ' ')}, jks, KEYS[1])
+  -- its jobs by their ids alone, in parts (lib_state's part_fields)
+  local mk, p = route_store(caller, request, now_ms, part_fields({}, 'job_ids', table.concat(gids, ' ')), jks, KEYS[1])
   track_msg(caller, gids[1], mk, flow)
   pushed = p
   out[2] = #gids

@@ -239,7 +239,7 @@ for _, j in ipairs(jobs) do
       unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     scheduled[#scheduled + 1] = now_ms
     scheduled[#scheduled + 1] = member
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor, 'time_ms', now_ms,
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', JOB_SCHEDULED, 'detail', 'run_at_ms ' .. j.run_at)
     delayed[#delayed + 1] = j.run_at
     delayed[#delayed + 1] = ctx .. ':job:' .. member
@@ -261,10 +261,10 @@ for _, j in ipairs(jobs) do
     -- The fields every job event has, in their order: a stream stores the names of an
     -- entry's fields only when they differ from its node's first entry's.
     -- (both with the call's cap: lib_state's event would read it again, a ZCARD a job)
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor, 'time_ms', now_ms,
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', j.key)
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_DISPATCHED, 'actor', j.actor, 'time_ms', now_ms,
-      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', JOB_DISPATCHED, 'detail', 'attempt 1')
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_DISPATCHED, 'actor', j.actor,
+      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', 'attempt 1') -- status: the type's (lib/store impliedStatus)
     -- its request message: the call's fields, and the job's own (its list as
     -- lib/store's requestRef writes a standalone job's, its text as requestFields'),
     -- acknowledged and the job queued when a runner here takes it (as lib_route's
