@@ -15,7 +15,8 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOCYCLO_VERSION := v0.6.0
 # No function may be more complex than this (gocyclo), generated code aside.
 MAX_CYCLO := 25
-TEST_FLAGS ?= -race -count=1 -timeout 20m
+# -timeout is a safety net against a hang: an e2e half took 20 minutes at a load of 30.
+TEST_FLAGS ?= -race -count=1 -timeout 30m
 # The e2e core suite, run a second time against a Redis that serves TLS only, with
 # client certificates and ACL users (tests/e2e/services_test.go: HERO_E2E_REDIS).
 CORE_TESTS := ^(TestDiamondFlow|TestRetryThenFail|TestTimeoutKillsProcessGroup|TestStopRunningJob|TestJobRun|TestFlowWait|TestResultFileLogsAndDiscover|TestPermissionMatrix|TestDispatcher.*|TestDelayedJob)$$
