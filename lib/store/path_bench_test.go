@@ -239,12 +239,9 @@ func (p *jobPath) runJobs(q string) {
 	for got := 0; got < p.n; {
 		var group []store.Started
 		p.measure(fmt.Sprintf("runner: claim and start (%d)", p.batch), func() {
-			traces := make([]string, p.batch)
-			for i := range traces {
-				traces[i] = fmt.Sprintf("%032x", got+i+1)
-			}
 			var err error
-			group, err = p.db.ClaimStarts(p.ctx, q, "runner", time.Minute, traces, qwake)
+			// as the runner claims: a fresh trace id for each job started
+			group, err = p.db.ClaimStartsFresh(p.ctx, q, "runner", time.Minute, p.batch, qwake)
 			p.step(err)
 		})
 		if len(group) == 0 {

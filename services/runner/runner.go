@@ -631,12 +631,8 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 		}
 		break
 	}
-	traces := make([]string, slots)
-	for i := range traces {
-		traces[i] = randHex(16)
-	}
 	wake := store.Wake{Key: keys.WakeRunner(r.cfg.RunnerID, queue), Token: strconv.FormatUint(uint64(ctxID), 10), Held: held}
-	got, err := r.claimStarts(ctx, db, queue, traces, wake)
+	got, err := r.claimStarts(ctx, db, queue, slots, wake)
 	if err != nil && ctx.Err() == nil {
 		r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
 		var un *store.UnansweredClaimError
@@ -683,10 +679,10 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 
 // claimStarts is db.ClaimStarts under claimGate (read): the runs it started are in
 // holding (execute removes each) before it returns.
-func (r *runner) claimStarts(ctx context.Context, db *store.DB, queue string, traces []string, wake store.Wake) ([]store.Started, error) {
+func (r *runner) claimStarts(ctx context.Context, db *store.DB, queue string, slots int, wake store.Wake) ([]store.Started, error) {
 	r.claimGate.RLock()
 	defer r.claimGate.RUnlock()
-	got, err := db.ClaimStarts(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, traces, wake)
+	got, err := db.ClaimStartsFresh(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, slots, wake)
 	for _, s := range got {
 		if s.Err == nil && (s.Outcome == store.StartRun || s.Outcome == store.StartStopped) {
 			r.holding.add(s.Claim.ID)
