@@ -87,25 +87,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	subscribed := make(chan struct{})
 	waitErr := make(chan error, 1)
 	go func() {
-		waitErr <- followNotices(waitCtx, b.Store, []string{keys.FlowDone, keys.AuthChanged, keys.LogAppended}, svc.jobDone, func(n notice) {
-			switch {
-			case n.channel == keys.JobDone && (n.again || n.off):
-				svc.jobDone.confirmed(n.server, n.off)
-			case n.off: // only the on-demand channel is unsubscribed
-			case n.channel == keys.LogAppended:
-				if !n.again { // a missed append is caught by the tail's renewal (console)
-					svc.logs.received(n.channel, n.payload, env.Log)
-				}
-			case n.channel != keys.AuthChanged:
-				if !n.again { // a missed end is caught by the waiting calls' own checks
-					svc.waiter.received(n.channel, n.payload, env.Log)
-				}
-			case n.again:
-				holder.authNoticesMissed()
-			default:
-				holder.authChanged(n.payload)
-			}
-		}, subscribed)
+		waitErr <- followNotices(waitCtx, b.Store, []string{keys.FlowDone, keys.AuthChanged, keys.LogAppended}, svc.jobDone, svc.noticeHandler(holder), subscribed)
 	}()
 	select {
 	case <-subscribed:
@@ -165,4 +147,29 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 		return nil
 	}, httpSrv.Shutdown)
 	return b.Run(herov1.Coordinator_ServiceDesc.ServiceName, herov1.Dispatcher_ServiceDesc.ServiceName)
+}
+
+// noticeHandler hands each notice to what follows its channel: job and flow ends to
+// the waiting calls, the on-demand coord:jobdone's confirmations to it, log appends
+// to the console's tails, credential changes to the authenticator.
+func (svc *service) noticeHandler(holder *authenticator) func(notice) {
+	return func(n notice) {
+		switch {
+		case n.channel == keys.JobDone && (n.again || n.off):
+			svc.jobDone.confirmed(n.server, n.off)
+		case n.off: // only the on-demand channel is unsubscribed
+		case n.channel == keys.LogAppended:
+			if !n.again { // a missed append is caught by the tail's renewal (console)
+				svc.logs.received(n.channel, n.payload, svc.log)
+			}
+		case n.channel != keys.AuthChanged:
+			if !n.again { // a missed end is caught by the waiting calls' own checks
+				svc.waiter.received(n.channel, n.payload, svc.log)
+			}
+		case n.again:
+			holder.authNoticesMissed()
+		default:
+			holder.authChanged(n.payload)
+		}
+	}
 }
