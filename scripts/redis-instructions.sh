@@ -21,6 +21,8 @@
 # script's change moves, by ~1% between runs where COMMANDS_ONLY's totals move by
 # ±4% on a loaded machine;
 # KEEP_CALLGRIND=1 keeps the dumps (one per stage) for callgrind_annotate;
+# HERO_PATH_BATCH=k has the runner's claims and finishes take k jobs a call (default 32;
+# BenchmarkPeers (a) prints the sizes the runner's calls have there);
 # HERO_PATH_VIA_SCHEDULER=1 has the ends go through the router and the scheduler (a
 # runner's --apply-ends=false) instead of being applied by the finish.
 #

@@ -594,46 +594,42 @@ type claimStartArgs struct {
 	Qname     string
 	Exp       int64
 	NowMs     int64
+	NowUs     int64
+	NowS      int64
 	Max       int64
 	Token     string
 	Held      string
 	Ctx       string
-	Set       []string
 	Clears    []string
-	Starts    []claimStartStart
-}
-
-// claimStartStart is a record of lua/claim_start.lua.
-type claimStartStart struct {
-	Claim string
-	Trace string
+	Cnonce    string
+	Tnonce    string
+	Traces    []string
 }
 
 // call is the run of lua/claim_start.lua with a's KEYS and ARGV.
 func (a *claimStartArgs) call() Call {
 	keys := make([]string, 0, 5)
 	keys = append(keys, a.QueueKey, a.ProcKey, a.LeasesKey, a.EventsKey, a.WakeKey)
-	args := make([]any, 0, 11)
+	args := make([]any, 0, 14)
 	args = append(args, a.Worker)
 	args = append(args, a.Qname)
 	args = append(args, a.Exp)
 	args = append(args, a.NowMs)
+	args = append(args, a.NowUs)
+	args = append(args, a.NowS)
 	args = append(args, a.Max)
 	args = append(args, a.Token)
 	args = append(args, a.Held)
 	args = append(args, a.Ctx)
-	args = append(args, len(a.Set))
-	for _, x1 := range a.Set {
-		args = append(args, x1)
-	}
 	args = append(args, len(a.Clears))
 	for _, x1 := range a.Clears {
 		args = append(args, x1)
 	}
-	args = append(args, len(a.Starts))
-	for _, x1 := range a.Starts {
-		args = append(args, x1.Claim)
-		args = append(args, x1.Trace)
+	args = append(args, a.Cnonce)
+	args = append(args, a.Tnonce)
+	args = append(args, len(a.Traces))
+	for _, x1 := range a.Traces {
+		args = append(args, x1)
 	}
 	return Call{Script: claimStartScript, Keys: keys, Args: args}
 }
@@ -1236,23 +1232,15 @@ type finishJobsArgs struct {
 
 // finishJobsRun is a record of lua/finish_jobs.lua.
 type finishJobsRun struct {
-	JobKey     string
-	Member     string
-	Claim      string
-	ID         int64
-	Flow       int64
-	Status     string
-	Err        string
-	Code       int64
-	Result     string
-	Rjson      string
-	Fatal      bool
-	RetryAfter int64
-	Chunk      any
-	Entry      any
-	Started    string
-	Ck         string
-	Lim        bool
+	JobKey string
+	Member string
+	Claim  string
+	ID     int64
+	Flow   int64
+	Status string
+	Result string
+	Entry  any
+	Extra  []any
 }
 
 // call is the run of lua/finish_jobs.lua with a's KEYS and ARGV.
@@ -1288,17 +1276,12 @@ func (a *finishJobsArgs) call() Call {
 		args = append(args, x1.ID)
 		args = append(args, x1.Flow)
 		args = append(args, x1.Status)
-		args = append(args, x1.Err)
-		args = append(args, x1.Code)
 		args = append(args, x1.Result)
-		args = append(args, x1.Rjson)
-		args = append(args, luaconv.Bool(x1.Fatal))
-		args = append(args, x1.RetryAfter)
-		args = append(args, x1.Chunk)
 		args = append(args, x1.Entry)
-		args = append(args, x1.Started)
-		args = append(args, x1.Ck)
-		args = append(args, luaconv.Bool(x1.Lim))
+		args = append(args, len(x1.Extra))
+		for _, x2 := range x1.Extra {
+			args = append(args, x2)
+		}
 	}
 	return Call{Script: finishJobsScript, Keys: keys, Args: args}
 }

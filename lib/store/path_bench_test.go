@@ -149,6 +149,9 @@ type jobPath struct {
 	db        *store.DB
 	n         int
 	callgrind bool // HERO_PATH_CALLGRIND: the counts are callgrind's
+	// batch: the jobs a claim takes and a finish ends together (HERO_PATH_BATCH,
+	// default 32): a runner's calls under load; smaller ones show each call's own cost
+	batch int
 	// apply: the runner's finish applies the successful ends itself (its default,
 	// --apply-ends); HERO_PATH_VIA_SCHEDULER=1: the router claims the result messages
 	// and the scheduler completes them, as with --apply-ends=false.
@@ -235,20 +238,17 @@ func (p *jobPath) runJobs(q string) {
 	qwake := store.Wake{Key: keys.WakeRunner(1, q), Token: "9"}
 	for got := 0; got < p.n; {
 		var group []store.Started
-		p.measure("runner: claim and start (32)", func() {
-			traces := make([]string, 32)
-			for i := range traces {
-				traces[i] = fmt.Sprintf("%032x", got+i+1)
-			}
+		p.measure(fmt.Sprintf("runner: claim and start (%d)", p.batch), func() {
 			var err error
-			group, err = p.db.ClaimStarts(p.ctx, q, "runner", time.Minute, traces, qwake)
+			// as the runner claims: a fresh trace id for each job started
+			group, err = p.db.ClaimStartsFresh(p.ctx, q, "runner", time.Minute, p.batch, qwake)
 			p.step(err)
 		})
 		if len(group) == 0 {
 			p.b.Fatalf("queue empty after %d", got)
 		}
 		got += len(group)
-		p.measure("runner: finish (32)", func() { p.finish(group) })
+		p.measure(fmt.Sprintf("runner: finish (%d)", p.batch), func() { p.finish(group) })
 	}
 }
 
@@ -440,7 +440,10 @@ func (p *jobPath) report(what string) {
 // the ends.
 func newJobPath(b *testing.B, s *store.Store, n int) *jobPath {
 	p := &jobPath{b: b, ctx: context.Background(), db: mustCtx(b, s, 9), n: n, callgrind: os.Getenv("HERO_PATH_CALLGRIND") != "",
-		apply: os.Getenv("HERO_PATH_VIA_SCHEDULER") == ""}
+		apply: os.Getenv("HERO_PATH_VIA_SCHEDULER") == "", batch: 32}
+	if v, err := strconv.Atoi(os.Getenv("HERO_PATH_BATCH")); err == nil && v > 0 {
+		p.batch = v
+	}
 	if p.apply {
 		p.step(s.SetSchedulerSettings(p.ctx, 7*24*time.Hour, 30*time.Second))
 	}

@@ -2,8 +2,12 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -78,20 +82,46 @@ func (w Wake) args() (key, token, held string) {
 // *UnansweredClaimError names the claims that may have been made but are not
 // returned to run (the call's answer, or the started jobs' read, failed).
 func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time.Duration, traceIDs []string, w Wake) ([]Started, error) {
-	now := time.Now()
-	// What a start writes into the job besides its claim and trace ids: its start in
-	// microseconds only (started_at and started_at_ms are derived from it when read).
-	secs := strconv.FormatInt(now.Unix(), 10)
-	set := []string{"status", string(model.JobStarted), "worker", consumer, "started_at_us", strconv.FormatInt(now.UnixMicro(), 10), "updated_at", secs}
-	claimIDs := make([]string, len(traceIDs))
-	wkey, wtoken, held := w.args()
-	a := &claimStartArgs{QueueKey: queue, ProcKey: keys.Processing(consumer), LeasesKey: keys.Leases, EventsKey: keys.Events, WakeKey: wkey,
-		Worker: consumer, Qname: queue, Exp: now.Add(lease).UnixMilli(), NowMs: now.UnixMilli(), Max: int64(len(traceIDs)), Token: wtoken,
-		Held: held, Ctx: u32str(d.ContextID), Set: set, Clears: startClears, Starts: make([]claimStartStart, len(traceIDs))}
-	for i, t := range traceIDs {
-		claimIDs[i] = newClaimID()
-		a.Starts[i] = claimStartStart{Claim: claimIDs[i], Trace: t}
+	given := traceIDs
+	if !slices.ContainsFunc(given, func(t string) bool { return t != "" }) {
+		given = nil // none: the call carries no list
 	}
+	return d.claimStarts(ctx, queue, consumer, lease, len(traceIDs), "", given, w)
+}
+
+// ClaimStartsFresh is ClaimStarts of up to max jobs, each started one with a fresh
+// trace id of its own (its producer's when it handed one in): the call carries one
+// random stem for the ids of all its jobs, not an id per slot (a runner's claim
+// offers every free slot, most of which a claim under load does not fill).
+func (d *DB) ClaimStartsFresh(ctx context.Context, queue, consumer string, lease time.Duration, max int, w Wake) ([]Started, error) {
+	return d.claimStarts(ctx, queue, consumer, lease, max, randomHex(15), nil, w)
+}
+
+// MaxClaimStarts bounds the jobs of one claim call: a claim's id (and a fresh trace
+// id) is its call's random stem and its index in two hex digits.
+const MaxClaimStarts = 255
+
+// claimStarts runs the claim script: up to max jobs, their trace ids from the stem
+// tstem ("": from traces, by index; none given: none).
+func (d *DB) claimStarts(ctx context.Context, queue, consumer string, lease time.Duration, max int, tstem string, traces []string, w Wake) ([]Started, error) {
+	if max > MaxClaimStarts {
+		return nil, fmt.Errorf("claim and start from %s of context %d: %d jobs in one call, at most %d", queue, d.ContextID, max, MaxClaimStarts)
+	}
+	now := time.Now()
+	// The claims' ids: the call's stem and each item's index (the script makes the
+	// same ones), so that they need not be sent.
+	cstem := randomHex(7)
+	claimIDs := make([]string, max)
+	for i := range claimIDs {
+		claimIDs[i] = cstem + indexHex(i+1)
+	}
+	wkey, wtoken, held := w.args()
+	// What a start writes into the job besides its claim and trace ids (the script
+	// spells the fields): its status, worker, start in microseconds only (started_at
+	// and started_at_ms are derived from it when read) and updated_at.
+	a := &claimStartArgs{QueueKey: queue, ProcKey: keys.Processing(consumer), LeasesKey: keys.Leases, EventsKey: keys.Events, WakeKey: wkey,
+		Worker: consumer, Qname: queue, Exp: now.Add(lease).UnixMilli(), NowMs: now.UnixMilli(), NowUs: now.UnixMicro(), NowS: now.Unix(),
+		Max: int64(max), Token: wtoken, Held: held, Ctx: u32str(d.ContextID), Clears: startClears, Cnonce: cstem, Tnonce: tstem, Traces: traces}
 	res, err := a.run(ctx, d)
 	if err != nil && err != redis.Nil {
 		return nil, &UnansweredClaimError{ClaimIDs: claimIDs, Err: fmt.Errorf("claim and start from %s of context %d: %w", queue, d.ContextID, err)}
@@ -181,6 +211,23 @@ func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run [
 		st.Job = &j
 	}
 	return out, nil
+}
+
+// randomHex returns n random bytes as hex (math/rand: claim ids and trace ids need to
+// differ, not to be secret; no system call).
+func randomHex(n int) string {
+	b := make([]byte, n+8)
+	for i := 0; i < n; i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], rand.Uint64())
+	}
+	return hex.EncodeToString(b[:n])
+}
+
+// indexHex is k (1 … 255) in two lowercase hex digits, as the claim script's
+// string.format('%02x', k).
+func indexHex(k int) string {
+	const digits = "0123456789abcdef"
+	return string([]byte{digits[k>>4&15], digits[k&15]})
 }
 
 // startClears are the fields of an earlier run's end that a start removes (of any
@@ -391,8 +438,7 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 			item = strconv.Itoa(len(list)-len(js)+1) + " " + strconv.Itoa(len(list))
 		}
 		a.Runs = append(a.Runs, finishJobsRun{JobKey: keys.Job(j.CallerID, j.ID), Member: c.member(), Claim: c.ID, ID: int64(j.ID), Flow: int64(j.FlowID),
-			Status: string(o.Status), Err: o.Error, Code: int64(o.ExitCode), Result: model.EncodeField(result), Rjson: string(o.ResultJSON),
-			Fatal: o.Fatal, RetryAfter: o.RetryAfter.Milliseconds(), Chunk: o.Log, Entry: item, Started: startedArg(o.StartedAt), Ck: j.ConcurrencyKey, Lim: j.Limited})
+			Status: string(o.Status), Result: model.EncodeField(result), Entry: item, Extra: runExtra(j, o)})
 	}
 	if shared {
 		a.Glist = append(list, ']')
@@ -400,12 +446,38 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 	return a.call()
 }
 
-// startedArg is a run's process start for the finish script ("": none).
-func startedArg(t time.Time) string {
-	if t.IsZero() {
-		return ""
+// runExtra is a run's items for the finish script that are not their defaults (its
+// extra: name/value pairs; a successful run of a job without limits has none).
+func runExtra(j *model.Job, o JobOutcome) []any {
+	var x []any
+	if o.Error != "" {
+		x = append(x, "err", o.Error)
 	}
-	return strconv.FormatInt(t.UnixMicro(), 10)
+	if o.ExitCode != 0 {
+		x = append(x, "code", strconv.Itoa(o.ExitCode))
+	}
+	if len(o.ResultJSON) > 0 {
+		x = append(x, "rjson", string(o.ResultJSON))
+	}
+	if o.Fatal {
+		x = append(x, "fatal", "1")
+	}
+	if ms := o.RetryAfter.Milliseconds(); ms > 0 {
+		x = append(x, "retry_after", strconv.FormatInt(ms, 10))
+	}
+	if len(o.Log) > 0 {
+		x = append(x, "chunk", o.Log)
+	}
+	if !o.StartedAt.IsZero() {
+		x = append(x, "started", strconv.FormatInt(o.StartedAt.UnixMicro(), 10))
+	}
+	if j.ConcurrencyKey != "" {
+		x = append(x, "ck", j.ConcurrencyKey)
+	}
+	if j.Limited {
+		x = append(x, "lim", "1")
+	}
+	return x
 }
 
 // finishedJSON is what a result message lists for the run of j that ended with o: a

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -1892,5 +1893,61 @@ func TestAppendLogTellsOnlyAWatchedLog(t *testing.T) {
 	}
 	if b, _, _ := db.ReadLog(ctx, 1, 42, 0, 0); string(b) != "watched\n" {
 		t.Fatalf("log %q", b)
+	}
+}
+
+// ClaimStartsFresh (the runner's claim) sends one random stem for its claims and one
+// for its trace ids, not an id per slot: each started job still gets a claim id and a
+// trace id of its own (its producer's trace when it handed one in), stored as the
+// returned ones, and two calls share none. A call of more jobs than a stem's index
+// can number is refused before anything is claimed.
+func TestClaimStartsFreshGivesEachJobItsOwnIDs(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 31)
+	q := keys.Queue("sh")
+	_, jobs := flowWith(t, s, db, 5)
+	rc := srv.Client(t, 31)
+	const producer = "4bf92f3577b34da6a3ce929d0e0e4736"
+	if err := rc.HSet(ctx, keys.Job(1, jobs[1].ID), "traceparent", "00-"+producer+"-00f067aa0ba902b7-01").Err(); err != nil {
+		t.Fatal(err)
+	}
+	enqueueJobs(t, db, q, jobs)
+	if _, err := db.ClaimStartsFresh(ctx, q, "w1", time.Minute, store.MaxClaimStarts+1, store.Wake{}); err == nil || !strings.Contains(err.Error(), "at most 255") {
+		t.Fatalf("a claim of %d jobs: %v, want a refusal naming the limit", store.MaxClaimStarts+1, err)
+	}
+	if n := rc.LLen(ctx, q).Val(); n != 5 {
+		t.Fatalf("the refused claim changed the queue: %d items, want 5", n)
+	}
+	first, err := db.ClaimStartsFresh(ctx, q, "w1", time.Minute, 2, store.Wake{})
+	if err != nil || len(first) != 2 {
+		t.Fatalf("claim 2: %d %v", len(first), err)
+	}
+	rest, err := db.ClaimStartsFresh(ctx, q, "w1", time.Minute, 8, store.Wake{})
+	if err != nil || len(rest) != 3 {
+		t.Fatalf("claim the other 3 with 8 slots: %d %v", len(rest), err)
+	}
+	hex := regexp.MustCompile(`^[0-9a-f]+$`)
+	claims, traces := map[string]bool{}, map[string]bool{}
+	for i, st := range append(first, rest...) {
+		stored := rc.HMGet(ctx, keys.Job(1, jobs[i].ID), "claim", "trace_id").Val()
+		if st.Err != nil || st.Outcome != store.StartRun || st.Job.ID != jobs[i].ID || stored[0] != st.Claim.ID || stored[1] != st.Job.TraceID {
+			t.Fatalf("job %d: %+v, stored claim and trace %v", i, st, stored)
+		}
+		if len(st.Claim.ID) != 16 || !hex.MatchString(st.Claim.ID) || claims[st.Claim.ID] {
+			t.Fatalf("job %d: claim id %q (16 hex digits, each claim its own)", i, st.Claim.ID)
+		}
+		claims[st.Claim.ID] = true
+		want := st.Job.TraceID
+		if i == 1 {
+			want = producer
+		}
+		if len(st.Job.TraceID) != 32 || !hex.MatchString(st.Job.TraceID) || traces[st.Job.TraceID] || st.Job.TraceID != want {
+			t.Fatalf("job %d: trace id %q (32 hex digits, each job its own, the producer's kept)", i, st.Job.TraceID)
+		}
+		traces[st.Job.TraceID] = true
+	}
+	if first[0].Claim.ID[:14] == rest[0].Claim.ID[:14] {
+		t.Fatalf("two calls share their claims' stem: %s %s", first[0].Claim.ID, rest[0].Claim.ID)
 	}
 }

@@ -115,6 +115,9 @@ type runnerMetrics struct {
 	handedIn   *prometheus.CounterVec
 	wakeKeys   prometheus.Gauge
 	keyHeld    prometheus.Counter
+	// jobs started per claim call, runs per finish call (the script calls' sizes)
+	claimJobs  prometheus.Histogram
+	finishRuns prometheus.Histogram
 	// what the finish script applied itself (--apply-ends), under the scheduler's names
 	jobEnds    *prometheus.CounterVec
 	dispatched prometheus.Counter
@@ -156,6 +159,10 @@ func newRunner(p runnerParams) *runner {
 				Help: "Wake lists named by this process's last wait for jobs, summed over the servers (the stop lists of the waits aside)."}),
 			keyHeld: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_jobs_rate_held_total",
 				Help: "Jobs this process's claims held back at their concurrency key's rate (limit.set key:<k> with a rate; released when their token comes)."}),
+			claimJobs: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_runner_claim_jobs",
+				Help: "Jobs started per claim call (one script call claims up to the free slots, at most 64).", Buckets: prometheus.ExponentialBuckets(1, 2, 7)}),
+			finishRuns: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_runner_finish_runs",
+				Help: "Runs whose ends one finish round trip wrote (the ends that came while the previous one was in flight, at most 128).", Buckets: prometheus.ExponentialBuckets(1, 2, 8)}),
 			jobEnds:    f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricJobEnds, Help: obs.MetricJobEndsHelp}, []string{"outcome"}),
 			dispatched: f.NewCounter(prometheus.CounterOpts{Name: obs.MetricJobsDispatched, Help: obs.MetricJobsDispatchedHelp}),
 			flowsEnded: f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricFlowsEnded, Help: obs.MetricFlowsEndedHelp}, []string{"status"}),
@@ -177,6 +184,7 @@ func (r *runner) writeEnds(ctx context.Context, fs []store.Finish) ([]bool, []er
 	for i := range fs {
 		fs[i].Apply = r.cfg.ApplyEnds
 	}
+	r.m.finishRuns.Observe(float64(len(fs)))
 	oks, errs, applied := store.FinishJobsApplied(ctx, fs)
 	r.countApplied(applied)
 	return oks, errs
@@ -623,12 +631,8 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 		}
 		break
 	}
-	traces := make([]string, slots)
-	for i := range traces {
-		traces[i] = randHex(16)
-	}
 	wake := store.Wake{Key: keys.WakeRunner(r.cfg.RunnerID, queue), Token: strconv.FormatUint(uint64(ctxID), 10), Held: held}
-	got, err := r.claimStarts(ctx, db, queue, traces, wake)
+	got, err := r.claimStarts(ctx, db, queue, slots, wake)
 	if err != nil && ctx.Err() == nil {
 		r.log.Error().Err(err).Uint32(obs.KeyContextID, ctxID).Str("queue", queue).Msg("claim job")
 		var un *store.UnansweredClaimError
@@ -656,6 +660,9 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 		started++
 		r.start(task{db: db, s: s})
 	}
+	if started > 0 {
+		r.m.claimJobs.Observe(float64(started))
+	}
 	// Free the slots no job took, except the caller's when no job started.
 	keep := 0
 	if started == 0 {
@@ -672,10 +679,10 @@ func (r *runner) claim(ctx context.Context, ctxID uint32, queue string, held boo
 
 // claimStarts is db.ClaimStarts under claimGate (read): the runs it started are in
 // holding (execute removes each) before it returns.
-func (r *runner) claimStarts(ctx context.Context, db *store.DB, queue string, traces []string, wake store.Wake) ([]store.Started, error) {
+func (r *runner) claimStarts(ctx context.Context, db *store.DB, queue string, slots int, wake store.Wake) ([]store.Started, error) {
 	r.claimGate.RLock()
 	defer r.claimGate.RUnlock()
-	got, err := db.ClaimStarts(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, traces, wake)
+	got, err := db.ClaimStartsFresh(ctx, queue, r.cfg.WorkerID, r.cfg.Lease, slots, wake)
 	for _, s := range got {
 		if s.Err == nil && (s.Outcome == store.StartRun || s.Outcome == store.StartStopped) {
 			r.holding.add(s.Claim.ID)

@@ -23,9 +23,12 @@ import (
 // and gRPC (each area's adapters) decode requests into its parameter types and call
 // it.
 type service struct {
-	store      *store.Store
-	scheduler  herov1.SchedulerClient
-	waiter     *waiter
+	store     *store.Store
+	scheduler herov1.SchedulerClient
+	waiter    *waiter
+	// jobDone: coord:jobdone, followed while job.run calls wait (nil: always, by
+	// whoever feeds waiter)
+	jobDone    *onDemandChannel
 	logs       *waiter // appends to the logs the console tails (coord:logappend)
 	log        zerolog.Logger
 	runMargin  time.Duration

@@ -207,7 +207,11 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 	}
 	// Created and dispatched in one step (as job.submit, in its group commit), then
 	// watched: a job that ended before the watch began wakes it at once (the waiter
-	// keeps recent ends).
+	// keeps recent ends). The end's notice is listened for before the submission
+	// (coord:jobdone is followed only while such calls wait).
+	if s.jobDone != nil {
+		defer s.jobDone.need(ctx)()
+	}
 	sub, err := s.submit(ctx, p, in.ContextID, []submitItem{{Job: in.Job}}, "job.run", "")
 	if err != nil {
 		return nil, err

@@ -8,20 +8,26 @@ import (
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
-// notice is one pub/sub message, or (again) a channel subscribed again after its
-// connection was lost: its messages of the meantime are missed.
+// notice is one pub/sub message, or (again) a channel subscribed (again: after its
+// connection was lost its messages of the meantime are missed; or an on-demand
+// channel's subscription confirmed), or (off) an on-demand channel's unsubscription
+// confirmed. server is the index of the server it came from (Store.Servers).
 type notice struct {
 	channel, payload string
-	again            bool
+	again, off       bool
+	server           int
 }
 
 // followNotices follows channels on every server of the placement (a context's
 // scripts publish on the server that holds it; one subscription per server) until ctx
 // ends, handing each message and each renewed subscription to handle. It reports when
-// the subscriptions are live.
-func followNotices(ctx context.Context, st *store.Store, channels []string, handle func(notice), ready chan<- struct{}) error {
+// the subscriptions are live. demand (nil: none) is given the subscriptions once they
+// are: it subscribes them to its channel only while some call needs it
+// (onDemandChannel), and their confirmations come to handle as notices again and off.
+func followNotices(ctx context.Context, st *store.Store, channels []string, demand *onDemandChannel, handle func(notice), ready chan<- struct{}) error {
 	ch := make(chan notice)
-	for _, srv := range st.Servers() {
+	var subs []*redis.PubSub
+	for i, srv := range st.Servers() {
 		sub := srv.Coord().Subscribe(ctx, channels...)
 		defer func() { _ = sub.Close() }()
 		for range channels { // one confirmation per channel
@@ -29,17 +35,22 @@ func followNotices(ctx context.Context, st *store.Store, channels []string, hand
 				return err
 			}
 		}
+		subs = append(subs, sub)
 		go func() {
 			for m := range sub.ChannelWithSubscriptions() {
 				var n notice
 				switch m := m.(type) {
 				case *redis.Message:
-					n = notice{channel: m.Channel, payload: m.Payload}
+					n = notice{channel: m.Channel, payload: m.Payload, server: i}
 				case *redis.Subscription:
-					if m.Kind != "subscribe" {
+					switch m.Kind {
+					case "subscribe":
+						n = notice{channel: m.Channel, again: true, server: i}
+					case "unsubscribe":
+						n = notice{channel: m.Channel, off: true, server: i}
+					default:
 						continue
 					}
-					n = notice{channel: m.Channel, again: true}
 				default:
 					continue
 				}
@@ -50,6 +61,9 @@ func followNotices(ctx context.Context, st *store.Store, channels []string, hand
 				}
 			}
 		}()
+	}
+	if demand != nil {
+		demand.attach(ctx, subs)
 	}
 	close(ready)
 	for {

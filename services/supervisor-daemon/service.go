@@ -24,6 +24,13 @@ import (
 // maxGroupJobs bounds the jobs of one store call of the group commit.
 const maxGroupJobs = 256
 
+// jobDoneLinger is how long coord:jobdone stays followed after the last job.run call
+// that waited for it; jobDoneWait bounds a call's wait for its subscription.
+const (
+	jobDoneLinger = 30 * time.Second
+	jobDoneWait   = 2 * time.Second
+)
+
 // contextMaxAge is how long a cached context serves submissions before it is read
 // again (contextCache: a changed context is seen at once by the guard).
 const contextMaxAge = 30 * time.Second
@@ -72,28 +79,15 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	herov1.RegisterCoordinatorServer(b.GRPC.Server, &coordinatorServer{s: svc, limits: limits, batches: batches})
 	herov1.RegisterDispatcherServer(b.GRPC.Server, &dispatcherServer{d: disp})
 
-	// job.run waits on job-done notifications, and open streams are checked again on
-	// notices of credential changes: subscribe before serving.
+	// job.run waits on job-done notifications (followed while such calls wait:
+	// jobDoneLinger), flow.wait on flow-done ones, and open streams are checked again
+	// on notices of credential changes: subscribe before serving.
+	svc.jobDone = newOnDemandChannel(keys.JobDone, jobDoneLinger, min(cfg.RedisConnectTimeout, jobDoneWait))
 	waitCtx, stopWait := context.WithCancel(context.Background())
 	subscribed := make(chan struct{})
 	waitErr := make(chan error, 1)
 	go func() {
-		waitErr <- followNotices(waitCtx, b.Store, []string{keys.JobDone, keys.FlowDone, keys.AuthChanged, keys.LogAppended}, func(n notice) {
-			switch {
-			case n.channel == keys.LogAppended:
-				if !n.again { // a missed append is caught by the tail's renewal (console)
-					svc.logs.received(n.channel, n.payload, env.Log)
-				}
-			case n.channel != keys.AuthChanged:
-				if !n.again { // a missed end is caught by the waiting calls' own checks
-					svc.waiter.received(n.channel, n.payload, env.Log)
-				}
-			case n.again:
-				holder.authNoticesMissed()
-			default:
-				holder.authChanged(n.payload)
-			}
-		}, subscribed)
+		waitErr <- followNotices(waitCtx, b.Store, []string{keys.FlowDone, keys.AuthChanged, keys.LogAppended}, svc.jobDone, svc.noticeHandler(holder), subscribed)
 	}()
 	select {
 	case <-subscribed:
@@ -153,4 +147,29 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 		return nil
 	}, httpSrv.Shutdown)
 	return b.Run(herov1.Coordinator_ServiceDesc.ServiceName, herov1.Dispatcher_ServiceDesc.ServiceName)
+}
+
+// noticeHandler hands each notice to what follows its channel: job and flow ends to
+// the waiting calls, the on-demand coord:jobdone's confirmations to it, log appends
+// to the console's tails, credential changes to the authenticator.
+func (svc *service) noticeHandler(holder *authenticator) func(notice) {
+	return func(n notice) {
+		switch {
+		case n.channel == keys.JobDone && (n.again || n.off):
+			svc.jobDone.confirmed(n.server, n.off)
+		case n.off: // only the on-demand channel is unsubscribed
+		case n.channel == keys.LogAppended:
+			if !n.again { // a missed append is caught by the tail's renewal (console)
+				svc.logs.received(n.channel, n.payload, svc.log)
+			}
+		case n.channel != keys.AuthChanged:
+			if !n.again { // a missed end is caught by the waiting calls' own checks
+				svc.waiter.received(n.channel, n.payload, svc.log)
+			}
+		case n.again:
+			holder.authNoticesMissed()
+		default:
+			holder.authChanged(n.payload)
+		}
+	}
 }

@@ -204,6 +204,13 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 	if calls := metric(b, s.API, "hero_api_submit_group_jobs_count"); calls > 0 {
 		report("a_submit_group_jobs_avg", metric(b, s.API, "hero_api_submit_group_jobs_sum")/calls)
 	}
+	// jobs per claim call and runs per finish round trip of the runner (its script
+	// calls' sizes: what their per-call work is shared by; warm-up included)
+	for _, m := range []struct{ name, metric string }{{"a_claim_jobs_avg", "hero_runner_claim_jobs"}, {"a_finish_runs_avg", "hero_runner_finish_runs"}} {
+		if calls := metric(b, s.Runner, m.metric+"_count"); calls > 0 {
+			report(m.name, metric(b, s.Runner, m.metric+"_sum")/calls)
+		}
+	}
 	if os.Getenv("HERO_BENCH_CMDSTATS") != "" {
 		printSubmitCost(n, calls0, calls1, cmdCPU0, cmdCPU1)
 	}

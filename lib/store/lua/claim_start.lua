@@ -43,15 +43,18 @@
 --   qname   string    the queue's name
 --   exp     int       the leases' expiry (ms)
 --   now_ms  int       now (ms)
---   max     num       the most jobs claimed
+--   now_us  int       now (µs): the started jobs' started_at_us
+--   now_s   int       now (s): their updated_at
+--   max     num       the most jobs claimed (at most 255)
 --   token   string    the wake token (the context id)
 --   held    string    tokens held (0 or 1; "-": leave the tokens alone)
 --   ctx     string    the context id
---   set     []string  field/value items every start sets
---   clears  []string  the fields a start clears
---   starts  []start   max claims (ClaimStarts builds the lists)
---     claim  string  the claim id
---     trace  string  the trace id ("": none)
+--   clears  view[]string  the fields a start clears
+--   cnonce  string    the claim ids' stem: the k-th item's claim id is cnonce and k
+--                     in two hex digits (ClaimStarts makes the same ids)
+--   tnonce  string    the trace ids' stem, the same way ("": traces gives them)
+--   traces  view[]string  the k-th item's trace id ("" or none given: none), when
+--                     tnonce is ""
 -- Libs: lib_busy lib_state lib_qpause lib_limit
 -- Reply: raw one {item, code, attempt} per item claimed: code 0 started, 1 gone, 2 ended or
 --   a duplicate, 3 started with a stop requested, 4 taken back under the job's claim
@@ -76,31 +79,27 @@
 --   coord:limbucket:key:<key> of the claimed jobs' keys.
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local views = ARGV -- the view[] arguments' items, in place: views[<name>_at + k], k = 1 … <name>_n
 local worker = ARGV[1]
 local qname = ARGV[2]
 local exp = ARGV[3]
 local now_ms = ARGV[4]
-local max = tonumber(ARGV[5])
-local token = ARGV[6]
-local held = ARGV[7]
-local ctx = ARGV[8]
-local argi = 9
-local set
-local n_set = tonumber(ARGV[argi])
-if n_set <= 7000 then set = {unpack(ARGV, argi + 1, argi + n_set)} else set = {}; for k = 1, n_set do set[k] = ARGV[argi + k] end end
-argi = argi + 1 + n_set
-local clears
-local n_clears = tonumber(ARGV[argi])
-if n_clears <= 7000 then clears = {unpack(ARGV, argi + 1, argi + n_clears)} else clears = {}; for k = 1, n_clears do clears[k] = ARGV[argi + k] end end
-argi = argi + 1 + n_clears
-local starts
-local n_starts = tonumber(ARGV[argi])
-starts = {}
+local now_us = ARGV[5]
+local now_s = ARGV[6]
+local max = tonumber(ARGV[7])
+local token = ARGV[8]
+local held = ARGV[9]
+local ctx = ARGV[10]
+local clears_n = tonumber(ARGV[11])
+local clears_at = 11
+local argi = 12 + clears_n
+local cnonce = ARGV[argi]
 argi = argi + 1
-for k = 1, n_starts do
-  starts[k] = {claim = ARGV[argi], trace = ARGV[argi + 1]}
-  argi = argi + 2
-end
+local tnonce = ARGV[argi]
+argi = argi + 1
+local traces_n = tonumber(ARGV[argi])
+local traces_at = argi
+argi = argi + 1 + traces_n
 -- luagen: end of the prologue
 
 -- prio_merge takes up to max items of queue q and of its priority set pk (whose first
@@ -137,9 +136,10 @@ local function prio_merge(q, pk, pz, max)
 end
 
 local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
-local nclear = #clears
 -- The fields this script reads.
-local want = {'status', 'attempt', 'worker', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent', 'created_at_ms', 'claim'}
+-- (a job's worker and claim are read only when it is started already: a fresh job has
+-- neither, and each field a hash lacks is a scan of all of it)
+local want = {'status', 'attempt', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent', 'created_at_ms'}
 local out = {}
 -- A claim that starts at most this many jobs returns their hashes.
 local INLINE_READS = 4
@@ -198,21 +198,27 @@ local nodes, flows = {}, {}
 local ecap
 for n = 1, nitems do
   local item = items[nitems - n + 1]
-  local claim, trace = starts[n].claim, starts[n].trace
+  local claim = cnonce .. string.format('%02x', n)
   local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
   local v = {}
   if string.match(item, '^' .. K_JOB .. '%d+:%d+$') then v = redis.call('HMGET', item, unpack(want)) end
   local st = v[1]
+  -- the worker and claim of a job started already (a duplicate entry, a retake)
+  local prev, pclaim
+  if st == JOB_STARTED then
+    local wc = redis.call('HMGET', item, 'worker', 'claim')
+    prev, pclaim = wc[1], wc[2]
+  end
   -- A job started under a claim that still holds it (in its consumer's processing
   -- list: a lease's expiry takes it out of there first), or started earlier in this
   -- call (an item queued twice), is running: this queue entry is a duplicate, and
   -- starting it would run the job twice at once.
   if seen[item] then
     st = 'duplicate'
-  elseif st == JOB_STARTED and v[3] then
-    if redis.call('LPOS', K_PROCESSING .. v[3], item) then
+  elseif st == JOB_STARTED and prev then
+    if redis.call('LPOS', K_PROCESSING .. prev, item) then
       st = 'duplicate'
-    elseif v[3] == worker and v[10] and v[10] ~= '' then
+    elseif prev == worker and pclaim and pclaim ~= '' then
       st = 'retake'
     end
   end
@@ -221,11 +227,11 @@ for n = 1, nitems do
     seen[item] = true
     kept[#kept + 1] = item
     leased[#leased + 1] = exp
-    leased[#leased + 1] = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. v[10]
-    out[#out + 1] = {item, 4, tonumber(v[2] or '1') or 1, v[10]}
+    leased[#leased + 1] = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. pclaim
+    out[#out + 1] = {item, 4, tonumber(v[2] or '1') or 1, pclaim}
   elseif not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
     if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
-  elseif keyrate and (v[11] or '') ~= '' and not lim_key_take(v[11], item, KEYS[1], v[12] == '1', now_ms) then
+  elseif keyrate and (v[9] or '') ~= '' and not lim_key_take(v[9], item, KEYS[1], v[10] == '1', now_ms) then
     -- held back by its key's rate (lib_limit): off the queue, nothing to run
     out[#out + 1] = {item, 5, 0}
   else
@@ -234,33 +240,41 @@ for n = 1, nitems do
     leased[#leased + 1] = exp
     leased[#leased + 1] = member
     local attempt = v[2] or '1'
-    local prev = v[3]
-    local flow = v[4] or '0'
-    local id = v[5] or ''
-    local caller = v[6] or ''
-    if v[8] and #v[8] == 55 then trace = string.sub(v[8], 4, 35) end -- the producer's trace
-    -- the fields every start sets, from the one table of the call (a Lua table built
-    -- per job cost this script a twentieth of its instructions)
-    if keyrate and v[12] then redis.call('HDEL', item, 'rate_paid') end
+    local flow = v[3] or '0'
+    local id = v[4] or ''
+    local caller = v[5] or ''
+    local trace
+    if v[7] and #v[7] == 55 then
+      trace = string.sub(v[7], 4, 35) -- the producer's trace
+    elseif tnonce ~= '' then
+      trace = tnonce .. string.format('%02x', n)
+    elseif n <= traces_n then
+      trace = views[traces_at + n]
+    else
+      trace = ''
+    end
+    -- the fields every start sets, in one HSET with the claim (a Lua table built per
+    -- job cost this script a twentieth of its instructions)
+    if keyrate and v[10] then redis.call('HDEL', item, 'rate_paid') end
     if limited then
       -- under limits: counted until its end (finish_jobs reads limited), no longer held
       lim_join(member)
-      redis.call('HSET', item, 'claim', claim, 'limited', 'true', unpack(set))
+      redis.call('HSET', item, 'claim', claim, 'limited', 'true', 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
       redis.call('HDEL', item, 'held')
       if trace ~= '' then redis.call('HSET', item, 'trace_id', trace) end
     elseif trace ~= '' then
-      redis.call('HSET', item, 'claim', claim, 'trace_id', trace, unpack(set))
+      redis.call('HSET', item, 'claim', claim, 'trace_id', trace, 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
     else
-      redis.call('HSET', item, 'claim', claim, unpack(set))
+      redis.call('HSET', item, 'claim', claim, 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
     end
-    index_later(caller .. ':' .. id, st, JOB_STARTED, v[9] or nil)
+    index_later(caller .. ':' .. id, st, JOB_STARTED, v[8] or nil)
     -- An earlier run's end is removed at the start of any attempt but the first (or
     -- of a job without one): a job's first attempt has none (a new job; and whatever
     -- sets a job's attempt back removes them with it: start_flow, retry_flow,
     -- requeue_job), and a run ends only as its claim's (a requeued claim of the same
     -- attempt never wrote one). So neither this start nor the run's end reads them
     -- (each a scan of the hash).
-    if nclear > 0 and v[2] ~= '1' then redis.call('HDEL', item, unpack(clears)) end
+    if clears_n > 0 and v[2] ~= '1' then redis.call('HDEL', item, unpack(views, clears_at + 1, clears_at + clears_n)) end
     if flow ~= '0' and flow ~= '' then
       local ns = nodes[flow]
       if not ns then ns = {}; nodes[flow] = ns; flows[#flows + 1] = flow end
@@ -271,7 +285,7 @@ for n = 1, nitems do
     ecap = ecap or EVENTS_CAP()
     redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', '', 'detail', detail) -- status: the type's (lib/store impliedStatus)
     local code = 0
-    if v[7] == '1' then code = 3 end
+    if v[6] == '1' then code = 3 end
     out[#out + 1] = {item, code, tonumber(attempt) or 1}
     started[#started + 1] = out[#out]
   end

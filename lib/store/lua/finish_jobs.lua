@@ -46,24 +46,24 @@
 --     id           int     the job id
 --     flow         int     the flow id
 --     status       string  the run's status
---     err          string  its error
---     code         int     its exit code
 --     result       string  its result (the string map's JSON)
---     rjson        string  the handler's result_json ("": none, the field is removed)
---     fatal        bool    no retry
---     retry_after  int     retry-after (ms)
---     chunk        raw     a log chunk
 --     entry        raw     the run's entry of the message's job list (for a job of this
 --                          node a reference with the run's end — the result fields
 --                          carry job_ref "1" —, for a job from another node the
 --                          finished job) for its own message or, grouped, where it
 --                          starts and ends in the list ("<start> <end>", 1-based)
---     started      string  when the run's process was about to run (µs), its start;
---                          "": the claim's start (started_at_us) stays
---     ck           string  the job's concurrency key ("": none; lib_ck's ck_end gives
---                          its place back)
---     lim          bool    the run started under limits (lib_limit's lim_end gives its
---                          slot back and wakes the queues parked for one)
+--     extra        view[]raw  name/value pairs of the run's less common items, each
+--                          given only when it is not its default (a successful run
+--                          has none: an argument each cost ~1k instructions a run):
+--                          err (its error; ""), code (its exit code; 0), rjson (the
+--                          handler's result_json; "": none, the field is removed),
+--                          fatal ("1": no retry), retry_after (ms; 0), chunk (a log
+--                          chunk; ""), started (when the run's process was about to
+--                          run, µs; "": the claim's start, started_at_us, stays), ck
+--                          (the job's concurrency key; lib_ck's ck_end gives its place
+--                          back), lim ("1": the run started under limits; lib_limit's
+--                          lim_end gives its slot back and wakes the queues parked for
+--                          one)
 -- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_ck lib_route lib_dispatch lib_limit
 -- Reply: raw per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
@@ -81,6 +81,7 @@
 --   coord:wake:msg_out and coord:busy.
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
+local views = ARGV -- the view[] arguments' items, in place: views[<name>_at + k], k = 1 … <name>_n
 local now_s = ARGV[1]
 local now_ms = ARGV[2]
 local ctx = ARGV[3]
@@ -105,8 +106,9 @@ local n_runs = tonumber(ARGV[argi])
 runs = {}
 argi = argi + 1
 for k = 1, n_runs do
-  runs[k] = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], err = ARGV[argi + 6], code = ARGV[argi + 7], result = ARGV[argi + 8], rjson = ARGV[argi + 9], fatal = ARGV[argi + 10] == '1', retry_after = ARGV[argi + 11], chunk = ARGV[argi + 12], entry = ARGV[argi + 13], started = ARGV[argi + 14], ck = ARGV[argi + 15], lim = ARGV[argi + 16] == '1'}
-  argi = argi + 17
+  local e_runs = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], result = ARGV[argi + 6], entry = ARGV[argi + 7], extra_n = tonumber(ARGV[argi + 8]), extra_at = argi + 8}
+  argi = argi + 9 + e_runs.extra_n
+  runs[k] = e_runs
 end
 -- luagen: end of the prologue
 
@@ -152,15 +154,30 @@ if not grouped then message_reserve(#runs) end
 local ecap
 for r = 1, #runs do
   local run = runs[r]
-  local jk, member, claim, id, flow, status, err = run.job_key, run.member, run.claim, run.id, run.flow, run.status, run.err
-  local code, rresult, rjson, fatal, retry_after, chunk = run.code, run.result, run.rjson, run.fatal, tonumber(run.retry_after), run.chunk
+  local jk, member, claim, id, flow, status, rresult = run.job_key, run.member, run.claim, run.id, run.flow, run.status, run.result
+  -- the run's less common items: their defaults, unless extra gives them
+  local err, code, rjson, fatal, retry_ms, chunk, started, ck, lim = '', '0', '', false, '0', '', '', '', false
+  for k = 1, run.extra_n, 2 do
+    local name, v = views[run.extra_at + k], views[run.extra_at + k + 1]
+    if name == 'err' then err = v
+    elseif name == 'code' then code = v
+    elseif name == 'rjson' then rjson = v
+    elseif name == 'fatal' then fatal = v == '1'
+    elseif name == 'retry_after' then retry_ms = v
+    elseif name == 'chunk' then chunk = v
+    elseif name == 'started' then started = v
+    elseif name == 'ck' then ck = v
+    elseif name == 'lim' then lim = v == '1'
+    else error('finish_jobs: unknown item ' .. name .. ' of a run') end
+  end
+  local retry_after = tonumber(retry_ms)
   -- from the tail, where claims (pushed at the head) are oldest: runs end in about the
   -- order they started, so the entry is near (a scan from the head crossed every run
   -- in flight, ~2% of this script with 256 of them)
   local held = redis.call('LREM', proc, '-1', jk)
   unleased[#unleased + 1] = member
   -- its slot under limits: given back, the queues parked for one woken (ck_wake)
-  if run.lim then
+  if lim then
     for _, pq in ipairs(lim_end(member)) do ck_later(pq, 1) end
   end
   -- cur: claim, status, attempt, created_at_ms (the job's score in the status
@@ -188,10 +205,10 @@ for r = 1, #runs do
     -- job's listpack)
     if code ~= '0' then set[#set + 1] = 'exit_code'; set[#set + 1] = code end
     if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson end
-    if run.started ~= '' then set[#set + 1] = 'started_at_us'; set[#set + 1] = run.started end
+    if started ~= '' then set[#set + 1] = 'started_at_us'; set[#set + 1] = started end
     if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err end
     if fatal then set[#set + 1] = 'fatal'; set[#set + 1] = '1' end
-    if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = run.retry_after end
+    if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = retry_ms end
     local here = here_ok and status == JOB_FINISHED
     -- A standalone job's successful end, applied here as standalone_end would: once
     -- per attempt (done_attempt); the failure branches (retries, DLQ) are the
@@ -229,7 +246,7 @@ for r = 1, #runs do
       end
     end
     -- its concurrency key's place: given back, and the key's oldest held job queued
-    if run.ck ~= '' then ck_end(run.ck, jk, now_ms) end
+    if ck ~= '' then ck_end(ck, jk, now_ms) end
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     ecap = ecap or EVENTS_CAP()
