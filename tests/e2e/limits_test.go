@@ -226,15 +226,16 @@ func TestDebounce(t *testing.T) {
 	}
 }
 
-// A rate per concurrency key end to end: key k at 10 jobs/s with a burst of 1 spreads
-// its 11 jobs' starts over at least 900 ms (10 tokens after the first take 1 s; a
-// start stamp is its process's, after its claim), released by the scheduler as the
+// A rate per concurrency key end to end: key k at 5 jobs/s with a burst of 1 spreads
+// its 11 jobs' starts over at least 1.5 s (10 tokens after the first take 2 s; a start
+// stamp is its process's, after its claim and its sandbox's handoff, which under load
+// can be late for the first job and not for the last: the margin is for that), released by the scheduler as the
 // tokens come (job.held and job.released events name the key's rate), while the 6
 // jobs of another key on the same queue are not held back: all of them start before
 // k's last. Nothing is left held.
 func TestKeyRateEndToEnd(t *testing.T) {
 	_, c := newStack(t, harness.StackOptions{RunnerArgs: []string{"--concurrency", "8"}})
-	c.MustCall(t, "limit.set", map[string]any{"context_id": ctx1, "scope": "key:k", "rate": 10, "per": "1s", "burst": 1}, nil)
+	c.MustCall(t, "limit.set", map[string]any{"context_id": ctx1, "scope": "key:k", "rate": 5, "per": "1s", "burst": 1}, nil)
 	rdb := redisSrv.Client(t, ctx1)
 	if placedSrv != nil {
 		rdb = placedSrv.Client(t, ctx1)
@@ -253,7 +254,7 @@ func TestKeyRateEndToEnd(t *testing.T) {
 	}) {
 		t.Fatalf("the jobs did not all end: %d of 17 finished; %d held by the key's rate", rdb.ZCard(bg, "coord:idx:jobs:finished").Val(), rdb.LLen(bg, "coord:ckrate:k").Val())
 	}
-	checkSpread(t, rdb, 1, 11, 900*time.Millisecond)
+	checkSpread(t, rdb, 1, 11, 1500*time.Millisecond)
 	var lastK int64
 	for id := 1; id <= 11; id++ {
 		us, _ := strconv.ParseInt(rdb.HGet(bg, "job:1:"+strconv.Itoa(id), "started_at_us").Val(), 10, 64)
