@@ -265,7 +265,7 @@ func TestKeyRateEndToEnd(t *testing.T) {
 			t.Errorf("job %d of the other key started at %d, not before key k's last start %d: held back by k's rate", id, us, lastK)
 		}
 	}
-	if n := countEventsOf(t, rdb, "job.held", "limit key:k: 10 per 1000 ms"); n == 0 {
+	if n := countEventsOf(t, rdb, "job.held", "limit key:k: 5 per 1000 ms"); n == 0 {
 		t.Error("no job.held event names the key's rate")
 	}
 	if n := countEventsOf(t, rdb, "job.released", "limit key:k"); n == 0 {
