@@ -277,88 +277,25 @@ func twoRunnersCgroups(t *testing.T) (s *Sandbox, live, dead *jobGroup) {
 	return s, live, dead
 }
 
-// Issue 44: a sandbox costs two programs, bwrap and the wrapper, no trampoline. The
-// job's first process is bwrap itself, waiting at its gate (its options, --args) as
-// the job's user already, in no cgroup of the job's yet; at its gate's pass it is in
-// the job's cgroup, and the job runs with its rlimits (set in the sandbox).
-func TestFirstProcessIsBwrapAtItsGate(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Skip("bwrap is not installed")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("the job's uid is the runner's own unless the runner is root")
-	}
-	type seen struct {
-		exe, status, cgroup string
-	}
-	at := map[string]seen{}
+// gateSeen is a job's first process as a Pause hook saw it at a step.
+type gateSeen struct {
+	exe, status, cgroup string
+}
+
+// gateRun runs script through /bin/sh -s in a sandbox of mode (the job's user 61000,
+// limits of 64 pids, 256 MiB, files of 1 MiB), seeing its first process at its gate
+// ("spawned") and at its gate's pass ("gated"); it returns those, the job's output,
+// its work directory and its cgroup's name ("" without one).
+func gateRun(t *testing.T, mode, script string) (spawned, gated gateSeen, out, dir, cgroup string) {
+	t.Helper()
+	at := map[string]gateSeen{}
 	pause := func(step string, pid int) {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		at[step] = seen{exe, string(st), string(cg)}
+		at[step] = gateSeen{exe, string(st), string(cg)}
 	}
-	s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Pause: pause})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	dir, _, _ := s.WorkDir("", "hero-sbx-test-")
-	lim := Limits{Pids: 64, MemoryBytes: 256 << 20, FileSizeBytes: 1 << 20}
-	j, err := s.PrepareWith(dir, []string{"/bin/sh", "-s"}, lim, Extra{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Cleanup()
-	var out procrun.Capped
-	out.Max = 1 << 20
-	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Stdin: strings.NewReader("ulimit -f; id -G"), Stdout: &out, Stderr: &out, Launch: j.Launch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res := p.Wait(); res.ExitCode != 0 {
-		t.Fatalf("exit %d: %s", res.ExitCode, out.String())
-	}
-	spawned, gated := at["spawned"], at["gated"]
-	if want, _ := filepath.EvalSymlinks(s.opt.Bwrap); spawned.exe != want {
-		t.Errorf("the job's first process at its gate runs %q, want bwrap (%s)", spawned.exe, want)
-	}
-	_, groups, _ := strings.Cut(spawned.status, "\nGroups:")
-	groups, _, _ = strings.Cut(groups, "\n")
-	if !strings.Contains(spawned.status, "\nUid:\t61000\t61000\t61000\t61000\n") || strings.TrimSpace(groups) != "" {
-		t.Errorf("the job's first process at its gate is not the job's user without groups:\n%s", spawned.status)
-	}
-	if j.group != nil {
-		name := filepath.Base(j.group.directories()[0])
-		if strings.Contains(spawned.cgroup, name) || !strings.Contains(gated.cgroup, name) {
-			t.Errorf("cgroup %s: at the gate %q, through it %q; want it joined at the gate's pass", name, spawned.cgroup, gated.cgroup)
-		}
-	}
-	if got := strings.Fields(out.String()); len(got) != 2 || got[0] != "2048" || got[1] != "61000" {
-		t.Errorf("the job's file size limit (512-byte blocks) and groups: %q, want 2048 61000", out.String())
-	}
-}
-
-// Issue 44: without a sandbox (--sandbox none) a job costs one program before its own,
-// the trampoline's shell, started as the job's user without groups (no setpriv after
-// it to change the user: each program started costs milliseconds of CPU on a small
-// VM). At its gate it runs as the job's user already, in no cgroup of the job's; at
-// its gate's pass it is in the job's cgroup (the runner put it there), and the job
-// runs with its rlimits.
-func TestTrampolineIsTheJobsUserAtItsGate(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the job's uid is the runner's own unless the runner is root")
-	}
-	type seen struct {
-		status, cgroup string
-	}
-	at := map[string]seen{}
-	pause := func(step string, pid int) {
-		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		at[step] = seen{string(st), string(cg)}
-	}
-	s, err := New(context.Background(), Options{Mode: ModeNone, UID: 61000, GID: 61000, Pause: pause})
+	s, err := New(context.Background(), Options{Mode: mode, UID: 61000, GID: 61000, Pause: pause})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,28 +311,70 @@ func TestTrampolineIsTheJobsUserAtItsGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Cleanup()
-	var out procrun.Capped
-	out.Max = 1 << 20
-	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Stdin: strings.NewReader("ulimit -f; id -u; id -G; pwd"), Stdout: &out, Stderr: &out, Launch: j.Launch})
+	if j.group != nil {
+		cgroup = filepath.Base(j.group.directories()[0])
+	}
+	var o procrun.Capped
+	o.Max = 1 << 20
+	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Stdin: strings.NewReader(script), Stdout: &o, Stderr: &o, Launch: j.Launch})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res := p.Wait(); res.ExitCode != 0 {
-		t.Fatalf("exit %d: %s", res.ExitCode, out.String())
+		t.Fatalf("exit %d: %s", res.ExitCode, o.String())
 	}
-	spawned, gated := at["spawned"], at["gated"]
+	return at["spawned"], at["gated"], o.String(), dir, cgroup
+}
+
+// checkGate: at its gate the job's first process is the job's user without groups,
+// in no cgroup of the job's; at its gate's pass it is in the job's cgroup.
+func checkGate(t *testing.T, what string, spawned, gated gateSeen, cgroup string) {
+	t.Helper()
 	_, groups, _ := strings.Cut(spawned.status, "\nGroups:")
 	groups, _, _ = strings.Cut(groups, "\n")
 	if !strings.Contains(spawned.status, "\nUid:\t61000\t61000\t61000\t61000\n") || strings.TrimSpace(groups) != "" {
-		t.Errorf("the trampoline at its gate is not the job's user without groups:\n%s", spawned.status)
+		t.Errorf("%s at its gate is not the job's user without groups:\n%s", what, spawned.status)
 	}
-	if j.group != nil {
-		name := filepath.Base(j.group.directories()[0])
-		if strings.Contains(spawned.cgroup, name) || !strings.Contains(gated.cgroup, name) {
-			t.Errorf("cgroup %s: at the gate %q, through it %q; want it joined at the gate's pass", name, spawned.cgroup, gated.cgroup)
-		}
+	if cgroup != "" && (strings.Contains(spawned.cgroup, cgroup) || !strings.Contains(gated.cgroup, cgroup)) {
+		t.Errorf("cgroup %s: at the gate %q, through it %q; want it joined at the gate's pass", cgroup, spawned.cgroup, gated.cgroup)
 	}
-	if got := strings.Fields(out.String()); len(got) != 4 || got[0] != "2048" || got[1] != "61000" || got[2] != "61000" || got[3] != dir {
-		t.Errorf("the job's file size limit (512-byte blocks), uid, groups and directory: %q, want 2048 61000 61000 %s", out.String(), dir)
+}
+
+// Issue 44: a sandbox costs two programs, bwrap and the wrapper, no trampoline. The
+// job's first process is bwrap itself, waiting at its gate (its options, --args) as
+// the job's user already, in no cgroup of the job's yet; at its gate's pass it is in
+// the job's cgroup, and the job runs with its rlimits (set in the sandbox).
+func TestFirstProcessIsBwrapAtItsGate(t *testing.T) {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("bwrap is not installed")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the job's uid is the runner's own unless the runner is root")
+	}
+	spawned, gated, out, _, cgroup := gateRun(t, ModeBwrap, "ulimit -f; id -G")
+	if want, _ := filepath.EvalSymlinks(bwrap); spawned.exe != want {
+		t.Errorf("the job's first process at its gate runs %q, want bwrap (%s)", spawned.exe, want)
+	}
+	checkGate(t, "the job's first process", spawned, gated, cgroup)
+	if got := strings.Fields(out); len(got) != 2 || got[0] != "2048" || got[1] != "61000" {
+		t.Errorf("the job's file size limit (512-byte blocks) and groups: %q, want 2048 61000", out)
+	}
+}
+
+// Issue 44: without a sandbox (--sandbox none) a job costs one program before its own,
+// the trampoline's shell, started as the job's user without groups (no setpriv after
+// it to change the user: each program started costs milliseconds of CPU on a small
+// VM). At its gate it runs as the job's user already, in no cgroup of the job's; at
+// its gate's pass it is in the job's cgroup (the runner put it there), and the job
+// runs with its rlimits.
+func TestTrampolineIsTheJobsUserAtItsGate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the job's uid is the runner's own unless the runner is root")
+	}
+	spawned, gated, out, dir, cgroup := gateRun(t, ModeNone, "ulimit -f; id -u; id -G; pwd")
+	checkGate(t, "the trampoline", spawned, gated, cgroup)
+	if got := strings.Fields(out); len(got) != 4 || got[0] != "2048" || got[1] != "61000" || got[2] != "61000" || got[3] != dir {
+		t.Errorf("the job's file size limit (512-byte blocks), uid, groups and directory: %q, want 2048 61000 61000 %s", out, dir)
 	}
 }
