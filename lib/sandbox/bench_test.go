@@ -78,14 +78,7 @@ func BenchmarkJobStart(b *testing.B) {
 				}
 				dir, _, _ := s.WorkDir("", "hero-sbx-bench-")
 				b.StartTimer()
-				cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Script: "true", Result: "result", ResultMax: 1 << 20})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if r := procrun.Adopt(cmd, waited, 0).Wait(); r.ExitCode != 0 {
-					b.Fatalf("%+v", r)
-				}
-				j.Result()
+				j := handTrue(b, p, dir)
 				t0 := time.Now()
 				j.Cleanup()
 				cleanup += time.Since(t0)
@@ -121,14 +114,7 @@ func BenchmarkJobStart(b *testing.B) {
 				b.Fatal(err)
 			}
 			dir, _, _ := s.WorkDir("", JobDir)
-			cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Script: "true", Result: "result", ResultMax: 1 << 20})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if r := procrun.Adopt(cmd, waited, 0).Wait(); r.ExitCode != 0 {
-				b.Fatalf("%+v", r)
-			}
-			j.Result()
+			j := handTrue(b, p, dir)
 			end := time.Now()
 			at, _ := j.Begun()
 			begun = append(begun, float64(at.Sub(t0).Microseconds())/1000)
@@ -162,4 +148,19 @@ func childrenCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// handTrue hands a sandbox made ahead the job `sh -s` with the script true in dir,
+// waits for its end (exit 0) and reads its result.
+func handTrue(b *testing.B, p *Prepared, dir string) *Job {
+	b.Helper()
+	cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Script: "true", Result: "result", ResultMax: 1 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if r := procrun.Adopt(cmd, waited, 0).Wait(); r.ExitCode != 0 {
+		b.Fatalf("%+v", r)
+	}
+	j.Result()
+	return j
 }

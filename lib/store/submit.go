@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -103,12 +104,21 @@ func (s *Store) SubmitGuarded(ctx context.Context, ctxID uint32, subs []Submissi
 // not sent with each job.
 var submitWrites = []string{"status", "attempt", "result", "created_at", "updated_at", "created_at_ms", "dispatched_at_ms", "run_at_ms"}
 
-// submitDefaults are the fields model.Job's hash always holds with the value
+// submitDefaults (jobDefaults but result, which submit.lua writes with a job's state:
+// submitWrites) are the fields model.Job's hash always holds with the value
 // lua/submit.lua writes for them when a job (whose id it reserves) is sent without
 // them (the header's "defaults"): caller_id and context_id are the job's caller and the
 // call's context.
-var submitDefaults = map[string]string{"script": "", "script_type": "", "timeout": "0", "retries": "0",
-	"env_vars": "{}", "prerequisites": "[]", "dependends": "[]"}
+var submitDefaults = defaultsBut("result")
+
+// defaultsBut is jobDefaults without the fields named.
+func defaultsBut(names ...string) map[string]string {
+	out := maps.Clone(jobDefaults)
+	for _, n := range names {
+		delete(out, n)
+	}
+	return out
+}
 
 // withoutSubmitDefaults drops from fields (field/value items) those at the value the script
 // writes for them without them (submitDefaults, the caller, the context), in place.
