@@ -139,7 +139,9 @@ local proc, leases, ek = KEYS[2], KEYS[3], KEYS[4]
 -- The fields this script reads.
 -- (a job's worker and claim are read only when it is started already: a fresh job has
 -- neither, and each field a hash lacks is a scan of all of it)
-local want = {'status', 'attempt', 'flow_id', 'id', 'caller_id', 'stop_requested', 'traceparent', 'created_at_ms'}
+-- (its id and caller are read from its key, job:<caller>:<id>: two strings less to
+-- cross from Redis to Lua a job)
+local want = {'status', 'attempt', 'flow_id', 'stop_requested', 'traceparent', 'created_at_ms'}
 local out = {}
 -- A claim that starts at most this many jobs returns their hashes.
 local INLINE_READS = 4
@@ -201,7 +203,8 @@ for n = 1, nitems do
   local claim = cnonce .. string.format('%02x', n)
   local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
   local v = {}
-  if string.match(item, '^' .. K_JOB .. '%d+:%d+$') then v = redis.call('HMGET', item, unpack(want)) end
+  local caller, id = string.match(item, '^' .. K_JOB .. '(%d+):(%d+)$')
+  if caller then v = redis.call('HMGET', item, unpack(want)) end
   local st = v[1]
   -- the worker and claim of a job started already (a duplicate entry, a retake)
   local prev, pclaim
@@ -231,7 +234,7 @@ for n = 1, nitems do
     out[#out + 1] = {item, 4, tonumber(v[2] or '1') or 1, pclaim}
   elseif not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
     if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
-  elseif keyrate and (v[9] or '') ~= '' and not lim_key_take(v[9], item, KEYS[1], v[10] == '1', now_ms) then
+  elseif keyrate and (v[7] or '') ~= '' and not lim_key_take(v[7], item, KEYS[1], v[8] == '1', now_ms) then
     -- held back by its key's rate (lib_limit): off the queue, nothing to run
     out[#out + 1] = {item, 5, 0}
   else
@@ -241,11 +244,9 @@ for n = 1, nitems do
     leased[#leased + 1] = member
     local attempt = v[2] or '1'
     local flow = v[3] or '0'
-    local id = v[4] or ''
-    local caller = v[5] or ''
     local trace
-    if v[7] and #v[7] == 55 then
-      trace = string.sub(v[7], 4, 35) -- the producer's trace
+    if v[5] and #v[5] == 55 then
+      trace = string.sub(v[5], 4, 35) -- the producer's trace
     elseif tnonce ~= '' then
       trace = tnonce .. string.format('%02x', n)
     elseif n <= traces_n then
@@ -255,7 +256,7 @@ for n = 1, nitems do
     end
     -- the fields every start sets, in one HSET with the claim (a Lua table built per
     -- job cost this script a twentieth of its instructions)
-    if keyrate and v[10] then redis.call('HDEL', item, 'rate_paid') end
+    if keyrate and v[8] then redis.call('HDEL', item, 'rate_paid') end
     if limited then
       -- under limits: counted until its end (finish_jobs reads limited), no longer held
       lim_join(member)
@@ -267,7 +268,7 @@ for n = 1, nitems do
     else
       redis.call('HSET', item, 'claim', claim, 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
     end
-    index_later(caller .. ':' .. id, st, JOB_STARTED, v[8] or nil)
+    index_later(caller .. ':' .. id, st, JOB_STARTED, v[6] or nil)
     -- An earlier run's end is removed at the start of any attempt but the first (or
     -- of a job without one): a job's first attempt has none (a new job; and whatever
     -- sets a job's attempt back removes them with it: start_flow, retry_flow,
@@ -285,7 +286,7 @@ for n = 1, nitems do
     ecap = ecap or EVENTS_CAP()
     redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', '', 'detail', detail) -- status: the type's (lib/store impliedStatus)
     local code = 0
-    if v[6] == '1' then code = 3 end
+    if v[4] == '1' then code = 3 end
     out[#out + 1] = {item, code, tonumber(attempt) or 1}
     started[#started + 1] = out[#out]
   end

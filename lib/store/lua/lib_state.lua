@@ -31,7 +31,11 @@ local function index_job(m, old, st, created) reindex(K_JOB_INDEX, m, old, st, c
 local index_moves, index_order
 -- msg_next..msg_last: message ids message_reserve took for this call (none: next > last)
 local msg_next, msg_last
-local function state_reset() index_moves, index_order, msg_next, msg_last = {}, {}, 0, -1 end
+-- msg_free: caller → its message ids and keys of msg_next..msg_last as they were when
+-- message_id first took one of them for it, when all were free (keys_free: {ids, ks,
+-- base: the id before the first}; false: not all, or one id left; nil: not asked yet)
+local msg_free
+local function state_reset() index_moves, index_order, msg_next, msg_last, msg_free = {}, {}, 0, -1, {} end
 local function index_later(m, old, st, created)
   if old == st then return end
   local score = created or redis.call('ZSCORE', K_JOB_INDEX, m)
@@ -89,12 +93,46 @@ local function dead_letter(caller, id, flow, now_ms, actor, err)
   redis.call('HSET', jk, 'dlq_at_ms', now_ms)
   event(EV_JOB_DEAD_LETTERED, actor, now_ms, flow, id, caller, JOB_ERROR, err)
 end
--- message_id takes a fresh message id of caller (skipping ids taken) and returns it
--- and the message's key: one message_reserve took, else one INCR's.
+-- keys_free returns the ids from … to as strings and the keys prefix .. id, when none
+-- of these keys exists (nil else): one EXISTS of them all (in calls of 500 keys)
+-- instead of one call per key; the caller takes the strings from these lists (making
+-- them again, and the garbage, cost about what the calls saved).
+local function keys_free(prefix, from, to)
+  local ids, ks = {}, {}
+  for k = from, to do
+    local id = int(k)
+    ids[#ids + 1] = id
+    ks[#ks + 1] = prefix .. id
+  end
+  for a = 1, #ks, 500 do
+    if redis.call('EXISTS', unpack(ks, a, math.min(a + 499, #ks))) > 0 then return nil end
+  end
+  return ids, ks
+end
+-- message_id takes a fresh message id of caller (skipping ids taken: a message that
+-- came from another node, or that message.create made, may hold one) and returns it
+-- and the message's key: one message_reserve took, else one INCR's. The reserved ids
+-- are checked together, once per caller (keys_free; a call's ids are taken in order,
+-- and nothing else of the call writes a message of them); only when one of them is
+-- taken is each checked on its own.
 local function message_id(caller)
   local mid
   repeat
     if msg_next <= msg_last then
+      local free = msg_free[caller]
+      if free == nil then
+        free = false
+        if msg_next < msg_last then
+          local ids, ks = keys_free(K_MESSAGE .. caller .. ':', msg_next, msg_last)
+          if ids then free = {ids = ids, ks = ks, base = msg_next - 1} end
+        end
+        msg_free[caller] = free
+      end
+      if free then
+        local i = msg_next - free.base
+        msg_next = msg_next + 1
+        return free.ids[i], free.ks[i]
+      end
       mid = int(msg_next)
       msg_next = msg_next + 1
     else
@@ -109,6 +147,7 @@ local function message_reserve(n)
   if n < 2 then return end
   msg_last = redis.call('INCRBY', K_MESSAGE_SEQ, n)
   msg_next = msg_last - n + 1
+  msg_free = {}
 end
 -- store_message stores a message from the table fields (field/value pairs) and, if
 -- given, the field/value pairs of the table extra, under the id mid (message_id's) or

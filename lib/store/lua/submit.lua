@@ -185,7 +185,10 @@ end
 -- Ids for the jobs that chose none, from their callers' counters
 -- (coord:seq:job:<caller>): one INCRBY per caller for its jobs of the call, and an INCR
 -- more for each id found held (by a job whose caller chose it, in Redis or in the call).
-local want, next_id, last_id = {}, {}, {}
+-- The keys of a caller's reserved ids are checked in one EXISTS (lib_state's
+-- keys_free; nothing is written before pass 2): each on its own only when one is held
+-- (free: the caller's reserved ids and keys when all are free, false else).
+local want, next_id, last_id, free = {}, {}, {}, {}
 for _, j in ipairs(jobs) do
   if not j.chosen then want[j.caller] = (want[j.caller] or 0) + 1 end
 end
@@ -195,18 +198,29 @@ for _, j in ipairs(jobs) do
     if not next_id[c] then
       last_id[c] = redis.call('INCRBY', K_JOB_SEQ .. c, int(want[c]))
       next_id[c] = last_id[c] - want[c] + 1
+      free[c] = false
+      if want[c] > 1 and last_id[c] <= 4294967295 then
+        local ids, ks = keys_free(K_JOB .. c .. ':', next_id[c], last_id[c])
+        if ids then free[c] = {ids = ids, ks = ks, base = next_id[c] - 1, last = last_id[c]} end
+      end
     end
+    local id, f = nil, free[c]
     repeat
-      local id = next_id[c]
+      id = next_id[c]
       if id > last_id[c] then
         id = redis.call('INCR', K_JOB_SEQ .. c)
         last_id[c] = id
       end
       if id > 4294967295 then return {'exhausted', 0, c} end
       next_id[c] = id + 1
-      j.id = int(id)
-      j.key = K_JOB .. c .. ':' .. j.id
-    until not chosen_by[j.key] and redis.call('EXISTS', j.key) == 0
+      local known = f and id <= f.last
+      if known then
+        j.id, j.key = f.ids[id - f.base], f.ks[id - f.base]
+      else
+        j.id = int(id)
+        j.key = K_JOB .. c .. ':' .. j.id
+      end
+    until not chosen_by[j.key] and (known or redis.call('EXISTS', j.key) == 0)
   end
 end
 
