@@ -319,17 +319,21 @@ func PinnedQueue(runnerID uint32, suffix string) string {
 }
 
 const (
-	FlowSeq      = "coord:seq:flow" // counters for server-assigned ids
-	MessageSeq   = "coord:seq:message"
-	RunnerSeq    = "coord:seq:runner"
-	ScriptTypes  = "coord:script_types" // hash: script type → number of runners serving it
-	Executors    = "coord:executors"    // hash: RRQ executor name → number of runners that have it
-	FlowIndex    = "coord:idx:flows"    // zset: flow id → creation time (ms)
-	RunnerIndex  = "coord:idx:runners"  // zset: runner id → creation time (ms)
-	JobIndex     = "coord:idx:jobs"     // zset: "<caller>:<id>" → creation time (ms)
-	MessageIndex = "coord:idx:messages" // zset: "<caller>:<id>" → creation time (ms)
-	Events       = "coord:events"       // stream: the context's capped event log
-	DLQ          = "coord:dlq"          // zset: "<caller>:<id>" of jobs that failed for good → when (ms)
+	FlowSeq    = "coord:seq:flow" // counters for server-assigned ids
+	MessageSeq = "coord:seq:message"
+	// MessageTemplate: a scratch hash a script writes and deletes within one call (never
+	// seen outside it): the fields its messages share, which each message is copied
+	// from (lib/store lib_state.lua's message_share)
+	MessageTemplate = "coord:msgtmpl"
+	RunnerSeq       = "coord:seq:runner"
+	ScriptTypes     = "coord:script_types" // hash: script type → number of runners serving it
+	Executors       = "coord:executors"    // hash: RRQ executor name → number of runners that have it
+	FlowIndex       = "coord:idx:flows"    // zset: flow id → creation time (ms)
+	RunnerIndex     = "coord:idx:runners"  // zset: runner id → creation time (ms)
+	JobIndex        = "coord:idx:jobs"     // zset: "<caller>:<id>" → creation time (ms)
+	MessageIndex    = "coord:idx:messages" // zset: "<caller>:<id>" → creation time (ms)
+	Events          = "coord:events"       // stream: the context's capped event log
+	DLQ             = "coord:dlq"          // zset: "<caller>:<id>" of jobs that failed for good → when (ms)
 )
 
 // JobSeqPrefix prefixes JobSeq.

@@ -79,13 +79,13 @@ type service struct {
 // checked by the end-to-end suite against a Redis with these users (ACL LOG).
 var services = []service{
 	{"scheduler",
-		"del exists expire hdel hget hgetall hincrby hmget hscan incr incrby llen lpos lpush lrange lrem ltrim multi exec publish punsubscribe rpop rpush sadd scard sismember smembers spop srem subscribe time unlink unsubscribe xadd xtrim zadd zcard zrange zrangebyscore zrem zscore",
+		"copy del exists expire hdel hget hgetall hincrby hmget hscan incr incrby llen lpos lpush lrange lrem ltrim multi exec publish punsubscribe rpop rpush sadd scard sismember smembers spop srem subscribe time unlink unsubscribe xadd xtrim zadd zcard zrange zrangebyscore zrem zscore",
 		dataKeys + " " + contextsRead, "&" + keys.JobDone + " &" + keys.FlowDone + " &" + keys.DelayedWake},
 	{"router",
 		"blpop del eval exists expire hdel hget hgetall hincrby hmget incr incrby llen lpos lpush lrange lrem ltrim multi exec rpop rpush sadd scard sismember smembers srem time xadd zadd zcard zrange zrangebyscore zrem zscore",
 		dataKeys + " " + contextsRead, ""},
 	{"runner",
-		"append blmove blpop client|unblock del eval evalsha exists expire hdel hexists hget hgetall hincrby hmget incr incrby lindex llen lpop lpos lpush lrange lrem ltrim multi exec pexpire publish rpop rpush sadd scan scard sismember smembers srem strlen subscribe unsubscribe punsubscribe time xadd zadd zcard zcount zrange zrangebyscore zrem zremrangebyscore zscore",
+		"append blmove blpop client|unblock copy del eval evalsha exists expire hdel hexists hget hgetall hincrby hmget incr incrby lindex llen lpop lpos lpush lrange lrem ltrim multi exec pexpire publish rpop rpush sadd scan scard sismember smembers srem strlen subscribe unsubscribe punsubscribe time xadd zadd zcard zcount zrange zrangebyscore zrem zremrangebyscore zscore",
 		dataKeys + " " + heroKeys + " " + contextsRead, "&" + keys.Control + " &" + keys.JobDone + " &" + keys.FlowDone + " &" + keys.LogAppended + " &" + keys.DelayedWake},
 	{"mycelium-gateway",
 		"del hget hgetall multi exec pexpire pttl publish subscribe unsubscribe punsubscribe",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,4 +96,77 @@ func TestReservedIDsCheckedTogether(t *testing.T) {
 func exists1(t *testing.T, key string) bool {
 	t.Helper()
 	return srv.Client(t, 1).Exists(context.Background(), key).Val() == 1
+}
+
+// The request messages of a submission of several jobs, and the result messages of a
+// finish of several standalone runs, are each copied from one scratch hash of the
+// fields they share (one COPY and a short HSET a message), which is gone after the
+// call; they hold what a message stored on its own holds (a call of one job, one run).
+func TestMessagesCopiedFromSharedFields(t *testing.T) {
+	s, db := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	// one job alone: its messages are written whole
+	one := submitAndFinish(t, s, db, 1)
+	copies := commandCalls(t, 1, "copy")
+	four := submitAndFinish(t, s, db, 4)
+	if d := commandCalls(t, 1, "copy") - copies; d != 8 {
+		t.Errorf("%d COPYs for 4 jobs' requests and results, want 8", d)
+	}
+	if rdb.Exists(ctx, keys.MessageTemplate).Val() != 0 {
+		t.Fatalf("the scratch hash %s is left", keys.MessageTemplate)
+	}
+	// the fields that differ by message: its id, text, job list and times
+	own := map[string]bool{"id": true, "message": true, "job": true, "created_at": true, "updated_at": true, "created_at_ms": true}
+	for _, id := range four {
+		for k, m := range jobMsgs(t, rdb, 7, id) {
+			got := rdb.HGetAll(ctx, "message:7:"+m).Val()
+			want := rdb.HGetAll(ctx, "message:7:"+jobMsgs(t, rdb, 7, one[0])[k]).Val()
+			if len(got) != len(want) {
+				t.Fatalf("message %s of job %d: %v; alone: %v", m, id, got, want)
+			}
+			for f, v := range want {
+				if g, ok := got[f]; !ok || (!own[f] && g != v) {
+					t.Fatalf("message %s of job %d: %s = %q, alone %q", m, id, f, g, v)
+				}
+			}
+			if got["id"] != m || !strings.Contains(got["job"], fmt.Sprintf(`"id":%d`, id)) {
+				t.Fatalf("message %s of job %d: %v", m, id, got)
+			}
+		}
+	}
+}
+
+// submitAndFinish submits n sh jobs of caller 7 in one call, claims them and finishes
+// them together (successes); it returns their ids.
+func submitAndFinish(t *testing.T, s *store.Store, db *store.DB, n int) []uint32 {
+	t.Helper()
+	ctx := context.Background()
+	var subs []store.Submission
+	for i := range n {
+		subs = append(subs, store.Submission{Job: shJob(7, 0, fmt.Sprintf("echo %d", i)), Actor: "7"})
+	}
+	out, err := s.SubmitGuarded(ctx, 1, subs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.ClaimStarts(ctx, "queue:sh", "w7", time.Minute, make([]string, n), store.Wake{})
+	if err != nil || len(got) != n {
+		t.Fatalf("claim: %d started, %v", len(got), err)
+	}
+	fs := make([]store.Finish, n)
+	for i, st := range got {
+		fs[i] = store.Finish{DB: db, Claim: st.Claim, Job: st.Job, Outcome: store.JobOutcome{Status: model.JobFinished}}
+	}
+	oks, errs := store.FinishJobs(ctx, fs)
+	for i := range oks {
+		if errs[i] != nil || !oks[i] {
+			t.Fatalf("finish %d: %v %v", i, oks[i], errs[i])
+		}
+	}
+	ids := make([]uint32, n)
+	for i, o := range out {
+		ids[i] = o.Job.ID
+	}
+	return ids
 }

@@ -68,7 +68,9 @@
 -- Reply: raw per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
 --   here, jobs dispatched, flow status of the flow that ended here or ""}.
--- Derives: context DB: coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
+-- Derives: context DB: coord:msgtmpl (lib_state's message_share: the result messages'
+--   shared fields, a scratch hash written and deleted in the call),
+--   coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
 --   coord:ckrun:<key>, coord:ckheld:<key> and the held jobs' queues (lib_ck),
 --   coord:limrun:<scope> and coord:limpark (lib_limit),
 --   the job queue of a run's lease member (a late end's queued copy),
@@ -149,7 +151,11 @@ local function apply_here(jk, id, flow, attempt, result)
 end
 -- each run's own result message (not grouped): their ids in one INCRBY (a run
 -- whose claim is not the job's any more leaves its id unused)
-if not grouped then message_reserve(#runs) end
+-- (and they share the result's fields: lib_state's message_share)
+if not grouped then
+  message_reserve(#runs)
+  if #runs >= 2 then message_share(result) end
+end
 -- the events' cap, read at the first event of the call (EVENTS_CAP: a ZCARD), not at each
 local ecap
 for r = 1, #runs do
@@ -284,6 +290,7 @@ local function group_message(spans, gids, total, processed)
   track_msg(caller, gids[1], mk, gflow)
   if not processed then push(mk) end
 end
+message_unshare()
 call_each('ZREM', leases, unleased)
 index_flush()
 local nruns = #runs

@@ -35,7 +35,10 @@ local msg_next, msg_last
 -- message_id first took one of them for it, when all were free (keys_free: {ids, ks,
 -- base: the id before the first}; false: not all, or one id left; nil: not asked yet)
 local msg_free
-local function state_reset() index_moves, index_order, msg_next, msg_last, msg_free = {}, {}, 0, -1, {} end
+-- msg_shared: the fields table whose items but its status (the first pair) the
+-- scratch hash K_MSG_TEMPLATE holds (message_share; nil: none)
+local msg_shared
+local function state_reset() index_moves, index_order, msg_next, msg_last, msg_free, msg_shared = {}, {}, 0, -1, {}, nil end
 local function index_later(m, old, st, created)
   if old == st then return end
   local score = created or redis.call('ZSCORE', K_JOB_INDEX, m)
@@ -160,6 +163,15 @@ local function store_message(caller, fields, now_ms, extra, st, mid)
   if st and fields[1] ~= 'status' then error('store_message: a status given for fields that do not start with one') end
   local mk
   if mid then mk = K_MESSAGE .. caller .. ':' .. mid else mid, mk = message_id(caller) end
+  -- a copy of the shared fields (message_share), then its own and its status (a key
+  -- that exists, which a fresh id never names, is written whole below instead)
+  if fields == msg_shared and redis.call('COPY', K_MSG_TEMPLATE, mk) == 1 then
+    local kv = extra or {}
+    kv[#kv + 1] = 'status'
+    kv[#kv + 1] = st or fields[2]
+    redis.call('HSET', mk, 'id', mid, unpack(kv))
+    return mk
+  end
   local first = 1
   if st then
     first = 3
@@ -186,6 +198,25 @@ local function store_message(caller, fields, now_ms, extra, st, mid)
     redis.call('HSET', mk, unpack(kv))
   end
   return mk
+end
+-- message_share: the messages that store_message stores from fields (the same table,
+-- whose items start with the status) after this are copied (COPY) from the scratch
+-- hash K_MSG_TEMPLATE, written here with all the fields' items but the status, and
+-- then given their own items and status in one HSET: a new hash's HSET looks each field
+-- up in all those before it, and each item crosses from Lua to Redis, so that a
+-- message's ~13 shared fields cost more than a copy of them. For calls that store
+-- several messages from the same fields; message_unshare deletes the scratch hash,
+-- in the context's DB, before the script ends (no one ever sees it).
+local function message_share(fields)
+  if fields[1] ~= 'status' then error('message_share: fields that do not start with the status') end
+  redis.call('HSET', K_MSG_TEMPLATE, unpack(fields, 3))
+  msg_shared = fields
+end
+local function message_unshare()
+  if msg_shared then
+    redis.call('DEL', K_MSG_TEMPLATE)
+    msg_shared = nil
+  end
 end
 -- part_fields appends to t the field/value pairs that store the text v as field name
 -- of a message, in parts of at most 64 bytes: name (the first part) and, when

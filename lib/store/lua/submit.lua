@@ -68,7 +68,9 @@
 --     member   string  the job, "<caller>:<id>"
 --     ...hash  []string  with 2: the existing job's hash as field/value items (with 1
 --                        none: no empty table per job to convert into the reply)
--- Derives: context:<ctx> (the guard), coord:seq:job:<caller> and job:<caller>:<id> of
+-- Derives: coord:msgtmpl (lib_state's message_share: the request messages' shared
+--   fields, a scratch hash written and deleted in the call),
+--   context:<ctx> (the guard), coord:seq:job:<caller> and job:<caller>:<id> of
 --   the reserved ids, job:<caller>:<id> of the job a uniqueness
 --   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
 --   coord:idx:jobs[:status], coord:seq:message, message:<caller>:<n>,
@@ -234,6 +236,8 @@ for _, j in ipairs(jobs) do
   if not j.exists and not j.again and j.run_at == '0' then fresh = fresh + 1 end
 end
 message_reserve(fresh)
+-- the request messages share msg's fields (lib_state's message_share)
+if fresh >= 2 then message_share(msg) end
 local indexed, scheduled, delayed, first_due = {}, {}, {}, nil
 for _, j in ipairs(jobs) do
   local member = j.caller .. ':' .. j.id
@@ -297,6 +301,7 @@ for _, j in ipairs(jobs) do
     out[#out + 1] = {1, member}
   end
 end
+message_unshare()
 call_each('ZADD', K_JOB_INDEX, indexed, 2)
 call_each('ZADD', K_JOB_INDEX .. ':' .. JOB_DISPATCHED, indexed, 2)
 call_each('ZADD', K_JOB_INDEX, scheduled, 2)
