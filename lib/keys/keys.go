@@ -325,15 +325,18 @@ const (
 	// seen outside it): the fields its messages share, which each message is copied
 	// from (lib/store lib_state.lua's message_share)
 	MessageTemplate = "coord:msgtmpl"
-	RunnerSeq       = "coord:seq:runner"
-	ScriptTypes     = "coord:script_types" // hash: script type → number of runners serving it
-	Executors       = "coord:executors"    // hash: RRQ executor name → number of runners that have it
-	FlowIndex       = "coord:idx:flows"    // zset: flow id → creation time (ms)
-	RunnerIndex     = "coord:idx:runners"  // zset: runner id → creation time (ms)
-	JobIndex        = "coord:idx:jobs"     // zset: "<caller>:<id>" → creation time (ms)
-	MessageIndex    = "coord:idx:messages" // zset: "<caller>:<id>" → creation time (ms)
-	Events          = "coord:events"       // stream: the context's capped event log
-	DLQ             = "coord:dlq"          // zset: "<caller>:<id>" of jobs that failed for good → when (ms)
+	// JobTemplate: the same for the fields the new jobs of one submission share
+	// (lib/store submit.lua)
+	JobTemplate  = "coord:jobtmpl"
+	RunnerSeq    = "coord:seq:runner"
+	ScriptTypes  = "coord:script_types" // hash: script type → number of runners serving it
+	Executors    = "coord:executors"    // hash: RRQ executor name → number of runners that have it
+	FlowIndex    = "coord:idx:flows"    // zset: flow id → creation time (ms)
+	RunnerIndex  = "coord:idx:runners"  // zset: runner id → creation time (ms)
+	JobIndex     = "coord:idx:jobs"     // zset: "<caller>:<id>" → creation time (ms)
+	MessageIndex = "coord:idx:messages" // zset: "<caller>:<id>" → creation time (ms)
+	Events       = "coord:events"       // stream: the context's capped event log
+	DLQ          = "coord:dlq"          // zset: "<caller>:<id>" of jobs that failed for good → when (ms)
 )
 
 // JobSeqPrefix prefixes JobSeq.

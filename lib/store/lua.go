@@ -190,6 +190,7 @@ var luaKeys = []struct{ name, key string }{
 	{"K_LEASES", keys.Leases},
 	{"K_MESSAGE_SEQ", keys.MessageSeq},
 	{"K_MSG_TEMPLATE", keys.MessageTemplate},
+	{"K_JOB_TEMPLATE", keys.JobTemplate},
 	{"K_JOB_SEQ", keys.JobSeqPrefix},
 	{"K_SCRIPT_TYPES", keys.ScriptTypes},
 	{"K_EXECUTORS", keys.Executors},

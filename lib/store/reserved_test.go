@@ -98,10 +98,11 @@ func exists1(t *testing.T, key string) bool {
 	return srv.Client(t, 1).Exists(context.Background(), key).Val() == 1
 }
 
-// The request messages of a submission of several jobs, and the result messages of a
-// finish of several standalone runs, are each copied from one scratch hash of the
-// fields they share (one COPY and a short HSET a message), which is gone after the
-// call; they hold what a message stored on its own holds (a call of one job, one run).
+// The new jobs and the request messages of a submission of several jobs, and the
+// result messages of a finish of several standalone runs, are each copied from a
+// scratch hash of the fields they share (one COPY and a short HSET each), which is gone
+// after the call; they hold what a job or a message stored on its own holds (a call of
+// one job, one run).
 func TestMessagesCopiedFromSharedFields(t *testing.T) {
 	s, db := shContext(t)
 	ctx := context.Background()
@@ -110,11 +111,26 @@ func TestMessagesCopiedFromSharedFields(t *testing.T) {
 	one := submitAndFinish(t, s, db, 1)
 	copies := commandCalls(t, 1, "copy")
 	four := submitAndFinish(t, s, db, 4)
-	if d := commandCalls(t, 1, "copy") - copies; d != 8 {
-		t.Errorf("%d COPYs for 4 jobs' requests and results, want 8", d)
+	if d := commandCalls(t, 1, "copy") - copies; d != 12 {
+		t.Errorf("%d COPYs for 4 jobs, their requests and results, want 12", d)
 	}
-	if rdb.Exists(ctx, keys.MessageTemplate).Val() != 0 {
-		t.Fatalf("the scratch hash %s is left", keys.MessageTemplate)
+	if n := rdb.Exists(ctx, keys.MessageTemplate, keys.JobTemplate).Val(); n != 0 {
+		t.Fatalf("%d scratch hashes left", n)
+	}
+	// the jobs' fields that differ by job: its id, script, messages, times, claim, trace
+	jobOwn := map[string]bool{"id": true, "script": true, "msgs": true, "created_at": true, "updated_at": true, "created_at_ms": true,
+		"dispatched_at_ms": true, "started_at_us": true, "finished_at_us": true, "claim": true, "trace_id": true}
+	alone := rdb.HGetAll(ctx, keys.Job(7, one[0])).Val()
+	for _, id := range four {
+		got := rdb.HGetAll(ctx, keys.Job(7, id)).Val()
+		if len(got) != len(alone) || got["id"] != fmt.Sprint(id) || got["script"] == "" {
+			t.Fatalf("job %d: %v; alone: %v", id, got, alone)
+		}
+		for f, v := range alone {
+			if g, ok := got[f]; !ok || (!jobOwn[f] && g != v) {
+				t.Fatalf("job %d: %s = %q, alone %q", id, f, g, v)
+			}
+		}
 	}
 	// the fields that differ by message: its id, text, job list and times
 	own := map[string]bool{"id": true, "message": true, "job": true, "created_at": true, "updated_at": true, "created_at_ms": true}

@@ -69,7 +69,8 @@
 --     ...hash  []string  with 2: the existing job's hash as field/value items (with 1
 --                        none: no empty table per job to convert into the reply)
 -- Derives: coord:msgtmpl (lib_state's message_share: the request messages' shared
---   fields, a scratch hash written and deleted in the call),
+--   fields, a scratch hash written and deleted in the call), coord:jobtmpl (the same
+--   for the new jobs' shared fields),
 --   context:<ctx> (the guard), coord:seq:job:<caller> and job:<caller>:<id> of
 --   the reserved ids, job:<caller>:<id> of the job a uniqueness
 --   key names (its value is "<caller>:<id>"), and lib_state's fixed keys (coord:events,
@@ -236,8 +237,19 @@ for _, j in ipairs(jobs) do
   if not j.exists and not j.again and j.run_at == '0' then fresh = fresh + 1 end
 end
 message_reserve(fresh)
--- the request messages share msg's fields (lib_state's message_share)
-if fresh >= 2 then message_share(msg) end
+-- the request messages share msg's fields (lib_state's message_share), and the new
+-- jobs the fields every one of them gets but its id, message and caller, the same
+-- way: each is a COPY of the scratch hash coord:jobtmpl, then its own items in one
+-- HSET (these ~15 fields written into each job's new hash, each looked up in all those
+-- before it, and their items crossing from Lua, cost more than a copy)
+local shared = fresh >= 2
+if shared then
+  message_share(msg)
+  redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
+    'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms,
+    'context_id', ctx, 'script', '', 'script_type', '', 'timeout', '0', 'retries', '0',
+    'env_vars', '{}', 'prerequisites', '[]', 'dependends', '[]')
+end
 local indexed, scheduled, delayed, first_due = {}, {}, {}, nil
 for _, j in ipairs(jobs) do
   local member = j.caller .. ':' .. j.id
@@ -269,11 +281,15 @@ for _, j in ipairs(jobs) do
     -- track_msg would write it).
     local q = j.q
     local mid, mk = message_id(j.caller)
-    redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
-      'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid,
-      'caller_id', j.caller, 'context_id', ctx, 'script', '', 'script_type', '', 'timeout', '0', 'retries', '0',
-      'env_vars', '{}', 'prerequisites', '[]', 'dependends', '[]',
-      unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
+    if shared and redis.call('COPY', K_JOB_TEMPLATE, j.key) == 1 then
+      redis.call('HSET', j.key, 'id', j.id, 'msgs', mid, 'caller_id', j.caller, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
+    else
+      redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
+        'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid,
+        'caller_id', j.caller, 'context_id', ctx, 'script', '', 'script_type', '', 'timeout', '0', 'retries', '0',
+        'env_vars', '{}', 'prerequisites', '[]', 'dependends', '[]',
+        unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
+    end
     indexed[#indexed + 1] = now_ms
     indexed[#indexed + 1] = member
     -- The fields every job event has, in their order: a stream stores the names of an
@@ -302,6 +318,7 @@ for _, j in ipairs(jobs) do
   end
 end
 message_unshare()
+if shared then redis.call('DEL', K_JOB_TEMPLATE) end
 call_each('ZADD', K_JOB_INDEX, indexed, 2)
 call_each('ZADD', K_JOB_INDEX .. ':' .. JOB_DISPATCHED, indexed, 2)
 call_each('ZADD', K_JOB_INDEX, scheduled, 2)
