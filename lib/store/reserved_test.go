@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,40 +18,45 @@ import (
 // id and caller (read from its key), with its started event naming them.
 func TestReservedIDsCheckedTogether(t *testing.T) {
 	s, db := shContext(t)
-	ctx := context.Background()
 	rdb := srv.Client(t, 1)
 	const n = 8
-	var subs []store.Submission
-	for i := range n {
-		subs = append(subs, store.Submission{Job: shJob(7, 0, fmt.Sprintf("echo %d", i)), Actor: "7"})
-	}
 	exists := commandCalls(t, 1, "exists")
-	out, err := s.SubmitGuarded(ctx, 1, subs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := submitSh(t, s, n)
 	if d := commandCalls(t, 1, "exists") - exists; d != 2 {
 		t.Errorf("%d EXISTS for %d submitted jobs, want 2 (their job keys together, their messages' together)", d, n)
 	}
-	var ids []uint32
-	for _, o := range out {
-		if !exists1(t, keys.Job(7, o.Job.ID)) || slices.Contains(ids, o.Job.ID) {
-			t.Fatalf("job %d: stored %v, ids before %v", o.Job.ID, exists1(t, keys.Job(7, o.Job.ID)), ids)
+	seen := map[uint32]bool{}
+	for _, id := range ids {
+		if !exists1(t, keys.Job(7, id)) || seen[id] {
+			t.Fatalf("job %d: stored %v, ids %v", id, exists1(t, keys.Job(7, id)), ids)
 		}
-		ids = append(ids, o.Job.ID)
+		seen[id] = true
 	}
-	got, err := db.ClaimStarts(ctx, "queue:sh", "w7", time.Minute, make([]string, n), store.Wake{})
-	if err != nil || len(got) != n {
-		t.Fatalf("claim: %d started, %v", len(got), err)
+	exists = commandCalls(t, 1, "exists")
+	claimAndFinish(t, db, ids)
+	if d := commandCalls(t, 1, "exists") - exists; d != 1 {
+		t.Errorf("%d EXISTS for the claim and the result messages of %d runs, want 1", d, n)
 	}
-	fs := make([]store.Finish, len(got))
-	for i, st := range got {
-		if st.Outcome != store.StartRun || st.Job == nil || st.Job.CallerID != 7 || st.Job.ID != ids[i] {
-			t.Fatalf("claimed %d: %+v %+v (want job 7:%d)", i, st, st.Job, ids[i])
+	checkStartedEvents(t, db, ids)
+	// each run's result message is its own
+	msgs := map[string]bool{}
+	for _, id := range ids {
+		for _, m := range jobMsgs(t, rdb, 7, id) {
+			if msgs[m] || !exists1(t, "message:7:"+m) {
+				t.Fatalf("job 7:%d's message %s: shared or missing", id, m)
+			}
+			msgs[m] = true
 		}
-		fs[i] = store.Finish{DB: db, Claim: st.Claim, Job: st.Job, Outcome: store.JobOutcome{Status: model.JobFinished}}
 	}
-	evs, err := db.ReadEvents(ctx, "0", 10000)
+	if len(msgs) != 2*n {
+		t.Fatalf("%d messages for %d jobs, want a request and a result each", len(msgs), n)
+	}
+}
+
+// checkStartedEvents: a job.started event names each job 7:<id> of ids.
+func checkStartedEvents(t *testing.T, db *store.DB, ids []uint32) {
+	t.Helper()
+	evs, err := db.ReadEvents(context.Background(), "0", 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,29 +70,6 @@ func TestReservedIDsCheckedTogether(t *testing.T) {
 		if !startedOf[id] {
 			t.Errorf("no job.started event names job 7:%d", id)
 		}
-	}
-	exists = commandCalls(t, 1, "exists")
-	oks, errs := store.FinishJobs(ctx, fs)
-	for i := range oks {
-		if errs[i] != nil || !oks[i] {
-			t.Fatalf("finish %d: %v %v", i, oks[i], errs[i])
-		}
-	}
-	if d := commandCalls(t, 1, "exists") - exists; d != 1 {
-		t.Errorf("%d EXISTS for the result messages of %d runs, want 1", d, n)
-	}
-	// each run's result message is its own
-	msgs := map[string]bool{}
-	for _, id := range ids {
-		for _, m := range jobMsgs(t, rdb, 7, id) {
-			if msgs[m] || !exists1(t, "message:7:"+m) {
-				t.Fatalf("job 7:%d's message %s: shared or missing", id, m)
-			}
-			msgs[m] = true
-		}
-	}
-	if len(msgs) != 2*n {
-		t.Fatalf("%d messages for %d jobs, want a request and a result each", len(msgs), n)
 	}
 }
 
@@ -157,21 +138,43 @@ func TestMessagesCopiedFromSharedFields(t *testing.T) {
 // them together (successes); it returns their ids.
 func submitAndFinish(t *testing.T, s *store.Store, db *store.DB, n int) []uint32 {
 	t.Helper()
-	ctx := context.Background()
+	ids := submitSh(t, s, n)
+	claimAndFinish(t, db, ids)
+	return ids
+}
+
+// submitSh submits n sh jobs of caller 7 in one call and returns their ids.
+func submitSh(t *testing.T, s *store.Store, n int) []uint32 {
+	t.Helper()
 	var subs []store.Submission
 	for i := range n {
 		subs = append(subs, store.Submission{Job: shJob(7, 0, fmt.Sprintf("echo %d", i)), Actor: "7"})
 	}
-	out, err := s.SubmitGuarded(ctx, 1, subs, nil)
+	out, err := s.SubmitGuarded(context.Background(), 1, subs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := db.ClaimStarts(ctx, "queue:sh", "w7", time.Minute, make([]string, n), store.Wake{})
-	if err != nil || len(got) != n {
+	ids := make([]uint32, n)
+	for i, o := range out {
+		ids[i] = o.Job.ID
+	}
+	return ids
+}
+
+// claimAndFinish claims the jobs 7:<id> of ids (in order, from queue:sh) and finishes
+// them together, successes.
+func claimAndFinish(t *testing.T, db *store.DB, ids []uint32) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := db.ClaimStarts(ctx, "queue:sh", "w7", time.Minute, make([]string, len(ids)), store.Wake{})
+	if err != nil || len(got) != len(ids) {
 		t.Fatalf("claim: %d started, %v", len(got), err)
 	}
-	fs := make([]store.Finish, n)
+	fs := make([]store.Finish, len(got))
 	for i, st := range got {
+		if st.Outcome != store.StartRun || st.Job == nil || st.Job.CallerID != 7 || st.Job.ID != ids[i] {
+			t.Fatalf("claimed %d: %+v (want job 7:%d)", i, st, ids[i])
+		}
 		fs[i] = store.Finish{DB: db, Claim: st.Claim, Job: st.Job, Outcome: store.JobOutcome{Status: model.JobFinished}}
 	}
 	oks, errs := store.FinishJobs(ctx, fs)
@@ -180,9 +183,4 @@ func submitAndFinish(t *testing.T, s *store.Store, db *store.DB, n int) []uint32
 			t.Fatalf("finish %d: %v %v", i, oks[i], errs[i])
 		}
 	}
-	ids := make([]uint32, n)
-	for i, o := range out {
-		ids[i] = o.Job.ID
-	}
-	return ids
 }
