@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -162,6 +163,21 @@ type jobPath struct {
 type pathStage struct {
 	name      string
 	cpu, busy time.Duration
+	cmds      map[string]int // the commands Redis ran (scripts' and clients'; commandstats' calls)
+}
+
+// redisCalls is commandstats' calls by command (but INFO, the benchmark's own).
+func redisCalls(b *testing.B) map[string]int {
+	out := map[string]int{}
+	for _, line := range strings.Split(srv.Client(b, 0).Info(context.Background(), "commandstats").Val(), "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") || name == "info" {
+			continue
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		out[name], _ = strconv.Atoi(v)
+	}
+	return out
 }
 
 func (p *jobPath) step(err error) {
@@ -178,16 +194,23 @@ func (p *jobPath) measure(name string, fn func()) {
 		callgrindDump(p.b, name)
 		return
 	}
-	c0, b0 := redisCPU(p.b), redisBusy(p.b)
+	c0, b0, n0 := redisCPU(p.b), redisBusy(p.b), redisCalls(p.b)
 	fn()
 	c, bz := redisCPU(p.b)-c0, redisBusy(p.b)-b0
-	for _, st := range p.stages {
-		if st.name == name {
-			st.cpu, st.busy = st.cpu+c, st.busy+bz
-			return
+	var st *pathStage
+	for _, s := range p.stages {
+		if s.name == name {
+			st = s
 		}
 	}
-	p.stages = append(p.stages, &pathStage{name, c, bz})
+	if st == nil {
+		st = &pathStage{name: name, cmds: map[string]int{}}
+		p.stages = append(p.stages, st)
+	}
+	st.cpu, st.busy = st.cpu+c, st.busy+bz
+	for cmd, k := range redisCalls(p.b) {
+		st.cmds[cmd] += k - n0[cmd]
+	}
 }
 
 // setup creates runner 1 (serving go), the n handler jobs and their flow.
@@ -433,6 +456,28 @@ func (p *jobPath) report(what string) {
 	}
 	fmt.Printf("  %-36s %6.1f µs  %6.1f µs\n", "all", float64(cpu.Microseconds())/float64(n), float64(busy.Microseconds())/float64(n))
 	p.b.ReportMetric(float64(cpu.Microseconds())/float64(n), "redis-µs/job")
+	fmt.Printf("Redis commands per job (commandstats: the scripts' and the clients'; FCALL, SELECT and HELLO aside):\n")
+	for _, st := range p.stages {
+		fmt.Printf("  %-36s %s\n", st.name, commandsPerJob(st.cmds, n))
+	}
+}
+
+// commandsPerJob spells the commands of cmds per job of n: their total, then each one's.
+func commandsPerJob(cmds map[string]int, n int) string {
+	var names []string
+	total := 0
+	for cmd, k := range cmds {
+		if k > 0 && cmd != "fcall" && cmd != "select" && cmd != "hello" {
+			names = append(names, cmd)
+			total += k
+		}
+	}
+	slices.Sort(names)
+	out := fmt.Sprintf("%5.2f:", float64(total)/float64(n))
+	for _, cmd := range names {
+		out += fmt.Sprintf(" %s %.2f", cmd, float64(cmds[cmd])/float64(n))
+	}
+	return out
 }
 
 // newJobPath makes the run of n jobs in context 9, with the scheduler's settings
