@@ -50,7 +50,11 @@
 --                     '[]' (after its state and times, as the job's own items came
 --                     before: the fields the runner reads keep their places in the
 --                     listpack); a job's own items (all of them, for a chosen id)
---                     follow them in the same HSET, so that they win
+--                     follow them in the same HSET, so that they win. In a call of
+--                     several new jobs, the fields they share (state, times,
+--                     context, defaults) are a COPY of the scratch hash
+--                     coord:jobtmpl, and the id, msgs, caller_id and own items
+--                     follow in one HSET
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route
 -- Reply: outcome nothing is written unless status is 'ok' (but for 'exhausted')
 --   status  string  'ok'; 'changed' (the context's guarded fields differ: authorize
