@@ -206,9 +206,11 @@ end
 -- up in all those before it, and each item crosses from Lua to Redis, so that a
 -- message's ~13 shared fields cost more than a copy of them. For calls that store
 -- several messages from the same fields; message_unshare deletes the scratch hash,
--- in the context's DB, before the script ends (no one ever sees it).
+-- in the context's DB, before the script ends (no one ever sees it; one that a call
+-- which failed midway left, whose writes Redis does not undo, goes first).
 local function message_share(fields)
   if fields[1] ~= 'status' then error('message_share: fields that do not start with the status') end
+  redis.call('DEL', K_MSG_TEMPLATE)
   redis.call('HSET', K_MSG_TEMPLATE, unpack(fields, 3))
   msg_shared = fields
 end

@@ -249,6 +249,7 @@ message_reserve(fresh)
 local shared = fresh >= 2
 if shared then
   message_share(msg)
+  redis.call('DEL', K_JOB_TEMPLATE) -- (one a call that failed midway left)
   redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
     'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms,
     'context_id', ctx, 'script', '', 'script_type', '', 'timeout', '0', 'retries', '0',
