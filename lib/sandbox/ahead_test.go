@@ -41,6 +41,7 @@ func newAheadSandbox(t *testing.T, max int) *Sandbox {
 func eachWay(t *testing.T, f func(t *testing.T, s *Sandbox)) {
 	t.Run("cold", func(t *testing.T) { f(t, newSandbox(t)) })
 	t.Run("ahead", func(t *testing.T) { f(t, newAheadSandbox(t, 2)) })
+	t.Run("fork", func(t *testing.T) { f(t, newForkSandbox(t, 2)) })
 }
 
 // runAhead runs a job in a sandbox made ahead (runJob's way for such a sandbox).
@@ -62,12 +63,11 @@ func runAheadIn(t *testing.T, s *Sandbox, pattern, script string, env []string, 
 	}
 	var out procrun.Capped
 	out.Max = 1 << 20
-	cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: script, Result: x.Result, ResultMax: x.ResultMax, Stdout: &out, Stderr: &out})
+	proc, j, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: script, Result: x.Result, ResultMax: x.ResultMax, Stdout: &out, Stderr: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer j.Cleanup()
-	proc := procrun.Adopt(cmd, waited, 0)
 	stop := j.Watch(func(reason string) { proc.Kill(reason) })
 	res := proc.Wait()
 	stop()
@@ -174,14 +174,14 @@ func TestAheadSandboxIsHandedOnce(t *testing.T) {
 		dir, _, _ := s.WorkDir("", "hero-sbx-test-")
 		var out procrun.Capped
 		out.Max = 1 << 20
-		cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: "echo first", Stdout: &out, Stderr: &out})
+		proc, j, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: "echo first", Stdout: &out, Stderr: &out})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, _, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: "echo SECOND"}); !errors.Is(err, ErrLaunch) {
+		if _, _, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: "echo SECOND"}); !errors.Is(err, ErrLaunch) {
 			t.Fatalf("job %d: a second job handed to its sandbox: %v, want ErrLaunch", i+1, err)
 		}
-		if res := procrun.Adopt(cmd, waited, 0).Wait(); res.ExitCode != 0 || out.String() != "first\n" {
+		if res := proc.Wait(); res.ExitCode != 0 || out.String() != "first\n" {
 			t.Fatalf("job %d: exit %d: %q", i+1, res.ExitCode, out.String())
 		}
 		if j.group != nil {

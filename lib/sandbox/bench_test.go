@@ -154,11 +154,11 @@ func childrenCPU() time.Duration {
 // waits for its end (exit 0) and reads its result.
 func handTrue(b *testing.B, p *Prepared, dir string) *Job {
 	b.Helper()
-	cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Script: "true", Result: "result", ResultMax: 1 << 20})
+	proc, j, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Script: "true", Result: "result", ResultMax: 1 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if r := procrun.Adopt(cmd, waited, 0).Wait(); r.ExitCode != 0 {
+	if r := proc.Wait(); r.ExitCode != 0 {
 		b.Fatalf("%+v", r)
 	}
 	j.Result()
