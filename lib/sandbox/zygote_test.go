@@ -4,10 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/procrun"
+	"github.com/hero-coordinator/hero/lib/testutil/proctest"
 )
 
 // zygoteBinary builds hero-zygote from zygote/zygote.c (as make build does) into the
@@ -59,4 +65,77 @@ func newForkSandbox(t *testing.T, max int) *Sandbox {
 		t.Fatalf("no forking sandbox: %s", s.noFork)
 	}
 	return s
+}
+
+// forkRun runs script through a forking sandbox of s (Take, Hand) and returns its
+// output and the sandbox's process group (its zygote's, bwrap's).
+func forkRun(t *testing.T, s *Sandbox, lim Limits, script string) (string, int) {
+	t.Helper()
+	p, err := s.Take(context.Background(), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.zy == nil {
+		t.Fatal("the sandbox taken is not a forking one")
+	}
+	var out procrun.Capped
+	out.Max = 1 << 20
+	proc, j, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: workDirIn(JobDir), Script: script, Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := proc.Wait(); res.ExitCode != 0 {
+		t.Fatalf("exit %d %s: %s", res.ExitCode, res.Signal, out.String())
+	}
+	j.Cleanup()
+	return out.String(), p.cmd.Process.Pid
+}
+
+// Issue 44, the forking sandbox: two jobs one after the other in the same zygote
+// each get namespaces of their own (PID, mount, IPC, UTS: other inode ids) and a
+// fresh /tmp and /dev/shm: the first job's files are not there for the second.
+func TestForkedJobsGetFreshNamespaces(t *testing.T) {
+	s := newForkSandbox(t, 1)
+	lim := Limits{Pids: 64, DiskBytes: 16 << 20}
+	script := `for n in pid mnt ipc uts; do echo "$n $(readlink /proc/self/ns/$n)"; done
+echo "pid1 $(cat /proc/1/comm) me $$"
+ls -A /tmp /dev/shm | tr '\n' ' '; echo
+echo left > /tmp/left-by-a-job; echo left > /dev/shm/left-by-a-job; echo left > left-in-work-dir`
+	first, zy1 := forkRun(t, s, lim, script)
+	second, zy2 := forkRun(t, s, lim, script)
+	if zy1 != zy2 {
+		t.Fatalf("the two jobs ran in two sandboxes (groups %d, %d): want the same zygote", zy1, zy2)
+	}
+	a, b := strings.Split(first, "\n"), strings.Split(second, "\n")
+	if len(a) < 6 || len(b) < 6 {
+		t.Fatalf("outputs:\n%s\n%s", first, second)
+	}
+	for i := 0; i < 4; i++ {
+		if a[i] == b[i] || !strings.Contains(a[i], ":[") {
+			t.Errorf("namespace of both jobs: %q, %q: want two", a[i], b[i])
+		}
+	}
+	if !strings.HasPrefix(b[4], "pid1 ") || !strings.HasSuffix(b[4], " me 2") {
+		t.Errorf("the second job: %q, want its shell PID 2 under its own PID 1", b[4])
+	}
+	if strings.Contains(b[5], "left") {
+		t.Errorf("the second job sees the first's files: %q", b[5])
+	}
+}
+
+// Issue 44, the forking sandbox: a process a job leaves in the background is gone
+// when the job's end is told (before the zygote serves the next job), and the next
+// job does not see it.
+func TestForkedJobLeavesNoProcess(t *testing.T) {
+	s := newForkSandbox(t, 1)
+	lim := Limits{Pids: 64, DiskBytes: 16 << 20}
+	marker := fmt.Sprintf("300.%d", time.Now().UnixNano()%1000000)
+	first, zy1 := forkRun(t, s, lim, "sleep "+marker+" >/dev/null 2>&1 &\necho started")
+	if left := proctest.Pgrep("sleep " + marker); len(left) > 0 || strings.TrimSpace(first) != "started" {
+		t.Fatalf("the job's background process is alive after its end (pids %v): %q", left, first)
+	}
+	second, zy2 := forkRun(t, s, lim, `ps -eo comm= 2>/dev/null || ls /proc | grep -c '^[0-9]'`)
+	if zy1 != zy2 || strings.Contains(second, "sleep") {
+		t.Fatalf("the next job (sandbox %d, the first's %d) sees: %q", zy2, zy1, second)
+	}
 }
