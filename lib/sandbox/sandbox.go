@@ -459,8 +459,6 @@ type Job struct {
 	net     *jobNet
 	s       *Sandbox
 	fork    *forkJob // a job a forking sandbox forked (zygote.go)
-	// diskBytes: its filesystem's bound (a forking sandbox's jobs' too)
-	diskBytes int64
 	// direct: bwrap is the job's first process (no trampoline); the runner lets it
 	// through its gate by writing gate, its options (bwrap --args); its rlimits are set
 	// in the sandbox (ulimits).
@@ -486,7 +484,7 @@ func (s *Sandbox) Prepare(workDir string, argv []string, lim Limits) (*Job, erro
 // interpolate is the runner's own (numbers, descriptors); the job's command comes as
 // arguments.
 func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra) (*Job, error) {
-	j := &Job{s: s, workDir: workDir, private: s.opt.Mode == ModeBwrap && !x.HostDir, ahead: x.ahead, diskBytes: lim.DiskBytes}
+	j := &Job{s: s, workDir: workDir, private: s.opt.Mode == ModeBwrap && !x.HostDir, ahead: x.ahead}
 	if j.ahead && (!j.private || lim.Network == model.NetworkOutbound) {
 		return nil, errors.New("sandbox: only a job of its own filesystem without network is made ahead")
 	}
@@ -524,7 +522,7 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 		ul := ulimits(j.rlimits)
 		switch {
 		case x.zygote:
-			argv = append([]string{zygotePath, strconv.Itoa(j.reportFD()), strconv.Itoa(j.specFD())}, s.mountsInJobFS()...)
+			argv = append([]string{zygotePath, strconv.Itoa(j.reportFD()), strconv.Itoa(j.specFD())}, s.zygoteArgs(lim.DiskBytes)...)
 		case j.ahead:
 			argv = aheadWrapper(s.sh, j.reportFD(), j.specFD(), ul)
 		case j.private:

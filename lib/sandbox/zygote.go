@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -119,13 +120,12 @@ func socketPair() (*os.File, *os.File, error) {
 
 // zygote is the runner's side of a forking sandbox.
 type zygote struct {
-	conn     *net.UnixConn
-	rd       *bufio.Reader
-	baseline int // the processes of its cgroup when it was ready (bwrap, the zygote)
-	mu       sync.Mutex
-	taken    bool // handed to a job by ahead (back with returned)
-	serving  bool // running a job
-	jobs     int
+	conn    *net.UnixConn
+	rd      *bufio.Reader
+	mu      sync.Mutex
+	taken   bool // handed to a job by ahead (back with returned)
+	serving bool // running a job
+	jobs    int
 }
 
 // forking makes p a forking sandbox, its zygote ready, control its socket.
@@ -136,11 +136,7 @@ func (p *Prepared) forking(control *os.File, lim Limits) error {
 		p.destroy()
 		return fmt.Errorf("%w: control socket: %v", ErrLaunch, err)
 	}
-	z := &zygote{conn: c.(*net.UnixConn), rd: bufio.NewReader(c)}
-	if g := p.job.group; g != nil {
-		z.baseline = len(g.pids())
-	}
-	p.zy = z
+	p.zy = &zygote{conn: c.(*net.UnixConn), rd: bufio.NewReader(c)}
 	return nil
 }
 
@@ -202,7 +198,7 @@ func (p *Prepared) handFork(h Handoff) (*procrun.Proc, *Job, error) {
 	}
 	j.report = &report{r: pipes[6], max: h.ResultMax, done: make(chan struct{})}
 	lenb := binary.LittleEndian.AppendUint32(nil, 0)
-	spec := forkSpec(h, p.job.rlimits, p.job.diskBytes)
+	spec := forkSpec(h, p.job.rlimits)
 	binary.LittleEndian.PutUint32(lenb, uint32(len(spec)))
 	rights := unix.UnixRights(int(pipes[0].Fd()), int(pipes[3].Fd()), int(pipes[5].Fd()), int(pipes[7].Fd()))
 	_, _, err = z.conn.WriteMsgUnix(lenb, rights, nil)
@@ -313,7 +309,7 @@ func (fj *forkJob) release(j *Job) {
 	z := p.zy
 	reuse := fj.clean && fj.proc != nil && fj.proc.KillReason() == ""
 	if reuse && j.group != nil {
-		reuse = j.group.reason() == "" && len(j.group.pids()) <= z.baseline
+		reuse = j.group.reason() == "" && onlyZygote(j.group.pids(), p.cmd.Process.Pid)
 	}
 	z.mu.Lock()
 	reuse = reuse && z.jobs < zygoteJobs
@@ -326,13 +322,41 @@ func (fj *forkJob) release(j *Job) {
 	p.key.a.returned(p, reuse)
 }
 
-// forkSpec is the job's spec as zygote.c reads it: NUL-terminated fields.
-func forkSpec(h Handoff, rls []rlimit, disk int64) []byte {
-	shm := int64(shmMax)
-	if disk > 0 {
-		shm = min(disk, shmMax)
+// onlyZygote: of pids (a forking sandbox's cgroup's, bwrap's the first process) none
+// is but bwrap, the zygote (its child) and the zygote's children (the next job's
+// namespace's first process, made ahead): nothing of a job is left.
+func onlyZygote(pids []int, bwrap int) bool {
+	for _, pid := range pids {
+		up := pid
+		for depth := 0; up != bwrap; depth++ {
+			if depth == 2 {
+				return false
+			}
+			if up = parentOf(up); up <= 1 {
+				return false
+			}
+		}
 	}
-	f := []string{h.Dir, h.Result, strconv.FormatInt(h.ResultMax+1, 10), strconv.FormatInt(disk, 10), strconv.FormatInt(shm, 10), strconv.Itoa(len(rls))}
+	return true
+}
+
+// parentOf is a process's parent (0: gone).
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// forkSpec is the job's spec as zygote.c reads it: NUL-terminated fields.
+func forkSpec(h Handoff, rls []rlimit) []byte {
+	f := []string{h.Dir, h.Result, strconv.FormatInt(h.ResultMax+1, 10), strconv.Itoa(len(rls))}
 	for _, l := range rls {
 		res, n := rlimitOf(l)
 		f = append(f, strconv.Itoa(res), strconv.FormatInt(n, 10))
@@ -386,6 +410,16 @@ func BuildZygote(src, exe string) error {
 		return err
 	}
 	return os.Rename(tmp, exe)
+}
+
+// zygoteArgs are hero-zygote's arguments after its descriptors: its jobs' filesystem
+// bound (0: the kernel's default), /dev/shm's, and the mounts in the job's filesystem.
+func (s *Sandbox) zygoteArgs(disk int64) []string {
+	shm := int64(shmMax)
+	if disk > 0 {
+		shm = min(disk, shmMax)
+	}
+	return append([]string{strconv.FormatInt(disk, 10), strconv.FormatInt(shm, 10)}, s.mountsInJobFS()...)
 }
 
 // mountsInJobFS are the sandbox's binds in the job's filesystem's place (/tmp), which

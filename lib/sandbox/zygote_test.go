@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,34 +93,47 @@ func forkRun(t *testing.T, s *Sandbox, lim Limits, script string) (string, int) 
 }
 
 // Issue 44, the forking sandbox: two jobs one after the other in the same zygote
-// each get namespaces of their own (PID, mount, IPC, UTS: other inode ids) and a
-// fresh /tmp and /dev/shm: the first job's files are not there for the second.
+// each get namespaces of their own (PID, mount, IPC, UTS: none the zygote's) and
+// nothing of the job before: not its files in /tmp, /dev/shm or its work directory,
+// not its SysV shared memory segment (IPC), not its processes (the second job's shell
+// is PID 2 under its own PID 1). A kernel may give a namespace the number of one
+// freed before it: the ids are compared with the zygote's, which lives on.
 func TestForkedJobsGetFreshNamespaces(t *testing.T) {
 	s := newForkSandbox(t, 1)
 	lim := Limits{Pids: 64, DiskBytes: 16 << 20}
 	script := `for n in pid mnt ipc uts; do echo "$n $(readlink /proc/self/ns/$n)"; done
 echo "pid1 $(cat /proc/1/comm) me $$"
-ls -A /tmp /dev/shm | tr '\n' ' '; echo
-echo left > /tmp/left-by-a-job; echo left > /dev/shm/left-by-a-job; echo left > left-in-work-dir`
+ls -A /tmp /dev/shm . | tr '\n' ' '; echo
+echo "ipc $(ipcs -m | grep -c '^0x')"
+echo left > /tmp/left-by-a-job; echo left > /dev/shm/left-by-a-job; echo left > left-in-work-dir; ipcmk -M 4096 >/dev/null`
 	first, zy1 := forkRun(t, s, lim, script)
 	second, zy2 := forkRun(t, s, lim, script)
 	if zy1 != zy2 {
 		t.Fatalf("the two jobs ran in two sandboxes (groups %d, %d): want the same zygote", zy1, zy2)
 	}
-	a, b := strings.Split(first, "\n"), strings.Split(second, "\n")
-	if len(a) < 6 || len(b) < 6 {
-		t.Fatalf("outputs:\n%s\n%s", first, second)
+	zygote := 0 // bwrap's child
+	for _, pid := range proctest.Group(zy1) {
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			if f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:])); len(f) > 1 && f[1] == strconv.Itoa(zy1) {
+				zygote = pid
+			}
+		}
 	}
-	for i := 0; i < 4; i++ {
-		if a[i] == b[i] || !strings.Contains(a[i], ":[") {
-			t.Errorf("namespace of both jobs: %q, %q: want two", a[i], b[i])
+	a, b := strings.Split(first, "\n"), strings.Split(second, "\n")
+	if len(a) < 7 || len(b) < 7 || zygote == 0 {
+		t.Fatalf("zygote %d, outputs:\n%s\n%s", zygote, first, second)
+	}
+	for i, n := range []string{"pid", "mnt", "ipc", "uts"} {
+		own, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", zygote, n))
+		if !strings.Contains(a[i], ":[") || strings.HasSuffix(a[i], " "+own) || strings.HasSuffix(b[i], " "+own) || own == "" {
+			t.Errorf("%s namespace of the jobs: %q, %q; the zygote's %q: want each job's own", n, a[i], b[i], own)
 		}
 	}
 	if !strings.HasPrefix(b[4], "pid1 ") || !strings.HasSuffix(b[4], " me 2") {
 		t.Errorf("the second job: %q, want its shell PID 2 under its own PID 1", b[4])
 	}
-	if strings.Contains(b[5], "left") {
-		t.Errorf("the second job sees the first's files: %q", b[5])
+	if strings.Contains(b[5], "left") || b[6] != "ipc 0" {
+		t.Errorf("the second job sees the first's files or shared memory: %q, %q", b[5], b[6])
 	}
 }
 

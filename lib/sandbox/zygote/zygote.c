@@ -10,14 +10,17 @@
  *            spec on it, with the job's four descriptors (stdin, stdout, stderr, its
  *            report pipe); the zygote answers "E <exit code> <signal>\n" once the job
  *            and every process of it are gone. End of file: it exits.
- *   argv[3...] the sandbox's mounts under /tmp (host directories bound there): each
+ *   argv[3]  the job's filesystem's bound (/tmp, bytes; 0: the kernel's default),
+ *   argv[4]  /dev/shm's,
+ *   argv[5...] the sandbox's mounts under /tmp (host directories bound there): each
  *            job's fresh /tmp gets them again, bound at the same place.
  *
- * Per job it clones a child into fresh PID, mount, IPC and UTS namespaces. That child,
- * PID 1 of its namespace ("init"), mounts a fresh tmpfs on /tmp (the job's own
- * filesystem: its work directory, of the job's disk bound) and on /dev/shm, a /proc of
- * its namespace (with /proc/sys and the like read-only, as bwrap has them), makes the
- * work directory, and forks the job: the job's process takes its descriptors, its
+ * Per job it clones a child into fresh PID, mount, IPC and UTS namespaces, before the
+ * job comes (its making is off the job's path). That child, PID 1 of its namespace
+ * ("init"), mounts a fresh tmpfs on /tmp (the job's own filesystem: its work
+ * directory, of the job's disk bound) and on /dev/shm, a /proc of its namespace (with
+ * /proc/sys and the like read-only, as bwrap has them), then reads the job's spec from
+ * the control socket, makes the work directory, and forks the job: the job's process takes its descriptors, its
  * rlimits, drops every capability (bounding, ambient, inheritable, permitted,
  * effective), sets no_new_privs, writes "start\nbegun\n" to its report and executes
  * the job's command with the job's environment. When that process ends, init kills
@@ -25,11 +28,11 @@
  * as the wrapper shell does (files.go): "ok"/"full" (a byte cannot be written to the
  * job's filesystem), the kind of the result file (never followed through a link,
  * never opened unless regular) and its first bytes. Init's end ends the namespace:
- * its tmpfs, its processes; the zygote reaps it and answers.
+ * its tmpfs, its processes; the zygote reaps it, answers, and makes the next one.
  *
  * Spec: a 4-byte little-endian length, then that many bytes of NUL-terminated
- * fields: dir, result, result max (+1), disk bytes, shm bytes, n, n pairs (rlimit
- * resource, value), argc, argv..., envc, env.... The four descriptors come with the
+ * fields: dir, result, result max (+1), n, n pairs (rlimit resource, value), argc,
+ * argv..., envc, env.... The four descriptors come with the
  * first byte of the length.
  */
 #define _GNU_SOURCE
@@ -61,7 +64,7 @@ extern char **environ;
 struct job {
 	char *buf;
 	const char *dir, *result;
-	long long result_max, disk, shm;
+	long long result_max;
 	int nrl;
 	int rl_res[MAX_RLIMITS];
 	long long rl_val[MAX_RLIMITS];
@@ -143,8 +146,7 @@ static int parse(struct job *j, char *p, char *end)
 {
 	long long n, v;
 	if ((j->dir = next(&p, end)) == NULL || (j->result = next(&p, end)) == NULL ||
-	    number(&p, end, &j->result_max) < 0 || number(&p, end, &j->disk) < 0 ||
-	    number(&p, end, &j->shm) < 0 || number(&p, end, &n) < 0 || n < 0 || n > MAX_RLIMITS)
+	    number(&p, end, &j->result_max) < 0 || number(&p, end, &n) < 0 || n < 0 || n > MAX_RLIMITS)
 		return -1;
 	j->nrl = (int)n;
 	for (int i = 0; i < j->nrl; i++) {
@@ -252,9 +254,10 @@ static void mount_point(char *path, int dir)
 		die(path);
 }
 
-/* prepare makes the job's own mounts, in its own mount namespace; keep are the
+/* prepare makes the job's own mounts, in its own mount namespace: its /tmp of disk
+ * bytes (0: the kernel's default), its /dev/shm of shm, its /proc; keep are the
  * sandbox's mounts under /tmp, bound again in the job's /tmp. */
-static void prepare(struct job *j, char **keep)
+static void prepare(long long disk, long long shm, char **keep)
 {
 	static const char *ro[] = {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", NULL};
 	int n = 0;
@@ -267,7 +270,7 @@ static void prepare(struct job *j, char **keep)
 	for (int i = 0; i < n; i++)
 		if ((held[i] = open(keep[i], O_PATH | O_CLOEXEC)) < 0)
 			die(keep[i]);
-	mount_tmpfs("/tmp", j->disk, "0755");
+	mount_tmpfs("/tmp", disk, "0755");
 	for (int i = 0; i < n; i++) {
 		char fd[32];
 		snprintf(fd, sizeof fd, "/proc/self/fd/%d", held[i]);
@@ -278,7 +281,7 @@ static void prepare(struct job *j, char **keep)
 			die(keep[i]);
 		close(held[i]);
 	}
-	mount_tmpfs("/dev/shm", j->shm, "1777");
+	mount_tmpfs("/dev/shm", shm, "1777");
 	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		die("/proc");
 	for (int i = 0; ro[i]; i++) {
@@ -288,8 +291,6 @@ static void prepare(struct job *j, char **keep)
 		    mount(NULL, ro[i], NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 			die(ro[i]);
 	}
-	if (mkdir(j->dir, 0700) < 0 || chdir(j->dir) < 0)
-		die(j->dir);
 }
 
 static const char *kind(const struct stat *st)
@@ -340,19 +341,36 @@ static void report(struct job *j, int fd)
 	}
 }
 
-/* init is PID 1 of the job's namespaces: it runs the job, ends what it left, reports,
- * and passes the job's status on (status: two ints). */
-static void init(struct job *j, int status, char **keep)
+/* init is PID 1 of a job's namespaces, made before its job comes: its mounts made,
+ * it reads the job's spec from the control socket, runs the job, ends what it left,
+ * reports, and passes the job's status on (status: the int 1 once it has its job, or
+ * 2 at the control socket's end; then the job's exit code and signal). */
+static void init(int ctl, int status, long long disk, long long shm, char **keep)
 {
-	int ws = 0, out[2] = {-1, 0};
-	prepare(j, keep);
+	int ws = 0, out[2] = {-1, 0}, got = 1;
+	struct job j;
+	prepare(disk, shm, keep);
+	int r = receive(ctl, &j);
+	close(ctl);
+	if (r <= 0) {
+		got = 2;
+		if (r < 0)
+			dprintf(2, "hero-zygote: bad job spec\n");
+		else
+			(void)write_all(status, (const char *)&got, sizeof got);
+		_exit(r < 0);
+	}
+	if (write_all(status, (const char *)&got, sizeof got) < 0)
+		_exit(1);
+	if (mkdir(j.dir, 0700) < 0 || chdir(j.dir) < 0)
+		die(j.dir);
 	pid_t pid = fork();
 	if (pid < 0)
 		die("fork");
 	if (pid == 0)
-		run_job(j);
+		run_job(&j);
 	for (int i = 0; i < 3; i++)
-		close(j->fds[i]);
+		close(j.fds[i]);
 	for (;;) {
 		pid_t w = waitpid(-1, &ws, 0);
 		if (w == pid)
@@ -368,27 +386,25 @@ static void init(struct job *j, int status, char **keep)
 	else if (WIFSIGNALED(ws))
 		out[1] = WTERMSIG(ws);
 	signal(SIGPIPE, SIG_IGN);
-	report(j, j->fds[3]);
+	report(&j, j.fds[3]);
 	(void)write_all(status, (const char *)out, sizeof out);
 	_exit(0);
 }
 
-/* serve runs one job and answers its status. */
-static int serve(int ctl, struct job *j, char **keep)
+/* serve makes the next job's namespaces (init) and answers its job's status once it
+ * ended: 0, or 1 at the control socket's end, -1 when the sandbox is broken. */
+static int serve(int ctl, long long disk, long long shm, char **keep)
 {
-	int st[2], ws, out[2] = {-1, SIGKILL};
+	int st[2], ws, got = 0, out[2] = {-1, SIGKILL};
 	char line[64];
 	if (pipe2(st, O_CLOEXEC) < 0)
 		return -1;
 	pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD, 0, 0, 0, 0);
 	if (pid == 0) {
-		close(ctl);
 		close(st[0]);
-		init(j, st[1], keep);
+		init(ctl, st[1], disk, shm, keep);
 	}
 	close(st[1]);
-	for (int i = 0; i < 4; i++)
-		close(j->fds[i]);
 	if (pid < 0) {
 		dprintf(2, "hero-zygote: clone: %s\n", strerror(errno));
 		close(st[0]);
@@ -397,6 +413,10 @@ static int serve(int ctl, struct job *j, char **keep)
 	while (waitpid(pid, &ws, 0) < 0)
 		if (errno != EINTR)
 			return -1;
+	if (read_full(st[0], (char *)&got, sizeof got) < 0 || got != 1) {
+		close(st[0]);
+		return got == 2 ? 1 : -1; /* no job: the socket's end, or init failed */
+	}
 	if (read_full(st[0], (char *)out, sizeof out) < 0) {
 		out[0] = -1; /* init failed before the job ended: its own word is on stderr */
 		out[1] = WIFSIGNALED(ws) ? WTERMSIG(ws) : 0;
@@ -410,11 +430,12 @@ static int serve(int ctl, struct job *j, char **keep)
 
 int main(int argc, char **argv)
 {
-	if (argc < 3) {
-		dprintf(2, "usage: hero-zygote <report fd> <control fd> [mount under /tmp...] (started by the Hero runner in its sandbox)\n");
+	if (argc < 5) {
+		dprintf(2, "usage: hero-zygote <report fd> <control fd> <disk bytes> <shm bytes> [mount under /tmp...] (started by the Hero runner in its sandbox)\n");
 		return 2;
 	}
 	int rep = atoi(argv[1]), ctl = atoi(argv[2]);
+	long long disk = atoll(argv[3]), shm = atoll(argv[4]);
 	if (fcntl(ctl, F_SETFD, FD_CLOEXEC) < 0)
 		die("control socket");
 	signal(SIGPIPE, SIG_IGN);
@@ -422,18 +443,8 @@ int main(int argc, char **argv)
 		return 1;
 	close(rep);
 	for (;;) {
-		struct job j;
-		int r = receive(ctl, &j);
-		if (r <= 0) {
-			if (r < 0)
-				dprintf(2, "hero-zygote: bad job spec\n");
-			return r < 0;
-		}
-		int s = serve(ctl, &j, argv + 3);
-		free(j.argv);
-		free(j.env);
-		free(j.buf);
-		if (s < 0)
-			return 1;
+		int s = serve(ctl, disk, shm, argv + 5);
+		if (s != 0)
+			return s < 0;
 	}
 }
