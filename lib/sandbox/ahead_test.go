@@ -18,6 +18,12 @@ import (
 // newAheadSandbox is newSandbox with sandboxes made ahead (max of them).
 func newAheadSandbox(t *testing.T, max int) *Sandbox {
 	t.Helper()
+	return newAheadSandboxWith(t, Options{Ahead: AheadOptions{Max: max}})
+}
+
+// newAheadSandboxWith is newSandbox with opt (its uid, gid and binds newSandbox's).
+func newAheadSandboxWith(t *testing.T, opt Options) *Sandbox {
+	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bwrap is not installed (apt-get install bubblewrap)")
 	}
@@ -29,7 +35,8 @@ func newAheadSandbox(t *testing.T, max int) *Sandbox {
 	if err := os.Chmod(scratch, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Binds: []string{scratch}, Ahead: AheadOptions{Max: max}})
+	opt.UID, opt.GID, opt.Binds = 61000, 61000, []string{scratch}
+	s, err := New(context.Background(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}

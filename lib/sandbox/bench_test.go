@@ -1,12 +1,9 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -130,7 +127,7 @@ func benchOptions(b *testing.B, max int, fork bool) Options {
 }
 
 // readyCPU is the CPU of the sandboxes ready in s and of the children they reaped
-// (/proc/<pid>/stat: utime, stime, cutime, cstime): a forking sandbox's jobs.
+// (proctest.CPU): a forking sandbox's jobs.
 func readyCPU(s *Sandbox) time.Duration {
 	var pgids []int
 	s.ahead.mu.Lock()
@@ -140,21 +137,13 @@ func readyCPU(s *Sandbox) time.Duration {
 		}
 	}
 	s.ahead.mu.Unlock()
-	var ticks int64
+	var sum time.Duration
 	for _, g := range pgids {
 		for _, pid := range proctest.Group(g) {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			if err != nil {
-				continue
-			}
-			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-			for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime (fields 14-17)
-				n, _ := strconv.ParseInt(f[i], 10, 64)
-				ticks += n
-			}
+			sum += proctest.CPU(pid)
 		}
 	}
-	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
+	return sum
 }
 
 // chain is BenchmarkJobStart's chain of jobs in sandboxes made ahead.

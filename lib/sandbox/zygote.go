@@ -68,7 +68,8 @@ func FindZygote() (string, error) {
 // findZygote settles Options.Fork: the zygote found and tried (a job run through it),
 // else none (s.noFork says why: each job's sandbox is then made by bwrap).
 func (s *Sandbox) findZygote() {
-	if !s.opt.Fork {
+	if !s.opt.Fork || s.opt.Ahead.Max == 0 { // forking sandboxes are made ahead
+		s.opt.Fork = false
 		s.opt.Zygote = ""
 		return
 	}

@@ -46,22 +46,7 @@ func zygoteBinary(t testing.TB) string {
 // newForkSandbox is newAheadSandbox with forking sandboxes (max of them).
 func newForkSandbox(t *testing.T, max int) *Sandbox {
 	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Skip("bwrap is not installed (apt-get install bubblewrap)")
-	}
-	scratch, err := os.MkdirTemp("", "hero-sbx-scratch-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(scratch) })
-	if err := os.Chmod(scratch, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Binds: []string{scratch}, Ahead: AheadOptions{Max: max}, Fork: true, Zygote: zygoteBinary(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
+	s := newAheadSandboxWith(t, Options{Ahead: AheadOptions{Max: max}, Fork: true, Zygote: zygoteBinary(t)})
 	if s.opt.Zygote == "" {
 		t.Fatalf("no forking sandbox: %s", s.noFork)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/testutil/proctest"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
@@ -67,45 +68,11 @@ func BenchmarkScriptChain(b *testing.B) {
 }
 
 // descendantsCPU is the CPU time of a process's live descendants and of the children
-// they waited for (utime, stime, cutime, cstime of each): each process's CPU counted
-// once, by itself while it lives, else by the process that waited for it.
+// they waited for (proctest.CPU).
 func descendantsCPU(root int) time.Duration {
-	type proc struct {
-		ppid int
-		cpu  time.Duration
-	}
-	procs := map[int]proc{}
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		st := string(b)
-		f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
-		if len(f) < 15 {
-			continue
-		}
-		p := proc{}
-		p.ppid, _ = strconv.Atoi(f[1])
-		for _, k := range []int{11, 12, 13, 14} { // utime stime cutime cstime
-			v, _ := strconv.ParseInt(f[k], 10, 64)
-			p.cpu += time.Duration(v) * 10 * time.Millisecond // USER_HZ 100
-		}
-		procs[pid] = p
-	}
 	var sum time.Duration
-	for pid, p := range procs {
-		for a, n := p.ppid, 0; a > 1 && n < 64; a, n = procs[a].ppid, n+1 {
-			if a == root {
-				sum += procs[pid].cpu
-				break
-			}
-		}
+	for _, pid := range proctest.Descendants(root) {
+		sum += proctest.CPU(pid)
 	}
 	return sum
 }

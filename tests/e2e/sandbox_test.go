@@ -185,33 +185,10 @@ func TestRunnerKillLeavesNoJobProcess(t *testing.T) {
 // descendantsNamed are the live descendants of root whose command line starts with
 // name.
 func descendantsNamed(root int, name string) []int {
-	parent := map[int]int{}
-	var named []int
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile("/proc/" + d.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
-		if len(f) > 1 {
-			parent[pid], _ = strconv.Atoi(f[1])
-		}
-		if cmd, _ := os.ReadFile("/proc/" + d.Name() + "/cmdline"); bytes.HasPrefix(cmd, []byte(name+"\x00")) {
-			named = append(named, pid)
-		}
-	}
 	var out []int
-	for _, pid := range named {
-		for a, n := parent[pid], 0; a > 1 && n < 64; a, n = parent[a], n+1 {
-			if a == root {
-				out = append(out, pid)
-				break
-			}
+	for _, pid := range proctest.Descendants(root) {
+		if cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); bytes.HasPrefix(cmd, []byte(name+"\x00")) {
+			out = append(out, pid)
 		}
 	}
 	return out

@@ -349,6 +349,10 @@ static void init(int ctl, int status, long long disk, long long shm, char **keep
 {
 	int ws = 0, out[2] = {-1, 0}, got = 1;
 	struct job j;
+	/* Not dumpable: no process of the job (its user) may trace it or open its
+	 * descriptors through /proc (nor may it anyway: it holds capabilities they lack). */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		die("dumpable");
 	prepare(disk, shm, keep);
 	int r = receive(ctl, &j);
 	close(ctl);
