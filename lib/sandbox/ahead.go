@@ -439,7 +439,9 @@ func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration) (*Prepared, error
 	select {
 	case <-j.report.started:
 		if fork {
-			return p, p.forking(specW, lim)
+			if err := p.forking(specW); err != nil {
+				return nil, err
+			}
 		}
 		return p, nil
 	case <-j.report.done:

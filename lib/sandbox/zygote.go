@@ -27,18 +27,19 @@ import (
 // A forking sandbox is a sandbox made ahead of need (ahead.go) as any other — its
 // cgroup, its user, its gate, the guard knowing its group, bwrap's namespaces, mounts
 // and parent-death signal — whose first process is hero-zygote (zygote/zygote.c), a
-// small program that holds CAP_SYS_ADMIN in the sandbox's user namespace and nothing
-// else. It serves one job at a time: for each it forks a process into fresh PID,
-// mount, IPC and UTS namespaces with a fresh /tmp (the job's own filesystem, of its
-// disk bound), /dev/shm and /proc, which forks the job's process: rlimits set, every
+// small program that holds CAP_SYS_ADMIN and CAP_SETPCAP in the sandbox's user
+// namespace and nothing else. It serves one job at a time: for each it forks a
+// process into fresh PID, mount, IPC and UTS namespaces with a fresh /tmp (the job's
+// own filesystem, of its disk bound), /dev/shm and /proc — made before the job comes —,
+// which forks the job's process: rlimits set, every
 // capability dropped, no_new_privs, its command executed. When that process ends
 // every other of its namespace is killed and the report written as the wrapper shell
 // writes it (files.go); the namespace's end takes its tmpfs and processes with it, and
 // the zygote answers the runner with the job's status. Shared by the jobs one zygote
 // serves: its user namespace and user id, its network namespace (no network), its
 // read-only binds and cgroup (its limits: a job that went over one, was killed, or
-// left a process in it, ends the zygote: a new one is made). docs/security.md, "The
-// forking sandbox", says what each test shows.
+// left a process in it, ends the zygote: a new one is made; so does the 256th job).
+// docs/security.md, "The forking sandbox", says what each test shows.
 
 // ZygoteName is the forking sandbox's program, found next to the runner's binary or
 // on PATH (FindZygote).
@@ -130,13 +131,14 @@ type zygote struct {
 }
 
 // forking makes p a forking sandbox, its zygote ready, control its socket.
-func (p *Prepared) forking(control *os.File, lim Limits) error {
+func (p *Prepared) forking(control *os.File) error {
 	c, err := net.FileConn(control)
 	_ = control.Close()
 	if err != nil {
 		p.destroy()
 		return fmt.Errorf("%w: control socket: %v", ErrLaunch, err)
 	}
+	p.spec = nil // its copy is the connection's
 	p.zy = &zygote{conn: c.(*net.UnixConn), rd: bufio.NewReader(c)}
 	return nil
 }
@@ -184,8 +186,10 @@ func (p *Prepared) handFork(h Handoff) (*procrun.Proc, *Job, error) {
 	z := p.zy
 	z.mu.Lock()
 	busy := z.serving
-	z.serving = true
-	z.jobs++
+	if !busy {
+		z.serving = true
+		z.jobs++
+	}
 	z.mu.Unlock()
 	if busy {
 		return nil, nil, fmt.Errorf("%w: the forking sandbox runs a job already", ErrLaunch)

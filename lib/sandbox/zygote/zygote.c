@@ -364,8 +364,8 @@ static void init(int ctl, int status, long long disk, long long shm, char **keep
 			(void)write_all(status, (const char *)&got, sizeof got);
 		_exit(r < 0);
 	}
-	if (write_all(status, (const char *)&got, sizeof got) < 0)
-		_exit(1);
+	if (write_all(status, (const char *)&got, sizeof got) < 0 || dup2(j.fds[2], 2) < 0)
+		_exit(1); /* from here its own errors go to the job's stderr */
 	if (mkdir(j.dir, 0700) < 0 || chdir(j.dir) < 0)
 		die(j.dir);
 	pid_t pid = fork();
