@@ -88,6 +88,10 @@ func (s *Sandbox) findZygote() {
 	}
 }
 
+// NoFork says why --sandbox-fork (Options.Fork) was asked for and is not had ("": it
+// is had, or was not asked for).
+func (s *Sandbox) NoFork() string { return s.noFork }
+
 // forkTrial runs one job through a forking sandbox, as New's trial does through bwrap.
 func (s *Sandbox) forkTrial() error {
 	p, err := s.prepareAhead(Limits{DiskBytes: 1 << 20}, time.Minute)

@@ -138,3 +138,16 @@ func TestForkedJobLeavesNoProcess(t *testing.T) {
 		t.Fatalf("the next job (sandbox %d, the first's %d) sees: %q", zy2, zy1, second)
 	}
 }
+
+// A hero-zygote that cannot run here (here: not there) leaves the runner on bwrap
+// sandboxes made ahead, one a job, saying why (NoFork); its jobs run as before.
+func TestForkFallsBackToBwrap(t *testing.T) {
+	s := newAheadSandboxWith(t, Options{Ahead: AheadOptions{Max: 1}, Fork: true, Zygote: filepath.Join(t.TempDir(), ZygoteName)})
+	if s.opt.Zygote != "" || !strings.Contains(s.NoFork(), "no forking sandbox") || !strings.Contains(s.Describe(), "each job's sandbox made by bwrap") {
+		t.Fatalf("zygote %q, NoFork %q, Describe %q", s.opt.Zygote, s.NoFork(), s.Describe())
+	}
+	out, res, _ := run(t, s, "echo ran", []string{"PATH=/usr/bin:/bin"}, Limits{Pids: 64})
+	if res.ExitCode != 0 || out != "ran\n" {
+		t.Fatalf("exit %d: %q", res.ExitCode, out)
+	}
+}
