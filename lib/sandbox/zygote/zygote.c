@@ -240,7 +240,7 @@ static void mount_tmpfs(const char *where, long long size, const char *mode)
 		die(where);
 }
 
-/* mkdirs makes the parents of path (0755), then path itself, a directory (dir) or an
+/* mount_point makes the parents of path (0755), then path itself, a directory (dir) or an
  * empty file: a mount point. */
 static void mount_point(char *path, int dir)
 {
