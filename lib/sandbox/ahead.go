@@ -200,7 +200,7 @@ func (a *ahead) makeLocked(k *aheadKey) {
 	go func() {
 		defer a.wg.Done()
 		start := time.Now()
-		p, err := a.s.prepareAhead(k.lim, a.opt.ReadyWait)
+		p, err := a.s.prepareAhead(k.lim, a.opt.ReadyWait, false)
 		if p != nil {
 			p.key = k
 		}
@@ -403,14 +403,16 @@ type Prepared struct {
 	zy *zygote
 }
 
-// prepareAhead makes a sandbox of lim and waits until it is ready (its wrapper said
+// prepareAhead makes a sandbox of lim and waits until it is ready (trial: New's trial
+// of a forking sandbox, which Options.Pause does not stop; its wrapper said
 // "start"), at most wait.
-func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration) (*Prepared, error) {
+func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration, trial bool) (*Prepared, error) {
 	fork := s.opt.Zygote != ""
 	j, err := s.PrepareWith(workDirIn(JobDir), nil, lim, Extra{ahead: true, zygote: fork})
 	if err != nil {
 		return nil, err
 	}
+	j.trial = trial
 	p := &Prepared{job: j, stdout: &lateWriter{}, stderr: &lateWriter{}}
 	specR, specW, err := s.specFiles(fork)
 	if err != nil {

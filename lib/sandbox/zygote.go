@@ -94,7 +94,7 @@ func (s *Sandbox) NoFork() string { return s.noFork }
 
 // forkTrial runs one job through a forking sandbox, as New's trial does through bwrap.
 func (s *Sandbox) forkTrial() error {
-	p, err := s.prepareAhead(Limits{DiskBytes: 1 << 20}, time.Minute)
+	p, err := s.prepareAhead(Limits{DiskBytes: 1 << 20}, time.Minute, true)
 	if err != nil {
 		return err
 	}
