@@ -151,3 +151,29 @@ func TestForkFallsBackToBwrap(t *testing.T) {
 		t.Fatalf("exit %d: %q", res.ExitCode, out)
 	}
 }
+
+// A report's "begun" line: read now ("begun"), or the time a forking sandbox's job
+// process took right before it ran the job's command ("begun <unix ns>") — never
+// later than its reading; nothing before the whole line came.
+func TestBegunLine(t *testing.T) {
+	before := time.Now()
+	future := time.Now().Add(time.Hour).UnixNano()
+	for _, tc := range []struct {
+		in   string
+		want func(time.Time) bool
+	}{
+		{"start\n", time.Time.IsZero},
+		{"start\nbegun", time.Time.IsZero},
+		{"start\nbegun 12", time.Time.IsZero},
+		{"start\nbegun\n", func(at time.Time) bool { return !at.Before(before) }},
+		{"start\nbegun 1700000000123456789\nok none\n", func(at time.Time) bool { return at.Equal(time.Unix(0, 1700000000123456789)) }},
+		{fmt.Sprintf("start\nbegun %d\n", future), func(at time.Time) bool { return !at.Before(before) && at.Before(time.Now().Add(time.Second)) }},
+	} {
+		if got := begunLine([]byte(tc.in)); !tc.want(got) {
+			t.Errorf("%q: %v", tc.in, got)
+		}
+	}
+	if full, res, ok := parseReport([]byte("start\nbegun 17\nfull file\nx=1\n"), 100); !ok || !full || string(res.Data) != "x=1\n" {
+		t.Errorf("a report with a timed begun: %v %+v %v", full, res, ok)
+	}
+}

@@ -22,7 +22,8 @@
  * /proc/sys and the like read-only, as bwrap has them), then reads the job's spec from
  * the control socket, makes the work directory, and forks the job: the job's process takes its descriptors, its
  * rlimits, drops every capability (bounding, ambient, inheritable, permitted,
- * effective), sets no_new_privs, writes "start\nbegun\n" to its report and executes
+ * effective), sets no_new_privs, writes "start\nbegun <unix ns>\n" (now: the job's
+ * started_at_us) to its report and executes
  * the job's command with the job's environment. When that process ends, init kills
  * every other process of the namespace, reaps them, and writes the rest of the report
  * as the wrapper shell does (files.go): "ok"/"full" (a byte cannot be written to the
@@ -53,6 +54,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/capability.h>
 
@@ -221,7 +223,12 @@ static void run_job(struct job *j)
 	}
 	drop_capabilities();
 	signal(SIGPIPE, SIG_DFL);
-	if (write_all(j->fds[3], "start\nbegun\n", 12) < 0)
+	/* The job's begin (its started_at_us): now, before any code of the job runs. */
+	struct timespec ts;
+	char begun[64];
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int n = snprintf(begun, sizeof begun, "start\nbegun %lld\n", (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+	if (write_all(j->fds[3], begun, (size_t)n) < 0)
 		_exit(1); /* the runner is gone: the job does not start */
 	environ = j->env;
 	execvp(j->argv[0], j->argv);
