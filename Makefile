@@ -35,6 +35,9 @@ REVISION := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || ech
 BUILD_DATE := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 HEROCTL_LDFLAGS := -X main.revision=$(REVISION) -X main.buildDate=$(BUILD_DATE)
 
+# hero-zygote (lib/sandbox/zygote/zygote.c): the runner finds it next to its binary.
+ZYGOTE_CFLAGS := -O2 -Wall -Wextra
+
 .PHONY: build
 build: ## build static binaries into bin/
 	@mkdir -p bin
@@ -43,6 +46,9 @@ build: ## build static binaries into bin/
 		CGO_ENABLED=0 $(GO) build -trimpath -o bin/$$s ./services/$$s || exit 1; \
 	done
 	@echo "build bin/heroctl ($(REVISION))"; CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(HEROCTL_LDFLAGS)' -o bin/heroctl ./cmd/heroctl
+	@echo "build bin/hero-zygote (the runner's forking sandbox, C)"; $(CC) $(ZYGOTE_CFLAGS) -static -o bin/hero-zygote lib/sandbox/zygote/zygote.c 2>/dev/null \
+		|| $(CC) $(ZYGOTE_CFLAGS) -o bin/hero-zygote lib/sandbox/zygote/zygote.c \
+		|| echo "no bin/hero-zygote (no C compiler?): the runner makes a bwrap sandbox per job (docs/security.md)"
 
 .PHONY: deps
 deps: ## install what the tests need (redis-server, redis-sentinel, bubblewrap, slirp4netns, iproute2, python3-cryptography, chromium for the console's browser test) when missing

@@ -160,13 +160,13 @@ func (ex *Execution[K]) startAhead(p Process) (*Run[K], error) {
 		stdout, stderr = append(stdout, p.Log), append(stderr, p.Log)
 	}
 	r.started = time.Now()
-	cmd, sj, waited, err := sb.Hand(sandbox.Handoff{Argv: p.Argv, Env: p.Env, Dir: p.Dir, Script: p.Script,
-		Result: p.Result, ResultMax: p.ResultMax, Stdout: stdout, Stderr: stderr})
+	proc, sj, err := sb.Hand(sandbox.Handoff{Argv: p.Argv, Env: p.Env, Dir: p.Dir, Script: p.Script,
+		Result: p.Result, ResultMax: p.ResultMax, Stdout: stdout, Stderr: stderr, KillGrace: p.KillGrace})
 	if err != nil {
 		return nil, &StartError{Step: StepSandbox, Err: err}
 	}
 	r.sj = sj
-	return r.attach(p, procrun.Adopt(cmd, waited, p.KillGrace))
+	return r.attach(p, proc)
 }
 
 // attach makes proc the run's process: its sandbox told it started, its limits

@@ -40,7 +40,9 @@ type Spec struct {
 // Proc is a running process group.
 type Proc struct {
 	cmd    *exec.Cmd
-	group  Group // its process group, told from a later one of the same id
+	pid    int
+	end    func() Result // Track's: the end of a process this one did not start
+	group  Group         // its process group, told from a later one of the same id
 	waited func()
 	grace  time.Duration
 	mu     sync.Mutex
@@ -94,7 +96,7 @@ func Adopt(cmd *exec.Cmd, waited func(), grace time.Duration) *Proc {
 	if waited == nil {
 		waited = func() {}
 	}
-	p := &Proc{cmd: cmd, group: GroupOf(cmd.Process.Pid), waited: waited, grace: grace, done: make(chan struct{}), pidfd: -1}
+	p := &Proc{cmd: cmd, pid: cmd.Process.Pid, group: GroupOf(cmd.Process.Pid), waited: waited, grace: grace, done: make(chan struct{}), pidfd: -1}
 	// Opened before the wait below can reap the process: it names this child.
 	if fd, err := unix.PidfdOpen(cmd.Process.Pid, 0); err == nil {
 		p.pidfd = fd
@@ -106,7 +108,33 @@ func Adopt(cmd *exec.Cmd, waited func(), grace time.Duration) *Proc {
 	return p
 }
 
+// Track makes a Proc of a process that is not this one's child (a job a forking
+// sandbox started: lib/sandbox's zygote), in process group group, which Kill signals;
+// end blocks until the process has ended and says how (its Killed is Kill's). waited
+// is called once end has returned (nil: nothing). Exited is true once end returned.
+func Track(group int, end func() Result, waited func(), grace time.Duration) *Proc {
+	if waited == nil {
+		waited = func() {}
+	}
+	if grace <= 0 {
+		grace = 500 * time.Millisecond
+	}
+	p := &Proc{pid: group, end: end, group: GroupOf(group), waited: waited, grace: grace, done: make(chan struct{}), pidfd: -1}
+	go p.wait()
+	return p
+}
+
 func (p *Proc) wait() {
+	if p.end != nil {
+		r := p.end()
+		p.waited()
+		p.mu.Lock()
+		r.Killed = p.reason
+		p.res = r
+		close(p.done)
+		p.mu.Unlock()
+		return
+	}
 	err := p.cmd.Wait()
 	p.waited()
 	r := Result{ExitCode: -1}
@@ -158,7 +186,7 @@ func (p *Proc) pidfdReadable() bool {
 }
 
 // Pid is the process (and process group) id.
-func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+func (p *Proc) Pid() int { return p.pid }
 
 // Done is closed when the process has ended.
 func (p *Proc) Done() <-chan struct{} { return p.done }

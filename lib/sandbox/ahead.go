@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/procrun"
 )
 
 // Sandboxes made ahead of need. Making a job's sandbox — bwrap's namespaces and
@@ -55,6 +56,7 @@ type ahead struct {
 	mu     sync.Mutex
 	keys   map[Limits]*aheadKey
 	total  int // made and being made, all keys
+	busy   int // forking sandboxes serving a job, all keys (counted against Max)
 	closed bool
 	wg     sync.WaitGroup // makings and destructions under way
 	// changed is closed, and replaced, when the counts of ready and making change
@@ -64,9 +66,11 @@ type ahead struct {
 
 // aheadKey is the sandboxes of one set of limits.
 type aheadKey struct {
+	a         *ahead
 	lim       Limits
 	ready     []*Prepared // made, oldest first
 	making    int
+	busy      int                // forking sandboxes serving a job (zygote.go), back after it
 	waiters   []chan madeSandbox // jobs waiting for one, first come first served
 	last      time.Time          // the last job that asked
 	timer     *time.Timer        // the TTL's
@@ -114,6 +118,7 @@ func (s *Sandbox) Take(ctx context.Context, lim Limits) (*Prepared, error) {
 		a.total--
 		a.changedLocked()
 		if p.alive() {
+			a.takenLocked(k, p)
 			a.fillLocked(k)
 			a.mu.Unlock()
 			return p, nil
@@ -170,7 +175,7 @@ func (s *Sandbox) Warm(lim Limits) {
 func (a *ahead) keyLocked(lim Limits) *aheadKey {
 	k := a.keys[lim]
 	if k == nil {
-		k = &aheadKey{lim: lim}
+		k = &aheadKey{lim: lim, a: a}
 		a.keys[lim] = k
 		k.timer = time.AfterFunc(a.opt.TTL, func() { a.expire(k) })
 	}
@@ -181,7 +186,7 @@ func (a *ahead) keyLocked(lim Limits) *aheadKey {
 // fillLocked starts making sandboxes for k up to Max (all keys together). Called with
 // a.mu.
 func (a *ahead) fillLocked(k *aheadKey) {
-	for a.total < a.opt.Max && len(k.ready)+k.making < a.opt.Max+len(k.waiters) {
+	for a.total+a.busy < a.opt.Max && len(k.ready)+k.making+k.busy < a.opt.Max+len(k.waiters) {
 		a.makeLocked(k)
 	}
 }
@@ -195,7 +200,10 @@ func (a *ahead) makeLocked(k *aheadKey) {
 	go func() {
 		defer a.wg.Done()
 		start := time.Now()
-		p, err := a.s.prepareAhead(k.lim, a.opt.ReadyWait)
+		p, err := a.s.prepareAhead(k.lim, a.opt.ReadyWait, false)
+		if p != nil {
+			p.key = k
+		}
 		if a.opt.Made != nil {
 			a.opt.Made(time.Since(start), err)
 		}
@@ -215,6 +223,9 @@ func (a *ahead) made(k *aheadKey, p *Prepared, err error) {
 		a.total--
 		ch := k.waiters[0]
 		k.waiters = k.waiters[1:]
+		if err == nil {
+			a.takenLocked(k, p)
+		}
 		ch <- madeSandbox{p, err}
 		if err == nil && !a.closed {
 			a.fillLocked(k) // the jobs of k to come
@@ -227,6 +238,45 @@ func (a *ahead) made(k *aheadKey, p *Prepared, err error) {
 	default:
 		k.ready = append(k.ready, p)
 	}
+}
+
+// takenLocked counts a forking sandbox handed to a job as busy: it comes back after
+// its job (returned). Called with a.mu.
+func (a *ahead) takenLocked(k *aheadKey, p *Prepared) {
+	if p.zy != nil {
+		k.busy++
+		a.busy++
+		p.zy.setTaken(true)
+	}
+}
+
+// returned takes a forking sandbox back after its job: ready for the next one when
+// reuse holds (its job left it sound) and its limits are still wanted within Max,
+// else destroyed; more are made for its limits as for a taken sandbox.
+func (a *ahead) returned(p *Prepared, reuse bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := p.key
+	k.busy--
+	a.busy--
+	p.zy.setTaken(false)
+	defer a.changedLocked()
+	if !reuse || a.closed || k.forgotten || a.total+a.busy >= a.opt.Max {
+		a.destroyLater(p)
+		if !a.closed && !k.forgotten {
+			a.fillLocked(k)
+		}
+		return
+	}
+	if len(k.waiters) > 0 {
+		ch := k.waiters[0]
+		k.waiters = k.waiters[1:]
+		a.takenLocked(k, p)
+		ch <- madeSandbox{p: p}
+		return
+	}
+	a.total++
+	k.ready = append(k.ready, p)
 }
 
 // expire forgets k once no job asked for its limits within the TTL: its ready
@@ -255,7 +305,7 @@ func (a *ahead) destroyLater(p *Prepared) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		p.Destroy()
+		p.destroy()
 	}()
 }
 
@@ -347,29 +397,27 @@ type Prepared struct {
 	stderr *lateWriter
 	waited func()
 	once   sync.Once // Hand or Destroy
+	key    *aheadKey // the limits it was made for
+	// zy: a forking sandbox (zygote.go), which serves one job after another; nil: a
+	// sandbox of one job, destroyed with it.
+	zy *zygote
 }
 
-// prepareAhead makes a sandbox of lim and waits until it is ready (its wrapper said
+// prepareAhead makes a sandbox of lim and waits until it is ready (trial: New's trial
+// of a forking sandbox, which Options.Pause does not stop; its wrapper said
 // "start"), at most wait.
-func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration) (*Prepared, error) {
-	j, err := s.PrepareWith(workDirIn(JobDir), nil, lim, Extra{ahead: true})
+func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration, trial bool) (*Prepared, error) {
+	fork := s.opt.Zygote != ""
+	j, err := s.PrepareWith(workDirIn(JobDir), nil, lim, Extra{ahead: true, zygote: fork})
 	if err != nil {
 		return nil, err
 	}
+	j.trial = trial
 	p := &Prepared{job: j, stdout: &lateWriter{}, stderr: &lateWriter{}}
-	specR, specW, err := os.Pipe()
+	specR, specW, err := s.specFiles(fork)
 	if err != nil {
 		j.Cleanup()
-		return nil, fmt.Errorf("%w: spec pipe: %v", ErrLaunch, err)
-	}
-	// The job's user reads its spec as a file (/dev/fd: the shell's own reading of
-	// its commands, no process of its own), which a pipe of the runner's (root) is not.
-	if c := s.credential(); c != nil {
-		if err := specR.Chown(int(c.Credential.Uid), int(c.Credential.Gid)); err != nil {
-			closeAll(specR, specW)
-			j.Cleanup()
-			return nil, fmt.Errorf("%w: spec pipe: %v", ErrLaunch, err)
-		}
+		return nil, err
 	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -392,6 +440,11 @@ func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration) (*Prepared, error
 	defer t.Stop()
 	select {
 	case <-j.report.started:
+		if fork {
+			if err := p.forking(specW); err != nil {
+				return nil, err
+			}
+		}
 		return p, nil
 	case <-j.report.done:
 		err = fmt.Errorf("the sandbox ended before its job: %s", strings.TrimSpace(p.stderr.early()))
@@ -402,8 +455,32 @@ func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration) (*Prepared, error
 	return nil, err
 }
 
-// alive: its wrapper still waits (its report's pipe is open).
+// specFiles are the pipe of a sandbox's spec (its end, the runner's); fork: the
+// control socket of a forking sandbox (zygote.go).
+func (s *Sandbox) specFiles(fork bool) (specR, specW *os.File, err error) {
+	if fork {
+		return socketPair()
+	}
+	if specR, specW, err = os.Pipe(); err != nil {
+		return nil, nil, fmt.Errorf("%w: spec pipe: %v", ErrLaunch, err)
+	}
+	// The job's user reads its spec as a file (/dev/fd: the shell's own reading of
+	// its commands, no process of its own), which a pipe of the runner's (root) is not.
+	if c := s.credential(); c != nil {
+		if err := specR.Chown(int(c.Credential.Uid), int(c.Credential.Gid)); err != nil {
+			closeAll(specR, specW)
+			return nil, nil, fmt.Errorf("%w: spec pipe: %v", ErrLaunch, err)
+		}
+	}
+	return specR, specW, nil
+}
+
+// alive: its wrapper still waits (its report's pipe is open); a forking sandbox: its
+// process runs.
 func (p *Prepared) alive() bool {
+	if p.zy != nil {
+		return p.zy.alive()
+	}
 	select {
 	case <-p.job.report.done:
 		return false
@@ -425,23 +502,27 @@ type Handoff struct {
 	ResultMax int64
 	// Stdout and Stderr get its output.
 	Stdout, Stderr io.Writer
+	// KillGrace: SIGTERM → SIGKILL when its process is killed (procrun).
+	KillGrace time.Duration
 }
 
-// Hand gives the sandbox its job, which starts at once. The returned command has been
-// started already (its process: the sandbox's); the job (Reason, Result, Watch,
-// Cleanup) is the sandbox's, and waited is to be called once the command has been
-// waited for.
-func (p *Prepared) Hand(h Handoff) (cmd *exec.Cmd, j *Job, waited func(), err error) {
+// Hand gives the sandbox its job, which starts at once: its process (the sandbox's
+// own, or the job a forking sandbox forked), and the job (Reason, Result, Watch,
+// Cleanup: after Cleanup a forking sandbox serves the next job).
+func (p *Prepared) Hand(h Handoff) (*procrun.Proc, *Job, error) {
 	if path.Dir(h.Dir) != jobFS {
 		p.Destroy()
-		return nil, nil, nil, fmt.Errorf("sandbox: work directory %q is not one of the job's own filesystem (WorkDir)", h.Dir)
+		return nil, nil, fmt.Errorf("sandbox: work directory %q is not one of the job's own filesystem (WorkDir)", h.Dir)
+	}
+	if p.zy != nil {
+		return p.handFork(h)
 	}
 	handed := false
 	p.once.Do(func() { handed = true })
 	if !handed {
-		return nil, nil, nil, fmt.Errorf("%w: the sandbox was handed a job or destroyed already", ErrLaunch)
+		return nil, nil, fmt.Errorf("%w: the sandbox was handed a job or destroyed already", ErrLaunch)
 	}
-	j = p.job
+	j := p.job
 	made := h.Dir == j.workDir // made with the sandbox (bwrapArgs)
 	j.workDir = h.Dir
 	j.result = &Extra{Result: h.Result, ResultMax: h.ResultMax}
@@ -450,25 +531,36 @@ func (p *Prepared) Hand(h Handoff) (cmd *exec.Cmd, j *Job, waited func(), err er
 	j.report.mu.Unlock()
 	p.stdout.set(h.Stdout)
 	p.stderr.set(h.Stderr)
-	_, err = p.spec.Write(handSpec(h.Dir, made, h.Result, h.ResultMax, h.Env, h.Argv))
+	_, err := p.spec.Write(handSpec(h.Dir, made, h.Result, h.ResultMax, h.Env, h.Argv))
 	_ = p.spec.Close()
 	if err != nil {
 		// Gone meanwhile: its end says how (Wait).
 		_ = p.stdin.Close()
-		return p.cmd, j, p.waited, nil
+		return procrun.Adopt(p.cmd, p.waited, h.KillGrace), j, nil
 	}
 	go func() {
 		_, _ = io.WriteString(p.stdin, h.Script) // an error: the job ended without reading it all
 		_ = p.stdin.Close()
 	}()
-	return p.cmd, j, p.waited, nil
+	return procrun.Adopt(p.cmd, p.waited, h.KillGrace), j, nil
 }
 
-// Destroy ends a sandbox that was not handed a job: its processes killed and waited
-// for, its cgroup removed.
+// Destroy ends a sandbox that was not handed a job (or a forking sandbox taken and not
+// handed one): its processes killed and waited for, its cgroup removed.
 func (p *Prepared) Destroy() {
+	if p.zy != nil && p.zy.isTaken() {
+		p.key.a.returned(p, false)
+		return
+	}
+	p.destroy()
+}
+
+func (p *Prepared) destroy() {
 	p.once.Do(func() {
 		closeAll(p.spec, p.stdin) // the wrapper ends at its spec's end of file
+		if p.zy != nil {
+			_ = p.zy.conn.Close() // the zygote ends at its control socket's end of file
+		}
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		_ = p.cmd.Wait()
 		p.waited()

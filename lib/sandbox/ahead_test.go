@@ -18,6 +18,12 @@ import (
 // newAheadSandbox is newSandbox with sandboxes made ahead (max of them).
 func newAheadSandbox(t *testing.T, max int) *Sandbox {
 	t.Helper()
+	return newAheadSandboxWith(t, Options{Ahead: AheadOptions{Max: max}})
+}
+
+// newAheadSandboxWith is newSandbox with opt (its uid, gid and binds newSandbox's).
+func newAheadSandboxWith(t *testing.T, opt Options) *Sandbox {
+	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bwrap is not installed (apt-get install bubblewrap)")
 	}
@@ -29,7 +35,8 @@ func newAheadSandbox(t *testing.T, max int) *Sandbox {
 	if err := os.Chmod(scratch, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Binds: []string{scratch}, Ahead: AheadOptions{Max: max}})
+	opt.UID, opt.GID, opt.Binds = 61000, 61000, []string{scratch}
+	s, err := New(context.Background(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +48,7 @@ func newAheadSandbox(t *testing.T, max int) *Sandbox {
 func eachWay(t *testing.T, f func(t *testing.T, s *Sandbox)) {
 	t.Run("cold", func(t *testing.T) { f(t, newSandbox(t)) })
 	t.Run("ahead", func(t *testing.T) { f(t, newAheadSandbox(t, 2)) })
+	t.Run("fork", func(t *testing.T) { f(t, newForkSandbox(t, 2)) })
 }
 
 // runAhead runs a job in a sandbox made ahead (runJob's way for such a sandbox).
@@ -62,12 +70,11 @@ func runAheadIn(t *testing.T, s *Sandbox, pattern, script string, env []string, 
 	}
 	var out procrun.Capped
 	out.Max = 1 << 20
-	cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: script, Result: x.Result, ResultMax: x.ResultMax, Stdout: &out, Stderr: &out})
+	proc, j, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: script, Result: x.Result, ResultMax: x.ResultMax, Stdout: &out, Stderr: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer j.Cleanup()
-	proc := procrun.Adopt(cmd, waited, 0)
 	stop := j.Watch(func(reason string) { proc.Kill(reason) })
 	res := proc.Wait()
 	stop()
@@ -174,14 +181,14 @@ func TestAheadSandboxIsHandedOnce(t *testing.T) {
 		dir, _, _ := s.WorkDir("", "hero-sbx-test-")
 		var out procrun.Capped
 		out.Max = 1 << 20
-		cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: "echo first", Stdout: &out, Stderr: &out})
+		proc, j, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: "echo first", Stdout: &out, Stderr: &out})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, _, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: "echo SECOND"}); !errors.Is(err, ErrLaunch) {
+		if _, _, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: env, Dir: dir, Script: "echo SECOND"}); !errors.Is(err, ErrLaunch) {
 			t.Fatalf("job %d: a second job handed to its sandbox: %v, want ErrLaunch", i+1, err)
 		}
-		if res := procrun.Adopt(cmd, waited, 0).Wait(); res.ExitCode != 0 || out.String() != "first\n" {
+		if res := proc.Wait(); res.ExitCode != 0 || out.String() != "first\n" {
 			t.Fatalf("job %d: exit %d: %q", i+1, res.ExitCode, out.String())
 		}
 		if j.group != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/procrun"
+	"github.com/hero-coordinator/hero/lib/testutil/proctest"
 )
 
 // BenchmarkJobStart measures what starting a job costs, layer by layer: a plain
@@ -59,12 +60,16 @@ func BenchmarkJobStart(b *testing.B) {
 	// such limit: none is made), and cleanup_ms, what of it is the sandbox's cleanup
 	// after the job's end (its cgroup emptied and removed): what a cgroup of its own
 	// still costs on a job's path once the sandbox is made ahead.
+	// fork-*: a forking sandbox (zygote.go), which serves one job after another: a
+	// job's cleanup gives it back for the next.
 	for _, tc := range []struct {
 		name string
 		lim  Limits
-	}{{"bwrap+cgroup-ahead", Limits{MemoryBytes: 1 << 30, Pids: 512}}, {"bwrap-ahead", Limits{}}} {
+		fork bool
+	}{{"bwrap+cgroup-ahead", Limits{MemoryBytes: 1 << 30, Pids: 512}, false}, {"bwrap-ahead", Limits{}, false},
+		{"fork+cgroup-ahead", Limits{MemoryBytes: 1 << 30, Pids: 512}, true}, {"fork-ahead", Limits{}, true}} {
 		b.Run(tc.name, func(b *testing.B) {
-			s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Ahead: AheadOptions{Max: 1}})
+			s, err := New(context.Background(), benchOptions(b, 1, tc.fork))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -92,12 +97,68 @@ func BenchmarkJobStart(b *testing.B) {
 	// to the job's command's start (its started_at_us); run_ms: from there to its end
 	// seen and its result read (its finished_at_us); p50 of each, and the CPU per job
 	// of the sandboxes (this process's children: their making included).
-	b.Run("bwrap+cgroup-ahead-chain", func(b *testing.B) {
-		s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Ahead: AheadOptions{Max: 8}})
+	// With forking sandboxes (fork+cgroup-ahead-chain) the CPU is counted once they
+	// are closed (a zygote's children count for this process when it ends).
+	for _, fork := range []bool{false, true} {
+		name := "bwrap+cgroup-ahead-chain"
+		if fork {
+			name = "fork+cgroup-ahead-chain"
+		}
+		b.Run(name, func(b *testing.B) { chain(b, fork) })
+	}
+	b.Run("plain", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			p, err := procrun.Start(procrun.Spec{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Stdin: strings.NewReader("true")})
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.Wait()
+		}
+	})
+}
+
+// benchOptions are a benchmark's sandbox options: max made ahead, forking or not.
+func benchOptions(b *testing.B, max int, fork bool) Options {
+	opt := Options{UID: 61000, GID: 61000, Ahead: AheadOptions{Max: max}}
+	if fork {
+		opt.Fork, opt.Zygote = true, zygoteBinary(b)
+	}
+	return opt
+}
+
+// readyCPU is the CPU of the sandboxes ready in s and of the children they reaped
+// (proctest.CPU): a forking sandbox's jobs.
+func readyCPU(s *Sandbox) time.Duration {
+	var pgids []int
+	s.ahead.mu.Lock()
+	for _, k := range s.ahead.keys {
+		for _, p := range k.ready {
+			pgids = append(pgids, p.cmd.Process.Pid)
+		}
+	}
+	s.ahead.mu.Unlock()
+	var sum time.Duration
+	for _, g := range pgids {
+		for _, pid := range proctest.Group(g) {
+			sum += proctest.CPU(pid)
+		}
+	}
+	return sum
+}
+
+// chain is BenchmarkJobStart's chain of jobs in sandboxes made ahead.
+func chain(b *testing.B, fork bool) {
+	{
+		s, err := New(context.Background(), benchOptions(b, 8, fork))
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer s.Close()
+		closed := false
+		defer func() {
+			if !closed {
+				s.Close()
+			}
+		}()
 		lim := Limits{MemoryBytes: 1 << 30, Pids: 512}
 		s.Warm(lim)
 		ctx := context.Background()
@@ -105,7 +166,7 @@ func BenchmarkJobStart(b *testing.B) {
 			b.Fatal(err)
 		}
 		var begun, run []float64
-		cpu0 := childrenCPU()
+		cpu0 := childrenCPU() + readyCPU(s)
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			t0 := time.Now()
@@ -122,19 +183,15 @@ func BenchmarkJobStart(b *testing.B) {
 			j.Cleanup() // after the end, as the runner's release
 		}
 		b.StopTimer()
+		// The CPU of this process's children, and of the sandboxes alive (a forking
+		// sandbox's jobs are its children, not this process's).
+		cpu := childrenCPU() + readyCPU(s) - cpu0
+		s.Close()
+		closed = true
 		b.ReportMetric(median(begun), "begun_ms")
 		b.ReportMetric(median(run), "run_ms")
-		b.ReportMetric(float64((childrenCPU()-cpu0).Microseconds())/1000/float64(b.N), "cpu_ms/job")
-	})
-	b.Run("plain", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			p, err := procrun.Start(procrun.Spec{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Stdin: strings.NewReader("true")})
-			if err != nil {
-				b.Fatal(err)
-			}
-			p.Wait()
-		}
-	})
+		b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu_ms/job")
+	}
 }
 
 func median(v []float64) float64 {
@@ -154,11 +211,11 @@ func childrenCPU() time.Duration {
 // waits for its end (exit 0) and reads its result.
 func handTrue(b *testing.B, p *Prepared, dir string) *Job {
 	b.Helper()
-	cmd, j, waited, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Script: "true", Result: "result", ResultMax: 1 << 20})
+	proc, j, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Script: "true", Result: "result", ResultMax: 1 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if r := procrun.Adopt(cmd, waited, 0).Wait(); r.ExitCode != 0 {
+	if r := proc.Wait(); r.ExitCode != 0 {
 		b.Fatalf("%+v", r)
 	}
 	j.Result()

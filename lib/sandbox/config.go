@@ -30,6 +30,8 @@ type Config struct {
 	NetworkDeny                     string        // what outbound jobs cannot reach (ParseDeny)
 	Ahead                           int           // sandboxes made ahead of need (AheadOptions.Max)
 	AheadTTL                        time.Duration // AheadOptions.TTL
+	Fork                            bool          // Options.Fork
+	Zygote                          string        // Options.Zygote
 	limits, max                     Limits
 	binds                           []string
 	deny                            []netip.Prefix
@@ -54,6 +56,8 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.StringVar(&c.DiskMax, "job-disk-max", "", "", "the most disk space a job or its context may ask for; empty: --job-disk; 0: no maximum")
 	f.StringVar(&c.Network, "job-network", "", "none", "jobs' network: none, or outbound (through slirp4netns: never the host, its loopback or --job-network-deny); a context's job_max (operators) can allow outbound where this is none")
 	f.IntVar(&c.Ahead, "sandbox-ahead", "", 8, "sandboxes made ahead of need: up to this many, for the limits jobs asked for within --sandbox-ahead-ttl, each made before its job comes and used by that one job alone (a job without network); 0: each job's sandbox is made when it starts")
+	f.BoolVar(&c.Fork, "sandbox-fork", "", true, "the sandboxes made ahead (--sandbox-ahead) are forking ones: each a long-lived bwrap sandbox whose first process, hero-zygote, forks one job after another into fresh PID, mount, IPC and UTS namespaces with a fresh /tmp (docs/security.md, \"The forking sandbox\"); false, or hero-zygote missing or not working here (said at the start): each job gets a bwrap sandbox of its own")
+	f.StringVar(&c.Zygote, "sandbox-zygote", "", "", "the hero-zygote program of --sandbox-fork; empty: the one next to the runner's binary, else on PATH")
 	f.DurationVar(&c.AheadTTL, "sandbox-ahead-ttl", "", time.Minute, "how long after the last job of some limits sandboxes are still made ahead for them (those made and not used are destroyed then)")
 	f.StringVar(&c.NetworkDeny, "job-network-deny", "", DefaultDeny, "what jobs with outbound network cannot reach: IPv4 CIDRs, host (this host's own addresses) and private (RFC 1918, loopback, link-local, CGNAT, multicast), comma-separated")
 }
@@ -151,5 +155,5 @@ func (c *Config) Max() Limits { return c.max }
 func (c *Config) Options() Options {
 	return Options{Mode: c.Mode, UID: c.UID, GID: c.GID, Binds: c.binds,
 		NetDeny: c.deny, NetDenyHost: c.denyHost, NeedNetwork: c.Network == model.NetworkOutbound,
-		Ahead: AheadOptions{Max: c.Ahead, TTL: c.AheadTTL}}
+		Ahead: AheadOptions{Max: c.Ahead, TTL: c.AheadTTL}, Fork: c.Fork, Zygote: c.Zygote}
 }

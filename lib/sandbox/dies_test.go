@@ -59,6 +59,10 @@ func standIn() int {
 	}
 	if step == "ahead" {
 		opt.Ahead = AheadOptions{Max: 2}
+		opt.Zygote = os.Getenv("HERO_SBX_ZYGOTE")
+		if opt.Fork = opt.Zygote != ""; opt.Fork {
+			opt.Ahead.Max = 3 // a forking sandbox serving its job counts against Max
+		}
 	}
 	s, err := New(context.Background(), opt)
 	if err != nil {
@@ -98,6 +102,17 @@ func standInAhead(s *Sandbox, lim Limits, scratch string, stop func(string, int)
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if taken.zy != nil {
+		// A forking sandbox runs a job when the runner is killed.
+		_, _, err := taken.Hand(Handoff{Argv: []string{"/bin/sh", "-c", "echo up > " + scratch + "/job-up; exec sleep " + os.Getenv("HERO_SBX_MARKER")}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: workDirIn(JobDir)})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		for _, err := os.Stat(filepath.Join(scratch, "job-up")); err != nil; _, err = os.Stat(filepath.Join(scratch, "job-up")) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	if err := s.WaitAhead(context.Background(), func(ready, making int) bool { return ready >= 2 && making == 0 }); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -121,7 +136,24 @@ func standInAhead(s *Sandbox, lim Limits, scratch string, stop func(string, int)
 // Acceptance (issue 44): a runner killed (kill -9) with sandboxes made ahead of their
 // jobs — one taken for a job, not handed it yet, two ready — leaves none: no process
 // of them, and (a root runner: cgroups) none of their cgroups.
-func TestAheadSandboxesDieWithTheRunner(t *testing.T) {
+func TestAheadSandboxesDieWithTheRunner(t *testing.T) { aheadDiesWithTheRunner(t, nil) }
+
+// Issue 44, the forking sandbox: a runner killed (kill -9) with forking sandboxes —
+// one running a job, two ready — leaves no zygote, no process of the job, no cgroup.
+func TestForkingSandboxesDieWithTheRunner(t *testing.T) {
+	marker := fmt.Sprintf("300.%d", time.Now().UnixNano()%1000000)
+	aheadDiesWithTheRunner(t, []string{"HERO_SBX_ZYGOTE=" + zygoteBinary(t), "HERO_SBX_MARKER=" + marker})
+	if left := proctest.Pgrep("sleep " + marker); len(left) > 0 {
+		t.Fatalf("the forked job's process is alive after the runner's death: %v", left)
+	}
+	if left := proctest.Pgrep(zygotePath); len(left) > 0 {
+		t.Fatalf("zygotes alive after the runner's death: %v", left)
+	}
+}
+
+// aheadDiesWithTheRunner kills a stand-in runner (env: more of its environment) with
+// sandboxes made ahead and checks that nothing of them is left.
+func aheadDiesWithTheRunner(t *testing.T, env []string) {
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bwrap is not installed")
 	}
@@ -144,7 +176,7 @@ func TestAheadSandboxesDieWithTheRunner(t *testing.T) {
 	defer sig.Close()
 	var out strings.Builder
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = []string{standInEnv + "=1", "HERO_SBX_STEP=ahead", "HERO_SBX_SCRATCH=" + scratch, "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = append([]string{standInEnv + "=1", "HERO_SBX_STEP=ahead", "HERO_SBX_SCRATCH=" + scratch, "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

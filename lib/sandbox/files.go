@@ -161,7 +161,10 @@ type report struct {
 	started   chan struct{}
 	saidStart bool
 	// begunAt is when the wrapper said "begun" (zero before): the job's command is
-	// about to run. As this process read it: late, never early, when it was stopped.
+	// about to run. As this process read it: late, never early, when it was stopped;
+	// or, a forking sandbox's job ("begun <unix ns>": hero-zygote's job process, right
+	// before it executes the job's command, before any of the job's code ran), that
+	// time, never later than its reading.
 	begunAt time.Time
 	mu      sync.Mutex
 	buf     bytes.Buffer
@@ -182,14 +185,31 @@ func (rp *report) read() {
 			close(rp.started)
 			rp.saidStart = true
 		}
-		if rp.begunAt.IsZero() && bytes.HasPrefix(rp.buf.Bytes(), []byte("start\nbegun\n")) {
-			rp.begunAt = time.Now()
+		if rp.begunAt.IsZero() {
+			rp.begunAt = begunLine(rp.buf.Bytes())
 		}
 		rp.mu.Unlock()
 		if err != nil {
 			return
 		}
 	}
+}
+
+// begunLine is when a report (b, so far) says its job began: its "begun" line read now,
+// or the time it names ("begun <unix ns>") when earlier; zero before that line.
+func begunLine(b []byte) time.Time {
+	rest, ok := bytes.CutPrefix(b, []byte("start\nbegun"))
+	line, _, whole := bytes.Cut(rest, []byte("\n"))
+	if !ok || !whole {
+		return time.Time{}
+	}
+	now := time.Now()
+	if ns, err := strconv.ParseInt(string(bytes.TrimPrefix(line, []byte(" "))), 10, 64); err == nil && len(line) > 1 {
+		if at := time.Unix(0, ns); at.Before(now) {
+			return at
+		}
+	}
+	return now
 }
 
 // begun is when the wrapper said "begun" (ok false: not yet).
@@ -223,7 +243,9 @@ func (rp *report) wait() []byte {
 // the job was killed).
 func parseReport(b []byte, max int64) (full bool, res Result, ok bool) {
 	b, _ = bytes.CutPrefix(b, []byte("start\n"))
-	b, _ = bytes.CutPrefix(b, []byte("begun\n"))
+	if bytes.HasPrefix(b, []byte("begun")) { // "begun" or "begun <unix ns>"
+		_, b, _ = bytes.Cut(b, []byte("\n"))
+	}
 	line, data, found := bytes.Cut(b, []byte("\n"))
 	disk, kind, _ := strings.Cut(string(line), " ")
 	if !found || (disk != "ok" && disk != "full") {

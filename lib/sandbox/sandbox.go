@@ -96,6 +96,11 @@ type Options struct {
 	Pause func(step string, pid int)
 	// Ahead: sandboxes made ahead of need (ahead.go; Max 0: none).
 	Ahead AheadOptions
+	// Fork: the sandboxes made ahead are forking ones (zygote.go), each serving one
+	// job after another, with Zygote the hero-zygote program (default: FindZygote's);
+	// without one each serves one job.
+	Fork   bool
+	Zygote string
 }
 
 // DefaultReadOnly are the host paths a job sees (read-only): programs and
@@ -117,7 +122,9 @@ type Sandbox struct {
 	guard *guard   // kills the jobs' process groups when the runner is gone
 	net   netTools // outbound network's programs (net.err: why there is none)
 	ahead *ahead   // sandboxes made ahead of need (nil: none)
-	seq   atomic.Uint64
+	// noFork says why Options.Fork is not had ("": it is, or was not asked for).
+	noFork string
+	seq    atomic.Uint64
 }
 
 // New checks that the sandbox works here (a trial run of bwrap) and finds the
@@ -172,6 +179,7 @@ func New(ctx context.Context, opt Options) (*Sandbox, error) {
 			s.Close()
 			return nil, fmt.Errorf("sandbox: bwrap cannot make a sandbox here (%v); in a container it needs namespaces allowed by seccomp and an unmasked /proc (docs/security.md), or run with --sandbox=none", err)
 		}
+		s.findZygote()
 		if opt.Ahead.Max > 0 {
 			s.ahead = newAhead(s, opt.Ahead)
 		}
@@ -274,6 +282,12 @@ func (s *Sandbox) Describe() string {
 	if s.opt.UID != 0 && os.Geteuid() == 0 {
 		d += fmt.Sprintf("; jobs run as uid %d", s.opt.UID)
 	}
+	switch {
+	case s.opt.Zygote != "" && s.opt.Ahead.Max > 0:
+		d += "; jobs forked by forking sandboxes made ahead (" + s.opt.Zygote + ")"
+	case s.noFork != "":
+		d += "; " + s.noFork
+	}
 	return d
 }
 
@@ -318,6 +332,9 @@ type Extra struct {
 	// ahead: a sandbox made ahead of its job (ahead.go): its command, work directory
 	// and result file come later, on its spec's descriptor.
 	ahead bool
+	// zygote: made ahead, a forking sandbox (zygote.go): hero-zygote is its first
+	// process, with CAP_SYS_ADMIN in its user namespace (to make each job's).
+	zygote bool
 }
 
 // WorkDir names a new work directory for one job, pattern its name: with a sandbox,
@@ -362,6 +379,13 @@ func (s *Sandbox) bwrapArgs(workDir string, argv []string, x Extra, lim Limits) 
 	}
 	if os.Geteuid() == 0 && s.opt.UID == 0 {
 		a = append(a, "--cap-drop", "ALL")
+	}
+	if x.zygote {
+		// The zygote's capabilities, in the sandbox's user namespace: to make each
+		// job's namespaces and mounts (CAP_SYS_ADMIN), and to drop every capability
+		// from the job's bounding set (CAP_SETPCAP); each job's process drops both
+		// (zygote.c).
+		a = append(a, "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--ro-bind", s.opt.Zygote, zygotePath)
 	}
 	a = append(a, s.readOnlyArgs(x.ReadOnly)...)
 	for _, b := range s.opt.Binds {
@@ -434,6 +458,7 @@ type Job struct {
 	group   *jobGroup
 	net     *jobNet
 	s       *Sandbox
+	fork    *forkJob // a job a forking sandbox forked (zygote.go)
 	// direct: bwrap is the job's first process (no trampoline); the runner lets it
 	// through its gate by writing gate, its options (bwrap --args); its rlimits are set
 	// in the sandbox (ulimits).
@@ -496,6 +521,8 @@ func (s *Sandbox) PrepareWith(workDir string, argv []string, lim Limits, x Extra
 		// which may lower them): the runner may not set another user's.
 		ul := ulimits(j.rlimits)
 		switch {
+		case x.zygote:
+			argv = append([]string{zygotePath, strconv.Itoa(j.reportFD()), strconv.Itoa(j.specFD())}, s.zygoteArgs(lim.DiskBytes)...)
 		case j.ahead:
 			argv = aheadWrapper(s.sh, j.reportFD(), j.specFD(), ul)
 		case j.private:
@@ -854,8 +881,13 @@ func (j *Job) Started() error {
 // held them: its cgroup, its network).
 func (j *Job) Contained() bool { return j.private }
 
-// Cleanup kills whatever of the job is left, its network stack and its cgroup.
+// Cleanup kills whatever of the job is left, its network stack and its cgroup; a job
+// of a forking sandbox gives the sandbox back (zygote.go).
 func (j *Job) Cleanup() {
+	if j.fork != nil {
+		j.fork.release(j)
+		return
+	}
 	if j.net != nil {
 		j.net.close()
 	}

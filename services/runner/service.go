@@ -63,6 +63,9 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 		env.Probe.AddDetail("sandbox", "none: jobs run unsandboxed (--sandbox=none)")
 	} else {
 		env.Log.Info().Str("sandbox", sb.Describe()).Str("limits", cfg.Sandbox.Limits().String()).Msg("jobs run sandboxed")
+		if why := sb.NoFork(); why != "" {
+			env.Log.Warn().Str("sandbox", why).Msg("--sandbox-fork: no forking sandbox here; each job's sandbox is made by bwrap (more CPU and time per job)")
+		}
 		env.Probe.AddDetail("sandbox", sb.Describe())
 		// The first jobs (of contexts without limits of their own) find their sandboxes
 		// made (--sandbox-ahead), instead of waiting while the rest are made beside them.

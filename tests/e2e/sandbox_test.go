@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +28,14 @@ func TestJobSandbox(t *testing.T) {
 	redisSrv.Flush(t)
 	s := harness.StartStack(t, binDir, redisSrv.URL, harness.StackOptions{RunnerArgs: []string{"--job-memory", "64MiB", "--job-pids", "32"}})
 	c := s.Setup(t, ctx1)
+	// Its jobs run in forking sandboxes (the default, issue 44; hero-zygote next to
+	// the runner, when the harness could build it): /readyz says so, and what follows
+	// holds of them.
+	if _, err := os.Stat(filepath.Join(binDir, "hero-zygote")); err == nil {
+		if _, body := readyzBody(t, s.Runner); !strings.Contains(body, "jobs forked by forking sandboxes") {
+			t.Fatalf("the runner's /readyz does not say its jobs are forked by forking sandboxes: %s", body)
+		}
+	}
 	s.Operator().MustCall(t, "context.create", map[string]any{"context": map[string]any{"id": 2, "admins": []int{1}}}, nil)
 	c.MustCall(t, "runner.create", map[string]any{"context_id": 2, "runner": map[string]any{"id": 1, "script_types": []string{"sh"}}}, nil)
 	scratch := harness.ScratchDir(t)
@@ -160,11 +170,31 @@ func TestRunnerKillLeavesNoJobProcess(t *testing.T) {
 	if roots := proctest.Roots(pids); len(roots) != len(sleepers) {
 		t.Fatalf("job processes %v (roots %v), want one per job", pids, roots)
 	}
+	// Its forking sandboxes' zygotes (issue 44: the jobs run in them by default).
+	zygotes := descendantsNamed(st.Runner.Cmd.Process.Pid, "/.hero-zygote")
+	if _, err := os.Stat(filepath.Join(binDir, "hero-zygote")); err == nil && len(zygotes) < len(sleepers) {
+		t.Fatalf("zygotes under the runner: %v, want one per running job at least", zygotes)
+	}
 	// The runner process alone (not its process group, as the harness's Kill does).
 	_ = syscall.Kill(st.Runner.Cmd.Process.Pid, syscall.SIGKILL)
 	if left, err := proctest.WaitExit(pids, time.Second); err != nil || len(left) > 0 {
 		t.Fatalf("job processes alive 1 s after kill -9 of the runner: %v (%v)", left, err)
 	}
+	if left, err := proctest.WaitExit(zygotes, time.Minute); err != nil || len(left) > 0 {
+		t.Fatalf("zygotes alive after kill -9 of the runner: %v (%v)", left, err)
+	}
+}
+
+// descendantsNamed are the live descendants of root whose command line starts with
+// name.
+func descendantsNamed(root int, name string) []int {
+	var out []int
+	for _, pid := range proctest.Descendants(root) {
+		if cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); bytes.HasPrefix(cmd, []byte(name+"\x00")) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // Acceptance (Trust III 1, network on): with outbound network a job gets an

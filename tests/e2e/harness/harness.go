@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/procrun"
+	"github.com/hero-coordinator/hero/lib/sandbox"
 )
 
 // Binaries lists what Build builds: the five services, heroctl, and the example Go
@@ -76,6 +77,11 @@ func Build(dir string) error {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("build %s: %v\n%s", b, err, out)
 		}
+	}
+	// The runner's forking sandbox, next to the runner as make build puts it (without
+	// gcc: none, and the runner says it makes a sandbox per job).
+	if _, err := exec.LookPath("gcc"); err == nil {
+		return sandbox.BuildZygote(filepath.Join(root, "lib", "sandbox", "zygote", "zygote.c"), filepath.Join(dir, sandbox.ZygoteName))
 	}
 	return nil
 }
