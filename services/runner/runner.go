@@ -218,7 +218,7 @@ func (r *runner) run(ctx context.Context) error {
 	loops := []func(context.Context){r.controlLoop, r.heartbeatLoop, r.sweepLoop, r.watchControl}
 	// Several claim loops: one waits on the wake lists while others claim, so that
 	// taking jobs is not bound by one round trip at a time.
-	for i := 0; i < min(r.cfg.Concurrency, maxClaimLoops); i++ {
+	for i := 0; i < min(r.cfg.Concurrency, r.cfg.ClaimLoops); i++ {
 		loops = append(loops, r.claimLoop)
 	}
 	for _, loop := range loops {
@@ -496,8 +496,8 @@ func (r *runner) recover(ctx context.Context) {
 	}
 }
 
-// maxClaimLoops bounds the claim loops of one process.
-const maxClaimLoops = 4
+// maxClaimLoops bounds --claim-loops.
+const maxClaimLoops = 16
 
 // claimLoop waits for a free slot, then for a wake-up on any served queue, then claims.
 func (r *runner) claimLoop(ctx context.Context) {
