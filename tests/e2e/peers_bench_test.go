@@ -431,8 +431,8 @@ func runParallel(b *testing.B, n, conc int, call func(ctx context.Context, i int
 // half the time the missing members would take at the rate seen since its previous
 // read, between 1 and 20 ms: the end of a run is seen within about a millisecond of
 // it, and the reads cost little while many are missing (a read each millisecond cost
-// the producers' process ~10% of a core while (a)'s jobs ran after their submission,
-// which counted as the producers' CPU per job).
+// the producers' process ~10 µs of CPU per job of (a) while its jobs ran after their
+// submission, which counted as the producers' CPU).
 func waitCount(b *testing.B, rdb *redis.Client, key string, n int64) {
 	b.Helper()
 	start := time.Now()
