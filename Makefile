@@ -168,9 +168,10 @@ proto-tools:
 		$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
 .PHONY: bench-peers
-bench-peers: deps ## asynq (defaults, and tuned: PEERS_POLL=10ms) and this stack side by side, in turn, with equal settings (ROUNDS=3, PEERS_N=20000, PEERS_C=32, PEERS_WORKERS=32, PEERS_WARMUP=1000, PEERS_GOMAXPROCS=1); docs/benchmarks.md
+bench-peers: deps ## asynq (defaults, and tuned: PEERS_POLL=10ms) and this stack side by side, in turn, with equal settings (ROUNDS=3, PEERS_N=20000, PEERS_C=32, PEERS_WORKERS=32, PEERS_WARMUP=1000, PEERS_GOMAXPROCS=1, PEERS_SIDES=asynq,hero,asynq10); docs/benchmarks.md
 	@cd bench/peers && GOWORK=off $(GO) run . -rounds $${ROUNDS:-3} -n $${PEERS_N:-20000} -c $${PEERS_C:-32} \
-		-workers $${PEERS_WORKERS:-32} -warmup $${PEERS_WARMUP:-1000} -gomaxprocs $${PEERS_GOMAXPROCS:-1} -poll $${PEERS_POLL:-10ms}
+		-workers $${PEERS_WORKERS:-32} -warmup $${PEERS_WARMUP:-1000} -gomaxprocs $${PEERS_GOMAXPROCS:-1} -poll $${PEERS_POLL:-10ms} \
+		-sides $${PEERS_SIDES:-asynq,hero,asynq10}
 
 .PHONY: bench
 bench: deps build ## run the benchmarks (not part of make test)

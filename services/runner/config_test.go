@@ -40,6 +40,8 @@ func TestConfigRefusesBadSettings(t *testing.T) {
 		{[]string{"--contexts", "1,x"}, `--contexts: "x" is not a context id`},
 		{[]string{"--contexts", "0"}, `--contexts: "0" is not a context id`},
 		{[]string{"--concurrency", "0"}, "--concurrency must be between 1 and 4096"},
+		{[]string{"--claim-loops", "0"}, "--claim-loops must be between 1 and 16"},
+		{[]string{"--claim-loops", "17"}, "--claim-loops must be between 1 and 16"},
 		{[]string{"--worker-id", "a b"}, "--worker-id must be a name without spaces"},
 		{[]string{"--lease", "2s", "--heartbeat", "1500ms"}, "--lease must be at least 1s and at least twice --heartbeat"},
 		{[]string{"--output-max-bytes", "10"}, "--output-max-bytes and --log-max-bytes must be at least 1024"},

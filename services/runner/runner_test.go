@@ -237,6 +237,29 @@ func TestClaimRunsTheJobAndWritesItsEnd(t *testing.T) {
 	}
 }
 
+// One claim loop (--claim-loops 1) runs every job queued: it claims again as slots
+// free up, more jobs than slots waiting. No job is left on the queue or under a lease.
+func TestOneClaimLoopRunsEveryJob(t *testing.T) {
+	h := newHarness(t, "--claim-loops", "1")
+	var ids []uint32
+	for range 12 { // three times --concurrency 4
+		ids = append(ids, h.submit("true", 0).ID)
+	}
+	h.start()
+	for _, id := range ids {
+		if got := h.waitStatus(id, time.Minute, model.JobFinished, model.JobError); got.Status != model.JobFinished {
+			t.Fatalf("job %d: %s (%s)", id, got.Status, got.Error)
+		}
+	}
+	rc := srv.Client(t, testCtx)
+	if n := rc.LLen(context.Background(), keys.Queue("sh")).Val(); n != 0 {
+		t.Fatalf("%d items left on the queue", n)
+	}
+	if n := rc.ZCard(context.Background(), keys.Leases).Val(); n != 0 {
+		t.Fatalf("%d leases left after the jobs' ends", n)
+	}
+}
+
 // A claim takes only jobs of the queues it serves: a python job waits on its queue
 // while the runner (sh only) runs the sh job behind it.
 func TestClaimTakesOnlyServedQueues(t *testing.T) {
