@@ -117,6 +117,13 @@ func (d *DB) LoadDAG(ctx context.Context, flowID uint32) (*DAG, error) {
 			n.DueMs, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
+	// A node of the started flow with no field left is completed: its completion
+	// removed them (lua/lib_complete.lua); the flow's job list names it.
+	if h["starting"] == "" {
+		if err := d.addCompletedNodes(ctx, flowID, g); err != nil {
+			return nil, fmt.Errorf("load dag of flow %d: %w", flowID, err)
+		}
+	}
 	// A node's dependencies are its job's (p: in a DAG of an earlier version): read for
 	// the nodes not ended, the ones whose dependencies decide something (a ready node
 	// never dispatched is a start's only when it has none).
@@ -150,6 +157,27 @@ func (d *DB) LoadDAG(ctx context.Context, flowID uint32) (*DAG, error) {
 		}
 	}
 	return g, nil
+}
+
+// addCompletedNodes adds to g, completed, the jobs of the flow that have no node in it
+// (a completed node leaves the DAG hash: lua/lib_complete.lua).
+func (d *DB) addCompletedNodes(ctx context.Context, flowID uint32, g *DAG) error {
+	v, err := d.hmget(ctx, keys.Flow(flowID), "jobs")
+	if err != nil {
+		return err
+	}
+	var jobs []uint32
+	if s, ok := v[0].(string); ok && s != "" {
+		if err := json.Unmarshal([]byte(s), &jobs); err != nil {
+			return fmt.Errorf("flow %d's jobs: %w", flowID, err)
+		}
+	}
+	for _, id := range jobs {
+		if _, ok := g.Nodes[id]; !ok {
+			g.Nodes[id] = &DAGNode{ID: id, Status: model.NodeCompleted}
+		}
+	}
+	return nil
 }
 
 // readDepends sets the dependencies of nodes (of a flow of caller) from their jobs'

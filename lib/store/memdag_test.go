@@ -13,9 +13,12 @@ import (
 	"github.com/hero-coordinator/hero/lib/testutil/storetest"
 )
 
-// Issue 49, the memory of a finished job. A completed node keeps only its status in
-// the DAG hash: its attempt (a:) and dependents (d:) go, the dependents into its job's
-// hash, where the page reads of flow.dag and LoadDAG find both as before.
+// Issue 49, the memory of a finished job. A completed node leaves the DAG hash: its
+// status (s:), attempt (a:) and dependents (d:) go, the dependents into its job's
+// hash, where the page reads of flow.dag and LoadDAG find them as before; a node of
+// a started flow with no field reads as completed. A repeated success of it still
+// hands back its dependents still ready, and a DAG of an earlier version (s:
+// completed kept) reads the same.
 func TestCompletedNodeKeepsItsStatusAlone(t *testing.T) {
 	s := open(t)
 	db := mustCtx(t, s, 48)
@@ -30,13 +33,10 @@ func TestCompletedNodeKeepsItsStatusAlone(t *testing.T) {
 	if _, errs := db.CompleteNodes(ctx, []store.JobEnd{{FlowID: f.ID, CallerID: 1, JobID: root, Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler"}}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	for _, fld := range []string{"a:", "d:"} {
+	for _, fld := range []string{"s:", "a:", "d:"} {
 		if rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint(fld, root)).Val() {
 			t.Fatalf("the completed root keeps %s%d in the DAG hash", fld, root)
 		}
-	}
-	if st := rc.HGet(ctx, keys.DAG(f.ID), fmt.Sprint("s:", root)).Val(); st != string(model.NodeCompleted) {
-		t.Fatalf("the root's status %q", st)
 	}
 	if d := rc.HGet(ctx, keys.Job(1, root), "dependents").Val(); d != fmt.Sprintf("[%d,%d]", mids[0], mids[1]) {
 		t.Fatalf("the root job's dependents %q", d)
@@ -47,6 +47,11 @@ func TestCompletedNodeKeepsItsStatusAlone(t *testing.T) {
 		if slices.Contains(mids, j.ID) {
 			midJobs = append(midJobs, j)
 		}
+	}
+	// the same success again, before the dependents' dispatch: they come back
+	res, errs := db.CompleteNodes(ctx, []store.JobEnd{{FlowID: f.ID, CallerID: 1, JobID: root, Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler"}})
+	if errs[0] != nil || res[0].Applied || !slices.Equal(res[0].Ready, mids) {
+		t.Fatalf("the root's success again: %+v %v, want not applied, %v ready", res[0], errs[0], mids)
 	}
 	if _, err := db.DispatchMany(ctx, f.ID, 1, midJobs, "scheduler", 0); err != nil {
 		t.Fatal(err)
@@ -69,14 +74,29 @@ func TestCompletedNodeKeepsItsStatusAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := g.Nodes[root]; n.Attempt != 1 || !slices.Equal(n.Dependents, mids) {
+	if n := g.Nodes[root]; n == nil || n.Attempt != 1 || !slices.Equal(n.Dependents, mids) || n.Status != model.NodeCompleted {
 		t.Fatalf("LoadDAG: the completed root %+v", n)
 	}
 	// a leaf completed: nothing to move, its job gets no dependents
 	if _, errs := db.CompleteNodes(ctx, []store.JobEnd{{FlowID: f.ID, CallerID: 1, JobID: mids[0], Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler"}}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	if rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("a:", mids[0])).Val() {
-		t.Fatal("a completed middle node keeps its a:")
+	if rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("a:", mids[0])).Val() || rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("s:", mids[0])).Val() {
+		t.Fatal("a completed middle node keeps its a: or s:")
+	}
+	// a DAG of an earlier version: the completed root's status kept, as it wrote it
+	rc.HSet(ctx, keys.DAG(f.ID), fmt.Sprint("s:", root), string(model.NodeCompleted))
+	nodes, _, err = db.LoadDAGNodes(ctx, f.ID, []uint32{root, mids[0], mids[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := nodes[root]; n.Status != model.NodeCompleted || n.Attempt != 1 || !slices.Equal(n.Dependents, mids) {
+		t.Fatalf("an earlier version's completed node: %+v", n)
+	}
+	if n := nodes[mids[0]]; n.Status != model.NodeCompleted || n.Attempt != 1 {
+		t.Fatalf("a completed leaf: %+v", n)
+	}
+	if n := nodes[mids[1]]; n.Status != model.NodeDispatched {
+		t.Fatalf("a dispatched node: %+v", n)
 	}
 }
