@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
 )
 
 // The cap of a context's event stream (approximately, XADD MAXLEN ~) is
@@ -50,7 +51,7 @@ const (
 // a read gives as the event's time_ms (issue 49: a time field was ~10 B of each of a
 // job's four events).
 func (e *Event) Fields() []any {
-	f := []any{"type", e.Type, "actor", e.Actor}
+	f := []any{"type", model.EventType(e.Type).Stored(), "actor", e.Actor}
 	if e.FlowID != 0 {
 		f = append(f, "flow_id", strconv.FormatUint(uint64(e.FlowID), 10))
 	}
@@ -92,7 +93,7 @@ func eventFromMessage(ctxID uint32, m redis.XMessage) Event {
 		}
 		return ""
 	}
-	e.Type, e.Actor, e.Status, e.Detail = get("type"), get("actor"), get("status"), get("detail")
+	e.Type, e.Actor, e.Status, e.Detail = model.EventTypeOfStored(get("type")), get("actor"), get("status"), get("detail")
 	if e.Status == "" {
 		e.Status = impliedStatus[e.Type] // stored empty: its type says it
 	}

@@ -14,8 +14,10 @@ import (
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
-// Issue 49: an event stores no time (its id's is its time_ms) and, for the job events
-// whose type says it, no status; a read gives both back as before.
+// Issue 49: an event stores no time (its id's is its time_ms), for the job events
+// whose type says it no status, and the frequent job events' types as short codes; a
+// read gives all three back as before, and reads an entry of an earlier version (the
+// type spelled out) the same.
 func TestEventsStoreNoTimeNorImpliedStatus(t *testing.T) {
 	s := open(t)
 	db := mustCtx(t, s, 50)
@@ -41,12 +43,25 @@ func TestEventsStoreNoTimeNorImpliedStatus(t *testing.T) {
 			t.Fatalf("event %s stores time_ms: %v", e.ID, e.Values)
 		}
 	}
-	if _, ok := raw[2].Values["status"]; ok || raw[2].Values["type"] != string(model.EventJobStarted) {
-		t.Fatalf("job.started stores its status: %v", raw[2].Values)
+	if _, ok := raw[2].Values["status"]; ok || raw[2].Values["type"] != "s" {
+		t.Fatalf("job.started stores its status, or its type spelled out: %v", raw[2].Values)
 	}
+	if raw[1].Values["type"] != "c" || raw[3].Values["type"] != string(model.EventJobCancelled) {
+		t.Fatalf("job.created stored as %v, job.cancelled as %v", raw[1].Values["type"], raw[3].Values["type"])
+	}
+	// an earlier version's entry: its type spelled out
+	rc.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, Values: []any{"type", "job.finished", "actor", "runner", "job_id", "1", "caller_id", "1"}})
 	evs, err := db.ReadEvents(ctx, "0", 10)
-	if err != nil || len(evs) != 4 {
+	if err != nil || len(evs) != 5 {
 		t.Fatal(len(evs), err)
+	}
+	for i, want := range []model.EventType{model.EventContextCreated, model.EventJobCreated, model.EventJobStarted, model.EventJobCancelled, model.EventJobFinished} {
+		if evs[i].Type != string(want) {
+			t.Fatalf("event %d read as %q, want %q", i, evs[i].Type, want)
+		}
+	}
+	if evs[4].Status != string(model.JobFinished) {
+		t.Fatalf("an earlier version's job.finished: status %q", evs[4].Status)
 	}
 	after := time.Now().UnixMilli()
 	for _, e := range evs {

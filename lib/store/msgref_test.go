@@ -251,7 +251,7 @@ func TestSubmittedJobCreatedEventHasTheJobEventFields(t *testing.T) {
 	var created, dispatched []string
 	for _, e := range evs {
 		names, vals := fieldsOf(e)
-		switch vals["type"] {
+		switch model.EventTypeOfStored(vals["type"]) {
 		case string(model.EventJobCreated):
 			created = names
 			if vals["job_id"] != fmt.Sprint(out[0].Job.ID) || vals["caller_id"] != "1" || vals["detail"] != keys.Job(1, out[0].Job.ID) {

@@ -60,7 +60,7 @@ func runCreate(ctx context.Context, r luaRunner, c createSpec) (createResult, er
 // kind and caller (prefix, counter, indexes, event, registry: cs[0]'s).
 func createCall(cs ...createSpec) *createArgs {
 	c := cs[0]
-	evType := c.eventType
+	evType := model.EventType(c.eventType).Stored() // the stream's code of the type
 	if !c.events {
 		evType = ""
 	}

@@ -1612,7 +1612,7 @@ func TestCreateJobsEachOnItsOwn(t *testing.T) {
 	}
 	n := 0
 	for _, e := range rc.XRange(ctx, keys.Events, "-", "+").Val() {
-		if e.Values["type"] == string(model.EventJobCreated) {
+		if e.Values["type"] == model.EventJobCreated.Stored() {
 			n++
 		}
 	}
