@@ -816,18 +816,22 @@ func TestClaimStartsTakesGroupsAndTheirWakeTokens(t *testing.T) {
 }
 
 // checkStartsClaimedEach: each start of a ClaimStarts is run, has its own claim and
-// the trace asked for, as stored.
+// the trace asked for, as stored (none asked for: its claim's, model.TraceOfClaim).
 func checkStartsClaimedEach(t *testing.T, db *store.DB, rc *redis.Client, got []store.Started, jobs []*model.Job, traces []string) {
 	t.Helper()
 	ctx := context.Background()
 	claims := map[string]bool{}
 	for i, st := range got {
-		if st.Err != nil || st.Outcome != store.StartRun || st.Job.ID != jobs[i].ID || st.Job.TraceID != traces[i] || claims[st.Claim.ID] {
+		want := traces[i]
+		if want == "" && st.Claim != nil {
+			want = model.TraceOfClaim(st.Claim.ID)
+		}
+		if st.Err != nil || st.Outcome != store.StartRun || st.Job.ID != jobs[i].ID || st.Job.TraceID != want || claims[st.Claim.ID] {
 			t.Fatalf("job %d: %+v %+v", i, st, st.Job)
 		}
 		claims[st.Claim.ID] = true
 		stored, err := db.LoadJob(ctx, 1, jobs[i].ID)
-		if err != nil || stored.Status != model.JobStarted || stored.TraceID != traces[i] || rc.HGet(ctx, keys.Job(1, jobs[i].ID), "claim").Val() != st.Claim.ID {
+		if err != nil || stored.Status != model.JobStarted || stored.TraceID != want || rc.HGet(ctx, keys.Job(1, jobs[i].ID), "claim").Val() != st.Claim.ID {
 			t.Fatalf("stored job %d: %+v %v", i, stored, err)
 		}
 	}
@@ -1896,10 +1900,10 @@ func TestAppendLogTellsOnlyAWatchedLog(t *testing.T) {
 	}
 }
 
-// ClaimStartsFresh (the runner's claim) sends one random stem for its claims and one
-// for its trace ids, not an id per slot: each started job still gets a claim id and a
-// trace id of its own (its producer's trace when it handed one in), stored as the
-// returned ones, and two calls share none. A call of more jobs than a stem's index
+// ClaimStartsFresh (the runner's claim) sends one random stem for its claims, not an
+// id per slot: each started job still gets a claim id and a trace id of its own (its
+// producer's trace when it handed one in, stored; else its claim's, which a read
+// derives: issue 49), and two calls share none. A call of more jobs than a stem's index
 // can number is refused before anything is claimed.
 func TestClaimStartsFreshGivesEachJobItsOwnIDs(t *testing.T) {
 	s := open(t)
@@ -1930,9 +1934,20 @@ func TestClaimStartsFreshGivesEachJobItsOwnIDs(t *testing.T) {
 	hex := regexp.MustCompile(`^[0-9a-f]+$`)
 	claims, traces := map[string]bool{}, map[string]bool{}
 	for i, st := range append(first, rest...) {
+		// the trace id is stored only when it is the producer's; else it is the claim's,
+		// derived when the job is read (issue 49)
 		stored := rc.HMGet(ctx, keys.Job(1, jobs[i].ID), "claim", "trace_id").Val()
-		if st.Err != nil || st.Outcome != store.StartRun || st.Job.ID != jobs[i].ID || stored[0] != st.Claim.ID || stored[1] != st.Job.TraceID {
+		wantStored := any(nil)
+		if i == 1 {
+			wantStored = producer
+		} else if st.Job.TraceID != model.TraceOfClaim(st.Claim.ID) {
+			t.Fatalf("job %d: trace id %q, want its claim's %q", i, st.Job.TraceID, model.TraceOfClaim(st.Claim.ID))
+		}
+		if st.Err != nil || st.Outcome != store.StartRun || st.Job.ID != jobs[i].ID || stored[0] != st.Claim.ID || stored[1] != wantStored {
 			t.Fatalf("job %d: %+v, stored claim and trace %v", i, st, stored)
+		}
+		if j, err := db.LoadJob(ctx, 1, jobs[i].ID); err != nil || j.TraceID != st.Job.TraceID {
+			t.Fatalf("job %d read back: trace id %q, want %q (%v)", i, j.TraceID, st.Job.TraceID, err)
 		}
 		if len(st.Claim.ID) != 16 || !hex.MatchString(st.Claim.ID) || claims[st.Claim.ID] {
 			t.Fatalf("job %d: claim id %q (16 hex digits, each claim its own)", i, st.Claim.ID)
@@ -1949,5 +1964,13 @@ func TestClaimStartsFreshGivesEachJobItsOwnIDs(t *testing.T) {
 	}
 	if first[0].Claim.ID[:14] == rest[0].Claim.ID[:14] {
 		t.Fatalf("two calls share their claims' stem: %s %s", first[0].Claim.ID, rest[0].Claim.ID)
+	}
+	// a claim given back (the job stops naming it) leaves the trace id with the job
+	if _, err := db.ReleaseClaims(ctx, "w1", []string{first[0].Claim.ID}); err != nil {
+		t.Fatal(err)
+	}
+	stored := rc.HMGet(ctx, keys.Job(1, jobs[0].ID), "claim", "trace_id").Val()
+	if j, err := db.LoadJob(ctx, 1, jobs[0].ID); err != nil || stored[0] != nil || stored[1] != first[0].Job.TraceID || j.TraceID != first[0].Job.TraceID {
+		t.Fatalf("a released claim: stored %v, want no claim and trace %s (%v)", stored, first[0].Job.TraceID, err)
 	}
 }
