@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
 	"github.com/hero-coordinator/hero/lib/testutil/storetest"
 )
@@ -155,5 +156,47 @@ func TestFlowJobsCreatedInBoundedCalls(t *testing.T) {
 		t.Errorf("a create call of %d jobs ran %d Redis commands, more than %d", store.CreateBatch, per, maxCreateCommands)
 	} else {
 		t.Logf("a create call of %d jobs: %d Redis commands", store.CreateBatch, per)
+	}
+}
+
+// maxFinishCommands bounds the Redis commands of one finish call that applies the ends
+// of runs of a flow whose nodes each release two dependents (BenchmarkBigFlowLifecycle's
+// shape): ~29 a run, ~700 a call of 24 (1,870 a call of 64), so that a call stays well
+// under the 10 ms no Redis command may take (issue 49: calls of up to 64 such runs
+// took up to 11.1 ms).
+const maxFinishCommands = 900
+
+// A runner's finish of many runs of one flow applies their ends in calls of at most
+// FinishApplyRuns runs (one round trip), each running a bounded number of Redis
+// commands (counted: machine-independent); every node completes and every dependent is
+// dispatched all the same.
+func TestFlowFinishesAppliedInBoundedCalls(t *testing.T) {
+	s, db, rc := applyContext(t, 39)
+	const n = 2 * store.FinishApplyRuns // two full calls
+	deps := map[int][]int{}
+	for i := range n {
+		deps[n+i] = []int{i, (i + 1) % n}
+	}
+	f, jobs := dagFlow(t, s, db, 2*n, deps)
+	runs := claimSh(t, db, n)
+	c0, f0 := totalCalls(t), fcalls(t)
+	applied := finishApplied(t, db, runs)
+	calls, cmds := fcalls(t)-f0, totalCalls(t)-c0
+	want := (n + store.FinishApplyRuns - 1) / store.FinishApplyRuns
+	if calls != want {
+		t.Fatalf("%d finish calls applied %d runs, want %d of at most %d", calls, n, want, store.FinishApplyRuns)
+	}
+	if per := (cmds - calls - 2) / calls; per > maxFinishCommands {
+		t.Errorf("a finish call of %d runs ran %d Redis commands, more than %d", store.FinishApplyRuns, per, maxFinishCommands)
+	} else {
+		t.Logf("a finish call of at most %d runs: %d Redis commands", store.FinishApplyRuns, per)
+	}
+	if applied.Ends != n || applied.Dispatched != n {
+		t.Fatalf("applied %+v, want %d ends and %d dispatched", applied, n, n)
+	}
+	for _, j := range jobs[n:] {
+		if st := rc.HGet(context.Background(), keys.DAG(f.ID), "s:"+strconv.Itoa(int(j.ID))).Val(); st != string(model.NodeDispatched) {
+			t.Fatalf("dependent %d: node %q, want dispatched", j.ID, st)
+		}
 	}
 }

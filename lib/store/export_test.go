@@ -111,3 +111,6 @@ func (d *DB) CascadeOnce(ctx context.Context, flowID uint32) (int64, error) {
 
 // CreateBatch is createBatch, for the tests of the create calls' size.
 const CreateBatch = createBatch
+
+// FinishApplyRuns is finishApplyRuns, for the tests of the finish calls' size.
+const FinishApplyRuns = finishApplyRuns

@@ -22,7 +22,13 @@ import (
 func TestGroupMessagesStayListpacks(t *testing.T) {
 	s, db, rc := applyContext(t, 51)
 	ctx := context.Background()
-	const n = 30
+	const n = store.FinishApplyRuns // one finish call's runs: one result message
+	// the flow's ids of two digits: its request's job_ids over 64 bytes
+	for range 10 {
+		if _, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 51, Script: "true", ScriptType: "sh"}, "1"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// applied by the finish: the request routed here, the result stored processed
 	f, jobs := dagFlow(t, s, db, n, nil)
 	ids := jobIDs(jobs)
