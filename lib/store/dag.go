@@ -77,46 +77,7 @@ func (d *DB) LoadDAG(ctx context.Context, flowID uint32) (*DAG, error) {
 	if len(h) == 0 {
 		return nil, notFound("dag of flow %d (not started)", flowID)
 	}
-	g := &DAG{FlowID: flowID, Nodes: map[uint32]*DAGNode{}}
-	g.CallerID = parseU32(h["caller"])
-	g.Total, _ = strconv.Atoi(h["total"])
-	g.Terminal, _ = strconv.Atoi(h["terminal"])
-	g.Failed, _ = strconv.Atoi(h["failed"])
-	node := func(id uint32) *DAGNode {
-		n, ok := g.Nodes[id]
-		if !ok {
-			n = &DAGNode{ID: id}
-			g.Nodes[id] = n
-		}
-		return n
-	}
-	for k, v := range h {
-		prefix, idStr, ok := strings.Cut(k, ":")
-		if !ok {
-			continue
-		}
-		id64, err := strconv.ParseUint(idStr, 10, 32)
-		if err != nil {
-			continue
-		}
-		n := node(uint32(id64))
-		switch prefix {
-		case "s":
-			n.Status = model.NodeStatus(v)
-		case "r":
-			n.Remaining, _ = strconv.Atoi(v)
-		case "a":
-			n.Attempt = parseU32(v)
-		case "p":
-			_ = json.Unmarshal([]byte(v), &n.Depends)
-		case "d":
-			_ = json.Unmarshal([]byte(v), &n.Dependents)
-		case "e":
-			n.Error = v
-		case "due":
-			n.DueMs, _ = strconv.ParseInt(v, 10, 64)
-		}
-	}
+	g := dagOfHash(flowID, h)
 	// A node of the started flow with no field left is completed: its completion
 	// removed them (lua/lib_complete.lua); the flow's job list names it.
 	if h["starting"] == "" {
@@ -157,6 +118,52 @@ func (d *DB) LoadDAG(ctx context.Context, flowID uint32) (*DAG, error) {
 		}
 	}
 	return g, nil
+}
+
+// dagOfHash is the DAG state a flow's DAG hash h holds: its counters and the nodes its
+// fields name (the reads after LoadDAG's fill in what they leave out).
+func dagOfHash(flowID uint32, h map[string]string) *DAG {
+	g := &DAG{FlowID: flowID, Nodes: map[uint32]*DAGNode{}}
+	g.CallerID = parseU32(h["caller"])
+	g.Total, _ = strconv.Atoi(h["total"])
+	g.Terminal, _ = strconv.Atoi(h["terminal"])
+	g.Failed, _ = strconv.Atoi(h["failed"])
+	node := func(id uint32) *DAGNode {
+		n, ok := g.Nodes[id]
+		if !ok {
+			n = &DAGNode{ID: id}
+			g.Nodes[id] = n
+		}
+		return n
+	}
+	for k, v := range h {
+		prefix, idStr, ok := strings.Cut(k, ":")
+		if !ok {
+			continue
+		}
+		id64, err := strconv.ParseUint(idStr, 10, 32)
+		if err != nil {
+			continue
+		}
+		n := node(uint32(id64))
+		switch prefix {
+		case "s":
+			n.Status = model.NodeStatus(v)
+		case "r":
+			n.Remaining, _ = strconv.Atoi(v)
+		case "a":
+			n.Attempt = parseU32(v)
+		case "p":
+			_ = json.Unmarshal([]byte(v), &n.Depends)
+		case "d":
+			_ = json.Unmarshal([]byte(v), &n.Dependents)
+		case "e":
+			n.Error = v
+		case "due":
+			n.DueMs, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return g
 }
 
 // addCompletedNodes adds to g, completed, the jobs of the flow that have no node in it

@@ -19,7 +19,7 @@ import (
 // a started flow with no field reads as completed. A repeated success of it still
 // hands back its dependents still ready, and a DAG of an earlier version (s:
 // completed kept) reads the same.
-func TestCompletedNodeKeepsItsStatusAlone(t *testing.T) {
+func TestCompletedNodeLeavesTheDAGHash(t *testing.T) {
 	s := open(t)
 	db := mustCtx(t, s, 48)
 	ctx := context.Background()
@@ -59,7 +59,22 @@ func TestCompletedNodeKeepsItsStatusAlone(t *testing.T) {
 	if !rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("a:", mids[0])).Val() || !rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("d:", mids[0])).Val() {
 		t.Fatal("a dispatched node lost its a: or d:")
 	}
-	// the readers: a page and the whole DAG, as before the move
+	checkCompletedRead(t, db, f, root, mids, join)
+	// a leaf completed: nothing to move, its job gets no dependents
+	if _, errs := db.CompleteNodes(ctx, []store.JobEnd{{FlowID: f.ID, CallerID: 1, JobID: mids[0], Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler"}}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("a:", mids[0])).Val() || rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("s:", mids[0])).Val() {
+		t.Fatal("a completed middle node keeps its a: or s:")
+	}
+	checkEarlierCompletedNode(t, db, f, root, mids)
+}
+
+// checkCompletedRead: the readers, a page and the whole DAG, read the completed root
+// (no field left) and a dispatched middle node (mids[0], before join) as before.
+func checkCompletedRead(t *testing.T, db *store.DB, f *model.Flow, root uint32, mids []uint32, join uint32) {
+	t.Helper()
+	ctx := context.Background()
 	nodes, ok, err := db.LoadDAGNodes(ctx, f.ID, []uint32{root, mids[0]})
 	if err != nil || !ok {
 		t.Fatal(ok, err)
@@ -77,16 +92,16 @@ func TestCompletedNodeKeepsItsStatusAlone(t *testing.T) {
 	if n := g.Nodes[root]; n == nil || n.Attempt != 1 || !slices.Equal(n.Dependents, mids) || n.Status != model.NodeCompleted {
 		t.Fatalf("LoadDAG: the completed root %+v", n)
 	}
-	// a leaf completed: nothing to move, its job gets no dependents
-	if _, errs := db.CompleteNodes(ctx, []store.JobEnd{{FlowID: f.ID, CallerID: 1, JobID: mids[0], Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler"}}); errs[0] != nil {
-		t.Fatal(errs[0])
-	}
-	if rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("a:", mids[0])).Val() || rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("s:", mids[0])).Val() {
-		t.Fatal("a completed middle node keeps its a: or s:")
-	}
-	// a DAG of an earlier version: the completed root's status kept, as it wrote it
-	rc.HSet(ctx, keys.DAG(f.ID), fmt.Sprint("s:", root), string(model.NodeCompleted))
-	nodes, _, err = db.LoadDAGNodes(ctx, f.ID, []uint32{root, mids[0], mids[1]})
+}
+
+// checkEarlierCompletedNode: a DAG of an earlier version, which kept a completed
+// node's status (root's), reads as one that does not (its completed mids[0]), beside a
+// dispatched node (mids[1]).
+func checkEarlierCompletedNode(t *testing.T, db *store.DB, f *model.Flow, root uint32, mids []uint32) {
+	t.Helper()
+	ctx := context.Background()
+	srv.Client(t, int(db.ContextID)).HSet(ctx, keys.DAG(f.ID), fmt.Sprint("s:", root), string(model.NodeCompleted))
+	nodes, _, err := db.LoadDAGNodes(ctx, f.ID, []uint32{root, mids[0], mids[1]})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1900,6 +1900,24 @@ func TestAppendLogTellsOnlyAWatchedLog(t *testing.T) {
 	}
 }
 
+// checkFreshTrace: a job started by ClaimStartsFresh (st) stores its claim and, as its
+// trace id, stored (nil: none, its claim's derived when the job is read: issue 49),
+// and reads back with the trace id its start gave.
+func checkFreshTrace(t *testing.T, db *store.DB, st store.Started, j *model.Job, stored any) {
+	t.Helper()
+	ctx := context.Background()
+	if stored == nil && st.Job != nil && st.Job.TraceID != model.TraceOfClaim(st.Claim.ID) {
+		t.Fatalf("job %d: trace id %q, want its claim's %q", j.ID, st.Job.TraceID, model.TraceOfClaim(st.Claim.ID))
+	}
+	h := srv.Client(t, int(db.ContextID)).HMGet(ctx, keys.Job(1, j.ID), "claim", "trace_id").Val()
+	if st.Err != nil || st.Outcome != store.StartRun || st.Job.ID != j.ID || h[0] != st.Claim.ID || h[1] != stored {
+		t.Fatalf("job %d: %+v, stored claim and trace %v", j.ID, st, h)
+	}
+	if got, err := db.LoadJob(ctx, 1, j.ID); err != nil || got.TraceID != st.Job.TraceID {
+		t.Fatalf("job %d read back: %+v, want trace id %q (%v)", j.ID, got, st.Job.TraceID, err)
+	}
+}
+
 // ClaimStartsFresh (the runner's claim) sends one random stem for its claims, not an
 // id per slot: each started job still gets a claim id and a trace id of its own (its
 // producer's trace when it handed one in, stored; else its claim's, which a read
@@ -1934,21 +1952,11 @@ func TestClaimStartsFreshGivesEachJobItsOwnIDs(t *testing.T) {
 	hex := regexp.MustCompile(`^[0-9a-f]+$`)
 	claims, traces := map[string]bool{}, map[string]bool{}
 	for i, st := range append(first, rest...) {
-		// the trace id is stored only when it is the producer's; else it is the claim's,
-		// derived when the job is read (issue 49)
-		stored := rc.HMGet(ctx, keys.Job(1, jobs[i].ID), "claim", "trace_id").Val()
-		wantStored := any(nil)
+		wantStored := any(nil) // the producer's trace id alone is stored
 		if i == 1 {
 			wantStored = producer
-		} else if st.Job.TraceID != model.TraceOfClaim(st.Claim.ID) {
-			t.Fatalf("job %d: trace id %q, want its claim's %q", i, st.Job.TraceID, model.TraceOfClaim(st.Claim.ID))
 		}
-		if st.Err != nil || st.Outcome != store.StartRun || st.Job.ID != jobs[i].ID || stored[0] != st.Claim.ID || stored[1] != wantStored {
-			t.Fatalf("job %d: %+v, stored claim and trace %v", i, st, stored)
-		}
-		if j, err := db.LoadJob(ctx, 1, jobs[i].ID); err != nil || j.TraceID != st.Job.TraceID {
-			t.Fatalf("job %d read back: trace id %q, want %q (%v)", i, j.TraceID, st.Job.TraceID, err)
-		}
+		checkFreshTrace(t, db, st, jobs[i], wantStored)
 		if len(st.Claim.ID) != 16 || !hex.MatchString(st.Claim.ID) || claims[st.Claim.ID] {
 			t.Fatalf("job %d: claim id %q (16 hex digits, each claim its own)", i, st.Claim.ID)
 		}
