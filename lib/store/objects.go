@@ -1075,6 +1075,7 @@ func (d *DB) MessageFromHash(key string, h map[string]string) (*model.Message, e
 		m.ContextID = d.ContextID
 	}
 	if h[fieldJobRef] == "1" {
+		fillLocalDefaults(&m)
 		// a local job message's jobs are of its caller and flow (a result's list
 		// leaves them out: resultJobRef)
 		for i := range m.Job {
