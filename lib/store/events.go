@@ -77,6 +77,11 @@ var impliedStatus = map[string]string{
 	"job.dispatched": "dispatched", "job.started": "started", "job.finished": "finished", "job.failed": "error",
 }
 
+// impliedDetail is the detail of a job.dispatched event of a job's first attempt, which
+// the scripts store empty (lua/lib_dispatch.lua, release_dependents.lua): a read gives
+// it back. Every writer of the type writes "attempt <n>".
+const impliedDetail = "attempt 1"
+
 // AddEvent queues the XADD of an event on a pipeline of the context's DB. It trims
 // nothing: a fixed cap here would cut the events of a large flow; the scripts' XADDs
 // cap the stream (EventsPerJob) and the retention trims it.
@@ -96,6 +101,9 @@ func eventFromMessage(ctxID uint32, m redis.XMessage) Event {
 	e.Type, e.Actor, e.Status, e.Detail = model.EventTypeOfStored(get("type")), get("actor"), get("status"), get("detail")
 	if e.Status == "" {
 		e.Status = impliedStatus[e.Type] // stored empty: its type says it
+	}
+	if e.Detail == "" && e.Type == string(model.EventJobDispatched) {
+		e.Detail = impliedDetail // a first attempt's, stored empty (issue 49: ~9 B of a job's events)
 	}
 	e.TimeMs, _ = strconv.ParseInt(get("time_ms"), 10, 64)
 	if e.TimeMs == 0 {

@@ -56,6 +56,7 @@ func TestCompletedNodeLeavesTheDAGHash(t *testing.T) {
 	if _, err := db.DispatchMany(ctx, f.ID, 1, midJobs, "scheduler", 0); err != nil {
 		t.Fatal(err)
 	}
+	checkFirstDispatchStoresNoDetail(t, db, rc, mids[0])
 	if !rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("a:", mids[0])).Val() || !rc.HExists(ctx, keys.DAG(f.ID), fmt.Sprint("d:", mids[0])).Val() {
 		t.Fatal("a dispatched node lost its a: or d:")
 	}

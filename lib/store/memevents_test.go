@@ -63,6 +63,7 @@ func TestEventsStoreNoTimeNorImpliedStatus(t *testing.T) {
 	if evs[4].Status != string(model.JobFinished) {
 		t.Fatalf("an earlier version's job.finished: status %q", evs[4].Status)
 	}
+	checkDispatchDetailsRead(t, db, rc, evs[4].ID)
 	after := time.Now().UnixMilli()
 	for _, e := range evs {
 		if e.TimeMs < before-1000 || e.TimeMs > after+1000 || !strings.HasPrefix(e.ID, fmt.Sprint(e.TimeMs, "-")) {
@@ -71,5 +72,49 @@ func TestEventsStoreNoTimeNorImpliedStatus(t *testing.T) {
 	}
 	if evs[2].Status != string(model.JobStarted) || evs[3].Status != string(model.JobError) || evs[1].Status != "" {
 		t.Fatalf("statuses read: %q %q %q", evs[1].Status, evs[2].Status, evs[3].Status)
+	}
+}
+
+// checkFirstDispatchStoresNoDetail: the job.dispatched event of job id's first attempt
+// (of caller 1, in the DB of rc) stores no detail (issue 49), and reads "attempt 1".
+func checkFirstDispatchStoresNoDetail(t *testing.T, db *store.DB, rc *redis.Client, id uint32) {
+	t.Helper()
+	ctx := context.Background()
+	n := 0
+	for _, e := range rc.XRange(ctx, keys.Events, "-", "+").Val() {
+		if e.Values["type"] == model.EventJobDispatched.Stored() && e.Values["job_id"] == fmt.Sprint(id) {
+			if n++; e.Values["detail"] != "" {
+				t.Fatalf("job %d's first dispatch stores detail %q", id, e.Values["detail"])
+			}
+		}
+	}
+	evs, err := db.ReadEvents(ctx, "0", 1000)
+	if err != nil || n != 1 {
+		t.Fatalf("job %d: %d dispatch events, %v", id, n, err)
+	}
+	for _, e := range evs {
+		if e.Type == string(model.EventJobDispatched) && e.JobID == id && e.Detail != "attempt 1" {
+			t.Fatalf("job %d's first dispatch reads detail %q", id, e.Detail)
+		}
+	}
+}
+
+// checkDispatchDetailsRead: job.dispatched of a first attempt stores no detail, which
+// reads "attempt 1"; a later attempt's stores it, and an earlier version's entry with
+// it reads the same (the events after id after).
+func checkDispatchDetailsRead(t *testing.T, db *store.DB, rc *redis.Client, after string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
+		store.AddEvent(ctx, p, &store.Event{Type: string(model.EventJobDispatched), Actor: "scheduler", JobID: 1, CallerID: 1, Detail: "attempt 2"})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rc.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, Values: []any{"type", "d", "actor", "scheduler", "job_id", "1", "caller_id", "1", "status", "", "detail", ""}})
+	rc.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, Values: []any{"type", "job.dispatched", "actor", "scheduler", "job_id", "1", "caller_id", "1", "detail", "attempt 1"}})
+	devs, err := db.ReadEvents(ctx, after, 10)
+	if err != nil || len(devs) != 3 || devs[0].Detail != "attempt 2" || devs[1].Detail != "attempt 1" || devs[2].Detail != "attempt 1" || devs[1].Status != string(model.JobDispatched) {
+		t.Fatalf("job.dispatched events read: %+v %v", devs, err)
 	}
 }
