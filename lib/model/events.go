@@ -49,3 +49,32 @@ var eventTypes = []EventType{
 
 // EventTypes lists every EventType value.
 func EventTypes() []EventType { return append([]EventType(nil), eventTypes...) }
+
+// storedEventTypes are the short codes the event stream stores for the job events
+// every job of a flow writes (issue 49, memory: about 10 B of each of a job's four
+// events); every other type is stored as it is spelled. Reads give the type back
+// (EventTypeOfStored), so entries written before, with the full type, read the same.
+var storedEventTypes = map[EventType]string{
+	EventJobCreated: "c", EventJobDispatched: "d", EventJobStarted: "s", EventJobFinished: "f", EventJobFailed: "x",
+}
+
+// Stored is the type as the event stream stores it: its short code, or itself.
+func (t EventType) Stored() string {
+	if c, ok := storedEventTypes[t]; ok {
+		return c
+	}
+	return string(t)
+}
+
+// EventTypeOfStored is the type of a stream entry's stored type (Stored's inverse):
+// a short code's type; anything else as it is.
+func EventTypeOfStored(s string) string {
+	if len(s) == 1 {
+		for t, c := range storedEventTypes {
+			if c == s {
+				return string(t)
+			}
+		}
+	}
+	return s
+}

@@ -1,6 +1,8 @@
 package model
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -188,6 +190,17 @@ func FromPairs(key string, obj any, lists ...[]any) error {
 	return nil
 }
 
+// TraceOfClaim is the trace id (W3C, 32 hex digits) of a run whose claim stored none
+// (lib/store ClaimStartsFresh): the first 32 hex digits of the SHA-1 of its claim id;
+// "" for no claim.
+func TraceOfClaim(claim string) string {
+	if claim == "" {
+		return ""
+	}
+	sum := sha1.Sum([]byte("trace " + claim))
+	return hex.EncodeToString(sum[:16])
+}
+
 // FromHash fills obj (a pointer to a model struct) from the fields of a Redis hash.
 // key only labels errors.
 func FromHash(key string, h map[string]string, obj any) error {
@@ -200,6 +213,9 @@ func FromHash(key string, h map[string]string, obj any) error {
 		if err := decodeField(key, v, f, s); err != nil {
 			return err
 		}
+	}
+	if j, ok := obj.(*Job); ok && j.TraceID == "" {
+		j.TraceID = TraceOfClaim(h["claim"]) // a run whose claim stored no trace id: its claim's
 	}
 	decoded(obj)
 	return nil

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
 	"github.com/hero-coordinator/hero/lib/testutil/storetest"
 )
 
@@ -112,6 +114,89 @@ func TestBigFlowCallsCarryAtMostAChunk(t *testing.T) {
 	for _, c := range all {
 		if len(c) > 1 && c[1] == keys.DAG(f.ID) && strings.EqualFold(c[0], "hgetall") {
 			t.Fatalf("%v: the DAG read whole", c)
+		}
+	}
+}
+
+// totalCalls is how many commands the server has run so far, scripts' own included
+// (INFO commandstats, every command's calls).
+func totalCalls(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(srv.Client(t, 0).Info(context.Background(), "commandstats").Val(), "\r\n") {
+		if _, rest, ok := strings.Cut(line, ":calls="); ok && strings.HasPrefix(line, "cmdstat_") {
+			v, _, _ := strings.Cut(rest, ",")
+			k, _ := strconv.Atoi(v)
+			n += k
+		}
+	}
+	return n
+}
+
+// maxCreateCommands bounds the Redis commands one create call of a flow's jobs runs
+// (each with two dependencies, as BenchmarkBigFlowLifecycle's): ~6 a job and ~60 a call, so that a
+// call stays well under the 10 ms no Redis command may take (issue 49: a call of 64,
+// 449 commands, reached 12.4 ms once in the 100,000-job flow's 1,600).
+const maxCreateCommands = 300
+
+// The jobs of a big flow are created in script calls of at most CreateBatch jobs, each
+// running a bounded number of Redis commands (counted: machine-independent).
+func TestFlowJobsCreatedInBoundedCalls(t *testing.T) {
+	s := open(t)
+	mustCtx(t, s, 38)
+	c0, f0 := totalCalls(t), fcalls(t)
+	createLayers(t, s, 38, 200, 200) // two calls of CreateJobs and one of CreateFlow
+	calls, cmds := fcalls(t)-f0, totalCalls(t)-c0
+	creates := 2 * ((200 + store.CreateBatch - 1) / store.CreateBatch)
+	if calls != creates+1 {
+		t.Fatalf("%d script calls created 400 jobs and their flow, want %d of at most %d jobs and the flow's", calls, creates+1, store.CreateBatch)
+	}
+	// the commands less the FCALLs, the INFOs and the flow's call's few, per create call
+	if per := (cmds - calls - 4 - 20) / creates; per > maxCreateCommands {
+		t.Errorf("a create call of %d jobs ran %d Redis commands, more than %d", store.CreateBatch, per, maxCreateCommands)
+	} else {
+		t.Logf("a create call of %d jobs: %d Redis commands", store.CreateBatch, per)
+	}
+}
+
+// maxFinishCommands bounds the Redis commands of one finish call that applies the ends
+// of runs of a flow whose nodes each release two dependents (BenchmarkBigFlowLifecycle's
+// shape): ~29 a run, ~930 a call of 32 (1,870 a call of 64), so that a call stays well
+// under the 10 ms no Redis command may take (issue 49: calls of up to 64 such runs
+// took up to 11.1 ms).
+const maxFinishCommands = 1100
+
+// A runner's finish of many runs of one flow applies their ends in calls of at most
+// FinishApplyRuns runs (one round trip), each running a bounded number of Redis
+// commands (counted: machine-independent); every node completes and every dependent is
+// dispatched all the same.
+func TestFlowFinishesAppliedInBoundedCalls(t *testing.T) {
+	s, db, rc := applyContext(t, 39)
+	const n = 2 * store.FinishApplyRuns // two full calls
+	deps := map[int][]int{}
+	for i := range n {
+		deps[n+i] = []int{i, (i + 1) % n}
+	}
+	f, jobs := dagFlow(t, s, db, 2*n, deps)
+	runs := claimSh(t, db, n)
+	c0, f0 := totalCalls(t), fcalls(t)
+	applied := finishApplied(t, db, runs)
+	calls, cmds := fcalls(t)-f0, totalCalls(t)-c0
+	want := (n + store.FinishApplyRuns - 1) / store.FinishApplyRuns
+	if calls != want {
+		t.Fatalf("%d finish calls applied %d runs, want %d of at most %d", calls, n, want, store.FinishApplyRuns)
+	}
+	if per := (cmds - calls - 2) / calls; per > maxFinishCommands {
+		t.Errorf("a finish call of %d runs ran %d Redis commands, more than %d", store.FinishApplyRuns, per, maxFinishCommands)
+	} else {
+		t.Logf("a finish call of at most %d runs: %d Redis commands", store.FinishApplyRuns, per)
+	}
+	if applied.Ends != n || applied.Dispatched != n {
+		t.Fatalf("applied %+v, want %d ends and %d dispatched", applied, n, n)
+	}
+	for _, j := range jobs[n:] {
+		if st := rc.HGet(context.Background(), keys.DAG(f.ID), "s:"+strconv.Itoa(int(j.ID))).Val(); st != string(model.NodeDispatched) {
+			t.Fatalf("dependent %d: node %q, want dispatched", j.ID, st)
 		}
 	}
 }

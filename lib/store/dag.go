@@ -77,6 +77,52 @@ func (d *DB) LoadDAG(ctx context.Context, flowID uint32) (*DAG, error) {
 	if len(h) == 0 {
 		return nil, notFound("dag of flow %d (not started)", flowID)
 	}
+	g := dagOfHash(flowID, h)
+	// A node of the started flow with no field left is completed: its completion
+	// removed them (lua/lib_complete.lua); the flow's job list names it.
+	if h["starting"] == "" {
+		if err := d.addCompletedNodes(ctx, flowID, g); err != nil {
+			return nil, fmt.Errorf("load dag of flow %d: %w", flowID, err)
+		}
+	}
+	// A node's dependencies are its job's (p: in a DAG of an earlier version): read for
+	// the nodes not ended, the ones whose dependencies decide something (a ready node
+	// never dispatched is a start's only when it has none).
+	var unread []*DAGNode
+	for _, n := range g.Nodes {
+		if n.Depends == nil && !n.Status.Terminal() {
+			unread = append(unread, n)
+		}
+	}
+	if err := d.readDepends(ctx, g.CallerID, unread); err != nil {
+		return nil, fmt.Errorf("load dag of flow %d: %w", flowID, err)
+	}
+	// A completed node's attempt and dependents are its job's (a completed node was
+	// dispatched: an attempt of 0 is one its completion moved; lib_complete.lua).
+	var moved []*DAGNode
+	for _, n := range g.Nodes {
+		if n.Status == model.NodeCompleted && n.Attempt == 0 {
+			moved = append(moved, n)
+		}
+	}
+	if err := d.readMovedNodes(ctx, g.CallerID, moved); err != nil {
+		return nil, fmt.Errorf("load dag of flow %d: %w", flowID, err)
+	}
+	// The start leaves empty lists out of the hash (lua/start_flow.lua).
+	for _, n := range g.Nodes {
+		if n.Depends == nil {
+			n.Depends = []uint32{}
+		}
+		if n.Dependents == nil {
+			n.Dependents = []uint32{}
+		}
+	}
+	return g, nil
+}
+
+// dagOfHash is the DAG state a flow's DAG hash h holds: its counters and the nodes its
+// fields name (the reads after LoadDAG's fill in what they leave out).
+func dagOfHash(flowID uint32, h map[string]string) *DAG {
 	g := &DAG{FlowID: flowID, Nodes: map[uint32]*DAGNode{}}
 	g.CallerID = parseU32(h["caller"])
 	g.Total, _ = strconv.Atoi(h["total"])
@@ -117,39 +163,28 @@ func (d *DB) LoadDAG(ctx context.Context, flowID uint32) (*DAG, error) {
 			n.DueMs, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
-	// A node's dependencies are its job's (p: in a DAG of an earlier version): read for
-	// the nodes not ended, the ones whose dependencies decide something (a ready node
-	// never dispatched is a start's only when it has none).
-	var unread []*DAGNode
-	for _, n := range g.Nodes {
-		if n.Depends == nil && !n.Status.Terminal() {
-			unread = append(unread, n)
+	return g
+}
+
+// addCompletedNodes adds to g, completed, the jobs of the flow that have no node in it
+// (a completed node leaves the DAG hash: lua/lib_complete.lua).
+func (d *DB) addCompletedNodes(ctx context.Context, flowID uint32, g *DAG) error {
+	v, err := d.hmget(ctx, keys.Flow(flowID), "jobs")
+	if err != nil {
+		return err
+	}
+	var jobs []uint32
+	if s, ok := v[0].(string); ok && s != "" {
+		if err := json.Unmarshal([]byte(s), &jobs); err != nil {
+			return fmt.Errorf("flow %d's jobs: %w", flowID, err)
 		}
 	}
-	if err := d.readDepends(ctx, g.CallerID, unread); err != nil {
-		return nil, fmt.Errorf("load dag of flow %d: %w", flowID, err)
-	}
-	// A completed node's attempt and dependents are its job's (a completed node was
-	// dispatched: an attempt of 0 is one its completion moved; lib_complete.lua).
-	var moved []*DAGNode
-	for _, n := range g.Nodes {
-		if n.Status == model.NodeCompleted && n.Attempt == 0 {
-			moved = append(moved, n)
+	for _, id := range jobs {
+		if _, ok := g.Nodes[id]; !ok {
+			g.Nodes[id] = &DAGNode{ID: id, Status: model.NodeCompleted}
 		}
 	}
-	if err := d.readMovedNodes(ctx, g.CallerID, moved); err != nil {
-		return nil, fmt.Errorf("load dag of flow %d: %w", flowID, err)
-	}
-	// The start leaves empty lists out of the hash (lua/start_flow.lua).
-	for _, n := range g.Nodes {
-		if n.Depends == nil {
-			n.Depends = []uint32{}
-		}
-		if n.Dependents == nil {
-			n.Dependents = []uint32{}
-		}
-	}
-	return g, nil
+	return nil
 }
 
 // readDepends sets the dependencies of nodes (of a flow of caller) from their jobs'

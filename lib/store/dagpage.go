@@ -49,8 +49,8 @@ func (d *DB) LoadFlowCounts(ctx context.Context, flowID uint32) (FlowCounts, err
 // (p:): a page takes its nodes' dependencies from their jobs (LoadDAGJobs).
 func (d *DB) LoadDAGNodes(ctx context.Context, flowID uint32, ids []uint32) (nodes map[uint32]*DAGNode, ok bool, err error) {
 	const per = 5 // s:, a:, e:, p:, d:
-	fields := make([]string, 0, 1+per*len(ids))
-	fields = append(fields, "caller")
+	fields := make([]string, 0, 2+per*len(ids))
+	fields = append(fields, "caller", "starting")
 	for _, id := range ids {
 		s := strconv.FormatUint(uint64(id), 10)
 		fields = append(fields, "s:"+s, "a:"+s, "e:"+s, "p:"+s, "d:"+s)
@@ -66,7 +66,12 @@ func (d *DB) LoadDAGNodes(ctx context.Context, flowID uint32, ids []uint32) (nod
 	nodes = make(map[uint32]*DAGNode, len(ids))
 	var moved []*DAGNode
 	for k, id := range ids {
-		at := 1 + per*k
+		at := 2 + per*k
+		if v[1] == nil && v[at] == nil && v[at+1] == nil && v[at+2] == nil && v[at+3] == nil && v[at+4] == nil {
+			// a node of a started flow with no field left is completed: its
+			// completion removed them (lua/lib_complete.lua)
+			v[at] = string(model.NodeCompleted)
+		}
 		n := &DAGNode{ID: id, Status: model.NodeStatus(str(at)), Attempt: parseU32(str(at + 1)), Error: str(at + 2), Depends: []uint32{}, Dependents: []uint32{}}
 		if s := str(at + 3); s != "" {
 			_ = json.Unmarshal([]byte(s), &n.Depends)

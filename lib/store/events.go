@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
 )
 
 // The cap of a context's event stream (approximately, XADD MAXLEN ~) is
@@ -50,7 +51,7 @@ const (
 // a read gives as the event's time_ms (issue 49: a time field was ~10 B of each of a
 // job's four events).
 func (e *Event) Fields() []any {
-	f := []any{"type", e.Type, "actor", e.Actor}
+	f := []any{"type", model.EventType(e.Type).Stored(), "actor", e.Actor}
 	if e.FlowID != 0 {
 		f = append(f, "flow_id", strconv.FormatUint(uint64(e.FlowID), 10))
 	}
@@ -76,6 +77,11 @@ var impliedStatus = map[string]string{
 	"job.dispatched": "dispatched", "job.started": "started", "job.finished": "finished", "job.failed": "error",
 }
 
+// impliedDetail is the detail of a job.dispatched event of a job's first attempt, which
+// the scripts store empty (lua/lib_dispatch.lua, release_dependents.lua): a read gives
+// it back. Every writer of the type writes "attempt <n>".
+const impliedDetail = "attempt 1"
+
 // AddEvent queues the XADD of an event on a pipeline of the context's DB. It trims
 // nothing: a fixed cap here would cut the events of a large flow; the scripts' XADDs
 // cap the stream (EventsPerJob) and the retention trims it.
@@ -92,9 +98,12 @@ func eventFromMessage(ctxID uint32, m redis.XMessage) Event {
 		}
 		return ""
 	}
-	e.Type, e.Actor, e.Status, e.Detail = get("type"), get("actor"), get("status"), get("detail")
+	e.Type, e.Actor, e.Status, e.Detail = model.EventTypeOfStored(get("type")), get("actor"), get("status"), get("detail")
 	if e.Status == "" {
 		e.Status = impliedStatus[e.Type] // stored empty: its type says it
+	}
+	if e.Detail == "" && e.Type == string(model.EventJobDispatched) {
+		e.Detail = impliedDetail // a first attempt's, stored empty (issue 49: ~9 B of a job's events)
 	}
 	e.TimeMs, _ = strconv.ParseInt(get("time_ms"), 10, 64)
 	if e.TimeMs == 0 {

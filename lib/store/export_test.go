@@ -108,3 +108,9 @@ func (d *DB) CascadeOnce(ctx context.Context, flowID uint32) (int64, error) {
 		Ctx: int64(d.ContextID), Flow: int64(flowID), Actor: "scheduler", NowS: now.Unix(), NowMs: now.UnixMilli()}).run(ctx, d)
 	return r.Left, err
 }
+
+// CreateBatch is createBatch, for the tests of the create calls' size.
+const CreateBatch = createBatch
+
+// FinishApplyRuns is finishApplyRuns, for the tests of the finish calls' size.
+const FinishApplyRuns = finishApplyRuns

@@ -226,8 +226,8 @@ func buildPrelude() string {
 	for _, s := range model.NodeStatuses() {
 		def("NODE_", string(s))
 	}
-	for _, e := range model.EventTypes() {
-		def("EV_", string(e))
+	for _, e := range model.EventTypes() { // the value the stream stores (a short code for the frequent job events)
+		fmt.Fprintf(&b, "local EV_%s = '%s'\n", strings.ToUpper(strings.NewReplacer(".", "_", ":", "_").Replace(string(e))), e.Stored())
 	}
 	for _, k := range luaKeys {
 		fmt.Fprintf(&b, "local %s = '%s'\n", k.name, k.key)

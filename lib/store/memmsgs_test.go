@@ -22,7 +22,13 @@ import (
 func TestGroupMessagesStayListpacks(t *testing.T) {
 	s, db, rc := applyContext(t, 51)
 	ctx := context.Background()
-	const n = 30
+	const n = store.FinishApplyRuns // one finish call's runs: one result message
+	// the flow's ids of two digits: its request's job_ids over 64 bytes
+	for range 10 {
+		if _, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 51, Script: "true", ScriptType: "sh"}, "1"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// applied by the finish: the request routed here, the result stored processed
 	f, jobs := dagFlow(t, s, db, n, nil)
 	ids := jobIDs(jobs)
@@ -56,10 +62,26 @@ func checkListpackGroup(t *testing.T, db *store.DB, rc *redis.Client, mk, kind s
 	if enc := rc.ObjectEncoding(ctx, mk).Val(); enc != "listpack" {
 		t.Fatalf("%s (%s of %d jobs) is a %s", mk, kind, len(ids), enc)
 	}
+	// the seed's fields that hold their default, and created_at, are not stored
+	// (issue 49) and read back
+	for _, f := range []string{"timeout", "timeout_ack", "timeout_result", "logs", "message_type", "message_format_type", "created_at"} {
+		if rc.HExists(ctx, mk, f).Val() {
+			t.Fatalf("%s stores %s = %q", mk, f, rc.HGet(ctx, mk, f).Val())
+		}
+	}
 	m, err := db.LoadMessageKey(ctx, mk)
 	if err != nil || m.Kind != kind || len(m.Job) != len(ids) || m.FlowID == 0 {
 		t.Fatalf("%s loaded: %+v, %v", mk, m, err)
 	}
+	if m.MessageType != model.MessageTypeJob || m.MessageFormatType != model.FormatText || m.Logs == nil || m.CreatedAt == 0 || m.CreatedAt != m.CreatedAtMs/1000 {
+		t.Fatalf("%s loaded without its defaults: %+v", mk, m)
+	}
+	// a message stored with them, as earlier versions did, reads the same
+	rc.HSet(ctx, mk, "timeout", "0", "logs", "[]", "message_type", "job", "message_format_type", "text", "created_at", m.CreatedAt)
+	if old, err := db.LoadMessageKey(ctx, mk); err != nil || old.MessageType != m.MessageType || old.MessageFormatType != m.MessageFormatType || len(old.Logs) != 0 || old.CreatedAt != m.CreatedAt {
+		t.Fatalf("%s with its defaults stored: %+v, %v", mk, old, err)
+	}
+	rc.HDel(ctx, mk, "timeout", "logs", "message_type", "message_format_type", "created_at")
 	for i, j := range m.Job {
 		if !slices.Contains(ids, j.ID) || j.CallerID != 1 || j.FlowID != m.FlowID || (status != "" && j.Status != status) {
 			t.Fatalf("%s: job %d listed as %+v", mk, i, j)

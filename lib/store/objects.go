@@ -60,7 +60,7 @@ func runCreate(ctx context.Context, r luaRunner, c createSpec) (createResult, er
 // kind and caller (prefix, counter, indexes, event, registry: cs[0]'s).
 func createCall(cs ...createSpec) *createArgs {
 	c := cs[0]
-	evType := c.eventType
+	evType := model.EventType(c.eventType).Stored() // the stream's code of the type
 	if !c.events {
 		evType = ""
 	}
@@ -629,11 +629,13 @@ func (d *DB) createdJob(callerID, id uint32, c createSpec) (*model.Job, error) {
 }
 
 // createBatch bounds the jobs of one create script call: a flow's job with two
-// dependencies takes ~55 µs of Redis (T40, idle), so that one call stays near 3.5 ms,
+// dependencies takes ~55 µs of Redis (T40, idle) and ~6 Redis commands, so that one
+// call stays near 1.8 ms (~256 commands: lib/store TestFlowJobsCreatedInBoundedCalls),
 // well under the 10 ms no Redis command may take (128 a call reached 11.6 ms once in
-// BenchmarkBigFlowLifecycle's 800 calls), and does not hold up the other clients of
-// its Redis server. The calls of a batch go in one round trip (EvalBatch).
-const createBatch = 64
+// BenchmarkBigFlowLifecycle's 800 calls, 64 12.4 ms once in its 1,600), and does not
+// hold up the other clients of its Redis server. The calls of a batch go in one
+// round trip (EvalBatch).
+const createBatch = 32
 
 // createJobs creates the jobs at the indexes idx (all of this DB's context), then reads
 // back those that existed already, filling out. Consecutive jobs of one caller share a
@@ -1073,6 +1075,7 @@ func (d *DB) MessageFromHash(key string, h map[string]string) (*model.Message, e
 		m.ContextID = d.ContextID
 	}
 	if h[fieldJobRef] == "1" {
+		fillLocalDefaults(&m)
 		// a local job message's jobs are of its caller and flow (a result's list
 		// leaves them out: resultJobRef)
 		for i := range m.Job {

@@ -90,11 +90,13 @@ func (d *DB) ClaimStarts(ctx context.Context, queue, consumer string, lease time
 }
 
 // ClaimStartsFresh is ClaimStarts of up to max jobs, each started one with a fresh
-// trace id of its own (its producer's when it handed one in): the call carries one
-// random stem for the ids of all its jobs, not an id per slot (a runner's claim
-// offers every free slot, most of which a claim under load does not fill).
+// trace id of its own (its producer's when it handed one in): the trace id of its
+// claim id (model.TraceOfClaim), which a read of the job derives and its hash does not
+// store (issue 49: ~44 B of a finished job's listpack), not an id per slot (a
+// runner's claim offers every free slot, most of which a claim under load does not
+// fill).
 func (d *DB) ClaimStartsFresh(ctx context.Context, queue, consumer string, lease time.Duration, max int, w Wake) ([]Started, error) {
-	return d.claimStarts(ctx, queue, consumer, lease, max, randomHex(15), nil, w)
+	return d.claimStarts(ctx, queue, consumer, lease, max, "=", nil, w)
 }
 
 // MaxClaimStarts bounds the jobs of one claim call: a claim's id (and a fresh trace
@@ -328,9 +330,10 @@ func FinishJobsApplied(ctx context.Context, fs []Finish) ([]bool, []error, Appli
 		if _, seen := calls[k.ctxID]; !seen {
 			dbOrder = append(dbOrder, k.ctxID)
 		}
-		idx := groups[k]
-		calls[k.ctxID] = append(calls[k.ctxID], finishCall(dbs[k.ctxID], fs, idx))
-		members[k.ctxID] = append(members[k.ctxID], idx)
+		for _, idx := range finishParts(groups[k], k.apply && k.flow != 0) {
+			calls[k.ctxID] = append(calls[k.ctxID], finishCall(dbs[k.ctxID], fs, idx))
+			members[k.ctxID] = append(members[k.ctxID], idx)
+		}
 	}
 	for _, ctxID := range dbOrder {
 		cmds := dbs[ctxID].EvalBatch(ctx, calls[ctxID])
@@ -377,6 +380,30 @@ func (a *Applied) add(v any) {
 	if st, _ := s[2].(string); st != "" {
 		a.FlowsEnded = append(a.FlowsEnded, model.FlowStatus(st))
 	}
+}
+
+// finishApplyRuns bounds the runs of one flow that one finish call applies: each
+// completes its node, makes its dependents ready and dispatches them (~29 Redis
+// commands a run of BenchmarkBigFlowLifecycle's flow, two dependents each), so that a
+// call stays well under the 10 ms no Redis command may take (issue 49: calls of up to
+// 64 such runs took up to 11.1 ms in the 100,000-job flow). The calls of one finish go
+// in one round trip all the same.
+const finishApplyRuns = 32
+
+// finishParts cuts the runs idx of one group into the calls that record them: those
+// whose flow ends the call applies (apply) in parts of at most finishApplyRuns, the
+// others in one.
+func finishParts(idx []int, apply bool) [][]int {
+	if !apply || len(idx) <= finishApplyRuns {
+		return [][]int{idx}
+	}
+	var out [][]int
+	for len(idx) > 0 {
+		n := min(len(idx), finishApplyRuns)
+		out = append(out, idx[:n:n])
+		idx = idx[n:]
+	}
+	return out
 }
 
 // finishCall builds the finish script's run for the runs fs[idx] (one flow, or no

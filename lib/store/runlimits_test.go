@@ -44,7 +44,7 @@ func countEvents(t *testing.T, typ model.EventType, sub string) int {
 	}
 	n := 0
 	for _, e := range evs {
-		if d, _ := e.Values["detail"].(string); e.Values["type"] == string(typ) && strings.Contains(d, sub) {
+		if d, _ := e.Values["detail"].(string); e.Values["type"] == model.EventType(typ).Stored() && strings.Contains(d, sub) {
 			n++
 		}
 	}

@@ -101,9 +101,9 @@ func checkSubmittedWritten(t *testing.T, id uint32) {
 	var created, dispatched int
 	for _, e := range rdb.XRange(ctx, keys.Events, "-", "+").Val() {
 		switch {
-		case e.Values["type"] == "job.created" && e.Values["detail"] == keys.Job(1, id):
+		case e.Values["type"] == model.EventJobCreated.Stored() && e.Values["detail"] == keys.Job(1, id):
 			created++
-		case e.Values["type"] == "job.dispatched" && e.Values["job_id"] == h["id"]:
+		case e.Values["type"] == model.EventJobDispatched.Stored() && e.Values["job_id"] == h["id"]:
 			dispatched++
 		}
 	}
@@ -175,7 +175,7 @@ func TestSubmitJobsOneCall(t *testing.T) {
 	}
 	actors := map[string]string{}
 	for _, e := range rdb.XRange(ctx, keys.Events, "-", "+").Val() {
-		if e.Values["type"] == "job.created" {
+		if e.Values["type"] == model.EventJobCreated.Stored() {
 			actors[e.Values["detail"].(string)] = e.Values["actor"].(string)
 		}
 	}

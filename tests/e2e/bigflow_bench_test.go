@@ -102,8 +102,8 @@ func usedMemory(b *testing.B, rc *redis.Client) int64 {
 // HERO_BENCH_BIGFLOW_SAMPLES=1 prints a few keys of each kind too), and what else grew
 // (MEMORY STATS: the keyspace's table, the clients' buffers; memoryStatsGrowth). It fails (after
 // printing the figures) when the 100,000-job flow's creation or run costs more than
-// 1.3 times the 10,000-job flow's per job, a finished job holds more than 1 KiB of
-// Redis, or a Redis command of the creation, the run or the deletion took more than
+// 1.3 times the 10,000-job flow's per job, a finished job of a flow of 100,000 jobs
+// holds more than 1 KiB of Redis, or a Redis command of the creation, the run or the deletion took more than
 // 10 ms.
 func BenchmarkBigFlowLifecycle(b *testing.B) {
 	s, c := handlerBenchStackOf(b, 256)
@@ -198,7 +198,7 @@ func BenchmarkBigFlowLifecycle(b *testing.B) {
 		fmt.Printf("BIGFLOW %d jobs: slowest Redis command: create %v (%s; %d over 10 ms), read %v (%s; %d), run %v (%s; %d), delete %v (%s; %d)\n",
 			n, cw, cwhat, cn, rw, rwhat, rn, uw, uwhat, un, dw, dwhat, dn)
 		costs = append(costs, cost{us(create, n), us(run, n)})
-		if finished > 1024 {
+		if finished > 1024 && n >= 100000 { // the acceptance's flow: a smaller one spreads fixed costs (the clients' buffers) over fewer jobs
 			b.Errorf("%d jobs: %.0f B of Redis per finished job, more than 1 KiB", n, finished)
 		}
 		if cn+un+dn > 0 {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
@@ -136,7 +137,7 @@ func TestJobCreateBatch(t *testing.T) {
 	}
 	created := 0
 	for _, e := range rdb.XRange(bg, keys.Events, "-", "+").Val() {
-		if e.Values["type"] == "job.created" {
+		if e.Values["type"] == model.EventJobCreated.Stored() {
 			created++
 		}
 	}

@@ -116,7 +116,7 @@ func (ch *chaosRun) waitClaim() bool {
 		for _, st := range res {
 			for _, m := range st.Messages {
 				last = m.ID
-				if m.Values["type"] == string(model.EventJobStarted) {
+				if m.Values["type"] == model.EventJobStarted.Stored() {
 					return true
 				}
 			}

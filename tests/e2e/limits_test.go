@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
@@ -54,7 +55,7 @@ func TestRunLimitEndToEnd(t *testing.T) {
 			if id < first || id >= first+n {
 				continue
 			}
-			switch e.Values["type"] {
+			switch model.EventTypeOfStored(fmt.Sprint(e.Values["type"])) { // the stream's code of the type
 			case "job.started":
 				now++
 				most = max(most, now)
@@ -160,7 +161,7 @@ func countEventsOf(t *testing.T, rdb *redis.Client, typ, sub string) int {
 	}
 	n := 0
 	for _, e := range evs {
-		if d, _ := e.Values["detail"].(string); e.Values["type"] == typ && strings.Contains(d, sub) {
+		if d, _ := e.Values["detail"].(string); model.EventTypeOfStored(fmt.Sprint(e.Values["type"])) == typ && strings.Contains(d, sub) {
 			n++
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/model"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
@@ -289,7 +290,7 @@ func TestConcurrencyKeysEndToEnd(t *testing.T) {
 			continue
 		}
 		key := keys[(id-1)/perKey]
-		switch e.Values["type"] {
+		switch model.EventTypeOfStored(fmt.Sprint(e.Values["type"])) { // the stream's code of the type
 		case "job.started":
 			now[key]++
 			most[key] = max(most[key], now[key])

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
@@ -40,7 +41,7 @@ func TestRateLimitEndToEnd(t *testing.T) {
 		}
 		var out []int64
 		for _, e := range evs {
-			if e.Values["type"] == "job.started" {
+			if e.Values["type"] == model.EventJobStarted.Stored() {
 				ms, _ := strconv.ParseInt(strings.SplitN(e.ID, "-", 2)[0], 10, 64) // the entry's id: <ms>-<seq>
 				out = append(out, ms)
 			}

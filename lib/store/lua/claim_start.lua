@@ -52,7 +52,9 @@
 --   clears  view[]string  the fields a start clears
 --   cnonce  string    the claim ids' stem: the k-th item's claim id is cnonce and k
 --                     in two hex digits (ClaimStarts makes the same ids)
---   tnonce  string    the trace ids' stem, the same way ("": traces gives them)
+--   tnonce  string    the trace ids' stem, the same way ("": traces gives them; "=":
+--                     each one its claim id's, derived when the job is read and not
+--                     stored: lib/model TraceOfClaim)
 --   traces  view[]string  the k-th item's trace id ("" or none given: none), when
 --                     tnonce is ""
 -- Libs: lib_busy lib_state lib_qpause lib_limit
@@ -247,6 +249,8 @@ for n = 1, nitems do
     local trace
     if v[5] and #v[5] == 55 then
       trace = string.sub(v[5], 4, 35) -- the producer's trace
+    elseif tnonce == '=' then
+      trace = '' -- its claim's (lib/model TraceOfClaim): issue 49, ~44 B of the job's listpack
     elseif tnonce ~= '' then
       trace = tnonce .. string.format('%02x', n)
     elseif n <= traces_n then

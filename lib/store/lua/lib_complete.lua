@@ -118,9 +118,14 @@ end
 local function complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff, result, finished_ms)
 local maxlen = EVENTS_CAP()
 local jk = K_JOB .. caller .. ':' .. id
-local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total')
+local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total', 'starting')
 local s = node[1]
-if not s then return {0, '', 0} end
+if not s then
+  -- A node of a started flow without a status is completed: its completion removed
+  -- it (below). None: no DAG, or a start still writing its nodes.
+  if not node[4] or node[5] then return {0, '', 0} end
+  s = NODE_COMPLETED
+end
 -- A completed node's attempt and dependents are its job's (its a: and d: moved there
 -- at its completion: see below), unless its dependents are still being released.
 if s == NODE_COMPLETED and not node[2] then
@@ -157,7 +162,6 @@ if status == JOB_FINISHED then
     res, fin = jf[1], jf[2] and string.sub(jf[2], 1, -4)
     if not fin then fin = redis.call('HGET', jk, 'finished_at_ms') or now_ms end
   end
-  redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
   redis.call('HINCRBY', dag, 'completed', '1')
   terminal = redis.call('HINCRBY', dag, 'terminal', '1')
   if res and res ~= '' and res ~= '{}' then
@@ -177,17 +181,19 @@ if status == JOB_FINISHED then
   local last = math.min(#deps, RELEASE_CHUNK)
   release(dag, caller, deps, 1, last, fin, now_s, out)
   if #deps > last then
+    redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
     release_later(dag, ctx, flow, caller, id, last, fin, now_ms)
   else
-    -- Issue 49, memory: a completed node's attempt (a:, which its job's attempt
-    -- equals) and dependents (d:) leave the DAG hash, a table entry each (~70 B) per
-    -- node of a big flow kept; its dependents go to its job's listpack (~25 B), where
-    -- flow.dag's pages and a repeated success (above) read them. Nothing else reads
-    -- them of a completed node: the cascades and cancels walk the d: of nodes that
-    -- have not run, a retry resets failed and cancelled ones (their a: and d: stay),
-    -- and a node whose dependents past RELEASE_CHUNK are left to release_dependents
-    -- keeps both (that script reads its d:).
-    redis.call('HDEL', dag, 'a:' .. id, 'd:' .. id)
+    -- Issue 49, memory: a completed node leaves the DAG hash, its status (s:), its
+    -- attempt (a:, which its job's attempt equals) and its dependents (d:), a table
+    -- entry each (~70-100 B) per node of a big flow kept: a node of a started flow
+    -- without a status is completed (every reader says so: above, the cascades and
+    -- cancels, which change only pending, ready and dispatched nodes, a retry's count
+    -- of a node's dependencies left, lib/store's LoadDAG and LoadDAGNodes). Its
+    -- dependents go to its job's listpack (~25 B), where flow.dag's pages and a
+    -- repeated success (above) read them. A node whose dependents past RELEASE_CHUNK
+    -- are left to release_dependents keeps all three (that script reads its d:).
+    redis.call('HDEL', dag, 's:' .. id, 'a:' .. id, 'd:' .. id)
     if node[3] then redis.call('HSET', jk, 'dependents', node[3]) end
   end
 else

@@ -46,6 +46,9 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
     redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
   end
   index_job(caller .. ':' .. id, jst, JOB_DISPATCHED)
-  event(EV_JOB_DISPATCHED, actor, now_ms, flow, id, caller, '', 'attempt ' .. attempt) -- status: the type's (lib/store impliedStatus)
+  -- status: the type's; detail: none for a first attempt (lib/store impliedStatus, impliedDetail)
+  local detail = ''
+  if attempt ~= '1' then detail = 'attempt ' .. attempt end -- attempt: a string (int)
+  event(EV_JOB_DISPATCHED, actor, now_ms, flow, id, caller, '', detail)
   return attempt
 end

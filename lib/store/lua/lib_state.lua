@@ -294,7 +294,8 @@ local function retry_node(dag, caller, id, now_s, now_ms)
   local ok, list = pcall(cjson.decode, deps)
   if not ok or type(list) ~= 'table' then list = {} end
   for _, d in ipairs(list) do
-    if redis.call('HGET', dag, 's:' .. tostring(d)) ~= NODE_COMPLETED then remaining = remaining + 1 end
+    local ds = redis.call('HGET', dag, 's:' .. tostring(d)) -- none: completed (lib_complete)
+    if ds and ds ~= NODE_COMPLETED then remaining = remaining + 1 end
   end
   redis.call('HDEL', dag, 'e:' .. id, 'due:' .. id)
   redis.call('HDEL', jk, 'result_json', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms', 'attempt',

@@ -146,7 +146,7 @@ for k, d in ipairs(ready) do
     redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'ready_at_ms', fin, 'attempt', a, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
     cap = cap or EVENTS_CAP()
     redis.call('XADD', K_EVENTS, 'MAXLEN', '~', cap, '*', 'type', EV_JOB_DISPATCHED, 'actor', 'scheduler',
-      'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', '', 'detail', 'attempt ' .. a) -- status: the type's (lib/store impliedStatus)
+      'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', '', 'detail', a == '1' and '' or 'attempt ' .. a) -- status, detail: the type's (lib/store impliedStatus, impliedDetail)
     gids[#gids + 1] = d
     jks[#jks + 1] = jk
   else

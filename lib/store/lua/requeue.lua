@@ -78,7 +78,12 @@ for _, m in ipairs(expired) do
     if cur[2] == JOB_STARTED and cur[1] and cur[1] ~= claim then
       if cur[3] ~= holder or #redis.call('LPOS', proc, item, 'COUNT', 2) > 1 then redis.call('LREM', proc, '1', item) end
     elseif redis.call('LREM', proc, '1', item) == 1 then
-      if clear and cur[1] == claim then redis.call('HDEL', item, 'claim') end
+      if clear and cur[1] == claim then
+        -- the last run's trace id, which a claim of ClaimStartsFresh left to its claim
+        -- id (lib/model TraceOfClaim), stays with the job once the claim goes
+        if redis.call('HEXISTS', item, 'trace_id') == 0 then redis.call('HSET', item, 'trace_id', string.sub(redis.sha1hex('trace ' .. claim), 1, 32)) end
+        redis.call('HDEL', item, 'claim')
+      end
       redis.call('RPUSH', queue, item)
       moved[#moved + 1] = queue
       moved[#moved + 1] = item
