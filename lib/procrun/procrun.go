@@ -42,6 +42,7 @@ type Proc struct {
 	cmd    *exec.Cmd
 	pid    int
 	end    func() Result // Track's: the end of a process this one did not start
+	ended  func() bool   // Track's: whether that process has ended, end not yet returned
 	group  Group         // its process group, told from a later one of the same id
 	waited func()
 	grace  time.Duration
@@ -111,15 +112,18 @@ func Adopt(cmd *exec.Cmd, waited func(), grace time.Duration) *Proc {
 // Track makes a Proc of a process that is not this one's child (a job a forking
 // sandbox started: lib/sandbox's zygote), in process group group, which Kill signals;
 // end blocks until the process has ended and says how (its Killed is Kill's). waited
-// is called once end has returned (nil: nothing). Exited is true once end returned.
-func Track(group int, end func() Result, waited func(), grace time.Duration) *Proc {
+// is called once end has returned (nil: nothing). Exited is true once end returned, or
+// once ended (nil: none) says the process has ended without waiting — its end is
+// there to read, though this process, stopped or starved, has not read it yet (as a
+// child's pidfd says: a timeout that fires late must not kill a job that ended in time).
+func Track(group int, end func() Result, ended func() bool, waited func(), grace time.Duration) *Proc {
 	if waited == nil {
 		waited = func() {}
 	}
 	if grace <= 0 {
 		grace = 500 * time.Millisecond
 	}
-	p := &Proc{pid: group, end: end, group: GroupOf(group), waited: waited, grace: grace, done: make(chan struct{}), pidfd: -1}
+	p := &Proc{pid: group, end: end, ended: ended, group: GroupOf(group), waited: waited, grace: grace, done: make(chan struct{}), pidfd: -1}
 	go p.wait()
 	return p
 }
@@ -170,6 +174,9 @@ func (p *Proc) Exited() bool {
 	case <-p.done:
 		return true
 	default:
+	}
+	if p.ended != nil {
+		return p.ended()
 	}
 	return p.pidfdReadable()
 }

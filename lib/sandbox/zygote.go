@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -179,7 +180,8 @@ func (z *zygote) alive() bool {
 type forkJob struct {
 	p     *Prepared
 	proc  *procrun.Proc
-	clean bool // the zygote answered its end
+	clean bool        // the zygote answered its end
+	read  atomic.Bool // wait has read the zygote's answer (or found it gone)
 }
 
 // handFork sends the zygote its job: the spec and the job's descriptors (its standard
@@ -246,7 +248,7 @@ func (p *Prepared) handFork(h Handoff) (*procrun.Proc, *Job, error) {
 		waitOrCut(&copies, reportWait, pipes[2], pipes[4])
 		return r
 	}
-	fj.proc = procrun.Track(p.cmd.Process.Pid, end, nil, h.KillGrace)
+	fj.proc = procrun.Track(p.cmd.Process.Pid, end, func() bool { return fj.ended(z) }, nil, h.KillGrace)
 	return fj.proc, j, nil
 }
 
@@ -284,11 +286,32 @@ func waitOrCut(wg *sync.WaitGroup, d time.Duration, files ...*os.File) {
 	}
 }
 
+// ended says whether the job has ended, without waiting: its answer read, or there to
+// read on the control socket (the zygote answers once the job's namespace is gone, or
+// closes the socket as it dies).
+func (fj *forkJob) ended(z *zygote) bool {
+	if fj.read.Load() {
+		return true
+	}
+	rc, err := z.conn.SyscallConn()
+	if err != nil {
+		return false
+	}
+	readable := false
+	_ = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		readable = err == nil && n > 0 && fds[0].Revents&(unix.POLLIN|unix.POLLHUP) != 0
+	})
+	return readable || fj.read.Load()
+}
+
 // wait reads the zygote's answer, the job's end ("E <exit code> <signal>"); the
 // zygote gone without one (killed): killed by SIGKILL.
 func (fj *forkJob) wait(z *zygote) procrun.Result {
 	r := procrun.Result{ExitCode: -1, Signal: syscall.SIGKILL.String()}
 	line, err := z.rd.ReadString('\n')
+	fj.read.Store(true)
 	if err != nil {
 		return r
 	}
