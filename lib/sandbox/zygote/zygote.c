@@ -22,8 +22,8 @@
  * /proc/sys and the like read-only, as bwrap has them), then reads the job's spec from
  * the control socket, makes the work directory, and starts the job's process (a clone
  * sharing init's memory until it executes the job: job_main): it takes its descriptors, its
- * rlimits, drops every capability (bounding, ambient, inheritable, permitted,
- * effective), sets no_new_privs, writes "start\nbegun <unix ns>\n" (now: the job's
+ * rlimits, drops every capability (bounding: init's set, emptied before the job
+ * came, inherited; ambient, inheritable, permitted, effective), sets no_new_privs, writes "start\nbegun <unix ns>\n" (now: the job's
  * started_at_us) to its report and executes
  * the job's command with the job's environment. When that process ends, init kills
  * every other process of the namespace, reaps them, and writes the rest of the report
@@ -199,13 +199,27 @@ static int receive(int ctl, struct job *j)
 	return parse(j, j->buf, j->buf + n) < 0 ? -1 : 1;
 }
 
+/* drop_bounding empties the capability bounding set: init's, before its job comes
+ * (off the job's way to its start), which the job's process inherits. Init keeps its
+ * own capabilities (it executes nothing). */
+static void drop_bounding(void)
+{
+	for (int c = 0; c < 64; c++)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0) {
+			if (errno == EINVAL)
+				break; /* past the kernel's last capability */
+			die("drop the capability bounding set");
+		}
+}
+
+/* drop_capabilities drops the rest (the bounding set is empty already: init's,
+ * inherited): ambient, inheritable, permitted, effective; no_new_privs. */
 static void drop_capabilities(void)
 {
 	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
 	struct __user_cap_data_struct d[2];
-	for (int c = 0; c < 64; c++)
-		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
-			die("drop the capability bounding set");
+	if (prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN, 0, 0, 0) != 0)
+		die("the capability bounding set is not empty");
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
 		die("clear the ambient capabilities");
 	memset(d, 0, sizeof d);
@@ -388,6 +402,7 @@ static void init(int ctl, int status, long long disk, long long shm, char **keep
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
 		die("dumpable");
 	prepare(disk, shm, keep);
+	drop_bounding();
 	/* The job's process's stack, made before the job comes (its pages come as used). */
 	char *stack = mmap(NULL, JOB_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 	if (stack == MAP_FAILED)
