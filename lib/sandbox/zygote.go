@@ -34,9 +34,10 @@ import (
 // own filesystem, of its disk bound), /dev/shm and /proc — made before the job comes —,
 // which forks the job's process: rlimits set, every
 // capability dropped, no_new_privs, its command executed. When that process ends
-// every other of its namespace is killed and the report written as the wrapper shell
-// writes it (files.go); the namespace's end takes its tmpfs and processes with it, and
-// the zygote answers the runner with the job's status. Shared by the jobs one zygote
+// every other of its namespace is killed and reaped, the report written as the
+// wrapper shell writes it (files.go), and the zygote answers the runner with the job's
+// status; the namespace's end, after the answer, takes its tmpfs with it (the zygote
+// waits for it before it makes the next job's namespace). Shared by the jobs one zygote
 // serves: its user namespace and user id, its network namespace (no network), its
 // read-only binds and cgroup (its limits: a job that went over one, was killed, or
 // left a process in it, ends the zygote: a new one is made; so does the 256th job).
@@ -208,13 +209,13 @@ func (p *Prepared) handFork(h Handoff) (*procrun.Proc, *Job, error) {
 		return nil, nil, err
 	}
 	j.report = &report{r: pipes[6], max: h.ResultMax, done: make(chan struct{})}
-	lenb := binary.LittleEndian.AppendUint32(nil, 0)
-	spec := forkSpec(h, p.job.rlimits)
-	binary.LittleEndian.PutUint32(lenb, uint32(len(spec)))
+	msg := forkMessage(forkSpec(h, p.job.rlimits))
 	rights := unix.UnixRights(int(pipes[0].Fd()), int(pipes[3].Fd()), int(pipes[5].Fd()), int(pipes[7].Fd()))
-	_, _, err = z.conn.WriteMsgUnix(lenb, rights, nil)
-	if err == nil {
-		_, err = z.conn.Write(spec)
+	// One message, the descriptors with its first byte: the zygote's first read gets
+	// the whole spec when it fits the socket's buffer, without a second wake-up.
+	n, _, err := z.conn.WriteMsgUnix(msg, rights, nil)
+	if err == nil && n < len(msg) {
+		_, err = z.conn.Write(msg[n:])
 	}
 	closeAll(pipes[0], pipes[3], pipes[5], pipes[7]) // the job's ends: the zygote holds its own
 	if err != nil {
@@ -406,6 +407,12 @@ func forkSpec(h Handoff, rls []rlimit) []byte {
 	f = append(f, strconv.Itoa(len(env)))
 	f = append(f, env...)
 	return []byte(strings.Join(f, "\x00") + "\x00")
+}
+
+// forkMessage is a spec as sent to the zygote: its length (4 bytes, little-endian),
+// then the spec.
+func forkMessage(spec []byte) []byte {
+	return append(binary.LittleEndian.AppendUint32(make([]byte, 0, 4+len(spec)), uint32(len(spec))), spec...)
 }
 
 // rlimitOf is the setrlimit resource and value of a ulimit flag and its count.

@@ -177,3 +177,30 @@ func TestBegunLine(t *testing.T) {
 		t.Errorf("a report with a timed begun: %v %+v %v", full, res, ok)
 	}
 }
+
+// Issue 44, the forking sandbox: a forked job's process, the second of its zygote as
+// the first, holds no capability at all — bounding, effective, permitted,
+// inheritable and ambient sets empty — and runs with no_new_privs, though the
+// namespace's first process that starts it holds CAP_SYS_ADMIN and CAP_SETPCAP.
+func TestForkedJobHasNoCapability(t *testing.T) {
+	s := newForkSandbox(t, 1)
+	lim := Limits{Pids: 64, DiskBytes: 16 << 20}
+	script := `grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status`
+	for i := 0; i < 2; i++ {
+		out, _ := forkRun(t, s, lim, script)
+		fields := strings.Fields(out)
+		if len(fields) != 12 {
+			t.Fatalf("job %d: %q", i, out)
+		}
+		for k := 0; k < len(fields); k += 2 {
+			name, v := fields[k], fields[k+1]
+			want := "0000000000000000"
+			if name == "NoNewPrivs:" {
+				want = "1"
+			}
+			if v != want {
+				t.Errorf("job %d: %s %s, want %s", i, name, v, want)
+			}
+		}
+	}
+}

@@ -262,24 +262,34 @@ func (s *Store) LoadContextHash(ctx context.Context, id uint32) (*model.Context,
 // ContextLimits reads the job limits of this DB's context: the defaults its jobs get
 // and the most they may ask for (nil where not set).
 func (d *DB) ContextLimits(ctx context.Context) (defaults, max *model.JobLimits, err error) {
-	var cmd *redis.SliceCmd
+	var read func() (*model.JobLimits, *model.JobLimits, error)
 	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cmd = p.HMGet(ctx, keys.Context(d.ContextID), "job_defaults", "job_max")
+		read = d.QueueContextLimits(ctx, p)
 		return nil
 	}); err != nil {
 		return nil, nil, fmt.Errorf("load context %d limits: %w", d.ContextID, err)
 	}
-	var c model.Context
-	h := map[string]string{}
-	for i, name := range []string{"job_defaults", "job_max"} {
-		if s, ok := cmd.Val()[i].(string); ok {
-			h[name] = s
+	return read()
+}
+
+// QueueContextLimits queues the read of the context's job defaults and maxima on p (a
+// pipeline with other reads: one round trip in all); read decodes them once p ran
+// without error.
+func (d *DB) QueueContextLimits(ctx context.Context, p redis.Pipeliner) (read func() (defaults, max *model.JobLimits, err error)) {
+	cmd := p.HMGet(ctx, keys.Context(d.ContextID), "job_defaults", "job_max")
+	return func() (*model.JobLimits, *model.JobLimits, error) {
+		var c model.Context
+		h := map[string]string{}
+		for i, name := range []string{"job_defaults", "job_max"} {
+			if s, ok := cmd.Val()[i].(string); ok {
+				h[name] = s
+			}
 		}
+		if err := model.FromHash(keys.Context(d.ContextID), h, &c); err != nil {
+			return nil, nil, err
+		}
+		return c.JobDefaults, c.JobMax, nil
 	}
-	if err := model.FromHash(keys.Context(d.ContextID), h, &c); err != nil {
-		return nil, nil, err
-	}
-	return c.JobDefaults, c.JobMax, nil
 }
 
 // UpdateContext rewrites a context's lists, retention and allowed sources.

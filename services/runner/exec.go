@@ -196,11 +196,11 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "runner cannot make a scratch directory: " + err.Error()}, "start_error"}
 	}
 	defer removeDir()
-	resultFile := filepath.Join(dir, resultFileName)
-	var env []string
+	// The job's environment and its context's limits: one round trip.
+	var reads startReads
 	var bo fault.Backoff
 	for {
-		env, err = r.environment(ctx, db, j, resultFile, dir)
+		reads, err = r.readForStart(ctx, db, j)
 		if err == nil || !fault.Transient(err) {
 			break
 		}
@@ -213,6 +213,7 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	if err != nil {
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "prepare environment: " + err.Error()}, "start_error"}
 	}
+	env := r.environment(db, j, reads, filepath.Join(dir, resultFileName), dir)
 
 	logw := newLogWriter(ctx, db, j.CallerID, j.ID, r.cfg.LogMaxBytes)
 	if j.Attempt > 1 {
@@ -220,7 +221,7 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	}
 	ex := r.core.Put(model.JobRef{ContextID: db.ContextID, CallerID: j.CallerID, ID: j.ID})
 	defer r.core.Remove(ex)
-	lim, refused := r.jobLimits(ctx, db, j)
+	lim, refused := r.jobLimits(j, reads.limits)
 	if refused != nil {
 		logw.Close()
 		return *refused
@@ -308,24 +309,13 @@ func (r *runner) scriptOutcome(ctx context.Context, db *store.DB, j *model.Job, 
 	return runResult{store.JobOutcome{Status: model.JobFinished, ExitCode: 0, Result: result}, ""}
 }
 
-// jobLimits works out the job's limits from its own, its context's and the runner's
-// (sandbox.Resolve). A job asking for more than it may is refused (no retry: it would
-// ask again); a Redis fault is waited out.
-func (r *runner) jobLimits(ctx context.Context, db *store.DB, j *model.Job) (sandbox.Limits, *runResult) {
-	var defaults, max *model.JobLimits
-	var bo fault.Backoff
-	for {
-		var err error
-		defaults, max, err = db.ContextLimits(ctx)
-		if err == nil {
-			break
-		}
-		if !fault.Transient(err) || !bo.Sleep(r.core.EndCtx()) {
-			if fault.Transient(err) {
-				return sandbox.Limits{}, &runResult{reason: execcore.ReasonHandedBack}
-			}
-			return sandbox.Limits{}, &runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "read the context's job limits: " + err.Error()}, "start_error"}
-		}
+// jobLimits works out the job's limits from its own, its context's (read, from the
+// start's reads) and the runner's (sandbox.Resolve). A job asking for more than it
+// may is refused (no retry: it would ask again).
+func (r *runner) jobLimits(j *model.Job, read func() (defaults, max *model.JobLimits, err error)) (sandbox.Limits, *runResult) {
+	defaults, max, err := read()
+	if err != nil {
+		return sandbox.Limits{}, &runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "read the context's job limits: " + err.Error()}, "start_error"}
 	}
 	lim, err := sandbox.Resolve(j.Limits, defaults, max, r.cfg.Sandbox.Limits(), r.cfg.Sandbox.Max())
 	if err != nil {
@@ -334,28 +324,42 @@ func (r *runner) jobLimits(ctx context.Context, db *store.DB, j *model.Job) (san
 	return lim, nil
 }
 
-// environment builds a clean environment: PATH, HOME, LANG; the flow's env_vars; the
-// job's (the job wins); the HERO_ variables; the direct dependencies' results.
-func (r *runner) environment(ctx context.Context, db *store.DB, j *model.Job, resultFile, dir string) ([]string, error) {
-	env := execcore.CleanEnv(dir)
-	var flowEnv *redis.StringCmd
-	deps := make([]*redis.StringCmd, len(j.Dependends))
-	if _, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
+// startReads are what a script's start reads from Redis, in one round trip
+// (readForStart): its flow's env_vars, its direct dependencies' results, its
+// context's job limits.
+type startReads struct {
+	flowEnv *redis.StringCmd // nil: no flow
+	deps    []*redis.StringCmd
+	limits  func() (defaults, max *model.JobLimits, err error)
+}
+
+// readForStart reads a script's startReads, in one pipeline.
+func (r *runner) readForStart(ctx context.Context, db *store.DB, j *model.Job) (startReads, error) {
+	var s startReads
+	s.deps = make([]*redis.StringCmd, len(j.Dependends))
+	_, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if j.FlowID != 0 {
-			flowEnv = p.HGet(ctx, keys.Flow(j.FlowID), "env_vars")
+			s.flowEnv = p.HGet(ctx, keys.Flow(j.FlowID), "env_vars")
 		}
 		for i, d := range j.Dependends {
-			deps[i] = p.HGet(ctx, keys.Job(j.CallerID, d), "result")
+			s.deps[i] = p.HGet(ctx, keys.Job(j.CallerID, d), "result")
 		}
+		s.limits = db.QueueContextLimits(ctx, p)
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	if flowEnv != nil && flowEnv.Val() != "" {
+	})
+	return s, err
+}
+
+// environment builds a clean environment: PATH, HOME, LANG; the flow's env_vars; the
+// job's (the job wins); the HERO_ variables; the direct dependencies' results (read:
+// readForStart's).
+func (r *runner) environment(db *store.DB, j *model.Job, read startReads, resultFile, dir string) []string {
+	env := execcore.CleanEnv(dir)
+	if read.flowEnv != nil && read.flowEnv.Val() != "" {
 		var holder struct {
 			EnvVars map[string]string `hash:"env_vars"`
 		}
-		if err := model.FromHash(keys.Flow(j.FlowID), map[string]string{"env_vars": flowEnv.Val()}, &holder); err == nil {
+		if err := model.FromHash(keys.Flow(j.FlowID), map[string]string{"env_vars": read.flowEnv.Val()}, &holder); err == nil {
 			for k, v := range holder.EnvVars {
 				env[k] = v
 			}
@@ -373,7 +377,7 @@ func (r *runner) environment(ctx context.Context, db *store.DB, j *model.Job, re
 			var holder struct {
 				Result map[string]string `hash:"result"`
 			}
-			if err := model.FromHash(keys.Job(j.CallerID, d), map[string]string{"result": deps[i].Val()}, &holder); err == nil {
+			if err := model.FromHash(keys.Job(j.CallerID, d), map[string]string{"result": read.deps[i].Val()}, &holder); err == nil {
 				res = holder.Result
 			}
 		}
@@ -393,7 +397,7 @@ func (r *runner) environment(ctx context.Context, db *store.DB, j *model.Job, re
 	// The attempt's trace (W3C; the producer's when it handed one in), as OpenTelemetry
 	// SDKs read it from the environment.
 	env["TRACEPARENT"] = traceparent(j)
-	return execcore.EnvList(env), nil
+	return execcore.EnvList(env)
 }
 
 // parseResult reads the result file's KEY=VALUE lines; bad lines are skipped with a

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 )
 
@@ -54,5 +56,46 @@ func TestResultFileTheRunnerDoesNotTake(t *testing.T) {
 	j := h.submit(`echo OK=yes > "$HERO_RESULT_FILE"`, 0)
 	if got := h.waitStatus(j.ID, time.Minute, model.JobFinished, model.JobError); got.Status != model.JobFinished || got.Result["OK"] != "yes" {
 		t.Fatalf("a job after them: status %s error %q result %v", got.Status, got.Error, got.Result)
+	}
+}
+
+// Issue 44: what a script's start reads from Redis — its flow's env_vars, its
+// dependencies' results and its context's job limits — comes in one round trip (one
+// pipeline: one SELECT), not one for the environment and another for the limits,
+// and each read reaches the job: the flow's variable and the dependency's result in
+// its environment, the context's default in its limits.
+func TestScriptStartReadsInOneRoundTrip(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	rc := srv.Client(t, testCtx)
+	const caller, dep, flow = 1, 7, 3
+	if err := rc.HSet(ctx, keys.Context(testCtx), "job_defaults", model.EncodeField(&model.JobLimits{Pids: 77})).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.HSet(ctx, keys.Flow(flow), "env_vars", model.EncodeField(map[string]string{"FROM_FLOW": "f"})).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.HSet(ctx, keys.Job(caller, dep), "result", model.EncodeField(map[string]string{"answer": "42"})).Err(); err != nil {
+		t.Fatal(err)
+	}
+	j := &model.Job{ID: 8, CallerID: caller, FlowID: flow, Dependends: []uint32{dep}}
+	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reads, err := h.r.readForStart(ctx, h.db, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := rc.Info(ctx, "commandstats").Val()
+	if !strings.Contains(stats, "cmdstat_select:calls=1,") || !strings.Contains(stats, "cmdstat_hmget:calls=1,") || !strings.Contains(stats, "cmdstat_hget:calls=2,") {
+		t.Errorf("the start's reads: want one pipeline (1 SELECT, 1 HMGET, 2 HGET); commandstats:\n%s", stats)
+	}
+	env := strings.Join(h.r.environment(h.db, j, reads, "/w/result", "/w"), "\n")
+	if !strings.Contains(env, "FROM_FLOW=f") || !strings.Contains(env, "HERO_DEP_7_answer=42") {
+		t.Errorf("environment without the flow's variable or the dependency's result:\n%s", env)
+	}
+	lim, refused := h.r.jobLimits(j, reads.limits)
+	if refused != nil || lim.Pids != 77 {
+		t.Errorf("limits: %+v (refused %+v), want the context's default of 77 processes", lim, refused)
 	}
 }

@@ -20,16 +20,19 @@
  * ("init"), mounts a fresh tmpfs on /tmp (the job's own filesystem: its work
  * directory, of the job's disk bound) and on /dev/shm, a /proc of its namespace (with
  * /proc/sys and the like read-only, as bwrap has them), then reads the job's spec from
- * the control socket, makes the work directory, and forks the job: the job's process takes its descriptors, its
- * rlimits, drops every capability (bounding, ambient, inheritable, permitted,
- * effective), sets no_new_privs, writes "start\nbegun <unix ns>\n" (now: the job's
+ * the control socket, makes the work directory, and starts the job's process (a clone
+ * sharing init's memory until it executes the job: job_main): it takes its descriptors, its
+ * rlimits, drops every capability (bounding: init's set, emptied before the job
+ * came, inherited; ambient, inheritable, permitted, effective), sets no_new_privs, writes "start\nbegun <unix ns>\n" (now: the job's
  * started_at_us) to its report and executes
  * the job's command with the job's environment. When that process ends, init kills
  * every other process of the namespace, reaps them, and writes the rest of the report
  * as the wrapper shell does (files.go): "ok"/"full" (a byte cannot be written to the
  * job's filesystem), the kind of the result file (never followed through a link,
- * never opened unless regular) and its first bytes. Init's end ends the namespace:
- * its tmpfs, its processes; the zygote reaps it, answers, and makes the next one.
+ * never opened unless regular) and its first bytes, closes the job's pipes and tells
+ * the zygote the job's status, which the zygote answers at once (every process of
+ * the job is gone then). Init's end ends the namespace — its tmpfs — after that
+ * answer; the zygote reaps it, then makes the next one.
  *
  * Spec: a 4-byte little-endian length, then that many bytes of NUL-terminated
  * fields: dir, result, result max (+1), n, n pairs (rlimit resource, value), argc,
@@ -45,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -60,6 +64,8 @@
 
 #define SPEC_MAX (16 << 20)
 #define MAX_RLIMITS 8
+#define JOB_STACK (256 << 10)
+#define SPEC_WARM (16 << 10)
 
 extern char **environ;
 
@@ -193,13 +199,27 @@ static int receive(int ctl, struct job *j)
 	return parse(j, j->buf, j->buf + n) < 0 ? -1 : 1;
 }
 
+/* drop_bounding empties the capability bounding set: init's, before its job comes
+ * (off the job's way to its start), which the job's process inherits. Init keeps its
+ * own capabilities (it executes nothing). */
+static void drop_bounding(void)
+{
+	for (int c = 0; c < 64; c++)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0) {
+			if (errno == EINVAL)
+				break; /* past the kernel's last capability */
+			die("drop the capability bounding set");
+		}
+}
+
+/* drop_capabilities drops the rest (the bounding set is empty already: init's,
+ * inherited): ambient, inheritable, permitted, effective; no_new_privs. */
 static void drop_capabilities(void)
 {
 	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
 	struct __user_cap_data_struct d[2];
-	for (int c = 0; c < 64; c++)
-		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
-			die("drop the capability bounding set");
+	if (prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN, 0, 0, 0) != 0)
+		die("the capability bounding set is not empty");
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
 		die("clear the ambient capabilities");
 	memset(d, 0, sizeof d);
@@ -234,6 +254,17 @@ static void run_job(struct job *j)
 	execvp(j->argv[0], j->argv);
 	dprintf(2, "hero-zygote: %s: %s\n", j->argv[0], strerror(errno));
 	_exit(errno == ENOENT ? 127 : 126);
+}
+
+/* job_main is the job's process, made by clone(CLONE_VM | CLONE_VFORK): it shares
+ * init's memory, not a copy of it (a fork's copy-on-write faults cost ~1.5 ms on a
+ * small VM: the job's start waited for them), and init sleeps until it executes the
+ * job's command or dies. It has its own stack, descriptors, credentials and signal
+ * dispositions; it writes nothing of init's that init reads after. */
+static int job_main(void *arg)
+{
+	run_job(arg);
+	return 127;
 }
 
 static void mount_tmpfs(const char *where, long long size, const char *mode)
@@ -348,6 +379,16 @@ static void report(struct job *j, int fd)
 	}
 }
 
+/* had_job_and_die tells the zygote init had its job (its status then says how the job
+ * ended: init's own), and dies of what failed. */
+static void had_job_and_die(int status, const char *what)
+{
+	int e = errno, got = 1;
+	(void)write_all(status, (const char *)&got, sizeof got);
+	errno = e;
+	die(what);
+}
+
 /* init is PID 1 of a job's namespaces, made before its job comes: its mounts made,
  * it reads the job's spec from the control socket, runs the job, ends what it left,
  * reports, and passes the job's status on (status: the int 1 once it has its job, or
@@ -361,6 +402,18 @@ static void init(int ctl, int status, long long disk, long long shm, char **keep
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
 		die("dumpable");
 	prepare(disk, shm, keep);
+	drop_bounding();
+	/* The job's process's stack, made before the job comes (its pages come as used). */
+	char *stack = mmap(NULL, JOB_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED)
+		die("mmap");
+	/* The heap the job's spec is read into, made and touched before the job comes:
+	 * its first allocations' page faults are not on the job's way to its start. */
+	char *warm = malloc(SPEC_WARM);
+	if (warm == NULL)
+		die("malloc");
+	memset(warm, 0, SPEC_WARM);
+	free(warm);
 	int r = receive(ctl, &j);
 	close(ctl);
 	if (r <= 0) {
@@ -371,15 +424,17 @@ static void init(int ctl, int status, long long disk, long long shm, char **keep
 			(void)write_all(status, (const char *)&got, sizeof got);
 		_exit(r < 0);
 	}
-	if (write_all(status, (const char *)&got, sizeof got) < 0 || dup2(j.fds[2], 2) < 0)
+	if (dup2(j.fds[2], 2) < 0)
 		_exit(1); /* from here its own errors go to the job's stderr */
 	if (mkdir(j.dir, 0700) < 0 || chdir(j.dir) < 0)
-		die(j.dir);
-	pid_t pid = fork();
+		had_job_and_die(status, j.dir);
+	pid_t pid = clone(job_main, stack + JOB_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &j);
 	if (pid < 0)
-		die("fork");
-	if (pid == 0)
-		run_job(&j);
+		had_job_and_die(status, "fork");
+	/* Said once the job's process runs (the zygote, waiting for it, wakes then, not
+	 * on the job's way to its start). */
+	if (write_all(status, (const char *)&got, sizeof got) < 0)
+		_exit(1);
 	for (int i = 0; i < 3; i++)
 		close(j.fds[i]);
 	for (;;) {
@@ -398,8 +453,21 @@ static void init(int ctl, int status, long long disk, long long shm, char **keep
 		out[1] = WTERMSIG(ws);
 	signal(SIGPIPE, SIG_IGN);
 	report(&j, j.fds[3]);
+	/* The job's pipes end here, before its status goes out: the runner reads their
+	 * ends at once, not at init's own end. */
+	close(j.fds[3]);
+	close(2);
 	(void)write_all(status, (const char *)out, sizeof out);
 	_exit(0);
+}
+
+/* reap waits for init's end. */
+static int reap(pid_t pid, int *ws)
+{
+	while (waitpid(pid, ws, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return 0;
 }
 
 /* serve makes the next job's namespaces (init) and answers its job's status once it
@@ -421,22 +489,31 @@ static int serve(int ctl, long long disk, long long shm, char **keep)
 		close(st[0]);
 		return -1;
 	}
-	while (waitpid(pid, &ws, 0) < 0)
-		if (errno != EINTR)
-			return -1;
+	/* The job's status comes before init's end: init writes it once every process of
+	 * the job is gone (killed and reaped) and its report written, and the answer goes
+	 * out then; init's own end (its namespaces' teardown: the job's tmpfs unmounted)
+	 * is waited for after it, off the time from the job's end to its answer. */
 	if (read_full(st[0], (char *)&got, sizeof got) < 0 || got != 1) {
 		close(st[0]);
+		if (reap(pid, &ws) < 0)
+			return -1;
 		return got == 2 ? 1 : -1; /* no job: the socket's end, or init failed */
 	}
-	if (read_full(st[0], (char *)out, sizeof out) < 0) {
+	int early = read_full(st[0], (char *)out, sizeof out);
+	close(st[0]);
+	if (early < 0) {
+		if (reap(pid, &ws) < 0)
+			return -1;
 		out[0] = -1; /* init failed before the job ended: its own word is on stderr */
 		out[1] = WIFSIGNALED(ws) ? WTERMSIG(ws) : 0;
 		if (WIFEXITED(ws))
 			out[0] = WEXITSTATUS(ws);
 	}
-	close(st[0]);
 	snprintf(line, sizeof line, "E %d %d\n", out[0], out[1]);
-	return write_all(ctl, line, strlen(line));
+	int w = write_all(ctl, line, strlen(line));
+	if (early == 0 && reap(pid, &ws) < 0)
+		return -1;
+	return w;
 }
 
 int main(int argc, char **argv)
