@@ -109,7 +109,13 @@ func standInAhead(s *Sandbox, lim Limits, scratch string, stop func(string, int)
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		// The job's file, polled (a file's making has no event here), a minute at most.
+		deadline := time.Now().Add(time.Minute)
 		for _, err := os.Stat(filepath.Join(scratch, "job-up")); err != nil; _, err = os.Stat(filepath.Join(scratch, "job-up")) {
+			if time.Now().After(deadline) {
+				fmt.Fprintln(os.Stderr, "the forked job did not start within a minute")
+				return 1
+			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
