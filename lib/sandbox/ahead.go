@@ -560,6 +560,7 @@ func (p *Prepared) destroy() {
 		closeAll(p.spec, p.stdin) // the wrapper ends at its spec's end of file
 		if p.zy != nil {
 			_ = p.zy.conn.Close() // the zygote ends at its control socket's end of file
+			p.zy.close()
 		}
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		_ = p.cmd.Wait()

@@ -134,6 +134,59 @@ type zygote struct {
 	taken   bool // handed to a job by ahead (back with returned)
 	serving bool // running a job
 	jobs    int
+	// next are the next job's pipes (jobPipes), made before it comes: while the job
+	// before it runs, or with the sandbox; nil: made at the handoff. closed: the
+	// sandbox is destroyed (pipes made after are closed, not kept).
+	next   []*os.File
+	closed bool
+}
+
+// makeNext makes the next job's pipes unless they are made already or the sandbox is
+// gone (an error: the handoff makes them, and says what failed).
+func (z *zygote) makeNext() {
+	z.mu.Lock()
+	made := z.next != nil || z.closed
+	z.mu.Unlock()
+	if made {
+		return
+	}
+	pipes, err := jobPipes()
+	if err != nil {
+		return
+	}
+	for _, i := range [...]int{0, 3, 5, 7} { // the job's ends (handFork)
+		pipes[i].Fd() // blocking, as the job gets them: made so here, not at the handoff
+	}
+	z.mu.Lock()
+	keep := z.next == nil && !z.closed
+	if keep {
+		z.next = pipes
+	}
+	z.mu.Unlock()
+	if !keep {
+		closeAll(pipes...)
+	}
+}
+
+// takeNext takes the next job's pipes made ahead, else makes them.
+func (z *zygote) takeNext() ([]*os.File, error) {
+	z.mu.Lock()
+	pipes := z.next
+	z.next = nil
+	z.mu.Unlock()
+	if pipes != nil {
+		return pipes, nil
+	}
+	return jobPipes()
+}
+
+// close closes the pipes made ahead; none is made after.
+func (z *zygote) close() {
+	z.mu.Lock()
+	pipes := z.next
+	z.next, z.closed = nil, true
+	z.mu.Unlock()
+	closeAll(pipes...)
 }
 
 // forking makes p a forking sandbox, its zygote ready, control its socket.
@@ -146,6 +199,7 @@ func (p *Prepared) forking(control *os.File) error {
 	}
 	p.spec = nil // its copy is the connection's
 	p.zy = &zygote{conn: c.(*net.UnixConn), rd: bufio.NewReader(c)}
+	p.zy.makeNext() // the first job's pipes, with the sandbox
 	return nil
 }
 
@@ -203,7 +257,7 @@ func (p *Prepared) handFork(h Handoff) (*procrun.Proc, *Job, error) {
 	}
 	fj := &forkJob{p: p}
 	j := &Job{s: p.job.s, workDir: h.Dir, private: true, group: p.job.group, result: &Extra{Result: h.Result, ResultMax: h.ResultMax}, fork: fj}
-	pipes, err := jobPipes()
+	pipes, err := z.takeNext()
 	if err != nil {
 		j.Cleanup()
 		return nil, nil, err
@@ -250,6 +304,7 @@ func (p *Prepared) handFork(h Handoff) (*procrun.Proc, *Job, error) {
 		return r
 	}
 	fj.proc = procrun.Track(p.cmd.Process.Pid, end, func() bool { return fj.ended(z) }, nil, h.KillGrace)
+	go z.makeNext() // the next job's pipes, while this one runs: off the next handoff
 	return fj.proc, j, nil
 }
 

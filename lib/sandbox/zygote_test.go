@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -201,6 +202,66 @@ func TestForkedJobHasNoCapability(t *testing.T) {
 			if v != want {
 				t.Errorf("job %d: %s %s, want %s", i, name, v, want)
 			}
+		}
+	}
+}
+
+// Issue 44, the hop: a forking sandbox's job gets the pipes made before it came (with
+// the sandbox, or while the job before it ran), never another job's, and pipes made
+// ahead of a job that does not come are closed with the sandbox.
+func TestForkedJobPipesMadeAhead(t *testing.T) {
+	s := newForkSandbox(t, 1)
+	lim := Limits{Pids: 64, DiskBytes: 16 << 20}
+	p, err := s.Take(context.Background(), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := p.zy
+	hand := func(n int) []*os.File {
+		z.makeNext() // made already (with the sandbox, or by the job before): kept as it is
+		z.mu.Lock()
+		ahead := z.next
+		z.mu.Unlock()
+		if len(ahead) != 8 {
+			t.Fatalf("job %d: %d pipe ends made ahead, want 8", n, len(ahead))
+		}
+		var out procrun.Capped
+		out.Max = 1 << 10
+		proc, j, err := p.Hand(Handoff{Argv: []string{"/bin/sh", "-s"}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: workDirIn(JobDir),
+			Script: fmt.Sprintf("echo job %d; echo r > result", n), Result: "result", ResultMax: 16, Stdout: &out, Stderr: &out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := proc.Wait(); res.ExitCode != 0 || strings.TrimSpace(out.String()) != fmt.Sprintf("job %d", n) {
+			t.Fatalf("job %d: exit %d %s: %q", n, res.ExitCode, res.Signal, out.String())
+		}
+		if j.report.r != ahead[6] {
+			t.Errorf("job %d: its report's pipe is not the one made ahead of it", n)
+		}
+		if r := j.Result(); string(r.Data) != "r\n" {
+			t.Errorf("job %d: result %q %s", n, r.Data, r.Problem)
+		}
+		j.Cleanup()
+		return ahead
+	}
+	first := hand(1)
+	if p, err = s.Take(context.Background(), lim); err != nil || p.zy != z {
+		t.Fatalf("the second job's sandbox: %v (the same zygote: %v)", err, err == nil && p.zy == z)
+	}
+	second := hand(2)
+	for i := range first {
+		if first[i] == second[i] {
+			t.Fatalf("pipe end %d of the first job given to the second", i)
+		}
+	}
+	z.makeNext()
+	z.mu.Lock()
+	left := z.next
+	z.mu.Unlock()
+	p.destroy()
+	for i, f := range left {
+		if _, err := f.Stat(); !errors.Is(err, os.ErrClosed) {
+			t.Errorf("pipe end %d made ahead of no job: open after the sandbox's end (%v)", i, err)
 		}
 	}
 }
