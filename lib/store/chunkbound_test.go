@@ -161,10 +161,10 @@ func TestFlowJobsCreatedInBoundedCalls(t *testing.T) {
 
 // maxFinishCommands bounds the Redis commands of one finish call that applies the ends
 // of runs of a flow whose nodes each release two dependents (BenchmarkBigFlowLifecycle's
-// shape): ~29 a run, ~930 a call of 32 (1,870 a call of 64), so that a call stays well
+// shape): ~29 a run, ~700 a call of 24 (~930 at 32, 1,870 at 64), so that a call stays well
 // under the 10 ms no Redis command may take (issue 49: calls of up to 64 such runs
-// took up to 11.1 ms).
-const maxFinishCommands = 1100
+// took up to 11.1 ms idle, of 32 up to 10.1 ms).
+const maxFinishCommands = 800
 
 // A runner's finish of many runs of one flow applies their ends in calls of at most
 // FinishApplyRuns runs (one round trip), each running a bounded number of Redis
