@@ -79,8 +79,15 @@ func (d *DB) LoadDAG(ctx context.Context, flowID uint32) (*DAG, error) {
 	}
 	g := dagOfHash(flowID, h)
 	// A node of the started flow with no field left is completed: its completion
-	// removed them (lua/lib_complete.lua); the flow's job list names it.
+	// removed them (lua/lib_complete.lua); the flow's job list names it. So is one
+	// with no status (s:) but a field its completion did not remove (an r: of 0 a
+	// retry wrote before it removed it: LoadDAGNodes reads it so too).
 	if h["starting"] == "" {
+		for _, n := range g.Nodes {
+			if n.Status == "" {
+				n.Status = model.NodeCompleted
+			}
+		}
 		if err := d.addCompletedNodes(ctx, flowID, g); err != nil {
 			return nil, fmt.Errorf("load dag of flow %d: %w", flowID, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -772,6 +773,45 @@ func TestCompleteStandalonesEachItsOwnOutcome(t *testing.T) {
 		}
 		if in := inZSet(t, c0, keys.Expire, "10:job:1:"+strconv.FormatUint(uint64(ends[i].JobID), 10)); in != want {
 			t.Fatalf("end %d: under retention %v, want %v", i, in, want)
+		}
+	}
+}
+
+// A node completed after its flow's retry reads as completed, as every completed node
+// (its fields leave the DAG hash: lua/lib_complete.lua), in flow.dag's pages
+// (LoadDAGNodes) and in the whole DAG (LoadDAG): the console showed it pending.
+func TestRetriedNodeCompletedReadsCompleted(t *testing.T) {
+	s, db, c, _ := context10(t)
+	ctx := context.Background()
+	f, ok, bad := failFlow(t, s, db)
+	if _, err := db.RetryFlow(ctx, f.ID, "7"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.DispatchMany(ctx, f.ID, 1, []*model.Job{bad}, "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	res, errs := db.CompleteNodes(ctx, []store.JobEnd{
+		{FlowID: f.ID, CallerID: 1, JobID: bad.ID, Attempt: 1, Status: model.JobFinished, Retries: -1, Actor: "scheduler", Retention: time.Hour},
+	})
+	if errs[0] != nil || res[0].FlowStatus != model.FlowFinished {
+		t.Fatalf("the retried job's end: %+v %v", res, errs)
+	}
+	for k := range c.HGetAll(ctx, keys.DAG(f.ID)).Val() {
+		if _, id, _ := strings.Cut(k, ":"); id == itoa(bad.ID) {
+			t.Errorf("the completed node keeps %s in the DAG hash", k)
+		}
+	}
+	nodes, started, err := db.LoadDAGNodes(ctx, f.ID, []uint32{ok.ID, bad.ID})
+	if err != nil || !started {
+		t.Fatalf("DAG nodes: %v %v", started, err)
+	}
+	g, err := db.LoadDAG(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []uint32{ok.ID, bad.ID} {
+		if nodes[id].Status != model.NodeCompleted || g.Nodes[id] == nil || g.Nodes[id].Status != model.NodeCompleted {
+			t.Errorf("node %d after the retried flow finished: page %q, DAG %+v (hash %v)", id, nodes[id].Status, g.Nodes[id], c.HGetAll(ctx, keys.DAG(f.ID)).Val())
 		}
 	}
 }

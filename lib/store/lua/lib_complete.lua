@@ -193,7 +193,7 @@ if status == JOB_FINISHED then
     -- dependents go to its job's listpack (~25 B), where flow.dag's pages and a
     -- repeated success (above) read them. A node whose dependents past RELEASE_CHUNK
     -- are left to release_dependents keeps all three (that script reads its d:).
-    redis.call('HDEL', dag, 's:' .. id, 'a:' .. id, 'd:' .. id)
+    redis.call('HDEL', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'r:' .. id)
     if node[3] then redis.call('HSET', jk, 'dependents', node[3]) end
   end
 else

@@ -302,7 +302,9 @@ local function retry_node(dag, caller, id, now_s, now_ms)
     'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us', 'dispatched_at_ms')
   redis.call('ZREM', K_DLQ, caller .. ':' .. id)
   if remaining == 0 then
-    redis.call('HSET', dag, 's:' .. id, NODE_READY, 'r:' .. id, 0, 'a:' .. id, 0)
+    -- ready: no r: (absent, none left), which would outlive the node's completion
+    redis.call('HSET', dag, 's:' .. id, NODE_READY, 'a:' .. id, 0)
+    redis.call('HDEL', dag, 'r:' .. id)
     set_job(caller, id, JOB_DISPATCHED, 'updated_at', now_s, 'ready_at_ms', now_ms, 'result', '{}')
     return true
   end
