@@ -103,20 +103,26 @@ func standInAhead(s *Sandbox, lim Limits, scratch string, stop func(string, int)
 		return 1
 	}
 	if taken.zy != nil {
-		// A forking sandbox runs a job when the runner is killed.
-		_, _, err := taken.Hand(Handoff{Argv: []string{"/bin/sh", "-c", "echo up > " + scratch + "/job-up; exec sleep " + os.Getenv("HERO_SBX_MARKER")}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: workDirIn(JobDir)})
+		// A forking sandbox runs a job when the runner is killed: it says it is up
+		// through a signal pipe of its own (the scratch directory is the job's too).
+		dir := filepath.Join(scratch, "up")
+		if err := os.Mkdir(dir, 0o777); err == nil {
+			err = os.Chmod(dir, 0o777)
+		}
+		up, err := proctest.NewSignal(dir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		// The job's file, polled (a file's making has no event here), a minute at most.
-		deadline := time.Now().Add(time.Minute)
-		for _, err := os.Stat(filepath.Join(scratch, "job-up")); err != nil; _, err = os.Stat(filepath.Join(scratch, "job-up")) {
-			if time.Now().After(deadline) {
-				fmt.Fprintln(os.Stderr, "the forked job did not start within a minute")
-				return 1
-			}
-			time.Sleep(5 * time.Millisecond)
+		defer up.Close()
+		_, _, err = taken.Hand(Handoff{Argv: []string{"/bin/sh", "-c", "echo up > " + up.Path + "; exec sleep " + os.Getenv("HERO_SBX_MARKER")}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: workDirIn(JobDir)})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if !up.Wait(1, time.Minute) {
+			fmt.Fprintln(os.Stderr, "the forked job did not start within a minute")
+			return 1
 		}
 	}
 	if err := s.WaitAhead(context.Background(), func(ready, making int) bool { return ready >= 2 && making == 0 }); err != nil {

@@ -427,33 +427,41 @@ func runParallel(b *testing.B, n, conc int, call func(ctx context.Context, i int
 	return lat
 }
 
-// waitCount waits until the sorted set holds n members. It reads the count again after
-// half the time the missing members would take at the rate seen since its previous
-// read, between 1 and 20 ms: the end of a run is seen within about a millisecond of
-// it, and the reads cost little while many are missing (a read each millisecond cost
-// the producers' process ~10 µs of CPU per job of (a) while its jobs ran after their
-// submission, which counted as the producers' CPU).
+// waitCount waits until the sorted set holds n members of standalone jobs that end:
+// it follows the notices of their ends (coord:jobdone, one a finish call, naming its
+// jobs) and reads the count again once they name as many jobs as were missing, or a
+// second after the last read (a safety net), never before (a read each millisecond
+// cost the producers' process ~10 µs of CPU per job of (a) while its jobs ran after
+// their submission, which counted as the producers' CPU).
 func waitCount(b *testing.B, rdb *redis.Client, key string, n int64) {
 	b.Helper()
-	start := time.Now()
-	deadline := start.Add(10 * time.Minute)
-	prev, at := int64(-1), start
+	ctx := context.Background()
+	sub := rdb.Subscribe(ctx, keys.JobDone)
+	defer func() { _ = sub.Close() }()
+	if _, err := sub.Receive(ctx); err != nil { // subscribed before the first read
+		b.Fatal(err)
+	}
+	notices := sub.Channel()
+	deadline := time.NewTimer(10 * time.Minute)
+	defer deadline.Stop()
 	for {
-		got := rdb.ZCard(context.Background(), key).Val()
+		got := rdb.ZCard(ctx, key).Val()
 		if got >= n {
 			return
 		}
-		now := time.Now()
-		if now.After(deadline) {
-			b.Fatalf("%s did not reach %d members", key, n)
+		safety := time.NewTimer(time.Second)
+		for named := int64(0); named < n-got; {
+			select {
+			case m := <-notices:
+				named += int64(len(strings.Fields(m.Payload)))
+				continue
+			case <-safety.C:
+			case <-deadline.C:
+				b.Fatalf("%s did not reach %d members", key, n)
+			}
+			break
 		}
-		pause := time.Millisecond
-		if prev >= 0 && got > prev {
-			perMember := now.Sub(at) / time.Duration(got-prev)
-			pause = min(max(perMember*time.Duration(n-got)/2, time.Millisecond), 20*time.Millisecond)
-		}
-		prev, at = got, now
-		time.Sleep(pause)
+		safety.Stop()
 	}
 }
 
