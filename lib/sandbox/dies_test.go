@@ -333,11 +333,15 @@ func killStandIn(t *testing.T, exe string, uid uint32, step string) {
 	}
 	pgid, _ := strconv.Atoi(string(b))
 	pids := proctest.Group(pgid)
-	killed := time.Now()
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
+	// The runner is certainly dead once it is reaped. A SIGKILL is not instant: under
+	// load a runner of many threads takes milliseconds to exit, and a job already
+	// through its gate goes on making its sandbox meanwhile — a start then is a start
+	// before the runner's death, which its parent-death signals have not reached yet.
+	killed := time.Now()
 	if left, err := proctest.WaitExit(pids, time.Minute); err != nil || len(left) > 0 {
 		t.Fatalf("job processes alive after the runner's death: %v (%v)", left, err)
 	}
