@@ -353,21 +353,34 @@ func (fj *forkJob) ended(z *zygote) bool {
 	if err != nil {
 		return false
 	}
-	readable := false
-	_ = rc.Control(func(fd uintptr) {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 0)
-		readable = err == nil && n > 0 && fds[0].Revents&(unix.POLLIN|unix.POLLHUP) != 0
-	})
-	return readable || fj.read.Load()
+	there := false
+	_ = rc.Control(func(fd uintptr) { there = readable(fd) })
+	return there || fj.read.Load()
+}
+
+// readable: the descriptor has something to read, or its peer is gone (no wait).
+func readable(fd uintptr) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&(unix.POLLIN|unix.POLLHUP|unix.POLLERR) != 0
 }
 
 // wait reads the zygote's answer, the job's end ("E <exit code> <signal>"); the
 // zygote gone without one (killed): killed by SIGKILL.
 func (fj *forkJob) wait(z *zygote) procrun.Result {
 	r := procrun.Result{ExitCode: -1, Signal: syscall.SIGKILL.String()}
-	line, err := z.rd.ReadString('\n')
+	// The answer is waited for without being read, and only then marked there, so
+	// that ended never finds it neither on the socket nor marked: a runner stopped
+	// while its job ended resumes with this wait and the job's timeout firing at
+	// once, and a read that took the answer off the socket before marking it made
+	// the timeout kill, and record as timed out, a job that had ended in time.
+	if z.rd.Buffered() == 0 {
+		if rc, err := z.conn.SyscallConn(); err == nil {
+			_ = rc.Read(func(fd uintptr) bool { return readable(fd) })
+		}
+	}
 	fj.read.Store(true)
+	line, err := z.rd.ReadString('\n')
 	if err != nil {
 		return r
 	}
