@@ -37,7 +37,8 @@ import (
 // (Unavailable, as a call would) and the next submission opens another; a server
 // without the method (Unimplemented) is sent calls from then on.
 
-// submitWindow bounds the flights of a stream that are out at once.
+// submitWindow bounds the flights of a stream that are out at once, by default
+// (Config.SubmitWindow).
 const submitWindow = 4
 
 // streamBatchItems bounds the submissions of a batch message (and streambatch.MaxBytes
@@ -50,6 +51,7 @@ var errNoStream = errors.New("hero: the server has no SubmitJobStream")
 // submitStreams holds the client's open submission stream.
 type submitStreams struct {
 	cc          herov1.CoordinatorClient
+	window      int // flights out at once (0: submitWindow)
 	mu          sync.Mutex
 	cur         *submitStream
 	unsupported bool
@@ -110,6 +112,9 @@ func (s *submitStreams) stream() (*submitStream, error) {
 		return nil, err
 	}
 	ss := newSubmitStream(st, cancel)
+	if s.window > 0 {
+		ss.window = s.window
+	}
 	ss.owner = s
 	s.cur = ss
 	go s.receive(ss)

@@ -12,7 +12,8 @@ import (
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
-// submitInflight bounds the groups of one Redis server being stored at once.
+// submitInflight bounds the groups of one Redis server being stored at once (the
+// default of --submit-inflight).
 const submitInflight = 2
 
 // submitFunc stores and dispatches jobs of one context in one step (store.SubmitGuarded).
@@ -27,7 +28,7 @@ var errShuttingDown = &apiError{Code: codeUnavailable, Msg: "unavailable: superv
 // server, serverCommits) into groups, and it stores a group, up to maxJobs jobs, in one store call per
 // context (one round trip: a run of lua/submit.lua, which takes the jobs in order: a
 // unique_key or a chosen id that an earlier job of the group took names that job) as
-// soon as fewer than submitInflight groups of that server are being stored: no timer,
+// soon as fewer than --submit-inflight groups of that server are being stored: no timer,
 // no wait when idle; the next group is gathered and its call sent while Redis runs
 // the previous one (groups stored side by side have no order between them: their
 // callers did not wait for each other). A caller
