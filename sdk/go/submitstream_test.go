@@ -464,7 +464,7 @@ func TestSubmitStreamGroupCommit(t *testing.T) {
 	go submit("a")
 	waitSent("[1]") // a went at once, alone: one flight out
 	go submit("b")
-	waitSent("[1 2]") // b too: two flights out, the window is full
+	waitSent("[1 2]")                                // b too: two flights out, the window is full
 	for n, script := range []string{"c", "d", "e"} { // held (seq 3, 4, 5) while both flights' answers are awaited
 		go submit(script)
 		for {
