@@ -3,7 +3,10 @@
 // item waiting starts a group, and every item that arrives while a group is being
 // handled joins the next one. There is no timer: under light load each group is a
 // single item and waits for nothing; under heavy load groups grow up to a maximum and
-// the per-call cost (a Redis round trip, an RPC) is shared by all their items.
+// the per-call cost (a Redis round trip, an RPC) is shared by all their items. Up to
+// Inflight groups are handled at once (default one): the next group starts as soon as
+// fewer are, so that the caller's work on one group (encoding, decoding) overlaps the
+// server's on another.
 package groupcommit
 
 import (
@@ -25,12 +28,20 @@ type Func[T, R any] func(ctx context.Context, items []T) ([]R, []error)
 type Params[T, R any] struct {
 	Fn  Func[T, R]
 	Max int // items per group (default 64)
+	// Inflight bounds the groups handled at once (default 1). With more than one,
+	// groups handled side by side may end in any order: items handed in together
+	// (DoMany) beyond Max, or by callers that did not wait for each other, have no
+	// order between them.
+	Inflight int
 }
 
-// Committer handles one group at a time, in its own goroutine, until Close.
+// Committer gathers groups in its own goroutine and handles up to Inflight of them at
+// once, until Close.
 type Committer[T, R any] struct {
 	fn      Func[T, R]
 	max     int
+	slots   chan struct{} // one per group being handled (Inflight of them)
+	running sync.WaitGroup
 	ch      chan *request[T, R]
 	closing chan struct{}
 	mu      sync.RWMutex // held for reading while a Do sends, for writing to close
@@ -69,7 +80,11 @@ func New[T, R any](p Params[T, R]) *Committer[T, R] {
 	if p.Max <= 0 {
 		p.Max = 64
 	}
-	c := &Committer[T, R]{fn: p.Fn, max: p.Max, ch: make(chan *request[T, R], 4*p.Max), closing: make(chan struct{})}
+	if p.Inflight <= 0 {
+		p.Inflight = 1
+	}
+	c := &Committer[T, R]{fn: p.Fn, max: p.Max, ch: make(chan *request[T, R], 4*p.Max), closing: make(chan struct{}),
+		slots: make(chan struct{}, p.Inflight)}
 	c.wg.Add(1)
 	go c.loop()
 	return c
@@ -162,14 +177,20 @@ func (c *Committer[T, R]) Close() {
 
 func (c *Committer[T, R]) loop() {
 	defer c.wg.Done()
+	defer c.running.Wait()
+	one := cap(c.slots) == 1
 	group := make([]*request[T, R], 0, c.max)
 	for {
+		if !one {
+			group = make([]*request[T, R], 0, c.max) // the last one is being handled
+		}
 		group = group[:0]
 		select {
 		case r := <-c.ch:
 			group = append(group, r)
 		case <-c.closing:
 			// Handle what is still queued, then stop.
+			c.running.Wait()
 			for {
 				select {
 				case r := <-c.ch:
@@ -182,16 +203,37 @@ func (c *Committer[T, R]) loop() {
 		// Let the callers that are ready to run hand in their items first: they join
 		// this group instead of each waiting for a group of its own.
 		runtime.Gosched()
-	fill:
-		for len(group) < c.max {
-			select {
-			case r := <-c.ch:
-				group = append(group, r)
-			default:
-				break fill
-			}
+		c.fill(&group)
+		if one {
+			c.run(group)
+			continue
 		}
-		c.run(group)
+		// A free slot: the group is handled beside those being handled; none free:
+		// the items that arrive until one is join the group.
+		select {
+		case c.slots <- struct{}{}:
+		default:
+			c.slots <- struct{}{}
+			c.fill(&group)
+		}
+		c.running.Add(1)
+		go func(group []*request[T, R]) {
+			defer c.running.Done()
+			c.run(group)
+			<-c.slots
+		}(group)
+	}
+}
+
+// fill adds to group the items waiting, up to Max.
+func (c *Committer[T, R]) fill(group *[]*request[T, R]) {
+	for len(*group) < c.max {
+		select {
+		case r := <-c.ch:
+			*group = append(*group, r)
+		default:
+			return
+		}
 	}
 }
 

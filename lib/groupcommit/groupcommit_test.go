@@ -340,3 +340,83 @@ func TestDoManyContextAndClose(t *testing.T) {
 		t.Errorf("DoMany after Close: %v", errs)
 	}
 }
+
+// With Inflight 2, a second group is handled while the first is (each answered when
+// its own call returns, the second first here); the items that arrive while both are
+// wait for a free slot.
+func TestInflightGroupsSideBySide(t *testing.T) {
+	entered := make(chan []int, 6)
+	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	var mu sync.Mutex
+	calls := 0
+	c := New(Params[int, int]{Max: 64, Inflight: 2, Fn: func(_ context.Context, items []int) ([]int, []error) {
+		mu.Lock()
+		n := calls
+		calls++
+		mu.Unlock()
+		entered <- append([]int(nil), items...)
+		if n < len(release) {
+			<-release[n]
+		}
+		out := make([]int, len(items))
+		for i, v := range items {
+			out[i] = v * 10
+		}
+		return out, make([]error, len(items))
+	}})
+	defer c.Close()
+	results := make(chan [2]int, 6)
+	do := func(i int) {
+		v, err := c.Do(context.Background(), i)
+		if err != nil {
+			t.Errorf("item %d: %v", i, err)
+		}
+		results <- [2]int{i, v}
+	}
+	timeout := time.After(time.Minute)
+	next := func(what string) []int {
+		t.Helper()
+		select {
+		case g := <-entered:
+			return g
+		case <-timeout:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		return nil
+	}
+	go do(0)
+	if g := next("the first group"); fmt.Sprint(g) != "[0]" {
+		t.Fatalf("first group %v; want [0]", g)
+	}
+	go do(1)
+	if g := next("a second group beside the first"); fmt.Sprint(g) != "[1]" {
+		t.Fatalf("second group %v; want [1]", g)
+	}
+	var wg sync.WaitGroup
+	for i := 2; i <= 5; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); do(i) }()
+	}
+	// the four wait for a free slot; the second group's call returns first, and its
+	// item is answered while the first group's call still waits
+	close(release[1])
+	got := map[int]int{}
+	for got[1] == 0 {
+		r := <-results
+		if r[0] == 0 {
+			t.Fatal("item 0 answered before its group's call returned")
+		}
+		got[r[0]] = r[1]
+	}
+	close(release[0])
+	for len(got) < 6 {
+		r := <-results
+		got[r[0]] = r[1]
+	}
+	wg.Wait()
+	for i := 0; i <= 5; i++ {
+		if got[i] != i*10 {
+			t.Fatalf("item %d got %d: results went to the wrong caller (%v)", i, got[i], got)
+		}
+	}
+}

@@ -75,6 +75,11 @@ type Config struct {
 	// once the API was reached, such a fault is retried as any other (a restart).
 	// Default false: a program started with its API waits for it.
 	FailFastUnreachable bool
+	// SubmitWindow bounds the flights (batch messages) of Submit's stream that are
+	// out at once, 1 to 64; default 4. With 1 a flight goes only when the last one's
+	// answers came (the widest messages, one at a time); with more, the server
+	// stores one flight while the next is on its way.
+	SubmitWindow int
 }
 
 // Client is a connection to the coordinator. It is safe for concurrent use.
@@ -118,6 +123,9 @@ func Dial(cfg Config) (*Client, error) {
 	if cfg.Plaintext && cfg.TLS != nil {
 		return nil, errors.New("hero: Plaintext and TLS exclude each other")
 	}
+	if cfg.SubmitWindow < 0 || cfg.SubmitWindow > 64 {
+		return nil, fmt.Errorf("hero: Config.SubmitWindow %d is not between 1 and 64 (0: the default, %d)", cfg.SubmitWindow, submitWindow)
+	}
 	creds := credentials.NewTLS(cfg.TLS)
 	if cfg.Plaintext {
 		creds = insecure.NewCredentials()
@@ -145,7 +153,7 @@ func Dial(cfg Config) (*Client, error) {
 	}
 	c.cc, c.api = cc, herov1.NewCoordinatorClient(cc)
 	if c.signer == nil || !cfg.Plaintext && !cfg.SignEachCall { // not a signature per call
-		c.streams = &submitStreams{cc: c.api}
+		c.streams = &submitStreams{cc: c.api, window: cfg.SubmitWindow}
 	}
 	return c, nil
 }

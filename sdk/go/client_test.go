@@ -211,3 +211,24 @@ func TestSessionByDefaultOverTLS(t *testing.T) {
 		}
 	}
 }
+
+// Config.SubmitWindow outside 0 (the default) to 64 is refused by Dial, naming it.
+func TestDialRefusesSubmitWindow(t *testing.T) {
+	for _, w := range []int{-1, 65} {
+		c, err := Dial(Config{Addr: "127.0.0.1:1", AdminSecret: "secret", Plaintext: true, SubmitWindow: w})
+		if err == nil {
+			_ = c.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), "SubmitWindow") {
+			t.Errorf("SubmitWindow %d: %v; want a refusal naming SubmitWindow", w, err)
+		}
+	}
+	c, err := Dial(Config{Addr: "127.0.0.1:1", AdminSecret: "secret", Plaintext: true, SubmitWindow: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if c.streams == nil || c.streams.window != 2 {
+		t.Errorf("SubmitWindow 2: the stream's window is %+v; want 2", c.streams)
+	}
+}

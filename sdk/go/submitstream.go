@@ -22,15 +22,24 @@ import (
 // Submit's submissions travel over one SubmitJobStream per client (when the
 // connection is signed once, or with an operator secret): a submission is a message
 // on an open stream instead of a call of its own, which costs the client and the
-// server a fraction of a call. Each caller still waits for its own answer. The
-// submissions made while another is being sent wait for that send and go next, in one
-// message when the server takes batches (its stream header says "hero-stream-batch:
-// 1"; the client says the same when it opens the stream, and the server then answers
-// in batches too): concurrent producers share messages as well as the stream, and a
-// submission made alone goes at once. A stream
-// that breaks fails the submissions waiting on it (Unavailable, as a call would) and
-// the next submission opens another; a server without the method (Unimplemented) is
-// sent calls from then on.
+// server a fraction of a call. Each caller still waits for its own answer. When the
+// server takes batches (its stream header says "hero-stream-batch: 1"; the client says
+// the same when it opens the stream, and the server then answers in batches too) the
+// submissions go in flights: a flight is one message of the submissions made since
+// the last one went, and up to submitWindow flights are out (sent, some of their
+// answers awaited) at once. A submission made while the window is full is held, and
+// the held ones go together as the next flight when a flight's last answer comes (or
+// when they fill a batch): concurrent producers share messages as well as the stream,
+// the flights' sizes follow the load (a group commit, no timer), a submission made
+// alone goes at once, and the server stores one flight while the next one is on its
+// way. Each answer is matched to its submission by seq, whatever the order in which
+// the server answers. A stream that breaks fails the submissions waiting on it
+// (Unavailable, as a call would) and the next submission opens another; a server
+// without the method (Unimplemented) is sent calls from then on.
+
+// submitWindow bounds the flights of a stream that are out at once, by default
+// (Config.SubmitWindow).
+const submitWindow = 4
 
 // streamBatchItems bounds the submissions of a batch message (and streambatch.MaxBytes
 // their size).
@@ -42,6 +51,7 @@ var errNoStream = errors.New("hero: the server has no SubmitJobStream")
 // submitStreams holds the client's open submission stream.
 type submitStreams struct {
 	cc          herov1.CoordinatorClient
+	window      int // flights out at once (0: submitWindow)
 	mu          sync.Mutex
 	cur         *submitStream
 	unsupported bool
@@ -56,17 +66,28 @@ type submitStream struct {
 	sender  streambatch.Sender[*herov1.SubmitJobStreamRequest]
 	mu      sync.Mutex
 	seq     uint64
-	pending map[uint64]chan streamAnswer
+	pending map[uint64]pendingSubmit
 	err     error         // set when the stream ended: what its waiting submissions got
 	done    chan struct{} // closed when the stream ended
 	// The client's group commit (with a server that takes batches): a submission
-	// made while sent ones wait for their answers (out of them) is held, and the
-	// held ones go in one message when the last answer came (flushing: one is on its
-	// way) or when they fill a batch; with none out, a submission goes at once.
-	out      int
+	// made while window flights are out is held, and the held ones go as one flight
+	// when a flight's last answer came (flushing: one is on its way, counted in
+	// flights) or when they fill a batch; with fewer out, a submission goes at once.
+	window   int
+	flights  int // the flights out (and the one flushing)
 	held     []*herov1.SubmitJobStreamRequest
-	flushing bool
+	flushing *flight        // the flight the held ones go in, once flushHeld takes them
 	owner    *submitStreams // ends the stream when a flush's send fails
+}
+
+// flight is the submissions sent together: left, those whose answers are awaited.
+type flight struct{ left int }
+
+// pendingSubmit is a submission whose answer is awaited: where to hand it, and the
+// flight it went in (nil while held).
+type pendingSubmit struct {
+	ch chan streamAnswer
+	f  *flight
 }
 
 type streamAnswer struct {
@@ -91,6 +112,9 @@ func (s *submitStreams) stream() (*submitStream, error) {
 		return nil, err
 	}
 	ss := newSubmitStream(st, cancel)
+	if s.window > 0 {
+		ss.window = s.window
+	}
 	ss.owner = s
 	s.cur = ss
 	go s.receive(ss)
@@ -125,18 +149,12 @@ func (s *submitStreams) receive(ss *submitStream) {
 // sends what was held meanwhile.
 func (ss *submitStream) answer(r *herov1.SubmitJobStreamResponse) {
 	ss.mu.Lock()
-	ch := ss.pending[r.Seq]
+	p, ok := ss.pending[r.Seq]
 	delete(ss.pending, r.Seq)
-	if ss.out > 0 {
-		ss.out--
-	}
-	flush := ss.out == 0 && len(ss.held) > 0 && !ss.flushing
-	if flush {
-		ss.flushing = true
-	}
+	flush := ok && ss.landed(p.f)
 	ss.mu.Unlock()
-	if ch != nil {
-		ch <- answerOf(r)
+	if ok {
+		p.ch <- answerOf(r)
 	}
 	if flush {
 		// not from this goroutine: a send that waits on flow control must not hold
@@ -145,26 +163,67 @@ func (ss *submitStream) answer(r *herov1.SubmitJobStreamResponse) {
 	}
 }
 
+// landed counts an answer (or a submission given up) of flight f (ss.mu held): when
+// it was the flight's last, the flight is no longer out, and true says the held ones
+// are to be flushed (flushHeld), as the next flight, counted now.
+func (ss *submitStream) landed(f *flight) bool {
+	if f == nil { // held: not sent
+		return false
+	}
+	if f.left--; f.left > 0 {
+		return false
+	}
+	ss.flights--
+	if len(ss.held) == 0 || ss.flushing != nil || ss.flights >= ss.window || ss.pending == nil {
+		return false
+	}
+	ss.flushing = &flight{}
+	ss.flights++
+	return true
+}
+
 // hold takes a new submission (ss.mu held): it returns what to send now, itself
-// with what was held before it, or nil when it is held (sent with the next
-// message: when the answers out came, or when the held fill a batch). Without batch
-// messages nothing is held.
+// with what was held before it (a flight), or nil when it is held (sent with the
+// next flight: when a flight out landed, or when the held fill a batch). Without
+// batch messages nothing is held (and flights are not counted).
 func (ss *submitStream) hold(item *herov1.SubmitJobStreamRequest) []*herov1.SubmitJobStreamRequest {
-	if !ss.batches.Load() || (ss.out == 0 && !ss.flushing) || len(ss.held)+1 >= streamBatchItems {
+	if !ss.batches.Load() {
+		return []*herov1.SubmitJobStreamRequest{item}
+	}
+	if (ss.flights < ss.window && ss.flushing == nil) || len(ss.held)+1 >= streamBatchItems {
 		batch := append(ss.held, item)
 		ss.held = nil
+		ss.flights++
+		ss.board(batch, &flight{})
 		return batch
 	}
 	ss.held = append(ss.held, item)
 	return nil
 }
 
-// flushHeld sends what was held, in one message.
+// board puts the submissions of batch still awaited in flight f (ss.mu held).
+func (ss *submitStream) board(batch []*herov1.SubmitJobStreamRequest, f *flight) {
+	for _, r := range batch {
+		if p, ok := ss.pending[r.Seq]; ok {
+			p.f = f
+			ss.pending[r.Seq] = p
+			f.left++
+		}
+	}
+	if f.left == 0 { // all of them given up: not out
+		ss.flights--
+	}
+}
+
+// flushHeld sends what was held, in one message: the flight counted by landed.
 func (ss *submitStream) flushHeld() {
 	ss.mu.Lock()
-	batch := ss.held
-	ss.held, ss.flushing = nil, false
+	batch, f := ss.held, ss.flushing
+	ss.held, ss.flushing = nil, nil
 	ended := ss.pending == nil
+	if !ended {
+		ss.board(batch, f)
+	}
 	ss.mu.Unlock()
 	if len(batch) == 0 || ended {
 		return
@@ -201,8 +260,8 @@ func (s *submitStreams) end(ss *submitStream, err error) {
 	ss.pending, ss.held = nil, nil
 	close(ss.done)
 	ss.mu.Unlock()
-	for _, ch := range waiting {
-		ch <- streamAnswer{err: err}
+	for _, p := range waiting {
+		p.ch <- streamAnswer{err: err}
 	}
 }
 
@@ -251,7 +310,7 @@ func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest
 	}
 	ss.seq++
 	item := &herov1.SubmitJobStreamRequest{Seq: ss.seq, Submit: req, Traceparent: traceparentOf(ctx)}
-	ss.pending[item.Seq] = ch
+	ss.pending[item.Seq] = pendingSubmit{ch: ch}
 	batch := ss.hold(item)
 	ss.mu.Unlock()
 	if batch != nil {
@@ -278,7 +337,7 @@ func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest
 // woken by their answers add their next submissions). A failed send's error goes to
 // the submission that made it; the others it held wait on the stream, which fails.
 func newSubmitStream(st grpc.BidiStreamingClient[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], cancel context.CancelFunc) *submitStream {
-	ss := &submitStream{st: st, cancel: cancel, pending: map[uint64]chan streamAnswer{}, done: make(chan struct{})}
+	ss := &submitStream{st: st, cancel: cancel, pending: map[uint64]pendingSubmit{}, done: make(chan struct{}), window: submitWindow}
 	ss.sender.Yield = ss.batches.Load
 	ss.sender.Write = ss.write
 	return ss
@@ -319,7 +378,6 @@ func (ss *submitStream) stillWaited(out []*herov1.SubmitJobStreamRequest) []*her
 			n++
 		}
 	}
-	ss.out += n // sent, their answers awaited
 	if n == len(out) {
 		return out
 	}
@@ -332,10 +390,17 @@ func (ss *submitStream) stillWaited(out []*herov1.SubmitJobStreamRequest) []*her
 	return kept
 }
 
+// forget drops a submission whose caller gave up (or whose send failed): its flight
+// no longer waits for its answer.
 func (ss *submitStream) forget(seq uint64) {
 	ss.mu.Lock()
+	p, ok := ss.pending[seq]
 	delete(ss.pending, seq)
+	flush := ok && ss.landed(p.f)
 	ss.mu.Unlock()
+	if flush {
+		go ss.flushHeld()
+	}
 }
 
 // answerOf is a stream answer as a call's outcome: its response, or its error as the

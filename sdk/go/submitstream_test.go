@@ -413,14 +413,17 @@ func TestSubmitStreamDropsWhatNobodyWaitsFor(t *testing.T) {
 	}
 }
 
-// The client's group commit with a server that takes batches: a submission made
-// while none is out goes at once, alone; those made while a message's answers are
-// awaited are held and go together, in one message, when they came.
+// The client's group commit with a server that takes batches, with a window of two
+// flights: a submission made while fewer than two flights are out goes at once, alone;
+// those made while two are out are held and go together, in one message, when one of
+// the two landed (its answers came); each answer reaches its own caller, whatever the
+// order in which the flights are answered.
 func TestSubmitStreamGroupCommit(t *testing.T) {
 	h := &heldStream{entered: make(chan struct{}), release: make(chan struct{}), answers: make(chan *herov1.SubmitJobStreamResponse, 8)}
 	close(h.release) // sends return at once
 	ss := newSubmitStream(h, func() {})
 	ss.batches.Store(true)
+	ss.window = 2
 	s := &submitStreams{cur: ss}
 	ss.owner = s
 	go s.receive(ss)
@@ -429,80 +432,94 @@ func TestSubmitStreamGroupCommit(t *testing.T) {
 		return &herov1.SubmitJobRequest{Job: &herov1.Job{Script: script}}
 	}
 	type result struct {
-		id  uint32
-		err error
+		script string
+		id     uint32
+		err    error
 	}
-	results := make(chan result, 4)
+	results := make(chan result, 5)
 	submit := func(script string) {
 		r, err := s.submit(context.Background(), req(script))
 		if err != nil {
-			results <- result{err: err}
+			results <- result{script: script, err: err}
 			return
 		}
-		results <- result{id: r.Job.Id}
-	}
-	go submit("a")
-	<-h.entered // a went at once, alone
-	for _, script := range []string{"b", "c", "d"} {
-		go submit(script)
+		results <- result{script: script, id: r.Job.Id}
 	}
 	deadline := time.Now().Add(time.Minute)
-	for { // b, c and d are held while a's answer is awaited
-		ss.mu.Lock()
-		held := len(ss.held)
-		ss.mu.Unlock()
-		if held == 3 {
-			break
+	waitSent := func(want string) {
+		t.Helper()
+		for {
+			h.mu.Lock()
+			sent := fmt.Sprint(h.sent)
+			h.mu.Unlock()
+			if sent == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sent %v; want %v", sent, want)
+			}
+			runtime.Gosched()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d submissions held; want 3", held)
+	}
+	go submit("a")
+	waitSent("[1]") // a went at once, alone: one flight out
+	go submit("b")
+	waitSent("[1 2]")                                // b too: two flights out, the window is full
+	for n, script := range []string{"c", "d", "e"} { // held (seq 3, 4, 5) while both flights' answers are awaited
+		go submit(script)
+		for {
+			ss.mu.Lock()
+			held := len(ss.held)
+			ss.mu.Unlock()
+			if held == n+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d submissions held; want %d", held, n+1)
+			}
+			runtime.Gosched()
 		}
-		runtime.Gosched()
 	}
 	h.mu.Lock()
-	if fmt.Sprint(h.sent) != "[1]" {
-		t.Errorf("sent %v while a's answer was awaited; want [1]", h.sent)
+	if fmt.Sprint(h.sent) != "[1 2]" || h.msgs != 2 {
+		t.Errorf("sent %v in %d messages while two flights were out; want [1 2] in 2", h.sent, h.msgs)
 	}
 	h.mu.Unlock()
-	h.answers <- &herov1.SubmitJobStreamResponse{Seq: 1, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 101}}}
-	if r := <-results; r.err != nil || r.id != 101 {
-		t.Fatalf("a: %+v", r)
+	// b's flight lands first: the three held go, as one flight, in one message
+	h.answers <- &herov1.SubmitJobStreamResponse{Seq: 2, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 102}}}
+	if r := <-results; r.err != nil || r.script != "b" || r.id != 102 {
+		t.Fatalf("b: %+v", r)
 	}
-	for { // a's answer sends the three held, in one message
-		h.mu.Lock()
-		n := len(h.sent)
-		h.mu.Unlock()
-		if n == 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the held submissions were not sent after the answer")
-		}
-		runtime.Gosched()
-	}
+	waitSent("[1 2 3 4 5]")
 	h.answers <- &herov1.SubmitJobStreamResponse{Batch: []*herov1.SubmitJobStreamResponse{
-		{Seq: 2, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 102}}},
-		{Seq: 3, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 103}}},
+		{Seq: 5, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 105}}},
 		{Seq: 4, Error: &herov1.StreamError{Code: uint32(codes.InvalidArgument), Message: "job.script: refused"}},
+		{Seq: 1, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 101}}},
+		{Seq: 3, Submit: &herov1.SubmitJobResponse{Job: &herov1.Job{Id: 103}}},
 	}}
-	ids, refused := map[uint32]bool{}, 0
-	for range 3 {
+	got := map[string]string{}
+	for range 4 {
 		r := <-results
 		switch {
-		case errors.Is(r.err, ErrInvalidArgument) || status.Code(r.err) == codes.InvalidArgument:
-			refused++
+		case status.Code(r.err) == codes.InvalidArgument:
+			got[r.script] = "refused"
 		case r.err != nil:
-			t.Errorf("a held submission: %v", r.err)
+			got[r.script] = r.err.Error()
 		default:
-			ids[r.id] = true
+			got[r.script] = fmt.Sprint(r.id)
 		}
 	}
-	if len(ids) != 2 || !ids[102] || !ids[103] || refused != 1 {
-		t.Errorf("held submissions answered with jobs %v and %d refusals; want 102, 103 and one refusal", ids, refused)
+	if want := "map[a:101 c:103 d:refused e:105]"; fmt.Sprint(got) != want {
+		t.Errorf("answers %v; want %v", got, want)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.msgs != 2 {
-		t.Errorf("%d messages for 4 submissions; want 2 (a alone, then the three held)", h.msgs)
+	if h.msgs != 3 {
+		t.Errorf("%d messages for 5 submissions; want 3 (a, b, then the three held)", h.msgs)
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.flights != 0 || len(ss.pending) != 0 {
+		t.Errorf("%d flights out and %d submissions pending after every answer; want none", ss.flights, len(ss.pending))
 	}
 }

@@ -37,6 +37,7 @@ type Config struct {
 	RateBurst        int
 	MaxWaits         int
 	MaxFlowJobs      int
+	SubmitInflight   int
 
 	Console           bool
 	ConsoleReadOnly   bool
@@ -66,6 +67,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.IntVar(&c.MaxWaits, "max-waits-per-caller", "", 100, "waiting calls (job.run, flow.wait, Watch, dispatcher.run_job) one actor may hold open at once, per replica (0: no cap)")
 	f.DurationVar(&c.RunMargin, "run-margin", "", 30*time.Second, "job.run waits the job's timeout plus this margin when no timeout is given")
 	f.IntVar(&c.MaxFlowJobs, "max-flow-jobs", "", model.DefaultMaxFlowJobs, fmt.Sprintf("most jobs of one flow (flow.begin, flow.create), checked before anything of the flow is stored; at most %d", model.MaxFlowJobs))
+	f.IntVar(&c.SubmitInflight, "submit-inflight", "", submitInflight, "groups of the group commit of single submissions (job.submit, job.run, SubmitJobStream) stored at once per Redis server, 1 to 16: the next group's call is sent while Redis runs the previous one")
 	f.IntVar(&c.MaxBodyBytes, "max-body-bytes", "", 4<<20, "largest JSON-RPC request body accepted")
 	f.BoolVar(&c.Console, "console", "HERO_CONSOLE", true, "serve the web console under /ui/ on --http-addr (docs/console.md); its session cookie is Secure: use it over TLS (--api-tls-cert) or on localhost")
 	f.BoolVar(&c.ConsoleReadOnly, "console-read-only", "HERO_CONSOLE_READ_ONLY", false, "the web console shows everything and refuses every action, for every role")
@@ -79,6 +81,9 @@ func (c *Config) validateBounds() error {
 	}
 	if c.MaxFlowJobs < 1 || c.MaxFlowJobs > model.MaxFlowJobs {
 		return fmt.Errorf("--max-flow-jobs: %d is not between 1 and %d", c.MaxFlowJobs, model.MaxFlowJobs)
+	}
+	if c.SubmitInflight < 1 || c.SubmitInflight > 16 {
+		return fmt.Errorf("--submit-inflight: %d is not between 1 and 16", c.SubmitInflight)
 	}
 	return nil
 }

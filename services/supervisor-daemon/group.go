@@ -12,6 +12,10 @@ import (
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
+// submitInflight bounds the groups of one Redis server being stored at once (the
+// default of --submit-inflight).
+const submitInflight = 2
+
 // submitFunc stores and dispatches jobs of one context in one step (store.SubmitGuarded).
 type submitFunc func(ctx context.Context, ctxID uint32, subs []store.Submission, guard *store.ContextGuard) ([]store.Submitted, error)
 
@@ -20,11 +24,14 @@ var errShuttingDown = &apiError{Code: codeUnavailable, Msg: "unavailable: superv
 	Data: map[string]any{"retry_after_ms": int64(1000)}}
 
 // submitGroups is the group commit of single submissions (job.submit, job.run), on
-// lib/groupcommit: concurrent submissions are gathered and one goroutine (per Redis
-// server, serverCommits) stores a group, up to maxJobs jobs, in one store call per
+// lib/groupcommit: concurrent submissions are gathered by one goroutine (per Redis
+// server, serverCommits) into groups, and it stores a group, up to maxJobs jobs, in one store call per
 // context (one round trip: a run of lua/submit.lua, which takes the jobs in order: a
 // unique_key or a chosen id that an earlier job of the group took names that job) as
-// soon as the previous group's calls returned: no timer, no wait when idle. A caller
+// soon as fewer than --submit-inflight groups of that server are being stored: no timer,
+// no wait when idle; the next group is gathered and its call sent while Redis runs
+// the previous one (groups stored side by side have no order between them: their
+// callers did not wait for each other). A caller
 // is answered only after the call that stored its job returned (kill -9 safe: nothing
 // is acknowledged before it is stored). Each caller gets its own outcome: when the store
 // refuses a group for one job's sake (a job no runner serves, a chosen id with other
@@ -46,10 +53,10 @@ type groupedSub struct {
 }
 
 // newSubmitGroups makes the group commit: one per Redis server (serverOf names the
-// server of a context), up to maxJobs jobs a group. shutdown stops it.
-func newSubmitGroups(submit submitFunc, serverOf func(ctxID uint32) *store.Server, maxJobs int, sizes prometheus.Observer) *submitGroups {
+// server of a context), up to maxJobs jobs a group, inflight groups stored at once. shutdown stops it.
+func newSubmitGroups(submit submitFunc, serverOf func(ctxID uint32) *store.Server, maxJobs, inflight int, sizes prometheus.Observer) *submitGroups {
 	g := &submitGroups{submit: submit, serverOf: serverOf, timeout: 30 * time.Second, sizes: sizes}
-	g.commits = newServerCommits(g.store, maxJobs)
+	g.commits = newServerCommits(g.store, maxJobs, inflight)
 	return g
 }
 

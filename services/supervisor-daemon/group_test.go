@@ -84,7 +84,7 @@ func addConcurrently(g *submitGroups, n int) (out []store.Submitted, errs []erro
 func TestSubmitGroupsConcurrent(t *testing.T) {
 	srv, st := submitStore(t)
 	rec := heldSubmit(st)
-	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, nil)
+	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, 1, nil)
 	defer g.shutdown()
 	defer rec.open() // before shutdown, which waits for the held call
 	const n = 200
@@ -127,7 +127,7 @@ func TestSubmitGroupsConcurrent(t *testing.T) {
 func TestSubmitGroupsOutcomes(t *testing.T) {
 	srv, st := submitStore(t)
 	rec := &recordingSubmit{st: st}
-	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, nil)
+	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, 1, nil)
 	defer g.shutdown()
 	ctx := context.Background()
 	item := func(sub store.Submission) *groupedSub {
@@ -178,7 +178,7 @@ func TestSubmitGroupsOutcomes(t *testing.T) {
 func TestSubmitGroupsShutdown(t *testing.T) {
 	srv, st := submitStore(t)
 	rec := heldSubmit(st)
-	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, nil)
+	g := newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, 1, nil)
 	const n = 50
 	_, errs, _, wait := addConcurrently(g, n)
 	waitClosed(t, "the first store call", rec.entered)
@@ -240,7 +240,7 @@ func TestSubmitGroupsPerServer(t *testing.T) {
 			<-release
 		}
 		return st.SubmitGuarded(ctx, ctxID, subs, guard)
-	}, st.ServerFor, maxGroupJobs, nil)
+	}, st.ServerFor, maxGroupJobs, 1, nil)
 	defer g.shutdown()
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }

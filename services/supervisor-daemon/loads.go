@@ -21,7 +21,7 @@ type endedLoads struct {
 
 func newEndedLoads(st *store.Store) *endedLoads {
 	l := &endedLoads{st: st, timeout: 30 * time.Second}
-	l.commits = newServerCommits(l.read, maxGroupJobs)
+	l.commits = newServerCommits(l.read, maxGroupJobs, 1)
 	return l
 }
 

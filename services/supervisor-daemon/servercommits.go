@@ -15,16 +15,17 @@ import (
 // (endedLoads) run on it. shutdown handles what was handed in and refuses what comes
 // after (errShuttingDown).
 type serverCommits[T, R any] struct {
-	fn  groupcommit.Func[T, R]
-	max int // items per group
+	fn       groupcommit.Func[T, R]
+	max      int // items per group
+	inflight int // groups handled at once per server
 
 	mu       sync.Mutex
 	byServer map[*store.Server]*groupcommit.Committer[T, R]
 	closed   bool
 }
 
-func newServerCommits[T, R any](fn groupcommit.Func[T, R], max int) *serverCommits[T, R] {
-	return &serverCommits[T, R]{fn: fn, max: max, byServer: map[*store.Server]*groupcommit.Committer[T, R]{}}
+func newServerCommits[T, R any](fn groupcommit.Func[T, R], max, inflight int) *serverCommits[T, R] {
+	return &serverCommits[T, R]{fn: fn, max: max, inflight: inflight, byServer: map[*store.Server]*groupcommit.Committer[T, R]{}}
 }
 
 // do hands item in to the next group of server srv and returns its result. ctx bounds
@@ -72,7 +73,7 @@ func (s *serverCommits[T, R]) committer(srv *store.Server) *groupcommit.Committe
 	}
 	c := s.byServer[srv]
 	if c == nil {
-		c = groupcommit.New(groupcommit.Params[T, R]{Fn: s.fn, Max: s.max})
+		c = groupcommit.New(groupcommit.Params[T, R]{Fn: s.fn, Max: s.max, Inflight: s.inflight})
 		s.byServer[srv] = c
 	}
 	return c

@@ -65,7 +65,7 @@ func run(ctx context.Context, cfg *Config, env *app.Env) error {
 	defer disp.Close()
 	// The group commit of single submissions: answered before run returns (the
 	// servers have stopped by then), then refused.
-	groups := newSubmitGroups(b.Store.SubmitGuarded, b.Store.ServerFor, maxGroupJobs, promauto.With(env.Registry).NewHistogram(prometheus.HistogramOpts{
+	groups := newSubmitGroups(b.Store.SubmitGuarded, b.Store.ServerFor, maxGroupJobs, cfg.SubmitInflight, promauto.With(env.Registry).NewHistogram(prometheus.HistogramOpts{
 		Name: "hero_api_submit_group_jobs", Help: "Jobs per store call of the group commit of single submissions (job.submit, job.run): concurrent submissions to one context share one call.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 9)}))
 	defer groups.shutdown()

@@ -16,7 +16,7 @@ import (
 // benchService is a service on st for the submit path's tests and benchmarks, its
 // group commit running until the test ends.
 func benchService(t testing.TB, st *store.Store) *service {
-	groups := newSubmitGroups(st.SubmitGuarded, st.ServerFor, maxGroupJobs, nil)
+	groups := newSubmitGroups(st.SubmitGuarded, st.ServerFor, maxGroupJobs, submitInflight, nil)
 	t.Cleanup(groups.shutdown)
 	return &service{store: st, waiter: newWaiter(), log: zerolog.Nop(), contexts: newContextCache(st, time.Minute), groups: groups}
 }

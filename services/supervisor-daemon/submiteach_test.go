@@ -27,7 +27,7 @@ func TestSubmitEachStoresABatchTogether(t *testing.T) {
 	s := benchService(t, st)
 	rec := heldSubmit(st)
 	s.groups.shutdown()
-	s.groups = newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, nil)
+	s.groups = newSubmitGroups(rec.submit, st.ServerFor, maxGroupJobs, 1, nil)
 	defer s.groups.shutdown()
 	defer rec.open() // before shutdown, which waits for the held call
 	ctx := context.Background()

@@ -220,7 +220,8 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 // one client for all, as a program with many producing goroutines has it), which
 // sends them over one SubmitJobStream; with HERO_PEERS_SUBMIT_CALLS=1 a SubmitJob call
 // each (to compare the two). HERO_PEERS_SIGN_EACH_CALL=1 makes the client sign each
-// call, which also makes its Submit a call.
+// call, which also makes its Submit a call. HERO_PEERS_SUBMIT_WINDOW sets the client's
+// Config.SubmitWindow.
 func producer(b *testing.B, c *harness.Client, api herov1.CoordinatorClient) func(ctx context.Context, i int) error {
 	if os.Getenv("HERO_PEERS_SUBMIT_CALLS") == "1" {
 		return func(ctx context.Context, i int) error {
@@ -229,7 +230,7 @@ func producer(b *testing.B, c *harness.Client, api herov1.CoordinatorClient) fun
 		}
 	}
 	sc, err := hero.Dial(hero.Config{Addr: c.GRPCAddr, Actor: c.Actor, Key: c.Key, AdminSecret: c.Secret, Context: ctx1,
-		TLS: harness.APITLS(), SignEachCall: c.SignEachCall})
+		TLS: harness.APITLS(), SignEachCall: c.SignEachCall, SubmitWindow: envInt("HERO_PEERS_SUBMIT_WINDOW", 0)})
 	if err != nil {
 		b.Fatal(err)
 	}
