@@ -191,8 +191,8 @@ type Client struct {
 	mu        sync.Mutex
 	closed    bool
 	inFlight  int
-	slotFreed wake                // a slot freed (or Close)
-	idle      []*conn       // connections with room for another request
+	slotFreed wake    // a slot freed (or Close)
+	idle      []*conn // connections with room for another request
 	conns     map[*conn]struct{}
 	active    map[string]struct{} // request_ids in flight
 	onRelease func()              // Pool: capacity changed
@@ -211,12 +211,12 @@ func NewClient(ep Endpoint, opt ClientOptions) (*Client, error) {
 	}
 	opt.setDefaults()
 	return &Client{
-		ep:        ep,
-		opt:       opt,
-		log:       opt.Logger.With("endpoint", ep.String()),
-		conns:     map[*conn]struct{}{},
-		active:    map[string]struct{}{},
-		recent:    newRecentIDs(4096),
+		ep:     ep,
+		opt:    opt,
+		log:    opt.Logger.With("endpoint", ep.String()),
+		conns:  map[*conn]struct{}{},
+		active: map[string]struct{}{},
+		recent: newRecentIDs(4096),
 	}, nil
 }
 
