@@ -174,7 +174,7 @@ func compactEnvelope(b []byte) (Envelope, bool) {
 		return Envelope{}, false
 	}
 	p := rest[len(mid) : len(rest)-1]
-	if len(p) == 0 || p[0] != '{' || p[len(p)-1] != '}' || !json.Valid(p) {
+	if len(p) == 0 || p[0] != '{' || p[len(p)-1] != '}' || !validJSON(p) {
 		return Envelope{}, false
 	}
 	return Envelope{Type: t, Payload: p, valid: true}, true
@@ -188,7 +188,7 @@ func EncodeFrame(env Envelope) ([]byte, error) {
 	if len(env.Payload) == 0 {
 		return nil, fmt.Errorf("%w: empty payload", ErrInvalidEnvelope)
 	}
-	if !env.trusted && !json.Valid(env.Payload) {
+	if !env.trusted && !validJSON(env.Payload) {
 		return nil, fmt.Errorf("%w: payload is not valid JSON", ErrInvalidEnvelope)
 	}
 	// {"type":"<type>","payload":<payload>}: the type is one of three plain words.
