@@ -191,8 +191,8 @@ type Client struct {
 	mu        sync.Mutex
 	closed    bool
 	inFlight  int
-	slotFreed chan struct{} // closed and replaced whenever a slot frees (or on Close)
-	idle      []*conn       // connections with room for another request
+	slotFreed wake    // a slot freed (or Close)
+	idle      []*conn // connections with room for another request
 	conns     map[*conn]struct{}
 	active    map[string]struct{} // request_ids in flight
 	onRelease func()              // Pool: capacity changed
@@ -211,13 +211,12 @@ func NewClient(ep Endpoint, opt ClientOptions) (*Client, error) {
 	}
 	opt.setDefaults()
 	return &Client{
-		ep:        ep,
-		opt:       opt,
-		log:       opt.Logger.With("endpoint", ep.String()),
-		slotFreed: make(chan struct{}),
-		conns:     map[*conn]struct{}{},
-		active:    map[string]struct{}{},
-		recent:    newRecentIDs(4096),
+		ep:     ep,
+		opt:    opt,
+		log:    opt.Logger.With("endpoint", ep.String()),
+		conns:  map[*conn]struct{}{},
+		active: map[string]struct{}{},
+		recent: newRecentIDs(4096),
 	}, nil
 }
 
@@ -250,7 +249,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	close(c.slotFreed)
+	c.slotFreed.close()
 	conns := make([]*conn, 0, len(c.conns))
 	for cn := range c.conns {
 		conns = append(conns, cn)
@@ -328,7 +327,7 @@ func (c *Client) acquire(ctx context.Context) error {
 			c.mu.Unlock()
 			return nil
 		}
-		ch := c.slotFreed
+		ch := c.slotFreed.wait()
 		c.mu.Unlock()
 		select {
 		case <-ch:
@@ -352,10 +351,7 @@ func (c *Client) tryAcquire() bool {
 func (c *Client) release() {
 	c.mu.Lock()
 	c.inFlight--
-	if !c.closed {
-		close(c.slotFreed)
-		c.slotFreed = make(chan struct{})
-	}
+	c.slotFreed.fire()
 	f := c.onRelease
 	c.mu.Unlock()
 	if f != nil {
@@ -388,15 +384,10 @@ type call struct {
 // executeAcquired runs a prepared request with a slot already held. It releases the slot
 // (or hands it to an abandoned connection, which releases it later).
 func (c *Client) executeAcquired(ctx context.Context, req ExecutionRequest) (ExecutionOutcome, error) {
-	env, err := NewEnvelope(&req)
+	frame, err := requestFrame(&req)
 	if err != nil {
 		c.release()
 		return ExecutionOutcome{}, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-	}
-	frame, err := EncodeFrame(env)
-	if err != nil {
-		c.release()
-		return ExecutionOutcome{}, err
 	}
 	if len(frame)-4 > c.opt.MaxFrameSize {
 		c.release()
@@ -705,9 +696,27 @@ type conn struct {
 }
 
 // queued is a frame waiting for the connection's writer, and where its result goes.
+// They are reused (queuedPool): a call's frame took two allocations, its struct and
+// its channel; done is empty again once its result was taken.
 type queued struct {
 	frame []byte
 	done  chan error
+}
+
+var queuedPool = sync.Pool{New: func() any { return &queued{done: make(chan error, 1)} }}
+
+func newQueued(frame []byte) *queued {
+	q := queuedPool.Get().(*queued)
+	q.frame = frame
+	return q
+}
+
+// wait takes the frame's result and puts q back for reuse.
+func (q *queued) wait() error {
+	err := <-q.done
+	q.frame = nil
+	queuedPool.Put(q)
+	return err
 }
 
 // begin puts cl in flight on the connection: ok is false when it is closed; full says
@@ -744,10 +753,10 @@ func (cn *conn) write(ctx context.Context, frame []byte) error {
 	}
 	cn.wmu.Lock()
 	if cn.writing {
-		q := &queued{frame: frame, done: make(chan error, 1)}
+		q := newQueued(frame)
 		cn.wq = append(cn.wq, q)
 		cn.wmu.Unlock()
-		return <-q.done
+		return q.wait()
 	}
 	cn.writing = true
 	cn.wmu.Unlock()
@@ -756,7 +765,7 @@ func (cn *conn) write(ctx context.Context, frame []byte) error {
 	// executor reads them in one wake-up). Frames that come while one is written go
 	// out together next.
 	runtime.Gosched()
-	mine := &queued{frame: frame, done: make(chan error, 1)}
+	mine := newQueued(frame)
 	batch := []*queued{mine}
 	var err error
 	for {
@@ -766,7 +775,7 @@ func (cn *conn) write(ctx context.Context, frame []byte) error {
 		if len(batch) == 0 {
 			cn.writing = false
 			cn.wmu.Unlock()
-			return <-mine.done
+			return mine.wait()
 		}
 		cn.wmu.Unlock()
 		var n int64

@@ -125,7 +125,7 @@ func appendRaw(b []byte, raw json.RawMessage) ([]byte, error) {
 		}
 		return append(b, out...), nil
 	}
-	if !json.Valid(raw) {
+	if !validJSON(raw) {
 		return nil, fmt.Errorf("invalid JSON value %.40q", raw)
 	}
 	return append(b, raw...), nil

@@ -200,3 +200,39 @@ func BenchmarkOutcomeMarshal(b *testing.B) {
 		}
 	})
 }
+
+// A request's frame, encoded in one go (requestFrame, as Execute sends it), and an
+// outcome's appended to a buffer (AppendOutcomeFrame, as the Go executor writes it), are
+// the bytes EncodeFrame writes for their envelopes; an outcome that cannot be encoded
+// leaves nothing.
+func TestFramesInOneGo(t *testing.T) {
+	dl := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	r := NewRequest("1:2:3", "noop", []any{1, "x"}, map[string]any{"k": []int{1}})
+	r.Context.Deadline, r.Context.TraceContext, r.Context.WorkerID = &dl, map[string]string{"traceparent": "00-x"}, "w"
+	want, err := EncodeFrame(mustEnvelope(t, &r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := requestFrame(&r)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("requestFrame:\n%q, %v\nwant %q", got, err, want)
+	}
+	r.Args = append(r.Args, json.RawMessage(`{bad`))
+	if _, err := requestFrame(&r); err == nil || !strings.Contains(err.Error(), "args[2]") {
+		t.Fatalf("a request with a bad argument: %v", err)
+	}
+	o := ExecutionOutcome{JobID: "1:2:3", RequestID: NewUUID(), Status: StatusRetry, RetryAfterSeconds: new(float64), Error: &ExecutionError{Message: "later"}}
+	want, err = EncodeFrame(mustEnvelope(t, &o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := []byte("earlier frames")
+	got, err = AppendOutcomeFrame(append([]byte(nil), prefix...), &o)
+	if err != nil || !bytes.Equal(got, append(prefix, want...)) {
+		t.Fatalf("AppendOutcomeFrame:\n%q, %v\nwant %q", got, err, append(prefix, want...))
+	}
+	o.Result = json.RawMessage(`{nope`)
+	if got, err := AppendOutcomeFrame(prefix, &o); err == nil || got != nil {
+		t.Fatalf("an outcome with a bad result: %q, %v", got, err)
+	}
+}

@@ -158,13 +158,23 @@ func compactEnvelope(b []byte) (Envelope, bool) {
 	if q < 0 {
 		return Envelope{}, false
 	}
-	t := MessageType(rest[:q])
+	var t MessageType // one of the constants: no string made
+	switch string(rest[:q]) {
+	case string(TypeRequest):
+		t = TypeRequest
+	case string(TypeResponse):
+		t = TypeResponse
+	case string(TypeCancel):
+		t = TypeCancel
+	default:
+		return Envelope{}, false
+	}
 	rest = rest[q:]
-	if !t.Valid() || !bytes.HasPrefix(rest[1:], []byte(mid[1:])) {
+	if !bytes.HasPrefix(rest[1:], []byte(mid[1:])) {
 		return Envelope{}, false
 	}
 	p := rest[len(mid) : len(rest)-1]
-	if len(p) == 0 || p[0] != '{' || p[len(p)-1] != '}' || !json.Valid(p) {
+	if len(p) == 0 || p[0] != '{' || p[len(p)-1] != '}' || !validJSON(p) {
 		return Envelope{}, false
 	}
 	return Envelope{Type: t, Payload: p, valid: true}, true
@@ -178,7 +188,7 @@ func EncodeFrame(env Envelope) ([]byte, error) {
 	if len(env.Payload) == 0 {
 		return nil, fmt.Errorf("%w: empty payload", ErrInvalidEnvelope)
 	}
-	if !env.trusted && !json.Valid(env.Payload) {
+	if !env.trusted && !validJSON(env.Payload) {
 		return nil, fmt.Errorf("%w: payload is not valid JSON", ErrInvalidEnvelope)
 	}
 	// {"type":"<type>","payload":<payload>}: the type is one of three plain words.
@@ -194,6 +204,39 @@ func EncodeFrame(env Envelope) ([]byte, error) {
 	out = append(out, mid...)
 	out = append(out, env.Payload...)
 	return append(out, '}'), nil
+}
+
+// requestFrame encodes a request straight into its frame (EncodeFrame of NewEnvelope's
+// envelope, without the copy between them).
+func requestFrame(r *ExecutionRequest) ([]byte, error) {
+	return appendFrame(make([]byte, 0, 640), TypeRequest, func(b []byte) ([]byte, error) { return appendRequest(b, r) })
+}
+
+// AppendOutcomeFrame appends o as one frame (what WriteMessage writes for it) to b: an
+// executor appends its answers to its write buffer, without a buffer of their own.
+func AppendOutcomeFrame(b []byte, o *ExecutionOutcome) ([]byte, error) {
+	return appendFrame(b, TypeResponse, func(b []byte) ([]byte, error) { return appendOutcome(b, o) })
+}
+
+// appendFrame appends a frame of type t whose payload payload appends.
+func appendFrame(b []byte, t MessageType, payload func([]byte) ([]byte, error)) ([]byte, error) {
+	const head, mid = `{"type":"`, `","payload":`
+	start := len(b)
+	b = append(b, 0, 0, 0, 0)
+	b = append(b, head...)
+	b = append(b, t...)
+	b = append(b, mid...)
+	b, err := payload(b)
+	if err != nil {
+		return nil, fmt.Errorf("rrq: encode %s payload: %w", t, err)
+	}
+	b = append(b, '}')
+	n := len(b) - start - 4
+	if uint64(n) > math.MaxUint32 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, n)
+	}
+	binary.BigEndian.PutUint32(b[start:], uint32(n))
+	return b, nil
 }
 
 // WriteFrame writes env to w as one frame, in a single Write call.

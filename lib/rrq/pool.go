@@ -117,7 +117,7 @@ type Pool struct {
 
 	mu       sync.Mutex
 	closed   bool
-	changed  chan struct{}       // closed and replaced when capacity may have changed
+	changed  wake                // capacity may have changed
 	requests map[string]reqEntry // request_id → where it runs
 	rr       int
 	want     chan struct{} // closed and replaced when a request finds no ready process
@@ -180,7 +180,6 @@ func StartPool(ctx context.Context, cfg PoolConfig) (*Pool, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("executor", cfg.Name),
 		closing:  make(chan struct{}),
-		changed:  make(chan struct{}),
 		want:     make(chan struct{}),
 		requests: map[string]reqEntry{},
 	}
@@ -351,10 +350,7 @@ func (p *Pool) removeTmp() {
 // notify wakes Execute calls waiting for capacity.
 func (p *Pool) notify() {
 	p.mu.Lock()
-	if !p.closed {
-		close(p.changed)
-		p.changed = make(chan struct{})
-	}
+	p.changed.fire()
 	p.mu.Unlock()
 }
 
@@ -494,7 +490,7 @@ func (p *Pool) executeOnce(ctx context.Context, req ExecutionRequest) (Execution
 			p.mu.Unlock()
 			break
 		}
-		ch, want := p.changed, p.want
+		ch, want := p.changed.wait(), p.want
 		close(want) // a cleanly exited process is started again: it is needed
 		p.want = make(chan struct{})
 		cannot := p.cannotStart()
@@ -764,7 +760,7 @@ func (p *Pool) WaitReady(ctx context.Context) error {
 				all = false
 			}
 		}
-		ch := p.changed
+		ch := p.changed.wait()
 		p.mu.Unlock()
 		if all {
 			return nil
@@ -787,7 +783,7 @@ func (p *Pool) Close() error {
 	}
 	p.closed = true
 	close(p.closing)
-	close(p.changed)
+	p.changed.close()
 	p.mu.Unlock()
 	p.wg.Wait()
 	for _, pr := range p.procs {

@@ -42,11 +42,25 @@ type executorMetrics struct {
 	healthy    *prometheus.GaugeVec
 	// startSeconds: how long pools took to start (their processes accepting connections)
 	startSeconds *prometheus.HistogramVec
+	// callsOf: calls' children by executor, callSeconds hero_job_run_duration_seconds's by
+	// script type: resolved once, not for every handler job
+	callsOf     *resolved[handlerCallCounters]
+	callSeconds *resolved[prometheus.Observer]
+}
+
+// call counts a handler call of executor name with outcome (handlerCallOutcomes).
+func (em *executorMetrics) call(name, outcome string) {
+	c, ok := em.callsOf.get(name, func(name string) handlerCallCounters { return newHandlerCallCounters(em.calls, name) }).byOutcome[outcome]
+	if ok {
+		c.Inc()
+		return
+	}
+	em.calls.WithLabelValues(name, outcome).Inc()
 }
 
 func newExecutorMetrics(reg prometheus.Registerer) executorMetrics {
 	f := promauto.With(reg)
-	return executorMetrics{
+	em := executorMetrics{
 		restarts: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_executor_restarts_total",
 			Help: "Executor processes restarted (they died, or were killed after ignoring a cancel), by executor."}, []string{"executor"}),
 		crashes: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_executor_crashes_total",
@@ -61,6 +75,8 @@ func newExecutorMetrics(reg prometheus.Registerer) executorMetrics {
 		calls: f.NewCounterVec(prometheus.CounterOpts{Name: "hero_handler_calls_total",
 			Help: "Handler calls by executor and outcome (success, retry, timeout, error, failed: no outcome)."}, []string{"executor", "outcome"}),
 	}
+	em.callsOf, em.callSeconds = &resolved[handlerCallCounters]{}, &resolved[prometheus.Observer]{}
+	return em
 }
 
 // execHealth holds the executors whose pools crash-loop or cannot start here. While
@@ -180,7 +196,7 @@ func (r *runner) unhealthyHere(ctx context.Context, db *store.DB, execName strin
 		}
 		return runResult{reason: "executor_unhealthy"}
 	}
-	r.em.calls.WithLabelValues(execName, "failed").Inc()
+	r.em.call(execName, "failed")
 	// A retry goes when this runner tries its pool again, not at once: the job's
 	// retries are not all spent while the pool is down.
 	return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, RetryAfter: r.untilRetried(execName),
@@ -322,10 +338,10 @@ func (r *runner) runHandler(ctx context.Context, db *store.DB, cl *store.Claim, 
 	case execcore.ReasonHandedBack, "lost_lease":
 		return runResult{reason: reason}
 	case "timeout":
-		r.em.calls.WithLabelValues(execName, "timeout").Inc()
+		r.em.call(execName, "timeout")
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "timeout"}, "timeout"}
 	case "stopped":
-		r.em.calls.WithLabelValues(execName, "error").Inc()
+		r.em.call(execName, "error")
 		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "stopped", Fatal: true}, "stopped"}
 	}
 	if res.err != nil && errors.Is(res.err, rrq.ErrNotReady) {
@@ -439,14 +455,14 @@ func (r *runner) callHandler(ctx context.Context, db *store.DB, cl *store.Claim,
 	sv := supervise(j, execcore.Kills(ex.Kill))
 	res.out, res.err = pool.Execute(callCtx, req)
 	sv.Stop()
-	r.m.duration.WithLabelValues(string(j.ScriptType)).Observe(time.Since(start).Seconds())
+	r.em.callSeconds.get(string(j.ScriptType), func(st string) prometheus.Observer { return r.m.duration.WithLabelValues(st) }).Observe(time.Since(start).Seconds())
 	return res
 }
 
 // handlerFailed is the outcome of a handler call that got no outcome (the executor
 // crashed, was unavailable, or broke the protocol).
 func (r *runner) handlerFailed(execName string, err error, log zerolog.Logger) runResult {
-	r.em.calls.WithLabelValues(execName, "failed").Inc()
+	r.em.call(execName, "failed")
 	msg := "executor " + execName + ": " + err.Error()
 	switch {
 	case errors.Is(err, rrq.ErrExecutorCrashed):
@@ -462,7 +478,7 @@ func (r *runner) handlerFailed(execName string, err error, log zerolog.Logger) r
 // result; retry → error, retried after retry_after_seconds; timeout and error → error
 // under the retry policy; error type handler_not_found → fatal.
 func (r *runner) handlerOutcome(execName string, out rrq.ExecutionOutcome) runResult {
-	r.em.calls.WithLabelValues(execName, string(out.Status)).Inc()
+	r.em.call(execName, string(out.Status))
 	switch out.Status {
 	case rrq.StatusSuccess:
 		result, raw, err := resultMap(out.Result)

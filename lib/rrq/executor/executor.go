@@ -226,7 +226,7 @@ func (e *Executor) ServeConn(ctx context.Context, nc net.Conn) {
 				if broken {
 					continue
 				}
-				err := rrq.WriteMessage(bw, &out)
+				err := writeOutcome(bw, &out)
 				if err == nil && len(outcomes) == 0 {
 					err = bw.Flush()
 				}
@@ -290,6 +290,17 @@ func (e *Executor) ServeConn(ctx context.Context, nc net.Conn) {
 	}
 	close(queue)
 	<-workerDone
+}
+
+// writeOutcome writes out's frame into bw's spare room (no buffer of its own while
+// it fits there).
+func writeOutcome(bw *bufio.Writer, out *rrq.ExecutionOutcome) error {
+	frame, err := rrq.AppendOutcomeFrame(bw.AvailableBuffer(), out)
+	if err != nil {
+		return err
+	}
+	_, err = bw.Write(frame)
+	return err
 }
 
 func pruneDone(ts []*task) []*task {
