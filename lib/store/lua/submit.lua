@@ -41,18 +41,20 @@
 --     fields  view[]raw  its field/value items, read in place (a table of them per
 --                     job cost ~2% of a submission); the script writes the rest of
 --                     a new job's fields itself (its id, its dispatched status,
---                     attempt 1, result {} and its times: now_s, now_ms). A job
---                     whose id the script reserves is sent without the fields at
---                     their defaults, which the script writes for every new job
---                     first (lib/store submitDefaults): caller_id (caller),
---                     context_id (ctx), script '', script_type '', timeout '0',
---                     retries '0', env_vars '{}', prerequisites '[]', dependends
---                     '[]' (after its state and times, as the job's own items came
---                     before: the fields the runner reads keep their places in the
---                     listpack); a job's own items (all of them, for a chosen id)
---                     follow them in the same HSET, so that they win. In a call of
---                     several new jobs, the fields they share (state, times,
---                     context, defaults) are a COPY of the scratch hash
+--                     attempt 1 and its times: updated_at now_s, created_at_ms
+--                     now_ms; no created_at, which a read derives from
+--                     created_at_ms). A job whose id the script reserves is sent
+--                     without the fields at their defaults (lib/store
+--                     submitDefaults): caller_id and context_id, which the script
+--                     writes (caller, ctx), and the seed's fields at their default
+--                     (script '', script_type '', timeout '0', retries '0',
+--                     env_vars and result '{}', prerequisites and dependends '[]'),
+--                     which it leaves out, as job.create does (lib/store
+--                     jobDefaults: a read gives an absent one its default, and a
+--                     chosen id's comparison reads it so); a job's own items (all
+--                     of them, for a chosen id) follow in the same HSET, so that
+--                     they win. In a call of several new jobs, the fields they
+--                     share (state, times, context) are a COPY of the scratch hash
 --                     coord:jobtmpl, and the id, msgs, caller_id and own items
 --                     follow in one HSET
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route
@@ -132,6 +134,9 @@ end
 
 -- same: two stored values of a compared field that mean the same (empty lists and maps
 -- are stored as '', '[]' or '{}').
+-- STORED_DEFAULT: the value of a field a job's hash leaves out at its default (lib/store
+-- jobDefaults; the empty lists and maps are the same as '' already).
+local STORED_DEFAULT = {timeout = '0', retries = '0'}
 local function same(v, want)
   return v == want or ((v == '' or v == '[]' or v == '{}') and (want == '' or want == '[]' or want == '{}'))
 end
@@ -171,7 +176,8 @@ for n, j in ipairs(jobs) do
   elseif redis.call('EXISTS', j.key) == 1 then
     local fields_at = j.fields_at
     for f = 1, 2 * j.ncmp - 1, 2 do
-      if not same(redis.call('HGET', j.key, views[fields_at + f]) or '', views[fields_at + f + 1]) then
+      local name = views[fields_at + f]
+      if not same(redis.call('HGET', j.key, name) or STORED_DEFAULT[name] or '', views[fields_at + f + 1]) then
         return {'conflict', n, views[fields_at + f]}
       end
     end
@@ -250,10 +256,8 @@ local shared = fresh >= 2
 if shared then
   message_share(msg)
   redis.call('DEL', K_JOB_TEMPLATE) -- (one a call that failed midway left)
-  redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
-    'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms,
-    'context_id', ctx, 'script', '', 'script_type', '', 'timeout', '0', 'retries', '0',
-    'env_vars', '{}', 'prerequisites', '[]', 'dependends', '[]')
+  redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1',
+    'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'context_id', ctx)
 end
 local indexed, scheduled, delayed, first_due = {}, {}, {}, nil
 for _, j in ipairs(jobs) do
@@ -267,11 +271,9 @@ for _, j in ipairs(jobs) do
   elseif j.run_at ~= '0' then
     -- A delayed job: stored scheduled (attempt 0: its dispatch makes it 1), its request
     -- message left to that dispatch (lua/dispatch.lua, when coord:delayed says it is due).
-    redis.call('HSET', j.key, 'id', j.id, 'status', JOB_SCHEDULED, 'attempt', '0', 'result', '{}', 'created_at', now_s,
+    redis.call('HSET', j.key, 'id', j.id, 'status', JOB_SCHEDULED, 'attempt', '0',
       'updated_at', now_s, 'created_at_ms', now_ms, 'run_at_ms', j.run_at,
-      'caller_id', j.caller, 'context_id', ctx, 'script', '', 'script_type', '', 'timeout', '0', 'retries', '0',
-      'env_vars', '{}', 'prerequisites', '[]', 'dependends', '[]',
-      unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
+      'caller_id', j.caller, 'context_id', ctx, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     scheduled[#scheduled + 1] = now_ms
     scheduled[#scheduled + 1] = member
     redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
@@ -289,11 +291,9 @@ for _, j in ipairs(jobs) do
     if shared and redis.call('COPY', K_JOB_TEMPLATE, j.key) == 1 then
       redis.call('HSET', j.key, 'id', j.id, 'msgs', mid, 'caller_id', j.caller, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     else
-      redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
+      redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1',
         'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid,
-        'caller_id', j.caller, 'context_id', ctx, 'script', '', 'script_type', '', 'timeout', '0', 'retries', '0',
-        'env_vars', '{}', 'prerequisites', '[]', 'dependends', '[]',
-        unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
+        'caller_id', j.caller, 'context_id', ctx, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     end
     indexed[#indexed + 1] = now_ms
     indexed[#indexed + 1] = member
