@@ -516,3 +516,43 @@ func mapItems(m map[string]string) []any {
 	}
 	return kv
 }
+
+// A call of several new jobs of one caller, all routed here: the caller (in both
+// scratch hashes) and the messages' status (acknowledged, in the message's) are
+// written once a call, not with each job and message; each job and each request
+// message is still stored as the model encodes it, and a call of two callers (one
+// job pinned: its message for the router) still writes each its own.
+func TestSubmitSharesOneCallersFields(t *testing.T) {
+	s, _ := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	for _, subs := range [][]store.Submission{
+		{{Job: shJob(2, 0, "echo a")}, {Job: shJob(2, 0, "echo b")}, {Job: shJob(2, 0, "echo c")}},
+		{{Job: shJob(2, 0, "echo d")}, {Job: shJob(6, 0, "echo e")}, {Job: &model.Job{CallerID: 6, Script: "echo f", ScriptType: "sh", RunnerID: 3}}},
+	} {
+		out, err := s.SubmitJobs(ctx, 1, subs, "actor:2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range out {
+			j := o.Job
+			h := rdb.HGetAll(ctx, keys.Job(j.CallerID, j.ID)).Val()
+			mid := h["msgs"]
+			delete(h, "msgs")
+			checkStoredJob(t, s, j, h)
+			m := rdb.HGetAll(ctx, fmt.Sprintf("message:%d:%s", j.CallerID, mid)).Val()
+			want := map[string]string{"id": mid}
+			kv := store.RequestFields(1, 0, j, time.UnixMilli(j.CreatedAtMs), 0)
+			for k := 0; k+1 < len(kv); k += 2 {
+				want[fmt.Sprint(kv[k])] = fmt.Sprintf("%s", kv[k+1])
+			}
+			want["status"] = "acknowledged"
+			if j.RunnerID != 0 {
+				want["status"] = "dispatched" // for the router
+			}
+			if !maps.Equal(m, want) {
+				t.Errorf("job %d:%d's request message stored\n%v\nwant\n%v", j.CallerID, j.ID, m, want)
+			}
+		}
+	}
+}

@@ -115,8 +115,11 @@ for k = 1, n_jobs do
 end
 -- luagen: end of the prologue
 
--- the events' cap, which scales with the jobs the context keeps: read once a call
-local maxlen = EVENTS_CAP()
+-- The events are appended without the stream's cap (EVENTS_CAP, XADD MAXLEN ~: its
+-- arguments and its trim check were ~2k instructions an event): each job this call
+-- adds to coord:idx:jobs raises the cap by EVENTS_PER_JOB and adds at most two events,
+-- so the stream stays under the cap the next capped XADD (a claim's, a finish's)
+-- trims it to, and the retention trims it too (trim_events.lua).
 
 for n, j in ipairs(jobs) do
   j.key, j.ukey = KEYS[2 * n - 1], KEYS[2 * n]
@@ -252,12 +255,29 @@ message_reserve(fresh)
 -- way: each is a COPY of the scratch hash coord:jobtmpl, then its own items in one
 -- HSET (these ~15 fields written into each job's new hash, each looked up in all those
 -- before it, and their items crossing from Lua, cost more than a copy)
+-- When the new jobs share one caller (one_caller), its caller_id is in both scratch
+-- hashes, not in each job's and message's own items; when every one of them goes to
+-- a queue here, their messages' status (acknowledged) is in the message's.
 local shared = fresh >= 2
+local one_caller = false
 if shared then
-  message_share(msg)
+  local all_here = true
+  for _, j in ipairs(jobs) do
+    if not j.exists and not j.again and j.run_at == '0' then
+      if one_caller == false then one_caller = j.caller elseif one_caller ~= j.caller then one_caller = nil end
+      if not j.q then all_here = false end
+    end
+  end
+  one_caller = one_caller or false
+  message_share(msg, one_caller and {'caller_id', one_caller} or nil, all_here and MSG_ACKNOWLEDGED or nil)
   redis.call('DEL', K_JOB_TEMPLATE) -- (one a call that failed midway left)
-  redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1',
-    'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'context_id', ctx)
+  if one_caller then
+    redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1',
+      'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'context_id', ctx, 'caller_id', one_caller)
+  else
+    redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1',
+      'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'context_id', ctx)
+  end
 end
 local indexed, scheduled, delayed, first_due = {}, {}, {}, nil
 for _, j in ipairs(jobs) do
@@ -276,7 +296,7 @@ for _, j in ipairs(jobs) do
       'caller_id', j.caller, 'context_id', ctx, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     scheduled[#scheduled + 1] = now_ms
     scheduled[#scheduled + 1] = member
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
+    redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', JOB_SCHEDULED, 'detail', 'run_at_ms ' .. j.run_at)
     delayed[#delayed + 1] = j.run_at
     delayed[#delayed + 1] = ctx .. ':job:' .. member
@@ -288,7 +308,10 @@ for _, j in ipairs(jobs) do
     -- track_msg would write it).
     local q = j.q
     local mid, mk = message_id(j.caller)
-    if shared and redis.call('COPY', K_JOB_TEMPLATE, j.key) == 1 then
+    local copied = shared and redis.call('COPY', K_JOB_TEMPLATE, j.key) == 1
+    if copied and one_caller then
+      redis.call('HSET', j.key, 'id', j.id, 'msgs', mid, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
+    elseif copied then
       redis.call('HSET', j.key, 'id', j.id, 'msgs', mid, 'caller_id', j.caller, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     else
       redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1',
@@ -299,17 +322,20 @@ for _, j in ipairs(jobs) do
     indexed[#indexed + 1] = member
     -- The fields every job event has, in their order: a stream stores the names of an
     -- entry's fields only when they differ from its node's first entry's.
-    -- (both with the call's cap: lib_state's event would read it again, a ZCARD a job)
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
+    redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', j.key)
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_DISPATCHED, 'actor', j.actor,
+    redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_DISPATCHED, 'actor', j.actor,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', 'attempt 1') -- status: the type's (lib/store impliedStatus)
     -- its request message: the call's fields, and the job's own (its list as
     -- lib/store's requestRef writes a standalone job's, its text as requestFields'),
     -- acknowledged and the job queued when a runner here takes it (as lib_route's
     -- route_store), else dispatched on msg_out for the router
-    store_message(j.caller, msg, now_ms, {'caller_id', j.caller, 'message', 'job ' .. ctx .. ':' .. member,
-      'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}, q and MSG_ACKNOWLEDGED or nil, mid)
+    local own = {'message', 'job ' .. ctx .. ':' .. member, 'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}
+    if not (shared and one_caller) then
+      own[5] = 'caller_id'
+      own[6] = j.caller
+    end
+    store_message(j.caller, msg, now_ms, own, q and MSG_ACKNOWLEDGED or nil, mid)
     if q then
       route_priority(j.key, j.prio)
       route_concurrency(j.key, j.ck, j.cl)
