@@ -325,7 +325,7 @@ for _, j in ipairs(jobs) do
     redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', j.key)
     redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_DISPATCHED, 'actor', j.actor,
-      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', 'attempt 1') -- status: the type's (lib/store impliedStatus)
+      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', '') -- status and detail: the type's and a first attempt's (lib/store impliedStatus, impliedDetail)
     -- its request message: the call's fields, and the job's own (its list as
     -- lib/store's requestRef writes a standalone job's, its text as requestFields'),
     -- acknowledged and the job queued when a runner here takes it (as lib_route's
