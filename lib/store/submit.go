@@ -104,11 +104,12 @@ func (s *Store) SubmitGuarded(ctx context.Context, ctxID uint32, subs []Submissi
 // not sent with each job.
 var submitWrites = []string{"status", "attempt", "result", "created_at", "updated_at", "created_at_ms", "dispatched_at_ms", "run_at_ms"}
 
-// submitDefaults (jobDefaults but result, which submit.lua writes with a job's state:
-// submitWrites) are the fields model.Job's hash always holds with the value
-// lua/submit.lua writes for them when a job (whose id it reserves) is sent without
-// them (the header's "defaults"): caller_id and context_id are the job's caller and the
-// call's context.
+// submitDefaults (jobDefaults but result, which submit.lua's state leaves out too:
+// submitWrites) are the seed's fields a job whose id lua/submit.lua reserves is sent
+// without when they hold their default: its hash leaves them out, as job.create's do,
+// and a read gives them their default (model's decode); caller_id and context_id are
+// left out of what is sent too when they are the job's caller and the call's context,
+// which the script writes.
 var submitDefaults = defaultsBut("result")
 
 // defaultsBut is jobDefaults without the fields named.

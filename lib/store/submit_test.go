@@ -282,9 +282,7 @@ func TestSubmitStoresTheModelsFields(t *testing.T) {
 		h := rdb.HGetAll(ctx, keys.Job(j.CallerID, j.ID)).Val()
 		msgs := strings.Fields(h["msgs"])
 		delete(h, "msgs")
-		if want := model.HashMap(j); !maps.Equal(h, want) {
-			t.Errorf("job %d:%d stored\n%v\nwant\n%v", j.CallerID, j.ID, h, want)
-		}
+		checkStoredJob(t, s, j, h)
 		if len(msgs) != 1 {
 			t.Fatalf("job %d:%d tracks messages %v; want one", j.CallerID, j.ID, msgs)
 		}
@@ -327,9 +325,42 @@ func TestSubmitWritesTheDefaults(t *testing.T) {
 		if j.Status == model.JobScheduled && h["attempt"] == "0" { // as before: a delayed job's attempt 0 is written
 			delete(h, "attempt")
 		}
-		if want := model.HashMap(j); !maps.Equal(h, want) {
-			t.Errorf("job %d:%d (%s) stored\n%v\nwant\n%v", j.CallerID, j.ID, j.Script, h, want)
+		checkStoredJob(t, s, j, h)
+	}
+	if h := rdb.HGetAll(ctx, keys.Job(3, 77)).Val(); h["timeout"] != "0" || h["env_vars"] != "{}" {
+		t.Errorf("a chosen id's job, sent whole, stored %v; want its fields at their defaults too", h)
+	}
+}
+
+// checkStoredJob checks that job j's hash h (msgs aside) is HashFields of j less the
+// fields a hash leaves out (the seed's fields at their default and created_at, which
+// a read derives from created_at_ms), and that the job reads back (LoadJob) as j:
+// what the API shows is what it showed when the hash held them all.
+func checkStoredJob(t *testing.T, s *store.Store, j *model.Job, h map[string]string) {
+	t.Helper()
+	want := model.HashMap(j)
+	for k, v := range h {
+		if want[k] != v {
+			t.Errorf("job %d:%d stores %s=%q; want %q", j.CallerID, j.ID, k, v, want[k])
 		}
+	}
+	defaults := map[string]string{"script": "", "script_type": "", "timeout": "0", "retries": "0",
+		"env_vars": "{}", "result": "{}", "prerequisites": "[]", "dependends": "[]"}
+	for k, v := range want {
+		if _, ok := h[k]; !ok && k != "created_at" && defaults[k] != v {
+			t.Errorf("job %d:%d lacks %s (%q), not at its default", j.CallerID, j.ID, k, v)
+		}
+	}
+	db, err := s.Ctx(j.ContextID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.LoadJob(context.Background(), j.CallerID, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := model.HashMap(got), model.HashMap(j); !maps.Equal(g, w) {
+		t.Errorf("job %d:%d reads back\n%v\nwant\n%v", j.CallerID, j.ID, g, w)
 	}
 }
 
@@ -424,5 +455,126 @@ func TestSubmitJobsShareCounterAndIndexCalls(t *testing.T) {
 	}
 	if n := commandCalls(t, 1, "zadd") - zadd; n != 3 {
 		t.Errorf("ZADD calls: %d; want 3 (one per index, and coord:busy's)", n)
+	}
+}
+
+// A standalone job stored in the old format (every seed field written, created_at
+// too) reads as the same job as one stored without its defaults; a chosen id that
+// names a job stored without them, submitted again with the same content (its
+// defaults sent), is that job (Existing), not a conflict over timeout or retries.
+func TestSubmitOldAndNewFormatsReadAlike(t *testing.T) {
+	s, db := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	out, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(4, 0, "echo new")}}, "actor:4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := out[0].Job
+	// its job.dispatched stores no detail, which a read gives back (a first attempt's)
+	for _, e := range rdb.XRange(ctx, keys.Events, "-", "+").Val() {
+		if e.Values["type"] == model.EventJobDispatched.Stored() && e.Values["job_id"] == u32(j.ID) && e.Values["caller_id"] == "4" && e.Values["detail"] != "" {
+			t.Errorf("job.dispatched of a first attempt stores detail %q", e.Values["detail"])
+		}
+	}
+	evs, err := db.ReadEvents(ctx, "0", 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := 0
+	for _, e := range evs {
+		if e.Type == string(model.EventJobDispatched) && e.JobID == j.ID && e.CallerID == 4 {
+			read++
+			if e.Detail != "attempt 1" || e.Status != "dispatched" {
+				t.Errorf("job.dispatched reads %q, %q; want dispatched, attempt 1", e.Status, e.Detail)
+			}
+		}
+	}
+	if read != 1 {
+		t.Errorf("%d job.dispatched events read; want 1", read)
+	}
+	h := rdb.HGetAll(ctx, keys.Job(4, j.ID)).Val()
+	for _, f := range []string{"timeout", "retries", "env_vars", "result", "created_at", "script_type"} {
+		if _, ok := h[f]; ok && f != "script_type" {
+			t.Errorf("a new job stores %s (%q), its default", f, h[f])
+		}
+	}
+	// the old format: the same job with every field HashFields writes
+	rdb.Del(ctx, keys.Job(4, j.ID))
+	if err := rdb.HSet(ctx, keys.Job(4, j.ID), append(model.HashFields(j), "msgs", h["msgs"])...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	old, err := db.LoadJob(ctx, 4, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, keys.Job(4, j.ID))
+	if err := rdb.HSet(ctx, keys.Job(4, j.ID), mapItems(h)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := db.LoadJob(ctx, 4, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, c := model.HashMap(old), model.HashMap(cur); !maps.Equal(o, c) {
+		t.Errorf("the old format reads\n%v\nthe new\n%v", o, c)
+	}
+	again, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: shJob(4, j.ID, "echo new")}}, "actor:4")
+	if err != nil {
+		t.Fatalf("the same job submitted again with its id: %v", err)
+	}
+	if !again[0].Existing || again[0].Job.ID != j.ID {
+		t.Errorf("the same job submitted again with its id: %+v; want the job existing", again[0])
+	}
+	if _, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: &model.Job{ID: j.ID, CallerID: 4, Script: "echo new", ScriptType: "sh", Timeout: 3}}}, "actor:4"); err == nil {
+		t.Error("a chosen id with another timeout: no conflict")
+	}
+}
+
+func mapItems(m map[string]string) []any {
+	var kv []any
+	for k, v := range m {
+		kv = append(kv, k, v)
+	}
+	return kv
+}
+
+// A call of several new jobs of one caller, all routed here: the caller (in both
+// scratch hashes) and the messages' status (acknowledged, in the message's) are
+// written once a call, not with each job and message; each job and each request
+// message is still stored as the model encodes it, and a call of two callers (one
+// job pinned: its message for the router) still writes each its own.
+func TestSubmitSharesOneCallersFields(t *testing.T) {
+	s, _ := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	for _, subs := range [][]store.Submission{
+		{{Job: shJob(2, 0, "echo a")}, {Job: shJob(2, 0, "echo b")}, {Job: shJob(2, 0, "echo c")}},
+		{{Job: shJob(2, 0, "echo d")}, {Job: shJob(6, 0, "echo e")}, {Job: &model.Job{CallerID: 6, Script: "echo f", ScriptType: "sh", RunnerID: 3}}},
+	} {
+		out, err := s.SubmitJobs(ctx, 1, subs, "actor:2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range out {
+			j := o.Job
+			h := rdb.HGetAll(ctx, keys.Job(j.CallerID, j.ID)).Val()
+			mid := h["msgs"]
+			delete(h, "msgs")
+			checkStoredJob(t, s, j, h)
+			m := rdb.HGetAll(ctx, fmt.Sprintf("message:%d:%s", j.CallerID, mid)).Val()
+			want := map[string]string{"id": mid}
+			kv := store.RequestFields(1, 0, j, time.UnixMilli(j.CreatedAtMs), 0)
+			for k := 0; k+1 < len(kv); k += 2 {
+				want[fmt.Sprint(kv[k])] = fmt.Sprintf("%s", kv[k+1])
+			}
+			want["status"] = "acknowledged"
+			if j.RunnerID != 0 {
+				want["status"] = "dispatched" // for the router
+			}
+			if !maps.Equal(m, want) {
+				t.Errorf("job %d:%d's request message stored\n%v\nwant\n%v", j.CallerID, j.ID, m, want)
+			}
+		}
 	}
 }

@@ -10,17 +10,22 @@
 --     ready_ms, when not nil, is its ready time: a node ready at its flow's start) and
 --     records the event. A node of a flow held (the DAG's hold: a cancel or a retry in
 --     chunks under way) stays ready: the cancel cancels it, the retry's end dispatches
---     it. Returns the attempt (a string), or nil and why not.
--- Needs lib_state.
+--     it. Returns the attempt (a string), or nil and why not. It reads the job's
+--     status, its creation time (its indexes' score: no ZSCORE) and the fields its
+--     routing reads in one HMGET, and gives the latter to lib_route (route_seen: the
+--     route_store that sends the job reads none again); a node's attempt is read
+--     with its status and written with it (no HINCRBY).
+-- Needs lib_state and lib_route.
 
 local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor)
   local jk = K_JOB .. caller .. ':' .. id
   local attempt
-  local jst = redis.call('HGET', jk, 'status')
+  local v = redis.call('HMGET', jk, 'status', 'created_at_ms', unpack(route_fields()))
+  local jst = v[1]
   if not jst then
     return nil, 'job missing'
   elseif dag ~= '' then
-    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id, 'paused', 'hold')
+    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id, 'paused', 'hold', 'a:' .. id)
     local s, due = node[1], node[2]
     if s ~= NODE_READY then
       return nil, s or 'no node'
@@ -31,21 +36,22 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
     elseif node[4] then
       return nil, 'held' -- a cancel or a retry in chunks under way
     end
-    attempt = int(redis.call('HINCRBY', dag, 'a:' .. id, '1'))
-    redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED)
+    attempt = int((tonumber(node[5] or '0') or 0) + 1)
+    redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED, 'a:' .. id, attempt)
     if due then redis.call('HDEL', dag, 'due:' .. id) end
   elseif jst == JOB_STARTED or jst == JOB_FINISHED then
     return nil, jst
   else
     attempt = int(redis.call('HINCRBY', jk, 'attempt', '1'))
   end
+  route_seen(jk, v, 2)
   if ready_ms then
     -- A node ready at its flow's start: the start left its job to this dispatch.
     redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'result', '{}', 'ready_at_ms', ready_ms)
   else
     redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
   end
-  index_job(caller .. ':' .. id, jst, JOB_DISPATCHED)
+  index_job(caller .. ':' .. id, jst, JOB_DISPATCHED, v[2] or nil)
   -- status: the type's; detail: none for a first attempt (lib/store impliedStatus, impliedDetail)
   local detail = ''
   if attempt ~= '1' then detail = 'attempt ' .. attempt end -- attempt: a string (int)

@@ -3,6 +3,10 @@
 -- thousands of instructions for every XADD): EVENTS_PER_JOB events for each job the
 -- context keeps (coord:idx:jobs), never less than EVENTS_MAXLEN, so that the events of
 -- a flow of 100,000 jobs stay while its watchers read them. Call it in the context's
--- DB. It is not listed in a script's Libs: the prelude takes its one line (buildPrelude
--- in lib/store/lua.go), given to the scripts that use it like the prelude's constants.
-local EVENTS_CAP = function() local n = redis.call('ZCARD', K_JOB_INDEX) * EVENTS_PER_JOB; if n < EVENTS_MAXLEN then n = EVENTS_MAXLEN end; return string.format('%d', n) end
+-- DB. It is read once a call (a ZCARD per event was a command more for each job a
+-- call dispatched or completed): the cap of the call's first read, kept with the
+-- call's ARGV (a table Redis makes anew for each call; no state to reset, and no
+-- local more in the prelude). It is not listed in a script's Libs: the prelude takes
+-- its one line (buildPrelude in lib/store/lua.go), given to the scripts that use it
+-- like the prelude's constants.
+local EVENTS_CAP = (function() local argv, cap; return function() if argv ~= ARGV then local n = redis.call('ZCARD', K_JOB_INDEX) * EVENTS_PER_JOB; if n < EVENTS_MAXLEN then n = EVENTS_MAXLEN end; argv, cap = ARGV, string.format('%d', n) end; return cap end end)()

@@ -9,10 +9,15 @@
 --     script type (queue:<type>, coord:script_types); nil: the router decides (a pinned
 --     or remote job, or one nobody here can take: the router refuses it with the
 --     reason). Reads coord:executors and coord:script_types once per call of the script.
---   - route_target(jk): route_queue for the job at key jk (one HMGET of 4 fields; of 7
---     in a context whose jobs use priorities or concurrency keys, coord:features, read
---     once per call: a priority other than the default and a concurrency key are noted
---     for route_push).
+--   - route_target(jk): route_queue for the job at key jk (one HMGET of route_fields():
+--     4 fields; 7 in a context whose jobs use priorities or concurrency keys,
+--     coord:features, read once per call: a priority other than the default and a
+--     concurrency key are noted for route_push). A caller that read these fields of
+--     the job already, in its own HMGET, gives them with route_seen instead.
+--   - route_fields(): the job fields route_target reads, in its order.
+--   - route_seen(jk, v, off): the values of route_fields() of the job at key jk are
+--     v[off + 1], …, read by the caller (lib_dispatch's dispatch_job, along with the
+--     job's status): the next route_target(jk) takes them instead of a read.
 --   - route_priority(jk, p): notes job key jk's priority p (a string "1"…"5"; nil, ""
 --     or "3": the default, noted as none) for route_push.
 --   - route_concurrency(jk, ck, limit): notes job key jk's concurrency key ck (nil or
@@ -50,13 +55,17 @@ local route_ck, route_cks
 -- route_ordered: whether the context's jobs use priorities or concurrency keys
 -- (coord:features; nil: not read yet in this call)
 local route_ordered
+-- route_known: job key → {values read, offset} (route_seen), taken by route_target
+local route_known
+local ROUTE_FIELDS = {'id', 'runner_id', 'script_type', 'function_name'}
+local ROUTE_FIELDS_ORDERED = {'id', 'runner_id', 'script_type', 'function_name', 'priority', 'concurrency_key', 'concurrency_limit'}
 -- route_reset: the state of one call, set anew by each (lib/store Script).
 local function route_reset()
   route_types, route_served = nil, {}
   route_routed, route_targets, route_pending, route_tokens, route_wakers = {}, {}, {}, {}, {}
   route_prio, route_prios = {}, 0
   route_ck, route_cks = {}, 0
-  route_ordered = nil
+  route_ordered, route_known = nil, {}
 end
 local function route_concurrency(jk, ck, limit)
   if ck and ck ~= '' then
@@ -86,17 +95,24 @@ local function route_queue(id, runner, stype, fn)
   end
   return nil
 end
-local function route_target(jk)
+local function route_fields()
   if route_ordered == nil then route_ordered = redis.call('SCARD', K_FEATURES) > 0 end
-  if not route_ordered then
-    local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name')
-    return route_queue(v[1], v[2], v[3], v[4])
+  return route_ordered and ROUTE_FIELDS_ORDERED or ROUTE_FIELDS
+end
+local function route_seen(jk, v, off) route_known[jk] = {v, off} end
+local function route_target(jk)
+  local v, o = nil, 0
+  local known = route_known[jk]
+  if known then
+    v, o = known[1], known[2]
+    route_known[jk] = nil
+  else
+    v = redis.call('HMGET', jk, unpack(route_fields()))
   end
-  local v = redis.call('HMGET', jk, 'id', 'runner_id', 'script_type', 'function_name', 'priority', 'concurrency_key', 'concurrency_limit')
-  local q = route_queue(v[1], v[2], v[3], v[4])
-  if q then
-    route_priority(jk, v[5])
-    route_concurrency(jk, v[6], v[7])
+  local q = route_queue(v[o + 1], v[o + 2], v[o + 3], v[o + 4])
+  if q and route_ordered then
+    route_priority(jk, v[o + 5])
+    route_concurrency(jk, v[o + 6], v[o + 7])
   end
   return q
 end

@@ -38,7 +38,10 @@ local msg_free
 -- msg_shared: the fields table whose items but its status (the first pair) the
 -- scratch hash K_MSG_TEMPLATE holds (message_share; nil: none)
 local msg_shared
-local function state_reset() index_moves, index_order, msg_next, msg_last, msg_free, msg_shared = {}, {}, 0, -1, {}, nil end
+-- msg_shared_st, msg_shared_more: the status and the items the scratch hash holds
+-- too (message_share's st and more; nil: none)
+local msg_shared_st, msg_shared_more
+local function state_reset() index_moves, index_order, msg_next, msg_last, msg_free, msg_shared, msg_shared_st, msg_shared_more = {}, {}, 0, -1, {}, nil, nil, nil end
 local function index_later(m, old, st, created)
   if old == st then return end
   local score = created or redis.call('ZSCORE', K_JOB_INDEX, m)
@@ -167,10 +170,18 @@ local function store_message(caller, fields, now_ms, extra, st, mid)
   -- that exists, which a fresh id never names, is written whole below instead)
   if fields == msg_shared and redis.call('COPY', K_MSG_TEMPLATE, mk) == 1 then
     local kv = extra or {}
-    kv[#kv + 1] = 'status'
-    kv[#kv + 1] = st or fields[2]
+    local status = st or fields[2]
+    if status ~= msg_shared_st then
+      kv[#kv + 1] = 'status'
+      kv[#kv + 1] = status
+    end
     redis.call('HSET', mk, 'id', mid, unpack(kv))
     return mk
+  end
+  if fields == msg_shared and msg_shared_more then
+    -- written whole: with the items the scratch hash held for it
+    extra = extra or {}
+    for _, v in ipairs(msg_shared_more) do extra[#extra + 1] = v end
   end
   local first = 1
   if st then
@@ -207,17 +218,31 @@ end
 -- message's ~13 shared fields cost more than a copy of them. For calls that store
 -- several messages from the same fields; message_unshare deletes the scratch hash,
 -- in the context's DB, before the script ends (no one ever sees it; one that a call
--- which failed midway left, whose writes Redis does not undo, goes first).
-local function message_share(fields)
+-- which failed midway left, whose writes Redis does not undo, goes first). more
+-- (optional): field/value items every one of these messages gets besides (its
+-- caller, when the call's messages share one; the callers of store_message then
+-- leave them out of their extra); st (optional): the status most of them get, which
+-- the scratch hash then holds (a message of another status writes its own over it).
+local function message_share(fields, more, st)
   if fields[1] ~= 'status' then error('message_share: fields that do not start with the status') end
   redis.call('DEL', K_MSG_TEMPLATE)
-  redis.call('HSET', K_MSG_TEMPLATE, unpack(fields, 3))
-  msg_shared = fields
+  if not more and not st then
+    redis.call('HSET', K_MSG_TEMPLATE, unpack(fields, 3))
+  else
+    local kv = {unpack(fields, 3)}
+    for _, v in ipairs(more or {}) do kv[#kv + 1] = v end
+    if st then
+      kv[#kv + 1] = 'status'
+      kv[#kv + 1] = st
+    end
+    redis.call('HSET', K_MSG_TEMPLATE, unpack(kv))
+  end
+  msg_shared, msg_shared_st, msg_shared_more = fields, st, more
 end
 local function message_unshare()
   if msg_shared then
     redis.call('DEL', K_MSG_TEMPLATE)
-    msg_shared = nil
+    msg_shared, msg_shared_st, msg_shared_more = nil, nil, nil
   end
 end
 -- part_fields appends to t the field/value pairs that store the text v as field name

@@ -41,18 +41,20 @@
 --     fields  view[]raw  its field/value items, read in place (a table of them per
 --                     job cost ~2% of a submission); the script writes the rest of
 --                     a new job's fields itself (its id, its dispatched status,
---                     attempt 1, result {} and its times: now_s, now_ms). A job
---                     whose id the script reserves is sent without the fields at
---                     their defaults, which the script writes for every new job
---                     first (lib/store submitDefaults): caller_id (caller),
---                     context_id (ctx), script '', script_type '', timeout '0',
---                     retries '0', env_vars '{}', prerequisites '[]', dependends
---                     '[]' (after its state and times, as the job's own items came
---                     before: the fields the runner reads keep their places in the
---                     listpack); a job's own items (all of them, for a chosen id)
---                     follow them in the same HSET, so that they win. In a call of
---                     several new jobs, the fields they share (state, times,
---                     context, defaults) are a COPY of the scratch hash
+--                     attempt 1 and its times: updated_at now_s, created_at_ms
+--                     now_ms; no created_at, which a read derives from
+--                     created_at_ms). A job whose id the script reserves is sent
+--                     without the fields at their defaults (lib/store
+--                     submitDefaults): caller_id and context_id, which the script
+--                     writes (caller, ctx), and the seed's fields at their default
+--                     (script '', script_type '', timeout '0', retries '0',
+--                     env_vars and result '{}', prerequisites and dependends '[]'),
+--                     which it leaves out, as job.create does (lib/store
+--                     jobDefaults: a read gives an absent one its default, and a
+--                     chosen id's comparison reads it so); a job's own items (all
+--                     of them, for a chosen id) follow in the same HSET, so that
+--                     they win. In a call of several new jobs, the fields they
+--                     share (state, times, context) are a COPY of the scratch hash
 --                     coord:jobtmpl, and the id, msgs, caller_id and own items
 --                     follow in one HSET
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route
@@ -113,8 +115,11 @@ for k = 1, n_jobs do
 end
 -- luagen: end of the prologue
 
--- the events' cap, which scales with the jobs the context keeps: read once a call
-local maxlen = EVENTS_CAP()
+-- The events are appended without the stream's cap (EVENTS_CAP, XADD MAXLEN ~: its
+-- arguments and its trim check were ~2k instructions an event): each job this call
+-- adds to coord:idx:jobs raises the cap by EVENTS_PER_JOB and adds at most two events,
+-- so the stream stays under the cap the next capped XADD (a claim's, a finish's)
+-- trims it to, and the retention trims it too (trim_events.lua).
 
 for n, j in ipairs(jobs) do
   j.key, j.ukey = KEYS[2 * n - 1], KEYS[2 * n]
@@ -132,6 +137,9 @@ end
 
 -- same: two stored values of a compared field that mean the same (empty lists and maps
 -- are stored as '', '[]' or '{}').
+-- STORED_DEFAULT: the value of a field a job's hash leaves out at its default (lib/store
+-- jobDefaults; the empty lists and maps are the same as '' already).
+local STORED_DEFAULT = {timeout = '0', retries = '0'}
 local function same(v, want)
   return v == want or ((v == '' or v == '[]' or v == '{}') and (want == '' or want == '[]' or want == '{}'))
 end
@@ -171,7 +179,8 @@ for n, j in ipairs(jobs) do
   elseif redis.call('EXISTS', j.key) == 1 then
     local fields_at = j.fields_at
     for f = 1, 2 * j.ncmp - 1, 2 do
-      if not same(redis.call('HGET', j.key, views[fields_at + f]) or '', views[fields_at + f + 1]) then
+      local name = views[fields_at + f]
+      if not same(redis.call('HGET', j.key, name) or STORED_DEFAULT[name] or '', views[fields_at + f + 1]) then
         return {'conflict', n, views[fields_at + f]}
       end
     end
@@ -246,14 +255,29 @@ message_reserve(fresh)
 -- way: each is a COPY of the scratch hash coord:jobtmpl, then its own items in one
 -- HSET (these ~15 fields written into each job's new hash, each looked up in all those
 -- before it, and their items crossing from Lua, cost more than a copy)
+-- When the new jobs share one caller (one_caller), its caller_id is in both scratch
+-- hashes, not in each job's and message's own items; when every one of them goes to
+-- a queue here, their messages' status (acknowledged) is in the message's.
 local shared = fresh >= 2
+local one_caller = false
 if shared then
-  message_share(msg)
+  local all_here = true
+  for _, j in ipairs(jobs) do
+    if not j.exists and not j.again and j.run_at == '0' then
+      if one_caller == false then one_caller = j.caller elseif one_caller ~= j.caller then one_caller = nil end
+      if not j.q then all_here = false end
+    end
+  end
+  one_caller = one_caller or false
+  message_share(msg, one_caller and {'caller_id', one_caller} or nil, all_here and MSG_ACKNOWLEDGED or nil)
   redis.call('DEL', K_JOB_TEMPLATE) -- (one a call that failed midway left)
-  redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
-    'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms,
-    'context_id', ctx, 'script', '', 'script_type', '', 'timeout', '0', 'retries', '0',
-    'env_vars', '{}', 'prerequisites', '[]', 'dependends', '[]')
+  if one_caller then
+    redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1',
+      'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'context_id', ctx, 'caller_id', one_caller)
+  else
+    redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1',
+      'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'context_id', ctx)
+  end
 end
 local indexed, scheduled, delayed, first_due = {}, {}, {}, nil
 for _, j in ipairs(jobs) do
@@ -267,14 +291,12 @@ for _, j in ipairs(jobs) do
   elseif j.run_at ~= '0' then
     -- A delayed job: stored scheduled (attempt 0: its dispatch makes it 1), its request
     -- message left to that dispatch (lua/dispatch.lua, when coord:delayed says it is due).
-    redis.call('HSET', j.key, 'id', j.id, 'status', JOB_SCHEDULED, 'attempt', '0', 'result', '{}', 'created_at', now_s,
+    redis.call('HSET', j.key, 'id', j.id, 'status', JOB_SCHEDULED, 'attempt', '0',
       'updated_at', now_s, 'created_at_ms', now_ms, 'run_at_ms', j.run_at,
-      'caller_id', j.caller, 'context_id', ctx, 'script', '', 'script_type', '', 'timeout', '0', 'retries', '0',
-      'env_vars', '{}', 'prerequisites', '[]', 'dependends', '[]',
-      unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
+      'caller_id', j.caller, 'context_id', ctx, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     scheduled[#scheduled + 1] = now_ms
     scheduled[#scheduled + 1] = member
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
+    redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', JOB_SCHEDULED, 'detail', 'run_at_ms ' .. j.run_at)
     delayed[#delayed + 1] = j.run_at
     delayed[#delayed + 1] = ctx .. ':job:' .. member
@@ -286,30 +308,34 @@ for _, j in ipairs(jobs) do
     -- track_msg would write it).
     local q = j.q
     local mid, mk = message_id(j.caller)
-    if shared and redis.call('COPY', K_JOB_TEMPLATE, j.key) == 1 then
+    local copied = shared and redis.call('COPY', K_JOB_TEMPLATE, j.key) == 1
+    if copied and one_caller then
+      redis.call('HSET', j.key, 'id', j.id, 'msgs', mid, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
+    elseif copied then
       redis.call('HSET', j.key, 'id', j.id, 'msgs', mid, 'caller_id', j.caller, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     else
-      redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1', 'result', '{}', 'created_at', now_s,
+      redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1',
         'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid,
-        'caller_id', j.caller, 'context_id', ctx, 'script', '', 'script_type', '', 'timeout', '0', 'retries', '0',
-        'env_vars', '{}', 'prerequisites', '[]', 'dependends', '[]',
-        unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
+        'caller_id', j.caller, 'context_id', ctx, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     end
     indexed[#indexed + 1] = now_ms
     indexed[#indexed + 1] = member
     -- The fields every job event has, in their order: a stream stores the names of an
     -- entry's fields only when they differ from its node's first entry's.
-    -- (both with the call's cap: lib_state's event would read it again, a ZCARD a job)
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
+    redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', j.key)
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_DISPATCHED, 'actor', j.actor,
-      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', 'attempt 1') -- status: the type's (lib/store impliedStatus)
+    redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_DISPATCHED, 'actor', j.actor,
+      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', '') -- status and detail: the type's and a first attempt's (lib/store impliedStatus, impliedDetail)
     -- its request message: the call's fields, and the job's own (its list as
     -- lib/store's requestRef writes a standalone job's, its text as requestFields'),
     -- acknowledged and the job queued when a runner here takes it (as lib_route's
     -- route_store), else dispatched on msg_out for the router
-    store_message(j.caller, msg, now_ms, {'caller_id', j.caller, 'message', 'job ' .. ctx .. ':' .. member,
-      'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}, q and MSG_ACKNOWLEDGED or nil, mid)
+    local own = {'message', 'job ' .. ctx .. ':' .. member, 'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}
+    if not (shared and one_caller) then
+      own[5] = 'caller_id'
+      own[6] = j.caller
+    end
+    store_message(j.caller, msg, now_ms, own, q and MSG_ACKNOWLEDGED or nil, mid)
     if q then
       route_priority(j.key, j.prio)
       route_concurrency(j.key, j.ck, j.cl)

@@ -1,0 +1,96 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+)
+
+// A dispatch of a flow's ready nodes (lua/dispatch.lua, lib_dispatch's dispatch_job)
+// reads each job once (one HMGET of its status, its creation time and the fields its
+// routing needs, which lib_route then takes instead of reading them again), each node
+// once (its attempt with its status: no HINCRBY), and the events' cap once a call (no
+// ZCARD per event); and what it writes is as before: each job dispatched with attempt
+// 1 on its queue, each node dispatched with attempt 1, one job.dispatched event each.
+// A dispatch again changes nothing (the nodes are no longer ready).
+func TestDispatchReadsEachJobOnce(t *testing.T) {
+	s, db := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	var ids []uint32
+	for range 6 {
+		j, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 1, Script: "true", ScriptType: "sh"}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 1, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := db.LoadJobs(ctx, 1, f.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := db.StartFlow(ctx, f, jobs, deps, "1"); err != nil {
+		t.Fatal(err)
+	}
+	queued := rdb.LLen(ctx, "queue:sh").Val()
+	events := countEvents(t, model.EventJobDispatched, "")
+	calls := map[string]int{}
+	for _, c := range []string{"hget", "hmget", "hincrby", "zcard", "zscore"} {
+		calls[c] = commandCalls(t, 1, c)
+	}
+	out, err := db.DispatchStarted(ctx, f.ID, 1, jobs, "scheduler", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c, want := range map[string]int{"hget": 0, "hmget": 2 * len(ids), "hincrby": 0, "zcard": 1, "zscore": 0} {
+		if n := commandCalls(t, 1, c) - calls[c]; n != want {
+			t.Errorf("%s calls: %d; want %d", c, n, want)
+		}
+	}
+	if len(out) != len(ids) {
+		t.Fatalf("%d dispatched of %d", len(out), len(ids))
+	}
+	for _, id := range ids {
+		j, err := db.LoadJob(ctx, 1, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status != model.JobDispatched || j.Attempt != 1 {
+			t.Errorf("job %d: %s, attempt %d; want dispatched, attempt 1", id, j.Status, j.Attempt)
+		}
+		node := rdb.HMGet(ctx, keys.DAG(f.ID), "s:"+u32(id), "a:"+u32(id)).Val()
+		if node[0] != string(model.NodeDispatched) || node[1] != "1" {
+			t.Errorf("node %d: %v; want dispatched, attempt 1", id, node)
+		}
+	}
+	if n := rdb.LLen(ctx, "queue:sh").Val() - queued; n != int64(len(ids)) {
+		t.Errorf("%d jobs queued; want %d", n, len(ids))
+	}
+	if n := countEvents(t, model.EventJobDispatched, "") - events; n != len(ids) {
+		t.Errorf("%d job.dispatched events; want %d", n, len(ids))
+	}
+	again, err := db.DispatchStarted(ctx, f.ID, 1, jobs, "scheduler", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range again {
+		if d.MsgKey != "" {
+			t.Errorf("job %d dispatched again: %+v", ids[i], d)
+		}
+	}
+	if n := rdb.LLen(ctx, "queue:sh").Val() - queued; n != int64(len(ids)) {
+		t.Errorf("after a dispatch again: %d jobs queued; want %d", n, len(ids))
+	}
+}
