@@ -504,6 +504,9 @@ func runExtra(j *model.Job, o JobOutcome) []any {
 	if j.Limited {
 		x = append(x, "lim", "1")
 	}
+	if j.Awaited {
+		x = append(x, "await", "1")
+	}
 	return x
 }
 
