@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,7 +10,8 @@ import (
 )
 
 // EndedJob is one job of a coord:jobdone notice of awaited jobs (lua/finish_jobs.lua's
-// Notices): its reference and its hash as the end left it, HGETALL's field/value items.
+// Notices): its reference and its hash as the end left it, as HGETALL's field/value
+// items (their strings may share the notice's memory).
 type EndedJob struct {
 	Ref   model.JobRef
 	Pairs []string
@@ -19,41 +21,36 @@ type EndedJob struct {
 // hashes (ParseAwaitedNotice) rather than job references, space-separated.
 func IsAwaitedNotice(payload string) bool { return strings.HasPrefix(payload, "=") }
 
-// ParseAwaitedNotice reads a coord:jobdone payload of awaited jobs: per job
-// "=<ctx>:<caller>:<id> <pairs>\n", then its 2*pairs fields and values, each
-// "<length>:<bytes>". The strings returned share the payload's memory. A payload that
-// does not read returns the jobs before the fault and an error naming it.
+// ParseAwaitedNotice reads a coord:jobdone payload of awaited jobs: "=" and then, per
+// job, "<ctx>:<caller>:<id> <length>\n" and the DUMP of its hash, of that length, as
+// the finish script writes them; each job with its hash's fields and values
+// (HashFromDump). A payload that does not read returns the jobs before the fault and
+// an error naming it.
 func ParseAwaitedNotice(payload string) ([]EndedJob, error) {
+	if !IsAwaitedNotice(payload) {
+		return nil, errors.New("awaited notice: does not begin with '='")
+	}
 	var out []EndedJob
-	s := payload
-	for len(s) > 0 {
-		if s[0] != '=' {
-			return out, fmt.Errorf("awaited notice: job %d does not begin with '='", len(out)+1)
+	for s := payload[1:]; s != ""; {
+		head, rest, ok := strings.Cut(s, "\n")
+		r, l, ok2 := strings.Cut(head, " ")
+		if !ok || !ok2 {
+			return out, fmt.Errorf("awaited notice: job %d has no \"<context>:<caller>:<id> <length>\" line", len(out)+1)
 		}
-		head, rest, ok := strings.Cut(s[1:], "\n")
-		if !ok {
-			return out, fmt.Errorf("awaited notice: job %d has no end of line", len(out)+1)
-		}
-		r, n, ok := strings.Cut(head, " ")
 		ref, err := model.ParseJobRef(r)
-		if !ok || err != nil {
-			return out, fmt.Errorf("awaited notice: job %d: %q is not \"<context>:<caller>:<id> <pairs>\"", len(out)+1, head)
+		if err != nil {
+			return out, fmt.Errorf("awaited notice: job %d: %v", len(out)+1, err)
 		}
-		pairs, err := strconv.Atoi(n)
-		if err != nil || pairs < 0 || pairs > len(rest)/4 { // each pair takes at least "0:0:"
-			return out, fmt.Errorf("awaited notice: job %s: %q is not a count of pairs", r, n)
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 || n > len(rest) {
+			return out, fmt.Errorf("awaited notice: job %s: a dump of %q bytes where %d are left", r, l, len(rest))
 		}
-		items := make([]string, 2*pairs)
-		for i := range items {
-			l, tail, ok := strings.Cut(rest, ":")
-			size, err := strconv.Atoi(l)
-			if !ok || err != nil || size < 0 || size > len(tail) {
-				return out, fmt.Errorf("awaited notice: job %s: item %d is not <length>:<bytes>", r, i+1)
-			}
-			items[i], rest = tail[:size], tail[size:]
+		pairs, err := HashFromDump(rest[:n])
+		if err != nil {
+			return out, fmt.Errorf("awaited notice: job %s: %w", r, err)
 		}
-		out = append(out, EndedJob{Ref: ref, Pairs: items})
-		s = rest
+		out = append(out, EndedJob{Ref: ref, Pairs: pairs})
+		s = rest[n:]
 	}
 	return out, nil
 }

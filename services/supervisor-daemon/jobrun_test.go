@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -125,12 +124,8 @@ func TestJobRunTakesTheToldHash(t *testing.T) {
 	call := runCall(s)
 	run := claimRun(t, st)
 	pairs := []string{"id", fmt.Sprint(run.Job.ID), "caller_id", "2", "context_id", "1", "status", "finished", "result", `{"out":"from the notice"}`}
-	var b strings.Builder
-	fmt.Fprintf(&b, "=1:2:%d %d\n", run.Job.ID, len(pairs)/2)
-	for _, p := range pairs {
-		fmt.Fprintf(&b, "%d:%s", len(p), p)
-	}
-	if err := srv.Client(t, 0).Publish(context.Background(), keys.JobDone, b.String()).Err(); err != nil {
+	notice := awaitedNotice(fmt.Sprintf("1:2:%d", run.Job.ID), pairs)
+	if err := srv.Client(t, 0).Publish(context.Background(), keys.JobDone, notice).Err(); err != nil {
 		t.Fatal(err)
 	}
 	a := answer(t, call)

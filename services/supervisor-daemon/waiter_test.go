@@ -125,7 +125,7 @@ func TestWaiterHandsTheToldHash(t *testing.T) {
 	w := newWaiter()
 	ref := func(id uint32) waitKey { return jobKey(model.JobRef{ContextID: 2, CallerID: 1, ID: id}) }
 	a, b, c := w.watch(ref(5)), w.watch(ref(6)), w.watch(ref(7))
-	w.received(keys.JobDone, "=2:1:5 1\n6:status8:finished=2:1:6 1\n6:status5:error=2:1:7 x\n", zerolog.Nop())
+	w.received(keys.JobDone, awaitedNotice("2:1:5", []string{"status", "finished"}, "2:1:6", []string{"status", "error"})+"2:1:7 x\n", zerolog.Nop())
 	for id, want := range map[uint32]string{5: "finished", 6: "error"} {
 		wt := map[uint32]*watch{5: a, 6: b}[id]
 		select {
@@ -158,7 +158,7 @@ func TestWaiterHandsTheToldHash(t *testing.T) {
 func TestWaiterKeepsRecentHashesForLateWatches(t *testing.T) {
 	w := newWaiter()
 	ref := func(id uint32) waitKey { return jobKey(model.JobRef{ContextID: 1, CallerID: 1, ID: id}) }
-	notice := func(id uint32) string { return fmt.Sprintf("=1:1:%d 1\n6:status8:finished", id) }
+	notice := func(id uint32) string { return awaitedNotice(fmt.Sprintf("1:1:%d", id), []string{"status", "finished"}) }
 	first := notice(1)
 	w.received(keys.JobDone, first, zerolog.Nop())
 	wt := w.watch(ref(1))
@@ -198,4 +198,32 @@ func TestWaiterKeepsRecentHashesForLateWatches(t *testing.T) {
 	if kept != endedHashesKept {
 		t.Errorf("%d hashes kept, want %d", kept, endedHashesKept)
 	}
+}
+
+// awaitedNotice is a coord:jobdone notice of awaited jobs as the finish script writes
+// it: jobs alternates each job's reference and its hash's items (strings of at most
+// 63 bytes, none a canonical integer: the listpack entries this writes).
+func awaitedNotice(jobs ...any) string {
+	var b strings.Builder
+	b.WriteString("=")
+	for i := 0; i+1 < len(jobs); i += 2 {
+		d := listpackDump(jobs[i+1].([]string))
+		fmt.Fprintf(&b, "%s %d\n%s", jobs[i].(string), len(d), d)
+	}
+	return b.String()
+}
+
+// listpackDump is a DUMP of a hash held in a listpack, as Redis 7 makes one (its RDB
+// version and checksum left zero: lib/store HashFromDump does not read them).
+func listpackDump(items []string) string {
+	var lp []byte
+	for _, v := range items {
+		lp = append(lp, 0x80|byte(len(v)))
+		lp = append(lp, v...)
+		lp = append(lp, byte(1+len(v))) // the entry's length, backwards
+	}
+	total := 6 + len(lp) + 1
+	head := []byte{byte(total), byte(total >> 8), byte(total >> 16), byte(total >> 24), byte(len(items)), byte(len(items) >> 8)}
+	lp = append(append(head, lp...), 0xff)
+	return "\x10" + string([]byte{0x40 | byte(len(lp)>>8), byte(len(lp))}) + string(lp) + strings.Repeat("\x00", 10)
 }

@@ -64,16 +64,18 @@
 --                          back), lim ("1": the run started under limits; lib_limit's
 --                          lim_end gives its slot back and wakes the queues parked for
 --                          one), await ("1": a job.run call waits for the job, whose
---                          hash holds awaited: a successful end applied here is
---                          told with the job's hash, read in the same step, which
---                          the call answers with)
+--                          hash holds awaited, and its hash is small enough to
+--                          travel: a successful end applied here is told with the
+--                          job's hash, read in the same step, which the call
+--                          answers with; lib/store maxAwaitedBytes)
 -- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_ck lib_route lib_dispatch lib_limit
 -- Notices: the standalone jobs that end here are told on coord:jobdone, one PUBLISH a
 --   call: "<ctx>:<caller>:<id>" each, space-separated; and, in a second PUBLISH, the
---   awaited ones (await) with their hashes as they are after the end, unless a hash
---   is over AWAITED_MAX bytes (then among the first): per job "=<ctx>:<caller>:<id>
---   <pairs>" and a newline, then its 2*pairs fields and values as HGETALL gives
---   them, each "<length>:<bytes>" (lib/store ParseJobDone).
+--   awaited ones (await) with their hashes as they are after the end: "=" and then,
+--   per job, "<ctx>:<caller>:<id> <length>\n" and the hash's DUMP of that length
+--   (one string to Lua, where HGETALL makes one of every field and value: ~5 times
+--   the cost), unless it is over AWAITED_MAX bytes (then the job is told by
+--   reference; lib/store ParseAwaitedNotice, HashFromDump).
 -- Reply: raw per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
 --   here, jobs dispatched, flow status of the flow that ended here or ""}.
@@ -142,26 +144,18 @@ end
 -- The standalone jobs that end here (lib_complete's standalone_end, done inline for a
 -- successful run: its retention and coord:jobdone, written to DB 0 once per call).
 local expire, jobdone = {}, {}
--- awaited: the notice of the awaited jobs that end here, with their hashes (parts of
--- one string; see Notices)
+-- awaited: the awaited jobs that end here with their hashes (parts of one string; see
+-- Notices)
 local awaited = {}
 local AWAITED_MAX = 16384
 local function tell_awaited(jk, ref)
-  local h = redis.call('HGETALL', jk)
-  local size = 0
-  for k = 1, #h do size = size + #h[k] end
-  if size > AWAITED_MAX then
+  local d = redis.call('DUMP', jk)
+  if #d > AWAITED_MAX then
     jobdone[#jobdone + 1] = ref
     return
   end
   local n = #awaited
-  awaited[n + 1] = '='; awaited[n + 2] = ref; awaited[n + 3] = ' '; awaited[n + 4] = #h / 2; awaited[n + 5] = '\n'
-  n = n + 5
-  for k = 1, #h do
-    local v = h[k]
-    awaited[n + 1] = #v; awaited[n + 2] = ':'; awaited[n + 3] = v
-    n = n + 3
-  end
+  awaited[n + 1] = ref; awaited[n + 2] = ' '; awaited[n + 3] = #d; awaited[n + 4] = '\n'; awaited[n + 5] = d
 end
 local out, done, ids, hdone, hids = {}, {}, {}, {}, {}
 local unleased = {} -- the runs' lease members, removed in one ZREM
@@ -364,7 +358,7 @@ if #jobdone > 0 or #awaited > 0 then
   -- one notice for the call's jobs (space-separated): a PUBLISH, and a message its
   -- subscribers read, per job was ~2% of a standalone job's CPU
   if #jobdone > 0 then redis.call('PUBLISH', K_JOB_DONE, table.concat(jobdone, ' ')) end
-  if #awaited > 0 then redis.call('PUBLISH', K_JOB_DONE, table.concat(awaited)) end
+  if #awaited > 0 then redis.call('PUBLISH', K_JOB_DONE, '=' .. table.concat(awaited)) end
   redis.call('SELECT', ctx)
 end
 ck_wake(ctx)
