@@ -158,7 +158,9 @@ func TestWaiterHandsTheToldHash(t *testing.T) {
 func TestWaiterKeepsRecentHashesForLateWatches(t *testing.T) {
 	w := newWaiter()
 	ref := func(id uint32) waitKey { return jobKey(model.JobRef{ContextID: 1, CallerID: 1, ID: id}) }
-	notice := func(id uint32) string { return awaitedNotice(fmt.Sprintf("1:1:%d", id), []string{"status", "finished"}) }
+	notice := func(id uint32) string {
+		return awaitedNotice(fmt.Sprintf("1:1:%d", id), []string{"status", "finished"})
+	}
 	first := notice(1)
 	w.received(keys.JobDone, first, zerolog.Nop())
 	wt := w.watch(ref(1))
