@@ -50,6 +50,7 @@ func (j *Job) hashFields() []any {
 	str("held", j.Held)
 	str("debounce_key", j.DebounceKey)
 	flag("limited", j.Limited)
+	flag("awaited", j.Awaited)
 	num("flow_id", int64(j.FlowID))
 	str("error", j.Error)
 	num("exit_code", int64(j.ExitCode))

@@ -211,7 +211,11 @@ type Job struct {
 	DebounceKey string `hash:"debounce_key,omitempty" json:"debounce_key,omitempty"`
 	// Limited: its last claim started it under its context's run or rate limits
 	// (limit.set): the end of its run gives its slot back.
-	Limited  bool   `hash:"limited,omitempty" json:"-"`
+	Limited bool `hash:"limited,omitempty" json:"-"`
+	// Awaited: a job.run call waits for the job (its submission's): the runner's finish
+	// tells its successful end with its hash, which the call answers with without a
+	// read of its own (lib/store ParseJobDone).
+	Awaited  bool   `hash:"awaited,omitempty" json:"-"`
 	FlowID   uint32 `hash:"flow_id,omitempty" json:"flow_id,omitempty"`
 	Error    string `hash:"error,omitempty" json:"error,omitempty"`
 	ExitCode int    `hash:"exit_code,omitempty" json:"exit_code,omitempty"`

@@ -85,7 +85,7 @@ var services = []service{
 		"blpop del eval exists expire hdel hget hgetall hincrby hmget incr incrby llen lpos lpush lrange lrem ltrim multi exec rpop rpush sadd scard sismember smembers srem time xadd zadd zcard zrange zrangebyscore zrem zscore",
 		dataKeys + " " + contextsRead, ""},
 	{"runner",
-		"append blmove blpop client|unblock copy del eval evalsha exists expire hdel hexists hget hgetall hincrby hmget incr incrby lindex llen lpop lpos lpush lrange lrem ltrim multi exec pexpire publish rpop rpush sadd scan scard sismember smembers srem strlen subscribe unsubscribe punsubscribe time xadd zadd zcard zcount zrange zrangebyscore zrem zremrangebyscore zscore",
+		"append blmove blpop client|unblock copy del dump eval evalsha exists expire hdel hexists hget hgetall hincrby hmget incr incrby lindex llen lpop lpos lpush lrange lrem ltrim multi exec pexpire publish rpop rpush sadd scan scard sismember smembers srem strlen subscribe unsubscribe punsubscribe time xadd zadd zcard zcount zrange zrangebyscore zrem zremrangebyscore zscore",
 		dataKeys + " " + heroKeys + " " + contextsRead, "&" + keys.Control + " &" + keys.JobDone + " &" + keys.FlowDone + " &" + keys.LogAppended + " &" + keys.DelayedWake},
 	{"mycelium-gateway",
 		"del hget hgetall multi exec pexpire pttl publish subscribe unsubscribe punsubscribe",

@@ -567,7 +567,7 @@ func (s *Store) RunnerContexts(ctx context.Context, runnerID uint32) ([]uint32, 
 
 // ---- Jobs ----
 
-var jobInitialOnly = withFields(timestampFields, "status", "result", "result_json", "traceparent", "error", "exit_code", "attempt", "worker", "fatal", "stop_requested", "trace_id", "retry_after_ms", "dlq_at_ms", "done_attempt", "origin", "dep_results",
+var jobInitialOnly = withFields(timestampFields, "status", "result", "result_json", "traceparent", "error", "exit_code", "attempt", "worker", "fatal", "stop_requested", "trace_id", "retry_after_ms", "dlq_at_ms", "done_attempt", "origin", "dep_results", "awaited",
 	"started_at", "finished_at", "ready_at_ms", "dispatched_at_ms", "started_at_ms", "finished_at_ms", "started_at_us", "finished_at_us", "flow_id", "run_at_ms", "schedule_id", "schedule_tick_ms")
 
 // CreateJob stores job:<caller_id>:<id> in its context with status dispatched.

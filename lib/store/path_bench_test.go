@@ -158,6 +158,9 @@ type jobPath struct {
 	// and the scheduler completes them, as with --apply-ends=false.
 	apply  bool
 	stages []*pathStage
+	// ended, when set, follows each finish (BenchmarkStandalonePathRedis's job.run:
+	// the read of the ended jobs)
+	ended func(group []store.Started)
 }
 
 type pathStage struct {
@@ -272,6 +275,9 @@ func (p *jobPath) runJobs(q string) {
 		}
 		got += len(group)
 		p.measure(fmt.Sprintf("runner: finish (%d)", p.batch), func() { p.finish(group) })
+		if p.ended != nil {
+			p.ended(group)
+		}
 	}
 }
 
@@ -350,6 +356,36 @@ func BenchmarkStandalonePathRedis(b *testing.B) {
 		b.Fatal(err)
 	}
 	p.step(p.db.AnnounceExecutors(p.ctx, 1, []string{"go"}))
+	// HERO_PATH_RUN=told: job.run's jobs (awaited: the finish tells each end with the
+	// job's hash); =read: job.run's jobs read once ended, as the calls did before (a
+	// pipeline of the finish's jobs). Either way a subscriber follows coord:jobdone, as
+	// supervisor-daemon does while job.run calls wait.
+	run := os.Getenv("HERO_PATH_RUN")
+	if run != "" {
+		sub := srv.Client(b, 0).Subscribe(p.ctx, keys.JobDone)
+		if _, err := sub.Receive(p.ctx); err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			for range sub.Channel() {
+			}
+		}()
+		defer func() { _ = sub.Close() }()
+	}
+	if run == "read" {
+		p.ended = func(group []store.Started) {
+			p.measure("job.run: read the ended jobs", func() {
+				refs := make([]model.JobRef, len(group))
+				for i, st := range group {
+					refs[i] = st.Job.Ref()
+				}
+				_, errs := p.db.LoadJobRefs(p.ctx, refs)
+				for _, err := range errs {
+					p.step(err)
+				}
+			})
+		}
+	}
 	before := contextMemory(b, 9)
 	if p.callgrind {
 		callgrindDump(p.b, "setup")
@@ -370,7 +406,7 @@ func BenchmarkStandalonePathRedis(b *testing.B) {
 		for done := 0; done < n; done += group {
 			subs := make([]store.Submission, min(group, n-done))
 			for i := range subs {
-				subs[i] = store.Submission{Job: &model.Job{CallerID: 1, ContextID: 9, FunctionName: "go#noop"}}
+				subs[i] = store.Submission{Job: &model.Job{CallerID: 1, ContextID: 9, FunctionName: "go#noop", Awaited: run == "told"}}
 			}
 			_, err := s.SubmitJobs(p.ctx, 9, subs, "1")
 			p.step(err)

@@ -504,7 +504,27 @@ func runExtra(j *model.Job, o JobOutcome) []any {
 	if j.Limited {
 		x = append(x, "lim", "1")
 	}
+	if j.Awaited && awaitedSize(j, o) <= maxAwaitedBytes {
+		x = append(x, "await", "1")
+	}
 	return x
+}
+
+// maxAwaitedBytes bounds the job an awaited end is told with (its hash's DUMP, in a
+// coord:jobdone notice): a larger one is told by reference, and its job.run call reads
+// it (the script's own bound, AWAITED_MAX, is on the DUMP, made by then).
+const maxAwaitedBytes = 16 << 10
+
+// awaitedSize is about how large j's hash is once o ended it: its largest fields.
+func awaitedSize(j *model.Job, o JobOutcome) int {
+	n := len(j.Script) + len(j.Args) + len(j.Kwargs) + len(o.ResultJSON) + len(o.Error)
+	for k, v := range j.EnvVars {
+		n += len(k) + len(v)
+	}
+	for k, v := range o.Result {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // finishedJSON is what a result message lists for the run of j that ended with o: a

@@ -220,8 +220,8 @@ func (b *consoleBackend) MarkLog(ctx context.Context, id console.Identity, ctxID
 
 func (b *consoleBackend) LogAppends(ctxID, callerID, jobID uint32) (<-chan struct{}, func()) {
 	k := jobKey(model.JobRef{ContextID: ctxID, CallerID: callerID, ID: jobID})
-	ch := b.s.logs.watch(k)
-	return ch, func() { b.s.logs.unwatch(k, ch) }
+	wt := b.s.logs.watch(k)
+	return wt.C, func() { b.s.logs.unwatch(k, wt) }
 }
 
 func (b *consoleBackend) Queues(ctx context.Context, id console.Identity, ctxID uint32) ([]console.QueueDepth, int64, error) {

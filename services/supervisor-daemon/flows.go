@@ -121,7 +121,7 @@ func (s *service) flowWait(ctx context.Context, p Principal, in flowWaitParams) 
 	defer safety.Stop()
 	for !f.Status.Terminal() {
 		select {
-		case <-done:
+		case <-done.C:
 		case <-safety.C:
 		case <-t.C:
 			return nil, &apiError{Code: codeTimeout, Msg: fmt.Sprintf("flow %d did not end within %v (status %s); it goes on: wait again or follow it with flow.load", in.ID, wait, f.Status),

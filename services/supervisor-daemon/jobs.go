@@ -208,11 +208,13 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 	// Created and dispatched in one step (as job.submit, in its group commit), then
 	// watched: a job that ended before the watch began wakes it at once (the waiter
 	// keeps recent ends). The end's notice is listened for before the submission
-	// (coord:jobdone is followed only while such calls wait).
+	// (coord:jobdone is followed only while such calls wait). The job is stored
+	// awaited: the runner's finish tells its successful end with its hash, which the
+	// call answers with, without reading the job again.
 	if s.jobDone != nil {
 		defer s.jobDone.need(ctx)()
 	}
-	sub, err := s.submit(ctx, p, in.ContextID, []submitItem{{Job: in.Job}}, "job.run", "")
+	sub, err := s.submit(ctx, p, in.ContextID, []submitItem{{Job: in.Job, awaited: true}}, "job.run", "")
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +252,12 @@ func (s *service) jobRun(ctx context.Context, p Principal, in jobRunParams) (*mo
 			if j, err := db.LoadJob(ctx, created.CallerID, created.ID); err == nil && jobFinal(j) {
 				return j, nil
 			}
-		case <-done:
+		case <-done.C:
+			if h := s.waiter.hashOf(done); h != nil {
+				if j, err := db.JobFromPairs(created.CallerID, created.ID, h); err == nil && j.Status.Terminal() {
+					return j, nil
+				}
+			}
 			j, err := s.loadEnded(ctx, db, created)
 			if err != nil {
 				return nil, err

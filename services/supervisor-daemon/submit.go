@@ -25,6 +25,9 @@ type submitItem struct {
 	UniqueTTLSeconds uint32 `json:"unique_ttl_seconds,omitempty"`
 	delayParams
 	debounceParams
+	// awaited: a job.run call waits for the job (model.Job's Awaited): its end is told
+	// with its hash
+	awaited bool
 }
 
 type jobSubmitParams struct {
@@ -180,7 +183,7 @@ func (s *service) submissions(ctx context.Context, p Principal, c *model.Context
 		if tp != "" {
 			j.Traceparent = tp
 		}
-		j.DebounceKey = it.DebounceKey
+		j.DebounceKey, j.Awaited = it.DebounceKey, it.awaited
 		subs[i] = store.Submission{Job: j, UniqueKey: it.UniqueKey, UniqueTTL: time.Duration(it.UniqueTTLSeconds) * time.Second, Actor: p.Name(), RunAt: runAt}
 	}
 	return subs, nil

@@ -63,8 +63,19 @@
 --                          (the job's concurrency key; lib_ck's ck_end gives its place
 --                          back), lim ("1": the run started under limits; lib_limit's
 --                          lim_end gives its slot back and wakes the queues parked for
---                          one)
+--                          one), await ("1": a job.run call waits for the job, whose
+--                          hash holds awaited, and its hash is small enough to
+--                          travel: a successful end applied here is told with the
+--                          job's hash, read in the same step, which the call
+--                          answers with; lib/store maxAwaitedBytes)
 -- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_ck lib_route lib_dispatch lib_limit
+-- Notices: the standalone jobs that end here are told on coord:jobdone, one PUBLISH a
+--   call: "<ctx>:<caller>:<id>" each, space-separated; and, in a second PUBLISH, the
+--   awaited ones (await) with their hashes as they are after the end: "=" and then,
+--   per job, "<ctx>:<caller>:<id> <length>\n" and the hash's DUMP of that length
+--   (one string to Lua, where HGETALL makes one of every field and value: ~5 times
+--   the cost), unless it is over AWAITED_MAX bytes (then the job is told by
+--   reference; lib/store ParseAwaitedNotice, HashFromDump).
 -- Reply: raw per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
 --   here, jobs dispatched, flow status of the flow that ended here or ""}.
@@ -133,6 +144,19 @@ end
 -- The standalone jobs that end here (lib_complete's standalone_end, done inline for a
 -- successful run: its retention and coord:jobdone, written to DB 0 once per call).
 local expire, jobdone = {}, {}
+-- awaited: the awaited jobs that end here with their hashes (parts of one string; see
+-- Notices)
+local awaited = {}
+local AWAITED_MAX = 16384
+local function tell_awaited(jk, ref)
+  local d = redis.call('DUMP', jk)
+  if #d > AWAITED_MAX then
+    jobdone[#jobdone + 1] = ref
+    return
+  end
+  local n = #awaited
+  awaited[n + 1] = ref; awaited[n + 2] = ' '; awaited[n + 3] = #d; awaited[n + 4] = '\n'; awaited[n + 5] = d
+end
 local out, done, ids, hdone, hids = {}, {}, {}, {}, {}
 local unleased = {} -- the runs' lease members, removed in one ZREM
 local gflow -- the flow of the runs that share one message (one flow per call)
@@ -162,7 +186,7 @@ for r = 1, #runs do
   local run = runs[r]
   local jk, member, claim, id, flow, status, rresult = run.job_key, run.member, run.claim, run.id, run.flow, run.status, run.result
   -- the run's less common items: their defaults, unless extra gives them
-  local err, code, rjson, fatal, retry_ms, chunk, started, ck, lim = '', '0', '', false, '0', '', '', '', false
+  local err, code, rjson, fatal, retry_ms, chunk, started, ck, lim, await = '', '0', '', false, '0', '', '', '', false, false
   for k = 1, run.extra_n, 2 do
     local name, v = views[run.extra_at + k], views[run.extra_at + k + 1]
     if name == 'err' then err = v
@@ -174,6 +198,7 @@ for r = 1, #runs do
     elseif name == 'started' then started = v
     elseif name == 'ck' then ck = v
     elseif name == 'lim' then lim = v == '1'
+    elseif name == 'await' then await = v == '1'
     else error('finish_jobs: unknown item ' .. name .. ' of a run') end
   end
   local retry_after = tonumber(retry_ms)
@@ -220,12 +245,17 @@ for r = 1, #runs do
     -- per attempt (done_attempt); the failure branches (retries, DLQ) are the
     -- scheduler's.
     local alone = here and flow == '0'
+    local told -- an awaited job's end, told with its hash once it is written
     if alone then
       local as = int(tonumber(cur[3] or '0'))
       if cur[5] ~= as then
         set[#set + 1] = 'done_attempt'; set[#set + 1] = as
         if eff > 0 then expire[#expire + 1] = ctx .. ':job:' .. caller .. ':' .. id end
-        jobdone[#jobdone + 1] = ctx .. ':' .. caller .. ':' .. id
+        if await then
+          told = ctx .. ':' .. caller .. ':' .. id
+        else
+          jobdone[#jobdone + 1] = ctx .. ':' .. caller .. ':' .. id
+        end
         applied = applied + 1
       end
     end
@@ -239,6 +269,7 @@ for r = 1, #runs do
       set[#set + 1] = 'msgs'; set[#set + 1] = n
     end
     redis.call('HSET', jk, unpack(set))
+    if told then tell_awaited(jk, told) end
     -- a late end (the lease was swept, no other claim took the job): the copy the
     -- sweep queued, at the consuming end, goes
     if held == 0 then redis.call('LREM', string.match(member, '^[^\t]*\t([^\t]*)\t'), '-1', jk) end
@@ -317,7 +348,7 @@ if #ready > 0 then
   end
 end
 if apply then out[#out + 1] = {applied, dispatched, fstatus} end
-if #jobdone > 0 then
+if #jobdone > 0 or #awaited > 0 then
   redis.call('SELECT', '0')
   if #expire > 0 then
     local args, at = {}, int(tonumber(now_ms) + eff)
@@ -326,7 +357,8 @@ if #jobdone > 0 then
   end
   -- one notice for the call's jobs (space-separated): a PUBLISH, and a message its
   -- subscribers read, per job was ~2% of a standalone job's CPU
-  redis.call('PUBLISH', K_JOB_DONE, table.concat(jobdone, ' '))
+  if #jobdone > 0 then redis.call('PUBLISH', K_JOB_DONE, table.concat(jobdone, ' ')) end
+  if #awaited > 0 then redis.call('PUBLISH', K_JOB_DONE, '=' .. table.concat(awaited)) end
   redis.call('SELECT', ctx)
 end
 ck_wake(ctx)
