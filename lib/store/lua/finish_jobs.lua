@@ -64,10 +64,19 @@
 --                          back), lim ("1": the run started under limits; lib_limit's
 --                          lim_end gives its slot back and wakes the queues parked for
 --                          one)
--- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_ck lib_route lib_dispatch lib_limit
+--   take      num     the most jobs the take claims for the finishing runner (0: no take;
+--                     at most 4, claim_start's INLINE_READS)
+--   tworker   string  the take's worker (the runner process; proc is its processing list)
+--   texp      int     the take's leases' expiry (ms)
+--   tnonce    string  the take's claim ids' stem (claim_start's cnonce)
+--   tqueues   view[]string  the queues the finishing runner serves
+--   twakes    view[]string  their wake lists of the runner id (DB 0), in tqueues' order
+--   tclears   view[]string  the fields a start clears (claim_start's clears)
+-- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_ck lib_route lib_dispatch lib_limit lib_qpause lib_claim
 -- Reply: raw per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
---   here, jobs dispatched, flow status of the flow that ended here or ""}.
+--   here, jobs dispatched, flow status of the flow that ended here or "", and, when the
+--   take claimed, {its queue, claim_start's reply}}.
 -- Derives: context DB: coord:msgtmpl (lib_state's message_share: the result messages'
 --   shared fields, a scratch hash written and deleted in the call),
 --   coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
@@ -112,6 +121,23 @@ for k = 1, n_runs do
   argi = argi + 9 + e_runs.extra_n
   runs[k] = e_runs
 end
+local take = tonumber(ARGV[argi])
+argi = argi + 1
+local tworker = ARGV[argi]
+argi = argi + 1
+local texp = ARGV[argi]
+argi = argi + 1
+local tnonce = ARGV[argi]
+argi = argi + 1
+local tqueues_n = tonumber(ARGV[argi])
+local tqueues_at = argi
+argi = argi + 1 + tqueues_n
+local twakes_n = tonumber(ARGV[argi])
+local twakes_at = argi
+argi = argi + 1 + twakes_n
+local tclears_n = tonumber(ARGV[argi])
+local tclears_at = argi
+argi = argi + 1 + tclears_n
 -- luagen: end of the prologue
 
 local proc, leases, mo, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -316,7 +342,6 @@ if #ready > 0 then
     dispatched = #gids
   end
 end
-if apply then out[#out + 1] = {applied, dispatched, fstatus} end
 if #jobdone > 0 then
   redis.call('SELECT', '0')
   if #expire > 0 then
@@ -332,4 +357,30 @@ end
 ck_wake(ctx)
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
+-- The take: a dependent made ready here and routed to a queue that the finishing
+-- runner serves (tqueues) is claimed for that runner in this same step, as its claim
+-- would (lib_claim: a lease, the processing list, the start's event, the context's
+-- wake tokens of the list set anew), so that it starts without a wake-up and a claim's
+-- round trip. Only when the runner has a free slot (take) and no other context's token
+-- waits on that wake list: those contexts' claims come first, in the list's order.
+local taken
+if apply and take > 0 and #route_targets > 0 then
+  for _, q in ipairs(route_targets) do
+    for k = 1, tqueues_n do
+      if views[tqueues_at + k] == q then
+        local wk = views[twakes_at + k]
+        redis.call('SELECT', '0')
+        local mine = redis.call('LPOS', wk, ctx, 'COUNT', 0)
+        if #mine == redis.call('LLEN', wk) then
+          redis.call('SELECT', ctx)
+          taken = {q, claim_run(q, proc, leases, ek, wk, tworker, q, texp, now_ms, now_us, now_s, take, ctx, '0', ctx,
+            {unpack(views, tclears_at + 1, tclears_at + tclears_n)}, tnonce, '=', {})}
+        end
+        break
+      end
+    end
+    if taken then break end
+  end
+end
+if apply then out[#out + 1] = {applied, dispatched, fstatus, taken} end
 return out
