@@ -141,7 +141,7 @@ func (d *DB) claimed(ctx context.Context, queue, consumer string, claimIDs []str
 	var inline map[int]any // the started jobs' hashes the reply holds, by item
 	for i, v := range vals {
 		e, _ := v.([]any)
-		if len(e) != 3 && len(e) != 4 || i >= len(claimIDs) {
+		if len(e) < 3 || len(e) > 5 || i >= len(claimIDs) {
 			return out, fmt.Errorf("claim and start from %s of context %d: unexpected reply %v", queue, d.ContextID, vals)
 		}
 		c := &Claim{Queue: queue, Consumer: consumer, ID: claimIDs[i]}
@@ -153,11 +153,14 @@ func (d *DB) claimed(ctx context.Context, queue, consumer string, claimIDs []str
 		} else if st.Outcome = StartOutcome(code); st.Outcome == StartRetaken && len(e) == 4 {
 			c.ID, _ = e[3].(string) // the earlier claim, which holds the job again
 		} else if st.Outcome == StartRun || st.Outcome == StartStopped {
-			if len(e) == 4 {
+			if len(e) >= 4 {
 				if inline == nil {
 					inline = map[int]any{}
 				}
 				inline[len(out)] = e[3]
+			}
+			if len(e) == 5 {
+				c.Reads = startReads(e[4])
 			}
 			run = append(run, len(out))
 		}
@@ -167,6 +170,24 @@ func (d *DB) claimed(ctx context.Context, queue, consumer string, claimIDs []str
 		return out, nil
 	}
 	return d.startedJobs(ctx, queue, out, run, inline)
+}
+
+// startReads reads the claim reply's start reads {job_defaults, job_max, env_vars,
+// dependency results…}.
+func startReads(v any) *StartReads {
+	l, _ := v.([]any)
+	if len(l) < 3 {
+		return nil
+	}
+	str := func(x any) string { s, _ := x.(string); return s }
+	r := &StartReads{JobDefaults: str(l[0]), JobMax: str(l[1]), FlowEnv: str(l[2])}
+	if len(l) > 3 {
+		r.DepResults = make([]string, len(l)-3)
+		for i, x := range l[3:] {
+			r.DepResults[i] = str(x)
+		}
+	}
+	return r
 }
 
 // startedJobs fills in the jobs of the items run of a claim's out, as they are after

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,5 +188,37 @@ func TestFinishTakeLeaseExpires(t *testing.T) {
 	again, err := db.ClaimStarts(ctx, keys.Queue("sh"), "w3", time.Minute, []string{""}, store.Wake{})
 	if err != nil || len(again) != 0 {
 		t.Fatalf("a second claim got %+v %v: b would run twice", again, err)
+	}
+}
+
+// A claim of a few jobs returns, with each started script's hash, what its start
+// reads (Claim.Reads): its context's job limits, its flow's env_vars and its
+// dependencies' results, as stored; and the take's claim does too.
+func TestClaimReturnsStartReads(t *testing.T) {
+	s, db, rc := takeContext(t, 47)
+	ctx := context.Background()
+	if err := rc.HSet(ctx, keys.Context(47), "job_defaults", model.EncodeField(&model.JobLimits{Pids: 79})).Err(); err != nil {
+		t.Fatal(err)
+	}
+	f, jobs := dagFlow(t, s, db, 3, map[int][]int{1: {0}, 2: {1}})
+	if err := rc.HSet(ctx, keys.Flow(f.ID), "env_vars", model.EncodeField(map[string]string{"FROM_FLOW": "h"})).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a, b := jobs[0], jobs[1]
+	run := claimSh(t, db, 1)
+	rd := run[0].Claim.Reads
+	if rd == nil || rd.JobDefaults != model.EncodeField(&model.JobLimits{Pids: 79}) || rd.JobMax != "" ||
+		rd.FlowEnv != model.EncodeField(map[string]string{"FROM_FLOW": "h"}) || len(rd.DepResults) != 0 {
+		t.Fatalf("a's claim reads %+v, want the context's defaults and the flow's env_vars", rd)
+	}
+	// b, taken by a's end: its reads hold a's result
+	tk := finishTaking(t, db, run[0]).Taken
+	if len(tk.Started) != 1 || tk.Started[0].Job.ID != b.ID {
+		t.Fatalf("taken %+v, want b", tk.Started)
+	}
+	rd = tk.Started[0].Claim.Reads
+	want := rc.HGet(ctx, keys.Job(1, a.ID), "result").Val()
+	if rd == nil || len(rd.DepResults) != 1 || rd.DepResults[0] != want || !strings.Contains(want, `"v":"1"`) {
+		t.Fatalf("b's reads %+v, want a's result %s", rd, want)
 	}
 }

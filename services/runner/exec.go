@@ -200,7 +200,7 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	var reads startReads
 	var bo fault.Backoff
 	for {
-		reads, err = r.readForStart(ctx, db, j)
+		reads, err = r.readForStart(ctx, db, cl, j)
 		if err == nil || !fault.Transient(err) {
 			break
 		}
@@ -324,30 +324,48 @@ func (r *runner) jobLimits(j *model.Job, read func() (defaults, max *model.JobLi
 	return lim, nil
 }
 
-// startReads are what a script's start reads from Redis, in one round trip
-// (readForStart): its flow's env_vars, its direct dependencies' results, its
-// context's job limits.
+// startReads are what a script's start reads from Redis: its flow's env_vars, its
+// direct dependencies' results (both as stored, "" absent), its context's job limits;
+// from the claim's reply when it held them (store.Claim's Reads), else in one round
+// trip (readForStart).
 type startReads struct {
-	flowEnv *redis.StringCmd // nil: no flow
-	deps    []*redis.StringCmd
+	flowEnv string
+	deps    []string
 	limits  func() (defaults, max *model.JobLimits, err error)
 }
 
-// readForStart reads a script's startReads, in one pipeline.
-func (r *runner) readForStart(ctx context.Context, db *store.DB, j *model.Job) (startReads, error) {
-	var s startReads
-	s.deps = make([]*redis.StringCmd, len(j.Dependends))
+// readForStart reads a script's startReads: those the claim returned (cl.Reads), else
+// in one pipeline.
+func (r *runner) readForStart(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job) (startReads, error) {
+	if rd := cl.Reads; rd != nil && len(rd.DepResults) == len(j.Dependends) {
+		return startReads{flowEnv: rd.FlowEnv, deps: rd.DepResults, limits: func() (*model.JobLimits, *model.JobLimits, error) {
+			return db.DecodeContextLimits(rd.JobDefaults, rd.JobMax)
+		}}, nil
+	}
+	var flowEnv *redis.StringCmd
+	deps := make([]*redis.StringCmd, len(j.Dependends))
+	var limits func() (defaults, max *model.JobLimits, err error)
 	_, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if j.FlowID != 0 {
-			s.flowEnv = p.HGet(ctx, keys.Flow(j.FlowID), "env_vars")
+			flowEnv = p.HGet(ctx, keys.Flow(j.FlowID), "env_vars")
 		}
 		for i, d := range j.Dependends {
-			s.deps[i] = p.HGet(ctx, keys.Job(j.CallerID, d), "result")
+			deps[i] = p.HGet(ctx, keys.Job(j.CallerID, d), "result")
 		}
-		s.limits = db.QueueContextLimits(ctx, p)
+		limits = db.QueueContextLimits(ctx, p)
 		return nil
 	})
-	return s, err
+	if err != nil && err != redis.Nil {
+		return startReads{}, err
+	}
+	s := startReads{deps: make([]string, len(deps)), limits: limits}
+	if flowEnv != nil {
+		s.flowEnv = flowEnv.Val()
+	}
+	for i, c := range deps {
+		s.deps[i] = c.Val()
+	}
+	return s, nil
 }
 
 // environment builds a clean environment: PATH, HOME, LANG; the flow's env_vars; the
@@ -355,11 +373,11 @@ func (r *runner) readForStart(ctx context.Context, db *store.DB, j *model.Job) (
 // readForStart's).
 func (r *runner) environment(db *store.DB, j *model.Job, read startReads, resultFile, dir string) []string {
 	env := execcore.CleanEnv(dir)
-	if read.flowEnv != nil && read.flowEnv.Val() != "" {
+	if read.flowEnv != "" {
 		var holder struct {
 			EnvVars map[string]string `hash:"env_vars"`
 		}
-		if err := model.FromHash(keys.Flow(j.FlowID), map[string]string{"env_vars": read.flowEnv.Val()}, &holder); err == nil {
+		if err := model.FromHash(keys.Flow(j.FlowID), map[string]string{"env_vars": read.flowEnv}, &holder); err == nil {
 			for k, v := range holder.EnvVars {
 				env[k] = v
 			}
@@ -377,7 +395,7 @@ func (r *runner) environment(db *store.DB, j *model.Job, read startReads, result
 			var holder struct {
 				Result map[string]string `hash:"result"`
 			}
-			if err := model.FromHash(keys.Job(j.CallerID, d), map[string]string{"result": read.deps[i].Val()}, &holder); err == nil {
+			if err := model.FromHash(keys.Job(j.CallerID, d), map[string]string{"result": read.deps[i]}, &holder); err == nil {
 				res = holder.Result
 			}
 		}

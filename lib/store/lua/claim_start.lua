@@ -64,12 +64,17 @@
 --   concurrency key's rate (lib_limit: on coord:ckrate:<key>); when the call started at most
 --   INLINE_READS jobs, each started one's entry also holds the job's hash as it is
 --   after the start (HGETALL's field/value list): a claim of a few jobs, which is what
---   a lightly loaded runner makes, saves the caller's read round trip.
+--   a lightly loaded runner makes, saves the caller's read round trip; a script's (a
+--   job without function_name) then also what its start reads, as a fifth element
+--   {the context's job_defaults, job_max, the flow's env_vars, the results of the
+--   job's dependends in their order} ("" for each absent), so that no read follows.
 -- Derives (context DB): coord:features (what the context uses: none, and the claim
 --   reads neither the priority set nor the limits), coord:limits, coord:limrun:<scope>,
 --   coord:limbucket:<scope>, coord:limpark, coord:leases (lib_limit: a context with
 --   limits), context:<ctx> (its weight, read when the claim sets the
---   tokens: ctx is the token), coord:turns (a weighted context's claims this round,
+--   tokens: ctx is the token; its job_defaults and job_max, with the hashes
+--   returned), flow:<flow> (env_vars) and the dependencies' job hashes (result) of the
+--   started scripts whose hashes are returned, coord:turns (a weighted context's claims this round,
 --   by wake list), coord:prio:<queue> (keys.Priority: the queue's jobs with a
 --   priority, merged by score; read once per call), the claimed jobs' coord:dag:<flow> (its node goes running) and
 --   coord:idx:jobs:<status>; coord:proc:<worker> of the job's previous worker (to tell

@@ -226,7 +226,27 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   index_flush()
   -- The few started jobs' hashes, read after every change of this start.
   if #started <= INLINE_READS then
-    for _, e in ipairs(started) do e[4] = redis.call('HGETALL', e[1]) end
+    local climits -- the context's job limits, read once
+    for _, e in ipairs(started) do
+      local h = redis.call('HGETALL', e[1])
+      e[4] = h
+      -- A script's (no function_name) start's reads too, else a round trip after the
+      -- claim: {the context's job_defaults, job_max, the flow's env_vars, the direct
+      -- dependencies' results in the order of its dependends} ("": none).
+      local flow, deps, handler = '', '', false
+      for k = 1, #h, 2 do
+        local f = h[k]
+        if f == 'flow_id' then flow = h[k + 1] elseif f == 'dependends' then deps = h[k + 1] elseif f == 'function_name' then handler = h[k + 1] ~= '' end
+      end
+      if not handler then
+        climits = climits or redis.call('HMGET', K_CONTEXT .. ctx, 'job_defaults', 'job_max')
+        local r = {climits[1] or '', climits[2] or '', ''}
+        if flow ~= '0' and flow ~= '' then r[3] = redis.call('HGET', K_FLOW .. flow, 'env_vars') or '' end
+        local jp = string.match(e[1], '^(.*:)%d+$')
+        for d in string.gmatch(deps, '%d+') do r[#r + 1] = redis.call('HGET', jp .. d, 'result') or '' end
+        e[5] = r
+      end
+    end
   end
   if held ~= '-' then
     local left = redis.call('LLEN', qk)
