@@ -240,6 +240,9 @@ func (r *runner) writeEnds(ctx context.Context, fs []store.Finish) ([]bool, []er
 	if len(started) == 0 {
 		<-r.slots
 	}
+	if len(started) > 0 && r.cfg.pause != nil {
+		r.cfg.pause("taken", 0) // the ends written, the dependent claimed for this process
+	}
 	for _, s := range started { // at most one: Take.Max
 		r.m.taken.Inc()
 		r.start(task{db: tk.DB, s: s})
