@@ -39,6 +39,9 @@ type Claim struct {
 	// Reads: what a script's start reads, when the claim's reply held it (a claim of a
 	// few jobs: lua/claim_start.lua); nil: the start reads it.
 	Reads *StartReads `json:"-"`
+	// Taken: made by a finish's take (Finish.Take): the job's started_at_us is its
+	// dependency's end, not when this process went on to start it.
+	Taken bool `json:"-"`
 }
 
 // StartReads is what a script's start reads besides its job, as stored (encoded

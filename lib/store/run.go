@@ -614,6 +614,9 @@ func (tc *takeCall) taken(ctx context.Context, vals []any, nruns int, err error)
 	q, _ := tv[0].(string)
 	cl, _ := tv[1].([]any)
 	out.Started, out.Err = tc.db.claimed(ctx, q, tc.t.Worker, tc.claimIDs, cl)
+	for _, st := range out.Started {
+		st.Claim.Taken = true
+	}
 	return out
 }
 

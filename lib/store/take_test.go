@@ -86,7 +86,7 @@ func TestFinishTakesDependent(t *testing.T) {
 	}
 	st := tk.Started[0]
 	if st.Outcome != store.StartRun || st.Job == nil || st.Job.ID != b.ID || st.Job.Status != model.JobStarted ||
-		st.Claim.Consumer != "w1" || st.Claim.Queue != keys.Queue("sh") || st.Claim.Item != keys.Job(1, b.ID) {
+		st.Claim.Consumer != "w1" || st.Claim.Queue != keys.Queue("sh") || st.Claim.Item != keys.Job(1, b.ID) || !st.Claim.Taken {
 		t.Fatalf("taken %+v job %+v, want b started by w1 from queue:sh", st, st.Job)
 	}
 	h := rc.HMGet(ctx, keys.Job(1, b.ID), "status", "worker", "claim").Val()

@@ -59,11 +59,19 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, j.FlowID).Uint32(obs.KeyJobID, j.ID).Uint32(obs.KeyCallerID, j.CallerID).Uint32("attempt", j.Attempt).Str("trace_id", j.TraceID).Logger()
 	st := string(j.ScriptType)
 	r.m.started.WithLabelValues(st).Inc()
+	// A job a finish took (cl.Taken) was stamped started at its dependency's end:
+	// its start is now, when this process goes on to run it.
+	startedMs := j.StartedAtMs
+	var begun time.Time
+	if cl.Taken {
+		begun = time.Now()
+		startedMs = begun.UnixMilli()
+	}
 	if j.ReadyAtMs > 0 && len(j.Dependends) > 0 {
-		r.m.depStart.Observe(float64(j.StartedAtMs-j.ReadyAtMs) / 1000)
+		r.m.depStart.Observe(float64(startedMs-j.ReadyAtMs) / 1000)
 	}
 	if j.DispatchedMs > 0 {
-		r.m.queueWait.Observe(float64(j.StartedAtMs-j.DispatchedMs) / 1000)
+		r.m.queueWait.Observe(float64(startedMs-j.DispatchedMs) / 1000)
 	}
 	if outcome == store.StartStopped {
 		r.finish(ctx, db, cl, j, store.JobOutcome{Status: model.JobError, Error: "stopped", ExitCode: -1, Fatal: true}, "stopped", log)
@@ -91,6 +99,9 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 		r.m.failed.WithLabelValues(st, "lost_lease").Inc()
 		log.Warn().Msg("lease lost: another claim took the job after its lease expired; stopped here")
 		return
+	}
+	if cl.Taken && res.outcome.StartedAt.IsZero() {
+		res.outcome.StartedAt = begun // a handler's: when it went to its executor
 	}
 	r.finish(ctx, db, cl, j, res.outcome, res.reason, log)
 }
