@@ -80,6 +80,9 @@ type runner struct {
 	// claimGate is held (read) by each claim call from its script until the runs it
 	// started are in holding; retakenByClaim waits for the calls under way.
 	claimGate sync.RWMutex
+	// ending: the runner is stopping (run's context ended): a finish takes no
+	// dependent (writeEnds), as the claim loops claim no more.
+	ending atomic.Bool
 	// claimTurn lets one claim loop at a time wait for a wake token; it claims after
 	// handing the turn on, so claims overlap (each ~3–5 ms under load: one at a time
 	// they capped the rate jobs start) while a burst's tokens still wake one waiting
@@ -192,9 +195,10 @@ func (r *runner) writeEnds(ctx context.Context, fs []store.Finish) ([]bool, []er
 	// The take: the script claims a dependent these ends make ready for this process
 	// when it has a free slot (one taken here, given back when nothing is taken), so
 	// that the dependent starts without a wake-up and a claim's round trip
-	// (lua/finish_jobs.lua). Only runs of a flow make dependents ready.
+	// (lua/finish_jobs.lua). Only runs of a flow make dependents ready; a runner that
+	// is stopping takes none (its drain waits for the jobs it runs, not for new ones).
 	offer := -1
-	if r.cfg.ApplyEnds {
+	if r.cfg.ApplyEnds && !r.ending.Load() {
 		for i := range fs {
 			if fs[i].Job.FlowID != 0 && fs[i].Job.Origin == nil {
 				offer = i
@@ -278,6 +282,10 @@ func (r *runner) run(ctx context.Context) error {
 	r.poolMu.Lock()
 	r.poolCtx = ctx
 	r.poolMu.Unlock()
+	go func() {
+		<-ctx.Done()
+		r.ending.Store(true)
+	}()
 	r.refreshServed(ctx)
 	r.writeHandedOver(ctx)
 	r.recover(ctx)
