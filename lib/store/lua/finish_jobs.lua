@@ -89,7 +89,9 @@
 --   DB 0 (SELECT 0): coord:scheduler (read), coord:expire, coord:flows:active,
 --   coord:jobdone, coord:flowdone, coord:due and coord:delayedwake (dependents
 --   past the first RELEASE_CHUNK left to the scheduler), the runners' wake lists, and, last,
---   coord:wake:msg_out and coord:busy.
+--   coord:wake:msg_out and coord:busy; with a take, what claim_start derives (lib_claim:
+--   the taken queue, its wake list, the started job's DAG, flow, context and
+--   dependencies' hashes).
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local views = ARGV -- the view[] arguments' items, in place: views[<name>_at + k], k = 1 … <name>_n
