@@ -581,7 +581,7 @@ func decodeClaimMessageReply(v any) (out any, err error) {
 }
 
 // claimStartScript is lua/claim_start.lua (its header declares its interface).
-var claimStartScript = luaScript("claim_start.lua", "lib_busy.lua", "lib_state.lua", "lib_qpause.lua", "lib_limit.lua")
+var claimStartScript = luaScript("claim_start.lua", "lib_busy.lua", "lib_state.lua", "lib_qpause.lua", "lib_limit.lua", "lib_claim.lua")
 
 // claimStartArgs are the KEYS and ARGV of lua/claim_start.lua.
 type claimStartArgs struct {
@@ -1205,7 +1205,7 @@ func decodeExtendReply(v any) (out int64, err error) {
 }
 
 // finishJobsScript is lua/finish_jobs.lua (its header declares its interface).
-var finishJobsScript = luaScript("finish_jobs.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua", "lib_limit.lua")
+var finishJobsScript = luaScript("finish_jobs.lua", "lib_busy.lua", "lib_state.lua", "lib_finalize.lua", "lib_complete.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua", "lib_limit.lua", "lib_qpause.lua", "lib_claim.lua")
 
 // finishJobsArgs are the KEYS and ARGV of lua/finish_jobs.lua.
 type finishJobsArgs struct {
@@ -1228,6 +1228,13 @@ type finishJobsArgs struct {
 	Result     []any
 	Glist      any
 	Runs       []finishJobsRun
+	Take       int64
+	Tworker    string
+	Texp       int64
+	Tnonce     string
+	Tqueues    []string
+	Twakes     []string
+	Tclears    []string
 }
 
 // finishJobsRun is a record of lua/finish_jobs.lua.
@@ -1250,7 +1257,7 @@ func (a *finishJobsArgs) call() Call {
 	for len(keys) > 4 && keys[len(keys)-1] == "" {
 		keys = keys[:len(keys)-1]
 	}
-	args := make([]any, 0, 12)
+	args := make([]any, 0, 19)
 	args = append(args, a.NowS)
 	args = append(args, a.NowMs)
 	args = append(args, a.Ctx)
@@ -1282,6 +1289,22 @@ func (a *finishJobsArgs) call() Call {
 		for _, x2 := range x1.Extra {
 			args = append(args, x2)
 		}
+	}
+	args = append(args, a.Take)
+	args = append(args, a.Tworker)
+	args = append(args, a.Texp)
+	args = append(args, a.Tnonce)
+	args = append(args, len(a.Tqueues))
+	for _, x1 := range a.Tqueues {
+		args = append(args, x1)
+	}
+	args = append(args, len(a.Twakes))
+	for _, x1 := range a.Twakes {
+		args = append(args, x1)
+	}
+	args = append(args, len(a.Tclears))
+	for _, x1 := range a.Tclears {
+		args = append(args, x1)
 	}
 	return Call{Script: finishJobsScript, Keys: keys, Args: args}
 }

@@ -278,18 +278,30 @@ func (d *DB) ContextLimits(ctx context.Context) (defaults, max *model.JobLimits,
 func (d *DB) QueueContextLimits(ctx context.Context, p redis.Pipeliner) (read func() (defaults, max *model.JobLimits, err error)) {
 	cmd := p.HMGet(ctx, keys.Context(d.ContextID), "job_defaults", "job_max")
 	return func() (*model.JobLimits, *model.JobLimits, error) {
-		var c model.Context
-		h := map[string]string{}
-		for i, name := range []string{"job_defaults", "job_max"} {
-			if s, ok := cmd.Val()[i].(string); ok {
-				h[name] = s
-			}
+		var defaults, max string
+		if v := cmd.Val(); len(v) == 2 {
+			defaults, _ = v[0].(string)
+			max, _ = v[1].(string)
 		}
-		if err := model.FromHash(keys.Context(d.ContextID), h, &c); err != nil {
-			return nil, nil, err
-		}
-		return c.JobDefaults, c.JobMax, nil
+		return d.DecodeContextLimits(defaults, max)
 	}
+}
+
+// DecodeContextLimits decodes a context's job limits from its fields job_defaults and
+// job_max as stored ("": none), e.g. StartReads'.
+func (d *DB) DecodeContextLimits(defaults, max string) (*model.JobLimits, *model.JobLimits, error) {
+	var c model.Context
+	h := map[string]string{}
+	if defaults != "" {
+		h["job_defaults"] = defaults
+	}
+	if max != "" {
+		h["job_max"] = max
+	}
+	if err := model.FromHash(keys.Context(d.ContextID), h, &c); err != nil {
+		return nil, nil, err
+	}
+	return c.JobDefaults, c.JobMax, nil
 }
 
 // UpdateContext rewrites a context's lists, retention and allowed sources.

@@ -36,6 +36,21 @@ import (
 // a first run of it ends) never shares a lease.
 type Claim struct {
 	Queue, Consumer, Item, ID string
+	// Reads: what a script's start reads, when the claim's reply held it (a claim of a
+	// few jobs: lua/claim_start.lua); nil: the start reads it.
+	Reads *StartReads `json:"-"`
+	// Taken: made by a finish's take (Finish.Take): the job's started_at_us is its
+	// dependency's end, not when this process went on to start it.
+	Taken bool `json:"-"`
+}
+
+// StartReads is what a script's start reads besides its job, as stored (encoded
+// fields, "" when absent): its context's job limits, its flow's env_vars, the results
+// of its direct dependencies in the order of its Dependends.
+type StartReads struct {
+	JobDefaults, JobMax string
+	FlowEnv             string
+	DepResults          []string
 }
 
 // member is the claim's coord:leases member: "<consumer>\t<queue>\t<item>\t<id>".

@@ -129,13 +129,20 @@ func (d *DB) claimStarts(ctx context.Context, queue, consumer string, lease time
 		return nil, &UnansweredClaimError{ClaimIDs: claimIDs, Err: fmt.Errorf("claim and start from %s of context %d: %w", queue, d.ContextID, err)}
 	}
 	vals, _ := res.([]any)
+	return d.claimed(ctx, queue, consumer, claimIDs, vals)
+}
+
+// claimed reads the claim script's reply vals (lua/lib_claim.lua's claim_run, of
+// queue, for consumer, whose claims' ids are claimIDs): what each item became, and the
+// started jobs as they are after their start.
+func (d *DB) claimed(ctx context.Context, queue, consumer string, claimIDs []string, vals []any) ([]Started, error) {
 	out := make([]Started, 0, len(vals))
 	var run []int          // the items to read: started jobs
 	var inline map[int]any // the started jobs' hashes the reply holds, by item
 	for i, v := range vals {
 		e, _ := v.([]any)
-		if len(e) != 3 && len(e) != 4 {
-			return out, fmt.Errorf("claim and start from %s of context %d: unexpected reply %v", queue, d.ContextID, res)
+		if len(e) < 3 || len(e) > 5 || i >= len(claimIDs) {
+			return out, fmt.Errorf("claim and start from %s of context %d: unexpected reply %v", queue, d.ContextID, vals)
 		}
 		c := &Claim{Queue: queue, Consumer: consumer, ID: claimIDs[i]}
 		c.Item, _ = e[0].(string)
@@ -146,11 +153,14 @@ func (d *DB) claimStarts(ctx context.Context, queue, consumer string, lease time
 		} else if st.Outcome = StartOutcome(code); st.Outcome == StartRetaken && len(e) == 4 {
 			c.ID, _ = e[3].(string) // the earlier claim, which holds the job again
 		} else if st.Outcome == StartRun || st.Outcome == StartStopped {
-			if len(e) == 4 {
+			if len(e) >= 4 {
 				if inline == nil {
 					inline = map[int]any{}
 				}
 				inline[len(out)] = e[3]
+			}
+			if len(e) == 5 {
+				c.Reads = startReads(e[4])
 			}
 			run = append(run, len(out))
 		}
@@ -160,6 +170,24 @@ func (d *DB) claimStarts(ctx context.Context, queue, consumer string, lease time
 		return out, nil
 	}
 	return d.startedJobs(ctx, queue, out, run, inline)
+}
+
+// startReads reads the claim reply's start reads {job_defaults, job_max, env_vars,
+// dependency results…}.
+func startReads(v any) *StartReads {
+	l, _ := v.([]any)
+	if len(l) < 3 {
+		return nil
+	}
+	str := func(x any) string { s, _ := x.(string); return s }
+	r := &StartReads{JobDefaults: str(l[0]), JobMax: str(l[1]), FlowEnv: str(l[2])}
+	if len(l) > 3 {
+		r.DepResults = make([]string, len(l)-3)
+		for i, x := range l[3:] {
+			r.DepResults[i] = str(x)
+		}
+	}
+	return r
 }
 
 // startedJobs fills in the jobs of the items run of a claim's out, as they are after
@@ -276,6 +304,34 @@ type Finish struct {
 	// every run before the scheduler recorded its settings (keys.SchedulerSettings),
 	// and the end of what is kept for less than the scheduler's sweep interval.
 	Apply bool
+	// Take (with Apply): a dependent that the run's end makes ready, on a queue of
+	// Take.Queues, is claimed and started for the finishing runner by the same script
+	// (lua/finish_jobs.lua's take), when no other context waits on that queue's wake
+	// list of the runner: Applied.Taken holds it, to run. Only the first call of a
+	// FinishJobsApplied that holds a run with a Take takes.
+	Take *Take
+}
+
+// Take is what a finishing runner offers to take at its runs' end (Finish.Take).
+type Take struct {
+	Worker   string        // the runner process (its processing list holds the runs that end)
+	RunnerID uint32        // its runner id (its wake lists)
+	Queues   []string      // the queues it serves
+	Max      int           // its free slots (1 … MaxTake)
+	Lease    time.Duration // the claims' lease
+}
+
+// MaxTake bounds Take.Max: the claim's reply holds the started jobs' hashes up to
+// that many (lua/lib_claim.lua's INLINE_READS), so that no read follows.
+const MaxTake = 4
+
+// Taken is what a take claimed (Applied.Taken): Started as ClaimStarts returns them,
+// in DB. Err: the call's answer was lost, or a started job could not be read (an
+// *UnansweredClaimError names the claims to release).
+type Taken struct {
+	DB      *DB
+	Started []Started
+	Err     error
 }
 
 // Applied is what FinishJobsApplied's runs applied themselves (Finish.Apply).
@@ -283,6 +339,7 @@ type Applied struct {
 	Ends       int                // runs whose end was applied to its flow or standalone job
 	Dispatched int                // dependents dispatched
 	FlowsEnded []model.FlowStatus // the flows that ended, by final status
+	Taken      *Taken             // what a take claimed (Finish.Take; nil: no take was offered)
 }
 
 // FinishJobs is FinishJob for several runs, one round trip per database. The runs of
@@ -326,12 +383,21 @@ func FinishJobsApplied(ctx context.Context, fs []Finish) ([]bool, []error, Appli
 	var dbOrder []uint32
 	calls := map[uint32][]Call{}
 	members := map[uint32][][]int{}
+	var tk *takeCall // the call that takes (Finish.Take), if any
 	for _, k := range order {
 		if _, seen := calls[k.ctxID]; !seen {
 			dbOrder = append(dbOrder, k.ctxID)
 		}
 		for _, idx := range finishParts(groups[k], k.apply && k.flow != 0) {
-			calls[k.ctxID] = append(calls[k.ctxID], finishCall(dbs[k.ctxID], fs, idx))
+			// The take goes with the first call that holds a run offering one.
+			var t *takeCall
+			if tk == nil && k.apply && k.flow != 0 && applies(fs, idx) {
+				if off := offeredTake(fs, idx); off != nil {
+					t = newTakeCall(dbs[k.ctxID], off, k.ctxID, len(calls[k.ctxID]))
+					tk = t
+				}
+			}
+			calls[k.ctxID] = append(calls[k.ctxID], finishCall(dbs[k.ctxID], fs, idx, t))
 			members[k.ctxID] = append(members[k.ctxID], idx)
 		}
 	}
@@ -340,6 +406,9 @@ func FinishJobsApplied(ctx context.Context, fs []Finish) ([]bool, []error, Appli
 		for g, idx := range members[ctxID] {
 			res, err := cmds[g].Result()
 			vals, _ := res.([]any)
+			if tk != nil && tk.ctxID == ctxID && tk.g == g {
+				applied.Taken = tk.taken(ctx, vals, len(idx), err)
+			}
 			if err == nil && len(vals) == len(idx)+1 && applies(fs, idx) {
 				applied.add(vals[len(idx)])
 				vals = vals[:len(idx)]
@@ -367,10 +436,11 @@ func applies(fs []Finish, idx []int) bool {
 	return f.Apply && f.Job.Origin == nil
 }
 
-// add counts the finish script's summary {runs applied, dispatched, flow status}.
+// add counts the finish script's summary {runs applied, dispatched, flow status[,
+// take]}.
 func (a *Applied) add(v any) {
 	s, _ := v.([]any)
-	if len(s) != 3 {
+	if len(s) != 3 && len(s) != 4 {
 		return
 	}
 	n, _ := s[0].(int64)
@@ -409,7 +479,7 @@ func finishParts(idx []int, apply bool) [][]int {
 // finishCall builds the finish script's run for the runs fs[idx] (one flow, or no
 // flow, caller and consumer of one database): the runs of a flow share a message when
 // there are several, any other has its own.
-func finishCall(d *DB, fs []Finish, idx []int) Call {
+func finishCall(d *DB, fs []Finish, idx []int, tk *takeCall) Call {
 	now := time.Now()
 	first := fs[idx[0]]
 	j0, c0 := first.Job, first.Claim
@@ -470,7 +540,84 @@ func finishCall(d *DB, fs []Finish, idx []int) Call {
 	if shared {
 		a.Glist = append(list, ']')
 	}
+	if tk != nil {
+		tk.args(a, now)
+	}
 	return a.call()
+}
+
+// offeredTake is the take offered by one of the runs fs[idx], or nil.
+func offeredTake(fs []Finish, idx []int) *Take {
+	for _, i := range idx {
+		if t := fs[i].Take; t != nil && t.Max > 0 && len(t.Queues) > 0 {
+			return t
+		}
+	}
+	return nil
+}
+
+// takeCall is the take of one finish call (the g-th call of context ctxID).
+type takeCall struct {
+	db       *DB
+	t        *Take
+	ctxID    uint32
+	g        int
+	max      int
+	claimIDs []string
+}
+
+func newTakeCall(d *DB, t *Take, ctxID uint32, g int) *takeCall {
+	tc := &takeCall{db: d, t: t, ctxID: ctxID, g: g, max: min(t.Max, MaxTake)}
+	stem := randomHex(7)
+	tc.claimIDs = make([]string, tc.max)
+	for i := range tc.claimIDs {
+		tc.claimIDs[i] = stem + indexHex(i+1)
+	}
+	return tc
+}
+
+// args sets the finish script's take arguments.
+func (tc *takeCall) args(a *finishJobsArgs, now time.Time) {
+	a.Take = int64(tc.max)
+	a.Tworker = tc.t.Worker
+	a.Texp = now.Add(tc.t.Lease).UnixMilli()
+	a.Tnonce = tc.claimIDs[0][:len(tc.claimIDs[0])-2]
+	a.Tqueues = tc.t.Queues
+	a.Twakes = make([]string, len(tc.t.Queues))
+	for i, q := range tc.t.Queues {
+		a.Twakes[i] = keys.WakeRunner(tc.t.RunnerID, q)
+	}
+	a.Tclears = startClears
+}
+
+// taken reads the take's part of the finish call's reply vals (nruns runs' answers,
+// then the summary {applied, dispatched, flow status[, {queue, claim reply}]}).
+func (tc *takeCall) taken(ctx context.Context, vals []any, nruns int, err error) *Taken {
+	out := &Taken{DB: tc.db}
+	if err != nil {
+		// Claims may have been made: the caller releases them.
+		out.Err = &UnansweredClaimError{ClaimIDs: tc.claimIDs, Err: fmt.Errorf("finish and take in context %d: %w", tc.ctxID, err)}
+		return out
+	}
+	if len(vals) != nruns+1 {
+		return out
+	}
+	sum, _ := vals[nruns].([]any)
+	if len(sum) != 4 {
+		return out // nothing taken
+	}
+	tv, _ := sum[3].([]any)
+	if len(tv) != 2 {
+		out.Err = fmt.Errorf("finish and take in context %d: unexpected take %v", tc.ctxID, sum[3])
+		return out
+	}
+	q, _ := tv[0].(string)
+	cl, _ := tv[1].([]any)
+	out.Started, out.Err = tc.db.claimed(ctx, q, tc.t.Worker, tc.claimIDs, cl)
+	for _, st := range out.Started {
+		st.Claim.Taken = true
+	}
+	return out
 }
 
 // runExtra is a run's items for the finish script that are not their defaults (its

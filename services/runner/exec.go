@@ -59,11 +59,19 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, j.FlowID).Uint32(obs.KeyJobID, j.ID).Uint32(obs.KeyCallerID, j.CallerID).Uint32("attempt", j.Attempt).Str("trace_id", j.TraceID).Logger()
 	st := string(j.ScriptType)
 	r.m.started.WithLabelValues(st).Inc()
+	// A job a finish took (cl.Taken) was stamped started at its dependency's end:
+	// its start is now, when this process goes on to run it.
+	startedMs := j.StartedAtMs
+	var begun time.Time
+	if cl.Taken {
+		begun = time.Now()
+		startedMs = begun.UnixMilli()
+	}
 	if j.ReadyAtMs > 0 && len(j.Dependends) > 0 {
-		r.m.depStart.Observe(float64(j.StartedAtMs-j.ReadyAtMs) / 1000)
+		r.m.depStart.Observe(float64(startedMs-j.ReadyAtMs) / 1000)
 	}
 	if j.DispatchedMs > 0 {
-		r.m.queueWait.Observe(float64(j.StartedAtMs-j.DispatchedMs) / 1000)
+		r.m.queueWait.Observe(float64(startedMs-j.DispatchedMs) / 1000)
 	}
 	if outcome == store.StartStopped {
 		r.finish(ctx, db, cl, j, store.JobOutcome{Status: model.JobError, Error: "stopped", ExitCode: -1, Fatal: true}, "stopped", log)
@@ -91,6 +99,9 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 		r.m.failed.WithLabelValues(st, "lost_lease").Inc()
 		log.Warn().Msg("lease lost: another claim took the job after its lease expired; stopped here")
 		return
+	}
+	if cl.Taken && res.outcome.StartedAt.IsZero() {
+		res.outcome.StartedAt = begun // a handler's: when it went to its executor
 	}
 	r.finish(ctx, db, cl, j, res.outcome, res.reason, log)
 }
@@ -200,7 +211,7 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	var reads startReads
 	var bo fault.Backoff
 	for {
-		reads, err = r.readForStart(ctx, db, j)
+		reads, err = r.readForStart(ctx, db, cl, j)
 		if err == nil || !fault.Transient(err) {
 			break
 		}
@@ -324,30 +335,48 @@ func (r *runner) jobLimits(j *model.Job, read func() (defaults, max *model.JobLi
 	return lim, nil
 }
 
-// startReads are what a script's start reads from Redis, in one round trip
-// (readForStart): its flow's env_vars, its direct dependencies' results, its
-// context's job limits.
+// startReads are what a script's start reads from Redis: its flow's env_vars, its
+// direct dependencies' results (both as stored, "" absent), its context's job limits;
+// from the claim's reply when it held them (store.Claim's Reads), else in one round
+// trip (readForStart).
 type startReads struct {
-	flowEnv *redis.StringCmd // nil: no flow
-	deps    []*redis.StringCmd
+	flowEnv string
+	deps    []string
 	limits  func() (defaults, max *model.JobLimits, err error)
 }
 
-// readForStart reads a script's startReads, in one pipeline.
-func (r *runner) readForStart(ctx context.Context, db *store.DB, j *model.Job) (startReads, error) {
-	var s startReads
-	s.deps = make([]*redis.StringCmd, len(j.Dependends))
+// readForStart reads a script's startReads: those the claim returned (cl.Reads), else
+// in one pipeline.
+func (r *runner) readForStart(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job) (startReads, error) {
+	if rd := cl.Reads; rd != nil && len(rd.DepResults) == len(j.Dependends) {
+		return startReads{flowEnv: rd.FlowEnv, deps: rd.DepResults, limits: func() (*model.JobLimits, *model.JobLimits, error) {
+			return db.DecodeContextLimits(rd.JobDefaults, rd.JobMax)
+		}}, nil
+	}
+	var flowEnv *redis.StringCmd
+	deps := make([]*redis.StringCmd, len(j.Dependends))
+	var limits func() (defaults, max *model.JobLimits, err error)
 	_, err := db.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if j.FlowID != 0 {
-			s.flowEnv = p.HGet(ctx, keys.Flow(j.FlowID), "env_vars")
+			flowEnv = p.HGet(ctx, keys.Flow(j.FlowID), "env_vars")
 		}
 		for i, d := range j.Dependends {
-			s.deps[i] = p.HGet(ctx, keys.Job(j.CallerID, d), "result")
+			deps[i] = p.HGet(ctx, keys.Job(j.CallerID, d), "result")
 		}
-		s.limits = db.QueueContextLimits(ctx, p)
+		limits = db.QueueContextLimits(ctx, p)
 		return nil
 	})
-	return s, err
+	if err != nil && err != redis.Nil {
+		return startReads{}, err
+	}
+	s := startReads{deps: make([]string, len(deps)), limits: limits}
+	if flowEnv != nil {
+		s.flowEnv = flowEnv.Val()
+	}
+	for i, c := range deps {
+		s.deps[i] = c.Val()
+	}
+	return s, nil
 }
 
 // environment builds a clean environment: PATH, HOME, LANG; the flow's env_vars; the
@@ -355,11 +384,11 @@ func (r *runner) readForStart(ctx context.Context, db *store.DB, j *model.Job) (
 // readForStart's).
 func (r *runner) environment(db *store.DB, j *model.Job, read startReads, resultFile, dir string) []string {
 	env := execcore.CleanEnv(dir)
-	if read.flowEnv != nil && read.flowEnv.Val() != "" {
+	if read.flowEnv != "" {
 		var holder struct {
 			EnvVars map[string]string `hash:"env_vars"`
 		}
-		if err := model.FromHash(keys.Flow(j.FlowID), map[string]string{"env_vars": read.flowEnv.Val()}, &holder); err == nil {
+		if err := model.FromHash(keys.Flow(j.FlowID), map[string]string{"env_vars": read.flowEnv}, &holder); err == nil {
 			for k, v := range holder.EnvVars {
 				env[k] = v
 			}
@@ -377,7 +406,7 @@ func (r *runner) environment(db *store.DB, j *model.Job, read startReads, result
 			var holder struct {
 				Result map[string]string `hash:"result"`
 			}
-			if err := model.FromHash(keys.Job(j.CallerID, d), map[string]string{"result": read.deps[i].Val()}, &holder); err == nil {
+			if err := model.FromHash(keys.Job(j.CallerID, d), map[string]string{"result": read.deps[i]}, &holder); err == nil {
 				res = holder.Result
 			}
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
 )
 
 // Without --job-*-max the runner's defaults are ceilings: a job asking for more
@@ -82,7 +83,7 @@ func TestScriptStartReadsInOneRoundTrip(t *testing.T) {
 	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	reads, err := h.r.readForStart(ctx, h.db, j)
+	reads, err := h.r.readForStart(ctx, h.db, &store.Claim{}, j)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,5 +98,38 @@ func TestScriptStartReadsInOneRoundTrip(t *testing.T) {
 	lim, refused := h.r.jobLimits(j, reads.limits)
 	if refused != nil || lim.Pids != 77 {
 		t.Errorf("limits: %+v (refused %+v), want the context's default of 77 processes", lim, refused)
+	}
+}
+
+// Issue 44: a claim's reply that holds the start's reads (store.Claim's Reads: a claim
+// of a few jobs, or a take) leaves the start nothing to read: no command reaches Redis,
+// and each read reaches the job as a pipeline's would.
+func TestScriptStartReadsFromTheClaim(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	rc := srv.Client(t, testCtx)
+	cl := &store.Claim{Reads: &store.StartReads{
+		JobDefaults: model.EncodeField(&model.JobLimits{Pids: 78}),
+		FlowEnv:     model.EncodeField(map[string]string{"FROM_FLOW": "g"}),
+		DepResults:  []string{model.EncodeField(map[string]string{"answer": "43"})},
+	}}
+	j := &model.Job{ID: 9, CallerID: 1, FlowID: 4, Dependends: []uint32{7}}
+	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reads, err := h.r.readForStart(ctx, h.db, cl, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats := rc.Info(ctx, "commandstats").Val(); strings.Contains(stats, "cmdstat_hget:") || strings.Contains(stats, "cmdstat_hmget:") {
+		t.Errorf("the start read Redis although the claim returned its reads; commandstats:\n%s", stats)
+	}
+	env := strings.Join(h.r.environment(h.db, j, reads, "/w/result", "/w"), "\n")
+	if !strings.Contains(env, "FROM_FLOW=g") || !strings.Contains(env, "HERO_DEP_7_answer=43") {
+		t.Errorf("environment without the flow's variable or the dependency's result:\n%s", env)
+	}
+	lim, refused := h.r.jobLimits(j, reads.limits)
+	if refused != nil || lim.Pids != 78 {
+		t.Errorf("limits: %+v (refused %+v), want the context's default of 78 processes", lim, refused)
 	}
 }

@@ -80,6 +80,9 @@ type runner struct {
 	// claimGate is held (read) by each claim call from its script until the runs it
 	// started are in holding; retakenByClaim waits for the calls under way.
 	claimGate sync.RWMutex
+	// ending: the runner is stopping (run's context ended): a finish takes no
+	// dependent (writeEnds), as the claim loops claim no more.
+	ending atomic.Bool
 	// claimTurn lets one claim loop at a time wait for a wake token; it claims after
 	// handing the turn on, so claims overlap (each ~3–5 ms under load: one at a time
 	// they capped the rate jobs start) while a burst's tokens still wake one waiting
@@ -118,6 +121,8 @@ type runnerMetrics struct {
 	// jobs started per claim call, runs per finish call (the script calls' sizes)
 	claimJobs  prometheus.Histogram
 	finishRuns prometheus.Histogram
+	// dependents claimed by the end of their dependency (the take, not a claim call)
+	taken prometheus.Counter
 	// what the finish script applied itself (--apply-ends), under the scheduler's names
 	jobEnds    *prometheus.CounterVec
 	dispatched prometheus.Counter
@@ -161,6 +166,8 @@ func newRunner(p runnerParams) *runner {
 				Help: "Jobs this process's claims held back at their concurrency key's rate (limit.set key:<k> with a rate; released when their token comes)."}),
 			claimJobs: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_runner_claim_jobs",
 				Help: "Jobs started per claim call (one script call claims up to the free slots, at most 64).", Buckets: prometheus.ExponentialBuckets(1, 2, 7)}),
+			taken: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_jobs_taken_total",
+				Help: "Dependents this process started straight from the end of their dependency (the finish script claimed them for it: no wake-up, no claim call)."}),
 			finishRuns: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_runner_finish_runs",
 				Help: "Runs whose ends one finish round trip wrote (the ends that came while the previous one was in flight, at most 128).", Buckets: prometheus.ExponentialBuckets(1, 2, 8)}),
 			jobEnds:    f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricJobEnds, Help: obs.MetricJobEndsHelp}, []string{"outcome"}),
@@ -185,8 +192,75 @@ func (r *runner) writeEnds(ctx context.Context, fs []store.Finish) ([]bool, []er
 		fs[i].Apply = r.cfg.ApplyEnds
 	}
 	r.m.finishRuns.Observe(float64(len(fs)))
+	// The take: the script claims a dependent these ends make ready for this process
+	// when it has a free slot (one taken here, given back when nothing is taken), so
+	// that the dependent starts without a wake-up and a claim's round trip
+	// (lua/finish_jobs.lua). Only runs of a flow make dependents ready; a runner that
+	// is stopping takes none (its drain waits for the jobs it runs, not for new ones).
+	offer := -1
+	if r.cfg.ApplyEnds && !r.ending.Load() {
+		for i := range fs {
+			if fs[i].Job.FlowID != 0 && fs[i].Job.Origin == nil {
+				offer = i
+				break
+			}
+		}
+	}
+	if offer >= 0 {
+		select {
+		case r.slots <- struct{}{}:
+		default:
+			offer = -1
+		}
+	}
+	if offer < 0 {
+		oks, errs, applied := store.FinishJobsApplied(ctx, fs)
+		r.countApplied(applied)
+		return oks, errs
+	}
+	fs[offer].Take = &store.Take{Worker: r.cfg.WorkerID, RunnerID: r.cfg.RunnerID, Queues: r.queues(), Max: 1, Lease: r.cfg.Lease}
+	// Under claimGate, as a claim call: the runs it started are in holding before a
+	// retakenByClaim looks.
+	r.claimGate.RLock()
 	oks, errs, applied := store.FinishJobsApplied(ctx, fs)
+	fs[offer].Take = nil // a retry of the write offers its own
 	r.countApplied(applied)
+	var started []store.Started
+	var retaken []*store.Claim
+	tk := applied.Taken
+	if tk != nil {
+		for _, s := range tk.Started {
+			if s.Err == nil && (s.Outcome == store.StartRun || s.Outcome == store.StartStopped) {
+				r.holding.add(s.Claim.ID)
+				started = append(started, s)
+			} else if s.Err == nil && s.Outcome == store.StartRetaken {
+				retaken = append(retaken, s.Claim)
+			} else if s.Err != nil {
+				r.log.Error().Err(s.Err).Uint32(obs.KeyContextID, tk.DB.ContextID).Str("queue", s.Claim.Queue).Msg("take job")
+			}
+		}
+	}
+	r.claimGate.RUnlock()
+	if len(started) == 0 {
+		<-r.slots
+	}
+	if len(started) > 0 && r.cfg.pause != nil {
+		r.cfg.pause("taken", 0) // the ends written, the dependent claimed for this process
+	}
+	for _, s := range started { // at most one: Take.Max
+		r.m.taken.Inc()
+		r.start(task{db: tk.DB, s: s})
+	}
+	if tk != nil && tk.Err != nil && ctx.Err() == nil {
+		r.log.Error().Err(tk.Err).Uint32(obs.KeyContextID, tk.DB.ContextID).Msg("take job")
+		var un *store.UnansweredClaimError
+		if errors.As(tk.Err, &un) {
+			r.releaseClaims(ctx, tk.DB, un.ClaimIDs)
+		}
+	}
+	if len(retaken) > 0 {
+		r.retakenByClaim(ctx, tk.DB, retaken)
+	}
 	return oks, errs
 }
 
@@ -208,6 +282,10 @@ func (r *runner) run(ctx context.Context) error {
 	r.poolMu.Lock()
 	r.poolCtx = ctx
 	r.poolMu.Unlock()
+	go func() {
+		<-ctx.Done()
+		r.ending.Store(true)
+	}()
 	r.refreshServed(ctx)
 	r.writeHandedOver(ctx)
 	r.recover(ctx)

@@ -493,3 +493,48 @@ func TestDrainHandsBackJobsOverTheTimeout(t *testing.T) {
 		t.Fatalf("a handed-back job got an end: status %s error %q", got.Status, got.Error)
 	}
 }
+
+// A runner that is shutting down takes no dependent at a job's end (the take): the
+// drain lets the running job finish, and its dependent, made ready by that end, waits
+// on its queue for another runner rather than starting here.
+func TestDrainTakesNoDependent(t *testing.T) {
+	h := newHarness(t, "--shutdown-timeout", "20s")
+	ctx := context.Background()
+	if err := h.s.SetSchedulerSettings(ctx, time.Hour, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	a, _, err := h.s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: testCtx, ScriptType: "sh",
+		Script: fmt.Sprintf("echo $$ > %s\nsleep 0.5\n", filepath.Join(h.dir, "drain"))}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := h.s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: testCtx, ScriptType: "sh", Script: "echo b", Dependends: []uint32{a.ID}}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := h.s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: testCtx, Jobs: []uint32{a.ID, b.ID}}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.StartFlow(t, h.db, f)
+	if _, err := h.db.DispatchMany(ctx, f.ID, 1, []*model.Job{a}, "scheduler", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.db.Enqueue(ctx, keys.Queue("sh"), keys.Job(1, a.ID)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(a.ID, time.Minute, model.JobStarted)
+	h.pid("drain")
+	h.shutdown()
+	if got := h.job(a.ID); got.Status != model.JobFinished {
+		t.Fatalf("job a after the drain: %s %q", got.Status, got.Error)
+	}
+	if got := h.job(b.ID); got.Status != model.JobDispatched {
+		t.Fatalf("job b after the drain: %s (worker %q), want dispatched, waiting for another runner", got.Status, got.Worker)
+	}
+	items, err := srv.Client(t, testCtx).LRange(ctx, keys.Queue("sh"), 0, -1).Result()
+	if err != nil || !slices.Contains(items, keys.Job(1, b.ID)) {
+		t.Fatalf("queue %v (%v): b not on it", items, err)
+	}
+}

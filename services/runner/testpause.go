@@ -9,7 +9,8 @@ import (
 // pauseHook is a test hook, read from the environment only (no operator has a use for
 // it, and it is no flag): HERO_TEST_PAUSE_AT=<step> stops the runner for good at that
 // step of a job's start — "claimed" (the job claimed and started in Redis, nothing of
-// it running), or the sandbox's (lib/sandbox Options.Pause): "spawned" (its process
+// it running), "taken" (a finish wrote its runs' ends and claimed a dependent for this
+// process, the take: nothing of the dependent running), or the sandbox's (lib/sandbox Options.Pause): "spawned" (its process
 // waiting at its gate), "gated" (through it, its sandbox being made), "network" (its
 // sandbox made, held for its network) — once it has appended "paused <step> <pid>"
 // (the job's process, 0 at "claimed") to the file HERO_TEST_PAUSE_FILE; a test then

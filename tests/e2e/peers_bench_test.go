@@ -124,13 +124,18 @@ func BenchmarkPeers(b *testing.B) {
 	if f := c.WaitFlow(b, ctx1, 2, 10*time.Minute); f.Status != "finished" {
 		b.Fatalf("flow 2: %+v", f)
 	}
-	var hops []float64
+	// and its step, from one job's end to the next's (finished_at_us − the dependency's
+	// finished_at_us): the hop, the call to the executor and the end's write, whatever
+	// moment of the start started_at_us names
+	var hops, steps []float64
 	for i := 1; i < len(ids); i++ {
 		prev, cur := jobTimes(b, rdb, ids[i-1]), jobTimes(b, rdb, ids[i])
 		hops = append(hops, float64(cur.startUs-prev.finishUs))
+		steps = append(steps, float64(cur.finishUs-prev.finishUs))
 	}
 	report("d_hop_p50_us", percentile(hops, 0.50))
 	report("d_hop_p99_us", percentile(hops, 0.99))
+	report("d_step_p50_us", percentile(steps, 0.50))
 }
 
 // reportRedisSettings reports what make bench-peers holds equal on both sides: Redis's

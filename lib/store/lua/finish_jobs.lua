@@ -68,7 +68,15 @@
 --                          travel: a successful end applied here is told with the
 --                          job's hash, read in the same step, which the call
 --                          answers with; lib/store maxAwaitedBytes)
--- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_ck lib_route lib_dispatch lib_limit
+--   take      num     the most jobs the take claims for the finishing runner (0: no take;
+--                     at most 4, claim_start's INLINE_READS)
+--   tworker   string  the take's worker (the runner process; proc is its processing list)
+--   texp      int     the take's leases' expiry (ms)
+--   tnonce    string  the take's claim ids' stem (claim_start's cnonce)
+--   tqueues   view[]string  the queues the finishing runner serves
+--   twakes    view[]string  their wake lists of the runner id (DB 0), in tqueues' order
+--   tclears   view[]string  the fields a start clears (claim_start's clears)
+-- Libs: lib_busy lib_state lib_finalize lib_complete lib_wake lib_ck lib_route lib_dispatch lib_limit lib_qpause lib_claim
 -- Notices: the standalone jobs that end here are told on coord:jobdone, one PUBLISH a
 --   call: "<ctx>:<caller>:<id>" each, space-separated; and, in a second PUBLISH, the
 --   awaited ones (await) with their hashes as they are after the end: "=" and then,
@@ -78,7 +86,8 @@
 --   reference; lib/store ParseAwaitedNotice, HashFromDump).
 -- Reply: raw per run 1 written, 2 written before by this claim (a retry after a lost
 --   answer), 0 the claim is not the job's any more; with complete, then {runs applied
---   here, jobs dispatched, flow status of the flow that ended here or ""}.
+--   here, jobs dispatched, flow status of the flow that ended here or "", and, when the
+--   take claimed, {its queue, claim_start's reply}}.
 -- Derives: context DB: coord:msgtmpl (lib_state's message_share: the result messages'
 --   shared fields, a scratch hash written and deleted in the call),
 --   coord:log:<caller>:<id> of each run, coord:idx:jobs:<status>,
@@ -91,7 +100,9 @@
 --   DB 0 (SELECT 0): coord:scheduler (read), coord:expire, coord:flows:active,
 --   coord:jobdone, coord:flowdone, coord:due and coord:delayedwake (dependents
 --   past the first RELEASE_CHUNK left to the scheduler), the runners' wake lists, and, last,
---   coord:wake:msg_out and coord:busy.
+--   coord:wake:msg_out and coord:busy; with a take, what claim_start derives (lib_claim:
+--   the taken queue, its wake list, the started job's DAG, flow, context and
+--   dependencies' hashes).
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local views = ARGV -- the view[] arguments' items, in place: views[<name>_at + k], k = 1 … <name>_n
@@ -123,6 +134,23 @@ for k = 1, n_runs do
   argi = argi + 9 + e_runs.extra_n
   runs[k] = e_runs
 end
+local take = tonumber(ARGV[argi])
+argi = argi + 1
+local tworker = ARGV[argi]
+argi = argi + 1
+local texp = ARGV[argi]
+argi = argi + 1
+local tnonce = ARGV[argi]
+argi = argi + 1
+local tqueues_n = tonumber(ARGV[argi])
+local tqueues_at = argi
+argi = argi + 1 + tqueues_n
+local twakes_n = tonumber(ARGV[argi])
+local twakes_at = argi
+argi = argi + 1 + twakes_n
+local tclears_n = tonumber(ARGV[argi])
+local tclears_at = argi
+argi = argi + 1 + tclears_n
 -- luagen: end of the prologue
 
 local proc, leases, mo, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -347,7 +375,6 @@ if #ready > 0 then
     dispatched = #gids
   end
 end
-if apply then out[#out + 1] = {applied, dispatched, fstatus} end
 if #jobdone > 0 or #awaited > 0 then
   redis.call('SELECT', '0')
   if #expire > 0 then
@@ -364,4 +391,30 @@ end
 ck_wake(ctx)
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
+-- The take: a dependent made ready here and routed to a queue that the finishing
+-- runner serves (tqueues) is claimed for that runner in this same step, as its claim
+-- would (lib_claim: a lease, the processing list, the start's event, the context's
+-- wake tokens of the list set anew), so that it starts without a wake-up and a claim's
+-- round trip. Only when the runner has a free slot (take) and no other context's token
+-- waits on that wake list: those contexts' claims come first, in the list's order.
+local taken
+if apply and take > 0 and #route_targets > 0 then
+  for _, q in ipairs(route_targets) do
+    for k = 1, tqueues_n do
+      if views[tqueues_at + k] == q then
+        local wk = views[twakes_at + k]
+        redis.call('SELECT', '0')
+        local mine = redis.call('LPOS', wk, ctx, 'COUNT', 0)
+        if #mine == redis.call('LLEN', wk) then
+          redis.call('SELECT', ctx)
+          taken = {q, claim_run(q, proc, leases, ek, wk, tworker, q, texp, now_ms, now_us, now_s, take, ctx, '0', ctx,
+            {unpack(views, tclears_at + 1, tclears_at + tclears_n)}, tnonce, '=', {})}
+        end
+        break
+      end
+    end
+    if taken then break end
+  end
+end
+if apply then out[#out + 1] = {applied, dispatched, fstatus, taken} end
 return out

@@ -1,0 +1,277 @@
+-- lib_claim: defines claim_run, the claim and start of up to max jobs of a queue in
+-- one step, as claim_start describes it (its reply is claim_start's), for claim_start
+-- and for finish_jobs (a run's end that makes a dependent ready claims it for the
+-- finishing runner: lua/finish_jobs.lua's take). Arguments: qk, proc, leases, ek and
+-- wake are claim_start's KEYS; worker … traces its ARGV (clears and traces as lists).
+-- Called in the context's DB; it
+-- leaves the script in DB 0 when held is not "-". Needs lib_busy, lib_state,
+-- lib_qpause and lib_limit.
+
+-- prio_merge takes up to max items of queue q and of its priority set pk (whose first
+-- max members and scores are pz) by score (µs), the lowest first: a queued job's score
+-- is its dispatched_at_ms × 1000, a prioritised one's its set's (lib_route: queued +
+-- (priority − 3) × age).
+-- It returns them as LRANGE would (the first claimed last), each taken off its list
+-- or set.
+local function prio_merge(q, pk, pz, max)
+  local li = redis.call('LRANGE', q, -max, -1)
+  local picked, ztaken = {}, {}
+  local l, z, lt = #li, 1, nil
+  while #picked < max and (l >= 1 or z <= #pz) do
+    if l >= 1 and not lt then
+      lt = 0
+      if string.match(li[l], '^' .. K_JOB .. '%d+:%d+$') then
+        lt = (tonumber(redis.call('HGET', li[l], 'dispatched_at_ms') or '') or 0) * 1000
+      end
+    end
+    if z > #pz or (l >= 1 and lt <= tonumber(pz[z + 1])) then
+      picked[#picked + 1] = li[l]
+      l, lt = l - 1, nil
+    else
+      picked[#picked + 1] = pz[z]
+      ztaken[#ztaken + 1] = pz[z]
+      z = z + 2
+    end
+  end
+  if l < #li then redis.call('LTRIM', q, 0, l - #li - 1) end
+  if #ztaken > 0 then redis.call('ZREM', pk, unpack(ztaken)) end
+  local items = {}
+  for k = #picked, 1, -1 do items[#items + 1] = picked[k] end
+  return items
+end
+
+local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms, now_us, now_s, max, token, held, ctx,
+    clears, cnonce, tnonce, traces)
+
+  -- The fields this script reads.
+  -- (a job's worker and claim are read only when it is started already: a fresh job has
+  -- neither, and each field a hash lacks is a scan of all of it)
+  -- (its id and caller are read from its key, job:<caller>:<id>: two strings less to
+  -- cross from Redis to Lua a job)
+  local want = {'status', 'attempt', 'flow_id', 'stop_requested', 'traceparent', 'created_at_ms'}
+  local out = {}
+  -- A claim that starts at most this many jobs returns their hashes.
+  local INLINE_READS = 4
+  -- The items claimed, from the consuming end (the queue's tail, oldest first), in one
+  -- read: each goes onto the processing list, with its lease, only when it starts (one
+  -- LPUSH and one ZADD for them all, in claim order, as an LMOVE each would leave them).
+  local items = {}
+  -- A paused queue (queue.pause) gives nothing; the context's tokens of the wake list go
+  -- (queue.resume sets them anew).
+  if queue_paused(qk) then
+    if held ~= '-' then
+      redis.call('SELECT', '0')
+      redis.call('LREM', wake, '0', token)
+    end
+    return {}
+  end
+  -- What the context uses (coord:features): nothing, unless a producer gave a job a
+  -- priority or a concurrency key or an admin set a limit; then the queue's jobs with a
+  -- priority (keys.Priority) and the limits (lib_limit: how many may start now).
+  local pk = K_PRIO .. qk
+  local pz = {}
+  local limited = false
+  -- keyrate: a rate per concurrency key is set (lib_limit): the jobs' keys are read,
+  -- for a claim of a shared queue (a pinned job is not limited by its key)
+  local keyrate = false
+  if max >= 1 then
+    local feats = redis.call('SMEMBERS', K_FEATURES)
+    if #feats > 0 then pz = redis.call('ZRANGE', pk, 0, max - 1, 'WITHSCORES') end
+    for _, f in ipairs(feats) do
+      if f == 'limit' then limited = true elseif f == 'keyrate' then keyrate = lim_queue_scope(qname) ~= nil end
+    end
+    if keyrate then
+      want[#want + 1] = 'concurrency_key'
+      want[#want + 1] = 'rate_paid'
+    end
+    if limited then
+      local n = lim_allow(qname, max, now_ms)
+      if n < max then
+        max = n
+        if #pz > 2 * max then pz = {unpack(pz, 1, 2 * max)} end
+      end
+    end
+  end
+  if #pz > 0 and max >= 1 then
+    items = prio_merge(qk, pk, pz, max)
+  elseif max >= 1 then
+    items = redis.call('LRANGE', qk, -max, -1)
+    if #items > 0 then redis.call('LTRIM', qk, 0, -#items - 1) end
+  end
+  local nitems = #items
+  local kept, leased, seen, started = {}, {}, {}, {}
+  -- the DAG nodes of the jobs that start, per flow: their state is read and set once
+  -- per flow (a flow's jobs are claimed together)
+  local nodes, flows = {}, {}
+  -- the events' cap, read at the first event of the call (EVENTS_CAP: a ZCARD), not at each
+  local ecap
+  for n = 1, nitems do
+    local item = items[nitems - n + 1]
+    local claim = cnonce .. string.format('%02x', n)
+    local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
+    local v = {}
+    local caller, id = string.match(item, '^' .. K_JOB .. '(%d+):(%d+)$')
+    if caller then v = redis.call('HMGET', item, unpack(want)) end
+    local st = v[1]
+    -- the worker and claim of a job started already (a duplicate entry, a retake)
+    local prev, pclaim
+    if st == JOB_STARTED then
+      local wc = redis.call('HMGET', item, 'worker', 'claim')
+      prev, pclaim = wc[1], wc[2]
+    end
+    -- A job started under a claim that still holds it (in its consumer's processing
+    -- list: a lease's expiry takes it out of there first), or started earlier in this
+    -- call (an item queued twice), is running: this queue entry is a duplicate, and
+    -- starting it would run the job twice at once.
+    if seen[item] then
+      st = 'duplicate'
+    elseif st == JOB_STARTED and prev then
+      if redis.call('LPOS', K_PROCESSING .. prev, item) then
+        st = 'duplicate'
+      elseif prev == worker and pclaim and pclaim ~= '' then
+        st = 'retake'
+      end
+    end
+    if st == 'retake' then
+      -- This worker's claim, swept while the worker lives on: taken back as it was.
+      seen[item] = true
+      kept[#kept + 1] = item
+      leased[#leased + 1] = exp
+      leased[#leased + 1] = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. pclaim
+      out[#out + 1] = {item, 4, tonumber(v[2] or '1') or 1, pclaim}
+    elseif not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
+      if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
+    elseif keyrate and (v[7] or '') ~= '' and not lim_key_take(v[7], item, qk, v[8] == '1', now_ms) then
+      -- held back by its key's rate (lib_limit): off the queue, nothing to run
+      out[#out + 1] = {item, 5, 0}
+    else
+      seen[item] = true
+      kept[#kept + 1] = item
+      leased[#leased + 1] = exp
+      leased[#leased + 1] = member
+      local attempt = v[2] or '1'
+      local flow = v[3] or '0'
+      local trace
+      if v[5] and #v[5] == 55 then
+        trace = string.sub(v[5], 4, 35) -- the producer's trace
+      elseif tnonce == '=' then
+        trace = '' -- its claim's (lib/model TraceOfClaim): issue 49, ~44 B of the job's listpack
+      elseif tnonce ~= '' then
+        trace = tnonce .. string.format('%02x', n)
+      elseif traces[n] then
+        trace = traces[n]
+      else
+        trace = ''
+      end
+      -- the fields every start sets, in one HSET with the claim (a Lua table built per
+      -- job cost this script a twentieth of its instructions)
+      if keyrate and v[8] then redis.call('HDEL', item, 'rate_paid') end
+      if limited then
+        -- under limits: counted until its end (finish_jobs reads limited), no longer held
+        lim_join(member)
+        redis.call('HSET', item, 'claim', claim, 'limited', 'true', 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
+        redis.call('HDEL', item, 'held')
+        if trace ~= '' then redis.call('HSET', item, 'trace_id', trace) end
+      elseif trace ~= '' then
+        redis.call('HSET', item, 'claim', claim, 'trace_id', trace, 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
+      else
+        redis.call('HSET', item, 'claim', claim, 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
+      end
+      index_later(caller .. ':' .. id, st, JOB_STARTED, v[6] or nil)
+      -- An earlier run's end is removed at the start of any attempt but the first (or
+      -- of a job without one): a job's first attempt has none (a new job; and whatever
+      -- sets a job's attempt back removes them with it: start_flow, retry_flow,
+      -- requeue_job), and a run ends only as its claim's (a requeued claim of the same
+      -- attempt never wrote one). So neither this start nor the run's end reads them
+      -- (each a scan of the hash).
+      if #clears > 0 and v[2] ~= '1' then redis.call('HDEL', item, unpack(clears)) end
+      if flow ~= '0' and flow ~= '' then
+        local ns = nodes[flow]
+        if not ns then ns = {}; nodes[flow] = ns; flows[#flows + 1] = flow end
+        ns[#ns + 1] = 's:' .. id
+      end
+      local detail = 'attempt ' .. attempt .. ' on ' .. worker
+      if st == JOB_STARTED and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
+      ecap = ecap or EVENTS_CAP()
+      redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', '', 'detail', detail) -- status: the type's (lib/store impliedStatus)
+      local code = 0
+      if v[4] == '1' then code = 3 end
+      out[#out + 1] = {item, code, tonumber(attempt) or 1}
+      started[#started + 1] = out[#out]
+    end
+  end
+  call_each('LPUSH', proc, kept)
+  call_each('ZADD', leases, leased, 2)
+  if keyrate then lim_key_flush(ctx) end
+  -- A limit that let none start while jobs wait parks the queue (its tokens go below).
+  local parked = false
+  if limited then
+    lim_flush()
+    if max < 1 and (redis.call('LLEN', qk) > 0 or redis.call('ZCARD', pk) > 0) then
+      parked = true
+      lim_mark(qk, pk, now_ms)
+      lim_park(ctx, qname)
+    end
+  end
+  -- A node dispatched goes running (one that is not, e.g. cancelled since, stays as it is).
+  for _, flow in ipairs(flows) do
+    local dag, ns = K_DAG .. flow, nodes[flow]
+    local cur = redis.call('HMGET', dag, unpack(ns))
+    local running = {}
+    for k, f in ipairs(ns) do
+      if cur[k] == NODE_DISPATCHED then running[#running + 1] = f; running[#running + 1] = NODE_RUNNING end
+    end
+    if #running > 0 then redis.call('HSET', dag, unpack(running)) end
+  end
+  index_flush()
+  -- The few started jobs' hashes, read after every change of this start.
+  if #started <= INLINE_READS then
+    local climits -- the context's job limits, read once
+    for _, e in ipairs(started) do
+      local h = redis.call('HGETALL', e[1])
+      e[4] = h
+      -- A script's (no function_name) start's reads too, else a round trip after the
+      -- claim: {the context's job_defaults, job_max, the flow's env_vars, the direct
+      -- dependencies' results in the order of its dependends} ("": none).
+      local flow, deps, handler = '', '', false
+      for k = 1, #h, 2 do
+        local f = h[k]
+        if f == 'flow_id' then flow = h[k + 1] elseif f == 'dependends' then deps = h[k + 1] elseif f == 'function_name' then handler = h[k + 1] ~= '' end
+      end
+      if not handler then
+        climits = climits or redis.call('HMGET', K_CONTEXT .. ctx, 'job_defaults', 'job_max')
+        local r = {climits[1] or '', climits[2] or '', ''}
+        if flow ~= '0' and flow ~= '' then r[3] = redis.call('HGET', K_FLOW .. flow, 'env_vars') or '' end
+        local jp = string.match(e[1], '^(.*:)%d+$')
+        for d in string.gmatch(deps, '%d+') do r[#r + 1] = redis.call('HGET', jp .. d, 'result') or '' end
+        e[5] = r
+      end
+    end
+  end
+  if held ~= '-' then
+    local left = redis.call('LLEN', qk)
+    if #pz > 0 then left = left + redis.call('ZCARD', pk) end
+    -- A context's weight (an operator's setting): its claims per round of the list.
+    local w = tonumber(redis.call('HGET', K_CONTEXT .. token, 'weight') or '') or 1
+    local again = false
+    if parked then left = 0 end
+    if w > 1 and left > 0 then
+      -- the claims it made this round (coord:turns: wake list → claims): one token
+      -- goes to the list's head while it has turns left
+      if redis.call('HINCRBY', K_TURNS, wake, 1) < w then again = true else redis.call('HDEL', K_TURNS, wake) end
+    end
+    redis.call('SELECT', '0')
+    local have = redis.call('LREM', wake, '0', token)
+    local keep = math.min(left, math.max(have + tonumber(held) - #out, 1), WAKE_SPREAD)
+    if again then
+      redis.call('LPUSH', wake, token)
+      keep = keep - 1
+    end
+    if keep > 0 then
+      local t = {}
+      for i = 1, keep do t[i] = token end
+      redis.call('RPUSH', wake, unpack(t))
+    end
+  end
+  return out
+end
