@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -289,11 +290,19 @@ type gateSeen struct {
 func gateRun(t *testing.T, mode, script string) (spawned, gated gateSeen, out, dir, cgroup string) {
 	t.Helper()
 	at := map[string]gateSeen{}
+	// The job reads its script from a pipe written once its process has been seen
+	// through its gate: until then it cannot end (a process that has ended shows no
+	// cgroup of its own in /proc, and a fast job ended before it was looked at).
+	scriptR, scriptW := io.Pipe()
+	defer scriptW.Close()
 	pause := func(step string, pid int) {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 		at[step] = gateSeen{exe, string(st), string(cg)}
+		if step == "gated" {
+			go func() { _, _ = io.WriteString(scriptW, script); _ = scriptW.Close() }()
+		}
 	}
 	s, err := New(context.Background(), Options{Mode: mode, UID: 61000, GID: 61000, Pause: pause})
 	if err != nil {
@@ -316,7 +325,7 @@ func gateRun(t *testing.T, mode, script string) (spawned, gated gateSeen, out, d
 	}
 	var o procrun.Capped
 	o.Max = 1 << 20
-	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Stdin: strings.NewReader(script), Stdout: &o, Stderr: &o, Launch: j.Launch})
+	p, err := procrun.Start(procrun.Spec{Argv: j.Argv, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, Stdin: scriptR, Stdout: &o, Stderr: &o, Launch: j.Launch})
 	if err != nil {
 		t.Fatal(err)
 	}
