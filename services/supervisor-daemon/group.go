@@ -13,8 +13,11 @@ import (
 )
 
 // submitInflight bounds the groups of one Redis server being stored at once (the
-// default of --submit-inflight).
-const submitInflight = 2
+// default of --submit-inflight). One: on two shared cores a second group in flight
+// halves the groups and costs more CPU per job than it saves in waiting
+// (docs/benchmarks.md); a machine whose round trip, not its CPU, bounds the rate may
+// set more.
+const submitInflight = 1
 
 // submitFunc stores and dispatches jobs of one context in one step (store.SubmitGuarded).
 type submitFunc func(ctx context.Context, ctxID uint32, subs []store.Submission, guard *store.ContextGuard) ([]store.Submitted, error)
