@@ -83,6 +83,9 @@ type runner struct {
 	// ending: the runner is stopping (run's context ended): a finish takes no
 	// dependent (writeEnds), as the claim loops claim no more.
 	ending atomic.Bool
+	// recovered: the previous process's claims were handed back (run); the take waits
+	// for it (writeEnds).
+	recovered atomic.Bool
 	// claimTurn lets one claim loop at a time wait for a wake token; it claims after
 	// handing the turn on, so claims overlap (each ~3–5 ms under load: one at a time
 	// they capped the rate jobs start) while a burst's tokens still wake one waiting
@@ -198,7 +201,7 @@ func (r *runner) writeEnds(ctx context.Context, fs []store.Finish) ([]bool, []er
 	// (lua/finish_jobs.lua). Only runs of a flow make dependents ready; a runner that
 	// is stopping takes none (its drain waits for the jobs it runs, not for new ones).
 	offer := -1
-	if r.cfg.ApplyEnds && !r.ending.Load() {
+	if r.cfg.ApplyEnds && !r.ending.Load() && r.recovered.Load() {
 		for i := range fs {
 			if fs[i].Job.FlowID != 0 && fs[i].Job.Origin == nil {
 				offer = i
@@ -289,6 +292,10 @@ func (r *runner) run(ctx context.Context) error {
 	r.refreshServed(ctx)
 	r.writeHandedOver(ctx)
 	r.recover(ctx)
+	// From here a finish may take a dependent: one taken while the ends a previous
+	// process handed over were written would be on this worker's processing list
+	// when recover hands that list back, and run twice.
+	r.recovered.Store(true)
 	// Jobs that wait without a token (lost in a crash, or left by a layout before the
 	// runners' wake lists) are claimed now, not after a first idle wait.
 	r.claimWithoutToken(ctx)
