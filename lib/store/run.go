@@ -405,28 +405,35 @@ func FinishJobsApplied(ctx context.Context, fs []Finish) ([]bool, []error, Appli
 		cmds := dbs[ctxID].EvalBatch(ctx, calls[ctxID])
 		for g, idx := range members[ctxID] {
 			res, err := cmds[g].Result()
-			vals, _ := res.([]any)
 			if tk != nil && tk.ctxID == ctxID && tk.g == g {
+				vals, _ := res.([]any)
 				applied.Taken = tk.taken(ctx, vals, len(idx), err)
 			}
-			if err == nil && len(vals) == len(idx)+1 && applies(fs, idx) {
-				applied.add(vals[len(idx)])
-				vals = vals[:len(idx)]
-			}
-			if err == nil && len(vals) != len(idx) {
-				err = fmt.Errorf("unexpected reply %v", res)
-			}
-			for k, i := range idx {
-				if err != nil {
-					errs[i] = fmt.Errorf("finish job %s: %w", fs[i].Job.GlobalKey(), err)
-					continue
-				}
-				n, _ := vals[k].(int64)
-				oks[i] = n == 1 || n == 2
-			}
+			finishReply(fs, idx, res, err, oks, errs, &applied)
 		}
 	}
 	return oks, errs, applied
+}
+
+// finishReply records one finish call's answer for its runs idx: each run's ok or
+// error (oks, errs), and the summary of the ends it applied.
+func finishReply(fs []Finish, idx []int, res any, err error, oks []bool, errs []error, applied *Applied) {
+	vals, _ := res.([]any)
+	if err == nil && len(vals) == len(idx)+1 && applies(fs, idx) {
+		applied.add(vals[len(idx)])
+		vals = vals[:len(idx)]
+	}
+	if err == nil && len(vals) != len(idx) {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
+	for k, i := range idx {
+		if err != nil {
+			errs[i] = fmt.Errorf("finish job %s: %w", fs[i].Job.GlobalKey(), err)
+			continue
+		}
+		n, _ := vals[k].(int64)
+		oks[i] = n == 1 || n == 2
+	}
 }
 
 // applies reports whether the finish script's run for fs[idx] applies the runs' ends

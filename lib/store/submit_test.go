@@ -471,28 +471,7 @@ func TestSubmitOldAndNewFormatsReadAlike(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := out[0].Job
-	// its job.dispatched stores no detail, which a read gives back (a first attempt's)
-	for _, e := range rdb.XRange(ctx, keys.Events, "-", "+").Val() {
-		if e.Values["type"] == model.EventJobDispatched.Stored() && e.Values["job_id"] == u32(j.ID) && e.Values["caller_id"] == "4" && e.Values["detail"] != "" {
-			t.Errorf("job.dispatched of a first attempt stores detail %q", e.Values["detail"])
-		}
-	}
-	evs, err := db.ReadEvents(ctx, "0", 10000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := 0
-	for _, e := range evs {
-		if e.Type == string(model.EventJobDispatched) && e.JobID == j.ID && e.CallerID == 4 {
-			read++
-			if e.Detail != "attempt 1" || e.Status != "dispatched" {
-				t.Errorf("job.dispatched reads %q, %q; want dispatched, attempt 1", e.Status, e.Detail)
-			}
-		}
-	}
-	if read != 1 {
-		t.Errorf("%d job.dispatched events read; want 1", read)
-	}
+	checkFirstDispatchDetail(t, db, j.ID)
 	h := rdb.HGetAll(ctx, keys.Job(4, j.ID)).Val()
 	for _, f := range []string{"timeout", "retries", "env_vars", "result", "created_at", "script_type"} {
 		if _, ok := h[f]; ok && f != "script_type" {
@@ -528,6 +507,36 @@ func TestSubmitOldAndNewFormatsReadAlike(t *testing.T) {
 	}
 	if _, err := s.SubmitJobs(ctx, 1, []store.Submission{{Job: &model.Job{ID: j.ID, CallerID: 4, Script: "echo new", ScriptType: "sh", Timeout: 3}}}, "actor:4"); err == nil {
 		t.Error("a chosen id with another timeout: no conflict")
+	}
+}
+
+// checkFirstDispatchDetail: job id's (caller 4) job.dispatched of its first attempt
+// stores no detail, which a read gives back ("attempt 1").
+func checkFirstDispatchDetail(t *testing.T, db *store.DB, id uint32) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	j := &model.Job{ID: id}
+	for _, e := range rdb.XRange(ctx, keys.Events, "-", "+").Val() {
+		if e.Values["type"] == model.EventJobDispatched.Stored() && e.Values["job_id"] == u32(j.ID) && e.Values["caller_id"] == "4" && e.Values["detail"] != "" {
+			t.Errorf("job.dispatched of a first attempt stores detail %q", e.Values["detail"])
+		}
+	}
+	evs, err := db.ReadEvents(ctx, "0", 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := 0
+	for _, e := range evs {
+		if e.Type == string(model.EventJobDispatched) && e.JobID == j.ID && e.CallerID == 4 {
+			read++
+			if e.Detail != "attempt 1" || e.Status != "dispatched" {
+				t.Errorf("job.dispatched reads %q, %q; want dispatched, attempt 1", e.Status, e.Detail)
+			}
+		}
+	}
+	if read != 1 {
+		t.Errorf("%d job.dispatched events read; want 1", read)
 	}
 }
 

@@ -200,22 +200,7 @@ func (r *runner) writeEnds(ctx context.Context, fs []store.Finish) ([]bool, []er
 	// that the dependent starts without a wake-up and a claim's round trip
 	// (lua/finish_jobs.lua). Only runs of a flow make dependents ready; a runner that
 	// is stopping takes none (its drain waits for the jobs it runs, not for new ones).
-	offer := -1
-	if r.cfg.ApplyEnds && !r.ending.Load() && r.recovered.Load() {
-		for i := range fs {
-			if fs[i].Job.FlowID != 0 && fs[i].Job.Origin == nil {
-				offer = i
-				break
-			}
-		}
-	}
-	if offer >= 0 {
-		select {
-		case r.slots <- struct{}{}:
-		default:
-			offer = -1
-		}
-	}
+	offer := r.offerTake(fs)
 	if offer < 0 {
 		oks, errs, applied := store.FinishJobsApplied(ctx, fs)
 		r.countApplied(applied)
@@ -228,22 +213,55 @@ func (r *runner) writeEnds(ctx context.Context, fs []store.Finish) ([]bool, []er
 	oks, errs, applied := store.FinishJobsApplied(ctx, fs)
 	fs[offer].Take = nil // a retry of the write offers its own
 	r.countApplied(applied)
-	var started []store.Started
-	var retaken []*store.Claim
-	tk := applied.Taken
-	if tk != nil {
-		for _, s := range tk.Started {
-			if s.Err == nil && (s.Outcome == store.StartRun || s.Outcome == store.StartStopped) {
-				r.holding.add(s.Claim.ID)
-				started = append(started, s)
-			} else if s.Err == nil && s.Outcome == store.StartRetaken {
-				retaken = append(retaken, s.Claim)
-			} else if s.Err != nil {
-				r.log.Error().Err(s.Err).Uint32(obs.KeyContextID, tk.DB.ContextID).Str("queue", s.Claim.Queue).Msg("take job")
+	started, retaken := r.holdTaken(applied.Taken)
+	r.claimGate.RUnlock()
+	r.startTaken(ctx, applied.Taken, started, retaken)
+	return oks, errs
+}
+
+// offerTake picks the end that offers the take (a run of a flow of this node, -1:
+// none) and holds a free slot for it: only when the runner applies ends, is not
+// stopping and has handed back its previous process's claims.
+func (r *runner) offerTake(fs []store.Finish) int {
+	if !r.cfg.ApplyEnds || r.ending.Load() || !r.recovered.Load() {
+		return -1
+	}
+	for i := range fs {
+		if fs[i].Job.FlowID != 0 && fs[i].Job.Origin == nil {
+			select {
+			case r.slots <- struct{}{}:
+				return i
+			default:
+				return -1
 			}
 		}
 	}
-	r.claimGate.RUnlock()
+	return -1
+}
+
+// holdTaken puts the runs the take started in holding (the caller holds claimGate)
+// and returns them, and the claims a sweep had taken back meanwhile.
+func (r *runner) holdTaken(tk *store.Taken) (started []store.Started, retaken []*store.Claim) {
+	if tk == nil {
+		return nil, nil
+	}
+	for _, s := range tk.Started {
+		switch {
+		case s.Err != nil:
+			r.log.Error().Err(s.Err).Uint32(obs.KeyContextID, tk.DB.ContextID).Str("queue", s.Claim.Queue).Msg("take job")
+		case s.Outcome == store.StartRun || s.Outcome == store.StartStopped:
+			r.holding.add(s.Claim.ID)
+			started = append(started, s)
+		case s.Outcome == store.StartRetaken:
+			retaken = append(retaken, s.Claim)
+		}
+	}
+	return started, retaken
+}
+
+// startTaken starts what the take claimed on the slot offerTake held (given back when
+// nothing was taken), and releases the claims of a take whose answer was lost.
+func (r *runner) startTaken(ctx context.Context, tk *store.Taken, started []store.Started, retaken []*store.Claim) {
 	if len(started) == 0 {
 		<-r.slots
 	}
@@ -264,7 +282,6 @@ func (r *runner) writeEnds(ctx context.Context, fs []store.Finish) ([]bool, []er
 	if len(retaken) > 0 {
 		r.retakenByClaim(ctx, tk.DB, retaken)
 	}
-	return oks, errs
 }
 
 // countApplied counts what finish scripts applied.
