@@ -77,7 +77,7 @@ func TestRunnerKilledAfterTakeRunsDependentOnce(t *testing.T) {
 	s.Start("runner")
 	f := c.WaitFlow(t, ctx1, 72, time.Minute)
 	if f.Status != "finished" || f.Result["2.output"] != "two 1\n" {
-		t.Fatalf("flow after the kill: %s %v", f.Status, f.Result)
+		t.Fatalf("flow after the kill: %s %v; job 2: %+v", f.Status, f.Result, loadJob(t, c, 2))
 	}
 	b, _ := os.ReadFile(ledger)
 	if n := strings.Count(string(b), "ran"); n != 1 {
