@@ -433,7 +433,10 @@ func onlyZygote(pids []int, bwrap int) bool {
 			if depth == 2 {
 				return false
 			}
-			if up = parentOf(up); up <= 1 {
+			if up = parentOf(up); up == 0 {
+				break // gone since the cgroup was read: nothing of it is left
+			}
+			if up == 1 {
 				return false
 			}
 		}

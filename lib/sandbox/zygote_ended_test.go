@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"os"
+	"os/exec"
 	"syscall"
 	"testing"
 )
@@ -62,4 +63,23 @@ func socketPairZygote(t *testing.T) (*zygote, *os.File) {
 	}
 	uc := c.(*net.UnixConn)
 	return &zygote{conn: uc, rd: bufio.NewReader(uc)}, os.NewFile(uintptr(fds[1]), "zygote")
+}
+
+// A process listed in a forking sandbox's cgroup that is gone by the time its parent
+// is read (the job namespace's first process ending after its answer, on a loaded
+// host) leaves nothing behind: the sandbox is sound for its next job. Before, it
+// counted as a process of a job left over, and the sandbox was destroyed.
+func TestOnlyZygoteSkipsProcessesGone(t *testing.T) {
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	self := os.Getpid()
+	if !onlyZygote([]int{self, gone.Process.Pid}, self) {
+		t.Error("a process gone since the cgroup was read counts as left over")
+	}
+	// the test's own parent is no child of this process: left over
+	if onlyZygote([]int{os.Getppid()}, self) {
+		t.Error("a process that is not of the sandbox counts as the zygote's")
+	}
 }
