@@ -42,12 +42,9 @@ for f in $(git ls-files --cached --others --exclude-standard '*.lua'); do
     echo "lua-check: $f: the header's first line must be \"-- $name: <what it does>\""
     fail=1
   fi
-  # ARGV is read only between the prologue's markers (a library has none). Its
-  # identity (a table Redis makes anew for each call) may key a memo of one call
-  # (lib_events' EVENTS_CAP: "argv ~= ARGV", "argv, cap = ARGV,"): no argument read.
+  # ARGV is read only between the prologue's markers (a library has none).
   if out=$(awk '/^-- luagen: the prologue/ {in_p = 1} /^-- luagen: end of the prologue/ {in_p = 0; next}
-      !in_p { line = $0; sub(/--.*/, "", line); gsub(/argv ~= ARGV/, "", line); gsub(/argv, cap = ARGV,/, "", line)
-        if (line ~ /ARGV/) print FILENAME ":" FNR ": " $0 }' "$f"); [ -n "$out" ]; then
+      !in_p { line = $0; sub(/--.*/, "", line); if (line ~ /ARGV/) print FILENAME ":" FNR ": " $0 }' "$f"); [ -n "$out" ]; then
     echo "lua-check: ARGV read outside the generated prologue (declare the argument in the header, run make lua-gen, use its name):"
     echo "$out"
     fail=1

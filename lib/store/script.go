@@ -92,7 +92,7 @@ func newScript(name, head, body string) *Script {
 // libText is the code of the library fn of a script.
 func libText(fn, head, body string) string {
 	var lib strings.Builder
-	fmt.Fprintf(&lib, "#!lua name=%s\nlocal KEYS, ARGV\n%s\nredis.register_function('%s', function(keys, args)\nKEYS, ARGV = keys, args\n", fn, head, fn)
+	fmt.Fprintf(&lib, "#!lua name=%s\nlocal KEYS, ARGV, EVENTS_CAP_N\n%s\nredis.register_function('%s', function(keys, args)\nKEYS, ARGV, EVENTS_CAP_N = keys, args, nil\n", fn, head, fn)
 	for _, m := range resetName.FindAllStringSubmatch(head, -1) {
 		lib.WriteString(m[1] + "()\n")
 	}

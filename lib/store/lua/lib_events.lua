@@ -4,9 +4,8 @@
 -- context keeps (coord:idx:jobs), never less than EVENTS_MAXLEN, so that the events of
 -- a flow of 100,000 jobs stay while its watchers read them. Call it in the context's
 -- DB. It is read once a call (a ZCARD per event was a command more for each job a
--- call dispatched or completed): the cap of the call's first read, kept with the
--- call's ARGV (a table Redis makes anew for each call; no state to reset, and no
--- local more in the prelude). It is not listed in a script's Libs: the prelude takes
--- its one line (buildPrelude in lib/store/lua.go), given to the scripts that use it
--- like the prelude's constants.
-local EVENTS_CAP = (function() local argv, cap; return function() if argv ~= ARGV then local n = redis.call('ZCARD', K_JOB_INDEX) * EVENTS_PER_JOB; if n < EVENTS_MAXLEN then n = EVENTS_MAXLEN end; argv, cap = ARGV, string.format('%d', n) end; return cap end end)()
+-- call dispatched or completed): kept in EVENTS_CAP_N, which the library declares
+-- beside KEYS and ARGV and each call sets to nil (lib/store/script.go). It is not
+-- listed in a script's Libs: the prelude takes its one line (buildPrelude in
+-- lib/store/lua.go), given to the scripts that use it like the prelude's constants.
+local EVENTS_CAP = function() if not EVENTS_CAP_N then local n = redis.call('ZCARD', K_JOB_INDEX) * EVENTS_PER_JOB; if n < EVENTS_MAXLEN then n = EVENTS_MAXLEN end; EVENTS_CAP_N = string.format('%d', n) end; return EVENTS_CAP_N end
