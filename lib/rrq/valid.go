@@ -85,19 +85,8 @@ func (v *validator) object(depth int) bool {
 		if !v.value(depth) {
 			return false
 		}
-		v.ws()
-		if v.i >= len(v.b) {
-			return false
-		}
-		switch v.b[v.i] {
-		case ',':
-			v.i++
-			v.ws()
-		case '}':
-			v.i++
-			return true
-		default:
-			return false
+		if more, ok := v.next('}'); !more {
+			return ok
 		}
 	}
 }
@@ -116,19 +105,8 @@ func (v *validator) array(depth int) bool {
 		if !v.value(depth) {
 			return false
 		}
-		v.ws()
-		if v.i >= len(v.b) {
-			return false
-		}
-		switch v.b[v.i] {
-		case ',':
-			v.i++
-			v.ws()
-		case ']':
-			v.i++
-			return true
-		default:
-			return false
+		if more, ok := v.next(']'); !more {
+			return ok
 		}
 	}
 }
@@ -216,4 +194,23 @@ func (v *validator) digits() bool {
 	start := v.i
 	v.i = i
 	return i > start
+}
+
+// next reads what follows a member of an object or an array: a comma (more: another
+// member follows) or its closing byte (done, ok), anything else a syntax error.
+func (v *validator) next(closing byte) (more, ok bool) {
+	v.ws()
+	if v.i >= len(v.b) {
+		return false, false
+	}
+	switch v.b[v.i] {
+	case ',':
+		v.i++
+		v.ws()
+		return true, true
+	case closing:
+		v.i++
+		return false, true
+	}
+	return false, false
 }
