@@ -91,14 +91,7 @@ func TestScriptStartReadsInOneRoundTrip(t *testing.T) {
 	if !strings.Contains(stats, "cmdstat_select:calls=1,") || !strings.Contains(stats, "cmdstat_hmget:calls=1,") || !strings.Contains(stats, "cmdstat_hget:calls=2,") {
 		t.Errorf("the start's reads: want one pipeline (1 SELECT, 1 HMGET, 2 HGET); commandstats:\n%s", stats)
 	}
-	env := strings.Join(h.r.environment(h.db, j, reads, "/w/result", "/w"), "\n")
-	if !strings.Contains(env, "FROM_FLOW=f") || !strings.Contains(env, "HERO_DEP_7_answer=42") {
-		t.Errorf("environment without the flow's variable or the dependency's result:\n%s", env)
-	}
-	lim, refused := h.r.jobLimits(j, reads.limits)
-	if refused != nil || lim.Pids != 77 {
-		t.Errorf("limits: %+v (refused %+v), want the context's default of 77 processes", lim, refused)
-	}
+	checkStartReads(t, h, j, reads, "FROM_FLOW=f", "HERO_DEP_7_answer=42", 77)
 }
 
 // Issue 44: a claim's reply that holds the start's reads (store.Claim's Reads: a claim
@@ -124,12 +117,20 @@ func TestScriptStartReadsFromTheClaim(t *testing.T) {
 	if stats := rc.Info(ctx, "commandstats").Val(); strings.Contains(stats, "cmdstat_hget:") || strings.Contains(stats, "cmdstat_hmget:") {
 		t.Errorf("the start read Redis although the claim returned its reads; commandstats:\n%s", stats)
 	}
+	checkStartReads(t, h, j, reads, "FROM_FLOW=g", "HERO_DEP_7_answer=43", 78)
+}
+
+// checkStartReads: the start's reads give job j an environment with flowVar and dep
+// (the flow's variable, the dependency's result) and the context's default of pids
+// processes.
+func checkStartReads(t *testing.T, h *harness, j *model.Job, reads startReads, flowVar, dep string, pids int) {
+	t.Helper()
 	env := strings.Join(h.r.environment(h.db, j, reads, "/w/result", "/w"), "\n")
-	if !strings.Contains(env, "FROM_FLOW=g") || !strings.Contains(env, "HERO_DEP_7_answer=43") {
+	if !strings.Contains(env, flowVar) || !strings.Contains(env, dep) {
 		t.Errorf("environment without the flow's variable or the dependency's result:\n%s", env)
 	}
 	lim, refused := h.r.jobLimits(j, reads.limits)
-	if refused != nil || lim.Pids != 78 {
-		t.Errorf("limits: %+v (refused %+v), want the context's default of 78 processes", lim, refused)
+	if refused != nil || lim.Pids != pids {
+		t.Errorf("limits: %+v (refused %+v), want the context's default of %d processes", lim, refused, pids)
 	}
 }
