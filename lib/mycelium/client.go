@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -134,7 +135,12 @@ type request struct {
 	query  url.Values
 	body   any           // JSON-encoded when non-nil
 	wait   time.Duration // node-side wait of a long poll; 0 for ordinary calls
+	takes  bool          // the call changes the node's state though a GET (a pop that is not a peek)
 }
+
+// resendable: sending r a second time changes nothing on the node (a GET that reads,
+// a peek), so a call failed by another request's cancellation may be sent again.
+func (r request) resendable() bool { return r.method == http.MethodGet && !r.takes }
 
 // response is a received answer, any status.
 type response struct {
@@ -155,7 +161,28 @@ func (c *Client) url(segs []string) *url.URL {
 	return &u
 }
 
+// do sends r and reads the answer whole.
+//
+// A call whose context ends while it is in flight may end another call: Go's HTTP
+// client puts the connection of an answer without a body (a pop's 204) back into its
+// pool before it hands the answer over, and a call cancelled in that moment closes
+// the connection, which the next call may have taken already; that call then fails
+// with the cancelled call's "context canceled". Long polls, which callers cancel by
+// design (the gateway cuts its poll short for each of its other calls), therefore
+// use a connection of their own (closed after the answer, never pooled). A call that
+// fails with "context canceled" although its own context is live was failed that way
+// by another one; it is sent once more when that changes nothing on the node
+// (resendable).
 func (c *Client) do(ctx context.Context, r request) (*response, error) {
+	resp, err := c.send(ctx, r)
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil && r.resendable() {
+		resp, err = c.send(ctx, r)
+	}
+	return resp, err
+}
+
+// send makes one attempt at r (do).
+func (c *Client) send(ctx context.Context, r request) (*response, error) {
 	u := c.url(r.segs)
 	if len(r.query) > 0 {
 		u.RawQuery = r.query.Encode()
@@ -190,6 +217,9 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
+	// A long poll's connection serves it alone: cancelling the poll (its caller's
+	// way to cut it short) can then close no connection another call has taken.
+	req.Close = r.wait > 0
 	req.Header.Set("Accept", "application/json")
 	if c.ua != "" {
 		req.Header.Set("User-Agent", c.ua)

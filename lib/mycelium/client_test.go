@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -262,6 +263,93 @@ func TestLongPollOutlivesShortClientTimeout(t *testing.T) {
 	// An ordinary request keeps the short bound.
 	if _, err := c.Info(context.Background()); err == nil {
 		t.Fatal("info outlived the client timeout")
+	}
+}
+
+// A pop cancelled just as the node answers it must end only that pop. Go's HTTP
+// client puts the connection of an answer without a body (a 204: nothing came) back
+// into its pool before it hands the answer over, and a call cancelled in that moment
+// closes the connection, which another call may have taken already: that call
+// failed with "context canceled" though nothing cancelled it (the gateway's
+// readiness check, whose call cancels the gateway's long poll to go first). A long
+// poll has a connection of its own, so no call beside it fails, a push neither; a
+// call that only reads is sent again when a cancelled pop with timeout 0 (pooled)
+// failed it.
+func TestCancelledPopNeverFailsAnotherCall(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		push    bool // pushes beside the pops must not fail either
+	}{
+		{"long poll", time.Second, true},
+		{"timeout 0", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			answering := make(chan struct{}, 1)
+			c, _ := stub(t, func(w http.ResponseWriter, r *http.Request) {
+				switch {
+				case r.Method == http.MethodPost:
+					w.WriteHeader(http.StatusCreated)
+					io.WriteString(w, `{"id":"`+mid+`"}`)
+				case r.URL.Path == "/api/v1/messages":
+					select {
+					case answering <- struct{}{}:
+					default:
+					}
+					w.WriteHeader(http.StatusNoContent)
+				default:
+					io.WriteString(w, `{"nodeSubnet":"54f:b680:ba6e:7ced::/64","nodePubkey":"`+pkB+`"}`)
+				}
+			})
+			failed := make(chan error, 6) // three of each call beside the pops
+			beside := []func() error{func() error { _, err := c.Info(context.Background()); return err }}
+			if tc.push {
+				beside = append(beside, func() error {
+					_, err := c.Push(context.Background(), ToPK(pkA), []byte("t"), []byte("p"), nil)
+					return err
+				})
+			}
+			polled := make(chan struct{})
+			var wg sync.WaitGroup
+			for _, call := range slices.Repeat(beside, 3) { // three of each: one is always waiting for a connection
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-polled:
+							return
+						default:
+						}
+						if err := call(); err != nil {
+							failed <- err
+							return
+						}
+					}
+				}()
+			}
+			for i := range 1000 {
+				if len(failed) > 0 {
+					break
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				go func() {
+					select {
+					case <-answering: // cancel the pop around the moment its answer arrives
+						time.AfterFunc(time.Duration(i%50)*4*time.Microsecond, cancel)
+					case <-ctx.Done():
+					}
+				}()
+				_, _ = c.Pop(ctx, nil, tc.timeout, true)
+				cancel()
+			}
+			close(polled)
+			wg.Wait()
+			close(failed)
+			for err := range failed {
+				t.Errorf("a call beside the cancelled pops failed: %v", err)
+			}
+		})
 	}
 }
 

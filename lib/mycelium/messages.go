@@ -116,7 +116,7 @@ func (c *Client) Pop(ctx context.Context, topic []byte, timeout time.Duration, p
 		q.Set("topic", b64(topic))
 	}
 	r := request{op: "popMessage", method: http.MethodGet, segs: []string{"api", "v1", "messages"},
-		query: q, wait: time.Duration(secs) * time.Second}
+		query: q, wait: time.Duration(secs) * time.Second, takes: !peek}
 	resp, err := c.do(ctx, r)
 	if err != nil {
 		return nil, err
