@@ -24,10 +24,16 @@ var transientPrefixes = []string{
 }
 
 // transientParts are pieces of error texts that say the connection failed, for errors
-// wrapped as text on their way (a script's error, gRPC's status message).
+// wrapped as text on their way (a script's error, gRPC's status message), or that the
+// server lacks one of the store's Redis functions for now: a replica promoted before
+// it had the libraries loaded just before its master died (replication is
+// asynchronous), or a Redis restarted without its data. The loader (supervisor-daemon)
+// loads them again at its next check (lib/store), and a call of the other services
+// waits for that rather than failing a job or dropping its end.
 var transientParts = []string{
 	"connection refused", "connection reset", "broken pipe", "i/o timeout", "EOF",
 	"use of closed network connection", "no route to host", "network is unreachable",
+	"Function not found",
 }
 
 // Transient reports whether err is a fault that passes by itself: retrying the same

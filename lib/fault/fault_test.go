@@ -36,6 +36,8 @@ func TestTransient(t *testing.T) {
 		errors.New("UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"),
 		context.DeadlineExceeded,
 		fmt.Errorf("read: %w", net.ErrClosed),
+		// a promoted replica without the store's functions, until the loader loads them
+		fmt.Errorf("claim and start from queue:sh of context 3: %w", errors.New("ERR Function not found")),
 	} {
 		if !Transient(err) {
 			t.Errorf("Transient(%v) = false, want true", err)

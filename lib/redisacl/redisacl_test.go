@@ -449,6 +449,17 @@ func TestUsersOnEveryServerOfPlacementAndSentinel(t *testing.T) {
 	if err := g.Master.Down(redistest.DownKill); err != nil {
 		t.Fatal(err)
 	}
+	if err := g.WaitPromoted(wctx); err != nil {
+		t.Fatal(err)
+	}
+	// Replication is asynchronous: a replica promoted before it had applied the
+	// libraries loaded just before its master died lacks them (the library text is
+	// over a megabyte, compiled by the replica as it applies it). Make that certain:
+	// the runner's claim meets "Function not found", a passing fault, and goes on once
+	// supervisor-daemon's check has loaded them into the new master.
+	if err := g.Replica.Client(t, 0).FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
 	for deadline := time.Now().Add(time.Minute); ; {
 		err := claim(3)
 		if err == nil {

@@ -359,8 +359,9 @@ func (s *Store) tend(ctx context.Context) {
 }
 
 // Run runs a script on a client (its DB 0). A function the server does not know (a
-// Redis restarted without its data, before the loader's next check) is an error:
-// "Function not found".
+// Redis restarted without its data, a replica promoted without it, before the
+// loader's next check) is an error, "Function not found", which fault.Transient
+// counts as passing: the caller tries again once the loader has loaded it.
 func (sc *Script) Run(ctx context.Context, c redis.Cmdable, keys []string, args ...any) *redis.Cmd {
 	return c.FCall(ctx, sc.fn, keys, args...)
 }

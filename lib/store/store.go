@@ -680,8 +680,8 @@ type Call struct {
 // transaction: each script is atomic on its own) and returns each call's command, whose
 // Err and Result are that call's alone (a lost connection fails every call). In the
 // loader, a function the server does not know (yet) is loaded, and the calls that did
-// not run are run again; elsewhere such a call fails ("Function not found") until the
-// loader's next check.
+// not run are run again; elsewhere such a call fails ("Function not found", a passing
+// fault for fault.Transient) until the loader's next check.
 func (d *DB) EvalBatch(ctx context.Context, calls []Call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = d.Pipelined(ctx, func(p redis.Pipeliner) error {

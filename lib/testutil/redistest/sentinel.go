@@ -72,13 +72,8 @@ func startGroup(t testing.TB, n int, opt ...Options) (*Group, error) {
 	g.Replica = Start(t, ro)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rc := g.Replica.rawClient()
-	defer func() { _ = rc.Close() }()
-	if err := until(ctx, func() bool {
-		info, err := rc.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	}); err != nil {
-		return nil, fmt.Errorf("the replica did not sync with its master: %v", err)
+	if err := g.WaitSynced(ctx); err != nil {
+		return nil, err
 	}
 	quorum := n/2 + 1
 	for i := 0; i < n; i++ {
@@ -111,6 +106,71 @@ func startGroup(t testing.TB, n int, opt ...Options) (*Group, error) {
 		g.URL += "&addr=" + s.Addr
 	}
 	return g, nil
+}
+
+// WaitSynced waits until the replica's link to the master is up and it has applied
+// everything the master wrote so far (its offset is the master's): replication is
+// asynchronous, so a master killed before that takes its last writes with it (a
+// library just loaded, a key just set), which the promoted replica then lacks.
+func (g *Group) WaitSynced(ctx context.Context) error {
+	mc, rc := g.Master.rawClient(), g.Replica.rawClient()
+	defer func() { _, _ = mc.Close(), rc.Close() }()
+	var last string
+	err := until(ctx, func() bool {
+		mi, err := mc.Info(ctx, "replication").Result()
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		ri, err := rc.Info(ctx, "replication").Result()
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		want, got := infoField(mi, "master_repl_offset"), infoField(ri, "slave_repl_offset")
+		last = fmt.Sprintf("link %s, replica at offset %s of the master's %s", infoField(ri, "master_link_status"), got, want)
+		return infoField(ri, "master_link_status") == "up" && want != "" && got == want
+	})
+	if err != nil {
+		return fmt.Errorf("the replica did not sync with its master: %v (%s)", err, last)
+	}
+	return nil
+}
+
+// WaitPromoted waits until the Sentinels have made the replica the master (after the
+// master went down): the first Sentinel names it and it says it is the master.
+func (g *Group) WaitPromoted(ctx context.Context) error {
+	rc := g.Replica.rawClient()
+	defer func() { _ = rc.Close() }()
+	var last string
+	err := until(ctx, func() bool {
+		addr, err := g.MasterAddr(ctx)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		info, err := rc.Info(ctx, "replication").Result()
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		last = fmt.Sprintf("the Sentinel names %s, the replica's role is %s", addr, infoField(info, "role"))
+		return addr == g.Replica.Addr && infoField(info, "role") == "master"
+	})
+	if err != nil {
+		return fmt.Errorf("the replica was not promoted: %v (%s)", err, last)
+	}
+	return nil
+}
+
+// infoField is the value of field in an INFO answer ("" when absent).
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // MasterAddr asks the first Sentinel which server is the master now.
