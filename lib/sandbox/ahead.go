@@ -412,7 +412,10 @@ func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration, trial bool) (*Pre
 	if err != nil {
 		return nil, err
 	}
-	return p, p.ready(wait)
+	if err := p.ready(wait); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // launchAhead starts making a sandbox of lim (prepareAhead): its first process
