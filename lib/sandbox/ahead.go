@@ -467,7 +467,7 @@ func (p *Prepared) ready(wait time.Duration) error {
 	if errors.Is(err, errEndedEarly) {
 		// Read once its process was waited for: its last words (bwrap's error) are
 		// copied by then (they come through a pipe of their own, read beside the
-		// report's: read when the report ended, they were often not there yet).
+		// report's: read when the report ended, they might not be there yet).
 		err = fmt.Errorf("%w: %s", err, strings.TrimSpace(p.stderr.early()))
 	}
 	return err
