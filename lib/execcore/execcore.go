@@ -36,6 +36,20 @@ type Execution[K comparable] struct {
 	reason string
 	proc   *procrun.Proc
 	cancel func(reason string)
+	killed chan struct{} // closed by the first Kill (made on first use: killedCh)
+}
+
+// killedCh is closed once the execution is killed.
+func (ex *Execution[K]) killedCh() <-chan struct{} {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.killed == nil {
+		ex.killed = make(chan struct{})
+		if ex.reason != "" {
+			close(ex.killed)
+		}
+	}
+	return ex.killed
 }
 
 // Kill ends the run with a reason: its process group now (or, once one starts, at its
@@ -44,6 +58,9 @@ func (ex *Execution[K]) Kill(reason string) {
 	ex.mu.Lock()
 	if ex.reason == "" {
 		ex.reason = reason
+		if ex.killed != nil {
+			close(ex.killed)
+		}
 	}
 	proc, cancel := ex.proc, ex.cancel
 	ex.mu.Unlock()

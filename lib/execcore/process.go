@@ -36,7 +36,19 @@ type Process struct {
 	// bytes; with a sandbox, read in it: sandbox.Job.Result).
 	Result    string
 	ResultMax int64
+	// OnSandboxRetry, when set, is told of each failure to prepare the run's sandbox
+	// that Start tries again after (try: the tries so far) — a log line's.
+	OnSandboxRetry func(try int, err error)
 }
+
+// SandboxTries bounds the tries Start makes to prepare a run's sandbox (StepSandbox,
+// StepStarted): a sandbox that could not be made — a passing fault of the runner's
+// host, never the job's — is made again, SandboxRetryWait × the tries so far after.
+// Nothing of the job ran in a sandbox not made: it runs once, in the one made.
+const SandboxTries = 3
+
+// SandboxRetryWait is the wait after a first failure to prepare a sandbox.
+const SandboxRetryWait = 100 * time.Millisecond
 
 // Start steps: where a StartError happened.
 const (
@@ -45,10 +57,12 @@ const (
 	StepStarted = "started" // the sandbox could not finish the start (its network)
 )
 
-// StartError is a run that could not start: Step says where.
+// StartError is a run that could not start: Step says where, Tries how many times
+// (its sandbox's preparation is tried up to SandboxTries times).
 type StartError struct {
-	Step string
-	Err  error
+	Step  string
+	Err   error
+	Tries int
 }
 
 func (e *StartError) Error() string { return fmt.Sprintf("%s: %v", e.Step, e.Err) }
@@ -110,8 +124,35 @@ func (e Ended) Describe() string { return e.Result.Describe(e.Stderr) }
 // Start prepares the sandbox and starts the process, attached to ex: a kill that came
 // before (a stop, a hand-back) ends it at once, and a later one ends it too. A job
 // whose limits have sandboxes made ahead (sandbox.Sandbox.Ahead) takes one and hands
-// it the job, else its sandbox is made now.
+// it the job, else its sandbox is made now. A sandbox that could not be prepared is
+// tried again, up to SandboxTries in all, unless ex is killed meanwhile; the error
+// then is the last try's (StartError.Tries).
 func (ex *Execution[K]) Start(p Process) (*Run[K], error) {
+	for try := 1; ; try++ {
+		r, err := ex.start(p)
+		var se *StartError
+		if !errors.As(err, &se) {
+			return r, err
+		}
+		se.Tries = try
+		if se.Step == StepStart || try >= SandboxTries || ex.Reason() != "" {
+			return nil, err
+		}
+		if p.OnSandboxRetry != nil {
+			p.OnSandboxRetry(try, se.Err)
+		}
+		t := time.NewTimer(time.Duration(try) * SandboxRetryWait)
+		select {
+		case <-t.C:
+		case <-ex.killedCh():
+			t.Stop()
+			return nil, err
+		}
+	}
+}
+
+// start is one try of Start.
+func (ex *Execution[K]) start(p Process) (*Run[K], error) {
 	if p.Sandbox != nil && p.Sandbox.Ahead(p.Limits) {
 		return ex.startAhead(p)
 	}

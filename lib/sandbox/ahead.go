@@ -399,21 +399,35 @@ type Prepared struct {
 	once   sync.Once // Hand or Destroy
 	key    *aheadKey // the limits it was made for
 	// zy: a forking sandbox (zygote.go), which serves one job after another; nil: a
-	// sandbox of one job, destroyed with it.
-	zy *zygote
+	// sandbox of one job, destroyed with it. fork: made as one (zy set once made).
+	zy   *zygote
+	fork bool
 }
 
 // prepareAhead makes a sandbox of lim and waits until it is ready (trial: New's trial
 // of a forking sandbox, which Options.Pause does not stop; its wrapper said
 // "start"), at most wait.
 func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration, trial bool) (*Prepared, error) {
+	p, err := s.launchAhead(lim, trial)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.ready(wait); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// launchAhead starts making a sandbox of lim (prepareAhead): its first process
+// launched and through its gate; ready waits for it.
+func (s *Sandbox) launchAhead(lim Limits, trial bool) (*Prepared, error) {
 	fork := s.opt.Zygote != ""
 	j, err := s.PrepareWith(workDirIn(JobDir), nil, lim, Extra{ahead: true, zygote: fork})
 	if err != nil {
 		return nil, err
 	}
 	j.trial = trial
-	p := &Prepared{job: j, stdout: &lateWriter{}, stderr: &lateWriter{}}
+	p := &Prepared{job: j, stdout: &lateWriter{}, stderr: &lateWriter{}, fork: fork}
 	specR, specW, err := s.specFiles(fork)
 	if err != nil {
 		j.Cleanup()
@@ -436,23 +450,27 @@ func (s *Sandbox) prepareAhead(lim Limits, wait time.Duration, trial bool) (*Pre
 		j.Cleanup()
 		return nil, err
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-j.report.started:
-		if fork {
-			if err := p.forking(specW); err != nil {
-				return nil, err
-			}
+	return p, nil
+}
+
+// ready waits until a sandbox launchAhead started is made (its first process said
+// "start"), at most wait; one not made is destroyed, and the error says why.
+func (p *Prepared) ready(wait time.Duration) error {
+	err := p.job.report.awaitStart(wait)
+	if err == nil {
+		if p.fork {
+			return p.forking()
 		}
-		return p, nil
-	case <-j.report.done:
-		err = fmt.Errorf("the sandbox ended before its job: %s", strings.TrimSpace(p.stderr.early()))
-	case <-t.C:
-		err = fmt.Errorf("the sandbox was not made within %s", wait)
+		return nil
 	}
 	p.Destroy()
-	return nil, err
+	if errors.Is(err, errEndedEarly) {
+		// Read once its process was waited for: its last words (bwrap's error) are
+		// copied by then (they come through a pipe of their own, read beside the
+		// report's: read when the report ended, they might not be there yet).
+		err = fmt.Errorf("%w: %s", err, strings.TrimSpace(p.stderr.early()))
+	}
+	return err
 }
 
 // specFiles are the pipe of a sandbox's spec (its end, the runner's); fork: the

@@ -195,6 +195,37 @@ func (rp *report) read() {
 	}
 }
 
+// errEndedEarly: a sandbox's first process ended before it said "start".
+var errEndedEarly = errors.New("the sandbox ended before its job")
+
+// awaitStart waits until the sandbox's first process said "start" (nil), its report
+// ended without it (errEndedEarly), or wait passed. A forking sandbox's zygote says
+// "start" and closes the report at once, and a runner slow to look (a loaded host, a
+// restart's sandboxes all being made) finds both the word and the end: the word said
+// decides. Before, one select on both picked either at random, and half such sandboxes
+// were destroyed as ended before their job — the error of a job waiting for one.
+func (rp *report) awaitStart(wait time.Duration) error {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	timedOut := false
+	select {
+	case <-rp.started:
+		return nil
+	case <-rp.done:
+	case <-t.C:
+		timedOut = true
+	}
+	select {
+	case <-rp.started: // said before the end: read closes started first
+		return nil
+	default:
+	}
+	if timedOut {
+		return fmt.Errorf("the sandbox was not made within %s", wait)
+	}
+	return errEndedEarly
+}
+
 // begunLine is when a report (b, so far) says its job began: its "begun" line read now,
 // or the time it names ("begun <unix ns>") when earlier; zero before that line.
 func begunLine(b []byte) time.Time {

@@ -189,8 +189,9 @@ func (z *zygote) close() {
 	closeAll(pipes...)
 }
 
-// forking makes p a forking sandbox, its zygote ready, control its socket.
-func (p *Prepared) forking(control *os.File) error {
+// forking makes p a forking sandbox, its zygote ready, p.spec its control socket.
+func (p *Prepared) forking() error {
+	control := p.spec
 	c, err := net.FileConn(control)
 	_ = control.Close()
 	if err != nil {

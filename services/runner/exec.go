@@ -242,10 +242,13 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 		Log: logw, OutputMax: r.cfg.OutputMaxBytes, KillGrace: r.cfg.KillGrace,
 		OnLimit: ex.Kill, // a job over a memory or process limit is stopped at once, its whole tree
 		Result:  resultFileName, ResultMax: maxResultFile,
+		OnSandboxRetry: func(try int, err error) {
+			log.Warn().Err(err).Int("try", try).Msg("the job's sandbox could not be prepared: trying again")
+		},
 	})
 	if err != nil {
 		logw.Close()
-		return startFailure(err, interp[0], j.ScriptType)
+		return startFailure(err, ex.Reason(), interp[0], j.ScriptType, log)
 	}
 	// A stop that came between the claim and the start is honoured now.
 	if j.StopAsked && ex.Reason() == "" {
@@ -266,14 +269,24 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	return rr
 }
 
-// startFailure is the outcome of a script whose process could not start.
-func startFailure(err error, interpreter string, st model.ScriptType) runResult {
+// startFailure is the outcome of a script whose process could not start (killed: its
+// execution's kill reason). A sandbox that could not be prepared is the runner's
+// fault: execcore tried it again already (execcore.SandboxTries), and a kill that
+// ended the tries ends the job as that kill does (handed back at the shutdown: no end).
+func startFailure(err error, killed, interpreter string, st model.ScriptType, log zerolog.Logger) runResult {
+	switch killed {
+	case execcore.ReasonHandedBack, "lost_lease":
+		return runResult{reason: killed}
+	case "stopped":
+		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "stopped", Fatal: true}, "stopped"}
+	}
 	o := store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: err.Error()}
 	var se *execcore.StartError
 	if errors.As(err, &se) {
 		switch se.Step {
 		case execcore.StepSandbox:
-			o.Error = "runner cannot prepare the sandbox: " + se.Err.Error()
+			o.Error = fmt.Sprintf("runner cannot prepare the sandbox (%d tries): %v", se.Tries, se.Err)
+			log.Error().Err(se.Err).Int("tries", se.Tries).Msg("runner cannot prepare the job's sandbox: the job ends in error")
 		case execcore.StepStart:
 			o.Fatal = true
 			o.Error = fmt.Sprintf("cannot start interpreter %q for script_type %q: %v", interpreter, st, se.Err)
