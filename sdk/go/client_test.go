@@ -77,7 +77,7 @@ func (f *flaky) SubmitJob(ctx context.Context, r *herov1.SubmitJobRequest) (*her
 }
 
 // serve runs srv on a local port and dials it (plaintext, an operator secret).
-func serve(t *testing.T, srv herov1.CoordinatorServer) *Client {
+func serve(t testing.TB, srv herov1.CoordinatorServer) *Client {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

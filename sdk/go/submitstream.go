@@ -78,6 +78,10 @@ type submitStream struct {
 	held     []*herov1.SubmitJobStreamRequest
 	flushing *flight        // the flight the held ones go in, once flushHeld takes them
 	owner    *submitStreams // ends the stream when a flush's send fails
+	// flush wakes the stream's flusher (flusher) to send what was held: one
+	// goroutine for the stream's life, not one per flight, which would grow a new
+	// stack through the send every time.
+	flush chan struct{}
 }
 
 // flight is the submissions sent together: left, those whose answers are awaited.
@@ -159,7 +163,30 @@ func (ss *submitStream) answer(r *herov1.SubmitJobStreamResponse) {
 	if flush {
 		// not from this goroutine: a send that waits on flow control must not hold
 		// up the answers; and the producers woken meanwhile join the message
-		go ss.flushHeld()
+		ss.wakeFlusher()
+	}
+}
+
+// wakeFlusher has the flusher send what was held (landed said so). It never waits:
+// a wake-up not yet taken means the flusher has not yet taken the flight that one
+// was for, and landed counts no other flight until it has (flushing).
+func (ss *submitStream) wakeFlusher() {
+	select {
+	case ss.flush <- struct{}{}:
+	default:
+	}
+}
+
+// flusher sends what was held each time it is woken (wakeFlusher), until the stream
+// ended.
+func (ss *submitStream) flusher() {
+	for {
+		select {
+		case <-ss.flush:
+			ss.flushHeld()
+		case <-ss.done:
+			return
+		}
 	}
 }
 
@@ -337,9 +364,11 @@ func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest
 // woken by their answers add their next submissions). A failed send's error goes to
 // the submission that made it; the others it held wait on the stream, which fails.
 func newSubmitStream(st grpc.BidiStreamingClient[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], cancel context.CancelFunc) *submitStream {
-	ss := &submitStream{st: st, cancel: cancel, pending: map[uint64]pendingSubmit{}, done: make(chan struct{}), window: submitWindow}
+	ss := &submitStream{st: st, cancel: cancel, pending: map[uint64]pendingSubmit{}, done: make(chan struct{}), window: submitWindow,
+		flush: make(chan struct{}, 1)}
 	ss.sender.Yield = ss.batches.Load
 	ss.sender.Write = ss.write
+	go ss.flusher()
 	return ss
 }
 
@@ -399,7 +428,7 @@ func (ss *submitStream) forget(seq uint64) {
 	flush := ok && ss.landed(p.f)
 	ss.mu.Unlock()
 	if flush {
-		go ss.flushHeld()
+		ss.wakeFlusher()
 	}
 }
 

@@ -88,10 +88,11 @@ func (g *submitGroups) addMany(ctx context.Context, in []groupEntry) ([]store.Su
 	out, errs := make([]store.Submitted, len(in)), make([]error, len(in))
 	byServer := partsBy(len(in), func(i int) *store.Server { return g.serverOf(in[i].ctxID) })
 	one := func(idx []int) {
-		items := make([]*groupedSub, len(idx))
+		items, subs := make([]*groupedSub, len(idx)), make([]groupedSub, len(idx)) // one allocation for the items
 		for n, i := range idx {
 			e := in[i]
-			items[n] = &groupedSub{ctxID: e.ctxID, guard: e.guard, sub: e.sub, chosen: e.sub.Job.ID != 0}
+			subs[n] = groupedSub{ctxID: e.ctxID, guard: e.guard, sub: e.sub, chosen: e.sub.Job.ID != 0}
+			items[n] = &subs[n]
 		}
 		res, rerrs := g.commits.doMany(ctx, g.serverOf(in[idx[0]].ctxID), items)
 		for n, i := range idx {

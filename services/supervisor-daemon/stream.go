@@ -256,6 +256,7 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 	// context ends meanwhile: its answer must not say "refused" of a stored job.
 	ctx = context.WithoutCancel(ctx)
 	p := principal(ctx)
+	key := p.key() // the caller's rate, for each item but the opening one
 	subs := make([]eachSubmit, 0, len(items))
 	at := make([]int, 0, len(items)) // the item of each of subs
 	for i, it := range items {
@@ -264,7 +265,7 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 			errs[i] = revoked
 			continue
 		}
-		sub, err := c.checkStreamItem(ctx, p, it)
+		sub, err := c.checkStreamItem(ctx, key, it)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -296,21 +297,22 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 	return out
 }
 
-// checkStreamItem checks one submission of a stream (its rate, its traceparent, its form)
-// and makes it a submission for submitEach.
-func (c *coordinatorServer) checkStreamItem(ctx context.Context, p Principal, it streamItem) (eachSubmit, error) {
+// checkStreamItem checks one submission of a stream (its rate, counted against the
+// caller's key, its traceparent, its form) and makes it a submission for submitEach.
+func (c *coordinatorServer) checkStreamItem(ctx context.Context, key string, it streamItem) (eachSubmit, error) {
 	r := it.r
 	if it.limit && c.limits != nil {
-		if err := c.limits.allow(p.key(), 1); err != nil {
+		if err := c.limits.allow(key, 1); err != nil {
 			return eachSubmit{}, err
 		}
 	}
+	tp := ""
 	if r.Traceparent != "" {
 		tctx, err := withTraceparent(ctx, []string{r.Traceparent})
 		if err != nil {
 			return eachSubmit{}, err
 		}
-		ctx = tctx
+		ctx, tp = tctx, traceparentOf(tctx)
 	}
 	if len(r.Batch) > 0 {
 		return eachSubmit{}, invalidParams("batch", "the stream item (seq %d) holds a batch: a batch's items are submissions", r.Seq)
@@ -319,7 +321,7 @@ func (c *coordinatorServer) checkStreamItem(ctx context.Context, p Principal, it
 	if sr == nil {
 		return eachSubmit{}, invalidParams("submit", "the stream item (seq %d) has no submission", r.Seq)
 	}
-	return eachSubmit{ctx: ctx, ctxID: sr.ContextId, item: submitItemFromPB(sr.Job, sr.UniqueKey, sr.UniqueTtlSeconds, sr.RunAt, sr.Delay, debounceParams{DebounceKey: sr.DebounceKey, Debounce: sr.Debounce})}, nil
+	return eachSubmit{ctx: ctx, tp: tp, ctxID: sr.ContextId, item: submitItemFromPB(sr.Job, sr.UniqueKey, sr.UniqueTtlSeconds, sr.RunAt, sr.Delay, debounceParams{DebounceKey: sr.DebounceKey, Debounce: sr.Debounce})}, nil
 }
 
 // streamError is a refused item's status as the stream carries it.

@@ -151,42 +151,53 @@ func (s *service) storeSubmissions(ctx context.Context, ctxID uint32, subs []sto
 	return s.store.SubmitGuarded(ctx, ctxID, subs, guard)
 }
 
-// submissions checks items against their context c for the principal p.
+// submissions checks items against their context c for the principal p (the
+// request's traceparent, if any, in ctx).
 func (s *service) submissions(ctx context.Context, p Principal, c *model.Context, db *store.DB, ctxID uint32, items []submitItem, where string) ([]store.Submission, error) {
 	subs := make([]store.Submission, len(items))
 	tp := traceparentOf(ctx)
 	for i, it := range items {
-		if it.Job == nil {
-			return nil, invalidParams(where+"job", "%sjob is required (item %d)", where, i)
-		}
-		if it.UniqueKey != "" && (it.UniqueTTLSeconds == 0 || it.UniqueTTLSeconds > maxUniqueTTL) {
-			return nil, invalidParams(where+"unique_ttl_seconds", "%sunique_ttl_seconds %d (item %d): a unique_key needs 1 to %d seconds", where, it.UniqueTTLSeconds, i, maxUniqueTTL)
-		}
-		if len(it.UniqueKey) > 256 {
-			return nil, invalidParams(where+"unique_key", "%sunique_key (item %d) is %d bytes; at most 256", where, i, len(it.UniqueKey))
-		}
-		runAt, err := it.when(where, time.Now())
+		sub, err := submission(ctx, p, c, db, ctxID, it, i, where, tp)
 		if err != nil {
 			return nil, err
 		}
-		window, err := it.window(where, it.RunAt != "" || it.Delay != "")
-		if err != nil {
-			return nil, err
-		}
-		if window > 0 {
-			runAt = time.Now().Add(window)
-		}
-		j, err := standaloneJob(ctx, p, c, db, it.Job, ctxID)
-		if err != nil {
-			return nil, err
-		}
-		if tp != "" {
-			j.Traceparent = tp
-		}
-		j.DebounceKey, j.Awaited = it.DebounceKey, it.awaited
-		subs[i] = store.Submission{Job: j, UniqueKey: it.UniqueKey, UniqueTTL: time.Duration(it.UniqueTTLSeconds) * time.Second, Actor: p.Name(), RunAt: runAt}
+		subs[i] = sub
 	}
 	return subs, nil
+}
+
+// submission checks item i of a submission against its context c for the principal
+// p; tp is the request's traceparent ("" when none).
+func submission(ctx context.Context, p Principal, c *model.Context, db *store.DB, ctxID uint32, it submitItem, i int, where, tp string) (store.Submission, error) {
+	if it.Job == nil {
+		return store.Submission{}, invalidParams(where+"job", "%sjob is required (item %d)", where, i)
+	}
+	if it.UniqueKey != "" && (it.UniqueTTLSeconds == 0 || it.UniqueTTLSeconds > maxUniqueTTL) {
+		return store.Submission{}, invalidParams(where+"unique_ttl_seconds", "%sunique_ttl_seconds %d (item %d): a unique_key needs 1 to %d seconds", where, it.UniqueTTLSeconds, i, maxUniqueTTL)
+	}
+	if len(it.UniqueKey) > 256 {
+		return store.Submission{}, invalidParams(where+"unique_key", "%sunique_key (item %d) is %d bytes; at most 256", where, i, len(it.UniqueKey))
+	}
+	runAt, err := it.when(where, time.Now())
+	if err != nil {
+		return store.Submission{}, err
+	}
+	window, err := it.window(where, it.RunAt != "" || it.Delay != "")
+	if err != nil {
+		return store.Submission{}, err
+	}
+	if window > 0 {
+		runAt = time.Now().Add(window)
+	}
+	j, err := standaloneJob(ctx, p, c, db, it.Job, ctxID)
+	if err != nil {
+		return store.Submission{}, err
+	}
+	if tp != "" {
+		j.Traceparent = tp
+	}
+	j.DebounceKey, j.Awaited = it.DebounceKey, it.awaited
+	return store.Submission{Job: j, UniqueKey: it.UniqueKey, UniqueTTL: time.Duration(it.UniqueTTLSeconds) * time.Second, Actor: p.Name(), RunAt: runAt}, nil
 }
 
 // countSubmitted counts the jobs SubmitJobs created (hero_jobs_submitted_total).

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
 // BenchmarkSubmitPath: job.submit from 1 and from 32 concurrent callers through the
@@ -107,6 +109,34 @@ func BenchmarkCreateBatch(b *testing.B) {
 		for i, a := range s.jobCreateBatch(context.Background(), Principal{Actor: 1}, raws) {
 			if a.err != nil {
 				b.Fatalf("job %d: %v", i, a.err)
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N*size), "cpu-us/job")
+}
+
+// BenchmarkStreamSubmit: the submissions of a SubmitJobStream, 16 a batch message (as
+// the Go client's flights bring them under load), through the stream's handling of a
+// batch (streamSubmit: the checks, the group commit, the answers) against a real
+// Redis, without transport and authentication. Reports this process's CPU per
+// submission; -benchmem's figures are per batch of 16.
+func BenchmarkStreamSubmit(b *testing.B) {
+	_, st := submitStore(b)
+	c := &coordinatorServer{s: benchService(b, st)}
+	ctx := context.WithValue(context.Background(), principalKey{}, Principal{Actor: 2})
+	const size = 16
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	for n := range b.N {
+		items := make([]streamItem, size)
+		for i := range items {
+			items[i] = streamItem{r: &herov1.SubmitJobStreamRequest{Seq: uint64(n*size + i), Submit: &herov1.SubmitJobRequest{ContextId: 1,
+				Job: &herov1.Job{Script: "true", ScriptType: "sh"}}}}
+		}
+		for i, a := range c.streamSubmit(ctx, items) {
+			if a.Error != nil || a.Submit == nil {
+				b.Fatalf("item %d: %+v", i, a)
 			}
 		}
 	}

@@ -10,7 +10,8 @@ import (
 
 // eachSubmit is one submission of a batch that submitEach handles as if it came alone.
 type eachSubmit struct {
-	ctx   context.Context // the submission's own (its traceparent)
+	ctx   context.Context // the submission's own
+	tp    string          // its traceparent ("" when none)
 	ctxID uint32
 	item  submitItem
 }
@@ -58,9 +59,9 @@ func (s *service) submitTry(ctx context.Context, p Principal, in []eachSubmit, p
 			auths[it.ctxID] = a
 		}
 		err := a.err
-		var subs []store.Submission
+		var sub store.Submission
 		if err == nil {
-			subs, err = s.submissions(it.ctx, p, a.e.c, a.db, it.ctxID, []submitItem{it.item}, "")
+			sub, err = submission(it.ctx, p, a.e.c, a.db, it.ctxID, it.item, 0, "", it.tp)
 		}
 		switch {
 		case err != nil && !a.loaded && !fresh: // a refusal met with a cached context
@@ -68,11 +69,12 @@ func (s *service) submitTry(ctx context.Context, p Principal, in []eachSubmit, p
 		case err != nil:
 			errs[i] = err
 		default:
-			entries = append(entries, groupEntry{ctxID: it.ctxID, guard: a.e.guard, sub: subs[0]})
+			entries = append(entries, groupEntry{ctxID: it.ctxID, guard: a.e.guard, sub: sub})
 			at = append(at, i)
 		}
 	}
 	res, rerrs := s.storeEach(ctx, entries)
+	results := make([]submitResult, len(at)) // what out points to: one allocation for them all
 	for n, i := range at {
 		it, a, err := in[i], auths[in[i].ctxID], rerrs[n]
 		switch {
@@ -94,7 +96,8 @@ func (s *service) submitTry(ctx context.Context, p Principal, in []eachSubmit, p
 				continue
 			}
 			s.countSubmitted(r)
-			out[i] = &submitResult{Job: r[0].Job, Existing: r[0].Existing}
+			results[n] = submitResult{Job: r[0].Job, Existing: r[0].Existing}
+			out[i] = &results[n]
 		}
 	}
 	slices.Sort(again) // in their order, as the group commit takes them
