@@ -71,8 +71,9 @@ func (e *Event) Fields() []any {
 }
 
 // impliedStatus is the status of the job events whose type says it: a stream entry of
-// one of them stores its status empty, and a read gives it back (issue 49: ~25 B of a
-// job's four events). Every writer of these types gives them this status.
+// one of them stores no status (an earlier version's, an empty one), and a read gives
+// it back (issue 49: ~25 B of a job's four events). Every writer of these types gives
+// them this status.
 var impliedStatus = map[string]string{
 	"job.dispatched": "dispatched", "job.started": "started", "job.finished": "finished", "job.failed": "error",
 }
@@ -81,6 +82,7 @@ var impliedStatus = map[string]string{
 // the scripts store empty (lua/lib_dispatch.lua, release_dependents.lua): a read gives
 // it back. Every writer of the type writes "attempt <n>".
 const impliedDetail = "attempt 1"
+
 
 // AddEvent queues the XADD of an event on a pipeline of the context's DB. It trims
 // nothing: a fixed cap here would cut the events of a large flow; the scripts' XADDs
@@ -115,6 +117,13 @@ func eventFromMessage(ctxID uint32, m redis.XMessage) Event {
 	e.FlowID = parseU32(get("flow_id"))
 	e.JobID = parseU32(get("job_id"))
 	e.CallerID = parseU32(get("caller_id"))
+	if e.Detail == "" && e.Type == string(model.EventJobCreated) && e.JobID != 0 && e.CallerID != 0 {
+		// A job.created that names its job (job_id, caller_id) without a detail is a
+		// submission's (lua/submit.lua), whose detail is the job's key: stored empty (~15 B
+		// of the entry, a string less for the script to hand Redis). Every other writer
+		// of the type gives it a detail, or no job_id.
+		e.Detail = keys.Job(e.CallerID, e.JobID)
+	}
 	return e
 }
 

@@ -322,10 +322,13 @@ for _, j in ipairs(jobs) do
     indexed[#indexed + 1] = member
     -- The fields every job event has, in their order: a stream stores the names of an
     -- entry's fields only when they differ from its node's first entry's.
+    -- No status (job.created's is empty, job.dispatched's its type's), and no detail:
+    -- a job.created of a job_id and caller_id reads its job's key, a job.dispatched a
+    -- first attempt's (lib/store impliedStatus, impliedDetail, createdDetail).
     redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
-      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', j.key)
+      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'detail', '')
     redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_DISPATCHED, 'actor', j.actor,
-      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', '', 'detail', '') -- status and detail: the type's and a first attempt's (lib/store impliedStatus, impliedDetail)
+      'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'detail', '')
     -- its request message: the call's fields, and the job's own (its list as
     -- lib/store's requestRef writes a standalone job's, its text as requestFields'),
     -- acknowledged and the job queued when a runner here takes it (as lib_route's
