@@ -83,7 +83,6 @@ var impliedStatus = map[string]string{
 // it back. Every writer of the type writes "attempt <n>".
 const impliedDetail = "attempt 1"
 
-
 // AddEvent queues the XADD of an event on a pipeline of the context's DB. It trims
 // nothing: a fixed cap here would cut the events of a large flow; the scripts' XADDs
 // cap the stream (EventsPerJob) and the retention trims it.
