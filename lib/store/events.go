@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -90,8 +91,43 @@ func AddEvent(ctx context.Context, p redis.Pipeliner, e *Event) {
 	p.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, Values: e.Fields()})
 }
 
-// eventFromMessage decodes a stream entry.
-func eventFromMessage(ctxID uint32, m redis.XMessage) Event {
+// storedCreatedDispatched is the stored type of a stream entry that holds two events of
+// one job, its job.created and its job.dispatched: a submission of several jobs writes
+// each one's but the first's so (lua/submit.lua: an XADD less a job). Its id is the
+// job.dispatched's; the job.created's is the id one sequence number before, which the
+// script leaves free (it adds the entry two sequence numbers after the one before it).
+const storedCreatedDispatched = "cd"
+
+// eventsOf decodes stream entries into events, oldest first: an entry of
+// storedCreatedDispatched gives two. Events at or before the position after (an event
+// id; "", "0": none) are left out — a job.created read before whose entry's
+// job.dispatched was not — and at most limit are returned (limit <= 0: all).
+func eventsOf(ctxID uint32, msgs []redis.XMessage, after string, limit int) []Event {
+	pos, filter := parseStreamID(after)
+	out := make([]Event, 0, len(msgs))
+	for _, m := range msgs {
+		if t, _ := m.Values["type"].(string); t == storedCreatedDispatched {
+			if id, ok := parseStreamID(m.ID); ok && id.seq > 0 {
+				created := eventFromMessage(ctxID, m, string(model.EventJobCreated))
+				created.ID = strconv.FormatUint(id.ms, 10) + "-" + strconv.FormatUint(id.seq-1, 10)
+				if !filter || pos.less(streamID{id.ms, id.seq - 1}) {
+					out = append(out, created)
+				}
+			}
+			out = append(out, eventFromMessage(ctxID, m, string(model.EventJobDispatched)))
+		} else {
+			out = append(out, eventFromMessage(ctxID, m, ""))
+		}
+		if limit > 0 && len(out) >= limit {
+			return out[:limit]
+		}
+	}
+	return out
+}
+
+// eventFromMessage decodes a stream entry as one event, of the type typ when given
+// (else the entry's).
+func eventFromMessage(ctxID uint32, m redis.XMessage, typ string) Event {
 	e := Event{ID: m.ID, ContextID: ctxID}
 	get := func(k string) string {
 		if v, ok := m.Values[k].(string); ok {
@@ -99,7 +135,10 @@ func eventFromMessage(ctxID uint32, m redis.XMessage) Event {
 		}
 		return ""
 	}
-	e.Type, e.Actor, e.Status, e.Detail = model.EventTypeOfStored(get("type")), get("actor"), get("status"), get("detail")
+	if typ == "" {
+		typ = model.EventTypeOfStored(get("type"))
+	}
+	e.Type, e.Actor, e.Status, e.Detail = typ, get("actor"), get("status"), get("detail")
 	if e.Status == "" {
 		e.Status = impliedStatus[e.Type] // stored empty: its type says it
 	}
@@ -143,11 +182,7 @@ func (d *DB) ReadEvents(ctx context.Context, after string, limit int64) ([]Event
 	}); err != nil {
 		return nil, fmt.Errorf("read events of context %d: %w", d.ContextID, err)
 	}
-	out := make([]Event, 0, len(cmd.Val()))
-	for _, m := range cmd.Val() {
-		out = append(out, eventFromMessage(d.ContextID, m))
-	}
-	return out, nil
+	return eventsOf(d.ContextID, cmd.Val(), after, int(limit)), nil
 }
 
 // NewestEvents returns the newest events (at most limit) written at or after since,
@@ -161,9 +196,10 @@ func (d *DB) NewestEvents(ctx context.Context, since time.Time, limit int64) ([]
 		return nil, fmt.Errorf("read events of context %d: %w", d.ContextID, err)
 	}
 	msgs := cmd.Val()
-	out := make([]Event, len(msgs))
-	for i, m := range msgs {
-		out[len(msgs)-1-i] = eventFromMessage(d.ContextID, m)
+	slices.Reverse(msgs)
+	out := eventsOf(d.ContextID, msgs, "", 0)
+	if limit > 0 && len(out) > int(limit) {
+		out = out[len(out)-int(limit):] // the newest (an entry of two events gave one more)
 	}
 	return out, nil
 }
@@ -213,9 +249,7 @@ func (r *EventReader) Wait(ctx context.Context, after string, count int64, block
 	}
 	var out []Event
 	for _, s := range res {
-		for _, m := range s.Messages {
-			out = append(out, eventFromMessage(r.d.ContextID, m))
-		}
+		out = append(out, eventsOf(r.d.ContextID, s.Messages, after, int(count))...)
 	}
 	return out, nil
 }
@@ -287,7 +321,9 @@ func (d *DB) CheckEventPosition(ctx context.Context, after string) error {
 		}
 		return nil
 	}
-	if first, ok := parseStreamID(oldest); ok && pos.less(first) {
+	// (a position one sequence number before the oldest entry misses nothing: none can
+	// lie between; it is the job.created of that entry when it holds two events)
+	if first, ok := parseStreamID(oldest); ok && pos.less(first) && (pos.ms != first.ms || pos.seq+1 != first.seq) {
 		return fmt.Errorf("%w: event %s is no longer in context %d's stream (the oldest kept is %s); events after it may be gone", ErrEventsTrimmed, after, d.ContextID, oldest)
 	}
 	return nil

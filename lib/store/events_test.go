@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
@@ -132,5 +133,110 @@ func TestTrimEventsKeepsRetainedFlows(t *testing.T) {
 	}
 	if n := rc.XLen(ctx, keys.Events).Val(); n != 0 {
 		t.Fatalf("%d events left once the flow and its jobs are gone", n)
+	}
+}
+
+// A submission of several jobs writes each job's job.created and job.dispatched in one
+// stream entry but the first job's (an XADD less a job); every reader gives the two
+// events back with ids of their own, in order, and a reader that stopped between them
+// (at the job.created) reads on from there, missing nothing and reading nothing twice.
+func TestSubmittedEventsSharedEntryReadAsTwo(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 27)
+	if _, _, err := s.CreateRunner(ctx, 27, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceExecutors(ctx, 1, []string{"go"}); err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client(t, 27)
+	before := rdb.XLen(ctx, keys.Events).Val()
+	subs := make([]store.Submission, 3)
+	for i := range subs {
+		subs[i] = store.Submission{Job: &model.Job{CallerID: 1, ContextID: 27, FunctionName: "go#noop"}}
+	}
+	out, err := s.SubmitJobs(ctx, 27, subs, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.XLen(ctx, keys.Events).Val() - before; n != 4 {
+		t.Fatalf("3 jobs submitted in one call wrote %d stream entries; want 4 (the first job's two, then one a job)", n)
+	}
+	all, err := db.ReadEvents(ctx, "0", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []store.Event
+	for _, e := range all {
+		if e.JobID != 0 && e.CallerID == 1 {
+			evs = append(evs, e)
+		}
+	}
+	var got []string
+	for _, e := range evs {
+		got = append(got, fmt.Sprintf("%d %s %s %s", e.JobID, e.Type, e.Status, e.Detail))
+	}
+	var want []string
+	for _, o := range out {
+		want = append(want, fmt.Sprintf("%d job.created  %s", o.Job.ID, keys.Job(1, o.Job.ID)), fmt.Sprintf("%d job.dispatched dispatched attempt 1", o.Job.ID))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("read:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var lastMs, lastSeq uint64
+	for i, e := range evs {
+		var ms, seq uint64
+		if _, err := fmt.Sscanf(e.ID, "%d-%d", &ms, &seq); err != nil || ms < lastMs || ms == lastMs && seq <= lastSeq || e.TimeMs != int64(ms) {
+			t.Fatalf("event %d: id %q (%v) after %d-%d, time %d", i, e.ID, err, lastMs, lastSeq, e.TimeMs)
+		}
+		lastMs, lastSeq = ms, seq
+	}
+	ids := func(es []store.Event) string {
+		var s []string
+		for _, e := range es {
+			s = append(s, e.ID)
+		}
+		return strings.Join(s, " ")
+	}
+	// From each event's id: the events after it, by each reader.
+	for i, e := range evs {
+		rest := ids(evs[i+1:])
+		r, err := db.ReadEvents(ctx, e.ID, 1000)
+		if err != nil || ids(r) != rest {
+			t.Errorf("ReadEvents after %s (%s): %s, %v; want %s", e.ID, e.Type, ids(r), err, rest)
+		}
+		if i+1 < len(evs) {
+			r, err = db.ReadEvents(ctx, e.ID, 1)
+			if err != nil || ids(r) != evs[i+1].ID {
+				t.Errorf("ReadEvents after %s, limit 1: %s, %v; want %s", e.ID, ids(r), err, evs[i+1].ID)
+			}
+			w, err := db.WaitEvents(ctx, e.ID, 1000, time.Millisecond)
+			if err != nil || ids(w) != rest {
+				t.Errorf("WaitEvents after %s (%s): %s, %v; want %s", e.ID, e.Type, ids(w), err, rest)
+			}
+			w, err = db.WaitEvents(ctx, e.ID, 1, time.Millisecond)
+			if err != nil || ids(w) != evs[i+1].ID {
+				t.Errorf("WaitEvents after %s, count 1: %s, %v; want %s", e.ID, ids(w), err, evs[i+1].ID)
+			}
+		}
+		if err := db.CheckEventPosition(ctx, e.ID); err != nil {
+			t.Errorf("position %s: %v", e.ID, err)
+		}
+	}
+	if n, err := db.NewestEvents(ctx, time.UnixMilli(0), 3); err != nil || ids(n) != ids(evs[3:]) {
+		t.Errorf("NewestEvents, 3: %s, %v; want %s", ids(n), err, ids(evs[3:]))
+	}
+	if id, err := db.LastEventID(ctx); err != nil || id != evs[5].ID {
+		t.Errorf("LastEventID: %s, %v; want %s", id, err, evs[5].ID)
+	}
+	// The entries before the last job's trimmed: its job.created's id is still a
+	// position that misses nothing (the one before it is not).
+	rdb.XTrimMinID(ctx, keys.Events, evs[5].ID)
+	if err := db.CheckEventPosition(ctx, evs[4].ID); err != nil {
+		t.Errorf("the job.created of the oldest entry: %v", err)
+	}
+	if err := db.CheckEventPosition(ctx, evs[3].ID); !errors.Is(err, store.ErrEventsTrimmed) {
+		t.Errorf("a position before the oldest entry's events: %v; want ErrEventsTrimmed", err)
 	}
 }
