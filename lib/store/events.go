@@ -140,7 +140,7 @@ func eventFromMessage(ctxID uint32, m redis.XMessage, typ string) Event {
 	}
 	e.Type, e.Actor, e.Status, e.Detail = typ, get("actor"), get("status"), get("detail")
 	if e.Status == "" {
-		e.Status = impliedStatus[e.Type] // stored empty: its type says it
+		e.Status = impliedStatus[e.Type] // not stored (or stored empty): its type says it
 	}
 	if e.Detail == "" && e.Type == string(model.EventJobDispatched) {
 		e.Detail = impliedDetail // a first attempt's, stored empty (issue 49: ~9 B of a job's events)
