@@ -141,6 +141,35 @@ func TestTrimEventsKeepsRetainedFlows(t *testing.T) {
 // events back with ids of their own, in order, and a reader that stopped between them
 // (at the job.created) reads on from there, missing nothing and reading nothing twice.
 func TestSubmittedEventsSharedEntryReadAsTwo(t *testing.T) {
+	ctx := context.Background()
+	db, evs := submitThreeJobs(t)
+	checkEventIDsIncrease(t, evs)
+	// From each event's id: the events after it, by each reader.
+	for i := range evs {
+		checkReadOnFrom(t, db, evs, i)
+	}
+	if n, err := db.NewestEvents(ctx, time.UnixMilli(0), 3); err != nil || eventIDs(n) != eventIDs(evs[3:]) {
+		t.Errorf("NewestEvents, 3: %s, %v; want %s", eventIDs(n), err, eventIDs(evs[3:]))
+	}
+	if id, err := db.LastEventID(ctx); err != nil || id != evs[5].ID {
+		t.Errorf("LastEventID: %s, %v; want %s", id, err, evs[5].ID)
+	}
+	// The entries before the last job's trimmed: its job.created's id is still a
+	// position that misses nothing (the one before it is not).
+	srv.Client(t, 27).XTrimMinID(ctx, keys.Events, evs[5].ID)
+	if err := db.CheckEventPosition(ctx, evs[4].ID); err != nil {
+		t.Errorf("the job.created of the oldest entry: %v", err)
+	}
+	if err := db.CheckEventPosition(ctx, evs[3].ID); !errors.Is(err, store.ErrEventsTrimmed) {
+		t.Errorf("a position before the oldest entry's events: %v; want ErrEventsTrimmed", err)
+	}
+}
+
+// submitThreeJobs submits three no-op handler jobs in one call to context 27 and
+// returns their events as ReadEvents gives them, after checking the stream's entries
+// (four) and the events (each job's job.created, then its job.dispatched).
+func submitThreeJobs(t *testing.T) (*store.DB, []store.Event) {
+	t.Helper()
 	s := open(t)
 	ctx := context.Background()
 	db := mustCtx(t, s, 27)
@@ -168,22 +197,26 @@ func TestSubmittedEventsSharedEntryReadAsTwo(t *testing.T) {
 		t.Fatal(err)
 	}
 	var evs []store.Event
+	var got, want []string
 	for _, e := range all {
 		if e.JobID != 0 && e.CallerID == 1 {
 			evs = append(evs, e)
+			got = append(got, fmt.Sprintf("%d %s %s %s", e.JobID, e.Type, e.Status, e.Detail))
 		}
 	}
-	var got []string
-	for _, e := range evs {
-		got = append(got, fmt.Sprintf("%d %s %s %s", e.JobID, e.Type, e.Status, e.Detail))
-	}
-	var want []string
 	for _, o := range out {
 		want = append(want, fmt.Sprintf("%d job.created  %s", o.Job.ID, keys.Job(1, o.Job.ID)), fmt.Sprintf("%d job.dispatched dispatched attempt 1", o.Job.ID))
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("read:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+	return db, evs
+}
+
+// checkEventIDsIncrease checks that the events' ids are stream ids in increasing
+// order, each with its time.
+func checkEventIDsIncrease(t *testing.T, evs []store.Event) {
+	t.Helper()
 	var lastMs, lastSeq uint64
 	for i, e := range evs {
 		var ms, seq uint64
@@ -192,51 +225,40 @@ func TestSubmittedEventsSharedEntryReadAsTwo(t *testing.T) {
 		}
 		lastMs, lastSeq = ms, seq
 	}
-	ids := func(es []store.Event) string {
-		var s []string
-		for _, e := range es {
-			s = append(s, e.ID)
-		}
-		return strings.Join(s, " ")
+}
+
+func eventIDs(es []store.Event) string {
+	var s []string
+	for _, e := range es {
+		s = append(s, e.ID)
 	}
-	// From each event's id: the events after it, by each reader.
-	for i, e := range evs {
-		rest := ids(evs[i+1:])
-		r, err := db.ReadEvents(ctx, e.ID, 1000)
-		if err != nil || ids(r) != rest {
-			t.Errorf("ReadEvents after %s (%s): %s, %v; want %s", e.ID, e.Type, ids(r), err, rest)
-		}
-		if i+1 < len(evs) {
-			r, err = db.ReadEvents(ctx, e.ID, 1)
-			if err != nil || ids(r) != evs[i+1].ID {
-				t.Errorf("ReadEvents after %s, limit 1: %s, %v; want %s", e.ID, ids(r), err, evs[i+1].ID)
-			}
-			w, err := db.WaitEvents(ctx, e.ID, 1000, time.Millisecond)
-			if err != nil || ids(w) != rest {
-				t.Errorf("WaitEvents after %s (%s): %s, %v; want %s", e.ID, e.Type, ids(w), err, rest)
-			}
-			w, err = db.WaitEvents(ctx, e.ID, 1, time.Millisecond)
-			if err != nil || ids(w) != evs[i+1].ID {
-				t.Errorf("WaitEvents after %s, count 1: %s, %v; want %s", e.ID, ids(w), err, evs[i+1].ID)
-			}
-		}
-		if err := db.CheckEventPosition(ctx, e.ID); err != nil {
-			t.Errorf("position %s: %v", e.ID, err)
-		}
+	return strings.Join(s, " ")
+}
+
+// checkReadOnFrom checks what ReadEvents and WaitEvents give after evs[i] (the
+// events after it, or the next one with a limit of one), and that its id is a
+// position that misses nothing.
+func checkReadOnFrom(t *testing.T, db *store.DB, evs []store.Event, i int) {
+	t.Helper()
+	ctx := context.Background()
+	e, rest := evs[i], eventIDs(evs[i+1:])
+	if r, err := db.ReadEvents(ctx, e.ID, 1000); err != nil || eventIDs(r) != rest {
+		t.Errorf("ReadEvents after %s (%s): %s, %v; want %s", e.ID, e.Type, eventIDs(r), err, rest)
 	}
-	if n, err := db.NewestEvents(ctx, time.UnixMilli(0), 3); err != nil || ids(n) != ids(evs[3:]) {
-		t.Errorf("NewestEvents, 3: %s, %v; want %s", ids(n), err, ids(evs[3:]))
+	if err := db.CheckEventPosition(ctx, e.ID); err != nil {
+		t.Errorf("position %s: %v", e.ID, err)
 	}
-	if id, err := db.LastEventID(ctx); err != nil || id != evs[5].ID {
-		t.Errorf("LastEventID: %s, %v; want %s", id, err, evs[5].ID)
+	if i+1 == len(evs) {
+		return
 	}
-	// The entries before the last job's trimmed: its job.created's id is still a
-	// position that misses nothing (the one before it is not).
-	rdb.XTrimMinID(ctx, keys.Events, evs[5].ID)
-	if err := db.CheckEventPosition(ctx, evs[4].ID); err != nil {
-		t.Errorf("the job.created of the oldest entry: %v", err)
+	next := evs[i+1].ID
+	if r, err := db.ReadEvents(ctx, e.ID, 1); err != nil || eventIDs(r) != next {
+		t.Errorf("ReadEvents after %s, limit 1: %s, %v; want %s", e.ID, eventIDs(r), err, next)
 	}
-	if err := db.CheckEventPosition(ctx, evs[3].ID); !errors.Is(err, store.ErrEventsTrimmed) {
-		t.Errorf("a position before the oldest entry's events: %v; want ErrEventsTrimmed", err)
+	if w, err := db.WaitEvents(ctx, e.ID, 1000, time.Millisecond); err != nil || eventIDs(w) != rest {
+		t.Errorf("WaitEvents after %s (%s): %s, %v; want %s", e.ID, e.Type, eventIDs(w), err, rest)
+	}
+	if w, err := db.WaitEvents(ctx, e.ID, 1, time.Millisecond); err != nil || eventIDs(w) != next {
+		t.Errorf("WaitEvents after %s, count 1: %s, %v; want %s", e.ID, eventIDs(w), err, next)
 	}
 }

@@ -84,6 +84,26 @@ func TestSubmitJobsEffects(t *testing.T) {
 // job.dispatched, its request message tracked for it and acknowledged, the two jobs
 // on queue:sh (this one first), two wake tokens for runner 1 and none for the router,
 // and the uniqueness key with its TTL.
+// submittedEvents counts job 1:id's job.created and job.dispatched events, read as
+// the events API reads them (a submission's job.created stores no detail, which a
+// read gives back as the job's key).
+func submittedEvents(t *testing.T, db *store.DB, id uint32) (created, dispatched int) {
+	t.Helper()
+	evs, err := db.ReadEvents(context.Background(), "0", 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		switch {
+		case e.Type == string(model.EventJobCreated) && e.Detail == keys.Job(1, id):
+			created++
+		case e.Type == string(model.EventJobDispatched) && e.JobID == id && e.Status == "dispatched":
+			dispatched++
+		}
+	}
+	return created, dispatched
+}
+
 func checkSubmittedWritten(t *testing.T, db *store.DB, id uint32) {
 	t.Helper()
 	ctx := context.Background()
@@ -98,21 +118,7 @@ func checkSubmittedWritten(t *testing.T, db *store.DB, id uint32) {
 			t.Errorf("%s lacks %s", idx, member)
 		}
 	}
-	// read as the events API reads them: a submission's job.created stores no detail,
-	// which a read gives back as the job's key
-	var created, dispatched int
-	evs, err := db.ReadEvents(ctx, "0", 10000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range evs {
-		switch {
-		case e.Type == string(model.EventJobCreated) && e.Detail == keys.Job(1, id):
-			created++
-		case e.Type == string(model.EventJobDispatched) && e.JobID == id && e.Status == "dispatched":
-			dispatched++
-		}
-	}
+	created, dispatched := submittedEvents(t, db, id)
 	if created != 1 || dispatched != 1 {
 		t.Errorf("events: %d job.created, %d job.dispatched for job %d; want 1 each", created, dispatched, id)
 	}
