@@ -262,3 +262,45 @@ func checkReadOnFrom(t *testing.T, db *store.DB, evs []store.Event, i int) {
 		t.Errorf("WaitEvents after %s, count 1: %s, %v; want %s", e.ID, eventIDs(w), err, next)
 	}
 }
+
+// A scheduled job among a call's new jobs appends its own entry: the new jobs after it
+// start anew (their first two events as two entries), so that no id of theirs is
+// another entry's and none goes back in the stream.
+func TestSubmittedEventsAroundAScheduledJob(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 28)
+	if _, _, err := s.CreateRunner(ctx, 28, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceExecutors(ctx, 1, []string{"go"}); err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client(t, 28)
+	before := rdb.XLen(ctx, keys.Events).Val()
+	job := func() *model.Job { return &model.Job{CallerID: 1, ContextID: 28, FunctionName: "go#noop"} }
+	subs := []store.Submission{{Job: job()}, {Job: job(), RunAt: time.Now().Add(time.Hour)}, {Job: job()}, {Job: job()}}
+	if _, err := s.SubmitJobs(ctx, 28, subs, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.XLen(ctx, keys.Events).Val() - before; n != 6 {
+		t.Errorf("%d stream entries; want 6 (2, the scheduled job's 1, 2, 1)", n)
+	}
+	all, err := db.ReadEvents(ctx, "0", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []store.Event
+	var got []string
+	for _, e := range all {
+		if e.JobID != 0 && e.CallerID == 1 {
+			evs = append(evs, e)
+			got = append(got, fmt.Sprintf("%d %s %s", e.JobID, e.Type, e.Status))
+		}
+	}
+	want := "1 job.created ,1 job.dispatched dispatched,2 job.created scheduled,3 job.created ,3 job.dispatched dispatched,4 job.created ,4 job.dispatched dispatched"
+	if strings.Join(got, ",") != want {
+		t.Fatalf("read %s; want %s", strings.Join(got, ","), want)
+	}
+	checkEventIDsIncrease(t, evs)
+}
