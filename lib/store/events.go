@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,8 +72,9 @@ func (e *Event) Fields() []any {
 }
 
 // impliedStatus is the status of the job events whose type says it: a stream entry of
-// one of them stores its status empty, and a read gives it back (issue 49: ~25 B of a
-// job's four events). Every writer of these types gives them this status.
+// one of them stores no status (an earlier version's, an empty one), and a read gives
+// it back (issue 49: ~25 B of a job's four events). Every writer of these types gives
+// them this status.
 var impliedStatus = map[string]string{
 	"job.dispatched": "dispatched", "job.started": "started", "job.finished": "finished", "job.failed": "error",
 }
@@ -89,8 +91,43 @@ func AddEvent(ctx context.Context, p redis.Pipeliner, e *Event) {
 	p.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, Values: e.Fields()})
 }
 
-// eventFromMessage decodes a stream entry.
-func eventFromMessage(ctxID uint32, m redis.XMessage) Event {
+// storedCreatedDispatched is the stored type of a stream entry that holds two events of
+// one job, its job.created and its job.dispatched: a submission of several jobs writes
+// each one's but the first's so (lua/submit.lua: an XADD less a job). Its id is the
+// job.dispatched's; the job.created's is the id one sequence number before, which the
+// script leaves free (it adds the entry two sequence numbers after the one before it).
+const storedCreatedDispatched = "cd"
+
+// eventsOf decodes stream entries into events, oldest first: an entry of
+// storedCreatedDispatched gives two. Events at or before the position after (an event
+// id; "", "0": none) are left out — a job.created read before whose entry's
+// job.dispatched was not — and at most limit are returned (limit <= 0: all).
+func eventsOf(ctxID uint32, msgs []redis.XMessage, after string, limit int) []Event {
+	pos, filter := parseStreamID(after)
+	out := make([]Event, 0, len(msgs))
+	for _, m := range msgs {
+		if t, _ := m.Values["type"].(string); t == storedCreatedDispatched {
+			if id, ok := parseStreamID(m.ID); ok && id.seq > 0 {
+				created := eventFromMessage(ctxID, m, string(model.EventJobCreated))
+				created.ID = strconv.FormatUint(id.ms, 10) + "-" + strconv.FormatUint(id.seq-1, 10)
+				if !filter || pos.less(streamID{id.ms, id.seq - 1}) {
+					out = append(out, created)
+				}
+			}
+			out = append(out, eventFromMessage(ctxID, m, string(model.EventJobDispatched)))
+		} else {
+			out = append(out, eventFromMessage(ctxID, m, ""))
+		}
+		if limit > 0 && len(out) >= limit {
+			return out[:limit]
+		}
+	}
+	return out
+}
+
+// eventFromMessage decodes a stream entry as one event, of the type typ when given
+// (else the entry's).
+func eventFromMessage(ctxID uint32, m redis.XMessage, typ string) Event {
 	e := Event{ID: m.ID, ContextID: ctxID}
 	get := func(k string) string {
 		if v, ok := m.Values[k].(string); ok {
@@ -98,9 +135,12 @@ func eventFromMessage(ctxID uint32, m redis.XMessage) Event {
 		}
 		return ""
 	}
-	e.Type, e.Actor, e.Status, e.Detail = model.EventTypeOfStored(get("type")), get("actor"), get("status"), get("detail")
+	if typ == "" {
+		typ = model.EventTypeOfStored(get("type"))
+	}
+	e.Type, e.Actor, e.Status, e.Detail = typ, get("actor"), get("status"), get("detail")
 	if e.Status == "" {
-		e.Status = impliedStatus[e.Type] // stored empty: its type says it
+		e.Status = impliedStatus[e.Type] // not stored (or stored empty): its type says it
 	}
 	if e.Detail == "" && e.Type == string(model.EventJobDispatched) {
 		e.Detail = impliedDetail // a first attempt's, stored empty (issue 49: ~9 B of a job's events)
@@ -115,6 +155,13 @@ func eventFromMessage(ctxID uint32, m redis.XMessage) Event {
 	e.FlowID = parseU32(get("flow_id"))
 	e.JobID = parseU32(get("job_id"))
 	e.CallerID = parseU32(get("caller_id"))
+	if e.Detail == "" && e.Type == string(model.EventJobCreated) && e.JobID != 0 && e.CallerID != 0 {
+		// A job.created that names its job (job_id, caller_id) without a detail is a
+		// submission's (lua/submit.lua), whose detail is the job's key: stored empty (~15 B
+		// of the entry, a string less for the script to hand Redis). Every other writer
+		// of the type gives it a detail, or no job_id.
+		e.Detail = keys.Job(e.CallerID, e.JobID)
+	}
 	return e
 }
 
@@ -135,11 +182,7 @@ func (d *DB) ReadEvents(ctx context.Context, after string, limit int64) ([]Event
 	}); err != nil {
 		return nil, fmt.Errorf("read events of context %d: %w", d.ContextID, err)
 	}
-	out := make([]Event, 0, len(cmd.Val()))
-	for _, m := range cmd.Val() {
-		out = append(out, eventFromMessage(d.ContextID, m))
-	}
-	return out, nil
+	return eventsOf(d.ContextID, cmd.Val(), after, int(limit)), nil
 }
 
 // NewestEvents returns the newest events (at most limit) written at or after since,
@@ -153,9 +196,10 @@ func (d *DB) NewestEvents(ctx context.Context, since time.Time, limit int64) ([]
 		return nil, fmt.Errorf("read events of context %d: %w", d.ContextID, err)
 	}
 	msgs := cmd.Val()
-	out := make([]Event, len(msgs))
-	for i, m := range msgs {
-		out[len(msgs)-1-i] = eventFromMessage(d.ContextID, m)
+	slices.Reverse(msgs)
+	out := eventsOf(d.ContextID, msgs, "", 0)
+	if limit > 0 && len(out) > int(limit) {
+		out = out[len(out)-int(limit):] // the newest (an entry of two events gave one more)
 	}
 	return out, nil
 }
@@ -205,9 +249,7 @@ func (r *EventReader) Wait(ctx context.Context, after string, count int64, block
 	}
 	var out []Event
 	for _, s := range res {
-		for _, m := range s.Messages {
-			out = append(out, eventFromMessage(r.d.ContextID, m))
-		}
+		out = append(out, eventsOf(r.d.ContextID, s.Messages, after, int(count))...)
 	}
 	return out, nil
 }
@@ -279,7 +321,9 @@ func (d *DB) CheckEventPosition(ctx context.Context, after string) error {
 		}
 		return nil
 	}
-	if first, ok := parseStreamID(oldest); ok && pos.less(first) {
+	// (a position one sequence number before the oldest entry misses nothing: none can
+	// lie between; it is the job.created of that entry when it holds two events)
+	if first, ok := parseStreamID(oldest); ok && pos.less(first) && (pos.ms != first.ms || pos.seq+1 != first.seq) {
 		return fmt.Errorf("%w: event %s is no longer in context %d's stream (the oldest kept is %s); events after it may be gone", ErrEventsTrimmed, after, d.ContextID, oldest)
 	}
 	return nil

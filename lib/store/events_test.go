@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
@@ -133,4 +134,173 @@ func TestTrimEventsKeepsRetainedFlows(t *testing.T) {
 	if n := rc.XLen(ctx, keys.Events).Val(); n != 0 {
 		t.Fatalf("%d events left once the flow and its jobs are gone", n)
 	}
+}
+
+// A submission of several jobs writes each job's job.created and job.dispatched in one
+// stream entry but the first job's (an XADD less a job); every reader gives the two
+// events back with ids of their own, in order, and a reader that stopped between them
+// (at the job.created) reads on from there, missing nothing and reading nothing twice.
+func TestSubmittedEventsSharedEntryReadAsTwo(t *testing.T) {
+	ctx := context.Background()
+	db, evs := submitThreeJobs(t)
+	checkEventIDsIncrease(t, evs)
+	// From each event's id: the events after it, by each reader.
+	for i := range evs {
+		checkReadOnFrom(t, db, evs, i)
+	}
+	if n, err := db.NewestEvents(ctx, time.UnixMilli(0), 3); err != nil || eventIDs(n) != eventIDs(evs[3:]) {
+		t.Errorf("NewestEvents, 3: %s, %v; want %s", eventIDs(n), err, eventIDs(evs[3:]))
+	}
+	if id, err := db.LastEventID(ctx); err != nil || id != evs[5].ID {
+		t.Errorf("LastEventID: %s, %v; want %s", id, err, evs[5].ID)
+	}
+	// The entries before the last job's trimmed: its job.created's id is still a
+	// position that misses nothing (the one before it is not).
+	srv.Client(t, 27).XTrimMinID(ctx, keys.Events, evs[5].ID)
+	if err := db.CheckEventPosition(ctx, evs[4].ID); err != nil {
+		t.Errorf("the job.created of the oldest entry: %v", err)
+	}
+	if err := db.CheckEventPosition(ctx, evs[3].ID); !errors.Is(err, store.ErrEventsTrimmed) {
+		t.Errorf("a position before the oldest entry's events: %v; want ErrEventsTrimmed", err)
+	}
+}
+
+// submitThreeJobs submits three no-op handler jobs in one call to context 27 and
+// returns their events as ReadEvents gives them, after checking the stream's entries
+// (four) and the events (each job's job.created, then its job.dispatched).
+func submitThreeJobs(t *testing.T) (*store.DB, []store.Event) {
+	t.Helper()
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 27)
+	if _, _, err := s.CreateRunner(ctx, 27, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceExecutors(ctx, 1, []string{"go"}); err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client(t, 27)
+	before := rdb.XLen(ctx, keys.Events).Val()
+	subs := make([]store.Submission, 3)
+	for i := range subs {
+		subs[i] = store.Submission{Job: &model.Job{CallerID: 1, ContextID: 27, FunctionName: "go#noop"}}
+	}
+	out, err := s.SubmitJobs(ctx, 27, subs, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.XLen(ctx, keys.Events).Val() - before; n != 4 {
+		t.Fatalf("3 jobs submitted in one call wrote %d stream entries; want 4 (the first job's two, then one a job)", n)
+	}
+	all, err := db.ReadEvents(ctx, "0", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []store.Event
+	var got, want []string
+	for _, e := range all {
+		if e.JobID != 0 && e.CallerID == 1 {
+			evs = append(evs, e)
+			got = append(got, fmt.Sprintf("%d %s %s %s", e.JobID, e.Type, e.Status, e.Detail))
+		}
+	}
+	for _, o := range out {
+		want = append(want, fmt.Sprintf("%d job.created  %s", o.Job.ID, keys.Job(1, o.Job.ID)), fmt.Sprintf("%d job.dispatched dispatched attempt 1", o.Job.ID))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("read:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	return db, evs
+}
+
+// checkEventIDsIncrease checks that the events' ids are stream ids in increasing
+// order, each with its time.
+func checkEventIDsIncrease(t *testing.T, evs []store.Event) {
+	t.Helper()
+	var lastMs, lastSeq uint64
+	for i, e := range evs {
+		var ms, seq uint64
+		if _, err := fmt.Sscanf(e.ID, "%d-%d", &ms, &seq); err != nil || ms < lastMs || ms == lastMs && seq <= lastSeq || e.TimeMs != int64(ms) {
+			t.Fatalf("event %d: id %q (%v) after %d-%d, time %d", i, e.ID, err, lastMs, lastSeq, e.TimeMs)
+		}
+		lastMs, lastSeq = ms, seq
+	}
+}
+
+func eventIDs(es []store.Event) string {
+	var s []string
+	for _, e := range es {
+		s = append(s, e.ID)
+	}
+	return strings.Join(s, " ")
+}
+
+// checkReadOnFrom checks what ReadEvents and WaitEvents give after evs[i] (the
+// events after it, or the next one with a limit of one), and that its id is a
+// position that misses nothing.
+func checkReadOnFrom(t *testing.T, db *store.DB, evs []store.Event, i int) {
+	t.Helper()
+	ctx := context.Background()
+	e, rest := evs[i], eventIDs(evs[i+1:])
+	if r, err := db.ReadEvents(ctx, e.ID, 1000); err != nil || eventIDs(r) != rest {
+		t.Errorf("ReadEvents after %s (%s): %s, %v; want %s", e.ID, e.Type, eventIDs(r), err, rest)
+	}
+	if err := db.CheckEventPosition(ctx, e.ID); err != nil {
+		t.Errorf("position %s: %v", e.ID, err)
+	}
+	if i+1 == len(evs) {
+		return
+	}
+	next := evs[i+1].ID
+	if r, err := db.ReadEvents(ctx, e.ID, 1); err != nil || eventIDs(r) != next {
+		t.Errorf("ReadEvents after %s, limit 1: %s, %v; want %s", e.ID, eventIDs(r), err, next)
+	}
+	if w, err := db.WaitEvents(ctx, e.ID, 1000, time.Millisecond); err != nil || eventIDs(w) != rest {
+		t.Errorf("WaitEvents after %s (%s): %s, %v; want %s", e.ID, e.Type, eventIDs(w), err, rest)
+	}
+	if w, err := db.WaitEvents(ctx, e.ID, 1, time.Millisecond); err != nil || eventIDs(w) != next {
+		t.Errorf("WaitEvents after %s, count 1: %s, %v; want %s", e.ID, eventIDs(w), err, next)
+	}
+}
+
+// A scheduled job among a call's new jobs appends its own entry: the new jobs after it
+// start anew (their first two events as two entries), so that no id of theirs is
+// another entry's and none goes back in the stream.
+func TestSubmittedEventsAroundAScheduledJob(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 28)
+	if _, _, err := s.CreateRunner(ctx, 28, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceExecutors(ctx, 1, []string{"go"}); err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client(t, 28)
+	before := rdb.XLen(ctx, keys.Events).Val()
+	job := func() *model.Job { return &model.Job{CallerID: 1, ContextID: 28, FunctionName: "go#noop"} }
+	subs := []store.Submission{{Job: job()}, {Job: job(), RunAt: time.Now().Add(time.Hour)}, {Job: job()}, {Job: job()}}
+	if _, err := s.SubmitJobs(ctx, 28, subs, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.XLen(ctx, keys.Events).Val() - before; n != 6 {
+		t.Errorf("%d stream entries; want 6 (2, the scheduled job's 1, 2, 1)", n)
+	}
+	all, err := db.ReadEvents(ctx, "0", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []store.Event
+	var got []string
+	for _, e := range all {
+		if e.JobID != 0 && e.CallerID == 1 {
+			evs = append(evs, e)
+			got = append(got, fmt.Sprintf("%d %s %s", e.JobID, e.Type, e.Status))
+		}
+	}
+	want := "1 job.created ,1 job.dispatched dispatched,2 job.created scheduled,3 job.created ,3 job.dispatched dispatched,4 job.created ,4 job.dispatched dispatched"
+	if strings.Join(got, ",") != want {
+		t.Fatalf("read %s; want %s", strings.Join(got, ","), want)
+	}
+	checkEventIDsIncrease(t, evs)
 }

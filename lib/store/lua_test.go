@@ -50,6 +50,18 @@ func TestEveryLuaFileIsUsed(t *testing.T) {
 	}
 }
 
+// submit writes a job's two events in one entry of the type the readers expand
+// (storedCreatedDispatched, spelled in the script).
+func TestSubmitSpellsTheCreatedDispatchedType(t *testing.T) {
+	src, err := luaFiles.ReadFile("lua/submit.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "local EV_JOB_CREATED_DISPATCHED = '" + storedCreatedDispatched + "'"; !strings.Contains(string(src), want) {
+		t.Fatalf("lua/submit.lua does not hold %s", want)
+	}
+}
+
 // claim_message reads the fields of RoutingJobFields (spelled in the script).
 func TestClaimMessageReadsTheRoutingFields(t *testing.T) {
 	src, err := luaFiles.ReadFile("lua/claim_message.lua")

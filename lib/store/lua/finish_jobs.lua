@@ -314,9 +314,15 @@ for r = 1, #runs do
     if ck ~= '' then ck_end(ck, jk, now_ms) end
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
-    ecap = ecap or EVENTS_CAP()
-    -- (its status, finished or error, is its type's: stored empty, lib/store impliedStatus)
-    redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', ev, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', '', 'detail', err)
+    -- (its status, finished or error, is its type's: not stored, lib/store
+    -- impliedStatus; the call's first event caps the stream, the others are appended
+    -- uncapped, as lib_claim's)
+    if ecap then
+      redis.call('XADD', ek, '*', 'type', ev, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'detail', err)
+    else
+      ecap = EVENTS_CAP()
+      redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', ev, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'detail', err)
+    end
     if here and not alone then apply_here(jk, id, flow, tonumber(cur[3] or '0'), rresult) end
     if grouped then
       if here then

@@ -192,8 +192,16 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       end
       local detail = 'attempt ' .. attempt .. ' on ' .. worker
       if st == JOB_STARTED and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
-      ecap = ecap or EVENTS_CAP()
-      redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', '', 'detail', detail) -- status: the type's (lib/store impliedStatus)
+      -- the call's first event caps the stream (EVENTS_CAP: MAXLEN ~), the others are
+      -- appended uncapped (the cap's three arguments and its check cost ~2k
+      -- instructions an event; the stream passes the cap by one call's events at
+      -- most); no status: the type's (lib/store impliedStatus)
+      if ecap then
+        redis.call('XADD', ek, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'detail', detail)
+      else
+        ecap = EVENTS_CAP()
+        redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'detail', detail)
+      end
       local code = 0
       if v[4] == '1' then code = 3 end
       out[#out + 1] = {item, code, tonumber(attempt) or 1}

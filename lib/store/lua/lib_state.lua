@@ -86,9 +86,24 @@ local function set_flow(id, st, ...)
   reindex(K_FLOW_INDEX, id, old, st)
   return old
 end
+-- event appends an event: its status only when it has one (a job event's type says
+-- it: lib/store impliedStatus); the call's first event caps the stream (EVENTS_CAP:
+-- EVENTS_CAP_N is set once a call caps it), the others are appended uncapped (the
+-- cap's three arguments and its check cost ~2k instructions an event; the stream
+-- passes the cap by one call's events at most).
 local function event(typ, actor, now_ms, flow, job, caller, st, detail)
-  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', typ, 'actor', actor,
-    'flow_id', flow or '0', 'job_id', job or '0', 'caller_id', caller or '0', 'status', st or '', 'detail', detail or '')
+  flow, job, caller, detail = flow or '0', job or '0', caller or '0', detail or ''
+  if (st or '') == '' then
+    if EVENTS_CAP_N then
+      redis.call('XADD', K_EVENTS, '*', 'type', typ, 'actor', actor, 'flow_id', flow, 'job_id', job, 'caller_id', caller, 'detail', detail)
+    else
+      redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', typ, 'actor', actor, 'flow_id', flow, 'job_id', job, 'caller_id', caller, 'detail', detail)
+    end
+  elseif EVENTS_CAP_N then
+    redis.call('XADD', K_EVENTS, '*', 'type', typ, 'actor', actor, 'flow_id', flow, 'job_id', job, 'caller_id', caller, 'status', st, 'detail', detail)
+  else
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', typ, 'actor', actor, 'flow_id', flow, 'job_id', job, 'caller_id', caller, 'status', st, 'detail', detail)
+  end
 end
 -- dead_letter puts a job that failed for good into the context's DLQ (coord:dlq), unless
 -- an actor stopped it (a stop or a cancel is a decision, not a failure).

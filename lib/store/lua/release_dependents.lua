@@ -144,9 +144,17 @@ for k, d in ipairs(ready) do
     set[#set + 1] = 'a:' .. d
     set[#set + 1] = a
     redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'ready_at_ms', fin, 'attempt', a, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
-    cap = cap or EVENTS_CAP()
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', cap, '*', 'type', EV_JOB_DISPATCHED, 'actor', 'scheduler',
-      'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', '', 'detail', a == '1' and '' or 'attempt ' .. a) -- status, detail: the type's (lib/store impliedStatus, impliedDetail)
+    -- no status, and no detail for a first attempt: the type's (lib/store
+    -- impliedStatus, impliedDetail); the call's first event caps the stream, the
+    -- others are appended uncapped (lib_claim)
+    if cap then
+      redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_DISPATCHED, 'actor', 'scheduler',
+        'flow_id', flow, 'job_id', d, 'caller_id', caller, 'detail', a == '1' and '' or 'attempt ' .. a)
+    else
+      cap = EVENTS_CAP()
+      redis.call('XADD', K_EVENTS, 'MAXLEN', '~', cap, '*', 'type', EV_JOB_DISPATCHED, 'actor', 'scheduler',
+        'flow_id', flow, 'job_id', d, 'caller_id', caller, 'detail', a == '1' and '' or 'attempt ' .. a)
+    end
     gids[#gids + 1] = d
     jks[#jks + 1] = jk
   else
