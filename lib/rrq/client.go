@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -998,30 +999,25 @@ func (c *Client) seenRecently(id string) bool {
 	return c.recent.has(id)
 }
 
-// recentIDs is a bounded set of the last n ids added.
+// recentIDs is a bounded set of the last n ids added: a ring, without an index. An
+// add (one per answered call) is a store; the lookup (has) walks the ring, which only a
+// response for a request not in flight asks for (to tell a duplicate from an unknown
+// id, a protocol violation): a map kept beside the ring cost a lookup, a delete and an
+// insert on every call.
 type recentIDs struct {
 	ring []string
 	next int
-	set  map[string]struct{}
 }
 
 func newRecentIDs(n int) recentIDs {
-	return recentIDs{ring: make([]string, n), set: make(map[string]struct{}, n)}
+	return recentIDs{ring: make([]string, n)}
 }
 
 func (r *recentIDs) add(id string) {
-	if _, ok := r.set[id]; ok {
-		return
-	}
-	if old := r.ring[r.next]; old != "" {
-		delete(r.set, old)
-	}
 	r.ring[r.next] = id
-	r.set[id] = struct{}{}
 	r.next = (r.next + 1) % len(r.ring)
 }
 
 func (r *recentIDs) has(id string) bool {
-	_, ok := r.set[id]
-	return ok
+	return id != "" && slices.Contains(r.ring, id)
 }

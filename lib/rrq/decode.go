@@ -8,20 +8,28 @@ import (
 )
 
 // The payloads of request and response frames are decoded here without encoding/json's
-// reflection when their JSON is known to be valid (DecodeEnvelope checked it) and
-// plain: keys spelt exactly as the protocol spells them, values of the expected JSON
-// types. Anything else (another key, a key or string with escapes, a value of another
-// type, a number that is not a plain integer where one is wanted) makes the fast
-// decoder give up, and encoding/json decodes the payload instead: the result, and the
-// error, are always what encoding/json gives. The fuzz test FuzzFastDecode checks
-// that. encoding/json's reflection and its second scan of the payload were a fifth of
-// an executor's CPU per no-op call.
+// reflection when they are plain: keys spelt exactly as the protocol spells them,
+// values of the expected JSON types. Anything else (another key, a key or string with
+// escapes, a value of another type, a number that is not a plain integer where one is
+// wanted) makes the fast decoder give up, and encoding/json decodes the payload
+// instead: the result, and the error, are always what encoding/json gives. The fuzz
+// test FuzzFastDecode checks that. encoding/json's reflection and its second scan of
+// the payload were a fifth of an executor's CPU per no-op call.
+//
+// The fast decoder also checks the JSON as it goes, as validJSON does (FuzzFastDecode
+// checks that too: what it takes, json.Valid takes): a frame's payload that it takes
+// is checked and decoded in one pass (compactEnvelope), where a check of the whole
+// payload and then its decode were two — the check was a fifth of an executor's CPU
+// per no-op call.
 
-// jsonScan walks JSON that is known to be valid. Every method reports false, rather
-// than failing, on bytes it does not expect.
+// jsonScan walks JSON, checking it as it goes. Every method reports false, rather than
+// failing, on bytes it does not expect or JSON that is not valid.
 type jsonScan struct {
 	b []byte
 	i int
+	// depth is the objects and arrays open at i (encoding/json's nesting limit,
+	// maxNesting, counts them).
+	depth int
 }
 
 func (s *jsonScan) ws() {
@@ -35,72 +43,42 @@ func (s *jsonScan) ws() {
 	}
 }
 
-// skipString moves past the string that starts at s.i.
+// skipString moves past the string that starts at s.i, checking it (validator.str).
 func (s *jsonScan) skipString() bool {
-	s.i++
-	// Most strings have no escape: their end is the next quote (found by IndexByte,
-	// many bytes at a time), unless a backslash comes before it.
-	rest := s.b[s.i:]
-	if q := bytes.IndexByte(rest, '"'); q >= 0 && bytes.IndexByte(rest[:q], '\\') < 0 {
-		s.i += q + 1
-		return true
+	v := validator{b: s.b, i: s.i}
+	if !v.str() {
+		return false
 	}
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case '\\':
-			s.i += 2
-		case '"':
-			s.i++
-			return true
-		default:
-			s.i++
-		}
-	}
-	return false
+	s.i = v.i
+	return true
 }
 
-// value returns the raw bytes of the value that starts at s.i (after white space).
+// next moves past what follows a member of an object or array (validator.next): more
+// when a comma (another member follows), ok when that or its closing byte.
+func (s *jsonScan) next(closing byte) (more, ok bool) {
+	v := validator{b: s.b, i: s.i}
+	more, ok = v.next(closing)
+	s.i = v.i
+	return more, ok
+}
+
+// end reports whether nothing but white space follows s.i: the payload was one value.
+func (s *jsonScan) end() bool {
+	s.ws()
+	return s.i == len(s.b)
+}
+
+// value returns the raw bytes of the value that starts at s.i (after white space),
+// checked (validator.value).
 func (s *jsonScan) value() ([]byte, bool) {
 	s.ws()
-	if s.i >= len(s.b) {
-		return nil, false
-	}
 	start := s.i
-	switch s.b[s.i] {
-	case '"':
-		if !s.skipString() {
-			return nil, false
-		}
-	case '{', '[':
-		depth := 0
-		for s.i < len(s.b) {
-			switch s.b[s.i] {
-			case '"':
-				if !s.skipString() {
-					return nil, false
-				}
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-			}
-			s.i++
-			if depth == 0 {
-				return s.b[start:s.i], true
-			}
-		}
+	v := validator{b: s.b, i: s.i}
+	if !v.value(s.depth) {
 		return nil, false
-	default: // a number, true, false or null
-		for s.i < len(s.b) {
-			switch s.b[s.i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return s.b[start:s.i], s.i > start
-			}
-			s.i++
-		}
 	}
-	return s.b[start:s.i], s.i > start
+	s.i = v.i
+	return s.b[start:s.i], true
 }
 
 // null moves past a null at s.i (after white space) and reports whether there was one.
@@ -117,26 +95,21 @@ func (s *jsonScan) null() bool {
 // calls member with the key's bytes between its quotes (a switch on string(key) makes
 // no string) and the scanner at the member's value, which member reads (a nested
 // object is decoded where it stands, not skipped first and walked again). It reports
-// false when there is no object, a key has an escape or member refuses.
+// false when there is no valid object, a key has an escape or member refuses.
 func (s *jsonScan) object(member func(key []byte) bool) bool {
 	s.ws()
-	if s.i >= len(s.b) || s.b[s.i] != '{' {
+	if s.i >= len(s.b) || s.b[s.i] != '{' || s.depth >= maxNesting {
 		return false
 	}
 	s.i++
+	s.depth++
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == '}' {
+		s.i++
+		s.depth--
+		return true
+	}
 	for {
-		s.ws()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case '}':
-			s.i++
-			return true
-		case ',':
-			s.i++
-			s.ws()
-		}
 		if s.i >= len(s.b) || s.b[s.i] != '"' {
 			return false
 		}
@@ -156,6 +129,14 @@ func (s *jsonScan) object(member func(key []byte) bool) bool {
 		s.ws()
 		if !member(key) {
 			return false
+		}
+		more, ok := s.next('}')
+		if !ok {
+			return false
+		}
+		if !more {
+			s.depth--
+			return true
 		}
 	}
 }
@@ -242,8 +223,8 @@ func setTime(s *jsonScan, p *time.Time) bool {
 	return ok && p.UnmarshalJSON(v) == nil
 }
 
-// fastRequest decodes a request payload (valid JSON) as encoding/json would, or
-// reports false.
+// fastRequest decodes a request payload as encoding/json would, or reports false (the
+// payload is then not plain, or not valid JSON).
 func fastRequest(payload []byte) (ExecutionRequest, bool) {
 	var r ExecutionRequest
 	t := &texts{b: payload}
@@ -270,7 +251,7 @@ func fastRequest(payload []byte) (ExecutionRequest, bool) {
 		}
 		return false
 	})
-	return r, ok
+	return r, ok && s.end()
 }
 
 func fastContext(t *texts, s *jsonScan, c *ExecutionContext) bool {
@@ -309,7 +290,7 @@ func setArgs(s *jsonScan, p *[]json.RawMessage) bool {
 		*p = nil
 		return true
 	}
-	if s.i >= len(s.b) || s.b[s.i] != '[' {
+	if s.i >= len(s.b) || s.b[s.i] != '[' || s.depth >= maxNesting {
 		return false
 	}
 	s.i++
@@ -318,25 +299,23 @@ func setArgs(s *jsonScan, p *[]json.RawMessage) bool {
 		*p = []json.RawMessage{} // empty, not nil: no allocation
 		return true
 	}
+	s.depth++
 	out := make([]json.RawMessage, 0, 4)
 	for {
-		s.ws()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ']':
-			s.i++
-			*p = out
-			return true
-		case ',':
-			s.i++
-		}
 		e, ok := s.value()
 		if !ok {
 			return false
 		}
 		out = append(out, json.RawMessage(e))
+		more, ok := s.next(']')
+		if !ok {
+			return false
+		}
+		if !more {
+			s.depth--
+			*p = out
+			return true
+		}
 	}
 }
 
@@ -366,8 +345,8 @@ func setMap[V any](t *texts, s *jsonScan, p *map[string]V, elem func([]byte) (V,
 
 func rawValue(e []byte) (json.RawMessage, bool) { return json.RawMessage(e), true }
 
-// fastOutcome decodes a response payload (valid JSON) as encoding/json would, or
-// reports false.
+// fastOutcome decodes a response payload as encoding/json would, or reports false (the
+// payload is then not plain, or not valid JSON).
 func fastOutcome(payload []byte) (ExecutionOutcome, bool) {
 	var o ExecutionOutcome
 	t := &texts{b: payload}
@@ -411,7 +390,7 @@ func fastOutcome(payload []byte) (ExecutionOutcome, bool) {
 		}
 		return false
 	})
-	return o, ok
+	return o, ok && s.end()
 }
 
 func fastError(t *texts, s *jsonScan, e *ExecutionError) bool {

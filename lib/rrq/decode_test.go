@@ -2,7 +2,9 @@ package rrq
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -35,19 +37,84 @@ var decodeSeeds = []struct {
 	{`{}`, true},
 }
 
-// FuzzFastDecode: whatever valid payload the fast decoders accept, they decode as
-// encoding/json does, and encoding/json accepts it too.
+// FuzzFastDecode: whatever payload the fast decoders accept is valid JSON (they check
+// it as they decode: nothing checks it before them), and they decode it as
+// encoding/json does. Payloads are valid UTF-8, as DecodeEnvelope checks first.
 func FuzzFastDecode(f *testing.F) {
 	for _, s := range decodeSeeds {
 		f.Add([]byte(s.payload))
 	}
+	for _, s := range invalidPlainPayloads {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if !utf8.Valid(b) || !json.Valid(b) {
+		if !utf8.Valid(b) {
 			return
 		}
 		sameAsEncodingJSON(t, "request", b, fastRequest)
 		sameAsEncodingJSON(t, "outcome", b, fastOutcome)
 	})
+}
+
+// invalidPlainPayloads are payloads that would be plain (the fast decoders' keys and
+// types) but are not valid JSON: a scan that trusted its input took some of them.
+var invalidPlainPayloads = []string{
+	`{"request_id":"r" "job_id":"j"}`,
+	`{"request_id":"r",}`,
+	`{,"request_id":"r"}`,
+	`{"request_id":"r"}}`,
+	`{"request_id":"r"} x`,
+	`{"request_id":"r","args":[1,,2]}`,
+	`{"request_id":"r","args":[,1]}`,
+	`{"request_id":"r","args":[1 2]}`,
+	`{"request_id":"r","args":[1,]}`,
+	`{"request_id":"r","kwargs":{"a":01}}`,
+	`{"request_id":"r","kwargs":{"a":tru}}`,
+	`{"request_id":"r","kwargs":{"a":nul}}`,
+	`{"request_id":"r","kwargs":{"a":[}}`,
+	`{"request_id":"r","kwargs":{"a":{"b" 1}}}`,
+	"{\"request_id\":\"a\tb\"}",
+	`{"request_id":"r","context":{"attempt":+1}}`,
+	`{"request_id":"r","context":{"attempt":1,}}`,
+	`{"request_id":"r","context":{"trace_context":{"a":"b",}}}`,
+	`{"request_id":"r","context":{"deadline":null x}}`,
+	`{"request_id":"r","status":"success","result":1.}`,
+	`{"request_id":"r","status":"success","result":-}`,
+	`{"request_id":"r","status":"success","result":"\x"}`,
+	`{"request_id":"r","status":"retry","retry_after_seconds":0x10}`,
+	`{"request_id":"r","status":"retry","retry_after_seconds":2.5.1}`,
+	`{"request_id":"r","status":"error","error":{"message":"m",}}`,
+	`{"request_id":"r","status":"error","error":{"details":[1}}`,
+	`{"request_id":"r","status":"success","result":null,}`,
+}
+
+// The fast decoders refuse JSON that is not valid (the frame's payload is checked by
+// them alone), and a frame with such a payload is refused as invalid JSON.
+func TestFastDecodeRefusesInvalidJSON(t *testing.T) {
+	for _, p := range invalidPlainPayloads {
+		if json.Valid([]byte(p)) {
+			t.Fatalf("%s: valid JSON, not a case of this test", p)
+		}
+		if _, ok := fastRequest([]byte(p)); ok {
+			t.Errorf("fast request decode took %s", p)
+		}
+		if _, ok := fastOutcome([]byte(p)); ok {
+			t.Errorf("fast outcome decode took %s", p)
+		}
+		for _, typ := range []MessageType{TypeRequest, TypeResponse} {
+			if _, err := DecodeEnvelope([]byte(`{"type":"` + string(typ) + `","payload":` + p + `}`)); !errors.Is(err, ErrInvalidJSON) {
+				t.Errorf("%s frame with payload %s: %v, want ErrInvalidJSON", typ, p, err)
+			}
+		}
+	}
+	// Nesting as deep as encoding/json allows, and deeper.
+	for _, depth := range []int{maxNesting - 1, maxNesting} {
+		p := `{"request_id":"r","kwargs":{"a":` + strings.Repeat("[", depth-2) + strings.Repeat("]", depth-2) + `}}`
+		_, ok := fastRequest([]byte(p))
+		if want := json.Valid([]byte(p)); ok != want {
+			t.Errorf("nesting %d: fast %v, json.Valid %v", depth, ok, want)
+		}
+	}
 }
 
 // sameAsEncodingJSON fails t when fast accepts b and encoding/json refuses it or
@@ -126,15 +193,33 @@ func mustEnvelope(t *testing.T, p any) Envelope {
 	return env
 }
 
-// BenchmarkDecodeRequest: a request as the runner writes it, decoded by an executor.
+// BenchmarkDecodeRequest: a request as the runner writes it, read by an executor: its
+// envelope's check and its decode (DecodeEnvelope, then Request).
 func BenchmarkDecodeRequest(b *testing.B) {
-	env, err := DecodeEnvelope([]byte(`{"type":"request","payload":` + decodeSeeds[0].payload + `}`))
-	if err != nil {
-		b.Fatal(err)
-	}
+	frame := []byte(`{"type":"request","payload":` + decodeSeeds[0].payload + `}`)
 	b.ReportAllocs()
 	for b.Loop() {
+		env, err := DecodeEnvelope(frame)
+		if err != nil {
+			b.Fatal(err)
+		}
 		if _, err := env.Request(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeOutcome: a no-op's outcome read by the runner (DecodeEnvelope, then
+// Outcome).
+func BenchmarkDecodeOutcome(b *testing.B) {
+	frame := []byte(`{"type":"response","payload":{"job_id":"1:2:3","request_id":"4a1c8a52-5d5e-4c1e-9b1a-0c2b9d0e8f11","status":"success","result":null,"error":null,"retry_after_seconds":null}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		env, err := DecodeEnvelope(frame)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := env.Outcome(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -168,13 +253,33 @@ func TestFastDecodeAllocations(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("compactEnvelope of nothing: %v allocations", n)
 	}
+	// A response's envelope is read with its payload decoded (the decode checks it):
+	// its copy and the outcome kept for Outcome, which then takes none. An envelope of
+	// another type takes none (its type is one of the constants; its payload is checked).
 	frame := []byte(`{"type":"response","payload":` + string(outcome) + `}`)
+	var env Envelope
 	if n := testing.AllocsPerRun(100, func() {
-		if env, ok := compactEnvelope(frame); !ok || env.Type != TypeResponse {
+		var ok bool
+		if env, ok = compactEnvelope(frame); !ok || env.Type != TypeResponse || env.out == nil {
+			t.Fatalf("compactEnvelope: %+v %v", env, ok)
+		}
+	}); n > 2 {
+		t.Errorf("compactEnvelope of a response: %v allocations, want at most 2", n)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if o, err := env.Outcome(); err != nil || o.Status != StatusSuccess {
+			t.Fatalf("outcome: %+v %v", o, err)
+		}
+	}); n != 0 {
+		t.Errorf("Outcome of a decoded envelope: %v allocations, want none", n)
+	}
+	cancel := []byte(`{"type":"cancel","payload":{"job_id":"1:2:3","request_id":"r","hard_kill":false}}`)
+	if n := testing.AllocsPerRun(100, func() {
+		if env, ok := compactEnvelope(cancel); !ok || env.Type != TypeCancel {
 			t.Fatalf("compactEnvelope: %+v %v", env, ok)
 		}
 	}); n != 0 {
-		t.Errorf("compactEnvelope: %v allocations, want none (its type is one of the constants)", n)
+		t.Errorf("compactEnvelope of a cancel: %v allocations, want none", n)
 	}
 }
 

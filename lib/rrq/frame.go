@@ -144,9 +144,9 @@ func decodeEnvelope(payload []byte) (Envelope, error) {
 }
 
 // compactEnvelope reads an envelope written as this package's encoder writes it,
-// {"type":"<type>","payload":{…}}, without decoding it: one validity scan of the
-// payload instead of a decode of the whole envelope (the payload is decoded again by
-// its reader). ok=false: decode it the general way (whitespace, other key order, an
+// {"type":"<type>","payload":{…}}, without decoding the envelope: a request's or a
+// response's payload is decoded (and so checked) at once, kept for Request or Outcome;
+// any other payload gets one validity scan (it is decoded by its reader). ok=false: decode it the general way (whitespace, other key order, an
 // error to report).
 func compactEnvelope(b []byte) (Envelope, bool) {
 	const head, mid = `{"type":"`, `","payload":`
@@ -174,10 +174,29 @@ func compactEnvelope(b []byte) (Envelope, bool) {
 		return Envelope{}, false
 	}
 	p := rest[len(mid) : len(rest)-1]
-	if len(p) == 0 || p[0] != '{' || p[len(p)-1] != '}' || !validJSON(p) {
+	if len(p) == 0 || p[0] != '{' || p[len(p)-1] != '}' {
 		return Envelope{}, false
 	}
-	return Envelope{Type: t, Payload: p, valid: true}, true
+	env := Envelope{Type: t, Payload: p, valid: true}
+	// A request's or a response's payload is checked as it is decoded (decode.go): one
+	// pass over it, not a check and then a decode; one the fast decoder leaves (not
+	// plain, or not valid) is checked on its own.
+	switch t {
+	case TypeRequest:
+		if r, ok := fastRequest(p); ok {
+			env.req = &r
+			return env, true
+		}
+	case TypeResponse:
+		if o, ok := fastOutcome(p); ok {
+			env.out = &o
+			return env, true
+		}
+	}
+	if !validJSON(p) {
+		return Envelope{}, false
+	}
+	return env, true
 }
 
 // EncodeFrame returns env as one frame: the 4-byte big-endian length and the JSON.

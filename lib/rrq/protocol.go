@@ -81,6 +81,10 @@ type Envelope struct {
 	// valid: DecodeEnvelope found Payload valid UTF-8 JSON, so Request and Outcome may
 	// decode it the fast way (decode.go).
 	valid bool
+	// req, out: the payload as the fast decoder decoded it while DecodeEnvelope
+	// checked it (a request's, a response's), for Request and Outcome.
+	req *ExecutionRequest
+	out *ExecutionOutcome
 }
 
 // ExecutionContext is an ExecutionRequest's "context".
@@ -312,6 +316,9 @@ func NewEnvelope(payload any) (Envelope, error) {
 
 // Request decodes the payload of a "request" envelope.
 func (e Envelope) Request() (ExecutionRequest, error) {
+	if e.req != nil && e.Type == TypeRequest {
+		return *e.req, nil
+	}
 	if e.valid && e.Type == TypeRequest {
 		if r, ok := fastRequest(e.Payload); ok {
 			return r, nil
@@ -324,6 +331,9 @@ func (e Envelope) Request() (ExecutionRequest, error) {
 
 // Outcome decodes the payload of a "response" envelope.
 func (e Envelope) Outcome() (ExecutionOutcome, error) {
+	if e.out != nil && e.Type == TypeResponse {
+		return *e.out, nil
+	}
 	if e.valid && e.Type == TypeResponse {
 		if o, ok := fastOutcome(e.Payload); ok {
 			return o, nil

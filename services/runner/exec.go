@@ -58,7 +58,7 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 	}
 	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, j.FlowID).Uint32(obs.KeyJobID, j.ID).Uint32(obs.KeyCallerID, j.CallerID).Uint32("attempt", j.Attempt).Str("trace_id", j.TraceID).Logger()
 	st := string(j.ScriptType)
-	r.m.started.WithLabelValues(st).Inc()
+	r.jobCounters(st).started.Inc()
 	// A job a finish took (cl.Taken) was stamped started at its dependency's end:
 	// its start is now, when this process goes on to run it.
 	startedMs := j.StartedAtMs
@@ -122,8 +122,8 @@ func (r *runner) finish(ctx context.Context, db *store.DB, cl *store.Claim, j *m
 		return
 	}
 	if o.Status == model.JobFinished {
-		r.m.finished.WithLabelValues(st).Inc()
-		log.Info().Msg("job finished")
+		r.jobCounters(st).finished.Inc()
+		log.Debug().Msg("job finished") // a line a job: debug (an error's lines keep their level)
 	} else {
 		r.m.failed.WithLabelValues(st, reason).Inc()
 		log.Info().Str("error", o.Error).Msg("job failed")

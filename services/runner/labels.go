@@ -59,3 +59,16 @@ func newHandlerCallCounters(vec *prometheus.CounterVec, executor string) handler
 	}
 	return c
 }
+
+// typeCounters are a script type's children of hero_jobs_started_total and
+// hero_jobs_finished_total, resolved once per type (jobCounters).
+type typeCounters struct {
+	started, finished prometheus.Counter
+}
+
+// jobCounters returns script type st's started and finished counters.
+func (r *runner) jobCounters(st string) typeCounters {
+	return r.m.byType.get(st, func(st string) typeCounters {
+		return typeCounters{started: r.m.started.WithLabelValues(st), finished: r.m.finished.WithLabelValues(st)}
+	})
+}

@@ -130,6 +130,8 @@ type runnerMetrics struct {
 	jobEnds    *prometheus.CounterVec
 	dispatched prometheus.Counter
 	flowsEnded *prometheus.CounterVec
+	// byType: started's and finished's children by script type (jobCounters)
+	byType *resolved[typeCounters]
 }
 
 func newRunner(p runnerParams) *runner {
@@ -176,6 +178,7 @@ func newRunner(p runnerParams) *runner {
 			jobEnds:    f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricJobEnds, Help: obs.MetricJobEndsHelp}, []string{"outcome"}),
 			dispatched: f.NewCounter(prometheus.CounterOpts{Name: obs.MetricJobsDispatched, Help: obs.MetricJobsDispatchedHelp}),
 			flowsEnded: f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricFlowsEnded, Help: obs.MetricFlowsEndedHelp}, []string{"status"}),
+			byType:     &resolved[typeCounters]{},
 		},
 	}
 	r.finisher = groupcommit.New(groupcommit.Params[store.Finish, bool]{Max: 128, Fn: r.writeEnds})

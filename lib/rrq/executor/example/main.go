@@ -25,7 +25,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -65,9 +67,34 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := ex.Serve(ctx); err != nil {
+	stopProfile := cpuProfile(logger)
+	err := ex.Serve(ctx)
+	stopProfile()
+	if err != nil {
 		logger.Error("executor stopped", "err", err)
 		os.Exit(1)
+	}
+}
+
+// cpuProfile profiles this process's CPU into <dir>/executor-<pid>.pprof from its start
+// until the returned func (its clean stop) when RRQ_EXAMPLE_CPUPROFILE names a
+// directory: for the benchmarks (go tool pprof reads it).
+func cpuProfile(logger *slog.Logger) func() {
+	dir := os.Getenv("RRQ_EXAMPLE_CPUPROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("executor-%d.pprof", os.Getpid())))
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		logger.Error("cpu profile", "err", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
 	}
 }
 
