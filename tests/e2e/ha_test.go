@@ -69,6 +69,7 @@ func haLoad(t *testing.T, apis []*harness.Client, flows, killAfter int, kill fun
 		inflight = make(chan struct{}, 30)
 		killed   = make(chan time.Time, 1)
 		nEnded   atomic.Int32
+		killing  atomic.Bool           // set as the kill begins: a write answered before it may be lost
 		quarter  = make(chan struct{}) // closed when killAfter flows ended
 	)
 	fail := func(err error) {
@@ -79,6 +80,7 @@ func haLoad(t *testing.T, apis []*harness.Client, flows, killAfter int, kill fun
 	go func() {
 		select {
 		case <-quarter:
+			killing.Store(true)
 			kill()
 			killed <- time.Now()
 		case <-time.After(2 * time.Minute):
@@ -88,13 +90,25 @@ func haLoad(t *testing.T, apis []*harness.Client, flows, killAfter int, kill fun
 	for i := 0; i < flows; i++ {
 		inflight <- struct{}{}
 		flowID, a, b := uint32(i+1), uint32(2*i+1), uint32(2*i+2)
-		err := errors.Join(
-			call(i, "job.create", map[string]any{"context_id": ctx1, "job": map[string]any{"id": a, "script_type": "sh",
-				"script": "sleep 0.2; echo V=" + fmt.Sprint(a) + " > $HERO_RESULT_FILE"}}, nil),
-			call(i, "job.create", map[string]any{"context_id": ctx1, "job": map[string]any{"id": b, "script_type": "sh", "depends": []uint32{a},
-				"script": fmt.Sprintf("echo got $HERO_DEP_%d_V", a)}}, nil),
-			call(i, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": flowID, "jobs": []uint32{a, b}}}, nil),
-			call(i, "flow.start", map[string]any{"context_id": ctx1, "id": flowID}, nil))
+		create := func() error {
+			return errors.Join(
+				call(i, "job.create", map[string]any{"context_id": ctx1, "job": map[string]any{"id": a, "script_type": "sh",
+					"script": "sleep 0.2; echo V=" + fmt.Sprint(a) + " > $HERO_RESULT_FILE"}}, nil),
+				call(i, "job.create", map[string]any{"context_id": ctx1, "job": map[string]any{"id": b, "script_type": "sh", "depends": []uint32{a},
+					"script": fmt.Sprintf("echo got $HERO_DEP_%d_V", a)}}, nil),
+				call(i, "flow.create", map[string]any{"context_id": ctx1, "flow": map[string]any{"id": flowID, "jobs": []uint32{a, b}}}, nil),
+				call(i, "flow.start", map[string]any{"context_id": ctx1, "id": flowID}, nil))
+		}
+		err := create()
+		// Replication is asynchronous (README, "Redis"): a create the dead master had
+		// answered but not yet sent to its replica is gone from the promoted one, and
+		// the next call of the flow finds no such job or flow. The client makes it
+		// again, as a client of the documented behaviour does (the creates that got
+		// through answer "exists"). Only after a kill: before one, not found is a bug.
+		for try := 0; err != nil && killing.Load() && strings.Contains(err.Error(), "not found") && try < 2; try++ {
+			t.Logf("flow %d after the kill: %v; made again", flowID, err)
+			err = create()
+		}
 		if err != nil {
 			fail(fmt.Errorf("flow %d: %v", flowID, err))
 			<-inflight
