@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
 )
@@ -76,4 +77,53 @@ func cpuNow() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkClaimStartsRunner: what a runner's claim of 9 standalone handler jobs (the
+// size of a claim under load, BenchmarkPeers (a)) costs this process: ClaimStartsFresh,
+// which starts them and gives each one's job (read after the claim: more than
+// lua/lib_claim.lua's INLINE_READS started, parsed into a model.Job). Reports this
+// process's CPU per job (-benchmem: the allocations per call of 9).
+func BenchmarkClaimStartsRunner(b *testing.B) {
+	if os.Getenv("HERO_BENCH") == "" {
+		b.Skip("set HERO_BENCH=1")
+	}
+	const per = 9
+	s := open(b)
+	ctx := context.Background()
+	db := mustCtx(b, s, 9)
+	if _, _, err := s.CreateRunner(ctx, 9, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.AnnounceExecutors(ctx, 1, []string{"go"}); err != nil {
+		b.Fatal(err)
+	}
+	q := keys.Queue((&model.Job{FunctionName: "go#noop"}).QueueSuffix())
+	var cpu time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		subs := make([]store.Submission, per)
+		for i := range subs {
+			subs[i] = store.Submission{Job: &model.Job{CallerID: 1, ContextID: 9, FunctionName: "go#noop", Awaited: true,
+				EnvVars: map[string]string{"A": "1"}, Args: []byte(`[1,2]`)}}
+		}
+		if _, err := s.SubmitJobs(ctx, 9, subs, "1"); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		c0 := cpuNow()
+		got, err := db.ClaimStartsFresh(ctx, q, "runner", time.Minute, per, store.Wake{})
+		cpu += cpuNow() - c0
+		if err != nil || len(got) != per {
+			b.Fatalf("claim: %d %v", len(got), err)
+		}
+		for _, st := range got {
+			if st.Job == nil || st.Job.FunctionName != "go#noop" {
+				b.Fatalf("started %+v", st)
+			}
+		}
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*per)/1000, "cpu-us/job")
 }
