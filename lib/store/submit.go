@@ -134,14 +134,21 @@ func defaultsBut(names ...string) map[string]string {
 // the value the script writes for them without them (submitDefaults, its caller, the
 // context), in that order and spelled as HashFields spells them; built directly,
 // without encoding the fields it leaves out (TestNewJobFieldsMatchSplit checks it
-// against that way of making them, for every field of a job).
-func newJobFields(j *model.Job, ctxID uint32) []any {
-	f := jobFieldList{out: make([]any, 0, 8)}
+// against that way of making them, for every field of a job). They are appended to
+// buf (the items of the jobs before it in the call: one array for all of them), and
+// returned as a slice of their own, with buf grown.
+func newJobFields(buf []any, j *model.Job, ctxID uint32) (all, fields []any) {
+	f := jobFieldList{out: buf}
+	start := len(buf)
 	if j.ContextID != ctxID {
 		f.uint("context_id", uint64(j.ContextID))
 	}
 	f.str("script", j.Script)
-	f.str("script_type", string(j.ScriptType))
+	if st, ok := scriptTypeValues[j.ScriptType]; ok {
+		f.out = append(f.out, "script_type", st)
+	} else {
+		f.str("script_type", string(j.ScriptType))
+	}
 	f.uint("timeout", uint64(j.Timeout))
 	f.uint("retries", uint64(j.Retries))
 	if len(j.EnvVars) != 0 {
@@ -168,8 +175,18 @@ func newJobFields(j *model.Job, ctxID uint32) []any {
 		f.json("limits", j.Limits)
 	}
 	newJobInitialFields(&f, j)
-	return f.out
+	return f.out, f.out[start:len(f.out):len(f.out)]
 }
+
+// scriptTypeValues are the known script types as field values, made once (a value
+// made per job is an allocation of its own).
+var scriptTypeValues = func() map[model.ScriptType]any {
+	m := make(map[model.ScriptType]any)
+	for _, st := range model.ScriptTypes() {
+		m[st] = string(st)
+	}
+	return m
+}()
 
 // newJobInitialFields appends to f the initial fields of newJobFields.
 func newJobInitialFields(f *jobFieldList, j *model.Job) {
@@ -250,13 +267,15 @@ func (f *jobFieldList) json(name string, v any) {
 // context ctxID), and how many of them (pairs, the first) the script compares with an
 // existing job of a chosen id. A job whose id the script reserves has nothing to
 // compare, and is sent without the fields at their defaults (newJobFields).
-func submitFields(j *model.Job, ctxID uint32) ([]any, int) {
+// New jobs' items are appended to buf, all of the call's: it is returned.
+func submitFields(buf []any, j *model.Job, ctxID uint32) (all, fields []any, ncmp int) {
 	if j.ID == 0 {
-		return newJobFields(j, ctxID), 0
+		all, fields = newJobFields(buf, j, ctxID)
+		return all, fields, 0
 	}
 	cmp, ini := splitFields(j, jobInitialOnly)
 	ini = withoutFields(ini, submitWrites...)
-	return append(cmp, ini...), len(cmp) / 2
+	return buf, append(cmp, ini...), len(cmp) / 2
 }
 
 // requestTemplate are the fields of a standalone job's request message that every job
@@ -291,6 +310,7 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 	if guard != nil {
 		a.GuardFields, a.GuardValues = guard.Fields, guard.Values
 	}
+	buf := make([]any, 0, 6*len(subs)) // a new job's fields: a script and its type, mostly
 	for i, sb := range subs {
 		j := sb.Job
 		uk := ""
@@ -302,7 +322,9 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		// an empty key matches none of a restricted user's patterns (the scheduler's
 		// runs of schedules were refused: lib/redisacl).
 		a.JobsKeys = append(a.JobsKeys, keys.Job(j.CallerID, j.ID), uk)
-		fields, ncmp := submitFields(j, d.ContextID)
+		var fields []any
+		var ncmp int
+		buf, fields, ncmp = submitFields(buf, j, d.ContextID)
 		a.Jobs[i] = submitJob{Chosen: j.ID != 0, Caller: int64(j.CallerID), ID: int64(j.ID), TTL: sb.UniqueTTL.Milliseconds(),
 			Actor: sb.Actor, RunAt: j.RunAtMs, Ncmp: int64(ncmp), Fields: fields}
 	}

@@ -135,10 +135,29 @@ func TestNewJobFieldsMatchSplit(t *testing.T) {
 			if state == "submitted" {
 				submittedState(j, time.UnixMilli(j.RunAtMs), now)
 			}
-			want, got := splitJobFields(j, 4), newJobFields(j, 4)
+			want := splitJobFields(j, 4)
+			_, got := newJobFields([]any{"x", "y"}, j, 4)
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("%s, %s:\n got %q\nwant %q", name, state, got, want)
 			}
+		}
+	}
+}
+
+// The jobs of one call share one array for their fields (newJobFields' buf, grown as
+// it fills): each job's are its own still.
+func TestNewJobFieldsShareAnArray(t *testing.T) {
+	var buf []any
+	var names []string
+	var got [][]any
+	for name, j := range submitFieldJobs() {
+		var f []any
+		buf, f = newJobFields(buf, j, 4)
+		names, got = append(names, name), append(got, f)
+	}
+	for i, name := range names {
+		if want := splitJobFields(submitFieldJobs()[name], 4); !reflect.DeepEqual(got[i], want) {
+			t.Errorf("%s:\n got %q\nwant %q", name, got[i], want)
 		}
 	}
 }
