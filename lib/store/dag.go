@@ -417,14 +417,6 @@ func requestFields(ctxID, flowID uint32, j *model.Job, now time.Time, msgTimeout
 	return append(localMessageFields(&m), "job", ref, fieldJobRef, "1")
 }
 
-// requestTemplate are the fields of a standalone job's request message that every job
-// of a submission shares: requestFields' but for caller_id, message and job, which
-// lua/submit.lua writes for each job as requestFields would.
-func requestTemplate(ctxID uint32, now time.Time) []any {
-	m := requestMessage(ctxID, 0, now, 0)
-	return append(localMessageFields(&m, "caller_id", "message"), fieldJobRef, "1")
-}
-
 // requestMessage is a job request message of context ctxID (of flow flowID, 0: a
 // standalone job's) made at now, without its caller, text and job list.
 func requestMessage(ctxID, flowID uint32, now time.Time, msgTimeout uint32) model.Message {

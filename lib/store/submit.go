@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -89,14 +90,20 @@ func (s *Store) SubmitGuarded(ctx context.Context, ctxID uint32, subs []Submissi
 		if sb.UniqueKey != "" && sb.UniqueTTL <= 0 {
 			return nil, &model.ValidationError{Object: "job", ID: strconv.Itoa(i), Field: "unique_ttl_seconds", Msg: "a unique_key needs a unique_ttl_seconds above 0"}
 		}
-		j.CreatedAt, j.UpdatedAt, j.CreatedAtMs = now.Unix(), now.Unix(), now.UnixMilli()
-		j.Status, j.Attempt, j.DispatchedMs, j.RunAtMs = model.JobDispatched, 1, now.UnixMilli(), 0
-		if sb.RunAt.After(now) {
-			j.Status, j.Attempt, j.DispatchedMs, j.RunAtMs = model.JobScheduled, 0, 0, sb.RunAt.UnixMilli()
-		}
-		j.Result, j.Error, j.ExitCode, j.Worker, j.Fatal, j.StopAsked = nil, "", 0, "", false, false
+		submittedState(j, sb.RunAt, now)
 	}
 	return db.submit(ctx, subs, guard, now)
+}
+
+// submittedState gives job j the state a submission at now stores it in: dispatched,
+// or scheduled when runAt is after now, and no run yet.
+func submittedState(j *model.Job, runAt, now time.Time) {
+	j.CreatedAt, j.UpdatedAt, j.CreatedAtMs = now.Unix(), now.Unix(), now.UnixMilli()
+	j.Status, j.Attempt, j.DispatchedMs, j.RunAtMs = model.JobDispatched, 1, now.UnixMilli(), 0
+	if runAt.After(now) {
+		j.Status, j.Attempt, j.DispatchedMs, j.RunAtMs = model.JobScheduled, 0, 0, runAt.UnixMilli()
+	}
+	j.Result, j.Error, j.ExitCode, j.Worker, j.Fatal, j.StopAsked = nil, "", 0, "", false, false
 }
 
 // submitWrites are the fields lua/submit.lua writes into every job it creates, with
@@ -121,26 +128,175 @@ func defaultsBut(names ...string) map[string]string {
 	return out
 }
 
-// withoutSubmitDefaults drops from fields (field/value items) those at the value the script
-// writes for them without them (submitDefaults, the caller, the context), in place.
-func withoutSubmitDefaults(fields []any, ctxID, caller uint32) []any {
-	out := fields[:0]
-	for i := 0; i+1 < len(fields); i += 2 {
-		name, _ := fields[i].(string)
-		v, _ := fields[i+1].(string)
-		def, ok := submitDefaults[name]
-		switch {
-		case name == "caller_id":
-			ok, def = true, strconv.FormatUint(uint64(caller), 10)
-		case name == "context_id":
-			ok, def = true, strconv.FormatUint(uint64(ctxID), 10)
-		}
-		if ok && v == def {
-			continue
-		}
-		out = append(out, fields[i], fields[i+1])
+// newJobFields are the field/value items of a job whose id lua/submit.lua reserves
+// (of context ctxID): what HashFields gives it, its compared fields then its initial
+// ones (splitFields, jobInitialOnly), without id and submitWrites, and without those at
+// the value the script writes for them without them (submitDefaults, its caller, the
+// context), in that order and spelled as HashFields spells them; built directly,
+// without encoding the fields it leaves out (TestNewJobFieldsMatchSplit checks it
+// against that way of making them, for every field of a job). They are appended to
+// buf (the items of the jobs before it in the call: one array for all of them), and
+// returned as a slice of their own, with buf grown.
+func newJobFields(buf []any, j *model.Job, ctxID uint32) (all, fields []any) {
+	f := jobFieldList{out: buf}
+	start := len(buf)
+	if j.ContextID != ctxID {
+		f.uint("context_id", uint64(j.ContextID))
 	}
-	return out
+	f.str("script", j.Script)
+	if st, ok := scriptTypeValues[j.ScriptType]; ok {
+		f.out = append(f.out, "script_type", st)
+	} else {
+		f.str("script_type", string(j.ScriptType))
+	}
+	f.uint("timeout", uint64(j.Timeout))
+	f.uint("retries", uint64(j.Retries))
+	if len(j.EnvVars) != 0 {
+		f.json("env_vars", j.EnvVars)
+	}
+	if len(j.Prerequisites) != 0 {
+		f.json("prerequisites", j.Prerequisites)
+	}
+	if len(j.Dependends) != 0 {
+		f.json("dependends", j.Dependends)
+	}
+	f.str("function_name", j.FunctionName)
+	f.raw("args", j.Args)
+	f.raw("kwargs", j.Kwargs)
+	f.uint("runner_id", uint64(j.RunnerID))
+	f.uint("priority", uint64(j.Priority))
+	f.str("concurrency_key", j.ConcurrencyKey)
+	f.uint("concurrency_limit", uint64(j.ConcurrencyLimit))
+	f.str("concurrency_policy", j.ConcurrencyPolicy)
+	f.str("held", j.Held)
+	f.str("debounce_key", j.DebounceKey)
+	f.flag("limited", j.Limited)
+	if j.Limits != nil {
+		f.json("limits", j.Limits)
+	}
+	newJobInitialFields(&f, j)
+	return f.out, f.out[start:len(f.out):len(f.out)]
+}
+
+// scriptTypeValues are the known script types as field values, made once (a value
+// made per job is an allocation of its own).
+var scriptTypeValues = func() map[model.ScriptType]any {
+	m := make(map[model.ScriptType]any)
+	for _, st := range model.ScriptTypes() {
+		m[st] = string(st)
+	}
+	return m
+}()
+
+// newJobInitialFields appends to f the initial fields of newJobFields.
+func newJobInitialFields(f *jobFieldList, j *model.Job) {
+	f.raw("result_json", j.ResultJSON)
+	f.flag("awaited", j.Awaited)
+	f.uint("flow_id", uint64(j.FlowID))
+	f.str("error", j.Error)
+	f.int("exit_code", int64(j.ExitCode))
+	f.str("worker", j.Worker)
+	f.flag("fatal", j.Fatal)
+	f.str("trace_id", j.TraceID)
+	f.str("traceparent", j.Traceparent)
+	f.int("retry_after_ms", j.RetryAfterMs)
+	f.int("dlq_at_ms", j.DLQAtMs)
+	if j.Origin != nil {
+		f.json("origin", j.Origin)
+	}
+	if j.DepResults != nil {
+		f.json("dep_results", j.DepResults)
+	}
+	f.flag("stop_requested", j.StopAsked)
+	f.int("started_at", j.StartedAt)
+	f.int("finished_at", j.FinishedAt)
+	f.int("ready_at_ms", j.ReadyAtMs)
+	f.int("started_at_ms", j.StartedAtMs)
+	f.int("finished_at_ms", j.FinishedAtMs)
+	f.str("schedule_id", j.ScheduleID)
+	f.int("schedule_tick_ms", j.ScheduleTickMs)
+	f.int("started_at_us", j.StartedAtUs)
+	f.int("finished_at_us", j.FinishedAtUs)
+}
+
+// jobFieldList appends a job's field/value items but those at their zero value
+// (for a job's hash: "", 0, false, nil), each encoded as model.HashFields encodes it.
+type jobFieldList struct{ out []any }
+
+func (f *jobFieldList) str(name, v string) {
+	if v != "" {
+		f.out = append(f.out, name, v)
+	}
+}
+
+func (f *jobFieldList) uint(name string, v uint64) {
+	if v != 0 {
+		f.out = append(f.out, name, strconv.FormatUint(v, 10))
+	}
+}
+
+func (f *jobFieldList) int(name string, v int64) {
+	if v != 0 {
+		f.out = append(f.out, name, strconv.FormatInt(v, 10))
+	}
+}
+
+func (f *jobFieldList) flag(name string, v bool) {
+	if v {
+		f.out = append(f.out, name, "true")
+	}
+}
+
+// raw appends a raw JSON field when it is not nil, compacted as json.Marshal writes it.
+func (f *jobFieldList) raw(name string, v json.RawMessage) {
+	if v != nil {
+		f.json(name, v)
+	}
+}
+
+// json appends v as JSON ("" when it does not marshal, as model's encoding).
+func (f *jobFieldList) json(name string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = nil
+	}
+	f.out = append(f.out, name, string(b))
+}
+
+// submitFields are the field/value items job j is sent with to lua/submit.lua (of
+// context ctxID), and how many of them (pairs, the first) the script compares with an
+// existing job of a chosen id. A job whose id the script reserves has nothing to
+// compare, and is sent without the fields at their defaults (newJobFields).
+// New jobs' items are appended to buf, all of the call's: it is returned.
+func submitFields(buf []any, j *model.Job, ctxID uint32) (all, fields []any, ncmp int) {
+	if j.ID == 0 {
+		all, fields = newJobFields(buf, j, ctxID)
+		return all, fields, 0
+	}
+	cmp, ini := splitFields(j, jobInitialOnly)
+	ini = withoutFields(ini, submitWrites...)
+	return buf, append(cmp, ini...), len(cmp) / 2
+}
+
+// requestTemplate are the fields of a standalone job's request message that every job
+// of a submission shares: requestFields' but for caller_id, message and job, which
+// lua/submit.lua writes for each job as requestFields would. They are what
+// localMessageFields makes of requestMessage(ctxID, 0, now, 0) without caller_id and
+// message, built directly (it reflects over the message, a fifth of a submission's
+// allocations): its context, times, kind and the job_ref mark; the rest of the
+// message holds the defaults a read gives back (TestRequestTemplateMatchesMessage).
+func requestTemplate(ctxID uint32, now time.Time) []any {
+	nowS, nowMs := now.Unix(), now.UnixMilli()
+	out := make([]any, 0, 14)
+	out = append(out, "status", string(model.MessageDispatched), "context_id", strconv.FormatUint(uint64(ctxID), 10))
+	if nowMs == 0 || nowS != nowMs/1000 { // else a read derives created_at from created_at_ms (localDefault)
+		out = append(out, "created_at", strconv.FormatInt(nowS, 10))
+	}
+	out = append(out, "updated_at", strconv.FormatInt(nowS, 10), "kind", model.KindJobRequest)
+	if nowMs != 0 {
+		out = append(out, "created_at_ms", strconv.FormatInt(nowMs, 10))
+	}
+	return append(out, fieldJobRef, "1")
 }
 
 // submit runs lua/submit.lua once; a created job whose caller chose no id gets the
@@ -154,6 +310,7 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 	if guard != nil {
 		a.GuardFields, a.GuardValues = guard.Fields, guard.Values
 	}
+	buf := make([]any, 0, 6*len(subs)) // a new job's fields: a script and its type, mostly
 	for i, sb := range subs {
 		j := sb.Job
 		uk := ""
@@ -165,14 +322,11 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		// an empty key matches none of a restricted user's patterns (the scheduler's
 		// runs of schedules were refused: lib/redisacl).
 		a.JobsKeys = append(a.JobsKeys, keys.Job(j.CallerID, j.ID), uk)
-		cmp, ini := splitFields(j, jobInitialOnly)
-		ini = withoutFields(ini, submitWrites...)
-		fields := append(cmp, ini...)
-		if j.ID == 0 { // nothing to compare: the fields at their defaults go without (the script writes them)
-			fields, cmp = withoutSubmitDefaults(fields, d.ContextID, j.CallerID), nil
-		}
+		var fields []any
+		var ncmp int
+		buf, fields, ncmp = submitFields(buf, j, d.ContextID)
 		a.Jobs[i] = submitJob{Chosen: j.ID != 0, Caller: int64(j.CallerID), ID: int64(j.ID), TTL: sb.UniqueTTL.Milliseconds(),
-			Actor: sb.Actor, RunAt: j.RunAtMs, Ncmp: int64(len(cmp) / 2), Fields: fields}
+			Actor: sb.Actor, RunAt: j.RunAtMs, Ncmp: int64(ncmp), Fields: fields}
 	}
 	res, err := a.run(ctx, d)
 	if err != nil {
