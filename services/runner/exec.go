@@ -57,7 +57,7 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 		j.TraceID = randHex(16) // a claim that stored none: this attempt's own trace
 	}
 	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, j.FlowID).Uint32(obs.KeyJobID, j.ID).Uint32(obs.KeyCallerID, j.CallerID).Uint32("attempt", j.Attempt).Str("trace_id", j.TraceID).Logger()
-	st := string(j.ScriptType)
+	st := metricType(j)
 	r.jobCounters(st).started.Inc()
 	// A job a finish took (cl.Taken) was stamped started at its dependency's end:
 	// its start is now, when this process goes on to run it.
@@ -107,7 +107,7 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 }
 
 func (r *runner) finish(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, o store.JobOutcome, reason string, log zerolog.Logger) {
-	st := string(j.ScriptType)
+	st := metricType(j)
 	ok, err := r.writeEnd(ctx, store.Finish{DB: db, Claim: cl, Job: j, Outcome: o}, log)
 	if errors.Is(err, errHandedOver) {
 		log.Warn().Str("state_dir", r.cfg.StateDir).Msg("job's end not written before the shutdown: kept for the restart under this worker id")
@@ -522,4 +522,17 @@ func limitError(reason string, lim sandbox.Limits) string {
 		return fmt.Sprintf("disk_limit: the job's files filled its %d MiB of disk (its work directory and /tmp)", lim.DiskBytes>>20)
 	}
 	return reason
+}
+
+// metricType is a job's script_type label: its script type, or for a handler job
+// without one (function_name "mailer#send_email") "exec:<executor>", as its queue is
+// named: one spelling, never an empty label value.
+func metricType(j *model.Job) string {
+	if j.ScriptType != "" {
+		return string(j.ScriptType)
+	}
+	if execName, _ := j.Handler(); execName != "" {
+		return "exec:" + execName
+	}
+	return "none"
 }

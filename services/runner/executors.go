@@ -455,7 +455,7 @@ func (r *runner) callHandler(ctx context.Context, db *store.DB, cl *store.Claim,
 	sv := supervise(j, execcore.Kills(ex.Kill))
 	res.out, res.err = pool.Execute(callCtx, req)
 	sv.Stop()
-	r.em.callSeconds.get(string(j.ScriptType), func(st string) prometheus.Observer { return r.m.duration.WithLabelValues(st) }).Observe(time.Since(start).Seconds())
+	r.em.callSeconds.get(metricType(j), func(st string) prometheus.Observer { return r.m.duration.WithLabelValues(st) }).Observe(time.Since(start).Seconds())
 	return res
 }
 

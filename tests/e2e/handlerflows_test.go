@@ -19,7 +19,7 @@ func mailKwargs(to, subject, text string) map[string]any {
 // flow.start take it, each job goes to its executor, and the results pass on — a
 // script's to a handler, and a handler's to the handler that depends on it.
 func TestHandlerFlowWithoutScriptType(t *testing.T) {
-	_, c := executorStack(t)
+	s, c := executorStack(t)
 	c.MustCall(t, "job.create", map[string]any{"context_id": ctx1, "job": map[string]any{"id": 1, "script_type": "sh",
 		"script": `echo "SIZE=42" > "$HERO_RESULT_FILE"`}}, nil)
 	createHandler(t, c, handlerSpec{id: 2, function: "mailer#send_email", kwargs: mailKwargs("ops@example.com", "disk", ""), deps: []uint32{1}})
@@ -48,6 +48,17 @@ func TestHandlerFlowWithoutScriptType(t *testing.T) {
 	c.MustCall(t, "flow.dag", map[string]any{"context_id": ctx1, "id": 100}, &dag)
 	if len(dag.Nodes) != 3 || dag.Nodes[1].FunctionName != "mailer#send_email" {
 		t.Errorf("flow.dag nodes: %+v", dag.Nodes)
+	}
+	// The runner's counters label a job without a script type by its executor, as its
+	// queue is named: no series with an empty script_type.
+	runner := s.Runner.AdminAddr
+	if n := metricValue(t, runner, `hero_jobs_finished_total{script_type="exec:mailer"}`); n != 2 {
+		t.Errorf(`hero_jobs_finished_total{script_type="exec:mailer"} = %v, want 2`, n)
+	}
+	for _, l := range metricLines(t, runner) {
+		if strings.Contains(l, `script_type=""`) {
+			t.Errorf("a series with an empty script_type: %s", l)
+		}
 	}
 	checkJobCheckBatch(t, c)
 }
