@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -111,28 +110,11 @@ func submittedState(j *model.Job, runAt, now time.Time) {
 // not sent with each job.
 var submitWrites = []string{"status", "attempt", "result", "created_at", "updated_at", "created_at_ms", "dispatched_at_ms", "run_at_ms"}
 
-// submitDefaults (jobDefaults but result, which submit.lua's state leaves out too:
-// submitWrites) are the seed's fields a job whose id lua/submit.lua reserves is sent
-// without when they hold their default: its hash leaves them out, as job.create's do,
-// and a read gives them their default (model's decode); caller_id and context_id are
-// left out of what is sent too when they are the job's caller and the call's context,
-// which the script writes.
-var submitDefaults = defaultsBut("result")
-
-// defaultsBut is jobDefaults without the fields named.
-func defaultsBut(names ...string) map[string]string {
-	out := maps.Clone(jobDefaults)
-	for _, n := range names {
-		delete(out, n)
-	}
-	return out
-}
-
 // newJobFields are the field/value items of a job whose id lua/submit.lua reserves
 // (of context ctxID): what HashFields gives it, its compared fields then its initial
 // ones (splitFields, jobInitialOnly), without id and submitWrites, and without those at
-// the value the script writes for them without them (submitDefaults, its caller, the
-// context), in that order and spelled as HashFields spells them; built directly,
+// the value the script writes for them without them (jobDefaults but result, its
+// caller, the context), in that order and spelled as HashFields spells them; built directly,
 // without encoding the fields it leaves out (TestNewJobFieldsMatchSplit checks it
 // against that way of making them, for every field of a job). They are appended to
 // buf (the items of the jobs before it in the call: one array for all of them), and

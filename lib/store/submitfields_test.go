@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -283,4 +284,22 @@ func withoutIDs(h []string, jobID uint32) []string {
 		}
 	}
 	return h
+}
+
+// submitDefaults (jobDefaults but result, which submit.lua's state leaves out too:
+// submitWrites) are the seed's fields a job whose id lua/submit.lua reserves is sent
+// without when they hold their default — newJobFields' rule, made here the old way
+// for splitJobFields: its hash leaves them out, as job.create's do, and a read gives
+// them their default (model's decode); caller_id and context_id are left out of what
+// is sent too when they are the job's caller and the call's context, which the script
+// writes.
+var submitDefaults = defaultsBut("result")
+
+// defaultsBut is jobDefaults without the fields named.
+func defaultsBut(names ...string) map[string]string {
+	out := maps.Clone(jobDefaults)
+	for _, n := range names {
+		delete(out, n)
+	}
+	return out
 }

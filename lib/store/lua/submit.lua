@@ -45,7 +45,7 @@
 --                     now_ms; no created_at, which a read derives from
 --                     created_at_ms). A job whose id the script reserves is sent
 --                     without the fields at their defaults (lib/store
---                     submitDefaults): caller_id and context_id, which the script
+--                     newJobFields): caller_id and context_id, which the script
 --                     writes (caller, ctx), and the seed's fields at their default
 --                     (script '', script_type '', timeout '0', retries '0',
 --                     env_vars and result '{}', prerequisites and dependends '[]'),
