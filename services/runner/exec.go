@@ -185,6 +185,36 @@ type runResult struct {
 	reason  string
 }
 
+// scratchDir makes the job's work directory (r.sandbox.WorkDir under --work-dir).
+// A failure is the host's (a full disk, a directory gone), never the job's: it is
+// made again, as a sandbox that could not be prepared is (execcore.SandboxTries
+// tries, execcore.SandboxRetryWait × the tries so far after each), before the job
+// ends in error; a shutdown meanwhile hands the job back (it has not started).
+func (r *runner) scratchDir(pattern string, log zerolog.Logger) (string, func(), runResult, bool) {
+	for try := 1; ; try++ {
+		dir, remove, err := r.sandbox.WorkDir(r.cfg.WorkDir, pattern)
+		if err == nil {
+			return dir, remove, runResult{}, true
+		}
+		if try >= execcore.SandboxTries {
+			log.Error().Err(err).Int("tries", try).Msg("runner cannot make the job's scratch directory: the job ends in error")
+			return "", nil, runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1,
+				Error: fmt.Sprintf("runner cannot make a scratch directory (%d tries): %v", try, err)}, "start_error"}, false
+		}
+		log.Warn().Err(err).Int("try", try).Msg("runner cannot make the job's scratch directory: trying again")
+		if r.onScratchRetry != nil {
+			r.onScratchRetry(try)
+		}
+		t := time.NewTimer(time.Duration(try) * execcore.SandboxRetryWait)
+		select {
+		case <-t.C:
+		case <-r.core.EndCtx().Done():
+			t.Stop()
+			return "", nil, runResult{reason: execcore.ReasonHandedBack}, false
+		}
+	}
+}
+
 // runScript runs the job's script under its interpreter with a clean environment. It
 // sets release to its sandbox's teardown when that is left for after the job's end is
 // written (execcore.Run.WaitKept).
@@ -202,14 +232,15 @@ func (r *runner) runScript(ctx context.Context, db *store.DB, cl *store.Claim, j
 	if r.sandbox.Mode() == sandbox.ModeBwrap {
 		pattern = sandbox.JobDir
 	}
-	dir, removeDir, err := r.sandbox.WorkDir(r.cfg.WorkDir, pattern)
-	if err != nil {
-		return runResult{store.JobOutcome{Status: model.JobError, ExitCode: -1, Error: "runner cannot make a scratch directory: " + err.Error()}, "start_error"}
+	dir, removeDir, failed, ok := r.scratchDir(pattern, log)
+	if !ok {
+		return failed
 	}
 	defer removeDir()
 	// The job's environment and its context's limits: one round trip.
 	var reads startReads
 	var bo fault.Backoff
+	var err error
 	for {
 		reads, err = r.readForStart(ctx, db, cl, j)
 		if err == nil || !fault.Transient(err) {

@@ -91,6 +91,9 @@ type runner struct {
 	// they capped the rate jobs start) while a burst's tokens still wake one waiting
 	// loop at a time, not all of them at once.
 	claimTurn sync.Mutex
+	// onScratchRetry, when set (tests), is called after a try to make a job's scratch
+	// directory failed, before the wait for the next (scratchDir).
+	onScratchRetry func(try int)
 }
 
 // task is a claimed job for a worker.
