@@ -73,8 +73,6 @@ func (c *Client) Submit(ctx context.Context, j *model.Job, o SubmitOptions) (*Su
 	if o.UniqueKey != "" {
 		ctx = retryable(ctx)
 	}
-	ctx, cancel := c.callCtx(ctx)
-	defer cancel()
 	runAt, delay := o.delayFields()
 	req := &herov1.SubmitJobRequest{ContextId: c.cfg.Context, Job: c.jobPB(j),
 		UniqueKey: o.UniqueKey, UniqueTtlSeconds: uint32(o.UniqueTTL / time.Second), RunAt: runAt, Delay: delay,
@@ -82,14 +80,24 @@ func (c *Client) Submit(ctx context.Context, j *model.Job, o SubmitOptions) (*Su
 	var r *herov1.SubmitJobResponse
 	err := errNoStream
 	if c.streams != nil {
-		err = c.retrying(ctx, o.UniqueKey != "", func() error {
+		// CallTimeout bounds a submission without a deadline of its own as it bounds a
+		// call, but without a context of its own: the stream's wait and the retries
+		// stop at until (a context with a timer and its channel, made and stopped for
+		// every submission, is a sizeable share of the client's CPU per submission).
+		var until time.Time
+		if _, ok := ctx.Deadline(); !ok {
+			until = time.Now().Add(c.cfg.CallTimeout)
+		}
+		err = c.retryingUntil(ctx, until, o.UniqueKey != "", func() error {
 			var err error
-			r, err = c.streams.submit(ctx, req)
+			r, err = c.streams.submit(ctx, until, req)
 			return err
 		})
 	}
 	if errors.Is(err, errNoStream) {
-		r, err = c.api.SubmitJob(ctx, req)
+		cctx, cancel := c.callCtx(ctx)
+		r, err = c.api.SubmitJob(cctx, req)
+		cancel()
 	}
 	if err != nil {
 		return nil, wrap(err)

@@ -318,17 +318,21 @@ func (s *submitStreams) close() {
 	ss.cancel()
 }
 
-// submit sends one submission and waits for its answer (or ctx). errNoStream: the
-// server has no such method and nothing was submitted.
-func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest) (*herov1.SubmitJobResponse, error) {
+// submit sends one submission and waits for its answer (or ctx, or until when it is
+// not zero: then as a context that ended at until). errNoStream: the server has no
+// such method and nothing was submitted.
+func (s *submitStreams) submit(ctx context.Context, until time.Time, req *herov1.SubmitJobRequest) (*herov1.SubmitJobResponse, error) {
 	if err := ctx.Err(); err != nil { // as a call: nothing is sent for a caller that gave up
 		return nil, status.FromContextError(err).Err()
+	}
+	if !until.IsZero() && !time.Now().Before(until) {
+		return nil, status.FromContextError(context.DeadlineExceeded).Err()
 	}
 	ss, err := s.stream()
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan streamAnswer, 1)
+	ch := answerChans.Get().(chan streamAnswer)
 	ss.mu.Lock()
 	if ss.pending == nil { // ended meanwhile
 		err := ss.err
@@ -349,13 +353,48 @@ func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest
 		s.end(ss, err)
 		return nil, err
 	}
+	var expired <-chan time.Time
+	if !until.IsZero() {
+		t := timers.Get().(*time.Timer)
+		t.Reset(time.Until(until))
+		defer stopTimer(t)
+		expired = t.C
+	}
 	select {
 	case a := <-ch:
+		answerChans.Put(ch) // empty again, and no longer pending: nothing else sends to it
 		return a.r, a.err
 	case <-ctx.Done():
 		ss.forget(item.Seq)
 		return nil, status.FromContextError(ctx.Err()).Err()
+	case <-expired:
+		ss.forget(item.Seq)
+		return nil, status.FromContextError(context.DeadlineExceeded).Err()
 	}
+}
+
+// answerChans are the channels on which submissions wait for their answers, each
+// reused once its answer was taken (one allocation less a submission).
+var answerChans = sync.Pool{New: func() any { return make(chan streamAnswer, 1) }}
+
+// timers bound the waits of submissions made without a deadline of their own
+// (stopped, then reused: stopTimer).
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// stopTimer stops t, empties its channel (a timer that fired under the channel
+// semantics before Go 1.23, which a program's go.mod may ask for) and puts it back.
+func stopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	timers.Put(t)
 }
 
 // newSubmitStream is an open stream's client side. Its submissions are sent by a
