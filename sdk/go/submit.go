@@ -77,7 +77,6 @@ func (c *Client) Submit(ctx context.Context, j *model.Job, o SubmitOptions) (*Su
 	req := &herov1.SubmitJobRequest{ContextId: c.cfg.Context, Job: c.jobPB(j),
 		UniqueKey: o.UniqueKey, UniqueTtlSeconds: uint32(o.UniqueTTL / time.Second), RunAt: runAt, Delay: delay,
 		DebounceKey: o.DebounceKey, Debounce: durationField(o.Debounce)}
-	var r *herov1.SubmitJobResponse
 	err := errNoStream
 	if c.streams != nil {
 		// CallTimeout bounds a submission without a deadline of its own as it bounds a
@@ -88,17 +87,22 @@ func (c *Client) Submit(ctx context.Context, j *model.Job, o SubmitOptions) (*Su
 		if _, ok := ctx.Deadline(); !ok {
 			until = time.Now().Add(c.cfg.CallTimeout)
 		}
+		var out *Submitted
 		err = c.retryingUntil(ctx, until, o.UniqueKey != "", func() error {
 			var err error
-			r, err = c.streams.submit(ctx, until, req)
+			out, err = c.streams.submit(ctx, until, req)
 			return err
 		})
+		if !errors.Is(err, errNoStream) {
+			if err != nil {
+				return nil, wrap(err)
+			}
+			return out, nil
+		}
 	}
-	if errors.Is(err, errNoStream) {
-		cctx, cancel := c.callCtx(ctx)
-		r, err = c.api.SubmitJob(cctx, req)
-		cancel()
-	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	r, err := c.api.SubmitJob(cctx, req)
 	if err != nil {
 		return nil, wrap(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/streambatch"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
@@ -94,9 +95,11 @@ type pendingSubmit struct {
 	f  *flight
 }
 
+// streamAnswer is a submission's outcome: its job (and whether it existed), or err.
 type streamAnswer struct {
-	r   *herov1.SubmitJobResponse
-	err error
+	job      *model.Job
+	existing bool
+	err      error
 }
 
 // stream returns the open stream, opening one when there is none.
@@ -110,7 +113,7 @@ func (s *submitStreams) stream() (*submitStream, error) {
 		return s.cur, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := s.cc.SubmitJobStream(metadata.AppendToOutgoingContext(ctx, streambatch.Metadata, "1"))
+	st, err := s.cc.SubmitJobStream(metadata.AppendToOutgoingContext(ctx, streambatch.Metadata, "1"), grpc.ForceCodecV2(newAnswerCodec()))
 	if err != nil {
 		cancel()
 		return nil, err
@@ -133,32 +136,28 @@ func (s *submitStreams) receive(ss *submitStream) {
 	if md, err := ss.st.Header(); err == nil && streambatch.Offered(md) {
 		ss.batches.Store(true)
 	}
+	var m streamAnswers // each message's answers, decoded into the jobs (answerCodec)
 	for {
-		r, err := ss.st.Recv()
-		if err != nil {
+		if err := ss.st.RecvMsg(&m); err != nil {
 			s.end(ss, err)
 			return
 		}
-		if len(r.Batch) == 0 {
-			ss.answer(r)
-			continue
-		}
-		for _, a := range r.Batch {
-			ss.answer(a)
+		for _, a := range m.items {
+			ss.answer(a.seq, a.a)
 		}
 	}
 }
 
-// answer hands an answer to the submission waiting for it; the last of those out
-// sends what was held meanwhile.
-func (ss *submitStream) answer(r *herov1.SubmitJobStreamResponse) {
+// answer hands the answer of submission seq to the submission waiting for it; the
+// last of those out sends what was held meanwhile.
+func (ss *submitStream) answer(seq uint64, a streamAnswer) {
 	ss.mu.Lock()
-	p, ok := ss.pending[r.Seq]
-	delete(ss.pending, r.Seq)
+	p, ok := ss.pending[seq]
+	delete(ss.pending, seq)
 	flush := ok && ss.landed(p.f)
 	ss.mu.Unlock()
 	if ok {
-		p.ch <- answerOf(r)
+		p.ch <- a
 	}
 	if flush {
 		// not from this goroutine: a send that waits on flow control must not hold
@@ -321,7 +320,7 @@ func (s *submitStreams) close() {
 // submit sends one submission and waits for its answer (or ctx, or until when it is
 // not zero: then as a context that ended at until). errNoStream: the server has no
 // such method and nothing was submitted.
-func (s *submitStreams) submit(ctx context.Context, until time.Time, req *herov1.SubmitJobRequest) (*herov1.SubmitJobResponse, error) {
+func (s *submitStreams) submit(ctx context.Context, until time.Time, req *herov1.SubmitJobRequest) (*Submitted, error) {
 	if err := ctx.Err(); err != nil { // as a call: nothing is sent for a caller that gave up
 		return nil, status.FromContextError(err).Err()
 	}
@@ -363,7 +362,10 @@ func (s *submitStreams) submit(ctx context.Context, until time.Time, req *herov1
 	select {
 	case a := <-ch:
 		answerChans.Put(ch) // empty again, and no longer pending: nothing else sends to it
-		return a.r, a.err
+		if a.err != nil {
+			return nil, a.err
+		}
+		return &Submitted{Job: a.job, Existing: a.existing}, nil
 	case <-ctx.Done():
 		ss.forget(item.Seq)
 		return nil, status.FromContextError(ctx.Err()).Err()
@@ -486,7 +488,7 @@ func answerOf(r *herov1.SubmitJobStreamResponse) streamAnswer {
 	if r.Submit == nil {
 		return streamAnswer{err: status.Errorf(codes.Internal, "submission %d: the server's answer has neither a job nor an error", r.Seq)}
 	}
-	return streamAnswer{r: r.Submit}
+	return streamAnswer{job: jobOf(r.Submit.Job), existing: r.Submit.Existing}
 }
 
 // traceparentOf is the W3C traceparent the caller put in ctx's outgoing metadata (as

@@ -15,8 +15,10 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/hero-coordinator/hero/lib/model"
@@ -358,6 +360,20 @@ func (h *heldStream) Recv() (*herov1.SubmitJobStreamResponse, error) {
 	return nil, io.EOF
 }
 
+// RecvMsg is Recv as the client's stream reads its answers: their encoding decoded by
+// the stream's codec (answerCodec).
+func (h *heldStream) RecvMsg(m any) error {
+	a, err := h.Recv()
+	if err != nil {
+		return err
+	}
+	b, err := proto.Marshal(a)
+	if err != nil {
+		return err
+	}
+	return newAnswerCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
+}
+
 func (h *heldStream) Header() (metadata.MD, error) {
 	return metadata.Pairs("hero-stream-batch", "1"), nil
 }
@@ -445,7 +461,7 @@ func TestSubmitStreamGroupCommit(t *testing.T) {
 			results <- result{script: script, err: err}
 			return
 		}
-		results <- result{script: script, id: r.Job.Id}
+		results <- result{script: script, id: r.Job.ID}
 	}
 	deadline := time.Now().Add(time.Minute)
 	waitSent := func(want string) {
