@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/protoconv"
 	"github.com/hero-coordinator/hero/lib/streambatch"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -250,6 +251,8 @@ type streamItem struct {
 func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem) []*herov1.SubmitJobStreamResponse {
 	start := time.Now()
 	out := make([]*herov1.SubmitJobStreamResponse, len(items))
+	answers := make([]herov1.SubmitJobStreamResponse, len(items)) // what out points to: one allocation for them all
+	ins := make([]jobIn, len(items))                              // the submissions' jobs, likewise
 	errs := make([]error, len(items))
 	revoked := streamRevoked(ctx)
 	// Once begun, a submission is stored and answered as it is, even if the stream's
@@ -260,12 +263,13 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 	subs := make([]eachSubmit, 0, len(items))
 	at := make([]int, 0, len(items)) // the item of each of subs
 	for i, it := range items {
-		out[i] = &herov1.SubmitJobStreamResponse{Seq: it.r.Seq}
+		answers[i].Seq = it.r.Seq
+		out[i] = &answers[i]
 		if revoked != nil {
 			errs[i] = revoked
 			continue
 		}
-		sub, err := c.checkStreamItem(ctx, key, it)
+		sub, err := c.checkStreamItem(ctx, key, it, &ins[i])
 		if err != nil {
 			errs[i] = err
 			continue
@@ -275,12 +279,16 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 	}
 	if len(subs) > 0 {
 		res, serrs := c.s.submitEach(ctx, p, subs, "job.submit")
+		// the answers' messages, in one allocation each for them all
+		submitted, jobs := make([]herov1.SubmitJobResponse, len(at)), make([]herov1.Job, len(at))
 		for n, i := range at {
 			if serrs[n] != nil {
 				errs[i] = serrs[n]
 				continue
 			}
-			out[i].Submit = submitResultToPB(*res[n])
+			protoconv.JobIntoPB(&jobs[n], res[n].Job)
+			submitted[n].Job, submitted[n].Existing = &jobs[n], res[n].Existing
+			out[i].Submit = &submitted[n]
 		}
 	}
 	results := make([]string, len(items)) // each item's code
@@ -298,8 +306,9 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 }
 
 // checkStreamItem checks one submission of a stream (its rate, counted against the
-// caller's key, its traceparent, its form) and makes it a submission for submitEach.
-func (c *coordinatorServer) checkStreamItem(ctx context.Context, key string, it streamItem) (eachSubmit, error) {
+// caller's key, its traceparent, its form) and makes it a submission for submitEach,
+// its job in in.
+func (c *coordinatorServer) checkStreamItem(ctx context.Context, key string, it streamItem, in *jobIn) (eachSubmit, error) {
 	r := it.r
 	if it.limit && c.limits != nil {
 		if err := c.limits.allow(key, 1); err != nil {
@@ -321,7 +330,13 @@ func (c *coordinatorServer) checkStreamItem(ctx context.Context, key string, it 
 	if sr == nil {
 		return eachSubmit{}, invalidParams("submit", "the stream item (seq %d) has no submission", r.Seq)
 	}
-	return eachSubmit{ctx: ctx, tp: tp, ctxID: sr.ContextId, item: submitItemFromPB(sr.Job, sr.UniqueKey, sr.UniqueTtlSeconds, sr.RunAt, sr.Delay, debounceParams{DebounceKey: sr.DebounceKey, Debounce: sr.Debounce})}, nil
+	item := submitItem{UniqueKey: sr.UniqueKey, UniqueTTLSeconds: sr.UniqueTtlSeconds, delayParams: delayParams{RunAt: sr.RunAt, Delay: sr.Delay},
+		debounceParams: debounceParams{DebounceKey: sr.DebounceKey, Debounce: sr.Debounce}}
+	if sr.Job != nil { // as submitItemFromPB: none given, none made (submission refuses it)
+		jobInFromPBInto(in, sr.Job)
+		item.Job = in
+	}
+	return eachSubmit{ctx: ctx, tp: tp, ctxID: sr.ContextId, item: item}, nil
 }
 
 // streamError is a refused item's status as the stream carries it.
