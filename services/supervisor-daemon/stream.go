@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hero-coordinator/hero/lib/protoconv"
+	"github.com/hero-coordinator/hero/lib/auth"
 	"github.com/hero-coordinator/hero/lib/streambatch"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -201,19 +201,19 @@ func streamEnd(ctx context.Context) error {
 // answerSender sends a stream's answers (streambatch.Sender): those ready while one
 // is being sent go next, in one message to a client that takes batches (which the
 // sender first yields for: the workers a group commit has just answered add theirs).
-// After a failed send the rest are dropped: the stream's end tells the client.
-func answerSender(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], batches bool, observe func(items int)) *streambatch.Sender[*herov1.SubmitJobStreamResponse] {
-	return &streambatch.Sender[*herov1.SubmitJobStreamResponse]{
+// The messages are written as they travel (answerMessages), without their proto
+// messages in between. After a failed send the rest are dropped: the stream's end
+// tells the client.
+func answerSender(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], batches bool, observe func(items int)) *streambatch.Sender[streamAnswer] {
+	return &streambatch.Sender[streamAnswer]{
 		Yield: func() bool { return batches },
-		Write: func(out []*herov1.SubmitJobStreamResponse) error {
-			wrap := func(b []*herov1.SubmitJobStreamResponse) *herov1.SubmitJobStreamResponse {
-				return &herov1.SubmitJobStreamResponse{Batch: b}
+		Write: func(out []streamAnswer) error {
+			msgs, err := answerMessages(out, batches, streamInflight, streambatch.MaxBytes, observe)
+			if err != nil {
+				return status.Errorf(codes.Internal, "the answers: %v", err)
 			}
-			for _, m := range streambatch.Messages(out, batches, streamInflight, streambatch.MaxBytes, wrap) {
-				if len(m.Batch) > 0 {
-					observe(len(m.Batch))
-				}
-				if err := st.Send(m); err != nil {
+			for _, m := range msgs {
+				if err := st.SendMsg(&auth.Encoded{B: m}); err != nil {
 					return err
 				}
 			}
@@ -248,11 +248,10 @@ type streamItem struct {
 
 // streamSubmit stores submissions of a stream (submitEach: each as if it came alone)
 // and makes their answers, in order.
-func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem) []*herov1.SubmitJobStreamResponse {
+func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem) []streamAnswer {
 	start := time.Now()
-	out := make([]*herov1.SubmitJobStreamResponse, len(items))
-	answers := make([]herov1.SubmitJobStreamResponse, len(items)) // what out points to: one allocation for them all
-	ins := make([]jobIn, len(items))                              // the submissions' jobs, likewise
+	out := make([]streamAnswer, len(items))
+	ins := make([]jobIn, len(items)) // the submissions' jobs: one allocation for them all
 	errs := make([]error, len(items))
 	revoked := streamRevoked(ctx)
 	// Once begun, a submission is stored and answered as it is, even if the stream's
@@ -263,8 +262,7 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 	subs := make([]eachSubmit, 0, len(items))
 	at := make([]int, 0, len(items)) // the item of each of subs
 	for i, it := range items {
-		answers[i].Seq = it.r.Seq
-		out[i] = &answers[i]
+		out[i].seq = it.r.Seq
 		if revoked != nil {
 			errs[i] = revoked
 			continue
@@ -279,24 +277,20 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 	}
 	if len(subs) > 0 {
 		res, serrs := c.s.submitEach(ctx, p, subs, "job.submit")
-		// the answers' messages, in one allocation each for them all
-		submitted, jobs := make([]herov1.SubmitJobResponse, len(at)), make([]herov1.Job, len(at))
 		for n, i := range at {
 			if serrs[n] != nil {
 				errs[i] = serrs[n]
 				continue
 			}
-			protoconv.JobIntoPB(&jobs[n], res[n].Job)
-			submitted[n].Job, submitted[n].Existing = &jobs[n], res[n].Existing
-			out[i].Submit = &submitted[n]
+			out[i].job, out[i].existing = res[n].Job, res[n].Existing
 		}
 	}
 	results := make([]string, len(items)) // each item's code
 	for i, err := range errs {
 		results[i] = codes.OK.String()
 		if err != nil {
-			out[i].Error = streamError(grpcError(err))
-			results[i] = codes.Code(out[i].Error.Code).String()
+			out[i].err = streamError(grpcError(err))
+			results[i] = codes.Code(out[i].err.Code).String()
 		}
 	}
 	if c.s.metrics != nil {
