@@ -92,15 +92,7 @@ func JobToPB(j *model.Job) *herov1.Job {
 	if j == nil {
 		return nil
 	}
-	out := &herov1.Job{}
-	JobIntoPB(out, j)
-	return out
-}
-
-// JobIntoPB sets dst, a new message, to j (as JobToPB makes it): for answers that
-// make many jobs' messages in one allocation.
-func JobIntoPB(dst *herov1.Job, j *model.Job) {
-	*dst = herov1.Job{
+	return &herov1.Job{
 		Id: j.ID, CallerId: j.CallerID, ContextId: j.ContextID, Script: j.Script, ScriptType: string(j.ScriptType),
 		Timeout: j.Timeout, Retries: uint32(j.Retries), EnvVars: j.EnvVars, Result: j.Result, Prerequisites: j.Prerequisites,
 		Dependends: j.Dependends, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, Status: string(j.Status), RunnerId: j.RunnerID,
