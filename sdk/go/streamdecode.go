@@ -34,13 +34,19 @@ type seqAnswer struct {
 }
 
 // answerCodec is the submission stream's codec: the proto codec, but for the answers,
-// which it decodes into streamAnswers (decodeAnswers).
+// which it decodes into streamAnswers (decodeAnswers), and the submissions, which it
+// sends as they were written (encodedMsg).
 type answerCodec struct{ proto encoding.CodecV2 }
 
 func newAnswerCodec() answerCodec { return answerCodec{proto: encoding.GetCodecV2("proto")} }
 
-func (c answerCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
-func (c answerCodec) Name() string                           { return c.proto.Name() }
+func (c answerCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*encodedMsg); ok { // written as it travels (streamencode.go)
+		return mem.BufferSlice{mem.SliceBuffer(m.b)}, nil
+	}
+	return c.proto.Marshal(v)
+}
+func (c answerCodec) Name() string { return c.proto.Name() }
 
 func (c answerCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(*streamAnswers)

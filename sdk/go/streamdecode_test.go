@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/hero-coordinator/hero/lib/protoconv"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -171,4 +172,49 @@ func TestDecodeAnswersAsProto(t *testing.T) {
 	sameAnswers(t, answer(bad))
 	twice := append(answer(job), answer(job)[2:]...) // the submit field twice: merged by proto
 	sameAnswers(t, twice)
+}
+
+// The submissions written as they travel (streamencode.go) are the messages Submit
+// made before: every field of the job set at random (maps, JSON and limits too), the
+// options set and not, the job's context_id the client's.
+func TestStreamRequestsAsProto(t *testing.T) {
+	r := rand.New(rand.NewPCG(51, 53))
+	for round := range 100 {
+		pb := &herov1.Job{}
+		var skip map[protoreflect.FieldNumber]bool
+		if round%2 == 0 {
+			skip = map[protoreflect.FieldNumber]bool{8: true, 9: true, 33: true, 34: true, 35: true}
+		}
+		fill(r, pb.ProtoReflect(), skip)
+		pb.Origin, pb.DepResults = "", ""
+		j := protoconv.JobFromPB(pb)
+		f := submitFields{contextID: uint32(round % 3)}
+		if round%4 < 2 {
+			f = submitFields{contextID: 7, uniqueKey: "k ☃", uniqueTTL: 60, runAt: "2030-01-01T00:00:00Z", delay: "5s", debounceKey: "d", debounce: "1s"}
+		}
+		sub, err := appendSubmitRequest(nil, f, j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := protoconv.JobToPB(j)
+		job.ContextId = f.contextID
+		want := &herov1.SubmitJobRequest{ContextId: f.contextID, Job: job, UniqueKey: f.uniqueKey, UniqueTtlSeconds: f.uniqueTTL,
+			RunAt: f.runAt, Delay: f.delay, DebounceKey: f.debounceKey, Debounce: f.debounce}
+		var got herov1.SubmitJobRequest
+		if err := proto.Unmarshal(sub, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&got, want) {
+			t.Fatalf("round %d:\n got %v\nwant %v", round, &got, want)
+		}
+		for _, tp := range []string{"", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"} {
+			var m herov1.SubmitJobStreamRequest
+			if err := proto.Unmarshal(appendStreamRequest(nil, uint64(round), sub, tp), &m); err != nil {
+				t.Fatal(err)
+			}
+			if w := (&herov1.SubmitJobStreamRequest{Seq: uint64(round), Submit: want, Traceparent: tp}); !proto.Equal(&m, w) {
+				t.Fatalf("round %d: stream request\n got %v\nwant %v", round, &m, w)
+			}
+		}
+	}
 }

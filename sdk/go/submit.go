@@ -5,6 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/hero-coordinator/hero/lib/model"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
@@ -74,11 +77,13 @@ func (c *Client) Submit(ctx context.Context, j *model.Job, o SubmitOptions) (*Su
 		ctx = retryable(ctx)
 	}
 	runAt, delay := o.delayFields()
-	req := &herov1.SubmitJobRequest{ContextId: c.cfg.Context, Job: c.jobPB(j),
-		UniqueKey: o.UniqueKey, UniqueTtlSeconds: uint32(o.UniqueTTL / time.Second), RunAt: runAt, Delay: delay,
-		DebounceKey: o.DebounceKey, Debounce: durationField(o.Debounce)}
-	err := errNoStream
+	f := submitFields{contextID: c.cfg.Context, uniqueKey: o.UniqueKey, uniqueTTL: uint32(o.UniqueTTL / time.Second), runAt: runAt, delay: delay,
+		debounceKey: o.DebounceKey, debounce: durationField(o.Debounce)}
 	if c.streams != nil {
+		req, err := appendSubmitRequest(nil, f, j) // the request as it travels (streamencode.go)
+		if err != nil {                            // a string that is not UTF-8 (of a job with maps or limits: proto's encoding said so)
+			return nil, wrap(status.Error(codes.Internal, "hero: the submission: "+err.Error()))
+		}
 		// CallTimeout bounds a submission without a deadline of its own as it bounds a
 		// call, but without a context of its own: the stream's wait and the retries
 		// stop at until (a context with a timer and its channel, made and stopped for
@@ -102,7 +107,8 @@ func (c *Client) Submit(ctx context.Context, j *model.Job, o SubmitOptions) (*Su
 	}
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	r, err := c.api.SubmitJob(cctx, req)
+	r, err := c.api.SubmitJob(cctx, &herov1.SubmitJobRequest{ContextId: f.contextID, Job: c.jobPB(j), UniqueKey: f.uniqueKey,
+		UniqueTtlSeconds: f.uniqueTTL, RunAt: f.runAt, Delay: f.delay, DebounceKey: f.debounceKey, Debounce: f.debounce})
 	if err != nil {
 		return nil, wrap(err)
 	}

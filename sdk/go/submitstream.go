@@ -64,7 +64,7 @@ type submitStream struct {
 	cancel  context.CancelFunc
 	sendMu  sync.Mutex  // one Send or CloseSend at a time (the stream's rule)
 	batches atomic.Bool // the server takes batch messages (its stream header said so)
-	sender  streambatch.Sender[*herov1.SubmitJobStreamRequest]
+	sender  streambatch.Sender[*outItem]
 	mu      sync.Mutex
 	seq     uint64
 	pending map[uint64]pendingSubmit
@@ -76,7 +76,7 @@ type submitStream struct {
 	// flights) or when they fill a batch; with fewer out, a submission goes at once.
 	window   int
 	flights  int // the flights out (and the one flushing)
-	held     []*herov1.SubmitJobStreamRequest
+	held     []*outItem
 	flushing *flight        // the flight the held ones go in, once flushHeld takes them
 	owner    *submitStreams // ends the stream when a flush's send fails
 	// flush wakes the stream's flusher (flusher) to send what was held: one
@@ -212,9 +212,9 @@ func (ss *submitStream) landed(f *flight) bool {
 // with what was held before it (a flight), or nil when it is held (sent with the
 // next flight: when a flight out landed, or when the held fill a batch). Without
 // batch messages nothing is held (and flights are not counted).
-func (ss *submitStream) hold(item *herov1.SubmitJobStreamRequest) []*herov1.SubmitJobStreamRequest {
+func (ss *submitStream) hold(item *outItem) []*outItem {
 	if !ss.batches.Load() {
-		return []*herov1.SubmitJobStreamRequest{item}
+		return []*outItem{item}
 	}
 	if (ss.flights < ss.window && ss.flushing == nil) || len(ss.held)+1 >= streamBatchItems {
 		batch := append(ss.held, item)
@@ -228,11 +228,11 @@ func (ss *submitStream) hold(item *herov1.SubmitJobStreamRequest) []*herov1.Subm
 }
 
 // board puts the submissions of batch still awaited in flight f (ss.mu held).
-func (ss *submitStream) board(batch []*herov1.SubmitJobStreamRequest, f *flight) {
+func (ss *submitStream) board(batch []*outItem, f *flight) {
 	for _, r := range batch {
-		if p, ok := ss.pending[r.Seq]; ok {
+		if p, ok := ss.pending[r.seq]; ok {
 			p.f = f
-			ss.pending[r.Seq] = p
+			ss.pending[r.seq] = p
 			f.left++
 		}
 	}
@@ -320,7 +320,7 @@ func (s *submitStreams) close() {
 // submit sends one submission and waits for its answer (or ctx, or until when it is
 // not zero: then as a context that ended at until). errNoStream: the server has no
 // such method and nothing was submitted.
-func (s *submitStreams) submit(ctx context.Context, until time.Time, req *herov1.SubmitJobRequest) (*Submitted, error) {
+func (s *submitStreams) submit(ctx context.Context, until time.Time, req []byte) (*Submitted, error) {
 	if err := ctx.Err(); err != nil { // as a call: nothing is sent for a caller that gave up
 		return nil, status.FromContextError(err).Err()
 	}
@@ -339,8 +339,8 @@ func (s *submitStreams) submit(ctx context.Context, until time.Time, req *herov1
 		return nil, err
 	}
 	ss.seq++
-	item := &herov1.SubmitJobStreamRequest{Seq: ss.seq, Submit: req, Traceparent: traceparentOf(ctx)}
-	ss.pending[item.Seq] = pendingSubmit{ch: ch}
+	item := &outItem{seq: ss.seq, b: appendStreamRequest(nil, ss.seq, req, traceparentOf(ctx))}
+	ss.pending[item.seq] = pendingSubmit{ch: ch}
 	batch := ss.hold(item)
 	ss.mu.Unlock()
 	if batch != nil {
@@ -348,7 +348,7 @@ func (s *submitStreams) submit(ctx context.Context, until time.Time, req *herov1
 	}
 	if err != nil && !errors.Is(err, io.EOF) { // io.EOF: the stream ended; its status comes to ch
 		// (the submissions it held wait on the stream, which end fails)
-		ss.forget(item.Seq)
+		ss.forget(item.seq)
 		s.end(ss, err)
 		return nil, err
 	}
@@ -367,10 +367,10 @@ func (s *submitStreams) submit(ctx context.Context, until time.Time, req *herov1
 		}
 		return &Submitted{Job: a.job, Existing: a.existing}, nil
 	case <-ctx.Done():
-		ss.forget(item.Seq)
+		ss.forget(item.seq)
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case <-expired:
-		ss.forget(item.Seq)
+		ss.forget(item.seq)
 		return nil, status.FromContextError(context.DeadlineExceeded).Err()
 	}
 }
@@ -417,18 +417,19 @@ func newSubmitStream(st grpc.BidiStreamingClient[herov1.SubmitJobStreamRequest, 
 // batch messages as streamBatchItems and streambatch.MaxBytes allow. A submission
 // whose caller gave up while it waited to be sent (its context ended: it is no longer
 // pending) is left out, as a call cancelled before it is sent stores nothing.
-func (ss *submitStream) write(out []*herov1.SubmitJobStreamRequest) error {
+func (ss *submitStream) write(out []*outItem) error {
 	out = ss.stillWaited(out)
 	if len(out) == 0 {
 		return nil
 	}
+	items := make([][]byte, len(out))
+	for i, it := range out {
+		items[i] = it.b
+	}
 	ss.sendMu.Lock()
 	defer ss.sendMu.Unlock()
-	wrap := func(b []*herov1.SubmitJobStreamRequest) *herov1.SubmitJobStreamRequest {
-		return &herov1.SubmitJobStreamRequest{Batch: b}
-	}
-	for _, m := range streambatch.Messages(out, ss.batches.Load(), streamBatchItems, streambatch.MaxBytes, wrap) {
-		if err := ss.st.Send(m); err != nil {
+	for _, m := range streambatch.Encoded(items, ss.batches.Load(), streamBatchItems, streambatch.MaxBytes, fieldRequestBatch, nil) {
+		if err := ss.st.SendMsg(&encodedMsg{b: m}); err != nil {
 			return err
 		}
 	}
@@ -436,7 +437,7 @@ func (ss *submitStream) write(out []*herov1.SubmitJobStreamRequest) error {
 }
 
 // stillWaited are the submissions of out whose callers still wait for them, in order.
-func (ss *submitStream) stillWaited(out []*herov1.SubmitJobStreamRequest) []*herov1.SubmitJobStreamRequest {
+func (ss *submitStream) stillWaited(out []*outItem) []*outItem {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.pending == nil { // the stream ended: its end answered them all
@@ -444,16 +445,16 @@ func (ss *submitStream) stillWaited(out []*herov1.SubmitJobStreamRequest) []*her
 	}
 	n := 0
 	for _, r := range out {
-		if _, ok := ss.pending[r.Seq]; ok {
+		if _, ok := ss.pending[r.seq]; ok {
 			n++
 		}
 	}
 	if n == len(out) {
 		return out
 	}
-	kept := make([]*herov1.SubmitJobStreamRequest, 0, n)
+	kept := make([]*outItem, 0, n)
 	for _, r := range out {
-		if _, ok := ss.pending[r.Seq]; ok {
+		if _, ok := ss.pending[r.seq]; ok {
 			kept = append(kept, r)
 		}
 	}

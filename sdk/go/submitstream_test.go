@@ -360,6 +360,16 @@ func (h *heldStream) Recv() (*herov1.SubmitJobStreamResponse, error) {
 	return nil, io.EOF
 }
 
+// SendMsg is Send as the client's stream sends its submissions: encoded as they
+// travel (encodedMsg).
+func (h *heldStream) SendMsg(m any) error {
+	var r herov1.SubmitJobStreamRequest
+	if err := proto.Unmarshal(m.(*encodedMsg).b, &r); err != nil {
+		return err
+	}
+	return h.Send(&r)
+}
+
 // RecvMsg is Recv as the client's stream reads its answers: their encoding decoded by
 // the stream's codec (answerCodec).
 func (h *heldStream) RecvMsg(m any) error {
@@ -387,8 +397,12 @@ func TestSubmitStreamDropsWhatNobodyWaitsFor(t *testing.T) {
 	s := &submitStreams{cur: ss}
 	go s.receive(ss)
 	defer close(h.answers)
-	req := func(script string) *herov1.SubmitJobRequest {
-		return &herov1.SubmitJobRequest{Job: &herov1.Job{Script: script}}
+	req := func(script string) []byte {
+		b, err := proto.Marshal(&herov1.SubmitJobRequest{Job: &herov1.Job{Script: script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
 	first := make(chan error, 1)
 	go func() {
@@ -446,8 +460,12 @@ func TestSubmitStreamGroupCommit(t *testing.T) {
 	ss.owner = s
 	go s.receive(ss)
 	defer close(h.answers)
-	req := func(script string) *herov1.SubmitJobRequest {
-		return &herov1.SubmitJobRequest{Job: &herov1.Job{Script: script}}
+	req := func(script string) []byte {
+		b, err := proto.Marshal(&herov1.SubmitJobRequest{Job: &herov1.Job{Script: script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
 	type result struct {
 		script string

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/protoconv"
+	"github.com/hero-coordinator/hero/lib/streambatch"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -36,45 +37,19 @@ const (
 // written field by field (protoconv.AppendJob), a refusal's through its message
 // (TestAnswerMessagesAsProto checks both against the messages).
 func answerMessages(out []streamAnswer, batches bool, maxItems, maxBytes int, observe func(items int)) ([][]byte, error) {
-	// every answer's encoding, one after the other in all; ends[i] is where answer i's ends
+	// every answer's encoding, one after the other in all
 	all := make([]byte, 0, 160*len(out))
-	ends := make([]int, len(out))
+	items := make([][]byte, len(out))
 	var job []byte
 	for i, a := range out {
+		start := len(all)
 		var err error
 		if all, job, err = appendAnswer(all, job, a); err != nil {
 			return nil, err
 		}
-		ends[i] = len(all)
+		items[i] = all[start:len(all):len(all)]
 	}
-	item := func(i int) []byte {
-		if i == 0 {
-			return all[:ends[0]]
-		}
-		return all[ends[i-1]:ends[i]]
-	}
-	msgs := make([][]byte, 0, 1)
-	for i := 0; i < len(out); {
-		n, size := 1, len(item(i))
-		for batches && i+n < len(out) && n < maxItems && size+len(item(i+n)) <= maxBytes {
-			size += len(item(i + n))
-			n++
-		}
-		if n == 1 {
-			msgs = append(msgs, item(i))
-			i++
-			continue
-		}
-		m := make([]byte, 0, size+n*(1+protowire.SizeVarint(uint64(size))))
-		for k := i; k < i+n; k++ {
-			m = protowire.AppendTag(m, fieldBatch, protowire.BytesType)
-			m = protowire.AppendBytes(m, item(k))
-		}
-		observe(n)
-		msgs = append(msgs, m)
-		i += n
-	}
-	return msgs, nil
+	return streambatch.Encoded(items, batches, maxItems, maxBytes, fieldBatch, observe), nil
 }
 
 // appendAnswer appends the encoding of a's SubmitJobStreamResponse to b (job: a
