@@ -168,7 +168,7 @@ func (c *DigestCodec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	return c.proto.Marshal(v)
 }
-func (c *DigestCodec) Name() string                           { return c.proto.Name() }
+func (c *DigestCodec) Name() string { return c.proto.Name() }
 
 func (c *DigestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if err := c.proto.Unmarshal(data, v); err != nil {
