@@ -1,9 +1,14 @@
 package protoconv
 
 import (
+	"math/rand/v2"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	"github.com/hero-coordinator/hero/lib/model"
+	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
 // A job's origin and dependencies' results convert as their JSON, "" when the job has
@@ -32,4 +37,80 @@ func TestJobOriginAndDepResults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// AppendJob encodes the message JobToPB makes: jobs with every field of the message
+// set at random (a field JobToPB sets and AppendJob does not write fails here), with
+// and without those it leaves to proto (maps, JSON, limits), and the empty job.
+func TestAppendJobAsProto(t *testing.T) {
+	r := rand.New(rand.NewPCG(51, 1))
+	viaProto := map[protoreflect.FieldNumber]bool{8: true, 9: true, 33: true, 34: true, 35: true}
+	for round := range 200 {
+		pb := &herov1.Job{}
+		skip := viaProto
+		if round%2 == 1 {
+			skip = nil
+		}
+		fillJob(r, pb.ProtoReflect(), skip)
+		pb.Origin, pb.DepResults = "", ""
+		if skip == nil {
+			pb.Origin, pb.DepResults = `{"node":"n1","context_id":1,"caller_id":2,"job_id":3}`, `{"1":{"K":"v"}}`
+		}
+		j := JobFromPB(pb)
+		for _, j := range []*model.Job{j, {}} {
+			b, err := AppendJob([]byte{0xff}, j) // after what b held
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got herov1.Job
+			if err := proto.Unmarshal(b[1:], &got); err != nil {
+				t.Fatal(err)
+			}
+			if want := JobToPB(j); !proto.Equal(&got, want) {
+				t.Fatalf("round %d:\n got %v\nwant %v", round, &got, want)
+			}
+		}
+	}
+}
+
+// fillJob sets every field of m (and of its messages, maps and lists) to a random
+// value that is not its zero, but those named in skip.
+func fillJob(r *rand.Rand, m protoreflect.Message, skip map[protoreflect.FieldNumber]bool) {
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		switch {
+		case skip[f.Number()]:
+		case f.IsMap():
+			mp := m.Mutable(f).Map()
+			for k := range 1 + r.IntN(3) {
+				mp.Set(protoreflect.ValueOfString(string(rune('a'+k))).MapKey(), protoreflect.ValueOfString("v ☃"))
+			}
+		case f.IsList():
+			l := m.Mutable(f).List()
+			for range 1 + r.IntN(3) {
+				l.Append(randScalar(r, f))
+			}
+		case f.Kind() == protoreflect.MessageKind:
+			fillJob(r, m.Mutable(f).Message(), nil)
+		default:
+			m.Set(f, randScalar(r, f))
+		}
+	}
+}
+
+func randScalar(r *rand.Rand, f protoreflect.FieldDescriptor) protoreflect.Value {
+	switch f.Kind() {
+	case protoreflect.StringKind:
+		return protoreflect.ValueOfString([]string{"x", "sh", "go#noop", "héro ☃", `{"a":1}`}[r.IntN(5)])
+	case protoreflect.BoolKind:
+		return protoreflect.ValueOfBool(true)
+	case protoreflect.Uint32Kind:
+		return protoreflect.ValueOfUint32(1 + r.Uint32()>>uint(r.IntN(32)))
+	case protoreflect.Int32Kind:
+		return protoreflect.ValueOfInt32(int32(r.Uint32()>>uint(r.IntN(32))) | 1)
+	case protoreflect.Int64Kind:
+		return protoreflect.ValueOfInt64(int64(r.Uint64()>>uint(r.IntN(64))) | 1)
+	}
+	panic("a field of kind " + f.Kind().String() + ": teach fillJob it")
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -113,6 +114,41 @@ func split[T proto.Message](items []T, maxItems, maxBytes int) [][]T {
 		}
 		out = append(out, items[:n])
 		items = items[n:]
+	}
+	return out
+}
+
+// Encoded is Messages for items already encoded (each one item's message, alone):
+// the encoded messages that carry them, in order, cut as Messages cuts them (at most
+// maxItems, and but for a single larger item maxBytes of their encoding, a batch), a
+// batch being its items as the repeated message field batchField, a batch of one its
+// item as it is. observe, when not nil, is told the items of each batch message.
+func Encoded(items [][]byte, batches bool, maxItems, maxBytes int, batchField protowire.Number, observe func(items int)) [][]byte {
+	if !batches {
+		return items
+	}
+	out := make([][]byte, 0, 1)
+	for i := 0; i < len(items); {
+		n, size := 1, len(items[i])
+		for i+n < len(items) && n < maxItems && size+len(items[i+n]) <= maxBytes {
+			size += len(items[i+n])
+			n++
+		}
+		if n == 1 {
+			out = append(out, items[i])
+			i++
+			continue
+		}
+		m := make([]byte, 0, size+n*(protowire.SizeTag(batchField)+protowire.SizeVarint(uint64(size))))
+		for _, it := range items[i : i+n] {
+			m = protowire.AppendTag(m, batchField, protowire.BytesType)
+			m = protowire.AppendBytes(m, it)
+		}
+		if observe != nil {
+			observe(n)
+		}
+		out = append(out, m)
+		i += n
 	}
 	return out
 }

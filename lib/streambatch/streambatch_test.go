@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
@@ -166,5 +167,49 @@ func TestMessages(t *testing.T) {
 				t.Errorf("messages %v; want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// Encoded cuts and wraps encoded items as Messages does their messages: the same
+// messages, at every bound of items and bytes, with and without batches, and tells
+// observe each batch's items.
+func TestEncodedAsMessages(t *testing.T) {
+	var items []*herov1.SubmitJobStreamRequest
+	var enc [][]byte
+	for i := range 7 {
+		r := &herov1.SubmitJobStreamRequest{Seq: uint64(i + 1), Traceparent: strings.Repeat("t", i*40)}
+		b, err := proto.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, enc = append(items, r), append(enc, b)
+	}
+	wrap := func(b []*herov1.SubmitJobStreamRequest) *herov1.SubmitJobStreamRequest {
+		return &herov1.SubmitJobStreamRequest{Batch: b}
+	}
+	for _, batches := range []bool{false, true} {
+		for _, maxItems := range []int{1, 2, 3, 256} {
+			for _, maxBytes := range []int{1, 50, 200, MaxBytes} {
+				var seen []int
+				got := Encoded(enc, batches, maxItems, maxBytes, 4, func(n int) { seen = append(seen, n) })
+				want := Messages(items, batches, maxItems, maxBytes, wrap)
+				if len(got) != len(want) {
+					t.Fatalf("batches %v, %d items, %d bytes: %d messages, want %d", batches, maxItems, maxBytes, len(got), len(want))
+				}
+				var wantSeen []int
+				for i, w := range want {
+					var m herov1.SubmitJobStreamRequest
+					if err := proto.Unmarshal(got[i], &m); err != nil || !proto.Equal(&m, w) {
+						t.Fatalf("batches %v, %d items, %d bytes: message %d %v (%v), want %v", batches, maxItems, maxBytes, i, &m, err, w)
+					}
+					if len(w.Batch) > 0 {
+						wantSeen = append(wantSeen, len(w.Batch))
+					}
+				}
+				if fmt.Sprint(seen) != fmt.Sprint(wantSeen) {
+					t.Errorf("observed %v, want %v", seen, wantSeen)
+				}
+			}
+		}
 	}
 }

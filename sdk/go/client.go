@@ -270,6 +270,12 @@ func (c *Client) retryUnary(ctx context.Context, method string, req, reply any, 
 // With Config.FailFastUnreachable, an API that was never reached and cannot be
 // (Unreachable) is not tried again.
 func (c *Client) retrying(ctx context.Context, again bool, call func() error) error {
+	return c.retryingUntil(ctx, time.Time{}, again, call)
+}
+
+// retryingUntil is retrying with a deadline besides ctx's (until; zero: none): no try
+// starts, and no wait for one, beyond it.
+func (c *Client) retryingUntil(ctx context.Context, until time.Time, again bool, call func() error) error {
 	backoff := 100 * time.Millisecond
 	for {
 		err := call()
@@ -284,7 +290,11 @@ func (c *Client) retrying(ctx context.Context, again bool, call func() error) er
 			return err
 		}
 		wait := retryDelay(err, backoff)
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		dl, ok := ctx.Deadline()
+		if !until.IsZero() && (!ok || until.Before(dl)) {
+			dl, ok = until, true
+		}
+		if ok && time.Until(dl) < wait {
 			return err
 		}
 		t := time.NewTimer(wait)

@@ -97,7 +97,26 @@ type Events struct {
 // The objects as the JSON-RPC API gives them: the seed's lists and maps are empty,
 // never null (a gRPC message cannot tell the two apart).
 
-func jobOf(j *herov1.Job) *model.Job    { return emptyNotNil(protoconv.JobFromPB(j)) }
+// jobOf sets the job's lists and maps itself, not through emptyNotNil's reflection: it
+// is on every submission's answer (TestJobOfListsEmptyNotNull checks that it covers
+// every field emptyNotNil would).
+func jobOf(j *herov1.Job) *model.Job {
+	out := protoconv.JobFromPB(j)
+	if out.EnvVars == nil {
+		out.EnvVars = map[string]string{}
+	}
+	if out.Result == nil {
+		out.Result = map[string]string{}
+	}
+	if out.Prerequisites == nil {
+		out.Prerequisites = []string{}
+	}
+	if out.Dependends == nil {
+		out.Dependends = []uint32{}
+	}
+	return out
+}
+
 func flowOf(f *herov1.Flow) *model.Flow { return emptyNotNil(protoconv.FlowFromPB(f)) }
 func eventOf(e *herov1.Event) Event {
 	return Event{ID: e.Id, TimeMs: e.TimeMs, Type: e.Type, Actor: e.Actor, ContextID: e.ContextId, FlowID: e.FlowId, JobID: e.JobId, CallerID: e.CallerId, Status: e.Status, Detail: e.Detail}

@@ -30,6 +30,15 @@ func TestJobOfListsEmptyNotNull(t *testing.T) {
 			t.Errorf("args (omitempty) is in %s", b)
 		}
 	}
+	// jobOf sets the lists and maps itself: every one emptyNotNil would set (a list
+	// field added to model.Job and not to jobOf fails here)
+	j := jobOf(&herov1.Job{Id: 1})
+	v := reflect.ValueOf(j).Elem()
+	for _, i := range listFields(v.Type()) {
+		if v.Field(i).IsNil() {
+			t.Errorf("jobOf leaves %s nil", v.Type().Field(i).Name)
+		}
+	}
 }
 
 // An event from a gRPC answer carries every field of the message into the SDK's own

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/hero-coordinator/hero/lib/model"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
@@ -73,24 +76,39 @@ func (c *Client) Submit(ctx context.Context, j *model.Job, o SubmitOptions) (*Su
 	if o.UniqueKey != "" {
 		ctx = retryable(ctx)
 	}
-	ctx, cancel := c.callCtx(ctx)
-	defer cancel()
 	runAt, delay := o.delayFields()
-	req := &herov1.SubmitJobRequest{ContextId: c.cfg.Context, Job: c.jobPB(j),
-		UniqueKey: o.UniqueKey, UniqueTtlSeconds: uint32(o.UniqueTTL / time.Second), RunAt: runAt, Delay: delay,
-		DebounceKey: o.DebounceKey, Debounce: durationField(o.Debounce)}
-	var r *herov1.SubmitJobResponse
-	err := errNoStream
+	f := submitFields{contextID: c.cfg.Context, uniqueKey: o.UniqueKey, uniqueTTL: uint32(o.UniqueTTL / time.Second), runAt: runAt, delay: delay,
+		debounceKey: o.DebounceKey, debounce: durationField(o.Debounce)}
 	if c.streams != nil {
-		err = c.retrying(ctx, o.UniqueKey != "", func() error {
+		req, err := appendSubmitRequest(nil, f, j) // the request as it travels (streamencode.go)
+		if err != nil {                            // a string that is not UTF-8 (of a job with maps or limits: proto's encoding said so)
+			return nil, wrap(status.Error(codes.Internal, "hero: the submission: "+err.Error()))
+		}
+		// CallTimeout bounds a submission without a deadline of its own as it bounds a
+		// call, but without a context of its own: the stream's wait and the retries
+		// stop at until (a context with a timer and its channel, made and stopped for
+		// every submission, is a sizeable share of the client's CPU per submission).
+		var until time.Time
+		if _, ok := ctx.Deadline(); !ok {
+			until = time.Now().Add(c.cfg.CallTimeout)
+		}
+		var out *Submitted
+		err = c.retryingUntil(ctx, until, o.UniqueKey != "", func() error {
 			var err error
-			r, err = c.streams.submit(ctx, req)
+			out, err = c.streams.submit(ctx, until, req)
 			return err
 		})
+		if !errors.Is(err, errNoStream) {
+			if err != nil {
+				return nil, wrap(err)
+			}
+			return out, nil
+		}
 	}
-	if errors.Is(err, errNoStream) {
-		r, err = c.api.SubmitJob(ctx, req)
-	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	r, err := c.api.SubmitJob(cctx, &herov1.SubmitJobRequest{ContextId: f.contextID, Job: c.jobPB(j), UniqueKey: f.uniqueKey,
+		UniqueTtlSeconds: f.uniqueTTL, RunAt: f.runAt, Delay: f.delay, DebounceKey: f.debounceKey, Debounce: f.debounce})
 	if err != nil {
 		return nil, wrap(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/streambatch"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
@@ -63,7 +64,7 @@ type submitStream struct {
 	cancel  context.CancelFunc
 	sendMu  sync.Mutex  // one Send or CloseSend at a time (the stream's rule)
 	batches atomic.Bool // the server takes batch messages (its stream header said so)
-	sender  streambatch.Sender[*herov1.SubmitJobStreamRequest]
+	sender  streambatch.Sender[*outItem]
 	mu      sync.Mutex
 	seq     uint64
 	pending map[uint64]pendingSubmit
@@ -75,7 +76,7 @@ type submitStream struct {
 	// flights) or when they fill a batch; with fewer out, a submission goes at once.
 	window   int
 	flights  int // the flights out (and the one flushing)
-	held     []*herov1.SubmitJobStreamRequest
+	held     []*outItem
 	flushing *flight        // the flight the held ones go in, once flushHeld takes them
 	owner    *submitStreams // ends the stream when a flush's send fails
 	// flush wakes the stream's flusher (flusher) to send what was held: one
@@ -94,9 +95,11 @@ type pendingSubmit struct {
 	f  *flight
 }
 
+// streamAnswer is a submission's outcome: its job (and whether it existed), or err.
 type streamAnswer struct {
-	r   *herov1.SubmitJobResponse
-	err error
+	job      *model.Job
+	existing bool
+	err      error
 }
 
 // stream returns the open stream, opening one when there is none.
@@ -110,7 +113,7 @@ func (s *submitStreams) stream() (*submitStream, error) {
 		return s.cur, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := s.cc.SubmitJobStream(metadata.AppendToOutgoingContext(ctx, streambatch.Metadata, "1"))
+	st, err := s.cc.SubmitJobStream(metadata.AppendToOutgoingContext(ctx, streambatch.Metadata, "1"), grpc.ForceCodecV2(newAnswerCodec()))
 	if err != nil {
 		cancel()
 		return nil, err
@@ -133,32 +136,28 @@ func (s *submitStreams) receive(ss *submitStream) {
 	if md, err := ss.st.Header(); err == nil && streambatch.Offered(md) {
 		ss.batches.Store(true)
 	}
+	var m streamAnswers // each message's answers, decoded into the jobs (answerCodec)
 	for {
-		r, err := ss.st.Recv()
-		if err != nil {
+		if err := ss.st.RecvMsg(&m); err != nil {
 			s.end(ss, err)
 			return
 		}
-		if len(r.Batch) == 0 {
-			ss.answer(r)
-			continue
-		}
-		for _, a := range r.Batch {
-			ss.answer(a)
+		for _, a := range m.items {
+			ss.answer(a.seq, a.a)
 		}
 	}
 }
 
-// answer hands an answer to the submission waiting for it; the last of those out
-// sends what was held meanwhile.
-func (ss *submitStream) answer(r *herov1.SubmitJobStreamResponse) {
+// answer hands the answer of submission seq to the submission waiting for it; the
+// last of those out sends what was held meanwhile.
+func (ss *submitStream) answer(seq uint64, a streamAnswer) {
 	ss.mu.Lock()
-	p, ok := ss.pending[r.Seq]
-	delete(ss.pending, r.Seq)
+	p, ok := ss.pending[seq]
+	delete(ss.pending, seq)
 	flush := ok && ss.landed(p.f)
 	ss.mu.Unlock()
 	if ok {
-		p.ch <- answerOf(r)
+		p.ch <- a
 	}
 	if flush {
 		// not from this goroutine: a send that waits on flow control must not hold
@@ -213,9 +212,9 @@ func (ss *submitStream) landed(f *flight) bool {
 // with what was held before it (a flight), or nil when it is held (sent with the
 // next flight: when a flight out landed, or when the held fill a batch). Without
 // batch messages nothing is held (and flights are not counted).
-func (ss *submitStream) hold(item *herov1.SubmitJobStreamRequest) []*herov1.SubmitJobStreamRequest {
+func (ss *submitStream) hold(item *outItem) []*outItem {
 	if !ss.batches.Load() {
-		return []*herov1.SubmitJobStreamRequest{item}
+		return []*outItem{item}
 	}
 	if (ss.flights < ss.window && ss.flushing == nil) || len(ss.held)+1 >= streamBatchItems {
 		batch := append(ss.held, item)
@@ -229,11 +228,11 @@ func (ss *submitStream) hold(item *herov1.SubmitJobStreamRequest) []*herov1.Subm
 }
 
 // board puts the submissions of batch still awaited in flight f (ss.mu held).
-func (ss *submitStream) board(batch []*herov1.SubmitJobStreamRequest, f *flight) {
+func (ss *submitStream) board(batch []*outItem, f *flight) {
 	for _, r := range batch {
-		if p, ok := ss.pending[r.Seq]; ok {
+		if p, ok := ss.pending[r.seq]; ok {
 			p.f = f
-			ss.pending[r.Seq] = p
+			ss.pending[r.seq] = p
 			f.left++
 		}
 	}
@@ -318,17 +317,21 @@ func (s *submitStreams) close() {
 	ss.cancel()
 }
 
-// submit sends one submission and waits for its answer (or ctx). errNoStream: the
-// server has no such method and nothing was submitted.
-func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest) (*herov1.SubmitJobResponse, error) {
+// submit sends one submission and waits for its answer (or ctx, or until when it is
+// not zero: then as a context that ended at until). errNoStream: the server has no
+// such method and nothing was submitted.
+func (s *submitStreams) submit(ctx context.Context, until time.Time, req []byte) (*Submitted, error) {
 	if err := ctx.Err(); err != nil { // as a call: nothing is sent for a caller that gave up
 		return nil, status.FromContextError(err).Err()
+	}
+	if !until.IsZero() && !time.Now().Before(until) {
+		return nil, status.FromContextError(context.DeadlineExceeded).Err()
 	}
 	ss, err := s.stream()
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan streamAnswer, 1)
+	ch := answerChans.Get().(chan streamAnswer)
 	ss.mu.Lock()
 	if ss.pending == nil { // ended meanwhile
 		err := ss.err
@@ -336,8 +339,8 @@ func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest
 		return nil, err
 	}
 	ss.seq++
-	item := &herov1.SubmitJobStreamRequest{Seq: ss.seq, Submit: req, Traceparent: traceparentOf(ctx)}
-	ss.pending[item.Seq] = pendingSubmit{ch: ch}
+	item := &outItem{seq: ss.seq, b: appendStreamRequest(nil, ss.seq, req, traceparentOf(ctx))}
+	ss.pending[item.seq] = pendingSubmit{ch: ch}
 	batch := ss.hold(item)
 	ss.mu.Unlock()
 	if batch != nil {
@@ -345,17 +348,55 @@ func (s *submitStreams) submit(ctx context.Context, req *herov1.SubmitJobRequest
 	}
 	if err != nil && !errors.Is(err, io.EOF) { // io.EOF: the stream ended; its status comes to ch
 		// (the submissions it held wait on the stream, which end fails)
-		ss.forget(item.Seq)
+		ss.forget(item.seq)
 		s.end(ss, err)
 		return nil, err
 	}
+	var expired <-chan time.Time
+	if !until.IsZero() {
+		t := timers.Get().(*time.Timer)
+		t.Reset(time.Until(until))
+		defer stopTimer(t)
+		expired = t.C
+	}
 	select {
 	case a := <-ch:
-		return a.r, a.err
+		answerChans.Put(ch) // empty again, and no longer pending: nothing else sends to it
+		if a.err != nil {
+			return nil, a.err
+		}
+		return &Submitted{Job: a.job, Existing: a.existing}, nil
 	case <-ctx.Done():
-		ss.forget(item.Seq)
+		ss.forget(item.seq)
 		return nil, status.FromContextError(ctx.Err()).Err()
+	case <-expired:
+		ss.forget(item.seq)
+		return nil, status.FromContextError(context.DeadlineExceeded).Err()
 	}
+}
+
+// answerChans are the channels on which submissions wait for their answers, each
+// reused once its answer was taken (one allocation less a submission).
+var answerChans = sync.Pool{New: func() any { return make(chan streamAnswer, 1) }}
+
+// timers bound the waits of submissions made without a deadline of their own
+// (stopped, then reused: stopTimer).
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// stopTimer stops t, empties its channel (a timer that fired under the channel
+// semantics before Go 1.23, which a program's go.mod may ask for) and puts it back.
+func stopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	timers.Put(t)
 }
 
 // newSubmitStream is an open stream's client side. Its submissions are sent by a
@@ -376,18 +417,19 @@ func newSubmitStream(st grpc.BidiStreamingClient[herov1.SubmitJobStreamRequest, 
 // batch messages as streamBatchItems and streambatch.MaxBytes allow. A submission
 // whose caller gave up while it waited to be sent (its context ended: it is no longer
 // pending) is left out, as a call cancelled before it is sent stores nothing.
-func (ss *submitStream) write(out []*herov1.SubmitJobStreamRequest) error {
+func (ss *submitStream) write(out []*outItem) error {
 	out = ss.stillWaited(out)
 	if len(out) == 0 {
 		return nil
 	}
+	items := make([][]byte, len(out))
+	for i, it := range out {
+		items[i] = it.b
+	}
 	ss.sendMu.Lock()
 	defer ss.sendMu.Unlock()
-	wrap := func(b []*herov1.SubmitJobStreamRequest) *herov1.SubmitJobStreamRequest {
-		return &herov1.SubmitJobStreamRequest{Batch: b}
-	}
-	for _, m := range streambatch.Messages(out, ss.batches.Load(), streamBatchItems, streambatch.MaxBytes, wrap) {
-		if err := ss.st.Send(m); err != nil {
+	for _, m := range streambatch.Encoded(items, ss.batches.Load(), streamBatchItems, streambatch.MaxBytes, fieldRequestBatch, nil) {
+		if err := ss.st.SendMsg(&encodedMsg{b: m}); err != nil {
 			return err
 		}
 	}
@@ -395,7 +437,7 @@ func (ss *submitStream) write(out []*herov1.SubmitJobStreamRequest) error {
 }
 
 // stillWaited are the submissions of out whose callers still wait for them, in order.
-func (ss *submitStream) stillWaited(out []*herov1.SubmitJobStreamRequest) []*herov1.SubmitJobStreamRequest {
+func (ss *submitStream) stillWaited(out []*outItem) []*outItem {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.pending == nil { // the stream ended: its end answered them all
@@ -403,16 +445,16 @@ func (ss *submitStream) stillWaited(out []*herov1.SubmitJobStreamRequest) []*her
 	}
 	n := 0
 	for _, r := range out {
-		if _, ok := ss.pending[r.Seq]; ok {
+		if _, ok := ss.pending[r.seq]; ok {
 			n++
 		}
 	}
 	if n == len(out) {
 		return out
 	}
-	kept := make([]*herov1.SubmitJobStreamRequest, 0, n)
+	kept := make([]*outItem, 0, n)
 	for _, r := range out {
-		if _, ok := ss.pending[r.Seq]; ok {
+		if _, ok := ss.pending[r.seq]; ok {
 			kept = append(kept, r)
 		}
 	}
@@ -447,7 +489,7 @@ func answerOf(r *herov1.SubmitJobStreamResponse) streamAnswer {
 	if r.Submit == nil {
 		return streamAnswer{err: status.Errorf(codes.Internal, "submission %d: the server's answer has neither a job nor an error", r.Seq)}
 	}
-	return streamAnswer{r: r.Submit}
+	return streamAnswer{job: jobOf(r.Submit.Job), existing: r.Submit.Existing}
 }
 
 // traceparentOf is the W3C traceparent the caller put in ctx's outgoing metadata (as

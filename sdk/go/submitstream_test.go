@@ -12,10 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/hero-coordinator/hero/lib/model"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
@@ -356,6 +360,30 @@ func (h *heldStream) Recv() (*herov1.SubmitJobStreamResponse, error) {
 	return nil, io.EOF
 }
 
+// SendMsg is Send as the client's stream sends its submissions: encoded as they
+// travel (encodedMsg).
+func (h *heldStream) SendMsg(m any) error {
+	var r herov1.SubmitJobStreamRequest
+	if err := proto.Unmarshal(m.(*encodedMsg).b, &r); err != nil {
+		return err
+	}
+	return h.Send(&r)
+}
+
+// RecvMsg is Recv as the client's stream reads its answers: their encoding decoded by
+// the stream's codec (answerCodec).
+func (h *heldStream) RecvMsg(m any) error {
+	a, err := h.Recv()
+	if err != nil {
+		return err
+	}
+	b, err := proto.Marshal(a)
+	if err != nil {
+		return err
+	}
+	return newAnswerCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
+}
+
 func (h *heldStream) Header() (metadata.MD, error) {
 	return metadata.Pairs("hero-stream-batch", "1"), nil
 }
@@ -369,19 +397,23 @@ func TestSubmitStreamDropsWhatNobodyWaitsFor(t *testing.T) {
 	s := &submitStreams{cur: ss}
 	go s.receive(ss)
 	defer close(h.answers)
-	req := func(script string) *herov1.SubmitJobRequest {
-		return &herov1.SubmitJobRequest{Job: &herov1.Job{Script: script}}
+	req := func(script string) []byte {
+		b, err := proto.Marshal(&herov1.SubmitJobRequest{Job: &herov1.Job{Script: script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
 	first := make(chan error, 1)
 	go func() {
-		_, err := s.submit(context.Background(), req("a"))
+		_, err := s.submit(context.Background(), time.Time{}, req("a"))
 		first <- err
 	}()
 	<-h.entered // a's send is in progress
 	ctx, cancel := context.WithCancel(context.Background())
 	second := make(chan error, 1)
 	go func() {
-		_, err := s.submit(ctx, req("b"))
+		_, err := s.submit(ctx, time.Time{}, req("b"))
 		second <- err
 	}()
 	deadline := time.Now().Add(time.Minute)
@@ -428,8 +460,12 @@ func TestSubmitStreamGroupCommit(t *testing.T) {
 	ss.owner = s
 	go s.receive(ss)
 	defer close(h.answers)
-	req := func(script string) *herov1.SubmitJobRequest {
-		return &herov1.SubmitJobRequest{Job: &herov1.Job{Script: script}}
+	req := func(script string) []byte {
+		b, err := proto.Marshal(&herov1.SubmitJobRequest{Job: &herov1.Job{Script: script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
 	type result struct {
 		script string
@@ -438,12 +474,12 @@ func TestSubmitStreamGroupCommit(t *testing.T) {
 	}
 	results := make(chan result, 5)
 	submit := func(script string) {
-		r, err := s.submit(context.Background(), req(script))
+		r, err := s.submit(context.Background(), time.Time{}, req(script))
 		if err != nil {
 			results <- result{script: script, err: err}
 			return
 		}
-		results <- result{script: script, id: r.Job.Id}
+		results <- result{script: script, id: r.Job.ID}
 	}
 	deadline := time.Now().Add(time.Minute)
 	waitSent := func(want string) {
@@ -521,5 +557,56 @@ func TestSubmitStreamGroupCommit(t *testing.T) {
 	defer ss.mu.Unlock()
 	if ss.flights != 0 || len(ss.pending) != 0 {
 		t.Errorf("%d flights out and %d submissions pending after every answer; want none", ss.flights, len(ss.pending))
+	}
+}
+
+// A submission made without a deadline of its own is bounded by CallTimeout, as a
+// call is, though it waits on the stream without a context of its own: a server that
+// never answers fails it with ErrTimeout, and the stream forgets it.
+func TestSubmitStreamCallTimeout(t *testing.T) {
+	s := &streamServer{batch: 1000, seen: map[string]int{}} // holds every submission, answers none
+	c := serve(t, s)
+	c.cfg.CallTimeout = 200 * time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Submit(context.Background(), &model.Job{ScriptType: model.ScriptSh, Script: "true"}, SubmitOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrTimeout) {
+			t.Fatalf("Submit = %v, want ErrTimeout", err)
+		}
+	case <-time.After(time.Minute): // a safety net: CallTimeout ends it
+		t.Fatal("Submit did not end at CallTimeout")
+	}
+	ss := c.streams.cur
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(ss.pending) != 0 {
+		t.Errorf("the stream still waits for %d submissions", len(ss.pending))
+	}
+}
+
+// Retries stop at until (Submit's CallTimeout) as they stop at ctx's deadline: a
+// server that refuses every try for its rate is tried again until then, no further.
+func TestRetryingUntil(t *testing.T) {
+	c := &Client{}
+	st, err := status.New(codes.ResourceExhausted, "rate").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(20 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tries := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- c.retryingUntil(context.Background(), time.Now().Add(150*time.Millisecond), false, func() error { tries++; return st.Err() })
+	}()
+	select {
+	case err := <-done:
+		if status.Code(err) != codes.ResourceExhausted || tries < 2 || tries > 8 {
+			t.Fatalf("retryingUntil = %v after %d tries, want ResourceExhausted after 2–8", err, tries)
+		}
+	case <-time.After(time.Minute): // a safety net: without until the refusals are tried again for ever
+		t.Fatal("retryingUntil did not stop at until")
 	}
 }

@@ -28,13 +28,14 @@ type Principal struct {
 
 // Name is how events record the principal: "7", "operator:<fingerprint>", or
 // "7 via operator:<fingerprint>" when an operator acts for actor 7.
+// (Name is called for each submission: the operator's part is made only for an
+// operator.)
 func (p Principal) Name() string {
-	op := store.ActorOperator + ":" + p.Fingerprint
 	switch {
 	case p.Operator && p.Actor != 0:
-		return strconv.FormatUint(uint64(p.Actor), 10) + " via " + op
+		return strconv.FormatUint(uint64(p.Actor), 10) + " via " + store.ActorOperator + ":" + p.Fingerprint
 	case p.Operator:
-		return op
+		return store.ActorOperator + ":" + p.Fingerprint
 	}
 	return strconv.FormatUint(uint64(p.Actor), 10)
 }

@@ -358,7 +358,15 @@ func jobInFromPB(j *herov1.Job) *jobIn {
 	if j == nil {
 		return nil
 	}
-	return &jobIn{ID: j.Id, CallerID: j.CallerId, ContextID: j.ContextId, Script: j.Script, ScriptType: j.ScriptType, Timeout: j.Timeout,
+	in := &jobIn{}
+	jobInFromPBInto(in, j)
+	return in
+}
+
+// jobInFromPBInto sets in to j as jobInFromPB makes it (a stream's batch makes its
+// submissions' jobs in one allocation).
+func jobInFromPBInto(in *jobIn, j *herov1.Job) {
+	*in = jobIn{ID: j.Id, CallerID: j.CallerId, ContextID: j.ContextId, Script: j.Script, ScriptType: j.ScriptType, Timeout: j.Timeout,
 		Retries: j.Retries, EnvVars: j.EnvVars, Prerequisites: j.Prerequisites, Dependends: j.Dependends, RunnerID: j.RunnerId,
 		FunctionName: j.FunctionName, Args: json.RawMessage(j.Args), Kwargs: json.RawMessage(j.Kwargs), Limits: protoconv.LimitsFromPB(j.Limits), Priority: j.Priority,
 		ConcurrencyKey: j.ConcurrencyKey, ConcurrencyLimit: j.ConcurrencyLimit, ConcurrencyPolicy: j.ConcurrencyPolicy}

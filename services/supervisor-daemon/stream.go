@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/auth"
 	"github.com/hero-coordinator/hero/lib/streambatch"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -200,19 +201,19 @@ func streamEnd(ctx context.Context) error {
 // answerSender sends a stream's answers (streambatch.Sender): those ready while one
 // is being sent go next, in one message to a client that takes batches (which the
 // sender first yields for: the workers a group commit has just answered add theirs).
-// After a failed send the rest are dropped: the stream's end tells the client.
-func answerSender(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], batches bool, observe func(items int)) *streambatch.Sender[*herov1.SubmitJobStreamResponse] {
-	return &streambatch.Sender[*herov1.SubmitJobStreamResponse]{
+// The messages are written as they travel (answerMessages), without their proto
+// messages in between. After a failed send the rest are dropped: the stream's end
+// tells the client.
+func answerSender(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse], batches bool, observe func(items int)) *streambatch.Sender[streamAnswer] {
+	return &streambatch.Sender[streamAnswer]{
 		Yield: func() bool { return batches },
-		Write: func(out []*herov1.SubmitJobStreamResponse) error {
-			wrap := func(b []*herov1.SubmitJobStreamResponse) *herov1.SubmitJobStreamResponse {
-				return &herov1.SubmitJobStreamResponse{Batch: b}
+		Write: func(out []streamAnswer) error {
+			msgs, err := answerMessages(out, batches, streamInflight, streambatch.MaxBytes, observe)
+			if err != nil {
+				return status.Errorf(codes.Internal, "the answers: %v", err)
 			}
-			for _, m := range streambatch.Messages(out, batches, streamInflight, streambatch.MaxBytes, wrap) {
-				if len(m.Batch) > 0 {
-					observe(len(m.Batch))
-				}
-				if err := st.Send(m); err != nil {
+			for _, m := range msgs {
+				if err := st.SendMsg(&auth.Encoded{B: m}); err != nil {
 					return err
 				}
 			}
@@ -247,9 +248,10 @@ type streamItem struct {
 
 // streamSubmit stores submissions of a stream (submitEach: each as if it came alone)
 // and makes their answers, in order.
-func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem) []*herov1.SubmitJobStreamResponse {
+func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem) []streamAnswer {
 	start := time.Now()
-	out := make([]*herov1.SubmitJobStreamResponse, len(items))
+	out := make([]streamAnswer, len(items))
+	ins := make([]jobIn, len(items)) // the submissions' jobs: one allocation for them all
 	errs := make([]error, len(items))
 	revoked := streamRevoked(ctx)
 	// Once begun, a submission is stored and answered as it is, even if the stream's
@@ -260,12 +262,12 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 	subs := make([]eachSubmit, 0, len(items))
 	at := make([]int, 0, len(items)) // the item of each of subs
 	for i, it := range items {
-		out[i] = &herov1.SubmitJobStreamResponse{Seq: it.r.Seq}
+		out[i].seq = it.r.Seq
 		if revoked != nil {
 			errs[i] = revoked
 			continue
 		}
-		sub, err := c.checkStreamItem(ctx, key, it)
+		sub, err := c.checkStreamItem(ctx, key, it, &ins[i])
 		if err != nil {
 			errs[i] = err
 			continue
@@ -280,15 +282,15 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 				errs[i] = serrs[n]
 				continue
 			}
-			out[i].Submit = submitResultToPB(*res[n])
+			out[i].job, out[i].existing = res[n].Job, res[n].Existing
 		}
 	}
 	results := make([]string, len(items)) // each item's code
 	for i, err := range errs {
 		results[i] = codes.OK.String()
 		if err != nil {
-			out[i].Error = streamError(grpcError(err))
-			results[i] = codes.Code(out[i].Error.Code).String()
+			out[i].err = streamError(grpcError(err))
+			results[i] = codes.Code(out[i].err.Code).String()
 		}
 	}
 	if c.s.metrics != nil {
@@ -298,8 +300,9 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 }
 
 // checkStreamItem checks one submission of a stream (its rate, counted against the
-// caller's key, its traceparent, its form) and makes it a submission for submitEach.
-func (c *coordinatorServer) checkStreamItem(ctx context.Context, key string, it streamItem) (eachSubmit, error) {
+// caller's key, its traceparent, its form) and makes it a submission for submitEach,
+// its job in in.
+func (c *coordinatorServer) checkStreamItem(ctx context.Context, key string, it streamItem, in *jobIn) (eachSubmit, error) {
 	r := it.r
 	if it.limit && c.limits != nil {
 		if err := c.limits.allow(key, 1); err != nil {
@@ -321,7 +324,13 @@ func (c *coordinatorServer) checkStreamItem(ctx context.Context, key string, it 
 	if sr == nil {
 		return eachSubmit{}, invalidParams("submit", "the stream item (seq %d) has no submission", r.Seq)
 	}
-	return eachSubmit{ctx: ctx, tp: tp, ctxID: sr.ContextId, item: submitItemFromPB(sr.Job, sr.UniqueKey, sr.UniqueTtlSeconds, sr.RunAt, sr.Delay, debounceParams{DebounceKey: sr.DebounceKey, Debounce: sr.Debounce})}, nil
+	item := submitItem{UniqueKey: sr.UniqueKey, UniqueTTLSeconds: sr.UniqueTtlSeconds, delayParams: delayParams{RunAt: sr.RunAt, Delay: sr.Delay},
+		debounceParams: debounceParams{DebounceKey: sr.DebounceKey, Debounce: sr.Debounce}}
+	if sr.Job != nil { // as submitItemFromPB: none given, none made (submission refuses it)
+		jobInFromPBInto(in, sr.Job)
+		item.Job = in
+	}
+	return eachSubmit{ctx: ctx, tp: tp, ctxID: sr.ContextId, item: item}, nil
 }
 
 // streamError is a refused item's status as the stream carries it.

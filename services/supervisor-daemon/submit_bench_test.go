@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hero-coordinator/hero/lib/streambatch"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -118,7 +119,8 @@ func BenchmarkCreateBatch(b *testing.B) {
 
 // BenchmarkStreamSubmit: the submissions of a SubmitJobStream, 16 a batch message (as
 // the Go client's flights bring them under load), through the stream's handling of a
-// batch (streamSubmit: the checks, the group commit, the answers) against a real
+// batch (streamSubmit: the checks, the group commit; the answers' encoding,
+// answerMessages) against a real
 // Redis, without transport and authentication. Reports this process's CPU per
 // submission; -benchmem's figures are per batch of 16.
 func BenchmarkStreamSubmit(b *testing.B) {
@@ -134,10 +136,14 @@ func BenchmarkStreamSubmit(b *testing.B) {
 			items[i] = streamItem{r: &herov1.SubmitJobStreamRequest{Seq: uint64(n*size + i), Submit: &herov1.SubmitJobRequest{ContextId: 1,
 				Job: &herov1.Job{Script: "true", ScriptType: "sh"}}}}
 		}
-		for i, a := range c.streamSubmit(ctx, items) {
-			if a.Error != nil || a.Submit == nil {
+		out := c.streamSubmit(ctx, items)
+		for i, a := range out {
+			if a.err != nil || a.job == nil {
 				b.Fatalf("item %d: %+v", i, a)
 			}
+		}
+		if _, err := answerMessages(out, true, streamInflight, streambatch.MaxBytes, func(int) {}); err != nil { // as the stream sends them
+			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
