@@ -136,13 +136,10 @@ func (a *fastAnswer) decode(s string) bool {
 			return false
 		}
 		s = s[n:]
-		if num == 4 { // a batch in a batch's item: not read (as answerOf does not)
-			_, n := consumeBytes(s, typ)
-			if n < 0 {
-				return false
-			}
-			s = s[n:]
-			continue
+		if num == 4 {
+			// a batch in a batch's item, which no server sends: the usual way, which
+			// refuses it when its items are not well formed (answerOf does not read it)
+			return false
 		}
 		n = a.field(s, num, typ)
 		if n < 0 {
@@ -393,8 +390,8 @@ func consumeTag(s string) (protowire.Number, protowire.Type, int) {
 		return 0, 0, -1
 	}
 	num, typ := protowire.DecodeTag(v)
-	if num < protowire.MinValidNumber {
-		return 0, 0, -1
+	if num < protowire.MinValidNumber || num > protowire.MaxValidNumber {
+		return 0, 0, -1 // proto refuses a field number out of range (FuzzDecodeAnswers)
 	}
 	return num, typ, n
 }
