@@ -107,3 +107,56 @@ func BenchmarkClaimStartsRunner(b *testing.B) {
 	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*per)/1000, "cpu-us/job")
 }
+
+// BenchmarkFinishRunner: what a runner's finish of 12 standalone handler jobs that
+// succeeded (the size of a finish under load, BenchmarkPeers (a)) costs this process:
+// FinishJobsApplied, their ends applied by the script (the runner's --apply-ends).
+// Reports this process's CPU per job (-benchmem: the allocations per call of 12).
+func BenchmarkFinishRunner(b *testing.B) {
+	if os.Getenv("HERO_BENCH") == "" {
+		b.Skip("set HERO_BENCH=1")
+	}
+	const per = 12
+	s := open(b)
+	ctx := context.Background()
+	db := servedContext(b, s, 9, []model.ScriptType{"go"}, "go")
+	if err := s.SetSchedulerSettings(ctx, time.Hour, time.Minute); err != nil {
+		b.Fatal(err)
+	}
+	q := keys.Queue((&model.Job{FunctionName: "go#noop"}).QueueSuffix())
+	var cpu time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		subs := make([]store.Submission, per)
+		for i := range subs {
+			subs[i] = store.Submission{Job: &model.Job{CallerID: 1, ContextID: 9, FunctionName: "go#noop", Args: []byte(`[1,2]`)}}
+		}
+		if _, err := s.SubmitJobs(ctx, 9, subs, "1"); err != nil {
+			b.Fatal(err)
+		}
+		got, err := db.ClaimStartsFresh(ctx, q, "runner", time.Minute, per, store.Wake{})
+		if err != nil || len(got) != per {
+			b.Fatalf("claim: %d %v", len(got), err)
+		}
+		fs := make([]store.Finish, per)
+		for i, st := range got {
+			fs[i] = store.Finish{DB: db, Claim: st.Claim, Job: st.Job, Apply: true,
+				Outcome: store.JobOutcome{Status: model.JobFinished, StartedAt: time.Now()}}
+		}
+		b.StartTimer()
+		c0 := processCPU(b)
+		oks, errs, applied := store.FinishJobsApplied(ctx, fs)
+		cpu += processCPU(b) - c0
+		for i := range oks {
+			if !oks[i] || errs[i] != nil {
+				b.Fatalf("finish %d: %v %v", i, oks[i], errs[i])
+			}
+		}
+		if applied.Ends != per {
+			b.Fatalf("applied %+v, want %d ends", applied, per)
+		}
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*per)/1000, "cpu-us/job")
+}
