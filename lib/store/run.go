@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -534,26 +535,28 @@ func finishCall(d *DB, fs []Finish, idx []int, tk *takeCall) Call {
 	first := fs[idx[0]]
 	j0, c0 := first.Job, first.Claim
 	shared := len(idx) > 1 && j0.FlowID != 0
-	m := model.Message{
-		CallerID: j0.CallerID, ContextID: d.ContextID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
-		Status:    model.MessageDispatched,
-		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: j0.FlowID, Kind: model.KindJobResult,
-	}
-	var skip []string // a message of its own: the script writes "result of job <ctx>:<caller>:<id>"
-	if shared {
-		m.Message = fmt.Sprintf("results of %d jobs of flow %d", len(idx), j0.FlowID)
-	} else {
-		skip = []string{"message"}
-	}
 	// A job of this node's own gets a result message that names it (jobRef, with the
 	// run's end); the result of a job that came from another node goes back there and
 	// carries the finished job (seed 001's Message.job).
 	named := j0.Origin == nil
 	var msg []any
 	if named {
-		msg = append(localMessageFields(&m, skip...), fieldJobRef, "1")
+		text := "" // a message of its own: the script writes "result of job <ctx>:<caller>:<id>"
+		if shared {
+			text = fmt.Sprintf("results of %d jobs of flow %d", len(idx), j0.FlowID)
+		}
+		msg = resultFields(d.ContextID, j0.CallerID, j0.FlowID, text, now)
 	} else {
-		msg = withoutFields(model.HashFields(&m), append(skip, "id", "job")...)
+		m := model.Message{
+			CallerID: j0.CallerID, ContextID: d.ContextID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
+			Status:    model.MessageDispatched,
+			CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: j0.FlowID, Kind: model.KindJobResult,
+		}
+		skip := []string{"id", "job", "message"} // a message of its own: the script writes its text
+		if shared {
+			m.Message, skip = fmt.Sprintf("results of %d jobs of flow %d", len(idx), j0.FlowID), skip[:2]
+		}
+		msg = withoutFields(model.HashFields(&m), skip...)
 	}
 	logMax := first.Outcome.LogMax
 	if logMax <= 0 {
@@ -574,18 +577,14 @@ func finishCall(d *DB, fs []Finish, idx []int, tk *takeCall) Call {
 	for _, i := range idx {
 		f := fs[i]
 		j, c, o := f.Job, f.Claim, f.Outcome
-		result := o.Result
-		if result == nil {
-			result = map[string]string{}
-		}
-		js := finishedJSON(j, o, result, now, named)
+		js := finishedJSON(j, o, now, named)
 		var item any = js
 		if shared {
 			list = append(append(list, listSep(list)), js...)
 			item = strconv.Itoa(len(list)-len(js)+1) + " " + strconv.Itoa(len(list))
 		}
 		a.Runs = append(a.Runs, finishJobsRun{JobKey: keys.Job(j.CallerID, j.ID), Member: c.member(), Claim: c.ID, ID: int64(j.ID), Flow: int64(j.FlowID),
-			Status: string(o.Status), Result: model.EncodeField(result), Entry: item, Extra: runExtra(j, o)})
+			Status: string(o.Status), Result: resultField(o.Result), Entry: item, Extra: runExtra(j, o)})
 	}
 	if shared {
 		a.Glist = append(list, ']')
@@ -726,9 +725,16 @@ func awaitedSize(j *model.Job, o JobOutcome) int {
 
 // finishedJSON is what a result message lists for the run of j that ended with o: a
 // jobRef with the end when named, else the finished job (without its script).
-func finishedJSON(j *model.Job, o JobOutcome, result map[string]string, now time.Time, named bool) []byte {
+func finishedJSON(j *model.Job, o JobOutcome, now time.Time, named bool) []byte {
 	if named {
+		if ref, ok := plainResultRef(j, o.Status, o.Error, o.Fatal); ok {
+			return ref
+		}
 		return resultRef(j, o.Status, o.Error, o.Fatal)
+	}
+	result := o.Result
+	if result == nil {
+		result = map[string]string{}
 	}
 	final := *j
 	final.Status, final.Error, final.ExitCode, final.Result, final.ResultJSON, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.ResultJSON, o.Fatal
@@ -742,6 +748,53 @@ func finishedJSON(j *model.Job, o JobOutcome, result map[string]string, now time
 		js = []byte("{}") // a job is plain data; cannot happen
 	}
 	return js
+}
+
+// plainResultRef is resultRef's JSON written directly for a run's end without an
+// error text and of a status of plain letters (a successful run's: every run of a
+// busy runner), without encoding/json's reflection; false: another end, which
+// resultRef writes.
+func plainResultRef(j *model.Job, st model.JobStatus, errText string, fatal bool) ([]byte, bool) {
+	if errText != "" || strings.ContainsFunc(string(st), func(r rune) bool { return (r < 'a' || r > 'z') && r != '_' }) {
+		return nil, false
+	}
+	b := make([]byte, 0, 48+len(st))
+	b = strconv.AppendUint(append(b, `{"id":`...), uint64(j.ID), 10)
+	if j.Attempt != 0 {
+		b = strconv.AppendUint(append(b, `,"attempt":`...), uint64(j.Attempt), 10)
+	}
+	if st != "" {
+		b = append(append(append(b, `,"status":"`...), st...), '"')
+	}
+	if fatal {
+		b = append(b, `,"fatal":true`...)
+	}
+	return append(b, '}'), true
+}
+
+// resultField is a run's result map as the job's result field stores it (none: "{}").
+func resultField(result map[string]string) string {
+	if len(result) == 0 {
+		return "{}"
+	}
+	return model.EncodeField(result)
+}
+
+// resultFields are the fields of a job result message of this node's own jobs that
+// the finish script stores (text "": none, the script writes the text of a message
+// of its own), and its jobRef mark: localMessageFields's of the same model.Message,
+// written directly instead of through its reflection (TestResultFieldsAsLocalMessage).
+func resultFields(ctxID, callerID, flowID uint32, text string, now time.Time) []any {
+	out := make([]any, 0, 18)
+	out = append(out, "status", string(model.MessageDispatched), "caller_id", u32str(callerID), "context_id", u32str(ctxID))
+	if text != "" {
+		out = append(out, "message", text)
+	}
+	out = append(out, "updated_at", i64s(now.Unix()))
+	if flowID != 0 {
+		out = append(out, "flow_id", u32str(flowID))
+	}
+	return append(out, "kind", string(model.KindJobResult), "created_at_ms", i64s(now.UnixMilli()), fieldJobRef, "1")
 }
 
 // MaxLogBytes caps a job's stored log by default.
