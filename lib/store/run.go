@@ -138,8 +138,8 @@ func (d *DB) claimStarts(ctx context.Context, queue, consumer string, lease time
 // started jobs as they are after their start.
 func (d *DB) claimed(ctx context.Context, queue, consumer string, claimIDs []string, vals []any) ([]Started, error) {
 	out := make([]Started, 0, len(vals))
-	var run []int          // the items to read: started jobs
-	var inline map[int]any // the started jobs' hashes the reply holds, by item
+	run := make([]int, 0, len(vals)) // the items to read: started jobs
+	var inline map[int]any           // the started jobs' hashes the reply holds, by item
 	for i, v := range vals {
 		e, _ := v.([]any)
 		if len(e) < 3 || len(e) > 5 || i >= len(claimIDs) {
@@ -419,6 +419,7 @@ func FinishJobsApplied(ctx context.Context, fs []Finish) ([]bool, []error, Appli
 		}
 		if _, seen := groups[k]; !seen {
 			order = append(order, k)
+			groups[k] = make([]int, 0, min(len(fs)-i, 32)) // most finishes are of one group
 		}
 		groups[k] = append(groups[k], i)
 		dbs[f.DB.ContextID] = f.DB
