@@ -307,12 +307,18 @@ func listpackItems(lp string) ([]string, error) {
 	if len(out) != count && count != 0xffff { // 0xffff: too many to count in the header
 		return nil, fmt.Errorf("listpack: %d entries where its header counts %d", len(out), count)
 	}
+	placeIntegers(out, nums, at)
+	return out, nil
+}
+
+// placeIntegers sets the items of a listpack's integers (at: each one's item index
+// and its text's end in nums) to their texts, parts of one string.
+func placeIntegers(out []string, nums []byte, at []int) {
 	texts, from := string(nums), 0
 	for k := 0; k+1 < len(at); k += 2 {
 		out[at[k]] = texts[from:at[k+1]]
 		from = at[k+1]
 	}
-	return out, nil
 }
 
 // backlenSize is how many bytes a listpack entry's length backwards takes.
