@@ -227,6 +227,15 @@ func listpackItems(lp string) ([]string, error) {
 	count := int(binary.LittleEndian.Uint16([]byte(lp[4:6])))
 	p, end := 6, len(lp)-1
 	out := make([]string, 0, count)
+	// The integers' decimal texts go into one buffer, made a string once at the end,
+	// which each one's item is a part of: one allocation for them all, not one each
+	// (a started job's hash has a handful: its times, ids, attempt).
+	nums := make([]byte, 0, 160)
+	at := make([]int, 0, 32) // per integer: its item's index, its text's end in nums
+	integer := func(n int64) {
+		nums = strconv.AppendInt(nums, n, 10)
+		at = append(at, len(out), len(nums))
+	}
 	for p < end {
 		b := lp[p]
 		var v string
@@ -235,7 +244,8 @@ func listpackItems(lp string) ([]string, error) {
 		need := func(n int) bool { return p+n <= end }
 		switch {
 		case b&0x80 == 0: // 7-bit unsigned integer
-			v, size = strconv.Itoa(int(b&0x7f)), 1
+			integer(int64(b & 0x7f))
+			size = 1
 		case b&0xc0 == 0x80: // string of up to 63 bytes
 			l := int(b & 0x3f)
 			if !need(1 + l) {
@@ -250,7 +260,8 @@ func listpackItems(lp string) ([]string, error) {
 			if i >= 1<<12 {
 				i -= 1 << 13
 			}
-			v, size = strconv.Itoa(i), 2
+			integer(int64(i))
+			size = 2
 		case b&0xf0 == 0xe0: // string of up to 4095 bytes
 			if !need(2) {
 				return nil, errShort
@@ -279,7 +290,8 @@ func listpackItems(lp string) ([]string, error) {
 				u = u<<8 | uint64(lp[p+1+k])
 			}
 			shift := 64 - 8*n // sign-extend
-			v, size = strconv.FormatInt(int64(u<<shift)>>shift, 10), 1+n
+			integer(int64(u<<shift) >> shift)
+			size = 1 + n
 		default:
 			err = fmt.Errorf("listpack: entry encoding 0x%02x", b)
 		}
@@ -295,7 +307,18 @@ func listpackItems(lp string) ([]string, error) {
 	if len(out) != count && count != 0xffff { // 0xffff: too many to count in the header
 		return nil, fmt.Errorf("listpack: %d entries where its header counts %d", len(out), count)
 	}
+	placeIntegers(out, nums, at)
 	return out, nil
+}
+
+// placeIntegers sets the items of a listpack's integers (at: each one's item index
+// and its text's end in nums) to their texts, parts of one string.
+func placeIntegers(out []string, nums []byte, at []int) {
+	texts, from := string(nums), 0
+	for k := 0; k+1 < len(at); k += 2 {
+		out[at[k]] = texts[from:at[k+1]]
+		from = at[k+1]
+	}
 }
 
 // backlenSize is how many bytes a listpack entry's length backwards takes.

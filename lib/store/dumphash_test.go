@@ -118,3 +118,27 @@ func TestHashFromDumpRefuses(t *testing.T) {
 		}
 	}
 }
+
+// A started job's hash read from its dump makes its integers' texts in one string:
+// its items and that string, not an allocation per integer (a job's times, ids and
+// attempt: the claim reads one such hash per started job).
+func TestHashFromDumpIntegersTogether(t *testing.T) {
+	srv.Flush(t)
+	ctx := context.Background()
+	rc := srv.Client(t, 1)
+	h := map[string]string{"status": "started", "started_at_us": "1765000000123456", "updated_at": "1765000000",
+		"dispatched_at_ms": "1765000000123", "attempt": "1", "caller_id": "4096", "flow_id": "-70000", "worker": "runner-1"}
+	if err := rc.HSet(ctx, "h", h).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dump := rc.Dump(ctx, "h").Val()
+	if n := testing.AllocsPerRun(50, func() {
+		if _, err := store.HashFromDump(dump); err != nil {
+			t.Fatal(err)
+		}
+	}); n >= 6 {
+		// its items, its integers' texts, the listpack when compressed (more under
+		// the race detector, which keeps less on the stack): fewer than one an integer
+		t.Fatalf("a listpack of 6 integers read with %.0f allocations, want fewer than one an integer", n)
+	}
+}

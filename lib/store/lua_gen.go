@@ -29,15 +29,17 @@ type acceptInboundArgs struct {
 func (a *acceptInboundArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.MsgInKey, a.WakeInKey)
-	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.Dedup)
-	args = append(args, a.TTL)
-	args = append(args, a.Caller)
-	args = append(args, a.NowMs)
+	n := 6
+	n += len(a.Fields)
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Dedup)
+	args = append(args, &a.TTL)
+	args = append(args, &a.Caller)
+	args = append(args, &a.NowMs)
 	args = append(args, len(a.Fields))
-	for _, x1 := range a.Fields {
-		args = append(args, x1)
+	for i1 := range a.Fields {
+		args = append(args, a.Fields[i1])
 	}
 	return Call{Script: acceptInboundScript, Keys: keys, Args: args}
 }
@@ -91,8 +93,8 @@ func (a *ackMessageArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.MessageKey)
 	args := make([]any, 0, 2)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
 	return Call{Script: ackMessageScript, Keys: keys, Args: args}
 }
 
@@ -130,9 +132,9 @@ func (a *acquireArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.IdentityKey)
 	args := make([]any, 0, 3)
-	args = append(args, a.Value)
-	args = append(args, a.TTLMs)
-	args = append(args, a.Replace)
+	args = append(args, &a.Value)
+	args = append(args, &a.TTLMs)
+	args = append(args, &a.Replace)
 	return Call{Script: acquireScript, Keys: keys, Args: args}
 }
 
@@ -173,11 +175,11 @@ func (a *announceArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.RunnerKey, a.CountsKey)
 	args := make([]any, 0, 5)
-	args = append(args, string(a.Names))
-	args = append(args, a.NowS)
-	args = append(args, a.Field)
-	args = append(args, a.Prefix)
-	args = append(args, a.RunnerID)
+	args = append(args, []byte(a.Names))
+	args = append(args, &a.NowS)
+	args = append(args, &a.Field)
+	args = append(args, &a.Prefix)
+	args = append(args, &a.RunnerID)
 	return Call{Script: announceScript, Keys: keys, Args: args}
 }
 
@@ -216,9 +218,9 @@ func (a *appendLogArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.LogKey, a.WatchKey)
 	args := make([]any, 0, 3)
-	args = append(args, a.Chunk)
-	args = append(args, a.Max)
-	args = append(args, a.Ref)
+	args = append(args, &a.Chunk)
+	args = append(args, &a.Max)
+	args = append(args, &a.Ref)
 	return Call{Script: appendLogScript, Keys: keys, Args: args}
 }
 
@@ -257,14 +259,16 @@ type applyRemoteResultArgs struct {
 func (a *applyRemoteResultArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.JobKey)
-	args := make([]any, 0, 5)
-	args = append(args, a.Caller)
-	args = append(args, a.ID)
-	args = append(args, a.Attempt)
-	args = append(args, a.St)
+	n := 5
+	n += len(a.Fields)
+	args := make([]any, 0, n)
+	args = append(args, &a.Caller)
+	args = append(args, &a.ID)
+	args = append(args, &a.Attempt)
+	args = append(args, &a.St)
 	args = append(args, len(a.Fields))
-	for _, x1 := range a.Fields {
-		args = append(args, x1)
+	for i1 := range a.Fields {
+		args = append(args, a.Fields[i1])
 	}
 	return Call{Script: applyRemoteResultScript, Keys: keys, Args: args}
 }
@@ -309,13 +313,13 @@ func (a *cancelFlowArgs) call() Call {
 	keys := make([]string, 0, 3)
 	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey)
 	args := make([]any, 0, 7)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Actor)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.Reason)
-	args = append(args, a.RetentionMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Reason)
+	args = append(args, &a.RetentionMs)
 	return Call{Script: cancelFlowScript, Keys: keys, Args: args}
 }
 
@@ -384,13 +388,13 @@ func (a *cancelScheduledArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.JobKey)
 	args := make([]any, 0, 7)
-	args = append(args, a.Ctx)
-	args = append(args, a.Caller)
-	args = append(args, a.ID)
-	args = append(args, a.Actor)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.Reason)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Caller)
+	args = append(args, &a.ID)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Reason)
 	return Call{Script: cancelScheduledScript, Keys: keys, Args: args}
 }
 
@@ -429,12 +433,14 @@ type checkBusyArgs struct {
 func (a *checkBusyArgs) call() Call {
 	keys := make([]string, 0, 5)
 	keys = append(keys, a.MsgOutKey, a.MsgInKey, a.LeasesKey, a.RunnersKey, a.BusyKey)
-	args := make([]any, 0, 3)
-	args = append(args, a.Ctx)
-	args = append(args, luaconv.Bool(a.Tidy))
+	n := 3
+	n += len(a.Types)
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Tidy)
 	args = append(args, len(a.Types))
-	for _, x1 := range a.Types {
-		args = append(args, x1)
+	for i1 := range a.Types {
+		args = append(args, &a.Types[i1])
 	}
 	return Call{Script: checkBusyScript, Keys: keys, Args: args}
 }
@@ -497,10 +503,10 @@ func (a *claimArgs) call() Call {
 	keys := make([]string, 0, 3)
 	keys = append(keys, a.QueueKey, a.ProcKey, a.LeasesKey)
 	args := make([]any, 0, 4)
-	args = append(args, a.Consumer)
-	args = append(args, a.QueueName)
-	args = append(args, a.ExpiryMs)
-	args = append(args, a.Claim)
+	args = append(args, &a.Consumer)
+	args = append(args, &a.QueueName)
+	args = append(args, &a.ExpiryMs)
+	args = append(args, &a.Claim)
 	return Call{Script: claimScript, Keys: keys, Args: args}
 }
 
@@ -547,19 +553,21 @@ type claimMessageArgs struct {
 func (a *claimMessageArgs) call() Call {
 	keys := make([]string, 0, 4)
 	keys = append(keys, a.QueueKey, a.ProcKey, a.LeasesKey, a.WakeKey)
-	args := make([]any, 0, 10)
-	args = append(args, a.Consumer)
-	args = append(args, a.QueueName)
-	args = append(args, a.ExpiryMs)
-	args = append(args, a.Max)
-	args = append(args, a.Token)
-	args = append(args, a.Held)
-	args = append(args, luaconv.Bool(a.Route))
-	args = append(args, a.Ctx)
-	args = append(args, a.NowS)
+	n := 10
+	n += len(a.Claims)
+	args := make([]any, 0, n)
+	args = append(args, &a.Consumer)
+	args = append(args, &a.QueueName)
+	args = append(args, &a.ExpiryMs)
+	args = append(args, &a.Max)
+	args = append(args, &a.Token)
+	args = append(args, &a.Held)
+	args = append(args, &a.Route)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.NowS)
 	args = append(args, len(a.Claims))
-	for _, x1 := range a.Claims {
-		args = append(args, x1)
+	for i1 := range a.Claims {
+		args = append(args, &a.Claims[i1])
 	}
 	return Call{Script: claimMessageScript, Keys: keys, Args: args}
 }
@@ -610,26 +618,29 @@ type claimStartArgs struct {
 func (a *claimStartArgs) call() Call {
 	keys := make([]string, 0, 5)
 	keys = append(keys, a.QueueKey, a.ProcKey, a.LeasesKey, a.EventsKey, a.WakeKey)
-	args := make([]any, 0, 14)
-	args = append(args, a.Worker)
-	args = append(args, a.Qname)
-	args = append(args, a.Exp)
-	args = append(args, a.NowMs)
-	args = append(args, a.NowUs)
-	args = append(args, a.NowS)
-	args = append(args, a.Max)
-	args = append(args, a.Token)
-	args = append(args, a.Held)
-	args = append(args, a.Ctx)
+	n := 14
+	n += len(a.Clears)
+	n += len(a.Traces)
+	args := make([]any, 0, n)
+	args = append(args, &a.Worker)
+	args = append(args, &a.Qname)
+	args = append(args, &a.Exp)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.NowUs)
+	args = append(args, &a.NowS)
+	args = append(args, &a.Max)
+	args = append(args, &a.Token)
+	args = append(args, &a.Held)
+	args = append(args, &a.Ctx)
 	args = append(args, len(a.Clears))
-	for _, x1 := range a.Clears {
-		args = append(args, x1)
+	for i1 := range a.Clears {
+		args = append(args, &a.Clears[i1])
 	}
-	args = append(args, a.Cnonce)
-	args = append(args, a.Tnonce)
+	args = append(args, &a.Cnonce)
+	args = append(args, &a.Tnonce)
 	args = append(args, len(a.Traces))
-	for _, x1 := range a.Traces {
-		args = append(args, x1)
+	for i1 := range a.Traces {
+		args = append(args, &a.Traces[i1])
 	}
 	return Call{Script: claimStartScript, Keys: keys, Args: args}
 }
@@ -684,23 +695,25 @@ type completeEnd struct {
 func (a *completeArgs) call() Call {
 	keys := make([]string, 0, 4)
 	keys = append(keys, a.DagKey, a.FlowKey, a.ResultsKey, a.EventsKey)
-	args := make([]any, 0, 8)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Caller)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.Actor)
-	args = append(args, a.RetentionMs)
+	n := 8
+	n += 7 * len(a.Ends)
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Caller)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Actor)
+	args = append(args, &a.RetentionMs)
 	args = append(args, len(a.Ends))
-	for _, x1 := range a.Ends {
-		args = append(args, x1.ID)
-		args = append(args, x1.Attempt)
-		args = append(args, x1.Status)
-		args = append(args, x1.Err)
-		args = append(args, luaconv.Bool(x1.Fatal))
-		args = append(args, x1.Retries)
-		args = append(args, x1.Backoff)
+	for i1 := range a.Ends {
+		args = append(args, &a.Ends[i1].ID)
+		args = append(args, &a.Ends[i1].Attempt)
+		args = append(args, &a.Ends[i1].Status)
+		args = append(args, &a.Ends[i1].Err)
+		args = append(args, &a.Ends[i1].Fatal)
+		args = append(args, &a.Ends[i1].Retries)
+		args = append(args, &a.Ends[i1].Backoff)
 	}
 	return Call{Script: completeScript, Keys: keys, Args: args}
 }
@@ -795,24 +808,29 @@ type createObject struct {
 func (a *createArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.EventsKey)
-	args := make([]any, 0, 9)
-	args = append(args, a.Prefix)
-	args = append(args, a.Seqkey)
-	args = append(args, a.Idxkey)
-	args = append(args, a.MemberPrefix)
-	args = append(args, a.EvType)
-	args = append(args, a.EvActor)
-	args = append(args, a.Reg)
-	args = append(args, a.RegMember)
+	n := 9
+	for i1 := range a.Objects {
+		n += 5
+		n += len(a.Objects[i1].Fields)
+	}
+	args := make([]any, 0, n)
+	args = append(args, &a.Prefix)
+	args = append(args, &a.Seqkey)
+	args = append(args, &a.Idxkey)
+	args = append(args, &a.MemberPrefix)
+	args = append(args, &a.EvType)
+	args = append(args, &a.EvActor)
+	args = append(args, &a.Reg)
+	args = append(args, &a.RegMember)
 	args = append(args, len(a.Objects))
-	for _, x1 := range a.Objects {
-		args = append(args, x1.ID)
-		args = append(args, x1.NowMs)
-		args = append(args, x1.Ncmp)
-		args = append(args, x1.Stidx)
-		args = append(args, len(x1.Fields))
-		for _, x2 := range x1.Fields {
-			args = append(args, x2)
+	for i1 := range a.Objects {
+		args = append(args, &a.Objects[i1].ID)
+		args = append(args, &a.Objects[i1].NowMs)
+		args = append(args, &a.Objects[i1].Ncmp)
+		args = append(args, &a.Objects[i1].Stidx)
+		args = append(args, len(a.Objects[i1].Fields))
+		for i2 := range a.Objects[i1].Fields {
+			args = append(args, a.Objects[i1].Fields[i2])
 		}
 	}
 	return Call{Script: createScript, Keys: keys, Args: args}
@@ -884,14 +902,14 @@ func (a *debounceArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.PendingKey)
 	args := make([]any, 0, 8)
-	args = append(args, a.Ctx)
-	args = append(args, a.Caller)
-	args = append(args, a.ID)
-	args = append(args, a.Dkey)
-	args = append(args, a.TTLMs)
-	args = append(args, a.Actor)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Caller)
+	args = append(args, &a.ID)
+	args = append(args, &a.Dkey)
+	args = append(args, &a.TTLMs)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
 	return Call{Script: debounceScript, Keys: keys, Args: args}
 }
 
@@ -932,11 +950,11 @@ func (a *deleteFlowArgs) call() Call {
 	keys := make([]string, 0, 4)
 	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey, a.MessagesKey)
 	args := make([]any, 0, 5)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, luaconv.Bool(a.Force))
-	args = append(args, a.Actor)
-	args = append(args, a.NowMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Force)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowMs)
 	return Call{Script: deleteFlowScript, Keys: keys, Args: args}
 }
 
@@ -977,12 +995,12 @@ func (a *deleteJobArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.JobKey)
 	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.Caller)
-	args = append(args, a.ID)
-	args = append(args, luaconv.Bool(a.Force))
-	args = append(args, a.Actor)
-	args = append(args, a.NowMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Caller)
+	args = append(args, &a.ID)
+	args = append(args, &a.Force)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowMs)
 	return Call{Script: deleteJobScript, Keys: keys, Args: args}
 }
 
@@ -1024,12 +1042,12 @@ func (a *deleteRunnerArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.RunnerKey, a.ProcsKey)
 	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.ID)
-	args = append(args, luaconv.Bool(a.Force))
-	args = append(args, a.Actor)
-	args = append(args, a.NowMs)
-	args = append(args, string(a.Types))
+	args = append(args, &a.Ctx)
+	args = append(args, &a.ID)
+	args = append(args, &a.Force)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowMs)
+	args = append(args, []byte(a.Types))
 	return Call{Script: deleteRunnerScript, Keys: keys, Args: args}
 }
 
@@ -1083,25 +1101,31 @@ func (a *dispatchArgs) call() Call {
 	for len(keys) > 1 && keys[len(keys)-1] == "" {
 		keys = keys[:len(keys)-1]
 	}
-	args := make([]any, 0, 9)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Caller)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.Actor)
-	args = append(args, a.ReadyMs)
+	n := 9
+	n += len(a.Group)
+	for i1 := range a.Jobs {
+		n += 3
+		n += len(a.Jobs[i1].Items)
+	}
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Caller)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Actor)
+	args = append(args, &a.ReadyMs)
 	args = append(args, len(a.Group))
-	for _, x1 := range a.Group {
-		args = append(args, x1)
+	for i1 := range a.Group {
+		args = append(args, a.Group[i1])
 	}
 	args = append(args, len(a.Jobs))
-	for _, x1 := range a.Jobs {
-		args = append(args, x1.ID)
-		args = append(args, luaconv.Bool(x1.Grouped))
-		args = append(args, len(x1.Items))
-		for _, x2 := range x1.Items {
-			args = append(args, x2)
+	for i1 := range a.Jobs {
+		args = append(args, &a.Jobs[i1].ID)
+		args = append(args, &a.Jobs[i1].Grouped)
+		args = append(args, len(a.Jobs[i1].Items))
+		for i2 := range a.Jobs[i1].Items {
+			args = append(args, a.Jobs[i1].Items[i2])
 		}
 	}
 	return Call{Script: dispatchScript, Keys: keys, Args: args}
@@ -1137,11 +1161,13 @@ type enqueueArgs struct {
 func (a *enqueueArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.QueueKey)
-	args := make([]any, 0, 2)
-	args = append(args, a.Ctx)
+	n := 2
+	n += len(a.Items)
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
 	args = append(args, len(a.Items))
-	for _, x1 := range a.Items {
-		args = append(args, x1)
+	for i1 := range a.Items {
+		args = append(args, a.Items[i1])
 	}
 	return Call{Script: enqueueScript, Keys: keys, Args: args}
 }
@@ -1180,9 +1206,9 @@ func (a *extendArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.LeasesKey)
 	args := make([]any, 0, 3)
-	args = append(args, a.Member)
-	args = append(args, a.ExpiryMs)
-	args = append(args, a.Ctx)
+	args = append(args, &a.Member)
+	args = append(args, &a.ExpiryMs)
+	args = append(args, &a.Ctx)
 	return Call{Script: extendScript, Keys: keys, Args: args}
 }
 
@@ -1257,54 +1283,64 @@ func (a *finishJobsArgs) call() Call {
 	for len(keys) > 4 && keys[len(keys)-1] == "" {
 		keys = keys[:len(keys)-1]
 	}
-	args := make([]any, 0, 19)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.Ctx)
-	args = append(args, a.Caller)
-	args = append(args, a.Logmax)
-	args = append(args, luaconv.Bool(a.Grouped))
-	args = append(args, a.NowUs)
-	args = append(args, luaconv.Bool(a.Apply))
+	n := 19
+	n += len(a.Request)
+	n += len(a.Result)
+	for i1 := range a.Runs {
+		n += 9
+		n += len(a.Runs[i1].Extra)
+	}
+	n += len(a.Tqueues)
+	n += len(a.Twakes)
+	n += len(a.Tclears)
+	args := make([]any, 0, n)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Caller)
+	args = append(args, &a.Logmax)
+	args = append(args, &a.Grouped)
+	args = append(args, &a.NowUs)
+	args = append(args, &a.Apply)
 	args = append(args, len(a.Request))
-	for _, x1 := range a.Request {
-		args = append(args, x1)
+	for i1 := range a.Request {
+		args = append(args, a.Request[i1])
 	}
 	args = append(args, len(a.Result))
-	for _, x1 := range a.Result {
-		args = append(args, x1)
+	for i1 := range a.Result {
+		args = append(args, a.Result[i1])
 	}
 	args = append(args, a.Glist)
 	args = append(args, len(a.Runs))
-	for _, x1 := range a.Runs {
-		args = append(args, x1.JobKey)
-		args = append(args, x1.Member)
-		args = append(args, x1.Claim)
-		args = append(args, x1.ID)
-		args = append(args, x1.Flow)
-		args = append(args, x1.Status)
-		args = append(args, x1.Result)
-		args = append(args, x1.Entry)
-		args = append(args, len(x1.Extra))
-		for _, x2 := range x1.Extra {
-			args = append(args, x2)
+	for i1 := range a.Runs {
+		args = append(args, &a.Runs[i1].JobKey)
+		args = append(args, &a.Runs[i1].Member)
+		args = append(args, &a.Runs[i1].Claim)
+		args = append(args, &a.Runs[i1].ID)
+		args = append(args, &a.Runs[i1].Flow)
+		args = append(args, &a.Runs[i1].Status)
+		args = append(args, &a.Runs[i1].Result)
+		args = append(args, a.Runs[i1].Entry)
+		args = append(args, len(a.Runs[i1].Extra))
+		for i2 := range a.Runs[i1].Extra {
+			args = append(args, a.Runs[i1].Extra[i2])
 		}
 	}
-	args = append(args, a.Take)
-	args = append(args, a.Tworker)
-	args = append(args, a.Texp)
-	args = append(args, a.Tnonce)
+	args = append(args, &a.Take)
+	args = append(args, &a.Tworker)
+	args = append(args, &a.Texp)
+	args = append(args, &a.Tnonce)
 	args = append(args, len(a.Tqueues))
-	for _, x1 := range a.Tqueues {
-		args = append(args, x1)
+	for i1 := range a.Tqueues {
+		args = append(args, &a.Tqueues[i1])
 	}
 	args = append(args, len(a.Twakes))
-	for _, x1 := range a.Twakes {
-		args = append(args, x1)
+	for i1 := range a.Twakes {
+		args = append(args, &a.Twakes[i1])
 	}
 	args = append(args, len(a.Tclears))
-	for _, x1 := range a.Tclears {
-		args = append(args, x1)
+	for i1 := range a.Tclears {
+		args = append(args, &a.Tclears[i1])
 	}
 	return Call{Script: finishJobsScript, Keys: keys, Args: args}
 }
@@ -1345,12 +1381,12 @@ func (a *flowCancelBeginArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.FlowKey, a.DagKey)
 	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Actor)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.Reason)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Reason)
 	return Call{Script: flowCancelBeginScript, Keys: keys, Args: args}
 }
 
@@ -1392,17 +1428,19 @@ type flowCancelChunkArgs struct {
 func (a *flowCancelChunkArgs) call() Call {
 	keys := make([]string, 0, 3)
 	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey)
-	args := make([]any, 0, 8)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.RetentionMs)
-	args = append(args, a.From)
-	args = append(args, luaconv.Bool(a.Last))
+	n := 8
+	n += len(a.IDs)
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.RetentionMs)
+	args = append(args, &a.From)
+	args = append(args, &a.Last)
 	args = append(args, len(a.IDs))
-	for _, x1 := range a.IDs {
-		args = append(args, x1)
+	for i1 := range a.IDs {
+		args = append(args, &a.IDs[i1])
 	}
 	return Call{Script: flowCancelChunkScript, Keys: keys, Args: args}
 }
@@ -1474,12 +1512,12 @@ func (a *flowCascadeChunkArgs) call() Call {
 	keys := make([]string, 0, 4)
 	keys = append(keys, a.DagKey, a.FlowKey, a.ResultsKey, a.EventsKey)
 	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Actor)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.RetentionMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.RetentionMs)
 	return Call{Script: flowCascadeChunkScript, Keys: keys, Args: args}
 }
 
@@ -1540,15 +1578,17 @@ type flowDeleteChunkArgs struct {
 func (a *flowDeleteChunkArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.FlowKey, a.MsgsKey)
-	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.FlowID)
-	args = append(args, luaconv.Bool(a.Force))
-	args = append(args, a.Caller)
-	args = append(args, a.Nmsgs)
+	n := 6
+	n += len(a.IDs)
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.FlowID)
+	args = append(args, &a.Force)
+	args = append(args, &a.Caller)
+	args = append(args, &a.Nmsgs)
 	args = append(args, len(a.IDs))
-	for _, x1 := range a.IDs {
-		args = append(args, x1)
+	for i1 := range a.IDs {
+		args = append(args, &a.IDs[i1])
 	}
 	return Call{Script: flowDeleteChunkScript, Keys: keys, Args: args}
 }
@@ -1603,8 +1643,8 @@ func (a *flowRetryBeginArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.FlowKey, a.DagKey)
 	args := make([]any, 0, 2)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
 	return Call{Script: flowRetryBeginScript, Keys: keys, Args: args}
 }
 
@@ -1643,17 +1683,20 @@ type flowRetryChunkArgs struct {
 func (a *flowRetryChunkArgs) call() Call {
 	keys := make([]string, 0, 3)
 	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey)
-	args := make([]any, 0, 5)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.From)
+	n := 5
+	n += len(a.IDs)
+	n += len(a.Results)
+	args := make([]any, 0, n)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.From)
 	args = append(args, len(a.IDs))
-	for _, x1 := range a.IDs {
-		args = append(args, x1)
+	for i1 := range a.IDs {
+		args = append(args, &a.IDs[i1])
 	}
 	args = append(args, len(a.Results))
-	for _, x1 := range a.Results {
-		args = append(args, x1)
+	for i1 := range a.Results {
+		args = append(args, a.Results[i1])
 	}
 	return Call{Script: flowRetryChunkScript, Keys: keys, Args: args}
 }
@@ -1720,13 +1763,13 @@ func (a *flowRetryCommitArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.FlowKey, a.DagKey)
 	args := make([]any, 0, 7)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Actor)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.Total)
-	args = append(args, a.Nready)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Total)
+	args = append(args, &a.Nready)
 	return Call{Script: flowRetryCommitScript, Keys: keys, Args: args}
 }
 
@@ -1767,11 +1810,11 @@ func (a *flowStageBeginArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.FlowSeqKey, a.JobSeqKey)
 	args := make([]any, 0, 5)
-	args = append(args, a.Ctx)
-	args = append(args, a.Caller)
-	args = append(args, a.N)
-	args = append(args, a.TTLMs)
-	args = append(args, a.NowMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Caller)
+	args = append(args, &a.N)
+	args = append(args, &a.TTLMs)
+	args = append(args, &a.NowMs)
 	return Call{Script: flowStageBeginScript, Keys: keys, Args: args}
 }
 
@@ -1836,12 +1879,12 @@ func (a *flowStageCommitArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.StageKey)
 	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Caller)
-	args = append(args, a.NowMs)
-	args = append(args, a.Op)
-	args = append(args, a.HoldMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Caller)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Op)
+	args = append(args, &a.HoldMs)
 	return Call{Script: flowStageCommitScript, Keys: keys, Args: args}
 }
 
@@ -1906,12 +1949,12 @@ func (a *flowStageSweepArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.StageKey, a.FlowKey)
 	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.FlowID)
-	args = append(args, a.NowMs)
-	args = append(args, luaconv.Bool(a.Force))
-	args = append(args, a.Chunk)
-	args = append(args, a.HoldMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.FlowID)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Force)
+	args = append(args, &a.Chunk)
+	args = append(args, &a.HoldMs)
 	return Call{Script: flowStageSweepScript, Keys: keys, Args: args}
 }
 
@@ -1966,10 +2009,10 @@ func (a *flowStageTouchArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.StageKey)
 	args := make([]any, 0, 4)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Caller)
-	args = append(args, a.NowMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Caller)
+	args = append(args, &a.NowMs)
 	return Call{Script: flowStageTouchScript, Keys: keys, Args: args}
 }
 
@@ -2025,9 +2068,9 @@ func (a *flowStartBeginArgs) call() Call {
 	keys := make([]string, 0, 3)
 	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey)
 	args := make([]any, 0, 3)
-	args = append(args, a.Caller)
-	args = append(args, a.Total)
-	args = append(args, a.Token)
+	args = append(args, &a.Caller)
+	args = append(args, &a.Total)
+	args = append(args, &a.Token)
 	return Call{Script: flowStartBeginScript, Keys: keys, Args: args}
 }
 
@@ -2073,17 +2116,19 @@ type flowStartChunkNode struct {
 func (a *flowStartChunkArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.FlowKey, a.DagKey)
-	args := make([]any, 0, 5)
-	args = append(args, a.Caller)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.Token)
+	n := 5
+	n += 4 * len(a.Nodes)
+	args := make([]any, 0, n)
+	args = append(args, &a.Caller)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Token)
 	args = append(args, len(a.Nodes))
-	for _, x1 := range a.Nodes {
-		args = append(args, x1.ID)
-		args = append(args, x1.Dependents)
-		args = append(args, x1.N)
-		args = append(args, luaconv.Bool(x1.Ran))
+	for i1 := range a.Nodes {
+		args = append(args, &a.Nodes[i1].ID)
+		args = append(args, &a.Nodes[i1].Dependents)
+		args = append(args, &a.Nodes[i1].N)
+		args = append(args, &a.Nodes[i1].Ran)
 	}
 	return Call{Script: flowStartChunkScript, Keys: keys, Args: args}
 }
@@ -2128,13 +2173,13 @@ func (a *flowStartCommitArgs) call() Call {
 	keys := make([]string, 0, 3)
 	keys = append(keys, a.FlowKey, a.DagKey, a.EventsKey)
 	args := make([]any, 0, 7)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Caller)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.Actor)
-	args = append(args, a.Token)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Caller)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Actor)
+	args = append(args, &a.Token)
 	return Call{Script: flowStartCommitScript, Keys: keys, Args: args}
 }
 
@@ -2169,8 +2214,8 @@ func (a *gatewayLeaseAcquireArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.LeaseKey)
 	args := make([]any, 0, 2)
-	args = append(args, a.Token)
-	args = append(args, a.TTLMs)
+	args = append(args, &a.Token)
+	args = append(args, &a.TTLMs)
 	return Call{Script: gatewayLeaseAcquireScript, Keys: keys, Args: args}
 }
 
@@ -2214,8 +2259,8 @@ func (a *gatewayLeaseExtendArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.LeaseKey)
 	args := make([]any, 0, 2)
-	args = append(args, a.Token)
-	args = append(args, a.TTLMs)
+	args = append(args, &a.Token)
+	args = append(args, &a.TTLMs)
 	return Call{Script: gatewayLeaseExtendScript, Keys: keys, Args: args}
 }
 
@@ -2251,7 +2296,7 @@ func (a *gatewayLeaseReleaseArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.LeaseKey)
 	args := make([]any, 0, 1)
-	args = append(args, a.Token)
+	args = append(args, &a.Token)
 	return Call{Script: gatewayLeaseReleaseScript, Keys: keys, Args: args}
 }
 
@@ -2290,10 +2335,10 @@ func (a *keyRateWakeArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.HeldKey)
 	args := make([]any, 0, 4)
-	args = append(args, a.Ctx)
-	args = append(args, a.Key)
-	args = append(args, a.Member)
-	args = append(args, a.NowMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Key)
+	args = append(args, &a.Member)
+	args = append(args, &a.NowMs)
 	return Call{Script: keyRateWakeScript, Keys: keys, Args: args}
 }
 
@@ -2331,9 +2376,9 @@ func (a *limitSetArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.LimitsKey)
 	args := make([]any, 0, 3)
-	args = append(args, a.Ctx)
-	args = append(args, a.Scope)
-	args = append(args, a.Spec)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Scope)
+	args = append(args, &a.Spec)
 	return Call{Script: limitSetScript, Keys: keys, Args: args}
 }
 
@@ -2371,9 +2416,9 @@ func (a *limitWakeArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.QueueKey)
 	args := make([]any, 0, 3)
-	args = append(args, a.Ctx)
-	args = append(args, a.Member)
-	args = append(args, a.NowMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Member)
+	args = append(args, &a.NowMs)
 	return Call{Script: limitWakeScript, Keys: keys, Args: args}
 }
 
@@ -2413,15 +2458,17 @@ type materializeArgs struct {
 func (a *materializeArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.JobKey)
-	args := make([]any, 0, 6)
-	args = append(args, a.Caller)
-	args = append(args, a.ID)
-	args = append(args, a.OriginMsg)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
+	n := 6
+	n += len(a.JobFields)
+	args := make([]any, 0, n)
+	args = append(args, &a.Caller)
+	args = append(args, &a.ID)
+	args = append(args, &a.OriginMsg)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
 	args = append(args, len(a.JobFields))
-	for _, x1 := range a.JobFields {
-		args = append(args, x1)
+	for i1 := range a.JobFields {
+		args = append(args, a.JobFields[i1])
 	}
 	return Call{Script: materializeScript, Keys: keys, Args: args}
 }
@@ -2464,12 +2511,12 @@ func (a *pauseFlowArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.FlowKey, a.DagKey)
 	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Op)
-	args = append(args, a.Actor)
-	args = append(args, a.NowMs)
-	args = append(args, a.Note)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Op)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Note)
 	return Call{Script: pauseFlowScript, Keys: keys, Args: args}
 }
 
@@ -2509,12 +2556,12 @@ func (a *pauseQueueArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.PauseKey, a.QueueKey)
 	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.Op)
-	args = append(args, a.Actor)
-	args = append(args, a.NowMs)
-	args = append(args, a.Note)
-	args = append(args, a.Suffix)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Op)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Note)
+	args = append(args, &a.Suffix)
 	return Call{Script: pauseQueueScript, Keys: keys, Args: args}
 }
 
@@ -2551,8 +2598,8 @@ func (a *popDueArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.DueKey)
 	args := make([]any, 0, 2)
-	args = append(args, a.NowMs)
-	args = append(args, a.Limit)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Limit)
 	return Call{Script: popDueScript, Keys: keys, Args: args}
 }
 
@@ -2596,8 +2643,8 @@ func (a *refreshArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.IdentityKey)
 	args := make([]any, 0, 2)
-	args = append(args, a.Value)
-	args = append(args, a.TTLMs)
+	args = append(args, &a.Value)
+	args = append(args, &a.TTLMs)
 	return Call{Script: refreshScript, Keys: keys, Args: args}
 }
 
@@ -2640,17 +2687,19 @@ type releaseDependentsArgs struct {
 func (a *releaseDependentsArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.MsgOutKey, a.DagKey)
-	args := make([]any, 0, 8)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Caller)
-	args = append(args, a.ID)
-	args = append(args, a.Max)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
+	n := 8
+	n += len(a.Request)
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Caller)
+	args = append(args, &a.ID)
+	args = append(args, &a.Max)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
 	args = append(args, len(a.Request))
-	for _, x1 := range a.Request {
-		args = append(args, x1)
+	for i1 := range a.Request {
+		args = append(args, a.Request[i1])
 	}
 	return Call{Script: releaseDependentsScript, Keys: keys, Args: args}
 }
@@ -2714,7 +2763,7 @@ func (a *releaseIdentityArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.IdentityKey)
 	args := make([]any, 0, 1)
-	args = append(args, a.Value)
+	args = append(args, &a.Value)
 	return Call{Script: releaseIdentityScript, Keys: keys, Args: args}
 }
 
@@ -2754,15 +2803,17 @@ type requeueArgs struct {
 func (a *requeueArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.LeasesKey)
-	args := make([]any, 0, 6)
-	args = append(args, a.NowMs)
-	args = append(args, a.Limit)
-	args = append(args, a.Ctx)
-	args = append(args, a.Consumer)
-	args = append(args, luaconv.Bool(a.Clear))
+	n := 6
+	n += len(a.Claims)
+	args := make([]any, 0, n)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Limit)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Consumer)
+	args = append(args, &a.Clear)
 	args = append(args, len(a.Claims))
-	for _, x1 := range a.Claims {
-		args = append(args, x1)
+	for i1 := range a.Claims {
+		args = append(args, &a.Claims[i1])
 	}
 	return Call{Script: requeueScript, Keys: keys, Args: args}
 }
@@ -2811,12 +2862,12 @@ func (a *requeueJobArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.JobKey)
 	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.Caller)
-	args = append(args, a.ID)
-	args = append(args, a.Actor)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Caller)
+	args = append(args, &a.ID)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
 	return Call{Script: requeueJobScript, Keys: keys, Args: args}
 }
 
@@ -2858,11 +2909,11 @@ func (a *retryFlowArgs) call() Call {
 	keys := make([]string, 0, 3)
 	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey)
 	args := make([]any, 0, 5)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Actor)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
 	return Call{Script: retryFlowScript, Keys: keys, Args: args}
 }
 
@@ -2924,10 +2975,10 @@ func (a *revokeSecretArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.SecretsKey)
 	args := make([]any, 0, 4)
-	args = append(args, a.Fingerprint)
-	args = append(args, string(a.Record))
-	args = append(args, a.RevokedMs)
-	args = append(args, a.Reason)
+	args = append(args, &a.Fingerprint)
+	args = append(args, []byte(a.Record))
+	args = append(args, &a.RevokedMs)
+	args = append(args, &a.Reason)
 	return Call{Script: revokeSecretScript, Keys: keys, Args: args}
 }
 
@@ -2973,15 +3024,17 @@ type routeClaimedClaimed struct {
 func (a *routeClaimedArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.ProcKey, a.LeasesKey)
-	args := make([]any, 0, 3)
-	args = append(args, a.Ctx)
-	args = append(args, a.NowS)
+	n := 3
+	n += 4 * len(a.Messages)
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.NowS)
 	args = append(args, len(a.Messages))
-	for _, x1 := range a.Messages {
-		args = append(args, x1.Key)
-		args = append(args, x1.Member)
-		args = append(args, x1.Target)
-		args = append(args, x1.Job)
+	for i1 := range a.Messages {
+		args = append(args, &a.Messages[i1].Key)
+		args = append(args, &a.Messages[i1].Member)
+		args = append(args, &a.Messages[i1].Target)
+		args = append(args, &a.Messages[i1].Job)
 	}
 	return Call{Script: routeClaimedScript, Keys: keys, Args: args}
 }
@@ -3020,8 +3073,8 @@ func (a *runnerHereArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.RunnerKey, a.ContextsKey)
 	args := make([]any, 0, 2)
-	args = append(args, a.RunnerID)
-	args = append(args, a.Ctx)
+	args = append(args, &a.RunnerID)
+	args = append(args, &a.Ctx)
 	return Call{Script: runnerHereScript, Keys: keys, Args: args}
 }
 
@@ -3061,14 +3114,16 @@ type schedArgs struct {
 func (a *schedArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.SchedKey, a.IndexKey)
-	args := make([]any, 0, 5)
-	args = append(args, a.Ctx)
-	args = append(args, a.ID)
-	args = append(args, a.Op)
-	args = append(args, a.Now)
+	n := 5
+	n += len(a.Args)
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.ID)
+	args = append(args, &a.Op)
+	args = append(args, &a.Now)
 	args = append(args, len(a.Args))
-	for _, x1 := range a.Args {
-		args = append(args, x1)
+	for i1 := range a.Args {
+		args = append(args, &a.Args[i1])
 	}
 	return Call{Script: schedScript, Keys: keys, Args: args}
 }
@@ -3110,12 +3165,12 @@ func (a *schedFlowArgs) call() Call {
 	keys := make([]string, 0, 3)
 	keys = append(keys, a.UniqueKey, a.FlowSeqKey, a.JobSeqKey)
 	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.Caller)
-	args = append(args, a.N)
-	args = append(args, a.TTLMs)
-	args = append(args, a.NowMs)
-	args = append(args, a.UniqueTTLMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Caller)
+	args = append(args, &a.N)
+	args = append(args, &a.TTLMs)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.UniqueTTLMs)
 	return Call{Script: schedFlowScript, Keys: keys, Args: args}
 }
 
@@ -3180,12 +3235,12 @@ func (a *scheduleFlowArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.FlowKey)
 	args := make([]any, 0, 6)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Actor)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.RunAt)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.RunAt)
 	return Call{Script: scheduleFlowScript, Keys: keys, Args: args}
 }
 
@@ -3221,13 +3276,15 @@ type setJobStatusArgs struct {
 func (a *setJobStatusArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.JobKey)
-	args := make([]any, 0, 4)
-	args = append(args, a.Caller)
-	args = append(args, a.ID)
-	args = append(args, a.St)
+	n := 4
+	n += len(a.Fields)
+	args := make([]any, 0, n)
+	args = append(args, &a.Caller)
+	args = append(args, &a.ID)
+	args = append(args, &a.St)
 	args = append(args, len(a.Fields))
-	for _, x1 := range a.Fields {
-		args = append(args, x1)
+	for i1 := range a.Fields {
+		args = append(args, a.Fields[i1])
 	}
 	return Call{Script: setJobStatusScript, Keys: keys, Args: args}
 }
@@ -3278,20 +3335,25 @@ type splitRequestPart struct {
 func (a *splitRequestArgs) call() Call {
 	keys := make([]string, 0, 3)
 	keys = append(keys, a.MsgOutKey, a.ProcKey, a.LeasesKey)
-	args := make([]any, 0, 8)
-	args = append(args, a.Ctx)
-	args = append(args, a.Caller)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.Item)
-	args = append(args, a.Member)
-	args = append(args, a.Flow)
+	n := 8
+	for i1 := range a.Jobs {
+		n += 2
+		n += len(a.Jobs[i1].Fields)
+	}
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Caller)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Item)
+	args = append(args, &a.Member)
+	args = append(args, &a.Flow)
 	args = append(args, len(a.Jobs))
-	for _, x1 := range a.Jobs {
-		args = append(args, x1.ID)
-		args = append(args, len(x1.Fields))
-		for _, x2 := range x1.Fields {
-			args = append(args, x2)
+	for i1 := range a.Jobs {
+		args = append(args, &a.Jobs[i1].ID)
+		args = append(args, len(a.Jobs[i1].Fields))
+		for i2 := range a.Jobs[i1].Fields {
+			args = append(args, a.Jobs[i1].Fields[i2])
 		}
 	}
 	return Call{Script: splitRequestScript, Keys: keys, Args: args}
@@ -3342,19 +3404,19 @@ func (a *standaloneDoneArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.JobKey, a.EventsKey)
 	args := make([]any, 0, 13)
-	args = append(args, a.Ctx)
-	args = append(args, a.Caller)
-	args = append(args, a.ID)
-	args = append(args, a.Attempt)
-	args = append(args, a.Status)
-	args = append(args, a.Err)
-	args = append(args, luaconv.Bool(a.Fatal))
-	args = append(args, a.Retries)
-	args = append(args, a.Backoff)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.Actor)
-	args = append(args, a.RetentionMs)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Caller)
+	args = append(args, &a.ID)
+	args = append(args, &a.Attempt)
+	args = append(args, &a.Status)
+	args = append(args, &a.Err)
+	args = append(args, &a.Fatal)
+	args = append(args, &a.Retries)
+	args = append(args, &a.Backoff)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Actor)
+	args = append(args, &a.RetentionMs)
 	return Call{Script: standaloneDoneScript, Keys: keys, Args: args}
 }
 
@@ -3426,19 +3488,21 @@ type startFlowNode struct {
 func (a *startFlowArgs) call() Call {
 	keys := make([]string, 0, 4)
 	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey, a.EventsKey)
-	args := make([]any, 0, 7)
-	args = append(args, a.Ctx)
-	args = append(args, a.Flow)
-	args = append(args, a.Caller)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
-	args = append(args, a.Actor)
+	n := 7
+	n += 4 * len(a.Nodes)
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Caller)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Actor)
 	args = append(args, len(a.Nodes))
-	for _, x1 := range a.Nodes {
-		args = append(args, x1.ID)
-		args = append(args, x1.Dependents)
-		args = append(args, x1.N)
-		args = append(args, luaconv.Bool(x1.Ran))
+	for i1 := range a.Nodes {
+		args = append(args, &a.Nodes[i1].ID)
+		args = append(args, &a.Nodes[i1].Dependents)
+		args = append(args, &a.Nodes[i1].N)
+		args = append(args, &a.Nodes[i1].Ran)
 	}
 	return Call{Script: startFlowScript, Keys: keys, Args: args}
 }
@@ -3490,34 +3554,42 @@ type submitJob struct {
 func (a *submitArgs) call() Call {
 	keys := make([]string, 0, 0+len(a.JobsKeys))
 	keys = append(keys, a.JobsKeys...)
-	args := make([]any, 0, 7)
-	args = append(args, a.Ctx)
-	args = append(args, a.NowS)
-	args = append(args, a.NowMs)
+	n := 7
+	n += len(a.GuardFields)
+	n += len(a.GuardValues)
+	n += len(a.Msg)
+	for i1 := range a.Jobs {
+		n += 8
+		n += len(a.Jobs[i1].Fields)
+	}
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
 	args = append(args, len(a.GuardFields))
-	for _, x1 := range a.GuardFields {
-		args = append(args, x1)
+	for i1 := range a.GuardFields {
+		args = append(args, &a.GuardFields[i1])
 	}
 	args = append(args, len(a.GuardValues))
-	for _, x1 := range a.GuardValues {
-		args = append(args, x1)
+	for i1 := range a.GuardValues {
+		args = append(args, &a.GuardValues[i1])
 	}
 	args = append(args, len(a.Msg))
-	for _, x1 := range a.Msg {
-		args = append(args, x1)
+	for i1 := range a.Msg {
+		args = append(args, a.Msg[i1])
 	}
 	args = append(args, len(a.Jobs))
-	for _, x1 := range a.Jobs {
-		args = append(args, luaconv.Bool(x1.Chosen))
-		args = append(args, x1.Caller)
-		args = append(args, x1.ID)
-		args = append(args, x1.TTL)
-		args = append(args, x1.Actor)
-		args = append(args, x1.RunAt)
-		args = append(args, x1.Ncmp)
-		args = append(args, len(x1.Fields))
-		for _, x2 := range x1.Fields {
-			args = append(args, x2)
+	for i1 := range a.Jobs {
+		args = append(args, &a.Jobs[i1].Chosen)
+		args = append(args, &a.Jobs[i1].Caller)
+		args = append(args, &a.Jobs[i1].ID)
+		args = append(args, &a.Jobs[i1].TTL)
+		args = append(args, &a.Jobs[i1].Actor)
+		args = append(args, &a.Jobs[i1].RunAt)
+		args = append(args, &a.Jobs[i1].Ncmp)
+		args = append(args, len(a.Jobs[i1].Fields))
+		for i2 := range a.Jobs[i1].Fields {
+			args = append(args, a.Jobs[i1].Fields[i2])
 		}
 	}
 	return Call{Script: submitScript, Keys: keys, Args: args}
@@ -3615,7 +3687,7 @@ func (a *trimEventsArgs) call() Call {
 	keys := make([]string, 0, 3)
 	keys = append(keys, a.EventsKey, a.FlowsKey, a.JobsKey)
 	args := make([]any, 0, 1)
-	args = append(args, a.Cutoff)
+	args = append(args, &a.Cutoff)
 	return Call{Script: trimEventsScript, Keys: keys, Args: args}
 }
 
@@ -3651,11 +3723,13 @@ type updateActorArgs struct {
 func (a *updateActorArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.ActorKey)
-	args := make([]any, 0, 2)
-	args = append(args, a.UpdatedAt)
+	n := 2
+	n += len(a.Fields)
+	args := make([]any, 0, n)
+	args = append(args, &a.UpdatedAt)
 	args = append(args, len(a.Fields))
-	for _, x1 := range a.Fields {
-		args = append(args, x1)
+	for i1 := range a.Fields {
+		args = append(args, &a.Fields[i1])
 	}
 	return Call{Script: updateActorScript, Keys: keys, Args: args}
 }

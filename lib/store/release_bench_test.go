@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
 	"github.com/hero-coordinator/hero/lib/testutil/storetest"
@@ -27,9 +26,7 @@ func BenchmarkReleaseDependents10k(b *testing.B) {
 	const n = 10000
 	s := open(b)
 	ctx := context.Background()
-	db := mustCtx(b, s, 37)
-	rc := srv.Client(b, 37)
-	rc.HSet(ctx, keys.Executors, "go", 1)
+	db := servedContext(b, s, 37, []model.ScriptType{"go"}, "go")
 	var wall, cpu time.Duration
 	calls := 0
 	for range b.N {
@@ -38,23 +35,12 @@ func BenchmarkReleaseDependents10k(b *testing.B) {
 		for k := range jobs {
 			jobs[k] = &model.Job{CallerID: 1, ContextID: 37, FunctionName: "go#noop", ScriptType: "go"}
 		}
-		var ids []uint32
-		for k, r := range s.CreateJobs(ctx, jobs[:1], "1") {
-			if r.Err != nil {
-				b.Fatalf("job %d: %v", k, r.Err)
-			}
-			ids = append(ids, r.Job.ID)
-		}
+		ids := createJobs(b, s, jobs[:1])
 		for k := range jobs[1:] {
 			jobs[1+k].Dependends = []uint32{ids[0]}
 		}
 		for from := 1; from <= n; from += 1000 {
-			for k, r := range s.CreateJobs(ctx, jobs[from:from+1000], "1") {
-				if r.Err != nil {
-					b.Fatalf("job %d: %v", k, r.Err)
-				}
-				ids = append(ids, r.Job.ID)
-			}
+			ids = append(ids, createJobs(b, s, jobs[from:from+1000])...)
 		}
 		f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 37, Jobs: ids}, "1")
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -137,8 +138,8 @@ func (d *DB) claimStarts(ctx context.Context, queue, consumer string, lease time
 // started jobs as they are after their start.
 func (d *DB) claimed(ctx context.Context, queue, consumer string, claimIDs []string, vals []any) ([]Started, error) {
 	out := make([]Started, 0, len(vals))
-	var run []int          // the items to read: started jobs
-	var inline map[int]any // the started jobs' hashes the reply holds, by item
+	run := make([]int, 0, len(vals)) // the items to read: started jobs
+	var inline map[int]any           // the started jobs' hashes the reply holds, by item
 	for i, v := range vals {
 		e, _ := v.([]any)
 		if len(e) < 3 || len(e) > 5 || i >= len(claimIDs) {
@@ -192,32 +193,21 @@ func startReads(v any) *StartReads {
 
 // startedJobs fills in the jobs of the items run of a claim's out, as they are after
 // their start: from the claim's reply when it holds each one's hash (inline, by item),
-// else read in one round trip.
+// else read in one round trip (readStarted).
 func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run []int, inline map[int]any) ([]Started, error) {
 	hashes := make([]map[string]string, len(run))
 	if len(inline) == len(run) {
 		for k, i := range run {
 			hashes[k] = flatMap(inline[i])
 		}
-	} else {
-		reads := make([]*redis.MapStringStringCmd, len(run))
-		if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for k, i := range run {
-				reads[k] = p.HGetAll(ctx, out[i].Claim.Item)
-			}
-			return nil
-		}); err != nil && err != redis.Nil {
-			// Started and leased, but unread: the caller releases their claims.
-			ids := make([]string, len(run))
-			for k, i := range run {
-				out[i].Outcome, out[i].Err = StartGone, fmt.Errorf("read started job %s: %w", out[i].Claim.Item, err)
-				ids[k] = out[i].Claim.ID
-			}
-			return out, &UnansweredClaimError{ClaimIDs: ids, Err: fmt.Errorf("read started jobs of %s of context %d: %w", queue, d.ContextID, err)}
+	} else if err := d.readStarted(ctx, out, run, hashes); err != nil {
+		// Started and leased, but unread: the caller releases their claims.
+		ids := make([]string, len(run))
+		for k, i := range run {
+			out[i].Outcome, out[i].Err = StartGone, fmt.Errorf("read started job %s: %w", out[i].Claim.Item, err)
+			ids[k] = out[i].Claim.ID
 		}
-		for k := range reads {
-			hashes[k] = reads[k].Val()
-		}
+		return out, &UnansweredClaimError{ClaimIDs: ids, Err: fmt.Errorf("read started jobs of %s of context %d: %w", queue, d.ContextID, err)}
 	}
 	for k, i := range run {
 		st := &out[i]
@@ -241,6 +231,60 @@ func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run [
 		st.Job = &j
 	}
 	return out, nil
+}
+
+// readStarted reads the hashes of the started jobs run of out into hashes (by index
+// of run; an empty one: the job is gone), in one round trip: each one's DUMP, one
+// string to read where HGETALL's reply is two of every field (HashFromDump; ~26
+// fields a started handler job), read without a string of its own per item. A dump
+// this reader does not know (another Redis's format) is read with HGETALL instead,
+// in one more round trip.
+// startedFromDump reads a started job's DUMP (HashFromDump; a test makes it fail).
+var startedFromDump = HashFromDump
+
+func (d *DB) readStarted(ctx context.Context, out []Started, run []int, hashes []map[string]string) error {
+	dumps := make([]*redis.StringCmd, len(run))
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, i := range run {
+			dumps[k] = p.Dump(ctx, out[i].Claim.Item)
+		}
+		return nil
+	}); err != nil && err != redis.Nil {
+		return err
+	}
+	var again []int // by index of run: dumps HashFromDump does not read
+	for k, c := range dumps {
+		dump := c.Val()
+		if dump == "" {
+			continue // gone
+		}
+		pairs, err := startedFromDump(dump)
+		if err != nil {
+			again = append(again, k)
+			continue
+		}
+		h := make(map[string]string, len(pairs)/2)
+		for x := 0; x+1 < len(pairs); x += 2 {
+			h[pairs[x]] = pairs[x+1]
+		}
+		hashes[k] = h
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	reads := make([]*redis.MapStringStringCmd, len(again))
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for x, k := range again {
+			reads[x] = p.HGetAll(ctx, out[run[k]].Claim.Item)
+		}
+		return nil
+	}); err != nil && err != redis.Nil {
+		return err
+	}
+	for x, k := range again {
+		hashes[k] = reads[x].Val()
+	}
+	return nil
 }
 
 // randomHex returns n random bytes as hex (math/rand: claim ids and trace ids need to
@@ -375,6 +419,7 @@ func FinishJobsApplied(ctx context.Context, fs []Finish) ([]bool, []error, Appli
 		}
 		if _, seen := groups[k]; !seen {
 			order = append(order, k)
+			groups[k] = make([]int, 0, min(len(fs)-i, 32)) // most finishes are of one group
 		}
 		groups[k] = append(groups[k], i)
 		dbs[f.DB.ContextID] = f.DB
@@ -491,26 +536,28 @@ func finishCall(d *DB, fs []Finish, idx []int, tk *takeCall) Call {
 	first := fs[idx[0]]
 	j0, c0 := first.Job, first.Claim
 	shared := len(idx) > 1 && j0.FlowID != 0
-	m := model.Message{
-		CallerID: j0.CallerID, ContextID: d.ContextID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
-		Status:    model.MessageDispatched,
-		CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: j0.FlowID, Kind: model.KindJobResult,
-	}
-	var skip []string // a message of its own: the script writes "result of job <ctx>:<caller>:<id>"
-	if shared {
-		m.Message = fmt.Sprintf("results of %d jobs of flow %d", len(idx), j0.FlowID)
-	} else {
-		skip = []string{"message"}
-	}
 	// A job of this node's own gets a result message that names it (jobRef, with the
 	// run's end); the result of a job that came from another node goes back there and
 	// carries the finished job (seed 001's Message.job).
 	named := j0.Origin == nil
 	var msg []any
 	if named {
-		msg = append(localMessageFields(&m, skip...), fieldJobRef, "1")
+		text := "" // a message of its own: the script writes "result of job <ctx>:<caller>:<id>"
+		if shared {
+			text = fmt.Sprintf("results of %d jobs of flow %d", len(idx), j0.FlowID)
+		}
+		msg = resultFields(d.ContextID, j0.CallerID, j0.FlowID, text, now)
 	} else {
-		msg = withoutFields(model.HashFields(&m), append(skip, "id", "job")...)
+		m := model.Message{
+			CallerID: j0.CallerID, ContextID: d.ContextID, MessageType: model.MessageTypeJob, MessageFormatType: model.FormatText,
+			Status:    model.MessageDispatched,
+			CreatedAt: now.Unix(), UpdatedAt: now.Unix(), CreatedAtMs: now.UnixMilli(), FlowID: j0.FlowID, Kind: model.KindJobResult,
+		}
+		skip := []string{"id", "job", "message"} // a message of its own: the script writes its text
+		if shared {
+			m.Message, skip = fmt.Sprintf("results of %d jobs of flow %d", len(idx), j0.FlowID), skip[:2]
+		}
+		msg = withoutFields(model.HashFields(&m), skip...)
 	}
 	logMax := first.Outcome.LogMax
 	if logMax <= 0 {
@@ -531,18 +578,14 @@ func finishCall(d *DB, fs []Finish, idx []int, tk *takeCall) Call {
 	for _, i := range idx {
 		f := fs[i]
 		j, c, o := f.Job, f.Claim, f.Outcome
-		result := o.Result
-		if result == nil {
-			result = map[string]string{}
-		}
-		js := finishedJSON(j, o, result, now, named)
+		js := finishedJSON(j, o, now, named)
 		var item any = js
 		if shared {
 			list = append(append(list, listSep(list)), js...)
 			item = strconv.Itoa(len(list)-len(js)+1) + " " + strconv.Itoa(len(list))
 		}
 		a.Runs = append(a.Runs, finishJobsRun{JobKey: keys.Job(j.CallerID, j.ID), Member: c.member(), Claim: c.ID, ID: int64(j.ID), Flow: int64(j.FlowID),
-			Status: string(o.Status), Result: model.EncodeField(result), Entry: item, Extra: runExtra(j, o)})
+			Status: string(o.Status), Result: resultField(o.Result), Entry: item, Extra: runExtra(j, o)})
 	}
 	if shared {
 		a.Glist = append(list, ']')
@@ -683,9 +726,16 @@ func awaitedSize(j *model.Job, o JobOutcome) int {
 
 // finishedJSON is what a result message lists for the run of j that ended with o: a
 // jobRef with the end when named, else the finished job (without its script).
-func finishedJSON(j *model.Job, o JobOutcome, result map[string]string, now time.Time, named bool) []byte {
+func finishedJSON(j *model.Job, o JobOutcome, now time.Time, named bool) []byte {
 	if named {
+		if ref, ok := plainResultRef(j, o.Status, o.Error, o.Fatal); ok {
+			return ref
+		}
 		return resultRef(j, o.Status, o.Error, o.Fatal)
+	}
+	result := o.Result
+	if result == nil {
+		result = map[string]string{}
 	}
 	final := *j
 	final.Status, final.Error, final.ExitCode, final.Result, final.ResultJSON, final.Fatal = o.Status, o.Error, o.ExitCode, result, o.ResultJSON, o.Fatal
@@ -699,6 +749,53 @@ func finishedJSON(j *model.Job, o JobOutcome, result map[string]string, now time
 		js = []byte("{}") // a job is plain data; cannot happen
 	}
 	return js
+}
+
+// plainResultRef is resultRef's JSON written directly for a run's end without an
+// error text and of a status of plain letters (a successful run's: every run of a
+// busy runner), without encoding/json's reflection; false: another end, which
+// resultRef writes.
+func plainResultRef(j *model.Job, st model.JobStatus, errText string, fatal bool) ([]byte, bool) {
+	if errText != "" || strings.ContainsFunc(string(st), func(r rune) bool { return (r < 'a' || r > 'z') && r != '_' }) {
+		return nil, false
+	}
+	b := make([]byte, 0, 48+len(st))
+	b = strconv.AppendUint(append(b, `{"id":`...), uint64(j.ID), 10)
+	if j.Attempt != 0 {
+		b = strconv.AppendUint(append(b, `,"attempt":`...), uint64(j.Attempt), 10)
+	}
+	if st != "" {
+		b = append(append(append(b, `,"status":"`...), st...), '"')
+	}
+	if fatal {
+		b = append(b, `,"fatal":true`...)
+	}
+	return append(b, '}'), true
+}
+
+// resultField is a run's result map as the job's result field stores it (none: "{}").
+func resultField(result map[string]string) string {
+	if len(result) == 0 {
+		return "{}"
+	}
+	return model.EncodeField(result)
+}
+
+// resultFields are the fields of a job result message of this node's own jobs that
+// the finish script stores (text "": none, the script writes the text of a message
+// of its own), and its jobRef mark: localMessageFields's of the same model.Message,
+// written directly instead of through its reflection (TestResultFieldsAsLocalMessage).
+func resultFields(ctxID, callerID, flowID uint32, text string, now time.Time) []any {
+	out := make([]any, 0, 18)
+	out = append(out, "status", string(model.MessageDispatched), "caller_id", u32str(callerID), "context_id", u32str(ctxID))
+	if text != "" {
+		out = append(out, "message", text)
+	}
+	out = append(out, "updated_at", i64s(now.Unix()))
+	if flowID != 0 {
+		out = append(out, "flow_id", u32str(flowID))
+	}
+	return append(out, "kind", string(model.KindJobResult), "created_at_ms", i64s(now.UnixMilli()), fieldJobRef, "1")
 }
 
 // MaxLogBytes caps a job's stored log by default.

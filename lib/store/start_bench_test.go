@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,17 +34,13 @@ func BenchmarkFlowStart(b *testing.B) {
 			ids[k] = base + uint32(k)
 			jobs[k] = &model.Job{ID: ids[k], CallerID: 1, ContextID: 30, FunctionName: "go#noop", ScriptType: "go"}
 		}
-		for k, r := range s.CreateJobs(ctx, jobs, "1") {
-			if r.Err != nil {
-				b.Fatalf("job %d: %v", k, r.Err)
-			}
-		}
+		createJobs(b, s, jobs)
 		f, _, err := s.CreateFlow(ctx, &model.Flow{ID: uint32(i + 1), CallerID: 1, ContextID: 30, Jobs: ids}, "1")
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		c0, t0 := cpuNow(), time.Now()
+		c0, t0 := processCPU(b), time.Now()
 		got, err := db.LoadStartJobs(ctx, 1, ids)
 		if err != nil {
 			b.Fatal(err)
@@ -61,22 +56,13 @@ func BenchmarkFlowStart(b *testing.B) {
 			b.Fatalf("start: %d ready, %v %v", len(ready), ok, err)
 		}
 		t3 := time.Now()
-		load, plan, start, cpu = load+t1.Sub(t0), plan+t2.Sub(t1), start+t3.Sub(t2), cpu+cpuNow()-c0
+		load, plan, start, cpu = load+t1.Sub(t0), plan+t2.Sub(t1), start+t3.Sub(t2), cpu+processCPU(b)-c0
 	}
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) / 1000 }
 	b.ReportMetric(per(load), "load-ms")
 	b.ReportMetric(per(plan), "plan-ms")
 	b.ReportMetric(per(start), "start-ms")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*n), "cpu-us/job")
-}
-
-// cpuNow is this process's CPU time so far (user + system).
-func cpuNow() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkClaimStartsRunner: what a runner's claim of 9 standalone handler jobs (the
@@ -91,13 +77,7 @@ func BenchmarkClaimStartsRunner(b *testing.B) {
 	const per = 9
 	s := open(b)
 	ctx := context.Background()
-	db := mustCtx(b, s, 9)
-	if _, _, err := s.CreateRunner(ctx, 9, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
-		b.Fatal(err)
-	}
-	if err := db.AnnounceExecutors(ctx, 1, []string{"go"}); err != nil {
-		b.Fatal(err)
-	}
+	db := servedContext(b, s, 9, []model.ScriptType{"go"}, "go")
 	q := keys.Queue((&model.Job{FunctionName: "go#noop"}).QueueSuffix())
 	var cpu time.Duration
 	b.ReportAllocs()
@@ -113,9 +93,9 @@ func BenchmarkClaimStartsRunner(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		c0 := cpuNow()
+		c0 := processCPU(b)
 		got, err := db.ClaimStartsFresh(ctx, q, "runner", time.Minute, per, store.Wake{})
-		cpu += cpuNow() - c0
+		cpu += processCPU(b) - c0
 		if err != nil || len(got) != per {
 			b.Fatalf("claim: %d %v", len(got), err)
 		}
@@ -123,6 +103,59 @@ func BenchmarkClaimStartsRunner(b *testing.B) {
 			if st.Job == nil || st.Job.FunctionName != "go#noop" {
 				b.Fatalf("started %+v", st)
 			}
+		}
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*per)/1000, "cpu-us/job")
+}
+
+// BenchmarkFinishRunner: what a runner's finish of 12 standalone handler jobs that
+// succeeded (the size of a finish under load, BenchmarkPeers (a)) costs this process:
+// FinishJobsApplied, their ends applied by the script (the runner's --apply-ends).
+// Reports this process's CPU per job (-benchmem: the allocations per call of 12).
+func BenchmarkFinishRunner(b *testing.B) {
+	if os.Getenv("HERO_BENCH") == "" {
+		b.Skip("set HERO_BENCH=1")
+	}
+	const per = 12
+	s := open(b)
+	ctx := context.Background()
+	db := servedContext(b, s, 9, []model.ScriptType{"go"}, "go")
+	if err := s.SetSchedulerSettings(ctx, time.Hour, time.Minute); err != nil {
+		b.Fatal(err)
+	}
+	q := keys.Queue((&model.Job{FunctionName: "go#noop"}).QueueSuffix())
+	var cpu time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		subs := make([]store.Submission, per)
+		for i := range subs {
+			subs[i] = store.Submission{Job: &model.Job{CallerID: 1, ContextID: 9, FunctionName: "go#noop", Args: []byte(`[1,2]`)}}
+		}
+		if _, err := s.SubmitJobs(ctx, 9, subs, "1"); err != nil {
+			b.Fatal(err)
+		}
+		got, err := db.ClaimStartsFresh(ctx, q, "runner", time.Minute, per, store.Wake{})
+		if err != nil || len(got) != per {
+			b.Fatalf("claim: %d %v", len(got), err)
+		}
+		fs := make([]store.Finish, per)
+		for i, st := range got {
+			fs[i] = store.Finish{DB: db, Claim: st.Claim, Job: st.Job, Apply: true,
+				Outcome: store.JobOutcome{Status: model.JobFinished, StartedAt: time.Now()}}
+		}
+		b.StartTimer()
+		c0 := processCPU(b)
+		oks, errs, applied := store.FinishJobsApplied(ctx, fs)
+		cpu += processCPU(b) - c0
+		for i := range oks {
+			if !oks[i] || errs[i] != nil {
+				b.Fatalf("finish %d: %v %v", i, oks[i], errs[i])
+			}
+		}
+		if applied.Ends != per {
+			b.Fatalf("applied %+v, want %d ends", applied, per)
 		}
 	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*per)/1000, "cpu-us/job")

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
@@ -22,13 +20,7 @@ import (
 func BenchmarkSubmitPathRedis(b *testing.B) {
 	s, n := pathBench(b)
 	ctx := context.Background()
-	db := mustCtx(b, s, 9)
-	if _, _, err := s.CreateRunner(ctx, 9, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"go"}}, "1"); err != nil {
-		b.Fatal(err)
-	}
-	if err := db.AnnounceExecutors(ctx, 1, []string{"go"}); err != nil {
-		b.Fatal(err)
-	}
+	db := servedContext(b, s, 9, []model.ScriptType{"go"}, "go")
 	job := func() *model.Job { return &model.Job{CallerID: 1, ContextID: 9, FunctionName: "go#noop"} }
 	callgrind := os.Getenv("HERO_PATH_CALLGRIND") != ""
 	if callgrind {
@@ -105,10 +97,7 @@ func BenchmarkSubmitPathRedis(b *testing.B) {
 func BenchmarkSubmitJobs(b *testing.B) {
 	s := open(b)
 	ctx := context.Background()
-	db := mustCtx(b, s, 9)
-	if _, _, err := s.CreateRunner(ctx, 9, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "1"); err != nil {
-		b.Fatal(err)
-	}
+	db := servedContext(b, s, 9, []model.ScriptType{"sh"})
 	h, err := db.HGetAll(ctx, "context:9")
 	if err != nil {
 		b.Fatal(err)
@@ -128,13 +117,4 @@ func BenchmarkSubmitJobs(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N*size), "cpu-us/job")
-}
-
-// processCPU is the CPU time this process has used (user and system).
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -56,7 +56,7 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 	if j.TraceID == "" {
 		j.TraceID = randHex(16) // a claim that stored none: this attempt's own trace
 	}
-	log := r.log.With().Uint32(obs.KeyContextID, db.ContextID).Uint32(obs.KeyFlowID, j.FlowID).Uint32(obs.KeyJobID, j.ID).Uint32(obs.KeyCallerID, j.CallerID).Uint32("attempt", j.Attempt).Str("trace_id", j.TraceID).Logger()
+	log := r.jobLog(db.ContextID, j)
 	st := metricType(j)
 	r.jobCounters(st).started.Inc()
 	// A job a finish took (cl.Taken) was stamped started at its dependency's end:
@@ -104,6 +104,24 @@ func (r *runner) execute(ctx context.Context, db *store.DB, cl *store.Claim, out
 		res.outcome.StartedAt = begun // a handler's: when it went to its executor
 	}
 	r.finish(ctx, db, cl, j, res.outcome, res.reason, log)
+}
+
+// jobFields adds a job's fields to each line its logger (execute's) writes, as the
+// line is written: a handler job's run writes none unless something goes wrong, and
+// the logger's context (zerolog's With) was a 512-byte buffer filled for every job.
+type jobFields struct {
+	ctx, flow, job, caller, attempt uint32
+	trace                           string
+}
+
+// jobLog is the logger of a job's run (its lines carry the job's fields: jobFields).
+func (r *runner) jobLog(ctxID uint32, j *model.Job) zerolog.Logger {
+	return r.log.Hook(&jobFields{ctx: ctxID, flow: j.FlowID, job: j.ID, caller: j.CallerID, attempt: j.Attempt, trace: j.TraceID})
+}
+
+func (h *jobFields) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	e.Uint32(obs.KeyContextID, h.ctx).Uint32(obs.KeyFlowID, h.flow).Uint32(obs.KeyJobID, h.job).Uint32(obs.KeyCallerID, h.caller).
+		Uint32("attempt", h.attempt).Str("trace_id", h.trace)
 }
 
 func (r *runner) finish(ctx context.Context, db *store.DB, cl *store.Claim, j *model.Job, o store.JobOutcome, reason string, log zerolog.Logger) {
@@ -563,7 +581,12 @@ func metricType(j *model.Job) string {
 		return string(j.ScriptType)
 	}
 	if execName, _ := j.Handler(); execName != "" {
-		return "exec:" + execName
+		return execLabels.get(execName, func(n string) string { return "exec:" + n })
 	}
 	return "none"
 }
+
+// execLabels are the script_type labels of handler jobs without a script type, by
+// executor (bounded as the executors are): a job's label is looked up, not made again
+// (metricType is read three times a job).
+var execLabels resolved[string]

@@ -25,9 +25,9 @@ func (a *appendLogArgs) call() luaCall {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.LogKey)
 	args := make([]any, 0, 3)
-	args = append(args, a.Chunk)
-	args = append(args, a.Max)
-	args = append(args, a.TTLMs)
+	args = append(args, &a.Chunk)
+	args = append(args, &a.Max)
+	args = append(args, &a.TTLMs)
 	return luaCall{Script: appendLogScript, Keys: keys, Args: args}
 }
 
@@ -74,14 +74,14 @@ func (a *finishArgs) call() luaCall {
 	keys := make([]string, 0, 5)
 	keys = append(keys, a.ProcKey, a.JobKey, a.ClaimsKey, a.ReplyKey, a.StopKey)
 	args := make([]any, 0, 8)
-	args = append(args, a.ID)
-	args = append(args, a.Process)
-	args = append(args, a.Now)
-	args = append(args, a.Status)
-	args = append(args, a.Output)
-	args = append(args, a.Err)
-	args = append(args, a.Payload)
-	args = append(args, a.ReplyTTLMs)
+	args = append(args, &a.ID)
+	args = append(args, &a.Process)
+	args = append(args, &a.Now)
+	args = append(args, &a.Status)
+	args = append(args, &a.Output)
+	args = append(args, &a.Err)
+	args = append(args, &a.Payload)
+	args = append(args, &a.ReplyTTLMs)
 	return luaCall{Script: finishScript, Keys: keys, Args: args}
 }
 
@@ -118,8 +118,8 @@ func (a *heartbeatArgs) call() luaCall {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.ProcsKey)
 	args := make([]any, 0, 2)
-	args = append(args, a.Process)
-	args = append(args, a.NowMs)
+	args = append(args, &a.Process)
+	args = append(args, &a.NowMs)
 	return luaCall{Script: heartbeatScript, Keys: keys, Args: args}
 }
 
@@ -167,13 +167,13 @@ func (a *parkArgs) call() luaCall {
 	keys = append(keys, a.ProcKey, a.JobKey, a.StopKey, a.ReplyKey, a.WaitingKey)
 	keys = append(keys, a.DepsKeys...)
 	args := make([]any, 0, 7)
-	args = append(args, a.ID)
-	args = append(args, a.Now)
-	args = append(args, a.ReplyTTLMs)
-	args = append(args, a.RecheckMs)
-	args = append(args, a.Member)
-	args = append(args, a.DependentsTTLMs)
-	args = append(args, a.N)
+	args = append(args, &a.ID)
+	args = append(args, &a.Now)
+	args = append(args, &a.ReplyTTLMs)
+	args = append(args, &a.RecheckMs)
+	args = append(args, &a.Member)
+	args = append(args, &a.DependentsTTLMs)
+	args = append(args, &a.N)
 	return luaCall{Script: parkScript, Keys: keys, Args: args}
 }
 
@@ -217,7 +217,7 @@ func (a *releaseArgs) call() luaCall {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.WaitingKey, a.QueueKey)
 	args := make([]any, 0, 1)
-	args = append(args, a.ID)
+	args = append(args, &a.ID)
 	return luaCall{Script: releaseScript, Keys: keys, Args: args}
 }
 
@@ -261,10 +261,10 @@ func (a *requeueArgs) call() luaCall {
 	keys = append(keys, a.ProcsKey, a.ProcessKey, a.ControlKey, a.ClaimsKey)
 	keys = append(keys, a.ListsKeys...)
 	args := make([]any, 0, 4)
-	args = append(args, a.Process)
-	args = append(args, a.Cutoff)
-	args = append(args, a.Now)
-	args = append(args, a.Prefix)
+	args = append(args, &a.Process)
+	args = append(args, &a.Cutoff)
+	args = append(args, &a.Now)
+	args = append(args, &a.Prefix)
 	return luaCall{Script: requeueScript, Keys: keys, Args: args}
 }
 
@@ -308,10 +308,10 @@ func (a *startArgs) call() luaCall {
 	keys := make([]string, 0, 6)
 	keys = append(keys, a.ProcKey, a.JobKey, a.ClaimsKey, a.StopKey, a.ReplyKey, a.LogKey)
 	args := make([]any, 0, 4)
-	args = append(args, a.ID)
-	args = append(args, a.Process)
-	args = append(args, a.Now)
-	args = append(args, a.ReplyTTLMs)
+	args = append(args, &a.ID)
+	args = append(args, &a.Process)
+	args = append(args, &a.Now)
+	args = append(args, &a.ReplyTTLMs)
 	return luaCall{Script: startScript, Keys: keys, Args: args}
 }
 
@@ -354,10 +354,10 @@ func (a *stopArgs) call() luaCall {
 	keys := make([]string, 0, 5)
 	keys = append(keys, a.JobKey, a.ClaimsKey, a.StopKey, a.WaitingKey, a.ReplyKey)
 	args := make([]any, 0, 4)
-	args = append(args, a.ID)
-	args = append(args, a.Now)
-	args = append(args, a.StopTTLMs)
-	args = append(args, a.ReplyTTLMs)
+	args = append(args, &a.ID)
+	args = append(args, &a.Now)
+	args = append(args, &a.StopTTLMs)
+	args = append(args, &a.ReplyTTLMs)
 	return luaCall{Script: stopScript, Keys: keys, Args: args}
 }
 

@@ -183,7 +183,20 @@ func (g *goGen) call() {
 	g.p("\n// call is the run of lua/%s with a's KEYS and ARGV.", sc.File)
 	g.p("func (a *%sArgs) call() %s {", low, g.opt.Call)
 	g.keys()
-	g.p("\targs := make([]any, 0, %d)", len(sc.Args))
+	// ARGV's items, counted first (the lists' items included), so that the slice is
+	// made once at its size
+	fixed := 0
+	var counts strings.Builder
+	for _, f := range sc.Args {
+		fixed += g.count(&counts, "a."+GoName(f.Name), f.Type, "\t")
+	}
+	if counts.Len() == 0 {
+		g.p("\targs := make([]any, 0, %d)", fixed)
+	} else {
+		g.p("\tn := %d", fixed)
+		g.b.WriteString(counts.String())
+		g.p("\targs := make([]any, 0, n)")
+	}
 	for _, f := range sc.Args {
 		g.encode("a."+GoName(f.Name), f.Type, "\t")
 	}
@@ -231,20 +244,50 @@ func (g *goGen) keys() {
 	}
 }
 
-// encode appends the ARGV items of value v (of type t) to args.
+// count returns how many ARGV items value v (of type t) has whatever its lists hold,
+// and writes to b the code that adds the items of its lists to n.
+func (g *goGen) count(b *strings.Builder, v string, t Type, ind string) int {
+	switch t.Kind {
+	case List:
+		var inner strings.Builder
+		i := "i" + fmt.Sprint(len(ind))
+		per := g.count(&inner, v+"["+i+"]", *t.Elem, ind+"\t")
+		switch {
+		case inner.Len() == 0 && per == 1:
+			fmt.Fprintf(b, "%sn += len(%s)\n", ind, v)
+		case inner.Len() == 0:
+			fmt.Fprintf(b, "%sn += %d * len(%s)\n", ind, per, v)
+		default:
+			fmt.Fprintf(b, "%sfor %s := range %s {\n%s\tn += %d\n%s%s}\n", ind, i, v, ind, per, inner.String(), ind)
+		}
+		return 1 // its length
+	case Record:
+		n := 0
+		for _, f := range t.Fields {
+			n += g.count(b, v+"."+GoName(f.Name), f.Type, ind)
+		}
+		return n
+	}
+	return 1
+}
+
+// encode appends the ARGV items of value v (of type t, addressable) to args. A
+// string, an integer, a number or a bool goes as a pointer to it, which go-redis
+// writes as it would the value (a bool as 1 or 0): an item boxed in an interface
+// of its own was an allocation each (strings, integers of 256 and more).
 func (g *goGen) encode(v string, t Type, ind string) {
 	switch t.Kind {
-	case String, Int, Num, Float, Raw:
+	case String, Int, Num, Float, Bool:
+		g.p("%sargs = append(args, &%s)", ind, v)
+	case Raw:
 		g.p("%sargs = append(args, %s)", ind, v)
 	case JSON:
-		g.p("%sargs = append(args, string(%s))", ind, v)
-	case Bool:
-		g.p("%sargs = append(args, luaconv.Bool(%s))", ind, v)
+		g.p("%sargs = append(args, []byte(%s))", ind, v)
 	case List:
 		g.p("%sargs = append(args, len(%s))", ind, v)
-		it := "x" + fmt.Sprint(len(ind))
-		g.p("%sfor _, %s := range %s {", ind, it, v)
-		g.encode(it, *t.Elem, ind+"\t")
+		i := "i" + fmt.Sprint(len(ind))
+		g.p("%sfor %s := range %s {", ind, i, v)
+		g.encode(v+"["+i+"]", *t.Elem, ind+"\t")
 		g.p("%s}", ind)
 	case Record:
 		for _, f := range t.Fields {

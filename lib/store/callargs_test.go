@@ -1,0 +1,81 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"testing"
+)
+
+// wire is an ARGV item as go-redis writes it (a bulk string): the generated calls
+// hand it strings, integers and bools as pointers, which it writes as their values (a
+// bool as 1 or 0).
+func wire(t *testing.T, v any) string {
+	t.Helper()
+	switch x := v.(type) {
+	case string:
+		return x
+	case *string:
+		return *x
+	case []byte:
+		return string(x)
+	case int:
+		return strconv.Itoa(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case *int64:
+		return strconv.FormatInt(*x, 10)
+	case *bool:
+		if *x {
+			return "1"
+		}
+		return "0"
+	}
+	t.Fatalf("an ARGV item of type %T", v)
+	return ""
+}
+
+// The generated calls give a script the ARGV items its header declares, in order, as
+// they did when each was a value of its own (a bool "1" or "0", an integer in decimal,
+// JSON as its text, a list's length before its items, a record's fields in order), in
+// a slice made at its size; and, but for the slices and JSON, without an allocation
+// per item (a finish of 12 runs made ~80 of them, its slice grown four times).
+func TestGeneratedCallArgs(t *testing.T) {
+	a := &finishJobsArgs{ProcKey: "p", LeasesKey: "l", MsgOutKey: "m", EventsKey: "e",
+		NowS: 1700000000, NowMs: 1700000000123, Ctx: 7, Caller: 300, Logmax: 4096, Grouped: true, NowUs: 1700000000123456, Apply: false,
+		Request: []any{"kind", "job_request"}, Result: []any{"a", "b", "c", "d"}, Glist: "",
+		Take: 2, Tworker: "w", Texp: 99999, Tnonce: "abc", Tqueues: []string{"q1", "q2"}, Twakes: []string{"w1", "w2"}, Tclears: []string{"x"}}
+	for i := range 12 {
+		a.Runs = append(a.Runs, finishJobsRun{JobKey: fmt.Sprintf("job:1:%d", 1000+i), Member: "mem", Claim: "c", ID: int64(1000 + i), Flow: 0,
+			Status: "finished", Result: "{}", Entry: []byte(`{"id":1}`), Extra: []any{"started", "12345"}})
+	}
+	a.Runs[3].Extra = nil
+	want := []string{"1700000000", "1700000000123", "7", "300", "4096", "1", "1700000000123456", "0",
+		"2", "kind", "job_request", "4", "a", "b", "c", "d", "", "12"}
+	for _, r := range a.Runs {
+		want = append(want, r.JobKey, "mem", "c", strconv.FormatInt(r.ID, 10), "0", "finished", "{}", `{"id":1}`, strconv.Itoa(len(r.Extra)))
+		for _, x := range r.Extra {
+			want = append(want, x.(string))
+		}
+	}
+	want = append(want, "2", "w", "99999", "abc", "2", "q1", "q2", "2", "w1", "w2", "1", "x")
+	c := a.call()
+	got := make([]string, len(c.Args))
+	for i, v := range c.Args {
+		got[i] = wire(t, v)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ARGV\n%q\nwant\n%q", got, want)
+	}
+	if len(c.Args) != cap(c.Args) {
+		t.Fatalf("ARGV of %d items in a slice made for %d", len(c.Args), cap(c.Args))
+	}
+	if n := testing.AllocsPerRun(20, func() { _ = a.call() }); n > 2 {
+		t.Fatalf("a finish call of 12 runs made %.0f allocations, want 2 (KEYS and ARGV)", n)
+	}
+	j := &announceArgs{RunnerKey: "r", CountsKey: "c", Names: json.RawMessage(`["go"]`), NowS: 5, Field: "executors", Prefix: "queue:exec:", RunnerID: 1}
+	if got := wire(t, j.call().Args[0]); got != `["go"]` {
+		t.Fatalf("a JSON argument written as %q", got)
+	}
+}
