@@ -208,8 +208,6 @@ if not grouped then
   message_reserve(#runs)
   if #runs >= 2 then message_share(result) end
 end
--- the events' cap, read at the first event of the call (EVENTS_CAP: a ZCARD), not at each
-local ecap
 for r = 1, #runs do
   local run = runs[r]
   local jk, member, claim, id, flow, status, rresult = run.job_key, run.member, run.claim, run.id, run.flow, run.status, run.result
@@ -310,20 +308,21 @@ for r = 1, #runs do
         redis.call('APPEND', lk, chunk)
       end
     end
-    -- its concurrency key's place: given back, and the key's oldest held job queued
-    if ck ~= '' then ck_end(ck, jk, now_ms) end
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     -- (its status, finished or error, is its type's: not stored, lib/store
-    -- impliedStatus; the call's first event caps the stream, the others are appended
-    -- uncapped, as lib_claim's)
-    if ecap then
-      redis.call('XADD', ek, '*', 'type', ev, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'detail', err)
-    else
-      ecap = EVENTS_CAP()
-      redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', ev, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'detail', err)
+    -- impliedStatus; the call's events go in two stream entries, lib_state's ev_later
+    -- and ev_flush, which the events of what the end causes follow)
+    ev_later(ev, 'runner', flow, id, caller, err)
+    -- its concurrency key's place: given back, and the key's oldest held job queued
+    if ck ~= '' then
+      ev_flush()
+      ck_end(ck, jk, now_ms)
     end
-    if here and not alone then apply_here(jk, id, flow, tonumber(cur[3] or '0'), rresult) end
+    if here and not alone then
+      ev_flush()
+      apply_here(jk, id, flow, tonumber(cur[3] or '0'), rresult)
+    end
     if grouped then
       if here then
         hdone[#hdone + 1] = run.entry
@@ -355,6 +354,7 @@ local function group_message(spans, gids, total, processed)
   track_msg(caller, gids[1], mk, gflow)
   if not processed then push(mk) end
 end
+ev_flush()
 message_unshare()
 call_each('ZREM', leases, unleased)
 index_flush()

@@ -103,8 +103,12 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   -- the DAG nodes of the jobs that start, per flow: their state is read and set once
   -- per flow (a flow's jobs are claimed together)
   local nodes, flows = {}, {}
-  -- the events' cap, read at the first event of the call (EVENTS_CAP: a ZCARD), not at each
-  local ecap
+  -- a job held back by its key's rate (lib_limit's lim_key_take, which writes its
+  -- event): after the events held before it (lib_state's ev_later)
+  local function key_take(ck, item, paid)
+    ev_flush()
+    return lim_key_take(ck, item, qk, paid, now_ms)
+  end
   for n = 1, nitems do
     local item = items[nitems - n + 1]
     local claim = cnonce .. string.format('%02x', n)
@@ -141,7 +145,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       out[#out + 1] = {item, 4, tonumber(v[2] or '1') or 1, pclaim}
     elseif not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
       if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
-    elseif keyrate and (v[7] or '') ~= '' and not lim_key_take(v[7], item, qk, v[8] == '1', now_ms) then
+    elseif keyrate and (v[7] or '') ~= '' and not key_take(v[7], item, v[8] == '1') then
       -- held back by its key's rate (lib_limit): off the queue, nothing to run
       out[#out + 1] = {item, 5, 0}
     else
@@ -192,22 +196,17 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       end
       local detail = 'attempt ' .. attempt .. ' on ' .. worker
       if st == JOB_STARTED and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
-      -- the call's first event caps the stream (EVENTS_CAP: MAXLEN ~), the others are
-      -- appended uncapped (the cap's three arguments and its check cost ~2k
-      -- instructions an event; the stream passes the cap by one call's events at
-      -- most); no status: the type's (lib/store impliedStatus)
-      if ecap then
-        redis.call('XADD', ek, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'detail', detail)
-      else
-        ecap = EVENTS_CAP()
-        redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'detail', detail)
-      end
+      -- the call's job.started events in two stream entries (lib_state's ev_later,
+      -- ev_flush below; the first caps the stream when it is the call's first event);
+      -- no status: the type's (lib/store impliedStatus)
+      ev_later(EV_JOB_STARTED, 'runner', flow, id, caller, detail)
       local code = 0
       if v[4] == '1' then code = 3 end
       out[#out + 1] = {item, code, tonumber(attempt) or 1}
       started[#started + 1] = out[#out]
     end
   end
+  ev_flush()
   call_each('LPUSH', proc, kept)
   call_each('ZADD', leases, leased, 2)
   if keyrate then lim_key_flush(ctx) end
