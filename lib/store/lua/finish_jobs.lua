@@ -256,7 +256,9 @@ for r = 1, #runs do
   else
     -- the end in microseconds only (finished_at and finished_at_ms are derived from it
     -- when read: each field the end adds is a scan of the job's listpack)
-    local set = {'status', status, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s}
+    -- (sized for the items a standalone job's end adds, done_attempt and msgs: a table
+    -- grown past its constructor's size is rebuilt)
+    local set = {'status', status, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s, nil, nil, nil, nil}
     -- an exit code of 0 is the field's absence (its read: 0), as for the other ends'
     -- fields below: a start removes an earlier run's (issue 49: 13 B of a finished
     -- job's listpack)
@@ -289,7 +291,7 @@ for r = 1, #runs do
     -- also records it (its number in msgs, as track_msg would).
     local mk
     if not grouped then
-      mk = store_message(caller, result, now_ms, part_fields({'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id}, 'job', '[' .. run.entry .. ']'), here and MSG_PROCESSED or nil)
+      mk = store_message(caller, result, now_ms, part_fields({'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id, nil, nil, nil, nil}, 'job', '[' .. run.entry .. ']'), here and MSG_PROCESSED or nil)
       local n = string.sub(mk, #K_MESSAGE + #caller + 2)
       if cur[6] and cur[6] ~= '' then n = cur[6] .. ' ' .. n end
       set[#set + 1] = 'msgs'; set[#set + 1] = n
