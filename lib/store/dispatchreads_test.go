@@ -46,6 +46,11 @@ func TestDispatchReadsEachJobOnce(t *testing.T) {
 	}
 	queued := rdb.LLen(ctx, "queue:sh").Val()
 	events := countEvents(t, model.EventJobDispatched, "")
+	last, err := db.LastEventID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := rdb.XLen(ctx, keys.Events).Val()
 	calls := map[string]int{}
 	for _, c := range []string{"hget", "hmget", "hincrby", "zcard", "zscore"} {
 		calls[c] = commandCalls(t, 1, c)
@@ -80,6 +85,24 @@ func TestDispatchReadsEachJobOnce(t *testing.T) {
 	}
 	if n := countEvents(t, model.EventJobDispatched, "") - events; n != len(ids) {
 		t.Errorf("%d job.dispatched events; want %d", n, len(ids))
+	}
+	// the call's events in two stream entries (lua/lib_state.lua's ev_flush), each
+	// event read back in the jobs' order, each a position to read on from
+	if n := rdb.XLen(ctx, keys.Events).Val() - entries; n != 2 {
+		t.Errorf("%d stream entries for the dispatch of %d jobs; want 2", n, len(ids))
+	}
+	evs, err := db.ReadEvents(ctx, last, 1000)
+	if err != nil || len(evs) != len(ids) {
+		t.Fatalf("%d events after the dispatch (%v); want %d", len(evs), err, len(ids))
+	}
+	for i, e := range evs {
+		if e.Type != string(model.EventJobDispatched) || e.JobID != ids[i] || e.FlowID != f.ID || e.Actor != "scheduler" || e.Status != "dispatched" || e.Detail != "attempt 1" {
+			t.Errorf("event %d: %+v", i, e)
+		}
+	}
+	checkEventIDsIncrease(t, evs)
+	for i := range evs {
+		checkReadOnFrom(t, db, evs, i)
 	}
 	again, err := db.DispatchStarted(ctx, f.ID, 1, jobs, "scheduler", time.Now())
 	if err != nil {

@@ -102,7 +102,8 @@ const storedCreatedDispatched = "cd"
 // script call (lua/lib_state.lua's ev_flush: a submission's, a claim's, a finish's): an
 // XADD for all but the call's first instead of one each. Its id is its last event's;
 // its n events take the n sequence numbers up to it (the script leaves them free), in
-// order. Its fields: actor (the events' actor, unless a record gives one) and e, the
+// order. Its fields are every job event's, in their order: actor (the events' actor,
+// unless a record gives one), flow_id, job_id and caller_id empty, and detail, the
 // records, each "<type> <flow> <job> <caller> <actor length> <detail length> " then the
 // actor and the detail (an actor of length 0: the entry's).
 const storedMany = "m"
@@ -142,7 +143,7 @@ func eventsOf(ctxID uint32, msgs []redis.XMessage, after string, limit int) []Ev
 // would hold them.
 type manyRecord struct{ typ, flow, job, caller, actor, detail string }
 
-// parseMany splits the records of a storedMany entry's e field; false when one is
+// parseMany splits the records of a storedMany entry's detail field; false when one is
 // malformed (the records before it are returned).
 func parseMany(e string) ([]manyRecord, bool) {
 	var out []manyRecord
@@ -170,7 +171,7 @@ func parseMany(e string) ([]manyRecord, bool) {
 func manyCount(values map[string]any) uint64 {
 	switch t, _ := values["type"].(string); t {
 	case storedMany:
-		e, _ := values["e"].(string)
+		e, _ := values["detail"].(string)
 		recs, _ := parseMany(e)
 		return uint64(max(len(recs), 1))
 	case storedCreatedDispatched:
@@ -183,7 +184,7 @@ func manyCount(values map[string]any) uint64 {
 // filter) to out.
 func appendMany(out []Event, ctxID uint32, m redis.XMessage, pos streamID, filter bool) []Event {
 	id, ok := parseStreamID(m.ID)
-	e, _ := m.Values["e"].(string)
+	e, _ := m.Values["detail"].(string)
 	recs, _ := parseMany(e)
 	if !ok || uint64(len(recs)) > id.seq+1 {
 		return out // not written by ev_flush

@@ -314,17 +314,20 @@ for r = 1, #runs do
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     -- (its status, finished or error, is its type's: not stored, lib/store
     -- impliedStatus; the call's events go in two stream entries, lib_state's ev_later
-    -- and ev_flush, which the events of what the end causes follow)
-    ev_later(ev, 'runner', flow, id, caller, err)
+    -- and ev_flush, which the events of what the end causes follow: a flow's end
+    -- applied here is appended at once, before its completion's)
+    local applies = here and not alone
+    if applies then
+      event(ev, 'runner', now_ms, flow, id, caller, '', err)
+    else
+      ev_later(ev, 'runner', flow, id, caller, err)
+    end
     -- its concurrency key's place: given back, and the key's oldest held job queued
     if ck ~= '' then
       ev_flush()
       ck_end(ck, jk, now_ms)
     end
-    if here and not alone then
-      ev_flush()
-      apply_here(jk, id, flow, tonumber(cur[3] or '0'), rresult)
-    end
+    if applies then apply_here(jk, id, flow, tonumber(cur[3] or '0'), rresult) end
     if grouped then
       if here then
         hdone[#hdone + 1] = run.entry
@@ -375,6 +378,7 @@ if #ready > 0 then
       jks[#jks + 1] = K_JOB .. caller .. ':' .. d
     end
   end
+  ev_flush() -- their job.dispatched events (lib_dispatch), before any a push writes
   if #gids > 0 then
     -- its jobs by their ids alone, in parts (lib_state's part_fields)
     local mk, p = route_store(caller, request, now_ms, part_fields({}, 'job_ids', table.concat(gids, ' ')), jks, mo)

@@ -52,8 +52,11 @@ local msg_shared_st, msg_shared_more
 -- storedMany) whose id is the last one's, that many sequence numbers after the
 -- first's: the ids between, which name no entry, are the other events' (a reader gives
 -- the entry back as its events, each with its id, and one that stopped at any of them
--- reads on from there). Its fields: actor (the events' actor, unless a record gives its
--- own) and e, the records, each "<type> <flow> <job> <caller> <actor length> <detail
+-- reads on from there). Its fields are every job event's, in their order (a stream
+-- node whose first entry it is stores the names of the next entries' fields only when
+-- they differ: they were ~4k instructions and ~40 B more an event): actor (the events'
+-- actor, unless a record gives its own), flow_id, job_id and caller_id empty, and
+-- detail, the records, each "<type> <flow> <job> <caller> <actor length> <detail
 -- length> <actor><detail>" (an actor of length 0: the entry's). Any other event of the
 -- call is written after an ev_flush (a held event's id is only known when it is
 -- flushed). ev_reset: none held (state_reset). (Their state is local to a block: a
@@ -96,7 +99,7 @@ do
         -- (a sequence number past what a Lua number holds exactly: the next ms's)
         last = int(tonumber(ms) + 1) .. '-' .. int(nmore - 1)
       end
-      redis.call('XADD', K_EVENTS, last, 'type', EV_MANY, 'actor', eactor, 'e', table.concat(more))
+      redis.call('XADD', K_EVENTS, last, 'type', EV_MANY, 'actor', eactor, 'flow_id', '', 'job_id', '', 'caller_id', '', 'detail', table.concat(more))
     end
     ev_reset()
   end
