@@ -46,6 +46,11 @@ func TestDispatchReadsEachJobOnce(t *testing.T) {
 	}
 	queued := rdb.LLen(ctx, "queue:sh").Val()
 	events := countEvents(t, model.EventJobDispatched, "")
+	last, err := db.LastEventID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := rdb.XLen(ctx, keys.Events).Val()
 	calls := map[string]int{}
 	for _, c := range []string{"hget", "hmget", "hincrby", "zcard", "zscore"} {
 		calls[c] = commandCalls(t, 1, c)
@@ -81,6 +86,7 @@ func TestDispatchReadsEachJobOnce(t *testing.T) {
 	if n := countEvents(t, model.EventJobDispatched, "") - events; n != len(ids) {
 		t.Errorf("%d job.dispatched events; want %d", n, len(ids))
 	}
+	checkDispatchEvents(t, db, f.ID, ids, last, rdb.XLen(ctx, keys.Events).Val()-entries)
 	again, err := db.DispatchStarted(ctx, f.ID, 1, jobs, "scheduler", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -92,5 +98,29 @@ func TestDispatchReadsEachJobOnce(t *testing.T) {
 	}
 	if n := rdb.LLen(ctx, "queue:sh").Val() - queued; n != int64(len(ids)) {
 		t.Errorf("after a dispatch again: %d jobs queued; want %d", n, len(ids))
+	}
+}
+
+// checkDispatchEvents checks the events of a dispatch of the jobs ids of flow flow (by
+// the scheduler, each a first attempt) after the event id last, which wrote entries
+// stream entries: two (lua/lib_state.lua's ev_flush), each event read back in the
+// jobs' order, each a position to read on from.
+func checkDispatchEvents(t *testing.T, db *store.DB, flow uint32, ids []uint32, last string, entries int64) {
+	t.Helper()
+	if entries != 2 {
+		t.Errorf("%d stream entries for the dispatch of %d jobs; want 2", entries, len(ids))
+	}
+	evs, err := db.ReadEvents(context.Background(), last, 1000)
+	if err != nil || len(evs) != len(ids) {
+		t.Fatalf("%d events after the dispatch (%v); want %d", len(evs), err, len(ids))
+	}
+	for i, e := range evs {
+		if e.Type != string(model.EventJobDispatched) || e.JobID != ids[i] || e.FlowID != flow || e.Actor != "scheduler" || e.Status != "dispatched" || e.Detail != "attempt 1" {
+			t.Errorf("event %d: %+v", i, e)
+		}
+	}
+	checkEventIDsIncrease(t, evs)
+	for i := range evs {
+		checkReadOnFrom(t, db, evs, i)
 	}
 }

@@ -92,21 +92,35 @@ func AddEvent(ctx context.Context, p redis.Pipeliner, e *Event) {
 }
 
 // storedCreatedDispatched is the stored type of a stream entry that holds two events of
-// one job, its job.created and its job.dispatched: a submission of several jobs writes
-// each one's but the first's so (lua/submit.lua: an XADD less a job). Its id is the
-// job.dispatched's; the job.created's is the id one sequence number before, which the
-// script leaves free (it adds the entry two sequence numbers after the one before it).
+// one job, its job.created and its job.dispatched, as a submission of several jobs wrote
+// each one's but the first's before storedMany: still read (entries of an earlier
+// version). Its id is the job.dispatched's; the job.created's is the id one sequence
+// number before, which the script left free.
 const storedCreatedDispatched = "cd"
 
+// storedMany is the stored type of a stream entry that holds several job events of one
+// script call (lua/lib_state.lua's ev_flush: a submission's, a claim's, a finish's): an
+// XADD for all but the call's first instead of one each. Its id is its last event's;
+// its n events take the n sequence numbers up to it (the script leaves them free), in
+// order. Its fields are every job event's, in their order: actor (the events' actor,
+// unless a record gives one), flow_id, job_id and caller_id empty, and detail, the
+// records, each "<type> <flow> <job> <caller> <actor length> <detail length> " then the
+// actor and the detail (an actor of length 0: the entry's).
+const storedMany = "m"
+
 // eventsOf decodes stream entries into events, oldest first: an entry of
-// storedCreatedDispatched gives two. Events at or before the position after (an event
-// id; "", "0": none) are left out — a job.created read before whose entry's
-// job.dispatched was not — and at most limit are returned (limit <= 0: all).
+// storedMany gives its events, one of storedCreatedDispatched two. Events at or before
+// the position after (an event id; "", "0": none) are left out — the first events of an
+// entry read before whose last one was not — and at most limit are returned (limit <= 0:
+// all).
 func eventsOf(ctxID uint32, msgs []redis.XMessage, after string, limit int) []Event {
 	pos, filter := parseStreamID(after)
 	out := make([]Event, 0, len(msgs))
 	for _, m := range msgs {
-		if t, _ := m.Values["type"].(string); t == storedCreatedDispatched {
+		switch t, _ := m.Values["type"].(string); t {
+		case storedMany:
+			out = appendMany(out, ctxID, m, pos, filter)
+		case storedCreatedDispatched:
 			if id, ok := parseStreamID(m.ID); ok && id.seq > 0 {
 				created := eventFromMessage(ctxID, m, string(model.EventJobCreated))
 				created.ID = strconv.FormatUint(id.ms, 10) + "-" + strconv.FormatUint(id.seq-1, 10)
@@ -115,12 +129,79 @@ func eventsOf(ctxID uint32, msgs []redis.XMessage, after string, limit int) []Ev
 				}
 			}
 			out = append(out, eventFromMessage(ctxID, m, string(model.EventJobDispatched)))
-		} else {
+		default:
 			out = append(out, eventFromMessage(ctxID, m, ""))
 		}
 		if limit > 0 && len(out) >= limit {
 			return out[:limit]
 		}
+	}
+	return out
+}
+
+// manyRecord is one event of a storedMany entry: its fields as an entry of its own
+// would hold them.
+type manyRecord struct{ typ, flow, job, caller, actor, detail string }
+
+// parseMany splits the records of a storedMany entry's detail field; false when one is
+// malformed (the records before it are returned).
+func parseMany(e string) ([]manyRecord, bool) {
+	var out []manyRecord
+	for e != "" {
+		var f [6]string
+		for i := range f {
+			var ok bool
+			if f[i], e, ok = strings.Cut(e, " "); !ok {
+				return out, false
+			}
+		}
+		al, err1 := strconv.Atoi(f[4])
+		dl, err2 := strconv.Atoi(f[5])
+		if err1 != nil || err2 != nil || al < 0 || dl < 0 || al+dl > len(e) {
+			return out, false
+		}
+		out = append(out, manyRecord{typ: f[0], flow: f[1], job: f[2], caller: f[3], actor: e[:al], detail: e[al : al+dl]})
+		e = e[al+dl:]
+	}
+	return out, true
+}
+
+// manyCount is how many events an entry holds (storedMany: its records; one of
+// storedCreatedDispatched: two; any other: one).
+func manyCount(values map[string]any) uint64 {
+	switch t, _ := values["type"].(string); t {
+	case storedMany:
+		e, _ := values["detail"].(string)
+		recs, _ := parseMany(e)
+		return uint64(max(len(recs), 1))
+	case storedCreatedDispatched:
+		return 2
+	}
+	return 1
+}
+
+// appendMany appends the events of storedMany entry m after the position pos (when
+// filter) to out.
+func appendMany(out []Event, ctxID uint32, m redis.XMessage, pos streamID, filter bool) []Event {
+	id, ok := parseStreamID(m.ID)
+	e, _ := m.Values["detail"].(string)
+	recs, _ := parseMany(e)
+	if !ok || uint64(len(recs)) > id.seq+1 {
+		return out // not written by ev_flush
+	}
+	actor, _ := m.Values["actor"].(string)
+	for k, r := range recs {
+		rid := streamID{id.ms, id.seq - uint64(len(recs)-1-k)}
+		if filter && !pos.less(rid) {
+			continue
+		}
+		if r.actor == "" {
+			r.actor = actor
+		}
+		ev := eventFromMessage(ctxID, redis.XMessage{ID: strconv.FormatUint(rid.ms, 10) + "-" + strconv.FormatUint(rid.seq, 10), Values: map[string]any{
+			"type": r.typ, "actor": r.actor, "flow_id": r.flow, "job_id": r.job, "caller_id": r.caller, "detail": r.detail,
+		}}, "")
+		out = append(out, ev)
 	}
 	return out
 }
@@ -321,9 +402,10 @@ func (d *DB) CheckEventPosition(ctx context.Context, after string) error {
 		}
 		return nil
 	}
-	// (a position one sequence number before the oldest entry misses nothing: none can
-	// lie between; it is the job.created of that entry when it holds two events)
-	if first, ok := parseStreamID(oldest); ok && pos.less(first) && (pos.ms != first.ms || pos.seq+1 != first.seq) {
+	// (a position among the ids of the oldest entry's events, or the one just before
+	// its first event, misses nothing: none can lie between; an entry of n events takes
+	// the n ids up to its own)
+	if first, ok := parseStreamID(oldest); ok && pos.less(first) && (pos.ms != first.ms || pos.seq+manyCount(info.FirstEntry.Values) < first.seq) {
 		return fmt.Errorf("%w: event %s is no longer in context %d's stream (the oldest kept is %s); events after it may be gone", ErrEventsTrimmed, after, d.ContextID, oldest)
 	}
 	return nil

@@ -4,9 +4,17 @@ import (
 	"context"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 )
+
+// EventsOfEntries is eventsOf (every event of the entries), for the tests that read the
+// stream's entries themselves.
+func EventsOfEntries(ctxID uint32, msgs []redis.XMessage) []Event {
+	return eventsOf(ctxID, msgs, "", 0)
+}
 
 // RequestFields is requestFields, for the tests of the scripts that write request
 // messages themselves.

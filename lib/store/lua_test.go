@@ -50,15 +50,32 @@ func TestEveryLuaFileIsUsed(t *testing.T) {
 	}
 }
 
-// submit writes a job's two events in one entry of the type the readers expand
-// (storedCreatedDispatched, spelled in the script).
-func TestSubmitSpellsTheCreatedDispatchedType(t *testing.T) {
-	src, err := luaFiles.ReadFile("lua/submit.lua")
+// The scripts write an entry of many events with the type the readers expand
+// (storedMany, spelled in lib_state's ev_flush), and no script writes the entries of
+// two events that an earlier version's submission did (storedCreatedDispatched, still
+// read).
+func TestScriptsSpellTheManyType(t *testing.T) {
+	src, err := luaFiles.ReadFile("lua/lib_state.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "local EV_JOB_CREATED_DISPATCHED = '" + storedCreatedDispatched + "'"; !strings.Contains(string(src), want) {
-		t.Fatalf("lua/submit.lua does not hold %s", want)
+	if want := "local EV_MANY = '" + storedMany + "'\n"; !strings.Contains(string(src), want) {
+		t.Fatalf("lua/lib_state.lua does not hold %s", want)
+	}
+	ents, err := luaFiles.ReadDir("lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		src, err := luaFiles.ReadFile("lua/" + e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// (the type as a constant's value or an entry's type; lib_claim's table of hex
+		// pairs holds the same two letters)
+		if c := "'" + storedCreatedDispatched + "'"; strings.Contains(string(src), "= "+c) || strings.Contains(string(src), "'type', "+c) {
+			t.Errorf("lua/%s writes entries of type %q", e.Name(), storedCreatedDispatched)
+		}
 	}
 }
 

@@ -43,8 +43,8 @@ func countEvents(t *testing.T, typ model.EventType, sub string) int {
 		t.Fatal(err)
 	}
 	n := 0
-	for _, e := range evs {
-		if d, _ := e.Values["detail"].(string); e.Values["type"] == model.EventType(typ).Stored() && strings.Contains(d, sub) {
+	for _, e := range store.EventsOfEntries(1, evs) { // (an entry may hold several events of a call)
+		if e.Type == string(typ) && strings.Contains(e.Detail, sub) {
 			n++
 		}
 	}

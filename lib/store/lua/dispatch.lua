@@ -123,6 +123,7 @@ if #gids > 0 then
   for _, n in ipairs(gslots) do out[n][1] = mk end
   pushed = pushed + p
 end
+ev_flush() -- the job.dispatched events (lib_dispatch), before any a push writes
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
 if #released > 0 then

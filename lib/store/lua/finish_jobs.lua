@@ -208,8 +208,6 @@ if not grouped then
   message_reserve(#runs)
   if #runs >= 2 then message_share(result) end
 end
--- the events' cap, read at the first event of the call (EVENTS_CAP: a ZCARD), not at each
-local ecap
 for r = 1, #runs do
   local run = runs[r]
   local jk, member, claim, id, flow, status, rresult = run.job_key, run.member, run.claim, run.id, run.flow, run.status, run.result
@@ -258,7 +256,9 @@ for r = 1, #runs do
   else
     -- the end in microseconds only (finished_at and finished_at_ms are derived from it
     -- when read: each field the end adds is a scan of the job's listpack)
-    local set = {'status', status, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s}
+    -- (sized for the items a standalone job's end adds, done_attempt and msgs: a table
+    -- grown past its constructor's size is rebuilt)
+    local set = {'status', status, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s, nil, nil, nil, nil}
     -- an exit code of 0 is the field's absence (its read: 0), as for the other ends'
     -- fields below: a start removes an earlier run's (issue 49: 13 B of a finished
     -- job's listpack)
@@ -291,7 +291,7 @@ for r = 1, #runs do
     -- also records it (its number in msgs, as track_msg would).
     local mk
     if not grouped then
-      mk = store_message(caller, result, now_ms, part_fields({'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id}, 'job', '[' .. run.entry .. ']'), here and MSG_PROCESSED or nil)
+      mk = store_message(caller, result, now_ms, part_fields({'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id, nil, nil, nil, nil}, 'job', '[' .. run.entry .. ']'), here and MSG_PROCESSED or nil)
       local n = string.sub(mk, #K_MESSAGE + #caller + 2)
       if cur[6] and cur[6] ~= '' then n = cur[6] .. ' ' .. n end
       set[#set + 1] = 'msgs'; set[#set + 1] = n
@@ -310,20 +310,24 @@ for r = 1, #runs do
         redis.call('APPEND', lk, chunk)
       end
     end
-    -- its concurrency key's place: given back, and the key's oldest held job queued
-    if ck ~= '' then ck_end(ck, jk, now_ms) end
     local ev = EV_JOB_FINISHED
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     -- (its status, finished or error, is its type's: not stored, lib/store
-    -- impliedStatus; the call's first event caps the stream, the others are appended
-    -- uncapped, as lib_claim's)
-    if ecap then
-      redis.call('XADD', ek, '*', 'type', ev, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'detail', err)
+    -- impliedStatus; the call's events go in two stream entries, lib_state's ev_later
+    -- and ev_flush, which the events of what the end causes follow: a flow's end
+    -- applied here is appended at once, before its completion's)
+    local applies = here and not alone
+    if applies then
+      event(ev, 'runner', now_ms, flow, id, caller, '', err)
     else
-      ecap = EVENTS_CAP()
-      redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', ev, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'detail', err)
+      ev_later(ev, 'runner', flow, id, caller, err)
     end
-    if here and not alone then apply_here(jk, id, flow, tonumber(cur[3] or '0'), rresult) end
+    -- its concurrency key's place: given back, and the key's oldest held job queued
+    if ck ~= '' then
+      ev_flush()
+      ck_end(ck, jk, now_ms)
+    end
+    if applies then apply_here(jk, id, flow, tonumber(cur[3] or '0'), rresult) end
     if grouped then
       if here then
         hdone[#hdone + 1] = run.entry
@@ -355,6 +359,7 @@ local function group_message(spans, gids, total, processed)
   track_msg(caller, gids[1], mk, gflow)
   if not processed then push(mk) end
 end
+ev_flush()
 message_unshare()
 call_each('ZREM', leases, unleased)
 index_flush()
@@ -373,6 +378,7 @@ if #ready > 0 then
       jks[#jks + 1] = K_JOB .. caller .. ':' .. d
     end
   end
+  ev_flush() -- their job.dispatched events (lib_dispatch), before any a push writes
   if #gids > 0 then
     -- its jobs by their ids alone, in parts (lib_state's part_fields)
     local mk, p = route_store(caller, request, now_ms, part_fields({}, 'job_ids', table.concat(gids, ' ')), jks, mo)

@@ -40,6 +40,11 @@ local function prio_merge(q, pk, pz, max)
   return items
 end
 
+-- CLAIM_HEX[n]: n (1 … 255, a claim's item) in two hex digits, the stem's suffix of the
+-- k-th item's claim and trace ids (a string.format a job was ~1k instructions; a
+-- library's load has no string library to make them)
+local CLAIM_HEX = {'01', '02', '03', '04', '05', '06', '07', '08', '09', '0a', '0b', '0c', '0d', '0e', '0f', '10', '11', '12', '13', '14', '15', '16', '17', '18', '19', '1a', '1b', '1c', '1d', '1e', '1f', '20', '21', '22', '23', '24', '25', '26', '27', '28', '29', '2a', '2b', '2c', '2d', '2e', '2f', '30', '31', '32', '33', '34', '35', '36', '37', '38', '39', '3a', '3b', '3c', '3d', '3e', '3f', '40', '41', '42', '43', '44', '45', '46', '47', '48', '49', '4a', '4b', '4c', '4d', '4e', '4f', '50', '51', '52', '53', '54', '55', '56', '57', '58', '59', '5a', '5b', '5c', '5d', '5e', '5f', '60', '61', '62', '63', '64', '65', '66', '67', '68', '69', '6a', '6b', '6c', '6d', '6e', '6f', '70', '71', '72', '73', '74', '75', '76', '77', '78', '79', '7a', '7b', '7c', '7d', '7e', '7f', '80', '81', '82', '83', '84', '85', '86', '87', '88', '89', '8a', '8b', '8c', '8d', '8e', '8f', '90', '91', '92', '93', '94', '95', '96', '97', '98', '99', '9a', '9b', '9c', '9d', '9e', '9f', 'a0', 'a1', 'a2', 'a3', 'a4', 'a5', 'a6', 'a7', 'a8', 'a9', 'aa', 'ab', 'ac', 'ad', 'ae', 'af', 'b0', 'b1', 'b2', 'b3', 'b4', 'b5', 'b6', 'b7', 'b8', 'b9', 'ba', 'bb', 'bc', 'bd', 'be', 'bf', 'c0', 'c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', 'c8', 'c9', 'ca', 'cb', 'cc', 'cd', 'ce', 'cf', 'd0', 'd1', 'd2', 'd3', 'd4', 'd5', 'd6', 'd7', 'd8', 'd9', 'da', 'db', 'dc', 'dd', 'de', 'df', 'e0', 'e1', 'e2', 'e3', 'e4', 'e5', 'e6', 'e7', 'e8', 'e9', 'ea', 'eb', 'ec', 'ed', 'ee', 'ef', 'f0', 'f1', 'f2', 'f3', 'f4', 'f5', 'f6', 'f7', 'f8', 'f9', 'fa', 'fb', 'fc', 'fd', 'fe', 'ff'}
+
 local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms, now_us, now_s, max, token, held, ctx,
     clears, cnonce, tnonce, traces)
 
@@ -103,14 +108,19 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   -- the DAG nodes of the jobs that start, per flow: their state is read and set once
   -- per flow (a flow's jobs are claimed together)
   local nodes, flows = {}, {}
-  -- the events' cap, read at the first event of the call (EVENTS_CAP: a ZCARD), not at each
-  local ecap
+  -- a job held back by its key's rate (lib_limit's lim_key_take, which writes its
+  -- event): after the events held before it (lib_state's ev_later)
+  local function key_take(ck, item, paid)
+    ev_flush()
+    return lim_key_take(ck, item, qk, paid, now_ms)
+  end
+  local item_pat = '^' .. K_JOB .. '(%d+):(%d+)$'
   for n = 1, nitems do
     local item = items[nitems - n + 1]
-    local claim = cnonce .. string.format('%02x', n)
+    local claim = cnonce .. CLAIM_HEX[n]
     local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
     local v = {}
-    local caller, id = string.match(item, '^' .. K_JOB .. '(%d+):(%d+)$')
+    local caller, id = string.match(item, item_pat)
     if caller then v = redis.call('HMGET', item, unpack(want)) end
     local st = v[1]
     -- the worker and claim of a job started already (a duplicate entry, a retake)
@@ -141,7 +151,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       out[#out + 1] = {item, 4, tonumber(v[2] or '1') or 1, pclaim}
     elseif not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
       if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
-    elseif keyrate and (v[7] or '') ~= '' and not lim_key_take(v[7], item, qk, v[8] == '1', now_ms) then
+    elseif keyrate and (v[7] or '') ~= '' and not key_take(v[7], item, v[8] == '1') then
       -- held back by its key's rate (lib_limit): off the queue, nothing to run
       out[#out + 1] = {item, 5, 0}
     else
@@ -157,7 +167,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       elseif tnonce == '=' then
         trace = '' -- its claim's (lib/model TraceOfClaim): issue 49, ~44 B of the job's listpack
       elseif tnonce ~= '' then
-        trace = tnonce .. string.format('%02x', n)
+        trace = tnonce .. CLAIM_HEX[n]
       elseif traces[n] then
         trace = traces[n]
       else
@@ -192,22 +202,17 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       end
       local detail = 'attempt ' .. attempt .. ' on ' .. worker
       if st == JOB_STARTED and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
-      -- the call's first event caps the stream (EVENTS_CAP: MAXLEN ~), the others are
-      -- appended uncapped (the cap's three arguments and its check cost ~2k
-      -- instructions an event; the stream passes the cap by one call's events at
-      -- most); no status: the type's (lib/store impliedStatus)
-      if ecap then
-        redis.call('XADD', ek, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'detail', detail)
-      else
-        ecap = EVENTS_CAP()
-        redis.call('XADD', ek, 'MAXLEN', '~', ecap, '*', 'type', EV_JOB_STARTED, 'actor', 'runner', 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'detail', detail)
-      end
+      -- the call's job.started events in two stream entries (lib_state's ev_later,
+      -- ev_flush below; the first caps the stream when it is the call's first event);
+      -- no status: the type's (lib/store impliedStatus)
+      ev_later(EV_JOB_STARTED, 'runner', flow, id, caller, detail)
       local code = 0
       if v[4] == '1' then code = 3 end
       out[#out + 1] = {item, code, tonumber(attempt) or 1}
       started[#started + 1] = out[#out]
     end
   end
+  ev_flush()
   call_each('LPUSH', proc, kept)
   call_each('ZADD', leases, leased, 2)
   if keyrate then lim_key_flush(ctx) end

@@ -8,7 +8,8 @@
 --     not paused: the field paused of the DAG hash; a standalone job not started or
 --     finished), then marks node and job dispatched (attempt + 1;
 --     ready_ms, when not nil, is its ready time: a node ready at its flow's start) and
---     records the event. A node of a flow held (the DAG's hold: a cancel or a retry in
+--     records the event (lib_state's ev_later: the caller's ev_flush appends it). A
+--     node of a flow held (the DAG's hold: a cancel or a retry in
 --     chunks under way) stays ready: the cancel cancels it, the retry's end dispatches
 --     it. Returns the attempt (a string), or nil and why not. It reads the job's
 --     status, its creation time (its indexes' score: no ZSCORE) and the fields its
@@ -52,9 +53,11 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
     redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
   end
   index_job(caller .. ':' .. id, jst, JOB_DISPATCHED, v[2] or nil)
-  -- status: the type's; detail: none for a first attempt (lib/store impliedStatus, impliedDetail)
+  -- status: the type's; detail: none for a first attempt (lib/store impliedStatus,
+  -- impliedDetail); held for the call's other job events (lib_state's ev_later: the
+  -- caller flushes them, ev_flush, before it writes any other event)
   local detail = ''
   if attempt ~= '1' then detail = 'attempt ' .. attempt end -- attempt: a string (int)
-  event(EV_JOB_DISPATCHED, actor, now_ms, flow, id, caller, '', detail)
+  ev_later(EV_JOB_DISPATCHED, actor, flow, id, caller, detail)
   return attempt
 end

@@ -41,7 +41,73 @@ local msg_shared
 -- msg_shared_st, msg_shared_more: the status and the items the scratch hash holds
 -- too (message_share's st and more; nil: none)
 local msg_shared_st, msg_shared_more
-local function state_reset() index_moves, index_order, msg_next, msg_last, msg_free, msg_shared, msg_shared_st, msg_shared_more = {}, {}, 0, -1, {}, nil, nil, nil end
+-- ev_later / ev_flush: the job events of one call (a submission's job.created and
+-- job.dispatched, a claim's job.started, a finish's job.finished and job.failed) as two
+-- stream entries, whatever their number, instead of one each (an XADD and its
+-- arguments crossing from Lua were ~16k instructions an event). ev_later holds an event
+-- (typ its stored type; flow, job, caller and detail strings; no status: its type's,
+-- lib/store impliedStatus); ev_flush(uncapped), in the context's DB, appends the held
+-- events: the first as an entry of its own (XADD *, capped when it is the call's first
+-- event, as event's, unless uncapped), the others as one entry of type 'm' (lib/store
+-- storedMany) whose id is the last one's, that many sequence numbers after the
+-- first's: the ids between, which name no entry, are the other events' (a reader gives
+-- the entry back as its events, each with its id, and one that stopped at any of them
+-- reads on from there). Its fields are every job event's, in their order (a stream
+-- node whose first entry it is stores the names of the next entries' fields only when
+-- they differ: they were ~4k instructions and ~40 B more an event): actor (the events'
+-- actor, unless a record gives its own), flow_id, job_id and caller_id empty, and
+-- detail, the records, each "<type> <flow> <job> <caller> <actor length> <detail
+-- length> <actor><detail>" (an actor of length 0: the entry's). Any other event of the
+-- call is written after an ev_flush (a held event's id is only known when it is
+-- flushed). ev_reset: none held (state_reset). (Their state is local to a block: a
+-- script's main function holds at most 200 locals.)
+local ev_later, ev_flush, ev_reset
+do
+  -- the first held event's items; the others' records; how many; the entry's actor
+  local first, more, nmore, eactor
+  -- the stored type of an entry of many events (lib/store storedMany)
+  local EV_MANY = 'm'
+  -- lengths as strings (a number in a concatenation is formatted with "%.14g": ~1k
+  -- instructions each; a library's load sees no string library to make them)
+  local LEN = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15', '16', '17', '18', '19', '20', '21', '22', '23', '24', '25', '26', '27', '28', '29', '30', '31', '32', '33', '34', '35', '36', '37', '38', '39', '40', '41', '42', '43', '44', '45', '46', '47', '48', '49', '50', '51', '52', '53', '54', '55', '56', '57', '58', '59', '60', '61', '62', '63'}
+  ev_reset = function() first, more, nmore, eactor = nil, {}, 0, nil end
+  ev_later = function(typ, actor, flow, job, caller, detail)
+    if not first then
+      first = {typ, actor, flow, job, caller, detail}
+      return
+    end
+    if not eactor then eactor = actor end
+    if actor == eactor then actor = '' end
+    nmore = nmore + 1
+    more[nmore] = typ .. ' ' .. flow .. ' ' .. job .. ' ' .. caller .. ' ' .. (LEN[#actor] or int(#actor)) .. ' ' .. (LEN[#detail] or int(#detail)) .. ' ' .. actor .. detail
+  end
+  ev_flush = function(uncapped)
+    local f = first
+    if not f then return end
+    local id
+    if EVENTS_CAP_N or uncapped then
+      id = redis.call('XADD', K_EVENTS, '*', 'type', f[1], 'actor', f[2], 'flow_id', f[3], 'job_id', f[4], 'caller_id', f[5], 'detail', f[6])
+    else
+      id = redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', f[1], 'actor', f[2], 'flow_id', f[3], 'job_id', f[4], 'caller_id', f[5], 'detail', f[6])
+    end
+    if nmore > 0 then
+      local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
+      local last
+      if #seq < 15 then
+        last = ms .. '-' .. int(tonumber(seq) + nmore)
+      else
+        -- (a sequence number past what a Lua number holds exactly: the next ms's)
+        last = int(tonumber(ms) + 1) .. '-' .. int(nmore - 1)
+      end
+      redis.call('XADD', K_EVENTS, last, 'type', EV_MANY, 'actor', eactor, 'flow_id', '', 'job_id', '', 'caller_id', '', 'detail', table.concat(more))
+    end
+    ev_reset()
+  end
+end
+local function state_reset()
+  index_moves, index_order, msg_next, msg_last, msg_free, msg_shared, msg_shared_st, msg_shared_more = {}, {}, 0, -1, {}, nil, nil, nil
+  ev_reset()
+end
 local function index_later(m, old, st, created)
   if old == st then return end
   local score = created or redis.call('ZSCORE', K_JOB_INDEX, m)
@@ -92,6 +158,7 @@ end
 -- cap's three arguments and its check cost ~2k instructions an event; the stream
 -- passes the cap by one call's events at most).
 local function event(typ, actor, now_ms, flow, job, caller, st, detail)
+  ev_flush() -- after the events held before it (ev_later)
   flow, job, caller, detail = flow or '0', job or '0', caller or '0', detail or ''
   if (st or '') == '' then
     if EVENTS_CAP_N then

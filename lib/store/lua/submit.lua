@@ -280,11 +280,6 @@ if shared then
   end
 end
 local indexed, scheduled, delayed, first_due = {}, {}, {}, nil
--- the id of the call's last new job's event entry (its ms, a string, and seq, a number;
--- nil before the first), and the stored type of an entry of a job's job.created and
--- job.dispatched (lib/store storedCreatedDispatched)
-local ev_ms, ev_seq
-local EV_JOB_CREATED_DISPATCHED = 'cd'
 for _, j in ipairs(jobs) do
   local member = j.caller .. ':' .. j.id
   local prev = false
@@ -301,9 +296,9 @@ for _, j in ipairs(jobs) do
       'caller_id', j.caller, 'context_id', ctx, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     scheduled[#scheduled + 1] = now_ms
     scheduled[#scheduled + 1] = member
+    ev_flush(true) -- (after the events held before it, lib_state's ev_later)
     redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', JOB_SCHEDULED, 'detail', 'run_at_ms ' .. j.run_at)
-    ev_ms = nil -- an entry after the call's last one: the next new job's events start anew (two entries)
     delayed[#delayed + 1] = j.run_at
     delayed[#delayed + 1] = ctx .. ':job:' .. member
     if not first_due or tonumber(j.run_at) < tonumber(first_due) then first_due = j.run_at end
@@ -326,29 +321,14 @@ for _, j in ipairs(jobs) do
     end
     indexed[#indexed + 1] = now_ms
     indexed[#indexed + 1] = member
-    -- The fields every job event has, in their order: a stream stores the names of an
-    -- entry's fields only when they differ from its node's first entry's.
-    -- No status (job.created's is empty, job.dispatched's its type's), and no detail:
-    -- a job.created of a job_id and caller_id reads its job's key, a job.dispatched a
-    -- first attempt's (lib/store impliedStatus, impliedDetail, eventsOf).
-    -- The call's first new job's two events are two entries; every later one's are one
-    -- entry (EV_JOB_CREATED_DISPATCHED, an XADD less a job), added with the id two
-    -- sequence numbers after the entry before it, so that the id between (the entry's
-    -- id less one) names no entry: a read gives the entry as two events, job.created
-    -- with that id and job.dispatched with the entry's, and a reader that stopped
-    -- between them reads on from the first (lib/store eventsOf).
-    if ev_ms and ev_seq < 1e15 then
-      ev_seq = ev_seq + 2
-      redis.call('XADD', K_EVENTS, ev_ms .. '-' .. int(ev_seq), 'type', EV_JOB_CREATED_DISPATCHED, 'actor', j.actor,
-        'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'detail', '')
-    else
-      redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
-        'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'detail', '')
-      local eid = redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_DISPATCHED, 'actor', j.actor,
-        'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'detail', '')
-      local ms, seq = string.match(eid, '^(%d+)%-(%d+)$')
-      ev_ms, ev_seq = ms, tonumber(seq)
-    end
+    -- Its job.created and job.dispatched, with the call's other new jobs' in two stream
+    -- entries (lib_state's ev_later, ev_flush after the loop; the first is appended
+    -- uncapped here: see EVENTS_PER_JOB above). No status (job.created's is empty,
+    -- job.dispatched's its type's), and no detail: a job.created of a job_id and
+    -- caller_id reads its job's key, a job.dispatched a first attempt's (lib/store
+    -- impliedStatus, impliedDetail, eventsOf).
+    ev_later(EV_JOB_CREATED, j.actor, '0', j.id, j.caller, '')
+    ev_later(EV_JOB_DISPATCHED, j.actor, '0', j.id, j.caller, '')
     -- its request message: the call's fields, and the job's own (its list as
     -- lib/store's requestRef writes a standalone job's, its text as requestFields'),
     -- acknowledged and the job queued when a runner here takes it (as lib_route's
@@ -371,6 +351,7 @@ for _, j in ipairs(jobs) do
     out[#out + 1] = {1, member}
   end
 end
+ev_flush(true)
 message_unshare()
 if shared then redis.call('DEL', K_JOB_TEMPLATE) end
 call_each('ZADD', K_JOB_INDEX, indexed, 2)
