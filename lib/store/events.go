@@ -139,6 +139,14 @@ func eventsOf(ctxID uint32, msgs []redis.XMessage, after string, limit int) []Ev
 	return out
 }
 
+// EntryEvents are the events stream entries read raw (XRANGE or XREAD of keys.Events)
+// hold, oldest first: what a tool or a test that reads the stream directly goes
+// through, since one entry may hold several events of a script call (storedMany) and
+// the frequent types are stored as codes.
+func EntryEvents(ctxID uint32, msgs []redis.XMessage) []Event {
+	return eventsOf(ctxID, msgs, "", 0)
+}
+
 // manyRecord is one event of a storedMany entry: its fields as an entry of its own
 // would hold them.
 type manyRecord struct{ typ, flow, job, caller, actor, detail string }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
@@ -136,8 +137,8 @@ func TestJobCreateBatch(t *testing.T) {
 		t.Errorf("job 101's script %q: the conflicting create changed it", v)
 	}
 	created := 0
-	for _, e := range rdb.XRange(bg, keys.Events, "-", "+").Val() {
-		if e.Values["type"] == model.EventJobCreated.Stored() {
+	for _, e := range store.EntryEvents(1, rdb.XRange(bg, keys.Events, "-", "+").Val()) { // one entry may hold several events
+		if e.Type == string(model.EventJobCreated) {
 			created++
 		}
 	}

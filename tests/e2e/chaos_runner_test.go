@@ -14,6 +14,7 @@ import (
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
@@ -114,11 +115,13 @@ func (ch *chaosRun) waitClaim() bool {
 			return false
 		}
 		for _, st := range res {
-			for _, m := range st.Messages {
-				last = m.ID
-				if m.Values["type"] == model.EventJobStarted.Stored() {
+			for _, e := range store.EntryEvents(ctx1, st.Messages) { // one entry may hold several events
+				if e.Type == string(model.EventJobStarted) {
 					return true
 				}
+			}
+			if n := len(st.Messages); n > 0 {
+				last = st.Messages[n-1].ID
 			}
 		}
 	}

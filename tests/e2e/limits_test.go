@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
@@ -50,12 +50,12 @@ func TestRunLimitEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		now, most := 0, 0
-		for _, e := range evs {
-			id, _ := strconv.Atoi(fmt.Sprint(e.Values["job_id"]))
+		for _, e := range store.EntryEvents(ctx1, evs) { // one entry may hold several events
+			id := int(e.JobID)
 			if id < first || id >= first+n {
 				continue
 			}
-			switch model.EventTypeOfStored(fmt.Sprint(e.Values["type"])) { // the stream's code of the type
+			switch e.Type {
 			case "job.started":
 				now++
 				most = max(most, now)
@@ -160,8 +160,8 @@ func countEventsOf(t *testing.T, rdb *redis.Client, typ, sub string) int {
 		t.Fatal(err)
 	}
 	n := 0
-	for _, e := range evs {
-		if d, _ := e.Values["detail"].(string); model.EventTypeOfStored(fmt.Sprint(e.Values["type"])) == typ && strings.Contains(d, sub) {
+	for _, e := range store.EntryEvents(ctx1, evs) { // one entry may hold several events
+		if e.Type == typ && strings.Contains(e.Detail, sub) {
 			n++
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
@@ -284,13 +284,13 @@ func TestConcurrencyKeysEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	now, most := map[string]int{}, map[string]int{}
-	for _, e := range evs {
-		id, _ := strconv.Atoi(fmt.Sprint(e.Values["job_id"]))
+	for _, e := range store.EntryEvents(ctx1, evs) { // one entry may hold several events
+		id := int(e.JobID)
 		if id < 1 || id > int(last) {
 			continue
 		}
 		key := keys[(id-1)/perKey]
-		switch model.EventTypeOfStored(fmt.Sprint(e.Values["type"])) { // the stream's code of the type
+		switch e.Type {
 		case "job.started":
 			now[key]++
 			most[key] = max(most[key], now[key])

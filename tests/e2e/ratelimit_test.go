@@ -3,12 +3,11 @@ package e2e
 import (
 	"context"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
 	"github.com/hero-coordinator/hero/tests/e2e/harness"
 )
 
@@ -40,10 +39,9 @@ func TestRateLimitEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out []int64
-		for _, e := range evs {
-			if e.Values["type"] == model.EventJobStarted.Stored() {
-				ms, _ := strconv.ParseInt(strings.SplitN(e.ID, "-", 2)[0], 10, 64) // the entry's id: <ms>-<seq>
-				out = append(out, ms)
+		for _, e := range store.EntryEvents(ctx1, evs) { // one entry may hold several events
+			if e.Type == string(model.EventJobStarted) {
+				out = append(out, e.TimeMs) // the entry's time (its id: <ms>-<seq>)
 			}
 		}
 		slices.Sort(out)
