@@ -194,7 +194,7 @@ func newRunner(p runnerParams) *runner {
 // at once instead of waiting for the call in flight to return (docs/benchmarks.md,
 // "What bounds each figure" (c)); with 4 the calls of such a burst still went one at a
 // time. Under load the calls hold more and go one at a time, each with every end that
-// came meanwhile (~12 runs a call in BenchmarkPeers (a)).
+// came meanwhile (~10 runs a call in BenchmarkPeers (a), ~11 with one call in flight).
 const finishBeside = 8
 
 // newFinisher is the runner's group commit of run ends (fn writes a group's: writeEnds).
