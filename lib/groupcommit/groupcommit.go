@@ -6,7 +6,9 @@
 // the per-call cost (a Redis round trip, an RPC) is shared by all their items. Up to
 // Inflight groups are handled at once (default one): the next group starts as soon as
 // fewer are, so that the caller's work on one group (encoding, decoding) overlaps the
-// server's on another.
+// server's on another. With Beside, a group starts beside others only while they are
+// small (light load: an item need not wait for the call in flight to return); under
+// heavy load the groups go one after the other and stay large.
 package groupcommit
 
 import (
@@ -33,20 +35,34 @@ type Params[T, R any] struct {
 	// (DoMany) beyond Max, or by callers that did not wait for each other, have no
 	// order between them.
 	Inflight int
+	// Beside (with Inflight > 1; 0: no bound) is how many items the groups being
+	// handled may hold in all for another group to start beside them: a group waits
+	// for the calls in flight to return (and takes in the items that arrive meanwhile)
+	// while they hold more. Under light load the groups are small and each starts at
+	// once; under heavy load they grow past Beside and go one at a time, as large as
+	// with Inflight 1 (calls side by side would each take half the items).
+	Beside int
 }
 
 // Committer gathers groups in its own goroutine and handles up to Inflight of them at
 // once, until Close.
 type Committer[T, R any] struct {
-	fn      Func[T, R]
-	max     int
-	slots   chan struct{} // one per group being handled (Inflight of them)
-	running sync.WaitGroup
-	ch      chan *request[T, R]
-	closing chan struct{}
-	mu      sync.RWMutex // held for reading while a Do sends, for writing to close
-	closed  bool
-	wg      sync.WaitGroup
+	fn       Func[T, R]
+	max      int
+	inflight int // Params.Inflight
+	beside   int // Params.Beside
+	// flightMu guards groups and items, the groups being handled and their items (with
+	// Inflight > 1); freed is signalled when one of them is handled.
+	flightMu sync.Mutex
+	groups   int
+	items    int
+	freed    chan struct{}
+	running  sync.WaitGroup
+	ch       chan *request[T, R]
+	closing  chan struct{}
+	mu       sync.RWMutex // held for reading while a Do sends, for writing to close
+	closed   bool
+	wg       sync.WaitGroup
 }
 
 type request[T, R any] struct {
@@ -84,7 +100,7 @@ func New[T, R any](p Params[T, R]) *Committer[T, R] {
 		p.Inflight = 1
 	}
 	c := &Committer[T, R]{fn: p.Fn, max: p.Max, ch: make(chan *request[T, R], 4*p.Max), closing: make(chan struct{}),
-		slots: make(chan struct{}, p.Inflight)}
+		inflight: p.Inflight, beside: max(p.Beside, 0), freed: make(chan struct{}, 1)}
 	c.wg.Add(1)
 	go c.loop()
 	return c
@@ -178,7 +194,7 @@ func (c *Committer[T, R]) Close() {
 func (c *Committer[T, R]) loop() {
 	defer c.wg.Done()
 	defer c.running.Wait()
-	one := cap(c.slots) == 1
+	one := c.inflight == 1
 	group := make([]*request[T, R], 0, c.max)
 	for {
 		if !one {
@@ -208,20 +224,43 @@ func (c *Committer[T, R]) loop() {
 			c.run(group)
 			continue
 		}
-		// A free slot: the group is handled beside those being handled; none free:
-		// the items that arrive until one is join the group.
-		select {
-		case c.slots <- struct{}{}:
-		default:
-			c.slots <- struct{}{}
-			c.fill(&group)
-		}
+		c.admit(&group)
 		c.running.Add(1)
 		go func(group []*request[T, R]) {
 			defer c.running.Done()
 			c.run(group)
-			<-c.slots
+			c.handled(len(group))
 		}(group)
+	}
+}
+
+// admit waits until group may be handled beside those being handled (fewer than
+// Inflight are, and they hold at most Beside items) and counts it among them; the items
+// that arrive meanwhile join it.
+func (c *Committer[T, R]) admit(group *[]*request[T, R]) {
+	for {
+		c.flightMu.Lock()
+		if c.groups < c.inflight && (c.groups == 0 || c.beside == 0 || c.items <= c.beside) {
+			c.groups++
+			c.items += len(*group)
+			c.flightMu.Unlock()
+			return
+		}
+		c.flightMu.Unlock()
+		<-c.freed
+		c.fill(group)
+	}
+}
+
+// handled counts a group of n items handled and wakes admit.
+func (c *Committer[T, R]) handled(n int) {
+	c.flightMu.Lock()
+	c.groups--
+	c.items -= n
+	c.flightMu.Unlock()
+	select {
+	case c.freed <- struct{}{}:
+	default:
 	}
 }
 

@@ -420,3 +420,106 @@ func TestInflightGroupsSideBySide(t *testing.T) {
 		}
 	}
 }
+
+// With Beside, a group starts beside the ones being handled only while they hold at
+// most Beside items: a small group goes at once; beside a large one the next group
+// waits for it to return (a free slot is not enough) and takes in the items that
+// arrive meanwhile.
+func TestBesideStartsAGroupOnlyBesideSmallOnes(t *testing.T) {
+	// One P: a caller hands in all its items before the committer runs, and a group
+	// the committer admits is entered before the test goes on.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	type entry struct {
+		items    []int
+		returned int // groups whose call had returned when this one's began
+	}
+	entered := make(chan entry, 8)
+	release := []chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
+	var mu sync.Mutex
+	calls, returned := 0, 0
+	c := New(Params[int, int]{Max: 64, Inflight: 2, Beside: 1, Fn: func(_ context.Context, items []int) ([]int, []error) {
+		mu.Lock()
+		n := calls
+		calls++
+		entered <- entry{append([]int(nil), items...), returned}
+		mu.Unlock()
+		if n < len(release) {
+			<-release[n]
+		}
+		mu.Lock()
+		returned++
+		mu.Unlock()
+		return items, make([]error, len(items))
+	}})
+	defer c.Close()
+	freed := make([]bool, len(release))
+	free := func(n int) { freed[n] = true; close(release[n]) }
+	defer func() { // a failed check leaves no call waiting (Close waits for them)
+		for n := range release {
+			if !freed[n] {
+				free(n)
+			}
+		}
+	}()
+	answered := make(chan int, 8)
+	// handIn hands items in (one DoMany) from a goroutine of its own and returns once
+	// that goroutine runs.
+	handIn := func(items ...int) {
+		running := make(chan struct{})
+		go func() {
+			close(running)
+			_, errs := c.DoMany(context.Background(), items)
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("item %d: %v", items[i], err)
+				}
+				answered <- items[i]
+			}
+		}()
+		<-running
+	}
+	timeout := time.After(time.Minute)
+	next := func(what string) entry {
+		t.Helper()
+		select {
+		case e := <-entered:
+			return e
+		case <-timeout:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		return entry{}
+	}
+	handIn(0)
+	if e := next("the first group"); fmt.Sprint(e.items) != "[0]" {
+		t.Fatalf("first group %v; want [0]", e.items)
+	}
+	// beside one item: at once
+	handIn(1)
+	if e := next("a group beside a small one"); fmt.Sprint(e.items) != "[1]" || e.returned != 0 {
+		t.Fatalf("second group %+v; want [1] beside [0]", e)
+	}
+	// both slots taken: 2, 3 and 4 wait together, and go beside [0] when [1] returns
+	handIn(2, 3, 4)
+	waitFor(t, "the three taken", func() bool { return len(c.ch) == 0 })
+	free(1)
+	if e := next("the waiting group"); fmt.Sprint(e.items) != "[2 3 4]" || e.returned != 1 {
+		t.Fatalf("third group %+v; want [2 3 4] beside [0], after [1] returned", e)
+	}
+	// beside [2 3 4] (three items) item 5 waits, even once [0]'s slot is free
+	handIn(5)
+	waitFor(t, "item 5 taken", func() bool { return len(c.ch) == 0 })
+	free(0)
+	for i := -1; i != 0; {
+		select {
+		case i = <-answered:
+		case <-timeout:
+			t.Fatal("timed out waiting for item 0's answer")
+		}
+	}
+	// the committer saw the free slot (or, wrongly, started [5] in it)
+	waitFor(t, "the committer to see [0]'s slot free", func() bool { return len(c.freed) == 0 || len(entered) > 0 })
+	free(2)
+	if e := next("the group after the large one"); fmt.Sprint(e.items) != "[5]" || e.returned != 3 {
+		t.Fatalf("fourth group %+v; want [5] once [2 3 4] returned (3 calls returned)", e)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -536,5 +537,61 @@ func TestDrainTakesNoDependent(t *testing.T) {
 	items, err := srv.Client(t, testCtx).LRange(ctx, keys.Queue("sh"), 0, -1).Result()
 	if err != nil || !slices.Contains(items, keys.Job(1, b.ID)) {
 		t.Fatalf("queue %v (%v): b not on it", items, err)
+	}
+}
+
+// A run's end is written while another one's finish call is in flight (the finisher
+// holds up to two calls; the second starts beside a small one at once): each job's
+// events stay in order (started, then its end), and the end held back is written
+// once its call goes on.
+func TestEndWrittenWhileAnotherFinishIsInFlight(t *testing.T) {
+	h := newHarness(t)
+	held, release := make(chan struct{}), make(chan struct{})
+	var first *model.Job
+	h.r.finisher.Close()
+	h.r.finisher = newFinisher(func(ctx context.Context, fs []store.Finish) ([]bool, []error) {
+		for _, f := range fs {
+			if first != nil && f.Job.ID == first.ID {
+				close(held)
+				<-release // this call stays in flight until the test lets it go
+			}
+		}
+		return h.r.writeEnds(ctx, fs)
+	})
+	first = h.submit("true", 0)
+	h.start()
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the runner's shutdown, which waits for the call
+	select {
+	case <-held:
+	case <-time.After(time.Minute):
+		t.Fatal("timed out waiting for the first job's finish call")
+	}
+	second := h.submit("true", 0)
+	if got := h.waitStatus(second.ID, time.Minute, model.JobFinished, model.JobError); got.Status != model.JobFinished {
+		t.Fatalf("second job: %s (%s)", got.Status, got.Error)
+	}
+	if got := h.job(first.ID); got.Status != model.JobStarted {
+		t.Fatalf("first job %s while its finish call is held, want started", got.Status)
+	}
+	free()
+	if got := h.waitStatus(first.ID, time.Minute, model.JobFinished, model.JobError); got.Status != model.JobFinished {
+		t.Fatalf("first job: %s (%s)", got.Status, got.Error)
+	}
+	evs, err := h.db.ReadEvents(context.Background(), "0", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, e := range evs {
+		if e.Type == "job.started" || e.Type == "job.finished" {
+			order = append(order, fmt.Sprintf("%s %d", e.Type, e.JobID))
+		}
+	}
+	want := []string{"job.started " + strconv.Itoa(int(first.ID)), "job.started " + strconv.Itoa(int(second.ID)),
+		"job.finished " + strconv.Itoa(int(second.ID)), "job.finished " + strconv.Itoa(int(first.ID))}
+	if !slices.Equal(order, want) {
+		t.Fatalf("events %v, want %v", order, want)
 	}
 }

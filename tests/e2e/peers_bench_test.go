@@ -31,7 +31,7 @@ import (
 // HERO_PEERS_WORKERS (256) is the jobs the runner runs at once (--concurrency, and the
 // executor pool's calls in flight), HERO_PEERS_WARMUP (1000) the jobs run through (a)'s
 // path before it is measured (the executor pool starts on the first); HERO_PEERS_ONLY_A=1
-// stops after (a).
+// stops after (a); HERO_PEERS_ONLY_C=1 runs (c) and (d) alone, after the warm-up.
 func BenchmarkPeers(b *testing.B) {
 	if os.Getenv("HERO_BENCH_PEERS") == "" {
 		b.Skip("set HERO_BENCH_PEERS=1 (make bench-peers)")
@@ -62,13 +62,18 @@ func BenchmarkPeers(b *testing.B) {
 		runParallel(b, warm, conc, submit)
 		waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(warm))
 	}
-	peersIndependent(b, s, rdb, submit, n, conc, warm, phase == "", report)
+	onlyC := os.Getenv("HERO_PEERS_ONLY_C") == "1" // (c) and (d) alone: latency
+	if !onlyC {
+		peersIndependent(b, s, rdb, submit, n, conc, warm, phase == "", report)
+	}
 	if os.Getenv("HERO_PEERS_ONLY_A") == "1" { // (a) alone: the submission's cost
 		return
 	}
 
 	// (b) one 10,000-job flow, its creation included.
-	peersFlow(b, c, api, report, func() {})
+	if !onlyC {
+		peersFlow(b, c, api, report, func() {})
+	}
 
 	// (c) run-and-await: latency at 16 clients, throughput at 128. At 16 clients each
 	// call's time is also split at its job's start and end (started_at_us,
