@@ -61,7 +61,7 @@ type Executor struct {
 
 	mu       sync.Mutex
 	handlers map[string]Handler
-	tasks    map[*task]struct{} // requests read and not yet answered
+	tasks    task // sentinel of the ring of requests read and not yet answered
 	conns    map[net.Conn]struct{}
 }
 
@@ -76,13 +76,14 @@ func New(opt Options) *Executor {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	return &Executor{
+	e := &Executor{
 		opt:      opt,
 		log:      opt.Logger,
 		handlers: map[string]Handler{},
-		tasks:    map[*task]struct{}{},
 		conns:    map[net.Conn]struct{}{},
 	}
+	e.tasks.prev, e.tasks.next = &e.tasks, &e.tasks
+	return e
 }
 
 // Register adds the handler for function_name name. It panics if name is empty or
@@ -189,6 +190,8 @@ type task struct {
 	cancel context.CancelCauseFunc
 	ready  *rrq.ExecutionOutcome // an answer known without running a handler
 	conn   *connTasks            // the connection that read it
+
+	prev, next *task // in Executor.tasks while registered (under Executor.mu)
 }
 
 // connTasks stands for one served connection: its tasks are the registered tasks
@@ -203,7 +206,7 @@ type connTasks struct {
 func (e *Executor) cancelConn(c *connTasks, cause error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for t := range e.tasks {
+	for t := e.tasks.next; t != &e.tasks; t = t.next {
 		if t.conn == c {
 			t.cancel(cause)
 		}
@@ -351,7 +354,8 @@ func (e *Executor) newTask(conn *connTasks, env rrq.Envelope) (*task, bool) {
 		t.cancel = func(cause error) { parentCancel(cause); stop() }
 	}
 	e.mu.Lock()
-	e.tasks[t] = struct{}{}
+	t.prev, t.next = e.tasks.prev, &e.tasks
+	t.prev.next, e.tasks.prev = t, t
 	e.mu.Unlock()
 	if conn.ctx.Err() != nil { // ended before the registration: cancelConn missed it
 		t.cancel(context.Cause(conn.ctx))
@@ -362,7 +366,8 @@ func (e *Executor) newTask(conn *connTasks, env rrq.Envelope) (*task, bool) {
 func (e *Executor) unregister(t *task) {
 	t.cancel(nil)
 	e.mu.Lock()
-	delete(e.tasks, t)
+	t.prev.next, t.next.prev = t.next, t.prev
+	t.prev, t.next = nil, nil
 	e.mu.Unlock()
 }
 
@@ -374,7 +379,7 @@ func (e *Executor) Cancel(c rrq.CancelRequest) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := 0
-	for t := range e.tasks {
+	for t := e.tasks.next; t != &e.tasks; t = t.next {
 		if t.req.JobID != c.JobID || (c.RequestID != "" && t.req.RequestID != c.RequestID) {
 			continue
 		}
