@@ -240,6 +240,20 @@ func decoded(obj any) {
 
 var rawMessageType = reflect.TypeOf(json.RawMessage(nil))
 
+// emptySlices caches, per slice type, an empty non-nil slice of capacity 0 (as a
+// reflect.Value): reflect.MakeSlice allocates a slice header for each call. Sharing
+// it is safe: an append to a slice of capacity 0 allocates a new array.
+var emptySlices sync.Map // reflect.Type → reflect.Value
+
+func emptySlice(t reflect.Type) reflect.Value {
+	if v, ok := emptySlices.Load(t); ok {
+		return v.(reflect.Value)
+	}
+	v := reflect.MakeSlice(t, 0, 0)
+	emptySlices.Store(t, v)
+	return v
+}
+
 func decodeValue(s string, v reflect.Value) error {
 	switch v.Kind() {
 	case reflect.String:
@@ -327,7 +341,7 @@ func decodeJSON(s string, v reflect.Value) error {
 		v.Set(reflect.MakeMap(v.Type()))
 		return nil
 	case s == "[]" && v.Kind() == reflect.Slice:
-		v.Set(reflect.MakeSlice(v.Type(), 0, 0))
+		v.Set(emptySlice(v.Type()))
 		return nil
 	}
 	p := reflect.New(v.Type())

@@ -126,30 +126,73 @@ func TestJobRef(t *testing.T) {
 }
 
 // The decoder's shortcuts (raw JSON, empty objects and lists) give what json.Unmarshal
-// gives, and refuse what it refuses.
+// gives, and refuse what it refuses: every field stored as JSON of every model type
+// read from a hash.
 func TestDecodeShortcutsAgreeWithJSON(t *testing.T) {
-	fields := []string{"args", "env_vars", "prerequisites", "dependends", "dep_results"}
-	inputs := []string{"{}", "[]", " [1, 2] ", `{"a":"b"}`, "{ }", "[ ]", "{", "[", `"s"`, "1", "true", "nul", `{"a":1}`, "[1,", " {} "}
-	for _, field := range fields {
-		for _, in := range inputs {
-			var got Job
-			gotErr := FromHash("job:1:1", map[string]string{field: in}, &got)
-			var want Job
-			wv := reflect.ValueOf(&want).Elem()
-			var wantErr error
-			for _, f := range fieldsOf(wv.Type()) {
-				if f.name == field {
-					wantErr = json.Unmarshal([]byte(in), wv.Field(f.index).Addr().Interface())
+	inputs := []string{"{}", "[]", " [1, 2] ", `{"a":"b"}`, "{ }", "[ ]", "{", "[", `"s"`, "1", "true", "nul", `{"a":1}`, "[1,", " {} ",
+		`["a","b"]`, `[{"id":"x"}]`, `{"a":{"b":"c"}}`, `{"cpu_ms":5}`}
+	n := 0
+	for _, obj := range []any{&Job{}, &Flow{}, &Context{}, &Runner{}, &Message{}, &Schedule{}} {
+		typ := reflect.TypeOf(obj).Elem()
+		for _, f := range fieldsOf(typ) {
+			switch typ.Field(f.index).Type.Kind() {
+			case reflect.String, reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+				reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+				continue // not JSON
+			}
+			n++
+			for _, in := range inputs {
+				got := reflect.New(typ)
+				gotErr := FromHash("k", map[string]string{f.name: in}, got.Interface())
+				want := reflect.New(typ)
+				wantErr := json.Unmarshal([]byte(in), want.Elem().Field(f.index).Addr().Interface())
+				if (gotErr != nil) != (wantErr != nil) {
+					t.Errorf("%s.%s = %q: decoder error %v, json.Unmarshal error %v", typ.Name(), f.name, in, gotErr, wantErr)
+					continue
+				}
+				decoded(want.Interface()) // as a decode completes an object (a job's absent lists and maps)
+				if gotErr == nil && !reflect.DeepEqual(got.Interface(), want.Interface()) {
+					t.Errorf("%s.%s = %q: decoded %+v, json.Unmarshal %+v", typ.Name(), f.name, in, got.Elem().Field(f.index), want.Elem().Field(f.index))
 				}
 			}
-			if (gotErr != nil) != (wantErr != nil) {
-				t.Errorf("%s = %q: decoder error %v, json.Unmarshal error %v", field, in, gotErr, wantErr)
-				continue
-			}
-			want.defaultLists() // as a decode gives a job's absent lists and maps
-			if gotErr == nil && !reflect.DeepEqual(got, want) {
-				t.Errorf("%s = %q: decoded %+v, json.Unmarshal %+v", field, in, got, want)
-			}
 		}
+	}
+	if n < 10 {
+		t.Fatalf("only %d JSON fields checked", n)
+	}
+}
+
+// A list decoded from "[]" is empty and not nil, and appending to it does not write
+// into another object's list decoded the same way.
+func TestDecodedEmptyListsAreNotShared(t *testing.T) {
+	var a, b Job
+	for _, j := range []*Job{&a, &b} {
+		if err := FromHash("job:1:1", map[string]string{"prerequisites": "[]", "dependends": "[]"}, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.Prerequisites == nil || len(a.Prerequisites) != 0 || a.Dependends == nil || len(a.Dependends) != 0 {
+		t.Fatalf("%#v %#v", a.Prerequisites, a.Dependends)
+	}
+	a.Prerequisites = append(a.Prerequisites, "x")
+	a.Dependends = append(a.Dependends, 7)
+	if len(b.Prerequisites) != 0 || len(b.Dependends) != 0 {
+		t.Fatalf("b's lists changed: %v %v", b.Prerequisites, b.Dependends)
+	}
+}
+
+// Reading a started job's hash allocates only what its value needs: the two empty
+// maps (env_vars, result), not a header per empty list.
+func TestJobFromHashAllocs(t *testing.T) {
+	j := &Job{ID: 1, CallerID: 2, ContextID: 1, FunctionName: "go#noop", ScriptType: "go", Status: JobStatus("started"), Attempt: 1, Worker: "runner-vm-1"}
+	h := HashMap(j)
+	var out Job
+	if n := testing.AllocsPerRun(100, func() {
+		out = Job{}
+		if err := FromHash("job:2:1", h, &out); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 2 {
+		t.Errorf("%v allocations per FromHash, want at most 2", n)
 	}
 }

@@ -61,7 +61,7 @@ type Executor struct {
 
 	mu       sync.Mutex
 	handlers map[string]Handler
-	tasks    map[*task]struct{} // requests read and not yet answered
+	tasks    task // sentinel of the ring of requests read and not yet answered
 	conns    map[net.Conn]struct{}
 }
 
@@ -76,13 +76,14 @@ func New(opt Options) *Executor {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	return &Executor{
+	e := &Executor{
 		opt:      opt,
 		log:      opt.Logger,
 		handlers: map[string]Handler{},
-		tasks:    map[*task]struct{}{},
 		conns:    map[net.Conn]struct{}{},
 	}
+	e.tasks.prev, e.tasks.next = &e.tasks, &e.tasks
+	return e
 }
 
 // Register adds the handler for function_name name. It panics if name is empty or
@@ -188,6 +189,28 @@ type task struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	ready  *rrq.ExecutionOutcome // an answer known without running a handler
+	conn   *connTasks            // the connection that read it
+
+	prev, next *task // in Executor.tasks while registered (under Executor.mu)
+}
+
+// connTasks stands for one served connection: its tasks are the registered tasks
+// (Executor.tasks) whose conn it is. parent is what their contexts derive from.
+type connTasks struct {
+	ctx    context.Context // ServeConn's
+	parent context.Context
+}
+
+// cancelConn cancels, with cause, the registered tasks of c (a broken connection, or
+// its ctx ended). Cancelling a finished task's context is a no-op.
+func (e *Executor) cancelConn(c *connTasks, cause error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for t := e.tasks.next; t != &e.tasks; t = t.next {
+		if t.conn == c {
+			t.cancel(cause)
+		}
+	}
 }
 
 // ServeConn serves one connection until the peer closes it or ctx ends: requests are
@@ -206,11 +229,20 @@ func (e *Executor) ServeConn(ctx context.Context, nc net.Conn) {
 	if ctx.Err() != nil {
 		return
 	}
+	// The tasks' contexts derive from a context that is never cancelled, so that making
+	// one costs no registration in (and no removal from) a parent's set of children:
+	// when ctx ends, the connection's registered tasks are cancelled through the
+	// registry (newTask cancels one registered after that). A ctx with a deadline stays
+	// the parent, for the handlers to see that deadline.
+	conn := &connTasks{ctx: ctx, parent: ctx}
+	if _, has := ctx.Deadline(); !has && ctx.Done() != nil {
+		conn.parent = context.WithoutCancel(ctx)
+		stop := context.AfterFunc(ctx, func() { e.cancelConn(conn, context.Cause(ctx)) })
+		defer stop()
+	}
 
 	queue := make(chan *task, 64)
 	workerDone := make(chan struct{})
-	var mine []*task // tasks of this connection, to cancel if it breaks
-	var mineMu sync.Mutex
 	go func() {
 		defer close(workerDone)
 		// The worker runs the requests; the writer sends their outcomes. It writes when
@@ -253,29 +285,19 @@ func (e *Executor) ServeConn(ctx context.Context, nc net.Conn) {
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 				e.log.Warn("executor: bad frame or read error; closing connection", "err", err)
 				// The stream is unusable, so no outcome can be delivered: stop our tasks.
-				mineMu.Lock()
-				for _, t := range mine {
-					t.cancel(errors.New("connection to the orchestrator broken"))
-				}
-				mineMu.Unlock()
+				e.cancelConn(conn, errors.New("connection to the orchestrator broken"))
 			}
 			break
 		}
 		switch env.Type {
 		case rrq.TypeRequest:
-			t, ok := e.newTask(ctx, env)
+			t, ok := e.newTask(conn, env)
 			if !ok {
 				e.log.Warn("executor: undecodable request without usable ids; closing connection")
 				close(queue)
 				<-workerDone
 				return
 			}
-			mineMu.Lock()
-			mine = append(mine, t)
-			if len(mine) > 256 {
-				mine = pruneDone(mine)
-			}
-			mineMu.Unlock()
 			queue <- t
 		case rrq.TypeCancel:
 			c, err := env.Cancel()
@@ -303,20 +325,10 @@ func writeOutcome(bw *bufio.Writer, out *rrq.ExecutionOutcome) error {
 	return err
 }
 
-func pruneDone(ts []*task) []*task {
-	out := ts[:0]
-	for _, t := range ts {
-		if t.ctx.Err() == nil {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
 // newTask decodes a request frame and registers it (so cancels reach it while it waits
 // its turn). ok is false when not even request_id and job_id can be read.
-func (e *Executor) newTask(ctx context.Context, env rrq.Envelope) (*task, bool) {
-	t := &task{}
+func (e *Executor) newTask(conn *connTasks, env rrq.Envelope) (*task, bool) {
+	t := &task{conn: conn}
 	req, err := env.Request()
 	if err == nil {
 		err = req.Validate()
@@ -334,7 +346,7 @@ func (e *Executor) newTask(ctx context.Context, env rrq.Envelope) (*task, bool) 
 	} else {
 		t.req = req
 	}
-	t.ctx, t.cancel = context.WithCancelCause(ctx)
+	t.ctx, t.cancel = context.WithCancelCause(conn.parent)
 	if e.opt.EnforceDeadline && t.ready == nil && t.req.Context.Deadline != nil {
 		var stop context.CancelFunc
 		t.ctx, stop = context.WithDeadline(t.ctx, *t.req.Context.Deadline)
@@ -342,15 +354,20 @@ func (e *Executor) newTask(ctx context.Context, env rrq.Envelope) (*task, bool) 
 		t.cancel = func(cause error) { parentCancel(cause); stop() }
 	}
 	e.mu.Lock()
-	e.tasks[t] = struct{}{}
+	t.prev, t.next = e.tasks.prev, &e.tasks
+	t.prev.next, e.tasks.prev = t, t
 	e.mu.Unlock()
+	if conn.ctx.Err() != nil { // ended before the registration: cancelConn missed it
+		t.cancel(context.Cause(conn.ctx))
+	}
 	return t, true
 }
 
 func (e *Executor) unregister(t *task) {
 	t.cancel(nil)
 	e.mu.Lock()
-	delete(e.tasks, t)
+	t.prev.next, t.next.prev = t.next, t.prev
+	t.prev, t.next = nil, nil
 	e.mu.Unlock()
 }
 
@@ -362,7 +379,7 @@ func (e *Executor) Cancel(c rrq.CancelRequest) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := 0
-	for t := range e.tasks {
+	for t := e.tasks.next; t != &e.tasks; t = t.next {
 		if t.req.JobID != c.JobID || (c.RequestID != "" && t.req.RequestID != c.RequestID) {
 			continue
 		}
