@@ -23,12 +23,14 @@ const asynqUser = "asynq"
 
 // redisArgs are the settings both sides' redis-server runs with, as
 // docker-compose.yml and scripts/local-stack.sh run it: ACL users from a file, an
-// append-only file written to disk every second, no TLS; RDB snapshots off (as the
+// append-only file written to disk every second, sorted sets of more than 8 members
+// as skiplists (zset-max-listpack-entries 8), no TLS; RDB snapshots off (as the
 // e2e harness's, tests/e2e/harness ACLRedisOptions: no fork at a random point of a
 // run).
 func redisArgs(port int, dir, aclFile string) []string {
 	return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--aclfile", aclFile}
+		"--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
+		"--zset-max-listpack-entries", "8", "--aclfile", aclFile}
 }
 
 // redisServer is asynq's redis-server.
@@ -106,7 +108,8 @@ func (rs *redisServer) checkACLLog() error {
 }
 
 // settings reports what make bench-peers holds equal on both sides (as this stack's
-// BenchmarkPeers does): the append-only file (redis_aof 1: on) and the ACL users.
+// BenchmarkPeers does): the append-only file (redis_aof 1: on), the ACL users and
+// zset-max-listpack-entries (redis_zset_listpack).
 func (rs *redisServer) settings(out map[string]float64) error {
 	c := rs.client()
 	defer func() { _ = c.Close() }()
@@ -120,6 +123,11 @@ func (rs *redisServer) settings(out map[string]float64) error {
 	if err != nil {
 		return err
 	}
+	zset, err := c.ConfigGet(ctx, "zset-max-listpack-entries").Result()
+	if err != nil {
+		return err
+	}
+	out["redis_zset_listpack"], _ = strconv.ParseFloat(zset["zset-max-listpack-entries"], 64)
 	out["redis_aof"] = map[string]float64{"yes": 1}[aof["appendonly"]]
 	out["redis_users"] = float64(len(users))
 	return nil

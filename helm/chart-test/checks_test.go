@@ -736,6 +736,10 @@ func checkBundledURL(t *testing.T, r *release, w string, u *url.URL) {
 	if !strings.Contains(args, "--databases ") {
 		t.Errorf("StatefulSet %s: no --databases in %q", sts.Name, args)
 	}
+	// As every Redis this project starts (docs/benchmarks.md "Redis's sorted sets").
+	if !strings.Contains(args, "--zset-max-listpack-entries 8") {
+		t.Errorf("StatefulSet %s: no --zset-max-listpack-entries 8 in %q", sts.Name, args)
+	}
 	if tls := redisArg(sts, "--tls-port") != ""; tls != (u.Scheme == "rediss") {
 		t.Errorf("%s: REDIS_URL scheme %s but Redis TLS is %v", w, u.Scheme, tls)
 	}

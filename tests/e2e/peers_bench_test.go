@@ -144,8 +144,9 @@ func BenchmarkPeers(b *testing.B) {
 }
 
 // reportRedisSettings reports what make bench-peers holds equal on both sides: Redis's
-// append-only file (redis_aof 1: on, as HERO_E2E_REDIS=stack runs it) and its ACL
-// users (redis_users: besides "default", the services' own).
+// append-only file (redis_aof 1: on, as HERO_E2E_REDIS=stack runs it), its ACL
+// users (redis_users: besides "default", the services' own) and
+// zset-max-listpack-entries (redis_zset_listpack: 8, lib/testutil/redistest's).
 func reportRedisSettings(b *testing.B, report func(string, float64)) {
 	rc := redisSrv.Client(b, 0)
 	aof, err := rc.ConfigGet(context.Background(), "appendonly").Result()
@@ -156,6 +157,12 @@ func reportRedisSettings(b *testing.B, report func(string, float64)) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	zset, err := rc.ConfigGet(context.Background(), "zset-max-listpack-entries").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	zn, _ := strconv.ParseFloat(zset["zset-max-listpack-entries"], 64)
+	report("redis_zset_listpack", zn)
 	report("redis_aof", map[string]float64{"yes": 1}[aof["appendonly"]])
 	report("redis_users", float64(len(users)))
 }

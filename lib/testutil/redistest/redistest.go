@@ -31,6 +31,13 @@ import (
 // Databases is the number of databases test servers have (contexts 1..63).
 const Databases = 64
 
+// ZsetMaxListpackEntries is the zset-max-listpack-entries every redis-server of the
+// tests runs with, as docker-compose.yml, the Helm chart and scripts/local-stack.sh
+// run theirs (Redis's default: 128): a sorted set of more than 8 members is a
+// skiplist, whose inserts cost a fraction of a listpack's of tens of members (the
+// indexes of the jobs in flight: docs/benchmarks.md "Redis's sorted sets").
+const ZsetMaxListpackEntries = "8"
+
 // Server is a running redis-server.
 type Server struct {
 	Addr    string
@@ -120,6 +127,9 @@ func StartServer(opt ...Options) (*Server, error) {
 			"--save", "", "--appendonly", "no", "--databases", strconv.Itoa(o.Databases),
 			"--daemonize", "no", "--loglevel", "notice", "--logfile", "",
 			"--unixsocket", filepath.Join(dir, "redis.sock"), "--unixsocketperm", "700",
+			// As this stack's deployments run Redis (docker-compose.yml, the Helm chart,
+			// scripts/local-stack.sh): sorted sets of more than 8 members as skiplists.
+			"--zset-max-listpack-entries", ZsetMaxListpackEntries,
 		}
 		s.UnixURL = "unix://" + filepath.Join(dir, "redis.sock") + "?db=0"
 		if o.ACLFile != "" {

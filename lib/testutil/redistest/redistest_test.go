@@ -1,0 +1,37 @@
+package redistest
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestZsetListpackEntries: the tests' redis-server keeps a sorted set of up to 8
+// members a listpack and makes one of 9 a skiplist (Redis's default keeps 128 in a
+// listpack), as this stack's deployments run Redis: the figures of lib/store's
+// benchmarks are those of that setting.
+func TestZsetListpackEntries(t *testing.T) {
+	s := Start(t)
+	rc := s.Client(t, 0)
+	ctx := context.Background()
+	got, err := rc.ConfigGet(ctx, "zset-max-listpack-entries").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["zset-max-listpack-entries"] != ZsetMaxListpackEntries {
+		t.Fatalf("zset-max-listpack-entries %q, want %q", got["zset-max-listpack-entries"], ZsetMaxListpackEntries)
+	}
+	for members, want := range map[int]string{8: "listpack", 9: "skiplist"} {
+		key := "z" + strconv.Itoa(members)
+		for i := 0; i < members; i++ {
+			if err := rc.ZAdd(ctx, key, redis.Z{Score: float64(i), Member: i}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if enc := rc.ObjectEncoding(ctx, key).Val(); enc != want {
+			t.Errorf("a sorted set of %d members is a %q, want a %s", members, enc, want)
+		}
+	}
+}
