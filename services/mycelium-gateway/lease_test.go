@@ -167,9 +167,12 @@ func TestOneGatewayPopsItsNodesInboxAtATime(t *testing.T) {
 	if !strings.Contains(one.logs.String(), `"reason":"shutdown"`) {
 		t.Fatalf("gw-1 did not release its lease on shutdown:\n%s", one.logs.String())
 	}
+	// gw-1's long poll in flight at its shutdown may reach the node after it (each
+	// long poll dials a connection of its own, and the node counts a request when it
+	// reads it; a loaded machine delays that read): one such poll, no more.
 	before := b.PollsBy()["gw-1"]
 	pushAndDrain(t, nw, a, b, 20)
-	if by := b.PollsBy(); by["gw-1"] != before || by["gw-2"] == 0 {
+	if by := b.PollsBy(); by["gw-1"] > before+1 || by["gw-2"] == 0 {
 		t.Fatalf("pops by gateway after the hand-over: %v (gw-1 had %d)", by, before)
 	}
 	if got := b.MaxPollClients(); got != 1 {
