@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/testutil/protorand"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -51,7 +52,7 @@ func TestAppendJobAsProto(t *testing.T) {
 		if round%2 == 1 {
 			skip = nil
 		}
-		fillJob(r, pb.ProtoReflect(), skip)
+		protorand.Fill(r, pb.ProtoReflect(), skip)
 		pb.Origin, pb.DepResults = "", ""
 		if skip == nil {
 			pb.Origin, pb.DepResults = `{"node":"n1","context_id":1,"caller_id":2,"job_id":3}`, `{"1":{"K":"v"}}`
@@ -71,46 +72,4 @@ func TestAppendJobAsProto(t *testing.T) {
 			}
 		}
 	}
-}
-
-// fillJob sets every field of m (and of its messages, maps and lists) to a random
-// value that is not its zero, but those named in skip.
-func fillJob(r *rand.Rand, m protoreflect.Message, skip map[protoreflect.FieldNumber]bool) {
-	fields := m.Descriptor().Fields()
-	for i := range fields.Len() {
-		f := fields.Get(i)
-		switch {
-		case skip[f.Number()]:
-		case f.IsMap():
-			mp := m.Mutable(f).Map()
-			for k := range 1 + r.IntN(3) {
-				mp.Set(protoreflect.ValueOfString(string(rune('a'+k))).MapKey(), protoreflect.ValueOfString("v ☃"))
-			}
-		case f.IsList():
-			l := m.Mutable(f).List()
-			for range 1 + r.IntN(3) {
-				l.Append(randScalar(r, f))
-			}
-		case f.Kind() == protoreflect.MessageKind:
-			fillJob(r, m.Mutable(f).Message(), nil)
-		default:
-			m.Set(f, randScalar(r, f))
-		}
-	}
-}
-
-func randScalar(r *rand.Rand, f protoreflect.FieldDescriptor) protoreflect.Value {
-	switch f.Kind() {
-	case protoreflect.StringKind:
-		return protoreflect.ValueOfString([]string{"x", "sh", "go#noop", "héro ☃", `{"a":1}`}[r.IntN(5)])
-	case protoreflect.BoolKind:
-		return protoreflect.ValueOfBool(true)
-	case protoreflect.Uint32Kind:
-		return protoreflect.ValueOfUint32(1 + r.Uint32()>>uint(r.IntN(32)))
-	case protoreflect.Int32Kind:
-		return protoreflect.ValueOfInt32(int32(r.Uint32()>>uint(r.IntN(32))) | 1)
-	case protoreflect.Int64Kind:
-		return protoreflect.ValueOfInt64(int64(r.Uint64()>>uint(r.IntN(64))) | 1)
-	}
-	panic("a field of kind " + f.Kind().String() + ": teach fillJob it")
 }

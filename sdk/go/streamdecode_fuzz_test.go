@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/hero-coordinator/hero/lib/testutil/protorand"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -17,7 +18,7 @@ import (
 func FuzzDecodeAnswers(f *testing.F) {
 	r := rand.New(rand.NewPCG(7, 8))
 	job := &herov1.Job{}
-	fill(r, job.ProtoReflect(), map[protoreflect.FieldNumber]bool{8: true, 9: true, 33: true, 34: true, 35: true})
+	protorand.Fill(r, job.ProtoReflect(), map[protoreflect.FieldNumber]bool{8: true, 9: true, 33: true, 34: true, 35: true})
 	for _, m := range []*herov1.SubmitJobStreamResponse{
 		{Seq: 9, Submit: &herov1.SubmitJobResponse{Job: job}},
 		{Batch: []*herov1.SubmitJobStreamResponse{

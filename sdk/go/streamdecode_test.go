@@ -11,58 +11,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/hero-coordinator/hero/lib/protoconv"
+	"github.com/hero-coordinator/hero/lib/testutil/protorand"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
-
-// fill sets every field of m (and of its messages, maps and lists) to a random
-// value that is not its zero, but those named in skip.
-func fill(r *rand.Rand, m protoreflect.Message, skip map[protoreflect.FieldNumber]bool) {
-	fields := m.Descriptor().Fields()
-	for i := range fields.Len() {
-		f := fields.Get(i)
-		if skip[f.Number()] {
-			continue
-		}
-		switch {
-		case f.IsMap():
-			mp := m.Mutable(f).Map()
-			for k := range 1 + r.IntN(3) {
-				mp.Set(protoreflect.ValueOfString(randString(r)+string(rune('a'+k))).MapKey(), protoreflect.ValueOfString(randString(r)))
-			}
-		case f.IsList():
-			l := m.Mutable(f).List()
-			for range 1 + r.IntN(3) {
-				l.Append(scalar(r, f))
-			}
-		case f.Kind() == protoreflect.MessageKind:
-			fill(r, m.Mutable(f).Message(), nil)
-		default:
-			m.Set(f, scalar(r, f))
-		}
-	}
-}
-
-func scalar(r *rand.Rand, f protoreflect.FieldDescriptor) protoreflect.Value {
-	switch f.Kind() {
-	case protoreflect.StringKind:
-		return protoreflect.ValueOfString(randString(r))
-	case protoreflect.BoolKind:
-		return protoreflect.ValueOfBool(true)
-	case protoreflect.Uint32Kind:
-		return protoreflect.ValueOfUint32(1 + r.Uint32()>>uint(r.IntN(32)))
-	case protoreflect.Int32Kind:
-		return protoreflect.ValueOfInt32(int32(r.Uint32()>>uint(r.IntN(32))) | 1)
-	case protoreflect.Uint64Kind:
-		return protoreflect.ValueOfUint64(1 + r.Uint64()>>uint(r.IntN(64)))
-	case protoreflect.Int64Kind:
-		return protoreflect.ValueOfInt64(int64(r.Uint64()>>uint(r.IntN(64))) | 1)
-	}
-	panic("a field of kind " + f.Kind().String() + ": teach fill it")
-}
-
-func randString(r *rand.Rand) string {
-	return []string{"x", "sh", "go#noop", "dispatched", "héro ☃", `{"a":1}`, "[1,2]"}[r.IntN(7)]
-}
 
 // usual decodes an answer message as proto does, then converts it (the way the
 // stream's answers were read before answerCodec, and still are for the uncommon ones).
@@ -114,8 +65,8 @@ func TestDecodeAnswersAsProto(t *testing.T) {
 	usualOnly := map[protoreflect.FieldNumber]bool{8: true, 9: true, 33: true, 34: true, 35: true}
 	for round := range 50 {
 		fastJob, fullJob := &herov1.Job{}, &herov1.Job{}
-		fill(r, fastJob.ProtoReflect(), usualOnly)
-		fill(r, fullJob.ProtoReflect(), nil)
+		protorand.Fill(r, fastJob.ProtoReflect(), usualOnly)
+		protorand.Fill(r, fullJob.ProtoReflect(), nil)
 		batch := &herov1.SubmitJobStreamResponse{Batch: []*herov1.SubmitJobStreamResponse{
 			{Seq: 1, Submit: &herov1.SubmitJobResponse{Job: fastJob}},
 			{Seq: 2, Submit: &herov1.SubmitJobResponse{Job: fastJob, Existing: true}},
@@ -185,7 +136,7 @@ func TestStreamRequestsAsProto(t *testing.T) {
 		if round%2 == 0 {
 			skip = map[protoreflect.FieldNumber]bool{8: true, 9: true, 33: true, 34: true, 35: true}
 		}
-		fill(r, pb.ProtoReflect(), skip)
+		protorand.Fill(r, pb.ProtoReflect(), skip)
 		pb.Origin, pb.DepResults = "", ""
 		j := protoconv.JobFromPB(pb)
 		f := submitFields{contextID: uint32(round % 3)}
