@@ -385,12 +385,17 @@ async function flowPage(ctx, id) {
   try { await load(); } catch (err) { main.replaceChildren(h('h1', {}, `Flow ${id}`), h('p', {class: 'err', id: 'page-error'}, err.message)); return; }
   // A flow's own change (started, finished, failed, retried): its state again, the
   // layout kept. Changes during a reload make one more reload after it.
-  let reloading = false, again = false;
+  // A node an event changed after the reload asked is left as the event set it: the
+  // reload's graph may have been read before that event (a job seen completed shown
+  // running again), and the stream brings every change after it in order.
+  let reloading = false, again = false, tick = 0;
+  const touched = {};
   const reload = () => {
     if (reloading) { again = true; return; }
     reloading = true;
+    const asked = tick;
     call('flow.dag', {context_id: ctx, id}).then(d => {
-      for (const n of d.nodes) setNode(n.id, n.node_status || 'pending');
+      for (const n of d.nodes) if (!(touched[n.id] > asked)) setNode(n.id, n.node_status || 'pending');
       renderFlow(d.flow);
     }).catch(err => toast(err.message, true)).finally(() => {
       reloading = false;
@@ -398,7 +403,7 @@ async function flowPage(ctx, id) {
     });
   };
   const es = follow(ctx, id, ev => {
-    if (ev.job_id && eventStatus[ev.type]) setNode(ev.job_id, eventStatus[ev.type]);
+    if (ev.job_id && eventStatus[ev.type]) { touched[ev.job_id] = ++tick; setNode(ev.job_id, eventStatus[ev.type]); }
     if (!ev.type.startsWith('flow.')) return;
     const st = flowEventStatus[ev.type];
     if (st) { status.replaceChildren(badge(st)); status.dataset.status = st; } // at once; the reload brings the rest
