@@ -58,36 +58,64 @@ func TestRunnerKilledAfterTakeRunsDependentOnce(t *testing.T) {
 		RunnerWrap: []string{"env", "HERO_TEST_PAUSE_AT=taken", "HERO_TEST_PAUSE_FILE=" + sig.Path},
 		RunnerArgs: []string{"--lease", "10m", "--heartbeat", "5s"},
 	})
-	ledger := filepath.Join(scratch, "ledger")
-	createFlow(t, c, 72, nil,
-		jobSpec{id: 1, typ: "sh", script: "echo V=1 > $HERO_RESULT_FILE"},
-		jobSpec{id: 2, typ: "sh", script: fmt.Sprintf("echo ran >> %s; echo two $HERO_DEP_1_V", ledger), deps: []uint32{1}},
-	)
-	c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": 72}, nil)
-	if !sig.Wait(1, time.Minute) {
-		t.Fatal("the runner did not take job 2")
+	// The take needs the runner idle on its wake list when job 1 ends; a start that
+	// found it otherwise (a loaded machine: job 2 claimed without a take, run and
+	// finished, the runner never paused) is made again with a new flow, up to 3 times.
+	var flow, one, two uint32
+	var ledger string
+	for attempt := uint32(0); ; attempt++ {
+		if attempt == 3 {
+			t.Fatal("the runner did not take the dependent in 3 flows")
+		}
+		flow, one, two = 72+attempt, 10*attempt+1, 10*attempt+2
+		ledger = filepath.Join(scratch, fmt.Sprintf("ledger-%d", flow))
+		createFlow(t, c, flow, nil,
+			jobSpec{id: one, typ: "sh", script: "echo V=1 > $HERO_RESULT_FILE"},
+			jobSpec{id: two, typ: "sh", script: fmt.Sprintf("echo ran >> %s; echo two $HERO_DEP_%d_V", ledger, one), deps: []uint32{one}},
+		)
+		c.MustCall(t, "flow.start", map[string]any{"context_id": ctx1, "id": flow}, nil)
+		if waitTakeOrEnd(t, c, sig, two) {
+			break
+		}
+		t.Logf("flow %d: job %d ran without a take (the runner was not idle on its wake list): again", flow, two)
 	}
-	if j := loadJob(t, c, 1); j.Status != "finished" {
-		t.Fatalf("job 1 at the take: %+v", j)
+	if j := loadJob(t, c, one); j.Status != "finished" {
+		t.Fatalf("job %d at the take: %+v", one, j)
 	}
-	if j := loadJob(t, c, 2); j.Status != "started" {
-		t.Fatalf("job 2 at the take: %+v, want started (claimed by the take)", j)
+	if j := loadJob(t, c, two); j.Status != "started" {
+		t.Fatalf("job %d at the take: %+v, want started (claimed by the take)", two, j)
 	}
 	s.Runner.Kill()
 	s.Start("runner")
-	f := c.WaitFlow(t, ctx1, 72, time.Minute)
-	if f.Status != "finished" || f.Result["2.output"] != "two 1\n" {
-		t.Fatalf("flow after the kill: %s %v; job 2: %+v", f.Status, f.Result, loadJob(t, c, 2))
+	f := c.WaitFlow(t, ctx1, flow, time.Minute)
+	if f.Status != "finished" || f.Result[fmt.Sprintf("%d.output", two)] != "two 1\n" {
+		t.Fatalf("flow after the kill: %s %v; job %d: %+v", f.Status, f.Result, two, loadJob(t, c, two))
 	}
 	b, _ := os.ReadFile(ledger)
 	if n := strings.Count(string(b), "ran"); n != 1 {
-		t.Errorf("job 2's command ran %d times, want once", n)
+		t.Errorf("job %d's command ran %d times, want once", two, n)
 	}
 	evs := events(t, c)
-	if n := countEvents(evs, "job.finished", 2); n != 1 {
-		t.Errorf("job 2 finished %d times", n)
+	if n := countEvents(evs, "job.finished", two); n != 1 {
+		t.Errorf("job %d finished %d times", two, n)
 	}
-	if j := loadJob(t, c, 2); j.Status != "finished" || j.Attempt != 1 {
-		t.Errorf("job 2: %+v", j)
+	if j := loadJob(t, c, two); j.Status != "finished" || j.Attempt != 1 {
+		t.Errorf("job %d: %+v", two, j)
 	}
+}
+
+// waitTakeOrEnd waits until the runner paused at a take (sig) — true — or job two
+// finished without one (the take pauses the runner before the job runs) — false.
+func waitTakeOrEnd(t *testing.T, c *harness.Client, sig *proctest.Signal, two uint32) bool {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !sig.Wait(1, 20*time.Millisecond) {
+		if loadJob(t, c, two).Status == "finished" {
+			return false
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("neither a take nor job %d's end within a minute", two)
+		}
+	}
+	return true
 }
