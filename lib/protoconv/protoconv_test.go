@@ -52,7 +52,7 @@ func TestAppendJobAsProto(t *testing.T) {
 		if round%2 == 1 {
 			skip = nil
 		}
-		protorand.Fill(r, pb.ProtoReflect(), skip)
+		protorand.Fill(t, r, pb.ProtoReflect(), skip)
 		pb.Origin, pb.DepResults = "", ""
 		if skip == nil {
 			pb.Origin, pb.DepResults = `{"node":"n1","context_id":1,"caller_id":2,"job_id":3}`, `{"1":{"K":"v"}}`

@@ -18,7 +18,7 @@ import (
 func FuzzDecodeAnswers(f *testing.F) {
 	r := rand.New(rand.NewPCG(7, 8))
 	job := &herov1.Job{}
-	protorand.Fill(r, job.ProtoReflect(), map[protoreflect.FieldNumber]bool{8: true, 9: true, 33: true, 34: true, 35: true})
+	protorand.Fill(f, r, job.ProtoReflect(), map[protoreflect.FieldNumber]bool{8: true, 9: true, 33: true, 34: true, 35: true})
 	for _, m := range []*herov1.SubmitJobStreamResponse{
 		{Seq: 9, Submit: &herov1.SubmitJobResponse{Job: job}},
 		{Batch: []*herov1.SubmitJobStreamResponse{

@@ -65,8 +65,8 @@ func TestDecodeAnswersAsProto(t *testing.T) {
 	usualOnly := map[protoreflect.FieldNumber]bool{8: true, 9: true, 33: true, 34: true, 35: true}
 	for round := range 50 {
 		fastJob, fullJob := &herov1.Job{}, &herov1.Job{}
-		protorand.Fill(r, fastJob.ProtoReflect(), usualOnly)
-		protorand.Fill(r, fullJob.ProtoReflect(), nil)
+		protorand.Fill(t, r, fastJob.ProtoReflect(), usualOnly)
+		protorand.Fill(t, r, fullJob.ProtoReflect(), nil)
 		batch := &herov1.SubmitJobStreamResponse{Batch: []*herov1.SubmitJobStreamResponse{
 			{Seq: 1, Submit: &herov1.SubmitJobResponse{Job: fastJob}},
 			{Seq: 2, Submit: &herov1.SubmitJobResponse{Job: fastJob, Existing: true}},
@@ -136,7 +136,7 @@ func TestStreamRequestsAsProto(t *testing.T) {
 		if round%2 == 0 {
 			skip = map[protoreflect.FieldNumber]bool{8: true, 9: true, 33: true, 34: true, 35: true}
 		}
-		protorand.Fill(r, pb.ProtoReflect(), skip)
+		protorand.Fill(t, r, pb.ProtoReflect(), skip)
 		pb.Origin, pb.DepResults = "", ""
 		j := protoconv.JobFromPB(pb)
 		f := submitFields{contextID: uint32(round % 3)}

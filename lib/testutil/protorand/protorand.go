@@ -4,13 +4,15 @@ package protorand
 
 import (
 	"math/rand/v2"
+	"testing"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Fill sets every field of m (and of its messages, maps and lists) to a random value
 // that is not its zero, but those named in skip (of m itself).
-func Fill(r *rand.Rand, m protoreflect.Message, skip map[protoreflect.FieldNumber]bool) {
+func Fill(t testing.TB, r *rand.Rand, m protoreflect.Message, skip map[protoreflect.FieldNumber]bool) {
+	t.Helper()
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
 		f := fields.Get(i)
@@ -26,19 +28,20 @@ func Fill(r *rand.Rand, m protoreflect.Message, skip map[protoreflect.FieldNumbe
 		case f.IsList():
 			l := m.Mutable(f).List()
 			for range 1 + r.IntN(3) {
-				l.Append(Scalar(r, f))
+				l.Append(Scalar(t, r, f))
 			}
 		case f.Kind() == protoreflect.MessageKind:
-			Fill(r, m.Mutable(f).Message(), nil)
+			Fill(t, r, m.Mutable(f).Message(), nil)
 		default:
-			m.Set(f, Scalar(r, f))
+			m.Set(f, Scalar(t, r, f))
 		}
 	}
 }
 
 // Scalar is a random value of f's kind that is not its zero. A kind it does not know
-// panics, naming it (a field of a new kind added to a message: teach it here).
-func Scalar(r *rand.Rand, f protoreflect.FieldDescriptor) protoreflect.Value {
+// fails the test, naming it (a field of a new kind added to a message: teach it here).
+func Scalar(t testing.TB, r *rand.Rand, f protoreflect.FieldDescriptor) protoreflect.Value {
+	t.Helper()
 	switch f.Kind() {
 	case protoreflect.StringKind:
 		return protoreflect.ValueOfString(String(r))
@@ -53,7 +56,8 @@ func Scalar(r *rand.Rand, f protoreflect.FieldDescriptor) protoreflect.Value {
 	case protoreflect.Int64Kind:
 		return protoreflect.ValueOfInt64(int64(r.Uint64()>>uint(r.IntN(64))) | 1)
 	}
-	panic("protorand: a field of kind " + f.Kind().String() + ": teach Scalar it")
+	t.Fatalf("protorand: a field of kind %s: teach Scalar it", f.Kind())
+	return protoreflect.Value{}
 }
 
 // String is one of a few strings: plain, multi-byte UTF-8, and JSON texts.
