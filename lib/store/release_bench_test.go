@@ -20,13 +20,9 @@ import (
 // machine's command time follows more closely than the wall time of a loaded one).
 // HERO_BENCH_PAUSED=1: the flow paused, the release without its dispatch.
 func BenchmarkReleaseDependents10k(b *testing.B) {
-	if os.Getenv("HERO_BENCH") == "" {
-		b.Skip("set HERO_BENCH=1")
-	}
 	const n = 10000
-	s := open(b)
+	s, db := servedBench(b, 37, []model.ScriptType{"go"}, "go")
 	ctx := context.Background()
-	db := servedContext(b, s, 37, []model.ScriptType{"go"}, "go")
 	var wall, cpu time.Duration
 	calls := 0
 	for range b.N {

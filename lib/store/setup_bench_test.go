@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -11,6 +12,17 @@ import (
 )
 
 // The store benchmarks' shared setup.
+
+// servedBench skips the benchmark unless HERO_BENCH is set, then opens the store and
+// makes context ctxID served as servedContext does.
+func servedBench(b *testing.B, ctxID uint32, types []model.ScriptType, execs ...string) (*store.Store, *store.DB) {
+	b.Helper()
+	if os.Getenv("HERO_BENCH") == "" {
+		b.Skip("set HERO_BENCH=1")
+	}
+	s := open(b)
+	return s, servedContext(b, s, ctxID, types, execs...)
+}
 
 // servedContext creates context ctxID served by runner 1, a local runner of the
 // script types types that announces the executors execs: a submission or a dispatch

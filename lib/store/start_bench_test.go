@@ -71,13 +71,9 @@ func BenchmarkFlowStart(b *testing.B) {
 // lua/lib_claim.lua's INLINE_READS started, parsed into a model.Job). Reports this
 // process's CPU per job (-benchmem: the allocations per call of 9).
 func BenchmarkClaimStartsRunner(b *testing.B) {
-	if os.Getenv("HERO_BENCH") == "" {
-		b.Skip("set HERO_BENCH=1")
-	}
 	const per = 9
-	s := open(b)
+	s, db := servedBench(b, 9, []model.ScriptType{"go"}, "go")
 	ctx := context.Background()
-	db := servedContext(b, s, 9, []model.ScriptType{"go"}, "go")
 	q := keys.Queue((&model.Job{FunctionName: "go#noop"}).QueueSuffix())
 	var cpu time.Duration
 	b.ReportAllocs()
@@ -113,13 +109,9 @@ func BenchmarkClaimStartsRunner(b *testing.B) {
 // FinishJobsApplied, their ends applied by the script (the runner's --apply-ends).
 // Reports this process's CPU per job (-benchmem: the allocations per call of 12).
 func BenchmarkFinishRunner(b *testing.B) {
-	if os.Getenv("HERO_BENCH") == "" {
-		b.Skip("set HERO_BENCH=1")
-	}
 	const per = 12
-	s := open(b)
+	s, db := servedBench(b, 9, []model.ScriptType{"go"}, "go")
 	ctx := context.Background()
-	db := servedContext(b, s, 9, []model.ScriptType{"go"}, "go")
 	if err := s.SetSchedulerSettings(ctx, time.Hour, time.Minute); err != nil {
 		b.Fatal(err)
 	}
