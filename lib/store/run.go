@@ -192,15 +192,26 @@ func startReads(v any) *StartReads {
 }
 
 // startedJobs fills in the jobs of the items run of a claim's out, as they are after
-// their start: from the claim's reply when it holds each one's hash (inline, by item),
+// their start: from the claim's reply when it holds each one's hash (inline, by item:
+// its DUMP; one HashFromDump does not read is read with HGETALL, in one round trip),
 // else read in one round trip (readStarted).
 func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run []int, inline map[int]any) ([]Started, error) {
 	hashes := make([]map[string]string, len(run))
+	var err error
 	if len(inline) == len(run) {
+		var again []int // by index of run: dumps HashFromDump does not read
 		for k, i := range run {
-			hashes[k] = flatMap(inline[i])
+			if h, ok := inlineHash(inline[i]); ok {
+				hashes[k] = h
+			} else {
+				again = append(again, k)
+			}
 		}
-	} else if err := d.readStarted(ctx, out, run, hashes); err != nil {
+		err = d.readHashes(ctx, out, run, again, hashes)
+	} else {
+		err = d.readStarted(ctx, out, run, hashes)
+	}
+	if err != nil {
 		// Started and leased, but unread: the caller releases their claims.
 		ids := make([]string, len(run))
 		for k, i := range run {
@@ -231,6 +242,28 @@ func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run [
 		st.Job = &j
 	}
 	return out, nil
+}
+
+// inlineHash reads a started job's hash from the claim's reply: its DUMP
+// (lua/lib_claim.lua; HashFromDump), or its field/value items. false: a dump this
+// reader does not know (the job is read after the claim).
+func inlineHash(v any) (map[string]string, bool) {
+	dump, ok := v.(string)
+	if !ok {
+		return flatMap(v), true
+	}
+	if dump == "" {
+		return nil, true // gone
+	}
+	pairs, err := startedFromDump(dump)
+	if err != nil {
+		return nil, false
+	}
+	h := make(map[string]string, len(pairs)/2)
+	for x := 0; x+1 < len(pairs); x += 2 {
+		h[pairs[x]] = pairs[x+1]
+	}
+	return h, true
 }
 
 // readStarted reads the hashes of the started jobs run of out into hashes (by index
@@ -269,6 +302,12 @@ func (d *DB) readStarted(ctx context.Context, out []Started, run []int, hashes [
 		}
 		hashes[k] = h
 	}
+	return d.readHashes(ctx, out, run, again, hashes)
+}
+
+// readHashes reads the hashes of the started jobs run[k] of out, for each k of again,
+// into hashes[k] with HGETALL, in one round trip (none when again is empty).
+func (d *DB) readHashes(ctx context.Context, out []Started, run, again []int, hashes []map[string]string) error {
 	if len(again) == 0 {
 		return nil
 	}

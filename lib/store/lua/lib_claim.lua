@@ -53,10 +53,12 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   -- neither, and each field a hash lacks is a scan of all of it)
   -- (its id and caller are read from its key, job:<caller>:<id>: two strings less to
   -- cross from Redis to Lua a job)
-  local want = {'status', 'attempt', 'flow_id', 'stop_requested', 'traceparent', 'created_at_ms'}
+  -- (function_name: whether a started job is a script, whose start's reads the reply holds)
+  local want = {'status', 'attempt', 'flow_id', 'stop_requested', 'traceparent', 'created_at_ms', 'function_name'}
   local out = {}
-  -- A claim that starts at most this many jobs returns their hashes.
-  local INLINE_READS = 4
+  -- A claim that starts at most this many jobs returns their hashes (each one's DUMP)
+  -- and their starts' reads: its runner reads nothing after it.
+  local INLINE_READS = 64
   -- The items claimed, from the consuming end (the queue's tail, oldest first), in one
   -- read: each goes onto the processing list, with its lease, only when it starts (one
   -- LPUSH and one ZADD for them all, in claim order, as an LMOVE each would leave them).
@@ -105,6 +107,8 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   end
   local nitems = #items
   local kept, leased, seen, started = {}, {}, {}, {}
+  -- the started scripts (jobs without a function_name): their entry of out → their flow
+  local scripts = {}
   -- the DAG nodes of the jobs that start, per flow: their state is read and set once
   -- per flow (a flow's jobs are claimed together)
   local nodes, flows = {}, {}
@@ -151,7 +155,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       out[#out + 1] = {item, 4, tonumber(v[2] or '1') or 1, pclaim}
     elseif not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
       if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
-    elseif keyrate and (v[7] or '') ~= '' and not key_take(v[7], item, v[8] == '1') then
+    elseif keyrate and (v[8] or '') ~= '' and not key_take(v[8], item, v[9] == '1') then
       -- held back by its key's rate (lib_limit): off the queue, nothing to run
       out[#out + 1] = {item, 5, 0}
     else
@@ -175,7 +179,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       end
       -- the fields every start sets, in one HSET with the claim (a Lua table built per
       -- job cost this script a twentieth of its instructions)
-      if keyrate and v[8] then redis.call('HDEL', item, 'rate_paid') end
+      if keyrate and v[9] then redis.call('HDEL', item, 'rate_paid') end
       if limited then
         -- under limits: counted until its end (finish_jobs reads limited), no longer held
         lim_join(member)
@@ -210,6 +214,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       if v[4] == '1' then code = 3 end
       out[#out + 1] = {item, code, tonumber(attempt) or 1}
       started[#started + 1] = out[#out]
+      if (v[7] or '') == '' then scripts[out[#out]] = flow end
     end
   end
   ev_flush()
@@ -237,21 +242,19 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
     if #running > 0 then redis.call('HSET', dag, unpack(running)) end
   end
   index_flush()
-  -- The few started jobs' hashes, read after every change of this start.
+  -- The started jobs' hashes, read after every change of this start: each one's DUMP
+  -- (one string to Lua and back, where HGETALL made a string of every field and value;
+  -- lib/store HashFromDump reads it), so that the runner reads nothing after the claim.
   if #started <= INLINE_READS then
     local climits -- the context's job limits, read once
     for _, e in ipairs(started) do
-      local h = redis.call('HGETALL', e[1])
-      e[4] = h
+      e[4] = redis.call('DUMP', e[1])
       -- A script's (no function_name) start's reads too, else a round trip after the
       -- claim: {the context's job_defaults, job_max, the flow's env_vars, the direct
       -- dependencies' results in the order of its dependends} ("": none).
-      local flow, deps, handler = '', '', false
-      for k = 1, #h, 2 do
-        local f = h[k]
-        if f == 'flow_id' then flow = h[k + 1] elseif f == 'dependends' then deps = h[k + 1] elseif f == 'function_name' then handler = h[k + 1] ~= '' end
-      end
-      if not handler then
+      local flow = scripts[e]
+      if flow then
+        local deps = redis.call('HGET', e[1], 'dependends') or ''
         climits = climits or redis.call('HMGET', K_CONTEXT .. ctx, 'job_defaults', 'job_max')
         local r = {climits[1] or '', climits[2] or '', ''}
         if flow ~= '0' and flow ~= '' then r[3] = redis.call('HGET', K_FLOW .. flow, 'env_vars') or '' end
