@@ -404,8 +404,9 @@ type Take struct {
 	Lease    time.Duration // the claims' lease
 }
 
-// MaxTake bounds Take.Max: the claim's reply holds the started jobs' hashes up to
-// that many (lua/lib_claim.lua's INLINE_READS), so that no read follows.
+// MaxTake bounds Take.Max: a finish takes at most that many jobs for its runner (the
+// claim's reply holds their hashes, lua/lib_claim.lua's INLINE_READS, so that no read
+// follows).
 const MaxTake = 4
 
 // Taken is what a take claimed (Applied.Taken): Started as ClaimStarts returns them,

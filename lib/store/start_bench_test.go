@@ -67,8 +67,8 @@ func BenchmarkFlowStart(b *testing.B) {
 
 // BenchmarkClaimStartsRunner: what a runner's claim of 9 standalone handler jobs (the
 // size of a claim under load, BenchmarkPeers (a)) costs this process: ClaimStartsFresh,
-// which starts them and gives each one's job (read after the claim: more than
-// lua/lib_claim.lua's INLINE_READS started, parsed into a model.Job). Reports this
+// which starts them and gives each one's job (its DUMP in the claim's reply, read by
+// HashFromDump, parsed into a model.Job). Reports this
 // process's CPU per job (-benchmem: the allocations per call of 9).
 func BenchmarkClaimStartsRunner(b *testing.B) {
 	const per = 9

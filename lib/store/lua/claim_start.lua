@@ -2,12 +2,11 @@
 -- each started, in one round trip.
 --
 -- The claim id is written into the job: only this run may finish it (a job queued again
--- while a first run of it ends is run anew). The caller reads the started jobs' hashes
--- after it, with plain HGETALLs (moving a ~30-field hash through Lua and back cost this
--- script a third of its work), unless the call started only a few (INLINE_READS: the
--- reply holds their hashes; a read's round trip is worth more than its Redis work when
--- jobs start one or two at a time, and a claim only gets that small when its runner is
--- not busy). An item that is no job key, a job that is gone (code 1),
+-- while a first run of it ends is run anew). The reply holds the started jobs' hashes,
+-- each one's DUMP (one string to Lua and back; moving a ~30-field hash through Lua as
+-- HGETALL's field/value strings cost this script a third of its work), so that the
+-- caller reads nothing after it, unless the call started more than INLINE_READS (64:
+-- the caller then reads them). An item that is no job key, a job that is gone (code 1),
 -- a job that already ended (code 2) and a job that runs under a claim that still holds
 -- it (a duplicate queue entry: code 2) are taken off the queue and not put on the
 -- processing list. A job started under a claim of this same worker that no longer
@@ -62,10 +61,10 @@
 --   a duplicate, 3 started with a stop requested, 4 taken back under the job's claim
 --   of this worker (its fourth element: that claim's id), 5 held back by its
 --   concurrency key's rate (lib_limit: on coord:ckrate:<key>); when the call started at most
---   INLINE_READS jobs, each started one's entry also holds the job's hash as it is
---   after the start (HGETALL's field/value list): a claim of a few jobs, which is what
---   a lightly loaded runner makes, saves the caller's read round trip; a script's (a
---   job without function_name) then also what its start reads, as a fifth element
+--   INLINE_READS (64) jobs, each started one's entry also holds the job's hash as it is
+--   after the start (its DUMP; lib/store HashFromDump): a claim saves the caller's read
+--   round trip; a script's (a job without function_name) then also what its start
+--   reads, as a fifth element
 --   {the context's job_defaults, job_max, the flow's env_vars, the results of the
 --   job's dependends in their order} ("" for each absent), so that no read follows.
 -- Derives (context DB): coord:features (what the context uses: none, and the claim

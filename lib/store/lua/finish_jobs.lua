@@ -69,7 +69,7 @@
 --                          job's hash, read in the same step, which the call
 --                          answers with; lib/store maxAwaitedBytes)
 --   take      num     the most jobs the take claims for the finishing runner (0: no take;
---                     at most 4, claim_start's INLINE_READS)
+--                     at most 4, lib/store MaxTake)
 --   tworker   string  the take's worker (the runner process; proc is its processing list)
 --   texp      int     the take's leases' expiry (ms)
 --   tnonce    string  the take's claim ids' stem (claim_start's cnonce)
