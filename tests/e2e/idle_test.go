@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -321,7 +322,7 @@ func BenchmarkIdleContexts(b *testing.B) {
 	// few more than one context did. A connection per context would be thousands; a
 	// few more than one context's is the pools' concurrency, not the contexts.
 	if conns > conns1+4 {
-		b.Errorf("%d Redis connections with %d contexts, %d with one (at most 4 more)", conns, n, conns1)
+		b.Errorf("%d Redis connections with %d contexts, %d with one (at most 4 more); by database, last command and idle seconds: %s", conns, n, conns1, clientsSummary(b, rc))
 	}
 	for _, p := range procs {
 		d := metricsLatency(b, p)
@@ -347,4 +348,36 @@ func BenchmarkIdleContexts(b *testing.B) {
 	if hop > 1.2*hopOne && hop-hopOne > 250 {
 		b.Errorf("dependent hop p50 %.3f ms with %d contexts, over 1.2× the one-context stack's %.3f ms", hop/1000, n, hopOne/1000)
 	}
+}
+
+// clientsSummary counts Redis's client connections by their database, last command
+// and idle time (CLIENT LIST's db, cmd and idle, the idle seconds rounded to tens), to
+// tell which pool kept more connections open.
+func clientsSummary(b *testing.B, rc *redis.Client) string {
+	b.Helper()
+	list, err := rc.ClientList(context.Background()).Result()
+	if err != nil {
+		return err.Error()
+	}
+	counts := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		f := map[string]string{}
+		for _, kv := range strings.Fields(line) {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				f[k] = v
+			}
+		}
+		idle, _ := strconv.Atoi(f["idle"])
+		counts[fmt.Sprintf("db=%s cmd=%s idle~%ds", f["db"], f["cmd"], idle/10*10)]++
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []string
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%s ×%d", k, counts[k]))
+	}
+	return strings.Join(out, "; ")
 }
