@@ -193,12 +193,13 @@ func startReads(v any) *StartReads {
 
 // startedJobs fills in the jobs of the items run of a claim's out, as they are after
 // their start: from the claim's reply when it holds each one's hash (inline, by item),
-// else read in one round trip (readStarted).
+// else read in one round trip (readStarted). Each hash is decoded from its field/value
+// items (model.FromHashPairs), with no map made of them.
 func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run []int, inline map[int]any) ([]Started, error) {
-	hashes := make([]map[string]string, len(run))
+	hashes := make([][]string, len(run))
 	if len(inline) == len(run) {
 		for k, i := range run {
-			hashes[k] = flatMap(inline[i])
+			hashes[k] = flatPairs(inline[i])
 		}
 	} else if err := d.readStarted(ctx, out, run, hashes); err != nil {
 		// Started and leased, but unread: the caller releases their claims.
@@ -221,7 +222,7 @@ func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run [
 			continue
 		}
 		var j model.Job
-		if err := model.FromHash(st.Claim.Item, h, &j); err != nil {
+		if err := model.FromHashPairs(st.Claim.Item, h, &j); err != nil {
 			st.Outcome, st.Err = StartGone, fmt.Errorf("read started job %s: %w", st.Claim.Item, err)
 			continue
 		}
@@ -233,8 +234,8 @@ func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run [
 	return out, nil
 }
 
-// readStarted reads the hashes of the started jobs run of out into hashes (by index
-// of run; an empty one: the job is gone), in one round trip: each one's DUMP, one
+// readStarted reads the hashes of the started jobs run of out into hashes, as
+// field/value items (by index of run; none: the job is gone), in one round trip: each one's DUMP, one
 // string to read where HGETALL's reply is two of every field (HashFromDump; ~26
 // fields a started handler job), read without a string of its own per item. A dump
 // this reader does not know (another Redis's format) is read with HGETALL instead,
@@ -242,7 +243,7 @@ func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run [
 // startedFromDump reads a started job's DUMP (HashFromDump; a test makes it fail).
 var startedFromDump = HashFromDump
 
-func (d *DB) readStarted(ctx context.Context, out []Started, run []int, hashes []map[string]string) error {
+func (d *DB) readStarted(ctx context.Context, out []Started, run []int, hashes [][]string) error {
 	dumps := make([]*redis.StringCmd, len(run))
 	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, i := range run {
@@ -263,11 +264,7 @@ func (d *DB) readStarted(ctx context.Context, out []Started, run []int, hashes [
 			again = append(again, k)
 			continue
 		}
-		h := make(map[string]string, len(pairs)/2)
-		for x := 0; x+1 < len(pairs); x += 2 {
-			h[pairs[x]] = pairs[x+1]
-		}
-		hashes[k] = h
+		hashes[k] = pairs
 	}
 	if len(again) == 0 {
 		return nil
@@ -282,9 +279,24 @@ func (d *DB) readStarted(ctx context.Context, out []Started, run []int, hashes [
 		return err
 	}
 	for x, k := range again {
-		hashes[k] = reads[x].Val()
+		h := reads[x].Val()
+		pairs := make([]string, 0, 2*len(h))
+		for f, v := range h {
+			pairs = append(pairs, f, v)
+		}
+		hashes[k] = pairs
 	}
 	return nil
+}
+
+// flatPairs reads a script's flat field/value list as strings.
+func flatPairs(v any) []string {
+	flat, _ := v.([]any)
+	out := make([]string, len(flat))
+	for i, x := range flat {
+		out[i], _ = x.(string)
+	}
+	return out
 }
 
 // randomHex returns n random bytes as hex (math/rand: claim ids and trace ids need to
