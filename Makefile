@@ -94,12 +94,13 @@ test-long: deps ## heavy scale and soak tests kept out of make test (HERO_LONG=1
 		'tests/e2e long: cd tests/e2e && HERO_LONG=1 $(GO) test -json $(TEST_FLAGS) -run "$$LONG_TESTS" ./'
 
 .PHONY: fuzz
-fuzz: ## short bounded fuzz runs of the RRQ frame decoder and of its payload decoders against encoding/json, and of the Go client's submission-answer decoder against proto
+fuzz: ## short bounded fuzz runs of the RRQ frame decoder and of its payload decoders against encoding/json, of the Go client's submission-answer decoder and of the server's submission-request decoder against proto
 	@# A count, not a duration: Go 1.26's fuzz coordinator can report a spurious
 	@# "context deadline exceeded" when a -fuzztime duration ends (go.dev/issue/75804).
 	@cd lib && $(GO) test -run '^$$' -fuzz FuzzReadFrame -fuzztime $${FUZZTIME:-500000x} ./rrq
 	@cd lib && $(GO) test -run '^$$' -fuzz FuzzFastDecode -fuzztime $${FUZZTIME:-500000x} -fuzzminimizetime 1000x ./rrq
 	@cd sdk/go && $(GO) test -run '^$$' -fuzz FuzzDecodeAnswers -fuzztime $${FUZZTIME:-500000x} -fuzzminimizetime 1000x .
+	@cd services/supervisor-daemon && $(GO) test -run '^$$' -fuzz FuzzDecodeRequests -fuzztime $${FUZZTIME:-500000x} -fuzzminimizetime 1000x .
 
 .PHONY: lint
 lint: ## gofmt, go vet, protos current, each module builds on its own (GOWORK=off), Lua scripts in .lua files with headers (scripts/lua-check.sh, itself tested by scripts/lua-check-test.sh), dependencies where they belong (scripts/deps-check.sh), no file of services/supervisor-daemon over 600 lines (scripts/size-check.sh), no function over MAX_CYCLO

@@ -170,20 +170,59 @@ func (c *DigestCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 func (c *DigestCodec) Name() string { return c.proto.Name() }
 
+// WireMessage is a request message its server decodes itself from the bytes as
+// received (a submission stream's, field by field), which DigestCodec hands it. Its
+// digest is recorded over those same bytes when it asks for it (Digested: a stream's
+// opening message, which the authentication interceptor checks); a message that does
+// not ask has none, and an interceptor that looks for it refuses the call.
+type WireMessage interface {
+	// DecodeWire decodes the message's bytes (s: a copy of its own, which the
+	// decoded strings may keep).
+	DecodeWire(s string) error
+	// Digested: record the message's digest for TakeDigest.
+	Digested() bool
+}
+
 func (c *DigestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if w, ok := v.(WireMessage); ok {
+		return c.unmarshalWire(data, w)
+	}
 	if err := c.proto.Unmarshal(data, v); err != nil {
 		return err
 	}
 	if m, ok := v.(proto.Message); ok && c.watched(m) {
-		h := sha256.New()
-		for _, b := range data {
-			_, _ = h.Write(b.ReadOnlyData())
-		}
-		var d [32]byte
-		h.Sum(d[:0])
-		c.digests.Store(v, d)
+		c.digests.Store(v, digestOf(data))
 	}
 	return nil
+}
+
+// unmarshalWire decodes a WireMessage from data, and records the digest of the same
+// bytes when it asks for it.
+func (c *DigestCodec) unmarshalWire(data mem.BufferSlice, w WireMessage) error {
+	var s string
+	if len(data) == 1 {
+		s = string(data[0].ReadOnlyData()) // the one copy
+	} else {
+		s = string(data.Materialize())
+	}
+	if err := w.DecodeWire(s); err != nil {
+		return err
+	}
+	if w.Digested() {
+		c.digests.Store(w, Digest([]byte(s)))
+	}
+	return nil
+}
+
+// digestOf is the SHA-256 of a message's bytes.
+func digestOf(data mem.BufferSlice) [32]byte {
+	h := sha256.New()
+	for _, b := range data {
+		_, _ = h.Write(b.ReadOnlyData())
+	}
+	var d [32]byte
+	h.Sum(d[:0])
+	return d
 }
 
 func (c *DigestCodec) watched(m proto.Message) bool {

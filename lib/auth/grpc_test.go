@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -121,4 +122,43 @@ func serveHealth(t *testing.T, srv *grpc.Server) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	return ln.Addr().String()
+}
+
+// wireMsg is a WireMessage that keeps the bytes it was handed.
+type wireMsg struct {
+	digested bool
+	got      string
+}
+
+func (w *wireMsg) DecodeWire(s string) error { w.got = s; return nil }
+func (w *wireMsg) Digested() bool            { return w.digested }
+
+// A WireMessage is handed the bytes as received (in one piece, however many buffers
+// they came in), and has the digest of those same bytes recorded when it asks for it
+// (a stream's opening message) and none when it does not (a later one: the
+// authentication, which looks for it, refuses a call without it).
+func TestDigestCodecWireMessage(t *testing.T) {
+	codec := NewDigestCodec("hero.v1")
+	data := mem.BufferSlice{mem.SliceBuffer("the opening "), mem.SliceBuffer("message")}
+	opening := &wireMsg{digested: true}
+	if err := codec.Unmarshal(data, opening); err != nil {
+		t.Fatal(err)
+	}
+	if opening.got != "the opening message" {
+		t.Fatalf("decoded %q", opening.got)
+	}
+	d, ok := codec.TakeDigest(opening)
+	if !ok || d != Digest([]byte("the opening message")) {
+		t.Fatalf("digest %x, %v; want the SHA-256 of the bytes", d, ok)
+	}
+	later := &wireMsg{}
+	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer("later")}, later); err != nil {
+		t.Fatal(err)
+	}
+	if later.got != "later" {
+		t.Fatalf("decoded %q", later.got)
+	}
+	if _, ok := codec.TakeDigest(later); ok {
+		t.Fatal("a message that did not ask for its digest has one")
+	}
 }

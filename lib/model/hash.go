@@ -221,6 +221,33 @@ func FromHash(key string, h map[string]string, obj any) error {
 	return nil
 }
 
+// FromHashPairs is FromHash of a hash given as its field/value items (HGETALL's reply
+// as a list, a DUMP read by lib/store's HashFromDump), without a map made of them
+// first: each item's field is looked up once (FromHash looks up every field of the
+// struct in the map). A claim's started jobs are read this way (~26 fields each).
+func FromHashPairs(key string, pairs []string, obj any) error {
+	v := reflect.ValueOf(obj).Elem()
+	byName := fieldsByName(v.Type())
+	claim := ""
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i] == "claim" {
+			claim = pairs[i+1]
+		}
+		f, known := byName[pairs[i]]
+		if !known {
+			continue
+		}
+		if err := decodeField(key, v, f, pairs[i+1]); err != nil {
+			return err
+		}
+	}
+	if j, ok := obj.(*Job); ok && j.TraceID == "" {
+		j.TraceID = TraceOfClaim(claim) // as FromHash
+	}
+	decoded(obj)
+	return nil
+}
+
 // decodeField decodes s into the field f of the struct v (of the hash key).
 func decodeField(key string, v reflect.Value, f fieldInfo, s string) error {
 	if err := decodeValue(s, v.Field(f.index)); err != nil {

@@ -153,3 +153,54 @@ func TestNormalizeEnum(t *testing.T) {
 		}
 	}
 }
+
+// FromHashPairs decodes a hash's field/value items as FromHash decodes the hash: every
+// field of a full job, names the type lacks ignored, the trace id of the claim when the
+// hash stores none, a bad value an error naming its field.
+func TestFromHashPairsAsFromHash(t *testing.T) {
+	j := &Job{ID: 1, CallerID: 2, ContextID: 1, FunctionName: "go#noop", ScriptType: "go", Status: JobStatus("started"), CreatedAt: 1, UpdatedAt: 1,
+		CreatedAtMs: 1000, Attempt: 3, FlowID: 3, Worker: "runner-vm-1", StartedAtUs: 1_000_000, DispatchedMs: 1000, ReadyAtMs: 1000,
+		Dependends: []uint32{4, 5}, EnvVars: map[string]string{"A": "1"}, Args: []byte(`[1,2]`), Timeout: 30, Error: "boom"}
+	h := HashMap(j)
+	h["claim"] = "abcdef01"
+	h["no_such_field"] = "x"
+	var pairs []string
+	for f, v := range h {
+		pairs = append(pairs, f, v)
+	}
+	var got, want Job
+	if err := FromHashPairs("job:2:1", pairs, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := FromHash("job:2:1", h, &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) || got.TraceID != TraceOfClaim("abcdef01") || got.Attempt != 3 || len(got.Dependends) != 2 || got.EnvVars["A"] != "1" {
+		t.Errorf("FromHashPairs %+v\nFromHash      %+v", got, want)
+	}
+	err := FromHashPairs("job:1:2", []string{"flow_id", "1", "attempt", "many"}, &Job{})
+	var de *DecodeError
+	if !errors.As(err, &de) || de.Field != "attempt" || de.Key != "job:1:2" {
+		t.Errorf("a bad value: %v", err)
+	}
+}
+
+// BenchmarkJobFromHashPairs: BenchmarkJobFromHash's hash as field/value items, as a
+// runner reads a started job (a DUMP's items) after its claim.
+func BenchmarkJobFromHashPairs(b *testing.B) {
+	j := &Job{ID: 1, CallerID: 2, ContextID: 1, FunctionName: "go#noop", ScriptType: "go", Status: JobStatus("started"), CreatedAt: 1, UpdatedAt: 1,
+		CreatedAtMs: 1000, Attempt: 1, FlowID: 3, Worker: "runner-vm-1", TraceID: "0123456789abcdef0123456789abcdef", StartedAtUs: 1_000_000, DispatchedMs: 1000, ReadyAtMs: 1000}
+	h := HashMap(j)
+	h["claim"] = "abcdef"
+	var pairs []string
+	for f, v := range h {
+		pairs = append(pairs, f, v)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		var out Job
+		if err := FromHashPairs("job:2:1", pairs, &out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -194,14 +194,15 @@ func startReads(v any) *StartReads {
 // startedJobs fills in the jobs of the items run of a claim's out, as they are after
 // their start: from the claim's reply when it holds each one's hash (inline, by item:
 // its DUMP; one HashFromDump does not read is read with HGETALL, in one round trip),
-// else read in one round trip (readStarted).
+// else read in one round trip (readStarted). Each hash is decoded from its field/value
+// items (model.FromHashPairs), with no map made of them.
 func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run []int, inline map[int]any) ([]Started, error) {
-	hashes := make([]map[string]string, len(run))
+	hashes := make([][]string, len(run))
 	var err error
 	if len(inline) == len(run) {
 		var again []int // by index of run: dumps HashFromDump does not read
 		for k, i := range run {
-			if h, ok := inlineHash(inline[i]); ok {
+			if h, ok := inlinePairs(inline[i]); ok {
 				hashes[k] = h
 			} else {
 				again = append(again, k)
@@ -232,7 +233,7 @@ func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run [
 			continue
 		}
 		var j model.Job
-		if err := model.FromHash(st.Claim.Item, h, &j); err != nil {
+		if err := model.FromHashPairs(st.Claim.Item, h, &j); err != nil {
 			st.Outcome, st.Err = StartGone, fmt.Errorf("read started job %s: %w", st.Claim.Item, err)
 			continue
 		}
@@ -244,13 +245,13 @@ func (d *DB) startedJobs(ctx context.Context, queue string, out []Started, run [
 	return out, nil
 }
 
-// inlineHash reads a started job's hash from the claim's reply: its DUMP
-// (lua/lib_claim.lua; HashFromDump), or its field/value items. false: a dump this
-// reader does not know (the job is read after the claim).
-func inlineHash(v any) (map[string]string, bool) {
+// inlinePairs reads a started job's hash from the claim's reply as field/value items:
+// its DUMP (lua/lib_claim.lua; HashFromDump), or its items. false: a dump this reader
+// does not know (the job is read after the claim).
+func inlinePairs(v any) ([]string, bool) {
 	dump, ok := v.(string)
 	if !ok {
-		return flatMap(v), true
+		return flatPairs(v), true
 	}
 	if dump == "" {
 		return nil, true // gone
@@ -259,15 +260,11 @@ func inlineHash(v any) (map[string]string, bool) {
 	if err != nil {
 		return nil, false
 	}
-	h := make(map[string]string, len(pairs)/2)
-	for x := 0; x+1 < len(pairs); x += 2 {
-		h[pairs[x]] = pairs[x+1]
-	}
-	return h, true
+	return pairs, true
 }
 
-// readStarted reads the hashes of the started jobs run of out into hashes (by index
-// of run; an empty one: the job is gone), in one round trip: each one's DUMP, one
+// readStarted reads the hashes of the started jobs run of out into hashes, as
+// field/value items (by index of run; none: the job is gone), in one round trip: each one's DUMP, one
 // string to read where HGETALL's reply is two of every field (HashFromDump; ~26
 // fields a started handler job), read without a string of its own per item. A dump
 // this reader does not know (another Redis's format) is read with HGETALL instead,
@@ -275,7 +272,7 @@ func inlineHash(v any) (map[string]string, bool) {
 // startedFromDump reads a started job's DUMP (HashFromDump; a test makes it fail).
 var startedFromDump = HashFromDump
 
-func (d *DB) readStarted(ctx context.Context, out []Started, run []int, hashes []map[string]string) error {
+func (d *DB) readStarted(ctx context.Context, out []Started, run []int, hashes [][]string) error {
 	dumps := make([]*redis.StringCmd, len(run))
 	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, i := range run {
@@ -296,18 +293,15 @@ func (d *DB) readStarted(ctx context.Context, out []Started, run []int, hashes [
 			again = append(again, k)
 			continue
 		}
-		h := make(map[string]string, len(pairs)/2)
-		for x := 0; x+1 < len(pairs); x += 2 {
-			h[pairs[x]] = pairs[x+1]
-		}
-		hashes[k] = h
+		hashes[k] = pairs
 	}
 	return d.readHashes(ctx, out, run, again, hashes)
 }
 
 // readHashes reads the hashes of the started jobs run[k] of out, for each k of again,
-// into hashes[k] with HGETALL, in one round trip (none when again is empty).
-func (d *DB) readHashes(ctx context.Context, out []Started, run, again []int, hashes []map[string]string) error {
+// into hashes[k] with HGETALL, as field/value items, in one round trip (none when
+// again is empty).
+func (d *DB) readHashes(ctx context.Context, out []Started, run, again []int, hashes [][]string) error {
 	if len(again) == 0 {
 		return nil
 	}
@@ -321,9 +315,24 @@ func (d *DB) readHashes(ctx context.Context, out []Started, run, again []int, ha
 		return err
 	}
 	for x, k := range again {
-		hashes[k] = reads[x].Val()
+		h := reads[x].Val()
+		pairs := make([]string, 0, 2*len(h))
+		for f, v := range h {
+			pairs = append(pairs, f, v)
+		}
+		hashes[k] = pairs
 	}
 	return nil
+}
+
+// flatPairs reads a script's flat field/value list as strings.
+func flatPairs(v any) []string {
+	flat, _ := v.([]any)
+	out := make([]string, len(flat))
+	for i, x := range flat {
+		out[i], _ = x.(string)
+	}
+	return out
 }
 
 // randomHex returns n random bytes as hex (math/rand: claim ids and trace ids need to

@@ -1,14 +1,13 @@
 package hero
 
 import (
-	"unicode/utf8"
-
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/protoconv"
 	herov1 "github.com/hero-coordinator/hero/proto/hero/v1"
 )
 
@@ -89,13 +88,13 @@ func fastAnswers(s string, m *streamAnswers) bool {
 	var top fastAnswer
 	batch := false
 	for len(s) > 0 {
-		num, typ, n := consumeTag(s)
+		num, typ, n := protoconv.ConsumeTag(s)
 		if n < 0 {
 			return false
 		}
 		s = s[n:]
 		if num == 4 { // batch: each item an answer of its own
-			v, n := consumeBytes(s, typ)
+			v, n := protoconv.ConsumeBytes(s, typ)
 			if n < 0 {
 				return false
 			}
@@ -131,7 +130,7 @@ type fastAnswer struct {
 // decode reads an answer; false: not for the fast way.
 func (a *fastAnswer) decode(s string) bool {
 	for len(s) > 0 {
-		num, typ, n := consumeTag(s)
+		num, typ, n := protoconv.ConsumeTag(s)
 		if n < 0 {
 			return false
 		}
@@ -157,17 +156,17 @@ func (a *fastAnswer) field(s string, num protowire.Number, typ protowire.Type) i
 		if typ != protowire.VarintType {
 			return -1
 		}
-		v, n := varint(s)
+		v, n := protoconv.Varint(s)
 		a.seq = v
 		return n
 	case 2, 3:
-		v, n := consumeBytes(s, typ)
+		v, n := protoconv.ConsumeBytes(s, typ)
 		if n < 0 || num == 2 && (a.submit || !a.decodeSubmit(v)) || num == 3 && (a.err != nil || !a.decodeError(v)) {
 			return -1 // a message field twice (proto merges them): the usual way
 		}
 		return n
 	}
-	return skipField(s, num, typ)
+	return protoconv.SkipField(s, typ)
 }
 
 // answer is the answer as a call's outcome (answerOf's).
@@ -189,14 +188,14 @@ func (a *fastAnswer) answer() streamAnswer {
 func (a *fastAnswer) decodeSubmit(s string) bool {
 	a.submit = true
 	for len(s) > 0 {
-		num, typ, n := consumeTag(s)
+		num, typ, n := protoconv.ConsumeTag(s)
 		if n < 0 {
 			return false
 		}
 		s = s[n:]
 		switch num {
 		case 1:
-			v, n := consumeBytes(s, typ)
+			v, n := protoconv.ConsumeBytes(s, typ)
 			if n < 0 || a.job != nil {
 				return false
 			}
@@ -205,7 +204,7 @@ func (a *fastAnswer) decodeSubmit(s string) bool {
 			}
 			s = s[n:]
 		case 2:
-			v, n := consumeVarint(s, typ)
+			v, n := protoconv.ConsumeVarint(s, typ)
 			if n < 0 {
 				return false
 			}
@@ -214,7 +213,7 @@ func (a *fastAnswer) decodeSubmit(s string) bool {
 		case 30: // a flow: the usual way
 			return false
 		default:
-			if n = skipField(s, num, typ); n < 0 {
+			if n = protoconv.SkipField(s, typ); n < 0 {
 				return false
 			}
 			s = s[n:]
@@ -228,14 +227,14 @@ func (a *fastAnswer) decodeError(s string) bool {
 	e := &herov1.StreamError{}
 	a.err = e
 	for len(s) > 0 {
-		num, typ, n := consumeTag(s)
+		num, typ, n := protoconv.ConsumeTag(s)
 		if n < 0 {
 			return false
 		}
 		s = s[n:]
 		switch num {
 		case 1, 3:
-			v, n := consumeVarint(s, typ)
+			v, n := protoconv.ConsumeVarint(s, typ)
 			if n < 0 {
 				return false
 			}
@@ -246,14 +245,14 @@ func (a *fastAnswer) decodeError(s string) bool {
 			}
 			s = s[n:]
 		case 2:
-			v, n := consumeString(s, typ)
+			v, n := protoconv.ConsumeString(s, typ)
 			if n < 0 {
 				return false
 			}
 			e.Message = v
 			s = s[n:]
 		default:
-			if n = skipField(s, num, typ); n < 0 {
+			if n = protoconv.SkipField(s, typ); n < 0 {
 				return false
 			}
 			s = s[n:]
@@ -267,33 +266,33 @@ func (a *fastAnswer) decodeError(s string) bool {
 func decodeJob(s string) *model.Job {
 	j := &model.Job{}
 	for len(s) > 0 {
-		num, typ, n := consumeTag(s)
+		num, typ, n := protoconv.ConsumeTag(s)
 		if n < 0 {
 			return nil
 		}
 		s = s[n:]
 		switch {
 		case num == 10: // prerequisites
-			v, n := consumeString(s, typ)
+			v, n := protoconv.ConsumeString(s, typ)
 			if n < 0 {
 				return nil
 			}
 			j.Prerequisites = append(j.Prerequisites, v)
 			s = s[n:]
 		case num == 11: // dependends, packed or not
-			if n = appendUint32s(&j.Dependends, s, typ); n < 0 {
+			if n = protoconv.AppendUint32s(&j.Dependends, s, typ); n < 0 {
 				return nil
 			}
 			s = s[n:]
 		case num < jobFields && jobStrings[num] != nil:
-			v, n := consumeString(s, typ)
+			v, n := protoconv.ConsumeString(s, typ)
 			if n < 0 {
 				return nil
 			}
 			jobStrings[num](j, v)
 			s = s[n:]
 		case num < jobFields && jobVarints[num] != nil:
-			v, n := consumeVarint(s, typ)
+			v, n := protoconv.ConsumeVarint(s, typ)
 			if n < 0 {
 				return nil
 			}
@@ -302,7 +301,7 @@ func decodeJob(s string) *model.Job {
 		case num == 8 || num == 9 || num == 33 || num == 34 || num == 35: // maps, JSON, limits: the usual way
 			return nil
 		default: // a field this version does not know: skipped, as JobFromPB leaves it
-			if n = skipField(s, num, typ); n < 0 {
+			if n = protoconv.SkipField(s, typ); n < 0 {
 				return nil
 			}
 			s = s[n:]
@@ -382,113 +381,4 @@ func rawOf(v string) []byte {
 	return []byte(v)
 }
 
-// The wire's pieces, read from a string (the strings cut from it are the job's).
-
-func consumeTag(s string) (protowire.Number, protowire.Type, int) {
-	v, n := varint(s)
-	if n < 0 {
-		return 0, 0, -1
-	}
-	num, typ := protowire.DecodeTag(v)
-	if num < protowire.MinValidNumber || num > protowire.MaxValidNumber {
-		return 0, 0, -1 // proto refuses a field number out of range (FuzzDecodeAnswers)
-	}
-	return num, typ, n
-}
-
-func consumeVarint(s string, typ protowire.Type) (uint64, int) {
-	if typ != protowire.VarintType {
-		return 0, -1
-	}
-	return varint(s)
-}
-
-func consumeBytes(s string, typ protowire.Type) (string, int) {
-	if typ != protowire.BytesType {
-		return "", -1
-	}
-	l, n := varint(s)
-	if n < 0 || l > uint64(len(s)-n) {
-		return "", -1
-	}
-	return s[n : n+int(l)], n + int(l)
-}
-
-// consumeString is consumeBytes of a proto3 string, which proto refuses when it is
-// not UTF-8.
-func consumeString(s string, typ protowire.Type) (string, int) {
-	v, n := consumeBytes(s, typ)
-	if n < 0 || !utf8.ValidString(v) {
-		return "", -1
-	}
-	return v, n
-}
-
-// appendUint32s reads a repeated uint32's element (varint) or packed elements.
-func appendUint32s(dst *[]uint32, s string, typ protowire.Type) int {
-	if typ == protowire.VarintType {
-		v, n := varint(s)
-		if n >= 0 {
-			*dst = append(*dst, uint32(v))
-		}
-		return n
-	}
-	p, n := consumeBytes(s, typ)
-	if n < 0 {
-		return -1
-	}
-	for len(p) > 0 {
-		v, k := varint(p)
-		if k < 0 {
-			return -1
-		}
-		*dst = append(*dst, uint32(v))
-		p = p[k:]
-	}
-	return n
-}
-
-// skipField takes a field this decoder does not read (-1: a group, or short).
-func skipField(s string, _ protowire.Number, typ protowire.Type) int {
-	switch typ {
-	case protowire.VarintType:
-		_, n := varint(s)
-		return n
-	case protowire.Fixed32Type:
-		return fixed(s, 4)
-	case protowire.Fixed64Type:
-		return fixed(s, 8)
-	case protowire.BytesType:
-		_, n := consumeBytes(s, typ)
-		return n
-	}
-	return -1 // groups: the usual way
-}
-
-func fixed(s string, n int) int {
-	if len(s) < n {
-		return -1
-	}
-	return n
-}
-
-// varint reads a varint at the start of s (-1: none).
-func varint(s string) (uint64, int) {
-	var v uint64
-	for i := 0; i < len(s) && i < maxVarintLen; i++ {
-		c := s[i]
-		if i == maxVarintLen-1 && c > 1 {
-			return 0, -1 // overflow
-		}
-		v |= uint64(c&0x7f) << (7 * i)
-		if c < 0x80 {
-			return v, i + 1
-		}
-	}
-	return 0, -1
-}
-
 var _ encoding.CodecV2 = answerCodec{}
-
-// maxVarintLen is the longest varint (a uint64's).
-const maxVarintLen = 10

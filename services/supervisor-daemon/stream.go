@@ -85,21 +85,21 @@ func (c *coordinatorServer) SubmitJobStream(st grpc.BidiStreamingServer[herov1.S
 		}
 		ctx = st.Context()
 		r := in.r
-		items := r.Batch
+		items := r.batch
 		if len(items) > 0 {
 			received(len(items))
 		}
 		switch {
 		case len(items) == 0: // a submission of its own
-			items = []*herov1.SubmitJobStreamRequest{r}
-		case r.Submit != nil: // with a batch too: first
-			items = append([]*herov1.SubmitJobStreamRequest{{Seq: r.Seq, Submit: r.Submit, Traceparent: r.Traceparent}}, items...)
+			items = []streamReq{r.first}
+		case r.first.submit: // with a batch too: first
+			items = append([]streamReq{r.first}, items...)
 		}
 		for len(items) > 0 {
 			n := min(len(items), streamInflight)
 			w := streamWork{ctx: ctx, items: make([]streamItem, n)}
-			for i, it := range items[:n] {
-				w.items[i] = streamItem{r: it, limit: !first} // the context is authenticated by the opening message
+			for i := range items[:n] {
+				w.items[i] = streamItem{r: &items[i], limit: !first} // the context is authenticated by the opening message
 				first = false
 			}
 			items = items[n:]
@@ -165,17 +165,20 @@ func (f *inflight) answered(k int) { f.done <- k }
 
 // streamIn is one request of a stream, or why none came.
 type streamIn struct {
-	r   *herov1.SubmitJobStreamRequest
+	r   *streamRequest
 	err error
 }
 
 // receive reads a stream's requests in a goroutine of its own, one ahead of the
 // handler (which reads them from the channel); stop ends it once the handler is done.
+// They are decoded into their submissions as they come (streamRequest), the opening
+// one with its digest, which authenticates the stream.
 func receive(st grpc.BidiStreamingServer[herov1.SubmitJobStreamRequest, herov1.SubmitJobStreamResponse]) (<-chan streamIn, func()) {
 	ch, done := make(chan streamIn), make(chan struct{})
 	go func() {
-		for {
-			r, err := st.Recv()
+		for opening := true; ; opening = false {
+			r := &streamRequest{opening: opening}
+			err := st.RecvMsg(r)
 			select {
 			case ch <- streamIn{r, err}:
 			case <-done:
@@ -242,7 +245,7 @@ type streamWork struct {
 // streamItem is one submission of a stream. limit: count it against the caller's rate
 // (the opening one was counted when the stream was opened).
 type streamItem struct {
-	r     *herov1.SubmitJobStreamRequest
+	r     *streamReq
 	limit bool
 }
 
@@ -251,7 +254,6 @@ type streamItem struct {
 func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem) []streamAnswer {
 	start := time.Now()
 	out := make([]streamAnswer, len(items))
-	ins := make([]jobIn, len(items)) // the submissions' jobs: one allocation for them all
 	errs := make([]error, len(items))
 	revoked := streamRevoked(ctx)
 	// Once begun, a submission is stored and answered as it is, even if the stream's
@@ -262,12 +264,12 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 	subs := make([]eachSubmit, 0, len(items))
 	at := make([]int, 0, len(items)) // the item of each of subs
 	for i, it := range items {
-		out[i].seq = it.r.Seq
+		out[i].seq = it.r.seq
 		if revoked != nil {
 			errs[i] = revoked
 			continue
 		}
-		sub, err := c.checkStreamItem(ctx, key, it, &ins[i])
+		sub, err := c.checkStreamItem(ctx, key, it)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -300,9 +302,8 @@ func (c *coordinatorServer) streamSubmit(ctx context.Context, items []streamItem
 }
 
 // checkStreamItem checks one submission of a stream (its rate, counted against the
-// caller's key, its traceparent, its form) and makes it a submission for submitEach,
-// its job in in.
-func (c *coordinatorServer) checkStreamItem(ctx context.Context, key string, it streamItem, in *jobIn) (eachSubmit, error) {
+// caller's key, its traceparent, its form) and makes it a submission for submitEach.
+func (c *coordinatorServer) checkStreamItem(ctx context.Context, key string, it streamItem) (eachSubmit, error) {
 	r := it.r
 	if it.limit && c.limits != nil {
 		if err := c.limits.allow(key, 1); err != nil {
@@ -310,27 +311,25 @@ func (c *coordinatorServer) checkStreamItem(ctx context.Context, key string, it 
 		}
 	}
 	tp := ""
-	if r.Traceparent != "" {
-		tctx, err := withTraceparent(ctx, []string{r.Traceparent})
+	if r.tp != "" {
+		tctx, err := withTraceparent(ctx, []string{r.tp})
 		if err != nil {
 			return eachSubmit{}, err
 		}
 		ctx, tp = tctx, traceparentOf(tctx)
 	}
-	if len(r.Batch) > 0 {
-		return eachSubmit{}, invalidParams("batch", "the stream item (seq %d) holds a batch: a batch's items are submissions", r.Seq)
+	if r.nested {
+		return eachSubmit{}, invalidParams("batch", "the stream item (seq %d) holds a batch: a batch's items are submissions", r.seq)
 	}
-	sr := r.Submit
-	if sr == nil {
-		return eachSubmit{}, invalidParams("submit", "the stream item (seq %d) has no submission", r.Seq)
+	if !r.submit {
+		return eachSubmit{}, invalidParams("submit", "the stream item (seq %d) has no submission", r.seq)
 	}
-	item := submitItem{UniqueKey: sr.UniqueKey, UniqueTTLSeconds: sr.UniqueTtlSeconds, delayParams: delayParams{RunAt: sr.RunAt, Delay: sr.Delay},
-		debounceParams: debounceParams{DebounceKey: sr.DebounceKey, Debounce: sr.Debounce}}
-	if sr.Job != nil { // as submitItemFromPB: none given, none made (submission refuses it)
-		jobInFromPBInto(in, sr.Job)
-		item.Job = in
+	item := submitItem{UniqueKey: r.uniqueKey, UniqueTTLSeconds: r.uniqueTTL, delayParams: delayParams{RunAt: r.runAt, Delay: r.delay},
+		debounceParams: debounceParams{DebounceKey: r.debounceKey, Debounce: r.debounce}}
+	if r.hasJob { // as submitItemFromPB: none given, none made (submission refuses it)
+		item.Job = &r.job
 	}
-	return eachSubmit{ctx: ctx, tp: tp, ctxID: sr.ContextId, item: item}, nil
+	return eachSubmit{ctx: ctx, tp: tp, ctxID: r.ctxID, item: item}, nil
 }
 
 // streamError is a refused item's status as the stream carries it.

@@ -143,6 +143,17 @@ func BenchmarkDependentStartPlaced(b *testing.B) {
 // its dependent starts (started_at_ms − ready_at_ms, ms) of jobs 2–200.
 func chainLatencies(b *testing.B, c *harness.Client, ctxID, flowID uint32) []float64 {
 	b.Helper()
+	var lat []float64
+	for _, j := range chainJobs(b, c, ctxID, flowID)[1:] {
+		lat = append(lat, float64(j.StartedAtMs-j.ReadyAtMs))
+	}
+	return lat
+}
+
+// chainJobs runs a 200-job chain of `sh true` in ctxID as flow flowID and returns its
+// jobs as they ended, in the chain's order.
+func chainJobs(b *testing.B, c *harness.Client, ctxID, flowID uint32) []harness.Job {
+	b.Helper()
 	ids := make([]uint32, 200)
 	for i := range ids {
 		ids[i] = flowID*1000 + uint32(i)
@@ -157,13 +168,11 @@ func chainLatencies(b *testing.B, c *harness.Client, ctxID, flowID uint32) []flo
 	if f := c.WaitFlow(b, ctxID, flowID, 5*time.Minute); f.Status != "finished" {
 		b.Fatalf("flow %d of context %d: %+v", flowID, ctxID, f)
 	}
-	var lat []float64
-	for _, id := range ids[1:] {
-		var j harness.Job
-		c.MustCall(b, "job.load", map[string]any{"context_id": ctxID, "caller_id": 1, "id": id}, &j)
-		lat = append(lat, float64(j.StartedAtMs-j.ReadyAtMs))
+	jobs := make([]harness.Job, len(ids))
+	for i, id := range ids {
+		c.MustCall(b, "job.load", map[string]any{"context_id": ctxID, "caller_id": 1, "id": id}, &jobs[i])
 	}
-	return lat
+	return jobs
 }
 
 // BenchmarkIndependentJobs: a flow of 2,000 independent `true` jobs, one runner: with

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -217,10 +218,19 @@ func metricsLatency(tb testing.TB, p *harness.Proc) time.Duration {
 	return worst
 }
 
-// chainP50 runs a 200-job chain in context 1 and returns its dependent-start p50 (ms).
-func chainP50(b *testing.B, c *harness.Client, flowID uint32) float64 {
+// chainP50 runs a 200-job chain in context 1 and returns its dependent-start p50 (ms,
+// from the jobs' whole-millisecond stamps) and its dependent hop's p50 (µs: a job's
+// started_at_us − its dependency's finished_at_us), which tells apart what a
+// millisecond tick hides.
+func chainP50(b *testing.B, c *harness.Client, flowID uint32) (ms, hopUs float64) {
 	b.Helper()
-	return percentile(chainLatencies(b, c, ctx1, flowID), 0.50)
+	jobs := chainJobs(b, c, ctx1, flowID)
+	var lat, hops []float64
+	for i, j := range jobs[1:] {
+		lat = append(lat, float64(j.StartedAtMs-j.ReadyAtMs))
+		hops = append(hops, float64(j.StartedAtUs-jobs[i].FinishedAtUs))
+	}
+	return percentile(lat, 0.50), percentile(hops, 0.50)
 }
 
 // BenchmarkIdleContexts (issue 20, acceptance 4): 4,000 idle contexts, each with a
@@ -253,7 +263,7 @@ func BenchmarkIdleContexts(b *testing.B) {
 
 	// The reference: one context.
 	srv1, s1, c1 := idleStack(b, 1, databases, opt)
-	p50one := chainP50(b, c1, 1)
+	p50one, hopOne := chainP50(b, c1, 1)
 	conns1 := redisInfo(b, srv1.Client(b, 0), "clients", "connected_clients") - 1 // the test's own
 	for _, p := range s1.Procs() {                                                // out of the way of the measurement
 		p.Kill()
@@ -312,7 +322,7 @@ func BenchmarkIdleContexts(b *testing.B) {
 	// few more than one context did. A connection per context would be thousands; a
 	// few more than one context's is the pools' concurrency, not the contexts.
 	if conns > conns1+4 {
-		b.Errorf("%d Redis connections with %d contexts, %d with one (at most 4 more)", conns, n, conns1)
+		b.Errorf("%d Redis connections with %d contexts, %d with one (at most 4 more); by database, last command and idle seconds: %s", conns, n, conns1, clientsSummary(b, rc))
 	}
 	for _, p := range procs {
 		d := metricsLatency(b, p)
@@ -322,13 +332,52 @@ func BenchmarkIdleContexts(b *testing.B) {
 			b.Errorf("%s /metrics took %v with %d contexts, not under 50 ms", p.Name, d, n)
 		}
 	}
-	p50 := chainP50(b, c, 1)
+	p50, hop := chainP50(b, c, 1)
 	b.StopTimer()
 	b.ReportMetric(p50, "p50-ms")
 	b.ReportMetric(p50one, "one-context-p50-ms")
-	fmt.Printf("  dependent-start p50 %.1f ms over a 200-job chain (one-context stack: %.1f ms)\n", p50, p50one)
+	b.ReportMetric(hop/1000, "hop-p50-ms")
+	b.ReportMetric(hopOne/1000, "one-context-hop-p50-ms")
+	fmt.Printf("  dependent-start p50 %.1f ms over a 200-job chain (one-context stack: %.1f ms); hop p50 %.3f ms (one-context stack: %.3f ms)\n", p50, p50one, hop/1000, hopOne/1000)
 	// Whole milliseconds: a p50 of 2 ms against 1 ms is one tick, not a slowdown.
 	if p50 > 1.2*p50one && p50-p50one > 1 {
 		b.Errorf("dependent-start p50 %.1f ms with %d contexts, over 1.2× the one-context stack's %.1f ms", p50, n, p50one)
 	}
+	// The hop in microseconds: within 1.2× of one context's, or a quarter of a
+	// millisecond (a run's own spread on an idle two-core machine).
+	if hop > 1.2*hopOne && hop-hopOne > 250 {
+		b.Errorf("dependent hop p50 %.3f ms with %d contexts, over 1.2× the one-context stack's %.3f ms", hop/1000, n, hopOne/1000)
+	}
+}
+
+// clientsSummary counts Redis's client connections by their database, last command
+// and idle time (CLIENT LIST's db, cmd and idle, the idle seconds rounded to tens), to
+// tell which pool kept more connections open.
+func clientsSummary(b *testing.B, rc *redis.Client) string {
+	b.Helper()
+	list, err := rc.ClientList(context.Background()).Result()
+	if err != nil {
+		return err.Error()
+	}
+	counts := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		f := map[string]string{}
+		for _, kv := range strings.Fields(line) {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				f[k] = v
+			}
+		}
+		idle, _ := strconv.Atoi(f["idle"])
+		counts[fmt.Sprintf("db=%s cmd=%s idle~%ds", f["db"], f["cmd"], idle/10*10)]++
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []string
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%s ×%d", k, counts[k]))
+	}
+	return strings.Join(out, "; ")
 }
