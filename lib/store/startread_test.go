@@ -12,7 +12,7 @@ import (
 )
 
 // A claim's script returns its started jobs' DUMPs (read by HashFromDump) instead of
-// their HGETALLs: each job as LoadJob reads it, whether its hash is a listpack or a
+// their HGETALLs (up to 8 jobs; a larger claim's are read after it, a DUMP each): each job as LoadJob reads it, whether its hash is a listpack or a
 // hash table (a value over 64 bytes, and one that the dump compresses), with no read
 // after the script. A dump the reader does not know is read with HGETALL instead, and
 // gives the same jobs.
@@ -22,7 +22,7 @@ func TestClaimStartsReadsStartedJobsFromTheirDumps(t *testing.T) {
 	db := mustCtx(t, s, 30)
 	q := keys.Queue("sh")
 	wakeRunner1(t, 30, q)
-	_, jobs := flowWith(t, s, db, 14)
+	_, jobs := flowWith(t, s, db, 23)
 	rc := srv.Client(t, 30)
 	long := map[uint32]string{
 		jobs[1].ID: strings.Repeat("echo compressed; ", 40),                                      // LZF makes it shorter
@@ -66,6 +66,9 @@ func TestClaimStartsReadsStartedJobsFromTheirDumps(t *testing.T) {
 	}
 	got, err := db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 7), store.Wake{})
 	check(got, err, 7, 0, 0)
+	// A claim of more than INLINE_READS (8) jobs reads them after the script: a DUMP each.
+	got, err = db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 9), store.Wake{})
+	check(got, err, 9, 9, 0)
 	restore := store.BreakStartedDumps()
 	defer restore()
 	got, err = db.ClaimStarts(ctx, q, "w1", time.Minute, make([]string, 7), store.Wake{})
