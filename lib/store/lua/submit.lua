@@ -25,7 +25,9 @@
 --   guard_values  view[]string  the values an authorization read from them
 --   msg           []raw     field/value items of the job request message every job
 --                           of the call gets (all but id, caller_id, message and
---                           job, which are written per job; status first)
+--                           job, which are written per job; status first); a job
+--                           routed here gets its message short instead (one field,
+--                           req "<now_ms> <id>", acknowledged: lib/store expandShort)
 --   jobs          []job     the jobs, in order
 --     chosen  bool    the caller chose the id (else the script reserves one from
 --                     coord:seq:job:<caller>)
@@ -269,7 +271,9 @@ if shared then
     end
   end
   one_caller = one_caller or false
-  message_share(msg, one_caller and {'caller_id', one_caller} or nil, all_here and MSG_ACKNOWLEDGED or nil)
+  -- (the request messages of jobs routed here are stored short, not from msg: when
+  -- every new job is, no message shares its fields)
+  if not all_here then message_share(msg, one_caller and {'caller_id', one_caller} or nil) end
   redis.call('DEL', K_JOB_TEMPLATE) -- (one a call that failed midway left)
   if one_caller then
     redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1',
@@ -329,16 +333,22 @@ for _, j in ipairs(jobs) do
     -- impliedStatus, impliedDetail, eventsOf).
     ev_later(EV_JOB_CREATED, j.actor, '0', j.id, j.caller, '')
     ev_later(EV_JOB_DISPATCHED, j.actor, '0', j.id, j.caller, '')
-    -- its request message: the call's fields, and the job's own (its list as
-    -- lib/store's requestRef writes a standalone job's, its text as requestFields'),
-    -- acknowledged and the job queued when a runner here takes it (as lib_route's
-    -- route_store), else dispatched on msg_out for the router
-    local own = {'message', 'job ' .. ctx .. ':' .. member, 'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}
-    if not (shared and one_caller) then
-      own[5] = 'caller_id'
-      own[6] = j.caller
+    -- its request message: when a runner here takes it (the job queued, as lib_route's
+    -- route_store), acknowledged and stored short: one field, req "<now_ms> <id>", from
+    -- which a read makes the message the call's fields and the job's own would be
+    -- (lib/store expandShort: its list as requestRef writes a standalone job's, its
+    -- text as requestFields'); else the call's fields and the job's own, dispatched
+    -- on msg_out for the router
+    if q then
+      redis.call('HSET', mk, 'req', now_ms .. ' ' .. j.id)
+    else
+      local own = {'message', 'job ' .. ctx .. ':' .. member, 'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}
+      if not (shared and one_caller) then
+        own[5] = 'caller_id'
+        own[6] = j.caller
+      end
+      store_message(j.caller, msg, now_ms, own, nil, mid)
     end
-    store_message(j.caller, msg, now_ms, own, q and MSG_ACKNOWLEDGED or nil, mid)
     if q then
       route_priority(j.key, j.prio)
       route_concurrency(j.key, j.ck, j.cl)
