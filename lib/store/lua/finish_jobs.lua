@@ -235,7 +235,10 @@ for r = 1, #runs do
     elseif name == 'await' then await = v == '1'
     else error('finish_jobs: unknown item ' .. name .. ' of a run') end
   end
-  local retry_after = tonumber(retry_ms)
+  -- (a number read from a string is a strtod, and one formatted a sprintf: ~0.5–1.5k
+  -- instructions each, skipped where the string is what is needed)
+  local retry_after = 0
+  if retry_ms ~= '0' then retry_after = tonumber(retry_ms) end
   -- from the tail, where claims (pushed at the head) are oldest: runs end in about the
   -- order they started, so the entry is near (a scan from the head crossed every run
   -- in flight, ~2% of this script with 256 of them)
@@ -283,7 +286,7 @@ for r = 1, #runs do
     local alone = here and flow == '0'
     local told -- an awaited job's end, told with its hash once it is written
     if alone then
-      local as = int(tonumber(cur[3] or '0'))
+      local as = cur[3] or '0' -- (the attempt as stored: a whole number)
       if cur[5] ~= as then
         set[#set + 1] = 'done_attempt'; set[#set + 1] = as
         if eff > 0 then expire[#expire + 1] = ctx .. ':job:' .. caller .. ':' .. id end
