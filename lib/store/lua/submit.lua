@@ -38,8 +38,9 @@
 --     run_at  int     when it runs (ms; 0: dispatch now; else the job is stored
 --                     scheduled, with no message, and entered in coord:delayed for
 --                     the scheduler to dispatch then)
---     ncmp    num     how many of its field/value pairs (the first) are compared
---                     against an existing job of a chosen id
+--     ncmp    int     how many of its field/value pairs (the first) are compared
+--                     against an existing job of a chosen id (a string, made a number
+--                     only for a chosen id: a tonumber is a strtod in Redis's Lua)
 --     fields  view[]raw  its field/value items, read in place (a table of them per
 --                     job cost ~2% of a submission); the script writes the rest of
 --                     a new job's fields itself (its id, its dispatched status,
@@ -111,7 +112,7 @@ local n_jobs = tonumber(ARGV[argi])
 jobs = {}
 argi = argi + 1
 for k = 1, n_jobs do
-  local e_jobs = {chosen = ARGV[argi] == '1', caller = ARGV[argi + 1], id = ARGV[argi + 2], ttl = ARGV[argi + 3], actor = ARGV[argi + 4], run_at = ARGV[argi + 5], ncmp = tonumber(ARGV[argi + 6]), fields_n = tonumber(ARGV[argi + 7]), fields_at = argi + 7}
+  local e_jobs = {chosen = ARGV[argi] == '1', caller = ARGV[argi + 1], id = ARGV[argi + 2], ttl = ARGV[argi + 3], actor = ARGV[argi + 4], run_at = ARGV[argi + 5], ncmp = ARGV[argi + 6], fields_n = tonumber(ARGV[argi + 7]), fields_at = argi + 7}
   argi = argi + 8 + e_jobs.fields_n
   jobs[k] = e_jobs
 end
@@ -180,7 +181,7 @@ for n, j in ipairs(jobs) do
     -- an id is reserved below
   elseif redis.call('EXISTS', j.key) == 1 then
     local fields_at = j.fields_at
-    for f = 1, 2 * j.ncmp - 1, 2 do
+    for f = 1, 2 * tonumber(j.ncmp) - 1, 2 do
       local name = views[fields_at + f]
       if not same(redis.call('HGET', j.key, name) or STORED_DEFAULT[name] or '', views[fields_at + f + 1]) then
         return {'conflict', n, views[fields_at + f]}
@@ -192,7 +193,7 @@ for n, j in ipairs(jobs) do
     local was, e = {}, jobs[first]
     local e_fields_at, fields_at = e.fields_at, j.fields_at
     for f = 1, e.fields_n, 2 do was[views[e_fields_at + f]] = views[e_fields_at + f + 1] end
-    for f = 1, 2 * j.ncmp - 1, 2 do
+    for f = 1, 2 * tonumber(j.ncmp) - 1, 2 do
       local name = views[fields_at + f]
       if not same(was[name] or '', views[fields_at + f + 1]) then return {'conflict', n, name} end
     end
