@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 	"github.com/hero-coordinator/hero/lib/store"
 )
@@ -107,4 +109,45 @@ func storedResult(j *model.Job, n string) map[string]string {
 		"context_id": strconv.FormatUint(uint64(j.ContextID), 10), "message": "result of job " + ref,
 		"updated_at": strconv.FormatInt(j.FinishedAtUs/1000000, 10), "kind": model.KindJobResult, "created_at_ms": ms, "job_ref": "1",
 		"job": fmt.Sprintf(`[{"id":%d,"attempt":%d,"status":"finished"}]`, j.ID, j.Attempt)}
+}
+
+// The jobs of one submission that name a function each go to the queue of their
+// function's executor, or, for a function that names none ("#<handler>"), of their
+// script type: one call's jobs of one function but different script types go to
+// different queues (submit.lua finds a queue once per function and script type).
+func TestSubmitRoutesEachFunctionAndScriptType(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 54)
+	if _, _, err := s.CreateRunner(ctx, 54, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh", "python"}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh", "python"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceExecutors(ctx, 1, []string{"go"}); err != nil {
+		t.Fatal(err)
+	}
+	jobs := []*model.Job{
+		{CallerID: 7, FunctionName: "#h", ScriptType: "sh"},
+		{CallerID: 7, FunctionName: "#h", ScriptType: "python"},
+		{CallerID: 7, FunctionName: "go#noop"},
+		{CallerID: 7, FunctionName: "#h", ScriptType: "python"},
+		{CallerID: 7, FunctionName: "go#other"},
+	}
+	var subs []store.Submission
+	for _, j := range jobs {
+		subs = append(subs, store.Submission{Job: j, Actor: "7"})
+	}
+	out, err := s.SubmitGuarded(ctx, 54, subs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := srv.Client(t, 54)
+	for i, want := range []string{"queue:sh", "queue:python", "queue:exec:go", "queue:python", "queue:exec:go"} {
+		jk := keys.Job(7, out[i].Job.ID)
+		if q := rc.LRange(ctx, want, 0, -1).Val(); !slices.Contains(q, jk) {
+			t.Errorf("job %d (%s, %s) not on %s: %v", i, jobs[i].FunctionName, jobs[i].ScriptType, want, q)
+		}
+	}
 }

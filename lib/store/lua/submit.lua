@@ -152,6 +152,7 @@ end
 -- no runner here serves refuses the call.
 -- (The three fields are picked out of the job's items: a table of all of them, built
 -- per job, cost more than the rest of this loop.)
+local fn_queue = {}
 for n, j in ipairs(jobs) do
   local runner, stype, fn
   local fields_at = j.fields_at
@@ -164,7 +165,23 @@ for n, j in ipairs(jobs) do
     elseif name == 'concurrency_key' then j.ck = views[fields_at + k + 1]
     elseif name == 'concurrency_limit' then j.cl = views[fields_at + k + 1] end
   end
-  j.q = route_queue(j.caller, runner, stype, fn)
+  -- (a handler job that names no runner: its queue found once a call per function and
+  -- script type, whose executor route_queue matches out of its name)
+  if fn and (runner or '0') == '0' then
+    local by_type = fn_queue[fn]
+    if not by_type then
+      by_type = {}
+      fn_queue[fn] = by_type
+    end
+    local q = by_type[stype or '']
+    if q == nil then
+      q = route_queue(j.caller, runner, stype, fn) or false
+      by_type[stype or ''] = q
+    end
+    j.q = q or nil
+  else
+    j.q = route_queue(j.caller, runner, stype, fn)
+  end
   if not j.q and (runner or '0') == '0' then return {'unserved', n, ''} end
 end
 
