@@ -122,3 +122,10 @@ const CreateBatch = createBatch
 
 // FinishApplyRuns is finishApplyRuns, for the tests of the finish calls' size.
 const FinishApplyRuns = finishApplyRuns
+
+// MessageHash is message key's hash as a read makes it (a short message expanded:
+// expandShort), for the tests that read a message's fields.
+func (d *DB) MessageHash(ctx context.Context, key string) map[string]string {
+	h, _ := d.HGetAll(ctx, key)
+	return d.expandShort(key, h)
+}

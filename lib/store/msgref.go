@@ -40,6 +40,66 @@ type jobRef struct {
 	Fatal    bool            `json:"fatal,omitempty"`
 }
 
+// A standalone job's request message routed to a runner of this node at its submission
+// (lua/submit.lua: acknowledged at once) and its result message when its successful end
+// is applied at its finish (lua/finish_jobs.lua: processed at once) are no one's to
+// read but through the API: no router or scheduler claims them. They are stored short,
+// one field whose value holds what is their own — req "<created_at_ms> <job id>",
+// res "<created_at_ms> <entry>" (the run's resultRef) — and a read makes the message
+// they stood for (expandShort), the same fields as those the scripts wrote before
+// (each was a listpack of ~13 fields, ~27k Redis instructions a message to write:
+// docs/benchmarks.md).
+const (
+	fieldShortRequest = "req"
+	fieldShortResult  = "res"
+)
+
+// expandShort returns the message hash h of key as it reads: a short message
+// (fieldShortRequest, fieldShortResult) made into the hash it stands for, any other
+// h itself.
+func (d *DB) expandShort(key string, h map[string]string) map[string]string {
+	if len(h) != 1 {
+		return h
+	}
+	v, request := h[fieldShortRequest]
+	if !request {
+		var ok bool
+		if v, ok = h[fieldShortResult]; !ok {
+			return h
+		}
+	}
+	caller, id, err := keys.ParseMessageKey(key)
+	msStr, rest, ok := strings.Cut(v, " ")
+	ms, errMs := strconv.ParseInt(msStr, 10, 64)
+	if err != nil || !ok || errMs != nil {
+		return h
+	}
+	ctxS, callerS := strconv.FormatUint(uint64(d.ContextID), 10), strconv.FormatUint(uint64(caller), 10)
+	out := map[string]string{
+		"id": strconv.FormatUint(uint64(id), 10), "caller_id": callerS, "context_id": ctxS,
+		"updated_at": strconv.FormatInt(ms/1000, 10), "created_at_ms": msStr, fieldJobRef: "1",
+	}
+	if request {
+		jobID, err := strconv.ParseUint(rest, 10, 32)
+		if err != nil {
+			return h
+		}
+		ref := model.JobRef{ContextID: d.ContextID, CallerID: caller, ID: uint32(jobID)}
+		out["status"], out["kind"] = string(model.MessageAcknowledged), model.KindJobRequest
+		out["message"] = "job " + ref.String()
+		out["job"] = `[{"id":` + rest + `,"caller_id":` + callerS + `}]`
+		return out
+	}
+	var r resultJobRef
+	if err := json.Unmarshal([]byte(rest), &r); err != nil {
+		return h
+	}
+	out["status"], out["kind"] = string(model.MessageProcessed), model.KindJobResult
+	out["message"] = "result of job " + model.JobRef{ContextID: d.ContextID, CallerID: caller, ID: r.ID}.String()
+	out["job"] = "[" + rest + "]"
+	return out
+}
+
 // localMessageFields are the field/value pairs of a local job message m without its
 // id, job and nodes (its writer writes the job list; LoadMessageKey makes the nodes)
 // and the fields named in skip, and without the fields beyond the seed's that hold

@@ -60,10 +60,10 @@ func checkRequestNamesItsJob(t *testing.T, db *store.DB, j *model.Job) string {
 		t.Fatalf("job %d's messages %v, msg_out %d: want its request only, routed", j.ID, nums, rc.LLen(ctx, keys.MsgOut).Val())
 	}
 	req := "message:1:" + nums[0]
-	if st := rc.HGet(ctx, req, "status").Val(); st != string(model.MessageAcknowledged) {
+	if st := db.MessageHash(ctx, req)["status"]; st != string(model.MessageAcknowledged) {
 		t.Fatalf("request %s is %q; want acknowledged", req, st)
 	}
-	checkNamingMessage(t, req, fmt.Sprintf(`[{"id":%d,"caller_id":1}]`, j.ID))
+	checkNamingMessage(t, db, req, fmt.Sprintf(`[{"id":%d,"caller_id":1}]`, j.ID))
 	if rc.HExists(ctx, req, "nodes").Val() {
 		t.Fatalf("request %s stores its nodes", req)
 	}
@@ -100,7 +100,7 @@ func checkResultNamesItsJob(t *testing.T, db *store.DB, j *model.Job) string {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	res := rc.LIndex(ctx, keys.MsgOut, 0).Val()
-	checkNamingMessage(t, res, fmt.Sprintf(`[{"id":%d,"attempt":1,"status":"error","error":"no \"luck\"","fatal":true}]`, j.ID)) // (its caller: the message's)
+	checkNamingMessage(t, db, res, fmt.Sprintf(`[{"id":%d,"attempt":1,"status":"error","error":"no \"luck\"","fatal":true}]`, j.ID)) // (its caller: the message's)
 	m, err := db.LoadMessageKey(ctx, res)
 	if err != nil || len(m.Job) != 1 || len(m.Nodes) != 0 {
 		t.Fatalf("load result: %+v %v", m, err)
@@ -144,15 +144,15 @@ func checkJobMessagesDeleted(t *testing.T, db *store.DB, j *model.Job, req, res 
 	}
 }
 
-// checkNamingMessage: message mk's job field is want, it says it names its jobs, it has
+// checkNamingMessage: message mk's job field (as a read makes it) is want, it says it names its jobs, it has
 // the seed's fields and no empty field beyond them, and Redis keeps it as a listpack
 // (its values are ≤ 64 bytes: a longer job list is stored in parts).
-func checkNamingMessage(t *testing.T, mk, want string) {
+func checkNamingMessage(t *testing.T, db *store.DB, mk, want string) {
 	t.Helper()
 	ctx := context.Background()
 	rc := srv.Client(t, 24)
-	h := rc.HGetAll(ctx, mk).Val()
-	job := h["job"] // past 64 bytes, in parts (lib_state.lua's part_fields)
+	h := db.MessageHash(ctx, mk) // (a short one as a read makes it)
+	job := h["job"]              // past 64 bytes, in parts (lib_state.lua's part_fields)
 	n, _ := strconv.Atoi(h["job.n"])
 	for k := 2; k <= n; k++ {
 		job += h["job."+strconv.Itoa(k)]

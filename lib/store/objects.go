@@ -1071,6 +1071,7 @@ func (d *DB) LoadMessageKey(ctx context.Context, key string) (*model.Message, er
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", key, err)
 	}
+	h = d.expandShort(key, h)
 	m, err := d.MessageFromHash(key, h)
 	if err != nil {
 		return nil, err
@@ -1088,7 +1089,7 @@ func (d *DB) MessageFromHash(key string, h map[string]string) (*model.Message, e
 	if len(h) == 0 {
 		return nil, notFound("%s in context %d", key, d.ContextID)
 	}
-	h = joinParts(h)
+	h = joinParts(d.expandShort(key, h))
 	var m model.Message
 	if err := model.FromHash(key, h, &m); err != nil {
 		return nil, err

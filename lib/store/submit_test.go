@@ -129,7 +129,7 @@ func checkSubmittedWritten(t *testing.T, db *store.DB, id uint32) {
 	if len(msgs) != 1 {
 		t.Fatalf("job %d tracks %d messages; want 1", id, len(msgs))
 	}
-	if st := rdb.HGet(ctx, "message:1:"+msgs[0], "status").Val(); st != "acknowledged" {
+	if st := db.MessageHash(ctx, "message:1:"+msgs[0])["status"]; st != "acknowledged" {
 		t.Errorf("its request message is %q; want acknowledged (routed by the submission)", st)
 	}
 	if n, w := wakeTokens(t, 1, "queue:sh"), srv.Client(t, 0).LLen(ctx, keys.WakeMsgOut).Val(); n != 2 || w != 0 {
@@ -282,7 +282,7 @@ func TestSubmitGuarded(t *testing.T) {
 // with its id and status. Two callers in one call, one job routed here (its message
 // acknowledged), one pinned to a runner (the router's: dispatched).
 func TestSubmitStoresTheModelsFields(t *testing.T) {
-	s, _ := shContext(t)
+	s, db := shContext(t)
 	ctx := context.Background()
 	rdb := srv.Client(t, 1)
 	subs := []store.Submission{
@@ -302,7 +302,7 @@ func TestSubmitStoresTheModelsFields(t *testing.T) {
 		if len(msgs) != 1 {
 			t.Fatalf("job %d:%d tracks messages %v; want one", j.CallerID, j.ID, msgs)
 		}
-		m := rdb.HGetAll(ctx, fmt.Sprintf("message:%d:%s", j.CallerID, msgs[0])).Val()
+		m := db.MessageHash(ctx, fmt.Sprintf("message:%d:%s", j.CallerID, msgs[0]))
 		want := map[string]string{"id": msgs[0]}
 		kv := store.RequestFields(1, 0, j, time.UnixMilli(j.CreatedAtMs), 0)
 		for k := 0; k+1 < len(kv); k += 2 {
@@ -420,7 +420,7 @@ func TestSubmitReservesIDsPastHeldOnes(t *testing.T) {
 // another message holds (one INCR for it), and add their index entries in one ZADD per
 // index: every job gets a message of its own and both index entries.
 func TestSubmitJobsShareCounterAndIndexCalls(t *testing.T) {
-	s, _ := shContext(t)
+	s, db := shContext(t)
 	ctx := context.Background()
 	rdb := srv.Client(t, 1)
 	next := rdb.Get(ctx, keys.MessageSeq).Val()
@@ -450,7 +450,7 @@ func TestSubmitJobsShareCounterAndIndexCalls(t *testing.T) {
 			t.Errorf("job %s: request message %q (held %d, taken %v)", member, mid, held, seen)
 		}
 		seen[mid] = true
-		if m := rdb.HGet(ctx, keys.MessagePrefix+"1:"+mid, "message").Val(); m != "job 1:"+member {
+		if m := db.MessageHash(ctx, keys.MessagePrefix+"1:"+mid)["message"]; m != "job 1:"+member {
 			t.Errorf("message %s of job %s: %q", mid, member, m)
 		}
 		for _, idx := range []string{keys.JobIndex, keys.JobIndex + ":dispatched"} {
@@ -570,7 +570,7 @@ func mapItems(m map[string]string) []any {
 // message is still stored as the model encodes it, and a call of two callers (one
 // job pinned: its message for the router) still writes each its own.
 func TestSubmitSharesOneCallersFields(t *testing.T) {
-	s, _ := shContext(t)
+	s, db := shContext(t)
 	ctx := context.Background()
 	rdb := srv.Client(t, 1)
 	for _, subs := range [][]store.Submission{
@@ -587,7 +587,7 @@ func TestSubmitSharesOneCallersFields(t *testing.T) {
 			mid := h["msgs"]
 			delete(h, "msgs")
 			checkStoredJob(t, s, j, h)
-			m := rdb.HGetAll(ctx, fmt.Sprintf("message:%d:%s", j.CallerID, mid)).Val()
+			m := db.MessageHash(ctx, fmt.Sprintf("message:%d:%s", j.CallerID, mid))
 			want := map[string]string{"id": mid}
 			kv := store.RequestFields(1, 0, j, time.UnixMilli(j.CreatedAtMs), 0)
 			for k := 0; k+1 < len(kv); k += 2 {

@@ -281,6 +281,8 @@ func withoutIDs(h []string, jobID uint32) []string {
 			h[i+1] = strings.TrimSuffix(h[i+1], ":"+id) + ":*"
 		case "job":
 			h[i+1] = strings.Replace(h[i+1], `"id":`+id+`,`, `"id":*,`, 1)
+		case fieldShortRequest: // "<created_at_ms> <job id>"
+			h[i+1] = strings.TrimSuffix(h[i+1], " "+id) + " *"
 		}
 	}
 	return h

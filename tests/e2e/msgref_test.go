@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,8 +27,8 @@ type loadedMessage struct {
 }
 
 // A standalone job's request and result messages name the job in Redis (ids, the
-// result's end), and message.load returns them as the seed's Message: with the full
-// job, the request with its node.
+// result's end; stored short when the job runs here), and message.load returns them
+// as the seed's Message: with the full job, the request with its node.
 func TestMessageLoadHoldsFullJobs(t *testing.T) {
 	_, c := newStack(t, harness.StackOptions{})
 	var sub submitted
@@ -44,9 +45,12 @@ func TestMessageLoadHoldsFullJobs(t *testing.T) {
 	}
 	kinds := map[string]bool{}
 	for _, n := range ns {
-		// (a request names its caller too; a result's caller is the message's)
-		if raw := rdb.HGet(ctx, "message:1:"+n, "job").Val(); strings.Contains(raw, "script") || !strings.HasPrefix(raw, `[{"id":`+strconv.FormatUint(uint64(id), 10)+`,`) {
-			t.Fatalf("message:1:%s stores its job: %s", n, raw)
+		// stored short (routed here, its end applied here: lib/store expandShort): one
+		// field, "<ms> <job id>" or "<ms> <the run's end, naming the job>"
+		sid := strconv.FormatUint(uint64(id), 10)
+		if raw := rdb.HGetAll(ctx, "message:1:"+n).Val(); len(raw) != 1 || strings.Contains(fmt.Sprint(raw), "script") ||
+			!(strings.HasSuffix(raw["req"], " "+sid) || strings.Contains(raw["res"], ` {"id":`+sid+`,`)) {
+			t.Fatalf("message:1:%s stores %v", n, raw)
 		}
 		var m loadedMessage
 		mid, _ := strconv.Atoi(n)

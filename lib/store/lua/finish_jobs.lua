@@ -37,7 +37,9 @@
 --   request   []raw   field/value items of the job request message of the dependents
 --                     made ready (all but id, job and job_ids)
 --   result    []raw   field/value items of the result message(s) (all but id, job and,
---                     when not grouped, message)
+--                     when not grouped, message); a standalone job's end applied here
+--                     gets its message short instead (one field, res "<now_ms>
+--                     <entry>", processed: lib/store expandShort)
 --   glist     raw     grouped: the message's job list (a JSON array); else ""
 --   runs      []run   the runs that end
 --     job_key      string  the job's key
@@ -204,9 +206,15 @@ end
 -- each run's own result message (not grouped): their ids in one INCRBY (a run
 -- whose claim is not the job's any more leaves its id unused)
 -- (and they share the result's fields: lib_state's message_share)
+-- (a standalone job's successful end applied here stores its result message short, not
+-- from result: those of the other runs share its fields when there are several)
 if not grouped then
   message_reserve(#runs)
-  if #runs >= 2 then message_share(result) end
+  local full = 0
+  for r = 1, #runs do
+    if not (here_ok and runs[r].status == JOB_FINISHED and runs[r].flow == '0') then full = full + 1 end
+  end
+  if full >= 2 then message_share(result) end
 end
 for r = 1, #runs do
   local run = runs[r]
@@ -227,7 +235,10 @@ for r = 1, #runs do
     elseif name == 'await' then await = v == '1'
     else error('finish_jobs: unknown item ' .. name .. ' of a run') end
   end
-  local retry_after = tonumber(retry_ms)
+  -- (a number read from a string is a strtod, and one formatted a sprintf: ~0.5–1.5k
+  -- instructions each, skipped where the string is what is needed)
+  local retry_after = 0
+  if retry_ms ~= '0' then retry_after = tonumber(retry_ms) end
   -- from the tail, where claims (pushed at the head) are oldest: runs end in about the
   -- order they started, so the entry is near (a scan from the head crossed every run
   -- in flight, ~2% of this script with 256 of them)
@@ -275,7 +286,7 @@ for r = 1, #runs do
     local alone = here and flow == '0'
     local told -- an awaited job's end, told with its hash once it is written
     if alone then
-      local as = int(tonumber(cur[3] or '0'))
+      local as = cur[3] or '0' -- (the attempt as stored: a whole number)
       if cur[5] ~= as then
         set[#set + 1] = 'done_attempt'; set[#set + 1] = as
         if eff > 0 then expire[#expire + 1] = ctx .. ':job:' .. caller .. ':' .. id end
@@ -289,10 +300,19 @@ for r = 1, #runs do
     end
     -- A run's own result message (not grouped) is stored first, so that the job's HSET
     -- also records it (its number in msgs, as track_msg would).
+    -- A standalone job's end applied here stores it short (processed, no one's to
+    -- read but through the API): one field, res "<now_ms> <entry>", from which a read
+    -- makes the message result's fields and its own would be (lib/store expandShort).
     local mk
     if not grouped then
-      mk = store_message(caller, result, now_ms, part_fields({'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id, nil, nil, nil, nil}, 'job', '[' .. run.entry .. ']'), here and MSG_PROCESSED or nil)
-      local n = string.sub(mk, #K_MESSAGE + #caller + 2)
+      local n
+      if alone then
+        n, mk = message_id(caller)
+        redis.call('HSET', mk, 'res', now_ms .. ' ' .. run.entry)
+      else
+        mk = store_message(caller, result, now_ms, part_fields({'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id, nil, nil, nil, nil}, 'job', '[' .. run.entry .. ']'), here and MSG_PROCESSED or nil)
+        n = string.sub(mk, #K_MESSAGE + #caller + 2)
+      end
       if cur[6] and cur[6] ~= '' then n = cur[6] .. ' ' .. n end
       set[#set + 1] = 'msgs'; set[#set + 1] = n
     end

@@ -25,7 +25,9 @@
 --   guard_values  view[]string  the values an authorization read from them
 --   msg           []raw     field/value items of the job request message every job
 --                           of the call gets (all but id, caller_id, message and
---                           job, which are written per job; status first)
+--                           job, which are written per job; status first); a job
+--                           routed here gets its message short instead (one field,
+--                           req "<now_ms> <id>", acknowledged: lib/store expandShort)
 --   jobs          []job     the jobs, in order
 --     chosen  bool    the caller chose the id (else the script reserves one from
 --                     coord:seq:job:<caller>)
@@ -36,8 +38,9 @@
 --     run_at  int     when it runs (ms; 0: dispatch now; else the job is stored
 --                     scheduled, with no message, and entered in coord:delayed for
 --                     the scheduler to dispatch then)
---     ncmp    num     how many of its field/value pairs (the first) are compared
---                     against an existing job of a chosen id
+--     ncmp    int     how many of its field/value pairs (the first) are compared
+--                     against an existing job of a chosen id (a string, made a number
+--                     only for a chosen id: a tonumber is a strtod in Redis's Lua)
 --     fields  view[]raw  its field/value items, read in place (a table of them per
 --                     job cost ~2% of a submission); the script writes the rest of
 --                     a new job's fields itself (its id, its dispatched status,
@@ -109,7 +112,7 @@ local n_jobs = tonumber(ARGV[argi])
 jobs = {}
 argi = argi + 1
 for k = 1, n_jobs do
-  local e_jobs = {chosen = ARGV[argi] == '1', caller = ARGV[argi + 1], id = ARGV[argi + 2], ttl = ARGV[argi + 3], actor = ARGV[argi + 4], run_at = ARGV[argi + 5], ncmp = tonumber(ARGV[argi + 6]), fields_n = tonumber(ARGV[argi + 7]), fields_at = argi + 7}
+  local e_jobs = {chosen = ARGV[argi] == '1', caller = ARGV[argi + 1], id = ARGV[argi + 2], ttl = ARGV[argi + 3], actor = ARGV[argi + 4], run_at = ARGV[argi + 5], ncmp = ARGV[argi + 6], fields_n = tonumber(ARGV[argi + 7]), fields_at = argi + 7}
   argi = argi + 8 + e_jobs.fields_n
   jobs[k] = e_jobs
 end
@@ -149,6 +152,7 @@ end
 -- no runner here serves refuses the call.
 -- (The three fields are picked out of the job's items: a table of all of them, built
 -- per job, cost more than the rest of this loop.)
+local fn_queue = {}
 for n, j in ipairs(jobs) do
   local runner, stype, fn
   local fields_at = j.fields_at
@@ -161,7 +165,23 @@ for n, j in ipairs(jobs) do
     elseif name == 'concurrency_key' then j.ck = views[fields_at + k + 1]
     elseif name == 'concurrency_limit' then j.cl = views[fields_at + k + 1] end
   end
-  j.q = route_queue(j.caller, runner, stype, fn)
+  -- (a handler job that names no runner: its queue found once a call per function and
+  -- script type, whose executor route_queue matches out of its name)
+  if fn and (runner or '0') == '0' then
+    local by_type = fn_queue[fn]
+    if not by_type then
+      by_type = {}
+      fn_queue[fn] = by_type
+    end
+    local q = by_type[stype or '']
+    if q == nil then
+      q = route_queue(j.caller, runner, stype, fn) or false
+      by_type[stype or ''] = q
+    end
+    j.q = q or nil
+  else
+    j.q = route_queue(j.caller, runner, stype, fn)
+  end
   if not j.q and (runner or '0') == '0' then return {'unserved', n, ''} end
 end
 
@@ -178,7 +198,7 @@ for n, j in ipairs(jobs) do
     -- an id is reserved below
   elseif redis.call('EXISTS', j.key) == 1 then
     local fields_at = j.fields_at
-    for f = 1, 2 * j.ncmp - 1, 2 do
+    for f = 1, 2 * tonumber(j.ncmp) - 1, 2 do
       local name = views[fields_at + f]
       if not same(redis.call('HGET', j.key, name) or STORED_DEFAULT[name] or '', views[fields_at + f + 1]) then
         return {'conflict', n, views[fields_at + f]}
@@ -190,7 +210,7 @@ for n, j in ipairs(jobs) do
     local was, e = {}, jobs[first]
     local e_fields_at, fields_at = e.fields_at, j.fields_at
     for f = 1, e.fields_n, 2 do was[views[e_fields_at + f]] = views[e_fields_at + f + 1] end
-    for f = 1, 2 * j.ncmp - 1, 2 do
+    for f = 1, 2 * tonumber(j.ncmp) - 1, 2 do
       local name = views[fields_at + f]
       if not same(was[name] or '', views[fields_at + f + 1]) then return {'conflict', n, name} end
     end
@@ -269,7 +289,9 @@ if shared then
     end
   end
   one_caller = one_caller or false
-  message_share(msg, one_caller and {'caller_id', one_caller} or nil, all_here and MSG_ACKNOWLEDGED or nil)
+  -- (the request messages of jobs routed here are stored short, not from msg: when
+  -- every new job is, no message shares its fields)
+  if not all_here then message_share(msg, one_caller and {'caller_id', one_caller} or nil) end
   redis.call('DEL', K_JOB_TEMPLATE) -- (one a call that failed midway left)
   if one_caller then
     redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1',
@@ -329,16 +351,22 @@ for _, j in ipairs(jobs) do
     -- impliedStatus, impliedDetail, eventsOf).
     ev_later(EV_JOB_CREATED, j.actor, '0', j.id, j.caller, '')
     ev_later(EV_JOB_DISPATCHED, j.actor, '0', j.id, j.caller, '')
-    -- its request message: the call's fields, and the job's own (its list as
-    -- lib/store's requestRef writes a standalone job's, its text as requestFields'),
-    -- acknowledged and the job queued when a runner here takes it (as lib_route's
-    -- route_store), else dispatched on msg_out for the router
-    local own = {'message', 'job ' .. ctx .. ':' .. member, 'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}
-    if not (shared and one_caller) then
-      own[5] = 'caller_id'
-      own[6] = j.caller
+    -- its request message: when a runner here takes it (the job queued, as lib_route's
+    -- route_store), acknowledged and stored short: one field, req "<now_ms> <id>", from
+    -- which a read makes the message the call's fields and the job's own would be
+    -- (lib/store expandShort: its list as requestRef writes a standalone job's, its
+    -- text as requestFields'); else the call's fields and the job's own, dispatched
+    -- on msg_out for the router
+    if q then
+      redis.call('HSET', mk, 'req', now_ms .. ' ' .. j.id)
+    else
+      local own = {'message', 'job ' .. ctx .. ':' .. member, 'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}
+      if not (shared and one_caller) then
+        own[5] = 'caller_id'
+        own[6] = j.caller
+      end
+      store_message(j.caller, msg, now_ms, own, nil, mid)
     end
-    store_message(j.caller, msg, now_ms, own, q and MSG_ACKNOWLEDGED or nil, mid)
     if q then
       route_priority(j.key, j.prio)
       route_concurrency(j.key, j.ck, j.cl)
