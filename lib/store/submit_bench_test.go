@@ -41,6 +41,20 @@ func BenchmarkSubmitPathRedis(b *testing.B) {
 		fmt.Printf("  %-44s %6.1f µs Redis CPU/job\n", name, float64((redisCPU(b)-c0).Microseconds())/float64(n))
 	}
 	b.ResetTimer()
+	stage("flow jobs create 500 a call", func() error { // CreateJobs, as figure (b)'s gRPC batches
+		for i := 0; i < n; i += 500 {
+			js := make([]*model.Job, min(500, n-i))
+			for k := range js {
+				js[k] = job()
+			}
+			for _, r := range s.CreateJobs(ctx, js, "1") {
+				if r.Err != nil {
+					return r.Err
+				}
+			}
+		}
+		return nil
+	})
 	stage("flow job create one a call", func() error { // job.create, as the jobs of a flow are made
 		for range n {
 			if _, _, err := s.CreateJob(ctx, job(), "1"); err != nil {
