@@ -122,3 +122,21 @@ func Varint(s string) (uint64, int) {
 
 // maxVarintLen is the longest varint (a uint64's).
 const maxVarintLen = 10
+
+// EachField reads a message's fields in order: each tag, then field with what follows
+// it (s), which returns what it took of s, or -1 when the field is not for the
+// hand-written decoder. false: a tag could not be read, or field returned -1.
+func EachField(s string, field func(s string, num protowire.Number, typ protowire.Type) int) bool {
+	for len(s) > 0 {
+		num, typ, n := ConsumeTag(s)
+		if n < 0 {
+			return false
+		}
+		s = s[n:]
+		if n = field(s, num, typ); n < 0 {
+			return false
+		}
+		s = s[n:]
+	}
+	return true
+}

@@ -87,36 +87,27 @@ func answersOf(r *herov1.SubmitJobStreamResponse, out []seqAnswer) []seqAnswer {
 func fastAnswers(s string, m *streamAnswers) bool {
 	var top fastAnswer
 	batch := false
-	for len(s) > 0 {
-		num, typ, n := protoconv.ConsumeTag(s)
+	ok := protoconv.EachField(s, func(s string, num protowire.Number, typ protowire.Type) int {
+		if num != 4 {
+			return top.field(s, num, typ)
+		}
+		// batch: each item an answer of its own
+		v, n := protoconv.ConsumeBytes(s, typ)
 		if n < 0 {
-			return false
+			return -1
 		}
-		s = s[n:]
-		if num == 4 { // batch: each item an answer of its own
-			v, n := protoconv.ConsumeBytes(s, typ)
-			if n < 0 {
-				return false
-			}
-			s = s[n:]
-			var a fastAnswer
-			if !a.decode(v) {
-				return false
-			}
-			m.items = append(m.items, seqAnswer{seq: a.seq, a: a.answer()})
-			batch = true
-			continue
+		var a fastAnswer
+		if !a.decode(v) {
+			return -1
 		}
-		n = top.field(s, num, typ)
-		if n < 0 {
-			return false
-		}
-		s = s[n:]
-	}
-	if !batch {
+		m.items = append(m.items, seqAnswer{seq: a.seq, a: a.answer()})
+		batch = true
+		return n
+	})
+	if ok && !batch {
 		m.items = append(m.items[:0], seqAnswer{seq: top.seq, a: top.answer()})
 	}
-	return true
+	return ok
 }
 
 // fastAnswer is one SubmitJobStreamResponse as the fast way reads it.
@@ -129,24 +120,14 @@ type fastAnswer struct {
 
 // decode reads an answer; false: not for the fast way.
 func (a *fastAnswer) decode(s string) bool {
-	for len(s) > 0 {
-		num, typ, n := protoconv.ConsumeTag(s)
-		if n < 0 {
-			return false
-		}
-		s = s[n:]
+	return protoconv.EachField(s, func(s string, num protowire.Number, typ protowire.Type) int {
 		if num == 4 {
 			// a batch in a batch's item, which no server sends: the usual way, which
 			// refuses it when its items are not well formed (answerOf does not read it)
-			return false
+			return -1
 		}
-		n = a.field(s, num, typ)
-		if n < 0 {
-			return false
-		}
-		s = s[n:]
-	}
-	return true
+		return a.field(s, num, typ)
+	})
 }
 
 // field reads the answer's field num (but batch) from s: what it took, or -1.
@@ -187,125 +168,85 @@ func (a *fastAnswer) answer() streamAnswer {
 // decodeSubmit reads a SubmitJobResponse without a flow.
 func (a *fastAnswer) decodeSubmit(s string) bool {
 	a.submit = true
-	for len(s) > 0 {
-		num, typ, n := protoconv.ConsumeTag(s)
-		if n < 0 {
-			return false
-		}
-		s = s[n:]
+	return protoconv.EachField(s, func(s string, num protowire.Number, typ protowire.Type) int {
 		switch num {
 		case 1:
 			v, n := protoconv.ConsumeBytes(s, typ)
 			if n < 0 || a.job != nil {
-				return false
+				return -1
 			}
 			if a.job = decodeJob(v); a.job == nil {
-				return false
+				return -1
 			}
-			s = s[n:]
+			return n
 		case 2:
 			v, n := protoconv.ConsumeVarint(s, typ)
-			if n < 0 {
-				return false
-			}
 			a.existing = v != 0
-			s = s[n:]
+			return n
 		case 30: // a flow: the usual way
-			return false
-		default:
-			if n = protoconv.SkipField(s, typ); n < 0 {
-				return false
-			}
-			s = s[n:]
+			return -1
 		}
-	}
-	return true
+		return protoconv.SkipField(s, typ)
+	})
 }
 
 // decodeError reads a StreamError.
 func (a *fastAnswer) decodeError(s string) bool {
 	e := &herov1.StreamError{}
 	a.err = e
-	for len(s) > 0 {
-		num, typ, n := protoconv.ConsumeTag(s)
-		if n < 0 {
-			return false
-		}
-		s = s[n:]
+	return protoconv.EachField(s, func(s string, num protowire.Number, typ protowire.Type) int {
 		switch num {
 		case 1, 3:
 			v, n := protoconv.ConsumeVarint(s, typ)
-			if n < 0 {
-				return false
-			}
 			if num == 1 {
 				e.Code = uint32(v)
 			} else {
 				e.RetryAfterMs = v
 			}
-			s = s[n:]
+			return n
 		case 2:
 			v, n := protoconv.ConsumeString(s, typ)
-			if n < 0 {
-				return false
-			}
 			e.Message = v
-			s = s[n:]
-		default:
-			if n = protoconv.SkipField(s, typ); n < 0 {
-				return false
-			}
-			s = s[n:]
+			return n
 		}
-	}
-	return true
+		return protoconv.SkipField(s, typ)
+	})
 }
 
 // decodeJob reads a Job into the model.Job that jobOf makes of it; nil: not for the
 // fast way.
 func decodeJob(s string) *model.Job {
 	j := &model.Job{}
-	for len(s) > 0 {
-		num, typ, n := protoconv.ConsumeTag(s)
-		if n < 0 {
-			return nil
-		}
-		s = s[n:]
+	ok := protoconv.EachField(s, func(s string, num protowire.Number, typ protowire.Type) int {
 		switch {
 		case num == 10: // prerequisites
 			v, n := protoconv.ConsumeString(s, typ)
-			if n < 0 {
-				return nil
+			if n >= 0 {
+				j.Prerequisites = append(j.Prerequisites, v)
 			}
-			j.Prerequisites = append(j.Prerequisites, v)
-			s = s[n:]
+			return n
 		case num == 11: // dependends, packed or not
-			if n = protoconv.AppendUint32s(&j.Dependends, s, typ); n < 0 {
-				return nil
-			}
-			s = s[n:]
+			return protoconv.AppendUint32s(&j.Dependends, s, typ)
 		case num < jobFields && jobStrings[num] != nil:
 			v, n := protoconv.ConsumeString(s, typ)
-			if n < 0 {
-				return nil
+			if n >= 0 {
+				jobStrings[num](j, v)
 			}
-			jobStrings[num](j, v)
-			s = s[n:]
+			return n
 		case num < jobFields && jobVarints[num] != nil:
 			v, n := protoconv.ConsumeVarint(s, typ)
-			if n < 0 {
-				return nil
+			if n >= 0 {
+				jobVarints[num](j, v)
 			}
-			jobVarints[num](j, v)
-			s = s[n:]
+			return n
 		case num == 8 || num == 9 || num == 33 || num == 34 || num == 35: // maps, JSON, limits: the usual way
-			return nil
-		default: // a field this version does not know: skipped, as JobFromPB leaves it
-			if n = protoconv.SkipField(s, typ); n < 0 {
-				return nil
-			}
-			s = s[n:]
+			return -1
 		}
+		// a field this version does not know: skipped, as JobFromPB leaves it
+		return protoconv.SkipField(s, typ)
+	})
+	if !ok {
+		return nil
 	}
 	j.EnvVars, j.Result = map[string]string{}, map[string]string{}
 	if j.Prerequisites == nil {

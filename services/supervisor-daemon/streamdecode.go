@@ -93,66 +93,43 @@ func fastRequest(s string, r *streamRequest) bool {
 	if n := requestItems(s); n > cap(r.batch) {
 		r.batch = make([]streamReq, 0, n) // one allocation
 	}
-	for len(s) > 0 {
-		num, typ, n := protoconv.ConsumeTag(s)
+	return protoconv.EachField(s, func(s string, num protowire.Number, typ protowire.Type) int {
+		if num != 4 {
+			return r.first.field(s, num, typ)
+		}
+		// batch: each item a submission of its own
+		v, n := protoconv.ConsumeBytes(s, typ)
 		if n < 0 {
-			return false
+			return -1
 		}
-		s = s[n:]
-		if num == 4 { // batch: each item a submission of its own
-			v, n := protoconv.ConsumeBytes(s, typ)
-			if n < 0 {
-				return false
-			}
-			s = s[n:]
-			r.batch = append(r.batch, streamReq{})
-			if !r.batch[len(r.batch)-1].decode(v) {
-				return false
-			}
-			continue
+		r.batch = append(r.batch, streamReq{})
+		if !r.batch[len(r.batch)-1].decode(v) {
+			return -1
 		}
-		if n = r.first.field(s, num, typ); n < 0 {
-			return false
-		}
-		s = s[n:]
-	}
-	return true
+		return n
+	})
 }
 
 // requestItems counts the batch items of a SubmitJobStreamRequest (as far as it reads).
 func requestItems(s string) int {
 	items := 0
-	for len(s) > 0 {
-		num, typ, n := protoconv.ConsumeTag(s)
-		if n < 0 {
-			break
-		}
-		s = s[n:]
+	protoconv.EachField(s, func(s string, num protowire.Number, typ protowire.Type) int {
 		if num == 4 {
 			items++
 		}
-		if n = protoconv.SkipField(s, typ); n < 0 {
-			break
-		}
-		s = s[n:]
-	}
+		return protoconv.SkipField(s, typ)
+	})
 	return items
 }
 
 // decode reads an item of a batch; false: not for the fast way (a batch in it too).
 func (q *streamReq) decode(s string) bool {
-	for len(s) > 0 {
-		num, typ, n := protoconv.ConsumeTag(s)
-		if n < 0 || num == 4 {
-			return false
+	return protoconv.EachField(s, func(s string, num protowire.Number, typ protowire.Type) int {
+		if num == 4 {
+			return -1
 		}
-		s = s[n:]
-		if n = q.field(s, num, typ); n < 0 {
-			return false
-		}
-		s = s[n:]
-	}
-	return true
+		return q.field(s, num, typ)
+	})
 }
 
 // field reads the request's field num (but batch) from s: what it took, or -1.
@@ -179,40 +156,30 @@ func (q *streamReq) field(s string, num protowire.Number, typ protowire.Type) in
 // decodeSubmit reads a SubmitJobRequest.
 func (q *streamReq) decodeSubmit(s string) bool {
 	q.submit = true
-	for len(s) > 0 {
-		num, typ, n := protoconv.ConsumeTag(s)
-		if n < 0 {
-			return false
-		}
-		s = s[n:]
+	return protoconv.EachField(s, func(s string, num protowire.Number, typ protowire.Type) int {
 		switch num {
 		case 1, 4:
-			v, k := protoconv.ConsumeVarint(s, typ)
+			v, n := protoconv.ConsumeVarint(s, typ)
 			if num == 1 {
 				q.ctxID = uint32(v)
 			} else {
 				q.uniqueTTL = uint32(v)
 			}
-			n = k
+			return n
 		case 2:
-			v, k := protoconv.ConsumeBytes(s, typ)
-			if k < 0 || q.hasJob || !decodeJobIn(v, &q.job) {
-				return false
+			v, n := protoconv.ConsumeBytes(s, typ)
+			if n < 0 || q.hasJob || !decodeJobIn(v, &q.job) {
+				return -1
 			}
-			q.hasJob, n = true, k
+			q.hasJob = true
+			return n
 		case 3, 5, 6, 7, 8:
-			v, k := protoconv.ConsumeString(s, typ)
+			v, n := protoconv.ConsumeString(s, typ)
 			*q.submitString(num) = v
-			n = k
-		default:
-			n = protoconv.SkipField(s, typ)
+			return n
 		}
-		if n < 0 {
-			return false
-		}
-		s = s[n:]
-	}
-	return true
+		return protoconv.SkipField(s, typ)
+	})
 }
 
 // submitString is the SubmitJobRequest's string field num (3, 5 to 8).
@@ -234,47 +201,37 @@ func (q *streamReq) submitString(num protowire.Number) *string {
 // fast way.
 func decodeJobIn(s string, in *jobIn) bool {
 	var args, kwargs string
-	for len(s) > 0 {
-		num, typ, n := protoconv.ConsumeTag(s)
-		if n < 0 {
-			return false
-		}
-		s = s[n:]
+	ok := protoconv.EachField(s, func(s string, num protowire.Number, typ protowire.Type) int {
 		switch {
 		case num == 10: // prerequisites
-			v, k := protoconv.ConsumeString(s, typ)
-			if k >= 0 {
+			v, n := protoconv.ConsumeString(s, typ)
+			if n >= 0 {
 				in.Prerequisites = append(in.Prerequisites, v)
 			}
-			n = k
+			return n
 		case num == 11: // dependends, packed or not
-			n = protoconv.AppendUint32s(&in.Dependends, s, typ)
+			return protoconv.AppendUint32s(&in.Dependends, s, typ)
 		case num == 29 || num == 30:
-			v, k := protoconv.ConsumeString(s, typ)
+			v, n := protoconv.ConsumeString(s, typ)
 			if num == 29 {
 				args = v
 			} else {
 				kwargs = v
 			}
-			n = k
+			return n
 		case num < jobInFields && jobInStrings[num] != nil:
-			v, k := protoconv.ConsumeString(s, typ)
+			v, n := protoconv.ConsumeString(s, typ)
 			*jobInStrings[num](in) = v
-			n = k
+			return n
 		case num < jobInFields && jobInVarints[num] != nil:
-			v, k := protoconv.ConsumeVarint(s, typ)
+			v, n := protoconv.ConsumeVarint(s, typ)
 			*jobInVarints[num](in) = uint32(v) // its low 32 bits, as proto takes them
-			n = k
-		default:
-			n = skipJobField(s, num, typ)
+			return n
 		}
-		if n < 0 {
-			return false
-		}
-		s = s[n:]
-	}
+		return skipJobField(s, num, typ)
+	})
 	in.Args, in.Kwargs = json.RawMessage(args), json.RawMessage(kwargs)
-	return true
+	return ok
 }
 
 // skipJobField takes a Job field that jobIn does not hold: proto checks a string's
