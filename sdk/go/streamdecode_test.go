@@ -95,18 +95,7 @@ func TestDecodeAnswersAsProto(t *testing.T) {
 		}
 	}
 	// dependends unpacked, fields this version does not know, a string that is not UTF-8
-	job := protowire.AppendTag(nil, 1, protowire.VarintType)
-	job = protowire.AppendVarint(job, 7)
-	for _, d := range []uint64{3, 1 << 33, 5} {
-		job = protowire.AppendTag(job, 11, protowire.VarintType)
-		job = protowire.AppendVarint(job, d)
-	}
-	job = protowire.AppendTag(job, 99, protowire.BytesType)
-	job = protowire.AppendString(job, "later")
-	job = protowire.AppendTag(job, 98, protowire.Fixed64Type)
-	job = protowire.AppendFixed64(job, 1)
-	job = protowire.AppendTag(job, 97, protowire.Fixed32Type)
-	job = protowire.AppendFixed32(job, 1)
+	job := protorand.UnusualJob()
 	answer := func(job []byte) []byte {
 		sub := protowire.AppendTag(nil, 1, protowire.BytesType)
 		sub = protowire.AppendBytes(sub, job)

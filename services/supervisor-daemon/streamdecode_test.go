@@ -102,18 +102,7 @@ func TestDecodeRequestsAsProto(t *testing.T) {
 	}
 	// dependends unpacked, fields this version does not know, a known field with
 	// another wire type, strings that are not UTF-8, a message field twice
-	job := protowire.AppendTag(nil, 1, protowire.VarintType)
-	job = protowire.AppendVarint(job, 7)
-	for _, d := range []uint64{3, 1 << 33, 5} {
-		job = protowire.AppendTag(job, 11, protowire.VarintType)
-		job = protowire.AppendVarint(job, d)
-	}
-	job = protowire.AppendTag(job, 99, protowire.BytesType)
-	job = protowire.AppendString(job, "later")
-	job = protowire.AppendTag(job, 98, protowire.Fixed64Type)
-	job = protowire.AppendFixed64(job, 1)
-	job = protowire.AppendTag(job, 97, protowire.Fixed32Type)
-	job = protowire.AppendFixed32(job, 1)
+	job := protorand.UnusualJob()
 	job = protowire.AppendTag(job, 12, protowire.BytesType) // created_at as bytes: unknown to proto
 	job = protowire.AppendString(job, "x")
 	request := func(job []byte) []byte {

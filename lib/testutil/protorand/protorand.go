@@ -1,11 +1,13 @@
-// Package protorand fills protobuf messages with random values for tests that hold a
-// hand-written encoder or decoder to what proto makes of the same message.
+// Package protorand fills protobuf messages with random values, and writes encodings
+// proto accepts but does not write itself, for tests that hold a hand-written encoder
+// or decoder to what proto makes of the same message.
 package protorand
 
 import (
 	"math/rand/v2"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
@@ -63,4 +65,22 @@ func Scalar(t testing.TB, r *rand.Rand, f protoreflect.FieldDescriptor) protoref
 // String is one of a few strings: plain, multi-byte UTF-8, and JSON texts.
 func String(r *rand.Rand) string {
 	return []string{"x", "sh", "go#noop", "dispatched", "héro ☃", `{"a":1}`, "[1,2]"}[r.IntN(7)]
+}
+
+// UnusualJob is the wire encoding of a hero.v1.Job, id 7, in the forms a hand-written
+// decoder must read as proto does: its dependends unpacked (one above 32 bits, whose
+// low bits proto keeps), and fields this version does not know, of each wire type.
+func UnusualJob() []byte {
+	job := protowire.AppendTag(nil, 1, protowire.VarintType)
+	job = protowire.AppendVarint(job, 7)
+	for _, d := range []uint64{3, 1 << 33, 5} {
+		job = protowire.AppendTag(job, 11, protowire.VarintType)
+		job = protowire.AppendVarint(job, d)
+	}
+	job = protowire.AppendTag(job, 99, protowire.BytesType)
+	job = protowire.AppendString(job, "later")
+	job = protowire.AppendTag(job, 98, protowire.Fixed64Type)
+	job = protowire.AppendFixed64(job, 1)
+	job = protowire.AppendTag(job, 97, protowire.Fixed32Type)
+	return protowire.AppendFixed32(job, 1)
 }
