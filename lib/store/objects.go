@@ -1071,8 +1071,7 @@ func (d *DB) LoadMessageKey(ctx context.Context, key string) (*model.Message, er
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", key, err)
 	}
-	h = d.expandShort(key, h)
-	m, err := d.MessageFromHash(key, h)
+	m, h, err := d.messageFromHash(key, h)
 	if err != nil {
 		return nil, err
 	}
@@ -1086,13 +1085,21 @@ func (d *DB) LoadMessageKey(ctx context.Context, key string) (*model.Message, er
 // empty hash is ErrNotFound. A local job message's jobs are as it names them: ids (and
 // a result's end) only.
 func (d *DB) MessageFromHash(key string, h map[string]string) (*model.Message, error) {
+	m, _, err := d.messageFromHash(key, h)
+	return m, err
+}
+
+// messageFromHash is MessageFromHash that also returns the hash as the message was
+// read from it: a short message made into the hash it stands for (expandShort), the
+// fields stored in parts joined (joinParts).
+func (d *DB) messageFromHash(key string, h map[string]string) (*model.Message, map[string]string, error) {
 	if len(h) == 0 {
-		return nil, notFound("%s in context %d", key, d.ContextID)
+		return nil, nil, notFound("%s in context %d", key, d.ContextID)
 	}
 	h = joinParts(d.expandShort(key, h))
 	var m model.Message
 	if err := model.FromHash(key, h, &m); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if m.ContextID == 0 {
 		m.ContextID = d.ContextID
@@ -1110,7 +1117,7 @@ func (d *DB) MessageFromHash(key string, h map[string]string) (*model.Message, e
 			}
 		}
 	}
-	return &m, nil
+	return &m, h, nil
 }
 
 // SetFlowTraceparent stores a producer's W3C traceparent (validated by the caller) on
