@@ -91,18 +91,22 @@ func AddEvent(ctx context.Context, p redis.Pipeliner, e *Event) {
 	p.XAdd(ctx, &redis.XAddArgs{Stream: keys.Events, Values: e.Fields()})
 }
 
-// storedCreatedDispatched is the stored type of a stream entry that holds two events of
-// one job, its job.created and its job.dispatched, as a submission of several jobs wrote
-// each one's but the first's before storedMany: still read (entries of an earlier
-// version). Its id is the job.dispatched's; the job.created's is the id one sequence
-// number before, which the script left free.
+// storedCreatedDispatched is the stored type of a stream entry, or of a record of a
+// storedMany entry, that holds two events of one job, its job.created and its
+// job.dispatched of a first attempt (flow 0, details empty: a read gives them back).
+// As a record it is what a submission writes for each of its jobs but the call's first
+// (lua/lib_state.lua's ev_later): it takes two sequence numbers, the job.created's
+// first. As an entry it is what a submission of several jobs wrote for each one's but
+// the first's before storedMany: still read (entries of an earlier version); its id is
+// the job.dispatched's, the job.created's the one sequence number before, which the
+// script left free.
 const storedCreatedDispatched = "cd"
 
 // storedMany is the stored type of a stream entry that holds several job events of one
 // script call (lua/lib_state.lua's ev_flush: a submission's, a claim's, a finish's): an
 // XADD for all but the call's first instead of one each. Its id is its last event's;
 // its n events take the n sequence numbers up to it (the script leaves them free), in
-// order. Its fields are every job event's, in their order: actor (the events' actor,
+// order (a record of storedCreatedDispatched is two events). Its fields are every job event's, in their order: actor (the events' actor,
 // unless a record gives one), flow_id, job_id and caller_id empty, and detail, the
 // records, each "<type> <flow> <job> <caller> <actor length> <detail length> " then the
 // actor and the detail (an actor of length 0: the entry's).
@@ -174,14 +178,25 @@ func parseMany(e string) ([]manyRecord, bool) {
 	return out, true
 }
 
-// manyCount is how many events an entry holds (storedMany: its records; one of
+// manyEvents is how many events the records of a storedMany entry stand for.
+func manyEvents(recs []manyRecord) uint64 {
+	n := uint64(len(recs))
+	for _, r := range recs {
+		if r.typ == storedCreatedDispatched {
+			n++
+		}
+	}
+	return n
+}
+
+// manyCount is how many events an entry holds (storedMany: its records' events; one of
 // storedCreatedDispatched: two; any other: one).
 func manyCount(values map[string]any) uint64 {
 	switch t, _ := values["type"].(string); t {
 	case storedMany:
 		e, _ := values["detail"].(string)
 		recs, _ := parseMany(e)
-		return uint64(max(len(recs), 1))
+		return max(manyEvents(recs), 1)
 	case storedCreatedDispatched:
 		return 2
 	}
@@ -194,22 +209,34 @@ func appendMany(out []Event, ctxID uint32, m redis.XMessage, pos streamID, filte
 	id, ok := parseStreamID(m.ID)
 	e, _ := m.Values["detail"].(string)
 	recs, _ := parseMany(e)
-	if !ok || uint64(len(recs)) > id.seq+1 {
+	n := manyEvents(recs)
+	if !ok || n > id.seq+1 {
 		return out // not written by ev_flush
 	}
 	actor, _ := m.Values["actor"].(string)
-	for k, r := range recs {
-		rid := streamID{id.ms, id.seq - uint64(len(recs)-1-k)}
-		if filter && !pos.less(rid) {
-			continue
-		}
+	seq := id.seq + 1 - n // the first event's
+	for _, r := range recs {
 		if r.actor == "" {
 			r.actor = actor
 		}
-		ev := eventFromMessage(ctxID, redis.XMessage{ID: strconv.FormatUint(rid.ms, 10) + "-" + strconv.FormatUint(rid.seq, 10), Values: map[string]any{
-			"type": r.typ, "actor": r.actor, "flow_id": r.flow, "job_id": r.job, "caller_id": r.caller, "detail": r.detail,
-		}}, "")
-		out = append(out, ev)
+		typs := [2]string{r.typ}
+		if r.typ == storedCreatedDispatched {
+			typs = [2]string{string(model.EventJobCreated), string(model.EventJobDispatched)}
+		}
+		for _, typ := range typs {
+			if typ == "" {
+				break
+			}
+			rid := streamID{id.ms, seq}
+			seq++
+			if filter && !pos.less(rid) {
+				continue
+			}
+			ev := eventFromMessage(ctxID, redis.XMessage{ID: strconv.FormatUint(rid.ms, 10) + "-" + strconv.FormatUint(rid.seq, 10), Values: map[string]any{
+				"type": typ, "actor": r.actor, "flow_id": r.flow, "job_id": r.job, "caller_id": r.caller, "detail": r.detail,
+			}}, "")
+			out = append(out, ev)
+		}
 	}
 	return out
 }

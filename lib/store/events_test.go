@@ -172,6 +172,24 @@ func TestSubmittedEventsSharedEntryReadAsTwo(t *testing.T) {
 	}
 }
 
+// A submission's jobs but the call's first hold their job.created and job.dispatched
+// in one record of the call's shared entry (type "cd", two events, two sequence
+// numbers): the entry holds three records for the five events after the first, and
+// its id is the fifth's.
+func TestSubmittedJobsOneRecordEach(t *testing.T) {
+	ctx := context.Background()
+	_, evs := submitThreeJobs(t)
+	raw := srv.Client(t, 27).XRevRangeN(ctx, keys.Events, "+", "-", 1).Val()
+	if len(raw) != 1 || raw[0].ID != evs[5].ID {
+		t.Fatalf("the last entry: %+v; want the id %s", raw, evs[5].ID)
+	}
+	detail, _ := raw[0].Values["detail"].(string)
+	want := fmt.Sprintf("d 0 %d 1 0 0 cd 0 %d 1 0 0 cd 0 %d 1 0 0 ", evs[1].JobID, evs[3].JobID, evs[5].JobID)
+	if raw[0].Values["type"] != "m" || detail != want {
+		t.Errorf("the shared entry: type %v, records %q; want m, %q", raw[0].Values["type"], detail, want)
+	}
+}
+
 // submitThreeJobs submits three no-op handler jobs in one call to context 27 and
 // returns their events as ReadEvents gives them, after checking the stream's entries
 // (four) and the events (each job's job.created, then its job.dispatched).

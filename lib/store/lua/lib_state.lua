@@ -59,26 +59,44 @@ local msg_shared_st, msg_shared_more
 -- detail, the records, each "<type> <flow> <job> <caller> <actor length> <detail
 -- length> <actor><detail>" (an actor of length 0: the entry's). Any other event of the
 -- call is written after an ev_flush (a held event's id is only known when it is
--- flushed). ev_reset: none held (state_reset). (Their state is local to a block: a
--- script's main function holds at most 200 locals.)
+-- flushed). ev_later of a job.created with a 7th argument, job.dispatched's stored
+-- type, holds a submitted job's job.created and its job.dispatched (of a first
+-- attempt: both details empty) as one record of type 'cd', which stands for both events and takes
+-- two sequence numbers, the job.created's first (lib/store appendMany; a record was
+-- ~3-5k instructions of Lua's work, its bytes appended to the entry and the AOF: a
+-- submission's jobs one each instead of two); as the call's first held event, the two
+-- are held as two. ev_reset: none held (state_reset). (Their state is local to a
+-- block: a script's main function holds at most 200 locals.)
 local ev_later, ev_flush, ev_reset
 do
-  -- the first held event's items; the others' records; how many; the entry's actor
-  local first, more, nmore, eactor
+  -- the first held event's items; the others' records; how many; how many events
+  -- they stand for (ids: a 'cd' record's two); the entry's actor
+  local first, more, nmore, nids, eactor
   -- the stored type of an entry of many events (lib/store storedMany)
   local EV_MANY = 'm'
   -- lengths as strings (a number in a concatenation is formatted with "%.14g": ~1k
   -- instructions each; a library's load sees no string library to make them)
   local LEN = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15', '16', '17', '18', '19', '20', '21', '22', '23', '24', '25', '26', '27', '28', '29', '30', '31', '32', '33', '34', '35', '36', '37', '38', '39', '40', '41', '42', '43', '44', '45', '46', '47', '48', '49', '50', '51', '52', '53', '54', '55', '56', '57', '58', '59', '60', '61', '62', '63'}
-  ev_reset = function() first, more, nmore, eactor = nil, {}, 0, nil end
-  ev_later = function(typ, actor, flow, job, caller, detail)
+  ev_reset = function() first, more, nmore, nids, eactor = nil, {}, 0, 0, nil end
+  ev_later = function(typ, actor, flow, job, caller, detail, dispatched)
+    -- (dispatched: job.dispatched's stored type, given by the caller: a prelude
+    -- constant this library named, even in a comment, would be a local more in every
+    -- script's main function, and finish_jobs' is at Lua's limit of registers)
     if not first then
       first = {typ, actor, flow, job, caller, detail}
+      if dispatched then ev_later(dispatched, actor, flow, job, caller, '') end
       return
     end
     if not eactor then eactor = actor end
     if actor == eactor then actor = '' end
     nmore = nmore + 1
+    if dispatched then
+      -- (the record type of the two: lib/store storedCreatedDispatched)
+      nids = nids + 2
+      more[nmore] = 'cd ' .. flow .. ' ' .. job .. ' ' .. caller .. ' ' .. (LEN[#actor] or int(#actor)) .. ' 0 ' .. actor
+      return
+    end
+    nids = nids + 1
     more[nmore] = typ .. ' ' .. flow .. ' ' .. job .. ' ' .. caller .. ' ' .. (LEN[#actor] or int(#actor)) .. ' ' .. (LEN[#detail] or int(#detail)) .. ' ' .. actor .. detail
   end
   ev_flush = function(uncapped)
@@ -94,10 +112,10 @@ do
       local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
       local last
       if #seq < 15 then
-        last = ms .. '-' .. int(tonumber(seq) + nmore)
+        last = ms .. '-' .. int(tonumber(seq) + nids)
       else
         -- (a sequence number past what a Lua number holds exactly: the next ms's)
-        last = int(tonumber(ms) + 1) .. '-' .. int(nmore - 1)
+        last = int(tonumber(ms) + 1) .. '-' .. int(nids - 1)
       end
       redis.call('XADD', K_EVENTS, last, 'type', EV_MANY, 'actor', eactor, 'flow_id', '', 'job_id', '', 'caller_id', '', 'detail', table.concat(more))
     end

@@ -344,13 +344,13 @@ for _, j in ipairs(jobs) do
     indexed[#indexed + 1] = now_ms
     indexed[#indexed + 1] = member
     -- Its job.created and job.dispatched, with the call's other new jobs' in two stream
-    -- entries (lib_state's ev_later, ev_flush after the loop; the first is appended
+    -- entries, one record for both but the call's first job's (lib_state's ev_later,
+    -- ev_flush after the loop; the first is appended
     -- uncapped here: see EVENTS_PER_JOB above). No status (job.created's is empty,
     -- job.dispatched's its type's), and no detail: a job.created of a job_id and
     -- caller_id reads its job's key, a job.dispatched a first attempt's (lib/store
     -- impliedStatus, impliedDetail, eventsOf).
-    ev_later(EV_JOB_CREATED, j.actor, '0', j.id, j.caller, '')
-    ev_later(EV_JOB_DISPATCHED, j.actor, '0', j.id, j.caller, '')
+    ev_later(EV_JOB_CREATED, j.actor, '0', j.id, j.caller, '', EV_JOB_DISPATCHED)
     -- its request message: when a runner here takes it (the job queued, as lib_route's
     -- route_store), acknowledged and stored short: one field, req "<now_ms> <id>", from
     -- which a read makes the message the call's fields and the job's own would be
