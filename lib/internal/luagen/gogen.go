@@ -62,6 +62,32 @@ type goGen struct {
 	opt  GoOptions
 	sc   *Script
 	recs map[string]bool
+	// vars: the decoder's list and record variables declared in the scopes open where
+	// it writes (a second list or record at the same depth assigns the first's
+	// variable, of the same type, instead of declaring it again), by their depth
+	vars map[string]int
+}
+
+// declare returns the operator that gives the decoder's variable name (of depth n)
+// its value: ":=" the first time in the open scopes, "=" after.
+func (g *goGen) declare(name string, n int) string {
+	if g.vars == nil {
+		g.vars = map[string]int{}
+	}
+	if _, ok := g.vars[name]; ok {
+		return "="
+	}
+	g.vars[name] = n
+	return ":="
+}
+
+// closeScope forgets the variables declared deeper than depth n (a scope that ends).
+func (g *goGen) closeScope(n int) {
+	for name, d := range g.vars {
+		if d > n {
+			delete(g.vars, name)
+		}
+	}
 }
 
 func (g *goGen) p(format string, a ...any) { fmt.Fprintf(&g.b, format+"\n", a...) }
@@ -310,6 +336,7 @@ func (g *goGen) reply() {
 	g.records([]Field{{Name: "reply", Type: sc.Reply}})
 	g.p("\n// decode%sReply decodes the reply of lua/%s.", GoName(sc.Name), sc.File)
 	g.p("func decode%sReply(v any) (out %s, err error) {", GoName(sc.Name), g.replyType())
+	g.vars = nil
 	if sc.Reply.Kind == None {
 		g.p("\treturn out, nil")
 	} else {
@@ -333,7 +360,7 @@ func (g *goGen) decode(dst, v string, t Type, ind, path string) {
 		g.p("%s%s = %s", ind, dst, v)
 	case List:
 		l := "l" + fmt.Sprint(len(ind))
-		g.p("%s%s, err := luaconv.List(%s)", ind, l, v)
+		g.p("%s%s, err %s luaconv.List(%s)", ind, l, g.declare(l, len(ind)), v)
 		g.p("%sif err != nil {", ind)
 		g.p("%s\treturn out, fmt.Errorf(\"lua/%s: %s: %%w\", err)", ind, file, path)
 		g.p("%s}", ind)
@@ -342,6 +369,7 @@ func (g *goGen) decode(dst, v string, t Type, ind, path string) {
 		g.p("%sfor %s := range %s {", ind, i, l)
 		g.decode(dst+"["+i+"]", l+"["+i+"]", *t.Elem, ind+"\t", path+"[]")
 		g.p("%s}", ind)
+		g.closeScope(len(ind))
 	case Record:
 		g.decodeRecord(dst, v, t, ind, path)
 	}
@@ -353,7 +381,7 @@ func (g *goGen) decodeRecord(dst, v string, t Type, ind, path string) {
 	if fixed > 0 && t.Fields[fixed-1].Rest {
 		fixed--
 	}
-	g.p("%s%s, err := luaconv.List(%s)", ind, l, v)
+	g.p("%s%s, err %s luaconv.List(%s)", ind, l, g.declare(l, len(ind)), v)
 	g.p("%sif err == nil && len(%s) < %d {", ind, l, fixed)
 	g.p("%s\terr = fmt.Errorf(\"%%d items, want %d\", len(%s))", ind, fixed, l)
 	g.p("%s}", ind)

@@ -395,3 +395,79 @@ func mustRead(t *testing.T, f string) string {
 	}
 	return string(b)
 }
+
+// A reply of two lists at one level (a list of records, each with a list of its own,
+// then a rest list) decodes into both: the decoder declares each list's variable once
+// in a scope and assigns it the second time (it declared it twice: a build error).
+func TestReplyOfTwoListsDecodes(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	const header = `-- put: stores items.
+--
+-- KEYS:
+--   set  the set
+-- ARGV:
+--   items  []string  the items
+-- Reply: outcome what happened
+--   status   string  ok
+--   found    []found  the items found
+--     index    int       its index
+--     tags     []string  its tags
+--     ...hash  []string  its hash
+--   ...members []string  every item's member
+-- Derives: nothing.
+
+return 1
+`
+	sc, err := Parse("put.lua", header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := Go(GoOptions{Package: "m", Call: "Call", ScriptType: "*Script", NewScript: "luaScript", Runner: "luaRunner", Conv: "m/luaconv"}, []*Script{sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module m\n\ngo 1.22\n")
+	write("stub.go", stub)
+	write("lua_gen.go", string(code))
+	conv, err := filepath.Glob("luaconv/*.go")
+	if err != nil || len(conv) == 0 {
+		t.Fatalf("package luaconv's files: %v %v", conv, err)
+	}
+	for _, f := range conv {
+		if !strings.HasSuffix(f, "_test.go") {
+			write(filepath.Join("luaconv", filepath.Base(f)), mustRead(t, f))
+		}
+	}
+	write("decode_test.go", `package m
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestDecode(t *testing.T) {
+	out, err := decodePutReply([]any{"ok", []any{[]any{int64(2), []any{"t1", "t2"}, "f", "v"}, []any{int64(3), []any{}}}, "a", "b", "c"})
+	if got, want := fmt.Sprintf("%+v %v", out, err), "{Status:ok Found:[{Index:2 Tags:[t1 t2] Hash:[f v]} {Index:3 Tags:[] Hash:[]}] Members:[a b c]} <nil>"; got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+`)
+	cmd := exec.Command("go", "test", "./...")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the generated decoder: %v\n%s\n%s", err, out, code)
+	}
+}
