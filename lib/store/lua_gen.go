@@ -3607,24 +3607,24 @@ func (a *submitArgs) run(ctx context.Context, r luaRunner) (submitOutcome, error
 
 // submitOutcome is a record of lua/submit.lua.
 type submitOutcome struct {
-	Status string
-	Index  int64
-	Detail string
-	Jobs   []submitDone
+	Status  string
+	Index   int64
+	Detail  string
+	Found   []submitFound
+	Members []string
 }
 
-// submitDone is a record of lua/submit.lua.
-type submitDone struct {
-	Code   int64
-	Member string
-	Hash   []string
+// submitFound is a record of lua/submit.lua.
+type submitFound struct {
+	Index int64
+	Hash  []string
 }
 
 // decodeSubmitReply decodes the reply of lua/submit.lua.
 func decodeSubmitReply(v any) (out submitOutcome, err error) {
 	r1, err := luaconv.List(v)
-	if err == nil && len(r1) < 3 {
-		err = fmt.Errorf("%d items, want 3", len(r1))
+	if err == nil && len(r1) < 4 {
+		err = fmt.Errorf("%d items, want 4", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/submit.lua: reply: %w", err)
@@ -3638,34 +3638,41 @@ func decodeSubmitReply(v any) (out submitOutcome, err error) {
 	if out.Detail, err = luaconv.String(r1[2]); err != nil {
 		return out, fmt.Errorf("lua/submit.lua: reply.detail: %w", err)
 	}
-	l1, err := luaconv.List(any(r1[3:]))
+	l1, err := luaconv.List(r1[3])
 	if err != nil {
-		return out, fmt.Errorf("lua/submit.lua: reply.jobs: %w", err)
+		return out, fmt.Errorf("lua/submit.lua: reply.found: %w", err)
 	}
-	out.Jobs = make([]submitDone, len(l1))
+	out.Found = make([]submitFound, len(l1))
 	for i1 := range l1 {
 		r2, err := luaconv.List(l1[i1])
-		if err == nil && len(r2) < 2 {
-			err = fmt.Errorf("%d items, want 2", len(r2))
+		if err == nil && len(r2) < 1 {
+			err = fmt.Errorf("%d items, want 1", len(r2))
 		}
 		if err != nil {
-			return out, fmt.Errorf("lua/submit.lua: reply.jobs[]: %w", err)
+			return out, fmt.Errorf("lua/submit.lua: reply.found[]: %w", err)
 		}
-		if out.Jobs[i1].Code, err = luaconv.Int(r2[0]); err != nil {
-			return out, fmt.Errorf("lua/submit.lua: reply.jobs[].code: %w", err)
+		if out.Found[i1].Index, err = luaconv.Int(r2[0]); err != nil {
+			return out, fmt.Errorf("lua/submit.lua: reply.found[].index: %w", err)
 		}
-		if out.Jobs[i1].Member, err = luaconv.String(r2[1]); err != nil {
-			return out, fmt.Errorf("lua/submit.lua: reply.jobs[].member: %w", err)
-		}
-		l2, err := luaconv.List(any(r2[2:]))
+		l2, err := luaconv.List(any(r2[1:]))
 		if err != nil {
-			return out, fmt.Errorf("lua/submit.lua: reply.jobs[].hash: %w", err)
+			return out, fmt.Errorf("lua/submit.lua: reply.found[].hash: %w", err)
 		}
-		out.Jobs[i1].Hash = make([]string, len(l2))
+		out.Found[i1].Hash = make([]string, len(l2))
 		for i2 := range l2 {
-			if out.Jobs[i1].Hash[i2], err = luaconv.String(l2[i2]); err != nil {
-				return out, fmt.Errorf("lua/submit.lua: reply.jobs[].hash[]: %w", err)
+			if out.Found[i1].Hash[i2], err = luaconv.String(l2[i2]); err != nil {
+				return out, fmt.Errorf("lua/submit.lua: reply.found[].hash[]: %w", err)
 			}
+		}
+	}
+	l1, err = luaconv.List(any(r1[4:]))
+	if err != nil {
+		return out, fmt.Errorf("lua/submit.lua: reply.members: %w", err)
+	}
+	out.Members = make([]string, len(l1))
+	for i1 := range l1 {
+		if out.Members[i1], err = luaconv.String(l1[i1]); err != nil {
+			return out, fmt.Errorf("lua/submit.lua: reply.members[]: %w", err)
 		}
 	}
 	return out, nil

@@ -317,26 +317,31 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 	if err := d.submitRefused(subs, res); err != nil {
 		return nil, err
 	}
-	if len(res.Jobs) != len(subs) {
-		return nil, fmt.Errorf("submit jobs: %d replies for %d jobs", len(res.Jobs), len(subs))
+	if len(res.Members) != len(subs) {
+		return nil, fmt.Errorf("submit jobs: %d replies for %d jobs", len(res.Members), len(subs))
 	}
 	out := make([]Submitted, len(subs))
-	for i, r := range res.Jobs {
-		if r.Code == 1 {
-			// created: its id, reserved by the script when the caller chose none
-			j := subs[i].Job
-			_, id, _ := strings.Cut(r.Member, ":")
-			if j.ID = parseU32(id); j.ID == 0 {
-				return nil, fmt.Errorf("submit jobs: unexpected reply %+v", r)
-			}
-			out[i] = Submitted{Job: j}
-			continue
+	for _, f := range res.Found {
+		if f.Index < 1 || int(f.Index) > len(subs) || out[f.Index-1].Job != nil {
+			return nil, fmt.Errorf("submit jobs: unexpected reply: job %d found, of %d", f.Index, len(subs))
 		}
-		j, err := d.jobFromPairs(r.Member, r.Hash)
+		j, err := d.jobFromPairs(res.Members[f.Index-1], f.Hash)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = Submitted{Job: j, Existing: true}
+		out[f.Index-1] = Submitted{Job: j, Existing: true}
+	}
+	for i, member := range res.Members {
+		if out[i].Job != nil {
+			continue // found
+		}
+		// created: its id, reserved by the script when the caller chose none
+		j := subs[i].Job
+		_, id, _ := strings.Cut(member, ":")
+		if j.ID = parseU32(id); j.ID == 0 {
+			return nil, fmt.Errorf("submit jobs: unexpected reply %q for job %d", member, i+1)
+		}
+		out[i] = Submitted{Job: j}
 	}
 	return out, nil
 }

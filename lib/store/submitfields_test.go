@@ -225,7 +225,7 @@ func TestSubmittedHashesAsBefore(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s, the old way: %v", name, err)
 			}
-			_, id, _ := strings.Cut(res.Jobs[0].Member, ":")
+			_, id, _ := strings.Cut(res.Members[0], ":")
 			old.ID = parseU32(id)
 		}, &old)
 		for _, k := range [][2]string{{newKey, oldKey}, {newMsg, oldMsg}} {

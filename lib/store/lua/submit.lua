@@ -71,12 +71,14 @@
 --                   counter moved)
 --   index   int     the refused job's index (1-based; unserved, conflict; else 0)
 --   detail  string  the conflict's field, or the caller whose ids are used up
---   ...jobs []done  with 'ok', per job:
---     code     int     1 created and dispatched; 2 the job a uniqueness key or a
---                      chosen id (by a job before it in the call, too) already names
---     member   string  the job, "<caller>:<id>"
---     ...hash  []string  with 2: the existing job's hash as field/value items (with 1
---                        none: no empty table per job to convert into the reply)
+--   found   []found  with 'ok', the jobs not created (else empty):
+--     index    int       the job's index (1-based), whose uniqueness key or chosen id
+--                        (by a job before it in the call, too) names a job that exists
+--     ...hash  []string  the existing job's hash as field/value items
+--   ...members []string  with 'ok', per job in order the job created or found,
+--                        "<caller>:<id>" (a flat list: a table per job in the reply
+--                        was ~2k instructions a job, Redis looking each one up for
+--                        the fields of a status or an error before its items)
 -- Derives: coord:msgtmpl (lib_state's message_share: the request messages' shared
 --   fields, a scratch hash written and deleted in the call), coord:jobtmpl (the same
 --   for the new jobs' shared fields),
@@ -130,12 +132,14 @@ end
 if guard_fields_n > 0 then
   local have = redis.call('HMGET', K_CONTEXT .. ctx, unpack(views, guard_fields_at + 1, guard_fields_at + guard_fields_n))
   for g = 1, guard_fields_n do
-    if (have[g] or '') ~= views[guard_values_at + g] then return {'changed', 0, ''} end
+    if (have[g] or '') ~= views[guard_values_at + g] then return {'changed', 0, '', {}} end
   end
 end
 
-local function existing(member)
-  return {2, member, unpack(redis.call('HGETALL', K_JOB .. member))}
+local found = {}
+local function existing(n, member)
+  found[#found + 1] = {n, unpack(redis.call('HGETALL', K_JOB .. member))}
+  return member
 end
 
 -- same: two stored values of a compared field that mean the same (empty lists and maps
@@ -182,7 +186,7 @@ for n, j in ipairs(jobs) do
   else
     j.q = route_queue(j.caller, runner, stype, fn)
   end
-  if not j.q and (runner or '0') == '0' then return {'unserved', n, ''} end
+  if not j.q and (runner or '0') == '0' then return {'unserved', n, '', {}} end
 end
 
 -- The first job of the call that chose each id.
@@ -201,7 +205,7 @@ for n, j in ipairs(jobs) do
     for f = 1, 2 * tonumber(j.ncmp) - 1, 2 do
       local name = views[fields_at + f]
       if not same(redis.call('HGET', j.key, name) or STORED_DEFAULT[name] or '', views[fields_at + f + 1]) then
-        return {'conflict', n, views[fields_at + f]}
+        return {'conflict', n, views[fields_at + f], {}}
       end
     end
     j.exists = true
@@ -212,7 +216,7 @@ for n, j in ipairs(jobs) do
     for f = 1, e.fields_n, 2 do was[views[e_fields_at + f]] = views[e_fields_at + f + 1] end
     for f = 1, 2 * tonumber(j.ncmp) - 1, 2 do
       local name = views[fields_at + f]
-      if not same(was[name] or '', views[fields_at + f + 1]) then return {'conflict', n, name} end
+      if not same(was[name] or '', views[fields_at + f + 1]) then return {'conflict', n, name, {}} end
     end
     j.again = true
   end
@@ -247,7 +251,7 @@ for _, j in ipairs(jobs) do
         id = redis.call('INCR', K_JOB_SEQ .. c)
         last_id[c] = id
       end
-      if id > 4294967295 then return {'exhausted', 0, c} end
+      if id > 4294967295 then return {'exhausted', 0, c, {}} end
       next_id[c] = id + 1
       local known = f and id <= f.last
       if known then
@@ -262,7 +266,7 @@ end
 
 -- Pass 2: create and dispatch (a uniqueness key is read here, after the jobs before
 -- it in the batch set theirs).
-local out, pushed = {'ok', 0, ''}, 0
+local out, pushed = {'ok', 0, '', found}, 0
 -- the new jobs' message ids in one INCRBY, their index entries in one ZADD per index
 -- (a job a uniqueness key finds created leaves its message id unused)
 local fresh = 0
@@ -302,14 +306,14 @@ if shared then
   end
 end
 local indexed, scheduled, delayed, first_due = {}, {}, {}, nil
-for _, j in ipairs(jobs) do
+for n, j in ipairs(jobs) do
   local member = j.caller .. ':' .. j.id
   local prev = false
   if j.ukey ~= '' then prev = redis.call('GET', j.ukey) end
   if prev and redis.call('EXISTS', K_JOB .. prev) == 1 then
-    out[#out + 1] = existing(prev)
+    out[#out + 1] = existing(n, prev)
   elseif j.exists or (j.again and redis.call('EXISTS', j.key) == 1) then
-    out[#out + 1] = existing(member)
+    out[#out + 1] = existing(n, member)
   elseif j.run_at ~= '0' then
     -- A delayed job: stored scheduled (attempt 0: its dispatch makes it 1), its request
     -- message left to that dispatch (lua/dispatch.lua, when coord:delayed says it is due).
@@ -325,7 +329,7 @@ for _, j in ipairs(jobs) do
     delayed[#delayed + 1] = ctx .. ':job:' .. member
     if not first_due or tonumber(j.run_at) < tonumber(first_due) then first_due = j.run_at end
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
-    out[#out + 1] = {1, member}
+    out[#out + 1] = member
   else
     -- Its request message's id, which its hash holds from the start (msgs, as
     -- track_msg would write it).
@@ -376,7 +380,7 @@ for _, j in ipairs(jobs) do
       pushed = pushed + 1
     end
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
-    out[#out + 1] = {1, member}
+    out[#out + 1] = member
   end
 end
 ev_flush(true)
