@@ -147,18 +147,19 @@ proto-check: proto-tools ## fail when the committed generated code is not what `
 
 # LUAGEN runs the generator of the Lua scripts' typed calls (lib/internal/luagen) on a
 # package's lua/ directory: the prologue in each script file and the package's lua_gen.go
-# (LUAGEN_PKGS: <lua dir>:<Go file>:<package>:<its type of one script run>).
+# (LUAGEN_PKGS: <lua dir>:<Go file>:<package>:<its type of one script run>[:<the
+# table of small counts its scripts see, lib/store/script.go's COUNT>]).
 LUAGEN = cd lib && $(GO) run ./internal/luagen/cmd/luagen
-LUAGEN_PKGS = store/lua:store/lua_gen.go:store:Call dispatcher/worker/lua:dispatcher/worker/lua_gen.go:worker:luaCall
+LUAGEN_PKGS = store/lua:store/lua_gen.go:store:Call:COUNT dispatcher/worker/lua:dispatcher/worker/lua_gen.go:worker:luaCall
 
 .PHONY: lua-gen
 lua-gen: ## regenerate, from each Lua script's declared header, its Lua prologue and the typed Go calls (lib/store/lua_gen.go, lib/dispatcher/worker/lua_gen.go)
-	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg call <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg -call $$call); done
+	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg call counts <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg -call $$call -counts "$$counts"); done
 	@echo "lua-gen: generated"
 
 .PHONY: lua-gen-check
 lua-gen-check: ## fail when a Lua script's prologue or the typed Go calls are not what `make lua-gen` makes
-	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg call <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg -call $$call -check); done
+	@set -e; for p in $(LUAGEN_PKGS); do IFS=: read -r dir out pkg call counts <<<"$$p"; ($(LUAGEN) -dir $$dir -out $$out -package $$pkg -call $$call -counts "$$counts" -check); done
 	@echo "lua-gen: generated code is current"
 
 .PHONY: proto-tools

@@ -471,3 +471,44 @@ func TestDecode(t *testing.T) {
 		t.Fatalf("the generated decoder: %v\n%s\n%s", err, out, code)
 	}
 }
+
+// With a table of counts (PrologueCounts), a record's view count is looked up there,
+// and read with tonumber when the table lacks it: the same items either way.
+func TestPrologueCountsLookedUp(t *testing.T) {
+	sc, err := Parse("put.lua", viewHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pro := PrologueCounts(sc, "C")
+	if !strings.Contains(pro, "fields_n = C[ARGV[") || !strings.Contains(pro, "tail_n = C[ARGV[argi]] or tonumber(ARGV[argi])") {
+		t.Fatalf("no lookup of the records' view counts:\n%s", pro)
+	}
+	srv := redistest.Start(t)
+	rdb := srv.Client(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// (4 and 0 in the table, 2 and 1 not)
+	script := "local C = {['0'] = 0, ['4'] = 4}\n" + pro + `
+local o = {}
+for k, e in ipairs(objs) do o[k] = {fields = {unpack(views, e.fields_at + 1, e.fields_at + e.fields_n)}, tail = {unpack(views, e.tail_at + 1, e.tail_at + e.tail_n)}} end
+o[#o + 1] = last
+return cjson.encode(o)`
+	args := []any{"7", 2, "h1", "h2", "b!", 1, "t", 3, "m1", "m2", "m3", 2,
+		"11", 4, "f", "v", "g", "w", 1, "x", 2, "5", "6",
+		"12", 0, 0, 1, "9",
+		"end"}
+	out, err := rdb.Eval(ctx, script, []string{"h"}, args...).Text()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, pro)
+	}
+	var got, want any
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(`[{"fields":["f","v","g","w"],"tail":["5","6"]},{"fields":{},"tail":["9"]},"end"]`), &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("read %s\nwant %v\nprologue:\n%s", out, want, pro)
+	}
+}

@@ -49,7 +49,7 @@ local n_objects = tonumber(ARGV[argi])
 objects = {}
 argi = argi + 1
 for k = 1, n_objects do
-  local e_objects = {id = ARGV[argi], now_ms = ARGV[argi + 1], ncmp = tonumber(ARGV[argi + 2]), stidx = ARGV[argi + 3], fields_n = tonumber(ARGV[argi + 4]), fields_at = argi + 4}
+  local e_objects = {id = ARGV[argi], now_ms = ARGV[argi + 1], ncmp = tonumber(ARGV[argi + 2]), stidx = ARGV[argi + 3], fields_n = COUNT[ARGV[argi + 4]] or tonumber(ARGV[argi + 4]), fields_at = argi + 4}
   argi = argi + 5 + e_objects.fields_n
   objects[k] = e_objects
 end

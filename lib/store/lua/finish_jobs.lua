@@ -132,7 +132,7 @@ local n_runs = tonumber(ARGV[argi])
 runs = {}
 argi = argi + 1
 for k = 1, n_runs do
-  local e_runs = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], result = ARGV[argi + 6], entry = ARGV[argi + 7], extra_n = tonumber(ARGV[argi + 8]), extra_at = argi + 8}
+  local e_runs = {job_key = ARGV[argi], member = ARGV[argi + 1], claim = ARGV[argi + 2], id = ARGV[argi + 3], flow = ARGV[argi + 4], status = ARGV[argi + 5], result = ARGV[argi + 6], entry = ARGV[argi + 7], extra_n = COUNT[ARGV[argi + 8]] or tonumber(ARGV[argi + 8]), extra_at = argi + 8}
   argi = argi + 9 + e_runs.extra_n
   runs[k] = e_runs
 end

@@ -114,7 +114,7 @@ local n_jobs = tonumber(ARGV[argi])
 jobs = {}
 argi = argi + 1
 for k = 1, n_jobs do
-  local e_jobs = {chosen = ARGV[argi] == '1', caller = ARGV[argi + 1], id = ARGV[argi + 2], ttl = ARGV[argi + 3], actor = ARGV[argi + 4], run_at = ARGV[argi + 5], ncmp = ARGV[argi + 6], fields_n = tonumber(ARGV[argi + 7]), fields_at = argi + 7}
+  local e_jobs = {chosen = ARGV[argi] == '1', caller = ARGV[argi + 1], id = ARGV[argi + 2], ttl = ARGV[argi + 3], actor = ARGV[argi + 4], run_at = ARGV[argi + 5], ncmp = ARGV[argi + 6], fields_n = COUNT[ARGV[argi + 7]] or tonumber(ARGV[argi + 7]), fields_at = argi + 7}
   argi = argi + 8 + e_jobs.fields_n
   jobs[k] = e_jobs
 end

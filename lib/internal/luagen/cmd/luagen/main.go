@@ -34,6 +34,7 @@ func run(argv []string) error {
 	fs.StringVar(&opt.Runner, "runner", "luaRunner", "the package's interface with runLua(context.Context, <call>) (any, error)")
 	fs.StringVar(&opt.Conv, "conv", luagen.ConvPath, "the import path of the conversions the generated code uses (package luaconv)")
 	check := fs.Bool("check", false, "change nothing; fail when a generated part is stale")
+	counts := fs.String("counts", "", "the name of the table of small counts the scripts see (luagen.PrologueCounts); none when empty")
 	if err := fs.Parse(argv); err != nil {
 		return err
 	}
@@ -60,7 +61,7 @@ func run(argv []string) error {
 			continue
 		}
 		scripts = append(scripts, sc)
-		writes[f] = []byte(luagen.WithPrologue(string(src), luagen.Prologue(sc)))
+		writes[f] = []byte(luagen.WithPrologue(string(src), luagen.PrologueCounts(sc, *counts)))
 	}
 	code, err := luagen.Go(opt, scripts)
 	if err != nil {
