@@ -302,13 +302,13 @@ complete_many = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, acto
         end
       end
     end
-    local deps = {}
-    if d then deps = cjson.decode(d) end
-    local last = math.min(#deps, RELEASE_CHUNK)
-    local out = {}
-    release(dag, caller, deps, 1, last, fin, now_s, out)
-    for j = 1, #out do ready[#ready + 1] = out[j] end
-    if #deps > last then
+    local deps, last = nil, 0 -- (a node without dependents decodes none)
+    if d then
+      deps = cjson.decode(d)
+      last = math.min(#deps, RELEASE_CHUNK)
+      release(dag, caller, deps, 1, last, fin, now_s, ready)
+    end
+    if deps and #deps > last then
       redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
       release_later(dag, ctx, flow, caller, id, last, fin, now_ms)
     else
