@@ -447,38 +447,14 @@ func TestFinishCompletesAFlowsEndsTogether(t *testing.T) {
 	if n := rc.XLen(ctx, keys.Events).Val() - before; n != 4 {
 		t.Errorf("the finish wrote %d stream entries, want 4", n)
 	}
-	if h := rc.HMGet(ctx, dag, "completed", "terminal").Val(); h[0] != "3" || h[1] != "3" {
-		t.Fatalf("DAG completed %v, terminal %v: want 3 and 3", h[0], h[1])
-	}
-	for _, j := range []*model.Job{a, b, c} {
-		if rc.HExists(ctx, dag, "s:"+itoa(j.ID)).Val() || rc.HExists(ctx, dag, "a:"+itoa(j.ID)).Val() {
-			t.Fatalf("completed node %d keeps its fields in the DAG", j.ID)
-		}
-		if v := rc.HGet(ctx, keys.FlowResults(f.ID), itoa(j.ID)+".out").Val(); v != "job "+itoa(j.ID) {
-			t.Fatalf("node %d's result in the flow's map: %q", j.ID, v)
-		}
-	}
+	checkCompletedTogether(t, rc, f.ID, []*model.Job{a, b, c}, []*model.Job{d, e})
 	if st := rc.HGet(ctx, dag, "s:"+itoa(g.ID)).Val(); st != string(model.NodeCancelled) {
 		t.Fatalf("node g %s, want cancelled still", st)
 	}
 	if deps := rc.HGet(ctx, keys.Job(1, a.ID), "dependents").Val(); deps != "["+itoa(d.ID)+"]" {
 		t.Fatalf("a's dependents on its job: %q", deps)
 	}
-	for _, j := range []*model.Job{d, e} {
-		if st := rc.HGet(ctx, dag, "s:"+itoa(j.ID)).Val(); st != string(model.NodeDispatched) {
-			t.Fatalf("node %d %s, want dispatched", j.ID, st)
-		}
-	}
-	evs, err := db.ReadEvents(ctx, last, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, ev := range evs {
-		if ev.Type != string(model.EventJobStarted) {
-			got = append(got, ev.Type+" "+itoa(ev.JobID))
-		}
-	}
+	got := eventsBut(t, db, last, true)
 	want := []string{}
 	for _, r := range runs {
 		want = append(want, string(model.EventJobFinished)+" "+itoa(r.Job.ID))
@@ -498,17 +474,7 @@ func TestFinishCompletesAFlowsEndsTogether(t *testing.T) {
 	if applied.Ends != 2 || !slices.Equal(applied.FlowsEnded, []model.FlowStatus{model.FlowFinished}) {
 		t.Fatalf("applied %+v, want 2 ends and the flow finished", applied)
 	}
-	evs, err = db.ReadEvents(ctx, last, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got = got[:0]
-	for _, ev := range evs {
-		if ev.Type != string(model.EventJobStarted) {
-			got = append(got, ev.Type)
-		}
-	}
-	if strings.Join(got, " ") != "job.finished job.finished flow.finished" {
+	if got := eventsBut(t, db, last, false); strings.Join(got, " ") != "job.finished job.finished flow.finished" {
 		t.Fatalf("events %v, want two job.finished, then flow.finished", got)
 	}
 	res := rc.HGet(ctx, keys.Flow(f.ID), "result").Val()
@@ -517,4 +483,49 @@ func TestFinishCompletesAFlowsEndsTogether(t *testing.T) {
 			t.Fatalf("flow result %s lacks job %d's", res, j.ID)
 		}
 	}
+}
+
+// checkCompletedTogether: the nodes done completed (the DAG's counts, each one's fields
+// gone from the DAG and its result in the flow's map) and the nodes ready dispatched.
+func checkCompletedTogether(t *testing.T, rc *redis.Client, flow uint32, done, ready []*model.Job) {
+	t.Helper()
+	ctx := context.Background()
+	dag, n := keys.DAG(flow), strconv.Itoa(len(done))
+	if h := rc.HMGet(ctx, dag, "completed", "terminal").Val(); h[0] != n || h[1] != n {
+		t.Fatalf("DAG completed %v, terminal %v: want %s and %s", h[0], h[1], n, n)
+	}
+	for _, j := range done {
+		if rc.HExists(ctx, dag, "s:"+itoa(j.ID)).Val() || rc.HExists(ctx, dag, "a:"+itoa(j.ID)).Val() {
+			t.Fatalf("completed node %d keeps its fields in the DAG", j.ID)
+		}
+		if v := rc.HGet(ctx, keys.FlowResults(flow), itoa(j.ID)+".out").Val(); v != "job "+itoa(j.ID) {
+			t.Fatalf("node %d's result in the flow's map: %q", j.ID, v)
+		}
+	}
+	for _, j := range ready {
+		if st := rc.HGet(ctx, dag, "s:"+itoa(j.ID)).Val(); st != string(model.NodeDispatched) {
+			t.Fatalf("node %d %s, want dispatched", j.ID, st)
+		}
+	}
+}
+
+// eventsBut reads the events after last but the job.started ones: their types, with
+// ids each type and its job id.
+func eventsBut(t *testing.T, db *store.DB, last string, ids bool) []string {
+	t.Helper()
+	evs, err := db.ReadEvents(context.Background(), last, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range evs {
+		switch {
+		case ev.Type == string(model.EventJobStarted):
+		case ids:
+			got = append(got, ev.Type+" "+itoa(ev.JobID))
+		default:
+			got = append(got, ev.Type)
+		}
+	}
+	return got
 }
