@@ -261,6 +261,13 @@ end
 -- applied and the flow's status when it ended here (else ""). No events but finalize's
 -- (event(), after the held ones). Leaves the script in the context's DB.
 complete_many = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, ends, fin, ready)
+  if #ends == 1 then -- (one end: complete's own work, without the tables for many)
+    local e = ends[1]
+    local r = complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, e.id, e.attempt, JOB_FINISHED, '', false, 0, 0, e.result, fin)
+    for j = 4, #r do ready[#ready + 1] = r[j] end
+    if r[1] == 1 then return 1, r[2] end
+    return 0, r[2]
+  end
   local fields = {'total', 'starting'}
   for k, e in ipairs(ends) do
     fields[3 * k], fields[3 * k + 1], fields[3 * k + 2] = 's:' .. e.id, 'a:' .. e.id, 'd:' .. e.id
