@@ -416,3 +416,116 @@ func TestCompletionReadyAtTheEnd(t *testing.T) {
 		claimSh(t, db, 1) // b, out of the next case's way
 	}
 }
+
+// The successful ends of one flow that a finish applies are completed together: their
+// job.finished events go in the call's two stream entries (lib_state's ev_later), the
+// DAG's counts move once for all, and what each end causes — its result in the flow's
+// map, its node leaving the DAG, the dependents whose dependencies are all done made
+// ready — is as one by one, the completions' events after the ends'. An end whose node
+// is not running any more (here: cancelled under it) applies nothing; the others do.
+func TestFinishCompletesAFlowsEndsTogether(t *testing.T) {
+	s, db, rc := applyContext(t, 56)
+	ctx := context.Background()
+	// roots a, b, c, g; d after a and b, e after c
+	f, jobs := dagFlow(t, s, db, 6, map[int][]int{4: {0, 1}, 5: {2}})
+	a, b, c, g, d, e := jobs[0], jobs[1], jobs[2], jobs[3], jobs[4], jobs[5]
+	dag := keys.DAG(f.ID)
+	last, err := db.LastEventID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := claimSh(t, db, 4)
+	// g's node is cancelled while it runs: its end completes nothing
+	rc.HSet(ctx, dag, "s:"+itoa(g.ID), string(model.NodeCancelled))
+	before := rc.XLen(ctx, keys.Events).Val()
+	applied := finishApplied(t, db, runs)
+	if applied.Ends != 3 || applied.Dispatched != 2 || len(applied.FlowsEnded) != 0 {
+		t.Fatalf("applied %+v, want 3 ends and 2 dispatched", applied)
+	}
+	// four job.finished in two entries, then the two job.dispatched in two more (one
+	// entry each way before: six)
+	if n := rc.XLen(ctx, keys.Events).Val() - before; n != 4 {
+		t.Errorf("the finish wrote %d stream entries, want 4", n)
+	}
+	checkCompletedTogether(t, rc, f.ID, []*model.Job{a, b, c}, []*model.Job{d, e})
+	if st := rc.HGet(ctx, dag, "s:"+itoa(g.ID)).Val(); st != string(model.NodeCancelled) {
+		t.Fatalf("node g %s, want cancelled still", st)
+	}
+	if deps := rc.HGet(ctx, keys.Job(1, a.ID), "dependents").Val(); deps != "["+itoa(d.ID)+"]" {
+		t.Fatalf("a's dependents on its job: %q", deps)
+	}
+	got := eventsBut(t, db, last, true)
+	want := []string{}
+	for _, r := range runs {
+		want = append(want, string(model.EventJobFinished)+" "+itoa(r.Job.ID))
+	}
+	want = append(want, string(model.EventJobDispatched)+" "+itoa(d.ID), string(model.EventJobDispatched)+" "+itoa(e.ID))
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	// d and e end together: the flow ends (g's node counted final by hand: cancelled
+	// under its run), after their job.finished events
+	rc.HIncrBy(ctx, dag, "terminal", 1)
+	last, err = db.LastEventID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied = finishApplied(t, db, claimSh(t, db, 2))
+	if applied.Ends != 2 || !slices.Equal(applied.FlowsEnded, []model.FlowStatus{model.FlowFinished}) {
+		t.Fatalf("applied %+v, want 2 ends and the flow finished", applied)
+	}
+	if got := eventsBut(t, db, last, false); strings.Join(got, " ") != "job.finished job.finished flow.finished" {
+		t.Fatalf("events %v, want two job.finished, then flow.finished", got)
+	}
+	res := rc.HGet(ctx, keys.Flow(f.ID), "result").Val()
+	for _, j := range []*model.Job{a, b, c, d, e} {
+		if !strings.Contains(res, `"`+itoa(j.ID)+`.out":"job `+itoa(j.ID)+`"`) {
+			t.Fatalf("flow result %s lacks job %d's", res, j.ID)
+		}
+	}
+}
+
+// checkCompletedTogether: the nodes done completed (the DAG's counts, each one's fields
+// gone from the DAG and its result in the flow's map) and the nodes ready dispatched.
+func checkCompletedTogether(t *testing.T, rc *redis.Client, flow uint32, done, ready []*model.Job) {
+	t.Helper()
+	ctx := context.Background()
+	dag, n := keys.DAG(flow), strconv.Itoa(len(done))
+	if h := rc.HMGet(ctx, dag, "completed", "terminal").Val(); h[0] != n || h[1] != n {
+		t.Fatalf("DAG completed %v, terminal %v: want %s and %s", h[0], h[1], n, n)
+	}
+	for _, j := range done {
+		if rc.HExists(ctx, dag, "s:"+itoa(j.ID)).Val() || rc.HExists(ctx, dag, "a:"+itoa(j.ID)).Val() {
+			t.Fatalf("completed node %d keeps its fields in the DAG", j.ID)
+		}
+		if v := rc.HGet(ctx, keys.FlowResults(flow), itoa(j.ID)+".out").Val(); v != "job "+itoa(j.ID) {
+			t.Fatalf("node %d's result in the flow's map: %q", j.ID, v)
+		}
+	}
+	for _, j := range ready {
+		if st := rc.HGet(ctx, dag, "s:"+itoa(j.ID)).Val(); st != string(model.NodeDispatched) {
+			t.Fatalf("node %d %s, want dispatched", j.ID, st)
+		}
+	}
+}
+
+// eventsBut reads the events after last but the job.started ones: their types, with
+// ids each type and its job id.
+func eventsBut(t *testing.T, db *store.DB, last string, ids bool) []string {
+	t.Helper()
+	evs, err := db.ReadEvents(context.Background(), last, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range evs {
+		switch {
+		case ev.Type == string(model.EventJobStarted):
+		case ids:
+			got = append(got, ev.Type+" "+itoa(ev.JobID))
+		default:
+			got = append(got, ev.Type)
+		}
+	}
+	return got
+}

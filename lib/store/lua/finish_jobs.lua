@@ -189,20 +189,16 @@ local function tell_awaited(jk, ref)
 end
 local out, done, ids, hdone, hids = {}, {}, {}, {}, {}
 local unleased = {} -- the runs' lease members, removed in one ZREM
-local gflow -- the flow of the runs that share one message (one flow per call)
+local gflow -- the flow of the runs that share one message or are applied here (one flow per call)
 local pushed, applied, ready, fstatus = 0, 0, {}, ''
 local function push(mk)
   redis.call('LPUSH', mo, mk)
   pushed = pushed + 1
 end
--- apply_here applies the successful end of run id (attempt) of a flow, which wrote
--- result, as the scheduler would (lib_complete).
-local function apply_here(jk, id, flow, attempt, result)
-  local r = complete(KEYS[5], KEYS[6], KEYS[7], ek, ctx, flow, caller, now_s, now_ms, 'runner', retention, id, attempt, JOB_FINISHED, '', false, 0, 0, result, now_ms)
-  for k = 4, #r do ready[#ready + 1] = r[k] end
-  if r[2] ~= '' then fstatus = r[2] end
-  if r[1] == 1 then applied = applied + 1 end
-end
+-- applied_ends: the successful ends of runs of the call's flow that are applied here,
+-- as the scheduler would (lib_complete's complete_many, once for all of them after the
+-- runs' own writes and events): {id, attempt, result} each
+local applied_ends = {}
 -- each run's own result message (not grouped): their ids in one INCRBY (a run
 -- whose claim is not the job's any more leaves its id unused)
 -- (and they share the result's fields: lib_state's message_share)
@@ -334,20 +330,18 @@ for r = 1, #runs do
     if status ~= JOB_FINISHED then ev = EV_JOB_FAILED end
     -- (its status, finished or error, is its type's: not stored, lib/store
     -- impliedStatus; the call's events go in two stream entries, lib_state's ev_later
-    -- and ev_flush, which the events of what the end causes follow: a flow's end
-    -- applied here is appended at once, before its completion's)
-    local applies = here and not alone
-    if applies then
-      event(ev, 'runner', now_ms, flow, id, caller, '', err)
-    else
-      ev_later(ev, 'runner', flow, id, caller, err)
-    end
+    -- and ev_flush, which the events of what the ends cause follow: the completions of
+    -- the flow's ends applied here come after the flush, below)
+    ev_later(ev, 'runner', flow, id, caller, err)
     -- its concurrency key's place: given back, and the key's oldest held job queued
     if ck ~= '' then
       ev_flush()
       ck_end(ck, jk, now_ms)
     end
-    if applies then apply_here(jk, id, flow, tonumber(cur[3] or '0'), rresult) end
+    if here and not alone then
+      applied_ends[#applied_ends + 1] = {id = id, attempt = tonumber(cur[3] or '0'), result = rresult}
+      gflow = flow
+    end
     if grouped then
       if here then
         hdone[#hdone + 1] = run.entry
@@ -380,6 +374,11 @@ local function group_message(spans, gids, total, processed)
   if not processed then push(mk) end
 end
 ev_flush()
+if #applied_ends > 0 then
+  local n, st = complete_many(KEYS[5], KEYS[6], KEYS[7], ek, ctx, gflow, caller, now_s, now_ms, 'runner', retention, applied_ends, now_ms, ready)
+  applied = applied + n
+  if st ~= '' then fstatus = st end
+end
 message_unshare()
 call_each('ZREM', leases, unleased)
 index_flush()

@@ -21,6 +21,11 @@
 --     whose cancel reaches more than CASCADE_CHUNK nodes leaves the others to
 --     flow_cascade_chunk (cascade).
 --     Leaves the script in the context's DB.
+--   - complete_many(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor,
+--     retention_ms, ends, fin, ready): complete for the successful ends of one flow
+--     ({id, attempt, result} each, all ending at fin, ms), the flow's work once for
+--     all (see below). Appends the dependents made ready to ready; returns how many
+--     ends it applied and the flow's status when it ended (else "").
 --   - standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fatal, retries,
 --     backoff, now_s, now_ms, actor, retention_ms): the same for a job of no flow (jk:
 --     its hash): a retry while attempts are left; else a failed job goes to the DLQ,
@@ -42,33 +47,6 @@ local function retry_decide(succeeded, attempt, retries, fatal, stop, retry_afte
   if succeeded or fatal or stop or attempt > retries then return nil end
   if retry_after and retry_after > 0 then return retry_after end
   return backoff
-end
--- release makes ready the dependents deps[from..to] of a node completed at fin (ms)
--- whose dependencies are now all completed (their count r: reaches 0: the field goes,
--- read as 0, a field less per node of a big flow kept), appending their ids to out.
-local function release(dag, caller, deps, from, to, fin, now_s, out)
-  for i = from, to do
-    local d = int(deps[i])
-    local r = redis.call('HINCRBY', dag, 'r:' .. d, -1)
-    if r <= 0 and redis.call('HGET', dag, 's:' .. d) == NODE_PENDING then
-      redis.call('HSET', dag, 's:' .. d, NODE_READY)
-      redis.call('HDEL', dag, 'r:' .. d)
-      set_job(caller, d, JOB_DISPATCHED, 'ready_at_ms', fin, 'updated_at', now_s)
-      out[#out + 1] = d
-    end
-  end
-end
--- release_later records that a node's dependents after the first `done` are left to
--- release_dependents calls (rel:<id> "<done> <fin>" in the DAG hash), which the
--- scheduler makes at once: coord:due's member release:<ctx>:<flow>:<caller>:<id>, due
--- now, and a wake on coord:delayedwake. A node of many dependents is so released in
--- calls of up to 1,000 (lib/store's releaseBatch), never all in one call.
-local function release_later(dag, ctx, flow, caller, id, done, fin, now_ms)
-  redis.call('HSET', dag, 'rel:' .. id, done .. ' ' .. fin)
-  redis.call('SELECT', '0')
-  redis.call('ZADD', K_DUE, now_ms, 'release:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
-  redis.call('PUBLISH', K_DELAYED_WAKE, now_ms)
-  redis.call('SELECT', ctx)
 end
 -- cascade cancels the nodes of the queue (qd[k], a node of the flow reached from
 -- failed node qo[k]) that have not run (pending or ready), and queues their
@@ -115,7 +93,39 @@ local function cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms,
   end
   return terminal, n
 end
-local function complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff, result, finished_ms)
+-- complete and complete_many, and what only they use, in a block: the library's top
+-- level holds its locals and the claim's tables near Lua's register limit (a chunk's
+-- locals and a table constructor's items share 250 registers).
+local complete, complete_many
+do
+-- release makes ready the dependents deps[from..to] of a node completed at fin (ms)
+-- whose dependencies are now all completed (their count r: reaches 0: the field goes,
+-- read as 0, a field less per node of a big flow kept), appending their ids to out.
+local function release(dag, caller, deps, from, to, fin, now_s, out)
+  for i = from, to do
+    local d = int(deps[i])
+    local r = redis.call('HINCRBY', dag, 'r:' .. d, -1)
+    if r <= 0 and redis.call('HGET', dag, 's:' .. d) == NODE_PENDING then
+      redis.call('HSET', dag, 's:' .. d, NODE_READY)
+      redis.call('HDEL', dag, 'r:' .. d)
+      set_job(caller, d, JOB_DISPATCHED, 'ready_at_ms', fin, 'updated_at', now_s)
+      out[#out + 1] = d
+    end
+  end
+end
+-- release_later records that a node's dependents after the first `done` are left to
+-- release_dependents calls (rel:<id> "<done> <fin>" in the DAG hash), which the
+-- scheduler makes at once: coord:due's member release:<ctx>:<flow>:<caller>:<id>, due
+-- now, and a wake on coord:delayedwake. A node of many dependents is so released in
+-- calls of up to 1,000 (lib/store's releaseBatch), never all in one call.
+local function release_later(dag, ctx, flow, caller, id, done, fin, now_ms)
+  redis.call('HSET', dag, 'rel:' .. id, done .. ' ' .. fin)
+  redis.call('SELECT', '0')
+  redis.call('ZADD', K_DUE, now_ms, 'release:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
+  redis.call('PUBLISH', K_DELAYED_WAKE, now_ms)
+  redis.call('SELECT', ctx)
+end
+complete = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff, result, finished_ms)
 local maxlen = EVENTS_CAP()
 local jk = K_JOB .. caller .. ':' .. id
 local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total', 'starting')
@@ -240,6 +250,88 @@ if terminal >= tonumber(node[4]) then
   out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
 end
 return out, cancelled
+end
+-- complete_many applies the successful ends of runs of one flow (ends: {id, attempt,
+-- result} each, result the string map's JSON its run wrote; fin their end, ms) as
+-- complete would, one by one, with the flow's work done once for all: one read of the
+-- nodes, the completed and terminal counts moved once, the results in one HSET, the
+-- completed nodes' fields gone in one HDEL, and the flow's end (finalize) checked once.
+-- An end whose node is not running that attempt (a stale or repeated end) goes through
+-- complete alone. Appends the dependents made ready to ready; returns how many ends it
+-- applied and the flow's status when it ended here (else ""). No events but finalize's
+-- (event(), after the held ones). Leaves the script in the context's DB.
+complete_many = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, ends, fin, ready)
+  if #ends == 1 then -- (one end: complete's own work, without the tables for many)
+    local e = ends[1]
+    local r = complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, e.id, e.attempt, JOB_FINISHED, '', false, 0, 0, e.result, fin)
+    for j = 4, #r do ready[#ready + 1] = r[j] end
+    if r[1] == 1 then return 1, r[2] end
+    return 0, r[2]
+  end
+  local fields = {'total', 'starting'}
+  for k, e in ipairs(ends) do
+    fields[3 * k], fields[3 * k + 1], fields[3 * k + 2] = 's:' .. e.id, 'a:' .. e.id, 'd:' .. e.id
+  end
+  local v = redis.call('HMGET', dag, unpack(fields))
+  local fstatus, applied = '', 0
+  local fast, other = {}, {}
+  for k, e in ipairs(ends) do
+    local s = v[3 * k]
+    if s and s ~= NODE_COMPLETED and s ~= NODE_FAILED and s ~= NODE_CANCELLED and s ~= NODE_PENDING and s ~= NODE_READY
+      and e.attempt == tonumber(v[3 * k + 1] or '0') then
+      fast[#fast + 1] = k
+    else
+      other[#other + 1] = e
+    end
+  end
+  for _, e in ipairs(other) do
+    local r = complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, e.id, e.attempt, JOB_FINISHED, '', false, 0, 0, e.result, fin)
+    for j = 4, #r do ready[#ready + 1] = r[j] end
+    if r[2] ~= '' then fstatus = r[2] end
+    if r[1] == 1 then applied = applied + 1 end
+  end
+  if #fast == 0 then return applied, fstatus end
+  local n = int(#fast)
+  redis.call('HINCRBY', dag, 'completed', n)
+  local terminal = redis.call('HINCRBY', dag, 'terminal', n)
+  local kv, gone = {}, {}
+  for _, k in ipairs(fast) do
+    local e = ends[k]
+    local id, res, d = e.id, e.result, v[3 * k + 2]
+    if res and res ~= '' and res ~= '{}' then
+      local ok, m = pcall(cjson.decode, res)
+      if ok and type(m) == 'table' then
+        for f, x in pairs(m) do
+          if type(x) ~= 'string' then x = cjson.encode(x) end
+          kv[#kv + 1] = id .. '.' .. f
+          kv[#kv + 1] = x
+          if #kv >= 400 then redis.call('HSET', rk, unpack(kv)); kv = {} end -- unpack's stack limit
+        end
+      end
+    end
+    local deps, last = nil, 0 -- (a node without dependents decodes none)
+    if d then
+      deps = cjson.decode(d)
+      last = math.min(#deps, RELEASE_CHUNK)
+      release(dag, caller, deps, 1, last, fin, now_s, ready)
+    end
+    if deps and #deps > last then
+      redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
+      release_later(dag, ctx, flow, caller, id, last, fin, now_ms)
+    else
+      -- (as complete: the node leaves the DAG hash, its dependents go to its job)
+      gone[#gone + 1] = 's:' .. id; gone[#gone + 1] = 'a:' .. id; gone[#gone + 1] = 'd:' .. id; gone[#gone + 1] = 'r:' .. id
+      if d then redis.call('HSET', K_JOB .. caller .. ':' .. id, 'dependents', d) end
+    end
+  end
+  if #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
+  call_each('HDEL', dag, gone)
+  applied = applied + #fast
+  if terminal >= tonumber(v[1]) then
+    fstatus = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
+  end
+  return applied, fstatus
+end
 end
 local function standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fatal, retries, backoff, now_s, now_ms, actor, retention_ms)
   -- What the end depends on, in one read of the job.
