@@ -1,0 +1,146 @@
+package store_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/hero-coordinator/hero/lib/keys"
+	"github.com/hero-coordinator/hero/lib/model"
+	"github.com/hero-coordinator/hero/lib/store"
+)
+
+// A small flow's start dispatches its ready nodes whose jobs name no runner in its own
+// script call (StartFlowDispatch: start_flow.lua with lib_start's dispatch_ready): one
+// call, the jobs on their queue in one request message, each job and node dispatched
+// with attempt 1 and the start's time as its ready time, the flow.started event before
+// their job.dispatched ones; a job pinned to a runner is left ready to the caller's
+// dispatch, a job with a dependency waits. A start again changes nothing.
+func TestStartFlowDispatchesItsReadyJobs(t *testing.T) {
+	s, db := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	ids := startDispatchJobs(t, s)
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 1, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := db.LoadStartJobs(ctx, 1, f.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := db.LastEventID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, before := rdb.LLen(ctx, "queue:sh").Val(), fcalls(t)
+	ready, dispatched, st, started, err := db.StartFlowDispatch(ctx, f, jobs, deps, "1")
+	if err != nil || !started || st != string(model.FlowStarted) {
+		t.Fatalf("start: %s, %v, %v", st, started, err)
+	}
+	if n := fcalls(t) - before; n != 1 {
+		t.Errorf("%d script calls to start and dispatch a flow of %d jobs; want 1", n, len(ids))
+	}
+	if dispatched != 3 || !slices.Equal(ready, ids[3:4]) {
+		t.Errorf("dispatched %d, left ready %v; want 3 and the pinned job %d", dispatched, ready, ids[3])
+	}
+	if n := rdb.LLen(ctx, "queue:sh").Val() - queued; n != 3 {
+		t.Errorf("%d jobs queued; want 3", n)
+	}
+	fl, err := db.LoadFlow(ctx, f.ID)
+	if err != nil || fl.Status != model.FlowStarted {
+		t.Fatalf("flow: %+v, %v", fl, err)
+	}
+	msgs := rdb.SCard(ctx, keys.FlowMessages(f.ID)).Val()
+	if msgs != 1 {
+		t.Errorf("%d request messages of the flow; want 1 for its 3 jobs", msgs)
+	}
+	checkStartDispatched(t, db, fl, ids)
+	checkStartEvents(t, db, f.ID, ids[:3], last)
+	// started already: nothing more
+	if _, n, _, again, err := db.StartFlowDispatch(ctx, f, jobs, deps, "1"); err != nil || again || n != 0 {
+		t.Errorf("a start again: started %v, dispatched %d, %v", again, n, err)
+	}
+	if n := rdb.LLen(ctx, "queue:sh").Val() - queued; n != 3 {
+		t.Errorf("after a start again: %d jobs queued; want 3", n)
+	}
+}
+
+// checkStartDispatched checks the jobs and nodes of TestStartFlowDispatchesItsReadyJobs's
+// flow f after its start: ids[:3] dispatched by it, ids[3] (pinned) left ready,
+// ids[4] (a dependent) waiting.
+func checkStartDispatched(t *testing.T, db *store.DB, fl *model.Flow, ids []uint32) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := srv.Client(t, int(db.ContextID))
+	for i, id := range ids {
+		j, err := db.LoadJob(ctx, 1, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := rdb.HMGet(ctx, keys.DAG(fl.ID), "s:"+u32(id), "a:"+u32(id)).Val()
+		switch {
+		case i < 3:
+			if j.Status != model.JobDispatched || j.Attempt != 1 || j.ReadyAtMs != fl.StartedAtMs || j.DispatchedMs < fl.StartedAtMs || len(j.Result) != 0 {
+				t.Errorf("job %d: %s, attempt %d, ready at %d, dispatched at %d (flow started at %d), result %v", id, j.Status, j.Attempt, j.ReadyAtMs, j.DispatchedMs, fl.StartedAtMs, j.Result)
+			}
+			if node[0] != string(model.NodeDispatched) || node[1] != "1" {
+				t.Errorf("node %d: %v; want dispatched, attempt 1", id, node)
+			}
+		case i == 3:
+			if j.Attempt != 0 || node[0] != string(model.NodeReady) {
+				t.Errorf("pinned job %d: attempt %d, node %v; want ready, left to its dispatch", id, j.Attempt, node)
+			}
+		default:
+			if j.Status != model.JobWaitingForPrerequisites || node[0] != string(model.NodePending) {
+				t.Errorf("dependent job %d: %s, node %v", id, j.Status, node)
+			}
+		}
+	}
+}
+
+// checkStartEvents checks the events after the event id last: flow.started, then a
+// job.dispatched of each job of ids (a first attempt), in order.
+func checkStartEvents(t *testing.T, db *store.DB, flow uint32, ids []uint32, last string) {
+	t.Helper()
+	ctx := context.Background()
+	evs, err := db.ReadEvents(ctx, last, 100)
+	if err != nil || len(evs) != len(ids)+1 {
+		t.Fatalf("%d events after the start (%v); want flow.started and 3 job.dispatched", len(evs), err)
+	}
+	if evs[0].Type != string(model.EventFlowStarted) {
+		t.Errorf("first event %+v; want flow.started", evs[0])
+	}
+	for i, e := range evs[1:] {
+		if e.Type != string(model.EventJobDispatched) || e.JobID != ids[i] || e.FlowID != flow || e.Status != "dispatched" || e.Detail != "attempt 1" {
+			t.Errorf("event %d: %+v", i+1, e)
+		}
+	}
+}
+
+// startDispatchJobs creates TestStartFlowDispatchesItsReadyJobs's jobs in context 1: three
+// independent sh jobs, one pinned to runner 1, one after the first.
+func startDispatchJobs(t *testing.T, s *store.Store) []uint32 {
+	t.Helper()
+	ctx := context.Background()
+	var ids []uint32
+	for i := range 5 {
+		j := &model.Job{CallerID: 1, ContextID: 1, Script: "true", ScriptType: "sh"}
+		switch i {
+		case 3:
+			j.RunnerID = 1 // pinned: a message of its own, by the caller's dispatch
+		case 4:
+			j.Dependends = []uint32{ids[0]}
+		}
+		c, _, err := s.CreateJob(ctx, j, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
