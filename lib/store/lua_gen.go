@@ -779,7 +779,7 @@ func decodeCompleteReply(v any) (out []completeDone, err error) {
 }
 
 // createScript is lua/create.lua (its header declares its interface).
-var createScript = luaScript("create.lua")
+var createScript = luaScript("create.lua", "lib_busy.lua", "lib_state.lua")
 
 // createArgs are the KEYS and ARGV of lua/create.lua.
 type createArgs struct {

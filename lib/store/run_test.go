@@ -1616,8 +1616,8 @@ func TestCreateJobsEachOnItsOwn(t *testing.T) {
 		t.Fatalf("job 5's script %q after the conflicting create", v)
 	}
 	n := 0
-	for _, e := range rc.XRange(ctx, keys.Events, "-", "+").Val() {
-		if e.Values["type"] == model.EventJobCreated.Stored() {
+	for _, e := range store.EntryEvents(db.ContextID, rc.XRange(ctx, keys.Events, "-", "+").Val()) {
+		if e.Type == string(model.EventJobCreated) {
 			n++
 		}
 	}

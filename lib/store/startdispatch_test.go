@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -143,4 +144,76 @@ func startDispatchJobs(t *testing.T, s *store.Store) []uint32 {
 		ids = append(ids, c.ID)
 	}
 	return ids
+}
+
+// A batch of new jobs (CreateJobs, one create.lua call) takes its ids together (one
+// INCRBY, one EXISTS of their keys), adds its index entries in one ZADD per index and
+// its job.created events in two stream entries, each read back as the job's own event
+// (its key as detail), in order. An id taken among those the counter gives (a job
+// created with it) is skipped, one INCR each, as before.
+func TestCreateJobsTakeIDsAndEventsTogether(t *testing.T) {
+	s := open(t)
+	db := mustCtx(t, s, 27)
+	ctx := context.Background()
+	rc := srv.Client(t, 27)
+	batch := func(n int) []uint32 {
+		t.Helper()
+		js := make([]*model.Job, n)
+		for i := range js {
+			js[i] = &model.Job{CallerID: 1, ContextID: 27, Script: "true", ScriptType: "sh"}
+		}
+		var ids []uint32
+		for _, r := range s.CreateJobs(ctx, js, "1") {
+			if r.Err != nil || !r.Created {
+				t.Fatalf("create: %+v", r)
+			}
+			ids = append(ids, r.Job.ID)
+		}
+		return ids
+	}
+	last, err := db.LastEventID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := rc.XLen(ctx, keys.Events).Val()
+	calls := map[string]int{}
+	for _, c := range []string{"incr", "incrby", "exists", "zadd", "xadd"} {
+		calls[c] = commandCalls(t, 27, c)
+	}
+	ids := batch(10)
+	for c, want := range map[string]int{"incr": 0, "incrby": 1, "exists": 1, "zadd": 2, "xadd": 2} {
+		if n := commandCalls(t, 27, c) - calls[c]; n != want {
+			t.Errorf("%s calls: %d; want %d", c, n, want)
+		}
+	}
+	if n := rc.XLen(ctx, keys.Events).Val() - entries; n != 2 {
+		t.Errorf("%d stream entries for 10 jobs created; want 2", n)
+	}
+	evs, err := db.ReadEvents(ctx, last, 100)
+	if err != nil || len(evs) != len(ids) {
+		t.Fatalf("%d events (%v); want %d", len(evs), err, len(ids))
+	}
+	for i, e := range evs {
+		if e.Type != string(model.EventJobCreated) || e.Actor != "1" || e.Detail != keys.Job(1, ids[i]) || (i > 0 && ids[i] != ids[i-1]+1) {
+			t.Errorf("event %d: %+v (job %d)", i, e, ids[i])
+		}
+	}
+	checkEventIDsIncrease(t, evs)
+	for _, id := range ids {
+		if rc.ZScore(ctx, keys.JobIndex, fmt.Sprintf("1:%d", id)).Err() != nil || rc.ZScore(ctx, keys.StatusIndex(keys.JobIndex, "dispatched"), fmt.Sprintf("1:%d", id)).Err() != nil {
+			t.Errorf("job %d not in its indexes", id)
+		}
+	}
+	// an id the counter gives next taken: each job then takes the next free id
+	next := ids[len(ids)-1] + 2
+	if _, _, err := s.CreateJob(ctx, &model.Job{ID: next, CallerID: 1, ContextID: 27, Script: "taken", ScriptType: "sh"}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	more := batch(3)
+	if want := []uint32{next - 1, next + 1, next + 2}; !slices.Equal(more, want) {
+		t.Errorf("ids %v; want %v (%d taken)", more, want, next)
+	}
+	if v := rc.HGet(ctx, keys.Job(1, next), "script").Val(); v != "taken" {
+		t.Errorf("job %d's script %q", next, v)
+	}
 }
