@@ -16,7 +16,8 @@ import (
 // call, the jobs on their queue in one request message, each job and node dispatched
 // with attempt 1 and the start's time as its ready time, the flow.started event before
 // their job.dispatched ones; a job pinned to a runner is left ready to the caller's
-// dispatch, a job with a dependency waits. A start again changes nothing.
+// dispatch, a job with a dependency waits. No job's empty result is written (a fresh
+// job's is not stored). A start again changes nothing.
 func TestStartFlowDispatchesItsReadyJobs(t *testing.T) {
 	s, db := shContext(t)
 	ctx := context.Background()
@@ -84,6 +85,9 @@ func checkStartDispatched(t *testing.T, db *store.DB, fl *model.Flow, ids []uint
 			t.Fatal(err)
 		}
 		node := rdb.HMGet(ctx, keys.DAG(fl.ID), "s:"+u32(id), "a:"+u32(id)).Val()
+		if rdb.HExists(ctx, keys.Job(1, id), "result").Val() {
+			t.Errorf("job %d: its empty result written into its hash (a fresh job's is left out)", id)
+		}
 		switch {
 		case i < 3:
 			if j.Status != model.JobDispatched || j.Attempt != 1 || j.ReadyAtMs != fl.StartedAtMs || j.DispatchedMs < fl.StartedAtMs || len(j.Result) != 0 {
@@ -215,5 +219,38 @@ func TestCreateJobsTakeIDsAndEventsTogether(t *testing.T) {
 	}
 	if v := rc.HGet(ctx, keys.Job(1, next), "script").Val(); v != "taken" {
 		t.Errorf("job %d's script %q", next, v)
+	}
+}
+
+// The DAG hash of a large flow (256 jobs or more) is a hash table from the first call
+// of its start in chunks, not a listpack whose every insert scans it whole until it
+// passes Redis's limit; a smaller chunked flow's stays a listpack.
+func TestBigFlowDAGIsAHashTableFromItsStart(t *testing.T) {
+	s := open(t)
+	db := mustCtx(t, s, 28)
+	ctx := context.Background()
+	rc := srv.Client(t, 28)
+	for _, c := range []struct {
+		width int
+		want  string
+	}{{300, "hashtable"}, {store.StartChunk + 20, "listpack"}} {
+		f, _ := createLayers(t, s, 28, c.width)
+		jobs, err := db.LoadStartJobs(ctx, 1, f.Jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deps, err := store.PlanDAG(f, jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.StartPart(ctx, f, jobs, deps, "t"); err != nil {
+			t.Fatal(err)
+		}
+		if enc := rc.ObjectEncoding(ctx, keys.DAG(f.ID)).Val(); enc != c.want {
+			t.Errorf("a flow of %d jobs: its DAG after its start's first chunk is a %s, want a %s", c.width, enc, c.want)
+		}
+		if rc.HExists(ctx, keys.DAG(f.ID), "ht").Val() {
+			t.Error("the field that converted the DAG is left")
+		}
 	}
 }

@@ -4,7 +4,7 @@
 -- (records {id, dependents, n, ran} as their headers declare them) into the DAG hash
 -- dag and marks their jobs (of caller): a node with no dependency ready, the others
 -- pending with their count of dependencies left (r:) and their jobs
--- waiting_for_prerequisites. A fresh ready job is marked by its dispatch, which follows
+-- waiting_for_prerequisites (a fresh job's empty result, not stored, left so). A fresh ready job is marked by its dispatch, which follows
 -- the start (a start does only what must be atomic); one that ran before (ran) has the
 -- fields of its last run cleared and is marked dispatched here (its status may already
 -- say dispatched, which its dispatch would take as marked). The ids of the ready nodes
@@ -26,7 +26,8 @@ local function start_nodes(dag, caller, nodes, now_s, now_ms, ready, here)
   local kv, nk = {}, 0
   for _, node in ipairs(nodes) do
     local id, dependents = node.id, node.dependents
-    local jk = K_JOB .. caller .. ':' .. id
+    local jk -- the job's key, when its job is written (not a fresh ready node's)
+    if node.ran or node.n ~= '0' then jk = K_JOB .. caller .. ':' .. id end
     if node.ran then
       redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us',
         'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal', 'retry_after_ms', 'result_json')
@@ -57,10 +58,13 @@ local function start_nodes(dag, caller, nodes, now_s, now_ms, ready, here)
     if st then
       -- set_job's, with the index moves of the nodes made together (index_flush)
       local cur = redis.call('HMGET', jk, 'status', 'created_at_ms')
+      -- a fresh job's result is not stored (its default, {}): not written either
       if st == JOB_DISPATCHED then
         redis.call('HSET', jk, 'status', st, 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms)
-      else
+      elseif node.ran then
         redis.call('HSET', jk, 'status', st, 'result', '{}', 'updated_at', now_s)
+      else
+        redis.call('HSET', jk, 'status', st, 'updated_at', now_s)
       end
       index_later(caller .. ':' .. id, cur[1] or nil, st, cur[2] or nil)
     end
