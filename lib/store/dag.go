@@ -501,11 +501,12 @@ func (d *DB) DispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 func (d *DB) DispatchStarted(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, readyAt time.Time) ([]Dispatched, error) {
 	readyMs := strconv.FormatInt(readyAt.UnixMilli(), 10)
 	var grouped, own []*model.Job
-	for _, j := range jobs {
+	var at, ownAt []int // their places in jobs
+	for i, j := range jobs {
 		if j.RunnerID == 0 {
-			grouped = append(grouped, j)
+			grouped, at = append(grouped, j), append(at, i)
 		} else {
-			own = append(own, j)
+			own, ownAt = append(own, j), append(ownAt, i)
 		}
 	}
 	if flowID == 0 || len(grouped) < 2 {
@@ -522,13 +523,19 @@ func (d *DB) DispatchStarted(ctx context.Context, flowID, callerID uint32, jobs 
 	if err != nil {
 		return nil, fmt.Errorf("dispatch %d job(s) of flow %d in context %d: %w", len(grouped), flowID, d.ContextID, err)
 	}
-	out := dispatchedOf(grouped, res)
+	// in the order of jobs
+	out := make([]Dispatched, len(jobs))
+	for k, r := range dispatchedOf(grouped, res) {
+		out[at[k]] = r
+	}
 	if len(own) > 0 {
 		rest, err := d.dispatchMany(ctx, flowID, callerID, own, actor, 0, readyMs, "")
 		if err != nil {
-			return out, err
+			return nil, err
 		}
-		out = append(out, rest...)
+		for k, r := range rest {
+			out[ownAt[k]] = r
+		}
 	}
 	return out, nil
 }

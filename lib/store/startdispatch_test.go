@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
@@ -253,4 +254,54 @@ func TestBigFlowDAGIsAHashTableFromItsStart(t *testing.T) {
 			t.Error("the field that converted the DAG is left")
 		}
 	}
+}
+
+// DispatchStarted of nodes some of whose jobs name a runner: the others go in one
+// request message (flow_start_dispatch), each pinned one in its own (dispatch), and
+// the outcomes come back in the order of the jobs given.
+func TestDispatchStartedMixedKeepsTheOrder(t *testing.T) {
+	s, db := shContext(t)
+	ctx := context.Background()
+	ids := startDispatchJobs(t, s) // ids[3] pinned to runner 1, ids[4] after ids[0]
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 1, Jobs: ids[:4]}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, ready := storetestStart(t, db, f)
+	if len(ready) != 4 {
+		t.Fatalf("ready %v", ready)
+	}
+	order := []*model.Job{jobs[3], jobs[0], jobs[1], jobs[2]}
+	out, err := db.DispatchStarted(ctx, f.ID, 1, order, "scheduler", time.Now())
+	if err != nil || len(out) != len(order) {
+		t.Fatalf("%d outcomes, %v", len(out), err)
+	}
+	for i, d := range out {
+		if d.JobID != order[i].ID || d.MsgKey == "" || d.Attempt != 1 {
+			t.Errorf("outcome %d: %+v; want job %d dispatched", i, d, order[i].ID)
+		}
+	}
+	if out[0].MsgKey == out[1].MsgKey || out[1].MsgKey != out[2].MsgKey || out[2].MsgKey != out[3].MsgKey {
+		t.Errorf("messages %v: want the pinned job's own, the others' one", out)
+	}
+}
+
+// storetestStart starts flow f as the scheduler's start does, without its dispatch,
+// and returns its jobs (as loaded for the start) and its ready nodes.
+func storetestStart(t *testing.T, db *store.DB, f *model.Flow) ([]*model.Job, []uint32) {
+	t.Helper()
+	ctx := context.Background()
+	jobs, err := db.LoadStartJobs(ctx, 1, f.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, _, _, err := db.StartFlow(ctx, f, jobs, deps, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs, ready
 }
