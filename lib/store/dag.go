@@ -336,29 +336,53 @@ func jsonIDs(ids []uint32) string {
 // A flow of more than startChunk jobs is started in chunks (startFlowChunked): no
 // call holds Redis for the whole flow.
 func (d *DB) StartFlow(ctx context.Context, f *model.Flow, jobs []*model.Job, dependents map[uint32][]uint32, actor string) (ready []uint32, status string, started bool, err error) {
+	ready, _, status, started, err = d.startFlow(ctx, f, jobs, dependents, actor, false)
+	return ready, status, started, err
+}
+
+// StartFlowDispatch is StartFlow that also dispatches the ready nodes whose jobs name
+// no runner in the start's own script call, in one request message (start_flow.lua,
+// lib_start's dispatch_ready), for a flow of at most startChunk jobs: no second call,
+// and the DAG written once for them. It returns the ready nodes left to the caller's
+// dispatch (DispatchStarted: a larger flow's, and jobs pinned to a runner) and how
+// many it dispatched.
+func (d *DB) StartFlowDispatch(ctx context.Context, f *model.Flow, jobs []*model.Job, dependents map[uint32][]uint32, actor string) (ready []uint32, dispatched int, status string, started bool, err error) {
+	return d.startFlow(ctx, f, jobs, dependents, actor, true)
+}
+
+func (d *DB) startFlow(ctx context.Context, f *model.Flow, jobs []*model.Job, dependents map[uint32][]uint32, actor string, dispatch bool) (ready []uint32, dispatched int, status string, started bool, err error) {
 	if len(jobs) > startChunk {
-		return d.startFlowChunked(ctx, f, jobs, dependents, actor)
+		ready, status, started, err = d.startFlowChunked(ctx, f, jobs, dependents, actor)
+		return ready, 0, status, started, err
 	}
 	now := time.Now()
-	a := &startFlowArgs{FlowKey: keys.Flow(f.ID), DagKey: keys.DAG(f.ID), ResultsKey: keys.FlowResults(f.ID), EventsKey: keys.Events,
+	a := &startFlowArgs{FlowKey: keys.Flow(f.ID), DagKey: keys.DAG(f.ID), ResultsKey: keys.FlowResults(f.ID), EventsKey: keys.Events, MsgOutKey: keys.MsgOut,
 		Ctx: int64(d.ContextID), Flow: int64(f.ID), Caller: int64(f.CallerID), NowS: now.Unix(), NowMs: now.UnixMilli(), Actor: actor,
 		Nodes: make([]startFlowNode, len(jobs))}
 	for i, j := range jobs {
-		a.Nodes[i] = startFlowNode{ID: int64(j.ID), Dependents: jsonIDs(dependents[j.ID]), N: int64(len(j.Dependends)), Ran: ranBefore(j)}
+		here := dispatch && j.RunnerID == 0 && len(j.Dependends) == 0
+		a.Nodes[i] = startFlowNode{ID: int64(j.ID), Dependents: jsonIDs(dependents[j.ID]), N: int64(len(j.Dependends)), Ran: ranBefore(j), Here: here}
+		if here && a.Group == nil {
+			a.Group = groupFields(d.ContextID, f.ID, f.CallerID, now, 0)
+		}
 	}
 	res, err := a.run(ctx, d)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "NOTFOUND") {
-			return nil, "", false, notFound("flow %d in context %d", f.ID, d.ContextID)
+			return nil, 0, "", false, notFound("flow %d in context %d", f.ID, d.ContextID)
 		}
-		return nil, "", false, fmt.Errorf("start flow %d: %w", f.ID, err)
+		return nil, 0, "", false, fmt.Errorf("start flow %d: %w", f.ID, err)
 	}
 	vals := res.([]any)
 	if n, _ := vals[0].(int64); n == 0 {
 		st, _ := vals[1].(string)
-		return nil, st, false, nil
+		return nil, 0, st, false, nil
 	}
-	return parseIDs(vals[1:]), string(model.FlowStarted), true, nil
+	if len(vals) < 2 {
+		return nil, 0, "", false, fmt.Errorf("start flow %d: unexpected reply %v", f.ID, vals)
+	}
+	n, _ := vals[1].(int64)
+	return parseIDs(vals[2:]), int(n), string(model.FlowStarted), true, nil
 }
 
 // ranBefore says whether a job (as loaded: whole, or by LoadStartJobs, which reads the
@@ -471,8 +495,49 @@ func (d *DB) DispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 
 // DispatchStarted is DispatchMany for the nodes a flow's start found ready (StartFlow
 // leaves their jobs to their dispatch): readyAt, the start's time, is their ready time.
+// The jobs that name no runner, when there are several, go in one request message
+// through flow_start_dispatch.lua (the DAG read and written once for them all, where
+// dispatch.lua reads and writes each node on its own); the others as DispatchMany.
 func (d *DB) DispatchStarted(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, readyAt time.Time) ([]Dispatched, error) {
-	return d.dispatchMany(ctx, flowID, callerID, jobs, actor, 0, strconv.FormatInt(readyAt.UnixMilli(), 10), "")
+	readyMs := strconv.FormatInt(readyAt.UnixMilli(), 10)
+	var grouped, own []*model.Job
+	var at, ownAt []int // their places in jobs
+	for i, j := range jobs {
+		if j.RunnerID == 0 {
+			grouped, at = append(grouped, j), append(at, i)
+		} else {
+			own, ownAt = append(own, j), append(ownAt, i)
+		}
+	}
+	if flowID == 0 || len(grouped) < 2 {
+		return d.dispatchMany(ctx, flowID, callerID, jobs, actor, 0, readyMs, "")
+	}
+	now := time.Now()
+	a := &flowStartDispatchArgs{MsgOutKey: keys.MsgOut, DagKey: keys.DAG(flowID), Ctx: int64(d.ContextID), Flow: int64(flowID), Caller: int64(callerID),
+		NowS: now.Unix(), NowMs: now.UnixMilli(), Actor: actor, ReadyMs: readyAt.UnixMilli(), Group: groupFields(d.ContextID, flowID, callerID, now, 0),
+		IDs: make([]string, len(grouped))}
+	for i, j := range grouped {
+		a.IDs[i] = strconv.FormatUint(uint64(j.ID), 10)
+	}
+	res, err := a.run(ctx, d)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch %d job(s) of flow %d in context %d: %w", len(grouped), flowID, d.ContextID, err)
+	}
+	// in the order of jobs
+	out := make([]Dispatched, len(jobs))
+	for k, r := range dispatchedOf(grouped, res) {
+		out[at[k]] = r
+	}
+	if len(own) > 0 {
+		rest, err := d.dispatchMany(ctx, flowID, callerID, own, actor, 0, readyMs, "")
+		if err != nil {
+			return nil, err
+		}
+		for k, r := range rest {
+			out[ownAt[k]] = r
+		}
+	}
+	return out, nil
 }
 
 // delayedKey, for standalone jobs, makes the dispatch a release of delayed jobs
@@ -511,6 +576,12 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 	if err != nil {
 		return nil, fmt.Errorf("dispatch %d job(s) of context %d: %w", len(jobs), d.ContextID, err)
 	}
+	return dispatchedOf(jobs, res), nil
+}
+
+// dispatchedOf reads a dispatch script's reply (per job {message key, attempt} or
+// {"", why}) for jobs.
+func dispatchedOf(jobs []*model.Job, res any) []Dispatched {
 	vals, _ := res.([]any)
 	out := make([]Dispatched, len(jobs))
 	for i, j := range jobs {
@@ -532,7 +603,7 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 		a, _ := pair[1].(int64)
 		out[i].MsgKey, out[i].Attempt = mk, uint32(a)
 	}
-	return out, nil
+	return out
 }
 
 // Dispatch sends one ready node (flowID ≠ 0) or a standalone job (flowID = 0) to the

@@ -779,7 +779,7 @@ func decodeCompleteReply(v any) (out []completeDone, err error) {
 }
 
 // createScript is lua/create.lua (its header declares its interface).
-var createScript = luaScript("create.lua")
+var createScript = luaScript("create.lua", "lib_busy.lua", "lib_state.lua")
 
 // createArgs are the KEYS and ARGV of lua/create.lua.
 type createArgs struct {
@@ -2091,7 +2091,7 @@ func decodeFlowStartBeginReply(v any) (out any, err error) {
 }
 
 // flowStartChunkScript is lua/flow_start_chunk.lua (its header declares its interface).
-var flowStartChunkScript = luaScript("flow_start_chunk.lua", "lib_busy.lua", "lib_state.lua", "lib_start.lua")
+var flowStartChunkScript = luaScript("flow_start_chunk.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_start.lua")
 
 // flowStartChunkArgs are the KEYS and ARGV of lua/flow_start_chunk.lua.
 type flowStartChunkArgs struct {
@@ -2195,6 +2195,66 @@ func (a *flowStartCommitArgs) run(ctx context.Context, r luaRunner) (any, error)
 
 // decodeFlowStartCommitReply decodes the reply of lua/flow_start_commit.lua.
 func decodeFlowStartCommitReply(v any) (out any, err error) {
+	out = v
+	return out, nil
+}
+
+// flowStartDispatchScript is lua/flow_start_dispatch.lua (its header declares its interface).
+var flowStartDispatchScript = luaScript("flow_start_dispatch.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_start.lua")
+
+// flowStartDispatchArgs are the KEYS and ARGV of lua/flow_start_dispatch.lua.
+type flowStartDispatchArgs struct {
+	MsgOutKey string // KEYS
+	DagKey    string // KEYS
+	Ctx       int64
+	Flow      int64
+	Caller    int64
+	NowS      int64
+	NowMs     int64
+	Actor     string
+	ReadyMs   int64
+	Group     []any
+	IDs       []string
+}
+
+// call is the run of lua/flow_start_dispatch.lua with a's KEYS and ARGV.
+func (a *flowStartDispatchArgs) call() Call {
+	keys := make([]string, 0, 2)
+	keys = append(keys, a.MsgOutKey, a.DagKey)
+	n := 9
+	n += len(a.Group)
+	n += len(a.IDs)
+	args := make([]any, 0, n)
+	args = append(args, &a.Ctx)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Caller)
+	args = append(args, &a.NowS)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.Actor)
+	args = append(args, &a.ReadyMs)
+	args = append(args, len(a.Group))
+	for i1 := range a.Group {
+		args = append(args, a.Group[i1])
+	}
+	args = append(args, len(a.IDs))
+	for i1 := range a.IDs {
+		args = append(args, &a.IDs[i1])
+	}
+	return Call{Script: flowStartDispatchScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_start_dispatch.lua and decodes its reply.
+func (a *flowStartDispatchArgs) run(ctx context.Context, r luaRunner) (any, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero any
+		return zero, err
+	}
+	return decodeFlowStartDispatchReply(res)
+}
+
+// decodeFlowStartDispatchReply decodes the reply of lua/flow_start_dispatch.lua.
+func decodeFlowStartDispatchReply(v any) (out any, err error) {
 	out = v
 	return out, nil
 }
@@ -3459,7 +3519,7 @@ func decodeStandaloneDoneReply(v any) (out standaloneDoneDone, err error) {
 }
 
 // startFlowScript is lua/start_flow.lua (its header declares its interface).
-var startFlowScript = luaScript("start_flow.lua", "lib_busy.lua", "lib_state.lua", "lib_start.lua")
+var startFlowScript = luaScript("start_flow.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_start.lua")
 
 // startFlowArgs are the KEYS and ARGV of lua/start_flow.lua.
 type startFlowArgs struct {
@@ -3467,12 +3527,14 @@ type startFlowArgs struct {
 	DagKey     string // KEYS
 	ResultsKey string // KEYS
 	EventsKey  string // KEYS
+	MsgOutKey  string // KEYS
 	Ctx        int64
 	Flow       int64
 	Caller     int64
 	NowS       int64
 	NowMs      int64
 	Actor      string
+	Group      []any
 	Nodes      []startFlowNode
 }
 
@@ -3482,14 +3544,16 @@ type startFlowNode struct {
 	Dependents string
 	N          int64
 	Ran        bool
+	Here       bool
 }
 
 // call is the run of lua/start_flow.lua with a's KEYS and ARGV.
 func (a *startFlowArgs) call() Call {
-	keys := make([]string, 0, 4)
-	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey, a.EventsKey)
-	n := 7
-	n += 4 * len(a.Nodes)
+	keys := make([]string, 0, 5)
+	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey, a.EventsKey, a.MsgOutKey)
+	n := 8
+	n += len(a.Group)
+	n += 5 * len(a.Nodes)
 	args := make([]any, 0, n)
 	args = append(args, &a.Ctx)
 	args = append(args, &a.Flow)
@@ -3497,12 +3561,17 @@ func (a *startFlowArgs) call() Call {
 	args = append(args, &a.NowS)
 	args = append(args, &a.NowMs)
 	args = append(args, &a.Actor)
+	args = append(args, len(a.Group))
+	for i1 := range a.Group {
+		args = append(args, a.Group[i1])
+	}
 	args = append(args, len(a.Nodes))
 	for i1 := range a.Nodes {
 		args = append(args, &a.Nodes[i1].ID)
 		args = append(args, &a.Nodes[i1].Dependents)
 		args = append(args, &a.Nodes[i1].N)
 		args = append(args, &a.Nodes[i1].Ran)
+		args = append(args, &a.Nodes[i1].Here)
 	}
 	return Call{Script: startFlowScript, Keys: keys, Args: args}
 }

@@ -144,7 +144,9 @@ func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
 	startedAt := time.Now()
-	ready, st, started, err := db.StartFlow(ctx, f, jobs, dependents, actor)
+	// A small flow's ready nodes are dispatched by its start's own call; the others
+	// (a large flow's, jobs pinned to a runner) are left to dispatchNodes.
+	ready, dispatched, st, started, err := db.StartFlowDispatch(ctx, f, jobs, dependents, actor)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +164,8 @@ func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 		return nil, fmt.Errorf("%w: flow %d is %s", errAlreadyEnded, flowID, st)
 	}
 	e.m.flowsStarted.Inc()
-	e.log.Info().Uint32(obs.KeyContextID, ctxID).Uint32(obs.KeyFlowID, flowID).Int("jobs", len(jobs)).Str("actor", actor).Msg("flow started")
+	e.m.dispatched.Add(float64(dispatched))
+	e.log.Info().Uint32(obs.KeyContextID, ctxID).Uint32(obs.KeyFlowID, flowID).Int("jobs", len(jobs)).Int("dispatched", dispatched).Str("actor", actor).Msg("flow started")
 	byID := make(map[uint32]*model.Job, len(jobs))
 	for _, j := range jobs {
 		byID[j.ID] = j

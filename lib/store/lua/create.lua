@@ -3,7 +3,11 @@
 -- arguments and preparation shared). With id 0 an object takes the next free id from
 -- the counter (skipping ids that callers chose). When the key exists and the compared
 -- fields hold the same values, the stored object is kept and reported as such (a
--- retried create); otherwise the first differing field is returned.
+-- retried create); otherwise the first differing field is returned. The ids of the
+-- objects with id 0 are taken together when none of them is taken (one INCRBY and one
+-- EXISTS); the index entries go in one ZADD per index, and the events (one per object
+-- created, its key as detail) in two stream entries for the call (lib_state's ev_later
+-- and ev_flush, read back as one event each).
 --
 -- KEYS:
 --   events   coord:events (the context's; written only with an event type)
@@ -23,6 +27,7 @@
 --     stidx   string  the per-status index of the status it is created with
 --                     (coord:idx:jobs:<status>; "": none)
 --     fields  view[]raw  its field/value items (read in place, not copied)
+-- Libs: lib_busy lib_state
 -- Reply: []outcome per object, in order
 --   status  int     1 created, 2 the same content existed, 0 conflict, 3 the id space
 --                   is exhausted
@@ -57,12 +62,40 @@ end
 
 local out, registered = {}, nil
 if reg ~= '' then registered = {} end
+-- The ids of the objects with id 0, taken together (one INCRBY, one EXISTS of their
+-- keys: keys_free) when there are several and none of them is taken; else one INCR
+-- (and one EXISTS) each, skipping the ids taken. fresh: their ids and keys, in order.
+local fresh, nfresh = nil, 0
+do
+  local z = 0
+  for _, o in ipairs(objects) do
+    if o.id == '0' then z = z + 1 end
+  end
+  if z > 1 then
+    local last = redis.call('INCRBY', seqkey, z)
+    if last <= 4294967295 then
+      local ids, ks = keys_free(prefix, last - z + 1, last)
+      if ids then fresh = {ids = ids, ks = ks} end
+    end
+    if not fresh then redis.call('INCRBY', seqkey, -z) end -- one at a time, below
+  end
+end
+-- several objects: the index entries (score, member) and the per-status ones (by
+-- key), added together (one object: at once, no table of them: each table a call
+-- makes costs it ~2k instructions, its allocation and its collection)
+local many = n_objects > 1
+local idx, stidx, stkeys
+if many then idx, stidx, stkeys = {}, {}, {} end
 for _, o in ipairs(objects) do
   -- The id as a string: a Lua number in a key or an argument is formatted with
   -- sprintf("%.14g") at each use (a twentieth of this script's instructions).
   local id, now_ms, fields_at = o.id, o.now_ms, o.fields_at
   local r -- this object's reply, once known
-  if id == '0' then
+  local key
+  if id == '0' and fresh then
+    nfresh = nfresh + 1
+    id, key = fresh.ids[nfresh], fresh.ks[nfresh]
+  elseif id == '0' then
     local n
     repeat
       n = redis.call('INCR', seqkey)
@@ -70,7 +103,7 @@ for _, o in ipairs(objects) do
     until redis.call('EXISTS', prefix .. id) == 0
     if n > 4294967295 then r = {3, 0, 'id space exhausted'} end
   elseif redis.call('EXISTS', prefix .. id) == 1 then
-    local key = prefix .. id
+    key = prefix .. id
     r = {2, tonumber(id), ''}
     for k = 1, 2 * o.ncmp - 1, 2 do
       local v = redis.call('HGET', key, views[fields_at + k])
@@ -84,20 +117,42 @@ for _, o in ipairs(objects) do
     if registered and r[1] == 2 then registered[#registered + 1] = id end
   end
   if not r then
-    local key = prefix .. id
+    key = key or prefix .. id
     redis.call('HSET', key, 'id', id, unpack(views, fields_at + 1, fields_at + o.fields_n))
-    if idxkey ~= '' then
+    if idxkey ~= '' and not many then
       local member = member_prefix .. id
       redis.call('ZADD', idxkey, now_ms, member)
       if o.stidx ~= '' then redis.call('ZADD', o.stidx, now_ms, member) end
+    elseif idxkey ~= '' then
+      local member = member_prefix .. id
+      idx[#idx + 1], idx[#idx + 2] = now_ms, member
+      if o.stidx ~= '' then
+        local st = stidx[o.stidx]
+        if not st then
+          st = {}
+          stidx[o.stidx] = st
+          stkeys[#stkeys + 1] = o.stidx
+        end
+        st[#st + 1], st[#st + 2] = now_ms, member
+      end
     end
-    if ev_type ~= '' then
+    -- one object: its event as before; several: held, and written as one entry for
+    -- the call's objects but the first (lib_state's ev_later, ev_flush): the same
+    -- event each, read back one by one
+    if ev_type ~= '' and not many then
       redis.call('XADD', KEYS[1], 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', ev_type, 'actor', ev_actor, 'detail', key)
+    elseif ev_type ~= '' then
+      ev_later(ev_type, ev_actor, '', '', '', key)
     end
     if registered then registered[#registered + 1] = id end
     r = {1, tonumber(id), ''}
   end
   out[#out + 1] = r
+end
+if many then
+  if #idx > 0 then call_each('ZADD', idxkey, idx, 2) end
+  for _, k in ipairs(stkeys) do call_each('ZADD', k, stidx[k], 2) end
+  ev_flush()
 end
 if registered and #registered > 0 then
   redis.call('SELECT', '0')

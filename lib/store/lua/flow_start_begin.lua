@@ -5,7 +5,11 @@
 -- DAG's counters with the start's token (starting), which each flow_start_chunk and the
 -- flow_start_commit check: a start begun again by another call takes the token over,
 -- and the calls of the first one then change nothing. The flow stays dispatched (its
--- DAG not yet read by anyone) until flow_start_commit marks it started.
+-- DAG not yet read by anyone) until flow_start_commit marks it started. The DAG hash
+-- of a flow of 256 jobs or more is made a hash table at once: its s: and a: fields
+-- pass Redis's listpack limit (hash-max-listpack-entries, 512 by default) while it
+-- runs anyway, and each of the hundreds of fields inserted into a listpack before
+-- scans it whole (~14M instructions for the 512 of a 1,000-job flow's start).
 --
 -- KEYS:
 --   flow     flow:<flow>
@@ -29,4 +33,10 @@ if not st then return redis.error_reply('NOTFOUND flow') end
 if st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return {0, st} end
 redis.call('UNLINK', KEYS[2], KEYS[3])
 redis.call('HSET', KEYS[2], 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0, 'completed', 0, 'cancelled', 0, 'starting', token)
+if tonumber(total) >= 256 then
+  -- a value longer than hash-max-listpack-value (64 by default) converts the hash;
+  -- deleting it does not convert it back
+  redis.call('HSET', KEYS[2], 'ht', string.rep('-', 65))
+  redis.call('HDEL', KEYS[2], 'ht')
+end
 return {1}
