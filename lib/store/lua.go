@@ -91,6 +91,7 @@ func luaScript(name string, libs ...string) *Script {
 // preludeFor returns the prelude's first line and the definitions that the code uses,
 // and those that these use in turn (EVENTS_CAP's constants), in the prelude's order.
 func preludeFor(code string) string {
+	code = withoutComments(code) // a name a comment mentions is not a use
 	lines := strings.SplitAfter(luaPrelude, "\n")
 	taken := make([]bool, len(lines))
 	for more := true; more; {
@@ -111,6 +112,79 @@ func preludeFor(code string) string {
 		}
 	}
 	return b.String()
+}
+
+// withoutComments is the Lua code with its comments (-- to the line's end, --[[ ]],
+// --[==[ ]==]) left out; strings, long ones too, are kept as they are.
+func withoutComments(code string) string {
+	var b strings.Builder
+	for i := 0; i < len(code); {
+		c := code[i]
+		switch {
+		case c == '\'' || c == '"':
+			end := shortStringEnd(code, i)
+			b.WriteString(code[i:end])
+			i = end
+		case c == '[' && longBracket(code[i:]) >= 0:
+			end := longEnd(code, i, longBracket(code[i:]))
+			b.WriteString(code[i:end])
+			i = end
+		case c == '-' && strings.HasPrefix(code[i:], "--"):
+			if level := longBracket(code[i+2:]); level >= 0 {
+				i = longEnd(code, i+2, level)
+			} else if nl := strings.IndexByte(code[i:], '\n'); nl >= 0 {
+				i += nl
+			} else {
+				i = len(code)
+			}
+			b.WriteByte(' ')
+		default:
+			b.WriteByte(c)
+			i++
+		}
+	}
+	return b.String()
+}
+
+// shortStringEnd is the index after the quoted string that opens at code[i] (its
+// escapes skipped), or the line's end for one left open.
+func shortStringEnd(code string, i int) int {
+	q := code[i]
+	for j := i + 1; j < len(code); j++ {
+		switch code[j] {
+		case '\\':
+			j++
+		case q, '\n':
+			return j + 1
+		}
+	}
+	return len(code)
+}
+
+// longBracket is the level of the long bracket s opens with ([[ is 0, [=[ is 1), or
+// -1 when it opens with none.
+func longBracket(s string) int {
+	if len(s) < 2 || s[0] != '[' {
+		return -1
+	}
+	n := 1
+	for n < len(s) && s[n] == '=' {
+		n++
+	}
+	if n < len(s) && s[n] == '[' {
+		return n - 1
+	}
+	return -1
+}
+
+// longEnd is the index after the long bracket of level that opens at code[i] closes
+// (the code's end for one left open).
+func longEnd(code string, i, level int) int {
+	closing := "]" + strings.Repeat("=", level) + "]"
+	if k := strings.Index(code[i+level+2:], closing); k >= 0 {
+		return i + level + 2 + k + len(closing)
+	}
+	return len(code)
 }
 
 // usesName reports whether the Lua code holds the identifier name (not as a part of a

@@ -122,6 +122,27 @@ func TestPreludeNames(t *testing.T) {
 	}
 }
 
+// A name only a comment mentions is not a use: a library's comment naming a prelude
+// constant would add a local to every script that takes the library (the largest are
+// at Lua's limit of 200). A "--" inside a string, short or long, starts no comment.
+func TestPreludeForLeavesCommentsOut(t *testing.T) {
+	code := "-- JOB_STARTED is said here\n" +
+		"--[[ JOB_FINISHED\n K_JOB ]] local a = '--' .. FLOW_FINISHED\n" +
+		"--[==[ NODE_CANCELLED ]] ]==] local b = \"it's -- \\\" \" .. K_JOB_INDEX -- EVENTS_CAP\n" +
+		"local c = [[ -- ]] .. MSG_ACKNOWLEDGED\n"
+	got := preludeFor(code)
+	for _, want := range []string{"FLOW_FINISHED", "K_JOB_INDEX", "MSG_ACKNOWLEDGED"} {
+		if !strings.Contains(got, "local "+want+" = ") {
+			t.Errorf("prelude lacks %s, which the code uses:\n%s", want, got)
+		}
+	}
+	for _, not := range []string{"JOB_STARTED", "JOB_FINISHED", "K_JOB", "NODE_CANCELLED", "EVENTS_CAP"} {
+		if strings.Contains(got, "local "+not+" = ") {
+			t.Errorf("prelude holds %s, which only a comment names:\n%s", not, got)
+		}
+	}
+}
+
 // A script gets the prelude's definitions it uses, and only those.
 func TestPreludeForTakesWhatTheCodeUses(t *testing.T) {
 	got := preludeFor("if st == JOB_STARTED then redis.call('DEL', K_JOB_INDEX) end")
