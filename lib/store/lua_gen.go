@@ -2091,7 +2091,7 @@ func decodeFlowStartBeginReply(v any) (out any, err error) {
 }
 
 // flowStartChunkScript is lua/flow_start_chunk.lua (its header declares its interface).
-var flowStartChunkScript = luaScript("flow_start_chunk.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_start.lua")
+var flowStartChunkScript = luaScript("flow_start_chunk.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua", "lib_start.lua")
 
 // flowStartChunkArgs are the KEYS and ARGV of lua/flow_start_chunk.lua.
 type flowStartChunkArgs struct {
@@ -2200,7 +2200,7 @@ func decodeFlowStartCommitReply(v any) (out any, err error) {
 }
 
 // flowStartDispatchScript is lua/flow_start_dispatch.lua (its header declares its interface).
-var flowStartDispatchScript = luaScript("flow_start_dispatch.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_start.lua")
+var flowStartDispatchScript = luaScript("flow_start_dispatch.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua", "lib_start.lua")
 
 // flowStartDispatchArgs are the KEYS and ARGV of lua/flow_start_dispatch.lua.
 type flowStartDispatchArgs struct {
@@ -3519,7 +3519,7 @@ func decodeStandaloneDoneReply(v any) (out standaloneDoneDone, err error) {
 }
 
 // startFlowScript is lua/start_flow.lua (its header declares its interface).
-var startFlowScript = luaScript("start_flow.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_start.lua")
+var startFlowScript = luaScript("start_flow.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua", "lib_start.lua")
 
 // startFlowArgs are the KEYS and ARGV of lua/start_flow.lua.
 type startFlowArgs struct {

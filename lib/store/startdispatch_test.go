@@ -305,3 +305,56 @@ func storetestStart(t *testing.T, db *store.DB, f *model.Flow) ([]*model.Job, []
 	}
 	return jobs, ready
 }
+
+// DispatchStarted (flow_start_dispatch) keeps dispatch's rule for each node
+// (lib_dispatch's node_why): a paused flow's, a held flow's and a node whose retry is
+// not due stay ready and are answered why; once none holds, they are dispatched.
+func TestDispatchStartedKeepsDispatchsRule(t *testing.T) {
+	s, db := shContext(t)
+	ctx := context.Background()
+	ids := startDispatchJobs(t, s)
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 1, Jobs: ids[:3]}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, _ := storetestStart(t, db, f)
+	rdb := srv.Client(t, int(db.ContextID))
+	dag := keys.DAG(f.ID)
+	dispatch := func(want string) {
+		t.Helper()
+		out, err := db.DispatchStarted(ctx, f.ID, 1, jobs, "scheduler", time.Now())
+		if err != nil || len(out) != len(jobs) {
+			t.Fatalf("%d outcomes, %v", len(out), err)
+		}
+		for i, d := range out {
+			if want != "" && (d.MsgKey != "" || d.Why != want) {
+				t.Fatalf("job %d: %+v, want not dispatched: %s", jobs[i].ID, d, want)
+			}
+			if want == "" && (d.MsgKey == "" || d.Attempt != 1) {
+				t.Fatalf("job %d: %+v, want dispatched", jobs[i].ID, d)
+			}
+			if s := rdb.HGet(ctx, dag, "s:"+u32(jobs[i].ID)).Val(); want != "" && s != string(model.NodeReady) {
+				t.Fatalf("job %d's node %q, want it left ready", jobs[i].ID, s)
+			}
+		}
+	}
+	if changed, err := db.PauseFlow(ctx, f.ID, "pause", "7", "hold"); err != nil || !changed {
+		t.Fatalf("pause: %v %v", changed, err)
+	}
+	dispatch("paused")
+	if changed, err := db.PauseFlow(ctx, f.ID, "resume", "7", "go"); err != nil || !changed {
+		t.Fatalf("resume: %v %v", changed, err)
+	}
+	rdb.HSet(ctx, dag, "hold", "retry")
+	dispatch("held")
+	rdb.HDel(ctx, dag, "hold")
+	later := time.Now().Add(time.Hour).UnixMilli()
+	for _, j := range jobs {
+		rdb.HSet(ctx, dag, "due:"+u32(j.ID), later)
+	}
+	dispatch("not due")
+	for _, j := range jobs {
+		rdb.HDel(ctx, dag, "due:"+u32(j.ID))
+	}
+	dispatch("")
+}

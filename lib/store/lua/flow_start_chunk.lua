@@ -19,7 +19,7 @@
 --     dependents  string  its dependents (JSON)
 --     n           int     its dependency count
 --     ran         bool    the job holds fields of an earlier run to clear (false: a fresh job)
--- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_start
+-- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch lib_start
 -- Reply: int 1 written; 0 not: the flow is not dispatched any more, or another start
 --   took over.
 -- Derives: context DB: job:<caller>:<id> of the nodes, coord:idx:jobs[:<status>].

@@ -21,7 +21,7 @@
 --   group     []raw     field/value items of the group message (all but its id and
 --                       job_ids)
 --   ids       []string  the nodes' job ids
--- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_start
+-- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch lib_start
 -- Reply: raw per job {message key, attempt}, or {"", why it was not dispatched}.
 -- Derives: context DB: job:<caller>:<id> of the nodes, message:<caller>:<id> (a fresh
 --   id), coord:seq:message, coord:idx:jobs:<status>, coord:flowmsgs:<flow>,

@@ -16,7 +16,23 @@
 --     routing reads in one HMGET, and gives the latter to lib_route (route_seen: the
 --     route_store that sends the job reads none again); a node's attempt is read
 --     with its status and written with it (no HINCRBY).
+--   - node_why(s, due, paused, hold, now_ms): why a flow's node cannot be dispatched
+--     now (nil: it can), from its DAG fields s:, due: and the DAG's paused and hold;
+--     dispatch_job's rule, which lib_start's dispatch_ready applies to many nodes.
 -- Needs lib_state and lib_route.
+
+local function node_why(s, due, paused, hold, now_ms)
+  if s ~= NODE_READY then
+    return s or 'no node'
+  elseif due and tonumber(due) > tonumber(now_ms) then
+    return 'not due'
+  elseif paused then
+    return 'paused' -- flow.pause: the node stays ready; flow.resume dispatches it
+  elseif hold then
+    return 'held' -- a cancel or a retry in chunks under way
+  end
+  return nil
+end
 
 local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor)
   local jk = K_JOB .. caller .. ':' .. id
@@ -27,16 +43,9 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
     return nil, 'job missing'
   elseif dag ~= '' then
     local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id, 'paused', 'hold', 'a:' .. id)
-    local s, due = node[1], node[2]
-    if s ~= NODE_READY then
-      return nil, s or 'no node'
-    elseif due and tonumber(due) > tonumber(now_ms) then
-      return nil, 'not due'
-    elseif node[3] then
-      return nil, 'paused' -- flow.pause: the node stays ready; flow.resume dispatches it
-    elseif node[4] then
-      return nil, 'held' -- a cancel or a retry in chunks under way
-    end
+    local due = node[2]
+    local why = node_why(node[1], due, node[3], node[4], now_ms)
+    if why then return nil, why end
     attempt = int((tonumber(node[5] or '0') or 0) + 1)
     redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED, 'a:' .. id, attempt)
     if due then redis.call('HDEL', dag, 'due:' .. id) end

@@ -90,7 +90,7 @@ end
 -- held index moves and events (index_flush, ev_flush) and route_flush / wake_msg_out
 -- with the count returned. Returns per id its attempt (a string) or nil, the why
 -- list (per id: why not, or nil), the message key (nil: none) and the pushes onto mo.
--- Needs lib_state, lib_route (and its libraries).
+-- Needs lib_state, lib_route (and its libraries), lib_dispatch (node_why).
 local function dispatch_ready(caller, flow, dag, ids, now_s, now_ms, ready_ms, actor, group, mo, fresh)
   local n = #ids
   local attempts, whys = {}, {}
@@ -112,16 +112,9 @@ local function dispatch_ready(caller, flow, dag, ids, now_s, now_ms, ready_ms, a
     local jk = K_JOB .. caller .. ':' .. id
     local why, attempt = nil, '1'
     if node then
-      local s, due = node[3 * k], node[3 * k + 1]
-      if s ~= NODE_READY then
-        why = s or 'no node'
-      elseif due and tonumber(due) > tonumber(now_ms) then
-        why = 'not due'
-      elseif node[1] then
-        why = 'paused' -- flow.pause: the node stays ready; flow.resume dispatches it
-      elseif node[2] then
-        why = 'held' -- a cancel or a retry in chunks under way
-      else
+      local due = node[3 * k + 1]
+      why = node_why(node[3 * k], due, node[1], node[2], now_ms) -- dispatch_job's rule
+      if not why then
         attempt = int((tonumber(node[3 * k + 2] or '0') or 0) + 1)
         if due then dues[#dues + 1] = 'due:' .. id end
       end

@@ -27,7 +27,7 @@
 --     n           int     its dependency count
 --     ran         bool    the job holds fields of an earlier run to clear (false: a fresh job)
 --     here        bool    when ready, dispatched by this call (its job names no runner)
--- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_start
+-- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch lib_start
 -- Reply: raw {1, dispatched, ready job ids…} started: how many nodes this call
 --   dispatched, then the ready nodes left to the caller's dispatch; {0, status} the
 --   flow was not dispatched (or scheduled). Error NOTFOUND flow.
