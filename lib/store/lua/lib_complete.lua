@@ -125,6 +125,54 @@ local function release_later(dag, ctx, flow, caller, id, done, fin, now_ms)
   redis.call('PUBLISH', K_DELAYED_WAKE, now_ms)
   redis.call('SELECT', ctx)
 end
+-- result_fields appends a run's result (res, its string map's JSON) to kv as the
+-- flow's result map holds it (<id>.<key> -> value, a value not a string as JSON),
+-- writing kv to rk when it holds 400 items (unpack's stack limit); kv nil: a table
+-- made when there is a result. Returns kv.
+local function result_fields(rk, kv, id, res)
+  if not res or res == '' or res == '{}' then return kv end
+  local ok, m = pcall(cjson.decode, res)
+  if not ok or type(m) ~= 'table' then return kv end
+  kv = kv or {}
+  for f, x in pairs(m) do
+    if type(x) ~= 'string' then x = cjson.encode(x) end
+    kv[#kv + 1] = id .. '.' .. f
+    kv[#kv + 1] = x
+    if #kv >= 400 then redis.call('HSET', rk, unpack(kv)); kv = {} end
+  end
+  return kv
+end
+-- settle releases the dependents of node id completed at fin (d: their JSON list, or
+-- nil), the first RELEASE_CHUNK here (appended to out when made ready), the others
+-- by release_later. Issue 49, memory: a completed node whose dependents are all
+-- released leaves the DAG hash, its status (s:), its attempt (a:, which its job's
+-- attempt equals) and its dependents (d:), a table entry each (~70-100 B) per node of
+-- a big flow kept: a node of a started flow without a status is completed (every
+-- reader says so: complete, the cascades and cancels, which change only pending,
+-- ready and dispatched nodes, a retry's count of a node's dependencies left,
+-- lib/store's LoadDAG and LoadDAGNodes). Its dependents go to its job's listpack
+-- (~25 B), where flow.dag's pages and a repeated success read them. Those fields are
+-- deleted here, or appended to gone (when given) for one HDEL of many nodes. A node
+-- whose dependents past RELEASE_CHUNK are left to release_dependents keeps all three
+-- (that script reads its d:).
+local function settle(dag, ctx, flow, caller, id, d, fin, now_s, now_ms, out, gone)
+  if d then
+    local deps = cjson.decode(d)
+    local last = math.min(#deps, RELEASE_CHUNK)
+    release(dag, caller, deps, 1, last, fin, now_s, out)
+    if #deps > last then
+      redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
+      release_later(dag, ctx, flow, caller, id, last, fin, now_ms)
+      return
+    end
+    redis.call('HSET', K_JOB .. caller .. ':' .. id, 'dependents', d)
+  end
+  if gone then
+    gone[#gone + 1] = 's:' .. id; gone[#gone + 1] = 'a:' .. id; gone[#gone + 1] = 'd:' .. id; gone[#gone + 1] = 'r:' .. id
+  else
+    redis.call('HDEL', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'r:' .. id)
+  end
+end
 complete = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff, result, finished_ms)
 local maxlen = EVENTS_CAP()
 local jk = K_JOB .. caller .. ':' .. id
@@ -174,38 +222,9 @@ if status == JOB_FINISHED then
   end
   redis.call('HINCRBY', dag, 'completed', '1')
   terminal = redis.call('HINCRBY', dag, 'terminal', '1')
-  if res and res ~= '' and res ~= '{}' then
-    local ok, m = pcall(cjson.decode, res)
-    if ok and type(m) == 'table' then
-      local kv = {}
-      for k, v in pairs(m) do
-        if type(v) ~= 'string' then v = cjson.encode(v) end
-        kv[#kv + 1] = id .. '.' .. k
-        kv[#kv + 1] = v
-        if #kv >= 400 then redis.call('HSET', rk, unpack(kv)); kv = {} end -- unpack's stack limit
-      end
-      if #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
-    end
-  end
-  local deps = cjson.decode(node[3] or '[]')
-  local last = math.min(#deps, RELEASE_CHUNK)
-  release(dag, caller, deps, 1, last, fin, now_s, out)
-  if #deps > last then
-    redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
-    release_later(dag, ctx, flow, caller, id, last, fin, now_ms)
-  else
-    -- Issue 49, memory: a completed node leaves the DAG hash, its status (s:), its
-    -- attempt (a:, which its job's attempt equals) and its dependents (d:), a table
-    -- entry each (~70-100 B) per node of a big flow kept: a node of a started flow
-    -- without a status is completed (every reader says so: above, the cascades and
-    -- cancels, which change only pending, ready and dispatched nodes, a retry's count
-    -- of a node's dependencies left, lib/store's LoadDAG and LoadDAGNodes). Its
-    -- dependents go to its job's listpack (~25 B), where flow.dag's pages and a
-    -- repeated success (above) read them. A node whose dependents past RELEASE_CHUNK
-    -- are left to release_dependents keeps all three (that script reads its d:).
-    redis.call('HDEL', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'r:' .. id)
-    if node[3] then redis.call('HSET', jk, 'dependents', node[3]) end
-  end
+  local kv = result_fields(rk, nil, id, res)
+  if kv and #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
+  settle(dag, ctx, flow, caller, id, node[3], fin, now_s, now_ms, out, nil)
 else
   local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'retry_after_ms')
   if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
@@ -294,38 +313,14 @@ complete_many = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, acto
   local n = int(#fast)
   redis.call('HINCRBY', dag, 'completed', n)
   local terminal = redis.call('HINCRBY', dag, 'terminal', n)
-  local kv, gone = {}, {}
+  local kv, gone = nil, {}
   for _, k in ipairs(fast) do
     local e = ends[k]
-    local id, res, d = e.id, e.result, v[3 * k + 2]
-    if res and res ~= '' and res ~= '{}' then
-      local ok, m = pcall(cjson.decode, res)
-      if ok and type(m) == 'table' then
-        for f, x in pairs(m) do
-          if type(x) ~= 'string' then x = cjson.encode(x) end
-          kv[#kv + 1] = id .. '.' .. f
-          kv[#kv + 1] = x
-          if #kv >= 400 then redis.call('HSET', rk, unpack(kv)); kv = {} end -- unpack's stack limit
-        end
-      end
-    end
-    local deps, last = nil, 0 -- (a node without dependents decodes none)
-    if d then
-      deps = cjson.decode(d)
-      last = math.min(#deps, RELEASE_CHUNK)
-      release(dag, caller, deps, 1, last, fin, now_s, ready)
-    end
-    if deps and #deps > last then
-      redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
-      release_later(dag, ctx, flow, caller, id, last, fin, now_ms)
-    else
-      -- (as complete: the node leaves the DAG hash, its dependents go to its job)
-      gone[#gone + 1] = 's:' .. id; gone[#gone + 1] = 'a:' .. id; gone[#gone + 1] = 'd:' .. id; gone[#gone + 1] = 'r:' .. id
-      if d then redis.call('HSET', K_JOB .. caller .. ':' .. id, 'dependents', d) end
-    end
+    kv = result_fields(rk, kv, e.id, e.result)
+    settle(dag, ctx, flow, caller, e.id, v[3 * k + 2], fin, now_s, now_ms, ready, gone)
   end
-  if #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
-  call_each('HDEL', dag, gone)
+  if kv and #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
+  if #gone > 0 then call_each('HDEL', dag, gone) end
   applied = applied + #fast
   if terminal >= tonumber(v[1]) then
     fstatus = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
