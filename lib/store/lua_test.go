@@ -157,3 +157,24 @@ func TestPreludeForTakesWhatTheCodeUses(t *testing.T) {
 		}
 	}
 }
+
+// A library makes the table of small counts (countTable) only when its script looks
+// counts up in it: every other library loaded would hold 256 entries for nothing.
+func TestCountTableOnlyWhereUsed(t *testing.T) {
+	with, without := 0, 0
+	for _, sc := range scripts {
+		uses := strings.Contains(sc.src, countTable+"[")
+		makes := strings.Contains(sc.lib, "local "+countTable+" = {")
+		if uses != makes {
+			t.Errorf("%s: looks counts up %v, makes the table %v", sc.name, uses, makes)
+		}
+		if uses {
+			with++
+		} else {
+			without++
+		}
+	}
+	if with == 0 || without == 0 {
+		t.Fatalf("%d scripts look counts up, %d do not: want some of each", with, without)
+	}
+}

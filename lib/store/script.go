@@ -85,7 +85,7 @@ func newScript(name, head, body string) *Script {
 	sum := sha1.Sum([]byte(libText("", head, body)))
 	fn := funcPrefix + strings.NewReplacer(".lua", "", "-", "_").Replace(name) + "_" + hex.EncodeToString(sum[:hashBytes])
 	src := head + body
-	if usesName(body, countTable) {
+	if usesCounts(body) {
 		src = countTableLine + src // sent whole as an EVAL script (EnqueueOn)
 	}
 	sc := &Script{src: src, fn: fn, lib: libText(fn, head, body), name: name}
@@ -99,6 +99,10 @@ func newScript(name, head, body string) *Script {
 // A library makes it once, when it is loaded, in a function around the script's (a
 // local of the library's main function would pass Lua's 200 in finish_jobs').
 const countTable = "COUNT"
+
+// usesCounts says whether a script's code looks counts up in countTable (its
+// prologue's COUNT[...]; the word alone is also an option of Redis's commands).
+func usesCounts(body string) bool { return strings.Contains(body, countTable+"[") }
 
 // countTableLine is the Lua line that makes countTable.
 var countTableLine = func() string {
@@ -114,10 +118,16 @@ var countTableLine = func() string {
 	return b.String()
 }()
 
-// libText is the code of the library fn of a script.
+// libText is the code of the library fn of a script: countTable made around the
+// script's function when its code looks counts up in it (not for every library: a
+// table of 256 entries each).
 func libText(fn, head, body string) string {
 	var lib strings.Builder
-	fmt.Fprintf(&lib, "#!lua name=%s\nlocal KEYS, ARGV, EVENTS_CAP_N\n%s\nredis.register_function('%s', (function()\n%sreturn function(keys, args)\nKEYS, ARGV, EVENTS_CAP_N = keys, args, nil\n", fn, head, fn, countTableLine)
+	counts := ""
+	if usesCounts(body) {
+		counts = countTableLine
+	}
+	fmt.Fprintf(&lib, "#!lua name=%s\nlocal KEYS, ARGV, EVENTS_CAP_N\n%s\nredis.register_function('%s', (function()\n%sreturn function(keys, args)\nKEYS, ARGV, EVENTS_CAP_N = keys, args, nil\n", fn, head, fn, counts)
 	for _, m := range resetName.FindAllStringSubmatch(head, -1) {
 		lib.WriteString(m[1] + "()\n")
 	}
