@@ -80,8 +80,8 @@ do
   ev_reset = function() first, more, nmore, nids, eactor = nil, {}, 0, 0, nil end
   ev_later = function(typ, actor, flow, job, caller, detail, dispatched)
     -- (dispatched: job.dispatched's stored type, given by the caller: a prelude
-    -- constant this library named, even in a comment, would be a local more in every
-    -- script's main function, and finish_jobs' is at Lua's limit of registers)
+    -- constant this library's code named would be a local more in every script's
+    -- main function, and finish_jobs' is at Lua's limit of registers)
     if not first then
       first = {typ, actor, flow, job, caller, detail}
       if dispatched then ev_later(dispatched, actor, flow, job, caller, '') end
