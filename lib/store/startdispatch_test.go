@@ -28,14 +28,7 @@ func TestStartFlowDispatchesItsReadyJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := db.LoadStartJobs(ctx, 1, f.Jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps, err := store.PlanDAG(f, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs, deps := planStart(t, db, f)
 	last, err := db.LastEventID(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -236,14 +229,7 @@ func TestBigFlowDAGIsAHashTableFromItsStart(t *testing.T) {
 		want  string
 	}{{300, "hashtable"}, {store.StartChunk + 20, "listpack"}} {
 		f, _ := createLayers(t, s, 28, c.width)
-		jobs, err := db.LoadStartJobs(ctx, 1, f.Jobs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		deps, err := store.PlanDAG(f, jobs)
-		if err != nil {
-			t.Fatal(err)
-		}
+		jobs, deps := planStart(t, db, f)
 		if _, err := db.StartPart(ctx, f, jobs, deps, "t"); err != nil {
 			t.Fatal(err)
 		}
@@ -286,12 +272,11 @@ func TestDispatchStartedMixedKeepsTheOrder(t *testing.T) {
 	}
 }
 
-// storetestStart starts flow f as the scheduler's start does, without its dispatch,
-// and returns its jobs (as loaded for the start) and its ready nodes.
-func storetestStart(t *testing.T, db *store.DB, f *model.Flow) ([]*model.Job, []uint32) {
+// planStart loads flow f's jobs as the scheduler's start does (caller 1) and plans
+// its DAG: the jobs and each one's dependents.
+func planStart(t *testing.T, db *store.DB, f *model.Flow) ([]*model.Job, map[uint32][]uint32) {
 	t.Helper()
-	ctx := context.Background()
-	jobs, err := db.LoadStartJobs(ctx, 1, f.Jobs)
+	jobs, err := db.LoadStartJobs(context.Background(), 1, f.Jobs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,6 +284,15 @@ func storetestStart(t *testing.T, db *store.DB, f *model.Flow) ([]*model.Job, []
 	if err != nil {
 		t.Fatal(err)
 	}
+	return jobs, deps
+}
+
+// storetestStart starts flow f as the scheduler's start does, without its dispatch,
+// and returns its jobs (as loaded for the start) and its ready nodes.
+func storetestStart(t *testing.T, db *store.DB, f *model.Flow) ([]*model.Job, []uint32) {
+	t.Helper()
+	ctx := context.Background()
+	jobs, deps := planStart(t, db, f)
 	ready, _, _, err := db.StartFlow(ctx, f, jobs, deps, "1")
 	if err != nil {
 		t.Fatal(err)
