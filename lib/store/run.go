@@ -396,10 +396,11 @@ type Finish struct {
 	// every run before the scheduler recorded its settings (keys.SchedulerSettings),
 	// and the end of what is kept for less than the scheduler's sweep interval.
 	Apply bool
-	// Take (with Apply): a dependent that the run's end makes ready, on a queue of
-	// Take.Queues, is claimed and started for the finishing runner by the same script
+	// Take (with Apply): jobs waiting on a queue of Take.Queues (the one a dependent
+	// that the run's end makes ready was routed to, else a queue of the runs that end)
+	// are claimed and started for the finishing runner by the same script
 	// (lua/finish_jobs.lua's take), when no other context waits on that queue's wake
-	// list of the runner: Applied.Taken holds it, to run. Only the first call of a
+	// list of the runner: Applied.Taken holds them, to run. Only the first call of a
 	// FinishJobsApplied that holds a run with a Take takes.
 	Take *Take
 }
@@ -409,14 +410,14 @@ type Take struct {
 	Worker   string        // the runner process (its processing list holds the runs that end)
 	RunnerID uint32        // its runner id (its wake lists)
 	Queues   []string      // the queues it serves
-	Max      int           // its free slots (1 … MaxTake)
+	Max      int           // the slots it offers (1 … MaxTake)
 	Lease    time.Duration // the claims' lease
 }
 
 // MaxTake bounds Take.Max: a finish takes at most that many jobs for its runner (the
 // claim's reply holds their hashes, lua/lib_claim.lua's INLINE_READS, so that no read
 // follows).
-const MaxTake = 4
+const MaxTake = 8
 
 // Taken is what a take claimed (Applied.Taken): Started as ClaimStarts returns them,
 // in DB. Err: the call's answer was lost, or a started job could not be read (an
@@ -485,7 +486,7 @@ func FinishJobsApplied(ctx context.Context, fs []Finish) ([]bool, []error, Appli
 		for _, idx := range finishParts(groups[k], k.apply && k.flow != 0) {
 			// The take goes with the first call that holds a run offering one.
 			var t *takeCall
-			if tk == nil && k.apply && k.flow != 0 && applies(fs, idx) {
+			if tk == nil && k.apply && applies(fs, idx) {
 				if off := offeredTake(fs, idx); off != nil {
 					t = newTakeCall(dbs[k.ctxID], off, k.ctxID, len(calls[k.ctxID]))
 					tk = t

@@ -13,8 +13,9 @@ import (
 	"github.com/hero-coordinator/hero/lib/store"
 )
 
-// The finish script's take (Finish.Take): the end of a run that makes a dependent
-// ready claims and starts it for the finishing runner in the same step.
+// The finish script's take (Finish.Take): the end of a run claims and starts jobs for
+// the finishing runner in the same step, on its runs' slots: a dependent it makes
+// ready, else the next jobs of the runs' queue.
 
 // takeRunner is the runner id of the take tests: a wake list of its own (DB 0 is
 // shared by the package's tests).
@@ -53,7 +54,13 @@ func takeWake() string { return keys.WakeRunner(takeRunner, keys.Queue("sh")) }
 // worker w1, and returns what the script applied.
 func finishTaking(t *testing.T, db *store.DB, run store.Started) store.Applied {
 	t.Helper()
-	take := &store.Take{Worker: "w1", RunnerID: takeRunner, Queues: []string{keys.Queue("sh")}, Max: 1, Lease: time.Minute}
+	return finishTakingUpTo(t, db, run, 1)
+}
+
+// finishTakingUpTo is finishTaking with a take of up to max jobs.
+func finishTakingUpTo(t *testing.T, db *store.DB, run store.Started, max int) store.Applied {
+	t.Helper()
+	take := &store.Take{Worker: "w1", RunnerID: takeRunner, Queues: []string{keys.Queue("sh")}, Max: max, Lease: time.Minute}
 	fs := []store.Finish{{DB: db, Claim: run.Claim, Job: run.Job, Outcome: store.JobOutcome{Status: model.JobFinished, Result: map[string]string{"v": "1"}}, Apply: true, Take: take}}
 	oks, errs, applied := store.FinishJobsApplied(context.Background(), fs)
 	if errs[0] != nil || !oks[0] {
@@ -230,5 +237,76 @@ func TestClaimReturnsStartReads(t *testing.T) {
 	want := rc.HGet(ctx, keys.Job(1, a.ID), "result").Val()
 	if rd == nil || len(rd.DepResults) != 1 || rd.DepResults[0] != want || !strings.Contains(want, `"v":"1"`) {
 		t.Fatalf("b's reads %+v, want a's result %s", rd, want)
+	}
+}
+
+// The end of a standalone run, which makes nothing ready, takes the next jobs of its
+// queue on its slots, oldest first, each once: off the queue, started by w1 under the
+// take's claims; the job left on the queue keeps a wake token of its context (a claim
+// still finds it without a sweep).
+func TestFinishTakesTheNextJobsOfItsQueue(t *testing.T) {
+	s, db, rc := takeContext(t, 48)
+	ctx := context.Background()
+	subs := make([]store.Submission, 4)
+	for i := range subs {
+		subs[i] = store.Submission{Job: shJob(7, 0, "true"), Actor: "7"}
+	}
+	out, err := s.SubmitGuarded(ctx, 48, subs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := claimSh(t, db, 1)
+	if run[0].Job.ID != out[0].Job.ID {
+		t.Fatalf("claimed job %d, want the first (%d)", run[0].Job.ID, out[0].Job.ID)
+	}
+	tk := finishTakingUpTo(t, db, run[0], 2).Taken
+	if tk.Err != nil || len(tk.Started) != 2 {
+		t.Fatalf("taken %+v, want the next two jobs started", tk)
+	}
+	for i, st := range tk.Started {
+		want := out[i+1].Job.ID
+		if st.Outcome != store.StartRun || st.Job == nil || st.Job.ID != want || st.Job.Status != model.JobStarted ||
+			st.Claim.Consumer != "w1" || !st.Claim.Taken || st.Claim.Item != keys.Job(7, want) {
+			t.Fatalf("taken %d: %+v job %+v, want job %d started by w1", i, st, st.Job, want)
+		}
+		if h := rc.HMGet(ctx, keys.Job(7, want), "status", "worker", "claim").Val(); h[0] != string(model.JobStarted) || h[1] != "w1" || h[2] != st.Claim.ID {
+			t.Fatalf("job %d's hash %v, want started by w1 under claim %s", want, h, st.Claim.ID)
+		}
+	}
+	if q := rc.LRange(ctx, keys.Queue("sh"), 0, -1).Val(); len(q) != 1 || q[0] != keys.Job(7, out[3].Job.ID) {
+		t.Fatalf("queue:sh %v, want only the fourth job", q)
+	}
+	if w := srv.Client(t, 0).LRange(ctx, takeWake(), 0, -1).Val(); len(w) == 0 || w[0] != "48" {
+		t.Fatalf("wake list %v: the fourth job waits, its context's token must too", w)
+	}
+	again := claimSh(t, db, 1)
+	if again[0].Job.ID != out[3].Job.ID {
+		t.Fatalf("claim after the take got job %d, want the fourth (%d)", again[0].Job.ID, out[3].Job.ID)
+	}
+}
+
+// The take of a standalone run's end yields to another context waiting on the
+// runner's wake list of the queue, as a dependent's does.
+func TestFinishTakeOfItsQueueYieldsToOtherContexts(t *testing.T) {
+	s, db, rc := takeContext(t, 49)
+	ctx := context.Background()
+	subs := []store.Submission{{Job: shJob(7, 0, "true"), Actor: "7"}, {Job: shJob(7, 0, "true"), Actor: "7"}}
+	out, err := s.SubmitGuarded(ctx, 49, subs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := claimSh(t, db, 1)
+	if err := srv.Client(t, 0).Del(ctx, takeWake()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client(t, 0).RPush(ctx, takeWake(), "50", "49").Err(); err != nil {
+		t.Fatal(err)
+	}
+	tk := finishTakingUpTo(t, db, run[0], 2).Taken
+	if len(tk.Started) != 0 || tk.Err != nil {
+		t.Fatalf("taken %+v: another context waits, nothing is taken", tk)
+	}
+	if q := rc.LRange(ctx, keys.Queue("sh"), 0, -1).Val(); len(q) != 1 || q[0] != keys.Job(7, out[1].Job.ID) {
+		t.Fatalf("queue:sh %v, want the second job", q)
 	}
 }

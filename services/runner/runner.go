@@ -77,6 +77,9 @@ type runner struct {
 	// until their end is written (or dropped): a claim that takes back one of this
 	// worker's swept claims (store.StartRetaken) checks its run goes on here.
 	holding claimSet
+	// passed are the claims of runs whose slot their end's take passed on to a job it
+	// claimed (passSlots): their workers keep the slot for it.
+	passed claimSet
 	// claimGate is held (read) by each claim call from its script until the runs it
 	// started are in holding; retakenByClaim waits for the calls under way.
 	claimGate sync.RWMutex
@@ -144,6 +147,7 @@ func newRunner(p runnerParams) *runner {
 		core:          execcore.NewTracker[model.JobRef](),
 		kinds:         executionKinds(),
 		holding:       claimSet{ids: map[string]struct{}{}},
+		passed:        claimSet{ids: map[string]struct{}{}},
 		em:            newExecutorMetrics(p.reg),
 		slots:         make(chan struct{}, p.cfg.Concurrency),
 		warm:          make(chan struct{}, poolStarts),
@@ -175,7 +179,7 @@ func newRunner(p runnerParams) *runner {
 			claimJobs: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_runner_claim_jobs",
 				Help: "Jobs started per claim call (one script call claims up to the free slots, at most 64).", Buckets: prometheus.ExponentialBuckets(1, 2, 7)}),
 			taken: f.NewCounter(prometheus.CounterOpts{Name: "hero_runner_jobs_taken_total",
-				Help: "Dependents this process started straight from the end of their dependency (the finish script claimed them for it: no wake-up, no claim call)."}),
+				Help: "Jobs this process started straight from the end of other runs (the finish script claimed them for it on those runs' slots: a dependent they made ready, or the next job of their queue; no wake-up, no claim call)."}),
 			finishRuns: f.NewHistogram(prometheus.HistogramOpts{Name: "hero_runner_finish_runs",
 				Help: "Runs whose ends one finish round trip wrote (the ends that came while the calls in flight were, at most 128; a second call starts beside one of at most 8 runs).", Buckets: prometheus.ExponentialBuckets(1, 2, 8)}),
 			jobEnds:    f.NewCounterVec(prometheus.CounterOpts{Name: obs.MetricJobEnds, Help: obs.MetricJobEndsHelp}, []string{"outcome"}),
@@ -205,58 +209,76 @@ func newFinisher(fn groupcommit.Func[store.Finish, bool]) *groupcommit.Committer
 	return groupcommit.New(groupcommit.Params[store.Finish, bool]{Max: 128, Fn: fn, Inflight: 2, Beside: finishBeside})
 }
 
-// writeEnds writes the ends of runs (the finisher's group, or an end a previous
-// process handed over), applying the successful ones itself with --apply-ends, and
-// counts what it applied.
+// writeEnds writes the ends of runs that the finisher grouped, each run's worker
+// holding its slot until the write returns (endsWritten).
 func (r *runner) writeEnds(ctx context.Context, fs []store.Finish) ([]bool, []error) {
+	return r.endsWritten(ctx, fs, true)
+}
+
+// endsWritten writes the ends of runs (the finisher's group, or an end a previous
+// process handed over), applying the successful ones itself with --apply-ends, and
+// counts what it applied. slotted: each run's worker holds a slot until this returns,
+// which the take may pass on.
+func (r *runner) endsWritten(ctx context.Context, fs []store.Finish, slotted bool) ([]bool, []error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for i := range fs {
 		fs[i].Apply = r.cfg.ApplyEnds
 	}
 	r.m.finishRuns.Observe(float64(len(fs)))
-	// The take: the script claims a dependent these ends make ready for this process
-	// when it has a free slot (one taken here, given back when nothing is taken), so
-	// that the dependent starts without a wake-up and a claim's round trip
-	// (lua/finish_jobs.lua). Only runs of a flow make dependents ready; a runner that
-	// is stopping takes none (its drain waits for the jobs it runs, not for new ones).
-	offer := r.offerTake(fs)
-	if offer < 0 {
+	// The take: the script claims jobs for this process on the slots of the runs that
+	// end (a dependent these ends make ready, else the next jobs of the runs' queue), so
+	// that they start without a wake-up and a claim's round trip (lua/finish_jobs.lua):
+	// a run's worker whose slot a taken job got keeps it for that job (passSlots). A
+	// runner that is stopping takes none (its drain waits for the jobs it runs, not for
+	// new ones).
+	offer := r.takeOffer(fs, slotted)
+	if offer == 0 {
 		oks, errs, applied := store.FinishJobsApplied(ctx, fs)
 		r.countApplied(applied)
 		return oks, errs
 	}
-	fs[offer].Take = &store.Take{Worker: r.cfg.WorkerID, RunnerID: r.cfg.RunnerID, Queues: r.queues(), Max: 1, Lease: r.cfg.Lease}
+	t := &store.Take{Worker: r.cfg.WorkerID, RunnerID: r.cfg.RunnerID, Queues: r.queues(), Max: offer, Lease: r.cfg.Lease}
+	for i := range fs {
+		fs[i].Take = t // the first call that applies takes (store.FinishJobsApplied)
+	}
 	// Under claimGate, as a claim call: the runs it started are in holding before a
 	// retakenByClaim looks.
 	r.claimGate.RLock()
 	oks, errs, applied := store.FinishJobsApplied(ctx, fs)
-	fs[offer].Take = nil // a retry of the write offers its own
+	for i := range fs {
+		fs[i].Take = nil // a retry of the write offers its own
+	}
 	r.countApplied(applied)
 	started, retaken := r.holdTaken(applied.Taken)
 	r.claimGate.RUnlock()
-	r.startTaken(ctx, applied.Taken, started, retaken)
+	r.startTaken(ctx, applied.Taken, started, retaken, r.passSlots(fs, errs, len(started)))
 	return oks, errs
 }
 
-// offerTake picks the end that offers the take (a run of a flow of this node, -1:
-// none) and holds a free slot for it: only when the runner applies ends, is not
-// stopping and has handed back its previous process's claims.
-func (r *runner) offerTake(fs []store.Finish) int {
-	if !r.cfg.ApplyEnds || r.ending.Load() || !r.recovered.Load() {
-		return -1
+// takeOffer is how many jobs the take may claim for the runs fs that end (0: none):
+// one for each run's slot, at most store.MaxTake; only for runs whose workers hold
+// their slots (slotted), when the runner applies ends, is not stopping and has handed
+// back its previous process's claims.
+func (r *runner) takeOffer(fs []store.Finish, slotted bool) int {
+	if !slotted || !r.cfg.ApplyEnds || r.ending.Load() || !r.recovered.Load() {
+		return 0
 	}
-	for i := range fs {
-		if fs[i].Job.FlowID != 0 && fs[i].Job.Origin == nil {
-			select {
-			case r.slots <- struct{}{}:
-				return i
-			default:
-				return -1
-			}
+	return min(len(fs), store.MaxTake)
+}
+
+// passSlots marks the slots of up to n runs of fs whose ends were written (errs) as
+// passed on to the jobs the take started: their workers keep them (worker). It
+// returns how many it passed.
+func (r *runner) passSlots(fs []store.Finish, errs []error, n int) int {
+	passed := 0
+	for i := 0; i < len(fs) && passed < n; i++ {
+		if errs[i] == nil {
+			r.passed.add(fs[i].Claim.ID)
+			passed++
 		}
 	}
-	return -1
+	return passed
 }
 
 // holdTaken puts the runs the take started in holding (the caller holds claimGate)
@@ -279,18 +301,26 @@ func (r *runner) holdTaken(tk *store.Taken) (started []store.Started, retaken []
 	return started, retaken
 }
 
-// startTaken starts what the take claimed on the slot offerTake held (given back when
-// nothing was taken), and releases the claims of a take whose answer was lost.
-func (r *runner) startTaken(ctx context.Context, tk *store.Taken, started []store.Started, retaken []*store.Claim) {
-	if len(started) == 0 {
-		<-r.slots
-	}
+// startTaken starts what the take claimed on the slots passed to it (passed: see
+// passSlots; a taken job beyond them waits for a free slot), and releases the claims
+// of a take whose answer was lost.
+func (r *runner) startTaken(ctx context.Context, tk *store.Taken, started []store.Started, retaken []*store.Claim, passed int) {
 	if len(started) > 0 && r.cfg.pause != nil {
-		r.cfg.pause("taken", 0) // the ends written, the dependent claimed for this process
+		r.cfg.pause("taken", 0) // the ends written, the jobs claimed for this process
 	}
-	for _, s := range started { // at most one: Take.Max
+	for i, s := range started {
 		r.m.taken.Inc()
-		r.start(task{db: tk.DB, s: s})
+		t := task{db: tk.DB, s: s}
+		if i < passed {
+			r.start(t)
+			continue
+		}
+		// Only when another context's ends of this group were not written (a fault):
+		// the job waits for a slot as a claim would have.
+		go func() {
+			r.slots <- struct{}{}
+			r.start(t)
+		}()
 	}
 	if tk != nil && tk.Err != nil && ctx.Err() == nil {
 		r.log.Error().Err(tk.Err).Uint32(obs.KeyContextID, tk.DB.ContextID).Msg("take job")
@@ -375,7 +405,9 @@ func (r *runner) start(t task) {
 func (r *runner) worker(t task) {
 	for {
 		r.execute(r.core.JobCtx(), t.db, t.s.Claim, t.s.Outcome, t.s.Job)
-		<-r.slots
+		if !r.passed.pop(t.s.Claim.ID) { // else a job its end's take claimed has it
+			<-r.slots
+		}
 		r.core.Done()
 		select {
 		case t = <-r.tasks:
@@ -586,7 +618,7 @@ func (r *runner) writeHandedOver(ctx context.Context) {
 		var ok bool
 		var bo fault.Backoff
 		for {
-			oks, errs := r.writeEnds(ctx, []store.Finish{f})
+			oks, errs := r.endsWritten(ctx, []store.Finish{f}, false)
 			ok, err = oks[0], errs[0]
 			if err == nil || !fault.Transient(err) || !bo.Sleep(ctx) {
 				break
@@ -856,6 +888,15 @@ func (s *claimSet) remove(id string) {
 	s.mu.Lock()
 	delete(s.ids, id)
 	s.mu.Unlock()
+}
+
+// pop removes id and says whether it was there.
+func (s *claimSet) pop(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.ids[id]
+	delete(s.ids, id)
+	return ok
 }
 
 func (s *claimSet) has(id string) bool {

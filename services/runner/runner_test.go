@@ -595,3 +595,52 @@ func TestEndWrittenWhileAnotherFinishIsInFlight(t *testing.T) {
 		t.Fatalf("events %v, want %v", order, want)
 	}
 }
+
+// The ends of runs take the next jobs of their queue on their own slots (the finish
+// script's take): the jobs run without claims of their own, never more at once than
+// --concurrency, and every slot is free again once they have all ended.
+func TestEndsTakeTheNextJobsOnTheirSlots(t *testing.T) {
+	h := newHarness(t, "--concurrency", "3", "--claim-loops", "1")
+	if err := h.s.SetSchedulerSettings(context.Background(), time.Hour, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Each job counts the jobs running beside it (their marker directories).
+	script := fmt.Sprintf(`d=%s; mkdir "$d/run.$$"; ls "$d" | grep -c '^run\.' >> "$d/counts.$$"; sleep 0.02; rmdir "$d/run.$$"`, h.dir)
+	var jobs []*model.Job
+	for range 8 {
+		jobs = append(jobs, h.submit(script, 0))
+	}
+	h.start()
+	for _, j := range jobs {
+		if got := h.waitStatus(j.ID, time.Minute, model.JobFinished, model.JobError); got.Status != model.JobFinished {
+			t.Fatalf("job %d: %s (%s)", j.ID, got.Status, got.Error)
+		}
+	}
+	if n := testutil.ToFloat64(h.r.m.taken); n == 0 {
+		t.Fatal("no job was taken by an end: each waited for a claim of its own")
+	}
+	counts, err := filepath.Glob(filepath.Join(h.dir, "counts.*"))
+	if err != nil || len(counts) != len(jobs) {
+		t.Fatalf("%d jobs counted their neighbours (%v), want %d", len(counts), err, len(jobs))
+	}
+	for _, c := range counts {
+		raw, err := os.ReadFile(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := strconv.Atoi(strings.TrimSpace(string(raw))); n < 1 || n > 3 {
+			t.Fatalf("a job ran with %d running (%s), want at most --concurrency 3", n, raw)
+		}
+	}
+	// Idle, the one claim loop holds the one slot it waits for a wake-up with.
+	h.waitFor("every slot but the claim loop's is free again", time.Minute, func() bool { return len(h.r.slots) == 1 && h.r.core.Len() == 0 })
+	if n := len(h.r.passed.ids); n != 0 {
+		t.Fatalf("%d passed slots left unclaimed by their workers", n)
+	}
+	// The runner still claims: a job submitted now runs (a slot lost would stall it
+	// once both were).
+	last := h.submit("true", 0)
+	if got := h.waitStatus(last.ID, time.Minute, model.JobFinished, model.JobError); got.Status != model.JobFinished {
+		t.Fatalf("job after the takes: %s (%s)", got.Status, got.Error)
+	}
+}

@@ -70,8 +70,9 @@
 --                          travel: a successful end applied here is told with the
 --                          job's hash, read in the same step, which the call
 --                          answers with; lib/store maxAwaitedBytes)
---   take      num     the most jobs the take claims for the finishing runner (0: no take;
---                     at most 4, lib/store MaxTake)
+--   take      num     the most jobs the take claims for the finishing runner: the slots
+--                     of its runs that end here it offers (0: no take; at most 8, lib/store
+--                     MaxTake)
 --   tworker   string  the take's worker (the runner process; proc is its processing list)
 --   texp      int     the take's leases' expiry (ms)
 --   tnonce    string  the take's claim ids' stem (claim_start's cnonce)
@@ -422,29 +423,45 @@ end
 ck_wake(ctx)
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
--- The take: a dependent made ready here and routed to a queue that the finishing
--- runner serves (tqueues) is claimed for that runner in this same step, as its claim
--- would (lib_claim: a lease, the processing list, the start's event, the context's
--- wake tokens of the list set anew), so that it starts without a wake-up and a claim's
--- round trip. Only when the runner has a free slot (take) and no other context's token
--- waits on that wake list: those contexts' claims come first, in the list's order.
+-- The take: a job waiting on a queue that the finishing runner serves (tqueues) is
+-- claimed for that runner in this same step, as its claim would (lib_claim: a lease,
+-- the processing list, the start's event, the context's wake tokens of the list set
+-- anew), so that it starts on the slot of a run that ends here, without a wake-up and a
+-- claim's round trip. The queues looked at, in turn: those the dependents made ready
+-- here were routed to, then those of the runs that end; the first that holds jobs is
+-- taken from. Only when the runner offers slots (take) and no other context's token
+-- waits on that queue's wake list: those contexts' claims come first, in the list's
+-- order.
 local taken
-if apply and take > 0 and #route_targets > 0 then
-  for _, q in ipairs(route_targets) do
+if apply and take > 0 then
+  local looked = {}
+  local function take_from(q)
+    if looked[q] then return end
+    looked[q] = true
     for k = 1, tqueues_n do
       if views[tqueues_at + k] == q then
         local wk = views[twakes_at + k]
         redis.call('SELECT', '0')
         local mine = redis.call('LPOS', wk, ctx, 'COUNT', 0)
-        if #mine == redis.call('LLEN', wk) then
-          redis.call('SELECT', ctx)
+        local fair = #mine == redis.call('LLEN', wk)
+        redis.call('SELECT', ctx)
+        if fair and redis.call('LLEN', q) > 0 then
           taken = {q, claim_run(q, proc, leases, ek, wk, tworker, q, texp, now_ms, now_us, now_s, take, ctx, '0', ctx,
             {unpack(views, tclears_at + 1, tclears_at + tclears_n)}, tnonce, '=', {})}
         end
-        break
+        return
       end
     end
+  end
+  for _, q in ipairs(route_targets) do
+    take_from(q)
     if taken then break end
+  end
+  if not taken then
+    for _, run in ipairs(runs) do
+      take_from(string.match(run.member, '^[^\t]*\t([^\t]*)\t') or '')
+      if taken then break end
+    end
   end
 end
 if apply then out[#out + 1] = {applied, dispatched, fstatus, taken} end
