@@ -310,3 +310,34 @@ func TestFinishTakeOfItsQueueYieldsToOtherContexts(t *testing.T) {
 		t.Fatalf("queue:sh %v, want the second job", q)
 	}
 }
+
+// The take yields to another queue waiting for the runner too (a token on its wake
+// list of that queue): the slot is left to the claims, which go by the lists' order,
+// so that a queue with a backlog does not keep the runner's slots from run to run.
+func TestFinishTakeYieldsToOtherQueues(t *testing.T) {
+	s, db, rc := takeContext(t, 51)
+	ctx := context.Background()
+	subs := []store.Submission{{Job: shJob(7, 0, "true"), Actor: "7"}, {Job: shJob(7, 0, "true"), Actor: "7"}}
+	out, err := s.SubmitGuarded(ctx, 51, subs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := claimSh(t, db, 1)
+	other := keys.WakeRunner(takeRunner, keys.Queue("py"))
+	if err := srv.Client(t, 0).RPush(ctx, other, "51").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Client(t, 0).Del(context.Background(), other) })
+	take := &store.Take{Worker: "w1", RunnerID: takeRunner, Queues: []string{keys.Queue("sh"), keys.Queue("py")}, Max: 2, Lease: time.Minute}
+	fs := []store.Finish{{DB: db, Claim: run[0].Claim, Job: run[0].Job, Outcome: store.JobOutcome{Status: model.JobFinished}, Apply: true, Take: take}}
+	oks, errs, applied := store.FinishJobsApplied(ctx, fs)
+	if errs[0] != nil || !oks[0] {
+		t.Fatalf("finish: %v %v", oks[0], errs[0])
+	}
+	if applied.Taken == nil || len(applied.Taken.Started) != 0 || applied.Taken.Err != nil {
+		t.Fatalf("taken %+v: queue:py waits for the runner, nothing is taken", applied.Taken)
+	}
+	if q := rc.LRange(ctx, keys.Queue("sh"), 0, -1).Val(); len(q) != 1 || q[0] != keys.Job(7, out[1].Job.ID) {
+		t.Fatalf("queue:sh %v, want the second job", q)
+	}
+}

@@ -429,25 +429,33 @@ wake_msg_out(ctx, pushed)
 -- anew), so that it starts on the slot of a run that ends here, without a wake-up and a
 -- claim's round trip. The queues looked at, in turn: those the dependents made ready
 -- here were routed to, then those of the runs that end; the first that holds jobs is
--- taken from. Only when the runner offers slots (take) and no other context's token
--- waits on that queue's wake list: those contexts' claims come first, in the list's
--- order.
+-- taken from. Only when the runner offers slots (take) and nothing else waits for it:
+-- no token on its wake lists but this context's on that queue's. Another context, or
+-- another queue, waiting there gets the slots by the claims, in the lists' order (a
+-- slot passed from run to run would keep them waiting while the queue has jobs).
 local taken
 if apply and take > 0 then
+  redis.call('SELECT', '0')
+  local waiting = {}
+  for k = 1, tqueues_n do waiting[k] = redis.call('LLEN', views[twakes_at + k]) end
   local looked = {}
   local function take_from(q)
     if looked[q] then return end
     looked[q] = true
     for k = 1, tqueues_n do
       if views[tqueues_at + k] == q then
-        local wk = views[twakes_at + k]
-        redis.call('SELECT', '0')
-        local mine = redis.call('LPOS', wk, ctx, 'COUNT', 0)
-        local fair = #mine == redis.call('LLEN', wk)
+        for j = 1, tqueues_n do
+          if j ~= k and waiting[j] > 0 then return end
+        end
+        if waiting[k] > 0 then
+          redis.call('SELECT', '0')
+          local mine = redis.call('LPOS', views[twakes_at + k], ctx, 'COUNT', 0)
+          if #mine < waiting[k] then return end
+        end
         redis.call('SELECT', ctx)
-        if fair and redis.call('LLEN', q) > 0 then
-          taken = {q, claim_run(q, proc, leases, ek, wk, tworker, q, texp, now_ms, now_us, now_s, take, ctx, '0', ctx,
-            {unpack(views, tclears_at + 1, tclears_at + tclears_n)}, tnonce, '=', {})}
+        if redis.call('LLEN', q) > 0 then
+          taken = {q, claim_run(q, proc, leases, ek, views[twakes_at + k], tworker, q, texp, now_ms, now_us, now_s, take, ctx,
+            '0', ctx, {unpack(views, tclears_at + 1, tclears_at + tclears_n)}, tnonce, '=', {})}
         end
         return
       end
