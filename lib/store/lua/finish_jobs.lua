@@ -71,7 +71,7 @@
 --                          job's hash, read in the same step, which the call
 --                          answers with; lib/store maxAwaitedBytes)
 --   take      num     the most jobs the take claims for the finishing runner: the slots
---                     of its runs that end here it offers (0: no take; at most 8, lib/store
+--                     of its runs that end here it offers (0: no take; at most 32, lib/store
 --                     MaxTake)
 --   tworker   string  the take's worker (the runner process; proc is its processing list)
 --   texp      int     the take's leases' expiry (ms)
