@@ -59,7 +59,7 @@ func (c *Config) RegisterFlags(f *config.FlagSet) {
 	f.StringVar(&c.ScriptTypes, "script-types", "", "", "script types served (comma-separated); empty: every type with an interpreter")
 	f.StringVar(&c.Interpreters, "interpreters", "", DefaultInterpreters, "interpreter command per script type: type=command[ args],…; the script comes on stdin")
 	f.IntVar(&c.Concurrency, "concurrency", "", 4, "jobs run at the same time")
-	f.IntVar(&c.ClaimLoops, "claim-loops", "", 2, "claim loops (1-16, at most --concurrency): one waits for a wake-up while the others claim, each claim taking every free slot; fewer make larger claims under load (fewer round trips and less CPU a job), more take jobs sooner when claims are slow")
+	f.IntVar(&c.ClaimLoops, "claim-loops", "", 1, "claim loops (1-16, at most --concurrency): with more than one, one waits for a wake-up while the others claim, each claim taking every free slot; fewer make larger claims under load (fewer round trips and less CPU a job), more take jobs sooner when claims are slow")
 	f.StringVar(&c.WorkerID, "worker-id", "", "", "this process's name in leases and heartbeats: unique among live processes, stable across restarts of one deployment slot (a restart takes back its jobs at once); empty: runner-<host>-<runner-id>")
 	f.StringVar(&c.StateDir, "state-dir", "", "", "directory where job ends that Redis could not take are kept until it does, for a restart under the same --worker-id to write them; empty: <work-dir>/hero-runner-state/<worker-id>")
 	f.DurationVar(&c.Lease, "lease", "", 30*time.Second, "a claimed job returns to its queue this long after its runner stopped heart-beating")

@@ -124,3 +124,19 @@ func TestExecutorsHelpListsEveryKey(t *testing.T) {
 		}
 	}
 }
+
+// The runner claims with one claim loop unless told otherwise: each claim then takes
+// every slot freed while it waited for a wake-up (larger claims under load, fewer
+// round trips a job; docs/benchmarks.md, "The runner's claim loops").
+func TestOneClaimLoopByDefault(t *testing.T) {
+	cfg := &Config{}
+	fs := config.NewFlagSet("runner", summary)
+	cfg.RegisterFlags(fs)
+	fs.SetEnvLookup(func(string) (string, bool) { return "", false })
+	if err := fs.Parse(nil, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ClaimLoops != 1 {
+		t.Fatalf("--claim-loops defaults to %d, want 1", cfg.ClaimLoops)
+	}
+}

@@ -368,11 +368,12 @@ func (r *runner) run(ctx context.Context) error {
 	r.claimWithoutToken(ctx)
 	var wg sync.WaitGroup
 	loops := []func(context.Context){r.controlLoop, r.heartbeatLoop, r.sweepLoop, r.watchControl}
-	// Several claim loops (--claim-loops, 2): one waits on the wake lists while the
-	// other claims, so that a wake-up is not held up by a claim under way. More loops
-	// split the slots that free up between more claims: with 4, BenchmarkPeers (a)
-	// claimed ~6 jobs a call against ~10 with 2, and its runner spent ~10-25% more CPU
-	// per job (docs/benchmarks.md).
+	// One claim loop (--claim-loops, 1) waits on the wake lists, then claims every
+	// slot free by then; with more, one waits while another claims, so that a wake-up
+	// is not held up by a claim under way, but they split the slots that free up
+	// between more claims: BenchmarkPeers (a) claimed ~6 jobs a call with 4 loops, ~12
+	// with 2 and ~17 with 1, with less of the runner's and Redis's CPU a job the fewer
+	// the loops (docs/benchmarks.md).
 	for i := 0; i < min(r.cfg.Concurrency, r.cfg.ClaimLoops); i++ {
 		loops = append(loops, r.claimLoop)
 	}
