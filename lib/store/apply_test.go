@@ -529,3 +529,46 @@ func eventsBut(t *testing.T, db *store.DB, last string, ids bool) []string {
 	}
 	return got
 }
+
+// A flow of more than 64 nodes keeps its running results (coord:flowres:<flow>) as a
+// hash table from its first completions on (lib_complete's RESULTS_MARK, a field no
+// reader takes for a result): as a listpack, each result written was a scan of all
+// those before it. The flow reads the same results while it runs and once it ended; a
+// smaller flow's stay a listpack.
+func TestFlowResultsKeptAsAHashTable(t *testing.T) {
+	s, db, rc := applyContext(t, 59)
+	ctx := context.Background()
+	for _, n := range []int{4, 70} {
+		f, jobs := dagFlow(t, s, db, n, nil)
+		rk := keys.FlowResults(f.ID)
+		runs := claimSh(t, db, n)
+		finishApplied(t, db, runs[:1]) // one end alone (complete), then many (complete_many)
+		finishApplied(t, db, runs[1:n-1])
+		want := "listpack"
+		if n > 64 {
+			want = "hashtable"
+		}
+		if enc := rc.ObjectEncoding(ctx, rk).Val(); enc != want {
+			t.Errorf("flow of %d: its results are a %s; want a %s", n, enc, want)
+		}
+		fl, err := db.LoadFlow(ctx, f.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fl.Result) != n-1 {
+			t.Errorf("flow of %d running: %d results %v; want %d", n, len(fl.Result), fl.Result, n-1)
+		}
+		finishApplied(t, db, runs[n-1:])
+		if fl, err = db.LoadFlow(ctx, f.ID); err != nil || fl.Status != model.FlowFinished {
+			t.Fatalf("flow of %d: %+v %v", n, fl, err)
+		}
+		if len(fl.Result) != n {
+			t.Errorf("flow of %d ended: %d results %v; want %d", n, len(fl.Result), fl.Result, n)
+		}
+		for _, j := range jobs {
+			if v := fl.Result[itoa(j.ID)+".out"]; v != "job "+itoa(j.ID) {
+				t.Errorf("flow of %d: job %d's result %q", n, j.ID, v)
+			}
+		}
+	}
+}

@@ -125,3 +125,51 @@ func checkDispatchEvents(t *testing.T, db *store.DB, flow uint32, ids []uint32, 
 		checkReadOnFrom(t, db, evs, i)
 	}
 }
+
+// A dispatch reads no job's id (route_fields' first, which only said that the job
+// exists): the job's status, which it reads along, says so. A job whose hash holds no
+// id field is routed all the same (it went to the router before, as a job missing).
+func TestDispatchReadsNoJobID(t *testing.T) {
+	s := open(t)
+	db := mustCtx(t, s, 60)
+	ctx := context.Background()
+	rdb := srv.Client(t, 60)
+	if _, _, err := s.CreateRunner(ctx, 60, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh"}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint32
+	for range 3 {
+		j, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 60, Script: "true", ScriptType: "sh"}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: 60, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := db.LoadJobs(ctx, 1, f.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := store.PlanDAG(f, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := db.StartFlow(ctx, f, jobs, deps, "1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		rdb.HDel(ctx, keys.Job(1, id), "id")
+	}
+	if _, err := db.DispatchStarted(ctx, f.ID, 1, jobs, "scheduler", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.LLen(ctx, keys.Queue("sh")).Val(); n != int64(len(ids)) {
+		t.Errorf("%d jobs on queue:sh (msg_out %v); want %d", n, rdb.LRange(ctx, keys.MsgOut, 0, -1).Val(), len(ids))
+	}
+}

@@ -18,7 +18,8 @@ import (
 // Issue 49: the request and result messages of a group of a flow's jobs stay listpacks
 // however many jobs they list (their lists in parts of at most 64 bytes; a request's
 // by ids alone), and read whole: a load lists every job (its caller and flow, a
-// result's end), and the router's claim gets a result's whole list.
+// result's end), and the router's claim gets a result's whole list. (A result applied
+// by the finish is stored short, one field: TestFlowResultsStoredShort.)
 func TestGroupMessagesStayListpacks(t *testing.T) {
 	s, db, rc := applyContext(t, 51)
 	ctx := context.Background()
@@ -39,11 +40,13 @@ func TestGroupMessagesStayListpacks(t *testing.T) {
 	checkListpackGroup(t, db, rc, req, model.KindJobRequest, ids, "")
 	finishApplied(t, db, claimSh(t, db, n))
 	_, res := groupMessages(t, rc, f)
-	if res == "" || rc.HGet(ctx, res, "job.n").Val() == "" {
+	if res == "" || rc.HLen(ctx, res).Val() != 1 {
 		t.Fatalf("the group's result %s: %v", res, rc.HGetAll(ctx, res).Val())
 	}
-	checkListpackGroup(t, db, rc, res, model.KindJobResult, ids, model.JobFinished)
-	claimedResultIsWhole(t, s, db, n)
+	if m, err := db.LoadMessageKey(ctx, res); err != nil || len(m.Job) != n || m.FlowID != f.ID {
+		t.Fatalf("%s loaded: %+v, %v", res, m, err)
+	}
+	claimedResultIsWhole(t, s, db, rc, n)
 }
 
 func jobIDs(jobs []*model.Job) []uint32 {
@@ -99,6 +102,10 @@ func groupMessages(t *testing.T, rc *redis.Client, f *model.Flow) (req, res stri
 			req = mk
 		case model.KindJobResult:
 			res = mk
+		case "":
+			if rc.HExists(ctx, mk, "gres").Val() { // a result stored short
+				res = mk
+			}
 		}
 	}
 	return req, res
@@ -106,7 +113,7 @@ func groupMessages(t *testing.T, rc *redis.Client, f *model.Flow) (req, res stri
 
 // claimedResultIsWhole: the result of n runs of a flow, on msg_out for the router, is
 // claimed with its whole list (joined from its parts) and its caller and flow.
-func claimedResultIsWhole(t *testing.T, s *store.Store, db *store.DB, n int) {
+func claimedResultIsWhole(t *testing.T, s *store.Store, db *store.DB, rc *redis.Client, n int) {
 	t.Helper()
 	ctx := context.Background()
 	f2, jobs2 := dagFlow(t, s, db, n, nil)
@@ -118,6 +125,11 @@ func claimedResultIsWhole(t *testing.T, s *store.Store, db *store.DB, n int) {
 	if oks, errs, _ := store.FinishJobsApplied(ctx, fs); !oks[0] || errs[0] != nil {
 		t.Fatal(oks, errs)
 	}
+	_, res := groupMessages(t, rc, f2)
+	if res == "" || rc.HGet(ctx, res, "job.n").Val() == "" {
+		t.Fatalf("the group's result %s: %v", res, rc.HGetAll(ctx, res).Val())
+	}
+	checkListpackGroup(t, db, rc, res, model.KindJobResult, jobIDs(jobs2), model.JobFinished)
 	cms, _, err := db.ClaimMessages(ctx, keys.MsgOut, "r1", time.Minute, 10, store.Wake{}, true)
 	if err != nil || len(cms) != 1 || !cms[0].Partial {
 		t.Fatalf("claim: %+v, %v", cms, err)

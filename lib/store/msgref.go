@@ -49,9 +49,16 @@ type jobRef struct {
 // they stood for (expandShort), the same fields as those the scripts wrote before
 // (each was a listpack of ~13 fields, ~27k Redis instructions a message to write:
 // docs/benchmarks.md).
+//
+// The result message of a flow's runs whose successful ends a finish applies together
+// (lua/finish_jobs.lua, grouped: processed at once) is stored short too: gres
+// "<created_at_ms> <flow id> <runs of the finish call> <the job list>" (the list a JSON
+// array of the runs' resultRefs), from which a read makes the message of ~10 fields
+// and the list in parts that the script wrote before (~10k Redis instructions a run).
 const (
-	fieldShortRequest = "req"
-	fieldShortResult  = "res"
+	fieldShortRequest      = "req"
+	fieldShortResult       = "res"
+	fieldShortGroupResults = "gres"
 )
 
 // expandShort returns the message hash h of key as it reads: a short message
@@ -62,10 +69,13 @@ func (d *DB) expandShort(key string, h map[string]string) map[string]string {
 		return h
 	}
 	v, request := h[fieldShortRequest]
+	group := false
 	if !request {
 		var ok bool
 		if v, ok = h[fieldShortResult]; !ok {
-			return h
+			if v, group = h[fieldShortGroupResults]; !group {
+				return h
+			}
 		}
 	}
 	caller, id, err := keys.ParseMessageKey(key)
@@ -90,6 +100,9 @@ func (d *DB) expandShort(key string, h map[string]string) map[string]string {
 		out["job"] = `[{"id":` + rest + `,"caller_id":` + callerS + `}]`
 		return out
 	}
+	if group {
+		return expandGroupResults(out, rest, h)
+	}
 	var r resultJobRef
 	if err := json.Unmarshal([]byte(rest), &r); err != nil {
 		return h
@@ -97,6 +110,24 @@ func (d *DB) expandShort(key string, h map[string]string) map[string]string {
 	out["status"], out["kind"] = string(model.MessageProcessed), model.KindJobResult
 	out["message"] = "result of job " + model.JobRef{ContextID: d.ContextID, CallerID: caller, ID: r.ID}.String()
 	out["job"] = "[" + rest + "]"
+	return out
+}
+
+// expandGroupResults completes out, the fields every short message makes, with those
+// of a flow's grouped result message from rest, gres' value after its time
+// ("<flow id> <runs> <job list>"); h (as stored) when rest is not that.
+func expandGroupResults(out map[string]string, rest string, h map[string]string) map[string]string {
+	flow, rest, ok1 := strings.Cut(rest, " ")
+	runs, list, ok2 := strings.Cut(rest, " ")
+	_, errF := strconv.ParseUint(flow, 10, 32)
+	_, errN := strconv.ParseUint(runs, 10, 32)
+	if !ok1 || !ok2 || errF != nil || errN != nil || !strings.HasPrefix(list, "[") {
+		return h
+	}
+	out["status"], out["kind"] = string(model.MessageProcessed), model.KindJobResult
+	out["message"] = "results of " + runs + " jobs of flow " + flow
+	out["flow_id"] = flow
+	out["job"] = list
 	return out
 }
 

@@ -999,6 +999,10 @@ func (d *DB) jobFlows(ctx context.Context, callerID uint32, ids []uint32) ([]uin
 	return out, nil
 }
 
+// resultsMark is the field of coord:flowres:<id> that is no result (lua/lib_complete's
+// RESULTS_MARK: it makes Redis keep a big flow's results as a hash table).
+const resultsMark = "~"
+
 // LoadFlow reads flow:<id>; while the flow runs, its result map is read from the side
 // hash coord:flowres:<id>.
 func (d *DB) LoadFlow(ctx context.Context, id uint32) (*model.Flow, error) {
@@ -1017,8 +1021,11 @@ func (d *DB) LoadFlow(ctx context.Context, id uint32) (*model.Flow, error) {
 	if err := model.FromHash(keys.Flow(id), h.Val(), &f); err != nil {
 		return nil, err
 	}
-	if len(res.Val()) > 0 && !f.Status.Terminal() {
-		f.Result = res.Val()
+	if r := res.Val(); !f.Status.Terminal() {
+		delete(r, resultsMark)
+		if len(r) > 0 {
+			f.Result = r
+		}
 	}
 	if f.ContextID == 0 {
 		f.ContextID = d.ContextID

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,5 +150,72 @@ func TestSubmitRoutesEachFunctionAndScriptType(t *testing.T) {
 		if q := rc.LRange(ctx, want, 0, -1).Val(); !slices.Contains(q, jk) {
 			t.Errorf("job %d (%s, %s) not on %s: %v", i, jobs[i].FunctionName, jobs[i].ScriptType, want, q)
 		}
+	}
+}
+
+// The result message of a flow's runs whose successful ends a finish applies together
+// (processed at once, no router's or scheduler's to read) is stored short, one field,
+// and a read makes of it the hash the finish stored before, field for field — its
+// text, the flow, the runs of the call and their list — so that message.load answers
+// the same message; the result message of a call's runs that fail (pushed for the
+// router) is stored whole, as before.
+func TestFlowResultsStoredShort(t *testing.T) {
+	s, db, rc := applyContext(t, 58)
+	ctx := context.Background()
+	f, _ := dagFlow(t, s, db, 4, nil)
+	runs := claimSh(t, db, 4)
+	finishApplied(t, db, runs, runs[3].Job.ID)
+	var applied, failed string
+	for _, mk := range rc.SMembers(ctx, keys.FlowMessages(f.ID)).Val() {
+		h := db.MessageHash(ctx, mk)
+		if h["kind"] != model.KindJobResult {
+			continue
+		}
+		if h["status"] == string(model.MessageProcessed) {
+			applied = mk
+		} else {
+			failed = mk
+		}
+	}
+	if applied == "" || failed == "" {
+		t.Fatalf("flow %d's messages %v: want one applied here, one pushed", f.ID, rc.SMembers(ctx, keys.FlowMessages(f.ID)).Val())
+	}
+	if raw := rc.HGetAll(ctx, failed).Val(); len(raw) < 2 {
+		t.Errorf("%s (pushed) stored %v; want it whole", failed, raw)
+	}
+	raw := rc.HGetAll(ctx, applied).Val()
+	if len(raw) != 1 {
+		t.Fatalf("%s stored %v; want one field", applied, raw)
+	}
+	ms, _, _ := strings.Cut(raw["gres"], " ")
+	n, _ := strconv.ParseInt(ms, 10, 64)
+	_, num, _ := strings.Cut(strings.TrimPrefix(applied, "message:"), ":")
+	var list []string
+	for _, r := range runs[:3] {
+		list = append(list, fmt.Sprintf(`{"id":%d,"attempt":1,"status":"finished"}`, r.Job.ID))
+	}
+	// as the finish stored it before: resultFields' (the call's text), processed, the list
+	want := map[string]string{"id": num, "status": string(model.MessageProcessed), "caller_id": "1", "context_id": "58",
+		"message": fmt.Sprintf("results of 4 jobs of flow %d", f.ID), "updated_at": strconv.FormatInt(n/1000, 10),
+		"flow_id": itoa(f.ID), "kind": model.KindJobResult, "created_at_ms": ms, "job_ref": "1", "job": "[" + strings.Join(list, ",") + "]"}
+	if got := db.MessageHash(ctx, applied); !maps.Equal(got, want) {
+		t.Fatalf("%s reads\n%v\nwant (as stored before)\n%v", applied, got, want)
+	}
+	full := "message:1:99001"
+	before := map[string]string{}
+	for k, v := range want {
+		before[k] = v
+	}
+	before["id"] = "99001"
+	rc.HSet(ctx, full, before)
+	defer rc.Del(ctx, full)
+	short, err1 := db.LoadMessageKey(ctx, applied)
+	whole, err2 := db.LoadMessageKey(ctx, full)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("load: %v %v", err1, err2)
+	}
+	whole.ID = short.ID
+	if !reflect.DeepEqual(short, whole) {
+		t.Errorf("%s loads\n%+v\nwant\n%+v", applied, short, whole)
 	}
 }

@@ -39,7 +39,9 @@
 --   result    []raw   field/value items of the result message(s) (all but id, job and,
 --                     when not grouped, message); a standalone job's end applied here
 --                     gets its message short instead (one field, res "<now_ms>
---                     <entry>", processed: lib/store expandShort)
+--                     <entry>", processed: lib/store expandShort), and so do a
+--                     flow's grouped runs applied here (gres "<now_ms> <flow> <runs>
+--                     <their job list>")
 --   glist     raw     grouped: the message's job list (a JSON array); else ""
 --   runs      []run   the runs that end
 --     job_key      string  the job's key
@@ -370,7 +372,19 @@ local function group_message(spans, gids, total, processed)
     end
     list = '[' .. table.concat(js, ',') .. ']'
   end
-  local mk = store_message(caller, result, now_ms, part_fields({}, 'job', list), processed and MSG_PROCESSED or nil)
+  local mk
+  if processed then
+    -- stored short (no one's to read but through the API): one field, gres
+    -- "<now_ms> <flow> <runs of the call> <job list>", from which a read makes the
+    -- message result's fields and the list would be (lib/store expandShort); stored
+    -- whole it was a new hash of ~10 fields and the list in 64-byte parts, each
+    -- field looked up in those before it (~10k instructions a run)
+    local _
+    _, mk = message_id(caller)
+    redis.call('HSET', mk, 'gres', now_ms .. ' ' .. gflow .. ' ' .. int(total) .. ' ' .. list)
+  else
+    mk = store_message(caller, result, now_ms, part_fields({}, 'job', list), nil)
+  end
   track_msg(caller, gids[1], mk, gflow)
   if not processed then push(mk) end
 end

@@ -98,6 +98,27 @@ end
 -- locals and a table constructor's items share 250 registers).
 local complete, complete_many
 do
+-- RESULTS_SPREAD: a flow of more nodes than this keeps its running results
+-- (coord:flowres:<flow>) as a hash table from its first ends applied together on: the
+-- hash gets the field RESULTS_MARK, whose value is longer than the 64 bytes a
+-- listpack's values may hold (hash-max-listpack-value), which makes Redis convert it.
+-- As a listpack (up to 512 fields, hash-max-listpack-entries) each result written was
+-- a scan of all those before it (~20k instructions a job of a flow of 1,000 jobs;
+-- docs/benchmarks.md); a hash table's field is ~70 B more, for as long as the flow
+-- runs. The mark goes with the flow's first completions (its DAG's completed count
+-- moved from 0: no command more); a flow whose results were written again (a retry)
+-- keeps them as Redis does. No result's name is the mark's (a result's is
+-- "<job id>.<key>"); its readers leave it out (lib_finalize's finalize, lib/store
+-- LoadFlow).
+local RESULTS_SPREAD = 64
+local RESULTS_MARK = '~'
+local RESULTS_MARK_VALUE = 'a hash table, not a listpack: no result (lib_complete RESULTS_SPREAD)'
+-- results_first: the result items to start with for a flow of total nodes whose
+-- completed count was done before these completions: the mark, or nil.
+local function results_first(total, done)
+  if done == 0 and (tonumber(total) or 0) > RESULTS_SPREAD then return {RESULTS_MARK, RESULTS_MARK_VALUE} end
+  return nil
+end
 -- release makes ready the dependents deps[from..to] of a node completed at fin (ms)
 -- whose dependencies are now all completed (their count r: reaches 0: the field goes,
 -- read as 0, a field less per node of a big flow kept), appending their ids to out.
@@ -220,9 +241,9 @@ if status == JOB_FINISHED then
     res, fin = jf[1], jf[2] and string.sub(jf[2], 1, -4)
     if not fin then fin = redis.call('HGET', jk, 'finished_at_ms') or now_ms end
   end
-  redis.call('HINCRBY', dag, 'completed', '1')
+  local done = redis.call('HINCRBY', dag, 'completed', '1')
   terminal = redis.call('HINCRBY', dag, 'terminal', '1')
-  local kv = result_fields(rk, nil, id, res)
+  local kv = result_fields(rk, results_first(node[4], done - 1), id, res)
   if kv and #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
   settle(dag, ctx, flow, caller, id, node[3], fin, now_s, now_ms, out, nil)
 else
@@ -311,9 +332,9 @@ complete_many = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, acto
   end
   if #fast == 0 then return applied, fstatus end
   local n = int(#fast)
-  redis.call('HINCRBY', dag, 'completed', n)
+  local done = redis.call('HINCRBY', dag, 'completed', n)
   local terminal = redis.call('HINCRBY', dag, 'terminal', n)
-  local kv, gone = nil, {}
+  local kv, gone = results_first(v[1], done - #fast), {}
   for _, k in ipairs(fast) do
     local e = ends[k]
     kv = result_fields(rk, kv, e.id, e.result)

@@ -37,8 +37,10 @@ end
 local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor)
   local jk = K_JOB .. caller .. ':' .. id
   local attempt
-  local v = redis.call('HMGET', jk, 'status', 'created_at_ms', unpack(route_fields()))
-  local jst = v[1]
+  -- its creation time, then its status and the route fields but the id (the status
+  -- in its place says the job exists: lib_route's route_seen)
+  local v = redis.call('HMGET', jk, 'created_at_ms', 'status', unpack(route_fields(), 2))
+  local jst = v[2]
   if not jst then
     return nil, 'job missing'
   elseif dag ~= '' then
@@ -54,14 +56,14 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
   else
     attempt = int(redis.call('HINCRBY', jk, 'attempt', '1'))
   end
-  route_seen(jk, v, 2)
+  route_seen(jk, v)
   if ready_ms then
     -- A node ready at its flow's start: the start left its job to this dispatch.
     redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'result', '{}', 'ready_at_ms', ready_ms)
   else
     redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
   end
-  index_job(caller .. ':' .. id, jst, JOB_DISPATCHED, v[2] or nil)
+  index_job(caller .. ':' .. id, jst, JOB_DISPATCHED, v[1] or nil)
   -- status: the type's; detail: none for a first attempt (lib/store impliedStatus,
   -- impliedDetail); held for the call's other job events (lib_state's ev_later: the
   -- caller flushes them, ev_flush, before it writes any other event)

@@ -14,7 +14,8 @@ local function finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, re
   if #flat > 0 then
     local m = {}
     for j = 1, #flat, 2 do m[flat[j]] = flat[j + 1] end
-    result = cjson.encode(m)
+    m['~'] = nil -- (lib_complete's RESULTS_MARK: no result)
+    if next(m) then result = cjson.encode(m) end
   end
   set_flow(flow, fst, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
   redis.call('DEL', rk, K_FLOW_CASCADE .. flow) -- every node final: nothing left to cancel

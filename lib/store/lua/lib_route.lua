@@ -8,16 +8,20 @@
 --     job, fn "executor#handler": queue:exec:<executor>, coord:executors) or serves its
 --     script type (queue:<type>, coord:script_types); nil: the router decides (a pinned
 --     or remote job, or one nobody here can take: the router refuses it with the
---     reason). Reads coord:executors and coord:script_types once per call of the script.
+--     reason). Reads coord:executors and coord:script_types once per call of the script,
+--     and answers each function and script type once per call.
 --   - route_target(jk): route_queue for the job at key jk (one HMGET of route_fields():
 --     4 fields; 7 in a context whose jobs use priorities or concurrency keys,
 --     coord:features, read once per call: a priority other than the default and a
 --     concurrency key are noted for route_push). A caller that read these fields of
 --     the job already, in its own HMGET, gives them with route_seen instead.
 --   - route_fields(): the job fields route_target reads, in its order.
---   - route_seen(jk, v, off): the values of route_fields() of the job at key jk are
---     v[off + 1], …, read by the caller (lib_dispatch's dispatch_job, along with the
---     job's status): the next route_target(jk) takes them instead of a read.
+--   - route_seen(jk, v): the values of route_fields() of the job at key jk are v[2],
+--     …, read by the caller (lib_dispatch's dispatch_job, lib_start's dispatch_ready,
+--     after the job's creation time): the next route_target(jk) takes them instead of
+--     a read. The first, the job's id, only says that the job exists: the caller reads
+--     the job's status in its place (and route_fields() but the first). (A table of
+--     the values and their offset a job was ~1k instructions.)
 --   - route_priority(jk, p): notes job key jk's priority p (a string "1"…"5"; nil, ""
 --     or "3": the default, noted as none) for route_push.
 --   - route_concurrency(jk, ck, limit): notes job key jk's concurrency key ck (nil or
@@ -55,7 +59,7 @@ local route_ck, route_cks
 -- route_ordered: whether the context's jobs use priorities or concurrency keys
 -- (coord:features; nil: not read yet in this call)
 local route_ordered
--- route_known: job key → {values read, offset} (route_seen), taken by route_target
+-- route_known: job key → the values read (route_seen), taken by route_target
 local route_known
 local ROUTE_FIELDS = {'id', 'runner_id', 'script_type', 'function_name'}
 local ROUTE_FIELDS_ORDERED = {'id', 'runner_id', 'script_type', 'function_name', 'priority', 'concurrency_key', 'concurrency_limit'}
@@ -79,8 +83,13 @@ local function route_priority(jk, p)
     route_prio[jk] = p
   end
 end
-local function route_queue(id, runner, stype, fn)
-  if not id or (runner or '0') ~= '0' then return nil end
+local route_queue
+do
+-- fq: function name → script type → its queue, or false: none (route_queue's answers
+-- in this call, whose jobs mostly share both; fq_of: the call's route_served, which
+-- route_reset makes anew)
+local fq, fq_of
+local function queue_of(stype, fn)
   local exec = fn and string.match(fn, '^([^#]+)#') -- "#handler" names no executor: its script type's
   if exec then
     if route_served[exec] == nil then
@@ -95,16 +104,32 @@ local function route_queue(id, runner, stype, fn)
   end
   return nil
 end
+route_queue = function(id, runner, stype, fn)
+  if not id or (runner or '0') ~= '0' then return nil end
+  if fq_of ~= route_served then fq, fq_of = {}, route_served end
+  local f, t = fn or '', stype or ''
+  local byt = fq[f]
+  if not byt then
+    byt = {}
+    fq[f] = byt
+  end
+  local q = byt[t]
+  if q == nil then
+    q = queue_of(stype, fn) or false
+    byt[t] = q
+  end
+  return q or nil
+end
+end
 local function route_fields()
   if route_ordered == nil then route_ordered = redis.call('SCARD', K_FEATURES) > 0 end
   return route_ordered and ROUTE_FIELDS_ORDERED or ROUTE_FIELDS
 end
-local function route_seen(jk, v, off) route_known[jk] = {v, off} end
+local function route_seen(jk, v) route_known[jk] = v end
 local function route_target(jk)
-  local v, o = nil, 0
-  local known = route_known[jk]
-  if known then
-    v, o = known[1], known[2]
+  local v, o = route_known[jk], 0
+  if v then
+    o = 1
     route_known[jk] = nil
   else
     v = redis.call('HMGET', jk, unpack(route_fields()))

@@ -121,8 +121,10 @@ local function dispatch_ready(caller, flow, dag, ids, now_s, now_ms, ready_ms, a
     end
     local v
     if not why then
-      v = redis.call('HMGET', jk, 'status', 'created_at_ms', unpack(rf))
-      if not v[1] then why = 'job missing' end
+      -- its creation time, then its status and the route fields but the id (the
+      -- status in its place says the job exists: lib_route's route_seen)
+      v = redis.call('HMGET', jk, 'created_at_ms', 'status', unpack(rf, 2))
+      if not v[2] then why = 'job missing' end
     end
     if why then
       whys[k] = why
@@ -134,15 +136,15 @@ local function dispatch_ready(caller, flow, dag, ids, now_s, now_ms, ready_ms, a
       attempts[k] = attempt
       kv[nk + 1], kv[nk + 2], kv[nk + 3], kv[nk + 4] = 's:' .. id, NODE_DISPATCHED, 'a:' .. id, attempt
       nk = nk + 4
-      route_seen(jk, v, 2)
+      route_seen(jk, v)
       -- Its result is empty already (a fresh job's, or one start_nodes cleared), and a
       -- status that is dispatched already is not written again: each field written
       -- into the job's listpack is a scan and a move of it.
-      if v[1] == JOB_DISPATCHED then
+      if v[2] == JOB_DISPATCHED then
         redis.call('HSET', jk, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'ready_at_ms', ready_ms)
       else
         redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'ready_at_ms', ready_ms)
-        index_later(caller .. ':' .. id, v[1], JOB_DISPATCHED, v[2] or nil)
+        index_later(caller .. ':' .. id, v[2], JOB_DISPATCHED, v[1] or nil)
       end
       local detail = ''
       if attempt ~= '1' then detail = 'attempt ' .. attempt end
