@@ -320,21 +320,33 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 	if err := d.submitRefused(subs, res); err != nil {
 		return nil, err
 	}
-	if len(res.Members) != len(subs) {
-		return nil, fmt.Errorf("submit jobs: %d replies for %d jobs", len(res.Members), len(subs))
+	// each job's member, "<caller>:<id>", in one string (substrings of it: no
+	// allocation a job)
+	var few [32]string
+	members := few[:0]
+	if len(subs) > len(few) {
+		members = make([]string, 0, len(subs))
+	}
+	for rest, more := res.Members, res.Members != ""; more; {
+		var m string
+		m, rest, more = strings.Cut(rest, " ")
+		members = append(members, m)
+	}
+	if len(members) != len(subs) {
+		return nil, fmt.Errorf("submit jobs: %d replies for %d jobs", len(members), len(subs))
 	}
 	out := make([]Submitted, len(subs))
 	for _, f := range res.Found {
 		if f.Index < 1 || int(f.Index) > len(subs) || out[f.Index-1].Job != nil {
 			return nil, fmt.Errorf("submit jobs: unexpected reply: job %d found, of %d", f.Index, len(subs))
 		}
-		j, err := d.jobFromPairs(res.Members[f.Index-1], f.Hash)
+		j, err := d.jobFromPairs(members[f.Index-1], f.Hash)
 		if err != nil {
 			return nil, err
 		}
 		out[f.Index-1] = Submitted{Job: j, Existing: true}
 	}
-	for i, member := range res.Members {
+	for i, member := range members {
 		if out[i].Job != nil {
 			continue // found
 		}

@@ -238,7 +238,7 @@ func TestSubmittedHashesAsBefore(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s, the old way: %v", name, err)
 			}
-			_, id, _ := strings.Cut(res.Members[0], ":")
+			_, id, _ := strings.Cut(res.Members, ":") // its one job
 			old.ID = parseU32(id)
 		}, &old)
 		for _, k := range [][2]string{{newKey, oldKey}, {newMsg, oldMsg}} {
