@@ -296,6 +296,7 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		a.GuardFields, a.GuardValues = guard.Fields, guard.Values
 	}
 	buf := make([]any, 0, 6*len(subs)) // a new job's fields: a script and its type, mostly
+	var unused string                  // the key job:<caller>:0 of the job before, made once a caller
 	for i, sb := range subs {
 		j := sb.Job
 		uk := ""
@@ -306,7 +307,14 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		// use: Redis checks every key of an FCALL against the caller's ACL user, and
 		// an empty key matches none of a restricted user's patterns (the scheduler's
 		// runs of schedules were refused: lib/redisacl).
-		a.JobsKeys = append(a.JobsKeys, keys.Job(j.CallerID, j.ID), uk)
+		k := unused
+		if j.ID != 0 || i == 0 || subs[i-1].Job.ID != 0 || subs[i-1].Job.CallerID != j.CallerID {
+			k = keys.Job(j.CallerID, j.ID)
+		}
+		if j.ID == 0 {
+			unused = k
+		}
+		a.JobsKeys = append(a.JobsKeys, k, uk)
 		var fields []any
 		var ncmp int
 		buf, fields, ncmp = submitFields(buf, j, d.ContextID)

@@ -606,7 +606,9 @@ func TestSubmitSharesOneCallersFields(t *testing.T) {
 
 // A submission of 16 jobs (supervisor-daemon's group commit under load) makes few
 // allocations in this process: its FCALL's arguments in one slice, the jobs' strings
-// as pointers to them, its reply's members in one string. It made 137 before.
+// as pointers to them, its reply's members in one string, the unused key
+// job:<caller>:0 of a caller's jobs made once. 41 now: 56 with a key made a job, 88
+// with a reply string a job.
 func TestSubmitAllocations(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
@@ -623,7 +625,7 @@ func TestSubmitAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if n > 80 {
-		t.Fatalf("a submission of %d jobs made %.0f allocations, want at most 80", size, n)
+	if n > 48 {
+		t.Fatalf("a submission of %d jobs made %.0f allocations, want at most 48", size, n)
 	}
 }
