@@ -1,11 +1,14 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"strconv"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // wire is an ARGV item as go-redis writes it (a bulk string): the generated calls
@@ -77,5 +80,41 @@ func TestGeneratedCallArgs(t *testing.T) {
 	j := &announceArgs{RunnerKey: "r", CountsKey: "c", Names: json.RawMessage(`["go"]`), NowS: 5, Field: "executors", Prefix: "queue:exec:", RunnerID: 1}
 	if got := wire(t, j.call().Args[0]); got != `["go"]` {
 		t.Fatalf("a JSON argument written as %q", got)
+	}
+}
+
+// fcall queues the command go-redis's FCall would (the same items on the wire), with
+// its arguments in one slice: FCall boxes the function's name and each key, ~18
+// allocations of a submission of 16 jobs.
+func TestFcallAsGoRedis(t *testing.T) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: the commands are only queued
+	defer rdb.Close()
+	n := int64(1700000000123)
+	keys := make([]string, 0, 32)
+	for i := range 16 {
+		keys = append(keys, fmt.Sprintf("job:%d:0", 300+i), "")
+	}
+	c := Call{Script: submitScript, Keys: keys, Args: []any{&n, "x", 3, []byte("raw")}}
+	p := rdb.Pipeline()
+	got, want := fcall(ctx, p, c).Args(), p.FCall(ctx, c.Script.fn, c.Keys, c.Args...).Args()
+	if len(got) != len(want) {
+		t.Fatalf("%d items, FCall's %d", len(got), len(want))
+	}
+	for i := range want {
+		if g, w := wire(t, got[i]), wire(t, want[i]); g != w {
+			t.Fatalf("item %d: %q, FCall's %q", i, g, w)
+		}
+	}
+	allocs := func(f func(p redis.Pipeliner)) float64 {
+		return testing.AllocsPerRun(20, func() {
+			p := rdb.Pipeline()
+			f(p)
+		}) - testing.AllocsPerRun(20, func() { _ = rdb.Pipeline() })
+	}
+	mine := allocs(func(p redis.Pipeliner) { fcall(ctx, p, c) })
+	theirs := allocs(func(p redis.Pipeliner) { p.FCall(ctx, c.Script.fn, c.Keys, c.Args...) })
+	if mine > 3 || theirs-mine < 17 {
+		t.Fatalf("fcall made %.0f allocations (FCall %.0f), want at most 3: its arguments' slice, the command, the pipeline's list", mine, theirs)
 	}
 }

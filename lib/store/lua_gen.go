@@ -3680,7 +3680,7 @@ type submitOutcome struct {
 	Index   int64
 	Detail  string
 	Found   []submitFound
-	Members []string
+	Members string
 }
 
 // submitFound is a record of lua/submit.lua.
@@ -3692,8 +3692,8 @@ type submitFound struct {
 // decodeSubmitReply decodes the reply of lua/submit.lua.
 func decodeSubmitReply(v any) (out submitOutcome, err error) {
 	r1, err := luaconv.List(v)
-	if err == nil && len(r1) < 4 {
-		err = fmt.Errorf("%d items, want 4", len(r1))
+	if err == nil && len(r1) < 5 {
+		err = fmt.Errorf("%d items, want 5", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/submit.lua: reply: %w", err)
@@ -3734,15 +3734,8 @@ func decodeSubmitReply(v any) (out submitOutcome, err error) {
 			}
 		}
 	}
-	l1, err = luaconv.List(any(r1[4:]))
-	if err != nil {
+	if out.Members, err = luaconv.String(r1[4]); err != nil {
 		return out, fmt.Errorf("lua/submit.lua: reply.members: %w", err)
-	}
-	out.Members = make([]string, len(l1))
-	for i1 := range l1 {
-		if out.Members[i1], err = luaconv.String(l1[i1]); err != nil {
-			return out, fmt.Errorf("lua/submit.lua: reply.members[]: %w", err)
-		}
 	}
 	return out, nil
 }

@@ -28,7 +28,7 @@ func servedBench(b *testing.B, ctxID uint32, types []model.ScriptType, execs ...
 // script types types that announces the executors execs: a submission or a dispatch
 // routes the context's jobs onto their queues itself, with runner 1's wake tokens, as
 // on a node whose runner serves them.
-func servedContext(b *testing.B, s *store.Store, ctxID uint32, types []model.ScriptType, execs ...string) *store.DB {
+func servedContext(b testing.TB, s *store.Store, ctxID uint32, types []model.ScriptType, execs ...string) *store.DB {
 	b.Helper()
 	ctx := context.Background()
 	db := mustCtx(b, s, ctxID)

@@ -125,11 +125,11 @@ func newJobFields(buf []any, j *model.Job, ctxID uint32) (all, fields []any) {
 	if j.ContextID != ctxID {
 		f.uint("context_id", uint64(j.ContextID))
 	}
-	f.str("script", j.Script)
+	f.str("script", &j.Script)
 	if st, ok := scriptTypeValues[j.ScriptType]; ok {
 		f.out = append(f.out, "script_type", st)
-	} else {
-		f.str("script_type", string(j.ScriptType))
+	} else if j.ScriptType != "" {
+		f.out = append(f.out, "script_type", string(j.ScriptType))
 	}
 	f.uint("timeout", uint64(j.Timeout))
 	f.uint("retries", uint64(j.Retries))
@@ -142,16 +142,16 @@ func newJobFields(buf []any, j *model.Job, ctxID uint32) (all, fields []any) {
 	if len(j.Dependends) != 0 {
 		f.json("dependends", j.Dependends)
 	}
-	f.str("function_name", j.FunctionName)
+	f.str("function_name", &j.FunctionName)
 	f.raw("args", j.Args)
 	f.raw("kwargs", j.Kwargs)
 	f.uint("runner_id", uint64(j.RunnerID))
 	f.uint("priority", uint64(j.Priority))
-	f.str("concurrency_key", j.ConcurrencyKey)
+	f.str("concurrency_key", &j.ConcurrencyKey)
 	f.uint("concurrency_limit", uint64(j.ConcurrencyLimit))
-	f.str("concurrency_policy", j.ConcurrencyPolicy)
-	f.str("held", j.Held)
-	f.str("debounce_key", j.DebounceKey)
+	f.str("concurrency_policy", &j.ConcurrencyPolicy)
+	f.str("held", &j.Held)
+	f.str("debounce_key", &j.DebounceKey)
 	f.flag("limited", j.Limited)
 	if j.Limits != nil {
 		f.json("limits", j.Limits)
@@ -175,12 +175,12 @@ func newJobInitialFields(f *jobFieldList, j *model.Job) {
 	f.raw("result_json", j.ResultJSON)
 	f.flag("awaited", j.Awaited)
 	f.uint("flow_id", uint64(j.FlowID))
-	f.str("error", j.Error)
+	f.str("error", &j.Error)
 	f.int("exit_code", int64(j.ExitCode))
-	f.str("worker", j.Worker)
+	f.str("worker", &j.Worker)
 	f.flag("fatal", j.Fatal)
-	f.str("trace_id", j.TraceID)
-	f.str("traceparent", j.Traceparent)
+	f.str("trace_id", &j.TraceID)
+	f.str("traceparent", &j.Traceparent)
 	f.int("retry_after_ms", j.RetryAfterMs)
 	f.int("dlq_at_ms", j.DLQAtMs)
 	if j.Origin != nil {
@@ -195,7 +195,7 @@ func newJobInitialFields(f *jobFieldList, j *model.Job) {
 	f.int("ready_at_ms", j.ReadyAtMs)
 	f.int("started_at_ms", j.StartedAtMs)
 	f.int("finished_at_ms", j.FinishedAtMs)
-	f.str("schedule_id", j.ScheduleID)
+	f.str("schedule_id", &j.ScheduleID)
 	f.int("schedule_tick_ms", j.ScheduleTickMs)
 	f.int("started_at_us", j.StartedAtUs)
 	f.int("finished_at_us", j.FinishedAtUs)
@@ -205,8 +205,11 @@ func newJobInitialFields(f *jobFieldList, j *model.Job) {
 // (for a job's hash: "", 0, false, nil), each encoded as model.HashFields encodes it.
 type jobFieldList struct{ out []any }
 
-func (f *jobFieldList) str(name, v string) {
-	if v != "" {
+// str appends a string field as a pointer to the job's own (go-redis writes it as
+// its value): a string put in an interface is an allocation of its own, one or two a
+// job. The job must not change until the call is written.
+func (f *jobFieldList) str(name string, v *string) {
+	if *v != "" {
 		f.out = append(f.out, name, v)
 	}
 }
@@ -293,6 +296,7 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		a.GuardFields, a.GuardValues = guard.Fields, guard.Values
 	}
 	buf := make([]any, 0, 6*len(subs)) // a new job's fields: a script and its type, mostly
+	var unused string                  // the key job:<caller>:0 of the job before, made once a caller
 	for i, sb := range subs {
 		j := sb.Job
 		uk := ""
@@ -303,7 +307,14 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		// use: Redis checks every key of an FCALL against the caller's ACL user, and
 		// an empty key matches none of a restricted user's patterns (the scheduler's
 		// runs of schedules were refused: lib/redisacl).
-		a.JobsKeys = append(a.JobsKeys, keys.Job(j.CallerID, j.ID), uk)
+		k := unused
+		if j.ID != 0 || i == 0 || subs[i-1].Job.ID != 0 || subs[i-1].Job.CallerID != j.CallerID {
+			k = keys.Job(j.CallerID, j.ID)
+		}
+		if j.ID == 0 {
+			unused = k
+		}
+		a.JobsKeys = append(a.JobsKeys, k, uk)
 		var fields []any
 		var ncmp int
 		buf, fields, ncmp = submitFields(buf, j, d.ContextID)
@@ -317,21 +328,33 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 	if err := d.submitRefused(subs, res); err != nil {
 		return nil, err
 	}
-	if len(res.Members) != len(subs) {
-		return nil, fmt.Errorf("submit jobs: %d replies for %d jobs", len(res.Members), len(subs))
+	// each job's member, "<caller>:<id>", in one string (substrings of it: no
+	// allocation a job)
+	var few [32]string
+	members := few[:0]
+	if len(subs) > len(few) {
+		members = make([]string, 0, len(subs))
+	}
+	for rest, more := res.Members, res.Members != ""; more; {
+		var m string
+		m, rest, more = strings.Cut(rest, " ")
+		members = append(members, m)
+	}
+	if len(members) != len(subs) {
+		return nil, fmt.Errorf("submit jobs: %d replies for %d jobs", len(members), len(subs))
 	}
 	out := make([]Submitted, len(subs))
 	for _, f := range res.Found {
 		if f.Index < 1 || int(f.Index) > len(subs) || out[f.Index-1].Job != nil {
 			return nil, fmt.Errorf("submit jobs: unexpected reply: job %d found, of %d", f.Index, len(subs))
 		}
-		j, err := d.jobFromPairs(res.Members[f.Index-1], f.Hash)
+		j, err := d.jobFromPairs(members[f.Index-1], f.Hash)
 		if err != nil {
 			return nil, err
 		}
 		out[f.Index-1] = Submitted{Job: j, Existing: true}
 	}
-	for i, member := range res.Members {
+	for i, member := range members {
 		if out[i].Job != nil {
 			continue // found
 		}

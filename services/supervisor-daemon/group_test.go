@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
@@ -270,5 +271,26 @@ func TestSubmitGroupsPerServer(t *testing.T) {
 	}
 	if n := b.Client(t, 2).LLen(ctx, keys.Queue("sh")).Val(); n != 1 {
 		t.Errorf("context 2 (server b) has %d requests; want 1", n)
+	}
+}
+
+// partsBy parts indexes by key, each part in order, the parts in the order of their
+// first index; all of one key (a stream's batch of one context) in two allocations,
+// without a map.
+func TestPartsBy(t *testing.T) {
+	keys := []string{"a", "b", "a", "c", "b", "a"}
+	got := partsBy(len(keys), func(i int) string { return keys[i] })
+	if want := [][]int{{0, 2, 5}, {1, 4}, {3}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("parts %v, want %v", got, want)
+	}
+	if got := partsBy(0, func(i int) string { return keys[i] }); len(got) != 0 {
+		t.Fatalf("no indexes: parts %v", got)
+	}
+	one := func(int) uint32 { return 7 }
+	if got := partsBy(16, one); len(got) != 1 || len(got[0]) != 16 || got[0][15] != 15 {
+		t.Fatalf("one key: parts %v", got)
+	}
+	if n := testing.AllocsPerRun(50, func() { _ = partsBy(16, one) }); n > 2 {
+		t.Fatalf("16 indexes of one key: %.0f allocations, want 2", n)
 	}
 }

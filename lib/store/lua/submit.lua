@@ -75,10 +75,13 @@
 --     index    int       the job's index (1-based), whose uniqueness key or chosen id
 --                        (by a job before it in the call, too) names a job that exists
 --     ...hash  []string  the existing job's hash as field/value items
---   ...members []string  with 'ok', per job in order the job created or found,
---                        "<caller>:<id>" (a flat list: a table per job in the reply
---                        was ~2k instructions a job, Redis looking each one up for
---                        the fields of a status or an error before its items)
+--   members string   with 'ok', per job in order the job created or found,
+--                        "<caller>:<id>", joined by single spaces ('' else): one
+--                        string, not one a job (a table per job in the reply was ~2k
+--                        instructions a job, Redis looking each one up for the
+--                        fields of a status or an error before its items; a string
+--                        per job two allocations a job in supervisor-daemon, reading
+--                        the reply)
 -- Derives: coord:msgtmpl (lib_state's message_share: the request messages' shared
 --   fields, a scratch hash written and deleted in the call), coord:jobtmpl (the same
 --   for the new jobs' shared fields),
@@ -132,7 +135,7 @@ end
 if guard_fields_n > 0 then
   local have = redis.call('HMGET', K_CONTEXT .. ctx, unpack(views, guard_fields_at + 1, guard_fields_at + guard_fields_n))
   for g = 1, guard_fields_n do
-    if (have[g] or '') ~= views[guard_values_at + g] then return {'changed', 0, '', {}} end
+    if (have[g] or '') ~= views[guard_values_at + g] then return {'changed', 0, '', {}, ''} end
   end
 end
 
@@ -186,7 +189,7 @@ for n, j in ipairs(jobs) do
   else
     j.q = route_queue(j.caller, runner, stype, fn)
   end
-  if not j.q and (runner or '0') == '0' then return {'unserved', n, '', {}} end
+  if not j.q and (runner or '0') == '0' then return {'unserved', n, '', {}, ''} end
 end
 
 -- The first job of the call that chose each id.
@@ -205,7 +208,7 @@ for n, j in ipairs(jobs) do
     for f = 1, 2 * tonumber(j.ncmp) - 1, 2 do
       local name = views[fields_at + f]
       if not same(redis.call('HGET', j.key, name) or STORED_DEFAULT[name] or '', views[fields_at + f + 1]) then
-        return {'conflict', n, views[fields_at + f], {}}
+        return {'conflict', n, views[fields_at + f], {}, ''}
       end
     end
     j.exists = true
@@ -216,7 +219,7 @@ for n, j in ipairs(jobs) do
     for f = 1, e.fields_n, 2 do was[views[e_fields_at + f]] = views[e_fields_at + f + 1] end
     for f = 1, 2 * tonumber(j.ncmp) - 1, 2 do
       local name = views[fields_at + f]
-      if not same(was[name] or '', views[fields_at + f + 1]) then return {'conflict', n, name, {}} end
+      if not same(was[name] or '', views[fields_at + f + 1]) then return {'conflict', n, name, {}, ''} end
     end
     j.again = true
   end
@@ -251,7 +254,7 @@ for _, j in ipairs(jobs) do
         id = redis.call('INCR', K_JOB_SEQ .. c)
         last_id[c] = id
       end
-      if id > 4294967295 then return {'exhausted', 0, c, {}} end
+      if id > 4294967295 then return {'exhausted', 0, c, {}, ''} end
       next_id[c] = id + 1
       local known = f and id <= f.last
       if known then
@@ -266,7 +269,7 @@ end
 
 -- Pass 2: create and dispatch (a uniqueness key is read here, after the jobs before
 -- it in the batch set theirs).
-local out, pushed = {'ok', 0, '', found}, 0
+local out, members, pushed = {'ok', 0, '', found, ''}, {}, 0
 -- the new jobs' message ids in one INCRBY, their index entries in one ZADD per index
 -- (a job a uniqueness key finds created leaves its message id unused)
 local fresh = 0
@@ -311,9 +314,9 @@ for n, j in ipairs(jobs) do
   local prev = false
   if j.ukey ~= '' then prev = redis.call('GET', j.ukey) end
   if prev and redis.call('EXISTS', K_JOB .. prev) == 1 then
-    out[#out + 1] = existing(n, prev)
+    members[#members + 1] = existing(n, prev)
   elseif j.exists or (j.again and redis.call('EXISTS', j.key) == 1) then
-    out[#out + 1] = existing(n, member)
+    members[#members + 1] = existing(n, member)
   elseif j.run_at ~= '0' then
     -- A delayed job: stored scheduled (attempt 0: its dispatch makes it 1), its request
     -- message left to that dispatch (lua/dispatch.lua, when coord:delayed says it is due).
@@ -329,7 +332,7 @@ for n, j in ipairs(jobs) do
     delayed[#delayed + 1] = ctx .. ':job:' .. member
     if not first_due or tonumber(j.run_at) < tonumber(first_due) then first_due = j.run_at end
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
-    out[#out + 1] = member
+    members[#members + 1] = member
   else
     -- Its request message's id, which its hash holds from the start (msgs, as
     -- track_msg would write it).
@@ -380,7 +383,7 @@ for n, j in ipairs(jobs) do
       pushed = pushed + 1
     end
     if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
-    out[#out + 1] = member
+    members[#members + 1] = member
   end
 end
 ev_flush(true)
@@ -397,4 +400,5 @@ if first_due then
   call_each('ZADD', K_DELAYED, delayed, 2)
   redis.call('PUBLISH', K_DELAYED_WAKE, first_due)
 end
+out[5] = table.concat(members, ' ')
 return out
