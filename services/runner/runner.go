@@ -900,6 +900,13 @@ func (s *claimSet) pop(id string) bool {
 	return ok
 }
 
+// size is how many ids the set holds.
+func (s *claimSet) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ids)
+}
+
 func (s *claimSet) has(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -634,7 +634,7 @@ func TestEndsTakeTheNextJobsOnTheirSlots(t *testing.T) {
 	}
 	// Idle, the one claim loop holds the one slot it waits for a wake-up with.
 	h.waitFor("every slot but the claim loop's is free again", time.Minute, func() bool { return len(h.r.slots) == 1 && h.r.core.Len() == 0 })
-	if n := len(h.r.passed.ids); n != 0 {
+	if n := h.r.passed.size(); n != 0 {
 		t.Fatalf("%d passed slots left unclaimed by their workers", n)
 	}
 	// The runner still claims: a job submitted now runs (a slot lost would stall it
