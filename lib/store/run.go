@@ -415,8 +415,8 @@ type Take struct {
 }
 
 // MaxTake bounds Take.Max: a finish takes at most that many jobs for its runner, as a
-// claim does under load (a take of more than lua/lib_claim.lua's INLINE_READS jobs is
-// read after the script, as a claim's is). Under a backlog a finish's runs (~10-15 in
+// claim does under load (the script's reply holds their hashes: lua/lib_claim.lua's
+// INLINE_READS). Under a backlog a finish's runs (~10-15 in
 // BenchmarkPeers (a)) pass all their slots on: with 8, Redis and the runner spent ~10%
 // more CPU a job than with the claims alone (docs/benchmarks.md, "The take").
 const MaxTake = 32

@@ -5,7 +5,7 @@
 -- while a first run of it ends is run anew). The reply holds the started jobs' hashes,
 -- each one's DUMP (one string to Lua and back; moving a ~30-field hash through Lua as
 -- HGETALL's field/value strings cost this script a third of its work), so that the
--- caller reads nothing after it, unless the call started more than INLINE_READS (8:
+-- caller reads nothing after it, unless the call started more than INLINE_READS (32:
 -- the caller then reads them). An item that is no job key, a job that is gone (code 1),
 -- a job that already ended (code 2) and a job that runs under a claim that still holds
 -- it (a duplicate queue entry: code 2) are taken off the queue and not put on the
@@ -61,7 +61,7 @@
 --   a duplicate, 3 started with a stop requested, 4 taken back under the job's claim
 --   of this worker (its fourth element: that claim's id), 5 held back by its
 --   concurrency key's rate (lib_limit: on coord:ckrate:<key>); when the call started at most
---   INLINE_READS (8) jobs, each started one's entry also holds the job's hash as it is
+--   INLINE_READS (32) jobs, each started one's entry also holds the job's hash as it is
 --   after the start (its DUMP; lib/store HashFromDump): a claim saves the caller's read
 --   round trip; a script's (a job without function_name) then also what its start
 --   reads, as a fifth element

@@ -57,11 +57,13 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   local want = {'status', 'attempt', 'flow_id', 'stop_requested', 'traceparent', 'created_at_ms', 'function_name'}
   local out = {}
   -- A claim that starts at most this many jobs returns their hashes (each one's DUMP)
-  -- and their starts' reads: its runner reads nothing after it. Eight: a light load's
-  -- claims (job.run at 16 clients claims 7-8 at a time) save their read's round trip;
-  -- a heavy load's larger claims are read after the call, which costs Redis ~10k
-  -- instructions a job less than the dumps passed through Lua (callgrind).
-  local INLINE_READS = 8
+  -- and their starts' reads: its runner reads nothing after it. 32, the runner's
+  -- slots in BenchmarkPeers: a heavy load's claims and takes (10-20 jobs) save their
+  -- read's round trip too. Read after the call instead (up to 8 inline before), the
+  -- dumps cost Redis a DUMP command each, about what passing them through Lua costs,
+  -- and the runner a round trip: with 32, (a) and (b) ran ~5-8% faster with Redis's
+  -- and the runner's CPU a job lower (docs/benchmarks.md, "The take").
+  local INLINE_READS = 32
   -- The items claimed, from the consuming end (the queue's tail, oldest first), in one
   -- read: each goes onto the processing list, with its lease, only when it starts (one
   -- LPUSH and one ZADD for them all, in claim order, as an LMOVE each would leave them).
