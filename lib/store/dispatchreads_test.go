@@ -130,16 +130,9 @@ func checkDispatchEvents(t *testing.T, db *store.DB, flow uint32, ids []uint32, 
 // exists): the job's status, which it reads along, says so. A job whose hash holds no
 // id field is routed all the same (it went to the router before, as a job missing).
 func TestDispatchReadsNoJobID(t *testing.T) {
-	s := open(t)
-	db := mustCtx(t, s, 60)
+	s, db := shContextID(t, 60)
 	ctx := context.Background()
 	rdb := srv.Client(t, 60)
-	if _, _, err := s.CreateRunner(ctx, 60, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh"}); err != nil {
-		t.Fatal(err)
-	}
 	var ids []uint32
 	for range 3 {
 		j, _, err := s.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 60, Script: "true", ScriptType: "sh"}, "1")
@@ -152,17 +145,7 @@ func TestDispatchReadsNoJobID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := db.LoadJobs(ctx, 1, f.Jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps, err := store.PlanDAG(f, jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, _, err := db.StartFlow(ctx, f, jobs, deps, "1"); err != nil {
-		t.Fatal(err)
-	}
+	jobs, _ := storetestStart(t, db, f)
 	for _, id := range ids {
 		rdb.HDel(ctx, keys.Job(1, id), "id")
 	}

@@ -143,10 +143,16 @@ func checkSubmittedWritten(t *testing.T, db *store.DB, id uint32) {
 // shContext is context 1 with runner 1 serving sh, for SubmitJobs.
 func shContext(t *testing.T) (*store.Store, *store.DB) {
 	t.Helper()
+	return shContextID(t, 1)
+}
+
+// shContextID is shContext of context id.
+func shContextID(t *testing.T, id uint32) (*store.Store, *store.DB) {
+	t.Helper()
 	s := open(t)
-	db := mustCtx(t, s, 1)
+	db := mustCtx(t, s, id)
 	ctx := context.Background()
-	if _, _, err := s.CreateRunner(ctx, 1, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "1"); err != nil {
+	if _, _, err := s.CreateRunner(ctx, id, &model.Runner{ID: 1, Local: true, ScriptTypes: []model.ScriptType{"sh"}}, "1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.AnnounceScriptTypes(ctx, 1, []model.ScriptType{"sh"}); err != nil {
