@@ -399,8 +399,9 @@ type Finish struct {
 	// Take (with Apply): jobs waiting on a queue of Take.Queues (the one a dependent
 	// that the run's end makes ready was routed to, else a queue of the runs that end)
 	// are claimed and started for the finishing runner by the same script
-	// (lua/finish_jobs.lua's take), when no other context waits on that queue's wake
-	// list of the runner: Applied.Taken holds them, to run. Only the first call of a
+	// (lua/finish_jobs.lua's take), when nothing else waits for the runner (no token on
+	// its wake lists but this context's on that queue's): Applied.Taken holds them, to
+	// run. Only the first call of a
 	// FinishJobsApplied that holds a run with a Take takes.
 	Take *Take
 }

@@ -296,7 +296,8 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		a.GuardFields, a.GuardValues = guard.Fields, guard.Values
 	}
 	buf := make([]any, 0, 6*len(subs)) // a new job's fields: a script and its type, mostly
-	var unused string                  // the key job:<caller>:0 of the job before, made once a caller
+	var unused string                  // the key job:<caller>:0 of unusedCaller's jobs, made once
+	var unusedCaller uint32
 	for i, sb := range subs {
 		j := sb.Job
 		uk := ""
@@ -308,11 +309,11 @@ func (d *DB) submit(ctx context.Context, subs []Submission, guard *ContextGuard,
 		// an empty key matches none of a restricted user's patterns (the scheduler's
 		// runs of schedules were refused: lib/redisacl).
 		k := unused
-		if j.ID != 0 || i == 0 || subs[i-1].Job.ID != 0 || subs[i-1].Job.CallerID != j.CallerID {
+		if j.ID != 0 || unused == "" || unusedCaller != j.CallerID {
 			k = keys.Job(j.CallerID, j.ID)
 		}
 		if j.ID == 0 {
-			unused = k
+			unused, unusedCaller = k, j.CallerID
 		}
 		a.JobsKeys = append(a.JobsKeys, k, uk)
 		var fields []any
