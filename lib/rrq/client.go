@@ -419,29 +419,8 @@ func (c *Client) executeAcquired(ctx context.Context, req ExecutionRequest) (Exe
 			}
 			return ExecutionOutcome{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
-		q, werr := cn.writeRequest(ctx, frame)
-		if q != nil {
-			// Queued behind the connection's writer, which sends it with the frames
-			// of the calls under way: this call waits for its answer at once, not
-			// for the write first (one wake-up a call, not two).
-			res, ok := c.awaitQueued(ctx, cn, cl, q)
-			if ok {
-				return res.out, res.err
-			}
-			// The frame was not written: as a write that failed below.
-			werr = res.err
-			if reused && attempt < 2 && ctx.Err() == nil {
-				continue
-			}
-			c.finish(cl, nil)
-			c.cnt.notDelivered.Add(1)
-			if ctx.Err() != nil {
-				return ExecutionOutcome{}, ctx.Err()
-			}
-			return ExecutionOutcome{}, fmt.Errorf("%w: executor %s: write request %s: %v", ErrUnavailable, c.ep, req.RequestID, werr)
-		}
+		werr := cn.write(ctx, frame)
 		if werr == nil {
-			c.cnt.requests.Add(1)
 			break
 		}
 		// The frame was not completely written, so the executor cannot have run it.
@@ -457,35 +436,8 @@ func (c *Client) executeAcquired(ctx context.Context, req ExecutionRequest) (Exe
 		}
 		return ExecutionOutcome{}, fmt.Errorf("%w: executor %s: write request %s: %v", ErrUnavailable, c.ep, req.RequestID, werr)
 	}
-	res := c.await(ctx, cn, cl)
-	return res.out, res.err
-}
+	c.cnt.requests.Add(1)
 
-// awaitQueued waits for the answer of a call whose frame was queued behind the
-// connection's writer (q carries the write's result). ok is false when the frame was
-// not written (res.err: why): the call's slot and id are still held, for the caller to
-// send it again or give up. A written frame's answer is as await's; so is ctx's end,
-// which does not wait for the write: the call is left to the connection (written later,
-// its answer is dropped; not written, the connection's failure ends it).
-func (c *Client) awaitQueued(ctx context.Context, cn *conn, cl *call, q *queued) (res callResult, ok bool) {
-	select {
-	case res = <-cl.done:
-	case <-ctx.Done():
-		return c.await(ctx, cn, cl), true
-	}
-	if res.err == nil {
-		return c.complete(cn, cl, res), true
-	}
-	// An error (the connection failed): was the frame written before it?
-	if werr := <-q.done; werr != nil {
-		return callResult{err: werr}, false
-	}
-	return c.complete(cn, cl, res), true
-}
-
-// await waits for the answer of a call whose frame was written, until ctx ends: the
-// call is then left with the connection, which drops its late answer.
-func (c *Client) await(ctx context.Context, cn *conn, cl *call) callResult {
 	select {
 	case res := <-cl.done:
 		return c.complete(cn, cl, res)
@@ -500,21 +452,21 @@ func (c *Client) await(ctx context.Context, cn *conn, cl *call) callResult {
 		})
 		cn.mu.Unlock()
 		c.cnt.abandoned.Add(1)
-		return callResult{err: fmt.Errorf("rrq: request %s to executor %s: %w", cl.reqID, c.ep, ctx.Err())}
+		return ExecutionOutcome{}, fmt.Errorf("rrq: request %s to executor %s: %w", req.RequestID, c.ep, ctx.Err())
 	}
 	cn.mu.Unlock()
 	// The answer arrived at the same moment: use it.
 	return c.complete(cn, cl, <-cl.done)
 }
 
-func (c *Client) complete(cn *conn, cl *call, res callResult) callResult {
+func (c *Client) complete(cn *conn, cl *call, res callResult) (ExecutionOutcome, error) {
 	if res.err != nil {
 		c.cnt.failures.Add(1)
 	} else {
 		c.cnt.outcomes.Add(1)
 	}
 	c.finish(cl, cn)
-	return res
+	return res.out, res.err
 }
 
 // finish ends a request: forgets its id, puts the connection (if still healthy) back
@@ -750,7 +702,6 @@ type conn struct {
 type queued struct {
 	frame []byte
 	done  chan error
-	req   bool // a request's frame, whose caller does not wait for its write (writeRequest)
 }
 
 var queuedPool = sync.Pool{New: func() any { return &queued{done: make(chan error, 1)} }}
@@ -787,29 +738,10 @@ func (cn *conn) usable() bool {
 	return !cn.closed && len(cn.pending) < cn.c.opt.Pipeline
 }
 
-// write writes a frame (a cancel's). With Pipeline > 1 several callers may write at
-// once: the first becomes the writer and writes the frames queued meanwhile together,
-// in one system call. A nil error means this frame was written whole.
+// write writes a request frame. With Pipeline > 1 several callers may write at once:
+// the first becomes the writer and writes the frames queued meanwhile together, in one
+// system call. A nil error means this frame was written whole.
 func (cn *conn) write(ctx context.Context, frame []byte) error {
-	q, err := cn.send(ctx, frame, false)
-	if q != nil {
-		return q.wait()
-	}
-	return err
-}
-
-// writeRequest writes a request's frame as write does, except that a frame queued
-// behind the writer is not waited for: q (not nil) then receives its write's result,
-// which its caller reads only when it needs it (its call's answer is an error: was the
-// frame written?). The writer counts the request frames it wrote and fails the
-// connection when a write fails, which answers every call in flight on it.
-func (cn *conn) writeRequest(ctx context.Context, frame []byte) (*queued, error) {
-	return cn.send(ctx, frame, true)
-}
-
-// send writes frame, or queues it for the writer at work: q is then its place in the
-// queue (a request's, not waited for: req; else the caller waits with q.wait).
-func (cn *conn) send(ctx context.Context, frame []byte, req bool) (q *queued, err error) {
 	if cn.c.opt.Pipeline == 1 && cn.c.opt.Connections != 1 { // one connection: cancels share it, so frames queue
 		deadline := time.Now().Add(cn.c.opt.WriteTimeout)
 		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -818,19 +750,14 @@ func (cn *conn) send(ctx context.Context, frame []byte, req bool) (q *queued, er
 		_ = cn.nc.SetWriteDeadline(deadline)
 		_, err := cn.nc.Write(frame)
 		_ = cn.nc.SetWriteDeadline(time.Time{})
-		return nil, err
+		return err
 	}
 	cn.wmu.Lock()
 	if cn.writing {
-		if req {
-			// Not pooled: its caller may never read its result.
-			q = &queued{frame: frame, done: make(chan error, 1), req: true}
-		} else {
-			q = newQueued(frame)
-		}
+		q := newQueued(frame)
 		cn.wq = append(cn.wq, q)
 		cn.wmu.Unlock()
-		return q, nil
+		return q.wait()
 	}
 	cn.writing = true
 	cn.wmu.Unlock()
@@ -841,6 +768,7 @@ func (cn *conn) send(ctx context.Context, frame []byte, req bool) (q *queued, er
 	runtime.Gosched()
 	mine := newQueued(frame)
 	batch := []*queued{mine}
+	var err error
 	for {
 		cn.wmu.Lock()
 		batch = append(batch, cn.wq...)
@@ -848,20 +776,14 @@ func (cn *conn) send(ctx context.Context, frame []byte, req bool) (q *queued, er
 		if len(batch) == 0 {
 			cn.writing = false
 			cn.wmu.Unlock()
-			return nil, mine.wait()
+			return mine.wait()
 		}
 		cn.wmu.Unlock()
 		var n int64
-		failed := err != nil
 		if err == nil {
 			n, err = cn.writeFrames(framesOf(batch))
 		}
-		cn.c.cnt.requests.Add(deliver(batch, n, err))
-		if err != nil && !failed {
-			// The calls whose frames were queued wait for their answers: the
-			// connection's failure gives each one its error.
-			cn.fail(fmt.Errorf("write request: %w", err))
-		}
+		deliver(batch, n, err)
 		batch = batch[:0]
 	}
 }
@@ -875,17 +797,13 @@ func framesOf(qs []*queued) [][]byte {
 }
 
 // deliver tells the callers of queued frames written in order whether theirs went out
-// (n: the bytes of them written), and returns how many of them were requests' (req)
-// written whole. A frame written whole before a failure was delivered: its caller waits
-// for the answer (or the connection's loss), it must not send it again.
-func deliver(qs []*queued, n int64, err error) uint64 {
-	var reqs uint64
+// (n: the bytes of them written). A frame written whole before a failure was
+// delivered: its caller waits for the answer (or the connection's loss), it must not
+// send it again.
+func deliver(qs []*queued, n int64, err error) {
 	for _, q := range qs {
 		if n >= int64(len(q.frame)) {
 			n -= int64(len(q.frame))
-			if q.req {
-				reqs++
-			}
 			q.done <- nil
 			continue
 		}
@@ -895,7 +813,6 @@ func deliver(qs []*queued, n int64, err error) uint64 {
 		}
 		q.done <- err
 	}
-	return reqs
 }
 
 // writeFrames writes frames in one system call (writev) and returns the bytes written.
