@@ -38,6 +38,14 @@ const Databases = 64
 // indexes of the jobs in flight: docs/benchmarks.md "Redis's sorted sets").
 const ZsetMaxListpackEntries = "8"
 
+// RDBCompression is the rdbcompression every redis-server of the tests runs with, as
+// this stack's deployments run theirs (Redis's default: yes): a DUMP (a claim's read
+// of each job it starts, lib/store HashFromDump) gives a hash's listpack as it is
+// instead of compressing it with LZF first, ~9k instructions of Redis a job that the
+// runner then spent undoing (docs/benchmarks.md "Job hashes read uncompressed"). RDB
+// files and an append-only file's RDB preamble are written uncompressed too.
+const RDBCompression = "no"
+
 // Server is a running redis-server.
 type Server struct {
 	Addr    string
@@ -128,8 +136,10 @@ func StartServer(opt ...Options) (*Server, error) {
 			"--daemonize", "no", "--loglevel", "notice", "--logfile", "",
 			"--unixsocket", filepath.Join(dir, "redis.sock"), "--unixsocketperm", "700",
 			// As this stack's deployments run Redis (docker-compose.yml, the Helm chart,
-			// scripts/local-stack.sh): sorted sets of more than 8 members as skiplists.
+			// scripts/local-stack.sh): sorted sets of more than 8 members as skiplists,
 			"--zset-max-listpack-entries", ZsetMaxListpackEntries,
+			// and DUMPs (a claim's reads) and RDB files uncompressed
+			"--rdbcompression", RDBCompression,
 		}
 		s.UnixURL = "unix://" + filepath.Join(dir, "redis.sock") + "?db=0"
 		if o.ACLFile != "" {

@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -33,5 +34,33 @@ func TestZsetListpackEntries(t *testing.T) {
 		if enc := rc.ObjectEncoding(ctx, key).Val(); enc != want {
 			t.Errorf("a sorted set of %d members is a %q, want a %s", members, enc, want)
 		}
+	}
+}
+
+// TestDumpsUncompressed: the tests' redis-server DUMPs a hash's listpack as it is (a
+// value of 200 bytes of one letter appears whole in the payload), as this stack's
+// deployments run Redis (rdbcompression no); with Redis's default the payload holds
+// it compressed with LZF (a few bytes).
+func TestDumpsUncompressed(t *testing.T) {
+	s := Start(t)
+	rc := s.Client(t, 0)
+	ctx := context.Background()
+	got, err := rc.ConfigGet(ctx, "rdbcompression").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["rdbcompression"] != RDBCompression {
+		t.Fatalf("rdbcompression %q, want %q", got["rdbcompression"], RDBCompression)
+	}
+	value := strings.Repeat("a", 200)
+	if err := rc.HSet(ctx, "h", "status", "started", "result", value).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dump, err := rc.Dump(ctx, "h").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(dump, value) {
+		t.Errorf("the DUMP of a hash (%d bytes) does not hold its 200-byte value as it is: compressed", len(dump))
 	}
 }
