@@ -124,7 +124,7 @@ up() {
       command -v redis-server >/dev/null || die "redis-server is not installed (apt-get install redis-server), or set REDIS_URL"
       port_busy 6379 && die "127.0.0.1:6379 is taken by another program; set REDIS_URL to use that Redis (e.g. REDIS_URL=redis://127.0.0.1:6379/0)"
       mkdir -p "$STATE_DIR/redis"
-      redis-server --bind 127.0.0.1 --port 6379 --dir "$STATE_DIR/redis" --appendonly yes --databases 1024 --zset-max-listpack-entries 8 \
+      redis-server --bind 127.0.0.1 --port 6379 --dir "$STATE_DIR/redis" --appendonly yes --databases 1024 --zset-max-listpack-entries 8 --rdbcompression no \
         --aclfile "$PKI/redis-users.acl" --daemonize yes --pidfile "$STATE_DIR/redis.pid" --logfile "$STATE_DIR/redis.log" >/dev/null
       for _ in $(seq 1 100); do port_busy 6379 && break; sleep 0.05; done
       port_busy 6379 || die "redis-server did not start; see $STATE_DIR/redis.log"

@@ -116,7 +116,7 @@ func runSide(s side, root, redisPath string, p params) (map[string]float64, erro
 
 func printRun(round int, name string, took time.Duration, f map[string]float64) {
 	fmt.Printf("round %d %s (%.0f s):", round, name, took.Seconds())
-	for _, k := range []string{"redis_aof", "redis_users", "redis_zset_listpack"} {
+	for _, k := range []string{"redis_aof", "redis_users", "redis_zset_listpack", "redis_rdb_compression"} {
 		fmt.Printf(" %s=%.0f", k, f[k])
 	}
 	for _, fg := range figures {

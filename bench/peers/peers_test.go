@@ -40,6 +40,9 @@ func TestAsynqSide(t *testing.T) {
 	if f["redis_zset_listpack"] != 8 {
 		t.Errorf("redis_zset_listpack %v: want zset-max-listpack-entries 8, as this stack's side runs Redis", f["redis_zset_listpack"])
 	}
+	if v, ok := f["redis_rdb_compression"]; !ok || v != 0 {
+		t.Errorf("redis_rdb_compression %v (reported: %v): want rdbcompression no, as this stack's side runs Redis", v, ok)
+	}
 	for _, name := range []string{"a_jobs_per_s", "a_cpu_us_per_job", "a_aof_bytes_per_job", "c_run16_p50_ms", "c_run128_jobs_per_s", "d_hop_p50_us"} {
 		if f[name] <= 0 {
 			t.Errorf("%s = %v: want a figure", name, f[name])

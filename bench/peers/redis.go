@@ -24,13 +24,14 @@ const asynqUser = "asynq"
 // redisArgs are the settings both sides' redis-server runs with, as
 // docker-compose.yml and scripts/local-stack.sh run it: ACL users from a file, an
 // append-only file written to disk every second, sorted sets of more than 8 members
-// as skiplists (zset-max-listpack-entries 8), no TLS; RDB snapshots off (as the
+// as skiplists (zset-max-listpack-entries 8), DUMPs and RDB files uncompressed
+// (rdbcompression no; asynq makes no DUMP), no TLS; RDB snapshots off (as the
 // e2e harness's, tests/e2e/harness ACLRedisOptions: no fork at a random point of a
 // run).
 func redisArgs(port int, dir, aclFile string) []string {
 	return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
-		"--zset-max-listpack-entries", "8", "--aclfile", aclFile}
+		"--zset-max-listpack-entries", "8", "--rdbcompression", "no", "--aclfile", aclFile}
 }
 
 // redisServer is asynq's redis-server.
@@ -109,7 +110,8 @@ func (rs *redisServer) checkACLLog() error {
 
 // settings reports what make bench-peers holds equal on both sides (as this stack's
 // BenchmarkPeers does): the append-only file (redis_aof 1: on), the ACL users and
-// zset-max-listpack-entries (redis_zset_listpack).
+// zset-max-listpack-entries (redis_zset_listpack), rdbcompression (redis_rdb_compression:
+// 1 on, 0 off).
 func (rs *redisServer) settings(out map[string]float64) error {
 	c := rs.client()
 	defer func() { _ = c.Close() }()
@@ -128,6 +130,11 @@ func (rs *redisServer) settings(out map[string]float64) error {
 		return err
 	}
 	out["redis_zset_listpack"], _ = strconv.ParseFloat(zset["zset-max-listpack-entries"], 64)
+	comp, err := c.ConfigGet(ctx, "rdbcompression").Result()
+	if err != nil {
+		return err
+	}
+	out["redis_rdb_compression"] = map[string]float64{"yes": 1}[comp["rdbcompression"]]
 	out["redis_aof"] = map[string]float64{"yes": 1}[aof["appendonly"]]
 	out["redis_users"] = float64(len(users))
 	return nil

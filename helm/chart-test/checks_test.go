@@ -740,6 +740,10 @@ func checkBundledURL(t *testing.T, r *release, w string, u *url.URL) {
 	if !strings.Contains(args, "--zset-max-listpack-entries 8") {
 		t.Errorf("StatefulSet %s: no --zset-max-listpack-entries 8 in %q", sts.Name, args)
 	}
+	// and its DUMPs uncompressed (docs/benchmarks.md "Job hashes read uncompressed")
+	if !strings.Contains(args, "--rdbcompression no") {
+		t.Errorf("StatefulSet %s: no --rdbcompression no in %q", sts.Name, args)
+	}
 	if tls := redisArg(sts, "--tls-port") != ""; tls != (u.Scheme == "rediss") {
 		t.Errorf("%s: REDIS_URL scheme %s but Redis TLS is %v", w, u.Scheme, tls)
 	}

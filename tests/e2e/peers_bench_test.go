@@ -146,7 +146,8 @@ func BenchmarkPeers(b *testing.B) {
 // reportRedisSettings reports what make bench-peers holds equal on both sides: Redis's
 // append-only file (redis_aof 1: on, as HERO_E2E_REDIS=stack runs it), its ACL
 // users (redis_users: besides "default", the services' own) and
-// zset-max-listpack-entries (redis_zset_listpack: 8, lib/testutil/redistest's).
+// zset-max-listpack-entries (redis_zset_listpack: 8, lib/testutil/redistest's) and
+// rdbcompression (redis_rdb_compression: 0, off, redistest's).
 func reportRedisSettings(b *testing.B, report func(string, float64)) {
 	rc := redisSrv.Client(b, 0)
 	aof, err := rc.ConfigGet(context.Background(), "appendonly").Result()
@@ -163,6 +164,11 @@ func reportRedisSettings(b *testing.B, report func(string, float64)) {
 	}
 	zn, _ := strconv.ParseFloat(zset["zset-max-listpack-entries"], 64)
 	report("redis_zset_listpack", zn)
+	comp, err := rc.ConfigGet(context.Background(), "rdbcompression").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	report("redis_rdb_compression", map[string]float64{"yes": 1}[comp["rdbcompression"]])
 	report("redis_aof", map[string]float64{"yes": 1}[aof["appendonly"]])
 	report("redis_users", float64(len(users)))
 }
