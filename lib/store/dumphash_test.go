@@ -28,6 +28,9 @@ func TestHashFromDump(t *testing.T) {
 	}
 	conf("hash-max-listpack-entries", "128") // Redis's defaults
 	conf("hash-max-listpack-value", "64")
+	// (compression on, as Redis's default: the test servers run without it, as this
+	// stack's deployments do, redistest.RDBCompression)
+	conf("rdbcompression", "yes")
 	noise := func(n int) string { // incompressible
 		r := rand.New(rand.NewPCG(uint64(n), 1))
 		b := make([]byte, n)
