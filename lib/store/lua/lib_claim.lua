@@ -55,7 +55,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   -- cross from Redis to Lua a job)
   -- (function_name: whether a started job is a script, whose start's reads the reply holds)
   local want = {'status', 'attempt', 'flow_id', 'stop_requested', 'traceparent', 'created_at_ms', 'function_name'}
-  local out = {}
+  local out, nout = {}, 0
   -- A claim that starts at most this many jobs returns their hashes (each one's DUMP)
   -- and their starts' reads: its runner reads nothing after it. 32, the runner's
   -- slots in BenchmarkPeers: a heavy load's claims and takes (10-20 jobs) save their
@@ -124,6 +124,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
     return lim_key_take(ck, item, qk, paid, now_ms)
   end
   local item_pat = '^' .. K_JOB .. '(%d+):(%d+)$'
+  local detail1 -- a first attempt's start detail (made once)
   for n = 1, nitems do
     local item = items[nitems - n + 1]
     local claim = cnonce .. CLAIM_HEX[n]
@@ -157,12 +158,27 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       kept[#kept + 1] = item
       leased[#leased + 1] = exp
       leased[#leased + 1] = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. pclaim
-      out[#out + 1] = {item, 4, tonumber(v[2] or '1') or 1, pclaim}
+      out[nout + 1] = item
+      out[nout + 2] = 4
+      out[nout + 3] = tonumber(v[2] or '1') or 1
+      out[nout + 4] = pclaim
+      out[nout + 5] = false
+      nout = nout + 5
     elseif not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
-      if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
+      out[nout + 1] = item
+      out[nout + 2] = st and 2 or 1
+      out[nout + 3] = 0
+      out[nout + 4] = false
+      out[nout + 5] = false
+      nout = nout + 5
     elseif keyrate and (v[8] or '') ~= '' and not key_take(v[8], item, v[9] == '1') then
       -- held back by its key's rate (lib_limit): off the queue, nothing to run
-      out[#out + 1] = {item, 5, 0}
+      out[nout + 1] = item
+      out[nout + 2] = 5
+      out[nout + 3] = 0
+      out[nout + 4] = false
+      out[nout + 5] = false
+      nout = nout + 5
     else
       seen[item] = true
       kept[#kept + 1] = item
@@ -209,7 +225,14 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
         if not ns then ns = {}; nodes[flow] = ns; flows[#flows + 1] = flow end
         ns[#ns + 1] = 's:' .. id
       end
-      local detail = 'attempt ' .. attempt .. ' on ' .. worker
+      -- (a first attempt's detail made once a call: the same string for each)
+      local detail
+      if attempt == '1' then
+        detail = detail1 or ('attempt 1 on ' .. worker)
+        detail1 = detail
+      else
+        detail = 'attempt ' .. attempt .. ' on ' .. worker
+      end
       if st == JOB_STARTED and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
       -- the call's job.started events in two stream entries (lib_state's ev_later,
       -- ev_flush below; the first caps the stream when it is the call's first event);
@@ -219,9 +242,14 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       if v[4] == '1' then code = 3 end
       -- (a first attempt's without a tonumber: a strtod in Redis's Lua, ~1.8k
       -- instructions)
-      out[#out + 1] = {item, code, attempt == '1' and 1 or tonumber(attempt) or 1}
-      started[#started + 1] = out[#out]
-      if (v[7] or '') == '' then scripts[out[#out]] = flow end
+      out[nout + 1] = item
+      out[nout + 2] = code
+      out[nout + 3] = attempt == '1' and 1 or tonumber(attempt) or 1
+      out[nout + 4] = false
+      out[nout + 5] = false
+      nout = nout + 5
+      started[#started + 1] = nout - 4
+      if (v[7] or '') == '' then scripts[nout - 4] = flow end
     end
   end
   ev_flush()
@@ -255,19 +283,20 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   if #started <= INLINE_READS then
     local climits -- the context's job limits, read once
     for _, e in ipairs(started) do
-      e[4] = redis.call('DUMP', e[1])
+      local jk = out[e]
+      out[e + 3] = redis.call('DUMP', jk)
       -- A script's (no function_name) start's reads too, else a round trip after the
       -- claim: {the context's job_defaults, job_max, the flow's env_vars, the direct
       -- dependencies' results in the order of its dependends} ("": none).
       local flow = scripts[e]
       if flow then
-        local deps = redis.call('HGET', e[1], 'dependends') or ''
+        local deps = redis.call('HGET', jk, 'dependends') or ''
         climits = climits or redis.call('HMGET', K_CONTEXT .. ctx, 'job_defaults', 'job_max')
         local r = {climits[1] or '', climits[2] or '', ''}
         if flow ~= '0' and flow ~= '' then r[3] = redis.call('HGET', K_FLOW .. flow, 'env_vars') or '' end
-        local jp = string.match(e[1], '^(.*:)%d+$')
+        local jp = string.match(jk, '^(.*:)%d+$')
         for d in string.gmatch(deps, '%d+') do r[#r + 1] = redis.call('HGET', jp .. d, 'result') or '' end
-        e[5] = r
+        out[e + 4] = r
       end
     end
   end
@@ -285,7 +314,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
     end
     redis.call('SELECT', '0')
     local have = redis.call('LREM', wake, '0', token)
-    local keep = math.min(left, math.max(have + tonumber(held) - #out, 1), WAKE_SPREAD)
+    local keep = math.min(left, math.max(have + tonumber(held) - nout / 5, 1), WAKE_SPREAD)
     if again then
       redis.call('LPUSH', wake, token)
       keep = keep - 1
