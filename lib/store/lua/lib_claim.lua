@@ -54,6 +54,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   -- (its id and caller are read from its key, job:<caller>:<id>: two strings less to
   -- cross from Redis to Lua a job)
   -- (function_name: whether a started job is a script, whose start's reads the reply holds)
+  -- (spelled out again in the HMGET of a claim without keyrate, below: the same fields)
   local want = {'status', 'attempt', 'flow_id', 'stop_requested', 'traceparent', 'created_at_ms', 'function_name'}
   local out, nout = {}, 0
   -- A claim that starts at most this many jobs returns their hashes (each one's DUMP)
@@ -124,14 +125,20 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
     return lim_key_take(ck, item, qk, paid, now_ms)
   end
   local item_pat = '^' .. K_JOB .. '(%d+):(%d+)$'
+  local none = {} -- the fields read of an item that is no job key (none; never written)
   local detail1 -- a first attempt's start detail (made once)
   for n = 1, nitems do
     local item = items[nitems - n + 1]
     local claim = cnonce .. CLAIM_HEX[n]
     local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
-    local v = {}
+    local v = none
     local caller, id = string.match(item, item_pat)
-    if caller then v = redis.call('HMGET', item, unpack(want)) end
+    if caller and keyrate then
+      v = redis.call('HMGET', item, unpack(want))
+    elseif caller then
+      -- (want's fields spelled out: an unpack a job was ~600 instructions)
+      v = redis.call('HMGET', item, 'status', 'attempt', 'flow_id', 'stop_requested', 'traceparent', 'created_at_ms', 'function_name')
+    end
     local st = v[1]
     -- the worker and claim of a job started already (a duplicate entry, a retake)
     local prev, pclaim
