@@ -129,9 +129,6 @@ end
 -- so the stream stays under the cap the next capped XADD (a claim's, a finish's)
 -- trims it to, and the retention trims it too (trim_events.lua).
 
-for n, j in ipairs(jobs) do
-  j.key, j.ukey = KEYS[2 * n - 1], KEYS[2 * n]
-end
 if guard_fields_n > 0 then
   local have = redis.call('HMGET', K_CONTEXT .. ctx, unpack(views, guard_fields_at + 1, guard_fields_at + guard_fields_n))
   for g = 1, guard_fields_n do
@@ -159,8 +156,18 @@ end
 -- no runner here serves refuses the call.
 -- (The three fields are picked out of the job's items: a table of all of them, built
 -- per job, cost more than the rest of this loop.)
-local fn_queue = {}
+-- (The same loop takes each job's keys, notes the first job of the call that chose
+-- each id (chosen_by) and counts the ids each caller's jobs want reserved: a loop of
+-- its own over the jobs was ~250 instructions a job.)
+local fn_queue, chosen_by, want = {}, {}, {}
 for n, j in ipairs(jobs) do
+  local key = KEYS[2 * n - 1]
+  j.key, j.ukey = key, KEYS[2 * n]
+  if not j.chosen then
+    want[j.caller] = (want[j.caller] or 0) + 1
+  elseif not chosen_by[key] then
+    chosen_by[key] = n
+  end
   local runner, stype, fn
   local fields_at = j.fields_at
   for k = 1, j.fields_n, 2 do
@@ -190,12 +197,6 @@ for n, j in ipairs(jobs) do
     j.q = route_queue(j.caller, runner, stype, fn)
   end
   if not j.q and (runner or '0') == '0' then return {'unserved', n, '', {}, ''} end
-end
-
--- The first job of the call that chose each id.
-local chosen_by = {}
-for n, j in ipairs(jobs) do
-  if j.chosen and not chosen_by[j.key] then chosen_by[j.key] = n end
 end
 
 -- Pass 1: refusals, before anything is written.
@@ -231,10 +232,7 @@ end
 -- The keys of a caller's reserved ids are checked in one EXISTS (lib_state's
 -- keys_free; nothing is written before pass 2): each on its own only when one is held
 -- (free: the caller's reserved ids and keys when all are free, false else).
-local want, next_id, last_id, free = {}, {}, {}, {}
-for _, j in ipairs(jobs) do
-  if not j.chosen then want[j.caller] = (want[j.caller] or 0) + 1 end
-end
+local next_id, last_id, free = {}, {}, {}
 for _, j in ipairs(jobs) do
   if not j.chosen then
     local c = j.caller
@@ -272,9 +270,15 @@ end
 local out, members, pushed = {'ok', 0, '', found, ''}, {}, 0
 -- the new jobs' message ids in one INCRBY, their index entries in one ZADD per index
 -- (a job a uniqueness key finds created leaves its message id unused)
-local fresh = 0
+-- (the same loop notes whether they share one caller, one_caller, and whether every
+-- one of them goes to a queue here, all_here: below)
+local fresh, one_caller, all_here = 0, false, true
 for _, j in ipairs(jobs) do
-  if not j.exists and not j.again and j.run_at == '0' then fresh = fresh + 1 end
+  if not j.exists and not j.again and j.run_at == '0' then
+    fresh = fresh + 1
+    if one_caller == false then one_caller = j.caller elseif one_caller ~= j.caller then one_caller = nil end
+    if not j.q then all_here = false end
+  end
 end
 message_reserve(fresh)
 -- the request messages share msg's fields (lib_state's message_share), and the new
@@ -286,15 +290,8 @@ message_reserve(fresh)
 -- hashes, not in each job's and message's own items; when every one of them goes to
 -- a queue here, their messages' status (acknowledged) is in the message's.
 local shared = fresh >= 2
-local one_caller = false
+if not shared then one_caller = false end
 if shared then
-  local all_here = true
-  for _, j in ipairs(jobs) do
-    if not j.exists and not j.again and j.run_at == '0' then
-      if one_caller == false then one_caller = j.caller elseif one_caller ~= j.caller then one_caller = nil end
-      if not j.q then all_here = false end
-    end
-  end
   one_caller = one_caller or false
   -- (the request messages of jobs routed here are stored short, not from msg: when
   -- every new job is, no message shares its fields)
@@ -375,8 +372,8 @@ for n, j in ipairs(jobs) do
       store_message(j.caller, msg, now_ms, own, nil, mid)
     end
     if q then
-      route_priority(j.key, j.prio)
-      route_concurrency(j.key, j.ck, j.cl)
+      if j.prio then route_priority(j.key, j.prio) end
+      if j.ck then route_concurrency(j.key, j.ck, j.cl) end
       route_add(j.key, q)
     else
       redis.call('LPUSH', K_MSG_OUT, mk)
