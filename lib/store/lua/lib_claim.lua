@@ -124,7 +124,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
     ev_flush()
     return lim_key_take(ck, item, qk, paid, now_ms)
   end
-  local item_pat = '^' .. K_JOB .. '(%d+):(%d+)$'
+  local item_pat = '^' .. K_JOB .. '((%d+):(%d+))$' -- (its member <caller>:<id> too: no concatenation a job)
   local none = {} -- the fields read of an item that is no job key (none; never written)
   local detail1 -- a first attempt's start detail (made once)
   for n = 1, nitems do
@@ -132,7 +132,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
     local claim = cnonce .. CLAIM_HEX[n]
     local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
     local v = none
-    local caller, id = string.match(item, item_pat)
+    local im, caller, id = string.match(item, item_pat)
     if caller and keyrate then
       v = redis.call('HMGET', item, unpack(want))
     elseif caller then
@@ -219,7 +219,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       else
         redis.call('HSET', item, 'claim', claim, 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
       end
-      index_later(caller .. ':' .. id, st, JOB_STARTED, v[6] or nil)
+      index_later(im, st, JOB_STARTED, v[6] or nil)
       -- An earlier run's end is removed at the start of any attempt but the first (or
       -- of a job without one): a job's first attempt has none (a new job; and whatever
       -- sets a job's attempt back removes them with it: start_flow, retry_flow,

@@ -126,20 +126,36 @@ local function state_reset()
   index_moves, index_order, msg_next, msg_last, msg_free, msg_shared, msg_shared_st, msg_shared_more = {}, {}, 0, -1, {}, nil, nil, nil
   ev_reset()
 end
-local function index_later(m, old, st, created)
-  if old == st then return end
-  local score = created or redis.call('ZSCORE', K_JOB_INDEX, m)
-  if not score then return end
-  local k = (old or '') .. '\t' .. st
-  local mv = index_moves[k]
-  if not mv then
-    mv = {old = old, st = st, rem = {}, add = {}}
-    index_moves[k] = mv
-    index_order[#index_order + 1] = k
+local index_later
+do
+  -- last: the move the last index_later added to (of: the index_moves it is in): a
+  -- call's jobs mostly move alike, and the same move again is found without its
+  -- key's concatenation (~0.5k instructions a job)
+  local last
+  index_later = function(m, old, st, created)
+    if old == st then return end
+    local score = created or redis.call('ZSCORE', K_JOB_INDEX, m)
+    if not score then return end
+    local mv = last
+    if not mv or mv.of ~= index_moves or mv.old ~= old or mv.st ~= st then
+      local k = (old or '') .. '\t' .. st
+      mv = index_moves[k]
+      if not mv then
+        mv = {old = old, st = st, rem = {}, add = {}, of = index_moves}
+        index_moves[k] = mv
+        index_order[#index_order + 1] = k
+      end
+      last = mv
+    end
+    if old then
+      local rem = mv.rem
+      rem[#rem + 1] = m
+    end
+    local add = mv.add
+    local n = #add
+    add[n + 1] = score
+    add[n + 2] = m
   end
-  if old then mv.rem[#mv.rem + 1] = m end
-  mv.add[#mv.add + 1] = score
-  mv.add[#mv.add + 1] = m
 end
 -- call_each calls command cmd on key with the values of the list vs as its arguments,
 -- in calls of up to 1,000 (unpack fails beyond ~8,000 values); step is the number of
