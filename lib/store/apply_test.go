@@ -572,3 +572,70 @@ func TestFlowResultsKeptAsAHashTable(t *testing.T) {
 		}
 	}
 }
+
+// A finish of several standalone runs writes each one's end as it is: a plain success
+// applied here (its done_attempt and its two messages), a success with a handler's
+// result and a non-zero exit code (the same, with them), a failure (the router's
+// way: its error, no done_attempt) and a plain success again; none of them a field of
+// another's, and each moved from the started index to its status's (the moves
+// alternate: lib_state's index_later finds the last one's again), with its score.
+func TestFinishWritesEachRunsEnd(t *testing.T) {
+	s, db, rc := applyContext(t, 12)
+	ctx := context.Background()
+	var subs []store.Submission
+	for i := range 4 {
+		subs = append(subs, store.Submission{Job: shJob(7, 0, fmt.Sprintf("echo %d", i)), Actor: "7"})
+	}
+	subbed, err := s.SubmitGuarded(ctx, 12, subs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.ClaimStarts(ctx, keys.Queue("sh"), "w12", time.Minute, make([]string, 4), store.Wake{})
+	if err != nil || len(got) != 4 {
+		t.Fatalf("claim: %d, %v", len(got), err)
+	}
+	outcomes := []store.JobOutcome{
+		{Status: model.JobFinished},
+		{Status: model.JobFinished, ResultJSON: []byte(`{"n":1}`), ExitCode: 3},
+		{Status: model.JobError, Error: "boom"},
+		{Status: model.JobFinished},
+	}
+	fs := make([]store.Finish, 4)
+	for i, st := range got {
+		if st.Job == nil || st.Job.ID != subbed[i].Job.ID {
+			t.Fatalf("claimed %d: %+v", i, st)
+		}
+		fs[i] = store.Finish{DB: db, Claim: st.Claim, Job: st.Job, Outcome: outcomes[i], Apply: true}
+	}
+	oks, errs := store.FinishJobs(ctx, fs)
+	for i := range oks {
+		if errs[i] != nil || !oks[i] {
+			t.Fatalf("finish %d: %v %v", i, oks[i], errs[i])
+		}
+	}
+	want := []map[string]string{
+		{"status": "finished", "done_attempt": "1", "result_json": "", "exit_code": "", "error": ""},
+		{"status": "finished", "done_attempt": "1", "result_json": `{"n":1}`, "exit_code": "3", "error": ""},
+		{"status": "error", "done_attempt": "", "result_json": "", "exit_code": "", "error": "boom"},
+		{"status": "finished", "done_attempt": "1", "result_json": "", "exit_code": "", "error": ""},
+	}
+	for i, w := range want {
+		id := subbed[i].Job.ID
+		h := rc.HGetAll(ctx, keys.Job(7, id)).Val()
+		for f, v := range w {
+			if h[f] != v {
+				t.Fatalf("job %d: %s = %q, want %q (%v)", i, f, h[f], v, h)
+			}
+		}
+		if h["finished_at_us"] == "" || h["result"] == "" || len(strings.Fields(h["msgs"])) != 2 {
+			t.Fatalf("job %d: end or messages missing: %v", i, h)
+		}
+		m := fmt.Sprintf("7:%d", id)
+		for _, st := range []string{"dispatched", "started", "finished", "error"} {
+			score, err := rc.ZScore(ctx, keys.StatusIndex(keys.JobIndex, st), m).Result()
+			if in := err == nil; in != (st == w["status"]) || (in && strconv.FormatFloat(score, 'f', -1, 64) != h["created_at_ms"]) {
+				t.Fatalf("job %d (%s): in the %s index %v (score %.0f, created_at_ms %s)", i, w["status"], st, in, score, h["created_at_ms"])
+			}
+		}
+	}
+}

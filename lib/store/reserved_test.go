@@ -53,6 +53,40 @@ func TestReservedIDsCheckedTogether(t *testing.T) {
 	}
 }
 
+// The ids a call reserves are each its number in decimal, their keys and their
+// hashes' id fields too, across tens and hundreds (lib_state's keys_free makes them
+// from their tens and last digit): the jobs' ids, their request messages' and their
+// result messages'.
+func TestReservedIDsAcrossTens(t *testing.T) {
+	s, db := shContext(t)
+	ctx := context.Background()
+	rdb := srv.Client(t, 1)
+	for _, from := range []uint32{0, 95} {
+		rdb.Set(ctx, keys.JobSeqPrefix+"7", from, 0)
+		rdb.Set(ctx, keys.MessageSeq, from, 0)
+		const n = 16
+		ids := submitAndFinish(t, s, db, n)
+		for i, id := range ids {
+			if want := from + 1 + uint32(i); id != want {
+				t.Fatalf("from %d: job %d has id %d, want %d (ids %v)", from, i, id, want, ids)
+			}
+			if got := rdb.HGet(ctx, keys.Job(7, id), "id").Val(); got != fmt.Sprint(id) {
+				t.Fatalf("job 7:%d: its hash's id %q", id, got)
+			}
+			msgs := jobMsgs(t, rdb, 7, id)
+			want := []string{fmt.Sprint(from + 1 + uint32(i)), fmt.Sprint(from + 1 + n + uint32(i))}
+			if strings.Join(msgs, " ") != strings.Join(want, " ") {
+				t.Fatalf("job 7:%d: messages %v, want %v", id, msgs, want)
+			}
+			for _, m := range msgs {
+				if !exists1(t, "message:7:"+m) {
+					t.Fatalf("job 7:%d: message %s missing", id, m)
+				}
+			}
+		}
+	}
+}
+
 // checkStartedEvents: a job.started event names each job 7:<id> of ids.
 func checkStartedEvents(t *testing.T, db *store.DB, ids []uint32) {
 	t.Helper()

@@ -135,32 +135,36 @@ func (d *DB) claimStarts(ctx context.Context, queue, consumer string, lease time
 
 // claimed reads the claim script's reply vals (lua/lib_claim.lua's claim_run, of
 // queue, for consumer, whose claims' ids are claimIDs): what each item became, and the
-// started jobs as they are after their start.
+// started jobs as they are after their start. The reply is flat, claimReplyStride
+// items per claimed item: the item, its code, its attempt, x4 (a started job's DUMP,
+// a retaken one's earlier claim; nil: none) and x5 (a started script's start reads;
+// nil: none).
 func (d *DB) claimed(ctx context.Context, queue, consumer string, claimIDs []string, vals []any) ([]Started, error) {
-	out := make([]Started, 0, len(vals))
-	run := make([]int, 0, len(vals)) // the items to read: started jobs
-	var inline map[int]any           // the started jobs' hashes the reply holds, by item
-	for i, v := range vals {
-		e, _ := v.([]any)
-		if len(e) < 3 || len(e) > 5 || i >= len(claimIDs) {
-			return out, fmt.Errorf("claim and start from %s of context %d: unexpected reply %v", queue, d.ContextID, vals)
-		}
+	if len(vals)%claimReplyStride != 0 || len(vals)/claimReplyStride > len(claimIDs) {
+		return nil, fmt.Errorf("claim and start from %s of context %d: unexpected reply %v", queue, d.ContextID, vals)
+	}
+	n := len(vals) / claimReplyStride
+	out := make([]Started, 0, n)
+	run := make([]int, 0, n) // the items to read: started jobs
+	var inline map[int]any   // the started jobs' hashes the reply holds, by item
+	for i := 0; i < n; i++ {
+		e := vals[i*claimReplyStride : (i+1)*claimReplyStride]
 		c := &Claim{Queue: queue, Consumer: consumer, ID: claimIDs[i]}
 		c.Item, _ = e[0].(string)
 		st := Started{Claim: c, Outcome: StartGone}
 		code, _ := e[1].(int64)
 		if _, _, err := keys.ParseJobKey(c.Item); err != nil {
 			st.Err = fmt.Errorf("dropped queue item %q of %s: %w", c.Item, queue, err)
-		} else if st.Outcome = StartOutcome(code); st.Outcome == StartRetaken && len(e) == 4 {
+		} else if st.Outcome = StartOutcome(code); st.Outcome == StartRetaken && e[3] != nil {
 			c.ID, _ = e[3].(string) // the earlier claim, which holds the job again
 		} else if st.Outcome == StartRun || st.Outcome == StartStopped {
-			if len(e) >= 4 {
+			if e[3] != nil {
 				if inline == nil {
 					inline = map[int]any{}
 				}
 				inline[len(out)] = e[3]
 			}
-			if len(e) == 5 {
+			if e[4] != nil {
 				c.Reads = startReads(e[4])
 			}
 			run = append(run, len(out))
@@ -172,6 +176,9 @@ func (d *DB) claimed(ctx context.Context, queue, consumer string, claimIDs []str
 	}
 	return d.startedJobs(ctx, queue, out, run, inline)
 }
+
+// claimReplyStride is the claim script's reply items per claimed item (claimed).
+const claimReplyStride = 5
 
 // startReads reads the claim reply's start reads {job_defaults, job_max, env_vars,
 // dependency results…}.

@@ -529,6 +529,50 @@ func checkClaimDropsDoneAndGone(t *testing.T, db *store.DB, q string, jobs []*mo
 	}
 }
 
+// One claim call of items of every kind, in queue order: each item's outcome, claim,
+// job and start reads are its own (the script's reply is flat, five items an item:
+// lib/store claimed reads them by position).
+func TestClaimStartsMixedItems(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 7)
+	q := keys.Queue("sh")
+	_, jobs := flowWith(t, s, db, 3)
+	items := []string{keys.Job(1, jobs[0].ID), keys.Job(1, 999), keys.Job(1, jobs[1].ID), keys.Job(1, jobs[0].ID), "not-a-job", keys.Job(1, jobs[2].ID)}
+	for _, item := range items {
+		if err := db.Enqueue(ctx, q, item); err != nil {
+			t.Fatal(err)
+		}
+	}
+	traces := []string{"0af7651916cd43dd8448eb211c80319c", "", "1af7651916cd43dd8448eb211c80319c", "", "", "2af7651916cd43dd8448eb211c80319c"}
+	got, err := db.ClaimStarts(ctx, q, "w1", time.Minute, traces, store.Wake{})
+	if err != nil || len(got) != len(items) {
+		t.Fatalf("claim: %d items, %v", len(got), err)
+	}
+	want := []store.StartOutcome{store.StartRun, store.StartGone, store.StartRun, store.StartDone, store.StartGone, store.StartRun}
+	ran := map[int]*model.Job{0: jobs[0], 2: jobs[1], 5: jobs[2]}
+	ids := map[string]bool{}
+	for i, st := range got {
+		if st.Outcome != want[i] || st.Claim == nil || st.Claim.Item != items[i] || ids[st.Claim.ID] {
+			t.Fatalf("item %d (%s): %+v, want outcome %v", i, items[i], st, want[i])
+		}
+		ids[st.Claim.ID] = true
+		j := ran[i]
+		if j == nil {
+			if st.Job != nil || (items[i] == "not-a-job") != (st.Err != nil) {
+				t.Fatalf("item %d (%s): job %+v, error %v", i, items[i], st.Job, st.Err)
+			}
+			continue
+		}
+		if st.Job == nil || st.Job.ID != j.ID || st.Job.Status != model.JobStarted || st.Job.TraceID != traces[i] || st.Claim.Reads == nil {
+			t.Fatalf("item %d (%s): %+v, job %+v", i, items[i], st.Claim, st.Job)
+		}
+	}
+	if n := srv.Client(t, 7).LLen(ctx, keys.Processing("w1")).Val(); n != 3 {
+		t.Fatalf("processing list: %d items, want the 3 started", n)
+	}
+}
+
 // A claim clears what an earlier attempt's end left in the job (its error, exit code
 // and end times), in Redis and in the job it returns.
 func TestClaimStartClearsAnEarlierEnd(t *testing.T) {

@@ -574,7 +574,9 @@ func mapItems(m map[string]string) []any {
 // scratch hashes) and the messages' status (acknowledged, in the message's) are
 // written once a call, not with each job and message; each job and each request
 // message is still stored as the model encodes it, and a call of two callers (one
-// job pinned: its message for the router) still writes each its own.
+// job pinned: its message for the router) still writes each its own, and so does a
+// call of one caller with a pinned job (its caller in the scratch hashes, the
+// messages' status each its own).
 func TestSubmitSharesOneCallersFields(t *testing.T) {
 	s, db := shContext(t)
 	ctx := context.Background()
@@ -582,6 +584,7 @@ func TestSubmitSharesOneCallersFields(t *testing.T) {
 	for _, subs := range [][]store.Submission{
 		{{Job: shJob(2, 0, "echo a")}, {Job: shJob(2, 0, "echo b")}, {Job: shJob(2, 0, "echo c")}},
 		{{Job: shJob(2, 0, "echo d")}, {Job: shJob(6, 0, "echo e")}, {Job: &model.Job{CallerID: 6, Script: "echo f", ScriptType: "sh", RunnerID: 3}}},
+		{{Job: shJob(5, 0, "echo g")}, {Job: &model.Job{CallerID: 5, Script: "echo h", ScriptType: "sh", RunnerID: 3}}, {Job: shJob(5, 0, "echo i")}},
 	} {
 		out, err := s.SubmitJobs(ctx, 1, subs, "actor:2")
 		if err != nil {

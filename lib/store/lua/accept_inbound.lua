@@ -33,11 +33,11 @@ argi = argi + 1 + n_fields
 -- luagen: end of the prologue
 
 if dedup ~= '' then
-  if redis.call('SET', dedup, '1', 'NX', 'EX', ttl) == false then return {0, ''} end
+  if rcall('SET', dedup, '1', 'NX', 'EX', ttl) == false then return {0, ''} end
 end
 local mk = store_message(caller, fields, now_ms)
-redis.call('LPUSH', KEYS[1], mk)
-redis.call('SELECT', '0')
-redis.call('LPUSH', KEYS[2], ctx)
+rcall('LPUSH', KEYS[1], mk)
+rcall('SELECT', '0')
+rcall('LPUSH', KEYS[2], ctx)
 mark_busy(ctx)
 return {1, mk}

@@ -13,8 +13,8 @@ local now_s = ARGV[1]
 local now_ms = ARGV[2]
 -- luagen: end of the prologue
 
-if redis.call('HGET', KEYS[1], 'status') == MSG_DISPATCHED then
-  redis.call('HSET', KEYS[1], 'status', MSG_ACKNOWLEDGED, 'acked_at_ms', now_ms, 'updated_at', now_s)
+if rcall('HGET', KEYS[1], 'status') == MSG_DISPATCHED then
+  rcall('HSET', KEYS[1], 'status', MSG_ACKNOWLEDGED, 'acked_at_ms', now_ms, 'updated_at', now_s)
   return 1
 end
 return 0

@@ -16,9 +16,9 @@ local ttl_ms = ARGV[2]
 local replace = ARGV[3]
 -- luagen: end of the prologue
 
-local cur = redis.call('GET', KEYS[1])
+local cur = rcall('GET', KEYS[1])
 if not cur or cur == replace then
-  redis.call('SET', KEYS[1], value, 'PX', ttl_ms)
+  rcall('SET', KEYS[1], value, 'PX', ttl_ms)
   return cur or ''
 end
 return cur

@@ -24,8 +24,8 @@ local prefix = ARGV[4]
 local runner_id = ARGV[5]
 -- luagen: end of the prologue
 
-if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('ERR runner does not exist') end
-local have = redis.call('HGET', KEYS[1], field)
+if rcall('EXISTS', KEYS[1]) == 0 then return redis.error_reply('ERR runner does not exist') end
+local have = rcall('HGET', KEYS[1], field)
 local cur = {}
 if have and have ~= '' then
   local ok, v = pcall(cjson.decode, have)
@@ -38,12 +38,12 @@ for _, t in ipairs(cjson.decode(names)) do
   if not set[t] then
     set[t] = true
     cur[#cur + 1] = t
-    redis.call('HINCRBY', KEYS[2], t, '1')
+    rcall('HINCRBY', KEYS[2], t, '1')
     changed = true
   end
 end
 if changed then
-  redis.call('HSET', KEYS[1], field, cjson.encode(cur), 'updated_at', now_s)
+  rcall('HSET', KEYS[1], field, cjson.encode(cur), 'updated_at', now_s)
 end
-for _, t in ipairs(cur) do redis.call('SADD', K_WAKERS .. prefix .. t, runner_id) end
+for _, t in ipairs(cur) do rcall('SADD', K_WAKERS .. prefix .. t, runner_id) end
 return changed and 1 or 0

@@ -17,13 +17,13 @@ local max = tonumber(ARGV[2])
 local ref = ARGV[3]
 -- luagen: end of the prologue
 
-local len = redis.call('STRLEN', KEYS[1])
+local len = rcall('STRLEN', KEYS[1])
 if len >= max then return len end
 if len + #chunk > max then
   chunk = string.sub(chunk, 1, max - len) .. '\n[log truncated at ' .. max .. ' bytes]\n'
 end
-len = redis.call('APPEND', KEYS[1], chunk)
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('PUBLISH', K_LOG_APPENDED, ref)
+len = rcall('APPEND', KEYS[1], chunk)
+if rcall('EXISTS', KEYS[2]) == 1 then
+  rcall('PUBLISH', K_LOG_APPENDED, ref)
 end
 return len

@@ -26,8 +26,8 @@ argi = argi + 1 + n_fields
 -- luagen: end of the prologue
 
 local jk = KEYS[1]
-local cur = redis.call('HGET', jk, 'status')
+local cur = rcall('HGET', jk, 'status')
 if not cur or cur == JOB_FINISHED or cur == JOB_ERROR then return 0 end
-if (redis.call('HGET', jk, 'attempt') or '1') ~= attempt then return 0 end
+if (rcall('HGET', jk, 'attempt') or '1') ~= attempt then return 0 end
 set_job(caller, id, st, unpack(fields))
 return 1

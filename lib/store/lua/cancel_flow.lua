@@ -45,31 +45,31 @@ local retention_ms = ARGV[7]
 -- luagen: end of the prologue
 
 local fk, dag, rk = KEYS[1], KEYS[2], KEYS[3]
-local st = redis.call('HGET', fk, 'status')
+local st = rcall('HGET', fk, 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
 if st == FLOW_FINISHED or st == FLOW_ERROR then return {0, st} end
-local caller = redis.call('HGET', fk, 'caller_id') or '0'
-redis.call('HSET', fk, 'cancelled_by', actor, 'error', reason, 'updated_at', now_s)
+local caller = rcall('HGET', fk, 'caller_id') or '0'
+rcall('HSET', fk, 'cancelled_by', actor, 'error', reason, 'updated_at', now_s)
 event(EV_FLOW_CANCELLED, actor, now_ms, flow, '0', caller, st, reason)
 -- the job ids as strings (cjson decodes numbers, which Lua would format as floats)
 local jobs = {}
-for id in string.gmatch(redis.call('HGET', fk, 'jobs') or '', '%d+') do jobs[#jobs + 1] = id end
+for id in string.gmatch(rcall('HGET', fk, 'jobs') or '', '%d+') do jobs[#jobs + 1] = id end
 if st == FLOW_DISPATCHED or st == FLOW_SCHEDULED then
   cancel_jobs(caller, jobs, reason, now_s)
   set_flow(flow, FLOW_ERROR, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
   event(EV_FLOW_ERROR, actor, now_ms, flow, '0', caller, FLOW_ERROR, reason)
-  local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
+  local keep = tonumber(rcall('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
   if keep > 0 then retention_ms = keep * 1000 end
-  redis.call('SELECT', '0')
+  rcall('SELECT', '0')
   if tonumber(retention_ms) > 0 then
-    redis.call('ZADD', K_EXPIRE, tonumber(now_ms) + tonumber(retention_ms), ctx .. ':flow:' .. flow)
+    rcall('ZADD', K_EXPIRE, tonumber(now_ms) + tonumber(retention_ms), ctx .. ':flow:' .. flow)
   end
-  if st == FLOW_SCHEDULED then redis.call('ZREM', K_DELAYED, ctx .. ':flow:' .. flow) end
+  if st == FLOW_SCHEDULED then rcall('ZREM', K_DELAYED, ctx .. ':flow:' .. flow) end
   return {1, FLOW_ERROR}
 end
 local out = {1, FLOW_STARTED}
 local stops = cancel_nodes(dag, ctx, flow, caller, jobs, actor, reason, now_s, now_ms, out)
-if tonumber(redis.call('HGET', dag, 'terminal')) >= tonumber(redis.call('HGET', dag, 'total')) then
+if tonumber(rcall('HGET', dag, 'terminal')) >= tonumber(rcall('HGET', dag, 'total')) then
   out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
 end
 push_stops(stops)

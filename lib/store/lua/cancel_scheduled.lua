@@ -29,15 +29,15 @@ local now_ms = ARGV[6]
 local reason = ARGV[7]
 -- luagen: end of the prologue
 
-local st = redis.call('HGET', KEYS[1], 'status')
+local st = rcall('HGET', KEYS[1], 'status')
 if not st then return redis.error_reply('NOTFOUND job') end
 if st ~= JOB_SCHEDULED then return {0, st} end
 set_job(caller, id, JOB_ERROR, 'error', reason, 'stop_requested', '1', 'fatal', 'true', 'updated_at', now_s, 'finished_at_us', now_ms * 1000)
 event(EV_JOB_CANCELLED, actor, now_ms, '0', id, caller, JOB_ERROR, reason)
-local keep = (tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0) * 1000
-redis.call('SELECT', '0')
-if keep <= 0 then keep = tonumber(redis.call('HGET', K_SCHEDULER, 'retention_ms') or '0') or 0 end
+local keep = (tonumber(rcall('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0) * 1000
+rcall('SELECT', '0')
+if keep <= 0 then keep = tonumber(rcall('HGET', K_SCHEDULER, 'retention_ms') or '0') or 0 end
 local member = ctx .. ':job:' .. caller .. ':' .. id
-if keep > 0 then redis.call('ZADD', K_EXPIRE, tonumber(now_ms) + keep, member) end
-redis.call('ZREM', K_DELAYED, member)
+if keep > 0 then rcall('ZADD', K_EXPIRE, tonumber(now_ms) + keep, member) end
+rcall('ZREM', K_DELAYED, member)
 return {1}

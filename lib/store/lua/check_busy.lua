@@ -31,24 +31,24 @@ argi = argi + 1 + n_types
 
 local out = {}
 local function look(q, prio)
-  local n = redis.call('LLEN', q)
-  if prio then n = n + redis.call('ZCARD', K_PRIO .. q) end
+  local n = rcall('LLEN', q)
+  if prio then n = n + rcall('ZCARD', K_PRIO .. q) end
   if n > 0 then out[#out + 1] = q; out[#out + 1] = n end
 end
 look(KEYS[1])
 look(KEYS[2])
-local runners = redis.call('ZRANGE', KEYS[4], 0, -1)
+local runners = rcall('ZRANGE', KEYS[4], 0, -1)
 for _, t in ipairs(types) do
   look(K_QUEUE .. t, true)
   for _, r in ipairs(runners) do look(K_PINNED_QUEUE .. r .. ':' .. t) end
 end
-local leases = redis.call('ZCARD', KEYS[3])
+local leases = rcall('ZCARD', KEYS[3])
 if tidy then
-  redis.call('SELECT', '0')
+  rcall('SELECT', '0')
   if #out == 0 and leases == 0 then
-    redis.call('ZREM', KEYS[5], ctx)
+    rcall('ZREM', KEYS[5], ctx)
   else
-    redis.call('ZADD', KEYS[5], 'NX', 0, ctx)
+    rcall('ZADD', KEYS[5], 'NX', 0, ctx)
   end
 end
 return {leases, out}

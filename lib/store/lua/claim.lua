@@ -19,7 +19,7 @@ local expiry_ms = ARGV[3]
 local claim = ARGV[4]
 -- luagen: end of the prologue
 
-local item = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+local item = rcall('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
 if not item then return false end
-redis.call('ZADD', KEYS[3], expiry_ms, consumer .. '\t' .. queue_name .. '\t' .. item .. '\t' .. claim)
+rcall('ZADD', KEYS[3], expiry_ms, consumer .. '\t' .. queue_name .. '\t' .. item .. '\t' .. claim)
 return item

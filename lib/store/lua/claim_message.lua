@@ -69,20 +69,20 @@ local taken = 0
 local function routing(jk)
   local target = route and route_target(jk)
   if target then return {}, target end
-  local v = redis.call('HMGET', jk, unpack(JOB_FIELDS))
+  local v = rcall('HMGET', jk, unpack(JOB_FIELDS))
   local jh = {}
   for k = 1, #JOB_FIELDS do
     if v[k] then jh[#jh + 1] = JOB_FIELDS[k]; jh[#jh + 1] = v[k] end
   end
-  if not route_types then route_types = redis.call('HGETALL', K_SCRIPT_TYPES) end
+  if not route_types then route_types = rcall('HGETALL', K_SCRIPT_TYPES) end
   return jh, nil
 end
 for n = 1, max do
-  local item = redis.call('RPOP', KEYS[1])
+  local item = rcall('RPOP', KEYS[1])
   if not item then break end
   taken = taken + 1
   -- (job and job_ids may be stored in parts: lib_state's part_fields)
-  local kj = redis.call('HMGET', item, 'kind', 'job', 'job_ids', 'caller_id', 'job.n', 'job_ids.n', 'flow_id')
+  local kj = rcall('HMGET', item, 'kind', 'job', 'job_ids', 'caller_id', 'job.n', 'job_ids.n', 'flow_id')
   local kind, job, ids = kj[1], read_parts(item, 'job', kj[2], kj[5]), read_parts(item, 'job_ids', kj[3], kj[6])
   local jh, done = {}, false
   if kind == 'job_request' and ids then
@@ -121,16 +121,16 @@ for n = 1, max do
     end
   end
   if done then
-    redis.call('HSET', item, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
+    rcall('HSET', item, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
   else
-    redis.call('LPUSH', KEYS[2], item)
-    redis.call('ZADD', KEYS[3], expiry_ms, consumer .. '\t' .. queue_name .. '\t' .. item .. '\t' .. claims[n])
+    rcall('LPUSH', KEYS[2], item)
+    rcall('ZADD', KEYS[3], expiry_ms, consumer .. '\t' .. queue_name .. '\t' .. item .. '\t' .. claims[n])
     if kind == 'job_result' then
       -- what a job result for this node's scheduler needs (its list's jobs are of
       -- its caller and flow); the rest is read if needed
       out[#out + 1] = {item, {'kind', kind, 'job', job or '', 'caller_id', kj[4] or '', 'flow_id', kj[7] or ''}, jh, claims[n], 1}
     else
-      out[#out + 1] = {item, redis.call('HGETALL', item), jh, claims[n], 0}
+      out[#out + 1] = {item, rcall('HGETALL', item), jh, claims[n], 0}
     end
   end
 end
@@ -140,7 +140,7 @@ route_flush(ctx)
 local extra = 0
 if held ~= '-' then extra = taken - tonumber(held) end
 if extra > 0 then
-  redis.call('SELECT', '0')
-  redis.call('LREM', KEYS[4], extra, token)
+  rcall('SELECT', '0')
+  rcall('LREM', KEYS[4], extra, token)
 end
 return {route_types or {}, out, route_routed}

@@ -72,12 +72,12 @@ do
     if o.id == '0' then z = z + 1 end
   end
   if z > 1 then
-    local last = redis.call('INCRBY', seqkey, z)
+    local last = rcall('INCRBY', seqkey, z)
     if last <= 4294967295 then
       local ids, ks = keys_free(prefix, last - z + 1, last)
       if ids then fresh = {ids = ids, ks = ks} end
     end
-    if not fresh then redis.call('INCRBY', seqkey, -z) end -- one at a time, below
+    if not fresh then rcall('INCRBY', seqkey, -z) end -- one at a time, below
   end
 end
 -- several objects: the index entries (score, member) and the per-status ones (by
@@ -98,15 +98,15 @@ for _, o in ipairs(objects) do
   elseif id == '0' then
     local n
     repeat
-      n = redis.call('INCR', seqkey)
+      n = rcall('INCR', seqkey)
       id = string.format('%d', n)
-    until redis.call('EXISTS', prefix .. id) == 0
+    until rcall('EXISTS', prefix .. id) == 0
     if n > 4294967295 then r = {3, 0, 'id space exhausted'} end
-  elseif redis.call('EXISTS', prefix .. id) == 1 then
+  elseif rcall('EXISTS', prefix .. id) == 1 then
     key = prefix .. id
     r = {2, tonumber(id), ''}
     for k = 1, 2 * o.ncmp - 1, 2 do
-      local v = redis.call('HGET', key, views[fields_at + k])
+      local v = rcall('HGET', key, views[fields_at + k])
       if v == false then v = '' end
       local want = views[fields_at + k + 1]
       if v ~= want and not ((v == '' or v == '[]' or v == '{}') and (want == '' or want == '[]' or want == '{}')) then
@@ -118,11 +118,11 @@ for _, o in ipairs(objects) do
   end
   if not r then
     key = key or prefix .. id
-    redis.call('HSET', key, 'id', id, unpack(views, fields_at + 1, fields_at + o.fields_n))
+    rcall('HSET', key, 'id', id, unpack(views, fields_at + 1, fields_at + o.fields_n))
     if idxkey ~= '' and not many then
       local member = member_prefix .. id
-      redis.call('ZADD', idxkey, now_ms, member)
-      if o.stidx ~= '' then redis.call('ZADD', o.stidx, now_ms, member) end
+      rcall('ZADD', idxkey, now_ms, member)
+      if o.stidx ~= '' then rcall('ZADD', o.stidx, now_ms, member) end
     elseif idxkey ~= '' then
       local member = member_prefix .. id
       idx[#idx + 1], idx[#idx + 2] = now_ms, member
@@ -140,7 +140,7 @@ for _, o in ipairs(objects) do
     -- the call's objects but the first (lib_state's ev_later, ev_flush): the same
     -- event each, read back one by one
     if ev_type ~= '' and not many then
-      redis.call('XADD', KEYS[1], 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', ev_type, 'actor', ev_actor, 'detail', key)
+      rcall('XADD', KEYS[1], 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', ev_type, 'actor', ev_actor, 'detail', key)
     elseif ev_type ~= '' then
       ev_later(ev_type, ev_actor, '', '', '', key)
     end
@@ -155,7 +155,7 @@ if many then
   ev_flush()
 end
 if registered and #registered > 0 then
-  redis.call('SELECT', '0')
-  for _, id in ipairs(registered) do redis.call('SADD', string.gsub(reg, '%%d', id), reg_member) end
+  rcall('SELECT', '0')
+  for _, id in ipairs(registered) do rcall('SADD', string.gsub(reg, '%%d', id), reg_member) end
 end
 return out

@@ -36,18 +36,18 @@ local now_ms = ARGV[8]
 -- luagen: end of the prologue
 
 local me = caller .. ':' .. id
-local prev = redis.call('SET', KEYS[1], me, 'PX', ttl_ms, 'GET')
+local prev = rcall('SET', KEYS[1], me, 'PX', ttl_ms, 'GET')
 if not prev or prev == me then return {0} end
 local pc, pid = string.match(prev, '^(%d+):(%d+)$')
-if not pc or redis.call('HGET', K_JOB .. prev, 'status') ~= JOB_SCHEDULED then return {0} end
+if not pc or rcall('HGET', K_JOB .. prev, 'status') ~= JOB_SCHEDULED then return {0} end
 local reason = 'cancelled: debounced by job ' .. me .. ' (debounce_key ' .. dkey .. ')'
 set_job(pc, pid, JOB_ERROR, 'error', reason, 'stop_requested', '1', 'fatal', 'true', 'updated_at', now_s, 'finished_at_us', now_ms .. '000')
 event(EV_JOB_CANCELLED, actor, now_ms, '0', pid, pc, JOB_ERROR, reason)
-local keep = (tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0) * 1000
-redis.call('SELECT', '0')
-if keep <= 0 then keep = tonumber(redis.call('HGET', K_SCHEDULER, 'retention_ms') or '0') or 0 end
+local keep = (tonumber(rcall('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0) * 1000
+rcall('SELECT', '0')
+if keep <= 0 then keep = tonumber(rcall('HGET', K_SCHEDULER, 'retention_ms') or '0') or 0 end
 local member = ctx .. ':job:' .. prev
-if keep > 0 then redis.call('ZADD', K_EXPIRE, tonumber(now_ms) + keep, member) end
-redis.call('ZREM', K_DELAYED, member)
-redis.call('PUBLISH', K_JOB_DONE, ctx .. ':' .. prev)
+if keep > 0 then rcall('ZADD', K_EXPIRE, tonumber(now_ms) + keep, member) end
+rcall('ZREM', K_DELAYED, member)
+rcall('PUBLISH', K_JOB_DONE, ctx .. ':' .. prev)
 return {1, prev}

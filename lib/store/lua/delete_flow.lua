@@ -28,26 +28,26 @@ local now_ms = ARGV[5]
 -- luagen: end of the prologue
 
 local fk, dag, rk, fm = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local st = redis.call('HGET', fk, 'status')
+local st = rcall('HGET', fk, 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
 if st == FLOW_STARTED and not force then
   return redis.error_reply('CONFLICT flow ' .. flow .. ' is running; cancel it first (flow.cancel)')
 end
-local caller = redis.call('HGET', fk, 'caller_id') or '0'
-local jobs = cjson.decode(redis.call('HGET', fk, 'jobs') or '[]')
+local caller = rcall('HGET', fk, 'caller_id') or '0'
+local jobs = cjson.decode(rcall('HGET', fk, 'jobs') or '[]')
 for _, id in ipairs(jobs) do
   id = tostring(id)
-  if redis.call('HGET', K_JOB .. caller .. ':' .. id, 'flow_id') == flow then delete_job(caller, id) end
+  if rcall('HGET', K_JOB .. caller .. ':' .. id, 'flow_id') == flow then delete_job(caller, id) end
 end
 delete_messages(fm)
-redis.call('UNLINK', fk, dag, rk, K_FLOW_CASCADE .. flow)
-redis.call('ZREM', K_FLOW_INDEX, flow)
-redis.call('ZREM', K_FLOW_INDEX .. ':' .. st, flow)
+rcall('UNLINK', fk, dag, rk, K_FLOW_CASCADE .. flow)
+rcall('ZREM', K_FLOW_INDEX, flow)
+rcall('ZREM', K_FLOW_INDEX .. ':' .. st, flow)
 event(EV_FLOW_DELETED, actor, now_ms, flow, '0', caller, st, '')
-redis.call('SELECT', '0')
-redis.call('SREM', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
-redis.call('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)
+rcall('SELECT', '0')
+rcall('SREM', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+rcall('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)
 for _, id in ipairs(jobs) do
-  redis.call('ZREM', K_DUE, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. tostring(id))
+  rcall('ZREM', K_DUE, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. tostring(id))
 end
 return 1

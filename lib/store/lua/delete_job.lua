@@ -25,10 +25,10 @@ local now_ms = ARGV[6]
 -- luagen: end of the prologue
 
 local jk = KEYS[1]
-local st = redis.call('HGET', jk, 'status')
+local st = rcall('HGET', jk, 'status')
 if not st then return redis.error_reply('NOTFOUND job') end
-local flow = redis.call('HGET', jk, 'flow_id')
-if flow and flow ~= '0' and redis.call('EXISTS', K_FLOW .. flow) == 1 then
+local flow = rcall('HGET', jk, 'flow_id')
+if flow and flow ~= '0' and rcall('EXISTS', K_FLOW .. flow) == 1 then
   return redis.error_reply('CONFLICT job ' .. id .. ' belongs to flow ' .. flow .. '; delete the flow (flow.delete) instead')
 end
 if st == JOB_STARTED and not force then
@@ -36,7 +36,7 @@ if st == JOB_STARTED and not force then
 end
 delete_job(caller, id)
 event(EV_JOB_DELETED, actor, now_ms, '0', id, caller, st, '')
-redis.call('SELECT', '0')
-redis.call('ZREM', K_EXPIRE, ctx .. ':job:' .. caller .. ':' .. id)
-redis.call('ZREM', K_DUE, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)
+rcall('SELECT', '0')
+rcall('ZREM', K_EXPIRE, ctx .. ':job:' .. caller .. ':' .. id)
+rcall('ZREM', K_DUE, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)
 return 1

@@ -29,44 +29,44 @@ local types = ARGV[6]
 -- luagen: end of the prologue
 
 local rk = KEYS[1]
-if redis.call('EXISTS', rk) == 0 then return redis.error_reply('NOTFOUND runner') end
+if rcall('EXISTS', rk) == 0 then return redis.error_reply('NOTFOUND runner') end
 local all = cjson.decode(types)
 if not force then
   for _, t in ipairs(all) do
-    local n = redis.call('LLEN', K_PINNED_QUEUE .. id .. ':' .. t)
+    local n = rcall('LLEN', K_PINNED_QUEUE .. id .. ':' .. t)
     if n > 0 then
       return redis.error_reply('CONFLICT runner ' .. id .. ' has ' .. n .. ' job(s) pinned to it waiting in coord:rq:' .. id .. ':' .. t .. '; delete them or delete with force')
     end
   end
 end
-local have = redis.call('HGET', rk, 'script_types')
+local have = rcall('HGET', rk, 'script_types')
 if have and have ~= '' then
   for _, t in ipairs(cjson.decode(have)) do
-    if redis.call('HINCRBY', K_SCRIPT_TYPES, t, -1) <= 0 then redis.call('HDEL', K_SCRIPT_TYPES, t) end
+    if rcall('HINCRBY', K_SCRIPT_TYPES, t, -1) <= 0 then rcall('HDEL', K_SCRIPT_TYPES, t) end
   end
 end
 local queues = {}
 for _, t in ipairs(all) do queues[#queues + 1] = K_QUEUE .. t end
-local ex = redis.call('HGET', rk, 'executors')
+local ex = rcall('HGET', rk, 'executors')
 if ex and ex ~= '' then
   local ok, v = pcall(cjson.decode, ex)
   if ok and type(v) == 'table' then
     for _, e in ipairs(v) do queues[#queues + 1] = K_QUEUE .. 'exec:' .. e end
   end
 end
-for _, q in ipairs(queues) do redis.call('SREM', K_WAKERS .. q, id) end
+for _, q in ipairs(queues) do rcall('SREM', K_WAKERS .. q, id) end
 local dels = {rk, KEYS[2]}
 for _, t in ipairs(all) do dels[#dels + 1] = K_PINNED_QUEUE .. id .. ':' .. t end
-redis.call('UNLINK', unpack(dels))
-redis.call('ZREM', K_RUNNER_INDEX, id)
+rcall('UNLINK', unpack(dels))
+rcall('ZREM', K_RUNNER_INDEX, id)
 event(EV_RUNNER_DELETED, actor, now_ms, '0', '0', '0', '', 'runner ' .. id)
-redis.call('SELECT', '0')
+rcall('SELECT', '0')
 for _, q in ipairs(queues) do
-  redis.call('LREM', K_WAKE_RUNNER .. id .. ':' .. q, '0', ctx)
+  rcall('LREM', K_WAKE_RUNNER .. id .. ':' .. q, '0', ctx)
   if string.sub(q, 1, 6) == K_QUEUE then
-    redis.call('LREM', K_WAKE_RUNNER .. id .. ':' .. K_PINNED_QUEUE .. id .. ':' .. string.sub(q, 7), 0, ctx)
+    rcall('LREM', K_WAKE_RUNNER .. id .. ':' .. K_PINNED_QUEUE .. id .. ':' .. string.sub(q, 7), 0, ctx)
   end
 end
-redis.call('SREM', K_RUNNER_COORD .. id .. ':contexts', ctx)
-redis.call('PUBLISH', K_CONTROL, 'runner-deleted:' .. ctx .. ':' .. id)
+rcall('SREM', K_RUNNER_COORD .. id .. ':contexts', ctx)
+rcall('PUBLISH', K_CONTROL, 'runner-deleted:' .. ctx .. ':' .. id)
 return 1

@@ -81,7 +81,7 @@ local delayed, released = '', {}
 if flow == '0' and dag ~= '' then delayed, dag = dag, '' end
 -- release_check: why a delayed job is not released now (nil: it is).
 local function release_check(id)
-  local h = redis.call('HMGET', K_JOB .. caller .. ':' .. id, 'status', 'run_at_ms')
+  local h = rcall('HMGET', K_JOB .. caller .. ':' .. id, 'status', 'run_at_ms')
   if h[1] ~= JOB_SCHEDULED then
     released[#released + 1] = ctx .. ':job:' .. caller .. ':' .. id
     return h[1] or 'job missing'
@@ -127,7 +127,7 @@ ev_flush() -- the job.dispatched events (lib_dispatch), before any a push writes
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
 if #released > 0 then
-  redis.call('SELECT', '0')
-  redis.call('ZREM', delayed, unpack(released))
+  rcall('SELECT', '0')
+  rcall('ZREM', delayed, unpack(released))
 end
 return out

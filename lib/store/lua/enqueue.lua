@@ -21,9 +21,9 @@ argi = argi + 1 + n_items
 -- luagen: end of the prologue
 
 local n = #items
-for i = 1, n, 1000 do redis.call('LPUSH', KEYS[1], unpack(items, i, math.min(i + 999, n))) end
+for i = 1, n, 1000 do rcall('LPUSH', KEYS[1], unpack(items, i, math.min(i + 999, n))) end
 local ids = wake_targets(KEYS[1])
-redis.call('SELECT', '0')
+rcall('SELECT', '0')
 wake_runners(ctx, KEYS[1], ids, n)
 mark_busy(ctx)
 return n

@@ -26,19 +26,19 @@ local expiry_ms = ARGV[2]
 local ctx = ARGV[3]
 -- luagen: end of the prologue
 
-if redis.call('ZSCORE', KEYS[1], member) then
-  redis.call('ZADD', KEYS[1], expiry_ms, member)
+if rcall('ZSCORE', KEYS[1], member) then
+  rcall('ZADD', KEYS[1], expiry_ms, member)
   return 1
 end
 local consumer, queue, item, claim = string.match(member, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]+)$')
 if not claim or not string.match(item, '^' .. K_JOB .. '%d+:%d+$') then return 0 end
-local cur = redis.call('HMGET', item, 'claim', 'status')
+local cur = rcall('HMGET', item, 'claim', 'status')
 if cur[1] ~= claim or cur[2] ~= JOB_STARTED then return 0 end
-redis.call('ZADD', KEYS[1], expiry_ms, member)
+rcall('ZADD', KEYS[1], expiry_ms, member)
 local proc = K_PROCESSING .. consumer
-if not redis.call('LPOS', proc, item) then redis.call('LPUSH', proc, item) end
+if not rcall('LPOS', proc, item) then rcall('LPUSH', proc, item) end
 -- the sweep pushed it at the consuming end (the tail)
-redis.call('LREM', queue, '-1', item)
-redis.call('SELECT', '0')
+rcall('LREM', queue, '-1', item)
+rcall('SELECT', '0')
 mark_busy(ctx)
 return 2

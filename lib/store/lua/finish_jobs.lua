@@ -165,10 +165,10 @@ local here_ok = apply
 -- at least the sweep's interval (the longest its expiry timer waits).
 local retention, eff
 if here_ok then
-  local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
-  redis.call('SELECT', '0')
-  local st = redis.call('HMGET', K_SCHEDULER, 'retention_ms', 'sweep_ms')
-  redis.call('SELECT', ctx)
+  local keep = tonumber(rcall('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
+  rcall('SELECT', '0')
+  local st = rcall('HMGET', K_SCHEDULER, 'retention_ms', 'sweep_ms')
+  rcall('SELECT', ctx)
   retention = tonumber(st[1] or '')
   eff = retention
   if keep > 0 then eff = keep * 1000 end
@@ -182,7 +182,7 @@ local expire, jobdone = {}, {}
 local awaited = {}
 local AWAITED_MAX = 16384
 local function tell_awaited(jk, ref)
-  local d = redis.call('DUMP', jk)
+  local d = rcall('DUMP', jk)
   if #d > AWAITED_MAX then
     jobdone[#jobdone + 1] = ref
     return
@@ -195,7 +195,7 @@ local unleased = {} -- the runs' lease members, removed in one ZREM
 local gflow -- the flow of the runs that share one message or are applied here (one flow per call)
 local pushed, applied, ready, fstatus = 0, 0, {}, ''
 local function push(mk)
-  redis.call('LPUSH', mo, mk)
+  rcall('LPUSH', mo, mk)
   pushed = pushed + 1
 end
 -- applied_ends: the successful ends of runs of the call's flow that are applied here,
@@ -241,7 +241,7 @@ for r = 1, #runs do
   -- from the tail, where claims (pushed at the head) are oldest: runs end in about the
   -- order they started, so the entry is near (a scan from the head crossed every run
   -- in flight, ~2% of this script with 256 of them)
-  local held = redis.call('LREM', proc, '-1', jk)
+  local held = rcall('LREM', proc, '-1', jk)
   unleased[#unleased + 1] = member
   -- its slot under limits: given back, the queues parked for one woken (ck_wake)
   if lim then
@@ -255,9 +255,9 @@ for r = 1, #runs do
   -- (claim_start), so this end only sets those it has.
   local cur
   if grouped and flow ~= '0' then
-    cur = redis.call('HMGET', jk, 'claim', 'status', 'attempt', 'created_at_ms')
+    cur = rcall('HMGET', jk, 'claim', 'status', 'attempt', 'created_at_ms')
   else
-    cur = redis.call('HMGET', jk, 'claim', 'status', 'attempt', 'created_at_ms', 'done_attempt', 'msgs')
+    cur = rcall('HMGET', jk, 'claim', 'status', 'attempt', 'created_at_ms', 'done_attempt', 'msgs')
   end
   if cur[1] == claim and (cur[2] == JOB_FINISHED or cur[2] == JOB_ERROR) then
     out[#out + 1] = 2 -- written already: a try whose answer was lost
@@ -266,18 +266,25 @@ for r = 1, #runs do
   else
     -- the end in microseconds only (finished_at and finished_at_ms are derived from it
     -- when read: each field the end adds is a scan of the job's listpack)
+    -- set: the items of a run's end beyond its status, result, end and updated_at, in a
+    -- table only when it has one of the less common ones (exit code, error …): else
+    -- the HSET below spells them out with done_attempt (da) and msgs (mn) when
+    -- written (a table a run, and its unpack, were ~1.5k instructions)
     -- (sized for the items a standalone job's end adds, done_attempt and msgs: a table
     -- grown past its constructor's size is rebuilt)
-    local set = {'status', status, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s, nil, nil, nil, nil}
-    -- an exit code of 0 is the field's absence (its read: 0), as for the other ends'
-    -- fields below: a start removes an earlier run's (issue 49: 13 B of a finished
-    -- job's listpack)
-    if code ~= '0' then set[#set + 1] = 'exit_code'; set[#set + 1] = code end
-    if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson end
-    if started ~= '' then set[#set + 1] = 'started_at_us'; set[#set + 1] = started end
-    if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err end
-    if fatal then set[#set + 1] = 'fatal'; set[#set + 1] = '1' end
-    if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = retry_ms end
+    local set, da, mn
+    if code ~= '0' or rjson ~= '' or started ~= '' or err ~= '' or fatal or (retry_after and retry_after > 0) then
+      set = {'status', status, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s, nil, nil, nil, nil}
+      -- an exit code of 0 is the field's absence (its read: 0), as for the other ends'
+      -- fields below: a start removes an earlier run's (issue 49: 13 B of a finished
+      -- job's listpack)
+      if code ~= '0' then set[#set + 1] = 'exit_code'; set[#set + 1] = code end
+      if rjson ~= '' then set[#set + 1] = 'result_json'; set[#set + 1] = rjson end
+      if started ~= '' then set[#set + 1] = 'started_at_us'; set[#set + 1] = started end
+      if err ~= '' then set[#set + 1] = 'error'; set[#set + 1] = err end
+      if fatal then set[#set + 1] = 'fatal'; set[#set + 1] = '1' end
+      if retry_after and retry_after > 0 then set[#set + 1] = 'retry_after_ms'; set[#set + 1] = retry_ms end
+    end
     local here = here_ok and status == JOB_FINISHED
     -- A standalone job's successful end, applied here as standalone_end would: once
     -- per attempt (done_attempt); the failure branches (retries, DLQ) are the
@@ -287,7 +294,7 @@ for r = 1, #runs do
     if alone then
       local as = cur[3] or '0' -- (the attempt as stored: a whole number)
       if cur[5] ~= as then
-        set[#set + 1] = 'done_attempt'; set[#set + 1] = as
+        da = as
         if eff > 0 then expire[#expire + 1] = ctx .. ':job:' .. caller .. ':' .. id end
         if await then
           told = ctx .. ':' .. caller .. ':' .. id
@@ -307,26 +314,38 @@ for r = 1, #runs do
       local n
       if alone then
         n, mk = message_id(caller)
-        redis.call('HSET', mk, 'res', now_ms .. ' ' .. run.entry)
+        rcall('HSET', mk, 'res', now_ms .. ' ' .. run.entry)
       else
         mk = store_message(caller, result, now_ms, part_fields({'message', 'result of job ' .. ctx .. ':' .. caller .. ':' .. id, nil, nil, nil, nil}, 'job', '[' .. run.entry .. ']'), here and MSG_PROCESSED or nil)
         n = string.sub(mk, #K_MESSAGE + #caller + 2)
       end
       if cur[6] and cur[6] ~= '' then n = cur[6] .. ' ' .. n end
-      set[#set + 1] = 'msgs'; set[#set + 1] = n
+      mn = n
     end
-    redis.call('HSET', jk, unpack(set))
+    if set then
+      if da then set[#set + 1] = 'done_attempt'; set[#set + 1] = da end
+      if mn then set[#set + 1] = 'msgs'; set[#set + 1] = mn end
+      rcall('HSET', jk, unpack(set))
+    elseif da and mn then
+      rcall('HSET', jk, 'status', status, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s, 'done_attempt', da, 'msgs', mn)
+    elseif mn then
+      rcall('HSET', jk, 'status', status, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s, 'msgs', mn)
+    elseif da then
+      rcall('HSET', jk, 'status', status, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s, 'done_attempt', da)
+    else
+      rcall('HSET', jk, 'status', status, 'result', rresult, 'finished_at_us', now_us, 'updated_at', now_s)
+    end
     if told then tell_awaited(jk, told) end
     -- a late end (the lease was swept, no other claim took the job): the copy the
     -- sweep queued, at the consuming end, goes
-    if held == 0 then redis.call('LREM', string.match(member, '^[^\t]*\t([^\t]*)\t'), '-1', jk) end
+    if held == 0 then rcall('LREM', string.match(member, '^[^\t]*\t([^\t]*)\t'), '-1', jk) end
     index_later(caller .. ':' .. id, JOB_STARTED, status, cur[4] or nil)
     if chunk ~= '' then
       local lk = K_JOB_LOG .. caller .. ':' .. id
-      local len = redis.call('STRLEN', lk)
+      local len = rcall('STRLEN', lk)
       if len < logmax then
         if len + #chunk > logmax then chunk = string.sub(chunk, 1, logmax - len) .. '\n[log truncated at ' .. logmax .. ' bytes]\n' end
-        redis.call('APPEND', lk, chunk)
+        rcall('APPEND', lk, chunk)
       end
     end
     local ev = EV_JOB_FINISHED
@@ -381,7 +400,7 @@ local function group_message(spans, gids, total, processed)
     -- field looked up in those before it (~10k instructions a run)
     local _
     _, mk = message_id(caller)
-    redis.call('HSET', mk, 'gres', now_ms .. ' ' .. gflow .. ' ' .. int(total) .. ' ' .. list)
+    rcall('HSET', mk, 'gres', now_ms .. ' ' .. gflow .. ' ' .. int(total) .. ' ' .. list)
   else
     mk = store_message(caller, result, now_ms, part_fields({}, 'job', list), nil)
   end
@@ -422,17 +441,17 @@ if #ready > 0 then
   end
 end
 if #jobdone > 0 or #awaited > 0 then
-  redis.call('SELECT', '0')
+  rcall('SELECT', '0')
   if #expire > 0 then
     local args, at = {}, int(tonumber(now_ms) + eff)
     for k, m in ipairs(expire) do args[2 * k - 1] = at; args[2 * k] = m end
-    redis.call('ZADD', K_EXPIRE, unpack(args))
+    rcall('ZADD', K_EXPIRE, unpack(args))
   end
   -- one notice for the call's jobs (space-separated): a PUBLISH, and a message its
   -- subscribers read, per job was ~2% of a standalone job's CPU
-  if #jobdone > 0 then redis.call('PUBLISH', K_JOB_DONE, table.concat(jobdone, ' ')) end
-  if #awaited > 0 then redis.call('PUBLISH', K_JOB_DONE, '=' .. table.concat(awaited)) end
-  redis.call('SELECT', ctx)
+  if #jobdone > 0 then rcall('PUBLISH', K_JOB_DONE, table.concat(jobdone, ' ')) end
+  if #awaited > 0 then rcall('PUBLISH', K_JOB_DONE, '=' .. table.concat(awaited)) end
+  rcall('SELECT', ctx)
 end
 ck_wake(ctx)
 route_flush(ctx)
@@ -449,9 +468,9 @@ wake_msg_out(ctx, pushed)
 -- slot passed from run to run would keep them waiting while the queue has jobs).
 local taken
 if apply and take > 0 then
-  redis.call('SELECT', '0')
+  rcall('SELECT', '0')
   local waiting = {}
-  for k = 1, tqueues_n do waiting[k] = redis.call('LLEN', views[twakes_at + k]) end
+  for k = 1, tqueues_n do waiting[k] = rcall('LLEN', views[twakes_at + k]) end
   local looked = {}
   local function take_from(q)
     if looked[q] then return end
@@ -462,12 +481,12 @@ if apply and take > 0 then
           if j ~= k and waiting[j] > 0 then return end
         end
         if waiting[k] > 0 then
-          redis.call('SELECT', '0')
-          local mine = redis.call('LPOS', views[twakes_at + k], ctx, 'COUNT', 0)
+          rcall('SELECT', '0')
+          local mine = rcall('LPOS', views[twakes_at + k], ctx, 'COUNT', 0)
           if #mine < waiting[k] then return end
         end
-        redis.call('SELECT', ctx)
-        if redis.call('LLEN', q) > 0 then
+        rcall('SELECT', ctx)
+        if rcall('LLEN', q) > 0 then
           taken = {q, claim_run(q, proc, leases, ek, views[twakes_at + k], tworker, q, texp, now_ms, now_us, now_s, take, ctx,
             '0', ctx, {unpack(views, tclears_at + 1, tclears_at + tclears_n)}, tnonce, '=', {})}
         end

@@ -38,22 +38,22 @@ local reason = ARGV[6]
 -- luagen: end of the prologue
 
 local fk, dag = KEYS[1], KEYS[2]
-local h = redis.call('HMGET', fk, 'status', 'caller_id', 'cancelling')
+local h = rcall('HMGET', fk, 'status', 'caller_id', 'cancelling')
 local st, caller = h[1], h[2] or '0'
 if not st then return redis.error_reply('NOTFOUND flow') end
 if h[3] then return {2, h[3]} end
 if st == FLOW_FINISHED or st == FLOW_ERROR then return {0, st} end
 local mode = 'jobs'
 if st == FLOW_STARTED then mode = 'nodes' end
-redis.call('HSET', fk, 'cancelled_by', actor, 'error', reason, 'updated_at', now_s, 'cancelling', '0 ' .. mode)
+rcall('HSET', fk, 'cancelled_by', actor, 'error', reason, 'updated_at', now_s, 'cancelling', '0 ' .. mode)
 event(EV_FLOW_CANCELLED, actor, now_ms, flow, '0', caller, st, reason)
 if mode == 'nodes' then
-  redis.call('HSET', dag, 'hold', 'cancel')
+  rcall('HSET', dag, 'hold', 'cancel')
 else
   set_flow(flow, FLOW_ERROR, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
   event(EV_FLOW_ERROR, actor, now_ms, flow, '0', caller, FLOW_ERROR, reason)
 end
-redis.call('SELECT', '0')
-redis.call('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
-if st == FLOW_SCHEDULED then redis.call('ZREM', K_DELAYED, ctx .. ':flow:' .. flow) end
+rcall('SELECT', '0')
+rcall('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+if st == FLOW_SCHEDULED then rcall('ZREM', K_DELAYED, ctx .. ':flow:' .. flow) end
 return {1, '0 ' .. mode}

@@ -54,14 +54,14 @@ argi = argi + 1 + n_ids
 -- luagen: end of the prologue
 
 local fk, dag, rk = KEYS[1], KEYS[2], KEYS[3]
-local h = redis.call('HMGET', fk, 'status', 'caller_id', 'cancelling', 'cancelled_by', 'error')
+local h = rcall('HMGET', fk, 'status', 'caller_id', 'cancelling', 'cancelled_by', 'error')
 local st, caller, cancelling, actor, reason = h[1], h[2] or '0', h[3], h[4] or '', h[5] or ''
 if not st or not cancelling then return {0, st or ''} end
 local done, mode = string.match(cancelling, '^(%d+) (%a+)$')
 if done ~= from then return {0, st} end
 local function finish()
-  redis.call('HDEL', fk, 'cancelling')
-  if mode == 'nodes' then redis.call('HDEL', dag, 'hold') end
+  rcall('HDEL', fk, 'cancelling')
+  if mode == 'nodes' then rcall('HDEL', dag, 'hold') end
 end
 if mode == 'nodes' and st ~= FLOW_STARTED then
   -- ended meanwhile: its last running jobs ended, every node final
@@ -76,22 +76,22 @@ else
   stops = cancel_nodes(dag, ctx, flow, caller, ids, actor, reason, now_s, now_ms, out)
 end
 if not last then
-  redis.call('HSET', fk, 'cancelling', int(tonumber(done) + #ids) .. ' ' .. mode)
+  rcall('HSET', fk, 'cancelling', int(tonumber(done) + #ids) .. ' ' .. mode)
 else
   finish()
   if mode == 'nodes' then
-    if tonumber(redis.call('HGET', dag, 'terminal')) >= tonumber(redis.call('HGET', dag, 'total')) then
+    if tonumber(rcall('HGET', dag, 'terminal')) >= tonumber(rcall('HGET', dag, 'total')) then
       out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
     end
   else
-    local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
+    local keep = tonumber(rcall('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
     if keep > 0 then retention_ms = keep * 1000 end
-    redis.call('SELECT', '0')
-    redis.call('SREM', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+    rcall('SELECT', '0')
+    rcall('SREM', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
     if tonumber(retention_ms) > 0 then
-      redis.call('ZADD', K_EXPIRE, tonumber(now_ms) + tonumber(retention_ms), ctx .. ':flow:' .. flow)
+      rcall('ZADD', K_EXPIRE, tonumber(now_ms) + tonumber(retention_ms), ctx .. ':flow:' .. flow)
     end
-    redis.call('SELECT', ctx)
+    rcall('SELECT', ctx)
   end
 end
 push_stops(stops)

@@ -40,13 +40,13 @@ local retention_ms = ARGV[6]
 
 local dag, fk, rk, ek = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local lk = K_FLOW_CASCADE .. flow
-local h = redis.call('HMGET', fk, 'status', 'caller_id')
+local h = rcall('HMGET', fk, 'status', 'caller_id')
 if h[1] ~= FLOW_STARTED then
-  redis.call('DEL', lk)
+  rcall('DEL', lk)
   return {0, '', 0}
 end
 local caller = h[2] or '0'
-local items = redis.call('LPOP', lk, CASCADE_CHUNK)
+local items = rcall('LPOP', lk, CASCADE_CHUNK)
 if not items then return {0, '', 0} end
 local qd, qo = {}, {}
 for k, it in ipairs(items) do
@@ -55,8 +55,8 @@ end
 -- the popped items are examined here (CASCADE_CHUNK at most); the dependents of the
 -- nodes cancelled go to the list's end (cascade queues those past CASCADE_CHUNK)
 local _, cancelled = cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms, EVENTS_CAP(), false)
-local out = {redis.call('LLEN', lk), '', cancelled}
-local c = redis.call('HMGET', dag, 'terminal', 'total')
+local out = {rcall('LLEN', lk), '', cancelled}
+local c = rcall('HMGET', dag, 'terminal', 'total')
 if tonumber(c[1] or '0') >= tonumber(c[2] or '0') then
   out[2] = finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
   out[1] = 0

@@ -34,26 +34,26 @@ if n_ids <= 7000 then ids = {unpack(ARGV, argi + 1, argi + n_ids)} else ids = {}
 argi = argi + 1 + n_ids
 -- luagen: end of the prologue
 
-local st = redis.call('HGET', KEYS[1], 'status')
+local st = rcall('HGET', KEYS[1], 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
 if st == FLOW_STARTED and not force then
   return redis.error_reply('CONFLICT flow ' .. flow_id .. ' is running; cancel it first (flow.cancel)')
 end
 local deleted = 0
 for _, id in ipairs(ids) do
-  if redis.call('HGET', K_JOB .. caller .. ':' .. id, 'flow_id') == flow_id then
+  if rcall('HGET', K_JOB .. caller .. ':' .. id, 'flow_id') == flow_id then
     delete_job(caller, id)
     deleted = deleted + 1
   end
 end
 if nmsgs > 0 then
-  for _, mk in ipairs(redis.call('SPOP', KEYS[2], nmsgs)) do delete_message(mk) end
+  for _, mk in ipairs(rcall('SPOP', KEYS[2], nmsgs)) do delete_message(mk) end
 end
-local left = redis.call('SCARD', KEYS[2])
+local left = rcall('SCARD', KEYS[2])
 if #ids > 0 then
-  redis.call('SELECT', '0')
+  rcall('SELECT', '0')
   for _, id in ipairs(ids) do
-    redis.call('ZREM', K_DUE, 'retry:' .. ctx .. ':' .. flow_id .. ':' .. caller .. ':' .. id)
+    rcall('ZREM', K_DUE, 'retry:' .. ctx .. ':' .. flow_id .. ':' .. caller .. ':' .. id)
   end
 end
 return {deleted, left}

@@ -27,7 +27,7 @@ local flow = ARGV[2]
 -- luagen: end of the prologue
 
 local fk, dag = KEYS[1], KEYS[2]
-local h = redis.call('HMGET', fk, 'status', 'retrying', 'cancelling')
+local h = rcall('HMGET', fk, 'status', 'retrying', 'cancelling')
 local st = h[1]
 if not st then return redis.error_reply('NOTFOUND flow') end
 if h[2] then return {2, h[2]} end
@@ -37,12 +37,12 @@ end
 if h[3] then
   return redis.error_reply('CONFLICT flow ' .. flow .. ' is being cancelled; retry it once the cancel is done')
 end
-if redis.call('EXISTS', dag) == 0 then
+if rcall('EXISTS', dag) == 0 then
   return redis.error_reply('CONFLICT flow ' .. flow .. ' never started; start it (flow.start)')
 end
-redis.call('HSET', fk, 'retrying', '0')
-redis.call('HSET', dag, 'hold', 'retry')
-redis.call('SELECT', '0')
-redis.call('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
-redis.call('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)
+rcall('HSET', fk, 'retrying', '0')
+rcall('HSET', dag, 'hold', 'retry')
+rcall('SELECT', '0')
+rcall('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+rcall('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)
 return {1, '0'}

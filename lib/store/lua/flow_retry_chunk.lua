@@ -41,23 +41,23 @@ argi = argi + 1 + n_results
 -- luagen: end of the prologue
 
 local fk, dag, rk = KEYS[1], KEYS[2], KEYS[3]
-local h = redis.call('HMGET', fk, 'retrying', 'caller_id')
+local h = rcall('HMGET', fk, 'retrying', 'caller_id')
 if h[1] ~= from then return {0} end
 local caller = h[2] or '0'
 local out = {1}
 local failed, cancelled = 0, 0
 for _, id in ipairs(ids) do
-  local s = redis.call('HGET', dag, 's:' .. id)
+  local s = rcall('HGET', dag, 's:' .. id)
   if s == NODE_FAILED or s == NODE_CANCELLED then
     if s == NODE_FAILED then failed = failed + 1 else cancelled = cancelled + 1 end
     if retry_node(dag, caller, id, now_s, now_ms) then out[#out + 1] = id end
   end
 end
 if failed + cancelled > 0 then
-  redis.call('HINCRBY', dag, 'terminal', int(-(failed + cancelled)))
-  if failed > 0 then redis.call('HINCRBY', dag, 'failed', int(-failed)) end
-  if cancelled > 0 then redis.call('HINCRBY', dag, 'cancelled', int(-cancelled)) end
+  rcall('HINCRBY', dag, 'terminal', int(-(failed + cancelled)))
+  if failed > 0 then rcall('HINCRBY', dag, 'failed', int(-failed)) end
+  if cancelled > 0 then rcall('HINCRBY', dag, 'cancelled', int(-cancelled)) end
 end
 if #results > 0 then call_each('HSET', rk, results, 2) end
-redis.call('HSET', fk, 'retrying', int(tonumber(from) + #ids))
+rcall('HSET', fk, 'retrying', int(tonumber(from) + #ids))
 return out

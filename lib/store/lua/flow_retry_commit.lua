@@ -32,15 +32,15 @@ local nready = ARGV[7]
 -- luagen: end of the prologue
 
 local fk, dag = KEYS[1], KEYS[2]
-local h = redis.call('HMGET', fk, 'retrying', 'caller_id', 'status')
+local h = rcall('HMGET', fk, 'retrying', 'caller_id', 'status')
 if h[1] ~= total or h[3] ~= FLOW_ERROR then return 0 end
 local caller = h[2] or '0'
-redis.call('HDEL', dag, 'hold')
-redis.call('HSET', dag, 'failed', 0, 'cancelled', 0)
+rcall('HDEL', dag, 'hold')
+rcall('HSET', dag, 'failed', 0, 'cancelled', 0)
 set_flow(flow, FLOW_STARTED, 'updated_at', now_s)
-redis.call('HDEL', fk, 'retrying', 'error', 'failed_job', 'cancelled_by', 'finished_at', 'finished_at_ms', 'result')
+rcall('HDEL', fk, 'retrying', 'error', 'failed_job', 'cancelled_by', 'finished_at', 'finished_at_ms', 'result')
 event(EV_FLOW_RETRIED, actor, now_ms, flow, '0', caller, FLOW_STARTED, nready .. ' job(s) ready to run again')
-redis.call('SELECT', '0')
-redis.call('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
-redis.call('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)
+rcall('SELECT', '0')
+rcall('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+rcall('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)
 return 1

@@ -28,7 +28,7 @@ local op = ARGV[5]
 local hold_ms = tonumber(ARGV[6])
 -- luagen: end of the prologue
 
-local st = redis.call('HMGET', KEYS[1], 'caller', 'first', 'last', 'ttl_ms', 'state')
+local st = rcall('HMGET', KEYS[1], 'caller', 'first', 'last', 'ttl_ms', 'state')
 if not st[1] then return {0} end
 if st[1] ~= caller then
   return redis.error_reply('CONFLICT flow ' .. flow .. ' was begun by caller ' .. st[1] .. ', not ' .. caller)
@@ -39,12 +39,12 @@ if op == 'commit' then
     return redis.error_reply('CONFLICT flow ' .. flow .. ' is not open (' .. st[5] .. ')')
   end
   expires = string.format('%d', now_ms + hold_ms)
-  redis.call('HSET', KEYS[1], 'state', 'storing', 'expires_ms', expires)
+  rcall('HSET', KEYS[1], 'state', 'storing', 'expires_ms', expires)
 else
   if st[5] ~= 'storing' then return {1, tonumber(st[2]), tonumber(st[3])} end
   expires = string.format('%d', now_ms + tonumber(st[4]))
-  redis.call('HSET', KEYS[1], 'state', 'open', 'expires_ms', expires)
+  rcall('HSET', KEYS[1], 'state', 'open', 'expires_ms', expires)
 end
-redis.call('SELECT', '0')
-redis.call('ZADD', K_EXPIRE, expires, ctx .. ':stage:' .. flow)
+rcall('SELECT', '0')
+rcall('ZADD', K_EXPIRE, expires, ctx .. ':stage:' .. flow)
 return {1, tonumber(st[2]), tonumber(st[3])}

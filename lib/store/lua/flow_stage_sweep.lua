@@ -33,12 +33,12 @@ local hold_ms = tonumber(ARGV[6])
 local sk, fk = KEYS[1], KEYS[2]
 local flow, now = flow_id, now_ms
 local member = ctx .. ':stage:' .. flow
-local st = redis.call('HMGET', sk, 'caller', 'first', 'last', 'expires_ms', 'state', 'next')
+local st = rcall('HMGET', sk, 'caller', 'first', 'last', 'expires_ms', 'state', 'next')
 if not st[1] then return {0, 0} end
-if redis.call('EXISTS', fk) == 1 then
-  redis.call('DEL', sk)
-  redis.call('SELECT', '0')
-  redis.call('ZREM', K_EXPIRE, member)
+if rcall('EXISTS', fk) == 1 then
+  rcall('DEL', sk)
+  rcall('SELECT', '0')
+  rcall('ZREM', K_EXPIRE, member)
   return {0, 0}
 end
 if st[5] ~= 'swept' then
@@ -46,8 +46,8 @@ if st[5] ~= 'swept' then
     return redis.error_reply('CONFLICT flow ' .. flow .. ' is being stored (flow.create)')
   end
   if not force and tonumber(st[4]) > now then
-    redis.call('SELECT', '0')
-    redis.call('ZADD', K_EXPIRE, st[4], member)
+    rcall('SELECT', '0')
+    rcall('ZADD', K_EXPIRE, st[4], member)
     return {0, 0}
   end
 end
@@ -58,22 +58,22 @@ local deleted = 0
 for id = from, to do
   local sid = string.format('%d', id)
   local jk = K_JOB .. caller .. ':' .. sid
-  local f = redis.call('HMGET', jk, 'flow_id', 'status')
+  local f = rcall('HMGET', jk, 'flow_id', 'status')
   if f[1] == flow then
     local m = caller .. ':' .. sid
-    redis.call('UNLINK', jk, K_JOB_LOG .. m)
-    redis.call('ZREM', K_JOB_INDEX, m)
-    if f[2] then redis.call('ZREM', K_JOB_INDEX .. ':' .. f[2], m) end
+    rcall('UNLINK', jk, K_JOB_LOG .. m)
+    rcall('ZREM', K_JOB_INDEX, m)
+    if f[2] then rcall('ZREM', K_JOB_INDEX .. ':' .. f[2], m) end
     deleted = deleted + 1
   end
 end
 if to >= last then
-  redis.call('DEL', sk)
-  redis.call('SELECT', '0')
-  redis.call('ZREM', K_EXPIRE, member)
+  rcall('DEL', sk)
+  rcall('SELECT', '0')
+  rcall('ZREM', K_EXPIRE, member)
   return {0, deleted}
 end
-redis.call('HSET', sk, 'state', 'swept', 'next', string.format('%d', to + 1))
-redis.call('SELECT', '0')
-redis.call('ZADD', K_EXPIRE, string.format('%d', now + hold_ms), member)
+rcall('HSET', sk, 'state', 'swept', 'next', string.format('%d', to + 1))
+rcall('SELECT', '0')
+rcall('ZADD', K_EXPIRE, string.format('%d', now + hold_ms), member)
 return {1, deleted}

@@ -23,7 +23,7 @@ local caller = ARGV[3]
 local now_ms = tonumber(ARGV[4])
 -- luagen: end of the prologue
 
-local st = redis.call('HMGET', KEYS[1], 'caller', 'first', 'last', 'ttl_ms', 'state')
+local st = rcall('HMGET', KEYS[1], 'caller', 'first', 'last', 'ttl_ms', 'state')
 if not st[1] then return redis.error_reply('NOTFOUND stage') end
 if st[1] ~= caller then
   return redis.error_reply('CONFLICT flow ' .. flow .. ' was begun by caller ' .. st[1] .. ', not ' .. caller)
@@ -32,7 +32,7 @@ if st[5] ~= 'open' then
   return redis.error_reply('CONFLICT flow ' .. flow .. ' is no longer open for jobs (' .. st[5] .. ')')
 end
 local expires = string.format('%d', now_ms + tonumber(st[4]))
-redis.call('HSET', KEYS[1], 'expires_ms', expires)
-redis.call('SELECT', '0')
-redis.call('ZADD', K_EXPIRE, expires, ctx .. ':stage:' .. flow)
+rcall('HSET', KEYS[1], 'expires_ms', expires)
+rcall('SELECT', '0')
+rcall('ZADD', K_EXPIRE, expires, ctx .. ':stage:' .. flow)
 return {tonumber(st[2]), tonumber(st[3])}

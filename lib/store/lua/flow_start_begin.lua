@@ -28,15 +28,15 @@ local total = ARGV[2]
 local token = ARGV[3]
 -- luagen: end of the prologue
 
-local st = redis.call('HGET', KEYS[1], 'status')
+local st = rcall('HGET', KEYS[1], 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
 if st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return {0, st} end
-redis.call('UNLINK', KEYS[2], KEYS[3])
-redis.call('HSET', KEYS[2], 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0, 'completed', 0, 'cancelled', 0, 'starting', token)
+rcall('UNLINK', KEYS[2], KEYS[3])
+rcall('HSET', KEYS[2], 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0, 'completed', 0, 'cancelled', 0, 'starting', token)
 if tonumber(total) >= 256 then
   -- a value longer than hash-max-listpack-value (64 by default) converts the hash;
   -- deleting it does not convert it back
-  redis.call('HSET', KEYS[2], 'ht', string.rep('-', 65))
-  redis.call('HDEL', KEYS[2], 'ht')
+  rcall('HSET', KEYS[2], 'ht', string.rep('-', 65))
+  rcall('HDEL', KEYS[2], 'ht')
 end
 return {1}

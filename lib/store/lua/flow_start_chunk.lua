@@ -40,10 +40,10 @@ for k = 1, n_nodes do
 end
 -- luagen: end of the prologue
 
-local st = redis.call('HGET', KEYS[1], 'status')
+local st = rcall('HGET', KEYS[1], 'status')
 if st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return 0 end
 local dag = KEYS[2]
-if redis.call('HGET', dag, 'starting') ~= token then return 0 end
+if rcall('HGET', dag, 'starting') ~= token then return 0 end
 -- the chunk's nodes and their jobs: start_flow's loop (lib_start's start_nodes)
 start_nodes(dag, caller, nodes, now_s, now_ms, nil)
 return 1

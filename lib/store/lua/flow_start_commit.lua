@@ -32,14 +32,14 @@ local actor = ARGV[6]
 local token = ARGV[7]
 -- luagen: end of the prologue
 
-local st = redis.call('HGET', KEYS[1], 'status')
+local st = rcall('HGET', KEYS[1], 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
 if st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return {0, st} end
-if redis.call('HGET', KEYS[2], 'starting') ~= token then return {2, st} end
-redis.call('HDEL', KEYS[2], 'starting')
+if rcall('HGET', KEYS[2], 'starting') ~= token then return {2, st} end
+rcall('HDEL', KEYS[2], 'starting')
 set_flow(flow, FLOW_STARTED, 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
-redis.call('HDEL', KEYS[1], 'error', 'failed_job', 'finished_at', 'finished_at_ms', 'cancelled_by')
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_FLOW_STARTED, 'actor', actor, 'flow_id', flow, 'caller_id', caller, 'status', FLOW_STARTED)
-redis.call('SELECT', '0')
-redis.call('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+rcall('HDEL', KEYS[1], 'error', 'failed_job', 'finished_at', 'finished_at_ms', 'cancelled_by')
+rcall('XADD', KEYS[3], 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_FLOW_STARTED, 'actor', actor, 'flow_id', flow, 'caller_id', caller, 'status', FLOW_STARTED)
+rcall('SELECT', '0')
+rcall('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
 return {1}

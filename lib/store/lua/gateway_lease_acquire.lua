@@ -14,11 +14,11 @@ local token = ARGV[1]
 local ttl_ms = ARGV[2]
 -- luagen: end of the prologue
 
-if redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl_ms) then
+if rcall('SET', KEYS[1], token, 'NX', 'PX', ttl_ms) then
   return {1}
 end
-if redis.call('GET', KEYS[1]) == token then
-  redis.call('PEXPIRE', KEYS[1], ttl_ms)
+if rcall('GET', KEYS[1]) == token then
+  rcall('PEXPIRE', KEYS[1], ttl_ms)
   return {1}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, rcall('PTTL', KEYS[1])}

@@ -12,7 +12,7 @@ local token = ARGV[1]
 local ttl_ms = ARGV[2]
 -- luagen: end of the prologue
 
-if redis.call('GET', KEYS[1]) == token then
-  return redis.call('PEXPIRE', KEYS[1], ttl_ms)
+if rcall('GET', KEYS[1]) == token then
+  return rcall('PEXPIRE', KEYS[1], ttl_ms)
 end
 return 0

@@ -12,9 +12,9 @@
 local token = ARGV[1]
 -- luagen: end of the prologue
 
-if redis.call('GET', KEYS[1]) == token then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1], token)
+if rcall('GET', KEYS[1]) == token then
+  rcall('DEL', KEYS[1])
+  rcall('PUBLISH', KEYS[1], token)
   return 1
 end
 return 0

@@ -30,15 +30,15 @@ local member = ARGV[3]
 local now_ms = ARGV[4]
 -- luagen: end of the prologue
 
-redis.call('SELECT', '0')
-local due = tonumber(redis.call('ZSCORE', K_DELAYED, member) or '')
+rcall('SELECT', '0')
+local due = tonumber(rcall('ZSCORE', K_DELAYED, member) or '')
 if not due or due > tonumber(now_ms) then
-  redis.call('SELECT', ctx)
+  rcall('SELECT', ctx)
   return -1
 end
-redis.call('ZREM', K_DELAYED, member)
-redis.call('SELECT', ctx)
-local _, rate, per, burst = string.match(redis.call('HGET', K_LIMITS, 'key:' .. key) or '', '^(%d+) (%d+) (%d+) (%d+)$')
+rcall('ZREM', K_DELAYED, member)
+rcall('SELECT', ctx)
+local _, rate, per, burst = string.match(rcall('HGET', K_LIMITS, 'key:' .. key) or '', '^(%d+) (%d+) (%d+) (%d+)$')
 rate, per, burst = tonumber(rate), tonumber(per), math.max(tonumber(burst) or 1, 1)
 local limited = rate and rate > 0 and per and per > 0
 local n, t, tokens, bk = math.huge, nil, nil, K_LIM_BUCKET .. 'key:' .. key
@@ -49,39 +49,39 @@ if limited then
 end
 local released, queues, counts = 0, {}, {}
 while released < n do
-  local e = redis.call('RPOP', KEYS[1])
+  local e = rcall('RPOP', KEYS[1])
   if not e then break end
   local q, jk = string.match(e, '^([^\t]*)\t(.*)$')
   if q then
-    local v = redis.call('HMGET', jk, 'status', 'flow_id', 'id', 'caller_id')
+    local v = rcall('HMGET', jk, 'status', 'flow_id', 'id', 'caller_id')
     if v[1] == JOB_DISPATCHED then
-      redis.call('HDEL', jk, 'held')
-      if limited then redis.call('HSET', jk, 'rate_paid', '1') end
+      rcall('HDEL', jk, 'held')
+      if limited then rcall('HSET', jk, 'rate_paid', '1') end
       if not counts[q] then counts[q] = {}; queues[#queues + 1] = q end
       counts[q][#counts[q] + 1] = jk
       released = released + 1
-      redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RELEASED, 'actor', 'coordinator', 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', 'limit key:' .. key .. ': queued')
+      rcall('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RELEASED, 'actor', 'coordinator', 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', 'limit key:' .. key .. ': queued')
     end
   end
 end
 if limited and released > 0 then
-  redis.call('HSET', bk, 'tokens', string.format('%.6f', tokens - released), 'at_ms', string.format('%d', t))
+  rcall('HSET', bk, 'tokens', string.format('%.6f', tokens - released), 'at_ms', string.format('%d', t))
 end
 local again
-if limited and redis.call('LLEN', KEYS[1]) > 0 then
+if limited and rcall('LLEN', KEYS[1]) > 0 then
   again = t + math.max(math.ceil((1 - (tokens - released)) * per / rate), 1)
 end
 -- onto each queue's consuming end (its tail), the oldest last: it is claimed first
 local targets = {}
 for _, q in ipairs(queues) do
   local jks = counts[q]
-  for i = #jks, 1, -1 do redis.call('RPUSH', q, jks[i]) end
+  for i = #jks, 1, -1 do rcall('RPUSH', q, jks[i]) end
   targets[q] = wake_targets(q)
 end
-redis.call('SELECT', '0')
+rcall('SELECT', '0')
 if again then
-  redis.call('ZADD', K_DELAYED, 'LT', again, member)
-  redis.call('PUBLISH', K_DELAYED_WAKE, again)
+  rcall('ZADD', K_DELAYED, 'LT', again, member)
+  rcall('PUBLISH', K_DELAYED_WAKE, again)
 end
 for _, q in ipairs(queues) do wake_runners(ctx, q, targets[q], #counts[q]) end
 if #queues > 0 then mark_busy(ctx) end

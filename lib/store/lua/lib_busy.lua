@@ -3,6 +3,6 @@
 -- onto one of the context's queues.
 
 local function mark_busy(ctx)
-  local t = redis.call('TIME')
-  redis.call('ZADD', K_BUSY, t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)), ctx)
+  local t = rcall('TIME')
+  rcall('ZADD', K_BUSY, t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)), ctx)
 end

@@ -22,9 +22,9 @@
 local function cancel_jobs(caller, ids, reason, now_s)
   for _, id in ipairs(ids) do
     local jk = K_JOB .. caller .. ':' .. id
-    local cur = redis.call('HMGET', jk, 'status', 'created_at_ms')
+    local cur = rcall('HMGET', jk, 'status', 'created_at_ms')
     if cur[1] then
-      redis.call('HSET', jk, 'status', JOB_ERROR, 'error', reason, 'updated_at', now_s)
+      rcall('HSET', jk, 'status', JOB_ERROR, 'error', reason, 'updated_at', now_s)
       index_later(caller .. ':' .. id, cur[1], JOB_ERROR, cur[2] or nil)
     end
   end
@@ -34,32 +34,32 @@ end
 local function cancel_nodes(dag, ctx, flow, caller, ids, actor, reason, now_s, now_ms, out)
   local stops, n = {}, 0
   for _, id in ipairs(ids) do
-    local s = redis.call('HGET', dag, 's:' .. id)
+    local s = rcall('HGET', dag, 's:' .. id)
     local jk = K_JOB .. caller .. ':' .. id
     if s == NODE_PENDING or s == NODE_READY or s == NODE_DISPATCHED then
-      redis.call('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, reason)
-      redis.call('HDEL', dag, 'due:' .. id)
+      rcall('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, reason)
+      rcall('HDEL', dag, 'due:' .. id)
       n = n + 1
       -- set_job's, the index move made with the others' (index_flush)
-      local cur = redis.call('HMGET', jk, 'status', 'created_at_ms')
-      redis.call('HSET', jk, 'status', JOB_ERROR, 'error', reason, 'stop_requested', '1', 'updated_at', now_s)
+      local cur = rcall('HMGET', jk, 'status', 'created_at_ms')
+      rcall('HSET', jk, 'status', JOB_ERROR, 'error', reason, 'stop_requested', '1', 'updated_at', now_s)
       index_later(caller .. ':' .. id, cur[1] or nil, JOB_ERROR, cur[2] or nil)
       event(EV_JOB_CANCELLED, actor, now_ms, flow, id, caller, JOB_ERROR, reason)
       -- a queued job of a concurrency key gives its place back (lib_ck)
       if s == NODE_DISPATCHED then
-        local ck = redis.call('HGET', jk, 'concurrency_key')
+        local ck = rcall('HGET', jk, 'concurrency_key')
         if ck then ck_end(ck, jk, now_ms) end
       end
     elseif s == NODE_RUNNING then
-      redis.call('HSET', jk, 'stop_requested', '1')
-      local w = redis.call('HGET', jk, 'worker')
+      rcall('HSET', jk, 'stop_requested', '1')
+      local w = rcall('HGET', jk, 'worker')
       if w then stops[#stops + 1] = {w, ctx .. ':' .. caller .. ':' .. id} end
       out[#out + 1] = id
     end
   end
   if n > 0 then
-    redis.call('HINCRBY', dag, 'terminal', int(n))
-    redis.call('HINCRBY', dag, 'cancelled', int(n))
+    rcall('HINCRBY', dag, 'terminal', int(n))
+    rcall('HINCRBY', dag, 'cancelled', int(n))
   end
   index_flush()
   ck_wake(ctx)
@@ -68,9 +68,9 @@ end
 
 local function push_stops(stops)
   if #stops == 0 then return end
-  redis.call('SELECT', '0')
+  rcall('SELECT', '0')
   for _, s in ipairs(stops) do
-    redis.call('LPUSH', K_STOP_LIST .. s[1], s[2])
-    redis.call('EXPIRE', K_STOP_LIST .. s[1], 3600)
+    rcall('LPUSH', K_STOP_LIST .. s[1], s[2])
+    rcall('EXPIRE', K_STOP_LIST .. s[1], 3600)
   end
 end

@@ -47,17 +47,17 @@ local function ck_in_flight(st) return st == JOB_DISPATCHED or st == JOB_STARTED
 local function ck_release(ck, now_ms)
   local hk = K_CK_HELD .. ck
   while true do
-    local e = redis.call('RPOP', hk)
+    local e = rcall('RPOP', hk)
     if not e then return false end
     local q, jk = string.match(e, '^([^\t]*)\t(.*)$')
     if q then
-      local v = redis.call('HMGET', jk, 'status', 'flow_id', 'id', 'caller_id')
+      local v = rcall('HMGET', jk, 'status', 'flow_id', 'id', 'caller_id')
       if v[1] == JOB_DISPATCHED then
-        redis.call('HDEL', jk, 'held')
-        redis.call('SADD', K_CK_RUN .. ck, jk)
-        redis.call('RPUSH', q, jk)
+        rcall('HDEL', jk, 'held')
+        rcall('SADD', K_CK_RUN .. ck, jk)
+        rcall('RPUSH', q, jk)
         ck_later(q, 1)
-        redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RELEASED, 'actor', 'coordinator', 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', 'concurrency_key ' .. ck .. ': queued')
+        rcall('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RELEASED, 'actor', 'coordinator', 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', 'concurrency_key ' .. ck .. ': queued')
         return true
       end
     end
@@ -66,76 +66,76 @@ end
 -- ck_cancel: job jk (of no flow, queued or running) is cancelled by the policy of key
 -- ck at its limit; false when it cannot be (a flow's job, or one that is not in flight).
 local function ck_cancel(jk, ck, limit, policy, now_ms)
-  local v = redis.call('HMGET', jk, 'status', 'flow_id', 'id', 'caller_id', 'worker')
+  local v = rcall('HMGET', jk, 'status', 'flow_id', 'id', 'caller_id', 'worker')
   if (v[2] or '0') ~= '0' or not v[3] or not v[4] then return false end
   local why = 'cancelled: concurrency_key ' .. ck .. ' at its limit of ' .. limit .. ' (policy ' .. policy .. ')'
   local ref = v[4] .. ':' .. v[3]
   if v[1] == JOB_DISPATCHED then
     set_job(v[4], v[3], JOB_ERROR, 'error', why, 'stop_requested', '1', 'fatal', 'true', 'updated_at', string.format('%d', math.floor(now_ms / 1000)), 'finished_at_us', string.format('%d', now_ms * 1000))
-    redis.call('HDEL', jk, 'held')
+    rcall('HDEL', jk, 'held')
     ck_ended[#ck_ended + 1] = ref
   elseif v[1] == JOB_STARTED and v[5] then
-    redis.call('HSET', jk, 'stop_requested', '1')
+    rcall('HSET', jk, 'stop_requested', '1')
     ck_stops[#ck_stops + 1] = {v[5], ref}
   else
     return false
   end
   ck_now = now_ms
-  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_CANCELLED, 'actor', 'coordinator', 'flow_id', '0', 'job_id', v[3], 'caller_id', v[4], 'status', v[1] == JOB_DISPATCHED and JOB_ERROR or JOB_STARTED, 'detail', why)
+  rcall('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_CANCELLED, 'actor', 'coordinator', 'flow_id', '0', 'job_id', v[3], 'caller_id', v[4], 'status', v[1] == JOB_DISPATCHED and JOB_ERROR or JOB_STARTED, 'detail', why)
   return true
 end
 -- ck_oldest: the member of the key's set rk dispatched first (nil: none).
 local function ck_oldest(rk)
   local best, at
-  for _, m in ipairs(redis.call('SMEMBERS', rk)) do
-    local d = tonumber(redis.call('HGET', m, 'dispatched_at_ms') or '') or 0
+  for _, m in ipairs(rcall('SMEMBERS', rk)) do
+    local d = tonumber(rcall('HGET', m, 'dispatched_at_ms') or '') or 0
     if not at or d < at then best, at = m, d end
   end
   return best
 end
 local function ck_route(ck, limit, q, jk, now_ms)
   local rk, hk = K_CK_RUN .. ck, K_CK_HELD .. ck
-  if redis.call('SISMEMBER', rk, jk) == 1 then return true end
+  if rcall('SISMEMBER', rk, jk) == 1 then return true end
   -- a limit set for the key replaces the job's own
-  local ls = redis.call('HGET', K_LIMITS, 'key:' .. ck)
+  local ls = rcall('HGET', K_LIMITS, 'key:' .. ck)
   local lmx = ls and tonumber(string.match(ls, '^(%d+) '))
   if lmx and lmx > 0 then limit = lmx end
-  local n = redis.call('SCARD', rk)
+  local n = rcall('SCARD', rk)
   if n >= limit then
-    for _, m in ipairs(redis.call('SMEMBERS', rk)) do
-      if not ck_in_flight(redis.call('HGET', m, 'status')) then
-        redis.call('SREM', rk, m)
+    for _, m in ipairs(rcall('SMEMBERS', rk)) do
+      if not ck_in_flight(rcall('HGET', m, 'status')) then
+        rcall('SREM', rk, m)
         n = n - 1
       end
     end
   end
-  if n < limit and redis.call('LLEN', hk) == 0 then
-    redis.call('SADD', rk, jk)
+  if n < limit and rcall('LLEN', hk) == 0 then
+    rcall('SADD', rk, jk)
     return true
   end
   if n >= limit and ck_policies then
-    local policy = redis.call('HGET', jk, 'concurrency_policy')
+    local policy = rcall('HGET', jk, 'concurrency_policy')
     if policy == 'cancel_newest' and ck_cancel(jk, ck, limit, policy, now_ms) then return false end
     if policy == 'cancel_oldest' then
       local old = ck_oldest(rk)
       if old and ck_cancel(old, ck, limit, policy, now_ms) then
-        redis.call('SREM', rk, old)
-        redis.call('SADD', rk, jk)
+        rcall('SREM', rk, old)
+        rcall('SADD', rk, jk)
         return true
       end
     end
   end
   local why = 'concurrency_key ' .. ck .. ' has its limit of ' .. limit .. ' in flight'
-  redis.call('LPUSH', hk, q .. '\t' .. jk)
-  redis.call('HSET', jk, 'held', why)
-  local v = redis.call('HMGET', jk, 'flow_id', 'id', 'caller_id')
-  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'flow_id', v[1] or '0', 'job_id', v[2] or '', 'caller_id', v[3] or '', 'status', JOB_DISPATCHED, 'detail', why)
+  rcall('LPUSH', hk, q .. '\t' .. jk)
+  rcall('HSET', jk, 'held', why)
+  local v = rcall('HMGET', jk, 'flow_id', 'id', 'caller_id')
+  rcall('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'flow_id', v[1] or '0', 'job_id', v[2] or '', 'caller_id', v[3] or '', 'status', JOB_DISPATCHED, 'detail', why)
   -- slots the drop above freed go to the oldest held jobs
   while n < limit and ck_release(ck, now_ms) do n = n + 1 end
   return false
 end
 local function ck_end(ck, jk, now_ms)
-  if redis.call('SREM', K_CK_RUN .. ck, jk) == 1 then ck_release(ck, now_ms) end
+  if rcall('SREM', K_CK_RUN .. ck, jk) == 1 then ck_release(ck, now_ms) end
 end
 -- ck_ends: in DB 0, what the jobs that policies ended or stopped need there: the
 -- retention of the ended ones and their waiters' notice (coord:jobdone), the stop
@@ -143,17 +143,17 @@ end
 -- retention (ms; 0: the scheduler's).
 local function ck_ends(ctx, keep)
   if #ck_ended > 0 then
-    if keep <= 0 then keep = tonumber(redis.call('HGET', K_SCHEDULER, 'retention_ms') or '0') or 0 end
+    if keep <= 0 then keep = tonumber(rcall('HGET', K_SCHEDULER, 'retention_ms') or '0') or 0 end
     local done = {}
     for k, ref in ipairs(ck_ended) do
       done[k] = ctx .. ':' .. ref
-      if keep > 0 then redis.call('ZADD', K_EXPIRE, string.format('%d', ck_now + keep), ctx .. ':job:' .. ref) end
+      if keep > 0 then rcall('ZADD', K_EXPIRE, string.format('%d', ck_now + keep), ctx .. ':job:' .. ref) end
     end
-    redis.call('PUBLISH', K_JOB_DONE, table.concat(done, ' '))
+    rcall('PUBLISH', K_JOB_DONE, table.concat(done, ' '))
   end
   for _, s in ipairs(ck_stops) do
-    redis.call('LPUSH', K_STOP_LIST .. s[1], ctx .. ':' .. s[2])
-    redis.call('EXPIRE', K_STOP_LIST .. s[1], 3600)
+    rcall('LPUSH', K_STOP_LIST .. s[1], ctx .. ':' .. s[2])
+    rcall('EXPIRE', K_STOP_LIST .. s[1], 3600)
   end
 end
 local function ck_wake(ctx)
@@ -161,11 +161,11 @@ local function ck_wake(ctx)
   local targets = {}
   for _, q in ipairs(ck_order) do targets[q] = wake_targets(q) end
   local keep = 0
-  if #ck_ended > 0 then keep = (tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0) * 1000 end
-  redis.call('SELECT', '0')
+  if #ck_ended > 0 then keep = (tonumber(rcall('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0) * 1000 end
+  rcall('SELECT', '0')
   for _, q in ipairs(ck_order) do wake_runners(ctx, q, targets[q], ck_woken[q]) end
   if #ck_order > 0 then mark_busy(ctx) end
   ck_ends(ctx, keep)
-  redis.call('SELECT', ctx)
+  rcall('SELECT', ctx)
   ck_woken, ck_order, ck_ended, ck_stops = {}, {}, {}, {}
 end

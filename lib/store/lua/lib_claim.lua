@@ -14,14 +14,14 @@
 -- It returns them as LRANGE would (the first claimed last), each taken off its list
 -- or set.
 local function prio_merge(q, pk, pz, max)
-  local li = redis.call('LRANGE', q, -max, -1)
+  local li = rcall('LRANGE', q, -max, -1)
   local picked, ztaken = {}, {}
   local l, z, lt = #li, 1, nil
   while #picked < max and (l >= 1 or z <= #pz) do
     if l >= 1 and not lt then
       lt = 0
       if string.match(li[l], '^' .. K_JOB .. '%d+:%d+$') then
-        lt = (tonumber(redis.call('HGET', li[l], 'dispatched_at_ms') or '') or 0) * 1000
+        lt = (tonumber(rcall('HGET', li[l], 'dispatched_at_ms') or '') or 0) * 1000
       end
     end
     if z > #pz or (l >= 1 and lt <= tonumber(pz[z + 1])) then
@@ -33,8 +33,8 @@ local function prio_merge(q, pk, pz, max)
       z = z + 2
     end
   end
-  if l < #li then redis.call('LTRIM', q, 0, l - #li - 1) end
-  if #ztaken > 0 then redis.call('ZREM', pk, unpack(ztaken)) end
+  if l < #li then rcall('LTRIM', q, 0, l - #li - 1) end
+  if #ztaken > 0 then rcall('ZREM', pk, unpack(ztaken)) end
   local items = {}
   for k = #picked, 1, -1 do items[#items + 1] = picked[k] end
   return items
@@ -54,8 +54,9 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   -- (its id and caller are read from its key, job:<caller>:<id>: two strings less to
   -- cross from Redis to Lua a job)
   -- (function_name: whether a started job is a script, whose start's reads the reply holds)
+  -- (spelled out again in the HMGET of a claim without keyrate, below: the same fields)
   local want = {'status', 'attempt', 'flow_id', 'stop_requested', 'traceparent', 'created_at_ms', 'function_name'}
-  local out = {}
+  local out, nout = {}, 0
   -- A claim that starts at most this many jobs returns their hashes (each one's DUMP)
   -- and their starts' reads: its runner reads nothing after it. 32, the runner's
   -- slots in BenchmarkPeers: a heavy load's claims and takes (10-20 jobs) save their
@@ -72,8 +73,8 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   -- (queue.resume sets them anew).
   if queue_paused(qk) then
     if held ~= '-' then
-      redis.call('SELECT', '0')
-      redis.call('LREM', wake, '0', token)
+      rcall('SELECT', '0')
+      rcall('LREM', wake, '0', token)
     end
     return {}
   end
@@ -87,8 +88,8 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   -- for a claim of a shared queue (a pinned job is not limited by its key)
   local keyrate = false
   if max >= 1 then
-    local feats = redis.call('SMEMBERS', K_FEATURES)
-    if #feats > 0 then pz = redis.call('ZRANGE', pk, 0, max - 1, 'WITHSCORES') end
+    local feats = rcall('SMEMBERS', K_FEATURES)
+    if #feats > 0 then pz = rcall('ZRANGE', pk, 0, max - 1, 'WITHSCORES') end
     for _, f in ipairs(feats) do
       if f == 'limit' then limited = true elseif f == 'keyrate' then keyrate = lim_queue_scope(qname) ~= nil end
     end
@@ -107,8 +108,8 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   if #pz > 0 and max >= 1 then
     items = prio_merge(qk, pk, pz, max)
   elseif max >= 1 then
-    items = redis.call('LRANGE', qk, -max, -1)
-    if #items > 0 then redis.call('LTRIM', qk, 0, -#items - 1) end
+    items = rcall('LRANGE', qk, -max, -1)
+    if #items > 0 then rcall('LTRIM', qk, 0, -#items - 1) end
   end
   local nitems = #items
   local kept, leased, seen, started = {}, {}, {}, {}
@@ -123,19 +124,26 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
     ev_flush()
     return lim_key_take(ck, item, qk, paid, now_ms)
   end
-  local item_pat = '^' .. K_JOB .. '(%d+):(%d+)$'
+  local item_pat = '^' .. K_JOB .. '((%d+):(%d+))$' -- (its member <caller>:<id> too: no concatenation a job)
+  local none = {} -- the fields read of an item that is no job key (none; never written)
+  local detail1 -- a first attempt's start detail (made once)
   for n = 1, nitems do
     local item = items[nitems - n + 1]
     local claim = cnonce .. CLAIM_HEX[n]
     local member = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. claim
-    local v = {}
-    local caller, id = string.match(item, item_pat)
-    if caller then v = redis.call('HMGET', item, unpack(want)) end
+    local v = none
+    local im, caller, id = string.match(item, item_pat)
+    if caller and keyrate then
+      v = rcall('HMGET', item, unpack(want))
+    elseif caller then
+      -- (want's fields spelled out: an unpack a job was ~600 instructions)
+      v = rcall('HMGET', item, 'status', 'attempt', 'flow_id', 'stop_requested', 'traceparent', 'created_at_ms', 'function_name')
+    end
     local st = v[1]
     -- the worker and claim of a job started already (a duplicate entry, a retake)
     local prev, pclaim
     if st == JOB_STARTED then
-      local wc = redis.call('HMGET', item, 'worker', 'claim')
+      local wc = rcall('HMGET', item, 'worker', 'claim')
       prev, pclaim = wc[1], wc[2]
     end
     -- A job started under a claim that still holds it (in its consumer's processing
@@ -145,7 +153,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
     if seen[item] then
       st = 'duplicate'
     elseif st == JOB_STARTED and prev then
-      if redis.call('LPOS', K_PROCESSING .. prev, item) then
+      if rcall('LPOS', K_PROCESSING .. prev, item) then
         st = 'duplicate'
       elseif prev == worker and pclaim and pclaim ~= '' then
         st = 'retake'
@@ -157,12 +165,27 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       kept[#kept + 1] = item
       leased[#leased + 1] = exp
       leased[#leased + 1] = worker .. '\t' .. qname .. '\t' .. item .. '\t' .. pclaim
-      out[#out + 1] = {item, 4, tonumber(v[2] or '1') or 1, pclaim}
+      out[nout + 1] = item
+      out[nout + 2] = 4
+      out[nout + 3] = tonumber(v[2] or '1') or 1
+      out[nout + 4] = pclaim
+      out[nout + 5] = false
+      nout = nout + 5
     elseif not st or st == JOB_FINISHED or st == JOB_ERROR or st == 'duplicate' then
-      if st then out[#out + 1] = {item, 2, 0} else out[#out + 1] = {item, 1, 0} end
+      out[nout + 1] = item
+      out[nout + 2] = st and 2 or 1
+      out[nout + 3] = 0
+      out[nout + 4] = false
+      out[nout + 5] = false
+      nout = nout + 5
     elseif keyrate and (v[8] or '') ~= '' and not key_take(v[8], item, v[9] == '1') then
       -- held back by its key's rate (lib_limit): off the queue, nothing to run
-      out[#out + 1] = {item, 5, 0}
+      out[nout + 1] = item
+      out[nout + 2] = 5
+      out[nout + 3] = 0
+      out[nout + 4] = false
+      out[nout + 5] = false
+      nout = nout + 5
     else
       seen[item] = true
       kept[#kept + 1] = item
@@ -184,32 +207,39 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       end
       -- the fields every start sets, in one HSET with the claim (a Lua table built per
       -- job cost this script a twentieth of its instructions)
-      if keyrate and v[9] then redis.call('HDEL', item, 'rate_paid') end
+      if keyrate and v[9] then rcall('HDEL', item, 'rate_paid') end
       if limited then
         -- under limits: counted until its end (finish_jobs reads limited), no longer held
         lim_join(member)
-        redis.call('HSET', item, 'claim', claim, 'limited', 'true', 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
-        redis.call('HDEL', item, 'held')
-        if trace ~= '' then redis.call('HSET', item, 'trace_id', trace) end
+        rcall('HSET', item, 'claim', claim, 'limited', 'true', 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
+        rcall('HDEL', item, 'held')
+        if trace ~= '' then rcall('HSET', item, 'trace_id', trace) end
       elseif trace ~= '' then
-        redis.call('HSET', item, 'claim', claim, 'trace_id', trace, 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
+        rcall('HSET', item, 'claim', claim, 'trace_id', trace, 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
       else
-        redis.call('HSET', item, 'claim', claim, 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
+        rcall('HSET', item, 'claim', claim, 'status', JOB_STARTED, 'worker', worker, 'started_at_us', now_us, 'updated_at', now_s)
       end
-      index_later(caller .. ':' .. id, st, JOB_STARTED, v[6] or nil)
+      index_later(im, st, JOB_STARTED, v[6] or nil)
       -- An earlier run's end is removed at the start of any attempt but the first (or
       -- of a job without one): a job's first attempt has none (a new job; and whatever
       -- sets a job's attempt back removes them with it: start_flow, retry_flow,
       -- requeue_job), and a run ends only as its claim's (a requeued claim of the same
       -- attempt never wrote one). So neither this start nor the run's end reads them
       -- (each a scan of the hash).
-      if #clears > 0 and v[2] ~= '1' then redis.call('HDEL', item, unpack(clears)) end
+      if #clears > 0 and v[2] ~= '1' then rcall('HDEL', item, unpack(clears)) end
       if flow ~= '0' and flow ~= '' then
         local ns = nodes[flow]
         if not ns then ns = {}; nodes[flow] = ns; flows[#flows + 1] = flow end
         ns[#ns + 1] = 's:' .. id
       end
-      local detail = 'attempt ' .. attempt .. ' on ' .. worker
+      -- (a first attempt's detail made once a call: the same string for each)
+      local detail
+      if attempt == '1' then
+        detail = detail1 or ('attempt 1 on ' .. worker)
+        detail1 = detail
+      else
+        detail = 'attempt ' .. attempt .. ' on ' .. worker
+      end
       if st == JOB_STARTED and prev and prev ~= worker then detail = detail .. ' (taken over from ' .. prev .. ')' end
       -- the call's job.started events in two stream entries (lib_state's ev_later,
       -- ev_flush below; the first caps the stream when it is the call's first event);
@@ -219,9 +249,14 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
       if v[4] == '1' then code = 3 end
       -- (a first attempt's without a tonumber: a strtod in Redis's Lua, ~1.8k
       -- instructions)
-      out[#out + 1] = {item, code, attempt == '1' and 1 or tonumber(attempt) or 1}
-      started[#started + 1] = out[#out]
-      if (v[7] or '') == '' then scripts[out[#out]] = flow end
+      out[nout + 1] = item
+      out[nout + 2] = code
+      out[nout + 3] = attempt == '1' and 1 or tonumber(attempt) or 1
+      out[nout + 4] = false
+      out[nout + 5] = false
+      nout = nout + 5
+      started[#started + 1] = nout - 4
+      if (v[7] or '') == '' then scripts[nout - 4] = flow end
     end
   end
   ev_flush()
@@ -232,7 +267,7 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   local parked = false
   if limited then
     lim_flush()
-    if max < 1 and (redis.call('LLEN', qk) > 0 or redis.call('ZCARD', pk) > 0) then
+    if max < 1 and (rcall('LLEN', qk) > 0 or rcall('ZCARD', pk) > 0) then
       parked = true
       lim_mark(qk, pk, now_ms)
       lim_park(ctx, qname)
@@ -241,12 +276,12 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   -- A node dispatched goes running (one that is not, e.g. cancelled since, stays as it is).
   for _, flow in ipairs(flows) do
     local dag, ns = K_DAG .. flow, nodes[flow]
-    local cur = redis.call('HMGET', dag, unpack(ns))
+    local cur = rcall('HMGET', dag, unpack(ns))
     local running = {}
     for k, f in ipairs(ns) do
       if cur[k] == NODE_DISPATCHED then running[#running + 1] = f; running[#running + 1] = NODE_RUNNING end
     end
-    if #running > 0 then redis.call('HSET', dag, unpack(running)) end
+    if #running > 0 then rcall('HSET', dag, unpack(running)) end
   end
   index_flush()
   -- The started jobs' hashes, read after every change of this start: each one's DUMP
@@ -255,45 +290,46 @@ local function claim_run(qk, proc, leases, ek, wake, worker, qname, exp, now_ms,
   if #started <= INLINE_READS then
     local climits -- the context's job limits, read once
     for _, e in ipairs(started) do
-      e[4] = redis.call('DUMP', e[1])
+      local jk = out[e]
+      out[e + 3] = rcall('DUMP', jk)
       -- A script's (no function_name) start's reads too, else a round trip after the
       -- claim: {the context's job_defaults, job_max, the flow's env_vars, the direct
       -- dependencies' results in the order of its dependends} ("": none).
       local flow = scripts[e]
       if flow then
-        local deps = redis.call('HGET', e[1], 'dependends') or ''
-        climits = climits or redis.call('HMGET', K_CONTEXT .. ctx, 'job_defaults', 'job_max')
+        local deps = rcall('HGET', jk, 'dependends') or ''
+        climits = climits or rcall('HMGET', K_CONTEXT .. ctx, 'job_defaults', 'job_max')
         local r = {climits[1] or '', climits[2] or '', ''}
-        if flow ~= '0' and flow ~= '' then r[3] = redis.call('HGET', K_FLOW .. flow, 'env_vars') or '' end
-        local jp = string.match(e[1], '^(.*:)%d+$')
-        for d in string.gmatch(deps, '%d+') do r[#r + 1] = redis.call('HGET', jp .. d, 'result') or '' end
-        e[5] = r
+        if flow ~= '0' and flow ~= '' then r[3] = rcall('HGET', K_FLOW .. flow, 'env_vars') or '' end
+        local jp = string.match(jk, '^(.*:)%d+$')
+        for d in string.gmatch(deps, '%d+') do r[#r + 1] = rcall('HGET', jp .. d, 'result') or '' end
+        out[e + 4] = r
       end
     end
   end
   if held ~= '-' then
-    local left = redis.call('LLEN', qk)
-    if #pz > 0 then left = left + redis.call('ZCARD', pk) end
+    local left = rcall('LLEN', qk)
+    if #pz > 0 then left = left + rcall('ZCARD', pk) end
     -- A context's weight (an operator's setting): its claims per round of the list.
-    local w = tonumber(redis.call('HGET', K_CONTEXT .. token, 'weight') or '') or 1
+    local w = tonumber(rcall('HGET', K_CONTEXT .. token, 'weight') or '') or 1
     local again = false
     if parked then left = 0 end
     if w > 1 and left > 0 then
       -- the claims it made this round (coord:turns: wake list → claims): one token
       -- goes to the list's head while it has turns left
-      if redis.call('HINCRBY', K_TURNS, wake, 1) < w then again = true else redis.call('HDEL', K_TURNS, wake) end
+      if rcall('HINCRBY', K_TURNS, wake, 1) < w then again = true else rcall('HDEL', K_TURNS, wake) end
     end
-    redis.call('SELECT', '0')
-    local have = redis.call('LREM', wake, '0', token)
-    local keep = math.min(left, math.max(have + tonumber(held) - #out, 1), WAKE_SPREAD)
+    rcall('SELECT', '0')
+    local have = rcall('LREM', wake, '0', token)
+    local keep = math.min(left, math.max(have + tonumber(held) - nout / 5, 1), WAKE_SPREAD)
     if again then
-      redis.call('LPUSH', wake, token)
+      rcall('LPUSH', wake, token)
       keep = keep - 1
     end
     if keep > 0 then
       local t = {}
       for i = 1, keep do t[i] = token end
-      redis.call('RPUSH', wake, unpack(t))
+      rcall('RPUSH', wake, unpack(t))
     end
   end
   return out

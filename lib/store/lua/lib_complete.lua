@@ -65,17 +65,17 @@ local function cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms,
   while i <= #qd and i <= CASCADE_CHUNK do
     local d, origin = qd[i], qo[i]
     i = i + 1
-    local ds = redis.call('HGET', dag, 's:' .. d)
+    local ds = rcall('HGET', dag, 's:' .. d)
     if ds == NODE_PENDING or ds == NODE_READY then
       local reason = 'cancelled: job ' .. origin .. ' failed'
-      redis.call('HSET', dag, 's:' .. d, NODE_CANCELLED, 'e:' .. d, reason)
-      redis.call('HDEL', dag, 'due:' .. d)
-      redis.call('HINCRBY', dag, 'cancelled', '1')
-      terminal = redis.call('HINCRBY', dag, 'terminal', '1')
+      rcall('HSET', dag, 's:' .. d, NODE_CANCELLED, 'e:' .. d, reason)
+      rcall('HDEL', dag, 'due:' .. d)
+      rcall('HINCRBY', dag, 'cancelled', '1')
+      terminal = rcall('HINCRBY', dag, 'terminal', '1')
       n = n + 1
       set_job(caller, d, JOB_ERROR, 'error', reason, 'updated_at', now_s)
-      redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CANCELLED, 'actor', actor, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', JOB_ERROR, 'detail', reason)
-      for _, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. d) or '[]')) do
+      rcall('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_CANCELLED, 'actor', actor, 'flow_id', flow, 'job_id', d, 'caller_id', caller, 'status', JOB_ERROR, 'detail', reason)
+      for _, x in ipairs(cjson.decode(rcall('HGET', dag, 'd:' .. d) or '[]')) do
         qd[#qd + 1] = int(x)
         qo[#qo + 1] = origin
       end
@@ -86,10 +86,10 @@ local function cascade(dag, ek, ctx, flow, caller, qd, qo, actor, now_s, now_ms,
     for k = i, #qd do left[#left + 1] = qd[k] .. ' ' .. qo[k] end
     call_each('RPUSH', K_FLOW_CASCADE .. flow, left)
     if not wake then return terminal, n end
-    redis.call('SELECT', '0')
-    redis.call('ZADD', K_DUE, now_ms, 'cascade:' .. ctx .. ':' .. flow .. ':' .. caller .. ':0')
-    redis.call('PUBLISH', K_DELAYED_WAKE, now_ms)
-    redis.call('SELECT', ctx)
+    rcall('SELECT', '0')
+    rcall('ZADD', K_DUE, now_ms, 'cascade:' .. ctx .. ':' .. flow .. ':' .. caller .. ':0')
+    rcall('PUBLISH', K_DELAYED_WAKE, now_ms)
+    rcall('SELECT', ctx)
   end
   return terminal, n
 end
@@ -125,10 +125,10 @@ end
 local function release(dag, caller, deps, from, to, fin, now_s, out)
   for i = from, to do
     local d = int(deps[i])
-    local r = redis.call('HINCRBY', dag, 'r:' .. d, -1)
-    if r <= 0 and redis.call('HGET', dag, 's:' .. d) == NODE_PENDING then
-      redis.call('HSET', dag, 's:' .. d, NODE_READY)
-      redis.call('HDEL', dag, 'r:' .. d)
+    local r = rcall('HINCRBY', dag, 'r:' .. d, -1)
+    if r <= 0 and rcall('HGET', dag, 's:' .. d) == NODE_PENDING then
+      rcall('HSET', dag, 's:' .. d, NODE_READY)
+      rcall('HDEL', dag, 'r:' .. d)
       set_job(caller, d, JOB_DISPATCHED, 'ready_at_ms', fin, 'updated_at', now_s)
       out[#out + 1] = d
     end
@@ -140,11 +140,11 @@ end
 -- now, and a wake on coord:delayedwake. A node of many dependents is so released in
 -- calls of up to 1,000 (lib/store's releaseBatch), never all in one call.
 local function release_later(dag, ctx, flow, caller, id, done, fin, now_ms)
-  redis.call('HSET', dag, 'rel:' .. id, done .. ' ' .. fin)
-  redis.call('SELECT', '0')
-  redis.call('ZADD', K_DUE, now_ms, 'release:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
-  redis.call('PUBLISH', K_DELAYED_WAKE, now_ms)
-  redis.call('SELECT', ctx)
+  rcall('HSET', dag, 'rel:' .. id, done .. ' ' .. fin)
+  rcall('SELECT', '0')
+  rcall('ZADD', K_DUE, now_ms, 'release:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
+  rcall('PUBLISH', K_DELAYED_WAKE, now_ms)
+  rcall('SELECT', ctx)
 end
 -- result_fields appends a run's result (res, its string map's JSON) to kv as the
 -- flow's result map holds it (<id>.<key> -> value, a value not a string as JSON),
@@ -159,7 +159,7 @@ local function result_fields(rk, kv, id, res)
     if type(x) ~= 'string' then x = cjson.encode(x) end
     kv[#kv + 1] = id .. '.' .. f
     kv[#kv + 1] = x
-    if #kv >= 400 then redis.call('HSET', rk, unpack(kv)); kv = {} end
+    if #kv >= 400 then rcall('HSET', rk, unpack(kv)); kv = {} end
   end
   return kv
 end
@@ -182,22 +182,22 @@ local function settle(dag, ctx, flow, caller, id, d, fin, now_s, now_ms, out, go
     local last = math.min(#deps, RELEASE_CHUNK)
     release(dag, caller, deps, 1, last, fin, now_s, out)
     if #deps > last then
-      redis.call('HSET', dag, 's:' .. id, NODE_COMPLETED)
+      rcall('HSET', dag, 's:' .. id, NODE_COMPLETED)
       release_later(dag, ctx, flow, caller, id, last, fin, now_ms)
       return
     end
-    redis.call('HSET', K_JOB .. caller .. ':' .. id, 'dependents', d)
+    rcall('HSET', K_JOB .. caller .. ':' .. id, 'dependents', d)
   end
   if gone then
     gone[#gone + 1] = 's:' .. id; gone[#gone + 1] = 'a:' .. id; gone[#gone + 1] = 'd:' .. id; gone[#gone + 1] = 'r:' .. id
   else
-    redis.call('HDEL', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'r:' .. id)
+    rcall('HDEL', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'r:' .. id)
   end
 end
 complete = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff, result, finished_ms)
 local maxlen = EVENTS_CAP()
 local jk = K_JOB .. caller .. ':' .. id
-local node = redis.call('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total', 'starting')
+local node = rcall('HMGET', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'total', 'starting')
 local s = node[1]
 if not s then
   -- A node of a started flow without a status is completed: its completion removed
@@ -208,7 +208,7 @@ end
 -- A completed node's attempt and dependents are its job's (its a: and d: moved there
 -- at its completion: see below), unless its dependents are still being released.
 if s == NODE_COMPLETED and not node[2] then
-  local jv = redis.call('HMGET', jk, 'attempt', 'dependents')
+  local jv = rcall('HMGET', jk, 'attempt', 'dependents')
   node[2], node[3] = node[2] or jv[1], node[3] or jv[2]
 end
 if s == NODE_COMPLETED and status == JOB_FINISHED and attempt == tonumber(node[2] or '0') then
@@ -220,7 +220,7 @@ if s == NODE_COMPLETED and status == JOB_FINISHED and attempt == tonumber(node[2
   local deps = cjson.decode(node[3] or '[]')
   for i = 1, math.min(#deps, RELEASE_CHUNK) do -- the later ones: release_dependents'
     local d = int(deps[i])
-    if redis.call('HGET', dag, 's:' .. d) == NODE_READY then out[#out + 1] = d end
+    if rcall('HGET', dag, 's:' .. d) == NODE_READY then out[#out + 1] = d end
   end
   return out
 end
@@ -237,48 +237,48 @@ if status == JOB_FINISHED then
   if not fin then
     -- the end in ms: its µs (a run's end) less three digits, else as another writer
     -- stored it (finished_at_ms: a remote node's result, an older version)
-    local jf = redis.call('HMGET', jk, 'result', 'finished_at_us')
+    local jf = rcall('HMGET', jk, 'result', 'finished_at_us')
     res, fin = jf[1], jf[2] and string.sub(jf[2], 1, -4)
-    if not fin then fin = redis.call('HGET', jk, 'finished_at_ms') or now_ms end
+    if not fin then fin = rcall('HGET', jk, 'finished_at_ms') or now_ms end
   end
-  local done = redis.call('HINCRBY', dag, 'completed', '1')
-  terminal = redis.call('HINCRBY', dag, 'terminal', '1')
+  local done = rcall('HINCRBY', dag, 'completed', '1')
+  terminal = rcall('HINCRBY', dag, 'terminal', '1')
   local kv = result_fields(rk, results_first(node[4], done - 1), id, res)
-  if kv and #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
+  if kv and #kv > 0 then rcall('HSET', rk, unpack(kv)) end
   settle(dag, ctx, flow, caller, id, node[3], fin, now_s, now_ms, out, nil)
 else
-  local jf = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'retry_after_ms')
+  local jf = rcall('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'retry_after_ms')
   if retries < 0 then retries = tonumber(jf[1] or '0') or 0 end
   local delay = retry_decide(false, a, retries, fatal or jf[3] == '1', jf[2] == '1', tonumber(jf[4] or ''), backoff)
   if delay then
-    if jf[4] then redis.call('HDEL', jk, 'retry_after_ms') end
+    if jf[4] then rcall('HDEL', jk, 'retry_after_ms') end
     backoff = delay
     local due = tonumber(now_ms) + backoff
-    redis.call('HSET', dag, 's:' .. id, NODE_READY, 'due:' .. id, due, 'e:' .. id, err)
-    redis.call('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
+    rcall('HSET', dag, 's:' .. id, NODE_READY, 'due:' .. id, due, 'e:' .. id, err)
+    rcall('XADD', ek, 'MAXLEN', '~', maxlen, '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'flow_id', flow, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
       'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
-    redis.call('SELECT', '0')
-    redis.call('ZADD', K_DUE, due, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
-    redis.call('SELECT', ctx) -- the next end of this call is in the context's DB
+    rcall('SELECT', '0')
+    rcall('ZADD', K_DUE, due, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. id)
+    rcall('SELECT', ctx) -- the next end of this call is in the context's DB
     return {2, '', due}
   end
-  terminal = redis.call('HINCRBY', dag, 'terminal', '1')
-  if redis.call('HGET', fk, 'cancelled_by') then
+  terminal = rcall('HINCRBY', dag, 'terminal', '1')
+  if rcall('HGET', fk, 'cancelled_by') then
     -- the flow was cancelled: this is one of the running jobs it stopped
-    redis.call('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, redis.call('HGET', fk, 'error') or err)
-    redis.call('HINCRBY', dag, 'cancelled', '1')
+    rcall('HSET', dag, 's:' .. id, NODE_CANCELLED, 'e:' .. id, rcall('HGET', fk, 'error') or err)
+    rcall('HINCRBY', dag, 'cancelled', '1')
   else
-    redis.call('HSET', dag, 's:' .. id, NODE_FAILED, 'e:' .. id, err)
-    redis.call('HINCRBY', dag, 'failed', '1')
-    if not redis.call('HGET', fk, 'failed_job') then
-      redis.call('HSET', fk, 'failed_job', id, 'error', 'job ' .. id .. ' failed: ' .. err, 'updated_at', now_s)
+    rcall('HSET', dag, 's:' .. id, NODE_FAILED, 'e:' .. id, err)
+    rcall('HINCRBY', dag, 'failed', '1')
+    if not rcall('HGET', fk, 'failed_job') then
+      rcall('HSET', fk, 'failed_job', id, 'error', 'job ' .. id .. ' failed: ' .. err, 'updated_at', now_s)
     end
     dead_letter(caller, id, flow, now_ms, actor, err)
   end
   -- Cancel the transitive dependents that have not run (CASCADE_CHUNK of them here,
   -- the others by flow_cascade_chunk calls).
   local qd, qo = {}, {}
-  for k, x in ipairs(cjson.decode(redis.call('HGET', dag, 'd:' .. id) or '[]')) do
+  for k, x in ipairs(cjson.decode(rcall('HGET', dag, 'd:' .. id) or '[]')) do
     qd[k] = int(x)
     qo[k] = id
   end
@@ -312,7 +312,7 @@ complete_many = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, acto
   for k, e in ipairs(ends) do
     fields[3 * k], fields[3 * k + 1], fields[3 * k + 2] = 's:' .. e.id, 'a:' .. e.id, 'd:' .. e.id
   end
-  local v = redis.call('HMGET', dag, unpack(fields))
+  local v = rcall('HMGET', dag, unpack(fields))
   local fstatus, applied = '', 0
   local fast, other = {}, {}
   for k, e in ipairs(ends) do
@@ -332,15 +332,15 @@ complete_many = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, acto
   end
   if #fast == 0 then return applied, fstatus end
   local n = int(#fast)
-  local done = redis.call('HINCRBY', dag, 'completed', n)
-  local terminal = redis.call('HINCRBY', dag, 'terminal', n)
+  local done = rcall('HINCRBY', dag, 'completed', n)
+  local terminal = rcall('HINCRBY', dag, 'terminal', n)
   local kv, gone = results_first(v[1], done - #fast), {}
   for _, k in ipairs(fast) do
     local e = ends[k]
     kv = result_fields(rk, kv, e.id, e.result)
     settle(dag, ctx, flow, caller, e.id, v[3 * k + 2], fin, now_s, now_ms, ready, gone)
   end
-  if kv and #kv > 0 then redis.call('HSET', rk, unpack(kv)) end
+  if kv and #kv > 0 then rcall('HSET', rk, unpack(kv)) end
   if #gone > 0 then call_each('HDEL', dag, gone) end
   applied = applied + #fast
   if terminal >= tonumber(v[1]) then
@@ -351,33 +351,33 @@ end
 end
 local function standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fatal, retries, backoff, now_s, now_ms, actor, retention_ms)
   -- What the end depends on, in one read of the job.
-  local cur = redis.call('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'attempt', 'done_attempt', 'retry_after_ms')
+  local cur = rcall('HMGET', jk, 'retries', 'stop_requested', 'fatal', 'attempt', 'done_attempt', 'retry_after_ms')
   if retries < 0 then retries = tonumber(cur[1] or '0') or 0 end
   local a = tonumber(cur[4] or '0')
   if a ~= attempt then return {0, '', 0} end
   local as = int(a)
   if cur[5] == as then return {0, '', 0} end
-  redis.call('HSET', jk, 'done_attempt', as)
+  rcall('HSET', jk, 'done_attempt', as)
   local delay = retry_decide(status == JOB_FINISHED, a, retries, fatal or cur[3] == '1', cur[2] == '1', tonumber(cur[6] or ''), backoff)
   if delay then
-    if cur[6] then redis.call('HDEL', jk, 'retry_after_ms') end
+    if cur[6] then rcall('HDEL', jk, 'retry_after_ms') end
     backoff = delay
     local due = tonumber(now_ms) + backoff
-    redis.call('XADD', ek, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
+    rcall('XADD', ek, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_RETRIED, 'actor', actor, 'job_id', id, 'caller_id', caller, 'status', JOB_ERROR,
       'detail', 'attempt ' .. a .. ' failed: ' .. err .. '; attempt ' .. (a + 1) .. ' in ' .. backoff .. ' ms')
-    redis.call('SELECT', '0')
-    redis.call('ZADD', K_DUE, due, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)
-    redis.call('SELECT', ctx)
+    rcall('SELECT', '0')
+    rcall('ZADD', K_DUE, due, 'retry:' .. ctx .. ':0:' .. caller .. ':' .. id)
+    rcall('SELECT', ctx)
     return {2, '', due}
   end
   if status ~= JOB_FINISHED then dead_letter(caller, id, '0', now_ms, actor, err) end
-  local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
+  local keep = tonumber(rcall('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
   if keep > 0 then retention_ms = keep * 1000 end
-  redis.call('SELECT', '0')
+  rcall('SELECT', '0')
   if retention_ms > 0 then
-    redis.call('ZADD', K_EXPIRE, int(tonumber(now_ms) + retention_ms), ctx .. ':job:' .. caller .. ':' .. id)
+    rcall('ZADD', K_EXPIRE, int(tonumber(now_ms) + retention_ms), ctx .. ':job:' .. caller .. ':' .. id)
   end
-  redis.call('PUBLISH', K_JOB_DONE, ctx .. ':' .. caller .. ':' .. id)
-  redis.call('SELECT', ctx)
+  rcall('PUBLISH', K_JOB_DONE, ctx .. ':' .. caller .. ':' .. id)
+  rcall('SELECT', ctx)
   return {1, '', 0}
 end

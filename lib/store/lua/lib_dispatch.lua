@@ -39,29 +39,29 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
   local attempt
   -- its creation time, then its status and the route fields but the id (the status
   -- in its place says the job exists: lib_route's route_seen)
-  local v = redis.call('HMGET', jk, 'created_at_ms', 'status', unpack(route_fields(), 2))
+  local v = rcall('HMGET', jk, 'created_at_ms', 'status', unpack(route_fields(), 2))
   local jst = v[2]
   if not jst then
     return nil, 'job missing'
   elseif dag ~= '' then
-    local node = redis.call('HMGET', dag, 's:' .. id, 'due:' .. id, 'paused', 'hold', 'a:' .. id)
+    local node = rcall('HMGET', dag, 's:' .. id, 'due:' .. id, 'paused', 'hold', 'a:' .. id)
     local due = node[2]
     local why = node_why(node[1], due, node[3], node[4], now_ms)
     if why then return nil, why end
     attempt = int((tonumber(node[5] or '0') or 0) + 1)
-    redis.call('HSET', dag, 's:' .. id, NODE_DISPATCHED, 'a:' .. id, attempt)
-    if due then redis.call('HDEL', dag, 'due:' .. id) end
+    rcall('HSET', dag, 's:' .. id, NODE_DISPATCHED, 'a:' .. id, attempt)
+    if due then rcall('HDEL', dag, 'due:' .. id) end
   elseif jst == JOB_STARTED or jst == JOB_FINISHED then
     return nil, jst
   else
-    attempt = int(redis.call('HINCRBY', jk, 'attempt', '1'))
+    attempt = int(rcall('HINCRBY', jk, 'attempt', '1'))
   end
   route_seen(jk, v)
   if ready_ms then
     -- A node ready at its flow's start: the start left its job to this dispatch.
-    redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'result', '{}', 'ready_at_ms', ready_ms)
+    rcall('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'result', '{}', 'ready_at_ms', ready_ms)
   else
-    redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
+    rcall('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
   end
   index_job(caller .. ':' .. id, jst, JOB_DISPATCHED, v[1] or nil)
   -- status: the type's; detail: none for a first attempt (lib/store impliedStatus,

@@ -8,4 +8,4 @@
 -- beside KEYS and ARGV and each call sets to nil (lib/store/script.go). It is not
 -- listed in a script's Libs: the prelude takes its one line (buildPrelude in
 -- lib/store/lua.go), given to the scripts that use it like the prelude's constants.
-local EVENTS_CAP = function() if not EVENTS_CAP_N then local n = redis.call('ZCARD', K_JOB_INDEX) * EVENTS_PER_JOB; if n < EVENTS_MAXLEN then n = EVENTS_MAXLEN end; EVENTS_CAP_N = string.format('%d', n) end; return EVENTS_CAP_N end
+local EVENTS_CAP = function() if not EVENTS_CAP_N then local n = rcall('ZCARD', K_JOB_INDEX) * EVENTS_PER_JOB; if n < EVENTS_MAXLEN then n = EVENTS_MAXLEN end; EVENTS_CAP_N = string.format('%d', n) end; return EVENTS_CAP_N end

@@ -6,10 +6,10 @@
 -- waiters' notice (coord:flowdone), and back to the context's DB. Needs lib_state.
 
 local function finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, retention_ms)
-  local failed = tonumber(redis.call('HGET', dag, 'failed') or '0')
+  local failed = tonumber(rcall('HGET', dag, 'failed') or '0')
   local fst, ev = FLOW_FINISHED, EV_FLOW_FINISHED
-  if failed > 0 or redis.call('HGET', fk, 'cancelled_by') then fst, ev = FLOW_ERROR, EV_FLOW_ERROR end
-  local flat = redis.call('HGETALL', rk)
+  if failed > 0 or rcall('HGET', fk, 'cancelled_by') then fst, ev = FLOW_ERROR, EV_FLOW_ERROR end
+  local flat = rcall('HGETALL', rk)
   local result = '{}'
   if #flat > 0 then
     local m = {}
@@ -18,16 +18,16 @@ local function finalize(dag, fk, rk, flow, caller, ctx, now_s, now_ms, actor, re
     if next(m) then result = cjson.encode(m) end
   end
   set_flow(flow, fst, 'result', result, 'finished_at', now_s, 'finished_at_ms', now_ms, 'updated_at', now_s)
-  redis.call('DEL', rk, K_FLOW_CASCADE .. flow) -- every node final: nothing left to cancel
-  event(ev, actor, now_ms, flow, '0', caller, fst, redis.call('HGET', fk, 'error') or '')
-  local keep = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
+  rcall('DEL', rk, K_FLOW_CASCADE .. flow) -- every node final: nothing left to cancel
+  event(ev, actor, now_ms, flow, '0', caller, fst, rcall('HGET', fk, 'error') or '')
+  local keep = tonumber(rcall('HGET', K_CONTEXT .. ctx, 'retention_seconds') or '0') or 0
   if keep > 0 then retention_ms = keep * 1000 end
-  redis.call('SELECT', '0')
-  redis.call('SREM', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+  rcall('SELECT', '0')
+  rcall('SREM', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
   if tonumber(retention_ms) > 0 then
-    redis.call('ZADD', K_EXPIRE, tonumber(now_ms) + tonumber(retention_ms), ctx .. ':flow:' .. flow)
+    rcall('ZADD', K_EXPIRE, tonumber(now_ms) + tonumber(retention_ms), ctx .. ':flow:' .. flow)
   end
-  redis.call('PUBLISH', K_FLOW_DONE, ctx .. ':' .. flow)
-  redis.call('SELECT', ctx)
+  rcall('PUBLISH', K_FLOW_DONE, ctx .. ':' .. flow)
+  rcall('SELECT', ctx)
   return fst
 end

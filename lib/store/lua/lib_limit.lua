@@ -63,14 +63,14 @@ end
 -- lim_time: Redis's time (ms), read once per call.
 local function lim_time()
   if not lim_t then
-    local tt = redis.call('TIME')
+    local tt = rcall('TIME')
     lim_t = tonumber(tt[1]) * 1000 + math.floor(tonumber(tt[2]) / 1000)
   end
   return lim_t
 end
 -- lim_refill: the tokens of bucket bk (rate per per ms, up to burst) at Redis time t.
 local function lim_refill(bk, rate, per, burst, t)
-  local b = redis.call('HMGET', bk, 'tokens', 'at_ms')
+  local b = rcall('HMGET', bk, 'tokens', 'at_ms')
   local tokens, at = tonumber(b[1] or ''), tonumber(b[2] or '')
   if not tokens or not at then tokens, at = burst, t end
   if t > at then tokens = math.min(burst, tokens + (t - at) * rate / per) end
@@ -85,12 +85,12 @@ end
 -- the claims whose lease ended when it looks full).
 local function lim_max(scope, mx, n, now_ms)
   local rk = K_LIM_RUN .. scope
-  local c = redis.call('SCARD', rk)
+  local c = rcall('SCARD', rk)
   if c + n > mx then
-    for _, m in ipairs(redis.call('SMEMBERS', rk)) do
-      local e = tonumber(redis.call('ZSCORE', K_LEASES, m) or '')
+    for _, m in ipairs(rcall('SMEMBERS', rk)) do
+      local e = tonumber(rcall('ZSCORE', K_LEASES, m) or '')
       if not e or e < now_ms then
-        redis.call('SREM', rk, m)
+        rcall('SREM', rk, m)
         c = c - 1
       end
     end
@@ -117,7 +117,7 @@ end
 local function lim_allow(q, want, now_ms)
   local qs = lim_queue_scope(q)
   local scopes = {'context', qs}
-  local v = redis.call('HMGET', K_LIMITS, 'context', qs or 'context')
+  local v = rcall('HMGET', K_LIMITS, 'context', qs or 'context')
   local n, now = want, tonumber(now_ms)
   lim_runs, lim_buckets = {}, {}
   for i = 1, #scopes do
@@ -131,55 +131,55 @@ local function lim_allow(q, want, now_ms)
   return n
 end
 local function lim_join(member)
-  for _, rk in ipairs(lim_runs) do redis.call('SADD', rk, member) end
+  for _, rk in ipairs(lim_runs) do rcall('SADD', rk, member) end
   lim_starts = lim_starts + 1
 end
 local function lim_flush()
   if lim_starts == 0 then return end
   for _, b in ipairs(lim_buckets) do
-    redis.call('HSET', b[1], 'tokens', string.format('%.6f', b[2] - lim_starts), 'at_ms', string.format('%d', b[3]))
+    rcall('HSET', b[1], 'tokens', string.format('%.6f', b[2] - lim_starts), 'at_ms', string.format('%d', b[3]))
   end
 end
 local function lim_mark(q, pk, now_ms)
-  local jk = redis.call('LINDEX', q, -1)
-  if not jk then jk = redis.call('ZRANGE', pk, 0, 0)[1] end
+  local jk = rcall('LINDEX', q, -1)
+  if not jk then jk = rcall('ZRANGE', pk, 0, 0)[1] end
   if not jk or not lim_why or not string.match(jk, '^' .. K_JOB .. '%d+:%d+$') then return end
-  local v = redis.call('HMGET', jk, 'held', 'flow_id', 'id', 'caller_id', 'status')
+  local v = rcall('HMGET', jk, 'held', 'flow_id', 'id', 'caller_id', 'status')
   if v[1] == lim_why or v[5] ~= JOB_DISPATCHED then return end
-  redis.call('HSET', jk, 'held', lim_why)
-  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', lim_why)
+  rcall('HSET', jk, 'held', lim_why)
+  rcall('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', lim_why)
 end
 local function lim_park(ctx, q)
-  redis.call('SADD', K_LIM_PARK, q)
+  rcall('SADD', K_LIM_PARK, q)
   if lim_retry then
-    redis.call('SELECT', '0')
-    redis.call('ZADD', K_DELAYED, 'LT', lim_retry, ctx .. ':limit:' .. q)
-    redis.call('PUBLISH', K_DELAYED_WAKE, lim_retry)
-    redis.call('SELECT', ctx)
+    rcall('SELECT', '0')
+    rcall('ZADD', K_DELAYED, 'LT', lim_retry, ctx .. ':limit:' .. q)
+    rcall('PUBLISH', K_DELAYED_WAKE, lim_retry)
+    rcall('SELECT', ctx)
   end
 end
 local function lim_end(member)
   local q = string.match(member, '^[^\t]*\t([^\t]*)\t')
-  local freed = redis.call('SREM', K_LIM_RUN .. 'context', member)
+  local freed = rcall('SREM', K_LIM_RUN .. 'context', member)
   local qs = q and lim_queue_scope(q)
-  if qs then freed = freed + redis.call('SREM', K_LIM_RUN .. qs, member) end
+  if qs then freed = freed + rcall('SREM', K_LIM_RUN .. qs, member) end
   if freed == 0 then return {} end
-  local parked = redis.call('SMEMBERS', K_LIM_PARK)
-  if #parked > 0 then redis.call('DEL', K_LIM_PARK) end
+  local parked = rcall('SMEMBERS', K_LIM_PARK)
+  if #parked > 0 then rcall('DEL', K_LIM_PARK) end
   return parked
 end
 
 local function lim_key_take(ck, jk, q, paid, now_ms)
   local k = lim_keys[ck]
   if k == nil then
-    local _, rate, per, burst = string.match(redis.call('HGET', K_LIMITS, 'key:' .. ck) or '', '^(%d+) (%d+) (%d+) (%d+)$')
+    local _, rate, per, burst = string.match(rcall('HGET', K_LIMITS, 'key:' .. ck) or '', '^(%d+) (%d+) (%d+) (%d+)$')
     rate, per, burst = tonumber(rate), tonumber(per), math.max(tonumber(burst) or 1, 1)
     k = false
     if rate and rate > 0 and per and per > 0 then
       local t = lim_time()
       local bk = K_LIM_BUCKET .. 'key:' .. ck
       k = {bk = bk, tokens = lim_refill(bk, rate, per, burst, t), t = t, rate = rate, per = per,
-           waiting = redis.call('LLEN', K_CK_RATE .. ck), taken = 0}
+           waiting = rcall('LLEN', K_CK_RATE .. ck), taken = 0}
       lim_key_order[#lim_key_order + 1] = ck
     end
     lim_keys[ck] = k
@@ -191,16 +191,16 @@ local function lim_key_take(ck, jk, q, paid, now_ms)
     return true
   end
   -- held: it waits for a token behind the key's jobs held before it
-  redis.call('LPUSH', K_CK_RATE .. ck, q .. '\t' .. jk)
+  rcall('LPUSH', K_CK_RATE .. ck, q .. '\t' .. jk)
   k.waiting = k.waiting + 1
   local due = k.t
   if left < 1 then due = k.t + math.ceil((1 - left) * k.per / k.rate) end
   if not k.due or due < k.due then k.due = due end
   local why = 'limit key:' .. ck .. ': ' .. k.rate .. ' per ' .. k.per .. ' ms'
-  local v = redis.call('HMGET', jk, 'held', 'flow_id', 'id', 'caller_id')
+  local v = rcall('HMGET', jk, 'held', 'flow_id', 'id', 'caller_id')
   if v[1] ~= why then
-    redis.call('HSET', jk, 'held', why)
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', why)
+    rcall('HSET', jk, 'held', why)
+    rcall('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_JOB_HELD, 'actor', 'coordinator', 'flow_id', v[2] or '0', 'job_id', v[3] or '', 'caller_id', v[4] or '', 'status', JOB_DISPATCHED, 'detail', why)
   end
   return false
 end
@@ -209,15 +209,15 @@ local function lim_key_flush(ctx)
   for _, ck in ipairs(lim_key_order) do
     local k = lim_keys[ck]
     if k.taken > 0 then
-      redis.call('HSET', k.bk, 'tokens', string.format('%.6f', k.tokens - k.taken), 'at_ms', string.format('%d', k.t))
+      rcall('HSET', k.bk, 'tokens', string.format('%.6f', k.tokens - k.taken), 'at_ms', string.format('%d', k.t))
     end
     if k.due then due[#due + 1] = {ck, k.due} end
   end
   if #due == 0 then return end
-  redis.call('SELECT', '0')
+  rcall('SELECT', '0')
   for _, d in ipairs(due) do
-    redis.call('ZADD', K_DELAYED, 'LT', d[2], ctx .. ':keyrate:' .. d[1])
-    redis.call('PUBLISH', K_DELAYED_WAKE, d[2])
+    rcall('ZADD', K_DELAYED, 'LT', d[2], ctx .. ':keyrate:' .. d[1])
+    rcall('PUBLISH', K_DELAYED_WAKE, d[2])
   end
-  redis.call('SELECT', ctx)
+  rcall('SELECT', ctx)
 end

@@ -8,5 +8,5 @@
 local function queue_paused(q)
   local suffix = string.match(q, '^' .. K_PINNED_QUEUE .. '%d+:(.+)$')
   if suffix then q = K_QUEUE .. suffix end
-  return redis.call('HEXISTS', K_QPAUSE, q) == 1
+  return rcall('HEXISTS', K_QPAUSE, q) == 1
 end

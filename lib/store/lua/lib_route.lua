@@ -61,8 +61,6 @@ local route_ck, route_cks
 local route_ordered
 -- route_known: job key → the values read (route_seen), taken by route_target
 local route_known
-local ROUTE_FIELDS = {'id', 'runner_id', 'script_type', 'function_name'}
-local ROUTE_FIELDS_ORDERED = {'id', 'runner_id', 'script_type', 'function_name', 'priority', 'concurrency_key', 'concurrency_limit'}
 -- route_reset: the state of one call, set anew by each (lib/store Script).
 local function route_reset()
   route_types, route_served = nil, {}
@@ -93,12 +91,12 @@ local function queue_of(stype, fn)
   local exec = fn and string.match(fn, '^([^#]+)#') -- "#handler" names no executor: its script type's
   if exec then
     if route_served[exec] == nil then
-      route_served[exec] = (tonumber(redis.call('HGET', K_EXECUTORS, exec)) or 0) > 0 and (K_EXEC_QUEUE .. exec)
+      route_served[exec] = (tonumber(rcall('HGET', K_EXECUTORS, exec)) or 0) > 0 and (K_EXEC_QUEUE .. exec)
     end
     return route_served[exec] or nil
   end
   if (stype or '') == '' then return nil end
-  if not route_types then route_types = redis.call('HGETALL', K_SCRIPT_TYPES) end
+  if not route_types then route_types = rcall('HGETALL', K_SCRIPT_TYPES) end
   for i = 1, #route_types, 2 do
     if route_types[i] == stype and (tonumber(route_types[i + 1]) or 0) > 0 then return K_QUEUE .. stype end
   end
@@ -121,9 +119,17 @@ route_queue = function(id, runner, stype, fn)
   return q or nil
 end
 end
-local function route_fields()
-  if route_ordered == nil then route_ordered = redis.call('SCARD', K_FEATURES) > 0 end
+-- (the field lists in a block with route_fields, their only user: a local of the
+-- library's main function is one more in every script's, and finish_jobs' is at Lua's
+-- limit of 200)
+local route_fields
+do
+local ROUTE_FIELDS = {'id', 'runner_id', 'script_type', 'function_name'}
+local ROUTE_FIELDS_ORDERED = {'id', 'runner_id', 'script_type', 'function_name', 'priority', 'concurrency_key', 'concurrency_limit'}
+route_fields = function()
+  if route_ordered == nil then route_ordered = rcall('SCARD', K_FEATURES) > 0 end
   return route_ordered and ROUTE_FIELDS_ORDERED or ROUTE_FIELDS
+end
 end
 local function route_seen(jk, v) route_known[jk] = v end
 local function route_target(jk)
@@ -132,7 +138,7 @@ local function route_target(jk)
     o = 1
     route_known[jk] = nil
   else
-    v = redis.call('HMGET', jk, unpack(route_fields()))
+    v = rcall('HMGET', jk, unpack(route_fields()))
   end
   local q = route_queue(v[o + 1], v[o + 2], v[o + 3], v[o + 4])
   if q and route_ordered then
@@ -155,7 +161,7 @@ end
 -- equal scores by member); returns the others.
 local function route_split(q, vs, age)
   local plain, scored = {}, {}
-  local t = redis.call('TIME')
+  local t = rcall('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   for k, jk in ipairs(vs) do
     local p = route_prio[jk]
@@ -172,7 +178,7 @@ end
 -- route_limit: the jobs of vs (of queue q) that may go to q now (lib_ck's ck_route:
 -- the others of a concurrency key at its limit are held).
 local function route_limit(q, vs)
-  local t = redis.call('TIME')
+  local t = rcall('TIME')
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local out = {}
   for _, jk in ipairs(vs) do
@@ -184,7 +190,7 @@ end
 local function route_push(ctx)
   local age
   if route_prios > 0 then
-    age = tonumber(redis.call('HGET', K_CONTEXT .. ctx, 'priority_age_ms') or '') or PRIORITY_AGE_MS
+    age = tonumber(rcall('HGET', K_CONTEXT .. ctx, 'priority_age_ms') or '') or PRIORITY_AGE_MS
   end
   -- in chunks: unpack fails beyond ~8,000 values, and one claim can route 64 groups
   -- of 256 jobs.
@@ -192,7 +198,7 @@ local function route_push(ctx)
     local vs = route_pending[q]
     if route_cks > 0 then vs = route_limit(q, vs) end
     if age then vs = route_split(q, vs, age) end
-    for i = 1, #vs, 1000 do redis.call('LPUSH', q, unpack(vs, i, math.min(i + 999, #vs))) end
+    for i = 1, #vs, 1000 do rcall('LPUSH', q, unpack(vs, i, math.min(i + 999, #vs))) end
     route_wakers[q] = wake_targets(q)
   end
   if route_cks > 0 then ck_wake(ctx) end
@@ -204,7 +210,7 @@ local function route_wake(ctx)
 end
 local function route_flush(ctx)
   if route_push(ctx) > 0 then
-    redis.call('SELECT', '0')
+    rcall('SELECT', '0')
     route_wake(ctx)
   end
 end
@@ -220,7 +226,7 @@ local function route_store(caller, fields, now_ms, extra, jks, mo)
   local qs = route_choose(jks)
   local mk = store_message(caller, fields, now_ms, extra, qs and MSG_ACKNOWLEDGED or nil)
   if not qs then
-    redis.call('LPUSH', mo, mk)
+    rcall('LPUSH', mo, mk)
     return mk, 1
   end
   for k, jk in ipairs(jks) do route_add(jk, qs[k]) end

@@ -10,23 +10,23 @@
 --     (member <ctx>:stage:<flow>), in DB 0: it SELECTs 0, so it comes last.
 
 local function stage_begin(flow_seq, job_seq, caller, n, ttl_ms, now_ms)
-  local last = redis.call('INCRBY', job_seq, n)
+  local last = rcall('INCRBY', job_seq, n)
   if last > 4294967295 then
-    redis.call('INCRBY', job_seq, -n)
+    rcall('INCRBY', job_seq, -n)
     return nil, 'CONFLICT the job ids of caller ' .. caller .. ' are exhausted'
   end
   local flow
   repeat
-    flow = string.format('%d', redis.call('INCR', flow_seq))
-  until redis.call('EXISTS', K_FLOW .. flow) == 0 and redis.call('EXISTS', K_FLOW_STAGE .. flow) == 0
+    flow = string.format('%d', rcall('INCR', flow_seq))
+  until rcall('EXISTS', K_FLOW .. flow) == 0 and rcall('EXISTS', K_FLOW_STAGE .. flow) == 0
   local first = last - n + 1
   local expires = now_ms + tonumber(ttl_ms)
-  redis.call('HSET', K_FLOW_STAGE .. flow, 'caller', caller, 'first', string.format('%d', first), 'last', string.format('%d', last),
+  rcall('HSET', K_FLOW_STAGE .. flow, 'caller', caller, 'first', string.format('%d', first), 'last', string.format('%d', last),
     'ttl_ms', ttl_ms, 'expires_ms', string.format('%d', expires), 'state', 'open')
   return flow, first, last, expires
 end
 
 local function stage_expire(ctx, flow, expires)
-  redis.call('SELECT', '0')
-  redis.call('ZADD', K_EXPIRE, string.format('%d', expires), ctx .. ':stage:' .. flow)
+  rcall('SELECT', '0')
+  rcall('ZADD', K_EXPIRE, string.format('%d', expires), ctx .. ':stage:' .. flow)
 end

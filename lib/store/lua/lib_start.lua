@@ -29,7 +29,7 @@ local function start_nodes(dag, caller, nodes, now_s, now_ms, ready, here)
     local jk -- the job's key, when its job is written (not a fresh ready node's)
     if node.ran or node.n ~= '0' then jk = K_JOB .. caller .. ':' .. id end
     if node.ran then
-      redis.call('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us',
+      rcall('HDEL', jk, 'error', 'exit_code', 'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us',
         'dispatched_at_ms', 'attempt', 'stop_requested', 'fatal', 'retry_after_ms', 'result_json')
     end
     local st -- the job's new status (nil: left to its dispatch)
@@ -52,24 +52,24 @@ local function start_nodes(dag, caller, nodes, now_s, now_ms, ready, here)
       nk = nk + 2
     end
     if nk >= 400 then
-      redis.call('HSET', dag, unpack(kv, 1, nk))
+      rcall('HSET', dag, unpack(kv, 1, nk))
       nk = 0
     end
     if st then
       -- set_job's, with the index moves of the nodes made together (index_flush)
-      local cur = redis.call('HMGET', jk, 'status', 'created_at_ms')
+      local cur = rcall('HMGET', jk, 'status', 'created_at_ms')
       -- a fresh job's result is not stored (its default, {}): not written either
       if st == JOB_DISPATCHED then
-        redis.call('HSET', jk, 'status', st, 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms)
+        rcall('HSET', jk, 'status', st, 'result', '{}', 'updated_at', now_s, 'ready_at_ms', now_ms)
       elseif node.ran then
-        redis.call('HSET', jk, 'status', st, 'result', '{}', 'updated_at', now_s)
+        rcall('HSET', jk, 'status', st, 'result', '{}', 'updated_at', now_s)
       else
-        redis.call('HSET', jk, 'status', st, 'updated_at', now_s)
+        rcall('HSET', jk, 'status', st, 'updated_at', now_s)
       end
       index_later(caller .. ':' .. id, cur[1] or nil, st, cur[2] or nil)
     end
   end
-  if nk > 0 then redis.call('HSET', dag, unpack(kv, 1, nk)) end
+  if nk > 0 then rcall('HSET', dag, unpack(kv, 1, nk)) end
   index_flush()
 end
 
@@ -102,7 +102,7 @@ local function dispatch_ready(caller, flow, dag, ids, now_s, now_ms, ready_ms, a
       local id = ids[k]
       fs[3 * k], fs[3 * k + 1], fs[3 * k + 2] = 's:' .. id, 'due:' .. id, 'a:' .. id
     end
-    node = redis.call('HMGET', dag, unpack(fs))
+    node = rcall('HMGET', dag, unpack(fs))
   end
   local kv, nk, dues = {}, 0, {}
   local gids, jks = {}, {}
@@ -123,7 +123,7 @@ local function dispatch_ready(caller, flow, dag, ids, now_s, now_ms, ready_ms, a
     if not why then
       -- its creation time, then its status and the route fields but the id (the
       -- status in its place says the job exists: lib_route's route_seen)
-      v = redis.call('HMGET', jk, 'created_at_ms', 'status', unpack(rf, 2))
+      v = rcall('HMGET', jk, 'created_at_ms', 'status', unpack(rf, 2))
       if not v[2] then why = 'job missing' end
     end
     if why then
@@ -141,9 +141,9 @@ local function dispatch_ready(caller, flow, dag, ids, now_s, now_ms, ready_ms, a
       -- status that is dispatched already is not written again: each field written
       -- into the job's listpack is a scan and a move of it.
       if v[2] == JOB_DISPATCHED then
-        redis.call('HSET', jk, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'ready_at_ms', ready_ms)
+        rcall('HSET', jk, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'ready_at_ms', ready_ms)
       else
-        redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'ready_at_ms', ready_ms)
+        rcall('HSET', jk, 'status', JOB_DISPATCHED, 'attempt', attempt, 'dispatched_at_ms', now_ms, 'updated_at', now_s, 'ready_at_ms', ready_ms)
         index_later(caller .. ':' .. id, v[2], JOB_DISPATCHED, v[1] or nil)
       end
       local detail = ''

@@ -14,10 +14,10 @@ local function int(n) return string.format('%d', n) end
 -- status).
 local function reindex(idx, m, old, st, score)
   if old == st then return end
-  score = score or redis.call('ZSCORE', idx, m)
+  score = score or rcall('ZSCORE', idx, m)
   if score then
-    if old then redis.call('ZREM', idx .. ':' .. old, m) end
-    redis.call('ZADD', idx .. ':' .. st, score, m)
+    if old then rcall('ZREM', idx .. ':' .. old, m) end
+    rcall('ZADD', idx .. ':' .. st, score, m)
   end
 end
 -- index_job: reindex of job m (<caller>:<id>); created its created_at_ms (nil: read
@@ -104,9 +104,9 @@ do
     if not f then return end
     local id
     if EVENTS_CAP_N or uncapped then
-      id = redis.call('XADD', K_EVENTS, '*', 'type', f[1], 'actor', f[2], 'flow_id', f[3], 'job_id', f[4], 'caller_id', f[5], 'detail', f[6])
+      id = rcall('XADD', K_EVENTS, '*', 'type', f[1], 'actor', f[2], 'flow_id', f[3], 'job_id', f[4], 'caller_id', f[5], 'detail', f[6])
     else
-      id = redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', f[1], 'actor', f[2], 'flow_id', f[3], 'job_id', f[4], 'caller_id', f[5], 'detail', f[6])
+      id = rcall('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', f[1], 'actor', f[2], 'flow_id', f[3], 'job_id', f[4], 'caller_id', f[5], 'detail', f[6])
     end
     if nmore > 0 then
       local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
@@ -117,7 +117,7 @@ do
         -- (a sequence number past what a Lua number holds exactly: the next ms's)
         last = int(tonumber(ms) + 1) .. '-' .. int(nids - 1)
       end
-      redis.call('XADD', K_EVENTS, last, 'type', EV_MANY, 'actor', eactor, 'flow_id', '', 'job_id', '', 'caller_id', '', 'detail', table.concat(more))
+      rcall('XADD', K_EVENTS, last, 'type', EV_MANY, 'actor', eactor, 'flow_id', '', 'job_id', '', 'caller_id', '', 'detail', table.concat(more))
     end
     ev_reset()
   end
@@ -126,27 +126,43 @@ local function state_reset()
   index_moves, index_order, msg_next, msg_last, msg_free, msg_shared, msg_shared_st, msg_shared_more = {}, {}, 0, -1, {}, nil, nil, nil
   ev_reset()
 end
-local function index_later(m, old, st, created)
-  if old == st then return end
-  local score = created or redis.call('ZSCORE', K_JOB_INDEX, m)
-  if not score then return end
-  local k = (old or '') .. '\t' .. st
-  local mv = index_moves[k]
-  if not mv then
-    mv = {old = old, st = st, rem = {}, add = {}}
-    index_moves[k] = mv
-    index_order[#index_order + 1] = k
+local index_later
+do
+  -- last: the move the last index_later added to (of: the index_moves it is in): a
+  -- call's jobs mostly move alike, and the same move again is found without its
+  -- key's concatenation (~0.5k instructions a job)
+  local last
+  index_later = function(m, old, st, created)
+    if old == st then return end
+    local score = created or rcall('ZSCORE', K_JOB_INDEX, m)
+    if not score then return end
+    local mv = last
+    if not mv or mv.of ~= index_moves or mv.old ~= old or mv.st ~= st then
+      local k = (old or '') .. '\t' .. st
+      mv = index_moves[k]
+      if not mv then
+        mv = {old = old, st = st, rem = {}, add = {}, of = index_moves}
+        index_moves[k] = mv
+        index_order[#index_order + 1] = k
+      end
+      last = mv
+    end
+    if old then
+      local rem = mv.rem
+      rem[#rem + 1] = m
+    end
+    local add = mv.add
+    local n = #add
+    add[n + 1] = score
+    add[n + 2] = m
   end
-  if old then mv.rem[#mv.rem + 1] = m end
-  mv.add[#mv.add + 1] = score
-  mv.add[#mv.add + 1] = m
 end
 -- call_each calls command cmd on key with the values of the list vs as its arguments,
 -- in calls of up to 1,000 (unpack fails beyond ~8,000 values); step is the number of
 -- values that go together (2: score and member pairs).
 local function call_each(cmd, key, vs, step)
   local n = 1000 - 1000 % (step or 1)
-  for i = 1, #vs, n do redis.call(cmd, key, unpack(vs, i, math.min(i + n - 1, #vs))) end
+  for i = 1, #vs, n do rcall(cmd, key, unpack(vs, i, math.min(i + n - 1, #vs))) end
 end
 local function index_flush()
   for _, k in ipairs(index_order) do
@@ -158,15 +174,15 @@ local function index_flush()
 end
 local function set_job(caller, id, st, ...)
   local jk = K_JOB .. caller .. ':' .. id
-  local cur = redis.call('HMGET', jk, 'status', 'created_at_ms')
-  redis.call('HSET', jk, 'status', st, ...)
+  local cur = rcall('HMGET', jk, 'status', 'created_at_ms')
+  rcall('HSET', jk, 'status', st, ...)
   index_job(caller .. ':' .. id, cur[1] or nil, st, cur[2] or nil)
   return cur[1] or nil
 end
 local function set_flow(id, st, ...)
   local fk = K_FLOW .. id
-  local old = redis.call('HGET', fk, 'status')
-  redis.call('HSET', fk, 'status', st, ...)
+  local old = rcall('HGET', fk, 'status')
+  rcall('HSET', fk, 'status', st, ...)
   reindex(K_FLOW_INDEX, id, old, st)
   return old
 end
@@ -180,40 +196,56 @@ local function event(typ, actor, now_ms, flow, job, caller, st, detail)
   flow, job, caller, detail = flow or '0', job or '0', caller or '0', detail or ''
   if (st or '') == '' then
     if EVENTS_CAP_N then
-      redis.call('XADD', K_EVENTS, '*', 'type', typ, 'actor', actor, 'flow_id', flow, 'job_id', job, 'caller_id', caller, 'detail', detail)
+      rcall('XADD', K_EVENTS, '*', 'type', typ, 'actor', actor, 'flow_id', flow, 'job_id', job, 'caller_id', caller, 'detail', detail)
     else
-      redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', typ, 'actor', actor, 'flow_id', flow, 'job_id', job, 'caller_id', caller, 'detail', detail)
+      rcall('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', typ, 'actor', actor, 'flow_id', flow, 'job_id', job, 'caller_id', caller, 'detail', detail)
     end
   elseif EVENTS_CAP_N then
-    redis.call('XADD', K_EVENTS, '*', 'type', typ, 'actor', actor, 'flow_id', flow, 'job_id', job, 'caller_id', caller, 'status', st, 'detail', detail)
+    rcall('XADD', K_EVENTS, '*', 'type', typ, 'actor', actor, 'flow_id', flow, 'job_id', job, 'caller_id', caller, 'status', st, 'detail', detail)
   else
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', typ, 'actor', actor, 'flow_id', flow, 'job_id', job, 'caller_id', caller, 'status', st, 'detail', detail)
+    rcall('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', typ, 'actor', actor, 'flow_id', flow, 'job_id', job, 'caller_id', caller, 'status', st, 'detail', detail)
   end
 end
 -- dead_letter puts a job that failed for good into the context's DLQ (coord:dlq), unless
 -- an actor stopped it (a stop or a cancel is a decision, not a failure).
 local function dead_letter(caller, id, flow, now_ms, actor, err)
   local jk = K_JOB .. caller .. ':' .. id
-  if redis.call('HGET', jk, 'stop_requested') == '1' then return end
-  redis.call('ZADD', K_DLQ, now_ms, caller .. ':' .. id)
-  redis.call('HSET', jk, 'dlq_at_ms', now_ms)
+  if rcall('HGET', jk, 'stop_requested') == '1' then return end
+  rcall('ZADD', K_DLQ, now_ms, caller .. ':' .. id)
+  rcall('HSET', jk, 'dlq_at_ms', now_ms)
   event(EV_JOB_DEAD_LETTERED, actor, now_ms, flow, id, caller, JOB_ERROR, err)
 end
 -- keys_free returns the ids from … to as strings and the keys prefix .. id, when none
 -- of these keys exists (nil else): one EXISTS of them all (in calls of 500 keys)
 -- instead of one call per key; the caller takes the strings from these lists (making
--- them again, and the garbage, cost about what the calls saved).
-local function keys_free(prefix, from, to)
+-- them again, and the garbage, cost about what the calls saved). The ids are made
+-- from their tens (int, and the prefix with them, once per ten ids) and their last
+-- digit (DIGIT): a string.format an id was ~1.3k instructions, a concatenation ~0.5k.
+-- (DIGIT in a block of its own: a local of the library's main function is one more
+-- in every script's, and finish_jobs' is at Lua's limit of 200)
+local keys_free
+do
+local DIGIT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}
+keys_free = function(prefix, from, to)
   local ids, ks = {}, {}
+  local n, tens, ptens = 0, nil, nil
   for k = from, to do
-    local id = int(k)
-    ids[#ids + 1] = id
-    ks[#ks + 1] = prefix .. id
+    local d = k % 10
+    if d == 0 or not tens then
+      local t = (k - d) / 10
+      tens = t > 0 and int(t) or ''
+      ptens = prefix .. tens
+    end
+    n = n + 1
+    local c = DIGIT[d]
+    ids[n] = tens .. c
+    ks[n] = ptens .. c
   end
   for a = 1, #ks, 500 do
-    if redis.call('EXISTS', unpack(ks, a, math.min(a + 499, #ks))) > 0 then return nil end
+    if rcall('EXISTS', unpack(ks, a, math.min(a + 499, #ks))) > 0 then return nil end
   end
   return ids, ks
+end
 end
 -- message_id takes a fresh message id of caller (skipping ids taken: a message that
 -- came from another node, or that message.create made, may hold one) and returns it
@@ -242,16 +274,16 @@ local function message_id(caller)
       mid = int(msg_next)
       msg_next = msg_next + 1
     else
-      mid = int(redis.call('INCR', K_MESSAGE_SEQ))
+      mid = int(rcall('INCR', K_MESSAGE_SEQ))
     end
-  until redis.call('EXISTS', K_MESSAGE .. caller .. ':' .. mid) == 0
+  until rcall('EXISTS', K_MESSAGE .. caller .. ':' .. mid) == 0
   return mid, K_MESSAGE .. caller .. ':' .. mid
 end
 -- message_reserve takes n message ids (coord:seq:message) for the message_id calls of
 -- this call, in one INCRBY instead of an INCR each.
 local function message_reserve(n)
   if n < 2 then return end
-  msg_last = redis.call('INCRBY', K_MESSAGE_SEQ, n)
+  msg_last = rcall('INCRBY', K_MESSAGE_SEQ, n)
   msg_next = msg_last - n + 1
   msg_free = {}
 end
@@ -268,14 +300,14 @@ local function store_message(caller, fields, now_ms, extra, st, mid)
   if mid then mk = K_MESSAGE .. caller .. ':' .. mid else mid, mk = message_id(caller) end
   -- a copy of the shared fields (message_share), then its own and its status (a key
   -- that exists, which a fresh id never names, is written whole below instead)
-  if fields == msg_shared and redis.call('COPY', K_MSG_TEMPLATE, mk) == 1 then
+  if fields == msg_shared and rcall('COPY', K_MSG_TEMPLATE, mk) == 1 then
     local kv = extra or {}
     local status = st or fields[2]
     if status ~= msg_shared_st then
       kv[#kv + 1] = 'status'
       kv[#kv + 1] = status
     end
-    redis.call('HSET', mk, 'id', mid, unpack(kv))
+    rcall('HSET', mk, 'id', mid, unpack(kv))
     return mk
   end
   if fields == msg_shared and msg_shared_more then
@@ -293,20 +325,20 @@ local function store_message(caller, fields, now_ms, extra, st, mid)
   -- the usual sizes of extra in one HSET with the fields, without copying them
   local n = extra and #extra or 0
   if n == 0 then
-    redis.call('HSET', mk, 'id', mid, unpack(fields, first))
+    rcall('HSET', mk, 'id', mid, unpack(fields, first))
   elseif n == 2 then
-    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], unpack(fields, first))
+    rcall('HSET', mk, 'id', mid, extra[1], extra[2], unpack(fields, first))
   elseif n == 4 then
-    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], unpack(fields, first))
+    rcall('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], unpack(fields, first))
   elseif n == 6 then
-    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], unpack(fields, first))
+    rcall('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], unpack(fields, first))
   elseif n == 8 then
-    redis.call('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], extra[7], extra[8], unpack(fields, first))
+    rcall('HSET', mk, 'id', mid, extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], extra[7], extra[8], unpack(fields, first))
   else
     local kv = {'id', mid}
     for i = 1, n do kv[#kv + 1] = extra[i] end
     for i = first, #fields do kv[#kv + 1] = fields[i] end
-    redis.call('HSET', mk, unpack(kv))
+    rcall('HSET', mk, unpack(kv))
   end
   return mk
 end
@@ -325,9 +357,9 @@ end
 -- the scratch hash then holds (a message of another status writes its own over it).
 local function message_share(fields, more, st)
   if fields[1] ~= 'status' then error('message_share: fields that do not start with the status') end
-  redis.call('DEL', K_MSG_TEMPLATE)
+  rcall('DEL', K_MSG_TEMPLATE)
   if not more and not st then
-    redis.call('HSET', K_MSG_TEMPLATE, unpack(fields, 3))
+    rcall('HSET', K_MSG_TEMPLATE, unpack(fields, 3))
   else
     local kv = {unpack(fields, 3)}
     for _, v in ipairs(more or {}) do kv[#kv + 1] = v end
@@ -335,13 +367,13 @@ local function message_share(fields, more, st)
       kv[#kv + 1] = 'status'
       kv[#kv + 1] = st
     end
-    redis.call('HSET', K_MSG_TEMPLATE, unpack(kv))
+    rcall('HSET', K_MSG_TEMPLATE, unpack(kv))
   end
   msg_shared, msg_shared_st, msg_shared_more = fields, st, more
 end
 local function message_unshare()
   if msg_shared then
-    redis.call('DEL', K_MSG_TEMPLATE)
+    rcall('DEL', K_MSG_TEMPLATE)
     msg_shared, msg_shared_st, msg_shared_more = nil, nil, nil
   end
 end
@@ -374,7 +406,7 @@ local function read_parts(mk, name, v, n)
   if not v or not n or n < 2 then return v end
   local fs = {}
   for k = 2, n do fs[k - 1] = name .. '.' .. k end
-  local ps = redis.call('HMGET', mk, unpack(fs))
+  local ps = rcall('HMGET', mk, unpack(fs))
   for k = 1, #ps do ps[k] = ps[k] or '' end
   return v .. table.concat(ps)
 end
@@ -385,8 +417,8 @@ local function wake_msg_out(ctx, n)
   if n <= 0 then return end
   local tokens = {}
   for i = 1, n do tokens[i] = ctx end
-  redis.call('SELECT', '0')
-  redis.call('LPUSH', K_WAKE_MSG_OUT, unpack(tokens))
+  rcall('SELECT', '0')
+  rcall('LPUSH', K_WAKE_MSG_OUT, unpack(tokens))
   mark_busy(ctx)
 end
 -- track_msg records that message mk (message:<caller>:<n>, of the job's caller) is
@@ -398,13 +430,13 @@ end
 -- message yet (the field is not read).
 local function track_msg(caller, id, mk, flow, fresh)
   if flow and flow ~= '0' and flow ~= '' then
-    redis.call('SADD', K_FLOW_MESSAGES .. flow, mk)
+    rcall('SADD', K_FLOW_MESSAGES .. flow, mk)
     return
   end
   local jk, n = K_JOB .. caller .. ':' .. id, string.sub(mk, #K_MESSAGE + #caller + 2)
-  local had = not fresh and redis.call('HGET', jk, 'msgs')
+  local had = not fresh and rcall('HGET', jk, 'msgs')
   if had and had ~= '' then n = had .. ' ' .. n end
-  redis.call('HSET', jk, 'msgs', n)
+  rcall('HSET', jk, 'msgs', n)
 end
 
 -- retry_node resets a failed or cancelled node of a flow's DAG dag for its retry
@@ -415,25 +447,25 @@ end
 local function retry_node(dag, caller, id, now_s, now_ms)
   local remaining = 0
   local jk = K_JOB .. caller .. ':' .. id
-  local deps = redis.call('HGET', dag, 'p:' .. id) or redis.call('HGET', jk, 'dependends') or ''
+  local deps = rcall('HGET', dag, 'p:' .. id) or rcall('HGET', jk, 'dependends') or ''
   local ok, list = pcall(cjson.decode, deps)
   if not ok or type(list) ~= 'table' then list = {} end
   for _, d in ipairs(list) do
-    local ds = redis.call('HGET', dag, 's:' .. tostring(d)) -- none: completed (lib_complete)
+    local ds = rcall('HGET', dag, 's:' .. tostring(d)) -- none: completed (lib_complete)
     if ds and ds ~= NODE_COMPLETED then remaining = remaining + 1 end
   end
-  redis.call('HDEL', dag, 'e:' .. id, 'due:' .. id)
-  redis.call('HDEL', jk, 'result_json', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms', 'attempt',
+  rcall('HDEL', dag, 'e:' .. id, 'due:' .. id)
+  rcall('HDEL', jk, 'result_json', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms', 'attempt',
     'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us', 'dispatched_at_ms')
-  redis.call('ZREM', K_DLQ, caller .. ':' .. id)
+  rcall('ZREM', K_DLQ, caller .. ':' .. id)
   if remaining == 0 then
     -- ready: no r: (absent, none left), which would outlive the node's completion
-    redis.call('HSET', dag, 's:' .. id, NODE_READY, 'a:' .. id, 0)
-    redis.call('HDEL', dag, 'r:' .. id)
+    rcall('HSET', dag, 's:' .. id, NODE_READY, 'a:' .. id, 0)
+    rcall('HDEL', dag, 'r:' .. id)
     set_job(caller, id, JOB_DISPATCHED, 'updated_at', now_s, 'ready_at_ms', now_ms, 'result', '{}')
     return true
   end
-  redis.call('HSET', dag, 's:' .. id, NODE_PENDING, 'r:' .. id, remaining, 'a:' .. id, 0)
+  rcall('HSET', dag, 's:' .. id, NODE_PENDING, 'r:' .. id, remaining, 'a:' .. id, 0)
   set_job(caller, id, JOB_WAITING_FOR_PREREQUISITES, 'updated_at', now_s, 'result', '{}')
   return false
 end

@@ -11,18 +11,18 @@
 local function wake_targets(q)
   local r = string.match(q, '^' .. K_PINNED_QUEUE .. '(%d+):')
   if r then return {r} end
-  return redis.call('SMEMBERS', K_WAKERS .. q)
+  return rcall('SMEMBERS', K_WAKERS .. q)
 end
 local function wake_runners(ctx, q, ids, n)
   for _, r in ipairs(ids) do
     local wk = K_WAKE_RUNNER .. r .. ':' .. q
-    local k = math.min(n, WAKE_SPREAD, WAKE_CAP - redis.call('LLEN', wk))
+    local k = math.min(n, WAKE_SPREAD, WAKE_CAP - rcall('LLEN', wk))
     if k <= 0 then
-      if n > 0 and not redis.call('LPOS', wk, ctx) then redis.call('RPUSH', wk, ctx) end
+      if n > 0 and not rcall('LPOS', wk, ctx) then rcall('RPUSH', wk, ctx) end
     else
       local t = {}
       for i = 1, k do t[i] = ctx end
-      redis.call('RPUSH', wk, unpack(t))
+      rcall('RPUSH', wk, unpack(t))
     end
   end
 end

@@ -29,35 +29,35 @@ local spec = ARGV[3]
 
 local n = 1
 if spec == '' then
-  n = redis.call('HDEL', KEYS[1], scope)
-  redis.call('DEL', K_LIM_BUCKET .. scope)
+  n = rcall('HDEL', KEYS[1], scope)
+  rcall('DEL', K_LIM_BUCKET .. scope)
 else
-  redis.call('HSET', KEYS[1], scope, spec)
-  redis.call('SADD', K_FEATURES, 'limit')
+  rcall('HSET', KEYS[1], scope, spec)
+  rcall('SADD', K_FEATURES, 'limit')
 end
 -- a concurrency key's rate: its claims read the jobs' keys; a change releases the
 -- jobs its rate held at once (key_rate_wake, by the new rate)
 local ck = string.match(scope, '^key:(.+)$')
 local release
 if ck then
-  if string.match(spec, '^%d+ [1-9]') then redis.call('SADD', K_FEATURES, 'keyrate') end
-  if redis.call('LLEN', K_CK_RATE .. ck) > 0 then
-    local tt = redis.call('TIME')
+  if string.match(spec, '^%d+ [1-9]') then rcall('SADD', K_FEATURES, 'keyrate') end
+  if rcall('LLEN', K_CK_RATE .. ck) > 0 then
+    local tt = rcall('TIME')
     release = tonumber(tt[1]) * 1000 + math.floor(tonumber(tt[2]) / 1000)
   end
 end
 if release then
-  redis.call('SELECT', '0')
-  redis.call('ZADD', K_DELAYED, 'LT', release, ctx .. ':keyrate:' .. ck)
-  redis.call('PUBLISH', K_DELAYED_WAKE, release)
-  redis.call('SELECT', ctx)
+  rcall('SELECT', '0')
+  rcall('ZADD', K_DELAYED, 'LT', release, ctx .. ':keyrate:' .. ck)
+  rcall('PUBLISH', K_DELAYED_WAKE, release)
+  rcall('SELECT', ctx)
 end
-local qs = redis.call('SMEMBERS', K_LIM_PARK)
+local qs = rcall('SMEMBERS', K_LIM_PARK)
 if #qs == 0 then return n end
-redis.call('DEL', K_LIM_PARK)
+rcall('DEL', K_LIM_PARK)
 local targets = {}
 for k, q in ipairs(qs) do targets[k] = wake_targets(q) end
-redis.call('SELECT', '0')
+rcall('SELECT', '0')
 for k, q in ipairs(qs) do wake_runners(ctx, q, targets[k], 1) end
 mark_busy(ctx)
 return n

@@ -22,10 +22,10 @@ local now_ms = ARGV[3]
 -- luagen: end of the prologue
 
 local targets = wake_targets(KEYS[1])
-redis.call('SELECT', '0')
-local due = tonumber(redis.call('ZSCORE', K_DELAYED, member) or '')
+rcall('SELECT', '0')
+local due = tonumber(rcall('ZSCORE', K_DELAYED, member) or '')
 if not due or due > tonumber(now_ms) then return 0 end
-redis.call('ZREM', K_DELAYED, member)
+rcall('ZREM', K_DELAYED, member)
 wake_runners(ctx, KEYS[1], targets, 1)
 mark_busy(ctx)
 return 1

@@ -32,18 +32,18 @@ argi = argi + 1 + n_job_fields
 -- luagen: end of the prologue
 
 local jk = KEYS[1]
-local prev = redis.call('HGET', jk, 'origin')
+local prev = rcall('HGET', jk, 'origin')
 local kept
-if redis.call('EXISTS', jk) == 1 then
+if rcall('EXISTS', jk) == 1 then
   if not prev then
     return redis.error_reply('CONFLICT job key ' .. jk .. ' belongs to a local job of this context')
   end
   local ok, o = pcall(cjson.decode, prev)
   if ok and o.msg_key == origin_msg then return 0 end
-  local st = redis.call('HGET', jk, 'status')
-  if st then redis.call('ZREM', K_JOB_INDEX .. ':' .. st, caller .. ':' .. id) end
-  kept = redis.call('HGET', jk, 'msgs') -- this node's messages about the job stay its
-  redis.call('DEL', jk)
+  local st = rcall('HGET', jk, 'status')
+  if st then rcall('ZREM', K_JOB_INDEX .. ':' .. st, caller .. ':' .. id) end
+  kept = rcall('HGET', jk, 'msgs') -- this node's messages about the job stay its
+  rcall('DEL', jk)
 end
 local fields = {}
 for i = 1, #job_fields, 2 do
@@ -53,9 +53,9 @@ for i = 1, #job_fields, 2 do
   end
 end
 if kept then fields[#fields + 1] = 'msgs'; fields[#fields + 1] = kept end
-redis.call('HSET', jk, unpack(fields))
-redis.call('ZADD', K_JOB_INDEX, now_ms, caller .. ':' .. id)
-local st = redis.call('HGET', jk, 'status')
-if st then redis.call('ZADD', K_JOB_INDEX .. ':' .. st, now_ms, caller .. ':' .. id) end
-event(EV_JOB_CREATED, 'router', now_ms, redis.call('HGET', jk, 'flow_id') or '0', id, caller, st, 'from node ' .. (cjson.decode(redis.call('HGET', jk, 'origin')).pk or '?'))
+rcall('HSET', jk, unpack(fields))
+rcall('ZADD', K_JOB_INDEX, now_ms, caller .. ':' .. id)
+local st = rcall('HGET', jk, 'status')
+if st then rcall('ZADD', K_JOB_INDEX .. ':' .. st, now_ms, caller .. ':' .. id) end
+event(EV_JOB_CREATED, 'router', now_ms, rcall('HGET', jk, 'flow_id') or '0', id, caller, st, 'from node ' .. (cjson.decode(rcall('HGET', jk, 'origin')).pk or '?'))
 return 1

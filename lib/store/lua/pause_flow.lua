@@ -30,22 +30,22 @@ local now_ms = ARGV[5]
 local note = ARGV[6]
 -- luagen: end of the prologue
 
-local h = redis.call('HMGET', KEYS[1], 'status', 'caller_id', 'paused')
+local h = rcall('HMGET', KEYS[1], 'status', 'caller_id', 'paused')
 if not h[1] then return redis.error_reply('NOTFOUND flow') end
 if h[1] ~= FLOW_STARTED then return {0, h[1]} end
 if op == 'pause' then
   if h[3] == '1' then return {2} end
-  redis.call('HSET', KEYS[2], 'paused', '1')
-  redis.call('HSET', KEYS[1], 'paused', '1', 'pause_note', note)
+  rcall('HSET', KEYS[2], 'paused', '1')
+  rcall('HSET', KEYS[1], 'paused', '1', 'pause_note', note)
   event(EV_FLOW_PAUSED, actor, now_ms, flow, '0', h[2], FLOW_STARTED, note)
   return {1}
 end
 if h[3] ~= '1' then return {2} end
-redis.call('HDEL', KEYS[2], 'paused')
-redis.call('HDEL', KEYS[1], 'paused')
-redis.call('HSET', KEYS[1], 'pause_note', note)
+rcall('HDEL', KEYS[2], 'paused')
+rcall('HDEL', KEYS[1], 'paused')
+rcall('HSET', KEYS[1], 'pause_note', note)
 event(EV_FLOW_RESUMED, actor, now_ms, flow, '0', h[2], FLOW_STARTED, note)
-redis.call('SELECT', '0')
-redis.call('ZADD', K_DELAYED, now_ms, ctx .. ':flow:' .. flow)
-redis.call('PUBLISH', K_DELAYED_WAKE, now_ms)
+rcall('SELECT', '0')
+rcall('ZADD', K_DELAYED, now_ms, ctx .. ':flow:' .. flow)
+rcall('PUBLISH', K_DELAYED_WAKE, now_ms)
 return {1}

@@ -37,23 +37,23 @@ local pk, q = KEYS[1], KEYS[2]
 local detail = string.sub(q, #K_QUEUE + 1)
 if note ~= '' then detail = detail .. ': ' .. note end
 if op == 'pause' then
-  if redis.call('HSETNX', pk, q, now_ms .. '\t' .. actor .. '\t' .. note) == 0 then return 0 end
+  if rcall('HSETNX', pk, q, now_ms .. '\t' .. actor .. '\t' .. note) == 0 then return 0 end
   event(EV_QUEUE_PAUSED, actor, now_ms, '0', '0', '0', '', detail)
   return 1
 end
-if redis.call('HDEL', pk, q) == 0 then return 0 end
+if rcall('HDEL', pk, q) == 0 then return 0 end
 event(EV_QUEUE_RESUMED, actor, now_ms, '0', '0', '0', '', detail)
 -- the wake-ups: the queue's runners, and each runner with pinned jobs of it
 local wakes = {}
-local n = redis.call('LLEN', q) + redis.call('ZCARD', K_PRIO .. q)
+local n = rcall('LLEN', q) + rcall('ZCARD', K_PRIO .. q)
 if n > 0 then wakes[#wakes + 1] = {q, wake_targets(q), n} end
-for _, r in ipairs(redis.call('ZRANGE', K_RUNNER_INDEX, 0, -1)) do
+for _, r in ipairs(rcall('ZRANGE', K_RUNNER_INDEX, 0, -1)) do
   local pq = K_PINNED_QUEUE .. r .. ':' .. suffix
-  local m = redis.call('LLEN', pq)
+  local m = rcall('LLEN', pq)
   if m > 0 then wakes[#wakes + 1] = {pq, {r}, m} end
 end
 if #wakes == 0 then return 1 end
-redis.call('SELECT', '0')
+rcall('SELECT', '0')
 for _, w in ipairs(wakes) do wake_runners(ctx, w[1], w[2], w[3]) end
 mark_busy(ctx)
 return 1

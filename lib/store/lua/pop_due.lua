@@ -12,6 +12,6 @@ local now_ms = ARGV[1]
 local limit = tonumber(ARGV[2])
 -- luagen: end of the prologue
 
-local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, limit)
-for _, m in ipairs(items) do redis.call('ZREM', KEYS[1], m) end
+local items = rcall('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, limit)
+for _, m in ipairs(items) do rcall('ZREM', KEYS[1], m) end
 return items

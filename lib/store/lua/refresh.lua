@@ -13,9 +13,9 @@ local value = ARGV[1]
 local ttl_ms = ARGV[2]
 -- luagen: end of the prologue
 
-local cur = redis.call('GET', KEYS[1])
+local cur = rcall('GET', KEYS[1])
 if not cur or cur == value then
-  redis.call('SET', KEYS[1], value, 'PX', ttl_ms)
+  rcall('SET', KEYS[1], value, 'PX', ttl_ms)
   return value
 end
 return cur

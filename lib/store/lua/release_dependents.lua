@@ -56,14 +56,14 @@ argi = argi + 1 + n_request
 -- luagen: end of the prologue
 
 local dag = KEYS[2]
-local rel = redis.call('HGET', dag, 'rel:' .. id)
+local rel = rcall('HGET', dag, 'rel:' .. id)
 if not rel then return {0, 0} end
 -- rel: "<done> <fin>" as the completion left it, then "<done> <fin> <pos> <total>":
 -- where the next dependent starts in the node's d: list (its JSON), and how many it
 -- lists. The list is read from pos, not decoded whole: the chunk's ids only.
 local done, fin, pos, total = string.match(rel, '^(%d+) (%d+) ?(%d*) ?(%d*)$')
 done, pos, total = tonumber(done), tonumber(pos), tonumber(total)
-local dj = redis.call('HGET', dag, 'd:' .. id) or '[]'
+local dj = rcall('HGET', dag, 'd:' .. id) or '[]'
 if not pos then
   pos = 1
   for _ = 1, done do
@@ -92,7 +92,7 @@ for _, d in ipairs(chunk) do
 end
 local cur = {}
 for i = 1, #fields, 1000 do
-  local part = redis.call('HMGET', dag, unpack(fields, i, math.min(i + 999, #fields)))
+  local part = rcall('HMGET', dag, unpack(fields, i, math.min(i + 999, #fields)))
   for k, v in ipairs(part) do
     if v then cur[fields[i + k - 1]] = v end
   end
@@ -120,7 +120,7 @@ call_each('HSET', dag, kv, 2)
 call_each('HDEL', dag, gone)
 -- The ready ones: dispatched here unless the flow is paused or held (a cancel or a
 -- retry in chunks under way).
-local flag = redis.call('HMGET', dag, 'paused', 'hold')
+local flag = rcall('HMGET', dag, 'paused', 'hold')
 local go = not flag[1] and not flag[2]
 local out = {math.max(total - last, 0), 0}
 local attempts = {}
@@ -128,7 +128,7 @@ if go and #ready > 0 then
   local af = {}
   for k, d in ipairs(ready) do af[k] = 'a:' .. d end
   for i = 1, #af, 1000 do
-    local part = redis.call('HMGET', dag, unpack(af, i, math.min(i + 999, #af)))
+    local part = rcall('HMGET', dag, unpack(af, i, math.min(i + 999, #af)))
     for k, v in ipairs(part) do attempts[i + k - 1] = int((tonumber(v) or 0) + 1) end
   end
 end
@@ -136,23 +136,23 @@ local set, gids, jks = {}, {}, {}
 local cap -- the events' cap, read once
 for k, d in ipairs(ready) do
   local jk = K_JOB .. caller .. ':' .. d
-  local h = redis.call('HMGET', jk, 'status', 'created_at_ms')
+  local h = rcall('HMGET', jk, 'status', 'created_at_ms')
   if go and h[1] then
     local a = attempts[k]
     set[#set + 1] = 's:' .. d
     set[#set + 1] = NODE_DISPATCHED
     set[#set + 1] = 'a:' .. d
     set[#set + 1] = a
-    redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'ready_at_ms', fin, 'attempt', a, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
+    rcall('HSET', jk, 'status', JOB_DISPATCHED, 'ready_at_ms', fin, 'attempt', a, 'dispatched_at_ms', now_ms, 'updated_at', now_s)
     -- no status, and no detail for a first attempt: the type's (lib/store
     -- impliedStatus, impliedDetail); the call's first event caps the stream, the
     -- others are appended uncapped (lib_claim)
     if cap then
-      redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_DISPATCHED, 'actor', 'scheduler',
+      rcall('XADD', K_EVENTS, '*', 'type', EV_JOB_DISPATCHED, 'actor', 'scheduler',
         'flow_id', flow, 'job_id', d, 'caller_id', caller, 'detail', a == '1' and '' or 'attempt ' .. a)
     else
       cap = EVENTS_CAP()
-      redis.call('XADD', K_EVENTS, 'MAXLEN', '~', cap, '*', 'type', EV_JOB_DISPATCHED, 'actor', 'scheduler',
+      rcall('XADD', K_EVENTS, 'MAXLEN', '~', cap, '*', 'type', EV_JOB_DISPATCHED, 'actor', 'scheduler',
         'flow_id', flow, 'job_id', d, 'caller_id', caller, 'detail', a == '1' and '' or 'attempt ' .. a)
     end
     gids[#gids + 1] = d
@@ -162,7 +162,7 @@ for k, d in ipairs(ready) do
     -- release leaves it: its dispatch comes later
     set[#set + 1] = 's:' .. d
     set[#set + 1] = NODE_READY
-    if h[1] then redis.call('HSET', jk, 'status', JOB_DISPATCHED, 'ready_at_ms', fin, 'updated_at', now_s) end
+    if h[1] then rcall('HSET', jk, 'status', JOB_DISPATCHED, 'ready_at_ms', fin, 'updated_at', now_s) end
   end
   if h[1] then index_later(caller .. ':' .. d, h[1], JOB_DISPATCHED, h[2] or nil) end
   out[#out + 1] = d
@@ -170,9 +170,9 @@ end
 call_each('HSET', dag, set, 2)
 index_flush()
 if last < total then
-  redis.call('HSET', dag, 'rel:' .. id, int(last) .. ' ' .. fin .. ' ' .. int(pos) .. ' ' .. int(total))
+  rcall('HSET', dag, 'rel:' .. id, int(last) .. ' ' .. fin .. ' ' .. int(pos) .. ' ' .. int(total))
 else
-  redis.call('HDEL', dag, 'rel:' .. id)
+  rcall('HDEL', dag, 'rel:' .. id)
 end
 local pushed = 0
 if #gids > 0 then

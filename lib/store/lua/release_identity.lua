@@ -10,5 +10,5 @@
 local value = ARGV[1]
 -- luagen: end of the prologue
 
-if redis.call('GET', KEYS[1]) == value then return redis.call('DEL', KEYS[1]) end
+if rcall('GET', KEYS[1]) == value then return rcall('DEL', KEYS[1]) end
 return 0

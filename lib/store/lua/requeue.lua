@@ -50,15 +50,15 @@ if consumer ~= '' then
     only = {}
     for _, c in ipairs(claims) do only[c] = true end
   end
-  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  for _, m in ipairs(rcall('ZRANGE', KEYS[1], 0, -1)) do
     if string.sub(m, 1, #prefix) == prefix and (not only or only[string.match(m, '[^\t]*$')]) then expired[#expired + 1] = m end
   end
 else
-  expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, limit)
+  expired = rcall('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, limit)
 end
 local moved = {}
 for _, m in ipairs(expired) do
-  redis.call('ZREM', KEYS[1], m)
+  rcall('ZREM', KEYS[1], m)
   local t1 = string.find(m, '\t', 1, true)
   local t2 = t1 and string.find(m, '\t', t1 + 1, true)
   if t2 then
@@ -74,17 +74,17 @@ for _, m in ipairs(expired) do
     -- only this lease's copy in the processing list goes, never the running claim's,
     -- and nothing is queued (that would run the job a second time at once).
     local cur = {}
-    if claim ~= '' and string.match(item, '^' .. K_JOB .. '%d+:%d+$') then cur = redis.call('HMGET', item, 'claim', 'status', 'worker') end
+    if claim ~= '' and string.match(item, '^' .. K_JOB .. '%d+:%d+$') then cur = rcall('HMGET', item, 'claim', 'status', 'worker') end
     if cur[2] == JOB_STARTED and cur[1] and cur[1] ~= claim then
-      if cur[3] ~= holder or #redis.call('LPOS', proc, item, 'COUNT', 2) > 1 then redis.call('LREM', proc, '1', item) end
-    elseif redis.call('LREM', proc, '1', item) == 1 then
+      if cur[3] ~= holder or #rcall('LPOS', proc, item, 'COUNT', 2) > 1 then rcall('LREM', proc, '1', item) end
+    elseif rcall('LREM', proc, '1', item) == 1 then
       if clear and cur[1] == claim then
         -- the last run's trace id, which a claim of ClaimStartsFresh left to its claim
         -- id (lib/model TraceOfClaim), stays with the job once the claim goes
-        if redis.call('HEXISTS', item, 'trace_id') == 0 then redis.call('HSET', item, 'trace_id', string.sub(redis.sha1hex('trace ' .. claim), 1, 32)) end
-        redis.call('HDEL', item, 'claim')
+        if rcall('HEXISTS', item, 'trace_id') == 0 then rcall('HSET', item, 'trace_id', string.sub(redis.sha1hex('trace ' .. claim), 1, 32)) end
+        rcall('HDEL', item, 'claim')
       end
-      redis.call('RPUSH', queue, item)
+      rcall('RPUSH', queue, item)
       moved[#moved + 1] = queue
       moved[#moved + 1] = item
     end
@@ -96,11 +96,11 @@ if #moved > 0 then
     local q = moved[i]
     if q ~= K_MSG_OUT and q ~= K_MSG_IN and not wakers[q] then wakers[q] = wake_targets(q) end
   end
-  redis.call('SELECT', '0')
+  rcall('SELECT', '0')
   for i = 1, #moved, 2 do
     local q = moved[i]
     if q == K_MSG_OUT or q == K_MSG_IN then
-      redis.call('LPUSH', q == K_MSG_OUT and K_WAKE_MSG_OUT or K_WAKE_MSG_IN, ctx) -- the routers' wake lists
+      rcall('LPUSH', q == K_MSG_OUT and K_WAKE_MSG_OUT or K_WAKE_MSG_IN, ctx) -- the routers' wake lists
     else
       wake_runners(ctx, q, wakers[q], 1)
     end

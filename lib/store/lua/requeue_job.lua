@@ -25,16 +25,16 @@ local now_ms = ARGV[6]
 -- luagen: end of the prologue
 
 local jk = KEYS[1]
-local st = redis.call('HGET', jk, 'status')
+local st = rcall('HGET', jk, 'status')
 if not st then return redis.error_reply('NOTFOUND job') end
 if st == JOB_STARTED or st == JOB_DISPATCHED then
   return redis.error_reply('CONFLICT job ' .. id .. ' is ' .. st .. ', not ended')
 end
 set_job(caller, id, JOB_DISPATCHED, 'updated_at', now_s, 'result', '{}')
-redis.call('HDEL', jk, 'result_json', 'attempt', 'done_attempt', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms',
+rcall('HDEL', jk, 'result_json', 'attempt', 'done_attempt', 'error', 'exit_code', 'fatal', 'stop_requested', 'dlq_at_ms', 'retry_after_ms',
   'worker', 'started_at', 'finished_at', 'started_at_ms', 'finished_at_ms', 'started_at_us', 'finished_at_us')
-redis.call('ZREM', K_DLQ, caller .. ':' .. id)
+rcall('ZREM', K_DLQ, caller .. ':' .. id)
 event(EV_JOB_REQUEUED, actor, now_ms, '0', id, caller, JOB_DISPATCHED, 'from the dead-letter queue')
-redis.call('SELECT', '0')
-redis.call('ZREM', K_EXPIRE, ctx .. ':job:' .. caller .. ':' .. id)
+rcall('SELECT', '0')
+rcall('ZREM', K_EXPIRE, ctx .. ':job:' .. caller .. ':' .. id)
 return 1

@@ -28,27 +28,27 @@ local now_ms = ARGV[5]
 -- luagen: end of the prologue
 
 local fk, dag, rk = KEYS[1], KEYS[2], KEYS[3]
-local st = redis.call('HGET', fk, 'status')
+local st = rcall('HGET', fk, 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
 if st ~= FLOW_ERROR then
   return redis.error_reply('CONFLICT flow ' .. flow .. ' is ' .. st .. '; only a failed flow can be retried')
 end
-if redis.call('EXISTS', dag) == 0 then
+if rcall('EXISTS', dag) == 0 then
   return redis.error_reply('CONFLICT flow ' .. flow .. ' never started; start it (flow.start)')
 end
-local caller = redis.call('HGET', fk, 'caller_id') or '0'
-local res = redis.call('HGET', fk, 'result')
+local caller = rcall('HGET', fk, 'caller_id') or '0'
+local res = rcall('HGET', fk, 'result')
 if res and res ~= '' and res ~= '{}' then
   local ok, m = pcall(cjson.decode, res)
   if ok and type(m) == 'table' then
-    for k, v in pairs(m) do redis.call('HSET', rk, k, v) end
+    for k, v in pairs(m) do rcall('HSET', rk, k, v) end
   end
 end
-local jobs = cjson.decode(redis.call('HGET', fk, 'jobs') or '[]')
+local jobs = cjson.decode(rcall('HGET', fk, 'jobs') or '[]')
 local rerun = {}
 for _, id in ipairs(jobs) do
   id = tostring(id)
-  local s = redis.call('HGET', dag, 's:' .. id)
+  local s = rcall('HGET', dag, 's:' .. id)
   if s == NODE_FAILED or s == NODE_CANCELLED then rerun[id] = true end
 end
 local out = {1}
@@ -61,11 +61,11 @@ for _, id in ipairs(jobs) do
     terminal = terminal + 1
   end
 end
-redis.call('HSET', dag, 'terminal', terminal, 'failed', 0, 'cancelled', 0)
+rcall('HSET', dag, 'terminal', terminal, 'failed', 0, 'cancelled', 0)
 set_flow(flow, FLOW_STARTED, 'updated_at', now_s)
-redis.call('HDEL', fk, 'error', 'failed_job', 'cancelled_by', 'finished_at', 'finished_at_ms', 'result')
+rcall('HDEL', fk, 'error', 'failed_job', 'cancelled_by', 'finished_at', 'finished_at_ms', 'result')
 event(EV_FLOW_RETRIED, actor, now_ms, flow, '0', caller, FLOW_STARTED, (#out - 1) .. ' job(s) ready to run again')
-redis.call('SELECT', '0')
-redis.call('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
-redis.call('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)
+rcall('SELECT', '0')
+rcall('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+rcall('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)
 return out

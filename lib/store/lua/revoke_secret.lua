@@ -20,16 +20,16 @@ local revoked_ms = tonumber(ARGV[3])
 local reason = ARGV[4]
 -- luagen: end of the prologue
 
-local cur = redis.call('HGET', KEYS[1], fingerprint)
+local cur = rcall('HGET', KEYS[1], fingerprint)
 if not cur then
-  redis.call('HSET', KEYS[1], fingerprint, record)
-  redis.call('PUBLISH', K_AUTH_CHANGED, 'secret:' .. fingerprint)
+  rcall('HSET', KEYS[1], fingerprint, record)
+  rcall('PUBLISH', K_AUTH_CHANGED, 'secret:' .. fingerprint)
   return 1
 end
 local r = cjson.decode(cur)
 if r.revoked_ms and r.revoked_ms > 0 then return 0 end
 r.revoked_ms = revoked_ms
 r.reason = reason
-redis.call('HSET', KEYS[1], fingerprint, cjson.encode(r))
-redis.call('PUBLISH', K_AUTH_CHANGED, 'secret:' .. fingerprint)
+rcall('HSET', KEYS[1], fingerprint, cjson.encode(r))
+rcall('PUBLISH', K_AUTH_CHANGED, 'secret:' .. fingerprint)
 return 1

@@ -38,10 +38,10 @@ local tokens, targets = {}, {}
 local n = 0
 for _, m in ipairs(messages) do
   local mk, member, target, jk = m.key, m.member, m.target, m.job
-  if redis.call('LREM', proc, '-1', mk) == 1 then -- from the tail: the oldest claims
-    redis.call('ZREM', leases, member)
-    redis.call('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
-    redis.call('LPUSH', target, jk)
+  if rcall('LREM', proc, '-1', mk) == 1 then -- from the tail: the oldest claims
+    rcall('ZREM', leases, member)
+    rcall('HSET', mk, 'status', MSG_ACKNOWLEDGED, 'updated_at', now_s)
+    rcall('LPUSH', target, jk)
     if not tokens[target] then tokens[target] = 0; targets[#targets + 1] = target end
     tokens[target] = tokens[target] + 1
     n = n + 1
@@ -50,7 +50,7 @@ end
 if #targets > 0 then
   local wakers = {}
   for _, t in ipairs(targets) do wakers[t] = wake_targets(t) end
-  redis.call('SELECT', '0')
+  rcall('SELECT', '0')
   for _, t in ipairs(targets) do wake_runners(ctx, t, wakers[t], tokens[t]) end
   mark_busy(ctx)
 end

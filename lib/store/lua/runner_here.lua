@@ -15,11 +15,11 @@ local runner_id = ARGV[1]
 local ctx = ARGV[2]
 -- luagen: end of the prologue
 
-local here = redis.call('EXISTS', KEYS[1])
-redis.call('SELECT', '0')
+local here = rcall('EXISTS', KEYS[1])
+rcall('SELECT', '0')
 if here == 1 then
-  redis.call('SADD', KEYS[2], ctx)
+  rcall('SADD', KEYS[2], ctx)
 else
-  redis.call('SREM', KEYS[2], ctx)
+  rcall('SREM', KEYS[2], ctx)
 end
 return here

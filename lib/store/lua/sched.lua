@@ -57,16 +57,16 @@ local member = ctx .. ':' .. id
 
 -- rearm sets the schedule's entry in coord:sched_due (returns its score, or nil).
 local function rearm()
-  local h = redis.call('HMGET', key, 'paused', 'next_fire_ms', 'pending_tick_ms', 'buffered_tick_ms')
-  redis.call('SELECT', '0')
+  local h = rcall('HMGET', key, 'paused', 'next_fire_ms', 'pending_tick_ms', 'buffered_tick_ms')
+  rcall('SELECT', '0')
   if h[1] == '1' or not h[2] then
-    redis.call('ZREM', K_SCHED_DUE, member)
+    rcall('ZREM', K_SCHED_DUE, member)
     return nil
   end
   local score = tonumber(h[2])
   if h[3] then score = math.min(score, now + 10000) end
   if h[4] then score = math.min(score, now + 1000) end
-  redis.call('ZADD', K_SCHED_DUE, score, member)
+  rcall('ZADD', K_SCHED_DUE, score, member)
   return score
 end
 
@@ -75,51 +75,51 @@ end
 local function busy(last, last_flow, pending)
   if pending then return true end
   if last_flow then
-    local st = redis.call('HGET', K_FLOW .. last_flow, 'status')
+    local st = rcall('HGET', K_FLOW .. last_flow, 'status')
     return st ~= false and st ~= FLOW_FINISHED and st ~= FLOW_ERROR
   end
   if not last then return false end
-  local st = redis.call('HGET', K_JOB .. last, 'status')
+  local st = rcall('HGET', K_JOB .. last, 'status')
   return st ~= false and st ~= JOB_FINISHED and st ~= JOB_ERROR
 end
 
 if op == 'tick' then
   local tick, next_tick, next_fire, mode = args[1], args[2], args[3], args[4]
-  local h = redis.call('HMGET', key, 'next_tick_ms', 'paused', 'overlap', 'last_run', 'pending_tick_ms', 'buffered_tick_ms', 'last_flow')
+  local h = rcall('HMGET', key, 'next_tick_ms', 'paused', 'overlap', 'last_run', 'pending_tick_ms', 'buffered_tick_ms', 'last_flow')
   if not h[1] then return {'gone'} end
   if h[1] ~= tick then return {'stale'} end
   if h[2] == '1' then return {'paused'} end
-  redis.call('HSET', key, 'next_tick_ms', next_tick, 'next_fire_ms', next_fire, 'updated_at_ms', now)
+  rcall('HSET', key, 'next_tick_ms', next_tick, 'next_fire_ms', next_fire, 'updated_at_ms', now)
   local out
   if mode == 'missed' then
-    redis.call('HINCRBY', key, 'missed', 1)
+    rcall('HINCRBY', key, 'missed', 1)
     out = {'missed'}
   else
     local running = busy(h[4], h[7], h[5])
     if not running and h[6] then
       -- buffer_one: the run the buffered tick waited for has ended; the buffered tick
       -- runs first, and this one waits in its place.
-      redis.call('HSET', key, 'pending_tick_ms', h[6], 'last_tick_ms', h[6], 'buffered_tick_ms', tick)
-      redis.call('HINCRBY', key, 'fired', 1)
+      rcall('HSET', key, 'pending_tick_ms', h[6], 'last_tick_ms', h[6], 'buffered_tick_ms', tick)
+      rcall('HINCRBY', key, 'fired', 1)
       rearm()
       return {'fired', '', h[6], ''}
     end
     if running and h[3] == 'skip' then
-      redis.call('HINCRBY', key, 'skipped', 1)
+      rcall('HINCRBY', key, 'skipped', 1)
       out = {'skipped'}
     elseif running and h[3] == 'buffer_one' then
       if h[6] then
-        redis.call('HINCRBY', key, 'skipped', 1)
+        rcall('HINCRBY', key, 'skipped', 1)
         out = {'skipped'}
       else
-        redis.call('HSET', key, 'buffered_tick_ms', tick)
+        rcall('HSET', key, 'buffered_tick_ms', tick)
         out = {'buffered'}
       end
     else
       local prev, prev_flow = '', ''
       if running and h[3] == 'cancel_previous' then prev, prev_flow = h[4] or '', h[7] or '' end
-      redis.call('HSET', key, 'pending_tick_ms', tick, 'last_tick_ms', tick)
-      redis.call('HINCRBY', key, 'fired', 1)
+      rcall('HSET', key, 'pending_tick_ms', tick, 'last_tick_ms', tick)
+      rcall('HINCRBY', key, 'fired', 1)
       out = {'fired', prev, tick, prev_flow}
     end
   end
@@ -127,61 +127,61 @@ if op == 'tick' then
   return out
 elseif op == 'ran' then
   local tick, run, why, flow = args[1], args[2], args[3], args[4] or ''
-  if redis.call('HGET', key, 'pending_tick_ms') ~= tick then return {'stale'} end
-  redis.call('HDEL', key, 'pending_tick_ms')
+  if rcall('HGET', key, 'pending_tick_ms') ~= tick then return {'stale'} end
+  rcall('HDEL', key, 'pending_tick_ms')
   if flow ~= '' then
-    redis.call('HSET', key, 'last_flow', flow)
-    redis.call('HDEL', key, 'last_run', 'last_error')
+    rcall('HSET', key, 'last_flow', flow)
+    rcall('HDEL', key, 'last_run', 'last_error')
   elseif run ~= '' then
-    redis.call('HSET', key, 'last_run', run)
-    redis.call('HDEL', key, 'last_flow', 'last_error')
+    rcall('HSET', key, 'last_run', run)
+    rcall('HDEL', key, 'last_flow', 'last_error')
   else
-    redis.call('HSET', key, 'last_error', why)
+    rcall('HSET', key, 'last_error', why)
   end
   rearm()
   return {'ok'}
 elseif op == 'buffer' then
-  local h = redis.call('HMGET', key, 'buffered_tick_ms', 'last_run', 'pending_tick_ms', 'paused', 'last_flow')
+  local h = rcall('HMGET', key, 'buffered_tick_ms', 'last_run', 'pending_tick_ms', 'paused', 'last_flow')
   if not h[1] or h[4] == '1' then return {'none'} end
   if busy(h[2], h[5], h[3]) then
     rearm()
     return {'wait'}
   end
-  redis.call('HSET', key, 'pending_tick_ms', h[1], 'last_tick_ms', h[1])
-  redis.call('HDEL', key, 'buffered_tick_ms')
-  redis.call('HINCRBY', key, 'fired', 1)
+  rcall('HSET', key, 'pending_tick_ms', h[1], 'last_tick_ms', h[1])
+  rcall('HDEL', key, 'buffered_tick_ms')
+  rcall('HINCRBY', key, 'fired', 1)
   rearm()
   return {'fired', h[1]}
 elseif op == 'put' then
   local create = args[1] == '1'
-  local exists = redis.call('EXISTS', key) == 1
+  local exists = rcall('EXISTS', key) == 1
   if create and exists then return {'exists'} end
   if not create and not exists then return {'gone'} end
-  redis.call('HSET', key, 'next_tick_ms', args[2], 'next_fire_ms', args[3], 'updated_at_ms', now, unpack(args, 4))
+  rcall('HSET', key, 'next_tick_ms', args[2], 'next_fire_ms', args[3], 'updated_at_ms', now, unpack(args, 4))
   if create then
-    redis.call('HSET', key, 'created_at_ms', now)
-    redis.call('ZADD', index, now, id)
+    rcall('HSET', key, 'created_at_ms', now)
+    rcall('ZADD', index, now, id)
   end
   local score = rearm()
-  if score then redis.call('PUBLISH', K_DELAYED_WAKE, score) end
+  if score then rcall('PUBLISH', K_DELAYED_WAKE, score) end
   return {'ok'}
 elseif op == 'pause' or op == 'resume' then
-  if redis.call('EXISTS', key) == 0 then return {'gone'} end
+  if rcall('EXISTS', key) == 0 then return {'gone'} end
   if op == 'pause' then
-    redis.call('HSET', key, 'paused', '1', 'note', args[1], 'updated_at_ms', now)
+    rcall('HSET', key, 'paused', '1', 'note', args[1], 'updated_at_ms', now)
   else
     -- The ticks of the pause are not caught up: the next is the first after now.
-    redis.call('HDEL', key, 'paused', 'buffered_tick_ms')
-    redis.call('HSET', key, 'note', args[1], 'next_tick_ms', args[2], 'next_fire_ms', args[3], 'updated_at_ms', now)
+    rcall('HDEL', key, 'paused', 'buffered_tick_ms')
+    rcall('HSET', key, 'note', args[1], 'next_tick_ms', args[2], 'next_fire_ms', args[3], 'updated_at_ms', now)
   end
   local score = rearm()
-  if score then redis.call('PUBLISH', K_DELAYED_WAKE, score) end
+  if score then rcall('PUBLISH', K_DELAYED_WAKE, score) end
   return {'ok'}
 elseif op == 'delete' then
-  local n = redis.call('DEL', key)
-  redis.call('ZREM', index, id)
-  redis.call('SELECT', '0')
-  redis.call('ZREM', K_SCHED_DUE, member)
+  local n = rcall('DEL', key)
+  rcall('ZREM', index, id)
+  rcall('SELECT', '0')
+  rcall('ZREM', K_SCHED_DUE, member)
   return {n}
 end
 return redis.error_reply('sched: unknown op ' .. op)

@@ -37,18 +37,18 @@ local now_ms = tonumber(ARGV[5])
 local unique_ttl_ms = ARGV[6]
 -- luagen: end of the prologue
 
-local prev = redis.call('GET', KEYS[1])
+local prev = rcall('GET', KEYS[1])
 if prev then
   if string.sub(prev, 1, #K_FLOW) == K_FLOW then
     local id = string.sub(prev, #K_FLOW + 1)
-    if redis.call('EXISTS', prev) == 1 then return {'stored', id, 0, 0} end
-    if redis.call('EXISTS', K_FLOW_STAGE .. id) == 1 then return {'staging', id, 0, 0} end
-  elseif redis.call('EXISTS', K_JOB .. prev) == 1 then
+    if rcall('EXISTS', prev) == 1 then return {'stored', id, 0, 0} end
+    if rcall('EXISTS', K_FLOW_STAGE .. id) == 1 then return {'staging', id, 0, 0} end
+  elseif rcall('EXISTS', K_JOB .. prev) == 1 then
     return {'job', prev, 0, 0}
   end
 end
 local flow, first, last, expires = stage_begin(KEYS[2], KEYS[3], caller, n, ttl_ms, now_ms)
 if not flow then return redis.error_reply(first) end
-redis.call('SET', KEYS[1], K_FLOW .. flow, 'PX', unique_ttl_ms)
+rcall('SET', KEYS[1], K_FLOW .. flow, 'PX', unique_ttl_ms)
 stage_expire(ctx, flow, expires)
 return {'begun', flow, first, last}

@@ -28,12 +28,12 @@ local now_ms = ARGV[5]
 local run_at = ARGV[6]
 -- luagen: end of the prologue
 
-local h = redis.call('HMGET', KEYS[1], 'status', 'caller_id', 'run_at_ms')
+local h = rcall('HMGET', KEYS[1], 'status', 'caller_id', 'run_at_ms')
 if not h[1] then return redis.error_reply('NOTFOUND flow') end
 if h[1] ~= FLOW_DISPATCHED then return {0, h[1], h[3] or ''} end
 set_flow(flow, FLOW_SCHEDULED, 'run_at_ms', run_at, 'updated_at', now_s)
 event(EV_FLOW_SCHEDULED, actor, now_ms, flow, '0', h[2] or '0', FLOW_SCHEDULED, 'run_at_ms ' .. run_at)
-redis.call('SELECT', '0')
-redis.call('ZADD', K_DELAYED, run_at, ctx .. ':flow:' .. flow)
-redis.call('PUBLISH', K_DELAYED_WAKE, run_at)
+rcall('SELECT', '0')
+rcall('ZADD', K_DELAYED, run_at, ctx .. ':flow:' .. flow)
+rcall('PUBLISH', K_DELAYED_WAKE, run_at)
 return {1, run_at}

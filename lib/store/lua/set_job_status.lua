@@ -23,6 +23,6 @@ if n_fields <= 7000 then fields = {unpack(ARGV, argi + 1, argi + n_fields)} else
 argi = argi + 1 + n_fields
 -- luagen: end of the prologue
 
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if rcall('EXISTS', KEYS[1]) == 0 then return 0 end
 set_job(caller, id, st, unpack(fields))
 return 1

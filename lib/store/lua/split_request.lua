@@ -49,15 +49,15 @@ end
 local mo, proc, leases = KEYS[1], KEYS[2], KEYS[3]
 -- Only while the claim holds the message: a second run of this script (a retry after
 -- a lost answer) or a claim lost meanwhile splits nothing again.
-if redis.call('LREM', proc, '1', item) == 0 then return 0 end
+if rcall('LREM', proc, '1', item) == 0 then return 0 end
 local pushed = 0
 for _, j in ipairs(jobs) do
   local mk = store_message(caller, j.fields, now_ms)
   track_msg(caller, j.id, mk, flow)
-  redis.call('LPUSH', mo, mk)
+  rcall('LPUSH', mo, mk)
   pushed = pushed + 1
 end
-redis.call('HSET', item, 'status', MSG_PROCESSED, 'updated_at', now_s)
-redis.call('ZREM', leases, member)
+rcall('HSET', item, 'status', MSG_PROCESSED, 'updated_at', now_s)
+rcall('ZREM', leases, member)
 wake_msg_out(ctx, pushed)
 return pushed

@@ -61,21 +61,21 @@ for k = 1, n_nodes do
 end
 -- luagen: end of the prologue
 
-local st = redis.call('HGET', KEYS[1], 'status')
+local st = rcall('HGET', KEYS[1], 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
 if st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return {0, st} end
 local dag = KEYS[2]
-redis.call('DEL', dag, KEYS[3])
+rcall('DEL', dag, KEYS[3])
 local total = #nodes
-redis.call('HSET', dag, 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0, 'completed', 0, 'cancelled', 0)
+rcall('HSET', dag, 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0, 'completed', 0, 'cancelled', 0)
 -- the nodes' DAG state and their jobs (lib_start's start_nodes, flow_start_chunk's
 -- loop too); out: 1, the count dispatched here, then the ready nodes left
 local out, here = {1, 0}, nil
 if #group > 0 then here = {} end
 start_nodes(dag, caller, nodes, now_s, now_ms, out, here)
 set_flow(flow, FLOW_STARTED, 'started_at', now_s, 'started_at_ms', now_ms, 'updated_at', now_s)
-redis.call('HDEL', KEYS[1], 'error', 'failed_job', 'finished_at', 'finished_at_ms', 'cancelled_by')
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_FLOW_STARTED, 'actor', actor, 'flow_id', flow, 'caller_id', caller, 'status', FLOW_STARTED)
+rcall('HDEL', KEYS[1], 'error', 'failed_job', 'finished_at', 'finished_at_ms', 'cancelled_by')
+rcall('XADD', KEYS[4], 'MAXLEN', '~', EVENTS_CAP(), '*', 'type', EV_FLOW_STARTED, 'actor', actor, 'flow_id', flow, 'caller_id', caller, 'status', FLOW_STARTED)
 local pushed = 0
 if here and #here > 0 then
   -- the ready nodes of the start's own message, after the flow's event (as their
@@ -90,6 +90,6 @@ if here and #here > 0 then
   route_flush(ctx)
   wake_msg_out(ctx, pushed)
 end
-redis.call('SELECT', '0')
-redis.call('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
+rcall('SELECT', '0')
+rcall('SADD', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
 return out

@@ -129,11 +129,8 @@ end
 -- so the stream stays under the cap the next capped XADD (a claim's, a finish's)
 -- trims it to, and the retention trims it too (trim_events.lua).
 
-for n, j in ipairs(jobs) do
-  j.key, j.ukey = KEYS[2 * n - 1], KEYS[2 * n]
-end
 if guard_fields_n > 0 then
-  local have = redis.call('HMGET', K_CONTEXT .. ctx, unpack(views, guard_fields_at + 1, guard_fields_at + guard_fields_n))
+  local have = rcall('HMGET', K_CONTEXT .. ctx, unpack(views, guard_fields_at + 1, guard_fields_at + guard_fields_n))
   for g = 1, guard_fields_n do
     if (have[g] or '') ~= views[guard_values_at + g] then return {'changed', 0, '', {}, ''} end
   end
@@ -141,7 +138,7 @@ end
 
 local found = {}
 local function existing(n, member)
-  found[#found + 1] = {n, unpack(redis.call('HGETALL', K_JOB .. member))}
+  found[#found + 1] = {n, unpack(rcall('HGETALL', K_JOB .. member))}
   return member
 end
 
@@ -159,8 +156,18 @@ end
 -- no runner here serves refuses the call.
 -- (The three fields are picked out of the job's items: a table of all of them, built
 -- per job, cost more than the rest of this loop.)
-local fn_queue = {}
+-- (The same loop takes each job's keys, notes the first job of the call that chose
+-- each id (chosen_by) and counts the ids each caller's jobs want reserved: a loop of
+-- its own over the jobs was ~250 instructions a job.)
+local fn_queue, chosen_by, want = {}, {}, {}
 for n, j in ipairs(jobs) do
+  local key = KEYS[2 * n - 1]
+  j.key, j.ukey = key, KEYS[2 * n]
+  if not j.chosen then
+    want[j.caller] = (want[j.caller] or 0) + 1
+  elseif not chosen_by[key] then
+    chosen_by[key] = n
+  end
   local runner, stype, fn
   local fields_at = j.fields_at
   for k = 1, j.fields_n, 2 do
@@ -192,22 +199,16 @@ for n, j in ipairs(jobs) do
   if not j.q and (runner or '0') == '0' then return {'unserved', n, '', {}, ''} end
 end
 
--- The first job of the call that chose each id.
-local chosen_by = {}
-for n, j in ipairs(jobs) do
-  if j.chosen and not chosen_by[j.key] then chosen_by[j.key] = n end
-end
-
 -- Pass 1: refusals, before anything is written.
 for n, j in ipairs(jobs) do
   local first = chosen_by[j.key]
   if not j.chosen then
     -- an id is reserved below
-  elseif redis.call('EXISTS', j.key) == 1 then
+  elseif rcall('EXISTS', j.key) == 1 then
     local fields_at = j.fields_at
     for f = 1, 2 * tonumber(j.ncmp) - 1, 2 do
       local name = views[fields_at + f]
-      if not same(redis.call('HGET', j.key, name) or STORED_DEFAULT[name] or '', views[fields_at + f + 1]) then
+      if not same(rcall('HGET', j.key, name) or STORED_DEFAULT[name] or '', views[fields_at + f + 1]) then
         return {'conflict', n, views[fields_at + f], {}, ''}
       end
     end
@@ -231,15 +232,12 @@ end
 -- The keys of a caller's reserved ids are checked in one EXISTS (lib_state's
 -- keys_free; nothing is written before pass 2): each on its own only when one is held
 -- (free: the caller's reserved ids and keys when all are free, false else).
-local want, next_id, last_id, free = {}, {}, {}, {}
-for _, j in ipairs(jobs) do
-  if not j.chosen then want[j.caller] = (want[j.caller] or 0) + 1 end
-end
+local next_id, last_id, free = {}, {}, {}
 for _, j in ipairs(jobs) do
   if not j.chosen then
     local c = j.caller
     if not next_id[c] then
-      last_id[c] = redis.call('INCRBY', K_JOB_SEQ .. c, int(want[c]))
+      last_id[c] = rcall('INCRBY', K_JOB_SEQ .. c, int(want[c]))
       next_id[c] = last_id[c] - want[c] + 1
       free[c] = false
       if want[c] > 1 and last_id[c] <= 4294967295 then
@@ -251,7 +249,7 @@ for _, j in ipairs(jobs) do
     repeat
       id = next_id[c]
       if id > last_id[c] then
-        id = redis.call('INCR', K_JOB_SEQ .. c)
+        id = rcall('INCR', K_JOB_SEQ .. c)
         last_id[c] = id
       end
       if id > 4294967295 then return {'exhausted', 0, c, {}, ''} end
@@ -263,7 +261,7 @@ for _, j in ipairs(jobs) do
         j.id = int(id)
         j.key = K_JOB .. c .. ':' .. j.id
       end
-    until not chosen_by[j.key] and (known or redis.call('EXISTS', j.key) == 0)
+    until not chosen_by[j.key] and (known or rcall('EXISTS', j.key) == 0)
   end
 end
 
@@ -272,9 +270,15 @@ end
 local out, members, pushed = {'ok', 0, '', found, ''}, {}, 0
 -- the new jobs' message ids in one INCRBY, their index entries in one ZADD per index
 -- (a job a uniqueness key finds created leaves its message id unused)
-local fresh = 0
+-- (the same loop notes whether they share one caller, one_caller, and whether every
+-- one of them goes to a queue here, all_here: below)
+local fresh, one_caller, all_here = 0, false, true
 for _, j in ipairs(jobs) do
-  if not j.exists and not j.again and j.run_at == '0' then fresh = fresh + 1 end
+  if not j.exists and not j.again and j.run_at == '0' then
+    fresh = fresh + 1
+    if one_caller == false then one_caller = j.caller elseif one_caller ~= j.caller then one_caller = nil end
+    if not j.q then all_here = false end
+  end
 end
 message_reserve(fresh)
 -- the request messages share msg's fields (lib_state's message_share), and the new
@@ -286,25 +290,18 @@ message_reserve(fresh)
 -- hashes, not in each job's and message's own items; when every one of them goes to
 -- a queue here, their messages' status (acknowledged) is in the message's.
 local shared = fresh >= 2
-local one_caller = false
+if not shared then one_caller = false end
 if shared then
-  local all_here = true
-  for _, j in ipairs(jobs) do
-    if not j.exists and not j.again and j.run_at == '0' then
-      if one_caller == false then one_caller = j.caller elseif one_caller ~= j.caller then one_caller = nil end
-      if not j.q then all_here = false end
-    end
-  end
   one_caller = one_caller or false
   -- (the request messages of jobs routed here are stored short, not from msg: when
   -- every new job is, no message shares its fields)
   if not all_here then message_share(msg, one_caller and {'caller_id', one_caller} or nil) end
-  redis.call('DEL', K_JOB_TEMPLATE) -- (one a call that failed midway left)
+  rcall('DEL', K_JOB_TEMPLATE) -- (one a call that failed midway left)
   if one_caller then
-    redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1',
+    rcall('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1',
       'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'context_id', ctx, 'caller_id', one_caller)
   else
-    redis.call('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1',
+    rcall('HSET', K_JOB_TEMPLATE, 'status', JOB_DISPATCHED, 'attempt', '1',
       'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'context_id', ctx)
   end
 end
@@ -312,39 +309,39 @@ local indexed, scheduled, delayed, first_due = {}, {}, {}, nil
 for n, j in ipairs(jobs) do
   local member = j.caller .. ':' .. j.id
   local prev = false
-  if j.ukey ~= '' then prev = redis.call('GET', j.ukey) end
-  if prev and redis.call('EXISTS', K_JOB .. prev) == 1 then
+  if j.ukey ~= '' then prev = rcall('GET', j.ukey) end
+  if prev and rcall('EXISTS', K_JOB .. prev) == 1 then
     members[#members + 1] = existing(n, prev)
-  elseif j.exists or (j.again and redis.call('EXISTS', j.key) == 1) then
+  elseif j.exists or (j.again and rcall('EXISTS', j.key) == 1) then
     members[#members + 1] = existing(n, member)
   elseif j.run_at ~= '0' then
     -- A delayed job: stored scheduled (attempt 0: its dispatch makes it 1), its request
     -- message left to that dispatch (lua/dispatch.lua, when coord:delayed says it is due).
-    redis.call('HSET', j.key, 'id', j.id, 'status', JOB_SCHEDULED, 'attempt', '0',
+    rcall('HSET', j.key, 'id', j.id, 'status', JOB_SCHEDULED, 'attempt', '0',
       'updated_at', now_s, 'created_at_ms', now_ms, 'run_at_ms', j.run_at,
       'caller_id', j.caller, 'context_id', ctx, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     scheduled[#scheduled + 1] = now_ms
     scheduled[#scheduled + 1] = member
     ev_flush(true) -- (after the events held before it, lib_state's ev_later)
-    redis.call('XADD', K_EVENTS, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
+    rcall('XADD', K_EVENTS, '*', 'type', EV_JOB_CREATED, 'actor', j.actor,
       'flow_id', '0', 'job_id', j.id, 'caller_id', j.caller, 'status', JOB_SCHEDULED, 'detail', 'run_at_ms ' .. j.run_at)
     delayed[#delayed + 1] = j.run_at
     delayed[#delayed + 1] = ctx .. ':job:' .. member
     if not first_due or tonumber(j.run_at) < tonumber(first_due) then first_due = j.run_at end
-    if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
+    if j.ukey ~= '' then rcall('SET', j.ukey, member, 'PX', j.ttl) end
     members[#members + 1] = member
   else
     -- Its request message's id, which its hash holds from the start (msgs, as
     -- track_msg would write it).
     local q = j.q
     local mid, mk = message_id(j.caller)
-    local copied = shared and redis.call('COPY', K_JOB_TEMPLATE, j.key) == 1
+    local copied = shared and rcall('COPY', K_JOB_TEMPLATE, j.key) == 1
     if copied and one_caller then
-      redis.call('HSET', j.key, 'id', j.id, 'msgs', mid, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
+      rcall('HSET', j.key, 'id', j.id, 'msgs', mid, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     elseif copied then
-      redis.call('HSET', j.key, 'id', j.id, 'msgs', mid, 'caller_id', j.caller, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
+      rcall('HSET', j.key, 'id', j.id, 'msgs', mid, 'caller_id', j.caller, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     else
-      redis.call('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1',
+      rcall('HSET', j.key, 'id', j.id, 'status', JOB_DISPATCHED, 'attempt', '1',
         'updated_at', now_s, 'created_at_ms', now_ms, 'dispatched_at_ms', now_ms, 'msgs', mid,
         'caller_id', j.caller, 'context_id', ctx, unpack(views, j.fields_at + 1, j.fields_at + j.fields_n))
     end
@@ -365,7 +362,7 @@ for n, j in ipairs(jobs) do
     -- text as requestFields'); else the call's fields and the job's own, dispatched
     -- on msg_out for the router
     if q then
-      redis.call('HSET', mk, 'req', now_ms .. ' ' .. j.id)
+      rcall('HSET', mk, 'req', now_ms .. ' ' .. j.id)
     else
       local own = {'message', 'job ' .. ctx .. ':' .. member, 'job', '[{"id":' .. j.id .. ',"caller_id":' .. j.caller .. '}]'}
       if not (shared and one_caller) then
@@ -375,20 +372,20 @@ for n, j in ipairs(jobs) do
       store_message(j.caller, msg, now_ms, own, nil, mid)
     end
     if q then
-      route_priority(j.key, j.prio)
-      route_concurrency(j.key, j.ck, j.cl)
+      if j.prio then route_priority(j.key, j.prio) end
+      if j.ck then route_concurrency(j.key, j.ck, j.cl) end
       route_add(j.key, q)
     else
-      redis.call('LPUSH', K_MSG_OUT, mk)
+      rcall('LPUSH', K_MSG_OUT, mk)
       pushed = pushed + 1
     end
-    if j.ukey ~= '' then redis.call('SET', j.ukey, member, 'PX', j.ttl) end
+    if j.ukey ~= '' then rcall('SET', j.ukey, member, 'PX', j.ttl) end
     members[#members + 1] = member
   end
 end
 ev_flush(true)
 message_unshare()
-if shared then redis.call('DEL', K_JOB_TEMPLATE) end
+if shared then rcall('DEL', K_JOB_TEMPLATE) end
 call_each('ZADD', K_JOB_INDEX, indexed, 2)
 call_each('ZADD', K_JOB_INDEX .. ':' .. JOB_DISPATCHED, indexed, 2)
 call_each('ZADD', K_JOB_INDEX, scheduled, 2)
@@ -396,9 +393,9 @@ call_each('ZADD', K_JOB_INDEX .. ':' .. JOB_SCHEDULED, scheduled, 2)
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
 if first_due then
-  redis.call('SELECT', '0')
+  rcall('SELECT', '0')
   call_each('ZADD', K_DELAYED, delayed, 2)
-  redis.call('PUBLISH', K_DELAYED_WAKE, first_due)
+  rcall('PUBLISH', K_DELAYED_WAKE, first_due)
 end
 out[5] = table.concat(members, ' ')
 return out

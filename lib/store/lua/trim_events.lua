@@ -16,7 +16,7 @@ local cutoff = tonumber(ARGV[1])
 -- luagen: end of the prologue
 
 for i = 2, 3 do
-  local oldest = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
+  local oldest = rcall('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
   if oldest[2] and tonumber(oldest[2]) < cutoff then cutoff = tonumber(oldest[2]) end
 end
-return redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d', cutoff) .. '-0')
+return rcall('XTRIM', KEYS[1], 'MINID', string.format('%d', cutoff) .. '-0')

@@ -19,7 +19,7 @@ if n_fields <= 7000 then fields = {unpack(ARGV, argi + 1, argi + n_fields)} else
 argi = argi + 1 + n_fields
 -- luagen: end of the prologue
 
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'updated_at', updated_at, unpack(fields))
-redis.call('PUBLISH', K_AUTH_CHANGED, KEYS[1])
+if rcall('EXISTS', KEYS[1]) == 0 then return 0 end
+rcall('HSET', KEYS[1], 'updated_at', updated_at, unpack(fields))
+rcall('PUBLISH', K_AUTH_CHANGED, KEYS[1])
 return 1
