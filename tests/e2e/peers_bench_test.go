@@ -221,14 +221,14 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 	runParallel(b, n, conc, submit)
 	submitted := time.Since(start)
 	sched1 := schedByPart(s, redisSrv.Pid())
+	cpuSubmitted := cpuByPart(s, redisSrv.Pid())
+	calls1, cmdCPU1 := redisCalls(b), cpuByCommand()
 	if slow {
 		rc.ConfigSet(context.Background(), "slowlog-log-slower-than", "-1")
 		fmt.Printf("Redis's commands over the submission alone (%v):\n", submitted.Round(time.Millisecond))
 		printSlowlog(b, rc)
 		rc.ConfigSet(context.Background(), "slowlog-log-slower-than", slowWas)
 	}
-	cpuSubmitted := cpuByPart(s, redisSrv.Pid())
-	calls1, cmdCPU1 := redisCalls(b), cpuByCommand()
 	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(done+n))
 	took := time.Since(start)
 	cpu1, aof1 := cpuByPart(s, redisSrv.Pid()), aofSize(b)
@@ -243,13 +243,13 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 	// the same over the submission alone (until the last producer's answer; the runner
 	// runs the jobs meanwhile, so its share and Redis's hold some of their runs)
 	reportCPU(report, "a_submit_cpu_us_", cpu0, cpuSubmitted, n, "redis", "client", "supervisor", "runner", "executor")
-	// the same's waits for a core (the kernel's schedstat: the time each process's
-	// threads were runnable on a run queue, per job) and its times put on a core per
-	// job (its wake-ups and preemptions): on shared cores each hop of a submission
-	// between processes may wait there
-	// and the share of the submission's wall time each process spent on a core
-	// (_oncore) and waiting for one (_waiting): Redis's one thread near 1 in all is
-	// what a submission's store call queues behind
+	// where each process's threads were over the submission alone (the kernel's
+	// schedstat and status): the share of its wall time on a core (_oncore) and
+	// runnable, waiting for one (_waiting), that wait per job (_rqwait_us), and per job
+	// the times put on a core (_slices), of which after blocking (_blocks) or after a
+	// preemption (_preempted). Redis's one thread on a core or waiting for one nearly
+	// all the time is a submission rate bound by Redis's work per job; on shared
+	// cores each hop of a submission between processes may wait for a core too.
 	for _, part := range []string{"redis", "client", "supervisor", "runner", "executor"} {
 		report("a_submit_oncore_"+part, float64(sched1[part].run-sched0[part].run)/float64(submitted))
 		report("a_submit_waiting_"+part, float64(sched1[part].wait-sched0[part].wait)/float64(submitted))
