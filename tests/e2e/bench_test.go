@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"sort"
 	"strconv"
 	"strings"
@@ -326,7 +327,9 @@ func BenchmarkHandlerChain(b *testing.B) {
 
 // profileServices fetches a CPU profile of each service over the first seconds of a
 // run into $HERO_BENCH_PROFILE/<service>.pprof when that is set (go tool pprof reads
-// them), and one of the benchmark's own process (its clients: client.pprof). The
+// them), and one of the benchmark's own process (its clients: client.pprof); with
+// HERO_BENCH_PROFILE_KIND=trace, execution traces instead (<service>.trace,
+// client.trace: go tool trace reads them). The
 // returned func waits for the profiles.
 func profileServices(b *testing.B, s *harness.Stack) func() {
 	dir := os.Getenv("HERO_BENCH_PROFILE")
@@ -335,15 +338,17 @@ func profileServices(b *testing.B, s *harness.Stack) func() {
 	}
 	secs := envInt("HERO_BENCH_PROFILE_SECONDS", 4)
 	var wg sync.WaitGroup
-	if os.Getenv("HERO_BENCH_PROFILE_KIND") != "trace" {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := profileSelf(filepath.Join(dir, "client.pprof"), time.Duration(secs)*time.Second); err != nil {
-				b.Errorf("profile the clients: %v", err)
-			}
-		}()
-	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		self, name := profileSelf, "client.pprof"
+		if os.Getenv("HERO_BENCH_PROFILE_KIND") == "trace" {
+			self, name = traceSelf, "client.trace"
+		}
+		if err := self(filepath.Join(dir, name), time.Duration(secs)*time.Second); err != nil {
+			b.Errorf("profile the clients: %v", err)
+		}
+	}()
 	for _, p := range []*harness.Proc{s.Scheduler, s.Router, s.Runner, s.API} {
 		wg.Add(1)
 		go func(p *harness.Proc) {
@@ -577,6 +582,22 @@ func BenchmarkRemoteHop(b *testing.B) {
 }
 
 // profileSelf writes a CPU profile of this process over d into path.
+// traceSelf writes an execution trace of the benchmark's own process (its clients)
+// over d to path (go tool trace reads it).
+func traceSelf(path string, d time.Duration) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := trace.Start(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	<-time.After(d)
+	trace.Stop()
+	return f.Close()
+}
+
 func profileSelf(path string, d time.Duration) error {
 	f, err := os.Create(path)
 	if err != nil {

@@ -67,3 +67,81 @@ func cpuByPart(s *harness.Stack, redisPid int) map[string]time.Duration {
 	}
 	return out
 }
+
+// schedWait is what the kernel's schedstat tells of a process's threads: the time they
+// waited on a run queue, runnable but not running (a wake-up's wait for a core), and
+// the times they were put on a core.
+type schedWait struct {
+	run, wait        time.Duration // on a core; runnable on a run queue
+	slices           int64
+	voluntary, preem int64 // context switches: the thread blocked / was preempted
+}
+
+// readSchedWait sums /proc/<pid>/task/*/schedstat (run time, run-queue wait, time
+// slices) over the process's threads; zero when the kernel has no schedstats.
+func readSchedWait(pid int) schedWait {
+	var out schedWait
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/[0-9]*/schedstat")
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 3 {
+			continue
+		}
+		r, _ := strconv.ParseInt(f[0], 10, 64)
+		w, _ := strconv.ParseInt(f[1], 10, 64)
+		out.run += time.Duration(r)
+		n, _ := strconv.ParseInt(f[2], 10, 64)
+		out.wait += time.Duration(w)
+		out.slices += n
+		st, err := os.ReadFile(filepath.Join(filepath.Dir(t), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			switch k {
+			case "voluntary_ctxt_switches":
+				out.voluntary += c
+			case "nonvoluntary_ctxt_switches":
+				out.preem += c
+			}
+		}
+	}
+	return out
+}
+
+// schedByPart is readSchedWait of each part of a running stack (as cpuByPart; the
+// executors: the runner's children and their threads).
+func schedByPart(s *harness.Stack, redisPid int) map[string]schedWait {
+	runner := s.Runner.Cmd.Process.Pid
+	out := map[string]schedWait{
+		"supervisor": readSchedWait(s.API.Cmd.Process.Pid), "runner": readSchedWait(runner),
+		"redis": readSchedWait(redisPid), "client": readSchedWait(os.Getpid()),
+	}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		pid, _ := strconv.Atoi(filepath.Base(d))
+		if descends(pid, runner) {
+			w, e := readSchedWait(pid), out["executor"]
+			out["executor"] = schedWait{e.run + w.run, e.wait + w.wait, e.slices + w.slices, e.voluntary + w.voluntary, e.preem + w.preem}
+		}
+	}
+	return out
+}
+
+// descends: process pid is a descendant of process of (within eight generations).
+func descends(pid, of int) bool {
+	st, ok := readStat(pid)
+	for hops := 0; ok && st.ppid > 1 && hops < 8; hops++ {
+		if st.ppid == of {
+			return true
+		}
+		st, ok = readStat(st.ppid)
+	}
+	return false
+}

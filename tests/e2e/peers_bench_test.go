@@ -202,13 +202,33 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 	if profile {
 		profiled = profileServices(b, s)
 	}
+	// HERO_BENCH_REDIS_STATS=1: every command of the submission alone in the slow log,
+	// summed by script (what Redis ran while the submissions waited on it); the slow
+	// log's own cost is in the figures then.
+	slow := os.Getenv("HERO_BENCH_REDIS_STATS") != ""
+	rc := redisSrv.Client(b, 0)
+	var slowWas string
+	if slow {
+		slowWas = rc.ConfigGet(context.Background(), "slowlog-log-slower-than").Val()["slowlog-log-slower-than"]
+		rc.ConfigSet(context.Background(), "slowlog-log-slower-than", "0")
+		rc.ConfigSet(context.Background(), "slowlog-max-len", "2000000")
+		rc.SlowLogReset(context.Background())
+	}
 	cpu0, aof0 := cpuByPart(s, redisSrv.Pid()), aofSize(b)
 	calls0, cmdCPU0 := redisCalls(b), cpuByCommand()
+	sched0 := schedByPart(s, redisSrv.Pid())
 	start := time.Now()
 	runParallel(b, n, conc, submit)
 	submitted := time.Since(start)
+	sched1 := schedByPart(s, redisSrv.Pid())
 	cpuSubmitted := cpuByPart(s, redisSrv.Pid())
 	calls1, cmdCPU1 := redisCalls(b), cpuByCommand()
+	if slow {
+		rc.ConfigSet(context.Background(), "slowlog-log-slower-than", "-1")
+		fmt.Printf("Redis's commands over the submission alone (%v):\n", submitted.Round(time.Millisecond))
+		printSlowlog(b, rc)
+		rc.ConfigSet(context.Background(), "slowlog-log-slower-than", slowWas)
+	}
 	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(done+n))
 	took := time.Since(start)
 	cpu1, aof1 := cpuByPart(s, redisSrv.Pid()), aofSize(b)
@@ -223,6 +243,22 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 	// the same over the submission alone (until the last producer's answer; the runner
 	// runs the jobs meanwhile, so its share and Redis's hold some of their runs)
 	reportCPU(report, "a_submit_cpu_us_", cpu0, cpuSubmitted, n, "redis", "client", "supervisor", "runner", "executor")
+	// where each process's threads were over the submission alone (the kernel's
+	// schedstat and status): the share of its wall time on a core (_oncore) and
+	// runnable, waiting for one (_waiting), that wait per job (_rqwait_us), and per job
+	// the times put on a core (_slices), of which after blocking (_blocks) or after a
+	// preemption (_preempted). Redis's one thread on a core or waiting for one nearly
+	// all the time is a submission rate bound by Redis's work per job; on shared
+	// cores each hop of a submission between processes may wait for a core too.
+	for _, part := range []string{"redis", "client", "supervisor", "runner", "executor"} {
+		report("a_submit_oncore_"+part, float64(sched1[part].run-sched0[part].run)/float64(submitted))
+		report("a_submit_waiting_"+part, float64(sched1[part].wait-sched0[part].wait)/float64(submitted))
+		d := sched1[part].wait - sched0[part].wait
+		report("a_submit_rqwait_us_"+part, float64(d.Microseconds())/float64(n))
+		report("a_submit_slices_per_job_"+part, float64(sched1[part].slices-sched0[part].slices)/float64(n))
+		report("a_submit_blocks_per_job_"+part, float64(sched1[part].voluntary-sched0[part].voluntary)/float64(n))
+		report("a_submit_preempted_per_job_"+part, float64(sched1[part].preem-sched0[part].preem)/float64(n))
+	}
 	// jobs per store call of supervisor-daemon's group commit (concurrent submissions)
 	if calls := metric(b, s.API, "hero_api_submit_group_jobs_count"); calls > 0 {
 		report("a_submit_group_jobs_avg", metric(b, s.API, "hero_api_submit_group_jobs_sum")/calls)
