@@ -3679,8 +3679,8 @@ type submitOutcome struct {
 	Status  string
 	Index   int64
 	Detail  string
-	Found   []submitFound
 	Members string
+	Found   []submitFound
 }
 
 // submitFound is a record of lua/submit.lua.
@@ -3692,8 +3692,8 @@ type submitFound struct {
 // decodeSubmitReply decodes the reply of lua/submit.lua.
 func decodeSubmitReply(v any) (out submitOutcome, err error) {
 	r1, err := luaconv.List(v)
-	if err == nil && len(r1) < 5 {
-		err = fmt.Errorf("%d items, want 5", len(r1))
+	if err == nil && len(r1) < 4 {
+		err = fmt.Errorf("%d items, want 4", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/submit.lua: reply: %w", err)
@@ -3707,7 +3707,10 @@ func decodeSubmitReply(v any) (out submitOutcome, err error) {
 	if out.Detail, err = luaconv.String(r1[2]); err != nil {
 		return out, fmt.Errorf("lua/submit.lua: reply.detail: %w", err)
 	}
-	l1, err := luaconv.List(r1[3])
+	if out.Members, err = luaconv.String(r1[3]); err != nil {
+		return out, fmt.Errorf("lua/submit.lua: reply.members: %w", err)
+	}
+	l1, err := luaconv.List(any(r1[4:]))
 	if err != nil {
 		return out, fmt.Errorf("lua/submit.lua: reply.found: %w", err)
 	}
@@ -3733,9 +3736,6 @@ func decodeSubmitReply(v any) (out submitOutcome, err error) {
 				return out, fmt.Errorf("lua/submit.lua: reply.found[].hash[]: %w", err)
 			}
 		}
-	}
-	if out.Members, err = luaconv.String(r1[4]); err != nil {
-		return out, fmt.Errorf("lua/submit.lua: reply.members: %w", err)
 	}
 	return out, nil
 }

@@ -215,6 +215,45 @@ if not grouped then
   end
   if full >= 2 then message_share(result) end
 end
+-- The runs' entries off the processing list in one LTRIM when they are its tail (runs
+-- end in about the order they started, and claims push at the head), as an LREM each
+-- from the tail would take them (an LREM a run was ~3k instructions): the tail read in
+-- one LRANGE, compared in order (the first run's entry the tailmost), else counted
+-- (the same entries in another order); runs.trimmed notes it (each run's held is 1:
+-- its job was there). Else each run's LREM below, as before.
+do
+  local nr = #runs
+  local items = nr > 0 and rcall('LRANGE', proc, -nr, -1) or {}
+  if #items == nr and nr > 0 then
+    local same = true
+    for r = 1, nr do
+      if items[nr - r + 1] ~= runs[r].job_key then
+        same = false
+        break
+      end
+    end
+    if not same then
+      local cnt = {}
+      for i = 1, nr do
+        local it = items[i]
+        cnt[it] = (cnt[it] or 0) + 1
+      end
+      same = true
+      for r = 1, nr do
+        local c = cnt[runs[r].job_key]
+        if not c or c == 0 then
+          same = false
+          break
+        end
+        cnt[runs[r].job_key] = c - 1
+      end
+    end
+    if same then
+      rcall('LTRIM', proc, '0', '-' .. (nr + 1))
+      runs.trimmed = true
+    end
+  end
+end
 for r = 1, #runs do
   local run = runs[r]
   local jk, member, claim, id, flow, status, rresult = run.job_key, run.member, run.claim, run.id, run.flow, run.status, run.result
@@ -241,7 +280,7 @@ for r = 1, #runs do
   -- from the tail, where claims (pushed at the head) are oldest: runs end in about the
   -- order they started, so the entry is near (a scan from the head crossed every run
   -- in flight, ~2% of this script with 256 of them)
-  local held = rcall('LREM', proc, '-1', jk)
+  local held = runs.trimmed and 1 or rcall('LREM', proc, '-1', jk)
   unleased[#unleased + 1] = member
   -- its slot under limits: given back, the queues parked for one woken (ck_wake)
   if lim then

@@ -71,10 +71,6 @@
 --                   counter moved)
 --   index   int     the refused job's index (1-based; unserved, conflict; else 0)
 --   detail  string  the conflict's field, or the caller whose ids are used up
---   found   []found  with 'ok', the jobs not created (else empty):
---     index    int       the job's index (1-based), whose uniqueness key or chosen id
---                        (by a job before it in the call, too) names a job that exists
---     ...hash  []string  the existing job's hash as field/value items
 --   members string   with 'ok', per job in order the job created or found,
 --                        "<caller>:<id>", joined by single spaces ('' else): one
 --                        string, not one a job (a table per job in the reply was ~2k
@@ -82,6 +78,10 @@
 --                        fields of a status or an error before its items; a string
 --                        per job two allocations a job in supervisor-daemon, reading
 --                        the reply)
+--   ...found []found  with 'ok', the jobs not created (else none), after members:
+--     index    int       the job's index (1-based), whose uniqueness key or chosen id
+--                        (by a job before it in the call, too) names a job that exists
+--     ...hash  []string  the existing job's hash as field/value items
 -- Derives: coord:msgtmpl (lib_state's message_share: the request messages' shared
 --   fields, a scratch hash written and deleted in the call), coord:jobtmpl (the same
 --   for the new jobs' shared fields),
@@ -132,13 +132,16 @@ end
 if guard_fields_n > 0 then
   local have = rcall('HMGET', K_CONTEXT .. ctx, unpack(views, guard_fields_at + 1, guard_fields_at + guard_fields_n))
   for g = 1, guard_fields_n do
-    if (have[g] or '') ~= views[guard_values_at + g] then return {'changed', 0, '', {}, ''} end
+    if (have[g] or '') ~= views[guard_values_at + g] then return {'changed', 0, '', ''} end
   end
 end
 
-local found = {}
+-- out: the reply, the found jobs appended (existing; an empty table of them in every
+-- reply was ~4-6k instructions a call: its making, and Redis looking it up for the
+-- fields of a status or an error)
+local out, members, pushed = {'ok', 0, '', ''}, {}, 0
 local function existing(n, member)
-  found[#found + 1] = {n, unpack(rcall('HGETALL', K_JOB .. member))}
+  out[#out + 1] = {n, unpack(rcall('HGETALL', K_JOB .. member))}
   return member
 end
 
@@ -196,7 +199,7 @@ for n, j in ipairs(jobs) do
   else
     j.q = route_queue(j.caller, runner, stype, fn)
   end
-  if not j.q and (runner or '0') == '0' then return {'unserved', n, '', {}, ''} end
+  if not j.q and (runner or '0') == '0' then return {'unserved', n, '', ''} end
 end
 
 -- Pass 1: refusals, before anything is written.
@@ -209,7 +212,7 @@ for n, j in ipairs(jobs) do
     for f = 1, 2 * tonumber(j.ncmp) - 1, 2 do
       local name = views[fields_at + f]
       if not same(rcall('HGET', j.key, name) or STORED_DEFAULT[name] or '', views[fields_at + f + 1]) then
-        return {'conflict', n, views[fields_at + f], {}, ''}
+        return {'conflict', n, views[fields_at + f], ''}
       end
     end
     j.exists = true
@@ -220,7 +223,7 @@ for n, j in ipairs(jobs) do
     for f = 1, e.fields_n, 2 do was[views[e_fields_at + f]] = views[e_fields_at + f + 1] end
     for f = 1, 2 * tonumber(j.ncmp) - 1, 2 do
       local name = views[fields_at + f]
-      if not same(was[name] or '', views[fields_at + f + 1]) then return {'conflict', n, name, {}, ''} end
+      if not same(was[name] or '', views[fields_at + f + 1]) then return {'conflict', n, name, ''} end
     end
     j.again = true
   end
@@ -252,7 +255,7 @@ for _, j in ipairs(jobs) do
         id = rcall('INCR', K_JOB_SEQ .. c)
         last_id[c] = id
       end
-      if id > 4294967295 then return {'exhausted', 0, c, {}, ''} end
+      if id > 4294967295 then return {'exhausted', 0, c, ''} end
       next_id[c] = id + 1
       local known = f and id <= f.last
       if known then
@@ -267,7 +270,6 @@ end
 
 -- Pass 2: create and dispatch (a uniqueness key is read here, after the jobs before
 -- it in the batch set theirs).
-local out, members, pushed = {'ok', 0, '', found, ''}, {}, 0
 -- the new jobs' message ids in one INCRBY, their index entries in one ZADD per index
 -- (a job a uniqueness key finds created leaves its message id unused)
 -- (the same loop notes whether they share one caller, one_caller, and whether every
@@ -397,5 +399,5 @@ if first_due then
   call_each('ZADD', K_DELAYED, delayed, 2)
   rcall('PUBLISH', K_DELAYED_WAKE, first_due)
 end
-out[5] = table.concat(members, ' ')
+out[4] = table.concat(members, ' ')
 return out
