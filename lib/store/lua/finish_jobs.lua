@@ -200,7 +200,7 @@ local function push(mk)
 end
 -- applied_ends: the successful ends of runs of the call's flow that are applied here,
 -- as the scheduler would (lib_complete's complete_many, once for all of them after the
--- runs' own writes and events): {id, attempt, result} each
+-- runs' own writes and events): id, attempt (as stored), result each, flat
 local applied_ends = {}
 -- each run's own result message (not grouped): their ids in one INCRBY (a run
 -- whose claim is not the job's any more leaves its id unused)
@@ -400,7 +400,10 @@ for r = 1, #runs do
       ck_end(ck, jk, now_ms)
     end
     if here and not alone then
-      applied_ends[#applied_ends + 1] = {id = id, attempt = tonumber(cur[3] or '0'), result = rresult}
+      -- (flat, no table a run; its attempt as stored, no number made)
+      applied_ends[#applied_ends + 1] = id
+      applied_ends[#applied_ends + 1] = cur[3] or '0'
+      applied_ends[#applied_ends + 1] = rresult
       gflow = flow
     end
     if grouped then

@@ -23,7 +23,8 @@
 --     Leaves the script in the context's DB.
 --   - complete_many(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor,
 --     retention_ms, ends, fin, ready): complete for the successful ends of one flow
---     ({id, attempt, result} each, all ending at fin, ms), the flow's work once for
+--     (ends: a flat list, id, attempt (as stored, a string), result each; all ending
+--     at fin, ms), the flow's work once for
 --     all (see below). Appends the dependents made ready to ready; returns how many
 --     ends it applied and the flow's status when it ended (else "").
 --   - standalone_end(jk, ek, ctx, caller, id, attempt, status, err, fatal, retries,
@@ -188,10 +189,15 @@ local function settle(dag, ctx, flow, caller, id, d, fin, now_s, now_ms, out, go
     end
     rcall('HSET', K_JOB .. caller .. ':' .. id, 'dependents', d)
   end
+  -- (d: only when the node had dependents: the caller read it, absent, else)
   if gone then
-    gone[#gone + 1] = 's:' .. id; gone[#gone + 1] = 'a:' .. id; gone[#gone + 1] = 'd:' .. id; gone[#gone + 1] = 'r:' .. id
-  else
+    local n = #gone
+    gone[n + 1], gone[n + 2], gone[n + 3] = 's:' .. id, 'a:' .. id, 'r:' .. id
+    if d then gone[n + 4] = 'd:' .. id end
+  elseif d then
     rcall('HDEL', dag, 's:' .. id, 'a:' .. id, 'd:' .. id, 'r:' .. id)
+  else
+    rcall('HDEL', dag, 's:' .. id, 'a:' .. id, 'r:' .. id)
   end
 end
 complete = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, id, attempt, status, err, fatal, retries, backoff, result, finished_ms)
@@ -291,8 +297,9 @@ if terminal >= tonumber(node[4]) then
 end
 return out, cancelled
 end
--- complete_many applies the successful ends of runs of one flow (ends: {id, attempt,
--- result} each, result the string map's JSON its run wrote; fin their end, ms) as
+-- complete_many applies the successful ends of runs of one flow (ends: id, attempt,
+-- result each, flat: no table an end; the attempt the job's as stored, the result the
+-- string map's JSON its run wrote; fin their end, ms) as
 -- complete would, one by one, with the flow's work done once for all: one read of the
 -- nodes, the completed and terminal counts moved once, the results in one HSET, the
 -- completed nodes' fields gone in one HDEL, and the flow's end (finalize) checked once.
@@ -301,31 +308,34 @@ end
 -- applied and the flow's status when it ended here (else ""). No events but finalize's
 -- (event(), after the held ones). Leaves the script in the context's DB.
 complete_many = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, ends, fin, ready)
-  if #ends == 1 then -- (one end: complete's own work, without the tables for many)
-    local e = ends[1]
-    local r = complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, e.id, e.attempt, JOB_FINISHED, '', false, 0, 0, e.result, fin)
+  local m = #ends / 3
+  if m == 1 then -- (one end: complete's own work, without the tables for many)
+    local r = complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, ends[1], tonumber(ends[2]), JOB_FINISHED, '', false, 0, 0, ends[3], fin)
     for j = 4, #r do ready[#ready + 1] = r[j] end
     if r[1] == 1 then return 1, r[2] end
     return 0, r[2]
   end
   local fields = {'total', 'starting'}
-  for k, e in ipairs(ends) do
-    fields[3 * k], fields[3 * k + 1], fields[3 * k + 2] = 's:' .. e.id, 'a:' .. e.id, 'd:' .. e.id
+  for k = 1, m do
+    local id = ends[3 * k - 2]
+    fields[3 * k], fields[3 * k + 1], fields[3 * k + 2] = 's:' .. id, 'a:' .. id, 'd:' .. id
   end
   local v = rcall('HMGET', dag, unpack(fields))
   local fstatus, applied = '', 0
   local fast, other = {}, {}
-  for k, e in ipairs(ends) do
+  for k = 1, m do
     local s = v[3 * k]
+    -- the attempts as stored (whole numbers, as the dispatch wrote both): one spelled
+    -- otherwise goes through complete, which compares their values
     if s and s ~= NODE_COMPLETED and s ~= NODE_FAILED and s ~= NODE_CANCELLED and s ~= NODE_PENDING and s ~= NODE_READY
-      and e.attempt == tonumber(v[3 * k + 1] or '0') then
+      and ends[3 * k - 1] == (v[3 * k + 1] or '0') then
       fast[#fast + 1] = k
     else
-      other[#other + 1] = e
+      other[#other + 1] = k
     end
   end
-  for _, e in ipairs(other) do
-    local r = complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, e.id, e.attempt, JOB_FINISHED, '', false, 0, 0, e.result, fin)
+  for _, k in ipairs(other) do
+    local r = complete(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, actor, retention_ms, ends[3 * k - 2], tonumber(ends[3 * k - 1]), JOB_FINISHED, '', false, 0, 0, ends[3 * k], fin)
     for j = 4, #r do ready[#ready + 1] = r[j] end
     if r[2] ~= '' then fstatus = r[2] end
     if r[1] == 1 then applied = applied + 1 end
@@ -336,9 +346,9 @@ complete_many = function(dag, fk, rk, ek, ctx, flow, caller, now_s, now_ms, acto
   local terminal = rcall('HINCRBY', dag, 'terminal', n)
   local kv, gone = results_first(v[1], done - #fast), {}
   for _, k in ipairs(fast) do
-    local e = ends[k]
-    kv = result_fields(rk, kv, e.id, e.result)
-    settle(dag, ctx, flow, caller, e.id, v[3 * k + 2], fin, now_s, now_ms, ready, gone)
+    local id = ends[3 * k - 2]
+    kv = result_fields(rk, kv, id, ends[3 * k])
+    settle(dag, ctx, flow, caller, id, v[3 * k + 2], fin, now_s, now_ms, ready, gone)
   end
   if kv and #kv > 0 then rcall('HSET', rk, unpack(kv)) end
   if #gone > 0 then call_each('HDEL', dag, gone) end
