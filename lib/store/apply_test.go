@@ -639,3 +639,37 @@ func TestFinishWritesEachRunsEnd(t *testing.T) {
 		}
 	}
 }
+
+// A node's dispatch numbers its attempt: the first (its DAG holds no a: yet) is 1,
+// made without a number, and a retry's the one after its last, by dispatch (one job)
+// and by a started flow's dispatch of several (lib_start's dispatch_ready) alike.
+func TestDispatchNumbersTheRetrysAttempt(t *testing.T) {
+	s, db, _ := applyContext(t, 57)
+	ctx := context.Background()
+	f, jobs := dagFlow(t, s, db, 3, nil)
+	runs := claimSh(t, db, 3)
+	for _, st := range runs {
+		if st.Job.Attempt != 1 {
+			t.Fatalf("job %d's first run is attempt %d; want 1", st.Job.ID, st.Job.Attempt)
+		}
+		res, err := db.CompleteNode(ctx, store.JobEnd{FlowID: f.ID, CallerID: 1, JobID: st.Job.ID, Attempt: 1, Status: model.JobError,
+			Error: "boom", Retries: 2, Actor: "scheduler"})
+		if err != nil || res.RetryAt.IsZero() {
+			t.Fatalf("failed end of job %d: %+v %v, want a retry", st.Job.ID, res, err)
+		}
+	}
+	one, err := db.DispatchMany(ctx, f.ID, 1, jobs[:1], "scheduler", 0)
+	if err != nil || len(one) != 1 || one[0].Attempt != 2 {
+		t.Fatalf("dispatch of job %d's retry: %+v %v; want attempt 2", jobs[0].ID, one, err)
+	}
+	many, err := db.DispatchStarted(ctx, f.ID, 1, jobs[1:], "scheduler", time.Now()) // (two: flow_start_dispatch)
+	if err != nil || len(many) != 2 || many[0].Attempt != 2 || many[1].Attempt != 2 {
+		t.Fatalf("started dispatch of the retries: %+v %v; want attempt 2 each", many, err)
+	}
+	for _, j := range jobs {
+		got, err := db.LoadJob(ctx, 1, j.ID)
+		if err != nil || got.Attempt != 2 || got.Status != model.JobDispatched {
+			t.Fatalf("job %d: %+v %v; want dispatched, attempt 2", j.ID, got, err)
+		}
+	}
+}

@@ -48,7 +48,8 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
     local due = node[2]
     local why = node_why(node[1], due, node[3], node[4], now_ms)
     if why then return nil, why end
-    attempt = int((tonumber(node[5] or '0') or 0) + 1)
+    attempt = '1' -- (a node's first: no number made)
+    if node[5] then attempt = int((tonumber(node[5]) or 0) + 1) end
     rcall('HSET', dag, 's:' .. id, NODE_DISPATCHED, 'a:' .. id, attempt)
     if due then rcall('HDEL', dag, 'due:' .. id) end
   elseif jst == JOB_STARTED or jst == JOB_FINISHED then

@@ -94,10 +94,11 @@ end
 local function dispatch_ready(caller, flow, dag, ids, now_s, now_ms, ready_ms, actor, group, mo, fresh)
   local n = #ids
   local attempts, whys = {}, {}
-  local node
+  local node, fs
   if not fresh then
-    -- one read of the DAG for all: paused, hold, then s:, due:, a: of each node
-    local fs = {'paused', 'hold'}
+    -- one read of the DAG for all: paused, hold, then s:, due:, a: of each node (the
+    -- names of s: and a: written again below, not made twice)
+    fs = {'paused', 'hold'}
     for k = 1, n do
       local id = ids[k]
       fs[3 * k], fs[3 * k + 1], fs[3 * k + 2] = 's:' .. id, 'due:' .. id, 'a:' .. id
@@ -115,7 +116,8 @@ local function dispatch_ready(caller, flow, dag, ids, now_s, now_ms, ready_ms, a
       local due = node[3 * k + 1]
       why = node_why(node[3 * k], due, node[1], node[2], now_ms) -- dispatch_job's rule
       if not why then
-        attempt = int((tonumber(node[3 * k + 2] or '0') or 0) + 1)
+        local a = node[3 * k + 2] -- (none: a first attempt, '1' without a number made)
+        if a then attempt = int((tonumber(a) or 0) + 1) end
         if due then dues[#dues + 1] = 'due:' .. id end
       end
     end
@@ -134,7 +136,11 @@ local function dispatch_ready(caller, flow, dag, ids, now_s, now_ms, ready_ms, a
       end
     else
       attempts[k] = attempt
-      kv[nk + 1], kv[nk + 2], kv[nk + 3], kv[nk + 4] = 's:' .. id, NODE_DISPATCHED, 'a:' .. id, attempt
+      if fs then
+        kv[nk + 1], kv[nk + 2], kv[nk + 3], kv[nk + 4] = fs[3 * k], NODE_DISPATCHED, fs[3 * k + 2], attempt
+      else
+        kv[nk + 1], kv[nk + 2], kv[nk + 3], kv[nk + 4] = 's:' .. id, NODE_DISPATCHED, 'a:' .. id, attempt
+      end
       nk = nk + 4
       route_seen(jk, v)
       -- Its result is empty already (a fresh job's, or one start_nodes cleared), and a
