@@ -64,7 +64,8 @@ local out, registered = {}, nil
 if reg ~= '' then registered = {} end
 -- The ids of the objects with id 0, taken together (one INCRBY, one EXISTS of their
 -- keys: keys_free) when there are several and none of them is taken; else one INCR
--- (and one EXISTS) each, skipping the ids taken. fresh: their ids and keys, in order.
+-- (and one EXISTS) each, skipping the ids taken. fresh: their ids and keys, in order,
+-- and the first id (a number: the replies' ids, no string read as a number a reply).
 local fresh, nfresh = nil, 0
 do
   local z = 0
@@ -75,7 +76,7 @@ do
     local last = rcall('INCRBY', seqkey, z)
     if last <= 4294967295 then
       local ids, ks = keys_free(prefix, last - z + 1, last)
-      if ids then fresh = {ids = ids, ks = ks} end
+      if ids then fresh = {ids = ids, ks = ks, first = last - z + 1} end
     end
     if not fresh then rcall('INCRBY', seqkey, -z) end -- one at a time, below
   end
@@ -91,10 +92,10 @@ for _, o in ipairs(objects) do
   -- sprintf("%.14g") at each use (a twentieth of this script's instructions).
   local id, now_ms, fields_at = o.id, o.now_ms, o.fields_at
   local r -- this object's reply, once known
-  local key
+  local key, num -- num: its id as a number, when known
   if id == '0' and fresh then
     nfresh = nfresh + 1
-    id, key = fresh.ids[nfresh], fresh.ks[nfresh]
+    id, key, num = fresh.ids[nfresh], fresh.ks[nfresh], fresh.first + nfresh - 1
   elseif id == '0' then
     local n
     repeat
@@ -145,7 +146,7 @@ for _, o in ipairs(objects) do
       ev_later(ev_type, ev_actor, '', '', '', key)
     end
     if registered then registered[#registered + 1] = id end
-    r = {1, tonumber(id), ''}
+    r = {1, num or tonumber(id), ''}
   end
   out[#out + 1] = r
 end
