@@ -579,28 +579,28 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 	return dispatchedOf(jobs, res), nil
 }
 
-// dispatchedOf reads a dispatch script's reply (per job {message key, attempt} or
-// {"", why}) for jobs.
+// dispatchedOf reads a dispatch script's reply (flat: per job its message key and
+// its attempt, a string, or "" and why) for jobs.
 func dispatchedOf(jobs []*model.Job, res any) []Dispatched {
 	vals, _ := res.([]any)
 	out := make([]Dispatched, len(jobs))
 	for i, j := range jobs {
 		out[i].JobID = j.ID
-	}
-	for i, v := range vals {
-		if i >= len(out) {
-			break
-		}
-		pair, _ := v.([]any)
-		if len(pair) != 2 {
+		if 2*i+1 >= len(vals) {
 			continue
 		}
-		mk, _ := pair[0].(string)
+		mk, _ := vals[2*i].(string)
 		if mk == "" {
-			out[i].Why, _ = pair[1].(string)
+			out[i].Why, _ = vals[2*i+1].(string)
 			continue
 		}
-		a, _ := pair[1].(int64)
+		var a int64
+		switch x := vals[2*i+1].(type) {
+		case int64:
+			a = x
+		case string:
+			a, _ = strconv.ParseInt(x, 10, 64)
+		}
 		out[i].MsgKey, out[i].Attempt = mk, uint32(a)
 	}
 	return out

@@ -36,8 +36,9 @@
 --     grouped  bool   it goes in the group message (else a message of its own)
 --     items    []raw  a message of its own's field/value items (none for the group's)
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch
--- Reply: raw per job {message key, attempt}, or {"", why it was not dispatched} (a
---   release: its status when not scheduled, or "not due").
+-- Reply: raw flat (no table a job): per job its message key and its attempt (a
+--   string), or "" and why it was not dispatched (a release: its status when not
+--   scheduled, or "not due").
 -- Derives: context DB: job:<caller>:<id> of the jobs named in the arguments,
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:idx:jobs:<status>, coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), coord:events,
@@ -97,18 +98,19 @@ for _, j in ipairs(jobs) do
   local attempt, why
   if delayed ~= '' then why = release_check(id) end
   if not why then attempt, why = dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor) end
+  local n = #out
   if why then
-    out[#out + 1] = {'', why}
+    out[n + 1], out[n + 2] = '', why
   else
     if grouped then
       gids[#gids + 1] = id
-      out[#out + 1] = {'', tonumber(attempt)}
-      gslots[#gslots + 1] = #out
+      out[n + 1], out[n + 2] = '', attempt -- (its key, the group message's: below)
+      gslots[#gslots + 1] = n + 1
     else
       local mk, p = route_store(caller, j.items, now_ms, nil, {K_JOB .. caller .. ':' .. id}, KEYS[1])
       track_msg(caller, id, mk)
       pushed = pushed + p
-      out[#out + 1] = {mk, tonumber(attempt)}
+      out[n + 1], out[n + 2] = mk, attempt
     end
   end
 end
@@ -120,7 +122,7 @@ if #gids > 0 then
   -- makes the list from them)
   local mk, p = route_store(caller, group, now_ms, part_fields({}, 'job_ids', table.concat(gids, ' ')), jks, KEYS[1])
   track_msg(caller, gids[1], mk, flow)
-  for _, n in ipairs(gslots) do out[n][1] = mk end
+  for _, n in ipairs(gslots) do out[n] = mk end
   pushed = pushed + p
 end
 ev_flush() -- the job.dispatched events (lib_dispatch), before any a push writes

@@ -22,7 +22,9 @@
 --                       job_ids)
 --   ids       []string  the nodes' job ids
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch lib_start
--- Reply: raw per job {message key, attempt}, or {"", why it was not dispatched}.
+-- Reply: raw flat (no table a job: each was ~5k instructions of Redis's reply
+--   conversion): per job its message key and its attempt (a string), or "" and why
+--   it was not dispatched.
 -- Derives: context DB: job:<caller>:<id> of the nodes, message:<caller>:<id> (a fresh
 --   id), coord:seq:message, coord:idx:jobs:<status>, coord:flowmsgs:<flow>,
 --   coord:events, and lib_route's coord:executors, coord:script_types, coord:features,
@@ -53,9 +55,9 @@ local attempts, whys, mk, pushed = dispatch_ready(caller, flow, KEYS[2], ids, no
 local out = {}
 for k = 1, #ids do
   if attempts[k] then
-    out[k] = {mk, tonumber(attempts[k])}
+    out[2 * k - 1], out[2 * k] = mk, attempts[k]
   else
-    out[k] = {'', whys[k]}
+    out[2 * k - 1], out[2 * k] = '', whys[k]
   end
 end
 index_flush()
