@@ -837,47 +837,18 @@ func (a *createArgs) call() Call {
 }
 
 // run runs lua/create.lua and decodes its reply.
-func (a *createArgs) run(ctx context.Context, r luaRunner) ([]createOutcome, error) {
+func (a *createArgs) run(ctx context.Context, r luaRunner) (any, error) {
 	res, err := r.runLua(ctx, a.call())
 	if err != nil {
-		var zero []createOutcome
+		var zero any
 		return zero, err
 	}
 	return decodeCreateReply(res)
 }
 
-// createOutcome is a record of lua/create.lua.
-type createOutcome struct {
-	Status int64
-	ID     int64
-	Field  string
-}
-
 // decodeCreateReply decodes the reply of lua/create.lua.
-func decodeCreateReply(v any) (out []createOutcome, err error) {
-	l1, err := luaconv.List(v)
-	if err != nil {
-		return out, fmt.Errorf("lua/create.lua: reply: %w", err)
-	}
-	out = make([]createOutcome, len(l1))
-	for i1 := range l1 {
-		r2, err := luaconv.List(l1[i1])
-		if err == nil && len(r2) < 3 {
-			err = fmt.Errorf("%d items, want 3", len(r2))
-		}
-		if err != nil {
-			return out, fmt.Errorf("lua/create.lua: reply[]: %w", err)
-		}
-		if out[i1].Status, err = luaconv.Int(r2[0]); err != nil {
-			return out, fmt.Errorf("lua/create.lua: reply[].status: %w", err)
-		}
-		if out[i1].ID, err = luaconv.Int(r2[1]); err != nil {
-			return out, fmt.Errorf("lua/create.lua: reply[].id: %w", err)
-		}
-		if out[i1].Field, err = luaconv.String(r2[2]); err != nil {
-			return out, fmt.Errorf("lua/create.lua: reply[].field: %w", err)
-		}
-	}
+func decodeCreateReply(v any) (out any, err error) {
+	out = v
 	return out, nil
 }
 

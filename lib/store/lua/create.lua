@@ -28,7 +28,8 @@
 --                     (coord:idx:jobs:<status>; "": none)
 --     fields  view[]raw  its field/value items (read in place, not copied)
 -- Libs: lib_busy lib_state
--- Reply: []outcome per object, in order
+-- Reply: raw flat, three items per object, in order (no table an object: each was
+--   ~5k instructions of Redis's reply conversion; lib/store createOutcomes):
 --   status  int     1 created, 2 the same content existed, 0 conflict, 3 the id space
 --                   is exhausted
 --   id      int     its id
@@ -91,7 +92,7 @@ for _, o in ipairs(objects) do
   -- The id as a string: a Lua number in a key or an argument is formatted with
   -- sprintf("%.14g") at each use (a twentieth of this script's instructions).
   local id, now_ms, fields_at = o.id, o.now_ms, o.fields_at
-  local r -- this object's reply, once known
+  local r, rid, rf -- this object's reply (status, id, field), once known
   local key, num -- num: its id as a number, when known
   if id == '0' and fresh then
     nfresh = nfresh + 1
@@ -102,20 +103,20 @@ for _, o in ipairs(objects) do
       n = rcall('INCR', seqkey)
       id = string.format('%d', n)
     until rcall('EXISTS', prefix .. id) == 0
-    if n > 4294967295 then r = {3, 0, 'id space exhausted'} end
+    if n > 4294967295 then r, rid, rf = 3, 0, 'id space exhausted' end
   elseif rcall('EXISTS', prefix .. id) == 1 then
     key = prefix .. id
-    r = {2, tonumber(id), ''}
+    r, rid, rf = 2, tonumber(id), ''
     for k = 1, 2 * o.ncmp - 1, 2 do
       local v = rcall('HGET', key, views[fields_at + k])
       if v == false then v = '' end
       local want = views[fields_at + k + 1]
       if v ~= want and not ((v == '' or v == '[]' or v == '{}') and (want == '' or want == '[]' or want == '{}')) then
-        r = {0, tonumber(id), views[fields_at + k]}
+        r, rf = 0, views[fields_at + k]
         break
       end
     end
-    if registered and r[1] == 2 then registered[#registered + 1] = id end
+    if registered and r == 2 then registered[#registered + 1] = id end
   end
   if not r then
     key = key or prefix .. id
@@ -146,9 +147,10 @@ for _, o in ipairs(objects) do
       ev_later(ev_type, ev_actor, '', '', '', key)
     end
     if registered then registered[#registered + 1] = id end
-    r = {1, num or tonumber(id), ''}
+    r, rid, rf = 1, num or tonumber(id), ''
   end
-  out[#out + 1] = r
+  local no = #out
+  out[no + 1], out[no + 2], out[no + 3] = r, rid, rf
 end
 if many then
   if #idx > 0 then call_each('ZADD', idxkey, idx, 2) end
