@@ -594,13 +594,8 @@ func dispatchedOf(jobs []*model.Job, res any) []Dispatched {
 			out[i].Why, _ = vals[2*i+1].(string)
 			continue
 		}
-		var a int64
-		switch x := vals[2*i+1].(type) {
-		case int64:
-			a = x
-		case string:
-			a, _ = strconv.ParseInt(x, 10, 64)
-		}
+		as, _ := vals[2*i+1].(string)
+		a, _ := strconv.ParseUint(as, 10, 32)
 		out[i].MsgKey, out[i].Attempt = mk, uint32(a)
 	}
 	return out

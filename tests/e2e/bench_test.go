@@ -582,32 +582,28 @@ func BenchmarkRemoteHop(b *testing.B) {
 }
 
 // profileSelf writes a CPU profile of this process over d into path.
+func profileSelf(path string, d time.Duration) error {
+	return captureSelf(path, d, pprof.StartCPUProfile, pprof.StopCPUProfile)
+}
+
 // traceSelf writes an execution trace of the benchmark's own process (its clients)
 // over d to path (go tool trace reads it).
 func traceSelf(path string, d time.Duration) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := trace.Start(f); err != nil {
-		_ = f.Close()
-		return err
-	}
-	<-time.After(d)
-	trace.Stop()
-	return f.Close()
+	return captureSelf(path, d, trace.Start, trace.Stop)
 }
 
-func profileSelf(path string, d time.Duration) error {
+// captureSelf runs one of the runtime's captures of this process (start … stop) over
+// d into path.
+func captureSelf(path string, d time.Duration, start func(io.Writer) error, stop func()) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
+	if err := start(f); err != nil {
 		_ = f.Close()
 		return err
 	}
 	<-time.After(d)
-	pprof.StopCPUProfile()
+	stop()
 	return f.Close()
 }

@@ -17,13 +17,7 @@ func TestZsetListpackEntries(t *testing.T) {
 	s := Start(t)
 	rc := s.Client(t, 0)
 	ctx := context.Background()
-	got, err := rc.ConfigGet(ctx, "zset-max-listpack-entries").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got["zset-max-listpack-entries"] != ZsetMaxListpackEntries {
-		t.Fatalf("zset-max-listpack-entries %q, want %q", got["zset-max-listpack-entries"], ZsetMaxListpackEntries)
-	}
+	wantConfig(t, rc, "zset-max-listpack-entries", ZsetMaxListpackEntries)
 	for members, want := range map[int]string{8: "listpack", 9: "skiplist"} {
 		key := "z" + strconv.Itoa(members)
 		for i := 0; i < members; i++ {
@@ -45,13 +39,7 @@ func TestDumpsUncompressed(t *testing.T) {
 	s := Start(t)
 	rc := s.Client(t, 0)
 	ctx := context.Background()
-	got, err := rc.ConfigGet(ctx, "rdbcompression").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got["rdbcompression"] != RDBCompression {
-		t.Fatalf("rdbcompression %q, want %q", got["rdbcompression"], RDBCompression)
-	}
+	wantConfig(t, rc, "rdbcompression", RDBCompression)
 	value := strings.Repeat("a", 200)
 	if err := rc.HSet(ctx, "h", "status", "started", "result", value).Err(); err != nil {
 		t.Fatal(err)
@@ -62,5 +50,17 @@ func TestDumpsUncompressed(t *testing.T) {
 	}
 	if !strings.Contains(dump, value) {
 		t.Errorf("the DUMP of a hash (%d bytes) does not hold its 200-byte value as it is: compressed", len(dump))
+	}
+}
+
+// wantConfig fails the test unless the server's setting name is want.
+func wantConfig(t *testing.T, rc *redis.Client, name, want string) {
+	t.Helper()
+	got, err := rc.ConfigGet(context.Background(), name).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[name] != want {
+		t.Fatalf("%s %q, want %q", name, got[name], want)
 	}
 }
