@@ -292,9 +292,8 @@ message_reserve(fresh)
 -- hashes, not in each job's and message's own items; when every one of them goes to
 -- a queue here, their messages' status (acknowledged) is in the message's.
 local shared = fresh >= 2
-if not shared then one_caller = false end
+one_caller = shared and one_caller or false -- (nil: callers differ)
 if shared then
-  one_caller = one_caller or false
   -- (the request messages of jobs routed here are stored short, not from msg: when
   -- every new job is, no message shares its fields)
   if not all_here then message_share(msg, one_caller and {'caller_id', one_caller} or nil) end
