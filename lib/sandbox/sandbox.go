@@ -78,6 +78,11 @@ type Options struct {
 	// that the jobs, however many, weigh one share of the CPU against the pools', and
 	// the pools' start and calls are not starved by them.
 	CgroupBase, CgroupParent, ExecutorCgroupParent string
+	// OwnersDir holds the runners' lock files that say which job cgroups belong to a
+	// live runner (default: one per host and user, ownersDir's). A runner judges only
+	// cgroups whose lock file it finds there: tests give one of their own, so that a
+	// runner another test starts on the host meanwhile leaves their cgroups alone.
+	OwnersDir string
 	// ReadOnly are the host paths a job sees read-only (default DefaultReadOnly).
 	ReadOnly []string
 	// Binds are host directories every job may read and write (none by default).
@@ -198,7 +203,7 @@ func (s *Sandbox) detectCgroups() {
 	if s.cg = detectCgroups(opt.CgroupBase, opt.CgroupParent); s.cg == nil {
 		return
 	}
-	s.own = newOwner(ownersDir())
+	s.own = newOwner(defaultString(opt.OwnersDir, ownersDir()))
 	if opt.ExecutorCgroupParent != opt.CgroupParent {
 		s.ecg = detectCgroups(opt.CgroupBase, opt.ExecutorCgroupParent)
 	}

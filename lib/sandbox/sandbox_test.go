@@ -19,7 +19,11 @@ import (
 
 // newSandbox is a sandbox whose jobs run as uid 61000 and may write one host
 // directory, scratchDir's (to signal the test).
-func newSandbox(t *testing.T) *Sandbox {
+func newSandbox(t *testing.T) *Sandbox { t.Helper(); return newSandboxOwners(t, "") }
+
+// newSandboxOwners is newSandbox with its runners' lock files in owners ("": the
+// host's).
+func newSandboxOwners(t *testing.T, owners string) *Sandbox {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bwrap is not installed (apt-get install bubblewrap)")
@@ -32,7 +36,7 @@ func newSandbox(t *testing.T) *Sandbox {
 	if err := os.Chmod(scratch, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Binds: []string{scratch}})
+	s, err := New(context.Background(), Options{UID: 61000, GID: 61000, Binds: []string{scratch}, OwnersDir: owners})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,8 +201,8 @@ func testLimits(t *testing.T, s *Sandbox) {
 // A runner starting beside another on the same host removes only the job cgroups of
 // runners that are gone: the other's fresh (still empty) cgroup is about to take a job.
 func TestStartLeavesLiveRunnersCgroups(t *testing.T) {
-	_, live, dead := twoRunnersCgroups(t)
-	newSandbox(t) // a second runner's start
+	s, live, dead := twoRunnersCgroups(t)
+	newSandboxOwners(t, s.own.dir) // a second runner's start
 	for _, d := range live.dirs {
 		if _, err := os.Stat(d); err != nil {
 			t.Errorf("a live runner's job cgroup was removed: %v", err)
@@ -215,7 +219,7 @@ func TestStartLeavesLiveRunnersCgroups(t *testing.T) {
 // left in its job cgroups (a job caught mid-launch outlives it) and removes the
 // cgroups; a live runner's job keeps running.
 func TestStartEndsGoneRunnersJobs(t *testing.T) {
-	_, live, dead := twoRunnersCgroups(t)
+	s, live, dead := twoRunnersCgroups(t)
 	// job starts a stand-in job process in cgroup g.
 	job := func(g *jobGroup) *exec.Cmd {
 		t.Helper()
@@ -235,7 +239,7 @@ func TestStartEndsGoneRunnersJobs(t *testing.T) {
 	ended := make(chan error, 1)
 	go func() { ended <- orphan.Wait() }()
 
-	newSandbox(t) // a runner's start
+	newSandboxOwners(t, s.own.dir) // a runner's start
 	select {
 	case <-ended:
 	case <-time.After(time.Minute):
@@ -254,10 +258,13 @@ func TestStartEndsGoneRunnersJobs(t *testing.T) {
 // twoRunnersCgroups is a sandbox with cgroups (the test is skipped without them), a
 // job cgroup of a live runner (an owner whose lock this test holds until it ends) and
 // one of a runner that is gone (an owner whose lock file is left unlocked, as a killed
-// runner leaves it); both are emptied and removed when the test ends.
+// runner leaves it); both are emptied and removed when the test ends. The owners'
+// lock files are the test's own: a runner that another test starts on this host
+// meanwhile (an end-to-end test's) would rightly judge the gone one's and take its
+// cgroup or, with none in its sight, its lock file, before this test's start looked.
 func twoRunnersCgroups(t *testing.T) (s *Sandbox, live, dead *jobGroup) {
 	t.Helper()
-	s = newSandbox(t)
+	s = newSandboxOwners(t, t.TempDir())
 	if s.cg == nil || s.own.dir == "" {
 		t.Skip("no cgroups here")
 	}
