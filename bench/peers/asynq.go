@@ -31,7 +31,8 @@ func asynqRun(redisPath string, p params, poll time.Duration) (map[string]float6
 	defer func() { _ = c.Close() }()
 	out := map[string]float64{}
 	cpu := func() map[string]time.Duration {
-		return map[string]time.Duration{"client": selfCPU(), "worker": procCPU(w.pid()), "redis": procCPU(rs.pid())}
+		return map[string]time.Duration{"client": selfCPU(), "worker": procCPU(w.pid()), "redis": procCPU(rs.pid()),
+			"kernel": selfSys() + procSys(w.pid()) + procSys(rs.pid())}
 	}
 	for _, phase := range []func() error{
 		func() error { return rs.settings(out) },
@@ -137,7 +138,9 @@ func cpuPerJob(out map[string]float64, prefix string, cpu0, cpu1 map[string]time
 	var all time.Duration
 	for part := range cpu1 {
 		d := cpu1[part] - cpu0[part]
-		all += d
+		if part != "kernel" { // (a share of the others', not a part of its own)
+			all += d
+		}
 		out[prefix+part] = float64(d.Microseconds()) / float64(n)
 	}
 	out[prefix+"per_job"] = float64(all.Microseconds()) / float64(n)

@@ -48,6 +48,10 @@ func TestAsynqSide(t *testing.T) {
 			t.Errorf("%s = %v: want a figure", name, f[name])
 		}
 	}
+	// The kernel's part is a part of every process's CPU, not added to it.
+	if k := f["a_cpu_us_kernel"]; k <= 0 || k >= f["a_cpu_us_per_job"] {
+		t.Errorf("a_cpu_us_kernel = %v with a_cpu_us_per_job %v: want the part of it in the kernel", k, f["a_cpu_us_per_job"])
+	}
 	// A hop waits for at most one poll (15 ms at 10 ms: half of it plus up to all of it)
 	// after the enqueue; a minute would be no poll at all.
 	if f["d_hop_p50_us"] > float64(time.Minute.Microseconds()) {

@@ -22,6 +22,7 @@ var figures = []struct {
 	{"a_cpu_us_executor", "(a) of which the executor processes (µs)", true},
 	{"a_cpu_us_router", "(a) of which router (µs)", true},
 	{"a_cpu_us_scheduler", "(a) of which scheduler (µs)", true},
+	{"a_cpu_us_kernel", "(a) of all of it, in the kernel (µs)", true},
 	{"a_aof_bytes_per_job", "(a) bytes Redis appended to its append-only file per job", true},
 	{"b_jobs_per_s", "(b) one 10,000-job flow, creation included (jobs/s; asynq: its (a))", false},
 	{"b_create_s", "(b) of which creation (s)", true},

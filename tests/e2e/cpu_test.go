@@ -14,8 +14,8 @@ import (
 // procStat is what /proc/<pid>/stat tells of a process: its parent and CPU time
 // (user and system).
 type procStat struct {
-	ppid int
-	cpu  time.Duration
+	ppid     int
+	cpu, sys time.Duration // sys: the part of cpu in the kernel
 }
 
 // readStat reads /proc/<pid>/stat (false: the process is gone).
@@ -32,22 +32,27 @@ func readStat(pid int) (procStat, bool) {
 	ppid, _ := strconv.Atoi(f[1])
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	k, _ := strconv.ParseInt(f[12], 10, 64)
-	return procStat{ppid, time.Duration(u+k) * 10 * time.Millisecond}, true // USER_HZ 100
+	return procStat{ppid, time.Duration(u+k) * 10 * time.Millisecond, time.Duration(k) * 10 * time.Millisecond}, true // USER_HZ 100
 }
 
 // cpuByPart is the CPU time used so far by each part of a running stack: its services,
 // the runner's descendants (the executor processes and their sandboxes), the
-// redis-server and this process (the producers).
+// redis-server and this process (the producers); "kernel" is the part of all of them
+// spent in the kernel (not a part of its own: it is in theirs).
 func cpuByPart(s *harness.Stack, redisPid int) map[string]time.Duration {
-	cpu := func(pid int) time.Duration { st, _ := readStat(pid); return st.cpu }
-	runner := s.Runner.Cmd.Process.Pid
-	out := map[string]time.Duration{
-		"supervisor": cpu(s.API.Cmd.Process.Pid), "router": cpu(s.Router.Cmd.Process.Pid),
-		"runner": cpu(runner), "scheduler": cpu(s.Scheduler.Cmd.Process.Pid), "redis": cpu(redisPid),
+	out := map[string]time.Duration{}
+	cpu := func(pid int) time.Duration {
+		st, _ := readStat(pid)
+		out["kernel"] += st.sys
+		return st.cpu
 	}
+	runner := s.Runner.Cmd.Process.Pid
+	out["supervisor"], out["router"] = cpu(s.API.Cmd.Process.Pid), cpu(s.Router.Cmd.Process.Pid)
+	out["runner"], out["scheduler"], out["redis"] = cpu(runner), cpu(s.Scheduler.Cmd.Process.Pid), cpu(redisPid)
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		out["client"] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		out["kernel"] += time.Duration(ru.Stime.Nano())
 	}
 	stats := map[int]procStat{}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
@@ -61,6 +66,7 @@ func cpuByPart(s *harness.Stack, redisPid int) map[string]time.Duration {
 		for p, hops := st.ppid, 0; p > 1 && hops < 8; p, hops = stats[p].ppid, hops+1 {
 			if p == runner {
 				out["executor"] += stats[pid].cpu
+				out["kernel"] += stats[pid].sys
 				break
 			}
 		}

@@ -240,6 +240,9 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 	report("a_submit_per_s", float64(n)/submitted.Seconds())
 	// CPU per job of each part over (a) (the profiles, when taken, add a little).
 	reportCPU(report, "a_cpu_us_", cpu0, cpu1, n, "redis", "client", "supervisor", "router", "runner", "executor", "scheduler")
+	// of which in the kernel (system calls, wake-ups, page faults: what a guest whose
+	// every kernel entry flushes the TLB makes dear)
+	report("a_cpu_us_kernel", float64((cpu1["kernel"]-cpu0["kernel"]).Microseconds())/float64(n))
 	// the same over the submission alone (until the last producer's answer; the runner
 	// runs the jobs meanwhile, so its share and Redis's hold some of their runs)
 	reportCPU(report, "a_submit_cpu_us_", cpu0, cpuSubmitted, n, "redis", "client", "supervisor", "runner", "executor")
