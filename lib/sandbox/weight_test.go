@@ -48,6 +48,9 @@ func TestExecutorPoolCgroupBesideTheJobs(t *testing.T) {
 	// A runner that died: the kernel let its lock go. Its lock file is in a directory
 	// of the test's own (a runner another test starts meanwhile would take it).
 	gone := newOwner(t.TempDir())
+	if gone.lock == nil {
+		t.Fatal("no lock file made in the test's directory")
+	}
 	_ = gone.lock.Close()
 	lockFile := filepath.Join(gone.dir, gone.instance+".lock")
 	t.Cleanup(func() { _ = os.Remove(lockFile) })
