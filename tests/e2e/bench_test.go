@@ -257,9 +257,7 @@ func BenchmarkHandlerJobs(b *testing.B) {
 	rc := redisSrv.Client(b, 0)
 	stats := os.Getenv("HERO_BENCH_REDIS_STATS") != ""
 	if stats {
-		rc.ConfigSet(context.Background(), "slowlog-log-slower-than", "0")
-		rc.ConfigSet(context.Background(), "slowlog-max-len", "2000000")
-		rc.SlowLogReset(context.Background())
+		defer logEveryCommand(b, rc)()
 	}
 	rc.ConfigResetStat(context.Background())
 	cpu0 := cpuByCommand()
@@ -325,6 +323,30 @@ func BenchmarkHandlerChain(b *testing.B) {
 	fmt.Printf("dependent-start latency over a 200-job handler chain: p50 %.1f ms, p99 %.1f ms\n", p50, p99)
 }
 
+// logEveryCommand has Redis's slow log keep every command from now on (threshold 0,
+// room for 2,000,000, emptied) and returns what puts the threshold back as it was.
+func logEveryCommand(b *testing.B, rc *redis.Client) (stop func()) {
+	b.Helper()
+	ctx := context.Background()
+	was, err := rc.ConfigGet(ctx, "slowlog-log-slower-than").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, set := range [][2]string{{"slowlog-log-slower-than", "0"}, {"slowlog-max-len", "2000000"}} {
+		if err := rc.ConfigSet(ctx, set[0], set[1]).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := rc.SlowLogReset(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		if err := rc.ConfigSet(ctx, "slowlog-log-slower-than", was["slowlog-log-slower-than"]).Err(); err != nil {
+			b.Errorf("put the slow log's threshold back: %v", err)
+		}
+	}
+}
+
 // profileServices fetches a CPU profile of each service over the first seconds of a
 // run into $HERO_BENCH_PROFILE/<service>.pprof when that is set (go tool pprof reads
 // them), and one of the benchmark's own process (its clients: client.pprof); with
@@ -378,6 +400,7 @@ func profileServices(b *testing.B, s *harness.Stack) func() {
 // printSlowlog sums the slow log (every command, with the threshold at 0) by command,
 // scripts by their first key, so that each script's share of Redis's time shows.
 func printSlowlog(b *testing.B, rc *redis.Client) {
+	b.Helper()
 	entries, err := rc.SlowLogGet(context.Background(), -1).Result()
 	if err != nil {
 		b.Fatal(err)

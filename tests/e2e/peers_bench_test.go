@@ -207,12 +207,9 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 	// log's own cost is in the figures then.
 	slow := os.Getenv("HERO_BENCH_REDIS_STATS") != ""
 	rc := redisSrv.Client(b, 0)
-	var slowWas string
+	stopLog := func() {}
 	if slow {
-		slowWas = rc.ConfigGet(context.Background(), "slowlog-log-slower-than").Val()["slowlog-log-slower-than"]
-		rc.ConfigSet(context.Background(), "slowlog-log-slower-than", "0")
-		rc.ConfigSet(context.Background(), "slowlog-max-len", "2000000")
-		rc.SlowLogReset(context.Background())
+		stopLog = logEveryCommand(b, rc)
 	}
 	cpu0, aof0 := cpuByPart(s, redisSrv.Pid()), aofSize(b)
 	calls0, cmdCPU0 := redisCalls(b), cpuByCommand()
@@ -224,10 +221,9 @@ func peersIndependent(b *testing.B, s *harness.Stack, rdb *redis.Client, submit 
 	cpuSubmitted := cpuByPart(s, redisSrv.Pid())
 	calls1, cmdCPU1 := redisCalls(b), cpuByCommand()
 	if slow {
-		rc.ConfigSet(context.Background(), "slowlog-log-slower-than", "-1")
+		stopLog() // (before the log is read: its read is not the submission's)
 		fmt.Printf("Redis's commands over the submission alone (%v):\n", submitted.Round(time.Millisecond))
 		printSlowlog(b, rc)
-		rc.ConfigSet(context.Background(), "slowlog-log-slower-than", slowWas)
 	}
 	waitCount(b, rdb, keys.StatusIndex(keys.JobIndex, "finished"), int64(done+n))
 	took := time.Since(start)
