@@ -423,6 +423,17 @@ func (c *Client) executeAcquired(ctx context.Context, req ExecutionRequest) (Exe
 		if werr == nil {
 			break
 		}
+		if unsent := (*unsentError)(nil); errors.As(werr, &unsent) {
+			// Never written, and the connection is sound: the call leaves it.
+			cn.mu.Lock()
+			if cn.pending[cl.reqID] == cl {
+				delete(cn.pending, cl.reqID)
+			}
+			cn.mu.Unlock()
+			c.finish(cl, cn)
+			c.cnt.notDelivered.Add(1)
+			return ExecutionOutcome{}, unsent.cause
+		}
 		// The frame was not completely written, so the executor cannot have run it.
 		cn.fail(fmt.Errorf("write request: %w", werr))
 		<-cl.done
@@ -715,10 +726,36 @@ func newQueued(frame []byte) *queued {
 // wait takes the frame's result and puts q back for reuse.
 func (q *queued) wait() error {
 	err := <-q.done
-	q.frame = nil
-	queuedPool.Put(q)
+	q.release()
 	return err
 }
+
+// release puts q back for reuse; its result, if it had one, was taken.
+func (q *queued) release() {
+	q.frame = nil
+	queuedPool.Put(q)
+}
+
+// unqueue takes q off the frames waiting for the writer: false when the writer took
+// it already (it is being written, or was).
+func (cn *conn) unqueue(q *queued) bool {
+	cn.wmu.Lock()
+	defer cn.wmu.Unlock()
+	for i, x := range cn.wq {
+		if x == q {
+			cn.wq = append(cn.wq[:i], cn.wq[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// unsentError: a request frame was never written (its call's context ended while it
+// waited for the connection's writer); the connection is sound.
+type unsentError struct{ cause error }
+
+func (e *unsentError) Error() string { return "request not sent: " + e.cause.Error() }
+func (e *unsentError) Unwrap() error { return e.cause }
 
 // begin puts cl in flight on the connection: ok is false when it is closed; full says
 // it has no room for another request now.
@@ -757,6 +794,20 @@ func (cn *conn) write(ctx context.Context, frame []byte) error {
 		q := newQueued(frame)
 		cn.wq = append(cn.wq, q)
 		cn.wmu.Unlock()
+		select {
+		case err := <-q.done:
+			q.release()
+			return err
+		case <-ctx.Done():
+		}
+		// The call's context ended while its frame waited for the writer, which may be
+		// stuck behind an executor that reads nothing (up to WriteTimeout): a frame
+		// still queued is taken back, unsent; one the writer took is being written,
+		// and its result is waited for.
+		if cn.unqueue(q) {
+			q.release()
+			return &unsentError{cause: ctx.Err()}
+		}
 		return q.wait()
 	}
 	cn.writing = true
