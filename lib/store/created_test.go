@@ -64,3 +64,23 @@ func createdHash(c createSpec, id uint32) map[string]string {
 	}
 	return h
 }
+
+// A dispatch script's reply is read job by job (a message key and its attempt, or ""
+// and why); one of another length, or an attempt that is no number, is an error, not
+// jobs silently left undispatched.
+func TestDispatchedOfRefusesAMalformedReply(t *testing.T) {
+	jobs := []*model.Job{{ID: 7}, {ID: 8}}
+	got, err := dispatchedOf(jobs, []dispatchDispatched{{Msg: "message:1:3", Attempt: "2"}, {Msg: "", Attempt: "not due"}})
+	if err != nil || len(got) != 2 || got[0] != (Dispatched{JobID: 7, MsgKey: "message:1:3", Attempt: 2}) || got[1] != (Dispatched{JobID: 8, Why: "not due"}) {
+		t.Fatalf("a good reply: %+v, %v", got, err)
+	}
+	for _, bad := range [][]flowStartDispatchDispatched{
+		{{Msg: "message:1:3", Attempt: "1"}},                                     // one job short
+		{{Msg: "message:1:3", Attempt: "1"}, {Msg: "message:1:3", Attempt: "x"}}, // no number
+		{{Msg: "message:1:3", Attempt: "0"}, {Msg: "", Attempt: "held"}},         // no attempt 0
+	} {
+		if got, err := dispatchedOf(jobs, bad); err == nil {
+			t.Errorf("reply %+v: %+v, want an error", bad, got)
+		}
+	}
+}

@@ -523,9 +523,13 @@ func (d *DB) DispatchStarted(ctx context.Context, flowID, callerID uint32, jobs 
 	if err != nil {
 		return nil, fmt.Errorf("dispatch %d job(s) of flow %d in context %d: %w", len(grouped), flowID, d.ContextID, err)
 	}
+	got, err := dispatchedOf(grouped, res)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch %d job(s) of flow %d in context %d: %w", len(grouped), flowID, d.ContextID, err)
+	}
 	// in the order of jobs
 	out := make([]Dispatched, len(jobs))
-	for k, r := range dispatchedOf(grouped, res) {
+	for k, r := range got {
 		out[at[k]] = r
 	}
 	if len(own) > 0 {
@@ -573,32 +577,38 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 		a.Jobs = append(a.Jobs, dispatchJob{ID: int64(j.ID), Items: requestFields(d.ContextID, flowID, j, now, msgTimeout)})
 	}
 	res, err := a.run(ctx, d)
-	if err != nil {
-		return nil, fmt.Errorf("dispatch %d job(s) of context %d: %w", len(jobs), d.ContextID, err)
+	if err == nil {
+		var out []Dispatched
+		if out, err = dispatchedOf(jobs, res); err == nil {
+			return out, nil
+		}
 	}
-	return dispatchedOf(jobs, res), nil
+	return nil, fmt.Errorf("dispatch %d job(s) of context %d: %w", len(jobs), d.ContextID, err)
 }
 
-// dispatchedOf reads a dispatch script's reply (flat: per job its message key and
-// its attempt, a string, or "" and why) for jobs.
-func dispatchedOf(jobs []*model.Job, res any) []Dispatched {
-	vals, _ := res.([]any)
+// dispatchedOf reads a dispatch script's reply (lua/dispatch.lua's or
+// lua/flow_start_dispatch.lua's: per job its message key and its attempt, or "" and
+// why) for jobs; a reply of another length, or an attempt that is no number, is an
+// error (the jobs it dispatched are then the sweeps').
+func dispatchedOf[R dispatchDispatched | flowStartDispatchDispatched](jobs []*model.Job, res []R) ([]Dispatched, error) {
+	if len(res) != len(jobs) {
+		return nil, fmt.Errorf("a reply of %d jobs for %d", len(res), len(jobs))
+	}
 	out := make([]Dispatched, len(jobs))
 	for i, j := range jobs {
+		r := dispatchDispatched(res[i])
 		out[i].JobID = j.ID
-		if 2*i+1 >= len(vals) {
+		if r.Msg == "" {
+			out[i].Why = r.Attempt
 			continue
 		}
-		mk, _ := vals[2*i].(string)
-		if mk == "" {
-			out[i].Why, _ = vals[2*i+1].(string)
-			continue
+		a, err := strconv.ParseUint(r.Attempt, 10, 32)
+		if err != nil || a == 0 {
+			return nil, fmt.Errorf("job %d dispatched as %s with attempt %q", j.ID, r.Msg, r.Attempt)
 		}
-		as, _ := vals[2*i+1].(string)
-		a, _ := strconv.ParseUint(as, 10, 32)
-		out[i].MsgKey, out[i].Attempt = mk, uint32(a)
+		out[i].MsgKey, out[i].Attempt = r.Msg, uint32(a)
 	}
-	return out
+	return out, nil
 }
 
 // Dispatch sends one ready node (flowID ≠ 0) or a standalone job (flowID = 0) to the

@@ -646,18 +646,47 @@ func (a *claimStartArgs) call() Call {
 }
 
 // run runs lua/claim_start.lua and decodes its reply.
-func (a *claimStartArgs) run(ctx context.Context, r luaRunner) (any, error) {
+func (a *claimStartArgs) run(ctx context.Context, r luaRunner) ([]claimStartClaimed, error) {
 	res, err := r.runLua(ctx, a.call())
 	if err != nil {
-		var zero any
+		var zero []claimStartClaimed
 		return zero, err
 	}
 	return decodeClaimStartReply(res)
 }
 
+// claimStartClaimed is a record of lua/claim_start.lua.
+type claimStartClaimed struct {
+	Item    string
+	Code    int64
+	Attempt int64
+	X4      any
+	X5      any
+}
+
 // decodeClaimStartReply decodes the reply of lua/claim_start.lua.
-func decodeClaimStartReply(v any) (out any, err error) {
-	out = v
+func decodeClaimStartReply(v any) (out []claimStartClaimed, err error) {
+	f1, err := luaconv.List(v)
+	if err == nil && len(f1)%5 != 0 {
+		err = fmt.Errorf("%d items, not 5 a record", len(f1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/claim_start.lua: reply: %w", err)
+	}
+	out = make([]claimStartClaimed, len(f1)/5)
+	for i1 := range out {
+		if out[i1].Item, err = luaconv.String(f1[5*i1+0]); err != nil {
+			return out, fmt.Errorf("lua/claim_start.lua: reply[].item: %w", err)
+		}
+		if out[i1].Code, err = luaconv.Int(f1[5*i1+1]); err != nil {
+			return out, fmt.Errorf("lua/claim_start.lua: reply[].code: %w", err)
+		}
+		if out[i1].Attempt, err = luaconv.Int(f1[5*i1+2]); err != nil {
+			return out, fmt.Errorf("lua/claim_start.lua: reply[].attempt: %w", err)
+		}
+		out[i1].X4 = f1[5*i1+3]
+		out[i1].X5 = f1[5*i1+4]
+	}
 	return out, nil
 }
 
@@ -837,18 +866,43 @@ func (a *createArgs) call() Call {
 }
 
 // run runs lua/create.lua and decodes its reply.
-func (a *createArgs) run(ctx context.Context, r luaRunner) (any, error) {
+func (a *createArgs) run(ctx context.Context, r luaRunner) ([]createOutcome, error) {
 	res, err := r.runLua(ctx, a.call())
 	if err != nil {
-		var zero any
+		var zero []createOutcome
 		return zero, err
 	}
 	return decodeCreateReply(res)
 }
 
+// createOutcome is a record of lua/create.lua.
+type createOutcome struct {
+	Status int64
+	ID     int64
+	Field  string
+}
+
 // decodeCreateReply decodes the reply of lua/create.lua.
-func decodeCreateReply(v any) (out any, err error) {
-	out = v
+func decodeCreateReply(v any) (out []createOutcome, err error) {
+	f1, err := luaconv.List(v)
+	if err == nil && len(f1)%3 != 0 {
+		err = fmt.Errorf("%d items, not 3 a record", len(f1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/create.lua: reply: %w", err)
+	}
+	out = make([]createOutcome, len(f1)/3)
+	for i1 := range out {
+		if out[i1].Status, err = luaconv.Int(f1[3*i1+0]); err != nil {
+			return out, fmt.Errorf("lua/create.lua: reply[].status: %w", err)
+		}
+		if out[i1].ID, err = luaconv.Int(f1[3*i1+1]); err != nil {
+			return out, fmt.Errorf("lua/create.lua: reply[].id: %w", err)
+		}
+		if out[i1].Field, err = luaconv.String(f1[3*i1+2]); err != nil {
+			return out, fmt.Errorf("lua/create.lua: reply[].field: %w", err)
+		}
+	}
 	return out, nil
 }
 
@@ -1103,18 +1157,39 @@ func (a *dispatchArgs) call() Call {
 }
 
 // run runs lua/dispatch.lua and decodes its reply.
-func (a *dispatchArgs) run(ctx context.Context, r luaRunner) (any, error) {
+func (a *dispatchArgs) run(ctx context.Context, r luaRunner) ([]dispatchDispatched, error) {
 	res, err := r.runLua(ctx, a.call())
 	if err != nil {
-		var zero any
+		var zero []dispatchDispatched
 		return zero, err
 	}
 	return decodeDispatchReply(res)
 }
 
+// dispatchDispatched is a record of lua/dispatch.lua.
+type dispatchDispatched struct {
+	Msg     string
+	Attempt string
+}
+
 // decodeDispatchReply decodes the reply of lua/dispatch.lua.
-func decodeDispatchReply(v any) (out any, err error) {
-	out = v
+func decodeDispatchReply(v any) (out []dispatchDispatched, err error) {
+	f1, err := luaconv.List(v)
+	if err == nil && len(f1)%2 != 0 {
+		err = fmt.Errorf("%d items, not 2 a record", len(f1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/dispatch.lua: reply: %w", err)
+	}
+	out = make([]dispatchDispatched, len(f1)/2)
+	for i1 := range out {
+		if out[i1].Msg, err = luaconv.String(f1[2*i1+0]); err != nil {
+			return out, fmt.Errorf("lua/dispatch.lua: reply[].msg: %w", err)
+		}
+		if out[i1].Attempt, err = luaconv.String(f1[2*i1+1]); err != nil {
+			return out, fmt.Errorf("lua/dispatch.lua: reply[].attempt: %w", err)
+		}
+	}
 	return out, nil
 }
 
@@ -2215,18 +2290,39 @@ func (a *flowStartDispatchArgs) call() Call {
 }
 
 // run runs lua/flow_start_dispatch.lua and decodes its reply.
-func (a *flowStartDispatchArgs) run(ctx context.Context, r luaRunner) (any, error) {
+func (a *flowStartDispatchArgs) run(ctx context.Context, r luaRunner) ([]flowStartDispatchDispatched, error) {
 	res, err := r.runLua(ctx, a.call())
 	if err != nil {
-		var zero any
+		var zero []flowStartDispatchDispatched
 		return zero, err
 	}
 	return decodeFlowStartDispatchReply(res)
 }
 
+// flowStartDispatchDispatched is a record of lua/flow_start_dispatch.lua.
+type flowStartDispatchDispatched struct {
+	Msg     string
+	Attempt string
+}
+
 // decodeFlowStartDispatchReply decodes the reply of lua/flow_start_dispatch.lua.
-func decodeFlowStartDispatchReply(v any) (out any, err error) {
-	out = v
+func decodeFlowStartDispatchReply(v any) (out []flowStartDispatchDispatched, err error) {
+	f1, err := luaconv.List(v)
+	if err == nil && len(f1)%2 != 0 {
+		err = fmt.Errorf("%d items, not 2 a record", len(f1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_start_dispatch.lua: reply: %w", err)
+	}
+	out = make([]flowStartDispatchDispatched, len(f1)/2)
+	for i1 := range out {
+		if out[i1].Msg, err = luaconv.String(f1[2*i1+0]); err != nil {
+			return out, fmt.Errorf("lua/flow_start_dispatch.lua: reply[].msg: %w", err)
+		}
+		if out[i1].Attempt, err = luaconv.String(f1[2*i1+1]); err != nil {
+			return out, fmt.Errorf("lua/flow_start_dispatch.lua: reply[].attempt: %w", err)
+		}
+	}
 	return out, nil
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hero-coordinator/hero/lib/internal/luagen/luaconv"
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 )
@@ -50,47 +49,11 @@ type createResult struct {
 // runCreate creates the object c in one run of lua/create.lua on r.
 func runCreate(ctx context.Context, r luaRunner, c createSpec) (createResult, error) {
 	a := createCall(c)
-	v, err := a.run(ctx, r)
-	if err != nil {
-		return createResult{}, fmt.Errorf("create %s: %w", c.object, err)
-	}
-	res, err := createOutcomes(v)
+	res, err := a.run(ctx, r)
 	if err != nil {
 		return createResult{}, fmt.Errorf("create %s: %w", c.object, err)
 	}
 	return createReply(c, res, 0)
-}
-
-// createOutcome is an object's outcome in lua/create.lua's reply.
-type createOutcome struct {
-	Status int64 // 1 created, 2 the same content existed, 0 conflict, 3 the id space is exhausted
-	ID     int64
-	Field  string // a conflict's first differing field; why, for 3
-}
-
-// createOutcomes reads lua/create.lua's reply: three items per object (status, id,
-// field), flat.
-func createOutcomes(v any) ([]createOutcome, error) {
-	l, err := luaconv.List(v)
-	if err != nil {
-		return nil, fmt.Errorf("lua/create.lua: reply: %w", err)
-	}
-	if len(l)%3 != 0 {
-		return nil, fmt.Errorf("lua/create.lua: reply: %d items, not three per object", len(l))
-	}
-	out := make([]createOutcome, len(l)/3)
-	for i := range out {
-		if out[i].Status, err = luaconv.Int(l[3*i]); err != nil {
-			return out, fmt.Errorf("lua/create.lua: reply %d: status: %w", i, err)
-		}
-		if out[i].ID, err = luaconv.Int(l[3*i+1]); err != nil {
-			return out, fmt.Errorf("lua/create.lua: reply %d: id: %w", i, err)
-		}
-		if out[i].Field, err = luaconv.String(l[3*i+2]); err != nil {
-			return out, fmt.Errorf("lua/create.lua: reply %d: field: %w", i, err)
-		}
-	}
-	return out, nil
 }
 
 // createCall is one run of the create script for the objects cs, which share their
@@ -729,7 +692,7 @@ func (d *DB) createJobs(ctx context.Context, jobs []*model.Job, specs []createSp
 	var made []int
 	ids := map[int]uint32{}
 	for g, group := range groups {
-		outcomes, err := createOutcomes(cmds[g].Val())
+		outcomes, err := decodeCreateReply(cmds[g].Val())
 		if cmds[g].Err() != nil {
 			err = cmds[g].Err()
 		}

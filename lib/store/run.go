@@ -129,43 +129,41 @@ func (d *DB) claimStarts(ctx context.Context, queue, consumer string, lease time
 	if err != nil && err != redis.Nil {
 		return nil, &UnansweredClaimError{ClaimIDs: claimIDs, Err: fmt.Errorf("claim and start from %s of context %d: %w", queue, d.ContextID, err)}
 	}
-	vals, _ := res.([]any)
-	return d.claimed(ctx, queue, consumer, claimIDs, vals)
+	return d.claimed(ctx, queue, consumer, claimIDs, res)
 }
 
-// claimed reads the claim script's reply vals (lua/lib_claim.lua's claim_run, of
-// queue, for consumer, whose claims' ids are claimIDs): what each item became, and the
-// started jobs as they are after their start. The reply is flat, claimReplyStride
-// items per claimed item: the item, its code, its attempt, x4 (a started job's DUMP,
-// a retaken one's earlier claim; nil: none) and x5 (a started script's start reads;
-// nil: none).
-func (d *DB) claimed(ctx context.Context, queue, consumer string, claimIDs []string, vals []any) ([]Started, error) {
-	if len(vals)%claimReplyStride != 0 || len(vals)/claimReplyStride > len(claimIDs) {
-		return nil, fmt.Errorf("claim and start from %s of context %d: unexpected reply %v", queue, d.ContextID, vals)
+// claimed reads the claim script's reply items (lua/lib_claim.lua's claim_run, of
+// queue, for consumer, whose claims' ids are claimIDs; lua/claim_start.lua declares
+// it): what each item became, and the started jobs as they are after their start.
+func (d *DB) claimed(ctx context.Context, queue, consumer string, claimIDs []string, items []claimStartClaimed) ([]Started, error) {
+	if len(items) > len(claimIDs) {
+		return nil, fmt.Errorf("claim and start from %s of context %d: %d items in the reply, at most %d asked", queue, d.ContextID, len(items), len(claimIDs))
 	}
-	n := len(vals) / claimReplyStride
+	n := len(items)
 	out := make([]Started, 0, n)
 	run := make([]int, 0, n) // the items to read: started jobs
 	var inline map[int]any   // the started jobs' hashes the reply holds, by item
 	for i := 0; i < n; i++ {
-		e := vals[i*claimReplyStride : (i+1)*claimReplyStride]
-		c := &Claim{Queue: queue, Consumer: consumer, ID: claimIDs[i]}
-		c.Item, _ = e[0].(string)
+		e := &items[i]
+		c := &Claim{Queue: queue, Consumer: consumer, ID: claimIDs[i], Item: e.Item}
 		st := Started{Claim: c, Outcome: StartGone}
-		code, _ := e[1].(int64)
 		if _, _, err := keys.ParseJobKey(c.Item); err != nil {
 			st.Err = fmt.Errorf("dropped queue item %q of %s: %w", c.Item, queue, err)
-		} else if st.Outcome = StartOutcome(code); st.Outcome == StartRetaken && e[3] != nil {
-			c.ID, _ = e[3].(string) // the earlier claim, which holds the job again
+		} else if st.Outcome = StartOutcome(e.Code); st.Outcome == StartRetaken && e.X4 != nil {
+			id, ok := e.X4.(string) // the earlier claim, which holds the job again
+			if !ok {
+				return nil, fmt.Errorf("claim and start from %s of context %d: item %d retaken under a claim id of %T", queue, d.ContextID, i, e.X4)
+			}
+			c.ID = id
 		} else if st.Outcome == StartRun || st.Outcome == StartStopped {
-			if e[3] != nil {
+			if e.X4 != nil {
 				if inline == nil {
 					inline = map[int]any{}
 				}
-				inline[len(out)] = e[3]
+				inline[len(out)] = e.X4
 			}
-			if e[4] != nil {
-				c.Reads = startReads(e[4])
+			if e.X5 != nil {
+				c.Reads = startReads(e.X5)
 			}
 			run = append(run, len(out))
 		}
@@ -176,9 +174,6 @@ func (d *DB) claimed(ctx context.Context, queue, consumer string, claimIDs []str
 	}
 	return d.startedJobs(ctx, queue, out, run, inline)
 }
-
-// claimReplyStride is the claim script's reply items per claimed item (claimed).
-const claimReplyStride = 5
 
 // startReads reads the claim reply's start reads {job_defaults, job_max, env_vars,
 // dependency results…}.
@@ -722,7 +717,13 @@ func (tc *takeCall) taken(ctx context.Context, vals []any, nruns int, err error)
 		return out
 	}
 	q, _ := tv[0].(string)
-	cl, _ := tv[1].([]any)
+	// (the take's claim reply is lua/claim_start.lua's: lib_claim's claim_run makes both)
+	cl, derr := decodeClaimStartReply(tv[1])
+	if derr != nil {
+		// Claims may have been made: the caller releases them.
+		out.Err = &UnansweredClaimError{ClaimIDs: tc.claimIDs, Err: fmt.Errorf("finish and take in context %d: %w", tc.ctxID, derr)}
+		return out
+	}
 	out.Started, out.Err = tc.db.claimed(ctx, q, tc.t.Worker, tc.claimIDs, cl)
 	for _, st := range out.Started {
 		st.Claim.Taken = true

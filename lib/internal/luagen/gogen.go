@@ -359,6 +359,10 @@ func (g *goGen) decode(dst, v string, t Type, ind, path string) {
 	case Raw:
 		g.p("%s%s = %s", ind, dst, v)
 	case List:
+		if t.Flat {
+			g.decodeFlat(dst, v, t, ind, path)
+			return
+		}
 		l := "l" + fmt.Sprint(len(ind))
 		g.p("%s%s, err %s luaconv.List(%s)", ind, l, g.declare(l, len(ind)), v)
 		g.p("%sif err != nil {", ind)
@@ -373,6 +377,27 @@ func (g *goGen) decode(dst, v string, t Type, ind, path string) {
 	case Record:
 		g.decodeRecord(dst, v, t, ind, path)
 	}
+}
+
+// decodeFlat writes the decoder of a flat list of records: their fields one after
+// another in one list, as many items a record as it has fields.
+func (g *goGen) decodeFlat(dst, v string, t Type, ind, path string) {
+	rec, l, i := *t.Elem, "f"+fmt.Sprint(len(ind)), "i"+fmt.Sprint(len(ind))
+	n := len(rec.Fields)
+	g.p("%s%s, err %s luaconv.List(%s)", ind, l, g.declare(l, len(ind)), v)
+	g.p("%sif err == nil && len(%s)%%%d != 0 {", ind, l, n)
+	g.p("%s\terr = fmt.Errorf(\"%%d items, not %d a record\", len(%s))", ind, n, l)
+	g.p("%s}", ind)
+	g.p("%sif err != nil {", ind)
+	g.p("%s\treturn out, fmt.Errorf(\"lua/%s: %s: %%w\", err)", ind, g.sc.File, path)
+	g.p("%s}", ind)
+	g.p("%s%s = make(%s, len(%s)/%d)", ind, dst, g.goType(t), l, n)
+	g.p("%sfor %s := range %s {", ind, i, dst)
+	for k, f := range rec.Fields {
+		g.decode(fmt.Sprintf("%s[%s].%s", dst, i, GoName(f.Name)), fmt.Sprintf("%s[%d*%s+%d]", l, n, i, k), f.Type, ind+"\t", path+"[]."+f.Name)
+	}
+	g.p("%s}", ind)
+	g.closeScope(len(ind))
 }
 
 func (g *goGen) decodeRecord(dst, v string, t Type, ind, path string) {

@@ -110,6 +110,9 @@ func TestParseRefusesBadHeaders(t *testing.T) {
 		{"view of records", strings.Replace(ok, "n  int", "n  view[]run", 1), "a view's items are read as sent"},
 		{"list of views", strings.Replace(ok, "n  int", "n  []view[]string", 1), "not a list's items"},
 		{"view in a reply", strings.Replace(ok, "-- Reply: int the result", "-- Reply: view[]string the result", 1), "not a reply"},
+		{"flat of scalars", strings.Replace(ok, "-- Reply: int the result", "-- Reply: flat[]int the result", 1), "a flat list's items are records"},
+		{"flat with a list field", strings.Replace(ok, "-- Reply: int the result", "-- Reply: flat[]got the result\n--   key  string  a key\n--   ids  []int  its ids", 1), "holds one item a field"},
+		{"flat in argv", strings.Replace(ok, "n  int  a number", "n  flat[]run  runs\n--     key  string  a key", 1), "a reply's own type"},
 		{"view's names taken", strings.Replace(ok, "--   n  int  a number\n", "--   n  view[]raw  items\n--   n_at  int  taken\n", 1), "n_at is declared too"},
 	}
 	for _, c := range cases {
@@ -400,9 +403,6 @@ func mustRead(t *testing.T, f string) string {
 // then a rest list) decodes into both: the decoder declares each list's variable once
 // in a scope and assigns it the second time (it declared it twice: a build error).
 func TestReplyOfTwoListsDecodes(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command")
-	}
 	const header = `-- put: stores items.
 --
 -- KEYS:
@@ -420,7 +420,81 @@ func TestReplyOfTwoListsDecodes(t *testing.T) {
 
 return 1
 `
-	sc, err := Parse("put.lua", header)
+	decoderPasses(t, "put.lua", header, `package m
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestDecode(t *testing.T) {
+	out, err := decodePutReply([]any{"ok", []any{[]any{int64(2), []any{"t1", "t2"}, "f", "v"}, []any{int64(3), []any{}}}, "a", "b", "c"})
+	if got, want := fmt.Sprintf("%+v %v", out, err), "{Status:ok Found:[{Index:2 Tags:[t1 t2] Hash:[f v]} {Index:3 Tags:[] Hash:[]}] Members:[a b c]} <nil>"; got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+`)
+}
+
+// A flat reply (flat[]<record>: the records' fields one after another, no table a
+// record) decodes into its records, each field by its type; a reply whose length is
+// not a multiple of the record's fields, or an item of the wrong type, is an error
+// naming it.
+func TestFlatReplyDecodes(t *testing.T) {
+	const header = `-- take: takes items.
+--
+-- KEYS:
+--   set  the set
+-- ARGV:
+--   items  []string  the items
+-- Reply: flat[]taken per item taken, three items
+--   key    string  its key
+--   code   int     what happened
+--   extra  raw     a hash or nothing
+-- Derives: nothing.
+
+return 1
+`
+	decoderPasses(t, "take.lua", header, `package m
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestDecode(t *testing.T) {
+	out, err := decodeTakeReply([]any{"a", int64(0), nil, "b", int64(2), []any{"f", "v"}})
+	if got, want := fmt.Sprintf("%+v %v", out, err), "[{Key:a Code:0 Extra:<nil>} {Key:b Code:2 Extra:[f v]}] <nil>"; got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	if out, err := decodeTakeReply([]any{}); err != nil || len(out) != 0 {
+		t.Fatalf("an empty reply: %v %v", out, err)
+	}
+	for _, c := range []struct {
+		reply []any
+		want  string
+	}{
+		{[]any{"a", int64(0)}, "lua/take.lua: reply: 2 items, not 3 a record"},
+		{[]any{"a", "zero", nil}, "lua/take.lua: reply[].code:"},
+		{[]any{"a", int64(0), nil, int64(7), int64(1), nil}, "lua/take.lua: reply[].key:"},
+	} {
+		if _, err := decodeTakeReply(c.reply); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("reply %v: error %v, want one saying %q", c.reply, err, c.want)
+		}
+	}
+}
+`)
+}
+
+// decoderPasses generates the Go code of the script declared by header in a module of
+// its own, with package luaconv, and runs decodeTest there.
+func decoderPasses(t *testing.T, file, header, decodeTest string) {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	sc, err := Parse(file, header)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,20 +524,7 @@ return 1
 			write(filepath.Join("luaconv", filepath.Base(f)), mustRead(t, f))
 		}
 	}
-	write("decode_test.go", `package m
-
-import (
-	"fmt"
-	"testing"
-)
-
-func TestDecode(t *testing.T) {
-	out, err := decodePutReply([]any{"ok", []any{[]any{int64(2), []any{"t1", "t2"}, "f", "v"}, []any{int64(3), []any{}}}, "a", "b", "c"})
-	if got, want := fmt.Sprintf("%+v %v", out, err), "{Status:ok Found:[{Index:2 Tags:[t1 t2] Hash:[f v]} {Index:3 Tags:[] Hash:[]}] Members:[a b c]} <nil>"; got != want {
-		t.Fatalf("got  %s\nwant %s", got, want)
-	}
-}
-`)
+	write("decode_test.go", decodeTest)
 	cmd := exec.Command("go", "test", "./...")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")

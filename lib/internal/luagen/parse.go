@@ -58,6 +58,7 @@ type Type struct {
 	Kind   Kind
 	Elem   *Type   // List: the items' type
 	View   bool    // List (view[]<type>, an argument): read in place in ARGV, not copied
+	Flat   bool    // List (flat[]<record>, a reply's own type): the records' fields in one list, no table a record
 	Name   string  // Record: its name (Go type <script><Name>)
 	Fields []Field // Record: its fields
 }
@@ -81,6 +82,16 @@ func parseType(s string) (Type, error) {
 		}
 		return Type{}, fmt.Errorf("view[]%s: a view's items are read as sent (string, int, json or raw)", v)
 	}
+	if v, ok := strings.CutPrefix(s, "flat[]"); ok {
+		e, err := parseType(v)
+		if err != nil {
+			return Type{}, err
+		}
+		if e.Kind != Record {
+			return Type{}, fmt.Errorf("flat[]%s: a flat list's items are records (their fields laid out one after another)", v)
+		}
+		return Type{Kind: List, Elem: &e, Flat: true}, nil
+	}
 	if strings.HasPrefix(s, "[]") {
 		e, err := parseType(s[2:])
 		if err != nil {
@@ -94,7 +105,7 @@ func parseType(s string) (Type, error) {
 	if identRE.MatchString(s) {
 		return Type{Kind: Record, Name: s}, nil
 	}
-	return Type{}, fmt.Errorf("unknown type %q (string, int, num, float, bool, json, raw, none, []<type> or a record's name)", s)
+	return Type{}, fmt.Errorf("unknown type %q (string, int, num, float, bool, json, raw, none, []<type>, flat[]<record> or a record's name)", s)
 }
 
 // line is one header line: its indentation after "--" and its text.
@@ -279,6 +290,9 @@ func parseFields(rest string, body []line, reply bool) ([]Field, error) {
 		if err := viewPlace(f.Type, reply); err != nil {
 			return nil, fmt.Errorf("line %d: %s: %w", it.no, f.Name, err)
 		}
+		if hasFlat(f.Type) {
+			return nil, fmt.Errorf("line %d: %s: a flat list (flat[]) is a reply's own type, not an argument's or a field's", it.no, f.Name)
+		}
 		out = append(out, f)
 	}
 	// a view's names in Lua (<name>_at, <name>_n) are no other item's
@@ -354,7 +368,38 @@ func parseReply(rest string, body []line) (Type, error) {
 	if err == nil {
 		err = viewPlace(t, true)
 	}
+	if err == nil && t.Flat {
+		err = flatFields(*t.Elem)
+	}
 	return t, err
+}
+
+// hasFlat says whether t is a flat list or holds one (in a list's items or a record's
+// fields).
+func hasFlat(t Type) bool {
+	if t.Flat {
+		return true
+	}
+	if t.Elem != nil && hasFlat(*t.Elem) {
+		return true
+	}
+	for _, f := range t.Fields {
+		if hasFlat(f.Type) {
+			return true
+		}
+	}
+	return false
+}
+
+// flatFields refuses a flat list's record whose fields are not one reply item each:
+// a list (its length is not in the flat list) or a record.
+func flatFields(rec Type) error {
+	for _, f := range rec.Fields {
+		if f.Rest || f.Type.Kind == List || f.Type.Kind == Record || f.Type.Kind == None {
+			return fmt.Errorf("flat[]%s: field %s: a flat list's record holds one item a field (a scalar or raw), not a list, a record or none", rec.Name, f.Name)
+		}
+	}
+	return nil
 }
 
 func parseLibs(rest string) ([]string, error) {

@@ -57,19 +57,21 @@
 --   traces  view[]string  the k-th item's trace id ("" or none given: none), when
 --                     tnonce is ""
 -- Libs: lib_busy lib_state lib_qpause lib_limit lib_claim
--- Reply: raw five items per item claimed, in one flat list (a table per item in the
---   reply cost Redis ~3k instructions an item: its length deferred, the reply's
---   error and status fields looked up in it): item, code, attempt, x4, x5. code 0
---   started, 1 gone, 2 ended or a duplicate, 3 started with a stop requested, 4 taken
---   back under the job's claim of this worker (x4: that claim's id), 5 held back by
---   its concurrency key's rate (lib_limit: on coord:ckrate:<key>); when the call
---   started at most INLINE_READS (32) jobs, each started one's x4 holds the job's hash
---   as it is after the start (its DUMP; lib/store HashFromDump): a claim saves the
---   caller's read round trip; a script's (a job without function_name) x5 then also
---   what its start reads,
---   {the context's job_defaults, job_max, the flow's env_vars, the results of the
---   job's dependends in their order} ("" for each absent), so that no read follows.
---   An x4 or x5 that holds nothing is false (nil in the reply).
+-- Reply: flat[]claimed  per item taken off the queue (a table an item cost ~3k instructions)
+--   item     string  the queue item
+--   code     int     0 started, 1 gone, 2 ended or a duplicate, 3 started with a stop
+--                    requested, 4 taken back under the job's claim of this worker (x4:
+--                    that claim's id), 5 held back by its concurrency key's rate
+--                    (lib_limit: on coord:ckrate:<key>)
+--   attempt  int     its attempt (0 for codes 1, 2 and 5)
+--   x4       raw     a code 4's claim id; when the call started at most INLINE_READS
+--                    (32) jobs, a started one's hash as it is after the start (its DUMP;
+--                    lib/store HashFromDump: a claim saves the caller's read round
+--                    trip); else false (nil in the reply)
+--   x5       raw     with x4's hash, a script's (a job without function_name) start
+--                    reads, {the context's job_defaults, job_max, the flow's env_vars,
+--                    the results of the job's dependends in their order} ("" for each
+--                    absent), so that no read follows; else false
 -- Derives (context DB): coord:features (what the context uses: none, and the claim
 --   reads neither the priority set nor the limits), coord:limits, coord:limrun:<scope>,
 --   coord:limbucket:<scope>, coord:limpark, coord:leases (lib_limit: a context with

@@ -28,8 +28,7 @@
 --                     (coord:idx:jobs:<status>; "": none)
 --     fields  view[]raw  its field/value items (read in place, not copied)
 -- Libs: lib_busy lib_state
--- Reply: raw flat, three items per object, in order (no table an object: each was
---   ~5k instructions of Redis's reply conversion; lib/store createOutcomes):
+-- Reply: flat[]outcome  each object's, in order (a table an object cost ~5k instructions)
 --   status  int     1 created, 2 the same content existed, 0 conflict, 3 the id space
 --                   is exhausted
 --   id      int     its id

@@ -36,9 +36,10 @@
 --     grouped  bool   it goes in the group message (else a message of its own)
 --     items    []raw  a message of its own's field/value items (none for the group's)
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch
--- Reply: raw flat (no table a job): per job its message key and its attempt (a
---   string), or "" and why it was not dispatched (a release: its status when not
---   scheduled, or "not due").
+-- Reply: flat[]dispatched  per job, in order (a table a job cost ~5k instructions)
+--   msg      string  its message key, or "" when it was not dispatched
+--   attempt  string  its attempt (a number's text), or why it was not dispatched (a
+--                    release: its status when not scheduled, or "not due")
 -- Derives: context DB: job:<caller>:<id> of the jobs named in the arguments,
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:idx:jobs:<status>, coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), coord:events,

@@ -22,9 +22,9 @@
 --                       job_ids)
 --   ids       []string  the nodes' job ids
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch lib_start
--- Reply: raw flat (no table a job: each was ~5k instructions of Redis's reply
---   conversion): per job its message key and its attempt (a string), or "" and why
---   it was not dispatched.
+-- Reply: flat[]dispatched  per node, in order (a table a node cost ~5k instructions)
+--   msg      string  its message key, or "" when it was not dispatched
+--   attempt  string  its attempt (a number's text), or why it was not dispatched
 -- Derives: context DB: job:<caller>:<id> of the nodes, message:<caller>:<id> (a fresh
 --   id), coord:seq:message, coord:idx:jobs:<status>, coord:flowmsgs:<flow>,
 --   coord:events, and lib_route's coord:executors, coord:script_types, coord:features,
