@@ -379,18 +379,25 @@ func (g *goGen) decode(dst, v string, t Type, ind, path string) {
 	}
 }
 
+// items writes the code that sets l to the reply value v's items, and returns an
+// error naming path when v is no list or when bad (a Go condition on l) holds: "<n>
+// items, <want>".
+func (g *goGen) items(l, v, bad, want, ind, path string) {
+	g.p("%s%s, err %s luaconv.List(%s)", ind, l, g.declare(l, len(ind)), v)
+	g.p("%sif err == nil && %s {", ind, bad)
+	g.p("%s\terr = fmt.Errorf(\"%%d items, %s\", len(%s))", ind, want, l)
+	g.p("%s}", ind)
+	g.p("%sif err != nil {", ind)
+	g.p("%s\treturn out, fmt.Errorf(\"lua/%s: %s: %%w\", err)", ind, g.sc.File, path)
+	g.p("%s}", ind)
+}
+
 // decodeFlat writes the decoder of a flat list of records: their fields one after
 // another in one list, as many items a record as it has fields.
 func (g *goGen) decodeFlat(dst, v string, t Type, ind, path string) {
 	rec, l, i := *t.Elem, "f"+fmt.Sprint(len(ind)), "i"+fmt.Sprint(len(ind))
 	n := len(rec.Fields)
-	g.p("%s%s, err %s luaconv.List(%s)", ind, l, g.declare(l, len(ind)), v)
-	g.p("%sif err == nil && len(%s)%%%d != 0 {", ind, l, n)
-	g.p("%s\terr = fmt.Errorf(\"%%d items, not %d a record\", len(%s))", ind, n, l)
-	g.p("%s}", ind)
-	g.p("%sif err != nil {", ind)
-	g.p("%s\treturn out, fmt.Errorf(\"lua/%s: %s: %%w\", err)", ind, g.sc.File, path)
-	g.p("%s}", ind)
+	g.items(l, v, fmt.Sprintf("len(%s)%%%d != 0", l, n), fmt.Sprintf("not %d a record", n), ind, path)
 	g.p("%s%s = make(%s, len(%s)/%d)", ind, dst, g.goType(t), l, n)
 	g.p("%sfor %s := range %s {", ind, i, dst)
 	for k, f := range rec.Fields {
@@ -406,13 +413,7 @@ func (g *goGen) decodeRecord(dst, v string, t Type, ind, path string) {
 	if fixed > 0 && t.Fields[fixed-1].Rest {
 		fixed--
 	}
-	g.p("%s%s, err %s luaconv.List(%s)", ind, l, g.declare(l, len(ind)), v)
-	g.p("%sif err == nil && len(%s) < %d {", ind, l, fixed)
-	g.p("%s\terr = fmt.Errorf(\"%%d items, want %d\", len(%s))", ind, fixed, l)
-	g.p("%s}", ind)
-	g.p("%sif err != nil {", ind)
-	g.p("%s\treturn out, fmt.Errorf(\"lua/%s: %s: %%w\", err)", ind, g.sc.File, path)
-	g.p("%s}", ind)
+	g.items(l, v, fmt.Sprintf("len(%s) < %d", l, fixed), fmt.Sprintf("want %d", fixed), ind, path)
 	for i, f := range t.Fields {
 		if f.Rest {
 			g.decode(dst+"."+GoName(f.Name), fmt.Sprintf("any(%s[%d:])", l, i), f.Type, ind, path+"."+f.Name)
