@@ -31,8 +31,11 @@ func asynqRun(redisPath string, p params, poll time.Duration) (map[string]float6
 	defer func() { _ = c.Close() }()
 	out := map[string]float64{}
 	cpu := func() map[string]time.Duration {
-		return map[string]time.Duration{"client": selfCPU(), "worker": procCPU(w.pid()), "redis": procCPU(rs.pid()),
-			"kernel": selfSys() + procSys(w.pid()) + procSys(rs.pid())}
+		// (one read of each process's times: its whole and its part in the kernel)
+		client, clientSys := selfTimes()
+		worker, workerSys := procTimes(w.pid())
+		redis, redisSys := procTimes(rs.pid())
+		return map[string]time.Duration{"client": client, "worker": worker, "redis": redis, "kernel": clientSys + workerSys + redisSys}
 	}
 	for _, phase := range []func() error{
 		func() error { return rs.settings(out) },

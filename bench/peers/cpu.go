@@ -11,20 +11,8 @@ import (
 // clockTick is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on Linux).
 const clockTick = 10 * time.Millisecond
 
-// procCPU is the CPU time (user and system) a process has used so far; 0 when it cannot
-// be read.
-func procCPU(pid int) time.Duration {
-	all, _ := procTimes(pid)
-	return all
-}
-
-// procSys is the part of procCPU spent in the kernel.
-func procSys(pid int) time.Duration {
-	_, sys := procTimes(pid)
-	return sys
-}
-
-// procTimes is a process's CPU time so far, all of it and its part in the kernel.
+// procTimes is a process's CPU time so far (user and system), all of it and its part
+// in the kernel; 0 when it cannot be read.
 func procTimes(pid int) (all, sys time.Duration) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -41,20 +29,11 @@ func procTimes(pid int) (all, sys time.Duration) {
 	return time.Duration(u+k) * clockTick, time.Duration(k) * clockTick
 }
 
-// selfCPU is this process's CPU time so far.
-func selfCPU() time.Duration {
+// selfTimes is this process's CPU time so far, all of it and its part in the kernel.
+func selfTimes() (all, sys time.Duration) {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// selfSys is the part of selfCPU spent in the kernel.
-func selfSys() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), time.Duration(ru.Stime.Nano())
 }
