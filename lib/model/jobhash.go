@@ -11,12 +11,31 @@ import (
 // added here too (that test fails until it is).
 func (j *Job) hashFields() []any {
 	out := make([]any, 0, 2*24)
-	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	u := func(v uint64) any {
+		if v == 0 {
+			return boxedZero
+		}
+		return strconv.FormatUint(v, 10)
+	}
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
+	// (an empty map or list encodes as a nil one, without encoding/json: a created
+	// job's four are empty, not nil (defaultLists), and each was a json.Marshal)
+	obj := func(v any, n int) any {
+		if n == 0 {
+			return boxedEmptyObject
+		}
+		return jsonOr(v, false, "")
+	}
+	list := func(v any, n int) any {
+		if n == 0 {
+			return boxedEmptyList
+		}
+		return jsonOr(v, false, "")
+	}
 	out = append(out, "id", u(uint64(j.ID)), "caller_id", u(uint64(j.CallerID)), "context_id", u(uint64(j.ContextID)),
 		"script", j.Script, "script_type", string(j.ScriptType), "timeout", u(uint64(j.Timeout)), "retries", u(uint64(j.Retries)),
-		"env_vars", jsonOr(j.EnvVars, j.EnvVars == nil, "{}"), "result", jsonOr(j.Result, j.Result == nil, "{}"),
-		"prerequisites", jsonOr(j.Prerequisites, j.Prerequisites == nil, "[]"), "dependends", jsonOr(j.Dependends, j.Dependends == nil, "[]"),
+		"env_vars", obj(j.EnvVars, len(j.EnvVars)), "result", obj(j.Result, len(j.Result)),
+		"prerequisites", list(j.Prerequisites, len(j.Prerequisites)), "dependends", list(j.Dependends, len(j.Dependends)),
 		"created_at", i(j.CreatedAt), "updated_at", i(j.UpdatedAt), "status", string(j.Status))
 	str := func(name, v string) {
 		if v != "" {
@@ -121,6 +140,10 @@ func (j *Job) defaultLists() {
 		j.Dependends = []uint32{}
 	}
 }
+
+// boxedZero, boxedEmptyObject and boxedEmptyList are common values of a job's hash
+// fields already in an interface: a string put in one costs an allocation each time.
+var boxedZero, boxedEmptyObject, boxedEmptyList any = "0", "{}", "[]"
 
 // jsonOr is v as JSON, or empty when isNil (the encoding of a nil list or map); ""
 // when v does not marshal (as encodeValue).

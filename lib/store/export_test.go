@@ -129,3 +129,6 @@ func (d *DB) MessageHash(ctx context.Context, key string) map[string]string {
 	h, _ := d.HGetAll(ctx, key)
 	return d.expandShort(key, h)
 }
+
+// FlowJobsPart is flowJobsPart: how many of a flow's jobs one check or link call takes.
+const FlowJobsPart = flowJobsPart

@@ -1673,6 +1673,62 @@ func decodeFlowDeleteChunkReply(v any) (out flowDeleteChunkRecord, err error) {
 	return out, nil
 }
 
+// flowJobsScript is lua/flow_jobs.lua (its header declares its interface).
+var flowJobsScript = luaScript("flow_jobs.lua")
+
+// flowJobsArgs are the KEYS and ARGV of lua/flow_jobs.lua.
+type flowJobsArgs struct {
+	Caller string
+	Flow   string
+	Link   bool
+	IDs    string
+}
+
+// call is the run of lua/flow_jobs.lua with a's KEYS and ARGV.
+func (a *flowJobsArgs) call() Call {
+	keys := make([]string, 0, 0)
+	args := make([]any, 0, 4)
+	args = append(args, &a.Caller)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Link)
+	args = append(args, &a.IDs)
+	return Call{Script: flowJobsScript, Keys: keys, Args: args}
+}
+
+// run runs lua/flow_jobs.lua and decodes its reply.
+func (a *flowJobsArgs) run(ctx context.Context, r luaRunner) (flowJobsRecord, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero flowJobsRecord
+		return zero, err
+	}
+	return decodeFlowJobsReply(res)
+}
+
+// flowJobsRecord is a record of lua/flow_jobs.lua.
+type flowJobsRecord struct {
+	ID   string
+	Flow string
+}
+
+// decodeFlowJobsReply decodes the reply of lua/flow_jobs.lua.
+func decodeFlowJobsReply(v any) (out flowJobsRecord, err error) {
+	r1, err := luaconv.List(v)
+	if err == nil && len(r1) < 2 {
+		err = fmt.Errorf("%d items, want 2", len(r1))
+	}
+	if err != nil {
+		return out, fmt.Errorf("lua/flow_jobs.lua: reply: %w", err)
+	}
+	if out.ID, err = luaconv.String(r1[0]); err != nil {
+		return out, fmt.Errorf("lua/flow_jobs.lua: reply.id: %w", err)
+	}
+	if out.Flow, err = luaconv.String(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_jobs.lua: reply.flow: %w", err)
+	}
+	return out, nil
+}
+
 // flowRetryBeginScript is lua/flow_retry_begin.lua (its header declares its interface).
 var flowRetryBeginScript = luaScript("flow_retry_begin.lua")
 

@@ -126,7 +126,8 @@ func createReply(c createSpec, res []createOutcome, k int) (createResult, error)
 // fields written only at creation (id, timestamps, status and runtime extensions).
 func splitFields(obj any, initialOnly map[string]bool) (compare, initial []any) {
 	kv := model.HashFields(obj)
-	compare, initial = make([]any, 0, len(kv)), make([]any, 0, len(kv)/2)
+	// the compared ones in place, in kv (HashFields' own): one slice fewer an object
+	compare, initial = kv[:0], make([]any, 0, len(kv)/2)
 	for i := 0; i < len(kv); i += 2 {
 		name := kv[i].(string)
 		if name == "id" {
@@ -605,6 +606,12 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*model.Job, actor string)
 	specs := make([]createSpec, len(jobs))
 	byCtx := map[uint32][]int{}
 	var order []uint32
+	// the key names of the last job's caller, for the next one's (a flow's jobs share
+	// one: four strings a job made once)
+	var last struct {
+		caller              uint32
+		prefix, seq, member string
+	}
 	for i, j := range jobs {
 		if err := j.Validate(); err != nil {
 			out[i].Err = err
@@ -617,8 +624,11 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []*model.Job, actor string)
 		j.Result, j.Error, j.ExitCode, j.Attempt, j.Worker, j.Fatal, j.StopAsked = nil, "", 0, 0, "", false, false
 		cmp, ini := splitFields(j, jobInitialOnly)
 		cmp, ini, defaults := withoutDefaults(cmp, ini)
-		caller := strconv.FormatUint(uint64(j.CallerID), 10)
-		specs[i] = createSpec{object: "job", prefix: "job:" + caller + ":", seq: keys.JobSeq(j.CallerID), index: keys.JobIndex, member: caller + ":", id: j.ID, compare: cmp, initial: ini, eventType: string(model.EventJobCreated), eventActor: actor, events: true, statusIdx: keys.JobIndex, createdMs: j.CreatedAtMs, defaults: defaults}
+		if last.prefix == "" || last.caller != j.CallerID {
+			caller := strconv.FormatUint(uint64(j.CallerID), 10)
+			last.caller, last.prefix, last.seq, last.member = j.CallerID, "job:"+caller+":", keys.JobSeq(j.CallerID), caller+":"
+		}
+		specs[i] = createSpec{object: "job", prefix: last.prefix, seq: last.seq, index: keys.JobIndex, member: last.member, id: j.ID, compare: cmp, initial: ini, eventType: string(model.EventJobCreated), eventActor: actor, events: true, statusIdx: keys.JobIndex, createdMs: j.CreatedAtMs, defaults: defaults}
 		if _, ok := byCtx[j.ContextID]; !ok {
 			order = append(order, j.ContextID)
 		}
@@ -754,9 +764,11 @@ var jobDefaults = map[string]string{"script": "", "script_type": "", "timeout": 
 // created_at_ms, which CreateJobs makes of the same clock reading: model's
 // deriveTimes), and returns the compared ones it dropped: the create script does not
 // compare them with an existing job's, defaultsDiffer does.
+// It filters cmp and ini in place (their caller's, made for it: splitFields).
 func withoutDefaults(cmp, ini []any) (outCmp, outIni []any, dropped []string) {
+	dropped = make([]string, 0, len(jobDefaults)) // (grown by append: ~4 allocations a job)
 	keep := func(kv []any, note bool) []any {
-		out := kv[:0:0]
+		out := kv[:0]
 		for i := 0; i+1 < len(kv); i += 2 {
 			name, _ := kv[i].(string)
 			if name == "created_at" {
@@ -933,17 +945,11 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 
 // createFlow is CreateFlow once the flow is checked (and its stage, if any, held).
 func (d *DB) createFlow(ctx context.Context, f *model.Flow, actor string) (*model.Flow, bool, error) {
-	flows, err := d.jobFlows(ctx, f.CallerID, f.Jobs)
-	if err != nil {
+	if err := d.flowJobs(ctx, f.CallerID, f.ID, f.Jobs, false); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs %v", err)}
 		}
 		return nil, false, err
-	}
-	for i, id := range f.Jobs {
-		if flows[i] != 0 && flows[i] != f.ID {
-			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs: job %d already belongs to flow %d", id, flows[i])}
-		}
 	}
 	stamp(&f.CreatedAt, &f.UpdatedAt)
 	f.CreatedAtMs = time.Now().UnixMilli()
@@ -954,49 +960,55 @@ func (d *DB) createFlow(ctx context.Context, f *model.Flow, actor string) (*mode
 	if err != nil {
 		return nil, false, err
 	}
-	{
-		// The jobs learn their flow (for results, logs and retention); repeated on a
-		// retried create so that a crash in between heals.
-		if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, id := range f.Jobs {
-				p.HSet(ctx, keys.Job(f.CallerID, id), "flow_id", res.id)
-			}
-			return nil
-		}); err != nil {
-			return nil, false, err
-		}
+	// The jobs learn their flow (for results, logs and retention); repeated on a
+	// retried create so that a crash in between heals.
+	if err := d.flowJobs(ctx, f.CallerID, res.id, f.Jobs, true); err != nil {
+		return nil, false, err
 	}
 	out, err := d.LoadFlow(ctx, res.id)
 	return out, res.created, err
 }
 
-// jobFlows reads the flow of each job of a caller (0: none) in one round trip, without
-// reading the jobs whole; a missing job is ErrNotFound.
-func (d *DB) jobFlows(ctx context.Context, callerID uint32, ids []uint32) ([]uint32, error) {
-	cmds := make([]*redis.SliceCmd, len(ids))
-	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, keys.Job(callerID, id), "id", "flow_id")
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("load jobs: %w", err)
-	}
-	out := make([]uint32, len(ids))
-	for i, c := range cmds {
-		v := c.Val()
-		if len(v) != 2 || v[0] == nil {
-			return nil, notFound("job %d of caller %d in context %d", ids[i], callerID, d.ContextID)
-		}
-		if s, ok := v[1].(string); ok && s != "" {
-			n, err := strconv.ParseUint(s, 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("job %d of caller %d: flow_id %q: %w", ids[i], callerID, s, err)
+// flowJobsPart is how many of a flow's jobs one lua/flow_jobs.lua call checks or
+// links (~5k instructions a job: a call of a part stays under 2 ms of Redis).
+const flowJobsPart = 1000
+
+// flowJobs checks the jobs ids of a caller for flow (without link: each exists and
+// belongs to no flow or to flow; a flow created with id 0 has none yet, so any flow
+// refuses) or links them to it (link: their flow_id), with lua/flow_jobs.lua, a call a
+// part of flowJobsPart in one round trip. A check's refusal names the first job
+// refused: a missing job is ErrNotFound, one of another flow a ValidationError.
+func (d *DB) flowJobs(ctx context.Context, callerID, flow uint32, ids []uint32, link bool) error {
+	caller, fl := strconv.FormatUint(uint64(callerID), 10), strconv.FormatUint(uint64(flow), 10)
+	var calls []Call
+	var buf []byte
+	for start := 0; start < len(ids); start += flowJobsPart {
+		buf = buf[:0]
+		for k, id := range ids[start:min(start+flowJobsPart, len(ids))] {
+			if k > 0 {
+				buf = append(buf, ' ')
 			}
-			out[i] = uint32(n)
+			buf = strconv.AppendUint(buf, uint64(id), 10)
+		}
+		calls = append(calls, (&flowJobsArgs{Caller: caller, Flow: fl, Link: link, IDs: string(buf)}).call())
+	}
+	for _, c := range d.EvalBatch(ctx, calls) {
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("flow %d's jobs: %w", flow, err)
+		}
+		r, err := decodeFlowJobsReply(c.Val())
+		if err != nil {
+			return err
+		}
+		switch {
+		case r.ID == "":
+		case r.Flow == "":
+			return notFound("job %s of caller %d in context %d", r.ID, callerID, d.ContextID)
+		default:
+			return &model.ValidationError{Object: "flow", ID: fl, Field: "jobs", Msg: fmt.Sprintf("jobs: job %s already belongs to flow %s", r.ID, r.Flow)}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // resultsMark is the field of coord:flowres:<id> that is no result (lua/lib_complete's

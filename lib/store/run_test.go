@@ -1616,6 +1616,47 @@ func TestCreateFlowChecksItsJobs(t *testing.T) {
 	}
 }
 
+// TestCreateFlowOfManyParts: a flow of more jobs than one check or link call takes
+// (store.FlowJobsPart) is checked and linked in every part: a missing job in the last part
+// refuses it, storing nothing, and each part's jobs learn their flow.
+func TestCreateFlowOfManyParts(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 26)
+	rc := srv.Client(t, 26)
+	jobs := make([]*model.Job, 2*store.FlowJobsPart+5)
+	for i := range jobs {
+		jobs[i] = &model.Job{ID: uint32(i + 1), CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}
+	}
+	var ids []uint32
+	for i, r := range s.CreateJobs(ctx, jobs, "1") {
+		if r.Err != nil {
+			t.Fatalf("job %d: %v", i+1, r.Err)
+		}
+		ids = append(ids, r.Job.ID)
+	}
+	_, _, err := s.CreateFlow(ctx, &model.Flow{ID: 9, CallerID: 1, ContextID: db.ContextID, Jobs: append(slices.Clone(ids), 99999)}, "1")
+	var ve *model.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "jobs" || !strings.Contains(err.Error(), "job 99999 of caller 1 in context 26") {
+		t.Fatalf("a flow with job 99999 missing: %v", err)
+	}
+	if rc.Exists(ctx, keys.Flow(9)).Val() != 0 || rc.HExists(ctx, keys.Job(1, ids[0]), "flow_id").Val() {
+		t.Fatal("the refused flow stored something")
+	}
+	if _, created, err := s.CreateFlow(ctx, &model.Flow{ID: 9, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1"); err != nil || !created {
+		t.Fatalf("create flow 9: %v %v", created, err)
+	}
+	for _, id := range []uint32{ids[0], ids[store.FlowJobsPart], ids[len(ids)-1]} {
+		if got := rc.HGet(ctx, keys.Job(1, id), "flow_id").Val(); got != "9" {
+			t.Fatalf("job %d's flow_id %q, want 9", id, got)
+		}
+	}
+	_, _, err = s.CreateFlow(ctx, &model.Flow{ID: 10, CallerID: 1, ContextID: db.ContextID, Jobs: ids[len(ids)-1:]}, "1")
+	if want := fmt.Sprintf("job %d already belongs to flow 9", ids[len(ids)-1]); !strings.Contains(fmt.Sprint(err), want) {
+		t.Fatalf("flow 10 of a job of flow 9: %v; want %q", err, want)
+	}
+}
+
 // TestCreateJobsEachOnItsOwn: CreateJobs stores each job on its own, in order (a job
 // named twice is created once and found the second time; a conflicting one and an
 // invalid one get their own errors and store nothing), and returns each job as stored.
