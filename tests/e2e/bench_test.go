@@ -353,7 +353,9 @@ func logEveryCommand(b *testing.B, rc *redis.Client) (stop func()) {
 // run into $HERO_BENCH_PROFILE/<service>.pprof when that is set (go tool pprof reads
 // them), and one of the benchmark's own process (its clients: client.pprof); with
 // HERO_BENCH_PROFILE_KIND=trace, execution traces instead (<service>.trace,
-// client.trace: go tool trace reads them). The
+// client.trace: go tool trace reads them); with HERO_BENCH_PROFILE_KIND=allocs, each
+// service's allocations over those seconds (<service>.allocs: go tool pprof
+// -sample_index=alloc_space reads them; the client's is its CPU profile still). The
 // returned func waits for the profiles.
 func profileServices(b *testing.B, s *harness.Stack) func() {
 	dir := os.Getenv("HERO_BENCH_PROFILE")
@@ -378,8 +380,11 @@ func profileServices(b *testing.B, s *harness.Stack) func() {
 		go func(p *harness.Proc) {
 			defer wg.Done()
 			kind, ext := "profile", ".pprof"
-			if os.Getenv("HERO_BENCH_PROFILE_KIND") == "trace" {
+			switch os.Getenv("HERO_BENCH_PROFILE_KIND") {
+			case "trace":
 				kind, ext = "trace", ".trace"
+			case "allocs":
+				kind, ext = "allocs", ".allocs"
 			}
 			resp, err := http.Get("http://" + p.AdminAddr + "/debug/pprof/" + kind + "?seconds=" + strconv.Itoa(secs))
 			if err != nil {
