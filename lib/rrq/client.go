@@ -152,7 +152,7 @@ type ClientStats struct {
 	Requests           uint64 // requests written to the executor
 	Outcomes           uint64 // valid outcomes returned to callers
 	Failures           uint64 // requests that failed after being written (connection lost, violation)
-	NotDelivered       uint64 // Execute calls that failed with ErrUnavailable
+	NotDelivered       uint64 // Execute calls whose request never reached the executor: ErrUnavailable, or their ctx ended first
 	Abandoned          uint64 // requests whose caller's ctx ended before the response
 	LateResponses      uint64 // responses that arrived after their caller gave up (dropped)
 	Dials              uint64 // connections opened
