@@ -188,6 +188,7 @@ func StartServer(opt ...Options) (*Server, error) {
 
 func (s *Server) start(bin string) error {
 	s.cmd = exec.Command(bin, s.args...)
+	s.cmd.SysProcAttr = diesWithTest()
 	s.done = make(chan error, 1)
 	// The server's own "Ready to accept connections" line says it listens.
 	if err := runUntilLine(s.cmd, s.done, filepath.Join(s.Dir, "redis.log"), "Ready to accept connections"); err != nil {
@@ -199,6 +200,15 @@ func (s *Server) start(bin string) error {
 // runUntilLine starts cmd, copies its standard output to logPath, and returns once
 // a line holds ready (an error when cmd exits first, or after 15 s: then it is
 // killed). done receives cmd's end (and keeps an early one for the caller).
+// diesWithTest makes a server end with the test process that started it, however
+// that ends (a kill -9, a go test timeout): no server is left behind to hold its port
+// and a core for the next run. (Pdeathsig is sent when the thread that started the
+// process ends; Go ends no thread but one a goroutine locked, and nothing here locks
+// one.)
+func diesWithTest() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
 func runUntilLine(cmd *exec.Cmd, done chan error, logPath, ready string) error {
 	out, pw, err := os.Pipe()
 	if err != nil {

@@ -1,12 +1,21 @@
 package redistest
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hero-coordinator/hero/lib/testutil/proctest"
 )
 
 // TestZsetListpackEntries: the tests' redis-server keeps a sorted set of up to 8
@@ -62,5 +71,60 @@ func wantConfig(t *testing.T, rc *redis.Client, name, want string) {
 	}
 	if got[name] != want {
 		t.Fatalf("%s %q, want %q", name, got[name], want)
+	}
+}
+
+// TestServerEndsWithItsTest: the redis-server of a test process that is killed (kill
+// -9, as a go test timeout ends one) ends with it, instead of running on with its port.
+func TestServerEndsWithItsTest(t *testing.T) {
+	if os.Getenv("REDISTEST_CHILD") == "1" {
+		s := Start(t)
+		fmt.Printf("pid %d\n", s.Pid())
+		_, _ = io.Copy(io.Discard, os.Stdin) // until the parent kills this process
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestServerEndsWithItsTest$", "-test.v")
+	// (its server's directory, which its kill leaves, in this test's)
+	cmd.Env = append(os.Environ(), "REDISTEST_CHILD=1", "TMPDIR="+t.TempDir())
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stdin.Close() }()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pids := make(chan int, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var pid int
+			if _, err := fmt.Sscanf(sc.Text(), "pid %d", &pid); err == nil {
+				pids <- pid
+			}
+		}
+		close(pids)
+	}()
+	deadline := time.NewTimer(time.Minute) // a safety net
+	defer deadline.Stop()
+	var pid int
+	select {
+	case pid = <-pids:
+	case <-deadline.C:
+		t.Fatal("the child test never started its server")
+	}
+	if _, state, _, ok := proctest.Stat(pid); pid == 0 || !ok || state == "Z" {
+		t.Fatalf("the child's server (pid %d) is not running", pid)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	// Its server gets SIGKILL as the child dies.
+	if left, err := proctest.WaitExit([]int{pid}, time.Minute); err != nil || len(left) > 0 {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("redis-server %d still ran after its test process was killed (%v)", pid, err)
 	}
 }

@@ -227,6 +227,7 @@ func startSentinel(bin, master string, quorum int, o Options) (*Sentinel, error)
 // says it listens and watches the master.
 func (s *Sentinel) start(bin, conf string) error {
 	s.cmd = exec.Command(bin, conf)
+	s.cmd.SysProcAttr = diesWithTest()
 	s.done = make(chan error, 1)
 	if err := runUntilLine(s.cmd, s.done, filepath.Join(s.dir, "sentinel.log"), "+monitor master"); err != nil {
 		return fmt.Errorf("redis-sentinel on %s: %v: %s", s.Addr, err, s.Log())

@@ -202,7 +202,9 @@ func StartProc(binDir, name, redisURL string, opt Options) (*Proc, error) {
 		cmd = exec.Command(opt.Wrap[0], wrapped...)
 	}
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "REDIS_URL=" + redisURL}, opt.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// (Pdeathsig: the service ends with the test process, however that ends — a kill
+	// -9, a go test timeout —, not left running to hold its ports and a core)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
