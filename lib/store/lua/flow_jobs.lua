@@ -2,8 +2,9 @@
 -- (flow.create) and then linked to it: without link, finds the first of them that is
 -- missing or belongs to another flow; with link, sets each one's flow_id (repeated on
 -- a retried create, so that a crash between the flow's creation and this heals). One
--- call a part of a large flow's jobs (lib/store flowJobsPart): a pipeline of an HMGET
--- and an HSET a job from supervisor-daemon cost it ~5 µs of CPU a job.
+-- call a part of a large flow's jobs (lib/store flowJobsPart), where supervisor-daemon
+-- sent an HMGET and an HSET a job in pipelines: ~15% of its CPU in a 10,000-job flow's
+-- creation (docs/benchmarks.md, "Where (b)'s time goes on K").
 --
 -- KEYS: none
 -- ARGV:
