@@ -1707,15 +1707,16 @@ func (a *flowJobsArgs) run(ctx context.Context, r luaRunner) (flowJobsRecord, er
 
 // flowJobsRecord is a record of lua/flow_jobs.lua.
 type flowJobsRecord struct {
-	ID   string
-	Flow string
+	ID       string
+	Flow     string
+	Unlinked int64
 }
 
 // decodeFlowJobsReply decodes the reply of lua/flow_jobs.lua.
 func decodeFlowJobsReply(v any) (out flowJobsRecord, err error) {
 	r1, err := luaconv.List(v)
-	if err == nil && len(r1) < 2 {
-		err = fmt.Errorf("%d items, want 2", len(r1))
+	if err == nil && len(r1) < 3 {
+		err = fmt.Errorf("%d items, want 3", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/flow_jobs.lua: reply: %w", err)
@@ -1725,6 +1726,9 @@ func decodeFlowJobsReply(v any) (out flowJobsRecord, err error) {
 	}
 	if out.Flow, err = luaconv.String(r1[1]); err != nil {
 		return out, fmt.Errorf("lua/flow_jobs.lua: reply.flow: %w", err)
+	}
+	if out.Unlinked, err = luaconv.Int(r1[2]); err != nil {
+		return out, fmt.Errorf("lua/flow_jobs.lua: reply.unlinked: %w", err)
 	}
 	return out, nil
 }

@@ -945,7 +945,8 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 
 // createFlow is CreateFlow once the flow is checked (and its stage, if any, held).
 func (d *DB) createFlow(ctx context.Context, f *model.Flow, actor string) (*model.Flow, bool, error) {
-	if err := d.flowJobs(ctx, f.CallerID, f.ID, f.Jobs, false); err != nil {
+	unlinked, err := d.flowJobs(ctx, f.CallerID, f.ID, f.Jobs, false, nil)
+	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs %v", err)}
 		}
@@ -961,8 +962,12 @@ func (d *DB) createFlow(ctx context.Context, f *model.Flow, actor string) (*mode
 		return nil, false, err
 	}
 	// The jobs learn their flow (for results, logs and retention); repeated on a
-	// retried create so that a crash in between heals.
-	if err := d.flowJobs(ctx, f.CallerID, res.id, f.Jobs, true); err != nil {
+	// retried create so that a crash in between heals. Those that name it already (a
+	// flow.begin's) are not written again; with id 0 the flow had no id to name.
+	if f.ID == 0 {
+		unlinked = nil
+	}
+	if _, err := d.flowJobs(ctx, f.CallerID, res.id, f.Jobs, true, unlinked); err != nil {
 		return nil, false, err
 	}
 	out, err := d.LoadFlow(ctx, res.id)
@@ -977,13 +982,18 @@ const flowJobsPart = 1000
 // flowJobs checks the jobs ids of a caller for flow (without link: each exists and
 // belongs to no flow or to flow; a flow created with id 0 has none yet, so any flow
 // refuses) or links them to it (link: their flow_id), with lua/flow_jobs.lua, a call a
-// part of flowJobsPart in one round trip. A check's refusal names the first job
-// refused: a missing job is ErrNotFound, one of another flow a ValidationError.
-func (d *DB) flowJobs(ctx context.Context, callerID, flow uint32, ids []uint32, link bool) error {
+// part of flowJobsPart in one round trip. A check returns, per part, whether some of
+// its jobs do not name flow yet (a link takes only those parts: parts, nil for all);
+// its refusal names the first job refused: a missing job is ErrNotFound, one of
+// another flow a ValidationError.
+func (d *DB) flowJobs(ctx context.Context, callerID, flow uint32, ids []uint32, link bool, parts []bool) ([]bool, error) {
 	caller, fl := strconv.FormatUint(uint64(callerID), 10), strconv.FormatUint(uint64(flow), 10)
 	var calls []Call
 	var buf []byte
-	for start := 0; start < len(ids); start += flowJobsPart {
+	for start, part := 0, 0; start < len(ids); start, part = start+flowJobsPart, part+1 {
+		if parts != nil && !parts[part] {
+			continue
+		}
 		buf = buf[:0]
 		for k, id := range ids[start:min(start+flowJobsPart, len(ids))] {
 			if k > 0 {
@@ -993,23 +1003,25 @@ func (d *DB) flowJobs(ctx context.Context, callerID, flow uint32, ids []uint32, 
 		}
 		calls = append(calls, (&flowJobsArgs{Caller: caller, Flow: fl, Link: link, IDs: string(buf)}).call())
 	}
+	unlinked := make([]bool, 0, len(calls))
 	for _, c := range d.EvalBatch(ctx, calls) {
 		if err := c.Err(); err != nil {
-			return fmt.Errorf("flow %d's jobs: %w", flow, err)
+			return nil, fmt.Errorf("flow %d's jobs: %w", flow, err)
 		}
 		r, err := decodeFlowJobsReply(c.Val())
 		if err != nil {
-			return err
+			return nil, err
 		}
 		switch {
 		case r.ID == "":
 		case r.Flow == "":
-			return notFound("job %s of caller %d in context %d", r.ID, callerID, d.ContextID)
+			return nil, notFound("job %s of caller %d in context %d", r.ID, callerID, d.ContextID)
 		default:
-			return &model.ValidationError{Object: "flow", ID: fl, Field: "jobs", Msg: fmt.Sprintf("jobs: job %s already belongs to flow %s", r.ID, r.Flow)}
+			return nil, &model.ValidationError{Object: "flow", ID: fl, Field: "jobs", Msg: fmt.Sprintf("jobs: job %s already belongs to flow %s", r.ID, r.Flow)}
 		}
+		unlinked = append(unlinked, r.Unlinked > 0)
 	}
-	return nil
+	return unlinked, nil
 }
 
 // resultsMark is the field of coord:flowres:<id> that is no result (lua/lib_complete's

@@ -1655,6 +1655,35 @@ func TestCreateFlowOfManyParts(t *testing.T) {
 	if want := fmt.Sprintf("job %d already belongs to flow 9", ids[len(ids)-1]); !strings.Contains(fmt.Sprint(err), want) {
 		t.Fatalf("flow 10 of a job of flow 9: %v; want %q", err, want)
 	}
+	// Jobs that name their flow already (flow.begin's) are checked, not linked again:
+	// the flow's stage looked up (a flow of a chosen id may be flow.begin's), the three
+	// parts' checks and the flow's creation, no link call.
+	for i := range jobs {
+		jobs[i] = &model.Job{ID: uint32(10_001 + i), CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh", FlowID: 11}
+	}
+	ids = ids[:0]
+	for i, r := range s.CreateJobs(ctx, jobs, "1") {
+		if r.Err != nil {
+			t.Fatalf("job %d: %v", jobs[i].ID, r.Err)
+		}
+		ids = append(ids, r.Job.ID)
+	}
+	f0 := fcalls(t)
+	if _, created, err := s.CreateFlow(ctx, &model.Flow{ID: 11, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1"); err != nil || !created {
+		t.Fatalf("create flow 11: %v %v", created, err)
+	}
+	if n := fcalls(t) - f0; n != 1+3+1 {
+		t.Errorf("flow 11 of jobs naming it: %d script calls, want its stage's, its parts' 3 checks and its creation", n)
+	}
+	// A part with a job that does not name it yet is linked, the others not.
+	rc.HDel(ctx, keys.Job(1, ids[store.FlowJobsPart]), "flow_id")
+	f0 = fcalls(t)
+	if _, created, err := s.CreateFlow(ctx, &model.Flow{ID: 11, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1"); err != nil || created {
+		t.Fatalf("create flow 11 again: %v %v; want found", created, err)
+	}
+	if n, got := fcalls(t)-f0, rc.HGet(ctx, keys.Job(1, ids[store.FlowJobsPart]), "flow_id").Val(); n != 1+3+1+1 || got != "11" {
+		t.Errorf("flow 11 again, a job's flow_id lost: %d script calls (want 6: one part linked), its flow_id %q (want 11)", n, got)
+	}
 }
 
 // TestCreateJobsEachOnItsOwn: CreateJobs stores each job on its own, in order (a job
