@@ -20,22 +20,16 @@ func (j *Job) hashFields() []any {
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
 	// (an empty map or list encodes as a nil one, without encoding/json: a created
 	// job's four are empty, not nil (defaultLists), and each was a json.Marshal)
-	obj := func(v any, n int) any {
+	js := func(v any, n int, empty any) any {
 		if n == 0 {
-			return boxedEmptyObject
-		}
-		return jsonOr(v, false, "")
-	}
-	list := func(v any, n int) any {
-		if n == 0 {
-			return boxedEmptyList
+			return empty
 		}
 		return jsonOr(v, false, "")
 	}
 	out = append(out, "id", u(uint64(j.ID)), "caller_id", u(uint64(j.CallerID)), "context_id", u(uint64(j.ContextID)),
 		"script", j.Script, "script_type", string(j.ScriptType), "timeout", u(uint64(j.Timeout)), "retries", u(uint64(j.Retries)),
-		"env_vars", obj(j.EnvVars, len(j.EnvVars)), "result", obj(j.Result, len(j.Result)),
-		"prerequisites", list(j.Prerequisites, len(j.Prerequisites)), "dependends", list(j.Dependends, len(j.Dependends)),
+		"env_vars", js(j.EnvVars, len(j.EnvVars), boxedEmptyObject), "result", js(j.Result, len(j.Result), boxedEmptyObject),
+		"prerequisites", js(j.Prerequisites, len(j.Prerequisites), boxedEmptyList), "dependends", js(j.Dependends, len(j.Dependends), boxedEmptyList),
 		"created_at", i(j.CreatedAt), "updated_at", i(j.UpdatedAt), "status", string(j.Status))
 	str := func(name, v string) {
 		if v != "" {

@@ -945,7 +945,7 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 
 // createFlow is CreateFlow once the flow is checked (and its stage, if any, held).
 func (d *DB) createFlow(ctx context.Context, f *model.Flow, actor string) (*model.Flow, bool, error) {
-	unlinked, err := d.flowJobs(ctx, f.CallerID, f.ID, f.Jobs, false, nil)
+	unlinked, err := d.checkFlowJobs(ctx, f.CallerID, f.ID, flowJobParts(f.Jobs))
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs %v", err)}
@@ -962,12 +962,9 @@ func (d *DB) createFlow(ctx context.Context, f *model.Flow, actor string) (*mode
 		return nil, false, err
 	}
 	// The jobs learn their flow (for results, logs and retention); repeated on a
-	// retried create so that a crash in between heals. Those that name it already (a
-	// flow.begin's) are not written again; with id 0 the flow had no id to name.
-	if f.ID == 0 {
-		unlinked = nil
-	}
-	if _, err := d.flowJobs(ctx, f.CallerID, res.id, f.Jobs, true, unlinked); err != nil {
+	// retried create so that a crash in between heals. The parts whose jobs name it
+	// already (a flow.begin's) are not written again.
+	if _, err := d.flowJobs(ctx, f.CallerID, res.id, unlinked, true); err != nil {
 		return nil, false, err
 	}
 	out, err := d.LoadFlow(ctx, res.id)
@@ -979,21 +976,12 @@ func (d *DB) createFlow(ctx context.Context, f *model.Flow, actor string) (*mode
 // job, where the pipelines took 1.3–1.9 µs and supervisor-daemon several more).
 const flowJobsPart = 1000
 
-// flowJobs checks the jobs ids of a caller for flow (without link: each exists and
-// belongs to no flow or to flow; a flow created with id 0 has none yet, so any flow
-// refuses) or links them to it (link: their flow_id), with lua/flow_jobs.lua, a call a
-// part of flowJobsPart in one round trip. A check returns, per part, whether some of
-// its jobs do not name flow yet (a link takes only those parts: parts, nil for all);
-// its refusal names the first job refused: a missing job is ErrNotFound, one of
-// another flow a ValidationError.
-func (d *DB) flowJobs(ctx context.Context, callerID, flow uint32, ids []uint32, link bool, parts []bool) ([]bool, error) {
-	caller, fl := strconv.FormatUint(uint64(callerID), 10), strconv.FormatUint(uint64(flow), 10)
-	var calls []Call
+// flowJobParts is ids in parts of flowJobsPart, each part its ids joined by single
+// spaces (lua/flow_jobs.lua's ids).
+func flowJobParts(ids []uint32) []string {
+	var parts []string
 	var buf []byte
-	for start, part := 0, 0; start < len(ids); start, part = start+flowJobsPart, part+1 {
-		if parts != nil && !parts[part] {
-			continue
-		}
+	for start := 0; start < len(ids); start += flowJobsPart {
 		buf = buf[:0]
 		for k, id := range ids[start:min(start+flowJobsPart, len(ids))] {
 			if k > 0 {
@@ -1001,10 +989,22 @@ func (d *DB) flowJobs(ctx context.Context, callerID, flow uint32, ids []uint32, 
 			}
 			buf = strconv.AppendUint(buf, uint64(id), 10)
 		}
-		calls = append(calls, (&flowJobsArgs{Caller: caller, Flow: fl, Link: link, IDs: string(buf)}).call())
+		parts = append(parts, string(buf))
 	}
-	unlinked := make([]bool, 0, len(calls))
-	for _, c := range d.EvalBatch(ctx, calls) {
+	return parts
+}
+
+// flowJobs runs lua/flow_jobs.lua on the parts of a caller's jobs (flowJobParts) for
+// flow (link: their flow_id set, else checked), a call a part in one round trip, and
+// returns each call's reply.
+func (d *DB) flowJobs(ctx context.Context, callerID, flow uint32, parts []string, link bool) ([]flowJobsRecord, error) {
+	caller, fl := strconv.FormatUint(uint64(callerID), 10), strconv.FormatUint(uint64(flow), 10)
+	calls := make([]Call, len(parts))
+	for k, ids := range parts {
+		calls[k] = (&flowJobsArgs{Caller: caller, Flow: fl, Link: link, IDs: ids}).call()
+	}
+	out := make([]flowJobsRecord, len(parts))
+	for k, c := range d.EvalBatch(ctx, calls) {
 		if err := c.Err(); err != nil {
 			return nil, fmt.Errorf("flow %d's jobs: %w", flow, err)
 		}
@@ -1012,14 +1012,33 @@ func (d *DB) flowJobs(ctx context.Context, callerID, flow uint32, ids []uint32, 
 		if err != nil {
 			return nil, err
 		}
+		out[k] = r
+	}
+	return out, nil
+}
+
+// checkFlowJobs checks the parts of a caller's jobs for flow: each job exists and
+// belongs to no flow or to flow (a flow created with id 0 has none yet, so any flow
+// refuses). It returns the parts whose jobs do not all name flow yet (all of them for
+// id 0, which none can name), or the first job refused: a missing job is
+// ErrNotFound, one of another flow a ValidationError.
+func (d *DB) checkFlowJobs(ctx context.Context, callerID, flow uint32, parts []string) ([]string, error) {
+	recs, err := d.flowJobs(ctx, callerID, flow, parts, false)
+	if err != nil {
+		return nil, err
+	}
+	var unlinked []string
+	for k, r := range recs {
 		switch {
 		case r.ID == "":
 		case r.Flow == "":
 			return nil, notFound("job %s of caller %d in context %d", r.ID, callerID, d.ContextID)
 		default:
-			return nil, &model.ValidationError{Object: "flow", ID: fl, Field: "jobs", Msg: fmt.Sprintf("jobs: job %s already belongs to flow %s", r.ID, r.Flow)}
+			return nil, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(flow), 10), Field: "jobs", Msg: fmt.Sprintf("jobs: job %s already belongs to flow %s", r.ID, r.Flow)}
 		}
-		unlinked = append(unlinked, r.Unlinked > 0)
+		if r.Unlinked > 0 || flow == 0 {
+			unlinked = append(unlinked, parts[k])
+		}
 	}
 	return unlinked, nil
 }
