@@ -148,13 +148,13 @@ func TestFlowJobsCreatedInBoundedCalls(t *testing.T) {
 	createLayers(t, s, 38, 200, 200) // two calls of CreateJobs and one of CreateFlow
 	calls, cmds := fcalls(t)-f0, totalCalls(t)-c0
 	creates := 2 * ((200 + store.CreateBatch - 1) / store.CreateBatch)
-	// the flow's: its jobs checked, its hash created, its jobs linked (one call each
-	// for 400 jobs: store.FlowJobsPart)
-	if calls != creates+3 {
-		t.Fatalf("%d script calls created 400 jobs and their flow, want %d of at most %d jobs and the flow's 3", calls, creates+3, store.CreateBatch)
+	// the flow's: its jobs claimed (checked and linked, its id reserved: one call for
+	// 400 jobs, store.FlowJobsPart), its hash created
+	if calls != creates+2 {
+		t.Fatalf("%d script calls created 400 jobs and their flow, want %d of at most %d jobs and the flow's 2", calls, creates+2, store.CreateBatch)
 	}
-	// the commands less the FCALLs, the INFOs, the flow's call's few and its jobs' check
-	// and link (an HMGET and an HSET a job), per create call
+	// the commands less the FCALLs, the INFOs, the flow's calls' few and its jobs' claim
+	// (an HMGET and an HSET a job), per create call
 	if per := (cmds - calls - 4 - 20 - 2*400) / creates; per > maxCreateCommands {
 		t.Errorf("a create call of %d jobs ran %d Redis commands, more than %d", store.CreateBatch, per, maxCreateCommands)
 	} else {

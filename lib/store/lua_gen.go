@@ -1678,19 +1678,23 @@ var flowJobsScript = luaScript("flow_jobs.lua")
 
 // flowJobsArgs are the KEYS and ARGV of lua/flow_jobs.lua.
 type flowJobsArgs struct {
-	Caller string
-	Flow   string
-	Link   bool
-	IDs    string
+	FlowSeqKey string // KEYS
+	Caller     string
+	Flow       string
+	Release    bool
+	Unreserve  bool
+	IDs        string
 }
 
 // call is the run of lua/flow_jobs.lua with a's KEYS and ARGV.
 func (a *flowJobsArgs) call() Call {
-	keys := make([]string, 0, 0)
-	args := make([]any, 0, 4)
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.FlowSeqKey)
+	args := make([]any, 0, 5)
 	args = append(args, &a.Caller)
 	args = append(args, &a.Flow)
-	args = append(args, &a.Link)
+	args = append(args, &a.Release)
+	args = append(args, &a.Unreserve)
 	args = append(args, &a.IDs)
 	return Call{Script: flowJobsScript, Keys: keys, Args: args}
 }
@@ -1707,28 +1711,32 @@ func (a *flowJobsArgs) run(ctx context.Context, r luaRunner) (flowJobsRecord, er
 
 // flowJobsRecord is a record of lua/flow_jobs.lua.
 type flowJobsRecord struct {
-	ID       string
-	Flow     string
-	Unlinked int64
+	Flow    int64
+	ID      string
+	Owner   string
+	Claimed string
 }
 
 // decodeFlowJobsReply decodes the reply of lua/flow_jobs.lua.
 func decodeFlowJobsReply(v any) (out flowJobsRecord, err error) {
 	r1, err := luaconv.List(v)
-	if err == nil && len(r1) < 3 {
-		err = fmt.Errorf("%d items, want 3", len(r1))
+	if err == nil && len(r1) < 4 {
+		err = fmt.Errorf("%d items, want 4", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/flow_jobs.lua: reply: %w", err)
 	}
-	if out.ID, err = luaconv.String(r1[0]); err != nil {
-		return out, fmt.Errorf("lua/flow_jobs.lua: reply.id: %w", err)
-	}
-	if out.Flow, err = luaconv.String(r1[1]); err != nil {
+	if out.Flow, err = luaconv.Int(r1[0]); err != nil {
 		return out, fmt.Errorf("lua/flow_jobs.lua: reply.flow: %w", err)
 	}
-	if out.Unlinked, err = luaconv.Int(r1[2]); err != nil {
-		return out, fmt.Errorf("lua/flow_jobs.lua: reply.unlinked: %w", err)
+	if out.ID, err = luaconv.String(r1[1]); err != nil {
+		return out, fmt.Errorf("lua/flow_jobs.lua: reply.id: %w", err)
+	}
+	if out.Owner, err = luaconv.String(r1[2]); err != nil {
+		return out, fmt.Errorf("lua/flow_jobs.lua: reply.owner: %w", err)
+	}
+	if out.Claimed, err = luaconv.String(r1[3]); err != nil {
+		return out, fmt.Errorf("lua/flow_jobs.lua: reply.claimed: %w", err)
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -943,37 +944,47 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 	return out, created, err
 }
 
-// createFlow is CreateFlow once the flow is checked (and its stage, if any, held).
+// createFlow is CreateFlow once the flow is checked (and its stage, if any, held):
+// its jobs are claimed for it (lua/flow_jobs.lua: each must exist and name no other
+// flow; their flow_id set, for results, logs and retention), then the flow is stored.
+// A refusal gives the claims back. A flow of id 0 takes the id its first claim
+// reserved; when a caller stored a flow of that id in between (a chosen id), it
+// claims again under the next one.
 func (d *DB) createFlow(ctx context.Context, f *model.Flow, actor string) (*model.Flow, bool, error) {
-	unlinked, err := d.checkFlowJobs(ctx, f.CallerID, f.ID, flowJobParts(f.Jobs))
-	if err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return nil, false, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(f.ID), 10), Field: "jobs", Msg: fmt.Sprintf("jobs %v", err)}
+	parts := flowJobParts(f.Jobs)
+	for attempt := 1; ; attempt++ {
+		c, err := d.claimFlowJobs(ctx, f.CallerID, f.ID, parts)
+		if err != nil {
+			return nil, false, err
 		}
-		return nil, false, err
+		stamp(&f.CreatedAt, &f.UpdatedAt)
+		f.CreatedAtMs = time.Now().UnixMilli()
+		f.Status = model.FlowDispatched
+		f.Result, f.Error, f.FailedJob = nil, "", 0
+		compare, ini := splitFields(f, flowInitialOnly)
+		res, err := runCreate(ctx, d, createSpec{object: "flow", prefix: "flow:", seq: keys.FlowSeq, index: keys.FlowIndex, id: c.flow, compare: compare, initial: ini, eventType: string(model.EventFlowCreated), eventActor: actor, events: true, statusIdx: keys.FlowIndex})
+		var exists *ExistsError
+		if errors.As(err, &exists) {
+			// refused: its id holds another flow. (Any other error may have
+			// stored the flow: the claims stay, and a retry with its id finds them.)
+			if rerr := c.release(ctx); rerr != nil {
+				return nil, false, errors.Join(err, rerr)
+			}
+			if c.reserved && attempt < 3 {
+				continue
+			}
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		out, err := d.LoadFlow(ctx, res.id)
+		return out, res.created, err
 	}
-	stamp(&f.CreatedAt, &f.UpdatedAt)
-	f.CreatedAtMs = time.Now().UnixMilli()
-	f.Status = model.FlowDispatched
-	f.Result, f.Error, f.FailedJob = nil, "", 0
-	cmp, ini := splitFields(f, flowInitialOnly)
-	res, err := runCreate(ctx, d, createSpec{object: "flow", prefix: "flow:", seq: keys.FlowSeq, index: keys.FlowIndex, id: f.ID, compare: cmp, initial: ini, eventType: string(model.EventFlowCreated), eventActor: actor, events: true, statusIdx: keys.FlowIndex})
-	if err != nil {
-		return nil, false, err
-	}
-	// The jobs learn their flow (for results, logs and retention); repeated on a
-	// retried create so that a crash in between heals. The parts whose jobs name it
-	// already (a flow.begin's) are not written again.
-	if _, err := d.flowJobs(ctx, f.CallerID, res.id, unlinked, true); err != nil {
-		return nil, false, err
-	}
-	out, err := d.LoadFlow(ctx, res.id)
-	return out, res.created, err
 }
 
-// flowJobsPart is how many of a flow's jobs one lua/flow_jobs.lua call checks or
-// links: ~1.5 ms of Redis a call on K (a check and a link took 2.9 µs of its CPU a
-// job, where the pipelines took 1.3–1.9 µs and supervisor-daemon several more).
+// flowJobsPart is how many of a flow's jobs one lua/flow_jobs.lua call claims: ~1.5
+// ms of Redis a call on K (a check and a link took 2.9 µs of its CPU a job, where the
+// pipelines took 1.3–1.9 µs and supervisor-daemon several more).
 const flowJobsPart = 1000
 
 // flowJobParts is ids in parts of flowJobsPart, each part its ids joined by single
@@ -994,53 +1005,100 @@ func flowJobParts(ids []uint32) []string {
 	return parts
 }
 
-// flowJobs runs lua/flow_jobs.lua on the parts of a caller's jobs (flowJobParts) for
-// flow (link: their flow_id set, else checked), a call a part in one round trip, and
-// returns each call's reply.
-func (d *DB) flowJobs(ctx context.Context, callerID, flow uint32, parts []string, link bool) ([]flowJobsRecord, error) {
-	caller, fl := strconv.FormatUint(uint64(callerID), 10), strconv.FormatUint(uint64(flow), 10)
-	calls := make([]Call, len(parts))
-	for k, ids := range parts {
-		calls[k] = (&flowJobsArgs{Caller: caller, Flow: fl, Link: link, IDs: ids}).call()
-	}
-	out := make([]flowJobsRecord, len(parts))
-	for k, c := range d.EvalBatch(ctx, calls) {
-		if err := c.Err(); err != nil {
-			return nil, fmt.Errorf("flow %d's jobs: %w", flow, err)
-		}
-		r, err := decodeFlowJobsReply(c.Val())
-		if err != nil {
-			return nil, err
-		}
-		out[k] = r
-	}
-	return out, nil
+// flowClaim is what a flow.create's claims of its jobs took (lua/flow_jobs.lua): the
+// flow's id (reserved by the first claim when the flow came with 0) and, a part each,
+// the ids of the jobs whose flow_id they set.
+type flowClaim struct {
+	d        *DB
+	caller   string
+	flow     uint32
+	reserved bool
+	claimed  []string
 }
 
-// checkFlowJobs checks the parts of a caller's jobs for flow: each job exists and
-// belongs to no flow or to flow (a flow created with id 0 has none yet, so any flow
-// refuses). It returns the parts whose jobs do not all name flow yet (all of them for
-// id 0, which none can name), or the first job refused: a missing job is
-// ErrNotFound, one of another flow a ValidationError.
-func (d *DB) checkFlowJobs(ctx context.Context, callerID, flow uint32, parts []string) ([]string, error) {
-	recs, err := d.flowJobs(ctx, callerID, flow, parts, false)
+// claimFlowJobs claims the parts of a caller's jobs (flowJobParts) for flow, a call a
+// part in one round trip (two for a flow of id 0 and several parts: the first reserves
+// the id the others claim for). A job missing is refused as a ValidationError naming
+// it (as ErrNotFound does), a job of another flow as one naming that flow; a refusal
+// gives back what the other parts took.
+func (d *DB) claimFlowJobs(ctx context.Context, callerID, flow uint32, parts []string) (*flowClaim, error) {
+	c := &flowClaim{d: d, caller: strconv.FormatUint(uint64(callerID), 10), flow: flow, reserved: flow == 0}
+	first := parts
+	if flow == 0 && len(parts) > 1 {
+		first = parts[:1]
+	}
+	err := c.claim(ctx, first)
+	if err == nil && len(first) < len(parts) {
+		err = c.claim(ctx, parts[1:])
+	}
 	if err != nil {
+		if rerr := c.release(ctx); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
 		return nil, err
 	}
-	var unlinked []string
-	for k, r := range recs {
-		switch {
-		case r.ID == "":
-		case r.Flow == "":
-			return nil, notFound("job %s of caller %d in context %d", r.ID, callerID, d.ContextID)
-		default:
-			return nil, &model.ValidationError{Object: "flow", ID: strconv.FormatUint(uint64(flow), 10), Field: "jobs", Msg: fmt.Sprintf("jobs: job %s already belongs to flow %s", r.ID, r.Flow)}
+	return c, nil
+}
+
+// claim runs a claim call for each part, in one round trip, and records what they
+// took; the first refusal, in the parts' order, is its error.
+func (c *flowClaim) claim(ctx context.Context, parts []string) error {
+	calls := make([]Call, len(parts))
+	fl := strconv.FormatUint(uint64(c.flow), 10)
+	for k, ids := range parts {
+		calls[k] = (&flowJobsArgs{FlowSeqKey: keys.FlowSeq, Caller: c.caller, Flow: fl, IDs: ids}).call()
+	}
+	var refused error
+	for _, call := range c.d.EvalBatch(ctx, calls) {
+		if err := call.Err(); err != nil {
+			refused = cmp.Or(refused, fmt.Errorf("flow %d's jobs: %w", c.flow, err))
+			continue
 		}
-		if r.Unlinked > 0 || flow == 0 {
-			unlinked = append(unlinked, parts[k])
+		r, err := decodeFlowJobsReply(call.Val())
+		switch {
+		case err != nil:
+			refused = cmp.Or(refused, err)
+		case r.ID == "" && r.Flow > 0:
+			c.flow = uint32(r.Flow)
+			if r.Claimed != "" {
+				c.claimed = append(c.claimed, r.Claimed)
+			}
+		case r.Owner == "":
+			refused = cmp.Or(refused, error(&model.ValidationError{Object: "flow", ID: fl, Field: "jobs",
+				Msg: fmt.Sprintf("jobs %v", notFound("job %s of caller %s in context %d", r.ID, c.caller, c.d.ContextID))}))
+		default:
+			refused = cmp.Or(refused, error(&model.ValidationError{Object: "flow", ID: fl, Field: "jobs",
+				Msg: fmt.Sprintf("jobs: job %s already belongs to flow %s", r.ID, r.Owner)}))
 		}
 	}
-	return unlinked, nil
+	return refused
+}
+
+// release gives back what the claims took: each claimed job's flow_id removed where it
+// still names the flow, and a reserved id given back while it is the counter's last.
+func (c *flowClaim) release(ctx context.Context) error {
+	if len(c.claimed) == 0 && (!c.reserved || c.flow == 0) {
+		return nil
+	}
+	fl := strconv.FormatUint(uint64(c.flow), 10)
+	calls := []Call{(&flowJobsArgs{FlowSeqKey: keys.FlowSeq, Caller: c.caller, Flow: fl, Release: true, Unreserve: c.reserved}).call()}
+	for k, ids := range c.claimed {
+		if k == 0 {
+			calls[0] = (&flowJobsArgs{FlowSeqKey: keys.FlowSeq, Caller: c.caller, Flow: fl, Release: true, Unreserve: c.reserved, IDs: ids}).call()
+			continue
+		}
+		calls = append(calls, (&flowJobsArgs{FlowSeqKey: keys.FlowSeq, Caller: c.caller, Flow: fl, Release: true, IDs: ids}).call())
+	}
+	for _, call := range c.d.EvalBatch(ctx, calls) {
+		if err := call.Err(); err != nil {
+			return fmt.Errorf("give back flow %s's jobs: %w", fl, err)
+		}
+	}
+	c.claimed = nil
+	if c.reserved {
+		c.flow = 0
+	}
+	return nil
 }
 
 // resultsMark is the field of coord:flowres:<id> that is no result (lua/lib_complete's

@@ -1616,9 +1616,10 @@ func TestCreateFlowChecksItsJobs(t *testing.T) {
 	}
 }
 
-// TestCreateFlowOfManyParts: a flow of more jobs than one check or link call takes
-// (store.FlowJobsPart) is checked and linked in every part: a missing job in the last part
-// refuses it, storing nothing, and each part's jobs learn their flow.
+// TestCreateFlowOfManyParts: a flow of more jobs than one claim call takes
+// (store.FlowJobsPart) is claimed in every part: a missing job in the last part refuses
+// it, storing nothing (the other parts' claims given back, an id reserved for a flow of
+// id 0 too), and each part's jobs learn their flow.
 func TestCreateFlowOfManyParts(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
@@ -1643,6 +1644,15 @@ func TestCreateFlowOfManyParts(t *testing.T) {
 	if rc.Exists(ctx, keys.Flow(9)).Val() != 0 || rc.HExists(ctx, keys.Job(1, ids[0]), "flow_id").Val() {
 		t.Fatal("the refused flow stored something")
 	}
+	// of id 0: its first part's claim reserved an id, given back with the claims
+	seq0 := rc.Get(ctx, keys.FlowSeq).Val()
+	_, _, err = s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: db.ContextID, Jobs: append(slices.Clone(ids), 99999)}, "1")
+	if !errors.As(err, &ve) || !strings.Contains(err.Error(), "job 99999 of caller 1 in context 26") {
+		t.Fatalf("a flow of id 0 with job 99999 missing: %v", err)
+	}
+	if seq := rc.Get(ctx, keys.FlowSeq).Val(); seq != seq0 || rc.HExists(ctx, keys.Job(1, ids[0]), "flow_id").Val() {
+		t.Fatalf("the refused flow of id 0 kept its id (the counter %q, was %q) or its first part's claim", seq, seq0)
+	}
 	if _, created, err := s.CreateFlow(ctx, &model.Flow{ID: 9, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1"); err != nil || !created {
 		t.Fatalf("create flow 9: %v %v", created, err)
 	}
@@ -1655,9 +1665,9 @@ func TestCreateFlowOfManyParts(t *testing.T) {
 	if want := fmt.Sprintf("job %d already belongs to flow 9", ids[len(ids)-1]); !strings.Contains(fmt.Sprint(err), want) {
 		t.Fatalf("flow 10 of a job of flow 9: %v; want %q", err, want)
 	}
-	// Jobs that name their flow already (flow.begin's) are checked, not linked again:
+	// Jobs that name their flow already (flow.begin's) are claimed without a write:
 	// the flow's stage looked up (a flow of a chosen id may be flow.begin's), the three
-	// parts' checks and the flow's creation, no link call.
+	// parts' claims and the flow's creation.
 	for i := range jobs {
 		jobs[i] = &model.Job{ID: uint32(10_001 + i), CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh", FlowID: 11}
 	}
@@ -1675,14 +1685,14 @@ func TestCreateFlowOfManyParts(t *testing.T) {
 	if n := fcalls(t) - f0; n != 1+3+1 {
 		t.Errorf("flow 11 of jobs naming it: %d script calls, want its stage's, its parts' 3 checks and its creation", n)
 	}
-	// A part with a job that does not name it yet is linked, the others not.
+	// A job that does not name it yet is linked by its part's claim.
 	rc.HDel(ctx, keys.Job(1, ids[store.FlowJobsPart]), "flow_id")
 	f0 = fcalls(t)
 	if _, created, err := s.CreateFlow(ctx, &model.Flow{ID: 11, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1"); err != nil || created {
 		t.Fatalf("create flow 11 again: %v %v; want found", created, err)
 	}
-	if n, got := fcalls(t)-f0, rc.HGet(ctx, keys.Job(1, ids[store.FlowJobsPart]), "flow_id").Val(); n != 1+3+1+1 || got != "11" {
-		t.Errorf("flow 11 again, a job's flow_id lost: %d script calls (want 6: one part linked), its flow_id %q (want 11)", n, got)
+	if n, got := fcalls(t)-f0, rc.HGet(ctx, keys.Job(1, ids[store.FlowJobsPart]), "flow_id").Val(); n != 1+3+1 || got != "11" {
+		t.Errorf("flow 11 again, a job's flow_id lost: %d script calls (want 5), its flow_id %q (want 11)", n, got)
 	}
 }
 
@@ -2102,5 +2112,98 @@ func TestClaimStartsFreshGivesEachJobItsOwnIDs(t *testing.T) {
 	stored := rc.HMGet(ctx, keys.Job(1, jobs[0].ID), "claim", "trace_id").Val()
 	if j, err := db.LoadJob(ctx, 1, jobs[0].ID); err != nil || stored[0] != nil || stored[1] != first[0].Job.TraceID || j.TraceID != first[0].Job.TraceID {
 		t.Fatalf("a released claim: stored %v, want no claim and trace %s (%v)", stored, first[0].Job.TraceID, err)
+	}
+}
+
+// TestFlowsRaceForAJob: two flow.create calls at once naming the same jobs, one part
+// each or several: at most one of them stores its flow, the other is refused naming
+// the job and the winner, and every job names the flow stored (or none when both were
+// refused: a part each). Before the claim, the check, the creation and the link were
+// three steps that both calls could pass: two flows stored, their jobs naming the last
+// link's, and the other flow never to end.
+func TestFlowsRaceForAJob(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 32)
+	rc := srv.Client(t, 32)
+	next := uint32(0)
+	newJobs := func(n int) []uint32 {
+		jobs := make([]*model.Job, n)
+		for i := range jobs {
+			next++
+			jobs[i] = &model.Job{ID: next, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}
+		}
+		var ids []uint32
+		for i, r := range s.CreateJobs(ctx, jobs, "1") {
+			if r.Err != nil {
+				t.Fatalf("job %d: %v", jobs[i].ID, r.Err)
+			}
+			ids = append(ids, r.Job.ID)
+		}
+		return ids
+	}
+	flowID := uint32(100)
+	for trial := range 40 {
+		n := 3
+		if trial%4 == 3 {
+			n = 2*store.FlowJobsPart + 5
+		}
+		ids := newJobs(n)
+		// ids in two orders: the flows claim their parts in opposite orders
+		rev := slices.Clone(ids)
+		slices.Reverse(rev)
+		flows := [2]*model.Flow{{ID: flowID, Jobs: ids}, {ID: flowID + 1, Jobs: rev}}
+		if trial%2 == 1 { // ids of the counter's
+			flows[0].ID, flows[1].ID = 0, 0
+		}
+		flowID += 2
+		var errs [2]error
+		var got [2]*model.Flow
+		done := make(chan int)
+		for k, f := range flows {
+			f.CallerID, f.ContextID = 1, db.ContextID
+			go func() {
+				got[k], _, errs[k] = s.CreateFlow(ctx, f, "1")
+				done <- k
+			}()
+		}
+		<-done
+		<-done
+		winner := ""
+		for k := range flows {
+			switch {
+			case errs[k] == nil && winner != "":
+				t.Fatalf("trial %d: both flows stored (%s and %d) with the same jobs", trial, winner, got[k].ID)
+			case errs[k] == nil:
+				winner = strconv.FormatUint(uint64(got[k].ID), 10)
+			case !strings.Contains(errs[k].Error(), "already belongs to flow"):
+				t.Fatalf("trial %d: flow %d refused: %v; want a job of the other flow named", trial, k, errs[k])
+			}
+		}
+		if winner == "" && n == 3 {
+			t.Fatalf("trial %d: both flows of one part refused: %v, %v", trial, errs[0], errs[1])
+		}
+		for _, id := range ids {
+			if f := rc.HGet(ctx, keys.Job(1, id), "flow_id").Val(); f != winner {
+				t.Fatalf("trial %d: job %d names flow %q; want %q (stored: %v, refused: %v)", trial, id, f, winner, got, errs)
+			}
+		}
+	}
+	// every stored flow is one trial's winner: no flow without its jobs
+	fl, err := rc.Keys(ctx, keys.FlowPrefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range fl {
+		id, _ := strconv.ParseUint(strings.TrimPrefix(k, keys.FlowPrefix), 10, 32)
+		f, err := db.LoadFlow(ctx, uint32(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range f.Jobs {
+			if got := rc.HGet(ctx, keys.Job(1, j), "flow_id").Val(); got != strconv.FormatUint(id, 10) {
+				t.Fatalf("flow %d lists job %d, which names flow %q", id, j, got)
+			}
+		}
 	}
 }
