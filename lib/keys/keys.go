@@ -281,7 +281,11 @@ func FlowCascade(flowID uint32) string { return FlowCascadePrefix + u(flowID) }
 
 // FlowStage is a flow's creation in progress (flow.begin until flow.create): its
 // caller, its range of job ids, its expiry and state (lib/store/stage.go).
-func FlowStage(flowID uint32) string    { return FlowStagePrefix + u(flowID) }
+func FlowStage(flowID uint32) string { return FlowStagePrefix + u(flowID) }
+
+// FlowClaim exists (with a TTL) while a flow.create of the flow has claimed jobs for it
+// and not stored it yet: its claim's token (lib/store's lua/flow_jobs.lua).
+func FlowClaim(flowID uint32) string    { return FlowClaimPrefix + u(flowID) }
 func JobLog(callerID, id uint32) string { return JobLogPrefix + u(callerID) + ":" + u(id) }
 
 // JobLogWatch exists (with a TTL) while a console tails the job's log: an append to
@@ -295,6 +299,7 @@ const (
 	FlowResultsPrefix  = "coord:flowres:"
 	FlowCascadePrefix  = "coord:cascade:"
 	FlowStagePrefix    = "coord:flowstage:"
+	FlowClaimPrefix    = "coord:flowclaim:"
 	JobLogPrefix       = "coord:log:"
 	JobLogWatchPrefix  = "coord:logwatch:"
 	JobMessagesPrefix  = "coord:jobmsgs:"

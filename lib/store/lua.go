@@ -227,6 +227,7 @@ var luaKeys = []struct{ name, key string }{
 	{"K_DAG", keys.DAGPrefix},
 	{"K_FLOW_CASCADE", keys.FlowCascadePrefix},
 	{"K_FLOW_STAGE", keys.FlowStagePrefix},
+	{"K_FLOW_CLAIM", keys.FlowClaimPrefix},
 	{"K_JOB_LOG", keys.JobLogPrefix},
 	{"K_JOB_MESSAGES", keys.JobMessagesPrefix},
 	{"K_FLOW_MESSAGES", keys.FlowMessagesPrefix},

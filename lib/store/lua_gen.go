@@ -1681,8 +1681,9 @@ type flowJobsArgs struct {
 	FlowSeqKey string // KEYS
 	Caller     string
 	Flow       string
-	Release    bool
-	Unreserve  bool
+	Token      string
+	Mode       string
+	HoldMs     int64
 	IDs        string
 }
 
@@ -1690,11 +1691,12 @@ type flowJobsArgs struct {
 func (a *flowJobsArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.FlowSeqKey)
-	args := make([]any, 0, 5)
+	args := make([]any, 0, 6)
 	args = append(args, &a.Caller)
 	args = append(args, &a.Flow)
-	args = append(args, &a.Release)
-	args = append(args, &a.Unreserve)
+	args = append(args, &a.Token)
+	args = append(args, &a.Mode)
+	args = append(args, &a.HoldMs)
 	args = append(args, &a.IDs)
 	return Call{Script: flowJobsScript, Keys: keys, Args: args}
 }
@@ -1714,14 +1716,15 @@ type flowJobsRecord struct {
 	Flow    int64
 	ID      string
 	Owner   string
+	Busy    int64
 	Claimed string
 }
 
 // decodeFlowJobsReply decodes the reply of lua/flow_jobs.lua.
 func decodeFlowJobsReply(v any) (out flowJobsRecord, err error) {
 	r1, err := luaconv.List(v)
-	if err == nil && len(r1) < 4 {
-		err = fmt.Errorf("%d items, want 4", len(r1))
+	if err == nil && len(r1) < 5 {
+		err = fmt.Errorf("%d items, want 5", len(r1))
 	}
 	if err != nil {
 		return out, fmt.Errorf("lua/flow_jobs.lua: reply: %w", err)
@@ -1735,7 +1738,10 @@ func decodeFlowJobsReply(v any) (out flowJobsRecord, err error) {
 	if out.Owner, err = luaconv.String(r1[2]); err != nil {
 		return out, fmt.Errorf("lua/flow_jobs.lua: reply.owner: %w", err)
 	}
-	if out.Claimed, err = luaconv.String(r1[3]); err != nil {
+	if out.Busy, err = luaconv.Int(r1[3]); err != nil {
+		return out, fmt.Errorf("lua/flow_jobs.lua: reply.busy: %w", err)
+	}
+	if out.Claimed, err = luaconv.String(r1[4]); err != nil {
 		return out, fmt.Errorf("lua/flow_jobs.lua: reply.claimed: %w", err)
 	}
 	return out, nil

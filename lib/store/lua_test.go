@@ -112,7 +112,9 @@ func TestPreludeNames(t *testing.T) {
 		}
 		seen[name] = true
 	}
-	if len(seen) > 120 {
+	// (a script takes only the names it uses, preludeFor: the bound is the worst case
+	// of a script using them all)
+	if len(seen) > 130 {
 		t.Fatalf("the prelude defines %d locals; a Lua chunk has 200", len(seen))
 	}
 	for _, want := range []string{"JOB_WAITING_FOR_PREREQUISITES", "FLOW_FINISHED", "NODE_CANCELLED", "MSG_ACKNOWLEDGED", "EV_JOB_DEAD_LETTERED", "K_JOB", "EVENTS_CAP"} {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"cmp"
+	"math/rand/v2"
 	"context"
 	"encoding/json"
 	"errors"
@@ -946,10 +947,10 @@ func (s *Store) CreateFlow(ctx context.Context, f *model.Flow, actor string) (*m
 
 // createFlow is CreateFlow once the flow is checked (and its stage, if any, held):
 // its jobs are claimed for it (lua/flow_jobs.lua: each must exist and name no other
-// flow; their flow_id set, for results, logs and retention), then the flow is stored.
-// A refusal gives the claims back. A flow of id 0 takes the id its first claim
-// reserved; when a caller stored a flow of that id in between (a chosen id), it
-// claims again under the next one.
+// flow; their flow_id set, for results, logs and retention; the flow's id held from
+// other creates), then the flow is stored and the hold dropped. A refusal gives the
+// claims back. A flow of id 0 takes the id its first claim reserved; when a flow of
+// that id was stored in between, it claims again under the next one.
 func (d *DB) createFlow(ctx context.Context, f *model.Flow, actor string) (*model.Flow, bool, error) {
 	parts := flowJobParts(f.Jobs)
 	for attempt := 1; ; attempt++ {
@@ -975,6 +976,9 @@ func (d *DB) createFlow(ctx context.Context, f *model.Flow, actor string) (*mode
 			}
 		}
 		if err != nil {
+			return nil, false, err
+		}
+		if err := c.done(ctx); err != nil {
 			return nil, false, err
 		}
 		out, err := d.LoadFlow(ctx, res.id)
@@ -1005,31 +1009,39 @@ func flowJobParts(ids []uint32) []string {
 	return parts
 }
 
+// flowClaimHold is how long a flow.create's claims hold the flow's id
+// (coord:flowclaim:<flow>) before it stores the flow: a create of the same id is
+// refused meanwhile, as busy. The hold outlasts a create of the largest flow by far;
+// one whose process died holds the id that long.
+const flowClaimHold = time.Minute
+
 // flowClaim is what a flow.create's claims of its jobs took (lua/flow_jobs.lua): the
-// flow's id (reserved by the first claim when the flow came with 0) and, a part each,
-// the ids of the jobs whose flow_id they set.
+// flow's id (reserved by the first claim when the flow came with 0), the claims'
+// token, and, a part each, the ids of the jobs whose flow_id they set.
 type flowClaim struct {
 	d        *DB
 	caller   string
 	flow     uint32
+	token    string
 	reserved bool
 	claimed  []string
 }
 
-// claimFlowJobs claims the parts of a caller's jobs (flowJobParts) for flow, a call a
-// part in one round trip (two for a flow of id 0 and several parts: the first reserves
-// the id the others claim for). A job missing is refused as a ValidationError naming
-// it (as ErrNotFound does), a job of another flow as one naming that flow; a refusal
-// gives back what the other parts took.
+// claimFlowJobs claims the parts of a caller's jobs (flowJobParts) for flow: the first
+// part's call takes the flow's hold (and reserves its id when flow is 0), then the
+// others' calls in one round trip. A job missing is refused as a ValidationError
+// naming it (as ErrNotFound does), a job of another flow as one naming that flow,
+// another create of the flow under way as a ConflictError; a refusal gives back what
+// the other parts took. The caller ends the claim (done or release).
 func (d *DB) claimFlowJobs(ctx context.Context, callerID, flow uint32, parts []string) (*flowClaim, error) {
-	c := &flowClaim{d: d, caller: strconv.FormatUint(uint64(callerID), 10), flow: flow, reserved: flow == 0}
-	first := parts
-	if flow == 0 && len(parts) > 1 {
-		first = parts[:1]
+	c := &flowClaim{d: d, caller: strconv.FormatUint(uint64(callerID), 10), flow: flow, reserved: flow == 0,
+		token: strconv.FormatUint(uint64(flow), 10) + "." + strconv.FormatUint(rand.Uint64(), 36)}
+	if len(parts) == 0 {
+		parts = []string{""} // (the hold, and an id, all the same)
 	}
-	err := c.claim(ctx, first)
-	if err == nil && len(first) < len(parts) {
-		err = c.claim(ctx, parts[1:])
+	err := c.claim(ctx, parts[:1], "first")
+	if err == nil && len(parts) > 1 {
+		err = c.claim(ctx, parts[1:], "claim")
 	}
 	if err != nil {
 		if rerr := c.release(ctx); rerr != nil {
@@ -1040,13 +1052,13 @@ func (d *DB) claimFlowJobs(ctx context.Context, callerID, flow uint32, parts []s
 	return c, nil
 }
 
-// claim runs a claim call for each part, in one round trip, and records what they
-// took; the first refusal, in the parts' order, is its error.
-func (c *flowClaim) claim(ctx context.Context, parts []string) error {
+// claim runs a claim call (mode "first" or "claim") for each part, in one round trip,
+// and records what they took; the first refusal, in the parts' order, is its error.
+func (c *flowClaim) claim(ctx context.Context, parts []string, mode string) error {
 	calls := make([]Call, len(parts))
 	fl := strconv.FormatUint(uint64(c.flow), 10)
 	for k, ids := range parts {
-		calls[k] = (&flowJobsArgs{FlowSeqKey: keys.FlowSeq, Caller: c.caller, Flow: fl, IDs: ids}).call()
+		calls[k] = c.call(mode, ids)
 	}
 	var refused error
 	for _, call := range c.d.EvalBatch(ctx, calls) {
@@ -1058,6 +1070,9 @@ func (c *flowClaim) claim(ctx context.Context, parts []string) error {
 		switch {
 		case err != nil:
 			refused = cmp.Or(refused, err)
+		case r.Busy == 1:
+			refused = cmp.Or(refused, error(&ConflictError{Msg: fmt.Sprintf("flow %s: another flow.create of it is under way "+
+				"(or its process ended within %v without storing it); retry", fl, flowClaimHold)}))
 		case r.ID == "" && r.Flow > 0:
 			c.flow = uint32(r.Flow)
 			if r.Claimed != "" {
@@ -1074,30 +1089,43 @@ func (c *flowClaim) claim(ctx context.Context, parts []string) error {
 	return refused
 }
 
+// call is a lua/flow_jobs.lua call of the claim in mode on ids.
+func (c *flowClaim) call(mode, ids string) Call {
+	return (&flowJobsArgs{FlowSeqKey: keys.FlowSeq, Caller: c.caller, Flow: strconv.FormatUint(uint64(c.flow), 10),
+		Token: c.token, Mode: mode, HoldMs: flowClaimHold.Milliseconds(), IDs: ids}).call()
+}
+
+// done ends the claim of a flow stored: its hold dropped.
+func (c *flowClaim) done(ctx context.Context) error {
+	if _, err := c.d.runLua(ctx, c.call("done", "")); err != nil {
+		return fmt.Errorf("flow %d's claim: %w", c.flow, err)
+	}
+	return nil
+}
+
 // release gives back what the claims took: each claimed job's flow_id removed where it
-// still names the flow, and a reserved id given back while it is the counter's last.
+// still names the flow, a reserved id given back while it is the counter's last, the
+// hold dropped.
 func (c *flowClaim) release(ctx context.Context) error {
-	if len(c.claimed) == 0 && (!c.reserved || c.flow == 0) {
+	if c.flow == 0 { // a claim of flow 0 refused before it reserved an id: nothing taken
 		return nil
 	}
-	fl := strconv.FormatUint(uint64(c.flow), 10)
-	calls := []Call{(&flowJobsArgs{FlowSeqKey: keys.FlowSeq, Caller: c.caller, Flow: fl, Release: true, Unreserve: c.reserved}).call()}
+	calls := []Call{c.call("release", "")}
 	for k, ids := range c.claimed {
 		if k == 0 {
-			calls[0] = (&flowJobsArgs{FlowSeqKey: keys.FlowSeq, Caller: c.caller, Flow: fl, Release: true, Unreserve: c.reserved, IDs: ids}).call()
+			calls[0] = c.call("release", ids)
 			continue
 		}
-		calls = append(calls, (&flowJobsArgs{FlowSeqKey: keys.FlowSeq, Caller: c.caller, Flow: fl, Release: true, IDs: ids}).call())
+		calls = append(calls, c.call("release", ids))
 	}
+	// (each call drops the hold and gives the id back when they are still the claim's:
+	// the first call does)
 	for _, call := range c.d.EvalBatch(ctx, calls) {
 		if err := call.Err(); err != nil {
-			return fmt.Errorf("give back flow %s's jobs: %w", fl, err)
+			return fmt.Errorf("give back flow %d's jobs: %w", c.flow, err)
 		}
 	}
 	c.claimed = nil
-	if c.reserved {
-		c.flow = 0
-	}
 	return nil
 }
 

@@ -1667,7 +1667,7 @@ func TestCreateFlowOfManyParts(t *testing.T) {
 	}
 	// Jobs that name their flow already (flow.begin's) are claimed without a write:
 	// the flow's stage looked up (a flow of a chosen id may be flow.begin's), the three
-	// parts' claims and the flow's creation.
+	// parts' claims, the flow's creation and the claim's end.
 	for i := range jobs {
 		jobs[i] = &model.Job{ID: uint32(10_001 + i), CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh", FlowID: 11}
 	}
@@ -1682,8 +1682,8 @@ func TestCreateFlowOfManyParts(t *testing.T) {
 	if _, created, err := s.CreateFlow(ctx, &model.Flow{ID: 11, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1"); err != nil || !created {
 		t.Fatalf("create flow 11: %v %v", created, err)
 	}
-	if n := fcalls(t) - f0; n != 1+3+1 {
-		t.Errorf("flow 11 of jobs naming it: %d script calls, want its stage's, its parts' 3 checks and its creation", n)
+	if n := fcalls(t) - f0; n != 1+3+1+1 {
+		t.Errorf("flow 11 of jobs naming it: %d script calls, want its stage's, its parts' 3 claims, its creation and the claim's end", n)
 	}
 	// A job that does not name it yet is linked by its part's claim.
 	rc.HDel(ctx, keys.Job(1, ids[store.FlowJobsPart]), "flow_id")
@@ -1691,8 +1691,8 @@ func TestCreateFlowOfManyParts(t *testing.T) {
 	if _, created, err := s.CreateFlow(ctx, &model.Flow{ID: 11, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1"); err != nil || created {
 		t.Fatalf("create flow 11 again: %v %v; want found", created, err)
 	}
-	if n, got := fcalls(t)-f0, rc.HGet(ctx, keys.Job(1, ids[store.FlowJobsPart]), "flow_id").Val(); n != 1+3+1 || got != "11" {
-		t.Errorf("flow 11 again, a job's flow_id lost: %d script calls (want 5), its flow_id %q (want 11)", n, got)
+	if n, got := fcalls(t)-f0, rc.HGet(ctx, keys.Job(1, ids[store.FlowJobsPart]), "flow_id").Val(); n != 1+3+1+1 || got != "11" {
+		t.Errorf("flow 11 again, a job's flow_id lost: %d script calls (want 6), its flow_id %q (want 11)", n, got)
 	}
 }
 
@@ -2204,6 +2204,83 @@ func TestFlowsRaceForAJob(t *testing.T) {
 			if got := rc.HGet(ctx, keys.Job(1, j), "flow_id").Val(); got != strconv.FormatUint(id, 10) {
 				t.Fatalf("flow %d lists job %d, which names flow %q", id, j, got)
 			}
+		}
+	}
+}
+
+// TestFlowCreateRacesOfOneID: two flow.create calls of the same chosen id at once
+// with overlapping jobs, and a job.delete racing a flow.create. The stored flow's jobs
+// all name it (one create's give-back took the other's jobs when their claims mixed:
+// the id's hold keeps them apart, the later create refused as busy or as the stored
+// flow's conflict), and a job is never both deleted and in a stored flow (job.delete
+// refuses a job whose flow is being stored).
+func TestFlowCreateRacesOfOneID(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 39)
+	rc := srv.Client(t, 39)
+	next := uint32(0)
+	newJobs := func(n int) []uint32 {
+		jobs := make([]*model.Job, n)
+		for i := range jobs {
+			next++
+			jobs[i] = &model.Job{ID: next, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}
+		}
+		var ids []uint32
+		for i, r := range s.CreateJobs(ctx, jobs, "1") {
+			if r.Err != nil {
+				t.Fatalf("job %d: %v", jobs[i].ID, r.Err)
+			}
+			ids = append(ids, r.Job.ID)
+		}
+		return ids
+	}
+	both := func(a, b func() error) (error, error) {
+		res := [2]error{}
+		done := make(chan struct{})
+		go func() { res[0] = a(); done <- struct{}{} }()
+		go func() { res[1] = b(); done <- struct{}{} }()
+		<-done
+		<-done
+		return res[0], res[1]
+	}
+	for trial := range 100 {
+		ids := newJobs(3)
+		id := uint32(1000 + trial)
+		ea, eb := both(func() error {
+			_, _, err := s.CreateFlow(ctx, &model.Flow{ID: id, CallerID: 1, ContextID: db.ContextID, Jobs: ids[:2]}, "1")
+			return err
+		}, func() error {
+			_, _, err := s.CreateFlow(ctx, &model.Flow{ID: id, CallerID: 1, ContextID: db.ContextID, Jobs: ids[1:]}, "1")
+			return err
+		})
+		if ea == nil && eb == nil {
+			t.Fatalf("trial %d: both creates of flow %d stored, with other jobs", trial, id)
+		}
+		want := map[uint32]string{}
+		if f, err := db.LoadFlow(ctx, id); err == nil {
+			for _, j := range f.Jobs {
+				want[j] = strconv.FormatUint(uint64(id), 10)
+			}
+		} else if ea == nil || eb == nil {
+			t.Fatalf("trial %d: flow %d not stored: %v (the creates: %v, %v)", trial, id, err, ea, eb)
+		}
+		for _, j := range ids {
+			if got := rc.HGet(ctx, keys.Job(1, j), "flow_id").Val(); got != want[j] {
+				t.Fatalf("trial %d: job %d names flow %q, want %q (the creates: %v, %v)", trial, j, got, want[j], ea, eb)
+			}
+		}
+		if rc.Exists(ctx, keys.FlowClaim(id)).Val() != 0 {
+			t.Fatalf("trial %d: flow %d's hold left behind", trial, id)
+		}
+		// job.delete against flow.create
+		job := newJobs(1)
+		ec, ed := both(func() error {
+			_, _, err := s.CreateFlow(ctx, &model.Flow{ID: 5000 + uint32(trial), CallerID: 1, ContextID: db.ContextID, Jobs: job}, "1")
+			return err
+		}, func() error { return db.DeleteJob(ctx, 1, job[0], false, "1") })
+		if ec == nil && ed == nil {
+			t.Fatalf("trial %d: flow %d stored and its job %d deleted", trial, 5000+trial, job[0])
 		}
 	}
 }

@@ -12,7 +12,8 @@
 -- Libs: lib_busy lib_state lib_delete_job
 -- Reply: int 1. Errors: NOTFOUND job; CONFLICT the job belongs to a flow, or is running.
 -- Derives: context DB: what lib_delete_job removes with the job,
---   flow:<flow> (is its flow still there?), coord:events; DB 0 (SELECT 0): coord:expire,
+--   flow:<flow> and coord:flowclaim:<flow> (is its flow still there, or being
+--   stored?), coord:events; DB 0 (SELECT 0): coord:expire,
 --   coord:due (its retry).
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
@@ -28,7 +29,8 @@ local jk = KEYS[1]
 local st = rcall('HGET', jk, 'status')
 if not st then return redis.error_reply('NOTFOUND job') end
 local flow = rcall('HGET', jk, 'flow_id')
-if flow and flow ~= '0' and rcall('EXISTS', K_FLOW .. flow) == 1 then
+if flow and flow ~= '0' and flow ~= '' and rcall('EXISTS', K_FLOW .. flow, K_FLOW_CLAIM .. flow) > 0 then
+  -- (a flow stored, or claiming its jobs before it is: lua/flow_jobs.lua's hold)
   return redis.error_reply('CONFLICT job ' .. id .. ' belongs to flow ' .. flow .. '; delete the flow (flow.delete) instead')
 end
 if st == JOB_STARTED and not force then
