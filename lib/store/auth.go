@@ -47,17 +47,19 @@ func (s *Store) UpdateActor(ctx context.Context, id uint32, pubkey *string, addr
 	if err != nil {
 		return nil, err
 	}
+	// the fields given, and only those, are written (the others as read here may
+	// have changed since: an operator's key rotation racing the actor's address change)
+	var fields []string
 	if pubkey != nil {
-		cur.Pubkey = *pubkey
+		cur.Pubkey, fields = *pubkey, append(fields, "pubkey", *pubkey)
 	}
 	if address != nil {
-		cur.Address = *address
+		cur.Address, fields = *address, append(fields, "address", model.EncodeField(*address))
 	}
 	if err := cur.Validate(); err != nil {
 		return nil, err
 	}
-	n, err := (&updateActorArgs{ActorKey: keys.Actor(id), UpdatedAt: time.Now().Unix(),
-		Fields: []string{"pubkey", cur.Pubkey, "address", model.EncodeField(cur.Address)}}).run(ctx, s.primary)
+	n, err := (&updateActorArgs{ActorKey: keys.Actor(id), UpdatedAt: time.Now().Unix(), Fields: fields}).run(ctx, s.primary)
 	if err != nil {
 		return nil, fmt.Errorf("update actor %d: %w", id, err)
 	}

@@ -3961,3 +3961,58 @@ func decodeUpdateActorReply(v any) (out int64, err error) {
 	}
 	return out, nil
 }
+
+// updateContextScript is lua/update_context.lua (its header declares its interface).
+var updateContextScript = luaScript("update_context.lua", "lib_busy.lua", "lib_state.lua")
+
+// updateContextArgs are the KEYS and ARGV of lua/update_context.lua.
+type updateContextArgs struct {
+	ContextKey string // KEYS
+	Actor      string
+	NowMs      int64
+	UpdatedAt  int64
+	Detail     string
+	Set        []string
+	Del        []string
+}
+
+// call is the run of lua/update_context.lua with a's KEYS and ARGV.
+func (a *updateContextArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.ContextKey)
+	n := 6
+	n += len(a.Set)
+	n += len(a.Del)
+	args := make([]any, 0, n)
+	args = append(args, &a.Actor)
+	args = append(args, &a.NowMs)
+	args = append(args, &a.UpdatedAt)
+	args = append(args, &a.Detail)
+	args = append(args, len(a.Set))
+	for i1 := range a.Set {
+		args = append(args, &a.Set[i1])
+	}
+	args = append(args, len(a.Del))
+	for i1 := range a.Del {
+		args = append(args, &a.Del[i1])
+	}
+	return Call{Script: updateContextScript, Keys: keys, Args: args}
+}
+
+// run runs lua/update_context.lua and decodes its reply.
+func (a *updateContextArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeUpdateContextReply(res)
+}
+
+// decodeUpdateContextReply decodes the reply of lua/update_context.lua.
+func decodeUpdateContextReply(v any) (out int64, err error) {
+	if out, err = luaconv.Int(v); err != nil {
+		return out, fmt.Errorf("lua/update_context.lua: reply: %w", err)
+	}
+	return out, nil
+}

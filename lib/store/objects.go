@@ -307,31 +307,39 @@ func (d *DB) DecodeContextLimits(defaults, max string) (*model.JobLimits, *model
 	return c.JobDefaults, c.JobMax, nil
 }
 
-// UpdateContext rewrites a context's lists, retention and allowed sources.
-func (s *Store) UpdateContext(ctx context.Context, c *model.Context, actor string) (*model.Context, error) {
+// UpdateContext changes the named fields of a context (their hash names: what a
+// context.update gives) to c's values, a field c leaves empty removed, and no other
+// field (lua/update_context.lua): c is the context as its caller read it and changed
+// it, and its other fields may have changed since. ErrNotFound: no such context.
+func (s *Store) UpdateContext(ctx context.Context, c *model.Context, fields []string, actor string) (*model.Context, error) {
 	db, err := s.Ctx(c.ID)
 	if err != nil {
 		return nil, err
 	}
 	c.UpdatedAt = time.Now().Unix()
-	_, err = db.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, keys.Context(c.ID), "retention_seconds", "allowed_sources", "job_defaults", "job_max")
-		fields := model.HashFields(c)
-		var keep []any
-		for i := 0; i < len(fields); i += 2 {
-			if fields[i] != "created_at" {
-				keep = append(keep, fields[i], fields[i+1])
-			}
+	has := map[string]string{}
+	kv := model.HashFields(c)
+	for i := 0; i+1 < len(kv); i += 2 {
+		has[kv[i].(string)] = fmt.Sprint(kv[i+1])
+	}
+	a := &updateContextArgs{ContextKey: keys.Context(c.ID), Actor: actor, NowMs: time.Now().UnixMilli(), UpdatedAt: c.UpdatedAt,
+		Detail: fmt.Sprintf("context %d", c.ID), Set: []string{}, Del: []string{}}
+	for _, f := range fields {
+		switch v, ok := has[f]; {
+		case f == "id" || f == "created_at" || f == "updated_at":
+			return nil, fmt.Errorf("update context %d: field %s is not one an update changes", c.ID, f)
+		case ok:
+			a.Set = append(a.Set, f, v)
+		default:
+			a.Del = append(a.Del, f)
 		}
-		p.HSet(ctx, keys.Context(c.ID), keep...)
-		AddEvent(ctx, p, &Event{Type: string(model.EventContextUpdated), Actor: actor, Detail: fmt.Sprintf("context %d", c.ID)})
-		// Its roles may have changed: supervisor-daemon's replicas check their open
-		// streams of the context again (in the transaction: no change goes untold).
-		p.Publish(ctx, keys.AuthChanged, keys.Context(c.ID))
-		return nil
-	})
+	}
+	n, err := a.run(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("update context %d: %w", c.ID, err)
+	}
+	if n == 0 {
+		return nil, notFound("context %d", c.ID)
 	}
 	return s.LoadContext(ctx, c.ID)
 }

@@ -117,7 +117,7 @@ func TestPriorityAgeing(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.PriorityAgeMs = 500
-	if _, err := s.UpdateContext(ctx, c, "t"); err != nil {
+	if _, err := s.UpdateContext(ctx, c, []string{"priority_age_ms"}, "t"); err != nil {
 		t.Fatal(err)
 	}
 	low := submitPrio(t, s, []uint8{5})[0]
@@ -235,7 +235,7 @@ func TestFairnessWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Weight = 3
-	if _, err := s.UpdateContext(ctx, c, "operator"); err != nil {
+	if _, err := s.UpdateContext(ctx, c, []string{"weight"}, "operator"); err != nil {
 		t.Fatal(err)
 	}
 	got = serveRounds(t, s, 40)

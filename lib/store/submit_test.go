@@ -257,7 +257,7 @@ func TestSubmitGuarded(t *testing.T) {
 		t.Fatalf("an unchanged context: %v", err)
 	}
 	c.Executors = []uint32{1}
-	if _, err := s.UpdateContext(ctx, c, "operator"); err != nil {
+	if _, err := s.UpdateContext(ctx, c, []string{"executors"}, "operator"); err != nil {
 		t.Fatal(err)
 	}
 	before := rdb.DBSize(ctx).Val()

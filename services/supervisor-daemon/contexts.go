@@ -90,40 +90,43 @@ func (s *service) contextUpdate(ctx context.Context, p Principal, in contextUpda
 	if err != nil {
 		return nil, err
 	}
+	// the fields the call names, and only those, are written (the others as read
+	// here may have changed since: an operator's change of the admins or job_max)
+	var fields []string
 	if in.Admins != nil {
-		c.Admins = *in.Admins
+		c.Admins, fields = *in.Admins, append(fields, "admins")
 	}
 	if in.Readers != nil {
-		c.Readers = *in.Readers
+		c.Readers, fields = *in.Readers, append(fields, "readers")
 	}
 	if in.Executors != nil {
-		c.Executors = *in.Executors
+		c.Executors, fields = *in.Executors, append(fields, "executors")
 	}
 	if in.RetentionSeconds != nil {
-		c.RetentionSeconds = *in.RetentionSeconds
+		c.RetentionSeconds, fields = *in.RetentionSeconds, append(fields, "retention_seconds")
 	}
 	if in.AllowedSources != nil {
-		c.AllowedSources = *in.AllowedSources
+		c.AllowedSources, fields = *in.AllowedSources, append(fields, "allowed_sources")
 	}
 	if in.JobMax != nil {
 		// A context's admins are its tenant: the most its jobs may take is not theirs to set.
 		if err := requireOperator(p, "context.update of job_max"); err != nil {
 			return nil, err
 		}
-		c.JobMax = nilIfZero(in.JobMax)
+		c.JobMax, fields = nilIfZero(in.JobMax), append(fields, "job_max")
 	}
 	if in.JobDefaults != nil {
-		c.JobDefaults = nilIfZero(in.JobDefaults)
+		c.JobDefaults, fields = nilIfZero(in.JobDefaults), append(fields, "job_defaults")
 	}
 	if in.PriorityAgeMs != nil {
-		c.PriorityAgeMs = *in.PriorityAgeMs
+		c.PriorityAgeMs, fields = *in.PriorityAgeMs, append(fields, "priority_age_ms")
 	}
 	if in.Weight != nil {
 		// A context's share of the runners it shares with other tenants is not its own to set.
 		if err := requireOperator(p, "context.update of weight"); err != nil {
 			return nil, err
 		}
-		c.Weight = *in.Weight
+		c.Weight, fields = *in.Weight, append(fields, "weight")
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -131,7 +134,7 @@ func (s *service) contextUpdate(ctx context.Context, p Principal, in contextUpda
 	if err := s.checkActors(ctx, "id", c); err != nil {
 		return nil, err
 	}
-	return s.store.UpdateContext(ctx, c, p.Name())
+	return s.store.UpdateContext(ctx, c, fields, p.Name())
 }
 
 func (s *service) contextLoad(ctx context.Context, p Principal, in idParams) (*model.Context, error) {
