@@ -18,6 +18,11 @@ import (
 // a cancel's node: the cancel's and the start's chunk (startChunk) bounds it too.
 const deleteFlowChunk = startChunk
 
+// FlowDeleting is the status a start reports (StartFlow's status, started false) of a
+// flow being deleted in chunks: lua/flow_delete_chunk.lua marks it (its field
+// deleting), and the start's scripts refuse it.
+const FlowDeleting = "deleting"
+
 // deleteFlowJobs deletes the jobs and messages of a flow of more than deleteFlowChunk
 // jobs a chunk a call (flow_delete_chunk.lua), then empties its job list, so that the
 // delete_flow call that follows removes only the flow's own keys. A smaller flow is

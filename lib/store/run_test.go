@@ -2284,3 +2284,71 @@ func TestFlowCreateRacesOfOneID(t *testing.T) {
 		}
 	}
 }
+
+// TestFlowDeleteRacesItsStart: flow.delete of a flow deleted in chunks (more jobs than
+// one call takes) at once with its start: the flow is never started with its jobs
+// going (a start between two of the delete's chunks started it: nodes never to run,
+// the delete refused as "running"). The start refuses a flow being deleted, and a
+// delete refused because the start came first leaves the flow whole.
+func TestFlowDeleteRacesItsStart(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 41)
+	rc := srv.Client(t, 41)
+	next := uint32(0)
+	for trial := range 8 {
+		jobs := make([]*model.Job, 3*store.StartChunk+7)
+		for i := range jobs {
+			next++
+			jobs[i] = &model.Job{ID: next, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}
+			if i > 0 {
+				jobs[i].Dependends = []uint32{next - 1}
+			}
+		}
+		var ids []uint32
+		for i, r := range s.CreateJobs(ctx, jobs, "1") {
+			if r.Err != nil {
+				t.Fatalf("job %d: %v", jobs[i].ID, r.Err)
+			}
+			ids = append(ids, r.Job.ID)
+		}
+		f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		loaded, err := db.LoadStartJobs(ctx, 1, f.Jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deps, err := store.PlanDAG(f, loaded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var derr, serr error
+		var started bool
+		var st string
+		done := make(chan struct{}, 2)
+		go func() { derr = db.DeleteFlow(ctx, f.ID, false, "1"); done <- struct{}{} }()
+		go func() { _, st, started, serr = db.StartFlow(ctx, f, loaded, deps, "1"); done <- struct{}{} }()
+		<-done
+		<-done
+		exists := rc.Exists(ctx, keys.Flow(f.ID)).Val() == 1
+		switch {
+		case started && derr == nil:
+			t.Fatalf("trial %d: flow %d both started and deleted", trial, f.ID)
+		case started:
+			for _, id := range ids {
+				if got := rc.HGet(ctx, keys.Job(1, id), "flow_id").Val(); got != strconv.FormatUint(uint64(f.ID), 10) {
+					t.Fatalf("trial %d: flow %d started (the delete: %v) with job %d gone (flow_id %q)", trial, f.ID, derr, id, got)
+				}
+			}
+		case derr != nil:
+			t.Fatalf("trial %d: neither the start (%s) nor the delete (%v) of flow %d", trial, st, derr, f.ID)
+		case exists:
+			t.Fatalf("trial %d: flow %d deleted, its hash left (the start: %s)", trial, f.ID, st)
+		}
+		if !started && st != store.FlowDeleting && !errors.Is(serr, store.ErrNotFound) {
+			t.Fatalf("trial %d: the start of flow %d reported %q, %v; want it refused as being deleted, or not found", trial, f.ID, st, serr)
+		}
+	}
+}

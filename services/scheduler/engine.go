@@ -161,6 +161,9 @@ func (e *engine) startFlow(ctx context.Context, ctxID, flowID uint32, actor stri
 		if st := model.FlowStatus(st); st == model.FlowDispatched || st == model.FlowScheduled {
 			return now, nil // a large flow's start in chunks that a concurrent call took over, which goes on
 		}
+		if st == store.FlowDeleting {
+			return nil, &store.ConflictError{Msg: fmt.Sprintf("flow %d is being deleted (a flow.delete again finishes it)", flowID)}
+		}
 		return nil, fmt.Errorf("%w: flow %d is %s", errAlreadyEnded, flowID, st)
 	}
 	e.m.flowsStarted.Inc()

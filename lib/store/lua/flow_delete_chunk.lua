@@ -2,6 +2,7 @@
 -- before delete_flow removes the flow, so that no one call walks the whole flow
 -- (DeleteFlow: a flow of more than deleteFlowChunk jobs). A job is deleted only when it
 -- names this flow. A started flow is refused unless force, as delete_flow refuses it.
+-- The flow is marked deleting (its field deleting): the start's scripts refuse it.
 -- NOTFOUND: no such flow; CONFLICT: a started flow without force.
 --
 -- KEYS:
@@ -39,6 +40,10 @@ if not st then return redis.error_reply('NOTFOUND flow') end
 if st == FLOW_STARTED and not force then
   return redis.error_reply('CONFLICT flow ' .. flow_id .. ' is running; cancel it first (flow.cancel)')
 end
+-- the flow is being deleted: a start (start_flow, flow_start_begin, _chunk, _commit)
+-- refuses it from now on (a start between two chunks started a flow whose jobs were
+-- going: nodes never to run); a flow.delete again finishes it
+if #ids > 0 then rcall('HSET', KEYS[1], 'deleting', '1') end
 local deleted = 0
 for _, id in ipairs(ids) do
   if rcall('HGET', K_JOB .. caller .. ':' .. id, 'flow_id') == flow_id then

@@ -19,7 +19,8 @@
 --   caller  int     the caller id
 --   total   int     the flow's number of jobs
 --   token   string  this start's token
--- Reply: raw {1} begun; {0, status} the flow was not dispatched (or scheduled).
+-- Reply: raw {1} begun; {0, status} the flow was not dispatched (or scheduled),
+--   status "deleting" when a flow.delete in chunks marked it (flow_delete_chunk).
 --   Error NOTFOUND flow.
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
@@ -28,8 +29,9 @@ local total = ARGV[2]
 local token = ARGV[3]
 -- luagen: end of the prologue
 
-local st = rcall('HGET', KEYS[1], 'status')
+local st, deleting = unpack(rcall('HMGET', KEYS[1], 'status', 'deleting'))
 if not st then return redis.error_reply('NOTFOUND flow') end
+if deleting then return {0, 'deleting'} end -- (flow_delete_chunk's mark)
 if st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return {0, st} end
 rcall('UNLINK', KEYS[2], KEYS[3])
 rcall('HSET', KEYS[2], 'caller', caller, 'total', total, 'terminal', 0, 'failed', 0, 'completed', 0, 'cancelled', 0, 'starting', token)

@@ -20,8 +20,8 @@
 --     n           int     its dependency count
 --     ran         bool    the job holds fields of an earlier run to clear (false: a fresh job)
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch lib_start
--- Reply: int 1 written; 0 not: the flow is not dispatched any more, or another start
---   took over.
+-- Reply: int 1 written; 0 not: the flow is not dispatched any more (or a flow.delete
+--   in chunks marked it), or another start took over.
 -- Derives: context DB: job:<caller>:<id> of the nodes, coord:idx:jobs[:<status>].
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
@@ -40,8 +40,8 @@ for k = 1, n_nodes do
 end
 -- luagen: end of the prologue
 
-local st = rcall('HGET', KEYS[1], 'status')
-if st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return 0 end
+local st, deleting = unpack(rcall('HMGET', KEYS[1], 'status', 'deleting'))
+if deleting or st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return 0 end
 local dag = KEYS[2]
 if rcall('HGET', dag, 'starting') ~= token then return 0 end
 -- the chunk's nodes and their jobs: start_flow's loop (lib_start's start_nodes)

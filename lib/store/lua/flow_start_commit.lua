@@ -18,7 +18,7 @@
 --   token   string  the start's token (flow_start_begin's)
 -- Libs: lib_busy lib_state
 -- Reply: raw {1} started; {0, status} the flow was not dispatched (or scheduled) any
---   more; {2, status} another start took over (the flow's status is still dispatched or
+--   more, status "deleting" when a flow.delete in chunks marked it (flow_delete_chunk); {2, status} another start took over (the flow's status is still dispatched or
 --   scheduled: that start goes on). Error NOTFOUND flow.
 -- Derives: context DB: coord:idx:flows[:<status>]; DB 0 (SELECT 0): coord:flows:active.
 
@@ -32,8 +32,9 @@ local actor = ARGV[6]
 local token = ARGV[7]
 -- luagen: end of the prologue
 
-local st = rcall('HGET', KEYS[1], 'status')
+local st, deleting = unpack(rcall('HMGET', KEYS[1], 'status', 'deleting'))
 if not st then return redis.error_reply('NOTFOUND flow') end
+if deleting then return {0, 'deleting'} end -- (flow_delete_chunk's mark)
 if st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return {0, st} end
 if rcall('HGET', KEYS[2], 'starting') ~= token then return {2, st} end
 rcall('HDEL', KEYS[2], 'starting')

@@ -30,7 +30,8 @@
 -- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch lib_start
 -- Reply: raw {1, dispatched, ready job ids…} started: how many nodes this call
 --   dispatched, then the ready nodes left to the caller's dispatch; {0, status} the
---   flow was not dispatched (or scheduled). Error NOTFOUND flow.
+--   flow was not dispatched (or scheduled), status "deleting" when a flow.delete in
+--   chunks marked it (flow_delete_chunk). Error NOTFOUND flow.
 -- Derives: context DB: job:<caller>:<id> of the nodes, coord:idx:jobs[:<status>],
 --   coord:idx:flows[:<status>], and dispatch's message:<caller>:<id> (fresh ids),
 --   coord:seq:message, coord:flowmsgs:<flow> and lib_route's keys (coord:executors,
@@ -61,8 +62,9 @@ for k = 1, n_nodes do
 end
 -- luagen: end of the prologue
 
-local st = rcall('HGET', KEYS[1], 'status')
+local st, deleting = unpack(rcall('HMGET', KEYS[1], 'status', 'deleting'))
 if not st then return redis.error_reply('NOTFOUND flow') end
+if deleting then return {0, 'deleting'} end -- (flow_delete_chunk's mark)
 if st ~= FLOW_DISPATCHED and st ~= FLOW_SCHEDULED then return {0, st} end
 local dag = KEYS[2]
 rcall('DEL', dag, KEYS[3])
