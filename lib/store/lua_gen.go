@@ -3508,6 +3508,50 @@ func decodeSetJobStatusReply(v any) (out int64, err error) {
 	return out, nil
 }
 
+// setTraceparentScript is lua/set_traceparent.lua (its header declares its interface).
+var setTraceparentScript = luaScript("set_traceparent.lua")
+
+// setTraceparentArgs are the KEYS and ARGV of lua/set_traceparent.lua.
+type setTraceparentArgs struct {
+	FlowKey string // KEYS
+	Caller  string
+	Flow    string
+	Tp      string
+	Last    bool
+	IDs     string
+}
+
+// call is the run of lua/set_traceparent.lua with a's KEYS and ARGV.
+func (a *setTraceparentArgs) call() Call {
+	keys := make([]string, 0, 1)
+	keys = append(keys, a.FlowKey)
+	args := make([]any, 0, 5)
+	args = append(args, &a.Caller)
+	args = append(args, &a.Flow)
+	args = append(args, &a.Tp)
+	args = append(args, &a.Last)
+	args = append(args, &a.IDs)
+	return Call{Script: setTraceparentScript, Keys: keys, Args: args}
+}
+
+// run runs lua/set_traceparent.lua and decodes its reply.
+func (a *setTraceparentArgs) run(ctx context.Context, r luaRunner) (int64, error) {
+	res, err := r.runLua(ctx, a.call())
+	if err != nil {
+		var zero int64
+		return zero, err
+	}
+	return decodeSetTraceparentReply(res)
+}
+
+// decodeSetTraceparentReply decodes the reply of lua/set_traceparent.lua.
+func decodeSetTraceparentReply(v any) (out int64, err error) {
+	if out, err = luaconv.Int(v); err != nil {
+		return out, fmt.Errorf("lua/set_traceparent.lua: reply: %w", err)
+	}
+	return out, nil
+}
+
 // splitRequestScript is lua/split_request.lua (its header declares its interface).
 var splitRequestScript = luaScript("split_request.lua", "lib_busy.lua", "lib_state.lua")
 

@@ -1266,32 +1266,28 @@ func (d *DB) messageFromHash(key string, h map[string]string) (*model.Message, m
 }
 
 // SetFlowTraceparent stores a producer's W3C traceparent (validated by the caller) on
-// each of a flow's jobs and then on the flow, in transactions of traceChunk jobs (one
-// transaction over a 100,000-job flow would hold Redis for tens of milliseconds): the
-// jobs' attempts continue that trace (the claim stores its trace id as theirs). A
-// failure midway leaves the flow without it; the start's next try sets it again.
+// each of a flow's jobs and then on the flow (lua/set_traceparent.lua, a call a part
+// of flowJobsPart jobs, in one round trip: one call over a 100,000-job flow would hold
+// Redis for tens of milliseconds), each hash only while it exists (a flow deleted
+// meanwhile is not made again): the jobs' attempts continue that trace (the claim
+// stores its trace id as theirs). A failure midway leaves the flow without it; the
+// start's next try sets it again.
 func (d *DB) SetFlowTraceparent(ctx context.Context, f *model.Flow, tp string) error {
-	const traceChunk = 1000
-	jobs := f.Jobs
-	for {
-		part := jobs[:min(len(jobs), traceChunk)]
-		jobs = jobs[len(part):]
-		_, err := d.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			for _, id := range part {
-				p.HSet(ctx, keys.Job(f.CallerID, id), "traceparent", tp)
-			}
-			if len(jobs) == 0 {
-				p.HSet(ctx, keys.Flow(f.ID), "traceparent", tp)
-			}
-			return nil
-		})
-		if err != nil {
+	caller, fl := strconv.FormatUint(uint64(f.CallerID), 10), strconv.FormatUint(uint64(f.ID), 10)
+	parts := flowJobParts(f.Jobs)
+	if len(parts) == 0 {
+		parts = []string{""}
+	}
+	calls := make([]Call, len(parts))
+	for k, ids := range parts {
+		calls[k] = (&setTraceparentArgs{FlowKey: keys.Flow(f.ID), Caller: caller, Flow: fl, Tp: tp, Last: k == len(parts)-1, IDs: ids}).call()
+	}
+	for _, c := range d.EvalBatch(ctx, calls) {
+		if err := c.Err(); err != nil {
 			return fmt.Errorf("store the traceparent of flow %d: %w", f.ID, err)
 		}
-		if len(jobs) == 0 {
-			return nil
-		}
 	}
+	return nil
 }
 
 // execUnhealthyTTL bounds how long an executor's unhealthy marks outlive their last

@@ -2352,3 +2352,47 @@ func TestFlowDeleteRacesItsStart(t *testing.T) {
 		}
 	}
 }
+
+// SetFlowTraceparent writes a flow's jobs and the flow, and nothing of a flow deleted
+// meanwhile (flow.start loads the flow, then stores the trace: its HSETs made a deleted
+// flow's hashes again, holding the traceparent alone, which no delete could take).
+func TestFlowTraceparentOfADeletedFlow(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 42)
+	rc := srv.Client(t, 42)
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	var ids []uint32
+	for i, r := range s.CreateJobs(ctx, []*model.Job{
+		{ID: 1, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"},
+		{ID: 2, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"},
+	}, "1") {
+		if r.Err != nil {
+			t.Fatalf("job %d: %v", i+1, r.Err)
+		}
+		ids = append(ids, r.Job.ID)
+	}
+	fl, _, err := s.CreateFlow(ctx, &model.Flow{ID: 7, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetFlowTraceparent(ctx, fl, tp); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{keys.Flow(7), keys.Job(1, ids[0]), keys.Job(1, ids[1])} {
+		if got := rc.HGet(ctx, k, "traceparent").Val(); got != tp {
+			t.Fatalf("%s's traceparent %q, want %q", k, got, tp)
+		}
+	}
+	if err := db.DeleteFlow(ctx, 7, false, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetFlowTraceparent(ctx, fl, tp); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{keys.Flow(7), keys.Job(1, ids[0]), keys.Job(1, ids[1])} {
+		if rc.Exists(ctx, k).Val() != 0 {
+			t.Fatalf("%s made again by the trace of the deleted flow: %v", k, rc.HGetAll(ctx, k).Val())
+		}
+	}
+}
