@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hero-coordinator/hero/lib/keys"
 )
 
@@ -24,55 +22,54 @@ const deleteFlowChunk = startChunk
 const FlowDeleting = "deleting"
 
 // deleteFlowJobs deletes the jobs and messages of a flow of more than deleteFlowChunk
-// jobs a chunk a call (flow_delete_chunk.lua), then empties its job list, so that the
-// delete_flow call that follows removes only the flow's own keys. A smaller flow is
-// left to delete_flow whole. A call that fails stops it: what was deleted stays
-// deleted, and the next DeleteFlow goes on with the rest.
-func (d *DB) deleteFlowJobs(ctx context.Context, flowID uint32, force bool) error {
+// jobs a chunk a call (flow_delete_chunk.lua), the last call emptying its job list,
+// so that the delete_flow call that follows removes only the flow's own keys. A
+// smaller flow is left to delete_flow whole. A call that fails stops it: what was
+// deleted stays deleted, and the next DeleteFlow goes on with the rest. With ended,
+// each call deletes only while the flow is ended (ok false: it is not).
+func (d *DB) deleteFlowJobs(ctx context.Context, flowID uint32, force, ended bool) (ok bool, err error) {
 	v, err := d.hmget(ctx, keys.Flow(flowID), "jobs", "caller_id")
 	if err != nil {
-		return fmt.Errorf("flow %d in context %d: %w", flowID, d.ContextID, err)
+		return false, fmt.Errorf("flow %d in context %d: %w", flowID, d.ContextID, err)
 	}
 	raw, _ := v[0].(string)
 	caller, _ := v[1].(string)
 	if len(raw) < deleteFlowChunk*2 { // fewer than deleteFlowChunk ids, at once
-		return nil
+		return true, nil
 	}
 	var jobs []uint32
 	if err := json.Unmarshal([]byte(raw), &jobs); err != nil {
-		return fmt.Errorf("flow %d in context %d: its jobs: %w", flowID, d.ContextID, err)
+		return false, fmt.Errorf("flow %d in context %d: its jobs: %w", flowID, d.ContextID, err)
 	}
 	if len(jobs) <= deleteFlowChunk {
-		return nil
+		return true, nil
 	}
 	what := fmt.Sprintf("flow %d in context %d", flowID, d.ContextID)
+	chunk := func(ids []string) (int64, error) {
+		r, err := (&flowDeleteChunkArgs{FlowKey: keys.Flow(flowID), MsgsKey: keys.FlowMessages(flowID), Ctx: idArg(d.ContextID), FlowID: idArg(flowID),
+			Force: force, Ended: ended, Caller: caller, Nmsgs: deleteFlowChunk, IDs: ids}).run(ctx, d)
+		if err != nil {
+			return 0, scriptErr(err, what)
+		}
+		return r.MsgsLeft, nil
+	}
 	for from := 0; from < len(jobs); from += deleteFlowChunk {
 		part := jobs[from:min(from+deleteFlowChunk, len(jobs))]
 		ids := make([]string, len(part))
 		for i, id := range part {
 			ids[i] = strconv.FormatUint(uint64(id), 10)
 		}
-		if _, err := (&flowDeleteChunkArgs{FlowKey: keys.Flow(flowID), MsgsKey: keys.FlowMessages(flowID), Ctx: idArg(d.ContextID), FlowID: idArg(flowID),
-			Force: force, Caller: caller, Nmsgs: deleteFlowChunk, IDs: ids}).run(ctx, d); err != nil {
-			return scriptErr(err, what)
+		if left, err := chunk(ids); err != nil || left < 0 {
+			return false, err
 		}
 	}
 	for {
-		r, err := (&flowDeleteChunkArgs{FlowKey: keys.Flow(flowID), MsgsKey: keys.FlowMessages(flowID), Ctx: idArg(d.ContextID), FlowID: idArg(flowID),
-			Force: force, Caller: caller, Nmsgs: deleteFlowChunk}).run(ctx, d)
-		if err != nil {
-			return scriptErr(err, what)
+		left, err := chunk(nil)
+		if err != nil || left < 0 {
+			return false, err
 		}
-		if r.MsgsLeft == 0 {
-			break
+		if left == 0 {
+			return true, nil
 		}
 	}
-	// The jobs are gone: delete_flow has only the flow's own keys to remove.
-	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, keys.Flow(flowID), "jobs", "[]")
-		return nil
-	}); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
 }

@@ -65,20 +65,46 @@ func (d *DB) CancelFlow(ctx context.Context, flowID uint32, actor string, retent
 
 // DeleteJob removes a job that belongs to no flow, with its log and messages.
 func (d *DB) DeleteJob(ctx context.Context, callerID, id uint32, force bool, actor string) error {
-	_, err := (&deleteJobArgs{JobKey: keys.Job(callerID, id), Ctx: int64(d.ContextID), Caller: int64(callerID), ID: int64(id),
-		Force: force, Actor: actor, NowMs: time.Now().UnixMilli()}).run(ctx, d)
-	return scriptErr(err, fmt.Sprintf("job %d of caller %d in context %d", id, callerID, d.ContextID))
+	_, err := d.deleteJob(ctx, callerID, id, force, false, actor)
+	return err
+}
+
+// DeleteEndedJob is retention's DeleteJob: the job is deleted, even forced, only while
+// it is ended (finished or error); deleted false when it is not (a dlq.requeue made it
+// run again since retention took its expiry).
+func (d *DB) DeleteEndedJob(ctx context.Context, callerID, id uint32, actor string) (deleted bool, err error) {
+	return d.deleteJob(ctx, callerID, id, true, true, actor)
+}
+
+func (d *DB) deleteJob(ctx context.Context, callerID, id uint32, force, ended bool, actor string) (bool, error) {
+	n, err := (&deleteJobArgs{JobKey: keys.Job(callerID, id), Ctx: int64(d.ContextID), Caller: int64(callerID), ID: int64(id),
+		Force: force, Ended: ended, Actor: actor, NowMs: time.Now().UnixMilli()}).run(ctx, d)
+	return n == 1, scriptErr(err, fmt.Sprintf("job %d of caller %d in context %d", id, callerID, d.ContextID))
 }
 
 // DeleteFlow removes a flow with its jobs, their logs and messages, its DAG state and
 // results. A running flow is refused unless force.
 func (d *DB) DeleteFlow(ctx context.Context, flowID uint32, force bool, actor string) error {
-	if err := d.deleteFlowJobs(ctx, flowID, force); err != nil {
-		return err
+	_, err := d.deleteFlow(ctx, flowID, force, false, actor)
+	return err
+}
+
+// DeleteEndedFlow is retention's DeleteFlow: the flow is deleted, even forced, only
+// while it is ended (finished or error), every chunk of a large one checking it;
+// deleted false when it is not (a flow.retry made it run again since retention took
+// its expiry: what a chunk deleted before stays deleted, and the retry, which a flow
+// being deleted refuses, comes after it or not at all).
+func (d *DB) DeleteEndedFlow(ctx context.Context, flowID uint32, actor string) (deleted bool, err error) {
+	return d.deleteFlow(ctx, flowID, true, true, actor)
+}
+
+func (d *DB) deleteFlow(ctx context.Context, flowID uint32, force, ended bool, actor string) (bool, error) {
+	if ok, err := d.deleteFlowJobs(ctx, flowID, force, ended); err != nil || !ok {
+		return false, err
 	}
-	_, err := (&deleteFlowArgs{FlowKey: keys.Flow(flowID), DagKey: keys.DAG(flowID), ResultsKey: keys.FlowResults(flowID), MessagesKey: keys.FlowMessages(flowID),
-		Ctx: int64(d.ContextID), Flow: int64(flowID), Force: force, Actor: actor, NowMs: time.Now().UnixMilli()}).run(ctx, d)
-	return scriptErr(err, fmt.Sprintf("flow %d in context %d", flowID, d.ContextID))
+	n, err := (&deleteFlowArgs{FlowKey: keys.Flow(flowID), DagKey: keys.DAG(flowID), ResultsKey: keys.FlowResults(flowID), MessagesKey: keys.FlowMessages(flowID),
+		Ctx: int64(d.ContextID), Flow: int64(flowID), Force: force, Ended: ended, Actor: actor, NowMs: time.Now().UnixMilli()}).run(ctx, d)
+	return n == 1, scriptErr(err, fmt.Sprintf("flow %d in context %d", flowID, d.ContextID))
 }
 
 func allTypesJSON() string {

@@ -966,6 +966,7 @@ type deleteFlowArgs struct {
 	Ctx         int64
 	Flow        int64
 	Force       bool
+	Ended       bool
 	Actor       string
 	NowMs       int64
 }
@@ -974,10 +975,11 @@ type deleteFlowArgs struct {
 func (a *deleteFlowArgs) call() Call {
 	keys := make([]string, 0, 4)
 	keys = append(keys, a.FlowKey, a.DagKey, a.ResultsKey, a.MessagesKey)
-	args := make([]any, 0, 5)
+	args := make([]any, 0, 6)
 	args = append(args, &a.Ctx)
 	args = append(args, &a.Flow)
 	args = append(args, &a.Force)
+	args = append(args, &a.Ended)
 	args = append(args, &a.Actor)
 	args = append(args, &a.NowMs)
 	return Call{Script: deleteFlowScript, Keys: keys, Args: args}
@@ -1011,6 +1013,7 @@ type deleteJobArgs struct {
 	Caller int64
 	ID     int64
 	Force  bool
+	Ended  bool
 	Actor  string
 	NowMs  int64
 }
@@ -1019,11 +1022,12 @@ type deleteJobArgs struct {
 func (a *deleteJobArgs) call() Call {
 	keys := make([]string, 0, 1)
 	keys = append(keys, a.JobKey)
-	args := make([]any, 0, 6)
+	args := make([]any, 0, 7)
 	args = append(args, &a.Ctx)
 	args = append(args, &a.Caller)
 	args = append(args, &a.ID)
 	args = append(args, &a.Force)
+	args = append(args, &a.Ended)
 	args = append(args, &a.Actor)
 	args = append(args, &a.NowMs)
 	return Call{Script: deleteJobScript, Keys: keys, Args: args}
@@ -1615,6 +1619,7 @@ type flowDeleteChunkArgs struct {
 	Ctx     string
 	FlowID  string
 	Force   bool
+	Ended   bool
 	Caller  string
 	Nmsgs   int64
 	IDs     []string
@@ -1624,12 +1629,13 @@ type flowDeleteChunkArgs struct {
 func (a *flowDeleteChunkArgs) call() Call {
 	keys := make([]string, 0, 2)
 	keys = append(keys, a.FlowKey, a.MsgsKey)
-	n := 6
+	n := 7
 	n += len(a.IDs)
 	args := make([]any, 0, n)
 	args = append(args, &a.Ctx)
 	args = append(args, &a.FlowID)
 	args = append(args, &a.Force)
+	args = append(args, &a.Ended)
 	args = append(args, &a.Caller)
 	args = append(args, &a.Nmsgs)
 	args = append(args, len(a.IDs))

@@ -2,11 +2,11 @@ package store
 
 import (
 	"cmp"
-	"math/rand/v2"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"

@@ -2396,3 +2396,71 @@ func TestFlowTraceparentOfADeletedFlow(t *testing.T) {
 		}
 	}
 }
+
+// Retention deletes a flow or a standalone job only while it is ended: retention takes
+// the expiry first and deletes after, and a flow.retry or dlq.requeue in between made it
+// run again (the forced delete removed the running work). A flow deleted in chunks is
+// marked deleting, which a retry refuses.
+func TestRetentionDeletesOnlyTheEnded(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 43)
+	rc := srv.Client(t, 43)
+	next := uint32(0)
+	newJobs := func(n int) []uint32 {
+		jobs := make([]*model.Job, n)
+		for i := range jobs {
+			next++
+			jobs[i] = &model.Job{ID: next, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}
+		}
+		var ids []uint32
+		for i, r := range s.CreateJobs(ctx, jobs, "1") {
+			if r.Err != nil {
+				t.Fatalf("job %d: %v", jobs[i].ID, r.Err)
+			}
+			ids = append(ids, r.Job.ID)
+		}
+		return ids
+	}
+	job := newJobs(1)[0]
+	if deleted, err := db.DeleteEndedJob(ctx, 1, job, "retention"); err != nil || deleted || rc.Exists(ctx, keys.Job(1, job)).Val() != 1 {
+		t.Fatalf("retention of a job not ended: deleted %v, %v", deleted, err)
+	}
+	rc.HSet(ctx, keys.Job(1, job), "status", "finished")
+	if deleted, err := db.DeleteEndedJob(ctx, 1, job, "retention"); err != nil || !deleted || rc.Exists(ctx, keys.Job(1, job)).Val() != 0 {
+		t.Fatalf("retention of a finished job: deleted %v, %v", deleted, err)
+	}
+	for _, n := range []int{3, 2*store.StartChunk + 3} {
+		ids := newJobs(n)
+		f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		deleted, err := db.DeleteEndedFlow(ctx, f.ID, "retention")
+		if err != nil || deleted {
+			t.Fatalf("retention of a flow of %d jobs not ended: deleted %v, %v", n, deleted, err)
+		}
+		for _, id := range ids {
+			if rc.Exists(ctx, keys.Job(1, id)).Val() != 1 {
+				t.Fatalf("retention of a flow of %d jobs not ended deleted its job %d", n, id)
+			}
+		}
+		if rc.HExists(ctx, keys.Flow(f.ID), "deleting").Val() {
+			t.Fatalf("retention of a flow of %d jobs not ended marked it deleting", n)
+		}
+		rc.HSet(ctx, keys.Flow(f.ID), "status", "error")
+		if deleted, err := db.DeleteEndedFlow(ctx, f.ID, "retention"); err != nil || !deleted || rc.Exists(ctx, keys.Flow(f.ID), keys.Job(1, ids[0]), keys.Job(1, ids[n-1])).Val() != 0 {
+			t.Fatalf("retention of a failed flow of %d jobs: deleted %v, %v", n, deleted, err)
+		}
+	}
+	// a flow whose deletion in chunks began: its retry is refused
+	ids := newJobs(2*store.StartChunk + 3)
+	f, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.HSet(ctx, keys.Flow(f.ID), "status", "error", "deleting", "1")
+	if _, err := db.RetryFlow(ctx, f.ID, "1"); err == nil || !strings.Contains(err.Error(), "being deleted") {
+		t.Fatalf("retry of a flow being deleted: %v", err)
+	}
+}

@@ -766,16 +766,16 @@ func (e *engine) runExpired(ctx context.Context) {
 // false).
 func (e *engine) deleteExpired(ctx context.Context, db *store.DB, it store.Expired) (bool, error) {
 	switch it.Kind {
-	case "flow":
-		return true, db.DeleteFlow(ctx, it.FlowID, true, "retention")
+	case "flow": // (only while ended: a flow.retry since its expiry was taken made it run)
+		return db.DeleteEndedFlow(ctx, it.FlowID, "retention")
 	case "stage":
 		n, err := db.SweepFlowStageAll(ctx, it.FlowID, false)
 		if n > 0 {
 			e.log.Info().Uint32(obs.KeyContextID, it.ContextID).Uint32(obs.KeyFlowID, it.FlowID).Int("jobs", n).Msg("a flow's creation expired unfinished; its jobs deleted")
 		}
 		return n > 0, err
-	default:
-		return true, db.DeleteJob(ctx, it.CallerID, it.JobID, true, "retention")
+	default: // (only while ended: a dlq.requeue since its expiry was taken made it run)
+		return db.DeleteEndedJob(ctx, it.CallerID, it.JobID, "retention")
 	}
 }
 

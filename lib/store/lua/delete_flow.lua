@@ -11,10 +11,13 @@
 --   ctx     int     the context id
 --   flow    int     the flow id
 --   force   bool    even a started flow
+--   ended   bool    only an ended flow (finished or error: retention's, which took the
+--                   flow's expiry before; a retry meanwhile made it run again)
 --   actor   string  who deletes
 --   now_ms  int     now (ms)
 -- Libs: lib_busy lib_state lib_delete_job
--- Reply: int 1. Errors: NOTFOUND flow; CONFLICT flow <id> is running.
+-- Reply: int 1 deleted; 0 not ended (ended). Errors: NOTFOUND flow; CONFLICT flow <id>
+--   is running.
 -- Derives, from the flow's job list: context DB: coord:cascade:<flow>, the messages of coord:flowmsgs:<flow>,
 --   and per job what delete_job (lib_delete_job) removes; coord:idx:flows[:<status>], coord:events;
 --   DB 0 (SELECT 0): coord:flows:active, coord:expire, coord:due (the jobs' retries).
@@ -23,13 +26,15 @@
 local ctx = ARGV[1]
 local flow = ARGV[2]
 local force = ARGV[3] == '1'
-local actor = ARGV[4]
-local now_ms = ARGV[5]
+local ended = ARGV[4] == '1'
+local actor = ARGV[5]
+local now_ms = ARGV[6]
 -- luagen: end of the prologue
 
 local fk, dag, rk, fm = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local st = rcall('HGET', fk, 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
+if ended and st ~= FLOW_FINISHED and st ~= FLOW_ERROR then return 0 end
 if st == FLOW_STARTED and not force then
   return redis.error_reply('CONFLICT flow ' .. flow .. ' is running; cancel it first (flow.cancel)')
 end

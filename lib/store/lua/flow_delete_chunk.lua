@@ -2,7 +2,9 @@
 -- before delete_flow removes the flow, so that no one call walks the whole flow
 -- (DeleteFlow: a flow of more than deleteFlowChunk jobs). A job is deleted only when it
 -- names this flow. A started flow is refused unless force, as delete_flow refuses it.
--- The flow is marked deleting (its field deleting): the start's scripts refuse it.
+-- The flow is marked deleting (its field deleting): the start's scripts refuse it. A
+-- call of no ids that leaves no message empties the flow's job list (delete_flow then
+-- removes only the flow's own keys).
 -- NOTFOUND: no such flow; CONFLICT: a started flow without force.
 --
 -- KEYS:
@@ -12,10 +14,11 @@
 --   ctx      string    the context id
 --   flow_id  string    the flow id
 --   force    bool      even a started flow
+--   ended    bool      only an ended flow (finished or error; retention's)
 --   caller   string    the flow's caller
 --   nmsgs    num       messages of the flow's set to delete in this call
 --   ids      []string  the job ids of this chunk
--- Reply: record what the call did
+-- Reply: record what the call did (with ended, of a flow not ended: nothing, msgs_left -1)
 --   deleted    int  jobs deleted
 --   msgs_left  int  messages left in the flow's set
 -- Libs: lib_delete_job
@@ -26,9 +29,10 @@
 local ctx = ARGV[1]
 local flow_id = ARGV[2]
 local force = ARGV[3] == '1'
-local caller = ARGV[4]
-local nmsgs = tonumber(ARGV[5])
-local argi = 6
+local ended = ARGV[4] == '1'
+local caller = ARGV[5]
+local nmsgs = tonumber(ARGV[6])
+local argi = 7
 local ids
 local n_ids = tonumber(ARGV[argi])
 if n_ids <= 7000 then ids = {unpack(ARGV, argi + 1, argi + n_ids)} else ids = {}; for k = 1, n_ids do ids[k] = ARGV[argi + k] end end
@@ -37,6 +41,7 @@ argi = argi + 1 + n_ids
 
 local st = rcall('HGET', KEYS[1], 'status')
 if not st then return redis.error_reply('NOTFOUND flow') end
+if ended and st ~= FLOW_FINISHED and st ~= FLOW_ERROR then return {0, -1} end
 if st == FLOW_STARTED and not force then
   return redis.error_reply('CONFLICT flow ' .. flow_id .. ' is running; cancel it first (flow.cancel)')
 end
@@ -55,6 +60,10 @@ if nmsgs > 0 then
   for _, mk in ipairs(rcall('SPOP', KEYS[2], nmsgs)) do delete_message(mk) end
 end
 local left = rcall('SCARD', KEYS[2])
+if #ids == 0 and left == 0 then
+  -- the jobs and messages are gone: delete_flow has only the flow's own keys to remove
+  rcall('HSET', KEYS[1], 'jobs', '[]')
+end
 if #ids > 0 then
   rcall('SELECT', '0')
   for _, id in ipairs(ids) do

@@ -27,9 +27,12 @@ local flow = ARGV[2]
 -- luagen: end of the prologue
 
 local fk, dag = KEYS[1], KEYS[2]
-local h = rcall('HMGET', fk, 'status', 'retrying', 'cancelling')
+local h = rcall('HMGET', fk, 'status', 'retrying', 'cancelling', 'deleting')
 local st = h[1]
 if not st then return redis.error_reply('NOTFOUND flow') end
+if h[4] then -- (flow_delete_chunk's mark: its jobs are going)
+  return redis.error_reply('CONFLICT flow ' .. flow .. ' is being deleted (a flow.delete again finishes it)')
+end
 if h[2] then return {2, h[2]} end
 if st ~= FLOW_ERROR then
   return redis.error_reply('CONFLICT flow ' .. flow .. ' is ' .. st .. '; only a failed flow can be retried')
