@@ -53,6 +53,10 @@ func TestExpiryTrimsItsContextsEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// (ended: retention deletes only an ended job)
+	if err := srv.Client(t, 1).HSet(ctx, keys.Job(1, j.ID), "status", "finished").Err(); err != nil {
+		t.Fatal(err)
+	}
 	if err := st.ExpireAt(ctx, 1, "job:1:"+strconv.FormatUint(uint64(j.ID), 10), time.Now().Add(-time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +136,10 @@ func TestExpiryTrimsByTheContextsOwnRetention(t *testing.T) {
 	}
 	j, _, err := st.CreateJob(ctx, &model.Job{CallerID: 1, ContextID: 1, Script: "true", ScriptType: "sh"}, "1")
 	if err != nil {
+		t.Fatal(err)
+	}
+	// (ended: retention deletes only an ended job)
+	if err := srv.Client(t, 1).HSet(ctx, keys.Job(1, j.ID), "status", "finished").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.ExpireAt(ctx, 1, "job:1:"+strconv.FormatUint(uint64(j.ID), 10), time.Now().Add(-time.Second)); err != nil {
