@@ -490,7 +490,7 @@ func withoutFields(fields []any, names ...string) []any {
 // standalone job (flowID = 0) to the router in one round trip: a Message of kind
 // job_request each, on msg_out.
 func (d *DB) DispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, msgTimeout uint32) ([]Dispatched, error) {
-	return d.dispatchMany(ctx, flowID, callerID, jobs, actor, msgTimeout, "", "")
+	return d.dispatchMany(ctx, flowID, callerID, jobs, actor, msgTimeout, "", "", false)
 }
 
 // DispatchStarted is DispatchMany for the nodes a flow's start found ready (StartFlow
@@ -510,7 +510,7 @@ func (d *DB) DispatchStarted(ctx context.Context, flowID, callerID uint32, jobs 
 		}
 	}
 	if flowID == 0 || len(grouped) < 2 {
-		return d.dispatchMany(ctx, flowID, callerID, jobs, actor, 0, readyMs, "")
+		return d.dispatchMany(ctx, flowID, callerID, jobs, actor, 0, readyMs, "", false)
 	}
 	now := time.Now()
 	a := &flowStartDispatchArgs{MsgOutKey: keys.MsgOut, DagKey: keys.DAG(flowID), Ctx: int64(d.ContextID), Flow: int64(flowID), Caller: int64(callerID),
@@ -533,7 +533,7 @@ func (d *DB) DispatchStarted(ctx context.Context, flowID, callerID uint32, jobs 
 		out[at[k]] = r
 	}
 	if len(own) > 0 {
-		rest, err := d.dispatchMany(ctx, flowID, callerID, own, actor, 0, readyMs, "")
+		rest, err := d.dispatchMany(ctx, flowID, callerID, own, actor, 0, readyMs, "", false)
 		if err != nil {
 			return nil, err
 		}
@@ -545,8 +545,8 @@ func (d *DB) DispatchStarted(ctx context.Context, flowID, callerID uint32, jobs 
 }
 
 // delayedKey, for standalone jobs, makes the dispatch a release of delayed jobs
-// (lua/dispatch.lua; "": any other).
-func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, msgTimeout uint32, readyMs, delayedKey string) ([]Dispatched, error) {
+// (lua/dispatch.lua; "": any other); requeue one of jobs out of the DLQ (RequeueJob).
+func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*model.Job, actor string, msgTimeout uint32, readyMs, delayedKey string, requeue bool) ([]Dispatched, error) {
 	now := time.Now()
 	// The jobs of a flow that name no runner share one message (the router routes each
 	// of its jobs); a job pinned to a runner, or a job of no flow, has one of its own.
@@ -558,7 +558,7 @@ func (d *DB) dispatchMany(ctx context.Context, flowID, callerID uint32, jobs []*
 		}
 	}
 	a := &dispatchArgs{MsgOutKey: keys.MsgOut, Ctx: int64(d.ContextID), Flow: int64(flowID), Caller: int64(callerID), NowS: now.Unix(),
-		NowMs: now.UnixMilli(), Actor: actor, ReadyMs: readyMs, Jobs: make([]dispatchJob, 0, len(jobs))}
+		NowMs: now.UnixMilli(), Actor: actor, ReadyMs: readyMs, Requeue: requeue, Jobs: make([]dispatchJob, 0, len(jobs))}
 	if flowID != 0 {
 		a.DagKey = keys.DAG(flowID)
 	} else if delayedKey != "" {

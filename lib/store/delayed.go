@@ -125,7 +125,7 @@ func (d *DB) WakeLimited(ctx context.Context, it DelayedItem) (bool, error) {
 // coord:delayed): a job no longer scheduled (stopped, or released by another
 // scheduler) is not dispatched, and its entry goes.
 func (d *DB) ReleaseDelayed(ctx context.Context, callerID uint32, jobs []*model.Job, actor string) ([]Dispatched, error) {
-	return d.dispatchMany(ctx, 0, callerID, jobs, actor, 0, "", keys.Delayed)
+	return d.dispatchMany(ctx, 0, callerID, jobs, actor, 0, "", keys.Delayed, false)
 }
 
 // ScheduleFlow makes a created flow scheduled, to start at runAt. A flow already

@@ -52,12 +52,24 @@ func (d *DB) DLQPurge(ctx context.Context, members []string, actor string) (int6
 	return n.Val(), nil
 }
 
-// ResetJob readies an ended standalone job to run again with a fresh attempt count.
-func (d *DB) ResetJob(ctx context.Context, callerID, id uint32, actor string) error {
-	now := time.Now()
-	_, err := (&requeueJobArgs{JobKey: keys.Job(callerID, id), Ctx: int64(d.ContextID), Caller: int64(callerID), ID: int64(id),
-		Actor: actor, NowS: now.Unix(), NowMs: now.UnixMilli()}).run(ctx, d)
-	return scriptErr(err, fmt.Sprintf("job %d of caller %d in context %d", id, callerID, d.ContextID))
+// RequeueJob runs a dead-lettered standalone job again with a fresh attempt count
+// (dlq.requeue): taken out of the DLQ, reset and dispatched in one step (lua/dispatch.lua
+// with requeue): a requeue is never left half done. j is the job as loaded (its request
+// is made from it). ErrNotFound: no such job; a ConflictError: it is not in the DLQ.
+func (d *DB) RequeueJob(ctx context.Context, j *model.Job, actor string) (Dispatched, error) {
+	what := fmt.Sprintf("job %d of caller %d in context %d", j.ID, j.CallerID, d.ContextID)
+	res, err := d.dispatchMany(ctx, 0, j.CallerID, []*model.Job{j}, actor, 0, "", "", true)
+	if err != nil {
+		return Dispatched{}, err
+	}
+	switch r := res[0]; {
+	case r.MsgKey != "":
+		return r, nil
+	case r.Why == "job missing":
+		return r, notFound("%s", what)
+	default:
+		return r, &ConflictError{Msg: fmt.Sprintf("%s is not requeued: %s", what, r.Why)}
+	}
 }
 
 // RetryFlow re-runs a failed flow's failed and cancelled jobs; it returns the ids of

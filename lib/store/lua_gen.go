@@ -1099,7 +1099,7 @@ func decodeDeleteRunnerReply(v any) (out int64, err error) {
 }
 
 // dispatchScript is lua/dispatch.lua (its header declares its interface).
-var dispatchScript = luaScript("dispatch.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua")
+var dispatchScript = luaScript("dispatch.lua", "lib_busy.lua", "lib_state.lua", "lib_wake.lua", "lib_ck.lua", "lib_route.lua", "lib_dispatch.lua", "lib_requeue.lua")
 
 // dispatchArgs are the KEYS and ARGV of lua/dispatch.lua.
 type dispatchArgs struct {
@@ -1112,6 +1112,7 @@ type dispatchArgs struct {
 	NowMs     int64
 	Actor     string
 	ReadyMs   string
+	Requeue   bool
 	Group     []any
 	Jobs      []dispatchJob
 }
@@ -1130,7 +1131,7 @@ func (a *dispatchArgs) call() Call {
 	for len(keys) > 1 && keys[len(keys)-1] == "" {
 		keys = keys[:len(keys)-1]
 	}
-	n := 9
+	n := 10
 	n += len(a.Group)
 	for i1 := range a.Jobs {
 		n += 3
@@ -1144,6 +1145,7 @@ func (a *dispatchArgs) call() Call {
 	args = append(args, &a.NowMs)
 	args = append(args, &a.Actor)
 	args = append(args, &a.ReadyMs)
+	args = append(args, &a.Requeue)
 	args = append(args, len(a.Group))
 	for i1 := range a.Group {
 		args = append(args, a.Group[i1])
@@ -3046,52 +3048,6 @@ func decodeRequeueReply(v any) (out []string, err error) {
 		if out[i1], err = luaconv.String(l1[i1]); err != nil {
 			return out, fmt.Errorf("lua/requeue.lua: reply[]: %w", err)
 		}
-	}
-	return out, nil
-}
-
-// requeueJobScript is lua/requeue_job.lua (its header declares its interface).
-var requeueJobScript = luaScript("requeue_job.lua", "lib_busy.lua", "lib_state.lua")
-
-// requeueJobArgs are the KEYS and ARGV of lua/requeue_job.lua.
-type requeueJobArgs struct {
-	JobKey string // KEYS
-	Ctx    int64
-	Caller int64
-	ID     int64
-	Actor  string
-	NowS   int64
-	NowMs  int64
-}
-
-// call is the run of lua/requeue_job.lua with a's KEYS and ARGV.
-func (a *requeueJobArgs) call() Call {
-	keys := make([]string, 0, 1)
-	keys = append(keys, a.JobKey)
-	args := make([]any, 0, 6)
-	args = append(args, &a.Ctx)
-	args = append(args, &a.Caller)
-	args = append(args, &a.ID)
-	args = append(args, &a.Actor)
-	args = append(args, &a.NowS)
-	args = append(args, &a.NowMs)
-	return Call{Script: requeueJobScript, Keys: keys, Args: args}
-}
-
-// run runs lua/requeue_job.lua and decodes its reply.
-func (a *requeueJobArgs) run(ctx context.Context, r luaRunner) (int64, error) {
-	res, err := r.runLua(ctx, a.call())
-	if err != nil {
-		var zero int64
-		return zero, err
-	}
-	return decodeRequeueJobReply(res)
-}
-
-// decodeRequeueJobReply decodes the reply of lua/requeue_job.lua.
-func decodeRequeueJobReply(v any) (out int64, err error) {
-	if out, err = luaconv.Int(v); err != nil {
-		return out, fmt.Errorf("lua/requeue_job.lua: reply: %w", err)
 	}
 	return out, nil
 }

@@ -446,15 +446,18 @@ func TestRetryFlowRefusals(t *testing.T) {
 	}
 }
 
-func TestResetJobFromTheDLQ(t *testing.T) {
+// A dead-lettered standalone job is requeued in one step: out of the DLQ and of its
+// retention, its run's fields dropped, and dispatched again with attempt 1 (a job not
+// in the DLQ is refused, changing nothing).
+func TestRequeueJobFromTheDLQ(t *testing.T) {
 	s, db, c, c0 := context10(t)
 	ctx := context.Background()
 	j := standaloneJob(t, s, db)
 	if _, _, ok, why, err := db.Dispatch(ctx, 0, j, "scheduler", 0); err != nil || !ok {
 		t.Fatalf("dispatch: %v %s", err, why)
 	}
-	if err := db.ResetJob(ctx, 1, j.ID, "7"); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("reset of a dispatched job: %v, want a conflict", err)
+	if _, err := db.RequeueJob(ctx, j, "7"); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "not in the dead-letter queue") {
+		t.Fatalf("requeue of a dispatched job: %v, want a conflict", err)
 	}
 	if err := db.SetJobStatus(ctx, j.CallerID, j.ID, model.JobError, "error", "boom"); err != nil {
 		t.Fatal(err)
@@ -464,27 +467,31 @@ func TestResetJobFromTheDLQ(t *testing.T) {
 		t.Fatalf("end: %+v %v, and the job in the DLQ", res, err)
 	}
 	c.HSet(ctx, keys.Job(1, j.ID), "worker", "w1", "started_at", 5, "started_at_ms", 5000, "started_at_us", 5000000, "finished_at", 6, "finished_at_ms", 6000, "finished_at_us", 6000000)
-	if err := db.ResetJob(ctx, 1, j.ID, "7"); err != nil {
-		t.Fatal(err)
+	d, err := db.RequeueJob(ctx, j, "7")
+	if err != nil || d.MsgKey == "" || d.Attempt != 1 {
+		t.Fatalf("requeue: %+v %v; want dispatched, attempt 1", d, err)
 	}
 	h := c.HGetAll(ctx, keys.Job(1, j.ID)).Val()
-	for _, k := range []string{"worker", "started_at", "started_at_ms", "started_at_us", "finished_at", "finished_at_ms", "finished_at_us"} {
+	for _, k := range []string{"worker", "started_at", "started_at_ms", "started_at_us", "finished_at", "finished_at_ms", "finished_at_us", "done_attempt", "error", "dlq_at_ms"} {
 		if v, ok := h[k]; ok {
-			t.Fatalf("the reset job keeps %s=%q of its failed run", k, v)
+			t.Fatalf("the requeued job keeps %s=%q of its failed run", k, v)
 		}
 	}
-	if h["status"] != string(model.JobDispatched) || h["attempt"] != "" || h["done_attempt"] != "" || h["error"] != "" || h["dlq_at_ms"] != "" || h["result"] != "{}" {
-		t.Fatalf("the reset job: %v", h)
+	if h["status"] != string(model.JobDispatched) || h["attempt"] != "1" || h["result"] != "{}" {
+		t.Fatalf("the requeued job: %v", h)
 	}
 	if inZSet(t, c, keys.DLQ, member(j)) || inZSet(t, c0, keys.Expire, "10:job:"+member(j)) {
-		t.Fatal("the reset job is still in the DLQ or under retention")
+		t.Fatal("the requeued job is still in the DLQ or under retention")
 	}
 	if !inZSet(t, c, keys.StatusIndex(keys.JobIndex, "dispatched"), member(j)) || inZSet(t, c, keys.StatusIndex(keys.JobIndex, "error"), member(j)) {
-		t.Fatal("the reset job is not indexed as dispatched only")
+		t.Fatal("the requeued job is not indexed as dispatched only")
 	}
 	wantEvent(t, db, model.EventJobRequeued)
-	if err := db.ResetJob(ctx, 1, 999, "7"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("reset of a missing job: %v", err)
+	if _, err := db.RequeueJob(ctx, j, "7"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a second requeue: %v, want a conflict", err)
+	}
+	if _, err := db.RequeueJob(ctx, &model.Job{ID: 999, CallerID: 1, Script: "true", ScriptType: "sh"}, "7"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("requeue of a missing job: %v", err)
 	}
 }
 

@@ -79,7 +79,8 @@ func (s *service) dlqShow(ctx context.Context, p Principal, in jobRefParams) (*d
 }
 
 // dlqRequeue runs a dead-lettered job again with a fresh attempt count: a standalone
-// job is dispatched again; a flow's job re-runs through flow.retry of its flow.
+// job is dispatched again (store.RequeueJob); a flow's job re-runs through flow.retry
+// of its flow.
 func (s *service) dlqRequeue(ctx context.Context, p Principal, in jobRefParams) (*model.Job, error) {
 	j, db, err := s.dlqJob(ctx, p, in, RoleExecutor, "dlq.requeue")
 	if err != nil {
@@ -91,10 +92,9 @@ func (s *service) dlqRequeue(ctx context.Context, p Principal, in jobRefParams) 
 		}
 		return db.LoadJob(ctx, in.CallerID, in.ID)
 	}
-	if err := db.ResetJob(ctx, in.CallerID, in.ID, p.Name()); err != nil {
-		return nil, err
-	}
-	if _, err := s.scheduler.DispatchJob(ctx, &herov1.DispatchJobRequest{ContextId: in.ContextID, CallerId: in.CallerID, JobId: in.ID, Actor: p.Name()}); err != nil {
+	// out of the DLQ, reset and dispatched in one step (it was a reset here and a
+	// dispatch by the scheduler: one out of reach left the job out of the DLQ, never run)
+	if _, err := db.RequeueJob(ctx, j, p.Name()); err != nil {
 		return nil, err
 	}
 	return db.LoadJob(ctx, in.CallerID, in.ID)

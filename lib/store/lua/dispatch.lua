@@ -11,6 +11,9 @@
 -- names its jobs (ids only, field job_ref "1"; lib/store's msgref.go) and stores no
 -- nodes: readers get both from the jobs' hashes.
 --
+-- A dlq.requeue of a standalone job (requeue) resets it for a fresh run first
+-- (lib_requeue), only while it is in the DLQ, and dispatches it in the same step.
+--
 -- A standalone job released by the scheduler when it falls due (a delayed job.submit)
 -- is dispatched only while it is still scheduled, and leaves coord:delayed in the same
 -- step: of two schedulers that release it, the second changes nothing, and a job
@@ -29,17 +32,19 @@
 --   actor     string  who dispatches
 --   ready_ms  string  the start time (ms) of the flow whose start found these nodes
 --                     ready ("": nodes made ready since; see DispatchStarted)
+--   requeue   bool    standalone jobs out of the DLQ (dlq.requeue): each reset first
 --   group     []raw   field/value items of a group message (none: no group; all but
 --                     its id and job_ids)
 --   jobs      []job   the jobs
 --     id       int    the job id
 --     grouped  bool   it goes in the group message (else a message of its own)
 --     items    []raw  a message of its own's field/value items (none for the group's)
--- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch
+-- Libs: lib_busy lib_state lib_wake lib_ck lib_route lib_dispatch lib_requeue
 -- Reply: flat[]dispatched  per job, in order (a table a job cost ~5k instructions)
 --   msg      string  its message key, or "" when it was not dispatched
 --   attempt  string  its attempt (a number's text), or why it was not dispatched (a
---                    release: its status when not scheduled, or "not due")
+--                    release: its status when not scheduled, or "not due"; a
+--                    requeue: why it is not in the DLQ)
 -- Derives: context DB: job:<caller>:<id> of the jobs named in the arguments,
 --   message:<caller>:<id> (fresh ids), coord:seq:message,
 --   coord:idx:jobs:<status>, coord:flowmsgs:<flow> (a job's own messages: its hash's msgs), coord:events,
@@ -48,7 +53,8 @@
 --   read when a job has a priority), lib_ck's coord:ckrun:<key>, coord:ckheld:<key>
 --   and the held jobs' hashes, coord:wakers:<queue>; DB 0 (SELECT 0, last):
 --   coord:wake:msg_out, the runners' wake lists coord:wake:runner:<id>:<queue>,
---   coord:busy, and a release's coord:delayed (KEYS[2]).
+--   coord:busy, and a release's coord:delayed (KEYS[2]); a requeue's coord:dlq and
+--   (DB 0) coord:expire.
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local ctx = ARGV[1]
@@ -58,7 +64,8 @@ local now_s = ARGV[4]
 local now_ms = ARGV[5]
 local actor = ARGV[6]
 local ready_ms = ARGV[7]
-local argi = 8
+local requeue = ARGV[8] == '1'
+local argi = 9
 local group
 local n_group = tonumber(ARGV[argi])
 if n_group <= 7000 then group = {unpack(ARGV, argi + 1, argi + n_group)} else group = {}; for k = 1, n_group do group[k] = ARGV[argi + k] end end
@@ -79,7 +86,7 @@ end
 
 if ready_ms == '' then ready_ms = nil end
 local dag = KEYS[2] or ''
-local delayed, released = '', {}
+local delayed, released, requeued = '', {}, {}
 if flow == '0' and dag ~= '' then delayed, dag = dag, '' end
 -- release_check: why a delayed job is not released now (nil: it is).
 local function release_check(id)
@@ -98,6 +105,10 @@ for _, j in ipairs(jobs) do
   local id, grouped = j.id, j.grouped
   local attempt, why
   if delayed ~= '' then why = release_check(id) end
+  if requeue and flow == '0' then
+    why = requeue_reset(caller, id, actor, now_s, now_ms)
+    if not why then requeued[#requeued + 1] = ctx .. ':job:' .. caller .. ':' .. id end
+  end
   if not why then attempt, why = dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, actor) end
   local n = #out
   if why then
@@ -129,8 +140,9 @@ end
 ev_flush() -- the job.dispatched events (lib_dispatch), before any a push writes
 route_flush(ctx)
 wake_msg_out(ctx, pushed)
-if #released > 0 then
+if #released > 0 or #requeued > 0 then
   rcall('SELECT', '0')
-  rcall('ZREM', delayed, unpack(released))
+  if #released > 0 then rcall('ZREM', delayed, unpack(released)) end
+  if #requeued > 0 then rcall('ZREM', K_EXPIRE, unpack(requeued)) end -- (their retention: they run again)
 end
 return out
