@@ -2464,3 +2464,49 @@ func TestRetentionDeletesOnlyTheEnded(t *testing.T) {
 		t.Fatalf("retry of a flow being deleted: %v", err)
 	}
 }
+
+// A standalone dispatch of a job that a flow claimed since its caller loaded it (job.run
+// checks flow_id, then dispatches) is refused: the job runs with its flow, not twice.
+// A deleted scheduled flow's start goes with it: a flow made again with its id does not
+// start on it.
+func TestStandaloneDispatchOfAFlowsJob(t *testing.T) {
+	s := open(t)
+	ctx := context.Background()
+	db := mustCtx(t, s, 44)
+	rc := srv.Client(t, 44)
+	var ids []uint32
+	for i, r := range s.CreateJobs(ctx, []*model.Job{{ID: 1, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}}, "1") {
+		if r.Err != nil {
+			t.Fatalf("job %d: %v", i+1, r.Err)
+		}
+		ids = append(ids, r.Job.ID)
+	}
+	j, err := db.LoadJob(ctx, 1, ids[0]) // (as the scheduler's job.run loads it: no flow yet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateFlow(ctx, &model.Flow{ID: 5, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, why, err := db.Dispatch(ctx, 0, j, "scheduler", 0); err != nil || ok || why != "of flow 5" {
+		t.Fatalf("a standalone dispatch of flow 5's job: ok %v, why %q, %v; want refused, of flow 5", ok, why, err)
+	}
+	if st := rc.HGet(ctx, keys.Job(1, ids[0]), "status").Val(); st == string(model.JobDispatched) && rc.HExists(ctx, keys.Job(1, ids[0]), "attempt").Val() {
+		t.Fatal("the refused dispatch counted an attempt")
+	}
+	// flow 5 scheduled, then deleted
+	c0 := srv.Client(t, 0)
+	if err := db.ScheduleFlow(ctx, 5, time.Now().Add(time.Hour), "1"); err != nil {
+		t.Fatal(err)
+	}
+	member := "44:flow:5"
+	if c0.ZScore(ctx, keys.Delayed, member).Err() != nil {
+		t.Fatalf("flow 5 scheduled is not in %s", keys.Delayed)
+	}
+	if err := db.DeleteFlow(ctx, 5, false, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if c0.ZScore(ctx, keys.Delayed, member).Err() == nil {
+		t.Fatalf("deleted flow 5's start is still in %s", keys.Delayed)
+	}
+}

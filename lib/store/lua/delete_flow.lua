@@ -20,7 +20,8 @@
 --   is running.
 -- Derives, from the flow's job list: context DB: coord:cascade:<flow>, the messages of coord:flowmsgs:<flow>,
 --   and per job what delete_job (lib_delete_job) removes; coord:idx:flows[:<status>], coord:events;
---   DB 0 (SELECT 0): coord:flows:active, coord:expire, coord:due (the jobs' retries).
+--   DB 0 (SELECT 0): coord:flows:active, coord:expire, coord:delayed (a scheduled
+--   flow's start), coord:due (the jobs' retries).
 
 -- luagen: the prologue, generated from the header by make lua-gen (do not edit)
 local ctx = ARGV[1]
@@ -52,6 +53,7 @@ event(EV_FLOW_DELETED, actor, now_ms, flow, '0', caller, st, '')
 rcall('SELECT', '0')
 rcall('SREM', K_ACTIVE_FLOWS, ctx .. ':' .. flow)
 rcall('ZREM', K_EXPIRE, ctx .. ':flow:' .. flow)
+rcall('ZREM', K_DELAYED, ctx .. ':flow:' .. flow) -- (a scheduled flow's start: a flow made again with its id must not start on it)
 for _, id in ipairs(jobs) do
   rcall('ZREM', K_DUE, 'retry:' .. ctx .. ':' .. flow .. ':' .. caller .. ':' .. tostring(id))
 end

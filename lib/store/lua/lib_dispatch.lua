@@ -6,7 +6,8 @@
 --     context's DB: checks that job id (of flow flow, its DAG at key dag; dag "": a
 --     standalone job) can be dispatched (its node ready and its retry due, its flow
 --     not paused: the field paused of the DAG hash; a standalone job not started or
---     finished), then marks node and job dispatched (attempt + 1;
+--     finished, and in no flow: one a flow.create claimed meanwhile runs with its
+--     flow), then marks node and job dispatched (attempt + 1;
 --     ready_ms, when not nil, is its ready time: a node ready at its flow's start) and
 --     records the event (lib_state's ev_later: the caller's ev_flush appends it). A
 --     node of a flow held (the DAG's hold: a cancel or a retry in
@@ -55,6 +56,9 @@ local function dispatch_job(caller, flow, dag, id, now_s, now_ms, ready_ms, acto
   elseif jst == JOB_STARTED or jst == JOB_FINISHED then
     return nil, jst
   else
+    -- a job a flow claimed (flow.create, after the caller's own check) runs with it
+    local fl = rcall('HGET', jk, 'flow_id')
+    if fl and fl ~= '' and fl ~= '0' then return nil, 'of flow ' .. fl end
     attempt = int(rcall('HINCRBY', jk, 'attempt', '1'))
   end
   route_seen(jk, v)
