@@ -77,6 +77,11 @@ func (d *DB) PutSchedule(ctx context.Context, s *model.Schedule, create bool, ne
 	}
 	fields := []any{"id", s.ID, "context_id", d.ContextID, "caller_id", s.CallerID, "spec", model.EncodeField(s.Spec),
 		"job", string(s.Job), "flow", flow, "overlap", string(s.Overlap), "catchup_window", s.CatchupWindow}
+	if create && s.Paused {
+		// created paused in the same step (a pause after the put left it firing when
+		// the call ended between the two)
+		fields = append(fields, "paused", "1", "note", s.Note)
+	}
 	vals, err := d.sched(ctx, s.ID, "put", append([]any{boolArg(create), next.UnixMilli(), fire.UnixMilli()}, fields...)...)
 	if err != nil {
 		return err

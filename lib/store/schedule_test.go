@@ -88,3 +88,26 @@ func checkPauseResumeDelete(t *testing.T, db *store.DB, t2 time.Time) {
 		t.Fatalf("delete: %v", err)
 	}
 }
+
+// A schedule created paused is paused by its creation's own step: never due, its note
+// kept (the pause was a second call after the create, and a create that ended between
+// the two left the schedule firing).
+func TestScheduleCreatedPaused(t *testing.T) {
+	s := open(t)
+	db := mustCtx(t, s, 45)
+	ctx := context.Background()
+	coord := srv.Client(t, 0)
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
+	sc := &model.Schedule{ID: "p1", CallerID: 1, Spec: model.ScheduleSpec{Every: "1s"}, Job: []byte(`{"script":"true"}`), Overlap: model.OverlapSkip,
+		CatchupWindow: "1m", Paused: true, Note: "not yet"}
+	if err := db.PutSchedule(ctx, sc, true, t0, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := coord.ZScore(ctx, keys.ScheduleDue, "45:p1").Err(); err == nil {
+		t.Fatal("a schedule created paused is due")
+	}
+	got, err := db.LoadSchedule(ctx, "p1")
+	if err != nil || !got.Paused || got.Note != "not yet" {
+		t.Fatalf("the schedule created paused: %+v, %v", got, err)
+	}
+}

@@ -107,13 +107,9 @@ func (s *service) scheduleCreate(ctx context.Context, p Principal, in schedulePa
 	if err := s.scheduleRun(ctx, p, c, db, sc, in); err != nil {
 		return nil, err
 	}
+	sc.Paused, sc.Note = in.Paused, in.Note // (stored by the create itself)
 	if err := putSchedule(ctx, db, sc, true); err != nil {
 		return nil, err
-	}
-	if in.Paused {
-		if err := db.PauseSchedule(ctx, sc.ID, in.Note); err != nil {
-			return nil, err
-		}
 	}
 	return db.LoadSchedule(ctx, sc.ID)
 }
