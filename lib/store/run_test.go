@@ -1644,15 +1644,7 @@ func TestCreateFlowOfManyParts(t *testing.T) {
 	if rc.Exists(ctx, keys.Flow(9)).Val() != 0 || rc.HExists(ctx, keys.Job(1, ids[0]), "flow_id").Val() {
 		t.Fatal("the refused flow stored something")
 	}
-	// of id 0: its first part's claim reserved an id, given back with the claims
-	seq0 := rc.Get(ctx, keys.FlowSeq).Val()
-	_, _, err = s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: db.ContextID, Jobs: append(slices.Clone(ids), 99999)}, "1")
-	if !errors.As(err, &ve) || !strings.Contains(err.Error(), "job 99999 of caller 1 in context 26") {
-		t.Fatalf("a flow of id 0 with job 99999 missing: %v", err)
-	}
-	if seq := rc.Get(ctx, keys.FlowSeq).Val(); seq != seq0 || rc.HExists(ctx, keys.Job(1, ids[0]), "flow_id").Val() {
-		t.Fatalf("the refused flow of id 0 kept its id (the counter %q, was %q) or its first part's claim", seq, seq0)
-	}
+	checkRefusedFlowOfID0(t, s, db, ids)
 	if _, created, err := s.CreateFlow(ctx, &model.Flow{ID: 9, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1"); err != nil || !created {
 		t.Fatalf("create flow 9: %v %v", created, err)
 	}
@@ -1693,6 +1685,23 @@ func TestCreateFlowOfManyParts(t *testing.T) {
 	}
 	if n, got := fcalls(t)-f0, rc.HGet(ctx, keys.Job(1, ids[store.FlowJobsPart]), "flow_id").Val(); n != 1+3+1+1 || got != "11" {
 		t.Errorf("flow 11 again, a job's flow_id lost: %d script calls (want 6), its flow_id %q (want 11)", n, got)
+	}
+}
+
+// checkRefusedFlowOfID0: a flow of id 0 whose last part names a missing job is refused
+// after its first part's claim reserved an id: the id is given back with the claims.
+func checkRefusedFlowOfID0(t *testing.T, s *store.Store, db *store.DB, ids []uint32) {
+	t.Helper()
+	ctx := context.Background()
+	rc := srv.Client(t, int(db.ContextID))
+	seq0 := rc.Get(ctx, keys.FlowSeq).Val()
+	_, _, err := s.CreateFlow(ctx, &model.Flow{CallerID: 1, ContextID: db.ContextID, Jobs: append(slices.Clone(ids), 99999)}, "1")
+	var ve *model.ValidationError
+	if !errors.As(err, &ve) || !strings.Contains(err.Error(), fmt.Sprintf("job 99999 of caller 1 in context %d", db.ContextID)) {
+		t.Fatalf("a flow of id 0 with job 99999 missing: %v", err)
+	}
+	if seq := rc.Get(ctx, keys.FlowSeq).Val(); seq != seq0 || rc.HExists(ctx, keys.Job(1, ids[0]), "flow_id").Val() {
+		t.Fatalf("the refused flow of id 0 kept its id (the counter %q, was %q) or its first part's claim", seq, seq0)
 	}
 }
 
