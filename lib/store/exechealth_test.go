@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
 )
 
@@ -78,7 +79,8 @@ func TestExecutorHealthyElsewhere(t *testing.T) {
 }
 
 // Executors declared at runner creation are announced: the context accepts their
-// handler jobs before (or without) any runner process.
+// handler jobs before (or without) any runner process; a retried creation announces
+// them again.
 func TestCreateRunnerDeclaresExecutors(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
@@ -97,5 +99,19 @@ func TestCreateRunnerDeclaresExecutors(t *testing.T) {
 	}
 	if _, _, err := s.CreateRunner(ctx, 5, &model.Runner{ID: 4, Local: true, Executors: []string{"bad name"}}, "1"); err == nil || !strings.Contains(err.Error(), "executors") {
 		t.Fatalf("a bad executor name: %v", err)
+	}
+	// A create whose announce was lost (its process ended between the runner's store
+	// and the announce) is whole again when retried: the retry announces too.
+	rc := srv.Client(t, 5)
+	rc.HDel(ctx, keys.Runner(3), "executors")
+	rc.HDel(ctx, keys.Executors, "remote_exec")
+	if ok, _ := db.ExecutorServed(ctx, "remote_exec"); ok {
+		t.Fatal("the executor is still served after its announce was taken away")
+	}
+	if _, created, err := s.CreateRunner(ctx, 5, &model.Runner{ID: 3, Pubkey: "ab", Executors: []string{"remote_exec"}}, "1"); err != nil || created {
+		t.Fatalf("the retried create: created %v, %v", created, err)
+	}
+	if ok, err := db.ExecutorServed(ctx, "remote_exec"); err != nil || !ok {
+		t.Fatalf("after the retried create, ExecutorServed(remote_exec) = %v, %v", ok, err)
 	}
 }

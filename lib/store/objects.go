@@ -404,24 +404,26 @@ func (s *Store) CreateRunner(ctx context.Context, ctxID uint32, r *model.Runner,
 	if err != nil {
 		return nil, false, err
 	}
-	if res.created {
-		if r.Topic == "" {
-			// Server-assigned id: the default topic follows it (seed: runner<id>).
-			_, _ = db.Pipelined(ctx, func(p redis.Pipeliner) error {
-				p.HSet(ctx, keys.Runner(res.id), "topic", "runner"+strconv.FormatUint(uint64(res.id), 10))
-				return nil
-			})
-		}
-		// Declared at creation (a remote runner announces nothing itself): handler
-		// jobs naming an executor are accepted for it at once.
-		if err := db.AnnounceExecutors(ctx, res.id, declaredExecs); err != nil {
+	if res.created && r.Topic == "" {
+		// Server-assigned id: the default topic follows it (seed: runner<id>).
+		_, _ = db.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, keys.Runner(res.id), "topic", "runner"+strconv.FormatUint(uint64(res.id), 10))
+			return nil
+		})
+	}
+	// Declared at creation (a remote runner announces nothing itself): handler jobs
+	// naming an executor are accepted for it at once. A retried create announces them
+	// too (an announce merges): one whose announce failed, or whose process ended
+	// before it, left a runner whose jobs were refused as unserved.
+	if err := db.AnnounceExecutors(ctx, res.id, declaredExecs); err != nil {
+		return nil, false, err
+	}
+	if len(declared) > 0 {
+		if err := db.AnnounceScriptTypes(ctx, res.id, declared); err != nil {
 			return nil, false, err
 		}
-		if len(declared) > 0 {
-			if err := db.AnnounceScriptTypes(ctx, res.id, declared); err != nil {
-				return nil, false, err
-			}
-		}
+	}
+	if res.created {
 		s.G().Publish(ctx, keys.Control, fmt.Sprintf("runner:%d:%d", ctxID, res.id))
 	}
 	out, err := s.LoadRunner(ctx, ctxID, res.id)
