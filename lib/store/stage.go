@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hero-coordinator/hero/lib/keys"
 	"github.com/hero-coordinator/hero/lib/model"
@@ -143,10 +146,46 @@ func (s *Store) CreateStagedJobs(ctx context.Context, ctxID, flowID, callerID ui
 		j.FlowID = flowID
 		ok, at = append(ok, j), append(at, i)
 	}
+	var made []uint32
 	for k, r := range s.CreateJobs(ctx, ok, actor) {
 		out[at[k]] = r
+		if r.Err == nil && r.Created {
+			made = append(made, r.Job.ID)
+		}
+	}
+	if err := db.dropIfStageEnded(ctx, flowID, callerID, made, actor); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// dropIfStageEnded deletes the staged jobs just made when their stage ended between
+// its touch and their creation (flow.abort, or its expiry: its sweep may have passed
+// their ids already, which left them outside any flow for good) and the flow was not
+// stored: the stage neither open nor being stored, or gone. A stage that ends after
+// this read is swept after them. The call is refused then, naming the stage.
+func (d *DB) dropIfStageEnded(ctx context.Context, flowID, callerID uint32, made []uint32, actor string) error {
+	if len(made) == 0 {
+		return nil
+	}
+	var state *redis.StringCmd
+	var stored *redis.IntCmd
+	if _, err := d.Pipelined(ctx, func(p redis.Pipeliner) error {
+		state = p.HGet(ctx, keys.FlowStage(flowID), "state")
+		stored = p.Exists(ctx, keys.Flow(flowID))
+		return nil
+	}); err != nil {
+		return fmt.Errorf("flow %d's stage: %w", flowID, err)
+	}
+	if st := state.Val(); st == "open" || st == "storing" || stored.Val() == 1 {
+		return nil
+	}
+	for _, id := range made {
+		if err := d.DeleteJob(ctx, callerID, id, true, actor); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+	}
+	return &ConflictError{Msg: fmt.Sprintf("flow %d begun with flow.begin in context %d ended (aborted, or expired) while its jobs were created; they are deleted", flowID, d.ContextID)}
 }
 
 // commitStage is CreateFlow's part for a flow begun with BeginFlow: the stage is

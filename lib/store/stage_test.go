@@ -205,3 +205,37 @@ func popExpired(t *testing.T, s *store.Store) []store.Expired {
 	t.Fatal("no entry of coord:expire fell due within a minute")
 	return nil
 }
+
+// A flow.abort racing the creation of the stage's jobs leaves none of them: a creation
+// whose stage ended after its touch deletes the jobs it made (the abort's sweep may
+// have passed their ids already: they stayed, outside any flow for good) and is
+// refused.
+func TestStageAbortRacesItsJobs(t *testing.T) {
+	s := open(t)
+	db := mustCtx(t, s, 3)
+	ctx := context.Background()
+	rc := srv.Client(t, 3)
+	for trial := range 10 {
+		st, err := db.BeginFlow(ctx, 12, 2*store.StageSweepChunk, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs := make([]*model.Job, 0, 2*store.StageSweepChunk)
+		for id := st.FirstJob; id <= st.LastJob; id++ {
+			jobs = append(jobs, &model.Job{ID: id, CallerID: 12, ContextID: 3, Script: "true", ScriptType: "sh"})
+		}
+		done := make(chan struct{}, 2)
+		var cerr error
+		go func() { _, cerr = s.CreateStagedJobs(ctx, 3, st.FlowID, 12, jobs, "12"); done <- struct{}{} }()
+		go func() { _, _ = db.SweepFlowStageAll(ctx, st.FlowID, true); done <- struct{}{} }()
+		<-done
+		<-done
+		var ks []string
+		for id := st.FirstJob; id <= st.LastJob; id++ {
+			ks = append(ks, keys.Job(12, id))
+		}
+		if left := rc.Exists(ctx, ks...).Val(); left > 0 {
+			t.Fatalf("trial %d: %d jobs of aborted flow %d left (the creation: %v)", trial, left, st.FlowID, cerr)
+		}
+	}
+}
