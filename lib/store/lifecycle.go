@@ -124,7 +124,7 @@ func (d *DB) DeleteRunner(ctx context.Context, runnerID uint32, force bool, acto
 }
 
 // DeleteContext removes a context: every key of its database, and its entries in DB 0
-// (registry, active flows, due work, expiries, wake lists). A context with running
+// (registry, active flows, due work, delayed work and schedules, expiries, wake lists; read again after the flush). A context with running
 // flows is refused unless force.
 func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) error {
 	db, err := s.Ctx(ctxID)
@@ -176,9 +176,25 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 	due, _ := coord.ZRange(ctx, keys.Due, 0, -1).Result()
 	exp, _ := coord.ZRange(ctx, keys.Expire, 0, -1).Result()
 	rdue, _ := coord.ZRange(ctx, keys.RemoteDue, 0, -1).Result()
+	// read again after the flush: a flow started, or work delayed or scheduled, since
+	// the check above is gone with the database too, and its entries go with it
+	active, _ = coord.SMembers(ctx, keys.ActiveFlows).Result()
+	delayed, _ := coord.ZRange(ctx, keys.Delayed, 0, -1).Result()
+	scheds, _ := coord.ZRange(ctx, keys.ScheduleDue, 0, -1).Result()
 	_, err = coord.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, a := range running {
-			p.SRem(ctx, keys.ActiveFlows, a)
+		for _, set := range []struct {
+			key     string
+			members []string
+		}{{keys.ActiveFlows, active}, {keys.Delayed, delayed}, {keys.ScheduleDue, scheds}} {
+			for _, m := range set.members {
+				if strings.HasPrefix(m, prefix) {
+					if set.key == keys.ActiveFlows {
+						p.SRem(ctx, set.key, m)
+					} else {
+						p.ZRem(ctx, set.key, m)
+					}
+				}
+			}
 		}
 		for _, m := range due {
 			if strings.HasPrefix(m, "retry:"+prefix) || strings.HasPrefix(m, "release:"+prefix) {

@@ -111,3 +111,40 @@ func TestScheduleCreatedPaused(t *testing.T) {
 		t.Fatalf("the schedule created paused: %+v, %v", got, err)
 	}
 }
+
+// A deleted context takes its entries of DB 0's shared sets with it: a scheduled
+// flow's start (coord:delayed) and a schedule's next fire (coord:sched_due), which
+// stayed and fired into a context no longer there.
+func TestDeleteContextTakesItsDelayedWork(t *testing.T) {
+	s := open(t)
+	db := mustCtx(t, s, 46)
+	ctx := context.Background()
+	coord := srv.Client(t, 0)
+	var ids []uint32
+	for _, r := range s.CreateJobs(ctx, []*model.Job{{ID: 1, CallerID: 1, ContextID: 46, Script: "true", ScriptType: "sh"}}, "1") {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		ids = append(ids, r.Job.ID)
+	}
+	if _, _, err := s.CreateFlow(ctx, &model.Flow{ID: 3, CallerID: 1, ContextID: 46, Jobs: ids}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ScheduleFlow(ctx, 3, time.Now().Add(time.Hour), "1"); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(time.Hour)
+	if err := db.PutSchedule(ctx, &model.Schedule{ID: "d1", CallerID: 1, Spec: model.ScheduleSpec{Every: "1h"}, Job: []byte(`{"script":"true"}`),
+		Overlap: model.OverlapSkip, CatchupWindow: "1m"}, true, t0, t0); err != nil {
+		t.Fatal(err)
+	}
+	if coord.ZScore(ctx, keys.Delayed, "46:flow:3").Err() != nil || coord.ZScore(ctx, keys.ScheduleDue, "46:d1").Err() != nil {
+		t.Fatal("the scheduled flow or the schedule is not due")
+	}
+	if err := s.DeleteContext(ctx, 46, true); err != nil {
+		t.Fatal(err)
+	}
+	if coord.ZScore(ctx, keys.Delayed, "46:flow:3").Err() == nil || coord.ZScore(ctx, keys.ScheduleDue, "46:d1").Err() == nil {
+		t.Fatal("the deleted context's scheduled flow or schedule is still due")
+	}
+}
