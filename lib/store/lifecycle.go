@@ -124,8 +124,8 @@ func (d *DB) DeleteRunner(ctx context.Context, runnerID uint32, force bool, acto
 }
 
 // DeleteContext removes a context: every key of its database, and its entries in DB 0
-// (registry, active flows, due work, delayed work and schedules, expiries, wake lists; read again after the flush). A context with running
-// flows is refused unless force.
+// (registry, active flows, due work, delayed work and schedules, expiries, wake lists;
+// read after the flush). A context with running flows is refused unless force.
 func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) error {
 	db, err := s.Ctx(ctxID)
 	if err != nil {
