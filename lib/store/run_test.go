@@ -2124,6 +2124,28 @@ func TestClaimStartsFreshGivesEachJobItsOwnIDs(t *testing.T) {
 	}
 }
 
+// jobMaker returns a function that creates n sh jobs of caller 1 in db's context (ids
+// from 1 on, a call after the other) and returns their ids.
+func jobMaker(t *testing.T, s *store.Store, db *store.DB) func(n int) []uint32 {
+	next := uint32(0)
+	return func(n int) []uint32 {
+		t.Helper()
+		jobs := make([]*model.Job, n)
+		for i := range jobs {
+			next++
+			jobs[i] = &model.Job{ID: next, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}
+		}
+		var ids []uint32
+		for i, r := range s.CreateJobs(context.Background(), jobs, "1") {
+			if r.Err != nil {
+				t.Fatalf("job %d: %v", jobs[i].ID, r.Err)
+			}
+			ids = append(ids, r.Job.ID)
+		}
+		return ids
+	}
+}
+
 // TestFlowsRaceForAJob: two flow.create calls at once naming the same jobs, one part
 // each or several: at most one of them stores its flow, the other is refused naming
 // the job and the winner, and every job names the flow stored (or none when both were
@@ -2135,22 +2157,7 @@ func TestFlowsRaceForAJob(t *testing.T) {
 	ctx := context.Background()
 	db := mustCtx(t, s, 32)
 	rc := srv.Client(t, 32)
-	next := uint32(0)
-	newJobs := func(n int) []uint32 {
-		jobs := make([]*model.Job, n)
-		for i := range jobs {
-			next++
-			jobs[i] = &model.Job{ID: next, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}
-		}
-		var ids []uint32
-		for i, r := range s.CreateJobs(ctx, jobs, "1") {
-			if r.Err != nil {
-				t.Fatalf("job %d: %v", jobs[i].ID, r.Err)
-			}
-			ids = append(ids, r.Job.ID)
-		}
-		return ids
-	}
+	newJobs := jobMaker(t, s, db)
 	flowID := uint32(100)
 	for trial := range 40 {
 		n := 3
@@ -2228,22 +2235,7 @@ func TestFlowCreateRacesOfOneID(t *testing.T) {
 	ctx := context.Background()
 	db := mustCtx(t, s, 39)
 	rc := srv.Client(t, 39)
-	next := uint32(0)
-	newJobs := func(n int) []uint32 {
-		jobs := make([]*model.Job, n)
-		for i := range jobs {
-			next++
-			jobs[i] = &model.Job{ID: next, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}
-		}
-		var ids []uint32
-		for i, r := range s.CreateJobs(ctx, jobs, "1") {
-			if r.Err != nil {
-				t.Fatalf("job %d: %v", jobs[i].ID, r.Err)
-			}
-			ids = append(ids, r.Job.ID)
-		}
-		return ids
-	}
+	newJobs := jobMaker(t, s, db)
 	both := func(a, b func() error) (error, error) {
 		res := [2]error{}
 		done := make(chan struct{})
@@ -2371,16 +2363,7 @@ func TestFlowTraceparentOfADeletedFlow(t *testing.T) {
 	db := mustCtx(t, s, 42)
 	rc := srv.Client(t, 42)
 	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-	var ids []uint32
-	for i, r := range s.CreateJobs(ctx, []*model.Job{
-		{ID: 1, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"},
-		{ID: 2, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"},
-	}, "1") {
-		if r.Err != nil {
-			t.Fatalf("job %d: %v", i+1, r.Err)
-		}
-		ids = append(ids, r.Job.ID)
-	}
+	ids := jobMaker(t, s, db)(2)
 	fl, _, err := s.CreateFlow(ctx, &model.Flow{ID: 7, CallerID: 1, ContextID: db.ContextID, Jobs: ids}, "1")
 	if err != nil {
 		t.Fatal(err)
@@ -2415,22 +2398,7 @@ func TestRetentionDeletesOnlyTheEnded(t *testing.T) {
 	ctx := context.Background()
 	db := mustCtx(t, s, 43)
 	rc := srv.Client(t, 43)
-	next := uint32(0)
-	newJobs := func(n int) []uint32 {
-		jobs := make([]*model.Job, n)
-		for i := range jobs {
-			next++
-			jobs[i] = &model.Job{ID: next, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}
-		}
-		var ids []uint32
-		for i, r := range s.CreateJobs(ctx, jobs, "1") {
-			if r.Err != nil {
-				t.Fatalf("job %d: %v", jobs[i].ID, r.Err)
-			}
-			ids = append(ids, r.Job.ID)
-		}
-		return ids
-	}
+	newJobs := jobMaker(t, s, db)
 	job := newJobs(1)[0]
 	if deleted, err := db.DeleteEndedJob(ctx, 1, job, "retention"); err != nil || deleted || rc.Exists(ctx, keys.Job(1, job)).Val() != 1 {
 		t.Fatalf("retention of a job not ended: deleted %v, %v", deleted, err)
@@ -2483,13 +2451,7 @@ func TestStandaloneDispatchOfAFlowsJob(t *testing.T) {
 	ctx := context.Background()
 	db := mustCtx(t, s, 44)
 	rc := srv.Client(t, 44)
-	var ids []uint32
-	for i, r := range s.CreateJobs(ctx, []*model.Job{{ID: 1, CallerID: 1, ContextID: db.ContextID, Script: "true", ScriptType: "sh"}}, "1") {
-		if r.Err != nil {
-			t.Fatalf("job %d: %v", i+1, r.Err)
-		}
-		ids = append(ids, r.Job.ID)
-	}
+	ids := jobMaker(t, s, db)(1)
 	j, err := db.LoadJob(ctx, 1, ids[0]) // (as the scheduler's job.run loads it: no flow yet)
 	if err != nil {
 		t.Fatal(err)
