@@ -165,69 +165,72 @@ func (s *Store) DeleteContext(ctx context.Context, ctxID uint32, force bool) err
 	}); err != nil {
 		return fmt.Errorf("empty the database of context %d: %w", ctxID, err)
 	}
-	var wake []string // wake lists shared with the server's other contexts
-	for _, r := range runners.Val() {
+	if err := dropContextEntries(ctx, coord, ctxID, runners.Val()); err != nil {
+		return err
+	}
+	_, err = s.G().TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, keys.Contexts, strconv.FormatUint(uint64(ctxID), 10))
+		p.Publish(ctx, keys.Control, "context-deleted:"+strconv.FormatUint(uint64(ctxID), 10))
+		return nil
+	})
+	return err
+}
+
+// dropContextEntries removes a deleted context's entries of its server's DB 0 (coord),
+// read after its database's flush (a flow started, or work delayed or scheduled,
+// since DeleteContext's check is gone with the database, and its entries go with it):
+// active flows, due retries and releases, delayed starts, schedules, expiries, remote
+// deliveries due, its tokens on its runners' wake lists (shared with the server's
+// other contexts), the runners' context sets, the busy set.
+func dropContextEntries(ctx context.Context, coord *redis.Client, ctxID uint32, runners []string) error {
+	id := strconv.FormatUint(uint64(ctxID), 10)
+	prefix := id + ":"
+	var wake []string
+	for _, r := range runners {
 		if n, err := strconv.ParseUint(r, 10, 32); err == nil {
 			for _, t := range model.ScriptTypes() {
 				wake = append(wake, keys.WakeRunner(uint32(n), keys.Queue(string(t))), keys.WakeRunner(uint32(n), keys.PinnedQueue(uint32(n), string(t))))
 			}
 		}
 	}
-	due, _ := coord.ZRange(ctx, keys.Due, 0, -1).Result()
-	exp, _ := coord.ZRange(ctx, keys.Expire, 0, -1).Result()
-	rdue, _ := coord.ZRange(ctx, keys.RemoteDue, 0, -1).Result()
-	// read again after the flush: a flow started, or work delayed or scheduled, since
-	// the check above is gone with the database too, and its entries go with it
-	active, _ = coord.SMembers(ctx, keys.ActiveFlows).Result()
-	delayed, _ := coord.ZRange(ctx, keys.Delayed, 0, -1).Result()
-	scheds, _ := coord.ZRange(ctx, keys.ScheduleDue, 0, -1).Result()
-	_, err = coord.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, set := range []struct {
-			key     string
-			members []string
-		}{{keys.ActiveFlows, active}, {keys.Delayed, delayed}, {keys.ScheduleDue, scheds}} {
-			for _, m := range set.members {
-				if strings.HasPrefix(m, prefix) {
-					if set.key == keys.ActiveFlows {
-						p.SRem(ctx, set.key, m)
-					} else {
-						p.ZRem(ctx, set.key, m)
-					}
-				}
-			}
+	active, _ := coord.SMembers(ctx, keys.ActiveFlows).Result()
+	zsets := map[string][]string{}
+	for _, k := range []string{keys.Due, keys.Expire, keys.RemoteDue, keys.Delayed, keys.ScheduleDue} {
+		zsets[k], _ = coord.ZRange(ctx, k, 0, -1).Result()
+	}
+	// a zset's members of the context: "<ctx>:…", coord:due's "retry:<ctx>:…" and
+	// "release:<ctx>:…", coord:remote_due's "<ctx>|…"
+	ofContext := func(key, m string) bool {
+		switch key {
+		case keys.Due:
+			return strings.HasPrefix(m, "retry:"+prefix) || strings.HasPrefix(m, "release:"+prefix)
+		case keys.RemoteDue:
+			return strings.HasPrefix(m, id+"|")
 		}
-		for _, m := range due {
-			if strings.HasPrefix(m, "retry:"+prefix) || strings.HasPrefix(m, "release:"+prefix) {
-				p.ZRem(ctx, keys.Due, m)
-			}
-		}
-		for _, m := range exp {
+		return strings.HasPrefix(m, prefix)
+	}
+	_, err := coord.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, m := range active {
 			if strings.HasPrefix(m, prefix) {
-				p.ZRem(ctx, keys.Expire, m)
+				p.SRem(ctx, keys.ActiveFlows, m)
 			}
 		}
-		for _, m := range rdue {
-			if strings.HasPrefix(m, strconv.FormatUint(uint64(ctxID), 10)+"|") {
-				p.ZRem(ctx, keys.RemoteDue, m)
+		for k, members := range zsets {
+			for _, m := range members {
+				if ofContext(k, m) {
+					p.ZRem(ctx, k, m)
+				}
 			}
 		}
 		for _, w := range wake {
 			p.LRem(ctx, w, 0, ctxID) // the context's tokens only
 		}
-		for _, r := range runners.Val() {
+		for _, r := range runners {
 			if n, err := strconv.ParseUint(r, 10, 32); err == nil {
 				p.SRem(ctx, keys.RunnerContexts(uint32(n)), ctxID)
 			}
 		}
 		p.ZRem(ctx, keys.Busy, ctxID)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	_, err = s.G().TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZRem(ctx, keys.Contexts, strconv.FormatUint(uint64(ctxID), 10))
-		p.Publish(ctx, keys.Control, "context-deleted:"+strconv.FormatUint(uint64(ctxID), 10))
 		return nil
 	})
 	return err
