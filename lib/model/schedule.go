@@ -100,6 +100,12 @@ func (s ScheduleSpec) Parse() (*Ticker, error) {
 			return nil, &ValidationError{Object: "schedule", Field: "spec.cron", Msg: fmt.Sprintf("cron %q: %v", s.Cron, err)}
 		}
 		t.cron = c
+		// A spec that matches no time (the 30th of February) has no next tick: its
+		// Next is zero, which was stored as a tick long past, due again at once,
+		// forever (the scheduler busy and a run made at each tick).
+		if c.Next(time.Now().In(t.loc)).IsZero() {
+			return nil, &ValidationError{Object: "schedule", Field: "spec.cron", Msg: fmt.Sprintf("cron %q matches no time in the next five years", s.Cron)}
+		}
 	case s.Every != "":
 		d, err := time.ParseDuration(s.Every)
 		if err != nil || d < time.Second {

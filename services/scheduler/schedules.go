@@ -53,6 +53,18 @@ func (e *engine) runSchedules(ctx context.Context) {
 	}
 }
 
+// pauseUnticking pauses a schedule that has no next tick (a spec stored before the
+// check that refuses it: a cron matching no time, whose zero next tick was due at once,
+// again and again, a run made each time), with why as its note: out of coord:sched_due.
+func (e *engine) pauseUnticking(ctx context.Context, db *store.DB, id, why string) {
+	log := e.log.With().Uint32(obs.KeyContextID, db.ContextID).Str("schedule", id).Logger()
+	if err := db.PauseSchedule(ctx, id, "paused by the scheduler: "+why); err != nil {
+		log.Error().Err(err).Str("why", why).Msg("pause a schedule with no next tick (the next wake-up tries again)")
+		return
+	}
+	log.Warn().Str("why", why).Msg("schedule paused: it has no next tick")
+}
+
 // handleSchedule makes the run of a tick fired and not made (its scheduler died
 // before), then takes the schedule's due ticks one by one (lua/sched.lua, op tick: of
 // several schedulers one takes each), then fires a buffered tick whose wait is over.
@@ -73,7 +85,7 @@ func (e *engine) handleSchedule(ctx context.Context, d store.DueSchedule) {
 	}
 	tk, err := s.Spec.Parse()
 	if err != nil {
-		log.Error().Err(err).Msg("schedule's spec")
+		e.pauseUnticking(ctx, db, s.ID, err.Error())
 		return
 	}
 	if s.PendingTickMs != 0 {
@@ -85,6 +97,10 @@ func (e *engine) handleSchedule(ctx context.Context, d store.DueSchedule) {
 	buffered := s.BufferedTick != 0
 	for i := 0; i < tickBatch && s.NextTickMs != 0 && !fire.After(now) && !s.Paused; i++ {
 		next := tk.Next(tick)
+		if next.IsZero() {
+			e.pauseUnticking(ctx, db, s.ID, "its spec has no tick after "+tick.UTC().Format(time.RFC3339))
+			return
+		}
 		nfire := tk.Fire(s.ID, next)
 		missed := window > 0 && now.Sub(tick) > window
 		res, err := db.Tick(ctx, s.ID, tick, next, nfire, missed)
