@@ -434,6 +434,10 @@ func parseRequest(raw []byte) parsedRequest {
 	if !json.Valid(raw) {
 		return fail(parseError(errors.New("the body is not valid JSON")))
 	}
+	if k, f, ok := caseVariantMember(raw); ok {
+		return fail(rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: codeInvalidRequest,
+			Message: fmt.Sprintf("invalid request: member %q: names are case-sensitive (%q)", k, f)}})
+	}
 	if err := json.Unmarshal(raw, &pr.req); err != nil {
 		return fail(rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: &rpcError{Code: codeInvalidRequest, Message: "invalid request: not a request object"}})
 	}
@@ -448,6 +452,26 @@ func parseRequest(raw []byte) parsedRequest {
 		return fail(rpcResponse{JSONRPC: "2.0", ID: pr.id, Error: &rpcError{Code: codeInvalidRequest, Message: "invalid request: method is missing"}})
 	}
 	return pr
+}
+
+// caseVariantMember finds a member of the request object raw that is one of the
+// request's names (jsonrpc, id, method, params) in other letter cases: Go's decoder
+// takes "Method" for method, so {"method":"actor.load","Method":"context.delete"}
+// ran context.delete while every reader of method saw actor.load. (A params' own
+// names are not checked here.)
+func caseVariantMember(raw []byte) (member, name string, ok bool) {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(raw, &members) != nil {
+		return "", "", false // not an object: the decode says so
+	}
+	for k := range members {
+		for _, f := range []string{"jsonrpc", "id", "method", "params"} {
+			if k != f && strings.EqualFold(k, f) {
+				return k, f, true
+			}
+		}
+	}
+	return "", "", false
 }
 
 // handle runs one request as p; reply=false for a notification (no id).
