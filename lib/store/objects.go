@@ -1120,16 +1120,16 @@ func (c *flowClaim) release(ctx context.Context) error {
 	if c.flow == 0 { // a claim of flow 0 refused before it reserved an id: nothing taken
 		return nil
 	}
-	calls := []Call{c.call("release", "")}
-	for k, ids := range c.claimed {
-		if k == 0 {
-			calls[0] = c.call("release", ids)
-			continue
-		}
-		calls = append(calls, c.call("release", ids))
+	// a call a claimed part, at least one (each drops the hold and gives the id back
+	// while they are still the claim's: the first does)
+	parts := c.claimed
+	if len(parts) == 0 {
+		parts = []string{""}
 	}
-	// (each call drops the hold and gives the id back when they are still the claim's:
-	// the first call does)
+	calls := make([]Call, len(parts))
+	for k, ids := range parts {
+		calls[k] = c.call("release", ids)
+	}
 	for _, call := range c.d.EvalBatch(ctx, calls) {
 		if err := call.Err(); err != nil {
 			return fmt.Errorf("give back flow %d's jobs: %w", c.flow, err)
